@@ -1,0 +1,2 @@
+//! The agent-facing toolgate tool system.
+#![deny(missing_docs)]

@@ -1,0 +1,547 @@
+//! [`ToolInvokeContext`]: everything one invocation knows, handed to every hook and the tool.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, OnceLock};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::{Map, Value};
+use tokio_util::sync::CancellationToken;
+use typemap_rev::{TypeMap, TypeMapKey};
+
+use crate::pipeline::{Progress, ToolEntry};
+use crate::provider::SessionScope;
+use crate::suspension::ResumeDecision;
+use crate::tool::PreparedInput;
+use crate::{
+    Control, HookResult, ProviderError, Providers, Scope, SecretSlot, Stage, SuspendRequest,
+    ToolDefinition, ToolError,
+};
+
+/// Who is calling. At least an id; roles and tenant feed authorization and cache scoping.
+///
+/// ```
+/// use toolgate_core::User;
+/// let alice = User::new("alice").with_roles(["admin"]).with_tenant("acme");
+/// assert!(alice.has_role("admin"));
+/// ```
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct User {
+    /// The user's id.
+    pub id: String,
+    /// The user's roles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+    /// The tenant the user belongs to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// Anything else policies may look at.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub attributes: Map<String, Value>,
+}
+
+impl User {
+    /// A user with this id and nothing else.
+    pub fn new(id: impl Into<String>) -> Self {
+        User {
+            id: id.into(),
+            roles: Vec::new(),
+            tenant: None,
+            attributes: Map::new(),
+        }
+    }
+
+    /// The user of calls that name none: id `anonymous`, no roles.
+    pub fn anonymous() -> Arc<User> {
+        static ANONYMOUS: LazyLock<Arc<User>> = LazyLock::new(|| Arc::new(User::new("anonymous")));
+        Arc::clone(&ANONYMOUS)
+    }
+
+    /// The same user with these roles.
+    #[must_use]
+    pub fn with_roles<I, S>(mut self, roles: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.roles = roles.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The same user in this tenant.
+    #[must_use]
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Whether the user has this role.
+    pub fn has_role(&self, role: &str) -> bool {
+        self.roles.iter().any(|r| r == role)
+    }
+}
+
+/// The id of one invocation: given by the caller, or generated (unique per process, and
+/// prefixed per process so that replicas do not collide).
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct RequestId(Repr);
+
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Repr {
+    Given(Arc<str>),
+    Generated(u64),
+}
+
+static PROCESS_PREFIX: LazyLock<u32> = LazyLock::new(|| {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    h.write_u32(std::process::id());
+    h.finish() as u32
+});
+static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
+
+impl RequestId {
+    /// A new id, unique in this process.
+    pub fn generate() -> Self {
+        RequestId(Repr::Generated(NEXT_REQUEST.fetch_add(1, Ordering::Relaxed)))
+    }
+}
+
+impl From<&str> for RequestId {
+    fn from(s: &str) -> Self {
+        RequestId(Repr::Given(Arc::from(s)))
+    }
+}
+
+impl From<String> for RequestId {
+    fn from(s: String) -> Self {
+        RequestId(Repr::Given(Arc::from(s)))
+    }
+}
+
+impl fmt::Display for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Repr::Given(s) => f.write_str(s),
+            Repr::Generated(n) => write!(f, "req-{:08x}-{n:x}", *PROCESS_PREFIX),
+        }
+    }
+}
+
+impl fmt::Debug for RequestId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+/// A hook's decision, kept in the invocation's decision trace for audit.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Decision {
+    /// The stage it was made at.
+    pub stage: Stage,
+    /// The hook that made it.
+    pub hook: Arc<str>,
+    /// `respond`, `suspend`, or an error code such as `forbidden`.
+    pub outcome: String,
+    /// Whether it took effect: `false` for hooks in audit (shadow) mode and for ignored
+    /// failures.
+    pub applied: bool,
+}
+
+/// How long one hook took at one stage (recorded when the pipeline is built with
+/// [`PipelineBuilder::record_hook_timings`](crate::PipelineBuilder::record_hook_timings)).
+#[derive(Clone, Debug, PartialEq)]
+pub struct HookTiming {
+    /// The stage.
+    pub stage: Stage,
+    /// The hook.
+    pub hook: Arc<str>,
+    /// How long its stage method took.
+    pub duration: Duration,
+}
+
+static CLOCK_ANCHOR: LazyLock<(Instant, SystemTime)> =
+    LazyLock::new(|| (Instant::now(), SystemTime::now()));
+
+/// Everything one invocation knows: identity, input and output with their histories, a
+/// scratchpad for hooks, providers, secrets, the error, timing, the attempt number, the
+/// deadline and the cancellation token.
+///
+/// The pipeline creates it; hooks get `&mut` at every stage, the tool gets `&`.
+/// Its `Debug` output never shows secrets.
+pub struct ToolInvokeContext {
+    pub(crate) entry: Arc<ToolEntry>,
+    session_id: Option<Arc<str>>,
+    request_id: RequestId,
+    user: Arc<User>,
+    input: Value,
+    input_history: Vec<Value>,
+    pub(crate) input_version: u32,
+    output: Option<Value>,
+    output_history: Vec<Value>,
+    scratch: TypeMap,
+    pub(crate) error: Option<ToolError>,
+    started: Instant,
+    pub(crate) finished: Option<Instant>,
+    pub(crate) stage_durations: Vec<(Stage, Duration)>,
+    pub(crate) hook_timings: Vec<HookTiming>,
+    pub(crate) attempt: u32,
+    deadline: Option<tokio::time::Instant>,
+    cancel: OnceLock<CancellationToken>,
+    request_providers: Providers,
+    session: OnceLock<Option<Arc<SessionScope>>>,
+    secrets: SecretSlot,
+    metadata: Map<String, Value>,
+    pub(crate) decisions: Vec<Decision>,
+    pub(crate) resumed: Option<ResumeDecision>,
+    pub(crate) stage: Stage,
+    pub(crate) progress: Progress,
+    pub(crate) prepared: Option<(u32, PreparedInput)>,
+}
+
+pub(crate) struct ContextParts {
+    pub entry: Arc<ToolEntry>,
+    pub session_id: Option<Arc<str>>,
+    pub request_id: RequestId,
+    pub user: Arc<User>,
+    pub input: Value,
+    pub deadline: Option<tokio::time::Instant>,
+    pub cancel: Option<CancellationToken>,
+    pub providers: Providers,
+}
+
+impl ToolInvokeContext {
+    pub(crate) fn new(parts: ContextParts) -> Self {
+        let cancel = OnceLock::new();
+        if let Some(token) = parts.cancel {
+            let _ = cancel.set(token);
+        }
+        ToolInvokeContext {
+            entry: parts.entry,
+            session_id: parts.session_id,
+            request_id: parts.request_id,
+            user: parts.user,
+            input: parts.input,
+            input_history: Vec::new(),
+            input_version: 0,
+            output: None,
+            output_history: Vec::new(),
+            scratch: TypeMap::new(),
+            error: None,
+            started: Instant::now(),
+            finished: None,
+            stage_durations: Vec::new(),
+            hook_timings: Vec::new(),
+            attempt: 0,
+            deadline: parts.deadline,
+            cancel,
+            request_providers: parts.providers,
+            session: OnceLock::new(),
+            secrets: SecretSlot::default(),
+            metadata: Map::new(),
+            decisions: Vec::new(),
+            resumed: None,
+            stage: Stage::WillCreateInvokeContext,
+            progress: Progress::default(),
+            prepared: None,
+        }
+    }
+
+    // ----- identity -----
+
+    /// The definition of the tool being called (name, version, annotations, schemas).
+    pub fn tool(&self) -> &ToolDefinition {
+        &self.entry.definition
+    }
+
+    /// The name of the tool being called; it is also the tool's id in the registry.
+    pub fn tool_name(&self) -> &str {
+        &self.entry.definition.name
+    }
+
+    /// The session id, if the call belongs to a session.
+    pub fn session_id(&self) -> Option<&str> {
+        self.session_id.as_deref()
+    }
+
+    /// The id of this invocation.
+    pub fn request_id(&self) -> &RequestId {
+        &self.request_id
+    }
+
+    /// Who is calling.
+    pub fn user(&self) -> &User {
+        &self.user
+    }
+
+    /// The stage the pipeline is at.
+    pub fn stage(&self) -> Stage {
+        self.stage
+    }
+
+    // ----- input and output -----
+
+    /// The current input (raw JSON: typed tools parse it when they run).
+    pub fn input(&self) -> &Value {
+        &self.input
+    }
+
+    /// Replaces the input; the previous value goes to the input history.
+    pub fn set_input(&mut self, input: Value) {
+        let previous = std::mem::replace(&mut self.input, input);
+        self.input_history.push(previous);
+        self.input_version = self.input_version.wrapping_add(1);
+    }
+
+    /// Earlier inputs, oldest first (each value once; the current one is [`input`](Self::input)).
+    pub fn input_history(&self) -> &[Value] {
+        &self.input_history
+    }
+
+    /// The current output, once there is one.
+    pub fn output(&self) -> Option<&Value> {
+        self.output.as_ref()
+    }
+
+    /// Replaces the output; the previous value, if any, goes to the output history.
+    pub fn set_output(&mut self, output: Value) {
+        if let Some(previous) = self.output.replace(output) {
+            self.output_history.push(previous);
+        }
+    }
+
+    /// Earlier outputs, oldest first.
+    pub fn output_history(&self) -> &[Value] {
+        &self.output_history
+    }
+
+    pub(crate) fn take_output(&mut self) -> Option<Value> {
+        self.output.take()
+    }
+
+    // ----- scratchpad, metadata, secrets -----
+
+    /// The hooks' scratchpad: typed values keyed by [`TypeMapKey`] types, private to this
+    /// invocation. Anything stored here is dropped with the context, so an RAII guard (a
+    /// permit, a lease) kept here comes back on every path, cancellation included.
+    pub fn scratch(&self) -> &TypeMap {
+        &self.scratch
+    }
+
+    /// The scratchpad, mutably.
+    pub fn scratch_mut(&mut self) -> &mut TypeMap {
+        &mut self.scratch
+    }
+
+    /// Metadata that travels with the result (argument repairs, sources, truncation…).
+    pub fn metadata(&self) -> &Map<String, Value> {
+        &self.metadata
+    }
+
+    /// Metadata, mutably.
+    pub fn metadata_mut(&mut self) -> &mut Map<String, Value> {
+        &mut self.metadata
+    }
+
+    /// The secrets injected for this call.
+    pub fn secrets(&self) -> &SecretSlot {
+        &self.secrets
+    }
+
+    /// The secret slot, mutably (for the `will_inject_secrets` stage).
+    pub fn secrets_mut(&mut self) -> &mut SecretSlot {
+        &mut self.secrets
+    }
+
+    // ----- error, timing, attempts, deadline, cancellation -----
+
+    /// The error, once the invocation failed.
+    pub fn error(&self) -> Option<&ToolError> {
+        self.error.as_ref()
+    }
+
+    /// When the invocation started (monotonic).
+    pub fn started(&self) -> Instant {
+        self.started
+    }
+
+    /// When the invocation started (wall clock).
+    pub fn started_at(&self) -> SystemTime {
+        let (instant, system) = *CLOCK_ANCHOR;
+        match self.started.checked_duration_since(instant) {
+            Some(d) => system + d,
+            None => system - instant.duration_since(self.started),
+        }
+    }
+
+    /// When the invocation finished: set before the record phase on every path.
+    pub fn finished(&self) -> Option<Instant> {
+        self.finished
+    }
+
+    /// How long the invocation took (so far, until it finished).
+    pub fn elapsed(&self) -> Duration {
+        self.finished
+            .unwrap_or_else(Instant::now)
+            .duration_since(self.started)
+    }
+
+    /// How long each stage that has hooks took, in the order they ran.
+    pub fn stage_durations(&self) -> &[(Stage, Duration)] {
+        &self.stage_durations
+    }
+
+    /// How long each hook took (empty unless the pipeline records hook timings).
+    pub fn hook_timings(&self) -> &[HookTiming] {
+        &self.hook_timings
+    }
+
+    /// The hooks' decisions so far (aborts, responds, suspensions, shadow decisions).
+    pub fn decisions(&self) -> &[Decision] {
+        &self.decisions
+    }
+
+    /// The execution attempt: 0 before the tool first runs, 1 for the first attempt.
+    pub fn attempt(&self) -> u32 {
+        self.attempt
+    }
+
+    /// The deadline of the call, if it has one.
+    pub fn deadline(&self) -> Option<tokio::time::Instant> {
+        self.deadline
+    }
+
+    /// Time left until the deadline (zero once it has passed).
+    pub fn remaining(&self) -> Option<Duration> {
+        self.deadline
+            .map(|d| d.saturating_duration_since(tokio::time::Instant::now()))
+    }
+
+    /// The cancellation token of the call. It fires when the deadline passes or the caller
+    /// cancels; long-running tools should watch it.
+    pub fn cancellation(&self) -> &CancellationToken {
+        self.cancel.get_or_init(CancellationToken::new)
+    }
+
+    /// The caller's token, if the call was given one (lookups here do not create one).
+    pub(crate) fn cancellation_if_given(&self) -> Option<CancellationToken> {
+        self.cancel.get().cloned()
+    }
+
+    pub(crate) fn cancel_if_watched(&self) {
+        if let Some(token) = self.cancel.get() {
+            token.cancel();
+        }
+    }
+
+    /// The decision this invocation was resumed with, if it was resumed.
+    pub fn resumed(&self) -> Option<&ResumeDecision> {
+        self.resumed.as_ref()
+    }
+
+    // ----- providers -----
+
+    /// The provider under key `K`, looked up request → session → global.
+    ///
+    /// # Errors
+    ///
+    /// [`ProviderError::Missing`] naming `K` when no scope binds it.
+    pub fn get<K: TypeMapKey>(&self) -> Result<Arc<K::Value>, ProviderError> {
+        self.try_get::<K>().ok_or(ProviderError::Missing {
+            key: std::any::type_name::<K>(),
+        })
+    }
+
+    /// The provider under key `K`, if any scope binds it.
+    pub fn try_get<K: TypeMapKey>(&self) -> Option<Arc<K::Value>> {
+        if let Some(v) = self.request_providers.get::<K>() {
+            return Some(Arc::clone(v));
+        }
+        if let Some(v) = self.session_scope().and_then(|s| s.get::<K>()) {
+            return Some(v);
+        }
+        self.entry.shared.globals.get::<K>().cloned()
+    }
+
+    /// Binds a provider in the request or session scope.
+    ///
+    /// # Errors
+    ///
+    /// [`ProviderError::GlobalReadOnly`] for [`Scope::Global`] (global providers are bound
+    /// on the pipeline builder), [`ProviderError::NoSession`] for [`Scope::Session`] when
+    /// the call has no session id.
+    pub fn provide<K: TypeMapKey>(&mut self, value: K::Value, scope: Scope) -> Result<(), ProviderError> {
+        let key = std::any::type_name::<K>();
+        match scope {
+            Scope::Request => {
+                self.request_providers.insert::<K>(value);
+                Ok(())
+            }
+            Scope::Session => {
+                let id = self.session_id.clone().ok_or(ProviderError::NoSession { key })?;
+                let scope = self.entry.shared.sessions.get_or_create(&id);
+                scope.insert::<K>(Arc::new(value));
+                self.session = OnceLock::from(Some(scope));
+                Ok(())
+            }
+            Scope::Global => Err(ProviderError::GlobalReadOnly { key }),
+        }
+    }
+
+    fn session_scope(&self) -> Option<&Arc<SessionScope>> {
+        self.session
+            .get_or_init(|| {
+                let id = self.session_id.as_deref()?;
+                self.entry.shared.sessions.get(id)
+            })
+            .as_ref()
+    }
+
+    // ----- control helpers -----
+
+    /// Short-circuits with `value` as the output (see [`Control::Respond`]).
+    pub fn respond(&self, value: Value) -> HookResult {
+        Err(Control::Respond(value))
+    }
+
+    /// Refuses the call with a reason, a machine code and an HTTP status.
+    pub fn abort(
+        &self,
+        reason: impl Into<String>,
+        code: impl Into<std::borrow::Cow<'static, str>>,
+        status: u16,
+    ) -> HookResult {
+        Err(Control::Error(ToolError::abort(reason, code, status)))
+    }
+
+    /// Refuses the call for now: the caller may retry after `delay`.
+    pub fn retry_after(&self, delay: Duration, reason: impl Into<String>) -> HookResult {
+        Err(Control::Error(ToolError::retry_after(delay, reason)))
+    }
+
+    /// Suspends the call until a person decides (see [`Control::Suspend`]).
+    pub fn suspend(&self, reason: impl Into<String>) -> HookResult {
+        Err(Control::Suspend(SuspendRequest::new(reason)))
+    }
+}
+
+impl fmt::Debug for ToolInvokeContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ToolInvokeContext")
+            .field("tool", &self.entry.definition.name)
+            .field("request_id", &self.request_id)
+            .field("session_id", &self.session_id)
+            .field("user", &self.user.id)
+            .field("stage", &self.stage)
+            .field("attempt", &self.attempt)
+            .field("error", &self.error)
+            .field("secrets", &self.secrets)
+            .finish_non_exhaustive()
+    }
+}

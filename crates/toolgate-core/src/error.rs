@@ -1,0 +1,327 @@
+//! The errors a caller of the pipeline can get, and the errors of building one.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+
+/// Why an invocation did not produce an output.
+///
+/// Every variant has a stable machine [`code`](ToolError::code), an HTTP
+/// [`status`](ToolError::status), and a `Display` message written for the reader who has to
+/// act on it — often a language model ("rate limited, retry after 1200 ms",
+/// "invalid arguments: argument `limit`: greater than 50").
+///
+/// The same error maps to an MCP tool result with `isError`, to an HTTP response (with
+/// `Retry-After` where [`retry_after`](ToolError::retry_after) is set), and to an agent
+/// `ToolResult` with status `error`.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use toolgate_core::ToolError;
+///
+/// let err = ToolError::retry_after(Duration::from_millis(1200), "rate limited");
+/// assert_eq!(err.code(), "rate_limited");
+/// assert_eq!(err.status(), 429);
+/// assert_eq!(err.to_string(), "rate limited, retry after 1200 ms");
+/// ```
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// No tool is registered under this name.
+    #[error("unknown tool `{name}`: list the available tools and call one of them by its exact name")]
+    UnknownTool {
+        /// The name that was asked for.
+        name: String,
+    },
+    /// The input does not fit the tool's input schema.
+    #[error("invalid arguments: {0}")]
+    InvalidInput(InputViolations),
+    /// The input is larger than the pipeline accepts.
+    #[error("input is {size} bytes, over the limit of {limit} bytes: send less data")]
+    InputTooLarge {
+        /// The size of the input in bytes (approximate for already-parsed JSON).
+        size: usize,
+        /// The configured limit.
+        limit: usize,
+    },
+    /// The input nests deeper than the pipeline accepts.
+    #[error("input nests deeper than {limit} levels: flatten the arguments")]
+    InputTooDeep {
+        /// The configured limit.
+        limit: usize,
+    },
+    /// A hook (or the tool) refused the call.
+    #[error("{reason}")]
+    Aborted {
+        /// Why, for the reader.
+        reason: String,
+        /// A stable machine code such as `forbidden`.
+        code: Cow<'static, str>,
+        /// The HTTP status to answer with.
+        status: u16,
+    },
+    /// The call may succeed later: wait `delay` before trying again.
+    #[error("{reason}, retry after {} ms", delay.as_millis())]
+    RetryAfter {
+        /// How long to wait.
+        delay: Duration,
+        /// Why, for the reader.
+        reason: String,
+        /// A stable machine code such as `rate_limited` or `overloaded`.
+        code: Cow<'static, str>,
+        /// The HTTP status to answer with (429 or 503).
+        status: u16,
+    },
+    /// The call waits for a person; resume it with its suspension id.
+    #[error("waiting for approval ({reason}); resume with suspension id {suspension_id}")]
+    Suspended {
+        /// The id to resume the call with.
+        suspension_id: String,
+        /// What the call waits for.
+        reason: String,
+    },
+    /// The call ran past its deadline and was cancelled.
+    #[error("timed out after {} ms", after.as_millis())]
+    Timeout {
+        /// How long the call had.
+        after: Duration,
+    },
+    /// The caller cancelled the call.
+    #[error("cancelled by the caller")]
+    Cancelled,
+    /// The tool itself failed.
+    #[error("tool failed: {message}")]
+    Execution {
+        /// What went wrong, for the reader.
+        message: String,
+        /// Whether trying again may succeed (a transient failure).
+        retryable: bool,
+    },
+    /// A provider the call needs is not bound in any scope.
+    #[error(transparent)]
+    Provider(#[from] crate::ProviderError),
+    /// No suspended call has this id (it never existed, or was already resumed).
+    #[error("no suspended call with id `{id}`: it was never suspended or has already been resumed")]
+    UnknownSuspension {
+        /// The id that was asked for.
+        id: String,
+    },
+    /// Something inside toolgate or a hook went wrong (a panic, a broken invariant).
+    #[error("internal error: {message}")]
+    Internal {
+        /// What went wrong; never carries a panic payload.
+        message: String,
+    },
+}
+
+impl ToolError {
+    /// An abort: the call is refused with this reason, machine code and HTTP status.
+    pub fn abort(
+        reason: impl Into<String>,
+        code: impl Into<Cow<'static, str>>,
+        status: u16,
+    ) -> Self {
+        ToolError::Aborted {
+            reason: reason.into(),
+            code: code.into(),
+            status,
+        }
+    }
+
+    /// A retry-after with code `rate_limited` and status 429.
+    pub fn retry_after(delay: Duration, reason: impl Into<String>) -> Self {
+        ToolError::RetryAfter {
+            delay,
+            reason: reason.into(),
+            code: Cow::Borrowed("rate_limited"),
+            status: 429,
+        }
+    }
+
+    /// A permanent failure of the tool (not retried).
+    pub fn execution(message: impl Into<String>) -> Self {
+        ToolError::Execution {
+            message: message.into(),
+            retryable: false,
+        }
+    }
+
+    /// A transient failure of the tool: a retry policy may try again.
+    pub fn transient(message: impl Into<String>) -> Self {
+        ToolError::Execution {
+            message: message.into(),
+            retryable: true,
+        }
+    }
+
+    /// An internal error.
+    pub fn internal(message: impl Into<String>) -> Self {
+        ToolError::Internal {
+            message: message.into(),
+        }
+    }
+
+    /// The stable machine code.
+    pub fn code(&self) -> &str {
+        match self {
+            ToolError::UnknownTool { .. } => "unknown_tool",
+            ToolError::InvalidInput(_) => "invalid_input",
+            ToolError::InputTooLarge { .. } => "input_too_large",
+            ToolError::InputTooDeep { .. } => "input_too_deep",
+            ToolError::Aborted { code, .. } | ToolError::RetryAfter { code, .. } => code,
+            ToolError::Suspended { .. } => "suspended",
+            ToolError::Timeout { .. } => "timeout",
+            ToolError::Cancelled => "cancelled",
+            ToolError::Execution { .. } => "tool_error",
+            ToolError::Provider(_) => "missing_provider",
+            ToolError::UnknownSuspension { .. } => "unknown_suspension",
+            ToolError::Internal { .. } => "internal",
+        }
+    }
+
+    /// The HTTP status to answer with.
+    pub fn status(&self) -> u16 {
+        match self {
+            ToolError::UnknownTool { .. } | ToolError::UnknownSuspension { .. } => 404,
+            ToolError::InvalidInput(_) | ToolError::InputTooDeep { .. } => 400,
+            ToolError::InputTooLarge { .. } => 413,
+            ToolError::Aborted { status, .. } | ToolError::RetryAfter { status, .. } => *status,
+            ToolError::Suspended { .. } => 202,
+            ToolError::Timeout { .. } => 504,
+            ToolError::Cancelled => 499,
+            ToolError::Execution { .. } => 502,
+            ToolError::Provider(_) | ToolError::Internal { .. } => 500,
+        }
+    }
+
+    /// How long to wait before trying again, for a retry-after.
+    pub fn retry_after_delay(&self) -> Option<Duration> {
+        match self {
+            ToolError::RetryAfter { delay, .. } => Some(*delay),
+            _ => None,
+        }
+    }
+
+    /// Whether a retry policy may try the call again: transient tool failures, retry-afters
+    /// and timeouts of one attempt.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            ToolError::Execution {
+                retryable: true,
+                ..
+            } | ToolError::RetryAfter { .. }
+                | ToolError::Timeout { .. }
+        )
+    }
+
+    /// Whether this error is a policy decision (abort, retry-after, suspension) rather than a
+    /// failure. A hook registered with [`FailureMode::Ignore`](crate::FailureMode::Ignore)
+    /// still applies its decisions.
+    pub fn is_decision(&self) -> bool {
+        matches!(
+            self,
+            ToolError::Aborted { .. } | ToolError::RetryAfter { .. } | ToolError::Suspended { .. }
+        )
+    }
+}
+
+/// One field of the input that failed a check.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct InputViolation {
+    /// Where in the input, e.g. `items[0].name`; empty for the input as a whole.
+    pub path: String,
+    /// What is wrong, e.g. `greater than 50`.
+    pub message: String,
+}
+
+impl fmt::Display for InputViolation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_empty() {
+            f.write_str(&self.message)
+        } else {
+            write!(f, "argument `{}`: {}", self.path, self.message)
+        }
+    }
+}
+
+/// Every field of the input that failed its checks (never empty).
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(transparent)]
+pub struct InputViolations(pub Vec<InputViolation>);
+
+impl InputViolations {
+    /// One violation.
+    pub fn one(path: impl Into<String>, message: impl Into<String>) -> Self {
+        InputViolations(vec![InputViolation {
+            path: path.into(),
+            message: message.into(),
+        }])
+    }
+
+    /// The violations.
+    pub fn iter(&self) -> std::slice::Iter<'_, InputViolation> {
+        self.0.iter()
+    }
+}
+
+impl fmt::Display for InputViolations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, v) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            v.fmt(f)?;
+        }
+        Ok(())
+    }
+}
+
+impl From<InputViolations> for ToolError {
+    fn from(v: InputViolations) -> Self {
+        ToolError::InvalidInput(v)
+    }
+}
+
+/// Why a tool could not be registered.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RegistryError {
+    /// A tool with this name is already registered.
+    #[error("a tool named `{name}` is already registered: give one of them another name or a prefix")]
+    DuplicateTool {
+        /// The name both tools share.
+        name: String,
+    },
+    /// The name is empty, too long, or has characters model providers refuse.
+    #[error("invalid tool name `{name}`: use 1 to 64 characters from a-z, A-Z, 0-9, `_`, `-` and `.`")]
+    InvalidName {
+        /// The name that was refused.
+        name: String,
+    },
+}
+
+/// Why a pipeline could not be built: a wiring mistake, caught at start-up.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// A hook requires a provider nobody binds.
+    #[error("hook `{hook}` requires provider `{key}`, which is neither bound globally nor declared by a hook that binds it: add `.provide::<{key}>(…)` to the pipeline builder")]
+    MissingProvider {
+        /// The hook that requires it.
+        hook: String,
+        /// The provider key type.
+        key: &'static str,
+    },
+    /// Hooks were attached to a tool that is not registered.
+    #[error("hooks were attached to tool `{tool}`, which is not registered: register the tool first or fix the name")]
+    UnknownTool {
+        /// The name used.
+        tool: String,
+    },
+    /// A tool could not be registered.
+    #[error(transparent)]
+    Registry(#[from] RegistryError),
+}

@@ -1,0 +1,152 @@
+//! Bounds on input: size and nesting depth, checked before any hook runs.
+
+use serde_json::Value;
+
+use crate::ToolError;
+
+/// How large and how deep an input may be.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InputLimits {
+    /// The most bytes of JSON (exact for text input, estimated for parsed JSON).
+    pub max_bytes: usize,
+    /// The deepest nesting of arrays and objects.
+    pub max_depth: usize,
+}
+
+impl Default for InputLimits {
+    fn default() -> Self {
+        InputLimits {
+            max_bytes: 1024 * 1024,
+            max_depth: 64,
+        }
+    }
+}
+
+impl InputLimits {
+    /// Checks a parsed input.
+    ///
+    /// # Errors
+    ///
+    /// [`ToolError::InputTooDeep`] or [`ToolError::InputTooLarge`].
+    pub fn check(&self, input: &Value) -> Result<(), ToolError> {
+        let mut size = 0usize;
+        self.walk(input, 1, &mut size)?;
+        Ok(())
+    }
+
+    fn walk(&self, value: &Value, depth: usize, size: &mut usize) -> Result<(), ToolError> {
+        *size += match value {
+            Value::Null | Value::Bool(_) => 5,
+            Value::Number(_) => 8,
+            Value::String(s) => s.len() + 2,
+            Value::Array(items) => {
+                if depth > self.max_depth {
+                    return Err(ToolError::InputTooDeep {
+                        limit: self.max_depth,
+                    });
+                }
+                for item in items {
+                    self.walk(item, depth + 1, size)?;
+                }
+                2 + items.len()
+            }
+            Value::Object(fields) => {
+                if depth > self.max_depth {
+                    return Err(ToolError::InputTooDeep {
+                        limit: self.max_depth,
+                    });
+                }
+                for (key, item) in fields {
+                    *size += key.len() + 4;
+                    self.walk(item, depth + 1, size)?;
+                }
+                2
+            }
+        };
+        if *size > self.max_bytes {
+            return Err(ToolError::InputTooLarge {
+                size: *size,
+                limit: self.max_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Parses JSON text within the limits.
+    ///
+    /// # Errors
+    ///
+    /// [`ToolError::InputTooLarge`], [`ToolError::InputTooDeep`], or
+    /// [`ToolError::InvalidInput`] when the text is not JSON.
+    pub fn parse(&self, json: &str) -> Result<Value, ToolError> {
+        if json.len() > self.max_bytes {
+            return Err(ToolError::InputTooLarge {
+                size: json.len(),
+                limit: self.max_bytes,
+            });
+        }
+        let value: Value = serde_json::from_str(json).map_err(|e| {
+            if e.to_string().starts_with("recursion limit exceeded") {
+                ToolError::InputTooDeep {
+                    limit: self.max_depth,
+                }
+            } else {
+                ToolError::InvalidInput(crate::InputViolations::one(
+                    "",
+                    format!("the arguments are not valid JSON: {e}"),
+                ))
+            }
+        })?;
+        self.check(&value)?;
+        Ok(value)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn nested(depth: usize) -> Value {
+        (0..depth).fold(json!(1), |v, _| json!([v]))
+    }
+
+    #[test]
+    fn depth_at_the_limit_passes_and_one_more_fails() {
+        let limits = InputLimits {
+            max_bytes: 1 << 20,
+            max_depth: 8,
+        };
+        assert!(limits.check(&nested(8)).is_ok());
+        assert_eq!(
+            limits.check(&nested(9)),
+            Err(ToolError::InputTooDeep { limit: 8 })
+        );
+    }
+
+    #[test]
+    fn text_deeper_than_serde_allows_is_too_deep_not_a_panic() {
+        let text = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        assert!(matches!(
+            InputLimits::default().parse(&text),
+            Err(ToolError::InputTooDeep { .. })
+        ));
+    }
+
+    #[test]
+    fn large_input_is_refused() {
+        let limits = InputLimits {
+            max_bytes: 100,
+            max_depth: 8,
+        };
+        let big = json!({ "text": "x".repeat(200) });
+        assert!(matches!(
+            limits.check(&big),
+            Err(ToolError::InputTooLarge { .. })
+        ));
+        assert!(matches!(
+            limits.parse(&big.to_string()),
+            Err(ToolError::InputTooLarge { .. })
+        ));
+    }
+}

@@ -1,0 +1,321 @@
+//! The [`Pipeline`]: a registry of tools with compiled hook plans, and the invoke API.
+
+mod builder;
+mod options;
+mod run;
+
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+pub use builder::PipelineBuilder;
+pub use options::InvokeOptions;
+pub(crate) use run::execute_once;
+
+use crate::context::ContextParts;
+use crate::plan::ToolPlan;
+use crate::provider::SessionStore;
+use crate::{
+    ErasedTool, InputLimits, Providers, RequestId, ResumeDecision, Stage, StageSet,
+    SuspendedInvocation, SuspensionStore, ToolDefinition, ToolError, ToolInvokeContext,
+    ToolRef, ToolRegistry, User,
+};
+
+/// What every invocation of a pipeline shares.
+pub(crate) struct Shared {
+    pub globals: Providers,
+    pub sessions: SessionStore,
+    pub suspensions: Arc<dyn SuspensionStore>,
+    pub record_hook_timings: bool,
+}
+
+/// A registered tool with its compiled plan.
+pub(crate) struct ToolEntry {
+    pub definition: ToolDefinition,
+    pub tool: Arc<dyn ErasedTool>,
+    pub plan: ToolPlan,
+    pub shared: Arc<Shared>,
+    pub wants_object: bool,
+}
+
+/// Where an invocation is in the parts of the pipeline that must run exactly once.
+#[derive(Default)]
+pub(crate) struct Progress {
+    /// `will_acquire_quota` was reached: `did_release_quota` must run.
+    pub quota: bool,
+    /// `will_acquire_semaphore` was reached: `did_release_semaphore` must run.
+    pub semaphore: bool,
+    /// The tool itself is running (for the panic message).
+    pub in_tool: bool,
+    /// The tail (error, record, release, end) has begun.
+    pub tail_started: bool,
+    /// The tail stages that have begun; each runs at most once.
+    pub tail_done: StageSet,
+}
+
+struct PipelineInner {
+    registry: ToolRegistry,
+    entries: Vec<Arc<ToolEntry>>,
+    shared: Arc<Shared>,
+    limits: InputLimits,
+}
+
+/// A compiled pipeline: tools, hooks in per-tool plans, providers. Cheap to clone (one
+/// `Arc`), safe to share across tasks.
+///
+/// # Examples
+///
+/// ```
+/// use garde::Validate;
+/// use schemars::JsonSchema;
+/// use serde::{Deserialize, Serialize};
+/// use serde_json::json;
+/// use toolgate_core::{tool_fn, InvokeOptions, Pipeline, ToolError, User};
+///
+/// #[derive(Deserialize, Serialize, Validate, JsonSchema)]
+/// struct Args {
+///     #[garde(range(min = 1, max = 50))]
+///     limit: u32,
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut builder = Pipeline::builder();
+/// builder.tool(tool_fn("count", "Counts to `limit`.", |a: Args| async move {
+///     Ok::<_, ToolError>((1..=a.limit).collect::<Vec<_>>())
+/// }))?;
+/// let pipeline = builder.build()?;
+///
+/// let out = pipeline
+///     .invoke("count", json!({ "limit": 3 }), InvokeOptions::new().user(User::new("alice")))
+///     .await?;
+/// assert_eq!(out, json!([1, 2, 3]));
+///
+/// let err = pipeline.invoke("count", json!({ "limit": 99 }), InvokeOptions::new()).await.unwrap_err();
+/// assert_eq!(err.to_string(), "invalid arguments: argument `limit`: greater than 50");
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Pipeline {
+    inner: Arc<PipelineInner>,
+}
+
+impl Pipeline {
+    /// A builder with no tools and no hooks.
+    pub fn builder() -> PipelineBuilder {
+        PipelineBuilder::new()
+    }
+
+    /// The tools this pipeline serves.
+    pub fn registry(&self) -> &ToolRegistry {
+        &self.inner.registry
+    }
+
+    /// Every tool's definition, in registration order.
+    pub fn definitions(&self) -> impl ExactSizeIterator<Item = &ToolDefinition> {
+        self.inner.registry.definitions()
+    }
+
+    /// The compiled plan of a tool: each stage that has hooks, with the hooks' names in the
+    /// order they run.
+    pub fn plan(&self, tool: &str) -> Option<Vec<(Stage, Vec<String>)>> {
+        self.entry(tool).ok().map(|e| e.plan.describe())
+    }
+
+    /// How many sessions hold session-scoped providers.
+    pub fn session_count(&self) -> usize {
+        self.inner.shared.sessions.len()
+    }
+
+    /// Drops a session and its providers. Returns whether it existed.
+    pub fn end_session(&self, id: &str) -> bool {
+        self.inner.shared.sessions.remove(id)
+    }
+
+    /// Invokes a tool by name with JSON input.
+    ///
+    /// # Errors
+    ///
+    /// Every way an invocation can end without an output, as a [`ToolError`]; a suspended
+    /// call ends with [`ToolError::Suspended`] carrying the id to [`resume`](Self::resume).
+    pub async fn invoke(
+        &self,
+        tool: &str,
+        input: Value,
+        options: InvokeOptions,
+    ) -> Result<Value, ToolError> {
+        let entry = self.entry(tool).inspect_err(rejected)?;
+        self.inner.limits.check(&input).inspect_err(rejected)?;
+        let ctx = new_context(entry, input, options);
+        run::invoke(ctx, run::Start::Fresh).await
+    }
+
+    /// Invokes a tool by name with JSON text, checked against the size and depth limits
+    /// before it is parsed.
+    ///
+    /// # Errors
+    ///
+    /// As [`invoke`](Self::invoke); text that is not JSON is [`ToolError::InvalidInput`].
+    pub async fn invoke_str(
+        &self,
+        tool: &str,
+        json: &str,
+        options: InvokeOptions,
+    ) -> Result<Value, ToolError> {
+        let entry = self.entry(tool).inspect_err(rejected)?;
+        let input = self.inner.limits.parse(json).inspect_err(rejected)?;
+        let ctx = new_context(entry, input, options);
+        run::invoke(ctx, run::Start::Fresh).await
+    }
+
+    /// Invokes a typed tool with a typed input, and reads the output back as its type.
+    ///
+    /// # Errors
+    ///
+    /// As [`invoke`](Self::invoke).
+    pub async fn invoke_typed<I, O>(
+        &self,
+        tool: &ToolRef<I, O>,
+        input: I,
+        options: InvokeOptions,
+    ) -> Result<O, ToolError>
+    where
+        I: Serialize,
+        O: DeserializeOwned,
+    {
+        let input = serde_json::to_value(input).map_err(|e| {
+            ToolError::InvalidInput(crate::InputViolations::one("", e.to_string()))
+        })?;
+        let output = self.invoke(tool.name(), input, options).await?;
+        serde_json::from_value(output).map_err(|e| {
+            ToolError::internal(format!(
+                "the output of `{}` no longer has its declared type (an output hook reshaped it): {e}",
+                tool.name()
+            ))
+        })
+    }
+
+    /// The suspended call with this id, left in place.
+    ///
+    /// # Errors
+    ///
+    /// [`ToolError::Internal`] when the suspension store fails.
+    pub async fn suspended(&self, id: &str) -> Result<Option<SuspendedInvocation>, ToolError> {
+        self.inner
+            .shared
+            .suspensions
+            .get(id)
+            .await
+            .map_err(|e| ToolError::internal(e.to_string()))
+    }
+
+    /// Resumes a suspended call. It continues after the stage that suspended it, without
+    /// running the earlier stages again — except `will_acquire_semaphore`, because the
+    /// concurrency permit was given back while the call waited. Identity, session and
+    /// request id are those of the suspended call; `options` may set a deadline,
+    /// a cancellation token and request providers.
+    ///
+    /// # Errors
+    ///
+    /// [`ToolError::UnknownSuspension`] for an id that is unknown or already resumed;
+    /// otherwise as [`invoke`](Self::invoke).
+    pub async fn resume(
+        &self,
+        suspension_id: &str,
+        decision: ResumeDecision,
+        mut options: InvokeOptions,
+    ) -> Result<Value, ToolError> {
+        let saved = self
+            .inner
+            .shared
+            .suspensions
+            .take(suspension_id)
+            .await
+            .map_err(|e| ToolError::internal(e.to_string()))?
+            .ok_or_else(|| ToolError::UnknownSuspension {
+                id: suspension_id.to_owned(),
+            })?;
+        let entry = self.entry(&saved.tool)?;
+        options.session_id = saved.session_id.as_deref().map(Arc::from);
+        options.request_id = Some(saved.request_id);
+        options.user = Some(Arc::new(saved.user));
+        let mut ctx = new_context(entry, saved.input, options);
+        if let Some(output) = saved.output {
+            ctx.set_output(output);
+        }
+        *ctx.metadata_mut() = saved.metadata;
+        ctx.resumed = Some(decision.clone());
+        run::invoke(
+            ctx,
+            run::Start::Resume {
+                after: saved.stage,
+                decision,
+            },
+        )
+        .await
+    }
+
+    fn entry(&self, tool: &str) -> Result<&Arc<ToolEntry>, ToolError> {
+        self.inner
+            .registry
+            .index_of(tool)
+            .map(|i| &self.inner.entries[i])
+            .ok_or_else(|| ToolError::UnknownTool {
+                name: tool.to_owned(),
+            })
+    }
+}
+
+fn rejected(error: &ToolError) {
+    tracing::debug!(code = error.code(), "invocation rejected before the pipeline");
+}
+
+fn new_context(entry: &Arc<ToolEntry>, input: Value, options: InvokeOptions) -> ToolInvokeContext {
+    let deadline = options.effective_deadline();
+    ToolInvokeContext::new(ContextParts {
+        entry: Arc::clone(entry),
+        session_id: options.session_id,
+        request_id: options
+            .request_id
+            .map_or_else(RequestId::generate, RequestId::from),
+        user: options.user.unwrap_or_else(User::anonymous),
+        input,
+        deadline,
+        cancel: options.cancellation,
+        providers: options.providers,
+    })
+}
+
+impl std::fmt::Debug for Pipeline {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pipeline")
+            .field("tools", &self.inner.registry.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl PipelineInner {
+    fn new(registry: ToolRegistry, entries: Vec<Arc<ToolEntry>>, shared: Arc<Shared>, limits: InputLimits) -> Self {
+        PipelineInner {
+            registry,
+            entries,
+            shared,
+            limits,
+        }
+    }
+}
+
+impl Pipeline {
+    pub(crate) fn from_parts(
+        registry: ToolRegistry,
+        entries: Vec<Arc<ToolEntry>>,
+        shared: Arc<Shared>,
+        limits: InputLimits,
+    ) -> Self {
+        Pipeline {
+            inner: Arc::new(PipelineInner::new(registry, entries, shared, limits)),
+        }
+    }
+}

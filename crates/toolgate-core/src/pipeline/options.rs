@@ -1,0 +1,99 @@
+//! [`InvokeOptions`]: who calls, in which session, until when.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio_util::sync::CancellationToken;
+use typemap_rev::TypeMapKey;
+
+use crate::{Providers, User};
+
+/// The options of one invocation.
+///
+/// ```
+/// use std::time::Duration;
+/// use toolgate_core::{InvokeOptions, User};
+///
+/// let options = InvokeOptions::new()
+///     .user(User::new("alice"))
+///     .session("thread-42")
+///     .request_id("call-7")
+///     .timeout(Duration::from_secs(5));
+/// ```
+#[derive(Debug, Default)]
+pub struct InvokeOptions {
+    pub(crate) session_id: Option<Arc<str>>,
+    pub(crate) request_id: Option<String>,
+    pub(crate) user: Option<Arc<User>>,
+    pub(crate) deadline: Option<tokio::time::Instant>,
+    pub(crate) timeout: Option<Duration>,
+    pub(crate) cancellation: Option<CancellationToken>,
+    pub(crate) providers: Providers,
+}
+
+impl InvokeOptions {
+    /// No session, a generated request id, the anonymous user, no deadline.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The session the call belongs to (its session-scoped providers are shared).
+    #[must_use]
+    pub fn session(mut self, id: impl AsRef<str>) -> Self {
+        self.session_id = Some(Arc::from(id.as_ref()));
+        self
+    }
+
+    /// The request id (generated when not given).
+    #[must_use]
+    pub fn request_id(mut self, id: impl Into<String>) -> Self {
+        self.request_id = Some(id.into());
+        self
+    }
+
+    /// Who is calling.
+    #[must_use]
+    pub fn user(mut self, user: impl Into<Arc<User>>) -> Self {
+        self.user = Some(user.into());
+        self
+    }
+
+    /// The call must end by this instant; past it, it is cancelled with
+    /// [`ToolError::Timeout`](crate::ToolError::Timeout).
+    #[must_use]
+    pub fn deadline(mut self, deadline: tokio::time::Instant) -> Self {
+        self.deadline = Some(deadline);
+        self
+    }
+
+    /// The call must end within this duration from when it starts.
+    #[must_use]
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = Some(timeout);
+        self
+    }
+
+    /// Cancelling this token cancels the call with
+    /// [`ToolError::Cancelled`](crate::ToolError::Cancelled); the tool sees the same token.
+    #[must_use]
+    pub fn cancellation(mut self, token: CancellationToken) -> Self {
+        self.cancellation = Some(token);
+        self
+    }
+
+    /// Binds a request-scoped provider for this call.
+    #[must_use]
+    pub fn provide<K: TypeMapKey>(mut self, value: K::Value) -> Self {
+        self.providers.insert::<K>(value);
+        self
+    }
+
+    /// The deadline in force: the earlier of `deadline` and now + `timeout`.
+    pub(crate) fn effective_deadline(&self) -> Option<tokio::time::Instant> {
+        let from_timeout = self.timeout.map(|t| tokio::time::Instant::now() + t);
+        match (self.deadline, from_timeout) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+}

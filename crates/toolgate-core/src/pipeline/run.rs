@@ -1,0 +1,507 @@
+//! The run loop: every path of DESIGN.md §2.
+//!
+//! The main phases (1–8) run under the deadline, the caller's cancellation token and a
+//! panic boundary. Whatever they end with, the tail runs: `on_error` (on the error path),
+//! then record, release and end, each stage at most once. If the invocation future is
+//! dropped before the tail is done, its [`Guard`] hands the context to a task that runs
+//! the rest of the tail; RAII guards kept in the context come back in every case.
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::FutureExt;
+use serde_json::Value;
+use tracing::Instrument;
+
+use super::ToolEntry;
+use crate::hook::call_stage;
+use crate::plan::PlannedHook;
+use crate::suspension::new_suspension_id;
+use crate::{
+    Control, Decision, FailureMode, HookResult, HookTiming, Next, ResumeDecision, Stage,
+    SuspendRequest, SuspendedInvocation, ToolError, ToolInvokeContext,
+};
+
+/// How an invocation starts.
+pub(crate) enum Start {
+    Fresh,
+    Resume { after: Stage, decision: ResumeDecision },
+}
+
+/// The stages before execution, in order (`did_cache_hit` and `did_cache_miss` follow).
+const PRE_STAGES: [Stage; 14] = [
+    Stage::WillCreateInvokeContext,
+    Stage::DidCreateInvokeContext,
+    Stage::WillBindProviders,
+    Stage::WillAuthorize,
+    Stage::WillCheckConsent,
+    Stage::WillCheckFeatureFlags,
+    Stage::WillAcquireQuota,
+    Stage::WillAcquireSemaphore,
+    Stage::WillParseInput,
+    Stage::WillValidateInput,
+    Stage::WillNormalizeInput,
+    Stage::WillRedactInput,
+    Stage::WillInjectSecrets,
+    Stage::WillReadCache,
+];
+
+const OUTPUT_STAGES: [Stage; 4] = [
+    Stage::WillWriteCache,
+    Stage::WillRedactOutput,
+    Stage::WillValidateOutput,
+    Stage::WillTransformOutput,
+];
+
+const RECORD_STAGES: [Stage; 3] = [Stage::WillAudit, Stage::DidAudit, Stage::OnMetrics];
+
+/// Owns the context while the invocation runs; finishes the tail if the invocation future
+/// is dropped first.
+struct Guard {
+    ctx: Option<ToolInvokeContext>,
+    entry: Arc<ToolEntry>,
+    span: tracing::Span,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        let Some(mut ctx) = self.ctx.take() else {
+            return;
+        };
+        if ctx.progress.tail_done.contains(Stage::WillFinalizeInvoke) {
+            return;
+        }
+        if !ctx.progress.tail_started {
+            ctx.error = Some(ToolError::Cancelled);
+            ctx.cancel_if_watched();
+            tracing::debug!(parent: &self.span, stage = %ctx.stage, "invocation dropped; finishing its tail in the background");
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                let entry = Arc::clone(&self.entry);
+                handle.spawn(
+                    async move {
+                        let mut ctx = ctx;
+                        tail(&entry, &mut ctx).await;
+                    }
+                    .instrument(self.span.clone()),
+                );
+            }
+            Err(_) => {
+                tracing::warn!(parent: &self.span, "invocation dropped outside a tokio runtime: release and finalize hooks did not run (guards in the context were still released)");
+            }
+        }
+    }
+}
+
+/// Runs one invocation to its end.
+pub(crate) async fn invoke(ctx: ToolInvokeContext, start: Start) -> Result<Value, ToolError> {
+    let span = tracing::info_span!(
+        "toolgate.invoke",
+        tool = %ctx.tool_name(),
+        request_id = %ctx.request_id(),
+        session_id = ctx.session_id().unwrap_or(""),
+        user_id = %ctx.user().id,
+    );
+    let entry = Arc::clone(&ctx.entry);
+    let mut guard = Guard {
+        ctx: Some(ctx),
+        entry,
+        span: span.clone(),
+    };
+    async move {
+        let entry = Arc::clone(&guard.entry);
+        let ctx = guard.ctx.as_mut().expect("the guard holds the context until the end");
+        let outcome = run_main(&entry, ctx, start).await;
+        finish(&entry, ctx, outcome).await;
+        let mut ctx = guard.ctx.take().expect("the guard holds the context until the end");
+        match ctx.error.take() {
+            Some(error) => Err(error),
+            None => Ok(ctx.take_output().unwrap_or(Value::Null)),
+        }
+    }
+    .instrument(span)
+    .await
+}
+
+enum Ended {
+    Done(HookResult),
+    Panicked,
+    TimedOut,
+    Cancelled,
+}
+
+/// Phases 1–8 under the deadline, the cancellation token and the panic boundary.
+async fn run_main(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> HookResult {
+    let deadline = ctx.deadline();
+    let cancel = ctx.cancellation_if_given();
+    let started = tokio::time::Instant::now();
+    let ended = {
+        let main = AssertUnwindSafe(drive(entry, ctx, start)).catch_unwind();
+        if deadline.is_none() && cancel.is_none() {
+            match main.await {
+                Ok(result) => Ended::Done(result),
+                Err(_) => Ended::Panicked,
+            }
+        } else {
+            let expired = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let cancelled = async {
+                match &cancel {
+                    Some(token) => token.cancelled().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                result = main => match result {
+                    Ok(result) => Ended::Done(result),
+                    Err(_) => Ended::Panicked,
+                },
+                () = expired => Ended::TimedOut,
+                () = cancelled => Ended::Cancelled,
+            }
+        }
+    };
+    match ended {
+        Ended::Done(result) => result,
+        Ended::Panicked => {
+            let message = if ctx.progress.in_tool {
+                "the tool panicked; the panic was contained".to_owned()
+            } else {
+                format!("a hook panicked at stage `{}`; the panic was contained", ctx.stage)
+            };
+            ctx.progress.in_tool = false;
+            tracing::error!(stage = %ctx.stage, "{message}");
+            Err(ToolError::internal(message).into())
+        }
+        Ended::TimedOut => {
+            ctx.progress.in_tool = false;
+            ctx.cancel_if_watched();
+            let after = deadline.map_or_else(Default::default, |d| d.saturating_duration_since(started));
+            Err(ToolError::Timeout { after }.into())
+        }
+        Ended::Cancelled => {
+            ctx.progress.in_tool = false;
+            Err(ToolError::Cancelled.into())
+        }
+    }
+}
+
+/// Phases 1–8: `Ok` with the output set, or the control outcome that ended them.
+async fn drive(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> HookResult {
+    let resume_after = match start {
+        Start::Fresh => None,
+        Start::Resume { after, decision } => match decision {
+            ResumeDecision::Reject { reason } => {
+                return Err(ToolError::abort(reason, "rejected", 403).into());
+            }
+            ResumeDecision::Complete { output } => {
+                ctx.set_output(output);
+                return output_phase(entry, ctx, false, Some(after.max(Stage::DidExecute))).await;
+            }
+            ResumeDecision::Approve if ctx.output().is_some() => {
+                // Suspended after a respond or after execution: only output stages remain.
+                return output_phase(entry, ctx, false, Some(after.max(Stage::DidExecute))).await;
+            }
+            ResumeDecision::Approve => Some(after),
+        },
+    };
+
+    let executed = match pre_phase(entry, ctx, resume_after).await {
+        Ok(()) => execute_phase(entry, ctx).await?,
+        Err(Control::Respond(value)) => {
+            let at = ctx.stage;
+            ctx.set_output(value);
+            if at == Stage::WillReadCache {
+                respond_continues(run_stage(entry, ctx, Stage::DidCacheHit).await, ctx)?;
+            }
+            false
+        }
+        Err(other) => return Err(other),
+    };
+    output_phase(entry, ctx, executed, None).await
+}
+
+/// Phases 1–6. Ends with `Err(Control::Respond)` on a short-circuit.
+async fn pre_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext, resume_after: Option<Stage>) -> HookResult {
+    for stage in PRE_STAGES {
+        // On resume, stages up to the suspending one are done — except the semaphore,
+        // whose permit was given back while the call waited.
+        if resume_after.is_some_and(|after| stage <= after && stage != Stage::WillAcquireSemaphore) {
+            continue;
+        }
+        match stage {
+            Stage::WillAcquireQuota => ctx.progress.quota = true,
+            Stage::WillAcquireSemaphore => ctx.progress.semaphore = true,
+            _ => {}
+        }
+        run_stage(entry, ctx, stage).await?;
+        if stage == Stage::WillValidateInput {
+            check_input(entry, ctx)?;
+        }
+    }
+    if resume_after.is_none_or(|after| after < Stage::DidCacheMiss) {
+        run_stage(entry, ctx, Stage::DidCacheMiss).await?;
+    }
+    Ok(())
+}
+
+/// The tool's own check, right after the `will_validate_input` hooks.
+fn check_input(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
+    if entry.wants_object && !ctx.input().is_object() {
+        return Err(ToolError::InvalidInput(crate::InputViolations::one(
+            "",
+            "the arguments must be a JSON object",
+        ))
+        .into());
+    }
+    if let Some(prepared) = entry.tool.check_input(ctx.input())? {
+        ctx.prepared = Some((ctx.input_version, prepared));
+    }
+    Ok(())
+}
+
+/// Phase 7. Returns whether the output comes from a real execution.
+async fn execute_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Result<bool, Control> {
+    ctx.stage = Stage::AroundExecute;
+    let around = entry.plan.hooks(Stage::AroundExecute);
+    let result = if around.is_empty() {
+        execute_once(entry, ctx).await
+    } else {
+        Next {
+            chain: around,
+            entry,
+        }
+        .run(ctx)
+        .await
+    };
+    match result {
+        Ok(()) => Ok(true),
+        Err(Control::Respond(value)) => {
+            ctx.set_output(value);
+            Ok(false)
+        }
+        Err(Control::Error(error)) if ctx.attempt > 1 => {
+            ctx.error = Some(error.clone());
+            run_tail_stage(entry, ctx, Stage::OnGiveUp).await;
+            Err(Control::Error(error))
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// One attempt: `on_retry` (after the first), `will_execute`, the tool, `did_execute`.
+pub(crate) async fn execute_once(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
+    ctx.attempt += 1;
+    if ctx.attempt > 1 {
+        run_stage(entry, ctx, Stage::OnRetry).await?;
+    }
+    run_stage(entry, ctx, Stage::WillExecute).await?;
+    let prepared = match ctx.prepared.take() {
+        Some((version, prepared)) if version == ctx.input_version => Some(prepared),
+        _ => None,
+    };
+    ctx.progress.in_tool = true;
+    let output = entry.tool.call(prepared, ctx).await;
+    ctx.progress.in_tool = false;
+    ctx.set_output(output?);
+    run_stage(entry, ctx, Stage::DidExecute).await
+}
+
+/// Phase 8. A respond sets the output and the next stage runs.
+async fn output_phase(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    executed: bool,
+    skip_through: Option<Stage>,
+) -> HookResult {
+    for stage in OUTPUT_STAGES {
+        if (stage == Stage::WillWriteCache && !executed) || skip_through.is_some_and(|s| stage <= s) {
+            continue;
+        }
+        respond_continues(run_stage(entry, ctx, stage).await, ctx)?;
+    }
+    Ok(())
+}
+
+fn respond_continues(result: HookResult, ctx: &mut ToolInvokeContext) -> HookResult {
+    match result {
+        Err(Control::Respond(value)) => {
+            ctx.set_output(value);
+            Ok(())
+        }
+        other => other,
+    }
+}
+
+/// Settles the outcome of the main phases, then runs the tail.
+async fn finish(entry: &ToolEntry, ctx: &mut ToolInvokeContext, outcome: HookResult) {
+    ctx.progress.tail_started = true;
+    match outcome {
+        Ok(()) => {}
+        Err(Control::Respond(value)) => ctx.set_output(value),
+        Err(Control::Error(error)) => ctx.error = Some(error),
+        Err(Control::Suspend(request)) => {
+            ctx.error = Some(match suspend(entry, ctx, request).await {
+                Ok(error) => error,
+                Err(error) => error,
+            });
+        }
+    }
+    tail(entry, ctx).await;
+}
+
+/// Stores the suspended call; the caller's error is [`ToolError::Suspended`].
+async fn suspend(entry: &ToolEntry, ctx: &mut ToolInvokeContext, request: SuspendRequest) -> Result<ToolError, ToolError> {
+    let stage = match ctx.stage {
+        // Suspended inside execution: resuming runs the execution phase again.
+        Stage::AroundExecute | Stage::OnRetry | Stage::WillExecute => Stage::DidCacheMiss,
+        stage => stage,
+    };
+    let id = new_suspension_id();
+    let saved = SuspendedInvocation {
+        id: id.clone(),
+        tool: entry.definition.name.clone(),
+        tool_version: entry.definition.version.clone(),
+        session_id: ctx.session_id().map(str::to_owned),
+        request_id: ctx.request_id().to_string(),
+        user: ctx.user().clone(),
+        input: ctx.input().clone(),
+        output: ctx.output().cloned(),
+        metadata: ctx.metadata().clone(),
+        stage,
+        reason: request.reason.clone(),
+        payload: request.payload,
+        suspended_at: std::time::SystemTime::now(),
+    };
+    entry.shared.suspensions.save(saved).await.map_err(|e| {
+        ToolError::internal(format!("the call asked to wait for approval but could not be suspended: {e}"))
+    })?;
+    tracing::info!(stage = %stage, suspension_id = %id, "invocation suspended");
+    Ok(ToolError::Suspended {
+        suspension_id: id,
+        reason: request.reason,
+    })
+}
+
+/// `on_error` (on the error path), record, release, end — each stage at most once.
+async fn tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
+    ctx.progress.tail_started = true;
+    let failed = ctx
+        .error
+        .as_ref()
+        .is_some_and(|e| !matches!(e, ToolError::Suspended { .. }));
+    if failed {
+        run_tail_stage(entry, ctx, Stage::OnError).await;
+    }
+    if ctx.finished.is_none() {
+        ctx.finished = Some(Instant::now());
+    }
+    for stage in RECORD_STAGES {
+        run_tail_stage(entry, ctx, stage).await;
+    }
+    if ctx.progress.semaphore {
+        run_tail_stage(entry, ctx, Stage::DidReleaseSemaphore).await;
+    }
+    if ctx.progress.quota {
+        run_tail_stage(entry, ctx, Stage::DidReleaseQuota).await;
+    }
+    run_tail_stage(entry, ctx, Stage::WillFinalizeInvoke).await;
+    if let Some(error) = &ctx.error {
+        tracing::debug!(code = error.code(), elapsed_us = ctx.elapsed().as_micros() as u64, "invocation ended");
+    } else {
+        tracing::debug!(elapsed_us = ctx.elapsed().as_micros() as u64, "invocation succeeded");
+    }
+}
+
+/// Runs a tail stage at most once; what it returns or how it panics never changes the
+/// outcome.
+async fn run_tail_stage(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stage: Stage) {
+    if ctx.progress.tail_done.contains(stage) {
+        return;
+    }
+    ctx.progress.tail_done = ctx.progress.tail_done.with(stage);
+    ctx.stage = stage;
+    if !entry.plan.has(stage) {
+        return;
+    }
+    let run = AssertUnwindSafe(run_hooks(entry, ctx, stage, false)).catch_unwind();
+    if run.await.is_err() {
+        tracing::error!(stage = %stage, "a hook panicked; the panic was contained and the outcome kept");
+    }
+}
+
+/// Runs the hooks of one stage of the main phases.
+#[inline]
+async fn run_stage(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stage: Stage) -> HookResult {
+    ctx.stage = stage;
+    if !entry.plan.has(stage) {
+        return Ok(());
+    }
+    run_hooks(entry, ctx, stage, true).await
+}
+
+/// Runs the hooks of `stage` in plan order. With `can_apply` false (tail stages) outcomes
+/// are recorded and logged, never applied.
+async fn run_hooks(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stage: Stage, can_apply: bool) -> HookResult {
+    let started = Instant::now();
+    let time_hooks = entry.shared.record_hook_timings;
+    let mut result = Ok(());
+    for planned in entry.plan.hooks(stage) {
+        if !planned.hook.filter(ctx) {
+            continue;
+        }
+        let hook_started = time_hooks.then(Instant::now);
+        let outcome = call_stage(&*planned.hook, stage, ctx).await;
+        if let Some(t) = hook_started {
+            ctx.hook_timings.push(HookTiming {
+                stage,
+                hook: Arc::clone(&planned.name),
+                duration: t.elapsed(),
+            });
+        }
+        if let Err(control) = outcome {
+            if let Some(control) = decide(planned, stage, ctx, control, can_apply) {
+                result = Err(control);
+                break;
+            }
+        }
+    }
+    ctx.stage_durations.push((stage, started.elapsed()));
+    result
+}
+
+/// Applies the hook's failure mode to its outcome: `Some` when the outcome takes effect.
+fn decide(
+    planned: &PlannedHook,
+    stage: Stage,
+    ctx: &mut ToolInvokeContext,
+    control: Control,
+    can_apply: bool,
+) -> Option<Control> {
+    let applied = can_apply
+        && match planned.failure {
+            FailureMode::FailCall => true,
+            FailureMode::Ignore => control.is_decision(),
+            FailureMode::Audit => false,
+        };
+    ctx.decisions.push(Decision {
+        stage,
+        hook: Arc::clone(&planned.name),
+        outcome: control.label().to_owned(),
+        applied,
+    });
+    if applied {
+        tracing::info!(stage = %stage, hook = %planned.name, outcome = control.label(), "control outcome");
+        Some(control)
+    } else {
+        tracing::warn!(stage = %stage, hook = %planned.name, outcome = control.label(), mode = ?planned.failure, "control outcome not applied");
+        None
+    }
+}

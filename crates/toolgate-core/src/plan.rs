@@ -1,0 +1,91 @@
+//! Plans: for one tool and each stage, the ordered hooks — compiled once, when the pipeline
+//! is built, so an invocation never sorts and never builds a hook list.
+
+use std::cmp::Reverse;
+use std::sync::Arc;
+
+use crate::{FailureMode, Hook, HookOptions, Stage, StageSet, STAGE_COUNT};
+
+/// A hook as registered: shared instance, options, and where it was registered.
+#[derive(Clone)]
+pub(crate) struct Registration {
+    pub hook: Arc<dyn Hook>,
+    pub options: HookOptions,
+    /// `None` for a global hook, the tool's name for a per-tool hook.
+    pub tool: Option<String>,
+    pub order: usize,
+}
+
+/// One hook in a stage's list.
+pub(crate) struct PlannedHook {
+    pub hook: Arc<dyn Hook>,
+    pub name: Arc<str>,
+    pub failure: FailureMode,
+}
+
+/// The compiled plan of one tool.
+pub(crate) struct ToolPlan {
+    stages: [Box<[PlannedHook]>; STAGE_COUNT],
+    present: StageSet,
+}
+
+impl ToolPlan {
+    /// Compiles the plan of tool `tool` from every registration.
+    pub fn compile(tool: &str, registrations: &[Registration]) -> ToolPlan {
+        let mut mine: Vec<(&Registration, i32, StageSet)> = registrations
+            .iter()
+            .filter(|r| r.tool.as_deref().is_none_or(|t| t == tool))
+            .map(|r| {
+                let priority = r.options.priority.unwrap_or_else(|| r.hook.priority());
+                (r, priority, r.hook.stages())
+            })
+            .collect();
+        // Higher priority first; at equal priority global before per-tool, then
+        // registration order.
+        mine.sort_by_key(|(r, priority, _)| (Reverse(*priority), r.tool.is_some(), r.order));
+
+        let mut present = StageSet::EMPTY;
+        let stages = Stage::ALL.map(|stage| {
+            let mut hooks: Vec<PlannedHook> = mine
+                .iter()
+                .filter(|(_, _, set)| set.contains(stage))
+                .map(|(r, _, _)| PlannedHook {
+                    hook: Arc::clone(&r.hook),
+                    name: Arc::from(r.hook.name()),
+                    failure: r.options.failure,
+                })
+                .collect();
+            if stage.is_did() {
+                hooks.reverse();
+            }
+            if !hooks.is_empty() {
+                present = present.with(stage);
+            }
+            hooks.into_boxed_slice()
+        });
+        ToolPlan { stages, present }
+    }
+
+    /// The hooks at `stage`, in the order they run.
+    #[inline]
+    pub fn hooks(&self, stage: Stage) -> &[PlannedHook] {
+        &self.stages[stage.index()]
+    }
+
+    /// Whether any hook runs at `stage`.
+    #[inline]
+    pub fn has(&self, stage: Stage) -> bool {
+        self.present.contains(stage)
+    }
+
+    /// The stages with hooks, and the hooks' names in order.
+    pub fn describe(&self) -> Vec<(Stage, Vec<String>)> {
+        self.present
+            .iter()
+            .map(|stage| {
+                let names = self.hooks(stage).iter().map(|h| h.name.to_string()).collect();
+                (stage, names)
+            })
+            .collect()
+    }
+}

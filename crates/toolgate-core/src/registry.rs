@@ -1,0 +1,140 @@
+//! The registry: tools by name, type-erased behind JSON.
+
+use std::collections::HashMap;
+use std::marker::PhantomData;
+use std::sync::Arc;
+
+use crate::tool::Typed;
+use crate::{ErasedTool, RegistryError, Tool, ToolDefinition};
+
+/// A typed handle on a registered tool, for [`Pipeline::invoke_typed`](crate::Pipeline::invoke_typed).
+pub struct ToolRef<I, O> {
+    name: Arc<str>,
+    _types: PhantomData<fn(I) -> O>,
+}
+
+impl<I, O> ToolRef<I, O> {
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+}
+
+impl<I, O> Clone for ToolRef<I, O> {
+    fn clone(&self) -> Self {
+        ToolRef {
+            name: Arc::clone(&self.name),
+            _types: PhantomData,
+        }
+    }
+}
+
+impl<I, O> std::fmt::Debug for ToolRef<I, O> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("ToolRef").field(&self.name).finish()
+    }
+}
+
+/// A registered tool: its definition (computed once) and the erased tool.
+#[derive(Clone)]
+pub struct RegisteredTool {
+    /// The definition listed to callers.
+    pub definition: ToolDefinition,
+    /// The tool.
+    pub tool: Arc<dyn ErasedTool>,
+}
+
+/// The tools a pipeline can call, by unique name, in registration order.
+///
+/// ```
+/// use toolgate_core::{tool_fn, ToolError, ToolRegistry};
+///
+/// let mut registry = ToolRegistry::new();
+/// registry.register(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))?;
+/// let again = registry.register(tool_fn("ping", "Another.", |_: ()| async { Ok::<_, ToolError>("pong") }));
+/// assert!(again.is_err());
+/// assert_eq!(registry.definitions().count(), 1);
+/// # Ok::<(), toolgate_core::RegistryError>(())
+/// ```
+#[derive(Clone, Default)]
+pub struct ToolRegistry {
+    tools: Vec<RegisteredTool>,
+    by_name: HashMap<String, usize>,
+}
+
+impl ToolRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a typed tool.
+    ///
+    /// # Errors
+    ///
+    /// [`RegistryError::DuplicateTool`] if the name is taken, [`RegistryError::InvalidName`]
+    /// if model providers would refuse it.
+    pub fn register<T: Tool>(&mut self, tool: T) -> Result<ToolRef<T::Input, T::Output>, RegistryError> {
+        let name = self.register_erased(Arc::new(Typed(tool)))?;
+        Ok(ToolRef {
+            name: Arc::from(name),
+            _types: PhantomData,
+        })
+    }
+
+    /// Registers a type-erased tool (a [`JsonTool`](crate::JsonTool), an imported tool).
+    /// Returns the name it was registered under.
+    ///
+    /// # Errors
+    ///
+    /// As [`register`](Self::register).
+    pub fn register_erased(&mut self, tool: Arc<dyn ErasedTool>) -> Result<&str, RegistryError> {
+        let definition = tool.definition();
+        let name = definition.name.clone();
+        if !is_valid_name(&name) {
+            return Err(RegistryError::InvalidName { name });
+        }
+        if self.by_name.contains_key(&name) {
+            return Err(RegistryError::DuplicateTool { name });
+        }
+        self.by_name.insert(name, self.tools.len());
+        self.tools.push(RegisteredTool { definition, tool });
+        Ok(&self.tools[self.tools.len() - 1].definition.name)
+    }
+
+    /// The tool registered under `name`.
+    pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
+        self.by_name.get(name).map(|&i| &self.tools[i])
+    }
+
+    pub(crate) fn index_of(&self, name: &str) -> Option<usize> {
+        self.by_name.get(name).copied()
+    }
+
+    /// Every tool's definition, in registration order.
+    pub fn definitions(&self) -> impl ExactSizeIterator<Item = &ToolDefinition> {
+        self.tools.iter().map(|t| &t.definition)
+    }
+
+    /// Every registered tool, in registration order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &RegisteredTool> {
+        self.tools.iter()
+    }
+
+    /// How many tools are registered.
+    pub fn len(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Whether no tool is registered.
+    pub fn is_empty(&self) -> bool {
+        self.tools.is_empty()
+    }
+}
+
+fn is_valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+}

@@ -1,0 +1,166 @@
+//! Suspended invocations: what is kept while a call waits for a person, and how it resumes.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
+use std::time::SystemTime;
+
+use futures::future::BoxFuture;
+use serde_json::{Map, Value};
+
+use crate::{Stage, User};
+
+/// How a person decided on a suspended call.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case")]
+pub enum ResumeDecision {
+    /// Go on with the call after the stage that suspended it.
+    Approve,
+    /// Refuse the call: it fails with code `rejected` (HTTP 403) and this reason.
+    Reject {
+        /// Why, for the caller.
+        reason: String,
+    },
+    /// The person completed the call: this is its output, and the tool does not run.
+    Complete {
+        /// The output.
+        output: Value,
+    },
+}
+
+/// Everything needed to resume a suspended invocation. Serializable, so a store can keep it
+/// across restarts. The scratchpad, request providers and secrets are not kept: a resumed
+/// call binds and injects them again in the stages after the suspending one.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct SuspendedInvocation {
+    /// The id to resume with.
+    pub id: String,
+    /// The tool's name.
+    pub tool: String,
+    /// The tool's version when the call was suspended.
+    pub tool_version: String,
+    /// The session id.
+    pub session_id: Option<String>,
+    /// The request id.
+    pub request_id: String,
+    /// The caller.
+    pub user: User,
+    /// The input as it was when the call was suspended.
+    pub input: Value,
+    /// The output, if the call was suspended after producing one.
+    pub output: Option<Value>,
+    /// The metadata gathered so far.
+    pub metadata: Map<String, Value>,
+    /// The stage that suspended; resuming continues after it.
+    pub stage: Stage,
+    /// What the call waits for.
+    pub reason: String,
+    /// What the person needs to decide.
+    pub payload: Value,
+    /// When it was suspended.
+    pub suspended_at: SystemTime,
+}
+
+/// A suspension store failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("suspension store: {0}")]
+pub struct SuspensionStoreError(pub String);
+
+/// Where suspended invocations wait. The in-memory store is the default; the agent layer
+/// adds one that survives a restart.
+pub trait SuspensionStore: Send + Sync + 'static {
+    /// Keeps a suspended invocation.
+    fn save(&self, suspended: SuspendedInvocation) -> BoxFuture<'_, Result<(), SuspensionStoreError>>;
+
+    /// Removes and returns the suspended invocation with this id, so that it resumes once.
+    fn take<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>>;
+
+    /// The suspended invocation with this id, left in place.
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>>;
+}
+
+/// The default store: in memory, bounded.
+#[derive(Debug)]
+pub struct InMemorySuspensionStore {
+    entries: Mutex<HashMap<String, SuspendedInvocation>>,
+    max_entries: usize,
+}
+
+impl InMemorySuspensionStore {
+    /// A store that holds at most `max_entries` suspended calls; past that, saving fails
+    /// (and the call fails) rather than growing without bound.
+    pub fn new(max_entries: usize) -> Self {
+        InMemorySuspensionStore {
+            entries: Mutex::new(HashMap::new()),
+            max_entries,
+        }
+    }
+
+    /// How many calls wait.
+    pub fn len(&self) -> usize {
+        self.entries.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+
+    /// Whether no call waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl Default for InMemorySuspensionStore {
+    fn default() -> Self {
+        InMemorySuspensionStore::new(10_000)
+    }
+}
+
+impl SuspensionStore for InMemorySuspensionStore {
+    fn save(&self, suspended: SuspendedInvocation) -> BoxFuture<'_, Result<(), SuspensionStoreError>> {
+        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
+        let result = if entries.len() >= self.max_entries {
+            Err(SuspensionStoreError(format!(
+                "{} calls already wait for approval: resume or reject some first",
+                entries.len()
+            )))
+        } else {
+            entries.insert(suspended.id.clone(), suspended);
+            Ok(())
+        };
+        Box::pin(std::future::ready(result))
+    }
+
+    fn take<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>> {
+        let taken = self
+            .entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(id);
+        Box::pin(std::future::ready(Ok(taken)))
+    }
+
+    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>> {
+        let found = self
+            .entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(id)
+            .cloned();
+        Box::pin(std::future::ready(Ok(found)))
+    }
+}
+
+/// A new suspension id: unguessable enough to be handed to a person, unique per process.
+pub(crate) fn new_suspension_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut a = std::collections::hash_map::RandomState::new().build_hasher();
+    a.write_u64(n);
+    let mut b = std::collections::hash_map::RandomState::new().build_hasher();
+    b.write_u128(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    format!("susp-{:016x}{:016x}", a.finish(), b.finish())
+}

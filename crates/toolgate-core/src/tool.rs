@@ -1,0 +1,543 @@
+//! Tools: the typed [`Tool`] trait, tools from closures, and the type-erased
+//! [`ErasedTool`] the registry stores.
+
+use std::any::Any;
+use std::future::Future;
+use std::marker::PhantomData;
+
+use futures::future::BoxFuture;
+use garde::Validate;
+use schemars::JsonSchema;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::{InputViolation, InputViolations, ToolError, ToolInvokeContext};
+
+/// Hints about what a tool does. They drive safe defaults: only idempotent tools are
+/// retried and only read-only tools are cached, unless their owner says otherwise — and
+/// only when the hints come from the tool's owner (see [`ToolSource::is_trusted`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct ToolAnnotations {
+    /// The tool changes nothing.
+    pub read_only: bool,
+    /// Calling it twice with the same input has the effect of calling it once.
+    pub idempotent: bool,
+    /// It may destroy data.
+    pub destructive: bool,
+    /// It reaches the world outside (network, other systems).
+    pub open_world: bool,
+}
+
+impl ToolAnnotations {
+    /// Read-only (and so idempotent).
+    pub const READ_ONLY: ToolAnnotations = ToolAnnotations {
+        read_only: true,
+        idempotent: true,
+        destructive: false,
+        open_world: false,
+    };
+}
+
+/// Where a tool comes from.
+#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ToolSource {
+    /// Compiled into this program.
+    #[default]
+    Local,
+    /// Imported from an MCP server.
+    Mcp {
+        /// The server's configured name.
+        server: String,
+    },
+}
+
+impl ToolSource {
+    /// Whether the tool's annotations come from its owner. Annotations reported by a remote
+    /// server are not trusted for the retry and cache defaults.
+    pub fn is_trusted(&self) -> bool {
+        matches!(self, ToolSource::Local)
+    }
+}
+
+/// What the registry lists for a tool: enough to advertise it to a model or an MCP client.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct ToolDefinition {
+    /// The unique name callers use; also the tool's id.
+    pub name: String,
+    /// A human-friendly title.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// What the tool does, for the model.
+    pub description: String,
+    /// The tool's version; part of cache keys.
+    pub version: String,
+    /// The JSON Schema of the input.
+    pub input_schema: Value,
+    /// The JSON Schema of the output, when declared.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_schema: Option<Value>,
+    /// Hints about what the tool does.
+    #[serde(default)]
+    pub annotations: ToolAnnotations,
+    /// Free labels for policies (`destructive`, `billing`, …).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tags: Vec<String>,
+    /// Where the tool comes from.
+    #[serde(default)]
+    pub source: ToolSource,
+}
+
+impl ToolDefinition {
+    /// Whether the tool carries this tag.
+    pub fn has_tag(&self, tag: &str) -> bool {
+        self.tags.iter().any(|t| t == tag)
+    }
+
+    /// Whether the input schema says the input is a JSON object.
+    pub fn wants_object_input(&self) -> bool {
+        self.input_schema.get("type").and_then(Value::as_str) == Some("object")
+    }
+}
+
+/// A tool with typed input and output.
+///
+/// The input type carries one set of attributes for both sides of the contract: serde for
+/// the shape, garde for the bounds, and schemars turns both into the advertised JSON Schema
+/// (a `#[garde(length(max = 10))]` shows up as `"maxLength": 10`).
+///
+/// # Examples
+///
+/// ```
+/// use garde::Validate;
+/// use schemars::JsonSchema;
+/// use serde::{Deserialize, Serialize};
+/// use toolgate_core::{Tool, ToolError, ToolInvokeContext};
+///
+/// #[derive(Deserialize, Serialize, Validate, JsonSchema)]
+/// struct AddInput {
+///     #[garde(range(min = -1000, max = 1000))]
+///     a: i64,
+///     #[garde(range(min = -1000, max = 1000))]
+///     b: i64,
+/// }
+///
+/// #[derive(Serialize, Deserialize, JsonSchema)]
+/// struct Sum { sum: i64 }
+///
+/// struct Add;
+///
+/// impl Tool for Add {
+///     type Input = AddInput;
+///     type Output = Sum;
+///     fn name(&self) -> &str { "add" }
+///     fn description(&self) -> &str { "Adds two numbers." }
+///     async fn execute(&self, input: AddInput, _ctx: &ToolInvokeContext) -> Result<Sum, ToolError> {
+///         Ok(Sum { sum: input.a + input.b })
+///     }
+/// }
+/// ```
+pub trait Tool: Send + Sync + 'static {
+    /// The input: deserialized from JSON, checked with garde, described by schemars.
+    type Input: DeserializeOwned + Validate<Context = ()> + JsonSchema + Send + Sync + 'static;
+    /// The output: serialized to JSON, described by schemars.
+    type Output: Serialize + JsonSchema + Send + 'static;
+
+    /// The unique name callers use.
+    fn name(&self) -> &str;
+
+    /// What the tool does, written for the model that will decide to call it.
+    fn description(&self) -> &str;
+
+    /// The version (part of cache keys: bump it when outputs change meaning).
+    fn version(&self) -> &str {
+        "1"
+    }
+
+    /// What the tool does to the world.
+    fn annotations(&self) -> ToolAnnotations {
+        ToolAnnotations::default()
+    }
+
+    /// Labels for policies.
+    fn tags(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Runs the tool on a parsed, checked input.
+    fn execute(
+        &self,
+        input: Self::Input,
+        ctx: &ToolInvokeContext,
+    ) -> impl Future<Output = Result<Self::Output, ToolError>> + Send;
+}
+
+/// An input that a tool's own check already parsed, kept so the first attempt does not
+/// parse again.
+pub struct PreparedInput(Box<dyn Any + Send + Sync>);
+
+impl PreparedInput {
+    /// Wraps a parsed input.
+    pub fn new<T: Send + Sync + 'static>(value: T) -> Self {
+        PreparedInput(Box::new(value))
+    }
+
+    /// The parsed input, if it is a `T`.
+    pub fn downcast<T: 'static>(self) -> Option<T> {
+        self.0.downcast::<T>().ok().map(|b| *b)
+    }
+}
+
+/// The type-erased form of a tool, JSON in and JSON out: what the registry stores.
+///
+/// Typed tools get it through [`ToolRegistry::register`](crate::ToolRegistry::register);
+/// tools known only by a JSON Schema (an imported MCP tool) implement it directly.
+pub trait ErasedTool: Send + Sync + 'static {
+    /// The tool's definition.
+    fn definition(&self) -> ToolDefinition;
+
+    /// The tool's own check of an input, run right after the `will_validate_input` hooks.
+    /// May return the parsed input so the first attempt can use it.
+    ///
+    /// # Errors
+    ///
+    /// [`ToolError::InvalidInput`] listing every failing field.
+    fn check_input(&self, input: &Value) -> Result<Option<PreparedInput>, ToolError>;
+
+    /// Runs the tool on `ctx.input()` (or on `prepared`, when the input has not changed
+    /// since it was checked).
+    fn call<'a>(
+        &'a self,
+        prepared: Option<PreparedInput>,
+        ctx: &'a ToolInvokeContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>>;
+}
+
+/// The JSON Schema of `T` as tools advertise it (draft 2020-12, subschemas inlined).
+pub fn schema_for<T: JsonSchema>() -> Value {
+    let generator = schemars::generate::SchemaSettings::draft2020_12()
+        .with(|s| s.inline_subschemas = true)
+        .into_generator();
+    generator.into_root_schema_for::<T>().to_value()
+}
+
+/// Parses and checks an input for a typed tool: serde with the path of a type error, then
+/// garde with every failing field.
+///
+/// # Errors
+///
+/// [`ToolError::InvalidInput`].
+pub fn parse_input<I>(input: &Value) -> Result<I, ToolError>
+where
+    I: DeserializeOwned + Validate<Context = ()>,
+{
+    let parsed: I = serde_path_to_error::deserialize(input).map_err(|e| {
+        let path = e.path().to_string();
+        let path = if path == "." { String::new() } else { path };
+        ToolError::InvalidInput(InputViolations::one(path, e.into_inner().to_string()))
+    })?;
+    parsed.validate().map_err(|report| {
+        ToolError::InvalidInput(InputViolations(
+            report
+                .iter()
+                .map(|(path, error)| InputViolation {
+                    path: path.to_string(),
+                    message: error.to_string(),
+                })
+                .collect(),
+        ))
+    })?;
+    Ok(parsed)
+}
+
+/// A [`Tool`] seen as an [`ErasedTool`].
+pub(crate) struct Typed<T>(pub T);
+
+impl<T: Tool> ErasedTool for Typed<T> {
+    fn definition(&self) -> ToolDefinition {
+        ToolDefinition {
+            name: self.0.name().to_owned(),
+            title: None,
+            description: self.0.description().to_owned(),
+            version: self.0.version().to_owned(),
+            input_schema: schema_for::<T::Input>(),
+            output_schema: Some(schema_for::<T::Output>()),
+            annotations: self.0.annotations(),
+            tags: self.0.tags(),
+            source: ToolSource::Local,
+        }
+    }
+
+    fn check_input(&self, input: &Value) -> Result<Option<PreparedInput>, ToolError> {
+        parse_input::<T::Input>(input).map(|i| Some(PreparedInput::new(i)))
+    }
+
+    fn call<'a>(
+        &'a self,
+        prepared: Option<PreparedInput>,
+        ctx: &'a ToolInvokeContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let input = match prepared.and_then(PreparedInput::downcast::<T::Input>) {
+                Some(input) => input,
+                None => parse_input::<T::Input>(ctx.input())?,
+            };
+            let output = self.0.execute(input, ctx).await?;
+            serde_json::to_value(output).map_err(|e| {
+                ToolError::internal(format!("the tool's output could not be serialized: {e}"))
+            })
+        })
+    }
+}
+
+/// A tool made from a closure: see [`tool_fn`] and [`tool_fn_with_context`].
+pub struct FnTool<I, O, H> {
+    name: String,
+    description: String,
+    version: String,
+    annotations: ToolAnnotations,
+    tags: Vec<String>,
+    handler: H,
+    _types: PhantomData<fn(I) -> O>,
+}
+
+/// A closure that runs a tool (implemented for the two closure shapes [`tool_fn`] and
+/// [`tool_fn_with_context`] accept).
+pub trait Handler<I, O>: Send + Sync + 'static {
+    /// Runs the closure.
+    fn run<'a>(&'a self, input: I, ctx: &'a ToolInvokeContext) -> BoxFuture<'a, Result<O, ToolError>>;
+}
+
+/// The closure shape of [`tool_fn`]: input only.
+pub struct InputOnly<F>(F);
+
+impl<I, O, F, Fut> Handler<I, O> for InputOnly<F>
+where
+    F: Fn(I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, ToolError>> + Send + 'static,
+{
+    fn run<'a>(&'a self, input: I, _ctx: &'a ToolInvokeContext) -> BoxFuture<'a, Result<O, ToolError>> {
+        Box::pin((self.0)(input))
+    }
+}
+
+/// The closure shape of [`tool_fn_with_context`]: input and context.
+pub struct WithContext<F>(F);
+
+impl<I, O, F> Handler<I, O> for WithContext<F>
+where
+    F: for<'a> Fn(I, &'a ToolInvokeContext) -> BoxFuture<'a, Result<O, ToolError>>
+        + Send
+        + Sync
+        + 'static,
+{
+    fn run<'a>(&'a self, input: I, ctx: &'a ToolInvokeContext) -> BoxFuture<'a, Result<O, ToolError>> {
+        (self.0)(input, ctx)
+    }
+}
+
+/// A tool from an async closure over its typed input.
+///
+/// ```
+/// use garde::Validate;
+/// use schemars::JsonSchema;
+/// use serde::{Deserialize, Serialize};
+/// use toolgate_core::{tool_fn, ToolAnnotations, ToolError};
+///
+/// #[derive(Deserialize, Serialize, Validate, JsonSchema)]
+/// struct Echo { #[garde(length(max = 1000))] text: String }
+///
+/// let echo = tool_fn("echo", "Returns the text it is given.", |input: Echo| async move {
+///     Ok::<_, ToolError>(input.text)
+/// })
+/// .annotations(ToolAnnotations::READ_ONLY);
+/// ```
+pub fn tool_fn<I, O, F, Fut>(
+    name: impl Into<String>,
+    description: impl Into<String>,
+    f: F,
+) -> FnTool<I, O, InputOnly<F>>
+where
+    F: Fn(I) -> Fut + Send + Sync + 'static,
+    Fut: Future<Output = Result<O, ToolError>> + Send + 'static,
+{
+    FnTool::new(name.into(), description.into(), InputOnly(f))
+}
+
+/// A tool from a closure that also reads the context (providers, secrets, cancellation).
+/// The closure returns a boxed future borrowing the context.
+///
+/// ```
+/// use toolgate_core::{tool_fn_with_context, ToolError, ToolInvokeContext};
+///
+/// let whoami = tool_fn_with_context("whoami", "Names the caller.", |_: (), ctx: &ToolInvokeContext| {
+///     Box::pin(async move { Ok::<_, ToolError>(ctx.user().id.clone()) })
+/// });
+/// ```
+pub fn tool_fn_with_context<I, O, F>(
+    name: impl Into<String>,
+    description: impl Into<String>,
+    f: F,
+) -> FnTool<I, O, WithContext<F>>
+where
+    F: for<'a> Fn(I, &'a ToolInvokeContext) -> BoxFuture<'a, Result<O, ToolError>>
+        + Send
+        + Sync
+        + 'static,
+{
+    FnTool::new(name.into(), description.into(), WithContext(f))
+}
+
+impl<I, O, H> FnTool<I, O, H> {
+    fn new(name: String, description: String, handler: H) -> Self {
+        FnTool {
+            name,
+            description,
+            version: "1".to_owned(),
+            annotations: ToolAnnotations::default(),
+            tags: Vec::new(),
+            handler,
+            _types: PhantomData,
+        }
+    }
+
+    /// Sets the version.
+    #[must_use]
+    pub fn version(mut self, version: impl Into<String>) -> Self {
+        self.version = version.into();
+        self
+    }
+
+    /// Sets the annotations.
+    #[must_use]
+    pub fn annotations(mut self, annotations: ToolAnnotations) -> Self {
+        self.annotations = annotations;
+        self
+    }
+
+    /// Adds a tag.
+    #[must_use]
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        self.tags.push(tag.into());
+        self
+    }
+}
+
+impl<I, O, H> Tool for FnTool<I, O, H>
+where
+    I: DeserializeOwned + Validate<Context = ()> + JsonSchema + Send + Sync + 'static,
+    O: Serialize + JsonSchema + Send + 'static,
+    H: Handler<I, O>,
+{
+    type Input = I;
+    type Output = O;
+
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn description(&self) -> &str {
+        &self.description
+    }
+
+    fn version(&self) -> &str {
+        &self.version
+    }
+
+    fn annotations(&self) -> ToolAnnotations {
+        self.annotations
+    }
+
+    fn tags(&self) -> Vec<String> {
+        self.tags.clone()
+    }
+
+    async fn execute(&self, input: I, ctx: &ToolInvokeContext) -> Result<O, ToolError> {
+        self.handler.run(input, ctx).await
+    }
+}
+
+/// A tool known only by its JSON Schema: JSON in, JSON out. Its input is checked against
+/// the schema by the validation policy, not by the tool; the core only insists on an
+/// object where the schema declares one.
+///
+/// ```
+/// use serde_json::json;
+/// use toolgate_core::{JsonTool, ToolError};
+///
+/// let upper = JsonTool::new(
+///     "upper",
+///     "Upper-cases `text`.",
+///     json!({"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}),
+///     |input, _ctx| Box::pin(async move {
+///         let text = input["text"].as_str().unwrap_or_default().to_uppercase();
+///         Ok::<_, ToolError>(json!({ "text": text }))
+///     }),
+/// );
+/// ```
+pub struct JsonTool<F> {
+    definition: ToolDefinition,
+    handler: F,
+}
+
+impl<F> JsonTool<F>
+where
+    F: for<'a> Fn(&'a Value, &'a ToolInvokeContext) -> BoxFuture<'a, Result<Value, ToolError>>
+        + Send
+        + Sync
+        + 'static,
+{
+    /// A tool with this name, description and input schema.
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+        handler: F,
+    ) -> Self {
+        JsonTool {
+            definition: ToolDefinition {
+                name: name.into(),
+                title: None,
+                description: description.into(),
+                version: "1".to_owned(),
+                input_schema,
+                output_schema: None,
+                annotations: ToolAnnotations::default(),
+                tags: Vec::new(),
+                source: ToolSource::Local,
+            },
+            handler,
+        }
+    }
+
+    /// The definition, to adjust (version, annotations, tags, source, output schema).
+    pub fn definition_mut(&mut self) -> &mut ToolDefinition {
+        &mut self.definition
+    }
+}
+
+impl<F> ErasedTool for JsonTool<F>
+where
+    F: for<'a> Fn(&'a Value, &'a ToolInvokeContext) -> BoxFuture<'a, Result<Value, ToolError>>
+        + Send
+        + Sync
+        + 'static,
+{
+    fn definition(&self) -> ToolDefinition {
+        self.definition.clone()
+    }
+
+    fn check_input(&self, _input: &Value) -> Result<Option<PreparedInput>, ToolError> {
+        Ok(None)
+    }
+
+    fn call<'a>(
+        &'a self,
+        _prepared: Option<PreparedInput>,
+        ctx: &'a ToolInvokeContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        (self.handler)(ctx.input(), ctx)
+    }
+}
