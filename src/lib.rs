@@ -17,7 +17,9 @@
 //! ```
 #![deny(missing_docs)]
 
+pub use toolgate_agent as agent;
 pub use toolgate_core as core;
+pub use toolgate_hooks as hooks;
 
 pub use toolgate_core::*;
 
