@@ -32,3 +32,8 @@ pub mod prelude {
         ToolInvokeContext, TypeMapKey, User,
     };
 }
+
+/// The README's code, compiled and run as a doc test.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

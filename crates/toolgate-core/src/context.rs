@@ -92,7 +92,11 @@ enum Repr {
     Generated(u64),
 }
 
-static PROCESS_PREFIX: LazyLock<u32> = LazyLock::new(|| {
+static PROCESS_PREFIX: LazyLock<u32> = LazyLock::new(|| random_u64() as u32);
+
+/// 64 unpredictable bits: SipHash under the standard library's randomly seeded keys, over
+/// the clock and the process id.
+pub(crate) fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
@@ -102,8 +106,8 @@ static PROCESS_PREFIX: LazyLock<u32> = LazyLock::new(|| {
             .as_nanos(),
     );
     h.write_u32(std::process::id());
-    h.finish() as u32
-});
+    h.finish()
+}
 static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
 
 impl RequestId {
@@ -366,6 +370,13 @@ impl ToolInvokeContext {
         self.error.as_ref()
     }
 
+    /// The error, mutably: for `on_error` hooks that scrub or enrich its message (what
+    /// they return there is never applied, so this is how they change what the caller
+    /// sees). The invocation stays failed.
+    pub fn error_mut(&mut self) -> Option<&mut ToolError> {
+        self.error.as_mut()
+    }
+
     /// When the invocation started (monotonic).
     pub fn started(&self) -> Instant {
         self.started
@@ -427,6 +438,22 @@ impl ToolInvokeContext {
     /// cancels; long-running tools should watch it.
     pub fn cancellation(&self) -> &CancellationToken {
         self.cancel.get_or_init(CancellationToken::new)
+    }
+
+    /// Puts `token` in place of the call's cancellation token and returns the previous one
+    /// — for a hook that bounds part of the call (one attempt) with a child token and puts
+    /// the parent back afterwards. The pipeline's own deadline and drop handling cancel
+    /// whichever token is in place; the caller's token keeps being watched as before.
+    pub fn replace_cancellation(&mut self, token: CancellationToken) -> CancellationToken {
+        let previous = std::mem::replace(&mut self.cancel, OnceLock::from(token));
+        previous.into_inner().unwrap_or_default()
+    }
+
+    /// Moves the deadline earlier (never later): `remaining()` then reflects it, so later
+    /// hooks (a retry policy) plan within it. The hook that narrows the deadline enforces
+    /// it; the pipeline enforces the deadline the call started with.
+    pub fn narrow_deadline(&mut self, deadline: tokio::time::Instant) {
+        self.deadline = Some(self.deadline.map_or(deadline, |d| d.min(deadline)));
     }
 
     /// The caller's token, if the call was given one (lookups here do not create one).

@@ -80,7 +80,7 @@ pub use control::{Control, HookResult, SuspendRequest};
 pub use error::{BuildError, InputViolation, InputViolations, RegistryError, ToolError};
 pub use hook::{FailureMode, Hook, HookFuture, HookOptions, Next};
 pub use limits::InputLimits;
-pub use pipeline::{InvokeOptions, Pipeline, PipelineBuilder};
+pub use pipeline::{Invocation, InvokeOptions, Pipeline, PipelineBuilder};
 pub use provider::{ProviderError, ProviderRequirement, Providers, Scope, SessionConfig};
 pub use registry::{RegisteredTool, ToolRef, ToolRegistry};
 pub use secret::{Secret, SecretSlot};

@@ -150,17 +150,7 @@ impl SuspensionStore for InMemorySuspensionStore {
 
 /// A new suspension id: unguessable enough to be handed to a person, unique per process.
 pub(crate) fn new_suspension_id() -> String {
-    use std::hash::{BuildHasher, Hasher};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let mut a = std::collections::hash_map::RandomState::new().build_hasher();
-    a.write_u64(n);
-    let mut b = std::collections::hash_map::RandomState::new().build_hasher();
-    b.write_u128(
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    format!("susp-{:016x}{:016x}", a.finish(), b.finish())
+    format!("susp-{:016x}{:016x}", crate::context::random_u64() ^ n, crate::context::random_u64())
 }

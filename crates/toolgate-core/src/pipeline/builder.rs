@@ -162,7 +162,8 @@ impl PipelineBuilder {
         self
     }
 
-    /// Checks the wiring and compiles the plans.
+    /// Checks the wiring and compiles the plans. The builder's tools, hooks and providers
+    /// move into the pipeline; the builder is left empty.
     ///
     /// # Errors
     ///

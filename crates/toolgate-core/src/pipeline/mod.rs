@@ -23,6 +23,33 @@ use crate::{
     ToolRef, ToolRegistry, User,
 };
 
+/// The whole outcome of one invocation, from [`Pipeline::invoke_detailed`]: the output or
+/// the error, plus what the caller of an agent layer reports alongside it.
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct Invocation {
+    /// The output, or why there is none (as [`Pipeline::invoke`] returns it).
+    pub result: Result<Value, ToolError>,
+    /// The metadata hooks gathered ([`ToolInvokeContext::metadata`]): repairs, sources…
+    pub metadata: serde_json::Map<String, Value>,
+    /// How many times the tool ran (0 when the call ended before execution, or was
+    /// completed by a person).
+    pub attempts: u32,
+    /// How long the invocation took, from its context's creation to its end.
+    pub duration: std::time::Duration,
+}
+
+impl Invocation {
+    fn rejected(error: ToolError) -> Self {
+        Invocation {
+            result: Err(error),
+            metadata: serde_json::Map::new(),
+            attempts: 0,
+            duration: std::time::Duration::ZERO,
+        }
+    }
+}
+
 /// What every invocation of a pipeline shares.
 pub(crate) struct Shared {
     pub globals: Providers,
@@ -152,6 +179,20 @@ impl Pipeline {
         run::invoke(ctx, run::Start::Fresh).await
     }
 
+    /// Invokes a tool by name with JSON input, like [`invoke`](Self::invoke), and returns
+    /// the whole [`Invocation`]: the result plus metadata, attempts and duration.
+    pub async fn invoke_detailed(&self, tool: &str, input: Value, options: InvokeOptions) -> Invocation {
+        let entry = match self.entry(tool).inspect_err(rejected) {
+            Ok(entry) => entry,
+            Err(error) => return Invocation::rejected(error),
+        };
+        if let Err(error) = self.inner.limits.check(&input).inspect_err(rejected) {
+            return Invocation::rejected(error);
+        }
+        let ctx = new_context(entry, input, options);
+        run::invoke_detailed(ctx, run::Start::Fresh).await
+    }
+
     /// Invokes a tool by name with JSON text, checked against the size and depth limits
     /// before it is parsed.
     ///
@@ -225,8 +266,31 @@ impl Pipeline {
         &self,
         suspension_id: &str,
         decision: ResumeDecision,
-        mut options: InvokeOptions,
+        options: InvokeOptions,
     ) -> Result<Value, ToolError> {
+        self.resume_detailed(suspension_id, decision, options).await.result
+    }
+
+    /// Resumes a suspended call, like [`resume`](Self::resume), and returns the whole
+    /// [`Invocation`]. The metadata includes what was gathered before the suspension.
+    pub async fn resume_detailed(
+        &self,
+        suspension_id: &str,
+        decision: ResumeDecision,
+        options: InvokeOptions,
+    ) -> Invocation {
+        match self.resume_context(suspension_id, &decision, options).await {
+            Ok((ctx, after)) => run::invoke_detailed(ctx, run::Start::Resume { after, decision }).await,
+            Err(error) => Invocation::rejected(error),
+        }
+    }
+
+    async fn resume_context(
+        &self,
+        suspension_id: &str,
+        decision: &ResumeDecision,
+        mut options: InvokeOptions,
+    ) -> Result<(ToolInvokeContext, Stage), ToolError> {
         let saved = self
             .inner
             .shared
@@ -247,14 +311,7 @@ impl Pipeline {
         }
         *ctx.metadata_mut() = saved.metadata;
         ctx.resumed = Some(decision.clone());
-        run::invoke(
-            ctx,
-            run::Start::Resume {
-                after: saved.stage,
-                decision,
-            },
-        )
-        .await
+        Ok((ctx, saved.stage))
     }
 
     fn entry(&self, tool: &str) -> Result<&Arc<ToolEntry>, ToolError> {

@@ -29,23 +29,8 @@ pub(crate) enum Start {
     Resume { after: Stage, decision: ResumeDecision },
 }
 
-/// The stages before execution, in order (`did_cache_hit` and `did_cache_miss` follow).
-const PRE_STAGES: [Stage; 14] = [
-    Stage::WillCreateInvokeContext,
-    Stage::DidCreateInvokeContext,
-    Stage::WillBindProviders,
-    Stage::WillAuthorize,
-    Stage::WillCheckConsent,
-    Stage::WillCheckFeatureFlags,
-    Stage::WillAcquireQuota,
-    Stage::WillAcquireSemaphore,
-    Stage::WillParseInput,
-    Stage::WillValidateInput,
-    Stage::WillNormalizeInput,
-    Stage::WillRedactInput,
-    Stage::WillInjectSecrets,
-    Stage::WillReadCache,
-];
+/// The stages before execution, in order: everything before `did_cache_hit`.
+const PRE_STAGES: &[Stage] = Stage::ALL.split_at(Stage::DidCacheHit.index()).0;
 
 const OUTPUT_STAGES: [Stage; 4] = [
     Stage::WillWriteCache,
@@ -97,6 +82,11 @@ impl Drop for Guard {
 
 /// Runs one invocation to its end.
 pub(crate) async fn invoke(ctx: ToolInvokeContext, start: Start) -> Result<Value, ToolError> {
+    invoke_detailed(ctx, start).await.result
+}
+
+/// Runs one invocation to its end and keeps its metadata, attempts and duration.
+pub(crate) async fn invoke_detailed(ctx: ToolInvokeContext, start: Start) -> super::Invocation {
     let span = tracing::info_span!(
         "toolgate.invoke",
         tool = %ctx.tool_name(),
@@ -116,9 +106,15 @@ pub(crate) async fn invoke(ctx: ToolInvokeContext, start: Start) -> Result<Value
         let outcome = run_main(&entry, ctx, start).await;
         finish(&entry, ctx, outcome).await;
         let mut ctx = guard.ctx.take().expect("the guard holds the context until the end");
-        match ctx.error.take() {
+        let result = match ctx.error.take() {
             Some(error) => Err(error),
             None => Ok(ctx.take_output().unwrap_or(Value::Null)),
+        };
+        super::Invocation {
+            result,
+            metadata: std::mem::take(ctx.metadata_mut()),
+            attempts: ctx.attempt,
+            duration: ctx.elapsed(),
         }
     }
     .instrument(span)
@@ -230,7 +226,7 @@ async fn drive(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> 
 
 /// Phases 1–6. Ends with `Err(Control::Respond)` on a short-circuit.
 async fn pre_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext, resume_after: Option<Stage>) -> HookResult {
-    for stage in PRE_STAGES {
+    for &stage in PRE_STAGES {
         // On resume, stages up to the suspending one are done — except the semaphore,
         // whose permit was given back while the call waited.
         if resume_after.is_some_and(|after| stage <= after && stage != Stage::WillAcquireSemaphore) {
