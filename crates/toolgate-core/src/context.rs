@@ -226,6 +226,7 @@ impl ToolInvokeContext {
         if let Some(token) = parts.cancel {
             let _ = cancel.set(token);
         }
+        let stage_durations = Vec::with_capacity(parts.entry.plan.timed_stages());
         ToolInvokeContext {
             entry: parts.entry,
             session_id: parts.session_id,
@@ -240,7 +241,7 @@ impl ToolInvokeContext {
             error: None,
             started: Instant::now(),
             finished: None,
-            stage_durations: Vec::new(),
+            stage_durations,
             hook_timings: Vec::new(),
             attempt: 0,
             deadline: parts.deadline,

@@ -175,7 +175,7 @@ impl ToolError {
             ToolError::Timeout { .. } => "timeout",
             ToolError::Cancelled => "cancelled",
             ToolError::Execution { .. } => "tool_error",
-            ToolError::Provider(_) => "missing_provider",
+            ToolError::Provider(e) => e.code(),
             ToolError::UnknownSuspension { .. } => "unknown_suspension",
             ToolError::Internal { .. } => "internal",
         }

@@ -27,6 +27,8 @@ pub(crate) struct PlannedHook {
 pub(crate) struct ToolPlan {
     stages: [Box<[PlannedHook]>; STAGE_COUNT],
     present: StageSet,
+    /// How many stages with hooks record a duration (all but `around_execute`).
+    timed: usize,
 }
 
 impl ToolPlan {
@@ -63,7 +65,19 @@ impl ToolPlan {
             }
             hooks.into_boxed_slice()
         });
-        ToolPlan { stages, present }
+        let timed = present.iter().filter(|&s| s != Stage::AroundExecute).count();
+        ToolPlan {
+            stages,
+            present,
+            timed,
+        }
+    }
+
+    /// How many stage durations an invocation records, retries aside: the capacity its
+    /// context reserves, so that recording them reallocates nothing.
+    #[inline]
+    pub fn timed_stages(&self) -> usize {
+        self.timed
     }
 
     /// The hooks at `stage`, in the order they run.

@@ -14,7 +14,11 @@ use std::any::TypeId;
 use std::marker::PhantomData;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// The tokio clock (the system clock outside tests), so that idle expiry follows a paused
+// test clock instead of needing real sleeps.
+use tokio::time::Instant;
 
 use dashmap::DashMap;
 use typemap_rev::{TypeMap, TypeMapKey};
@@ -52,6 +56,18 @@ pub enum ProviderError {
         /// The key type.
         key: &'static str,
     },
+}
+
+impl ProviderError {
+    /// The stable machine code: `missing_provider`, `global_provider_read_only` or
+    /// `no_session`.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ProviderError::Missing { .. } => "missing_provider",
+            ProviderError::GlobalReadOnly { .. } => "global_provider_read_only",
+            ProviderError::NoSession { .. } => "no_session",
+        }
+    }
 }
 
 /// The internal key under which a provider value is stored: shared, so lookups hand out

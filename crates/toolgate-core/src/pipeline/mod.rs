@@ -80,6 +80,9 @@ pub(crate) struct Progress {
     pub tail_started: bool,
     /// The tail stages that have begun; each runs at most once.
     pub tail_done: StageSet,
+    /// The tail stage running now and the index of its hook being called, so that a tail
+    /// interrupted by the drop of the invocation future goes on with the next hook.
+    pub tail_hook: Option<(Stage, usize)>,
 }
 
 struct PipelineInner {

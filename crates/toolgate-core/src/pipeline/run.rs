@@ -54,7 +54,11 @@ impl Drop for Guard {
         let Some(mut ctx) = self.ctx.take() else {
             return;
         };
-        if ctx.progress.tail_done.contains(Stage::WillFinalizeInvoke) {
+        // Done, unless dropped while a `will_finalize_invoke` hook ran: the hooks after it
+        // still get their turn.
+        if ctx.progress.tail_done.contains(Stage::WillFinalizeInvoke)
+            && ctx.progress.tail_hook.is_none()
+        {
             return;
         }
         if !ctx.progress.tail_started {
@@ -101,10 +105,10 @@ pub(crate) async fn invoke_detailed(ctx: ToolInvokeContext, start: Start) -> sup
         span: span.clone(),
     };
     async move {
-        let entry = Arc::clone(&guard.entry);
+        let entry = &guard.entry;
         let ctx = guard.ctx.as_mut().expect("the guard holds the context until the end");
-        let outcome = run_main(&entry, ctx, start).await;
-        finish(&entry, ctx, outcome).await;
+        let outcome = run_main(entry, ctx, start).await;
+        finish(entry, ctx, outcome).await;
         let mut ctx = guard.ctx.take().expect("the guard holds the context until the end");
         let result = match ctx.error.take() {
             Some(error) => Err(error),
@@ -132,9 +136,12 @@ enum Ended {
 async fn run_main(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> HookResult {
     let deadline = ctx.deadline();
     let cancel = ctx.cancellation_if_given();
-    let started = tokio::time::Instant::now();
+    // The clock is read only when a deadline needs it (for the `Timeout` error), and the
+    // main future is pinned where it is built: moving it into an `.await` or into
+    // `select!` would copy it, and it is the largest state of the invocation.
+    let started = deadline.map(|_| tokio::time::Instant::now());
     let ended = {
-        let main = AssertUnwindSafe(drive(entry, ctx, start)).catch_unwind();
+        let main = std::pin::pin!(AssertUnwindSafe(drive(entry, ctx, start)).catch_unwind());
         if deadline.is_none() && cancel.is_none() {
             match main.await {
                 Ok(result) => Ended::Done(result),
@@ -179,7 +186,9 @@ async fn run_main(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) 
         Ended::TimedOut => {
             ctx.progress.in_tool = false;
             ctx.cancel_if_watched();
-            let after = deadline.map_or_else(Default::default, |d| d.saturating_duration_since(started));
+            let after = deadline
+                .zip(started)
+                .map_or_else(Default::default, |(d, started)| d.saturating_duration_since(started));
             Err(ToolError::Timeout { after }.into())
         }
         Ended::Cancelled => {
@@ -214,7 +223,7 @@ async fn drive(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> 
         Err(Control::Respond(value)) => {
             let at = ctx.stage;
             ctx.set_output(value);
-            if at == Stage::WillReadCache {
+            if at == Stage::WillReadCache && enter(entry, ctx, Stage::DidCacheHit) {
                 respond_continues(run_stage(entry, ctx, Stage::DidCacheHit).await, ctx)?;
             }
             false
@@ -237,12 +246,14 @@ async fn pre_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext, resume_after:
             Stage::WillAcquireSemaphore => ctx.progress.semaphore = true,
             _ => {}
         }
-        run_stage(entry, ctx, stage).await?;
+        if enter(entry, ctx, stage) {
+            run_stage(entry, ctx, stage).await?;
+        }
         if stage == Stage::WillValidateInput {
             check_input(entry, ctx)?;
         }
     }
-    if resume_after.is_none_or(|after| after < Stage::DidCacheMiss) {
+    if resume_after.is_none_or(|after| after < Stage::DidCacheMiss) && enter(entry, ctx, Stage::DidCacheMiss) {
         run_stage(entry, ctx, Stage::DidCacheMiss).await?;
     }
     Ok(())
@@ -278,7 +289,8 @@ async fn execute_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Result
         .await
     };
     match result {
-        Ok(()) => Ok(true),
+        // A wrapper that returns `Ok` without running the tool produced nothing to cache.
+        Ok(()) => Ok(ctx.attempt > 0),
         Err(Control::Respond(value)) => {
             ctx.set_output(value);
             Ok(false)
@@ -295,10 +307,12 @@ async fn execute_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Result
 /// One attempt: `on_retry` (after the first), `will_execute`, the tool, `did_execute`.
 pub(crate) async fn execute_once(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
     ctx.attempt += 1;
-    if ctx.attempt > 1 {
+    if ctx.attempt > 1 && enter(entry, ctx, Stage::OnRetry) {
         run_stage(entry, ctx, Stage::OnRetry).await?;
     }
-    run_stage(entry, ctx, Stage::WillExecute).await?;
+    if enter(entry, ctx, Stage::WillExecute) {
+        run_stage(entry, ctx, Stage::WillExecute).await?;
+    }
     let prepared = match ctx.prepared.take() {
         Some((version, prepared)) if version == ctx.input_version => Some(prepared),
         _ => None,
@@ -307,7 +321,10 @@ pub(crate) async fn execute_once(entry: &ToolEntry, ctx: &mut ToolInvokeContext)
     let output = entry.tool.call(prepared, ctx).await;
     ctx.progress.in_tool = false;
     ctx.set_output(output?);
-    run_stage(entry, ctx, Stage::DidExecute).await
+    if enter(entry, ctx, Stage::DidExecute) {
+        run_stage(entry, ctx, Stage::DidExecute).await?;
+    }
+    Ok(())
 }
 
 /// Phase 8. A respond sets the output and the next stage runs.
@@ -321,7 +338,9 @@ async fn output_phase(
         if (stage == Stage::WillWriteCache && !executed) || skip_through.is_some_and(|s| stage <= s) {
             continue;
         }
-        respond_continues(run_stage(entry, ctx, stage).await, ctx)?;
+        if enter(entry, ctx, stage) {
+            respond_continues(run_stage(entry, ctx, stage).await, ctx)?;
+        }
     }
     Ok(())
 }
@@ -419,42 +438,81 @@ async fn tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
 /// Runs a tail stage at most once; what it returns or how it panics never changes the
 /// outcome.
 async fn run_tail_stage(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stage: Stage) {
-    if ctx.progress.tail_done.contains(stage) {
-        return;
-    }
+    // A stage interrupted by the drop of the invocation future goes on with the hook after
+    // the one that was running (so every hook's release still runs, none twice); any other
+    // stage that has begun never runs again.
+    let first = match ctx.progress.tail_hook {
+        Some((interrupted, hook)) if interrupted == stage => hook + 1,
+        _ if ctx.progress.tail_done.contains(stage) => return,
+        _ => 0,
+    };
     ctx.progress.tail_done = ctx.progress.tail_done.with(stage);
     ctx.stage = stage;
     if !entry.plan.has(stage) {
         return;
     }
-    let run = AssertUnwindSafe(run_hooks(entry, ctx, stage, false)).catch_unwind();
+    let run = AssertUnwindSafe(run_hooks(entry, ctx, stage, false, first)).catch_unwind();
     if run.await.is_err() {
         tracing::error!(stage = %stage, "a hook panicked; the panic was contained and the outcome kept");
     }
+    ctx.progress.tail_hook = None;
 }
 
-/// Runs the hooks of one stage of the main phases.
+/// Enters `stage` of the main phases and tells whether it has hooks. Callers check it
+/// before building the stage's future, so that an empty stage costs this branch and no
+/// future (DESIGN.md §9).
 #[inline]
-async fn run_stage(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stage: Stage) -> HookResult {
+fn enter(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stage: Stage) -> bool {
     ctx.stage = stage;
-    if !entry.plan.has(stage) {
-        return Ok(());
-    }
-    run_hooks(entry, ctx, stage, true).await
+    entry.plan.has(stage)
 }
 
-/// Runs the hooks of `stage` in plan order. With `can_apply` false (tail stages) outcomes
-/// are recorded and logged, never applied.
-async fn run_hooks(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stage: Stage, can_apply: bool) -> HookResult {
+/// Runs the hooks of one stage of the main phases, once [`enter`] said it has some. It is
+/// not an `async fn` of its own: the caller awaits the hooks' future directly, one future
+/// (and one copy of it) less per stage.
+#[inline]
+fn run_stage<'a>(
+    entry: &'a ToolEntry,
+    ctx: &'a mut ToolInvokeContext,
+    stage: Stage,
+) -> impl Future<Output = HookResult> + 'a {
+    run_hooks(entry, ctx, stage, true, 0)
+}
+
+/// Runs the hooks of `stage` in plan order, from the hook at index `first`. With `can_apply`
+/// false (tail stages) outcomes are recorded and logged, never applied.
+async fn run_hooks(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    can_apply: bool,
+    first: usize,
+) -> HookResult {
     let started = Instant::now();
     let time_hooks = entry.shared.record_hook_timings;
     let mut result = Ok(());
-    for planned in entry.plan.hooks(stage) {
+    for (index, planned) in entry.plan.hooks(stage).iter().enumerate().skip(first) {
         if !planned.hook.filter(ctx) {
             continue;
         }
+        if !can_apply {
+            ctx.progress.tail_hook = Some((stage, index));
+        }
         let hook_started = time_hooks.then(Instant::now);
-        let outcome = call_stage(&*planned.hook, stage, ctx).await;
+        let outcome = if can_apply {
+            call_stage(&*planned.hook, stage, ctx).await
+        } else {
+            // In the tail every hook gets its turn: a panic in one hook's release must not
+            // skip the release of the hooks after it.
+            let call = async { call_stage(&*planned.hook, stage, ctx).await };
+            match AssertUnwindSafe(call).catch_unwind().await {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    tracing::error!(stage = %stage, hook = %planned.name, "a hook panicked; the panic was contained and the outcome kept");
+                    continue;
+                }
+            }
+        };
         if let Some(t) = hook_started {
             ctx.hook_timings.push(HookTiming {
                 stage,

@@ -1,0 +1,102 @@
+//! Provider formats: tool definitions out, tool calls back in, results rendered back.
+//!
+//! One module per provider, each with the same three jobs:
+//!
+//! | provider | definitions | calls parsed from | results rendered as |
+//! |---|---|---|---|
+//! | [`openai`] chat completions | `tools` | the assistant message's `tool_calls` | `role: "tool"` messages |
+//! | [`openai`] responses | `tools` | `function_call` output items | `function_call_output` items |
+//! | [`anthropic`] messages | `tools` | `tool_use` content blocks | `tool_result` blocks in a user message |
+//! | [`gemini`] generateContent | `functionDeclarations` | `functionCall` parts | `functionResponse` parts |
+//! | [`mcp`] | `tools/list` result | a `tools/call` request | a `CallToolResult` |
+//!
+//! Arguments that arrive as a JSON string (OpenAI) are parsed; text that is not JSON is
+//! kept in [`Arguments::Unparseable`] and the tool system
+//! answers the call with an error result the model can correct from.
+
+pub mod anthropic;
+pub mod gemini;
+pub mod mcp;
+pub mod openai;
+
+use serde_json::Value;
+
+use crate::{Arguments, ToolCall};
+
+/// A provider payload did not have the shape its format requires.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum FormatError {
+    /// A field is missing or of the wrong type.
+    #[error(
+        "{provider} payload: `{path}` is missing or is not {expected}; pass the provider's response as it was received"
+    )]
+    Shape {
+        /// The provider format.
+        provider: &'static str,
+        /// Where in the payload.
+        path: String,
+        /// What was expected there.
+        expected: &'static str,
+    },
+}
+
+pub(crate) fn shape_error(
+    provider: &'static str,
+    path: impl Into<String>,
+    expected: &'static str,
+) -> FormatError {
+    FormatError::Shape {
+        provider,
+        path: path.into(),
+        expected,
+    }
+}
+
+/// Reads a string field.
+pub(crate) fn str_field<'a>(
+    value: &'a Value,
+    key: &str,
+    provider: &'static str,
+    path: &str,
+) -> Result<&'a str, FormatError> {
+    value
+        .get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| shape_error(provider, format!("{path}.{key}"), "a string"))
+}
+
+/// Arguments that arrive either as JSON text or as a JSON value.
+pub(crate) fn arguments_of(value: Option<&Value>) -> Arguments {
+    match value {
+        None | Some(Value::Null) => Arguments::Json {
+            value: Value::Object(serde_json::Map::new()),
+        },
+        Some(Value::String(text)) => Arguments::from_json_str(text),
+        Some(other) => Arguments::Json {
+            value: other.clone(),
+        },
+    }
+}
+
+/// The input schema as most providers take it: without the `$schema` dialect marker.
+pub(crate) fn parameters(schema: &Value) -> Value {
+    let mut schema = schema.clone();
+    if let Some(object) = schema.as_object_mut() {
+        object.remove("$schema");
+    }
+    schema
+}
+
+/// A call with an id.
+pub(crate) fn call(
+    id: impl Into<String>,
+    name: impl Into<String>,
+    arguments: Arguments,
+) -> ToolCall {
+    ToolCall {
+        id: id.into(),
+        name: name.into(),
+        arguments,
+    }
+}

@@ -1,0 +1,137 @@
+//! Result size limits: outputs longer than the limit are cut on a character boundary and
+//! end with a marker that gives the original size.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// The limit when neither the instance, the thread nor the call sets one: 60,000
+/// characters.
+pub const DEFAULT_RESULT_MAX_CHARS: usize = 60_000;
+
+/// What was cut from an output, recorded in [`ResultMetadata::truncation`](crate::ResultMetadata::truncation).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Truncation {
+    /// The size of the output before the cut, in characters (of the JSON text when the
+    /// output was not a string).
+    pub original_chars: usize,
+    /// The characters kept from the original, before the marker.
+    pub kept_chars: usize,
+    /// The limit in force.
+    pub limit: usize,
+}
+
+/// The marker appended to a cut output.
+fn marker(original_chars: usize, kept_chars: usize) -> String {
+    format!(
+        "\n[truncated: the result was {original_chars} characters; the first {kept_chars} are shown]"
+    )
+}
+
+/// Cuts `output` to at most `max_chars` characters, marker included.
+///
+/// A string output is cut as it is. Any other value that is too long is rendered as JSON
+/// text and that text is cut, so the output becomes a string. An output within the limit
+/// is returned untouched with `None`.
+///
+/// # Examples
+///
+/// ```
+/// use serde_json::json;
+/// use toolgate_agent::truncate_output;
+///
+/// let (cut, truncation) = truncate_output(json!("é".repeat(200)), 100);
+/// let text = cut.as_str().unwrap();
+/// assert!(text.chars().count() <= 100);
+/// assert!(text.ends_with("the result was 200 characters; the first 32 are shown]"));
+/// assert_eq!(truncation.unwrap().original_chars, 200);
+/// ```
+pub fn truncate_output(output: Value, max_chars: usize) -> (Value, Option<Truncation>) {
+    let text = match &output {
+        Value::String(s) => {
+            if s.len() <= max_chars || s.chars().count() <= max_chars {
+                return (output, None);
+            }
+            s.as_str()
+        }
+        _ => {
+            let json = output.to_string();
+            if json.chars().count() <= max_chars {
+                return (output, None);
+            }
+            return cut(&json, max_chars);
+        }
+    };
+    cut(text, max_chars)
+}
+
+fn cut(text: &str, max_chars: usize) -> (Value, Option<Truncation>) {
+    let original_chars = text.chars().count();
+    // The marker's own length depends on the number kept; one pass with the widest count
+    // is enough, as `kept` only shrinks the marker.
+    let marker_len = marker(original_chars, original_chars).chars().count();
+    let kept_chars = max_chars.saturating_sub(marker_len);
+    let end = text
+        .char_indices()
+        .nth(kept_chars)
+        .map_or(text.len(), |(i, _)| i);
+    let mut cut = String::with_capacity(end + marker_len);
+    cut.push_str(&text[..end]);
+    cut.push_str(&marker(original_chars, kept_chars));
+    (
+        Value::String(cut),
+        Some(Truncation {
+            original_chars,
+            kept_chars,
+            limit: max_chars,
+        }),
+    )
+}
+
+/// Picks the limit in force: the call's, else the thread's, else the instance's.
+pub(crate) fn effective_limit(
+    call: Option<usize>,
+    thread: Option<usize>,
+    instance: usize,
+) -> usize {
+    call.or(thread).unwrap_or(instance)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn output_within_the_limit_is_untouched() {
+        let (out, t) = truncate_output(json!({"a": 1}), 100);
+        assert_eq!(out, json!({"a": 1}));
+        assert!(t.is_none());
+    }
+
+    #[test]
+    fn multibyte_text_is_cut_on_a_character_boundary_within_the_limit() {
+        let (out, t) = truncate_output(json!("日本語".repeat(1000)), 500);
+        let text = out.as_str().unwrap();
+        assert!(text.chars().count() <= 500);
+        let t = t.unwrap();
+        assert_eq!(t.original_chars, 3000);
+        assert!(text.starts_with(&"日本語".repeat(t.kept_chars / 3)));
+        assert!(text.contains("the result was 3000 characters"));
+    }
+
+    #[test]
+    fn a_large_object_becomes_cut_json_text() {
+        let big = json!({ "items": vec!["x"; 1000] });
+        let (out, t) = truncate_output(big.clone(), 200);
+        let text = out.as_str().unwrap();
+        assert!(text.starts_with("{\"items\":[\"x\""));
+        assert_eq!(t.unwrap().original_chars, big.to_string().len());
+    }
+
+    #[test]
+    fn call_wins_over_thread_over_instance() {
+        assert_eq!(effective_limit(Some(1), Some(2), 3), 1);
+        assert_eq!(effective_limit(None, Some(2), 3), 2);
+        assert_eq!(effective_limit(None, None, 3), 3);
+    }
+}

@@ -1,0 +1,89 @@
+//! Execution modes: functional, blocking (a person completes the call), display.
+
+use std::collections::HashSet;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use toolgate_core::{
+    Control, Hook, HookFuture, ResumeDecision, Stage, StageSet, SuspendRequest, ToolInvokeContext,
+};
+
+/// How a tool's call is carried out and what its output is for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutionMode {
+    /// The tool runs and its output goes back to the model. The default.
+    #[default]
+    Functional,
+    /// A person carries out the call: it is suspended before the tool runs, and resuming
+    /// with [`ResumeDecision::Complete`] makes the person's answer the output without
+    /// running the tool. Resuming with `Approve` runs the tool after all; `Reject` fails
+    /// the call.
+    Blocking,
+    /// The tool runs and its output is meant for rendering (a chart, a card), not for the
+    /// model: results and observations are marked `display`.
+    Display,
+}
+
+impl ExecutionMode {
+    /// `functional`, `blocking` or `display`, as in the JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecutionMode::Functional => "functional",
+            ExecutionMode::Blocking => "blocking",
+            ExecutionMode::Display => "display",
+        }
+    }
+}
+
+/// The metadata key with which a blocking call marks its own suspension (removed before
+/// the metadata reaches a result).
+pub(crate) const AWAITING_PERSON: &str = "toolgate_agent.awaiting_person";
+
+/// The hook that makes blocking tools wait for a person: it suspends at `will_execute`,
+/// after every policy and input stage has run, so nothing before it runs again on resume.
+/// The tool system installs it; it runs last among `will_execute` hooks.
+pub(crate) struct BlockingHook {
+    tools: HashSet<String>,
+}
+
+impl BlockingHook {
+    pub(crate) fn new(tools: HashSet<String>) -> Self {
+        BlockingHook { tools }
+    }
+}
+
+impl Hook for BlockingHook {
+    fn stages(&self) -> StageSet {
+        StageSet::of(&[Stage::WillExecute])
+    }
+
+    fn name(&self) -> &str {
+        "toolgate_agent::blocking"
+    }
+
+    fn priority(&self) -> i32 {
+        i32::MIN
+    }
+
+    fn filter(&self, ctx: &ToolInvokeContext) -> bool {
+        self.tools.contains(ctx.tool_name())
+    }
+
+    fn will_execute<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        // The marker tells this suspension from an earlier one (an approval policy's): only
+        // an approve of the person's own wait runs the tool.
+        let awaited = ctx.metadata_mut().remove(AWAITING_PERSON).is_some();
+        if awaited && matches!(ctx.resumed(), Some(ResumeDecision::Approve)) {
+            return HookFuture::ok();
+        }
+        ctx.metadata_mut()
+            .insert(AWAITING_PERSON.to_owned(), Value::Bool(true));
+        let request = SuspendRequest::new(format!(
+            "waiting for a person to complete `{}`",
+            ctx.tool_name()
+        ))
+        .with_payload(json!({ "tool": ctx.tool_name(), "arguments": ctx.input() }));
+        HookFuture::ready(Err(Control::Suspend(request)))
+    }
+}

@@ -1,0 +1,160 @@
+//! Thread state: which tools a thread may call, and its result size limit.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{PoisonError, RwLock};
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+
+/// The tool configuration of one conversation thread.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ThreadConfig {
+    /// The tools the thread may call, by name. A tool not listed gets an error result
+    /// with code `tool_disabled`.
+    #[serde(default)]
+    pub enabled_tools: BTreeSet<String>,
+    /// The result size limit for the thread's calls, in characters (a call's own limit
+    /// wins over it; it wins over the tool system's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_max_chars: Option<usize>,
+}
+
+impl ThreadConfig {
+    /// A configuration that enables these tools.
+    pub fn enabling<I, S>(tools: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        ThreadConfig {
+            enabled_tools: tools.into_iter().map(Into::into).collect(),
+            result_max_chars: None,
+        }
+    }
+
+    /// The same configuration with a result size limit.
+    #[must_use]
+    pub fn with_result_max_chars(mut self, max_chars: usize) -> Self {
+        self.result_max_chars = Some(max_chars);
+        self
+    }
+
+    /// Whether the thread may call `tool`.
+    pub fn is_enabled(&self, tool: &str) -> bool {
+        self.enabled_tools.contains(tool)
+    }
+}
+
+/// Why a thread's configuration could not be loaded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// Nothing is configured for this thread.
+    #[error(
+        "thread `{thread}` has no tool configuration: configure it (enable its tools) before running tools in it"
+    )]
+    UnknownThread {
+        /// The thread id.
+        thread: String,
+    },
+    /// The backing store failed.
+    #[error("the thread state store failed: {0}")]
+    Store(String),
+}
+
+/// Where thread configurations live. The tool system reads a thread's configuration
+/// once per batch; when that fails, every call of the batch gets an error result saying so.
+pub trait StateManager: Send + Sync + 'static {
+    /// The configuration of `thread`.
+    ///
+    /// # Errors
+    ///
+    /// [`StateError::UnknownThread`] when nothing is configured for it,
+    /// [`StateError::Store`] when the store fails.
+    fn thread_config<'a>(
+        &'a self,
+        thread: &'a str,
+    ) -> BoxFuture<'a, Result<ThreadConfig, StateError>>;
+}
+
+/// Thread configurations in memory.
+///
+/// ```
+/// use toolgate_agent::{InMemoryStateManager, ThreadConfig};
+///
+/// let state = InMemoryStateManager::new();
+/// state.set_config("thread-1", ThreadConfig::enabling(["search", "calculator"]));
+/// state.enable_tool("thread-1", "weather");
+/// assert!(state.config("thread-1").unwrap().is_enabled("weather"));
+/// ```
+#[derive(Debug, Default)]
+pub struct InMemoryStateManager {
+    threads: RwLock<HashMap<String, ThreadConfig>>,
+}
+
+impl InMemoryStateManager {
+    /// No thread configured.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Sets a thread's configuration, replacing any earlier one.
+    pub fn set_config(&self, thread: impl Into<String>, config: ThreadConfig) {
+        self.threads
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(thread.into(), config);
+    }
+
+    /// Enables a tool for a thread (configuring the thread if it was not).
+    pub fn enable_tool(&self, thread: &str, tool: impl Into<String>) {
+        self.threads
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .entry(thread.to_owned())
+            .or_default()
+            .enabled_tools
+            .insert(tool.into());
+    }
+
+    /// Disables a tool for a thread. Returns whether it was enabled.
+    pub fn disable_tool(&self, thread: &str, tool: &str) -> bool {
+        self.threads
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_mut(thread)
+            .is_some_and(|c| c.enabled_tools.remove(tool))
+    }
+
+    /// A copy of a thread's configuration.
+    pub fn config(&self, thread: &str) -> Option<ThreadConfig> {
+        self.threads
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(thread)
+            .cloned()
+    }
+
+    /// Forgets a thread. Returns whether it was configured.
+    pub fn remove_thread(&self, thread: &str) -> bool {
+        self.threads
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .remove(thread)
+            .is_some()
+    }
+}
+
+impl StateManager for InMemoryStateManager {
+    fn thread_config<'a>(
+        &'a self,
+        thread: &'a str,
+    ) -> BoxFuture<'a, Result<ThreadConfig, StateError>> {
+        let found = self
+            .config(thread)
+            .ok_or_else(|| StateError::UnknownThread {
+                thread: thread.to_owned(),
+            });
+        Box::pin(std::future::ready(found))
+    }
+}

@@ -1,0 +1,99 @@
+//! Resuming a suspended call with a person's decision.
+
+use toolgate_core::{InvokeOptions, ResumeDecision, ToolError};
+
+use super::ToolSystem;
+use crate::limit::effective_limit;
+use crate::{ExecutionMode, Observation, ResumeOptions, ThreadConfig, ToolResult};
+
+/// Why a resume did not run.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ResumeError {
+    /// No call waits under this id: it never existed or was already resumed.
+    #[error("no suspended call with id `{id}`: it was never suspended or has already been resumed")]
+    UnknownSuspension {
+        /// The id asked for.
+        id: String,
+    },
+    /// The suspension store failed.
+    #[error("the suspension store failed: {message}; try again, or check the store's storage")]
+    Store {
+        /// What the store said.
+        message: String,
+    },
+}
+
+impl ToolSystem {
+    /// Resumes a suspended call with a person's decision and returns its result: approve
+    /// continues after the suspending stage, reject fails it with code `rejected`, complete
+    /// makes the given output the call's output without running the tool. Stages before
+    /// the suspension and the batch's other calls do not run again.
+    ///
+    /// # Errors
+    ///
+    /// [`ResumeError::UnknownSuspension`] for an id that never existed or was already
+    /// used; [`ResumeError::Store`] when the suspension store fails.
+    pub async fn resume(
+        &self,
+        suspension_id: &str,
+        decision: ResumeDecision,
+        options: ResumeOptions,
+    ) -> Result<ToolResult, ResumeError> {
+        let saved = self
+            .inner
+            .pipeline
+            .suspended(suspension_id)
+            .await
+            .map_err(|e| ResumeError::Store {
+                message: e.to_string(),
+            })?
+            .ok_or_else(|| ResumeError::UnknownSuspension {
+                id: suspension_id.to_owned(),
+            })?;
+        let thread = saved.session_id.clone().unwrap_or_default();
+        let thread_limit = match self.inner.state.thread_config(&thread).await {
+            Ok(ThreadConfig {
+                result_max_chars, ..
+            }) => result_max_chars,
+            Err(_) => None,
+        };
+        let limit = effective_limit(
+            options.result_max_chars,
+            thread_limit,
+            self.inner.result_max_chars,
+        );
+        let mut invoke = InvokeOptions::new();
+        if let Some(timeout) = options.timeout.or(self.inner.timeout) {
+            invoke = invoke.timeout(timeout);
+        }
+        let decision_label = match &decision {
+            ResumeDecision::Approve => "approve",
+            ResumeDecision::Reject { .. } => "reject",
+            ResumeDecision::Complete { .. } => "complete",
+        };
+        let started = tokio::time::Instant::now();
+        let invocation = self
+            .inner
+            .pipeline
+            .resume_detailed(suspension_id, decision, invoke)
+            .await;
+        let elapsed = started.elapsed();
+        if let Err(ToolError::UnknownSuspension { id }) = &invocation.result {
+            // Another resume took it between the look-up and now.
+            return Err(ResumeError::UnknownSuspension { id: id.clone() });
+        }
+        let result = self.to_result(saved.request_id, saved.tool, invocation, elapsed, limit);
+        if let Some(stats) = &self.inner.stats {
+            stats.record(&result);
+        }
+        self.inner.observer.record(Observation::Resumed {
+            thread_id: thread,
+            decision: decision_label.to_owned(),
+            duration_ms: result.metadata.duration_ms,
+            display: result.metadata.mode == ExecutionMode::Display,
+            result: result.clone(),
+        });
+        Ok(result)
+    }
+}

@@ -1,0 +1,272 @@
+//! Provider formats against golden files of real-shaped payloads.
+//!
+//! Each provider directory under `tests/golden/` holds the provider's answer as it arrives
+//! (`response.json`, or `request.json` for MCP) and the golden files this crate must
+//! produce: the tool definitions, the parsed calls, and the rendered results. To accept
+//! an intended change, run with `UPDATE_GOLDEN=1` and review the diff.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use garde::Validate;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use toolgate_agent::format::{FormatError, anthropic, gemini, mcp, openai};
+use toolgate_agent::{
+    Arguments, ExecuteOptions, InMemoryStateManager, ThreadConfig, ToolCall, ToolResult, ToolSystem,
+};
+use toolgate_core::{JsonTool, Pipeline, ToolAnnotations, ToolDefinition, ToolError, tool_fn};
+
+#[derive(Deserialize, Serialize, Validate, JsonSchema)]
+/// A forecast request.
+struct Forecast {
+    /// The city, e.g. `Paris`.
+    #[garde(length(min = 1, max = 40))]
+    city: String,
+    /// How many days ahead.
+    #[garde(range(min = 1, max = 14))]
+    days: u8,
+    /// `celsius` or `fahrenheit`.
+    #[garde(skip)]
+    unit: Option<String>,
+}
+
+fn system() -> ToolSystem {
+    let mut pipeline = Pipeline::builder();
+    pipeline
+        .tool(
+            tool_fn(
+                "get_weather",
+                "Weather forecast for a city.",
+                |f: Forecast| async move {
+                    Ok::<_, ToolError>(json!({ "city": f.city, "days": f.days, "temp_c": 21 }))
+                },
+            )
+            .annotations(ToolAnnotations::READ_ONLY),
+        )
+        .unwrap();
+    let mut search = JsonTool::new(
+        "search",
+        "Searches the web. Returns titles and URLs.",
+        json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "properties": {
+                "query": { "type": "string", "description": "What to look for." },
+                "limit": { "type": "integer", "minimum": 1, "maximum": 10 }
+            },
+            "required": ["query"],
+            "additionalProperties": false
+        }),
+        |input, _ctx| {
+            Box::pin(async move {
+                let limit = input["limit"].as_u64().unwrap_or(1) as usize;
+                let hits: Vec<Value> = ["Parapluie & Co", "Rain Goods"]
+                    .iter()
+                    .take(limit)
+                    .map(|t| json!({ "title": t, "url": format!("https://example.org/{}", t.len()) }))
+                    .collect();
+                Ok::<_, ToolError>(json!({ "hits": hits }))
+            })
+        },
+    );
+    search.definition_mut().title = Some("Web search".into());
+    search.definition_mut().annotations = ToolAnnotations {
+        read_only: true,
+        open_world: true,
+        ..Default::default()
+    };
+    pipeline.erased_tool(Arc::new(search)).unwrap();
+    let state = Arc::new(InMemoryStateManager::new());
+    state.set_config("t", ThreadConfig::enabling(["get_weather", "search"]));
+    ToolSystem::builder(pipeline, state).build().unwrap()
+}
+
+fn golden_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/golden")
+        .join(name)
+}
+
+fn fixture(name: &str) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(golden_path(name)).unwrap()).unwrap()
+}
+
+#[track_caller]
+fn assert_golden(name: &str, actual: &Value) {
+    let path = golden_path(name);
+    if std::env::var_os("UPDATE_GOLDEN").is_some() {
+        std::fs::write(&path, serde_json::to_string_pretty(actual).unwrap() + "\n").unwrap();
+        return;
+    }
+    let expected: Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap_or_else(|e| {
+            panic!(
+                "golden file {} is missing ({e}): run with UPDATE_GOLDEN=1 and review it",
+                path.display()
+            )
+        }))
+        .unwrap();
+    assert_eq!(
+        actual,
+        &expected,
+        "{} differs; if the change is intended, run with UPDATE_GOLDEN=1 and review the diff",
+        path.display()
+    );
+}
+
+async fn run(system: &ToolSystem, calls: Vec<ToolCall>) -> Vec<ToolResult> {
+    system
+        .execute_tools("t", calls, ExecuteOptions::new())
+        .await
+}
+
+fn definitions(system: &ToolSystem) -> Vec<ToolDefinition> {
+    system.definitions()
+}
+
+#[tokio::test]
+async fn openai_chat_completions_round_trip_matches_golden_files() {
+    let system = system();
+    assert_golden(
+        "openai_chat/tools.json",
+        &openai::chat_tools(&definitions(&system)),
+    );
+    let calls = openai::parse_chat_tool_calls(&fixture("openai_chat/response.json")).unwrap();
+    assert_golden(
+        "openai_chat/calls.json",
+        &serde_json::to_value(&calls).unwrap(),
+    );
+    assert!(
+        matches!(calls[1].arguments, Arguments::Unparseable { ref raw, .. } if raw == "{\"query\": \"umbrella shops")
+    );
+    let results = run(&system, calls).await;
+    let messages: Vec<Value> = results.iter().map(openai::chat_tool_message).collect();
+    assert_golden("openai_chat/tool_messages.json", &Value::Array(messages));
+}
+
+#[tokio::test]
+async fn openai_responses_round_trip_matches_golden_files() {
+    let system = system();
+    assert_golden(
+        "openai_responses/tools.json",
+        &openai::responses_tools(&definitions(&system)),
+    );
+    let calls = openai::parse_responses_output(&fixture("openai_responses/response.json")).unwrap();
+    assert_golden(
+        "openai_responses/calls.json",
+        &serde_json::to_value(&calls).unwrap(),
+    );
+    let results = run(&system, calls).await;
+    let items: Vec<Value> = results.iter().map(openai::responses_tool_output).collect();
+    assert_golden(
+        "openai_responses/function_call_outputs.json",
+        &Value::Array(items),
+    );
+}
+
+#[tokio::test]
+async fn anthropic_round_trip_matches_golden_files() {
+    let system = system();
+    assert_golden(
+        "anthropic/tools.json",
+        &anthropic::tools(&definitions(&system)),
+    );
+    let calls = anthropic::parse_tool_uses(&fixture("anthropic/response.json")).unwrap();
+    assert_golden(
+        "anthropic/calls.json",
+        &serde_json::to_value(&calls).unwrap(),
+    );
+    let results = run(&system, calls).await;
+    assert_golden(
+        "anthropic/tool_results.json",
+        &anthropic::tool_results_message(&results),
+    );
+}
+
+#[tokio::test]
+async fn gemini_round_trip_matches_golden_files() {
+    let system = system();
+    let tools = gemini::tools(&definitions(&system));
+    assert_golden("gemini/tools.json", &tools);
+    assert!(
+        !tools.to_string().contains("additionalProperties")
+            && !tools.to_string().contains("$schema")
+    );
+    let calls = gemini::parse_function_calls(&fixture("gemini/response.json")).unwrap();
+    assert_golden("gemini/calls.json", &serde_json::to_value(&calls).unwrap());
+    let results = run(&system, calls).await;
+    assert_golden(
+        "gemini/function_responses.json",
+        &gemini::function_responses_content(&results),
+    );
+}
+
+#[tokio::test]
+async fn mcp_round_trip_matches_golden_files() {
+    let system = system();
+    assert_golden(
+        "mcp/tools_list.json",
+        &mcp::tools_list(&definitions(&system)),
+    );
+    let request = mcp::parse_call_request(&fixture("mcp/request.json")).unwrap();
+    assert_eq!(request.jsonrpc_id, json!(7));
+    assert_golden(
+        "mcp/call.json",
+        &serde_json::to_value(&request.call).unwrap(),
+    );
+    let results = run(&system, vec![request.call.clone()]).await;
+    assert_golden(
+        "mcp/response.json",
+        &mcp::call_response(&request, &results[0]),
+    );
+}
+
+#[test]
+fn malformed_payloads_are_typed_errors_naming_the_field() {
+    let err = openai::parse_chat_tool_calls(
+        &json!({ "tool_calls": [{ "type": "function", "function": { "name": "x" } }] }),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        FormatError::Shape {
+            provider: "openai chat completions",
+            path: "tool_calls[0].id".into(),
+            expected: "a string"
+        }
+    );
+    assert!(anthropic::parse_tool_uses(&json!({ "content": "text" })).is_err());
+    assert!(gemini::parse_function_calls(&json!({ "candidates": [] })).is_err());
+    assert!(openai::parse_responses_output(&json!({ "status": "failed" })).is_err());
+    let not_a_call =
+        mcp::parse_call_request(&json!({ "jsonrpc": "2.0", "id": 1, "method": "tools/list" }))
+            .unwrap_err();
+    assert!(not_a_call.to_string().contains("`method`"));
+}
+
+#[test]
+fn a_message_without_tool_calls_has_no_calls() {
+    let message = json!({ "role": "assistant", "content": "Done.", "tool_calls": null });
+    assert!(openai::parse_chat_tool_calls(&message).unwrap().is_empty());
+    let empty_args = json!({ "tool_calls": [{ "id": "c", "type": "function", "function": { "name": "ping", "arguments": "" } }] });
+    assert_eq!(
+        openai::parse_chat_tool_calls(&empty_args).unwrap()[0]
+            .arguments
+            .json(),
+        Some(&json!({}))
+    );
+}
+
+#[test]
+fn mcp_lists_output_schemas_only_when_they_describe_objects() {
+    let mut definition = system().definitions().remove(0);
+    definition.output_schema = Some(json!({ "type": "string" }));
+    assert!(mcp::tool(&definition).get("outputSchema").is_none());
+    definition.output_schema = Some(json!({ "type": "object" }));
+    assert_eq!(
+        mcp::tool(&definition)["outputSchema"],
+        json!({ "type": "object" })
+    );
+}

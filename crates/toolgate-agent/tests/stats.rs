@@ -1,0 +1,138 @@
+//! Usage statistics: counted per tool, saved atomically on an interval and at shutdown,
+//! loaded at start, a corrupt file moved aside.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{Runs, THREAD, state, system};
+use serde_json::json;
+use toolgate_agent::{ExecuteOptions, ToolCall, UsageStats};
+
+#[tokio::test(start_paused = true)]
+async fn calls_successes_failures_and_durations_are_counted_per_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = Arc::new(UsageStats::open(dir.path().join("stats.json")).unwrap());
+    let runs = Arc::new(Runs::default());
+    let system = system(&runs, state()).stats(stats.clone()).build().unwrap();
+    let calls = vec![
+        ToolCall::new("a", "sleep", json!({ "ms": 10 })),
+        ToolCall::new("b", "sleep", json!({ "ms": 20 })),
+        ToolCall::new("c", "sleep", json!({ "ms": 30 })),
+        ToolCall::new("d", "sleep", json!({ "ms": 1_000_000 })),
+        ToolCall::new("e", "transfer", json!({ "text": "1" })),
+        ToolCall::new("f", "made_up_tool", json!({})),
+    ];
+    system
+        .execute_tools(THREAD, calls, ExecuteOptions::new())
+        .await;
+
+    let sleep = stats.tool("sleep").unwrap();
+    assert_eq!((sleep.calls, sleep.successes), (4, 3));
+    assert_eq!(sleep.failures.get("invalid_input"), Some(&1));
+    assert_eq!((sleep.p50_ms, sleep.p95_ms), (10, 30));
+    assert!(
+        sleep.mean_ms >= 15.0 && sleep.mean_ms <= 16.0,
+        "{}",
+        sleep.mean_ms
+    );
+    assert!(sleep.first_used_ms > 0 && sleep.last_used_ms >= sleep.first_used_ms);
+    assert_eq!(stats.tool("transfer").unwrap().suspensions, 1);
+    assert!(
+        stats.tool("made_up_tool").is_none(),
+        "unknown names are not counted"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn stats_are_saved_on_the_interval_and_at_shutdown_and_loaded_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stats.json");
+    let stats = Arc::new(UsageStats::open(&path).unwrap());
+    let runs = Arc::new(Runs::default());
+    let system = system(&runs, state()).stats(stats.clone()).build().unwrap();
+    let saver = stats.autosave(Duration::from_secs(60));
+
+    system
+        .execute_tools(
+            THREAD,
+            vec![ToolCall::new("a", "echo", json!({ "text": "1" }))],
+            ExecuteOptions::new(),
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(
+        !path.exists(),
+        "nothing is written before the first interval"
+    );
+    tokio::time::sleep(Duration::from_secs(31)).await;
+    assert_eq!(
+        UsageStats::open(&path).unwrap().tool("echo").unwrap().calls,
+        1
+    );
+
+    system
+        .execute_tools(
+            THREAD,
+            vec![ToolCall::new("b", "echo", json!({ "text": "2" }))],
+            ExecuteOptions::new(),
+        )
+        .await;
+    saver.shutdown().await.unwrap();
+    let reloaded = UsageStats::open(&path).unwrap();
+    assert_eq!(
+        reloaded.tool("echo").unwrap().calls,
+        2,
+        "shutdown saves the last calls"
+    );
+    assert_eq!(
+        reloaded.tool("echo").unwrap().recent_ms.len(),
+        2,
+        "percentile windows survive a restart"
+    );
+}
+
+#[test]
+fn corrupt_stats_file_is_moved_aside_with_its_content_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("stats.json");
+    std::fs::write(&path, b"{\"echo\": {\"calls\": tru").unwrap();
+    let stats = UsageStats::open(&path).unwrap();
+    assert!(stats.snapshot().is_empty());
+    let aside = stats.moved_aside().unwrap().to_owned();
+    assert!(
+        aside
+            .file_name()
+            .unwrap()
+            .to_str()
+            .unwrap()
+            .starts_with("stats.json.corrupt-")
+    );
+    assert_eq!(
+        std::fs::read(&aside).unwrap(),
+        b"{\"echo\": {\"calls\": tru"
+    );
+    stats.save().unwrap();
+    assert!(
+        path.exists() && aside.exists(),
+        "saving starts a new file beside the old one"
+    );
+}
+
+#[test]
+fn save_leaves_no_temporary_file_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = UsageStats::open(dir.path().join("stats.json")).unwrap();
+    stats.record(&toolgate_agent::ToolResult::success(
+        "c",
+        "echo",
+        json!("x"),
+    ));
+    stats.save().unwrap();
+    let names: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, ["stats.json"]);
+}

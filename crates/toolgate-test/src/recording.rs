@@ -1,0 +1,271 @@
+//! [`RecordingHook`]: a hook that records every stage it is called at and can be told to
+//! produce an outcome at any of them.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use serde_json::Value;
+use toolgate_core::{Control, Hook, HookFuture, Next, Stage, StageSet, ToolInvokeContext};
+
+use crate::{Inject, StageLog};
+
+/// What a [`RecordingHook`] does in `around_execute` (after recording the call, and after
+/// any outcome injected at [`Stage::AroundExecute`]).
+#[derive(Clone, Debug, Default, PartialEq)]
+#[non_exhaustive]
+pub enum Around {
+    /// Call `next` once (the default).
+    #[default]
+    Once,
+    /// Call `next` zero times and respond with this value: a short-circuit.
+    Respond(Value),
+    /// Call `next` until it succeeds or fails with something other than an error, at most
+    /// this many times in all: a retry policy.
+    Retry(u32),
+    /// Call `next` exactly this many times whatever it returns, and return the last result.
+    Repeat(u32),
+}
+
+type Filter = Arc<dyn Fn(&ToolInvokeContext) -> bool + Send + Sync>;
+
+/// A hook that appends `(stage, label)` to a [`StageLog`] every time the pipeline calls it,
+/// and then does what it was configured to do at that stage: nothing by default, or an
+/// [`Inject`]ed outcome.
+///
+/// By default it takes part in every stage (including `around_execute`, where it calls
+/// `next` once), with priority 0 and no filter.
+///
+/// # Examples
+///
+/// ```
+/// use serde_json::json;
+/// use toolgate_core::{InvokeOptions, Pipeline, Stage, StageSet};
+/// use toolgate_test::{assert_stages, Inject, RecordingHook, ScriptedTool, StageLog};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let log = StageLog::new();
+/// let auth = RecordingHook::new("auth", &log)
+///     .with_stages(StageSet::of(&[Stage::WillAuthorize, Stage::OnError, Stage::WillFinalizeInvoke]))
+///     .at(Stage::WillAuthorize, Inject::abort("no", "forbidden", 403));
+///
+/// let mut builder = Pipeline::builder();
+/// builder.erased_tool(ScriptedTool::new("t").into_erased()).unwrap();
+/// let pipeline = builder.hook(auth).build().unwrap();
+///
+/// let err = pipeline.invoke("t", json!({}), InvokeOptions::new()).await.unwrap_err();
+/// assert_eq!(err.code(), "forbidden");
+/// assert_stages(&log, &[Stage::WillAuthorize, Stage::OnError, Stage::WillFinalizeInvoke]);
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct RecordingHook {
+    label: Arc<str>,
+    log: StageLog,
+    priority: i32,
+    stages: StageSet,
+    filter: Option<Filter>,
+    injected: HashMap<Stage, Inject>,
+    around: Around,
+}
+
+impl RecordingHook {
+    /// A hook labelled `label` (also its [`Hook::name`]) that records into `log`.
+    pub fn new(label: impl Into<Arc<str>>, log: &StageLog) -> Self {
+        RecordingHook {
+            label: label.into(),
+            log: log.clone(),
+            priority: 0,
+            stages: StageSet::ALL,
+            filter: None,
+            injected: HashMap::new(),
+            around: Around::Once,
+        }
+    }
+
+    /// Sets the priority.
+    #[must_use]
+    pub fn with_priority(mut self, priority: i32) -> Self {
+        self.priority = priority;
+        self
+    }
+
+    /// Limits the stages the hook takes part in (every stage by default).
+    ///
+    /// ```
+    /// use toolgate_core::{Hook, Stage, StageSet};
+    /// use toolgate_test::{RecordingHook, StageLog};
+    ///
+    /// let hook = RecordingHook::new("q", &StageLog::new())
+    ///     .with_stages(StageSet::of(&[Stage::WillAcquireQuota, Stage::DidReleaseQuota]));
+    /// assert!(!hook.stages().contains(Stage::WillAuthorize));
+    /// ```
+    #[must_use]
+    pub fn with_stages(mut self, stages: impl Into<StageSet>) -> Self {
+        self.stages = stages.into();
+        self
+    }
+
+    /// Takes part only in invocations for which `filter` returns `true`.
+    ///
+    /// ```
+    /// use toolgate_test::{RecordingHook, StageLog};
+    ///
+    /// let admins_only = RecordingHook::new("audit", &StageLog::new())
+    ///     .with_filter(|ctx| ctx.user().has_role("admin"));
+    /// ```
+    #[must_use]
+    pub fn with_filter(
+        mut self,
+        filter: impl Fn(&ToolInvokeContext) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        self.filter = Some(Arc::new(filter));
+        self
+    }
+
+    /// Produces `outcome` every time the hook is called at `stage` (replacing an earlier
+    /// outcome for that stage). The stage must be among the hook's [`stages`](Self::with_stages).
+    #[must_use]
+    pub fn at(mut self, stage: Stage, outcome: Inject) -> Self {
+        self.injected.insert(stage, outcome);
+        self
+    }
+
+    /// Sets what the hook does in `around_execute`.
+    ///
+    /// ```
+    /// use toolgate_test::{Around, RecordingHook, StageLog};
+    ///
+    /// let retry = RecordingHook::new("retry", &StageLog::new()).around(Around::Retry(3));
+    /// ```
+    #[must_use]
+    pub fn around(mut self, around: Around) -> Self {
+        self.around = around;
+        self
+    }
+
+    /// The hook's label.
+    pub fn label(&self) -> &str {
+        &self.label
+    }
+
+    /// The log the hook records into.
+    pub fn log(&self) -> &StageLog {
+        &self.log
+    }
+
+    fn on_stage<'a>(&'a self, stage: Stage, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        self.log.record(stage, Arc::clone(&self.label));
+        match self.injected.get(&stage) {
+            Some(outcome) => outcome.perform(stage, ctx),
+            None => HookFuture::ok(),
+        }
+    }
+}
+
+impl fmt::Debug for RecordingHook {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecordingHook")
+            .field("label", &self.label)
+            .field("priority", &self.priority)
+            .field("stages", &self.stages)
+            .field("filtered", &self.filter.is_some())
+            .field("injected", &self.injected)
+            .field("around", &self.around)
+            .finish()
+    }
+}
+
+macro_rules! recording_stage_methods {
+    ($($method:ident => $stage:ident,)*) => {
+        $(
+            fn $method<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+                self.on_stage(Stage::$stage, ctx)
+            }
+        )*
+    };
+}
+
+impl Hook for RecordingHook {
+    fn stages(&self) -> StageSet {
+        self.stages
+    }
+
+    fn name(&self) -> &str {
+        &self.label
+    }
+
+    fn priority(&self) -> i32 {
+        self.priority
+    }
+
+    fn filter(&self, ctx: &ToolInvokeContext) -> bool {
+        self.filter.as_ref().is_none_or(|f| f(ctx))
+    }
+
+    fn around_execute<'a>(
+        &'a self,
+        ctx: &'a mut ToolInvokeContext,
+        next: Next<'a>,
+    ) -> HookFuture<'a> {
+        HookFuture::new(async move {
+            self.on_stage(Stage::AroundExecute, ctx).await?;
+            match &self.around {
+                Around::Once => next.run(ctx).await,
+                Around::Respond(value) => ctx.respond(value.clone()),
+                Around::Retry(attempts) => {
+                    let mut result = next.run(ctx).await;
+                    for _ in 1..*attempts {
+                        if !matches!(result, Err(Control::Error(_))) {
+                            break;
+                        }
+                        result = next.run(ctx).await;
+                    }
+                    result
+                }
+                Around::Repeat(times) => {
+                    let mut result = Ok(());
+                    for _ in 0..*times {
+                        result = next.run(ctx).await;
+                    }
+                    result
+                }
+            }
+        })
+    }
+
+    recording_stage_methods! {
+        will_create_invoke_context => WillCreateInvokeContext,
+        did_create_invoke_context => DidCreateInvokeContext,
+        will_bind_providers => WillBindProviders,
+        will_authorize => WillAuthorize,
+        will_check_consent => WillCheckConsent,
+        will_check_feature_flags => WillCheckFeatureFlags,
+        will_acquire_quota => WillAcquireQuota,
+        will_acquire_semaphore => WillAcquireSemaphore,
+        will_parse_input => WillParseInput,
+        will_validate_input => WillValidateInput,
+        will_normalize_input => WillNormalizeInput,
+        will_redact_input => WillRedactInput,
+        will_inject_secrets => WillInjectSecrets,
+        will_read_cache => WillReadCache,
+        did_cache_hit => DidCacheHit,
+        did_cache_miss => DidCacheMiss,
+        on_retry => OnRetry,
+        will_execute => WillExecute,
+        did_execute => DidExecute,
+        on_give_up => OnGiveUp,
+        will_write_cache => WillWriteCache,
+        will_redact_output => WillRedactOutput,
+        will_validate_output => WillValidateOutput,
+        will_transform_output => WillTransformOutput,
+        will_audit => WillAudit,
+        did_audit => DidAudit,
+        on_metrics => OnMetrics,
+        did_release_semaphore => DidReleaseSemaphore,
+        did_release_quota => DidReleaseQuota,
+        will_finalize_invoke => WillFinalizeInvoke,
+        on_error => OnError,
+    }
+}

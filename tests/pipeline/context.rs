@@ -1,0 +1,148 @@
+//! What the context tells hooks: timing set on every path, the attempt number, input and
+//! output histories — and one shared hook instance serving every call.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use toolgate::{Hook, HookFuture, Stage, StageSet, ToolInvokeContext};
+use toolgate_test::{Around, Inject, ScriptedTool, Step, TestPipeline};
+
+use crate::{TOOL, input, options, quiet_injected_panics};
+
+/// What a hook saw of the context at `will_audit`.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Seen {
+    finished: bool,
+    timed_stages: Vec<Stage>,
+    attempt: u32,
+    input_history: Vec<Value>,
+    output_history: Vec<Value>,
+    output: Option<Value>,
+}
+
+/// Rewrites the input at `will_normalize_input` and records what it sees at `will_audit`.
+#[derive(Clone, Default)]
+struct Probe {
+    seen: Arc<Mutex<Option<Seen>>>,
+    calls: Arc<AtomicUsize>,
+}
+
+impl Hook for Probe {
+    fn stages(&self) -> StageSet {
+        StageSet::of(&[Stage::WillNormalizeInput, Stage::WillAudit])
+    }
+
+    fn will_normalize_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        ctx.set_input(json!({ "q": "normalized" }));
+        HookFuture::ok()
+    }
+
+    fn will_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        *self.seen.lock().unwrap() = Some(Seen {
+            finished: ctx.finished().is_some(),
+            timed_stages: ctx
+                .stage_durations()
+                .iter()
+                .map(|(stage, _)| *stage)
+                .collect(),
+            attempt: ctx.attempt(),
+            input_history: ctx.input_history().to_vec(),
+            output_history: ctx.output_history().to_vec(),
+            output: ctx.output().cloned(),
+        });
+        HookFuture::ok()
+    }
+}
+
+impl Probe {
+    fn seen(&self) -> Seen {
+        self.seen.lock().unwrap().clone().expect("will_audit ran")
+    }
+}
+
+#[tokio::test]
+async fn on_success_the_record_phase_sees_finish_time_attempts_and_both_histories() {
+    let probe = Probe::default();
+    let tool = ScriptedTool::new(TOOL)
+        .then(Step::transient("once"))
+        .then(Step::Echo);
+    let pipeline = TestPipeline::new()
+        .tool(tool)
+        .hook(probe.clone())
+        .recording("retry", |h| {
+            h.with_stages(StageSet::of(&[
+                Stage::AroundExecute,
+                Stage::WillRedactOutput,
+            ]))
+            .around(Around::Retry(2))
+            .at(Stage::WillRedactOutput, Inject::Respond(json!("redacted")))
+        })
+        .build();
+
+    let out = pipeline.invoke(TOOL, input(), options()).await.unwrap();
+
+    assert_eq!(out, json!("redacted"));
+    let seen = probe.seen();
+    assert!(seen.finished, "finished is set before the record phase");
+    assert_eq!(
+        seen.timed_stages,
+        [Stage::WillNormalizeInput, Stage::WillRedactOutput],
+        "a duration for every stage with hooks that ran before the record phase"
+    );
+    assert_eq!(seen.attempt, 2);
+    assert_eq!(
+        seen.input_history,
+        [input()],
+        "each earlier input recorded once"
+    );
+    assert_eq!(
+        seen.output_history,
+        [json!({ "q": "normalized" })],
+        "the tool echoed the normalized input"
+    );
+    assert_eq!(seen.output, Some(json!("redacted")));
+}
+
+#[tokio::test]
+async fn on_the_error_path_the_record_phase_still_sees_the_finish_time() {
+    quiet_injected_panics();
+    let probe = Probe::default();
+    let pipeline = TestPipeline::new()
+        .tool(ScriptedTool::new(TOOL))
+        .hook(probe.clone())
+        .recording("deny", |h| {
+            h.at(Stage::WillAuthorize, Inject::abort("no", "forbidden", 403))
+        })
+        .build();
+
+    pipeline.invoke(TOOL, input(), options()).await.unwrap_err();
+
+    let seen = probe.seen();
+    assert!(seen.finished);
+    assert_eq!(seen.attempt, 0, "the tool never ran");
+    assert!(seen.input_history.is_empty());
+}
+
+#[tokio::test]
+async fn one_shared_hook_instance_serves_every_invocation() {
+    let probe = Probe::default();
+    let shared: Arc<dyn Hook> = Arc::new(probe.clone());
+    let pipeline = TestPipeline::new()
+        .tool(ScriptedTool::new(TOOL))
+        .shared_hook(Arc::clone(&shared))
+        .build();
+    let references = Arc::strong_count(&shared);
+
+    for _ in 0..3 {
+        pipeline.invoke(TOOL, input(), options()).await.unwrap();
+    }
+
+    assert_eq!(probe.calls.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        Arc::strong_count(&shared),
+        references,
+        "no instance is built or cloned per call"
+    );
+}

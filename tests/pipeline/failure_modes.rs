@@ -1,0 +1,224 @@
+//! What a hook's own failure means: fail the call (default), ignore it, or audit (shadow)
+//! mode — and failures in `on_error` and the tail that never replace the outcome.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::json;
+use toolgate::{
+    Decision, FailureMode, Hook, HookFuture, HookOptions, Stage, Stage::*, StageSet, ToolError,
+    ToolInvokeContext,
+};
+use toolgate_test::{Inject, RecordingHook, ScriptedTool, StageLog, TestPipeline, assert_stages};
+
+use crate::{TOOL, input, options, paths::SUCCESS, quiet_injected_panics};
+
+/// Copies the invocation's decision trace at `will_finalize_invoke`.
+#[derive(Clone, Default)]
+struct DecisionProbe(Arc<Mutex<Vec<Decision>>>);
+
+impl DecisionProbe {
+    fn decisions(&self) -> Vec<Decision> {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+impl Hook for DecisionProbe {
+    fn stages(&self) -> StageSet {
+        StageSet::of(&[WillFinalizeInvoke])
+    }
+
+    fn will_finalize_invoke<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        *self.0.lock().unwrap() = ctx.decisions().to_vec();
+        HookFuture::ok()
+    }
+}
+
+fn one_hook(
+    stage: Stage,
+    outcome: Inject,
+    mode: FailureMode,
+) -> (toolgate::Pipeline, StageLog, DecisionProbe) {
+    quiet_injected_panics();
+    let log = StageLog::new();
+    let probe = DecisionProbe::default();
+    let pipeline = TestPipeline::new()
+        .tool(ScriptedTool::returning(TOOL, json!("out")))
+        .hook_with(
+            RecordingHook::new("policy", &log).at(stage, outcome),
+            HookOptions::failure(mode),
+        )
+        .hook(probe.clone())
+        .build();
+    (pipeline, log, probe)
+}
+
+#[tokio::test]
+async fn fail_call_mode_lets_a_hook_failure_fail_the_call() {
+    let (pipeline, _, probe) = one_hook(
+        WillAuthorize,
+        Inject::Fail(ToolError::internal("policy store unreachable")),
+        FailureMode::FailCall,
+    );
+
+    let err = pipeline.invoke(TOOL, input(), options()).await.unwrap_err();
+
+    assert_eq!(err, ToolError::internal("policy store unreachable"));
+    let decisions = probe.decisions();
+    assert_eq!(decisions.len(), 1);
+    assert!(decisions[0].applied);
+}
+
+#[tokio::test]
+async fn ignore_mode_logs_a_hook_failure_and_the_call_goes_on() {
+    let (pipeline, log, probe) = one_hook(
+        WillAuthorize,
+        Inject::Fail(ToolError::internal("policy store unreachable")),
+        FailureMode::Ignore,
+    );
+
+    let out = pipeline.invoke(TOOL, input(), options()).await.unwrap();
+
+    assert_eq!(out, json!("out"));
+    assert_stages(&log, SUCCESS);
+    assert_eq!(
+        probe.decisions(),
+        [Decision {
+            stage: WillAuthorize,
+            hook: Arc::from("policy"),
+            outcome: "internal".into(),
+            applied: false,
+        }]
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_hook_fails_the_call_even_in_ignore_mode() {
+    let (pipeline, _, _) = one_hook(WillNormalizeInput, Inject::Panic, FailureMode::Ignore);
+
+    let err = pipeline.invoke(TOOL, input(), options()).await.unwrap_err();
+
+    // A panic unwinds past the hook's failure mode: it is contained at the pipeline
+    // boundary and fails the call, whatever the mode.
+    assert_eq!(err.code(), "internal");
+}
+
+#[tokio::test]
+async fn ignore_mode_still_applies_the_hooks_decisions() {
+    let (pipeline, _, probe) = one_hook(
+        WillAuthorize,
+        Inject::abort("no", "forbidden", 403),
+        FailureMode::Ignore,
+    );
+
+    let err = pipeline.invoke(TOOL, input(), options()).await.unwrap_err();
+
+    assert_eq!(err.code(), "forbidden");
+    assert!(probe.decisions()[0].applied);
+}
+
+#[tokio::test]
+async fn audit_mode_records_a_decision_without_applying_it() {
+    let (pipeline, log, probe) = one_hook(
+        WillAuthorize,
+        Inject::abort("no", "forbidden", 403),
+        FailureMode::Audit,
+    );
+
+    let out = pipeline.invoke(TOOL, input(), options()).await.unwrap();
+
+    assert_eq!(out, json!("out"));
+    assert_stages(&log, SUCCESS);
+    assert_eq!(
+        probe.decisions(),
+        [Decision {
+            stage: WillAuthorize,
+            hook: Arc::from("policy"),
+            outcome: "forbidden".into(),
+            applied: false,
+        }]
+    );
+}
+
+#[tokio::test]
+async fn audit_mode_does_not_apply_a_respond_either() {
+    let (pipeline, _, probe) = one_hook(
+        WillReadCache,
+        Inject::Respond(json!("shadow")),
+        FailureMode::Audit,
+    );
+
+    let out = pipeline.invoke(TOOL, input(), options()).await.unwrap();
+
+    assert_eq!(out, json!("out"));
+    assert_eq!(probe.decisions()[0].outcome, "respond");
+}
+
+#[tokio::test]
+async fn an_error_in_on_error_never_replaces_the_original_error() {
+    for failure in [
+        Inject::Fail(ToolError::internal("on_error broke")),
+        Inject::Panic,
+    ] {
+        quiet_injected_panics();
+        let test = TestPipeline::new()
+            .tool(ScriptedTool::new(TOOL))
+            .recording("rec", |h| {
+                h.at(WillAuthorize, Inject::abort("no", "forbidden", 403))
+                    .at(OnError, failure.clone())
+            });
+        let log = test.log();
+
+        let err = test
+            .build()
+            .invoke(TOOL, input(), options())
+            .await
+            .unwrap_err();
+
+        assert_eq!(err.code(), "forbidden", "with {failure:?} in on_error");
+        assert_eq!(
+            log.count(WillFinalizeInvoke),
+            1,
+            "the tail goes on after {failure:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn an_error_in_will_finalize_invoke_never_replaces_the_outcome() {
+    for failure in [
+        Inject::Fail(ToolError::internal("finalize broke")),
+        Inject::abort("too late", "forbidden", 403),
+        Inject::Panic,
+    ] {
+        let test = crate::recorded(ScriptedTool::returning(TOOL, json!("out")), |h| {
+            h.at(WillFinalizeInvoke, failure.clone())
+        });
+        let log = test.log();
+
+        let out = test.build().invoke(TOOL, input(), options()).await;
+
+        assert_eq!(
+            out,
+            Ok(json!("out")),
+            "with {failure:?} in will_finalize_invoke"
+        );
+        assert_eq!(log.count(WillFinalizeInvoke), 1);
+    }
+}
+
+#[tokio::test]
+async fn errors_in_record_and_release_stages_never_replace_the_outcome_or_skip_later_stages() {
+    let test = crate::recorded(ScriptedTool::returning(TOOL, json!("out")), |h| {
+        h.at(
+            WillAudit,
+            Inject::Fail(ToolError::internal("audit sink down")),
+        )
+        .at(DidReleaseSemaphore, Inject::Panic)
+    });
+    let log = test.log();
+
+    let out = test.build().invoke(TOOL, input(), options()).await;
+
+    assert_eq!(out, Ok(json!("out")));
+    assert_stages(&log, SUCCESS);
+}

@@ -1,0 +1,149 @@
+//! One span per invocation with tool, request id, session id and user id — never input
+//! values — and one event per control outcome.
+
+use std::cell::RefCell;
+use std::io::Write;
+use std::sync::{Arc, Mutex, Once};
+
+use serde_json::json;
+use toolgate::{Stage, User};
+use toolgate_test::{Inject, ScriptedTool, TestPipeline};
+use tracing_subscriber::fmt::MakeWriter;
+use tracing_subscriber::fmt::format::FmtSpan;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{Layer, filter};
+
+use crate::{TOOL, options};
+
+thread_local! {
+    /// The buffer of the test running on this thread, while it captures.
+    static CAPTURE: RefCell<Option<Arc<Mutex<Vec<u8>>>>> = const { RefCell::new(None) };
+}
+
+/// Writes into the capturing buffer of the current thread.
+struct ThreadBuffer;
+
+impl Write for ThreadBuffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        CAPTURE.with(|c| {
+            if let Some(buffer) = &*c.borrow() {
+                buffer.lock().unwrap().extend_from_slice(buf);
+            }
+        });
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+struct ThreadWriter;
+
+impl<'a> MakeWriter<'a> for ThreadWriter {
+    type Writer = ThreadBuffer;
+
+    fn make_writer(&'a self) -> Self::Writer {
+        ThreadBuffer
+    }
+}
+
+/// One global subscriber for the whole test binary, writing only for threads that capture.
+/// (Per-thread `set_default` subscribers race with the callsite interest cache of tests
+/// running on other threads, and events go missing.)
+fn install_capturing_subscriber() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let capturing = filter::filter_fn(|_| CAPTURE.with(|c| c.borrow().is_some()));
+        let layer = tracing_subscriber::fmt::layer()
+            .with_writer(ThreadWriter)
+            .with_span_events(FmtSpan::NEW | FmtSpan::CLOSE)
+            .with_ansi(false)
+            .with_filter(capturing);
+        tracing_subscriber::registry().with(layer).init();
+    });
+}
+
+/// Captures what the current thread logs while `f` runs.
+async fn capture<F: std::future::Future<Output = ()>>(f: F) -> String {
+    install_capturing_subscriber();
+    let buffer = Arc::new(Mutex::new(Vec::new()));
+    CAPTURE.with(|c| *c.borrow_mut() = Some(Arc::clone(&buffer)));
+    f.await;
+    CAPTURE.with(|c| *c.borrow_mut() = None);
+    let bytes = buffer.lock().unwrap().clone();
+    String::from_utf8(bytes).unwrap()
+}
+
+const SECRET_INPUT: &str = "card-4111-1111-1111-1111";
+
+/// Runs one call that aborts at `will_authorize` and returns everything it logged.
+async fn captured_call(input: serde_json::Value) -> String {
+    let pipeline = TestPipeline::new()
+        .tool(ScriptedTool::new(TOOL))
+        .recording("policy", |h| {
+            h.at(Stage::WillAuthorize, Inject::abort("no", "forbidden", 403))
+        })
+        .build();
+    let call = options()
+        .request_id("req-77")
+        .session("sess-9")
+        .user(User::new("alice"));
+    capture(async {
+        let _ = pipeline.invoke(TOOL, input, call).await;
+    })
+    .await
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn the_invocation_span_names_tool_request_session_and_user() {
+    let text = captured_call(json!({ "card": SECRET_INPUT })).await;
+
+    let span_line = text
+        .lines()
+        .find(|l| l.contains("toolgate.invoke"))
+        .unwrap_or_else(|| panic!("no invocation span in:\n{text}"));
+    for field in [
+        "tool=t",
+        "request_id=req-77",
+        "session_id=\"sess-9\"",
+        "user_id=alice",
+    ] {
+        let found = span_line.contains(field) || span_line.contains(&field.replace('"', ""));
+        assert!(found, "`{field}` missing from the span: {span_line}");
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn no_input_value_reaches_any_span_or_event() {
+    let text = captured_call(json!({ "card": SECRET_INPUT, "nested": [SECRET_INPUT] })).await;
+
+    assert!(!text.is_empty());
+    assert!(
+        !text.contains(SECRET_INPUT),
+        "an input value was logged:\n{text}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_control_outcome_emits_one_event_inside_the_invocation_span() {
+    let text = captured_call(json!({})).await;
+
+    let outcomes: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("control outcome"))
+        .collect();
+    assert_eq!(outcomes.len(), 1, "{text}");
+    assert!(
+        outcomes[0].contains("outcome=\"forbidden\"") || outcomes[0].contains("outcome=forbidden"),
+        "{}",
+        outcomes[0]
+    );
+    assert!(outcomes[0].contains("hook=policy"), "{}", outcomes[0]);
+    assert!(
+        outcomes[0].contains("request_id=req-77"),
+        "the event is inside the span: {}",
+        outcomes[0]
+    );
+}
