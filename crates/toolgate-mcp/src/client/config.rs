@@ -1,0 +1,192 @@
+//! How an upstream MCP server is configured.
+
+use std::time::Duration;
+
+use toolgate_core::ToolDefinition;
+
+/// How to reach an upstream MCP server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum UpstreamTransport {
+    /// Start a program and speak MCP over its stdin and stdout. It is started again
+    /// (with backoff) when it dies.
+    Stdio {
+        /// The program.
+        command: String,
+        /// Its arguments.
+        args: Vec<String>,
+        /// Extra environment variables (the rest is inherited).
+        env: Vec<(String, String)>,
+    },
+    /// Connect to a streamable HTTP endpoint (plain HTTP; meant for loopback or a
+    /// TLS-terminating sidecar).
+    Http {
+        /// The endpoint, e.g. `http://127.0.0.1:9000/mcp`.
+        url: String,
+    },
+}
+
+/// Backoff between attempts to reach an upstream that is down: `initial`, doubled per
+/// failed attempt, capped at `max`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Backoff {
+    /// The wait after the first failure.
+    pub initial: Duration,
+    /// The longest wait.
+    pub max: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            initial: Duration::from_millis(100),
+            max: Duration::from_secs(10),
+        }
+    }
+}
+
+impl Backoff {
+    /// The wait after `failures` consecutive failed attempts (at least one).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use toolgate_mcp::Backoff;
+    ///
+    /// let b = Backoff { initial: Duration::from_millis(100), max: Duration::from_secs(1) };
+    /// assert_eq!(b.delay(1), Duration::from_millis(100));
+    /// assert_eq!(b.delay(3), Duration::from_millis(400));
+    /// assert_eq!(b.delay(30), Duration::from_secs(1));
+    /// ```
+    pub fn delay(&self, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(20);
+        self.initial.saturating_mul(1 << doublings).min(self.max)
+    }
+}
+
+/// One upstream MCP server whose tools are imported.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use toolgate_mcp::{UpstreamConfig, UpstreamTransport};
+///
+/// let github = UpstreamConfig::http("github", "http://127.0.0.1:9000/mcp")
+///     .credential_env("GITHUB_MCP_TOKEN")
+///     .prefix("gh.")
+///     .call_timeout(Duration::from_secs(20));
+/// let files = UpstreamConfig::stdio("files", "mcp-files", ["--root", "/srv"]);
+/// ```
+#[derive(Clone, Debug, PartialEq)]
+#[non_exhaustive]
+pub struct UpstreamConfig {
+    /// The server's name: in [`ToolSource::Mcp`](toolgate_core::ToolSource::Mcp), logs
+    /// and errors.
+    pub name: String,
+    /// How to reach it.
+    pub transport: UpstreamTransport,
+    /// The environment variable holding the credential toolgate presents to the
+    /// upstream: sent as `Authorization: Bearer …` over HTTP, passed to a stdio program
+    /// in the same variable. The inbound caller's own token is never forwarded.
+    pub credential_env: Option<String>,
+    /// Prepended to every imported tool's name. Without one, an imported tool whose name
+    /// is taken is refused ([`McpError::Collision`](crate::McpError::Collision)).
+    pub prefix: Option<String>,
+    /// Tools declared in configuration. When given, only these are imported, with these
+    /// definitions; differences from what the server reports are logged as warnings,
+    /// and they are registered even when the server is down at start-up.
+    pub declared_tools: Vec<ToolDefinition>,
+    /// The deadline of one call (the invocation's own deadline applies when earlier).
+    pub call_timeout: Duration,
+    /// The deadline of one connection attempt, handshake included.
+    pub connect_timeout: Duration,
+    /// Backoff between connection attempts.
+    pub backoff: Backoff,
+}
+
+impl UpstreamConfig {
+    fn new(name: impl Into<String>, transport: UpstreamTransport) -> Self {
+        UpstreamConfig {
+            name: name.into(),
+            transport,
+            credential_env: None,
+            prefix: None,
+            declared_tools: Vec::new(),
+            call_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            backoff: Backoff::default(),
+        }
+    }
+
+    /// An upstream started as a program speaking MCP over stdio.
+    pub fn stdio<I, S>(name: impl Into<String>, command: impl Into<String>, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self::new(
+            name,
+            UpstreamTransport::Stdio {
+                command: command.into(),
+                args: args.into_iter().map(Into::into).collect(),
+                env: Vec::new(),
+            },
+        )
+    }
+
+    /// An upstream reached over streamable HTTP.
+    pub fn http(name: impl Into<String>, url: impl Into<String>) -> Self {
+        Self::new(name, UpstreamTransport::Http { url: url.into() })
+    }
+
+    /// Adds an environment variable for a stdio program (ignored over HTTP).
+    #[must_use]
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        if let UpstreamTransport::Stdio { env, .. } = &mut self.transport {
+            env.push((key.into(), value.into()));
+        }
+        self
+    }
+
+    /// Reads the credential from this environment variable.
+    #[must_use]
+    pub fn credential_env(mut self, var: impl Into<String>) -> Self {
+        self.credential_env = Some(var.into());
+        self
+    }
+
+    /// Prefixes imported tool names.
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = Some(prefix.into());
+        self
+    }
+
+    /// Declares a tool (see [`declared_tools`](Self::declared_tools)).
+    #[must_use]
+    pub fn declare(mut self, tool: ToolDefinition) -> Self {
+        self.declared_tools.push(tool);
+        self
+    }
+
+    /// Sets the deadline of one call.
+    #[must_use]
+    pub fn call_timeout(mut self, timeout: Duration) -> Self {
+        self.call_timeout = timeout;
+        self
+    }
+
+    /// Sets the deadline of one connection attempt.
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the reconnection backoff.
+    #[must_use]
+    pub fn backoff(mut self, backoff: Backoff) -> Self {
+        self.backoff = backoff;
+        self
+    }
+}

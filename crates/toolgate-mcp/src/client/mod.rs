@@ -1,0 +1,236 @@
+//! Importing the tools of upstream MCP servers.
+
+mod config;
+mod link;
+mod tool;
+
+use std::sync::Arc;
+
+use tokio::time::Instant;
+use toolgate_core::{PipelineBuilder, RegistryError, ToolAnnotations, ToolDefinition, ToolSource};
+
+pub use config::{Backoff, UpstreamConfig, UpstreamTransport};
+pub use tool::ImportedTool;
+
+use crate::McpError;
+use link::Link;
+
+/// A connection to one upstream MCP server, and the tools imported from it.
+///
+/// [`Upstream::connect`] reads the credential, connects and discovers the tools;
+/// [`register`](Upstream::register) adds them to a pipeline builder as
+/// [`ImportedTool`]s, so every hook of the pipeline applies to them. The connection is
+/// shared by the imported tools; when the upstream dies, the next call reconnects (a
+/// stdio program is started again) with backoff.
+///
+/// # Examples
+///
+/// ```no_run
+/// use toolgate_core::Pipeline;
+/// use toolgate_mcp::{McpServer, Upstream, UpstreamConfig};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let files = Upstream::connect(UpstreamConfig::stdio("files", "mcp-files", ["--root", "/srv"]).prefix("files.")).await?;
+/// let mut builder = Pipeline::builder();
+/// files.register(&mut builder)?;
+/// McpServer::new(builder.build()?).serve_stdio().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Upstream {
+    link: Arc<Link>,
+    tools: Vec<ToolDefinition>,
+    /// For each of `tools`, its name upstream.
+    remote_names: Vec<String>,
+}
+
+impl Upstream {
+    /// Connects to the upstream and discovers its tools (or takes the declared ones).
+    ///
+    /// # Errors
+    ///
+    /// [`McpError::MissingCredential`] when the credential's variable is not set;
+    /// [`McpError::Connect`] / [`McpError::Discovery`] when the upstream cannot be
+    /// reached or listed and no tools are declared; [`McpError::Config`] for an empty
+    /// name.
+    pub async fn connect(config: UpstreamConfig) -> Result<Upstream, McpError> {
+        if config.name.is_empty() {
+            return Err(McpError::Config(
+                "an upstream MCP server needs a name".to_owned(),
+            ));
+        }
+        let credential = match &config.credential_env {
+            Some(var) => Some(std::env::var(var).map_err(|_| McpError::MissingCredential {
+                server: config.name.clone(),
+                var: var.clone(),
+            })?),
+            None => None,
+        };
+        let link = Arc::new(Link::new(config, credential));
+        let config = &link.config;
+        let deadline = Instant::now() + config.connect_timeout;
+        let discovered = link.list_tools(deadline).await;
+
+        let mut tools = Vec::new();
+        let mut remote_names = Vec::new();
+        if config.declared_tools.is_empty() {
+            let discovered = discovered.map_err(|e| match e {
+                toolgate_core::ToolError::RetryAfter { .. }
+                | toolgate_core::ToolError::Timeout { .. } => McpError::Connect {
+                    server: config.name.clone(),
+                    reason: e.to_string(),
+                },
+                other => McpError::Discovery {
+                    server: config.name.clone(),
+                    reason: other.to_string(),
+                },
+            })?;
+            for tool in &discovered {
+                remote_names.push(tool.name.to_string());
+                tools.push(definition_from_mcp(config, tool));
+            }
+        } else {
+            let discovered = match discovered {
+                Ok(tools) => Some(tools),
+                Err(e) => {
+                    tracing::warn!(server = %config.name, error = %e, "MCP server not reachable at start-up; registering its declared tools");
+                    None
+                }
+            };
+            for declared in &config.declared_tools {
+                let remote = discovered
+                    .as_ref()
+                    .and_then(|d| d.iter().find(|t| t.name == declared.name));
+                match (remote, &discovered) {
+                    (Some(remote), _) => warn_on_differences(config, declared, remote),
+                    (None, Some(_)) => {
+                        tracing::warn!(server = %config.name, tool = %declared.name, "declared tool is not offered by the MCP server; calls to it will fail");
+                    }
+                    (None, None) => {}
+                }
+                remote_names.push(declared.name.clone());
+                let mut definition = declared.clone();
+                definition.name = prefixed(config, &declared.name);
+                definition.source = ToolSource::Mcp {
+                    server: config.name.clone(),
+                };
+                tools.push(definition);
+            }
+        }
+        Ok(Upstream {
+            link,
+            tools,
+            remote_names,
+        })
+    }
+
+    /// The upstream's configured name.
+    pub fn name(&self) -> &str {
+        &self.link.config.name
+    }
+
+    /// The definitions of the imported tools, as they will be registered.
+    pub fn definitions(&self) -> &[ToolDefinition] {
+        &self.tools
+    }
+
+    /// The imported tools, ready to register.
+    pub fn tools(&self) -> Vec<ImportedTool> {
+        self.tools
+            .iter()
+            .zip(&self.remote_names)
+            .map(|(definition, remote)| {
+                ImportedTool::new(Arc::clone(&self.link), definition.clone(), remote.clone())
+            })
+            .collect()
+    }
+
+    /// Registers every imported tool in `builder`. Returns their names.
+    ///
+    /// # Errors
+    ///
+    /// [`McpError::Collision`] when a name is already taken (configure a
+    /// [prefix](UpstreamConfig::prefix)); [`McpError::Registry`] for a name the registry
+    /// refuses. Tools before the failing one stay registered: discard the builder.
+    pub fn register(&self, builder: &mut PipelineBuilder) -> Result<Vec<String>, McpError> {
+        let mut names = Vec::new();
+        for tool in self.tools() {
+            let name = tool.definition_ref().name.clone();
+            builder.erased_tool(Arc::new(tool)).map_err(|e| match e {
+                RegistryError::DuplicateTool { name } => McpError::Collision {
+                    server: self.name().to_owned(),
+                    tool: name,
+                },
+                source => McpError::Registry {
+                    server: self.name().to_owned(),
+                    source,
+                },
+            })?;
+            names.push(name);
+        }
+        Ok(names)
+    }
+}
+
+impl std::fmt::Debug for Upstream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Upstream")
+            .field("name", &self.link.config.name)
+            .field(
+                "tools",
+                &self.tools.iter().map(|t| &t.name).collect::<Vec<_>>(),
+            )
+            .finish()
+    }
+}
+
+fn prefixed(config: &UpstreamConfig, name: &str) -> String {
+    match &config.prefix {
+        Some(prefix) => format!("{prefix}{name}"),
+        None => name.to_owned(),
+    }
+}
+
+/// A discovered tool as toolgate registers it. Its annotations are kept for listing, and
+/// `source = mcp` marks them as untrusted for retry and cache defaults.
+fn definition_from_mcp(config: &UpstreamConfig, tool: &rmcp::model::Tool) -> ToolDefinition {
+    let hints = tool.annotations.clone().unwrap_or_default();
+    ToolDefinition {
+        name: prefixed(config, &tool.name),
+        title: tool.title.clone().or(hints.title.clone()),
+        description: tool.description.as_deref().unwrap_or_default().to_owned(),
+        version: "mcp".to_owned(),
+        input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
+        output_schema: tool
+            .output_schema
+            .as_ref()
+            .map(|s| serde_json::Value::Object((**s).clone())),
+        annotations: ToolAnnotations {
+            read_only: hints.read_only_hint.unwrap_or(false),
+            idempotent: hints.idempotent_hint.unwrap_or(false),
+            destructive: hints.destructive_hint.unwrap_or(true),
+            open_world: hints.open_world_hint.unwrap_or(true),
+        },
+        tags: vec!["mcp".to_owned()],
+        source: ToolSource::Mcp {
+            server: config.name.clone(),
+        },
+    }
+}
+
+fn warn_on_differences(
+    config: &UpstreamConfig,
+    declared: &ToolDefinition,
+    remote: &rmcp::model::Tool,
+) {
+    let reported = definition_from_mcp(config, remote);
+    if declared.input_schema != reported.input_schema {
+        tracing::warn!(server = %config.name, tool = %declared.name, "declared input schema differs from the one the MCP server reports; using the declared one");
+    }
+    if declared.description != reported.description {
+        tracing::warn!(server = %config.name, tool = %declared.name, "declared description differs from the one the MCP server reports; using the declared one");
+    }
+    if declared.output_schema.is_some() && declared.output_schema != reported.output_schema {
+        tracing::warn!(server = %config.name, tool = %declared.name, "declared output schema differs from the one the MCP server reports; using the declared one");
+    }
+}

@@ -1,0 +1,57 @@
+//! MCP for toolgate, on [`rmcp`]: serve a pipeline as an MCP server, and import the tools
+//! of remote MCP servers as first-class tools.
+//!
+//! * [`McpServer`] serves a [`Pipeline`](toolgate_core::Pipeline) over stdio
+//!   ([`McpServer::serve_stdio`]) or streamable HTTP ([`McpServer::http_service`], a tower
+//!   service to mount in an axum router). `tools/list` shows each tool's schemas and
+//!   annotations, filtered per principal by a [`ListFilter`]; every `tools/call` runs
+//!   through the pipeline with the MCP session as the session scope. A client's
+//!   `notifications/cancelled`, or an HTTP client that disconnects, cancels the
+//!   invocation, and everything its hooks acquired is released.
+//! * [`Upstream`] connects to a remote MCP server (a stdio command or a streamable HTTP
+//!   URL, with a credential read from an environment variable), discovers its tools and
+//!   registers them in a pipeline builder as [`ImportedTool`]s with
+//!   `source = mcp`, so the same hooks apply to them. Calls carry a deadline; a dead
+//!   upstream is reconnected with backoff.
+//!
+//! How errors map (see `docs/mcp.md`): tool and policy errors become a `CallToolResult`
+//! with `isError: true` and the error's message (a retry-after includes its delay);
+//! protocol errors — an unknown tool, a request that is not a valid `tools/call` — are
+//! JSON-RPC errors.
+//!
+//! # Example: serve a pipeline over streamable HTTP
+//!
+//! ```no_run
+//! use serde_json::json;
+//! use toolgate_core::{JsonTool, Pipeline, ToolError};
+//! use toolgate_mcp::McpServer;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let mut builder = Pipeline::builder();
+//! builder.erased_tool(std::sync::Arc::new(JsonTool::new(
+//!     "echo",
+//!     "Returns its arguments.",
+//!     json!({"type": "object"}),
+//!     |input, _ctx| Box::pin(async move { Ok::<_, ToolError>(input.clone()) }),
+//! )))?;
+//! let server = McpServer::new(builder.build()?);
+//!
+//! let app = axum::Router::new().nest_service("/mcp", server.http_service(Default::default()));
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;
+//! axum::serve(listener, app).await?;
+//! # Ok(()) }
+//! ```
+#![deny(missing_docs)]
+
+mod client;
+mod convert;
+mod error;
+mod server;
+
+pub use client::{Backoff, ImportedTool, Upstream, UpstreamConfig, UpstreamTransport};
+pub use convert::{error_to_result, output_to_result, to_mcp_tool};
+pub use error::McpError;
+pub use server::{ClientDisconnected, GuardedBody, ListFilter, McpHttpService, McpServer};
+
+pub use rmcp;

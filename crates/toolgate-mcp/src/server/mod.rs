@@ -1,0 +1,243 @@
+//! [`McpServer`]: a pipeline served over MCP.
+
+mod connection;
+mod http;
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::ServiceExt;
+use rmcp::transport::streamable_http_server::{
+    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+};
+use toolgate_core::{Pipeline, ToolDefinition, User};
+
+pub use self::http::{ClientDisconnected, GuardedBody, McpHttpService};
+use crate::McpError;
+use connection::Connection;
+
+/// Decides which tools `tools/list` shows to a principal — where the authorization
+/// policy plugs in, so a caller never sees a tool it may not call. A tool hidden from a
+/// caller is also unknown to it at `tools/call`.
+///
+/// # Examples
+///
+/// ```
+/// use toolgate_mcp::ListFilter;
+///
+/// // Tools tagged `admin` are listed to admins only.
+/// let filter = ListFilter::new(|tool, user| !tool.has_tag("admin") || user.has_role("admin"));
+/// ```
+#[derive(Clone)]
+pub struct ListFilter(Arc<Allows>);
+
+type Allows = dyn Fn(&ToolDefinition, &User) -> bool + Send + Sync;
+
+impl ListFilter {
+    /// A filter from a predicate: `true` lists the tool to the user.
+    pub fn new(allows: impl Fn(&ToolDefinition, &User) -> bool + Send + Sync + 'static) -> Self {
+        ListFilter(Arc::new(allows))
+    }
+
+    /// Whether `user` may see `tool`.
+    pub fn allows(&self, tool: &ToolDefinition, user: &User) -> bool {
+        (self.0)(tool, user)
+    }
+}
+
+impl fmt::Debug for ListFilter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ListFilter(..)")
+    }
+}
+
+type Identify = Arc<dyn Fn(&::http::request::Parts) -> Option<User> + Send + Sync>;
+
+pub(crate) struct ServerInner {
+    pub pipeline: Pipeline,
+    pub filter: Option<ListFilter>,
+    pub default_user: Arc<User>,
+    pub identify: Option<Identify>,
+    pub name: String,
+    pub version: String,
+    pub instructions: Option<String>,
+    pub call_timeout: Option<Duration>,
+}
+
+/// A [`Pipeline`] served as an MCP server: every `tools/call` runs through the pipeline.
+///
+/// Who calls: over HTTP, the principal is what [`identify`](Self::identify) finds in the
+/// request, else a [`User`] (or `Arc<User>`) that the host's authentication middleware put
+/// in the request's extensions, else the [default user](Self::default_user). Over stdio it
+/// is the default user (anonymous unless set).
+///
+/// The MCP session is the pipeline's session scope: the `Mcp-Session-Id` of a streamable
+/// HTTP session, or one id per stdio connection. Its session-scoped providers are dropped
+/// when the connection ends.
+///
+/// Cheap to clone (one `Arc`).
+///
+/// # Examples
+///
+/// ```no_run
+/// use toolgate_core::{Pipeline, User};
+/// use toolgate_mcp::{ListFilter, McpServer};
+///
+/// # async fn run(pipeline: Pipeline) -> Result<(), toolgate_mcp::McpError> {
+/// McpServer::new(pipeline)
+///     .default_user(User::new("local").with_roles(["dev"]))
+///     .list_filter(ListFilter::new(|tool, user| !tool.has_tag("admin") || user.has_role("admin")))
+///     .serve_stdio()
+///     .await
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct McpServer {
+    inner: Arc<ServerInner>,
+}
+
+impl McpServer {
+    /// A server for this pipeline: every tool listed, the anonymous user, no call timeout.
+    pub fn new(pipeline: Pipeline) -> Self {
+        McpServer {
+            inner: Arc::new(ServerInner {
+                pipeline,
+                filter: None,
+                default_user: User::anonymous(),
+                identify: None,
+                name: "toolgate".to_owned(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                instructions: None,
+                call_timeout: None,
+            }),
+        }
+    }
+
+    fn edit(mut self, f: impl FnOnce(&mut ServerInner)) -> Self {
+        match Arc::get_mut(&mut self.inner) {
+            Some(inner) => f(inner),
+            None => {
+                let old = &self.inner;
+                let mut inner = ServerInner {
+                    pipeline: old.pipeline.clone(),
+                    filter: old.filter.clone(),
+                    default_user: Arc::clone(&old.default_user),
+                    identify: old.identify.clone(),
+                    name: old.name.clone(),
+                    version: old.version.clone(),
+                    instructions: old.instructions.clone(),
+                    call_timeout: old.call_timeout,
+                };
+                f(&mut inner);
+                self.inner = Arc::new(inner);
+            }
+        }
+        self
+    }
+
+    /// The principal of calls that carry no identity (all stdio calls).
+    #[must_use]
+    pub fn default_user(self, user: User) -> Self {
+        self.edit(|s| s.default_user = Arc::new(user))
+    }
+
+    /// Finds the principal of an HTTP request (from a header, a verified token…). `None`
+    /// falls back to a `User` in the request's extensions, then to the default user.
+    #[must_use]
+    pub fn identify(
+        self,
+        identify: impl Fn(&::http::request::Parts) -> Option<User> + Send + Sync + 'static,
+    ) -> Self {
+        self.edit(|s| s.identify = Some(Arc::new(identify)))
+    }
+
+    /// Filters `tools/list` (and what `tools/call` accepts) per principal.
+    #[must_use]
+    pub fn list_filter(self, filter: ListFilter) -> Self {
+        self.edit(|s| s.filter = Some(filter))
+    }
+
+    /// The name and version the server reports at `initialize`.
+    #[must_use]
+    pub fn server_info(self, name: impl Into<String>, version: impl Into<String>) -> Self {
+        let (name, version) = (name.into(), version.into());
+        self.edit(|s| {
+            s.name = name;
+            s.version = version;
+        })
+    }
+
+    /// Instructions for the client, reported at `initialize`.
+    #[must_use]
+    pub fn instructions(self, instructions: impl Into<String>) -> Self {
+        let instructions = instructions.into();
+        self.edit(|s| s.instructions = Some(instructions))
+    }
+
+    /// A deadline for every call made over MCP (none by default).
+    #[must_use]
+    pub fn call_timeout(self, timeout: Duration) -> Self {
+        self.edit(|s| s.call_timeout = Some(timeout))
+    }
+
+    /// The pipeline this server serves.
+    pub fn pipeline(&self) -> &Pipeline {
+        &self.inner.pipeline
+    }
+
+    /// Serves one MCP connection over stdin and stdout until the client closes it.
+    ///
+    /// # Errors
+    ///
+    /// [`McpError::Transport`] when the MCP handshake fails or the connection breaks.
+    pub async fn serve_stdio(&self) -> Result<(), McpError> {
+        let (stdin, stdout) = rmcp::transport::stdio();
+        self.serve_io(stdin, stdout).await
+    }
+
+    /// Serves one MCP connection over a byte stream pair (a pipe, a socket) until the
+    /// client closes it.
+    ///
+    /// # Errors
+    ///
+    /// [`McpError::Transport`] when the MCP handshake fails or the connection breaks.
+    pub async fn serve_io<R, W>(&self, read: R, write: W) -> Result<(), McpError>
+    where
+        R: tokio::io::AsyncRead + Send + Unpin + 'static,
+        W: tokio::io::AsyncWrite + Send + Unpin + 'static,
+    {
+        let running = Connection::new(Arc::clone(&self.inner))
+            .serve((read, write))
+            .await
+            .map_err(|e| McpError::Transport(e.to_string()))?;
+        running
+            .waiting()
+            .await
+            .map_err(|e| McpError::Transport(e.to_string()))?;
+        Ok(())
+    }
+
+    /// The streamable HTTP endpoint: a tower service to mount in an axum router with
+    /// `Router::nest_service("/mcp", …)`. A client that disconnects while a call runs
+    /// cancels the call. `config` is rmcp's: sessions, SSE keep-alive (how quickly a
+    /// disconnect is noticed on a streaming response), allowed hosts, shutdown token.
+    pub fn http_service(&self, config: StreamableHttpServerConfig) -> McpHttpService {
+        let inner = Arc::clone(&self.inner);
+        let service = StreamableHttpService::new(
+            move || Ok(Connection::new(Arc::clone(&inner))),
+            Arc::new(LocalSessionManager::default()),
+            config,
+        );
+        McpHttpService::new(service)
+    }
+}
+
+impl fmt::Debug for McpServer {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("McpServer")
+            .field("name", &self.inner.name)
+            .field("pipeline", &self.inner.pipeline)
+            .finish_non_exhaustive()
+    }
+}

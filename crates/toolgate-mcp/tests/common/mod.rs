@@ -1,0 +1,172 @@
+//! Shared helpers: the demo server as a child process (stdio or HTTP), rmcp clients for
+//! it, and bounded waits. Every wait has a timeout; every child is killed on drop.
+#![allow(dead_code)]
+
+pub mod scenarios;
+
+use std::future::Future;
+use std::process::Stdio;
+use std::time::Duration;
+
+use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
+use rmcp::service::{RunningService, ServiceError};
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{RoleClient, ServiceExt};
+use serde_json::Value;
+use tokio::io::AsyncBufReadExt;
+
+pub type Client = RunningService<RoleClient, ()>;
+
+/// The demo server binary built with this crate.
+pub const DEMO: &str = env!("CARGO_BIN_EXE_toolgate-mcp-demo");
+
+/// Fails the test instead of hanging when `future` takes longer than `secs`.
+pub async fn within<T>(secs: u64, what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(secs), future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out after {secs} s: {what}"))
+}
+
+/// An rmcp client connected to the demo server over stdio, with these environment
+/// variables. The child is killed when the client is dropped.
+pub async fn stdio_client(env: &[(&str, &str)]) -> Client {
+    let mut cmd = tokio::process::Command::new(DEMO);
+    cmd.arg("stdio").envs(env.iter().copied());
+    let transport = TokioChildProcess::new(cmd).expect("the demo server starts");
+    within(20, "stdio handshake", ().serve(transport))
+        .await
+        .expect("the MCP handshake succeeds")
+}
+
+/// The demo server serving streamable HTTP in a child process.
+pub struct HttpDemo {
+    pub child: tokio::process::Child,
+    pub url: String,
+}
+
+impl HttpDemo {
+    /// Starts it on `addr` (`127.0.0.1:0` for an ephemeral port) and waits until it
+    /// listens.
+    pub async fn start(addr: &str, env: &[(&str, &str)]) -> HttpDemo {
+        let mut child = tokio::process::Command::new(DEMO)
+            .args(["http", addr])
+            .envs(env.iter().copied())
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("the demo server starts");
+        let stdout = child.stdout.take().expect("stdout is piped");
+        let mut lines = tokio::io::BufReader::new(stdout).lines();
+        let line = within(20, "the HTTP demo server listens", lines.next_line())
+            .await
+            .expect("stdout is readable")
+            .expect("the server prints its address");
+        let url = line
+            .strip_prefix("listening on ")
+            .unwrap_or_else(|| panic!("unexpected first line: {line}"))
+            .to_owned();
+        HttpDemo { child, url }
+    }
+
+    /// `127.0.0.1:PORT` of the server.
+    pub fn addr(&self) -> String {
+        self.url
+            .trim_start_matches("http://")
+            .trim_end_matches("/mcp")
+            .to_owned()
+    }
+
+    /// Kills the server and waits until it is gone.
+    pub async fn kill(&mut self) {
+        self.child.start_kill().expect("the server can be killed");
+        within(10, "the HTTP demo server exits", self.child.wait())
+            .await
+            .expect("wait works");
+    }
+}
+
+/// An rmcp client for a streamable HTTP endpoint, with an optional bearer token and
+/// `x-demo-roles` header.
+pub async fn http_client(url: &str, token: Option<&str>, roles: Option<&str>) -> Client {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url);
+    if let Some(token) = token {
+        config = config.auth_header(token);
+    }
+    if let Some(roles) = roles {
+        let mut headers = std::collections::HashMap::new();
+        headers.insert(
+            http::HeaderName::from_static("x-demo-roles"),
+            http::HeaderValue::from_str(roles).expect("a valid header"),
+        );
+        config = config.custom_headers(headers);
+    }
+    let transport = StreamableHttpClientTransport::from_config(config);
+    within(20, "HTTP handshake", ().serve(transport))
+        .await
+        .expect("the MCP handshake succeeds")
+}
+
+/// `tools/call` with JSON arguments, bounded in time.
+pub async fn call(
+    client: &Client,
+    tool: &str,
+    arguments: Value,
+) -> Result<CallToolResult, ServiceError> {
+    within(
+        30,
+        "tools/call",
+        client.peer().call_tool(params(tool, arguments)),
+    )
+    .await
+}
+
+/// The parameters of a `tools/call`.
+pub fn params(tool: &str, arguments: Value) -> CallToolRequestParams {
+    let arguments: JsonObject = match arguments {
+        Value::Object(map) => map,
+        Value::Null => JsonObject::new(),
+        other => panic!("arguments must be an object, not {other}"),
+    };
+    CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments)
+}
+
+/// The text of a result's content.
+pub fn text(result: &CallToolResult) -> String {
+    result
+        .content
+        .iter()
+        .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Whether the result has `isError: true`.
+pub fn is_error(result: &CallToolResult) -> bool {
+    result.is_error == Some(true)
+}
+
+/// Calls `tool` until it succeeds (at most `secs` seconds): for what becomes possible
+/// once something is released in the background.
+pub async fn call_until_ok(
+    client: &Client,
+    tool: &str,
+    arguments: Value,
+    secs: u64,
+) -> CallToolResult {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        let result = call(client, tool, arguments.clone())
+            .await
+            .expect("the call is answered");
+        if !is_error(&result) {
+            return result;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "`{tool}` still fails after {secs} s: {}",
+            text(&result)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -1,0 +1,231 @@
+//! The MCP server over streamable HTTP on an ephemeral loopback port (the demo server in
+//! a child process), driven by the rmcp client — and by raw HTTP where a test needs to
+//! drop a connection or send what the rmcp client would not.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{HttpDemo, call, call_until_ok, http_client, is_error, scenarios, text, within};
+use serde_json::{Value, json};
+
+const ACCEPT: &str = "application/json, text/event-stream";
+const VERSION: &str = "2025-06-18";
+
+#[tokio::test]
+async fn http_lists_tools_with_schemas_and_annotations_filtered_per_principal() {
+    let server = HttpDemo::start("127.0.0.1:0", &[]).await;
+    let client = http_client(&server.url, Some("bob"), None).await;
+    scenarios::list_shows_schemas_and_annotations_and_hides_admin_tools(&client).await;
+
+    let admin = http_client(&server.url, Some("ann"), Some("admin")).await;
+    let tools = within(20, "tools/list", admin.peer().list_all_tools())
+        .await
+        .expect("listed");
+    assert!(
+        tools.iter().any(|t| t.name == "admin_stats"),
+        "an admin sees admin_stats"
+    );
+}
+
+#[tokio::test]
+async fn http_call_returns_structured_content_and_sees_the_principal() {
+    let server = HttpDemo::start("127.0.0.1:0", &[]).await;
+    let client = http_client(&server.url, Some("bob"), None).await;
+    scenarios::call_returns_structured_content_for_an_object_output(&client).await;
+    let result = call(&client, "whoami", json!({})).await.expect("answered");
+    assert_eq!(text(&result), "bob");
+}
+
+#[tokio::test]
+async fn http_invalid_arguments_are_a_tool_error() {
+    let server = HttpDemo::start("127.0.0.1:0", &[]).await;
+    let client = http_client(&server.url, Some("bob"), None).await;
+    scenarios::invalid_arguments_are_a_tool_error_naming_the_argument(&client).await;
+}
+
+#[tokio::test]
+async fn http_policy_denial_is_a_tool_error() {
+    let server = HttpDemo::start("127.0.0.1:0", &[]).await;
+    let client = http_client(&server.url, Some("bob"), None).await;
+    scenarios::policy_denial_is_a_tool_error_with_the_reason(&client).await;
+    let operator = http_client(&server.url, Some("olga"), Some("operator")).await;
+    let result = call(&operator, "delete_all", json!({}))
+        .await
+        .expect("answered");
+    assert_eq!(text(&result), "deleted nothing");
+}
+
+#[tokio::test]
+async fn http_rate_limit_answers_with_retry_after() {
+    let server = HttpDemo::start("127.0.0.1:0", &[]).await;
+    let client = http_client(&server.url, Some("bob"), None).await;
+    scenarios::rate_limit_answers_with_the_retry_after_delay(&client).await;
+    // The limit is per principal: another user still has calls left.
+    let other = http_client(&server.url, Some("eve"), None).await;
+    let result = call(&other, "metered_ping", json!({}))
+        .await
+        .expect("answered");
+    assert_eq!(text(&result), "pong");
+}
+
+#[tokio::test]
+async fn http_unknown_tool_is_a_json_rpc_error() {
+    let server = HttpDemo::start("127.0.0.1:0", &[]).await;
+    let client = http_client(&server.url, Some("bob"), None).await;
+    scenarios::unknown_and_hidden_tools_are_protocol_errors(&client).await;
+}
+
+#[tokio::test]
+async fn http_session_is_the_session_scope() {
+    let server = HttpDemo::start("127.0.0.1:0", &[]).await;
+    let client = http_client(&server.url, Some("bob"), None).await;
+    let other = http_client(&server.url, Some("bob"), None).await;
+    scenarios::calls_of_one_connection_share_its_session(&client, &other).await;
+}
+
+#[tokio::test]
+async fn http_cancellation_notification_releases_the_concurrency_permit() {
+    let server = HttpDemo::start("127.0.0.1:0", &[]).await;
+    let client = http_client(&server.url, Some("bob"), None).await;
+    scenarios::cancelled_call_releases_its_concurrency_permit(&client).await;
+}
+
+/// A raw MCP session over HTTP: initialize, then `initialized`.
+async fn raw_session(http: &reqwest::Client, url: &str) -> String {
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": VERSION, "capabilities": {},
+        "clientInfo": {"name": "raw-test", "version": "0"}}});
+    let response = within(10, "initialize", post(http, url, None, &init)).await;
+    assert!(response.status().is_success(), "{}", response.status());
+    let session = response
+        .headers()
+        .get("mcp-session-id")
+        .expect("a stateful server names the session")
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    within(10, "initialize body", response.bytes())
+        .await
+        .expect("readable");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let response = within(
+        10,
+        "initialized",
+        post(http, url, Some(&session), &initialized),
+    )
+    .await;
+    assert!(response.status().is_success(), "{}", response.status());
+    session
+}
+
+async fn post(
+    http: &reqwest::Client,
+    url: &str,
+    session: Option<&str>,
+    body: &Value,
+) -> reqwest::Response {
+    let mut request = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", ACCEPT)
+        .header("authorization", "Bearer raw")
+        .header("mcp-protocol-version", VERSION)
+        .body(body.to_string());
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    request.send().await.expect("the server answers")
+}
+
+#[tokio::test]
+async fn http_client_disconnect_cancels_the_call_and_releases_its_permit() {
+    let server = HttpDemo::start("127.0.0.1:0", &[]).await;
+    let observer = http_client(&server.url, Some("bob"), None).await;
+    let http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("a client");
+    let session = raw_session(&http, &server.url).await;
+
+    // The long call holds the only permit: the observer is refused (the observer's
+    // probe may take the permit first; then the long call is refused and sent again).
+    let mut id = 1;
+    let (response, refused) = within(10, "the long call holds the permit", async {
+        loop {
+            id += 1;
+            let long = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                "params": {"name": "slow", "arguments": {"ms": 120_000}}});
+            let mut response = post(&http, &server.url, Some(&session), &long).await;
+            assert!(response.status().is_success(), "{}", response.status());
+            // A refused call is answered at once; a running one only sends SSE comments
+            // and priming events.
+            if answered_within(&mut response, Duration::from_millis(300)).await {
+                continue;
+            }
+            let probe = call(&observer, "slow", json!({"ms": 1}))
+                .await
+                .expect("answered");
+            if is_error(&probe) {
+                break (response, probe);
+            }
+        }
+    })
+    .await;
+    assert!(
+        text(&refused).starts_with("too many concurrent calls"),
+        "{}",
+        text(&refused)
+    );
+
+    // The client goes away without cancelling anything: it just drops the connection.
+    drop(response);
+    drop(http);
+    let result = call_until_ok(&observer, "slow", json!({"ms": 1}), 10).await;
+    assert_eq!(text(&result), "worked 1 ms");
+}
+
+/// Whether a JSON-RPC answer arrives on an SSE response within `wait`.
+async fn answered_within(response: &mut reqwest::Response, wait: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut seen = String::new();
+    while let Ok(chunk) = tokio::time::timeout_at(deadline, response.chunk()).await {
+        match chunk.expect("readable") {
+            Some(bytes) => seen.push_str(&String::from_utf8_lossy(&bytes)),
+            None => return true,
+        }
+        if seen.contains("\"jsonrpc\"") {
+            return true;
+        }
+    }
+    false
+}
+
+#[tokio::test]
+async fn http_arguments_that_are_not_an_object_are_a_json_rpc_error() {
+    let server = HttpDemo::start("127.0.0.1:0", &[]).await;
+    let http = reqwest::Client::new();
+    let session = raw_session(&http, &server.url).await;
+    let bad = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "echo", "arguments": "not an object"}});
+    let response = within(
+        10,
+        "malformed tools/call",
+        post(&http, &server.url, Some(&session), &bad),
+    )
+    .await;
+    let status = response.status();
+    let body = within(10, "the answer", response.text())
+        .await
+        .expect("readable");
+    let error = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .chain(serde_json::from_str::<Value>(&body).ok())
+        .find(|m| m.get("error").is_some())
+        .unwrap_or_else(|| panic!("no JSON-RPC error in the answer ({status}): {body}"));
+    let code = error["error"]["code"].as_i64().expect("a code");
+    assert!([-32602, -32600, -32700].contains(&code), "{error}");
+    assert!(error.get("result").is_none());
+}
