@@ -82,7 +82,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
     let pipeline = builder.hook(ReadersOnly).hook(CallLog::default()).build()?;
 
-    let schema = &pipeline.definitions().next().expect("one tool").input_schema;
+    let schema = &pipeline
+        .definitions()
+        .next()
+        .expect("one tool")
+        .input_schema;
     println!("advertised input schema: {schema}");
 
     let reader = || InvokeOptions::new().user(User::new("ann").with_roles(["reader"]));

@@ -26,10 +26,10 @@ pub use toolgate_core::*;
 /// The names most programs use.
 pub mod prelude {
     pub use toolgate_core::{
-        tool_fn, tool_fn_with_context, Control, FailureMode, Hook, HookFuture, HookOptions,
-        HookResult, InvokeOptions, JsonTool, Next, Pipeline, PipelineBuilder, ResumeDecision,
-        Scope, Stage, StageSet, Tool, ToolAnnotations, ToolDefinition, ToolError,
-        ToolInvokeContext, TypeMapKey, User,
+        Control, FailureMode, Hook, HookFuture, HookOptions, HookResult, InvokeOptions, JsonTool,
+        Next, Pipeline, PipelineBuilder, ResumeDecision, Scope, Stage, StageSet, Tool,
+        ToolAnnotations, ToolDefinition, ToolError, ToolInvokeContext, TypeMapKey, User, tool_fn,
+        tool_fn_with_context,
     };
 }
 

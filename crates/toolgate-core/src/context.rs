@@ -113,7 +113,9 @@ static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
 impl RequestId {
     /// A new id, unique in this process.
     pub fn generate() -> Self {
-        RequestId(Repr::Generated(NEXT_REQUEST.fetch_add(1, Ordering::Relaxed)))
+        RequestId(Repr::Generated(
+            NEXT_REQUEST.fetch_add(1, Ordering::Relaxed),
+        ))
     }
 }
 
@@ -504,7 +506,11 @@ impl ToolInvokeContext {
     /// [`ProviderError::GlobalReadOnly`] for [`Scope::Global`] (global providers are bound
     /// on the pipeline builder), [`ProviderError::NoSession`] for [`Scope::Session`] when
     /// the call has no session id.
-    pub fn provide<K: TypeMapKey>(&mut self, value: K::Value, scope: Scope) -> Result<(), ProviderError> {
+    pub fn provide<K: TypeMapKey>(
+        &mut self,
+        value: K::Value,
+        scope: Scope,
+    ) -> Result<(), ProviderError> {
         let key = std::any::type_name::<K>();
         match scope {
             Scope::Request => {
@@ -512,7 +518,10 @@ impl ToolInvokeContext {
                 Ok(())
             }
             Scope::Session => {
-                let id = self.session_id.clone().ok_or(ProviderError::NoSession { key })?;
+                let id = self
+                    .session_id
+                    .clone()
+                    .ok_or(ProviderError::NoSession { key })?;
                 let scope = self.entry.shared.sessions.get_or_create(&id);
                 scope.insert::<K>(Arc::new(value));
                 self.session = OnceLock::from(Some(scope));

@@ -30,7 +30,9 @@ use std::time::Duration;
 #[non_exhaustive]
 pub enum ToolError {
     /// No tool is registered under this name.
-    #[error("unknown tool `{name}`: list the available tools and call one of them by its exact name")]
+    #[error(
+        "unknown tool `{name}`: list the available tools and call one of them by its exact name"
+    )]
     UnknownTool {
         /// The name that was asked for.
         name: String,
@@ -290,13 +292,17 @@ impl From<InputViolations> for ToolError {
 #[non_exhaustive]
 pub enum RegistryError {
     /// A tool with this name is already registered.
-    #[error("a tool named `{name}` is already registered: give one of them another name or a prefix")]
+    #[error(
+        "a tool named `{name}` is already registered: give one of them another name or a prefix"
+    )]
     DuplicateTool {
         /// The name both tools share.
         name: String,
     },
     /// The name is empty, too long, or has characters model providers refuse.
-    #[error("invalid tool name `{name}`: use 1 to 64 characters from a-z, A-Z, 0-9, `_`, `-` and `.`")]
+    #[error(
+        "invalid tool name `{name}`: use 1 to 64 characters from a-z, A-Z, 0-9, `_`, `-` and `.`"
+    )]
     InvalidName {
         /// The name that was refused.
         name: String,
@@ -308,7 +314,9 @@ pub enum RegistryError {
 #[non_exhaustive]
 pub enum BuildError {
     /// A hook requires a provider nobody binds.
-    #[error("hook `{hook}` requires provider `{key}`, which is neither bound globally nor declared by a hook that binds it: add `.provide::<{key}>(…)` to the pipeline builder")]
+    #[error(
+        "hook `{hook}` requires provider `{key}`, which is neither bound globally nor declared by a hook that binds it: add `.provide::<{key}>(…)` to the pipeline builder"
+    )]
     MissingProvider {
         /// The hook that requires it.
         hook: String,
@@ -316,7 +324,9 @@ pub enum BuildError {
         key: &'static str,
     },
     /// Hooks were attached to a tool that is not registered.
-    #[error("hooks were attached to tool `{tool}`, which is not registered: register the tool first or fix the name")]
+    #[error(
+        "hooks were attached to tool `{tool}`, which is not registered: register the tool first or fix the name"
+    )]
     UnknownTool {
         /// The name used.
         tool: String,

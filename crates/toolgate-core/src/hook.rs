@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::pipeline::{execute_once, ToolEntry};
+use crate::pipeline::{ToolEntry, execute_once};
 use crate::plan::PlannedHook;
 use crate::{HookResult, ProviderRequirement, Stage, StageSet, ToolInvokeContext};
 
@@ -318,7 +318,11 @@ pub trait Hook: Send + Sync + 'static {
 
     /// Wraps execution. Call `next.run(ctx)` zero times (short-circuit), once, or several
     /// times (retry). The default calls it once.
-    fn around_execute<'a>(&'a self, ctx: &'a mut ToolInvokeContext, next: Next<'a>) -> HookFuture<'a> {
+    fn around_execute<'a>(
+        &'a self,
+        ctx: &'a mut ToolInvokeContext,
+        next: Next<'a>,
+    ) -> HookFuture<'a> {
         next.run(ctx)
     }
 
@@ -346,7 +350,11 @@ macro_rules! forward_hook {
             fn provided_providers(&self) -> Vec<ProviderRequirement> {
                 (**self).provided_providers()
             }
-            fn around_execute<'a>(&'a self, ctx: &'a mut ToolInvokeContext, next: Next<'a>) -> HookFuture<'a> {
+            fn around_execute<'a>(
+                &'a self,
+                ctx: &'a mut ToolInvokeContext,
+                next: Next<'a>,
+            ) -> HookFuture<'a> {
                 (**self).around_execute(ctx, next)
             }
             for_each_stage_method!(forward_stage_methods);

@@ -84,15 +84,15 @@ pub use pipeline::{Invocation, InvokeOptions, Pipeline, PipelineBuilder};
 pub use provider::{ProviderError, ProviderRequirement, Providers, Scope, SessionConfig};
 pub use registry::{RegisteredTool, ToolRef, ToolRegistry};
 pub use secret::{Secret, SecretSlot};
-pub use stage::{Stage, StageSet, STAGE_COUNT};
+pub use stage::{STAGE_COUNT, Stage, StageSet};
 pub use suspension::{
     InMemorySuspensionStore, ResumeDecision, SuspendedInvocation, SuspensionStore,
     SuspensionStoreError,
 };
 pub use tool::{
-    parse_input, schema_for, tool_fn, tool_fn_with_context, ErasedTool, FnTool, Handler,
-    InputOnly, JsonTool, PreparedInput, Tool, ToolAnnotations, ToolDefinition, ToolSource,
-    WithContext,
+    ErasedTool, FnTool, Handler, InputOnly, JsonTool, PreparedInput, Tool, ToolAnnotations,
+    ToolDefinition, ToolSource, WithContext, parse_input, schema_for, tool_fn,
+    tool_fn_with_context,
 };
 
 pub use tokio_util::sync::CancellationToken;

@@ -4,7 +4,7 @@
 use std::cmp::Reverse;
 use std::sync::Arc;
 
-use crate::{FailureMode, Hook, HookOptions, Stage, StageSet, STAGE_COUNT};
+use crate::{FailureMode, Hook, HookOptions, STAGE_COUNT, Stage, StageSet};
 
 /// A hook as registered: shared instance, options, and where it was registered.
 #[derive(Clone)]
@@ -65,7 +65,10 @@ impl ToolPlan {
             }
             hooks.into_boxed_slice()
         });
-        let timed = present.iter().filter(|&s| s != Stage::AroundExecute).count();
+        let timed = present
+            .iter()
+            .filter(|&s| s != Stage::AroundExecute)
+            .count();
         ToolPlan {
             stages,
             present,
@@ -97,7 +100,11 @@ impl ToolPlan {
         self.present
             .iter()
             .map(|stage| {
-                let names = self.hooks(stage).iter().map(|h| h.name.to_string()).collect();
+                let names = self
+                    .hooks(stage)
+                    .iter()
+                    .map(|h| h.name.to_string())
+                    .collect();
                 (stage, names)
             })
             .collect()

@@ -39,19 +39,25 @@ pub enum Scope {
 #[non_exhaustive]
 pub enum ProviderError {
     /// No scope has a value for this key.
-    #[error("provider `{key}` is not bound in the request, session or global scope: bind it on the pipeline builder or in a `will_bind_providers` hook")]
+    #[error(
+        "provider `{key}` is not bound in the request, session or global scope: bind it on the pipeline builder or in a `will_bind_providers` hook"
+    )]
     Missing {
         /// The key type.
         key: &'static str,
     },
     /// Global providers are read-only at invoke time.
-    #[error("provider `{key}` cannot be bound in the global scope during an invocation: global providers are bound once, on the pipeline builder")]
+    #[error(
+        "provider `{key}` cannot be bound in the global scope during an invocation: global providers are bound once, on the pipeline builder"
+    )]
     GlobalReadOnly {
         /// The key type.
         key: &'static str,
     },
     /// A session-scoped binding needs a session id.
-    #[error("provider `{key}` cannot be bound in the session scope: this invocation has no session id")]
+    #[error(
+        "provider `{key}` cannot be bound in the session scope: this invocation has no session id"
+    )]
     NoSession {
         /// The key type.
         key: &'static str,
@@ -266,7 +272,12 @@ impl SessionStore {
         let mut ages: Vec<(u64, Arc<str>)> = self
             .sessions
             .iter()
-            .map(|e| (e.value().last_used_ms.load(Ordering::Relaxed), Arc::clone(e.key())))
+            .map(|e| {
+                (
+                    e.value().last_used_ms.load(Ordering::Relaxed),
+                    Arc::clone(e.key()),
+                )
+            })
             .collect();
         let evict = (self.config.max_sessions / 10).max(1).min(ages.len());
         if evict < ages.len() {

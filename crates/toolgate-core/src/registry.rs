@@ -74,7 +74,10 @@ impl ToolRegistry {
     ///
     /// [`RegistryError::DuplicateTool`] if the name is taken, [`RegistryError::InvalidName`]
     /// if model providers would refuse it.
-    pub fn register<T: Tool>(&mut self, tool: T) -> Result<ToolRef<T::Input, T::Output>, RegistryError> {
+    pub fn register<T: Tool>(
+        &mut self,
+        tool: T,
+    ) -> Result<ToolRef<T::Input, T::Output>, RegistryError> {
         let name = self.register_erased(Arc::new(Typed(tool)))?;
         Ok(ToolRef {
             name: Arc::from(name),

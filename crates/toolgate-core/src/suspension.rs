@@ -70,13 +70,22 @@ pub struct SuspensionStoreError(pub String);
 /// adds one that survives a restart.
 pub trait SuspensionStore: Send + Sync + 'static {
     /// Keeps a suspended invocation.
-    fn save(&self, suspended: SuspendedInvocation) -> BoxFuture<'_, Result<(), SuspensionStoreError>>;
+    fn save(
+        &self,
+        suspended: SuspendedInvocation,
+    ) -> BoxFuture<'_, Result<(), SuspensionStoreError>>;
 
     /// Removes and returns the suspended invocation with this id, so that it resumes once.
-    fn take<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>>;
+    fn take<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>>;
 
     /// The suspended invocation with this id, left in place.
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>>;
+    fn get<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>>;
 }
 
 /// The default store: in memory, bounded.
@@ -98,7 +107,10 @@ impl InMemorySuspensionStore {
 
     /// How many calls wait.
     pub fn len(&self) -> usize {
-        self.entries.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.entries
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 
     /// Whether no call waits.
@@ -114,7 +126,10 @@ impl Default for InMemorySuspensionStore {
 }
 
 impl SuspensionStore for InMemorySuspensionStore {
-    fn save(&self, suspended: SuspendedInvocation) -> BoxFuture<'_, Result<(), SuspensionStoreError>> {
+    fn save(
+        &self,
+        suspended: SuspendedInvocation,
+    ) -> BoxFuture<'_, Result<(), SuspensionStoreError>> {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
         let result = if entries.len() >= self.max_entries {
             Err(SuspensionStoreError(format!(
@@ -128,7 +143,10 @@ impl SuspensionStore for InMemorySuspensionStore {
         Box::pin(std::future::ready(result))
     }
 
-    fn take<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>> {
+    fn take<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>> {
         let taken = self
             .entries
             .lock()
@@ -137,7 +155,10 @@ impl SuspensionStore for InMemorySuspensionStore {
         Box::pin(std::future::ready(Ok(taken)))
     }
 
-    fn get<'a>(&'a self, id: &'a str) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>> {
+    fn get<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>> {
         let found = self
             .entries
             .lock()
@@ -152,5 +173,9 @@ impl SuspensionStore for InMemorySuspensionStore {
 pub(crate) fn new_suspension_id() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!("susp-{:016x}{:016x}", crate::context::random_u64() ^ n, crate::context::random_u64())
+    format!(
+        "susp-{:016x}{:016x}",
+        crate::context::random_u64() ^ n,
+        crate::context::random_u64()
+    )
 }

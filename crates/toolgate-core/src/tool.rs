@@ -8,8 +8,8 @@ use std::marker::PhantomData;
 use futures::future::BoxFuture;
 use garde::Validate;
 use schemars::JsonSchema;
-use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::{InputViolation, InputViolations, ToolError, ToolInvokeContext};
@@ -307,7 +307,11 @@ pub struct FnTool<I, O, H> {
 /// [`tool_fn_with_context`] accept).
 pub trait Handler<I, O>: Send + Sync + 'static {
     /// Runs the closure.
-    fn run<'a>(&'a self, input: I, ctx: &'a ToolInvokeContext) -> BoxFuture<'a, Result<O, ToolError>>;
+    fn run<'a>(
+        &'a self,
+        input: I,
+        ctx: &'a ToolInvokeContext,
+    ) -> BoxFuture<'a, Result<O, ToolError>>;
 }
 
 /// The closure shape of [`tool_fn`]: input only.
@@ -318,7 +322,11 @@ where
     F: Fn(I) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<O, ToolError>> + Send + 'static,
 {
-    fn run<'a>(&'a self, input: I, _ctx: &'a ToolInvokeContext) -> BoxFuture<'a, Result<O, ToolError>> {
+    fn run<'a>(
+        &'a self,
+        input: I,
+        _ctx: &'a ToolInvokeContext,
+    ) -> BoxFuture<'a, Result<O, ToolError>> {
         Box::pin((self.0)(input))
     }
 }
@@ -333,7 +341,11 @@ where
         + Sync
         + 'static,
 {
-    fn run<'a>(&'a self, input: I, ctx: &'a ToolInvokeContext) -> BoxFuture<'a, Result<O, ToolError>> {
+    fn run<'a>(
+        &'a self,
+        input: I,
+        ctx: &'a ToolInvokeContext,
+    ) -> BoxFuture<'a, Result<O, ToolError>> {
         (self.0)(input, ctx)
     }
 }

@@ -5,5 +5,40 @@
 #![deny(missing_docs)]
 
 // ----- who may call and how much (issue #3) -----
+pub mod authorize;
+pub mod concurrency;
+pub mod consent;
+pub mod feature_flags;
+pub mod partition;
+pub mod quota;
+pub mod retry;
+pub mod timeout;
+
+pub use authorize::Authorize;
+pub use concurrency::Concurrency;
+pub use consent::{Approvals, Consent};
+pub use feature_flags::FeatureFlags;
+pub use partition::Partition;
+pub use quota::{OnBackendError, Quota, Rate};
+pub use retry::{Retry, RetryBudget};
+pub use timeout::Timeout;
 
 // ----- what goes in and out (issue #4) -----
+pub mod audit;
+pub mod cache;
+pub mod fingerprint;
+pub mod metrics;
+pub mod output_limit;
+pub mod redaction;
+pub mod repair;
+pub mod secrets;
+pub mod validation;
+
+pub use audit::Audit;
+pub use cache::ResultCache;
+pub use metrics::Metrics;
+pub use output_limit::OutputLimit;
+pub use redaction::Redaction;
+pub use repair::ArgumentRepair;
+pub use secrets::SecretInjection;
+pub use validation::Validation;

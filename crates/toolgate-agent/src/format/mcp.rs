@@ -19,10 +19,10 @@ pub fn tool(definition: &ToolDefinition) -> Value {
     }
     tool.insert("description".to_owned(), json!(definition.description));
     tool.insert("inputSchema".to_owned(), definition.input_schema.clone());
-    if let Some(schema) = &definition.output_schema {
-        if schema.get("type").and_then(Value::as_str) == Some("object") {
-            tool.insert("outputSchema".to_owned(), schema.clone());
-        }
+    if let Some(schema) = &definition.output_schema
+        && schema.get("type").and_then(Value::as_str) == Some("object")
+    {
+        tool.insert("outputSchema".to_owned(), schema.clone());
     }
     let a = definition.annotations;
     tool.insert(

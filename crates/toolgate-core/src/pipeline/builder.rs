@@ -12,8 +12,8 @@ use crate::plan::{Registration, ToolPlan};
 use crate::provider::SessionStore;
 use crate::{
     BuildError, ErasedTool, Hook, HookOptions, InMemorySuspensionStore, InputLimits,
-    ProviderRequirement, Providers, RegistryError, SessionConfig, SuspensionStore, Tool,
-    ToolRef, ToolRegistry,
+    ProviderRequirement, Providers, RegistryError, SessionConfig, SuspensionStore, Tool, ToolRef,
+    ToolRegistry,
 };
 
 /// Builds a [`Pipeline`]. Methods take `&mut self` and chain; [`build`](Self::build)
@@ -79,7 +79,10 @@ impl PipelineBuilder {
     /// # Errors
     ///
     /// [`RegistryError`] when the name is taken or invalid.
-    pub fn tool<T: Tool>(&mut self, tool: T) -> Result<ToolRef<T::Input, T::Output>, RegistryError> {
+    pub fn tool<T: Tool>(
+        &mut self,
+        tool: T,
+    ) -> Result<ToolRef<T::Input, T::Output>, RegistryError> {
         self.registry.register(tool)
     }
 
@@ -109,16 +112,31 @@ impl PipelineBuilder {
     }
 
     /// Adds a hook for one tool, with options.
-    pub fn tool_hook_with(&mut self, tool: &str, hook: impl Hook, options: HookOptions) -> &mut Self {
+    pub fn tool_hook_with(
+        &mut self,
+        tool: &str,
+        hook: impl Hook,
+        options: HookOptions,
+    ) -> &mut Self {
         self.push(Arc::new(hook), options, Some(tool.to_owned()))
     }
 
     /// Adds an already shared hook instance (for every tool, or for one).
-    pub fn shared_hook(&mut self, hook: Arc<dyn Hook>, options: HookOptions, tool: Option<&str>) -> &mut Self {
+    pub fn shared_hook(
+        &mut self,
+        hook: Arc<dyn Hook>,
+        options: HookOptions,
+        tool: Option<&str>,
+    ) -> &mut Self {
         self.push(hook, options, tool.map(str::to_owned))
     }
 
-    fn push(&mut self, hook: Arc<dyn Hook>, options: HookOptions, tool: Option<String>) -> &mut Self {
+    fn push(
+        &mut self,
+        hook: Arc<dyn Hook>,
+        options: HookOptions,
+        tool: Option<String>,
+    ) -> &mut Self {
         let order = self.registrations.len();
         self.registrations.push(Registration {
             hook,
@@ -172,10 +190,10 @@ impl PipelineBuilder {
     /// neither bound globally nor bound per call by a hook that says so.
     pub fn build(&mut self) -> Result<Pipeline, BuildError> {
         for r in &self.registrations {
-            if let Some(tool) = &r.tool {
-                if self.registry.get(tool).is_none() {
-                    return Err(BuildError::UnknownTool { tool: tool.clone() });
-                }
+            if let Some(tool) = &r.tool
+                && self.registry.get(tool).is_none()
+            {
+                return Err(BuildError::UnknownTool { tool: tool.clone() });
             }
         }
         let provided: HashSet<TypeId> = self

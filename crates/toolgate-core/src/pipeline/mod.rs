@@ -6,8 +6,8 @@ mod run;
 
 use std::sync::Arc;
 
-use serde::de::DeserializeOwned;
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 pub use builder::PipelineBuilder;
@@ -19,8 +19,8 @@ use crate::plan::ToolPlan;
 use crate::provider::SessionStore;
 use crate::{
     ErasedTool, InputLimits, Providers, RequestId, ResumeDecision, Stage, StageSet,
-    SuspendedInvocation, SuspensionStore, ToolDefinition, ToolError, ToolInvokeContext,
-    ToolRef, ToolRegistry, User,
+    SuspendedInvocation, SuspensionStore, ToolDefinition, ToolError, ToolInvokeContext, ToolRef,
+    ToolRegistry, User,
 };
 
 /// The whole outcome of one invocation, from [`Pipeline::invoke_detailed`]: the output or
@@ -184,7 +184,12 @@ impl Pipeline {
 
     /// Invokes a tool by name with JSON input, like [`invoke`](Self::invoke), and returns
     /// the whole [`Invocation`]: the result plus metadata, attempts and duration.
-    pub async fn invoke_detailed(&self, tool: &str, input: Value, options: InvokeOptions) -> Invocation {
+    pub async fn invoke_detailed(
+        &self,
+        tool: &str,
+        input: Value,
+        options: InvokeOptions,
+    ) -> Invocation {
         let entry = match self.entry(tool).inspect_err(rejected) {
             Ok(entry) => entry,
             Err(error) => return Invocation::rejected(error),
@@ -229,9 +234,8 @@ impl Pipeline {
         I: Serialize,
         O: DeserializeOwned,
     {
-        let input = serde_json::to_value(input).map_err(|e| {
-            ToolError::InvalidInput(crate::InputViolations::one("", e.to_string()))
-        })?;
+        let input = serde_json::to_value(input)
+            .map_err(|e| ToolError::InvalidInput(crate::InputViolations::one("", e.to_string())))?;
         let output = self.invoke(tool.name(), input, options).await?;
         serde_json::from_value(output).map_err(|e| {
             ToolError::internal(format!(
@@ -271,7 +275,9 @@ impl Pipeline {
         decision: ResumeDecision,
         options: InvokeOptions,
     ) -> Result<Value, ToolError> {
-        self.resume_detailed(suspension_id, decision, options).await.result
+        self.resume_detailed(suspension_id, decision, options)
+            .await
+            .result
     }
 
     /// Resumes a suspended call, like [`resume`](Self::resume), and returns the whole
@@ -283,7 +289,9 @@ impl Pipeline {
         options: InvokeOptions,
     ) -> Invocation {
         match self.resume_context(suspension_id, &decision, options).await {
-            Ok((ctx, after)) => run::invoke_detailed(ctx, run::Start::Resume { after, decision }).await,
+            Ok((ctx, after)) => {
+                run::invoke_detailed(ctx, run::Start::Resume { after, decision }).await
+            }
             Err(error) => Invocation::rejected(error),
         }
     }
@@ -329,7 +337,10 @@ impl Pipeline {
 }
 
 fn rejected(error: &ToolError) {
-    tracing::debug!(code = error.code(), "invocation rejected before the pipeline");
+    tracing::debug!(
+        code = error.code(),
+        "invocation rejected before the pipeline"
+    );
 }
 
 fn new_context(entry: &Arc<ToolEntry>, input: Value, options: InvokeOptions) -> ToolInvokeContext {
@@ -357,7 +368,12 @@ impl std::fmt::Debug for Pipeline {
 }
 
 impl PipelineInner {
-    fn new(registry: ToolRegistry, entries: Vec<Arc<ToolEntry>>, shared: Arc<Shared>, limits: InputLimits) -> Self {
+    fn new(
+        registry: ToolRegistry,
+        entries: Vec<Arc<ToolEntry>>,
+        shared: Arc<Shared>,
+        limits: InputLimits,
+    ) -> Self {
         PipelineInner {
             registry,
             entries,

@@ -26,7 +26,10 @@ use crate::{
 /// How an invocation starts.
 pub(crate) enum Start {
     Fresh,
-    Resume { after: Stage, decision: ResumeDecision },
+    Resume {
+        after: Stage,
+        decision: ResumeDecision,
+    },
 }
 
 /// The stages before execution, in order: everything before `did_cache_hit`.
@@ -106,10 +109,16 @@ pub(crate) async fn invoke_detailed(ctx: ToolInvokeContext, start: Start) -> sup
     };
     async move {
         let entry = &guard.entry;
-        let ctx = guard.ctx.as_mut().expect("the guard holds the context until the end");
+        let ctx = guard
+            .ctx
+            .as_mut()
+            .expect("the guard holds the context until the end");
         let outcome = run_main(entry, ctx, start).await;
         finish(entry, ctx, outcome).await;
-        let mut ctx = guard.ctx.take().expect("the guard holds the context until the end");
+        let mut ctx = guard
+            .ctx
+            .take()
+            .expect("the guard holds the context until the end");
         let result = match ctx.error.take() {
             Some(error) => Err(error),
             None => Ok(ctx.take_output().unwrap_or(Value::Null)),
@@ -177,7 +186,10 @@ async fn run_main(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) 
             let message = if ctx.progress.in_tool {
                 "the tool panicked; the panic was contained".to_owned()
             } else {
-                format!("a hook panicked at stage `{}`; the panic was contained", ctx.stage)
+                format!(
+                    "a hook panicked at stage `{}`; the panic was contained",
+                    ctx.stage
+                )
             };
             ctx.progress.in_tool = false;
             tracing::error!(stage = %ctx.stage, "{message}");
@@ -188,7 +200,9 @@ async fn run_main(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) 
             ctx.cancel_if_watched();
             let after = deadline
                 .zip(started)
-                .map_or_else(Default::default, |(d, started)| d.saturating_duration_since(started));
+                .map_or_else(Default::default, |(d, started)| {
+                    d.saturating_duration_since(started)
+                });
             Err(ToolError::Timeout { after }.into())
         }
         Ended::Cancelled => {
@@ -234,11 +248,16 @@ async fn drive(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> 
 }
 
 /// Phases 1–6. Ends with `Err(Control::Respond)` on a short-circuit.
-async fn pre_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext, resume_after: Option<Stage>) -> HookResult {
+async fn pre_phase(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    resume_after: Option<Stage>,
+) -> HookResult {
     for &stage in PRE_STAGES {
         // On resume, stages up to the suspending one are done — except the semaphore,
         // whose permit was given back while the call waited.
-        if resume_after.is_some_and(|after| stage <= after && stage != Stage::WillAcquireSemaphore) {
+        if resume_after.is_some_and(|after| stage <= after && stage != Stage::WillAcquireSemaphore)
+        {
             continue;
         }
         match stage {
@@ -253,7 +272,9 @@ async fn pre_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext, resume_after:
             check_input(entry, ctx)?;
         }
     }
-    if resume_after.is_none_or(|after| after < Stage::DidCacheMiss) && enter(entry, ctx, Stage::DidCacheMiss) {
+    if resume_after.is_none_or(|after| after < Stage::DidCacheMiss)
+        && enter(entry, ctx, Stage::DidCacheMiss)
+    {
         run_stage(entry, ctx, Stage::DidCacheMiss).await?;
     }
     Ok(())
@@ -335,7 +356,8 @@ async fn output_phase(
     skip_through: Option<Stage>,
 ) -> HookResult {
     for stage in OUTPUT_STAGES {
-        if (stage == Stage::WillWriteCache && !executed) || skip_through.is_some_and(|s| stage <= s) {
+        if (stage == Stage::WillWriteCache && !executed) || skip_through.is_some_and(|s| stage <= s)
+        {
             continue;
         }
         if enter(entry, ctx, stage) {
@@ -373,7 +395,11 @@ async fn finish(entry: &ToolEntry, ctx: &mut ToolInvokeContext, outcome: HookRes
 }
 
 /// Stores the suspended call; the caller's error is [`ToolError::Suspended`].
-async fn suspend(entry: &ToolEntry, ctx: &mut ToolInvokeContext, request: SuspendRequest) -> Result<ToolError, ToolError> {
+async fn suspend(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    request: SuspendRequest,
+) -> Result<ToolError, ToolError> {
     let stage = match ctx.stage {
         // Suspended inside execution: resuming runs the execution phase again.
         Stage::AroundExecute | Stage::OnRetry | Stage::WillExecute => Stage::DidCacheMiss,
@@ -396,7 +422,9 @@ async fn suspend(entry: &ToolEntry, ctx: &mut ToolInvokeContext, request: Suspen
         suspended_at: std::time::SystemTime::now(),
     };
     entry.shared.suspensions.save(saved).await.map_err(|e| {
-        ToolError::internal(format!("the call asked to wait for approval but could not be suspended: {e}"))
+        ToolError::internal(format!(
+            "the call asked to wait for approval but could not be suspended: {e}"
+        ))
     })?;
     tracing::info!(stage = %stage, suspension_id = %id, "invocation suspended");
     Ok(ToolError::Suspended {
@@ -429,9 +457,16 @@ async fn tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
     }
     run_tail_stage(entry, ctx, Stage::WillFinalizeInvoke).await;
     if let Some(error) = &ctx.error {
-        tracing::debug!(code = error.code(), elapsed_us = ctx.elapsed().as_micros() as u64, "invocation ended");
+        tracing::debug!(
+            code = error.code(),
+            elapsed_us = ctx.elapsed().as_micros() as u64,
+            "invocation ended"
+        );
     } else {
-        tracing::debug!(elapsed_us = ctx.elapsed().as_micros() as u64, "invocation succeeded");
+        tracing::debug!(
+            elapsed_us = ctx.elapsed().as_micros() as u64,
+            "invocation succeeded"
+        );
     }
 }
 
@@ -520,11 +555,11 @@ async fn run_hooks(
                 duration: t.elapsed(),
             });
         }
-        if let Err(control) = outcome {
-            if let Some(control) = decide(planned, stage, ctx, control, can_apply) {
-                result = Err(control);
-                break;
-            }
+        if let Err(control) = outcome
+            && let Some(control) = decide(planned, stage, ctx, control, can_apply)
+        {
+            result = Err(control);
+            break;
         }
     }
     ctx.stage_durations.push((stage, started.elapsed()));

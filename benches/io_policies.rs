@@ -1,0 +1,121 @@
+//! What the input/output policies cost: a cache-hit invocation with redaction, audit and
+//! metrics, next to the pipeline with no hooks. Run with `cargo bench --bench
+//! io_policies`; the figures are in `docs/performance.md`.
+//!
+//! The tool returns a small object with a sentence of text (about 120 bytes of JSON), so
+//! redaction has strings to scan. Audit records go to a sink that drops them (building
+//! the record is measured, writing it is not); metrics go through the `metrics` facade
+//! with no recorder installed (the facade's own cost; a Prometheus recorder adds its
+//! own).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use futures::future::BoxFuture;
+use serde_json::{Value, json};
+use toolgate::ErasedTool;
+use toolgate::hooks::audit::{Audit, AuditError, AuditRecord, AuditSink};
+use toolgate::hooks::cache::ResultCache;
+use toolgate::hooks::metrics::Metrics;
+use toolgate::hooks::redaction::Redaction;
+use toolgate::prelude::*;
+
+/// Takes records and drops them.
+struct DropSink;
+
+impl AuditSink for DropSink {
+    fn name(&self) -> &str {
+        "drop"
+    }
+    fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditError>> {
+        std::hint::black_box(record);
+        Box::pin(std::future::ready(Ok(())))
+    }
+}
+
+fn forecast() -> Arc<dyn ErasedTool> {
+    let mut tool = JsonTool::new(
+        "forecast",
+        "Tomorrow's weather.",
+        json!({ "type": "object", "properties": { "city": { "type": "string" } } }),
+        |input, _| {
+            let city = input["city"].clone();
+            Box::pin(async move {
+                Ok::<_, ToolError>(json!({
+                    "city": city,
+                    "summary": "Clear skies in the morning, light rain after 15:00, 21 degrees.",
+                    "wind_kmh": 12
+                }))
+            })
+        },
+    );
+    tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
+    Arc::new(tool)
+}
+
+fn pipeline(configure: impl FnOnce(&mut PipelineBuilder)) -> Pipeline {
+    let mut builder = Pipeline::builder();
+    builder.erased_tool(forecast()).expect("the tool registers");
+    configure(&mut builder);
+    builder.build().expect("the pipeline builds")
+}
+
+fn input() -> Value {
+    json!({ "city": "Oslo" })
+}
+
+async fn invoke(pipeline: &Pipeline, input: Value) -> Value {
+    let options = InvokeOptions::new().user(User::new("ann"));
+    pipeline
+        .invoke("forecast", input, options)
+        .await
+        .expect("the call succeeds")
+}
+
+fn io_policies(c: &mut Criterion) {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("a current-thread runtime starts");
+    let none = pipeline(|_| {});
+    let cache_only = pipeline(|b| {
+        b.hook(ResultCache::new());
+    });
+    let policies = pipeline(|b| {
+        b.hook(ResultCache::new())
+            .hook(Redaction::new())
+            .hook(Audit::builder().sink(DropSink).build())
+            .hook(Metrics::new());
+    });
+    let policies_no_cache = pipeline(|b| {
+        b.hook(Redaction::new())
+            .hook(Audit::builder().sink(DropSink).build())
+            .hook(Metrics::new());
+    });
+    // Warm the caches so every timed call is a hit.
+    runtime.block_on(async {
+        invoke(&cache_only, input()).await;
+        invoke(&policies, input()).await;
+    });
+
+    let mut group = c.benchmark_group("io_policies");
+    group
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    for (name, p) in [
+        ("pipeline_0_hooks", &none),
+        ("cache_hit", &cache_only),
+        ("cache_hit_redaction_audit_metrics", &policies),
+        ("executed_redaction_audit_metrics", &policies_no_cache),
+    ] {
+        group.bench_function(name, |b| {
+            b.to_async(&runtime)
+                .iter_batched(input, |i| invoke(p, i), BatchSize::SmallInput);
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, io_policies);
+criterion_main!(benches);

@@ -1,0 +1,302 @@
+//! The scenarios that `benches/pipeline.rs` times and `tests/allocations.rs` counts: one
+//! small typed tool (add two numbers, JSON in and out) called directly, through the
+//! pipeline with more and more hooks, and behind a tower stack.
+//!
+//! Both targets include this file, so what is timed is exactly what is counted.
+
+use std::cell::RefCell;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use garde::Validate;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use toolgate::prelude::*;
+use toolgate::{ToolRegistry, parse_input};
+use tower::util::BoxCloneService;
+use tower::{Service, ServiceExt};
+
+/// The input of the benchmarked tool.
+#[derive(Deserialize, Serialize, Validate, JsonSchema)]
+pub struct AddInput {
+    #[garde(range(min = -1_000_000, max = 1_000_000))]
+    a: i64,
+    #[garde(range(min = -1_000_000, max = 1_000_000))]
+    b: i64,
+}
+
+/// The output of the benchmarked tool.
+#[derive(Serialize, Deserialize, JsonSchema)]
+pub struct Sum {
+    sum: i64,
+}
+
+/// The benchmarked tool: adds two numbers.
+pub struct Add;
+
+/// The tool's work, shared by [`Add`] and the tower service so both do the same thing.
+fn add(input: AddInput) -> Sum {
+    Sum {
+        sum: input.a + input.b,
+    }
+}
+
+impl Tool for Add {
+    type Input = AddInput;
+    type Output = Sum;
+
+    fn name(&self) -> &str {
+        "add"
+    }
+
+    fn description(&self) -> &str {
+        "Adds two numbers."
+    }
+
+    async fn execute(&self, input: AddInput, _ctx: &ToolInvokeContext) -> Result<Sum, ToolError> {
+        Ok(add(input))
+    }
+}
+
+/// The JSON input every scenario is called with.
+pub fn add_input() -> Value {
+    json!({ "a": 1, "b": 2 })
+}
+
+/// A hook that does nothing at the stages it lists: what the pipeline itself costs per
+/// hook call. Its stage methods are the trait's defaults, which return a ready future.
+struct NoOp(StageSet);
+
+impl Hook for NoOp {
+    fn stages(&self) -> StageSet {
+        self.0
+    }
+}
+
+/// Ten stages a realistic policy set uses, each reached once on the success path.
+const TEN_STAGES: [Stage; 10] = [
+    Stage::WillAuthorize,
+    Stage::WillAcquireQuota,
+    Stage::WillAcquireSemaphore,
+    Stage::WillValidateInput,
+    Stage::WillReadCache,
+    Stage::WillExecute,
+    Stage::DidExecute,
+    Stage::WillRedactOutput,
+    Stage::WillAudit,
+    Stage::OnMetrics,
+];
+
+/// A tower layer that forwards everything: the tower counterpart of a [`NoOp`] hook.
+#[derive(Clone)]
+struct PassThrough<S>(S);
+
+impl<S: Service<Value>> Service<Value> for PassThrough<S> {
+    type Response = S::Response;
+    type Error = S::Error;
+    type Future = S::Future;
+
+    fn poll_ready(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), S::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Value) -> S::Future {
+        self.0.call(request)
+    }
+}
+
+/// A type-erased tower service with JSON in and out.
+type JsonService = BoxCloneService<Value, Value, ToolError>;
+
+/// The tool as a tower service: parse and check the JSON input exactly as the registry's
+/// erased tool does, run the same work, serialize the output.
+fn add_service()
+-> impl Service<Value, Response = Value, Error = ToolError, Future: Send> + Clone + Send {
+    tower::service_fn(|input: Value| async move {
+        let parsed = parse_input::<AddInput>(&input)?;
+        serde_json::to_value(add(parsed)).map_err(|e| ToolError::internal(e.to_string()))
+    })
+}
+
+/// Ten pass-through layers, each boxed: composed at run time like hooks are, each layer
+/// boxes the future of the one inside it.
+fn tower_boxed_each() -> JsonService {
+    let mut service = BoxCloneService::new(add_service());
+    for _ in 0..10 {
+        service = BoxCloneService::new(PassThrough(service));
+    }
+    service
+}
+
+/// Ten pass-through layers composed statically, the whole stack boxed once.
+fn tower_static() -> JsonService {
+    let s = add_service();
+    let s = PassThrough(PassThrough(PassThrough(PassThrough(PassThrough(s)))));
+    let s = PassThrough(PassThrough(PassThrough(PassThrough(PassThrough(s)))));
+    BoxCloneService::new(s)
+}
+
+/// How many times a direct-call harness repeats the call (a request provider).
+struct Iterations;
+
+impl TypeMapKey for Iterations {
+    type Value = u64;
+}
+
+/// The direct-call harness: a tool whose body calls the benchmarked tool `iterations`
+/// times and returns how long that took in nanoseconds. It exists because a
+/// [`ToolInvokeContext`], which both `Tool::execute` and `ErasedTool::call` take, is only
+/// made by the pipeline; the harness's own invocation is outside the timed loop.
+fn harness(
+    name: &'static str,
+    body: impl for<'a> Fn(u64, &'a ToolInvokeContext) -> BoxFuture<'a, ()> + Send + Sync + 'static,
+) -> impl Tool {
+    tool_fn_with_context(
+        name,
+        "Times direct calls of `add`.",
+        move |_: AddInput, ctx: &ToolInvokeContext| {
+            let iterations = *ctx
+                .get::<Iterations>()
+                .expect("the harness is invoked with its iteration count");
+            let run = body(iterations, ctx);
+            Box::pin(async move {
+                let started = Instant::now();
+                run.await;
+                Ok::<_, ToolError>(started.elapsed().as_nanos() as u64)
+            })
+        },
+    )
+}
+
+/// Every scenario, built once.
+pub struct Scenarios {
+    direct: Pipeline,
+    /// The pipeline with no hooks.
+    pub pipeline_0_hooks: Pipeline,
+    /// The pipeline with ten no-op hooks, each at a different stage.
+    pub pipeline_10_hooks: Pipeline,
+    /// The pipeline with one no-op hook at every stage, `around_execute` included.
+    pub pipeline_every_stage: Pipeline,
+    /// Ten tower layers, each boxed.
+    pub tower_10_boxed: RefCell<JsonService>,
+    /// Ten tower layers composed statically, boxed once.
+    pub tower_10_static: RefCell<JsonService>,
+}
+
+impl Scenarios {
+    /// Builds every scenario.
+    pub fn new() -> Self {
+        let mut registry = ToolRegistry::new();
+        registry.register(Add).expect("`add` registers");
+        let registry = std::sync::Arc::new(registry);
+
+        let mut direct = Pipeline::builder();
+        direct
+            .tool(harness("direct_typed", |iterations, ctx| {
+                Box::pin(async move {
+                    for _ in 0..iterations {
+                        let input = black_box(AddInput { a: 1, b: 2 });
+                        black_box(Add.execute(input, ctx).await.expect("add succeeds"));
+                    }
+                })
+            }))
+            .expect("the harness registers");
+        direct
+            .tool(harness("direct_erased", move |iterations, ctx| {
+                let registry = std::sync::Arc::clone(&registry);
+                Box::pin(async move {
+                    // What a home-made dispatcher does: find the tool by name, call it
+                    // with the JSON input, get JSON back.
+                    for _ in 0..iterations {
+                        let tool = &black_box(&registry)
+                            .get(black_box("add"))
+                            .expect("`add` is registered")
+                            .tool;
+                        black_box(tool.call(None, ctx).await.expect("add succeeds"));
+                    }
+                })
+            }))
+            .expect("the harness registers");
+
+        Scenarios {
+            direct: direct.build().expect("the harness pipeline builds"),
+            pipeline_0_hooks: pipeline(Vec::new()),
+            pipeline_10_hooks: pipeline(
+                TEN_STAGES
+                    .iter()
+                    .map(|&s| NoOp(StageSet::of(&[s])))
+                    .collect(),
+            ),
+            pipeline_every_stage: pipeline(vec![NoOp(StageSet::ALL)]),
+            tower_10_boxed: RefCell::new(tower_boxed_each()),
+            tower_10_static: RefCell::new(tower_static()),
+        }
+    }
+
+    /// Calls the typed tool `iterations` times with `Tool::execute`; returns the time taken.
+    pub async fn direct_typed(&self, iterations: u64) -> Duration {
+        self.run_harness("direct_typed", iterations).await
+    }
+
+    /// Finds the tool in a registry by name and calls `ErasedTool::call` (JSON in, JSON
+    /// out) `iterations` times; returns the time taken.
+    pub async fn direct_erased(&self, iterations: u64) -> Duration {
+        self.run_harness("direct_erased", iterations).await
+    }
+
+    async fn run_harness(&self, name: &str, iterations: u64) -> Duration {
+        let options = InvokeOptions::new().provide::<Iterations>(iterations);
+        let nanos = self
+            .direct
+            .invoke(name, add_input(), options)
+            .await
+            .expect("the harness succeeds");
+        Duration::from_nanos(nanos.as_u64().expect("the harness returns nanoseconds"))
+    }
+}
+
+impl Default for Scenarios {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A pipeline serving [`Add`] with these hooks.
+fn pipeline(hooks: Vec<NoOp>) -> Pipeline {
+    let mut builder = Pipeline::builder();
+    builder.tool(Add).expect("`add` registers");
+    for hook in hooks {
+        builder.hook(hook);
+    }
+    builder.build().expect("the pipeline builds")
+}
+
+/// Invokes `add` through `pipeline`, as a caller does.
+pub fn invoke(
+    pipeline: &Pipeline,
+    input: Value,
+) -> impl Future<Output = Result<Value, ToolError>> + '_ {
+    pipeline.invoke("add", input, InvokeOptions::new())
+}
+
+/// Calls a tower stack as a caller does: ready, then call.
+pub fn call_tower(
+    service: &RefCell<JsonService>,
+    input: Value,
+) -> impl Future<Output = Result<Value, ToolError>> + use<> {
+    let mut service = service.borrow_mut();
+    // Pass-through layers over a `service_fn` are always ready; tower's contract still
+    // wants `poll_ready` before `call`, and it costs the same as in real use.
+    service
+        .ready()
+        .now_or_never()
+        .expect("pass-through layers are always ready")
+        .expect("pass-through layers never fail to be ready");
+    service.call(input)
+}

@@ -1,0 +1,90 @@
+//! The [`Audit`] hook and its builder.
+
+use std::sync::Arc;
+
+use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolInvokeContext};
+
+use super::{AuditRecord, AuditSink, TracingSink};
+
+/// Writes one [`AuditRecord`] per invocation at `will_audit`, on every path (success,
+/// error, suspension, cancellation). See the [module docs](super).
+pub struct Audit {
+    sinks: Vec<Arc<dyn AuditSink>>,
+    include_values: bool,
+}
+
+/// Builds an [`Audit`]. Defaults: the [`TracingSink`] when no sink is added; input and
+/// output as fingerprints only.
+#[derive(Default)]
+pub struct AuditBuilder {
+    sinks: Vec<Arc<dyn AuditSink>>,
+    include_values: bool,
+}
+
+impl AuditBuilder {
+    /// Adds a sink.
+    #[must_use]
+    pub fn sink(mut self, sink: impl AuditSink) -> Self {
+        self.sinks.push(Arc::new(sink));
+        self
+    }
+
+    /// Records the (redacted) input, output and error message themselves, not only their
+    /// fingerprints. Off by default: audit stores tend to outlive the data they mention.
+    #[must_use]
+    pub fn include_values(mut self, on: bool) -> Self {
+        self.include_values = on;
+        self
+    }
+
+    /// The hook.
+    pub fn build(mut self) -> Audit {
+        if self.sinks.is_empty() {
+            self.sinks.push(Arc::new(TracingSink));
+        }
+        Audit {
+            sinks: self.sinks,
+            include_values: self.include_values,
+        }
+    }
+}
+
+impl Default for Audit {
+    fn default() -> Self {
+        AuditBuilder::default().build()
+    }
+}
+
+impl Audit {
+    /// The hook with its defaults (records to `tracing`).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A builder.
+    pub fn builder() -> AuditBuilder {
+        AuditBuilder::default()
+    }
+}
+
+impl Hook for Audit {
+    fn stages(&self) -> StageSet {
+        StageSet::of(&[Stage::WillAudit])
+    }
+
+    fn name(&self) -> &str {
+        "audit"
+    }
+
+    fn will_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let record = AuditRecord::from_context(ctx, self.include_values);
+        HookFuture::new(async move {
+            for sink in &self.sinks {
+                if let Err(e) = sink.write(&record).await {
+                    tracing::error!(sink = sink.name(), error = %e, "audit record lost");
+                }
+            }
+            Ok(())
+        })
+    }
+}

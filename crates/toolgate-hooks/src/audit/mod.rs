@@ -1,0 +1,44 @@
+//! Audit: one structured record per invocation, on every path.
+//!
+//! [`Audit`] builds an [`AuditRecord`] at `will_audit` — who (user, tenant, session,
+//! request id), which tool and version, when, the outcome with its code and HTTP status,
+//! the duration, the attempts, and the decision trace (which hook decided what at which
+//! stage, and how long each stage and, with
+//! [`record_hook_timings`](toolgate_core::PipelineBuilder::record_hook_timings), each hook
+//! took) — and hands it to every [sink](AuditSink): [`TracingSink`], an append-only
+//! [`JsonLinesSink`], a [`ChannelSink`], or [`MemorySink`]. Input and output are recorded
+//! as fingerprints unless [`include_values`](AuditBuilder::include_values) is set.
+//!
+//! The record phase runs after the input was redacted and the output was redacted and
+//! scrubbed, and on the error path after `on_error` (where secrets are scrubbed from the
+//! error), so neither redacted values nor injected secrets reach the record. A sink that
+//! fails is logged; the call's outcome never changes.
+//!
+//! # Examples
+//!
+//! ```
+//! use serde_json::json;
+//! use toolgate_core::{tool_fn, InvokeOptions, Pipeline, ToolError, User};
+//! use toolgate_hooks::audit::{Audit, MemorySink, Outcome};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let records = MemorySink::new();
+//! let mut builder = Pipeline::builder();
+//! builder.tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))?;
+//! let pipeline = builder.hook(Audit::builder().sink(records.clone()).build()).build()?;
+//!
+//! pipeline.invoke("ping", json!(null), InvokeOptions::new().user(User::new("ann"))).await?;
+//! let record = &records.records()[0];
+//! assert_eq!((record.user_id.as_str(), record.tool.as_str(), record.outcome), ("ann", "ping", Outcome::Success));
+//! assert!(record.output_hash.as_deref().is_some_and(|h| h.starts_with("sha256:")));
+//! # Ok(()) }
+//! ```
+
+mod hook;
+mod record;
+mod sink;
+
+pub use hook::{Audit, AuditBuilder};
+pub use record::{AuditRecord, DecisionEntry, Outcome, TimingEntry};
+pub use sink::{AuditError, AuditSink, ChannelSink, JsonLinesSink, MemorySink, TracingSink};

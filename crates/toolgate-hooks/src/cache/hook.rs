@@ -1,0 +1,329 @@
+//! The [`ResultCache`] hook and its builder.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use toolgate_core::{
+    Hook, HookFuture, Stage, StageSet, ToolDefinition, ToolInvokeContext, TypeMapKey,
+};
+
+use super::flight::{InFlight, Leader, Role, follow};
+use super::{CacheBackend, CacheKey, KeyScope, MokaCache, ScopeBy, cache_key};
+
+/// The tag by which a tool declares that its results are the same for every caller, so
+/// they may be shared across users (the cache key then leaves the caller out).
+pub const PUBLIC_RESULTS_TAG: &str = "public-results";
+
+/// The metadata key where the cache notes what it did: `"hit"`, `"coalesced"` (served
+/// from a concurrent identical call) or `"miss"`.
+pub const CACHE_METADATA_KEY: &str = "cache";
+
+/// A miss waiting to be stored, and the leader's claim when coalescing.
+struct Pending {
+    key: CacheKey,
+    ttl: Duration,
+    leader: Option<Leader>,
+}
+
+struct PendingKey;
+
+impl TypeMapKey for PendingKey {
+    type Value = Pending;
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Rule {
+    Cache(Option<Duration>),
+    Skip,
+}
+
+/// Caches tool results. See the [module docs](super).
+pub struct ResultCache {
+    backend: Arc<dyn CacheBackend>,
+    ttl: Duration,
+    rules: HashMap<String, Rule>,
+    public: HashSet<String>,
+    scope_by: ScopeBy,
+    coalesce: bool,
+    max_wait: Duration,
+    in_flight: InFlight,
+}
+
+/// Builds a [`ResultCache`]. Defaults: the in-memory [`MokaCache`] (10,000 entries), a TTL
+/// of 5 minutes, read-only tools from this program cached, results scoped per user,
+/// concurrent identical misses coalesced, followers waiting at most 30 s for a leader.
+pub struct ResultCacheBuilder {
+    backend: Arc<dyn CacheBackend>,
+    ttl: Duration,
+    rules: HashMap<String, Rule>,
+    public: HashSet<String>,
+    scope_by: ScopeBy,
+    coalesce: bool,
+    max_wait: Duration,
+}
+
+impl Default for ResultCacheBuilder {
+    fn default() -> Self {
+        ResultCacheBuilder {
+            backend: Arc::new(MokaCache::default()),
+            ttl: Duration::from_secs(300),
+            rules: HashMap::new(),
+            public: HashSet::new(),
+            scope_by: ScopeBy::User,
+            coalesce: true,
+            max_wait: Duration::from_secs(30),
+        }
+    }
+}
+
+impl ResultCacheBuilder {
+    /// Where entries live.
+    #[must_use]
+    pub fn backend(mut self, backend: impl CacheBackend) -> Self {
+        self.backend = Arc::new(backend);
+        self
+    }
+
+    /// An already shared backend (to inspect it, or share it between pipelines).
+    #[must_use]
+    pub fn shared_backend(mut self, backend: Arc<dyn CacheBackend>) -> Self {
+        self.backend = backend;
+        self
+    }
+
+    /// The TTL of tools without their own.
+    #[must_use]
+    pub fn ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// Caches this tool (even if it is not read-only), with its own TTL.
+    #[must_use]
+    pub fn tool_ttl(mut self, tool: impl Into<String>, ttl: Duration) -> Self {
+        self.rules.insert(tool.into(), Rule::Cache(Some(ttl)));
+        self
+    }
+
+    /// Caches this tool (even if it is not read-only) with the default TTL.
+    #[must_use]
+    pub fn include(mut self, tool: impl Into<String>) -> Self {
+        self.rules.insert(tool.into(), Rule::Cache(None));
+        self
+    }
+
+    /// Never caches this tool.
+    #[must_use]
+    pub fn exclude(mut self, tool: impl Into<String>) -> Self {
+        self.rules.insert(tool.into(), Rule::Skip);
+        self
+    }
+
+    /// Declares this tool's results public: shared by every caller. Same as tagging the
+    /// tool [`PUBLIC_RESULTS_TAG`].
+    #[must_use]
+    pub fn public(mut self, tool: impl Into<String>) -> Self {
+        self.public.insert(tool.into());
+        self
+    }
+
+    /// How results of non-public tools are scoped.
+    #[must_use]
+    pub fn scope_by(mut self, scope_by: ScopeBy) -> Self {
+        self.scope_by = scope_by;
+        self
+    }
+
+    /// Whether concurrent identical misses run the tool once (on by default).
+    #[must_use]
+    pub fn coalesce(mut self, on: bool) -> Self {
+        self.coalesce = on;
+        self
+    }
+
+    /// How long a follower waits for a leader before running the tool itself.
+    #[must_use]
+    pub fn max_wait(mut self, max_wait: Duration) -> Self {
+        self.max_wait = max_wait;
+        self
+    }
+
+    /// The hook.
+    pub fn build(self) -> ResultCache {
+        ResultCache {
+            backend: self.backend,
+            ttl: self.ttl,
+            rules: self.rules,
+            public: self.public,
+            scope_by: self.scope_by,
+            coalesce: self.coalesce,
+            max_wait: self.max_wait,
+            in_flight: InFlight::default(),
+        }
+    }
+}
+
+impl Default for ResultCache {
+    fn default() -> Self {
+        ResultCacheBuilder::default().build()
+    }
+}
+
+impl ResultCache {
+    /// The cache with its defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A builder.
+    pub fn builder() -> ResultCacheBuilder {
+        ResultCacheBuilder::default()
+    }
+
+    /// The TTL for `tool`, or `None` when its results are not cached: tools configured
+    /// with [`include`](ResultCacheBuilder::include) or
+    /// [`tool_ttl`](ResultCacheBuilder::tool_ttl) are; excluded tools are not; others only
+    /// when they are read-only by their owner's word (annotations of remote tools are not
+    /// trusted).
+    pub fn ttl_for(&self, tool: &ToolDefinition) -> Option<Duration> {
+        match self.rules.get(&tool.name) {
+            Some(Rule::Cache(ttl)) => Some(ttl.unwrap_or(self.ttl)),
+            Some(Rule::Skip) => None,
+            None => (tool.annotations.read_only && tool.source.is_trusted()).then_some(self.ttl),
+        }
+    }
+
+    /// The scope of this call's entry.
+    pub fn scope_for(&self, ctx: &ToolInvokeContext) -> KeyScope {
+        let tool = ctx.tool();
+        if self.public.contains(&tool.name) || tool.has_tag(PUBLIC_RESULTS_TAG) {
+            KeyScope::Public
+        } else {
+            self.scope_by.scope_of(ctx.user())
+        }
+    }
+
+    /// How many keys have a leader running right now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    fn mark(ctx: &mut ToolInvokeContext, what: &str) {
+        ctx.metadata_mut()
+            .insert(CACHE_METADATA_KEY.to_owned(), Value::from(what));
+    }
+
+    fn miss(ctx: &mut ToolInvokeContext, key: CacheKey, ttl: Duration, leader: Option<Leader>) {
+        Self::mark(ctx, "miss");
+        ctx.scratch_mut()
+            .insert::<PendingKey>(Pending { key, ttl, leader });
+    }
+
+    async fn lookup(&self, key: &CacheKey) -> Option<Value> {
+        match self.backend.get(key).await {
+            Ok(found) => found,
+            Err(e) => {
+                tracing::warn!(error = %e, "cache read failed; treating it as a miss");
+                None
+            }
+        }
+    }
+}
+
+impl Hook for ResultCache {
+    fn stages(&self) -> StageSet {
+        StageSet::of(&[
+            Stage::WillReadCache,
+            Stage::WillWriteCache,
+            Stage::WillAudit,
+            Stage::OnError,
+        ])
+    }
+
+    fn name(&self) -> &str {
+        "result_cache"
+    }
+
+    fn will_read_cache<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let Some(ttl) = self.ttl_for(ctx.tool()) else {
+            return HookFuture::ok();
+        };
+        let key = cache_key(ctx.tool(), &self.scope_for(ctx), ctx.input());
+        HookFuture::new(async move {
+            loop {
+                if let Some(value) = self.lookup(&key).await {
+                    Self::mark(ctx, "hit");
+                    return ctx.respond(value);
+                }
+                if !self.coalesce {
+                    Self::miss(ctx, key, ttl, None);
+                    return Ok(());
+                }
+                match self.in_flight.join(&key) {
+                    Role::Lead(leader) => {
+                        // A leader may have stored the value between our read and our claim.
+                        if let Some(value) = self.lookup(&key).await {
+                            leader.publish(value.clone());
+                            Self::mark(ctx, "hit");
+                            return ctx.respond(value);
+                        }
+                        Self::miss(ctx, key, ttl, Some(leader));
+                        return Ok(());
+                    }
+                    Role::Follow(receiver) => {
+                        match tokio::time::timeout(self.max_wait, follow(receiver)).await {
+                            Ok(Some(value)) => {
+                                Self::mark(ctx, "coalesced");
+                                return ctx.respond(value);
+                            }
+                            // The leader failed, was cancelled or panicked: look again.
+                            Ok(None) => continue,
+                            Err(_) => {
+                                tracing::debug!(
+                                    "waited too long for an identical call; running the tool"
+                                );
+                                Self::miss(ctx, key, ttl, None);
+                                return Ok(());
+                            }
+                        }
+                    }
+                }
+            }
+        })
+    }
+
+    fn will_write_cache<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let (Some(pending), Some(output)) = (
+            ctx.scratch_mut().remove::<PendingKey>(),
+            ctx.output().cloned(),
+        ) else {
+            return HookFuture::ok();
+        };
+        HookFuture::new(async move {
+            if let Err(e) = self
+                .backend
+                .put(&pending.key, output.clone(), pending.ttl)
+                .await
+            {
+                tracing::warn!(error = %e, "cache write failed; the result was not stored");
+            }
+            if let Some(leader) = pending.leader {
+                leader.publish(output);
+            }
+            Ok(())
+        })
+    }
+
+    fn will_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        // Whatever path the call took, a claim still held is given back here.
+        ctx.scratch_mut().remove::<PendingKey>();
+        HookFuture::ok()
+    }
+
+    fn on_error<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        ctx.scratch_mut().remove::<PendingKey>();
+        HookFuture::ok()
+    }
+}

@@ -1,0 +1,167 @@
+//! The [`Consent`] hook at `will_check_consent`.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde_json::json;
+use toolgate_core::{
+    Control, Hook, HookFuture, Stage, StageSet, SuspendRequest, ToolDefinition, ToolError,
+    ToolInvokeContext,
+};
+
+use super::{ApprovalStore, Approvals, InMemoryApprovals};
+
+/// Requires a person's approval before some tools run.
+///
+/// A tool needs approval when it is named with [`tool`](ConsentBuilder::tool), carries a
+/// tag given with [`tag`](ConsentBuilder::tag), or — with
+/// [`destructive_tools`](ConsentBuilder::destructive_tools) — is annotated destructive
+/// (whatever its source: for consent, a remote server's word that a tool is destructive is
+/// reason enough to ask).
+///
+/// For such a tool the hook uses a recorded approval for this user and tool (a one-shot
+/// approval is consumed, an "always" one stays). With none, the call is suspended: the
+/// caller gets [`ToolError::Suspended`] with a `suspension_id`, and
+/// [`Approvals::approve`] or [`Approvals::reject`] settles it. A resumed call continues
+/// after this stage. When the store fails, the call is refused (fail closed): code
+/// `consent_unavailable`, HTTP 503.
+///
+/// The suspension's payload shows the approver `{"tool", "user", "input"}`.
+///
+/// # Examples
+///
+/// ```
+/// use toolgate_hooks::consent::Consent;
+///
+/// let consent = Consent::builder().tag("destructive").tool("send_email").build();
+/// let approvals = consent.approvals(); // keep it to approve and reject
+/// # let _ = approvals;
+/// ```
+#[derive(Clone)]
+pub struct Consent {
+    tools: HashSet<String>,
+    tags: HashSet<String>,
+    destructive: bool,
+    store: Arc<dyn ApprovalStore>,
+}
+
+/// Builds a [`Consent`] hook.
+pub struct ConsentBuilder {
+    tools: HashSet<String>,
+    tags: HashSet<String>,
+    destructive: bool,
+    store: Option<Arc<dyn ApprovalStore>>,
+}
+
+impl ConsentBuilder {
+    /// This tool needs approval.
+    #[must_use]
+    pub fn tool(mut self, name: impl Into<String>) -> Self {
+        self.tools.insert(name.into());
+        self
+    }
+
+    /// Tools with this tag need approval.
+    #[must_use]
+    pub fn tag(mut self, tag: impl Into<String>) -> Self {
+        self.tags.insert(tag.into());
+        self
+    }
+
+    /// Tools annotated destructive need approval (default: no).
+    #[must_use]
+    pub fn destructive_tools(mut self, on: bool) -> Self {
+        self.destructive = on;
+        self
+    }
+
+    /// Where approvals live (default: a fresh [`InMemoryApprovals`]).
+    #[must_use]
+    pub fn store(mut self, store: Arc<dyn ApprovalStore>) -> Self {
+        self.store = Some(store);
+        self
+    }
+
+    /// The hook.
+    pub fn build(self) -> Consent {
+        Consent {
+            tools: self.tools,
+            tags: self.tags,
+            destructive: self.destructive,
+            store: self
+                .store
+                .unwrap_or_else(|| Arc::new(InMemoryApprovals::default())),
+        }
+    }
+}
+
+impl Consent {
+    /// A builder: no tool needs approval until one is named.
+    pub fn builder() -> ConsentBuilder {
+        ConsentBuilder {
+            tools: HashSet::new(),
+            tags: HashSet::new(),
+            destructive: false,
+            store: None,
+        }
+    }
+
+    /// The approval API over this hook's store.
+    pub fn approvals(&self) -> Approvals {
+        Approvals::new(Arc::clone(&self.store))
+    }
+
+    /// Whether calls of `tool` need approval.
+    pub fn requires_approval(&self, tool: &ToolDefinition) -> bool {
+        self.tools.contains(&tool.name)
+            || tool.tags.iter().any(|t| self.tags.contains(t))
+            || (self.destructive && tool.annotations.destructive)
+    }
+}
+
+impl Hook for Consent {
+    fn stages(&self) -> StageSet {
+        StageSet::of(&[Stage::WillCheckConsent])
+    }
+
+    fn name(&self) -> &str {
+        "consent"
+    }
+
+    fn filter(&self, ctx: &ToolInvokeContext) -> bool {
+        self.requires_approval(ctx.tool())
+    }
+
+    fn will_check_consent<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        HookFuture::new(async move {
+            match self.store.consume(&ctx.user().id, ctx.tool_name()).await {
+                Ok(Some(_)) => Ok(()),
+                Ok(None) => {
+                    let request = SuspendRequest::new(format!(
+                        "`{}` needs a person's approval before it runs for user `{}`",
+                        ctx.tool_name(),
+                        ctx.user().id
+                    ))
+                    .with_payload(json!({
+                        "tool": ctx.tool_name(),
+                        "user": ctx.user().id,
+                        "input": ctx.input(),
+                    }));
+                    Err(Control::Suspend(request))
+                }
+                Err(error) => {
+                    tracing::error!(tool = ctx.tool_name(), user = %ctx.user().id, %error, "approval store failed; refusing (fail closed)");
+                    Err(ToolError::abort(
+                        format!(
+                            "approval for `{}` could not be checked, so the call was not run: try again later",
+                            ctx.tool_name()
+                        ),
+                        "consent_unavailable",
+                        503,
+                    )
+                    .into())
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,29 @@
+//! Metrics through the [`metrics`](https://docs.rs/metrics) facade: install any recorder
+//! (Prometheus, StatsD, a test recorder) and these appear.
+//!
+//! [`Metrics`] records at `on_metrics`, on every path:
+//!
+//! | name (default prefix `toolgate`) | kind | labels |
+//! |---|---|---|
+//! | `toolgate_calls_total` | counter | `tool`, `outcome` (`success`, `error`, `suspended`), `code` (`ok` or the error code) |
+//! | `toolgate_call_duration_seconds` | histogram | `tool`, `outcome` |
+//! | `toolgate_hook_duration_seconds` | histogram | `tool`, `stage`, `hook` (when the pipeline records hook timings) |
+//! | `toolgate_cache_lookups_total` | counter | `tool`, `result` (`hit`, `coalesced`, `miss`) |
+//! | `toolgate_rate_limited_total` | counter | `tool` |
+//!
+//! Labels are tool names, stage and hook names and error codes only — never user ids,
+//! arguments or outputs, which would leak data and explode cardinality.
+//!
+//! # Examples
+//!
+//! ```
+//! use toolgate_core::Pipeline;
+//! use toolgate_hooks::metrics::Metrics;
+//!
+//! let mut builder = Pipeline::builder();
+//! builder.record_hook_timings(true).hook(Metrics::builder().prefix("agent_tools").build());
+//! ```
+
+mod hook;
+
+pub use hook::{Metrics, MetricsBuilder};

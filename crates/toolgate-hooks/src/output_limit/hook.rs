@@ -1,0 +1,185 @@
+//! The [`OutputLimit`] hook and its builder.
+
+use std::collections::HashMap;
+
+use serde_json::{Value, json};
+use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolInvokeContext};
+
+/// The metadata key of the truncation note.
+pub const TRUNCATION_METADATA_KEY: &str = "output_truncated";
+
+/// The priority of [`OutputLimit`]: low, so it measures what other transforms produced.
+pub const OUTPUT_LIMIT_PRIORITY: i32 = -100;
+
+/// What happens to an output over the limit.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Overflow {
+    /// Cut it, with a marker saying how much was cut. The default.
+    #[default]
+    Truncate,
+    /// Fail the call with code `output_too_large`.
+    Fail,
+}
+
+/// Limits the size of outputs. See the [module docs](super).
+#[derive(Clone, Debug)]
+pub struct OutputLimit {
+    max_bytes: usize,
+    per_tool: HashMap<String, usize>,
+    overflow: Overflow,
+}
+
+/// Builds an [`OutputLimit`]. Defaults: 64 KiB, truncate.
+#[derive(Clone, Debug)]
+pub struct OutputLimitBuilder {
+    max_bytes: usize,
+    per_tool: HashMap<String, usize>,
+    overflow: Overflow,
+}
+
+impl Default for OutputLimitBuilder {
+    fn default() -> Self {
+        OutputLimitBuilder {
+            max_bytes: 64 * 1024,
+            per_tool: HashMap::new(),
+            overflow: Overflow::Truncate,
+        }
+    }
+}
+
+impl OutputLimitBuilder {
+    /// The most bytes of JSON an output may have.
+    #[must_use]
+    pub fn max_bytes(mut self, max_bytes: usize) -> Self {
+        self.max_bytes = max_bytes;
+        self
+    }
+
+    /// A limit for one tool.
+    #[must_use]
+    pub fn tool_max_bytes(mut self, tool: impl Into<String>, max_bytes: usize) -> Self {
+        self.per_tool.insert(tool.into(), max_bytes);
+        self
+    }
+
+    /// What happens over the limit.
+    #[must_use]
+    pub fn on_overflow(mut self, overflow: Overflow) -> Self {
+        self.overflow = overflow;
+        self
+    }
+
+    /// The hook.
+    pub fn build(self) -> OutputLimit {
+        OutputLimit {
+            max_bytes: self.max_bytes,
+            per_tool: self.per_tool,
+            overflow: self.overflow,
+        }
+    }
+}
+
+impl Default for OutputLimit {
+    fn default() -> Self {
+        OutputLimitBuilder::default().build()
+    }
+}
+
+/// Counts the bytes of serialized JSON without keeping them.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The size of `value` as JSON text.
+fn json_size(value: &Value) -> usize {
+    let mut count = ByteCount(0);
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
+/// `text` cut to at most `max` bytes including the marker, on a character boundary.
+fn truncate(text: &str, max: usize) -> String {
+    let mut keep = text.len().min(max);
+    loop {
+        // The marker's own length depends on how much is cut; settle it by iterating.
+        while !text.is_char_boundary(keep) {
+            keep -= 1;
+        }
+        let marker = format!(" [truncated {} bytes]", text.len() - keep);
+        if keep + marker.len() <= max || keep == 0 {
+            return format!("{}{marker}", &text[..keep]);
+        }
+        keep = max.saturating_sub(marker.len()).min(keep - 1);
+    }
+}
+
+impl OutputLimit {
+    /// The hook with its defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// A builder.
+    pub fn builder() -> OutputLimitBuilder {
+        OutputLimitBuilder::default()
+    }
+}
+
+impl Hook for OutputLimit {
+    fn stages(&self) -> StageSet {
+        StageSet::of(&[Stage::WillTransformOutput])
+    }
+
+    fn name(&self) -> &str {
+        "output_limit"
+    }
+
+    fn priority(&self) -> i32 {
+        OUTPUT_LIMIT_PRIORITY
+    }
+
+    fn will_transform_output<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let max = self
+            .per_tool
+            .get(ctx.tool_name())
+            .copied()
+            .unwrap_or(self.max_bytes);
+        let Some(output) = ctx.output() else {
+            return HookFuture::ok();
+        };
+        let size = json_size(output);
+        if size <= max {
+            return HookFuture::ok();
+        }
+        if self.overflow == Overflow::Fail {
+            return ctx
+                .abort(
+                    format!("the output is {size} bytes, over the limit of {max} bytes: ask for less (narrow the query or page through the results)"),
+                    "output_too_large",
+                    502,
+                )
+                .into();
+        }
+        let text = match output {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        // A string's JSON form has two quotes (and escapes) more than its text: measure the
+        // text against the limit, as the caller reads the text.
+        let cut = truncate(&text, max);
+        let note = json!({ "original_bytes": size, "returned_bytes": cut.len() });
+        ctx.metadata_mut()
+            .insert(TRUNCATION_METADATA_KEY.to_owned(), note);
+        ctx.set_output(Value::String(cut));
+        HookFuture::ok()
+    }
+}

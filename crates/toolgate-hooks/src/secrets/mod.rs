@@ -1,0 +1,68 @@
+//! Secrets: injected for the tools that declare them, held only in the context's secret
+//! slot, and scrubbed from whatever the tool sends back.
+//!
+//! A tool declares the secrets it needs with tags (`secret:github-token`) or through
+//! [`SecretInjectionBuilder::tool`]. At `will_inject_secrets`, [`SecretInjection`] asks
+//! its [sources](SecretSource) in order — [`EnvSecrets`], [`FileSecrets`],
+//! [`InMemorySecrets`], or your own (a vault client) — and puts each secret into
+//! [`ToolInvokeContext::secrets_mut`](toolgate_core::ToolInvokeContext::secrets_mut). A
+//! secret that no source holds fails the call with code `missing_secret`.
+//!
+//! Secrets never enter the input, so they are never part of a cache key, an audit record
+//! or a log line. [`Secret`](toolgate_core::Secret) has no `Debug`, `Display` or
+//! `Serialize`, so it cannot be printed or serialized by accident:
+//!
+//! ```compile_fail
+//! let key = toolgate_core::Secret::new("sk-live-123");
+//! println!("{key}");
+//! ```
+//!
+//! ```compile_fail
+//! fn serialize<T: serde::Serialize>(_: &T) {}
+//! serialize(&toolgate_core::Secret::new("sk-live-123"));
+//! ```
+//!
+//! ```compile_fail
+//! let key = toolgate_core::Secret::new("sk-live-123");
+//! let _ = serde_json::to_string(&key);
+//! ```
+//!
+//! And when a tool echoes a secret anyway, its exact value — raw, base64 (standard and
+//! URL-safe) or URL-encoded — is replaced by [`SCRUBBED`] in the output (before it is
+//! cached and before it leaves) and in the error message.
+//!
+//! # Examples
+//!
+//! ```
+//! use futures::future::BoxFuture;
+//! use serde_json::json;
+//! use toolgate_core::{tool_fn_with_context, InvokeOptions, Pipeline, ToolError, ToolInvokeContext};
+//! use toolgate_hooks::secrets::{InMemorySecrets, SecretInjection};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let leaky = tool_fn_with_context("leaky", "Echoes its API key (badly).", |_: (), ctx: &ToolInvokeContext| -> BoxFuture<'_, Result<String, ToolError>> {
+//!     Box::pin(async move {
+//!         let key = ctx.secrets().get("api-key").map(|s| s.expose().to_owned()).unwrap_or_default();
+//!         Ok(format!("calling with {key}"))
+//!     })
+//! })
+//! .tag("secret:api-key");
+//!
+//! let mut builder = Pipeline::builder();
+//! builder.tool(leaky)?;
+//! let pipeline = builder
+//!     .hook(SecretInjection::builder().source(InMemorySecrets::new().with("api-key", "sk-live-123")).build())
+//!     .build()?;
+//! let out = pipeline.invoke("leaky", json!(null), InvokeOptions::new()).await?;
+//! assert_eq!(out, json!("calling with [REDACTED:secret]"));
+//! # Ok(()) }
+//! ```
+
+mod hook;
+mod scrub;
+mod source;
+
+pub use hook::{SECRET_PRIORITY, SECRET_TAG_PREFIX, SecretInjection, SecretInjectionBuilder};
+pub use scrub::{SCRUBBED, Scrubber};
+pub use source::{EnvSecrets, FileSecrets, InMemorySecrets, SecretError, SecretSource};

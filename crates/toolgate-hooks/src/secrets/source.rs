@@ -1,0 +1,162 @@
+//! Where secrets come from: the [`SecretSource`] trait and the environment, file and
+//! in-memory sources.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use futures::future::BoxFuture;
+use toolgate_core::Secret;
+
+/// A secret source failed (not "the secret is absent", which is `Ok(None)`).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SecretError {
+    /// The source could not be read.
+    #[error(
+        "secret source `{source_name}` could not be read for secret `{name}` ({reason}): check the source's configuration and permissions"
+    )]
+    Unavailable {
+        /// The source.
+        source_name: String,
+        /// The secret's name (never its value).
+        name: String,
+        /// What went wrong.
+        reason: String,
+    },
+}
+
+/// Where secrets come from. Object-safe and async, so a vault client can implement it.
+///
+/// `fetch` returns `Ok(None)` when the source does not hold the secret (the next source
+/// is then asked), and an error only when the source itself fails.
+pub trait SecretSource: Send + Sync + 'static {
+    /// A name for error messages.
+    fn name(&self) -> &str;
+
+    /// The secret called `name`, if this source holds it.
+    fn fetch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Secret>, SecretError>>;
+}
+
+/// Secrets from environment variables: `name` is looked up as `PREFIX` + `NAME` upper-cased
+/// with `-` and `.` turned into `_` (`github-token` → `TOOLGATE_SECRET_GITHUB_TOKEN` with
+/// the default prefix).
+#[derive(Clone, Debug)]
+pub struct EnvSecrets {
+    prefix: String,
+}
+
+impl Default for EnvSecrets {
+    fn default() -> Self {
+        EnvSecrets::with_prefix("TOOLGATE_SECRET_")
+    }
+}
+
+impl EnvSecrets {
+    /// Variables named with this prefix.
+    pub fn with_prefix(prefix: impl Into<String>) -> Self {
+        EnvSecrets {
+            prefix: prefix.into(),
+        }
+    }
+
+    /// The variable a secret name maps to.
+    pub fn variable(&self, name: &str) -> String {
+        let name: String = name
+            .chars()
+            .map(|c| {
+                if c == '-' || c == '.' {
+                    '_'
+                } else {
+                    c.to_ascii_uppercase()
+                }
+            })
+            .collect();
+        format!("{}{name}", self.prefix)
+    }
+}
+
+impl SecretSource for EnvSecrets {
+    fn name(&self) -> &str {
+        "environment"
+    }
+
+    fn fetch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Secret>, SecretError>> {
+        let found = std::env::var(self.variable(name)).ok().map(Secret::new);
+        Box::pin(std::future::ready(Ok(found)))
+    }
+}
+
+/// Secrets from files: one file per secret in a directory (as Kubernetes and Docker
+/// mount them), trailing newlines trimmed. Names with path separators or `..` are
+/// refused.
+#[derive(Clone, Debug)]
+pub struct FileSecrets {
+    dir: PathBuf,
+}
+
+impl FileSecrets {
+    /// Secrets from files in `dir`.
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        FileSecrets { dir: dir.into() }
+    }
+}
+
+impl SecretSource for FileSecrets {
+    fn name(&self) -> &str {
+        "file"
+    }
+
+    fn fetch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Secret>, SecretError>> {
+        let fail = |reason: String| SecretError::Unavailable {
+            source_name: "file".to_owned(),
+            name: name.to_owned(),
+            reason,
+        };
+        let result = if name.is_empty() || name.contains(['/', '\\']) || name.contains("..") {
+            Err(fail("the name is not a plain file name".to_owned()))
+        } else {
+            match std::fs::read_to_string(self.dir.join(name)) {
+                Ok(text) => Ok(Some(Secret::new(text.trim_end_matches(['\n', '\r'])))),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(fail(e.kind().to_string())),
+            }
+        };
+        Box::pin(std::future::ready(result))
+    }
+}
+
+/// Secrets held in memory (tests, or values loaded at start-up).
+#[derive(Clone, Default)]
+pub struct InMemorySecrets {
+    secrets: HashMap<String, Secret>,
+}
+
+impl std::fmt::Debug for InMemorySecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "InMemorySecrets({} secrets)", self.secrets.len())
+    }
+}
+
+impl InMemorySecrets {
+    /// No secrets.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The same source with one more secret.
+    #[must_use]
+    pub fn with(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        self.secrets.insert(name.into(), Secret::new(value));
+        self
+    }
+}
+
+impl SecretSource for InMemorySecrets {
+    fn name(&self) -> &str {
+        "memory"
+    }
+
+    fn fetch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Secret>, SecretError>> {
+        Box::pin(std::future::ready(Ok(self.secrets.get(name).cloned())))
+    }
+}

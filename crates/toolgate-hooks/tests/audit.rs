@@ -1,0 +1,281 @@
+//! Audit: one record per invocation with the decision trace; sinks.
+
+mod common;
+
+use std::time::Duration;
+
+use serde_json::json;
+use toolgate_core::{
+    FailureMode, Hook, HookFuture, HookOptions, InvokeOptions, Pipeline, Stage, StageSet,
+    ToolInvokeContext, User,
+};
+use toolgate_hooks::audit::{Audit, AuditRecord, ChannelSink, JsonLinesSink, Outcome};
+use toolgate_hooks::fingerprint::fingerprint;
+
+/// Refuses users named `mallory`.
+struct NoMallory;
+
+impl Hook for NoMallory {
+    fn stages(&self) -> StageSet {
+        StageSet::of(&[Stage::WillAuthorize])
+    }
+    fn name(&self) -> &str {
+        "no_mallory"
+    }
+    fn will_authorize<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        if ctx.user().id == "mallory" {
+            return ctx.abort("not you", "forbidden", 403).into();
+        }
+        HookFuture::ok()
+    }
+}
+
+fn pipeline(audit: Audit) -> Pipeline {
+    let mut b = Pipeline::builder();
+    b.erased_tool(common::read_only("lookup", |input| {
+        Ok(json!({ "found": input["q"] }))
+    }))
+    .unwrap();
+    b.record_hook_timings(true)
+        .hook(NoMallory)
+        .hook_with(NoMallory, HookOptions::failure(FailureMode::Audit))
+        .hook(audit)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_successful_call_is_recorded_with_who_what_when_and_hashes_only() {
+    let (audit, sink) = common::memory_audit();
+    let p = pipeline(audit);
+    let options = InvokeOptions::new()
+        .user(User::new("ann").with_tenant("acme"))
+        .session("s-9")
+        .request_id("req-1");
+    p.invoke("lookup", json!({ "q": "ann@example.com" }), options)
+        .await
+        .unwrap();
+    let r = common::only_record(&sink);
+    assert_eq!(
+        (
+            r.request_id.as_str(),
+            r.session_id.as_deref(),
+            r.user_id.as_str(),
+            r.tenant.as_deref()
+        ),
+        ("req-1", Some("s-9"), "ann", Some("acme"))
+    );
+    assert_eq!(
+        (
+            r.tool.as_str(),
+            r.tool_version.as_str(),
+            r.outcome,
+            r.code.as_deref(),
+            r.status
+        ),
+        ("lookup", "1", Outcome::Success, None, 200)
+    );
+    assert_eq!(r.attempts, 1);
+    assert!(r.started_at_ms > 1_600_000_000_000);
+    assert_eq!(
+        r.input_hash,
+        fingerprint(&json!({ "q": "ann@example.com" }))
+    );
+    assert_eq!(
+        r.output_hash,
+        Some(fingerprint(&json!({ "found": "ann@example.com" })))
+    );
+    assert_eq!(
+        (r.input, r.output),
+        (None, None),
+        "values are left out by default"
+    );
+    assert!(
+        !serde_json::to_string(&common::only_record(&sink))
+            .unwrap()
+            .contains("ann@example.com")
+    );
+    assert!(
+        r.hooks
+            .iter()
+            .any(|t| t.stage == Stage::WillAuthorize && t.hook == "no_mallory")
+    );
+    assert!(r.stages.iter().any(|t| t.stage == Stage::WillAuthorize));
+}
+
+#[tokio::test]
+async fn a_refused_call_records_the_decision_trace_including_shadow_decisions() {
+    let (audit, sink) = common::memory_audit();
+    let p = pipeline(audit);
+    let err = p
+        .invoke(
+            "lookup",
+            json!({ "q": 1 }),
+            InvokeOptions::new().user(User::new("mallory")),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "forbidden");
+    let r = common::only_record(&sink);
+    assert_eq!(
+        (r.outcome, r.code.as_deref(), r.status, r.attempts),
+        (Outcome::Error, Some("forbidden"), 403, 0)
+    );
+    let trace: Vec<(Stage, &str, &str, bool)> = r
+        .decisions
+        .iter()
+        .map(|d| (d.stage, d.hook.as_str(), d.outcome.as_str(), d.applied))
+        .collect();
+    assert_eq!(
+        trace,
+        [(Stage::WillAuthorize, "no_mallory", "forbidden", true)]
+    );
+    assert_eq!(r.output_hash, None);
+}
+
+#[tokio::test]
+async fn the_shadow_hook_decision_is_recorded_as_not_applied() {
+    let (audit, sink) = common::memory_audit();
+    let mut b = Pipeline::builder();
+    b.erased_tool(common::read_only("lookup", |_| Ok(json!(1))))
+        .unwrap();
+    let p = b
+        .hook_with(NoMallory, HookOptions::failure(FailureMode::Audit))
+        .hook(audit)
+        .build()
+        .unwrap();
+    p.invoke(
+        "lookup",
+        json!({}),
+        InvokeOptions::new().user(User::new("mallory")),
+    )
+    .await
+    .unwrap();
+    let r = common::only_record(&sink);
+    assert_eq!(r.outcome, Outcome::Success);
+    assert_eq!(
+        (r.decisions[0].outcome.as_str(), r.decisions[0].applied),
+        ("forbidden", false)
+    );
+}
+
+#[tokio::test]
+async fn values_are_recorded_when_configured() {
+    let sink = toolgate_hooks::audit::MemorySink::new();
+    let p = pipeline(
+        Audit::builder()
+            .sink(sink.clone())
+            .include_values(true)
+            .build(),
+    );
+    p.invoke("lookup", json!({ "q": 7 }), InvokeOptions::new())
+        .await
+        .unwrap();
+    let r = common::only_record(&sink);
+    assert_eq!(
+        (r.input, r.output),
+        (Some(json!({ "q": 7 })), Some(json!({ "found": 7 })))
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_call_is_recorded_as_an_error() {
+    let (audit, sink) = common::memory_audit();
+    let mut b = Pipeline::builder();
+    let slow = toolgate_core::JsonTool::new("slow", "", json!({}), |_, _| {
+        Box::pin(async {
+            tokio::time::sleep(Duration::from_secs(60)).await;
+            Ok(json!(1))
+        })
+    });
+    b.erased_tool(std::sync::Arc::new(slow)).unwrap();
+    let p = b.hook(audit).build().unwrap();
+    let err = p
+        .invoke(
+            "slow",
+            json!({}),
+            InvokeOptions::new().timeout(Duration::from_secs(1)),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "timeout");
+    let r = common::only_record(&sink);
+    assert_eq!(
+        (r.outcome, r.code.as_deref(), r.status),
+        (Outcome::Error, Some("timeout"), 504)
+    );
+}
+
+#[tokio::test]
+async fn the_json_lines_sink_appends_one_parseable_line_per_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let p = pipeline(
+        Audit::builder()
+            .sink(JsonLinesSink::open(&path).unwrap())
+            .build(),
+    );
+    for q in 0..3 {
+        p.invoke("lookup", json!({ "q": q }), InvokeOptions::new())
+            .await
+            .unwrap();
+    }
+    let again = pipeline(
+        Audit::builder()
+            .sink(JsonLinesSink::open(&path).unwrap())
+            .build(),
+    );
+    again
+        .invoke("lookup", json!({ "q": 3 }), InvokeOptions::new())
+        .await
+        .unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let records: Vec<AuditRecord> = text
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(records.len(), 4, "appended, never truncated");
+    assert!(
+        records
+            .iter()
+            .all(|r| r.tool == "lookup" && r.outcome == Outcome::Success)
+    );
+}
+
+#[test]
+fn the_json_lines_sink_reports_a_path_it_cannot_open() {
+    let err = JsonLinesSink::open("/nonexistent-dir/for/sure/audit.jsonl").unwrap_err();
+    assert!(err.to_string().contains("could not be opened"), "{err}");
+}
+
+#[tokio::test]
+async fn the_channel_sink_delivers_records_in_order() {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+    let p = pipeline(Audit::builder().sink(ChannelSink::new(tx)).build());
+    p.invoke(
+        "lookup",
+        json!({ "q": 1 }),
+        InvokeOptions::new().request_id("a"),
+    )
+    .await
+    .unwrap();
+    let _ = p
+        .invoke(
+            "lookup",
+            json!({ "q": 2 }),
+            InvokeOptions::new()
+                .request_id("b")
+                .user(User::new("mallory")),
+        )
+        .await;
+    let first = rx.recv().await.unwrap();
+    let second = rx.recv().await.unwrap();
+    assert_eq!(
+        (first.request_id.as_str(), first.outcome),
+        ("a", Outcome::Success)
+    );
+    assert_eq!(
+        (second.request_id.as_str(), second.outcome),
+        ("b", Outcome::Error)
+    );
+}

@@ -1,0 +1,242 @@
+//! The result cache: hits, TTLs, what is cached, scoping, and errors.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use toolgate_core::{
+    ErasedTool, InvokeOptions, JsonTool, Pipeline, ToolAnnotations, ToolError, ToolSource, User,
+};
+use toolgate_hooks::cache::{MokaCache, PUBLIC_RESULTS_TAG, ResultCache, ScopeBy};
+use toolgate_hooks::redaction::Redaction;
+
+/// A tool whose output names the caller, counting its executions.
+fn owner_tool(
+    name: &str,
+    runs: Arc<AtomicUsize>,
+    configure: impl FnOnce(&mut toolgate_core::ToolDefinition),
+) -> Arc<dyn ErasedTool> {
+    let mut tool = JsonTool::new(name, "Names its caller.", json!({}), move |input, ctx| {
+        runs.fetch_add(1, Ordering::SeqCst);
+        let out = json!({ "owner": ctx.user().id, "input": input });
+        Box::pin(async move { Ok::<_, ToolError>(out) })
+    });
+    tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
+    configure(tool.definition_mut());
+    Arc::new(tool)
+}
+
+fn as_user(id: &str) -> InvokeOptions {
+    InvokeOptions::new().user(User::new(id))
+}
+
+fn pipeline(tool: Arc<dyn ErasedTool>, cache: ResultCache) -> Pipeline {
+    let mut b = Pipeline::builder();
+    b.erased_tool(tool).unwrap();
+    b.hook(cache).build().unwrap()
+}
+
+#[tokio::test]
+async fn a_hit_skips_execution_and_is_still_redacted_and_audited() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&runs);
+    let mut tool = JsonTool::new("contact", "", json!({}), move |_, _| {
+        counter.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async { Ok::<_, ToolError>(json!("mail ann@example.com")) })
+    });
+    tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
+    let backend = Arc::new(MokaCache::default());
+    let (audit, sink) = common::memory_audit();
+    let mut b = Pipeline::builder();
+    b.erased_tool(Arc::new(tool)).unwrap();
+    let p = b
+        .hook(
+            ResultCache::builder()
+                .shared_backend(backend.clone())
+                .build(),
+        )
+        .hook(Redaction::new())
+        .hook(audit)
+        .build()
+        .unwrap();
+    for _ in 0..2 {
+        let out = p
+            .invoke("contact", json!({}), as_user("ann"))
+            .await
+            .unwrap();
+        assert_eq!(out, json!("mail [REDACTED:email]"));
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    let cached: Vec<String> = sink
+        .records()
+        .iter()
+        .map(|r| r.metadata["cache"].to_string())
+        .collect();
+    assert_eq!(cached, ["\"miss\"", "\"hit\""]);
+    assert_eq!(sink.records()[1].attempts, 0, "a hit never runs the tool");
+    // Redaction ran before the write, so the entry itself is redacted.
+    assert_eq!(backend.values(), [json!("mail [REDACTED:email]")]);
+}
+
+#[tokio::test(start_paused = true)]
+async fn entries_expire_after_their_tool_ttl() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let p = pipeline(
+        owner_tool("t", runs.clone(), |_| {}),
+        ResultCache::builder()
+            .tool_ttl("t", Duration::from_secs(10))
+            .build(),
+    );
+    p.invoke("t", json!(1), as_user("a")).await.unwrap();
+    tokio::time::advance(Duration::from_secs(9)).await;
+    p.invoke("t", json!(1), as_user("a")).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+    tokio::time::advance(Duration::from_secs(2)).await;
+    p.invoke("t", json!(1), as_user("a")).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn only_read_only_tools_from_this_program_are_cached_by_default() {
+    type Configure = fn(&mut toolgate_core::ToolDefinition);
+    let cases: [(&str, Configure, usize); 3] = [
+        ("local-read-only", |_| {}, 1),
+        ("writes", |d| d.annotations = ToolAnnotations::default(), 3),
+        (
+            "remote-read-only",
+            |d| {
+                d.source = ToolSource::Mcp {
+                    server: "far".into(),
+                }
+            },
+            3,
+        ),
+    ];
+    for (name, configure, expected_runs) in cases {
+        let runs = Arc::new(AtomicUsize::new(0));
+        let p = pipeline(
+            owner_tool(name, runs.clone(), configure),
+            ResultCache::new(),
+        );
+        for _ in 0..3 {
+            p.invoke(name, json!({}), as_user("a")).await.unwrap();
+        }
+        assert_eq!(runs.load(Ordering::SeqCst), expected_runs, "{name}");
+    }
+}
+
+#[tokio::test]
+async fn include_and_exclude_override_the_default() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let p = pipeline(
+        owner_tool("w", runs.clone(), |d| {
+            d.annotations = ToolAnnotations::default()
+        }),
+        ResultCache::builder().include("w").build(),
+    );
+    p.invoke("w", json!(1), as_user("a")).await.unwrap();
+    p.invoke("w", json!(1), as_user("a")).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let p = pipeline(
+        owner_tool("r", runs.clone(), |_| {}),
+        ResultCache::builder().exclude("r").build(),
+    );
+    p.invoke("r", json!(1), as_user("a")).await.unwrap();
+    p.invoke("r", json!(1), as_user("a")).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn errors_are_never_cached_so_the_next_call_executes() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&runs);
+    let mut tool = JsonTool::new("flaky", "", json!({}), move |_, _| {
+        let n = counter.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            if n == 0 {
+                Err(ToolError::execution("upstream down"))
+            } else {
+                Ok(json!("fine"))
+            }
+        })
+    });
+    tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
+    let p = pipeline(Arc::new(tool), ResultCache::new());
+    assert!(p.invoke("flaky", json!({}), as_user("a")).await.is_err());
+    assert_eq!(
+        p.invoke("flaky", json!({}), as_user("a")).await.unwrap(),
+        json!("fine")
+    );
+    assert_eq!(
+        p.invoke("flaky", json!({}), as_user("a")).await.unwrap(),
+        json!("fine")
+    );
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "error, then an execution, then a hit"
+    );
+}
+
+#[tokio::test]
+async fn public_results_are_shared_and_tenant_scope_shares_within_a_tenant_only() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let p = pipeline(
+        owner_tool("pub", runs.clone(), |d| {
+            d.tags.push(PUBLIC_RESULTS_TAG.into())
+        }),
+        ResultCache::new(),
+    );
+    let first = p.invoke("pub", json!(1), as_user("a")).await.unwrap();
+    let second = p.invoke("pub", json!(1), as_user("b")).await.unwrap();
+    assert_eq!((runs.load(Ordering::SeqCst), &first), (1, &second));
+
+    let runs = Arc::new(AtomicUsize::new(0));
+    let p = pipeline(
+        owner_tool("t", runs.clone(), |_| {}),
+        ResultCache::builder().scope_by(ScopeBy::Tenant).build(),
+    );
+    let in_acme = |id: &str| InvokeOptions::new().user(User::new(id).with_tenant("acme"));
+    let in_globex = |id: &str| InvokeOptions::new().user(User::new(id).with_tenant("globex"));
+    p.invoke("t", json!(1), in_acme("a")).await.unwrap();
+    p.invoke("t", json!(1), in_acme("b")).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "same tenant shares");
+    let other = p.invoke("t", json!(1), in_globex("c")).await.unwrap();
+    assert_eq!(
+        other["owner"], "c",
+        "another tenant never sees acme's entry"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_new_tool_version_never_reads_an_older_versions_entries() {
+    let backend = Arc::new(MokaCache::default());
+    let runs = Arc::new(AtomicUsize::new(0));
+    for version in ["1", "2"] {
+        let p = pipeline(
+            owner_tool("t", runs.clone(), |d| d.version = version.into()),
+            ResultCache::builder()
+                .shared_backend(backend.clone())
+                .build(),
+        );
+        p.invoke("t", json!(1), as_user("a")).await.unwrap();
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn field_order_of_the_input_does_not_change_the_key() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let p = pipeline(owner_tool("t", runs.clone(), |_| {}), ResultCache::new());
+    let a: Value = serde_json::from_str(r#"{"x": 1, "y": 2}"#).unwrap();
+    let b: Value = serde_json::from_str(r#"{"y": 2, "x": 1}"#).unwrap();
+    p.invoke("t", a, as_user("u")).await.unwrap();
+    p.invoke("t", b, as_user("u")).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}

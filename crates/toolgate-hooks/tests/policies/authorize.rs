@@ -1,0 +1,189 @@
+use serde_json::json;
+use toolgate_core::{Pipeline, ToolAnnotations, ToolError, User, tool_fn};
+use toolgate_hooks::authorize::{Authorize, AuthorizeError, Effect, Rule, Rules, Verdict};
+
+use crate::support::{as_user, ok_tool, runs};
+
+fn tagged_pipeline(auth: Authorize) -> Pipeline {
+    let mut builder = Pipeline::builder();
+    builder
+        .tool(
+            tool_fn("fs.read", "Reads.", |_: ()| async {
+                Ok::<_, ToolError>("data")
+            })
+            .annotations(ToolAnnotations::READ_ONLY),
+        )
+        .unwrap();
+    builder
+        .tool(
+            tool_fn("fs.delete", "Deletes.", |_: ()| async {
+                Ok::<_, ToolError>("gone")
+            })
+            .tag("destructive"),
+        )
+        .unwrap();
+    builder
+        .tool(tool_fn("admin.reset", "Resets.", |_: ()| async {
+            Ok::<_, ToolError>("reset")
+        }))
+        .unwrap();
+    builder.hook(auth).build().unwrap()
+}
+
+fn staff(id: &str) -> User {
+    User::new(id).with_roles(["staff"])
+}
+
+#[tokio::test]
+async fn default_deny_refuses_a_call_no_rule_allows_with_forbidden() {
+    let mut builder = Pipeline::builder();
+    let runs_ = ok_tool(&mut builder, "ping");
+    let pipeline = builder
+        .hook(Authorize::new(Rules::new(Effect::Deny)))
+        .build()
+        .unwrap();
+    let err = pipeline
+        .invoke("ping", json!(null), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!((err.code(), err.status()), ("forbidden", 403));
+    assert!(
+        err.to_string().contains("`ann` may not call `ping`"),
+        "{err}"
+    );
+    assert_eq!(runs(&runs_), 0);
+}
+
+#[tokio::test]
+async fn default_allow_lets_through_what_no_rule_denies() {
+    let mut builder = Pipeline::builder();
+    ok_tool(&mut builder, "ping");
+    let pipeline = builder
+        .hook(Authorize::new(Rules::new(Effect::Allow)))
+        .build()
+        .unwrap();
+    assert_eq!(
+        pipeline
+            .invoke("ping", json!(null), as_user("ann"))
+            .await
+            .unwrap(),
+        json!("ok")
+    );
+}
+
+#[tokio::test]
+async fn deny_wins_over_allow_whatever_the_order() {
+    let rules = Rules::new(Effect::Deny)
+        .rule(Rule::deny().tag("destructive").user("bob"))
+        .rule(Rule::allow().role("staff"));
+    let pipeline = tagged_pipeline(Authorize::new(rules));
+    let bob = toolgate_core::InvokeOptions::new().user(staff("bob"));
+    let err = pipeline
+        .invoke("fs.delete", json!(null), bob)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "forbidden");
+    let bob = toolgate_core::InvokeOptions::new().user(staff("bob"));
+    assert_eq!(
+        pipeline.invoke("fs.read", json!(null), bob).await.unwrap(),
+        json!("data")
+    );
+}
+
+#[tokio::test]
+async fn rules_match_on_role_tool_prefix_and_tag() {
+    let rules = Rules::new(Effect::Deny)
+        .rule(Rule::allow().tool("fs.*").role("staff"))
+        .rule(Rule::allow().user("root"));
+    let pipeline = tagged_pipeline(Authorize::new(rules));
+    let ann = || toolgate_core::InvokeOptions::new().user(staff("ann"));
+    assert!(pipeline.invoke("fs.read", json!(null), ann()).await.is_ok());
+    assert!(
+        pipeline
+            .invoke("fs.delete", json!(null), ann())
+            .await
+            .is_ok()
+    );
+    assert_eq!(
+        pipeline
+            .invoke("admin.reset", json!(null), ann())
+            .await
+            .unwrap_err()
+            .code(),
+        "forbidden"
+    );
+    assert!(
+        pipeline
+            .invoke("admin.reset", json!(null), as_user("root"))
+            .await
+            .is_ok()
+    );
+    assert_eq!(
+        pipeline
+            .invoke("fs.read", json!(null), as_user("guest"))
+            .await
+            .unwrap_err()
+            .code(),
+        "forbidden"
+    );
+}
+
+#[tokio::test]
+async fn an_evaluator_error_denies_the_call() {
+    let failing =
+        |_: &User, _: &toolgate_core::ToolDefinition| -> Result<Verdict, AuthorizeError> {
+            Err(AuthorizeError("policy store unreachable".into()))
+        };
+    let mut builder = Pipeline::builder();
+    let runs_ = ok_tool(&mut builder, "ping");
+    let pipeline = builder.hook(Authorize::new(failing)).build().unwrap();
+    let err = pipeline
+        .invoke("ping", json!(null), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!((err.code(), err.status()), ("forbidden", 403));
+    assert!(
+        !err.to_string().contains("unreachable"),
+        "the caller must not see the evaluator's error: {err}"
+    );
+    assert_eq!(runs(&runs_), 0);
+}
+
+#[tokio::test]
+async fn listing_shows_only_the_tools_the_user_may_call() {
+    let auth = Authorize::new(
+        Rules::new(Effect::Deny)
+            .rule(Rule::allow().role("staff"))
+            .rule(Rule::deny().tag("destructive").role("intern")),
+    );
+    let pipeline = tagged_pipeline(auth.clone());
+    let names = |user: &User| -> Vec<String> {
+        auth.visible_tools(user, pipeline.definitions())
+            .into_iter()
+            .map(|d| d.name.clone())
+            .collect()
+    };
+    assert_eq!(
+        names(&staff("ann")),
+        ["fs.read", "fs.delete", "admin.reset"]
+    );
+    assert_eq!(
+        names(&User::new("ivy").with_roles(["staff", "intern"])),
+        ["fs.read", "admin.reset"]
+    );
+    assert!(names(&User::new("guest")).is_empty());
+}
+
+#[tokio::test]
+async fn listing_hides_every_tool_when_the_evaluator_errors() {
+    let auth = Authorize::new(
+        |_: &User, _: &toolgate_core::ToolDefinition| -> Result<Verdict, AuthorizeError> {
+            Err(AuthorizeError("boom".into()))
+        },
+    );
+    let pipeline = tagged_pipeline(Authorize::new(Rules::new(Effect::Allow)));
+    assert!(
+        auth.visible_tools(&staff("ann"), pipeline.definitions())
+            .is_empty()
+    );
+}

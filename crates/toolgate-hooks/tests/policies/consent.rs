@@ -1,0 +1,294 @@
+use serde_json::json;
+use toolgate_core::{Pipeline, Stage, ToolAnnotations, ToolError, tool_fn};
+use toolgate_hooks::consent::{Approvals, Consent, Grant};
+use toolgate_hooks::quota::{InMemoryQuota, Quota, Rate};
+
+use crate::support::{as_user, counting_tool, ok_tool, runs};
+
+fn suspension_id(err: ToolError) -> String {
+    match err {
+        ToolError::Suspended { suspension_id, .. } => suspension_id,
+        other => panic!("expected a suspension, got {other:?}"),
+    }
+}
+
+fn pipeline_with(
+    consent: Consent,
+) -> (
+    Pipeline,
+    Approvals,
+    std::sync::Arc<std::sync::atomic::AtomicU32>,
+) {
+    let approvals = consent.approvals();
+    let mut builder = Pipeline::builder();
+    let runs_ = ok_tool(&mut builder, "wipe");
+    ok_tool(&mut builder, "read");
+    (builder.hook(consent).build().unwrap(), approvals, runs_)
+}
+
+#[tokio::test]
+async fn a_call_without_approval_is_suspended_and_does_not_run() {
+    let (pipeline, _, runs_) = pipeline_with(Consent::builder().tool("wipe").build());
+    let err = pipeline
+        .invoke("wipe", json!(null), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!((err.code(), err.status()), ("suspended", 202));
+    let id = suspension_id(err);
+    let pending = pipeline
+        .suspended(&id)
+        .await
+        .unwrap()
+        .expect("the call waits");
+    assert_eq!(pending.stage, Stage::WillCheckConsent);
+    assert_eq!(pending.payload["tool"], "wipe");
+    assert_eq!(pending.payload["user"], "ann");
+    assert_eq!(runs(&runs_), 0);
+}
+
+#[tokio::test]
+async fn tools_that_need_no_approval_run_at_once() {
+    let (pipeline, _, _) = pipeline_with(Consent::builder().tool("wipe").build());
+    assert_eq!(
+        pipeline
+            .invoke("read", json!(null), as_user("ann"))
+            .await
+            .unwrap(),
+        json!("ok")
+    );
+}
+
+#[tokio::test]
+async fn approving_a_suspended_call_runs_it_once() {
+    let (pipeline, approvals, runs_) = pipeline_with(Consent::builder().tool("wipe").build());
+    let id = suspension_id(
+        pipeline
+            .invoke("wipe", json!(null), as_user("ann"))
+            .await
+            .unwrap_err(),
+    );
+    let out = approvals
+        .approve(&pipeline, &id, false, Default::default())
+        .await
+        .unwrap();
+    assert_eq!(out, json!("ok"));
+    assert_eq!(runs(&runs_), 1);
+    let again = approvals
+        .approve(&pipeline, &id, false, Default::default())
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), "unknown_suspension");
+    // Not remembered: the next call waits again.
+    let err = pipeline
+        .invoke("wipe", json!(null), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "suspended");
+}
+
+#[tokio::test]
+async fn rejecting_a_suspended_call_fails_it_with_rejected() {
+    let (pipeline, approvals, runs_) = pipeline_with(Consent::builder().tool("wipe").build());
+    let id = suspension_id(
+        pipeline
+            .invoke("wipe", json!(null), as_user("ann"))
+            .await
+            .unwrap_err(),
+    );
+    let err = approvals
+        .reject(&pipeline, &id, "not today", Default::default())
+        .await
+        .unwrap_err();
+    assert_eq!((err.code(), err.status()), ("rejected", 403));
+    assert_eq!(err.to_string(), "not today");
+    assert_eq!(runs(&runs_), 0);
+}
+
+#[tokio::test]
+async fn a_remembered_approval_lets_later_calls_of_that_user_through() {
+    let (pipeline, approvals, runs_) = pipeline_with(Consent::builder().tool("wipe").build());
+    let id = suspension_id(
+        pipeline
+            .invoke("wipe", json!(null), as_user("ann"))
+            .await
+            .unwrap_err(),
+    );
+    approvals
+        .approve(&pipeline, &id, true, Default::default())
+        .await
+        .unwrap();
+    assert!(
+        pipeline
+            .invoke("wipe", json!(null), as_user("ann"))
+            .await
+            .is_ok()
+    );
+    assert!(
+        pipeline
+            .invoke("wipe", json!(null), as_user("ann"))
+            .await
+            .is_ok()
+    );
+    assert_eq!(runs(&runs_), 3);
+    // Another user still needs approval.
+    assert_eq!(
+        pipeline
+            .invoke("wipe", json!(null), as_user("bob"))
+            .await
+            .unwrap_err()
+            .code(),
+        "suspended"
+    );
+    // Revoked: ann needs approval again.
+    assert!(approvals.revoke("ann", "wipe").await.unwrap());
+    assert_eq!(
+        pipeline
+            .invoke("wipe", json!(null), as_user("ann"))
+            .await
+            .unwrap_err()
+            .code(),
+        "suspended"
+    );
+}
+
+#[tokio::test]
+async fn a_one_shot_grant_is_used_by_exactly_one_call() {
+    let (pipeline, approvals, runs_) = pipeline_with(Consent::builder().tool("wipe").build());
+    approvals.grant("ann", "wipe", Grant::Once).await.unwrap();
+    assert!(
+        pipeline
+            .invoke("wipe", json!(null), as_user("ann"))
+            .await
+            .is_ok()
+    );
+    assert_eq!(
+        pipeline
+            .invoke("wipe", json!(null), as_user("ann"))
+            .await
+            .unwrap_err()
+            .code(),
+        "suspended"
+    );
+    assert_eq!(runs(&runs_), 1);
+}
+
+#[tokio::test]
+async fn tagged_and_destructive_tools_need_approval() {
+    let consent = Consent::builder()
+        .tag("payments")
+        .destructive_tools(true)
+        .build();
+    let mut builder = Pipeline::builder();
+    builder
+        .tool(tool_fn("pay", "Pays.", |_: ()| async { Ok::<_, ToolError>("paid") }).tag("payments"))
+        .unwrap();
+    let destructive = ToolAnnotations {
+        destructive: true,
+        ..ToolAnnotations::default()
+    };
+    counting_tool(&mut builder, "drop_table", destructive, |_| {
+        Ok(json!("dropped"))
+    });
+    ok_tool(&mut builder, "read");
+    let pipeline = builder.hook(consent).build().unwrap();
+    assert_eq!(
+        pipeline
+            .invoke("pay", json!(null), as_user("ann"))
+            .await
+            .unwrap_err()
+            .code(),
+        "suspended"
+    );
+    assert_eq!(
+        pipeline
+            .invoke("drop_table", json!(null), as_user("ann"))
+            .await
+            .unwrap_err()
+            .code(),
+        "suspended"
+    );
+    assert!(
+        pipeline
+            .invoke("read", json!(null), as_user("ann"))
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn a_failing_approval_store_refuses_the_call() {
+    use futures::future::BoxFuture;
+    use toolgate_hooks::consent::{ApprovalStore, ApprovalStoreError};
+
+    struct Down;
+    impl ApprovalStore for Down {
+        fn grant<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+            _: Grant,
+        ) -> BoxFuture<'a, Result<(), ApprovalStoreError>> {
+            Box::pin(async { Err(ApprovalStoreError::Unavailable("down".into())) })
+        }
+        fn consume<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<Option<Grant>, ApprovalStoreError>> {
+            Box::pin(async { Err(ApprovalStoreError::Unavailable("down".into())) })
+        }
+        fn revoke<'a>(
+            &'a self,
+            _: &'a str,
+            _: &'a str,
+        ) -> BoxFuture<'a, Result<bool, ApprovalStoreError>> {
+            Box::pin(async { Err(ApprovalStoreError::Unavailable("down".into())) })
+        }
+    }
+    let (pipeline, _, runs_) = pipeline_with(
+        Consent::builder()
+            .tool("wipe")
+            .store(std::sync::Arc::new(Down))
+            .build(),
+    );
+    let err = pipeline
+        .invoke("wipe", json!(null), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!((err.code(), err.status()), ("consent_unavailable", 503));
+    assert_eq!(runs(&runs_), 0);
+}
+
+#[tokio::test]
+async fn a_resumed_call_takes_its_quota_unit_after_approval_not_before() {
+    // Consent runs before quota: a call waiting for a person holds no quota unit.
+    let consent = Consent::builder().tool("wipe").build();
+    let approvals = consent.approvals();
+    let quota = InMemoryQuota::default();
+    let mut builder = Pipeline::builder();
+    ok_tool(&mut builder, "wipe");
+    let pipeline = builder
+        .hook(consent)
+        .hook(
+            Quota::builder(Rate::per_hour(1).unwrap())
+                .backend(std::sync::Arc::new(quota.clone()))
+                .build(),
+        )
+        .build()
+        .unwrap();
+    let id = suspension_id(
+        pipeline
+            .invoke("wipe", json!(null), as_user("ann"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(quota.key_count(), 0);
+    assert!(
+        approvals
+            .approve(&pipeline, &id, false, Default::default())
+            .await
+            .is_ok()
+    );
+    assert_eq!(quota.key_count(), 1);
+    assert_eq!(quota.in_use(), 0);
+}

@@ -1,0 +1,10 @@
+//! Tests of the built-in policies of issue #3: who may call and how much.
+
+mod authorize;
+mod concurrency;
+mod consent;
+mod feature_flags;
+mod quota;
+mod retry;
+mod support;
+mod timeout;

@@ -1,0 +1,358 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use toolgate_core::{InvokeOptions, Pipeline, ToolError, tool_fn};
+use toolgate_hooks::OnBackendError;
+use toolgate_hooks::partition::Partition;
+use toolgate_hooks::quota::{InMemoryQuota, Quota, Rate, RateError};
+use toolgate_hooks::retry::{Retry, RetryBudget};
+
+use crate::support::{IDEMPOTENT, as_user, counting_tool, ok_tool, runs};
+
+fn limited(rate: Rate, partition: Partition, backend: &InMemoryQuota) -> Pipeline {
+    let mut builder = Pipeline::builder();
+    ok_tool(&mut builder, "a");
+    ok_tool(&mut builder, "b");
+    builder
+        .hook(
+            Quota::builder(rate)
+                .partition(partition)
+                .backend(Arc::new(backend.clone()))
+                .build(),
+        )
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn over_the_limit_is_a_retry_after_with_the_exact_wait() {
+    let backend = InMemoryQuota::default();
+    let pipeline = limited(Rate::per_minute(2).unwrap(), Partition::User, &backend);
+    for _ in 0..2 {
+        pipeline
+            .invoke("a", json!(null), as_user("ann"))
+            .await
+            .unwrap();
+    }
+    let err = pipeline
+        .invoke("a", json!(null), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!((err.code(), err.status()), ("rate_limited", 429));
+    assert_eq!(err.retry_after_delay(), Some(Duration::from_secs(30)));
+    assert!(err.to_string().ends_with("retry after 30000 ms"), "{err}");
+
+    tokio::time::advance(Duration::from_secs(30) - Duration::from_millis(1)).await;
+    assert_eq!(
+        pipeline
+            .invoke("a", json!(null), as_user("ann"))
+            .await
+            .unwrap_err()
+            .retry_after_delay(),
+        Some(Duration::from_millis(1))
+    );
+    tokio::time::advance(Duration::from_millis(1)).await;
+    assert!(
+        pipeline
+            .invoke("a", json!(null), as_user("ann"))
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn burst_caps_how_many_calls_a_rested_key_makes_at_once() {
+    let backend = InMemoryQuota::default();
+    let rate = Rate::per_second(10).unwrap().with_burst(3).unwrap();
+    let pipeline = limited(rate, Partition::User, &backend);
+    for _ in 0..3 {
+        pipeline
+            .invoke("a", json!(null), as_user("ann"))
+            .await
+            .unwrap();
+    }
+    let err = pipeline
+        .invoke("a", json!(null), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.retry_after_delay(), Some(Duration::from_millis(100)));
+}
+
+#[tokio::test(start_paused = true)]
+async fn each_partition_key_has_its_own_budget() {
+    let backend = InMemoryQuota::default();
+    let per_user = limited(Rate::per_hour(1).unwrap(), Partition::User, &backend);
+    per_user
+        .invoke("a", json!(null), as_user("ann"))
+        .await
+        .unwrap();
+    assert!(
+        per_user
+            .invoke("b", json!(null), as_user("bob"))
+            .await
+            .is_ok(),
+        "bob has his own budget"
+    );
+    assert_eq!(
+        per_user
+            .invoke("b", json!(null), as_user("ann"))
+            .await
+            .unwrap_err()
+            .code(),
+        "rate_limited",
+        "per user: every tool"
+    );
+
+    let per_tool = limited(
+        Rate::per_hour(1).unwrap(),
+        Partition::Tool,
+        &InMemoryQuota::default(),
+    );
+    per_tool
+        .invoke("a", json!(null), as_user("ann"))
+        .await
+        .unwrap();
+    assert_eq!(
+        per_tool
+            .invoke("a", json!(null), as_user("bob"))
+            .await
+            .unwrap_err()
+            .code(),
+        "rate_limited",
+        "per tool: every user"
+    );
+    assert!(
+        per_tool
+            .invoke("b", json!(null), as_user("bob"))
+            .await
+            .is_ok()
+    );
+
+    let per_pair = limited(
+        Rate::per_hour(1).unwrap(),
+        Partition::UserTool,
+        &InMemoryQuota::default(),
+    );
+    per_pair
+        .invoke("a", json!(null), as_user("ann"))
+        .await
+        .unwrap();
+    assert!(
+        per_pair
+            .invoke("b", json!(null), as_user("ann"))
+            .await
+            .is_ok()
+    );
+    assert!(
+        per_pair
+            .invoke("a", json!(null), as_user("bob"))
+            .await
+            .is_ok()
+    );
+    assert!(
+        per_pair
+            .invoke("a", json!(null), as_user("ann"))
+            .await
+            .is_err()
+    );
+
+    let per_tenant = Partition::custom(|ctx| ctx.user().tenant.clone().unwrap_or_default());
+    let by_tenant = limited(
+        Rate::per_hour(1).unwrap(),
+        per_tenant,
+        &InMemoryQuota::default(),
+    );
+    let acme =
+        |id: &str| InvokeOptions::new().user(toolgate_core::User::new(id).with_tenant("acme"));
+    by_tenant
+        .invoke("a", json!(null), acme("ann"))
+        .await
+        .unwrap();
+    assert!(
+        by_tenant
+            .invoke("b", json!(null), acme("bob"))
+            .await
+            .is_err()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn one_invocation_takes_one_unit_however_many_attempts() {
+    let backend = InMemoryQuota::default();
+    let mut builder = Pipeline::builder();
+    let runs_ = counting_tool(&mut builder, "flaky", IDEMPOTENT, |run| {
+        if run < 2 {
+            Err(ToolError::transient("hiccup"))
+        } else {
+            Ok(json!("ok"))
+        }
+    });
+    let pipeline = builder
+        .hook(
+            Quota::builder(Rate::per_hour(2).unwrap())
+                .backend(Arc::new(backend.clone()))
+                .build(),
+        )
+        .hook(
+            Retry::builder()
+                .max_attempts(3)
+                .budget(RetryBudget::unlimited())
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    assert_eq!(
+        pipeline
+            .invoke("flaky", json!(null), as_user("ann"))
+            .await
+            .unwrap(),
+        json!("ok")
+    );
+    assert_eq!(runs(&runs_), 3);
+    assert!(
+        pipeline
+            .invoke("flaky", json!(null), as_user("ann"))
+            .await
+            .is_ok(),
+        "one unit left"
+    );
+    assert_eq!(
+        pipeline
+            .invoke("flaky", json!(null), as_user("ann"))
+            .await
+            .unwrap_err()
+            .code(),
+        "rate_limited"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_lease_is_held_during_the_call_and_back_after_success_error_and_drop() {
+    let backend = InMemoryQuota::default();
+    let seen = backend.clone();
+    let mut builder = Pipeline::builder();
+    builder
+        .tool(tool_fn("peek", "Reports units in use.", move |_: ()| {
+            let in_use = seen.in_use();
+            async move { Ok::<_, ToolError>(in_use) }
+        }))
+        .unwrap();
+    builder
+        .tool(tool_fn("fail", "Fails.", |_: ()| async {
+            Err::<(), _>(ToolError::execution("no"))
+        }))
+        .unwrap();
+    builder
+        .tool(tool_fn("hang", "Never ends.", |_: ()| {
+            std::future::pending::<Result<(), ToolError>>()
+        }))
+        .unwrap();
+    let pipeline = builder
+        .hook(
+            Quota::builder(Rate::per_second(1000).unwrap())
+                .backend(Arc::new(backend.clone()))
+                .build(),
+        )
+        .build()
+        .unwrap();
+
+    assert_eq!(
+        pipeline
+            .invoke("peek", json!(null), as_user("ann"))
+            .await
+            .unwrap(),
+        json!(1)
+    );
+    assert_eq!(backend.in_use(), 0);
+    assert!(
+        pipeline
+            .invoke("fail", json!(null), as_user("ann"))
+            .await
+            .is_err()
+    );
+    assert_eq!(backend.in_use(), 0);
+    let dropped = tokio::time::timeout(
+        Duration::from_millis(10),
+        pipeline.invoke("hang", json!(null), as_user("ann")),
+    )
+    .await;
+    assert!(dropped.is_err());
+    tokio::task::yield_now().await;
+    assert_eq!(backend.in_use(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flood_of_distinct_keys_stays_within_the_cap_and_idle_keys_are_swept() {
+    let backend = InMemoryQuota::builder()
+        .max_keys(100)
+        .sweep_interval(Duration::from_secs(10))
+        .build();
+    let pipeline = limited(Rate::per_second(1).unwrap(), Partition::User, &backend);
+    let mut refused = 0;
+    for i in 0..1000 {
+        if let Err(err) = pipeline
+            .invoke("a", json!(null), as_user(&format!("u{i}")))
+            .await
+        {
+            assert_eq!((err.code(), err.status()), ("quota_unavailable", 503));
+            refused += 1;
+        }
+    }
+    assert_eq!(backend.key_count(), 100);
+    assert_eq!(refused, 900);
+    // Once their budget has come back, old keys are swept to make room.
+    tokio::time::advance(Duration::from_secs(2)).await;
+    assert!(
+        pipeline
+            .invoke("a", json!(null), as_user("newcomer"))
+            .await
+            .is_ok()
+    );
+    assert!(backend.key_count() <= 100);
+    backend.sweep();
+    tokio::time::advance(Duration::from_secs(2)).await;
+    backend.sweep();
+    assert_eq!(backend.key_count(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_full_backend_lets_calls_through_when_fail_open() {
+    let backend = InMemoryQuota::builder().max_keys(1).build();
+    let mut builder = Pipeline::builder();
+    ok_tool(&mut builder, "a");
+    let pipeline = builder
+        .hook(
+            Quota::builder(Rate::per_hour(1).unwrap())
+                .partition(Partition::User)
+                .backend(Arc::new(backend.clone()))
+                .on_backend_error(OnBackendError::FailOpen)
+                .build(),
+        )
+        .build()
+        .unwrap();
+    pipeline
+        .invoke("a", json!(null), as_user("ann"))
+        .await
+        .unwrap();
+    assert!(
+        pipeline
+            .invoke("a", json!(null), as_user("bob"))
+            .await
+            .is_ok()
+    );
+}
+
+#[test]
+fn rates_that_cannot_be_enforced_are_typed_errors() {
+    assert_eq!(Rate::per_second(0), Err(RateError::Zero));
+    assert!(matches!(
+        Rate::new(10, Duration::from_nanos(5)),
+        Err(RateError::TooFine { .. })
+    ));
+    assert_eq!(
+        Rate::per_second(1).unwrap().with_burst(0),
+        Err(RateError::Zero)
+    );
+}

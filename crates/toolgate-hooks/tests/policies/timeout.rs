@@ -1,0 +1,201 @@
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::time::Duration;
+
+use serde_json::json;
+use toolgate_core::{
+    CancellationToken, InvokeOptions, Pipeline, ToolError, ToolInvokeContext, tool_fn_with_context,
+};
+use toolgate_hooks::retry::{Retry, RetryBudget};
+use toolgate_hooks::timeout::{Timeout, TimeoutScope};
+
+use crate::support::IDEMPOTENT;
+
+/// A tool whose first `slow_runs` runs take `slow`, later ones answer at once; it records
+/// whether the token it saw fired, and how many runs started with a cancelled token.
+struct Watched {
+    runs: Arc<AtomicU32>,
+    saw_cancel: Arc<AtomicBool>,
+    started_cancelled: Arc<AtomicU32>,
+}
+
+fn watched_tool(
+    builder: &mut toolgate_core::PipelineBuilder,
+    name: &str,
+    slow_runs: u32,
+    slow: Duration,
+) -> Watched {
+    let w = Watched {
+        runs: Arc::new(AtomicU32::new(0)),
+        saw_cancel: Arc::new(AtomicBool::new(false)),
+        started_cancelled: Arc::new(AtomicU32::new(0)),
+    };
+    let (runs, saw, started) = (
+        Arc::clone(&w.runs),
+        Arc::clone(&w.saw_cancel),
+        Arc::clone(&w.started_cancelled),
+    );
+    builder
+        .tool(
+            tool_fn_with_context(
+                name,
+                "Sometimes slow.",
+                move |_: (), ctx: &ToolInvokeContext| {
+                    let run = runs.fetch_add(1, Ordering::SeqCst);
+                    let token = ctx.cancellation().clone();
+                    if token.is_cancelled() {
+                        started.fetch_add(1, Ordering::SeqCst);
+                    }
+                    let saw = Arc::clone(&saw);
+                    let watcher = token.clone();
+                    tokio::spawn(async move {
+                        watcher.cancelled().await;
+                        saw.store(true, Ordering::SeqCst);
+                    });
+                    Box::pin(async move {
+                        if run < slow_runs {
+                            tokio::time::sleep(slow).await;
+                        }
+                        Ok::<_, ToolError>("done")
+                    })
+                },
+            )
+            .annotations(IDEMPOTENT),
+        )
+        .unwrap();
+    w
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_attempt_past_its_limit_fails_with_timeout_and_fires_the_token() {
+    let mut builder = Pipeline::builder();
+    let w = watched_tool(&mut builder, "slow", u32::MAX, Duration::from_secs(60));
+    let pipeline = builder
+        .hook(Timeout::per_attempt(Duration::from_secs(2)))
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let err = pipeline
+        .invoke("slow", json!(null), InvokeOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!((err.code(), err.status()), ("timeout", 504));
+    assert_eq!(err.to_string(), "timed out after 2000 ms");
+    assert_eq!(started.elapsed(), Duration::from_secs(2));
+    tokio::task::yield_now().await;
+    assert!(
+        w.saw_cancel.load(Ordering::SeqCst),
+        "the tool's token fired"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tool_limit_overrides_the_default_and_unlisted_tools_run_unbounded() {
+    let mut builder = Pipeline::builder();
+    watched_tool(&mut builder, "a", u32::MAX, Duration::from_secs(3));
+    watched_tool(&mut builder, "b", u32::MAX, Duration::from_secs(3));
+    let pipeline = builder
+        .hook(Timeout::only_listed(TimeoutScope::Attempt).tool("a", Duration::from_secs(1)))
+        .build()
+        .unwrap();
+    let err = pipeline
+        .invoke("a", json!(null), InvokeOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "timed out after 1000 ms");
+    assert!(
+        pipeline
+            .invoke("b", json!(null), InvokeOptions::new())
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_timed_out_attempt_of_an_idempotent_tool_is_retried_with_a_fresh_token() {
+    let mut builder = Pipeline::builder();
+    let w = watched_tool(&mut builder, "slow", 1, Duration::from_secs(60));
+    let pipeline = builder
+        .hook(Timeout::per_attempt(Duration::from_secs(1)))
+        .hook(
+            Retry::builder()
+                .max_attempts(2)
+                .budget(RetryBudget::unlimited())
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    assert_eq!(
+        pipeline
+            .invoke("slow", json!(null), InvokeOptions::new())
+            .await
+            .unwrap(),
+        json!("done")
+    );
+    assert_eq!(w.runs.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        w.started_cancelled.load(Ordering::SeqCst),
+        0,
+        "the second attempt started with a live token"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_per_call_limit_bounds_every_attempt_and_the_waits_between() {
+    let mut builder = Pipeline::builder();
+    let w = watched_tool(&mut builder, "slow", u32::MAX, Duration::from_millis(900));
+    let pipeline = builder
+        .hook(Timeout::per_call(Duration::from_secs(3)))
+        .hook(Timeout::per_attempt(Duration::from_millis(500)))
+        .hook(
+            Retry::builder()
+                .max_attempts(100)
+                .base_delay(Duration::from_millis(10))
+                .max_delay(Duration::from_millis(10))
+                .budget(RetryBudget::unlimited())
+                .build()
+                .unwrap(),
+        )
+        .build()
+        .unwrap();
+    let started = tokio::time::Instant::now();
+    let err = pipeline
+        .invoke("slow", json!(null), InvokeOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "timeout");
+    assert!(
+        started.elapsed() <= Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(w.runs.load(Ordering::SeqCst) >= 5);
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_callers_cancellation_still_reaches_a_tool_under_a_timeout() {
+    let mut builder = Pipeline::builder();
+    let w = watched_tool(&mut builder, "slow", u32::MAX, Duration::from_secs(60));
+    let pipeline = builder
+        .hook(Timeout::per_attempt(Duration::from_secs(30)))
+        .build()
+        .unwrap();
+    let token = CancellationToken::new();
+    let cancel = token.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        cancel.cancel();
+    });
+    let err = pipeline
+        .invoke(
+            "slow",
+            json!(null),
+            InvokeOptions::new().cancellation(token),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "cancelled");
+    tokio::task::yield_now().await;
+    assert!(w.saw_cancel.load(Ordering::SeqCst));
+}

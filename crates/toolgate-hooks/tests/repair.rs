@@ -1,0 +1,202 @@
+//! Argument repair: each repair kind, recorded in metadata; ambiguity is an error.
+
+mod common;
+
+use garde::Validate;
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolgate_core::{InvokeOptions, Pipeline, ToolError, tool_fn};
+use toolgate_hooks::repair::{ArgumentRepair, REPAIRS_METADATA_KEY, RepairKind};
+use toolgate_hooks::validation::Validation;
+
+fn schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "limit": { "type": "integer" },
+            "ratio": { "type": ["number", "null"] },
+            "exact": { "type": "boolean" },
+            "filter": { "type": "object", "properties": { "min": { "type": "integer" } } },
+            "ids": { "type": "array", "items": { "type": "integer" } },
+            "tags": { "type": "array", "items": { "type": "string" } },
+            "unit": { "type": "string", "default": "metric" },
+            "either": { "type": ["string", "integer"] }
+        }
+    })
+}
+
+async fn run(input: Value) -> (Result<Value, ToolError>, Vec<Value>) {
+    let (audit, sink) = common::memory_audit();
+    let mut b = Pipeline::builder();
+    b.erased_tool(common::echo("t", schema())).unwrap();
+    let p = b
+        .hook(ArgumentRepair::new())
+        .hook(Validation::new())
+        .hook(audit)
+        .build()
+        .unwrap();
+    let out = p.invoke("t", input, InvokeOptions::new()).await;
+    let record = common::only_record(&sink);
+    let repairs = record
+        .metadata
+        .get(REPAIRS_METADATA_KEY)
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    (out, repairs)
+}
+
+fn repair(path: &str, kind: &str) -> Value {
+    json!({ "path": path, "kind": kind })
+}
+
+#[tokio::test]
+async fn number_sent_as_string_becomes_a_number() {
+    let (out, repairs) = run(json!({ "limit": "10", "ratio": "0.5", "unit": "si" })).await;
+    assert_eq!(
+        out.unwrap(),
+        json!({ "limit": 10, "ratio": 0.5, "unit": "si" })
+    );
+    assert_eq!(
+        repairs,
+        [
+            repair("limit", "string_to_number"),
+            repair("ratio", "string_to_number")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn boolean_sent_as_string_becomes_a_boolean() {
+    let (out, repairs) = run(json!({ "exact": "true", "unit": "si" })).await;
+    assert_eq!(out.unwrap()["exact"], json!(true));
+    assert_eq!(repairs, [repair("exact", "string_to_boolean")]);
+}
+
+#[tokio::test]
+async fn object_sent_as_json_string_is_parsed_and_repaired_inside() {
+    let (out, repairs) = run(json!({ "filter": "{\"min\": \"3\"}", "unit": "si" })).await;
+    assert_eq!(out.unwrap()["filter"], json!({ "min": 3 }));
+    assert_eq!(
+        repairs,
+        [
+            repair("filter", "json_string_to_object"),
+            repair("filter.min", "string_to_number")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn array_sent_as_json_string_is_parsed() {
+    let (out, repairs) = run(json!({ "ids": "[1, 2]", "unit": "si" })).await;
+    assert_eq!(out.unwrap()["ids"], json!([1, 2]));
+    assert_eq!(repairs, [repair("ids", "json_string_to_array")]);
+}
+
+#[tokio::test]
+async fn single_value_where_an_array_is_wanted_is_wrapped() {
+    let (out, repairs) = run(json!({ "tags": "rust", "ids": "7", "unit": "si" })).await;
+    let out = out.unwrap();
+    assert_eq!(out["tags"], json!(["rust"]));
+    assert_eq!(out["ids"], json!([7]));
+    assert_eq!(
+        repairs,
+        [
+            repair("ids", "wrapped_in_array"),
+            repair("ids[0]", "string_to_number"),
+            repair("tags", "wrapped_in_array")
+        ]
+    );
+}
+
+#[tokio::test]
+async fn missing_property_gets_its_schema_default() {
+    let (out, repairs) = run(json!({})).await;
+    assert_eq!(out.unwrap(), json!({ "unit": "metric" }));
+    assert_eq!(repairs, [repair("unit", "default_filled")]);
+}
+
+#[tokio::test]
+async fn ambiguous_values_are_left_for_validation_to_reject() {
+    let (out, repairs) = run(json!({ "limit": "1.5", "exact": "yes", "unit": "si" })).await;
+    let err = out.unwrap_err();
+    let ToolError::InvalidInput(v) = &err else {
+        panic!("{err:?}")
+    };
+    let paths: Vec<&str> = v.iter().map(|v| v.path.as_str()).collect();
+    assert_eq!(paths, ["exact", "limit"]);
+    assert!(repairs.is_empty(), "{repairs:?}");
+
+    let (out, repairs) = run(json!({ "either": 5, "limit": "5 apples", "unit": "si" })).await;
+    assert!(out.is_err());
+    assert!(
+        repairs.is_empty(),
+        "a union type or a partial number is never guessed: {repairs:?}"
+    );
+}
+
+#[tokio::test]
+async fn repairs_are_recorded_without_values() {
+    let (_, repairs) = run(json!({ "tags": "secret-tag-value", "unit": "si" })).await;
+    assert!(
+        !Value::Array(repairs)
+            .to_string()
+            .contains("secret-tag-value")
+    );
+}
+
+#[tokio::test]
+async fn a_disabled_repair_kind_is_not_applied() {
+    let mut b = Pipeline::builder();
+    b.erased_tool(common::echo("t", schema())).unwrap();
+    let p = b
+        .hook(
+            ArgumentRepair::builder()
+                .disable(RepairKind::WrappedInArray)
+                .build(),
+        )
+        .hook(Validation::new())
+        .build()
+        .unwrap();
+    let err = p
+        .invoke("t", json!({ "tags": "rust" }), InvokeOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "invalid_input");
+}
+
+#[derive(Deserialize, Validate, JsonSchema)]
+struct Search {
+    #[garde(length(min = 1))]
+    tags: Vec<String>,
+    #[garde(range(max = 50))]
+    limit: u32,
+    #[garde(skip)]
+    filter: Option<Filter>,
+}
+
+#[derive(Deserialize, Validate, JsonSchema)]
+struct Filter {
+    #[garde(skip)]
+    min: u32,
+}
+
+#[tokio::test]
+async fn typed_tools_are_repaired_before_their_serde_check() {
+    let mut b = Pipeline::builder();
+    b.tool(tool_fn("search", "Searches.", |s: Search| async move {
+        Ok::<_, ToolError>(json!([s.tags, s.limit, s.filter.map(|f| f.min)]))
+    }))
+    .unwrap();
+    let p = b.hook(ArgumentRepair::new()).build().unwrap();
+    let out = p
+        .invoke(
+            "search",
+            json!({ "tags": "a", "limit": "5", "filter": "{\"min\": 2}" }),
+            InvokeOptions::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out, json!([["a"], 5, 2]));
+}
