@@ -132,20 +132,22 @@ fn pipeline_allocations_per_invocation_stay_within_bounds() {
     }
 
     // The pipeline's own share: the JSON call itself allocates `direct_erased` times (the
-    // tool's boxed future, parsing, the output map); the pipeline adds one box for the
-    // parsed input it keeps between the check and the call, and one buffer for the stage
-    // durations when any stage has hooks. Hooks that return a ready future allocate nothing.
+    // tool's boxed future, parsing, the output map); the pipeline adds the box its context
+    // lives in (built there once, so that the invocation's futures hold a pointer to it,
+    // not a 600-byte copy: fewer instructions than the allocation costs) and one box for
+    // the parsed input it keeps between the check and the call. Hooks that return a ready
+    // future allocate nothing, and stage durations are recorded only when asked for.
     assert!(
-        pipeline_0 <= direct_erased + 1,
+        pipeline_0 <= direct_erased + 2,
         "no hooks: {pipeline_0} allocations, the direct JSON call makes {direct_erased}"
     );
     assert!(
-        pipeline_10 <= pipeline_0 + 1,
+        pipeline_10 <= pipeline_0,
         "ten no-op hooks: {pipeline_10} allocations, {pipeline_0} with none"
     );
     // `around_execute` boxes the rest of the chain it wraps: one more.
     assert!(
-        pipeline_all <= pipeline_0 + 2,
+        pipeline_all <= pipeline_0 + 1,
         "a hook at every stage: {pipeline_all} allocations, {pipeline_0} with none"
     );
 }

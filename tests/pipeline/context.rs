@@ -69,6 +69,9 @@ async fn on_success_the_record_phase_sees_finish_time_attempts_and_both_historie
         .then(Step::transient("once"))
         .then(Step::Echo);
     let pipeline = TestPipeline::new()
+        .configure(|b| {
+            b.record_stage_durations(true);
+        })
         .tool(tool)
         .hook(probe.clone())
         .recording("retry", |h| {

@@ -223,7 +223,13 @@ pub(crate) struct ContextParts {
 }
 
 impl ToolInvokeContext {
-    pub(crate) fn new(parts: ContextParts) -> Self {
+    /// A new context, built in its box (it is large: moving it by value is a copy).
+    #[inline]
+    pub(crate) fn boxed(parts: ContextParts) -> Box<Self> {
+        Box::new(Self::new(parts))
+    }
+
+    fn new(parts: ContextParts) -> Self {
         let cancel = OnceLock::new();
         if let Some(token) = parts.cancel {
             let _ = cancel.set(token);
@@ -406,7 +412,11 @@ impl ToolInvokeContext {
             .duration_since(self.started)
     }
 
-    /// How long each stage that has hooks took, in the order they ran.
+    /// How long each stage that has hooks took, in the order they ran. Empty unless the
+    /// pipeline records stage durations: built with
+    /// [`PipelineBuilder::record_stage_durations`](crate::PipelineBuilder::record_stage_durations),
+    /// or serving a hook that [wants them](crate::Hook::wants_stage_durations) (as the
+    /// audit hook does).
     pub fn stage_durations(&self) -> &[(Stage, Duration)] {
         &self.stage_durations
     }

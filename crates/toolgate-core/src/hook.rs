@@ -37,6 +37,16 @@ impl<'a> HookFuture<'a> {
     pub fn new(future: impl Future<Output = HookResult> + Send + 'a) -> Self {
         HookFuture(Inner::Boxed(Box::pin(future)))
     }
+
+    /// The result, when the future is already done (a synchronous hook); the future back
+    /// otherwise. The pipeline takes a ready result without polling.
+    #[inline]
+    pub(crate) fn into_ready(self) -> Result<HookResult, Self> {
+        match self.0 {
+            Inner::Ready(Some(result)) => Ok(result),
+            inner => Err(HookFuture(inner)),
+        }
+    }
 }
 
 impl From<HookResult> for HookFuture<'_> {
@@ -316,6 +326,14 @@ pub trait Hook: Send + Sync + 'static {
         Vec::new()
     }
 
+    /// Whether this hook reads [`ToolInvokeContext::stage_durations`] (an audit hook, say).
+    /// The pipeline then records stage durations for every tool this hook serves,
+    /// as [`PipelineBuilder::record_stage_durations`](crate::PipelineBuilder::record_stage_durations)
+    /// does for all tools. The default, `false`, keeps the clock out of the stages.
+    fn wants_stage_durations(&self) -> bool {
+        false
+    }
+
     /// Wraps execution. Call `next.run(ctx)` zero times (short-circuit), once, or several
     /// times (retry). The default calls it once.
     fn around_execute<'a>(
@@ -349,6 +367,9 @@ macro_rules! forward_hook {
             }
             fn provided_providers(&self) -> Vec<ProviderRequirement> {
                 (**self).provided_providers()
+            }
+            fn wants_stage_durations(&self) -> bool {
+                (**self).wants_stage_durations()
             }
             fn around_execute<'a>(
                 &'a self,

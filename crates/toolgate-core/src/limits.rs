@@ -4,6 +4,12 @@ use serde_json::Value;
 
 use crate::ToolError;
 
+/// Which limit a walk went past.
+enum Exceeded {
+    Depth,
+    Size,
+}
+
 /// How large and how deep an input may be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InputLimits {
@@ -30,20 +36,28 @@ impl InputLimits {
     /// [`ToolError::InputTooDeep`] or [`ToolError::InputTooLarge`].
     pub fn check(&self, input: &Value) -> Result<(), ToolError> {
         let mut size = 0usize;
-        self.walk(input, 1, &mut size)?;
-        Ok(())
+        match self.walk(input, 1, &mut size) {
+            Ok(()) => Ok(()),
+            Err(Exceeded::Depth) => Err(ToolError::InputTooDeep {
+                limit: self.max_depth,
+            }),
+            Err(Exceeded::Size) => Err(ToolError::InputTooLarge {
+                size,
+                limit: self.max_bytes,
+            }),
+        }
     }
 
-    fn walk(&self, value: &Value, depth: usize, size: &mut usize) -> Result<(), ToolError> {
+    /// Adds the estimated size of `value` to `size`. The error is one byte wide, so the
+    /// recursion passes no `ToolError` around.
+    fn walk(&self, value: &Value, depth: usize, size: &mut usize) -> Result<(), Exceeded> {
         *size += match value {
             Value::Null | Value::Bool(_) => 5,
             Value::Number(_) => 8,
             Value::String(s) => s.len() + 2,
             Value::Array(items) => {
                 if depth > self.max_depth {
-                    return Err(ToolError::InputTooDeep {
-                        limit: self.max_depth,
-                    });
+                    return Err(Exceeded::Depth);
                 }
                 for item in items {
                     self.walk(item, depth + 1, size)?;
@@ -52,9 +66,7 @@ impl InputLimits {
             }
             Value::Object(fields) => {
                 if depth > self.max_depth {
-                    return Err(ToolError::InputTooDeep {
-                        limit: self.max_depth,
-                    });
+                    return Err(Exceeded::Depth);
                 }
                 for (key, item) in fields {
                     *size += key.len() + 4;
@@ -64,10 +76,7 @@ impl InputLimits {
             }
         };
         if *size > self.max_bytes {
-            return Err(ToolError::InputTooLarge {
-                size: *size,
-                limit: self.max_bytes,
-            });
+            return Err(Exceeded::Size);
         }
         Ok(())
     }

@@ -29,11 +29,14 @@ pub(crate) struct ToolPlan {
     present: StageSet,
     /// How many stages with hooks record a duration (all but `around_execute`).
     timed: usize,
+    /// Whether invocations record stage durations: the builder asked for them, or a hook
+    /// of this tool reads them.
+    record_durations: bool,
 }
 
 impl ToolPlan {
     /// Compiles the plan of tool `tool` from every registration.
-    pub fn compile(tool: &str, registrations: &[Registration]) -> ToolPlan {
+    pub fn compile(tool: &str, registrations: &[Registration], record_durations: bool) -> ToolPlan {
         let mut mine: Vec<(&Registration, i32, StageSet)> = registrations
             .iter()
             .filter(|r| r.tool.as_deref().is_none_or(|t| t == tool))
@@ -69,18 +72,28 @@ impl ToolPlan {
             .iter()
             .filter(|&s| s != Stage::AroundExecute)
             .count();
+        let record_durations =
+            record_durations || mine.iter().any(|(r, _, _)| r.hook.wants_stage_durations());
         ToolPlan {
             stages,
             present,
             timed,
+            record_durations,
         }
     }
 
     /// How many stage durations an invocation records, retries aside: the capacity its
-    /// context reserves, so that recording them reallocates nothing.
+    /// context reserves, so that recording them reallocates nothing (0 when it records
+    /// none).
     #[inline]
     pub fn timed_stages(&self) -> usize {
-        self.timed
+        if self.record_durations { self.timed } else { 0 }
+    }
+
+    /// Whether invocations of this tool record how long each stage with hooks took.
+    #[inline]
+    pub fn records_durations(&self) -> bool {
+        self.record_durations
     }
 
     /// The hooks at `stage`, in the order they run.

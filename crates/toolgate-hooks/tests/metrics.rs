@@ -12,6 +12,10 @@ use toolgate_core::{
 use toolgate_hooks::cache::ResultCache;
 use toolgate_hooks::metrics::Metrics;
 
+/// The tests share one process-wide recorder whose snapshots drain what they read, so they
+/// take turns: one test's snapshot must not swallow another's counts.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 fn snapshotter() -> &'static Snapshotter {
     static SNAPSHOTTER: OnceLock<Snapshotter> = OnceLock::new();
     SNAPSHOTTER.get_or_init(|| {
@@ -79,6 +83,7 @@ impl Hook for RateLimitOdd {
 
 #[tokio::test]
 async fn calls_outcomes_latency_cache_and_rate_limits_are_recorded_per_tool() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     snapshotter();
     let mut b = Pipeline::builder();
     b.erased_tool(common::read_only("metered", |input| {
@@ -152,6 +157,7 @@ async fn calls_outcomes_latency_cache_and_rate_limits_are_recorded_per_tool() {
 
 #[tokio::test]
 async fn labels_never_carry_user_ids_or_arguments() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     snapshotter();
     let mut b = Pipeline::builder();
     b.erased_tool(common::read_only("private", |_| Ok(json!("ok"))))

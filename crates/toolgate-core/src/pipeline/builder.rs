@@ -44,6 +44,7 @@ pub struct PipelineBuilder {
     limits: InputLimits,
     suspensions: Option<Arc<dyn SuspensionStore>>,
     record_hook_timings: bool,
+    record_stage_durations: bool,
 }
 
 impl Default for PipelineBuilder {
@@ -64,6 +65,7 @@ impl PipelineBuilder {
             limits: InputLimits::default(),
             suspensions: None,
             record_hook_timings: false,
+            record_stage_durations: false,
         }
     }
 
@@ -180,6 +182,16 @@ impl PipelineBuilder {
         self
     }
 
+    /// Records how long each stage with hooks takes, in
+    /// [`ToolInvokeContext::stage_durations`](crate::ToolInvokeContext::stage_durations),
+    /// for every tool. Off by default: it reads the clock twice per stage with hooks. A
+    /// hook that reads stage durations turns them on for the tools it serves by itself
+    /// ([`Hook::wants_stage_durations`](crate::Hook::wants_stage_durations)).
+    pub fn record_stage_durations(&mut self, on: bool) -> &mut Self {
+        self.record_stage_durations = on;
+        self
+    }
+
     /// Checks the wiring and compiles the plans. The builder's tools, hooks and providers
     /// move into the pipeline; the builder is left empty.
     ///
@@ -233,7 +245,11 @@ impl PipelineBuilder {
             .map(|t| {
                 Arc::new(ToolEntry {
                     wants_object: t.definition.wants_object_input(),
-                    plan: ToolPlan::compile(&t.definition.name, &self.registrations),
+                    plan: ToolPlan::compile(
+                        &t.definition.name,
+                        &self.registrations,
+                        self.record_stage_durations,
+                    ),
                     definition: t.definition.clone(),
                     tool: Arc::clone(&t.tool),
                     shared: Arc::clone(&shared),

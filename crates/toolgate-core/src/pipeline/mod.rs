@@ -179,7 +179,7 @@ impl Pipeline {
         let entry = self.entry(tool).inspect_err(rejected)?;
         self.inner.limits.check(&input).inspect_err(rejected)?;
         let ctx = new_context(entry, input, options);
-        run::invoke(ctx, run::Start::Fresh).await
+        run::invoke(entry, ctx, run::Start::Fresh).await
     }
 
     /// Invokes a tool by name with JSON input, like [`invoke`](Self::invoke), and returns
@@ -198,7 +198,7 @@ impl Pipeline {
             return Invocation::rejected(error);
         }
         let ctx = new_context(entry, input, options);
-        run::invoke_detailed(ctx, run::Start::Fresh).await
+        run::invoke_detailed(entry, ctx, run::Start::Fresh).await
     }
 
     /// Invokes a tool by name with JSON text, checked against the size and depth limits
@@ -216,7 +216,7 @@ impl Pipeline {
         let entry = self.entry(tool).inspect_err(rejected)?;
         let input = self.inner.limits.parse(json).inspect_err(rejected)?;
         let ctx = new_context(entry, input, options);
-        run::invoke(ctx, run::Start::Fresh).await
+        run::invoke(entry, ctx, run::Start::Fresh).await
     }
 
     /// Invokes a typed tool with a typed input, and reads the output back as its type.
@@ -289,8 +289,8 @@ impl Pipeline {
         options: InvokeOptions,
     ) -> Invocation {
         match self.resume_context(suspension_id, &decision, options).await {
-            Ok((ctx, after)) => {
-                run::invoke_detailed(ctx, run::Start::Resume { after, decision }).await
+            Ok((entry, ctx, after)) => {
+                run::invoke_detailed(entry, ctx, run::Start::Resume { after, decision }).await
             }
             Err(error) => Invocation::rejected(error),
         }
@@ -301,7 +301,7 @@ impl Pipeline {
         suspension_id: &str,
         decision: &ResumeDecision,
         mut options: InvokeOptions,
-    ) -> Result<(ToolInvokeContext, Stage), ToolError> {
+    ) -> Result<(&Arc<ToolEntry>, Box<ToolInvokeContext>, Stage), ToolError> {
         let saved = self
             .inner
             .shared
@@ -322,7 +322,7 @@ impl Pipeline {
         }
         *ctx.metadata_mut() = saved.metadata;
         ctx.resumed = Some(decision.clone());
-        Ok((ctx, saved.stage))
+        Ok((entry, ctx, saved.stage))
     }
 
     fn entry(&self, tool: &str) -> Result<&Arc<ToolEntry>, ToolError> {
@@ -343,9 +343,14 @@ fn rejected(error: &ToolError) {
     );
 }
 
-fn new_context(entry: &Arc<ToolEntry>, input: Value, options: InvokeOptions) -> ToolInvokeContext {
+/// The context of a new invocation, built in the box it stays in until the end.
+fn new_context(
+    entry: &Arc<ToolEntry>,
+    input: Value,
+    options: InvokeOptions,
+) -> Box<ToolInvokeContext> {
     let deadline = options.effective_deadline();
-    ToolInvokeContext::new(ContextParts {
+    ToolInvokeContext::boxed(ContextParts {
         entry: Arc::clone(entry),
         session_id: options.session_id,
         request_id: options

@@ -45,14 +45,15 @@ const OUTPUT_STAGES: [Stage; 4] = [
 const RECORD_STAGES: [Stage; 3] = [Stage::WillAudit, Stage::DidAudit, Stage::OnMetrics];
 
 /// Owns the context while the invocation runs; finishes the tail if the invocation future
-/// is dropped first.
-struct Guard {
-    ctx: Option<ToolInvokeContext>,
-    entry: Arc<ToolEntry>,
+/// is dropped first. The context stays in its box from its creation to its end: the
+/// invocation's futures hold a pointer to it, never a copy of it.
+struct Guard<'a> {
+    ctx: Option<Box<ToolInvokeContext>>,
+    entry: &'a Arc<ToolEntry>,
     span: tracing::Span,
 }
 
-impl Drop for Guard {
+impl Drop for Guard<'_> {
     fn drop(&mut self) {
         let Some(mut ctx) = self.ctx.take() else {
             return;
@@ -71,7 +72,7 @@ impl Drop for Guard {
         }
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                let entry = Arc::clone(&self.entry);
+                let entry = Arc::clone(self.entry);
                 handle.spawn(
                     async move {
                         let mut ctx = ctx;
@@ -87,13 +88,21 @@ impl Drop for Guard {
     }
 }
 
-/// Runs one invocation to its end.
-pub(crate) async fn invoke(ctx: ToolInvokeContext, start: Start) -> Result<Value, ToolError> {
-    invoke_detailed(ctx, start).await.result
+/// Runs one invocation of the tool of `entry` (the one `ctx` was made for) to its end.
+pub(crate) async fn invoke(
+    entry: &Arc<ToolEntry>,
+    ctx: Box<ToolInvokeContext>,
+    start: Start,
+) -> Result<Value, ToolError> {
+    invoke_detailed(entry, ctx, start).await.result
 }
 
 /// Runs one invocation to its end and keeps its metadata, attempts and duration.
-pub(crate) async fn invoke_detailed(ctx: ToolInvokeContext, start: Start) -> super::Invocation {
+pub(crate) async fn invoke_detailed(
+    entry: &Arc<ToolEntry>,
+    ctx: Box<ToolInvokeContext>,
+    start: Start,
+) -> super::Invocation {
     let span = tracing::info_span!(
         "toolgate.invoke",
         tool = %ctx.tool_name(),
@@ -101,14 +110,14 @@ pub(crate) async fn invoke_detailed(ctx: ToolInvokeContext, start: Start) -> sup
         session_id = ctx.session_id().unwrap_or(""),
         user_id = %ctx.user().id,
     );
-    let entry = Arc::clone(&ctx.entry);
+    debug_assert!(Arc::ptr_eq(entry, &ctx.entry));
     let mut guard = Guard {
         ctx: Some(ctx),
         entry,
         span: span.clone(),
     };
-    async move {
-        let entry = &guard.entry;
+    let run = std::pin::pin!(async move {
+        let entry = &**guard.entry;
         let ctx = guard
             .ctx
             .as_mut()
@@ -129,9 +138,14 @@ pub(crate) async fn invoke_detailed(ctx: ToolInvokeContext, start: Start) -> sup
             attempts: ctx.attempt,
             duration: ctx.elapsed(),
         }
+    });
+    // A span no subscriber is interested in is disabled for good: entering it on every
+    // poll would do nothing, so the invocation runs without the wrapper.
+    if span.is_disabled() {
+        run.await
+    } else {
+        run.instrument(span).await
     }
-    .instrument(span)
-    .await
 }
 
 enum Ended {
@@ -318,7 +332,9 @@ async fn execute_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Result
         }
         Err(Control::Error(error)) if ctx.attempt > 1 => {
             ctx.error = Some(error.clone());
-            run_tail_stage(entry, ctx, Stage::OnGiveUp).await;
+            if let Some(first) = enter_tail(entry, ctx, Stage::OnGiveUp) {
+                run_tail_hooks(entry, ctx, Stage::OnGiveUp, first).await;
+            }
             Err(Control::Error(error))
         }
         Err(other) => Err(other),
@@ -440,22 +456,30 @@ async fn tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
         .error
         .as_ref()
         .is_some_and(|e| !matches!(e, ToolError::Suspended { .. }));
-    if failed {
-        run_tail_stage(entry, ctx, Stage::OnError).await;
+    if failed && let Some(first) = enter_tail(entry, ctx, Stage::OnError) {
+        run_tail_hooks(entry, ctx, Stage::OnError, first).await;
     }
     if ctx.finished.is_none() {
         ctx.finished = Some(Instant::now());
     }
     for stage in RECORD_STAGES {
-        run_tail_stage(entry, ctx, stage).await;
+        if let Some(first) = enter_tail(entry, ctx, stage) {
+            run_tail_hooks(entry, ctx, stage, first).await;
+        }
     }
-    if ctx.progress.semaphore {
-        run_tail_stage(entry, ctx, Stage::DidReleaseSemaphore).await;
+    if ctx.progress.semaphore
+        && let Some(first) = enter_tail(entry, ctx, Stage::DidReleaseSemaphore)
+    {
+        run_tail_hooks(entry, ctx, Stage::DidReleaseSemaphore, first).await;
     }
-    if ctx.progress.quota {
-        run_tail_stage(entry, ctx, Stage::DidReleaseQuota).await;
+    if ctx.progress.quota
+        && let Some(first) = enter_tail(entry, ctx, Stage::DidReleaseQuota)
+    {
+        run_tail_hooks(entry, ctx, Stage::DidReleaseQuota, first).await;
     }
-    run_tail_stage(entry, ctx, Stage::WillFinalizeInvoke).await;
+    if let Some(first) = enter_tail(entry, ctx, Stage::WillFinalizeInvoke) {
+        run_tail_hooks(entry, ctx, Stage::WillFinalizeInvoke, first).await;
+    }
     if let Some(error) = &ctx.error {
         tracing::debug!(
             code = error.code(),
@@ -470,23 +494,35 @@ async fn tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
     }
 }
 
-/// Runs a tail stage at most once; what it returns or how it panics never changes the
-/// outcome.
-async fn run_tail_stage(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stage: Stage) {
-    // A stage interrupted by the drop of the invocation future goes on with the hook after
-    // the one that was running (so every hook's release still runs, none twice); any other
-    // stage that has begun never runs again.
+/// Tail stages run at most once each, and what they return or how they panic never
+/// changes the outcome. Callers run a tail stage as
+/// `if let Some(first) = enter_tail(..) { run_tail_hooks(.., first).await }`, so that a
+/// stage without hooks builds no future.
+///
+/// Marks tail stage `stage` as begun and tells from which hook to run it: `None` when it
+/// already ran or has no hooks. A stage interrupted by the drop of the invocation future
+/// goes on with the hook after the one that was running (so every hook's release still
+/// runs, none twice); any other stage that has begun never runs again.
+#[inline]
+fn enter_tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stage: Stage) -> Option<usize> {
     let first = match ctx.progress.tail_hook {
         Some((interrupted, hook)) if interrupted == stage => hook + 1,
-        _ if ctx.progress.tail_done.contains(stage) => return,
+        _ if ctx.progress.tail_done.contains(stage) => return None,
         _ => 0,
     };
     ctx.progress.tail_done = ctx.progress.tail_done.with(stage);
     ctx.stage = stage;
-    if !entry.plan.has(stage) {
-        return;
-    }
-    let run = AssertUnwindSafe(run_hooks(entry, ctx, stage, false, first)).catch_unwind();
+    entry.plan.has(stage).then_some(first)
+}
+
+/// The hooks of a tail stage, from the hook at index `first`, with panics contained.
+async fn run_tail_hooks(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    first: usize,
+) {
+    let run = AssertUnwindSafe(run_hooks::<true>(entry, ctx, stage, first)).catch_unwind();
     if run.await.is_err() {
         tracing::error!(stage = %stage, "a hook panicked; the panic was contained and the outcome kept");
     }
@@ -511,41 +547,53 @@ fn run_stage<'a>(
     ctx: &'a mut ToolInvokeContext,
     stage: Stage,
 ) -> impl Future<Output = HookResult> + 'a {
-    run_hooks(entry, ctx, stage, true, 0)
+    run_hooks::<false>(entry, ctx, stage, 0)
 }
 
-/// Runs the hooks of `stage` in plan order, from the hook at index `first`. With `can_apply`
-/// false (tail stages) outcomes are recorded and logged, never applied.
-async fn run_hooks(
+/// Runs the hooks of `stage` in plan order, from the hook at index `first`. In the tail
+/// (`TAIL`) outcomes are recorded and logged, never applied, and a panic in one hook is
+/// contained so that the hooks after it still run.
+async fn run_hooks<const TAIL: bool>(
     entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
     stage: Stage,
-    can_apply: bool,
     first: usize,
 ) -> HookResult {
-    let started = Instant::now();
+    let started = entry.plan.records_durations().then(Instant::now);
     let time_hooks = entry.shared.record_hook_timings;
     let mut result = Ok(());
-    for (index, planned) in entry.plan.hooks(stage).iter().enumerate().skip(first) {
+    let hooks = entry.plan.hooks(stage);
+    for (planned, index) in hooks[first..].iter().zip(first..) {
         if !planned.hook.filter(ctx) {
             continue;
         }
-        if !can_apply {
+        if TAIL {
             ctx.progress.tail_hook = Some((stage, index));
         }
         let hook_started = time_hooks.then(Instant::now);
-        let outcome = if can_apply {
-            call_stage(&*planned.hook, stage, ctx).await
-        } else {
+        // A synchronous hook's result is taken as it is: only a pending future is awaited.
+        let outcome = if TAIL {
             // In the tail every hook gets its turn: a panic in one hook's release must not
             // skip the release of the hooks after it.
-            let call = async { call_stage(&*planned.hook, stage, ctx).await };
-            match AssertUnwindSafe(call).catch_unwind().await {
+            let hook_ctx = &mut *ctx;
+            let called =
+                contained(move || call_stage(&*planned.hook, stage, hook_ctx).into_ready());
+            let settled = match called {
+                Ok(Ok(outcome)) => Ok(outcome),
+                Ok(Err(pending)) => AssertUnwindSafe(pending).catch_unwind().await,
+                Err(panic) => Err(panic),
+            };
+            match settled {
                 Ok(outcome) => outcome,
                 Err(_) => {
                     tracing::error!(stage = %stage, hook = %planned.name, "a hook panicked; the panic was contained and the outcome kept");
                     continue;
                 }
+            }
+        } else {
+            match call_stage(&*planned.hook, stage, ctx).into_ready() {
+                Ok(outcome) => outcome,
+                Err(pending) => pending.await,
             }
         };
         if let Some(t) = hook_started {
@@ -556,14 +604,21 @@ async fn run_hooks(
             });
         }
         if let Err(control) = outcome
-            && let Some(control) = decide(planned, stage, ctx, control, can_apply)
+            && let Some(control) = decide(planned, stage, ctx, control, !TAIL)
         {
             result = Err(control);
             break;
         }
     }
-    ctx.stage_durations.push((stage, started.elapsed()));
+    if let Some(started) = started {
+        ctx.stage_durations.push((stage, started.elapsed()));
+    }
     result
+}
+
+/// Calls `f`, catching a panic (the tail's hooks are called synchronously first).
+fn contained<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
+    std::panic::catch_unwind(AssertUnwindSafe(f))
 }
 
 /// Applies the hook's failure mode to its outcome: `Some` when the outcome takes effect.

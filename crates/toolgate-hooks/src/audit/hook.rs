@@ -76,6 +76,12 @@ impl Hook for Audit {
         "audit"
     }
 
+    /// The record lists how long each stage took, so the pipeline records stage durations
+    /// for the tools this hook serves.
+    fn wants_stage_durations(&self) -> bool {
+        true
+    }
+
     fn will_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let record = AuditRecord::from_context(ctx, self.include_values);
         HookFuture::new(async move {
