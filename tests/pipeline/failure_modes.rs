@@ -222,3 +222,23 @@ async fn errors_in_record_and_release_stages_never_replace_the_outcome_or_skip_l
     assert_eq!(out, Ok(json!("out")));
     assert_stages(&log, SUCCESS);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_hook_that_hangs_in_a_tail_stage_is_abandoned_after_the_tail_timeout_and_the_call_ends() {
+    let test = crate::recorded(ScriptedTool::returning(TOOL, json!("out")), |h| {
+        h.at(DidReleaseSemaphore, Inject::Hang)
+    });
+    let log = test.log();
+    let started = tokio::time::Instant::now();
+
+    let out = test.build().invoke(TOOL, input(), options()).await;
+
+    assert_eq!(out, Ok(json!("out")));
+    // The stages after the hung hook still ran: did_release_quota and will_finalize_invoke.
+    assert_stages(&log, SUCCESS);
+    let waited = started.elapsed();
+    assert!(
+        (std::time::Duration::from_secs(30)..std::time::Duration::from_secs(31)).contains(&waited),
+        "abandoned after the default 30 s tail timeout, not {waited:?}"
+    );
+}

@@ -4,6 +4,7 @@
 use std::any::TypeId;
 use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use typemap_rev::TypeMapKey;
 
@@ -45,6 +46,7 @@ pub struct PipelineBuilder {
     suspensions: Option<Arc<dyn SuspensionStore>>,
     record_hook_timings: bool,
     record_stage_durations: bool,
+    tail_hook_timeout: Duration,
 }
 
 impl Default for PipelineBuilder {
@@ -66,6 +68,7 @@ impl PipelineBuilder {
             suspensions: None,
             record_hook_timings: false,
             record_stage_durations: false,
+            tail_hook_timeout: Duration::from_secs(30),
         }
     }
 
@@ -192,6 +195,17 @@ impl PipelineBuilder {
         self
     }
 
+    /// How long one hook may take at a tail stage (`on_error`, `will_audit`, `did_audit`,
+    /// `on_metrics`, the release stages, `will_finalize_invoke`); 30 s by default. Those
+    /// stages run on every path and outside the call's deadline, so a hook that never
+    /// finishes there would hang the call: past this timeout it is abandoned (its future
+    /// dropped, an error logged), the outcome is kept and the next hook runs. Needs tokio's
+    /// timer for hooks that do not finish at once.
+    pub fn tail_hook_timeout(&mut self, timeout: Duration) -> &mut Self {
+        self.tail_hook_timeout = timeout;
+        self
+    }
+
     /// Checks the wiring and compiles the plans. The builder's tools, hooks and providers
     /// move into the pipeline; the builder is left empty.
     ///
@@ -237,6 +251,7 @@ impl PipelineBuilder {
                 .clone()
                 .unwrap_or_else(|| Arc::new(InMemorySuspensionStore::default())),
             record_hook_timings: self.record_hook_timings,
+            tail_hook_timeout: self.tail_hook_timeout,
         });
         self.global_keys.clear();
         let registry = std::mem::take(&mut self.registry);

@@ -56,6 +56,8 @@ pub(crate) struct Shared {
     pub sessions: SessionStore,
     pub suspensions: Arc<dyn SuspensionStore>,
     pub record_hook_timings: bool,
+    /// How long one hook may take at a tail stage (on_error, record, release, end).
+    pub tail_hook_timeout: std::time::Duration,
 }
 
 /// A registered tool with its compiled plan.

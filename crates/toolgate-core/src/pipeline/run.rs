@@ -580,7 +580,21 @@ async fn run_hooks<const TAIL: bool>(
                 contained(move || call_stage(&*planned.hook, stage, hook_ctx).into_ready());
             let settled = match called {
                 Ok(Ok(outcome)) => Ok(outcome),
-                Ok(Err(pending)) => AssertUnwindSafe(pending).catch_unwind().await,
+                Ok(Err(pending)) => {
+                    // A hook that never finishes must not hang the call: past the tail
+                    // timeout it is abandoned (its future dropped) and the next hook runs.
+                    let bounded = tokio::time::timeout(
+                        entry.shared.tail_hook_timeout,
+                        AssertUnwindSafe(pending).catch_unwind(),
+                    );
+                    match bounded.await {
+                        Ok(settled) => settled,
+                        Err(_) => {
+                            tracing::error!(stage = %stage, hook = %planned.name, timeout_ms = entry.shared.tail_hook_timeout.as_millis() as u64, "a hook did not finish within the tail timeout and was abandoned; the outcome is kept");
+                            continue;
+                        }
+                    }
+                }
                 Err(panic) => Err(panic),
             };
             match settled {
