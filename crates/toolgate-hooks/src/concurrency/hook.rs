@@ -1,12 +1,12 @@
 //! The [`Concurrency`] hook at `will_acquire_semaphore` / `did_release_semaphore`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolError, ToolInvokeContext, TypeMapKey};
+use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolError, ToolInvokeContext};
 
 use super::{ConcurrencyBackend, InMemoryConcurrency, Permit, PermitRequest};
+use crate::held;
 use crate::partition::Partition;
 use crate::quota::OnBackendError;
 
@@ -24,14 +24,6 @@ impl Default for WhenFull {
         WhenFull::RetryAfter(Duration::from_secs(1))
     }
 }
-
-struct HeldPermits;
-
-impl TypeMapKey for HeldPermits {
-    type Value = Vec<(u64, Permit)>;
-}
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// A cap on calls in flight at `will_acquire_semaphore`, per [`Partition`] key.
 ///
@@ -137,7 +129,7 @@ impl ConcurrencyBuilder {
     /// The hook.
     pub fn build(self) -> Concurrency {
         Concurrency {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            id: held::next_owner_id(),
             name: self.name,
             limit: self.limit,
             partition: self.partition,
@@ -215,10 +207,7 @@ impl Hook for Concurrency {
             };
             match self.backend.acquire(request).await {
                 Ok(Some(permit)) => {
-                    ctx.scratch_mut()
-                        .entry::<HeldPermits>()
-                        .or_default()
-                        .push((self.id, permit));
+                    held::keep(ctx, self.id, permit);
                     Ok(())
                 }
                 Ok(None) => Err(self.overloaded().into()),
@@ -242,9 +231,7 @@ impl Hook for Concurrency {
     }
 
     fn did_release_semaphore<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-        if let Some(held) = ctx.scratch_mut().get_mut::<HeldPermits>() {
-            held.retain(|(id, _)| *id != self.id);
-        }
+        held::release::<Permit>(ctx, self.id);
         HookFuture::ok()
     }
 }

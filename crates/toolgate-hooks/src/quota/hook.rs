@@ -1,13 +1,13 @@
 //! The [`Quota`] hook at `will_acquire_quota` / `did_release_quota`.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
-use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolError, ToolInvokeContext, TypeMapKey};
+use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolError, ToolInvokeContext};
 
 use super::{
     InMemoryQuota, QuotaBackend, QuotaBackendError, QuotaDecision, QuotaLease, QuotaRequest, Rate,
 };
+use crate::held;
 use crate::partition::Partition;
 
 /// What a policy does when its backend cannot decide (unreachable, or full).
@@ -19,15 +19,6 @@ pub enum OnBackendError {
     /// Let the call through and log: a broken limiter never takes the service down.
     FailOpen,
 }
-
-/// The leases held by an invocation, by hook instance (several quota hooks may stack).
-struct HeldLeases;
-
-impl TypeMapKey for HeldLeases {
-    type Value = Vec<(u64, QuotaLease)>;
-}
-
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Rate limiting at `will_acquire_quota`: GCRA over a [`Rate`], one budget per
 /// [`Partition`] key.
@@ -106,7 +97,7 @@ impl QuotaBuilder {
     /// The hook.
     pub fn build(self) -> Quota {
         Quota {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            id: held::next_owner_id(),
             name: self.name,
             rate: self.rate,
             partition: self.partition,
@@ -164,10 +155,7 @@ impl Hook for Quota {
             };
             match self.backend.acquire(request).await {
                 Ok(QuotaDecision::Granted(lease)) => {
-                    ctx.scratch_mut()
-                        .entry::<HeldLeases>()
-                        .or_default()
-                        .push((self.id, lease));
+                    held::keep(ctx, self.id, lease);
                     Ok(())
                 }
                 Ok(QuotaDecision::Limited { retry_after }) => ctx.retry_after(
@@ -194,10 +182,8 @@ impl Hook for Quota {
     }
 
     fn did_release_quota<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-        if let Some(held) = ctx.scratch_mut().get_mut::<HeldLeases>() {
-            // Dropping the lease releases it.
-            held.retain(|(id, _)| *id != self.id);
-        }
+        // Dropping the lease releases it.
+        held::release::<QuotaLease>(ctx, self.id);
         HookFuture::ok()
     }
 }
