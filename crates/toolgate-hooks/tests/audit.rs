@@ -44,6 +44,17 @@ fn pipeline(audit: Audit) -> Pipeline {
         .unwrap()
 }
 
+fn pipeline_shared(audit: std::sync::Arc<Audit>) -> Pipeline {
+    let mut b = Pipeline::builder();
+    b.erased_tool(common::read_only("lookup", |input| {
+        Ok(json!({ "found": input["q"] }))
+    }))
+    .unwrap();
+    b.shared_hook(audit, HookOptions::default(), None)
+        .build()
+        .unwrap()
+}
+
 #[tokio::test]
 async fn a_successful_call_is_recorded_with_who_what_when_and_hashes_only() {
     let (audit, sink) = common::memory_audit();
@@ -240,6 +251,42 @@ async fn the_json_lines_sink_appends_one_parseable_line_per_call() {
             .iter()
             .all(|r| r.tool == "lookup" && r.outcome == Outcome::Success)
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_buffered_json_lines_sink_writes_on_flush_on_its_interval_and_on_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let lines = || {
+        std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .lines()
+            .count()
+    };
+    let audit = Audit::builder()
+        .sink(JsonLinesSink::open_buffered(&path, Duration::from_secs(60)).unwrap())
+        .build();
+    let audit = std::sync::Arc::new(audit);
+    let p = pipeline_shared(audit.clone());
+    p.invoke("lookup", json!({ "q": 1 }), InvokeOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(lines(), 0, "kept in memory until a flush");
+    audit.flush().await.unwrap();
+    assert_eq!(lines(), 1, "flush writes what was taken");
+
+    p.invoke("lookup", json!({ "q": 2 }), InvokeOptions::new())
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_secs(61)).await;
+    assert_eq!(lines(), 2, "the periodic flush wrote the second record");
+
+    p.invoke("lookup", json!({ "q": 3 }), InvokeOptions::new())
+        .await
+        .unwrap();
+    drop(p);
+    drop(audit);
+    assert_eq!(lines(), 3, "dropping the sink writes the rest");
 }
 
 #[test]

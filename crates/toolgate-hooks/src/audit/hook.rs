@@ -67,6 +67,27 @@ impl Audit {
     }
 }
 
+impl Audit {
+    /// Makes every record taken so far durable in every sink that buffers (see
+    /// [`JsonLinesSink::open_buffered`](super::JsonLinesSink::open_buffered)). Call it
+    /// before the process exits.
+    ///
+    /// # Errors
+    ///
+    /// The first sink error; the other sinks are still flushed.
+    pub async fn flush(&self) -> Result<(), super::AuditError> {
+        let mut first = Ok(());
+        for sink in &self.sinks {
+            if let Err(e) = sink.flush().await
+                && first.is_ok()
+            {
+                first = Err(e);
+            }
+        }
+        first
+    }
+}
+
 impl Hook for Audit {
     fn stages(&self) -> StageSet {
         StageSet::of(&[Stage::WillAudit])

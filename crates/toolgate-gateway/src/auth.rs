@@ -1,0 +1,117 @@
+//! API keys: `Authorization: Bearer <key>` → a [`User`] with roles.
+//!
+//! The configuration holds the SHA-256 of every key, never the key. A presented key is
+//! hashed and compared with every configured hash in constant time, without stopping at a
+//! match, so neither the comparison nor the position of the matching user shows in the
+//! response time. Keys are never logged.
+
+use std::sync::Arc;
+
+use subtle::{ConditionallySelectable, ConstantTimeEq};
+use toolgate_core::User;
+use toolgate_hooks::fingerprint::sha256_hex;
+
+use crate::config::{KeyHash, UserEntry};
+
+/// The users of a configuration, by key hash.
+#[derive(Clone, Default)]
+pub struct ApiKeys {
+    users: Vec<(KeyHash, Arc<User>)>,
+}
+
+impl std::fmt::Debug for ApiKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ApiKeys")
+            .field("users", &self.users.len())
+            .finish()
+    }
+}
+
+impl ApiKeys {
+    /// The users of a configuration.
+    pub fn new(users: &[UserEntry]) -> Self {
+        ApiKeys {
+            users: users
+                .iter()
+                .map(|entry| {
+                    let mut user = User::new(entry.id.clone()).with_roles(entry.roles.clone());
+                    if let Some(tenant) = &entry.tenant {
+                        user = user.with_tenant(tenant.clone());
+                    }
+                    (entry.key_sha256, Arc::new(user))
+                })
+                .collect(),
+        }
+    }
+
+    /// The user whose key this is, if any.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use toolgate_gateway::auth::{hash_key, ApiKeys};
+    /// use toolgate_gateway::config::parse;
+    ///
+    /// let config = parse(&format!(
+    ///     "users:\n  - {{id: alice, key_sha256: \"{}\", roles: [admin]}}\n",
+    ///     hash_key("tg_alice_secret")
+    /// ))?;
+    /// let keys = ApiKeys::new(&config.users);
+    /// assert_eq!(keys.authenticate("tg_alice_secret").unwrap().id, "alice");
+    /// assert!(keys.authenticate("tg_guess").is_none());
+    /// # Ok::<(), toolgate_gateway::config::ConfigError>(())
+    /// ```
+    pub fn authenticate(&self, key: &str) -> Option<Arc<User>> {
+        let presented = KeyHash::from_hex(&hash_key(key)).ok()?;
+        let mut found = subtle::Choice::from(0);
+        let mut index = 0u32;
+        for (i, (hash, _)) in self.users.iter().enumerate() {
+            let equal = hash.0.ct_eq(&presented.0);
+            index.conditional_assign(&(i as u32), equal);
+            found |= equal;
+        }
+        bool::from(found).then(|| self.users[index as usize].1.clone())
+    }
+
+    /// The user behind an `Authorization` header value (`Bearer <key>`).
+    pub fn authenticate_header(&self, header: &str) -> Option<Arc<User>> {
+        let (scheme, key) = header.trim().split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("bearer") {
+            return None;
+        }
+        self.authenticate(key.trim())
+    }
+
+    /// How many users there are.
+    pub fn len(&self) -> usize {
+        self.users.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.users.is_empty()
+    }
+}
+
+/// The SHA-256 of an API key in hex: what goes into `key_sha256`.
+pub fn hash_key(key: &str) -> String {
+    sha256_hex(key.as_bytes())
+}
+
+/// A new random API key: `tg_` and 64 hex digits (256 bits from the kernel's random
+/// source).
+///
+/// # Errors
+///
+/// When `/dev/urandom` cannot be read.
+pub fn generate_key() -> std::io::Result<String> {
+    use std::fmt::Write;
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    let mut key = String::from("tg_");
+    for b in bytes {
+        let _ = write!(key, "{b:02x}");
+    }
+    Ok(key)
+}

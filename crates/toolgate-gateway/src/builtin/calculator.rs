@@ -1,0 +1,66 @@
+//! `calculator`: arithmetic on a sandboxed expression evaluator.
+
+use garde::Validate;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use toolgate_core::{Tool, ToolAnnotations, ToolError, tool_fn};
+
+/// The calculator's input.
+#[derive(Deserialize, Serialize, Validate, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CalculatorInput {
+    /// An arithmetic expression, e.g. `(2 + 3) * 4 / 5` or `2 ^ 10`.
+    #[garde(length(min = 1, max = 1000))]
+    pub expression: String,
+}
+
+/// The calculator's output.
+#[derive(Deserialize, Serialize, JsonSchema)]
+pub struct CalculatorOutput {
+    /// The value of the expression.
+    pub result: serde_json::Number,
+}
+
+/// Evaluates an arithmetic expression: numbers, `+ - * / % ^`, parentheses, comparisons and
+/// the evaluator's math functions (`math::sqrt`, `math::ln`, …). Nothing outside the
+/// expression is reachable: no variables of the host, no I/O.
+///
+/// # Errors
+///
+/// A message saying why the expression has no numeric value.
+///
+/// # Examples
+///
+/// ```
+/// use toolgate_gateway::builtin::evaluate;
+///
+/// assert_eq!(evaluate("(2 + 3) * 4").unwrap().to_string(), "20");
+/// assert_eq!(evaluate("7 / 2.0").unwrap().to_string(), "3.5");
+/// assert!(evaluate("1 / 0").is_err());
+/// assert!(evaluate("rm -rf /").is_err());
+/// ```
+pub fn evaluate(expression: &str) -> Result<serde_json::Number, String> {
+    use evalexpr::Value;
+    match evalexpr::eval(expression) {
+        Ok(Value::Int(i)) => Ok(i.into()),
+        Ok(Value::Float(f)) => serde_json::Number::from_f64(f)
+            .ok_or_else(|| format!("`{expression}` has no finite value")),
+        Ok(other) => Err(format!(
+            "`{expression}` is not arithmetic (its value is {other}): write an expression of numbers"
+        )),
+        Err(e) => Err(format!("cannot evaluate `{expression}`: {e}")),
+    }
+}
+
+pub(super) fn tool() -> impl Tool {
+    tool_fn(
+        "calculator",
+        "Evaluates an arithmetic expression (numbers, + - * / % ^, parentheses, math::sqrt and similar) and returns its value.",
+        |input: CalculatorInput| async move {
+            evaluate(&input.expression)
+                .map(|result| CalculatorOutput { result })
+                .map_err(ToolError::execution)
+        },
+    )
+    .annotations(ToolAnnotations::READ_ONLY)
+}

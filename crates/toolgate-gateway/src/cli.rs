@@ -1,0 +1,273 @@
+//! The `toolgate` command line.
+
+use std::io::{BufRead, Write};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use serde_json::Value;
+use toolgate_agent::format::{anthropic, gemini, mcp, openai};
+use toolgate_core::User;
+
+use crate::config::{LogFormat, StateConfig, StateUrl, load_file};
+use crate::gateway::Gateway;
+use crate::serve::{ServeOptions, serve};
+use crate::state::SharedState;
+
+/// toolgate: a gateway every tool call of an AI agent passes through.
+///
+/// Put it in front of your tools and MCP servers, write the policies in one YAML file
+/// (see docs/gateway.md), and point agents at its HTTP API or its MCP endpoint.
+#[derive(Debug, Parser)]
+#[command(name = "toolgate", version, about, long_about)]
+pub struct Cli {
+    /// Log format (overrides `logging.format`).
+    #[arg(long, global = true, value_enum)]
+    pub log_format: Option<LogFormat>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the HTTP API, /mcp, /metrics and health checks.
+    ///
+    /// SIGHUP reloads the file (a broken file is refused and the old one kept); SIGTERM
+    /// or Ctrl-C stops accepting, lets calls in flight finish, and saves statistics.
+    Serve {
+        /// The configuration file.
+        #[arg(long, short, env = "TOOLGATE_CONFIG")]
+        config: PathBuf,
+        /// Listen here instead of `server.listen` (e.g. 127.0.0.1:0 for any free port).
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+    },
+    /// Serve MCP over stdin/stdout, for desktop MCP clients.
+    Mcp {
+        /// The configuration file.
+        #[arg(long, short, env = "TOOLGATE_CONFIG")]
+        config: PathBuf,
+        /// The configured user the client acts as (default: anonymous, with no roles).
+        #[arg(long)]
+        user: Option<String>,
+    },
+    /// Check the file and print, for each tool, which hooks run at which stage in order.
+    Check {
+        /// The configuration file.
+        #[arg(long, short, env = "TOOLGATE_CONFIG")]
+        config: PathBuf,
+    },
+    /// Print the tool definitions in a model provider's format.
+    Tools {
+        /// The configuration file.
+        #[arg(long, short, env = "TOOLGATE_CONFIG")]
+        config: PathBuf,
+        /// The format.
+        #[arg(long, value_enum, default_value_t = ToolFormat::Openai)]
+        format: ToolFormat,
+        /// Only the tools this configured user may call.
+        #[arg(long)]
+        user: Option<String>,
+    },
+    /// Print the SHA-256 of an API key (read from stdin) for `users[].key_sha256`.
+    HashKey {
+        /// Make a new random key, print it and its hash.
+        #[arg(long)]
+        generate: bool,
+    },
+}
+
+/// Tool definition formats.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum ToolFormat {
+    /// OpenAI chat completions `tools`.
+    Openai,
+    /// OpenAI responses `tools`.
+    OpenaiResponses,
+    /// Anthropic messages `tools`.
+    Anthropic,
+    /// Gemini `tools`.
+    Gemini,
+    /// MCP `tools/list` result.
+    Mcp,
+}
+
+/// Runs the command line; the process's exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("toolgate: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("toolgate: {message}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Serve { config, listen } => {
+            let file = load_file(&config).map_err(|e| e.to_string())?;
+            crate::logging::init(
+                cli.log_format.unwrap_or(file.logging.format),
+                &file.logging.level,
+            );
+            serve(ServeOptions { config, listen })
+                .await
+                .map_err(|e| e.to_string())
+        }
+        Command::Mcp { config, user } => {
+            let file = load_file(&config).map_err(|e| e.to_string())?;
+            crate::logging::init(
+                cli.log_format.unwrap_or(file.logging.format),
+                &file.logging.level,
+            );
+            let user = configured_user(&file, user.as_deref())?;
+            let shared = SharedState::new(&file).await.map_err(|e| e.to_string())?;
+            let gateway = Gateway::build(file, &shared)
+                .await
+                .map_err(|e| e.in_file(&config).to_string())?;
+            toolgate_mcp::McpServer::new(gateway.pipeline().clone())
+                .server_info("toolgate", env!("CARGO_PKG_VERSION"))
+                .default_user(user)
+                .serve_stdio()
+                .await
+                .map_err(|e| e.to_string())
+        }
+        Command::Check { config } => check(&config).await,
+        Command::Tools {
+            config,
+            format,
+            user,
+        } => {
+            let mut file = load_file(&config).map_err(|e| e.to_string())?;
+            // Listing needs no shared state: do not connect to Redis for it.
+            file.state = StateConfig::default();
+            let user = match user {
+                Some(id) => Some(configured_user(&file, Some(&id))?),
+                None => None,
+            };
+            let shared = SharedState::new(&file).await.map_err(|e| e.to_string())?;
+            let gateway = Gateway::build(file, &shared)
+                .await
+                .map_err(|e| e.in_file(&config).to_string())?;
+            let tools = match &user {
+                Some(user) => gateway.visible_tools(user),
+                None => gateway.pipeline().definitions().cloned().collect(),
+            };
+            let listed = match format {
+                ToolFormat::Openai => openai::chat_tools(&tools),
+                ToolFormat::OpenaiResponses => openai::responses_tools(&tools),
+                ToolFormat::Anthropic => anthropic::tools(&tools),
+                ToolFormat::Gemini => gemini::tools(&tools),
+                ToolFormat::Mcp => mcp::tools_list(&tools),
+            };
+            print_json(&listed)
+        }
+        Command::HashKey { generate } => hash_key(generate),
+    }
+}
+
+fn configured_user(config: &crate::config::Config, id: Option<&str>) -> Result<User, String> {
+    let Some(id) = id else {
+        return Ok(User::new("anonymous"));
+    };
+    let entry = config
+        .users
+        .iter()
+        .find(|u| u.id == id)
+        .ok_or_else(|| format!("no user `{id}` in the configuration's `users`"))?;
+    let mut user = User::new(entry.id.clone()).with_roles(entry.roles.clone());
+    if let Some(tenant) = &entry.tenant {
+        user = user.with_tenant(tenant.clone());
+    }
+    Ok(user)
+}
+
+async fn check(path: &std::path::Path) -> Result<(), String> {
+    let mut file = load_file(path).map_err(|e| e.to_string())?;
+    let state = match &file.state.url {
+        StateUrl::Memory => "memory".to_owned(),
+        StateUrl::Redis(_) => "redis (not contacted by check)".to_owned(),
+    };
+    file.state = StateConfig::default();
+    let shared = SharedState::new(&file).await.map_err(|e| e.to_string())?;
+    let gateway = Gateway::build(file, &shared)
+        .await
+        .map_err(|e| e.in_file(path).to_string())?;
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{}: OK — {} tools, {} users, state: {state}\n",
+        path.display(),
+        gateway.pipeline().registry().len(),
+        gateway.keys.len()
+    ));
+    for (tool, plan) in gateway.plans() {
+        let definition = gateway
+            .pipeline()
+            .registry()
+            .get(&tool)
+            .map(|r| r.definition.clone());
+        let tags = definition
+            .as_ref()
+            .map(|d| d.tags.join(", "))
+            .unwrap_or_default();
+        out.push_str(&format!("\n{tool}"));
+        if !tags.is_empty() {
+            out.push_str(&format!("  [{tags}]"));
+        }
+        out.push('\n');
+        for (stage, hooks) in plan {
+            out.push_str(&format!("  {:<27} {}\n", stage.name(), hooks.join(" → ")));
+        }
+    }
+    print!("{out}");
+    Ok(())
+}
+
+fn hash_key(generate: bool) -> Result<(), String> {
+    let key = if generate {
+        let key = crate::auth::generate_key().map_err(|e| format!("cannot generate a key: {e}"))?;
+        println!("key:        {key}");
+        key
+    } else {
+        let mut line = String::new();
+        std::io::stdin()
+            .lock()
+            .read_line(&mut line)
+            .map_err(|e| format!("cannot read the key from stdin: {e}"))?;
+        let key = line.trim().to_owned();
+        if key.is_empty() {
+            return Err(
+                "give the key on stdin, e.g. `echo -n $KEY | toolgate hash-key`".to_owned(),
+            );
+        }
+        key
+    };
+    let hash = crate::auth::hash_key(&key);
+    if generate {
+        println!("key_sha256: {hash}");
+    } else {
+        println!("{hash}");
+    }
+    Ok(())
+}
+
+fn print_json(value: &Value) -> Result<(), String> {
+    let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
+    let mut stdout = std::io::stdout().lock();
+    writeln!(stdout, "{text}").map_err(|e| e.to_string())
+}

@@ -1,0 +1,308 @@
+//! Reading the file: YAML → [`Config`], with errors that name the field path and line, then
+//! the checks that span several fields.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use super::Config;
+
+/// The configuration could not be used. The gateway refuses to start (or, on reload, keeps
+/// the configuration it has) rather than run with a half-understood policy.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("cannot read config file {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A value is malformed, misspelt or of the wrong type.
+    #[error("{}", Located { origin, line: *line, column: *column, field, message })]
+    Parse {
+        /// The file, or `<config>` for text given directly.
+        origin: String,
+        /// The 1-based line, when known.
+        line: Option<usize>,
+        /// The 1-based column, when known.
+        column: Option<usize>,
+        /// The field path, e.g. `policies.rate_limits[0].rate`.
+        field: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+    /// Values that are fine alone but not together (duplicates, unknown tool names, …).
+    #[error("{}", Located { origin, line: None, column: None, field, message })]
+    Invalid {
+        /// The file, or `<config>`.
+        origin: String,
+        /// The field path.
+        field: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// The field path the error is about (empty for a read error or the document as a
+    /// whole).
+    pub fn field(&self) -> &str {
+        match self {
+            ConfigError::Read { .. } => "",
+            ConfigError::Parse { field, .. } | ConfigError::Invalid { field, .. } => field,
+        }
+    }
+
+    pub(crate) fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        ConfigError::Invalid {
+            origin: "<config>".to_owned(),
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The same error, reported against `file` (for errors found after reading it, such
+    /// as a policy naming a tool that does not exist).
+    #[must_use]
+    pub fn in_file(mut self, file: &Path) -> Self {
+        if let ConfigError::Parse { origin, .. } | ConfigError::Invalid { origin, .. } = &mut self {
+            *origin = file.display().to_string();
+        }
+        self
+    }
+}
+
+struct Located<'a> {
+    origin: &'a str,
+    line: Option<usize>,
+    column: Option<usize>,
+    field: &'a str,
+    message: &'a str,
+}
+
+impl fmt::Display for Located<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.origin)?;
+        if let Some(line) = self.line {
+            write!(f, ":{line}")?;
+            if let Some(column) = self.column {
+                write!(f, ":{column}")?;
+            }
+        }
+        if self.field.is_empty() || self.field == "." {
+            write!(f, ": {}", self.message)
+        } else {
+            write!(f, ": `{}`: {}", self.field, self.message)
+        }
+    }
+}
+
+/// Reads and checks a configuration file.
+///
+/// # Errors
+///
+/// [`ConfigError`] naming the file, field path and (for malformed values) line.
+pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })?;
+    parse(&text).map_err(|e| e.in_file(path))
+}
+
+/// Parses and checks configuration text.
+///
+/// # Errors
+///
+/// [`ConfigError::Parse`] for malformed values (with line and column),
+/// [`ConfigError::Invalid`] for inconsistent ones.
+///
+/// # Examples
+///
+/// ```
+/// use toolgate_gateway::config::parse;
+///
+/// let config = parse("tools:\n  builtin: [echo, calculator]\n")?;
+/// assert_eq!(config.tools.builtin.len(), 2);
+///
+/// let error = parse("policies:\n  rate_limits:\n    - name: a\n      rate: lots\n").unwrap_err();
+/// assert_eq!(error.field(), "policies.rate_limits[0].rate");
+/// assert!(error.to_string().starts_with("<config>:4:"));
+/// # Ok::<(), toolgate_gateway::config::ConfigError>(())
+/// ```
+pub fn parse(text: &str) -> Result<Config, ConfigError> {
+    let config: Config = if text.trim().is_empty() {
+        Config::default()
+    } else {
+        let deserializer = yaml_serde::Deserializer::from_str(text);
+        serde_path_to_error::deserialize(deserializer).map_err(|error| {
+            let field = error.path().to_string();
+            let inner = error.into_inner();
+            let location = inner.location();
+            let message = strip_location(&inner.to_string(), &field);
+            ConfigError::Parse {
+                origin: "<config>".to_owned(),
+                line: location.as_ref().map(|l| l.line()),
+                column: location.as_ref().map(|l| l.column()),
+                field,
+                message,
+            }
+        })?
+    };
+    check(&config)?;
+    Ok(config)
+}
+
+// The YAML error's text starts with (part of) the field path and ends with the position,
+// which the error reports separately.
+fn strip_location(message: &str, field: &str) -> String {
+    let message = match message.rfind(" at line ") {
+        Some(at) => &message[..at],
+        None => message,
+    };
+    match message.split_once(": ") {
+        Some((prefix, rest)) if !prefix.contains(' ') && field.starts_with(prefix) => {
+            rest.to_owned()
+        }
+        _ => message.to_owned(),
+    }
+}
+
+/// Checks that need several fields at once. Tool names are checked later, once the tools
+/// of upstream servers are known.
+fn check(config: &Config) -> Result<(), ConfigError> {
+    let mut ids = BTreeSet::new();
+    let mut hashes = BTreeSet::new();
+    for (i, user) in config.users.iter().enumerate() {
+        if user.id.trim().is_empty() {
+            return Err(ConfigError::invalid(
+                format!("users[{i}].id"),
+                "a user id may not be empty",
+            ));
+        }
+        if !ids.insert(user.id.as_str()) {
+            return Err(ConfigError::invalid(
+                format!("users[{i}].id"),
+                format!("user `{}` is defined twice: merge the two entries", user.id),
+            ));
+        }
+        if !hashes.insert(user.key_sha256.0) {
+            return Err(ConfigError::invalid(
+                format!("users[{i}].key_sha256"),
+                "two users have the same API key: give every user their own key",
+            ));
+        }
+    }
+    let mut names = BTreeSet::new();
+    for (i, upstream) in config.upstreams.iter().enumerate() {
+        if !names.insert(upstream.name.as_str()) {
+            return Err(ConfigError::invalid(
+                format!("upstreams[{i}].name"),
+                format!("upstream `{}` is defined twice", upstream.name),
+            ));
+        }
+        if upstream.command.is_some() == upstream.url.is_some() {
+            return Err(ConfigError::invalid(
+                format!("upstreams[{i}]"),
+                "set exactly one of `command` (a stdio MCP server) or `url` (a streamable HTTP MCP server)",
+            ));
+        }
+    }
+    let policies = &config.policies;
+    let mut policy_names = BTreeSet::new();
+    for (i, limit) in policies.rate_limits.iter().enumerate() {
+        if !policy_names.insert(("rate", limit.name.as_str())) {
+            return Err(ConfigError::invalid(
+                format!("policies.rate_limits[{i}].name"),
+                format!(
+                    "two rate limits are named `{}`: names keep their budgets apart, so give each its own",
+                    limit.name
+                ),
+            ));
+        }
+        if limit.burst == Some(0) {
+            return Err(ConfigError::invalid(
+                format!("policies.rate_limits[{i}].burst"),
+                "a burst must be at least 1 (leave it out for none)",
+            ));
+        }
+    }
+    for (i, cap) in policies.concurrency.iter().enumerate() {
+        if !policy_names.insert(("concurrency", cap.name.as_str())) {
+            return Err(ConfigError::invalid(
+                format!("policies.concurrency[{i}].name"),
+                format!("two concurrency caps are named `{}`", cap.name),
+            ));
+        }
+        if cap.limit == 0 {
+            return Err(ConfigError::invalid(
+                format!("policies.concurrency[{i}].limit"),
+                "a concurrency limit must be at least 1",
+            ));
+        }
+    }
+    if let Some(redaction) = &policies.redaction
+        && redaction.mode == super::RedactionModeName::Hash
+        && redaction.salt.is_none()
+    {
+        return Err(ConfigError::invalid(
+            "policies.redaction.salt",
+            "`hash` mode needs a secret salt: set `salt: ${REDACTION_SALT}`",
+        ));
+    }
+    if let Some(stats) = &config.stats
+        && stats.autosave.is_zero()
+    {
+        return Err(ConfigError::invalid(
+            "stats.autosave",
+            "the autosave interval must be longer than zero, e.g. `30s`",
+        ));
+    }
+    if config.server.batch_concurrency == 0 || config.server.max_batch == 0 {
+        return Err(ConfigError::invalid(
+            "server",
+            "`batch_concurrency` and `max_batch` must be at least 1",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_fields_are_refused_with_their_path_and_line() {
+        let error = parse("server:\n  listen: 127.0.0.1:1\n  lisen: 2\n").unwrap_err();
+        let text = error.to_string();
+        assert!(text.starts_with("<config>:3:"), "{text}");
+        assert!(text.contains("unknown field `lisen`"), "{text}");
+    }
+
+    #[test]
+    fn an_empty_file_is_the_default_config() {
+        let config = parse("").unwrap();
+        assert!(config.users.is_empty());
+    }
+
+    #[test]
+    fn duplicate_users_are_refused() {
+        let hash = "ab".repeat(32);
+        let other = "cd".repeat(32);
+        let text = format!(
+            "users:\n  - {{id: a, key_sha256: \"{hash}\"}}\n  - {{id: a, key_sha256: \"{other}\"}}\n"
+        );
+        assert_eq!(parse(&text).unwrap_err().field(), "users[1].id");
+    }
+
+    #[test]
+    fn unset_environment_variables_are_named() {
+        let text = "state: ${TOOLGATE_TEST_SURELY_UNSET}\n";
+        let error = parse(text).unwrap_err().to_string();
+        assert!(error.contains("TOOLGATE_TEST_SURELY_UNSET"), "{error}");
+        assert!(error.contains("`state`"), "{error}");
+    }
+}

@@ -1,0 +1,268 @@
+//! The gateway's configuration file: one YAML document (see `docs/gateway.md`).
+//!
+//! Every struct refuses unknown fields, so a misspelt policy key stops the gateway rather
+//! than being silently ignored. Values that may carry secrets (key hashes, URLs, upstream
+//! environment) accept `${VAR}` and `${VAR:-default}` references to the environment.
+
+mod env;
+mod load;
+mod policies;
+mod values;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub use env::expand_env;
+pub use load::{ConfigError, load_file, parse};
+pub use policies::{
+    ApprovalPolicy, AuthorizationPolicy, CachePolicy, ConcurrencyPolicy, EffectName,
+    OnBackendErrorName, OutputLimitPolicy, OverflowName, PartitionName, Policies, RateLimitPolicy,
+    RedactionModeName, RedactionPattern, RedactionPolicy, RetryPolicy, RuleEntry, TimeoutPolicy,
+};
+pub use values::{ByteSize, EnvPath, EnvString, KeyHash, RateSpec, StateConfig, StateUrl};
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Where and how the gateway listens.
+    #[serde(default)]
+    pub server: ServerConfig,
+    /// Where shared policy state lives: `memory` (the default) or a `redis://` URL, alone
+    /// or with Redis options.
+    #[serde(default, deserialize_with = "StateConfig::deserialize_any")]
+    pub state: StateConfig,
+    /// Built-in tools and per-tool labels.
+    #[serde(default)]
+    pub tools: ToolsConfig,
+    /// Remote MCP servers whose tools the gateway imports.
+    #[serde(default)]
+    pub upstreams: Vec<UpstreamEntry>,
+    /// Who may call, with which key and roles.
+    #[serde(default)]
+    pub users: Vec<UserEntry>,
+    /// The policies every call runs through.
+    #[serde(default)]
+    pub policies: Policies,
+    /// Where audit records go (none when absent).
+    #[serde(default)]
+    pub audit: Option<AuditConfig>,
+    /// Usage statistics kept in a JSON file (none when absent).
+    #[serde(default)]
+    pub stats: Option<StatsConfig>,
+    /// Log format and level.
+    #[serde(default)]
+    pub logging: LoggingConfig,
+}
+
+/// `server:` — listening address, limits and shutdown.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ServerConfig {
+    /// The address to listen on (default `127.0.0.1:8080`; `--listen` overrides it).
+    pub listen: SocketAddr,
+    /// The largest request body accepted (default `1MiB`); larger bodies get 413.
+    pub body_limit: ByteSize,
+    /// The deadline of every call (default `30s`); a client may ask for less with the
+    /// `x-toolgate-timeout-ms` header, never more.
+    #[serde(with = "values::duration")]
+    pub request_timeout: Duration,
+    /// How long in-flight calls may take to finish after SIGTERM (default `10s`).
+    #[serde(with = "values::duration")]
+    pub shutdown_grace: Duration,
+    /// Whether the MCP streamable HTTP endpoint is mounted at `/mcp` (default true).
+    pub mcp: bool,
+    /// How many calls of one `/v1/tool-calls` batch run at once (default 8).
+    pub batch_concurrency: usize,
+    /// The most calls one batch may carry (default 64).
+    pub max_batch: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            body_limit: ByteSize(1024 * 1024),
+            request_timeout: Duration::from_secs(30),
+            shutdown_grace: Duration::from_secs(10),
+            mcp: true,
+            batch_concurrency: 8,
+            max_batch: 64,
+        }
+    }
+}
+
+/// The tools compiled into the binary.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BuiltinTool {
+    /// `calculator`: evaluates an arithmetic expression.
+    Calculator,
+    /// `echo`: returns its text.
+    Echo,
+    /// `current_time`: the current UTC time.
+    CurrentTime,
+    /// `sleep`: waits a number of milliseconds (for testing timeouts and drains).
+    Sleep,
+}
+
+/// `tools:` — which built-in tools to serve, and labels for any tool.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolsConfig {
+    /// The built-in tools to serve.
+    #[serde(default)]
+    pub builtin: Vec<BuiltinTool>,
+    /// Labels by tool name (built-in or imported).
+    #[serde(default)]
+    pub labels: BTreeMap<String, ToolLabels>,
+}
+
+/// Labels of one tool. `category`, `speed` and `safety` become tags
+/// (`category:math`, …) that authorization rules and approval can match on.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolLabels {
+    /// What the tool is about, e.g. `math`.
+    pub category: Option<String>,
+    /// How fast it answers, e.g. `fast`.
+    pub speed: Option<String>,
+    /// How safe it is to call, e.g. `safe` or `dangerous`.
+    pub safety: Option<String>,
+    /// More tags.
+    #[serde(default)]
+    pub tags: Vec<String>,
+    /// Behaviour hints that override the tool's own.
+    #[serde(default)]
+    pub annotations: Option<AnnotationLabels>,
+}
+
+/// Behaviour hints of a tool.
+#[derive(Clone, Copy, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AnnotationLabels {
+    /// The tool changes nothing.
+    pub read_only: bool,
+    /// Calling it twice with the same input has the effect of calling it once.
+    pub idempotent: bool,
+    /// It may destroy data.
+    pub destructive: bool,
+    /// It reaches outside systems.
+    pub open_world: bool,
+}
+
+/// One upstream MCP server: exactly one of `command` (stdio) or `url` (streamable HTTP).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpstreamEntry {
+    /// The upstream's name (used in logs and errors).
+    pub name: String,
+    /// The program to start, for a stdio server.
+    pub command: Option<String>,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Environment for the program.
+    #[serde(default)]
+    pub env: BTreeMap<String, EnvString>,
+    /// The URL of a streamable HTTP server.
+    pub url: Option<EnvString>,
+    /// The environment variable holding the bearer credential sent upstream.
+    pub credential_env: Option<String>,
+    /// A prefix for the imported tools' names (needed when two upstreams share names).
+    pub prefix: Option<String>,
+    /// The deadline of one upstream call (default 30 s).
+    #[serde(default, with = "values::opt_duration")]
+    pub call_timeout: Option<Duration>,
+    /// How long connecting may take (default 10 s).
+    #[serde(default, with = "values::opt_duration")]
+    pub connect_timeout: Option<Duration>,
+}
+
+/// One user: an id, the SHA-256 of their API key, roles and a tenant.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserEntry {
+    /// The user's id.
+    pub id: String,
+    /// The SHA-256 of the user's API key, in hex (`toolgate hash-key` prints it).
+    pub key_sha256: KeyHash,
+    /// The user's roles.
+    #[serde(default)]
+    pub roles: Vec<String>,
+    /// The tenant the user belongs to.
+    pub tenant: Option<String>,
+}
+
+/// Where audit records go.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, tag = "sink", rename_all = "snake_case")]
+pub enum AuditConfig {
+    /// One `tracing` event per record, in the gateway's log.
+    Log {
+        /// Include input and output values (default false: hashes only).
+        #[serde(default)]
+        include_values: bool,
+    },
+    /// One JSON line per record, appended to a file in batches.
+    File {
+        /// The file (`${VAR}` references are expanded).
+        path: EnvPath,
+        /// How often buffered records are written out (default `1s`; also on shutdown
+        /// and reload). `0s` writes every record through before the call answers.
+        #[serde(default, with = "values::opt_duration")]
+        flush_every: Option<Duration>,
+        /// Include input and output values (default false: hashes only).
+        #[serde(default)]
+        include_values: bool,
+    },
+}
+
+/// Usage statistics in a JSON file, saved periodically and on shutdown.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StatsConfig {
+    /// The file (`${VAR}` references are expanded).
+    pub path: EnvPath,
+    /// How often to save (default 30 s).
+    #[serde(default = "default_autosave", with = "values::duration")]
+    pub autosave: Duration,
+}
+
+fn default_autosave() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// Log output.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LoggingConfig {
+    /// `text` (default) or `json`.
+    pub format: LogFormat,
+    /// A `tracing` filter, e.g. `info` or `toolgate=debug` (default `info`; `RUST_LOG`
+    /// overrides it).
+    pub level: String,
+}
+
+impl Default for LoggingConfig {
+    fn default() -> Self {
+        LoggingConfig {
+            format: LogFormat::Text,
+            level: "info".to_owned(),
+        }
+    }
+}
+
+/// How log lines look.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
+}

@@ -1,0 +1,399 @@
+//! Value types of the configuration file that check themselves while they are read, so
+//! that a bad value is reported with its field path and line.
+
+use std::fmt;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::{self, Deserializer};
+use toolgate_hooks::Rate;
+
+use super::expand_env;
+
+/// Reads a string and parses it while the YAML reader still points at it, so that an error
+/// carries the value's own line and column (not its parent's).
+fn parse_str<'de, D, T>(
+    deserializer: D,
+    parse: impl FnOnce(&str) -> Result<T, String>,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    struct Visit<F>(F);
+
+    impl<'de, T, F: FnOnce(&str) -> Result<T, String>> de::Visitor<'de> for Visit<F> {
+        type Value = T;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a string")
+        }
+
+        fn visit_str<E: de::Error>(self, text: &str) -> Result<T, E> {
+            (self.0)(text).map_err(E::custom)
+        }
+    }
+
+    deserializer.deserialize_str(Visit(parse))
+}
+
+/// `${VAR}` expansion, then `parse`.
+fn parse_env_str<'de, D, T>(
+    deserializer: D,
+    parse: impl FnOnce(String) -> Result<T, String>,
+) -> Result<T, D::Error>
+where
+    D: Deserializer<'de>,
+{
+    parse_str(deserializer, |raw| expand_env(raw).and_then(parse))
+}
+
+/// A string in which `${VAR}` and `${VAR:-default}` are replaced from the environment
+/// when the file is read.
+#[derive(Clone, PartialEq, Eq)]
+pub struct EnvString(pub String);
+
+impl fmt::Debug for EnvString {
+    // Expanded values may be secrets: never print them.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("EnvString(..)")
+    }
+}
+
+impl<'de> Deserialize<'de> for EnvString {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        parse_env_str(deserializer, |text| Ok(EnvString(text)))
+    }
+}
+
+/// A file path in which `${VAR}` references are expanded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnvPath(pub std::path::PathBuf);
+
+impl<'de> Deserialize<'de> for EnvPath {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        parse_env_str(deserializer, |path| Ok(EnvPath(path.into())))
+    }
+}
+
+/// The SHA-256 of an API key, 64 hex digits (after `${VAR}` expansion).
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct KeyHash(pub [u8; 32]);
+
+impl fmt::Debug for KeyHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("KeyHash(..)")
+    }
+}
+
+impl KeyHash {
+    /// Parses 64 hex digits.
+    ///
+    /// # Errors
+    ///
+    /// A message saying what is wrong with the text.
+    pub fn from_hex(text: &str) -> Result<KeyHash, String> {
+        let text = text.trim();
+        if text.len() != 64 {
+            return Err(format!(
+                "expected the SHA-256 of the API key as 64 hex digits, got {} characters: \
+                 run `toolgate hash-key` and paste what it prints",
+                text.len()
+            ));
+        }
+        let mut out = [0u8; 32];
+        for (i, pair) in text.as_bytes().chunks(2).enumerate() {
+            let digit = |b: u8| (b as char).to_digit(16);
+            match (digit(pair[0]), digit(pair[1])) {
+                (Some(hi), Some(lo)) => out[i] = (hi * 16 + lo) as u8,
+                _ => {
+                    return Err(
+                        "expected the SHA-256 of the API key as 64 hex digits: found a character \
+                         that is not a hex digit"
+                            .to_owned(),
+                    );
+                }
+            }
+        }
+        Ok(KeyHash(out))
+    }
+}
+
+impl<'de> Deserialize<'de> for KeyHash {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        parse_env_str(deserializer, |text| KeyHash::from_hex(&text))
+    }
+}
+
+/// A size in bytes: a number, or a number with `B`, `KiB`, `MiB` or `GiB`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ByteSize(pub usize);
+
+impl ByteSize {
+    fn parse(text: &str) -> Result<ByteSize, String> {
+        let text = text.trim();
+        let split = text
+            .find(|c: char| !c.is_ascii_digit())
+            .unwrap_or(text.len());
+        let (number, unit) = text.split_at(split);
+        let number: usize = number.parse().map_err(|_| {
+            format!("`{text}` is not a size: write e.g. `65536`, `64KiB` or `1MiB`")
+        })?;
+        let factor = match unit.trim() {
+            "" | "B" => 1,
+            "KiB" | "KB" | "k" => 1024,
+            "MiB" | "MB" | "M" => 1024 * 1024,
+            "GiB" | "GB" | "G" => 1024 * 1024 * 1024,
+            other => {
+                return Err(format!(
+                    "unknown size unit `{other}`: use B, KiB, MiB or GiB"
+                ));
+            }
+        };
+        number
+            .checked_mul(factor)
+            .map(ByteSize)
+            .ok_or_else(|| format!("`{text}` is too large"))
+    }
+}
+
+impl<'de> Deserialize<'de> for ByteSize {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Number(usize),
+            Text(String),
+        }
+        match Raw::deserialize(deserializer)
+            .map_err(|_| de::Error::custom("expected a size: a number of bytes or e.g. `1MiB`"))?
+        {
+            Raw::Number(n) => Ok(ByteSize(n)),
+            Raw::Text(text) => ByteSize::parse(&text).map_err(de::Error::custom),
+        }
+    }
+}
+
+/// A rate: `N/second`, `N/minute`, `N/hour`, or `N/<duration>` such as `10/30s`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RateSpec {
+    /// Units per period.
+    pub count: u32,
+    /// The period.
+    pub period: Duration,
+}
+
+impl RateSpec {
+    /// The rate with `burst` units of burst.
+    ///
+    /// # Errors
+    ///
+    /// When the rate or burst is zero.
+    pub fn to_rate(self, burst: Option<u32>) -> Result<Rate, toolgate_hooks::quota::RateError> {
+        let rate = Rate::new(self.count, self.period)?;
+        match burst {
+            Some(burst) => rate.with_burst(burst),
+            None => Ok(rate),
+        }
+    }
+
+    fn parse(text: &str) -> Result<RateSpec, String> {
+        let usage = || {
+            format!(
+                "`{text}` is not a rate: write `60/minute`, `5/second`, `1000/hour` or `10/30s`"
+            )
+        };
+        let (count, period) = text.split_once('/').ok_or_else(usage)?;
+        let count: u32 = count.trim().parse().map_err(|_| usage())?;
+        if count == 0 {
+            return Err(format!(
+                "`{text}`: a rate must allow at least one call per period"
+            ));
+        }
+        let period = match period.trim() {
+            "second" | "sec" | "s" => Duration::from_secs(1),
+            "minute" | "min" | "m" => Duration::from_secs(60),
+            "hour" | "h" => Duration::from_secs(3600),
+            "day" | "d" => Duration::from_secs(86_400),
+            other => humantime::parse_duration(other).map_err(|_| usage())?,
+        };
+        if period.is_zero() {
+            return Err(usage());
+        }
+        Ok(RateSpec { count, period })
+    }
+}
+
+impl<'de> Deserialize<'de> for RateSpec {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        parse_str(deserializer, RateSpec::parse)
+    }
+}
+
+/// `state:` — `memory`, or a Redis URL (`redis://…`, `rediss://…`, after `${VAR}`
+/// expansion).
+#[derive(Clone, Default, PartialEq, Eq)]
+pub enum StateUrl {
+    /// Policy state in this process.
+    #[default]
+    Memory,
+    /// Policy state in Redis, shared by every gateway pointed at it.
+    Redis(String),
+}
+
+impl fmt::Debug for StateUrl {
+    // A Redis URL may carry a password.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            StateUrl::Memory => f.write_str("Memory"),
+            StateUrl::Redis(_) => f.write_str("Redis(..)"),
+        }
+    }
+}
+
+impl StateUrl {
+    fn parse(text: String) -> Result<StateUrl, String> {
+        let text = text.trim();
+        if text == "memory" {
+            Ok(StateUrl::Memory)
+        } else if text.starts_with("redis://")
+            || text.starts_with("rediss://")
+            || text.starts_with("redis+unix://")
+        {
+            Ok(StateUrl::Redis(text.to_owned()))
+        } else {
+            Err("expected `memory` or a Redis URL such as `redis://127.0.0.1:6379`".to_owned())
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for StateUrl {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        parse_env_str(deserializer, StateUrl::parse)
+    }
+}
+
+/// `state:` — a URL alone (`memory`, `redis://…`), or a map with the URL and the Redis
+/// options.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StateConfig {
+    /// `memory` or a Redis URL.
+    pub url: StateUrl,
+    /// The deadline of every Redis call (default 100 ms).
+    #[serde(default, with = "opt_duration")]
+    pub deadline: Option<Duration>,
+    /// How long a concurrency lease outlives a replica that died holding it (default 30 s).
+    #[serde(default, with = "opt_duration")]
+    pub lease_ttl: Option<Duration>,
+    /// How long a replica waits for another replica filling the same cache entry (default:
+    /// no cross-replica fill lock).
+    #[serde(default, with = "opt_duration")]
+    pub cache_fill_wait: Option<Duration>,
+    /// The prefix of every Redis key (default `toolgate`).
+    pub key_prefix: Option<String>,
+}
+
+/// A `state:` written as a URL alone.
+struct UrlOnly;
+
+impl<'de> de::Visitor<'de> for UrlOnly {
+    type Value = StateConfig;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("`memory`, a Redis URL, or a map with `url` and Redis options")
+    }
+
+    fn visit_str<E: de::Error>(self, text: &str) -> Result<StateConfig, E> {
+        let url = expand_env(text)
+            .and_then(StateUrl::parse)
+            .map_err(E::custom)?;
+        Ok(StateConfig {
+            url,
+            ..StateConfig::default()
+        })
+    }
+
+    fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<StateConfig, A::Error> {
+        StateConfig::deserialize(de::value::MapAccessDeserializer::new(map))
+    }
+}
+
+impl StateConfig {
+    /// Reads a `state:` value: a string or a map.
+    pub(crate) fn deserialize_any<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<StateConfig, D::Error> {
+        d.deserialize_any(UrlOnly)
+    }
+}
+
+/// Durations written as `250ms`, `30s`, `5m`, `1h 30m`.
+pub(crate) mod duration {
+    use super::*;
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
+        parse_str(d, |text| {
+            humantime::parse_duration(text.trim()).map_err(|e| {
+                format!("`{text}` is not a duration ({e}): write e.g. `250ms`, `30s` or `5m`")
+            })
+        })
+    }
+}
+
+/// Optional durations.
+pub(crate) mod opt_duration {
+    use super::*;
+
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(
+        d: D,
+    ) -> Result<Option<Duration>, D::Error> {
+        duration::deserialize(d).map(Some)
+    }
+}
+
+/// Maps of tool name to duration.
+pub(crate) mod duration_map {
+    use std::collections::BTreeMap;
+
+    use super::*;
+
+    #[derive(Deserialize)]
+    struct D(#[serde(with = "duration")] Duration);
+
+    pub(crate) fn deserialize<'de, De: Deserializer<'de>>(
+        d: De,
+    ) -> Result<BTreeMap<String, Duration>, De::Error> {
+        let map = BTreeMap::<String, D>::deserialize(d)?;
+        Ok(map.into_iter().map(|(k, D(v))| (k, v)).collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse_with_and_without_units() {
+        assert_eq!(ByteSize::parse("1MiB"), Ok(ByteSize(1 << 20)));
+        assert_eq!(ByteSize::parse("64KiB"), Ok(ByteSize(64 << 10)));
+        assert_eq!(ByteSize::parse("12"), Ok(ByteSize(12)));
+        assert!(ByteSize::parse("12 parsecs").is_err());
+    }
+
+    #[test]
+    fn rates_parse_named_and_duration_periods() {
+        let r = RateSpec::parse("60/minute").unwrap();
+        assert_eq!((r.count, r.period), (60, Duration::from_secs(60)));
+        let r = RateSpec::parse("10/30s").unwrap();
+        assert_eq!(r.period, Duration::from_secs(30));
+        assert!(RateSpec::parse("0/minute").is_err());
+        assert!(RateSpec::parse("lots").is_err());
+    }
+
+    #[test]
+    fn key_hashes_need_64_hex_digits() {
+        assert!(KeyHash::from_hex(&"ab".repeat(32)).is_ok());
+        assert!(KeyHash::from_hex("abc").is_err());
+        assert!(KeyHash::from_hex(&"zz".repeat(32)).is_err());
+    }
+}

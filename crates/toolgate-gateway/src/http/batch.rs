@@ -1,0 +1,99 @@
+//! `POST /v1/tool-calls`: a batch of a model's tool calls, answered in the model's format.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, Query};
+use axum::http::{HeaderMap, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolgate_agent::format::{anthropic, gemini, openai};
+use toolgate_agent::{ExecuteOptions, ToolCall, ToolResult};
+
+use super::body::json_body;
+use super::{ApiError, Caller, request_timeout};
+
+/// `?format=` and `?thread=` of a batch.
+#[derive(Deserialize)]
+pub struct BatchQuery {
+    format: Option<String>,
+    thread: Option<String>,
+}
+
+/// Runs the calls of one model message with agent-layer semantics — every call gets a
+/// result, in call order, whatever happens to the others — and answers with the
+/// provider-format results (`messages`, `message` or `content`) and the `results` with
+/// their status (`success`, `error`, `suspended` with its suspension id).
+///
+/// The body is, by `format`: `openai` (default) an assistant message with `tool_calls`;
+/// `anthropic` an assistant message with `tool_use` blocks; `gemini` a response or content
+/// with `functionCall` parts.
+pub async fn tool_calls(
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<BatchQuery>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let message: Value = json_body(body)?;
+    let format = query.format.as_deref().unwrap_or("openai");
+    let calls: Vec<ToolCall> = match format {
+        "openai" => openai::parse_chat_tool_calls(&message),
+        "anthropic" => anthropic::parse_tool_uses(&message),
+        "gemini" => gemini::parse_function_calls(&message),
+        other => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "unknown_format",
+                format!("unknown format `{other}`: use openai, anthropic or gemini"),
+            ));
+        }
+    }
+    .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, "bad_tool_calls", e.to_string()))?;
+    let max = caller.gateway.config.server.max_batch;
+    if calls.len() > max {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "batch_too_large",
+            format!(
+                "the batch has {} calls, over the limit of {max} (`server.max_batch`): split it",
+                calls.len()
+            ),
+        ));
+    }
+    let thread = query
+        .thread
+        .or_else(|| {
+            headers
+                .get("x-thread-id")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        })
+        .unwrap_or_else(|| caller.user.id.clone());
+    let options = ExecuteOptions::new()
+        .user(caller.user.clone())
+        .timeout(request_timeout(&caller.gateway, &headers));
+    let results = caller
+        .gateway
+        .system
+        .execute_tools(&thread, calls, options)
+        .await;
+    Ok(Json(render(format, &results)))
+}
+
+/// The results in the provider's format, with the results themselves alongside.
+pub(super) fn render(format: &str, results: &[ToolResult]) -> Value {
+    match format {
+        "anthropic" => json!({
+            "message": anthropic::tool_results_message(results),
+            "results": results,
+        }),
+        "gemini" => json!({
+            "content": gemini::function_responses_content(results),
+            "results": results,
+        }),
+        _ => json!({
+            "messages": results.iter().map(openai::chat_tool_message).collect::<Vec<_>>(),
+            "results": results,
+        }),
+    }
+}

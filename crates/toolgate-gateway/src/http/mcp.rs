@@ -1,0 +1,29 @@
+//! `/mcp`: the MCP streamable HTTP endpoint of the current configuration.
+
+use axum::body::Body;
+use axum::extract::{Extension, Request};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use http_body_util::Limited;
+use tower_service::Service;
+
+use super::{ApiError, Caller};
+
+/// Hands the request to the MCP server of the caller's configuration. The caller's user is
+/// in the request's extensions, where the MCP server finds it.
+pub async fn endpoint(Extension(caller): Extension<Caller>, request: Request) -> Response {
+    let Some(mut service) = caller.gateway.mcp.clone() else {
+        return ApiError::new(
+            StatusCode::NOT_FOUND,
+            "mcp_disabled",
+            "the MCP endpoint is turned off (`server.mcp: false`)",
+        )
+        .into_response();
+    };
+    let limit = caller.gateway.config.server.body_limit.0;
+    let request = request.map(|body| Limited::new(body, limit));
+    match service.call(request).await {
+        Ok(response) => response.map(Body::new),
+        Err(never) => match never {},
+    }
+}

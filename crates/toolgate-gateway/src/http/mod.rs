@@ -1,0 +1,127 @@
+//! The HTTP API (axum): tools, invocations, batches, suspensions, health, metrics and the
+//! MCP endpoint.
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /v1/tools?format=toolgate\|openai\|anthropic\|gemini\|mcp` | the tools the caller may call |
+//! | `POST /v1/tools/{name}/invoke` | one call; the body is the tool's arguments |
+//! | `POST /v1/tool-calls?format=openai\|anthropic\|gemini` | a batch of a model's tool calls |
+//! | `GET /v1/suspensions/{id}` | a call waiting for approval |
+//! | `POST /v1/suspensions/{id}/resume` | approve, reject or complete it |
+//! | `GET /healthz`, `GET /readyz` | liveness, readiness |
+//! | `GET /metrics` | Prometheus metrics |
+//! | `/mcp` | MCP over streamable HTTP |
+//!
+//! Everything under `/v1` and `/mcp` needs `Authorization: Bearer <key>`.
+
+mod batch;
+mod body;
+mod error;
+mod health;
+mod invoke;
+mod mcp;
+mod suspensions;
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use arc_swap::ArcSwap;
+use axum::Router;
+use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{any, get, post};
+use metrics_exporter_prometheus::PrometheusHandle;
+use toolgate_core::User;
+
+pub use error::ApiError;
+
+use crate::gateway::Gateway;
+
+/// What every request handler shares.
+#[derive(Clone)]
+pub struct AppState {
+    /// The gateway of the current configuration; replaced on reload.
+    pub current: Arc<ArcSwap<Gateway>>,
+    /// Renders `/metrics`, when a Prometheus recorder is installed.
+    pub metrics: Option<PrometheusHandle>,
+    /// Set when shutting down: `/readyz` answers 503 so load balancers stop sending.
+    pub draining: Arc<AtomicBool>,
+}
+
+/// The authenticated caller, and the gateway the request runs on from start to end (a
+/// reload in the middle does not change it).
+#[derive(Clone)]
+pub struct Caller {
+    /// Who is calling.
+    pub user: Arc<User>,
+    /// The configuration the request runs on.
+    pub gateway: Arc<Gateway>,
+}
+
+/// The router of the whole API.
+pub fn router(state: AppState) -> Router {
+    let body_limit = state.current.load().config.server.body_limit.0;
+    let authenticated = Router::new()
+        .route("/v1/tools", get(invoke::list_tools))
+        .route("/v1/tools/{name}/invoke", post(invoke::invoke))
+        .route("/v1/tool-calls", post(batch::tool_calls))
+        .route("/v1/suspensions/{id}", get(suspensions::show))
+        .route("/v1/suspensions/{id}/resume", post(suspensions::resume))
+        .route("/mcp", any(mcp::endpoint))
+        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+    Router::new()
+        .route("/healthz", get(health::healthz))
+        .route("/readyz", get(health::readyz))
+        .route("/metrics", get(health::metrics))
+        .merge(authenticated)
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn(record_request))
+        .with_state(state)
+}
+
+async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+    let gateway = state.current.load_full();
+    let user = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| gateway.keys.authenticate_header(v));
+    let Some(user) = user else {
+        return ApiError::unauthenticated().into_response();
+    };
+    request.extensions_mut().insert(user.clone());
+    request.extensions_mut().insert(Caller { user, gateway });
+    next.run(request).await
+}
+
+async fn record_request(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map(|p| p.as_str().to_owned())
+        .unwrap_or_else(|| "unmatched".to_owned());
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    let status = response.status().as_u16().to_string();
+    metrics::counter!("toolgate_http_requests_total", "route" => route.clone(), "method" => method, "status" => status)
+        .increment(1);
+    metrics::histogram!("toolgate_http_request_duration_seconds", "route" => route)
+        .record(started.elapsed().as_secs_f64());
+    response
+}
+
+/// The deadline of a request: the server's, or less when the client asks for less with
+/// `x-toolgate-timeout-ms`.
+fn request_timeout(gateway: &Gateway, headers: &axum::http::HeaderMap) -> Duration {
+    let limit = gateway.config.server.request_timeout;
+    headers
+        .get("x-toolgate-timeout-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(|ms| Duration::from_millis(ms).min(limit))
+        .unwrap_or(limit)
+}

@@ -1,0 +1,119 @@
+//! `GET /v1/suspensions/{id}` and `POST /v1/suspensions/{id}/resume`.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Extension, Path, Query};
+use axum::http::{HeaderMap, StatusCode};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use toolgate_agent::{ResumeError, ResumeOptions};
+use toolgate_core::ResumeDecision;
+
+use super::body::json_body;
+use super::{ApiError, Caller, request_timeout};
+
+fn not_found(id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_suspension",
+        format!(
+            "no suspended call with id `{id}`: it was never suspended or has already been resumed"
+        ),
+    )
+}
+
+/// A suspended call, for its caller or an approver: the tool, the reason, and what the
+/// approver needs to decide.
+pub async fn show(
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let saved = caller
+        .gateway
+        .pipeline()
+        .suspended(&id)
+        .await
+        .map_err(|e| ApiError::from(&e))?
+        .ok_or_else(|| not_found(&id))?;
+    // Someone else's suspension is as invisible as a missing one.
+    if saved.user.id != caller.user.id && !caller.gateway.may_approve(&caller.user) {
+        return Err(not_found(&id));
+    }
+    Ok(Json(json!({
+        "id": saved.id,
+        "tool": saved.tool,
+        "user": saved.user.id,
+        "reason": saved.reason,
+        "payload": saved.payload,
+        "stage": saved.stage,
+    })))
+}
+
+/// A person's decision.
+#[derive(Deserialize)]
+#[serde(tag = "decision", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Decision {
+    /// Run the call.
+    Approve,
+    /// Refuse it.
+    Reject {
+        /// Why (shown to the caller).
+        #[serde(default)]
+        reason: Option<String>,
+    },
+    /// Answer it without running the tool.
+    Complete {
+        /// The output.
+        output: Value,
+    },
+}
+
+/// `?format=` of the answer.
+#[derive(Deserialize)]
+pub struct ResumeQuery {
+    format: Option<String>,
+}
+
+/// Resumes a suspended call with an approver's decision and answers with its result.
+pub async fn resume(
+    Extension(caller): Extension<Caller>,
+    Path(id): Path<String>,
+    Query(query): Query<ResumeQuery>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    if !caller.gateway.may_approve(&caller.user) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "not_an_approver",
+            "only users with an approver role (`policies.approval.approver_roles`) may resume calls",
+        ));
+    }
+    let decision = match json_body::<Decision>(body)? {
+        Decision::Approve => ResumeDecision::Approve,
+        Decision::Reject { reason } => ResumeDecision::Reject {
+            reason: reason.unwrap_or_else(|| format!("rejected by {}", caller.user.id)),
+        },
+        Decision::Complete { output } => ResumeDecision::Complete { output },
+    };
+    let options = ResumeOptions::new().timeout(request_timeout(&caller.gateway, &headers));
+    let result = caller
+        .gateway
+        .system
+        .resume(&id, decision, options)
+        .await
+        .map_err(|e| match e {
+            ResumeError::UnknownSuspension { id } => not_found(&id),
+            other => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "suspension_store",
+                other.to_string(),
+            ),
+        })?;
+    let format = query.format.as_deref().unwrap_or("openai");
+    Ok(Json(super::batch::render(
+        format,
+        std::slice::from_ref(&result),
+    )))
+}

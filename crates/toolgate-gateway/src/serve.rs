@@ -1,0 +1,214 @@
+//! `toolgate serve`: the HTTP server, with reload on SIGHUP and a graceful drain on
+//! SIGTERM / SIGINT.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use arc_swap::ArcSwap;
+use metrics_exporter_prometheus::PrometheusBuilder;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{Signal, SignalKind, signal};
+use tokio::sync::{Mutex, watch};
+
+use crate::config::load_file;
+use crate::gateway::{Gateway, GatewayError};
+use crate::http::{AppState, router};
+use crate::state::SharedState;
+
+/// What `serve` needs besides the file.
+#[derive(Clone, Debug)]
+pub struct ServeOptions {
+    /// The configuration file (read again on SIGHUP).
+    pub config: PathBuf,
+    /// Overrides `server.listen`.
+    pub listen: Option<SocketAddr>,
+}
+
+/// Why the server stopped with an error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServeError {
+    /// The configuration could not be used.
+    #[error(transparent)]
+    Gateway(#[from] GatewayError),
+    /// The address could not be bound, or the server failed.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The error.
+        source: std::io::Error,
+    },
+}
+
+impl From<crate::config::ConfigError> for ServeError {
+    fn from(e: crate::config::ConfigError) -> Self {
+        ServeError::Gateway(GatewayError::Config(e))
+    }
+}
+
+/// Runs the gateway until SIGTERM or SIGINT, then drains: stops accepting, lets calls in
+/// flight finish for up to `server.shutdown_grace`, saves the usage statistics.
+///
+/// # Errors
+///
+/// [`ServeError`] when the configuration cannot be used at start or the address cannot be
+/// bound. Errors in a configuration read on SIGHUP are logged and the old configuration is
+/// kept.
+pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
+    let config = load_file(&options.config)?;
+    let metrics = match PrometheusBuilder::new().install_recorder() {
+        Ok(handle) => Some(handle),
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics recorder not installed; /metrics is off");
+            None
+        }
+    };
+    let shared = SharedState::new(&config).await?;
+    let autosave = config.stats.as_ref().map(|s| s.autosave);
+    let gateway = Gateway::build(config, &shared)
+        .await
+        .map_err(|e| e.in_file(&options.config))?;
+    let listen = options.listen.unwrap_or(gateway.config.server.listen);
+    let grace = gateway.config.server.shutdown_grace;
+    let listener = TcpListener::bind(listen)
+        .await
+        .map_err(|source| ServeError::Io {
+            what: format!("cannot listen on {listen} (set `server.listen` or `--listen`)"),
+            source,
+        })?;
+    let local = listener.local_addr().map_err(|source| ServeError::Io {
+        what: "reading the listening address".to_owned(),
+        source,
+    })?;
+    let saver = match (&shared.stats, autosave) {
+        (Some(stats), Some(interval)) => Some(stats.autosave(interval)),
+        _ => None,
+    };
+    tracing::info!(
+        address = %local,
+        tools = gateway.pipeline().registry().len(),
+        users = gateway.keys.len(),
+        "toolgate gateway listening"
+    );
+    // Listen for signals before announcing readiness: a SIGHUP or SIGTERM sent as soon as
+    // the line below appears must not meet the default action, which ends the process.
+    let term = signal(SignalKind::terminate());
+    let hangups = signal(SignalKind::hangup());
+    // A stable line on stdout for scripts and tests that start the gateway on port 0.
+    println!("toolgate listening on http://{local}");
+
+    let state = AppState {
+        current: Arc::new(ArcSwap::from_pointee(gateway)),
+        metrics,
+        draining: Arc::new(AtomicBool::new(false)),
+    };
+    let shared = Arc::new(Mutex::new(shared));
+    let reloads = tokio::spawn(reload_on_hangup(
+        hangups,
+        options.config.clone(),
+        state.clone(),
+        shared.clone(),
+    ));
+
+    let (stop_tx, mut stop_rx) = watch::channel(false);
+    let draining = state.draining.clone();
+    let app = router(state.clone());
+    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+        wait_for_stop(term).await;
+        draining.store(true, Ordering::Relaxed);
+        tracing::info!(
+            grace_ms = grace.as_millis() as u64,
+            "shutting down: no new connections; letting calls in flight finish"
+        );
+        let _ = stop_tx.send(true);
+    });
+    let deadline = async move {
+        let _ = stop_rx.wait_for(|stopped| *stopped).await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        result = server.into_future() => result.map_err(|source| ServeError::Io { what: "serving".to_owned(), source })?,
+        () = deadline => tracing::warn!("shutdown grace expired: cutting the calls still in flight"),
+    }
+    reloads.abort();
+    state.current.load().flush_audit().await;
+    if let Some(saver) = saver {
+        if let Err(e) = saver.shutdown().await {
+            tracing::warn!(error = %e, "saving usage statistics at shutdown failed");
+        }
+    } else if let Some(stats) = &shared.lock().await.stats
+        && let Err(e) = stats.save()
+    {
+        tracing::warn!(error = %e, "saving usage statistics at shutdown failed");
+    }
+    tracing::info!("toolgate gateway stopped");
+    Ok(())
+}
+
+async fn wait_for_stop(term: std::io::Result<Signal>) {
+    let mut term = match term {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGTERM; stopping on Ctrl-C only");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT received"),
+    }
+}
+
+async fn reload_on_hangup(
+    hangups: std::io::Result<Signal>,
+    path: PathBuf,
+    state: AppState,
+    shared: Arc<Mutex<SharedState>>,
+) {
+    let mut hangups = match hangups {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot listen for SIGHUP; configuration reload is off");
+            return;
+        }
+    };
+    while hangups.recv().await.is_some() {
+        tracing::info!(config = %path.display(), "SIGHUP received: reloading the configuration");
+        let mut shared = shared.lock().await;
+        match reload(&path, &state, &shared).await {
+            Ok(next) => {
+                *shared = next;
+                tracing::info!("configuration reloaded; calls in flight finish on the old one");
+            }
+            Err(e) => tracing::error!(
+                error = %e,
+                "the new configuration was refused; still serving with the previous one"
+            ),
+        }
+    }
+}
+
+/// Builds the gateway of the file at `path` and swaps it in.
+async fn reload(
+    path: &Path,
+    state: &AppState,
+    shared: &SharedState,
+) -> Result<SharedState, ServeError> {
+    let config = load_file(path)?;
+    let old = state.current.load();
+    if config.server.listen != old.config.server.listen
+        || config.server.body_limit != old.config.server.body_limit
+    {
+        tracing::warn!("`server.listen` and `server.body_limit` take effect on restart only");
+    }
+    let next = shared.for_reload(&config).await?;
+    let gateway = Gateway::build(config, &next)
+        .await
+        .map_err(|e| e.in_file(path))?;
+    state.current.store(Arc::new(gateway));
+    Ok(next)
+}

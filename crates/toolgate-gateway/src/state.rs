@@ -1,0 +1,190 @@
+//! State that outlives a configuration: rate-limit budgets, permits, cached results,
+//! remembered approvals, suspended calls and usage statistics survive a reload, so that
+//! reloading is never a way around a limit and no suspended call is lost.
+
+use std::sync::Arc;
+
+use toolgate_agent::UsageStats;
+use toolgate_core::{InMemorySuspensionStore, SuspensionStore};
+use toolgate_hooks::Rate;
+use toolgate_hooks::cache::{CacheBackend, MokaCache};
+use toolgate_hooks::concurrency::{ConcurrencyBackend, InMemoryConcurrency};
+use toolgate_hooks::consent::{ApprovalStore, InMemoryApprovals};
+use toolgate_hooks::quota::{InMemoryQuota, QuotaBackend};
+use toolgate_redis::{ConcurrencyFailurePolicy, QuotaFailurePolicy, RedisConfig, RedisState};
+
+use crate::config::{Config, OnBackendErrorName, StateConfig, StateUrl};
+use crate::gateway::GatewayError;
+
+/// Where the policies keep their state: in this process, or on Redis (shared by every
+/// replica pointed at it).
+#[derive(Clone)]
+pub enum Backends {
+    /// In this process.
+    Memory {
+        /// Rate-limit budgets.
+        quota: Arc<InMemoryQuota>,
+        /// Calls in flight.
+        concurrency: Arc<InMemoryConcurrency>,
+        /// Cached results.
+        cache: Arc<MokaCache>,
+    },
+    /// On Redis.
+    Redis(RedisState),
+}
+
+impl Backends {
+    /// In this process.
+    pub fn in_memory(max_cache_entries: u64) -> Self {
+        Backends::Memory {
+            quota: Arc::new(InMemoryQuota::default()),
+            concurrency: Arc::new(InMemoryConcurrency::default()),
+            cache: Arc::new(MokaCache::new(max_cache_entries)),
+        }
+    }
+
+    /// For `state`: in memory, or on Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`GatewayError::State`] when Redis cannot be reached.
+    pub async fn connect(
+        state: &StateConfig,
+        max_cache_entries: u64,
+    ) -> Result<Self, GatewayError> {
+        let url = match &state.url {
+            StateUrl::Memory => return Ok(Self::in_memory(max_cache_entries)),
+            StateUrl::Redis(url) => url,
+        };
+        let mut config = RedisConfig::builder().cache_fill_wait(state.cache_fill_wait);
+        if let Some(deadline) = state.deadline {
+            config = config.deadline(deadline);
+        }
+        if let Some(ttl) = state.lease_ttl {
+            config = config.lease_ttl(ttl);
+        }
+        if let Some(prefix) = &state.key_prefix {
+            config = config.key_prefix(prefix.clone());
+        }
+        RedisState::connect(url, config.build())
+            .await
+            .map(Backends::Redis)
+            .map_err(|e| GatewayError::State(format!("{e} (check `state` and that Redis runs)")))
+    }
+
+    /// The quota backend of one rate-limit policy, failing as it declares.
+    pub fn quota(&self, on_error: OnBackendErrorName, rate: Rate) -> Arc<dyn QuotaBackend> {
+        match self {
+            Backends::Memory { quota, .. } => quota.clone(),
+            Backends::Redis(redis) => Arc::new(redis.quota().on_unavailable(match on_error {
+                OnBackendErrorName::FailClosed => QuotaFailurePolicy::FailClosed,
+                OnBackendErrorName::FailOpen => QuotaFailurePolicy::FailOpen,
+                OnBackendErrorName::LocalFallback => QuotaFailurePolicy::LocalFallback(rate),
+            })),
+        }
+    }
+
+    /// The concurrency backend of one cap, failing as it declares.
+    pub fn concurrency(
+        &self,
+        on_error: OnBackendErrorName,
+        limit: u32,
+    ) -> Arc<dyn ConcurrencyBackend> {
+        match self {
+            Backends::Memory { concurrency, .. } => concurrency.clone(),
+            Backends::Redis(redis) => {
+                Arc::new(redis.concurrency().on_unavailable(match on_error {
+                    OnBackendErrorName::FailClosed => ConcurrencyFailurePolicy::FailClosed,
+                    OnBackendErrorName::FailOpen => ConcurrencyFailurePolicy::FailOpen,
+                    OnBackendErrorName::LocalFallback => {
+                        ConcurrencyFailurePolicy::LocalFallback { limit }
+                    }
+                }))
+            }
+        }
+    }
+
+    /// The result cache's backend.
+    pub fn cache(&self) -> Arc<dyn CacheBackend> {
+        match self {
+            Backends::Memory { cache, .. } => cache.clone(),
+            Backends::Redis(redis) => Arc::new(redis.cache()),
+        }
+    }
+}
+
+/// Everything that lives as long as the process.
+#[derive(Clone)]
+pub struct SharedState {
+    /// The state configuration the backends were made for.
+    pub state: StateConfig,
+    /// Policy state.
+    pub backends: Backends,
+    /// Remembered approvals.
+    pub approvals: Arc<dyn ApprovalStore>,
+    /// Suspended calls.
+    pub suspensions: Arc<dyn SuspensionStore>,
+    /// Usage statistics, when configured.
+    pub stats: Option<Arc<UsageStats>>,
+}
+
+impl SharedState {
+    /// The state for a first configuration.
+    ///
+    /// # Errors
+    ///
+    /// [`GatewayError`] when the state backend or the statistics file cannot be opened.
+    pub async fn new(config: &Config) -> Result<Self, GatewayError> {
+        Ok(SharedState {
+            state: config.state.clone(),
+            backends: Backends::connect(&config.state, max_cache_entries(config)).await?,
+            approvals: Arc::new(InMemoryApprovals::default()),
+            suspensions: Arc::new(InMemorySuspensionStore::new(10_000)),
+            stats: open_stats(config)?,
+        })
+    }
+
+    /// The state for a reloaded configuration: the same, unless it names another state
+    /// backend or statistics file, which are then opened afresh.
+    ///
+    /// # Errors
+    ///
+    /// As [`SharedState::new`].
+    pub async fn for_reload(&self, config: &Config) -> Result<Self, GatewayError> {
+        let mut next = self.clone();
+        if config.state != self.state {
+            next.state = config.state.clone();
+            next.backends = Backends::connect(&config.state, max_cache_entries(config)).await?;
+        }
+        let same_stats = match (&config.stats, &self.stats) {
+            (Some(c), Some(s)) => c.path.0 == s.path(),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same_stats {
+            next.stats = open_stats(config)?;
+        }
+        Ok(next)
+    }
+}
+
+fn open_stats(config: &Config) -> Result<Option<Arc<UsageStats>>, GatewayError> {
+    config
+        .stats
+        .as_ref()
+        .map(|s| {
+            UsageStats::open(&s.path.0)
+                .map(Arc::new)
+                .map_err(|e| GatewayError::Io(format!("stats.path: {e}")))
+        })
+        .transpose()
+}
+
+fn max_cache_entries(config: &Config) -> u64 {
+    config
+        .policies
+        .cache
+        .as_ref()
+        .and_then(|c| c.max_entries)
+        .unwrap_or(10_000)
+}

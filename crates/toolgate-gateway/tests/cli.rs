@@ -1,0 +1,126 @@
+//! The command line: `serve` refusing a bad file, `check`, `tools` and `hash-key`.
+
+mod common;
+
+use common::{EXAMPLE_CONFIG, run};
+use serde_json::Value;
+use toolgate_gateway::auth::hash_key;
+
+/// Writes `yaml` to a file and runs `toolgate serve` on it, expecting a refusal.
+fn refused(yaml: &str) -> (String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let path = path.to_str().unwrap().to_owned();
+    let (status, stdout, stderr) =
+        run(&["serve", "--config", &path, "--listen", "127.0.0.1:0"], "");
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(!stdout.contains("listening"), "{stdout}");
+    (path, stderr)
+}
+
+#[test]
+fn serve_refuses_a_misspelt_field_naming_its_path_and_line() {
+    let (path, stderr) = refused(
+        "tools:\n  builtin: [calculator]\npolicies:\n  rate_limits:\n    - { name: a, rate: 60/minute, brust: 3 }\n",
+    );
+    assert!(stderr.contains(&format!("{path}:5:")), "{stderr}");
+    assert!(
+        stderr.contains("`policies.rate_limits[0].brust`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("unknown field `brust`"), "{stderr}");
+}
+
+#[test]
+fn serve_refuses_a_policy_naming_an_unknown_tool() {
+    let (_, stderr) = refused(
+        "tools:\n  builtin: [calculator]\npolicies:\n  approval:\n    tools: [calculater]\n",
+    );
+    assert!(stderr.contains("`policies.approval.tools[0]`"), "{stderr}");
+    assert!(stderr.contains("calculater"), "{stderr}");
+}
+
+#[test]
+fn serve_refuses_an_unset_environment_variable_naming_it() {
+    let (_, stderr) =
+        refused("users:\n  - id: a\n    key_sha256: ${TOOLGATE_IT_SURELY_UNSET_VARIABLE}\n");
+    assert!(
+        stderr.contains("TOOLGATE_IT_SURELY_UNSET_VARIABLE"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("`users[0].key_sha256`"), "{stderr}");
+}
+
+#[test]
+fn check_prints_every_tool_with_its_stages_in_order() {
+    let (status, stdout, stderr) = run(&["check", "--config", EXAMPLE_CONFIG], "");
+    assert!(status.success(), "{stderr}");
+    assert!(stdout.contains("OK — 4 tools, 2 users"), "{stdout}");
+    let sections: Vec<&str> = stdout.split("\n\n").skip(1).collect();
+    let tools: Vec<&str> = sections
+        .iter()
+        .map(|s| s.split_whitespace().next().unwrap_or(""))
+        .collect();
+    assert_eq!(
+        tools,
+        ["calculator", "echo", "current_time", "sleep"],
+        "{stdout}"
+    );
+    for section in sections {
+        let at = |stage: &str| {
+            section
+                .lines()
+                .position(|line| line.trim_start().starts_with(stage))
+                .unwrap_or_else(|| panic!("no `{stage}` line in:\n{section}"))
+        };
+        let order = [
+            at("will_authorize"),
+            at("will_check_consent"),
+            at("will_acquire_quota"),
+            at("will_acquire_semaphore"),
+            at("on_metrics"),
+            at("did_release_quota"),
+        ];
+        assert!(order.is_sorted(), "stages out of order in:\n{section}");
+    }
+}
+
+#[test]
+fn tools_prints_the_definitions_as_anthropic_json() {
+    let (status, stdout, stderr) = run(
+        &["tools", "--config", EXAMPLE_CONFIG, "--format", "anthropic"],
+        "",
+    );
+    assert!(status.success(), "{stderr}");
+    let tools: Value = serde_json::from_str(&stdout).expect("valid JSON on stdout");
+    let tools = tools.as_array().expect("an array of tools");
+    assert_eq!(tools.len(), 4, "{stdout}");
+    for tool in tools {
+        assert!(tool["name"].is_string(), "{tool}");
+        assert_eq!(tool["input_schema"]["type"], "object", "{tool}");
+    }
+}
+
+#[test]
+fn hash_key_prints_the_sha256_of_the_key_on_stdin() {
+    let (status, stdout, stderr) = run(&["hash-key"], "tg_demo_bob_analyst_key\n");
+    assert!(status.success(), "{stderr}");
+    assert_eq!(stdout.trim(), hash_key("tg_demo_bob_analyst_key"));
+    // The example's comment says this is bob's key.
+    assert_eq!(
+        stdout.trim(),
+        "5a2053b491a22b51c129b5e2d031e5f43a6eaaa5ec578af3163c1726300d8976"
+    );
+}
+
+#[test]
+fn hash_key_refuses_an_empty_key() {
+    let (status, _, stderr) = run(&["hash-key"], "");
+    assert!(!status.success());
+    assert!(stderr.contains("stdin"), "{stderr}");
+}

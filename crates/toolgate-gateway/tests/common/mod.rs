@@ -1,0 +1,360 @@
+//! Starting the real `toolgate` binary on a free loopback port, and talking to it.
+//!
+//! Every test writes its own configuration into a temporary directory, starts the binary
+//! with `--listen 127.0.0.1:0`, and reads the one stdout line that tells the port. The
+//! [`Gateway`] guard kills the process when dropped, so a failing test leaks nothing.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use toolgate_gateway::auth::hash_key;
+
+/// How long a gateway may take to start on a loaded machine (the first start may also
+/// wait for the binary to be paged in).
+pub const STARTUP: Duration = Duration::from_secs(60);
+
+/// The binary under test.
+pub const BIN: &str = env!("CARGO_BIN_EXE_toolgate");
+
+/// The shipped example configuration.
+pub const EXAMPLE_CONFIG: &str =
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/gateway.yaml");
+
+/// Test users: their API keys are `tg_test_<id>_key`.
+pub fn key(id: &str) -> String {
+    format!("tg_test_{id}_key")
+}
+
+/// A `users:` entry for `id` with `roles`.
+pub fn user_yaml(id: &str, roles: &[&str]) -> String {
+    format!(
+        "  - {{ id: {id}, key_sha256: \"{}\", roles: [{}] }}\n",
+        hash_key(&key(id)),
+        roles.join(", ")
+    )
+}
+
+/// A running `toolgate serve`; killed on drop.
+pub struct Gateway {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub base: String,
+    /// The configuration file it was started with (rewrite it and send SIGHUP to reload).
+    pub config: PathBuf,
+    stderr: Arc<Mutex<String>>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl Gateway {
+    /// Writes `yaml` into a fresh temporary directory and serves it.
+    pub fn start(yaml: &str) -> Gateway {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let config = dir.path().join("gateway.yaml");
+        std::fs::write(&config, yaml).expect("writing the config");
+        let mut gateway = Gateway::start_file(&config);
+        gateway._dir = Some(dir);
+        gateway
+    }
+
+    /// Serves the configuration file at `path`.
+    pub fn start_file(path: &Path) -> Gateway {
+        let mut child = Command::new(BIN)
+            .args(["serve", "--config"])
+            .arg(path)
+            .args(["--listen", "127.0.0.1:0"])
+            .env_remove("RUST_LOG")
+            .env_remove("TOOLGATE_CONFIG")
+            .env_remove("ALICE_KEY_SHA256")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("starting the toolgate binary");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        collect(child.stderr.take().expect("piped stderr"), stderr.clone());
+        let (lines_tx, lines) = mpsc::channel();
+        let stdout = child.stdout.take().expect("piped stdout");
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if lines_tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut gateway = Gateway {
+            child,
+            base: String::new(),
+            config: path.to_owned(),
+            stderr,
+            _dir: None,
+        };
+        match lines.recv_timeout(STARTUP) {
+            Ok(line) => {
+                let base = line
+                    .strip_prefix("toolgate listening on ")
+                    .unwrap_or_else(|| {
+                        panic!(
+                            "unexpected first stdout line {line:?}; stderr:\n{}",
+                            gateway.stderr()
+                        )
+                    });
+                gateway.base = base.trim().to_owned();
+            }
+            Err(reason) => {
+                // Stdout closed: the process is exiting; let it finish so that its status
+                // and last stderr lines show.
+                let status = match reason {
+                    mpsc::RecvTimeoutError::Disconnected => gateway.child.wait().ok(),
+                    mpsc::RecvTimeoutError::Timeout => gateway.child.try_wait().ok().flatten(),
+                };
+                std::thread::sleep(Duration::from_millis(200));
+                panic!(
+                    "toolgate did not print its listening line within {STARTUP:?} (exit: {status:?}); stderr:\n{}",
+                    gateway.stderr()
+                );
+            }
+        }
+        gateway
+    }
+
+    /// `base` + `path`.
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+
+    /// The process id, for signals.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Everything the process wrote to stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Sends `signal` (`TERM`, `HUP`, …) with `kill`.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([format!("-{signal}"), self.pid().to_string()])
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -{signal} failed: {status}");
+    }
+
+    /// Waits up to `limit` for the process to exit.
+    pub async fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("waiting for toolgate") {
+                return Some(status);
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Polls until stderr contains `text` `times` times, or panics after `limit`.
+    pub async fn wait_for_log(&self, text: &str, times: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.stderr().matches(text).count() < times {
+            assert!(
+                Instant::now() < deadline,
+                "stderr did not mention {text:?} {times} time(s) within {limit:?}:\n{}",
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn collect(mut from: impl Read + Send + 'static, into: Arc<Mutex<String>>) {
+    std::thread::spawn(move || {
+        let mut buffer = [0u8; 4096];
+        while let Ok(n) = from.read(&mut buffer) {
+            if n == 0 {
+                break;
+            }
+            into.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buffer[..n]));
+        }
+    });
+}
+
+/// Runs the binary to completion with `args` and `stdin`; (status, stdout, stderr).
+pub fn run(args: &[&str], stdin: &str) -> (ExitStatus, String, String) {
+    use std::io::Write;
+    let mut child = Command::new(BIN)
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("TOOLGATE_CONFIG")
+        .env_remove("ALICE_KEY_SHA256")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("starting the toolgate binary");
+    let mut input = child.stdin.take().expect("piped stdin");
+    input.write_all(stdin.as_bytes()).expect("writing stdin");
+    drop(input);
+    let (tx, rx) = mpsc::channel();
+    let waiter = std::thread::spawn(move || {
+        let output = child.wait_with_output();
+        let _ = tx.send(());
+        output
+    });
+    rx.recv_timeout(STARTUP)
+        .unwrap_or_else(|_| panic!("toolgate {args:?} did not finish within {STARTUP:?}"));
+    let output = waiter.join().unwrap().expect("toolgate output");
+    (
+        output.status,
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// An HTTP client with a bound on every request, so a hung gateway fails the test.
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .expect("an HTTP client")
+}
+
+/// A client that opens a new connection for every request.
+pub fn fresh_client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .pool_max_idle_per_host(0)
+        .build()
+        .expect("an HTTP client")
+}
+
+/// A response's status and JSON body.
+pub struct Answer {
+    pub status: u16,
+    pub headers: reqwest::header::HeaderMap,
+    pub body: Value,
+}
+
+impl Answer {
+    async fn read(response: reqwest::Response) -> Answer {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let text = response.text().await.expect("reading the response body");
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Answer {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// `error.code` of an error answer.
+    pub fn error_code(&self) -> &str {
+        self.body["error"]["code"].as_str().unwrap_or("")
+    }
+}
+
+/// `POST` JSON as the user `id` (no key when `None`).
+pub async fn post(client: &reqwest::Client, url: &str, id: Option<&str>, body: &Value) -> Answer {
+    post_with(client, url, id.map(key).as_deref(), body, &[]).await
+}
+
+/// `POST` JSON with a raw key (`None`: no `Authorization` header) and extra headers.
+pub async fn post_with(
+    client: &reqwest::Client,
+    url: &str,
+    api_key: Option<&str>,
+    body: &Value,
+    headers: &[(&str, &str)],
+) -> Answer {
+    let mut request = client.post(url).json(body);
+    if let Some(api_key) = api_key {
+        request = request.bearer_auth(api_key);
+    }
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    Answer::read(request.send().await.expect("sending the request")).await
+}
+
+/// `GET` as the user `id` (no key when `None`).
+pub async fn get(client: &reqwest::Client, url: &str, id: Option<&str>) -> Answer {
+    let mut request = client.get(url);
+    if let Some(id) = id {
+        request = request.bearer_auth(key(id));
+    }
+    Answer::read(request.send().await.expect("sending the request")).await
+}
+
+/// Invokes `tool` with `input` as the user `id`.
+pub async fn invoke(gateway: &Gateway, id: &str, tool: &str, input: Value) -> Answer {
+    post(
+        &client(),
+        &gateway.url(&format!("/v1/tools/{tool}/invoke")),
+        Some(id),
+        &input,
+    )
+    .await
+}
+
+/// Polls `check` every 20 ms until it holds, or panics with `what` after `limit`.
+pub async fn eventually<F, Fut>(what: &str, limit: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + limit;
+    while !check().await {
+        assert!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Parses Prometheus text: the value of the sample named `name` whose labels include all of
+/// `labels` (summed when several samples match; 0 when none does).
+pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let mut total = 0.0;
+    for line in text.lines() {
+        if line.starts_with('#') {
+            continue;
+        }
+        let Some((series, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let (series_name, series_labels) = match series.split_once('{') {
+            Some((n, rest)) => (n, rest.trim_end_matches('}')),
+            None => (series, ""),
+        };
+        if series_name != name {
+            continue;
+        }
+        let has = |k: &str, v: &str| {
+            series_labels
+                .split(',')
+                .any(|pair| pair == format!("{k}=\"{v}\""))
+        };
+        if labels.iter().all(|(k, v)| has(k, v)) {
+            total += value.parse::<f64>().expect("a numeric sample value");
+        }
+    }
+    total
+}

@@ -1,0 +1,489 @@
+//! The HTTP API of the real binary: listing, invoking, and the error answers of every
+//! policy (401, 403, 400, 413, 429, 504), plus the `/mcp` endpoint.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use common::{Gateway, client, get, invoke, key, post_with, user_yaml};
+use serde_json::{Value, json};
+
+/// alice (admin) may call everything; bob (analyst) only the calculator; carol has no role.
+fn authorized_config() -> String {
+    format!(
+        "tools:\n  builtin: [calculator, echo, sleep]\nusers:\n{}{}{}\
+policies:\n  authorization:\n    default: deny\n    rules:\n      \
+- {{ effect: allow, roles: [admin] }}\n      \
+- {{ effect: allow, roles: [analyst], tools: [calculator] }}\n",
+        user_yaml("alice", &["admin"]),
+        user_yaml("bob", &["analyst"]),
+        user_yaml("carol", &[]),
+    )
+}
+
+fn names(values: &[Value], field: impl Fn(&Value) -> &Value) -> BTreeSet<String> {
+    values
+        .iter()
+        .map(|v| field(v).as_str().expect("a tool name").to_owned())
+        .collect()
+}
+
+/// The tool names of a listing in `format`.
+fn listed(format: &str, body: &Value) -> BTreeSet<String> {
+    let array = |v: &Value| v.as_array().cloned().unwrap_or_default();
+    match format {
+        "toolgate" => names(&array(&body["tools"]), |t| &t["name"]),
+        "openai" => names(&array(body), |t| &t["function"]["name"]),
+        "anthropic" => names(&array(body), |t| &t["name"]),
+        "gemini" => names(&array(&body[0]["functionDeclarations"]), |t| &t["name"]),
+        "mcp" => names(&array(&body["tools"]), |t| &t["name"]),
+        other => panic!("no listing format {other}"),
+    }
+}
+
+fn set(names: &[&str]) -> BTreeSet<String> {
+    names.iter().map(|n| (*n).to_owned()).collect()
+}
+
+#[tokio::test]
+async fn listing_shows_only_the_tools_the_caller_may_call_in_every_format() {
+    let gateway = Gateway::start(&authorized_config());
+    let client = client();
+    for format in ["toolgate", "openai", "anthropic", "gemini", "mcp"] {
+        let path = if format == "toolgate" {
+            "/v1/tools".to_owned()
+        } else {
+            format!("/v1/tools?format={format}")
+        };
+        let bob = get(&client, &gateway.url(&path), Some("bob")).await;
+        assert_eq!(bob.status, 200, "{format}: {}", bob.body);
+        assert_eq!(
+            listed(format, &bob.body),
+            set(&["calculator"]),
+            "{format}: {}",
+            bob.body
+        );
+
+        let alice = get(&client, &gateway.url(&path), Some("alice")).await;
+        assert_eq!(alice.status, 200, "{format}: {}", alice.body);
+        assert_eq!(
+            listed(format, &alice.body),
+            set(&["calculator", "echo", "sleep"]),
+            "{format}: {}",
+            alice.body
+        );
+
+        let carol = get(&client, &gateway.url(&path), Some("carol")).await;
+        assert_eq!(
+            listed(format, &carol.body),
+            set(&[]),
+            "{format}: {}",
+            carol.body
+        );
+    }
+    let unknown = get(&client, &gateway.url("/v1/tools?format=cobol"), Some("bob")).await;
+    assert_eq!(
+        (unknown.status, unknown.error_code()),
+        (400, "unknown_format")
+    );
+}
+
+#[tokio::test]
+async fn invoking_the_calculator_answers_its_result() {
+    let gateway = Gateway::start(&authorized_config());
+    let answer = invoke(&gateway, "bob", "calculator", json!({"expression": "6*7"})).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.body["output"]["result"], 42);
+    assert!(answer.headers.contains_key("x-request-id"));
+}
+
+#[tokio::test]
+async fn a_tool_without_arguments_is_listed_and_called_with_an_empty_object() {
+    let config = format!(
+        "tools:\n  builtin: [current_time]\nusers:\n{}",
+        user_yaml("alice", &["admin"])
+    );
+    let gateway = Gateway::start(&config);
+    let listing = get(
+        &client(),
+        &gateway.url("/v1/tools?format=openai"),
+        Some("alice"),
+    )
+    .await;
+    assert_eq!(
+        listing.body[0]["function"]["name"], "current_time",
+        "{}",
+        listing.body
+    );
+    assert_eq!(
+        listing.body[0]["function"]["parameters"]["type"], "object",
+        "{}",
+        listing.body
+    );
+    let answer = invoke(&gateway, "alice", "current_time", json!({})).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert!(
+        answer.body["output"]["unix_ms"].as_u64().unwrap_or(0) > 0,
+        "{}",
+        answer.body
+    );
+}
+
+#[tokio::test]
+async fn requests_without_a_valid_key_are_unauthenticated() {
+    let gateway = Gateway::start(&authorized_config());
+    let client = client();
+    let url = gateway.url("/v1/tools/calculator/invoke");
+    let input = json!({"expression": "1"});
+    let cases = [
+        ("no key", post_with(&client, &url, None, &input, &[]).await),
+        (
+            "wrong key",
+            post_with(&client, &url, Some("tg_test_mallory_key"), &input, &[]).await,
+        ),
+        (
+            "not a bearer",
+            post_with(
+                &client,
+                &url,
+                None,
+                &input,
+                &[("authorization", &format!("Basic {}", key("bob")))],
+            )
+            .await,
+        ),
+    ];
+    for (case, answer) in cases {
+        assert_eq!(answer.status, 401, "{case}: {}", answer.body);
+        assert_eq!(
+            answer.error_code(),
+            "unauthenticated",
+            "{case}: {}",
+            answer.body
+        );
+    }
+    let listing = get(&client, &gateway.url("/v1/tools"), None).await;
+    assert_eq!(
+        (listing.status, listing.error_code()),
+        (401, "unauthenticated")
+    );
+}
+
+#[tokio::test]
+async fn calls_the_authorization_policy_denies_are_forbidden() {
+    let gateway = Gateway::start(&authorized_config());
+    let bob = invoke(&gateway, "bob", "echo", json!({"text": "hi"})).await;
+    assert_eq!(bob.status, 403, "{}", bob.body);
+    assert_eq!(bob.error_code(), "forbidden");
+    let carol = invoke(&gateway, "carol", "calculator", json!({"expression": "1"})).await;
+    assert_eq!((carol.status, carol.error_code()), (403, "forbidden"));
+    // The same call by someone the policy allows goes through.
+    let alice = invoke(&gateway, "alice", "echo", json!({"text": "hi"})).await;
+    assert_eq!(alice.status, 200, "{}", alice.body);
+    assert_eq!(alice.body["output"]["text"], "hi");
+}
+
+#[tokio::test]
+async fn invalid_arguments_are_refused_with_their_field_paths() {
+    let gateway = Gateway::start(&authorized_config());
+    let wrong_type = invoke(&gateway, "alice", "calculator", json!({"expression": 5})).await;
+    assert_eq!(wrong_type.status, 400, "{}", wrong_type.body);
+    assert_eq!(wrong_type.error_code(), "invalid_input");
+    assert_eq!(
+        wrong_type.body["error"]["violations"][0]["path"],
+        "expression"
+    );
+
+    let out_of_range = invoke(&gateway, "alice", "sleep", json!({"ms": 9_999_999})).await;
+    assert_eq!(out_of_range.status, 400, "{}", out_of_range.body);
+    assert_eq!(out_of_range.error_code(), "invalid_input");
+    assert_eq!(out_of_range.body["error"]["violations"][0]["path"], "ms");
+
+    let not_json = client()
+        .post(gateway.url("/v1/tools/calculator/invoke"))
+        .bearer_auth(key("alice"))
+        .header("content-type", "application/json")
+        .body("{\"expression\": ")
+        .send()
+        .await
+        .expect("sending the request");
+    assert_eq!(not_json.status().as_u16(), 400);
+}
+
+#[tokio::test]
+async fn bodies_over_the_limit_are_refused_with_413() {
+    let config = format!("server:\n  body_limit: 1KiB\n{}", authorized_config());
+    let gateway = Gateway::start(&config);
+    let small = invoke(&gateway, "alice", "echo", json!({"text": "a".repeat(100)})).await;
+    assert_eq!(small.status, 200, "{}", small.body);
+    let large = invoke(&gateway, "alice", "echo", json!({"text": "a".repeat(2048)})).await;
+    assert_eq!(large.status, 413, "{}", large.body);
+    assert_eq!(large.error_code(), "body_too_large");
+}
+
+#[tokio::test]
+async fn the_call_over_the_rate_limit_is_told_when_to_retry() {
+    let config = format!(
+        "tools:\n  builtin: [calculator]\nusers:\n{}\
+policies:\n  rate_limits:\n    - {{ name: slow, rate: 2/minute }}\n",
+        user_yaml("alice", &["admin"])
+    );
+    let gateway = Gateway::start(&config);
+    for n in 1..=2 {
+        let answer = invoke(
+            &gateway,
+            "alice",
+            "calculator",
+            json!({"expression": "1+1"}),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "call {n}: {}", answer.body);
+    }
+    let third = invoke(
+        &gateway,
+        "alice",
+        "calculator",
+        json!({"expression": "1+1"}),
+    )
+    .await;
+    assert_eq!(third.status, 429, "{}", third.body);
+    assert_eq!(third.error_code(), "rate_limited");
+    let retry_after_ms = third.body["error"]["retry_after_ms"]
+        .as_u64()
+        .expect("retry_after_ms");
+    // 2/minute: the next call is admitted within half a minute.
+    assert!((1..=30_000).contains(&retry_after_ms), "{retry_after_ms}");
+    let header: u64 = third
+        .headers
+        .get("retry-after")
+        .expect("a Retry-After header")
+        .to_str()
+        .unwrap()
+        .parse()
+        .expect("Retry-After in seconds");
+    assert_eq!(header, retry_after_ms.div_ceil(1000).max(1));
+}
+
+fn sleep_config(server: &str) -> String {
+    format!(
+        "server:\n{server}tools:\n  builtin: [sleep]\nusers:\n{}",
+        user_yaml("alice", &["admin"])
+    )
+}
+
+#[tokio::test]
+async fn a_call_past_the_server_deadline_times_out_promptly() {
+    let gateway = Gateway::start(&sleep_config("  request_timeout: 300ms\n"));
+    let started = Instant::now();
+    let answer = invoke(&gateway, "alice", "sleep", json!({"ms": 5000})).await;
+    let took = started.elapsed();
+    assert_eq!(answer.status, 504, "{}", answer.body);
+    assert_eq!(answer.error_code(), "timeout");
+    assert!(took < Duration::from_secs(2), "the 504 took {took:?}");
+}
+
+#[tokio::test]
+async fn a_call_past_the_deadline_the_client_asks_for_times_out_promptly() {
+    let gateway = Gateway::start(&sleep_config("  request_timeout: 30s\n"));
+    let started = Instant::now();
+    let answer = post_with(
+        &client(),
+        &gateway.url("/v1/tools/sleep/invoke"),
+        Some(&key("alice")),
+        &json!({"ms": 5000}),
+        &[("x-toolgate-timeout-ms", "200")],
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(answer.status, 504, "{}", answer.body);
+    assert_eq!(answer.error_code(), "timeout");
+    assert!(took < Duration::from_secs(2), "the 504 took {took:?}");
+    // A short call within the client's deadline is unaffected.
+    let quick = post_with(
+        &client(),
+        &gateway.url("/v1/tools/sleep/invoke"),
+        Some(&key("alice")),
+        &json!({"ms": 10}),
+        &[("x-toolgate-timeout-ms", "5000")],
+    )
+    .await;
+    assert_eq!(quick.status, 200, "{}", quick.body);
+    assert_eq!(quick.body["output"]["slept_ms"], 10);
+}
+
+fn mcp_initialize() -> Value {
+    json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "toolgate-tests", "version": "0"}
+        }
+    })
+}
+
+#[tokio::test]
+async fn mcp_without_a_key_is_unauthenticated() {
+    let gateway = Gateway::start(&authorized_config());
+    let answer = post_with(
+        &client(),
+        &gateway.url("/mcp"),
+        None,
+        &mcp_initialize(),
+        &[("accept", "application/json, text/event-stream")],
+    )
+    .await;
+    assert_eq!(answer.status, 401, "{}", answer.body);
+    assert_eq!(answer.error_code(), "unauthenticated");
+}
+
+#[tokio::test]
+async fn mcp_initialize_with_a_key_names_the_server() {
+    let gateway = Gateway::start(&authorized_config());
+    let response = client()
+        .post(gateway.url("/mcp"))
+        .bearer_auth(key("bob"))
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .body(mcp_initialize().to_string())
+        .send()
+        .await
+        .expect("sending initialize");
+    assert_eq!(response.status().as_u16(), 200);
+    // The answer may be an SSE stream that stays open: read until the result arrives.
+    let mut response = response;
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !seen.contains("serverInfo") {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match tokio::time::timeout(remaining, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => seen.push_str(&String::from_utf8_lossy(&chunk)),
+            Ok(Ok(None)) => break,
+            Ok(Err(e)) => panic!("reading the MCP answer: {e}"),
+            Err(_) => break,
+        }
+    }
+    assert!(seen.contains("serverInfo"), "{seen}");
+    assert!(seen.contains("\"toolgate\""), "{seen}");
+}
+
+// ---------------------------------------------------------------------------------------
+// The README's walk-through, on the shipped example configuration
+
+const ALICE: &str = "tg_demo_alice_admin_key";
+const BOB: &str = "tg_demo_bob_analyst_key";
+
+/// What `curl -s URL -H 'Authorization: Bearer KEY' -d BODY` sends: a POST whose content
+/// type is a form's, not JSON's.
+async fn curl_post(client: &reqwest::Client, url: &str, api_key: &str, body: &str) -> (u16, Value) {
+    let response = client
+        .post(url)
+        .bearer_auth(api_key)
+        .header("content-type", "application/x-www-form-urlencoded")
+        .body(body.to_owned())
+        .send()
+        .await
+        .expect("sending the request");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("a JSON answer"))
+}
+
+#[tokio::test]
+async fn the_example_configuration_serves_the_readme_walkthrough() {
+    let gateway = Gateway::start_file(std::path::Path::new(common::EXAMPLE_CONFIG));
+    let client = client();
+    let invoke_url = |tool: &str| gateway.url(&format!("/v1/tools/{tool}/invoke"));
+
+    let listing = client
+        .get(gateway.url("/v1/tools?format=openai"))
+        .bearer_auth(BOB)
+        .send()
+        .await
+        .expect("listing");
+    assert_eq!(listing.status().as_u16(), 200);
+    let listing: Value = listing.json().await.unwrap();
+    assert_eq!(
+        listed("openai", &listing),
+        set(&["calculator", "current_time", "echo", "sleep"]),
+        "{listing}"
+    );
+
+    let (status, body) = curl_post(
+        &client,
+        &invoke_url("calculator"),
+        BOB,
+        r#"{"expression": "6 * 7"}"#,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["output"]["result"], 42);
+
+    let (status, body) = curl_post(
+        &client,
+        &invoke_url("calculator"),
+        BOB,
+        r#"{"expression": 42}"#,
+    )
+    .await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(
+        body["error"]["violations"][0]["path"], "expression",
+        "{body}"
+    );
+
+    let (status, body) = curl_post(&client, &invoke_url("sleep"), BOB, r#"{"ms": 100}"#).await;
+    assert_eq!(status, 202, "{body}");
+    assert_eq!(body["status"], "suspended");
+    let id = body["suspension_id"].as_str().expect("suspension_id");
+
+    let resume_url = gateway.url(&format!("/v1/suspensions/{id}/resume"));
+    let approve = r#"{"decision": "approve"}"#;
+    let (status, body) = curl_post(&client, &resume_url, BOB, approve).await;
+    assert_eq!(status, 403, "an analyst may not approve: {body}");
+    let (status, body) = curl_post(&client, &resume_url, ALICE, approve).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["results"][0]["status"], "success", "{body}");
+    assert_eq!(body["results"][0]["output"]["slept_ms"], 100);
+
+    let (status, _) = curl_post(
+        &client,
+        &invoke_url("calculator"),
+        "tg_demo_mallory_key",
+        "{}",
+    )
+    .await;
+    assert_eq!(status, 401);
+
+    let metrics = client
+        .get(gateway.url("/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .unwrap();
+    let calls = |labels: &[(&str, &str)]| common::metric(&metrics, "toolgate_calls_total", labels);
+    assert_eq!(
+        calls(&[("tool", "calculator"), ("outcome", "success")]),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        calls(&[("tool", "calculator"), ("code", "invalid_input")]),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        calls(&[("tool", "sleep"), ("outcome", "suspended")]),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        calls(&[("tool", "sleep"), ("outcome", "success")]),
+        1.0,
+        "{metrics}"
+    );
+}

@@ -1,0 +1,472 @@
+//! Running the gateway: batches and approvals, metrics, graceful shutdown on SIGTERM and
+//! configuration reload on SIGHUP.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{
+    Gateway, client, eventually, fresh_client, get, invoke, key, metric, post, user_yaml,
+};
+use serde_json::{Value, json};
+
+// ---------------------------------------------------------------------------------------
+// Batches and suspensions
+
+fn approval_config() -> String {
+    format!(
+        "tools:\n  builtin: [calculator, sleep]\nusers:\n{}{}\
+policies:\n  approval:\n    tools: [sleep]\n    approver_roles: [admin]\n",
+        user_yaml("alice", &["admin"]),
+        user_yaml("bob", &["analyst"]),
+    )
+}
+
+fn openai_call(id: &str, tool: &str, arguments: Value) -> Value {
+    json!({
+        "id": id,
+        "type": "function",
+        "function": {"name": tool, "arguments": arguments.to_string()}
+    })
+}
+
+/// Sends bob's batch of a calculator call and a sleep call (which needs approval); returns
+/// the sleep call's suspension id.
+async fn batch_with_a_suspended_sleep(gateway: &Gateway) -> String {
+    let message = json!({
+        "role": "assistant",
+        "content": null,
+        "tool_calls": [
+            openai_call("call_calc", "calculator", json!({"expression": "6*7"})),
+            openai_call("call_sleep", "sleep", json!({"ms": 50})),
+        ]
+    });
+    let answer = post(
+        &client(),
+        &gateway.url("/v1/tool-calls?format=openai"),
+        Some("bob"),
+        &message,
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let results = answer.body["results"].as_array().expect("results");
+    assert_eq!(results.len(), 2, "{}", answer.body);
+    assert_eq!(results[0]["call_id"], "call_calc");
+    assert_eq!(results[0]["status"], "success", "{}", answer.body);
+    assert_eq!(results[0]["output"]["result"], 42);
+    assert_eq!(results[1]["call_id"], "call_sleep");
+    assert_eq!(results[1]["status"], "suspended", "{}", answer.body);
+    let messages = answer.body["messages"]
+        .as_array()
+        .expect("OpenAI tool messages");
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0]["tool_call_id"], "call_calc");
+    assert_eq!(messages[1]["tool_call_id"], "call_sleep");
+    results[1]["metadata"]["suspension_id"]
+        .as_str()
+        .expect("metadata.suspension_id")
+        .to_owned()
+}
+
+fn resume_url(gateway: &Gateway, id: &str) -> String {
+    gateway.url(&format!("/v1/suspensions/{id}/resume"))
+}
+
+#[tokio::test]
+async fn a_batch_suspends_the_call_that_needs_approval_until_an_approver_resumes_it() {
+    let gateway = Gateway::start(&approval_config());
+    let client = client();
+    let id = batch_with_a_suspended_sleep(&gateway).await;
+    let approve = json!({"decision": "approve"});
+
+    let by_bob = post(&client, &resume_url(&gateway, &id), Some("bob"), &approve).await;
+    assert_eq!(by_bob.status, 403, "{}", by_bob.body);
+    assert_eq!(by_bob.error_code(), "not_an_approver");
+
+    let by_alice = post(&client, &resume_url(&gateway, &id), Some("alice"), &approve).await;
+    assert_eq!(by_alice.status, 200, "{}", by_alice.body);
+    let result = &by_alice.body["results"][0];
+    assert_eq!(result["status"], "success", "{}", by_alice.body);
+    assert_eq!(result["call_id"], "call_sleep");
+    assert_eq!(result["output"]["slept_ms"], 50);
+
+    let again = post(&client, &resume_url(&gateway, &id), Some("alice"), &approve).await;
+    assert_eq!(again.status, 404, "{}", again.body);
+    assert_eq!(again.error_code(), "unknown_suspension");
+}
+
+#[tokio::test]
+async fn a_rejected_suspension_ends_in_a_rejected_error() {
+    let gateway = Gateway::start(&approval_config());
+    let id = batch_with_a_suspended_sleep(&gateway).await;
+    let shown = get(
+        &client(),
+        &gateway.url(&format!("/v1/suspensions/{id}")),
+        Some("bob"),
+    )
+    .await;
+    assert_eq!(shown.status, 200, "{}", shown.body);
+    assert_eq!(shown.body["tool"], "sleep");
+
+    let answer = post(
+        &client(),
+        &resume_url(&gateway, &id),
+        Some("alice"),
+        &json!({"decision": "reject", "reason": "no"}),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let result = &answer.body["results"][0];
+    assert_eq!(result["status"], "error", "{}", answer.body);
+    assert_eq!(result["error"]["code"], "rejected");
+    assert!(
+        result["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("no"),
+        "{}",
+        answer.body
+    );
+    assert!(result.get("output").is_none(), "{}", answer.body);
+}
+
+// ---------------------------------------------------------------------------------------
+// Metrics
+
+#[tokio::test]
+async fn metrics_count_every_call_by_outcome_and_every_request_by_status() {
+    let config = format!(
+        "tools:\n  builtin: [calculator]\nusers:\n{}",
+        user_yaml("alice", &["admin"])
+    );
+    let gateway = Gateway::start(&config);
+    for expression in ["1+1", "2*3", "7-1", "10/2"] {
+        let answer = invoke(
+            &gateway,
+            "alice",
+            "calculator",
+            json!({"expression": expression}),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    for _ in 0..2 {
+        let answer = invoke(&gateway, "alice", "calculator", json!({"expression": 5})).await;
+        assert_eq!(answer.status, 400, "{}", answer.body);
+    }
+    let failed = invoke(
+        &gateway,
+        "alice",
+        "calculator",
+        json!({"expression": "1/0"}),
+    )
+    .await;
+    assert_eq!(failed.status, 502, "{}", failed.body);
+    let stranger = post(
+        &client(),
+        &gateway.url("/v1/tools/calculator/invoke"),
+        None,
+        &json!({"expression": "1"}),
+    )
+    .await;
+    assert_eq!(stranger.status, 401);
+
+    let response = client()
+        .get(gateway.url("/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics");
+    assert_eq!(response.status().as_u16(), 200);
+    let text = response.text().await.unwrap();
+    let calls = |labels: &[(&str, &str)]| metric(&text, "toolgate_calls_total", labels);
+    let calculator = ("tool", "calculator");
+    assert_eq!(
+        calls(&[calculator, ("outcome", "success"), ("code", "ok")]),
+        4.0,
+        "{text}"
+    );
+    assert_eq!(calls(&[calculator, ("outcome", "error")]), 3.0, "{text}");
+    assert_eq!(
+        calls(&[calculator, ("code", "invalid_input")]),
+        2.0,
+        "{text}"
+    );
+    assert_eq!(calls(&[calculator, ("code", "tool_error")]), 1.0, "{text}");
+    // The unauthenticated request never reached the pipeline.
+    assert_eq!(calls(&[]), 7.0, "{text}");
+
+    let requests = |status: &str| {
+        metric(
+            &text,
+            "toolgate_http_requests_total",
+            &[
+                ("route", "/v1/tools/{name}/invoke"),
+                ("method", "POST"),
+                ("status", status),
+            ],
+        )
+    };
+    assert_eq!(requests("200"), 4.0, "{text}");
+    assert_eq!(requests("400"), 2.0, "{text}");
+    assert_eq!(requests("502"), 1.0, "{text}");
+    assert_eq!(requests("401"), 1.0, "{text}");
+}
+
+// ---------------------------------------------------------------------------------------
+// SIGTERM: drain
+
+/// One `sleep` call at a time (globally), so that a probe call tells whether a long call is
+/// in flight: the probe is refused with 503 while it is.
+fn drain_config(grace: &str) -> String {
+    format!(
+        "server:\n  shutdown_grace: {grace}\ntools:\n  builtin: [sleep]\nusers:\n{}\
+policies:\n  concurrency:\n    - {{ name: one-sleep, limit: 1, partition: global, tools: [sleep] }}\n",
+        user_yaml("alice", &["admin"])
+    )
+}
+
+/// Polls until a `sleep` call is in flight (see [`drain_config`]).
+async fn until_a_sleep_is_in_flight(gateway: &Gateway) {
+    eventually(
+        "the long call is in flight",
+        Duration::from_secs(30),
+        || async {
+            let probe = invoke(gateway, "alice", "sleep", json!({"ms": 0})).await;
+            assert!(
+                probe.status == 200 || probe.error_code() == "overloaded",
+                "unexpected probe answer {}: {}",
+                probe.status,
+                probe.body
+            );
+            probe.status == 503
+        },
+    )
+    .await;
+}
+
+/// Starts a `sleep` call of `ms` in the background; its status and body. A call that
+/// happens to arrive while a probe holds the slot is refused with 503, and sent again.
+fn start_sleep(
+    gateway: &Gateway,
+    ms: u64,
+) -> tokio::task::JoinHandle<Result<(u16, Value), String>> {
+    let url = gateway.url("/v1/tools/sleep/invoke");
+    tokio::spawn(async move {
+        loop {
+            let response = client()
+                .post(&url)
+                .bearer_auth(key("alice"))
+                .json(&json!({"ms": ms}))
+                .send()
+                .await
+                .map_err(|e| e.to_string())?;
+            let status = response.status().as_u16();
+            let body: Value = response.json().await.map_err(|e| e.to_string())?;
+            if status != 503 {
+                return Ok((status, body));
+            }
+        }
+    })
+}
+
+#[tokio::test]
+async fn sigterm_lets_the_call_in_flight_finish_and_refuses_new_connections() {
+    let mut gateway = Gateway::start(&drain_config("20s"));
+    let call = start_sleep(&gateway, 1500);
+    until_a_sleep_is_in_flight(&gateway).await;
+
+    let signalled = Instant::now();
+    gateway.signal("TERM");
+    let health = gateway.url("/healthz");
+    eventually(
+        "new connections fail after SIGTERM",
+        Duration::from_secs(10),
+        || async { fresh_client().get(&health).send().await.is_err() },
+    )
+    .await;
+    assert!(
+        !call.is_finished(),
+        "the long call ended before new connections were refused"
+    );
+
+    let (status, body) = call.await.unwrap().expect("the call in flight is answered");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["output"]["slept_ms"], 1500);
+
+    // The drain ends when the last call does, well before the 20 s grace.
+    let exit = gateway.wait_exit(Duration::from_secs(15)).await;
+    let took = signalled.elapsed();
+    let exit = exit.unwrap_or_else(|| {
+        panic!(
+            "still running {took:?} after SIGTERM:\n{}",
+            gateway.stderr()
+        )
+    });
+    assert!(exit.success(), "exit {exit}; stderr:\n{}", gateway.stderr());
+    assert!(
+        took < Duration::from_secs(15),
+        "exited {took:?} after SIGTERM"
+    );
+}
+
+#[tokio::test]
+async fn sigterm_cuts_calls_still_running_when_the_grace_expires() {
+    let mut gateway = Gateway::start(&drain_config("300ms"));
+    let call = start_sleep(&gateway, 10_000);
+    until_a_sleep_is_in_flight(&gateway).await;
+
+    let signalled = Instant::now();
+    gateway.signal("TERM");
+    let exit = gateway.wait_exit(Duration::from_secs(8)).await;
+    let took = signalled.elapsed();
+    let exit = exit.unwrap_or_else(|| {
+        panic!(
+            "still running {took:?} after SIGTERM with a 300ms grace:\n{}",
+            gateway.stderr()
+        )
+    });
+    assert!(
+        took < Duration::from_secs(4),
+        "exited {took:?} after SIGTERM with a 300ms grace"
+    );
+    assert!(exit.success(), "exit {exit}; stderr:\n{}", gateway.stderr());
+
+    let cut = tokio::time::timeout(Duration::from_secs(10), call)
+        .await
+        .expect("the cut call ends with the process")
+        .unwrap();
+    assert!(
+        !matches!(cut, Ok((200, _))),
+        "the 10 s call completed after the gateway exited: {cut:?}"
+    );
+    assert!(
+        gateway.stderr().contains("shutdown grace expired"),
+        "{}",
+        gateway.stderr()
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// SIGHUP: reload
+
+/// alice may call everything; with `with_bob`, bob (analyst) may call the calculator.
+fn reload_config(with_bob: bool) -> String {
+    let (bob, rule) = if with_bob {
+        (
+            user_yaml("bob", &["analyst"]),
+            "      - { effect: allow, roles: [analyst], tools: [calculator] }\n",
+        )
+    } else {
+        (String::new(), "")
+    };
+    format!(
+        "tools:\n  builtin: [calculator, sleep]\nusers:\n{}{bob}\
+policies:\n  authorization:\n    rules:\n      - {{ effect: allow, roles: [admin] }}\n{rule}  \
+concurrency:\n    - {{ name: one-sleep, limit: 1, partition: global, tools: [sleep] }}\n",
+        user_yaml("alice", &["admin"]),
+    )
+}
+
+const REFUSED: &str = "the new configuration was refused";
+
+#[tokio::test]
+async fn sighup_keeps_the_old_configuration_when_the_new_file_is_broken_and_applies_a_good_one() {
+    let gateway = Gateway::start(&reload_config(false));
+    let calc = json!({"expression": "6*7"});
+    assert_eq!(
+        invoke(&gateway, "bob", "calculator", calc.clone())
+            .await
+            .status,
+        401
+    );
+
+    // Invalid YAML, then a valid document with a misspelt field that would add bob.
+    let broken = [
+        "tools: [unclosed\n  builtin: {\n".to_owned(),
+        reload_config(true).replace("roles: [analyst]", "rolez: [analyst]"),
+    ];
+    for (n, text) in broken.iter().enumerate() {
+        std::fs::write(&gateway.config, text).unwrap();
+        gateway.signal("HUP");
+        gateway
+            .wait_for_log(REFUSED, n + 1, Duration::from_secs(30))
+            .await;
+        let alice = invoke(&gateway, "alice", "calculator", calc.clone()).await;
+        assert_eq!(alice.status, 200, "after broken file {n}: {}", alice.body);
+        assert_eq!(alice.body["output"]["result"], 42);
+        let bob = invoke(&gateway, "bob", "calculator", calc.clone()).await;
+        assert_eq!(bob.status, 401, "after broken file {n}: {}", bob.body);
+    }
+
+    // A good file, while a call is in flight.
+    let call = start_sleep(&gateway, 3000);
+    until_a_sleep_is_in_flight(&gateway).await;
+    std::fs::write(&gateway.config, reload_config(true)).unwrap();
+    gateway.signal("HUP");
+    eventually(
+        "bob's key works after the reload",
+        Duration::from_secs(30),
+        || async {
+            invoke(&gateway, "bob", "calculator", calc.clone())
+                .await
+                .status
+                == 200
+        },
+    )
+    .await;
+    // The new policy is in force: bob may not call sleep.
+    let bob_sleep = invoke(&gateway, "bob", "sleep", json!({"ms": 0})).await;
+    assert_eq!(bob_sleep.status, 403, "{}", bob_sleep.body);
+    // The long call held its permit across the reload: it is still in flight.
+    let probe = invoke(&gateway, "alice", "sleep", json!({"ms": 0})).await;
+    assert_eq!(
+        probe.status, 503,
+        "the long call was no longer in flight after the reload: {}",
+        probe.body
+    );
+
+    let (status, body) = call.await.unwrap().expect("the call in flight is answered");
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["output"]["slept_ms"], 3000);
+    assert_eq!(
+        gateway.stderr().matches(REFUSED).count(),
+        2,
+        "{}",
+        gateway.stderr()
+    );
+}
+
+#[tokio::test]
+async fn signals_sent_as_soon_as_the_gateway_announces_itself_are_handled() {
+    // A supervisor may reload or stop the gateway the moment it prints its address.
+    let config = format!(
+        "tools:\n  builtin: [calculator]\nusers:\n{}",
+        user_yaml("alice", &["admin"])
+    );
+    let mut gateway = Gateway::start(&config);
+    gateway.signal("HUP");
+    gateway
+        .wait_for_log("SIGHUP received", 1, Duration::from_secs(30))
+        .await;
+    gateway
+        .wait_for_log("configuration reloaded", 1, Duration::from_secs(30))
+        .await;
+    let answer = invoke(
+        &gateway,
+        "alice",
+        "calculator",
+        json!({"expression": "6*7"}),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+
+    let mut second = Gateway::start(&config);
+    second.signal("TERM");
+    let exit = second.wait_exit(Duration::from_secs(15)).await;
+    let exit = exit.unwrap_or_else(|| panic!("still running after SIGTERM:\n{}", second.stderr()));
+    assert!(exit.success(), "exit {exit}; stderr:\n{}", second.stderr());
+    assert!(
+        gateway.wait_exit(Duration::ZERO).await.is_none(),
+        "the reloaded gateway exited"
+    );
+}

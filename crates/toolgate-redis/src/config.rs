@@ -1,0 +1,184 @@
+//! [`RedisConfig`]: deadlines, reconnection, key layout, lease and cache settings.
+
+use std::time::Duration;
+
+/// How the backends talk to Redis. Every setting has a default that suits a gateway on the
+/// same network as its Redis; change the ones your deployment disagrees with.
+///
+/// | setting | default | what it bounds |
+/// |---|---|---|
+/// | [`deadline`](RedisConfigBuilder::deadline) | 100 ms | every Redis call, including waiting for a reconnect |
+/// | [`connect_timeout`](RedisConfigBuilder::connect_timeout) | 1 s | one connection attempt |
+/// | [`reconnect_backoff`](RedisConfigBuilder::reconnect_backoff) | 100 ms … 5 s, 6 tries | the pause between connection attempts (exponential, with jitter) |
+/// | [`key_prefix`](RedisConfigBuilder::key_prefix) | `toolgate` | the first part of every key |
+/// | [`lease_ttl`](RedisConfigBuilder::lease_ttl) | 30 s | how long a dead replica's concurrency permit outlives it |
+/// | [`cache_max_value_bytes`](RedisConfigBuilder::cache_max_value_bytes) | 1 MiB | the largest cached result |
+/// | [`cache_fill_wait`](RedisConfigBuilder::cache_fill_wait) | off | how long a replica waits for another one filling the same entry |
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use toolgate_redis::RedisConfig;
+///
+/// let config = RedisConfig::builder()
+///     .deadline(Duration::from_millis(50))
+///     .lease_ttl(Duration::from_secs(10))
+///     .cache_fill_wait(Some(Duration::from_secs(2)))
+///     .build();
+/// assert_eq!(config.deadline(), Duration::from_millis(50));
+/// assert_eq!(config.key_prefix(), "toolgate");
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisConfig {
+    pub(crate) deadline: Duration,
+    pub(crate) connect_timeout: Duration,
+    pub(crate) reconnect_min_delay: Duration,
+    pub(crate) reconnect_max_delay: Duration,
+    pub(crate) reconnect_tries: usize,
+    pub(crate) key_prefix: String,
+    pub(crate) lease_ttl: Duration,
+    pub(crate) cache_max_value_bytes: usize,
+    pub(crate) cache_fill_wait: Option<Duration>,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            deadline: Duration::from_millis(100),
+            connect_timeout: Duration::from_secs(1),
+            reconnect_min_delay: Duration::from_millis(100),
+            reconnect_max_delay: Duration::from_secs(5),
+            reconnect_tries: 6,
+            key_prefix: "toolgate".to_owned(),
+            lease_ttl: Duration::from_secs(30),
+            cache_max_value_bytes: 1024 * 1024,
+            cache_fill_wait: None,
+        }
+    }
+}
+
+/// Builds a [`RedisConfig`]; see there for the defaults.
+#[derive(Clone, Debug, Default)]
+pub struct RedisConfigBuilder {
+    config: RedisConfig,
+}
+
+impl RedisConfigBuilder {
+    /// The longest any single Redis call may take, waiting for a connection included. Past
+    /// it, the backend decides without Redis, by its failure policy.
+    #[must_use]
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.config.deadline = deadline;
+        self
+    }
+
+    /// How long one attempt to open a connection may take.
+    #[must_use]
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// The pause between connection attempts after Redis went away: it starts at `min`,
+    /// doubles up to `max`, each pause stretched by a random part of itself (so replicas
+    /// that lost Redis together do not come back together), for `tries` attempts in a row.
+    /// After the last one fails, the next call starts a new series. Callers never wait for
+    /// this: they get their answer within [`deadline`](Self::deadline).
+    #[must_use]
+    pub fn reconnect_backoff(mut self, min: Duration, max: Duration, tries: usize) -> Self {
+        self.config.reconnect_min_delay = min;
+        self.config.reconnect_max_delay = max.max(min);
+        self.config.reconnect_tries = tries;
+        self
+    }
+
+    /// The first part of every key (default `toolgate`). Give deployments that share one
+    /// Redis their own prefix.
+    #[must_use]
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.key_prefix = prefix.into();
+        self
+    }
+
+    /// How long a concurrency lease lives without renewal. Holders renew theirs every third
+    /// of it, so this is how long the permits of a replica that died stay taken.
+    #[must_use]
+    pub fn lease_ttl(mut self, ttl: Duration) -> Self {
+        self.config.lease_ttl = ttl;
+        self
+    }
+
+    /// The largest cached result, as JSON bytes. Larger results are not stored (and
+    /// counted), the call itself succeeds.
+    #[must_use]
+    pub fn cache_max_value_bytes(mut self, bytes: usize) -> Self {
+        self.config.cache_max_value_bytes = bytes;
+        self
+    }
+
+    /// The cross-replica fill lock: with `Some(wait)`, a miss claims the entry for `wait`,
+    /// and the same miss on another replica waits up to `wait` for the value instead of
+    /// running the tool too. `None` (the default) lets every replica run its own misses.
+    #[must_use]
+    pub fn cache_fill_wait(mut self, wait: Option<Duration>) -> Self {
+        self.config.cache_fill_wait = wait;
+        self
+    }
+
+    /// The configuration.
+    pub fn build(self) -> RedisConfig {
+        self.config
+    }
+}
+
+impl RedisConfig {
+    /// A builder with the defaults.
+    pub fn builder() -> RedisConfigBuilder {
+        RedisConfigBuilder::default()
+    }
+
+    /// The per-call deadline.
+    pub fn deadline(&self) -> Duration {
+        self.deadline
+    }
+
+    /// The key prefix.
+    pub fn key_prefix(&self) -> &str {
+        &self.key_prefix
+    }
+
+    /// The lease TTL.
+    pub fn lease_ttl(&self) -> Duration {
+        self.lease_ttl
+    }
+
+    /// The largest cached value, in bytes.
+    pub fn cache_max_value_bytes(&self) -> usize {
+        self.cache_max_value_bytes
+    }
+
+    /// The fill-lock wait, if the fill lock is on.
+    pub fn cache_fill_wait(&self) -> Option<Duration> {
+        self.cache_fill_wait
+    }
+
+    pub(crate) fn validate(&self) -> Result<(), String> {
+        if self.deadline.is_zero() {
+            return Err("`deadline` is zero, so every call would fail: use e.g. 100 ms".into());
+        }
+        if self.lease_ttl < Duration::from_millis(30) {
+            return Err(format!(
+                "`lease_ttl` of {:?} is too short to renew: use at least 30 ms (30 s is typical)",
+                self.lease_ttl
+            ));
+        }
+        if self.key_prefix.contains(['{', '}']) {
+            return Err(format!(
+                "`key_prefix` `{}` contains a brace, which would break Redis Cluster hash tags: remove it",
+                self.key_prefix
+            ));
+        }
+        Ok(())
+    }
+}
