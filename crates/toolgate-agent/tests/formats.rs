@@ -270,3 +270,27 @@ fn mcp_lists_output_schemas_only_when_they_describe_objects() {
         json!({ "type": "object" })
     );
 }
+
+#[test]
+fn a_tool_without_arguments_is_listed_with_an_empty_object_schema_in_every_format() {
+    let mut pipeline = Pipeline::builder();
+    pipeline
+        .tool(tool_fn("ping", "Answers pong.", |_: ()| async {
+            Ok::<_, ToolError>("pong")
+        }))
+        .unwrap();
+    let pipeline = pipeline.build().unwrap();
+    let defs: Vec<ToolDefinition> = pipeline.definitions().cloned().collect();
+    let empty = json!({ "type": "object", "properties": {} });
+    assert_eq!(
+        openai::chat_tools(&defs)[0]["function"]["parameters"],
+        empty
+    );
+    assert_eq!(openai::responses_tools(&defs)[0]["parameters"], empty);
+    assert_eq!(anthropic::tools(&defs)[0]["input_schema"], empty);
+    assert_eq!(
+        gemini::tools(&defs)[0]["functionDeclarations"][0]["parameters"]["type"],
+        "object"
+    );
+    assert_eq!(mcp::tools_list(&defs)["tools"][0]["inputSchema"], empty);
+}

@@ -51,7 +51,7 @@ pub fn tools<'a>(definitions: impl IntoIterator<Item = &'a ToolDefinition>) -> V
             json!({
                 "name": d.name,
                 "description": d.description,
-                "parameters": gemini_schema(&d.input_schema),
+                "parameters": gemini_schema(&super::parameters(&d.input_schema)),
             })
         })
         .collect();

@@ -18,7 +18,10 @@ pub fn tool(definition: &ToolDefinition) -> Value {
         tool.insert("title".to_owned(), json!(title));
     }
     tool.insert("description".to_owned(), json!(definition.description));
-    tool.insert("inputSchema".to_owned(), definition.input_schema.clone());
+    tool.insert(
+        "inputSchema".to_owned(),
+        super::object_schema(&definition.input_schema),
+    );
     if let Some(schema) = &definition.output_schema
         && schema.get("type").and_then(Value::as_str) == Some("object")
     {

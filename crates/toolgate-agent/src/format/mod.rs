@@ -80,12 +80,24 @@ pub(crate) fn arguments_of(value: Option<&Value>) -> Arguments {
 }
 
 /// The input schema as most providers take it: without the `$schema` dialect marker.
+/// A tool's input schema as providers take it: without `$schema`, and a tool that takes no
+/// arguments (a `null` schema, from a `()` input) as an empty object, which is what every
+/// provider expects and what models send.
 pub(crate) fn parameters(schema: &Value) -> Value {
-    let mut schema = schema.clone();
+    let mut schema = object_schema(schema);
     if let Some(object) = schema.as_object_mut() {
         object.remove("$schema");
     }
     schema
+}
+
+/// `schema`, or an empty object schema for a tool that takes no arguments.
+pub(crate) fn object_schema(schema: &Value) -> Value {
+    if schema.get("type").and_then(Value::as_str) == Some("null") {
+        serde_json::json!({ "type": "object", "properties": {} })
+    } else {
+        schema.clone()
+    }
 }
 
 /// A call with an id.

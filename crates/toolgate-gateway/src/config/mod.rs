@@ -206,6 +206,9 @@ pub enum AuditConfig {
         /// Include input and output values (default false: hashes only).
         #[serde(default)]
         include_values: bool,
+        /// Record every stage's duration (default false: metrics carry durations).
+        #[serde(default)]
+        stage_timings: bool,
     },
     /// One JSON line per record, appended to a file in batches.
     File {
@@ -215,6 +218,9 @@ pub enum AuditConfig {
         /// and reload). `0s` writes every record through before the call answers.
         #[serde(default, with = "values::opt_duration")]
         flush_every: Option<Duration>,
+        /// Record every stage's duration (default false: metrics carry durations).
+        #[serde(default)]
+        stage_timings: bool,
         /// Include input and output values (default false: hashes only).
         #[serde(default)]
         include_values: bool,

@@ -11,6 +11,7 @@ use super::{AuditRecord, AuditSink, TracingSink};
 pub struct Audit {
     sinks: Vec<Arc<dyn AuditSink>>,
     include_values: bool,
+    stage_timings: bool,
 }
 
 /// Builds an [`Audit`]. Defaults: the [`TracingSink`] when no sink is added; input and
@@ -19,6 +20,7 @@ pub struct Audit {
 pub struct AuditBuilder {
     sinks: Vec<Arc<dyn AuditSink>>,
     include_values: bool,
+    stage_timings: Option<bool>,
 }
 
 impl AuditBuilder {
@@ -37,6 +39,15 @@ impl AuditBuilder {
         self
     }
 
+    /// Whether records carry the duration of every stage (default true). Recording them
+    /// costs two clock reads per stage with hooks on every call of the pipeline; turn it
+    /// off when metrics already give you durations.
+    #[must_use]
+    pub fn stage_timings(mut self, on: bool) -> Self {
+        self.stage_timings = Some(on);
+        self
+    }
+
     /// The hook.
     pub fn build(mut self) -> Audit {
         if self.sinks.is_empty() {
@@ -45,6 +56,7 @@ impl AuditBuilder {
         Audit {
             sinks: self.sinks,
             include_values: self.include_values,
+            stage_timings: self.stage_timings.unwrap_or(true),
         }
     }
 }
@@ -100,7 +112,7 @@ impl Hook for Audit {
     /// The record lists how long each stage took, so the pipeline records stage durations
     /// for the tools this hook serves.
     fn wants_stage_durations(&self) -> bool {
-        true
+        self.stage_timings
     }
 
     fn will_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {

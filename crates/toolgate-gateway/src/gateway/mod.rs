@@ -1,0 +1,192 @@
+//! A [`Gateway`]: one configuration compiled into a tool system with its hooks, API keys and
+//! MCP endpoint. A reload builds a new one next to the old; calls in flight finish on the
+//! one they started on.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use toolgate_agent::{Concurrency as BatchConcurrency, ThreadConfig, ToolSystem};
+use toolgate_core::{Pipeline, ToolDefinition, User};
+use toolgate_hooks::{Audit, Authorize};
+use toolgate_mcp::{ListFilter, McpHttpService, McpServer, Upstream};
+
+use crate::auth::ApiKeys;
+use crate::config::{Config, ConfigError};
+use crate::state::SharedState;
+use crate::tools_state::AllTools;
+
+mod policies;
+mod tools;
+
+use policies::{Installed, install_policies};
+use tools::{check_tool_names, register_tools};
+
+/// The gateway could not be built from a configuration.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum GatewayError {
+    /// The configuration is wrong.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// An upstream MCP server could not be imported.
+    #[error("upstream `{name}`: {source}; fix its entry under `upstreams` or start it first")]
+    Upstream {
+        /// The upstream's name.
+        name: String,
+        /// What went wrong.
+        source: toolgate_mcp::McpError,
+    },
+    /// The state backend (Redis) could not be reached.
+    #[error("state backend: {0}")]
+    State(String),
+    /// A file the configuration names could not be opened.
+    #[error("{0}")]
+    Io(String),
+    /// The hooks do not fit together (a bug in the gateway if it happens).
+    #[error("the pipeline could not be built: {0}")]
+    Pipeline(String),
+}
+
+impl GatewayError {
+    /// The same error, with configuration errors reported against `file`.
+    #[must_use]
+    pub fn in_file(self, file: &std::path::Path) -> Self {
+        match self {
+            GatewayError::Config(e) => GatewayError::Config(e.in_file(file)),
+            other => other,
+        }
+    }
+}
+
+/// One configuration, compiled.
+pub struct Gateway {
+    /// The configuration it was built from.
+    pub config: Arc<Config>,
+    /// The tool system (pipeline, batches, suspensions).
+    pub system: ToolSystem,
+    /// The API keys.
+    pub keys: ApiKeys,
+    /// The MCP endpoint, when enabled.
+    pub mcp: Option<McpHttpService>,
+    authorize: Option<Arc<Authorize>>,
+    audit: Option<Arc<Audit>>,
+    approver_roles: Vec<String>,
+    _upstreams: Vec<Upstream>,
+}
+
+impl std::fmt::Debug for Gateway {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gateway")
+            .field("tools", &self.system.pipeline().registry().len())
+            .field("users", &self.keys.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Gateway {
+    /// Compiles `config`: starts its upstreams, registers its tools with their labels,
+    /// checks every tool name a policy mentions, and installs the policies in stage order.
+    ///
+    /// # Errors
+    ///
+    /// [`GatewayError`] saying which part of the configuration could not be used.
+    pub async fn build(config: Config, shared: &SharedState) -> Result<Gateway, GatewayError> {
+        let config = Arc::new(config);
+        let mut builder = Pipeline::builder();
+        let (upstreams, names) = register_tools(&config, &mut builder).await?;
+        check_tool_names(&config, &names)?;
+
+        let Installed { authorize, audit } = install_policies(&config, shared, &mut builder)?;
+        builder.suspension_store(shared.suspensions.clone());
+        builder.tail_hook_timeout(Duration::from_secs(10));
+
+        let state = Arc::new(AllTools::new(ThreadConfig::enabling(names.iter().cloned())));
+        let mut system = ToolSystem::builder(builder, state)
+            .concurrency(BatchConcurrency::Parallel(config.server.batch_concurrency))
+            .timeout(config.server.request_timeout);
+        if let Some(stats) = &shared.stats {
+            system = system.stats(stats.clone());
+        }
+        let system = system
+            .build()
+            .map_err(|e| GatewayError::Pipeline(e.to_string()))?;
+
+        let mcp = config.server.mcp.then(|| {
+            let filter_by = authorize.clone();
+            let mut server = McpServer::new(system.pipeline().clone())
+                .server_info("toolgate", env!("CARGO_PKG_VERSION"))
+                .call_timeout(config.server.request_timeout);
+            if let Some(authorize) = filter_by {
+                server = server.list_filter(ListFilter::new(move |tool, user| {
+                    authorize.can_call(user, tool)
+                }));
+            }
+            server.http_service(Default::default())
+        });
+
+        Ok(Gateway {
+            keys: ApiKeys::new(&config.users),
+            approver_roles: config
+                .policies
+                .approval
+                .as_ref()
+                .map(|a| a.approver_roles.clone())
+                .unwrap_or_else(|| vec!["admin".to_owned()]),
+            config,
+            system,
+            mcp,
+            authorize,
+            audit,
+            _upstreams: upstreams,
+        })
+    }
+
+    /// The pipeline calls run through.
+    pub fn pipeline(&self) -> &Pipeline {
+        self.system.pipeline()
+    }
+
+    /// The tools `user` may call (all of them without an authorization policy).
+    pub fn visible_tools(&self, user: &User) -> Vec<ToolDefinition> {
+        self.pipeline()
+            .definitions()
+            .filter(|tool| {
+                self.authorize
+                    .as_ref()
+                    .is_none_or(|a| a.can_call(user, tool))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Writes out buffered audit records (at shutdown).
+    pub async fn flush_audit(&self) {
+        if let Some(audit) = &self.audit
+            && let Err(e) = audit.flush().await
+        {
+            tracing::error!(error = %e, "audit records could not be written at shutdown");
+        }
+    }
+
+    /// Whether `user` may resume suspended calls.
+    pub fn may_approve(&self, user: &User) -> bool {
+        self.approver_roles.iter().any(|role| user.has_role(role))
+    }
+
+    /// Which hooks run at which stage, in order, for every tool: what `toolgate check`
+    /// prints.
+    pub fn plans(&self) -> Vec<(String, StagePlan)> {
+        self.pipeline()
+            .definitions()
+            .map(|d| {
+                (
+                    d.name.clone(),
+                    self.pipeline().plan(&d.name).unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+}
+
+/// The hooks of one tool by stage, in the order they run.
+pub type StagePlan = Vec<(toolgate_core::Stage, Vec<String>)>;

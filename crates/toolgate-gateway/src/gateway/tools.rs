@@ -1,0 +1,187 @@
+//! Tools from the configuration: built-in and imported, labelled, and every tool name a
+//! policy mentions checked.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use toolgate_core::{ErasedTool, PipelineBuilder};
+use toolgate_mcp::{Upstream, UpstreamConfig};
+
+use super::GatewayError;
+use crate::builtin;
+use crate::config::{Config, ConfigError, UpstreamEntry};
+use crate::labels::Labelled;
+
+/// Registers the built-in and upstream tools; returns the upstreams (to keep them
+/// connected) and every tool's name.
+pub(super) async fn register_tools(
+    config: &Config,
+    builder: &mut PipelineBuilder,
+) -> Result<(Vec<Upstream>, BTreeSet<String>), GatewayError> {
+    let mut names = BTreeSet::new();
+    let mut seen = BTreeSet::new();
+    for (i, which) in config.tools.builtin.iter().enumerate() {
+        if !seen.insert(*which) {
+            return Err(ConfigError::invalid(
+                format!("tools.builtin[{i}]"),
+                "this built-in tool is listed twice",
+            )
+            .into());
+        }
+        names.insert(add_tool(
+            config,
+            builder,
+            builtin::tool(*which),
+            &format!("tools.builtin[{i}]"),
+        )?);
+    }
+    let mut upstreams = Vec::new();
+    for (i, entry) in config.upstreams.iter().enumerate() {
+        let upstream = Upstream::connect(upstream_config(entry, i)?)
+            .await
+            .map_err(|source| GatewayError::Upstream {
+                name: entry.name.clone(),
+                source,
+            })?;
+        for tool in upstream.tools() {
+            names.insert(add_tool(
+                config,
+                builder,
+                Arc::new(tool),
+                &format!("upstreams[{i}]"),
+            )?);
+        }
+        upstreams.push(upstream);
+    }
+    Ok((upstreams, names))
+}
+
+fn add_tool(
+    config: &Config,
+    builder: &mut PipelineBuilder,
+    tool: Arc<dyn ErasedTool>,
+    field: &str,
+) -> Result<String, GatewayError> {
+    let name = tool.definition().name;
+    let tool = match config.tools.labels.get(&name) {
+        Some(labels) => Arc::new(Labelled::new(tool, labels)) as Arc<dyn ErasedTool>,
+        None => tool,
+    };
+    builder.erased_tool(tool).map_err(|e| {
+        GatewayError::Config(ConfigError::invalid(
+            field,
+            format!("{e}: give the upstream a `prefix` so its tools get distinct names"),
+        ))
+    })?;
+    Ok(name)
+}
+
+fn upstream_config(entry: &UpstreamEntry, index: usize) -> Result<UpstreamConfig, ConfigError> {
+    let mut config = match (&entry.command, &entry.url) {
+        (Some(command), None) => {
+            UpstreamConfig::stdio(entry.name.clone(), command.clone(), entry.args.clone())
+        }
+        (None, Some(url)) => UpstreamConfig::http(entry.name.clone(), url.0.clone()),
+        _ => {
+            return Err(ConfigError::invalid(
+                format!("upstreams[{index}]"),
+                "set exactly one of `command` (a stdio MCP server) or `url` (a streamable HTTP MCP server)",
+            ));
+        }
+    };
+    for (key, value) in &entry.env {
+        config = config.env(key.clone(), value.0.clone());
+    }
+    if let Some(var) = &entry.credential_env {
+        config = config.credential_env(var.clone());
+    }
+    if let Some(prefix) = &entry.prefix {
+        config = config.prefix(prefix.clone());
+    }
+    if let Some(timeout) = entry.call_timeout {
+        config = config.call_timeout(timeout);
+    }
+    if let Some(timeout) = entry.connect_timeout {
+        config = config.connect_timeout(timeout);
+    }
+    Ok(config)
+}
+
+/// Every tool name a policy mentions must exist: a typo would otherwise silently leave a
+/// tool unprotected.
+pub(super) fn check_tool_names(
+    config: &Config,
+    names: &BTreeSet<String>,
+) -> Result<(), ConfigError> {
+    let p = &config.policies;
+    let list = |field: String, tools: &[String]| -> Vec<(String, String)> {
+        tools
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (format!("{field}[{i}]"), t.clone()))
+            .collect()
+    };
+    let mut all: Vec<(String, String)> = Vec::new();
+    for name in config.tools.labels.keys() {
+        all.push((format!("tools.labels.{name}"), name.clone()));
+    }
+    if let Some(a) = &p.authorization {
+        for (i, rule) in a.rules.iter().enumerate() {
+            all.extend(list(
+                format!("policies.authorization.rules[{i}].tools"),
+                &rule.tools,
+            ));
+        }
+    }
+    if let Some(a) = &p.approval {
+        all.extend(list("policies.approval.tools".into(), &a.tools));
+    }
+    for (i, r) in p.rate_limits.iter().enumerate() {
+        all.extend(list(format!("policies.rate_limits[{i}].tools"), &r.tools));
+    }
+    for (i, c) in p.concurrency.iter().enumerate() {
+        all.extend(list(format!("policies.concurrency[{i}].tools"), &c.tools));
+    }
+    if let Some(t) = &p.timeouts {
+        all.extend(
+            t.tools
+                .keys()
+                .map(|k| (format!("policies.timeouts.tools.{k}"), k.clone())),
+        );
+    }
+    if let Some(r) = &p.retry {
+        all.extend(list(
+            "policies.retry.idempotent_tools".into(),
+            &r.idempotent_tools,
+        ));
+    }
+    if let Some(c) = &p.cache {
+        all.extend(
+            c.tools
+                .keys()
+                .map(|k| (format!("policies.cache.tools.{k}"), k.clone())),
+        );
+        all.extend(list("policies.cache.exclude".into(), &c.exclude));
+        all.extend(list("policies.cache.public".into(), &c.public));
+    }
+    if let Some(o) = &p.output_limit {
+        all.extend(
+            o.tools
+                .keys()
+                .map(|k| (format!("policies.output_limit.tools.{k}"), k.clone())),
+        );
+    }
+    for (field, tool) in all {
+        if !names.contains(&tool) {
+            let known: Vec<&str> = names.iter().map(String::as_str).collect();
+            return Err(ConfigError::invalid(
+                field,
+                format!(
+                    "no tool is named `{tool}`; the tools are: {}",
+                    known.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,119 @@
+//! Several replicas, one Redis: two real `toolgate serve` processes with
+//! `state: redis://…` enforce one rate limit for a user between them.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::{Gateway, client, post, user_yaml};
+use futures::future::join_all;
+use serde_json::json;
+
+/// `REDIS_URL` (default the local Redis) when it answers PING. Outside CI a missing Redis
+/// skips the test with the reason printed; with `CI=true` it fails it.
+fn redis_or_skip(test: &str) -> Option<String> {
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let address = url
+        .trim_start_matches("redis://")
+        .rsplit('@')
+        .next()
+        .unwrap_or_default()
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let ping = || -> std::io::Result<String> {
+        let address = address
+            .parse()
+            .map_err(|_| std::io::Error::other(format!("`{address}` is not host:port")))?;
+        let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2))?;
+        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+        stream.write_all(b"PING\r\n")?;
+        let mut answer = [0u8; 7];
+        stream.read_exact(&mut answer)?;
+        Ok(String::from_utf8_lossy(&answer).into_owned())
+    };
+    match ping() {
+        Ok(answer) if answer.starts_with("+PONG") => Some(url),
+        outcome => {
+            let reason = format!("{outcome:?}");
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("{test}: Redis at {url} is required in CI ({reason})");
+            }
+            eprintln!("skipping {test}: no Redis at {url} ({reason}); set REDIS_URL to run it");
+            None
+        }
+    }
+}
+
+fn replica_config(redis: &str, prefix: &str) -> String {
+    format!(
+        "state:\n  url: {redis}\n  key_prefix: {prefix}\n\
+tools:\n  builtin: [echo]\nusers:\n{}{}\
+policies:\n  rate_limits:\n    - {{ name: per-user, rate: 10/hour, burst: 6, partition: user }}\n",
+        user_yaml("alice", &["admin"]),
+        user_yaml("bob", &["admin"]),
+    )
+}
+
+#[tokio::test]
+async fn two_gateways_on_one_redis_enforce_one_rate_limit_per_user() {
+    let Some(redis) = redis_or_skip("two_gateways_on_one_redis_enforce_one_rate_limit_per_user")
+    else {
+        return;
+    };
+    let prefix = format!("tgreplicas{}x{:x}", std::process::id(), fastrand_u32());
+    let config = replica_config(&redis, &prefix);
+    let first = Gateway::start(&config);
+    let second = Gateway::start(&config);
+
+    // 24 calls by alice at once, alternating between the replicas.
+    let client = client();
+    let calls = (0..24).map(|i| {
+        let gateway = if i % 2 == 0 { &first } else { &second };
+        let url = gateway.url("/v1/tools/echo/invoke");
+        let client = client.clone();
+        async move { post(&client, &url, Some("alice"), &json!({ "text": "hi" })).await }
+    });
+    let answers = join_all(calls).await;
+    let admitted = answers.iter().filter(|a| a.status == 200).count();
+    let limited: Vec<_> = answers.iter().filter(|a| a.status == 429).collect();
+    assert_eq!(
+        admitted, 6,
+        "the burst of 6 is shared by both replicas, not 6 each"
+    );
+    assert_eq!(limited.len(), 18);
+    assert!(
+        limited
+            .iter()
+            .all(|a| a.error_code() == "rate_limited" && a.headers.contains_key("retry-after"))
+    );
+
+    // Both replicas took part in admitting and refusing.
+    let by_replica = |parity: usize| {
+        answers
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| i % 2 == parity)
+            .map(|(_, a)| a.status)
+            .collect::<Vec<_>>()
+    };
+    assert!(by_replica(0).contains(&429) && by_replica(1).contains(&429));
+
+    // Another user has a budget of their own, on either replica.
+    let bob = post(
+        &client,
+        &second.url("/v1/tools/echo/invoke"),
+        Some("bob"),
+        &json!({ "text": "hi" }),
+    )
+    .await;
+    assert_eq!(bob.status, 200, "{:?}", bob.body);
+}
+
+fn fastrand_u32() -> u32 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now()) as u32
+}
