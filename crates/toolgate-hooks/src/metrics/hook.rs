@@ -1,6 +1,8 @@
 //! The [`Metrics`] hook and its builder.
 
-use ::metrics::{Label, counter, histogram};
+use std::sync::Arc;
+
+use ::metrics::{Label, SharedString, counter, histogram};
 use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolError, ToolInvokeContext};
 
 use crate::cache::CACHE_METADATA_KEY;
@@ -9,11 +11,11 @@ use crate::cache::CACHE_METADATA_KEY;
 /// `on_metrics`. See the [module docs](super).
 #[derive(Clone, Debug)]
 pub struct Metrics {
-    calls: String,
-    call_duration: String,
-    hook_duration: String,
-    cache_lookups: String,
-    rate_limited: String,
+    calls: SharedString,
+    call_duration: SharedString,
+    hook_duration: SharedString,
+    cache_lookups: SharedString,
+    rate_limited: SharedString,
 }
 
 /// Builds a [`Metrics`]. Default prefix: `toolgate`.
@@ -40,13 +42,17 @@ impl MetricsBuilder {
 
     /// The hook.
     pub fn build(self) -> Metrics {
-        let p = self.prefix;
+        // Shared names: handing one to the recorder on every call is a reference count,
+        // not a copy of the string.
+        let name = |suffix: &str| {
+            SharedString::from_shared(Arc::from(format!("{}_{suffix}", self.prefix)))
+        };
         Metrics {
-            calls: format!("{p}_calls_total"),
-            call_duration: format!("{p}_call_duration_seconds"),
-            hook_duration: format!("{p}_hook_duration_seconds"),
-            cache_lookups: format!("{p}_cache_lookups_total"),
-            rate_limited: format!("{p}_rate_limited_total"),
+            calls: name("calls_total"),
+            call_duration: name("call_duration_seconds"),
+            hook_duration: name("hook_duration_seconds"),
+            cache_lookups: name("cache_lookups_total"),
+            rate_limited: name("rate_limited_total"),
         }
     }
 }
@@ -81,16 +87,18 @@ impl Hook for Metrics {
     fn on_metrics<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let tool = ctx.tool_name().to_owned();
         let (outcome, code) = match ctx.error() {
-            None => ("success", "ok".to_owned()),
-            Some(ToolError::Suspended { .. }) => ("suspended", "suspended".to_owned()),
-            Some(e) => ("error", e.code().to_owned()),
+            None => ("success", Label::from_static_parts("code", "ok")),
+            Some(ToolError::Suspended { .. }) => {
+                ("suspended", Label::from_static_parts("code", "suspended"))
+            }
+            Some(e) => ("error", Label::new("code", e.code().to_owned())),
         };
         counter!(
             self.calls.clone(),
             vec![
                 Label::new("tool", tool.clone()),
-                Label::new("outcome", outcome),
-                Label::new("code", code)
+                Label::from_static_parts("outcome", outcome),
+                code
             ]
         )
         .increment(1);
@@ -98,7 +106,7 @@ impl Hook for Metrics {
             self.call_duration.clone(),
             vec![
                 Label::new("tool", tool.clone()),
-                Label::new("outcome", outcome)
+                Label::from_static_parts("outcome", outcome)
             ]
         )
         .record(ctx.elapsed().as_secs_f64());
@@ -107,7 +115,7 @@ impl Hook for Metrics {
                 self.hook_duration.clone(),
                 vec![
                     Label::new("tool", tool.clone()),
-                    Label::new("stage", timing.stage.name()),
+                    Label::from_static_parts("stage", timing.stage.name()),
                     Label::new("hook", timing.hook.to_string()),
                 ]
             )
@@ -127,7 +135,7 @@ impl Hook for Metrics {
                 self.cache_lookups.clone(),
                 vec![
                     Label::new("tool", tool.clone()),
-                    Label::new("result", result)
+                    Label::from_static_parts("result", result)
                 ]
             )
             .increment(1);
