@@ -320,3 +320,71 @@ async fn resume_does_not_rerun_stages_before_the_suspension() {
     );
     assert_eq!(Runs::of(&runs.transfer), 1);
 }
+
+#[tokio::test]
+async fn approving_a_call_whose_tool_was_disabled_while_it_waited_rejects_it_without_running() {
+    let runs = Arc::new(Runs::default());
+    let state = state();
+    let system = system(&runs, Arc::clone(&state)).build().unwrap();
+    let results = system
+        .execute_tools(THREAD, transfer(), ExecuteOptions::new())
+        .await;
+    let id = results[0].suspension_id().unwrap().to_owned();
+    assert!(state.disable_tool(THREAD, "transfer"));
+
+    let resumed = system
+        .resume(&id, ResumeDecision::Approve, ResumeOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(resumed.status, ToolStatus::Error);
+    assert_eq!(resumed.error_code(), Some("rejected"));
+    assert!(
+        resumed
+            .error
+            .as_ref()
+            .unwrap()
+            .message
+            .contains("was disabled in this thread"),
+        "{:?}",
+        resumed.error
+    );
+    assert_eq!(Runs::of(&runs.transfer), 0);
+    // The suspension was used up: the call ended.
+    assert!(matches!(
+        system
+            .resume(&id, ResumeDecision::Approve, ResumeOptions::new())
+            .await,
+        Err(ResumeError::UnknownSuspension { .. })
+    ));
+}
+
+#[tokio::test]
+async fn an_approval_that_cannot_be_checked_keeps_the_call_waiting() {
+    let runs = Arc::new(Runs::default());
+    let state = state();
+    let system = system(&runs, Arc::clone(&state)).build().unwrap();
+    let results = system
+        .execute_tools(THREAD, transfer(), ExecuteOptions::new())
+        .await;
+    let id = results[0].suspension_id().unwrap().to_owned();
+    let config = state.config(THREAD).unwrap();
+    assert!(state.remove_thread(THREAD));
+
+    let refused = system
+        .resume(&id, ResumeDecision::Approve, ResumeOptions::new())
+        .await;
+    assert!(
+        matches!(refused, Err(ResumeError::ThreadConfigUnavailable { ref thread, .. }) if thread == THREAD),
+        "{refused:?}"
+    );
+    assert_eq!(Runs::of(&runs.transfer), 0);
+
+    // Once the thread's configuration is back, the same approval runs the tool.
+    state.set_config(THREAD, config);
+    let resumed = system
+        .resume(&id, ResumeDecision::Approve, ResumeOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(resumed.output, Some(json!("transferred 10 EUR")));
+    assert_eq!(Runs::of(&runs.transfer), 1);
+}

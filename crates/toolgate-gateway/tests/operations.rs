@@ -130,6 +130,52 @@ async fn a_rejected_suspension_ends_in_a_rejected_error() {
     assert!(result.get("output").is_none(), "{}", answer.body);
 }
 
+#[tokio::test]
+async fn an_approval_after_a_reload_removed_the_tool_does_not_run_it() {
+    let gateway = Gateway::start(&approval_config());
+    let id = batch_with_a_suspended_sleep(&gateway).await;
+
+    let without_sleep = format!(
+        "tools:\n  builtin: [calculator]\nusers:\n{}{}",
+        user_yaml("alice", &["admin"]),
+        user_yaml("bob", &["analyst"]),
+    );
+    std::fs::write(&gateway.config, without_sleep).unwrap();
+    gateway.signal("HUP");
+    eventually(
+        "the reload removes sleep",
+        Duration::from_secs(30),
+        || async {
+            let listed = get(&client(), &gateway.url("/v1/tools"), Some("alice")).await;
+            listed.status == 200 && !listed.body.to_string().contains("\"sleep\"")
+        },
+    )
+    .await;
+
+    let approve = json!({"decision": "approve"});
+    let answer = post(
+        &client(),
+        &resume_url(&gateway, &id),
+        Some("alice"),
+        &approve,
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let result = &answer.body["results"][0];
+    assert_eq!(result["call_id"], "call_sleep");
+    assert_eq!(result["status"], "error", "{}", answer.body);
+    assert!(result.get("output").is_none(), "{}", answer.body);
+
+    let again = post(
+        &client(),
+        &resume_url(&gateway, &id),
+        Some("alice"),
+        &approve,
+    )
+    .await;
+    assert_eq!(again.status, 404, "the call ended: {}", again.body);
+}
+
 // ---------------------------------------------------------------------------------------
 // Metrics
 

@@ -22,6 +22,17 @@ pub enum ResumeError {
         /// What the store said.
         message: String,
     },
+    /// An approval could not be checked against the thread's enabled tools because the
+    /// thread's configuration could not be loaded. The call still waits.
+    #[error(
+        "the tool configuration of thread `{thread}` could not be loaded ({message}); the call still waits: resume it again once the state store answers"
+    )]
+    ThreadConfigUnavailable {
+        /// The thread the call was made in.
+        thread: String,
+        /// What the state store said.
+        message: String,
+    },
 }
 
 impl ToolSystem {
@@ -30,10 +41,16 @@ impl ToolSystem {
     /// makes the given output the call's output without running the tool. Stages before
     /// the suspension and the batch's other calls do not run again.
     ///
+    /// An approval runs the tool, so it is checked against the thread's configuration as
+    /// it is now: a tool disabled in the thread while the call waited is not run, and the
+    /// call is rejected with a reason that says so.
+    ///
     /// # Errors
     ///
     /// [`ResumeError::UnknownSuspension`] for an id that never existed or was already
-    /// used; [`ResumeError::Store`] when the suspension store fails.
+    /// used; [`ResumeError::Store`] when the suspension store fails;
+    /// [`ResumeError::ThreadConfigUnavailable`] when an approval cannot be checked because
+    /// the thread's configuration cannot be loaded (the call keeps waiting).
     pub async fn resume(
         &self,
         suspension_id: &str,
@@ -52,7 +69,27 @@ impl ToolSystem {
                 id: suspension_id.to_owned(),
             })?;
         let thread = saved.session_id.clone().unwrap_or_default();
-        let thread_limit = match self.inner.state.thread_config(&thread).await {
+        let config = self.inner.state.thread_config(&thread).await;
+        // Approving runs the tool: only while the thread still enables it. A call made
+        // outside any thread has no thread configuration to check.
+        let decision = match (&decision, &config, &saved.session_id) {
+            (ResumeDecision::Approve, Err(e), Some(_)) => {
+                return Err(ResumeError::ThreadConfigUnavailable {
+                    thread,
+                    message: e.to_string(),
+                });
+            }
+            (ResumeDecision::Approve, Ok(config), Some(_)) if !config.is_enabled(&saved.tool) => {
+                ResumeDecision::Reject {
+                    reason: format!(
+                        "tool `{}` was disabled in this thread while the call waited for approval; it did not run",
+                        saved.tool
+                    ),
+                }
+            }
+            _ => decision,
+        };
+        let thread_limit = match config {
             Ok(ThreadConfig {
                 result_max_chars, ..
             }) => result_max_chars,

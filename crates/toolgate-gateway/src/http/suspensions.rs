@@ -105,6 +105,11 @@ pub async fn resume(
         .await
         .map_err(|e| match e {
             ResumeError::UnknownSuspension { id } => not_found(&id),
+            error @ ResumeError::ThreadConfigUnavailable { .. } => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "thread_config_unavailable",
+                error.to_string(),
+            ),
             other => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "suspension_store",
