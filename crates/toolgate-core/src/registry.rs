@@ -59,7 +59,9 @@ pub struct RegisteredTool {
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
     tools: Vec<RegisteredTool>,
-    by_name: HashMap<String, usize>,
+    /// Looked up on every invocation. foldhash (randomly seeded) instead of SipHash: the
+    /// map is fixed once the pipeline is built, so callers' names cannot flood it.
+    by_name: HashMap<String, usize, foldhash::fast::RandomState>,
 }
 
 impl ToolRegistry {
