@@ -321,8 +321,14 @@ async fn resume_does_not_rerun_stages_before_the_suspension() {
     assert_eq!(Runs::of(&runs.transfer), 1);
 }
 
-#[tokio::test]
-async fn approving_a_call_whose_tool_was_disabled_while_it_waited_rejects_it_without_running() {
+/// A tool system whose `transfer` call waits for approval: its runs, its thread state, the
+/// system, and the suspension id.
+async fn transfer_waiting_for_approval() -> (
+    Arc<Runs>,
+    Arc<toolgate_agent::InMemoryStateManager>,
+    toolgate_agent::ToolSystem,
+    String,
+) {
     let runs = Arc::new(Runs::default());
     let state = state();
     let system = system(&runs, Arc::clone(&state)).build().unwrap();
@@ -330,6 +336,12 @@ async fn approving_a_call_whose_tool_was_disabled_while_it_waited_rejects_it_wit
         .execute_tools(THREAD, transfer(), ExecuteOptions::new())
         .await;
     let id = results[0].suspension_id().unwrap().to_owned();
+    (runs, state, system, id)
+}
+
+#[tokio::test]
+async fn approving_a_call_whose_tool_was_disabled_while_it_waited_rejects_it_without_running() {
+    let (runs, state, system, id) = transfer_waiting_for_approval().await;
     assert!(state.disable_tool(THREAD, "transfer"));
 
     let resumed = system
@@ -360,13 +372,7 @@ async fn approving_a_call_whose_tool_was_disabled_while_it_waited_rejects_it_wit
 
 #[tokio::test]
 async fn an_approval_that_cannot_be_checked_keeps_the_call_waiting() {
-    let runs = Arc::new(Runs::default());
-    let state = state();
-    let system = system(&runs, Arc::clone(&state)).build().unwrap();
-    let results = system
-        .execute_tools(THREAD, transfer(), ExecuteOptions::new())
-        .await;
-    let id = results[0].suspension_id().unwrap().to_owned();
+    let (runs, state, system, id) = transfer_waiting_for_approval().await;
     let config = state.config(THREAD).unwrap();
     assert!(state.remove_thread(THREAD));
 

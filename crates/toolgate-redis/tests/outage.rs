@@ -86,6 +86,27 @@ where
     }
 }
 
+/// Waits until `ping` passes with Redis deciding again: the call succeeds and
+/// `unavailable` (the backend's count of decisions taken without Redis) does not move.
+async fn until_pings_through_redis(
+    what: &str,
+    pipeline: &Pipeline,
+    unavailable: impl Fn() -> u64 + Clone,
+) {
+    until_recovered(what, || {
+        let (pipeline, unavailable) = (pipeline.clone(), unavailable.clone());
+        async move {
+            let before = unavailable();
+            let ok = pipeline
+                .invoke("ping", json!(null), as_user("probe"))
+                .await
+                .is_ok();
+            ok && unavailable() == before
+        }
+    })
+    .await;
+}
+
 fn pinging(hook: impl toolgate_core::Hook) -> Pipeline {
     let mut builder = Pipeline::builder();
     builder
@@ -155,16 +176,9 @@ async fn quota_outage(test: &str, policy: QuotaFailurePolicy, admitted_per_fault
         );
 
         proxy.heal();
-        until_recovered("the quota", || {
-            let (pipeline, backend) = (pipeline.clone(), backend.clone());
-            async move {
-                let before = backend.unavailable_decisions().total();
-                let ok = pipeline
-                    .invoke("ping", json!(null), as_user("probe"))
-                    .await
-                    .is_ok();
-                ok && backend.unavailable_decisions().total() == before
-            }
+        let counted = backend.clone();
+        until_pings_through_redis("the quota", &pipeline, move || {
+            counted.unavailable_decisions().total()
         })
         .await;
     }
@@ -259,16 +273,9 @@ async fn concurrency_outage(
         assert_eq!(backend.fallback_in_flight(), 0, "local permits given back");
 
         proxy.heal();
-        until_recovered("the concurrency cap", || {
-            let (pipeline, backend) = (pipeline.clone(), backend.clone());
-            async move {
-                let before = backend.unavailable_decisions().total();
-                let ok = pipeline
-                    .invoke("ping", json!(null), as_user("probe"))
-                    .await
-                    .is_ok();
-                ok && backend.unavailable_decisions().total() == before
-            }
+        let counted = backend.clone();
+        until_pings_through_redis("the concurrency cap", &pipeline, move || {
+            counted.unavailable_decisions().total()
         })
         .await;
     }
