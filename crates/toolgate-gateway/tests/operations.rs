@@ -153,26 +153,16 @@ async fn an_approval_after_a_reload_removed_the_tool_does_not_run_it() {
     .await;
 
     let approve = json!({"decision": "approve"});
-    let answer = post(
-        &client(),
-        &resume_url(&gateway, &id),
-        Some("alice"),
-        &approve,
-    )
-    .await;
+    let (client, url) = (client(), resume_url(&gateway, &id));
+    let approve_as_alice = || post(&client, &url, Some("alice"), &approve);
+    let answer = approve_as_alice().await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     let result = &answer.body["results"][0];
     assert_eq!(result["call_id"], "call_sleep");
     assert_eq!(result["status"], "error", "{}", answer.body);
     assert!(result.get("output").is_none(), "{}", answer.body);
 
-    let again = post(
-        &client(),
-        &resume_url(&gateway, &id),
-        Some("alice"),
-        &approve,
-    )
-    .await;
+    let again = approve_as_alice().await;
     assert_eq!(again.status, 404, "the call ended: {}", again.body);
 }
 

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{Gateway, client, post, user_yaml};
+use common::{Gateway, invoke, user_yaml};
 use futures::future::join_all;
 use serde_json::json;
 
@@ -64,18 +64,15 @@ async fn two_gateways_on_one_redis_enforce_one_rate_limit_per_user() {
     else {
         return;
     };
-    let prefix = format!("tgreplicas{}x{:x}", std::process::id(), fastrand_u32());
+    let prefix = format!("tgreplicas{}x{:x}", std::process::id(), random_u32());
     let config = replica_config(&redis, &prefix);
     let first = Gateway::start(&config);
     let second = Gateway::start(&config);
 
     // 24 calls by alice at once, alternating between the replicas.
-    let client = client();
     let calls = (0..24).map(|i| {
         let gateway = if i % 2 == 0 { &first } else { &second };
-        let url = gateway.url("/v1/tools/echo/invoke");
-        let client = client.clone();
-        async move { post(&client, &url, Some("alice"), &json!({ "text": "hi" })).await }
+        invoke(gateway, "alice", "echo", json!({ "text": "hi" }))
     });
     let answers = join_all(calls).await;
     let admitted = answers.iter().filter(|a| a.status == 200).count();
@@ -103,17 +100,12 @@ async fn two_gateways_on_one_redis_enforce_one_rate_limit_per_user() {
     assert!(by_replica(0).contains(&429) && by_replica(1).contains(&429));
 
     // Another user has a budget of their own, on either replica.
-    let bob = post(
-        &client,
-        &second.url("/v1/tools/echo/invoke"),
-        Some("bob"),
-        &json!({ "text": "hi" }),
-    )
-    .await;
+    let bob = invoke(&second, "bob", "echo", json!({ "text": "hi" })).await;
     assert_eq!(bob.status, 200, "{:?}", bob.body);
 }
 
-fn fastrand_u32() -> u32 {
+/// A random number for a key prefix no other run shares (std's randomly seeded hasher).
+fn random_u32() -> u32 {
     use std::hash::{BuildHasher, RandomState};
     RandomState::new().hash_one(std::time::SystemTime::now()) as u32
 }

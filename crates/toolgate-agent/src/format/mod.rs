@@ -79,7 +79,6 @@ pub(crate) fn arguments_of(value: Option<&Value>) -> Arguments {
     }
 }
 
-/// The input schema as most providers take it: without the `$schema` dialect marker.
 /// A tool's input schema as providers take it: without `$schema`, and a tool that takes no
 /// arguments (a `null` schema, from a `()` input) as an empty object, which is what every
 /// provider expects and what models send.

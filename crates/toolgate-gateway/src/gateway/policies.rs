@@ -212,14 +212,11 @@ pub(super) fn install_policies(
 
     let mut audit = None;
     if let Some(config) = &config.audit {
-        let hook = match config {
+        let (sink, include_values, stage_timings) = match config {
             AuditConfig::Log {
                 include_values,
                 stage_timings,
-            } => Audit::builder()
-                .include_values(*include_values)
-                .stage_timings(*stage_timings)
-                .build(),
+            } => (None, include_values, stage_timings),
             AuditConfig::File {
                 path,
                 include_values,
@@ -233,13 +230,16 @@ pub(super) fn install_policies(
                     JsonLinesSink::open_buffered(&path.0, every)
                 }
                 .map_err(|e| GatewayError::Io(format!("audit.path: {e}")))?;
-                Audit::builder()
-                    .sink(sink)
-                    .include_values(*include_values)
-                    .stage_timings(*stage_timings)
-                    .build()
+                (Some(sink), include_values, stage_timings)
             }
         };
+        let mut hook = Audit::builder()
+            .include_values(*include_values)
+            .stage_timings(*stage_timings);
+        if let Some(sink) = sink {
+            hook = hook.sink(sink);
+        }
+        let hook = hook.build();
         let hook = Arc::new(hook);
         builder.shared_hook(hook.clone(), Default::default(), None);
         audit = Some(hook);
