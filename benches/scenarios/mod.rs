@@ -5,6 +5,7 @@
 //! Both targets include this file, so what is timed is exactly what is counted.
 
 use std::cell::RefCell;
+use std::sync::Mutex;
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -142,33 +143,43 @@ fn tower_static() -> JsonService {
     BoxCloneService::new(s)
 }
 
-/// How many times a direct-call harness repeats the call (a request provider).
-struct Iterations;
+/// What a direct-call harness is given (a request provider): how many times to repeat
+/// the call, and the owned inputs of the calls that take JSON.
+struct HarnessRun;
 
-impl TypeMapKey for Iterations {
-    type Value = u64;
+impl TypeMapKey for HarnessRun {
+    type Value = (u64, Mutex<Vec<Value>>);
 }
 
 /// The direct-call harness: a tool whose body calls the benchmarked tool `iterations`
 /// times and returns how long that took in nanoseconds. It exists because a
 /// [`ToolInvokeContext`], which both `Tool::execute` and `ErasedTool::call` take, is only
-/// made by the pipeline; the harness's own invocation is outside the timed loop.
+/// made by the pipeline; the harness's own invocation is outside the timed loop. The
+/// outputs the body returns are dropped after the timing, as criterion drops the
+/// pipeline's.
 fn harness(
     name: &'static str,
-    body: impl for<'a> Fn(u64, &'a ToolInvokeContext) -> BoxFuture<'a, ()> + Send + Sync + 'static,
+    body: impl for<'a> Fn(u64, Vec<Value>, &'a ToolInvokeContext) -> BoxFuture<'a, Vec<Value>>
+    + Send
+    + Sync
+    + 'static,
 ) -> impl Tool {
     tool_fn_with_context(
         name,
         "Times direct calls of `add`.",
         move |_: AddInput, ctx: &ToolInvokeContext| {
-            let iterations = *ctx
-                .get::<Iterations>()
-                .expect("the harness is invoked with its iteration count");
-            let run = body(iterations, ctx);
+            let harness_run = ctx
+                .get::<HarnessRun>()
+                .expect("the harness is invoked with its run");
+            let (iterations, inputs) = &*harness_run;
+            let inputs = std::mem::take(&mut *inputs.lock().expect("not poisoned"));
+            let run = body(*iterations, inputs, ctx);
             Box::pin(async move {
                 let started = Instant::now();
-                run.await;
-                Ok::<_, ToolError>(started.elapsed().as_nanos() as u64)
+                let outputs = run.await;
+                let elapsed = started.elapsed();
+                drop(outputs);
+                Ok::<_, ToolError>(elapsed.as_nanos() as u64)
             })
         },
     )
@@ -198,28 +209,34 @@ impl Scenarios {
 
         let mut direct = Pipeline::builder();
         direct
-            .tool(harness("direct_typed", |iterations, ctx| {
+            .tool(harness("direct_typed", |iterations, _, ctx| {
                 Box::pin(async move {
                     for _ in 0..iterations {
                         let input = black_box(AddInput { a: 1, b: 2 });
                         black_box(Add.execute(input, ctx).await.expect("add succeeds"));
                     }
+                    Vec::new()
                 })
             }))
             .expect("the harness registers");
         direct
-            .tool(harness("direct_erased", move |iterations, ctx| {
+            .tool(harness("direct_erased", move |_, inputs, ctx| {
                 let registry = std::sync::Arc::clone(&registry);
+                let mut outputs = Vec::with_capacity(inputs.len());
                 Box::pin(async move {
-                    // What a home-made dispatcher does: find the tool by name, call it
-                    // with the JSON input, get JSON back.
-                    for _ in 0..iterations {
+                    // What a home-made dispatcher does: given owned JSON off the wire,
+                    // find the tool by name, parse and check the input, call the tool,
+                    // get JSON back, drop the input.
+                    for input in inputs {
                         let tool = &black_box(&registry)
                             .get(black_box("add"))
                             .expect("`add` is registered")
                             .tool;
-                        black_box(tool.call(None, ctx).await.expect("add succeeds"));
+                        let prepared = tool.check_input(&input).expect("the input is valid");
+                        outputs.push(tool.call(prepared, ctx).await.expect("add succeeds"));
+                        drop(black_box(input));
                     }
+                    outputs
                 })
             }))
             .expect("the harness registers");
@@ -240,18 +257,20 @@ impl Scenarios {
     }
 
     /// Calls the typed tool `iterations` times with `Tool::execute`; returns the time taken.
-    pub async fn direct_typed(&self, iterations: u64) -> Duration {
-        self.run_harness("direct_typed", iterations).await
+    pub fn direct_typed(&self, iterations: u64) -> impl Future<Output = Duration> + '_ {
+        self.run_harness("direct_typed", iterations, Vec::new())
     }
 
     /// Finds the tool in a registry by name and calls `ErasedTool::call` (JSON in, JSON
-    /// out) `iterations` times; returns the time taken.
-    pub async fn direct_erased(&self, iterations: u64) -> Duration {
-        self.run_harness("direct_erased", iterations).await
+    /// out) `iterations` times; returns the time taken. The inputs are built here, before
+    /// the returned future runs.
+    pub fn direct_erased(&self, iterations: u64) -> impl Future<Output = Duration> + '_ {
+        let inputs = (0..iterations).map(|_| add_input()).collect();
+        self.run_harness("direct_erased", iterations, inputs)
     }
 
-    async fn run_harness(&self, name: &str, iterations: u64) -> Duration {
-        let options = InvokeOptions::new().provide::<Iterations>(iterations);
+    async fn run_harness(&self, name: &str, iterations: u64, inputs: Vec<Value>) -> Duration {
+        let options = InvokeOptions::new().provide::<HarnessRun>((iterations, Mutex::new(inputs)));
         let nanos = self
             .direct
             .invoke(name, add_input(), options)

@@ -38,6 +38,13 @@ impl<'a> HookFuture<'a> {
         HookFuture(Inner::Boxed(Box::pin(future)))
     }
 
+    /// Whether this future is already done with `Ok(())`: the common answer of a
+    /// synchronous hook, which the pipeline takes without moving the result out.
+    #[inline]
+    pub(crate) fn is_ready_ok(&self) -> bool {
+        matches!(self.0, Inner::Ready(Some(Ok(()))))
+    }
+
     /// The result, when the future is already done (a synchronous hook); the future back
     /// otherwise. The pipeline takes a ready result without polling.
     #[inline]

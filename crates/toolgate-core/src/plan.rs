@@ -102,6 +102,12 @@ impl ToolPlan {
         &self.stages[stage.index()]
     }
 
+    /// The stages where hooks run.
+    #[inline]
+    pub fn present(&self) -> StageSet {
+        self.present
+    }
+
     /// Whether any hook runs at `stage`.
     #[inline]
     pub fn has(&self, stage: Stage) -> bool {

@@ -252,9 +252,28 @@ impl StageSet {
         self.0 == 0
     }
 
+    /// The stages in both sets.
+    #[must_use]
+    pub const fn intersection(self, other: StageSet) -> StageSet {
+        StageSet(self.0 & other.0)
+    }
+
+    /// Every stage that comes before `stage` in pipeline order.
+    pub(crate) const fn before(stage: Stage) -> StageSet {
+        StageSet((1 << stage as u8) - 1)
+    }
+
     /// The stages of the set, in pipeline order.
     pub fn iter(self) -> impl Iterator<Item = Stage> {
-        Stage::ALL.into_iter().filter(move |s| self.contains(*s))
+        let mut bits = self.0;
+        std::iter::from_fn(move || {
+            if bits == 0 {
+                return None;
+            }
+            let index = bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            Some(Stage::ALL[index])
+        })
     }
 }
 

@@ -233,11 +233,22 @@ pub fn parse_input<I>(input: &Value) -> Result<I, ToolError>
 where
     I: DeserializeOwned + Validate<Context = ()>,
 {
-    let parsed: I = serde_path_to_error::deserialize(input).map_err(|e| {
-        let path = e.path().to_string();
-        let path = if path == "." { String::new() } else { path };
-        ToolError::InvalidInput(InputViolations::one(path, e.into_inner().to_string()))
-    })?;
+    // The well-formed input, the common case, is read without tracking paths; only an
+    // input that fails is read again to find where (deserializing a `&Value` has no side
+    // effects, so the second read fails the same way).
+    let parsed: I = match I::deserialize(input) {
+        Ok(parsed) => parsed,
+        Err(plain) => {
+            return Err(match serde_path_to_error::deserialize::<_, I>(input) {
+                Err(e) => {
+                    let path = e.path().to_string();
+                    let path = if path == "." { String::new() } else { path };
+                    ToolError::InvalidInput(InputViolations::one(path, e.into_inner().to_string()))
+                }
+                Ok(_) => ToolError::InvalidInput(InputViolations::one("", plain.to_string())),
+            });
+        }
+    };
     parsed.validate().map_err(|report| {
         ToolError::InvalidInput(InputViolations(
             report

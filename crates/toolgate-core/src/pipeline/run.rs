@@ -20,7 +20,7 @@ use crate::plan::PlannedHook;
 use crate::suspension::new_suspension_id;
 use crate::{
     Control, Decision, FailureMode, HookResult, HookTiming, Next, ResumeDecision, Stage,
-    SuspendRequest, SuspendedInvocation, ToolError, ToolInvokeContext,
+    StageSet, SuspendRequest, SuspendedInvocation, ToolError, ToolInvokeContext,
 };
 
 /// How an invocation starts.
@@ -43,6 +43,100 @@ const OUTPUT_STAGES: [Stage; 4] = [
 ];
 
 const RECORD_STAGES: [Stage; 3] = [Stage::WillAudit, Stage::DidAudit, Stage::OnMetrics];
+
+/// Runs the hooks of tail stage `$stage` from the hook at index `$first`, once
+/// [`enter_tail`] said so, in the tail's own future (like [`run_stage!`]). Outcomes are
+/// recorded and logged, never applied; a hook's own code (its filter and its stage method)
+/// runs under `catch_unwind`, so that a panic in one hook's release does not skip the
+/// release of the hooks after it; a pending hook future is bounded by the tail timeout.
+macro_rules! run_tail_stage {
+    ($entry:expr, $ctx:expr, $stage:expr, $first:expr) => {{
+        let (entry, stage, first): (&ToolEntry, Stage, usize) = ($entry, $stage, $first);
+        let started = entry.plan.records_durations().then(Instant::now);
+        for (planned, index) in entry.plan.hooks(stage)[first..].iter().zip(first..) {
+            $ctx.progress.tail_hook = Some((stage, index));
+            let hook_started = entry.shared.record_hook_timings.then(Instant::now);
+            let hook_ctx = &mut *$ctx;
+            let settled = match contained(move || {
+                if !planned.hook.filter(hook_ctx) {
+                    return None;
+                }
+                let called = call_stage(&*planned.hook, stage, hook_ctx);
+                Some(if called.is_ready_ok() {
+                    Ok(Ok(()))
+                } else {
+                    called.into_ready()
+                })
+            }) {
+                Ok(None) => continue,
+                Ok(Some(Ok(outcome))) => Ok(outcome),
+                Ok(Some(Err(pending))) => {
+                    // A hook that never finishes must not hang the call: past the tail
+                    // timeout it is abandoned (its future dropped) and the next hook runs.
+                    let bounded = tokio::time::timeout(
+                        entry.shared.tail_hook_timeout,
+                        AssertUnwindSafe(pending).catch_unwind(),
+                    );
+                    match bounded.await {
+                        Ok(settled) => settled,
+                        Err(_) => {
+                            tracing::error!(stage = %stage, hook = %planned.name, timeout_ms = entry.shared.tail_hook_timeout.as_millis() as u64, "a hook did not finish within the tail timeout and was abandoned; the outcome is kept");
+                            continue;
+                        }
+                    }
+                }
+                Err(panic) => Err(panic),
+            };
+            match settled {
+                Ok(Ok(())) if hook_started.is_none() => {}
+                Ok(outcome) => {
+                    let _ = settle(planned, stage, $ctx, hook_started, outcome, false);
+                }
+                Err(_) => {
+                    tracing::error!(stage = %stage, hook = %planned.name, "a hook panicked; the panic was contained and the outcome kept");
+                }
+            }
+        }
+        $ctx.progress.tail_hook = None;
+        if let Some(started) = started {
+            $ctx.stage_durations.push((stage, started.elapsed()));
+        }
+    }};
+}
+
+/// Runs the hooks of main-phase stage `$stage` in plan order, once [`enter`] said it has
+/// some, and evaluates to the stage's [`HookResult`]. A macro, not a function: the loop
+/// runs in the phase's own future, so a stage builds no future of its own — a
+/// synchronous hook costs its calls, and only a pending hook future is awaited, in place.
+macro_rules! run_stage {
+    ($entry:expr, $ctx:expr, $stage:expr) => {{
+        let (entry, stage): (&ToolEntry, Stage) = ($entry, $stage);
+        let started = entry.plan.records_durations().then(Instant::now);
+        let mut result = Ok(());
+        for planned in entry.plan.hooks(stage) {
+            if !planned.hook.filter($ctx) {
+                continue;
+            }
+            let hook_started = entry.shared.record_hook_timings.then(Instant::now);
+            let called = call_stage(&*planned.hook, stage, $ctx);
+            if called.is_ready_ok() && hook_started.is_none() {
+                continue;
+            }
+            let outcome = match called.into_ready() {
+                Ok(outcome) => outcome,
+                Err(pending) => pending.await,
+            };
+            if let Err(control) = settle(planned, stage, $ctx, hook_started, outcome, true) {
+                result = Err(control);
+                break;
+            }
+        }
+        if let Some(started) = started {
+            $ctx.stage_durations.push((stage, started.elapsed()));
+        }
+        result
+    }};
+}
 
 /// Owns the context while the invocation runs; finishes the tail if the invocation future
 /// is dropped first. The context stays in its box from its creation to its end: the
@@ -252,7 +346,7 @@ async fn drive(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> 
             let at = ctx.stage;
             ctx.set_output(value);
             if at == Stage::WillReadCache && enter(entry, ctx, Stage::DidCacheHit) {
-                respond_continues(run_stage(entry, ctx, Stage::DidCacheHit).await, ctx)?;
+                respond_continues(run_stage!(entry, ctx, Stage::DidCacheHit), ctx)?;
             }
             false
         }
@@ -267,6 +361,9 @@ async fn pre_phase(
     ctx: &mut ToolInvokeContext,
     resume_after: Option<Stage>,
 ) -> HookResult {
+    if resume_after.is_none() {
+        return fresh_pre_phase(entry, ctx).await;
+    }
     for &stage in PRE_STAGES {
         // On resume, stages up to the suspending one are done — except the semaphore,
         // whose permit was given back while the call waited.
@@ -280,7 +377,7 @@ async fn pre_phase(
             _ => {}
         }
         if enter(entry, ctx, stage) {
-            run_stage(entry, ctx, stage).await?;
+            run_stage!(entry, ctx, stage)?;
         }
         if stage == Stage::WillValidateInput {
             check_input(entry, ctx)?;
@@ -289,9 +386,48 @@ async fn pre_phase(
     if resume_after.is_none_or(|after| after < Stage::DidCacheMiss)
         && enter(entry, ctx, Stage::DidCacheMiss)
     {
-        run_stage(entry, ctx, Stage::DidCacheMiss).await?;
+        run_stage!(entry, ctx, Stage::DidCacheMiss)?;
     }
     Ok(())
+}
+
+/// Phases 1–6 of a fresh invocation: the same steps as [`pre_phase`], visiting only the
+/// stages with hooks (found by bit scan, not by walking every stage).
+async fn fresh_pre_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
+    let mut checked = false;
+    for stage in entry.plan.present().intersection(PRE_WITH_MISS).iter() {
+        if !checked && stage > Stage::WillValidateInput {
+            ctx.stage = Stage::WillValidateInput;
+            reach_capacity_stages(ctx, Stage::WillValidateInput);
+            check_input(entry, ctx)?;
+            checked = true;
+        }
+        reach_capacity_stages(ctx, stage);
+        ctx.stage = stage;
+        run_stage!(entry, ctx, stage)?;
+        if stage == Stage::WillValidateInput {
+            check_input(entry, ctx)?;
+            checked = true;
+        }
+    }
+    if !checked {
+        ctx.stage = Stage::WillValidateInput;
+        reach_capacity_stages(ctx, Stage::WillValidateInput);
+        check_input(entry, ctx)?;
+    }
+    ctx.stage = Stage::DidCacheMiss;
+    Ok(())
+}
+
+/// Every stage up to `did_cache_miss`, the last of phase 6 on a cache miss.
+const PRE_WITH_MISS: StageSet = StageSet::before(Stage::DidCacheHit).with(Stage::DidCacheMiss);
+
+/// Marks the acquire stages passed on the way to `stage` as reached, so that their
+/// release stages run.
+#[inline]
+fn reach_capacity_stages(ctx: &mut ToolInvokeContext, stage: Stage) {
+    ctx.progress.quota |= stage >= Stage::WillAcquireQuota;
+    ctx.progress.semaphore |= stage >= Stage::WillAcquireSemaphore;
 }
 
 /// The tool's own check, right after the `will_validate_input` hooks.
@@ -333,7 +469,7 @@ async fn execute_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Result
         Err(Control::Error(error)) if ctx.attempt > 1 => {
             ctx.error = Some(error.clone());
             if let Some(first) = enter_tail(entry, ctx, Stage::OnGiveUp) {
-                run_tail_hooks(entry, ctx, Stage::OnGiveUp, first).await;
+                run_tail_stage!(entry, ctx, Stage::OnGiveUp, first);
             }
             Err(Control::Error(error))
         }
@@ -345,10 +481,10 @@ async fn execute_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Result
 pub(crate) async fn execute_once(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
     ctx.attempt += 1;
     if ctx.attempt > 1 && enter(entry, ctx, Stage::OnRetry) {
-        run_stage(entry, ctx, Stage::OnRetry).await?;
+        run_stage!(entry, ctx, Stage::OnRetry)?;
     }
     if enter(entry, ctx, Stage::WillExecute) {
-        run_stage(entry, ctx, Stage::WillExecute).await?;
+        run_stage!(entry, ctx, Stage::WillExecute)?;
     }
     let prepared = match ctx.prepared.take() {
         Some((version, prepared)) if version == ctx.input_version => Some(prepared),
@@ -359,7 +495,7 @@ pub(crate) async fn execute_once(entry: &ToolEntry, ctx: &mut ToolInvokeContext)
     ctx.progress.in_tool = false;
     ctx.set_output(output?);
     if enter(entry, ctx, Stage::DidExecute) {
-        run_stage(entry, ctx, Stage::DidExecute).await?;
+        run_stage!(entry, ctx, Stage::DidExecute)?;
     }
     Ok(())
 }
@@ -377,7 +513,7 @@ async fn output_phase(
             continue;
         }
         if enter(entry, ctx, stage) {
-            respond_continues(run_stage(entry, ctx, stage).await, ctx)?;
+            respond_continues(run_stage!(entry, ctx, stage), ctx)?;
         }
     }
     Ok(())
@@ -457,28 +593,28 @@ async fn tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
         .as_ref()
         .is_some_and(|e| !matches!(e, ToolError::Suspended { .. }));
     if failed && let Some(first) = enter_tail(entry, ctx, Stage::OnError) {
-        run_tail_hooks(entry, ctx, Stage::OnError, first).await;
+        run_tail_stage!(entry, ctx, Stage::OnError, first);
     }
     if ctx.finished.is_none() {
         ctx.finished = Some(Instant::now());
     }
     for stage in RECORD_STAGES {
         if let Some(first) = enter_tail(entry, ctx, stage) {
-            run_tail_hooks(entry, ctx, stage, first).await;
+            run_tail_stage!(entry, ctx, stage, first);
         }
     }
     if ctx.progress.semaphore
         && let Some(first) = enter_tail(entry, ctx, Stage::DidReleaseSemaphore)
     {
-        run_tail_hooks(entry, ctx, Stage::DidReleaseSemaphore, first).await;
+        run_tail_stage!(entry, ctx, Stage::DidReleaseSemaphore, first);
     }
     if ctx.progress.quota
         && let Some(first) = enter_tail(entry, ctx, Stage::DidReleaseQuota)
     {
-        run_tail_hooks(entry, ctx, Stage::DidReleaseQuota, first).await;
+        run_tail_stage!(entry, ctx, Stage::DidReleaseQuota, first);
     }
     if let Some(first) = enter_tail(entry, ctx, Stage::WillFinalizeInvoke) {
-        run_tail_hooks(entry, ctx, Stage::WillFinalizeInvoke, first).await;
+        run_tail_stage!(entry, ctx, Stage::WillFinalizeInvoke, first);
     }
     if let Some(error) = &ctx.error {
         tracing::debug!(
@@ -496,8 +632,7 @@ async fn tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
 
 /// Tail stages run at most once each, and what they return or how they panic never
 /// changes the outcome. Callers run a tail stage as
-/// `if let Some(first) = enter_tail(..) { run_tail_hooks(.., first).await }`, so that a
-/// stage without hooks builds no future.
+/// `if let Some(first) = enter_tail(..) { run_tail_stage!(.., first) }`.
 ///
 /// Marks tail stage `stage` as begun and tells from which hook to run it: `None` when it
 /// already ran or has no hooks. A stage interrupted by the drop of the invocation future
@@ -515,20 +650,6 @@ fn enter_tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stage: Stage) -> O
     entry.plan.has(stage).then_some(first)
 }
 
-/// The hooks of a tail stage, from the hook at index `first`, with panics contained.
-async fn run_tail_hooks(
-    entry: &ToolEntry,
-    ctx: &mut ToolInvokeContext,
-    stage: Stage,
-    first: usize,
-) {
-    let run = AssertUnwindSafe(run_hooks::<true>(entry, ctx, stage, first)).catch_unwind();
-    if run.await.is_err() {
-        tracing::error!(stage = %stage, "a hook panicked; the panic was contained and the outcome kept");
-    }
-    ctx.progress.tail_hook = None;
-}
-
 /// Enters `stage` of the main phases and tells whether it has hooks. Callers check it
 /// before building the stage's future, so that an empty stage costs this branch and no
 /// future (DESIGN.md §9).
@@ -538,96 +659,29 @@ fn enter(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stage: Stage) -> bool {
     entry.plan.has(stage)
 }
 
-/// Runs the hooks of one stage of the main phases, once [`enter`] said it has some. It is
-/// not an `async fn` of its own: the caller awaits the hooks' future directly, one future
-/// (and one copy of it) less per stage.
+/// What follows a hook's outcome: its timing is recorded (when asked for) and its failure
+/// mode applied. `Err` when the outcome takes effect (never in the tail: `can_apply` is
+/// `false` there).
 #[inline]
-fn run_stage<'a>(
-    entry: &'a ToolEntry,
-    ctx: &'a mut ToolInvokeContext,
+fn settle(
+    planned: &PlannedHook,
     stage: Stage,
-) -> impl Future<Output = HookResult> + 'a {
-    run_hooks::<false>(entry, ctx, stage, 0)
-}
-
-/// Runs the hooks of `stage` in plan order, from the hook at index `first`. In the tail
-/// (`TAIL`) outcomes are recorded and logged, never applied, and a panic in one hook is
-/// contained so that the hooks after it still run.
-async fn run_hooks<const TAIL: bool>(
-    entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
-    stage: Stage,
-    first: usize,
+    hook_started: Option<Instant>,
+    outcome: HookResult,
+    can_apply: bool,
 ) -> HookResult {
-    let started = entry.plan.records_durations().then(Instant::now);
-    let time_hooks = entry.shared.record_hook_timings;
-    let mut result = Ok(());
-    let hooks = entry.plan.hooks(stage);
-    for (planned, index) in hooks[first..].iter().zip(first..) {
-        if !planned.hook.filter(ctx) {
-            continue;
-        }
-        if TAIL {
-            ctx.progress.tail_hook = Some((stage, index));
-        }
-        let hook_started = time_hooks.then(Instant::now);
-        // A synchronous hook's result is taken as it is: only a pending future is awaited.
-        let outcome = if TAIL {
-            // In the tail every hook gets its turn: a panic in one hook's release must not
-            // skip the release of the hooks after it.
-            let hook_ctx = &mut *ctx;
-            let called =
-                contained(move || call_stage(&*planned.hook, stage, hook_ctx).into_ready());
-            let settled = match called {
-                Ok(Ok(outcome)) => Ok(outcome),
-                Ok(Err(pending)) => {
-                    // A hook that never finishes must not hang the call: past the tail
-                    // timeout it is abandoned (its future dropped) and the next hook runs.
-                    let bounded = tokio::time::timeout(
-                        entry.shared.tail_hook_timeout,
-                        AssertUnwindSafe(pending).catch_unwind(),
-                    );
-                    match bounded.await {
-                        Ok(settled) => settled,
-                        Err(_) => {
-                            tracing::error!(stage = %stage, hook = %planned.name, timeout_ms = entry.shared.tail_hook_timeout.as_millis() as u64, "a hook did not finish within the tail timeout and was abandoned; the outcome is kept");
-                            continue;
-                        }
-                    }
-                }
-                Err(panic) => Err(panic),
-            };
-            match settled {
-                Ok(outcome) => outcome,
-                Err(_) => {
-                    tracing::error!(stage = %stage, hook = %planned.name, "a hook panicked; the panic was contained and the outcome kept");
-                    continue;
-                }
-            }
-        } else {
-            match call_stage(&*planned.hook, stage, ctx).into_ready() {
-                Ok(outcome) => outcome,
-                Err(pending) => pending.await,
-            }
-        };
-        if let Some(t) = hook_started {
-            ctx.hook_timings.push(HookTiming {
-                stage,
-                hook: Arc::clone(&planned.name),
-                duration: t.elapsed(),
-            });
-        }
-        if let Err(control) = outcome
-            && let Some(control) = decide(planned, stage, ctx, control, !TAIL)
-        {
-            result = Err(control);
-            break;
-        }
+    if let Some(t) = hook_started {
+        ctx.hook_timings.push(HookTiming {
+            stage,
+            hook: Arc::clone(&planned.name),
+            duration: t.elapsed(),
+        });
     }
-    if let Some(started) = started {
-        ctx.stage_durations.push((stage, started.elapsed()));
+    match outcome {
+        Err(control) => decide(planned, stage, ctx, control, can_apply).map_or(Ok(()), Err),
+        Ok(()) => Ok(()),
     }
-    result
 }
 
 /// Calls `f`, catching a panic (the tail's hooks are called synchronously first).
