@@ -5,8 +5,8 @@
 //! Both targets include this file, so what is timed is exactly what is counted.
 
 use std::cell::RefCell;
-use std::sync::Mutex;
 use std::hint::black_box;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;

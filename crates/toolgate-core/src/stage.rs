@@ -258,6 +258,12 @@ impl StageSet {
         StageSet(self.0 & other.0)
     }
 
+    /// The stages in either set.
+    #[must_use]
+    pub const fn union(self, other: StageSet) -> StageSet {
+        StageSet(self.0 | other.0)
+    }
+
     /// Every stage that comes before `stage` in pipeline order.
     pub(crate) const fn before(stage: Stage) -> StageSet {
         StageSet((1 << stage as u8) - 1)

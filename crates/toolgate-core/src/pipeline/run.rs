@@ -19,8 +19,8 @@ use crate::hook::call_stage;
 use crate::plan::PlannedHook;
 use crate::suspension::new_suspension_id;
 use crate::{
-    Control, Decision, FailureMode, HookResult, HookTiming, Next, ResumeDecision, Stage,
-    StageSet, SuspendRequest, SuspendedInvocation, ToolError, ToolInvokeContext,
+    Control, Decision, FailureMode, HookResult, HookTiming, Next, ResumeDecision, Stage, StageSet,
+    SuspendRequest, SuspendedInvocation, ToolError, ToolInvokeContext,
 };
 
 /// How an invocation starts.
@@ -42,7 +42,20 @@ const OUTPUT_STAGES: [Stage; 4] = [
     Stage::WillTransformOutput,
 ];
 
+const OUTPUT_SET: StageSet = StageSet::of(&OUTPUT_STAGES);
+
 const RECORD_STAGES: [Stage; 3] = [Stage::WillAudit, Stage::DidAudit, Stage::OnMetrics];
+
+/// The stages [`tail`] runs.
+const TAIL_SET: StageSet = StageSet::of(&[
+    Stage::OnError,
+    Stage::WillAudit,
+    Stage::DidAudit,
+    Stage::OnMetrics,
+    Stage::DidReleaseSemaphore,
+    Stage::DidReleaseQuota,
+    Stage::WillFinalizeInvoke,
+]);
 
 /// Runs the hooks of tail stage `$stage` from the hook at index `$first`, once
 /// [`enter_tail`] said so, in the tail's own future (like [`run_stage!`]). Outcomes are
@@ -188,7 +201,7 @@ pub(crate) async fn invoke(
     ctx: Box<ToolInvokeContext>,
     start: Start,
 ) -> Result<Value, ToolError> {
-    invoke_detailed(entry, ctx, start).await.result
+    run_to_end(entry, ctx, start, |_, result| result).await
 }
 
 /// Runs one invocation to its end and keeps its metadata, attempts and duration.
@@ -197,6 +210,23 @@ pub(crate) async fn invoke_detailed(
     ctx: Box<ToolInvokeContext>,
     start: Start,
 ) -> super::Invocation {
+    run_to_end(entry, ctx, start, |ctx, result| super::Invocation {
+        result,
+        metadata: std::mem::take(ctx.metadata_mut()),
+        attempts: ctx.attempt,
+        duration: ctx.elapsed(),
+    })
+    .await
+}
+
+/// Runs one invocation to its end; `conclude` makes the caller's answer from the
+/// finished context and the result (what it does not take is dropped with the context).
+async fn run_to_end<R>(
+    entry: &Arc<ToolEntry>,
+    ctx: Box<ToolInvokeContext>,
+    start: Start,
+    conclude: impl FnOnce(&mut ToolInvokeContext, Result<Value, ToolError>) -> R,
+) -> R {
     let span = tracing::info_span!(
         "toolgate.invoke",
         tool = %ctx.tool_name(),
@@ -217,7 +247,13 @@ pub(crate) async fn invoke_detailed(
             .as_mut()
             .expect("the guard holds the context until the end");
         let outcome = run_main(entry, ctx, start).await;
-        finish(entry, ctx, outcome).await;
+        ctx.progress.tail_started = true;
+        if let Err(Control::Suspend(request)) = outcome {
+            ctx.error = Some(suspend(entry, ctx, request).await.unwrap_or_else(|e| e));
+        } else {
+            settle_outcome(ctx, outcome);
+        }
+        tail(entry, ctx).await;
         let mut ctx = guard
             .ctx
             .take()
@@ -226,12 +262,7 @@ pub(crate) async fn invoke_detailed(
             Some(error) => Err(error),
             None => Ok(ctx.take_output().unwrap_or(Value::Null)),
         };
-        super::Invocation {
-            result,
-            metadata: std::mem::take(ctx.metadata_mut()),
-            attempts: ctx.attempt,
-            duration: ctx.elapsed(),
-        }
+        conclude(&mut ctx, result)
     });
     // A span no subscriber is interested in is disabled for good: entering it on every
     // poll would do nothing, so the invocation runs without the wrapper.
@@ -340,7 +371,11 @@ async fn drive(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> 
         },
     };
 
-    let executed = match pre_phase(entry, ctx, resume_after).await {
+    let before_execution = match resume_after {
+        None => fresh_pre_phase(entry, ctx).await,
+        Some(after) => pre_phase(entry, ctx, after).await,
+    };
+    let executed = match before_execution {
         Ok(()) => execute_phase(entry, ctx).await?,
         Err(Control::Respond(value)) => {
             let at = ctx.stage;
@@ -352,23 +387,19 @@ async fn drive(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> 
         }
         Err(other) => return Err(other),
     };
+    if entry.plan.present().intersection(OUTPUT_SET).is_empty() {
+        return Ok(());
+    }
     output_phase(entry, ctx, executed, None).await
 }
 
-/// Phases 1–6. Ends with `Err(Control::Respond)` on a short-circuit.
-async fn pre_phase(
-    entry: &ToolEntry,
-    ctx: &mut ToolInvokeContext,
-    resume_after: Option<Stage>,
-) -> HookResult {
-    if resume_after.is_none() {
-        return fresh_pre_phase(entry, ctx).await;
-    }
+/// Phases 1–6 of a resumed invocation. Ends with `Err(Control::Respond)` on a
+/// short-circuit.
+async fn pre_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext, after: Stage) -> HookResult {
     for &stage in PRE_STAGES {
-        // On resume, stages up to the suspending one are done — except the semaphore,
-        // whose permit was given back while the call waited.
-        if resume_after.is_some_and(|after| stage <= after && stage != Stage::WillAcquireSemaphore)
-        {
+        // Stages up to the suspending one are done — except the semaphore, whose permit
+        // was given back while the call waited.
+        if stage <= after && stage != Stage::WillAcquireSemaphore {
             continue;
         }
         match stage {
@@ -383,9 +414,7 @@ async fn pre_phase(
             check_input(entry, ctx)?;
         }
     }
-    if resume_after.is_none_or(|after| after < Stage::DidCacheMiss)
-        && enter(entry, ctx, Stage::DidCacheMiss)
-    {
+    if after < Stage::DidCacheMiss && enter(entry, ctx, Stage::DidCacheMiss) {
         run_stage!(entry, ctx, Stage::DidCacheMiss)?;
     }
     Ok(())
@@ -529,21 +558,14 @@ fn respond_continues(result: HookResult, ctx: &mut ToolInvokeContext) -> HookRes
     }
 }
 
-/// Settles the outcome of the main phases, then runs the tail.
-async fn finish(entry: &ToolEntry, ctx: &mut ToolInvokeContext, outcome: HookResult) {
-    ctx.progress.tail_started = true;
+/// Settles the outcome of the main phases (a suspension aside): the output of a respond,
+/// or the error.
+fn settle_outcome(ctx: &mut ToolInvokeContext, outcome: HookResult) {
     match outcome {
-        Ok(()) => {}
+        Ok(()) | Err(Control::Suspend(_)) => {}
         Err(Control::Respond(value)) => ctx.set_output(value),
         Err(Control::Error(error)) => ctx.error = Some(error),
-        Err(Control::Suspend(request)) => {
-            ctx.error = Some(match suspend(entry, ctx, request).await {
-                Ok(error) => error,
-                Err(error) => error,
-            });
-        }
     }
-    tail(entry, ctx).await;
 }
 
 /// Stores the suspended call; the caller's error is [`ToolError::Suspended`].
@@ -588,6 +610,14 @@ async fn suspend(
 /// `on_error` (on the error path), record, release, end — each stage at most once.
 async fn tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
     ctx.progress.tail_started = true;
+    if entry.plan.present().intersection(TAIL_SET).is_empty() && ctx.progress.tail_hook.is_none() {
+        // No hook to run: every tail stage is done at once.
+        ctx.finished.get_or_insert_with(Instant::now);
+        ctx.progress.tail_done = ctx.progress.tail_done.union(TAIL_SET);
+        ctx.stage = Stage::WillFinalizeInvoke;
+        log_end(ctx);
+        return;
+    }
     let failed = ctx
         .error
         .as_ref()
@@ -595,9 +625,7 @@ async fn tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
     if failed && let Some(first) = enter_tail(entry, ctx, Stage::OnError) {
         run_tail_stage!(entry, ctx, Stage::OnError, first);
     }
-    if ctx.finished.is_none() {
-        ctx.finished = Some(Instant::now());
-    }
+    ctx.finished.get_or_insert_with(Instant::now);
     for stage in RECORD_STAGES {
         if let Some(first) = enter_tail(entry, ctx, stage) {
             run_tail_stage!(entry, ctx, stage, first);
@@ -616,6 +644,11 @@ async fn tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
     if let Some(first) = enter_tail(entry, ctx, Stage::WillFinalizeInvoke) {
         run_tail_stage!(entry, ctx, Stage::WillFinalizeInvoke, first);
     }
+    log_end(ctx);
+}
+
+/// The invocation's last event.
+fn log_end(ctx: &ToolInvokeContext) {
     if let Some(error) = &ctx.error {
         tracing::debug!(
             code = error.code(),
