@@ -72,18 +72,22 @@ macro_rules! run_tail_stage {
             let hook_ctx = &mut *$ctx;
             let settled = match contained(move || {
                 if !planned.hook.filter(hook_ctx) {
-                    return None;
+                    return TailCall::Skipped;
                 }
                 let called = call_stage(&*planned.hook, stage, hook_ctx);
-                Some(if called.is_ready_ok() {
-                    Ok(Ok(()))
-                } else {
-                    called.into_ready()
-                })
+                if called.is_ready_ok() {
+                    return TailCall::ReadyOk;
+                }
+                match called.into_ready() {
+                    Ok(outcome) => TailCall::Ready(outcome),
+                    Err(pending) => TailCall::Pending(pending),
+                }
             }) {
-                Ok(None) => continue,
-                Ok(Some(Ok(outcome))) => Ok(outcome),
-                Ok(Some(Err(pending))) => {
+                Ok(TailCall::Skipped) => continue,
+                Ok(TailCall::ReadyOk) if hook_started.is_none() => continue,
+                Ok(TailCall::ReadyOk) => Ok(Ok(())),
+                Ok(TailCall::Ready(outcome)) => Ok(outcome),
+                Ok(TailCall::Pending(pending)) => {
                     // A hook that never finishes must not hang the call: past the tail
                     // timeout it is abandoned (its future dropped) and the next hook runs.
                     let bounded = tokio::time::timeout(
@@ -101,7 +105,6 @@ macro_rules! run_tail_stage {
                 Err(panic) => Err(panic),
             };
             match settled {
-                Ok(Ok(())) if hook_started.is_none() => {}
                 Ok(outcome) => {
                     let _ = settle(planned, stage, $ctx, hook_started, outcome, false);
                 }
@@ -115,6 +118,18 @@ macro_rules! run_tail_stage {
             $ctx.stage_durations.push((stage, started.elapsed()));
         }
     }};
+}
+
+/// What calling a tail hook gave, told apart without moving a result in the common case.
+enum TailCall<'a> {
+    /// Its filter said no.
+    Skipped,
+    /// Done with `Ok(())`.
+    ReadyOk,
+    /// Done with another outcome.
+    Ready(HookResult),
+    /// Still running.
+    Pending(crate::HookFuture<'a>),
 }
 
 /// Runs the hooks of main-phase stage `$stage` in plan order, once [`enter`] said it has
@@ -548,6 +563,7 @@ async fn output_phase(
     Ok(())
 }
 
+#[inline]
 fn respond_continues(result: HookResult, ctx: &mut ToolInvokeContext) -> HookResult {
     match result {
         Err(Control::Respond(value)) => {
