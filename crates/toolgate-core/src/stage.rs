@@ -313,4 +313,19 @@ mod tests {
         }
         assert_eq!(StageSet::ALL.iter().count(), STAGE_COUNT);
     }
+
+    #[test]
+    fn set_operations_keep_pipeline_order() {
+        let a = StageSet::of(&[Stage::WillFinalizeInvoke, Stage::WillAuthorize]);
+        let b = StageSet::of(&[Stage::WillAuthorize, Stage::WillExecute]);
+        assert_eq!(
+            a.union(b).iter().collect::<Vec<_>>(),
+            [Stage::WillAuthorize, Stage::WillExecute, Stage::WillFinalizeInvoke]
+        );
+        assert_eq!(a.intersection(b).iter().collect::<Vec<_>>(), [Stage::WillAuthorize]);
+        let before = StageSet::before(Stage::WillExecute);
+        assert!(before.contains(Stage::WillAuthorize));
+        assert!(!before.contains(Stage::WillExecute));
+        assert!(StageSet::before(Stage::WillCreateInvokeContext).is_empty());
+    }
 }
