@@ -20,6 +20,7 @@ mod error;
 mod health;
 mod invoke;
 mod mcp;
+mod request_metrics;
 mod suspensions;
 
 use std::sync::Arc;
@@ -37,6 +38,7 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use toolgate_core::User;
 
 pub use error::ApiError;
+use request_metrics::RequestMetrics;
 
 use crate::gateway::Gateway;
 
@@ -78,7 +80,10 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .merge(authenticated)
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(middleware::from_fn(record_request))
+        .layer(middleware::from_fn_with_state(
+            Arc::new(RequestMetrics::default()),
+            record_request,
+        ))
         .with_state(state)
 }
 
@@ -97,20 +102,21 @@ async fn authenticate(State(state): State<AppState>, mut request: Request, next:
     next.run(request).await
 }
 
-async fn record_request(request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    let method = request.method().to_string();
+async fn record_request(
+    State(metrics): State<Arc<RequestMetrics>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let route = request.extensions().get::<MatchedPath>().cloned();
+    let method = request.method().clone();
     let started = Instant::now();
     let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
-    metrics::counter!("toolgate_http_requests_total", "route" => route.clone(), "method" => method, "status" => status)
-        .increment(1);
-    metrics::histogram!("toolgate_http_request_duration_seconds", "route" => route)
-        .record(started.elapsed().as_secs_f64());
+    metrics.record(
+        route.as_ref().map_or("unmatched", MatchedPath::as_str),
+        &method,
+        response.status(),
+        started.elapsed(),
+    );
     response
 }
 
