@@ -27,10 +27,10 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
+use arc_swap::{ArcSwap, Guard};
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::header;
+use axum::http::{HeaderName, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, get, post};
@@ -88,17 +88,24 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let gateway = state.current.load_full();
-    let user = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| gateway.keys.authenticate_header(v));
-    let Some(user) = user else {
+    // The configuration is read through a guard; the caller takes a reference to it only
+    // when the key is good.
+    let caller = {
+        let gateway = state.current.load();
+        request
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| gateway.keys.authenticate_header(v))
+            .map(|user| Caller {
+                user,
+                gateway: Guard::into_inner(gateway),
+            })
+    };
+    let Some(caller) = caller else {
         return ApiError::unauthenticated().into_response();
     };
-    request.extensions_mut().insert(user.clone());
-    request.extensions_mut().insert(Caller { user, gateway });
+    request.extensions_mut().insert(caller);
     next.run(request).await
 }
 
@@ -120,12 +127,15 @@ async fn record_request(
     response
 }
 
+/// `x-toolgate-timeout-ms`: a client's own deadline, in milliseconds.
+const X_TOOLGATE_TIMEOUT_MS: HeaderName = HeaderName::from_static("x-toolgate-timeout-ms");
+
 /// The deadline of a request: the server's, or less when the client asks for less with
 /// `x-toolgate-timeout-ms`.
 fn request_timeout(gateway: &Gateway, headers: &axum::http::HeaderMap) -> Duration {
     let limit = gateway.config.server.request_timeout;
     headers
-        .get("x-toolgate-timeout-ms")
+        .get(X_TOOLGATE_TIMEOUT_MS)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(|ms| Duration::from_millis(ms).min(limit))
