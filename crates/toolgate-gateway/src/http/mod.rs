@@ -73,7 +73,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/suspensions/{id}", get(suspensions::show))
         .route("/v1/suspensions/{id}/resume", post(suspensions::resume))
         .route("/mcp", any(mcp::endpoint))
-        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+        .route_layer(middleware::from_fn_with_state(
+            state.current.clone(),
+            authenticate,
+        ));
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -84,14 +87,19 @@ pub fn router(state: AppState) -> Router {
             Arc::new(RequestMetrics::default()),
             record_request,
         ))
-        .with_state(state)
+        // Every request clones the state of its route: one shared pointer, not each field.
+        .with_state(Arc::new(state))
 }
 
-async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
+async fn authenticate(
+    State(current): State<Arc<ArcSwap<Gateway>>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     // The configuration is read through a guard; the caller takes a reference to it only
     // when the key is good.
     let caller = {
-        let gateway = state.current.load();
+        let gateway = current.load();
         request
             .headers()
             .get(header::AUTHORIZATION)
