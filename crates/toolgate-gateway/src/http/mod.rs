@@ -14,6 +14,7 @@
 //!
 //! Everything under `/v1` and `/mcp` needs `Authorization: Bearer <key>`.
 
+mod authenticate;
 mod batch;
 mod body;
 mod error;
@@ -27,16 +28,17 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
-use arc_swap::{ArcSwap, Guard};
+use arc_swap::ArcSwap;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::{HeaderName, header};
+use axum::http::HeaderName;
 use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{any, get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use toolgate_core::User;
 
+use authenticate::AuthenticateLayer;
 pub use error::ApiError;
 use request_metrics::RequestMetrics;
 
@@ -73,10 +75,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/suspensions/{id}", get(suspensions::show))
         .route("/v1/suspensions/{id}/resume", post(suspensions::resume))
         .route("/mcp", any(mcp::endpoint))
-        .route_layer(middleware::from_fn_with_state(
-            state.current.clone(),
-            authenticate,
-        ));
+        .route_layer(AuthenticateLayer::new(state.current.clone()));
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
@@ -89,32 +88,6 @@ pub fn router(state: AppState) -> Router {
         ))
         // Every request clones the state of its route: one shared pointer, not each field.
         .with_state(Arc::new(state))
-}
-
-async fn authenticate(
-    State(current): State<Arc<ArcSwap<Gateway>>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
-    // The configuration is read through a guard; the caller takes a reference to it only
-    // when the key is good.
-    let caller = {
-        let gateway = current.load();
-        request
-            .headers()
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| gateway.keys.authenticate_header(v))
-            .map(|user| Caller {
-                user,
-                gateway: Guard::into_inner(gateway),
-            })
-    };
-    let Some(caller) = caller else {
-        return ApiError::unauthenticated().into_response();
-    };
-    request.extensions_mut().insert(caller);
-    next.run(request).await
 }
 
 async fn record_request(
