@@ -26,21 +26,19 @@ mod suspensions;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
+use axum::extract::DefaultBodyLimit;
 use axum::http::HeaderName;
-use axum::middleware::{self, Next};
-use axum::response::Response;
 use axum::routing::{any, get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use toolgate_core::User;
 
 use authenticate::AuthenticateLayer;
 pub use error::ApiError;
-use request_metrics::RequestMetrics;
+use request_metrics::RecordRequestsLayer;
 
 use crate::gateway::Gateway;
 
@@ -82,30 +80,9 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .merge(authenticated)
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(middleware::from_fn_with_state(
-            Arc::new(RequestMetrics::default()),
-            record_request,
-        ))
+        .layer(RecordRequestsLayer::default())
         // Every request clones the state of its route: one shared pointer, not each field.
         .with_state(Arc::new(state))
-}
-
-async fn record_request(
-    State(metrics): State<Arc<RequestMetrics>>,
-    request: Request,
-    next: Next,
-) -> Response {
-    let route = request.extensions().get::<MatchedPath>().cloned();
-    let method = request.method().clone();
-    let started = Instant::now();
-    let response = next.run(request).await;
-    metrics.record(
-        route.as_ref().map_or("unmatched", MatchedPath::as_str),
-        &method,
-        response.status(),
-        started.elapsed(),
-    );
-    response
 }
 
 /// `x-toolgate-timeout-ms`: a client's own deadline, in milliseconds.

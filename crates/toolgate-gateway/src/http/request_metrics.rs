@@ -8,13 +8,24 @@
 //! status) is registered once and later requests only find its handles in a short list
 //! (the routes are the router's, a few statuses each). The list is read without a lock and
 //! replaced, copy on write, when a new combination appears.
+//!
+//! [`RecordRequestsLayer`] wraps the router's routes: it reads the route and method before
+//! the request goes in and the status as the answer comes out, without boxing the route's
+//! future or copying the route as a `from_fn` middleware would.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::task::{Context, Poll, ready};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
+use axum::extract::{MatchedPath, Request};
 use axum::http::{Method, StatusCode};
+use axum::response::Response;
 use metrics::{Counter, Histogram, Recorder};
+use tower_layer::Layer;
+use tower_service::Service;
 
 /// The metric handles of the requests seen so far.
 #[derive(Default)]
@@ -110,5 +121,95 @@ impl RequestMetrics {
             }
             Arc::new(Handles { recorder, entries })
         });
+    }
+}
+
+/// Wraps routes in [`RecordRequests`].
+#[derive(Clone, Default)]
+pub(super) struct RecordRequestsLayer {
+    metrics: Arc<RequestMetrics>,
+}
+
+impl<S> Layer<S> for RecordRequestsLayer {
+    type Service = RecordRequests<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RecordRequests {
+            inner,
+            metrics: self.metrics.clone(),
+        }
+    }
+}
+
+/// Counts each request and times it, by route (its matched path, or `unmatched`), method
+/// and status.
+#[derive(Clone)]
+pub(super) struct RecordRequests<S> {
+    inner: S,
+    metrics: Arc<RequestMetrics>,
+}
+
+impl<S> Service<Request> for RecordRequests<S>
+where
+    S: Service<Request, Response = Response>,
+    S::Future: Unpin,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = Recorded<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, request: Request) -> Self::Future {
+        let pending = Pending {
+            metrics: self.metrics.clone(),
+            route: request.extensions().get::<MatchedPath>().cloned(),
+            method: request.method().clone(),
+            started: Instant::now(),
+        };
+        Recorded {
+            inner: self.inner.call(request),
+            pending: Some(pending),
+        }
+    }
+}
+
+/// What is known of a request before its answer.
+struct Pending {
+    metrics: Arc<RequestMetrics>,
+    route: Option<MatchedPath>,
+    method: Method,
+    started: Instant,
+}
+
+/// The route's future; records the request when its answer is ready.
+pub(super) struct Recorded<F> {
+    inner: F,
+    pending: Option<Pending>,
+}
+
+impl<F, E> Future for Recorded<F>
+where
+    F: Future<Output = Result<Response, E>> + Unpin,
+{
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let result = ready!(Pin::new(&mut this.inner).poll(cx));
+        if let (Ok(response), Some(pending)) = (&result, this.pending.take()) {
+            pending.metrics.record(
+                pending
+                    .route
+                    .as_ref()
+                    .map_or("unmatched", MatchedPath::as_str),
+                &pending.method,
+                response.status(),
+                pending.started.elapsed(),
+            );
+        }
+        Poll::Ready(result)
     }
 }
