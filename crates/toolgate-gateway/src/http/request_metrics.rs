@@ -27,6 +27,9 @@ use metrics::{Counter, Histogram, Recorder};
 use tower_layer::Layer;
 use tower_service::Service;
 
+/// How many (route, method, status) combinations the list keeps.
+const MAX_ENTRIES: usize = 256;
+
 /// The metric handles of the requests seen so far.
 #[derive(Default)]
 pub(super) struct RequestMetrics {
@@ -110,6 +113,11 @@ impl RequestMetrics {
             ),
         };
         entry.record(elapsed);
+        if self.handles.load().entries.len() >= MAX_ENTRIES {
+            // Clients choose methods, so the combinations have no bound: past this many,
+            // new ones are registered on each request, as without the list.
+            return;
+        }
         self.handles.rcu(|handles| {
             let mut entries = if handles.recorder == recorder {
                 handles.entries.clone()

@@ -238,7 +238,7 @@ impl ToolHandles {
             self.error_duration.clone_from(&other.error_duration);
         }
         for (code, counter) in &other.errors {
-            if self.error(code).is_none() {
+            if self.errors.len() < MAX_CODES && self.error(code).is_none() {
                 self.errors.push((code.clone(), counter.clone()));
             }
         }
@@ -261,6 +261,13 @@ impl ToolHandles {
         }
     }
 }
+
+/// How many tools the table keeps. Tool names come from the registry and error codes from
+/// tools, but neither is bounded here: past these limits, the series left out are
+/// registered on each call, as without the table.
+const MAX_TOOLS: usize = 4096;
+/// How many error codes the table keeps per tool (see [`MAX_TOOLS`]).
+const MAX_CODES: usize = 64;
 
 /// The handles registered with one recorder.
 #[derive(Default)]
@@ -320,10 +327,11 @@ impl Handles {
             } else {
                 HashMap::default()
             };
-            tools
-                .entry(tool.into())
-                .and_modify(|current| current.merge(&handles))
-                .or_insert_with(|| handles.clone());
+            if let Some(current) = tools.get_mut(tool) {
+                current.merge(&handles);
+            } else if tools.len() < MAX_TOOLS {
+                tools.insert(tool.into(), handles.clone());
+            }
             Arc::new(Table { recorder, tools })
         });
     }
@@ -453,5 +461,31 @@ mod tests {
                 ),
             ]
         );
+    }
+
+    #[test]
+    fn codes_past_the_table_limit_are_still_counted() {
+        let names = names();
+        let handles = Handles::default();
+        let recorder = DebuggingRecorder::new();
+        let codes: Vec<String> = (0..MAX_CODES + 6).map(|i| format!("code_{i}")).collect();
+        ::metrics::with_local_recorder(&recorder, || {
+            for _ in 0..2 {
+                for code in &codes {
+                    handles.record(&names, "echo", &observation(Outcome::Error(code), None));
+                }
+            }
+        });
+        let found = read(&recorder);
+        for code in &codes {
+            let label = format!("code={code}");
+            let count = found
+                .iter()
+                .find(|(name, labels, _)| name == "calls" && labels.contains(&label))
+                .map(|(.., value)| *value);
+            assert_eq!(count, Some(2), "{code}");
+        }
+        let table = handles.table.load();
+        assert_eq!(table.tools["echo"].errors.len(), MAX_CODES);
     }
 }
