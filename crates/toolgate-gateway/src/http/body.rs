@@ -21,6 +21,14 @@ pub fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Re
             ApiError::new(StatusCode::BAD_REQUEST, "bad_body", rejection.body_text())
         }
     })?;
+    // The common case, a body that parses, goes straight through serde_json; only a body
+    // that does not is parsed again, tracking the path, to say where it went wrong.
+    serde_json::from_slice(&bytes).map_err(|error| explain::<T>(&bytes, error))
+}
+
+/// The 400 answer for a body that is not the JSON expected, naming where it went wrong.
+#[cold]
+fn explain<T: DeserializeOwned>(bytes: &[u8], error: serde_json::Error) -> ApiError {
     let bad = |at: String, e: serde_json::Error| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -28,16 +36,18 @@ pub fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Re
             format!("the request body is not the JSON expected{at}: {e}"),
         )
     };
-    let mut deserializer = serde_json::Deserializer::from_slice(&bytes);
-    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|e| {
-        let path = e.path().to_string();
-        let at = if path == "." {
-            String::new()
-        } else {
-            format!(" at `{path}`")
-        };
-        bad(at, e.into_inner())
-    })?;
-    deserializer.end().map_err(|e| bad(String::new(), e))?;
-    Ok(value)
+    let mut deserializer = serde_json::Deserializer::from_slice(bytes);
+    match serde_path_to_error::deserialize::<_, T>(&mut deserializer) {
+        Err(e) => {
+            let path = e.path().to_string();
+            let at = if path == "." {
+                String::new()
+            } else {
+                format!(" at `{path}`")
+            };
+            bad(at, e.into_inner())
+        }
+        // The value parsed, so what failed is what follows it.
+        Ok(_) => bad(String::new(), deserializer.end().err().unwrap_or(error)),
+    }
 }

@@ -1,5 +1,6 @@
 //! `/healthz`, `/readyz`, `/metrics`.
 
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use axum::Json;
@@ -16,7 +17,7 @@ pub async fn healthz() -> Json<serde_json::Value> {
 }
 
 /// Ready for traffic: not draining for shutdown.
-pub async fn readyz(State(state): State<AppState>) -> Response {
+pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
     if state.draining.load(Ordering::Relaxed) {
         (
             StatusCode::SERVICE_UNAVAILABLE,
@@ -30,7 +31,7 @@ pub async fn readyz(State(state): State<AppState>) -> Response {
 }
 
 /// Prometheus text format.
-pub async fn metrics(State(state): State<AppState>) -> Response {
+pub async fn metrics(State(state): State<Arc<AppState>>) -> Response {
     match &state.metrics {
         Some(handle) => (
             [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],

@@ -2,12 +2,11 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
-use axum::extract::{Extension, Path, Query};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::extract::{Extension, FromRequest, Path, Query, Request};
+use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value, json};
 use toolgate_agent::ToolResult;
 use toolgate_agent::format::{anthropic, gemini, mcp, openai};
 use toolgate_core::{InvokeOptions, RequestId, ToolError};
@@ -47,20 +46,38 @@ pub async fn list_tools(
     Ok(Json(listed))
 }
 
+/// `x-request-id`: the caller's id of the request, echoed in the answer.
+const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+/// `x-session-id`: the session the call belongs to.
+const X_SESSION_ID: HeaderName = HeaderName::from_static("x-session-id");
+
+/// The answer of a call that returned: serialized from the invocation in place (keys in
+/// the order a JSON object of them has always had).
+#[derive(Serialize)]
+struct Answer<'a> {
+    attempts: u32,
+    duration_ms: f64,
+    metadata: &'a Map<String, Value>,
+    output: &'a Value,
+}
+
 /// One call. The body is the tool's arguments; `x-session-id`, `x-request-id` and
 /// `x-toolgate-timeout-ms` are optional headers.
 pub async fn invoke(
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
-    headers: HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    request: Request,
 ) -> Response {
+    // The headers are taken out rather than copied; reading the body needs none of them.
+    let (mut parts, body) = request.into_parts();
+    let headers = std::mem::take(&mut parts.headers);
+    let body = Bytes::from_request(Request::from_parts(parts, body), &()).await;
     let input: Value = match json_body(body) {
         Ok(input) => input,
         Err(error) => return error.into_response(),
     };
     let request_id = headers
-        .get("x-request-id")
+        .get(X_REQUEST_ID)
         .and_then(|v| v.to_str().ok())
         .filter(|v| !v.is_empty() && v.len() <= 128)
         .map(str::to_owned)
@@ -69,7 +86,7 @@ pub async fn invoke(
         .user(caller.user.clone())
         .request_id(request_id.clone())
         .timeout(request_timeout(&caller.gateway, &headers));
-    if let Some(session) = headers.get("x-session-id").and_then(|v| v.to_str().ok()) {
+    if let Some(session) = headers.get(X_SESSION_ID).and_then(|v| v.to_str().ok()) {
         options = options.session(session);
     }
     let invocation = caller
@@ -86,13 +103,13 @@ pub async fn invoke(
         result.metadata.attempts = invocation.attempts;
         stats.record(&result);
     }
-    let mut response = match invocation.result {
-        Ok(output) => Json(json!({
-            "output": output,
-            "metadata": invocation.metadata,
-            "attempts": invocation.attempts,
-            "duration_ms": invocation.duration.as_secs_f64() * 1000.0,
-        }))
+    let mut response = match &invocation.result {
+        Ok(output) => Json(Answer {
+            attempts: invocation.attempts,
+            duration_ms: invocation.duration.as_secs_f64() * 1000.0,
+            metadata: &invocation.metadata,
+            output,
+        })
         .into_response(),
         Err(ToolError::Suspended {
             suspension_id,
@@ -106,10 +123,10 @@ pub async fn invoke(
             })),
         )
             .into_response(),
-        Err(error) => ApiError::from(&error).into_response(),
+        Err(error) => ApiError::from(error).into_response(),
     };
     if let Ok(value) = HeaderValue::from_str(&request_id) {
-        response.headers_mut().insert("x-request-id", value);
+        response.headers_mut().insert(X_REQUEST_ID, value);
     }
     response
 }

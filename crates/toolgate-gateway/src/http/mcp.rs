@@ -11,7 +11,7 @@ use super::{ApiError, Caller};
 
 /// Hands the request to the MCP server of the caller's configuration. The caller's user is
 /// in the request's extensions, where the MCP server finds it.
-pub async fn endpoint(Extension(caller): Extension<Caller>, request: Request) -> Response {
+pub async fn endpoint(Extension(caller): Extension<Caller>, mut request: Request) -> Response {
     let Some(mut service) = caller.gateway.mcp.clone() else {
         return ApiError::new(
             StatusCode::NOT_FOUND,
@@ -20,6 +20,7 @@ pub async fn endpoint(Extension(caller): Extension<Caller>, request: Request) ->
         )
         .into_response();
     };
+    request.extensions_mut().insert(caller.user.clone());
     let limit = caller.gateway.config.server.body_limit.0;
     let request = request.map(|body| Limited::new(body, limit));
     match service.call(request).await {

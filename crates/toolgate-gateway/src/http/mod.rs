@@ -14,29 +14,31 @@
 //!
 //! Everything under `/v1` and `/mcp` needs `Authorization: Bearer <key>`.
 
+mod authenticate;
 mod batch;
 mod body;
 mod error;
 mod health;
 mod invoke;
 mod mcp;
+mod request_metrics;
 mod suspensions;
 
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, MatchedPath, Request, State};
-use axum::http::header;
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::extract::DefaultBodyLimit;
+use axum::http::HeaderName;
 use axum::routing::{any, get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use toolgate_core::User;
 
+use authenticate::AuthenticateLayer;
 pub use error::ApiError;
+use request_metrics::RecordRequestsLayer;
 
 use crate::gateway::Gateway;
 
@@ -71,55 +73,27 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/suspensions/{id}", get(suspensions::show))
         .route("/v1/suspensions/{id}/resume", post(suspensions::resume))
         .route("/mcp", any(mcp::endpoint))
-        .route_layer(middleware::from_fn_with_state(state.clone(), authenticate));
+        .route_layer(AuthenticateLayer::new(state.current.clone()));
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
         .merge(authenticated)
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(middleware::from_fn(record_request))
-        .with_state(state)
+        .layer(RecordRequestsLayer::default())
+        // Every request clones the state of its route: one shared pointer, not each field.
+        .with_state(Arc::new(state))
 }
 
-async fn authenticate(State(state): State<AppState>, mut request: Request, next: Next) -> Response {
-    let gateway = state.current.load_full();
-    let user = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| gateway.keys.authenticate_header(v));
-    let Some(user) = user else {
-        return ApiError::unauthenticated().into_response();
-    };
-    request.extensions_mut().insert(user.clone());
-    request.extensions_mut().insert(Caller { user, gateway });
-    next.run(request).await
-}
-
-async fn record_request(request: Request, next: Next) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned())
-        .unwrap_or_else(|| "unmatched".to_owned());
-    let method = request.method().to_string();
-    let started = Instant::now();
-    let response = next.run(request).await;
-    let status = response.status().as_u16().to_string();
-    metrics::counter!("toolgate_http_requests_total", "route" => route.clone(), "method" => method, "status" => status)
-        .increment(1);
-    metrics::histogram!("toolgate_http_request_duration_seconds", "route" => route)
-        .record(started.elapsed().as_secs_f64());
-    response
-}
+/// `x-toolgate-timeout-ms`: a client's own deadline, in milliseconds.
+const X_TOOLGATE_TIMEOUT_MS: HeaderName = HeaderName::from_static("x-toolgate-timeout-ms");
 
 /// The deadline of a request: the server's, or less when the client asks for less with
 /// `x-toolgate-timeout-ms`.
 fn request_timeout(gateway: &Gateway, headers: &axum::http::HeaderMap) -> Duration {
     let limit = gateway.config.server.request_timeout;
     headers
-        .get("x-toolgate-timeout-ms")
+        .get(X_TOOLGATE_TIMEOUT_MS)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok())
         .map(|ms| Duration::from_millis(ms).min(limit))

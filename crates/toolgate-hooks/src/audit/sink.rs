@@ -159,9 +159,11 @@ impl AuditSink for JsonLinesSink {
     }
 
     fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditError>> {
-        let result = serde_json::to_vec(record)
+        // A record is a few hundred bytes: room for it up front, not grown by doubling.
+        let mut line = Vec::with_capacity(512);
+        let result = serde_json::to_writer(&mut line, record)
             .map_err(|e| Self::fail(e.to_string()))
-            .and_then(|mut line| {
+            .and_then(|()| {
                 line.push(b'\n');
                 let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
                 file.write_all(&line)

@@ -2,20 +2,21 @@
 
 use std::sync::Arc;
 
-use ::metrics::{Label, SharedString, counter, histogram};
+use ::metrics::SharedString;
 use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolError, ToolInvokeContext};
 
+use super::handles::{CacheResult, Handles, Names, Observation, Outcome};
 use crate::cache::CACHE_METADATA_KEY;
 
 /// Records calls, outcomes, latencies, cache lookups and rate-limit rejections at
 /// `on_metrics`. See the [module docs](super).
+///
+/// Each series is registered with the recorder once, the first time a call records into
+/// it; later calls update its handle directly. Clones share those handles.
 #[derive(Clone, Debug)]
 pub struct Metrics {
-    calls: SharedString,
-    call_duration: SharedString,
-    hook_duration: SharedString,
-    cache_lookups: SharedString,
-    rate_limited: SharedString,
+    names: Names,
+    handles: Arc<Handles>,
 }
 
 /// Builds a [`Metrics`]. Default prefix: `toolgate`.
@@ -48,11 +49,14 @@ impl MetricsBuilder {
             SharedString::from_shared(Arc::from(format!("{}_{suffix}", self.prefix)))
         };
         Metrics {
-            calls: name("calls_total"),
-            call_duration: name("call_duration_seconds"),
-            hook_duration: name("hook_duration_seconds"),
-            cache_lookups: name("cache_lookups_total"),
-            rate_limited: name("rate_limited_total"),
+            names: Names {
+                calls: name("calls_total"),
+                call_duration: name("call_duration_seconds"),
+                hook_duration: name("hook_duration_seconds"),
+                cache_lookups: name("cache_lookups_total"),
+                rate_limited: name("rate_limited_total"),
+            },
+            handles: Arc::default(),
         }
     }
 }
@@ -85,67 +89,30 @@ impl Hook for Metrics {
     }
 
     fn on_metrics<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-        let tool = ctx.tool_name().to_owned();
-        let (outcome, code) = match ctx.error() {
-            None => ("success", Label::from_static_parts("code", "ok")),
-            Some(ToolError::Suspended { .. }) => {
-                ("suspended", Label::from_static_parts("code", "suspended"))
-            }
-            Some(e) => ("error", Label::new("code", e.code().to_owned())),
+        let error = ctx.error();
+        let outcome = match error {
+            None => Outcome::Success,
+            Some(ToolError::Suspended { .. }) => Outcome::Suspended,
+            Some(e) => Outcome::Error(e.code()),
         };
-        counter!(
-            self.calls.clone(),
-            vec![
-                Label::new("tool", tool.clone()),
-                Label::from_static_parts("outcome", outcome),
-                code
-            ]
-        )
-        .increment(1);
-        histogram!(
-            self.call_duration.clone(),
-            vec![
-                Label::new("tool", tool.clone()),
-                Label::from_static_parts("outcome", outcome)
-            ]
-        )
-        .record(ctx.elapsed().as_secs_f64());
-        for timing in ctx.hook_timings() {
-            histogram!(
-                self.hook_duration.clone(),
-                vec![
-                    Label::new("tool", tool.clone()),
-                    Label::from_static_parts("stage", timing.stage.name()),
-                    Label::new("hook", timing.hook.to_string()),
-                ]
-            )
-            .record(timing.duration.as_secs_f64());
-        }
-        if let Some(result) = ctx
+        let cache = ctx
             .metadata()
             .get(CACHE_METADATA_KEY)
             .and_then(|v| v.as_str())
-        {
-            let result = match result {
-                "hit" => "hit",
-                "coalesced" => "coalesced",
-                _ => "miss",
-            };
-            counter!(
-                self.cache_lookups.clone(),
-                vec![
-                    Label::new("tool", tool.clone()),
-                    Label::from_static_parts("result", result)
-                ]
-            )
-            .increment(1);
-        }
-        if ctx
-            .error()
-            .is_some_and(|e| e.status() == 429 || e.code() == "rate_limited")
-        {
-            counter!(self.rate_limited.clone(), vec![Label::new("tool", tool)]).increment(1);
-        }
+            .map(|result| match result {
+                "hit" => CacheResult::Hit,
+                "coalesced" => CacheResult::Coalesced,
+                _ => CacheResult::Miss,
+            });
+        let observation = Observation {
+            outcome,
+            elapsed: ctx.elapsed(),
+            hook_timings: ctx.hook_timings(),
+            cache,
+            rate_limited: error.is_some_and(|e| e.status() == 429 || e.code() == "rate_limited"),
+        };
+        self.handles
+            .record(&self.names, ctx.tool_name(), &observation);
         HookFuture::ok()
     }
 }

@@ -24,6 +24,7 @@
 //! builder.record_hook_timings(true).hook(Metrics::builder().prefix("agent_tools").build());
 //! ```
 
+mod handles;
 mod hook;
 
 pub use hook::{Metrics, MetricsBuilder};

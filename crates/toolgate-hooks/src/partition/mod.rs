@@ -41,19 +41,12 @@ impl Partition {
     /// backend never share a budget. Parts are separated by a unit separator (U+001F), which
     /// does not occur in tool names, so `a` + `b:c` and `a:b` + `c` stay distinct.
     pub fn key(&self, namespace: &str, ctx: &ToolInvokeContext) -> String {
-        const SEP: char = '\u{1f}';
         match self {
-            Partition::Global => format!("{namespace}{SEP}*"),
-            Partition::User => format!("{namespace}{SEP}u{SEP}{}", ctx.user().id),
-            Partition::Tool => format!("{namespace}{SEP}t{SEP}{}", ctx.tool_name()),
-            Partition::UserTool => {
-                format!(
-                    "{namespace}{SEP}ut{SEP}{}{SEP}{}",
-                    ctx.tool_name(),
-                    ctx.user().id
-                )
-            }
-            Partition::Custom(f) => format!("{namespace}{SEP}c{SEP}{}", f(ctx)),
+            Partition::Global => joined(&[namespace, "*"]),
+            Partition::User => joined(&[namespace, "u", &ctx.user().id]),
+            Partition::Tool => joined(&[namespace, "t", ctx.tool_name()]),
+            Partition::UserTool => joined(&[namespace, "ut", ctx.tool_name(), &ctx.user().id]),
+            Partition::Custom(f) => joined(&[namespace, "c", &f(ctx)]),
         }
     }
 
@@ -67,6 +60,19 @@ impl Partition {
             Partition::Custom(_) => "this key",
         }
     }
+}
+
+/// `parts` separated by U+001F, built in one allocation (this runs on every limited call).
+fn joined(parts: &[&str]) -> String {
+    const SEP: char = '\u{1f}';
+    let mut key = String::with_capacity(parts.iter().map(|p| p.len() + 1).sum());
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            key.push(SEP);
+        }
+        key.push_str(part);
+    }
+    key
 }
 
 impl fmt::Debug for Partition {

@@ -1,0 +1,491 @@
+//! The metric handles of the [`Metrics`](super::Metrics) hook, kept per tool.
+//!
+//! Recording through `counter!(name, labels)` builds the metric's key (owned label strings)
+//! and looks it up in the recorder's registry on every call. The handles a recorder hands
+//! out are cheap to keep and to update, so each series is registered once, the first time
+//! a call records into it, and later calls find its handle by tool name. The table is read
+//! without a lock and replaced, copy on write, when a call needs a series it lacks.
+//!
+//! Handles belong to the recorder that registered them: when another recorder becomes the
+//! current one (a global recorder installed after the first call, a test's local
+//! recorder), the table starts again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use ::metrics::{Counter, Histogram, Label, Recorder, SharedString, counter, histogram};
+use arc_swap::ArcSwap;
+use toolgate_core::{HookTiming, Stage};
+
+/// The names of the hook's metrics.
+#[derive(Clone, Debug)]
+pub(super) struct Names {
+    pub(super) calls: SharedString,
+    pub(super) call_duration: SharedString,
+    pub(super) hook_duration: SharedString,
+    pub(super) cache_lookups: SharedString,
+    pub(super) rate_limited: SharedString,
+}
+
+/// How a call ended.
+#[derive(Clone, Copy)]
+pub(super) enum Outcome<'a> {
+    Success,
+    Suspended,
+    /// Failed with this error code.
+    Error(&'a str),
+}
+
+impl Outcome<'_> {
+    fn label(self) -> &'static str {
+        match self {
+            Outcome::Success => "success",
+            Outcome::Suspended => "suspended",
+            Outcome::Error(_) => "error",
+        }
+    }
+
+    fn code(self) -> Label {
+        match self {
+            Outcome::Success => Label::from_static_parts("code", "ok"),
+            Outcome::Suspended => Label::from_static_parts("code", "suspended"),
+            Outcome::Error(code) => Label::new("code", code.to_owned()),
+        }
+    }
+}
+
+/// The result of a cache lookup.
+#[derive(Clone, Copy)]
+pub(super) enum CacheResult {
+    Hit = 0,
+    Coalesced = 1,
+    Miss = 2,
+}
+
+impl CacheResult {
+    fn label(self) -> &'static str {
+        match self {
+            CacheResult::Hit => "hit",
+            CacheResult::Coalesced => "coalesced",
+            CacheResult::Miss => "miss",
+        }
+    }
+}
+
+/// What one call records.
+pub(super) struct Observation<'a> {
+    pub(super) outcome: Outcome<'a>,
+    pub(super) elapsed: Duration,
+    pub(super) hook_timings: &'a [HookTiming],
+    pub(super) cache: Option<CacheResult>,
+    pub(super) rate_limited: bool,
+}
+
+/// The handles of one tool's series, each registered when first needed (a series the
+/// recorder has seen appears in its output, so none is registered ahead of use).
+#[derive(Clone, Default)]
+struct ToolHandles {
+    success: Option<(Counter, Histogram)>,
+    suspended: Option<(Counter, Histogram)>,
+    error_duration: Option<Histogram>,
+    errors: Vec<(Box<str>, Counter)>,
+    hooks: Vec<(Stage, Arc<str>, Histogram)>,
+    cache_lookups: [Option<Counter>; 3],
+    rate_limited: Option<Counter>,
+}
+
+impl ToolHandles {
+    fn error(&self, code: &str) -> Option<&Counter> {
+        self.errors
+            .iter()
+            .find_map(|(c, counter)| (**c == *code).then_some(counter))
+    }
+
+    fn hook(&self, timing: &HookTiming) -> Option<&Histogram> {
+        self.hooks.iter().find_map(|(stage, hook, histogram)| {
+            (*stage == timing.stage && **hook == *timing.hook).then_some(histogram)
+        })
+    }
+
+    /// The call counter and duration histogram of an outcome.
+    fn outcome(&self, outcome: Outcome<'_>) -> Option<(&Counter, &Histogram)> {
+        match outcome {
+            Outcome::Success => self.success.as_ref().map(|(c, h)| (c, h)),
+            Outcome::Suspended => self.suspended.as_ref().map(|(c, h)| (c, h)),
+            Outcome::Error(code) => Some((self.error(code)?, self.error_duration.as_ref()?)),
+        }
+    }
+
+    /// Records `observation`, or answers false without recording anything when a handle
+    /// it needs is missing.
+    fn record(&self, observation: &Observation<'_>) -> bool {
+        let Some((calls, duration)) = self.outcome(observation.outcome) else {
+            return false;
+        };
+        let cache = match observation.cache {
+            Some(result) => match &self.cache_lookups[result as usize] {
+                Some(counter) => Some(counter),
+                None => return false,
+            },
+            None => None,
+        };
+        let rate_limited = match (observation.rate_limited, &self.rate_limited) {
+            (true, Some(counter)) => Some(counter),
+            (true, None) => return false,
+            (false, _) => None,
+        };
+        if !observation
+            .hook_timings
+            .iter()
+            .all(|timing| self.hook(timing).is_some())
+        {
+            return false;
+        }
+        calls.increment(1);
+        duration.record(observation.elapsed.as_secs_f64());
+        for timing in observation.hook_timings {
+            if let Some(histogram) = self.hook(timing) {
+                histogram.record(timing.duration.as_secs_f64());
+            }
+        }
+        if let Some(counter) = cache {
+            counter.increment(1);
+        }
+        if let Some(counter) = rate_limited {
+            counter.increment(1);
+        }
+        true
+    }
+
+    /// Registers with the current recorder what `observation` needs and is missing.
+    fn register(&mut self, names: &Names, tool: &str, observation: &Observation<'_>) {
+        let tool_label = || Label::new("tool", tool.to_owned());
+        let outcome = observation.outcome;
+        let calls = || {
+            counter!(
+                names.calls.clone(),
+                vec![
+                    tool_label(),
+                    Label::from_static_parts("outcome", outcome.label()),
+                    outcome.code(),
+                ]
+            )
+        };
+        let duration = || {
+            histogram!(
+                names.call_duration.clone(),
+                vec![
+                    tool_label(),
+                    Label::from_static_parts("outcome", outcome.label())
+                ]
+            )
+        };
+        match outcome {
+            Outcome::Success => {
+                self.success.get_or_insert_with(|| (calls(), duration()));
+            }
+            Outcome::Suspended => {
+                self.suspended.get_or_insert_with(|| (calls(), duration()));
+            }
+            Outcome::Error(code) => {
+                if self.error(code).is_none() {
+                    self.errors.push((code.into(), calls()));
+                }
+                self.error_duration.get_or_insert_with(duration);
+            }
+        }
+        for timing in observation.hook_timings {
+            if self.hook(timing).is_none() {
+                let histogram = histogram!(
+                    names.hook_duration.clone(),
+                    vec![
+                        tool_label(),
+                        Label::from_static_parts("stage", timing.stage.name()),
+                        Label::new("hook", timing.hook.to_string()),
+                    ]
+                );
+                self.hooks
+                    .push((timing.stage, timing.hook.clone(), histogram));
+            }
+        }
+        if let Some(result) = observation.cache {
+            self.cache_lookups[result as usize].get_or_insert_with(|| {
+                counter!(
+                    names.cache_lookups.clone(),
+                    vec![
+                        tool_label(),
+                        Label::from_static_parts("result", result.label())
+                    ]
+                )
+            });
+        }
+        if observation.rate_limited {
+            self.rate_limited
+                .get_or_insert_with(|| counter!(names.rate_limited.clone(), vec![tool_label()]));
+        }
+    }
+
+    /// Takes from `other` the handles this one lacks.
+    fn merge(&mut self, other: &ToolHandles) {
+        if self.success.is_none() {
+            self.success.clone_from(&other.success);
+        }
+        if self.suspended.is_none() {
+            self.suspended.clone_from(&other.suspended);
+        }
+        if self.error_duration.is_none() {
+            self.error_duration.clone_from(&other.error_duration);
+        }
+        for (code, counter) in &other.errors {
+            if self.errors.len() < MAX_CODES && self.error(code).is_none() {
+                self.errors.push((code.clone(), counter.clone()));
+            }
+        }
+        for (stage, hook, histogram) in &other.hooks {
+            if !self
+                .hooks
+                .iter()
+                .any(|(s, h, _)| *s == *stage && *h == *hook)
+            {
+                self.hooks.push((*stage, hook.clone(), histogram.clone()));
+            }
+        }
+        for (mine, theirs) in self.cache_lookups.iter_mut().zip(&other.cache_lookups) {
+            if mine.is_none() {
+                mine.clone_from(theirs);
+            }
+        }
+        if self.rate_limited.is_none() {
+            self.rate_limited.clone_from(&other.rate_limited);
+        }
+    }
+}
+
+/// How many tools the table keeps. Tool names come from the registry and error codes from
+/// tools, but neither is bounded here: past these limits, the series left out are
+/// registered on each call, as without the table.
+const MAX_TOOLS: usize = 4096;
+/// How many error codes the table keeps per tool (see [`MAX_TOOLS`]).
+const MAX_CODES: usize = 64;
+
+/// The handles registered with one recorder.
+#[derive(Default)]
+struct Table {
+    /// The address of the recorder they were registered with.
+    recorder: usize,
+    tools: HashMap<Box<str>, ToolHandles, foldhash::fast::RandomState>,
+}
+
+/// The handles of every tool seen so far.
+#[derive(Default)]
+pub(super) struct Handles {
+    table: ArcSwap<Table>,
+}
+
+impl std::fmt::Debug for Handles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Handles")
+            .field("tools", &self.table.load().tools.len())
+            .finish()
+    }
+}
+
+/// The address of the recorder metrics go to on this thread now.
+fn current_recorder() -> usize {
+    ::metrics::with_recorder(|recorder| {
+        std::ptr::from_ref::<dyn Recorder>(recorder)
+            .cast::<()>()
+            .addr()
+    })
+}
+
+impl Handles {
+    /// Records one call of `tool`.
+    pub(super) fn record(&self, names: &Names, tool: &str, observation: &Observation<'_>) {
+        let recorder = current_recorder();
+        let known = {
+            let table = self.table.load();
+            if table.recorder == recorder
+                && let Some(handles) = table.tools.get(tool)
+            {
+                if handles.record(observation) {
+                    return;
+                }
+                Some(handles.clone())
+            } else {
+                None
+            }
+        };
+        let mut handles = known.unwrap_or_default();
+        handles.register(names, tool, observation);
+        let recorded = handles.record(observation);
+        debug_assert!(recorded, "every handle needed was just registered");
+        self.table.rcu(|table| {
+            let mut tools = if table.recorder == recorder {
+                table.tools.clone()
+            } else {
+                HashMap::default()
+            };
+            if let Some(current) = tools.get_mut(tool) {
+                current.merge(&handles);
+            } else if tools.len() < MAX_TOOLS {
+                tools.insert(tool.into(), handles.clone());
+            }
+            Arc::new(Table { recorder, tools })
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use metrics_util::debugging::{DebugValue, DebuggingRecorder};
+
+    use super::*;
+
+    fn names() -> Names {
+        let name = |s: &'static str| SharedString::const_str(s);
+        Names {
+            calls: name("calls"),
+            call_duration: name("call_duration"),
+            hook_duration: name("hook_duration"),
+            cache_lookups: name("cache_lookups"),
+            rate_limited: name("rate_limited"),
+        }
+    }
+
+    fn observation(outcome: Outcome<'_>, cache: Option<CacheResult>) -> Observation<'_> {
+        Observation {
+            outcome,
+            elapsed: Duration::from_millis(1),
+            hook_timings: &[],
+            cache,
+            rate_limited: matches!(outcome, Outcome::Error("rate_limited")),
+        }
+    }
+
+    /// (name, labels, counter value or histogram length), sorted.
+    fn read(recorder: &DebuggingRecorder) -> Vec<(String, Vec<String>, u64)> {
+        let mut found: Vec<_> = recorder
+            .snapshotter()
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, _, _, value)| {
+                let labels = key
+                    .key()
+                    .labels()
+                    .map(|l| format!("{}={}", l.key(), l.value()))
+                    .collect();
+                let value = match value {
+                    DebugValue::Counter(c) => c,
+                    DebugValue::Histogram(xs) => xs.len() as u64,
+                    DebugValue::Gauge(_) => 0,
+                };
+                (key.key().name().to_owned(), labels, value)
+            })
+            .collect();
+        found.sort();
+        found
+    }
+
+    #[test]
+    fn series_are_registered_once_per_recorder_and_counted_in_the_right_one() {
+        let names = names();
+        let handles = Handles::default();
+        let first = DebuggingRecorder::new();
+        let second = DebuggingRecorder::new();
+        ::metrics::with_local_recorder(&first, || {
+            for _ in 0..3 {
+                handles.record(&names, "echo", &observation(Outcome::Success, None));
+            }
+            handles.record(
+                &names,
+                "echo",
+                &observation(Outcome::Error("rate_limited"), Some(CacheResult::Miss)),
+            );
+            handles.record(
+                &names,
+                "echo",
+                &observation(Outcome::Error("tool_error"), None),
+            );
+        });
+        ::metrics::with_local_recorder(&second, || {
+            handles.record(&names, "echo", &observation(Outcome::Suspended, None));
+        });
+        let s = |xs: &[&str]| xs.iter().map(|x| (*x).to_owned()).collect::<Vec<_>>();
+        assert_eq!(
+            read(&first),
+            vec![
+                ("cache_lookups".into(), s(&["tool=echo", "result=miss"]), 1),
+                (
+                    "call_duration".into(),
+                    s(&["tool=echo", "outcome=error"]),
+                    2
+                ),
+                (
+                    "call_duration".into(),
+                    s(&["tool=echo", "outcome=success"]),
+                    3
+                ),
+                (
+                    "calls".into(),
+                    s(&["tool=echo", "outcome=error", "code=rate_limited"]),
+                    1
+                ),
+                (
+                    "calls".into(),
+                    s(&["tool=echo", "outcome=error", "code=tool_error"]),
+                    1
+                ),
+                (
+                    "calls".into(),
+                    s(&["tool=echo", "outcome=success", "code=ok"]),
+                    3
+                ),
+                ("rate_limited".into(), s(&["tool=echo"]), 1),
+            ]
+        );
+        assert_eq!(
+            read(&second),
+            vec![
+                (
+                    "call_duration".into(),
+                    s(&["tool=echo", "outcome=suspended"]),
+                    1
+                ),
+                (
+                    "calls".into(),
+                    s(&["tool=echo", "outcome=suspended", "code=suspended"]),
+                    1
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn codes_past_the_table_limit_are_still_counted() {
+        let names = names();
+        let handles = Handles::default();
+        let recorder = DebuggingRecorder::new();
+        let codes: Vec<String> = (0..MAX_CODES + 6).map(|i| format!("code_{i}")).collect();
+        ::metrics::with_local_recorder(&recorder, || {
+            for _ in 0..2 {
+                for code in &codes {
+                    handles.record(&names, "echo", &observation(Outcome::Error(code), None));
+                }
+            }
+        });
+        let found = read(&recorder);
+        for code in &codes {
+            let label = format!("code={code}");
+            let count = found
+                .iter()
+                .find(|(name, labels, _)| name == "calls" && labels.contains(&label))
+                .map(|(.., value)| *value);
+            assert_eq!(count, Some(2), "{code}");
+        }
+        let table = handles.table.load();
+        assert_eq!(table.tools["echo"].errors.len(), MAX_CODES);
+    }
+}
