@@ -320,9 +320,16 @@ mod tests {
         let b = StageSet::of(&[Stage::WillAuthorize, Stage::WillExecute]);
         assert_eq!(
             a.union(b).iter().collect::<Vec<_>>(),
-            [Stage::WillAuthorize, Stage::WillExecute, Stage::WillFinalizeInvoke]
+            [
+                Stage::WillAuthorize,
+                Stage::WillExecute,
+                Stage::WillFinalizeInvoke
+            ]
         );
-        assert_eq!(a.intersection(b).iter().collect::<Vec<_>>(), [Stage::WillAuthorize]);
+        assert_eq!(
+            a.intersection(b).iter().collect::<Vec<_>>(),
+            [Stage::WillAuthorize]
+        );
         let before = StageSet::before(Stage::WillExecute);
         assert!(before.contains(Stage::WillAuthorize));
         assert!(!before.contains(Stage::WillExecute));
