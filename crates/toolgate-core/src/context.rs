@@ -1,5 +1,6 @@
 //! [`ToolInvokeContext`]: everything one invocation knows, handed to every hook and the tool.
 
+use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
@@ -53,8 +54,8 @@ impl User {
 
     /// The user of calls that name none: id `anonymous`, no roles.
     pub fn anonymous() -> Arc<User> {
-        static ANONYMOUS: LazyLock<Arc<User>> = LazyLock::new(|| Arc::new(User::new("anonymous")));
-        Arc::clone(&ANONYMOUS)
+        static SHARED: LazyLock<Arc<User>> = LazyLock::new(|| Arc::new(User::new("anonymous")));
+        Arc::clone(&SHARED)
     }
 
     /// The same user with these roles.
@@ -108,14 +109,32 @@ pub(crate) fn random_u64() -> u64 {
     h.write_u32(std::process::id());
     h.finish()
 }
+/// The next block of request ids to hand to a thread.
 static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
 
+/// How many ids a thread takes from [`NEXT_REQUEST`] at a time.
+const REQUEST_ID_BLOCK: u64 = 1024;
+
+thread_local! {
+    /// This thread's block of ids: the next one, and the end of the block.
+    static REQUEST_IDS: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
 impl RequestId {
-    /// A new id, unique in this process.
+    /// A new id, unique in this process. Threads take ids in blocks, so that making one
+    /// is a thread-local increment, not an atomic operation shared by every thread; ids
+    /// are unique but not in call order across threads.
     pub fn generate() -> Self {
-        RequestId(Repr::Generated(
-            NEXT_REQUEST.fetch_add(1, Ordering::Relaxed),
-        ))
+        let id = REQUEST_IDS.with(|ids| {
+            let (mut next, mut end) = ids.get();
+            if next == end {
+                next = NEXT_REQUEST.fetch_add(REQUEST_ID_BLOCK, Ordering::Relaxed);
+                end = next + REQUEST_ID_BLOCK;
+            }
+            ids.set((next + 1, end));
+            next
+        });
+        RequestId(Repr::Generated(id))
     }
 }
 
@@ -172,6 +191,9 @@ pub struct HookTiming {
     pub duration: Duration,
 }
 
+/// The user of invocations that name none.
+static ANONYMOUS: LazyLock<User> = LazyLock::new(|| User::new("anonymous"));
+
 static CLOCK_ANCHOR: LazyLock<(Instant, SystemTime)> =
     LazyLock::new(|| (Instant::now(), SystemTime::now()));
 
@@ -185,13 +207,15 @@ pub struct ToolInvokeContext {
     pub(crate) entry: Arc<ToolEntry>,
     session_id: Option<Arc<str>>,
     request_id: RequestId,
-    user: Arc<User>,
+    /// `None` for the anonymous user (no reference count to touch per call).
+    user: Option<Arc<User>>,
     input: Value,
     input_history: Vec<Value>,
     pub(crate) input_version: u32,
     output: Option<Value>,
     output_history: Vec<Value>,
-    scratch: TypeMap,
+    /// Made on first use, like `metadata`: a call whose hooks keep nothing pays nothing.
+    scratch: Option<TypeMap>,
     pub(crate) error: Option<ToolError>,
     started: Instant,
     pub(crate) finished: Option<Instant>,
@@ -203,7 +227,7 @@ pub struct ToolInvokeContext {
     request_providers: Providers,
     session: OnceLock<Option<Arc<SessionScope>>>,
     secrets: SecretSlot,
-    metadata: Map<String, Value>,
+    metadata: Option<Map<String, Value>>,
     pub(crate) decisions: Vec<Decision>,
     pub(crate) resumed: Option<ResumeDecision>,
     pub(crate) stage: Stage,
@@ -215,7 +239,7 @@ pub(crate) struct ContextParts {
     pub entry: Arc<ToolEntry>,
     pub session_id: Option<Arc<str>>,
     pub request_id: RequestId,
-    pub user: Arc<User>,
+    pub user: Option<Arc<User>>,
     pub input: Value,
     pub deadline: Option<tokio::time::Instant>,
     pub cancel: Option<CancellationToken>,
@@ -245,7 +269,7 @@ impl ToolInvokeContext {
             input_version: 0,
             output: None,
             output_history: Vec::new(),
-            scratch: TypeMap::new(),
+            scratch: None,
             error: None,
             started: Instant::now(),
             finished: None,
@@ -257,7 +281,7 @@ impl ToolInvokeContext {
             request_providers: parts.providers,
             session: OnceLock::new(),
             secrets: SecretSlot::default(),
-            metadata: Map::new(),
+            metadata: None,
             decisions: Vec::new(),
             resumed: None,
             stage: Stage::WillCreateInvokeContext,
@@ -290,7 +314,10 @@ impl ToolInvokeContext {
 
     /// Who is calling.
     pub fn user(&self) -> &User {
-        &self.user
+        match &self.user {
+            Some(user) => user,
+            None => &ANONYMOUS,
+        }
     }
 
     /// The stage the pipeline is at.
@@ -344,22 +371,24 @@ impl ToolInvokeContext {
     /// invocation. Anything stored here is dropped with the context, so an RAII guard (a
     /// permit, a lease) kept here comes back on every path, cancellation included.
     pub fn scratch(&self) -> &TypeMap {
-        &self.scratch
+        static EMPTY: LazyLock<TypeMap> = LazyLock::new(TypeMap::new);
+        self.scratch.as_ref().unwrap_or(&EMPTY)
     }
 
     /// The scratchpad, mutably.
     pub fn scratch_mut(&mut self) -> &mut TypeMap {
-        &mut self.scratch
+        self.scratch.get_or_insert_with(TypeMap::new)
     }
 
     /// Metadata that travels with the result (argument repairs, sources, truncation…).
     pub fn metadata(&self) -> &Map<String, Value> {
-        &self.metadata
+        static EMPTY: LazyLock<Map<String, Value>> = LazyLock::new(Map::new);
+        self.metadata.as_ref().unwrap_or(&EMPTY)
     }
 
     /// Metadata, mutably.
     pub fn metadata_mut(&mut self) -> &mut Map<String, Value> {
-        &mut self.metadata
+        self.metadata.get_or_insert_with(Map::new)
     }
 
     /// The secrets injected for this call.
@@ -584,11 +613,45 @@ impl fmt::Debug for ToolInvokeContext {
             .field("tool", &self.entry.definition.name)
             .field("request_id", &self.request_id)
             .field("session_id", &self.session_id)
-            .field("user", &self.user.id)
+            .field("user", &self.user().id)
             .field("stage", &self.stage)
             .field("attempt", &self.attempt)
             .field("error", &self.error)
             .field("secrets", &self.secrets)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use super::*;
+
+    #[test]
+    fn generated_request_ids_are_unique_across_threads() {
+        let per_thread = 3 * REQUEST_ID_BLOCK as usize;
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                std::thread::spawn(move || {
+                    (0..per_thread)
+                        .map(|_| RequestId::generate())
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut seen = HashSet::new();
+        for thread in threads {
+            for id in thread.join().expect("the thread finishes") {
+                assert!(seen.insert(id), "an id was handed out twice");
+            }
+        }
+        assert_eq!(seen.len(), 4 * per_thread);
+    }
+
+    #[test]
+    fn a_call_without_a_user_is_anonymous() {
+        assert_eq!(ANONYMOUS.id, "anonymous");
+        assert_eq!(User::anonymous().id, ANONYMOUS.id);
     }
 }

@@ -125,7 +125,9 @@ impl ProviderRequirement {
 /// caller hands in through [`InvokeOptions`](crate::InvokeOptions)).
 #[derive(Default)]
 pub struct Providers {
-    map: TypeMap,
+    /// Made on the first binding: most invocations bind nothing in their request scope,
+    /// and an empty set then costs nothing to make or drop.
+    map: Option<TypeMap>,
 }
 
 impl Providers {
@@ -141,24 +143,26 @@ impl Providers {
 
     /// Binds an already shared value under key `K`.
     pub fn insert_arc<K: TypeMapKey>(&mut self, value: Arc<K::Value>) {
-        self.map.insert::<Shared<K>>(value);
+        self.map
+            .get_or_insert_with(TypeMap::new)
+            .insert::<Shared<K>>(value);
     }
 
     /// The value under key `K`.
     pub fn get<K: TypeMapKey>(&self) -> Option<&Arc<K::Value>> {
-        self.map.get::<Shared<K>>()
+        self.map.as_ref()?.get::<Shared<K>>()
     }
 
     /// Whether nothing is bound.
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.map.as_ref().is_none_or(TypeMap::is_empty)
     }
 }
 
 impl std::fmt::Debug for Providers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Providers")
-            .field("len", &self.map.len())
+            .field("len", &self.map.as_ref().map_or(0, TypeMap::len))
             .finish()
     }
 }

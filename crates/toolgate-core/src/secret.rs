@@ -57,38 +57,49 @@ impl Drop for Secret {
 /// Its `Debug` output lists how many secrets there are, never their names' values.
 #[derive(Default)]
 pub struct SecretSlot {
-    secrets: HashMap<String, Secret>,
+    /// Made on the first insert: most calls carry no secret, and an empty slot then costs
+    /// nothing to make or drop.
+    secrets: Option<HashMap<String, Secret>>,
 }
 
 impl SecretSlot {
     /// Puts a secret under `name`, replacing an earlier one.
     pub fn insert(&mut self, name: impl Into<String>, secret: Secret) {
-        self.secrets.insert(name.into(), secret);
+        self.secrets
+            .get_or_insert_with(HashMap::new)
+            .insert(name.into(), secret);
     }
 
     /// The secret under `name`.
     pub fn get(&self, name: &str) -> Option<&Secret> {
-        self.secrets.get(name)
+        self.secrets.as_ref()?.get(name)
     }
 
     /// The names of the secrets held.
     pub fn names(&self) -> impl Iterator<Item = &str> {
-        self.secrets.keys().map(String::as_str)
+        self.secrets
+            .iter()
+            .flat_map(HashMap::keys)
+            .map(String::as_str)
     }
 
     /// Every secret held, for scrubbing outputs.
     pub fn values(&self) -> impl Iterator<Item = &Secret> {
-        self.secrets.values()
+        self.secrets.iter().flat_map(HashMap::values)
     }
 
     /// Whether the slot holds no secret.
     pub fn is_empty(&self) -> bool {
-        self.secrets.is_empty()
+        self.secrets.as_ref().is_none_or(HashMap::is_empty)
     }
 }
 
 impl fmt::Debug for SecretSlot {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "SecretSlot({} secrets)", self.secrets.len())
+        write!(
+            f,
+            "SecretSlot({} secrets)",
+            self.secrets.as_ref().map_or(0, HashMap::len)
+        )
     }
 }

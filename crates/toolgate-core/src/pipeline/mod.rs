@@ -20,7 +20,7 @@ use crate::provider::SessionStore;
 use crate::{
     ErasedTool, InputLimits, Providers, RequestId, ResumeDecision, Stage, StageSet,
     SuspendedInvocation, SuspensionStore, ToolDefinition, ToolError, ToolInvokeContext, ToolRef,
-    ToolRegistry, User,
+    ToolRegistry,
 };
 
 /// The whole outcome of one invocation, from [`Pipeline::invoke_detailed`]: the output or
@@ -358,7 +358,7 @@ fn new_context(
         request_id: options
             .request_id
             .map_or_else(RequestId::generate, RequestId::from),
-        user: options.user.unwrap_or_else(User::anonymous),
+        user: options.user,
         input,
         deadline,
         cancel: options.cancellation,

@@ -211,27 +211,26 @@ impl Drop for Guard<'_> {
 }
 
 /// Runs one invocation of the tool of `entry` (the one `ctx` was made for) to its end.
-pub(crate) async fn invoke(
+pub(crate) fn invoke(
     entry: &Arc<ToolEntry>,
     ctx: Box<ToolInvokeContext>,
     start: Start,
-) -> Result<Value, ToolError> {
-    run_to_end(entry, ctx, start, |_, result| result).await
+) -> impl Future<Output = Result<Value, ToolError>> + '_ {
+    run_to_end(entry, ctx, start, |_, result| result)
 }
 
 /// Runs one invocation to its end and keeps its metadata, attempts and duration.
-pub(crate) async fn invoke_detailed(
+pub(crate) fn invoke_detailed(
     entry: &Arc<ToolEntry>,
     ctx: Box<ToolInvokeContext>,
     start: Start,
-) -> super::Invocation {
+) -> impl Future<Output = super::Invocation> + '_ {
     run_to_end(entry, ctx, start, |ctx, result| super::Invocation {
         result,
         metadata: std::mem::take(ctx.metadata_mut()),
         attempts: ctx.attempt,
         duration: ctx.elapsed(),
     })
-    .await
 }
 
 /// Runs one invocation to its end; `conclude` makes the caller's answer from the
