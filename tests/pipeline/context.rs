@@ -149,3 +149,42 @@ async fn one_shared_hook_instance_serves_every_invocation() {
         "no instance is built or cloned per call"
     );
 }
+
+/// Records who each call is made by.
+#[derive(Clone, Default)]
+struct Callers(Arc<Mutex<Vec<String>>>);
+
+impl Hook for Callers {
+    fn stages(&self) -> StageSet {
+        StageSet::of(&[Stage::WillAuthorize])
+    }
+
+    fn will_authorize<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        self.0.lock().unwrap().push(ctx.user().id.clone());
+        HookFuture::ok()
+    }
+}
+
+#[tokio::test]
+async fn a_call_without_a_user_is_made_by_the_anonymous_user_and_a_named_user_is_kept() {
+    let callers = Callers::default();
+    let pipeline = TestPipeline::new()
+        .tool(ScriptedTool::new(TOOL))
+        .shared_hook(Arc::new(callers.clone()))
+        .build();
+
+    pipeline
+        .invoke(TOOL, input(), toolgate::InvokeOptions::new())
+        .await
+        .unwrap();
+    pipeline
+        .invoke(
+            TOOL,
+            input(),
+            toolgate::InvokeOptions::new().user(toolgate::User::new("alice")),
+        )
+        .await
+        .unwrap();
+
+    assert_eq!(*callers.0.lock().unwrap(), ["anonymous", "alice"]);
+}

@@ -54,8 +54,7 @@ impl User {
 
     /// The user of calls that name none: id `anonymous`, no roles.
     pub fn anonymous() -> Arc<User> {
-        static SHARED: LazyLock<Arc<User>> = LazyLock::new(|| Arc::new(User::new("anonymous")));
-        Arc::clone(&SHARED)
+        Arc::clone(&ANONYMOUS)
     }
 
     /// The same user with these roles.
@@ -192,7 +191,7 @@ pub struct HookTiming {
 }
 
 /// The user of invocations that name none.
-static ANONYMOUS: LazyLock<User> = LazyLock::new(|| User::new("anonymous"));
+static ANONYMOUS: LazyLock<Arc<User>> = LazyLock::new(|| Arc::new(User::new("anonymous")));
 
 static CLOCK_ANCHOR: LazyLock<(Instant, SystemTime)> =
     LazyLock::new(|| (Instant::now(), SystemTime::now()));
@@ -316,7 +315,7 @@ impl ToolInvokeContext {
     pub fn user(&self) -> &User {
         match &self.user {
             Some(user) => user,
-            None => &ANONYMOUS,
+            None => &**ANONYMOUS,
         }
     }
 
@@ -650,8 +649,8 @@ mod tests {
     }
 
     #[test]
-    fn a_call_without_a_user_is_anonymous() {
+    fn the_anonymous_user_is_one_shared_instance() {
         assert_eq!(ANONYMOUS.id, "anonymous");
-        assert_eq!(User::anonymous().id, ANONYMOUS.id);
+        assert!(Arc::ptr_eq(&User::anonymous(), &ANONYMOUS));
     }
 }
