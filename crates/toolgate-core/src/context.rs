@@ -315,7 +315,7 @@ impl ToolInvokeContext {
     pub fn user(&self) -> &User {
         match &self.user {
             Some(user) => user,
-            None => &**ANONYMOUS,
+            None => &ANONYMOUS,
         }
     }
 
