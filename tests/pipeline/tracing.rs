@@ -55,7 +55,11 @@ impl<'a> MakeWriter<'a> for ThreadWriter {
 fn install_capturing_subscriber() {
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
-        let capturing = filter::filter_fn(|_| CAPTURE.with(|c| c.borrow().is_some()));
+        // A dynamic filter: its answer depends on the calling thread, so tracing must ask
+        // it on every span and event. (`filter_fn` would have its first answer per
+        // callsite cached: a callsite first reached by a test on another thread, which
+        // captures nothing, would then stay disabled for these tests too.)
+        let capturing = filter::dynamic_filter_fn(|_, _| CAPTURE.with(|c| c.borrow().is_some()));
         let layer = tracing_subscriber::fmt::layer()
             .with_writer(ThreadWriter)
             .with_span_events(FmtSpan::NEW | FmtSpan::CLOSE)
