@@ -437,29 +437,31 @@ async fn pre_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext, after: Stage)
 /// Phases 1–6 of a fresh invocation: the same steps as [`pre_phase`], visiting only the
 /// stages with hooks (found by bit scan, not by walking every stage).
 async fn fresh_pre_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
+    // The tool's check comes right after the `will_validate_input` hooks: before the
+    // first stage with hooks past it, or at the end when there is none.
     let mut checked = false;
     for stage in entry.plan.present().intersection(PRE_WITH_MISS).iter() {
         if !checked && stage > Stage::WillValidateInput {
-            ctx.stage = Stage::WillValidateInput;
-            reach_capacity_stages(ctx, Stage::WillValidateInput);
-            check_input(entry, ctx)?;
+            check_input_in_place(entry, ctx)?;
             checked = true;
         }
         reach_capacity_stages(ctx, stage);
         ctx.stage = stage;
         run_stage!(entry, ctx, stage)?;
-        if stage == Stage::WillValidateInput {
-            check_input(entry, ctx)?;
-            checked = true;
-        }
     }
     if !checked {
-        ctx.stage = Stage::WillValidateInput;
-        reach_capacity_stages(ctx, Stage::WillValidateInput);
-        check_input(entry, ctx)?;
+        check_input_in_place(entry, ctx)?;
     }
     ctx.stage = Stage::DidCacheMiss;
     Ok(())
+}
+
+/// The tool's check of a fresh invocation, at the `will_validate_input` stage it belongs
+/// to (so the acquire stages before it count as reached).
+fn check_input_in_place(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
+    ctx.stage = Stage::WillValidateInput;
+    reach_capacity_stages(ctx, Stage::WillValidateInput);
+    check_input(entry, ctx)
 }
 
 /// Every stage up to `did_cache_miss`, the last of phase 6 on a cache miss.
