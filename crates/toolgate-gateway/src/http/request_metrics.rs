@@ -19,30 +19,21 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::{Duration, Instant};
 
-use arc_swap::ArcSwap;
 use axum::extract::{MatchedPath, Request};
 use axum::http::{Method, StatusCode};
 use axum::response::Response;
-use metrics::{Counter, Histogram, Recorder};
+use metrics::{Counter, Histogram};
+use toolgate_hooks::metrics::PerRecorder;
 use tower_layer::Layer;
 use tower_service::Service;
 
 /// How many (route, method, status) combinations the list keeps.
 const MAX_ENTRIES: usize = 256;
 
-/// The metric handles of the requests seen so far.
+/// The metric handles of the requests seen so far, registered with the current recorder.
 #[derive(Default)]
 pub(super) struct RequestMetrics {
-    handles: ArcSwap<Handles>,
-}
-
-/// The handles registered with one recorder.
-#[derive(Default)]
-struct Handles {
-    /// The address of the recorder they were registered with: another recorder (a test's
-    /// local one, or a global one installed after the first request) gets its own.
-    recorder: usize,
-    entries: Vec<Entry>,
+    entries: PerRecorder<Vec<Entry>>,
 }
 
 #[derive(Clone)]
@@ -65,15 +56,6 @@ impl Entry {
     }
 }
 
-/// The address of the recorder metrics go to on this thread now.
-fn current_recorder() -> usize {
-    metrics::with_recorder(|recorder| {
-        std::ptr::from_ref::<dyn Recorder>(recorder)
-            .cast::<()>()
-            .addr()
-    })
-}
-
 impl RequestMetrics {
     /// Counts a request to `route` (its matched path, or `unmatched`) answered with
     /// `status` after `elapsed`.
@@ -84,18 +66,16 @@ impl RequestMetrics {
         status: StatusCode,
         elapsed: Duration,
     ) {
-        let recorder = current_recorder();
-        {
-            let handles = self.handles.load();
-            if handles.recorder == recorder
-                && let Some(entry) = handles
-                    .entries
-                    .iter()
-                    .find(|e| e.matches(route, method, status))
-            {
+        let (recorded, known) = self.entries.with_current(|entries| {
+            let entries = entries.map_or(&[][..], Vec::as_slice);
+            let entry = entries.iter().find(|e| e.matches(route, method, status));
+            if let Some(entry) = entry {
                 entry.record(elapsed);
-                return;
             }
+            (entry.is_some(), entries.len())
+        });
+        if recorded {
+            return;
         }
         let entry = Entry {
             route: route.into(),
@@ -113,21 +93,15 @@ impl RequestMetrics {
             ),
         };
         entry.record(elapsed);
-        if self.handles.load().entries.len() >= MAX_ENTRIES {
+        if known >= MAX_ENTRIES {
             // Clients choose methods, so the combinations have no bound: past this many,
             // new ones are registered on each request, as without the list.
             return;
         }
-        self.handles.rcu(|handles| {
-            let mut entries = if handles.recorder == recorder {
-                handles.entries.clone()
-            } else {
-                Vec::new()
-            };
+        self.entries.update(|entries| {
             if !entries.iter().any(|e| e.matches(route, method, status)) {
                 entries.push(entry.clone());
             }
-            Arc::new(Handles { recorder, entries })
         });
     }
 }

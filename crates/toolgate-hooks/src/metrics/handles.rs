@@ -14,8 +14,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use ::metrics::{Counter, Histogram, Label, Recorder, SharedString, counter, histogram};
-use arc_swap::ArcSwap;
+use super::PerRecorder;
+
+use ::metrics::{Counter, Histogram, Label, SharedString, counter, histogram};
 use toolgate_core::{HookTiming, Stage};
 
 /// The names of the hook's metrics.
@@ -269,70 +270,46 @@ const MAX_TOOLS: usize = 4096;
 /// How many error codes the table keeps per tool (see [`MAX_TOOLS`]).
 const MAX_CODES: usize = 64;
 
-/// The handles registered with one recorder.
-#[derive(Default)]
-struct Table {
-    /// The address of the recorder they were registered with.
-    recorder: usize,
-    tools: HashMap<Box<str>, ToolHandles, foldhash::fast::RandomState>,
-}
-
-/// The handles of every tool seen so far.
+/// The handles of every tool seen so far, registered with the current recorder.
 #[derive(Default)]
 pub(super) struct Handles {
-    table: ArcSwap<Table>,
+    tools: PerRecorder<HashMap<Box<str>, ToolHandles, foldhash::fast::RandomState>>,
 }
 
 impl std::fmt::Debug for Handles {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Handles")
-            .field("tools", &self.table.load().tools.len())
+            .field(
+                "tools",
+                &self.tools.with_current(|t| t.map_or(0, HashMap::len)),
+            )
             .finish()
     }
-}
-
-/// The address of the recorder metrics go to on this thread now.
-fn current_recorder() -> usize {
-    ::metrics::with_recorder(|recorder| {
-        std::ptr::from_ref::<dyn Recorder>(recorder)
-            .cast::<()>()
-            .addr()
-    })
 }
 
 impl Handles {
     /// Records one call of `tool`.
     pub(super) fn record(&self, names: &Names, tool: &str, observation: &Observation<'_>) {
-        let recorder = current_recorder();
-        let known = {
-            let table = self.table.load();
-            if table.recorder == recorder
-                && let Some(handles) = table.tools.get(tool)
-            {
-                if handles.record(observation) {
-                    return;
-                }
-                Some(handles.clone())
-            } else {
-                None
-            }
+        // `None`: recorded; `Some(known)`: a handle is missing, `known` is what there is.
+        let missing = self.tools.with_current(|tools| {
+            let Some(handles) = tools.and_then(|tools| tools.get(tool)) else {
+                return Some(None);
+            };
+            (!handles.record(observation)).then(|| Some(handles.clone()))
+        });
+        let Some(known) = missing else {
+            return;
         };
         let mut handles = known.unwrap_or_default();
         handles.register(names, tool, observation);
         let recorded = handles.record(observation);
         debug_assert!(recorded, "every handle needed was just registered");
-        self.table.rcu(|table| {
-            let mut tools = if table.recorder == recorder {
-                table.tools.clone()
-            } else {
-                HashMap::default()
-            };
+        self.tools.update(|tools| {
             if let Some(current) = tools.get_mut(tool) {
                 current.merge(&handles);
             } else if tools.len() < MAX_TOOLS {
                 tools.insert(tool.into(), handles.clone());
             }
-            Arc::new(Table { recorder, tools })
         });
     }
 }
@@ -485,7 +462,11 @@ mod tests {
                 .map(|(.., value)| *value);
             assert_eq!(count, Some(2), "{code}");
         }
-        let table = handles.table.load();
-        assert_eq!(table.tools["echo"].errors.len(), MAX_CODES);
+        let kept = ::metrics::with_local_recorder(&recorder, || {
+            handles
+                .tools
+                .with_current(|tools| tools.expect("kept for this recorder")["echo"].errors.len())
+        });
+        assert_eq!(kept, MAX_CODES);
     }
 }

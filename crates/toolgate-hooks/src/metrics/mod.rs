@@ -26,5 +26,7 @@
 
 mod handles;
 mod hook;
+mod per_recorder;
 
 pub use hook::{Metrics, MetricsBuilder};
+pub use per_recorder::PerRecorder;
