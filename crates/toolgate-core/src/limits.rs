@@ -28,6 +28,16 @@ impl Default for InputLimits {
     }
 }
 
+/// The estimated JSON size of a scalar.
+#[inline]
+fn scalar_size(scalar: &Value) -> usize {
+    match scalar {
+        Value::Number(_) => 8,
+        Value::String(s) => s.len() + 2,
+        _ => 5,
+    }
+}
+
 impl InputLimits {
     /// Checks a parsed input.
     ///
@@ -49,36 +59,48 @@ impl InputLimits {
     }
 
     /// Adds the estimated size of `value` to `size`. The error is one byte wide, so the
-    /// recursion passes no `ToolError` around.
+    /// recursion passes no `ToolError` around. Scalars inside a container are counted in
+    /// its loop (no call each), and the size is compared once per container: a parsed
+    /// input is already in memory, so only the verdict matters, not stopping early.
     fn walk(&self, value: &Value, depth: usize, size: &mut usize) -> Result<(), Exceeded> {
-        *size += match value {
-            Value::Null | Value::Bool(_) => 5,
-            Value::Number(_) => 8,
-            Value::String(s) => s.len() + 2,
+        match value {
             Value::Array(items) => {
                 if depth > self.max_depth {
                     return Err(Exceeded::Depth);
                 }
+                *size += 2 + items.len();
                 for item in items {
-                    self.walk(item, depth + 1, size)?;
+                    self.walk_item(item, depth, size)?;
                 }
-                2 + items.len()
             }
             Value::Object(fields) => {
                 if depth > self.max_depth {
                     return Err(Exceeded::Depth);
                 }
+                *size += 2;
                 for (key, item) in fields {
                     *size += key.len() + 4;
-                    self.walk(item, depth + 1, size)?;
+                    self.walk_item(item, depth, size)?;
                 }
-                2
             }
-        };
+            scalar => *size += scalar_size(scalar),
+        }
         if *size > self.max_bytes {
             return Err(Exceeded::Size);
         }
         Ok(())
+    }
+
+    /// One item of a container at `depth`: a scalar is counted here, a container walked.
+    #[inline]
+    fn walk_item(&self, item: &Value, depth: usize, size: &mut usize) -> Result<(), Exceeded> {
+        match item {
+            Value::Array(_) | Value::Object(_) => self.walk(item, depth + 1, size),
+            scalar => {
+                *size += scalar_size(scalar);
+                Ok(())
+            }
+        }
     }
 
     /// Parses JSON text within the limits.

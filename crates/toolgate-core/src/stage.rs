@@ -264,6 +264,11 @@ impl StageSet {
         StageSet(self.0 | other.0)
     }
 
+    /// The stages of this set that are not in `other`.
+    pub(crate) const fn difference(self, other: StageSet) -> StageSet {
+        StageSet(self.0 & !other.0)
+    }
+
     /// Every stage that comes before `stage` in pipeline order.
     pub(crate) const fn before(stage: Stage) -> StageSet {
         StageSet((1 << stage as u8) - 1)

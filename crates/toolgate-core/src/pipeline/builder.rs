@@ -215,6 +215,7 @@ impl PipelineBuilder {
     /// registered; [`BuildError::MissingProvider`] when a hook requires a provider that is
     /// neither bound globally nor bound per call by a hook that says so.
     pub fn build(&mut self) -> Result<Pipeline, BuildError> {
+        crate::context::warm_clock();
         for r in &self.registrations {
             if let Some(tool) = &r.tool
                 && self.registry.get(tool).is_none()

@@ -323,7 +323,7 @@ impl Pipeline {
             ctx.set_output(output);
         }
         *ctx.metadata_mut() = saved.metadata;
-        ctx.resumed = Some(decision.clone());
+        ctx.trail_mut().resumed = Some(decision.clone());
         Ok((entry, ctx, saved.stage))
     }
 

@@ -8,13 +8,13 @@
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures::FutureExt;
 use serde_json::Value;
 use tracing::Instrument;
 
 use super::ToolEntry;
+use crate::context::ClockInstant;
 use crate::hook::call_stage;
 use crate::plan::PlannedHook;
 use crate::suspension::new_suspension_id;
@@ -46,6 +46,14 @@ const OUTPUT_SET: StageSet = StageSet::of(&OUTPUT_STAGES);
 
 const RECORD_STAGES: [Stage; 3] = [Stage::WillAudit, Stage::DidAudit, Stage::OnMetrics];
 
+/// The stages of phase 7, execution.
+const EXECUTE_SET: StageSet = StageSet::of(&[
+    Stage::AroundExecute,
+    Stage::OnRetry,
+    Stage::WillExecute,
+    Stage::DidExecute,
+]);
+
 /// The stages [`tail`] runs.
 const TAIL_SET: StageSet = StageSet::of(&[
     Stage::OnError,
@@ -65,10 +73,11 @@ const TAIL_SET: StageSet = StageSet::of(&[
 macro_rules! run_tail_stage {
     ($entry:expr, $ctx:expr, $stage:expr, $first:expr) => {{
         let (entry, stage, first): (&ToolEntry, Stage, usize) = ($entry, $stage, $first);
-        let started = entry.plan.records_durations().then(Instant::now);
+        let started = entry.plan.records_durations().then(ClockInstant::now);
+        let timed_hooks = entry.shared.record_hook_timings;
         for (planned, index) in entry.plan.hooks(stage)[first..].iter().zip(first..) {
             $ctx.progress.tail_hook = Some((stage, index));
-            let hook_started = entry.shared.record_hook_timings.then(Instant::now);
+            let hook_started = timed_hooks.then(ClockInstant::now);
             let hook_ctx = &mut *$ctx;
             let settled = match contained(move || {
                 if !planned.hook.filter(hook_ctx) {
@@ -115,7 +124,7 @@ macro_rules! run_tail_stage {
         }
         $ctx.progress.tail_hook = None;
         if let Some(started) = started {
-            $ctx.stage_durations.push((stage, started.elapsed()));
+            record_stage_duration(entry, $ctx, stage, started);
         }
     }};
 }
@@ -139,13 +148,14 @@ enum TailCall<'a> {
 macro_rules! run_stage {
     ($entry:expr, $ctx:expr, $stage:expr) => {{
         let (entry, stage): (&ToolEntry, Stage) = ($entry, $stage);
-        let started = entry.plan.records_durations().then(Instant::now);
+        let started = entry.plan.records_durations().then(ClockInstant::now);
+        let timed_hooks = entry.shared.record_hook_timings;
         let mut result = Ok(());
         for planned in entry.plan.hooks(stage) {
             if !planned.hook.filter($ctx) {
                 continue;
             }
-            let hook_started = entry.shared.record_hook_timings.then(Instant::now);
+            let hook_started = timed_hooks.then(ClockInstant::now);
             let called = call_stage(&*planned.hook, stage, $ctx);
             if called.is_ready_ok() && hook_started.is_none() {
                 continue;
@@ -160,9 +170,74 @@ macro_rules! run_stage {
             }
         }
         if let Some(started) = started {
-            $ctx.stage_durations.push((stage, started.elapsed()));
+            record_stage_duration(entry, $ctx, stage, started);
         }
         result
+    }};
+}
+
+/// Phases 1–8 under the deadline, the cancellation token and the panic boundary; evaluates
+/// to their [`HookResult`]. A macro, so that it runs in the invocation's own future rather
+/// than in one more nested future.
+macro_rules! run_main {
+    ($entry:expr, $ctx:expr, $start:expr) => {{
+        let (entry, ctx, start): (&ToolEntry, &mut ToolInvokeContext, Start) =
+            ($entry, $ctx, $start);
+        let deadline = ctx.deadline();
+        let cancel = ctx.cancellation_if_given();
+        // The clock is read only when a deadline needs it (for the `Timeout` error), and the
+        // main future is pinned where it is built: moving it into an `.await` or into
+        // `select!` would copy it, and it is the largest state of the invocation.
+        let started = deadline.map(|_| tokio::time::Instant::now());
+        let ended = {
+            let main = std::pin::pin!(AssertUnwindSafe(drive(entry, ctx, start)).catch_unwind());
+            if deadline.is_none() && cancel.is_none() {
+                match main.await {
+                    Ok(result) => Ended::Done(result),
+                    Err(_) => Ended::Panicked,
+                }
+            } else {
+                let expired = async {
+                    match deadline {
+                        Some(d) => tokio::time::sleep_until(d).await,
+                        None => std::future::pending().await,
+                    }
+                };
+                let cancelled = async {
+                    match &cancel {
+                        Some(token) => token.cancelled().await,
+                        None => std::future::pending().await,
+                    }
+                };
+                tokio::select! {
+                    biased;
+                    result = main => match result {
+                        Ok(result) => Ended::Done(result),
+                        Err(_) => Ended::Panicked,
+                    },
+                    () = expired => Ended::TimedOut,
+                    () = cancelled => Ended::Cancelled,
+                }
+            }
+        };
+        main_outcome(ctx, ended, deadline.zip(started))
+    }};
+}
+
+/// Runs the tool itself (on the input it checked, when that has not changed since) and
+/// keeps its output; evaluates to a [`HookResult`]. A macro for the same reason as
+/// [`run_stage!`]: the tool's future is awaited in the caller's own.
+macro_rules! run_tool {
+    ($entry:expr, $ctx:expr) => {{
+        let (entry, ctx): (&ToolEntry, &mut ToolInvokeContext) = ($entry, $ctx);
+        let prepared = match ctx.prepared.take() {
+            Some((version, prepared)) if version == ctx.input_version => Some(prepared),
+            _ => None,
+        };
+        ctx.progress.in_tool = true;
+        let output = entry.tool.call(prepared, ctx).await;
+        ctx.progress.in_tool = false;
+        output.map(|output| ctx.set_output(output))
     }};
 }
 
@@ -260,14 +335,18 @@ async fn run_to_end<R>(
             .ctx
             .as_mut()
             .expect("the guard holds the context until the end");
-        let outcome = run_main(entry, ctx, start).await;
+        let outcome = run_main!(entry, ctx, start);
         ctx.progress.tail_started = true;
         if let Err(Control::Suspend(request)) = outcome {
             ctx.error = Some(suspend(entry, ctx, request).await.unwrap_or_else(|e| e));
         } else {
             settle_outcome(ctx, outcome);
         }
-        tail(entry, ctx).await;
+        if has_tail_hooks(entry, ctx) {
+            tail(entry, ctx).await;
+        } else {
+            end_without_tail_hooks(ctx);
+        }
         let mut ctx = guard
             .ctx
             .take()
@@ -294,45 +373,14 @@ enum Ended {
     Cancelled,
 }
 
-/// Phases 1–8 under the deadline, the cancellation token and the panic boundary.
-async fn run_main(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> HookResult {
-    let deadline = ctx.deadline();
-    let cancel = ctx.cancellation_if_given();
-    // The clock is read only when a deadline needs it (for the `Timeout` error), and the
-    // main future is pinned where it is built: moving it into an `.await` or into
-    // `select!` would copy it, and it is the largest state of the invocation.
-    let started = deadline.map(|_| tokio::time::Instant::now());
-    let ended = {
-        let main = std::pin::pin!(AssertUnwindSafe(drive(entry, ctx, start)).catch_unwind());
-        if deadline.is_none() && cancel.is_none() {
-            match main.await {
-                Ok(result) => Ended::Done(result),
-                Err(_) => Ended::Panicked,
-            }
-        } else {
-            let expired = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
-            let cancelled = async {
-                match &cancel {
-                    Some(token) => token.cancelled().await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                biased;
-                result = main => match result {
-                    Ok(result) => Ended::Done(result),
-                    Err(_) => Ended::Panicked,
-                },
-                () = expired => Ended::TimedOut,
-                () = cancelled => Ended::Cancelled,
-            }
-        }
-    };
+/// What the main phases ended with, as the invocation's outcome: a contained panic, the
+/// deadline (`timed`: the deadline and when the phases started) and cancellation become
+/// errors.
+fn main_outcome(
+    ctx: &mut ToolInvokeContext,
+    ended: Ended,
+    timed: Option<(tokio::time::Instant, tokio::time::Instant)>,
+) -> HookResult {
     match ended {
         Ended::Done(result) => result,
         Ended::Panicked => {
@@ -351,11 +399,9 @@ async fn run_main(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) 
         Ended::TimedOut => {
             ctx.progress.in_tool = false;
             ctx.cancel_if_watched();
-            let after = deadline
-                .zip(started)
-                .map_or_else(Default::default, |(d, started)| {
-                    d.saturating_duration_since(started)
-                });
+            let after = timed.map_or_else(Default::default, |(deadline, started)| {
+                deadline.saturating_duration_since(started)
+            });
             Err(ToolError::Timeout { after }.into())
         }
         Ended::Cancelled => {
@@ -385,11 +431,34 @@ async fn drive(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> 
         },
     };
 
+    // Phases without hooks are run in place, without a future of their own.
     let before_execution = match resume_after {
+        None if entry.plan.present().intersection(PRE_WITH_MISS).is_empty() => {
+            check_input_in_place(entry, ctx).map(|()| ctx.stage = Stage::DidCacheMiss)
+        }
         None => fresh_pre_phase(entry, ctx).await,
         Some(after) => pre_phase(entry, ctx, after).await,
     };
     let executed = match before_execution {
+        Ok(()) if entry.plan.present().intersection(EXECUTE_SET).is_empty() => {
+            // The stage the tool runs at when execution has hooks but none at it.
+            ctx.stage = Stage::WillExecute;
+            ctx.attempt += 1;
+            run_tool!(entry, ctx)?;
+            true
+        }
+        Ok(()) if !entry.plan.has(Stage::AroundExecute) => {
+            // One attempt, without the wrapper chain's future.
+            ctx.stage = Stage::AroundExecute;
+            match execute_once(entry, ctx).await {
+                Ok(()) => true,
+                Err(Control::Respond(value)) => {
+                    ctx.set_output(value);
+                    false
+                }
+                Err(other) => return Err(other),
+            }
+        }
         Ok(()) => execute_phase(entry, ctx).await?,
         Err(Control::Respond(value)) => {
             let at = ctx.stage;
@@ -531,14 +600,7 @@ pub(crate) async fn execute_once(entry: &ToolEntry, ctx: &mut ToolInvokeContext)
     if enter(entry, ctx, Stage::WillExecute) {
         run_stage!(entry, ctx, Stage::WillExecute)?;
     }
-    let prepared = match ctx.prepared.take() {
-        Some((version, prepared)) if version == ctx.input_version => Some(prepared),
-        _ => None,
-    };
-    ctx.progress.in_tool = true;
-    let output = entry.tool.call(prepared, ctx).await;
-    ctx.progress.in_tool = false;
-    ctx.set_output(output?);
+    run_tool!(entry, ctx)?;
     if enter(entry, ctx, Stage::DidExecute) {
         run_stage!(entry, ctx, Stage::DidExecute)?;
     }
@@ -552,14 +614,16 @@ async fn output_phase(
     executed: bool,
     skip_through: Option<Stage>,
 ) -> HookResult {
-    for stage in OUTPUT_STAGES {
-        if (stage == Stage::WillWriteCache && !executed) || skip_through.is_some_and(|s| stage <= s)
-        {
-            continue;
-        }
-        if enter(entry, ctx, stage) {
-            respond_continues(run_stage!(entry, ctx, stage), ctx)?;
-        }
+    let mut stages = entry.plan.present().intersection(OUTPUT_SET);
+    if !executed {
+        stages = stages.difference(Stage::WillWriteCache.into());
+    }
+    if let Some(done) = skip_through {
+        stages = stages.difference(StageSet::before(done).with(done));
+    }
+    for stage in stages.iter() {
+        ctx.stage = stage;
+        respond_continues(run_stage!(entry, ctx, stage), ctx)?;
     }
     Ok(())
 }
@@ -627,12 +691,8 @@ async fn suspend(
 /// `on_error` (on the error path), record, release, end — each stage at most once.
 async fn tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
     ctx.progress.tail_started = true;
-    if entry.plan.present().intersection(TAIL_SET).is_empty() && ctx.progress.tail_hook.is_none() {
-        // No hook to run: every tail stage is done at once.
-        ctx.finished.get_or_insert_with(Instant::now);
-        ctx.progress.tail_done = ctx.progress.tail_done.union(TAIL_SET);
-        ctx.stage = Stage::WillFinalizeInvoke;
-        log_end(ctx);
+    if !has_tail_hooks(entry, ctx) {
+        end_without_tail_hooks(ctx);
         return;
     }
     let failed = ctx
@@ -642,7 +702,7 @@ async fn tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
     if failed && let Some(first) = enter_tail(entry, ctx, Stage::OnError) {
         run_tail_stage!(entry, ctx, Stage::OnError, first);
     }
-    ctx.finished.get_or_insert_with(Instant::now);
+    ctx.finished.get_or_insert_with(ClockInstant::now);
     for stage in RECORD_STAGES {
         if let Some(first) = enter_tail(entry, ctx, stage) {
             run_tail_stage!(entry, ctx, stage, first);
@@ -661,6 +721,22 @@ async fn tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
     if let Some(first) = enter_tail(entry, ctx, Stage::WillFinalizeInvoke) {
         run_tail_stage!(entry, ctx, Stage::WillFinalizeInvoke, first);
     }
+    log_end(ctx);
+}
+
+/// Whether [`tail`] has a hook to run (or to go on with, after a drop).
+#[inline]
+fn has_tail_hooks(entry: &ToolEntry, ctx: &ToolInvokeContext) -> bool {
+    !entry.plan.present().intersection(TAIL_SET).is_empty() || ctx.progress.tail_hook.is_some()
+}
+
+/// The tail when no hook is in it: every tail stage is done at once. No hook can read the
+/// finish time either, so the clock is not read for it here; what reports a duration
+/// (`invoke_detailed`, the end event) reads the clock itself.
+fn end_without_tail_hooks(ctx: &mut ToolInvokeContext) {
+    ctx.progress.tail_started = true;
+    ctx.progress.tail_done = ctx.progress.tail_done.union(TAIL_SET);
+    ctx.stage = Stage::WillFinalizeInvoke;
     log_end(ctx);
 }
 
@@ -717,12 +793,12 @@ fn settle(
     planned: &PlannedHook,
     stage: Stage,
     ctx: &mut ToolInvokeContext,
-    hook_started: Option<Instant>,
+    hook_started: Option<ClockInstant>,
     outcome: HookResult,
     can_apply: bool,
 ) -> HookResult {
     if let Some(t) = hook_started {
-        ctx.hook_timings.push(HookTiming {
+        ctx.trail_mut().hook_timings.push(HookTiming {
             stage,
             hook: Arc::clone(&planned.name),
             duration: t.elapsed(),
@@ -732,6 +808,20 @@ fn settle(
         Err(control) => decide(planned, stage, ctx, control, can_apply).map_or(Ok(()), Err),
         Ok(()) => Ok(()),
     }
+}
+
+/// Keeps how long `stage` took (room for every timed stage is made at the first).
+fn record_stage_duration(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    started: ClockInstant,
+) {
+    let durations = &mut ctx.trail_mut().stage_durations;
+    if durations.capacity() == 0 {
+        durations.reserve_exact(entry.plan.timed_stages());
+    }
+    durations.push((stage, started.elapsed()));
 }
 
 /// Calls `f`, catching a panic (the tail's hooks are called synchronously first).
@@ -753,7 +843,7 @@ fn decide(
             FailureMode::Ignore => control.is_decision(),
             FailureMode::Audit => false,
         };
-    ctx.decisions.push(Decision {
+    ctx.trail_mut().decisions.push(Decision {
         stage,
         hook: Arc::clone(&planned.name),
         outcome: control.label().to_owned(),
