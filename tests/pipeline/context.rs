@@ -3,6 +3,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
 use toolgate::{Hook, HookFuture, Stage, StageSet, ToolInvokeContext};
@@ -187,4 +188,41 @@ async fn a_call_without_a_user_is_made_by_the_anonymous_user_and_a_named_user_is
         .unwrap();
 
     assert_eq!(*callers.0.lock().unwrap(), ["anonymous", "alice"]);
+}
+
+/// What the record phase reads of the clocks, as the standard library's types.
+#[derive(Clone, Default)]
+struct Clocks(Arc<Mutex<Option<(Instant, Instant, SystemTime, Duration)>>>);
+
+impl Hook for Clocks {
+    fn stages(&self) -> StageSet {
+        StageSet::of(&[Stage::WillAudit])
+    }
+
+    fn will_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let finished = ctx.finished().expect("set before the record phase");
+        *self.0.lock().unwrap() = Some((ctx.started(), finished, ctx.started_at(), ctx.elapsed()));
+        HookFuture::ok()
+    }
+}
+
+#[tokio::test]
+async fn start_and_finish_read_as_standard_instants_and_wall_time_in_call_order() {
+    let clocks = Clocks::default();
+    let pipeline = TestPipeline::new()
+        .tool(ScriptedTool::new(TOOL))
+        .shared_hook(Arc::new(clocks.clone()))
+        .build();
+
+    let (wall_before, before) = (SystemTime::now(), Instant::now());
+    pipeline.invoke(TOOL, input(), options()).await.unwrap();
+    let (after, wall_after) = (Instant::now(), SystemTime::now());
+
+    let (started, finished, started_at, elapsed) = clocks.0.lock().unwrap().expect("audited");
+    // The invocation clock and the standard ones are read a few nanoseconds apart when
+    // converting, so the bounds allow a millisecond.
+    let slack = Duration::from_millis(1);
+    assert!(before <= started + slack && started <= finished && finished <= after + slack);
+    assert!(wall_before <= started_at + slack && started_at <= wall_after + slack);
+    assert!(elapsed <= after - before + slack);
 }

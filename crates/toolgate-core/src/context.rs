@@ -212,13 +212,8 @@ static ANONYMOUS: LazyLock<Arc<User>> = LazyLock::new(|| Arc::new(User::new("ano
 /// The clock of invocation timings: quanta's calibrated reading of the CPU's time-stamp
 /// counter (about 10 ns a read on these machines, against 24 ns for `Instant::now`), which
 /// uses the OS clock instead where the CPU has no stable counter. What the context shows
-/// is converted to the standard library's types through [`CLOCK_ANCHOR`].
+/// is converted to the standard library's types when asked for ([`ago`]).
 pub(crate) type ClockInstant = quanta::Instant;
-
-/// One reading of each clock, taken together: converts a [`ClockInstant`] to an
-/// [`Instant`] and to wall-clock time.
-static CLOCK_ANCHOR: LazyLock<(ClockInstant, Instant, SystemTime)> =
-    LazyLock::new(|| (ClockInstant::now(), Instant::now(), SystemTime::now()));
 
 /// Reads the invocation clock once, so that its calibration (under a millisecond) is done
 /// when a pipeline is built rather than in its first call.
@@ -226,13 +221,17 @@ pub(crate) fn warm_clock() {
     let _ = ClockInstant::now();
 }
 
+/// How long ago `t` was. Conversions go through it, reading both clocks afresh: a fixed
+/// anchor between the counter and the OS clocks would drift as NTP slews the latter.
+fn ago(t: ClockInstant) -> Duration {
+    ClockInstant::now().saturating_duration_since(t)
+}
+
 /// `t` as a standard [`Instant`].
 fn to_std_instant(t: ClockInstant) -> Instant {
-    let (clock, std, _) = *CLOCK_ANCHOR;
-    match t.checked_duration_since(clock) {
-        Some(after) => std + after,
-        None => std - clock.duration_since(t),
-    }
+    let since = ago(t);
+    let now = Instant::now();
+    now.checked_sub(since).unwrap_or(now)
 }
 
 /// Everything one invocation knows: identity, input and output with their histories, a
@@ -469,11 +468,9 @@ impl ToolInvokeContext {
 
     /// When the invocation started (wall clock).
     pub fn started_at(&self) -> SystemTime {
-        let (clock, _, system) = *CLOCK_ANCHOR;
-        match self.started.checked_duration_since(clock) {
-            Some(after) => system + after,
-            None => system - clock.duration_since(self.started),
-        }
+        let since = ago(self.started);
+        let now = SystemTime::now();
+        now.checked_sub(since).unwrap_or(now)
     }
 
     /// When the invocation finished: set before the record phase on every path.

@@ -447,18 +447,6 @@ async fn drive(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> 
             run_tool!(entry, ctx)?;
             true
         }
-        Ok(()) if !entry.plan.has(Stage::AroundExecute) => {
-            // One attempt, without the wrapper chain's future.
-            ctx.stage = Stage::AroundExecute;
-            match execute_once(entry, ctx).await {
-                Ok(()) => true,
-                Err(Control::Respond(value)) => {
-                    ctx.set_output(value);
-                    false
-                }
-                Err(other) => return Err(other),
-            }
-        }
         Ok(()) => execute_phase(entry, ctx).await?,
         Err(Control::Respond(value)) => {
             let at = ctx.stage;
