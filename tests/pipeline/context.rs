@@ -191,8 +191,17 @@ async fn a_call_without_a_user_is_made_by_the_anonymous_user_and_a_named_user_is
 }
 
 /// What the record phase reads of the clocks, as the standard library's types.
+#[derive(Clone, Copy)]
+struct ClockReading {
+    started: Instant,
+    finished: Instant,
+    started_at: SystemTime,
+    elapsed: Duration,
+}
+
+/// Keeps the clock reading of the last call's record phase.
 #[derive(Clone, Default)]
-struct Clocks(Arc<Mutex<Option<(Instant, Instant, SystemTime, Duration)>>>);
+struct Clocks(Arc<Mutex<Option<ClockReading>>>);
 
 impl Hook for Clocks {
     fn stages(&self) -> StageSet {
@@ -200,8 +209,12 @@ impl Hook for Clocks {
     }
 
     fn will_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-        let finished = ctx.finished().expect("set before the record phase");
-        *self.0.lock().unwrap() = Some((ctx.started(), finished, ctx.started_at(), ctx.elapsed()));
+        *self.0.lock().unwrap() = Some(ClockReading {
+            started: ctx.started(),
+            finished: ctx.finished().expect("set before the record phase"),
+            started_at: ctx.started_at(),
+            elapsed: ctx.elapsed(),
+        });
         HookFuture::ok()
     }
 }
@@ -218,11 +231,12 @@ async fn start_and_finish_read_as_standard_instants_and_wall_time_in_call_order(
     pipeline.invoke(TOOL, input(), options()).await.unwrap();
     let (after, wall_after) = (Instant::now(), SystemTime::now());
 
-    let (started, finished, started_at, elapsed) = clocks.0.lock().unwrap().expect("audited");
+    let seen = clocks.0.lock().unwrap().expect("audited");
     // The invocation clock and the standard ones are read a few nanoseconds apart when
     // converting, so the bounds allow a millisecond.
     let slack = Duration::from_millis(1);
-    assert!(before <= started + slack && started <= finished && finished <= after + slack);
-    assert!(wall_before <= started_at + slack && started_at <= wall_after + slack);
-    assert!(elapsed <= after - before + slack);
+    assert!(before <= seen.started + slack);
+    assert!(seen.started <= seen.finished && seen.finished <= after + slack);
+    assert!(wall_before <= seen.started_at + slack && seen.started_at <= wall_after + slack);
+    assert!(seen.elapsed <= after - before + slack);
 }
