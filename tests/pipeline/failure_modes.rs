@@ -92,14 +92,66 @@ async fn ignore_mode_logs_a_hook_failure_and_the_call_goes_on() {
 }
 
 #[tokio::test]
-async fn a_panicking_hook_fails_the_call_even_in_ignore_mode() {
-    let (pipeline, _, _) = one_hook(WillNormalizeInput, Inject::Panic, FailureMode::Ignore);
+async fn a_panicking_hook_in_ignore_or_audit_mode_is_contained_and_the_call_goes_on() {
+    for mode in [FailureMode::Ignore, FailureMode::Audit] {
+        let (pipeline, log, probe) = one_hook(WillNormalizeInput, Inject::Panic, mode);
+
+        let out = pipeline.invoke(TOOL, input(), options()).await.unwrap();
+
+        assert_eq!(out, json!("out"), "{mode:?}");
+        assert_stages(&log, SUCCESS);
+        assert_eq!(
+            probe.decisions(),
+            [Decision {
+                stage: WillNormalizeInput,
+                hook: Arc::from("policy"),
+                outcome: "internal".into(),
+                applied: false,
+            }],
+            "{mode:?}: the panic is kept as the failure it would have been"
+        );
+    }
+}
+
+/// Panics when its stage future is first polled, not when the stage method is called.
+struct PanicsWhenPolled;
+
+impl Hook for PanicsWhenPolled {
+    fn stages(&self) -> StageSet {
+        StageSet::of(&[WillAuthorize])
+    }
+
+    fn will_authorize<'a>(&'a self, _ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        HookFuture::new(async { panic!("{}", toolgate_test::PANIC_PAYLOAD) })
+    }
+}
+
+#[tokio::test]
+async fn a_hook_future_that_panics_in_ignore_mode_is_contained_too() {
+    quiet_injected_panics();
+    let probe = DecisionProbe::default();
+    let pipeline = TestPipeline::new()
+        .tool(ScriptedTool::returning(TOOL, json!("out")))
+        .hook_with(PanicsWhenPolled, HookOptions::failure(FailureMode::Ignore))
+        .hook(probe.clone())
+        .build();
+
+    let out = pipeline.invoke(TOOL, input(), options()).await.unwrap();
+
+    assert_eq!(out, json!("out"));
+    assert_eq!(probe.decisions().len(), 1);
+    assert_eq!(probe.decisions()[0].outcome, "internal");
+}
+
+#[tokio::test]
+async fn a_panicking_hook_in_fail_call_mode_fails_the_call() {
+    let (pipeline, _, _) = one_hook(WillNormalizeInput, Inject::Panic, FailureMode::FailCall);
 
     let err = pipeline.invoke(TOOL, input(), options()).await.unwrap_err();
 
-    // A panic unwinds past the hook's failure mode: it is contained at the pipeline
-    // boundary and fails the call, whatever the mode.
+    // Contained at the pipeline boundary: an `internal` error without the payload.
     assert_eq!(err.code(), "internal");
+    assert!(!err.to_string().contains(toolgate_test::PANIC_PAYLOAD));
 }
 
 #[tokio::test]

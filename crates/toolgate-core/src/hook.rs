@@ -84,11 +84,12 @@ pub enum FailureMode {
     /// Every outcome of the hook applies: a failure fails the call. The default.
     #[default]
     FailCall,
-    /// A failure of the hook (an error that is not a decision) is logged and the call goes
-    /// on; its decisions (respond, abort, retry-after, suspend) still apply.
+    /// A failure of the hook (an error that is not a decision, or a panic in its code) is
+    /// logged and the call goes on; its decisions (respond, abort, retry-after, suspend)
+    /// still apply. (A panic in an `around_execute` wrapper fails the call in every mode.)
     Ignore,
     /// Audit (shadow) mode: every outcome is recorded in the decision trace and logged, and
-    /// none is applied.
+    /// none is applied; a panic in the hook's code is recorded as an `internal` failure.
     Audit,
 }
 

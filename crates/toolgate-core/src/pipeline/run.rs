@@ -78,25 +78,12 @@ macro_rules! run_tail_stage {
         for (planned, index) in entry.plan.hooks(stage)[first..].iter().zip(first..) {
             $ctx.progress.tail_hook = Some((stage, index));
             let hook_started = timed_hooks.then(ClockInstant::now);
-            let hook_ctx = &mut *$ctx;
-            let settled = match contained(move || {
-                if !planned.hook.filter(hook_ctx) {
-                    return TailCall::Skipped;
-                }
-                let called = call_stage(&*planned.hook, stage, hook_ctx);
-                if called.is_ready_ok() {
-                    return TailCall::ReadyOk;
-                }
-                match called.into_ready() {
-                    Ok(outcome) => TailCall::Ready(outcome),
-                    Err(pending) => TailCall::Pending(pending),
-                }
-            }) {
-                Ok(TailCall::Skipped) => continue,
-                Ok(TailCall::ReadyOk) if hook_started.is_none() => continue,
-                Ok(TailCall::ReadyOk) => Ok(Ok(())),
-                Ok(TailCall::Ready(outcome)) => Ok(outcome),
-                Ok(TailCall::Pending(pending)) => {
+            let settled = match call_contained(planned, stage, $ctx) {
+                Ok(Called::Skipped) => continue,
+                Ok(Called::ReadyOk) if hook_started.is_none() => continue,
+                Ok(Called::ReadyOk) => Ok(Ok(())),
+                Ok(Called::Ready(outcome)) => Ok(outcome),
+                Ok(Called::Pending(pending)) => {
                     // A hook that never finishes must not hang the call: past the tail
                     // timeout it is abandoned (its future dropped) and the next hook runs.
                     let bounded = tokio::time::timeout(
@@ -129,8 +116,9 @@ macro_rules! run_tail_stage {
     }};
 }
 
-/// What calling a tail hook gave, told apart without moving a result in the common case.
-enum TailCall<'a> {
+/// What calling a hook under [`call_contained`] gave, told apart without moving a result
+/// in the common case.
+enum Called<'a> {
     /// Its filter said no.
     Skipped,
     /// Done with `Ok(())`.
@@ -152,17 +140,25 @@ macro_rules! run_stage {
         let timed_hooks = entry.shared.record_hook_timings;
         let mut result = Ok(());
         for planned in entry.plan.hooks(stage) {
-            if !planned.hook.filter($ctx) {
-                continue;
-            }
-            let hook_started = timed_hooks.then(ClockInstant::now);
-            let called = call_stage(&*planned.hook, stage, $ctx);
-            if called.is_ready_ok() && hook_started.is_none() {
-                continue;
-            }
-            let outcome = match called.into_ready() {
-                Ok(outcome) => outcome,
-                Err(pending) => pending.await,
+            let (hook_started, outcome) = if planned.failure == FailureMode::FailCall {
+                if !planned.hook.filter($ctx) {
+                    continue;
+                }
+                let hook_started = timed_hooks.then(ClockInstant::now);
+                let called = call_stage(&*planned.hook, stage, $ctx);
+                if called.is_ready_ok() && hook_started.is_none() {
+                    continue;
+                }
+                let outcome = match called.into_ready() {
+                    Ok(outcome) => outcome,
+                    Err(pending) => pending.await,
+                };
+                (hook_started, outcome)
+            } else {
+                match call_fail_open(planned, stage, $ctx, timed_hooks).await {
+                    Some(called) => called,
+                    None => continue,
+                }
             };
             if let Err(control) = settle(planned, stage, $ctx, hook_started, outcome, true) {
                 result = Err(control);
@@ -812,9 +808,72 @@ fn record_stage_duration(
     durations.push((stage, started.elapsed()));
 }
 
-/// Calls `f`, catching a panic (the tail's hooks are called synchronously first).
+/// Calls `planned`'s filter and stage method under `catch_unwind` (for the tail, and for
+/// hooks in ignore or audit mode): a panic in the hook's own code comes back as `Err`.
+fn call_contained<'a>(
+    planned: &'a PlannedHook,
+    stage: Stage,
+    ctx: &'a mut ToolInvokeContext,
+) -> std::thread::Result<Called<'a>> {
+    contained(move || {
+        if !planned.hook.filter(ctx) {
+            return Called::Skipped;
+        }
+        let called = call_stage(&*planned.hook, stage, ctx);
+        if called.is_ready_ok() {
+            return Called::ReadyOk;
+        }
+        match called.into_ready() {
+            Ok(outcome) => Called::Ready(outcome),
+            Err(pending) => Called::Pending(pending),
+        }
+    })
+}
+
+/// Calls `f`, catching a panic.
 fn contained<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
     std::panic::catch_unwind(AssertUnwindSafe(f))
+}
+
+/// Calls a hook in ignore or audit mode at a main-phase stage: its failures must not fail
+/// the call, so neither must its panic — its code runs under `catch_unwind`. `None` when
+/// there is nothing to settle (filtered out, a ready `Ok(())` untimed, or a contained
+/// panic); else when it started (if timed) and its outcome. Out of line, so that the
+/// common fail-call hooks' loop stays small.
+async fn call_fail_open(
+    planned: &PlannedHook,
+    stage: Stage,
+    ctx: &mut ToolInvokeContext,
+    timed: bool,
+) -> Option<(Option<ClockInstant>, HookResult)> {
+    let hook_started = timed.then(ClockInstant::now);
+    let outcome = match call_contained(planned, stage, ctx) {
+        Ok(Called::Skipped) => return None,
+        Ok(Called::ReadyOk) if hook_started.is_none() => return None,
+        Ok(Called::ReadyOk) => Ok(Ok(())),
+        Ok(Called::Ready(outcome)) => Ok(outcome),
+        Ok(Called::Pending(pending)) => AssertUnwindSafe(pending).catch_unwind().await,
+        Err(panic) => Err(panic),
+    };
+    match outcome {
+        Ok(outcome) => Some((hook_started, outcome)),
+        Err(_) => {
+            contained_panic(planned, stage, ctx);
+            None
+        }
+    }
+}
+
+/// A hook in ignore or audit mode panicked in a main phase: the panic is logged and kept
+/// in the decision trace as the `internal` failure it would have been, and the call goes on.
+fn contained_panic(planned: &PlannedHook, stage: Stage, ctx: &mut ToolInvokeContext) {
+    tracing::error!(stage = %stage, hook = %planned.name, mode = ?planned.failure, "a hook panicked; the panic was contained and, by the hook's failure mode, the call goes on");
+    ctx.trail_mut().decisions.push(Decision {
+        stage,
+        hook: Arc::clone(&planned.name),
+        outcome: "internal".to_owned(),
+        applied: false,
+    });
 }
 
 /// Applies the hook's failure mode to its outcome: `Some` when the outcome takes effect.
