@@ -78,10 +78,8 @@ macro_rules! run_tail_stage {
         for (planned, index) in entry.plan.hooks(stage)[first..].iter().zip(first..) {
             $ctx.progress.tail_hook = Some((stage, index));
             let hook_started = timed_hooks.then(ClockInstant::now);
-            let settled = match call_contained(planned, stage, $ctx) {
-                Ok(Called::Skipped) => continue,
-                Ok(Called::ReadyOk) if hook_started.is_none() => continue,
-                Ok(Called::ReadyOk) => Ok(Ok(())),
+            let settled = match call_contained(planned, stage, $ctx, hook_started.is_some()) {
+                Ok(Called::Nothing) => continue,
                 Ok(Called::Ready(outcome)) => Ok(outcome),
                 Ok(Called::Pending(pending)) => {
                     // A hook that never finishes must not hang the call: past the tail
@@ -119,11 +117,10 @@ macro_rules! run_tail_stage {
 /// What calling a hook under [`call_contained`] gave, told apart without moving a result
 /// in the common case.
 enum Called<'a> {
-    /// Its filter said no.
-    Skipped,
-    /// Done with `Ok(())`.
-    ReadyOk,
-    /// Done with another outcome.
+    /// Nothing to settle: its filter said no, or it was done with `Ok(())` and is not
+    /// timed.
+    Nothing,
+    /// Done with this outcome.
     Ready(HookResult),
     /// Still running.
     Pending(crate::HookFuture<'a>),
@@ -718,7 +715,6 @@ fn has_tail_hooks(entry: &ToolEntry, ctx: &ToolInvokeContext) -> bool {
 /// finish time either, so the clock is not read for it here; what reports a duration
 /// (`invoke_detailed`, the end event) reads the clock itself.
 fn end_without_tail_hooks(ctx: &mut ToolInvokeContext) {
-    ctx.progress.tail_started = true;
     ctx.progress.tail_done = ctx.progress.tail_done.union(TAIL_SET);
     ctx.stage = Stage::WillFinalizeInvoke;
     log_end(ctx);
@@ -809,19 +805,21 @@ fn record_stage_duration(
 }
 
 /// Calls `planned`'s filter and stage method under `catch_unwind` (for the tail, and for
-/// hooks in ignore or audit mode): a panic in the hook's own code comes back as `Err`.
+/// hooks in ignore or audit mode): a panic in the hook's own code comes back as `Err`. A
+/// ready `Ok(())` is handed back only when the hook is `timed` (its timing is recorded).
 fn call_contained<'a>(
     planned: &'a PlannedHook,
     stage: Stage,
     ctx: &'a mut ToolInvokeContext,
+    timed: bool,
 ) -> std::thread::Result<Called<'a>> {
     contained(move || {
         if !planned.hook.filter(ctx) {
-            return Called::Skipped;
+            return Called::Nothing;
         }
         let called = call_stage(&*planned.hook, stage, ctx);
-        if called.is_ready_ok() {
-            return Called::ReadyOk;
+        if called.is_ready_ok() && !timed {
+            return Called::Nothing;
         }
         match called.into_ready() {
             Ok(outcome) => Called::Ready(outcome),
@@ -847,10 +845,8 @@ async fn call_fail_open(
     timed: bool,
 ) -> Option<(Option<ClockInstant>, HookResult)> {
     let hook_started = timed.then(ClockInstant::now);
-    let outcome = match call_contained(planned, stage, ctx) {
-        Ok(Called::Skipped) => return None,
-        Ok(Called::ReadyOk) if hook_started.is_none() => return None,
-        Ok(Called::ReadyOk) => Ok(Ok(())),
+    let outcome = match call_contained(planned, stage, ctx, timed) {
+        Ok(Called::Nothing) => return None,
         Ok(Called::Ready(outcome)) => Ok(outcome),
         Ok(Called::Pending(pending)) => AssertUnwindSafe(pending).catch_unwind().await,
         Err(panic) => Err(panic),
