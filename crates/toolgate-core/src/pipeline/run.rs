@@ -78,8 +78,10 @@ macro_rules! run_tail_stage {
         for (planned, index) in entry.plan.hooks(stage)[first..].iter().zip(first..) {
             $ctx.progress.tail_hook = Some((stage, index));
             let hook_started = timed_hooks.then(ClockInstant::now);
-            let settled = match call_contained(planned, stage, $ctx, hook_started.is_some()) {
-                Ok(Called::Nothing) => continue,
+            let settled = match call_contained(planned, stage, $ctx) {
+                Ok(Called::Skipped) => continue,
+                Ok(Called::ReadyOk) if hook_started.is_none() => continue,
+                Ok(Called::ReadyOk) => Ok(Ok(())),
                 Ok(Called::Ready(outcome)) => Ok(outcome),
                 Ok(Called::Pending(pending)) => {
                     // A hook that never finishes must not hang the call: past the tail
@@ -117,10 +119,11 @@ macro_rules! run_tail_stage {
 /// What calling a hook under [`call_contained`] gave, told apart without moving a result
 /// in the common case.
 enum Called<'a> {
-    /// Nothing to settle: its filter said no, or it was done with `Ok(())` and is not
-    /// timed.
-    Nothing,
-    /// Done with this outcome.
+    /// Its filter said no.
+    Skipped,
+    /// Done with `Ok(())`.
+    ReadyOk,
+    /// Done with another outcome.
     Ready(HookResult),
     /// Still running.
     Pending(crate::HookFuture<'a>),
@@ -805,21 +808,19 @@ fn record_stage_duration(
 }
 
 /// Calls `planned`'s filter and stage method under `catch_unwind` (for the tail, and for
-/// hooks in ignore or audit mode): a panic in the hook's own code comes back as `Err`. A
-/// ready `Ok(())` is handed back only when the hook is `timed` (its timing is recorded).
+/// hooks in ignore or audit mode): a panic in the hook's own code comes back as `Err`.
 fn call_contained<'a>(
     planned: &'a PlannedHook,
     stage: Stage,
     ctx: &'a mut ToolInvokeContext,
-    timed: bool,
 ) -> std::thread::Result<Called<'a>> {
     contained(move || {
         if !planned.hook.filter(ctx) {
-            return Called::Nothing;
+            return Called::Skipped;
         }
         let called = call_stage(&*planned.hook, stage, ctx);
-        if called.is_ready_ok() && !timed {
-            return Called::Nothing;
+        if called.is_ready_ok() {
+            return Called::ReadyOk;
         }
         match called.into_ready() {
             Ok(outcome) => Called::Ready(outcome),
@@ -845,8 +846,10 @@ async fn call_fail_open(
     timed: bool,
 ) -> Option<(Option<ClockInstant>, HookResult)> {
     let hook_started = timed.then(ClockInstant::now);
-    let outcome = match call_contained(planned, stage, ctx, timed) {
-        Ok(Called::Nothing) => return None,
+    let outcome = match call_contained(planned, stage, ctx) {
+        Ok(Called::Skipped) => return None,
+        Ok(Called::ReadyOk) if hook_started.is_none() => return None,
+        Ok(Called::ReadyOk) => Ok(Ok(())),
         Ok(Called::Ready(outcome)) => Ok(outcome),
         Ok(Called::Pending(pending)) => AssertUnwindSafe(pending).catch_unwind().await,
         Err(panic) => Err(panic),
