@@ -84,17 +84,24 @@ macro_rules! run_tail_stage {
                 Ok(Called::ReadyOk) => Ok(Ok(())),
                 Ok(Called::Ready(outcome)) => Ok(outcome),
                 Ok(Called::Pending(pending)) => {
-                    // A hook that never finishes must not hang the call: past the tail
-                    // timeout it is abandoned (its future dropped) and the next hook runs.
-                    let bounded = tokio::time::timeout(
-                        entry.shared.tail_hook_timeout,
-                        AssertUnwindSafe(pending).catch_unwind(),
-                    );
-                    match bounded.await {
-                        Ok(settled) => settled,
-                        Err(_) => {
-                            tracing::error!(stage = %stage, hook = %planned.name, timeout_ms = entry.shared.tail_hook_timeout.as_millis() as u64, "a hook did not finish within the tail timeout and was abandoned; the outcome is kept");
-                            continue;
+                    let mut pending = AssertUnwindSafe(pending).catch_unwind();
+                    // Most async hooks finish at their first poll: only one that does not
+                    // pays for a timer.
+                    match futures::poll!(&mut pending) {
+                        std::task::Poll::Ready(settled) => settled,
+                        std::task::Poll::Pending => {
+                            // A hook that never finishes must not hang the call: past the
+                            // tail timeout it is abandoned (its future dropped) and the
+                            // next hook runs.
+                            let bounded =
+                                tokio::time::timeout(entry.shared.tail_hook_timeout, pending);
+                            match bounded.await {
+                                Ok(settled) => settled,
+                                Err(_) => {
+                                    tracing::error!(stage = %stage, hook = %planned.name, timeout_ms = entry.shared.tail_hook_timeout.as_millis() as u64, "a hook did not finish within the tail timeout and was abandoned; the outcome is kept");
+                                    continue;
+                                }
+                            }
                         }
                     }
                 }
