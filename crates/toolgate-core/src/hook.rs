@@ -211,18 +211,26 @@ macro_rules! forward_stage_methods {
     };
 }
 
+/// Calls one stage's method of a hook: what a planned hook holds for the stage whose list
+/// it is in, so that calling it needs no `match` on the stage.
+pub(crate) type StageMethod = for<'a> fn(&'a dyn Hook, &'a mut ToolInvokeContext) -> HookFuture<'a>;
+
 macro_rules! dispatch_stage {
     ($($method:ident => $stage:ident,)*) => {
-        /// Calls `hook`'s method for `stage` (not for `around_execute`, which has its own
-        /// signature).
-        pub(crate) fn call_stage<'a>(
-            hook: &'a dyn Hook,
-            stage: Stage,
-            ctx: &'a mut ToolInvokeContext,
-        ) -> HookFuture<'a> {
+        /// The [`StageMethod`] of `stage`. `around_execute` has its own signature and is
+        /// called through [`Next`]; its entry answers `Ok`.
+        pub(crate) fn stage_method(stage: Stage) -> StageMethod {
+            $(
+                fn $method<'a>(hook: &'a dyn Hook, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+                    hook.$method(ctx)
+                }
+            )*
+            fn around_execute<'a>(_: &'a dyn Hook, _: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+                HookFuture::ok()
+            }
             match stage {
-                $(Stage::$stage => hook.$method(ctx),)*
-                Stage::AroundExecute => HookFuture::ok(),
+                $(Stage::$stage => $method,)*
+                Stage::AroundExecute => around_execute,
             }
         }
     };

@@ -4,6 +4,7 @@
 use std::cmp::Reverse;
 use std::sync::Arc;
 
+use crate::hook::{StageMethod, stage_method};
 use crate::{FailureMode, Hook, HookOptions, STAGE_COUNT, Stage, StageSet};
 
 /// A hook as registered: shared instance, options, and where it was registered.
@@ -19,6 +20,8 @@ pub(crate) struct Registration {
 /// One hook in a stage's list.
 pub(crate) struct PlannedHook {
     pub hook: Arc<dyn Hook>,
+    /// Calls the hook's method for the stage of the list.
+    pub call: StageMethod,
     pub name: Arc<str>,
     pub failure: FailureMode,
 }
@@ -32,11 +35,18 @@ pub(crate) struct ToolPlan {
     /// Whether invocations record stage durations: the builder asked for them, or a hook
     /// of this tool reads them.
     record_durations: bool,
+    /// Whether invocations record how long each hook took (the builder asked for it).
+    record_hook_timings: bool,
 }
 
 impl ToolPlan {
     /// Compiles the plan of tool `tool` from every registration.
-    pub fn compile(tool: &str, registrations: &[Registration], record_durations: bool) -> ToolPlan {
+    pub fn compile(
+        tool: &str,
+        registrations: &[Registration],
+        record_durations: bool,
+        record_hook_timings: bool,
+    ) -> ToolPlan {
         let mut mine: Vec<(&Registration, i32, StageSet)> = registrations
             .iter()
             .filter(|r| r.tool.as_deref().is_none_or(|t| t == tool))
@@ -56,6 +66,7 @@ impl ToolPlan {
                 .filter(|(_, _, set)| set.contains(stage))
                 .map(|(r, _, _)| PlannedHook {
                     hook: Arc::clone(&r.hook),
+                    call: stage_method(stage),
                     name: Arc::from(r.hook.name()),
                     failure: r.options.failure,
                 })
@@ -79,6 +90,7 @@ impl ToolPlan {
             present,
             timed,
             record_durations,
+            record_hook_timings,
         }
     }
 
@@ -94,6 +106,12 @@ impl ToolPlan {
     #[inline]
     pub fn records_durations(&self) -> bool {
         self.record_durations
+    }
+
+    /// Whether invocations of this tool record how long each hook took.
+    #[inline]
+    pub fn records_hook_timings(&self) -> bool {
+        self.record_hook_timings
     }
 
     /// The hooks at `stage`, in the order they run.

@@ -251,7 +251,6 @@ impl PipelineBuilder {
                 .suspensions
                 .clone()
                 .unwrap_or_else(|| Arc::new(InMemorySuspensionStore::default())),
-            record_hook_timings: self.record_hook_timings,
             tail_hook_timeout: self.tail_hook_timeout,
         });
         self.global_keys.clear();
@@ -265,6 +264,7 @@ impl PipelineBuilder {
                         &t.definition.name,
                         &self.registrations,
                         self.record_stage_durations,
+                        self.record_hook_timings,
                     ),
                     definition: t.definition.clone(),
                     tool: Arc::clone(&t.tool),

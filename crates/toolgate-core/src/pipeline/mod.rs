@@ -55,7 +55,6 @@ pub(crate) struct Shared {
     pub globals: Providers,
     pub sessions: SessionStore,
     pub suspensions: Arc<dyn SuspensionStore>,
-    pub record_hook_timings: bool,
     /// How long one hook may take at a tail stage (on_error, record, release, end).
     pub tail_hook_timeout: std::time::Duration,
 }

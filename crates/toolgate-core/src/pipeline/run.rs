@@ -15,12 +15,11 @@ use tracing::Instrument;
 
 use super::ToolEntry;
 use crate::context::ClockInstant;
-use crate::hook::call_stage;
 use crate::plan::PlannedHook;
 use crate::suspension::new_suspension_id;
 use crate::{
-    Control, Decision, FailureMode, HookResult, HookTiming, Next, ResumeDecision, Stage, StageSet,
-    SuspendRequest, SuspendedInvocation, ToolError, ToolInvokeContext,
+    Control, Decision, FailureMode, Hook, HookResult, HookTiming, Next, ResumeDecision, Stage,
+    StageSet, SuspendRequest, SuspendedInvocation, ToolError, ToolInvokeContext,
 };
 
 /// How an invocation starts.
@@ -74,11 +73,11 @@ macro_rules! run_tail_stage {
     ($entry:expr, $ctx:expr, $stage:expr, $first:expr) => {{
         let (entry, stage, first): (&ToolEntry, Stage, usize) = ($entry, $stage, $first);
         let started = entry.plan.records_durations().then(ClockInstant::now);
-        let timed_hooks = entry.shared.record_hook_timings;
+        let timed_hooks = entry.plan.records_hook_timings();
         for (planned, index) in entry.plan.hooks(stage)[first..].iter().zip(first..) {
             $ctx.progress.tail_hook = Some((stage, index));
             let hook_started = timed_hooks.then(ClockInstant::now);
-            let settled = match call_contained(planned, stage, $ctx) {
+            let settled = match call_contained(planned, $ctx) {
                 Ok(Called::Skipped) => continue,
                 Ok(Called::ReadyOk) if hook_started.is_none() => continue,
                 Ok(Called::ReadyOk) => Ok(Ok(())),
@@ -144,15 +143,18 @@ macro_rules! run_stage {
     ($entry:expr, $ctx:expr, $stage:expr) => {{
         let (entry, stage): (&ToolEntry, Stage) = ($entry, $stage);
         let started = entry.plan.records_durations().then(ClockInstant::now);
-        let timed_hooks = entry.shared.record_hook_timings;
+        let timed_hooks = entry.plan.records_hook_timings();
         let mut result = Ok(());
         for planned in entry.plan.hooks(stage) {
             let (hook_started, outcome) = if planned.failure == FailureMode::FailCall {
-                if !planned.hook.filter($ctx) {
+                // Found once: reaching the hook behind its `Arc<dyn Hook>` reads the
+                // vtable, and the calls below could not reuse it.
+                let hook: &dyn Hook = &*planned.hook;
+                if !hook.filter($ctx) {
                     continue;
                 }
                 let hook_started = timed_hooks.then(ClockInstant::now);
-                let called = call_stage(&*planned.hook, stage, $ctx);
+                let called = (planned.call)(hook, $ctx);
                 if called.is_ready_ok() && hook_started.is_none() {
                     continue;
                 }
@@ -241,6 +243,146 @@ macro_rules! run_tool {
         let output = entry.tool.call(prepared, ctx).await;
         ctx.progress.in_tool = false;
         output.map(|output| ctx.set_output(output))
+    }};
+}
+
+/// One attempt, in the caller's future: `on_retry` (after the first), `will_execute`, the
+/// tool, `did_execute`. Evaluates to a [`HookResult`].
+macro_rules! run_execute_once {
+    ($entry:expr, $ctx:expr) => {
+        'attempt: {
+            let (entry, ctx): (&ToolEntry, &mut ToolInvokeContext) = ($entry, $ctx);
+            ctx.attempt += 1;
+            if ctx.attempt > 1
+                && enter(entry, ctx, Stage::OnRetry)
+                && let Err(control) = run_stage!(entry, ctx, Stage::OnRetry)
+            {
+                break 'attempt Err(control);
+            }
+            if enter(entry, ctx, Stage::WillExecute)
+                && let Err(control) = run_stage!(entry, ctx, Stage::WillExecute)
+            {
+                break 'attempt Err(control);
+            }
+            if let Err(error) = run_tool!(entry, ctx) {
+                break 'attempt Err(error.into());
+            }
+            if enter(entry, ctx, Stage::DidExecute) {
+                run_stage!(entry, ctx, Stage::DidExecute)
+            } else {
+                Ok(())
+            }
+        }
+    };
+}
+
+/// Phase 7, in the caller's future; evaluates to whether the output comes from a real
+/// execution, or the control outcome that ended it.
+macro_rules! run_execute_phase {
+    ($entry:expr, $ctx:expr) => {{
+        let (entry, ctx): (&ToolEntry, &mut ToolInvokeContext) = ($entry, $ctx);
+        ctx.stage = Stage::AroundExecute;
+        let around = entry.plan.hooks(Stage::AroundExecute);
+        let result = if around.is_empty() {
+            run_execute_once!(entry, ctx)
+        } else {
+            Next {
+                chain: around,
+                entry,
+            }
+            .run(ctx)
+            .await
+        };
+        match result {
+            Err(Control::Error(error)) if ctx.attempt > 1 => Err(give_up(entry, ctx, error).await),
+            other => execute_phase_outcome(ctx, other),
+        }
+    }};
+}
+
+/// Phases 1–6 of a fresh invocation, in the caller's future: the same steps as
+/// [`pre_phase`], visiting only the stages with hooks (found by bit scan, not by walking
+/// every stage). Evaluates to a [`HookResult`], `Err(Control::Respond)` on a short-circuit.
+macro_rules! run_fresh_pre_phase {
+    ($entry:expr, $ctx:expr) => {
+        'pre: {
+            let (entry, ctx): (&ToolEntry, &mut ToolInvokeContext) = ($entry, $ctx);
+            // The tool's check comes right after the `will_validate_input` hooks: before the
+            // first stage with hooks past it, or at the end when there is none.
+            let mut checked = false;
+            for stage in entry.plan.present().intersection(PRE_WITH_MISS).iter() {
+                if !checked && stage > Stage::WillValidateInput {
+                    if let Err(control) = check_input_in_place(entry, ctx) {
+                        break 'pre Err(control);
+                    }
+                    checked = true;
+                }
+                reach_capacity_stages(ctx, stage);
+                ctx.stage = stage;
+                if let Err(control) = run_stage!(entry, ctx, stage) {
+                    break 'pre Err(control);
+                }
+            }
+            if !checked && let Err(control) = check_input_in_place(entry, ctx) {
+                break 'pre Err(control);
+            }
+            ctx.stage = Stage::DidCacheMiss;
+            Ok(())
+        }
+    };
+}
+
+/// Phase 8 over `$stages` (the output stages with hooks that are to run), in the caller's
+/// future. A respond sets the output and the next stage runs. Evaluates to a
+/// [`HookResult`].
+macro_rules! run_output_phase {
+    ($entry:expr, $ctx:expr, $stages:expr) => {
+        'output: {
+            let (entry, ctx, stages): (&ToolEntry, &mut ToolInvokeContext, StageSet) =
+                ($entry, $ctx, $stages);
+            for stage in stages.iter() {
+                ctx.stage = stage;
+                if let Err(control) = respond_continues(run_stage!(entry, ctx, stage), ctx) {
+                    break 'output Err(control);
+                }
+            }
+            Ok(())
+        }
+    };
+}
+
+/// `on_error` (on the error path), record, release, end — each stage at most once — in the
+/// caller's future, once [`has_tail_hooks`] said there is a hook to run.
+macro_rules! run_tail {
+    ($entry:expr, $ctx:expr) => {{
+        let (entry, ctx): (&ToolEntry, &mut ToolInvokeContext) = ($entry, $ctx);
+        let failed = ctx
+            .error
+            .as_ref()
+            .is_some_and(|e| !matches!(e, ToolError::Suspended { .. }));
+        if failed && let Some(first) = enter_tail(entry, ctx, Stage::OnError) {
+            run_tail_stage!(entry, ctx, Stage::OnError, first);
+        }
+        ctx.finished.get_or_insert_with(ClockInstant::now);
+        for stage in RECORD_STAGES {
+            if let Some(first) = enter_tail(entry, ctx, stage) {
+                run_tail_stage!(entry, ctx, stage, first);
+            }
+        }
+        if ctx.progress.semaphore
+            && let Some(first) = enter_tail(entry, ctx, Stage::DidReleaseSemaphore)
+        {
+            run_tail_stage!(entry, ctx, Stage::DidReleaseSemaphore, first);
+        }
+        if ctx.progress.quota
+            && let Some(first) = enter_tail(entry, ctx, Stage::DidReleaseQuota)
+        {
+            run_tail_stage!(entry, ctx, Stage::DidReleaseQuota, first);
+        }
+        if let Some(first) = enter_tail(entry, ctx, Stage::WillFinalizeInvoke) {
+            run_tail_stage!(entry, ctx, Stage::WillFinalizeInvoke, first);
+        }
+        log_end(ctx);
     }};
 }
 
@@ -346,7 +488,7 @@ async fn run_to_end<R>(
             settle_outcome(ctx, outcome);
         }
         if has_tail_hooks(entry, ctx) {
-            tail(entry, ctx).await;
+            run_tail!(entry, ctx);
         } else {
             end_without_tail_hooks(ctx);
         }
@@ -424,11 +566,11 @@ async fn drive(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> 
             }
             ResumeDecision::Complete { output } => {
                 ctx.set_output(output);
-                return output_phase(entry, ctx, false, Some(after.max(Stage::DidExecute))).await;
+                return output_phase_after(entry, ctx, after.max(Stage::DidExecute)).await;
             }
             ResumeDecision::Approve if ctx.output().is_some() => {
                 // Suspended after a respond or after execution: only output stages remain.
-                return output_phase(entry, ctx, false, Some(after.max(Stage::DidExecute))).await;
+                return output_phase_after(entry, ctx, after.max(Stage::DidExecute)).await;
             }
             ResumeDecision::Approve => Some(after),
         },
@@ -439,7 +581,7 @@ async fn drive(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> 
         None if entry.plan.present().intersection(PRE_WITH_MISS).is_empty() => {
             check_input_in_place(entry, ctx).map(|()| ctx.stage = Stage::DidCacheMiss)
         }
-        None => fresh_pre_phase(entry, ctx).await,
+        None => run_fresh_pre_phase!(entry, ctx),
         Some(after) => pre_phase(entry, ctx, after).await,
     };
     let executed = match before_execution {
@@ -450,7 +592,7 @@ async fn drive(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> 
             run_tool!(entry, ctx)?;
             true
         }
-        Ok(()) => execute_phase(entry, ctx).await?,
+        Ok(()) => run_execute_phase!(entry, ctx)?,
         Err(Control::Respond(value)) => {
             let at = ctx.stage;
             ctx.set_output(value);
@@ -461,10 +603,11 @@ async fn drive(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> 
         }
         Err(other) => return Err(other),
     };
-    if entry.plan.present().intersection(OUTPUT_SET).is_empty() {
-        return Ok(());
+    let mut stages = entry.plan.present().intersection(OUTPUT_SET);
+    if !executed {
+        stages = stages.difference(Stage::WillWriteCache.into());
     }
-    output_phase(entry, ctx, executed, None).await
+    run_output_phase!(entry, ctx, stages)
 }
 
 /// Phases 1–6 of a resumed invocation. Ends with `Err(Control::Respond)` on a
@@ -491,28 +634,6 @@ async fn pre_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext, after: Stage)
     if after < Stage::DidCacheMiss && enter(entry, ctx, Stage::DidCacheMiss) {
         run_stage!(entry, ctx, Stage::DidCacheMiss)?;
     }
-    Ok(())
-}
-
-/// Phases 1–6 of a fresh invocation: the same steps as [`pre_phase`], visiting only the
-/// stages with hooks (found by bit scan, not by walking every stage).
-async fn fresh_pre_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
-    // The tool's check comes right after the `will_validate_input` hooks: before the
-    // first stage with hooks past it, or at the end when there is none.
-    let mut checked = false;
-    for stage in entry.plan.present().intersection(PRE_WITH_MISS).iter() {
-        if !checked && stage > Stage::WillValidateInput {
-            check_input_in_place(entry, ctx)?;
-            checked = true;
-        }
-        reach_capacity_stages(ctx, stage);
-        ctx.stage = stage;
-        run_stage!(entry, ctx, stage)?;
-    }
-    if !checked {
-        check_input_in_place(entry, ctx)?;
-    }
-    ctx.stage = Stage::DidCacheMiss;
     Ok(())
 }
 
@@ -550,20 +671,9 @@ fn check_input(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
     Ok(())
 }
 
-/// Phase 7. Returns whether the output comes from a real execution.
-async fn execute_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Result<bool, Control> {
-    ctx.stage = Stage::AroundExecute;
-    let around = entry.plan.hooks(Stage::AroundExecute);
-    let result = if around.is_empty() {
-        execute_once(entry, ctx).await
-    } else {
-        Next {
-            chain: around,
-            entry,
-        }
-        .run(ctx)
-        .await
-    };
+/// What phase 7 ended with, retries that ran out aside ([`give_up`]): whether the output
+/// comes from a real execution, or the control outcome that ends the main phases.
+fn execute_phase_outcome(ctx: &mut ToolInvokeContext, result: HookResult) -> Result<bool, Control> {
     match result {
         // A wrapper that returns `Ok` without running the tool produced nothing to cache.
         Ok(()) => Ok(ctx.attempt > 0),
@@ -571,52 +681,38 @@ async fn execute_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Result
             ctx.set_output(value);
             Ok(false)
         }
-        Err(Control::Error(error)) if ctx.attempt > 1 => {
-            ctx.error = Some(error.clone());
-            if let Some(first) = enter_tail(entry, ctx, Stage::OnGiveUp) {
-                run_tail_stage!(entry, ctx, Stage::OnGiveUp, first);
-            }
-            Err(Control::Error(error))
-        }
         Err(other) => Err(other),
     }
 }
 
-/// One attempt: `on_retry` (after the first), `will_execute`, the tool, `did_execute`.
-pub(crate) async fn execute_once(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
-    ctx.attempt += 1;
-    if ctx.attempt > 1 && enter(entry, ctx, Stage::OnRetry) {
-        run_stage!(entry, ctx, Stage::OnRetry)?;
+/// Retries ran out: the error is kept, `on_give_up` runs, and the error ends the main
+/// phases. A future of its own, made only on this path.
+async fn give_up(entry: &ToolEntry, ctx: &mut ToolInvokeContext, error: ToolError) -> Control {
+    ctx.error = Some(error.clone());
+    if let Some(first) = enter_tail(entry, ctx, Stage::OnGiveUp) {
+        run_tail_stage!(entry, ctx, Stage::OnGiveUp, first);
     }
-    if enter(entry, ctx, Stage::WillExecute) {
-        run_stage!(entry, ctx, Stage::WillExecute)?;
-    }
-    run_tool!(entry, ctx)?;
-    if enter(entry, ctx, Stage::DidExecute) {
-        run_stage!(entry, ctx, Stage::DidExecute)?;
-    }
-    Ok(())
+    Control::Error(error)
 }
 
-/// Phase 8. A respond sets the output and the next stage runs.
-async fn output_phase(
+/// One attempt as the future an `around_execute` chain calls ([`Next::run`]).
+pub(crate) async fn execute_once(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
+    run_execute_once!(entry, ctx)
+}
+
+/// Phase 8 of a resumed invocation, after stage `done` (nothing was executed in it).
+async fn output_phase_after(
     entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
-    executed: bool,
-    skip_through: Option<Stage>,
+    done: Stage,
 ) -> HookResult {
-    let mut stages = entry.plan.present().intersection(OUTPUT_SET);
-    if !executed {
-        stages = stages.difference(Stage::WillWriteCache.into());
-    }
-    if let Some(done) = skip_through {
-        stages = stages.difference(StageSet::before(done).with(done));
-    }
-    for stage in stages.iter() {
-        ctx.stage = stage;
-        respond_continues(run_stage!(entry, ctx, stage), ctx)?;
-    }
-    Ok(())
+    let stages = entry
+        .plan
+        .present()
+        .intersection(OUTPUT_SET)
+        .difference(Stage::WillWriteCache.into())
+        .difference(StageSet::before(done).with(done));
+    run_output_phase!(entry, ctx, stages)
 }
 
 #[inline]
@@ -679,43 +775,18 @@ async fn suspend(
     })
 }
 
-/// `on_error` (on the error path), record, release, end — each stage at most once.
+/// The tail as a future of its own: for an invocation whose future was dropped before its
+/// tail was done ([`Guard`]).
 async fn tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
     ctx.progress.tail_started = true;
-    if !has_tail_hooks(entry, ctx) {
+    if has_tail_hooks(entry, ctx) {
+        run_tail!(entry, ctx);
+    } else {
         end_without_tail_hooks(ctx);
-        return;
     }
-    let failed = ctx
-        .error
-        .as_ref()
-        .is_some_and(|e| !matches!(e, ToolError::Suspended { .. }));
-    if failed && let Some(first) = enter_tail(entry, ctx, Stage::OnError) {
-        run_tail_stage!(entry, ctx, Stage::OnError, first);
-    }
-    ctx.finished.get_or_insert_with(ClockInstant::now);
-    for stage in RECORD_STAGES {
-        if let Some(first) = enter_tail(entry, ctx, stage) {
-            run_tail_stage!(entry, ctx, stage, first);
-        }
-    }
-    if ctx.progress.semaphore
-        && let Some(first) = enter_tail(entry, ctx, Stage::DidReleaseSemaphore)
-    {
-        run_tail_stage!(entry, ctx, Stage::DidReleaseSemaphore, first);
-    }
-    if ctx.progress.quota
-        && let Some(first) = enter_tail(entry, ctx, Stage::DidReleaseQuota)
-    {
-        run_tail_stage!(entry, ctx, Stage::DidReleaseQuota, first);
-    }
-    if let Some(first) = enter_tail(entry, ctx, Stage::WillFinalizeInvoke) {
-        run_tail_stage!(entry, ctx, Stage::WillFinalizeInvoke, first);
-    }
-    log_end(ctx);
 }
 
-/// Whether [`tail`] has a hook to run (or to go on with, after a drop).
+/// Whether [`run_tail!`] has a hook to run (or to go on with, after a drop).
 #[inline]
 fn has_tail_hooks(entry: &ToolEntry, ctx: &ToolInvokeContext) -> bool {
     !entry.plan.present().intersection(TAIL_SET).is_empty() || ctx.progress.tail_hook.is_some()
@@ -818,14 +889,13 @@ fn record_stage_duration(
 /// hooks in ignore or audit mode): a panic in the hook's own code comes back as `Err`.
 fn call_contained<'a>(
     planned: &'a PlannedHook,
-    stage: Stage,
     ctx: &'a mut ToolInvokeContext,
 ) -> std::thread::Result<Called<'a>> {
     contained(move || {
         if !planned.hook.filter(ctx) {
             return Called::Skipped;
         }
-        let called = call_stage(&*planned.hook, stage, ctx);
+        let called = (planned.call)(&*planned.hook, ctx);
         if called.is_ready_ok() {
             return Called::ReadyOk;
         }
@@ -853,7 +923,7 @@ async fn call_fail_open(
     timed: bool,
 ) -> Option<(Option<ClockInstant>, HookResult)> {
     let hook_started = timed.then(ClockInstant::now);
-    let outcome = match call_contained(planned, stage, ctx) {
+    let outcome = match call_contained(planned, ctx) {
         Ok(Called::Skipped) => return None,
         Ok(Called::ReadyOk) if hook_started.is_none() => return None,
         Ok(Called::ReadyOk) => Ok(Ok(())),
