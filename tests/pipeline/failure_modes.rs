@@ -2,6 +2,7 @@
 //! mode — and failures in `on_error` and the tail that never replace the outcome.
 
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use serde_json::json;
 use toolgate::{
@@ -276,6 +277,26 @@ async fn errors_in_record_and_release_stages_never_replace_the_outcome_or_skip_l
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_tail_hook_still_pending_after_its_first_poll_is_awaited_to_its_end_within_the_tail_timeout()
+ {
+    let test = crate::recorded(ScriptedTool::returning(TOOL, json!("out")), |h| {
+        h.at(DidReleaseSemaphore, Inject::Delay(Duration::from_secs(5)))
+    });
+    let log = test.log();
+    let started = tokio::time::Instant::now();
+
+    let out = test.build().invoke(TOOL, input(), options()).await;
+
+    assert_eq!(out, Ok(json!("out")));
+    assert_stages(&log, SUCCESS);
+    let waited = started.elapsed();
+    assert!(
+        (Duration::from_secs(5)..Duration::from_secs(6)).contains(&waited),
+        "the delayed release hook was waited for, not abandoned: {waited:?}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_hook_that_hangs_in_a_tail_stage_is_abandoned_after_the_tail_timeout_and_the_call_ends() {
     let test = crate::recorded(ScriptedTool::returning(TOOL, json!("out")), |h| {
         h.at(DidReleaseSemaphore, Inject::Hang)
@@ -290,7 +311,7 @@ async fn a_hook_that_hangs_in_a_tail_stage_is_abandoned_after_the_tail_timeout_a
     assert_stages(&log, SUCCESS);
     let waited = started.elapsed();
     assert!(
-        (std::time::Duration::from_secs(30)..std::time::Duration::from_secs(31)).contains(&waited),
+        (Duration::from_secs(30)..Duration::from_secs(31)).contains(&waited),
         "abandoned after the default 30 s tail timeout, not {waited:?}"
     );
 }
