@@ -352,37 +352,41 @@ macro_rules! run_output_phase {
 }
 
 /// `on_error` (on the error path), record, release, end — each stage at most once — in the
-/// caller's future, once [`has_tail_hooks`] said there is a hook to run.
+/// caller's future. Without a hook to run, every tail stage is done at once.
 macro_rules! run_tail {
     ($entry:expr, $ctx:expr) => {{
         let (entry, ctx): (&ToolEntry, &mut ToolInvokeContext) = ($entry, $ctx);
-        let failed = ctx
-            .error
-            .as_ref()
-            .is_some_and(|e| !matches!(e, ToolError::Suspended { .. }));
-        if failed && let Some(first) = enter_tail(entry, ctx, Stage::OnError) {
-            run_tail_stage!(entry, ctx, Stage::OnError, first);
-        }
-        ctx.finished.get_or_insert_with(ClockInstant::now);
-        for stage in RECORD_STAGES {
-            if let Some(first) = enter_tail(entry, ctx, stage) {
-                run_tail_stage!(entry, ctx, stage, first);
+        if has_tail_hooks(entry, ctx) {
+            let failed = ctx
+                .error
+                .as_ref()
+                .is_some_and(|e| !matches!(e, ToolError::Suspended { .. }));
+            if failed && let Some(first) = enter_tail(entry, ctx, Stage::OnError) {
+                run_tail_stage!(entry, ctx, Stage::OnError, first);
             }
+            ctx.finished.get_or_insert_with(ClockInstant::now);
+            for stage in RECORD_STAGES {
+                if let Some(first) = enter_tail(entry, ctx, stage) {
+                    run_tail_stage!(entry, ctx, stage, first);
+                }
+            }
+            if ctx.progress.semaphore
+                && let Some(first) = enter_tail(entry, ctx, Stage::DidReleaseSemaphore)
+            {
+                run_tail_stage!(entry, ctx, Stage::DidReleaseSemaphore, first);
+            }
+            if ctx.progress.quota
+                && let Some(first) = enter_tail(entry, ctx, Stage::DidReleaseQuota)
+            {
+                run_tail_stage!(entry, ctx, Stage::DidReleaseQuota, first);
+            }
+            if let Some(first) = enter_tail(entry, ctx, Stage::WillFinalizeInvoke) {
+                run_tail_stage!(entry, ctx, Stage::WillFinalizeInvoke, first);
+            }
+            log_end(ctx);
+        } else {
+            end_without_tail_hooks(ctx);
         }
-        if ctx.progress.semaphore
-            && let Some(first) = enter_tail(entry, ctx, Stage::DidReleaseSemaphore)
-        {
-            run_tail_stage!(entry, ctx, Stage::DidReleaseSemaphore, first);
-        }
-        if ctx.progress.quota
-            && let Some(first) = enter_tail(entry, ctx, Stage::DidReleaseQuota)
-        {
-            run_tail_stage!(entry, ctx, Stage::DidReleaseQuota, first);
-        }
-        if let Some(first) = enter_tail(entry, ctx, Stage::WillFinalizeInvoke) {
-            run_tail_stage!(entry, ctx, Stage::WillFinalizeInvoke, first);
-        }
-        log_end(ctx);
     }};
 }
 
@@ -487,11 +491,7 @@ async fn run_to_end<R>(
         } else {
             settle_outcome(ctx, outcome);
         }
-        if has_tail_hooks(entry, ctx) {
-            run_tail!(entry, ctx);
-        } else {
-            end_without_tail_hooks(ctx);
-        }
+        run_tail!(entry, ctx);
         let mut ctx = guard
             .ctx
             .take()
@@ -779,11 +779,7 @@ async fn suspend(
 /// tail was done ([`Guard`]).
 async fn tail(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
     ctx.progress.tail_started = true;
-    if has_tail_hooks(entry, ctx) {
-        run_tail!(entry, ctx);
-    } else {
-        end_without_tail_hooks(ctx);
-    }
+    run_tail!(entry, ctx);
 }
 
 /// Whether [`run_tail!`] has a hook to run (or to go on with, after a drop).
