@@ -276,11 +276,12 @@ async fn errors_in_record_and_release_stages_never_replace_the_outcome_or_skip_l
     assert_stages(&log, SUCCESS);
 }
 
-#[tokio::test(start_paused = true)]
-async fn a_tail_hook_still_pending_after_its_first_poll_is_awaited_to_its_end_within_the_tail_timeout()
- {
+/// Calls the tool with `inject` at `did_release_semaphore` and checks that the call still
+/// succeeds with every stage run (did_release_quota and will_finalize_invoke come after the
+/// injected hook). Returns how long the call took on the paused clock.
+async fn succeeds_with_release_hook(inject: Inject) -> Duration {
     let test = crate::recorded(ScriptedTool::returning(TOOL, json!("out")), |h| {
-        h.at(DidReleaseSemaphore, Inject::Delay(Duration::from_secs(5)))
+        h.at(DidReleaseSemaphore, inject)
     });
     let log = test.log();
     let started = tokio::time::Instant::now();
@@ -289,7 +290,13 @@ async fn a_tail_hook_still_pending_after_its_first_poll_is_awaited_to_its_end_wi
 
     assert_eq!(out, Ok(json!("out")));
     assert_stages(&log, SUCCESS);
-    let waited = started.elapsed();
+    started.elapsed()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tail_hook_still_pending_after_its_first_poll_is_awaited_to_its_end_within_the_tail_timeout()
+ {
+    let waited = succeeds_with_release_hook(Inject::Delay(Duration::from_secs(5))).await;
     assert!(
         (Duration::from_secs(5)..Duration::from_secs(6)).contains(&waited),
         "the delayed release hook was waited for, not abandoned: {waited:?}"
@@ -298,18 +305,7 @@ async fn a_tail_hook_still_pending_after_its_first_poll_is_awaited_to_its_end_wi
 
 #[tokio::test(start_paused = true)]
 async fn a_hook_that_hangs_in_a_tail_stage_is_abandoned_after_the_tail_timeout_and_the_call_ends() {
-    let test = crate::recorded(ScriptedTool::returning(TOOL, json!("out")), |h| {
-        h.at(DidReleaseSemaphore, Inject::Hang)
-    });
-    let log = test.log();
-    let started = tokio::time::Instant::now();
-
-    let out = test.build().invoke(TOOL, input(), options()).await;
-
-    assert_eq!(out, Ok(json!("out")));
-    // The stages after the hung hook still ran: did_release_quota and will_finalize_invoke.
-    assert_stages(&log, SUCCESS);
-    let waited = started.elapsed();
+    let waited = succeeds_with_release_hook(Inject::Hang).await;
     assert!(
         (Duration::from_secs(30)..Duration::from_secs(31)).contains(&waited),
         "abandoned after the default 30 s tail timeout, not {waited:?}"
