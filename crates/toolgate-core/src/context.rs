@@ -426,6 +426,75 @@ impl ToolInvokeContext {
         self.scratch.get_or_insert_with(TypeMap::new)
     }
 
+    /// Keeps `guard` for the rest of the invocation on behalf of the hook instance
+    /// `owner` — a permit, a lease, anything released by being dropped.
+    ///
+    /// What a call holds is keyed by the guard's type *and* the hook instance (its
+    /// address), so two instances of one hook type stacked on a call (a global cap and a
+    /// per-tool cap, say) never take or drop each other's guards. The guard is dropped by
+    /// [`release`](Self::release) at the paired release stage, or with the context on
+    /// every other path — an error, a suspension, a dropped call — so it always comes back.
+    ///
+    /// Pass the hook itself: `ctx.hold(self, permit)`. One instance registered twice
+    /// (the same `Arc` added to two pipelines' worth of registrations) is one owner.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+    /// use toolgate_core::{hook, Hook, HookResult, ToolInvokeContext};
+    ///
+    /// struct InFlightLimit(Arc<Semaphore>);
+    ///
+    /// #[hook]
+    /// impl Hook for InFlightLimit {
+    ///     fn will_acquire_semaphore(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+    ///         let Ok(permit) = Arc::clone(&self.0).try_acquire_owned() else {
+    ///             return ctx.abort("too many calls at once", "busy", 503);
+    ///         };
+    ///         ctx.hold(self, permit);
+    ///         Ok(())
+    ///     }
+    ///
+    ///     fn did_release_semaphore(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+    ///         ctx.release::<OwnedSemaphorePermit>(self);
+    ///         Ok(())
+    ///     }
+    /// }
+    /// ```
+    pub fn hold<G: Send + Sync + 'static>(&mut self, owner: &impl ?Sized, guard: G) {
+        self.scratch_mut()
+            .entry::<Held<G>>()
+            .or_default()
+            .push((owner_key(owner), guard));
+    }
+
+    /// The guard of type `G` that hook instance `owner` holds (the latest, if several).
+    pub fn held<G: Send + Sync + 'static>(&self, owner: &impl ?Sized) -> Option<&G> {
+        let key = owner_key(owner);
+        self.scratch
+            .as_ref()?
+            .get::<Held<G>>()?
+            .iter()
+            .rev()
+            .find_map(|(id, guard)| (*id == key).then_some(guard))
+    }
+
+    /// Drops (and so gives back) the guards of type `G` that hook instance `owner` holds;
+    /// returns how many there were. Finding none is normal: a release stage runs once its
+    /// acquire stage was reached, even when the acquiring hook refused the call or never
+    /// ran.
+    pub fn release<G: Send + Sync + 'static>(&mut self, owner: &impl ?Sized) -> usize {
+        let key = owner_key(owner);
+        let Some(held) = self.scratch.as_mut().and_then(|s| s.get_mut::<Held<G>>()) else {
+            return 0;
+        };
+        let before = held.len();
+        held.retain(|(id, _)| *id != key);
+        before - held.len()
+    }
+
     /// Metadata that travels with the result (argument repairs, sources, truncation…).
     pub fn metadata(&self) -> &Map<String, Value> {
         static EMPTY: LazyLock<Map<String, Value>> = LazyLock::new(Map::new);
@@ -664,6 +733,18 @@ impl fmt::Debug for ToolInvokeContext {
             .field("secrets", &self.secrets)
             .finish_non_exhaustive()
     }
+}
+
+/// The scratchpad key of the guards of type `G` that hooks hold, by owning instance.
+struct Held<G>(std::marker::PhantomData<G>);
+
+impl<G: Send + Sync + 'static> TypeMapKey for Held<G> {
+    type Value = Vec<(usize, G)>;
+}
+
+/// A hook instance's key in [`Held`]: its address.
+fn owner_key<T: ?Sized>(owner: &T) -> usize {
+    std::ptr::from_ref(owner).cast::<()>().addr()
 }
 
 #[cfg(test)]

@@ -189,17 +189,7 @@ macro_rules! for_each_stage_method {
     };
 }
 
-macro_rules! declare_stage_methods {
-    ($($method:ident => $stage:ident,)*) => {
-        $(
-            #[doc = concat!("The `", stringify!($method), "` stage: see [`Stage::", stringify!($stage), "`]. Does nothing unless overridden; list the stage in [`Hook::stages`] when you override it.")]
-            fn $method<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-                let _ = ctx;
-                HookFuture::ok()
-            }
-        )*
-    };
-}
+pub(crate) use for_each_stage_method;
 
 macro_rules! forward_stage_methods {
     ($($method:ident => $stage:ident,)*) => {
@@ -240,42 +230,65 @@ macro_rules! dispatch_stage {
 ///
 /// # The contract
 ///
-/// A hook has one method per stage, each with a default that does nothing, plus
-/// [`around_execute`](Hook::around_execute). It implements the stages it cares about and
-/// **lists them in [`stages`](Hook::stages)**: plans are compiled from that list when the
-/// pipeline is built, so the pipeline never calls a hook for a stage it did not list, and
-/// never calls a method it did not override for nothing.
+/// A hook has one method per [stage](Stage), each with a default that does nothing, plus
+/// [`around_execute`](Hook::around_execute). Write the impl block under
+/// [`#[hook]`](crate::hook): it lists the stages from the methods you wrote, so a method
+/// you implement always runs and a stage you did not implement costs nothing. Plans are
+/// compiled from [`stages`](Hook::stages) when the pipeline is built; the pipeline never
+/// calls a hook at a stage outside that set.
 ///
-/// A stage method returns `Ok(())` to let the pipeline go on, or a
-/// [`Control`](crate::Control) — respond, abort, retry-after, suspend, or a failure —
-/// which ends the stage at once; no later hook at that stage sees it.
+/// A stage method returns `Ok(())` to let the pipeline go on, or a [`Control`] — respond,
+/// abort, retry-after, suspend, or a failure — which ends the stage at once: no later hook
+/// at that stage sees it. What each outcome means depends on the stage; every method below
+/// says so.
 ///
 /// Order: a higher [`priority`](Hook::priority) runs first at `will_*`, `on_*` and
 /// `around_execute` stages and last at `did_*` stages, so acquire and release nest like
 /// brackets. Ties keep registration order, global hooks before per-tool hooks.
 ///
 /// One instance serves every invocation (it is shared, never built per call): keep
-/// per-call state in the context's [scratchpad](ToolInvokeContext::scratch_mut).
+/// per-call state in the context's [scratchpad](ToolInvokeContext::scratch_mut), and what
+/// the call holds until its release stage with [`ToolInvokeContext::hold`].
+///
+/// # Writing stage methods
+///
+/// Under `#[hook]` a stage method is written the way you would write any method:
+///
+/// * `fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult` — synchronous:
+///   the result is ready at once, nothing is allocated, no future is polled;
+/// * `async fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult` — may
+///   await; its future is boxed once per call;
+/// * `async fn around_execute(&self, ctx: &mut ToolInvokeContext, next: Next<'_>) -> HookResult`.
+///
+/// Without the macro, or for a method that picks between ready and boxed work itself, a
+/// stage method has the trait's own signature and returns a [`HookFuture`]
+/// (`HookFuture::ok()`, `ctx.abort(…).into()`, or `HookFuture::new(async move { … })`);
+/// `#[hook]` accepts that form too.
+///
+/// # When to write `stages` by hand
+///
+/// Only when the set depends on how the hook was configured — a hook that releases at
+/// `did_release_quota` only when it was built to hold, say. List a subset of the
+/// methods you implemented: `#[hook]` then leaves your `stages` alone. A hook written
+/// without `#[hook]` must write `stages`, and must keep it in step with its methods by
+/// hand: a method it leaves out of the list never runs.
 ///
 /// # Examples
 ///
-/// A synchronous check that allocates nothing:
+/// A deny list, synchronous and allocation-free:
 ///
 /// ```
-/// use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolInvokeContext};
+/// use toolgate_core::{hook, Hook, HookResult, ToolInvokeContext};
 ///
-/// struct DenyGuests;
+/// struct DenyList(Vec<String>);
 ///
-/// impl Hook for DenyGuests {
-///     fn stages(&self) -> StageSet {
-///         StageSet::of(&[Stage::WillAuthorize])
-///     }
-///
-///     fn will_authorize<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-///         if ctx.user().has_role("guest") {
-///             return ctx.abort("guests may not call tools", "forbidden", 403).into();
+/// #[hook]
+/// impl Hook for DenyList {
+///     fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+///         if self.0.iter().any(|id| *id == ctx.user().id) {
+///             return ctx.abort("you may not call tools", "forbidden", 403);
 ///         }
-///         HookFuture::ok()
+///         Ok(())
 ///     }
 /// }
 /// ```
@@ -283,36 +296,36 @@ macro_rules! dispatch_stage {
 /// An async stage, and a wrapper around execution that retries once:
 ///
 /// ```
-/// use toolgate_core::{Control, Hook, HookFuture, Next, Stage, StageSet, ToolInvokeContext};
+/// use toolgate_core::{hook, Control, Hook, HookResult, Next, ToolInvokeContext};
 ///
 /// struct RetryOnce;
 ///
+/// #[hook]
 /// impl Hook for RetryOnce {
-///     fn stages(&self) -> StageSet {
-///         StageSet::of(&[Stage::AroundExecute, Stage::WillAudit])
+///     async fn around_execute(&self, ctx: &mut ToolInvokeContext, next: Next<'_>) -> HookResult {
+///         match next.run(ctx).await {
+///             Err(Control::Error(e)) if e.is_retryable() => next.run(ctx).await,
+///             other => other,
+///         }
 ///     }
 ///
-///     fn around_execute<'a>(&'a self, ctx: &'a mut ToolInvokeContext, next: Next<'a>) -> HookFuture<'a> {
-///         HookFuture::new(async move {
-///             match next.run(ctx).await {
-///                 Err(Control::Error(e)) if e.is_retryable() => next.run(ctx).await,
-///                 other => other,
-///             }
-///         })
-///     }
-///
-///     fn will_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-///         HookFuture::new(async move {
-///             tokio::task::yield_now().await;
-///             tracing::info!(tool = ctx.tool_name(), attempts = ctx.attempt(), "audited");
-///             Ok(())
-///         })
+///     async fn will_audit(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+///         tokio::task::yield_now().await;
+///         tracing::info!(tool = ctx.tool_name(), attempts = ctx.attempt(), "audited");
+///         Ok(())
 ///     }
 /// }
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a toolgate hook",
+    label = "this needs `impl Hook for {Self}`",
+    note = "write the stage methods under `#[hook] impl Hook for {Self} {{ … }}`, or use `hook_fn` for a hook of one stage"
+)]
 pub trait Hook: Send + Sync + 'static {
-    /// The stages this hook implements. Include [`Stage::AroundExecute`] when overriding
-    /// [`around_execute`](Hook::around_execute).
+    /// The stages this hook takes part in. `#[hook]` writes this method from the stage
+    /// methods of the impl block (with [`Stage::AroundExecute`] when it defines
+    /// [`around_execute`](Hook::around_execute)); write it yourself only to narrow the set
+    /// by configuration (see the trait's documentation).
     fn stages(&self) -> StageSet;
 
     /// A name for logs, decision traces and plan listings.
@@ -333,6 +346,7 @@ pub trait Hook: Send + Sync + 'static {
 
     /// Providers this hook needs. Building the pipeline fails when one is neither bound
     /// globally nor listed by some hook's [`provided_providers`](Hook::provided_providers).
+    /// Under `#[hook]`, `#[requires(Key, …)]` on the impl block or on a method writes it.
     fn required_providers(&self) -> Vec<ProviderRequirement> {
         Vec::new()
     }
@@ -350,8 +364,211 @@ pub trait Hook: Send + Sync + 'static {
         false
     }
 
-    /// Wraps execution. Call `next.run(ctx)` zero times (short-circuit), once, or several
-    /// times (retry). The default calls it once.
+    /// Phase 1, the first stage of every invocation.
+    ///
+    /// The context holds the call's identity (tool, request id, session id, user), its raw
+    /// input, deadline and cancellation token; no provider is bound per call yet.
+    ///
+    /// * respond — the value becomes the output and the output stages run (no input
+    ///   checks, no execution);
+    /// * abort or any error — the call fails: `on_error`, then the record and end stages;
+    /// * suspend — the call waits for a person; resuming continues with the next stage.
+    ///
+    /// Nothing is acquired here, so no release stage pairs with it.
+    fn will_create_invoke_context<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 1: the context exists. A `did_*` stage: hooks run in reverse priority order.
+    ///
+    /// Holds what [`will_create_invoke_context`](Hook::will_create_invoke_context) holds,
+    /// plus whatever its hooks put in the scratchpad or metadata. Outcomes mean the same
+    /// as there. No release stage pairs with it.
+    fn did_create_invoke_context<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 2: bind request and session providers with
+    /// [`ctx.provide`](ToolInvokeContext::provide) (a hook that does lists them in
+    /// [`provided_providers`](Hook::provided_providers)).
+    ///
+    /// Global providers are readable; binding one is an error. Outcomes mean what they
+    /// mean at [`will_create_invoke_context`](Hook::will_create_invoke_context); a failed
+    /// binding is an error that fails the call. No release stage pairs with it.
+    fn will_bind_providers<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 3: may this caller call this tool?
+    ///
+    /// The user, the tool's definition (with its annotations) and the raw input are
+    /// known, and every provider is bound. Nothing has been acquired yet, so a refusal
+    /// here is the cheapest one.
+    ///
+    /// * abort (`forbidden`, 403) — the call is refused: `on_error`, record, end; the tool
+    ///   never runs and no capacity was taken;
+    /// * respond — the value is the answer, the output stages run, the tool does not;
+    /// * suspend — the call waits for a person's decision; resuming continues after this
+    ///   stage, so the authorization is not asked again.
+    ///
+    /// An authorization hook fails closed: when its evaluator errors, it refuses.
+    fn will_authorize<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 3: has a person approved this call, where the tool needs approval?
+    ///
+    /// Runs after authorization, before any capacity is taken.
+    ///
+    /// * suspend — the usual answer when no approval is on record: the call is stored and
+    ///   the caller gets [`ToolError::Suspended`](crate::ToolError::Suspended) (202) with
+    ///   an id; approving it continues after this stage, rejecting it fails the call with
+    ///   `rejected` (403);
+    /// * abort — the call is refused without waiting;
+    /// * respond — the value is the answer, the tool does not run.
+    fn will_check_consent<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 3: is the tool (or this behaviour of it) switched on for this caller?
+    ///
+    /// * abort (e.g. `disabled`, 404 or 403) — the call is refused;
+    /// * respond — a fallback answer instead of the tool's;
+    /// * suspend — as at [`will_check_consent`](Hook::will_check_consent).
+    fn will_check_feature_flags<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 4: take a quota (rate-limit) unit. Paired with
+    /// [`did_release_quota`](Hook::did_release_quota).
+    ///
+    /// Policy has passed. Keep what you take with [`ToolInvokeContext::hold`]: it is then
+    /// given back on every path, a dropped call included.
+    ///
+    /// * retry-after (`rate_limited`, 429) — over the limit: the call fails with the delay;
+    /// * abort or error — e.g. a backend that cannot decide, failing closed;
+    /// * respond, suspend — as at the policy stages.
+    ///
+    /// Once this stage is *reached*, `did_release_quota` runs exactly once on every path —
+    /// even when an earlier hook here refused before yours ran, so release only what this
+    /// call holds.
+    fn will_acquire_quota<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 4: take a concurrency permit. Paired with
+    /// [`did_release_semaphore`](Hook::did_release_semaphore).
+    ///
+    /// Outcomes as at [`will_acquire_quota`](Hook::will_acquire_quota). A suspended call
+    /// gives its permit back while it waits, and on resume this stage runs again (the
+    /// quota unit, already counted, is not taken twice).
+    fn will_acquire_semaphore<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 5: the raw input is about to be checked; reshape raw JSON here
+    /// ([`ctx.set_input`](ToolInvokeContext::set_input)), e.g. parse a string that holds
+    /// JSON.
+    ///
+    /// * abort (`invalid_input`, 400) — the input cannot be read;
+    /// * respond, suspend — as at the policy stages.
+    ///
+    /// Capacity is held from here on, and is released on every path.
+    fn will_parse_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 5: check the input. The tool's own check (serde and garde for a typed tool,
+    /// its JSON Schema for a remote one) runs right after this stage's hooks, so a hook
+    /// here sees the input before any tool-specific check.
+    ///
+    /// * abort (`invalid_input`, 400) naming the field — the input is refused;
+    /// * respond, suspend — as at the policy stages.
+    fn will_validate_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 5: the input passed the tool's check; fill defaults and repair unambiguous
+    /// mistakes ([`ctx.set_input`](ToolInvokeContext::set_input) keeps the history, and
+    /// metadata can say what was repaired).
+    ///
+    /// Outcomes as at [`will_validate_input`](Hook::will_validate_input).
+    fn will_normalize_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 5: remove personal data and secrets from the input before the tool, the
+    /// cache key and the audit record see it.
+    ///
+    /// Outcomes as at [`will_validate_input`](Hook::will_validate_input); a redactor that
+    /// cannot do its work fails the call rather than let the data through.
+    fn will_redact_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 5: put the secrets the tool needs into the context's
+    /// [secret slot](ToolInvokeContext::secrets_mut), the last stage before the cache.
+    ///
+    /// Secrets never reach a cache key, a log, an audit record or an error, and their
+    /// values are scrubbed from the output. An error here (a vault that cannot be
+    /// reached) fails the call; respond and suspend are as at the policy stages.
+    fn will_inject_secrets<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 6: look the call up in a cache. The input is final (checked, normalized,
+    /// redacted).
+    ///
+    /// * respond — a cache hit: the value becomes the output, `did_cache_hit` runs, then
+    ///   the output stages (without `will_write_cache`); the tool does not run;
+    /// * `Ok(())` from every hook — a miss: `did_cache_miss`, then execution;
+    /// * abort, error, suspend — as at the policy stages.
+    fn will_read_cache<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 6: a hook at [`will_read_cache`](Hook::will_read_cache) responded;
+    /// [`ctx.output`](ToolInvokeContext::output) holds the cached value. A `did_*` stage:
+    /// hooks run in reverse priority order.
+    ///
+    /// A respond replaces the output; an error fails the call.
+    fn did_cache_hit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 6: nothing at [`will_read_cache`](Hook::will_read_cache) responded; the tool
+    /// is about to run. A `did_*` stage: hooks run in reverse priority order.
+    ///
+    /// A respond still answers without running the tool; an error fails the call.
+    fn did_cache_miss<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 7: wraps execution, outermost (highest priority) first. Call
+    /// [`next.run(ctx)`](Next::run) zero times (short-circuit), once (wrap), or several
+    /// times (retry): each call runs the inner wrappers, then `on_retry` (from the second
+    /// attempt on), `will_execute`, the tool and `did_execute`. The default calls it once.
+    ///
+    /// What the wrapper returns is the outcome of execution: `Ok(())` with the output in
+    /// the context, a respond (the value becomes the output), or an error, which fails the
+    /// call (`on_give_up` first when more than one attempt ran). A wrapper's outcome
+    /// always applies, whatever its failure mode, and a panic in it fails the call.
     fn around_execute<'a>(
         &'a self,
         ctx: &'a mut ToolInvokeContext,
@@ -360,7 +577,155 @@ pub trait Hook: Send + Sync + 'static {
         next.run(ctx)
     }
 
-    for_each_stage_method!(declare_stage_methods);
+    /// Phase 7: an attempt after the first is about to start;
+    /// [`ctx.attempt`](ToolInvokeContext::attempt) is its number and
+    /// [`ctx.error`](ToolInvokeContext::error) the previous attempt's error.
+    ///
+    /// * abort or error — this attempt fails at once, and the wrapper that retries decides
+    ///   what then;
+    /// * respond — the attempt answers without running the tool.
+    fn on_retry<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 7: the tool is about to run (once per attempt), with the final input and the
+    /// secrets in place.
+    ///
+    /// * respond — the attempt answers with the value without running the tool; the
+    ///   output stages run, without `will_write_cache`;
+    /// * abort or error — the attempt fails; a retry wrapper may try again;
+    /// * suspend — the call waits; resuming runs the execution phase again.
+    fn will_execute<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 7: the tool returned an output, in [`ctx.output`](ToolInvokeContext::output).
+    /// A `did_*` stage: hooks run in reverse priority order.
+    ///
+    /// * respond — replaces the output, which is then not written to a cache;
+    /// * abort or error — the attempt fails (a retry wrapper may try again);
+    /// * suspend — the call waits; resuming runs the execution phase again.
+    fn did_execute<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 7: execution failed after more than one attempt;
+    /// [`ctx.error`](ToolInvokeContext::error) is the last attempt's error, and it stands:
+    /// `on_error`, record, release and end follow. Log, count or alert here.
+    ///
+    /// Runs like a tail stage: an outcome returned here (or a panic) is logged and kept in
+    /// the decision trace, never applied.
+    fn on_give_up<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 8: store a freshly executed output (never after a respond or a cache hit).
+    ///
+    /// An error fails the call (a cache hook that cannot write should log and go on
+    /// instead); a respond replaces the output.
+    fn will_write_cache<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 8: remove personal data and secrets from the output, whether it came from the
+    /// tool, a cache or a respond.
+    ///
+    /// * respond — replaces the output and the next output stage runs;
+    /// * abort or error — the call fails and the output is not returned;
+    /// * suspend — the call waits with its output; resuming continues after this stage.
+    fn will_redact_output<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 8: check the output (its schema, its size).
+    ///
+    /// Outcomes as at [`will_redact_output`](Hook::will_redact_output).
+    fn will_validate_output<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 8: reshape the output for the caller, the last stage before the record.
+    ///
+    /// Outcomes as at [`will_redact_output`](Hook::will_redact_output).
+    fn will_transform_output<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 9: write the audit record. Runs on every path — success, error, suspension,
+    /// a dropped call — with the outcome settled: [`ctx.output`](ToolInvokeContext::output)
+    /// or [`ctx.error`](ToolInvokeContext::error).
+    ///
+    /// A tail stage: an outcome returned here (or a panic) is logged and kept in the
+    /// decision trace, and never replaces the call's outcome. It runs outside the call's
+    /// deadline, bounded by the pipeline's tail hook timeout.
+    fn will_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 9: the audit record was written. A tail stage, as
+    /// [`will_audit`](Hook::will_audit); a `did_*` stage: hooks run in reverse priority
+    /// order.
+    fn did_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 9: record metrics, on every path. A tail stage, as
+    /// [`will_audit`](Hook::will_audit).
+    fn on_metrics<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 10: give back the concurrency permit. Runs exactly once when
+    /// [`will_acquire_semaphore`](Hook::will_acquire_semaphore) was reached, on every path,
+    /// and not at all otherwise; drop what *this call* holds
+    /// ([`ToolInvokeContext::release`]) and tolerate finding nothing.
+    ///
+    /// A tail stage: outcomes are logged, never applied. A `did_*` stage: hooks run in
+    /// reverse priority order, so releases nest inside acquires.
+    fn did_release_semaphore<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 10: give back (or settle) the quota unit. Runs exactly once when
+    /// [`will_acquire_quota`](Hook::will_acquire_quota) was reached, after
+    /// `did_release_semaphore`. As [`did_release_semaphore`](Hook::did_release_semaphore)
+    /// otherwise.
+    fn did_release_quota<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// Phase 11: the last stage of every invocation, exactly once, whatever the path.
+    ///
+    /// A tail stage: outcomes are logged, never applied. After it the context is dropped,
+    /// and with it whatever is still held.
+    fn will_finalize_invoke<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
+
+    /// The error path: the call failed; [`ctx.error`](ToolInvokeContext::error) says why.
+    /// Runs once, before the record, release and end stages, and not for a suspension.
+    ///
+    /// A tail stage: an error returned here is logged and never replaces the original
+    /// error. Change the caller's error with
+    /// [`ctx.error_mut`](ToolInvokeContext::error_mut) if you must.
+    fn on_error<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let _ = ctx;
+        HookFuture::ok()
+    }
 }
 
 macro_rules! forward_hook {
@@ -401,5 +766,74 @@ macro_rules! forward_hook {
 
 forward_hook!(Box<H>);
 forward_hook!(Arc<H>);
+
+macro_rules! forward_option_stage_methods {
+    ($($method:ident => $stage:ident,)*) => {
+        $(
+            fn $method<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+                match self {
+                    Some(hook) => hook.$method(ctx),
+                    None => HookFuture::ok(),
+                }
+            }
+        )*
+    };
+}
+
+/// A hook that may be switched off: `None` takes part in no stage and costs nothing per
+/// call, so a policy that configuration leaves out can still be registered in one line.
+///
+/// ```
+/// use toolgate_core::{hook, Hook, HookResult, Pipeline, ToolInvokeContext};
+///
+/// struct Audit;
+///
+/// #[hook]
+/// impl Hook for Audit {
+///     fn will_audit(&self, _ctx: &mut ToolInvokeContext) -> HookResult {
+///         Ok(())
+///     }
+/// }
+///
+/// let audit_enabled = false;
+/// let pipeline = Pipeline::builder().hook(audit_enabled.then_some(Audit)).build()?;
+/// # Ok::<(), toolgate_core::BuildError>(())
+/// ```
+impl<H: Hook> Hook for Option<H> {
+    fn stages(&self) -> StageSet {
+        self.as_ref().map_or(StageSet::EMPTY, Hook::stages)
+    }
+    fn name(&self) -> &str {
+        self.as_ref().map_or("switched-off hook", Hook::name)
+    }
+    fn priority(&self) -> i32 {
+        self.as_ref().map_or(0, Hook::priority)
+    }
+    fn filter(&self, ctx: &ToolInvokeContext) -> bool {
+        self.as_ref().is_some_and(|hook| hook.filter(ctx))
+    }
+    fn required_providers(&self) -> Vec<ProviderRequirement> {
+        self.as_ref()
+            .map_or_else(Vec::new, Hook::required_providers)
+    }
+    fn provided_providers(&self) -> Vec<ProviderRequirement> {
+        self.as_ref()
+            .map_or_else(Vec::new, Hook::provided_providers)
+    }
+    fn wants_stage_durations(&self) -> bool {
+        self.as_ref().is_some_and(Hook::wants_stage_durations)
+    }
+    fn around_execute<'a>(
+        &'a self,
+        ctx: &'a mut ToolInvokeContext,
+        next: Next<'a>,
+    ) -> HookFuture<'a> {
+        match self {
+            Some(hook) => hook.around_execute(ctx, next),
+            None => next.run(ctx),
+        }
+    }
+    for_each_stage_method!(forward_option_stage_methods);
+}
 
 for_each_stage_method!(dispatch_stage);

@@ -8,7 +8,9 @@
 //!
 //! * [`Tool`] — a typed tool (serde + garde + schemars input), or [`tool_fn`] from a closure,
 //!   or [`JsonTool`] known only by its JSON Schema.
-//! * [`Hook`] — a method per stage, `around_execute`, priority, filter.
+//! * [`Hook`] — a method per stage, `around_execute`, priority, filter; written under
+//!   [`#[hook]`](hook), which derives the stages from the methods, or as a closure of one
+//!   stage with [`hook_fn`].
 //! * [`Pipeline`] — tools plus hooks compiled into per-tool plans; [`Pipeline::invoke`].
 //! * Providers in three [scopes](Scope): request → session → global.
 //!
@@ -19,8 +21,8 @@
 //! use schemars::JsonSchema;
 //! use serde::{Deserialize, Serialize};
 //! use serde_json::json;
-//! use toolgate_core::{tool_fn, Hook, HookFuture, InvokeOptions, Pipeline, Stage, StageSet,
-//!     ToolError, ToolInvokeContext, User};
+//! use toolgate_core::{hook, tool_fn, Hook, HookResult, InvokeOptions, Pipeline, ToolError,
+//!     ToolInvokeContext, User};
 //!
 //! #[derive(Deserialize, Serialize, Validate, JsonSchema)]
 //! struct Greet {
@@ -31,15 +33,13 @@
 //! /// Refuses callers without the `staff` role.
 //! struct StaffOnly;
 //!
+//! #[hook]
 //! impl Hook for StaffOnly {
-//!     fn stages(&self) -> StageSet {
-//!         StageSet::of(&[Stage::WillAuthorize])
-//!     }
-//!     fn will_authorize<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+//!     fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult {
 //!         if !ctx.user().has_role("staff") {
-//!             return ctx.abort("only staff may greet", "forbidden", 403).into();
+//!             return ctx.abort("only staff may greet", "forbidden", 403);
 //!         }
-//!         HookFuture::ok()
+//!         Ok(())
 //!     }
 //! }
 //!
@@ -61,10 +61,14 @@
 //! ```
 #![deny(missing_docs)]
 
+// `#[hook]` names this crate `::toolgate_core`, from its dependents and from inside it.
+extern crate self as toolgate_core;
+
 mod context;
 mod control;
 mod error;
 mod hook;
+mod hook_fn;
 mod limits;
 mod pipeline;
 mod plan;
@@ -79,6 +83,7 @@ pub use context::{Decision, HookTiming, RequestId, ToolInvokeContext, User};
 pub use control::{Control, HookResult, SuspendRequest};
 pub use error::{BuildError, InputViolation, InputViolations, RegistryError, ToolError};
 pub use hook::{FailureMode, Hook, HookFuture, HookOptions, Next};
+pub use hook_fn::{AsyncStage, FnHook, StageClosure, SyncStage, hook_fn, hook_fn_sync};
 pub use limits::InputLimits;
 pub use pipeline::{Invocation, InvokeOptions, Pipeline, PipelineBuilder};
 pub use provider::{ProviderError, ProviderRequirement, Providers, Scope, SessionConfig};
@@ -94,6 +99,7 @@ pub use tool::{
     ToolDefinition, ToolSource, WithContext, parse_input, schema_for, tool_fn,
     tool_fn_with_context,
 };
+pub use toolgate_macros::hook;
 
 pub use tokio_util::sync::CancellationToken;
 pub use typemap_rev::{TypeMap, TypeMapKey};

@@ -320,6 +320,12 @@ mod tests {
     }
 
     #[test]
+    fn the_hook_attribute_knows_exactly_these_stages() {
+        let known: [&str; STAGE_COUNT] = toolgate_macros::__stage_names!();
+        assert_eq!(known, Stage::ALL.map(Stage::name));
+    }
+
+    #[test]
     fn set_operations_keep_pipeline_order() {
         let a = StageSet::of(&[Stage::WillFinalizeInvoke, Stage::WillAuthorize]);
         let b = StageSet::of(&[Stage::WillAuthorize, Stage::WillExecute]);

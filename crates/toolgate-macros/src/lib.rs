@@ -1,0 +1,105 @@
+//! The `#[hook]` attribute of toolgate. Use it through `toolgate::hook` or
+//! `toolgate_core::hook`; its documentation is there.
+
+mod expand;
+mod stages;
+
+use proc_macro::TokenStream;
+
+/// Writes a hook's [`stages`] from the stage methods its `impl Hook` block defines, so
+/// the list can never drift from the code: a method you write always runs.
+///
+/// Put it on the impl block. Inside, write only the stage methods you need, in any of
+/// three forms:
+///
+/// * `fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult` — synchronous:
+///   the result is ready at once and nothing is allocated;
+/// * `async fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult` — may
+///   await; the future is boxed once per call;
+/// * the trait's own signature, returning a `HookFuture` — left as it is.
+///
+/// `around_execute` is written `async fn around_execute(&self, ctx: &mut
+/// ToolInvokeContext, next: Next<'_>) -> HookResult`.
+///
+/// The other methods of `Hook` (`name`, `priority`, `filter`, `provided_providers`,
+/// `wants_stage_durations`) are written as usual and left alone. A name that is neither a
+/// stage nor one of those is a compile error that names the closest stage and lists them
+/// all.
+///
+/// * `#[requires(Key, …)]`, on the impl block or on a method, writes
+///   `required_providers`: building a pipeline then fails when a key is not bound.
+/// * A hand-written `stages` is kept: write one only when the set depends on
+///   configuration, and list a subset of the methods you wrote.
+/// * `#[hook(crate = path)]` names where `toolgate_core` is, for a crate that renamed it
+///   (the default finds `toolgate_core`, or the `toolgate` facade).
+///
+/// [`stages`]: https://docs.rs/toolgate-core/latest/toolgate_core/trait.Hook.html#tymethod.stages
+///
+/// # Examples
+///
+/// A deny list, synchronous:
+///
+/// ```
+/// use toolgate_core::{hook, Hook, HookResult, ToolInvokeContext};
+///
+/// struct DenyList(Vec<String>);
+///
+/// #[hook]
+/// impl Hook for DenyList {
+///     fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+///         if self.0.contains(&ctx.user().id) {
+///             return ctx.abort("you may not call tools", "forbidden", 403);
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// use toolgate_core::Stage;
+/// assert_eq!(DenyList(vec![]).stages(), Stage::WillAuthorize.into());
+/// ```
+///
+/// An async stage that needs a provider:
+///
+/// ```
+/// use toolgate_core::{hook, Hook, HookResult, Pipeline, ToolInvokeContext, TypeMapKey};
+///
+/// struct Blocklist;
+/// impl TypeMapKey for Blocklist {
+///     type Value = Vec<String>;
+/// }
+///
+/// struct CheckBlocklist;
+///
+/// #[hook]
+/// #[requires(Blocklist)]
+/// impl Hook for CheckBlocklist {
+///     async fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+///         let blocked = ctx.get::<Blocklist>()?;
+///         tokio::task::yield_now().await;
+///         if blocked.contains(&ctx.user().id) {
+///             return ctx.abort("you are blocked", "forbidden", 403);
+///         }
+///         Ok(())
+///     }
+/// }
+///
+/// // Without the provider, the wiring mistake shows when the pipeline is built.
+/// let err = Pipeline::builder().hook(CheckBlocklist).build().err().unwrap();
+/// assert!(err.to_string().contains("Blocklist"));
+/// ```
+#[proc_macro_attribute]
+pub fn hook(attr: TokenStream, item: TokenStream) -> TokenStream {
+    expand::Args::parse(attr.into())
+        .and_then(|args| expand::hook(args, item.into()))
+        .unwrap_or_else(syn::Error::into_compile_error)
+        .into()
+}
+
+/// The stage method names `#[hook]` knows, in pipeline order, as an array of string
+/// literals: toolgate-core checks in a test that they are its `Stage::ALL`.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __stage_names(_: TokenStream) -> TokenStream {
+    let names = stages::STAGES.iter().map(|(method, _)| *method);
+    quote::quote!([#(#names),*]).into()
+}
