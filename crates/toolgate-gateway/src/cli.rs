@@ -11,6 +11,7 @@ use toolgate_agent::format::{anthropic, gemini, mcp, openai};
 use toolgate_core::User;
 
 use crate::config::{LogFormat, StateConfig, StateUrl, load_file};
+use crate::Extensions;
 use crate::gateway::Gateway;
 use crate::serve::{ServeOptions, serve};
 use crate::state::SharedState;
@@ -97,6 +98,13 @@ pub enum ToolFormat {
 
 /// Runs the command line; the process's exit code.
 pub fn main() -> ExitCode {
+    main_with(Extensions::default())
+}
+
+/// The `toolgate` command line with hooks of your own: every subcommand builds its
+/// pipeline with them (see [`Extensions`]). A `main.rs` of three lines makes your own
+/// `toolgate` binary.
+pub fn main_with(extensions: Extensions) -> ExitCode {
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -108,7 +116,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, extensions)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("toolgate: {message}");
@@ -117,7 +125,7 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<(), String> {
+async fn run(cli: Cli, extensions: Extensions) -> Result<(), String> {
     match cli.command {
         Command::Serve { config, listen } => {
             let file = load_file(&config).map_err(|e| e.to_string())?;
@@ -125,7 +133,11 @@ async fn run(cli: Cli) -> Result<(), String> {
                 cli.log_format.unwrap_or(file.logging.format),
                 &file.logging.level,
             );
-            serve(ServeOptions { config, listen })
+            serve(ServeOptions {
+                config,
+                listen,
+                extensions,
+            })
                 .await
                 .map_err(|e| e.to_string())
         }
@@ -137,7 +149,7 @@ async fn run(cli: Cli) -> Result<(), String> {
             );
             let user = configured_user(&file, user.as_deref())?;
             let shared = SharedState::new(&file).await.map_err(|e| e.to_string())?;
-            let gateway = Gateway::build(file, &shared)
+            let gateway = Gateway::build_with(file, &shared, &extensions)
                 .await
                 .map_err(|e| e.in_file(&config).to_string())?;
             toolgate_mcp::McpServer::new(gateway.pipeline().clone())
@@ -147,7 +159,7 @@ async fn run(cli: Cli) -> Result<(), String> {
                 .await
                 .map_err(|e| e.to_string())
         }
-        Command::Check { config } => check(&config).await,
+        Command::Check { config } => check(&config, &extensions).await,
         Command::Tools {
             config,
             format,
@@ -161,7 +173,7 @@ async fn run(cli: Cli) -> Result<(), String> {
                 None => None,
             };
             let shared = SharedState::new(&file).await.map_err(|e| e.to_string())?;
-            let gateway = Gateway::build(file, &shared)
+            let gateway = Gateway::build_with(file, &shared, &extensions)
                 .await
                 .map_err(|e| e.in_file(&config).to_string())?;
             let tools = match &user {
@@ -197,7 +209,7 @@ fn configured_user(config: &crate::config::Config, id: Option<&str>) -> Result<U
     Ok(user)
 }
 
-async fn check(path: &std::path::Path) -> Result<(), String> {
+async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), String> {
     let mut file = load_file(path).map_err(|e| e.to_string())?;
     let state = match &file.state.url {
         StateUrl::Memory => "memory".to_owned(),
@@ -205,7 +217,7 @@ async fn check(path: &std::path::Path) -> Result<(), String> {
     };
     file.state = StateConfig::default();
     let shared = SharedState::new(&file).await.map_err(|e| e.to_string())?;
-    let gateway = Gateway::build(file, &shared)
+    let gateway = Gateway::build_with(file, &shared, &extensions)
         .await
         .map_err(|e| e.in_file(path).to_string())?;
     let mut out = String::new();

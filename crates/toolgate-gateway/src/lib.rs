@@ -43,6 +43,7 @@ pub mod auth;
 pub mod builtin;
 pub mod cli;
 pub mod config;
+pub mod extensions;
 pub mod gateway;
 pub mod http;
 mod labels;
@@ -51,4 +52,5 @@ pub mod serve;
 pub mod state;
 mod tools_state;
 
+pub use extensions::Extensions;
 pub use gateway::{Gateway, GatewayError};

@@ -13,6 +13,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{Mutex, watch};
 
 use crate::config::load_file;
+use crate::Extensions;
 use crate::gateway::{Gateway, GatewayError};
 use crate::http::{AppState, router};
 use crate::state::SharedState;
@@ -24,6 +25,8 @@ pub struct ServeOptions {
     pub config: PathBuf,
     /// Overrides `server.listen`.
     pub listen: Option<SocketAddr>,
+    /// Hooks of your own beside the configured policies (kept across reloads).
+    pub extensions: Extensions,
 }
 
 /// Why the server stopped with an error.
@@ -68,7 +71,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     };
     let shared = SharedState::new(&config).await?;
     let autosave = config.stats.as_ref().map(|s| s.autosave);
-    let gateway = Gateway::build(config, &shared)
+    let gateway = Gateway::build_with(config, &shared, &options.extensions)
         .await
         .map_err(|e| e.in_file(&options.config))?;
     let listen = options.listen.unwrap_or(gateway.config.server.listen);
@@ -206,7 +209,7 @@ async fn reload(
         tracing::warn!("`server.listen` and `server.body_limit` take effect on restart only");
     }
     let next = shared.for_reload(&config).await?;
-    let gateway = Gateway::build(config, &next)
+    let gateway = Gateway::build_with(config, &next, old.extensions())
         .await
         .map_err(|e| e.in_file(path))?;
     state.current.store(Arc::new(gateway));

@@ -191,15 +191,16 @@ fn take_requires(attrs: &mut Vec<Attribute>) -> syn::Result<Vec<Type>> {
 fn unknown_method(ident: &Ident) -> syn::Error {
     let name = ident.to_string();
     let hint = match closest(&name) {
-        Some(candidate) => format!("did you mean `{candidate}`? "),
+        Some(candidate) => format!("did you mean `{candidate}`?"),
         None => String::new(),
     };
     let stages: Vec<&str> = STAGES.iter().map(|(method, _)| *method).collect();
     syn::Error::new(
         ident.span(),
         format!(
-            "`{name}` is not a stage of the pipeline nor a method of `Hook`; {hint}\
-             the stages are: {}; the other methods are: {}",
+            "`{name}` is not a stage of the pipeline nor a method of `Hook`; {hint}\n\
+             the stages, in pipeline order: {}\n\
+             the other methods of `Hook`: {}",
             stages.join(", "),
             OTHER_METHODS.join(", "),
         ),
@@ -221,8 +222,9 @@ fn stage_method(method: &mut ImplItemFn, core: &TokenStream) -> syn::Result<()> 
     let name = &method.sig.ident;
     let block = &method.block;
     let span = method.sig.span();
-    let body = if method.sig.asyncness.is_some() {
-        quote_spanned! {span=>
+    let body = if let Some(asyncness) = method.sig.asyncness {
+        // A future that is not `Send` is reported at the `async` of the method.
+        quote_spanned! {asyncness.span=>
             #core::HookFuture::new(async move {
                 let result: #output = #block;
                 result
@@ -264,6 +266,7 @@ fn around_execute(method: &mut ImplItemFn, core: &TokenStream) -> syn::Result<()
         return Err(syn::Error::new(method.sig.inputs.span(), shape));
     };
     let next_pat = &next.pat;
+    let next_ty = with_hook_lifetime(&next.ty)?;
     let output = result_type(&method.sig)?;
     let block = &method.block;
     let span = method.sig.span();
@@ -273,7 +276,7 @@ fn around_execute(method: &mut ImplItemFn, core: &TokenStream) -> syn::Result<()
             fn around_execute<'__hook>(
                 &'__hook self,
                 #ctx: &'__hook mut #ctx_ty,
-                #next_pat: #core::Next<'__hook>,
+                #next_pat: #next_ty,
             ) -> #core::HookFuture<'__hook> {
                 #core::HookFuture::new(async move {
                     let result: #output = #block;
@@ -283,6 +286,27 @@ fn around_execute(method: &mut ImplItemFn, core: &TokenStream) -> syn::Result<()
         },
     ))?;
     Ok(())
+}
+
+/// The author's `Next<'_>` (or `Next`) as `Next<'__hook>`, keeping their path.
+fn with_hook_lifetime(ty: &Type) -> syn::Result<Type> {
+    let mut ty = ty.clone();
+    let Type::Path(path) = &mut ty else {
+        return Err(syn::Error::new(
+            ty.span(),
+            "the rest of the chain is `next: Next<'_>`",
+        ));
+    };
+    let Some(last) = path.path.segments.last_mut() else {
+        return Err(syn::Error::new(
+            path.span(),
+            "the rest of the chain is `next: Next<'_>`",
+        ));
+    };
+    let span = last.ident.span();
+    last.arguments =
+        syn::PathArguments::AngleBracketed(syn::parse_quote_spanned! {span=> <'__hook> });
+    Ok(ty)
 }
 
 /// The method's own attributes (docs, lints) in front of its new signature and body.

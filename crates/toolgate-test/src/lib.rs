@@ -13,6 +13,8 @@
 //!   context, with [`CapacityCounters`] to prove balance on every path.
 //! * [`assert_stages`], [`assert_stages_of`] and [`assert_entries`] compare sequences and
 //!   print a side-by-side diff when they differ.
+//! * [`assert_stacks_twice`] proves that two stacked instances of a hook keep what each
+//!   holds apart, and give everything back, on every path.
 //! * [`TestPipeline`] wires it together in one expression.
 //!
 //! # Example: the full success path
@@ -55,6 +57,7 @@ mod inject;
 mod log;
 mod recording;
 mod scripted;
+mod stacking;
 
 pub use assert::{assert_entries, assert_stages, assert_stages_of};
 pub use capacity::{CapacityCounters, CapacityHook};
@@ -63,6 +66,7 @@ pub use inject::{Inject, PANIC_PAYLOAD};
 pub use log::{Entry, StageLog};
 pub use recording::{Around, RecordingHook};
 pub use scripted::{ScriptedTool, Step};
+pub use stacking::assert_stacks_twice;
 
 /// The guide `docs/writing-hooks.md`, compiled and run as doctests so that it always
 /// matches the real API.

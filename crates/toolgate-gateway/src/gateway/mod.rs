@@ -10,6 +10,8 @@ use toolgate_core::{Pipeline, ToolDefinition, User};
 use toolgate_hooks::{Audit, Authorize};
 use toolgate_mcp::{ListFilter, McpHttpService, McpServer, Upstream};
 
+use crate::extensions::Extensions;
+
 use crate::auth::ApiKeys;
 use crate::config::{Config, ConfigError};
 use crate::state::SharedState;
@@ -71,6 +73,7 @@ pub struct Gateway {
     authorize: Option<Arc<Authorize>>,
     audit: Option<Arc<Audit>>,
     approver_roles: Vec<String>,
+    extensions: Extensions,
     _upstreams: Vec<Upstream>,
 }
 
@@ -91,12 +94,27 @@ impl Gateway {
     ///
     /// [`GatewayError`] saying which part of the configuration could not be used.
     pub async fn build(config: Config, shared: &SharedState) -> Result<Gateway, GatewayError> {
+        Self::build_with(config, shared, &Extensions::default()).await
+    }
+
+    /// [`build`](Self::build), with hooks of your own beside the configured policies.
+    ///
+    /// # Errors
+    ///
+    /// As [`build`](Self::build); a hook for a tool the configuration does not define
+    /// fails it too.
+    pub async fn build_with(
+        config: Config,
+        shared: &SharedState,
+        extensions: &Extensions,
+    ) -> Result<Gateway, GatewayError> {
         let config = Arc::new(config);
         let mut builder = Pipeline::builder();
         let (upstreams, names) = register_tools(&config, &mut builder).await?;
         check_tool_names(&config, &names)?;
 
         let Installed { authorize, audit } = install_policies(&config, shared, &mut builder)?;
+        extensions.install(&mut builder);
         builder.suspension_store(shared.suspensions.clone());
         builder.tail_hook_timeout(Duration::from_secs(10));
 
@@ -137,8 +155,14 @@ impl Gateway {
             mcp,
             authorize,
             audit,
+            extensions: extensions.clone(),
             _upstreams: upstreams,
         })
+    }
+
+    /// The hooks of your own it was built with.
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
     }
 
     /// The pipeline calls run through.

@@ -1,0 +1,6 @@
+use toolgate_core::{Stage, hook_fn_sync};
+
+fn main() {
+    // A sync closure hook must return a result.
+    let _ = hook_fn_sync(Stage::WillAuthorize, |_ctx| {});
+}
