@@ -139,6 +139,12 @@ impl ToolDefinition {
 ///     }
 /// }
 /// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a typed toolgate tool",
+    label = "this needs `impl Tool for {Self}`",
+    note = "a closure becomes a tool with `tool_fn(name, description, |input: MyInput| async move {{ … }})`",
+    note = "a tool known only by its JSON Schema (`JsonTool`) or already type-erased is registered with `builder.erased_tool(Arc::new(tool))`"
+)]
 pub trait Tool: Send + Sync + 'static {
     /// The input: deserialized from JSON, checked with garde, described by schemars.
     type Input: DeserializeOwned + Validate<Context = ()> + JsonSchema + Send + Sync + 'static;
