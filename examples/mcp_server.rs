@@ -11,8 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use toolgate_core::{
-    Hook, HookFuture, Pipeline, Stage, StageSet, ToolAnnotations, ToolError, ToolInvokeContext,
-    User, tool_fn,
+    Hook, HookResult, Pipeline, ToolAnnotations, ToolError, ToolInvokeContext, User, hook, tool_fn,
 };
 use toolgate_mcp::rmcp::ServiceExt;
 use toolgate_mcp::rmcp::model::CallToolRequestParams;
@@ -37,22 +36,17 @@ struct Sum {
 /// Only callers with a known identity may call tools.
 struct NoAnonymous;
 
+#[hook]
 impl Hook for NoAnonymous {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillAuthorize])
-    }
-
-    fn will_authorize<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if ctx.user().id == "anonymous" {
-            return ctx
-                .abort(
-                    "sign in first: send `Authorization: Bearer <name>`",
-                    "unauthenticated",
-                    401,
-                )
-                .into();
+            return ctx.abort(
+                "sign in first: send `Authorization: Bearer <name>`",
+                "unauthenticated",
+                401,
+            );
         }
-        HookFuture::ok()
+        Ok(())
     }
 }
 

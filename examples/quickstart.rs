@@ -25,18 +25,13 @@ struct SearchInput {
 /// Refuses callers without the `reader` role.
 struct ReadersOnly;
 
+#[hook]
 impl Hook for ReadersOnly {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillAuthorize])
-    }
-
-    fn will_authorize<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if !ctx.user().has_role("reader") {
-            return ctx
-                .abort("only readers may search", "forbidden", 403)
-                .into();
+            return ctx.abort("only readers may search", "forbidden", 403);
         }
-        HookFuture::ok()
+        Ok(())
     }
 }
 
@@ -46,12 +41,9 @@ struct CallLog {
     calls: AtomicU64,
 }
 
+#[hook]
 impl Hook for CallLog {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillFinalizeInvoke])
-    }
-
-    fn will_finalize_invoke<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_finalize_invoke(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         let n = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
         let outcome = ctx.error().map_or("ok", ToolError::code);
         println!(
@@ -60,7 +52,7 @@ impl Hook for CallLog {
             ctx.user().id,
             ctx.elapsed()
         );
-        HookFuture::ok()
+        Ok(())
     }
 }
 

@@ -28,8 +28,8 @@ pub mod prelude {
     pub use toolgate_core::{
         Control, FailureMode, Hook, HookFuture, HookOptions, HookResult, InvokeOptions, JsonTool,
         Next, Pipeline, PipelineBuilder, ResumeDecision, Scope, Stage, StageSet, Tool,
-        ToolAnnotations, ToolDefinition, ToolError, ToolInvokeContext, TypeMapKey, User, tool_fn,
-        tool_fn_with_context,
+        ToolAnnotations, ToolDefinition, ToolError, ToolInvokeContext, TypeMapKey, User, hook,
+        hook_fn, hook_fn_sync, tool_fn, tool_fn_with_context,
     };
 }
 

@@ -71,7 +71,9 @@ pub fn add_input() -> Value {
 /// hook call. Its stage methods are the trait's defaults, which return a ready future.
 struct NoOp(StageSet);
 
+#[hook]
 impl Hook for NoOp {
+    // Hand-written: each scenario chooses the stages; the methods are the trait's defaults.
     fn stages(&self) -> StageSet {
         self.0
     }

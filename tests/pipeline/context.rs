@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
-use toolgate::{Hook, HookFuture, Stage, StageSet, ToolInvokeContext};
+use toolgate::{Hook, HookResult, Stage, StageSet, ToolInvokeContext, hook};
 use toolgate_test::{Around, Inject, ScriptedTool, Step, TestPipeline};
 
 use crate::{TOOL, input, options, quiet_injected_panics};
@@ -29,17 +29,14 @@ struct Probe {
     calls: Arc<AtomicUsize>,
 }
 
+#[hook]
 impl Hook for Probe {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillNormalizeInput, Stage::WillAudit])
-    }
-
-    fn will_normalize_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_normalize_input(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         ctx.set_input(json!({ "q": "normalized" }));
-        HookFuture::ok()
+        Ok(())
     }
 
-    fn will_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_audit(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         self.calls.fetch_add(1, Ordering::SeqCst);
         *self.seen.lock().unwrap() = Some(Seen {
             finished: ctx.finished().is_some(),
@@ -53,7 +50,7 @@ impl Hook for Probe {
             output_history: ctx.output_history().to_vec(),
             output: ctx.output().cloned(),
         });
-        HookFuture::ok()
+        Ok(())
     }
 }
 
@@ -155,14 +152,11 @@ async fn one_shared_hook_instance_serves_every_invocation() {
 #[derive(Clone, Default)]
 struct Callers(Arc<Mutex<Vec<String>>>);
 
+#[hook]
 impl Hook for Callers {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillAuthorize])
-    }
-
-    fn will_authorize<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         self.0.lock().unwrap().push(ctx.user().id.clone());
-        HookFuture::ok()
+        Ok(())
     }
 }
 
@@ -203,19 +197,16 @@ struct ClockReading {
 #[derive(Clone, Default)]
 struct Clocks(Arc<Mutex<Option<ClockReading>>>);
 
+#[hook]
 impl Hook for Clocks {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillAudit])
-    }
-
-    fn will_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_audit(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         *self.0.lock().unwrap() = Some(ClockReading {
             started: ctx.started(),
             finished: ctx.finished().expect("set before the record phase"),
             started_at: ctx.started_at(),
             elapsed: ctx.elapsed(),
         });
-        HookFuture::ok()
+        Ok(())
     }
 }
 

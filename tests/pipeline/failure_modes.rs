@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use toolgate::{
-    Decision, FailureMode, Hook, HookFuture, HookOptions, Stage, Stage::*, StageSet, ToolError,
-    ToolInvokeContext,
+    Decision, FailureMode, Hook, HookFuture, HookOptions, HookResult, Stage, Stage::*, ToolError,
+    ToolInvokeContext, hook,
 };
 use toolgate_test::{Inject, RecordingHook, ScriptedTool, StageLog, TestPipeline, assert_stages};
 
@@ -23,14 +23,11 @@ impl DecisionProbe {
     }
 }
 
+#[hook]
 impl Hook for DecisionProbe {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[WillFinalizeInvoke])
-    }
-
-    fn will_finalize_invoke<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_finalize_invoke(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         *self.0.lock().unwrap() = ctx.decisions().to_vec();
-        HookFuture::ok()
+        Ok(())
     }
 }
 
@@ -117,11 +114,9 @@ async fn a_panicking_hook_in_ignore_or_audit_mode_is_contained_and_the_call_goes
 /// Panics when its stage future is first polled, not when the stage method is called.
 struct PanicsWhenPolled;
 
+#[hook]
 impl Hook for PanicsWhenPolled {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[WillAuthorize])
-    }
-
+    // The trait's form: the point is a future that panics when polled, not when made.
     fn will_authorize<'a>(&'a self, _ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         HookFuture::new(async { panic!("{}", toolgate_test::PANIC_PAYLOAD) })
     }

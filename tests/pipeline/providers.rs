@@ -6,9 +6,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use toolgate::{
-    BuildError, Hook, HookFuture, InvokeOptions, JsonTool, Pipeline, ProviderError,
-    ProviderRequirement, Scope, SessionConfig, Stage, StageSet, ToolError, ToolInvokeContext,
-    TypeMapKey,
+    BuildError, Hook, HookResult, InvokeOptions, JsonTool, Pipeline, ProviderError,
+    ProviderRequirement, Scope, SessionConfig, ToolError, ToolInvokeContext, TypeMapKey, hook,
 };
 
 use crate::{TOOL, input, options};
@@ -30,75 +29,54 @@ impl TypeMapKey for Visits {
 /// Binds `Greeting = "session"` in the session scope of calls that have a session.
 struct BindSessionGreeting;
 
+#[hook]
 impl Hook for BindSessionGreeting {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillBindProviders])
-    }
-
     fn provided_providers(&self) -> Vec<ProviderRequirement> {
         vec![ProviderRequirement::of::<Greeting>()]
     }
 
-    fn will_bind_providers<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_bind_providers(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if ctx.session_id().is_none() {
-            return HookFuture::ok();
+            return Ok(());
         }
-        HookFuture::ready(
-            ctx.provide::<Greeting>("session".to_owned(), Scope::Session)
-                .map_err(Into::into),
-        )
+        ctx.provide::<Greeting>("session".to_owned(), Scope::Session)
+            .map_err(Into::into)
     }
 }
 
 /// Binds a `Visits` counter in the session scope when the session has none yet.
 struct CountVisits;
 
+#[hook]
 impl Hook for CountVisits {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillBindProviders])
-    }
-
-    fn will_bind_providers<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_bind_providers(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if ctx.try_get::<Visits>().is_some() {
-            return HookFuture::ok();
+            return Ok(());
         }
-        HookFuture::ready(
-            ctx.provide::<Visits>(AtomicUsize::new(0), Scope::Session)
-                .map_err(Into::into),
-        )
+        ctx.provide::<Visits>(AtomicUsize::new(0), Scope::Session)
+            .map_err(Into::into)
     }
 }
 
 /// Tries to bind into the global scope during a call.
 struct BindGlobal;
 
+#[hook]
 impl Hook for BindGlobal {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillBindProviders])
-    }
-
-    fn will_bind_providers<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-        HookFuture::ready(
-            ctx.provide::<Greeting>("sneaky".to_owned(), Scope::Global)
-                .map_err(Into::into),
-        )
+    fn will_bind_providers(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        ctx.provide::<Greeting>("sneaky".to_owned(), Scope::Global)
+            .map_err(Into::into)
     }
 }
 
 /// Requires a provider nobody binds.
 struct NeedsGreeting;
 
+#[hook]
+#[requires(Greeting)]
 impl Hook for NeedsGreeting {
-    fn stages(&self) -> StageSet {
-        StageSet::EMPTY
-    }
-
     fn name(&self) -> &str {
         "needs_greeting"
-    }
-
-    fn required_providers(&self) -> Vec<ProviderRequirement> {
-        vec![ProviderRequirement::of::<Greeting>()]
     }
 }
 

@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toolgate_core::{
-    Control, Hook, HookFuture, ResumeDecision, Stage, StageSet, SuspendRequest, ToolInvokeContext,
+    Control, Hook, HookResult, ResumeDecision, SuspendRequest, ToolInvokeContext, hook,
 };
 
 /// How a tool's call is carried out and what its output is for.
@@ -53,11 +53,8 @@ impl BlockingHook {
     }
 }
 
+#[hook]
 impl Hook for BlockingHook {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillExecute])
-    }
-
     fn name(&self) -> &str {
         "toolgate_agent::blocking"
     }
@@ -70,12 +67,12 @@ impl Hook for BlockingHook {
         self.tools.contains(ctx.tool_name())
     }
 
-    fn will_execute<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_execute(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         // The marker tells this suspension from an earlier one (an approval policy's): only
         // an approve of the person's own wait runs the tool.
         let awaited = ctx.metadata_mut().remove(AWAITING_PERSON).is_some();
         if awaited && matches!(ctx.resumed(), Some(ResumeDecision::Approve)) {
-            return HookFuture::ok();
+            return Ok(());
         }
         ctx.metadata_mut()
             .insert(AWAITING_PERSON.to_owned(), Value::Bool(true));
@@ -84,6 +81,6 @@ impl Hook for BlockingHook {
             ctx.tool_name()
         ))
         .with_payload(json!({ "tool": ctx.tool_name(), "arguments": ctx.input() }));
-        HookFuture::ready(Err(Control::Suspend(request)))
+        Err(Control::Suspend(request))
     }
 }

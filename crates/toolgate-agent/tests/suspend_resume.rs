@@ -274,17 +274,14 @@ async fn a_blocking_tool_behind_an_approval_policy_waits_for_both_in_turn() {
 /// Counts how often the authorization stage runs.
 struct CountAuthorize(Arc<std::sync::atomic::AtomicUsize>);
 
+#[toolgate_core::hook]
 impl toolgate_core::Hook for CountAuthorize {
-    fn stages(&self) -> toolgate_core::StageSet {
-        toolgate_core::StageSet::of(&[toolgate_core::Stage::WillAuthorize])
-    }
-
-    fn will_authorize<'a>(
-        &'a self,
-        _ctx: &'a mut toolgate_core::ToolInvokeContext,
-    ) -> toolgate_core::HookFuture<'a> {
+    fn will_authorize(
+        &self,
+        _ctx: &mut toolgate_core::ToolInvokeContext,
+    ) -> toolgate_core::HookResult {
         self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        toolgate_core::HookFuture::ok()
+        Ok(())
     }
 }
 

@@ -10,8 +10,8 @@ use serde_json::Value;
 use toolgate_agent::format::{anthropic, gemini, mcp, openai};
 use toolgate_core::User;
 
-use crate::config::{LogFormat, StateConfig, StateUrl, load_file};
 use crate::Extensions;
+use crate::config::{LogFormat, StateConfig, StateUrl, load_file};
 use crate::gateway::Gateway;
 use crate::serve::{ServeOptions, serve};
 use crate::state::SharedState;
@@ -86,7 +86,8 @@ pub enum Command {
 pub enum ToolFormat {
     /// OpenAI chat completions `tools`.
     Openai,
-    /// OpenAI responses `tools`.
+    /// OpenAI responses `tools` (`openai_responses` is accepted too, as in the HTTP API).
+    #[value(alias = "openai_responses")]
     OpenaiResponses,
     /// Anthropic messages `tools`.
     Anthropic,
@@ -138,8 +139,8 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<(), String> {
                 listen,
                 extensions,
             })
-                .await
-                .map_err(|e| e.to_string())
+            .await
+            .map_err(|e| e.to_string())
         }
         Command::Mcp { config, user } => {
             let file = load_file(&config).map_err(|e| e.to_string())?;
@@ -217,7 +218,7 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
     };
     file.state = StateConfig::default();
     let shared = SharedState::new(&file).await.map_err(|e| e.to_string())?;
-    let gateway = Gateway::build_with(file, &shared, &extensions)
+    let gateway = Gateway::build_with(file, &shared, extensions)
         .await
         .map_err(|e| e.in_file(path).to_string())?;
     let mut out = String::new();

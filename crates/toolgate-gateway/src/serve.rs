@@ -12,8 +12,8 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{Mutex, watch};
 
-use crate::config::load_file;
 use crate::Extensions;
+use crate::config::load_file;
 use crate::gateway::{Gateway, GatewayError};
 use crate::http::{AppState, router};
 use crate::state::SharedState;

@@ -107,6 +107,29 @@ fn tools_prints_the_definitions_as_anthropic_json() {
 }
 
 #[test]
+fn tools_accepts_the_openai_responses_format_in_both_spellings() {
+    let mut outputs = Vec::new();
+    for spelling in ["openai-responses", "openai_responses"] {
+        let (status, stdout, stderr) = run(
+            &["tools", "--config", EXAMPLE_CONFIG, "--format", spelling],
+            "",
+        );
+        assert!(status.success(), "{spelling}: {stderr}");
+        let tools: Value = serde_json::from_str(&stdout).expect("valid JSON on stdout");
+        assert_eq!(tools.as_array().map(Vec::len), Some(4), "{stdout}");
+        outputs.push(stdout);
+    }
+    assert_eq!(outputs[0], outputs[1]);
+}
+
+#[test]
+fn serve_refuses_a_host_name_as_listen_address_with_an_example() {
+    let (_, stderr) = refused("server:\n  listen: localhost\n");
+    assert!(stderr.contains("server.listen"), "{stderr}");
+    assert!(stderr.contains("`127.0.0.1:8080`"), "{stderr}");
+}
+
+#[test]
 fn hash_key_prints_the_sha256_of_the_key_on_stdin() {
     let (status, stdout, stderr) = run(&["hash-key"], "tg_demo_bob_analyst_key\n");
     assert!(status.success(), "{stderr}");

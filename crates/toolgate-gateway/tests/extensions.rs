@@ -1,4 +1,5 @@
-//! Hooks of your own in the gateway: `Extensions` with `Gateway::build_with`.
+//! Hooks of your own in the gateway (`Extensions` with `Gateway::build_with`), and the
+//! built-in calculator's answer to an expression without a value.
 
 use serde_json::json;
 use toolgate_core::{Hook, HookResult, InvokeOptions, ToolInvokeContext, User, hook};
@@ -76,4 +77,28 @@ async fn an_extension_hook_for_an_unknown_tool_fails_the_build() {
         .await
         .unwrap_err();
     assert!(err.to_string().contains("no_such_tool"), "{err}");
+}
+
+#[tokio::test]
+async fn an_expression_without_a_value_is_the_callers_mistake() {
+    let config = parse(CONFIG).unwrap();
+    let shared = SharedState::new(&config).await.unwrap();
+    let gateway = Gateway::build(config, &shared).await.unwrap();
+    let analyst = || InvokeOptions::new().user(User::new("ana").with_roles(["analyst"]));
+    for expression in ["2^2000", "9223372036854775807 + 1", "1 / 0", "2 +"] {
+        let err = gateway
+            .pipeline()
+            .invoke("calculator", json!({ "expression": expression }), analyst())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (err.code(), err.status()),
+            ("invalid_input", 400),
+            "{expression}: {err}"
+        );
+        assert!(
+            err.to_string().contains("expression"),
+            "{expression}: {err}"
+        );
+    }
 }

@@ -172,7 +172,8 @@ async fn an_approval_after_a_reload_removed_the_tool_does_not_run_it() {
 #[tokio::test]
 async fn metrics_count_every_call_by_outcome_and_every_request_by_status() {
     let config = format!(
-        "tools:\n  builtin: [calculator]\nusers:\n{}",
+        "tools:\n  builtin: [calculator, sleep]\nusers:\n{}\
+policies:\n  timeouts:\n    tools: {{ sleep: 50ms }}\n",
         user_yaml("alice", &["admin"])
     );
     let gateway = Gateway::start(&config);
@@ -186,18 +187,20 @@ async fn metrics_count_every_call_by_outcome_and_every_request_by_status() {
         .await;
         assert_eq!(answer.status, 200, "{}", answer.body);
     }
-    for _ in 0..2 {
-        let answer = invoke(&gateway, "alice", "calculator", json!({"expression": 5})).await;
+    // A number where a string belongs, and an expression without a value: both the
+    // caller's mistake.
+    for expression in [json!(5), json!("1/0")] {
+        let answer = invoke(
+            &gateway,
+            "alice",
+            "calculator",
+            json!({"expression": expression}),
+        )
+        .await;
         assert_eq!(answer.status, 400, "{}", answer.body);
     }
-    let failed = invoke(
-        &gateway,
-        "alice",
-        "calculator",
-        json!({"expression": "1/0"}),
-    )
-    .await;
-    assert_eq!(failed.status, 502, "{}", failed.body);
+    let late = invoke(&gateway, "alice", "sleep", json!({"ms": 10_000})).await;
+    assert_eq!(late.status, 504, "{}", late.body);
     let stranger = post(
         &client(),
         &gateway.url("/v1/tools/calculator/invoke"),
@@ -221,13 +224,17 @@ async fn metrics_count_every_call_by_outcome_and_every_request_by_status() {
         4.0,
         "{text}"
     );
-    assert_eq!(calls(&[calculator, ("outcome", "error")]), 3.0, "{text}");
+    assert_eq!(calls(&[calculator, ("outcome", "error")]), 2.0, "{text}");
     assert_eq!(
         calls(&[calculator, ("code", "invalid_input")]),
         2.0,
         "{text}"
     );
-    assert_eq!(calls(&[calculator, ("code", "tool_error")]), 1.0, "{text}");
+    assert_eq!(
+        calls(&[("tool", "sleep"), ("outcome", "error"), ("code", "timeout")]),
+        1.0,
+        "{text}"
+    );
     // The unauthenticated request never reached the pipeline.
     assert_eq!(calls(&[]), 7.0, "{text}");
 
@@ -244,7 +251,7 @@ async fn metrics_count_every_call_by_outcome_and_every_request_by_status() {
     };
     assert_eq!(requests("200"), 4.0, "{text}");
     assert_eq!(requests("400"), 2.0, "{text}");
-    assert_eq!(requests("502"), 1.0, "{text}");
+    assert_eq!(requests("504"), 1.0, "{text}");
     assert_eq!(requests("401"), 1.0, "{text}");
 }
 

@@ -9,7 +9,6 @@ pub mod authorize;
 pub mod concurrency;
 pub mod consent;
 pub mod feature_flags;
-mod held;
 pub mod partition;
 pub mod quota;
 pub mod retry;

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use toolgate_core::{
-    FailureMode, Hook, HookFuture, HookOptions, InvokeOptions, Pipeline, Stage, StageSet,
-    ToolInvokeContext, User,
+    FailureMode, Hook, HookOptions, HookResult, InvokeOptions, Pipeline, Stage, ToolInvokeContext,
+    User, hook,
 };
 use toolgate_hooks::audit::{Audit, AuditRecord, ChannelSink, JsonLinesSink, Outcome};
 use toolgate_hooks::fingerprint::fingerprint;
@@ -15,18 +15,16 @@ use toolgate_hooks::fingerprint::fingerprint;
 /// Refuses users named `mallory`.
 struct NoMallory;
 
+#[hook]
 impl Hook for NoMallory {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillAuthorize])
-    }
     fn name(&self) -> &str {
         "no_mallory"
     }
-    fn will_authorize<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if ctx.user().id == "mallory" {
-            return ctx.abort("not you", "forbidden", 403).into();
+            return ctx.abort("not you", "forbidden", 403);
         }
-        HookFuture::ok()
+        Ok(())
     }
 }
 

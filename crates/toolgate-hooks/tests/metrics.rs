@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use serde_json::json;
 use toolgate_core::{
-    Hook, HookFuture, InvokeOptions, Pipeline, Stage, StageSet, ToolError, ToolInvokeContext,
+    Hook, HookResult, InvokeOptions, Pipeline, ToolError, ToolInvokeContext, hook,
 };
 use toolgate_hooks::cache::ResultCache;
 use toolgate_hooks::metrics::Metrics;
@@ -67,17 +67,13 @@ fn counter(found: &[(String, Vec<String>, DebugValue)], name: &str, labels: &[&s
 
 struct RateLimitOdd(std::sync::atomic::AtomicUsize);
 
+#[hook]
 impl Hook for RateLimitOdd {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillAcquireQuota])
-    }
-    fn will_acquire_quota<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_acquire_quota(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst) % 2 == 1 {
-            return ctx
-                .retry_after(std::time::Duration::from_secs(1), "rate limited")
-                .into();
+            return ctx.retry_after(std::time::Duration::from_secs(1), "rate limited");
         }
-        HookFuture::ok()
+        Ok(())
     }
 }
 

@@ -13,8 +13,8 @@ use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_S
 use metrics_util::debugging::DebuggingRecorder;
 use serde_json::json;
 use toolgate_core::{
-    ErasedTool, Hook, HookFuture, InvokeOptions, JsonTool, Pipeline, Stage, StageSet,
-    ToolAnnotations, ToolError, ToolInvokeContext, User,
+    ErasedTool, Hook, HookResult, InvokeOptions, JsonTool, Pipeline, ToolAnnotations, ToolError,
+    ToolInvokeContext, User, hook,
 };
 use toolgate_hooks::audit::{Audit, JsonLinesSink, MemorySink, TracingSink};
 use toolgate_hooks::cache::{MokaCache, ResultCache};
@@ -108,15 +108,13 @@ fn leaky_tool(seen: Arc<AtomicUsize>) -> Arc<dyn ErasedTool> {
 /// Suspends calls whose `mode` is `suspend`, at `will_execute`.
 struct SuspendSome;
 
+#[hook]
 impl Hook for SuspendSome {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillExecute])
-    }
-    fn will_execute<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_execute(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if ctx.input()["mode"] == "suspend" {
-            return ctx.suspend("needs a person").into();
+            return ctx.suspend("needs a person");
         }
-        HookFuture::ok()
+        Ok(())
     }
 }
 

@@ -222,23 +222,18 @@ fn stage_method(method: &mut ImplItemFn, core: &TokenStream) -> syn::Result<()> 
     let name = &method.sig.ident;
     let block = &method.block;
     let span = method.sig.span();
-    let body = if let Some(asyncness) = method.sig.asyncness {
-        // A future that is not `Send` is reported at the `async` of the method.
-        quote_spanned! {asyncness.span=>
-            #core::HookFuture::new(async move {
-                let result: #output = #block;
-                result
-            })
-        }
-    } else {
-        // Ready at once: no allocation, no future to poll.
-        quote_spanned! {span=>
+    let body = match method.sig.asyncness {
+        Some(asyncness) => boxed_body(core, output, block, asyncness.span),
+        // Ready at once: no allocation, no future to poll. The closure gives `return` and
+        // `?` in the body their meaning.
+        None => quote_spanned! {span=>
             #core::HookFuture::ready((move || -> #output #block)())
-        }
+        },
     };
     *method = syn::parse2(rebuilt(
         method,
         quote_spanned! {span=>
+            #[allow(clippy::redundant_closure_call)]
             fn #name<'__hook>(&'__hook self, #ctx: &'__hook mut #ctx_ty) -> #core::HookFuture<'__hook> {
                 #body
             }
@@ -268,8 +263,9 @@ fn around_execute(method: &mut ImplItemFn, core: &TokenStream) -> syn::Result<()
     let next_pat = &next.pat;
     let next_ty = with_hook_lifetime(&next.ty)?;
     let output = result_type(&method.sig)?;
-    let block = &method.block;
     let span = method.sig.span();
+    let async_span = method.sig.asyncness.map_or(span, |a| a.span);
+    let body = boxed_body(core, output, &method.block, async_span);
     *method = syn::parse2(rebuilt(
         method,
         quote_spanned! {span=>
@@ -278,14 +274,31 @@ fn around_execute(method: &mut ImplItemFn, core: &TokenStream) -> syn::Result<()
                 #ctx: &'__hook mut #ctx_ty,
                 #next_pat: #next_ty,
             ) -> #core::HookFuture<'__hook> {
-                #core::HookFuture::new(async move {
-                    let result: #output = #block;
-                    result
-                })
+                #body
             }
         },
     ))?;
     Ok(())
+}
+
+/// The body of an `async fn` stage method: its block as an async block, boxed once. The
+/// block's value is the future's output (the compiler infers it from `HookFuture::new`);
+/// the declared result type is checked against it separately, so that a body that never
+/// finishes normally (only `return`s, or panics) reads as the same code would in a
+/// plain `async fn`. A future that is not `Send` is reported at the method's `async`.
+fn boxed_body(
+    core: &TokenStream,
+    output: &Type,
+    block: &syn::Block,
+    async_span: proc_macro2::Span,
+) -> TokenStream {
+    let declared = quote_spanned! {output.span()=>
+        let _: ::core::marker::PhantomData<#output> = ::core::marker::PhantomData::<#core::HookResult>;
+    };
+    quote_spanned! {async_span=>
+        #declared
+        #core::HookFuture::new(async move #block)
+    }
 }
 
 /// The author's `Next<'_>` (or `Next`) as `Next<'__hook>`, keeping their path.

@@ -11,8 +11,8 @@ use common::{DEMO, HttpDemo, call, http_client, is_error, text, within};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::{
-    Hook, HookFuture, InvokeOptions, JsonTool, Pipeline, Stage, StageSet, ToolError,
-    ToolInvokeContext, ToolSource,
+    Hook, HookResult, InvokeOptions, JsonTool, Pipeline, ToolError, ToolInvokeContext, ToolSource,
+    hook,
 };
 use toolgate_mcp::{Backoff, McpError, McpServer, Upstream, UpstreamConfig};
 
@@ -23,24 +23,19 @@ struct ImportedRateLimit {
     used: Mutex<HashMap<String, u32>>,
 }
 
+#[hook]
 impl Hook for ImportedRateLimit {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillAcquireQuota])
-    }
-
-    fn will_acquire_quota<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_acquire_quota(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if !matches!(ctx.tool().source, ToolSource::Mcp { .. }) {
-            return HookFuture::ok();
+            return Ok(());
         }
         let mut used = self.used.lock().unwrap_or_else(|e| e.into_inner());
         let count = used.entry(ctx.user().id.clone()).or_insert(0);
         if *count >= self.limit {
-            return ctx
-                .retry_after(Duration::from_millis(1500), "rate limited")
-                .into();
+            return ctx.retry_after(Duration::from_millis(1500), "rate limited");
         }
         *count += 1;
-        HookFuture::ok()
+        Ok(())
     }
 }
 

@@ -11,8 +11,8 @@ use common::{Client, call, text, within};
 use rmcp::ServiceExt;
 use serde_json::{Value, json};
 use toolgate_core::{
-    Hook, HookFuture, JsonTool, Pipeline, Scope, Stage, StageSet, ToolError, ToolInvokeContext,
-    TypeMapKey, tool_fn_with_context,
+    Hook, HookResult, JsonTool, Pipeline, Scope, ToolError, ToolInvokeContext, TypeMapKey, hook,
+    tool_fn_with_context,
 };
 use toolgate_mcp::McpServer;
 
@@ -26,18 +26,15 @@ impl TypeMapKey for Calls {
 /// Binds a fresh counter in the session scope when the session has none.
 struct SessionCounter;
 
+#[hook]
 impl Hook for SessionCounter {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillBindProviders])
-    }
-
-    fn will_bind_providers<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_bind_providers(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if ctx.try_get::<Calls>().is_none()
             && let Err(e) = ctx.provide::<Calls>(AtomicU64::new(0), Scope::Session)
         {
-            return HookFuture::ready(Err(e.into()));
+            return Err(e.into());
         }
-        HookFuture::ok()
+        Ok(())
     }
 }
 

@@ -3,9 +3,9 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 
-use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolInvokeContext, TypeMapKey};
+use toolgate_core::{Hook, HookResult, ToolInvokeContext, hook};
 
 /// The counters of a [`CapacityHook`], shared with the test.
 #[derive(Debug, Default)]
@@ -94,9 +94,19 @@ enum Kind {
 /// A unit of capacity held by one invocation: given back when dropped, like a tokio
 /// semaphore permit.
 struct Held {
-    owner: u64,
     kind: Kind,
     counters: Arc<CapacityCounters>,
+}
+
+/// A quota unit, held with [`ToolInvokeContext::hold`] under its own type so that releasing
+/// quota never gives back a permit.
+struct QuotaUnit {
+    _held: Held,
+}
+
+/// A concurrency permit (as [`QuotaUnit`]).
+struct PermitUnit {
+    _held: Held,
 }
 
 impl Drop for Held {
@@ -109,18 +119,9 @@ impl Drop for Held {
     }
 }
 
-/// The scratchpad slot where capacity hooks keep what an invocation holds.
-struct HeldCapacity;
-
-impl TypeMapKey for HeldCapacity {
-    type Value = Vec<Held>;
-}
-
-static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
-
 /// A hook that takes a quota unit at `will_acquire_quota` and a permit at
-/// `will_acquire_semaphore`, keeping each as an RAII guard in the context's scratchpad, and
-/// gives them back at `did_release_semaphore` / `did_release_quota`.
+/// `will_acquire_semaphore`, keeping each as an RAII guard in the context
+/// ([`ToolInvokeContext::hold`]), and gives them back at `did_release_semaphore` / `did_release_quota`.
 ///
 /// Because the guards live in the context, they come back even when the release stages
 /// never run (the context is dropped): that is the model for real capacity hooks. The
@@ -150,7 +151,6 @@ static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
 /// ```
 pub struct CapacityHook {
     label: Arc<str>,
-    id: u64,
     priority: i32,
     counters: Arc<CapacityCounters>,
 }
@@ -160,7 +160,6 @@ impl CapacityHook {
     pub fn new(label: impl Into<Arc<str>>) -> Self {
         CapacityHook {
             label: label.into(),
-            id: NEXT_OWNER.fetch_add(1, Ordering::Relaxed),
             priority: 0,
             counters: Arc::default(),
         }
@@ -189,16 +188,12 @@ impl CapacityHook {
         acquires.fetch_add(1, Ordering::SeqCst);
         in_use.fetch_add(1, Ordering::SeqCst);
         let held = Held {
-            owner: self.id,
             kind,
             counters: Arc::clone(&self.counters),
         };
-        let scratch = ctx.scratch_mut();
-        match scratch.get_mut::<HeldCapacity>() {
-            Some(list) => list.push(held),
-            None => {
-                scratch.insert::<HeldCapacity>(vec![held]);
-            }
+        match kind {
+            Kind::Quota => ctx.hold(self, QuotaUnit { _held: held }),
+            Kind::Permit => ctx.hold(self, PermitUnit { _held: held }),
         }
     }
 
@@ -210,11 +205,11 @@ impl CapacityHook {
         // The release stage runs once the acquire stage was reached, even when an earlier
         // hook at that stage stopped it before this hook acquired anything: give back
         // only what is held.
-        if let Some(list) = ctx.scratch_mut().get_mut::<HeldCapacity>() {
-            let before = list.len();
-            list.retain(|h| !(h.owner == self.id && h.kind == kind));
-            releases.fetch_add(before - list.len(), Ordering::SeqCst);
-        }
+        let released = match kind {
+            Kind::Quota => ctx.release::<QuotaUnit>(self),
+            Kind::Permit => ctx.release::<PermitUnit>(self),
+        };
+        releases.fetch_add(released, Ordering::SeqCst);
     }
 }
 
@@ -228,16 +223,8 @@ impl fmt::Debug for CapacityHook {
     }
 }
 
+#[hook]
 impl Hook for CapacityHook {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[
-            Stage::WillAcquireQuota,
-            Stage::WillAcquireSemaphore,
-            Stage::DidReleaseSemaphore,
-            Stage::DidReleaseQuota,
-        ])
-    }
-
     fn name(&self) -> &str {
         &self.label
     }
@@ -246,23 +233,23 @@ impl Hook for CapacityHook {
         self.priority
     }
 
-    fn will_acquire_quota<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_acquire_quota(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         self.acquire(ctx, Kind::Quota);
-        HookFuture::ok()
+        Ok(())
     }
 
-    fn will_acquire_semaphore<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_acquire_semaphore(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         self.acquire(ctx, Kind::Permit);
-        HookFuture::ok()
+        Ok(())
     }
 
-    fn did_release_semaphore<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn did_release_semaphore(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         self.release(ctx, Kind::Permit);
-        HookFuture::ok()
+        Ok(())
     }
 
-    fn did_release_quota<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn did_release_quota(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         self.release(ctx, Kind::Quota);
-        HookFuture::ok()
+        Ok(())
     }
 }

@@ -6,7 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use serde_json::Value;
-use toolgate_core::{Control, Hook, HookFuture, Next, Stage, StageSet, ToolInvokeContext};
+use toolgate_core::{
+    Control, Hook, HookFuture, HookResult, Next, Stage, StageSet, ToolInvokeContext, hook,
+};
 
 use crate::{Inject, StageLog};
 
@@ -187,7 +189,9 @@ macro_rules! recording_stage_methods {
     };
 }
 
+#[hook]
 impl Hook for RecordingHook {
+    // Hand-written: the set is configured with `with_stages` (every stage by default).
     fn stages(&self) -> StageSet {
         self.stages
     }
@@ -204,37 +208,33 @@ impl Hook for RecordingHook {
         self.filter.as_ref().is_none_or(|f| f(ctx))
     }
 
-    fn around_execute<'a>(
-        &'a self,
-        ctx: &'a mut ToolInvokeContext,
-        next: Next<'a>,
-    ) -> HookFuture<'a> {
-        HookFuture::new(async move {
-            self.on_stage(Stage::AroundExecute, ctx).await?;
-            match &self.around {
-                Around::Once => next.run(ctx).await,
-                Around::Respond(value) => ctx.respond(value.clone()),
-                Around::Retry(attempts) => {
-                    let mut result = next.run(ctx).await;
-                    for _ in 1..*attempts {
-                        if !matches!(result, Err(Control::Error(_))) {
-                            break;
-                        }
-                        result = next.run(ctx).await;
+    async fn around_execute(&self, ctx: &mut ToolInvokeContext, next: Next<'_>) -> HookResult {
+        self.on_stage(Stage::AroundExecute, ctx).await?;
+        match &self.around {
+            Around::Once => next.run(ctx).await,
+            Around::Respond(value) => ctx.respond(value.clone()),
+            Around::Retry(attempts) => {
+                let mut result = next.run(ctx).await;
+                for _ in 1..*attempts {
+                    if !matches!(result, Err(Control::Error(_))) {
+                        break;
                     }
-                    result
+                    result = next.run(ctx).await;
                 }
-                Around::Repeat(times) => {
-                    let mut result = Ok(());
-                    for _ in 0..*times {
-                        result = next.run(ctx).await;
-                    }
-                    result
-                }
+                result
             }
-        })
+            Around::Repeat(times) => {
+                let mut result = Ok(());
+                for _ in 0..*times {
+                    result = next.run(ctx).await;
+                }
+                result
+            }
+        }
     }
 
+    // The trait's form, written by a macro (which `#[hook]` leaves alone): an injected
+    // outcome is ready at once, and only a delay or a hang is boxed.
     recording_stage_methods! {
         will_create_invoke_context => WillCreateInvokeContext,
         did_create_invoke_context => DidCreateInvokeContext,

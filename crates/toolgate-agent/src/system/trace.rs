@@ -3,7 +3,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
-use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolInvokeContext, TypeMapKey};
+use toolgate_core::{Hook, HookResult, ToolInvokeContext, TypeMapKey, hook};
 
 /// The provider key under which each call's trace id is bound (request scope), so hooks
 /// and tools can read it with `ctx.get::<TraceId>()`.
@@ -18,21 +18,18 @@ impl TypeMapKey for TraceId {
 /// suspended call and comes back in the result after a resume.
 pub(super) struct TraceMetadata;
 
+#[hook]
 impl Hook for TraceMetadata {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillCreateInvokeContext])
-    }
-
     fn name(&self) -> &str {
         "toolgate_agent::trace_id"
     }
 
-    fn will_create_invoke_context<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_create_invoke_context(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if let Some(trace_id) = ctx.try_get::<TraceId>() {
             ctx.metadata_mut()
                 .insert("trace_id".to_owned(), Value::String((*trace_id).clone()));
         }
-        HookFuture::ok()
+        Ok(())
     }
 }
 

@@ -12,8 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use toolgate_agent::{ExecutionMode, InMemoryStateManager, ThreadConfig, ToolSystemBuilder};
 use toolgate_core::{
-    Hook, HookFuture, Pipeline, PipelineBuilder, Stage, StageSet, ToolError, ToolInvokeContext,
-    tool_fn,
+    Hook, HookResult, Pipeline, PipelineBuilder, ToolError, ToolInvokeContext, hook, tool_fn,
 };
 
 pub const THREAD: &str = "thread-1";
@@ -71,42 +70,36 @@ impl Runs {
 /// shape of an approval policy.
 pub struct ApproveTransfers;
 
+#[hook]
 impl Hook for ApproveTransfers {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillCheckConsent])
-    }
-
     fn filter(&self, ctx: &ToolInvokeContext) -> bool {
         ctx.tool_name() == "transfer"
     }
 
-    fn will_check_consent<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_check_consent(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         ctx.metadata_mut().insert(
             "repairs".to_owned(),
             json!([{ "path": "amount", "from": "10", "to": 10 }]),
         );
-        ctx.suspend("a person must approve money transfers").into()
+        ctx.suspend("a person must approve money transfers")
     }
 }
 
 /// Adds a source to every `get_weather` result, as a retrieval hook would.
 pub struct CiteSources;
 
+#[hook]
 impl Hook for CiteSources {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::DidExecute])
-    }
-
     fn filter(&self, ctx: &ToolInvokeContext) -> bool {
         ctx.tool_name() == "get_weather"
     }
 
-    fn did_execute<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn did_execute(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         ctx.metadata_mut().insert(
             "sources".to_owned(),
             json!({ "sourceName": "met-office", "url": "https://example.org/forecast" }),
         );
-        HookFuture::ok()
+        Ok(())
     }
 }
 

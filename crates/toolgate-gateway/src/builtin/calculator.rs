@@ -3,7 +3,7 @@
 use garde::Validate;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolgate_core::{Tool, ToolAnnotations, ToolError, tool_fn};
+use toolgate_core::{InputViolations, Tool, ToolAnnotations, ToolError, tool_fn};
 
 /// The calculator's input.
 #[derive(Deserialize, Serialize, Validate, JsonSchema)]
@@ -57,9 +57,11 @@ pub(super) fn tool() -> impl Tool {
         "calculator",
         "Evaluates an arithmetic expression (numbers, + - * / % ^, parentheses, math::sqrt and similar) and returns its value.",
         |input: CalculatorInput| async move {
+            // An expression without a value (a typo, a division by zero, an overflow) is
+            // the caller's mistake: `invalid_input`, 400, naming the field.
             evaluate(&input.expression)
                 .map(|result| CalculatorOutput { result })
-                .map_err(ToolError::execution)
+                .map_err(|why| ToolError::InvalidInput(InputViolations::one("expression", why)))
         },
     )
     .annotations(ToolAnnotations::READ_ONLY)

@@ -142,7 +142,7 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
             let field = error.path().to_string();
             let inner = error.into_inner();
             let location = inner.location();
-            let message = strip_location(&inner.to_string(), &field);
+            let message = in_plain_words(&strip_location(&inner.to_string(), &field));
             ConfigError::Parse {
                 origin: "<config>".to_owned(),
                 line: location.as_ref().map(|l| l.line()),
@@ -169,6 +169,42 @@ fn strip_location(message: &str, field: &str) -> String {
         }
         _ => message.to_owned(),
     }
+}
+
+/// The deserializer names Rust types (`expected u32`); a reader of a YAML file knows
+/// numbers and addresses.
+fn in_plain_words(message: &str) -> String {
+    const WORDS: [(&str, &str); 12] = [
+        ("expected usize", "expected a whole number, 0 or more"),
+        ("expected u64", "expected a whole number, 0 or more"),
+        ("expected u32", "expected a whole number, 0 or more"),
+        ("expected u16", "expected a whole number from 0 to 65535"),
+        ("expected u8", "expected a whole number from 0 to 255"),
+        ("expected i64", "expected a whole number"),
+        ("expected i32", "expected a whole number"),
+        ("expected f64", "expected a number"),
+        ("expected f32", "expected a number"),
+        ("expected a boolean", "expected `true` or `false`"),
+        (
+            "expected a sequence",
+            "expected a list (`[a, b]`, or one `- item` per line)",
+        ),
+        (
+            "invalid socket address syntax",
+            "expected an address and a port, such as `127.0.0.1:8080`, `0.0.0.0:8080` or \
+             `[::1]:8080` (a host name is not accepted)",
+        ),
+    ];
+    let mut message = message.to_owned();
+    for (rust, plain) in WORDS {
+        // Whole words only: `expected u8` must not rewrite `expected u8x`.
+        if let Some(at) = message.find(rust)
+            && !message[at + rust.len()..].starts_with(|c: char| c.is_alphanumeric())
+        {
+            message.replace_range(at..at + rust.len(), plain);
+        }
+    }
+    message
 }
 
 /// Checks that need several fields at once. Tool names are checked later, once the tools
@@ -280,6 +316,22 @@ mod tests {
         let text = error.to_string();
         assert!(text.starts_with("<config>:3:"), "{text}");
         assert!(text.contains("unknown field `lisen`"), "{text}");
+    }
+
+    #[test]
+    fn type_errors_are_said_in_plain_words_with_an_example() {
+        let negative = parse("server:\n  batch_concurrency: -3\n").unwrap_err();
+        assert_eq!(negative.field(), "server.batch_concurrency");
+        assert!(
+            negative
+                .to_string()
+                .contains("expected a whole number, 0 or more"),
+            "{negative}"
+        );
+        assert!(!negative.to_string().contains("usize"), "{negative}");
+
+        let host = parse("server:\n  listen: localhost\n").unwrap_err();
+        assert!(host.to_string().contains("`127.0.0.1:8080`"), "{host}");
     }
 
     #[test]

@@ -29,7 +29,7 @@ pub async fn list_tools(
     let listed = match query.format.as_deref().unwrap_or("toolgate") {
         "toolgate" => json!({ "tools": tools }),
         "openai" => openai::chat_tools(&tools),
-        "openai_responses" => openai::responses_tools(&tools),
+        "openai_responses" | "openai-responses" => openai::responses_tools(&tools),
         "anthropic" => anthropic::tools(&tools),
         "gemini" => gemini::tools(&tools),
         "mcp" => mcp::tools_list(&tools),
@@ -38,7 +38,7 @@ pub async fn list_tools(
                 StatusCode::BAD_REQUEST,
                 "unknown_format",
                 format!(
-                    "unknown format `{other}`: use toolgate, openai, openai_responses, anthropic, gemini or mcp"
+                    "unknown format `{other}`: use toolgate, openai, openai-responses, anthropic, gemini or mcp"
                 ),
             ));
         }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolInvokeContext};
+use toolgate_core::{Hook, HookResult, ToolInvokeContext, hook};
 
 use super::{AuditRecord, AuditSink, TracingSink};
 
@@ -100,11 +100,8 @@ impl Audit {
     }
 }
 
+#[hook]
 impl Hook for Audit {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillAudit])
-    }
-
     fn name(&self) -> &str {
         "audit"
     }
@@ -115,15 +112,13 @@ impl Hook for Audit {
         self.stage_timings
     }
 
-    fn will_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    async fn will_audit(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         let record = AuditRecord::from_context(ctx, self.include_values);
-        HookFuture::new(async move {
-            for sink in &self.sinks {
-                if let Err(e) = sink.write(&record).await {
-                    tracing::error!(sink = sink.name(), error = %e, "audit record lost");
-                }
+        for sink in &self.sinks {
+            if let Err(e) = sink.write(&record).await {
+                tracing::error!(sink = sink.name(), error = %e, "audit record lost");
             }
-            Ok(())
-        })
+        }
+        Ok(())
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolDefinition, ToolInvokeContext, User};
+use toolgate_core::{Hook, HookResult, ToolDefinition, ToolInvokeContext, User, hook};
 
 /// What an [`Authorizer`] decides.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,19 +127,16 @@ impl Authorize {
     }
 }
 
+#[hook]
 impl Hook for Authorize {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillAuthorize])
-    }
-
     fn name(&self) -> &str {
         "authorize"
     }
 
-    fn will_authorize<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         match self.verdict(ctx.user(), ctx.tool()) {
-            Verdict::Allow => HookFuture::ok(),
-            Verdict::Deny { reason } => ctx.abort(reason, "forbidden", 403).into(),
+            Verdict::Allow => Ok(()),
+            Verdict::Deny { reason } => ctx.abort(reason, "forbidden", 403),
         }
     }
 }

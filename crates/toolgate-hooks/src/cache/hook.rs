@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use toolgate_core::{
-    Hook, HookFuture, Stage, StageSet, ToolDefinition, ToolInvokeContext, TypeMapKey,
+    Hook, HookFuture, HookResult, ToolDefinition, ToolInvokeContext, TypeMapKey, hook,
 };
 
 use super::flight::{InFlight, Leader, Role, follow};
@@ -232,20 +232,13 @@ impl ResultCache {
     }
 }
 
+#[hook]
 impl Hook for ResultCache {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[
-            Stage::WillReadCache,
-            Stage::WillWriteCache,
-            Stage::WillAudit,
-            Stage::OnError,
-        ])
-    }
-
     fn name(&self) -> &str {
         "result_cache"
     }
 
+    // The trait's form: ready at once for a tool that is not cached, boxed only to look up.
     fn will_read_cache<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let Some(ttl) = self.ttl_for(ctx.tool()) else {
             return HookFuture::ok();
@@ -294,6 +287,7 @@ impl Hook for ResultCache {
         })
     }
 
+    // The trait's form: ready at once when there is nothing to store, boxed only to write.
     fn will_write_cache<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let (Some(pending), Some(output)) = (
             ctx.scratch_mut().remove::<PendingKey>(),
@@ -316,14 +310,14 @@ impl Hook for ResultCache {
         })
     }
 
-    fn will_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_audit(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         // Whatever path the call took, a claim still held is given back here.
         ctx.scratch_mut().remove::<PendingKey>();
-        HookFuture::ok()
+        Ok(())
     }
 
-    fn on_error<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn on_error(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         ctx.scratch_mut().remove::<PendingKey>();
-        HookFuture::ok()
+        Ok(())
     }
 }

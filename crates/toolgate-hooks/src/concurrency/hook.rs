@@ -3,10 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolError, ToolInvokeContext};
+use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
 use super::{ConcurrencyBackend, InMemoryConcurrency, Permit, PermitRequest};
-use crate::held;
 use crate::partition::Partition;
 use crate::quota::OnBackendError;
 
@@ -51,7 +50,6 @@ impl Default for WhenFull {
 /// # Ok::<(), toolgate_hooks::concurrency::ConcurrencyConfigError>(())
 /// ```
 pub struct Concurrency {
-    id: u64,
     name: String,
     limit: u32,
     partition: Partition,
@@ -129,7 +127,6 @@ impl ConcurrencyBuilder {
     /// The hook.
     pub fn build(self) -> Concurrency {
         Concurrency {
-            id: held::next_owner_id(),
             name: self.name,
             limit: self.limit,
             partition: self.partition,
@@ -185,53 +182,49 @@ impl Concurrency {
     }
 }
 
+#[hook]
 impl Hook for Concurrency {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillAcquireSemaphore, Stage::DidReleaseSemaphore])
-    }
-
     fn name(&self) -> &str {
         &self.name
     }
 
-    fn will_acquire_semaphore<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-        HookFuture::new(async move {
-            let key = self.partition.key(&self.name, ctx);
-            let wait = ctx
-                .remaining()
-                .map_or(self.wait, |left| left.min(self.wait));
-            let request = PermitRequest {
-                key: &key,
-                limit: self.limit,
-                wait,
-            };
-            match self.backend.acquire(request).await {
-                Ok(Some(permit)) => {
-                    held::keep(ctx, self.id, permit);
+    async fn will_acquire_semaphore(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        let key = self.partition.key(&self.name, ctx);
+        let wait = ctx
+            .remaining()
+            .map_or(self.wait, |left| left.min(self.wait));
+        let request = PermitRequest {
+            key: &key,
+            limit: self.limit,
+            wait,
+        };
+        match self.backend.acquire(request).await {
+            Ok(Some(permit)) => {
+                ctx.hold(self, permit);
+                Ok(())
+            }
+            Ok(None) => Err(self.overloaded().into()),
+            Err(error) => match self.on_backend_error {
+                OnBackendError::FailClosed => {
+                    tracing::error!(policy = %self.name, %error, "concurrency backend failed; call refused (fail closed)");
+                    Err(ToolError::abort(
+                        format!("the concurrency limiter could not decide ({error}); the call was not run: try again later"),
+                        "overloaded",
+                        503,
+                    )
+                    .into())
+                }
+                OnBackendError::FailOpen => {
+                    tracing::warn!(policy = %self.name, %error, "concurrency backend failed; call let through (fail open)");
                     Ok(())
                 }
-                Ok(None) => Err(self.overloaded().into()),
-                Err(error) => match self.on_backend_error {
-                    OnBackendError::FailClosed => {
-                        tracing::error!(policy = %self.name, %error, "concurrency backend failed; call refused (fail closed)");
-                        Err(ToolError::abort(
-                            format!("the concurrency limiter could not decide ({error}); the call was not run: try again later"),
-                            "overloaded",
-                            503,
-                        )
-                        .into())
-                    }
-                    OnBackendError::FailOpen => {
-                        tracing::warn!(policy = %self.name, %error, "concurrency backend failed; call let through (fail open)");
-                        Ok(())
-                    }
-                },
-            }
-        })
+            },
+        }
     }
 
-    fn did_release_semaphore<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-        held::release::<Permit>(ctx, self.id);
-        HookFuture::ok()
+    fn did_release_semaphore(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        // Dropping the permit gives it back.
+        ctx.release::<Permit>(self);
+        Ok(())
     }
 }

@@ -5,8 +5,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use toolgate_core::{
-    Control, Hook, HookFuture, Stage, StageSet, SuspendRequest, ToolDefinition, ToolError,
-    ToolInvokeContext,
+    Control, Hook, HookResult, SuspendRequest, ToolDefinition, ToolError, ToolInvokeContext, hook,
 };
 
 use super::{ApprovalStore, Approvals, InMemoryApprovals};
@@ -119,11 +118,8 @@ impl Consent {
     }
 }
 
+#[hook]
 impl Hook for Consent {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillCheckConsent])
-    }
-
     fn name(&self) -> &str {
         "consent"
     }
@@ -132,36 +128,34 @@ impl Hook for Consent {
         self.requires_approval(ctx.tool())
     }
 
-    fn will_check_consent<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-        HookFuture::new(async move {
-            match self.store.consume(&ctx.user().id, ctx.tool_name()).await {
-                Ok(Some(_)) => Ok(()),
-                Ok(None) => {
-                    let request = SuspendRequest::new(format!(
-                        "`{}` needs a person's approval before it runs for user `{}`",
-                        ctx.tool_name(),
-                        ctx.user().id
-                    ))
-                    .with_payload(json!({
-                        "tool": ctx.tool_name(),
-                        "user": ctx.user().id,
-                        "input": ctx.input(),
-                    }));
-                    Err(Control::Suspend(request))
-                }
-                Err(error) => {
-                    tracing::error!(tool = ctx.tool_name(), user = %ctx.user().id, %error, "approval store failed; refusing (fail closed)");
-                    Err(ToolError::abort(
-                        format!(
-                            "approval for `{}` could not be checked, so the call was not run: try again later",
-                            ctx.tool_name()
-                        ),
-                        "consent_unavailable",
-                        503,
-                    )
-                    .into())
-                }
+    async fn will_check_consent(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        match self.store.consume(&ctx.user().id, ctx.tool_name()).await {
+            Ok(Some(_)) => Ok(()),
+            Ok(None) => {
+                let request = SuspendRequest::new(format!(
+                    "`{}` needs a person's approval before it runs for user `{}`",
+                    ctx.tool_name(),
+                    ctx.user().id
+                ))
+                .with_payload(json!({
+                    "tool": ctx.tool_name(),
+                    "user": ctx.user().id,
+                    "input": ctx.input(),
+                }));
+                Err(Control::Suspend(request))
             }
-        })
+            Err(error) => {
+                tracing::error!(tool = ctx.tool_name(), user = %ctx.user().id, %error, "approval store failed; refusing (fail closed)");
+                Err(ToolError::abort(
+                    format!(
+                        "approval for `{}` could not be checked, so the call was not run: try again later",
+                        ctx.tool_name()
+                    ),
+                    "consent_unavailable",
+                    503,
+                )
+                .into())
+            }
+        }
     }
 }

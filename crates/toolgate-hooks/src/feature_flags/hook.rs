@@ -2,9 +2,7 @@
 
 use std::sync::Arc;
 
-use toolgate_core::{
-    Hook, HookFuture, Stage, StageSet, ToolDefinition, ToolError, ToolInvokeContext,
-};
+use toolgate_core::{Hook, HookFuture, ToolDefinition, ToolError, ToolInvokeContext, hook};
 
 use super::FlagProvider;
 use crate::quota::OnBackendError;
@@ -123,15 +121,13 @@ impl FeatureFlags {
     }
 }
 
+#[hook]
 impl Hook for FeatureFlags {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillCheckFeatureFlags])
-    }
-
     fn name(&self) -> &str {
         "feature_flags"
     }
 
+    // The trait's form: ready at once for a tool without flags, boxed only to ask the provider.
     fn will_check_feature_flags<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let flags = self.flags_for(ctx.tool());
         if flags.is_empty() {

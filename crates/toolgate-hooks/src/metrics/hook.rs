@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use ::metrics::SharedString;
-use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolError, ToolInvokeContext};
+use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
 use super::handles::{CacheResult, Handles, Names, Observation, Outcome};
 use crate::cache::CACHE_METADATA_KEY;
@@ -79,16 +79,13 @@ impl Metrics {
     }
 }
 
+#[hook]
 impl Hook for Metrics {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::OnMetrics])
-    }
-
     fn name(&self) -> &str {
         "metrics"
     }
 
-    fn on_metrics<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn on_metrics(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         let error = ctx.error();
         let outcome = match error {
             None => Outcome::Success,
@@ -113,6 +110,6 @@ impl Hook for Metrics {
         };
         self.handles
             .record(&self.names, ctx.tool_name(), &observation);
-        HookFuture::ok()
+        Ok(())
     }
 }

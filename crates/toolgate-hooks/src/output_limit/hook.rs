@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
-use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolInvokeContext};
+use toolgate_core::{Hook, HookResult, ToolInvokeContext, hook};
 
 /// The metadata key of the truncation note.
 pub const TRUNCATION_METADATA_KEY: &str = "output_truncated";
@@ -134,11 +134,8 @@ impl OutputLimit {
     }
 }
 
+#[hook]
 impl Hook for OutputLimit {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillTransformOutput])
-    }
-
     fn name(&self) -> &str {
         "output_limit"
     }
@@ -147,18 +144,18 @@ impl Hook for OutputLimit {
         OUTPUT_LIMIT_PRIORITY
     }
 
-    fn will_transform_output<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_transform_output(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         let max = self
             .per_tool
             .get(ctx.tool_name())
             .copied()
             .unwrap_or(self.max_bytes);
         let Some(output) = ctx.output() else {
-            return HookFuture::ok();
+            return Ok(());
         };
         let size = json_size(output);
         if size <= max {
-            return HookFuture::ok();
+            return Ok(());
         }
         if self.overflow == Overflow::Fail {
             return ctx
@@ -166,8 +163,7 @@ impl Hook for OutputLimit {
                     format!("the output is {size} bytes, over the limit of {max} bytes: ask for less (narrow the query or page through the results)"),
                     "output_too_large",
                     502,
-                )
-                .into();
+                );
         }
         let text = match output {
             Value::String(s) => s.clone(),
@@ -180,6 +176,6 @@ impl Hook for OutputLimit {
         ctx.metadata_mut()
             .insert(TRUNCATION_METADATA_KEY.to_owned(), note);
         ctx.set_output(Value::String(cut));
-        HookFuture::ok()
+        Ok(())
     }
 }

@@ -2,12 +2,11 @@
 
 use std::sync::Arc;
 
-use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolError, ToolInvokeContext};
+use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
 use super::{
     InMemoryQuota, QuotaBackend, QuotaBackendError, QuotaDecision, QuotaLease, QuotaRequest, Rate,
 };
-use crate::held;
 use crate::partition::Partition;
 
 /// What a policy does when its backend cannot decide (unreachable, or full).
@@ -47,7 +46,6 @@ pub enum OnBackendError {
 /// # Ok::<(), toolgate_hooks::quota::RateError>(())
 /// ```
 pub struct Quota {
-    id: u64,
     name: String,
     rate: Rate,
     partition: Partition,
@@ -97,7 +95,6 @@ impl QuotaBuilder {
     /// The hook.
     pub fn build(self) -> Quota {
         Quota {
-            id: held::next_owner_id(),
             name: self.name,
             rate: self.rate,
             partition: self.partition,
@@ -137,53 +134,48 @@ impl Quota {
     }
 }
 
+#[hook]
 impl Hook for Quota {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillAcquireQuota, Stage::DidReleaseQuota])
-    }
-
     fn name(&self) -> &str {
         &self.name
     }
 
-    fn will_acquire_quota<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-        HookFuture::new(async move {
-            let key = self.partition.key(&self.name, ctx);
-            let request = QuotaRequest {
-                key: &key,
-                rate: self.rate,
-            };
-            match self.backend.acquire(request).await {
-                Ok(QuotaDecision::Granted(lease)) => {
-                    held::keep(ctx, self.id, lease);
+    async fn will_acquire_quota(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        let key = self.partition.key(&self.name, ctx);
+        let request = QuotaRequest {
+            key: &key,
+            rate: self.rate,
+        };
+        match self.backend.acquire(request).await {
+            Ok(QuotaDecision::Granted(lease)) => {
+                ctx.hold(self, lease);
+                Ok(())
+            }
+            Ok(QuotaDecision::Limited { retry_after }) => ctx.retry_after(
+                retry_after,
+                format!(
+                    "rate limited: {} allows {} for {}",
+                    self.name,
+                    self.rate,
+                    self.partition.describe()
+                ),
+            ),
+            Err(error) => match self.on_backend_error {
+                OnBackendError::FailClosed => {
+                    tracing::error!(policy = %self.name, %error, "quota backend failed; call refused (fail closed)");
+                    Err(self.refused(&error).into())
+                }
+                OnBackendError::FailOpen => {
+                    tracing::warn!(policy = %self.name, %error, "quota backend failed; call let through (fail open)");
                     Ok(())
                 }
-                Ok(QuotaDecision::Limited { retry_after }) => ctx.retry_after(
-                    retry_after,
-                    format!(
-                        "rate limited: {} allows {} for {}",
-                        self.name,
-                        self.rate,
-                        self.partition.describe()
-                    ),
-                ),
-                Err(error) => match self.on_backend_error {
-                    OnBackendError::FailClosed => {
-                        tracing::error!(policy = %self.name, %error, "quota backend failed; call refused (fail closed)");
-                        Err(self.refused(&error).into())
-                    }
-                    OnBackendError::FailOpen => {
-                        tracing::warn!(policy = %self.name, %error, "quota backend failed; call let through (fail open)");
-                        Ok(())
-                    }
-                },
-            }
-        })
+            },
+        }
     }
 
-    fn did_release_quota<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn did_release_quota(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         // Dropping the lease releases it.
-        held::release::<QuotaLease>(ctx, self.id);
-        HookFuture::ok()
+        ctx.release::<QuotaLease>(self);
+        Ok(())
     }
 }

@@ -3,9 +3,7 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
-use toolgate_core::{
-    Hook, HookFuture, HookResult, Stage, StageSet, ToolError, ToolInvokeContext, TypeMapKey,
-};
+use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, TypeMapKey, hook};
 
 use super::redactor::{Blocked, Findings, Redactor, parse_path};
 use super::{Detector, RedactionMode};
@@ -203,15 +201,8 @@ impl Redaction {
     }
 }
 
+#[hook]
 impl Hook for Redaction {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[
-            Stage::WillRedactInput,
-            Stage::WillWriteCache,
-            Stage::WillRedactOutput,
-        ])
-    }
-
     fn name(&self) -> &str {
         "redaction"
     }
@@ -220,37 +211,37 @@ impl Hook for Redaction {
         REDACTION_PRIORITY
     }
 
-    fn will_redact_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_redact_input(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if !self.input || !self.redactor.may_redact(ctx.input()) {
-            return HookFuture::ok();
+            return Ok(());
         }
         let mut input = ctx.input().clone();
         match self.redactor.redact_value(&mut input) {
-            Ok(findings) if findings.is_empty() => HookFuture::ok(),
+            Ok(findings) if findings.is_empty() => Ok(()),
             Ok(findings) => {
                 ctx.set_input(input);
                 Self::record(ctx, "input", findings);
-                HookFuture::ok()
+                Ok(())
             }
-            Err(blocked) => Self::blocked("input", blocked).into(),
+            Err(blocked) => Self::blocked("input", blocked),
         }
     }
 
-    fn will_write_cache<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_write_cache(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if !self.output {
-            return HookFuture::ok();
+            return Ok(());
         }
-        self.redact_output(ctx).into()
+        self.redact_output(ctx)
     }
 
-    fn will_redact_output<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_redact_output(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if !self.output {
-            return HookFuture::ok();
+            return Ok(());
         }
         let unchanged = ctx.scratch().get::<RedactedAt>() == Some(&ctx.output_history().len());
         if unchanged {
-            return HookFuture::ok();
+            return Ok(());
         }
-        self.redact_output(ctx).into()
+        self.redact_output(ctx)
     }
 }

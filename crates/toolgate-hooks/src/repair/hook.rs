@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 
 use serde_json::Value;
-use toolgate_core::{Hook, HookFuture, Stage, StageSet, ToolInvokeContext};
+use toolgate_core::{Hook, HookResult, ToolInvokeContext, hook};
 
 use super::walk::{Repair, RepairKind, fill_defaults, repair};
 
@@ -65,16 +65,13 @@ impl ArgumentRepair {
     }
 }
 
+#[hook]
 impl Hook for ArgumentRepair {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillParseInput, Stage::WillNormalizeInput])
-    }
-
     fn name(&self) -> &str {
         "argument_repair"
     }
 
-    fn will_parse_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_parse_input(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         let mut input = ctx.input().clone();
         let mut made = Vec::new();
         let allowed =
@@ -91,12 +88,12 @@ impl Hook for ArgumentRepair {
             ctx.set_input(input);
             Self::record(ctx, made);
         }
-        HookFuture::ok()
+        Ok(())
     }
 
-    fn will_normalize_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_normalize_input(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if self.disabled.contains(&RepairKind::DefaultFilled) {
-            return HookFuture::ok();
+            return Ok(());
         }
         let mut input = ctx.input().clone();
         let mut made = Vec::new();
@@ -105,6 +102,6 @@ impl Hook for ArgumentRepair {
             ctx.set_input(input);
             Self::record(ctx, made);
         }
-        HookFuture::ok()
+        Ok(())
     }
 }

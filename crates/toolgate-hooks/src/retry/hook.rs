@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use toolgate_core::{
-    Control, Hook, HookFuture, Next, Stage, StageSet, ToolDefinition, ToolError, ToolInvokeContext,
+    Control, Hook, HookResult, Next, ToolDefinition, ToolError, ToolInvokeContext, hook,
 };
 
 use super::RetryBudget;
@@ -264,11 +264,8 @@ impl Retry {
     }
 }
 
+#[hook]
 impl Hook for Retry {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::AroundExecute])
-    }
-
     fn name(&self) -> &str {
         "retry"
     }
@@ -277,35 +274,29 @@ impl Hook for Retry {
         self.max_attempts > 1 && self.may_retry(ctx.tool())
     }
 
-    fn around_execute<'a>(
-        &'a self,
-        ctx: &'a mut ToolInvokeContext,
-        next: Next<'a>,
-    ) -> HookFuture<'a> {
-        HookFuture::new(async move {
-            self.budget.deposit();
-            let mut attempts = 1;
-            loop {
-                let error = match next.run(ctx).await {
-                    Err(Control::Error(error)) => error,
-                    other => return other,
-                };
-                if attempts >= self.max_attempts {
-                    return Err(error.into());
-                }
-                let Some(delay) = self.wait_before(ctx, &error, attempts) else {
-                    return Err(error.into());
-                };
-                tracing::debug!(
-                    tool = ctx.tool_name(),
-                    attempt = attempts,
-                    delay_ms = delay.as_millis() as u64,
-                    code = error.code(),
-                    "retrying"
-                );
-                tokio::time::sleep(delay).await;
-                attempts += 1;
+    async fn around_execute(&self, ctx: &mut ToolInvokeContext, next: Next<'_>) -> HookResult {
+        self.budget.deposit();
+        let mut attempts = 1;
+        loop {
+            let error = match next.run(ctx).await {
+                Err(Control::Error(error)) => error,
+                other => break other,
+            };
+            if attempts >= self.max_attempts {
+                break Err(error.into());
             }
-        })
+            let Some(delay) = self.wait_before(ctx, &error, attempts) else {
+                break Err(error.into());
+            };
+            tracing::debug!(
+                tool = ctx.tool_name(),
+                attempt = attempts,
+                delay_ms = delay.as_millis() as u64,
+                code = error.code(),
+                "retrying"
+            );
+            tokio::time::sleep(delay).await;
+            attempts += 1;
+        }
     }
 }

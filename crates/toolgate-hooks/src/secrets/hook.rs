@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use toolgate_core::{Hook, HookFuture, HookResult, Stage, StageSet, ToolError, ToolInvokeContext};
+use toolgate_core::{Hook, HookFuture, HookResult, ToolError, ToolInvokeContext, hook};
 
 use super::SecretSource;
 use super::scrub::Scrubber;
@@ -103,16 +103,8 @@ impl SecretInjection {
     }
 }
 
+#[hook]
 impl Hook for SecretInjection {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[
-            Stage::WillInjectSecrets,
-            Stage::WillWriteCache,
-            Stage::WillRedactOutput,
-            Stage::OnError,
-        ])
-    }
-
     fn name(&self) -> &str {
         "secret_injection"
     }
@@ -121,6 +113,7 @@ impl Hook for SecretInjection {
         SECRET_PRIORITY
     }
 
+    // The trait's form: ready at once for a tool that declares no secret, boxed only to fetch.
     fn will_inject_secrets<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let names = self.declared(ctx);
         if names.is_empty() {
@@ -149,22 +142,22 @@ impl Hook for SecretInjection {
         })
     }
 
-    fn will_write_cache<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-        Self::scrub_output(ctx).into()
+    fn will_write_cache(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        Self::scrub_output(ctx)
     }
 
-    fn will_redact_output<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-        Self::scrub_output(ctx).into()
+    fn will_redact_output(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        Self::scrub_output(ctx)
     }
 
-    fn on_error<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn on_error(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if ctx.secrets().is_empty() {
-            return HookFuture::ok();
+            return Ok(());
         }
         let scrubber = Scrubber::for_slot(ctx.secrets());
         if let Some(error) = ctx.error_mut() {
             scrubber.scrub_error(error);
         }
-        HookFuture::ok()
+        Ok(())
     }
 }

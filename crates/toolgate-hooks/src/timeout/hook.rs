@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use toolgate_core::{Hook, HookFuture, Next, Stage, StageSet, ToolError, ToolInvokeContext};
+use toolgate_core::{Hook, HookResult, Next, ToolError, ToolInvokeContext, hook};
 
 /// What a [`Timeout`] bounds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,11 +88,8 @@ impl Timeout {
     }
 }
 
+#[hook]
 impl Hook for Timeout {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::AroundExecute])
-    }
-
     fn name(&self) -> &str {
         match self.scope {
             TimeoutScope::Call => "timeout(call)",
@@ -111,31 +108,26 @@ impl Hook for Timeout {
         self.limit_for(ctx.tool_name()).is_some()
     }
 
-    fn around_execute<'a>(
-        &'a self,
-        ctx: &'a mut ToolInvokeContext,
-        next: Next<'a>,
-    ) -> HookFuture<'a> {
+    async fn around_execute(&self, ctx: &mut ToolInvokeContext, next: Next<'_>) -> HookResult {
+        // `filter` keeps this hook off tools without a limit; this guards direct calls.
         let Some(limit) = self.limit_for(ctx.tool_name()) else {
-            return next.run(ctx);
+            return next.run(ctx).await;
         };
-        HookFuture::new(async move {
-            let expires = tokio::time::Instant::now() + limit;
-            if self.scope == TimeoutScope::Call {
-                ctx.narrow_deadline(expires);
+        let expires = tokio::time::Instant::now() + limit;
+        if self.scope == TimeoutScope::Call {
+            ctx.narrow_deadline(expires);
+        }
+        let token = ctx.cancellation().child_token();
+        let parent = ctx.replace_cancellation(token.clone());
+        let result = tokio::time::timeout_at(expires, next.run(ctx)).await;
+        ctx.replace_cancellation(parent);
+        match result {
+            Ok(result) => result,
+            Err(_) => {
+                token.cancel();
+                tracing::debug!(tool = ctx.tool_name(), limit_ms = limit.as_millis() as u64, scope = ?self.scope, "execution timed out");
+                Err(ToolError::Timeout { after: limit }.into())
             }
-            let token = ctx.cancellation().child_token();
-            let parent = ctx.replace_cancellation(token.clone());
-            let result = tokio::time::timeout_at(expires, next.run(ctx)).await;
-            ctx.replace_cancellation(parent);
-            match result {
-                Ok(result) => result,
-                Err(_) => {
-                    token.cancel();
-                    tracing::debug!(tool = ctx.tool_name(), limit_ms = limit.as_millis() as u64, scope = ?self.scope, "execution timed out");
-                    Err(ToolError::Timeout { after: limit }.into())
-                }
-            }
-        })
+        }
     }
 }

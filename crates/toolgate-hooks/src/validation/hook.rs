@@ -1,7 +1,7 @@
 //! The [`Validation`] hook and its builder.
 
 use toolgate_core::{
-    Hook, HookFuture, InputLimits, Stage, StageSet, ToolError, ToolInvokeContext, ToolSource,
+    Hook, HookResult, InputLimits, ToolError, ToolInvokeContext, ToolSource, hook,
 };
 
 use super::schema::{SchemaCache, into_result, violations_for};
@@ -103,51 +103,41 @@ impl Validation {
     }
 }
 
+#[hook]
 impl Hook for Validation {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[
-            Stage::WillParseInput,
-            Stage::WillValidateInput,
-            Stage::WillValidateOutput,
-        ])
-    }
-
     fn name(&self) -> &str {
         "validation"
     }
 
-    fn will_parse_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_parse_input(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         match &self.limits {
-            Some(limits) => limits.check(ctx.input()).map_err(Into::into).into(),
-            None => HookFuture::ok(),
+            Some(limits) => limits.check(ctx.input()).map_err(Into::into),
+            None => Ok(()),
         }
     }
 
-    fn will_validate_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_validate_input(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if !self.checks_input_of(ctx) {
-            return HookFuture::ok();
+            return Ok(());
         }
         let tool = ctx.tool();
         let result = self
             .schemas
             .get(&tool.name, &tool.version, false, &tool.input_schema)
             .and_then(|validator| into_result(violations_for(&validator, ctx.input())));
-        result.map_err(Into::into).into()
+        result.map_err(Into::into)
     }
 
-    fn will_validate_output<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_validate_output(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         let tool = ctx.tool();
         let (Some(schema), Some(output), true) = (&tool.output_schema, ctx.output(), self.output)
         else {
-            return HookFuture::ok();
+            return Ok(());
         };
-        let validator = match self.schemas.get(&tool.name, &tool.version, true, schema) {
-            Ok(v) => v,
-            Err(e) => return Err(e.into()).into(),
-        };
+        let validator = self.schemas.get(&tool.name, &tool.version, true, schema)?;
         let violations = violations_for(&validator, output);
         if violations.is_empty() {
-            return HookFuture::ok();
+            return Ok(());
         }
         let detail = toolgate_core::InputViolations(violations).to_string();
         Err(ToolError::abort(
@@ -156,6 +146,5 @@ impl Hook for Validation {
             502,
         )
         .into())
-        .into()
     }
 }

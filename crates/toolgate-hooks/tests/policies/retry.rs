@@ -4,8 +4,8 @@ use std::time::Duration;
 
 use serde_json::json;
 use toolgate_core::{
-    Hook, HookFuture, InvokeOptions, JsonTool, Pipeline, Stage, StageSet, ToolAnnotations,
-    ToolError, ToolInvokeContext, ToolSource, tool_fn,
+    Hook, HookResult, InvokeOptions, JsonTool, Pipeline, ToolAnnotations, ToolError,
+    ToolInvokeContext, ToolSource, hook, tool_fn,
 };
 use toolgate_hooks::retry::{Retry, RetryBudget, RetryConfigError};
 
@@ -18,17 +18,15 @@ struct Events {
     give_ups: Arc<AtomicU32>,
 }
 
+#[hook]
 impl Hook for Events {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::OnRetry, Stage::OnGiveUp])
-    }
-    fn on_retry<'a>(&'a self, _: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn on_retry(&self, _: &mut ToolInvokeContext) -> HookResult {
         self.retries.fetch_add(1, Ordering::SeqCst);
-        HookFuture::ok()
+        Ok(())
     }
-    fn on_give_up<'a>(&'a self, _: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn on_give_up(&self, _: &mut ToolInvokeContext) -> HookResult {
         self.give_ups.fetch_add(1, Ordering::SeqCst);
-        HookFuture::ok()
+        Ok(())
     }
 }
 

@@ -23,8 +23,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use toolgate_core::{
-    Hook, HookFuture, Pipeline, Stage, StageSet, ToolAnnotations, ToolError, ToolInvokeContext,
-    TypeMapKey, User, tool_fn, tool_fn_with_context,
+    Hook, HookResult, Pipeline, ToolAnnotations, ToolError, ToolInvokeContext, User, hook, tool_fn,
+    tool_fn_with_context,
 };
 use toolgate_mcp::{ListFilter, McpServer};
 
@@ -58,17 +58,14 @@ struct SlowInput {
 /// Denies tools tagged `destructive` to callers without the `operator` role.
 struct OperatorsOnly;
 
+#[hook]
 impl Hook for OperatorsOnly {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillAuthorize])
-    }
-
-    fn will_authorize<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if ctx.tool().has_tag("destructive") && !ctx.user().has_role("operator") {
             let reason = format!("`{}` needs the operator role", ctx.tool_name());
-            return ctx.abort(reason, "forbidden", 403).into();
+            return ctx.abort(reason, "forbidden", 403);
         }
-        HookFuture::ok()
+        Ok(())
     }
 }
 
@@ -78,14 +75,11 @@ struct RateLimit {
     windows: Mutex<HashMap<String, (Instant, u32)>>,
 }
 
+#[hook]
 impl Hook for RateLimit {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillAcquireQuota])
-    }
-
-    fn will_acquire_quota<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_acquire_quota(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if !ctx.tool().has_tag("metered") {
-            return HookFuture::ok();
+            return Ok(());
         }
         let now = Instant::now();
         let mut windows = self.windows.lock().unwrap_or_else(|e| e.into_inner());
@@ -95,50 +89,41 @@ impl Hook for RateLimit {
         }
         if *used >= self.limit {
             let wait = Duration::from_secs(60).saturating_sub(now.duration_since(*start));
-            return ctx.retry_after(wait, "rate limited").into();
+            return ctx.retry_after(wait, "rate limited");
         }
         *used += 1;
-        HookFuture::ok()
+        Ok(())
     }
-}
-
-struct Permit;
-
-impl TypeMapKey for Permit {
-    type Value = OwnedSemaphorePermit;
 }
 
 /// One call at a time of tools tagged `limited`; the permit lives in the context, so it
 /// comes back on every path, cancellation included.
 struct OneAtATime(Arc<Semaphore>);
 
+#[hook]
 impl Hook for OneAtATime {
-    fn stages(&self) -> StageSet {
-        StageSet::of(&[Stage::WillAcquireSemaphore, Stage::DidReleaseSemaphore])
-    }
-
-    fn will_acquire_semaphore<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+    fn will_acquire_semaphore(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         if !ctx.tool().has_tag("limited") {
-            return HookFuture::ok();
+            return Ok(());
         }
         match Arc::clone(&self.0).try_acquire_owned() {
             Ok(permit) => {
-                ctx.scratch_mut().insert::<Permit>(permit);
-                HookFuture::ok()
+                ctx.hold(self, permit);
+                Ok(())
             }
-            Err(_) => HookFuture::ready(Err(ToolError::RetryAfter {
+            Err(_) => Err(ToolError::RetryAfter {
                 delay: Duration::from_millis(500),
                 reason: "too many concurrent calls".to_owned(),
                 code: "overloaded".into(),
                 status: 503,
             }
-            .into())),
+            .into()),
         }
     }
 
-    fn did_release_semaphore<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-        ctx.scratch_mut().remove::<Permit>();
-        HookFuture::ok()
+    fn did_release_semaphore(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        ctx.release::<OwnedSemaphorePermit>(self);
+        Ok(())
     }
 }
 
