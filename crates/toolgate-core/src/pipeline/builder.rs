@@ -22,8 +22,9 @@ use crate::{
 ///
 /// ```
 /// use toolgate_core::{tool_fn, FailureMode, HookOptions, Pipeline, ToolError, TypeMapKey};
-/// # use toolgate_core::{Hook, StageSet};
-/// # struct Audit; impl Hook for Audit { fn stages(&self) -> StageSet { StageSet::EMPTY } }
+/// # use toolgate_core::Hook;
+/// # struct Audit;
+/// # #[toolgate_core::hook] impl Hook for Audit {}
 ///
 /// struct Region;
 /// impl TypeMapKey for Region { type Value = String; }
