@@ -107,6 +107,9 @@ fn pipeline_allocations_per_invocation_stay_within_bounds() {
     let pipeline_10 = per_json_call(&runtime, "pipeline_10_hooks", |input| {
         invoke(&s.pipeline_10_hooks, input)
     });
+    let pipeline_10_written = per_json_call(&runtime, "pipeline_10_written_hooks", |input| {
+        invoke(&s.pipeline_10_written_hooks, input)
+    });
     let pipeline_all = per_json_call(&runtime, "pipeline_hook_on_every_stage", |input| {
         invoke(&s.pipeline_every_stage, input)
     });
@@ -124,6 +127,7 @@ fn pipeline_allocations_per_invocation_stay_within_bounds() {
         ("direct_erased_json", direct_erased),
         ("pipeline_0_hooks", pipeline_0),
         ("pipeline_10_hooks", pipeline_10),
+        ("pipeline_10_written_hooks", pipeline_10_written),
         ("pipeline_hook_on_every_stage", pipeline_all),
         ("tower_10_layers_boxed_each", tower_boxed),
         ("tower_10_layers_static", tower_static),
@@ -144,6 +148,12 @@ fn pipeline_allocations_per_invocation_stay_within_bounds() {
     assert!(
         pipeline_10 <= pipeline_0,
         "ten no-op hooks: {pipeline_10} allocations, {pipeline_0} with none"
+    );
+    // A stage method written as a plain `fn` under `#[hook]` is ready at once: nothing is
+    // allocated for it, as for the trait's own ready form.
+    assert!(
+        pipeline_10_written <= pipeline_0,
+        "ten no-op hooks written as plain fns: {pipeline_10_written} allocations, {pipeline_0} with none"
     );
     // `around_execute` boxes the rest of the chain it wraps: one more.
     assert!(

@@ -79,6 +79,49 @@ impl Hook for NoOp {
     }
 }
 
+/// The same no-op written the way an author writes a hook under `#[hook]`: a plain `fn`
+/// per stage returning `Ok(())`, which the macro turns into a ready future. It must cost
+/// what [`NoOp`] costs.
+struct WrittenNoOp(StageSet);
+
+#[hook]
+impl Hook for WrittenNoOp {
+    // Hand-written: each instance takes part in one of the ten stages it implements.
+    fn stages(&self) -> StageSet {
+        self.0
+    }
+    fn will_authorize(&self, _ctx: &mut ToolInvokeContext) -> HookResult {
+        Ok(())
+    }
+    fn will_acquire_quota(&self, _ctx: &mut ToolInvokeContext) -> HookResult {
+        Ok(())
+    }
+    fn will_acquire_semaphore(&self, _ctx: &mut ToolInvokeContext) -> HookResult {
+        Ok(())
+    }
+    fn will_validate_input(&self, _ctx: &mut ToolInvokeContext) -> HookResult {
+        Ok(())
+    }
+    fn will_read_cache(&self, _ctx: &mut ToolInvokeContext) -> HookResult {
+        Ok(())
+    }
+    fn will_execute(&self, _ctx: &mut ToolInvokeContext) -> HookResult {
+        Ok(())
+    }
+    fn did_execute(&self, _ctx: &mut ToolInvokeContext) -> HookResult {
+        Ok(())
+    }
+    fn will_redact_output(&self, _ctx: &mut ToolInvokeContext) -> HookResult {
+        Ok(())
+    }
+    fn will_audit(&self, _ctx: &mut ToolInvokeContext) -> HookResult {
+        Ok(())
+    }
+    fn on_metrics(&self, _ctx: &mut ToolInvokeContext) -> HookResult {
+        Ok(())
+    }
+}
+
 /// Ten stages a realistic policy set uses, each reached once on the success path.
 const TEN_STAGES: [Stage; 10] = [
     Stage::WillAuthorize,
@@ -194,6 +237,8 @@ pub struct Scenarios {
     pub pipeline_0_hooks: Pipeline,
     /// The pipeline with ten no-op hooks, each at a different stage.
     pub pipeline_10_hooks: Pipeline,
+    /// [`Self::pipeline_10_hooks`] with the no-ops written as plain `fn`s under `#[hook]`.
+    pub pipeline_10_written_hooks: Pipeline,
     /// The pipeline with one no-op hook at every stage, `around_execute` included.
     pub pipeline_every_stage: Pipeline,
     /// Ten tower layers, each boxed.
@@ -245,11 +290,17 @@ impl Scenarios {
 
         Scenarios {
             direct: direct.build().expect("the harness pipeline builds"),
-            pipeline_0_hooks: pipeline(Vec::new()),
+            pipeline_0_hooks: pipeline(Vec::<NoOp>::new()),
             pipeline_10_hooks: pipeline(
                 TEN_STAGES
                     .iter()
                     .map(|&s| NoOp(StageSet::of(&[s])))
+                    .collect(),
+            ),
+            pipeline_10_written_hooks: pipeline(
+                TEN_STAGES
+                    .iter()
+                    .map(|&s| WrittenNoOp(StageSet::of(&[s])))
                     .collect(),
             ),
             pipeline_every_stage: pipeline(vec![NoOp(StageSet::ALL)]),
@@ -289,7 +340,7 @@ impl Default for Scenarios {
 }
 
 /// A pipeline serving [`Add`] with these hooks.
-fn pipeline(hooks: Vec<NoOp>) -> Pipeline {
+fn pipeline<H: Hook>(hooks: Vec<H>) -> Pipeline {
     let mut builder = Pipeline::builder();
     builder.tool(Add).expect("`add` registers");
     for hook in hooks {
