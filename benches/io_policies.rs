@@ -12,9 +12,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
-use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use toolgate::ErasedTool;
+use toolgate::hooks::async_trait;
 use toolgate::hooks::audit::{Audit, AuditError, AuditRecord, AuditSink};
 use toolgate::hooks::cache::ResultCache;
 use toolgate::hooks::metrics::Metrics;
@@ -24,13 +24,14 @@ use toolgate::prelude::*;
 /// Takes records and drops them.
 struct DropSink;
 
+#[async_trait]
 impl AuditSink for DropSink {
     fn name(&self) -> &str {
         "drop"
     }
-    fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditError>> {
+    async fn write(&self, record: &AuditRecord) -> Result<(), AuditError> {
         std::hint::black_box(record);
-        Box::pin(std::future::ready(Ok(())))
+        Ok(())
     }
 }
 

@@ -93,3 +93,8 @@ pub use system::{
     ToolSystemBuilder, TraceId,
 };
 pub use toolgate_core::ResumeDecision;
+
+/// Lets an implementer write the methods of [`StateManager`] and [`SuspensionStore`] as
+/// `async fn`: put `#[async_trait]` on the `impl` block. Re-exported from the `async-trait`
+/// crate, so a user of toolgate needs no dependency of their own.
+pub use async_trait::async_trait;

@@ -3,7 +3,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{PoisonError, RwLock};
 
-use futures::future::BoxFuture;
+use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 /// The tool configuration of one conversation thread.
@@ -64,6 +64,42 @@ pub enum StateError {
 
 /// Where thread configurations live. The tool system reads a thread's configuration
 /// once per batch; when that fails, every call of the batch gets an error result saying so.
+///
+/// Object safe: the tool system holds an `Arc<dyn StateManager>`. Write `thread_config`
+/// as an `async fn` under [`#[async_trait]`](crate::async_trait), re-exported here so that
+/// an implementer needs no dependency of their own.
+///
+/// # Examples
+///
+/// Configurations derived from the thread id, with no table to keep: the support desk's
+/// threads may search the knowledge base, and no other thread is known.
+///
+/// ```
+/// use std::sync::Arc;
+/// use toolgate_agent::{async_trait, StateError, StateManager, ThreadConfig};
+///
+/// struct SupportDesk;
+///
+/// #[async_trait]
+/// impl StateManager for SupportDesk {
+///     async fn thread_config(&self, thread: &str) -> Result<ThreadConfig, StateError> {
+///         if thread.starts_with("support-") {
+///             Ok(ThreadConfig::enabling(["search_kb"]).with_result_max_chars(8_000))
+///         } else {
+///             Err(StateError::UnknownThread { thread: thread.to_owned() })
+///         }
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), StateError> {
+/// let state: Arc<dyn StateManager> = Arc::new(SupportDesk);
+/// assert!(state.thread_config("support-42").await?.is_enabled("search_kb"));
+/// let unknown = state.thread_config("sales-7").await;
+/// assert!(matches!(unknown, Err(StateError::UnknownThread { .. })));
+/// # Ok(()) }
+/// ```
+#[async_trait]
 pub trait StateManager: Send + Sync + 'static {
     /// The configuration of `thread`.
     ///
@@ -71,10 +107,7 @@ pub trait StateManager: Send + Sync + 'static {
     ///
     /// [`StateError::UnknownThread`] when nothing is configured for it,
     /// [`StateError::Store`] when the store fails.
-    fn thread_config<'a>(
-        &'a self,
-        thread: &'a str,
-    ) -> BoxFuture<'a, Result<ThreadConfig, StateError>>;
+    async fn thread_config(&self, thread: &str) -> Result<ThreadConfig, StateError>;
 }
 
 /// Thread configurations in memory.
@@ -145,16 +178,12 @@ impl InMemoryStateManager {
     }
 }
 
+#[async_trait]
 impl StateManager for InMemoryStateManager {
-    fn thread_config<'a>(
-        &'a self,
-        thread: &'a str,
-    ) -> BoxFuture<'a, Result<ThreadConfig, StateError>> {
-        let found = self
-            .config(thread)
+    async fn thread_config(&self, thread: &str) -> Result<ThreadConfig, StateError> {
+        self.config(thread)
             .ok_or_else(|| StateError::UnknownThread {
                 thread: thread.to_owned(),
-            });
-        Box::pin(std::future::ready(found))
+            })
     }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
-use futures::future::BoxFuture;
+use async_trait::async_trait;
 pub use toolgate_core::{
     InMemorySuspensionStore, SuspendedInvocation, SuspensionStore, SuspensionStoreError,
 };
@@ -118,12 +118,10 @@ impl JsonFileSuspensionStore {
     }
 }
 
+#[async_trait]
 impl SuspensionStore for JsonFileSuspensionStore {
-    fn save(
-        &self,
-        suspended: SuspendedInvocation,
-    ) -> BoxFuture<'_, Result<(), SuspensionStoreError>> {
-        let result = self.change(|entries| {
+    async fn save(&self, suspended: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
+        self.change(|entries| {
             if entries.len() >= self.max_entries {
                 return Err(SuspensionStoreError(format!(
                     "{} calls already wait for a person: resume or reject some first",
@@ -132,37 +130,28 @@ impl SuspensionStore for JsonFileSuspensionStore {
             }
             entries.insert(suspended.id.clone(), suspended);
             Ok(())
-        });
-        Box::pin(std::future::ready(result))
+        })
     }
 
-    fn take<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>> {
+    async fn take(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
         let known = self
             .entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .contains_key(id);
-        let result = if known {
+        if known {
             self.change(|entries| Ok(entries.remove(id)))
         } else {
             Ok(None)
-        };
-        Box::pin(std::future::ready(result))
+        }
     }
 
-    fn get<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>> {
-        let found = self
+    async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        Ok(self
             .entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(id)
-            .cloned();
-        Box::pin(std::future::ready(Ok(found)))
+            .cloned())
     }
 }

@@ -101,5 +101,9 @@ pub use tool::{
 };
 pub use toolgate_macros::hook;
 
+/// Lets an implementer write the methods of this crate's async, object-safe traits (such as
+/// [`SuspensionStore`]) as `async fn`: put `#[async_trait]` on the `impl` block. Re-exported
+/// from the `async-trait` crate, so a user of toolgate needs no dependency of their own.
+pub use async_trait::async_trait;
 pub use tokio_util::sync::CancellationToken;
 pub use typemap_rev::{TypeMap, TypeMapKey};

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
-use futures::future::BoxFuture;
+use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use crate::{Stage, User};
@@ -67,25 +67,97 @@ pub struct SuspendedInvocation {
 pub struct SuspensionStoreError(pub String);
 
 /// Where suspended invocations wait. The in-memory store is the default; the agent layer
-/// adds one that survives a restart.
+/// adds one that survives a restart, and a shared store (a database table, Redis) lets any
+/// replica resume a call that another one suspended.
+///
+/// Object safe: the pipeline holds an `Arc<dyn SuspensionStore>`. Write the methods as
+/// `async fn` under [`#[async_trait]`](crate::async_trait), re-exported here so that an
+/// implementer needs no dependency of their own; it turns each one into a boxed future,
+/// one allocation per call.
+///
+/// # Examples
+///
+/// Suspended calls kept as JSON text under their id, the way a database table would keep
+/// them, plugged into a pipeline whose every call waits for a person:
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::{Arc, Mutex};
+///
+/// use serde_json::json;
+/// use toolgate_core::{
+///     async_trait, tool_fn, Hook, HookFuture, InvokeOptions, Pipeline, ResumeDecision, Stage,
+///     StageSet, SuspendedInvocation, SuspensionStore, SuspensionStoreError, ToolError,
+///     ToolInvokeContext,
+/// };
+///
+/// #[derive(Default)]
+/// struct JsonRows(Mutex<HashMap<String, String>>);
+///
+/// fn parse(row: Option<String>) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+///     row.map(|row| serde_json::from_str(&row))
+///         .transpose()
+///         .map_err(|e| SuspensionStoreError(format!("unreadable row: {e}")))
+/// }
+///
+/// #[async_trait]
+/// impl SuspensionStore for JsonRows {
+///     async fn save(&self, suspended: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
+///         let row = serde_json::to_string(&suspended)
+///             .map_err(|e| SuspensionStoreError(e.to_string()))?;
+///         self.0.lock().unwrap().insert(suspended.id, row);
+///         Ok(())
+///     }
+///
+///     async fn take(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError>
+///     {
+///         let row = self.0.lock().unwrap().remove(id);
+///         parse(row)
+///     }
+///
+///     async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError>
+///     {
+///         let row = self.0.lock().unwrap().get(id).cloned();
+///         parse(row)
+///     }
+/// }
+///
+/// /// Every call waits for a person.
+/// struct AskFirst;
+///
+/// impl Hook for AskFirst {
+///     fn stages(&self) -> StageSet {
+///         StageSet::of(&[Stage::WillAuthorize])
+///     }
+///     fn will_authorize<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+///         ctx.suspend("a person approves every call").into()
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let mut builder = Pipeline::builder();
+/// builder.tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))?;
+/// builder.suspension_store(Arc::new(JsonRows::default()));
+/// let pipeline = builder.hook(AskFirst).build()?;
+///
+/// let waiting = pipeline.invoke("ping", json!(null), InvokeOptions::new()).await.unwrap_err();
+/// let ToolError::Suspended { suspension_id, .. } = waiting else { panic!("{waiting}") };
+/// assert_eq!(pipeline.suspended(&suspension_id).await?.unwrap().tool, "ping");
+/// let approved = pipeline.resume(&suspension_id, ResumeDecision::Approve, InvokeOptions::new());
+/// assert_eq!(approved.await?, json!("pong"));
+/// # Ok(()) }
+/// ```
+#[async_trait]
 pub trait SuspensionStore: Send + Sync + 'static {
     /// Keeps a suspended invocation.
-    fn save(
-        &self,
-        suspended: SuspendedInvocation,
-    ) -> BoxFuture<'_, Result<(), SuspensionStoreError>>;
+    async fn save(&self, suspended: SuspendedInvocation) -> Result<(), SuspensionStoreError>;
 
     /// Removes and returns the suspended invocation with this id, so that it resumes once.
-    fn take<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>>;
+    async fn take(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError>;
 
     /// The suspended invocation with this id, left in place.
-    fn get<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>>;
+    async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError>;
 }
 
 /// The default store: in memory, bounded.
@@ -125,47 +197,35 @@ impl Default for InMemorySuspensionStore {
     }
 }
 
+#[async_trait]
 impl SuspensionStore for InMemorySuspensionStore {
-    fn save(
-        &self,
-        suspended: SuspendedInvocation,
-    ) -> BoxFuture<'_, Result<(), SuspensionStoreError>> {
+    async fn save(&self, suspended: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
         let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        let result = if entries.len() >= self.max_entries {
-            Err(SuspensionStoreError(format!(
+        if entries.len() >= self.max_entries {
+            return Err(SuspensionStoreError(format!(
                 "{} calls already wait for approval: resume or reject some first",
                 entries.len()
-            )))
-        } else {
-            entries.insert(suspended.id.clone(), suspended);
-            Ok(())
-        };
-        Box::pin(std::future::ready(result))
+            )));
+        }
+        entries.insert(suspended.id.clone(), suspended);
+        Ok(())
     }
 
-    fn take<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>> {
-        let taken = self
+    async fn take(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        Ok(self
             .entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .remove(id);
-        Box::pin(std::future::ready(Ok(taken)))
+            .remove(id))
     }
 
-    fn get<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<SuspendedInvocation>, SuspensionStoreError>> {
-        let found = self
+    async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        Ok(self
             .entries
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .get(id)
-            .cloned();
-        Box::pin(std::future::ready(Ok(found)))
+            .cloned())
     }
 }
 

@@ -1,8 +1,7 @@
 //! The agent layer's thread state for the gateway: every tool is enabled in every thread,
 //! and the authorization policy decides who may call what.
 
-use futures::future::BoxFuture;
-use toolgate_agent::{StateError, StateManager, ThreadConfig};
+use toolgate_agent::{StateError, StateManager, ThreadConfig, async_trait};
 
 /// Every thread gets the same configuration.
 pub struct AllTools(ThreadConfig);
@@ -14,11 +13,9 @@ impl AllTools {
     }
 }
 
+#[async_trait]
 impl StateManager for AllTools {
-    fn thread_config<'a>(
-        &'a self,
-        _thread: &'a str,
-    ) -> BoxFuture<'a, Result<ThreadConfig, StateError>> {
-        Box::pin(std::future::ready(Ok(self.0.clone())))
+    async fn thread_config(&self, _thread: &str) -> Result<ThreadConfig, StateError> {
+        Ok(self.0.clone())
     }
 }

@@ -2,7 +2,22 @@
 //! defaults, and a backend trait where its state could live outside the process (the
 //! in-memory backends here are the embedded default; `toolgate-redis` plugs into the same
 //! traits).
+//!
+//! A backend of your own (Postgres, DynamoDB, a vault, a flag service) implements the
+//! policy's trait — [`QuotaBackend`](quota::QuotaBackend),
+//! [`ConcurrencyBackend`](concurrency::ConcurrencyBackend),
+//! [`CacheBackend`](cache::CacheBackend), [`ApprovalStore`](consent::ApprovalStore),
+//! [`SecretSource`](secrets::SecretSource), [`AuditSink`](audit::AuditSink),
+//! [`FlagProvider`](feature_flags::FlagProvider) — with `async fn`s under
+//! [`#[async_trait]`](crate::async_trait), which this crate re-exports. Each trait's page
+//! shows one.
 #![deny(missing_docs)]
+
+/// Lets an implementer write the methods of this crate's backend traits as `async fn`:
+/// put `#[async_trait]` on the `impl` block, and each method becomes the boxed future the
+/// object-safe trait needs (one allocation per call). Re-exported from the `async-trait`
+/// crate, so a user of toolgate-hooks needs no dependency of their own.
+pub use async_trait::async_trait;
 
 // ----- who may call and how much (issue #3) -----
 pub mod authorize;

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
+use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::AuditRecord;
@@ -37,17 +37,69 @@ pub enum AuditError {
 }
 
 /// Where audit records go. Object-safe and async, so a remote store can implement it.
+///
+/// Write `write` (and `flush`, if the sink buffers) as an `async fn` under
+/// [`#[async_trait]`](crate::async_trait), re-exported by this crate so that an
+/// implementer needs no dependency of their own; `name` stays a plain `fn`.
+///
+/// # Examples
+///
+/// Records as lines of JSON for a log shipper, behind an async lock the way a client
+/// connection would be:
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use serde_json::json;
+/// use tokio::sync::Mutex;
+/// use toolgate_core::{tool_fn, InvokeOptions, Pipeline, ToolError, User};
+/// use toolgate_hooks::async_trait;
+/// use toolgate_hooks::audit::{Audit, AuditError, AuditRecord, AuditSink};
+///
+/// #[derive(Clone, Default)]
+/// struct Shipper(Arc<Mutex<Vec<String>>>);
+///
+/// #[async_trait]
+/// impl AuditSink for Shipper {
+///     fn name(&self) -> &str {
+///         "shipper"
+///     }
+///
+///     async fn write(&self, record: &AuditRecord) -> Result<(), AuditError> {
+///         let line = serde_json::to_string(record).map_err(|e| AuditError::Write {
+///             sink: "shipper".to_owned(),
+///             reason: e.to_string(),
+///         })?;
+///         self.0.lock().await.push(line);
+///         Ok(())
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let shipper = Shipper::default();
+/// let mut builder = Pipeline::builder();
+/// builder.tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))?;
+/// let pipeline = builder.hook(Audit::builder().sink(shipper.clone()).build()).build()?;
+///
+/// pipeline.invoke("ping", json!(null), InvokeOptions::new().user(User::new("ann"))).await?;
+/// let lines = shipper.0.lock().await;
+/// assert_eq!(lines.len(), 1);
+/// assert!(lines[0].contains(r#""tool":"ping""#));
+/// # Ok(()) }
+/// ```
+#[async_trait]
 pub trait AuditSink: Send + Sync + 'static {
     /// A name for error messages.
     fn name(&self) -> &str;
 
     /// Takes one record.
-    fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditError>>;
+    async fn write(&self, record: &AuditRecord) -> Result<(), AuditError>;
 
     /// Makes every record taken so far durable (for sinks that buffer). The default does
     /// nothing.
-    fn flush(&self) -> BoxFuture<'_, Result<(), AuditError>> {
-        Box::pin(std::future::ready(Ok(())))
+    async fn flush(&self) -> Result<(), AuditError> {
+        Ok(())
     }
 }
 
@@ -56,22 +108,22 @@ pub trait AuditSink: Send + Sync + 'static {
 #[derive(Clone, Copy, Debug, Default)]
 pub struct TracingSink;
 
+#[async_trait]
 impl AuditSink for TracingSink {
     fn name(&self) -> &str {
         "tracing"
     }
 
-    fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditError>> {
+    async fn write(&self, record: &AuditRecord) -> Result<(), AuditError> {
         if !tracing::enabled!(target: "toolgate::audit", tracing::Level::INFO) {
-            return Box::pin(std::future::ready(Ok(())));
+            return Ok(());
         }
-        let result = serde_json::to_string(record)
+        serde_json::to_string(record)
             .map(|json| tracing::info!(target: "toolgate::audit", record = %json, "audit"))
             .map_err(|e| AuditError::Write {
                 sink: "tracing".to_owned(),
                 reason: e.to_string(),
-            });
-        Box::pin(std::future::ready(result))
+            })
     }
 }
 
@@ -153,34 +205,29 @@ impl JsonLinesSink {
     }
 }
 
+#[async_trait]
 impl AuditSink for JsonLinesSink {
     fn name(&self) -> &str {
         "json_lines"
     }
 
-    fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditError>> {
+    async fn write(&self, record: &AuditRecord) -> Result<(), AuditError> {
         // A record is a few hundred bytes: room for it up front, not grown by doubling.
         let mut line = Vec::with_capacity(512);
-        let result = serde_json::to_writer(&mut line, record)
+        serde_json::to_writer(&mut line, record).map_err(|e| Self::fail(e.to_string()))?;
+        line.push(b'\n');
+        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        file.write_all(&line)
+            .and_then(|()| if self.buffered { Ok(()) } else { file.flush() })
             .map_err(|e| Self::fail(e.to_string()))
-            .and_then(|()| {
-                line.push(b'\n');
-                let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
-                file.write_all(&line)
-                    .and_then(|()| if self.buffered { Ok(()) } else { file.flush() })
-                    .map_err(|e| Self::fail(e.to_string()))
-            });
-        Box::pin(std::future::ready(result))
     }
 
-    fn flush(&self) -> BoxFuture<'_, Result<(), AuditError>> {
-        let result = self
-            .file
+    async fn flush(&self) -> Result<(), AuditError> {
+        self.file
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .flush()
-            .map_err(|e| Self::fail(e.to_string()));
-        Box::pin(std::future::ready(result))
+            .map_err(|e| Self::fail(e.to_string()))
     }
 }
 
@@ -198,21 +245,20 @@ impl ChannelSink {
     }
 }
 
+#[async_trait]
 impl AuditSink for ChannelSink {
     fn name(&self) -> &str {
         "channel"
     }
 
-    fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditError>> {
-        Box::pin(async move {
-            self.sender
-                .send(record.clone())
-                .await
-                .map_err(|_| AuditError::Write {
-                    sink: "channel".to_owned(),
-                    reason: "the receiver was dropped".to_owned(),
-                })
-        })
+    async fn write(&self, record: &AuditRecord) -> Result<(), AuditError> {
+        self.sender
+            .send(record.clone())
+            .await
+            .map_err(|_| AuditError::Write {
+                sink: "channel".to_owned(),
+                reason: "the receiver was dropped".to_owned(),
+            })
     }
 }
 
@@ -237,16 +283,17 @@ impl MemorySink {
     }
 }
 
+#[async_trait]
 impl AuditSink for MemorySink {
     fn name(&self) -> &str {
         "memory"
     }
 
-    fn write<'a>(&'a self, record: &'a AuditRecord) -> BoxFuture<'a, Result<(), AuditError>> {
+    async fn write(&self, record: &AuditRecord) -> Result<(), AuditError> {
         self.records
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(record.clone());
-        Box::pin(std::future::ready(Ok(())))
+        Ok(())
     }
 }

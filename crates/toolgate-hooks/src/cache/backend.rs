@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
+use async_trait::async_trait;
 use serde_json::Value;
 
 use super::CacheKey;
@@ -27,20 +27,79 @@ pub enum CacheError {
 /// implement it: `get` and `put` under a [`CacheKey`], with a time to live per entry.
 ///
 /// A backend must not return an entry after its TTL has passed.
+///
+/// Write the methods as `async fn` under [`#[async_trait]`](crate::async_trait),
+/// re-exported by this crate so that an implementer needs no dependency of their own.
+///
+/// # Examples
+///
+/// Entries in a map with their expiry, standing in for a table with a TTL column, behind
+/// a [`ResultCache`](super::ResultCache):
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::{Arc, Mutex};
+/// use std::time::{Duration, Instant};
+///
+/// use serde_json::{json, Value};
+/// use toolgate_core::{tool_fn, InvokeOptions, Pipeline, ToolAnnotations, ToolError, User};
+/// use toolgate_hooks::async_trait;
+/// use toolgate_hooks::cache::{CacheBackend, CacheError, CacheKey, ResultCache};
+///
+/// #[derive(Default)]
+/// struct Table(Mutex<HashMap<CacheKey, (Value, Instant)>>);
+///
+/// #[async_trait]
+/// impl CacheBackend for Table {
+///     async fn get(&self, key: &CacheKey) -> Result<Option<Value>, CacheError> {
+///         let mut rows = self.0.lock().unwrap();
+///         match rows.get(key) {
+///             Some((value, expires)) if *expires > Instant::now() => Ok(Some(value.clone())),
+///             Some(_) => {
+///                 rows.remove(key);
+///                 Ok(None)
+///             }
+///             None => Ok(None),
+///         }
+///     }
+///
+///     async fn put(&self, key: &CacheKey, value: Value, ttl: Duration) -> Result<(), CacheError> {
+///         let expires = Instant::now() + ttl;
+///         self.0.lock().unwrap().insert(key.clone(), (value, expires));
+///         Ok(())
+///     }
+///
+///     async fn remove(&self, key: &CacheKey) -> Result<(), CacheError> {
+///         self.0.lock().unwrap().remove(key);
+///         Ok(())
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let table = Arc::new(Table::default());
+/// let mut builder = Pipeline::builder();
+/// builder.tool(
+///     tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") })
+///         .annotations(ToolAnnotations::READ_ONLY),
+/// )?;
+/// let cache = ResultCache::builder().shared_backend(table.clone()).build();
+/// let pipeline = builder.hook(cache).build()?;
+///
+/// pipeline.invoke("ping", json!(null), InvokeOptions::new().user(User::new("ann"))).await?;
+/// assert_eq!(table.0.lock().unwrap().len(), 1, "the result is stored in the table");
+/// # Ok(()) }
+/// ```
+#[async_trait]
 pub trait CacheBackend: Send + Sync + 'static {
     /// The value stored under `key`, if any and not expired.
-    fn get<'a>(&'a self, key: &'a CacheKey) -> BoxFuture<'a, Result<Option<Value>, CacheError>>;
+    async fn get(&self, key: &CacheKey) -> Result<Option<Value>, CacheError>;
 
     /// Stores `value` under `key` for `ttl`.
-    fn put<'a>(
-        &'a self,
-        key: &'a CacheKey,
-        value: Value,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<(), CacheError>>;
+    async fn put(&self, key: &CacheKey, value: Value, ttl: Duration) -> Result<(), CacheError>;
 
     /// Removes the entry under `key`.
-    fn remove<'a>(&'a self, key: &'a CacheKey) -> BoxFuture<'a, Result<(), CacheError>>;
+    async fn remove(&self, key: &CacheKey) -> Result<(), CacheError>;
 }
 
 #[derive(Clone)]
@@ -105,43 +164,33 @@ impl MokaCache {
     }
 }
 
+#[async_trait]
 impl CacheBackend for MokaCache {
-    fn get<'a>(&'a self, key: &'a CacheKey) -> BoxFuture<'a, Result<Option<Value>, CacheError>> {
-        Box::pin(async move {
-            match self.entries.get(key).await {
-                Some(entry) if entry.expires > tokio::time::Instant::now() => {
-                    Ok(Some((*entry.value).clone()))
-                }
-                Some(_) => {
-                    self.entries.invalidate(key).await;
-                    Ok(None)
-                }
-                None => Ok(None),
+    async fn get(&self, key: &CacheKey) -> Result<Option<Value>, CacheError> {
+        match self.entries.get(key).await {
+            Some(entry) if entry.expires > tokio::time::Instant::now() => {
+                Ok(Some((*entry.value).clone()))
             }
-        })
+            Some(_) => {
+                self.entries.invalidate(key).await;
+                Ok(None)
+            }
+            None => Ok(None),
+        }
     }
 
-    fn put<'a>(
-        &'a self,
-        key: &'a CacheKey,
-        value: Value,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<(), CacheError>> {
-        Box::pin(async move {
-            let entry = Entry {
-                value: Arc::new(value),
-                ttl,
-                expires: tokio::time::Instant::now() + ttl,
-            };
-            self.entries.insert(key.clone(), entry).await;
-            Ok(())
-        })
+    async fn put(&self, key: &CacheKey, value: Value, ttl: Duration) -> Result<(), CacheError> {
+        let entry = Entry {
+            value: Arc::new(value),
+            ttl,
+            expires: tokio::time::Instant::now() + ttl,
+        };
+        self.entries.insert(key.clone(), entry).await;
+        Ok(())
     }
 
-    fn remove<'a>(&'a self, key: &'a CacheKey) -> BoxFuture<'a, Result<(), CacheError>> {
-        Box::pin(async move {
-            self.entries.invalidate(key).await;
-            Ok(())
-        })
+    async fn remove(&self, key: &CacheKey) -> Result<(), CacheError> {
+        self.entries.invalidate(key).await;
+        Ok(())
     }
 }

@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use dashmap::DashMap;
-use futures::future::BoxFuture;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{ConcurrencyBackend, ConcurrencyBackendError, Permit, PermitRequest};
@@ -166,11 +166,12 @@ impl InMemoryConcurrency {
     }
 }
 
+#[async_trait]
 impl ConcurrencyBackend for InMemoryConcurrency {
-    fn acquire<'a>(
-        &'a self,
-        request: PermitRequest<'a>,
-    ) -> BoxFuture<'a, Result<Option<Permit>, ConcurrencyBackendError>> {
-        Box::pin(self.acquire_permit(request))
+    async fn acquire(
+        &self,
+        request: PermitRequest<'_>,
+    ) -> Result<Option<Permit>, ConcurrencyBackendError> {
+        self.acquire_permit(request).await
     }
 }

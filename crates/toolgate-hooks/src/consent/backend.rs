@@ -1,6 +1,6 @@
 //! [`ApprovalStore`]: where recorded approvals live.
 
-use futures::future::BoxFuture;
+use async_trait::async_trait;
 
 /// How long an approval lasts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
@@ -29,29 +29,79 @@ pub enum ApprovalStoreError {
 }
 
 /// Where approvals per user and tool live. [`InMemoryApprovals`](super::InMemoryApprovals)
-/// is the default; a shared store implements the same trait. Object safe.
+/// is the default; a shared store implements the same trait.
+///
+/// Object safe: the [`Consent`](super::Consent) hook holds an `Arc<dyn ApprovalStore>`.
+/// Write the methods as `async fn` under [`#[async_trait]`](crate::async_trait),
+/// re-exported by this crate so that an implementer needs no dependency of their own.
+///
+/// # Examples
+///
+/// Approvals in a map keyed by user and tool, standing in for a database table:
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::{Arc, Mutex};
+///
+/// use toolgate_hooks::async_trait;
+/// use toolgate_hooks::consent::{ApprovalStore, ApprovalStoreError, Consent, Grant};
+///
+/// #[derive(Default)]
+/// struct Table(Mutex<HashMap<(String, String), Grant>>);
+///
+/// #[async_trait]
+/// impl ApprovalStore for Table {
+///     async fn grant(
+///         &self,
+///         user: &str,
+///         tool: &str,
+///         grant: Grant,
+///     ) -> Result<(), ApprovalStoreError> {
+///         let mut rows = self.0.lock().unwrap();
+///         let row = rows.entry((user.to_owned(), tool.to_owned())).or_insert(grant);
+///         if grant == Grant::Always {
+///             *row = Grant::Always;
+///         }
+///         Ok(())
+///     }
+///
+///     async fn consume(&self, user: &str, tool: &str) -> Result<Option<Grant>, ApprovalStoreError>
+///     {
+///         let mut rows = self.0.lock().unwrap();
+///         let key = (user.to_owned(), tool.to_owned());
+///         match rows.get(&key).copied() {
+///             Some(Grant::Once) => Ok(rows.remove(&key)),
+///             other => Ok(other),
+///         }
+///     }
+///
+///     async fn revoke(&self, user: &str, tool: &str) -> Result<bool, ApprovalStoreError> {
+///         let key = (user.to_owned(), tool.to_owned());
+///         Ok(self.0.lock().unwrap().remove(&key).is_some())
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ApprovalStoreError> {
+/// let store: Arc<dyn ApprovalStore> = Arc::new(Table::default());
+/// store.grant("ann", "deploy", Grant::Once).await?;
+/// assert_eq!(store.consume("ann", "deploy").await?, Some(Grant::Once));
+/// assert_eq!(store.consume("ann", "deploy").await?, None, "a `Once` is used up");
+///
+/// let consent = Consent::builder().tool("deploy").store(store).build();
+/// # let _ = consent;
+/// # Ok(()) }
+/// ```
+#[async_trait]
 pub trait ApprovalStore: Send + Sync + 'static {
     /// Records an approval for `user` calling `tool`. An `Always` is not downgraded by a
     /// later `Once`.
-    fn grant<'a>(
-        &'a self,
-        user: &'a str,
-        tool: &'a str,
-        grant: Grant,
-    ) -> BoxFuture<'a, Result<(), ApprovalStoreError>>;
+    async fn grant(&self, user: &str, tool: &str, grant: Grant) -> Result<(), ApprovalStoreError>;
 
     /// Uses an approval for `user` calling `tool`: a `Once` is removed, an `Always` stays.
     /// `None` when there is none.
-    fn consume<'a>(
-        &'a self,
-        user: &'a str,
-        tool: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Grant>, ApprovalStoreError>>;
+    async fn consume(&self, user: &str, tool: &str) -> Result<Option<Grant>, ApprovalStoreError>;
 
     /// Removes the approval for `user` calling `tool`; whether there was one.
-    fn revoke<'a>(
-        &'a self,
-        user: &'a str,
-        tool: &'a str,
-    ) -> BoxFuture<'a, Result<bool, ApprovalStoreError>>;
+    async fn revoke(&self, user: &str, tool: &str) -> Result<bool, ApprovalStoreError>;
 }

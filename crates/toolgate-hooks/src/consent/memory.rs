@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 
-use futures::future::BoxFuture;
+use async_trait::async_trait;
 
 use super::{ApprovalStore, ApprovalStoreError, Grant};
 
@@ -50,17 +50,13 @@ impl Default for InMemoryApprovals {
     }
 }
 
+#[async_trait]
 impl ApprovalStore for InMemoryApprovals {
-    fn grant<'a>(
-        &'a self,
-        user: &'a str,
-        tool: &'a str,
-        grant: Grant,
-    ) -> BoxFuture<'a, Result<(), ApprovalStoreError>> {
+    async fn grant(&self, user: &str, tool: &str, grant: Grant) -> Result<(), ApprovalStoreError> {
         let mut grants = self.lock();
         let key = (user.to_owned(), tool.to_owned());
         let full = grants.len() >= self.max;
-        let result = match grants.get_mut(&key) {
+        match grants.get_mut(&key) {
             Some(existing) => {
                 if grant == Grant::Always {
                     *existing = Grant::Always;
@@ -72,33 +68,22 @@ impl ApprovalStore for InMemoryApprovals {
                 grants.insert(key, grant);
                 Ok(())
             }
-        };
-        Box::pin(std::future::ready(result))
+        }
     }
 
-    fn consume<'a>(
-        &'a self,
-        user: &'a str,
-        tool: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Grant>, ApprovalStoreError>> {
+    async fn consume(&self, user: &str, tool: &str) -> Result<Option<Grant>, ApprovalStoreError> {
         let mut grants = self.lock();
         let key = (user.to_owned(), tool.to_owned());
-        let found = match grants.get(&key).copied() {
+        Ok(match grants.get(&key).copied() {
             Some(Grant::Once) => grants.remove(&key),
             other => other,
-        };
-        Box::pin(std::future::ready(Ok(found)))
+        })
     }
 
-    fn revoke<'a>(
-        &'a self,
-        user: &'a str,
-        tool: &'a str,
-    ) -> BoxFuture<'a, Result<bool, ApprovalStoreError>> {
-        let removed = self
+    async fn revoke(&self, user: &str, tool: &str) -> Result<bool, ApprovalStoreError> {
+        Ok(self
             .lock()
             .remove(&(user.to_owned(), tool.to_owned()))
-            .is_some();
-        Box::pin(std::future::ready(Ok(removed)))
+            .is_some())
     }
 }

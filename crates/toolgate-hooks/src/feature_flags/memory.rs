@@ -2,8 +2,8 @@
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use dashmap::DashMap;
-use futures::future::BoxFuture;
 use toolgate_core::User;
 
 use super::{FlagError, FlagProvider};
@@ -45,12 +45,9 @@ impl InMemoryFlags {
     }
 }
 
+#[async_trait]
 impl FlagProvider for InMemoryFlags {
-    fn is_enabled<'a>(
-        &'a self,
-        flag: &'a str,
-        _user: &'a User,
-    ) -> BoxFuture<'a, Result<Option<bool>, FlagError>> {
-        Box::pin(std::future::ready(Ok(self.get(flag))))
+    async fn is_enabled(&self, flag: &str, _user: &User) -> Result<Option<bool>, FlagError> {
+        Ok(self.get(flag))
     }
 }

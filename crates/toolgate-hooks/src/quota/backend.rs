@@ -3,7 +3,7 @@
 use std::fmt;
 use std::time::Duration;
 
-use futures::future::BoxFuture;
+use async_trait::async_trait;
 
 use super::Rate;
 
@@ -84,14 +84,63 @@ pub enum QuotaBackendError {
 }
 
 /// Where rate-limit state lives. The in-memory [`InMemoryQuota`](super::InMemoryQuota) is
-/// the default; a shared store (Redis) implements the same trait so that replicas share
-/// budgets.
+/// the default; a shared store (Redis, a database) implements the same trait so that
+/// replicas share budgets.
 ///
-/// Object safe: the [`Quota`](super::Quota) hook holds an `Arc<dyn QuotaBackend>`.
+/// Object safe: the [`Quota`](super::Quota) hook holds an `Arc<dyn QuotaBackend>`. Write
+/// `acquire` as an `async fn` under [`#[async_trait]`](crate::async_trait), re-exported
+/// by this crate so that an implementer needs no dependency of their own; it turns the
+/// method into a boxed future, one allocation per call.
+///
+/// # Examples
+///
+/// A fixed allowance per key that never refills (prepaid credits), kept in a map that
+/// stands in for a database table. It ignores the rate and answers a spent budget with the
+/// longest wait there is:
+///
+/// ```
+/// use std::collections::HashMap;
+/// use std::sync::{Arc, Mutex};
+/// use std::time::Duration;
+///
+/// use toolgate_hooks::async_trait;
+/// use toolgate_hooks::quota::{
+///     Quota, QuotaBackend, QuotaBackendError, QuotaDecision, QuotaLease, QuotaRequest, Rate,
+/// };
+///
+/// struct Credits(Mutex<HashMap<String, u32>>);
+///
+/// #[async_trait]
+/// impl QuotaBackend for Credits {
+///     async fn acquire(
+///         &self,
+///         request: QuotaRequest<'_>,
+///     ) -> Result<QuotaDecision, QuotaBackendError> {
+///         let mut credits = self.0.lock().unwrap();
+///         match credits.get_mut(request.key) {
+///             Some(left) if *left > 0 => {
+///                 *left -= 1;
+///                 Ok(QuotaDecision::Granted(QuotaLease::settled()))
+///             }
+///             _ => Ok(QuotaDecision::Limited { retry_after: Duration::MAX }),
+///         }
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let credits = Arc::new(Credits(Mutex::new(HashMap::from([("ann".to_owned(), 1)]))));
+/// let request = QuotaRequest { key: "ann", rate: Rate::per_minute(60)? };
+/// assert!(matches!(credits.acquire(request).await?, QuotaDecision::Granted(_)));
+/// assert!(matches!(credits.acquire(request).await?, QuotaDecision::Limited { .. }));
+///
+/// // The hook takes it like any other backend.
+/// let quota = Quota::builder(Rate::per_minute(60)?).backend(credits).build();
+/// # let _ = quota;
+/// # Ok(()) }
+/// ```
+#[async_trait]
 pub trait QuotaBackend: Send + Sync + 'static {
     /// Takes one unit from `request.key`'s budget, or says how long until one comes back.
-    fn acquire<'a>(
-        &'a self,
-        request: QuotaRequest<'a>,
-    ) -> BoxFuture<'a, Result<QuotaDecision, QuotaBackendError>>;
+    async fn acquire(&self, request: QuotaRequest<'_>) -> Result<QuotaDecision, QuotaBackendError>;
 }

@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use async_trait::async_trait;
 use dashmap::DashMap;
-use futures::future::BoxFuture;
 use governor::RateLimiter;
 use governor::clock::Clock;
 use governor::middleware::NoOpMiddleware;
@@ -262,11 +262,9 @@ impl InMemoryQuota {
     }
 }
 
+#[async_trait]
 impl QuotaBackend for InMemoryQuota {
-    fn acquire<'a>(
-        &'a self,
-        request: QuotaRequest<'a>,
-    ) -> BoxFuture<'a, Result<QuotaDecision, QuotaBackendError>> {
-        Box::pin(std::future::ready(self.decide(request)))
+    async fn acquire(&self, request: QuotaRequest<'_>) -> Result<QuotaDecision, QuotaBackendError> {
+        self.decide(request)
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
-use futures::future::BoxFuture;
+use async_trait::async_trait;
 use toolgate_core::Secret;
 
 /// A secret source failed (not "the secret is absent", which is `Ok(None)`).
@@ -29,12 +29,53 @@ pub enum SecretError {
 ///
 /// `fetch` returns `Ok(None)` when the source does not hold the secret (the next source
 /// is then asked), and an error only when the source itself fails.
+///
+/// Write `fetch` as an `async fn` under [`#[async_trait]`](crate::async_trait),
+/// re-exported by this crate so that an implementer needs no dependency of their own;
+/// `name` stays a plain `fn`.
+///
+/// # Examples
+///
+/// Each team's secrets under its own prefix in one shared source, which could be a vault
+/// as well as the in-memory source here:
+///
+/// ```
+/// use toolgate_core::Secret;
+/// use toolgate_hooks::async_trait;
+/// use toolgate_hooks::secrets::{InMemorySecrets, SecretError, SecretSource};
+///
+/// struct TeamSecrets<S> {
+///     team: String,
+///     shared: S,
+/// }
+///
+/// #[async_trait]
+/// impl<S: SecretSource> SecretSource for TeamSecrets<S> {
+///     fn name(&self) -> &str {
+///         "team"
+///     }
+///
+///     async fn fetch(&self, name: &str) -> Result<Option<Secret>, SecretError> {
+///         self.shared.fetch(&format!("{}/{name}", self.team)).await
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), SecretError> {
+/// let shared = InMemorySecrets::new().with("search/api-key", "sk-123");
+/// let source = TeamSecrets { team: "search".to_owned(), shared };
+/// let key = source.fetch("api-key").await?.expect("the search team has one");
+/// assert_eq!(key.expose(), "sk-123");
+/// assert!(source.fetch("db-password").await?.is_none());
+/// # Ok(()) }
+/// ```
+#[async_trait]
 pub trait SecretSource: Send + Sync + 'static {
     /// A name for error messages.
     fn name(&self) -> &str;
 
     /// The secret called `name`, if this source holds it.
-    fn fetch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Secret>, SecretError>>;
+    async fn fetch(&self, name: &str) -> Result<Option<Secret>, SecretError>;
 }
 
 /// Secrets from environment variables: `name` is looked up as `PREFIX` + `NAME` upper-cased
@@ -75,14 +116,14 @@ impl EnvSecrets {
     }
 }
 
+#[async_trait]
 impl SecretSource for EnvSecrets {
     fn name(&self) -> &str {
         "environment"
     }
 
-    fn fetch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Secret>, SecretError>> {
-        let found = std::env::var(self.variable(name)).ok().map(Secret::new);
-        Box::pin(std::future::ready(Ok(found)))
+    async fn fetch(&self, name: &str) -> Result<Option<Secret>, SecretError> {
+        Ok(std::env::var(self.variable(name)).ok().map(Secret::new))
     }
 }
 
@@ -101,27 +142,26 @@ impl FileSecrets {
     }
 }
 
+#[async_trait]
 impl SecretSource for FileSecrets {
     fn name(&self) -> &str {
         "file"
     }
 
-    fn fetch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Secret>, SecretError>> {
+    async fn fetch(&self, name: &str) -> Result<Option<Secret>, SecretError> {
         let fail = |reason: String| SecretError::Unavailable {
             source_name: "file".to_owned(),
             name: name.to_owned(),
             reason,
         };
-        let result = if name.is_empty() || name.contains(['/', '\\']) || name.contains("..") {
-            Err(fail("the name is not a plain file name".to_owned()))
-        } else {
-            match std::fs::read_to_string(self.dir.join(name)) {
-                Ok(text) => Ok(Some(Secret::new(text.trim_end_matches(['\n', '\r'])))),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(fail(e.kind().to_string())),
-            }
-        };
-        Box::pin(std::future::ready(result))
+        if name.is_empty() || name.contains(['/', '\\']) || name.contains("..") {
+            return Err(fail("the name is not a plain file name".to_owned()));
+        }
+        match std::fs::read_to_string(self.dir.join(name)) {
+            Ok(text) => Ok(Some(Secret::new(text.trim_end_matches(['\n', '\r'])))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(fail(e.kind().to_string())),
+        }
     }
 }
 
@@ -151,12 +191,13 @@ impl InMemorySecrets {
     }
 }
 
+#[async_trait]
 impl SecretSource for InMemorySecrets {
     fn name(&self) -> &str {
         "memory"
     }
 
-    fn fetch<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<Option<Secret>, SecretError>> {
-        Box::pin(std::future::ready(Ok(self.secrets.get(name).cloned())))
+    async fn fetch(&self, name: &str) -> Result<Option<Secret>, SecretError> {
+        Ok(self.secrets.get(name).cloned())
     }
 }

@@ -217,32 +217,20 @@ async fn tagged_and_destructive_tools_need_approval() {
 
 #[tokio::test]
 async fn a_failing_approval_store_refuses_the_call() {
-    use futures::future::BoxFuture;
+    use toolgate_hooks::async_trait;
     use toolgate_hooks::consent::{ApprovalStore, ApprovalStoreError};
 
     struct Down;
+    #[async_trait]
     impl ApprovalStore for Down {
-        fn grant<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a str,
-            _: Grant,
-        ) -> BoxFuture<'a, Result<(), ApprovalStoreError>> {
-            Box::pin(async { Err(ApprovalStoreError::Unavailable("down".into())) })
+        async fn grant(&self, _: &str, _: &str, _: Grant) -> Result<(), ApprovalStoreError> {
+            Err(ApprovalStoreError::Unavailable("down".into()))
         }
-        fn consume<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a str,
-        ) -> BoxFuture<'a, Result<Option<Grant>, ApprovalStoreError>> {
-            Box::pin(async { Err(ApprovalStoreError::Unavailable("down".into())) })
+        async fn consume(&self, _: &str, _: &str) -> Result<Option<Grant>, ApprovalStoreError> {
+            Err(ApprovalStoreError::Unavailable("down".into()))
         }
-        fn revoke<'a>(
-            &'a self,
-            _: &'a str,
-            _: &'a str,
-        ) -> BoxFuture<'a, Result<bool, ApprovalStoreError>> {
-            Box::pin(async { Err(ApprovalStoreError::Unavailable("down".into())) })
+        async fn revoke(&self, _: &str, _: &str) -> Result<bool, ApprovalStoreError> {
+            Err(ApprovalStoreError::Unavailable("down".into()))
         }
     }
     let (pipeline, _, runs_) = pipeline_with(

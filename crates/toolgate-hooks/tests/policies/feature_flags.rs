@@ -1,8 +1,7 @@
-use futures::future::BoxFuture;
 use serde_json::json;
 use toolgate_core::{Pipeline, ToolError, User, tool_fn};
-use toolgate_hooks::OnBackendError;
 use toolgate_hooks::feature_flags::{FeatureFlags, FlagError, FlagProvider, InMemoryFlags};
+use toolgate_hooks::{OnBackendError, async_trait};
 
 use crate::support::{as_user, ok_tool, runs};
 
@@ -105,13 +104,10 @@ async fn unset_flags_count_as_configured() {
 }
 
 struct Down;
+#[async_trait]
 impl FlagProvider for Down {
-    fn is_enabled<'a>(
-        &'a self,
-        _: &'a str,
-        _: &'a User,
-    ) -> BoxFuture<'a, Result<Option<bool>, FlagError>> {
-        Box::pin(async { Err(FlagError("flag service down".into())) })
+    async fn is_enabled(&self, _: &str, _: &User) -> Result<Option<bool>, FlagError> {
+        Err(FlagError("flag service down".into()))
     }
 }
 

@@ -4,10 +4,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use redis::{AsyncCommands, Script};
 use serde_json::Value;
 use tokio::time::Instant;
+use toolgate_hooks::async_trait;
 use toolgate_hooks::cache::{CacheBackend, CacheError, CacheKey};
 
 use crate::keys;
@@ -278,31 +278,25 @@ impl RedisCache {
     }
 }
 
+#[async_trait]
 impl CacheBackend for RedisCache {
-    fn get<'a>(&'a self, key: &'a CacheKey) -> BoxFuture<'a, Result<Option<Value>, CacheError>> {
-        Box::pin(self.read(key))
+    async fn get(&self, key: &CacheKey) -> Result<Option<Value>, CacheError> {
+        self.read(key).await
     }
 
-    fn put<'a>(
-        &'a self,
-        key: &'a CacheKey,
-        value: Value,
-        ttl: Duration,
-    ) -> BoxFuture<'a, Result<(), CacheError>> {
-        Box::pin(self.write(key, value, ttl))
+    async fn put(&self, key: &CacheKey, value: Value, ttl: Duration) -> Result<(), CacheError> {
+        self.write(key, value, ttl).await
     }
 
-    fn remove<'a>(&'a self, key: &'a CacheKey) -> BoxFuture<'a, Result<(), CacheError>> {
-        Box::pin(async move {
-            let entry = self.redis_key(key);
-            let mut connection = self.link.connection();
-            self.link
-                .within(connection.del::<_, ()>(&entry))
-                .await
-                .map_err(|failure| CacheError::Backend {
-                    backend: "redis".into(),
-                    reason: failure.to_string(),
-                })
-        })
+    async fn remove(&self, key: &CacheKey) -> Result<(), CacheError> {
+        let entry = self.redis_key(key);
+        let mut connection = self.link.connection();
+        self.link
+            .within(connection.del::<_, ()>(&entry))
+            .await
+            .map_err(|failure| CacheError::Backend {
+                backend: "redis".into(),
+                reason: failure.to_string(),
+            })
     }
 }

@@ -5,10 +5,10 @@ mod lease;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use redis::Script;
 use tokio::runtime::Handle;
 use tokio::time::Instant;
+use toolgate_hooks::async_trait;
 use toolgate_hooks::concurrency::{
     ConcurrencyBackend, ConcurrencyBackendError, InMemoryConcurrency, Permit, PermitRequest,
 };
@@ -281,11 +281,12 @@ impl RedisConcurrency {
     }
 }
 
+#[async_trait]
 impl ConcurrencyBackend for RedisConcurrency {
-    fn acquire<'a>(
-        &'a self,
-        request: PermitRequest<'a>,
-    ) -> BoxFuture<'a, Result<Option<Permit>, ConcurrencyBackendError>> {
-        Box::pin(self.acquire_lease(request))
+    async fn acquire(
+        &self,
+        request: PermitRequest<'_>,
+    ) -> Result<Option<Permit>, ConcurrencyBackendError> {
+        self.acquire_lease(request).await
     }
 }

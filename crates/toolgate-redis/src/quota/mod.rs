@@ -3,8 +3,8 @@
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
-use futures::future::BoxFuture;
 use redis::Script;
+use toolgate_hooks::async_trait;
 use toolgate_hooks::quota::{
     InMemoryQuota, QuotaBackend, QuotaBackendError, QuotaDecision, QuotaLease, QuotaRequest, Rate,
 };
@@ -202,11 +202,9 @@ impl RedisQuota {
     }
 }
 
+#[async_trait]
 impl QuotaBackend for RedisQuota {
-    fn acquire<'a>(
-        &'a self,
-        request: QuotaRequest<'a>,
-    ) -> BoxFuture<'a, Result<QuotaDecision, QuotaBackendError>> {
-        Box::pin(self.decide(request))
+    async fn acquire(&self, request: QuotaRequest<'_>) -> Result<QuotaDecision, QuotaBackendError> {
+        self.decide(request).await
     }
 }
