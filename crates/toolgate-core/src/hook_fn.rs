@@ -3,7 +3,7 @@
 
 use std::borrow::Cow;
 
-use crate::{Hook, HookFuture, HookResult, Next, Stage, StageSet, ToolInvokeContext};
+use crate::{Hook, HookFuture, HookResult, Stage, StageSet, ToolInvokeContext};
 
 /// A hook that runs one closure at one stage. Made by [`hook_fn`] or [`hook_fn_sync`].
 pub struct FnHook<F> {
@@ -172,14 +172,6 @@ impl<C: StageClosure> Hook for FnHook<C> {
 
     fn priority(&self) -> i32 {
         self.priority
-    }
-
-    fn around_execute<'a>(
-        &'a self,
-        ctx: &'a mut ToolInvokeContext,
-        next: Next<'a>,
-    ) -> HookFuture<'a> {
-        next.run(ctx)
     }
 
     crate::hook::for_each_stage_method!(closure_stage_methods);
