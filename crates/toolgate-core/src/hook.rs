@@ -237,7 +237,7 @@ macro_rules! dispatch_stage {
 /// compiled from [`stages`](Hook::stages) when the pipeline is built; the pipeline never
 /// calls a hook at a stage outside that set.
 ///
-/// A stage method returns `Ok(())` to let the pipeline go on, or a [`Control`] — respond,
+/// A stage method returns `Ok(())` to let the pipeline go on, or a [`Control`](crate::Control) — respond,
 /// abort, retry-after, suspend, or a failure — which ends the stage at once: no later hook
 /// at that stage sees it. What each outcome means depends on the stage; every method below
 /// says so.

@@ -6,7 +6,7 @@ mod stages;
 
 use proc_macro::TokenStream;
 
-/// Writes a hook's [`stages`] from the stage methods its `impl Hook` block defines, so
+/// Writes a hook's `Hook::stages` from the stage methods its `impl Hook` block defines, so
 /// the list can never drift from the code: a method you write always runs.
 ///
 /// Put it on the impl block. Inside, write only the stage methods you need, in any of
@@ -32,8 +32,6 @@ use proc_macro::TokenStream;
 ///   configuration, and list a subset of the methods you wrote.
 /// * `#[hook(crate = path)]` names where `toolgate_core` is, for a crate that renamed it
 ///   (the default finds `toolgate_core`, or the `toolgate` facade).
-///
-/// [`stages`]: https://docs.rs/toolgate-core/latest/toolgate_core/trait.Hook.html#tymethod.stages
 ///
 /// # Examples
 ///
