@@ -43,6 +43,7 @@ pub mod auth;
 pub mod builtin;
 pub mod cli;
 pub mod config;
+pub mod connections;
 pub mod gateway;
 pub mod http;
 mod labels;
