@@ -6,4 +6,5 @@
 mod common;
 
 mod connections;
+mod mcp_endpoint;
 mod metrics;
