@@ -9,6 +9,11 @@
 //! - A body that does not arrive within the body timeout fails where it is read, and the
 //!   request is answered 408 with `Connection: close`.
 //! - A kept-alive connection with no request for the idle timeout is closed.
+//! - Sockets are set to `TCP_NODELAY`. An answer written in pieces (a streamed MCP
+//!   answer: its head and first event, the next event, the end of the stream) must not
+//!   hold a piece back until the client acknowledges the previous one (Nagle's
+//!   algorithm): on a kept-alive connection the client delays that acknowledgement by
+//!   40 ms, so every call on a reused `/mcp` connection took 40 ms more.
 
 mod body;
 mod watchdog;
@@ -109,6 +114,9 @@ pub async fn serve(
             }
             continue;
         };
+        if let Err(e) = stream.set_nodelay(true) {
+            tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
+        }
         let router = router.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
