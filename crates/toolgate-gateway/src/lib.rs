@@ -48,6 +48,7 @@ pub mod gateway;
 pub mod http;
 mod labels;
 mod logging;
+pub mod prometheus;
 pub mod serve;
 pub mod state;
 mod tools_state;

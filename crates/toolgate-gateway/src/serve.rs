@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
-use metrics_exporter_prometheus::PrometheusBuilder;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{Mutex, watch};
@@ -16,6 +15,7 @@ use crate::config::load_file;
 use crate::connections::{self, ConnectionLimits};
 use crate::gateway::{Gateway, GatewayError};
 use crate::http::{AppState, router};
+use crate::prometheus::{self, Upkeep};
 use crate::state::SharedState;
 
 /// What `serve` needs besides the file.
@@ -60,13 +60,11 @@ impl From<crate::config::ConfigError> for ServeError {
 /// kept.
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let config = load_file(&options.config)?;
-    let metrics = match PrometheusBuilder::new().install_recorder() {
-        Ok(handle) => Some(handle),
-        Err(e) => {
-            tracing::warn!(error = %e, "metrics recorder not installed; /metrics is off");
-            None
-        }
-    };
+    let metrics = prometheus::install();
+    // Stops with this function, on every path out of it.
+    let _upkeep = metrics
+        .clone()
+        .map(|handle| Upkeep::start(handle, prometheus::UPKEEP_INTERVAL));
     let shared = SharedState::new(&config).await?;
     let autosave = config.stats.as_ref().map(|s| s.autosave);
     let gateway = Gateway::build(config, &shared)
