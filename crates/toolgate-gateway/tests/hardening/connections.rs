@@ -130,15 +130,18 @@ async fn a_body_that_never_comes_is_answered_408_and_the_connection_closed() {
 
 #[tokio::test]
 async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout_not_the_header_one() {
-    let gateway = Gateway::start(&config("  header_timeout: 200ms\n  idle_timeout: 1500ms\n"));
+    let gateway = Gateway::start(&config("  header_timeout: 200ms\n  idle_timeout: 2s\n"));
     let mut stream = connect(&gateway).await;
     stream.write_all(HEALTH).await.unwrap();
     let answer = read_health_answer(&mut stream).await;
     assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
     let (received, took) = read_until_closed(&mut stream).await;
     assert_eq!(received, "");
+    // The gateway's clock starts as the answer leaves; this one once it has been read,
+    // which a loaded machine may delay: a second of slack, still far past the header
+    // timeout.
     assert!(
-        took >= Duration::from_millis(1400),
+        took >= Duration::from_secs(1),
         "an idle connection was closed after {took:?}, before the idle timeout"
     );
 }
@@ -146,11 +149,11 @@ async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout_not_the_
 #[tokio::test]
 async fn requests_keep_a_connection_open_and_a_long_call_is_not_cut() {
     let gateway = Gateway::start(&config(
-        "  header_timeout: 300ms\n  body_timeout: 300ms\n  idle_timeout: 600ms\n",
+        "  header_timeout: 300ms\n  body_timeout: 300ms\n  idle_timeout: 1500ms\n",
     ));
     let mut stream = connect(&gateway).await;
-    // Five requests 400 ms apart: longer than the header timeout and, in all, than the
-    // idle timeout, but no gap reaches it.
+    // Five requests 400 ms apart: each gap longer than the header timeout, all of them
+    // longer than the idle timeout, and no gap near it.
     for _ in 0..5 {
         stream.write_all(HEALTH).await.unwrap();
         let answer = read_health_answer(&mut stream).await;
@@ -158,7 +161,7 @@ async fn requests_keep_a_connection_open_and_a_long_call_is_not_cut() {
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
     // A call that takes longer than every timeout is answered on the same connection.
-    let body = r#"{"ms": 1200}"#;
+    let body = r#"{"ms": 2000}"#;
     let request = format!(
         "POST /v1/tools/sleep/invoke HTTP/1.1\r\nhost: gateway\r\nauthorization: Bearer {}\r\n\
          content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
@@ -168,7 +171,7 @@ async fn requests_keep_a_connection_open_and_a_long_call_is_not_cut() {
     stream.write_all(request.as_bytes()).await.unwrap();
     let (received, _) = read_until_closed(&mut stream).await;
     assert!(received.starts_with("HTTP/1.1 200 OK\r\n"), "{received}");
-    assert!(received.contains(r#""slept_ms":1200"#), "{received}");
+    assert!(received.contains(r#""slept_ms":2000"#), "{received}");
 }
 
 #[tokio::test]
