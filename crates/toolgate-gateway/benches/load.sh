@@ -5,6 +5,7 @@
 #
 #   crates/toolgate-gateway/benches/load.sh            # 20 s per target, release build
 #   LOAD_SECONDS=2 PROFILE=debug benches/load.sh       # a quick smoke run (CI)
+#   TOOLGATE_BIN=/tmp/old/toolgate benches/load.sh     # another build of the gateway
 set -euo pipefail
 cd "$(dirname "$0")/../../.."
 
@@ -35,7 +36,7 @@ export LOAD_AUDIT_PATH=$work/audit.jsonl
 
 "$target/examples/bare_echo" 127.0.0.1:8090 > "$work/bare.out" &
 pids+=($!)
-"$target/toolgate" serve --config crates/toolgate-gateway/benches/load.yaml > "$work/gw.out" 2> "$work/gw.err" &
+"${TOOLGATE_BIN:-$target/toolgate}" serve --config crates/toolgate-gateway/benches/load.yaml > "$work/gw.out" 2> "$work/gw.err" &
 pids+=($!)
 for _ in $(seq 1 100); do
   grep -q listening "$work/bare.out" 2>/dev/null && grep -q listening "$work/gw.out" 2>/dev/null && break

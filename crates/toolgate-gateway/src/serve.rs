@@ -7,15 +7,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use arc_swap::ArcSwap;
-use metrics_exporter_prometheus::PrometheusBuilder;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{Mutex, watch};
 
 use crate::Extensions;
 use crate::config::load_file;
+use crate::connections::{self, ConnectionLimits};
 use crate::gateway::{Gateway, GatewayError};
 use crate::http::{AppState, router};
+use crate::prometheus::{self, Upkeep};
 use crate::state::SharedState;
 
 /// What `serve` needs besides the file.
@@ -62,13 +63,11 @@ impl From<crate::config::ConfigError> for ServeError {
 /// kept.
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let config = load_file(&options.config)?;
-    let metrics = match PrometheusBuilder::new().install_recorder() {
-        Ok(handle) => Some(handle),
-        Err(e) => {
-            tracing::warn!(error = %e, "metrics recorder not installed; /metrics is off");
-            None
-        }
-    };
+    let metrics = prometheus::install();
+    // Stops with this function, on every path out of it.
+    let _upkeep = metrics
+        .clone()
+        .map(|handle| Upkeep::start(handle, prometheus::UPKEEP_INTERVAL));
     let shared = SharedState::new(&config).await?;
     let autosave = config.stats.as_ref().map(|s| s.autosave);
     let gateway = Gateway::build_with(config, &shared, &options.extensions)
@@ -76,6 +75,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         .map_err(|e| e.in_file(&options.config))?;
     let listen = options.listen.unwrap_or(gateway.config.server.listen);
     let grace = gateway.config.server.shutdown_grace;
+    let limits = ConnectionLimits::from(&gateway.config.server);
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|source| ServeError::Io {
@@ -119,7 +119,8 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let (stop_tx, mut stop_rx) = watch::channel(false);
     let draining = state.draining.clone();
     let app = router(state.clone());
-    let server = axum::serve(listener, app).with_graceful_shutdown(async move {
+    let server = connections::serve(listener, app, limits, stop_rx.clone());
+    let stopping = async move {
         wait_for_stop(term).await;
         draining.store(true, Ordering::Relaxed);
         tracing::info!(
@@ -127,13 +128,16 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
             "shutting down: no new connections; letting calls in flight finish"
         );
         let _ = stop_tx.send(true);
-    });
+        // Keeps the channel open: the server stops on `true`, not on a closed channel.
+        std::future::pending::<()>().await;
+    };
     let deadline = async move {
         let _ = stop_rx.wait_for(|stopped| *stopped).await;
         tokio::time::sleep(grace).await;
     };
     tokio::select! {
-        result = server.into_future() => result.map_err(|source| ServeError::Io { what: "serving".to_owned(), source })?,
+        () = server => {}
+        () = stopping => {}
         () = deadline => tracing::warn!("shutdown grace expired: cutting the calls still in flight"),
     }
     reloads.abort();
@@ -203,10 +207,18 @@ async fn reload(
 ) -> Result<SharedState, ServeError> {
     let config = load_file(path)?;
     let old = state.current.load();
-    if config.server.listen != old.config.server.listen
-        || config.server.body_limit != old.config.server.body_limit
+    let (new, old_server) = (&config.server, &old.config.server);
+    if new.listen != old_server.listen
+        || new.body_limit != old_server.body_limit
+        || new.max_connections != old_server.max_connections
+        || new.header_timeout != old_server.header_timeout
+        || new.body_timeout != old_server.body_timeout
+        || new.idle_timeout != old_server.idle_timeout
     {
-        tracing::warn!("`server.listen` and `server.body_limit` take effect on restart only");
+        tracing::warn!(
+            "`server.listen`, `body_limit`, `max_connections` and the connection timeouts \
+             take effect on restart only"
+        );
     }
     let next = shared.for_reload(&config).await?;
     let gateway = Gateway::build_with(config, &next, old.extensions())

@@ -229,3 +229,29 @@ async fn http_arguments_that_are_not_an_object_are_a_json_rpc_error() {
     assert!([-32602, -32600, -32700].contains(&code), "{error}");
     assert!(error.get("result").is_none());
 }
+
+#[tokio::test]
+async fn http_a_body_that_is_not_json_is_a_400_json_rpc_parse_error() {
+    let server = HttpDemo::start("127.0.0.1:0", &[]).await;
+    let response = within(
+        10,
+        "a malformed POST",
+        reqwest::Client::new()
+            .post(&server.url)
+            .header("content-type", "application/json")
+            .header("accept", ACCEPT)
+            .header("authorization", "Bearer raw")
+            .body(r#"{"jsonrpc": "2.0", "id": 1, "method""#)
+            .send(),
+    )
+    .await
+    .expect("the server answers");
+    assert_eq!(response.status().as_u16(), 400);
+    let text = within(10, "the answer", response.text())
+        .await
+        .expect("readable");
+    let answer: Value = serde_json::from_str(&text).expect("a JSON answer");
+    assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
+    assert_eq!(answer["id"], Value::Null, "{answer}");
+    assert_eq!(answer["error"]["code"], -32700, "{answer}");
+}

@@ -303,6 +303,25 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             "`batch_concurrency` and `max_batch` must be at least 1",
         ));
     }
+    let server = &config.server;
+    for (field, timeout) in [
+        ("header_timeout", server.header_timeout),
+        ("body_timeout", server.body_timeout),
+        ("idle_timeout", server.idle_timeout),
+    ] {
+        if timeout.is_zero() {
+            return Err(ConfigError::invalid(
+                format!("server.{field}"),
+                "a connection timeout must be longer than zero, e.g. `10s`",
+            ));
+        }
+    }
+    if server.max_connections == 0 {
+        return Err(ConfigError::invalid(
+            "server.max_connections",
+            "the gateway needs at least 1 connection to serve anything, e.g. `10000`",
+        ));
+    }
     Ok(())
 }
 
@@ -348,6 +367,18 @@ mod tests {
             "users:\n  - {{id: a, key_sha256: \"{hash}\"}}\n  - {{id: a, key_sha256: \"{other}\"}}\n"
         );
         assert_eq!(parse(&text).unwrap_err().field(), "users[1].id");
+    }
+
+    #[test]
+    fn zero_connection_limits_are_refused_with_their_field() {
+        for (text, field) in [
+            ("server:\n  header_timeout: 0s\n", "server.header_timeout"),
+            ("server:\n  body_timeout: 0s\n", "server.body_timeout"),
+            ("server:\n  idle_timeout: 0ms\n", "server.idle_timeout"),
+            ("server:\n  max_connections: 0\n", "server.max_connections"),
+        ] {
+            assert_eq!(parse(text).unwrap_err().field(), field, "{text}");
+        }
     }
 
     #[test]

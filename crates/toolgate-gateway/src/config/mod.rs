@@ -79,6 +79,22 @@ pub struct ServerConfig {
     pub batch_concurrency: usize,
     /// The most calls one batch may carry (default 64).
     pub max_batch: usize,
+    /// How long a client may take to send a request's line and headers, from its first
+    /// byte (or from connecting, for the first request); the connection is closed after
+    /// it (default `10s`).
+    #[serde(with = "values::duration")]
+    pub header_timeout: Duration,
+    /// How long a client may take to send a request's body, from the end of its headers;
+    /// the request is answered 408 and the connection closed after it (default `30s`).
+    #[serde(with = "values::duration")]
+    pub body_timeout: Duration,
+    /// How long a keep-alive connection may wait for its next request; it is closed after
+    /// it (default `60s`).
+    #[serde(with = "values::duration")]
+    pub idle_timeout: Duration,
+    /// The most connections open at once (default 10,000); a connection past it is
+    /// answered 503 and closed at once.
+    pub max_connections: u32,
 }
 
 impl Default for ServerConfig {
@@ -91,6 +107,10 @@ impl Default for ServerConfig {
             mcp: true,
             batch_concurrency: 8,
             max_batch: 64,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(30),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
         }
     }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use toolgate_agent::{Concurrency as BatchConcurrency, ThreadConfig, ToolSystem};
 use toolgate_core::{Pipeline, ToolDefinition, User};
 use toolgate_hooks::{Audit, Authorize};
+use toolgate_mcp::rmcp::transport::StreamableHttpServerConfig;
 use toolgate_mcp::{ListFilter, McpHttpService, McpServer, Upstream};
 
 use crate::extensions::Extensions;
@@ -139,7 +140,11 @@ impl Gateway {
                     authorize.can_call(user, tool)
                 }));
             }
-            server.http_service(Default::default())
+            // Bodies over the limit are answered 413 by the endpoint, as on `/v1`.
+            server.http_service(
+                StreamableHttpServerConfig::default()
+                    .with_max_request_body_bytes(config.server.body_limit.0),
+            )
         });
 
         Ok(Gateway {

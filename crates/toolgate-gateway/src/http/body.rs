@@ -7,11 +7,18 @@ use serde::de::DeserializeOwned;
 
 use super::ApiError;
 
-/// Parses a request body as JSON of type `T`, or answers 413 for a body over the limit and
-/// 400 for one that is not the JSON expected (naming where it went wrong).
+/// Parses a request body as JSON of type `T`, or answers 413 for a body over the limit, 408
+/// for one that did not arrive in time, and 400 for one that is not the JSON expected
+/// (naming where it went wrong).
 pub fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
     let bytes = body.map_err(|rejection| {
-        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        if let Some(timed_out) = body_timed_out(&rejection) {
+            ApiError::new(
+                StatusCode::REQUEST_TIMEOUT,
+                "body_timeout",
+                timed_out.to_string(),
+            )
+        } else if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
             ApiError::new(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "body_too_large",
@@ -24,6 +31,23 @@ pub fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Re
     // The common case, a body that parses, goes straight through serde_json; only a body
     // that does not is parsed again, tracking the path, to say where it went wrong.
     serde_json::from_slice(&bytes).map_err(|error| explain::<T>(&bytes, error))
+}
+
+/// The timeout in `error`'s chain of sources, when reading a body failed because it did not
+/// arrive in time (`server.body_timeout`).
+pub fn body_timed_out<'a>(
+    error: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a (dyn std::error::Error + 'static)> {
+    let mut next = Some(error);
+    while let Some(error) = next {
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return Some(error);
+        }
+        next = error.source();
+    }
+    None
 }
 
 /// The 400 answer for a body that is not the JSON expected, naming where it went wrong.

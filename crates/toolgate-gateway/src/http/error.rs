@@ -52,7 +52,15 @@ impl From<&ToolError> for ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let retry_after = self.body.retry_after_ms;
-        let mut response = (self.status, Json(json!({ "error": self.body }))).into_response();
+        let status = self.status;
+        let mut response = (status, Json(json!({ "error": self.body }))).into_response();
+        if status == StatusCode::REQUEST_TIMEOUT {
+            // The rest of the request may still be on its way: the connection cannot carry
+            // another one.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         if let Some(ms) = retry_after {
             // Whole seconds, rounded up: a client that waits this long is admitted.
             let seconds = ms.div_ceil(1000).max(1);

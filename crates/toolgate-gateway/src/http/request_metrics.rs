@@ -2,6 +2,12 @@
 //! `toolgate_http_request_duration_seconds{route}`, recorded for every request through
 //! metric handles kept per route, method and status.
 //!
+//! Clients choose methods and paths, so neither becomes a label as sent: the route is the
+//! router's template (`/v1/tools/{name}/invoke`, or `unmatched`), the method one of the
+//! standard ones or `other`. Past [`MAX_ENTRIES`] combinations, every new one is counted
+//! under `route="other", method="other", status="other"`: the number of series has a
+//! hard bound, whatever clients send.
+//!
 //! Looking a metric up in the recorder's registry on every request means building its key
 //! (owned label strings), hashing it and taking the registry's lock. The handles the
 //! recorder hands out are cheap to keep and to update, so each distinct (route, method,
@@ -27,32 +33,115 @@ use toolgate_hooks::metrics::PerRecorder;
 use tower_layer::Layer;
 use tower_service::Service;
 
-/// How many (route, method, status) combinations the list keeps.
+/// How many (route, method, status) combinations get series of their own.
 const MAX_ENTRIES: usize = 256;
+
+/// The label of every value folded into one bucket.
+const OTHER: &str = "other";
+
+/// The label of a request's method: the standard methods by name, any other `other`.
+fn method_label(method: &Method) -> &'static str {
+    const STANDARD: [(Method, &str); 9] = [
+        (Method::GET, "GET"),
+        (Method::POST, "POST"),
+        (Method::PUT, "PUT"),
+        (Method::DELETE, "DELETE"),
+        (Method::HEAD, "HEAD"),
+        (Method::OPTIONS, "OPTIONS"),
+        (Method::PATCH, "PATCH"),
+        (Method::CONNECT, "CONNECT"),
+        (Method::TRACE, "TRACE"),
+    ];
+    STANDARD
+        .iter()
+        .find_map(|(standard, label)| (standard == method).then_some(*label))
+        .unwrap_or(OTHER)
+}
 
 /// The metric handles of the requests seen so far, registered with the current recorder.
 #[derive(Default)]
 pub(super) struct RequestMetrics {
-    entries: PerRecorder<Vec<Entry>>,
+    entries: PerRecorder<Table>,
+}
+
+/// The combinations seen so far, and the bucket of those past the bound.
+#[derive(Clone, Default)]
+struct Table {
+    entries: Vec<Entry>,
+    other: Option<Entry>,
 }
 
 #[derive(Clone)]
 struct Entry {
     route: Box<str>,
-    method: Method,
+    method: &'static str,
     status: StatusCode,
     requests: Counter,
     duration: Histogram,
 }
 
 impl Entry {
-    fn matches(&self, route: &str, method: &Method, status: StatusCode) -> bool {
+    fn matches(&self, route: &str, method: &str, status: StatusCode) -> bool {
         self.status == status && self.method == method && *self.route == *route
     }
 
     fn record(&self, elapsed: Duration) {
         self.requests.increment(1);
         self.duration.record(elapsed.as_secs_f64());
+    }
+
+    /// Registers the series of one combination with the current recorder.
+    fn register(route: &str, method: &'static str, status: StatusCode) -> Entry {
+        Entry {
+            route: route.into(),
+            method,
+            status,
+            requests: metrics::counter!(
+                "toolgate_http_requests_total",
+                "route" => route.to_owned(),
+                "method" => method,
+                "status" => status.as_str().to_owned()
+            ),
+            duration: metrics::histogram!(
+                "toolgate_http_request_duration_seconds",
+                "route" => route.to_owned()
+            ),
+        }
+    }
+
+    /// Registers the bucket of the combinations past [`MAX_ENTRIES`].
+    fn register_other() -> Entry {
+        Entry {
+            route: OTHER.into(),
+            method: OTHER,
+            status: StatusCode::default(),
+            requests: metrics::counter!(
+                "toolgate_http_requests_total",
+                "route" => OTHER,
+                "method" => OTHER,
+                "status" => OTHER
+            ),
+            duration: metrics::histogram!(
+                "toolgate_http_request_duration_seconds",
+                "route" => OTHER
+            ),
+        }
+    }
+}
+
+impl Table {
+    /// The entry a request is counted in, if it is registered: its own, or the bucket of
+    /// those past the bound once the table is full.
+    fn find(&self, route: &str, method: &str, status: StatusCode) -> Option<&Entry> {
+        let own = self
+            .entries
+            .iter()
+            .find(|e| e.matches(route, method, status));
+        if own.is_some() || self.entries.len() < MAX_ENTRIES {
+            own
+        } else {
+            self.other.as_ref()
+        }
     }
 }
 
@@ -66,41 +155,33 @@ impl RequestMetrics {
         status: StatusCode,
         elapsed: Duration,
     ) {
-        let (recorded, known) = self.entries.with_current(|entries| {
-            let entries = entries.map_or(&[][..], Vec::as_slice);
-            let entry = entries.iter().find(|e| e.matches(route, method, status));
+        let method = method_label(method);
+        let recorded = self.entries.with_current(|table| {
+            let entry = table.and_then(|table| table.find(route, method, status));
             if let Some(entry) = entry {
                 entry.record(elapsed);
             }
-            (entry.is_some(), entries.len())
+            entry.is_some()
         });
         if recorded {
             return;
         }
-        let entry = Entry {
-            route: route.into(),
-            method: method.clone(),
-            status,
-            requests: metrics::counter!(
-                "toolgate_http_requests_total",
-                "route" => route.to_owned(),
-                "method" => method.as_str().to_owned(),
-                "status" => status.as_str().to_owned()
-            ),
-            duration: metrics::histogram!(
-                "toolgate_http_request_duration_seconds",
-                "route" => route.to_owned()
-            ),
-        };
-        entry.record(elapsed);
-        if known >= MAX_ENTRIES {
-            // Clients choose methods, so the combinations have no bound: past this many,
-            // new ones are registered on each request, as without the list.
-            return;
-        }
-        self.entries.update(|entries| {
-            if !entries.iter().any(|e| e.matches(route, method, status)) {
-                entries.push(entry.clone());
+        // Registered under the table's update, so that a combination is registered once
+        // and the table never holds more than the bound (the update may run more than once
+        // when requests race; registering a series twice gives the same series).
+        self.entries.update(|table| {
+            if table.find(route, method, status).is_some() {
+                return;
+            }
+            if table.entries.len() < MAX_ENTRIES {
+                table.entries.push(Entry::register(route, method, status));
+            } else {
+                table.other = Some(Entry::register_other());
+            }
+        });
+        self.entries.with_current(|table| {
+            if let Some(entry) = table.and_then(|table| table.find(route, method, status)) {
+                entry.record(elapsed);
             }
         });
     }

@@ -9,6 +9,9 @@
 //! Handles belong to the recorder that registered them: when another recorder becomes the
 //! current one (a global recorder installed after the first call, a test's local
 //! recorder), the table starts again.
+//!
+//! The number of series has a hard bound: past [`MAX_TOOLS`] tools, calls are counted under
+//! `tool="other"`, and past [`MAX_CODES`] error codes of one tool, under `code="other"`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -56,6 +59,9 @@ impl Outcome<'_> {
     }
 }
 
+/// The label of every value folded into one bucket.
+const OTHER: &str = "other";
+
 /// The result of a cache lookup.
 #[derive(Clone, Copy)]
 pub(super) enum CacheResult {
@@ -91,16 +97,26 @@ struct ToolHandles {
     suspended: Option<(Counter, Histogram)>,
     error_duration: Option<Histogram>,
     errors: Vec<(Box<str>, Counter)>,
+    /// The calls that failed with a code past the first [`MAX_CODES`].
+    other_errors: Option<Counter>,
     hooks: Vec<(Stage, Arc<str>, Histogram)>,
     cache_lookups: [Option<Counter>; 3],
     rate_limited: Option<Counter>,
 }
 
 impl ToolHandles {
+    /// The counter of calls that failed with `code`: its own, or the bucket of the codes
+    /// past the bound once the tool has [`MAX_CODES`].
     fn error(&self, code: &str) -> Option<&Counter> {
-        self.errors
+        let own = self
+            .errors
             .iter()
-            .find_map(|(c, counter)| (**c == *code).then_some(counter))
+            .find_map(|(c, counter)| (**c == *code).then_some(counter));
+        if own.is_some() || self.errors.len() < MAX_CODES {
+            own
+        } else {
+            self.other_errors.as_ref()
+        }
     }
 
     fn hook(&self, timing: &HookTiming) -> Option<&Histogram> {
@@ -163,16 +179,17 @@ impl ToolHandles {
     fn register(&mut self, names: &Names, tool: &str, observation: &Observation<'_>) {
         let tool_label = || Label::new("tool", tool.to_owned());
         let outcome = observation.outcome;
-        let calls = || {
+        let calls_with = |code: Label| {
             counter!(
                 names.calls.clone(),
                 vec![
                     tool_label(),
                     Label::from_static_parts("outcome", outcome.label()),
-                    outcome.code(),
+                    code,
                 ]
             )
         };
+        let calls = || calls_with(outcome.code());
         let duration = || {
             histogram!(
                 names.call_duration.clone(),
@@ -191,7 +208,12 @@ impl ToolHandles {
             }
             Outcome::Error(code) => {
                 if self.error(code).is_none() {
-                    self.errors.push((code.into(), calls()));
+                    if self.errors.len() < MAX_CODES {
+                        self.errors.push((code.into(), calls()));
+                    } else {
+                        self.other_errors =
+                            Some(calls_with(Label::from_static_parts("code", OTHER)));
+                    }
                 }
                 self.error_duration.get_or_insert_with(duration);
             }
@@ -226,54 +248,39 @@ impl ToolHandles {
                 .get_or_insert_with(|| counter!(names.rate_limited.clone(), vec![tool_label()]));
         }
     }
-
-    /// Takes from `other` the handles this one lacks.
-    fn merge(&mut self, other: &ToolHandles) {
-        if self.success.is_none() {
-            self.success.clone_from(&other.success);
-        }
-        if self.suspended.is_none() {
-            self.suspended.clone_from(&other.suspended);
-        }
-        if self.error_duration.is_none() {
-            self.error_duration.clone_from(&other.error_duration);
-        }
-        for (code, counter) in &other.errors {
-            if self.errors.len() < MAX_CODES && self.error(code).is_none() {
-                self.errors.push((code.clone(), counter.clone()));
-            }
-        }
-        for (stage, hook, histogram) in &other.hooks {
-            if !self
-                .hooks
-                .iter()
-                .any(|(s, h, _)| *s == *stage && *h == *hook)
-            {
-                self.hooks.push((*stage, hook.clone(), histogram.clone()));
-            }
-        }
-        for (mine, theirs) in self.cache_lookups.iter_mut().zip(&other.cache_lookups) {
-            if mine.is_none() {
-                mine.clone_from(theirs);
-            }
-        }
-        if self.rate_limited.is_none() {
-            self.rate_limited.clone_from(&other.rate_limited);
-        }
-    }
 }
 
-/// How many tools the table keeps. Tool names come from the registry and error codes from
-/// tools, but neither is bounded here: past these limits, the series left out are
-/// registered on each call, as without the table.
+/// How many tools get series of their own; the calls of any further tool are counted under
+/// `tool="other"`. Tool names come from the registry, but a registry fed by upstream
+/// servers has no bound of its own.
 const MAX_TOOLS: usize = 4096;
-/// How many error codes the table keeps per tool (see [`MAX_TOOLS`]).
+/// How many error codes of one tool get series of their own; further codes are counted
+/// under `code="other"`. Codes come from tools and hooks, which may make them up.
 const MAX_CODES: usize = 64;
 
 /// The handles of every tool seen so far, registered with the current recorder.
 #[derive(Default)]
 pub(super) struct Handles {
-    tools: PerRecorder<HashMap<Box<str>, ToolHandles, foldhash::fast::RandomState>>,
+    tools: PerRecorder<Table>,
+}
+
+/// The handles by tool, and those of the tools past [`MAX_TOOLS`].
+#[derive(Clone, Default)]
+struct Table {
+    tools: HashMap<Box<str>, ToolHandles, foldhash::fast::RandomState>,
+    other: ToolHandles,
+}
+
+impl Table {
+    /// The handles `tool` records into: its own, or the bucket of the tools past the bound
+    /// once the table is full; `None` for a tool not seen yet while there is room.
+    fn get(&self, tool: &str) -> Option<&ToolHandles> {
+        match self.tools.get(tool) {
+            Some(handles) => Some(handles),
+            None if self.tools.len() >= MAX_TOOLS => Some(&self.other),
+            None => None,
+        }
+    }
 }
 
 impl std::fmt::Debug for Handles {
@@ -281,7 +288,7 @@ impl std::fmt::Debug for Handles {
         f.debug_struct("Handles")
             .field(
                 "tools",
-                &self.tools.with_current(|t| t.map_or(0, HashMap::len)),
+                &self.tools.with_current(|t| t.map_or(0, |t| t.tools.len())),
             )
             .finish()
     }
@@ -290,25 +297,31 @@ impl std::fmt::Debug for Handles {
 impl Handles {
     /// Records one call of `tool`.
     pub(super) fn record(&self, names: &Names, tool: &str, observation: &Observation<'_>) {
-        // `None`: recorded; `Some(known)`: a handle is missing, `known` is what there is.
-        let missing = self.tools.with_current(|tools| {
-            let Some(handles) = tools.and_then(|tools| tools.get(tool)) else {
-                return Some(None);
-            };
-            (!handles.record(observation)).then(|| Some(handles.clone()))
+        let recorded = self.tools.with_current(|table| {
+            table
+                .and_then(|table| table.get(tool))
+                .is_some_and(|handles| handles.record(observation))
         });
-        let Some(known) = missing else {
+        if recorded {
             return;
-        };
-        let mut handles = known.unwrap_or_default();
-        handles.register(names, tool, observation);
-        let recorded = handles.record(observation);
-        debug_assert!(recorded, "every handle needed was just registered");
-        self.tools.update(|tools| {
-            if let Some(current) = tools.get_mut(tool) {
-                current.merge(&handles);
-            } else if tools.len() < MAX_TOOLS {
-                tools.insert(tool.into(), handles.clone());
+        }
+        // Registered under the table's update, so that the bounds hold when calls race
+        // (the update may run more than once; registering a series twice gives the same
+        // series).
+        self.tools.update(|table| {
+            let (handles, label) = if let Some(handles) = table.tools.get_mut(tool) {
+                (handles, tool)
+            } else if table.tools.len() >= MAX_TOOLS {
+                (&mut table.other, OTHER)
+            } else {
+                (table.tools.entry(tool.into()).or_default(), tool)
+            };
+            handles.register(names, label, observation);
+        });
+        self.tools.with_current(|table| {
+            if let Some(handles) = table.and_then(|table| table.get(tool)) {
+                let recorded = handles.record(observation);
+                debug_assert!(recorded, "every handle needed was just registered");
             }
         });
     }
@@ -440,8 +453,18 @@ mod tests {
         );
     }
 
+    /// The value of the `calls` series with all of `labels`.
+    fn calls(found: &[(String, Vec<String>, u64)], labels: &[&str]) -> Option<u64> {
+        found
+            .iter()
+            .find(|(name, have, _)| {
+                name == "calls" && labels.iter().all(|l| have.iter().any(|h| h == l))
+            })
+            .map(|(.., value)| *value)
+    }
+
     #[test]
-    fn codes_past_the_table_limit_are_still_counted() {
+    fn codes_past_the_bound_are_counted_under_other() {
         let names = names();
         let handles = Handles::default();
         let recorder = DebuggingRecorder::new();
@@ -454,19 +477,46 @@ mod tests {
             }
         });
         let found = read(&recorder);
-        for code in &codes {
+        for code in &codes[..MAX_CODES] {
             let label = format!("code={code}");
-            let count = found
-                .iter()
-                .find(|(name, labels, _)| name == "calls" && labels.contains(&label))
-                .map(|(.., value)| *value);
-            assert_eq!(count, Some(2), "{code}");
+            assert_eq!(calls(&found, &[&label]), Some(2), "{code}");
         }
-        let kept = ::metrics::with_local_recorder(&recorder, || {
-            handles
-                .tools
-                .with_current(|tools| tools.expect("kept for this recorder")["echo"].errors.len())
+        for code in &codes[MAX_CODES..] {
+            let label = format!("code={code}");
+            assert_eq!(
+                calls(&found, &[&label]),
+                None,
+                "{code} has a series of its own"
+            );
+        }
+        assert_eq!(calls(&found, &["tool=echo", "code=other"]), Some(12));
+        let series = found.iter().filter(|(name, ..)| name == "calls").count();
+        assert_eq!(series, MAX_CODES + 1);
+    }
+
+    #[test]
+    fn tools_past_the_bound_are_counted_under_other() {
+        let names = names();
+        let handles = Handles::default();
+        let recorder = DebuggingRecorder::new();
+        let tools: Vec<String> = (0..MAX_TOOLS + 3).map(|i| format!("tool_{i}")).collect();
+        ::metrics::with_local_recorder(&recorder, || {
+            for tool in &tools {
+                handles.record(&names, tool, &observation(Outcome::Success, None));
+            }
+            for tool in &tools[MAX_TOOLS..] {
+                handles.record(&names, tool, &observation(Outcome::Error("made_up"), None));
+            }
         });
-        assert_eq!(kept, MAX_CODES);
+        let found = read(&recorder);
+        assert_eq!(calls(&found, &["tool=tool_0", "code=ok"]), Some(1));
+        let last_own = format!("tool={}", tools[MAX_TOOLS - 1]);
+        assert_eq!(calls(&found, &[&last_own, "code=ok"]), Some(1));
+        let first_past = format!("tool={}", tools[MAX_TOOLS]);
+        assert_eq!(calls(&found, &[&first_past]), None);
+        assert_eq!(calls(&found, &["tool=other", "code=ok"]), Some(3));
+        assert_eq!(calls(&found, &["tool=other", "code=made_up"]), Some(3));
+        let series = found.iter().filter(|(name, ..)| name == "calls").count();
+        assert_eq!(series, MAX_TOOLS + 2);
     }
 }

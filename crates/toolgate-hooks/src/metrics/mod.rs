@@ -12,7 +12,9 @@
 //! | `toolgate_rate_limited_total` | counter | `tool` |
 //!
 //! Labels are tool names, stage and hook names and error codes only — never user ids,
-//! arguments or outputs, which would leak data and explode cardinality.
+//! arguments or outputs, which would leak data and explode cardinality. The number of
+//! series is bounded: past 4,096 tools, further tools are counted under `tool="other"`,
+//! and past 64 error codes of one tool, further codes under `code="other"`.
 //!
 //! # Examples
 //!

@@ -7,19 +7,20 @@
 //! fire drops its invocation, which releases everything its hooks acquired.
 
 use std::convert::Infallible;
-use std::fmt::Display;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http_body::{Body, Frame, SizeHint};
+use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio_util::sync::{CancellationToken, DropGuard};
 
 use super::connection::Connection;
+use super::request_body;
 
 /// Fires when the client of one HTTP request goes away before its response was sent in
 /// full. [`McpHttpService`] puts one in every request's extensions.
@@ -41,6 +42,14 @@ impl ClientDisconnected {
 /// The streamable HTTP endpoint of an [`McpServer`](crate::McpServer), from
 /// [`McpServer::http_service`](crate::McpServer::http_service): a cloneable tower service
 /// for `axum::Router::nest_service`.
+///
+/// It reads each request's body in full (at most the configuration's
+/// `max_request_body_bytes`) before the MCP server sees it, and answers what is wrong
+/// with it with its own status and a JSON-RPC error without an id: 413 for a body over
+/// the limit, 408 for one that did not arrive in time (the body failed with an
+/// [`std::io::Error`] of kind `TimedOut`), 400 with `-32700` (parse error) for a body
+/// that is not JSON and 400 with `-32600` (invalid request) for JSON that is not a
+/// JSON-RPC message.
 #[derive(Clone)]
 pub struct McpHttpService {
     inner: StreamableHttpService<Connection, LocalSessionManager>,
@@ -61,7 +70,7 @@ impl std::fmt::Debug for McpHttpService {
 impl<B> tower_service::Service<http::Request<B>> for McpHttpService
 where
     B: Body + Send + 'static,
-    B::Error: Display,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     B::Data: Send + 'static,
 {
     type Response = http::Response<GuardedBody>;
@@ -69,7 +78,10 @@ where
     type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        tower_service::Service::<http::Request<B>>::poll_ready(&mut self.inner, cx)
+        tower_service::Service::<http::Request<http_body_util::Full<Bytes>>>::poll_ready(
+            &mut self.inner,
+            cx,
+        )
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
@@ -80,9 +92,14 @@ where
         // Dropped with the response future (the client left while we were working) or
         // with an unfinished body (the client left mid-stream): either way, cancel.
         let guard = token.drop_guard();
-        let response = self.inner.call(request);
+        let mut inner = self.inner.clone();
+        let limit = inner.config.max_request_body_bytes;
         Box::pin(async move {
-            let response = response.await?;
+            let request = match request_body::read(request, limit).await {
+                Ok(request) => request,
+                Err(rejection) => return Ok(rejection),
+            };
+            let response = inner.call(request).await?;
             Ok(response.map(|body| GuardedBody {
                 inner: body,
                 guard: Some(guard),
@@ -95,6 +112,18 @@ where
 pub struct GuardedBody {
     inner: BoxBody<Bytes, Infallible>,
     guard: Option<DropGuard>,
+}
+
+impl GuardedBody {
+    /// A body of `bytes` that nothing waits on.
+    pub(super) fn complete(bytes: Bytes) -> GuardedBody {
+        GuardedBody {
+            inner: http_body_util::Full::new(bytes)
+                .map_err(|never| match never {})
+                .boxed(),
+            guard: None,
+        }
+    }
 }
 
 impl std::fmt::Debug for GuardedBody {

@@ -2,6 +2,7 @@
 
 mod connection;
 mod http;
+mod request_body;
 
 use std::fmt;
 use std::sync::Arc;

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Load benchmark on loopback: `tools/call` of echo over MCP streamable HTTP (`POST /mcp`,
+# one MCP session, every connection kept alive and reused) next to the same call on the
+# HTTP API (`POST /v1/tools/echo/invoke`), on the gateway of benches/load.yaml (API key,
+# authorization rule, rate limit, audit record per call), with 1 and with 64 connections.
+# Both sides use the same wrk script shape (a request built per call, every answer
+# checked), so the client's cost is the same.
+#
+#   crates/toolgate-gateway/benches/mcp_load.sh              # 10 s per run, release build
+#   LOAD_SECONDS=2 PROFILE=debug benches/mcp_load.sh         # a quick smoke run (CI)
+#   TOOLGATE_BIN=/tmp/old/toolgate benches/mcp_load.sh       # another build of the gateway
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+
+SECONDS_PER_RUN=${LOAD_SECONDS:-10}
+THREADS=${LOAD_THREADS:-2}
+PROFILE=${PROFILE:-release}
+
+if ! command -v wrk >/dev/null; then
+  echo "installing wrk" >&2
+  (apt-get update -qq && apt-get install -y -qq wrk) >/dev/null 2>&1 || {
+    echo "wrk is missing and could not be installed (apt-get install wrk)" >&2; exit 1; }
+fi
+
+if [ -z "${TOOLGATE_BIN:-}" ]; then
+  flag=()
+  [ "$PROFILE" = release ] && flag=(--release)
+  cargo build -q "${flag[@]}" -p toolgate-gateway --bin toolgate
+  TOOLGATE_BIN=${CARGO_TARGET_DIR:-target}/$PROFILE/toolgate
+fi
+
+work=$(mktemp -d)
+pid=
+cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null || true; rm -rf "$work"; }
+trap cleanup EXIT
+
+key=tg_load_$RANDOM$RANDOM
+export LOAD_KEY_SHA256=$(printf %s "$key" | sha256sum | cut -d' ' -f1)
+export LOAD_AUDIT_PATH=$work/audit.jsonl
+"$TOOLGATE_BIN" serve --config crates/toolgate-gateway/benches/load.yaml --listen 127.0.0.1:0 \
+  > "$work/gw.out" 2> "$work/gw.err" &
+pid=$!
+for _ in $(seq 1 100); do grep -q listening "$work/gw.out" 2>/dev/null && break; sleep 0.1; done
+url=$(sed -n 's/^toolgate listening on //p' "$work/gw.out")
+[ -n "$url" ] || { echo "the gateway did not start:" >&2; cat "$work/gw.err" >&2; exit 1; }
+
+# One MCP session for every connection: initialize, then the initialized notification.
+mcp_headers=(-H "Authorization: Bearer $key" -H 'Content-Type: application/json'
+  -H 'Accept: application/json, text/event-stream')
+session=$(curl -sf -D - -o /dev/null "${mcp_headers[@]}" -d '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"mcp_load.sh","version":"0"}}}' \
+  "$url/mcp" | tr -d '\r' | sed -n 's/^mcp-session-id: //Ip')
+[ -n "$session" ] || { echo "initialize gave no session id" >&2; exit 1; }
+curl -sf -o /dev/null "${mcp_headers[@]}" -H "mcp-session-id: $session" \
+  -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' "$url/mcp"
+
+# $1: the path; $2: a Lua format string of the body with one %d (a unique id); $3: what
+# every answer must contain.
+script() {
+  cat <<LUA
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Accept"] = "application/json, text/event-stream"
+wrk.headers["Authorization"] = "Bearer $key"
+wrk.headers["mcp-session-id"] = "$session"
+local threads = {}
+function setup(thread)
+  table.insert(threads, thread)
+  thread:set("tid", #threads)
+end
+local counter = 0
+bad = 0
+function request()
+  counter = counter + 1
+  return wrk.format(nil, "$1", nil, string.format('$2', tid * 1000000000 + counter))
+end
+function response(status, headers, body)
+  if status ~= 200 or not string.find(body, '$3', 1, true) then bad = bad + 1 end
+end
+function done(summary, latency, requests)
+  local wrong = 0
+  for _, thread in ipairs(threads) do wrong = wrong + thread:get("bad") end
+  io.write(string.format("RESULT rps=%.0f p50_ms=%.3f p99_ms=%.3f errors=%d wrong=%d\n",
+    summary.requests / (summary.duration / 1e6), latency:percentile(50) / 1000,
+    latency:percentile(99) / 1000, summary.errors.status + summary.errors.connect
+    + summary.errors.read + summary.errors.write + summary.errors.timeout, wrong))
+end
+LUA
+}
+script /mcp '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello from the load test"}}}' '"result"' > "$work/mcp.lua"
+script /v1/tools/echo/invoke '{"text":"hello from the load test %d"}' '"output"' > "$work/v1.lua"
+
+run() { # $1: lua script, $2: connections, $3: seconds
+  local threads=$THREADS
+  [ "$2" -lt "$threads" ] && threads=$2
+  wrk -t"$threads" -c"$2" -d"$3s" -s "$work/$1" "$url" | grep RESULT
+}
+warm=$(( SECONDS_PER_RUN < 2 ? SECONDS_PER_RUN : 2 ))
+echo "warm-up"; run v1.lua 64 "$warm" >/dev/null; run mcp.lua 64 "$warm" >/dev/null
+failed=0
+for connections in 1 64; do
+  for target in v1 mcp; do
+    result=$(run "$target.lua" "$connections" "$SECONDS_PER_RUN")
+    printf '%-4s %2d connection(s): %s\n' "$target" "$connections" "$result"
+    [[ "$result" == *"errors=0 wrong=0"* ]] || failed=1
+  done
+done
+[ "$failed" = 0 ] || { echo "some answers were errors or lacked a result" >&2; tail -5 "$work/gw.err" >&2; exit 1; }

@@ -1,0 +1,143 @@
+//! Request bodies with a deadline, and answers that tell the watchdog when they are sent.
+
+use std::error::Error as StdError;
+use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, ready};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::response::Response;
+use http_body::{Frame, SizeHint};
+use tokio::time::Sleep;
+
+use super::watchdog::InFlight;
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// A request body that fails with [`BodyTimedOut`] (inside an [`std::io::Error`] of kind
+/// `TimedOut`) when it has not arrived in full within its limit. The clock starts the
+/// first time the body is waited for, so a body that came with the headers costs no
+/// timer.
+pub(super) struct TimedBody<B> {
+    inner: B,
+    limit: Duration,
+    sleep: Option<Pin<Box<Sleep>>>,
+}
+
+impl<B> TimedBody<B> {
+    pub(super) fn new(inner: B, limit: Duration) -> Self {
+        TimedBody {
+            inner,
+            limit,
+            sleep: None,
+        }
+    }
+}
+
+impl<B> HttpBody for TimedBody<B>
+where
+    B: HttpBody<Data = Bytes> + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
+        let this = &mut *self;
+        if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
+        }
+        let limit = this.limit;
+        let sleep = this
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        ready!(sleep.as_mut().poll(cx));
+        Poll::Ready(Some(Err(Box::new(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            BodyTimedOut(limit),
+        )))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A request body did not arrive in full within `server.body_timeout`.
+#[derive(Debug)]
+pub struct BodyTimedOut(Duration);
+
+impl fmt::Display for BodyTimedOut {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the request body did not arrive within {:?} (`server.body_timeout`): send it at once, right after the headers",
+            self.0
+        )
+    }
+}
+
+impl StdError for BodyTimedOut {}
+
+/// The body of an answer; the request counts as answered once it is sent in full or
+/// dropped.
+pub(super) struct AnswerBody {
+    inner: Body,
+    _in_flight: InFlight,
+}
+
+impl HttpBody for AnswerBody {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The router's answer to one request, holding its [`InFlight`] until the answer's body
+/// takes it.
+pub(super) struct Answering<F> {
+    pub(super) future: F,
+    pub(super) in_flight: Option<InFlight>,
+}
+
+impl<F, E> Future for Answering<F>
+where
+    F: Future<Output = Result<Response, E>> + Unpin,
+{
+    type Output = Result<http::Response<AnswerBody>, E>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = &mut *self;
+        let response = ready!(Pin::new(&mut this.future).poll(cx))?;
+        let in_flight = this
+            .in_flight
+            .take()
+            .expect("an answer is polled again after it was ready");
+        Poll::Ready(Ok(response.map(|inner| AnswerBody {
+            inner,
+            _in_flight: in_flight,
+        })))
+    }
+}

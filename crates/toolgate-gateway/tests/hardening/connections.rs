@@ -1,0 +1,216 @@
+//! Slow, idle and surplus connections, on raw sockets: the header, body and idle timeouts
+//! and the connection cap of `server:`.
+
+use std::time::{Duration, Instant};
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::common::{Gateway, key, user_yaml};
+
+/// Longer than any wait below, even on a loaded machine: a connection still open after
+/// this was not closed by the gateway.
+const NEVER: Duration = Duration::from_secs(20);
+
+fn config(server: &str) -> String {
+    format!(
+        "server:\n{server}tools:\n  builtin: [echo, sleep]\nusers:\n{}",
+        user_yaml("alice", &["admin"])
+    )
+}
+
+async fn connect(gateway: &Gateway) -> TcpStream {
+    let address = gateway.base.trim_start_matches("http://");
+    TcpStream::connect(address).await.expect("connecting")
+}
+
+/// Everything the gateway sends until it closes the connection, and how long that took;
+/// panics if it is still open after [`NEVER`].
+async fn read_until_closed(stream: &mut TcpStream) -> (String, Duration) {
+    let started = Instant::now();
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(NEVER, stream.read(&mut buffer)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => break,
+            Ok(Ok(n)) => received.extend_from_slice(&buffer[..n]),
+            Err(_) => panic!(
+                "the connection is still open after {NEVER:?}; received: {}",
+                String::from_utf8_lossy(&received)
+            ),
+        }
+    }
+    (
+        String::from_utf8_lossy(&received).into_owned(),
+        started.elapsed(),
+    )
+}
+
+/// Reads one answer to `GET /healthz` (its length is known) and leaves the connection
+/// open.
+async fn read_health_answer(stream: &mut TcpStream) -> String {
+    let mut received = Vec::new();
+    let mut buffer = [0u8; 1024];
+    while !received.ends_with(br#"{"status":"ok"}"#) {
+        let n = tokio::time::timeout(NEVER, stream.read(&mut buffer))
+            .await
+            .expect("an answer in time")
+            .expect("reading the answer");
+        assert!(
+            n > 0,
+            "closed before the answer: {}",
+            String::from_utf8_lossy(&received)
+        );
+        received.extend_from_slice(&buffer[..n]);
+    }
+    String::from_utf8_lossy(&received).into_owned()
+}
+
+const HEALTH: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: gateway\r\n\r\n";
+
+#[tokio::test]
+async fn a_request_head_that_stops_halfway_is_closed_after_the_header_timeout() {
+    let gateway = Gateway::start(&config("  header_timeout: 300ms\n  idle_timeout: 1h\n"));
+    let mut stream = connect(&gateway).await;
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nhost: gateway\r\n")
+        .await
+        .unwrap();
+    let (received, took) = read_until_closed(&mut stream).await;
+    assert_eq!(received, "", "nothing is answered to half a head");
+    assert!(took >= Duration::from_millis(250), "closed after {took:?}");
+}
+
+#[tokio::test]
+async fn a_head_sent_a_byte_at_a_time_is_closed_after_the_header_timeout() {
+    let gateway = Gateway::start(&config("  header_timeout: 500ms\n  idle_timeout: 1h\n"));
+    let mut stream = connect(&gateway).await;
+    let started = Instant::now();
+    // Each byte comes well within the timeout; the head as a whole never does.
+    for byte in b"GET /healthz HTTP/1.1\r\nhost: gateway\r\nx-slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+    {
+        if stream.write_all(&[*byte]).await.is_err() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (received, _) = read_until_closed(&mut stream).await;
+    let took = started.elapsed();
+    assert_eq!(received, "");
+    assert!(took >= Duration::from_millis(450), "closed after {took:?}");
+    assert!(
+        took < Duration::from_millis(50 * 60),
+        "the drip reset the timeout: closed after {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_body_that_never_comes_is_answered_408_and_the_connection_closed() {
+    let gateway = Gateway::start(&config("  body_timeout: 300ms\n"));
+    let mut stream = connect(&gateway).await;
+    let head = format!(
+        "POST /v1/tools/echo/invoke HTTP/1.1\r\nhost: gateway\r\nauthorization: Bearer {}\r\n\
+         content-type: application/json\r\ncontent-length: 40\r\n\r\n{{\"text\":",
+        key("alice")
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let (received, took) = read_until_closed(&mut stream).await;
+    assert!(
+        received.starts_with("HTTP/1.1 408 Request Timeout\r\n"),
+        "{received}"
+    );
+    assert!(received.contains("connection: close\r\n"), "{received}");
+    assert!(received.contains(r#""code":"body_timeout""#), "{received}");
+    assert!(received.contains("server.body_timeout"), "{received}");
+    assert!(
+        took >= Duration::from_millis(250),
+        "answered after {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_the_idle_timeout_not_the_header_one() {
+    let gateway = Gateway::start(&config("  header_timeout: 200ms\n  idle_timeout: 2s\n"));
+    let mut stream = connect(&gateway).await;
+    stream.write_all(HEALTH).await.unwrap();
+    let answer = read_health_answer(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    let (received, took) = read_until_closed(&mut stream).await;
+    assert_eq!(received, "");
+    // The gateway's clock starts as the answer leaves; this one once it has been read,
+    // which a loaded machine may delay: a second of slack, still far past the header
+    // timeout.
+    assert!(
+        took >= Duration::from_secs(1),
+        "an idle connection was closed after {took:?}, before the idle timeout"
+    );
+}
+
+#[tokio::test]
+async fn requests_keep_a_connection_open_and_a_long_call_is_not_cut() {
+    let gateway = Gateway::start(&config(
+        "  header_timeout: 300ms\n  body_timeout: 300ms\n  idle_timeout: 1500ms\n",
+    ));
+    let mut stream = connect(&gateway).await;
+    // Five requests 400 ms apart: each gap longer than the header timeout, all of them
+    // longer than the idle timeout, and no gap near it.
+    for _ in 0..5 {
+        stream.write_all(HEALTH).await.unwrap();
+        let answer = read_health_answer(&mut stream).await;
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+    // A call that takes longer than every timeout is answered on the same connection.
+    let body = r#"{"ms": 2000}"#;
+    let request = format!(
+        "POST /v1/tools/sleep/invoke HTTP/1.1\r\nhost: gateway\r\nauthorization: Bearer {}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        key("alice"),
+        body.len()
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let (received, _) = read_until_closed(&mut stream).await;
+    assert!(received.starts_with("HTTP/1.1 200 OK\r\n"), "{received}");
+    assert!(received.contains(r#""slept_ms":2000"#), "{received}");
+}
+
+#[tokio::test]
+async fn connections_past_the_cap_are_answered_503_and_closed() {
+    let gateway = Gateway::start(&config("  max_connections: 3\n"));
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        let mut stream = connect(&gateway).await;
+        stream.write_all(HEALTH).await.unwrap();
+        read_health_answer(&mut stream).await;
+        open.push(stream);
+    }
+    let mut surplus = connect(&gateway).await;
+    let (received, _) = read_until_closed(&mut surplus).await;
+    assert!(
+        received.starts_with("HTTP/1.1 503 Service Unavailable\r\n"),
+        "{received}"
+    );
+    assert!(
+        received.contains(r#""code":"too_many_connections""#),
+        "{received}"
+    );
+    assert!(received.contains("server.max_connections"), "{received}");
+
+    // A closed connection makes room for another.
+    drop(open.pop());
+    let deadline = Instant::now() + NEVER;
+    loop {
+        let mut stream = connect(&gateway).await;
+        let _ = stream.write_all(HEALTH).await;
+        let mut first = [0u8; 12];
+        let read = tokio::time::timeout(NEVER, stream.read_exact(&mut first)).await;
+        if matches!(read, Ok(Ok(_))) && &first == b"HTTP/1.1 200" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no room was made within {NEVER:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

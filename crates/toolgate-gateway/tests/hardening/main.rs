@@ -1,0 +1,11 @@
+//! What a careless or hostile client can do to the real binary, and what it may not:
+//! grow the metrics, hold connections open, send bodies that never end or do not parse;
+//! and how fast calls on one kept-alive `/mcp` connection are answered.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod connections;
+mod mcp_endpoint;
+mod mcp_latency;
+mod metrics;

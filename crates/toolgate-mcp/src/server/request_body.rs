@@ -1,0 +1,154 @@
+//! The body of a request to the streamable HTTP endpoint, read in full before rmcp sees
+//! it, so that what is wrong with it gets the HTTP status that says so and a JSON-RPC
+//! error (rmcp would answer 500 for a body that fails to arrive and 415 for one that does
+//! not parse).
+//!
+//! | the body | the answer |
+//! |---|---|
+//! | over the limit | 413, JSON-RPC `-32600` (invalid request) |
+//! | did not arrive in time (an [`io::Error`] of kind `TimedOut` from the body) | 408 with `Connection: close`, `-32600` |
+//! | failed to arrive otherwise | 400, `-32600` |
+//! | not JSON (a `POST` of `application/json`) | 400, `-32700` (parse error) |
+//! | JSON, but not a JSON-RPC message | 400, `-32600`, with the message's `id` if it has one |
+
+use std::error::Error as StdError;
+use std::io;
+
+use bytes::Bytes;
+use http::{HeaderValue, StatusCode, header};
+use http_body::Body;
+use http_body_util::{BodyExt, Full, Limited};
+use rmcp::model::ClientJsonRpcMessage;
+use serde_json::{Value, json};
+
+use super::http::GuardedBody;
+
+type BoxError = Box<dyn StdError + Send + Sync>;
+
+/// JSON-RPC: the body is not JSON.
+const PARSE_ERROR: i64 = -32700;
+/// JSON-RPC: the body is not a valid request.
+const INVALID_REQUEST: i64 = -32600;
+
+/// Reads the body of `request` (at most `limit` bytes) and, for a `POST` of JSON, checks
+/// that it is a JSON-RPC message; the request with its body in memory, or the answer
+/// saying what is wrong.
+pub(super) async fn read<B>(
+    request: http::Request<B>,
+    limit: usize,
+) -> Result<http::Request<Full<Bytes>>, http::Response<GuardedBody>>
+where
+    B: Body,
+    B::Error: Into<BoxError>,
+{
+    let (parts, body) = request.into_parts();
+    let bytes = match Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => return Err(unreadable(&*error, limit)),
+    };
+    if parts.method == http::Method::POST
+        && is_json(&parts.headers)
+        && let Err(error) = serde_json::from_slice::<ClientJsonRpcMessage>(&bytes)
+    {
+        return Err(not_json_rpc(&bytes, &error));
+    }
+    Ok(http::Request::from_parts(parts, Full::new(bytes)))
+}
+
+/// The answer to a body that is not a JSON-RPC message: a parse error when it is not JSON,
+/// an invalid request (with the request's id, when it has one) when it is.
+fn not_json_rpc(bytes: &[u8], error: &serde_json::Error) -> http::Response<GuardedBody> {
+    if !error.is_data() {
+        return rejection(
+            StatusCode::BAD_REQUEST,
+            Value::Null,
+            PARSE_ERROR,
+            format!("the body is not valid JSON: {error}"),
+        );
+    }
+    let id = serde_json::from_slice::<Value>(bytes)
+        .ok()
+        .and_then(|message| message.get("id").cloned())
+        .filter(|id| id.is_string() || id.is_number())
+        .unwrap_or(Value::Null);
+    rejection(
+        StatusCode::BAD_REQUEST,
+        id,
+        INVALID_REQUEST,
+        format!(
+            "the body is JSON but not a valid JSON-RPC request, notification or response: {error}"
+        ),
+    )
+}
+
+/// Whether the request says its body is JSON (rmcp answers 415 to any other).
+fn is_json(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split(';').next())
+        .is_some_and(|essence| essence.trim().eq_ignore_ascii_case("application/json"))
+}
+
+/// The answer to a body that could not be read in full.
+fn unreadable(
+    error: &(dyn StdError + Send + Sync + 'static),
+    limit: usize,
+) -> http::Response<GuardedBody> {
+    if error.is::<http_body_util::LengthLimitError>() {
+        return rejection(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            Value::Null,
+            INVALID_REQUEST,
+            format!("the request body is over the limit of {limit} bytes: send a smaller message"),
+        );
+    }
+    let mut source: Option<&(dyn StdError + 'static)> = Some(error);
+    while let Some(cause) = source {
+        if cause
+            .downcast_ref::<io::Error>()
+            .is_some_and(|e| e.kind() == io::ErrorKind::TimedOut)
+        {
+            let mut answer = rejection(
+                StatusCode::REQUEST_TIMEOUT,
+                Value::Null,
+                INVALID_REQUEST,
+                format!("the request body did not arrive in time: {cause}"),
+            );
+            // The rest of the body may still be on its way: the connection cannot carry
+            // another request.
+            answer
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+            return answer;
+        }
+        source = cause.source();
+    }
+    rejection(
+        StatusCode::BAD_REQUEST,
+        Value::Null,
+        INVALID_REQUEST,
+        format!("the request body could not be read: {error}"),
+    )
+}
+
+/// A JSON-RPC error answered with `status`; `id` is null when none could be read.
+fn rejection(
+    status: StatusCode,
+    id: Value,
+    code: i64,
+    message: String,
+) -> http::Response<GuardedBody> {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": { "code": code, "message": message },
+    });
+    let mut answer = http::Response::new(GuardedBody::complete(Bytes::from(body.to_string())));
+    *answer.status_mut() = status;
+    answer.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    answer
+}
