@@ -428,7 +428,8 @@ pub trait Hook: Send + Sync + 'static {
 
     /// Phase 3: has a person approved this call, where the tool needs approval?
     ///
-    /// Runs after authorization, before any capacity is taken.
+    /// Runs after authorization, before any capacity is taken (the decision is made here;
+    /// a call that is to wait waits later, see below).
     ///
     /// * suspend — the usual answer when no approval is on record. The call does not wait
     ///   at once: it goes on through the capacity and input stages, taking its quota unit
