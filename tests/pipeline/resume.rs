@@ -1,16 +1,22 @@
-//! Suspend and resume: capacity is released while a call waits, and resuming continues
-//! after the suspending stage without re-running earlier side effects.
+//! Suspend and resume: capacity is released while a call waits, a call waits only once its
+//! quota unit is taken and its input checked and redacted, and resuming authorizes the
+//! call again, then continues after the suspending stage without re-running earlier side
+//! effects.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::json;
-use toolgate::{Pipeline, ResumeDecision, Stage::*, ToolError};
+use toolgate::{Pipeline, ResumeDecision, Stage::*, ToolError, hook_fn_sync};
 use toolgate_test::{
     CapacityCounters, CapacityHook, Inject, ScriptedTool, StageLog, assert_stages,
 };
 
 use crate::{TOOL, input, options, recorded};
 
-/// A pipeline whose hook suspends at `will_validate_input` (after quota and permit were
-/// taken), with a capacity hook to prove balance.
+/// A pipeline whose hook asks to wait at `will_validate_input` (after quota and permit were
+/// taken), with a capacity hook to prove balance. The call waits at the end of
+/// `will_redact_input`, once its input is checked and redacted.
 fn suspending_at_validate(
     tool: &ScriptedTool,
 ) -> (Pipeline, StageLog, std::sync::Arc<CapacityCounters>) {
@@ -58,6 +64,8 @@ async fn suspend_releases_capacity_and_finalizes_with_a_suspended_outcome() {
             WillAcquireSemaphore,
             WillParseInput,
             WillValidateInput,
+            WillNormalizeInput,
+            WillRedactInput,
             WillAudit,
             DidAudit,
             OnMetrics,
@@ -73,7 +81,7 @@ async fn suspend_releases_capacity_and_finalizes_with_a_suspended_outcome() {
         .await
         .unwrap()
         .expect("the call waits");
-    assert_eq!(saved.stage, WillValidateInput);
+    assert_eq!(saved.stage, WillRedactInput);
     assert_eq!(saved.input, input());
     let again = pipeline.invoke(TOOL, input(), options()).await.unwrap_err();
     assert_eq!(
@@ -97,14 +105,14 @@ async fn resume_approve_continues_after_the_suspending_stage_and_takes_a_new_per
 
     assert_eq!(out, json!("approved result"));
     assert_eq!(tool.calls(), 1);
-    // Earlier stages do not run again — except the semaphore, whose permit was given back
-    // while the call waited.
+    // Earlier stages do not run again — except authorization, decided anew, and the
+    // semaphore, whose permit was given back while the call waited.
     assert_stages(
         &log,
         &[
+            WillAuthorize,
+            WillCheckFeatureFlags,
             WillAcquireSemaphore,
-            WillNormalizeInput,
-            WillRedactInput,
             WillInjectSecrets,
             WillReadCache,
             DidCacheMiss,
@@ -182,6 +190,8 @@ async fn resume_complete_uses_the_persons_output_and_still_runs_output_stages() 
     assert_stages(
         &log,
         &[
+            WillAuthorize,
+            WillCheckFeatureFlags,
             WillRedactOutput,
             WillValidateOutput,
             WillTransformOutput,
@@ -215,6 +225,8 @@ async fn suspending_inside_execution_resumes_by_running_the_execution_phase() {
     assert_stages(
         &log,
         &[
+            WillAuthorize,
+            WillCheckFeatureFlags,
             WillAcquireSemaphore,
             AroundExecute,
             WillExecute,
@@ -267,4 +279,197 @@ async fn a_suspension_id_resumes_only_once() {
 
     assert_eq!(again, ToolError::UnknownSuspension { id: id.clone() });
     assert!(pipeline.suspended(&id).await.unwrap().is_none());
+}
+
+// ---------------------------------------------------------------------------------------
+// A call waits only once it counts against its caller's limits and its input is the one the
+// tool would run with (DESIGN.md §10).
+
+/// A pipeline whose consent hook asks to wait, with a capacity hook, a redaction hook that
+/// masks the input, and an authorization hook that refuses once `revoked` is set.
+fn consent_pipeline(
+    tool: &ScriptedTool,
+    revoked: &Arc<AtomicBool>,
+) -> (Pipeline, StageLog, Arc<CapacityCounters>) {
+    let capacity = CapacityHook::new("capacity").with_priority(100);
+    let counters = capacity.counters();
+    let revoked = Arc::clone(revoked);
+    let test = recorded(tool.clone(), |h| {
+        h.at(WillCheckConsent, Inject::suspend("a person must approve"))
+    })
+    .hook(capacity)
+    .hook(hook_fn_sync(WillRedactInput, |ctx| {
+        ctx.set_input(json!({ "q": "[REDACTED]" }));
+        Ok(())
+    }))
+    .hook(hook_fn_sync(WillAuthorize, move |ctx| {
+        if revoked.load(Ordering::SeqCst) {
+            return ctx.abort("you may no longer call `t`", "forbidden", 403);
+        }
+        Ok(())
+    }));
+    let log = test.log();
+    (test.build(), log, counters)
+}
+
+#[tokio::test]
+async fn a_call_asked_to_wait_at_consent_takes_its_quota_and_waits_with_its_redacted_input() {
+    let tool = ScriptedTool::returning(TOOL, json!("ran"));
+    let (pipeline, log, counters) = consent_pipeline(&tool, &Arc::default());
+
+    let id = suspend(&pipeline).await;
+
+    assert_eq!(counters.quota_acquires(), 1, "a waiting call took its unit");
+    counters.assert_balanced();
+    let saved = pipeline.suspended(&id).await.unwrap().expect("it waits");
+    assert_eq!(saved.stage, WillRedactInput);
+    assert_eq!(
+        saved.input,
+        json!({ "q": "[REDACTED]" }),
+        "never the raw input"
+    );
+    assert!(log.stages().contains(&WillRedactInput), "{log:?}");
+
+    let out = pipeline
+        .resume(&id, ResumeDecision::Approve, options())
+        .await;
+
+    assert_eq!(out, Ok(json!("ran")));
+    assert_eq!(
+        counters.quota_acquires(),
+        1,
+        "and does not take a second one"
+    );
+    counters.assert_balanced();
+}
+
+#[tokio::test]
+async fn a_call_over_its_rate_limit_fails_instead_of_waiting() {
+    let tool = ScriptedTool::new(TOOL);
+    let test = recorded(tool.clone(), |h| {
+        h.at(WillCheckConsent, Inject::suspend("a person must approve"))
+            .at(
+                WillAcquireQuota,
+                Inject::RetryAfter(std::time::Duration::from_secs(12)),
+            )
+    });
+    let pipeline = test.build();
+
+    let err = pipeline.invoke(TOOL, input(), options()).await.unwrap_err();
+
+    assert_eq!((err.code(), err.status()), ("rate_limited", 429));
+    assert_eq!(tool.calls(), 0);
+}
+
+#[tokio::test]
+async fn a_call_with_invalid_input_fails_instead_of_waiting() {
+    let tool = ScriptedTool::new(TOOL);
+    let pipeline = recorded(tool.clone(), |h| {
+        h.at(WillCheckConsent, Inject::suspend("a person must approve"))
+            .at(
+                WillValidateInput,
+                Inject::abort("argument `q`: not a string", "invalid_input", 400),
+            )
+    })
+    .build();
+
+    let err = pipeline
+        .invoke(TOOL, json!({ "q": 5 }), options())
+        .await
+        .unwrap_err();
+
+    assert_eq!((err.code(), err.status()), ("invalid_input", 400));
+    assert_eq!(tool.calls(), 0);
+}
+
+#[tokio::test]
+async fn a_respond_after_a_request_to_wait_does_not_get_around_the_wait() {
+    let tool = ScriptedTool::new(TOOL);
+    let pipeline = recorded(tool.clone(), |h| {
+        h.at(WillCheckConsent, Inject::suspend("a person must approve"))
+            .at(WillNormalizeInput, Inject::Respond(json!("short-circuit")))
+    })
+    .build();
+
+    let id = suspend(&pipeline).await;
+
+    let saved = pipeline.suspended(&id).await.unwrap().expect("it waits");
+    assert_eq!(saved.output, Some(json!("short-circuit")));
+    let rejected = pipeline
+        .resume(
+            &id,
+            ResumeDecision::Reject {
+                reason: "no".into(),
+            },
+            options(),
+        )
+        .await;
+    assert_eq!(rejected.unwrap_err().code(), "rejected");
+    assert_eq!(tool.calls(), 0);
+}
+
+#[tokio::test]
+async fn an_approval_after_access_was_revoked_refuses_the_call_and_never_runs_it() {
+    let tool = ScriptedTool::new(TOOL);
+    let revoked = Arc::new(AtomicBool::new(false));
+    let (pipeline, _, counters) = consent_pipeline(&tool, &revoked);
+    let id = suspend(&pipeline).await;
+
+    revoked.store(true, Ordering::SeqCst);
+    let err = pipeline
+        .resume(&id, ResumeDecision::Approve, options())
+        .await
+        .unwrap_err();
+
+    assert_eq!((err.code(), err.status()), ("forbidden", 403));
+    assert_eq!(err.to_string(), "you may no longer call `t`");
+    assert_eq!(tool.calls(), 0);
+    counters.assert_balanced();
+    let again = pipeline
+        .resume(&id, ResumeDecision::Approve, options())
+        .await;
+    assert_eq!(
+        again.unwrap_err().code(),
+        "unknown_suspension",
+        "the call ended"
+    );
+}
+
+#[tokio::test]
+async fn a_completion_after_access_was_revoked_is_refused_too_but_a_rejection_is_not() {
+    let tool = ScriptedTool::new(TOOL);
+    let revoked = Arc::new(AtomicBool::new(false));
+    let (pipeline, _, _) = consent_pipeline(&tool, &revoked);
+    let completed = suspend(&pipeline).await;
+    let rejected = suspend(&pipeline).await;
+
+    revoked.store(true, Ordering::SeqCst);
+    let complete = ResumeDecision::Complete { output: json!(1) };
+    let reject = ResumeDecision::Reject {
+        reason: "no".into(),
+    };
+
+    let err = pipeline.resume(&completed, complete, options()).await;
+    assert_eq!(err.unwrap_err().code(), "forbidden");
+    let err = pipeline.resume(&rejected, reject, options()).await;
+    assert_eq!(err.unwrap_err().code(), "rejected");
+}
+
+#[tokio::test]
+async fn a_hook_that_asks_to_wait_again_at_authorization_on_resume_refuses_the_call() {
+    let tool = ScriptedTool::new(TOOL);
+    let pipeline = recorded(tool.clone(), |h| {
+        h.at(WillAuthorize, Inject::suspend("a person must approve"))
+    })
+    .build();
+    let id = suspend(&pipeline).await;
+
+    let err = pipeline
+        .resume(&id, ResumeDecision::Approve, options())
+        .await
+        .unwrap_err();
+
+    assert_eq!(err.code(), "internal");
+    assert!(err.to_string().contains("will_check_consent"), "{err}");
+    assert_eq!(tool.calls(), 0);
 }

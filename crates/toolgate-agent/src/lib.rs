@@ -86,7 +86,7 @@ pub use state::{InMemoryStateManager, StateError, StateManager, ThreadConfig};
 pub use stats::{StatsError, StatsSaver, ToolUsage, UsageStats};
 pub use suspension::{
     FileStoreError, InMemorySuspensionStore, JsonFileSuspensionStore, SuspendedInvocation,
-    SuspensionStore, SuspensionStoreError,
+    SuspensionLimits, SuspensionStore, SuspensionStoreError, SuspensionTable,
 };
 pub use system::{
     Concurrency, ExecuteOptions, ResumeError, ResumeOptions, SystemBuildError, ToolSystem,

@@ -2,11 +2,13 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
 
 use async_trait::async_trait;
 pub use toolgate_core::{
-    InMemorySuspensionStore, SuspendedInvocation, SuspensionStore, SuspensionStoreError,
+    InMemorySuspensionStore, SuspendedInvocation, SuspensionLimits, SuspensionStore,
+    SuspensionStoreError, SuspensionTable,
 };
 
 use crate::persist::{self, Loaded};
@@ -25,39 +27,50 @@ pub struct FileStoreError {
 /// Suspended calls kept in one JSON file, rewritten atomically (write, then rename) on
 /// every change, so that calls waiting for a person survive a restart of the process.
 ///
+/// It keeps the same [`SuspensionLimits`] as the in-memory store, with a
+/// [`SuspensionTable`]: at most `max_per_user` calls per user and `max_total` in all, each
+/// expiring `expire_after` after it was suspended. Expired calls are removed from the file
+/// at the next change; their ids answer "expired" until this process ends (a restart
+/// forgets them, and they answer "unknown" after it).
+///
 /// A file that cannot be read back is moved aside with a warning and a new one started.
 /// Writes happen on the calling task, under the store's lock: the file holds only calls
-/// that wait for a person, so it stays small, and `max_entries` keeps it so.
+/// that wait for a person, and the limits keep it small.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::sync::Arc;
-/// use toolgate_agent::JsonFileSuspensionStore;
+/// use toolgate_agent::{JsonFileSuspensionStore, SuspensionLimits};
 /// use toolgate_core::Pipeline;
 ///
 /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let dir = tempfile::tempdir()?;
-/// let store = JsonFileSuspensionStore::open(dir.path().join("suspensions.json"), 1_000)?;
+/// let limits = SuspensionLimits { max_per_user: 20, ..SuspensionLimits::default() };
+/// let store = JsonFileSuspensionStore::open(dir.path().join("suspensions.json"), limits)?;
 /// let mut builder = Pipeline::builder();
 /// builder.suspension_store(Arc::new(store));
 /// # Ok(()) }
 /// ```
-#[derive(Debug)]
 pub struct JsonFileSuspensionStore {
     path: PathBuf,
     moved_aside: Option<PathBuf>,
-    max_entries: usize,
-    entries: Mutex<BTreeMap<String, SuspendedInvocation>>,
+    table: Mutex<SuspensionTable>,
+    clock: Arc<dyn Fn() -> SystemTime + Send + Sync>,
 }
 
 impl JsonFileSuspensionStore {
-    /// Opens (or starts) the store at `path`, holding at most `max_entries` calls.
+    /// Opens (or starts) the store at `path`, under `limits`. Calls read back from the
+    /// file are kept even past the caps (they were admitted when they were made); those
+    /// that expired while the process was down are dropped.
     ///
     /// # Errors
     ///
     /// [`FileStoreError`] when the file exists but cannot be read or moved aside.
-    pub fn open(path: impl Into<PathBuf>, max_entries: usize) -> Result<Self, FileStoreError> {
+    pub fn open(
+        path: impl Into<PathBuf>,
+        limits: SuspensionLimits,
+    ) -> Result<Self, FileStoreError> {
         let path = path.into();
         let (entries, moved_aside) = match persist::load(&path) {
             Ok(Loaded::Found(entries)) => (entries, None),
@@ -65,12 +78,23 @@ impl JsonFileSuspensionStore {
             Ok(Loaded::MovedAside(aside)) => (BTreeMap::new(), Some(aside)),
             Err(source) => return Err(FileStoreError { path, source }),
         };
-        Ok(JsonFileSuspensionStore {
+        let store = JsonFileSuspensionStore {
             path,
             moved_aside,
-            max_entries,
-            entries: Mutex::new(entries),
-        })
+            table: Mutex::new(SuspensionTable::new(limits)),
+            clock: Arc::new(SystemTime::now),
+        };
+        store.restore(entries);
+        Ok(store)
+    }
+
+    /// The same store, reading the time from `clock` instead of the system clock: for
+    /// tests that move time forward to see calls expire. Calls read back at open were
+    /// checked against the system clock.
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
     }
 
     /// The file.
@@ -83,12 +107,14 @@ impl JsonFileSuspensionStore {
         self.moved_aside.as_deref()
     }
 
-    /// How many calls wait.
+    /// The bounds.
+    pub fn limits(&self) -> SuspensionLimits {
+        self.lock().limits()
+    }
+
+    /// How many calls wait (expired ones not yet removed included).
     pub fn len(&self) -> usize {
-        self.entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
+        self.lock().len()
     }
 
     /// Whether no call waits.
@@ -96,62 +122,85 @@ impl JsonFileSuspensionStore {
         self.len() == 0
     }
 
-    /// Applies `change` and writes the file; on a failed write the change is undone, so
-    /// memory and file never disagree.
-    fn change<T>(
-        &self,
-        change: impl FnOnce(
-            &mut BTreeMap<String, SuspendedInvocation>,
-        ) -> Result<T, SuspensionStoreError>,
-    ) -> Result<T, SuspensionStoreError> {
-        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        let before = entries.clone();
-        let out = change(&mut entries)?;
-        if let Err(e) = persist::write_atomic(&self.path, &*entries) {
-            *entries = before;
-            return Err(SuspensionStoreError(format!(
-                "could not write {}: {e}",
-                self.path.display()
-            )));
+    /// How many calls of `user` wait.
+    pub fn waiting_for(&self, user: &str) -> usize {
+        self.lock().waiting_for(user)
+    }
+
+    fn restore(&self, entries: BTreeMap<String, SuspendedInvocation>) {
+        let now = (self.clock)();
+        let mut table = self.lock();
+        for (_, suspended) in entries {
+            table.restore(suspended, now);
         }
-        Ok(out)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SuspensionTable> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Writes the table out.
+    fn write(&self, table: &SuspensionTable) -> Result<(), SuspensionStoreError> {
+        persist::write_atomic(&self.path, table.entries()).map_err(|e| {
+            SuspensionStoreError::Unavailable(format!(
+                "could not write {}: {e}; check that its directory is writable and has room",
+                self.path.display()
+            ))
+        })
     }
 }
 
+impl std::fmt::Debug for JsonFileSuspensionStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsonFileSuspensionStore")
+            .field("path", &self.path)
+            .field("waiting", &self.len())
+            .field("limits", &self.limits())
+            .finish_non_exhaustive()
+    }
+}
+
+// On a failed write the change is undone, so that memory and file never disagree about a
+// call that can still run.
 #[async_trait]
 impl SuspensionStore for JsonFileSuspensionStore {
     async fn save(&self, suspended: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
-        self.change(|entries| {
-            if entries.len() >= self.max_entries {
-                return Err(SuspensionStoreError(format!(
-                    "{} calls already wait for a person: resume or reject some first",
-                    entries.len()
-                )));
-            }
-            entries.insert(suspended.id.clone(), suspended);
-            Ok(())
+        let now = (self.clock)();
+        let mut table = self.lock();
+        let id = suspended.id.clone();
+        table.insert(suspended, now)?;
+        self.write(&table).inspect_err(|_| {
+            let _ = table.take(&id, now);
         })
     }
 
     async fn take(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
-        let known = self
-            .entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains_key(id);
-        if known {
-            self.change(|entries| Ok(entries.remove(id)))
-        } else {
-            Ok(None)
+        let now = (self.clock)();
+        let mut table = self.lock();
+        let before = table.len();
+        match table.take(id, now) {
+            Ok(Some(suspended)) => match self.write(&table) {
+                Ok(()) => Ok(Some(suspended)),
+                Err(error) => {
+                    table.restore(suspended, now);
+                    Err(error)
+                }
+            },
+            // An expired call was removed from memory: the file forgets it too. If that
+            // write fails, the file keeps it until it is dropped as expired at the next
+            // open or write.
+            expired @ Err(SuspensionStoreError::Expired { .. }) if table.len() < before => {
+                if let Err(error) = self.write(&table) {
+                    tracing::warn!(%error, "an expired suspension stays in the file until the next write");
+                }
+                expired
+            }
+            other => other,
         }
     }
 
     async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
-        Ok(self
-            .entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(id)
-            .cloned())
+        let now = (self.clock)();
+        Ok(self.lock().get(id, now)?.cloned())
     }
 }

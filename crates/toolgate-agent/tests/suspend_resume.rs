@@ -4,13 +4,16 @@
 mod common;
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
 
 use common::{Runs, THREAD, state, system};
 use serde_json::json;
 use toolgate_agent::{
     ExecuteOptions, JsonFileSuspensionStore, ResumeDecision, ResumeError, ResumeOptions,
-    SuspensionStore, ToolCall, ToolStatus,
+    SuspensionLimits, SuspensionStore, ToolCall, ToolStatus,
 };
+use toolgate_core::User;
 
 fn transfer() -> Vec<ToolCall> {
     vec![
@@ -139,7 +142,8 @@ async fn suspensions_in_a_json_file_survive_a_restart() {
     let runs = Arc::new(Runs::default());
 
     let id = {
-        let store = Arc::new(JsonFileSuspensionStore::open(&path, 100).unwrap());
+        let store =
+            Arc::new(JsonFileSuspensionStore::open(&path, SuspensionLimits::default()).unwrap());
         let system = system(&runs, state())
             .suspension_store(store)
             .build()
@@ -152,7 +156,8 @@ async fn suspensions_in_a_json_file_survive_a_restart() {
     assert!(path.exists());
 
     // A new process: a new store from the same file, a new system.
-    let store = Arc::new(JsonFileSuspensionStore::open(&path, 100).unwrap());
+    let store =
+        Arc::new(JsonFileSuspensionStore::open(&path, SuspensionLimits::default()).unwrap());
     assert_eq!(store.len(), 1);
     let system = system(&runs, state())
         .suspension_store(store.clone())
@@ -167,7 +172,7 @@ async fn suspensions_in_a_json_file_survive_a_restart() {
         ("t1", Some(json!("transferred 10 EUR")))
     );
     assert!(store.is_empty());
-    let reopened = JsonFileSuspensionStore::open(&path, 100).unwrap();
+    let reopened = JsonFileSuspensionStore::open(&path, SuspensionLimits::default()).unwrap();
     assert!(
         reopened.is_empty(),
         "a resumed call is removed from the file too"
@@ -179,49 +184,158 @@ async fn corrupt_suspension_file_is_moved_aside_not_overwritten() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("suspensions.json");
     std::fs::write(&path, "{ not json").unwrap();
-    let store = JsonFileSuspensionStore::open(&path, 100).unwrap();
+    let store = JsonFileSuspensionStore::open(&path, SuspensionLimits::default()).unwrap();
     assert!(store.is_empty());
     let aside = store.moved_aside().unwrap();
     assert_eq!(std::fs::read_to_string(aside).unwrap(), "{ not json");
     assert!(!path.exists());
 }
 
+/// `n` calls of `transfer`, each waiting for approval.
+fn transfers(n: usize) -> Vec<ToolCall> {
+    (0..n)
+        .map(|i| {
+            ToolCall::new(
+                format!("t{i}"),
+                "transfer",
+                json!({ "text": format!("{i} EUR") }),
+            )
+        })
+        .collect()
+}
+
+/// Runs `calls` one after the other as `user`.
+fn as_user(user: &str) -> ExecuteOptions {
+    ExecuteOptions::new()
+        .user(User::new(user))
+        .concurrency(toolgate_agent::Concurrency::Sequential)
+}
+
 #[tokio::test]
-async fn a_full_file_store_refuses_more_and_the_call_fails_clearly() {
+async fn a_file_store_refuses_one_user_past_their_cap_and_other_users_still_park() {
     let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(JsonFileSuspensionStore::open(dir.path().join("s.json"), 1).unwrap());
+    let limits = SuspensionLimits {
+        max_per_user: 2,
+        ..SuspensionLimits::default()
+    };
+    let path = dir.path().join("s.json");
+    let store = Arc::new(JsonFileSuspensionStore::open(&path, limits).unwrap());
     let runs = Arc::new(Runs::default());
     let system = system(&runs, state())
         .suspension_store(store.clone())
         .build()
         .unwrap();
-    let calls = vec![
-        ToolCall::new("a", "transfer", json!({ "text": "1" })),
-        ToolCall::new("b", "transfer", json!({ "text": "2" })),
-    ];
-    let results = system
-        .execute_tools(
-            THREAD,
-            calls,
-            ExecuteOptions::new().concurrency(toolgate_agent::Concurrency::Sequential),
-        )
+
+    let mallory = system
+        .execute_tools(THREAD, transfers(3), as_user("mallory"))
         .await;
-    assert_eq!(results[0].status, ToolStatus::Suspended);
-    assert_eq!(results[1].error_code(), Some("internal"));
+    let ann = system
+        .execute_tools(THREAD, transfers(1), as_user("ann"))
+        .await;
+
+    assert_eq!(mallory[0].status, ToolStatus::Suspended);
+    assert_eq!(mallory[1].status, ToolStatus::Suspended);
+    assert_eq!(mallory[2].error_code(), Some("too_many_suspended"));
+    let message = &mallory[2].error.as_ref().unwrap().message;
     assert!(
-        results[1]
-            .error
-            .as_ref()
-            .unwrap()
-            .message
-            .contains("resume or reject some first")
+        message.contains("`mallory` already has 2 calls waiting")
+            && message.contains("wait until an approver decides"),
+        "{message}"
     );
-    assert!(
-        store
-            .get(results[0].suspension_id().unwrap())
-            .await
+    assert_eq!(
+        ann[0].status,
+        ToolStatus::Suspended,
+        "other users are unaffected"
+    );
+    assert_eq!(
+        (store.waiting_for("mallory"), store.waiting_for("ann")),
+        (2, 1)
+    );
+    let reopened = JsonFileSuspensionStore::open(&path, limits).unwrap();
+    assert_eq!(reopened.len(), 3, "the refused call never reached the file");
+    assert_eq!(Runs::of(&runs.transfer), 0);
+}
+
+#[tokio::test]
+async fn an_expired_call_in_a_file_store_answers_expired_frees_its_place_and_leaves_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.json");
+    let limits = SuspensionLimits {
+        max_per_user: 1,
+        expire_after: Duration::from_secs(3600),
+        ..SuspensionLimits::default()
+    };
+    let seconds = Arc::new(AtomicU64::new(0));
+    let read = Arc::clone(&seconds);
+    let start = SystemTime::now();
+    let store = Arc::new(
+        JsonFileSuspensionStore::open(&path, limits)
             .unwrap()
-            .is_some()
+            .with_clock(move || start + Duration::from_secs(read.load(Ordering::SeqCst))),
+    );
+    let runs = Arc::new(Runs::default());
+    let system = system(&runs, state())
+        .suspension_store(store.clone())
+        .build()
+        .unwrap();
+    let first = system
+        .execute_tools(THREAD, transfers(1), as_user("ann"))
+        .await;
+    let id = first[0].suspension_id().unwrap().to_owned();
+    let refused = system
+        .execute_tools(THREAD, transfers(1), as_user("ann"))
+        .await;
+    assert_eq!(refused[0].error_code(), Some("too_many_suspended"));
+
+    seconds.store(3600, Ordering::SeqCst);
+
+    let answer = system
+        .resume(&id, ResumeDecision::Approve, ResumeOptions::new())
+        .await;
+    assert_eq!(answer, Err(ResumeError::Expired { id: id.clone() }));
+    assert!(answer.unwrap_err().to_string().contains("expired"));
+    assert_eq!(Runs::of(&runs.transfer), 0, "an expired call never runs");
+    let again = system
+        .execute_tools(THREAD, transfers(1), as_user("ann"))
+        .await;
+    assert_eq!(again[0].status, ToolStatus::Suspended, "its place is free");
+    let file = std::fs::read_to_string(&path).unwrap();
+    assert!(
+        !file.contains(&id),
+        "the expired call left the file: {file}"
+    );
+}
+
+#[tokio::test]
+async fn a_call_that_expired_while_the_process_was_down_is_dropped_at_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.json");
+    let runs = Arc::new(Runs::default());
+    let id = {
+        let store =
+            Arc::new(JsonFileSuspensionStore::open(&path, SuspensionLimits::default()).unwrap());
+        let system = system(&runs, state())
+            .suspension_store(store)
+            .build()
+            .unwrap();
+        let results = system
+            .execute_tools(THREAD, transfers(1), as_user("ann"))
+            .await;
+        results[0].suspension_id().unwrap().to_owned()
+    };
+    // The file says the call expired a minute ago, as it would after a day-long outage.
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut file: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let a_minute_ago = SystemTime::now() - Duration::from_secs(60);
+    file[&id]["expires_at"] = serde_json::to_value(a_minute_ago).unwrap();
+    std::fs::write(&path, file.to_string()).unwrap();
+
+    let store = JsonFileSuspensionStore::open(&path, SuspensionLimits::default()).unwrap();
+
+    assert!(store.is_empty());
+    assert_eq!(
+        store.get(&id).await,
+        Err(toolgate_agent::SuspensionStoreError::Expired { id: id.clone() })
     );
 }
 
@@ -271,37 +385,47 @@ async fn a_blocking_tool_behind_an_approval_policy_waits_for_both_in_turn() {
     assert_eq!(Runs::of(&runs.transfer), 0);
 }
 
-/// Counts how often the authorization stage runs.
-struct CountAuthorize(Arc<std::sync::atomic::AtomicUsize>);
+/// Counts how often the authorization and parse stages run.
+#[derive(Default)]
+struct CountStages {
+    authorize: Arc<AtomicUsize>,
+    parse: Arc<AtomicUsize>,
+}
 
 #[toolgate_core::hook]
-impl toolgate_core::Hook for CountAuthorize {
+impl toolgate_core::Hook for CountStages {
     fn will_authorize(
         &self,
         _ctx: &mut toolgate_core::ToolInvokeContext,
     ) -> toolgate_core::HookResult {
-        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.authorize.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn will_parse_input(
+        &self,
+        _ctx: &mut toolgate_core::ToolInvokeContext,
+    ) -> toolgate_core::HookResult {
+        self.parse.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 }
 
 #[tokio::test]
-async fn resume_does_not_rerun_stages_before_the_suspension() {
+async fn resume_authorizes_again_but_does_not_rerun_the_other_stages_before_the_suspension() {
     let runs = Arc::new(Runs::default());
-    let authorized = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counts = CountStages::default();
+    let (authorized, parsed) = (Arc::clone(&counts.authorize), Arc::clone(&counts.parse));
     let mut pipeline = common::pipeline(&runs);
-    pipeline.hook(CountAuthorize(Arc::clone(&authorized)));
+    pipeline.hook(counts);
     let system = toolgate_agent::ToolSystem::builder(pipeline, state())
         .build()
         .unwrap();
     let results = system
         .execute_tools(THREAD, transfer(), ExecuteOptions::new())
         .await;
-    assert_eq!(
-        authorized.load(std::sync::atomic::Ordering::SeqCst),
-        2,
-        "one per call"
-    );
+    assert_eq!(authorized.load(Ordering::SeqCst), 2, "one per call");
+    assert_eq!(parsed.load(Ordering::SeqCst), 2, "one per call");
     system
         .resume(
             results[0].suspension_id().unwrap(),
@@ -311,9 +435,14 @@ async fn resume_does_not_rerun_stages_before_the_suspension() {
         .await
         .unwrap();
     assert_eq!(
-        authorized.load(std::sync::atomic::Ordering::SeqCst),
+        authorized.load(Ordering::SeqCst),
+        3,
+        "access is decided again when the call resumes"
+    );
+    assert_eq!(
+        parsed.load(Ordering::SeqCst),
         2,
-        "authorization ran before the suspension and is not run again"
+        "the input stages ran before the call waited and do not run again"
     );
     assert_eq!(Runs::of(&runs.transfer), 1);
 }

@@ -714,7 +714,9 @@ impl ToolInvokeContext {
         Err(Control::Error(ToolError::retry_after(delay, reason)))
     }
 
-    /// Suspends the call until a person decides (see [`Control::Suspend`]).
+    /// Suspends the call until a person decides (see [`Control::Suspend`]). Asked before
+    /// the input is checked and redacted, the call waits once it is (at the end of
+    /// `will_redact_input`).
     pub fn suspend(&self, reason: impl Into<String>) -> HookResult {
         Err(Control::Suspend(SuspendRequest::new(reason)))
     }

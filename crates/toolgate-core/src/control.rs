@@ -20,6 +20,7 @@ pub type HookResult = Result<(), Control>;
 ///   failure): `on_error`, then the record, release and end phases.
 /// * [`Control::Suspend`] — the invocation waits for a person: capacity is released, the
 ///   state is stored, and the caller gets [`ToolError::Suspended`] with an id to resume.
+///   Asked before the input is checked and redacted, it takes effect once that is done.
 ///
 /// The helpers on [`ToolInvokeContext`](crate::ToolInvokeContext) (`respond`, `abort`,
 /// `retry_after`, `suspend`) build these and read well at the end of a hook:

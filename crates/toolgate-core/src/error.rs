@@ -110,6 +110,14 @@ pub enum ToolError {
         /// The id that was asked for.
         id: String,
     },
+    /// The suspended call waited longer than its store allows: it will not run.
+    #[error(
+        "the suspended call `{id}` expired before anyone decided on it and will not run: make the call again if it is still needed"
+    )]
+    SuspensionExpired {
+        /// The id that was asked for.
+        id: String,
+    },
     /// Something inside toolgate or a hook went wrong (a panic, a broken invariant).
     #[error("internal error: {message}")]
     Internal {
@@ -179,6 +187,7 @@ impl ToolError {
             ToolError::Execution { .. } => "tool_error",
             ToolError::Provider(e) => e.code(),
             ToolError::UnknownSuspension { .. } => "unknown_suspension",
+            ToolError::SuspensionExpired { .. } => "suspension_expired",
             ToolError::Internal { .. } => "internal",
         }
     }
@@ -191,6 +200,7 @@ impl ToolError {
             ToolError::InputTooLarge { .. } => 413,
             ToolError::Aborted { status, .. } | ToolError::RetryAfter { status, .. } => *status,
             ToolError::Suspended { .. } => 202,
+            ToolError::SuspensionExpired { .. } => 410,
             ToolError::Timeout { .. } => 504,
             ToolError::Cancelled => 499,
             ToolError::Execution { .. } => 502,
@@ -227,6 +237,26 @@ impl ToolError {
             self,
             ToolError::Aborted { .. } | ToolError::RetryAfter { .. } | ToolError::Suspended { .. }
         )
+    }
+}
+
+/// A store's refusal as the caller sees it: a user over their cap of waiting calls is
+/// `too_many_suspended` (429), a full store `suspensions_full` (503), an expired call
+/// [`ToolError::SuspensionExpired`] (410), a failing store `suspension_store_unavailable`
+/// (503).
+impl From<crate::SuspensionStoreError> for ToolError {
+    fn from(error: crate::SuspensionStoreError) -> Self {
+        use crate::SuspensionStoreError as E;
+        match error {
+            E::Expired { id } => ToolError::SuspensionExpired { id },
+            e @ E::UserFull { .. } => ToolError::abort(e.to_string(), "too_many_suspended", 429),
+            e @ E::Full { .. } => ToolError::abort(e.to_string(), "suspensions_full", 503),
+            e => ToolError::abort(
+                format!("{e}; try again later"),
+                "suspension_store_unavailable",
+                503,
+            ),
+        }
     }
 }
 

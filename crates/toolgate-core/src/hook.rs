@@ -372,7 +372,9 @@ pub trait Hook: Send + Sync + 'static {
     /// * respond — the value becomes the output and the output stages run (no input
     ///   checks, no execution);
     /// * abort or any error — the call fails: `on_error`, then the record and end stages;
-    /// * suspend — the call waits for a person; resuming continues with the next stage.
+    /// * suspend — the call is to wait for a person; as at
+    ///   [`will_check_consent`](Hook::will_check_consent), it waits once its input is
+    ///   checked and redacted.
     ///
     /// Nothing is acquired here, so no release stage pairs with it.
     fn will_create_invoke_context<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
@@ -410,9 +412,13 @@ pub trait Hook: Send + Sync + 'static {
     ///
     /// * abort (`forbidden`, 403) — the call is refused: `on_error`, record, end; the tool
     ///   never runs and no capacity was taken;
-    /// * respond — the value is the answer, the output stages run, the tool does not;
-    /// * suspend — the call waits for a person's decision; resuming continues after this
-    ///   stage, so the authorization is not asked again.
+    /// * respond — the value is the answer, the output stages run, the tool does not.
+    ///
+    /// This stage runs again when a suspended call resumes to run or to be completed
+    /// ([`ctx.resumed()`](ToolInvokeContext::resumed) is set then), so that access revoked
+    /// while the call waited refuses it. Ask for approval at
+    /// [`will_check_consent`](Hook::will_check_consent), not here: a suspend or respond on
+    /// that second run refuses the call as a hook fault.
     ///
     /// An authorization hook fails closed: when its evaluator errors, it refuses.
     fn will_authorize<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
@@ -422,12 +428,19 @@ pub trait Hook: Send + Sync + 'static {
 
     /// Phase 3: has a person approved this call, where the tool needs approval?
     ///
-    /// Runs after authorization, before any capacity is taken.
+    /// Runs after authorization, before any capacity is taken (the decision is made here;
+    /// a call that is to wait waits later, see below).
     ///
-    /// * suspend — the usual answer when no approval is on record: the call is stored and
-    ///   the caller gets [`ToolError::Suspended`](crate::ToolError::Suspended) (202) with
-    ///   an id; approving it continues after this stage, rejecting it fails the call with
-    ///   `rejected` (403);
+    /// * suspend — the usual answer when no approval is on record. The call does not wait
+    ///   at once: it goes on through the capacity and input stages, taking its quota unit
+    ///   (a waiting call counts against its caller's limits) and having its input checked
+    ///   and redacted, and waits at the end of
+    ///   [`will_redact_input`](Hook::will_redact_input), so that what is stored is the call
+    ///   the tool would run. A refusal on the way (rate limit, invalid input) fails the
+    ///   call instead. The caller gets
+    ///   [`ToolError::Suspended`](crate::ToolError::Suspended) (202) with an id; approving
+    ///   it authorizes it again and continues after the input stages, rejecting it fails
+    ///   the call with `rejected` (403);
     /// * abort — the call is refused without waiting;
     /// * respond — the value is the answer, the tool does not run.
     fn will_check_consent<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
@@ -440,6 +453,9 @@ pub trait Hook: Send + Sync + 'static {
     /// * abort (e.g. `disabled`, 404 or 403) — the call is refused;
     /// * respond — a fallback answer instead of the tool's;
     /// * suspend — as at [`will_check_consent`](Hook::will_check_consent).
+    ///
+    /// Like [`will_authorize`](Hook::will_authorize), this stage runs again when a
+    /// suspended call resumes, so a tool switched off while the call waited does not run.
     fn will_check_feature_flags<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
         HookFuture::ok()
@@ -468,7 +484,7 @@ pub trait Hook: Send + Sync + 'static {
     ///
     /// Outcomes as at [`will_acquire_quota`](Hook::will_acquire_quota). A suspended call
     /// gives its permit back while it waits, and on resume this stage runs again (the
-    /// quota unit, already counted, is not taken twice).
+    /// quota unit, taken before the call waited, is not taken twice).
     fn will_acquire_semaphore<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
         HookFuture::ok()
@@ -512,7 +528,9 @@ pub trait Hook: Send + Sync + 'static {
     /// cache key and the audit record see it.
     ///
     /// Outcomes as at [`will_validate_input`](Hook::will_validate_input); a redactor that
-    /// cannot do its work fails the call rather than let the data through.
+    /// cannot do its work fails the call rather than let the data through. A call asked
+    /// to wait at an earlier stage waits once this stage's hooks are done, with the
+    /// redacted input.
     fn will_redact_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
         HookFuture::ok()

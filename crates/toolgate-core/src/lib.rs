@@ -13,6 +13,8 @@
 //!   stage with [`hook_fn`].
 //! * [`Pipeline`] — tools plus hooks compiled into per-tool plans; [`Pipeline::invoke`].
 //! * Providers in three [scopes](Scope): request → session → global.
+//! * [`SuspensionStore`] — where calls wait for a person, under [`SuspensionLimits`]
+//!   (per-user and total caps, expiry); [`Pipeline::resume`] authorizes them again.
 //!
 //! # Example
 //!
@@ -91,8 +93,8 @@ pub use registry::{RegisteredTool, ToolRef, ToolRegistry};
 pub use secret::{Secret, SecretSlot};
 pub use stage::{STAGE_COUNT, Stage, StageSet};
 pub use suspension::{
-    InMemorySuspensionStore, ResumeDecision, SuspendedInvocation, SuspensionStore,
-    SuspensionStoreError,
+    InMemorySuspensionStore, ResumeDecision, SuspendedInvocation, SuspensionLimits,
+    SuspensionStore, SuspensionStoreError, SuspensionTable,
 };
 pub use tool::{
     ErasedTool, FnTool, Handler, InputOnly, JsonTool, PreparedInput, Tool, ToolAnnotations,

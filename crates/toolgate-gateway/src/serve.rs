@@ -224,6 +224,9 @@ async fn reload(
     let gateway = Gateway::build_with(config, &next, old.extensions())
         .await
         .map_err(|e| e.in_file(path))?;
+    // Calls waiting already keep their expiry; the new bounds apply from here on.
+    next.suspensions
+        .set_limits(crate::state::suspension_limits(&gateway.config));
     state.current.store(Arc::new(gateway));
     Ok(next)
 }

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use toolgate_agent::UsageStats;
-use toolgate_core::{InMemorySuspensionStore, SuspensionStore};
+use toolgate_core::{InMemorySuspensionStore, SuspensionLimits};
 use toolgate_hooks::Rate;
 use toolgate_hooks::cache::{CacheBackend, MokaCache};
 use toolgate_hooks::concurrency::{ConcurrencyBackend, InMemoryConcurrency};
@@ -122,8 +122,9 @@ pub struct SharedState {
     pub backends: Backends,
     /// Remembered approvals.
     pub approvals: Arc<dyn ApprovalStore>,
-    /// Suspended calls.
-    pub suspensions: Arc<dyn SuspensionStore>,
+    /// Suspended calls, under the bounds of `policies.approval` (a reload changes the
+    /// bounds of calls suspended after it: [`suspension_limits`]).
+    pub suspensions: Arc<InMemorySuspensionStore>,
     /// Usage statistics, when configured.
     pub stats: Option<Arc<UsageStats>>,
 }
@@ -139,7 +140,7 @@ impl SharedState {
             state: config.state.clone(),
             backends: Backends::connect(&config.state, max_cache_entries(config)).await?,
             approvals: Arc::new(InMemoryApprovals::default()),
-            suspensions: Arc::new(InMemorySuspensionStore::new(10_000)),
+            suspensions: Arc::new(InMemorySuspensionStore::new(suspension_limits(config))),
             stats: open_stats(config)?,
         })
     }
@@ -165,6 +166,18 @@ impl SharedState {
             next.stats = open_stats(config)?;
         }
         Ok(next)
+    }
+}
+
+/// The bounds on suspended calls that `config` sets under `policies.approval` (the
+/// defaults without that section).
+pub fn suspension_limits(config: &Config) -> SuspensionLimits {
+    let defaults = crate::config::ApprovalPolicy::default();
+    let approval = config.policies.approval.as_ref().unwrap_or(&defaults);
+    SuspensionLimits {
+        max_per_user: approval.max_pending_per_user,
+        max_total: approval.max_pending,
+        expire_after: approval.expire_after,
     }
 }
 

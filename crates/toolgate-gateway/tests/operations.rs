@@ -160,6 +160,9 @@ async fn an_approval_after_a_reload_removed_the_tool_does_not_run_it() {
     let result = &answer.body["results"][0];
     assert_eq!(result["call_id"], "call_sleep");
     assert_eq!(result["status"], "error", "{}", answer.body);
+    assert_eq!(result["error"]["code"], "unknown_tool", "{}", answer.body);
+    let text = result["error"]["message"].as_str().unwrap_or_default();
+    assert!(text.contains("`sleep` no longer exists"), "{text}");
     assert!(result.get("output").is_none(), "{}", answer.body);
 
     let again = approve_as_alice().await;

@@ -16,6 +16,14 @@ pub enum ResumeError {
         /// The id asked for.
         id: String,
     },
+    /// The call waited longer than its store allows: it will not run.
+    #[error(
+        "the suspended call `{id}` expired before anyone decided on it and will not run: make the call again if it is still needed"
+    )]
+    Expired {
+        /// The id asked for.
+        id: String,
+    },
     /// The suspension store failed.
     #[error("the suspension store failed: {message}; try again, or check the store's storage")]
     Store {
@@ -48,7 +56,8 @@ impl ToolSystem {
     /// # Errors
     ///
     /// [`ResumeError::UnknownSuspension`] for an id that never existed or was already
-    /// used; [`ResumeError::Store`] when the suspension store fails;
+    /// used; [`ResumeError::Expired`] for one that waited too long;
+    /// [`ResumeError::Store`] when the suspension store fails;
     /// [`ResumeError::ThreadConfigUnavailable`] when an approval cannot be checked because
     /// the thread's configuration cannot be loaded (the call keeps waiting).
     pub async fn resume(
@@ -62,8 +71,11 @@ impl ToolSystem {
             .pipeline
             .suspended(suspension_id)
             .await
-            .map_err(|e| ResumeError::Store {
-                message: e.to_string(),
+            .map_err(|e| match e {
+                ToolError::SuspensionExpired { id } => ResumeError::Expired { id },
+                other => ResumeError::Store {
+                    message: other.to_string(),
+                },
             })?
             .ok_or_else(|| ResumeError::UnknownSuspension {
                 id: suspension_id.to_owned(),
@@ -116,9 +128,16 @@ impl ToolSystem {
             .resume_detailed(suspension_id, decision, invoke)
             .await;
         let elapsed = started.elapsed();
-        if let Err(ToolError::UnknownSuspension { id }) = &invocation.result {
+        match &invocation.result {
             // Another resume took it between the look-up and now.
-            return Err(ResumeError::UnknownSuspension { id: id.clone() });
+            Err(ToolError::UnknownSuspension { id }) => {
+                return Err(ResumeError::UnknownSuspension { id: id.clone() });
+            }
+            // It expired between the look-up and now.
+            Err(ToolError::SuspensionExpired { id }) => {
+                return Err(ResumeError::Expired { id: id.clone() });
+            }
+            _ => {}
         }
         let result = self.to_result(saved.request_id, saved.tool, invocation, elapsed, limit);
         if let Some(stats) = &self.inner.stats {

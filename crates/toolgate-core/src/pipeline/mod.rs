@@ -250,25 +250,25 @@ impl Pipeline {
     ///
     /// # Errors
     ///
-    /// [`ToolError::Internal`] when the suspension store fails.
+    /// [`ToolError::SuspensionExpired`] when it waited too long; a 503 abort when the
+    /// suspension store fails.
     pub async fn suspended(&self, id: &str) -> Result<Option<SuspendedInvocation>, ToolError> {
-        self.inner
-            .shared
-            .suspensions
-            .get(id)
-            .await
-            .map_err(|e| ToolError::internal(e.to_string()))
+        Ok(self.inner.shared.suspensions.get(id).await?)
     }
 
     /// Resumes a suspended call. It continues after the stage that suspended it, without
     /// running the earlier stages again — except `will_acquire_semaphore`, because the
-    /// concurrency permit was given back while the call waited. Identity, session and
-    /// request id are those of the suspended call; `options` may set a deadline,
-    /// a cancellation token and request providers.
+    /// concurrency permit was given back while the call waited, and, unless the decision
+    /// is a rejection, `will_authorize` and `will_check_feature_flags`: whether the caller
+    /// may call the tool is decided again by this pipeline's hooks, as they are now.
+    /// Identity, session and request id are those of the suspended call; `options` may set
+    /// a deadline, a cancellation token and request providers.
     ///
     /// # Errors
     ///
     /// [`ToolError::UnknownSuspension`] for an id that is unknown or already resumed;
+    /// [`ToolError::SuspensionExpired`] for one that waited too long;
+    /// `unknown_tool` (404) when this pipeline no longer has the tool (the call ends);
     /// otherwise as [`invoke`](Self::invoke).
     pub async fn resume(
         &self,
@@ -308,12 +308,20 @@ impl Pipeline {
             .shared
             .suspensions
             .take(suspension_id)
-            .await
-            .map_err(|e| ToolError::internal(e.to_string()))?
+            .await?
             .ok_or_else(|| ToolError::UnknownSuspension {
                 id: suspension_id.to_owned(),
             })?;
-        let entry = self.entry(&saved.tool)?;
+        let entry = self.entry(&saved.tool).map_err(|_| {
+            ToolError::abort(
+                format!(
+                    "tool `{}` no longer exists: it was removed while the call waited for approval, so the call did not run",
+                    saved.tool
+                ),
+                "unknown_tool",
+                404,
+            )
+        })?;
         options.session_id = saved.session_id.as_deref().map(Arc::from);
         options.request_id = Some(saved.request_id);
         options.user = Some(Arc::new(saved.user));

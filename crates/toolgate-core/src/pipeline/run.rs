@@ -310,6 +310,9 @@ macro_rules! run_fresh_pre_phase {
             // The tool's check comes right after the `will_validate_input` hooks: before the
             // first stage with hooks past it, or at the end when there is none.
             let mut checked = false;
+            // A request to wait made before the input is checked and redacted waits here
+            // until it is ([`park`]).
+            let mut parked = None;
             for stage in entry.plan.present().intersection(PRE_WITH_MISS).iter() {
                 if !checked && stage > Stage::WillValidateInput {
                     if let Err(control) = check_input_in_place(entry, ctx) {
@@ -317,14 +320,24 @@ macro_rules! run_fresh_pre_phase {
                     }
                     checked = true;
                 }
+                if stage > PARK_UNTIL
+                    && let Some(request) = parked.take()
+                {
+                    break 'pre Err(unpark(ctx, PARK_UNTIL, request));
+                }
                 reach_capacity_stages(ctx, stage);
                 ctx.stage = stage;
-                if let Err(control) = run_stage!(entry, ctx, stage) {
+                if let Err(control) = run_stage!(entry, ctx, stage)
+                    && let Some(control) = park(ctx, &mut parked, PARK_UNTIL, control)
+                {
                     break 'pre Err(control);
                 }
             }
             if !checked && let Err(control) = check_input_in_place(entry, ctx) {
                 break 'pre Err(control);
+            }
+            if let Some(request) = parked {
+                break 'pre Err(unpark(ctx, PARK_UNTIL, request));
             }
             ctx.stage = Stage::DidCacheMiss;
             Ok(())
@@ -560,20 +573,23 @@ fn main_outcome(
 async fn drive(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> HookResult {
     let resume_after = match start {
         Start::Fresh => None,
-        Start::Resume { after, decision } => match decision {
-            ResumeDecision::Reject { reason } => {
+        Start::Resume { after, decision } => {
+            if let ResumeDecision::Reject { reason } = decision {
                 return Err(ToolError::abort(reason, "rejected", 403).into());
             }
-            ResumeDecision::Complete { output } => {
-                ctx.set_output(output);
-                return output_phase_after(entry, ctx, after.max(Stage::DidExecute)).await;
+            authorize_again(entry, ctx).await?;
+            match decision {
+                ResumeDecision::Complete { output } => {
+                    ctx.set_output(output);
+                    return output_phase_after(entry, ctx, after.max(Stage::DidExecute)).await;
+                }
+                ResumeDecision::Approve if ctx.output().is_some() => {
+                    // Suspended after a respond or after execution: only output stages remain.
+                    return output_phase_after(entry, ctx, after.max(Stage::DidExecute)).await;
+                }
+                _ => Some(after),
             }
-            ResumeDecision::Approve if ctx.output().is_some() => {
-                // Suspended after a respond or after execution: only output stages remain.
-                return output_phase_after(entry, ctx, after.max(Stage::DidExecute)).await;
-            }
-            ResumeDecision::Approve => Some(after),
-        },
+        }
     };
 
     // Phases without hooks are run in place, without a future of their own.
@@ -613,26 +629,118 @@ async fn drive(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> 
 /// Phases 1–6 of a resumed invocation. Ends with `Err(Control::Respond)` on a
 /// short-circuit.
 async fn pre_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext, after: Stage) -> HookResult {
+    // A request to wait from a stage that runs again (the semaphore) waits until the
+    // stages that ran before the suspension are passed again.
+    let until = PARK_UNTIL.max(after);
+    let mut parked = None;
     for &stage in PRE_STAGES {
         // Stages up to the suspending one are done — except the semaphore, whose permit
         // was given back while the call waited.
         if stage <= after && stage != Stage::WillAcquireSemaphore {
             continue;
         }
+        if stage > until
+            && let Some(request) = parked.take()
+        {
+            return Err(unpark(ctx, until, request));
+        }
         match stage {
             Stage::WillAcquireQuota => ctx.progress.quota = true,
             Stage::WillAcquireSemaphore => ctx.progress.semaphore = true,
             _ => {}
         }
-        if enter(entry, ctx, stage) {
-            run_stage!(entry, ctx, stage)?;
+        if enter(entry, ctx, stage)
+            && let Err(control) = run_stage!(entry, ctx, stage)
+            && let Some(control) = park(ctx, &mut parked, until, control)
+        {
+            return Err(control);
         }
         if stage == Stage::WillValidateInput {
             check_input(entry, ctx)?;
         }
     }
+    if let Some(request) = parked {
+        return Err(unpark(ctx, until, request));
+    }
     if after < Stage::DidCacheMiss && enter(entry, ctx, Stage::DidCacheMiss) {
         run_stage!(entry, ctx, Stage::DidCacheMiss)?;
+    }
+    Ok(())
+}
+
+/// The last stage before a call that asks to wait actually waits: the end of
+/// `will_redact_input`. A call is bound to what it would run with (DESIGN.md §10), so a
+/// request to wait from an earlier stage — consent, in the policy phase — is parked while
+/// the call goes on: it takes its quota unit (a waiting call counts against its caller's
+/// limits), its input is checked and redacted, and only then is it stored. An error on the
+/// way (over the rate limit, invalid input) fails the call instead: nobody is asked to
+/// approve a call that could not run.
+const PARK_UNTIL: Stage = Stage::WillRedactInput;
+
+/// What a control outcome of a pre-execution stage does while requests to wait are parked
+/// until `until`: `None` to go on with the next stage.
+///
+/// * A request to wait at a stage up to `until` is parked. A second one joins the first:
+///   one person's decision settles the call.
+/// * A respond while one is parked keeps the value as the output and the call waits now:
+///   a short-circuit does not get around the wait.
+/// * Anything else ends the main phases as usual.
+fn park(
+    ctx: &mut ToolInvokeContext,
+    parked: &mut Option<SuspendRequest>,
+    until: Stage,
+    control: Control,
+) -> Option<Control> {
+    match control {
+        Control::Suspend(request) if ctx.stage <= until => {
+            if parked.is_none() {
+                *parked = Some(request);
+            } else {
+                tracing::debug!(stage = %ctx.stage, reason = %request.reason, "a second request to wait joins the first: one decision settles the call");
+            }
+            None
+        }
+        Control::Respond(value) => match parked.take() {
+            Some(request) => {
+                ctx.set_output(value);
+                Some(Control::Suspend(request))
+            }
+            None => Some(Control::Respond(value)),
+        },
+        other => Some(other),
+    }
+}
+
+/// The parked request takes effect: the call waits as if suspended at `at`.
+fn unpark(ctx: &mut ToolInvokeContext, at: Stage, request: SuspendRequest) -> Control {
+    ctx.stage = at;
+    Control::Suspend(request)
+}
+
+/// The policy stages that decide whether a call may run at all. They run again when a
+/// suspended call resumes to run or to be completed, with the pipeline's hooks as they are
+/// now: access may have been revoked, or a tool switched off, while the call waited
+/// (DESIGN.md §10). Consent is not asked again: a person has just decided.
+const AUTHORIZE_AGAIN: [Stage; 2] = [Stage::WillAuthorize, Stage::WillCheckFeatureFlags];
+
+/// Runs [`AUTHORIZE_AGAIN`] for a resumed call. A hook there may let the call through or
+/// refuse it; any other outcome is a hook that does not belong there, and refuses the call.
+async fn authorize_again(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
+    for stage in AUTHORIZE_AGAIN {
+        if !enter(entry, ctx, stage) {
+            continue;
+        }
+        match run_stage!(entry, ctx, stage) {
+            Ok(()) => {}
+            Err(Control::Error(error)) => return Err(Control::Error(error)),
+            Err(other) => {
+                return Err(ToolError::internal(format!(
+                    "a hook at `{stage}` answered a resumed call with `{}`, so it did not run: on resume that stage may only let a call through or refuse it (ask for approval at `will_check_consent`)",
+                    other.label()
+                ))
+                .into());
+            }
+        }
     }
     Ok(())
 }
@@ -762,12 +870,9 @@ async fn suspend(
         reason: request.reason.clone(),
         payload: request.payload,
         suspended_at: std::time::SystemTime::now(),
+        expires_at: None,
     };
-    entry.shared.suspensions.save(saved).await.map_err(|e| {
-        ToolError::internal(format!(
-            "the call asked to wait for approval but could not be suspended: {e}"
-        ))
-    })?;
+    entry.shared.suspensions.save(saved).await?;
     tracing::info!(stage = %stage, suspension_id = %id, "invocation suspended");
     Ok(ToolError::Suspended {
         suspension_id: id,

@@ -289,6 +289,20 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             "`hash` mode needs a secret salt: set `salt: ${REDACTION_SALT}`",
         ));
     }
+    if let Some(approval) = &policies.approval {
+        if approval.max_pending_per_user == 0 || approval.max_pending == 0 {
+            return Err(ConfigError::invalid(
+                "policies.approval",
+                "`max_pending_per_user` and `max_pending` must be at least 1 (to need no approval, leave the tool out of `tools`)",
+            ));
+        }
+        if approval.expire_after.is_zero() {
+            return Err(ConfigError::invalid(
+                "policies.approval.expire_after",
+                "a waiting call must be given time for a person to decide, e.g. `24h`",
+            ));
+        }
+    }
     if let Some(stats) = &config.stats
         && stats.autosave.is_zero()
     {
@@ -387,5 +401,22 @@ mod tests {
         let error = parse(text).unwrap_err().to_string();
         assert!(error.contains("TOOLGATE_TEST_SURELY_UNSET"), "{error}");
         assert!(error.contains("`state`"), "{error}");
+    }
+
+    #[test]
+    fn approval_bounds_default_to_a_hundred_per_user_and_a_day_and_refuse_zero() {
+        let config = parse("policies:\n  approval:\n    tools: [sleep]\n").unwrap();
+        let approval = config.policies.approval.expect("the section");
+        assert_eq!(
+            (approval.max_pending_per_user, approval.max_pending),
+            (100, 10_000)
+        );
+        assert_eq!(approval.expire_after.as_secs(), 24 * 3600);
+        assert!(approval.four_eyes);
+
+        let zero = parse("policies:\n  approval:\n    max_pending_per_user: 0\n").unwrap_err();
+        assert_eq!(zero.field(), "policies.approval");
+        let never = parse("policies:\n  approval:\n    expire_after: 0s\n").unwrap_err();
+        assert_eq!(never.field(), "policies.approval.expire_after");
     }
 }

@@ -81,7 +81,7 @@ pub struct RuleEntry {
 }
 
 /// `approval:` — calls that are suspended until a person approves them through
-/// `POST /v1/suspensions/{id}/resume`.
+/// `POST /v1/suspensions/{id}/resume`, and the bounds on calls that wait.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ApprovalPolicy {
@@ -97,6 +97,48 @@ pub struct ApprovalPolicy {
     /// Roles allowed to resume suspended calls (default `[admin]`).
     #[serde(default = "admin")]
     pub approver_roles: Vec<String>,
+    /// Whether an approver is refused when approving or completing their own call
+    /// (default true: an approval is a second person's check).
+    #[serde(default = "yes")]
+    pub four_eyes: bool,
+    /// Calls one user may have waiting at once (default 100).
+    #[serde(default = "max_pending_per_user")]
+    pub max_pending_per_user: usize,
+    /// Calls waiting in all (default 10 000).
+    #[serde(default = "max_pending")]
+    pub max_pending: usize,
+    /// How long a call may wait before it expires (default `24h`).
+    #[serde(default = "expire_after", with = "values::duration")]
+    pub expire_after: Duration,
+}
+
+impl Default for ApprovalPolicy {
+    /// Every field at its default. Without an `approval` section no call needs approval,
+    /// but the bounds and `four_eyes` still apply to calls suspended by hooks of your own.
+    fn default() -> Self {
+        ApprovalPolicy {
+            tools: Vec::new(),
+            tags: Vec::new(),
+            destructive_tools: true,
+            approver_roles: admin(),
+            four_eyes: true,
+            max_pending_per_user: max_pending_per_user(),
+            max_pending: max_pending(),
+            expire_after: expire_after(),
+        }
+    }
+}
+
+fn max_pending_per_user() -> usize {
+    100
+}
+
+fn max_pending() -> usize {
+    10_000
+}
+
+fn expire_after() -> Duration {
+    Duration::from_secs(24 * 60 * 60)
 }
 
 fn yes() -> bool {

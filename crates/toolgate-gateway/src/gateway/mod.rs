@@ -74,6 +74,7 @@ pub struct Gateway {
     authorize: Option<Arc<Authorize>>,
     audit: Option<Arc<Audit>>,
     approver_roles: Vec<String>,
+    four_eyes: bool,
     extensions: Extensions,
     _upstreams: Vec<Upstream>,
 }
@@ -155,6 +156,11 @@ impl Gateway {
                 .as_ref()
                 .map(|a| a.approver_roles.clone())
                 .unwrap_or_else(|| vec!["admin".to_owned()]),
+            four_eyes: config
+                .policies
+                .approval
+                .as_ref()
+                .is_none_or(|a| a.four_eyes),
             config,
             system,
             mcp,
@@ -200,6 +206,12 @@ impl Gateway {
     /// Whether `user` may resume suspended calls.
     pub fn may_approve(&self, user: &User) -> bool {
         self.approver_roles.iter().any(|role| user.has_role(role))
+    }
+
+    /// Whether an approver is refused when approving or completing their own call
+    /// (`policies.approval.four_eyes`, on by default).
+    pub fn four_eyes(&self) -> bool {
+        self.four_eyes
     }
 
     /// Which hooks run at which stage, in order, for every tool: what `toolgate check`

@@ -8,7 +8,7 @@ use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_agent::{ResumeError, ResumeOptions};
-use toolgate_core::ResumeDecision;
+use toolgate_core::{ResumeDecision, SuspendedInvocation, ToolError};
 
 use super::body::json_body;
 use super::{ApiError, Caller, request_timeout};
@@ -23,19 +23,33 @@ fn not_found(id: &str) -> ApiError {
     )
 }
 
-/// A suspended call, for its caller or an approver: the tool, the reason, and what the
-/// approver needs to decide.
+fn expired(id: &str) -> ApiError {
+    ApiError::from(&ToolError::SuspensionExpired { id: id.to_owned() })
+}
+
+/// The waiting call with this id: 404 when there is none, 410 when it expired.
+async fn waiting(caller: &Caller, id: &str) -> Result<SuspendedInvocation, ApiError> {
+    caller
+        .gateway
+        .pipeline()
+        .suspended(id)
+        .await
+        .map_err(|e| ApiError::from(&e))?
+        .ok_or_else(|| not_found(id))
+}
+
+/// An instant as RFC 3339 text, to the second.
+fn rfc3339(at: std::time::SystemTime) -> String {
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+/// A suspended call, for its caller or an approver: the tool, the reason, the input it
+/// would run with (validated and redacted), and when it expires.
 pub async fn show(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let saved = caller
-        .gateway
-        .pipeline()
-        .suspended(&id)
-        .await
-        .map_err(|e| ApiError::from(&e))?
-        .ok_or_else(|| not_found(&id))?;
+    let saved = waiting(&caller, &id).await?;
     // Someone else's suspension is as invisible as a missing one.
     if saved.user.id != caller.user.id && !caller.gateway.may_approve(&caller.user) {
         return Err(not_found(&id));
@@ -46,7 +60,10 @@ pub async fn show(
         "user": saved.user.id,
         "reason": saved.reason,
         "payload": saved.payload,
+        "input": saved.input,
         "stage": saved.stage,
+        "suspended_at": rfc3339(saved.suspended_at),
+        "expires_at": saved.expires_at.map(rfc3339),
     })))
 }
 
@@ -97,6 +114,22 @@ pub async fn resume(
         },
         Decision::Complete { output } => ResumeDecision::Complete { output },
     };
+    // Four eyes: whoever made the call may withdraw it, not wave it through. Checked
+    // before anything runs, so the call keeps waiting for another approver.
+    let settles = !matches!(decision, ResumeDecision::Reject { .. });
+    if settles && caller.gateway.four_eyes() {
+        let saved = waiting(&caller, &id).await?;
+        if saved.user.id == caller.user.id {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "four_eyes",
+                format!(
+                    "`{}` may not approve or complete their own call (`policies.approval.four_eyes`): ask another approver; the call keeps waiting",
+                    caller.user.id
+                ),
+            ));
+        }
+    }
     let options = ResumeOptions::new().timeout(request_timeout(&caller.gateway, &headers));
     let result = caller
         .gateway
@@ -105,6 +138,7 @@ pub async fn resume(
         .await
         .map_err(|e| match e {
             ResumeError::UnknownSuspension { id } => not_found(&id),
+            ResumeError::Expired { id } => expired(&id),
             error @ ResumeError::ThreadConfigUnavailable { .. } => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "thread_config_unavailable",

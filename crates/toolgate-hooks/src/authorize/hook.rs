@@ -60,6 +60,10 @@ where
 /// (fail closed), with a message that does not leak the error's details to the caller (they
 /// are logged). Clones share the authorizer, so keep one to filter listings.
 ///
+/// A suspended call is authorized again when it resumes (the pipeline runs
+/// `will_authorize` again): one whose caller lost access while it waited is refused with a
+/// message that says the caller may no longer call the tool, and the tool does not run.
+///
 /// # Examples
 ///
 /// ```
@@ -136,6 +140,14 @@ impl Hook for Authorize {
     fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         match self.verdict(ctx.user(), ctx.tool()) {
             Verdict::Allow => Ok(()),
+            Verdict::Deny { reason } if ctx.resumed().is_some() => {
+                let reason = format!(
+                    "user `{}` may no longer call `{}`: access changed while the call waited for approval, so it did not run ({reason})",
+                    ctx.user().id,
+                    ctx.tool_name()
+                );
+                ctx.abort(reason, "forbidden", 403)
+            }
             Verdict::Deny { reason } => ctx.abort(reason, "forbidden", 403),
         }
     }

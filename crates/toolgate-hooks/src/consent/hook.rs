@@ -19,13 +19,20 @@ use super::{ApprovalStore, Approvals, InMemoryApprovals};
 /// reason enough to ask).
 ///
 /// For such a tool the hook uses a recorded approval for this user and tool (a one-shot
-/// approval is consumed, an "always" one stays). With none, the call is suspended: the
-/// caller gets [`ToolError::Suspended`] with a `suspension_id`, and
-/// [`Approvals::approve`] or [`Approvals::reject`] settles it. A resumed call continues
-/// after this stage. When the store fails, the call is refused (fail closed): code
+/// approval is consumed, an "always" one stays). With none, the call asks to wait: the
+/// pipeline lets it go on through the capacity and input stages first — it takes its quota
+/// unit, and its input is checked and redacted — and suspends it at the end of
+/// `will_redact_input`, so that what waits is the call the tool would run. A call over its
+/// rate limit or with invalid input fails then instead of waiting. The caller gets
+/// [`ToolError::Suspended`] with a `suspension_id`, and [`Approvals::approve`] or
+/// [`Approvals::reject`] settles it. A resumed call is authorized again, then continues
+/// after the input stages. When the store fails, the call is refused (fail closed): code
 /// `consent_unavailable`, HTTP 503.
 ///
-/// The suspension's payload shows the approver `{"tool", "user", "input"}`.
+/// The suspension's payload shows the approver `{"tool", "user"}`; the input to decide on
+/// is the suspension's own [`input`](toolgate_core::SuspendedInvocation::input), the
+/// validated and redacted one (the input at this stage has not been redacted yet, so it
+/// is not copied into the payload).
 ///
 /// # Examples
 ///
@@ -140,7 +147,6 @@ impl Hook for Consent {
                 .with_payload(json!({
                     "tool": ctx.tool_name(),
                     "user": ctx.user().id,
-                    "input": ctx.input(),
                 }));
                 Err(Control::Suspend(request))
             }

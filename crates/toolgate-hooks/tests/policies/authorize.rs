@@ -187,3 +187,46 @@ async fn listing_hides_every_tool_when_the_evaluator_errors() {
             .is_empty()
     );
 }
+
+#[tokio::test]
+async fn an_approved_call_whose_caller_lost_access_while_it_waited_is_refused_and_never_runs() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use toolgate_hooks::consent::Consent;
+
+    let revoked = Arc::new(AtomicBool::new(false));
+    let gate = Arc::clone(&revoked);
+    let auth = Authorize::new(move |user: &User, _: &toolgate_core::ToolDefinition| {
+        Ok(if gate.load(Ordering::SeqCst) {
+            Verdict::deny(format!("user `{}` may not call this", user.id))
+        } else {
+            Verdict::Allow
+        })
+    });
+    let consent = Consent::builder().tool("wipe").build();
+    let approvals = consent.approvals();
+    let mut builder = Pipeline::builder();
+    let wiped = ok_tool(&mut builder, "wipe");
+    let pipeline = builder.hook(auth).hook(consent).build().unwrap();
+    let waiting = pipeline
+        .invoke("wipe", json!(null), as_user("bob"))
+        .await
+        .unwrap_err();
+    let ToolError::Suspended { suspension_id, .. } = waiting else {
+        panic!("expected a suspension, got {waiting:?}");
+    };
+
+    revoked.store(true, Ordering::SeqCst);
+    let err = approvals
+        .approve(&pipeline, &suspension_id, false, Default::default())
+        .await
+        .unwrap_err();
+
+    assert_eq!((err.code(), err.status()), ("forbidden", 403));
+    assert!(
+        err.to_string()
+            .starts_with("user `bob` may no longer call `wipe`"),
+        "{err}"
+    );
+    assert_eq!(runs(&wiped), 0);
+}

@@ -1,6 +1,8 @@
 use serde_json::json;
 use toolgate_core::{Pipeline, Stage, ToolAnnotations, ToolError, tool_fn};
+use toolgate_hooks::Redaction;
 use toolgate_hooks::consent::{Approvals, Consent, Grant};
+use toolgate_hooks::partition::Partition;
 use toolgate_hooks::quota::{InMemoryQuota, Quota, Rate};
 
 use crate::support::{as_user, counting_tool, ok_tool, runs};
@@ -40,9 +42,14 @@ async fn a_call_without_approval_is_suspended_and_does_not_run() {
         .await
         .unwrap()
         .expect("the call waits");
-    assert_eq!(pending.stage, Stage::WillCheckConsent);
+    // Asked at consent, the wait begins once the input stages are done.
+    assert_eq!(pending.stage, Stage::WillRedactInput);
     assert_eq!(pending.payload["tool"], "wipe");
     assert_eq!(pending.payload["user"], "ann");
+    assert!(
+        pending.payload.get("input").is_none(),
+        "the unredacted input stays out of the payload"
+    );
     assert_eq!(runs(&runs_), 0);
 }
 
@@ -248,8 +255,7 @@ async fn a_failing_approval_store_refuses_the_call() {
 }
 
 #[tokio::test]
-async fn a_resumed_call_takes_its_quota_unit_after_approval_not_before() {
-    // Consent runs before quota: a call waiting for a person holds no quota unit.
+async fn a_waiting_call_has_taken_its_quota_unit_and_takes_no_other_when_approved() {
     let consent = Consent::builder().tool("wipe").build();
     let approvals = consent.approvals();
     let quota = InMemoryQuota::default();
@@ -270,13 +276,102 @@ async fn a_resumed_call_takes_its_quota_unit_after_approval_not_before() {
             .await
             .unwrap_err(),
     );
-    assert_eq!(quota.key_count(), 0);
+    assert_eq!(quota.key_count(), 1, "the waiting call took its unit");
     assert!(
         approvals
             .approve(&pipeline, &id, false, Default::default())
             .await
-            .is_ok()
+            .is_ok(),
+        "approving it does not take another unit (the budget of one is spent)"
     );
-    assert_eq!(quota.key_count(), 1);
     assert_eq!(quota.in_use(), 0);
+}
+
+#[tokio::test]
+async fn over_five_an_hour_the_sixth_call_is_refused_whether_or_not_the_first_five_wait() {
+    let consent = Consent::builder().tool("wipe").build();
+    let mut builder = Pipeline::builder();
+    let wiped = ok_tool(&mut builder, "wipe");
+    let read = ok_tool(&mut builder, "read");
+    let pipeline = builder
+        .hook(consent)
+        .hook(
+            Quota::builder(Rate::per_hour(5).unwrap())
+                .partition(Partition::UserTool)
+                .build(),
+        )
+        .build()
+        .unwrap();
+
+    for (tool, waits) in [("wipe", true), ("read", false)] {
+        for _ in 0..5 {
+            let answer = pipeline.invoke(tool, json!(null), as_user("ann")).await;
+            assert_eq!(answer.is_err(), waits, "{tool}: {answer:?}");
+        }
+        let sixth = pipeline
+            .invoke(tool, json!(null), as_user("ann"))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (sixth.code(), sixth.status()),
+            ("rate_limited", 429),
+            "{tool}"
+        );
+    }
+    assert_eq!((runs(&wiped), runs(&read)), (0, 5));
+}
+
+#[derive(serde::Deserialize, serde::Serialize, garde::Validate, schemars::JsonSchema)]
+struct Message {
+    #[garde(length(max = 200))]
+    text: String,
+}
+
+#[tokio::test]
+async fn a_waiting_call_keeps_its_validated_redacted_input_not_the_raw_one() {
+    let consent = Consent::builder().tool("send").build();
+    let approvals = consent.approvals();
+    let mut builder = Pipeline::builder();
+    builder
+        .tool(tool_fn(
+            "send",
+            "Sends a message.",
+            |m: Message| async move { Ok::<_, ToolError>(m.text) },
+        ))
+        .unwrap();
+    let pipeline = builder
+        .hook(consent)
+        .hook(Redaction::builder().build())
+        .build()
+        .unwrap();
+
+    let too_long = json!({ "text": "x".repeat(201) });
+    let refused = pipeline.invoke("send", too_long, as_user("ann")).await;
+    assert_eq!(
+        refused.unwrap_err().code(),
+        "invalid_input",
+        "refused, not parked"
+    );
+
+    let raw = json!({ "text": "mail ann@example.com" });
+    let id = suspension_id(
+        pipeline
+            .invoke("send", raw, as_user("ann"))
+            .await
+            .unwrap_err(),
+    );
+    let pending = pipeline.suspended(&id).await.unwrap().expect("it waits");
+    let stored = serde_json::to_string(&pending).unwrap();
+    assert!(!stored.contains("ann@example.com"), "{stored}");
+    assert_eq!(pending.input, json!({ "text": "mail [REDACTED:email]" }));
+
+    let out = approvals
+        .approve(&pipeline, &id, false, Default::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        json!("mail [REDACTED:email]"),
+        "what the tool ran with"
+    );
 }

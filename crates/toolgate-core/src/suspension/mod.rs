@@ -1,14 +1,26 @@
-//! Suspended invocations: what is kept while a call waits for a person, and how it resumes.
+//! Suspended invocations: what is kept while a call waits for a person, how long it may
+//! wait, how many calls one user may park, and how it resumes.
+//!
+//! * [`SuspensionStore`] — where calls wait; [`InMemorySuspensionStore`] is the default.
+//! * [`SuspensionLimits`] — the bounds every built-in store keeps: calls per user, calls in
+//!   all, and how long a call waits before it expires.
+//! * [`SuspensionTable`] — those bounds as a plain table, for a store of your own.
 
-use std::collections::HashMap;
+mod limits;
+mod memory;
+mod table;
+
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use crate::{Stage, User};
+
+pub use limits::SuspensionLimits;
+pub use memory::InMemorySuspensionStore;
+pub use table::SuspensionTable;
 
 /// How a person decided on a suspended call.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -45,7 +57,9 @@ pub struct SuspendedInvocation {
     pub request_id: String,
     /// The caller.
     pub user: User,
-    /// The input as it was when the call was suspended.
+    /// The input as it was when the call was suspended: a call that asks to wait before
+    /// its input stages are done waits at the end of `will_redact_input`, so this is the
+    /// validated, redacted input the tool would run with.
     pub input: Value,
     /// The output, if the call was suspended after producing one.
     pub output: Option<Value>,
@@ -59,16 +73,58 @@ pub struct SuspendedInvocation {
     pub payload: Value,
     /// When it was suspended.
     pub suspended_at: SystemTime,
+    /// When it expires: past this instant it can no longer be resumed. Set by the store
+    /// when it keeps the call ([`SuspensionLimits::expire_after`]); `None` for a store
+    /// that keeps calls until they are resumed.
+    #[serde(default)]
+    pub expires_at: Option<SystemTime>,
 }
 
-/// A suspension store failed.
+/// Why a suspension store could not keep or give back a call.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("suspension store: {0}")]
-pub struct SuspensionStoreError(pub String);
+#[non_exhaustive]
+pub enum SuspensionStoreError {
+    /// This user already has as many calls waiting as one user may.
+    #[error(
+        "user `{user}` already has {max} calls waiting for approval: wait until an approver decides on some of them, or ask one to, before making more"
+    )]
+    UserFull {
+        /// The user.
+        user: String,
+        /// How many calls one user may park.
+        max: usize,
+    },
+    /// The store holds as many waiting calls as it may.
+    #[error(
+        "{max} calls already wait for approval: try again once approvers have decided on some of them"
+    )]
+    Full {
+        /// How many calls the store may hold.
+        max: usize,
+    },
+    /// The call waited longer than its store allows and can no longer be resumed.
+    #[error(
+        "the suspended call `{id}` expired before anyone decided on it and will not run: make the call again if it is still needed"
+    )]
+    Expired {
+        /// The suspension id.
+        id: String,
+    },
+    /// The store itself failed (storage unreachable, unreadable, not writable).
+    #[error("the suspension store failed: {0}")]
+    Unavailable(String),
+}
 
 /// Where suspended invocations wait. The in-memory store is the default; the agent layer
 /// adds one that survives a restart, and a shared store (a database table, Redis) lets any
 /// replica resume a call that another one suspended.
+///
+/// A store bounds what it keeps (DESIGN.md §10): the calls of one user, the calls in all,
+/// and how long a call waits. The built-in stores keep [`SuspensionLimits`] with a
+/// [`SuspensionTable`]; a store of your own can use the table too. Refuse a call past a
+/// bound with [`SuspensionStoreError::UserFull`] or [`SuspensionStoreError::Full`] (the
+/// caller gets 429 or 503), and answer a look-up of an expired call with
+/// [`SuspensionStoreError::Expired`] (the caller gets 410).
 ///
 /// Object safe: the pipeline holds an `Arc<dyn SuspensionStore>`. Write the methods as
 /// `async fn` under [`#[async_trait]`](crate::async_trait), re-exported here so that an
@@ -97,14 +153,14 @@ pub struct SuspensionStoreError(pub String);
 /// fn parse(row: Option<String>) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
 ///     row.map(|row| serde_json::from_str(&row))
 ///         .transpose()
-///         .map_err(|e| SuspensionStoreError(format!("unreadable row: {e}")))
+///         .map_err(|e| SuspensionStoreError::Unavailable(format!("unreadable row: {e}")))
 /// }
 ///
 /// #[async_trait]
 /// impl SuspensionStore for JsonRows {
 ///     async fn save(&self, suspended: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
 ///         let row = serde_json::to_string(&suspended)
-///             .map_err(|e| SuspensionStoreError(e.to_string()))?;
+///             .map_err(|e| SuspensionStoreError::Unavailable(e.to_string()))?;
 ///         self.0.lock().unwrap().insert(suspended.id, row);
 ///         Ok(())
 ///     }
@@ -127,9 +183,9 @@ pub struct SuspensionStoreError(pub String);
 ///
 /// impl Hook for AskFirst {
 ///     fn stages(&self) -> StageSet {
-///         StageSet::of(&[Stage::WillAuthorize])
+///         StageSet::of(&[Stage::WillCheckConsent])
 ///     }
-///     fn will_authorize<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+///     fn will_check_consent<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
 ///         ctx.suspend("a person approves every call").into()
 ///     }
 /// }
@@ -150,83 +206,16 @@ pub struct SuspensionStoreError(pub String);
 /// ```
 #[async_trait]
 pub trait SuspensionStore: Send + Sync + 'static {
-    /// Keeps a suspended invocation.
+    /// Keeps a suspended invocation, or refuses it past the store's bounds.
     async fn save(&self, suspended: SuspendedInvocation) -> Result<(), SuspensionStoreError>;
 
-    /// Removes and returns the suspended invocation with this id, so that it resumes once.
+    /// Removes and returns the suspended invocation with this id, so that it resumes once;
+    /// [`SuspensionStoreError::Expired`] when it waited too long.
     async fn take(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError>;
 
-    /// The suspended invocation with this id, left in place.
+    /// The suspended invocation with this id, left in place;
+    /// [`SuspensionStoreError::Expired`] when it waited too long.
     async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError>;
-}
-
-/// The default store: in memory, bounded.
-#[derive(Debug)]
-pub struct InMemorySuspensionStore {
-    entries: Mutex<HashMap<String, SuspendedInvocation>>,
-    max_entries: usize,
-}
-
-impl InMemorySuspensionStore {
-    /// A store that holds at most `max_entries` suspended calls; past that, saving fails
-    /// (and the call fails) rather than growing without bound.
-    pub fn new(max_entries: usize) -> Self {
-        InMemorySuspensionStore {
-            entries: Mutex::new(HashMap::new()),
-            max_entries,
-        }
-    }
-
-    /// How many calls wait.
-    pub fn len(&self) -> usize {
-        self.entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .len()
-    }
-
-    /// Whether no call waits.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-}
-
-impl Default for InMemorySuspensionStore {
-    fn default() -> Self {
-        InMemorySuspensionStore::new(10_000)
-    }
-}
-
-#[async_trait]
-impl SuspensionStore for InMemorySuspensionStore {
-    async fn save(&self, suspended: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
-        let mut entries = self.entries.lock().unwrap_or_else(PoisonError::into_inner);
-        if entries.len() >= self.max_entries {
-            return Err(SuspensionStoreError(format!(
-                "{} calls already wait for approval: resume or reject some first",
-                entries.len()
-            )));
-        }
-        entries.insert(suspended.id.clone(), suspended);
-        Ok(())
-    }
-
-    async fn take(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
-        Ok(self
-            .entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(id))
-    }
-
-    async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
-        Ok(self
-            .entries
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .get(id)
-            .cloned())
-    }
 }
 
 /// A new suspension id: unguessable enough to be handed to a person, unique per process.

@@ -1,0 +1,52 @@
+//! [`SuspensionLimits`]: how many calls may wait, and for how long.
+
+use std::time::Duration;
+
+/// The bounds of a suspension store: no caller can fill it for everyone, and no call waits
+/// for ever (DESIGN.md §10).
+///
+/// * `max_per_user` — calls one user may have waiting at once (default 100). Past it, that
+///   user's next call that needs approval is refused with
+///   [`SuspensionStoreError::UserFull`](super::SuspensionStoreError::UserFull); other users
+///   are unaffected.
+/// * `max_total` — calls waiting in all (default 10 000), the backstop for memory: with
+///   inputs bounded at `b` bytes a store holds at most `max_per_user × b` for one user and
+///   `max_total × b` in all.
+/// * `expire_after` — how long a call may wait (default 24 h). An expired call no longer
+///   counts against either cap, is removed, and answers
+///   [`SuspensionStoreError::Expired`](super::SuspensionStoreError::Expired) for a while
+///   after (the most recent `max_total` expired ids are remembered).
+///
+/// # Examples
+///
+/// ```
+/// use std::time::Duration;
+/// use toolgate_core::{InMemorySuspensionStore, SuspensionLimits};
+///
+/// let limits = SuspensionLimits {
+///     max_per_user: 20,
+///     expire_after: Duration::from_secs(3600),
+///     ..SuspensionLimits::default()
+/// };
+/// let store = InMemorySuspensionStore::new(limits);
+/// assert_eq!(store.limits().max_total, 10_000);
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SuspensionLimits {
+    /// Calls one user may have waiting at once.
+    pub max_per_user: usize,
+    /// Calls waiting in all.
+    pub max_total: usize,
+    /// How long a call may wait before it expires.
+    pub expire_after: Duration,
+}
+
+impl Default for SuspensionLimits {
+    fn default() -> Self {
+        SuspensionLimits {
+            max_per_user: 100,
+            max_total: 10_000,
+            expire_after: Duration::from_secs(24 * 60 * 60),
+        }
+    }
+}

@@ -1,0 +1,209 @@
+//! [`InMemorySuspensionStore`]: the default store.
+
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::SystemTime;
+
+use async_trait::async_trait;
+
+use super::{
+    SuspendedInvocation, SuspensionLimits, SuspensionStore, SuspensionStoreError, SuspensionTable,
+};
+
+/// The wall clock a store stamps and checks expiry with.
+type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// The default store: in this process, under [`SuspensionLimits`] — per-user and total
+/// caps, and expiry.
+///
+/// # Examples
+///
+/// ```
+/// use toolgate_core::{InMemorySuspensionStore, SuspensionLimits};
+///
+/// let store = InMemorySuspensionStore::new(SuspensionLimits::default());
+/// assert!(store.is_empty());
+/// ```
+pub struct InMemorySuspensionStore {
+    table: Mutex<SuspensionTable>,
+    clock: WallClock,
+}
+
+impl InMemorySuspensionStore {
+    /// A store under `limits`.
+    pub fn new(limits: SuspensionLimits) -> Self {
+        InMemorySuspensionStore {
+            table: Mutex::new(SuspensionTable::new(limits)),
+            clock: Arc::new(SystemTime::now),
+        }
+    }
+
+    /// The same store, reading the time from `clock` instead of the system clock: for
+    /// tests that move time forward to see calls expire.
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    /// The bounds.
+    pub fn limits(&self) -> SuspensionLimits {
+        self.lock().limits()
+    }
+
+    /// Changes the bounds (a configuration reload): they apply to calls suspended from now
+    /// on; calls already waiting keep their expiry.
+    pub fn set_limits(&self, limits: SuspensionLimits) {
+        self.lock().set_limits(limits);
+    }
+
+    /// How many calls wait (expired ones not yet removed included).
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no call waits.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// How many calls of `user` wait.
+    pub fn waiting_for(&self, user: &str) -> usize {
+        self.lock().waiting_for(user)
+    }
+
+    /// Removes the calls that have expired; how many there were. Saving and looking up
+    /// do this as they go, so calling it is only needed to free memory sooner.
+    pub fn remove_expired(&self) -> usize {
+        let now = (self.clock)();
+        self.lock().remove_expired(now)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, SuspensionTable> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Default for InMemorySuspensionStore {
+    fn default() -> Self {
+        InMemorySuspensionStore::new(SuspensionLimits::default())
+    }
+}
+
+impl std::fmt::Debug for InMemorySuspensionStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InMemorySuspensionStore")
+            .field("waiting", &self.len())
+            .field("limits", &self.limits())
+            .finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl SuspensionStore for InMemorySuspensionStore {
+    async fn save(&self, suspended: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
+        let now = (self.clock)();
+        self.lock().insert(suspended, now)
+    }
+
+    async fn take(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        let now = (self.clock)();
+        self.lock().take(id, now)
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        let now = (self.clock)();
+        Ok(self.lock().get(id, now)?.cloned())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use serde_json::{Map, json};
+
+    use super::*;
+    use crate::{Stage, User};
+
+    fn call(id: &str, user: &str) -> SuspendedInvocation {
+        SuspendedInvocation {
+            id: id.into(),
+            tool: "deploy".into(),
+            tool_version: "1".into(),
+            session_id: None,
+            request_id: id.into(),
+            user: User::new(user),
+            input: json!({}),
+            output: None,
+            metadata: Map::new(),
+            stage: Stage::WillRedactInput,
+            reason: "needs approval".into(),
+            payload: json!(null),
+            suspended_at: SystemTime::now(),
+            expires_at: None,
+        }
+    }
+
+    /// A store whose clock stands still until the returned counter of seconds moves it.
+    fn store_with_clock(limits: SuspensionLimits) -> (InMemorySuspensionStore, Arc<AtomicU64>) {
+        let seconds = Arc::new(AtomicU64::new(0));
+        let read = Arc::clone(&seconds);
+        let store = InMemorySuspensionStore::new(limits).with_clock(move || {
+            SystemTime::UNIX_EPOCH + Duration::from_secs(read.load(Ordering::SeqCst))
+        });
+        (store, seconds)
+    }
+
+    #[tokio::test]
+    async fn one_user_past_the_cap_is_refused_while_others_still_park() {
+        let limits = SuspensionLimits {
+            max_per_user: 3,
+            ..SuspensionLimits::default()
+        };
+        let store = InMemorySuspensionStore::new(limits);
+        for i in 0..3 {
+            store.save(call(&format!("m{i}"), "mallory")).await.unwrap();
+        }
+
+        let refused = store.save(call("m3", "mallory")).await.unwrap_err();
+
+        assert!(matches!(
+            refused,
+            SuspensionStoreError::UserFull { max: 3, .. }
+        ));
+        store.save(call("a0", "ann")).await.unwrap();
+        assert_eq!(
+            (store.waiting_for("mallory"), store.waiting_for("ann")),
+            (3, 1)
+        );
+        assert!(store.get("m3").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn a_call_past_its_expiry_answers_expired_and_frees_its_place() {
+        let limits = SuspensionLimits {
+            max_per_user: 1,
+            expire_after: Duration::from_secs(24 * 3600),
+            ..SuspensionLimits::default()
+        };
+        let (store, seconds) = store_with_clock(limits);
+        store.save(call("first", "ann")).await.unwrap();
+        seconds.store(24 * 3600 - 1, Ordering::SeqCst);
+        assert!(store.save(call("second", "ann")).await.is_err());
+        assert!(store.get("first").await.unwrap().is_some());
+
+        seconds.store(24 * 3600, Ordering::SeqCst);
+
+        store.save(call("second", "ann")).await.unwrap();
+        assert_eq!(store.len(), 1, "the expired call was removed");
+        assert_eq!(
+            store.take("first").await,
+            Err(SuspensionStoreError::Expired { id: "first".into() })
+        );
+        assert_eq!(
+            store.get("second").await.unwrap().unwrap().expires_at,
+            Some(SystemTime::UNIX_EPOCH + Duration::from_secs(48 * 3600))
+        );
+    }
+}

@@ -1,0 +1,447 @@
+//! [`SuspensionTable`]: waiting calls under [`SuspensionLimits`], with the time passed in.
+
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::time::SystemTime;
+
+use super::{SuspendedInvocation, SuspensionLimits, SuspensionStoreError};
+
+/// Waiting calls kept under [`SuspensionLimits`]: per-user and total caps, expiry, and a
+/// memory of recently expired ids. Not synchronized and not async: a store wraps it in its
+/// own lock and passes the time of every operation in, so a test can move that time.
+///
+/// Both built-in stores keep one; a store of your own (a database, a shared cache) can
+/// too, to enforce the same bounds.
+///
+/// # Examples
+///
+/// ```
+/// use std::time::{Duration, SystemTime};
+/// use serde_json::{json, Map};
+/// use toolgate_core::{
+///     Stage, SuspendedInvocation, SuspensionLimits, SuspensionStoreError, SuspensionTable, User,
+/// };
+///
+/// let call = |id: &str, user: &str| SuspendedInvocation {
+///     id: id.into(),
+///     tool: "deploy".into(),
+///     tool_version: "1".into(),
+///     session_id: None,
+///     request_id: id.into(),
+///     user: User::new(user),
+///     input: json!({}),
+///     output: None,
+///     metadata: Map::new(),
+///     stage: Stage::WillRedactInput,
+///     reason: "needs approval".into(),
+///     payload: json!(null),
+///     suspended_at: SystemTime::UNIX_EPOCH,
+///     expires_at: None,
+/// };
+/// let limits = SuspensionLimits {
+///     max_per_user: 1,
+///     expire_after: Duration::from_secs(60),
+///     ..SuspensionLimits::default()
+/// };
+/// let mut table = SuspensionTable::new(limits);
+/// let noon = SystemTime::UNIX_EPOCH + Duration::from_secs(12 * 3600);
+///
+/// table.insert(call("a", "ann"), noon)?;
+/// let refused = table.insert(call("b", "ann"), noon).unwrap_err();
+/// assert!(matches!(refused, SuspensionStoreError::UserFull { max: 1, .. }));
+/// table.insert(call("c", "bob"), noon)?; // other users are unaffected
+///
+/// let later = noon + Duration::from_secs(61);
+/// table.insert(call("d", "ann"), later)?; // ann's first call expired and no longer counts
+/// assert_eq!(table.take("a", later), Err(SuspensionStoreError::Expired { id: "a".into() }));
+/// # Ok::<(), SuspensionStoreError>(())
+/// ```
+#[derive(Clone, Debug)]
+pub struct SuspensionTable {
+    limits: SuspensionLimits,
+    entries: BTreeMap<String, SuspendedInvocation>,
+    per_user: HashMap<String, usize>,
+    /// The earliest expiry among the entries: until then, nothing needs removing.
+    next_expiry: Option<SystemTime>,
+    expired: ExpiredIds,
+}
+
+impl SuspensionTable {
+    /// An empty table.
+    pub fn new(limits: SuspensionLimits) -> Self {
+        SuspensionTable {
+            limits,
+            entries: BTreeMap::new(),
+            per_user: HashMap::new(),
+            next_expiry: None,
+            expired: ExpiredIds::default(),
+        }
+    }
+
+    /// The bounds.
+    pub fn limits(&self) -> SuspensionLimits {
+        self.limits
+    }
+
+    /// Changes the bounds. They apply to the calls kept from now on; a call already waiting
+    /// keeps its expiry and stays even if it is now over a cap.
+    pub fn set_limits(&mut self, limits: SuspensionLimits) {
+        self.limits = limits;
+    }
+
+    /// Keeps a call that asks to wait, stamping its expiry (`now` plus
+    /// [`expire_after`](SuspensionLimits::expire_after), or the call's own if sooner).
+    /// Expired calls are removed first, so they never count against a cap.
+    ///
+    /// # Errors
+    ///
+    /// [`SuspensionStoreError::UserFull`] when the call's user already has
+    /// `max_per_user` calls waiting; [`SuspensionStoreError::Full`] when `max_total` calls
+    /// wait. The table is unchanged then.
+    pub fn insert(
+        &mut self,
+        mut suspended: SuspendedInvocation,
+        now: SystemTime,
+    ) -> Result<(), SuspensionStoreError> {
+        self.remove_expired(now);
+        let waiting = self.waiting_for(&suspended.user.id);
+        if waiting >= self.limits.max_per_user {
+            return Err(SuspensionStoreError::UserFull {
+                user: suspended.user.id.clone(),
+                max: self.limits.max_per_user,
+            });
+        }
+        if self.entries.len() >= self.limits.max_total {
+            return Err(SuspensionStoreError::Full {
+                max: self.limits.max_total,
+            });
+        }
+        let ours = now.checked_add(self.limits.expire_after);
+        suspended.expires_at = match (suspended.expires_at, ours) {
+            (Some(given), Some(ours)) => Some(given.min(ours)),
+            (given, ours) => given.or(ours),
+        };
+        self.keep(suspended);
+        Ok(())
+    }
+
+    /// Keeps a call that was admitted before — read back from a file at start-up — without
+    /// checking the caps. One without an expiry gets `suspended_at` plus `expire_after`; one
+    /// that has expired already is not kept, and its id answers as expired.
+    pub fn restore(&mut self, mut suspended: SuspendedInvocation, now: SystemTime) {
+        if suspended.expires_at.is_none() {
+            suspended.expires_at = suspended.suspended_at.checked_add(self.limits.expire_after);
+        }
+        if is_expired(&suspended, now) {
+            self.expired.insert(suspended.id, self.limits.max_total);
+        } else {
+            self.keep(suspended);
+        }
+    }
+
+    /// Removes and returns the call with this id.
+    ///
+    /// # Errors
+    ///
+    /// [`SuspensionStoreError::Expired`] when it expired (it is removed then too, and its
+    /// id is remembered as expired).
+    pub fn take(
+        &mut self,
+        id: &str,
+        now: SystemTime,
+    ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        self.check(id, now)?;
+        Ok(self.forget(id))
+    }
+
+    /// The call with this id, left in place.
+    ///
+    /// # Errors
+    ///
+    /// As [`take`](Self::take).
+    pub fn get(
+        &mut self,
+        id: &str,
+        now: SystemTime,
+    ) -> Result<Option<&SuspendedInvocation>, SuspensionStoreError> {
+        self.check(id, now)?;
+        Ok(self.entries.get(id))
+    }
+
+    /// Removes every call that has expired by `now`; how many there were. Cheap when none
+    /// has: the table knows its earliest expiry.
+    pub fn remove_expired(&mut self, now: SystemTime) -> usize {
+        if self.next_expiry.is_none_or(|at| at > now) {
+            return 0;
+        }
+        let gone: Vec<String> = self
+            .entries
+            .values()
+            .filter(|s| is_expired(s, now))
+            .map(|s| s.id.clone())
+            .collect();
+        for id in &gone {
+            self.forget(id);
+            self.expired.insert(id.clone(), self.limits.max_total);
+        }
+        self.next_expiry = self.entries.values().filter_map(|s| s.expires_at).min();
+        gone.len()
+    }
+
+    /// How many calls of `user` wait (expired ones that were not removed yet included).
+    pub fn waiting_for(&self, user: &str) -> usize {
+        self.per_user.get(user).copied().unwrap_or(0)
+    }
+
+    /// How many calls wait.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether no call waits.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The waiting calls by id, for a store that writes them out.
+    pub fn entries(&self) -> &BTreeMap<String, SuspendedInvocation> {
+        &self.entries
+    }
+
+    /// `Expired` for an id that expired, whether it is still here or was removed.
+    fn check(&mut self, id: &str, now: SystemTime) -> Result<(), SuspensionStoreError> {
+        let expired = match self.entries.get(id) {
+            Some(suspended) if is_expired(suspended, now) => {
+                self.forget(id);
+                self.expired.insert(id.to_owned(), self.limits.max_total);
+                true
+            }
+            Some(_) => false,
+            None => self.expired.contains(id),
+        };
+        if expired {
+            return Err(SuspensionStoreError::Expired { id: id.to_owned() });
+        }
+        Ok(())
+    }
+
+    fn keep(&mut self, suspended: SuspendedInvocation) {
+        self.forget(&suspended.id);
+        *self.per_user.entry(suspended.user.id.clone()).or_default() += 1;
+        if let Some(at) = suspended.expires_at {
+            self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
+        }
+        self.entries.insert(suspended.id.clone(), suspended);
+    }
+
+    fn forget(&mut self, id: &str) -> Option<SuspendedInvocation> {
+        let suspended = self.entries.remove(id)?;
+        if let Some(count) = self.per_user.get_mut(&suspended.user.id) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_user.remove(&suspended.user.id);
+            }
+        }
+        Some(suspended)
+    }
+}
+
+fn is_expired(suspended: &SuspendedInvocation, now: SystemTime) -> bool {
+    suspended.expires_at.is_some_and(|at| at <= now)
+}
+
+/// The most recently expired ids, oldest forgotten first: an expired id answers "expired"
+/// rather than "unknown" for a while, in bounded memory.
+#[derive(Clone, Debug, Default)]
+struct ExpiredIds {
+    order: VecDeque<String>,
+    ids: HashSet<String>,
+}
+
+impl ExpiredIds {
+    fn insert(&mut self, id: String, max: usize) {
+        if max == 0 || self.ids.contains(&id) {
+            return;
+        }
+        while self.ids.len() >= max
+            && let Some(oldest) = self.order.pop_front()
+        {
+            self.ids.remove(&oldest);
+        }
+        self.ids.insert(id.clone());
+        self.order.push_back(id);
+    }
+
+    fn contains(&self, id: &str) -> bool {
+        self.ids.contains(id)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::{Map, json};
+
+    use super::*;
+    use crate::{Stage, User};
+
+    fn call(id: &str, user: &str) -> SuspendedInvocation {
+        SuspendedInvocation {
+            id: id.into(),
+            tool: "deploy".into(),
+            tool_version: "1".into(),
+            session_id: None,
+            request_id: id.into(),
+            user: User::new(user),
+            input: json!({"target": "prod"}),
+            output: None,
+            metadata: Map::new(),
+            stage: Stage::WillRedactInput,
+            reason: "needs approval".into(),
+            payload: json!(null),
+            suspended_at: SystemTime::UNIX_EPOCH,
+            expires_at: None,
+        }
+    }
+
+    fn at(secs: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+    }
+
+    fn limits(per_user: usize, total: usize, expire_secs: u64) -> SuspensionLimits {
+        SuspensionLimits {
+            max_per_user: per_user,
+            max_total: total,
+            expire_after: Duration::from_secs(expire_secs),
+        }
+    }
+
+    #[test]
+    fn one_user_at_the_cap_is_refused_and_other_users_still_park() {
+        let mut table = SuspensionTable::new(limits(2, 100, 60));
+        table.insert(call("a1", "ann"), at(0)).unwrap();
+        table.insert(call("a2", "ann"), at(0)).unwrap();
+
+        let refused = table.insert(call("a3", "ann"), at(0)).unwrap_err();
+        assert_eq!(
+            refused,
+            SuspensionStoreError::UserFull {
+                user: "ann".into(),
+                max: 2
+            }
+        );
+        assert!(
+            refused
+                .to_string()
+                .contains("wait until an approver decides")
+        );
+        table.insert(call("b1", "bob"), at(0)).unwrap();
+        assert_eq!((table.waiting_for("ann"), table.waiting_for("bob")), (2, 1));
+
+        // A decision frees a place.
+        table.take("a1", at(1)).unwrap().expect("a1 waits");
+        table.insert(call("a3", "ann"), at(1)).unwrap();
+    }
+
+    #[test]
+    fn the_total_cap_refuses_past_it() {
+        let mut table = SuspensionTable::new(limits(10, 2, 60));
+        table.insert(call("a", "ann"), at(0)).unwrap();
+        table.insert(call("b", "bob"), at(0)).unwrap();
+        assert_eq!(
+            table.insert(call("c", "cid"), at(0)),
+            Err(SuspensionStoreError::Full { max: 2 })
+        );
+        assert_eq!(table.len(), 2);
+    }
+
+    #[test]
+    fn a_kept_call_is_stamped_with_its_expiry() {
+        let mut table = SuspensionTable::new(limits(10, 10, 60));
+        table.insert(call("a", "ann"), at(100)).unwrap();
+        let mut sooner = call("b", "ann");
+        sooner.expires_at = Some(at(110));
+        table.insert(sooner, at(100)).unwrap();
+
+        assert_eq!(
+            table.get("a", at(100)).unwrap().unwrap().expires_at,
+            Some(at(160))
+        );
+        assert_eq!(
+            table.get("b", at(100)).unwrap().unwrap().expires_at,
+            Some(at(110))
+        );
+    }
+
+    #[test]
+    fn expired_calls_stop_counting_are_removed_and_answer_expired() {
+        let mut table = SuspensionTable::new(limits(1, 10, 60));
+        table.insert(call("old", "ann"), at(0)).unwrap();
+        assert!(table.insert(call("new", "ann"), at(59)).is_err());
+
+        table.insert(call("new", "ann"), at(60)).unwrap();
+
+        assert_eq!(table.len(), 1, "the expired call was removed");
+        let expired = SuspensionStoreError::Expired { id: "old".into() };
+        assert_eq!(table.get("old", at(60)).unwrap_err(), expired);
+        assert_eq!(table.take("old", at(61)).unwrap_err(), expired);
+        assert!(expired.to_string().contains("expired"), "{expired}");
+        assert_eq!(table.take("never", at(61)), Ok(None));
+    }
+
+    #[test]
+    fn a_look_up_past_the_expiry_removes_the_call_and_answers_expired() {
+        let mut table = SuspensionTable::new(limits(5, 10, 60));
+        table.insert(call("a", "ann"), at(0)).unwrap();
+
+        assert!(table.get("a", at(59)).unwrap().is_some());
+        assert_eq!(
+            table.take("a", at(60)),
+            Err(SuspensionStoreError::Expired { id: "a".into() })
+        );
+        assert_eq!((table.len(), table.waiting_for("ann")), (0, 0));
+    }
+
+    #[test]
+    fn remembered_expired_ids_are_bounded_oldest_first() {
+        let mut table = SuspensionTable::new(limits(100, 3, 10));
+        for i in 0..3 {
+            table.insert(call(&format!("a{i}"), "ann"), at(0)).unwrap();
+        }
+        assert_eq!(table.remove_expired(at(10)), 3);
+        for i in 0..3 {
+            table.insert(call(&format!("b{i}"), "ann"), at(10)).unwrap();
+        }
+        assert_eq!(table.remove_expired(at(20)), 3);
+
+        assert_eq!(table.take("a0", at(20)), Ok(None), "forgotten: unknown now");
+        assert!(matches!(
+            table.take("b2", at(20)),
+            Err(SuspensionStoreError::Expired { .. })
+        ));
+        assert!(table.expired.ids.len() <= 3);
+    }
+
+    #[test]
+    fn restored_calls_skip_the_caps_and_expired_ones_are_dropped() {
+        let mut table = SuspensionTable::new(limits(1, 1, 60));
+        let waiting = |id: &str, suspended_secs: u64| {
+            let mut restored = call(id, "ann");
+            restored.suspended_at = at(suspended_secs);
+            restored
+        };
+        table.restore(waiting("fresh", 100), at(100));
+        table.restore(waiting("also_fresh", 90), at(100));
+        table.restore(waiting("stale", 0), at(100));
+
+        assert_eq!(table.len(), 2, "admitted before: kept over the caps");
+        assert_eq!(
+            table.get("fresh", at(100)).unwrap().unwrap().expires_at,
+            Some(at(160))
+        );
+        assert_eq!(
+            table.get("stale", at(100)),
+            Err(SuspensionStoreError::Expired { id: "stale".into() })
+        );
+    }
+}
