@@ -541,7 +541,9 @@ pub trait Hook: Send + Sync + 'static {
     ///
     /// Secrets never reach a cache key, a log, an audit record or an error, and their
     /// values are scrubbed from the output. An error here (a vault that cannot be
-    /// reached) fails the call; respond and suspend are as at the policy stages.
+    /// reached) fails the call; a respond answers without running the tool; a suspend
+    /// makes the call wait here at once (its input is already checked and redacted), and
+    /// resuming continues after this stage.
     fn will_inject_secrets<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
         HookFuture::ok()
@@ -553,7 +555,8 @@ pub trait Hook: Send + Sync + 'static {
     /// * respond — a cache hit: the value becomes the output, `did_cache_hit` runs, then
     ///   the output stages (without `will_write_cache`); the tool does not run;
     /// * `Ok(())` from every hook — a miss: `did_cache_miss`, then execution;
-    /// * abort, error, suspend — as at the policy stages.
+    /// * abort or error — the call fails;
+    /// * suspend — the call waits here at once; resuming continues after this stage.
     fn will_read_cache<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
         HookFuture::ok()
