@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolgate_agent::{Concurrency as BatchConcurrency, ThreadConfig, ToolSystem};
-use toolgate_core::{Pipeline, ToolDefinition, User};
+use toolgate_core::{Pipeline, SessionConfig, ToolDefinition, User};
 use toolgate_hooks::{Audit, Authorize};
 use toolgate_mcp::rmcp::transport::StreamableHttpServerConfig;
 use toolgate_mcp::{ListFilter, McpHttpService, McpServer, Upstream};
@@ -15,6 +15,7 @@ use crate::extensions::Extensions;
 
 use crate::auth::ApiKeys;
 use crate::config::{Config, ConfigError};
+use crate::http::McpSessions;
 use crate::state::SharedState;
 use crate::tools_state::AllTools;
 
@@ -71,6 +72,8 @@ pub struct Gateway {
     pub keys: ApiKeys,
     /// The MCP endpoint, when enabled.
     pub mcp: Option<McpHttpService>,
+    /// Who opened each session of the MCP endpoint.
+    pub(crate) mcp_sessions: McpSessions,
     authorize: Option<Arc<Authorize>>,
     audit: Option<Arc<Audit>>,
     approver_roles: Vec<String>,
@@ -164,6 +167,8 @@ impl Gateway {
             config,
             system,
             mcp,
+            // As many sessions as the pipeline's session scope keeps.
+            mcp_sessions: McpSessions::new(SessionConfig::default().max_sessions),
             authorize,
             audit,
             extensions: extensions.clone(),

@@ -2,16 +2,23 @@
 
 use axum::body::Body;
 use axum::extract::{Extension, Request};
-use axum::http::StatusCode;
+use axum::http::{Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tower_service::Service;
 
 use super::{ApiError, Caller};
 
+/// The header carrying the MCP session id rmcp issues at `initialize`.
+const MCP_SESSION_ID: &str = "mcp-session-id";
+
 /// Hands the request to the MCP server of the caller's configuration. The caller's user is
 /// in the request's extensions, where the MCP server finds it. The endpoint reads the body
 /// within `server.body_limit` (413 past it) and answers a body that is not JSON-RPC with
 /// 400 and a JSON-RPC error.
+///
+/// Each session belongs to the user who opened it: a request with another user's
+/// `Mcp-Session-Id`, or with an id the gateway never issued, is answered 404 as for an
+/// unknown session. A `DELETE` that ends a session is answered 204.
 pub async fn endpoint(Extension(caller): Extension<Caller>, mut request: Request) -> Response {
     let Some(mut service) = caller.gateway.mcp.clone() else {
         return ApiError::new(
@@ -21,9 +28,53 @@ pub async fn endpoint(Extension(caller): Extension<Caller>, mut request: Request
         )
         .into_response();
     };
+    let sessions = &caller.gateway.mcp_sessions;
+    let user = caller.user.id.as_str();
+    let session = match request.headers().get(MCP_SESSION_ID) {
+        None => None,
+        Some(id) => match id.to_str() {
+            Ok(id) if sessions.is_owner(id, user) => Some(id.to_owned()),
+            _ => return unknown_session(),
+        },
+    };
+    let ends_session = request.method() == Method::DELETE;
     request.extensions_mut().insert(caller.user.clone());
-    match service.call(request).await {
+    let mut response = match service.call(request).await {
         Ok(response) => response.map(Body::new),
         Err(never) => match never {},
+    };
+    match session {
+        Some(id) if response.status() == StatusCode::NOT_FOUND => {
+            // rmcp no longer holds it (idle expiry): unknown, in the gateway's words.
+            sessions.unbind(&id);
+            return unknown_session();
+        }
+        Some(id) if ends_session && response.status().is_success() => {
+            sessions.unbind(&id);
+            // rmcp answers 202, which MCP clients take for a warning; the session is gone.
+            *response.status_mut() = StatusCode::NO_CONTENT;
+        }
+        Some(_) => {}
+        None => {
+            if let Some(id) = response
+                .headers()
+                .get(MCP_SESSION_ID)
+                .and_then(|id| id.to_str().ok())
+            {
+                sessions.bind(id, user);
+            }
+        }
     }
+    response
+}
+
+/// 404 for a session id that is unknown, ended, or someone else's: the answer is the same
+/// for all three, so it does not reveal that a session exists.
+fn unknown_session() -> Response {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "unknown_session",
+        "no MCP session with this `Mcp-Session-Id` is open for you: send `initialize` without it to open one",
+    )
+    .into_response()
 }

@@ -21,6 +21,7 @@ mod error;
 mod health;
 mod invoke;
 mod mcp;
+mod mcp_sessions;
 mod request_metrics;
 mod suspensions;
 
@@ -38,6 +39,7 @@ use toolgate_core::User;
 
 use authenticate::AuthenticateLayer;
 pub use error::ApiError;
+pub(crate) use mcp_sessions::McpSessions;
 use request_metrics::RecordRequestsLayer;
 
 use crate::gateway::Gateway;

@@ -8,4 +8,5 @@ mod common;
 mod connections;
 mod mcp_endpoint;
 mod mcp_latency;
+mod mcp_sessions;
 mod metrics;
