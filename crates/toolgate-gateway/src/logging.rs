@@ -1,19 +1,73 @@
 //! Structured logs on stderr (stdout carries `tools` output and MCP over stdio).
+//!
+//! Logs never carry input values. Some dependencies log whole messages at `debug` and
+//! `trace` (rmcp logs every JSON-RPC message with its arguments and results; the HTTP
+//! stacks log headers and bodies), so they stay at `info` whatever the level, unless the
+//! filter names them itself (`rmcp=debug`): an operator who does so asks for payloads.
+
+use std::io::IsTerminal;
 
 use tracing_subscriber::EnvFilter;
+use tracing_subscriber::filter::Directive;
 
 use crate::config::LogFormat;
 
-/// Installs the global subscriber: `RUST_LOG` if set, else `level`.
+/// The dependencies that log payloads below `info`.
+const PAYLOAD_TARGETS: [&str; 5] = ["rmcp", "hyper", "hyper_util", "h2", "reqwest"];
+
+/// Installs the global subscriber: `RUST_LOG` if set, else `level`. Colours only when
+/// stderr is a terminal.
 pub fn init(format: LogFormat, level: &str) {
-    let filter = EnvFilter::try_from_default_env()
-        .or_else(|_| EnvFilter::try_new(level))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
+    let filter = filter(std::env::var("RUST_LOG").ok().as_deref(), level);
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),
     };
+}
+
+/// The filter of `rust_log` (when set and valid) or `level`, with the payload targets it
+/// does not name held at `info`.
+fn filter(rust_log: Option<&str>, level: &str) -> EnvFilter {
+    let spec = rust_log
+        .filter(|spec| EnvFilter::try_new(spec).is_ok())
+        .unwrap_or(level);
+    let mut filter = EnvFilter::try_new(spec).unwrap_or_else(|_| EnvFilter::new("info"));
+    for target in PAYLOAD_TARGETS {
+        if !names(spec, target)
+            && let Ok(directive) = format!("{target}=info").parse::<Directive>()
+        {
+            filter = filter.add_directive(directive);
+        }
+    }
+    filter
+}
+
+/// Whether one of the filter's directives is about `target` or one of its modules.
+fn names(spec: &str, target: &str) -> bool {
+    spec.split(',').any(|directive| {
+        let named = directive
+            .split(['=', '['])
+            .next()
+            .unwrap_or_default()
+            .trim();
+        named == target || named.starts_with(&format!("{target}::"))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::names;
+
+    #[test]
+    fn a_payload_target_counts_as_named_only_when_a_directive_is_about_it() {
+        assert!(names("debug,rmcp=debug", "rmcp"));
+        assert!(names("rmcp::transport=trace", "rmcp"));
+        assert!(names("rmcp", "rmcp"));
+        assert!(!names("debug", "rmcp"));
+        assert!(!names("rmcpx=debug,toolgate=trace", "rmcp"));
+    }
 }

@@ -6,6 +6,7 @@
 
 mod env;
 mod load;
+mod origin;
 mod policies;
 mod values;
 
@@ -17,6 +18,7 @@ use serde::Deserialize;
 
 pub use env::expand_env;
 pub use load::{ConfigError, load_file, parse};
+pub use origin::WebOrigin;
 pub use policies::{
     ApprovalPolicy, AuthorizationPolicy, CachePolicy, ConcurrencyPolicy, EffectName,
     OnBackendErrorName, OutputLimitPolicy, OverflowName, PartitionName, Policies, RateLimitPolicy,
@@ -95,6 +97,10 @@ pub struct ServerConfig {
     /// The most connections open at once (default 10,000); a connection past it is
     /// answered 503 and closed at once.
     pub max_connections: u32,
+    /// The browser origins (`scheme://host[:port]`) whose pages may call `/mcp`, besides
+    /// this host's loopback ones. A request with any other `Origin` header is answered
+    /// 403; one without it (not from a browser) passes.
+    pub mcp_allowed_origins: Vec<WebOrigin>,
 }
 
 impl Default for ServerConfig {
@@ -111,6 +117,7 @@ impl Default for ServerConfig {
             body_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             max_connections: 10_000,
+            mcp_allowed_origins: Vec::new(),
         }
     }
 }

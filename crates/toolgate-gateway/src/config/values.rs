@@ -12,7 +12,7 @@ use super::expand_env;
 
 /// Reads a string and parses it while the YAML reader still points at it, so that an error
 /// carries the value's own line and column (not its parent's).
-fn parse_str<'de, D, T>(
+pub(super) fn parse_str<'de, D, T>(
     deserializer: D,
     parse: impl FnOnce(&str) -> Result<T, String>,
 ) -> Result<T, D::Error>

@@ -2,11 +2,12 @@
 
 use axum::body::Body;
 use axum::extract::{Extension, Request};
-use axum::http::{Method, StatusCode};
+use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tower_service::Service;
 
 use super::{ApiError, Caller};
+use crate::config::WebOrigin;
 
 /// The header carrying the MCP session id rmcp issues at `initialize`.
 const MCP_SESSION_ID: &str = "mcp-session-id";
@@ -19,7 +20,22 @@ const MCP_SESSION_ID: &str = "mcp-session-id";
 /// Each session belongs to the user who opened it: a request with another user's
 /// `Mcp-Session-Id`, or with an id the gateway never issued, is answered 404 as for an
 /// unknown session. A `DELETE` that ends a session is answered 204.
+///
+/// A request from a browser page (with an `Origin` header) is answered 403 unless the page
+/// is served from this host's loopback interface or its origin is in
+/// `server.mcp_allowed_origins`: a page on another site cannot reach a gateway on
+/// `localhost` by rebinding its own host name to it.
 pub async fn endpoint(Extension(caller): Extension<Caller>, mut request: Request) -> Response {
+    if let Some(origin) = request.headers().get(header::ORIGIN)
+        && !origin_allowed(origin, &caller.gateway.config.server.mcp_allowed_origins)
+    {
+        return ApiError::new(
+            StatusCode::FORBIDDEN,
+            "origin_not_allowed",
+            "pages of this origin may not call /mcp: add the origin to `server.mcp_allowed_origins` to allow them",
+        )
+        .into_response();
+    }
     let Some(mut service) = caller.gateway.mcp.clone() else {
         return ApiError::new(
             StatusCode::NOT_FOUND,
@@ -77,4 +93,12 @@ fn unknown_session() -> Response {
         "no MCP session with this `Mcp-Session-Id` is open for you: send `initialize` without it to open one",
     )
     .into_response()
+}
+
+/// Whether a page of `origin` may call `/mcp`.
+fn origin_allowed(origin: &HeaderValue, allowed: &[WebOrigin]) -> bool {
+    let Some(origin) = origin.to_str().ok().and_then(WebOrigin::parse) else {
+        return false;
+    };
+    origin.is_loopback() || allowed.contains(&origin)
 }

@@ -6,7 +6,9 @@
 mod common;
 
 mod connections;
+mod logs;
 mod mcp_endpoint;
 mod mcp_latency;
+mod mcp_origin;
 mod mcp_sessions;
 mod metrics;
