@@ -60,7 +60,12 @@ pub async fn endpoint(Extension(caller): Extension<Caller>, mut request: Request
         Err(never) => match never {},
     };
     match session {
-        Some(id) if response.status() == StatusCode::NOT_FOUND => {
+        // rmcp's own unknown-session answer is plain text; a JSON-RPC error it answers
+        // 404 (an unknown method) leaves the session open.
+        Some(id)
+            if response.status() == StatusCode::NOT_FOUND
+                && !response.headers().contains_key(header::CONTENT_TYPE) =>
+        {
             // rmcp no longer holds it (idle expiry): unknown, in the gateway's words.
             sessions.unbind(&id);
             return unknown_session();

@@ -145,3 +145,31 @@ async fn the_owner_ends_a_session_with_204_and_it_is_gone() {
     .await;
     assert_eq!(status, 404, "an ended session is unknown: {text}");
 }
+
+#[tokio::test]
+async fn an_unknown_method_in_a_session_leaves_the_session_open() {
+    let gateway = Gateway::start(&config());
+    let session = open_session(&gateway, "alice").await;
+    let unknown = json!({"jsonrpc": "2.0", "id": 5, "method": "no/such_method"});
+    let (status, _, text) = mcp(
+        &gateway,
+        Method::POST,
+        "alice",
+        Some(&session),
+        Some(unknown),
+    )
+    .await;
+    assert!(!text.contains("unknown_session"), "({status}) {text}");
+    let (status, _, text) = mcp(
+        &gateway,
+        Method::POST,
+        "alice",
+        Some(&session),
+        Some(tools_list()),
+    )
+    .await;
+    assert_eq!(
+        status, 200,
+        "the session survives an unknown method: {text}"
+    );
+}
