@@ -14,21 +14,18 @@ CONNECTIONS=${LOAD_CONNECTIONS:-64}
 THREADS=${LOAD_THREADS:-2}
 PROFILE=${PROFILE:-release}
 
-if ! command -v wrk >/dev/null; then
-  echo "installing wrk" >&2
-  (apt-get update -qq && apt-get install -y -qq wrk) >/dev/null 2>&1 || {
-    echo "wrk is missing and could not be installed (apt-get install wrk)" >&2; exit 1; }
-fi
+# shellcheck source=common.sh
+. crates/toolgate-gateway/benches/common.sh
+need_wrk
 
 flag=()
 [ "$PROFILE" = release ] && flag=(--release)
 cargo build -q "${flag[@]}" -p toolgate-gateway --bin toolgate --example bare_echo
 target=${CARGO_TARGET_DIR:-target}/$PROFILE
 
-work=$(mktemp -d)
+# Two servers here (the gateway and the bare echo): stop both, then remove $work.
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$work"; }
-trap cleanup EXIT
 
 key=tg_load_$RANDOM$RANDOM
 export LOAD_KEY_SHA256=$(printf %s "$key" | sha256sum | cut -d' ' -f1)

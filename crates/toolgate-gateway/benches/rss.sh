@@ -18,23 +18,12 @@ CONNECTIONS=${LOAD_CONNECTIONS:-64}
 THREADS=${LOAD_THREADS:-2}
 PROFILE=${PROFILE:-release}
 
-if ! command -v wrk >/dev/null; then
-  echo "installing wrk" >&2
-  (apt-get update -qq && apt-get install -y -qq wrk) >/dev/null 2>&1 || {
-    echo "wrk is missing and could not be installed (apt-get install wrk)" >&2; exit 1; }
-fi
+# shellcheck source=common.sh
+. crates/toolgate-gateway/benches/common.sh
+need_wrk
 
-if [ -z "${TOOLGATE_BIN:-}" ]; then
-  flag=()
-  [ "$PROFILE" = release ] && flag=(--release)
-  cargo build -q "${flag[@]}" -p toolgate-gateway --bin toolgate
-  TOOLGATE_BIN=${CARGO_TARGET_DIR:-target}/$PROFILE/toolgate
-fi
+need_gateway
 
-work=$(mktemp -d)
-pid=
-cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null || true; rm -rf "$work"; }
-trap cleanup EXIT
 
 key=tg_rss_$RANDOM$RANDOM
 cat > "$work/gateway.yaml" <<YAML
