@@ -121,29 +121,8 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::time::Duration;
 
-    use serde_json::{Map, json};
-
     use super::*;
-    use crate::{Stage, User};
-
-    fn call(id: &str, user: &str) -> SuspendedInvocation {
-        SuspendedInvocation {
-            id: id.into(),
-            tool: "deploy".into(),
-            tool_version: "1".into(),
-            session_id: None,
-            request_id: id.into(),
-            user: User::new(user),
-            input: json!({}),
-            output: None,
-            metadata: Map::new(),
-            stage: Stage::WillRedactInput,
-            reason: "needs approval".into(),
-            payload: json!(null),
-            suspended_at: SystemTime::now(),
-            expires_at: None,
-        }
-    }
+    use crate::suspension::table::tests::call;
 
     /// A store whose clock stands still until the returned counter of seconds moves it.
     fn store_with_clock(limits: SuspensionLimits) -> (InMemorySuspensionStore, Arc<AtomicU64>) {

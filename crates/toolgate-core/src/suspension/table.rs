@@ -277,7 +277,7 @@ impl ExpiredIds {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use std::time::Duration;
 
     use serde_json::{Map, json};
@@ -285,7 +285,9 @@ mod tests {
     use super::*;
     use crate::{Stage, User};
 
-    fn call(id: &str, user: &str) -> SuspendedInvocation {
+    /// A call of `user` waiting for approval, for the store tests of this module and its
+    /// siblings.
+    pub(in crate::suspension) fn call(id: &str, user: &str) -> SuspendedInvocation {
         SuspendedInvocation {
             id: id.into(),
             tool: "deploy".into(),
