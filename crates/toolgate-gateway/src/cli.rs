@@ -148,6 +148,7 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<(), String> {
                 cli.log_format.unwrap_or(file.logging.format),
                 &file.logging.level,
             );
+            crate::logging::scrub_secrets(crate::secrets::scrubber(&file));
             let user = configured_user(&file, user.as_deref())?;
             let shared = SharedState::new(&file).await.map_err(|e| e.to_string())?;
             let gateway = Gateway::build_with(file, &shared, &extensions)

@@ -50,6 +50,7 @@ pub mod http;
 mod labels;
 mod logging;
 pub mod prometheus;
+pub mod secrets;
 pub mod serve;
 pub mod state;
 mod tools_state;

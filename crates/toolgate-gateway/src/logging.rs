@@ -4,13 +4,49 @@
 //! `trace` (rmcp logs every JSON-RPC message with its arguments and results; the HTTP
 //! stacks log headers and bodies), so they stay at `info` whatever the level, unless the
 //! filter names them itself (`rmcp=debug`): an operator who does so asks for payloads.
+//!
+//! Every line is scrubbed of the credentials the gateway holds ([`scrub_secrets`]) on its
+//! way to stderr, whoever logged it: even payloads an operator asked for do not show an
+//! upstream's token.
 
-use std::io::IsTerminal;
+use std::io::{IsTerminal, Write};
+use std::sync::{Arc, LazyLock};
 
+use arc_swap::ArcSwap;
+use toolgate_hooks::secrets::Scrubber;
 use tracing_subscriber::EnvFilter;
 use tracing_subscriber::filter::Directive;
 
 use crate::config::LogFormat;
+
+/// The credentials scrubbed from log lines: set at start and on every reload.
+static SECRETS: LazyLock<ArcSwap<Scrubber>> =
+    LazyLock::new(|| ArcSwap::from_pointee(Scrubber::default()));
+
+/// Scrubs the credentials `scrubber` knows from every log line from now on (replacing
+/// the set given before).
+pub fn scrub_secrets(scrubber: Scrubber) {
+    SECRETS.store(Arc::new(scrubber));
+}
+
+/// Stderr, through the scrubber. The formatter hands over each event as one complete
+/// line, so a credential is never split across two writes.
+struct ScrubbedStderr;
+
+impl Write for ScrubbedStderr {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        let mut stderr = std::io::stderr().lock();
+        match SECRETS.load().scrub_bytes(line) {
+            Some(clean) => stderr.write_all(&clean)?,
+            None => stderr.write_all(line)?,
+        }
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
 
 /// The dependencies that log payloads below `info`.
 const PAYLOAD_TARGETS: [&str; 5] = ["rmcp", "hyper", "hyper_util", "h2", "reqwest"];
@@ -22,7 +58,7 @@ pub fn init(format: LogFormat, level: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(std::io::stderr);
+        .with_writer(|| ScrubbedStderr);
     let _ = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().flatten_event(true).try_init(),

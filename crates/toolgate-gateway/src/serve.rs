@@ -63,6 +63,7 @@ impl From<crate::config::ConfigError> for ServeError {
 /// kept.
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let config = load_file(&options.config)?;
+    crate::logging::scrub_secrets(crate::secrets::scrubber(&config));
     let metrics = prometheus::install();
     // Stops with this function, on every path out of it.
     let _upkeep = metrics
@@ -221,9 +222,11 @@ async fn reload(
         );
     }
     let next = shared.for_reload(&config).await?;
+    let secrets = crate::secrets::scrubber(&config);
     let gateway = Gateway::build_with(config, &next, old.extensions())
         .await
         .map_err(|e| e.in_file(path))?;
+    crate::logging::scrub_secrets(secrets);
     // Calls waiting already keep their expiry; the new bounds apply from here on.
     next.suspensions
         .set_limits(crate::state::suspension_limits(&gateway.config));

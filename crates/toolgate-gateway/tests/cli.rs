@@ -147,3 +147,12 @@ fn hash_key_refuses_an_empty_key() {
     assert!(!status.success());
     assert!(stderr.contains("stdin"), "{stderr}");
 }
+
+#[test]
+fn a_short_audit_hash_key_is_refused_with_how_to_make_one() {
+    let (_, stderr) = refused("audit:\n  sink: log\n  hash_key: short\n");
+    assert!(
+        stderr.contains("audit.hash_key") && stderr.contains("openssl rand -hex 32"),
+        "{stderr}"
+    );
+}

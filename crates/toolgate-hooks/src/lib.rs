@@ -49,6 +49,8 @@ pub mod repair;
 pub mod secrets;
 pub mod validation;
 
+mod json;
+
 pub use audit::Audit;
 pub use cache::ResultCache;
 pub use metrics::Metrics;

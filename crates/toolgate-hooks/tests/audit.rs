@@ -10,7 +10,7 @@ use toolgate_core::{
     User, hook,
 };
 use toolgate_hooks::audit::{Audit, AuditRecord, ChannelSink, JsonLinesSink, Outcome};
-use toolgate_hooks::fingerprint::fingerprint;
+use toolgate_hooks::fingerprint::KeyedFingerprint;
 
 /// Refuses users named `mallory`.
 struct NoMallory;
@@ -88,11 +88,11 @@ async fn a_successful_call_is_recorded_with_who_what_when_and_hashes_only() {
     assert!(r.started_at_ms > 1_600_000_000_000);
     assert_eq!(
         r.input_hash,
-        fingerprint(&json!({ "q": "ann@example.com" }))
+        KeyedFingerprint::new(common::AUDIT_KEY).of(&json!({ "q": "ann@example.com" }))
     );
     assert_eq!(
         r.output_hash,
-        Some(fingerprint(&json!({ "found": "ann@example.com" })))
+        Some(KeyedFingerprint::new(common::AUDIT_KEY).of(&json!({ "found": "ann@example.com" })))
     );
     assert_eq!(
         (r.input, r.output),

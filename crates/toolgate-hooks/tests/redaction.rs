@@ -231,3 +231,132 @@ async fn block_mode_refuses_the_call_naming_the_detector_and_the_path() {
     );
     assert!(!err.to_string().contains("abc"));
 }
+
+#[test]
+fn object_keys_are_redacted_and_keys_that_collide_keep_their_values() {
+    let r = Redaction::new();
+    let mut v = json!({
+        "ann@example.com": 3,
+        "bob@example.com": { "note": "call +44 20 7946 0958" },
+        "plain": "x",
+    });
+    let findings = r.redactor().redact_value(&mut v).unwrap();
+    assert_eq!(
+        v,
+        json!({
+            "[REDACTED:email]": 3,
+            "[REDACTED:email] (2)": { "note": "call [REDACTED:phone]" },
+            "plain": "x",
+        })
+    );
+    assert_eq!(findings.get("email"), Some(&2));
+    assert!(r.redactor().may_redact(&json!({ "ann@example.com": 1 })));
+}
+
+#[test]
+fn a_blocking_detector_refuses_a_key_too_and_names_where() {
+    let r = Redaction::builder()
+        .mode_for("email", RedactionMode::Block)
+        .build();
+    let mut v = json!({ "to": { "ann@example.com": true } });
+    let blocked = r.redactor().redact_value(&mut v).unwrap_err();
+    assert_eq!(
+        (blocked.detector.as_str(), blocked.path.as_str()),
+        ("email", "to")
+    );
+}
+
+#[tokio::test]
+async fn a_refused_call_is_audited_with_its_input_redacted_by_the_same_rules() {
+    use toolgate_core::{Hook, HookResult, ToolInvokeContext, hook};
+    use toolgate_hooks::audit::{Audit, MemorySink};
+    use toolgate_hooks::fingerprint::KeyedFingerprint;
+
+    /// Refuses every call at `will_authorize`, before the input is redacted, quoting it.
+    struct Refuse;
+    #[hook]
+    impl Hook for Refuse {
+        fn name(&self) -> &str {
+            "refuse"
+        }
+        fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+            let quoted = ctx.input()["q"].as_str().unwrap_or_default().to_owned();
+            ctx.abort(format!("no lookups of {quoted}"), "forbidden", 403)
+        }
+    }
+
+    let redaction = Redaction::builder()
+        .mode_for("card", RedactionMode::Block)
+        .build();
+    let sink = MemorySink::new();
+    let audit = Audit::builder()
+        .sink(sink.clone())
+        .include_values(true)
+        .hash_key(common::AUDIT_KEY)
+        .redact_with(redaction.redactor())
+        .build();
+    let mut b = Pipeline::builder();
+    b.erased_tool(common::read_only("lookup", |_| Ok(json!("never"))))
+        .unwrap();
+    let p = b.hook(Refuse).hook(redaction).hook(audit).build().unwrap();
+
+    let raw = json!({ "q": "ann@example.com paid 4111 1111 1111 1111", "ann@example.com": 1 });
+    let err = p
+        .invoke("lookup", raw.clone(), InvokeOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "forbidden");
+    assert!(
+        err.to_string().contains("ann@example.com"),
+        "the caller's own answer is untouched: {err}"
+    );
+
+    let record = common::only_record(&sink);
+    let redacted = json!({
+        "q": "[REDACTED:email] paid [REDACTED:card]",
+        "[REDACTED:email]": 1,
+    });
+    assert_eq!(record.input.as_ref(), Some(&redacted));
+    assert_eq!(
+        record.input_hash,
+        KeyedFingerprint::new(common::AUDIT_KEY).of(&redacted),
+        "the fingerprint is of the redacted input"
+    );
+    assert_eq!(
+        record.error.as_deref(),
+        Some("no lookups of [REDACTED:email] paid [REDACTED:card]")
+    );
+    let line = serde_json::to_string(&record).unwrap();
+    assert!(!line.contains("ann@") && !line.contains("4111"), "{line}");
+}
+
+#[tokio::test]
+async fn an_input_redacted_by_the_pipeline_is_not_redacted_twice_in_the_record() {
+    use toolgate_hooks::audit::{Audit, MemorySink};
+
+    // Hash mode is not idempotent: hashing a hash would change the recorded value.
+    let redaction = Redaction::builder()
+        .mode(RedactionMode::Hash { salt: "s".into() })
+        .build();
+    let sink = MemorySink::new();
+    let audit = Audit::builder()
+        .sink(sink.clone())
+        .include_values(true)
+        .redact_with(redaction.redactor())
+        .build();
+    let mut b = Pipeline::builder();
+    b.erased_tool(common::read_only("lookup", |input| Ok(input["q"].clone())))
+        .unwrap();
+    let p = b.hook(redaction).hook(audit).build().unwrap();
+    let out = p
+        .invoke(
+            "lookup",
+            json!({ "q": "ann@example.com" }),
+            InvokeOptions::new(),
+        )
+        .await
+        .unwrap();
+    let record = common::only_record(&sink);
+    assert_eq!(record.input.as_ref(), Some(&json!({ "q": out.clone() })));
+    assert_eq!(record.output.as_ref(), Some(&out));
+}

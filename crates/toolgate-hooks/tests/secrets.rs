@@ -142,3 +142,30 @@ fn scrubbing_leaves_text_without_secrets_alone() {
     let mut v = json!({ "a": [1, "b", null] });
     assert_eq!(scrubber.scrub_value(&mut v), 0);
 }
+
+#[test]
+fn a_secret_escaped_in_json_or_a_debug_log_is_scrubbed() {
+    let secret = r#"pa"ss\word"#;
+    let scrubber = Scrubber::for_values([secret]);
+    let json_line = serde_json::to_string(&json!({ "echo": secret })).unwrap();
+    let clean = scrubber
+        .scrub_bytes(json_line.as_bytes())
+        .expect("found in JSON");
+    let clean = String::from_utf8(clean).unwrap();
+    assert_eq!(clean, format!(r#"{{"echo":"{SCRUBBED}"}}"#));
+    let debug_line = format!("reason={:?}", format!("got {secret}"));
+    let clean = scrubber
+        .scrub_text(&debug_line)
+        .expect("found in Debug output");
+    assert!(!clean.contains("ss\\\\word"), "{clean}");
+    assert!(scrubber.occurs_in(secret) && !scrubber.occurs_in("password"));
+    assert_eq!(format!("{scrubber:?}"), "Scrubber(1 secrets)");
+}
+
+#[test]
+fn keys_that_scrub_to_the_same_placeholder_keep_their_values() {
+    let scrubber = Scrubber::for_values(["tok-1", "tok-2"]);
+    let mut value = json!({ "tok-1": 1, "tok-2": 2 });
+    assert_eq!(scrubber.scrub_value(&mut value), 2);
+    assert_eq!(value, json!({ SCRUBBED: 1, format!("{SCRUBBED} (2)"): 2 }));
+}

@@ -49,7 +49,10 @@ mod convert;
 mod error;
 mod server;
 
-pub use client::{Backoff, ImportedTool, Upstream, UpstreamConfig, UpstreamTransport};
+pub use client::{
+    Backoff, ImportedTool, MIN_GUESSED_SECRET_LEN, Upstream, UpstreamConfig, UpstreamTransport,
+    is_credential_name,
+};
 pub use convert::{error_to_result, output_to_result, to_mcp_tool};
 pub use error::McpError;
 pub use server::{ClientDisconnected, GuardedBody, ListFilter, McpHttpService, McpServer};

@@ -14,6 +14,7 @@ use toolgate_core::{
     Hook, HookResult, InvokeOptions, JsonTool, Pipeline, ToolError, ToolInvokeContext, ToolSource,
     hook,
 };
+use toolgate_hooks::secrets::SCRUBBED;
 use toolgate_mcp::{Backoff, McpError, McpServer, Upstream, UpstreamConfig};
 
 /// At most `limit` calls per user of tools imported over MCP (a stand-in for the quota
@@ -294,9 +295,12 @@ async fn credential_comes_from_the_environment_and_the_callers_token_is_not_forw
 
     let client = http_client(&url, Some("inbound-caller-token"), None).await;
     let result = call(&client, "whoami", json!({})).await.expect("answered");
+    // The upstream answers with the bearer token it saw. Had it seen the caller's token,
+    // that would come back as it is; toolgate's own credential comes back scrubbed — an
+    // upstream cannot echo its credential to the caller.
     assert_eq!(
         text(&result),
-        credential,
+        SCRUBBED,
         "the upstream sees toolgate's credential, not the caller's"
     );
     shutdown.cancel();

@@ -5,7 +5,10 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
 
-use super::Config;
+use super::{AuditConfig, Config};
+
+/// The shortest `audit.hash_key` accepted.
+const MIN_AUDIT_KEY_CHARS: usize = 16;
 
 /// The configuration could not be used. The gateway refuses to start (or, on reload, keeps
 /// the configuration it has) rather than run with a half-understood policy.
@@ -287,6 +290,16 @@ fn check(config: &Config) -> Result<(), ConfigError> {
         return Err(ConfigError::invalid(
             "policies.redaction.salt",
             "`hash` mode needs a secret salt: set `salt: ${REDACTION_SALT}`",
+        ));
+    }
+    if let Some(key) = config.audit.as_ref().and_then(AuditConfig::hash_key)
+        && key.0.chars().count() < MIN_AUDIT_KEY_CHARS
+    {
+        return Err(ConfigError::invalid(
+            "audit.hash_key",
+            format!(
+                "the key must be at least {MIN_AUDIT_KEY_CHARS} characters long (32 random characters is right): generate one with `openssl rand -hex 32` and set it from a secret, `hash_key: ${{AUDIT_HASH_KEY}}`"
+            ),
         ));
     }
     if let Some(approval) = &policies.approval {

@@ -236,6 +236,11 @@ pub enum AuditConfig {
         /// Record every stage's duration (default false: metrics carry durations).
         #[serde(default)]
         stage_timings: bool,
+        /// The key input and output fingerprints are taken under (HMAC-SHA-256), the
+        /// same on every replica: `${AUDIT_HASH_KEY}`, at least 16 characters. Without
+        /// it, a random key is made at start, and fingerprints correlate only within one
+        /// process.
+        hash_key: Option<EnvString>,
     },
     /// One JSON line per record, appended to a file in batches.
     File {
@@ -251,7 +256,20 @@ pub enum AuditConfig {
         /// Include input and output values (default false: hashes only).
         #[serde(default)]
         include_values: bool,
+        /// As for the `log` sink.
+        hash_key: Option<EnvString>,
     },
+}
+
+impl AuditConfig {
+    /// The configured fingerprint key, whichever the sink.
+    pub fn hash_key(&self) -> Option<&EnvString> {
+        match self {
+            AuditConfig::Log { hash_key, .. } | AuditConfig::File { hash_key, .. } => {
+                hash_key.as_ref()
+            }
+        }
+    }
 }
 
 /// Usage statistics in a JSON file, saved periodically and on shutdown.

@@ -22,6 +22,8 @@ use crate::tools_state::AllTools;
 mod policies;
 mod tools;
 
+pub(crate) use tools::upstream_config;
+
 use policies::{Installed, install_policies};
 use tools::{check_tool_names, register_tools};
 

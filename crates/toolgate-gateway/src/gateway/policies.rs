@@ -138,8 +138,11 @@ pub(super) fn install_policies(
         add_for(builder, Arc::new(cap), &c.tools);
     }
 
+    let mut redactor = None;
     if let Some(r) = &p.redaction {
-        builder.hook(redaction(r)?);
+        let hook = redaction(r)?;
+        redactor = Some(hook.redactor().clone());
+        builder.hook(hook);
     }
 
     if let Some(c) = &p.cache {
@@ -211,17 +214,19 @@ pub(super) fn install_policies(
     }
 
     let mut audit = None;
-    if let Some(config) = &config.audit {
-        let (sink, include_values, stage_timings) = match config {
+    if let Some(audit_config) = &config.audit {
+        let (sink, include_values, stage_timings) = match audit_config {
             AuditConfig::Log {
                 include_values,
                 stage_timings,
+                ..
             } => (None, include_values, stage_timings),
             AuditConfig::File {
                 path,
                 include_values,
                 flush_every,
                 stage_timings,
+                ..
             } => {
                 let every = flush_every.unwrap_or(Duration::from_secs(1));
                 let sink = if every.is_zero() {
@@ -235,7 +240,15 @@ pub(super) fn install_policies(
         };
         let mut hook = Audit::builder()
             .include_values(*include_values)
-            .stage_timings(*stage_timings);
+            .stage_timings(*stage_timings)
+            .scrub(crate::secrets::scrubber(config))
+            .hash_key(match audit_config.hash_key() {
+                Some(key) => key.0.as_bytes(),
+                None => crate::secrets::process_audit_key().as_slice(),
+            });
+        if let Some(redactor) = &redactor {
+            hook = hook.redact_with(redactor);
+        }
         if let Some(sink) = sink {
             hook = hook.sink(sink);
         }

@@ -76,7 +76,10 @@ fn add_tool(
     Ok(name)
 }
 
-fn upstream_config(entry: &UpstreamEntry, index: usize) -> Result<UpstreamConfig, ConfigError> {
+pub(crate) fn upstream_config(
+    entry: &UpstreamEntry,
+    index: usize,
+) -> Result<UpstreamConfig, ConfigError> {
     let mut config = match (&entry.command, &entry.url) {
         (Some(command), None) => {
             UpstreamConfig::stdio(entry.name.clone(), command.clone(), entry.args.clone())

@@ -63,8 +63,22 @@ impl Gateway {
         gateway
     }
 
+    /// [`start`](Self::start), with these environment variables set for the process.
+    pub fn start_with_env(yaml: &str, env: &[(&str, &str)]) -> Gateway {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let config = dir.path().join("gateway.yaml");
+        std::fs::write(&config, yaml).expect("writing the config");
+        let mut gateway = Gateway::spawn(&config, env);
+        gateway._dir = Some(dir);
+        gateway
+    }
+
     /// Serves the configuration file at `path`.
     pub fn start_file(path: &Path) -> Gateway {
+        Gateway::spawn(path, &[])
+    }
+
+    fn spawn(path: &Path, env: &[(&str, &str)]) -> Gateway {
         let mut child = Command::new(BIN)
             .args(["serve", "--config"])
             .arg(path)
@@ -72,6 +86,7 @@ impl Gateway {
             .env_remove("RUST_LOG")
             .env_remove("TOOLGATE_CONFIG")
             .env_remove("ALICE_KEY_SHA256")
+            .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -357,4 +372,33 @@ pub fn metric(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
         }
     }
     total
+}
+
+/// The Python interpreter the tests use (`TOOLGATE_PYTHON`, else `python3`).
+pub fn python() -> String {
+    std::env::var("TOOLGATE_PYTHON").unwrap_or_else(|_| "python3".to_owned())
+}
+
+/// Whether the Python MCP SDK can be imported. Outside CI a test that needs it prints
+/// why it is skipped and returns `false`; with `CI=true` a missing SDK fails the test.
+pub fn python_mcp_available(test: &str) -> bool {
+    let probe = Command::new(python())
+        .args(["-c", "import mcp.server.mcpserver"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output();
+    let reason = match probe {
+        Ok(out) if out.status.success() => return true,
+        Ok(out) => format!(
+            "the Python MCP SDK is not importable ({}): install it with `python3 -m pip install mcp`",
+            String::from_utf8_lossy(&out.stderr)
+                .lines()
+                .last()
+                .unwrap_or("no output")
+        ),
+        Err(e) => format!("cannot run `{}`: {e}", python()),
+    };
+    assert!(std::env::var("CI").as_deref() != Ok("true"), "{reason}");
+    println!("skipped {test}: {reason}");
+    false
 }

@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod audit_records;
 mod connections;
 mod logs;
 mod mcp_endpoint;
@@ -12,3 +13,4 @@ mod mcp_latency;
 mod mcp_origin;
 mod mcp_sessions;
 mod metrics;
+mod upstream_secrets;

@@ -4,23 +4,30 @@ use std::sync::Arc;
 
 use toolgate_core::{Hook, HookResult, ToolInvokeContext, hook};
 
+use super::record::RecordRules;
 use super::{AuditRecord, AuditSink, TracingSink};
+use crate::fingerprint::KeyedFingerprint;
+use crate::redaction::Redactor;
+use crate::secrets::Scrubber;
 
 /// Writes one [`AuditRecord`] per invocation at `will_audit`, on every path (success,
 /// error, suspension, cancellation). See the [module docs](super).
 pub struct Audit {
     sinks: Vec<Arc<dyn AuditSink>>,
-    include_values: bool,
+    rules: RecordRules,
     stage_timings: bool,
 }
 
 /// Builds an [`Audit`]. Defaults: the [`TracingSink`] when no sink is added; input and
-/// output as fingerprints only.
+/// output as fingerprints only, under a random key; no redaction of its own.
 #[derive(Default)]
 pub struct AuditBuilder {
     sinks: Vec<Arc<dyn AuditSink>>,
     include_values: bool,
     stage_timings: Option<bool>,
+    fingerprints: Option<KeyedFingerprint>,
+    redactor: Option<Redactor>,
+    scrubber: Scrubber,
 }
 
 impl AuditBuilder {
@@ -36,6 +43,37 @@ impl AuditBuilder {
     #[must_use]
     pub fn include_values(mut self, on: bool) -> Self {
         self.include_values = on;
+        self
+    }
+
+    /// The key input and output fingerprints are taken under (HMAC-SHA-256). Use one key
+    /// per deployment, the same on every replica, kept with your other secrets. Without
+    /// one, a random key is made when the hook is built: fingerprints then correlate only
+    /// among the records of this hook.
+    #[must_use]
+    pub fn hash_key(mut self, key: impl AsRef<[u8]>) -> Self {
+        self.fingerprints = Some(KeyedFingerprint::new(key));
+        self
+    }
+
+    /// Applies `redactor` to what a record keeps of a call whose input or output did not
+    /// go through a [`Redaction`](crate::redaction::Redaction) hook — a call refused before
+    /// `will_redact_input` (forbidden, rate limited, invalid), or an output that failed
+    /// before `will_redact_output` — and to every error message: the record then holds
+    /// only redacted values, whichever stage the call ended at. What a blocking detector
+    /// finds is replaced as in [`RedactionMode::Redact`](crate::redaction::RedactionMode::Redact).
+    /// Pass the redaction hook's [`redactor`](crate::redaction::Redaction::redactor).
+    #[must_use]
+    pub fn redact_with(mut self, redactor: &Redactor) -> Self {
+        self.redactor = Some(redactor.without_blocking());
+        self
+    }
+
+    /// Scrubs known secret values (credentials the host holds) from every value and
+    /// message a record keeps, before it is fingerprinted or written.
+    #[must_use]
+    pub fn scrub(mut self, scrubber: Scrubber) -> Self {
+        self.scrubber = scrubber;
         self
     }
 
@@ -55,7 +93,12 @@ impl AuditBuilder {
         }
         Audit {
             sinks: self.sinks,
-            include_values: self.include_values,
+            rules: RecordRules {
+                include_values: self.include_values,
+                fingerprints: self.fingerprints.unwrap_or_else(KeyedFingerprint::random),
+                redactor: self.redactor,
+                scrubber: self.scrubber,
+            },
             stage_timings: self.stage_timings.unwrap_or(true),
         }
     }
@@ -76,6 +119,11 @@ impl Audit {
     /// A builder.
     pub fn builder() -> AuditBuilder {
         AuditBuilder::default()
+    }
+
+    /// The record this hook writes for the invocation `ctx` describes (at `will_audit`).
+    pub fn record(&self, ctx: &ToolInvokeContext) -> AuditRecord {
+        AuditRecord::from_context(ctx, &self.rules)
     }
 }
 
@@ -113,7 +161,7 @@ impl Hook for Audit {
     }
 
     async fn will_audit(&self, ctx: &mut ToolInvokeContext) -> HookResult {
-        let record = AuditRecord::from_context(ctx, self.include_values);
+        let record = self.record(ctx);
         for sink in &self.sinks {
             if let Err(e) = sink.write(&record).await {
                 tracing::error!(sink = sink.name(), error = %e, "audit record lost");

@@ -7,12 +7,17 @@
 //! [`record_hook_timings`](toolgate_core::PipelineBuilder::record_hook_timings), each hook
 //! took) — and hands it to every [sink](AuditSink): [`TracingSink`], an append-only
 //! [`JsonLinesSink`], a [`ChannelSink`], or [`MemorySink`]. Input and output are recorded
-//! as fingerprints unless [`include_values`](AuditBuilder::include_values) is set.
+//! as fingerprints under a key of the deployment ([`hash_key`](AuditBuilder::hash_key),
+//! HMAC-SHA-256) unless [`include_values`](AuditBuilder::include_values) is set.
 //!
-//! The record phase runs after the input was redacted and the output was redacted and
-//! scrubbed, and on the error path after `on_error` (where secrets are scrubbed from the
-//! error), so neither redacted values nor injected secrets reach the record. A sink that
-//! fails is logged; the call's outcome never changes.
+//! A record holds only redacted values. The record phase runs after the input was
+//! redacted and the output was redacted and scrubbed, and on the error path after
+//! `on_error` (where secrets are scrubbed from the error). A call refused before its
+//! input was redacted — forbidden, over a rate limit, invalid — is redacted by the audit
+//! hook itself with the rules given to [`redact_with`](AuditBuilder::redact_with), as are
+//! error messages (which may quote the input); [`scrub`](AuditBuilder::scrub) adds
+//! credentials the host holds. A sink that fails is logged; the call's outcome never
+//! changes.
 //!
 //! # Examples
 //!
@@ -31,7 +36,7 @@
 //! pipeline.invoke("ping", json!(null), InvokeOptions::new().user(User::new("ann"))).await?;
 //! let record = &records.records()[0];
 //! assert_eq!((record.user_id.as_str(), record.tool.as_str(), record.outcome), ("ann", "ping", Outcome::Success));
-//! assert!(record.output_hash.as_deref().is_some_and(|h| h.starts_with("sha256:")));
+//! assert!(record.output_hash.as_deref().is_some_and(|h| h.starts_with("hmac-sha256:")));
 //! # Ok(()) }
 //! ```
 

@@ -1,11 +1,53 @@
 //! [`AuditRecord`]: one structured record per invocation.
 
+use std::borrow::Cow;
 use std::time::UNIX_EPOCH;
 
 use serde_json::{Map, Value};
 use toolgate_core::{Stage, ToolError, ToolInvokeContext};
 
-use crate::fingerprint::fingerprint;
+use crate::fingerprint::KeyedFingerprint;
+use crate::redaction::{Findings, Redactor, input_redacted, output_redacted};
+use crate::secrets::Scrubber;
+
+/// What an [`Audit`](super::Audit) hook keeps of values and how.
+pub(crate) struct RecordRules {
+    pub include_values: bool,
+    pub fingerprints: KeyedFingerprint,
+    /// Applied to values that did not go through a redaction hook, and to messages.
+    pub redactor: Option<Redactor>,
+    pub scrubber: Scrubber,
+}
+
+impl RecordRules {
+    /// `value` as a record may keep it: redacted unless `redacted` says a redaction hook
+    /// already did it, and with known secrets scrubbed.
+    fn clean<'v>(&self, value: &'v Value, redacted: bool) -> Cow<'v, Value> {
+        let mut value = Cow::Borrowed(value);
+        if let Some(redactor) = &self.redactor
+            && !redacted
+            && redactor.may_redact(&value)
+        {
+            // Without blocking modes, redacting cannot fail.
+            let _ = redactor.redact_value(value.to_mut());
+        }
+        if self.scrubber.occurs_in_value(&value) {
+            self.scrubber.scrub_value(value.to_mut());
+        }
+        value
+    }
+
+    /// An error message as a record may keep it (messages may quote the input).
+    fn clean_message(&self, mut message: String) -> String {
+        if let Some(redactor) = &self.redactor
+            && let Ok(Some(clean)) = redactor.redact_text(&message, "", &mut Findings::new())
+        {
+            message = clean;
+        }
+        self.scrubber.scrub_string(&mut message);
+        message
+    }
+}
 
 /// How an invocation ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -45,9 +87,10 @@ pub struct TimingEntry {
 }
 
 /// One structured record per invocation: who, which tool, when, outcome and code,
-/// duration, and the decision trace. Input and output appear as fingerprints
-/// (`sha256:…` of their canonical JSON) unless the [`Audit`](super::Audit) hook is
-/// configured to include values.
+/// duration, and the decision trace. Input and output appear as keyed fingerprints
+/// (`hmac-sha256:…` of their canonical JSON, see
+/// [`KeyedFingerprint`]) unless the [`Audit`](super::Audit) hook is configured to
+/// include values. Either way, what is fingerprinted or kept is the redacted value.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct AuditRecord {
     /// The invocation's request id.
@@ -84,9 +127,9 @@ pub struct AuditRecord {
     /// How long each hook took (when the pipeline records hook timings).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub hooks: Vec<TimingEntry>,
-    /// The fingerprint of the final input.
+    /// The keyed fingerprint of the final (redacted) input.
     pub input_hash: String,
-    /// The fingerprint of the output, when there is one.
+    /// The keyed fingerprint of the (redacted) output, when there is one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output_hash: Option<String>,
     /// The final input itself, when values are included.
@@ -110,8 +153,13 @@ fn micros(d: std::time::Duration) -> u64 {
 
 impl AuditRecord {
     /// The record of the invocation `ctx` describes (at the record phase).
-    pub fn from_context(ctx: &ToolInvokeContext, include_values: bool) -> Self {
+    pub(crate) fn from_context(ctx: &ToolInvokeContext, rules: &RecordRules) -> Self {
         let error = ctx.error();
+        let input = rules.clean(ctx.input(), input_redacted(ctx));
+        let output = ctx
+            .output()
+            .map(|output| rules.clean(output, output_redacted(ctx)));
+        let include_values = rules.include_values;
         let outcome = match error {
             None => Outcome::Success,
             Some(ToolError::Suspended { .. }) => Outcome::Suspended,
@@ -162,19 +210,13 @@ impl AuditRecord {
                     micros: micros(t.duration),
                 })
                 .collect(),
-            input_hash: fingerprint(ctx.input()),
-            output_hash: ctx.output().map(fingerprint),
-            input: include_values.then(|| ctx.input().clone()),
-            output: if include_values {
-                ctx.output().cloned()
-            } else {
-                None
-            },
-            error: if include_values {
-                error.map(ToString::to_string)
-            } else {
-                None
-            },
+            input_hash: rules.fingerprints.of(&input),
+            output_hash: output.as_deref().map(|o| rules.fingerprints.of(o)),
+            input: include_values.then(|| input.into_owned()),
+            output: output.filter(|_| include_values).map(Cow::into_owned),
+            error: error
+                .filter(|_| include_values)
+                .map(|e| rules.clean_message(e.to_string())),
             metadata: ctx.metadata().clone(),
         }
     }

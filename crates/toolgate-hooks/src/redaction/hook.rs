@@ -120,6 +120,26 @@ impl TypeMapKey for RedactedAt {
     type Value = usize;
 }
 
+/// Where in the input history the input was redacted.
+struct InputRedactedAt;
+
+impl TypeMapKey for InputRedactedAt {
+    type Value = usize;
+}
+
+/// Whether the current input of `ctx` went through a [`Redaction`] hook: redacted at
+/// `will_redact_input` and not replaced since, or restored from a suspension (a call
+/// waits only once its input is redacted).
+pub(crate) fn input_redacted(ctx: &ToolInvokeContext) -> bool {
+    let at = ctx.input_history().len();
+    ctx.scratch().get::<InputRedactedAt>() == Some(&at) || (ctx.resumed().is_some() && at == 0)
+}
+
+/// Whether the current output of `ctx` went through a [`Redaction`] hook.
+pub(crate) fn output_redacted(ctx: &ToolInvokeContext) -> bool {
+    ctx.scratch().get::<RedactedAt>() == Some(&ctx.output_history().len())
+}
+
 impl Default for Redaction {
     fn default() -> Self {
         RedactionBuilder::default().build()
@@ -212,19 +232,23 @@ impl Hook for Redaction {
     }
 
     fn will_redact_input(&self, ctx: &mut ToolInvokeContext) -> HookResult {
-        if !self.input || !self.redactor.may_redact(ctx.input()) {
+        if !self.input {
             return Ok(());
         }
-        let mut input = ctx.input().clone();
-        match self.redactor.redact_value(&mut input) {
-            Ok(findings) if findings.is_empty() => Ok(()),
-            Ok(findings) => {
-                ctx.set_input(input);
-                Self::record(ctx, "input", findings);
-                Ok(())
+        if self.redactor.may_redact(ctx.input()) {
+            let mut input = ctx.input().clone();
+            match self.redactor.redact_value(&mut input) {
+                Ok(findings) if findings.is_empty() => {}
+                Ok(findings) => {
+                    ctx.set_input(input);
+                    Self::record(ctx, "input", findings);
+                }
+                Err(blocked) => return Self::blocked("input", blocked),
             }
-            Err(blocked) => Self::blocked("input", blocked),
         }
+        let at = ctx.input_history().len();
+        ctx.scratch_mut().insert::<InputRedactedAt>(at);
+        Ok(())
     }
 
     fn will_write_cache(&self, ctx: &mut ToolInvokeContext) -> HookResult {
@@ -238,8 +262,7 @@ impl Hook for Redaction {
         if !self.output {
             return Ok(());
         }
-        let unchanged = ctx.scratch().get::<RedactedAt>() == Some(&ctx.output_history().len());
-        if unchanged {
+        if output_redacted(ctx) {
             return Ok(());
         }
         self.redact_output(ctx)

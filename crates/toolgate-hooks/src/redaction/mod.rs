@@ -11,7 +11,12 @@
 //!
 //! Because the input is redacted before the cache is read, before the audit record is
 //! written and before metrics are taken, redacted values reach none of them. Object keys
-//! are not scanned (only values). Counts of what was redacted are kept in the invocation
+//! are scanned like values (`{"ann@example.com": 3}` becomes `{"[REDACTED:email]": 3}`;
+//! keys that become the same placeholder are numbered, so no value is lost). A call
+//! refused before its input was redacted (forbidden, rate limited, invalid) is recorded
+//! by [`Audit`](crate::audit::Audit) with the same rules applied: give the audit hook
+//! the [`Redactor`] with [`AuditBuilder::redact_with`](crate::audit::AuditBuilder::redact_with).
+//! Counts of what was redacted are kept in the invocation
 //! metadata under [`REDACTIONS_METADATA_KEY`].
 //!
 //! # Examples
@@ -45,6 +50,7 @@ mod redactor;
 
 pub use detector::{Detector, iban_valid, luhn_valid};
 pub use hook::{REDACTION_PRIORITY, REDACTIONS_METADATA_KEY, Redaction, RedactionBuilder};
+pub(crate) use hook::{input_redacted, output_redacted};
 pub use mode::RedactionMode;
 pub use redactor::{Blocked, Findings, Redactor};
 

@@ -3,7 +3,9 @@
 use std::collections::BTreeMap;
 
 use regex::RegexSet;
-use serde_json::Value;
+use serde_json::{Map, Value};
+
+use crate::json::unique_key;
 
 use super::{Detector, RedactionMode};
 
@@ -57,10 +59,37 @@ impl Redactor {
             return true;
         }
         match value {
-            Value::String(s) => self.prefilter.as_ref().is_none_or(|set| set.is_match(s)),
+            Value::String(s) => self.may_redact_text(s),
             Value::Array(items) => items.iter().any(|v| self.may_redact(v)),
-            Value::Object(map) => map.values().any(|v| self.may_redact(v)),
+            Value::Object(map) => map
+                .iter()
+                .any(|(k, v)| self.may_redact_text(k) || self.may_redact(v)),
             _ => false,
+        }
+    }
+
+    fn may_redact_text(&self, text: &str) -> bool {
+        self.prefilter.as_ref().is_none_or(|set| set.is_match(text))
+    }
+
+    /// The same rules with every [`RedactionMode::Block`] turned into
+    /// [`RedactionMode::Redact`]: for a record of what was refused, where the value must
+    /// be left out rather than refused again.
+    pub fn without_blocking(&self) -> Redactor {
+        let unblock = |mode: &RedactionMode| match mode {
+            RedactionMode::Block => RedactionMode::Redact,
+            other => other.clone(),
+        };
+        Redactor {
+            detectors: self.detectors.clone(),
+            modes: self
+                .modes
+                .iter()
+                .map(|(name, mode)| (name.clone(), unblock(mode)))
+                .collect(),
+            default_mode: unblock(&self.default_mode),
+            paths: self.paths.clone(),
+            prefilter: self.prefilter.clone(),
         }
     }
 
@@ -192,11 +221,44 @@ impl Redactor {
                 }
             }
             Value::Object(map) => {
+                self.redact_keys(map, &here, findings)?;
                 for (key, v) in map.iter_mut() {
                     self.walk(v, join(&here, key), findings)?;
                 }
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// Redacts the keys of `map` (an email used as a key is as personal as one used as a
+    /// value). Keys that become the same placeholder stay apart (`[REDACTED:email] (2)`),
+    /// so no value is lost; the order of the keys is kept.
+    fn redact_keys(
+        &self,
+        map: &mut Map<String, Value>,
+        here: &str,
+        findings: &mut Findings,
+    ) -> Result<(), Blocked> {
+        if !map.keys().any(|k| self.may_redact_text(k)) {
+            return Ok(());
+        }
+        let mut renamed = Vec::new();
+        for (i, key) in map.keys().enumerate() {
+            if let Some(clean) = self.redact_text(key, here, findings)? {
+                renamed.push((i, clean));
+            }
+        }
+        if renamed.is_empty() {
+            return Ok(());
+        }
+        let mut renamed = renamed.into_iter().peekable();
+        for (i, (key, v)) in std::mem::take(map).into_iter().enumerate() {
+            let key = match renamed.next_if(|(at, _)| *at == i) {
+                Some((_, clean)) => clean,
+                None => key,
+            };
+            map.insert(unique_key(map, key), v);
         }
         Ok(())
     }

@@ -41,8 +41,17 @@ where
 /// An audit hook recording into memory, and the sink to read the records from.
 pub fn memory_audit() -> (Audit, MemorySink) {
     let sink = MemorySink::new();
-    (Audit::builder().sink(sink.clone()).build(), sink)
+    (
+        Audit::builder()
+            .sink(sink.clone())
+            .hash_key(AUDIT_KEY)
+            .build(),
+        sink,
+    )
 }
+
+/// The key [`memory_audit`] fingerprints under.
+pub const AUDIT_KEY: &[u8] = b"test deployment key";
 
 /// The only record of a sink.
 pub fn only_record(sink: &MemorySink) -> AuditRecord {

@@ -5,7 +5,10 @@ use std::time::Duration;
 use toolgate_core::ToolDefinition;
 
 /// How to reach an upstream MCP server.
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Its `Debug` output leaves out what may be a credential: environment values, and the
+/// URL's user, password and query.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum UpstreamTransport {
     /// Start a program and speak MCP over its stdin and stdout. It is started again
@@ -24,6 +27,31 @@ pub enum UpstreamTransport {
         /// The endpoint, e.g. `http://127.0.0.1:9000/mcp`.
         url: String,
     },
+}
+
+impl std::fmt::Debug for UpstreamTransport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            UpstreamTransport::Stdio { command, args, env } => f
+                .debug_struct("Stdio")
+                .field("command", command)
+                .field("args", args)
+                .field("env", &env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+                .finish(),
+            UpstreamTransport::Http { url } => {
+                let shown = match url::Url::parse(url) {
+                    Ok(mut parsed) => {
+                        let _ = parsed.set_username("");
+                        let _ = parsed.set_password(None);
+                        parsed.set_query(None);
+                        parsed.to_string()
+                    }
+                    Err(_) => "(not a valid URL)".to_owned(),
+                };
+                f.debug_struct("Http").field("url", &shown).finish()
+            }
+        }
+    }
 }
 
 /// Backoff between attempts to reach an upstream that is down: `initial`, doubled per

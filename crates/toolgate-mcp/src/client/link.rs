@@ -8,9 +8,11 @@ use rmcp::service::{Peer, RunningService, ServiceError};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
+use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
-use toolgate_core::ToolError;
+use toolgate_core::{ToolDefinition, ToolError};
+use toolgate_hooks::secrets::Scrubber;
 
 use super::{UpstreamConfig, UpstreamTransport};
 
@@ -33,16 +35,62 @@ struct State {
 pub(crate) struct Link {
     pub config: UpstreamConfig,
     credential: Option<String>,
+    /// Every credential of `config`: scrubbed from what the upstream sends back.
+    scrubber: Scrubber,
     state: Mutex<State>,
 }
 
 impl Link {
     pub fn new(config: UpstreamConfig, credential: Option<String>) -> Self {
         Link {
+            scrubber: config.scrubber(),
             config,
             credential,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// `text` without the upstream's credentials: for log lines and error messages.
+    pub fn scrubbed(&self, mut text: String) -> String {
+        self.scrubber.scrub_string(&mut text);
+        text
+    }
+
+    /// A call's result without the upstream's credentials, before the pipeline sees it:
+    /// an upstream that echoes its token (or leaks it in an error) cannot get it to the
+    /// caller, a cache entry, an audit record or a log line.
+    pub fn scrub(&self, result: Result<Value, ToolError>) -> Result<Value, ToolError> {
+        if self.scrubber.is_empty() {
+            return result;
+        }
+        match result {
+            Ok(mut output) => {
+                if self.scrubber.scrub_value(&mut output) > 0 {
+                    tracing::warn!(server = %self.config.name, "the MCP server's answer contained its own credential; it was scrubbed");
+                }
+                Ok(output)
+            }
+            Err(mut error) => {
+                self.scrubber.scrub_error(&mut error);
+                Err(error)
+            }
+        }
+    }
+
+    /// A discovered tool's definition without the upstream's credentials.
+    pub fn scrub_definition(&self, mut definition: ToolDefinition) -> ToolDefinition {
+        if self.scrubber.is_empty() {
+            return definition;
+        }
+        self.scrubber.scrub_string(&mut definition.description);
+        if let Some(title) = &mut definition.title {
+            self.scrubber.scrub_string(title);
+        }
+        self.scrubber.scrub_value(&mut definition.input_schema);
+        if let Some(schema) = &mut definition.output_schema {
+            self.scrubber.scrub_value(schema);
+        }
+        definition
     }
 
     /// A live connection, connecting if needed. One call waits out short backoffs (up
@@ -79,7 +127,7 @@ impl Link {
                 }
                 failed => {
                     let reason = match failed {
-                        Ok(Err(reason)) => reason,
+                        Ok(Err(reason)) => self.scrubbed(reason),
                         _ => "the connection attempt timed out".to_owned(),
                     };
                     state.failures += 1;
@@ -111,8 +159,17 @@ impl Link {
                 if let (Some(var), Some(value)) = (&self.config.credential_env, &self.credential) {
                     cmd.env(var, value);
                 }
-                let transport = TokioChildProcess::new(cmd)
+                let (transport, stderr) = TokioChildProcess::builder(cmd)
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
                     .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+                if let Some(stderr) = stderr {
+                    tokio::spawn(relay_stderr(
+                        self.config.name.clone(),
+                        self.scrubber.clone(),
+                        stderr,
+                    ));
+                }
                 ().serve(transport).await.map_err(|e| e.to_string())
             }
             UpstreamTransport::Http { url } => {
@@ -172,7 +229,8 @@ impl Link {
                 }
                 Ok(Ok(result)) => return Ok(result),
                 Ok(Err(ServiceError::TransportSend(e))) if attempt == 0 => {
-                    tracing::warn!(server = %self.config.name, error = %e, "could not send the call; reconnecting");
+                    let error = self.scrubbed(e.to_string());
+                    tracing::warn!(server = %self.config.name, %error, "could not send the call; reconnecting");
                     self.forget(generation).await;
                 }
                 Ok(Err(ServiceError::McpError(e))) => {
@@ -194,5 +252,30 @@ impl Link {
             "MCP server `{}` could not be reached; try again",
             self.config.name
         )))
+    }
+}
+
+/// The longest line of a stdio upstream's stderr relayed whole; longer ones are cut.
+const MAX_STDERR_LINE: usize = 8 * 1024;
+
+/// Relays a stdio upstream's stderr into the log, one event per line (target
+/// `toolgate_mcp::upstream`, level `info`), with the upstream's credentials scrubbed: a
+/// program that prints its token on failure does not get it into the log.
+async fn relay_stderr(server: String, scrubber: Scrubber, stderr: tokio::process::ChildStderr) {
+    use futures::StreamExt;
+    use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+
+    let mut lines = FramedRead::new(stderr, LinesCodec::new_with_max_length(MAX_STDERR_LINE));
+    while let Some(line) = lines.next().await {
+        match line {
+            Ok(mut line) => {
+                scrubber.scrub_string(&mut line);
+                tracing::info!(target: "toolgate_mcp::upstream", %server, "{line}");
+            }
+            Err(LinesCodecError::MaxLineLengthExceeded) => {
+                tracing::info!(target: "toolgate_mcp::upstream", %server, "(a line of more than {MAX_STDERR_LINE} bytes was left out)");
+            }
+            Err(LinesCodecError::Io(_)) => break,
+        }
     }
 }

@@ -2,6 +2,7 @@
 
 mod config;
 mod link;
+mod secrets;
 mod tool;
 
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use tokio::time::Instant;
 use toolgate_core::{PipelineBuilder, RegistryError, ToolAnnotations, ToolDefinition, ToolSource};
 
 pub use config::{Backoff, UpstreamConfig, UpstreamTransport};
+pub use secrets::{MIN_GUESSED_SECRET_LEN, is_credential_name};
 pub use tool::ImportedTool;
 
 use crate::McpError;
@@ -78,22 +80,23 @@ impl Upstream {
                 toolgate_core::ToolError::RetryAfter { .. }
                 | toolgate_core::ToolError::Timeout { .. } => McpError::Connect {
                     server: config.name.clone(),
-                    reason: e.to_string(),
+                    reason: link.scrubbed(e.to_string()),
                 },
                 other => McpError::Discovery {
                     server: config.name.clone(),
-                    reason: other.to_string(),
+                    reason: link.scrubbed(other.to_string()),
                 },
             })?;
             for tool in &discovered {
                 remote_names.push(tool.name.to_string());
-                tools.push(definition_from_mcp(config, tool));
+                tools.push(link.scrub_definition(definition_from_mcp(config, tool)));
             }
         } else {
             let discovered = match discovered {
                 Ok(tools) => Some(tools),
                 Err(e) => {
-                    tracing::warn!(server = %config.name, error = %e, "MCP server not reachable at start-up; registering its declared tools");
+                    let error = link.scrubbed(e.to_string());
+                    tracing::warn!(server = %config.name, %error, "MCP server not reachable at start-up; registering its declared tools");
                     None
                 }
             };

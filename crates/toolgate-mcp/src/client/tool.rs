@@ -84,8 +84,9 @@ impl ErasedTool for ImportedTool {
             let result = self
                 .link
                 .call(&self.remote_name, arguments, deadline)
-                .await?;
-            output_from_result(&self.link.config.name, result)
+                .await
+                .and_then(|result| output_from_result(&self.link.config.name, result));
+            self.link.scrub(result)
         })
     }
 }

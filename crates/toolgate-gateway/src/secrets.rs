@@ -1,0 +1,59 @@
+//! The credentials the gateway holds, and the one scrubber that keeps them out of
+//! answers, audit records and logs.
+//!
+//! What the gateway holds: each upstream's credential (`credential_env`), the upstream
+//! environment values and URL parts named like credentials
+//! ([`UpstreamConfig::secrets`](toolgate_mcp::UpstreamConfig::secrets)), the redaction
+//! salt, the audit hash key and the password of the Redis URL. Imported tools scrub their
+//! own upstream's credentials from results and errors before the pipeline sees them; the
+//! scrubber made here covers every credential in the audit records and in every log line.
+
+use std::sync::OnceLock;
+
+use toolgate_core::Secret;
+use toolgate_hooks::fingerprint::random_key;
+use toolgate_hooks::secrets::Scrubber;
+
+use crate::config::{Config, StateUrl};
+use crate::gateway::upstream_config;
+
+/// Every credential `config` holds (read from the environment where the configuration
+/// names a variable).
+pub fn held(config: &Config) -> Vec<Secret> {
+    let mut held = Vec::new();
+    for (i, entry) in config.upstreams.iter().enumerate() {
+        if let Ok(upstream) = upstream_config(entry, i) {
+            held.extend(upstream.secrets());
+        }
+    }
+    if let Some(salt) = config
+        .policies
+        .redaction
+        .as_ref()
+        .and_then(|r| r.salt.as_ref())
+    {
+        held.push(Secret::new(salt.0.clone()));
+    }
+    if let Some(key) = config.audit.as_ref().and_then(|a| a.hash_key()) {
+        held.push(Secret::new(key.0.clone()));
+    }
+    if let StateUrl::Redis(url) = &config.state.url
+        && let Ok(url) = url::Url::parse(url)
+        && let Some(password) = url.password()
+    {
+        held.push(Secret::new(password.to_owned()));
+    }
+    held
+}
+
+/// A scrubber for every credential `config` holds.
+pub fn scrubber(config: &Config) -> Scrubber {
+    Scrubber::for_secrets(&held(config))
+}
+
+/// The audit fingerprint key when the configuration sets none: random, made once per
+/// process, so that records before and after a reload still correlate.
+pub(crate) fn process_audit_key() -> &'static [u8; 32] {
+    static KEY: OnceLock<[u8; 32]> = OnceLock::new();
+    KEY.get_or_init(random_key)
+}
