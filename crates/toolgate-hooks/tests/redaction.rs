@@ -360,3 +360,30 @@ async fn an_input_redacted_by_the_pipeline_is_not_redacted_twice_in_the_record()
     assert_eq!(record.input.as_ref(), Some(&json!({ "q": out.clone() })));
     assert_eq!(record.output.as_ref(), Some(&out));
 }
+
+#[test]
+fn the_text_of_mcp_content_is_redacted_and_binary_payloads_are_left_whole() {
+    // Base64 that happens to hold a phone-like run of digits between `/` and `+`.
+    let image = "iVBORw0KGgo/020 7946 0958+AAAA";
+    let mut output = json!({
+        "content": [
+            { "type": "text", "text": "call ann@example.com" },
+            { "type": "image", "data": image, "mimeType": "image/png" },
+            { "type": "resource", "resource": { "uri": "test://b", "blob": image, "mimeType": "application/octet-stream" } },
+            { "type": "resource", "resource": { "uri": "test://t", "text": "ann@example.com" } },
+        ]
+    });
+    let redactor = Redaction::new();
+    let mut as_text = json!(image);
+    redactor.redactor().redact_value(&mut as_text).unwrap();
+    assert_ne!(
+        as_text,
+        json!(image),
+        "read as text, the payload would be changed"
+    );
+    redactor.redactor().redact_value(&mut output).unwrap();
+    assert_eq!(output["content"][0]["text"], "call [REDACTED:email]");
+    assert_eq!(output["content"][1]["data"], image);
+    assert_eq!(output["content"][2]["resource"]["blob"], image);
+    assert_eq!(output["content"][3]["resource"]["text"], "[REDACTED:email]");
+}

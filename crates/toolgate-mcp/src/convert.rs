@@ -6,6 +6,8 @@ use rmcp::model::{CallToolResult, ContentBlock, ErrorData, JsonObject, MetaObjec
 use serde_json::{Value, json};
 use toolgate_core::{ToolAnnotations, ToolDefinition, ToolError};
 
+use crate::result;
+
 /// The `_meta` key under which a failed call's machine-readable error is returned:
 /// `{"code": "rate_limited", "status": 429, "retryAfterMs": 1200}`.
 pub(crate) const ERROR_META_KEY: &str = "io.toolgate/error";
@@ -59,7 +61,11 @@ pub fn to_mcp_tool(definition: &ToolDefinition) -> Tool {
 /// The output schema of a tool when it describes a JSON object (the only kind MCP
 /// accepts as `outputSchema`).
 pub(crate) fn object_output_schema(definition: &ToolDefinition) -> Option<&JsonObject> {
-    let schema = definition.output_schema.as_ref()?.as_object()?;
+    let schema = match result::upstream_output_schema(definition) {
+        Some(upstream) => upstream?,
+        None => definition.output_schema.as_ref()?,
+    };
+    let schema = schema.as_object()?;
     (schema.get("type").and_then(Value::as_str) == Some("object")).then_some(schema)
 }
 
@@ -130,7 +136,9 @@ fn object_schema(properties: Value) -> JsonObject {
 }
 
 /// A tool's output as an MCP result: the output as text content, and as
-/// `structuredContent` when the tool declares an object output schema.
+/// `structuredContent` when the tool declares an object output schema. The output of an
+/// [imported tool](crate::ImportedTool), still in the upstream's result form, is the
+/// result as it is (see [`result`](crate::result)).
 ///
 /// # Examples
 ///
@@ -146,12 +154,15 @@ fn object_schema(properties: Value) -> JsonObject {
 /// assert_eq!(result.is_error, Some(false));
 /// ```
 pub fn output_to_result(definition: &ToolDefinition, output: Value) -> CallToolResult {
+    if let Some(result) = result::passthrough(definition, &output) {
+        return result;
+    }
     let text = match &output {
         Value::String(s) => s.clone(),
         other => other.to_string(),
     };
     let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
-    if object_output_schema(definition).is_some() {
+    if object_output_schema(definition).is_some() && output.is_object() {
         result.structured_content = Some(output);
     }
     result

@@ -47,6 +47,7 @@
 mod client;
 mod convert;
 mod error;
+pub mod result;
 mod server;
 
 pub use client::{

@@ -138,14 +138,33 @@ async fn imported_tools_are_served_again_with_a_rate_limit_applied() {
     assert!(is_error(&result));
     assert_eq!(text(&result), "rate limited, retry after 1500 ms");
 
-    // The upstream's own errors come back as tool errors too.
+    // A wrong argument is refused before the call leaves, naming the field…
     let mut builder = Pipeline::builder();
     upstream.register(&mut builder).expect("registered");
     let pipeline = builder.build().expect("built");
+    let error = invoke(&pipeline, "add", json!({"a": "five", "b": 0}))
+        .await
+        .expect_err("refused here");
+    assert_eq!(error.code(), "invalid_input", "{error}");
+    assert!(error.to_string().contains("argument `a`"), "{error}");
+    assert!(upstream.validates_arguments("add"));
+
+    // …and with checking off, the upstream's own refusal comes back as its tool error.
+    let unchecked = within(
+        30,
+        "import",
+        Upstream::connect(demo_stdio("demo").validate_arguments(false)),
+    )
+    .await
+    .expect("imported");
+    assert!(!unchecked.validates_arguments("add"));
+    let mut builder = Pipeline::builder();
+    unchecked.register(&mut builder).expect("registered");
+    let pipeline = builder.build().expect("built");
     let error = invoke(&pipeline, "add", json!({"a": 5000, "b": 0}))
         .await
-        .expect_err("invalid upstream");
-    assert_eq!(error.code(), "tool_error");
+        .expect_err("refused upstream");
+    assert_eq!(error.code(), "tool_error", "{error}");
     assert!(error.to_string().contains("argument `a`"), "{error}");
     shutdown.cancel();
 }
@@ -189,7 +208,10 @@ async fn name_collision_is_refused_unless_a_prefix_is_configured() {
     let out = invoke(&pipeline, "demo.echo", json!({"text": "remote"}))
         .await
         .expect("called");
-    assert_eq!(out, json!("remote"));
+    assert_eq!(
+        out,
+        json!({"content": [{"type": "text", "text": "remote"}]})
+    );
     let out = invoke(&pipeline, "echo", json!({"text": "local"}))
         .await
         .expect("called");
@@ -207,7 +229,10 @@ async fn stdio_upstream_killed_mid_test_is_started_again() {
 
     let first = invoke(&pipeline, "pid", json!({})).await.expect("called");
     // A number is not an MCP structured output: it travels as text.
-    let pid: u32 = first.as_str().and_then(|s| s.parse().ok()).expect("a pid");
+    let pid: u32 = first["content"][0]["text"]
+        .as_str()
+        .and_then(|s| s.parse().ok())
+        .expect("a pid");
     let killed = std::process::Command::new("kill")
         .args(["-9", &pid.to_string()])
         .status()

@@ -12,7 +12,9 @@
 //! Because the input is redacted before the cache is read, before the audit record is
 //! written and before metrics are taken, redacted values reach none of them. Object keys
 //! are scanned like values (`{"ann@example.com": 3}` becomes `{"[REDACTED:email]": 3}`;
-//! keys that become the same placeholder are numbered, so no value is lost). A call
+//! keys that become the same placeholder are numbered, so no value is lost). The base64
+//! payloads of MCP content — `data` of image and audio blocks, `blob` of binary resource
+//! contents — are not scanned: they are not text. A call
 //! refused before its input was redacted (forbidden, rate limited, invalid) is recorded
 //! by [`Audit`](crate::audit::Audit) with the same rules applied: give the audit hook
 //! the [`Redactor`] with [`AuditBuilder::redact_with`](crate::audit::AuditBuilder::redact_with).

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use regex::RegexSet;
 use serde_json::{Map, Value};
 
-use crate::json::unique_key;
+use crate::json::{binary_payload_key, unique_key};
 
 use super::{Detector, RedactionMode};
 
@@ -61,9 +61,12 @@ impl Redactor {
         match value {
             Value::String(s) => self.may_redact_text(s),
             Value::Array(items) => items.iter().any(|v| self.may_redact(v)),
-            Value::Object(map) => map
-                .iter()
-                .any(|(k, v)| self.may_redact_text(k) || self.may_redact(v)),
+            Value::Object(map) => {
+                let binary = binary_payload_key(map);
+                map.iter().any(|(k, v)| {
+                    self.may_redact_text(k) || (Some(k.as_str()) != binary && self.may_redact(v))
+                })
+            }
             _ => false,
         }
     }
@@ -222,8 +225,11 @@ impl Redactor {
             }
             Value::Object(map) => {
                 self.redact_keys(map, &here, findings)?;
+                let binary = binary_payload_key(map);
                 for (key, v) in map.iter_mut() {
-                    self.walk(v, join(&here, key), findings)?;
+                    if Some(key.as_str()) != binary {
+                        self.walk(v, join(&here, key), findings)?;
+                    }
                 }
             }
             _ => {}

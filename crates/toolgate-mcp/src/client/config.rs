@@ -130,6 +130,10 @@ pub struct UpstreamConfig {
     pub connect_timeout: Duration,
     /// Backoff between connection attempts.
     pub backoff: Backoff,
+    /// Whether arguments are checked against each imported tool's input schema before
+    /// the call leaves (on by default): a wrong argument is the caller's `invalid_input`
+    /// naming the field, not the upstream's failure.
+    pub validate_arguments: bool,
 }
 
 impl UpstreamConfig {
@@ -143,6 +147,7 @@ impl UpstreamConfig {
             call_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             backoff: Backoff::default(),
+            validate_arguments: true,
         }
     }
 
@@ -208,6 +213,15 @@ impl UpstreamConfig {
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Whether arguments are checked against the imported tools' input schemas before a
+    /// call leaves (on by default). Turn it off only for an upstream whose schemas are
+    /// known to be wrong.
+    #[must_use]
+    pub fn validate_arguments(mut self, on: bool) -> Self {
+        self.validate_arguments = on;
         self
     }
 

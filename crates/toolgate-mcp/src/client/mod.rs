@@ -7,6 +7,7 @@ mod tool;
 
 use std::sync::Arc;
 
+use jsonschema::Validator;
 use tokio::time::Instant;
 use toolgate_core::{PipelineBuilder, RegistryError, ToolAnnotations, ToolDefinition, ToolSource};
 
@@ -44,6 +45,8 @@ pub struct Upstream {
     tools: Vec<ToolDefinition>,
     /// For each of `tools`, its name upstream.
     remote_names: Vec<String>,
+    /// For each of `tools`, its compiled input schema (`None`: arguments not checked).
+    validators: Vec<Option<Arc<Validator>>>,
 }
 
 impl Upstream {
@@ -114,16 +117,23 @@ impl Upstream {
                 remote_names.push(declared.name.clone());
                 let mut definition = declared.clone();
                 definition.name = prefixed(config, &declared.name);
+                definition.output_schema =
+                    Some(crate::result::output_schema(declared.output_schema.clone()));
                 definition.source = ToolSource::Mcp {
                     server: config.name.clone(),
                 };
                 tools.push(definition);
             }
         }
+        let validators = tools
+            .iter()
+            .map(|definition| input_validator(config, definition))
+            .collect();
         Ok(Upstream {
             link,
             tools,
             remote_names,
+            validators,
         })
     }
 
@@ -142,10 +152,26 @@ impl Upstream {
         self.tools
             .iter()
             .zip(&self.remote_names)
-            .map(|(definition, remote)| {
-                ImportedTool::new(Arc::clone(&self.link), definition.clone(), remote.clone())
+            .zip(&self.validators)
+            .map(|((definition, remote), validator)| {
+                ImportedTool::new(
+                    Arc::clone(&self.link),
+                    definition.clone(),
+                    remote.clone(),
+                    validator.clone(),
+                )
             })
             .collect()
+    }
+
+    /// Whether arguments are checked against the input schema of the imported tool
+    /// `name` before a call leaves (see [`UpstreamConfig::validate_arguments`]): `false`
+    /// when checking is off or the upstream's schema is not a valid JSON Schema.
+    pub fn validates_arguments(&self, name: &str) -> bool {
+        self.tools
+            .iter()
+            .zip(&self.validators)
+            .any(|(definition, validator)| definition.name == name && validator.is_some())
     }
 
     /// Registers every imported tool in `builder`. Returns their names.
@@ -187,6 +213,22 @@ impl std::fmt::Debug for Upstream {
     }
 }
 
+/// The compiled input schema of an imported tool, when arguments are to be checked. A
+/// schema that does not compile is reported once, here, and the tool's calls go
+/// unchecked to the upstream (which checks them itself).
+fn input_validator(config: &UpstreamConfig, definition: &ToolDefinition) -> Option<Arc<Validator>> {
+    if !config.validate_arguments {
+        return None;
+    }
+    match jsonschema::validator_for(&definition.input_schema) {
+        Ok(validator) => Some(Arc::new(validator)),
+        Err(e) => {
+            tracing::warn!(server = %config.name, tool = %definition.name, error = %e, "the tool's input schema is not a valid JSON Schema; its arguments go to the MCP server unchecked");
+            None
+        }
+    }
+}
+
 fn prefixed(config: &UpstreamConfig, name: &str) -> String {
     match &config.prefix {
         Some(prefix) => format!("{prefix}{name}"),
@@ -204,10 +246,11 @@ fn definition_from_mcp(config: &UpstreamConfig, tool: &rmcp::model::Tool) -> Too
         description: tool.description.as_deref().unwrap_or_default().to_owned(),
         version: "mcp".to_owned(),
         input_schema: serde_json::Value::Object((*tool.input_schema).clone()),
-        output_schema: tool
-            .output_schema
-            .as_ref()
-            .map(|s| serde_json::Value::Object((**s).clone())),
+        output_schema: Some(crate::result::output_schema(
+            tool.output_schema
+                .as_ref()
+                .map(|s| serde_json::Value::Object((**s).clone())),
+        )),
         annotations: ToolAnnotations {
             read_only: hints.read_only_hint.unwrap_or(false),
             idempotent: hints.idempotent_hint.unwrap_or(false),
@@ -233,7 +276,10 @@ fn warn_on_differences(
     if declared.description != reported.description {
         tracing::warn!(server = %config.name, tool = %declared.name, "declared description differs from the one the MCP server reports; using the declared one");
     }
-    if declared.output_schema.is_some() && declared.output_schema != reported.output_schema {
+    if declared.output_schema.is_some()
+        && Some(crate::result::output_schema(declared.output_schema.clone()))
+            != reported.output_schema
+    {
         tracing::warn!(server = %config.name, tool = %declared.name, "declared output schema differs from the one the MCP server reports; using the declared one");
     }
 }

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
+use jsonschema::Validator;
 use rmcp::model::CallToolResult;
 use serde_json::Value;
 use tokio::time::Instant;
@@ -10,24 +11,35 @@ use toolgate_core::{
     ErasedTool, InputViolations, PreparedInput, ToolDefinition, ToolError, ToolInvokeContext,
 };
 
+use toolgate_hooks::validation::violations_for;
+
 use super::link::Link;
 
-/// A tool that lives in an upstream MCP server. Its input is checked against its JSON
-/// Schema by the pipeline's validation policy (not here); a call goes upstream with a
-/// deadline — the earlier of the invocation's and the upstream's call timeout — and is
-/// cancelled upstream when the invocation is cancelled.
+/// A tool that lives in an upstream MCP server. Its arguments are checked against its
+/// input schema before the call leaves (the tool's own check, at `will_validate_input`,
+/// unless [`UpstreamConfig::validate_arguments`](crate::UpstreamConfig::validate_arguments)
+/// is off): a wrong argument is the caller's `invalid_input` naming the field. A call goes
+/// upstream with a deadline — the earlier of the invocation's and the upstream's call
+/// timeout — and is cancelled upstream when the invocation is cancelled.
 pub struct ImportedTool {
     link: Arc<Link>,
     definition: ToolDefinition,
     remote_name: String,
+    validator: Option<Arc<Validator>>,
 }
 
 impl ImportedTool {
-    pub(crate) fn new(link: Arc<Link>, definition: ToolDefinition, remote_name: String) -> Self {
+    pub(crate) fn new(
+        link: Arc<Link>,
+        definition: ToolDefinition,
+        remote_name: String,
+        validator: Option<Arc<Validator>>,
+    ) -> Self {
         ImportedTool {
             link,
             definition,
             remote_name,
+            validator,
         }
     }
 
@@ -57,7 +69,16 @@ impl ErasedTool for ImportedTool {
         self.definition.clone()
     }
 
-    fn check_input(&self, _input: &Value) -> Result<Option<PreparedInput>, ToolError> {
+    fn check_input(&self, input: &Value) -> Result<Option<PreparedInput>, ToolError> {
+        if let Some(validator) = &self.validator {
+            // A call without arguments goes upstream as an empty object.
+            let empty = Value::Object(Default::default());
+            let arguments = if input.is_null() { &empty } else { input };
+            let violations = violations_for(validator, arguments);
+            if !violations.is_empty() {
+                return Err(ToolError::InvalidInput(InputViolations(violations)));
+            }
+        }
         Ok(None)
     }
 
@@ -91,34 +112,20 @@ impl ErasedTool for ImportedTool {
     }
 }
 
-/// An upstream result as a toolgate output: `structuredContent` when present, else the
-/// text of a single text block, else the content blocks as JSON. `isError` results
-/// become [`ToolError::Execution`] with the upstream's text.
+/// An upstream result as a toolgate output: the result itself, in its JSON form (see
+/// [`result`](crate::result)). `isError` results become [`ToolError::Execution`] with the
+/// upstream's text, so that retry, error metrics and audit see a failure.
 fn output_from_result(server: &str, result: CallToolResult) -> Result<Value, ToolError> {
-    let text = || {
-        result
+    if result.is_error == Some(true) {
+        let text = result
             .content
             .iter()
             .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
             .collect::<Vec<_>>()
-            .join("\n")
-    };
-    if result.is_error == Some(true) {
+            .join("\n");
         return Err(ToolError::execution(format!(
-            "MCP server `{server}`: {}",
-            text()
+            "MCP server `{server}`: {text}"
         )));
     }
-    if let Some(structured) = result.structured_content {
-        return Ok(structured);
-    }
-    match result.content.as_slice() {
-        [single] if single.as_text().is_some() => Ok(Value::String(text())),
-        [] => Ok(Value::Null),
-        blocks => serde_json::to_value(blocks).map_err(|e| {
-            ToolError::internal(format!(
-                "the result of MCP server `{server}` could not be read: {e}"
-            ))
-        }),
-    }
+    Ok(crate::result::output_of(result))
 }

@@ -1,0 +1,82 @@
+//! An imported tool's output: the upstream's MCP result itself, so that re-serving it
+//! over MCP loses nothing but what policy removed.
+//!
+//! The output of an [`ImportedTool`](crate::ImportedTool) is the upstream's
+//! `CallToolResult` in its JSON form — `content` (text, image, audio, embedded resources,
+//! resource links, with their annotations and `_meta`), and `structuredContent` and
+//! `_meta` when the upstream sent them:
+//!
+//! ```json
+//! {"content": [{"type": "text", "text": "42 °C"}, {"type": "image", "data": "iVBO…", "mimeType": "image/png"}],
+//!  "structuredContent": {"celsius": 42}}
+//! ```
+//!
+//! Output hooks see and change it like any output (redaction reads the text of every
+//! block, and skips the base64 payloads of images, audio and binary resources). The
+//! imported tool's `output_schema` describes this object, with the upstream's own output
+//! schema under `structuredContent`; [`to_mcp_tool`](crate::to_mcp_tool) lists the
+//! upstream's schema again. Over MCP, an output of this form is answered as it is
+//! ([`output_to_result`](crate::output_to_result)); an output a hook replaced with a
+//! value of another form is answered like a local tool's.
+
+use rmcp::model::CallToolResult;
+use serde_json::{Map, Value, json};
+use toolgate_core::{ToolDefinition, ToolSource};
+
+/// The key of the content blocks in an imported tool's output.
+pub const CONTENT: &str = "content";
+/// The key of the structured content in an imported tool's output.
+pub const STRUCTURED_CONTENT: &str = "structuredContent";
+
+/// The output of an upstream result that is not an error.
+pub(crate) fn output_of(result: CallToolResult) -> Value {
+    let mut output = serde_json::to_value(result).unwrap_or_else(|_| json!({ CONTENT: [] }));
+    if let Value::Object(map) = &mut output {
+        // Errors leave as errors; a result that is an output has no error flag.
+        map.remove("isError");
+        map.entry(CONTENT).or_insert_with(|| json!([]));
+    }
+    output
+}
+
+/// `output` as an MCP result, when it is an imported tool's output still in result form.
+pub(crate) fn passthrough(definition: &ToolDefinition, output: &Value) -> Option<CallToolResult> {
+    if !matches!(definition.source, ToolSource::Mcp { .. }) {
+        return None;
+    }
+    let map = output.as_object()?;
+    if !map.get(CONTENT).is_some_and(Value::is_array) {
+        return None;
+    }
+    let mut result: CallToolResult = serde_json::from_value(output.clone()).ok()?;
+    result.is_error = Some(false);
+    Some(result)
+}
+
+/// The output schema of an imported tool: its result form, with the upstream's own output
+/// schema (if any) describing `structuredContent`, which the upstream must then send.
+pub(crate) fn output_schema(upstream: Option<Value>) -> Value {
+    let mut properties = Map::new();
+    properties.insert(CONTENT.to_owned(), json!({ "type": "array" }));
+    let mut required = vec![json!(CONTENT)];
+    if let Some(schema) = upstream {
+        properties.insert(STRUCTURED_CONTENT.to_owned(), schema);
+        required.push(json!(STRUCTURED_CONTENT));
+    }
+    json!({ "type": "object", "properties": properties, "required": required })
+}
+
+/// The upstream's own output schema of an imported tool (what MCP lists), undoing
+/// [`output_schema`]; `None` for a local tool.
+pub(crate) fn upstream_output_schema(definition: &ToolDefinition) -> Option<Option<&Value>> {
+    if !matches!(definition.source, ToolSource::Mcp { .. }) {
+        return None;
+    }
+    Some(
+        definition
+            .output_schema
+            .as_ref()
+            .and_then(|schema| schema.get("properties"))
+            .and_then(|properties| properties.get(STRUCTURED_CONTENT)),
+    )
+}
