@@ -44,6 +44,7 @@ pub mod builtin;
 pub mod cli;
 pub mod config;
 pub mod connections;
+pub mod drain;
 pub mod extensions;
 pub mod gateway;
 pub mod http;

@@ -1,19 +1,21 @@
 //! `toolgate serve`: the HTTP server, with reload on SIGHUP and a graceful drain on
-//! SIGTERM / SIGINT.
+//! SIGTERM / SIGINT (see [`serve`] for the drain, step by step).
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{Mutex, watch};
+use tokio::task::JoinHandle;
 
 use crate::Extensions;
 use crate::config::load_file;
-use crate::connections::{self, ConnectionLimits};
+use crate::connections::{self, ConnectionLimits, Phase};
+use crate::drain::Drain;
 use crate::gateway::{Gateway, GatewayError};
 use crate::http::{AppState, router};
 use crate::prometheus::{self, Upkeep};
@@ -53,8 +55,28 @@ impl From<crate::config::ConfigError> for ServeError {
     }
 }
 
-/// Runs the gateway until SIGTERM or SIGINT, then drains: stops accepting, lets calls in
-/// flight finish for up to `server.shutdown_grace`, saves the usage statistics.
+/// Runs the gateway until SIGTERM or SIGINT, then drains and exits.
+///
+/// The drain, in order:
+///
+/// 1. **Drain starts.** `/readyz` answers 503 `{"status": "draining"}` so that load
+///    balancers and Kubernetes stop sending; connections are still accepted, so that
+///    `/healthz` and `/readyz` stay reachable (the connection cap and timeouts still
+///    hold). New requests to `/v1` and `/mcp` are refused at once with 503
+///    `shutting_down` and `Retry-After: 1`: the caller should go to another replica.
+///    Every answer from now on carries `Connection: close`, and idle kept-alive
+///    connections are closed, so that clients move away. Calls in flight go on.
+/// 2. **The calls in flight finish**, for up to `server.shutdown_grace`. When the last one
+///    has been answered, the gateway goes on to step 4 at once.
+/// 3. **The grace ends with calls still running.** Each is cancelled through its pipeline
+///    cancellation token, so its tail runs — `on_error`, the audit record, the releases —
+///    and its caller is answered 503 `shutting_down` ("the gateway shut down before the
+///    call finished: it may or may not have had effects…"), without `Retry-After`; an MCP
+///    `tools/call` gets a tool result with `isError: true` saying the same. The gateway
+///    waits up to 2 s for those answers to be sent.
+/// 4. **Stop.** No more connections are accepted; open ones close once their answer is
+///    sent (for at most 2 s more). The audit sinks are flushed, the usage statistics
+///    saved, and the function returns `Ok` (the process exits 0).
 ///
 /// # Errors
 ///
@@ -107,7 +129,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let state = AppState {
         current: Arc::new(ArcSwap::from_pointee(gateway)),
         metrics,
-        draining: Arc::new(AtomicBool::new(false)),
+        drain: Drain::new(),
     };
     let shared = Arc::new(Mutex::new(shared));
     let reloads = tokio::spawn(reload_on_hangup(
@@ -117,30 +139,16 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         shared.clone(),
     ));
 
-    let (stop_tx, mut stop_rx) = watch::channel(false);
-    let draining = state.draining.clone();
-    let app = router(state.clone());
-    let server = connections::serve(listener, app, limits, stop_rx.clone());
-    let stopping = async move {
-        wait_for_stop(term).await;
-        draining.store(true, Ordering::Relaxed);
-        tracing::info!(
-            grace_ms = grace.as_millis() as u64,
-            "shutting down: no new connections; letting calls in flight finish"
-        );
-        let _ = stop_tx.send(true);
-        // Keeps the channel open: the server stops on `true`, not on a closed channel.
-        std::future::pending::<()>().await;
-    };
-    let deadline = async move {
-        let _ = stop_rx.wait_for(|stopped| *stopped).await;
-        tokio::time::sleep(grace).await;
-    };
-    tokio::select! {
-        () = server => {}
-        () = stopping => {}
-        () = deadline => tracing::warn!("shutdown grace expired: cutting the calls still in flight"),
-    }
+    let (phase, phases) = watch::channel(Phase::Serving);
+    let server = tokio::spawn(connections::serve(
+        listener,
+        router(state.clone()),
+        limits,
+        phases,
+    ));
+    wait_for_stop(term).await;
+    drain(&state.drain, &phase, grace).await;
+    stop(server, &phase).await;
     reloads.abort();
     state.current.load().flush_audit().await;
     if let Some(saver) = saver {
@@ -154,6 +162,55 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     }
     tracing::info!("toolgate gateway stopped");
     Ok(())
+}
+
+/// How long the callers of the calls cut at the end of the grace have to get their
+/// answers, and then how long open connections have to close.
+const ANSWER_WAIT: Duration = Duration::from_secs(2);
+
+/// Steps 1 to 3 of the drain (see [`serve`]): returns when every call in flight has been
+/// answered, or [`ANSWER_WAIT`] after the grace ended without it.
+async fn drain(drain: &Drain, phase: &watch::Sender<Phase>, grace: Duration) {
+    drain.start();
+    phase.send_replace(Phase::Draining);
+    tracing::info!(
+        grace_ms = grace.as_millis() as u64,
+        calls = drain.calls_in_flight(),
+        "shutting down: refusing new calls, letting the calls in flight finish"
+    );
+    if tokio::time::timeout(grace, drain.calls_finished())
+        .await
+        .is_ok()
+    {
+        return;
+    }
+    tracing::warn!(
+        calls = drain.calls_in_flight(),
+        "shutdown grace expired: cancelling the calls still in flight"
+    );
+    drain.cut();
+    if tokio::time::timeout(ANSWER_WAIT, drain.calls_finished())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            calls = drain.calls_in_flight(),
+            wait_ms = ANSWER_WAIT.as_millis() as u64,
+            "calls cut at shutdown were not answered in time; closing their connections"
+        );
+    }
+}
+
+/// Step 4 of the drain: stops accepting, and gives the open connections up to
+/// [`ANSWER_WAIT`] to close (those still open then close with the process).
+async fn stop(server: JoinHandle<()>, phase: &watch::Sender<Phase>) {
+    phase.send_replace(Phase::Closing);
+    if tokio::time::timeout(ANSWER_WAIT, server).await.is_err() {
+        tracing::warn!(
+            wait_ms = ANSWER_WAIT.as_millis() as u64,
+            "connections still open at shutdown are closed"
+        );
+    }
 }
 
 async fn wait_for_stop(term: std::io::Result<Signal>) {

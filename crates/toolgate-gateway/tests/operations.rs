@@ -3,11 +3,14 @@
 
 mod common;
 
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use common::{
-    Gateway, client, eventually, fresh_client, get, invoke, key, metric, post, user_yaml,
+    Answer, Gateway, client, eventually, fresh_client, get, invoke, key, mcp, metric, open_session,
+    post, user_yaml,
 };
+use reqwest::Method;
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------
@@ -262,11 +265,19 @@ policies:\n  timeouts:\n    tools: {{ sleep: 50ms }}\n",
 // SIGTERM: drain
 
 /// One `sleep` call at a time (globally), so that a probe call tells whether a long call is
-/// in flight: the probe is refused with 503 while it is.
-fn drain_config(grace: &str) -> String {
+/// in flight: the probe is refused with 503 `overloaded` while it is. Calls may run for
+/// five minutes; with `audit`, every call's record is written through to that file.
+fn drain_config(grace: &str, audit: Option<&Path>) -> String {
+    let audit = audit.map_or_else(String::new, |path| {
+        format!(
+            "audit:\n  sink: file\n  path: {}\n  flush_every: 0s\n",
+            path.display()
+        )
+    });
     format!(
-        "server:\n  shutdown_grace: {grace}\ntools:\n  builtin: [sleep]\nusers:\n{}\
-policies:\n  concurrency:\n    - {{ name: one-sleep, limit: 1, partition: global, tools: [sleep] }}\n",
+        "server:\n  shutdown_grace: {grace}\n  request_timeout: 5m\ntools:\n  builtin: [sleep]\n\
+users:\n{}policies:\n  concurrency:\n    - {{ name: one-sleep, limit: 1, partition: global, tools: [sleep] }}\n\
+{audit}",
         user_yaml("alice", &["admin"])
     )
 }
@@ -290,106 +301,240 @@ async fn until_a_sleep_is_in_flight(gateway: &Gateway) {
     .await;
 }
 
-/// Starts a `sleep` call of `ms` in the background; its status and body. A call that
-/// happens to arrive while a probe holds the slot is refused with 503, and sent again.
-fn start_sleep(
-    gateway: &Gateway,
-    ms: u64,
-) -> tokio::task::JoinHandle<Result<(u16, Value), String>> {
+/// Starts a `sleep` call of `ms` in the background; its answer. A call that happens to
+/// arrive while a probe holds the slot is refused with 503 `overloaded`, and sent again.
+fn start_sleep(gateway: &Gateway, ms: u64) -> tokio::task::JoinHandle<Answer> {
     let url = gateway.url("/v1/tools/sleep/invoke");
     tokio::spawn(async move {
         loop {
-            let response = client()
-                .post(&url)
-                .bearer_auth(key("alice"))
-                .json(&json!({"ms": ms}))
-                .send()
-                .await
-                .map_err(|e| e.to_string())?;
-            let status = response.status().as_u16();
-            let body: Value = response.json().await.map_err(|e| e.to_string())?;
-            if status != 503 {
-                return Ok((status, body));
+            let answer = post(&client(), &url, Some("alice"), &json!({"ms": ms})).await;
+            if answer.error_code() != "overloaded" {
+                return answer;
             }
         }
     })
 }
 
-#[tokio::test]
-async fn sigterm_lets_the_call_in_flight_finish_and_refuses_new_connections() {
-    let mut gateway = Gateway::start(&drain_config("20s"));
-    let call = start_sleep(&gateway, 1500);
-    until_a_sleep_is_in_flight(&gateway).await;
+/// A gateway draining with `grace`, whose audit records go to a file in `dir`; the path of
+/// that file.
+fn start_audited(dir: &tempfile::TempDir, grace: &str) -> (Gateway, PathBuf) {
+    let audit = dir.path().join("audit.jsonl");
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(&config, drain_config(grace, Some(&audit))).expect("writing the config");
+    (Gateway::start_file(&config), audit)
+}
 
-    let signalled = Instant::now();
-    gateway.signal("TERM");
-    let health = gateway.url("/healthz");
-    eventually(
-        "new connections fail after SIGTERM",
-        Duration::from_secs(10),
-        || async { fresh_client().get(&health).send().await.is_err() },
-    )
-    .await;
-    assert!(
-        !call.is_finished(),
-        "the long call ended before new connections were refused"
-    );
+/// The audit records in the JSON-lines file at `path`.
+fn audit_records(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    text.lines()
+        .map(|line| serde_json::from_str(line).expect("an audit record is one JSON line"))
+        .collect()
+}
 
-    let (status, body) = call.await.unwrap().expect("the call in flight is answered");
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["output"]["slept_ms"], 1500);
-
-    // The drain ends when the last call does, well before the 20 s grace.
-    let exit = gateway.wait_exit(Duration::from_secs(15)).await;
-    let took = signalled.elapsed();
+/// Waits for the gateway to exit after SIGTERM; panics unless it exits 0 within `limit`.
+async fn assert_exits_cleanly(gateway: &mut Gateway, limit: Duration) {
+    let exit = gateway.wait_exit(limit).await;
     let exit = exit.unwrap_or_else(|| {
         panic!(
-            "still running {took:?} after SIGTERM:\n{}",
+            "still running {limit:?} after the drain should have ended:\n{}",
             gateway.stderr()
         )
     });
     assert!(exit.success(), "exit {exit}; stderr:\n{}", gateway.stderr());
-    assert!(
-        took < Duration::from_secs(15),
-        "exited {took:?} after SIGTERM"
-    );
 }
 
 #[tokio::test]
-async fn sigterm_cuts_calls_still_running_when_the_grace_expires() {
-    let mut gateway = Gateway::start(&drain_config("300ms"));
-    let call = start_sleep(&gateway, 10_000);
+async fn while_draining_readiness_is_503_new_calls_are_refused_and_the_call_in_flight_finishes() {
+    let mut gateway = Gateway::start(&drain_config("60s", None));
+    let call = start_sleep(&gateway, 5000);
     until_a_sleep_is_in_flight(&gateway).await;
 
-    let signalled = Instant::now();
     gateway.signal("TERM");
-    let exit = gateway.wait_exit(Duration::from_secs(8)).await;
-    let took = signalled.elapsed();
-    let exit = exit.unwrap_or_else(|| {
-        panic!(
-            "still running {took:?} after SIGTERM with a 300ms grace:\n{}",
-            gateway.stderr()
-        )
-    });
-    assert!(
-        took < Duration::from_secs(4),
-        "exited {took:?} after SIGTERM with a 300ms grace"
-    );
-    assert!(exit.success(), "exit {exit}; stderr:\n{}", gateway.stderr());
+    // New connections are still accepted, so that probes see the drain.
+    let readyz = gateway.url("/readyz");
+    eventually(
+        "/readyz answers 503 after SIGTERM",
+        Duration::from_secs(10),
+        || async { get(&fresh_client(), &readyz, None).await.status == 503 },
+    )
+    .await;
+    let ready = get(&fresh_client(), &readyz, None).await;
+    assert_eq!(ready.status, 503, "{}", ready.body);
+    assert_eq!(ready.body, json!({"status": "draining"}));
+    assert_eq!(ready.header("connection"), Some("close"));
+    let health = get(&fresh_client(), &gateway.url("/healthz"), None).await;
+    assert_eq!(health.status, 200, "{}", health.body);
 
-    let cut = tokio::time::timeout(Duration::from_secs(10), call)
-        .await
-        .expect("the cut call ends with the process")
-        .unwrap();
+    let refused = invoke(&gateway, "alice", "sleep", json!({"ms": 0})).await;
+    assert_eq!(refused.status, 503, "{}", refused.body);
+    assert_eq!(refused.error_code(), "shutting_down", "{}", refused.body);
     assert!(
-        !matches!(cut, Ok((200, _))),
-        "the 10 s call completed after the gateway exited: {cut:?}"
+        refused.error_message().contains("another replica"),
+        "{}",
+        refused.body
     );
+    assert_eq!(refused.header("retry-after"), Some("1"));
+    assert_eq!(refused.header("connection"), Some("close"));
+    let tools_list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let (status, _, text) = mcp(&gateway, Method::POST, "alice", None, Some(tools_list)).await;
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("shutting_down"), "{text}");
+
+    let answer = call.await.expect("the call in flight is answered");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.body["output"]["slept_ms"], 5000);
+    assert_eq!(answer.header("connection"), Some("close"));
+    // The drain ends when the last call does, long before the 60 s grace.
+    assert_exits_cleanly(&mut gateway, Duration::from_secs(20)).await;
+}
+
+#[tokio::test]
+async fn a_call_still_running_when_the_grace_ends_is_answered_503_and_audited() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (mut gateway, audit) = start_audited(&dir, "500ms");
+    let call = start_sleep(&gateway, 240_000);
+    until_a_sleep_is_in_flight(&gateway).await;
+
+    gateway.signal("TERM");
+    let cut = tokio::time::timeout(Duration::from_secs(60), call)
+        .await
+        .expect("the call is cut long before its 240 s sleep ends")
+        .expect("the cut call is answered");
+    assert_eq!(cut.status, 503, "{}", cut.body);
+    assert_eq!(cut.error_code(), "shutting_down", "{}", cut.body);
+    let message = cut.error_message();
+    assert!(
+        message.contains("shut down before the call finished") && message.contains("idempotent"),
+        "{message}"
+    );
+    assert_eq!(
+        cut.header("retry-after"),
+        None,
+        "a call that may have had effects is not to be retried blindly"
+    );
+    assert_exits_cleanly(&mut gateway, Duration::from_secs(30)).await;
     assert!(
         gateway.stderr().contains("shutdown grace expired"),
         "{}",
         gateway.stderr()
     );
+
+    let request_id = cut
+        .header("x-request-id")
+        .expect("the answer names its call");
+    let records = audit_records(&audit);
+    let record = records
+        .iter()
+        .find(|r| r["request_id"] == request_id)
+        .unwrap_or_else(|| panic!("no audit record of call {request_id} in {records:#?}"));
+    assert_eq!(record["tool"], "sleep", "{record}");
+    assert_eq!(record["outcome"], "error", "{record}");
+    assert_eq!(record["code"], "cancelled", "{record}");
+}
+
+#[tokio::test]
+async fn an_mcp_call_still_running_when_the_grace_ends_gets_an_error_result_and_is_audited() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let (mut gateway, audit) = start_audited(&dir, "500ms");
+    let session = open_session(&gateway, "alice").await;
+    let long_call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                           "params": {"name": "sleep", "arguments": {"ms": 240_000}}});
+    let calling = async {
+        loop {
+            let sent = Some(long_call.clone());
+            let answer = mcp(&gateway, Method::POST, "alice", Some(&session), sent).await;
+            // Sent again when a probe held the slot, as `start_sleep` does.
+            if !answer.2.contains("overloaded") {
+                return answer;
+            }
+        }
+    };
+    let terminating = async {
+        until_a_sleep_is_in_flight(&gateway).await;
+        gateway.signal("TERM");
+    };
+    let ((status, _, text), ()) = tokio::time::timeout(Duration::from_secs(60), async {
+        tokio::join!(calling, terminating)
+    })
+    .await
+    .expect("the call is cut long before its 240 s sleep ends");
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"isError\":true"), "{text}");
+    assert!(text.contains("shutting_down"), "{text}");
+    assert!(
+        text.contains("shut down before the call finished"),
+        "{text}"
+    );
+    assert_exits_cleanly(&mut gateway, Duration::from_secs(30)).await;
+
+    let records = audit_records(&audit);
+    let record = records
+        .iter()
+        .find(|r| r["session_id"] == session.as_str() && r["code"] == "cancelled")
+        .unwrap_or_else(|| panic!("no audit record of the cut call in {records:#?}"));
+    assert_eq!(record["tool"], "sleep", "{record}");
+    assert_eq!(record["outcome"], "error", "{record}");
+}
+
+#[tokio::test]
+async fn a_batch_cut_when_the_grace_ends_reports_its_unfinished_call_as_shutting_down() {
+    let mut gateway = Gateway::start(&drain_config("500ms", None));
+    let message = json!({
+        "role": "assistant",
+        "content": null,
+        "tool_calls": [openai_call("call_long", "sleep", json!({"ms": 240_000}))]
+    });
+    let url = gateway.url("/v1/tool-calls?format=openai");
+    let calling = async {
+        loop {
+            let answer = post(&client(), &url, Some("alice"), &message).await;
+            // Sent again when a probe held the slot, as `start_sleep` does.
+            if answer.body["results"][0]["error"]["code"] != "overloaded" {
+                return answer;
+            }
+        }
+    };
+    let terminating = async {
+        until_a_sleep_is_in_flight(&gateway).await;
+        gateway.signal("TERM");
+    };
+    let (answer, ()) = tokio::time::timeout(Duration::from_secs(60), async {
+        tokio::join!(calling, terminating)
+    })
+    .await
+    .expect("the call is cut long before its 240 s sleep ends");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let result = &answer.body["results"][0];
+    assert_eq!(result["call_id"], "call_long", "{}", answer.body);
+    assert_eq!(result["status"], "error", "{}", answer.body);
+    assert_eq!(result["error"]["code"], "shutting_down", "{}", answer.body);
+    assert_exits_cleanly(&mut gateway, Duration::from_secs(30)).await;
+}
+
+#[tokio::test]
+async fn an_mcp_session_stream_ends_cleanly_when_the_drain_starts() {
+    let mut gateway = Gateway::start(&drain_config("60s", None));
+    let session = open_session(&gateway, "alice").await;
+    let stream = client()
+        .get(gateway.url("/mcp"))
+        .bearer_auth(key("alice"))
+        .header("accept", "text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .expect("the session's stream opens");
+    assert_eq!(stream.status().as_u16(), 200);
+
+    gateway.signal("TERM");
+    // Ended by the gateway, not cut by its exit: the body ends as a body should.
+    let ended = tokio::time::timeout(Duration::from_secs(30), stream.text())
+        .await
+        .expect("the stream ends when the drain starts");
+    assert!(ended.is_ok(), "the stream was cut, not ended: {ended:?}");
+    // No call is in flight, and the stream does not hold the gateway up.
+    assert_exits_cleanly(&mut gateway, Duration::from_secs(20)).await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -471,9 +616,9 @@ async fn sighup_keeps_the_old_configuration_when_the_new_file_is_broken_and_appl
         probe.body
     );
 
-    let (status, body) = call.await.unwrap().expect("the call in flight is answered");
-    assert_eq!(status, 200, "{body}");
-    assert_eq!(body["output"]["slept_ms"], 3000);
+    let answer = call.await.expect("the call in flight is answered");
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.body["output"]["slept_ms"], 3000);
     assert_eq!(
         gateway.stderr().matches(REFUSED).count(),
         2,

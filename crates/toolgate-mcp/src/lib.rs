@@ -7,7 +7,9 @@
 //!   annotations, filtered per principal by a [`ListFilter`]; every `tools/call` runs
 //!   through the pipeline with the MCP session as the session scope. A client's
 //!   `notifications/cancelled`, or an HTTP client that disconnects, cancels the
-//!   invocation, and everything its hooks acquired is released.
+//!   invocation, and everything its hooks acquired is released. A host that shuts down
+//!   cuts the calls still running with a [`HostShutdown`]: they are cancelled, and
+//!   answered with an error result.
 //! * [`Upstream`] connects to a remote MCP server (a stdio command or a streamable HTTP
 //!   URL, with a credential read from an environment variable), discovers its tools and
 //!   registers them in a pipeline builder as [`ImportedTool`]s with
@@ -56,6 +58,8 @@ pub use client::{
 };
 pub use convert::{error_to_result, output_to_result, to_mcp_tool};
 pub use error::McpError;
-pub use server::{ClientDisconnected, GuardedBody, ListFilter, McpHttpService, McpServer};
+pub use server::{
+    ClientDisconnected, GuardedBody, HostShutdown, ListFilter, McpHttpService, McpServer,
+};
 
 pub use rmcp;

@@ -342,6 +342,9 @@ impl ToolSystem {
         if let Some(timeout) = batch.options.timeout.or(self.inner.timeout) {
             invoke = invoke.timeout(timeout);
         }
+        if let Some(token) = &batch.options.cancellation {
+            invoke = invoke.cancellation(token.child_token());
+        }
         let started = tokio::time::Instant::now();
         let invocation = self
             .inner

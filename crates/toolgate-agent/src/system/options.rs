@@ -3,6 +3,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio_util::sync::CancellationToken;
 use toolgate_core::User;
 
 /// How the calls of a batch run.
@@ -22,6 +23,7 @@ pub struct ExecuteOptions {
     pub(crate) concurrency: Option<Concurrency>,
     pub(crate) result_max_chars: Option<usize>,
     pub(crate) timeout: Option<Duration>,
+    pub(crate) cancellation: Option<CancellationToken>,
 }
 
 impl Default for ExecuteOptions {
@@ -40,6 +42,7 @@ impl ExecuteOptions {
             concurrency: None,
             result_max_chars: None,
             timeout: None,
+            cancellation: None,
         }
     }
 
@@ -77,6 +80,16 @@ impl ExecuteOptions {
         self.timeout = Some(timeout);
         self
     }
+
+    /// Cancelling this token cancels the calls of the batch: each one still running ends
+    /// with [`ToolError::Cancelled`](toolgate_core::ToolError::Cancelled) after its tail
+    /// (`on_error`, audit, releases), and its result says so. Each call's tool sees a
+    /// child of the token, so a tool that cancels its own call does not cancel the others.
+    #[must_use]
+    pub fn cancellation(mut self, token: CancellationToken) -> Self {
+        self.cancellation = Some(token);
+        self
+    }
 }
 
 /// The options of a resume.
@@ -84,6 +97,7 @@ impl ExecuteOptions {
 pub struct ResumeOptions {
     pub(crate) result_max_chars: Option<usize>,
     pub(crate) timeout: Option<Duration>,
+    pub(crate) cancellation: Option<CancellationToken>,
 }
 
 impl ResumeOptions {
@@ -103,6 +117,15 @@ impl ResumeOptions {
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Cancelling this token cancels the resumed call: it ends with
+    /// [`ToolError::Cancelled`](toolgate_core::ToolError::Cancelled) after its tail
+    /// (`on_error`, audit, releases).
+    #[must_use]
+    pub fn cancellation(mut self, token: CancellationToken) -> Self {
+        self.cancellation = Some(token);
         self
     }
 }

@@ -116,6 +116,9 @@ impl ToolSystem {
         if let Some(timeout) = options.timeout.or(self.inner.timeout) {
             invoke = invoke.timeout(timeout);
         }
+        if let Some(token) = options.cancellation {
+            invoke = invoke.cancellation(token);
+        }
         let decision_label = match &decision {
             ResumeDecision::Approve => "approve",
             ResumeDecision::Reject { .. } => "reject",

@@ -8,6 +8,7 @@ use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
+use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use http_body::{Frame, SizeHint};
 use tokio::time::Sleep;
@@ -120,6 +121,9 @@ impl HttpBody for AnswerBody {
 pub(super) struct Answering<F> {
     pub(super) future: F,
     pub(super) in_flight: Option<InFlight>,
+    /// Whether the answer says `Connection: close` (hyper then closes the connection
+    /// once it is sent).
+    pub(super) close_connection: bool,
 }
 
 impl<F, E> Future for Answering<F>
@@ -130,7 +134,12 @@ where
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
-        let response = ready!(Pin::new(&mut this.future).poll(cx))?;
+        let mut response = ready!(Pin::new(&mut this.future).poll(cx))?;
+        if this.close_connection {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
         let in_flight = this
             .in_flight
             .take()

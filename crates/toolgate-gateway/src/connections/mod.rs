@@ -9,6 +9,11 @@
 //! - A body that does not arrive within the body timeout fails where it is read, and the
 //!   request is answered 408 with `Connection: close`.
 //! - A kept-alive connection with no request for the idle timeout is closed.
+//! - While the gateway drains ([`Phase::Draining`]) connections are still accepted, so
+//!   that health checks reach it; the connections open when the drain starts close once
+//!   the answer they are sending is sent (idle ones at once), and every answer on a
+//!   connection opened during the drain carries `Connection: close`. The cap and the
+//!   timeouts hold as before.
 //! - Sockets are set to `TCP_NODELAY`. An answer written in pieces (a streamed MCP
 //!   answer: its head and first event, the next event, the end of the stream) must not
 //!   hold a piece back until the client acknowledges the previous one (Nagle's
@@ -73,25 +78,40 @@ static OVER_CAPACITY: LazyLock<Vec<u8>> = LazyLock::new(|| {
     .into_bytes()
 });
 
+/// What the server is doing, as its connections see it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    /// Serving as usual.
+    Serving,
+    /// Draining for shutdown: still accepting, but every connection closes after its
+    /// answer.
+    Draining,
+    /// Stopping: no more connections are accepted, and the open ones close once the
+    /// answer they are sending is sent.
+    Closing,
+}
+
 /// How long to wait before accepting again after an error such as running out of file
 /// descriptors, which retrying at once would only repeat.
 const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 
-/// Serves `router` on the connections of `listener` until `stop` turns true, then stops
-/// accepting, lets each connection finish the request it is answering (idle ones close at
-/// once), and returns when every connection is closed.
+/// Serves `router` on the connections of `listener` as `phase` says: as usual while
+/// [`Serving`](Phase::Serving); while [`Draining`](Phase::Draining), still accepting but
+/// closing every connection after its answer; once [`Closing`](Phase::Closing), no more
+/// accepting: each connection finishes the answer it is sending (idle ones close at
+/// once), and this returns when every connection is closed.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
-    mut stop: watch::Receiver<bool>,
+    mut phase: watch::Receiver<Phase>,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections as usize));
     let mut last_refusal_logged: Option<tokio::time::Instant> = None;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            _ = stop.wait_for(|stopped| *stopped) => break,
+            _ = phase.wait_for(|phase| *phase == Phase::Closing) => break,
         };
         let stream = match accepted {
             Ok((stream, _)) => stream,
@@ -118,9 +138,9 @@ pub async fn serve(
             tracing::debug!(error = %e, "cannot set TCP_NODELAY on a connection");
         }
         let router = router.clone();
-        let stop = stop.clone();
+        let phase = phase.clone();
         tokio::spawn(async move {
-            serve_connection(stream, router, limits, stop).await;
+            serve_connection(stream, router, limits, phase).await;
             drop(permit);
         });
     }
@@ -145,20 +165,25 @@ fn refuse(stream: &TcpStream) {
     let _ = stream.try_write(&OVER_CAPACITY);
 }
 
-/// Serves one connection until it closes, its watchdog expires, or `stop` turns true and
-/// the request it is answering is done.
+/// Serves one connection until it closes, its watchdog expires, or the server drains or
+/// closes and the request it is answering is done.
 async fn serve_connection(
     stream: TcpStream,
     router: Router,
     limits: ConnectionLimits,
-    mut stop: watch::Receiver<bool>,
+    mut phase: watch::Receiver<Phase>,
 ) {
+    // Opened during the drain: its answers say `Connection: close`, so that it serves a
+    // health check and closes; shutting it down at once would close it before it reads
+    // the check.
+    let opened_draining = *phase.borrow_and_update() == Phase::Draining;
     let activity = Activity::new();
     let io = TokioIo::new(WatchedIo::new(stream, activity.clone()));
     let service = ConnectionService {
         router,
         activity: activity.clone(),
         body_timeout: limits.body_timeout,
+        close_after_answer: opened_draining,
     };
     let mut builder = hyper::server::conn::http1::Builder::new();
     // The watchdog keeps the header and idle timeouts; hyper's would be both at once.
@@ -167,7 +192,13 @@ async fn serve_connection(
     let mut connection = std::pin::pin!(connection);
     let mut watchdog = Watchdog::new(activity, limits.header_timeout, limits.idle_timeout);
     let mut stopping = std::pin::pin!(async move {
-        let _ = stop.wait_for(|stopped| *stopped).await;
+        let _ = phase
+            .wait_for(|phase| match phase {
+                Phase::Serving => false,
+                Phase::Draining => !opened_draining,
+                Phase::Closing => true,
+            })
+            .await;
     });
     let mut shutting_down = false;
     let expired = std::future::poll_fn(|cx| {
@@ -199,6 +230,8 @@ struct ConnectionService {
     router: Router,
     activity: Arc<Activity>,
     body_timeout: Duration,
+    /// Whether every answer says `Connection: close`.
+    close_after_answer: bool,
 }
 
 impl hyper::service::Service<http::Request<Incoming>> for ConnectionService {
@@ -215,6 +248,7 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnectionService {
         Answering {
             future,
             in_flight: Some(in_flight),
+            close_connection: self.close_after_answer,
         }
     }
 }

@@ -1,9 +1,11 @@
 //! `POST /v1/tool-calls`: a batch of a model's tool calls, answered in the model's format.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Extension, Query};
+use axum::extract::{Extension, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -11,7 +13,7 @@ use toolgate_agent::format::{anthropic, gemini, openai};
 use toolgate_agent::{ExecuteOptions, ToolCall, ToolResult};
 
 use super::body::json_body;
-use super::{ApiError, Caller, request_timeout};
+use super::{ApiError, AppState, Caller, request_timeout};
 
 /// `?format=` and `?thread=` of a batch.
 #[derive(Deserialize)]
@@ -28,7 +30,11 @@ pub struct BatchQuery {
 /// The body is, by `format`: `openai` (default) an assistant message with `tool_calls`;
 /// `anthropic` an assistant message with `tool_use` blocks; `gemini` a response or content
 /// with `functionCall` parts.
+///
+/// Calls still running when the shutdown grace ends are cancelled; their results are
+/// errors with code `shutting_down`, and the calls that finished keep theirs.
 pub async fn tool_calls(
+    State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     Query(query): Query<BatchQuery>,
     headers: HeaderMap,
@@ -71,12 +77,16 @@ pub async fn tool_calls(
         .unwrap_or_else(|| caller.user.id.clone());
     let options = ExecuteOptions::new()
         .user(caller.user.clone())
-        .timeout(request_timeout(&caller.gateway, &headers));
-    let results = caller
+        .timeout(request_timeout(&caller.gateway, &headers))
+        .cancellation(state.drain.call_token());
+    let mut results = caller
         .gateway
         .system
         .execute_tools(&thread, calls, options)
         .await;
+    for result in &mut results {
+        state.drain.explain_result(result);
+    }
     Ok(Json(render(format, &results)))
 }
 

@@ -1,7 +1,6 @@
 //! `/healthz`, `/readyz`, `/metrics`.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use axum::Json;
 use axum::extract::State;
@@ -16,9 +15,10 @@ pub async fn healthz() -> Json<serde_json::Value> {
     Json(json!({ "status": "ok" }))
 }
 
-/// Ready for traffic: not draining for shutdown.
+/// Ready for traffic: not draining for shutdown. Reachable during the drain, when it
+/// answers 503 `{"status": "draining"}`.
 pub async fn readyz(State(state): State<Arc<AppState>>) -> Response {
-    if state.draining.load(Ordering::Relaxed) {
+    if state.drain.is_draining() {
         (
             StatusCode::SERVICE_UNAVAILABLE,
             Json(json!({ "status": "draining" })),

@@ -2,7 +2,9 @@
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::{Extension, FromRequest, Path, Query, Request};
+use std::sync::Arc;
+
+use axum::extract::{Extension, FromRequest, Path, Query, Request, State};
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -12,7 +14,7 @@ use toolgate_agent::format::{anthropic, gemini, mcp, openai};
 use toolgate_core::{InvokeOptions, RequestId, ToolError};
 
 use super::body::json_body;
-use super::{ApiError, Caller, request_timeout};
+use super::{ApiError, AppState, Caller, request_timeout};
 
 /// `?format=` of a listing.
 #[derive(Deserialize)]
@@ -62,8 +64,10 @@ struct Answer<'a> {
 }
 
 /// One call. The body is the tool's arguments; `x-session-id`, `x-request-id` and
-/// `x-toolgate-timeout-ms` are optional headers.
+/// `x-toolgate-timeout-ms` are optional headers. A call still running when the shutdown
+/// grace ends is cancelled and answered 503 `shutting_down`.
 pub async fn invoke(
+    State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     Path(name): Path<String>,
     request: Request,
@@ -85,15 +89,17 @@ pub async fn invoke(
     let mut options = InvokeOptions::new()
         .user(caller.user.clone())
         .request_id(request_id.clone())
-        .timeout(request_timeout(&caller.gateway, &headers));
+        .timeout(request_timeout(&caller.gateway, &headers))
+        .cancellation(state.drain.call_token());
     if let Some(session) = headers.get(X_SESSION_ID).and_then(|v| v.to_str().ok()) {
         options = options.session(session);
     }
-    let invocation = caller
+    let mut invocation = caller
         .gateway
         .pipeline()
         .invoke_detailed(&name, input, options)
         .await;
+    invocation.result = invocation.result.map_err(|e| state.drain.explain(e));
     if let Some(stats) = caller.gateway.system.stats() {
         let mut result = match &invocation.result {
             Ok(output) => ToolResult::success(&request_id, &name, output.clone()),

@@ -1,12 +1,14 @@
 //! `/mcp`: the MCP streamable HTTP endpoint of the current configuration.
 
+use std::sync::Arc;
+
 use axum::body::Body;
-use axum::extract::{Extension, Request};
+use axum::extract::{Extension, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use tower_service::Service;
 
-use super::{ApiError, Caller};
+use super::{ApiError, AppState, Caller};
 use crate::config::WebOrigin;
 
 /// The header carrying the MCP session id rmcp issues at `initialize`.
@@ -25,7 +27,15 @@ const MCP_SESSION_ID: &str = "mcp-session-id";
 /// is served from this host's loopback interface or its origin is in
 /// `server.mcp_allowed_origins`: a page on another site cannot reach a gateway on
 /// `localhost` by rebinding its own host name to it.
-pub async fn endpoint(Extension(caller): Extension<Caller>, mut request: Request) -> Response {
+///
+/// A `tools/call` still running when the shutdown grace ends is cancelled through the
+/// pipeline and answered, on the stream its client waits on, with a tool result with
+/// `isError: true` whose `_meta` carries code `shutting_down` and status 503.
+pub async fn endpoint(
+    State(state): State<Arc<AppState>>,
+    Extension(caller): Extension<Caller>,
+    mut request: Request,
+) -> Response {
     if let Some(origin) = request.headers().get(header::ORIGIN)
         && !origin_allowed(origin, &caller.gateway.config.server.mcp_allowed_origins)
     {
@@ -55,6 +65,9 @@ pub async fn endpoint(Extension(caller): Extension<Caller>, mut request: Request
     };
     let ends_session = request.method() == Method::DELETE;
     request.extensions_mut().insert(caller.user.clone());
+    request
+        .extensions_mut()
+        .insert(state.drain.mcp_shutdown().clone());
     let mut response = match service.call(request).await {
         Ok(response) => response.map(Body::new),
         Err(never) => match never {},

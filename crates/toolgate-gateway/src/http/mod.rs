@@ -12,8 +12,11 @@
 //! | `GET /metrics` | Prometheus metrics |
 //! | `/mcp` | MCP over streamable HTTP |
 //!
-//! Everything under `/v1` and `/mcp` needs `Authorization: Bearer <key>`.
+//! Everything under `/v1` and `/mcp` needs `Authorization: Bearer <key>`. Once the
+//! gateway drains for shutdown, both refuse new requests with 503 `shutting_down` (see
+//! [`crate::drain`]); `/healthz`, `/readyz` and `/metrics` keep answering.
 
+mod admission;
 mod authenticate;
 mod batch;
 mod body;
@@ -26,7 +29,6 @@ mod request_metrics;
 mod suspensions;
 
 use std::sync::Arc;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -37,11 +39,13 @@ use axum::routing::{any, get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use toolgate_core::User;
 
+use admission::AdmitLayer;
 use authenticate::AuthenticateLayer;
 pub use error::ApiError;
 pub(crate) use mcp_sessions::McpSessions;
 use request_metrics::RecordRequestsLayer;
 
+use crate::drain::Drain;
 use crate::gateway::Gateway;
 
 /// What every request handler shares.
@@ -51,8 +55,9 @@ pub struct AppState {
     pub current: Arc<ArcSwap<Gateway>>,
     /// Renders `/metrics`, when a Prometheus recorder is installed.
     pub metrics: Option<PrometheusHandle>,
-    /// Set when shutting down: `/readyz` answers 503 so load balancers stop sending.
-    pub draining: Arc<AtomicBool>,
+    /// The drain for shutdown: once it starts, `/readyz` answers 503 so load balancers
+    /// stop sending, and new calls are refused.
+    pub drain: Drain,
 }
 
 /// The authenticated caller, and the gateway the request runs on from start to end (a
@@ -75,7 +80,9 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/suspensions/{id}", get(suspensions::show))
         .route("/v1/suspensions/{id}/resume", post(suspensions::resume))
         .route("/mcp", any(mcp::endpoint))
-        .route_layer(AuthenticateLayer::new(state.current.clone()));
+        .route_layer(AuthenticateLayer::new(state.current.clone()))
+        // Outside authentication: a replica that is going away refuses everyone alike.
+        .route_layer(AdmitLayer::new(state.drain.clone()));
     Router::new()
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))

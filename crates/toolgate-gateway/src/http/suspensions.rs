@@ -1,9 +1,11 @@
 //! `GET /v1/suspensions/{id}` and `POST /v1/suspensions/{id}/resume`.
 
+use std::sync::Arc;
+
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Extension, Path, Query};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -11,7 +13,7 @@ use toolgate_agent::{ResumeError, ResumeOptions};
 use toolgate_core::{ResumeDecision, SuspendedInvocation, ToolError};
 
 use super::body::json_body;
-use super::{ApiError, Caller, request_timeout};
+use super::{ApiError, AppState, Caller, request_timeout};
 
 fn not_found(id: &str) -> ApiError {
     ApiError::new(
@@ -92,8 +94,11 @@ pub struct ResumeQuery {
     format: Option<String>,
 }
 
-/// Resumes a suspended call with an approver's decision and answers with its result.
+/// Resumes a suspended call with an approver's decision and answers with its result. A
+/// resumed call still running when the shutdown grace ends is cancelled; its result is an
+/// error with code `shutting_down`.
 pub async fn resume(
+    State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
     Query(query): Query<ResumeQuery>,
@@ -130,8 +135,10 @@ pub async fn resume(
             ));
         }
     }
-    let options = ResumeOptions::new().timeout(request_timeout(&caller.gateway, &headers));
-    let result = caller
+    let options = ResumeOptions::new()
+        .timeout(request_timeout(&caller.gateway, &headers))
+        .cancellation(state.drain.call_token());
+    let mut result = caller
         .gateway
         .system
         .resume(&id, decision, options)
@@ -150,6 +157,7 @@ pub async fn resume(
                 other.to_string(),
             ),
         })?;
+    state.drain.explain_result(&mut result);
     let format = query.format.as_deref().unwrap_or("openai");
     Ok(Json(super::batch::render(
         format,

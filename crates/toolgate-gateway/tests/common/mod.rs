@@ -13,7 +13,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use reqwest::Method;
+use serde_json::{Value, json};
 use toolgate_gateway::auth::hash_key;
 
 /// How long a gateway may take to start on a loaded machine (the first start may also
@@ -270,7 +271,8 @@ pub struct Answer {
 }
 
 impl Answer {
-    async fn read(response: reqwest::Response) -> Answer {
+    /// Reads a whole response.
+    pub async fn read(response: reqwest::Response) -> Answer {
         let status = response.status().as_u16();
         let headers = response.headers().clone();
         let text = response.text().await.expect("reading the response body");
@@ -285,6 +287,16 @@ impl Answer {
     /// `error.code` of an error answer.
     pub fn error_code(&self) -> &str {
         self.body["error"]["code"].as_str().unwrap_or("")
+    }
+
+    /// `error.message` of an error answer.
+    pub fn error_message(&self) -> &str {
+        self.body["error"]["message"].as_str().unwrap_or("")
+    }
+
+    /// The header `name`, when present and text.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
     }
 }
 
@@ -329,6 +341,62 @@ pub async fn invoke(gateway: &Gateway, id: &str, tool: &str, input: Value) -> An
         &input,
     )
     .await
+}
+
+/// Sends `body` (or nothing) to `/mcp` as `user`, in `session` if given; the status, the
+/// session id the answer carries and the answer's text.
+pub async fn mcp(
+    gateway: &Gateway,
+    method: Method,
+    user: &str,
+    session: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Option<String>, String) {
+    let mut request = client()
+        .request(method, gateway.url("/mcp"))
+        .bearer_auth(key(user))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18");
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    let response = request.send().await.expect("the gateway answers");
+    let status = response.status().as_u16();
+    let issued = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let text = response.text().await.expect("the answer's body");
+    (status, issued, text)
+}
+
+/// Opens a session as `user`; its id.
+pub async fn open_session(gateway: &Gateway, user: &str) -> String {
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "test", "version": "0"}}
+    });
+    let (status, issued, text) = mcp(gateway, Method::POST, user, None, Some(initialize)).await;
+    assert_eq!(status, 200, "{text}");
+    let session = issued.expect("initialize issues a session id");
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let (status, _, text) = mcp(
+        gateway,
+        Method::POST,
+        user,
+        Some(&session),
+        Some(initialized),
+    )
+    .await;
+    assert!((200..300).contains(&status), "({status}) {text}");
+    session
 }
 
 /// Polls `check` every 20 ms until it holds, or panics with `what` after `limit`.

@@ -6,8 +6,7 @@ use std::time::Duration;
 use reqwest::Method;
 use serde_json::json;
 
-use crate::common::{Gateway, invoke, user_yaml};
-use crate::mcp_sessions::{mcp, open_session};
+use crate::common::{Gateway, invoke, mcp, open_session, user_yaml};
 
 const SECRET: &str = "input-value-that-must-never-be-logged-7f3a";
 

@@ -4,7 +4,7 @@
 use reqwest::Method;
 use serde_json::json;
 
-use crate::common::{Gateway, client, key, user_yaml};
+use crate::common::{Gateway, mcp, open_session, user_yaml};
 
 fn config() -> String {
     format!(
@@ -12,62 +12,6 @@ fn config() -> String {
         user_yaml("alice", &["admin"]),
         user_yaml("bob", &["admin"])
     )
-}
-
-/// Sends `body` (or nothing) to `/mcp` as `user`, in `session` if given; the status, the
-/// session id the answer carries and the answer's text.
-pub(crate) async fn mcp(
-    gateway: &Gateway,
-    method: Method,
-    user: &str,
-    session: Option<&str>,
-    body: Option<serde_json::Value>,
-) -> (u16, Option<String>, String) {
-    let mut request = client()
-        .request(method, gateway.url("/mcp"))
-        .bearer_auth(key(user))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18");
-    if let Some(session) = session {
-        request = request.header("mcp-session-id", session);
-    }
-    if let Some(body) = body {
-        request = request
-            .header("content-type", "application/json")
-            .body(body.to_string());
-    }
-    let response = request.send().await.expect("the gateway answers");
-    let status = response.status().as_u16();
-    let issued = response
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let text = response.text().await.expect("the answer's body");
-    (status, issued, text)
-}
-
-/// Opens a session as `user`; its id.
-pub(crate) async fn open_session(gateway: &Gateway, user: &str) -> String {
-    let initialize = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
-                   "clientInfo": {"name": "test", "version": "0"}}
-    });
-    let (status, issued, text) = mcp(gateway, Method::POST, user, None, Some(initialize)).await;
-    assert_eq!(status, 200, "{text}");
-    let session = issued.expect("initialize issues a session id");
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let (status, _, text) = mcp(
-        gateway,
-        Method::POST,
-        user,
-        Some(&session),
-        Some(initialized),
-    )
-    .await;
-    assert!((200..300).contains(&status), "({status}) {text}");
-    session
 }
 
 fn tools_list() -> serde_json::Value {

@@ -13,7 +13,7 @@ use rmcp::{RoleServer, ServerHandler};
 use toolgate_core::{InvokeOptions, ToolError, User};
 
 use super::ServerInner;
-use super::http::ClientDisconnected;
+use super::http::{ClientDisconnected, HostShutdown};
 use crate::convert::{InputShape, error_to_result, output_to_result, to_mcp_tool, unknown_tool};
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
@@ -128,14 +128,23 @@ impl ServerHandler for Connection {
         };
         let input =
             InputShape::of(&definition.input_schema).input(request.arguments.unwrap_or_default());
+        // Fires when the client sends `notifications/cancelled`, or when the host cuts
+        // the call at shutdown.
+        let cancel = context.ct.child_token();
         let mut options = InvokeOptions::new()
             .session(self.session_id(parts))
             .user(user)
-            .cancellation(context.ct.clone());
+            .cancellation(cancel.clone());
         if let Some(timeout) = self.server.call_timeout {
             options = options.timeout(timeout);
         }
         let invoke = pipeline.invoke(&name, input, options);
+        let invoke = async {
+            match parts.and_then(|p| p.extensions.get::<HostShutdown>()) {
+                Some(shutdown) => shutdown.cut(invoke, &cancel).await,
+                None => invoke.await,
+            }
+        };
         let disconnected = parts.and_then(|p| p.extensions.get::<ClientDisconnected>());
         let result = match disconnected {
             // Dropping the invocation cancels it and releases what it holds.

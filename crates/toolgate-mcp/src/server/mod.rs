@@ -14,7 +14,7 @@ use rmcp::transport::streamable_http_server::{
 };
 use toolgate_core::{Pipeline, ToolDefinition, User};
 
-pub use self::http::{ClientDisconnected, GuardedBody, McpHttpService};
+pub use self::http::{ClientDisconnected, GuardedBody, HostShutdown, McpHttpService};
 use crate::McpError;
 use connection::Connection;
 
