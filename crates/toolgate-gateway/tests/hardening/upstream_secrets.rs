@@ -7,8 +7,7 @@ use base64::engine::general_purpose::STANDARD;
 use reqwest::Method;
 use serde_json::json;
 
-use crate::common::{Gateway, invoke, python, python_mcp_available, user_yaml};
-use crate::mcp_sessions::{mcp, open_session};
+use crate::common::{Gateway, invoke, mcp, open_session, python, python_mcp_available, user_yaml};
 
 /// The credential: distinctive, with characters that URL encoding changes.
 const TOKEN: &str = "upstream-s3cret/token+42";
