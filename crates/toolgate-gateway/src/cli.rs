@@ -244,6 +244,15 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
             out.push_str(&format!("  [{tags}]"));
         }
         out.push('\n');
+        match gateway.checks_arguments(&tool) {
+            Some(true) => out.push_str(
+                "  arguments checked against the upstream's input schema before the call leaves\n",
+            ),
+            Some(false) => out.push_str(
+                "  arguments NOT checked before the call leaves (validate_arguments is off, or the upstream's schema is not a valid JSON Schema)\n",
+            ),
+            None => {}
+        }
         for (stage, hooks) in plan {
             out.push_str(&format!("  {:<27} {}\n", stage.name(), hooks.join(" → ")));
         }

@@ -207,6 +207,10 @@ pub struct UpstreamEntry {
     /// How long connecting may take (default 10 s).
     #[serde(default, with = "values::opt_duration")]
     pub connect_timeout: Option<Duration>,
+    /// Check arguments against each imported tool's input schema before the call leaves
+    /// (default true).
+    #[serde(default = "policies::yes")]
+    pub validate_arguments: bool,
 }
 
 /// One user: an id, the SHA-256 of their API key, roles and a tenant.

@@ -141,7 +141,7 @@ fn expire_after() -> Duration {
     Duration::from_secs(24 * 60 * 60)
 }
 
-fn yes() -> bool {
+pub(super) fn yes() -> bool {
     true
 }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolgate_agent::{Concurrency as BatchConcurrency, ThreadConfig, ToolSystem};
-use toolgate_core::{Pipeline, SessionConfig, ToolDefinition, User};
+use toolgate_core::{Pipeline, SessionConfig, ToolDefinition, ToolSource, User};
 use toolgate_hooks::{Audit, Authorize};
 use toolgate_mcp::rmcp::transport::StreamableHttpServerConfig;
 use toolgate_mcp::{ListFilter, McpHttpService, McpServer, Upstream};
@@ -81,7 +81,7 @@ pub struct Gateway {
     approver_roles: Vec<String>,
     four_eyes: bool,
     extensions: Extensions,
-    _upstreams: Vec<Upstream>,
+    upstreams: Vec<Upstream>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -174,7 +174,7 @@ impl Gateway {
             authorize,
             audit,
             extensions: extensions.clone(),
-            _upstreams: upstreams,
+            upstreams,
         })
     }
 
@@ -219,6 +219,17 @@ impl Gateway {
     /// (`policies.approval.four_eyes`, on by default).
     pub fn four_eyes(&self) -> bool {
         self.four_eyes
+    }
+
+    /// For a tool imported from an upstream MCP server, whether its arguments are checked
+    /// against its input schema before a call leaves; `None` for any other tool.
+    pub fn checks_arguments(&self, tool: &str) -> Option<bool> {
+        let definition = self.pipeline().registry().get(tool)?.definition.clone();
+        let ToolSource::Mcp { server } = &definition.source else {
+            return None;
+        };
+        let upstream = self.upstreams.iter().find(|u| u.name() == server)?;
+        Some(upstream.validates_arguments(tool))
     }
 
     /// Which hooks run at which stage, in order, for every tool: what `toolgate check`

@@ -107,7 +107,7 @@ pub(crate) fn upstream_config(
     if let Some(timeout) = entry.connect_timeout {
         config = config.connect_timeout(timeout);
     }
-    Ok(config)
+    Ok(config.validate_arguments(entry.validate_arguments))
 }
 
 /// Every tool name a policy mentions must exist: a typo would otherwise silently leave a

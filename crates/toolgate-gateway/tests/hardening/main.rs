@@ -7,6 +7,7 @@ mod common;
 
 mod audit_records;
 mod connections;
+mod imported_tools;
 mod logs;
 mod mcp_endpoint;
 mod mcp_latency;
