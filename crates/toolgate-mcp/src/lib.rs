@@ -46,12 +46,14 @@
 //! ```
 #![deny(missing_docs)]
 
+mod caller;
 mod client;
 mod convert;
 mod error;
 pub mod result;
 mod server;
 
+pub use caller::{CallerKey, CallerRequest};
 pub use client::{
     Backoff, ImportedTool, MIN_GUESSED_SECRET_LEN, Upstream, UpstreamConfig, UpstreamTransport,
     is_credential_name,

@@ -123,3 +123,64 @@ fn check_says_which_imported_tools_have_their_arguments_checked() {
         "{stdout}"
     );
 }
+
+#[tokio::test]
+async fn progress_sampling_and_elicitation_of_an_upstream_reach_the_callers_mcp_client() {
+    if !python_mcp_available(
+        "progress_sampling_and_elicitation_of_an_upstream_reach_the_callers_mcp_client",
+    ) {
+        return;
+    }
+    let gateway = Gateway::start(&config());
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/relay_client.py");
+    let run = tokio::process::Command::new(python())
+        .arg(client)
+        .arg(gateway.url("/mcp"))
+        .arg(crate::common::key("alice"))
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), run)
+        .await
+        .expect("the Python client finishes within 120 s")
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "client failed:\n{stdout}\n{}\ngateway:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        gateway.stderr()
+    );
+    let seen: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+
+    assert_eq!(
+        seen["progress"],
+        json!([
+            [1.0, 3.0, "step 1 of 3"],
+            [2.0, 3.0, "step 2 of 3"],
+            [3.0, 3.0, "step 3 of 3"]
+        ]),
+        "every progress notification reaches the caller, with its own token"
+    );
+    assert_eq!(seen["results"]["count"], "counted to 3");
+
+    assert_eq!(seen["sampling"], json!(["the answer?"]));
+    assert_eq!(seen["results"]["ask_model"], "the model said: forty-two");
+
+    let elicited = &seen["elicitation"][0];
+    assert!(
+        elicited.is_object(),
+        "no elicitation reached the client: {seen}"
+    );
+    assert_eq!(elicited["message"], "Pick a colour");
+    let colour = &elicited["schema"]["properties"]["colour"];
+    assert_eq!(
+        colour["default"], "blue",
+        "defaults pass unchanged: {elicited}"
+    );
+    assert_eq!(
+        colour["enum"],
+        json!(["red", "blue"]),
+        "enums pass unchanged: {elicited}"
+    );
+    assert_eq!(seen["results"]["ask_user"], "the user picked red");
+}

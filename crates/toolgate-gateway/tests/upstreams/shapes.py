@@ -5,8 +5,10 @@ a tool with typed arguments.
 
 import base64
 
-from mcp.server.mcpserver import MCPServer
-from mcp.types import ImageContent, TextContent
+from pydantic import BaseModel, Field
+
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.types import ImageContent, SamplingMessage, TextContent
 
 # Not a real PNG: what matters is that the bytes come back exactly. The base64 holds a
 # run of digits between `/` and `+` that a phone detector would take if it read it as text.
@@ -28,6 +30,38 @@ def picture() -> list:
         TextContent(type="text", text="a picture for ann@example.com"),
         ImageContent(type="image", data=PICTURE, mimeType="image/png"),
     ]
+
+
+@server.tool()
+async def count(steps: int, ctx: Context) -> str:
+    """Counts to `steps`, reporting progress at each step."""
+    for step in range(1, steps + 1):
+        await ctx.report_progress(step, steps, f"step {step} of {steps}")
+    return f"counted to {steps}"
+
+
+@server.tool()
+async def ask_model(question: str, ctx: Context) -> str:
+    """Asks the caller's model (sampling) and returns its answer."""
+    result = await ctx.session.create_message(
+        [SamplingMessage(role="user", content=TextContent(type="text", text=question))],
+        max_tokens=50,
+        related_request_id=ctx.request_id,
+    )
+    return f"the model said: {result.content.text}"
+
+
+class Colour(BaseModel):
+    colour: str = Field(default="blue", description="A colour", json_schema_extra={"enum": ["red", "blue"]})
+
+
+@server.tool()
+async def ask_user(ctx: Context) -> str:
+    """Asks the caller's user (elicitation) for a colour."""
+    answer = await ctx.elicit("Pick a colour", Colour)
+    if answer.action == "accept":
+        return f"the user picked {answer.data.colour}"
+    return f"the user chose to {answer.action}"
 
 
 if __name__ == "__main__":

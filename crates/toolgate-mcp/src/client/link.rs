@@ -3,8 +3,14 @@
 
 use std::borrow::Cow;
 
-use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject, Tool};
-use rmcp::service::{Peer, RunningService, ServiceError};
+use std::sync::Arc;
+
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
+    ClientRequest, JsonObject, RequestId, ServerResult, Tool,
+};
+use rmcp::service::{Peer, PeerRequestOptions, RunningService, ServiceError};
+use rmcp::transport::IntoTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
@@ -14,9 +20,11 @@ use tokio::time::Instant;
 use toolgate_core::{ToolDefinition, ToolError};
 use toolgate_hooks::secrets::Scrubber;
 
+use super::relay::{OrderedProgress, Routes, UpstreamClient};
 use super::{UpstreamConfig, UpstreamTransport};
+use crate::caller::CallerRequest;
 
-type Session = RunningService<RoleClient, ()>;
+type Session = RunningService<RoleClient, UpstreamClient>;
 
 /// How long one call may wait for an upstream that is down to come back.
 const MAX_WAIT_PER_CALL: std::time::Duration = std::time::Duration::from_secs(2);
@@ -37,6 +45,8 @@ pub(crate) struct Link {
     credential: Option<String>,
     /// Every credential of `config`: scrubbed from what the upstream sends back.
     scrubber: Scrubber,
+    /// The calls in flight, for relaying what the upstream sends about them.
+    routes: Arc<Routes>,
     state: Mutex<State>,
 }
 
@@ -46,6 +56,7 @@ impl Link {
             scrubber: config.scrubber(),
             config,
             credential,
+            routes: Arc::default(),
             state: Mutex::new(State::default()),
         }
     }
@@ -170,7 +181,10 @@ impl Link {
                         stderr,
                     ));
                 }
-                ().serve(transport).await.map_err(|e| e.to_string())
+                self.client()
+                    .serve(self.ordered(transport.into_transport()))
+                    .await
+                    .map_err(|e| e.to_string())
             }
             UpstreamTransport::Http { url } => {
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
@@ -178,8 +192,21 @@ impl Link {
                     config = config.auth_header(token.clone());
                 }
                 let transport = StreamableHttpClientTransport::from_config(config);
-                ().serve(transport).await.map_err(|e| e.to_string())
+                self.client()
+                    .serve(self.ordered(transport))
+                    .await
+                    .map_err(|e| e.to_string())
             }
+        }
+    }
+
+    fn ordered<T>(&self, transport: T) -> OrderedProgress<T> {
+        OrderedProgress::new(transport, Arc::clone(&self.routes))
+    }
+
+    fn client(&self) -> UpstreamClient {
+        UpstreamClient {
+            routes: Arc::clone(&self.routes),
         }
     }
 
@@ -206,13 +233,15 @@ impl Link {
         }
     }
 
-    /// Calls a tool upstream by its upstream name. Dropping the future cancels the
-    /// upstream call (rmcp sends `notifications/cancelled`).
+    /// Calls a tool upstream by its upstream name. What the upstream sends about the call
+    /// — progress, sampling and elicitation requests — is relayed to `caller`. Dropping
+    /// the future cancels the upstream call (`notifications/cancelled`).
     pub async fn call(
         &self,
         name: &str,
         arguments: JsonObject,
         deadline: Instant,
+        caller: Option<Arc<CallerRequest>>,
     ) -> Result<CallToolResult, ToolError> {
         let started = Instant::now();
         // A request that could not be sent never ran: it is safe to send it again once,
@@ -221,37 +250,124 @@ impl Link {
             let (peer, generation) = self.peer(deadline).await?;
             let params =
                 CallToolRequestParams::new(name.to_owned()).with_arguments(arguments.clone());
-            match tokio::time::timeout_at(deadline, peer.call_tool(params)).await {
-                Err(_) => {
-                    return Err(ToolError::Timeout {
-                        after: started.elapsed(),
-                    });
-                }
-                Ok(Ok(result)) => return Ok(result),
-                Ok(Err(ServiceError::TransportSend(e))) if attempt == 0 => {
+            let sent = tokio::time::timeout_at(deadline, send_call(&peer, params)).await;
+            let handle = match sent {
+                Err(_) => return Err(self.timed_out(started)),
+                Ok(Ok(handle)) => handle,
+                Ok(Err(e)) if attempt == 0 => {
                     let error = self.scrubbed(e.to_string());
                     tracing::warn!(server = %self.config.name, %error, "could not send the call; reconnecting");
                     self.forget(generation).await;
+                    continue;
+                }
+                Ok(Err(e)) => return Err(self.broken(e)),
+            };
+            let mut relay = caller.map(|caller| {
+                self.routes
+                    .add(handle.id.clone(), handle.progress_token.clone(), caller)
+            });
+            let mut cancel = CancelOnDrop {
+                peer: peer.clone(),
+                id: Some(handle.id.clone()),
+            };
+            let answered = tokio::time::timeout_at(deadline, async {
+                let Some(relay) = relay.as_mut() else {
+                    return handle.await_response().await;
+                };
+                let answer = handle.await_response();
+                tokio::pin!(answer);
+                loop {
+                    tokio::select! {
+                        answer = &mut answer => {
+                            relay.drain().await;
+                            return answer;
+                        }
+                        () = relay.next() => {}
+                    }
+                }
+            })
+            .await;
+            return match answered {
+                Err(_) => Err(self.timed_out(started)),
+                Ok(Ok(ServerResult::CallToolResult(result))) => {
+                    cancel.id = None;
+                    Ok(result)
+                }
+                Ok(Ok(_)) => {
+                    cancel.id = None;
+                    Err(ToolError::execution(format!(
+                        "MCP server `{}` answered the call with something other than a tool result",
+                        self.config.name
+                    )))
                 }
                 Ok(Err(ServiceError::McpError(e))) => {
-                    return Err(ToolError::execution(format!(
+                    cancel.id = None;
+                    Err(ToolError::execution(format!(
                         "MCP server `{}` refused the call: {}",
                         self.config.name, e.message
-                    )));
+                    )))
                 }
                 Ok(Err(e)) => {
                     self.forget(generation).await;
-                    return Err(ToolError::transient(format!(
-                        "the connection to MCP server `{}` failed during the call ({e}); it is being re-established, try again",
-                        self.config.name
-                    )));
+                    Err(self.broken(e))
                 }
-            }
+            };
         }
         Err(ToolError::transient(format!(
             "MCP server `{}` could not be reached; try again",
             self.config.name
         )))
+    }
+
+    fn timed_out(&self, started: Instant) -> ToolError {
+        ToolError::Timeout {
+            after: started.elapsed(),
+        }
+    }
+
+    fn broken(&self, e: ServiceError) -> ToolError {
+        ToolError::transient(format!(
+            "the connection to MCP server `{}` failed during the call ({}); it is being re-established, try again",
+            self.config.name,
+            self.scrubbed(e.to_string())
+        ))
+    }
+}
+
+/// Sends `tools/call` without waiting for the answer.
+async fn send_call(
+    peer: &Peer<RoleClient>,
+    params: CallToolRequestParams,
+) -> Result<rmcp::service::RequestHandle<RoleClient>, ServiceError> {
+    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+    peer.send_request_with_option(request, PeerRequestOptions::no_options())
+        .await
+}
+
+/// Tells the upstream a call was abandoned (deadline, cancellation, the caller gone) when
+/// dropped before its answer came.
+struct CancelOnDrop {
+    peer: Peer<RoleClient>,
+    /// `None` once answered.
+    id: Option<RequestId>,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let _ = peer
+                    .notify_cancelled(CancelledNotificationParam::new(
+                        Some(id),
+                        Some("the call was cancelled at toolgate".to_owned()),
+                    ))
+                    .await;
+            });
+        }
     }
 }
 

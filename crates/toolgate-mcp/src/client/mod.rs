@@ -2,6 +2,7 @@
 
 mod config;
 mod link;
+mod relay;
 mod secrets;
 mod tool;
 

@@ -14,6 +14,7 @@ use toolgate_core::{InvokeOptions, ToolError, User};
 
 use super::ServerInner;
 use super::http::{ClientDisconnected, HostShutdown};
+use crate::caller::{CallerKey, CallerRequest};
 use crate::convert::{InputShape, error_to_result, output_to_result, to_mcp_tool, unknown_tool};
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
@@ -131,10 +132,15 @@ impl ServerHandler for Connection {
         // Fires when the client sends `notifications/cancelled`, or when the host cuts
         // the call at shutdown.
         let cancel = context.ct.child_token();
+        let caller = CallerRequest {
+            peer: context.peer.clone(),
+            progress_token: context.meta.get_progress_token(),
+        };
         let mut options = InvokeOptions::new()
             .session(self.session_id(parts))
             .user(user)
-            .cancellation(cancel.clone());
+            .cancellation(cancel.clone())
+            .provide::<CallerKey>(caller);
         if let Some(timeout) = self.server.call_timeout {
             options = options.timeout(timeout);
         }

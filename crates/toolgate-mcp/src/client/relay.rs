@@ -1,0 +1,267 @@
+//! What an upstream sends during a call, relayed to the caller the call serves: progress
+//! notifications, and sampling and elicitation requests.
+
+// Sampling is deprecated by SEP-2577 for the 2026-07-28 revision, which asks for input with
+// `input_required` results instead. Upstreams on 2025-11-25 still send
+// `sampling/createMessage`, and relaying it is what keeps them working behind toolgate.
+#![allow(deprecated)]
+
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{
+    ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest,
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequest, ElicitRequestParams,
+    ElicitResult, ErrorData, Implementation, ProgressNotificationParam, ProgressToken, RequestId,
+    ServerRequest,
+};
+use rmcp::model::{JsonRpcMessage, ServerNotification};
+use rmcp::service::{InboundStreamOrigin, RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use rmcp::{ClientHandler, RoleClient};
+use tokio::sync::mpsc;
+
+use crate::caller::CallerRequest;
+
+/// The calls in flight on one upstream connection, by the progress token and the request
+/// id toolgate gave each upstream request.
+#[derive(Default)]
+pub(crate) struct Routes {
+    calls: Mutex<Vec<Route>>,
+}
+
+struct Route {
+    id: RequestId,
+    token: ProgressToken,
+    caller: Arc<CallerRequest>,
+    /// The call's queue of progress to relay, in the order the upstream sent it.
+    progress: mpsc::Sender<ProgressNotificationParam>,
+}
+
+/// How many progress notifications of one call may wait to be relayed; past that, newer
+/// ones are dropped (progress is advisory, and a flood must not grow memory).
+const PROGRESS_QUEUE: usize = 64;
+
+/// A call's side of its route: what to relay, and where.
+pub(crate) struct Relay {
+    caller: Arc<CallerRequest>,
+    progress: mpsc::Receiver<ProgressNotificationParam>,
+    _guard: RouteGuard,
+}
+
+impl Relay {
+    /// Relays the next progress notification the upstream sent; pending forever when
+    /// there is none (for `select!`).
+    pub(crate) async fn next(&mut self) {
+        match self.progress.recv().await {
+            Some(progress) => self.relay(progress).await,
+            None => std::future::pending().await,
+        }
+    }
+
+    /// Relays every progress notification that arrived before the answer: the transport
+    /// queued them before the answer was handed over, so none is left behind.
+    pub(crate) async fn drain(&mut self) {
+        while let Ok(progress) = self.progress.try_recv() {
+            self.relay(progress).await;
+        }
+    }
+
+    async fn relay(&self, mut progress: ProgressNotificationParam) {
+        let Some(token) = self.caller.progress_token.clone() else {
+            return;
+        };
+        progress.progress_token = token;
+        if let Err(e) = self.caller.peer.notify_progress(progress).await {
+            tracing::debug!(error = %e, "progress could not be relayed to the caller");
+        }
+    }
+}
+
+impl Routes {
+    /// Routes what the upstream sends about request `id` (progress token `token`) to
+    /// `caller`, until the returned relay is dropped.
+    pub(crate) fn add(
+        self: &Arc<Self>,
+        id: RequestId,
+        token: ProgressToken,
+        caller: Arc<CallerRequest>,
+    ) -> Relay {
+        let (sender, receiver) = mpsc::channel(PROGRESS_QUEUE);
+        self.lock().push(Route {
+            id: id.clone(),
+            token,
+            caller: Arc::clone(&caller),
+            progress: sender,
+        });
+        Relay {
+            caller,
+            progress: receiver,
+            _guard: RouteGuard {
+                routes: Arc::clone(self),
+                id,
+            },
+        }
+    }
+
+    /// Queues a progress notification for the call it belongs to (if any is in flight).
+    fn queue_progress(&self, progress: &ProgressNotificationParam) {
+        let calls = self.lock();
+        if let Some(route) = calls.iter().find(|r| r.token == progress.progress_token) {
+            let _ = route.progress.try_send(progress.clone());
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Route>> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The caller an upstream request belongs to: the call whose response stream carried
+    /// it (streamable HTTP tells), else the only call in flight (stdio does not tell).
+    fn for_request(&self, context: &RequestContext<RoleClient>) -> Option<Arc<CallerRequest>> {
+        let calls = self.lock();
+        match context.extensions.get::<InboundStreamOrigin>() {
+            Some(InboundStreamOrigin::OutboundRequest(id)) => calls
+                .iter()
+                .find(|r| &r.id == id)
+                .map(|r| Arc::clone(&r.caller)),
+            _ => match calls.as_slice() {
+                [only] => Some(Arc::clone(&only.caller)),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// Removes a call's route when the call ends, however it ends.
+struct RouteGuard {
+    routes: Arc<Routes>,
+    id: RequestId,
+}
+
+impl Drop for RouteGuard {
+    fn drop(&mut self) {
+        self.routes.lock().retain(|r| r.id != self.id);
+    }
+}
+
+/// toolgate as the client of an upstream: it declares sampling and elicitation, and
+/// relays them to the caller of the call in flight. (Progress is relayed by
+/// [`OrderedProgress`], in order.)
+pub(crate) struct UpstreamClient {
+    pub(crate) routes: Arc<Routes>,
+}
+
+fn no_caller(what: &str) -> ErrorData {
+    ErrorData::invalid_request(
+        format!(
+            "toolgate cannot relay this {what} request: no call in flight on this connection is from an MCP client that accepts it"
+        ),
+        None,
+    )
+}
+
+fn relay_failed(what: &str, e: rmcp::service::ServiceError) -> ErrorData {
+    match e {
+        rmcp::service::ServiceError::McpError(error) => error,
+        other => ErrorData::internal_error(
+            format!("the caller did not answer the {what} request: {other}"),
+            None,
+        ),
+    }
+}
+
+impl ClientHandler for UpstreamClient {
+    fn get_info(&self) -> ClientConfig {
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.sampling = Some(Default::default());
+        capabilities.elicitation = Some(Default::default());
+        ClientConfig::new(
+            capabilities,
+            Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn create_message(
+        &self,
+        params: CreateMessageRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<CreateMessageResult, ErrorData> {
+        let caller = self
+            .routes
+            .for_request(&context)
+            .filter(|c| c.can_sample())
+            .ok_or_else(|| no_caller("sampling"))?;
+        let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
+        match caller.peer.send_request(request).await {
+            Ok(ClientResult::CreateMessageResult(result)) => Ok(*result),
+            Ok(_) => Err(ErrorData::internal_error(
+                "the caller answered the sampling request with something else",
+                None,
+            )),
+            Err(e) => Err(relay_failed("sampling", e)),
+        }
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: ElicitRequestParams,
+        context: RequestContext<RoleClient>,
+    ) -> Result<ElicitResult, ErrorData> {
+        let caller = self
+            .routes
+            .for_request(&context)
+            .filter(|c| c.can_elicit())
+            .ok_or_else(|| no_caller("elicitation"))?;
+        let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
+        match caller.peer.send_request(request).await {
+            Ok(ClientResult::ElicitResult(result)) => Ok(result),
+            Ok(_) => Err(ErrorData::internal_error(
+                "the caller answered the elicitation request with something else",
+                None,
+            )),
+            Err(e) => Err(relay_failed("elicitation", e)),
+        }
+    }
+}
+
+/// The upstream transport, with each progress notification queued for its call as it is
+/// received. rmcp handles notifications in tasks of their own while it hands a response to
+/// its caller at once, so progress sent just before the answer could be relayed after it —
+/// and a client ignores progress for a request it has its answer to. Queued here, in the
+/// order messages arrive, every progress notification is in its call's queue before the
+/// call sees its answer ([`Relay::drain`]).
+pub(crate) struct OrderedProgress<T> {
+    inner: T,
+    routes: Arc<Routes>,
+}
+
+impl<T> OrderedProgress<T> {
+    pub(crate) fn new(inner: T, routes: Arc<Routes>) -> Self {
+        OrderedProgress { inner, routes }
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedProgress<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let message = self.inner.receive().await?;
+        if let JsonRpcMessage::Notification(notification) = &message
+            && let ServerNotification::ProgressNotification(progress) = &notification.notification
+        {
+            self.routes.queue_progress(&progress.params);
+        }
+        Some(message)
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
