@@ -1,8 +1,12 @@
 //! The MCP request an invocation serves, handed to the tools it calls: an imported tool
 //! relays its upstream's progress, sampling and elicitation to it.
 
+// Logging is deprecated by SEP-2577 for the 2026-07-28 revision; clients on 2025-11-25 still
+// set a level and expect `notifications/message`.
+#![allow(deprecated)]
+
 use rmcp::RoleServer;
-use rmcp::model::ProgressToken;
+use rmcp::model::{LoggingLevel, ProgressToken};
 use rmcp::service::Peer;
 use toolgate_core::TypeMapKey;
 
@@ -10,14 +14,17 @@ use toolgate_core::TypeMapKey;
 /// token it asked for. [`McpServer`](crate::McpServer) provides it to every invocation
 /// it starts (request scope, under [`CallerKey`]); an
 /// [`ImportedTool`](crate::ImportedTool) relays to it what its upstream sends during the
-/// call — `notifications/progress` with the caller's own token, and
-/// `sampling/createMessage` and `elicitation/create` requests, answered by the caller.
+/// call — `notifications/progress` with the caller's own token, `notifications/message`
+/// at or above the level the caller set, and `sampling/createMessage` and
+/// `elicitation/create` requests, answered by the caller.
 #[derive(Clone, Debug)]
 pub struct CallerRequest {
     /// The caller's connection.
     pub peer: Peer<RoleServer>,
     /// The caller's `_meta.progressToken`, when it asked for progress.
     pub progress_token: Option<ProgressToken>,
+    /// The level the caller set with `logging/setLevel`; `None`: it gets no log messages.
+    pub log_level: Option<LoggingLevel>,
 }
 
 /// The request-scope provider key of [`CallerRequest`].
@@ -28,6 +35,12 @@ impl TypeMapKey for CallerKey {
 }
 
 impl CallerRequest {
+    /// Whether a log message at `level` is for this caller.
+    pub fn wants_log(&self, level: LoggingLevel) -> bool {
+        self.log_level
+            .is_some_and(|wanted| severity(level) >= severity(wanted))
+    }
+
     /// Whether the caller declared it can answer `sampling/createMessage`.
     pub fn can_sample(&self) -> bool {
         self.peer
@@ -40,5 +53,19 @@ impl CallerRequest {
         self.peer
             .peer_info()
             .is_some_and(|info| info.capabilities.elicitation.is_some())
+    }
+}
+
+/// The rank of a level, from `debug` (0) to `emergency` (7).
+fn severity(level: LoggingLevel) -> u8 {
+    match level {
+        LoggingLevel::Debug => 0,
+        LoggingLevel::Info => 1,
+        LoggingLevel::Notice => 2,
+        LoggingLevel::Warning => 3,
+        LoggingLevel::Error => 4,
+        LoggingLevel::Critical => 5,
+        LoggingLevel::Alert => 6,
+        LoggingLevel::Emergency => 7,
     }
 }

@@ -19,7 +19,7 @@
 //! ([`output_to_result`](crate::output_to_result)); an output a hook replaced with a
 //! value of another form is answered like a local tool's.
 
-use rmcp::model::CallToolResult;
+use rmcp::model::{CallToolResult, ResultType};
 use serde_json::{Map, Value, json};
 use toolgate_core::{ToolDefinition, ToolSource};
 
@@ -32,8 +32,10 @@ pub const STRUCTURED_CONTENT: &str = "structuredContent";
 pub(crate) fn output_of(result: CallToolResult) -> Value {
     let mut output = serde_json::to_value(result).unwrap_or_else(|_| json!({ CONTENT: [] }));
     if let Value::Object(map) = &mut output {
-        // Errors leave as errors; a result that is an output has no error flag.
+        // Errors leave as errors; a result that is an output has no error flag, and the
+        // protocol's result discriminator is set again for whoever it is answered to.
         map.remove("isError");
+        map.remove("resultType");
         map.entry(CONTENT).or_insert_with(|| json!([]));
     }
     output
@@ -50,6 +52,8 @@ pub(crate) fn passthrough(definition: &ToolDefinition, output: &Value) -> Option
     }
     let mut result: CallToolResult = serde_json::from_value(output.clone()).ok()?;
     result.is_error = Some(false);
+    // As the constructors do; rmcp clears it for clients of a revision before 2026-07-28.
+    result.result_type = Some(ResultType::COMPLETE);
     Some(result)
 }
 

@@ -1,9 +1,10 @@
 //! What an upstream sends during a call, relayed to the caller the call serves: progress
 //! notifications, and sampling and elicitation requests.
 
-// Sampling is deprecated by SEP-2577 for the 2026-07-28 revision, which asks for input with
-// `input_required` results instead. Upstreams on 2025-11-25 still send
-// `sampling/createMessage`, and relaying it is what keeps them working behind toolgate.
+// Sampling and logging are deprecated by SEP-2577 for the 2026-07-28 revision, which asks
+// for input with `input_required` results instead. Upstreams on 2025-11-25 still send
+// `sampling/createMessage` and `notifications/message`; relaying them is what keeps them
+// working behind toolgate.
 #![allow(deprecated)]
 
 use std::sync::{Arc, Mutex};
@@ -11,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest,
     CreateMessageRequestParams, CreateMessageResult, ElicitRequest, ElicitRequestParams,
-    ElicitResult, ErrorData, Implementation, ProgressNotificationParam, ProgressToken, RequestId,
-    ServerRequest,
+    ElicitResult, ErrorData, Implementation, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProgressToken, RequestId, ServerRequest,
 };
 use rmcp::model::{JsonRpcMessage, ServerNotification};
 use rmcp::service::{InboundStreamOrigin, RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
@@ -33,46 +34,63 @@ struct Route {
     id: RequestId,
     token: ProgressToken,
     caller: Arc<CallerRequest>,
-    /// The call's queue of progress to relay, in the order the upstream sent it.
-    progress: mpsc::Sender<ProgressNotificationParam>,
+    /// The call's queue of what to relay, in the order the upstream sent it.
+    queue: mpsc::Sender<Relayed>,
 }
 
-/// How many progress notifications of one call may wait to be relayed; past that, newer
-/// ones are dropped (progress is advisory, and a flood must not grow memory).
-const PROGRESS_QUEUE: usize = 64;
+/// A notification of the upstream for the caller of a call.
+enum Relayed {
+    Progress(ProgressNotificationParam),
+    Log(LoggingMessageNotificationParam),
+}
+
+/// How many notifications of one call may wait to be relayed; past that, newer ones are
+/// dropped (progress and log messages are advisory, and a flood must not grow memory).
+const RELAY_QUEUE: usize = 64;
 
 /// A call's side of its route: what to relay, and where.
 pub(crate) struct Relay {
     caller: Arc<CallerRequest>,
-    progress: mpsc::Receiver<ProgressNotificationParam>,
+    queue: mpsc::Receiver<Relayed>,
     _guard: RouteGuard,
 }
 
 impl Relay {
-    /// Relays the next progress notification the upstream sent; pending forever when
-    /// there is none (for `select!`).
+    /// Relays the next notification the upstream sent; pending forever when there is
+    /// none (for `select!`).
     pub(crate) async fn next(&mut self) {
-        match self.progress.recv().await {
-            Some(progress) => self.relay(progress).await,
+        match self.queue.recv().await {
+            Some(relayed) => self.relay(relayed).await,
             None => std::future::pending().await,
         }
     }
 
-    /// Relays every progress notification that arrived before the answer: the transport
-    /// queued them before the answer was handed over, so none is left behind.
+    /// Relays every notification that arrived before the answer: the transport queued
+    /// them before the answer was handed over, so none is left behind.
     pub(crate) async fn drain(&mut self) {
-        while let Ok(progress) = self.progress.try_recv() {
-            self.relay(progress).await;
+        while let Ok(relayed) = self.queue.try_recv() {
+            self.relay(relayed).await;
         }
     }
 
-    async fn relay(&self, mut progress: ProgressNotificationParam) {
-        let Some(token) = self.caller.progress_token.clone() else {
-            return;
+    async fn relay(&self, relayed: Relayed) {
+        let sent = match relayed {
+            Relayed::Progress(mut progress) => {
+                let Some(token) = self.caller.progress_token.clone() else {
+                    return;
+                };
+                progress.progress_token = token;
+                self.caller.peer.notify_progress(progress).await
+            }
+            Relayed::Log(message) => {
+                if !self.caller.wants_log(message.level) {
+                    return;
+                }
+                self.caller.peer.notify_logging_message(message).await
+            }
         };
-        progress.progress_token = token;
-        if let Err(e) = self.caller.peer.notify_progress(progress).await {
-            tracing::debug!(error = %e, "progress could not be relayed to the caller");
+        if let Err(e) = sent {
+            tracing::debug!(error = %e, "a notification could not be relayed to the caller");
         }
     }
 }
@@ -86,16 +104,16 @@ impl Routes {
         token: ProgressToken,
         caller: Arc<CallerRequest>,
     ) -> Relay {
-        let (sender, receiver) = mpsc::channel(PROGRESS_QUEUE);
+        let (sender, receiver) = mpsc::channel(RELAY_QUEUE);
         self.lock().push(Route {
             id: id.clone(),
             token,
             caller: Arc::clone(&caller),
-            progress: sender,
+            queue: sender,
         });
         Relay {
             caller,
-            progress: receiver,
+            queue: receiver,
             _guard: RouteGuard {
                 routes: Arc::clone(self),
                 id,
@@ -107,7 +125,15 @@ impl Routes {
     fn queue_progress(&self, progress: &ProgressNotificationParam) {
         let calls = self.lock();
         if let Some(route) = calls.iter().find(|r| r.token == progress.progress_token) {
-            let _ = route.progress.try_send(progress.clone());
+            let _ = route.queue.try_send(Relayed::Progress(progress.clone()));
+        }
+    }
+
+    /// Queues a log message for the call in flight, when there is exactly one: a log
+    /// message names no request, and one caller must never see another's.
+    fn queue_log(&self, message: &LoggingMessageNotificationParam) {
+        if let [only] = self.lock().as_slice() {
+            let _ = only.queue.try_send(Relayed::Log(message.clone()));
         }
     }
 
@@ -224,8 +250,8 @@ impl ClientHandler for UpstreamClient {
     }
 }
 
-/// The upstream transport, with each progress notification queued for its call as it is
-/// received. rmcp handles notifications in tasks of their own while it hands a response to
+/// The upstream transport, with each progress notification (and log message) queued for
+/// its call as it is received. rmcp handles notifications in tasks of their own while it hands a response to
 /// its caller at once, so progress sent just before the answer could be relayed after it —
 /// and a client ignores progress for a request it has its answer to. Queued here, in the
 /// order messages arrive, every progress notification is in its call's queue before the
@@ -253,10 +279,16 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedProgress<T> {
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         let message = self.inner.receive().await?;
-        if let JsonRpcMessage::Notification(notification) = &message
-            && let ServerNotification::ProgressNotification(progress) = &notification.notification
-        {
-            self.routes.queue_progress(&progress.params);
+        if let JsonRpcMessage::Notification(notification) = &message {
+            match &notification.notification {
+                ServerNotification::ProgressNotification(progress) => {
+                    self.routes.queue_progress(&progress.params)
+                }
+                ServerNotification::LoggingMessageNotification(message) => {
+                    self.routes.queue_log(&message.params)
+                }
+                _ => {}
+            }
         }
         Some(message)
     }

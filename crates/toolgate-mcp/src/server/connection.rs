@@ -1,12 +1,17 @@
 //! One MCP connection (a stdio connection, or a streamable HTTP session): the rmcp
 //! `ServerHandler` that routes `tools/list` and `tools/call` into the pipeline.
 
+// Logging is deprecated by SEP-2577 for the 2026-07-28 revision; clients on 2025-11-25 still
+// set a level with `logging/setLevel`.
+#![allow(deprecated)]
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, ErrorCode, ErrorData,
-    Implementation, ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig,
+    Implementation, ListToolsResult, LoggingLevel, PaginatedRequestParams, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -25,6 +30,9 @@ pub(crate) struct Connection {
     own_id: Arc<str>,
     /// The session ids this connection used, ended when it closes.
     sessions: Mutex<Vec<Arc<str>>>,
+    /// The level set with `logging/setLevel`: log messages of imported tools' upstreams
+    /// at or above it are relayed to this connection's calls.
+    log_level: Mutex<Option<LoggingLevel>>,
 }
 
 impl Connection {
@@ -34,6 +42,7 @@ impl Connection {
             server,
             own_id: Arc::from(format!("mcp-{}-{n}", std::process::id())),
             sessions: Mutex::new(Vec::new()),
+            log_level: Mutex::new(None),
         }
     }
 
@@ -78,7 +87,12 @@ impl Drop for Connection {
 
 impl ServerHandler for Connection {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(ServerCapabilities::builder().enable_tools().build());
+        let mut info = ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_logging()
+                .build(),
+        );
         info.server_info =
             Implementation::new(self.server.name.clone(), self.server.version.clone());
         info.instructions = self.server.instructions.clone();
@@ -135,6 +149,7 @@ impl ServerHandler for Connection {
         let caller = CallerRequest {
             peer: context.peer.clone(),
             progress_token: context.meta.get_progress_token(),
+            log_level: *self.log_level.lock().unwrap_or_else(|e| e.into_inner()),
         };
         let mut options = InvokeOptions::new()
             .session(self.session_id(parts))
@@ -168,6 +183,16 @@ impl ServerHandler for Connection {
             Err(ToolError::UnknownTool { .. }) => Err(unknown_tool(&name)),
             Err(error) => Ok(error_to_result(&error).into()),
         }
+    }
+
+    /// Sets the level of the log messages relayed from upstreams to this connection.
+    async fn set_level(
+        &self,
+        request: SetLevelRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        *self.log_level.lock().unwrap_or_else(|e| e.into_inner()) = Some(request.level);
+        Ok(())
     }
 
     /// A request rmcp could not read as any method it knows. For a known method this

