@@ -107,6 +107,18 @@ impl ToolRegistry {
         Ok(&self.tools[self.tools.len() - 1].definition.name)
     }
 
+    /// Whether `name` can be a tool's name: 1 to 64 ASCII letters, digits, `_`, `-` and
+    /// `.` (what model providers accept).
+    ///
+    /// ```
+    /// use toolgate_core::ToolRegistry;
+    /// assert!(ToolRegistry::is_valid_name("files.read"));
+    /// assert!(!ToolRegistry::is_valid_name("read file"));
+    /// ```
+    pub fn is_valid_name(name: &str) -> bool {
+        is_valid_name(name)
+    }
+
     /// The tool registered under `name`.
     pub fn get(&self, name: &str) -> Option<&RegisteredTool> {
         self.by_name.get(name).map(|&i| &self.tools[i])

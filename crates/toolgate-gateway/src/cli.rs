@@ -13,6 +13,7 @@ use toolgate_core::User;
 use crate::Extensions;
 use crate::config::{LogFormat, StateConfig, StateUrl, load_file};
 use crate::gateway::Gateway;
+use crate::pins::PinFile;
 use crate::serve::{ServeOptions, serve};
 use crate::state::SharedState;
 
@@ -73,11 +74,34 @@ pub enum Command {
         #[arg(long)]
         user: Option<String>,
     },
+    /// Show the pinned tool definitions and the changes waiting (`pins:` in the file);
+    /// `accept NAME…` accepts changes (a running gateway serves them after SIGHUP).
+    Pins {
+        /// The configuration file.
+        #[arg(long, short, env = "TOOLGATE_CONFIG")]
+        config: PathBuf,
+        /// What to do: nothing (show), or `accept`.
+        #[command(subcommand)]
+        action: Option<PinsAction>,
+    },
     /// Print the SHA-256 of an API key (read from stdin) for `users[].key_sha256`.
     HashKey {
         /// Make a new random key, print it and its hash.
         #[arg(long)]
         generate: bool,
+    },
+}
+
+/// What `toolgate pins` does.
+#[derive(Debug, Subcommand)]
+pub enum PinsAction {
+    /// Accept the changed definitions of these tools (or of all of them).
+    Accept {
+        /// The tools.
+        tools: Vec<String>,
+        /// Every change waiting.
+        #[arg(long, conflicts_with = "tools")]
+        all: bool,
     },
 }
 
@@ -191,6 +215,7 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<(), String> {
             };
             print_json(&listed)
         }
+        Command::Pins { config, action } => pins(&config, action),
         Command::HashKey { generate } => hash_key(generate),
     }
 }
@@ -258,6 +283,53 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
         }
     }
     print!("{out}");
+    Ok(())
+}
+
+fn pins(path: &std::path::Path, action: Option<PinsAction>) -> Result<(), String> {
+    let file = load_file(path).map_err(|e| e.to_string())?;
+    let pins_path = file
+        .pins
+        .as_ref()
+        .map(|p| p.path.0.clone())
+        .ok_or("the configuration has no `pins:` section: add `pins: { path: … }` to pin imported tool definitions")?;
+    let mut pins = PinFile::load(&pins_path).map_err(|e| e.to_string())?;
+    if let Some(PinsAction::Accept { tools, all }) = action {
+        let tools: Vec<String> = if all {
+            pins.pending.keys().cloned().collect()
+        } else {
+            tools
+        };
+        if tools.is_empty() {
+            return Err("name the tools to accept, or give --all".to_owned());
+        }
+        for tool in &tools {
+            pins.accept(tool).map_err(|e| e.to_string())?;
+            println!("accepted: {tool}");
+        }
+        pins.save(&pins_path).map_err(|e| e.to_string())?;
+        println!("a running gateway serves them after a reload (SIGHUP)");
+        return Ok(());
+    }
+    println!(
+        "{}: {} pinned, {} changed",
+        pins_path.display(),
+        pins.pins.len(),
+        pins.pending.len()
+    );
+    for (tool, change) in &pins.pending {
+        println!("\nCHANGED {tool}: {} -> {}", change.pinned, change.offered);
+        let before = pins.pins.get(tool).map(|p| &p.definition);
+        for (field, now) in change.definition.as_object().into_iter().flatten() {
+            let was = before.and_then(|b| b.get(field));
+            if was != Some(now) {
+                println!(
+                    "  {field}:\n    was: {}\n    now: {now}",
+                    was.map_or("(absent)".to_owned(), ToString::to_string)
+                );
+            }
+        }
+    }
     Ok(())
 }
 

@@ -5,6 +5,8 @@
 // set a level and expect `notifications/message`.
 #![allow(deprecated)]
 
+use std::sync::Arc;
+
 use rmcp::RoleServer;
 use rmcp::model::{LoggingLevel, ProgressToken};
 use rmcp::service::Peer;
@@ -25,6 +27,8 @@ pub struct CallerRequest {
     pub progress_token: Option<ProgressToken>,
     /// The level the caller set with `logging/setLevel`; `None`: it gets no log messages.
     pub log_level: Option<LoggingLevel>,
+    /// The caller's MCP session (what its resource subscriptions belong to).
+    pub session_id: Arc<str>,
 }
 
 /// The request-scope provider key of [`CallerRequest`].

@@ -55,8 +55,9 @@ mod server;
 
 pub use caller::{CallerKey, CallerRequest};
 pub use client::{
-    Backoff, ImportedTool, MIN_GUESSED_SECRET_LEN, Upstream, UpstreamConfig, UpstreamTransport,
-    is_credential_name,
+    Backoff, ImportedPrompt, ImportedResources, ImportedTool, MIN_GUESSED_SECRET_LEN,
+    PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG, Upstream, UpstreamConfig,
+    UpstreamTransport, is_credential_name, is_tool,
 };
 pub use convert::{error_to_result, output_to_result, to_mcp_tool};
 pub use error::McpError;

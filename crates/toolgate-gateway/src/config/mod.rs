@@ -58,6 +58,18 @@ pub struct Config {
     /// Log format and level.
     #[serde(default)]
     pub logging: LoggingConfig,
+    /// Pinning of imported tool definitions (off when absent).
+    #[serde(default)]
+    pub pins: Option<PinsConfig>,
+}
+
+/// `pins:` — where the fingerprints of imported tool definitions are kept (see
+/// [`crate::pins`]).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PinsConfig {
+    /// The pin file (`${VAR}` references are expanded); made when missing.
+    pub path: EnvPath,
 }
 
 /// `server:` — listening address, limits and shutdown.

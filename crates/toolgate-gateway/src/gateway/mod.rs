@@ -51,6 +51,9 @@ pub enum GatewayError {
     /// The hooks do not fit together (a bug in the gateway if it happens).
     #[error("the pipeline could not be built: {0}")]
     Pipeline(String),
+    /// The pin file could not be used.
+    #[error(transparent)]
+    Pins(#[from] crate::pins::PinError),
 }
 
 impl GatewayError {
@@ -141,11 +144,11 @@ impl Gateway {
             let mut server = McpServer::new(system.pipeline().clone())
                 .server_info("toolgate", env!("CARGO_PKG_VERSION"))
                 .call_timeout(config.server.request_timeout);
-            if let Some(authorize) = filter_by {
-                server = server.list_filter(ListFilter::new(move |tool, user| {
-                    authorize.can_call(user, tool)
-                }));
-            }
+            // Tools held back for a changed definition are listed to nobody.
+            server = server.list_filter(ListFilter::new(move |tool, user| {
+                crate::pins::is_served(tool)
+                    && filter_by.as_ref().is_none_or(|a| a.can_call(user, tool))
+            }));
             // Bodies over the limit are answered 413 by the endpoint, as on `/v1`.
             server.http_service(
                 StreamableHttpServerConfig::default()
@@ -188,10 +191,12 @@ impl Gateway {
         self.system.pipeline()
     }
 
-    /// The tools `user` may call (all of them without an authorization policy).
+    /// The tools `user` may call (all of them without an authorization policy); an
+    /// upstream's prompts and resources, which MCP serves as such, are not listed.
     pub fn visible_tools(&self, user: &User) -> Vec<ToolDefinition> {
         self.pipeline()
             .definitions()
+            .filter(|tool| toolgate_mcp::is_tool(tool) && crate::pins::is_served(tool))
             .filter(|tool| {
                 self.authorize
                     .as_ref()

@@ -11,6 +11,7 @@ use super::GatewayError;
 use crate::builtin;
 use crate::config::{Config, ConfigError, UpstreamEntry};
 use crate::labels::Labelled;
+use crate::pins::{HeldBack, PinFile, Verdict};
 
 /// Registers the built-in and upstream tools; returns the upstreams (to keep them
 /// connected) and every tool's name.
@@ -35,6 +36,10 @@ pub(super) async fn register_tools(
             &format!("tools.builtin[{i}]"),
         )?);
     }
+    let mut pins = match &config.pins {
+        Some(p) => Some((PinFile::load(&p.path.0)?, p.path.0.clone(), false)),
+        None => None,
+    };
     let mut upstreams = Vec::new();
     for (i, entry) in config.upstreams.iter().enumerate() {
         let upstream = Upstream::connect(upstream_config(entry, i)?)
@@ -43,15 +48,29 @@ pub(super) async fn register_tools(
                 name: entry.name.clone(),
                 source,
             })?;
-        for tool in upstream.tools() {
-            names.insert(add_tool(
-                config,
-                builder,
-                Arc::new(tool),
-                &format!("upstreams[{i}]"),
-            )?);
+        let imported = upstream
+            .tools()
+            .into_iter()
+            .map(|tool| Arc::new(tool) as Arc<dyn ErasedTool>)
+            .chain(upstream.features().iter().cloned());
+        for tool in imported {
+            let tool = match &mut pins {
+                Some((file, _, changed)) => {
+                    let (verdict, modified) = file.check(&tool.definition());
+                    *changed |= modified;
+                    match verdict {
+                        Verdict::Serve => tool,
+                        Verdict::HoldBack => Arc::new(HeldBack::new(&tool)),
+                    }
+                }
+                None => tool,
+            };
+            names.insert(add_tool(config, builder, tool, &format!("upstreams[{i}]"))?);
         }
         upstreams.push(upstream);
+    }
+    if let Some((file, path, true)) = &pins {
+        file.save(path)?;
     }
     Ok((upstreams, names))
 }

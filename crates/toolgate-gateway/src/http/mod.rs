@@ -8,6 +8,8 @@
 //! | `POST /v1/tool-calls?format=openai\|anthropic\|gemini` | a batch of a model's tool calls |
 //! | `GET /v1/suspensions/{id}` | a call waiting for approval |
 //! | `POST /v1/suspensions/{id}/resume` | approve, reject or complete it |
+//! | `GET /v1/admin/pins` | pinned tool definitions and changes waiting (approvers) |
+//! | `POST /v1/admin/pins/{tool}/accept` | accept a changed definition (approvers) |
 //! | `GET /healthz`, `GET /readyz` | liveness, readiness |
 //! | `GET /metrics` | Prometheus metrics |
 //! | `/mcp` | MCP over streamable HTTP |
@@ -25,6 +27,7 @@ mod health;
 mod invoke;
 mod mcp;
 mod mcp_sessions;
+mod pins;
 mod request_metrics;
 mod suspensions;
 
@@ -79,6 +82,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tool-calls", post(batch::tool_calls))
         .route("/v1/suspensions/{id}", get(suspensions::show))
         .route("/v1/suspensions/{id}/resume", post(suspensions::resume))
+        .route("/v1/admin/pins", get(pins::list))
+        .route("/v1/admin/pins/{tool}/accept", post(pins::accept))
         .route("/mcp", any(mcp::endpoint))
         .route_layer(AuthenticateLayer::new(state.current.clone()))
         // Outside authentication: a replica that is going away refuses everyone alike.

@@ -184,3 +184,148 @@ async fn progress_sampling_and_elicitation_of_an_upstream_reach_the_callers_mcp_
     );
     assert_eq!(seen["results"]["ask_user"], "the user picked red");
 }
+
+/// alice may use everything; bob only the `add` tool.
+fn policy_config(audit: &std::path::Path) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/shapes.py");
+    format!(
+        "upstreams:\n  - name: shapes\n    command: {python}\n    args: [\"{script}\"]\n\
+policies:\n  redaction: {{}}\n  authorization:\n    default: deny\n    rules:\n      - {{ effect: allow, users: [alice] }}\n      - {{ effect: allow, users: [bob], tools: [add] }}\n\
+audit:\n  sink: file\n  path: {audit}\n  flush_every: 0s\n\
+users:\n{alice}{bob}",
+        python = python(),
+        audit = audit.display(),
+        alice = user_yaml("alice", &["analyst"]),
+        bob = user_yaml("bob", &["analyst"]),
+    )
+}
+
+/// One JSON-RPC request in `session`; the answer's `result` or `error`.
+async fn rpc(gateway: &Gateway, user: &str, session: &str, method: &str, params: Value) -> Value {
+    let request = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+    let (status, _, body) = mcp(gateway, Method::POST, user, Some(session), Some(request)).await;
+    assert_eq!(status, 200, "{method}: {body}");
+    let answer = body
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .chain(std::iter::once(body.as_str()))
+        .find_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+        .unwrap_or_else(|| panic!("no JSON-RPC answer in: {body}"));
+    if answer.get("error").is_some() {
+        answer
+    } else {
+        answer["result"].clone()
+    }
+}
+
+#[tokio::test]
+async fn prompts_and_resources_go_through_authorization_redaction_and_audit() {
+    if !python_mcp_available("prompts_and_resources_go_through_authorization_redaction_and_audit") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let gateway = Gateway::start(&policy_config(&audit));
+
+    let alice = open_session(&gateway, "alice").await;
+    let prompts = rpc(&gateway, "alice", &alice, "prompts/list", json!({})).await;
+    assert_eq!(prompts["prompts"][0]["name"], "greet", "{prompts}");
+    assert_eq!(
+        prompts["prompts"][0]["arguments"][0]["name"], "name",
+        "{prompts}"
+    );
+    let got = rpc(
+        &gateway,
+        "alice",
+        &alice,
+        "prompts/get",
+        json!({"name": "greet", "arguments": {"name": "Ann"}}),
+    )
+    .await;
+    assert_eq!(
+        got["messages"][0]["content"]["text"], "Say hello to Ann.",
+        "{got}"
+    );
+    let listed = rpc(&gateway, "alice", &alice, "resources/list", json!({})).await;
+    assert_eq!(listed["resources"][0]["uri"], "shapes://note", "{listed}");
+    let read = rpc(
+        &gateway,
+        "alice",
+        &alice,
+        "resources/read",
+        json!({"uri": "shapes://note"}),
+    )
+    .await;
+    assert_eq!(
+        read["contents"][0]["text"], "write to [REDACTED:email]",
+        "output redaction applies to resources: {read}"
+    );
+    let missing = rpc(
+        &gateway,
+        "alice",
+        &alice,
+        "resources/read",
+        json!({"uri": "shapes://none"}),
+    )
+    .await;
+    assert_eq!(missing["error"]["code"], -32002, "{missing}");
+
+    // bob may call `add` only: he sees no prompt and no resource, and cannot use them.
+    let bob = open_session(&gateway, "bob").await;
+    let prompts = rpc(&gateway, "bob", &bob, "prompts/list", json!({})).await;
+    assert_eq!(prompts["prompts"], json!([]), "{prompts}");
+    let listed = rpc(&gateway, "bob", &bob, "resources/list", json!({})).await;
+    assert_eq!(listed["resources"], json!([]), "{listed}");
+    let refused = rpc(
+        &gateway,
+        "bob",
+        &bob,
+        "prompts/get",
+        json!({"name": "greet", "arguments": {"name": "x"}}),
+    )
+    .await;
+    assert!(refused["error"].is_object(), "{refused}");
+    let refused = rpc(
+        &gateway,
+        "bob",
+        &bob,
+        "resources/read",
+        json!({"uri": "shapes://note"}),
+    )
+    .await;
+    assert!(refused["error"].is_object(), "{refused}");
+    // Nor are they tools.
+    let tools = rpc(&gateway, "alice", &alice, "tools/list", json!({})).await;
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        !names
+            .iter()
+            .any(|n| n.starts_with("prompt.") || n.starts_with("resources.")),
+        "{names:?}"
+    );
+
+    let records = std::fs::read_to_string(&audit).expect("the audit file");
+    let audited: Vec<(String, String)> = records
+        .lines()
+        .map(|line| serde_json::from_str::<Value>(line).unwrap())
+        .map(|r| {
+            (
+                r["user_id"].as_str().unwrap_or_default().to_owned(),
+                r["tool"].as_str().unwrap_or_default().to_owned(),
+            )
+        })
+        .collect();
+    assert!(
+        audited.contains(&("alice".to_owned(), "prompt.greet".to_owned())),
+        "{audited:?}"
+    );
+    assert!(
+        audited.contains(&("alice".to_owned(), "resources.shapes".to_owned())),
+        "{audited:?}"
+    );
+}

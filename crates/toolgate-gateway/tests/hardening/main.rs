@@ -14,4 +14,5 @@ mod mcp_latency;
 mod mcp_origin;
 mod mcp_sessions;
 mod metrics;
+mod pins;
 mod upstream_secrets;

@@ -1,9 +1,11 @@
 """An MCP server (stdio, official Python SDK) whose tools answer in every shape a client
-must get back unchanged through the gateway: text with an image, structured content, and
-a tool with typed arguments.
+must get back unchanged through the gateway: text with an image, structured content, a
+tool with typed arguments, tools that report progress, sample and elicit; and a prompt and
+a resource.
 """
 
 import base64
+import os
 
 from pydantic import BaseModel, Field
 
@@ -17,9 +19,18 @@ PICTURE = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"\xff\xd3\x4d\x36\xe3\x5e\xf7
 server = MCPServer("shapes")
 
 
-@server.tool()
+def add_description() -> str:
+    """The description of `add`: from the file `SHAPES_ADD_DESCRIPTION_FILE` names, when
+    set (a test changes it to play an upstream that changes what a tool says it does)."""
+    path = os.environ.get("SHAPES_ADD_DESCRIPTION_FILE")
+    if path and os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            return f.read().strip()
+    return "Adds two whole numbers."
+
+
+@server.tool(description=add_description())
 def add(a: int, b: int) -> int:
-    """Adds two whole numbers."""
     return a + b
 
 
@@ -62,6 +73,18 @@ async def ask_user(ctx: Context) -> str:
     if answer.action == "accept":
         return f"the user picked {answer.data.colour}"
     return f"the user chose to {answer.action}"
+
+
+@server.prompt()
+def greet(name: str) -> str:
+    """Greets someone by name."""
+    return f"Say hello to {name}."
+
+
+@server.resource("shapes://note", mime_type="text/plain")
+def note() -> str:
+    """A note that mentions someone's email."""
+    return "write to ann@example.com"
 
 
 if __name__ == "__main__":

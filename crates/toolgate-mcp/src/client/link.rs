@@ -1,13 +1,19 @@
 //! The connection to one upstream: established on demand, re-established with backoff
 //! when the upstream dies.
 
+// Resource subscriptions are deprecated by SEP-2577 for the 2026-07-28 revision (which
+// listens instead); upstreams and clients on 2025-11-25 subscribe.
+#![allow(deprecated)]
+
 use std::borrow::Cow;
 
 use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, JsonObject, RequestId, ServerResult, Tool,
+    ClientRequest, ErrorCode, ErrorData, GetPromptRequestParams, GetPromptResult, JsonObject,
+    Prompt, ReadResourceRequestParams, ReadResourceResult, RequestId, Resource, ResourceTemplate,
+    ServerCapabilities, ServerResult, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::IntoTransport;
@@ -17,7 +23,7 @@ use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
-use toolgate_core::{ToolDefinition, ToolError};
+use toolgate_core::{InputViolations, ToolDefinition, ToolError};
 use toolgate_hooks::secrets::Scrubber;
 
 use super::relay::{OrderedProgress, Routes, UpstreamClient};
@@ -25,6 +31,9 @@ use super::{UpstreamConfig, UpstreamTransport};
 use crate::caller::CallerRequest;
 
 type Session = RunningService<RoleClient, UpstreamClient>;
+
+/// The error code of a resource the upstream does not have.
+pub(crate) const RESOURCE_NOT_FOUND: &str = "resource_not_found";
 
 /// How long one call may wait for an upstream that is down to come back.
 const MAX_WAIT_PER_CALL: std::time::Duration = std::time::Duration::from_secs(2);
@@ -230,6 +239,155 @@ impl Link {
             Err(_) => Err(ToolError::Timeout {
                 after: self.config.connect_timeout,
             }),
+        }
+    }
+
+    /// The upstream's capabilities, once connected.
+    pub async fn capabilities(&self, deadline: Instant) -> Option<ServerCapabilities> {
+        let (peer, _) = self.peer(deadline).await.ok()?;
+        peer.peer_info().map(|info| info.capabilities.clone())
+    }
+
+    /// Every prompt the upstream lists.
+    pub async fn list_prompts(&self, deadline: Instant) -> Result<Vec<Prompt>, ToolError> {
+        self.request(
+            deadline,
+            |peer| async move { peer.list_all_prompts().await },
+        )
+        .await
+    }
+
+    /// Gets a prompt by its upstream name.
+    pub async fn get_prompt(
+        &self,
+        name: &str,
+        arguments: JsonObject,
+        deadline: Instant,
+    ) -> Result<GetPromptResult, ToolError> {
+        let params = GetPromptRequestParams::new(name.to_owned()).with_arguments(arguments);
+        self.request(
+            deadline,
+            |peer| async move { peer.get_prompt(params).await },
+        )
+        .await
+    }
+
+    /// Every resource the upstream lists.
+    pub async fn list_resources(&self, deadline: Instant) -> Result<Vec<Resource>, ToolError> {
+        self.request(
+            deadline,
+            |peer| async move { peer.list_all_resources().await },
+        )
+        .await
+    }
+
+    /// Every resource template the upstream lists.
+    pub async fn list_resource_templates(
+        &self,
+        deadline: Instant,
+    ) -> Result<Vec<ResourceTemplate>, ToolError> {
+        self.request(deadline, |peer| async move {
+            peer.list_all_resource_templates().await
+        })
+        .await
+    }
+
+    /// Reads a resource.
+    pub async fn read_resource(
+        &self,
+        uri: &str,
+        deadline: Instant,
+    ) -> Result<ReadResourceResult, ToolError> {
+        let params = ReadResourceRequestParams::new(uri.to_owned());
+        self.request(
+            deadline,
+            |peer| async move { peer.read_resource(params).await },
+        )
+        .await
+        .map_err(|e| match e {
+            // The URI is the only parameter: a server that refuses it (as 2026-07-28
+            // servers and some SDKs do for an unknown resource) does not have it.
+            ToolError::InvalidInput(violations) => {
+                ToolError::abort(violations.to_string(), RESOURCE_NOT_FOUND, 404)
+            }
+            other => other,
+        })
+    }
+
+    /// Subscribes `caller`'s session to resource `uri` (the upstream once, for its first
+    /// subscriber); `notifications/resources/updated` for it is relayed to every session
+    /// subscribed. A subscription lasts until unsubscribed, the session ends, or the
+    /// upstream connection is re-established (subscribe again then).
+    pub async fn subscribe(
+        &self,
+        uri: &str,
+        caller: &CallerRequest,
+        deadline: Instant,
+    ) -> Result<(), ToolError> {
+        if !self.routes.subscribe(uri, caller) {
+            return Ok(());
+        }
+        let params = SubscribeRequestParams::new(uri.to_owned());
+        let subscribed = self
+            .request(deadline, |peer| async move { peer.subscribe(params).await })
+            .await;
+        if subscribed.is_err() {
+            self.routes.unsubscribe(uri, &caller.session_id);
+        }
+        subscribed
+    }
+
+    /// Unsubscribes `caller`'s session from resource `uri` (the upstream too, when no
+    /// session is left).
+    pub async fn unsubscribe(
+        &self,
+        uri: &str,
+        caller: &CallerRequest,
+        deadline: Instant,
+    ) -> Result<(), ToolError> {
+        if !self.routes.unsubscribe(uri, &caller.session_id) {
+            return Ok(());
+        }
+        let params = UnsubscribeRequestParams::new(uri.to_owned());
+        self.request(
+            deadline,
+            |peer| async move { peer.unsubscribe(params).await },
+        )
+        .await
+    }
+
+    /// One request other than `tools/call`, with the deadline and the upstream's refusals
+    /// as errors a caller can act on. Not sent again: these are cheap to ask again.
+    async fn request<T, F, Fut>(&self, deadline: Instant, send: F) -> Result<T, ToolError>
+    where
+        F: FnOnce(Peer<RoleClient>) -> Fut,
+        Fut: Future<Output = Result<T, ServiceError>>,
+    {
+        let started = Instant::now();
+        let (peer, generation) = self.peer(deadline).await?;
+        match tokio::time::timeout_at(deadline, send(peer)).await {
+            Err(_) => Err(self.timed_out(started)),
+            Ok(Ok(answer)) => Ok(answer),
+            Ok(Err(ServiceError::McpError(e))) => Err(self.refused(e)),
+            Ok(Err(e)) => {
+                self.forget(generation).await;
+                Err(self.broken(e))
+            }
+        }
+    }
+
+    /// The upstream's JSON-RPC error as a toolgate error: a resource it does not have is
+    /// `resource_not_found` (404), a bad parameter `invalid_input` (400), anything else
+    /// the upstream's failure.
+    fn refused(&self, e: ErrorData) -> ToolError {
+        let message = self.scrubbed(format!(
+            "MCP server `{}` refused the request: {}",
+            self.config.name, e.message
+        ));
+        match e.code {
+            ErrorCode::RESOURCE_NOT_FOUND => ToolError::abort(message, RESOURCE_NOT_FOUND, 404),
+            ErrorCode::INVALID_PARAMS => ToolError::InvalidInput(InputViolations::one("", message)),
+            _ => ToolError::execution(message),
         }
     }
 

@@ -1,6 +1,7 @@
 //! Importing the tools of upstream MCP servers.
 
 mod config;
+mod features;
 mod link;
 mod relay;
 mod secrets;
@@ -10,9 +11,15 @@ use std::sync::Arc;
 
 use jsonschema::Validator;
 use tokio::time::Instant;
-use toolgate_core::{PipelineBuilder, RegistryError, ToolAnnotations, ToolDefinition, ToolSource};
+use toolgate_core::{
+    ErasedTool, PipelineBuilder, RegistryError, ToolAnnotations, ToolDefinition, ToolSource,
+};
 
 pub use config::{Backoff, UpstreamConfig, UpstreamTransport};
+pub use features::{
+    ImportedPrompt, ImportedResources, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG,
+    is_tool,
+};
 pub use secrets::{MIN_GUESSED_SECRET_LEN, is_credential_name};
 pub use tool::ImportedTool;
 
@@ -48,6 +55,8 @@ pub struct Upstream {
     remote_names: Vec<String>,
     /// For each of `tools`, its compiled input schema (`None`: arguments not checked).
     validators: Vec<Option<Arc<Validator>>>,
+    /// The upstream's prompts and resources, as tools (see [`features`]).
+    features: Vec<Arc<dyn ErasedTool>>,
 }
 
 impl Upstream {
@@ -130,11 +139,17 @@ impl Upstream {
             .iter()
             .map(|definition| input_validator(config, definition))
             .collect();
+        let features = if config.declared_tools.is_empty() {
+            discover_features(&link, deadline).await
+        } else {
+            Vec::new()
+        };
         Ok(Upstream {
             link,
             tools,
             remote_names,
             validators,
+            features,
         })
     }
 
@@ -175,7 +190,14 @@ impl Upstream {
             .any(|(definition, validator)| definition.name == name && validator.is_some())
     }
 
-    /// Registers every imported tool in `builder`. Returns their names.
+    /// The upstream's prompts and resources as pipeline tools ([`ImportedPrompt`],
+    /// [`ImportedResources`]): register them beside the tools so that policies apply.
+    pub fn features(&self) -> &[Arc<dyn ErasedTool>] {
+        &self.features
+    }
+
+    /// Registers every imported tool, prompt and resources tool in `builder`. Returns
+    /// their names.
     ///
     /// # Errors
     ///
@@ -184,9 +206,14 @@ impl Upstream {
     /// refuses. Tools before the failing one stay registered: discard the builder.
     pub fn register(&self, builder: &mut PipelineBuilder) -> Result<Vec<String>, McpError> {
         let mut names = Vec::new();
-        for tool in self.tools() {
-            let name = tool.definition_ref().name.clone();
-            builder.erased_tool(Arc::new(tool)).map_err(|e| match e {
+        let tools = self
+            .tools()
+            .into_iter()
+            .map(|tool| Arc::new(tool) as Arc<dyn ErasedTool>)
+            .chain(self.features.iter().cloned());
+        for tool in tools {
+            let name = tool.definition().name;
+            builder.erased_tool(tool).map_err(|e| match e {
                 RegistryError::DuplicateTool { name } => McpError::Collision {
                     server: self.name().to_owned(),
                     tool: name,
@@ -212,6 +239,38 @@ impl std::fmt::Debug for Upstream {
             )
             .finish()
     }
+}
+
+/// The upstream's prompts and resources, when it offers them (not for an upstream whose
+/// tools are declared: configuration chose what to import). An upstream that fails to
+/// list its prompts is imported without them, with a warning.
+async fn discover_features(link: &Arc<Link>, deadline: Instant) -> Vec<Arc<dyn ErasedTool>> {
+    let config = &link.config;
+    let Some(capabilities) = link.capabilities(deadline).await else {
+        return Vec::new();
+    };
+    let mut features: Vec<Arc<dyn ErasedTool>> = Vec::new();
+    if capabilities.prompts.is_some() {
+        match link.list_prompts(deadline).await {
+            Ok(prompts) => {
+                let prefix = config.prefix.as_deref().unwrap_or_default();
+                features.extend(prompts.iter().filter_map(|prompt| {
+                    ImportedPrompt::new(Arc::clone(link), prompt, prefix)
+                        .map(|p| Arc::new(p) as Arc<dyn ErasedTool>)
+                }));
+            }
+            Err(e) => {
+                let error = link.scrubbed(e.to_string());
+                tracing::warn!(server = %config.name, %error, "the MCP server's prompts could not be listed; they are not imported");
+            }
+        }
+    }
+    if capabilities.resources.is_some()
+        && let Some(resources) = ImportedResources::new(Arc::clone(link))
+    {
+        features.push(Arc::new(resources));
+    }
+    features
 }
 
 /// The compiled input schema of an imported tool, when arguments are to be checked. A

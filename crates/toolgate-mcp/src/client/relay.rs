@@ -7,19 +7,24 @@
 // working behind toolgate.
 #![allow(deprecated)]
 
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest,
     CreateMessageRequestParams, CreateMessageResult, ElicitRequest, ElicitRequestParams,
     ElicitResult, ErrorData, Implementation, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ProgressToken, RequestId, ServerRequest,
+    ProgressNotificationParam, ProgressToken, RequestId, ResourceUpdatedNotificationParam,
+    ServerRequest,
 };
 use rmcp::model::{JsonRpcMessage, ServerNotification};
-use rmcp::service::{InboundStreamOrigin, RequestContext, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::service::{
+    InboundStreamOrigin, NotificationContext, Peer, RequestContext, RxJsonRpcMessage,
+    TxJsonRpcMessage,
+};
 use rmcp::transport::Transport;
-use rmcp::{ClientHandler, RoleClient};
-use tokio::sync::mpsc;
+use rmcp::{ClientHandler, RoleClient, RoleServer};
+use tokio::sync::{Notify, mpsc};
 
 use crate::caller::CallerRequest;
 
@@ -27,7 +32,11 @@ use crate::caller::CallerRequest;
 /// id toolgate gave each upstream request.
 #[derive(Default)]
 pub(crate) struct Routes {
-    calls: Mutex<Vec<Route>>,
+    table: Mutex<Table>,
+    /// Woken when a call is added, for a request of the upstream that came first.
+    added: Notify,
+    /// The callers subscribed to each resource (by URI), with their sessions.
+    subscribers: Mutex<HashMap<String, Vec<Subscriber>>>,
 }
 
 struct Route {
@@ -43,6 +52,24 @@ enum Relayed {
     Progress(ProgressNotificationParam),
     Log(LoggingMessageNotificationParam),
 }
+
+/// A session subscribed to a resource, and its connection.
+type Subscriber = (Arc<str>, Peer<RoleServer>);
+
+/// The calls in flight, and progress that came before its call was added.
+#[derive(Default)]
+struct Table {
+    calls: Vec<Route>,
+    /// Progress for a token no call has yet: the upstream may answer before the call that
+    /// sent the request is added (a loaded machine). Claimed when the call is added.
+    unclaimed: VecDeque<ProgressNotificationParam>,
+}
+
+/// How many progress notifications wait for their call at most (the oldest go first).
+const UNCLAIMED: usize = 256;
+
+/// How long a request of the upstream waits for the call it belongs to be added.
+const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How many notifications of one call may wait to be relayed; past that, newer ones are
 /// dropped (progress and log messages are advisory, and a flood must not grow memory).
@@ -105,12 +132,24 @@ impl Routes {
         caller: Arc<CallerRequest>,
     ) -> Relay {
         let (sender, receiver) = mpsc::channel(RELAY_QUEUE);
-        self.lock().push(Route {
-            id: id.clone(),
-            token,
-            caller: Arc::clone(&caller),
-            queue: sender,
-        });
+        {
+            let mut table = self.lock();
+            let unclaimed = std::mem::take(&mut table.unclaimed);
+            for progress in unclaimed {
+                if progress.progress_token == token {
+                    let _ = sender.try_send(Relayed::Progress(progress));
+                } else {
+                    table.unclaimed.push_back(progress);
+                }
+            }
+            table.calls.push(Route {
+                id: id.clone(),
+                token,
+                caller: Arc::clone(&caller),
+                queue: sender,
+            });
+        }
+        self.added.notify_waiters();
         Relay {
             caller,
             queue: receiver,
@@ -123,28 +162,93 @@ impl Routes {
 
     /// Queues a progress notification for the call it belongs to (if any is in flight).
     fn queue_progress(&self, progress: &ProgressNotificationParam) {
-        let calls = self.lock();
-        if let Some(route) = calls.iter().find(|r| r.token == progress.progress_token) {
-            let _ = route.queue.try_send(Relayed::Progress(progress.clone()));
+        let mut table = self.lock();
+        match table
+            .calls
+            .iter()
+            .find(|r| r.token == progress.progress_token)
+        {
+            Some(route) => {
+                let _ = route.queue.try_send(Relayed::Progress(progress.clone()));
+            }
+            None => {
+                if table.unclaimed.len() == UNCLAIMED {
+                    table.unclaimed.pop_front();
+                }
+                table.unclaimed.push_back(progress.clone());
+            }
         }
     }
 
     /// Queues a log message for the call in flight, when there is exactly one: a log
     /// message names no request, and one caller must never see another's.
     fn queue_log(&self, message: &LoggingMessageNotificationParam) {
-        if let [only] = self.lock().as_slice() {
+        if let [only] = self.lock().calls.as_slice() {
             let _ = only.queue.try_send(Relayed::Log(message.clone()));
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Route>> {
-        self.calls.lock().unwrap_or_else(|e| e.into_inner())
+    /// Subscribes `caller`'s session to `uri`; whether it is the first subscriber (then
+    /// the upstream is to be subscribed).
+    pub(crate) fn subscribe(&self, uri: &str, caller: &CallerRequest) -> bool {
+        let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        let sessions = subscribers.entry(uri.to_owned()).or_default();
+        let first = sessions.is_empty();
+        if !sessions.iter().any(|(s, _)| *s == caller.session_id) {
+            sessions.push((Arc::clone(&caller.session_id), caller.peer.clone()));
+        }
+        first
+    }
+
+    /// Unsubscribes `session` from `uri`; whether no subscriber is left (then the
+    /// upstream is to be unsubscribed).
+    pub(crate) fn unsubscribe(&self, uri: &str, session: &str) -> bool {
+        let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(sessions) = subscribers.get_mut(uri) else {
+            return false;
+        };
+        sessions.retain(|(s, _)| &**s != session);
+        let last = sessions.is_empty();
+        if last {
+            subscribers.remove(uri);
+        }
+        last
+    }
+
+    fn subscribers_of(&self, uri: &str) -> Vec<Subscriber> {
+        let subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        subscribers.get(uri).cloned().unwrap_or_default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The caller an upstream request belongs to, waiting up to [`CLAIM_WAIT`] for its
+    /// call to be added (the request may come before).
+    async fn for_request(
+        &self,
+        context: &RequestContext<RoleClient>,
+    ) -> Option<Arc<CallerRequest>> {
+        let waited = tokio::time::timeout(CLAIM_WAIT, async {
+            loop {
+                let added = self.added.notified();
+                tokio::pin!(added);
+                added.as_mut().enable();
+                if let Some(caller) = self.caller_now(context) {
+                    return caller;
+                }
+                added.await;
+            }
+        });
+        waited.await.ok()
     }
 
     /// The caller an upstream request belongs to: the call whose response stream carried
     /// it (streamable HTTP tells), else the only call in flight (stdio does not tell).
-    fn for_request(&self, context: &RequestContext<RoleClient>) -> Option<Arc<CallerRequest>> {
-        let calls = self.lock();
+    fn caller_now(&self, context: &RequestContext<RoleClient>) -> Option<Arc<CallerRequest>> {
+        let table = self.lock();
+        let calls = &table.calls;
         match context.extensions.get::<InboundStreamOrigin>() {
             Some(InboundStreamOrigin::OutboundRequest(id)) => calls
                 .iter()
@@ -166,7 +270,7 @@ struct RouteGuard {
 
 impl Drop for RouteGuard {
     fn drop(&mut self) {
-        self.routes.lock().retain(|r| r.id != self.id);
+        self.routes.lock().calls.retain(|r| r.id != self.id);
     }
 }
 
@@ -207,6 +311,19 @@ impl ClientHandler for UpstreamClient {
         )
     }
 
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        for (session, peer) in self.routes.subscribers_of(&params.uri) {
+            if peer.notify_resource_updated(params.clone()).await.is_err() {
+                // The subscriber's session is gone.
+                self.routes.unsubscribe(&params.uri, &session);
+            }
+        }
+    }
+
     async fn create_message(
         &self,
         params: CreateMessageRequestParams,
@@ -215,6 +332,7 @@ impl ClientHandler for UpstreamClient {
         let caller = self
             .routes
             .for_request(&context)
+            .await
             .filter(|c| c.can_sample())
             .ok_or_else(|| no_caller("sampling"))?;
         let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
@@ -236,6 +354,7 @@ impl ClientHandler for UpstreamClient {
         let caller = self
             .routes
             .for_request(&context)
+            .await
             .filter(|c| c.can_elicit())
             .ok_or_else(|| no_caller("elicitation"))?;
         let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));

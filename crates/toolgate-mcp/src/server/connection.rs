@@ -1,5 +1,5 @@
 //! One MCP connection (a stdio connection, or a streamable HTTP session): the rmcp
-//! `ServerHandler` that routes `tools/list` and `tools/call` into the pipeline.
+//! `ServerHandler` that routes tools, prompts and resources into the pipeline.
 
 // Logging is deprecated by SEP-2577 for the 2026-07-28 revision; clients on 2025-11-25 still
 // set a level with `logging/setLevel`.
@@ -10,16 +10,21 @@ use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, ErrorCode, ErrorData,
-    Implementation, ListToolsResult, LoggingLevel, PaginatedRequestParams, ServerCapabilities,
-    ServerConfig, SetLevelRequestParams,
+    GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
+    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
-use toolgate_core::{InvokeOptions, ToolError, User};
+use serde_json::{Value, json};
+use toolgate_core::{InvokeOptions, ToolDefinition, ToolError, User};
 
 use super::ServerInner;
+use super::features;
 use super::http::{ClientDisconnected, HostShutdown};
 use crate::caller::{CallerKey, CallerRequest};
+use crate::client::{PROMPT_PREFIX, PROMPT_TAG, RESOURCES_TAG, is_tool};
 use crate::convert::{InputShape, error_to_result, output_to_result, to_mcp_tool, unknown_tool};
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
@@ -76,6 +81,127 @@ impl Connection {
     }
 }
 
+impl Connection {
+    /// The definition of `name` when the caller may see it.
+    fn visible(&self, name: &str, context: &RequestContext<RoleServer>) -> Option<ToolDefinition> {
+        let user = self.user(context.extensions.get::<http::request::Parts>());
+        let tool = self.server.pipeline.registry().get(name)?;
+        self.server
+            .filter
+            .as_ref()
+            .is_none_or(|f| f.allows(&tool.definition, &user))
+            .then(|| tool.definition.clone())
+    }
+
+    /// The definitions tagged `tag` the caller may see.
+    fn visible_of(&self, tag: &str, context: &RequestContext<RoleServer>) -> Vec<ToolDefinition> {
+        let user = self.user(context.extensions.get::<http::request::Parts>());
+        self.server
+            .pipeline
+            .definitions()
+            .filter(|d| d.tags.iter().any(|t| t == tag))
+            .filter(|d| {
+                self.server
+                    .filter
+                    .as_ref()
+                    .is_none_or(|f| f.allows(d, &user))
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Runs `name` through the pipeline for the caller of `context`: its user and session,
+    /// cancelled when the client cancels or disconnects or the host cuts the call, with
+    /// what the upstream sends about it relayed to the caller.
+    async fn run(
+        &self,
+        name: &str,
+        input: Value,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Value, ToolError> {
+        let parts = context.extensions.get::<http::request::Parts>();
+        let user = self.user(parts);
+        // Fires when the client sends `notifications/cancelled`, or when the host cuts
+        // the call at shutdown.
+        let cancel = context.ct.child_token();
+        let session = self.session_id(parts);
+        let caller = CallerRequest {
+            peer: context.peer.clone(),
+            progress_token: context.meta.get_progress_token(),
+            log_level: *self.log_level.lock().unwrap_or_else(|e| e.into_inner()),
+            session_id: Arc::clone(&session),
+        };
+        let mut options = InvokeOptions::new()
+            .session(session)
+            .user(user)
+            .cancellation(cancel.clone())
+            .provide::<CallerKey>(caller);
+        if let Some(timeout) = self.server.call_timeout {
+            options = options.timeout(timeout);
+        }
+        let invoke = self.server.pipeline.invoke(name, input, options);
+        let invoke = async {
+            match parts.and_then(|p| p.extensions.get::<HostShutdown>()) {
+                Some(shutdown) => shutdown.cut(invoke, &cancel).await,
+                None => invoke.await,
+            }
+        };
+        match parts.and_then(|p| p.extensions.get::<ClientDisconnected>()) {
+            // Dropping the invocation cancels it and releases what it holds.
+            Some(disconnected) => tokio::select! {
+                result = invoke => result,
+                () = disconnected.cancelled() => {
+                    tracing::debug!(tool = %name, "the HTTP client disconnected; call cancelled");
+                    Err(ToolError::Cancelled)
+                }
+            },
+            None => invoke.await,
+        }
+    }
+
+    /// Runs a request about resource `uri` on the resources tools the caller may see, in
+    /// turn: the first upstream that has the resource answers.
+    async fn on_resource(
+        &self,
+        input: Value,
+        uri: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<Value, ErrorData> {
+        for definition in self.visible_of(RESOURCES_TAG, context) {
+            match self.run(&definition.name, input.clone(), context).await {
+                Ok(output) => return Ok(output),
+                Err(e) if e.code() == "resource_not_found" => continue,
+                Err(e) => return Err(features::request_error(&e)),
+            }
+        }
+        Err(features::resource_not_found(uri))
+    }
+
+    /// The `key` lists of every upstream whose resources the caller may see, in order. An
+    /// upstream that fails to list is left out, with a warning.
+    async fn list_all(
+        &self,
+        input: Value,
+        key: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> Vec<Value> {
+        let mut all = Vec::new();
+        for definition in self.visible_of(RESOURCES_TAG, context) {
+            match self.run(&definition.name, input.clone(), context).await {
+                Ok(mut output) => {
+                    if let Some(Value::Array(items)) = output.get_mut(key).map(Value::take) {
+                        all.extend(items);
+                    }
+                }
+                Err(e) => {
+                    tracing::warn!(tool = %definition.name, error = %e, "an upstream's resources could not be listed")
+                }
+            }
+        }
+        all
+    }
+}
+
 impl Drop for Connection {
     fn drop(&mut self) {
         let sessions = self.sessions.get_mut().unwrap_or_else(|e| e.into_inner());
@@ -87,12 +213,26 @@ impl Drop for Connection {
 
 impl ServerHandler for Connection {
     fn get_info(&self) -> ServerConfig {
-        let mut info = ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_logging()
-                .build(),
-        );
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_logging()
+            .build();
+        let tagged = |tag: &str| {
+            self.server
+                .pipeline
+                .definitions()
+                .any(|d| d.tags.iter().any(|t| t == tag))
+        };
+        if tagged(PROMPT_TAG) {
+            capabilities.prompts = Some(Default::default());
+        }
+        // `resources/subscribe` is answered (2025-11-25) but `subscribe` is not declared:
+        // to a 2026-07-28 client that would promise `subscriptions/listen`, which is not
+        // served yet.
+        if tagged(RESOURCES_TAG) {
+            capabilities.resources = Some(Default::default());
+        }
+        let mut info = ServerConfig::new(capabilities);
         info.server_info =
             Implementation::new(self.server.name.clone(), self.server.version.clone());
         info.instructions = self.server.instructions.clone();
@@ -109,6 +249,7 @@ impl ServerHandler for Connection {
             .server
             .pipeline
             .definitions()
+            .filter(|d| is_tool(d))
             .filter(|d| {
                 self.server
                     .filter
@@ -125,64 +266,109 @@ impl ServerHandler for Connection {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let parts = context.extensions.get::<http::request::Parts>();
-        let user = self.user(parts);
         let name = request.name;
-        let pipeline = &self.server.pipeline;
-        let definition = match pipeline.registry().get(&name) {
-            Some(tool)
-                if self
-                    .server
-                    .filter
-                    .as_ref()
-                    .is_none_or(|f| f.allows(&tool.definition, &user)) =>
-            {
-                tool.definition.clone()
-            }
-            _ => return Err(unknown_tool(&name)),
+        let Some(definition) = self.visible(&name, &context).filter(is_tool) else {
+            return Err(unknown_tool(&name));
         };
         let input =
             InputShape::of(&definition.input_schema).input(request.arguments.unwrap_or_default());
-        // Fires when the client sends `notifications/cancelled`, or when the host cuts
-        // the call at shutdown.
-        let cancel = context.ct.child_token();
-        let caller = CallerRequest {
-            peer: context.peer.clone(),
-            progress_token: context.meta.get_progress_token(),
-            log_level: *self.log_level.lock().unwrap_or_else(|e| e.into_inner()),
-        };
-        let mut options = InvokeOptions::new()
-            .session(self.session_id(parts))
-            .user(user)
-            .cancellation(cancel.clone())
-            .provide::<CallerKey>(caller);
-        if let Some(timeout) = self.server.call_timeout {
-            options = options.timeout(timeout);
-        }
-        let invoke = pipeline.invoke(&name, input, options);
-        let invoke = async {
-            match parts.and_then(|p| p.extensions.get::<HostShutdown>()) {
-                Some(shutdown) => shutdown.cut(invoke, &cancel).await,
-                None => invoke.await,
-            }
-        };
-        let disconnected = parts.and_then(|p| p.extensions.get::<ClientDisconnected>());
-        let result = match disconnected {
-            // Dropping the invocation cancels it and releases what it holds.
-            Some(disconnected) => tokio::select! {
-                result = invoke => result,
-                () = disconnected.cancelled() => {
-                    tracing::debug!(tool = %name, "the HTTP client disconnected; call cancelled");
-                    Err(ToolError::Cancelled)
-                }
-            },
-            None => invoke.await,
-        };
-        match result {
+        match self.run(&name, input, &context).await {
             Ok(output) => Ok(output_to_result(&definition, output).into()),
             Err(ToolError::UnknownTool { .. }) => Err(unknown_tool(&name)),
             Err(error) => Ok(error_to_result(&error).into()),
         }
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, ErrorData> {
+        let prompts = self
+            .visible_of(PROMPT_TAG, &context)
+            .iter()
+            .map(features::prompt_of)
+            .collect();
+        Ok(ListPromptsResult::with_all_items(prompts))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, ErrorData> {
+        let name = format!("{PROMPT_PREFIX}{}", request.name);
+        if self
+            .visible(&name, &context)
+            .is_none_or(|d| !d.tags.iter().any(|t| t == PROMPT_TAG))
+        {
+            return Err(features::unknown_prompt(&request.name));
+        }
+        let input = Value::Object(request.arguments.unwrap_or_default());
+        let output = self
+            .run(&name, input, &context)
+            .await
+            .map_err(|e| features::request_error(&e))?;
+        features::prompt_result(output).map(GetPromptResponse::Complete)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        let listed = self
+            .list_all(json!({"list": "resources"}), "resources", &context)
+            .await;
+        Ok(ListResourcesResult::with_all_items(features::items(listed)))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        let listed = self
+            .list_all(json!({"list": "templates"}), "resourceTemplates", &context)
+            .await;
+        Ok(ListResourceTemplatesResult::with_all_items(
+            features::items(listed),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let output = self
+            .on_resource(json!({ "uri": request.uri }), &request.uri, &context)
+            .await?;
+        features::resource_result(output).map(ReadResourceResponse::Complete)
+    }
+
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.on_resource(json!({ "subscribe": request.uri }), &request.uri, &context)
+            .await
+            .map(drop)
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        self.on_resource(
+            json!({ "unsubscribe": request.uri }),
+            &request.uri,
+            &context,
+        )
+        .await
+        .map(drop)
     }
 
     /// Sets the level of the log messages relayed from upstreams to this connection.

@@ -1,6 +1,7 @@
 //! [`McpServer`]: a pipeline served over MCP.
 
 mod connection;
+mod features;
 mod http;
 mod request_body;
 

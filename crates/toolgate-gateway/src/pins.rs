@@ -1,0 +1,291 @@
+//! Tool-definition pinning, the defence against a "rug pull": an upstream that changes
+//! what one of its tools says it does (its description, its schemas, its hints) after
+//! people decided to trust it.
+//!
+//! With `pins: { path: … }` in the configuration, every imported tool, prompt and
+//! resources tool is fingerprinted when the gateway starts or reloads: the SHA-256 of its
+//! name, title, description, input and output schema and annotations. The first time a
+//! tool is seen its fingerprint is pinned (trust on first use). When a pinned tool comes
+//! back different, it is not served — it is left out of every listing, and calls to it
+//! are refused with `definition_changed` (409) — until an admin accepts the change with
+//! `toolgate pins accept NAME` or `POST /v1/admin/pins/NAME/accept` (then reload). Every
+//! pin, change and acceptance is appended to the file's `history`, and logged at
+//! `warn` (target `toolgate::pins`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use futures::future::BoxFuture;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use toolgate_core::{ErasedTool, PreparedInput, ToolDefinition, ToolError, ToolInvokeContext};
+use toolgate_hooks::fingerprint::fingerprint;
+
+/// The tag of a tool whose definition changed and awaits acceptance.
+pub const CHANGED_TAG: &str = "pin-changed";
+
+/// The pin file could not be used.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PinError {
+    /// Reading or writing the file failed.
+    #[error("pin file {path}: {reason}: check the path and its permissions (`pins.path`)")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What failed.
+        reason: String,
+    },
+    /// The file is not a pin file.
+    #[error(
+        "pin file {path} is not a pin file ({reason}): fix it, or move it away to pin every tool again"
+    )]
+    Malformed {
+        /// The file.
+        path: PathBuf,
+        /// What the parser said.
+        reason: String,
+    },
+    /// Nothing waits to be accepted under that name.
+    #[error(
+        "no changed definition of `{tool}` waits to be accepted: `toolgate pins --config FILE` lists the changes"
+    )]
+    NothingPending {
+        /// The tool asked for.
+        tool: String,
+    },
+}
+
+/// An accepted definition.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Pinned {
+    /// Its fingerprint (`sha256:…`).
+    pub fingerprint: String,
+    /// What was fingerprinted.
+    pub definition: Value,
+}
+
+/// A changed definition waiting for an admin.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Change {
+    /// The fingerprint pinned before.
+    pub pinned: String,
+    /// The fingerprint offered now.
+    pub offered: String,
+    /// What is offered now.
+    pub definition: Value,
+}
+
+/// One entry of the history.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PinEvent {
+    /// When, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// The tool.
+    pub tool: String,
+    /// `pinned`, `changed` or `accepted`.
+    pub event: String,
+    /// The fingerprint pinned, offered or accepted.
+    pub fingerprint: String,
+}
+
+/// The pin file: accepted fingerprints, changes waiting, and the history of both.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct PinFile {
+    /// Accepted definitions, by tool name.
+    #[serde(default)]
+    pub pins: BTreeMap<String, Pinned>,
+    /// Changed definitions waiting for an admin, by tool name.
+    #[serde(default)]
+    pub pending: BTreeMap<String, Change>,
+    /// Every pin, change and acceptance, oldest first.
+    #[serde(default)]
+    pub history: Vec<PinEvent>,
+}
+
+/// What to do with a tool.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Its definition is the pinned one (or was just pinned): serve it.
+    Serve,
+    /// Its definition changed: hold it back until accepted.
+    HoldBack,
+}
+
+/// What of a definition is pinned, and its fingerprint.
+pub fn pinned_form(definition: &ToolDefinition) -> (String, Value) {
+    let form = json!({
+        "name": definition.name,
+        "title": definition.title,
+        "description": definition.description,
+        "input_schema": definition.input_schema,
+        "output_schema": definition.output_schema,
+        "annotations": definition.annotations,
+    });
+    (fingerprint(&form), form)
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+impl PinFile {
+    /// The pin file at `path`; empty when there is none yet.
+    ///
+    /// # Errors
+    ///
+    /// [`PinError`] when it cannot be read or is not a pin file.
+    pub fn load(path: &Path) -> Result<PinFile, PinError> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| PinError::Malformed {
+                path: path.to_owned(),
+                reason: e.to_string(),
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(PinFile::default()),
+            Err(e) => Err(PinError::Io {
+                path: path.to_owned(),
+                reason: e.to_string(),
+            }),
+        }
+    }
+
+    /// Writes the file whole, through a temporary file renamed over it.
+    ///
+    /// # Errors
+    ///
+    /// [`PinError::Io`] when it cannot be written.
+    pub fn save(&self, path: &Path) -> Result<(), PinError> {
+        let io = |e: std::io::Error| PinError::Io {
+            path: path.to_owned(),
+            reason: e.to_string(),
+        };
+        let text = serde_json::to_vec_pretty(self).map_err(|e| io(std::io::Error::other(e)))?;
+        let temporary = path.with_extension("pins.tmp");
+        std::fs::write(&temporary, text).map_err(io)?;
+        std::fs::rename(&temporary, path).map_err(io)
+    }
+
+    fn record(&mut self, tool: &str, event: &str, fingerprint: &str) {
+        tracing::warn!(target: "toolgate::pins", tool, event, fingerprint, "tool definition {event}");
+        self.history.push(PinEvent {
+            at_ms: now_ms(),
+            tool: tool.to_owned(),
+            event: event.to_owned(),
+            fingerprint: fingerprint.to_owned(),
+        });
+    }
+
+    /// Checks `definition` against its pin: pins it when new, records a change when it
+    /// differs. Returns whether the file changed beside the verdict.
+    pub fn check(&mut self, definition: &ToolDefinition) -> (Verdict, bool) {
+        let (offered, form) = pinned_form(definition);
+        let name = definition.name.clone();
+        match self.pins.get(&name) {
+            None => {
+                self.record(&name, "pinned", &offered);
+                self.pins.insert(
+                    name,
+                    Pinned {
+                        fingerprint: offered,
+                        definition: form,
+                    },
+                );
+                (Verdict::Serve, true)
+            }
+            Some(pin) if pin.fingerprint == offered => {
+                // Changed back: nothing waits any more.
+                let changed = self.pending.remove(&name).is_some();
+                (Verdict::Serve, changed)
+            }
+            Some(pin) => {
+                let already = self
+                    .pending
+                    .get(&name)
+                    .is_some_and(|c| c.offered == offered);
+                if !already {
+                    let pinned = pin.fingerprint.clone();
+                    self.record(&name, "changed", &offered);
+                    self.pending.insert(
+                        name,
+                        Change {
+                            pinned,
+                            offered,
+                            definition: form,
+                        },
+                    );
+                }
+                (Verdict::HoldBack, !already)
+            }
+        }
+    }
+
+    /// Accepts the change waiting for `tool`.
+    ///
+    /// # Errors
+    ///
+    /// [`PinError::NothingPending`] when no change of `tool` waits.
+    pub fn accept(&mut self, tool: &str) -> Result<(), PinError> {
+        let change = self
+            .pending
+            .remove(tool)
+            .ok_or_else(|| PinError::NothingPending {
+                tool: tool.to_owned(),
+            })?;
+        self.record(tool, "accepted", &change.offered);
+        self.pins.insert(
+            tool.to_owned(),
+            Pinned {
+                fingerprint: change.offered,
+                definition: change.definition,
+            },
+        );
+        Ok(())
+    }
+}
+
+/// A tool whose definition changed since it was pinned: listed nowhere, and refused.
+pub(crate) struct HeldBack {
+    definition: ToolDefinition,
+}
+
+impl HeldBack {
+    pub(crate) fn new(tool: &Arc<dyn ErasedTool>) -> Self {
+        let mut definition = tool.definition();
+        definition.tags.push(CHANGED_TAG.to_owned());
+        HeldBack { definition }
+    }
+}
+
+impl ErasedTool for HeldBack {
+    fn definition(&self) -> ToolDefinition {
+        self.definition.clone()
+    }
+
+    fn check_input(&self, _input: &Value) -> Result<Option<PreparedInput>, ToolError> {
+        Ok(None)
+    }
+
+    fn call<'a>(
+        &'a self,
+        _prepared: Option<PreparedInput>,
+        _ctx: &'a ToolInvokeContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        let name = &self.definition.name;
+        Box::pin(std::future::ready(Err(ToolError::abort(
+            format!(
+                "the definition of `{name}` changed at its MCP server since it was pinned, so it is not served: an admin must review and accept the change (`toolgate pins accept {name}`)"
+            ),
+            "definition_changed",
+            409,
+        ))))
+    }
+}
+
+/// Whether `definition` is served (not held back for a changed definition).
+pub fn is_served(definition: &ToolDefinition) -> bool {
+    !definition.tags.iter().any(|t| t == CHANGED_TAG)
+}

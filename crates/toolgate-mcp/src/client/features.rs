@@ -1,0 +1,299 @@
+//! An upstream's prompts and resources as pipeline tools, so that every policy applies to
+//! them as to its tools: authorization (rules name them like tools), rate limits,
+//! concurrency caps, audit, output redaction.
+//!
+//! * Each prompt `P` is a tool `prompt.P` (with the upstream's prefix: `prompt.gh.P`),
+//!   tagged [`PROMPT_TAG`]: its arguments are the prompt's, its output the upstream's
+//!   `GetPromptResult`.
+//! * An upstream's resources are one tool `resources.NAME` (its configured name), tagged
+//!   [`RESOURCES_TAG`]: `{"uri": "…"}` reads a resource (the upstream's
+//!   `ReadResourceResult`); `{"list": "resources"}` and `{"list": "templates"}` list them;
+//!   `{"subscribe": "…"}` and `{"unsubscribe": "…"}` manage the caller's MCP session's
+//!   subscription (updates are relayed to every subscribed session).
+//!
+//! They are not tools to a model: MCP serves them as prompts and resources, and listings
+//! of tools leave them out ([`is_tool`]).
+
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use rmcp::model::Prompt;
+use serde_json::{Map, Value, json};
+use tokio::time::Instant;
+use toolgate_core::{
+    ErasedTool, InputViolations, PreparedInput, ToolAnnotations, ToolDefinition, ToolError,
+    ToolInvokeContext, ToolSource,
+};
+
+use super::link::Link;
+use crate::caller::CallerKey;
+
+/// The tag of a tool that is an upstream's prompt.
+pub const PROMPT_TAG: &str = "mcp-prompt";
+/// The tag of a tool that is an upstream's resources.
+pub const RESOURCES_TAG: &str = "mcp-resources";
+/// The name prefix of a prompt's tool.
+pub const PROMPT_PREFIX: &str = "prompt.";
+/// The name prefix of an upstream's resources tool.
+pub const RESOURCES_PREFIX: &str = "resources.";
+
+/// Whether `definition` is a tool proper, not an upstream's prompt or resources.
+pub fn is_tool(definition: &ToolDefinition) -> bool {
+    !definition
+        .tags
+        .iter()
+        .any(|t| t == PROMPT_TAG || t == RESOURCES_TAG)
+}
+
+fn deadline_for(link: &Link, ctx: &ToolInvokeContext) -> Instant {
+    let deadline = Instant::now() + link.config.call_timeout;
+    ctx.deadline().map_or(deadline, |d| deadline.min(d))
+}
+
+fn definition(
+    link: &Link,
+    name: String,
+    description: String,
+    input_schema: Value,
+    tag: &str,
+) -> ToolDefinition {
+    ToolDefinition {
+        name,
+        title: None,
+        description,
+        version: "mcp".to_owned(),
+        input_schema,
+        output_schema: None,
+        annotations: ToolAnnotations {
+            read_only: true,
+            idempotent: true,
+            destructive: false,
+            open_world: true,
+        },
+        tags: vec!["mcp".to_owned(), tag.to_owned()],
+        source: ToolSource::Mcp {
+            server: link.config.name.clone(),
+        },
+    }
+}
+
+fn to_output<T: serde::Serialize>(answer: T) -> Result<Value, ToolError> {
+    let mut output = serde_json::to_value(answer)
+        .map_err(|e| ToolError::internal(format!("an upstream answer could not be read: {e}")))?;
+    if let Value::Object(map) = &mut output {
+        map.remove("resultType");
+    }
+    Ok(output)
+}
+
+/// An upstream's prompt, called through the pipeline.
+pub struct ImportedPrompt {
+    link: Arc<Link>,
+    definition: ToolDefinition,
+    remote_name: String,
+}
+
+impl ImportedPrompt {
+    /// The prompt as a tool, or `None` when its name cannot be a tool name.
+    pub(crate) fn new(link: Arc<Link>, prompt: &Prompt, prefix: &str) -> Option<ImportedPrompt> {
+        let name = format!("{PROMPT_PREFIX}{prefix}{}", prompt.name);
+        let mut properties = Map::new();
+        let mut required = Vec::new();
+        for argument in prompt.arguments.iter().flatten() {
+            let mut schema = json!({ "type": "string" });
+            if let Some(description) = &argument.description {
+                schema["description"] = json!(description);
+            }
+            properties.insert(argument.name.clone(), schema);
+            if argument.required == Some(true) {
+                required.push(json!(argument.name));
+            }
+        }
+        let schema = json!({ "type": "object", "properties": properties, "required": required });
+        let mut definition = definition(
+            &link,
+            name,
+            prompt.description.clone().unwrap_or_default(),
+            schema,
+            PROMPT_TAG,
+        );
+        definition.title = prompt.title.clone();
+        let valid = toolgate_core::ToolRegistry::is_valid_name(&definition.name);
+        if !valid {
+            tracing::warn!(server = %link.config.name, prompt = %prompt.name, "the prompt's name cannot be a tool name (letters, digits, `_`, `-`, `.`; 64 at most): it is not imported");
+            return None;
+        }
+        Some(ImportedPrompt {
+            definition: link.scrub_definition(definition),
+            link,
+            remote_name: prompt.name.clone(),
+        })
+    }
+
+    /// The prompt's name as MCP lists it (without [`PROMPT_PREFIX`]).
+    pub fn prompt_name(&self) -> &str {
+        self.definition
+            .name
+            .strip_prefix(PROMPT_PREFIX)
+            .unwrap_or(&self.definition.name)
+    }
+}
+
+impl ErasedTool for ImportedPrompt {
+    fn definition(&self) -> ToolDefinition {
+        self.definition.clone()
+    }
+
+    fn check_input(&self, input: &Value) -> Result<Option<PreparedInput>, ToolError> {
+        match input {
+            Value::Object(map) if map.values().all(Value::is_string) => Ok(None),
+            Value::Object(_) => Err(ToolError::InvalidInput(InputViolations::one(
+                "",
+                "the arguments of a prompt are strings",
+            ))),
+            Value::Null => Ok(None),
+            _ => Err(ToolError::InvalidInput(InputViolations::one(
+                "",
+                "the arguments of a prompt must be a JSON object",
+            ))),
+        }
+    }
+
+    fn call<'a>(
+        &'a self,
+        _prepared: Option<PreparedInput>,
+        ctx: &'a ToolInvokeContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let arguments = ctx.input().as_object().cloned().unwrap_or_default();
+            let deadline = deadline_for(&self.link, ctx);
+            let answer = self
+                .link
+                .get_prompt(&self.remote_name, arguments, deadline)
+                .await
+                .and_then(to_output);
+            self.link.scrub(answer)
+        })
+    }
+}
+
+/// An upstream's resources, read and listed through the pipeline.
+pub struct ImportedResources {
+    link: Arc<Link>,
+    definition: ToolDefinition,
+}
+
+impl ImportedResources {
+    pub(crate) fn new(link: Arc<Link>) -> Option<ImportedResources> {
+        let name = format!("{RESOURCES_PREFIX}{}", link.config.name);
+        if !toolgate_core::ToolRegistry::is_valid_name(&name) {
+            tracing::warn!(server = %link.config.name, "the server's name cannot be part of a tool name: its resources are not imported");
+            return None;
+        }
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "uri": { "type": "string", "description": "The resource to read." },
+                "list": { "enum": ["resources", "templates"], "description": "What to list instead." },
+                "subscribe": { "type": "string", "description": "A resource to subscribe to." },
+                "unsubscribe": { "type": "string", "description": "A resource to unsubscribe from." },
+            },
+        });
+        let description = format!("The resources of MCP server `{}`.", link.config.name);
+        Some(ImportedResources {
+            definition: definition(&link, name, description, schema, RESOURCES_TAG),
+            link,
+        })
+    }
+}
+
+impl ErasedTool for ImportedResources {
+    fn definition(&self) -> ToolDefinition {
+        self.definition.clone()
+    }
+
+    fn check_input(&self, input: &Value) -> Result<Option<PreparedInput>, ToolError> {
+        match Request::of(input) {
+            Some(_) => Ok(None),
+            None => Err(ToolError::InvalidInput(InputViolations::one(
+                "",
+                "give exactly one of `uri` (a resource to read), `subscribe` or `unsubscribe` (a resource URI), or `list` (`resources` or `templates`)",
+            ))),
+        }
+    }
+
+    fn call<'a>(
+        &'a self,
+        _prepared: Option<PreparedInput>,
+        ctx: &'a ToolInvokeContext,
+    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+        Box::pin(async move {
+            let deadline = deadline_for(&self.link, ctx);
+            let link = &self.link;
+            let answer = match Request::of(ctx.input()) {
+                Some(Request::Read(uri)) => {
+                    link.read_resource(uri, deadline).await.and_then(to_output)
+                }
+                Some(Request::ListTemplates) => link
+                    .list_resource_templates(deadline)
+                    .await
+                    .and_then(|t| to_output(json!({ "resourceTemplates": t }))),
+                Some(Request::List) => link
+                    .list_resources(deadline)
+                    .await
+                    .and_then(|r| to_output(json!({ "resources": r }))),
+                Some(Request::Subscribe(uri)) => match ctx.try_get::<CallerKey>() {
+                    Some(caller) => link
+                        .subscribe(uri, &caller, deadline)
+                        .await
+                        .map(|()| json!({})),
+                    None => Err(no_session()),
+                },
+                Some(Request::Unsubscribe(uri)) => match ctx.try_get::<CallerKey>() {
+                    Some(caller) => link
+                        .unsubscribe(uri, &caller, deadline)
+                        .await
+                        .map(|()| json!({})),
+                    None => Err(no_session()),
+                },
+                None => Err(ToolError::internal("the input was checked")),
+            };
+            link.scrub(answer)
+        })
+    }
+}
+
+/// What a call of a resources tool asks for.
+enum Request<'a> {
+    Read(&'a str),
+    List,
+    ListTemplates,
+    Subscribe(&'a str),
+    Unsubscribe(&'a str),
+}
+
+impl<'a> Request<'a> {
+    /// The request `input` makes, when it makes exactly one.
+    fn of(input: &'a Value) -> Option<Request<'a>> {
+        let map = input.as_object()?;
+        if map.len() != 1 {
+            return None;
+        }
+        let (key, value) = map.iter().next()?;
+        match (key.as_str(), value.as_str()?) {
+            ("uri", uri) => Some(Request::Read(uri)),
+            ("subscribe", uri) => Some(Request::Subscribe(uri)),
+            ("unsubscribe", uri) => Some(Request::Unsubscribe(uri)),
+            ("list", "resources") => Some(Request::List),
+            ("list", "templates") => Some(Request::ListTemplates),
+            _ => None,
+        }
+    }
+}
+
+fn no_session() -> ToolError {
+    ToolError::InvalidInput(InputViolations::one(
+        "",
+        "subscriptions belong to an MCP session: subscribe over MCP (resources/subscribe)",
+    ))
+}

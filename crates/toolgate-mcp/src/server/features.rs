@@ -1,0 +1,111 @@
+//! Prompts and resources served from the pipeline's prompt and resources tools (see
+//! [`crate::client`]'s `features`): what they answer, as MCP results and errors.
+
+use rmcp::model::{
+    ErrorCode, ErrorData, GetPromptResult, Prompt, PromptArgument, ReadResourceResult, ResultType,
+};
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use toolgate_core::{ToolDefinition, ToolError};
+
+use crate::client::PROMPT_PREFIX;
+
+/// A prompt tool as MCP lists the prompt: its name without the tool prefix, and its
+/// arguments from the tool's input schema.
+pub(crate) fn prompt_of(definition: &ToolDefinition) -> Prompt {
+    let schema = &definition.input_schema;
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let arguments: Vec<PromptArgument> = schema["properties"]
+        .as_object()
+        .map(|properties| {
+            properties
+                .iter()
+                .map(|(name, property)| {
+                    let mut argument = PromptArgument::new(name.clone());
+                    argument.description = property["description"].as_str().map(str::to_owned);
+                    argument.required = Some(required.contains(&name.as_str()));
+                    argument
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let name = definition
+        .name
+        .strip_prefix(PROMPT_PREFIX)
+        .unwrap_or(&definition.name);
+    let description = (!definition.description.is_empty()).then(|| definition.description.clone());
+    let mut prompt = Prompt::new(
+        name,
+        description,
+        (!arguments.is_empty()).then_some(arguments),
+    );
+    prompt.title = definition.title.clone();
+    prompt
+}
+
+fn answer<T: DeserializeOwned>(output: Value, what: &str) -> Result<T, ErrorData> {
+    serde_json::from_value(output).map_err(|e| {
+        ErrorData::internal_error(
+            format!("the {what} was changed into something MCP cannot carry ({e})"),
+            None,
+        )
+    })
+}
+
+/// A prompt tool's output as the prompt's result.
+pub(crate) fn prompt_result(output: Value) -> Result<GetPromptResult, ErrorData> {
+    let mut result: GetPromptResult = answer(output, "prompt")?;
+    result.result_type = Some(ResultType::COMPLETE);
+    Ok(result)
+}
+
+/// A resources tool's output as a read's result.
+pub(crate) fn resource_result(output: Value) -> Result<ReadResourceResult, ErrorData> {
+    let mut result: ReadResourceResult = answer(output, "resource")?;
+    result.result_type = Some(ResultType::COMPLETE);
+    Ok(result)
+}
+
+/// Listed items, each kept when MCP can read it.
+pub(crate) fn items<T: DeserializeOwned>(listed: Vec<Value>) -> Vec<T> {
+    listed
+        .into_iter()
+        .filter_map(|item| serde_json::from_value(item).ok())
+        .collect()
+}
+
+/// A prompt the caller cannot see or that does not exist.
+pub(crate) fn unknown_prompt(name: &str) -> ErrorData {
+    ErrorData::invalid_params(
+        format!("unknown prompt `{name}`: list the prompts you may use with prompts/list"),
+        None,
+    )
+}
+
+/// A resource no upstream the caller may read from has.
+pub(crate) fn resource_not_found(uri: &str) -> ErrorData {
+    ErrorData::new(
+        ErrorCode::RESOURCE_NOT_FOUND,
+        format!("resource not found: `{uri}`"),
+        Some(json!({ "uri": uri })),
+    )
+}
+
+/// A failed prompt or resource request as a JSON-RPC error: the caller's mistake as
+/// invalid parameters, anything else with its code, HTTP status and retry delay in
+/// `data` (as tool errors carry them in `_meta`).
+pub(crate) fn request_error(error: &ToolError) -> ErrorData {
+    let mut data = json!({ "code": error.code(), "status": error.status() });
+    if let Some(delay) = error.retry_after_delay() {
+        data["retryAfterMs"] = json!(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+    }
+    let code = if error.status() == 400 {
+        ErrorCode::INVALID_PARAMS
+    } else {
+        ErrorCode::INTERNAL_ERROR
+    };
+    ErrorData::new(code, error.to_string(), Some(data))
+}
