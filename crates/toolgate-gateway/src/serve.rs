@@ -280,9 +280,10 @@ async fn reload(
     }
     let next = shared.for_reload(&config).await?;
     let secrets = crate::secrets::scrubber(&config);
-    let gateway = Gateway::build_with(config, &next, old.extensions())
+    let mut gateway = Gateway::build_with(config, &next, old.extensions())
         .await
         .map_err(|e| e.in_file(path))?;
+    gateway.keep_mcp_sessions(&old);
     crate::logging::scrub_secrets(secrets);
     // Calls waiting already keep their expiry; the new bounds apply from here on.
     next.suspensions

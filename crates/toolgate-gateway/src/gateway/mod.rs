@@ -78,7 +78,7 @@ pub struct Gateway {
     /// The MCP endpoint, when enabled.
     pub mcp: Option<McpHttpService>,
     /// Who opened each session of the MCP endpoint.
-    pub(crate) mcp_sessions: McpSessions,
+    pub(crate) mcp_sessions: Arc<McpSessions>,
     authorize: Option<Arc<Authorize>>,
     audit: Option<Arc<Audit>>,
     approver_roles: Vec<String>,
@@ -173,7 +173,7 @@ impl Gateway {
             system,
             mcp,
             // As many sessions as the pipeline's session scope keeps.
-            mcp_sessions: McpSessions::new(SessionConfig::default().max_sessions),
+            mcp_sessions: Arc::new(McpSessions::new(SessionConfig::default().max_sessions)),
             authorize,
             audit,
             extensions: extensions.clone(),
@@ -224,6 +224,17 @@ impl Gateway {
     /// (`policies.approval.four_eyes`, on by default).
     pub fn four_eyes(&self) -> bool {
         self.four_eyes
+    }
+
+    /// Keeps the MCP sessions of `old`, the gateway this one replaces on a reload: `old`'s
+    /// endpoint, with its sessions and who owns each, serves this configuration from now
+    /// on, so that clients do not have to initialize again.
+    pub(crate) fn keep_mcp_sessions(&mut self, old: &Gateway) {
+        if let (Some(new), Some(kept)) = (&self.mcp, &old.mcp) {
+            kept.serve_as(new);
+            self.mcp = Some(kept.clone());
+            self.mcp_sessions = Arc::clone(&old.mcp_sessions);
+        }
     }
 
     /// For a tool imported from an upstream MCP server, whether its arguments are checked

@@ -117,3 +117,54 @@ async fn an_unknown_method_in_a_session_leaves_the_session_open() {
         "the session survives an unknown method: {text}"
     );
 }
+
+#[tokio::test]
+async fn a_reload_keeps_mcp_sessions_and_they_see_the_new_configuration() {
+    let gateway = Gateway::start(&config());
+    let session = open_session(&gateway, "alice").await;
+    let (status, _, before) = mcp(
+        &gateway,
+        Method::POST,
+        "alice",
+        Some(&session),
+        Some(tools_list()),
+    )
+    .await;
+    assert_eq!(status, 200, "{before}");
+    assert!(!before.contains("\"calculator\""), "{before}");
+
+    let reloaded = config().replace("builtin: [echo]", "builtin: [echo, calculator]");
+    std::fs::write(&gateway.config, reloaded).unwrap();
+    gateway.signal("HUP");
+    gateway
+        .wait_for_log(
+            "configuration reloaded",
+            1,
+            std::time::Duration::from_secs(60),
+        )
+        .await;
+
+    let (status, _, after) = mcp(
+        &gateway,
+        Method::POST,
+        "alice",
+        Some(&session),
+        Some(tools_list()),
+    )
+    .await;
+    assert_eq!(status, 200, "the session outlives the reload: {after}");
+    assert!(
+        after.contains("\"calculator\""),
+        "and serves the new configuration: {after}"
+    );
+    // Still bound to its owner.
+    let (status, _, body) = mcp(
+        &gateway,
+        Method::POST,
+        "bob",
+        Some(&session),
+        Some(tools_list()),
+    )
+    .await;
+    assert_eq!(status, 404, "{body}");
+}

@@ -279,6 +279,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             let app = axum::Router::new().nest_service("/mcp", server.http_service(config));
             let listener = tokio::net::TcpListener::bind(addr).await?;
             println!("listening on http://{}/mcp", listener.local_addr()?);
+            // Without TCP_NODELAY a reply written in pieces waits for the client's delayed
+            // ACK (about 40 ms per call on a kept-alive connection).
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             axum::serve(listener, app).await?;
         }
         _ => {

@@ -8,6 +8,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use arc_swap::ArcSwap;
+
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, ErrorCode, ErrorData,
     GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
@@ -30,7 +32,9 @@ use crate::convert::{InputShape, error_to_result, output_to_result, to_mcp_tool,
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
 pub(crate) struct Connection {
-    server: Arc<ServerInner>,
+    /// What the connection serves: swapped by the host on a reload
+    /// ([`McpHttpService::serve`](super::McpHttpService::serve)).
+    current: Arc<ArcSwap<ServerInner>>,
     /// The session id when the transport gives none (stdio).
     own_id: Arc<str>,
     /// The session ids this connection used, ended when it closes.
@@ -41,10 +45,10 @@ pub(crate) struct Connection {
 }
 
 impl Connection {
-    pub(crate) fn new(server: Arc<ServerInner>) -> Self {
+    pub(crate) fn new(current: Arc<ArcSwap<ServerInner>>) -> Self {
         let n = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
         Connection {
-            server,
+            current,
             own_id: Arc::from(format!("mcp-{}-{n}", std::process::id())),
             sessions: Mutex::new(Vec::new()),
             log_level: Mutex::new(None),
@@ -66,9 +70,9 @@ impl Connection {
 
     fn user(&self, parts: Option<&http::request::Parts>) -> Arc<User> {
         let Some(parts) = parts else {
-            return Arc::clone(&self.server.default_user);
+            return Arc::clone(&self.server().default_user);
         };
-        if let Some(user) = self.server.identify.as_ref().and_then(|f| f(parts)) {
+        if let Some(user) = self.server().identify.as_ref().and_then(|f| f(parts)) {
             return Arc::new(user);
         }
         if let Some(user) = parts.extensions.get::<Arc<User>>() {
@@ -77,16 +81,22 @@ impl Connection {
         if let Some(user) = parts.extensions.get::<User>() {
             return Arc::new(user.clone());
         }
-        Arc::clone(&self.server.default_user)
+        Arc::clone(&self.server().default_user)
     }
 }
 
 impl Connection {
+    /// What the connection serves now.
+    fn server(&self) -> Arc<ServerInner> {
+        self.current.load_full()
+    }
+
     /// The definition of `name` when the caller may see it.
     fn visible(&self, name: &str, context: &RequestContext<RoleServer>) -> Option<ToolDefinition> {
         let user = self.user(context.extensions.get::<http::request::Parts>());
-        let tool = self.server.pipeline.registry().get(name)?;
-        self.server
+        let server = self.server();
+        let tool = server.pipeline.registry().get(name)?;
+        server
             .filter
             .as_ref()
             .is_none_or(|f| f.allows(&tool.definition, &user))
@@ -96,12 +106,12 @@ impl Connection {
     /// The definitions tagged `tag` the caller may see.
     fn visible_of(&self, tag: &str, context: &RequestContext<RoleServer>) -> Vec<ToolDefinition> {
         let user = self.user(context.extensions.get::<http::request::Parts>());
-        self.server
+        self.server()
             .pipeline
             .definitions()
             .filter(|d| d.tags.iter().any(|t| t == tag))
             .filter(|d| {
-                self.server
+                self.server()
                     .filter
                     .as_ref()
                     .is_none_or(|f| f.allows(d, &user))
@@ -136,10 +146,11 @@ impl Connection {
             .user(user)
             .cancellation(cancel.clone())
             .provide::<CallerKey>(caller);
-        if let Some(timeout) = self.server.call_timeout {
+        if let Some(timeout) = self.server().call_timeout {
             options = options.timeout(timeout);
         }
-        let invoke = self.server.pipeline.invoke(name, input, options);
+        let server = self.server();
+        let invoke = server.pipeline.invoke(name, input, options);
         let invoke = async {
             match parts.and_then(|p| p.extensions.get::<HostShutdown>()) {
                 Some(shutdown) => shutdown.cut(invoke, &cancel).await,
@@ -204,9 +215,10 @@ impl Connection {
 
 impl Drop for Connection {
     fn drop(&mut self) {
+        let server = self.current.load_full();
         let sessions = self.sessions.get_mut().unwrap_or_else(|e| e.into_inner());
         for id in sessions.drain(..) {
-            self.server.pipeline.end_session(&id);
+            server.pipeline.end_session(&id);
         }
     }
 }
@@ -218,7 +230,7 @@ impl ServerHandler for Connection {
             .enable_logging()
             .build();
         let tagged = |tag: &str| {
-            self.server
+            self.server()
                 .pipeline
                 .definitions()
                 .any(|d| d.tags.iter().any(|t| t == tag))
@@ -234,8 +246,8 @@ impl ServerHandler for Connection {
         }
         let mut info = ServerConfig::new(capabilities);
         info.server_info =
-            Implementation::new(self.server.name.clone(), self.server.version.clone());
-        info.instructions = self.server.instructions.clone();
+            Implementation::new(self.server().name.clone(), self.server().version.clone());
+        info.instructions = self.server().instructions.clone();
         info
     }
 
@@ -246,12 +258,12 @@ impl ServerHandler for Connection {
     ) -> Result<ListToolsResult, ErrorData> {
         let user = self.user(context.extensions.get::<http::request::Parts>());
         let tools = self
-            .server
+            .server()
             .pipeline
             .definitions()
             .filter(|d| is_tool(d))
             .filter(|d| {
-                self.server
+                self.server()
                     .filter
                     .as_ref()
                     .is_none_or(|f| f.allows(d, &user))

@@ -26,6 +26,9 @@ use rmcp::transport::streamable_http_server::session::local::LocalSessionManager
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolgate_core::ToolError;
 
+use arc_swap::ArcSwap;
+
+use super::ServerInner;
 use super::connection::Connection;
 use super::request_body;
 
@@ -123,11 +126,25 @@ impl HostShutdown {
 #[derive(Clone)]
 pub struct McpHttpService {
     inner: StreamableHttpService<Connection, LocalSessionManager>,
+    current: Arc<ArcSwap<ServerInner>>,
 }
 
 impl McpHttpService {
-    pub(super) fn new(inner: StreamableHttpService<Connection, LocalSessionManager>) -> Self {
-        McpHttpService { inner }
+    pub(super) fn new(
+        inner: StreamableHttpService<Connection, LocalSessionManager>,
+        current: Arc<ArcSwap<ServerInner>>,
+    ) -> Self {
+        McpHttpService { inner, current }
+    }
+
+    /// Serves what `next` serves — its pipeline, filter, principals and timeout — from
+    /// the next request on, in every session of this service, the open ones included: a
+    /// host that reloads its configuration keeps this service, and with it its clients'
+    /// sessions, instead of making every client initialize again. Calls in flight finish
+    /// on what they started with. (This service's HTTP settings, such as the body limit,
+    /// stay.)
+    pub fn serve_as(&self, next: &McpHttpService) {
+        self.current.store(next.current.load_full());
     }
 }
 

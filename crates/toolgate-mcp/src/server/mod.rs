@@ -7,6 +7,8 @@ mod request_body;
 
 use std::fmt;
 use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 use std::time::Duration;
 
 use rmcp::ServiceExt;
@@ -209,7 +211,7 @@ impl McpServer {
         R: tokio::io::AsyncRead + Send + Unpin + 'static,
         W: tokio::io::AsyncWrite + Send + Unpin + 'static,
     {
-        let running = Connection::new(Arc::clone(&self.inner))
+        let running = Connection::new(Arc::new(ArcSwap::new(Arc::clone(&self.inner))))
             .serve((read, write))
             .await
             .map_err(|e| McpError::Transport(e.to_string()))?;
@@ -225,13 +227,14 @@ impl McpServer {
     /// cancels the call. `config` is rmcp's: sessions, SSE keep-alive (how quickly a
     /// disconnect is noticed on a streaming response), allowed hosts, shutdown token.
     pub fn http_service(&self, config: StreamableHttpServerConfig) -> McpHttpService {
-        let inner = Arc::clone(&self.inner);
+        let current = Arc::new(ArcSwap::new(Arc::clone(&self.inner)));
+        let sessions = Arc::clone(&current);
         let service = StreamableHttpService::new(
-            move || Ok(Connection::new(Arc::clone(&inner))),
+            move || Ok(Connection::new(Arc::clone(&sessions))),
             Arc::new(LocalSessionManager::default()),
             config,
         );
-        McpHttpService::new(service)
+        McpHttpService::new(service, current)
     }
 }
 

@@ -1,0 +1,124 @@
+#!/usr/bin/env bash
+# Load benchmark on loopback: what the gateway adds in front of an MCP server. The same
+# `tools/call` of `echo` over streamable HTTP (one MCP session, connections kept alive),
+# sent directly to an upstream MCP server (toolgate-mcp-demo, a Rust server) and sent to
+# the gateway importing that upstream (a credential to the upstream, API key, argument
+# check against the upstream's schema, the upstream's result passed through whole), with
+# 1 and 16 connections. Prints rps, p50 and p99 of both, and the latency added.
+#
+#   crates/toolgate-gateway/benches/upstream_load.sh            # 10 s per run, release
+#   LOAD_SECONDS=1 PROFILE=debug benches/upstream_load.sh       # a quick smoke run (CI)
+set -euo pipefail
+cd "$(dirname "$0")/../../.."
+
+SECONDS_PER_RUN=${LOAD_SECONDS:-10}
+THREADS=${LOAD_THREADS:-2}
+PROFILE=${PROFILE:-release}
+
+# shellcheck source=common.sh
+. crates/toolgate-gateway/benches/common.sh
+need_wrk
+need_gateway
+flag=()
+[ "$PROFILE" = release ] && flag=(--release)
+cargo build -q "${flag[@]}" -p toolgate-mcp --bin toolgate-mcp-demo
+DEMO_BIN=${CARGO_TARGET_DIR:-target}/$PROFILE/toolgate-mcp-demo
+
+# The upstream, requiring toolgate's credential.
+upstream_token=tg_upstream_$RANDOM$RANDOM
+TOOLGATE_DEMO_TOKEN=$upstream_token "$DEMO_BIN" http 127.0.0.1:0 > "$work/up.out" 2> "$work/up.err" &
+upstream_pid=$!
+trap 'kill $upstream_pid 2>/dev/null || true; cleanup' EXIT
+for _ in $(seq 1 100); do grep -q listening "$work/up.out" 2>/dev/null && break; sleep 0.1; done
+upstream_url=$(sed -n 's/^listening on //p' "$work/up.out")
+[ -n "$upstream_url" ] || { echo "the upstream did not start:" >&2; cat "$work/up.err" >&2; exit 1; }
+
+# The gateway in front of it.
+key=tg_load_$RANDOM$RANDOM
+cat > "$work/gateway.yaml" <<YAML
+upstreams:
+  - name: demo
+    url: $upstream_url
+    credential_env: UPSTREAM_TOKEN
+users:
+  - { id: load, key_sha256: "$(printf %s "$key" | sha256sum | cut -d' ' -f1)", roles: [bench] }
+logging: { level: warn }
+YAML
+UPSTREAM_TOKEN=$upstream_token "$TOOLGATE_BIN" serve --config "$work/gateway.yaml" --listen 127.0.0.1:0 \
+  > "$work/gw.out" 2> "$work/gw.err" &
+pid=$!
+for _ in $(seq 1 100); do grep -q listening "$work/gw.out" 2>/dev/null && break; sleep 0.1; done
+gateway_url=$(sed -n 's/^toolgate listening on //p' "$work/gw.out")/mcp
+[ -n "$gateway_url" ] || { echo "the gateway did not start:" >&2; cat "$work/gw.err" >&2; exit 1; }
+
+# $1: the MCP URL, $2: the bearer token; opens a session and prints its id.
+open_session() {
+  local headers=(-H "Authorization: Bearer $2" -H 'Content-Type: application/json'
+    -H 'Accept: application/json, text/event-stream')
+  local session
+  session=$(curl -sf -D - -o /dev/null "${headers[@]}" -d '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"upstream_load.sh","version":"0"}}}' \
+    "$1" | tr -d '\r' | sed -n 's/^mcp-session-id: //Ip')
+  [ -n "$session" ] || { echo "initialize at $1 gave no session id" >&2; exit 1; }
+  curl -sf -o /dev/null "${headers[@]}" -H "mcp-session-id: $session" \
+    -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' "$1"
+  echo "$session"
+}
+
+# $1: the bearer token, $2: the session id; a wrk script calling echo, every answer checked.
+script() {
+  cat <<LUA
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Accept"] = "application/json, text/event-stream"
+wrk.headers["Authorization"] = "Bearer $1"
+wrk.headers["mcp-session-id"] = "$2"
+local threads = {}
+function setup(thread)
+  table.insert(threads, thread)
+  thread:set("tid", #threads)
+end
+local counter = 0
+bad = 0
+function request()
+  counter = counter + 1
+  return wrk.format(nil, nil, nil, string.format('{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello through the gateway"}}}', tid * 1000000000 + counter))
+end
+function response(status, headers, body)
+  if status ~= 200 or not string.find(body, 'hello through the gateway', 1, true) then bad = bad + 1 end
+end
+function done(summary, latency, requests)
+  local wrong = 0
+  for _, thread in ipairs(threads) do wrong = wrong + thread:get("bad") end
+  io.write(string.format("RESULT rps=%.0f p50_ms=%.3f p99_ms=%.3f errors=%d wrong=%d\n",
+    summary.requests / (summary.duration / 1e6), latency:percentile(50) / 1000,
+    latency:percentile(99) / 1000, summary.errors.status + summary.errors.connect
+    + summary.errors.read + summary.errors.write + summary.errors.timeout, wrong))
+end
+LUA
+}
+script "$upstream_token" "$(open_session "$upstream_url" "$upstream_token")" > "$work/direct.lua"
+script "$key" "$(open_session "$gateway_url" "$key")" > "$work/gateway.lua"
+
+run() { # $1: target (direct|gateway), $2: connections, $3: seconds
+  local threads=$THREADS url=$upstream_url
+  [ "$1" = gateway ] && url=$gateway_url
+  [ "$2" -lt "$threads" ] && threads=$2
+  wrk -t"$threads" -c"$2" -d"$3s" -s "$work/$1.lua" "$url" | grep RESULT
+}
+field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+warm=$(( SECONDS_PER_RUN < 2 ? SECONDS_PER_RUN : 2 ))
+echo "warm-up"; run direct 16 "$warm" >/dev/null; run gateway 16 "$warm" >/dev/null
+failed=0
+for connections in 1 16; do
+  direct=$(run direct "$connections" "$SECONDS_PER_RUN")
+  gateway=$(run gateway "$connections" "$SECONDS_PER_RUN")
+  printf 'direct  %2d connection(s): %s\n' "$connections" "$direct"
+  printf 'gateway %2d connection(s): %s\n' "$connections" "$gateway"
+  printf 'added   %2d connection(s): p50 %+.3f ms, p99 %+.3f ms\n' "$connections" \
+    "$(awk "BEGIN { print $(field p50_ms "$gateway") - $(field p50_ms "$direct") }")" \
+    "$(awk "BEGIN { print $(field p99_ms "$gateway") - $(field p99_ms "$direct") }")"
+  for result in "$direct" "$gateway"; do
+    [[ "$result" == *"errors=0 wrong=0"* ]] || failed=1
+  done
+done
+[ "$failed" = 0 ] || { echo "some answers were errors or lacked the echo" >&2; tail -5 "$work/gw.err" >&2; exit 1; }
