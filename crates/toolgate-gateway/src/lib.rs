@@ -50,6 +50,7 @@ pub mod gateway;
 pub mod http;
 mod labels;
 mod logging;
+pub mod outcomes;
 pub mod pins;
 pub mod prometheus;
 pub mod secrets;

@@ -15,6 +15,7 @@ use toolgate_redis::{ConcurrencyFailurePolicy, QuotaFailurePolicy, RedisConfig, 
 
 use crate::config::{Config, OnBackendErrorName, StateConfig, StateUrl};
 use crate::gateway::GatewayError;
+use crate::outcomes::Outcomes;
 
 /// Where the policies keep their state: in this process, or on Redis (shared by every
 /// replica pointed at it).
@@ -127,6 +128,8 @@ pub struct SharedState {
     pub suspensions: Arc<InMemorySuspensionStore>,
     /// Usage statistics, when configured.
     pub stats: Option<Arc<UsageStats>>,
+    /// The outcomes of calls that waited for approval, for their callers.
+    pub outcomes: Outcomes,
 }
 
 impl SharedState {
@@ -142,6 +145,7 @@ impl SharedState {
             approvals: Arc::new(InMemoryApprovals::default()),
             suspensions: Arc::new(InMemorySuspensionStore::new(suspension_limits(config))),
             stats: open_stats(config)?,
+            outcomes: Outcomes::new(suspension_limits(config).expire_after),
         })
     }
 

@@ -298,3 +298,114 @@ policies:\n  approval:\n    tools: [sleep]\n    four_eyes: false\n",
     assert_eq!(own.status, 200, "{}", own.body);
     assert_eq!(own.body["results"][0]["status"], "success");
 }
+
+// ---------------------------------------------------------------------------------------
+// The outcome of a decided call, for its caller (over /v1 and MCP)
+
+/// The JSON-RPC result of an `/mcp` answer (plain JSON or server-sent events).
+fn rpc_result(body: &str) -> Value {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .chain(std::iter::once(body))
+        .find_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+        .unwrap_or_else(|| panic!("no JSON-RPC answer in: {body}"))["result"]
+        .clone()
+}
+
+async fn mcp_call(
+    gateway: &Gateway,
+    user: &str,
+    session: &str,
+    tool: &str,
+    arguments: Value,
+) -> Value {
+    let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                      "params": {"name": tool, "arguments": arguments}});
+    let (status, _, body) = common::mcp(
+        gateway,
+        reqwest::Method::POST,
+        user,
+        Some(session),
+        Some(call),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    rpc_result(&body)
+}
+
+#[tokio::test]
+async fn an_mcp_caller_learns_its_call_waits_and_fetches_the_outcome_once_approved() {
+    let config = format!(
+        "tools:\n  builtin: [sleep]\n{}\
+policies:\n  approval:\n    tools: [sleep]\n",
+        users()
+    );
+    let gateway = Gateway::start(&config);
+    let session = common::open_session(&gateway, "bob").await;
+
+    let waiting = mcp_call(&gateway, "bob", &session, "sleep", json!({"ms": 1})).await;
+    assert_eq!(waiting["isError"], true, "{waiting}");
+    let text = waiting["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("waits for a person's approval"), "{text}");
+    let id = waiting["_meta"]["io.toolgate/error"]["suspensionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the suspension id in _meta: {waiting}"))
+        .to_owned();
+    assert!(text.contains(&id), "{text}");
+
+    let asked = mcp_call(
+        &gateway,
+        "bob",
+        &session,
+        "toolgate.outcome",
+        json!({"id": id}),
+    )
+    .await;
+    assert_ne!(asked["isError"], true, "{asked}");
+    assert!(
+        asked["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("waiting"),
+        "{asked}"
+    );
+
+    let approved = approve(&gateway, "alice", &id).await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+
+    // Over MCP…
+    let asked = mcp_call(
+        &gateway,
+        "bob",
+        &session,
+        "toolgate.outcome",
+        json!({"id": id}),
+    )
+    .await;
+    let outcome: Value =
+        serde_json::from_str(asked["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(outcome["status"], "decided", "{outcome}");
+    assert_eq!(outcome["result"]["status"], "success", "{outcome}");
+    assert_eq!(outcome["result"]["output"]["slept_ms"], 1, "{outcome}");
+    // …and over /v1.
+    let shown = show(&gateway, "bob", &id).await;
+    assert_eq!(
+        (shown.status, &shown.body["status"]),
+        (200, &json!("decided")),
+        "{}",
+        shown.body
+    );
+
+    // Nobody else's.
+    let dave = common::open_session(&gateway, "dave").await;
+    let other = mcp_call(
+        &gateway,
+        "dave",
+        &dave,
+        "toolgate.outcome",
+        json!({"id": id}),
+    )
+    .await;
+    assert_eq!(other["isError"], true, "{other}");
+    assert_eq!(show(&gateway, "dave", &id).await.status, 404);
+}

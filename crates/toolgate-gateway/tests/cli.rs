@@ -60,7 +60,8 @@ fn serve_refuses_an_unset_environment_variable_naming_it() {
 fn check_prints_every_tool_with_its_stages_in_order() {
     let (status, stdout, stderr) = run(&["check", "--config", EXAMPLE_CONFIG], "");
     assert!(status.success(), "{stderr}");
-    assert!(stdout.contains("OK — 4 tools, 2 users"), "{stdout}");
+    // The four built-in tools, and `toolgate.outcome` (the file configures approval).
+    assert!(stdout.contains("OK — 5 tools, 2 users"), "{stdout}");
     let sections: Vec<&str> = stdout.split("\n\n").skip(1).collect();
     let tools: Vec<&str> = sections
         .iter()
@@ -68,7 +69,13 @@ fn check_prints_every_tool_with_its_stages_in_order() {
         .collect();
     assert_eq!(
         tools,
-        ["calculator", "echo", "current_time", "sleep"],
+        [
+            "calculator",
+            "echo",
+            "current_time",
+            "sleep",
+            "toolgate.outcome"
+        ],
         "{stdout}"
     );
     for section in sections {
@@ -99,7 +106,7 @@ fn tools_prints_the_definitions_as_anthropic_json() {
     assert!(status.success(), "{stderr}");
     let tools: Value = serde_json::from_str(&stdout).expect("valid JSON on stdout");
     let tools = tools.as_array().expect("an array of tools");
-    assert_eq!(tools.len(), 4, "{stdout}");
+    assert_eq!(tools.len(), 5, "{stdout}");
     for tool in tools {
         assert!(tool["name"].is_string(), "{tool}");
         assert_eq!(tool["input_schema"]["type"], "object", "{tool}");
@@ -116,7 +123,7 @@ fn tools_accepts_the_openai_responses_format_in_both_spellings() {
         );
         assert!(status.success(), "{spelling}: {stderr}");
         let tools: Value = serde_json::from_str(&stdout).expect("valid JSON on stdout");
-        assert_eq!(tools.as_array().map(Vec::len), Some(4), "{stdout}");
+        assert_eq!(tools.as_array().map(Vec::len), Some(5), "{stdout}");
         outputs.push(stdout);
     }
     assert_eq!(outputs[0], outputs[1]);

@@ -169,8 +169,9 @@ pub fn output_to_result(definition: &ToolDefinition, output: Value) -> CallToolR
 }
 
 /// A tool or policy error as an MCP result with `isError: true`: the error's message as
-/// text (a retry-after says how long to wait), and its code, HTTP status and retry delay
-/// under `_meta["io.toolgate/error"]` for clients that read them.
+/// text (a retry-after says how long to wait; a call waiting for approval gives its
+/// suspension id), and its code, HTTP status, retry delay and suspension id under
+/// `_meta["io.toolgate/error"]` for clients that read them.
 ///
 /// # Examples
 ///
@@ -188,10 +189,22 @@ pub fn error_to_result(error: &ToolError) -> CallToolResult {
     if let Some(delay) = error.retry_after_delay() {
         detail["retryAfterMs"] = json!(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
     }
+    let text = match error {
+        // Said to the caller, who waits; approvers resume.
+        ToolError::Suspended {
+            suspension_id,
+            reason,
+        } => {
+            detail["suspensionId"] = json!(suspension_id);
+            format!(
+                "this call waits for a person's approval ({reason}); its suspension id is {suspension_id}: ask for its outcome later with that id"
+            )
+        }
+        other => other.to_string(),
+    };
     let mut meta = JsonObject::new();
     meta.insert(ERROR_META_KEY.to_owned(), detail);
-    CallToolResult::error(vec![ContentBlock::text(error.to_string())])
-        .with_meta(Some(MetaObject(meta)))
+    CallToolResult::error(vec![ContentBlock::text(text)]).with_meta(Some(MetaObject(meta)))
 }
 
 /// The JSON-RPC error for a call to a tool the caller cannot see.

@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use toolgate_agent::{Concurrency as BatchConcurrency, ThreadConfig, ToolSystem};
 use toolgate_core::{Pipeline, SessionConfig, ToolDefinition, ToolSource, User};
+
+use crate::outcomes::{OUTCOME_TOOL, OutcomeTool, Outcomes};
 use toolgate_hooks::{Audit, Authorize};
 use toolgate_mcp::rmcp::transport::StreamableHttpServerConfig;
 use toolgate_mcp::{ListFilter, McpHttpService, McpServer, Upstream};
@@ -79,6 +81,8 @@ pub struct Gateway {
     pub mcp: Option<McpHttpService>,
     /// Who opened each session of the MCP endpoint.
     pub(crate) mcp_sessions: Arc<McpSessions>,
+    /// The outcomes of calls that waited for approval.
+    pub(crate) outcomes: Outcomes,
     authorize: Option<Arc<Authorize>>,
     audit: Option<Arc<Audit>>,
     approver_roles: Vec<String>,
@@ -120,7 +124,15 @@ impl Gateway {
     ) -> Result<Gateway, GatewayError> {
         let config = Arc::new(config);
         let mut builder = Pipeline::builder();
-        let (upstreams, names) = register_tools(&config, &mut builder).await?;
+        let (upstreams, mut names) = register_tools(&config, &mut builder).await?;
+        if config.policies.approval.is_some() {
+            // Callers whose calls wait for approval fetch their outcomes with it.
+            let tool = OutcomeTool::new(shared.outcomes.clone(), shared.suspensions.clone());
+            builder
+                .erased_tool(Arc::new(tool))
+                .map_err(|e| GatewayError::Pipeline(e.to_string()))?;
+            names.insert(OUTCOME_TOOL.to_owned());
+        }
         check_tool_names(&config, &names)?;
 
         let Installed { authorize, audit } = install_policies(&config, shared, &mut builder)?;
@@ -144,6 +156,11 @@ impl Gateway {
             let mut server = McpServer::new(system.pipeline().clone())
                 .server_info("toolgate", env!("CARGO_PKG_VERSION"))
                 .call_timeout(config.server.request_timeout);
+            if config.policies.approval.is_some() {
+                server = server.instructions(format!(
+                    "Some calls wait for a person's approval: they answer at once with a suspension id. Call `{OUTCOME_TOOL}` with that id to learn whether the call was decided, and its result."
+                ));
+            }
             // Tools held back for a changed definition are listed to nobody.
             server = server.list_filter(ListFilter::new(move |tool, user| {
                 crate::pins::is_served(tool)
@@ -174,6 +191,7 @@ impl Gateway {
             mcp,
             // As many sessions as the pipeline's session scope keeps.
             mcp_sessions: Arc::new(McpSessions::new(SessionConfig::default().max_sessions)),
+            outcomes: shared.outcomes.clone(),
             authorize,
             audit,
             extensions: extensions.clone(),

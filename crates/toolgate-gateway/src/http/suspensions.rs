@@ -1,4 +1,7 @@
 //! `GET /v1/suspensions/{id}` and `POST /v1/suspensions/{id}/resume`.
+//!
+//! Once decided, a call's outcome stays readable by its caller at
+//! `GET /v1/suspensions/{id}` (`"status": "decided"`), see [`crate::outcomes`].
 
 use std::sync::Arc;
 
@@ -14,6 +17,7 @@ use toolgate_core::{ResumeDecision, SuspendedInvocation, ToolError};
 
 use super::body::json_body;
 use super::{ApiError, AppState, Caller, request_timeout};
+use crate::outcomes::Outcome;
 
 fn not_found(id: &str) -> ApiError {
     ApiError::new(
@@ -51,13 +55,33 @@ pub async fn show(
     Extension(caller): Extension<Caller>,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    let saved = waiting(&caller, &id).await?;
+    let saved = match waiting(&caller, &id).await {
+        Ok(saved) => saved,
+        // Decided: its caller (or an approver) gets the outcome.
+        Err(not_waiting) => {
+            return match caller.gateway.outcomes.get(&id) {
+                Some(outcome)
+                    if *outcome.user == caller.user.id
+                        || caller.gateway.may_approve(&caller.user) =>
+                {
+                    Ok(Json(json!({
+                        "id": id,
+                        "status": "decided",
+                        "user": &*outcome.user,
+                        "result": outcome.result,
+                    })))
+                }
+                _ => Err(not_waiting),
+            };
+        }
+    };
     // Someone else's suspension is as invisible as a missing one.
     if saved.user.id != caller.user.id && !caller.gateway.may_approve(&caller.user) {
         return Err(not_found(&id));
     }
     Ok(Json(json!({
         "id": saved.id,
+        "status": "waiting",
         "tool": saved.tool,
         "user": saved.user.id,
         "reason": saved.reason,
@@ -121,19 +145,17 @@ pub async fn resume(
     };
     // Four eyes: whoever made the call may withdraw it, not wave it through. Checked
     // before anything runs, so the call keeps waiting for another approver.
+    let saved = waiting(&caller, &id).await?;
     let settles = !matches!(decision, ResumeDecision::Reject { .. });
-    if settles && caller.gateway.four_eyes() {
-        let saved = waiting(&caller, &id).await?;
-        if saved.user.id == caller.user.id {
-            return Err(ApiError::new(
-                StatusCode::FORBIDDEN,
-                "four_eyes",
-                format!(
-                    "`{}` may not approve or complete their own call (`policies.approval.four_eyes`): ask another approver; the call keeps waiting",
-                    caller.user.id
-                ),
-            ));
-        }
+    if settles && caller.gateway.four_eyes() && saved.user.id == caller.user.id {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "four_eyes",
+            format!(
+                "`{}` may not approve or complete their own call (`policies.approval.four_eyes`): ask another approver; the call keeps waiting",
+                caller.user.id
+            ),
+        ));
     }
     let options = ResumeOptions::new()
         .timeout(request_timeout(&caller.gateway, &headers))
@@ -158,6 +180,14 @@ pub async fn resume(
             ),
         })?;
     state.drain.explain_result(&mut result);
+    // Kept for the caller, who fetches it with `GET /v1/suspensions/{id}` or over MCP.
+    caller.gateway.outcomes.keep(
+        &id,
+        Outcome {
+            user: Arc::from(saved.user.id.as_str()),
+            result: serde_json::to_value(&result).unwrap_or(Value::Null),
+        },
+    );
     let format = query.format.as_deref().unwrap_or("openai");
     Ok(Json(super::batch::render(
         format,
