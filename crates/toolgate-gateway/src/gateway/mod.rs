@@ -155,6 +155,7 @@ impl Gateway {
             let filter_by = authorize.clone();
             let mut server = McpServer::new(system.pipeline().clone())
                 .server_info("toolgate", env!("CARGO_PKG_VERSION"))
+                .upstreams(upstreams.clone())
                 .call_timeout(config.server.request_timeout);
             if config.policies.approval.is_some() {
                 server = server.instructions(format!(

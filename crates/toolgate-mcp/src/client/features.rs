@@ -130,6 +130,11 @@ impl ImportedPrompt {
         })
     }
 
+    /// The prompt's name at its upstream.
+    pub fn remote_name(&self) -> &str {
+        &self.remote_name
+    }
+
     /// The prompt's name as MCP lists it (without [`PROMPT_PREFIX`]).
     pub fn prompt_name(&self) -> &str {
         self.definition

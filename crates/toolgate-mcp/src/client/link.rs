@@ -11,9 +11,10 @@ use std::sync::Arc;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, ErrorCode, ErrorData, GetPromptRequestParams, GetPromptResult, JsonObject,
-    Prompt, ReadResourceRequestParams, ReadResourceResult, RequestId, Resource, ResourceTemplate,
-    ServerCapabilities, ServerResult, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    ClientRequest, CompleteRequestParams, CompleteResult, ErrorCode, ErrorData,
+    GetPromptRequestParams, GetPromptResult, JsonObject, Prompt, ReadResourceRequestParams,
+    ReadResourceResult, RequestId, Resource, ResourceTemplate, ServerCapabilities, ServerResult,
+    SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{Peer, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::IntoTransport;
@@ -311,6 +312,23 @@ impl Link {
                 ToolError::abort(violations.to_string(), RESOURCE_NOT_FOUND, 404)
             }
             other => other,
+        })
+    }
+
+    /// Completion suggestions for an argument.
+    pub async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        deadline: Instant,
+    ) -> Result<CompleteResult, ToolError> {
+        let answer = self
+            .request(deadline, |peer| async move { peer.complete(request).await })
+            .await;
+        answer.map(|mut result| {
+            for value in &mut result.completion.values {
+                self.scrubber.scrub_string(value);
+            }
+            result
         })
     }
 

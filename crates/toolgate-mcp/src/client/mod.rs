@@ -10,9 +10,11 @@ mod tool;
 use std::sync::Arc;
 
 use jsonschema::Validator;
+use rmcp::model::{CompleteRequestParams, CompleteResult, Reference};
 use tokio::time::Instant;
 use toolgate_core::{
-    ErasedTool, PipelineBuilder, RegistryError, ToolAnnotations, ToolDefinition, ToolSource,
+    ErasedTool, PipelineBuilder, RegistryError, ToolAnnotations, ToolDefinition, ToolError,
+    ToolSource,
 };
 
 pub use config::{Backoff, UpstreamConfig, UpstreamTransport};
@@ -57,6 +59,10 @@ pub struct Upstream {
     validators: Vec<Option<Arc<Validator>>>,
     /// The upstream's prompts and resources, as tools (see [`features`]).
     features: Vec<Arc<dyn ErasedTool>>,
+    /// Each prompt's name as served (prefixed) and at the upstream, for completions.
+    prompt_names: Vec<(String, String)>,
+    /// Whether the upstream's resources are imported.
+    has_resources: bool,
 }
 
 impl Upstream {
@@ -139,17 +145,31 @@ impl Upstream {
             .iter()
             .map(|definition| input_validator(config, definition))
             .collect();
-        let features = if config.declared_tools.is_empty() {
+        let (prompts, resources) = if config.declared_tools.is_empty() {
             discover_features(&link, deadline).await
         } else {
-            Vec::new()
+            (Vec::new(), None)
         };
+        let prompt_names = prompts
+            .iter()
+            .map(|p| (p.prompt_name().to_owned(), p.remote_name().to_owned()))
+            .collect();
+        let has_resources = resources.is_some();
+        let mut features: Vec<Arc<dyn ErasedTool>> = Vec::new();
+        features.extend(
+            prompts
+                .into_iter()
+                .map(|p| Arc::new(p) as Arc<dyn ErasedTool>),
+        );
+        features.extend(resources.map(|r| Arc::new(r) as Arc<dyn ErasedTool>));
         Ok(Upstream {
             link,
             tools,
             remote_names,
             validators,
             features,
+            prompt_names,
+            has_resources,
         })
     }
 
@@ -194,6 +214,32 @@ impl Upstream {
     /// [`ImportedResources`]): register them beside the tools so that policies apply.
     pub fn features(&self) -> &[Arc<dyn ErasedTool>] {
         &self.features
+    }
+
+    /// Completion suggestions for an argument of one of this upstream's prompts or resource
+    /// templates: `Ok(None)` when the reference is not this upstream's.
+    ///
+    /// # Errors
+    ///
+    /// The upstream's refusal or failure, as for a call.
+    pub async fn complete(
+        &self,
+        mut request: CompleteRequestParams,
+    ) -> Result<Option<CompleteResult>, ToolError> {
+        match &mut request.r#ref {
+            Reference::Prompt(prompt) => {
+                let Some((_, remote)) = self.prompt_names.iter().find(|(n, _)| *n == prompt.name)
+                else {
+                    return Ok(None);
+                };
+                prompt.name = remote.clone();
+            }
+            Reference::Resource(_) if self.has_resources => {}
+            // Not this upstream's, or a kind of reference a later revision added.
+            _ => return Ok(None),
+        }
+        let deadline = Instant::now() + self.link.config.call_timeout;
+        self.link.complete(request, deadline).await.map(Some)
     }
 
     /// Registers every imported tool, prompt and resources tool in `builder`. Returns
@@ -244,20 +290,24 @@ impl std::fmt::Debug for Upstream {
 /// The upstream's prompts and resources, when it offers them (not for an upstream whose
 /// tools are declared: configuration chose what to import). An upstream that fails to
 /// list its prompts is imported without them, with a warning.
-async fn discover_features(link: &Arc<Link>, deadline: Instant) -> Vec<Arc<dyn ErasedTool>> {
+async fn discover_features(
+    link: &Arc<Link>,
+    deadline: Instant,
+) -> (Vec<ImportedPrompt>, Option<ImportedResources>) {
     let config = &link.config;
     let Some(capabilities) = link.capabilities(deadline).await else {
-        return Vec::new();
+        return (Vec::new(), None);
     };
-    let mut features: Vec<Arc<dyn ErasedTool>> = Vec::new();
+    let mut prompts = Vec::new();
     if capabilities.prompts.is_some() {
         match link.list_prompts(deadline).await {
-            Ok(prompts) => {
+            Ok(listed) => {
                 let prefix = config.prefix.as_deref().unwrap_or_default();
-                features.extend(prompts.iter().filter_map(|prompt| {
-                    ImportedPrompt::new(Arc::clone(link), prompt, prefix)
-                        .map(|p| Arc::new(p) as Arc<dyn ErasedTool>)
-                }));
+                prompts.extend(
+                    listed
+                        .iter()
+                        .filter_map(|prompt| ImportedPrompt::new(Arc::clone(link), prompt, prefix)),
+                );
             }
             Err(e) => {
                 let error = link.scrubbed(e.to_string());
@@ -265,12 +315,12 @@ async fn discover_features(link: &Arc<Link>, deadline: Instant) -> Vec<Arc<dyn E
             }
         }
     }
-    if capabilities.resources.is_some()
-        && let Some(resources) = ImportedResources::new(Arc::clone(link))
-    {
-        features.push(Arc::new(resources));
-    }
-    features
+    let resources = capabilities
+        .resources
+        .is_some()
+        .then(|| ImportedResources::new(Arc::clone(link)))
+        .flatten();
+    (prompts, resources)
 }
 
 /// The compiled input schema of an imported tool, when arguments are to be checked. A

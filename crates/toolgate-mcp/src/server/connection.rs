@@ -11,11 +11,12 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CustomRequest, CustomResult, ErrorCode, ErrorData,
-    GetPromptRequestParams, GetPromptResponse, Implementation, ListPromptsResult,
-    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
-    PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
-    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, CustomRequest,
+    CustomResult, ErrorCode, ErrorData, GetPromptRequestParams, GetPromptResponse, Implementation,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    LoggingLevel, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    Reference, ResultType, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -26,7 +27,7 @@ use super::ServerInner;
 use super::features;
 use super::http::{ClientDisconnected, HostShutdown};
 use crate::caller::{CallerKey, CallerRequest};
-use crate::client::{PROMPT_PREFIX, PROMPT_TAG, RESOURCES_TAG, is_tool};
+use crate::client::{PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG, is_tool};
 use crate::convert::{InputShape, error_to_result, output_to_result, to_mcp_tool, unknown_tool};
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
@@ -238,6 +239,9 @@ impl ServerHandler for Connection {
         if tagged(PROMPT_TAG) {
             capabilities.prompts = Some(Default::default());
         }
+        if !self.server().upstreams.is_empty() && (tagged(PROMPT_TAG) || tagged(RESOURCES_TAG)) {
+            capabilities.completions = Some(Default::default());
+        }
         // `resources/subscribe` is answered (2025-11-25) but `subscribe` is not declared:
         // to a 2026-07-28 client that would promise `subscriptions/listen`, which is not
         // served yet.
@@ -357,6 +361,37 @@ impl ServerHandler for Connection {
             .on_resource(json!({ "uri": request.uri }), &request.uri, &context)
             .await?;
         features::resource_result(output).map(ReadResourceResponse::Complete)
+    }
+
+    /// Completions come from the upstream that owns the prompt or the resource template,
+    /// for a caller who may use it; none otherwise.
+    async fn complete(
+        &self,
+        request: CompleteRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CompleteResult, ErrorData> {
+        let server = self.server();
+        for upstream in &server.upstreams {
+            let allowed = match &request.r#ref {
+                Reference::Prompt(prompt) => {
+                    self.visible(&format!("{PROMPT_PREFIX}{}", prompt.name), &context)
+                }
+                _ => self.visible(&format!("{RESOURCES_PREFIX}{}", upstream.name()), &context),
+            };
+            if allowed.is_none() {
+                continue;
+            }
+            match upstream.complete(request.clone()).await {
+                Ok(Some(mut result)) => {
+                    // As the constructors do; rmcp clears it for clients before 2026-07-28.
+                    result.result_type = Some(ResultType::COMPLETE);
+                    return Ok(result);
+                }
+                Ok(None) => {}
+                Err(e) => return Err(features::request_error(&e)),
+            }
+        }
+        Ok(CompleteResult::default())
     }
 
     async fn subscribe(

@@ -67,6 +67,8 @@ pub(crate) struct ServerInner {
     pub version: String,
     pub instructions: Option<String>,
     pub call_timeout: Option<Duration>,
+    /// The upstreams whose prompts and resource templates `completion/complete` asks.
+    pub upstreams: Vec<crate::Upstream>,
 }
 
 /// A [`Pipeline`] served as an MCP server: every `tools/call` runs through the pipeline.
@@ -114,6 +116,7 @@ impl McpServer {
                 version: env!("CARGO_PKG_VERSION").to_owned(),
                 instructions: None,
                 call_timeout: None,
+                upstreams: Vec::new(),
             }),
         }
     }
@@ -132,6 +135,7 @@ impl McpServer {
                     version: old.version.clone(),
                     instructions: old.instructions.clone(),
                     call_timeout: old.call_timeout,
+                    upstreams: old.upstreams.clone(),
                 };
                 f(&mut inner);
                 self.inner = Arc::new(inner);
@@ -183,6 +187,14 @@ impl McpServer {
     #[must_use]
     pub fn call_timeout(self, timeout: Duration) -> Self {
         self.edit(|s| s.call_timeout = Some(timeout))
+    }
+
+    /// The upstreams whose tools, prompts and resources the pipeline imported: their
+    /// completions of prompt and resource-template arguments are served
+    /// (`completion/complete`), to callers who may use that prompt or those resources.
+    #[must_use]
+    pub fn upstreams(self, upstreams: Vec<crate::Upstream>) -> Self {
+        self.edit(|s| s.upstreams = upstreams)
     }
 
     /// The pipeline this server serves.
