@@ -25,3 +25,41 @@ work=$(mktemp -d)
 pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
+
+# wrk_script TOKEN SESSION PATH BODY EXPECT: a wrk Lua script that POSTs BODY (a Lua format
+# string with one %d, replaced by an id unique per call) to PATH (empty: the URL's own), with
+# the bearer TOKEN and, unless empty, the MCP session SESSION. An answer that is not a 200 or
+# lacks EXPECT counts as wrong. Prints one line: RESULT rps=… p50_ms=… p99_ms=… errors=… wrong=….
+wrk_script() {
+  local path=nil
+  [ -n "$3" ] && path="\"$3\""
+  cat <<LUA
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["Accept"] = "application/json, text/event-stream"
+wrk.headers["Authorization"] = "Bearer $1"
+$([ -n "$2" ] && echo "wrk.headers[\"mcp-session-id\"] = \"$2\"")
+local threads = {}
+function setup(thread)
+  table.insert(threads, thread)
+  thread:set("tid", #threads)
+end
+local counter = 0
+bad = 0
+function request()
+  counter = counter + 1
+  return wrk.format(nil, $path, nil, string.format('$4', tid * 1000000000 + counter))
+end
+function response(status, headers, body)
+  if status ~= 200 or not string.find(body, '$5', 1, true) then bad = bad + 1 end
+end
+function done(summary, latency, requests)
+  local wrong = 0
+  for _, thread in ipairs(threads) do wrong = wrong + thread:get("bad") end
+  io.write(string.format("RESULT rps=%.0f p50_ms=%.3f p99_ms=%.3f errors=%d wrong=%d\\n",
+    summary.requests / (summary.duration / 1e6), latency:percentile(50) / 1000,
+    latency:percentile(99) / 1000, summary.errors.status + summary.errors.connect
+    + summary.errors.read + summary.errors.write + summary.errors.timeout, wrong))
+end
+LUA
+}

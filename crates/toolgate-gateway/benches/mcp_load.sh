@@ -42,41 +42,8 @@ session=$(curl -sf -D - -o /dev/null "${mcp_headers[@]}" -d '{"jsonrpc":"2.0","i
 curl -sf -o /dev/null "${mcp_headers[@]}" -H "mcp-session-id: $session" \
   -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' "$url/mcp"
 
-# $1: the path; $2: a Lua format string of the body with one %d (a unique id); $3: what
-# every answer must contain.
-script() {
-  cat <<LUA
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Accept"] = "application/json, text/event-stream"
-wrk.headers["Authorization"] = "Bearer $key"
-wrk.headers["mcp-session-id"] = "$session"
-local threads = {}
-function setup(thread)
-  table.insert(threads, thread)
-  thread:set("tid", #threads)
-end
-local counter = 0
-bad = 0
-function request()
-  counter = counter + 1
-  return wrk.format(nil, "$1", nil, string.format('$2', tid * 1000000000 + counter))
-end
-function response(status, headers, body)
-  if status ~= 200 or not string.find(body, '$3', 1, true) then bad = bad + 1 end
-end
-function done(summary, latency, requests)
-  local wrong = 0
-  for _, thread in ipairs(threads) do wrong = wrong + thread:get("bad") end
-  io.write(string.format("RESULT rps=%.0f p50_ms=%.3f p99_ms=%.3f errors=%d wrong=%d\n",
-    summary.requests / (summary.duration / 1e6), latency:percentile(50) / 1000,
-    latency:percentile(99) / 1000, summary.errors.status + summary.errors.connect
-    + summary.errors.read + summary.errors.write + summary.errors.timeout, wrong))
-end
-LUA
-}
-script /mcp '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello from the load test"}}}' '"result"' > "$work/mcp.lua"
-script /v1/tools/echo/invoke '{"text":"hello from the load test %d"}' '"output"' > "$work/v1.lua"
+wrk_script "$key" "$session" /mcp '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello from the load test"}}}' '"result"' > "$work/mcp.lua"
+wrk_script "$key" "" /v1/tools/echo/invoke '{"text":"hello from the load test %d"}' '"output"' > "$work/v1.lua"
 
 run() { # $1: lua script, $2: connections, $3: seconds
   local threads=$THREADS

@@ -64,40 +64,9 @@ open_session() {
   echo "$session"
 }
 
-# $1: the bearer token, $2: the session id; a wrk script calling echo, every answer checked.
-script() {
-  cat <<LUA
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Accept"] = "application/json, text/event-stream"
-wrk.headers["Authorization"] = "Bearer $1"
-wrk.headers["mcp-session-id"] = "$2"
-local threads = {}
-function setup(thread)
-  table.insert(threads, thread)
-  thread:set("tid", #threads)
-end
-local counter = 0
-bad = 0
-function request()
-  counter = counter + 1
-  return wrk.format(nil, nil, nil, string.format('{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello through the gateway"}}}', tid * 1000000000 + counter))
-end
-function response(status, headers, body)
-  if status ~= 200 or not string.find(body, 'hello through the gateway', 1, true) then bad = bad + 1 end
-end
-function done(summary, latency, requests)
-  local wrong = 0
-  for _, thread in ipairs(threads) do wrong = wrong + thread:get("bad") end
-  io.write(string.format("RESULT rps=%.0f p50_ms=%.3f p99_ms=%.3f errors=%d wrong=%d\n",
-    summary.requests / (summary.duration / 1e6), latency:percentile(50) / 1000,
-    latency:percentile(99) / 1000, summary.errors.status + summary.errors.connect
-    + summary.errors.read + summary.errors.write + summary.errors.timeout, wrong))
-end
-LUA
-}
-script "$upstream_token" "$(open_session "$upstream_url" "$upstream_token")" > "$work/direct.lua"
-script "$key" "$(open_session "$gateway_url" "$key")" > "$work/gateway.lua"
+call='{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello through the gateway"}}}'
+wrk_script "$upstream_token" "$(open_session "$upstream_url" "$upstream_token")" "" "$call" 'hello through the gateway' > "$work/direct.lua"
+wrk_script "$key" "$(open_session "$gateway_url" "$key")" "" "$call" 'hello through the gateway' > "$work/gateway.lua"
 
 run() { # $1: target (direct|gateway), $2: connections, $3: seconds
   local threads=$THREADS url=$upstream_url

@@ -302,16 +302,6 @@ policies:\n  approval:\n    tools: [sleep]\n    four_eyes: false\n",
 // ---------------------------------------------------------------------------------------
 // The outcome of a decided call, for its caller (over /v1 and MCP)
 
-/// The JSON-RPC result of an `/mcp` answer (plain JSON or server-sent events).
-fn rpc_result(body: &str) -> Value {
-    body.lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .chain(std::iter::once(body))
-        .find_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
-        .unwrap_or_else(|| panic!("no JSON-RPC answer in: {body}"))["result"]
-        .clone()
-}
-
 async fn mcp_call(
     gateway: &Gateway,
     user: &str,
@@ -330,7 +320,7 @@ async fn mcp_call(
     )
     .await;
     assert_eq!(status, 200, "{body}");
-    rpc_result(&body)
+    common::rpc_answer(&body)["result"].clone()
 }
 
 #[tokio::test]

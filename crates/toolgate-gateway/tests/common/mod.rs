@@ -470,3 +470,13 @@ pub fn python_mcp_available(test: &str) -> bool {
     println!("skipped {test}: {reason}");
     false
 }
+
+/// The JSON-RPC answer in the body of an `/mcp` answer, plain JSON or server-sent events
+/// (skipping the empty event that primes a stream).
+pub fn rpc_answer(body: &str) -> Value {
+    body.lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .chain(std::iter::once(body))
+        .find_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
+        .unwrap_or_else(|| panic!("no JSON-RPC answer in: {body}"))
+}

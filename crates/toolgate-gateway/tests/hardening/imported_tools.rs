@@ -7,7 +7,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Gateway, invoke, mcp, open_session, python, python_mcp_available, run, user_yaml,
+    Gateway, invoke, mcp, open_session, python, python_mcp_available, rpc_answer, run, user_yaml,
 };
 
 fn config() -> String {
@@ -21,16 +21,9 @@ users:\n{alice}",
     )
 }
 
-/// The JSON-RPC result of an answer that may come as server-sent events (skipping the
-/// empty event that primes the stream).
+/// The JSON-RPC result of an `/mcp` answer.
 fn rpc_result(body: &str) -> Value {
-    let answer = body
-        .lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .chain(std::iter::once(body))
-        .find_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
-        .unwrap_or_else(|| panic!("no JSON-RPC answer in: {body}"));
-    answer["result"].clone()
+    rpc_answer(body)["result"].clone()
 }
 
 #[tokio::test]
@@ -205,12 +198,7 @@ async fn rpc(gateway: &Gateway, user: &str, session: &str, method: &str, params:
     let request = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
     let (status, _, body) = mcp(gateway, Method::POST, user, Some(session), Some(request)).await;
     assert_eq!(status, 200, "{method}: {body}");
-    let answer = body
-        .lines()
-        .filter_map(|line| line.strip_prefix("data:"))
-        .chain(std::iter::once(body.as_str()))
-        .find_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
-        .unwrap_or_else(|| panic!("no JSON-RPC answer in: {body}"));
+    let answer = rpc_answer(&body);
     if answer.get("error").is_some() {
         answer
     } else {
