@@ -199,14 +199,21 @@ done
 # Interop: the official TypeScript SDK as a client of the gateway (ESM resolves its imports
 # next to the script, so it runs from the directory that holds node_modules).
 cp "$here/ts_client.mjs" "$node_dir/ts_client.mjs"
-if "$node" "$node_dir/ts_client.mjs" "$gateway_url/mcp" "$KEY" > "$work/ts.log" 2>&1; then
-  summary+=("TypeScript SDK client through the gateway: $(grep -c '^ok' "$work/ts.log") checks, ok")
-else
-  failed=true
-  echo "== the TypeScript SDK client through the gateway failed:"
-  cat "$work/ts.log"
-  summary+=("TypeScript SDK client through the gateway: FAILED")
-fi
+# ts_client TRANSPORT ARG…: one run of the client; records its summary.
+ts_client() {
+  local transport=$1 log=$work/ts-$1.log
+  shift
+  if timeout 300 "$node" "$node_dir/ts_client.mjs" "$@" > "$log" 2>&1; then
+    summary+=("TypeScript SDK client through the gateway ($transport): $(grep -c '^ok' "$log") checks, ok")
+  else
+    failed=true
+    echo "== the TypeScript SDK client through the gateway ($transport) failed:"
+    cat "$log"
+    summary+=("TypeScript SDK client through the gateway ($transport): FAILED")
+  fi
+}
+ts_client http "$gateway_url/mcp" "$KEY"
+ts_client stdio --stdio "$gateway" mcp --config "$work/gateway.yaml" --user conformance
 
 echo
 echo "== MCP conformance (@modelcontextprotocol/conformance $(sed -n 's/.*conformance": "\([^"]*\)".*/\1/p' "$here/package.json"))"

@@ -1,16 +1,22 @@
 // An MCP client on the official TypeScript SDK (@modelcontextprotocol/sdk, pinned in
-// package.json) against toolgate's /mcp, with everything.py imported as the upstream: it
-// lists and calls tools (text, image, progress, sampling and elicitation relayed through the
-// gateway), gets a prompt and reads a resource, and checks each answer. Usage:
-//   node ts_client.mjs URL API_KEY      (prints one line per check; exits 1 on any failure)
+// package.json) against toolgate, with everything.py imported as the upstream: it lists and
+// calls tools (text, image, progress, sampling and elicitation relayed through the gateway),
+// gets a prompt and reads a resource, and checks each answer. Usage:
+//   node ts_client.mjs URL API_KEY            streamable HTTP (the gateway's /mcp)
+//   node ts_client.mjs --stdio COMMAND ARG…   stdio (`toolgate mcp --config …`)
+// Prints one line per check; exits 1 on any failure.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { CreateMessageRequestSchema, ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
 
-const [url, key] = process.argv.slice(2);
-const transport = new StreamableHTTPClientTransport(new URL(url), {
-  requestInit: { headers: { Authorization: `Bearer ${key}` } },
-});
+const args = process.argv.slice(2);
+const transport =
+  args[0] === "--stdio"
+    ? new StdioClientTransport({ command: args[1], args: args.slice(2), stderr: "inherit" })
+    : new StreamableHTTPClientTransport(new URL(args[0]), {
+        requestInit: { headers: { Authorization: `Bearer ${args[1]}` } },
+      });
 const client = new Client(
   { name: "toolgate-ts-interop", version: "0" },
   { capabilities: { sampling: {}, elicitation: {} } },
