@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use toolgate_agent::{ResultError, ToolResult};
-use toolgate_core::ToolError;
+use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
 use toolgate_mcp::HostShutdown;
 
 /// The machine code of every answer the drain gives.
@@ -196,6 +196,28 @@ impl From<Refused> for ToolError {
             code: SHUTTING_DOWN.into(),
             status: 503,
         }
+    }
+}
+
+/// Makes the record of a call cut at the end of the grace say what its caller is told:
+/// at `on_error`, before the audit record is taken, a cancellation by the cut becomes
+/// [`cut_error`] (`shutting_down`, 503) instead of a plain `cancelled`.
+pub(crate) struct ExplainCut(pub(crate) Drain);
+
+#[hook]
+impl Hook for ExplainCut {
+    fn name(&self) -> &str {
+        "drain"
+    }
+
+    fn on_error(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        if self.0.is_cut()
+            && let Some(error) = ctx.error_mut()
+            && matches!(error, ToolError::Cancelled)
+        {
+            *error = cut_error();
+        }
+        Ok(())
     }
 }
 

@@ -15,7 +15,7 @@ use tokio::task::JoinHandle;
 use crate::Extensions;
 use crate::config::load_file;
 use crate::connections::{self, ConnectionLimits, Phase};
-use crate::drain::Drain;
+use crate::drain::{Drain, ExplainCut};
 use crate::gateway::{Gateway, GatewayError};
 use crate::http::{AppState, router};
 use crate::prometheus::{self, Upkeep};
@@ -93,7 +93,13 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         .map(|handle| Upkeep::start(handle, prometheus::UPKEEP_INTERVAL));
     let shared = SharedState::new(&config).await?;
     let autosave = config.stats.as_ref().map(|s| s.autosave);
-    let gateway = Gateway::build_with(config, &shared, &options.extensions)
+    // The drain's hook goes with the extensions, so that reloads keep it.
+    let drain_state = Drain::new();
+    let extensions = options
+        .extensions
+        .clone()
+        .hook(ExplainCut(drain_state.clone()));
+    let gateway = Gateway::build_with(config, &shared, &extensions)
         .await
         .map_err(|e| e.in_file(&options.config))?;
     let listen = options.listen.unwrap_or(gateway.config.server.listen);
@@ -129,7 +135,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let state = AppState {
         current: Arc::new(ArcSwap::from_pointee(gateway)),
         metrics,
-        drain: Drain::new(),
+        drain: drain_state,
     };
     let shared = Arc::new(Mutex::new(shared));
     let reloads = tokio::spawn(reload_on_hangup(

@@ -430,7 +430,12 @@ async fn a_call_still_running_when_the_grace_ends_is_answered_503_and_audited() 
         .unwrap_or_else(|| panic!("no audit record of call {request_id} in {records:#?}"));
     assert_eq!(record["tool"], "sleep", "{record}");
     assert_eq!(record["outcome"], "error", "{record}");
-    assert_eq!(record["code"], "cancelled", "{record}");
+    // The record says what the caller was told.
+    assert_eq!(
+        (&record["code"], &record["status"]),
+        (&json!("shutting_down"), &json!(503)),
+        "{record}"
+    );
 }
 
 #[tokio::test]
@@ -471,7 +476,7 @@ async fn an_mcp_call_still_running_when_the_grace_ends_gets_an_error_result_and_
     let records = audit_records(&audit);
     let record = records
         .iter()
-        .find(|r| r["session_id"] == session.as_str() && r["code"] == "cancelled")
+        .find(|r| r["session_id"] == session.as_str() && r["code"] == "shutting_down")
         .unwrap_or_else(|| panic!("no audit record of the cut call in {records:#?}"));
     assert_eq!(record["tool"], "sleep", "{record}");
     assert_eq!(record["outcome"], "error", "{record}");
