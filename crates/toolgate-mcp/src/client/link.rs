@@ -453,12 +453,14 @@ impl Link {
                 let answer = handle.await_response();
                 tokio::pin!(answer);
                 loop {
+                    // Only the receiving is raced with the answer; a relay under way
+                    // finishes (a relay dropped halfway would lose its notification).
                     tokio::select! {
                         answer = &mut answer => {
                             relay.drain().await;
                             return answer;
                         }
-                        () = relay.next() => {}
+                        relayed = relay.next() => relay.relay(relayed).await,
                     }
                 }
             })

@@ -48,7 +48,7 @@ struct Route {
 }
 
 /// A notification of the upstream for the caller of a call.
-enum Relayed {
+pub(crate) enum Relayed {
     Progress(ProgressNotificationParam),
     Log(LoggingMessageNotificationParam),
 }
@@ -83,11 +83,12 @@ pub(crate) struct Relay {
 }
 
 impl Relay {
-    /// Relays the next notification the upstream sent; pending forever when there is
-    /// none (for `select!`).
-    pub(crate) async fn next(&mut self) {
+    /// The next notification the upstream sent; pending forever when there is none.
+    /// Cancel-safe (for `select!`): relay what it returns with [`relay`](Self::relay)
+    /// outside the `select!`, so that a relay under way is never dropped.
+    pub(crate) async fn next(&mut self) -> Relayed {
         match self.queue.recv().await {
-            Some(relayed) => self.relay(relayed).await,
+            Some(relayed) => relayed,
             None => std::future::pending().await,
         }
     }
@@ -100,7 +101,8 @@ impl Relay {
         }
     }
 
-    async fn relay(&self, relayed: Relayed) {
+    /// Sends one notification to the caller.
+    pub(crate) async fn relay(&self, relayed: Relayed) {
         let sent = match relayed {
             Relayed::Progress(mut progress) => {
                 let Some(token) = self.caller.progress_token.clone() else {
