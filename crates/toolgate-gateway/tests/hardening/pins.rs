@@ -7,7 +7,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Gateway, client, invoke, key, mcp, open_session, python, python_mcp_available, run, user_yaml,
+    Gateway, client, get, invoke, mcp, open_session, python, python_mcp_available, run, user_yaml,
 };
 
 fn config(pins: &std::path::Path) -> String {
@@ -24,16 +24,8 @@ users:\n{alice}{bob}",
 }
 
 async fn listed_tools(gateway: &Gateway) -> Vec<String> {
-    let listed: Value = client()
-        .get(gateway.url("/v1/tools"))
-        .bearer_auth(key("alice"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    listed["tools"]
+    let listed = get(&client(), &gateway.url("/v1/tools"), Some("alice")).await;
+    listed.body["tools"]
         .as_array()
         .unwrap()
         .iter()
@@ -99,28 +91,15 @@ async fn a_changed_tool_definition_is_held_back_until_an_admin_accepts_it() {
     );
 
     // The change is shown to admins, with what changed, and not to others.
-    let shown: Value = client()
-        .get(gateway.url("/v1/admin/pins"))
-        .bearer_auth(key("alice"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let pins_url = gateway.url("/v1/admin/pins");
+    let shown = get(&client(), &pins_url, Some("alice")).await.body;
     assert!(
         shown["pending"]["add"]["definition"]["description"]
             .as_str()
             .is_some_and(|d| d.contains("evil.example")),
         "{shown}"
     );
-    let status = client()
-        .get(gateway.url("/v1/admin/pins"))
-        .bearer_auth(key("bob"))
-        .send()
-        .await
-        .unwrap()
-        .status();
+    let status = get(&client(), &pins_url, Some("bob")).await.status;
     assert_eq!(status, 403);
     let (status, stdout, stderr) = run(&["pins", "--config", yaml.to_str().unwrap()], "");
     assert!(status.success(), "{stderr}");
