@@ -2,7 +2,7 @@
 
 use std::cell::Cell;
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
@@ -260,6 +260,8 @@ pub struct ToolInvokeContext {
     request_providers: Providers,
     session: OnceLock<Option<Arc<SessionScope>>>,
     secrets: SecretSlot,
+    /// Set by [`set_no_store`](Self::set_no_store), by the tool while it runs too.
+    no_store: AtomicBool,
     pub(crate) stage: Stage,
     pub(crate) progress: Progress,
     pub(crate) prepared: Option<(u32, PreparedInput)>,
@@ -289,6 +291,7 @@ pub(crate) struct ContextParts {
     pub deadline: Option<tokio::time::Instant>,
     pub cancel: Option<CancellationToken>,
     pub providers: Providers,
+    pub no_store: bool,
 }
 
 impl ToolInvokeContext {
@@ -324,6 +327,7 @@ impl ToolInvokeContext {
             request_providers: parts.providers,
             session: OnceLock::new(),
             secrets: SecretSlot::default(),
+            no_store: AtomicBool::new(parts.no_store),
             stage: Stage::WillCreateInvokeContext,
             progress: Progress::default(),
             prepared: None,
@@ -514,6 +518,28 @@ impl ToolInvokeContext {
     /// The secret slot, mutably (for the `will_inject_secrets` stage).
     pub fn secrets_mut(&mut self) -> &mut SecretSlot {
         &mut self.secrets
+    }
+
+    /// Marks the result as one not to reuse: it depends on more than the input (answers
+    /// the caller gave during the call, say). A cache does not store it. Takes `&self`, so
+    /// that the tool, which gets `&ToolInvokeContext`, can say so while it runs.
+    ///
+    /// ```
+    /// # use toolgate_core::ToolInvokeContext;
+    /// fn after_asking_the_user(ctx: &ToolInvokeContext) {
+    ///     ctx.set_no_store();
+    ///     assert!(ctx.is_no_store());
+    /// }
+    /// ```
+    pub fn set_no_store(&self) {
+        self.no_store.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the result is not to be reused: the call was made with
+    /// [`InvokeOptions::no_store`](crate::InvokeOptions::no_store) (a cache does not answer
+    /// it either), or [`set_no_store`](Self::set_no_store) was called.
+    pub fn is_no_store(&self) -> bool {
+        self.no_store.load(Ordering::Relaxed)
     }
 
     // ----- error, timing, attempts, deadline, cancellation -----

@@ -84,6 +84,21 @@ pub enum ToolError {
         /// What the call waits for.
         reason: String,
     },
+    /// The tool needs input that only the caller can give before it can finish — an
+    /// answer from the user (elicitation), from the caller's model (sampling) or the
+    /// caller's roots: an MCP tool's multi-round-trip `input_required` result (MCP
+    /// 2026-07-28). The call did not fail and nothing of it is stored: the caller answers
+    /// `requests` and calls again with the answers and `state`, unchanged.
+    #[error(
+        "the tool needs input from the caller before it can finish: answer its requests and call it again with the answers (over MCP, which carries them)"
+    )]
+    InputRequired {
+        /// What the tool asks, by key: `{"name": {"method": "elicitation/create",
+        /// "params": {…}}, …}` (the MCP `inputRequests` object).
+        requests: serde_json::Value,
+        /// What the tool needs back with the answers, unchanged (MCP `requestState`).
+        state: Option<String>,
+    },
     /// The call ran past its deadline and was cancelled.
     #[error("timed out after {} ms", after.as_millis())]
     Timeout {
@@ -182,6 +197,7 @@ impl ToolError {
             ToolError::InputTooDeep { .. } => "input_too_deep",
             ToolError::Aborted { code, .. } | ToolError::RetryAfter { code, .. } => code,
             ToolError::Suspended { .. } => "suspended",
+            ToolError::InputRequired { .. } => "input_required",
             ToolError::Timeout { .. } => "timeout",
             ToolError::Cancelled => "cancelled",
             ToolError::Execution { .. } => "tool_error",
@@ -198,6 +214,7 @@ impl ToolError {
             ToolError::UnknownTool { .. } | ToolError::UnknownSuspension { .. } => 404,
             ToolError::InvalidInput(_) | ToolError::InputTooDeep { .. } => 400,
             ToolError::InputTooLarge { .. } => 413,
+            ToolError::InputRequired { .. } => 422,
             ToolError::Aborted { status, .. } | ToolError::RetryAfter { status, .. } => *status,
             ToolError::Suspended { .. } => 202,
             ToolError::SuspensionExpired { .. } => 410,
@@ -226,6 +243,17 @@ impl ToolError {
                 ..
             } | ToolError::RetryAfter { .. }
                 | ToolError::Timeout { .. }
+        )
+    }
+
+    /// Whether the call did not fail but waits: for a person to decide on it
+    /// ([`Suspended`](ToolError::Suspended)) or for the caller's answers
+    /// ([`InputRequired`](ToolError::InputRequired)). `on_error` hooks do not run for it,
+    /// and audit and metrics count it apart from failures.
+    pub fn is_waiting(&self) -> bool {
+        matches!(
+            self,
+            ToolError::Suspended { .. } | ToolError::InputRequired { .. }
         )
     }
 

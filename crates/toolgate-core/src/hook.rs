@@ -738,7 +738,9 @@ pub trait Hook: Send + Sync + 'static {
     }
 
     /// The error path: the call failed; [`ctx.error`](ToolInvokeContext::error) says why.
-    /// Runs once, before the record, release and end stages, and not for a suspension.
+    /// Runs once, before the record, release and end stages, and not for a call that waits
+    /// ([`ToolError::is_waiting`](crate::ToolError::is_waiting): a suspension, or a tool
+    /// that needs the caller's input).
     ///
     /// A tail stage: an error returned here is logged and never replaces the original
     /// error. Change the caller's error with

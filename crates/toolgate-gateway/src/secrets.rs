@@ -37,6 +37,9 @@ pub fn held(config: &Config) -> Vec<Secret> {
     if let Some(key) = config.audit.as_ref().and_then(|a| a.hash_key()) {
         held.push(Secret::new(key.0.clone()));
     }
+    if let Some(key) = &config.server.mcp_state_key {
+        held.push(Secret::new(key.0.clone()));
+    }
     if let StateUrl::Redis(url) = &config.state.url
         && let Ok(url) = url::Url::parse(url)
         && let Some(password) = url.password()
@@ -49,6 +52,16 @@ pub fn held(config: &Config) -> Vec<Secret> {
 /// A scrubber for every credential `config` holds.
 pub fn scrubber(config: &Config) -> Scrubber {
     Scrubber::for_secrets(&held(config))
+}
+
+/// The key that seals MCP request states when the configuration sets none: random, made
+/// once per process, so that rounds answered before a reload open after it.
+pub(crate) fn mcp_state_key(config: &Config) -> Vec<u8> {
+    static KEY: OnceLock<[u8; 32]> = OnceLock::new();
+    match &config.server.mcp_state_key {
+        Some(key) => key.0.as_bytes().to_vec(),
+        None => KEY.get_or_init(random_key).to_vec(),
+    }
 }
 
 /// The audit fingerprint key when the configuration sets none: random, made once per

@@ -8,12 +8,12 @@
 use std::sync::Arc;
 
 use rmcp::RoleServer;
-use rmcp::model::{LoggingLevel, ProgressToken};
+use rmcp::model::{ClientCapabilities, ErrorData, InputResponses, LoggingLevel, ProgressToken};
 use rmcp::service::Peer;
 use toolgate_core::TypeMapKey;
 
-/// The caller of a `tools/call` that came in over MCP: its connection and the progress
-/// token it asked for. [`McpServer`](crate::McpServer) provides it to every invocation
+/// The caller of a request that came in over MCP: its connection, what it declared it can
+/// answer, and what it asked for (progress, log messages, a round of a multi-round call). [`McpServer`](crate::McpServer) provides it to every invocation
 /// it starts (request scope, under [`CallerKey`]); an
 /// [`ImportedTool`](crate::ImportedTool) relays to it what its upstream sends during the
 /// call — `notifications/progress` with the caller's own token, `notifications/message`
@@ -25,10 +25,54 @@ pub struct CallerRequest {
     pub peer: Peer<RoleServer>,
     /// The caller's `_meta.progressToken`, when it asked for progress.
     pub progress_token: Option<ProgressToken>,
-    /// The level the caller set with `logging/setLevel`; `None`: it gets no log messages.
+    /// The level the caller asked log messages at — with `logging/setLevel` (2025-11-25)
+    /// or in the request's `_meta` (2026-07-28); `None`: it gets no log messages.
     pub log_level: Option<LoggingLevel>,
     /// The caller's MCP session (what its resource subscriptions belong to).
     pub session_id: Arc<str>,
+    /// What the caller declared it can answer: at `initialize` (2025-11-25), or in the
+    /// request's `_meta` (2026-07-28). An upstream is told these, so that it asks only
+    /// what the caller can answer.
+    pub capabilities: ClientCapabilities,
+    /// Whether the caller speaks 2026-07-28 or later: it is answered an
+    /// `input_required` result to fulfil itself, where a 2025-11-25 caller is asked each
+    /// request on its connection.
+    pub input_required_results: bool,
+    /// The caller's answers to the previous round of a multi-round call, when this
+    /// request is a retry.
+    pub round: Option<InputRound>,
+    /// Where an upstream's protocol error about the caller's request is left for the
+    /// server to answer with as it was (the `data` of `-32021` names the capabilities
+    /// to declare), while the pipeline sees it as a toolgate error.
+    pub refusal: Refusal,
+}
+
+/// An upstream's JSON-RPC error about a caller's request, kept for the server's answer.
+/// Clones share the slot.
+#[derive(Clone, Debug, Default)]
+pub struct Refusal(Arc<std::sync::Mutex<Option<ErrorData>>>);
+
+impl Refusal {
+    /// Leaves `error` for the server.
+    pub fn set(&self, error: ErrorData) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(error);
+    }
+
+    /// The error left, if any.
+    pub fn take(&self) -> Option<ErrorData> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// A retry of a multi-round call (MCP 2026-07-28, SEP-2322): the caller's answers to the
+/// requests of the last `input_required` result, and the state that came with it.
+#[derive(Clone, Debug, Default)]
+pub struct InputRound {
+    /// The answers, by the keys of the requests.
+    pub responses: InputResponses,
+    /// The state the upstream sent with its requests — already verified and opened by
+    /// the server: what the caller holds is sealed by toolgate.
+    pub state: Option<String>,
 }
 
 /// The request-scope provider key of [`CallerRequest`].
@@ -47,16 +91,28 @@ impl CallerRequest {
 
     /// Whether the caller declared it can answer `sampling/createMessage`.
     pub fn can_sample(&self) -> bool {
-        self.peer
-            .peer_info()
-            .is_some_and(|info| info.capabilities.sampling.is_some())
+        self.capabilities.sampling.is_some()
     }
 
     /// Whether the caller declared it can answer `elicitation/create`.
     pub fn can_elicit(&self) -> bool {
-        self.peer
-            .peer_info()
-            .is_some_and(|info| info.capabilities.elicitation.is_some())
+        self.capabilities.elicitation.is_some()
+    }
+
+    /// Whether the caller declared it can answer `roots/list`.
+    pub fn can_list_roots(&self) -> bool {
+        self.capabilities.roots.is_some()
+    }
+
+    /// What an upstream is told the caller can answer, through toolgate: sampling,
+    /// elicitation and roots as the caller declared them, and nothing toolgate does not
+    /// relay (experimental capabilities, extensions).
+    pub fn relayed_capabilities(&self) -> ClientCapabilities {
+        let mut relayed = ClientCapabilities::default();
+        relayed.sampling = self.capabilities.sampling.clone();
+        relayed.elicitation = self.capabilities.elicitation.clone();
+        relayed.roots = self.capabilities.roots.clone();
+        relayed
     }
 }
 

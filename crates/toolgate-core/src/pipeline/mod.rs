@@ -370,6 +370,7 @@ fn new_context(
         deadline,
         cancel: options.cancellation,
         providers: options.providers,
+        no_store: options.no_store,
     })
 }
 

@@ -29,6 +29,7 @@ pub struct InvokeOptions {
     pub(crate) timeout: Option<Duration>,
     pub(crate) cancellation: Option<CancellationToken>,
     pub(crate) providers: Providers,
+    pub(crate) no_store: bool,
 }
 
 impl InvokeOptions {
@@ -85,6 +86,15 @@ impl InvokeOptions {
     #[must_use]
     pub fn provide<K: TypeMapKey>(mut self, value: K::Value) -> Self {
         self.providers.insert::<K>(value);
+        self
+    }
+
+    /// The call's result depends on more than its input (answers its caller gave in an
+    /// earlier round, say): a cache neither answers it with a stored result nor stores
+    /// its result. See [`ToolInvokeContext::set_no_store`](crate::ToolInvokeContext::set_no_store).
+    #[must_use]
+    pub fn no_store(mut self) -> Self {
+        self.no_store = true;
         self
     }
 

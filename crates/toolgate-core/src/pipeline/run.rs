@@ -373,7 +373,7 @@ macro_rules! run_tail {
             let failed = ctx
                 .error
                 .as_ref()
-                .is_some_and(|e| !matches!(e, ToolError::Suspended { .. }));
+                .is_some_and(|e| !e.is_waiting());
             if failed && let Some(first) = enter_tail(entry, ctx, Stage::OnError) {
                 run_tail_stage!(entry, ctx, Stage::OnError, first);
             }

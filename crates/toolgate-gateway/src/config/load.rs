@@ -7,6 +7,9 @@ use std::path::{Path, PathBuf};
 
 use super::{AuditConfig, Config};
 
+/// The shortest `server.mcp_state_key` accepted (what the seal needs: 256 bits).
+const MIN_MCP_STATE_KEY_BYTES: usize = 32;
+
 /// The shortest `audit.hash_key` accepted.
 const MIN_AUDIT_KEY_CHARS: usize = 16;
 
@@ -299,6 +302,16 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             "audit.hash_key",
             format!(
                 "the key must be at least {MIN_AUDIT_KEY_CHARS} characters long (32 random characters is right): generate one with `openssl rand -hex 32` and set it from a secret, `hash_key: ${{AUDIT_HASH_KEY}}`"
+            ),
+        ));
+    }
+    if let Some(key) = &config.server.mcp_state_key
+        && key.0.len() < MIN_MCP_STATE_KEY_BYTES
+    {
+        return Err(ConfigError::invalid(
+            "server.mcp_state_key",
+            format!(
+                "the key must be at least {MIN_MCP_STATE_KEY_BYTES} characters long: generate one with `openssl rand -hex 32` and set it from a secret, `mcp_state_key: ${{MCP_STATE_KEY}}`"
             ),
         ));
     }

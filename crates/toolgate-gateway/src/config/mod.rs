@@ -113,6 +113,12 @@ pub struct ServerConfig {
     /// this host's loopback ones. A request with any other `Origin` header is answered
     /// 403; one without it (not from a browser) passes.
     pub mcp_allowed_origins: Vec<WebOrigin>,
+    /// The key that seals the `requestState` of multi-round MCP calls (2026-07-28) the
+    /// gateway answers: at least 32 characters, the same on every replica behind one
+    /// address (`mcp_state_key: ${MCP_STATE_KEY}`). Without one, a random key of this
+    /// process is used: rounds survive reloads but not restarts, and need sticky routing
+    /// between replicas.
+    pub mcp_state_key: Option<EnvString>,
 }
 
 impl Default for ServerConfig {
@@ -130,6 +136,7 @@ impl Default for ServerConfig {
             idle_timeout: Duration::from_secs(60),
             max_connections: 10_000,
             mcp_allowed_origins: Vec::new(),
+            mcp_state_key: None,
         }
     }
 }
@@ -223,6 +230,10 @@ pub struct UpstreamEntry {
     /// (default true).
     #[serde(default = "policies::yes")]
     pub validate_arguments: bool,
+    /// Ask the upstream for MCP 2026-07-28 first (`server/discover`), falling back to
+    /// 2025-11-25 (default true). `false` for a server that never answers unknown methods.
+    #[serde(default = "policies::yes")]
+    pub discover: bool,
 }
 
 /// One user: an id, the SHA-256 of their API key, roles and a tenant.

@@ -151,12 +151,14 @@ impl Gateway {
             .build()
             .map_err(|e| GatewayError::Pipeline(e.to_string()))?;
 
-        let mcp = config.server.mcp.then(|| {
+        let mcp = config.server.mcp.then(|| -> Result<_, GatewayError> {
             let filter_by = authorize.clone();
             let mut server = McpServer::new(system.pipeline().clone())
                 .server_info("toolgate", env!("CARGO_PKG_VERSION"))
                 .upstreams(upstreams.clone())
-                .call_timeout(config.server.request_timeout);
+                .call_timeout(config.server.request_timeout)
+                .request_state_key(&crate::secrets::mcp_state_key(&config))
+                .map_err(|e| ConfigError::invalid("server.mcp_state_key", e.to_string()))?;
             if config.policies.approval.is_some() {
                 server = server.instructions(format!(
                     "Some calls wait for a person's approval: they answer at once with a suspension id. Call `{OUTCOME_TOOL}` with that id to learn whether the call was decided, and its result."
@@ -168,11 +170,12 @@ impl Gateway {
                     && filter_by.as_ref().is_none_or(|a| a.can_call(user, tool))
             }));
             // Bodies over the limit are answered 413 by the endpoint, as on `/v1`.
-            server.http_service(
+            Ok(server.http_service(
                 StreamableHttpServerConfig::default()
                     .with_max_request_body_bytes(config.server.body_limit.0),
-            )
+            ))
         });
+        let mcp = mcp.transpose()?;
 
         Ok(Gateway {
             keys: ApiKeys::new(&config.users),

@@ -126,7 +126,9 @@ pub(crate) fn upstream_config(
     if let Some(timeout) = entry.connect_timeout {
         config = config.connect_timeout(timeout);
     }
-    Ok(config.validate_arguments(entry.validate_arguments))
+    Ok(config
+        .validate_arguments(entry.validate_arguments)
+        .discover(entry.discover))
 }
 
 /// Every tool name a policy mentions must exist: a typo would otherwise silently leave a

@@ -59,6 +59,9 @@ pub enum Outcome {
     Error,
     /// It waits for a person.
     Suspended,
+    /// It waits for its caller's answers (elicitation, sampling, roots), to be sent with
+    /// the next call.
+    InputRequired,
 }
 
 /// One hook's decision, as recorded.
@@ -163,6 +166,7 @@ impl AuditRecord {
         let outcome = match error {
             None => Outcome::Success,
             Some(ToolError::Suspended { .. }) => Outcome::Suspended,
+            Some(ToolError::InputRequired { .. }) => Outcome::InputRequired,
             Some(_) => Outcome::Error,
         };
         let user = ctx.user();

@@ -240,7 +240,7 @@ impl Hook for ResultCache {
 
     // The trait's form: ready at once for a tool that is not cached, boxed only to look up.
     fn will_read_cache<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-        let Some(ttl) = self.ttl_for(ctx.tool()) else {
+        let Some(ttl) = self.ttl_for(ctx.tool()).filter(|_| !ctx.is_no_store()) else {
             return HookFuture::ok();
         };
         let key = cache_key(ctx.tool(), &self.scope_for(ctx), ctx.input());
@@ -289,10 +289,12 @@ impl Hook for ResultCache {
 
     // The trait's form: ready at once when there is nothing to store, boxed only to write.
     fn will_write_cache<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-        let (Some(pending), Some(output)) = (
-            ctx.scratch_mut().remove::<PendingKey>(),
-            ctx.output().cloned(),
-        ) else {
+        let pending = ctx.scratch_mut().remove::<PendingKey>();
+        // A result not to reuse is neither stored nor handed to identical calls waiting
+        // (they look again, and run the tool themselves).
+        let (Some(pending), Some(output), false) =
+            (pending, ctx.output().cloned(), ctx.is_no_store())
+        else {
             return HookFuture::ok();
         };
         HookFuture::new(async move {

@@ -10,7 +10,11 @@
 //!   tools that declare their results public ([`PUBLIC_RESULTS_TAG`]).
 //! * **What is cached**: read-only tools from this program by default; per-tool
 //!   [`include`](ResultCacheBuilder::include), [`exclude`](ResultCacheBuilder::exclude)
-//!   and [TTL](ResultCacheBuilder::tool_ttl).
+//!   and [TTL](ResultCacheBuilder::tool_ttl). Never a call made with
+//!   [`InvokeOptions::no_store`](toolgate_core::InvokeOptions::no_store) (neither looked up
+//!   nor stored) nor a result marked with
+//!   [`set_no_store`](toolgate_core::ToolInvokeContext::set_no_store) (not stored): a result
+//!   that depends on the caller's answers during the call is not another caller's.
 //! * **Coalescing**: concurrent identical misses run the tool once; the others wait for
 //!   the leader's result. A leader that fails, is cancelled or panics releases its claim
 //!   (an RAII guard in its context), and the waiting calls look again — one becomes the

@@ -37,6 +37,8 @@ pub(super) struct Names {
 pub(super) enum Outcome<'a> {
     Success,
     Suspended,
+    /// Waits for the caller's answers.
+    InputRequired,
     /// Failed with this error code.
     Error(&'a str),
 }
@@ -46,6 +48,7 @@ impl Outcome<'_> {
         match self {
             Outcome::Success => "success",
             Outcome::Suspended => "suspended",
+            Outcome::InputRequired => "input_required",
             Outcome::Error(_) => "error",
         }
     }
@@ -54,6 +57,7 @@ impl Outcome<'_> {
         match self {
             Outcome::Success => Label::from_static_parts("code", "ok"),
             Outcome::Suspended => Label::from_static_parts("code", "suspended"),
+            Outcome::InputRequired => Label::from_static_parts("code", "input_required"),
             Outcome::Error(code) => Label::new("code", code.to_owned()),
         }
     }
@@ -95,6 +99,7 @@ pub(super) struct Observation<'a> {
 struct ToolHandles {
     success: Option<(Counter, Histogram)>,
     suspended: Option<(Counter, Histogram)>,
+    input_required: Option<(Counter, Histogram)>,
     error_duration: Option<Histogram>,
     errors: Vec<(Box<str>, Counter)>,
     /// The calls that failed with a code past the first [`MAX_CODES`].
@@ -130,6 +135,7 @@ impl ToolHandles {
         match outcome {
             Outcome::Success => self.success.as_ref().map(|(c, h)| (c, h)),
             Outcome::Suspended => self.suspended.as_ref().map(|(c, h)| (c, h)),
+            Outcome::InputRequired => self.input_required.as_ref().map(|(c, h)| (c, h)),
             Outcome::Error(code) => Some((self.error(code)?, self.error_duration.as_ref()?)),
         }
     }
@@ -205,6 +211,10 @@ impl ToolHandles {
             }
             Outcome::Suspended => {
                 self.suspended.get_or_insert_with(|| (calls(), duration()));
+            }
+            Outcome::InputRequired => {
+                self.input_required
+                    .get_or_insert_with(|| (calls(), duration()));
             }
             Outcome::Error(code) => {
                 if self.error(code).is_none() {

@@ -90,6 +90,7 @@ impl Hook for Metrics {
         let outcome = match error {
             None => Outcome::Success,
             Some(ToolError::Suspended { .. }) => Outcome::Suspended,
+            Some(ToolError::InputRequired { .. }) => Outcome::InputRequired,
             Some(e) => Outcome::Error(e.code()),
         };
         let cache = ctx

@@ -5,7 +5,7 @@
 //!
 //! | name (default prefix `toolgate`) | kind | labels |
 //! |---|---|---|
-//! | `toolgate_calls_total` | counter | `tool`, `outcome` (`success`, `error`, `suspended`), `code` (`ok` or the error code) |
+//! | `toolgate_calls_total` | counter | `tool`, `outcome` (`success`, `error`, `suspended`, `input_required`), `code` (`ok` or the error code) |
 //! | `toolgate_call_duration_seconds` | histogram | `tool`, `outcome` |
 //! | `toolgate_hook_duration_seconds` | histogram | `tool`, `stage`, `hook` (when the pipeline records hook timings) |
 //! | `toolgate_cache_lookups_total` | counter | `tool`, `result` (`hit`, `coalesced`, `miss`) |

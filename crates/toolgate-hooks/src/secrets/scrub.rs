@@ -233,6 +233,12 @@ impl Scrubber {
             ToolError::UnknownTool { name } => {
                 self.scrub_string(name);
             }
+            ToolError::InputRequired { requests, state } => {
+                self.scrub_value(requests);
+                if let Some(state) = state {
+                    self.scrub_string(state);
+                }
+            }
             _ => {}
         }
     }

@@ -134,6 +134,11 @@ pub struct UpstreamConfig {
     /// the call leaves (on by default): a wrong argument is the caller's `invalid_input`
     /// naming the field, not the upstream's failure.
     pub validate_arguments: bool,
+    /// Whether toolgate first asks the server for the 2026-07-28 revision
+    /// (`server/discover`, on by default), falling back to 2025-11-25 (`initialize`) when
+    /// it answers that it does not know the method. Turn it off for a server that does
+    /// not answer unknown methods at all (the probe would wait out the connect timeout).
+    pub discover: bool,
 }
 
 impl UpstreamConfig {
@@ -148,6 +153,7 @@ impl UpstreamConfig {
             connect_timeout: Duration::from_secs(10),
             backoff: Backoff::default(),
             validate_arguments: true,
+            discover: true,
         }
     }
 
@@ -222,6 +228,14 @@ impl UpstreamConfig {
     #[must_use]
     pub fn validate_arguments(mut self, on: bool) -> Self {
         self.validate_arguments = on;
+        self
+    }
+
+    /// Whether to ask the server for the 2026-07-28 revision first (on by default); off:
+    /// 2025-11-25 only. See [`discover`](Self::discover).
+    #[must_use]
+    pub fn discover(mut self, on: bool) -> Self {
+        self.discover = on;
         self
     }
 

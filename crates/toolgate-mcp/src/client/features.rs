@@ -174,7 +174,7 @@ impl ErasedTool for ImportedPrompt {
             let deadline = deadline_for(&self.link, ctx);
             let answer = self
                 .link
-                .get_prompt(&self.remote_name, arguments, deadline)
+                .get_prompt(&self.remote_name, arguments, deadline, ctx)
                 .await
                 .and_then(to_output);
             self.link.scrub(answer)
@@ -235,28 +235,31 @@ impl ErasedTool for ImportedResources {
         Box::pin(async move {
             let deadline = deadline_for(&self.link, ctx);
             let link = &self.link;
+            let caller = ctx.try_get::<CallerKey>();
+            let caller = caller.as_deref();
             let answer = match Request::of(ctx.input()) {
-                Some(Request::Read(uri)) => {
-                    link.read_resource(uri, deadline).await.and_then(to_output)
-                }
+                Some(Request::Read(uri)) => link
+                    .read_resource(uri, caller, deadline)
+                    .await
+                    .and_then(to_output),
                 Some(Request::ListTemplates) => link
-                    .list_resource_templates(deadline)
+                    .list_resource_templates(caller, deadline)
                     .await
                     .and_then(|t| to_output(json!({ "resourceTemplates": t }))),
                 Some(Request::List) => link
-                    .list_resources(deadline)
+                    .list_resources(caller, deadline)
                     .await
                     .and_then(|r| to_output(json!({ "resources": r }))),
-                Some(Request::Subscribe(uri)) => match ctx.try_get::<CallerKey>() {
+                Some(Request::Subscribe(uri)) => match caller {
                     Some(caller) => link
-                        .subscribe(uri, &caller, deadline)
+                        .subscribe(uri, caller, deadline)
                         .await
                         .map(|()| json!({})),
                     None => Err(no_session()),
                 },
-                Some(Request::Unsubscribe(uri)) => match ctx.try_get::<CallerKey>() {
+                Some(Request::Unsubscribe(uri)) => match caller {
                     Some(caller) => link
-                        .unsubscribe(uri, &caller, deadline)
+                        .unsubscribe(uri, caller, deadline)
                         .await
                         .map(|()| json!({})),
                     None => Err(no_session()),

@@ -7,34 +7,45 @@
 
 use std::borrow::Cow;
 
+use std::collections::HashSet;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientRequest, CompleteRequestParams, CompleteResult, ErrorCode, ErrorData,
-    GetPromptRequestParams, GetPromptResult, JsonObject, Prompt, ReadResourceRequestParams,
-    ReadResourceResult, RequestId, Resource, ResourceTemplate, ServerCapabilities, ServerResult,
+    ClientCapabilities, ClientRequest, CompleteRequestParams, CompleteResult, ErrorCode,
+    ErrorData, GetPromptRequest, GetPromptRequestParams, GetPromptResult, InputRequiredResult,
+    JsonObject, Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    RequestId, RequestMetaObject, Resource, ResourceTemplate, ServerCapabilities, ServerResult,
     SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
-use rmcp::service::{Peer, PeerRequestOptions, RunningService, ServiceError};
+use rmcp::service::{ClientLifecycleMode, Peer, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::IntoTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{RoleClient, ServiceExt};
+use rmcp::{ClientServiceExt, RoleClient};
 use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
-use toolgate_core::{InputViolations, ToolDefinition, ToolError};
+use toolgate_core::{InputViolations, ToolDefinition, ToolError, ToolInvokeContext};
 use toolgate_hooks::secrets::Scrubber;
 
-use super::relay::{OrderedProgress, Routes, UpstreamClient};
+use super::relay::{OrderedProgress, Routes, UpstreamClient, ask_caller};
 use super::{UpstreamConfig, UpstreamTransport};
-use crate::caller::CallerRequest;
+use crate::caller::{CallerKey, CallerRequest, InputRound};
 
 type Session = RunningService<RoleClient, UpstreamClient>;
 
 /// The error code of a resource the upstream does not have.
 pub(crate) const RESOURCE_NOT_FOUND: &str = "resource_not_found";
+
+/// The error code of a request the upstream refused because the caller did not declare a
+/// capability it needs.
+pub(crate) const MISSING_CAPABILITY: &str = "missing_client_capability";
+
+/// How many rounds of `input_required` results toolgate fulfils for one call of a caller
+/// that cannot take them (2025-11-25), asking it each request, before it gives up.
+const MAX_ROUNDS: usize = rmcp::model::DEFAULT_MRTR_MAX_ROUNDS;
 
 /// How long one call may wait for an upstream that is down to come back.
 const MAX_WAIT_PER_CALL: std::time::Duration = std::time::Duration::from_secs(2);
@@ -42,6 +53,9 @@ const MAX_WAIT_PER_CALL: std::time::Duration = std::time::Duration::from_secs(2)
 #[derive(Default)]
 struct State {
     session: Option<Session>,
+    /// The tools the upstream lists on this connection: known for the legacy one, where
+    /// a 2025-11-25 caller's call goes only for a tool the upstream has at 2025-11-25.
+    tools: HashSet<String>,
     /// Consecutive failed connection attempts.
     failures: u32,
     /// No new attempt before this instant.
@@ -50,15 +64,37 @@ struct State {
     generation: u64,
 }
 
+/// One connection to the upstream, and the calls in flight on it.
+#[derive(Default)]
+struct Channel {
+    /// Whether it speaks 2025-11-25 only (`initialize`, no `server/discover`).
+    legacy: bool,
+    /// The calls in flight, for relaying what the upstream sends about them.
+    routes: Arc<Routes>,
+    state: Mutex<State>,
+}
+
+/// The connections to one upstream. An upstream that speaks both revisions is spoken to
+/// in each caller's: a 2026-07-28 caller's requests go on the `current` connection
+/// (2026-07-28), a 2025-11-25 caller's on the `legacy` one, made when first needed — the
+/// upstream behaves for each caller as it would without toolgate (server-to-client
+/// requests mid-call at 2025-11-25, `input_required` results at 2026-07-28). Requests
+/// without an MCP caller go on `current`. An upstream that speaks only 2025-11-25 has
+/// one connection, `current`.
 pub(crate) struct Link {
     pub config: UpstreamConfig,
     credential: Option<String>,
     /// Every credential of `config`: scrubbed from what the upstream sends back.
     scrubber: Scrubber,
-    /// The calls in flight, for relaying what the upstream sends about them.
-    routes: Arc<Routes>,
-    state: Mutex<State>,
+    current: Channel,
+    legacy: Channel,
+    /// Whether `current` speaks 2026-07-28: [`UNKNOWN`] until it first connects.
+    modern: AtomicU8,
 }
+
+const UNKNOWN: u8 = 0;
+const MODERN: u8 = 1;
+const LEGACY_ONLY: u8 = 2;
 
 impl Link {
     pub fn new(config: UpstreamConfig, credential: Option<String>) -> Self {
@@ -66,9 +102,44 @@ impl Link {
             scrubber: config.scrubber(),
             config,
             credential,
-            routes: Arc::default(),
-            state: Mutex::new(State::default()),
+            current: Channel::default(),
+            legacy: Channel {
+                legacy: true,
+                ..Channel::default()
+            },
+            modern: AtomicU8::new(UNKNOWN),
         }
+    }
+
+    /// The connection for `caller`'s requests: the legacy one for a 2025-11-25 caller of
+    /// an upstream that speaks 2026-07-28, else the current one.
+    fn channel_for(&self, caller: Option<&CallerRequest>) -> &Channel {
+        let legacy_caller = caller.is_some_and(|c| !c.input_required_results);
+        if legacy_caller && self.modern.load(Ordering::Relaxed) == MODERN {
+            &self.legacy
+        } else {
+            &self.current
+        }
+    }
+
+    /// The connection for `caller`'s call of tool `name`: as [`channel_for`], but a tool
+    /// the upstream lists only at 2026-07-28 is called there, its `input_required`
+    /// rounds put to a 2025-11-25 caller by toolgate.
+    ///
+    /// [`channel_for`]: Self::channel_for
+    async fn channel_for_tool(
+        &self,
+        name: &str,
+        caller: Option<&CallerRequest>,
+        deadline: Instant,
+    ) -> Result<&Channel, ToolError> {
+        let channel = self.channel_for(caller);
+        if !channel.legacy {
+            return Ok(channel);
+        }
+        self.peer(channel, deadline).await?;
+        let listed = channel.state.lock().await.tools.contains(name);
+        Ok(if listed { channel } else { &self.current })
     }
 
     /// `text` without the upstream's credentials: for log lines and error messages.
@@ -117,9 +188,13 @@ impl Link {
     /// A live connection, connecting if needed. One call waits out short backoffs (up
     /// to [`MAX_WAIT_PER_CALL`] in all, within its deadline); past that it fails at once
     /// with a retry-after naming the wait, so callers of a dead upstream do not hang.
-    pub async fn peer(&self, deadline: Instant) -> Result<(Peer<RoleClient>, u64), ToolError> {
+    async fn peer(
+        &self,
+        channel: &Channel,
+        deadline: Instant,
+    ) -> Result<(Peer<RoleClient>, u64), ToolError> {
         let wait_until = deadline.min(Instant::now() + MAX_WAIT_PER_CALL);
-        let mut state = self.state.lock().await;
+        let mut state = channel.state.lock().await;
         loop {
             if let Some(session) = &state.session {
                 if !session.is_transport_closed() && !session.is_closed() {
@@ -136,14 +211,15 @@ impl Link {
                 tokio::time::sleep_until(retry_at).await;
             }
             let attempt_deadline = deadline.min(Instant::now() + self.config.connect_timeout);
-            match tokio::time::timeout_at(attempt_deadline, self.connect()).await {
-                Ok(Ok(session)) => {
+            match tokio::time::timeout_at(attempt_deadline, self.connect(channel)).await {
+                Ok(Ok((session, tools))) => {
                     if state.failures > 0 {
                         tracing::info!(server = %self.config.name, "MCP server reconnected");
                     }
                     state.failures = 0;
                     state.retry_at = None;
                     state.session = Some(session);
+                    state.tools = tools;
                     state.generation += 1;
                 }
                 failed => {
@@ -172,7 +248,23 @@ impl Link {
         }
     }
 
-    async fn connect(&self) -> Result<Session, String> {
+    /// A new connection on `channel`; for the legacy channel, with the names of the tools
+    /// the upstream lists on it.
+    async fn connect(&self, channel: &Channel) -> Result<(Session, HashSet<String>), String> {
+        let session = self.open(channel).await?;
+        if !channel.legacy {
+            let modern = session.peer().peer_info().is_some_and(|info| {
+                info.protocol_version >= ProtocolVersion::V_2026_07_28
+            });
+            let modern = if modern { MODERN } else { LEGACY_ONLY };
+            self.modern.store(modern, Ordering::Relaxed);
+            return Ok((session, HashSet::new()));
+        }
+        let tools = session.peer().list_all_tools().await.map_err(|e| e.to_string())?;
+        Ok((session, tools.into_iter().map(|t| t.name.into_owned()).collect()))
+    }
+
+    async fn open(&self, channel: &Channel) -> Result<Session, String> {
         match &self.config.transport {
             UpstreamTransport::Stdio { command, args, env } => {
                 let mut cmd = tokio::process::Command::new(command);
@@ -191,8 +283,11 @@ impl Link {
                         stderr,
                     ));
                 }
-                self.client()
-                    .serve(self.ordered(transport.into_transport()))
+                self.client(channel)
+                    .serve_with_lifecycle(
+                        self.ordered(channel, transport.into_transport()),
+                        self.lifecycle(channel),
+                    )
                     .await
                     .map_err(|e| e.to_string())
             }
@@ -202,27 +297,40 @@ impl Link {
                     config = config.auth_header(token.clone());
                 }
                 let transport = StreamableHttpClientTransport::from_config(config);
-                self.client()
-                    .serve(self.ordered(transport))
+                self.client(channel)
+                    .serve_with_lifecycle(self.ordered(channel, transport), self.lifecycle(channel))
                     .await
                     .map_err(|e| e.to_string())
             }
         }
     }
 
-    fn ordered<T>(&self, transport: T) -> OrderedProgress<T> {
-        OrderedProgress::new(transport, Arc::clone(&self.routes))
+    /// On the current channel, 2026-07-28 when the upstream speaks it (asked with
+    /// `server/discover`), else 2025-11-25; on the legacy channel, 2025-11-25.
+    fn lifecycle(&self, channel: &Channel) -> ClientLifecycleMode {
+        let legacy = ClientLifecycleMode::Initialize;
+        if channel.legacy || !self.config.discover {
+            return legacy;
+        }
+        ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::V_2025_11_25),
+        }
     }
 
-    fn client(&self) -> UpstreamClient {
+    fn ordered<T>(&self, channel: &Channel, transport: T) -> OrderedProgress<T> {
+        OrderedProgress::new(transport, Arc::clone(&channel.routes))
+    }
+
+    fn client(&self, channel: &Channel) -> UpstreamClient {
         UpstreamClient {
-            routes: Arc::clone(&self.routes),
+            routes: Arc::clone(&channel.routes),
         }
     }
 
     /// Drops the connection if it is still the one that failed.
-    async fn forget(&self, generation: u64) {
-        let mut state = self.state.lock().await;
+    async fn forget(&self, channel: &Channel, generation: u64) {
+        let mut state = channel.state.lock().await;
         if state.generation == generation {
             state.session = None;
         }
@@ -230,11 +338,11 @@ impl Link {
 
     /// Every tool the upstream lists.
     pub async fn list_tools(&self, deadline: Instant) -> Result<Vec<Tool>, ToolError> {
-        let (peer, generation) = self.peer(deadline).await?;
+        let (peer, generation) = self.peer(&self.current, deadline).await?;
         match tokio::time::timeout_at(deadline, peer.list_all_tools()).await {
             Ok(Ok(tools)) => Ok(tools),
             Ok(Err(e)) => {
-                self.forget(generation).await;
+                self.forget(&self.current, generation).await;
                 Err(ToolError::transient(e.to_string()))
             }
             Err(_) => Err(ToolError::Timeout {
@@ -245,66 +353,110 @@ impl Link {
 
     /// The upstream's capabilities, once connected.
     pub async fn capabilities(&self, deadline: Instant) -> Option<ServerCapabilities> {
-        let (peer, _) = self.peer(deadline).await.ok()?;
+        let (peer, _) = self.peer(&self.current, deadline).await.ok()?;
         peer.peer_info().map(|info| info.capabilities.clone())
     }
 
     /// Every prompt the upstream lists.
     pub async fn list_prompts(&self, deadline: Instant) -> Result<Vec<Prompt>, ToolError> {
         self.request(
+            &self.current,
             deadline,
             |peer| async move { peer.list_all_prompts().await },
         )
         .await
     }
 
-    /// Gets a prompt by its upstream name.
+    /// Gets a prompt by its upstream name, for the invocation `ctx`: an `input_required`
+    /// answer is the caller's to fulfil, as for a tool ([`rounds`](Self::rounds)).
     pub async fn get_prompt(
         &self,
         name: &str,
         arguments: JsonObject,
         deadline: Instant,
+        ctx: &ToolInvokeContext,
     ) -> Result<GetPromptResult, ToolError> {
-        let params = GetPromptRequestParams::new(name.to_owned()).with_arguments(arguments);
-        self.request(
-            deadline,
-            |peer| async move { peer.get_prompt(params).await },
-        )
+        let caller = ctx.try_get::<CallerKey>();
+        let channel = self.channel_for(caller.as_deref());
+        self.rounds(ctx, deadline, |round| {
+            let mut params =
+                GetPromptRequestParams::new(name.to_owned()).with_arguments(arguments.clone());
+            if let Some(round) = round {
+                params.input_responses = Some(round.responses);
+                params.request_state = round.state;
+            }
+            let caller = caller.clone();
+            async move {
+                let answer = self
+                    .request(channel, deadline, |peer| async move {
+                        let options = Self::options_for(&peer, caller.as_deref());
+                        let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+                        peer.send_request_with_option(request, options)
+                            .await?
+                            .await_response()
+                            .await
+                    })
+                    .await?;
+                match answer {
+                    ServerResult::GetPromptResult(result) => Ok(result),
+                    ServerResult::InputRequiredResult(asked) => Err(input_required(asked)),
+                    _ => Err(ToolError::execution(format!(
+                        "MCP server `{}` answered `prompts/get` with something other than a prompt",
+                        self.config.name
+                    ))),
+                }
+            }
+        })
         .await
     }
 
-    /// Every resource the upstream lists.
-    pub async fn list_resources(&self, deadline: Instant) -> Result<Vec<Resource>, ToolError> {
+    /// Every resource the upstream lists, to `caller`.
+    pub async fn list_resources(
+        &self,
+        caller: Option<&CallerRequest>,
+        deadline: Instant,
+    ) -> Result<Vec<Resource>, ToolError> {
         self.request(
+            self.channel_for(caller),
             deadline,
             |peer| async move { peer.list_all_resources().await },
         )
         .await
     }
 
-    /// Every resource template the upstream lists.
+    /// Every resource template the upstream lists, to `caller`.
     pub async fn list_resource_templates(
         &self,
+        caller: Option<&CallerRequest>,
         deadline: Instant,
     ) -> Result<Vec<ResourceTemplate>, ToolError> {
-        self.request(deadline, |peer| async move {
+        self.request(self.channel_for(caller), deadline, |peer| async move {
             peer.list_all_resource_templates().await
         })
         .await
     }
 
-    /// Reads a resource.
+    /// Reads a resource. An upstream that answers `input_required` for a resource gets
+    /// its requests to the caller as an error (rounds of resource reads are not relayed).
     pub async fn read_resource(
         &self,
         uri: &str,
+        caller: Option<&CallerRequest>,
         deadline: Instant,
     ) -> Result<ReadResourceResult, ToolError> {
         let params = ReadResourceRequestParams::new(uri.to_owned());
-        self.request(
-            deadline,
-            |peer| async move { peer.read_resource(params).await },
-        )
+        self.request(self.channel_for(caller), deadline, |peer| async move {
+            peer.read_resource_once(params).await
+        })
         .await
+        .and_then(|answer| match answer {
+            ReadResourceResponse::Complete(result) => Ok(result),
+            ReadResourceResponse::InputRequired(asked) => Err(input_required(asked)),
+            _ => Err(ToolError::execution(format!(
+                "MCP server `{}` answered `resources/read` with something other than contents",
+                self.config.name
+            ))),
+        })
         .map_err(|e| match e {
             // The URI is the only parameter: a server that refuses it (as 2026-07-28
             // servers and some SDKs do for an unknown resource) does not have it.
@@ -322,7 +474,9 @@ impl Link {
         deadline: Instant,
     ) -> Result<CompleteResult, ToolError> {
         let answer = self
-            .request(deadline, |peer| async move { peer.complete(request).await })
+            .request(&self.current, deadline, |peer| async move {
+                peer.complete(request).await
+            })
             .await;
         answer.map(|mut result| {
             for value in &mut result.completion.values {
@@ -342,15 +496,18 @@ impl Link {
         caller: &CallerRequest,
         deadline: Instant,
     ) -> Result<(), ToolError> {
-        if !self.routes.subscribe(uri, caller) {
+        let channel = self.channel_for(Some(caller));
+        if !channel.routes.subscribe(uri, caller) {
             return Ok(());
         }
         let params = SubscribeRequestParams::new(uri.to_owned());
         let subscribed = self
-            .request(deadline, |peer| async move { peer.subscribe(params).await })
+            .request(channel, deadline, |peer| async move {
+                peer.subscribe(params).await
+            })
             .await;
         if subscribed.is_err() {
-            self.routes.unsubscribe(uri, &caller.session_id);
+            channel.routes.unsubscribe(uri, &caller.session_id);
         }
         subscribed
     }
@@ -363,11 +520,13 @@ impl Link {
         caller: &CallerRequest,
         deadline: Instant,
     ) -> Result<(), ToolError> {
-        if !self.routes.unsubscribe(uri, &caller.session_id) {
+        let channel = self.channel_for(Some(caller));
+        if !channel.routes.unsubscribe(uri, &caller.session_id) {
             return Ok(());
         }
         let params = UnsubscribeRequestParams::new(uri.to_owned());
         self.request(
+            channel,
             deadline,
             |peer| async move { peer.unsubscribe(params).await },
         )
@@ -376,22 +535,55 @@ impl Link {
 
     /// One request other than `tools/call`, with the deadline and the upstream's refusals
     /// as errors a caller can act on. Not sent again: these are cheap to ask again.
-    async fn request<T, F, Fut>(&self, deadline: Instant, send: F) -> Result<T, ToolError>
+    async fn request<T, F, Fut>(
+        &self,
+        channel: &Channel,
+        deadline: Instant,
+        send: F,
+    ) -> Result<T, ToolError>
     where
         F: FnOnce(Peer<RoleClient>) -> Fut,
         Fut: Future<Output = Result<T, ServiceError>>,
     {
         let started = Instant::now();
-        let (peer, generation) = self.peer(deadline).await?;
+        let (peer, generation) = self.peer(channel, deadline).await?;
         match tokio::time::timeout_at(deadline, send(peer)).await {
             Err(_) => Err(self.timed_out(started)),
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(ServiceError::McpError(e))) => Err(self.refused(e)),
             Ok(Err(e)) => {
-                self.forget(generation).await;
+                self.forget(channel, generation).await;
                 Err(self.broken(e))
             }
         }
+    }
+
+    /// The upstream's refusal of a request that needs a capability the caller did not
+    /// declare (2026-07-28: `-32021`), as the caller's error naming what to declare
+    /// ([`MISSING_CAPABILITY`], 400; over MCP, `-32021` again).
+    fn missing_capability(&self, e: &ErrorData) -> ToolError {
+        let needed = e
+            .data
+            .as_ref()
+            .and_then(|data| data.get("requiredCapabilities"))
+            .and_then(Value::as_object)
+            .map(|required| {
+                required
+                    .keys()
+                    .map(|name| format!("`{name}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            })
+            .filter(|names| !names.is_empty())
+            .unwrap_or_else(|| "a capability".to_owned());
+        ToolError::abort(
+            self.scrubbed(format!(
+                "MCP server `{}` needs the client to declare {needed} for this request: declare it (at 2026-07-28, in the request's `_meta`), or ask without it",
+                self.config.name
+            )),
+            MISSING_CAPABILITY,
+            400,
+        )
     }
 
     /// The upstream's JSON-RPC error as a toolgate error: a resource it does not have is
@@ -403,43 +595,138 @@ impl Link {
             self.config.name, e.message
         ));
         match e.code {
+            ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY => self.missing_capability(&e),
             ErrorCode::RESOURCE_NOT_FOUND => ToolError::abort(message, RESOURCE_NOT_FOUND, 404),
             ErrorCode::INVALID_PARAMS => ToolError::InvalidInput(InputViolations::one("", message)),
             _ => ToolError::execution(message),
         }
     }
 
-    /// Calls a tool upstream by its upstream name. What the upstream sends about the call
-    /// — progress, sampling and elicitation requests — is relayed to `caller`. Dropping
-    /// the future cancels the upstream call (`notifications/cancelled`).
+    /// Calls a tool upstream by its upstream name, for the invocation `ctx`. What the
+    /// upstream sends about the call — progress, log messages, sampling and elicitation
+    /// requests — is relayed to the invocation's MCP caller, and an `input_required`
+    /// answer is the caller's to fulfil ([`rounds`](Self::rounds)). Dropping the future
+    /// cancels the upstream call (`notifications/cancelled`).
     pub async fn call(
         &self,
         name: &str,
         arguments: JsonObject,
         deadline: Instant,
+        ctx: &ToolInvokeContext,
+    ) -> Result<CallToolResult, ToolError> {
+        let caller = ctx.try_get::<CallerKey>();
+        self.rounds(ctx, deadline, |round| {
+            self.call_once(name, &arguments, deadline, caller.clone(), round)
+        })
+        .await
+    }
+
+    /// Runs `once` — one request to the upstream, with the caller's answers to the last
+    /// round — until the upstream answers more than `input_required`. An MCP caller of
+    /// 2026-07-28 gets the `input_required` error to fulfil itself (its retry is a new
+    /// invocation); an MCP caller of 2025-11-25 is asked each request on its connection,
+    /// and the request is made again with its answers, at most [`MAX_ROUNDS`] times. A
+    /// result made with the caller's answers is not for a cache ([`set_no_store`]).
+    ///
+    /// [`set_no_store`]: ToolInvokeContext::set_no_store
+    async fn rounds<T, F, Fut>(
+        &self,
+        ctx: &ToolInvokeContext,
+        deadline: Instant,
+        mut once: F,
+    ) -> Result<T, ToolError>
+    where
+        F: FnMut(Option<InputRound>) -> Fut,
+        Fut: Future<Output = Result<T, ToolError>>,
+    {
+        let caller = ctx.try_get::<CallerKey>();
+        let mut round = caller.as_ref().and_then(|c| c.round.clone());
+        let mut rounds = 0;
+        loop {
+            match once(round.take()).await {
+                Err(ToolError::InputRequired { requests, state }) => {
+                    let Some(caller) = caller.as_ref().filter(|c| !c.input_required_results)
+                    else {
+                        return Err(ToolError::InputRequired { requests, state });
+                    };
+                    if rounds == MAX_ROUNDS {
+                        return Err(ToolError::execution(format!(
+                            "MCP server `{}` still asked for input after {MAX_ROUNDS} rounds of answers; the call was given up",
+                            self.config.name
+                        )));
+                    }
+                    rounds += 1;
+                    ctx.set_no_store();
+                    let responses = ask_caller(caller, requests, deadline, &self.config.name).await?;
+                    round = Some(InputRound { responses, state });
+                }
+                answer => return answer,
+            }
+        }
+    }
+
+    /// What the upstream is told about the caller with each request, at 2026-07-28 (in
+    /// the request's `_meta`; a 2025-11-25 upstream was told at `initialize`): what the
+    /// caller can answer — nothing without an MCP caller — and the log level it asked for.
+    fn options_for(peer: &Peer<RoleClient>, caller: Option<&CallerRequest>) -> PeerRequestOptions {
+        let modern = peer
+            .peer_info()
+            .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28);
+        if !modern {
+            return PeerRequestOptions::no_options();
+        }
+        let mut meta = RequestMetaObject::new();
+        meta.set_client_capabilities(
+            caller.map_or_else(ClientCapabilities::default, CallerRequest::relayed_capabilities),
+        );
+        if let Some(level) = caller.and_then(|c| c.log_level) {
+            meta.set_log_level(level);
+        }
+        PeerRequestOptions::no_options().with_meta(meta)
+    }
+
+    /// One `tools/call` upstream.
+    async fn call_once(
+        &self,
+        name: &str,
+        arguments: &JsonObject,
+        deadline: Instant,
         caller: Option<Arc<CallerRequest>>,
+        round: Option<InputRound>,
     ) -> Result<CallToolResult, ToolError> {
         let started = Instant::now();
         // A request that could not be sent never ran: it is safe to send it again once,
         // on a new connection. A request lost after it was sent is not retried.
+        let channel = self
+            .channel_for_tool(name, caller.as_deref(), deadline)
+            .await?;
         for attempt in 0..2 {
-            let (peer, generation) = self.peer(deadline).await?;
-            let params =
+            let (peer, generation) = self.peer(channel, deadline).await?;
+            let mut params =
                 CallToolRequestParams::new(name.to_owned()).with_arguments(arguments.clone());
-            let sent = tokio::time::timeout_at(deadline, send_call(&peer, params)).await;
+            if let Some(round) = &round {
+                params.input_responses = Some(round.responses.clone());
+                params.request_state = round.state.clone();
+            }
+            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            let options = Self::options_for(&peer, caller.as_deref());
+            let sent =
+                tokio::time::timeout_at(deadline, peer.send_request_with_option(request, options))
+                    .await;
             let handle = match sent {
                 Err(_) => return Err(self.timed_out(started)),
                 Ok(Ok(handle)) => handle,
                 Ok(Err(e)) if attempt == 0 => {
                     let error = self.scrubbed(e.to_string());
                     tracing::warn!(server = %self.config.name, %error, "could not send the call; reconnecting");
-                    self.forget(generation).await;
+                    self.forget(channel, generation).await;
                     continue;
                 }
                 Ok(Err(e)) => return Err(self.broken(e)),
             };
-            let mut relay = caller.map(|caller| {
-                self.routes
+            let mut relay = caller.clone().map(|caller| {
+                channel
+                    .routes
                     .add(handle.id.clone(), handle.progress_token.clone(), caller)
             });
             let mut cancel = CancelOnDrop {
@@ -465,31 +752,35 @@ impl Link {
                 }
             })
             .await;
-            return match answered {
-                Err(_) => Err(self.timed_out(started)),
-                Ok(Ok(ServerResult::CallToolResult(result))) => {
-                    cancel.id = None;
-                    Ok(result)
+            let answer = match answered {
+                Err(_) => return Err(self.timed_out(started)),
+                Ok(Err(ServiceError::McpError(e)))
+                    if e.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY =>
+                {
+                    let error = self.missing_capability(&e);
+                    if let Some(caller) = &caller {
+                        caller.refusal.set(ErrorData::new(e.code, error.to_string(), e.data));
+                    }
+                    Err(error)
                 }
-                Ok(Ok(_)) => {
-                    cancel.id = None;
-                    Err(ToolError::execution(format!(
-                        "MCP server `{}` answered the call with something other than a tool result",
-                        self.config.name
-                    )))
-                }
-                Ok(Err(ServiceError::McpError(e))) => {
-                    cancel.id = None;
-                    Err(ToolError::execution(format!(
-                        "MCP server `{}` refused the call: {}",
-                        self.config.name, e.message
-                    )))
-                }
+                Ok(Err(ServiceError::McpError(e))) => Err(ToolError::execution(format!(
+                    "MCP server `{}` refused the call: {}",
+                    self.config.name, e.message
+                ))),
                 Ok(Err(e)) => {
-                    self.forget(generation).await;
-                    Err(self.broken(e))
+                    self.forget(channel, generation).await;
+                    return Err(self.broken(e));
                 }
+                Ok(Ok(ServerResult::CallToolResult(result))) => Ok(result),
+                Ok(Ok(ServerResult::InputRequiredResult(asked))) => Err(input_required(asked)),
+                Ok(Ok(_)) => Err(ToolError::execution(format!(
+                    "MCP server `{}` answered the call with something other than a tool result",
+                    self.config.name
+                ))),
             };
+            // Answered: nothing to cancel.
+            cancel.id = None;
+            return answer;
         }
         Err(ToolError::transient(format!(
             "MCP server `{}` could not be reached; try again",
@@ -512,14 +803,14 @@ impl Link {
     }
 }
 
-/// Sends `tools/call` without waiting for the answer.
-async fn send_call(
-    peer: &Peer<RoleClient>,
-    params: CallToolRequestParams,
-) -> Result<rmcp::service::RequestHandle<RoleClient>, ServiceError> {
-    let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-    peer.send_request_with_option(request, PeerRequestOptions::no_options())
-        .await
+/// An upstream's `input_required` answer as the caller's error: what it asks, and the
+/// upstream's state, which the caller is to send back (sealed by the server first).
+fn input_required(asked: InputRequiredResult) -> ToolError {
+    let requests = asked.input_requests.unwrap_or_default();
+    ToolError::InputRequired {
+        requests: serde_json::to_value(requests).unwrap_or_else(|_| Value::Object(Default::default())),
+        state: asked.request_state,
+    }
 }
 
 /// Tells the upstream a call was abandoned (deadline, cancellation, the caller gone) when

@@ -11,7 +11,8 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest,
+    ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest, InputRequest,
+    InputRequests, InputResponses,
     CreateMessageRequestParams, CreateMessageResult, ElicitRequest, ElicitRequestParams,
     ElicitResult, ErrorData, Implementation, LoggingMessageNotificationParam,
     ProgressNotificationParam, ProgressToken, RequestId, ResourceUpdatedNotificationParam,
@@ -24,7 +25,10 @@ use rmcp::service::{
 };
 use rmcp::transport::Transport;
 use rmcp::{ClientHandler, RoleClient, RoleServer};
+use serde_json::Value;
 use tokio::sync::{Notify, mpsc};
+use tokio::time::Instant;
+use toolgate_core::ToolError;
 
 use crate::caller::CallerRequest;
 
@@ -369,6 +373,77 @@ impl ClientHandler for UpstreamClient {
             Err(e) => Err(relay_failed("elicitation", e)),
         }
     }
+}
+
+/// Asks the caller of a 2025-11-25 connection, one by one, what an upstream's
+/// `input_required` result asks (`requests`, the MCP `inputRequests` object): sampling,
+/// elicitation and roots requests on the caller's connection, within `deadline`. The
+/// answers are keyed as the requests were, for the upstream's next round.
+pub(crate) async fn ask_caller(
+    caller: &CallerRequest,
+    requests: Value,
+    deadline: Instant,
+    server: &str,
+) -> Result<InputResponses, ToolError> {
+    let requests: InputRequests = serde_json::from_value(requests).map_err(|e| {
+        ToolError::execution(format!(
+            "MCP server `{server}` asked for input in a form toolgate cannot read: {e}"
+        ))
+    })?;
+    let started = Instant::now();
+    let mut responses = InputResponses::new();
+    for (key, request) in requests {
+        let (what, declared, request) = match request {
+            InputRequest::CreateMessage(r) => (
+                "sampling",
+                caller.can_sample(),
+                ServerRequest::CreateMessageRequest(r),
+            ),
+            InputRequest::Elicitation(r) => (
+                "elicitation",
+                caller.can_elicit(),
+                ServerRequest::ElicitRequest(r),
+            ),
+            InputRequest::ListRoots(r) => (
+                "roots",
+                caller.can_list_roots(),
+                ServerRequest::ListRootsRequest(r),
+            ),
+            _ => {
+                return Err(ToolError::execution(format!(
+                    "MCP server `{server}` asked for a kind of input toolgate does not know"
+                )));
+            }
+        };
+        if !declared {
+            return Err(ToolError::execution(format!(
+                "MCP server `{server}` asked for {what}, which this MCP client did not declare it can answer"
+            )));
+        }
+        let answer = match tokio::time::timeout_at(deadline, caller.peer.send_request(request)).await {
+            Err(_) => {
+                return Err(ToolError::Timeout {
+                    after: started.elapsed(),
+                });
+            }
+            Ok(Err(rmcp::service::ServiceError::McpError(e))) => {
+                return Err(ToolError::execution(format!(
+                    "the caller refused the {what} request of MCP server `{server}`: {}",
+                    e.message
+                )));
+            }
+            Ok(Err(e)) => {
+                return Err(ToolError::transient(format!(
+                    "the caller did not answer the {what} request of MCP server `{server}`: {e}"
+                )));
+            }
+            Ok(Ok(answer)) => answer,
+        };
+        let answer = serde_json::to_value(answer)
+            .map_err(|e| ToolError::internal(format!("an answer could not be written: {e}")))?;
+        responses.insert(key, answer);
+    }
+    Ok(responses)
 }
 
 /// The upstream transport, with each progress notification (and log message) queued for

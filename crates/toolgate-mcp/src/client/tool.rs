@@ -14,7 +14,6 @@ use toolgate_core::{
 use toolgate_hooks::validation::violations_for;
 
 use super::link::Link;
-use crate::caller::CallerKey;
 
 /// A tool that lives in an upstream MCP server. Its arguments are checked against its
 /// input schema before the call leaves (the tool's own check, at `will_validate_input`,
@@ -103,10 +102,9 @@ impl ErasedTool for ImportedTool {
             if let Some(invocation) = ctx.deadline() {
                 deadline = deadline.min(invocation);
             }
-            let caller = ctx.try_get::<CallerKey>();
             let result = self
                 .link
-                .call(&self.remote_name, arguments, deadline, caller)
+                .call(&self.remote_name, arguments, deadline, ctx)
                 .await
                 .and_then(|result| output_from_result(&self.link.config.name, result));
             self.link.scrub(result)

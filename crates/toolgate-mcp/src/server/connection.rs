@@ -14,7 +14,7 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, CustomRequest,
     CustomResult, ErrorCode, ErrorData, GetPromptRequestParams, GetPromptResponse, Implementation,
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    LoggingLevel, PaginatedRequestParams, ReadResourceRequestParams, ReadResourceResponse,
+    LoggingLevel, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
     Reference, ResultType, ServerCapabilities, ServerConfig, SetLevelRequestParams,
     SubscribeRequestParams, UnsubscribeRequestParams,
 };
@@ -26,8 +26,8 @@ use toolgate_core::{InvokeOptions, ToolDefinition, ToolError, User};
 use super::ServerInner;
 use super::features;
 use super::http::{ClientDisconnected, HostShutdown};
-use crate::caller::{CallerKey, CallerRequest};
-use crate::client::{PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG, is_tool};
+use crate::caller::{CallerKey, CallerRequest, InputRound, Refusal};
+use crate::client::{MISSING_CAPABILITY, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG, is_tool};
 use crate::convert::{InputShape, error_to_result, output_to_result, to_mcp_tool, unknown_tool};
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
@@ -130,17 +130,52 @@ impl Connection {
         input: Value,
         context: &RequestContext<RoleServer>,
     ) -> Result<Value, ToolError> {
+        let user = self.user(context.extensions.get::<http::request::Parts>());
+        self.run_as(name, input, context, user, None).await
+    }
+
+    /// [`run`](Self::run) for `user`, with the caller's answers when the request is a
+    /// round of a multi-round call (whose result is then not for a cache).
+    async fn run_as(
+        &self,
+        name: &str,
+        input: Value,
+        context: &RequestContext<RoleServer>,
+        user: Arc<User>,
+        round: Option<InputRound>,
+    ) -> Result<Value, ToolError> {
+        self.run_with(name, input, context, user, round, Refusal::default())
+            .await
+    }
+
+    /// [`run_as`](Self::run_as), with where an upstream leaves its protocol error.
+    async fn run_with(
+        &self,
+        name: &str,
+        input: Value,
+        context: &RequestContext<RoleServer>,
+        user: Arc<User>,
+        round: Option<InputRound>,
+        refusal: Refusal,
+    ) -> Result<Value, ToolError> {
         let parts = context.extensions.get::<http::request::Parts>();
-        let user = self.user(parts);
         // Fires when the client sends `notifications/cancelled`, or when the host cuts
         // the call at shutdown.
         let cancel = context.ct.child_token();
         let session = self.session_id(parts);
+        let no_store = round.is_some();
         let caller = CallerRequest {
             peer: context.peer.clone(),
             progress_token: context.meta.get_progress_token(),
-            log_level: *self.log_level.lock().unwrap_or_else(|e| e.into_inner()),
+            log_level: context
+                .meta
+                .log_level()
+                .or(*self.log_level.lock().unwrap_or_else(|e| e.into_inner())),
             session_id: Arc::clone(&session),
+            capabilities: context.client_capabilities().unwrap_or_default(),
+            input_required_results: takes_input_required(context),
+            round,
+            refusal,
         };
         let mut options = InvokeOptions::new()
             .session(session)
@@ -149,6 +184,9 @@ impl Connection {
             .provide::<CallerKey>(caller);
         if let Some(timeout) = self.server().call_timeout {
             options = options.timeout(timeout);
+        }
+        if no_store {
+            options = options.no_store();
         }
         let server = self.server();
         let invoke = server.pipeline.invoke(name, input, options);
@@ -212,6 +250,14 @@ impl Connection {
         }
         all
     }
+}
+
+/// Whether the caller of `context` speaks 2026-07-28 or later, and so takes
+/// `input_required` results (older callers are asked each request on their connection).
+fn takes_input_required(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .protocol_version()
+        .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28)
 }
 
 impl Drop for Connection {
@@ -286,11 +332,33 @@ impl ServerHandler for Connection {
         let Some(definition) = self.visible(&name, &context).filter(is_tool) else {
             return Err(unknown_tool(&name));
         };
+        let user = self.user(context.extensions.get::<http::request::Parts>());
+        let target = format!("tools/call {name}");
+        let seal = Arc::clone(&self.server().seal);
+        let round = seal.round(
+            request.input_responses,
+            request.request_state,
+            &user,
+            &target,
+        )?;
         let input =
             InputShape::of(&definition.input_schema).input(request.arguments.unwrap_or_default());
-        match self.run(&name, input, &context).await {
+        let refusal = Refusal::default();
+        match self
+            .run_with(&name, input, &context, Arc::clone(&user), round, refusal.clone())
+            .await
+        {
             Ok(output) => Ok(output_to_result(&definition, output).into()),
             Err(ToolError::UnknownTool { .. }) => Err(unknown_tool(&name)),
+            Err(ToolError::InputRequired { requests, state }) if takes_input_required(&context) => {
+                Ok(CallToolResponse::InputRequired(
+                    seal.answer(requests, state, &user, &target)?,
+                ))
+            }
+            // The protocol's own error (-32021), which the caller's SDK acts on.
+            Err(error) if error.code() == MISSING_CAPABILITY => {
+                Err(refusal.take().unwrap_or_else(|| features::request_error(&error)))
+            }
             Err(error) => Ok(error_to_result(&error).into()),
         }
     }
@@ -320,12 +388,28 @@ impl ServerHandler for Connection {
         {
             return Err(features::unknown_prompt(&request.name));
         }
+        let user = self.user(context.extensions.get::<http::request::Parts>());
+        let target = format!("prompts/get {}", request.name);
+        let seal = Arc::clone(&self.server().seal);
+        let round = seal.round(
+            request.input_responses,
+            request.request_state,
+            &user,
+            &target,
+        )?;
         let input = Value::Object(request.arguments.unwrap_or_default());
-        let output = self
-            .run(&name, input, &context)
+        match self
+            .run_as(&name, input, &context, Arc::clone(&user), round)
             .await
-            .map_err(|e| features::request_error(&e))?;
-        features::prompt_result(output).map(GetPromptResponse::Complete)
+        {
+            Ok(output) => features::prompt_result(output).map(GetPromptResponse::Complete),
+            Err(ToolError::InputRequired { requests, state }) if takes_input_required(&context) => {
+                Ok(GetPromptResponse::InputRequired(
+                    seal.answer(requests, state, &user, &target)?,
+                ))
+            }
+            Err(e) => Err(features::request_error(&e)),
+        }
     }
 
     async fn list_resources(

@@ -8,7 +8,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use toolgate_core::{ToolDefinition, ToolError};
 
-use crate::client::PROMPT_PREFIX;
+use crate::client::{MISSING_CAPABILITY, PROMPT_PREFIX};
 
 /// A prompt tool as MCP lists the prompt: its name without the tool prefix, and its
 /// arguments from the tool's input schema.
@@ -98,6 +98,13 @@ pub(crate) fn resource_not_found(uri: &str) -> ErrorData {
 /// invalid parameters, anything else with its code, HTTP status and retry delay in
 /// `data` (as tool errors carry them in `_meta`).
 pub(crate) fn request_error(error: &ToolError) -> ErrorData {
+    if error.code() == MISSING_CAPABILITY {
+        return ErrorData::new(
+            ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+            error.to_string(),
+            None,
+        );
+    }
     let mut data = json!({ "code": error.code(), "status": error.status() });
     if let Some(delay) = error.retry_after_delay() {
         data["retryAfterMs"] = json!(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));

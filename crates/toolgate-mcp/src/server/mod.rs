@@ -4,6 +4,7 @@ mod connection;
 mod features;
 mod http;
 mod request_body;
+mod rounds;
 
 use std::fmt;
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use toolgate_core::{Pipeline, ToolDefinition, User};
 pub use self::http::{ClientDisconnected, GuardedBody, HostShutdown, McpHttpService};
 use crate::McpError;
 use connection::Connection;
+use rounds::StateSeal;
 
 /// Decides which tools `tools/list` shows to a principal — where the authorization
 /// policy plugs in, so a caller never sees a tool it may not call. A tool hidden from a
@@ -69,6 +71,8 @@ pub(crate) struct ServerInner {
     pub call_timeout: Option<Duration>,
     /// The upstreams whose prompts and resource templates `completion/complete` asks.
     pub upstreams: Vec<crate::Upstream>,
+    /// Seals the `requestState` of rounds answered to callers.
+    pub seal: Arc<StateSeal>,
 }
 
 /// A [`Pipeline`] served as an MCP server: every `tools/call` runs through the pipeline.
@@ -117,6 +121,7 @@ impl McpServer {
                 instructions: None,
                 call_timeout: None,
                 upstreams: Vec::new(),
+                seal: Arc::new(StateSeal::random()),
             }),
         }
     }
@@ -136,6 +141,7 @@ impl McpServer {
                     instructions: old.instructions.clone(),
                     call_timeout: old.call_timeout,
                     upstreams: old.upstreams.clone(),
+                    seal: Arc::clone(&old.seal),
                 };
                 f(&mut inner);
                 self.inner = Arc::new(inner);
@@ -195,6 +201,30 @@ impl McpServer {
     #[must_use]
     pub fn upstreams(self, upstreams: Vec<crate::Upstream>) -> Self {
         self.edit(|s| s.upstreams = upstreams)
+    }
+
+    /// The key that seals the `requestState` of the multi-round calls it answers (MCP
+    /// 2026-07-28: an upstream's `input_required` result), so that a caller can neither
+    /// forge nor change one, nor replay one given to another user or for another tool.
+    /// At least 32 bytes; the same on every replica that serves the same callers, and kept
+    /// across restarts for rounds to survive them. Without one, a random key of this
+    /// server is used.
+    ///
+    /// # Errors
+    ///
+    /// [`McpError::Config`] when the key is shorter than 32 bytes.
+    ///
+    /// ```
+    /// # use toolgate_core::Pipeline;
+    /// # use toolgate_mcp::McpServer;
+    /// # fn f(pipeline: Pipeline) -> Result<(), toolgate_mcp::McpError> {
+    /// let key = std::env::var("MCP_STATE_KEY").unwrap_or_else(|_| "0".repeat(64));
+    /// let server = McpServer::new(pipeline).request_state_key(key.as_bytes())?;
+    /// # Ok(()) }
+    /// ```
+    pub fn request_state_key(self, key: &[u8]) -> Result<Self, McpError> {
+        let seal = Arc::new(StateSeal::with_key(key)?);
+        Ok(self.edit(|s| s.seal = seal))
     }
 
     /// The pipeline this server serves.
