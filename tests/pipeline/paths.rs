@@ -299,6 +299,39 @@ async fn tool_error_runs_the_error_path_without_did_execute() {
 }
 
 #[tokio::test]
+async fn a_tool_that_needs_the_callers_input_waits_without_the_error_path() {
+    let asked = ToolError::InputRequired {
+        requests: json!({"name": {"method": "elicitation/create", "params": {"message": "Name?"}}}),
+        state: Some("step=1".to_owned()),
+    };
+    let tool = ScriptedTool::new(TOOL).then(Step::Fail(asked.clone()));
+    let test = recorded(tool.clone(), |h| h);
+    let log = test.log();
+
+    let err = test
+        .build()
+        .invoke(TOOL, input(), options())
+        .await
+        .unwrap_err();
+
+    assert_eq!(
+        err, asked,
+        "the requests and the state reach the caller as they were"
+    );
+    assert_eq!((err.code(), err.status()), ("input_required", 422));
+    assert!(err.is_waiting() && !err.is_retryable());
+    // Like a suspension, not a failure: no `on_error`.
+    assert_stages(
+        &log,
+        &concat(&[
+            THROUGH_INPUT,
+            &[WillReadCache, DidCacheMiss, AroundExecute, WillExecute],
+            &ERROR_TAIL_ACQUIRED[1..],
+        ]),
+    );
+}
+
+#[tokio::test]
 async fn panic_in_a_hook_becomes_an_internal_error_without_its_payload() {
     let test = recorded(ScriptedTool::new(TOOL), |h| {
         h.at(WillCheckFeatureFlags, Inject::Panic)

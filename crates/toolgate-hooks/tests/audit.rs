@@ -324,3 +324,29 @@ async fn the_channel_sink_delivers_records_in_order() {
         ("b", Outcome::Error)
     );
 }
+
+#[tokio::test]
+async fn a_call_waiting_for_its_callers_input_is_recorded_as_such_not_as_a_failure() {
+    let (audit, sink) = common::memory_audit();
+    let tool = toolgate_core::JsonTool::new("ask", "Asks the user.", json!({}), |_, _| {
+        Box::pin(async {
+            Err(toolgate_core::ToolError::InputRequired {
+                requests: json!({"name": {"method": "elicitation/create", "params": {}}}),
+                state: Some("s".to_owned()),
+            })
+        })
+    });
+    let mut b = Pipeline::builder();
+    b.erased_tool(std::sync::Arc::new(tool)).unwrap();
+    let p = b.hook(audit).build().unwrap();
+    let err = p
+        .invoke("ask", json!({}), InvokeOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "input_required");
+    let r = common::only_record(&sink);
+    assert_eq!(
+        (r.outcome, r.code.as_deref(), r.status),
+        (Outcome::InputRequired, Some("input_required"), 422)
+    );
+}

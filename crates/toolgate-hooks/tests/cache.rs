@@ -240,3 +240,56 @@ async fn field_order_of_the_input_does_not_change_the_key() {
     p.invoke("t", b, as_user("u")).await.unwrap();
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn a_call_made_with_no_store_is_neither_answered_from_nor_stored_in_the_cache() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let p = pipeline(
+        owner_tool("r", Arc::clone(&runs), |_| {}),
+        ResultCache::new(),
+    );
+    let no_store = || as_user("a").no_store();
+    p.invoke("r", json!(1), no_store()).await.unwrap();
+    p.invoke("r", json!(1), as_user("a")).await.unwrap();
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        2,
+        "the no-store result was not stored"
+    );
+    p.invoke("r", json!(1), no_store()).await.unwrap();
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        3,
+        "nor read: the tool ran again"
+    );
+    p.invoke("r", json!(1), as_user("a")).await.unwrap();
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        3,
+        "the stored result still serves others"
+    );
+}
+
+#[tokio::test]
+async fn a_result_the_tool_marks_no_store_is_not_stored() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&runs);
+    // Asks "the user" on even runs: that result depends on the answer, not the input.
+    let mut tool = JsonTool::new("greet", "", json!({}), move |_, ctx| {
+        let n = counter.fetch_add(1, Ordering::SeqCst);
+        if n.is_multiple_of(2) {
+            ctx.set_no_store();
+        }
+        Box::pin(async move { Ok::<_, ToolError>(json!(format!("answer {n}"))) })
+    });
+    tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
+    let p = pipeline(Arc::new(tool), ResultCache::new());
+    let call = || p.invoke("greet", json!({}), as_user("a"));
+    assert_eq!(call().await.unwrap(), json!("answer 0"));
+    assert_eq!(
+        call().await.unwrap(),
+        json!("answer 1"),
+        "run 0 was not stored"
+    );
+    assert_eq!(call().await.unwrap(), json!("answer 1"), "run 1 was");
+}

@@ -370,10 +370,7 @@ macro_rules! run_tail {
     ($entry:expr, $ctx:expr) => {{
         let (entry, ctx): (&ToolEntry, &mut ToolInvokeContext) = ($entry, $ctx);
         if has_tail_hooks(entry, ctx) {
-            let failed = ctx
-                .error
-                .as_ref()
-                .is_some_and(|e| !e.is_waiting());
+            let failed = ctx.error.as_ref().is_some_and(|e| !e.is_waiting());
             if failed && let Some(first) = enter_tail(entry, ctx, Stage::OnError) {
                 run_tail_stage!(entry, ctx, Stage::OnError, first);
             }

@@ -317,3 +317,124 @@ async fn prompts_and_resources_go_through_authorization_redaction_and_audit() {
         "{audited:?}"
     );
 }
+
+/// The conformance fixture (`tests/conformance/everything.py`) serving streamable HTTP on a
+/// free loopback port, stopped when dropped.
+struct Everything {
+    child: std::process::Child,
+    url: String,
+}
+
+impl Everything {
+    fn start() -> Everything {
+        use std::io::BufRead;
+        let script = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/conformance/everything.py"
+        );
+        let mut child = std::process::Command::new(python())
+            .args([script, "0"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("python runs");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().expect("piped"))
+            .read_line(&mut line)
+            .expect("the fixture says where it listens");
+        let url = line.trim().rsplit(' ').next().expect("a URL").to_owned();
+        assert!(url.starts_with("http://127.0.0.1:"), "{line}");
+        Everything { child, url }
+    }
+}
+
+impl Drop for Everything {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// What `tests/clients/rounds_client.py` saw, in `era`.
+async fn rounds_seen(gateway: &Gateway, era: &str) -> Value {
+    let client = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/rounds_client.py"
+    );
+    let run = tokio::process::Command::new(python())
+        .arg(client)
+        .arg(gateway.url("/mcp"))
+        .arg(crate::common::key("alice"))
+        .arg(era)
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), run)
+        .await
+        .expect("the Python client finishes within 120 s")
+        .expect("python runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{era} client failed:\n{stdout}\n{}\ngateway:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        gateway.stderr()
+    );
+    serde_json::from_str(stdout.trim()).expect("one JSON line")
+}
+
+#[tokio::test]
+async fn an_upstreams_input_required_rounds_reach_callers_of_both_eras_and_are_never_cached() {
+    if !python_mcp_available(
+        "an_upstreams_input_required_rounds_reach_callers_of_both_eras_and_are_never_cached",
+    ) {
+        return;
+    }
+    let upstream = Everything::start();
+    // The greeting tool is cached (as if read-only): a result made with a caller's
+    // answers must still never be stored or served again.
+    let gateway = Gateway::start(&format!(
+        "upstreams:\n  - name: everything\n    url: {url}\n\
+policies:\n  cache:\n    tools: {{ test_input_required_result_elicitation: 5m }}\n\
+users:\n{alice}",
+        url = upstream.url,
+        alice = user_yaml("alice", &["admin"]),
+    ));
+    for era in ["2025-11-25", "2026-07-28"] {
+        let seen = rounds_seen(&gateway, era).await;
+        assert_eq!(
+            seen["elicited"],
+            json!([
+                "Step 1: What is your name?",
+                "Step 2: What is your favorite color?",
+                "What is your name?",
+                "What is your name?"
+            ]),
+            "{era}: every round's request reached the client: {seen}"
+        );
+        assert_eq!(
+            seen["results"]["multi_round"], "Multi-round complete for Alice who likes blue",
+            "{era}: the upstream's state came back to it intact: {seen}"
+        );
+        assert_eq!(seen["results"]["first"], "Hello, Bob!", "{era}: {seen}");
+        // At 2026-07-28 the client held the upstream's state (the multi-round tool's two
+        // rounds) only sealed by the gateway.
+        let states: Vec<&str> = seen["states"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let expected = if era == "2026-07-28" { 2 } else { 0 };
+        assert_eq!(states.len(), expected, "{era}: {seen}");
+        for state in states {
+            assert!(
+                !state.contains("round"),
+                "{era}: the upstream's state is sealed, not readable as sent: {state}"
+            );
+        }
+        assert_eq!(
+            seen["results"]["second"], "Hello, Carol!",
+            "{era}: the second call was not answered from the first's result: {seen}"
+        );
+    }
+}

@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicU8, Ordering};
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientCapabilities, ClientRequest, CompleteRequestParams, CompleteResult, ErrorCode,
-    ErrorData, GetPromptRequest, GetPromptRequestParams, GetPromptResult, InputRequiredResult,
-    JsonObject, Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
+    ClientCapabilities, ClientRequest, CompleteRequestParams, CompleteResult, ErrorCode, ErrorData,
+    GetPromptRequest, GetPromptRequestParams, GetPromptResult, InputRequiredResult, JsonObject,
+    Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
     RequestId, RequestMetaObject, Resource, ResourceTemplate, ServerCapabilities, ServerResult,
     SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
@@ -253,15 +253,23 @@ impl Link {
     async fn connect(&self, channel: &Channel) -> Result<(Session, HashSet<String>), String> {
         let session = self.open(channel).await?;
         if !channel.legacy {
-            let modern = session.peer().peer_info().is_some_and(|info| {
-                info.protocol_version >= ProtocolVersion::V_2026_07_28
-            });
+            let modern = session
+                .peer()
+                .peer_info()
+                .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28);
             let modern = if modern { MODERN } else { LEGACY_ONLY };
             self.modern.store(modern, Ordering::Relaxed);
             return Ok((session, HashSet::new()));
         }
-        let tools = session.peer().list_all_tools().await.map_err(|e| e.to_string())?;
-        Ok((session, tools.into_iter().map(|t| t.name.into_owned()).collect()))
+        let tools = session
+            .peer()
+            .list_all_tools()
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok((
+            session,
+            tools.into_iter().map(|t| t.name.into_owned()).collect(),
+        ))
     }
 
     async fn open(&self, channel: &Channel) -> Result<Session, String> {
@@ -359,11 +367,9 @@ impl Link {
 
     /// Every prompt the upstream lists.
     pub async fn list_prompts(&self, deadline: Instant) -> Result<Vec<Prompt>, ToolError> {
-        self.request(
-            &self.current,
-            deadline,
-            |peer| async move { peer.list_all_prompts().await },
-        )
+        self.request(&self.current, deadline, |peer| async move {
+            peer.list_all_prompts().await
+        })
         .await
     }
 
@@ -390,7 +396,8 @@ impl Link {
                 let answer = self
                     .request(channel, deadline, |peer| async move {
                         let options = Self::options_for(&peer, caller.as_deref());
-                        let request = ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+                        let request =
+                            ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
                         peer.send_request_with_option(request, options)
                             .await?
                             .await_response()
@@ -416,11 +423,9 @@ impl Link {
         caller: Option<&CallerRequest>,
         deadline: Instant,
     ) -> Result<Vec<Resource>, ToolError> {
-        self.request(
-            self.channel_for(caller),
-            deadline,
-            |peer| async move { peer.list_all_resources().await },
-        )
+        self.request(self.channel_for(caller), deadline, |peer| async move {
+            peer.list_all_resources().await
+        })
         .await
     }
 
@@ -525,11 +530,9 @@ impl Link {
             return Ok(());
         }
         let params = UnsubscribeRequestParams::new(uri.to_owned());
-        self.request(
-            channel,
-            deadline,
-            |peer| async move { peer.unsubscribe(params).await },
-        )
+        self.request(channel, deadline, |peer| async move {
+            peer.unsubscribe(params).await
+        })
         .await
     }
 
@@ -645,8 +648,7 @@ impl Link {
         loop {
             match once(round.take()).await {
                 Err(ToolError::InputRequired { requests, state }) => {
-                    let Some(caller) = caller.as_ref().filter(|c| !c.input_required_results)
-                    else {
+                    let Some(caller) = caller.as_ref().filter(|c| !c.input_required_results) else {
                         return Err(ToolError::InputRequired { requests, state });
                     };
                     if rounds == MAX_ROUNDS {
@@ -657,7 +659,8 @@ impl Link {
                     }
                     rounds += 1;
                     ctx.set_no_store();
-                    let responses = ask_caller(caller, requests, deadline, &self.config.name).await?;
+                    let responses =
+                        ask_caller(caller, requests, deadline, &self.config.name).await?;
                     round = Some(InputRound { responses, state });
                 }
                 answer => return answer,
@@ -676,9 +679,10 @@ impl Link {
             return PeerRequestOptions::no_options();
         }
         let mut meta = RequestMetaObject::new();
-        meta.set_client_capabilities(
-            caller.map_or_else(ClientCapabilities::default, CallerRequest::relayed_capabilities),
-        );
+        meta.set_client_capabilities(caller.map_or_else(
+            ClientCapabilities::default,
+            CallerRequest::relayed_capabilities,
+        ));
         if let Some(level) = caller.and_then(|c| c.log_level) {
             meta.set_log_level(level);
         }
@@ -759,7 +763,9 @@ impl Link {
                 {
                     let error = self.missing_capability(&e);
                     if let Some(caller) = &caller {
-                        caller.refusal.set(ErrorData::new(e.code, error.to_string(), e.data));
+                        caller
+                            .refusal
+                            .set(ErrorData::new(e.code, error.to_string(), e.data));
                     }
                     Err(error)
                 }
@@ -808,7 +814,8 @@ impl Link {
 fn input_required(asked: InputRequiredResult) -> ToolError {
     let requests = asked.input_requests.unwrap_or_default();
     ToolError::InputRequired {
-        requests: serde_json::to_value(requests).unwrap_or_else(|_| Value::Object(Default::default())),
+        requests: serde_json::to_value(requests)
+            .unwrap_or_else(|_| Value::Object(Default::default())),
         state: asked.request_state,
     }
 }

@@ -11,12 +11,11 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
-    ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest, InputRequest,
-    InputRequests, InputResponses,
+    ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest,
     CreateMessageRequestParams, CreateMessageResult, ElicitRequest, ElicitRequestParams,
-    ElicitResult, ErrorData, Implementation, LoggingMessageNotificationParam,
-    ProgressNotificationParam, ProgressToken, RequestId, ResourceUpdatedNotificationParam,
-    ServerRequest,
+    ElicitResult, ErrorData, Implementation, InputRequest, InputRequests, InputResponses,
+    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
+    ResourceUpdatedNotificationParam, ServerRequest,
 };
 use rmcp::model::{JsonRpcMessage, ServerNotification};
 use rmcp::service::{
@@ -420,25 +419,26 @@ pub(crate) async fn ask_caller(
                 "MCP server `{server}` asked for {what}, which this MCP client did not declare it can answer"
             )));
         }
-        let answer = match tokio::time::timeout_at(deadline, caller.peer.send_request(request)).await {
-            Err(_) => {
-                return Err(ToolError::Timeout {
-                    after: started.elapsed(),
-                });
-            }
-            Ok(Err(rmcp::service::ServiceError::McpError(e))) => {
-                return Err(ToolError::execution(format!(
-                    "the caller refused the {what} request of MCP server `{server}`: {}",
-                    e.message
-                )));
-            }
-            Ok(Err(e)) => {
-                return Err(ToolError::transient(format!(
-                    "the caller did not answer the {what} request of MCP server `{server}`: {e}"
-                )));
-            }
-            Ok(Ok(answer)) => answer,
-        };
+        let answer =
+            match tokio::time::timeout_at(deadline, caller.peer.send_request(request)).await {
+                Err(_) => {
+                    return Err(ToolError::Timeout {
+                        after: started.elapsed(),
+                    });
+                }
+                Ok(Err(rmcp::service::ServiceError::McpError(e))) => {
+                    return Err(ToolError::execution(format!(
+                        "the caller refused the {what} request of MCP server `{server}`: {}",
+                        e.message
+                    )));
+                }
+                Ok(Err(e)) => {
+                    return Err(ToolError::transient(format!(
+                        "the caller did not answer the {what} request of MCP server `{server}`: {e}"
+                    )));
+                }
+                Ok(Ok(answer)) => answer,
+            };
         let answer = serde_json::to_value(answer)
             .map_err(|e| ToolError::internal(format!("an answer could not be written: {e}")))?;
         responses.insert(key, answer);

@@ -14,9 +14,9 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, CustomRequest,
     CustomResult, ErrorCode, ErrorData, GetPromptRequestParams, GetPromptResponse, Implementation,
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    LoggingLevel, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
-    Reference, ResultType, ServerCapabilities, ServerConfig, SetLevelRequestParams,
-    SubscribeRequestParams, UnsubscribeRequestParams,
+    LoggingLevel, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
+    ReadResourceResponse, Reference, ResultType, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
 };
 use rmcp::service::RequestContext;
 use rmcp::{RoleServer, ServerHandler};
@@ -27,7 +27,9 @@ use super::ServerInner;
 use super::features;
 use super::http::{ClientDisconnected, HostShutdown};
 use crate::caller::{CallerKey, CallerRequest, InputRound, Refusal};
-use crate::client::{MISSING_CAPABILITY, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG, is_tool};
+use crate::client::{
+    MISSING_CAPABILITY, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG, is_tool,
+};
 use crate::convert::{InputShape, error_to_result, output_to_result, to_mcp_tool, unknown_tool};
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
@@ -345,7 +347,14 @@ impl ServerHandler for Connection {
             InputShape::of(&definition.input_schema).input(request.arguments.unwrap_or_default());
         let refusal = Refusal::default();
         match self
-            .run_with(&name, input, &context, Arc::clone(&user), round, refusal.clone())
+            .run_with(
+                &name,
+                input,
+                &context,
+                Arc::clone(&user),
+                round,
+                refusal.clone(),
+            )
             .await
         {
             Ok(output) => Ok(output_to_result(&definition, output).into()),
@@ -356,9 +365,9 @@ impl ServerHandler for Connection {
                 ))
             }
             // The protocol's own error (-32021), which the caller's SDK acts on.
-            Err(error) if error.code() == MISSING_CAPABILITY => {
-                Err(refusal.take().unwrap_or_else(|| features::request_error(&error)))
-            }
+            Err(error) if error.code() == MISSING_CAPABILITY => Err(refusal
+                .take()
+                .unwrap_or_else(|| features::request_error(&error))),
             Err(error) => Ok(error_to_result(&error).into()),
         }
     }

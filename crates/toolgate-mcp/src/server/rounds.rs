@@ -10,8 +10,7 @@
 //! `invalid params`) and never reaches the upstream.
 
 use rmcp::model::{
-    ErrorData, InputRequests, InputRequiredResult, InputResponses, RequestStateCodec,
-    SealOptions,
+    ErrorData, InputRequests, InputRequiredResult, InputResponses, RequestStateCodec, SealOptions,
 };
 use serde_json::Value;
 use toolgate_core::User;
@@ -124,7 +123,10 @@ impl StateSeal {
         target: &str,
     ) -> Result<InputRequiredResult, ErrorData> {
         let requests: InputRequests = serde_json::from_value(requests).map_err(|e| {
-            ErrorData::internal_error(format!("the upstream's input requests could not be read: {e}"), None)
+            ErrorData::internal_error(
+                format!("the upstream's input requests could not be read: {e}"),
+                None,
+            )
         })?;
         let options = SealOptions::new().ttl(STATE_TTL);
         let context = Self::context(user, target);
@@ -146,7 +148,12 @@ mod tests {
 
     fn sealed(seal: &StateSeal, user: &User, target: &str) -> String {
         let answer = seal
-            .answer(serde_json::json!({}), Some("step=2".to_owned()), user, target)
+            .answer(
+                serde_json::json!({}),
+                Some("step=2".to_owned()),
+                user,
+                target,
+            )
             .unwrap();
         answer.request_state.unwrap()
     }
@@ -156,7 +163,12 @@ mod tests {
         let seal = StateSeal::random();
         let state = sealed(&seal, &alice(), "tools/call x");
         let round = seal
-            .round(Some(InputResponses::new()), Some(state), &alice(), "tools/call x")
+            .round(
+                Some(InputResponses::new()),
+                Some(state),
+                &alice(),
+                "tools/call x",
+            )
             .unwrap()
             .unwrap();
         assert_eq!(round.state.as_deref(), Some("step=2"));
@@ -167,7 +179,9 @@ mod tests {
         let seal = StateSeal::random();
         let state = sealed(&seal, &alice(), "tools/call x");
         let refused = |state: String, user: User, target: &str| {
-            seal.round(None, Some(state), &user, target).unwrap_err().code
+            seal.round(None, Some(state), &user, target)
+                .unwrap_err()
+                .code
         };
         assert_eq!(
             refused(format!("{state}-TAMPERED"), alice(), "tools/call x"),
@@ -186,8 +200,15 @@ mod tests {
     #[test]
     fn another_servers_state_is_refused_and_a_short_key_is_a_config_error() {
         let state = sealed(&StateSeal::random(), &alice(), "t");
-        assert!(StateSeal::random().round(None, Some(state), &alice(), "t").is_err());
-        assert!(matches!(StateSeal::with_key(b"short"), Err(McpError::Config(_))));
+        assert!(
+            StateSeal::random()
+                .round(None, Some(state), &alice(), "t")
+                .is_err()
+        );
+        assert!(matches!(
+            StateSeal::with_key(b"short"),
+            Err(McpError::Config(_))
+        ));
         assert!(StateSeal::with_key(&[7; 32]).is_ok());
     }
 
@@ -196,9 +217,15 @@ mod tests {
         let seal = StateSeal::random();
         let mut responses = InputResponses::new();
         responses.insert("user_name".to_owned(), serde_json::json!(12345));
-        let refused = seal.round(Some(responses), None, &alice(), "t").unwrap_err();
+        let refused = seal
+            .round(Some(responses), None, &alice(), "t")
+            .unwrap_err();
         assert_eq!(refused.code, rmcp::model::ErrorCode::INVALID_PARAMS);
-        assert!(refused.message.contains("inputResponses.user_name"), "{}", refused.message);
+        assert!(
+            refused.message.contains("inputResponses.user_name"),
+            "{}",
+            refused.message
+        );
     }
 
     #[test]
