@@ -10,7 +10,7 @@ use std::sync::Arc;
 use rmcp::RoleServer;
 use rmcp::model::{ClientCapabilities, ErrorData, InputResponses, LoggingLevel, ProgressToken};
 use rmcp::service::Peer;
-use toolgate_core::TypeMapKey;
+use toolgate_core::{ToolError, TypeMapKey};
 
 /// The caller of a request that came in over MCP: its connection, what it declared it can
 /// answer, and what it asked for (progress, log messages, a round of a multi-round call). [`McpServer`](crate::McpServer) provides it to every invocation
@@ -75,6 +75,10 @@ pub struct InputRound {
     pub state: Option<String>,
 }
 
+/// The error code of a request refused because the caller did not declare a capability it
+/// needs (over MCP, `-32021`; 400 elsewhere).
+pub const MISSING_CAPABILITY: &str = "missing_client_capability";
+
 /// The request-scope provider key of [`CallerRequest`].
 pub struct CallerKey;
 
@@ -102,6 +106,43 @@ impl CallerRequest {
     /// Whether the caller declared it can answer `roots/list`.
     pub fn can_list_roots(&self) -> bool {
         self.capabilities.roots.is_some()
+    }
+
+    /// The error of a request that needs capabilities the caller did not declare
+    /// (`required`, such as sampling): answered over MCP as the protocol's `-32021` with
+    /// `requiredCapabilities`, so that the client's SDK can tell what to declare.
+    ///
+    /// ```
+    /// # use toolgate_mcp::CallerRequest;
+    /// # use toolgate_mcp::rmcp::model::ClientCapabilities;
+    /// # fn f(caller: &CallerRequest) -> Result<(), toolgate_core::ToolError> {
+    /// if !caller.can_sample() {
+    ///     let mut required = ClientCapabilities::default();
+    ///     required.sampling = Some(Default::default());
+    ///     return Err(caller.missing_capability(required));
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub fn missing_capability(&self, required: ClientCapabilities) -> ToolError {
+        let names: Vec<String> = serde_json::to_value(&required)
+            .ok()
+            .and_then(|v| {
+                v.as_object()
+                    .map(|m| m.keys().map(|k| format!("`{k}`")).collect())
+            })
+            .unwrap_or_default();
+        let message = format!(
+            "this request needs the client to declare {}: declare it (at 2026-07-28, in the request's `_meta`), or ask without it",
+            if names.is_empty() {
+                "a capability".to_owned()
+            } else {
+                names.join(", ")
+            }
+        );
+        let mut error = ErrorData::missing_required_client_capability(required);
+        error.message = message.clone().into();
+        self.refusal.set(error);
+        ToolError::abort(message, MISSING_CAPABILITY, 400)
     }
 
     /// What an upstream is told the caller can answer, through toolgate: sampling,

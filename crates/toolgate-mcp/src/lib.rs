@@ -53,7 +53,7 @@ mod error;
 pub mod result;
 mod server;
 
-pub use caller::{CallerKey, CallerRequest, InputRound, Refusal};
+pub use caller::{CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal};
 pub use client::{
     Backoff, ImportedPrompt, ImportedResources, ImportedTool, MIN_GUESSED_SECRET_LEN,
     PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG, Upstream, UpstreamConfig,

@@ -23,6 +23,12 @@ use rmcp::model::{CallToolResult, ResultType};
 use serde_json::{Map, Value, json};
 use toolgate_core::{ToolDefinition, ToolSource};
 
+/// The tag of a local tool whose output is an MCP result in its JSON form, as an imported
+/// tool's is (`{"content": [...], "structuredContent": ..., "_meta": ...}`): over MCP it is
+/// answered as it is, so that a tool written for MCP clients can return images, audio and
+/// embedded resources. Elsewhere (`/v1`, agents) the output is the object itself.
+pub const MCP_RESULT_TAG: &str = "mcp-result";
+
 /// The key of the content blocks in an imported tool's output.
 pub const CONTENT: &str = "content";
 /// The key of the structured content in an imported tool's output.
@@ -41,9 +47,10 @@ pub(crate) fn output_of(result: CallToolResult) -> Value {
     output
 }
 
-/// `output` as an MCP result, when it is an imported tool's output still in result form.
+/// `output` as an MCP result, when it is an imported tool's output still in result form
+/// (or a local tool's tagged [`MCP_RESULT_TAG`]).
 pub(crate) fn passthrough(definition: &ToolDefinition, output: &Value) -> Option<CallToolResult> {
-    if !matches!(definition.source, ToolSource::Mcp { .. }) {
+    if !matches!(definition.source, ToolSource::Mcp { .. }) && !definition.has_tag(MCP_RESULT_TAG) {
         return None;
     }
     let map = output.as_object()?;

@@ -1,7 +1,8 @@
 """Reads the per-check results of a conformance run for run.sh.
 
     results.py score REQUIREMENTS RESULTS               "N/M": scored scenarios passed / scored
-    results.py baseline REQUIREMENTS RESULTS            an expected-failures file of the failures
+    results.py baseline REQUIREMENTS RESULTS WHAT       an expected-failures file of the failures
+                                                        (WHAT: "through the gateway", …)
     results.py failures REQUIREMENTS RESULTS [BASELINE] the failing checks BASELINE does not list
     results.py stale REQUIREMENTS RESULTS BASELINE      the entries of BASELINE that no longer fail
 
@@ -80,9 +81,9 @@ def main(argv: list[str]) -> None:
             outcome = checks(requirements, results)
             passed = sum(1 for c in outcome.values() if c and all(x.get("status") != "FAILURE" for x in c))
             print(f"{passed}/{len(outcome)}")
-        case ["baseline", requirements, results]:
+        case ["baseline", requirements, results, what]:
             era = os.path.basename(requirements).removesuffix(".yaml")
-            print(f"# What fails through the gateway at {era}, one `scenario:check` per line: the")
+            print(f"# What fails {what} at {era}, one `scenario:check` per line: the")
             print("# expected-failures baseline of run.sh. A failure not listed here, or a listed check")
             print("# that passes, fails the run. Rewritten by `run.sh --update-baselines` (README.md).")
             entries = sorted(failing(requirements, results))

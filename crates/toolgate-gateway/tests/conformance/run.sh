@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # MCP conformance of the gateway: the official suite (@modelcontextprotocol/conformance, server
-# scenarios) against toolgate's /mcp, with our own conformant MCP server (everything.py)
-# imported as its upstream. Four runs, each scored by a spec revision's frozen requirement set:
+# scenarios) against toolgate's own MCP server and the gateway's /mcp, with our own conformant
+# MCP server (everything.py) imported as the gateway's upstream. Six runs, each scored by a spec
+# revision's frozen requirement set:
 #
+#   server 2025-11-25, server 2026-07-28     toolgate's McpServer serving the scenarios' fixtures
+#                                             written as toolgate tools (conformance_fixture.rs)
 #   fixture 2025-11-25, fixture 2026-07-28   the upstream alone: must pass everything it scores
-#   gateway 2025-11-25, gateway 2026-07-28   through the gateway, held to the baselines beside
-#                                             this script (expected-failures-ERA.yml)
+#   gateway 2025-11-25, gateway 2026-07-28   through the gateway
 #
-# A gateway run fails on a failure its baseline does not list, and on a listed one that no longer
-# fails (update the baselines then, with --update-baselines). Everything binds 127.0.0.1 only.
+# A server or gateway run is held to its baseline beside this script
+# (expected-failures-LABEL-ERA.yml): it fails on a failure its baseline does not list, and on a
+# listed one that no longer fails (update the baselines then, with --update-baselines).
+# Everything binds 127.0.0.1 only.
 #
 #   crates/toolgate-gateway/tests/conformance/run.sh                     # check (builds the gateway)
 #   crates/toolgate-gateway/tests/conformance/run.sh --update-baselines  # rewrite the baselines
@@ -86,11 +90,19 @@ need_python() {
   python=$dir/bin/python
 }
 
-# Sets $gateway, building it unless TOOLGATE_BIN names one.
+# Sets $gateway and $server_bin (toolgate's own MCP server on the scenarios' fixtures),
+# building them unless TOOLGATE_BIN names the gateway (the server is then built beside it).
 need_gateway() {
-  if [ -n "${TOOLGATE_BIN:-}" ]; then gateway=$TOOLGATE_BIN; return; fi
-  cargo build -q -p toolgate-gateway --bin toolgate
-  gateway=${CARGO_TARGET_DIR:-target}/debug/toolgate
+  local profile=debug flag=()
+  if [ -n "${TOOLGATE_BIN:-}" ]; then
+    gateway=$TOOLGATE_BIN
+    case "$gateway" in */release/*) profile=release; flag=(--release) ;; esac
+  else
+    cargo build -q -p toolgate-gateway --bin toolgate
+    gateway=${CARGO_TARGET_DIR:-target}/debug/toolgate
+  fi
+  cargo build -q "${flag[@]}" -p toolgate-mcp --example conformance_fixture
+  server_bin=${CARGO_TARGET_DIR:-target}/$profile/examples/conformance_fixture
 }
 
 # start NAME COMMAND…: runs COMMAND in the background (output in $work/NAME.out and .err) and
@@ -161,10 +173,35 @@ conformance() {
   summary+=("$line")
 }
 
+# held_to_baseline LABEL URL ERA: a run held to expected-failures-LABEL-ERA.yml, or (with
+# --update-baselines) rewriting it.
+held_to_baseline() {
+  local label=$1 target=$2 era=$3 before what
+  local baseline=$here/expected-failures-$label-$era.yml
+  case $label in
+    gateway) what="through the gateway" ;;
+    *) what="on toolgate's own MCP server" ;;
+  esac
+  if $update; then
+    before=$failed
+    conformance "$label" "$target" "$era" > /dev/null
+    failed=$before
+    "$python" "$here/results.py" baseline "$requirements/$era.yaml" "$results/$label-$era" "$what" > "$baseline"
+    summary[-1]="${summary[-1]%, *}, baseline rewritten: $(grep -c '^  - ' "$baseline" || true) checks"
+  else
+    conformance "$label" "$target" "$era" "$baseline"
+  fi
+}
+
 need_suite
 need_python
 need_gateway
 mkdir -p "$results"
+
+# toolgate's own MCP server, with the scenarios' fixtures written as toolgate tools
+# (crates/toolgate-mcp/examples/conformance_fixture.rs).
+start server "$server_bin" 0
+for era in "${ERAS[@]}"; do held_to_baseline server "$url" "$era"; done
 
 start everything "$python" "$here/everything.py" 0
 fixture=$url
@@ -183,18 +220,7 @@ gateway_url=$url
 start authproxy env TARGET="$url" TOOLGATE_KEY="$KEY" "$node" "$here/authproxy.mjs"
 proxy=$url/mcp
 
-for era in "${ERAS[@]}"; do
-  baseline=$here/expected-failures-$era.yml
-  if $update; then
-    before=$failed
-    conformance gateway "$proxy" "$era" > /dev/null
-    failed=$before
-    "$python" "$here/results.py" baseline "$requirements/$era.yaml" "$results/gateway-$era" > "$baseline"
-    summary[-1]="${summary[-1]%, *}, baseline rewritten: $(grep -c '^  - ' "$baseline" || true) checks"
-  else
-    conformance gateway "$proxy" "$era" "$baseline"
-  fi
-done
+for era in "${ERAS[@]}"; do held_to_baseline gateway "$proxy" "$era"; done
 
 # Interop: the official TypeScript SDK as a client of the gateway (ESM resolves its imports
 # next to the script, so it runs from the directory that holds node_modules).

@@ -32,16 +32,12 @@ use toolgate_hooks::secrets::Scrubber;
 
 use super::relay::{OrderedProgress, Routes, UpstreamClient, ask_caller};
 use super::{UpstreamConfig, UpstreamTransport};
-use crate::caller::{CallerKey, CallerRequest, InputRound};
+use crate::caller::{CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY};
 
 type Session = RunningService<RoleClient, UpstreamClient>;
 
 /// The error code of a resource the upstream does not have.
 pub(crate) const RESOURCE_NOT_FOUND: &str = "resource_not_found";
-
-/// The error code of a request the upstream refused because the caller did not declare a
-/// capability it needs.
-pub(crate) const MISSING_CAPABILITY: &str = "missing_client_capability";
 
 /// How many rounds of `input_required` results toolgate fulfils for one call of a caller
 /// that cannot take them (2025-11-25), asking it each request, before it gives up.

@@ -3,7 +3,6 @@
 mod config;
 mod features;
 mod link;
-pub(crate) use link::MISSING_CAPABILITY;
 mod relay;
 mod secrets;
 mod tool;

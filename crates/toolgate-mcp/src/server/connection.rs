@@ -26,10 +26,8 @@ use toolgate_core::{InvokeOptions, ToolDefinition, ToolError, User};
 use super::ServerInner;
 use super::features;
 use super::http::{ClientDisconnected, HostShutdown};
-use crate::caller::{CallerKey, CallerRequest, InputRound, Refusal};
-use crate::client::{
-    MISSING_CAPABILITY, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG, is_tool,
-};
+use crate::caller::{CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal};
+use crate::client::{PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG, is_tool};
 use crate::convert::{InputShape, error_to_result, output_to_result, to_mcp_tool, unknown_tool};
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);

@@ -8,7 +8,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use toolgate_core::{ToolDefinition, ToolError};
 
-use crate::client::{MISSING_CAPABILITY, PROMPT_PREFIX};
+use crate::caller::MISSING_CAPABILITY;
+use crate::client::PROMPT_PREFIX;
 
 /// A prompt tool as MCP lists the prompt: its name without the tool prefix, and its
 /// arguments from the tool's input schema.
