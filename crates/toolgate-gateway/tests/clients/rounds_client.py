@@ -5,19 +5,38 @@ as elicitation requests on its connection) or `2026-07-28` (`server/discover`: i
 the `input_required` results, answers them and calls again with the answers and the
 sealed `requestState`). It answers each elicitation from a queue of canned answers.
 
-Usage: rounds_client.py URL API_KEY ERA. Prints one JSON object with what it saw.
+Usage: rounds_client.py ERA URL API_KEY          (streamable HTTP)
+       rounds_client.py ERA --stdio COMMAND ARG…  (stdio, to `toolgate mcp`)
+Prints one JSON object with what it saw.
 """
 
 import asyncio
 import json
 import sys
 
-from mcp import ClientSession
+from contextlib import asynccontextmanager
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import create_mcp_http_client, streamable_http_client
 from mcp.types import ElicitResult, InputRequiredResult
 
 
-async def main(url: str, key: str, era: str) -> None:
+@asynccontextmanager
+async def transport(target: list[str]):
+    """The read and write streams to the gateway: over stdio or streamable HTTP."""
+    if target[0] == "--stdio":
+        server = StdioServerParameters(command=target[1], args=target[2:])
+        async with stdio_client(server) as (read, write):
+            yield read, write
+    else:
+        url, key = target
+        client = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
+        async with client, streamable_http_client(url, http_client=client) as (read, write, *_):
+            yield read, write
+
+
+async def main(era: str, target: list[str]) -> None:
     seen = {"elicited": [], "results": {}, "states": []}
     answers = [{"name": "Alice"}, {"color": "blue"}, {"name": "Bob"}, {"name": "Carol"}]
 
@@ -43,8 +62,7 @@ async def main(url: str, key: str, era: str) -> None:
             )
         return result
 
-    client = create_mcp_http_client(headers={"Authorization": f"Bearer {key}"})
-    async with client, streamable_http_client(url, http_client=client) as (read, write, *_):
+    async with transport(target) as (read, write):
         async with ClientSession(read, write, elicitation_callback=on_elicitation) as session:
             if era == "2026-07-28":
                 await session.discover()
@@ -61,4 +79,4 @@ async def main(url: str, key: str, era: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3]))
+    asyncio.run(main(sys.argv[1], sys.argv[2:]))

@@ -355,19 +355,32 @@ impl Drop for Everything {
     }
 }
 
-/// What `tests/clients/rounds_client.py` saw, in `era`.
-async fn rounds_seen(gateway: &Gateway, era: &str) -> Value {
+/// What `tests/clients/rounds_client.py` saw, in `era`: over streamable HTTP to the
+/// gateway's `/mcp`, or over stdio to `toolgate mcp` on the same configuration.
+async fn rounds_seen(gateway: &Gateway, era: &str, stdio: bool) -> Value {
     let client = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/clients/rounds_client.py"
     );
-    let run = tokio::process::Command::new(python())
-        .arg(client)
-        .arg(gateway.url("/mcp"))
-        .arg(crate::common::key("alice"))
-        .arg(era)
-        .kill_on_drop(true)
-        .output();
+    let mut command = tokio::process::Command::new(python());
+    command.arg(client).arg(era);
+    if stdio {
+        let config = gateway.config.to_str().expect("a UTF-8 path");
+        command.args([
+            "--stdio",
+            crate::common::BIN,
+            "mcp",
+            "--config",
+            config,
+            "--user",
+            "alice",
+        ]);
+    } else {
+        command
+            .arg(gateway.url("/mcp"))
+            .arg(crate::common::key("alice"));
+    }
+    let run = command.kill_on_drop(true).output();
     let out = tokio::time::timeout(std::time::Duration::from_secs(120), run)
         .await
         .expect("the Python client finishes within 120 s")
@@ -375,7 +388,7 @@ async fn rounds_seen(gateway: &Gateway, era: &str) -> Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{era} client failed:\n{stdout}\n{}\ngateway:\n{}",
+        "{era} client (stdio: {stdio}) failed:\n{stdout}\n{}\ngateway:\n{}",
         String::from_utf8_lossy(&out.stderr),
         gateway.stderr()
     );
@@ -399,8 +412,14 @@ users:\n{alice}",
         url = upstream.url,
         alice = user_yaml("alice", &["admin"]),
     ));
-    for era in ["2025-11-25", "2026-07-28"] {
-        let seen = rounds_seen(&gateway, era).await;
+    for (era, stdio) in [
+        ("2025-11-25", false),
+        ("2026-07-28", false),
+        ("2025-11-25", true),
+        ("2026-07-28", true),
+    ] {
+        let seen = rounds_seen(&gateway, era, stdio).await;
+        let era = &format!("{era} over {}", if stdio { "stdio" } else { "HTTP" });
         assert_eq!(
             seen["elicited"],
             json!([
@@ -424,7 +443,7 @@ users:\n{alice}",
             .iter()
             .filter_map(Value::as_str)
             .collect();
-        let expected = if era == "2026-07-28" { 2 } else { 0 };
+        let expected = if era.starts_with("2026-07-28") { 2 } else { 0 };
         assert_eq!(states.len(), expected, "{era}: {seen}");
         for state in states {
             assert!(
