@@ -399,3 +399,102 @@ policies:\n  approval:\n    tools: [sleep]\n",
     assert_eq!(other["isError"], true, "{other}");
     assert_eq!(show(&gateway, "dave", &id).await.status, 404);
 }
+
+/// One stateless MCP 2026-07-28 `tools/call` (no session), with `requestState` when
+/// given; the JSON-RPC `result`.
+async fn call_2026(gateway: &Gateway, user: &str, tool: &str, state: Option<&str>) -> Value {
+    let mut params = json!({"name": tool, "arguments": {"ms": 1}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "0"},
+    }});
+    if let Some(state) = state {
+        params["requestState"] = json!(state);
+    }
+    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params});
+    let response = common::client()
+        .post(gateway.url("/mcp"))
+        .bearer_auth(common::key(user))
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", tool)
+        .body(call.to_string())
+        .send()
+        .await
+        .expect("the gateway answers");
+    let status = response.status().as_u16();
+    let body = response.text().await.expect("a body");
+    assert_eq!(status, 200, "{body}");
+    let answer = common::rpc_answer(&body);
+    assert!(answer.get("error").is_none(), "{answer}");
+    answer["result"].clone()
+}
+
+#[tokio::test]
+async fn a_2026_caller_is_told_its_call_waits_as_input_required_and_gets_the_result_by_asking_again()
+ {
+    let config = format!(
+        "tools:\n  builtin: [sleep]\n{}\
+policies:\n  approval:\n    tools: [sleep]\n",
+        users()
+    );
+    let gateway = Gateway::start(&config);
+
+    let waiting = call_2026(&gateway, "bob", "sleep", None).await;
+    assert_eq!(waiting["resultType"], "input_required", "{waiting}");
+    assert!(
+        waiting.get("inputRequests").is_none(),
+        "nothing is asked of the caller: {waiting}"
+    );
+    let state = waiting["requestState"]
+        .as_str()
+        .expect("a state")
+        .to_owned();
+    let id = waiting["_meta"]["io.toolgate/suspension"]["id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the suspension in _meta: {waiting}"))
+        .to_owned();
+
+    // Asking again before anyone decided: still waiting.
+    let again = call_2026(&gateway, "bob", "sleep", Some(&state)).await;
+    assert_eq!(again["resultType"], "input_required", "{again}");
+    // Another user cannot use bob's state.
+    let response = common::client()
+        .post(gateway.url("/mcp"))
+        .bearer_auth(common::key("dave"))
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "sleep")
+        .body(
+            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
+                "name": "sleep", "arguments": {"ms": 1}, "requestState": state, "_meta": {
+                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                    "io.modelcontextprotocol/clientCapabilities": {}}}})
+            .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    let body = response.text().await.unwrap();
+    assert_eq!(
+        common::rpc_answer(&body)["error"]["code"],
+        -32602,
+        "dave replaying bob's state is refused: {body}"
+    );
+
+    let approved = approve(&gateway, "alice", &id).await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+
+    let done = call_2026(&gateway, "bob", "sleep", Some(&state)).await;
+    assert_eq!(done["resultType"], "complete", "{done}");
+    assert_ne!(done["isError"], true, "{done}");
+    let text = done["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(
+        text.contains("slept_ms"),
+        "the approved call's own result: {done}"
+    );
+}

@@ -207,6 +207,24 @@ pub fn error_to_result(error: &ToolError) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(text)]).with_meta(Some(MetaObject(meta)))
 }
 
+/// The result of a call that waited for approval and was decided, from its outcome (an
+/// agent `ToolResult`: `status`, then `output` or `error` with `code` and `message`).
+pub(crate) fn decided_result(definition: &ToolDefinition, outcome: &Value) -> CallToolResult {
+    if outcome["status"] == "success" {
+        return output_to_result(definition, outcome["output"].clone());
+    }
+    let error = &outcome["error"];
+    let message = error["message"]
+        .as_str()
+        .unwrap_or("the call failed after it was approved");
+    let mut meta = JsonObject::new();
+    meta.insert(
+        ERROR_META_KEY.to_owned(),
+        json!({ "code": error["code"].as_str().unwrap_or("tool_error") }),
+    );
+    CallToolResult::error(vec![ContentBlock::text(message)]).with_meta(Some(MetaObject(meta)))
+}
+
 /// The JSON-RPC error for a call to a tool the caller cannot see.
 pub(crate) fn unknown_tool(name: &str) -> ErrorData {
     let error = ToolError::UnknownTool {

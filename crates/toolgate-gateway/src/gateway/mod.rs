@@ -160,7 +160,7 @@ impl Gateway {
                 .request_state_key(&crate::secrets::mcp_state_key(&config))
                 .map_err(|e| ConfigError::invalid("server.mcp_state_key", e.to_string()))?;
             if config.policies.approval.is_some() {
-                server = server.instructions(format!(
+                server = server.outcome_tool(OUTCOME_TOOL).instructions(format!(
                     "Some calls wait for a person's approval: they answer at once with a suspension id. Call `{OUTCOME_TOOL}` with that id to learn whether the call was decided, and its result."
                 ));
             }

@@ -26,9 +26,12 @@ use toolgate_core::{InvokeOptions, ToolDefinition, ToolError, User};
 use super::ServerInner;
 use super::features;
 use super::http::{ClientDisconnected, HostShutdown};
+use super::rounds::Retry;
 use crate::caller::{CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal};
 use crate::client::{PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG, is_tool};
-use crate::convert::{InputShape, error_to_result, output_to_result, to_mcp_tool, unknown_tool};
+use crate::convert::{
+    InputShape, decided_result, error_to_result, output_to_result, to_mcp_tool, unknown_tool,
+};
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
@@ -209,6 +212,40 @@ impl Connection {
         }
     }
 
+    /// The answer to a 2026-07-28 caller asking again about its call that waits for
+    /// approval in suspension `id`: the call's result once decided (by the server's
+    /// [`outcome_tool`](super::McpServer::outcome_tool)), `input_required` with the state
+    /// again while it waits.
+    async fn outcome(
+        &self,
+        definition: &ToolDefinition,
+        id: &str,
+        context: &RequestContext<RoleServer>,
+        user: Arc<User>,
+        target: &str,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let server = self.server();
+        let Some(tool) = server.outcome_tool.clone() else {
+            return Err(ErrorData::invalid_params(
+                "`requestState` names a call waiting for approval, and this server serves no outcomes",
+                None,
+            ));
+        };
+        let asked = json!({ "id": id });
+        match self
+            .run_as(&tool, asked, context, Arc::clone(&user), None)
+            .await
+        {
+            Ok(answer) if answer["status"] == "decided" => {
+                Ok(decided_result(definition, &answer["result"]).into())
+            }
+            Ok(_) => Ok(CallToolResponse::InputRequired(
+                server.seal.waiting(id, None, &user, target),
+            )),
+            Err(error) => Ok(error_to_result(&error).into()),
+        }
+    }
+
     /// Runs a request about resource `uri` on the resources tools the caller may see, in
     /// turn: the first upstream that has the resource answers.
     async fn on_resource(
@@ -335,12 +372,20 @@ impl ServerHandler for Connection {
         let user = self.user(context.extensions.get::<http::request::Parts>());
         let target = format!("tools/call {name}");
         let seal = Arc::clone(&self.server().seal);
-        let round = seal.round(
+        let round = match seal.retry(
             request.input_responses,
             request.request_state,
             &user,
             &target,
-        )?;
+        )? {
+            Some(Retry::Approval(id)) => {
+                return self
+                    .outcome(&definition, &id, &context, user, &target)
+                    .await;
+            }
+            Some(Retry::Round(round)) => Some(round),
+            None => None,
+        };
         let input =
             InputShape::of(&definition.input_schema).input(request.arguments.unwrap_or_default());
         let refusal = Refusal::default();
@@ -361,6 +406,18 @@ impl ServerHandler for Connection {
                 Ok(CallToolResponse::InputRequired(
                     seal.answer(requests, state, &user, &target)?,
                 ))
+            }
+            // A 2026-07-28 caller asks again later with the state, and gets the outcome.
+            Err(ToolError::Suspended {
+                suspension_id,
+                reason,
+            }) if takes_input_required(&context) && self.server().outcome_tool.is_some() => {
+                Ok(CallToolResponse::InputRequired(seal.waiting(
+                    &suspension_id,
+                    Some(&reason),
+                    &user,
+                    &target,
+                )))
             }
             // The protocol's own error (-32021), which the caller's SDK acts on.
             Err(error) if error.code() == MISSING_CAPABILITY => Err(refusal
@@ -398,12 +455,21 @@ impl ServerHandler for Connection {
         let user = self.user(context.extensions.get::<http::request::Parts>());
         let target = format!("prompts/get {}", request.name);
         let seal = Arc::clone(&self.server().seal);
-        let round = seal.round(
+        let round = match seal.retry(
             request.input_responses,
             request.request_state,
             &user,
             &target,
-        )?;
+        )? {
+            Some(Retry::Round(round)) => Some(round),
+            Some(Retry::Approval(_)) => {
+                return Err(ErrorData::invalid_params(
+                    "`requestState` names a call waiting for approval, not a prompt",
+                    None,
+                ));
+            }
+            None => None,
+        };
         let input = Value::Object(request.arguments.unwrap_or_default());
         match self
             .run_as(&name, input, &context, Arc::clone(&user), round)

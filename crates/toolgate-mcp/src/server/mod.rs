@@ -73,6 +73,8 @@ pub(crate) struct ServerInner {
     pub upstreams: Vec<crate::Upstream>,
     /// Seals the `requestState` of rounds answered to callers.
     pub seal: Arc<StateSeal>,
+    /// The tool that tells a caller the outcome of its call that waited for approval.
+    pub outcome_tool: Option<String>,
 }
 
 /// A [`Pipeline`] served as an MCP server: every `tools/call` runs through the pipeline.
@@ -122,6 +124,7 @@ impl McpServer {
                 call_timeout: None,
                 upstreams: Vec::new(),
                 seal: Arc::new(StateSeal::random()),
+                outcome_tool: None,
             }),
         }
     }
@@ -142,6 +145,7 @@ impl McpServer {
                     call_timeout: old.call_timeout,
                     upstreams: old.upstreams.clone(),
                     seal: Arc::clone(&old.seal),
+                    outcome_tool: old.outcome_tool.clone(),
                 };
                 f(&mut inner);
                 self.inner = Arc::new(inner);
@@ -225,6 +229,23 @@ impl McpServer {
     pub fn request_state_key(self, key: &[u8]) -> Result<Self, McpError> {
         let seal = Arc::new(StateSeal::with_key(key)?);
         Ok(self.edit(|s| s.seal = seal))
+    }
+
+    /// The tool that tells a caller the outcome of its call that waited for a person's
+    /// approval (the gateway's `toolgate.outcome`): called with `{"id": SUSPENSION_ID}`
+    /// as the caller, it answers `{"status": "waiting"}` until the call is decided, then
+    /// `{"status": "decided", "result": R}`, `R` the call's result in the agent form
+    /// (`status` `success` with `output`, or `error` with `code` and `message`).
+    ///
+    /// With one, a call suspended for approval answers a 2026-07-28 caller
+    /// `input_required` with only a sealed `requestState` (no requests): the caller calls
+    /// again with it later — SDKs do, after a pause — and gets `input_required` again
+    /// while the call waits, then the call's own result. A 2025-11-25 caller is answered
+    /// a result saying the call waits, with the suspension id, as without one.
+    #[must_use]
+    pub fn outcome_tool(self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        self.edit(|s| s.outcome_tool = Some(name))
     }
 
     /// The pipeline this server serves.

@@ -2,6 +2,11 @@
 //! `input_required` result is answered to the caller with its `requestState` sealed, and
 //! the caller's retry is opened again before it goes upstream.
 //!
+//! A call that waits for a person's approval is answered to a 2026-07-28 caller the same
+//! way, as an `input_required` result with only a sealed state naming the suspension: the
+//! caller calls again later with it and gets the call's outcome once decided (see
+//! [`McpServer::outcome_tool`](super::McpServer::outcome_tool)).
+//!
 //! The upstream trusts its own `requestState` (it may hold anything: a step, a name the
 //! user gave). A caller must not be able to forge one, or replay one it was given for
 //! another call or that another user was given: toolgate seals the upstream's state with
@@ -10,7 +15,8 @@
 //! `invalid params`) and never reaches the upstream.
 
 use rmcp::model::{
-    ErrorData, InputRequests, InputRequiredResult, InputResponses, RequestStateCodec, SealOptions,
+    ErrorData, InputRequests, InputRequiredResult, InputResponses, MetaObject, RequestStateCodec,
+    SealOptions,
 };
 use serde_json::Value;
 use toolgate_core::User;
@@ -20,6 +26,22 @@ use crate::caller::InputRound;
 
 /// How long a sealed state can be sent back: a round may wait for a person's answer.
 pub(crate) const STATE_TTL: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// The `_meta` key of the suspension a waiting call's `input_required` result names.
+pub(crate) const SUSPENSION_META_KEY: &str = "io.toolgate/suspension";
+
+/// What a sealed state holds: an upstream's state, or the suspension a call waits in.
+const UPSTREAM: &str = "u:";
+const APPROVAL: &str = "a:";
+
+/// A request that carries what an earlier answer gave its caller.
+#[derive(Debug)]
+pub(crate) enum Retry {
+    /// The next round of a multi-round call.
+    Round(InputRound),
+    /// A call that waited for approval, by its suspension id: is it decided?
+    Approval(String),
+}
 
 /// Seals and opens the `requestState` of rounds answered to callers.
 pub(crate) struct StateSeal {
@@ -57,20 +79,20 @@ impl StateSeal {
         context
     }
 
-    /// The retry a request carries, if it is one: the caller's answers, and the upstream's
-    /// state opened from what the caller sent back.
+    /// The retry a request carries, if it is one: the caller's answers and the upstream's
+    /// state opened from what the caller sent back, or the suspension it waits in.
     ///
     /// # Errors
     ///
     /// `invalid params` when the state was not sealed by this server for this user and
     /// target, was changed, or expired.
-    pub(crate) fn round(
+    pub(crate) fn retry(
         &self,
         responses: Option<InputResponses>,
         state: Option<String>,
         user: &User,
         target: &str,
-    ) -> Result<Option<InputRound>, ErrorData> {
+    ) -> Result<Option<Retry>, ErrorData> {
         if responses.is_none() && state.is_none() {
             return Ok(None);
         }
@@ -102,15 +124,49 @@ impl StateSeal {
                             None,
                         )
                     })?;
-                Some(String::from_utf8(opened).map_err(|_| {
-                    ErrorData::invalid_params("`requestState` is not one this server gave", None)
-                })?)
+                let opened = String::from_utf8(opened).map_err(|_| not_ours())?;
+                if let Some(id) = opened.strip_prefix(APPROVAL) {
+                    return Ok(Some(Retry::Approval(id.to_owned())));
+                }
+                Some(
+                    opened
+                        .strip_prefix(UPSTREAM)
+                        .ok_or_else(not_ours)?
+                        .to_owned(),
+                )
             }
         };
-        Ok(Some(InputRound {
+        Ok(Some(Retry::Round(InputRound {
             responses: responses.unwrap_or_default(),
             state,
-        }))
+        })))
+    }
+
+    fn seal(&self, payload: &str, user: &User, target: &str) -> String {
+        let context = Self::context(user, target);
+        let options = SealOptions::new().ttl(STATE_TTL).associated_data(&context);
+        self.codec.seal_with(payload.as_bytes(), &options)
+    }
+
+    /// The answer to a 2026-07-28 caller of a call that waits for approval in suspension
+    /// `id`: `input_required` with only a sealed state, to send back later, and the
+    /// suspension in `_meta["io.toolgate/suspension"]` (`id`, and `reason` when given) for
+    /// the person waiting.
+    pub(crate) fn waiting(
+        &self,
+        id: &str,
+        reason: Option<&str>,
+        user: &User,
+        target: &str,
+    ) -> InputRequiredResult {
+        let state = self.seal(&format!("{APPROVAL}{id}"), user, target);
+        let mut suspension = serde_json::json!({ "id": id });
+        if let Some(reason) = reason {
+            suspension["reason"] = Value::from(reason);
+        }
+        let mut meta = MetaObject::new();
+        meta.insert(SUSPENSION_META_KEY.to_owned(), suspension);
+        InputRequiredResult::from_request_state(state).with_meta(meta)
     }
 
     /// The `input_required` result for the caller: the upstream's requests as they were,
@@ -128,14 +184,13 @@ impl StateSeal {
                 None,
             )
         })?;
-        let options = SealOptions::new().ttl(STATE_TTL);
-        let context = Self::context(user, target);
-        let state = state.map(|state| {
-            self.codec
-                .seal_with(state.as_bytes(), &options.associated_data(&context))
-        });
+        let state = state.map(|state| self.seal(&format!("{UPSTREAM}{state}"), user, target));
         Ok(InputRequiredResult::new(Some(requests), state))
     }
+}
+
+fn not_ours() -> ErrorData {
+    ErrorData::invalid_params("`requestState` is not one this server gave", None)
 }
 
 #[cfg(test)]
@@ -162,15 +217,15 @@ mod tests {
     fn a_sealed_state_opens_for_the_same_user_and_target() {
         let seal = StateSeal::random();
         let state = sealed(&seal, &alice(), "tools/call x");
-        let round = seal
-            .round(
-                Some(InputResponses::new()),
-                Some(state),
-                &alice(),
-                "tools/call x",
-            )
-            .unwrap()
-            .unwrap();
+        let retry = seal.retry(
+            Some(InputResponses::new()),
+            Some(state),
+            &alice(),
+            "tools/call x",
+        );
+        let Ok(Some(Retry::Round(round))) = retry else {
+            panic!("a round: {retry:?}");
+        };
         assert_eq!(round.state.as_deref(), Some("step=2"));
     }
 
@@ -179,7 +234,7 @@ mod tests {
         let seal = StateSeal::random();
         let state = sealed(&seal, &alice(), "tools/call x");
         let refused = |state: String, user: User, target: &str| {
-            seal.round(None, Some(state), &user, target)
+            seal.retry(None, Some(state), &user, target)
                 .unwrap_err()
                 .code
         };
@@ -202,7 +257,7 @@ mod tests {
         let state = sealed(&StateSeal::random(), &alice(), "t");
         assert!(
             StateSeal::random()
-                .round(None, Some(state), &alice(), "t")
+                .retry(None, Some(state), &alice(), "t")
                 .is_err()
         );
         assert!(matches!(
@@ -218,7 +273,7 @@ mod tests {
         let mut responses = InputResponses::new();
         responses.insert("user_name".to_owned(), serde_json::json!(12345));
         let refused = seal
-            .round(Some(responses), None, &alice(), "t")
+            .retry(Some(responses), None, &alice(), "t")
             .unwrap_err();
         assert_eq!(refused.code, rmcp::model::ErrorCode::INVALID_PARAMS);
         assert!(
@@ -229,8 +284,45 @@ mod tests {
     }
 
     #[test]
+    fn a_waiting_calls_state_opens_as_its_suspension_for_its_caller_only() {
+        let seal = StateSeal::random();
+        let waiting = seal.waiting("susp-1", None, &alice(), "tools/call x");
+        assert!(waiting.input_requests.is_none());
+        let state = waiting.request_state.unwrap();
+        let retry = seal.retry(None, Some(state.clone()), &alice(), "tools/call x");
+        let Ok(Some(Retry::Approval(id))) = retry else {
+            panic!("an approval: {retry:?}");
+        };
+        assert_eq!(id, "susp-1");
+        assert!(
+            seal.retry(None, Some(state), &User::new("bob"), "tools/call x")
+                .is_err()
+        );
+    }
+
+    #[test]
     fn a_request_without_answers_or_state_is_no_round() {
         let seal = StateSeal::random();
-        assert!(seal.round(None, None, &alice(), "t").unwrap().is_none());
+        assert!(seal.retry(None, None, &alice(), "t").unwrap().is_none());
+    }
+
+    #[test]
+    fn a_waiting_calls_state_names_its_suspension_and_nothing_else() {
+        let seal = StateSeal::random();
+        let waiting = seal.waiting("susp-1", None, &alice(), "tools/call x");
+        assert!(waiting.input_requests.is_none());
+        let state = waiting.request_state.unwrap();
+        assert!(!state.contains("susp-1") || state.len() > 20);
+        let Some(Retry::Approval(id)) = seal
+            .retry(None, Some(state.clone()), &alice(), "tools/call x")
+            .unwrap()
+        else {
+            panic!("an approval");
+        };
+        assert_eq!(id, "susp-1");
+        assert!(
+            seal.retry(None, Some(state), &User::new("bob"), "tools/call x")
+                .is_err()
+        );
     }
 }
