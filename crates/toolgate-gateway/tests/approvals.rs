@@ -400,36 +400,16 @@ policies:\n  approval:\n    tools: [sleep]\n",
     assert_eq!(show(&gateway, "dave", &id).await.status, 404);
 }
 
-/// One stateless MCP 2026-07-28 `tools/call` (no session), with `requestState` when
-/// given; the JSON-RPC `result`.
+/// One stateless MCP 2026-07-28 `tools/call` of `tool` as `user`, with `requestState`
+/// when given; the JSON-RPC answer.
 async fn call_2026(gateway: &Gateway, user: &str, tool: &str, state: Option<&str>) -> Value {
-    let mut params = json!({"name": tool, "arguments": {"ms": 1}, "_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {},
-        "io.modelcontextprotocol/clientInfo": {"name": "test", "version": "0"},
-    }});
+    let mut params = json!({"name": tool, "arguments": {"ms": 1}});
     if let Some(state) = state {
         params["requestState"] = json!(state);
     }
-    let call = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params});
-    let response = common::client()
-        .post(gateway.url("/mcp"))
-        .bearer_auth(common::key(user))
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", tool)
-        .body(call.to_string())
-        .send()
-        .await
-        .expect("the gateway answers");
-    let status = response.status().as_u16();
-    let body = response.text().await.expect("a body");
-    assert_eq!(status, 200, "{body}");
-    let answer = common::rpc_answer(&body);
-    assert!(answer.get("error").is_none(), "{answer}");
-    answer["result"].clone()
+    let (status, answer) = common::mcp_2026(gateway, user, "tools/call", Some(tool), params).await;
+    assert_eq!(status, 200, "{answer}");
+    answer
 }
 
 #[tokio::test]
@@ -442,7 +422,7 @@ policies:\n  approval:\n    tools: [sleep]\n",
     );
     let gateway = Gateway::start(&config);
 
-    let waiting = call_2026(&gateway, "bob", "sleep", None).await;
+    let waiting = call_2026(&gateway, "bob", "sleep", None).await["result"].clone();
     assert_eq!(waiting["resultType"], "input_required", "{waiting}");
     assert!(
         waiting.get("inputRequests").is_none(),
@@ -458,38 +438,19 @@ policies:\n  approval:\n    tools: [sleep]\n",
         .to_owned();
 
     // Asking again before anyone decided: still waiting.
-    let again = call_2026(&gateway, "bob", "sleep", Some(&state)).await;
+    let again = call_2026(&gateway, "bob", "sleep", Some(&state)).await["result"].clone();
     assert_eq!(again["resultType"], "input_required", "{again}");
     // Another user cannot use bob's state.
-    let response = common::client()
-        .post(gateway.url("/mcp"))
-        .bearer_auth(common::key("dave"))
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "sleep")
-        .body(
-            json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {
-                "name": "sleep", "arguments": {"ms": 1}, "requestState": state, "_meta": {
-                    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                    "io.modelcontextprotocol/clientCapabilities": {}}}})
-            .to_string(),
-        )
-        .send()
-        .await
-        .unwrap();
-    let body = response.text().await.unwrap();
+    let replayed = call_2026(&gateway, "dave", "sleep", Some(&state)).await;
     assert_eq!(
-        common::rpc_answer(&body)["error"]["code"],
-        -32602,
-        "dave replaying bob's state is refused: {body}"
+        replayed["error"]["code"], -32602,
+        "dave replaying bob's state is refused: {replayed}"
     );
 
     let approved = approve(&gateway, "alice", &id).await;
     assert_eq!(approved.status, 200, "{}", approved.body);
 
-    let done = call_2026(&gateway, "bob", "sleep", Some(&state)).await;
+    let done = call_2026(&gateway, "bob", "sleep", Some(&state)).await["result"].clone();
     assert_eq!(done["resultType"], "complete", "{done}");
     assert_ne!(done["isError"], true, "{done}");
     let text = done["content"][0]["text"].as_str().unwrap_or_default();

@@ -343,6 +343,45 @@ pub async fn invoke(gateway: &Gateway, id: &str, tool: &str, input: Value) -> An
     .await
 }
 
+/// One stateless MCP 2026-07-28 request to `/mcp` as `user` (no session): the
+/// per-request `_meta` (protocol version, no client capabilities unless `params` brings
+/// its own `_meta`) and the `Mcp-Method` / `Mcp-Name` headers are added. The HTTP status
+/// and the JSON-RPC answer.
+pub async fn mcp_2026(
+    gateway: &Gateway,
+    user: &str,
+    method: &str,
+    name: Option<&str>,
+    mut params: Value,
+) -> (u16, Value) {
+    if params.get("_meta").is_none() {
+        params["_meta"] = serde_json::json!({
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+            "io.modelcontextprotocol/clientInfo": {"name": "toolgate-tests", "version": "0"},
+        });
+    }
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 9, "method": method, "params": params});
+    let mut request = client()
+        .post(gateway.url("/mcp"))
+        .bearer_auth(key(user))
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(name) = name {
+        request = request.header("mcp-name", name);
+    }
+    let response = request
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("the gateway answers");
+    let status = response.status().as_u16();
+    let text = response.text().await.expect("the answer's body");
+    (status, rpc_answer(&text))
+}
+
 /// Sends `body` (or nothing) to `/mcp` as `user`, in `session` if given; the status, the
 /// session id the answer carries and the answer's text.
 pub async fn mcp(

@@ -412,6 +412,22 @@ users:\n{alice}",
         url = upstream.url,
         alice = user_yaml("alice", &["admin"]),
     ));
+    // The upstream marks its lists public; through the gateway, which lists per caller and
+    // decides per caller who may read what, every list and read is private.
+    let read = "test://static-text";
+    for (method, name, params) in [
+        ("tools/list", None, json!({})),
+        ("resources/list", None, json!({})),
+        ("resources/read", Some(read), json!({ "uri": read })),
+    ] {
+        let (status, answer) =
+            crate::common::mcp_2026(&gateway, "alice", method, name, params).await;
+        assert_eq!(status, 200, "{method}: {answer}");
+        assert_eq!(
+            answer["result"]["cacheScope"], "private",
+            "{method} through the gateway: {answer}"
+        );
+    }
     for (era, stdio) in [
         ("2025-11-25", false),
         ("2026-07-28", false),

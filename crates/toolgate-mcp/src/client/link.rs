@@ -9,7 +9,7 @@ use std::borrow::Cow;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
@@ -84,13 +84,9 @@ pub(crate) struct Link {
     scrubber: Scrubber,
     current: Channel,
     legacy: Channel,
-    /// Whether `current` speaks 2026-07-28: [`UNKNOWN`] until it first connects.
-    modern: AtomicU8,
+    /// Whether `current` speaks 2026-07-28 (false until it first connects).
+    modern: AtomicBool,
 }
-
-const UNKNOWN: u8 = 0;
-const MODERN: u8 = 1;
-const LEGACY_ONLY: u8 = 2;
 
 impl Link {
     pub fn new(config: UpstreamConfig, credential: Option<String>) -> Self {
@@ -103,7 +99,7 @@ impl Link {
                 legacy: true,
                 ..Channel::default()
             },
-            modern: AtomicU8::new(UNKNOWN),
+            modern: AtomicBool::new(false),
         }
     }
 
@@ -111,7 +107,7 @@ impl Link {
     /// an upstream that speaks 2026-07-28, else the current one.
     fn channel_for(&self, caller: Option<&CallerRequest>) -> &Channel {
         let legacy_caller = caller.is_some_and(|c| !c.input_required_results);
-        if legacy_caller && self.modern.load(Ordering::Relaxed) == MODERN {
+        if legacy_caller && self.modern.load(Ordering::Relaxed) {
             &self.legacy
         } else {
             &self.current
@@ -253,7 +249,6 @@ impl Link {
                 .peer()
                 .peer_info()
                 .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28);
-            let modern = if modern { MODERN } else { LEGACY_ONLY };
             self.modern.store(modern, Ordering::Relaxed);
             return Ok((session, HashSet::new()));
         }

@@ -134,24 +134,13 @@ impl Connection {
         context: &RequestContext<RoleServer>,
     ) -> Result<Value, ToolError> {
         let user = self.user(context.extensions.get::<http::request::Parts>());
-        self.run_as(name, input, context, user, None).await
-    }
-
-    /// [`run`](Self::run) for `user`, with the caller's answers when the request is a
-    /// round of a multi-round call (whose result is then not for a cache).
-    async fn run_as(
-        &self,
-        name: &str,
-        input: Value,
-        context: &RequestContext<RoleServer>,
-        user: Arc<User>,
-        round: Option<InputRound>,
-    ) -> Result<Value, ToolError> {
-        self.run_with(name, input, context, user, round, Refusal::default())
+        self.run_with(name, input, context, user, None, Refusal::default())
             .await
     }
 
-    /// [`run_as`](Self::run_as), with where an upstream leaves its protocol error.
+    /// [`run`](Self::run) for `user`, with the caller's answers when the request is a
+    /// round of a multi-round call (whose result is then not for a cache), and where an
+    /// upstream leaves its protocol error about the request.
     async fn run_with(
         &self,
         name: &str,
@@ -233,7 +222,14 @@ impl Connection {
         };
         let asked = json!({ "id": id });
         match self
-            .run_as(&tool, asked, context, Arc::clone(&user), None)
+            .run_with(
+                &tool,
+                asked,
+                context,
+                Arc::clone(&user),
+                None,
+                Refusal::default(),
+            )
             .await
         {
             Ok(answer) if answer["status"] == "decided" => {
@@ -472,7 +468,14 @@ impl ServerHandler for Connection {
         };
         let input = Value::Object(request.arguments.unwrap_or_default());
         match self
-            .run_as(&name, input, &context, Arc::clone(&user), round)
+            .run_with(
+                &name,
+                input,
+                &context,
+                Arc::clone(&user),
+                round,
+                Refusal::default(),
+            )
             .await
         {
             Ok(output) => features::prompt_result(output).map(GetPromptResponse::Complete),

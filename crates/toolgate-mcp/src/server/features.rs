@@ -2,7 +2,8 @@
 //! [`crate::client`]'s `features`): what they answer, as MCP results and errors.
 
 use rmcp::model::{
-    ErrorCode, ErrorData, GetPromptResult, Prompt, PromptArgument, ReadResourceResult, ResultType,
+    CacheScope, ErrorCode, ErrorData, GetPromptResult, Prompt, PromptArgument, ReadResourceResult,
+    ResultType,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -64,9 +65,14 @@ pub(crate) fn prompt_result(output: Value) -> Result<GetPromptResult, ErrorData>
 }
 
 /// A resources tool's output as a read's result.
+///
+/// Its `cacheScope` is `private` whatever the upstream said: toolgate decides per caller
+/// who may read a resource (and redacts per policy), so a shared cache must not hand one
+/// caller's answer to another.
 pub(crate) fn resource_result(output: Value) -> Result<ReadResourceResult, ErrorData> {
     let mut result: ReadResourceResult = answer(output, "resource")?;
     result.result_type = Some(ResultType::COMPLETE);
+    result.cache_scope = Some(CacheScope::Private);
     Ok(result)
 }
 
