@@ -126,24 +126,12 @@ async fn progress_sampling_and_elicitation_of_an_upstream_reach_the_callers_mcp_
     }
     let gateway = Gateway::start(&config());
     let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/relay_client.py");
-    let run = tokio::process::Command::new(python())
+    let mut command = tokio::process::Command::new(python());
+    command
         .arg(client)
         .arg(gateway.url("/mcp"))
-        .arg(crate::common::key("alice"))
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(std::time::Duration::from_secs(120), run)
-        .await
-        .expect("the Python client finishes within 120 s")
-        .expect("python runs");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "client failed:\n{stdout}\n{}\ngateway:\n{}",
-        String::from_utf8_lossy(&out.stderr),
-        gateway.stderr()
-    );
-    let seen: Value = serde_json::from_str(stdout.trim()).expect("one JSON line");
+        .arg(crate::common::key("alice"));
+    let seen = client_output(command, &gateway, "relay client").await;
 
     assert_eq!(
         seen["progress"],
@@ -380,6 +368,17 @@ async fn rounds_seen(gateway: &Gateway, era: &str, stdio: bool) -> Value {
             .arg(gateway.url("/mcp"))
             .arg(crate::common::key("alice"));
     }
+    let what = format!("{era} client (stdio: {stdio})");
+    client_output(command, gateway, &what).await
+}
+
+/// What a Python client (`command`) of `gateway` printed: one JSON object. Fails the test,
+/// with the client's and the gateway's output, when it fails or takes over 120 s.
+async fn client_output(
+    mut command: tokio::process::Command,
+    gateway: &Gateway,
+    what: &str,
+) -> Value {
     let run = command.kill_on_drop(true).output();
     let out = tokio::time::timeout(std::time::Duration::from_secs(120), run)
         .await
@@ -388,7 +387,7 @@ async fn rounds_seen(gateway: &Gateway, era: &str, stdio: bool) -> Value {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "{era} client (stdio: {stdio}) failed:\n{stdout}\n{}\ngateway:\n{}",
+        "{what} failed:\n{stdout}\n{}\ngateway:\n{}",
         String::from_utf8_lossy(&out.stderr),
         gateway.stderr()
     );
