@@ -302,6 +302,7 @@ policies:\n  approval:\n    tools: [sleep]\n    four_eyes: false\n",
 // ---------------------------------------------------------------------------------------
 // The outcome of a decided call, for its caller (over /v1 and MCP)
 
+/// A `tools/call` in MCP `session`; the result.
 async fn mcp_call(
     gateway: &Gateway,
     user: &str,
@@ -309,18 +310,8 @@ async fn mcp_call(
     tool: &str,
     arguments: Value,
 ) -> Value {
-    let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                      "params": {"name": tool, "arguments": arguments}});
-    let (status, _, body) = common::mcp(
-        gateway,
-        reqwest::Method::POST,
-        user,
-        Some(session),
-        Some(call),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
-    common::rpc_answer(&body)["result"].clone()
+    let params = json!({"name": tool, "arguments": arguments});
+    common::mcp_rpc(gateway, user, session, "tools/call", params).await
 }
 
 #[tokio::test]

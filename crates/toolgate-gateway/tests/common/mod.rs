@@ -343,6 +343,27 @@ pub async fn invoke(gateway: &Gateway, id: &str, tool: &str, input: Value) -> An
     .await
 }
 
+/// One JSON-RPC request in MCP `session` as `user`, which must be answered 200: the
+/// answer's `result`, or the whole answer when it is an error.
+pub async fn mcp_rpc(
+    gateway: &Gateway,
+    user: &str,
+    session: &str,
+    method: &str,
+    params: Value,
+) -> Value {
+    let request =
+        serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+    let (status, _, body) = mcp(gateway, Method::POST, user, Some(session), Some(request)).await;
+    assert_eq!(status, 200, "{method}: {body}");
+    let answer = rpc_answer(&body);
+    if answer.get("error").is_some() {
+        answer
+    } else {
+        answer["result"].clone()
+    }
+}
+
 /// One stateless MCP 2026-07-28 request to `/mcp` as `user` (no session): the
 /// per-request `_meta` (protocol version, no client capabilities unless `params` brings
 /// its own `_meta`) and the `Mcp-Method` / `Mcp-Name` headers are added. The HTTP status

@@ -7,7 +7,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Gateway, invoke, mcp, open_session, python, python_mcp_available, rpc_answer, run, user_yaml,
+    Gateway, invoke, mcp, mcp_rpc, open_session, python, python_mcp_available, rpc_answer, run,
+    user_yaml,
 };
 
 fn config() -> String {
@@ -181,19 +182,6 @@ users:\n{alice}{bob}",
     )
 }
 
-/// One JSON-RPC request in `session`; the answer's `result` or `error`.
-async fn rpc(gateway: &Gateway, user: &str, session: &str, method: &str, params: Value) -> Value {
-    let request = json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
-    let (status, _, body) = mcp(gateway, Method::POST, user, Some(session), Some(request)).await;
-    assert_eq!(status, 200, "{method}: {body}");
-    let answer = rpc_answer(&body);
-    if answer.get("error").is_some() {
-        answer
-    } else {
-        answer["result"].clone()
-    }
-}
-
 #[tokio::test]
 async fn prompts_and_resources_go_through_authorization_redaction_and_audit() {
     if !python_mcp_available("prompts_and_resources_go_through_authorization_redaction_and_audit") {
@@ -204,13 +192,13 @@ async fn prompts_and_resources_go_through_authorization_redaction_and_audit() {
     let gateway = Gateway::start(&policy_config(&audit));
 
     let alice = open_session(&gateway, "alice").await;
-    let prompts = rpc(&gateway, "alice", &alice, "prompts/list", json!({})).await;
+    let prompts = mcp_rpc(&gateway, "alice", &alice, "prompts/list", json!({})).await;
     assert_eq!(prompts["prompts"][0]["name"], "greet", "{prompts}");
     assert_eq!(
         prompts["prompts"][0]["arguments"][0]["name"], "name",
         "{prompts}"
     );
-    let got = rpc(
+    let got = mcp_rpc(
         &gateway,
         "alice",
         &alice,
@@ -222,9 +210,9 @@ async fn prompts_and_resources_go_through_authorization_redaction_and_audit() {
         got["messages"][0]["content"]["text"], "Say hello to Ann.",
         "{got}"
     );
-    let listed = rpc(&gateway, "alice", &alice, "resources/list", json!({})).await;
+    let listed = mcp_rpc(&gateway, "alice", &alice, "resources/list", json!({})).await;
     assert_eq!(listed["resources"][0]["uri"], "shapes://note", "{listed}");
-    let read = rpc(
+    let read = mcp_rpc(
         &gateway,
         "alice",
         &alice,
@@ -236,7 +224,7 @@ async fn prompts_and_resources_go_through_authorization_redaction_and_audit() {
         read["contents"][0]["text"], "write to [REDACTED:email]",
         "output redaction applies to resources: {read}"
     );
-    let missing = rpc(
+    let missing = mcp_rpc(
         &gateway,
         "alice",
         &alice,
@@ -248,11 +236,11 @@ async fn prompts_and_resources_go_through_authorization_redaction_and_audit() {
 
     // bob may call `add` only: he sees no prompt and no resource, and cannot use them.
     let bob = open_session(&gateway, "bob").await;
-    let prompts = rpc(&gateway, "bob", &bob, "prompts/list", json!({})).await;
+    let prompts = mcp_rpc(&gateway, "bob", &bob, "prompts/list", json!({})).await;
     assert_eq!(prompts["prompts"], json!([]), "{prompts}");
-    let listed = rpc(&gateway, "bob", &bob, "resources/list", json!({})).await;
+    let listed = mcp_rpc(&gateway, "bob", &bob, "resources/list", json!({})).await;
     assert_eq!(listed["resources"], json!([]), "{listed}");
-    let refused = rpc(
+    let refused = mcp_rpc(
         &gateway,
         "bob",
         &bob,
@@ -261,7 +249,7 @@ async fn prompts_and_resources_go_through_authorization_redaction_and_audit() {
     )
     .await;
     assert!(refused["error"].is_object(), "{refused}");
-    let refused = rpc(
+    let refused = mcp_rpc(
         &gateway,
         "bob",
         &bob,
@@ -271,7 +259,7 @@ async fn prompts_and_resources_go_through_authorization_redaction_and_audit() {
     .await;
     assert!(refused["error"].is_object(), "{refused}");
     // Nor are they tools.
-    let tools = rpc(&gateway, "alice", &alice, "tools/list", json!({})).await;
+    let tools = mcp_rpc(&gateway, "alice", &alice, "tools/list", json!({})).await;
     let names: Vec<&str> = tools["tools"]
         .as_array()
         .unwrap()
