@@ -45,6 +45,9 @@ pub struct CallerRequest {
     /// server to answer with as it was (the `data` of `-32021` names the capabilities
     /// to declare), while the pipeline sees it as a toolgate error.
     pub refusal: Refusal,
+    /// The stream of the caller's `subscriptions/listen` request (2026-07-28), when the
+    /// request subscribes a resource for it: updates go there, not to a session.
+    pub listener: Option<rmcp::service::SubscriptionSink>,
 }
 
 /// An upstream's JSON-RPC error about a caller's request, kept for the server's answer.

@@ -35,7 +35,7 @@ from mcp.server.mcpserver import RequestStateBoundary, RequestStateSecurity
 from mcp.server.subscriptions import InMemorySubscriptionBus, ListenHandler
 from mcp.shared.exceptions import MCPDeprecationWarning, MCPError
 from mcp.shared.message import ServerMessageMetadata
-from mcp.shared.subscriptions import PromptsListChanged, ToolsListChanged
+from mcp.shared.subscriptions import PromptsListChanged, ResourceUpdated, ToolsListChanged
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 # Logging, sampling and roots are deprecated from 2026-07-28 on, but the 2025-11-25
@@ -344,6 +344,18 @@ async def test_trigger_prompt_change(ctx: Context, params: CallParams) -> JSON:
     return tool_result(text("prompts list change announced"))
 
 
+@tool("Changes `test://watched-resource`: its subscribers are told (resources/updated).")
+async def test_touch_watched_resource(ctx: Context, params: CallParams) -> JSON:
+    uri = "test://watched-resource"
+    await SUBSCRIPTIONS.publish(ResourceUpdated(uri=uri))
+    for session in list(SUBSCRIBERS.get(uri, [])):
+        try:
+            await session.send_resource_updated(uri)
+        except Exception:  # a session that is gone
+            SUBSCRIBERS[uri].remove(session)
+    return tool_result(text("watched resource touched"))
+
+
 REGION_SCHEMA = {
     "type": "object",
     "properties": {"region": {"type": "string", "description": "Where to run", "x-mcp-header": "Region"}},
@@ -575,6 +587,8 @@ TEMPLATE = {
 TEMPLATE_PREFIX, TEMPLATE_SUFFIX = "test://template/", "/data"
 
 SUBSCRIBED: set[str] = set()
+# The 2025-11-25 sessions subscribed to each resource, for its updates.
+SUBSCRIBERS: dict[str, list[Any]] = {}
 
 
 async def list_resources(ctx: Context, params: types.PaginatedRequestParams | None) -> JSON:
@@ -600,11 +614,15 @@ async def read_resource(ctx: Context, params: types.ReadResourceRequestParams) -
 
 async def subscribe(ctx: Context, params: types.SubscribeRequestParams) -> JSON:
     SUBSCRIBED.add(str(params.uri))
+    SUBSCRIBERS.setdefault(str(params.uri), []).append(ctx.session)
     return {}
 
 
 async def unsubscribe(ctx: Context, params: types.UnsubscribeRequestParams) -> JSON:
     SUBSCRIBED.discard(str(params.uri))
+    sessions = SUBSCRIBERS.get(str(params.uri), [])
+    if ctx.session in sessions:
+        sessions.remove(ctx.session)
     return {}
 
 

@@ -460,3 +460,38 @@ users:\n{alice}",
         );
     }
 }
+
+#[tokio::test]
+async fn an_upstreams_resource_updates_reach_subscribers_of_both_eras() {
+    if !python_mcp_available("an_upstreams_resource_updates_reach_subscribers_of_both_eras") {
+        return;
+    }
+    let upstream = Everything::start();
+    let gateway = Gateway::start(&format!(
+        "upstreams:\n  - name: everything\n    url: {url}\nusers:\n{alice}",
+        url = upstream.url,
+        alice = user_yaml("alice", &["admin"]),
+    ));
+    let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/watch_client.py");
+    for era in ["2025-11-25", "2026-07-28"] {
+        let mut command = tokio::process::Command::new(python());
+        command
+            .arg(client)
+            .arg(era)
+            .arg(gateway.url("/mcp"))
+            .arg(crate::common::key("alice"));
+        let seen = client_output(command, &gateway, &format!("{era} watch client")).await;
+        assert_eq!(
+            seen["updates"],
+            json!(["test://watched-resource"]),
+            "{era}: the update reached the subscriber once: {seen}"
+        );
+        if era == "2026-07-28" {
+            assert_eq!(
+                seen["honored"],
+                json!(["test://watched-resource"]),
+                "{seen}"
+            );
+        }
+    }
+}

@@ -114,6 +114,17 @@ impl Link {
         }
     }
 
+    /// The connection resource subscriptions go on, for callers of both revisions: one at
+    /// 2025-11-25, whose `resources/subscribe` a 2026-07-28 upstream still answers there
+    /// (at 2026-07-28 it has only `subscriptions/listen`).
+    fn subscription_channel(&self) -> &Channel {
+        if self.modern.load(Ordering::Relaxed) {
+            &self.legacy
+        } else {
+            &self.current
+        }
+    }
+
     /// The connection for `caller`'s call of tool `name`: as [`channel_for`], but a tool
     /// the upstream lists only at 2026-07-28 is called there, its `input_required`
     /// rounds put to a 2025-11-25 caller by toolgate.
@@ -492,7 +503,7 @@ impl Link {
         caller: &CallerRequest,
         deadline: Instant,
     ) -> Result<(), ToolError> {
-        let channel = self.channel_for(Some(caller));
+        let channel = self.subscription_channel();
         if !channel.routes.subscribe(uri, caller) {
             return Ok(());
         }
@@ -516,7 +527,7 @@ impl Link {
         caller: &CallerRequest,
         deadline: Instant,
     ) -> Result<(), ToolError> {
-        let channel = self.channel_for(Some(caller));
+        let channel = self.subscription_channel();
         if !channel.routes.unsubscribe(uri, &caller.session_id) {
             return Ok(());
         }

@@ -17,10 +17,10 @@ use rmcp::model::{
     LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
     ResourceUpdatedNotificationParam, ServerRequest,
 };
-use rmcp::model::{JsonRpcMessage, ServerNotification};
+use rmcp::model::{JsonRpcMessage, ResourceUpdatedNotification, ServerNotification};
 use rmcp::service::{
     InboundStreamOrigin, NotificationContext, Peer, RequestContext, RxJsonRpcMessage,
-    TxJsonRpcMessage,
+    SubscriptionSink, TxJsonRpcMessage,
 };
 use rmcp::transport::Transport;
 use rmcp::{ClientHandler, RoleClient, RoleServer};
@@ -56,8 +56,33 @@ pub(crate) enum Relayed {
     Log(LoggingMessageNotificationParam),
 }
 
-/// A session subscribed to a resource, and its connection.
-type Subscriber = (Arc<str>, Peer<RoleServer>);
+/// A subscriber to a resource: its key (a 2025-11-25 session, or one
+/// `subscriptions/listen` request) and where its updates go.
+type Subscriber = (Arc<str>, Delivery);
+
+/// Where a subscriber's resource updates go.
+#[derive(Clone)]
+enum Delivery {
+    /// `notifications/resources/updated` on a 2025-11-25 session's connection.
+    Session(Peer<RoleServer>),
+    /// The stream of a 2026-07-28 `subscriptions/listen` request.
+    Listen(SubscriptionSink),
+}
+
+impl Delivery {
+    /// Delivers one update; an error means the subscriber is gone.
+    async fn send(&self, update: ResourceUpdatedNotificationParam) -> Result<(), ()> {
+        match self {
+            Delivery::Session(peer) => peer.notify_resource_updated(update).await.map_err(drop),
+            Delivery::Listen(sink) => sink
+                .send(ServerNotification::ResourceUpdatedNotification(
+                    ResourceUpdatedNotification::new(update),
+                ))
+                .await
+                .map_err(drop),
+        }
+    }
+}
 
 /// The calls in flight, and progress that came before its call was added.
 #[derive(Default)]
@@ -200,7 +225,11 @@ impl Routes {
         let sessions = subscribers.entry(uri.to_owned()).or_default();
         let first = sessions.is_empty();
         if !sessions.iter().any(|(s, _)| *s == caller.session_id) {
-            sessions.push((Arc::clone(&caller.session_id), caller.peer.clone()));
+            let delivery = match &caller.listener {
+                Some(sink) => Delivery::Listen(sink.clone()),
+                None => Delivery::Session(caller.peer.clone()),
+            };
+            sessions.push((Arc::clone(&caller.session_id), delivery));
         }
         first
     }
@@ -321,10 +350,10 @@ impl ClientHandler for UpstreamClient {
         params: ResourceUpdatedNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        for (session, peer) in self.routes.subscribers_of(&params.uri) {
-            if peer.notify_resource_updated(params.clone()).await.is_err() {
-                // The subscriber's session is gone.
-                self.routes.unsubscribe(&params.uri, &session);
+        for (subscriber, delivery) in self.routes.subscribers_of(&params.uri) {
+            if delivery.send(params.clone()).await.is_err() {
+                // The subscriber's session or listen stream is gone.
+                self.routes.unsubscribe(&params.uri, &subscriber);
             }
         }
     }

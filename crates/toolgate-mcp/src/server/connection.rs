@@ -15,10 +15,11 @@ use rmcp::model::{
     CustomResult, ErrorCode, ErrorData, GetPromptRequestParams, GetPromptResponse, Implementation,
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
     LoggingLevel, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, Reference, ResultType, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams, SubscribeRequestParams, UnsubscribeRequestParams,
+    ReadResourceResponse, Reference, ResourcesCapability, ResultType, ServerCapabilities,
+    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
+    UnsubscribeRequestParams,
 };
-use rmcp::service::RequestContext;
+use rmcp::service::{RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use toolgate_core::{InvokeOptions, ToolDefinition, ToolError, User};
@@ -134,28 +135,35 @@ impl Connection {
         context: &RequestContext<RoleServer>,
     ) -> Result<Value, ToolError> {
         let user = self.user(context.extensions.get::<http::request::Parts>());
-        self.run_with(name, input, context, user, None, Refusal::default())
+        self.run_with(name, input, context, user, Extras::default())
             .await
     }
 
-    /// [`run`](Self::run) for `user`, with the caller's answers when the request is a
-    /// round of a multi-round call (whose result is then not for a cache), and where an
-    /// upstream leaves its protocol error about the request.
+    /// [`run`](Self::run) for `user`, with what the request brings beyond its input.
     async fn run_with(
         &self,
         name: &str,
         input: Value,
         context: &RequestContext<RoleServer>,
         user: Arc<User>,
-        round: Option<InputRound>,
-        refusal: Refusal,
+        extras: Extras,
     ) -> Result<Value, ToolError> {
+        let Extras {
+            round,
+            refusal,
+            listener,
+        } = extras;
         let parts = context.extensions.get::<http::request::Parts>();
         // Fires when the client sends `notifications/cancelled`, or when the host cuts
         // the call at shutdown.
         let cancel = context.ct.child_token();
         let session = self.session_id(parts);
         let no_store = round.is_some();
+        // A listen stream subscribes under a key of its own: a session may hold several.
+        let subscriber = match &listener {
+            Some(sink) => Arc::from(format!("{session}/listen/{}", sink.id())),
+            None => Arc::clone(&session),
+        };
         let caller = CallerRequest {
             peer: context.peer.clone(),
             progress_token: context.meta.get_progress_token(),
@@ -163,11 +171,12 @@ impl Connection {
                 .meta
                 .log_level()
                 .or(*self.log_level.lock().unwrap_or_else(|e| e.into_inner())),
-            session_id: Arc::clone(&session),
+            session_id: subscriber,
             capabilities: context.client_capabilities().unwrap_or_default(),
             input_required_results: takes_input_required(context),
             round,
             refusal,
+            listener,
         };
         let mut options = InvokeOptions::new()
             .session(session)
@@ -222,14 +231,7 @@ impl Connection {
         };
         let asked = json!({ "id": id });
         match self
-            .run_with(
-                &tool,
-                asked,
-                context,
-                Arc::clone(&user),
-                None,
-                Refusal::default(),
-            )
+            .run_with(&tool, asked, context, Arc::clone(&user), Extras::default())
             .await
         {
             Ok(answer) if answer["status"] == "decided" => {
@@ -249,9 +251,19 @@ impl Connection {
         input: Value,
         uri: &str,
         context: &RequestContext<RoleServer>,
+        listener: Option<&SubscriptionSink>,
     ) -> Result<Value, ErrorData> {
+        let user = self.user(context.extensions.get::<http::request::Parts>());
         for definition in self.visible_of(RESOURCES_TAG, context) {
-            match self.run(&definition.name, input.clone(), context).await {
+            let extras = Extras {
+                listener: listener.cloned(),
+                ..Extras::default()
+            };
+            let user = Arc::clone(&user);
+            match self
+                .run_with(&definition.name, input.clone(), context, user, extras)
+                .await
+            {
                 Ok(output) => return Ok(output),
                 Err(e) if e.code() == "resource_not_found" => continue,
                 Err(e) => return Err(features::request_error(&e)),
@@ -283,6 +295,18 @@ impl Connection {
         }
         all
     }
+}
+
+/// What a request brings to its invocation beyond its input.
+#[derive(Default)]
+struct Extras {
+    /// The caller's answers, when the request is a round of a multi-round call (its
+    /// result is then not for a cache).
+    round: Option<InputRound>,
+    /// Where an upstream leaves its protocol error about the request.
+    refusal: Refusal,
+    /// The `subscriptions/listen` stream a resource subscription is for.
+    listener: Option<SubscriptionSink>,
 }
 
 /// Whether the caller of `context` speaks 2026-07-28 or later, and so takes
@@ -321,11 +345,12 @@ impl ServerHandler for Connection {
         if !self.server().upstreams.is_empty() && (tagged(PROMPT_TAG) || tagged(RESOURCES_TAG)) {
             capabilities.completions = Some(Default::default());
         }
-        // `resources/subscribe` is answered (2025-11-25) but `subscribe` is not declared:
-        // to a 2026-07-28 client that would promise `subscriptions/listen`, which is not
-        // served yet.
+        // Subscriptions: `resources/subscribe` at 2025-11-25, `subscriptions/listen` with
+        // resource URIs at 2026-07-28.
         if tagged(RESOURCES_TAG) {
-            capabilities.resources = Some(Default::default());
+            let mut resources = ResourcesCapability::default();
+            resources.subscribe = Some(true);
+            capabilities.resources = Some(resources);
         }
         let mut info = ServerConfig::new(capabilities);
         info.server_info =
@@ -391,8 +416,11 @@ impl ServerHandler for Connection {
                 input,
                 &context,
                 Arc::clone(&user),
-                round,
-                refusal.clone(),
+                Extras {
+                    round,
+                    refusal: refusal.clone(),
+                    ..Extras::default()
+                },
             )
             .await
         {
@@ -473,8 +501,10 @@ impl ServerHandler for Connection {
                 input,
                 &context,
                 Arc::clone(&user),
-                round,
-                Refusal::default(),
+                Extras {
+                    round,
+                    ..Extras::default()
+                },
             )
             .await
         {
@@ -518,7 +548,7 @@ impl ServerHandler for Connection {
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
         let output = self
-            .on_resource(json!({ "uri": request.uri }), &request.uri, &context)
+            .on_resource(json!({ "uri": request.uri }), &request.uri, &context, None)
             .await?;
         features::resource_result(output).map(ReadResourceResponse::Complete)
     }
@@ -559,9 +589,14 @@ impl ServerHandler for Connection {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.on_resource(json!({ "subscribe": request.uri }), &request.uri, &context)
-            .await
-            .map(drop)
+        self.on_resource(
+            json!({ "subscribe": request.uri }),
+            &request.uri,
+            &context,
+            None,
+        )
+        .await
+        .map(drop)
     }
 
     async fn unsubscribe(
@@ -573,9 +608,62 @@ impl ServerHandler for Connection {
             json!({ "unsubscribe": request.uri }),
             &request.uri,
             &context,
+            None,
         )
         .await
         .map(drop)
+    }
+
+    /// `subscriptions/listen` (2026-07-28): resource updates, for the URIs the caller may
+    /// read. List changes are not announced: the lists change only on a reload.
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        let mut accepted = SubscriptionFilter::new();
+        accepted.resource_subscriptions = requested.resource_subscriptions.clone();
+        Some(accepted)
+    }
+
+    /// Subscribes each URI of the listen request through the pipeline (as
+    /// `resources/subscribe`: authorization and audit apply), relays its updates to the
+    /// stream until the caller ends it, then unsubscribes. A URI the caller may not read,
+    /// or that no upstream has, refuses the whole request.
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
+        let uris = context
+            .accepted()
+            .resource_subscriptions
+            .clone()
+            .unwrap_or_default();
+        let request = context.request_context();
+        let mut subscribed = Vec::new();
+        let mut refused = None;
+        for uri in &uris {
+            let input = json!({ "subscribe": uri });
+            match self
+                .on_resource(input, uri, request, Some(context.sink()))
+                .await
+            {
+                Ok(_) => subscribed.push(uri),
+                Err(error) => {
+                    refused = Some(error);
+                    break;
+                }
+            }
+        }
+        if refused.is_none() {
+            context.cancelled().await;
+        }
+        // The request is over: unsubscribing runs on a token of its own.
+        let mut after = request.clone();
+        after.ct = tokio_util::sync::CancellationToken::new();
+        for uri in subscribed {
+            let input = json!({ "unsubscribe": uri });
+            let _ = self
+                .on_resource(input, uri, &after, Some(context.sink()))
+                .await;
+        }
+        refused.map_or(Ok(()), Err)
     }
 
     /// Sets the level of the log messages relayed from upstreams to this connection.
