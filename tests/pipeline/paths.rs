@@ -332,6 +332,20 @@ async fn a_tool_that_needs_the_callers_input_waits_without_the_error_path() {
 }
 
 #[tokio::test]
+async fn a_call_answered_at_will_execute_counts_no_tool_run() {
+    let tool = ScriptedTool::returning(TOOL, json!({ "answer": 42 }));
+    let test = recorded(tool.clone(), |h| {
+        h.at(WillExecute, Inject::Respond(json!("stubbed")))
+    });
+
+    let invocation = test.build().invoke_detailed(TOOL, input(), options()).await;
+
+    assert_eq!(invocation.result, Ok(json!("stubbed")));
+    assert_eq!(tool.calls(), 0);
+    assert_eq!(invocation.attempts, 0, "the tool never ran");
+}
+
+#[tokio::test]
 async fn panic_in_a_hook_becomes_an_internal_error_without_its_payload() {
     let test = recorded(ScriptedTool::new(TOOL), |h| {
         h.at(WillCheckFeatureFlags, Inject::Panic)

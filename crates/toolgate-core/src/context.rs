@@ -255,6 +255,8 @@ pub struct ToolInvokeContext {
     started: ClockInstant,
     pub(crate) finished: Option<ClockInstant>,
     pub(crate) attempt: u32,
+    /// How many times the tool itself ran.
+    pub(crate) runs: u32,
     deadline: Option<tokio::time::Instant>,
     cancel: OnceLock<CancellationToken>,
     request_providers: Providers,
@@ -322,6 +324,7 @@ impl ToolInvokeContext {
             started: ClockInstant::now(),
             finished: None,
             attempt: 0,
+            runs: 0,
             deadline: parts.deadline,
             cancel,
             request_providers: parts.providers,
@@ -602,6 +605,12 @@ impl ToolInvokeContext {
     /// The execution attempt: 0 before the tool first runs, 1 for the first attempt.
     pub fn attempt(&self) -> u32 {
         self.attempt
+    }
+
+    /// How many times the tool itself ran: an attempt that a hook answered or refused at
+    /// `will_execute` (or `on_retry`) is not a run, and a cache hit or a refusal makes none.
+    pub fn runs(&self) -> u32 {
+        self.runs
     }
 
     /// The deadline of the call, if it has one.

@@ -240,6 +240,7 @@ macro_rules! run_tool {
             _ => None,
         };
         ctx.progress.in_tool = true;
+        ctx.runs += 1;
         let output = entry.tool.call(prepared, ctx).await;
         ctx.progress.in_tool = false;
         output.map(|output| ctx.set_output(output))
@@ -462,7 +463,7 @@ pub(crate) fn invoke_detailed(
     run_to_end(entry, ctx, start, |ctx, result| super::Invocation {
         result,
         metadata: std::mem::take(ctx.metadata_mut()),
-        attempts: ctx.attempt,
+        attempts: ctx.runs,
         duration: ctx.elapsed(),
     })
 }

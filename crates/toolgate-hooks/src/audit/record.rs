@@ -185,7 +185,7 @@ impl AuditRecord {
             outcome,
             code: error.map(|e| e.code().to_owned()),
             status: error.map_or(200, ToolError::status),
-            attempts: ctx.attempt(),
+            attempts: ctx.runs(),
             decisions: ctx
                 .decisions()
                 .iter()
