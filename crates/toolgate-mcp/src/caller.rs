@@ -8,8 +8,11 @@
 use std::sync::Arc;
 
 use rmcp::RoleServer;
-use rmcp::model::{ClientCapabilities, ErrorData, InputResponses, LoggingLevel, ProgressToken};
+use rmcp::model::{
+    ClientCapabilities, ErrorCode, ErrorData, InputResponses, LoggingLevel, ProgressToken,
+};
 use rmcp::service::Peer;
+use serde_json::Value;
 use toolgate_core::{ToolError, TypeMapKey};
 
 /// The caller of a request that came in over MCP: its connection, what it declared it can
@@ -82,6 +85,32 @@ pub struct InputRound {
 /// needs (over MCP, `-32021`; 400 elsewhere).
 pub const MISSING_CAPABILITY: &str = "missing_client_capability";
 
+/// A request that needs capabilities the client did not declare (`required`, a
+/// `requiredCapabilities` object), asked by `who`: the toolgate error
+/// ([`MISSING_CAPABILITY`], 400), and the protocol's `-32021` with `required` for the
+/// server to answer over MCP.
+pub(crate) fn missing_capability(who: &str, required: Option<Value>) -> (ToolError, ErrorData) {
+    let names = required
+        .as_ref()
+        .and_then(Value::as_object)
+        .map(|required| {
+            let names: Vec<String> = required.keys().map(|name| format!("`{name}`")).collect();
+            names.join(", ")
+        })
+        .filter(|names| !names.is_empty())
+        .unwrap_or_else(|| "a capability".to_owned());
+    let message = format!(
+        "{who} needs the client to declare {names}: declare it (at 2026-07-28, in the request's `_meta`), or ask without it"
+    );
+    let data = required.map(|required| serde_json::json!({ "requiredCapabilities": required }));
+    let refusal = ErrorData::new(
+        ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
+        message.clone(),
+        data,
+    );
+    (ToolError::abort(message, MISSING_CAPABILITY, 400), refusal)
+}
+
 /// The request-scope provider key of [`CallerRequest`].
 pub struct CallerKey;
 
@@ -127,25 +156,10 @@ impl CallerRequest {
     /// # Ok(()) }
     /// ```
     pub fn missing_capability(&self, required: ClientCapabilities) -> ToolError {
-        let names: Vec<String> = serde_json::to_value(&required)
-            .ok()
-            .and_then(|v| {
-                v.as_object()
-                    .map(|m| m.keys().map(|k| format!("`{k}`")).collect())
-            })
-            .unwrap_or_default();
-        let message = format!(
-            "this request needs the client to declare {}: declare it (at 2026-07-28, in the request's `_meta`), or ask without it",
-            if names.is_empty() {
-                "a capability".to_owned()
-            } else {
-                names.join(", ")
-            }
-        );
-        let mut error = ErrorData::missing_required_client_capability(required);
-        error.message = message.clone().into();
-        self.refusal.set(error);
-        ToolError::abort(message, MISSING_CAPABILITY, 400)
+        let (error, refusal) =
+            missing_capability("this request", serde_json::to_value(required).ok());
+        self.refusal.set(refusal);
+        error
     }
 
     /// What an upstream is told the caller can answer, through toolgate: sampling,

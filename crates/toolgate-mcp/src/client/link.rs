@@ -32,7 +32,7 @@ use toolgate_hooks::secrets::Scrubber;
 
 use super::relay::{OrderedProgress, Routes, UpstreamClient, ask_caller};
 use super::{UpstreamConfig, UpstreamTransport};
-use crate::caller::{CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY};
+use crate::caller::{CallerKey, CallerRequest, InputRound, missing_capability};
 
 type Session = RunningService<RoleClient, UpstreamClient>;
 
@@ -566,29 +566,20 @@ impl Link {
     /// The upstream's refusal of a request that needs a capability the caller did not
     /// declare (2026-07-28: `-32021`), as the caller's error naming what to declare
     /// ([`MISSING_CAPABILITY`], 400; over MCP, `-32021` again).
-    fn missing_capability(&self, e: &ErrorData) -> ToolError {
-        let needed = e
+    fn missing_capability(&self, e: &ErrorData, caller: Option<&CallerRequest>) -> ToolError {
+        let required = e
             .data
             .as_ref()
             .and_then(|data| data.get("requiredCapabilities"))
-            .and_then(Value::as_object)
-            .map(|required| {
-                required
-                    .keys()
-                    .map(|name| format!("`{name}`"))
-                    .collect::<Vec<_>>()
-                    .join(", ")
-            })
-            .filter(|names| !names.is_empty())
-            .unwrap_or_else(|| "a capability".to_owned());
-        ToolError::abort(
-            self.scrubbed(format!(
-                "MCP server `{}` needs the client to declare {needed} for this request: declare it (at 2026-07-28, in the request's `_meta`), or ask without it",
-                self.config.name
-            )),
-            MISSING_CAPABILITY,
-            400,
-        )
+            .cloned();
+        let who = format!("MCP server `{}`", self.config.name);
+        let (mut error, mut refusal) = missing_capability(&who, required);
+        self.scrubber.scrub_error(&mut error);
+        refusal.message = self.scrubbed(refusal.message.into_owned()).into();
+        if let Some(caller) = caller {
+            caller.refusal.set(refusal);
+        }
+        error
     }
 
     /// The upstream's JSON-RPC error as a toolgate error: a resource it does not have is
@@ -600,7 +591,7 @@ impl Link {
             self.config.name, e.message
         ));
         match e.code {
-            ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY => self.missing_capability(&e),
+            ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY => self.missing_capability(&e, None),
             ErrorCode::RESOURCE_NOT_FOUND => ToolError::abort(message, RESOURCE_NOT_FOUND, 404),
             ErrorCode::INVALID_PARAMS => ToolError::InvalidInput(InputViolations::one("", message)),
             _ => ToolError::execution(message),
@@ -763,13 +754,7 @@ impl Link {
                 Ok(Err(ServiceError::McpError(e)))
                     if e.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY =>
                 {
-                    let error = self.missing_capability(&e);
-                    if let Some(caller) = &caller {
-                        caller
-                            .refusal
-                            .set(ErrorData::new(e.code, error.to_string(), e.data));
-                    }
-                    Err(error)
+                    Err(self.missing_capability(&e, caller.as_deref()))
                 }
                 Ok(Err(ServiceError::McpError(e))) => Err(ToolError::execution(format!(
                     "MCP server `{}` refused the call: {}",
