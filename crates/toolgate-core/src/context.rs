@@ -10,76 +10,17 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 use typemap_rev::{TypeMap, TypeMapKey};
 
-use crate::pipeline::{Progress, ToolEntry};
-use crate::provider::SessionScope;
+use crate::control::{Control, HookResult, SuspendRequest};
+use crate::definition::ToolDefinition;
+use crate::error::ToolError;
+use crate::prepared::PreparedInput;
+use crate::progress::Progress;
+use crate::provider::{ProviderError, Providers, Scope, Scopes, SessionScope};
+use crate::secret::SecretSlot;
+use crate::stage::Stage;
 use crate::suspension::ResumeDecision;
-use crate::tool::PreparedInput;
-use crate::{
-    Control, HookResult, ProviderError, Providers, Scope, SecretSlot, Stage, SuspendRequest,
-    ToolDefinition, ToolError,
-};
+pub use crate::user::User;
 
-/// Who is calling. At least an id; roles and tenant feed authorization and cache scoping.
-///
-/// ```
-/// use toolgate_core::User;
-/// let alice = User::new("alice").with_roles(["admin"]).with_tenant("acme");
-/// assert!(alice.has_role("admin"));
-/// ```
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct User {
-    /// The user's id.
-    pub id: String,
-    /// The user's roles.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub roles: Vec<String>,
-    /// The tenant the user belongs to, if any.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tenant: Option<String>,
-    /// Anything else policies may look at.
-    #[serde(default, skip_serializing_if = "Map::is_empty")]
-    pub attributes: Map<String, Value>,
-}
-
-impl User {
-    /// A user with this id and nothing else.
-    pub fn new(id: impl Into<String>) -> Self {
-        User {
-            id: id.into(),
-            roles: Vec::new(),
-            tenant: None,
-            attributes: Map::new(),
-        }
-    }
-
-    /// The user of calls that name none: id `anonymous`, no roles.
-    pub fn anonymous() -> Arc<User> {
-        Arc::clone(&ANONYMOUS)
-    }
-
-    /// The same user with these roles.
-    #[must_use]
-    pub fn with_roles<I, S>(mut self, roles: I) -> Self
-    where
-        I: IntoIterator<Item = S>,
-        S: Into<String>,
-    {
-        self.roles = roles.into_iter().map(Into::into).collect();
-        self
-    }
-
-    /// The same user in this tenant.
-    #[must_use]
-    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
-        self.tenant = Some(tenant.into());
-        self
-    }
-
-    /// Whether the user has this role.
-    pub fn has_role(&self, role: &str) -> bool {
-        self.roles.iter().any(|r| r == role)
-    }
-}
 
 /// The id of one invocation: given by the caller, or generated (unique per process, and
 /// prefixed per process so that replicas do not collide).
@@ -206,8 +147,6 @@ pub struct HookTiming {
     pub duration: Duration,
 }
 
-/// The user of invocations that name none.
-static ANONYMOUS: LazyLock<Arc<User>> = LazyLock::new(|| Arc::new(User::new("anonymous")));
 
 /// The clock of invocation timings: quanta's calibrated reading of the CPU's time-stamp
 /// counter (about 10 ns a read on these machines, against 24 ns for `Instant::now`), which
@@ -234,6 +173,13 @@ fn to_std_instant(t: ClockInstant) -> Instant {
     now.checked_sub(since).unwrap_or(now)
 }
 
+/// What the invocations of one tool share with their contexts: the tool's definition and
+/// the pipeline's global and session scopes.
+pub(crate) struct ToolScope {
+    pub definition: ToolDefinition,
+    pub scopes: Arc<Scopes>,
+}
+
 /// Everything one invocation knows: identity, input and output with their histories, a
 /// scratchpad for hooks, providers, secrets, the error, timing, the attempt number, the
 /// deadline and the cancellation token.
@@ -241,7 +187,7 @@ fn to_std_instant(t: ClockInstant) -> Instant {
 /// The pipeline creates it; hooks get `&mut` at every stage, the tool gets `&`.
 /// Its `Debug` output never shows secrets.
 pub struct ToolInvokeContext {
-    pub(crate) entry: Arc<ToolEntry>,
+    pub(crate) scope: Arc<ToolScope>,
     session_id: Option<Arc<str>>,
     request_id: RequestId,
     /// `None` for the anonymous user (no reference count to touch per call).
@@ -285,7 +231,7 @@ pub(crate) struct Trail {
 }
 
 pub(crate) struct ContextParts {
-    pub entry: Arc<ToolEntry>,
+    pub scope: Arc<ToolScope>,
     pub session_id: Option<Arc<str>>,
     pub request_id: RequestId,
     pub user: Option<Arc<User>>,
@@ -312,7 +258,7 @@ impl ToolInvokeContext {
             let _ = cancel.set(token);
         }
         ToolInvokeContext {
-            entry: parts.entry,
+            scope: parts.scope,
             session_id: parts.session_id,
             request_id: parts.request_id,
             user: parts.user,
@@ -342,12 +288,12 @@ impl ToolInvokeContext {
 
     /// The definition of the tool being called (name, version, annotations, schemas).
     pub fn tool(&self) -> &ToolDefinition {
-        &self.entry.definition
+        &self.scope.definition
     }
 
     /// The name of the tool being called; it is also the tool's id in the registry.
     pub fn tool_name(&self) -> &str {
-        &self.entry.definition.name
+        &self.scope.definition.name
     }
 
     /// The session id, if the call belongs to a session.
@@ -364,7 +310,7 @@ impl ToolInvokeContext {
     pub fn user(&self) -> &User {
         match &self.user {
             Some(user) => user,
-            None => &ANONYMOUS,
+            None => &crate::user::ANONYMOUS,
         }
     }
 
@@ -683,7 +629,7 @@ impl ToolInvokeContext {
         if let Some(v) = self.session_scope().and_then(|s| s.get::<K>()) {
             return Some(v);
         }
-        self.entry.shared.globals.get::<K>().cloned()
+        self.scope.scopes.globals.get::<K>().cloned()
     }
 
     /// Binds a provider in the request or session scope.
@@ -709,7 +655,7 @@ impl ToolInvokeContext {
                     .session_id
                     .clone()
                     .ok_or(ProviderError::NoSession { key })?;
-                let scope = self.entry.shared.sessions.get_or_create(&id);
+                let scope = self.scope.scopes.sessions.get_or_create(&id);
                 scope.insert::<K>(Arc::new(value));
                 self.session = OnceLock::from(Some(scope));
                 Ok(())
@@ -722,7 +668,7 @@ impl ToolInvokeContext {
         self.session
             .get_or_init(|| {
                 let id = self.session_id.as_deref()?;
-                self.entry.shared.sessions.get(id)
+                self.scope.scopes.sessions.get(id)
             })
             .as_ref()
     }
@@ -760,7 +706,7 @@ impl ToolInvokeContext {
 impl fmt::Debug for ToolInvokeContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ToolInvokeContext")
-            .field("tool", &self.entry.definition.name)
+            .field("tool", &self.scope.definition.name)
             .field("request_id", &self.request_id)
             .field("session_id", &self.session_id)
             .field("user", &self.user().id)
@@ -828,7 +774,7 @@ mod tests {
 
     #[test]
     fn the_anonymous_user_is_one_shared_instance() {
-        assert_eq!(ANONYMOUS.id, "anonymous");
-        assert!(Arc::ptr_eq(&User::anonymous(), &ANONYMOUS));
+        assert_eq!(crate::user::ANONYMOUS.id, "anonymous");
+        assert!(Arc::ptr_eq(&User::anonymous(), &crate::user::ANONYMOUS));
     }
 }

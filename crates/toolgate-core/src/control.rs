@@ -2,7 +2,8 @@
 
 use serde_json::Value;
 
-use crate::{ProviderError, ToolError};
+use crate::error::ToolError;
+use crate::provider::ProviderError;
 
 /// What a stage method returns: `Ok(())` to let the pipeline continue, or a [`Control`].
 pub type HookResult = Result<(), Control>;

@@ -4,6 +4,9 @@ use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
+pub use crate::provider::ProviderError;
+pub use crate::suspension::SuspensionStoreError;
+
 /// Why an invocation did not produce an output.
 ///
 /// Every variant has a stable machine [`code`](ToolError::code), an HTTP
@@ -118,7 +121,7 @@ pub enum ToolError {
     },
     /// A provider the call needs is not bound in any scope.
     #[error(transparent)]
-    Provider(#[from] crate::ProviderError),
+    Provider(#[from] ProviderError),
     /// No suspended call has this id (it never existed, or was already resumed).
     #[error("no suspended call with id `{id}`: it was never suspended or has already been resumed")]
     UnknownSuspension {
@@ -272,9 +275,9 @@ impl ToolError {
 /// `too_many_suspended` (429), a full store `suspensions_full` (503), an expired call
 /// [`ToolError::SuspensionExpired`] (410), a failing store `suspension_store_unavailable`
 /// (503).
-impl From<crate::SuspensionStoreError> for ToolError {
-    fn from(error: crate::SuspensionStoreError) -> Self {
-        use crate::SuspensionStoreError as E;
+impl From<SuspensionStoreError> for ToolError {
+    fn from(error: SuspensionStoreError) -> Self {
+        use SuspensionStoreError as E;
         match error {
             E::Expired { id } => ToolError::SuspensionExpired { id },
             e @ E::UserFull { .. } => ToolError::abort(e.to_string(), "too_many_suspended", 429),

@@ -5,9 +5,12 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use crate::pipeline::{ToolEntry, execute_once};
-use crate::plan::PlannedHook;
-use crate::{HookResult, ProviderRequirement, Stage, StageSet, ToolInvokeContext};
+use crate::context::ToolInvokeContext;
+use crate::control::HookResult;
+use crate::provider::ProviderRequirement;
+use crate::stage::{Stage, StageSet};
+
+pub use crate::hook_fn::{AsyncStage, FnHook, StageClosure, SyncStage, hook_fn, hook_fn_sync};
 
 /// The future a stage method returns.
 ///
@@ -119,6 +122,107 @@ impl HookOptions {
     }
 }
 
+/// A hook as it is registered: the hook, its [options](HookOptions), and the tool it is
+/// for (every tool unless [`for_tool`](Self::for_tool) names one). What
+/// [`PipelineBuilder::hook`](crate::pipeline::PipelineBuilder::hook) takes; any hook converts
+/// into one with default options.
+///
+/// ```
+/// use std::sync::Arc;
+/// use toolgate_core::hook::{FailureMode, HookRegistration};
+/// use toolgate_core::prelude::*;
+///
+/// struct Audit;
+/// #[hook]
+/// impl Hook for Audit {
+///     fn will_audit(&self, _ctx: &mut ToolInvokeContext) -> HookResult { Ok(()) }
+/// }
+///
+/// let shared: Arc<dyn Hook> = Arc::new(Audit);
+/// let pipeline = Pipeline::builder()
+///     .tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))
+///     // Every tool, default options.
+///     .hook(Audit)
+///     // One tool, in shadow mode, before the others.
+///     .hook(HookRegistration::new(Audit).for_tool("ping").failure(FailureMode::Audit).priority(100))
+///     // One instance shared with other pipelines.
+///     .hook(HookRegistration::shared(shared))
+///     .build()?;
+/// # Ok::<(), toolgate_core::error::BuildError>(())
+/// ```
+#[must_use = "a registration does nothing until it is passed to `PipelineBuilder::hook`"]
+pub struct HookRegistration {
+    pub(crate) hook: Arc<dyn Hook>,
+    pub(crate) options: HookOptions,
+    pub(crate) tool: Option<String>,
+}
+
+impl HookRegistration {
+    /// Registers `hook` for every tool with default options. An `Arc<dyn Hook>` passed here
+    /// is kept as it is, not wrapped once more.
+    pub fn new<H: Hook>(hook: H) -> Self {
+        let mut slot = Some(hook);
+        let any: &mut dyn std::any::Any = &mut slot;
+        let hook = match any.downcast_mut::<Option<Arc<dyn Hook>>>() {
+            Some(shared) => shared.take(),
+            None => None,
+        };
+        HookRegistration::shared(hook.unwrap_or_else(|| {
+            Arc::new(slot.expect("the hook is still in its slot unless it was shared"))
+        }))
+    }
+
+    /// Registers an instance shared with other pipelines or registrations.
+    pub fn shared(hook: Arc<dyn Hook>) -> Self {
+        HookRegistration {
+            hook,
+            options: HookOptions::default(),
+            tool: None,
+        }
+    }
+
+    /// Only for the tool named `tool` (which [`build`](crate::pipeline::PipelineBuilder::build)
+    /// checks is registered).
+    pub fn for_tool(mut self, tool: impl Into<String>) -> Self {
+        self.tool = Some(tool.into());
+        self
+    }
+
+    /// What the hook's failure means for the call.
+    pub fn failure(mut self, failure: FailureMode) -> Self {
+        self.options.failure = failure;
+        self
+    }
+
+    /// Overrides [`Hook::priority`].
+    pub fn priority(mut self, priority: i32) -> Self {
+        self.options.priority = Some(priority);
+        self
+    }
+
+    /// Sets every option at once.
+    pub fn options(mut self, options: HookOptions) -> Self {
+        self.options = options;
+        self
+    }
+}
+
+impl<H: Hook> From<H> for HookRegistration {
+    fn from(hook: H) -> Self {
+        HookRegistration::new(hook)
+    }
+}
+
+impl std::fmt::Debug for HookRegistration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HookRegistration")
+            .field("hook", &self.hook.name())
+            .field("options", &self.options)
+            .field("tool", &self.tool)
+            .finish()
+    }
+}
+
 /// The rest of the execution chain, handed to [`Hook::around_execute`].
 ///
 /// Call [`run`](Next::run) zero times to short-circuit, once to wrap, or several times to
@@ -126,28 +230,46 @@ impl HookOptions {
 /// second attempt on), `will_execute`, the tool and `did_execute`.
 #[derive(Clone, Copy)]
 pub struct Next<'a> {
-    pub(crate) chain: &'a [PlannedHook],
-    pub(crate) entry: &'a ToolEntry,
+    chain: &'a dyn ExecutionChain,
+    /// The index of the next wrapper to consider.
+    next: usize,
+}
+
+/// The `around_execute` wrappers of one tool, outermost first, and the attempt they wrap.
+/// The engine implements it; [`Next`] walks it.
+pub(crate) trait ExecutionChain: Sync {
+    /// The wrapper at `index`, or `None` past the innermost.
+    fn wrapper(&self, index: usize) -> Option<&dyn Hook>;
+
+    /// One attempt: `on_retry` (from the second on), `will_execute`, the tool,
+    /// `did_execute`.
+    fn attempt<'c>(&'c self, ctx: &'c mut ToolInvokeContext) -> HookFuture<'c>;
 }
 
 impl<'a> Next<'a> {
-    /// Runs the rest of the chain.
+    /// The whole chain of `chain`, from its outermost wrapper.
+    pub(crate) fn new(chain: &'a dyn ExecutionChain) -> Self {
+        Next { chain, next: 0 }
+    }
+
+    /// Runs the rest of the chain: the next wrapper whose filter lets this call through,
+    /// or the attempt when none is left.
     pub fn run<'b>(self, ctx: &'b mut ToolInvokeContext) -> HookFuture<'b>
     where
         'a: 'b,
     {
-        let mut chain = self.chain;
-        while let Some((first, rest)) = chain.split_first() {
-            if first.hook.filter(ctx) {
+        let mut index = self.next;
+        while let Some(wrapper) = self.chain.wrapper(index) {
+            index += 1;
+            if wrapper.filter(ctx) {
                 let next = Next {
-                    chain: rest,
-                    entry: self.entry,
+                    chain: self.chain,
+                    next: index,
                 };
-                return first.hook.around_execute(ctx, next);
+                return wrapper.around_execute(ctx, next);
             }
-            chain = rest;
         }
-        HookFuture::new(execute_once(self.entry, ctx))
+        self.chain.attempt(ctx)
     }
 }
 
@@ -327,6 +449,16 @@ pub trait Hook: Send + Sync + 'static {
     /// [`around_execute`](Hook::around_execute)); write it yourself only to narrow the set
     /// by configuration (see the trait's documentation).
     fn stages(&self) -> StageSet;
+
+    /// The stages whose methods always finish at once — return a ready [`HookFuture`] — so
+    /// the pipeline calls them without making a future of its own. `#[hook]` writes this
+    /// method from the stage methods written as plain `fn`s; a hand-written impl keeps the
+    /// default (none), which is always correct. Listing a stage whose method does not
+    /// finish at once is a bug in the hook: the call fails at that stage with an `internal`
+    /// error that names it.
+    fn synchronous_stages(&self) -> StageSet {
+        StageSet::EMPTY
+    }
 
     /// A name for logs, decision traces and plan listings.
     fn name(&self) -> &str {
@@ -757,6 +889,9 @@ macro_rules! forward_hook {
             fn stages(&self) -> StageSet {
                 (**self).stages()
             }
+            fn synchronous_stages(&self) -> StageSet {
+                (**self).synchronous_stages()
+            }
             fn name(&self) -> &str {
                 (**self).name()
             }
@@ -825,6 +960,10 @@ macro_rules! forward_option_stage_methods {
 impl<H: Hook> Hook for Option<H> {
     fn stages(&self) -> StageSet {
         self.as_ref().map_or(StageSet::EMPTY, Hook::stages)
+    }
+    fn synchronous_stages(&self) -> StageSet {
+        self.as_ref()
+            .map_or(StageSet::EMPTY, Hook::synchronous_stages)
     }
     fn name(&self) -> &str {
         self.as_ref().map_or("switched-off hook", Hook::name)

@@ -3,7 +3,10 @@
 
 use std::borrow::Cow;
 
-use crate::{Hook, HookFuture, HookResult, Stage, StageSet, ToolInvokeContext};
+use crate::context::ToolInvokeContext;
+use crate::control::HookResult;
+use crate::hook::{Hook, HookFuture};
+use crate::stage::{Stage, StageSet};
 
 /// A hook that runs one closure at one stage. Made by [`hook_fn`] or [`hook_fn_sync`].
 pub struct FnHook<F> {
@@ -126,6 +129,9 @@ pub struct SyncStage<F>(F);
 pub trait StageClosure: Send + Sync + 'static {
     /// Calls the closure with the context.
     fn call<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a>;
+
+    /// Whether [`call`](Self::call) always returns a ready future.
+    const SYNCHRONOUS: bool = false;
 }
 
 impl<F> StageClosure for AsyncStage<F>
@@ -144,6 +150,8 @@ where
     fn call<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         HookFuture::ready((self.0)(ctx))
     }
+
+    const SYNCHRONOUS: bool = true;
 }
 
 macro_rules! closure_stage_methods {
@@ -164,6 +172,14 @@ macro_rules! closure_stage_methods {
 impl<C: StageClosure> Hook for FnHook<C> {
     fn stages(&self) -> StageSet {
         self.stage.into()
+    }
+
+    fn synchronous_stages(&self) -> StageSet {
+        if C::SYNCHRONOUS {
+            self.stage.into()
+        } else {
+            StageSet::EMPTY
+        }
     }
 
     fn name(&self) -> &str {

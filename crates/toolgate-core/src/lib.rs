@@ -16,6 +16,26 @@
 //! * [`SuspensionStore`] — where calls wait for a person, under [`SuspensionLimits`]
 //!   (per-user and total caps, expiry); [`Pipeline::resume`] authorizes them again.
 //!
+//! # Where things are
+//!
+//! The root holds the names nearly every program uses; [`prelude`] brings them in at once.
+//! The rest lives in modules named for DESIGN.md's vocabulary:
+//!
+//! | module | what |
+//! |---|---|
+//! | [`tool`] | [`Tool`], [`tool_fn`], [`JsonTool`], the erased form, definitions |
+//! | [`hook`] | [`Hook`], [`Next`], hook futures, registrations and failure modes, closure hooks |
+//! | [`context`] | [`ToolInvokeContext`] and what it records; [`User`] |
+//! | [`control`] | [`Control`] outcomes and [`HookResult`] |
+//! | [`pipeline`] | [`Pipeline`], [`PipelineBuilder`], [`InvokeOptions`], input limits |
+//! | [`provider`] | providers and their scopes |
+//! | [`stage`] | [`Stage`] and stage sets |
+//! | [`suspension`] | waiting calls, their stores and limits |
+//! | [`registry`] | the tool registry and typed handles |
+//! | [`secret`] | secrets that never print |
+//! | [`error`] | every error type |
+//! | [`external`] | the types of other crates that appear in this one's API |
+//!
 //! # Example
 //!
 //! ```
@@ -23,8 +43,7 @@
 //! use schemars::JsonSchema;
 //! use serde::{Deserialize, Serialize};
 //! use serde_json::json;
-//! use toolgate_core::{hook, tool_fn, Hook, HookResult, InvokeOptions, Pipeline, ToolError,
-//!     ToolInvokeContext, User};
+//! use toolgate_core::prelude::*;
 //!
 //! #[derive(Deserialize, Serialize, Validate, JsonSchema)]
 //! struct Greet {
@@ -47,11 +66,12 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut builder = Pipeline::builder();
-//! builder.tool(tool_fn("greet", "Greets someone.", |g: Greet| async move {
-//!     Ok::<_, ToolError>(format!("hello, {}", g.name))
-//! }))?;
-//! let pipeline = builder.hook(StaffOnly).build()?;
+//! let pipeline = Pipeline::builder()
+//!     .tool(tool_fn("greet", "Greets someone.", |g: Greet| async move {
+//!         Ok::<_, ToolError>(format!("hello, {}", g.name))
+//!     }))
+//!     .hook(StaffOnly)
+//!     .build()?;
 //!
 //! let staff = InvokeOptions::new().user(User::new("ann").with_roles(["staff"]));
 //! assert_eq!(pipeline.invoke("greet", json!({"name": "Bo"}), staff).await?, json!("hello, Bo"));
@@ -66,46 +86,60 @@
 // `#[hook]` names this crate `::toolgate_core`, from its dependents and from inside it.
 extern crate self as toolgate_core;
 
-mod context;
-mod control;
-mod error;
-mod hook;
+pub mod context;
+pub mod control;
+mod definition;
+pub mod error;
+pub mod hook;
 mod hook_fn;
 mod limits;
-mod pipeline;
+pub mod pipeline;
 mod plan;
-mod provider;
-mod registry;
-mod secret;
-mod stage;
-mod suspension;
-mod tool;
+mod prepared;
+mod progress;
+pub mod provider;
+pub mod registry;
+pub mod secret;
+pub mod stage;
+pub mod suspension;
+pub mod tool;
+mod user;
 
-pub use context::{Decision, HookTiming, RequestId, ToolInvokeContext, User};
-pub use control::{Control, HookResult, SuspendRequest};
-pub use error::{BuildError, InputViolation, InputViolations, RegistryError, ToolError};
-pub use hook::{FailureMode, Hook, HookFuture, HookOptions, Next};
-pub use hook_fn::{AsyncStage, FnHook, StageClosure, SyncStage, hook_fn, hook_fn_sync};
-pub use limits::InputLimits;
+pub use context::{ToolInvokeContext, User};
+pub use control::{Control, HookResult};
+pub use error::ToolError;
+pub use hook::{Hook, Next};
 pub use pipeline::{Invocation, InvokeOptions, Pipeline, PipelineBuilder};
-pub use provider::{ProviderError, ProviderRequirement, Providers, Scope, SessionConfig};
-pub use registry::{RegisteredTool, ToolRef, ToolRegistry};
-pub use secret::{Secret, SecretSlot};
-pub use stage::{STAGE_COUNT, Stage, StageSet};
-pub use suspension::{
-    InMemorySuspensionStore, ResumeDecision, SuspendedInvocation, SuspensionLimits,
-    SuspensionStore, SuspensionStoreError, SuspensionTable,
-};
-pub use tool::{
-    ErasedTool, FnTool, Handler, InputOnly, JsonTool, PreparedInput, Tool, ToolAnnotations,
-    ToolDefinition, ToolSource, WithContext, parse_input, schema_for, tool_fn,
-    tool_fn_with_context,
-};
+pub use stage::Stage;
+pub use tool::{JsonTool, Tool, tool_fn};
+/// Writes a hook's `stages()` (and `required_providers()`) from its stage methods, and lets
+/// them be written as plain or `async fn`s: see [`Hook`].
 pub use toolgate_macros::hook;
 
-/// Lets an implementer write the methods of this crate's async, object-safe traits (such as
-/// [`SuspensionStore`]) as `async fn`: put `#[async_trait]` on the `impl` block. Re-exported
-/// from the `async-trait` crate, so a user of toolgate needs no dependency of their own.
-pub use async_trait::async_trait;
-pub use tokio_util::sync::CancellationToken;
-pub use typemap_rev::{TypeMap, TypeMapKey};
+/// The names a hook author or a pipeline's owner uses most: `use toolgate_core::prelude::*;`.
+pub mod prelude {
+    pub use crate::context::{ToolInvokeContext, User};
+    pub use crate::control::{Control, HookResult};
+    pub use crate::error::ToolError;
+    pub use crate::hook::{FailureMode, Hook, HookFuture, HookRegistration, Next, hook_fn, hook_fn_sync};
+    pub use crate::pipeline::{Invocation, InvokeOptions, Pipeline, PipelineBuilder};
+    pub use crate::stage::{Stage, StageSet};
+    pub use crate::tool::{JsonTool, Tool, ToolDefinition, tool_fn, tool_fn_with_context};
+    pub use toolgate_macros::hook;
+}
+
+/// The types and macros of other crates that appear in toolgate's API, re-exported so that
+/// a user needs no dependency of their own — and named here so that nobody mistakes them
+/// for toolgate's own: their semver is their crates'.
+pub mod external {
+    /// Lets an implementer write the methods of toolgate's async, object-safe traits (such
+    /// as [`SuspensionStore`](crate::suspension::SuspensionStore)) as `async fn`: put
+    /// `#[async_trait]` on the `impl` block. From the `async-trait` crate.
+    pub use async_trait::async_trait;
+    /// How a caller cancels an invocation ([`InvokeOptions::cancellation`](crate::InvokeOptions::cancellation)).
+    /// From `tokio-util`.
+    pub use tokio_util::sync::CancellationToken;
+    /// The key of a provider or a scratchpad entry: a type with the value type it stores.
+    /// From `typemap_rev`.
+    pub use typemap_rev::{TypeMap, TypeMapKey};
+}

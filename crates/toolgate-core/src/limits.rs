@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::ToolError;
+use crate::error::{InputViolations, ToolError};
 
 /// Which limit a walk went past.
 enum Exceeded {
@@ -122,7 +122,7 @@ impl InputLimits {
                     limit: self.max_depth,
                 }
             } else {
-                ToolError::InvalidInput(crate::InputViolations::one(
+                ToolError::InvalidInput(InputViolations::one(
                     "",
                     format!("the arguments are not valid JSON: {e}"),
                 ))

@@ -5,7 +5,8 @@ use std::cmp::Reverse;
 use std::sync::Arc;
 
 use crate::hook::{StageMethod, stage_method};
-use crate::{FailureMode, Hook, HookOptions, STAGE_COUNT, Stage, StageSet};
+use crate::hook::{FailureMode, Hook, HookOptions};
+use crate::stage::{STAGE_COUNT, Stage, StageSet};
 
 /// A hook as registered: shared instance, options, and where it was registered.
 #[derive(Clone)]
@@ -24,6 +25,8 @@ pub(crate) struct PlannedHook {
     pub call: StageMethod,
     pub name: Arc<str>,
     pub failure: FailureMode,
+    /// Its method at this stage always finishes at once ([`Hook::synchronous_stages`]).
+    pub synchronous: bool,
 }
 
 /// The compiled plan of one tool.
@@ -69,6 +72,7 @@ impl ToolPlan {
                     call: stage_method(stage),
                     name: Arc::from(r.hook.name()),
                     failure: r.options.failure,
+                    synchronous: r.hook.synchronous_stages().contains(stage),
                 })
                 .collect();
             if stage.is_did() {

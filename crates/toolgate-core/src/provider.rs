@@ -206,6 +206,12 @@ impl SessionScope {
     }
 }
 
+/// The pipeline-wide provider scopes: the global providers and the live sessions.
+pub(crate) struct Scopes {
+    pub globals: Providers,
+    pub sessions: SessionStore,
+}
+
 /// All live sessions of a pipeline.
 pub(crate) struct SessionStore {
     sessions: DashMap<Arc<str>, Arc<SessionScope>>,

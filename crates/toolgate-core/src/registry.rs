@@ -4,8 +4,9 @@ use std::collections::HashMap;
 use std::marker::PhantomData;
 use std::sync::Arc;
 
-use crate::tool::Typed;
-use crate::{ErasedTool, RegistryError, Tool, ToolDefinition};
+use crate::definition::ToolDefinition;
+use crate::error::RegistryError;
+use crate::tool::{ErasedTool, Tool, Typed};
 
 /// A typed handle on a registered tool, for [`Pipeline::invoke_typed`](crate::Pipeline::invoke_typed).
 pub struct ToolRef<I, O> {
@@ -14,6 +15,29 @@ pub struct ToolRef<I, O> {
 }
 
 impl<I, O> ToolRef<I, O> {
+    /// The handle of `tool`, to take before registering it.
+    ///
+    /// ```
+    /// use toolgate_core::registry::ToolRef;
+    /// use toolgate_core::prelude::*;
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let ping = tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong".to_owned()) });
+    /// let handle = ToolRef::of(&ping);
+    /// let pipeline = Pipeline::builder().tool(ping).build()?;
+    /// assert_eq!(pipeline.invoke_typed(&handle, (), InvokeOptions::new()).await?, "pong");
+    /// # Ok(()) }
+    /// ```
+    pub fn of<T>(tool: &T) -> Self
+    where
+        T: Tool<Input = I, Output = O>,
+    {
+        ToolRef {
+            name: Arc::from(tool.name()),
+            _types: PhantomData,
+        }
+    }
+
     /// The tool's name.
     pub fn name(&self) -> &str {
         &self.name

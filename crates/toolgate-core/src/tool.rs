@@ -1,104 +1,57 @@
 //! Tools: the typed [`Tool`] trait, tools from closures, and the type-erased
 //! [`ErasedTool`] the registry stores.
 
-use std::any::Any;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
+use std::sync::Arc;
 
-use futures::future::BoxFuture;
 use garde::Validate;
 use schemars::JsonSchema;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::{InputViolation, InputViolations, ToolError, ToolInvokeContext};
+use crate::context::ToolInvokeContext;
+pub use crate::definition::{ToolAnnotations, ToolDefinition, ToolSource};
+use crate::error::{InputViolation, InputViolations, ToolError};
+pub use crate::prepared::PreparedInput;
 
-/// Hints about what a tool does. They drive safe defaults: only idempotent tools are
-/// retried and only read-only tools are cached, unless their owner says otherwise — and
-/// only when the hints come from the tool's owner (see [`ToolSource::is_trusted`]).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(default)]
-pub struct ToolAnnotations {
-    /// The tool changes nothing.
-    pub read_only: bool,
-    /// Calling it twice with the same input has the effect of calling it once.
-    pub idempotent: bool,
-    /// It may destroy data.
-    pub destructive: bool,
-    /// It reaches the world outside (network, other systems).
-    pub open_world: bool,
+/// The future of one run of a tool: what [`ErasedTool::call`], a [`JsonTool`]'s handler and
+/// a [`tool_fn_with_context`] closure return (`T` is the output, JSON by default). Make one
+/// with `Box::pin(async move { … })`.
+pub type ToolFuture<'a, T = Value> = Pin<Box<dyn Future<Output = Result<T, ToolError>> + Send + 'a>>;
+
+/// Anything a pipeline accepts as a tool: a typed [`Tool`] (a [`tool_fn`] too), a
+/// [`JsonTool`], or an already erased `Arc<dyn ErasedTool>`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a toolgate tool",
+    label = "this needs `impl Tool for {Self}`, or `impl ErasedTool` behind an `Arc`",
+    note = "a closure becomes a tool with `tool_fn(name, description, |input: MyInput| async move {{ … }})`; a tool known only by its JSON Schema is a `JsonTool`"
+)]
+pub trait IntoTool {
+    /// The tool in the form the registry stores.
+    fn into_tool(self) -> Arc<dyn ErasedTool>;
 }
 
-impl ToolAnnotations {
-    /// Read-only (and so idempotent).
-    pub const READ_ONLY: ToolAnnotations = ToolAnnotations {
-        read_only: true,
-        idempotent: true,
-        destructive: false,
-        open_world: false,
-    };
-}
-
-/// Where a tool comes from.
-#[derive(Clone, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "kind", rename_all = "snake_case")]
-pub enum ToolSource {
-    /// Compiled into this program.
-    #[default]
-    Local,
-    /// Imported from an MCP server.
-    Mcp {
-        /// The server's configured name.
-        server: String,
-    },
-}
-
-impl ToolSource {
-    /// Whether the tool's annotations come from its owner. Annotations reported by a remote
-    /// server are not trusted for the retry and cache defaults.
-    pub fn is_trusted(&self) -> bool {
-        matches!(self, ToolSource::Local)
+impl<T: Tool> IntoTool for T {
+    fn into_tool(self) -> Arc<dyn ErasedTool> {
+        Arc::new(Typed(self))
     }
 }
 
-/// What the registry lists for a tool: enough to advertise it to a model or an MCP client.
-#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct ToolDefinition {
-    /// The unique name callers use; also the tool's id.
-    pub name: String,
-    /// A human-friendly title.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub title: Option<String>,
-    /// What the tool does, for the model.
-    pub description: String,
-    /// The tool's version; part of cache keys.
-    pub version: String,
-    /// The JSON Schema of the input.
-    pub input_schema: Value,
-    /// The JSON Schema of the output, when declared.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub output_schema: Option<Value>,
-    /// Hints about what the tool does.
-    #[serde(default)]
-    pub annotations: ToolAnnotations,
-    /// Free labels for policies (`destructive`, `billing`, …).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tags: Vec<String>,
-    /// Where the tool comes from.
-    #[serde(default)]
-    pub source: ToolSource,
+impl<F> IntoTool for JsonTool<F>
+where
+    JsonTool<F>: ErasedTool,
+{
+    fn into_tool(self) -> Arc<dyn ErasedTool> {
+        Arc::new(self)
+    }
 }
 
-impl ToolDefinition {
-    /// Whether the tool carries this tag.
-    pub fn has_tag(&self, tag: &str) -> bool {
-        self.tags.iter().any(|t| t == tag)
-    }
-
-    /// Whether the input schema says the input is a JSON object.
-    pub fn wants_object_input(&self) -> bool {
-        self.input_schema.get("type").and_then(Value::as_str) == Some("object")
+impl IntoTool for Arc<dyn ErasedTool> {
+    fn into_tool(self) -> Arc<dyn ErasedTool> {
+        self
     }
 }
 
@@ -143,7 +96,7 @@ impl ToolDefinition {
     message = "`{Self}` is not a typed toolgate tool",
     label = "this needs `impl Tool for {Self}`",
     note = "a closure becomes a tool with `tool_fn(name, description, |input: MyInput| async move {{ … }})`",
-    note = "a tool known only by its JSON Schema (`JsonTool`) or already type-erased is registered with `builder.erased_tool(Arc::new(tool))`"
+    note = "a tool known only by its JSON Schema is a `JsonTool`, which `PipelineBuilder::tool` takes as it is"
 )]
 pub trait Tool: Send + Sync + 'static {
     /// The input: deserialized from JSON, checked with garde, described by schemars.
@@ -180,21 +133,6 @@ pub trait Tool: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Self::Output, ToolError>> + Send;
 }
 
-/// An input that a tool's own check already parsed, kept so the first attempt does not
-/// parse again.
-pub struct PreparedInput(Box<dyn Any + Send + Sync>);
-
-impl PreparedInput {
-    /// Wraps a parsed input.
-    pub fn new<T: Send + Sync + 'static>(value: T) -> Self {
-        PreparedInput(Box::new(value))
-    }
-
-    /// The parsed input, if it is a `T`.
-    pub fn downcast<T: 'static>(self) -> Option<T> {
-        self.0.downcast::<T>().ok().map(|b| *b)
-    }
-}
 
 /// The type-erased form of a tool, JSON in and JSON out: what the registry stores.
 ///
@@ -218,7 +156,7 @@ pub trait ErasedTool: Send + Sync + 'static {
         &'a self,
         prepared: Option<PreparedInput>,
         ctx: &'a ToolInvokeContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>>;
+    ) -> ToolFuture<'a>;
 }
 
 /// The JSON Schema of `T` as tools advertise it (draft 2020-12, subschemas inlined).
@@ -295,7 +233,7 @@ impl<T: Tool> ErasedTool for Typed<T> {
         &'a self,
         prepared: Option<PreparedInput>,
         ctx: &'a ToolInvokeContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+    ) -> ToolFuture<'a> {
         Box::pin(async move {
             let input = match prepared.and_then(PreparedInput::downcast::<T::Input>) {
                 Some(input) => input,
@@ -328,7 +266,7 @@ pub trait Handler<I, O>: Send + Sync + 'static {
         &'a self,
         input: I,
         ctx: &'a ToolInvokeContext,
-    ) -> BoxFuture<'a, Result<O, ToolError>>;
+    ) -> ToolFuture<'a, O>;
 }
 
 /// The closure shape of [`tool_fn`]: input only.
@@ -343,7 +281,7 @@ where
         &'a self,
         input: I,
         _ctx: &'a ToolInvokeContext,
-    ) -> BoxFuture<'a, Result<O, ToolError>> {
+    ) -> ToolFuture<'a, O> {
         Box::pin((self.0)(input))
     }
 }
@@ -353,7 +291,7 @@ pub struct WithContext<F>(F);
 
 impl<I, O, F> Handler<I, O> for WithContext<F>
 where
-    F: for<'a> Fn(I, &'a ToolInvokeContext) -> BoxFuture<'a, Result<O, ToolError>>
+    F: for<'a> Fn(I, &'a ToolInvokeContext) -> ToolFuture<'a, O>
         + Send
         + Sync
         + 'static,
@@ -362,7 +300,7 @@ where
         &'a self,
         input: I,
         ctx: &'a ToolInvokeContext,
-    ) -> BoxFuture<'a, Result<O, ToolError>> {
+    ) -> ToolFuture<'a, O> {
         (self.0)(input, ctx)
     }
 }
@@ -411,7 +349,7 @@ pub fn tool_fn_with_context<I, O, F>(
     f: F,
 ) -> FnTool<I, O, WithContext<F>>
 where
-    F: for<'a> Fn(I, &'a ToolInvokeContext) -> BoxFuture<'a, Result<O, ToolError>>
+    F: for<'a> Fn(I, &'a ToolInvokeContext) -> ToolFuture<'a, O>
         + Send
         + Sync
         + 'static,
@@ -513,7 +451,7 @@ pub struct JsonTool<F> {
 
 impl<F> JsonTool<F>
 where
-    F: for<'a> Fn(&'a Value, &'a ToolInvokeContext) -> BoxFuture<'a, Result<Value, ToolError>>
+    F: for<'a> Fn(&'a Value, &'a ToolInvokeContext) -> ToolFuture<'a>
         + Send
         + Sync
         + 'static,
@@ -549,7 +487,7 @@ where
 
 impl<F> ErasedTool for JsonTool<F>
 where
-    F: for<'a> Fn(&'a Value, &'a ToolInvokeContext) -> BoxFuture<'a, Result<Value, ToolError>>
+    F: for<'a> Fn(&'a Value, &'a ToolInvokeContext) -> ToolFuture<'a>
         + Send
         + Sync
         + 'static,
@@ -566,7 +504,7 @@ where
         &'a self,
         _prepared: Option<PreparedInput>,
         ctx: &'a ToolInvokeContext,
-    ) -> BoxFuture<'a, Result<Value, ToolError>> {
+    ) -> ToolFuture<'a> {
         (self.handler)(ctx.input(), ctx)
     }
 }

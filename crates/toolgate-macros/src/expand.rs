@@ -58,7 +58,10 @@ pub(crate) fn hook(args: Args, item: TokenStream) -> syn::Result<TokenStream> {
         Vec::new()
     });
     let mut stages: Vec<Ident> = Vec::new();
+    // Stage methods written as plain `fn`s: their future is always ready.
+    let mut synchronous: Vec<Ident> = Vec::new();
     let mut written_stages = false;
+    let mut written_synchronous = false;
     let mut written_requirements = None;
 
     for impl_item in &mut item.items {
@@ -71,17 +74,28 @@ pub(crate) fn hook(args: Args, item: TokenStream) -> syn::Result<TokenStream> {
         }
         let name = method.sig.ident.to_string();
         if let Some(variant) = variant_of(&name) {
+            let plain = name != "around_execute"
+                && method.sig.asyncness.is_none()
+                && !returns_hook_future(&method.sig);
             let rewritten = if name == "around_execute" {
                 around_execute(method, &core)
             } else {
                 stage_method(method, &core)
             };
             match rewritten {
-                Ok(()) => stages.push(Ident::new(variant, method.sig.ident.span())),
+                Ok(()) => {
+                    let variant = Ident::new(variant, method.sig.ident.span());
+                    if plain {
+                        synchronous.push(variant.clone());
+                    }
+                    stages.push(variant);
+                }
                 Err(e) => push_error(e),
             }
         } else if name == "stages" {
             written_stages = true;
+        } else if name == "synchronous_stages" {
+            written_synchronous = true;
         } else if name == "required_providers" {
             written_requirements = Some(method.sig.ident.span());
         } else if !OTHER_METHODS.contains(&name.as_str()) {
@@ -104,16 +118,24 @@ pub(crate) fn hook(args: Args, item: TokenStream) -> syn::Result<TokenStream> {
 
     if !written_stages {
         item.items.push(syn::parse2(quote! {
-            fn stages(&self) -> #core::StageSet {
-                const STAGES: #core::StageSet = #core::StageSet::of(&[#(#core::Stage::#stages),*]);
+            fn stages(&self) -> #core::stage::StageSet {
+                const STAGES: #core::stage::StageSet = #core::stage::StageSet::of(&[#(#core::Stage::#stages),*]);
+                STAGES
+            }
+        })?);
+    }
+    if !synchronous.is_empty() && !written_synchronous {
+        item.items.push(syn::parse2(quote! {
+            fn synchronous_stages(&self) -> #core::stage::StageSet {
+                const STAGES: #core::stage::StageSet = #core::stage::StageSet::of(&[#(#core::Stage::#synchronous),*]);
                 STAGES
             }
         })?);
     }
     if !requires.is_empty() {
         item.items.push(syn::parse2(quote! {
-            fn required_providers(&self) -> ::std::vec::Vec<#core::ProviderRequirement> {
-                ::std::vec![#(#core::ProviderRequirement::of::<#requires>()),*]
+            fn required_providers(&self) -> ::std::vec::Vec<#core::provider::ProviderRequirement> {
+                ::std::vec![#(#core::provider::ProviderRequirement::of::<#requires>()),*]
             }
         })?);
     }
@@ -227,14 +249,14 @@ fn stage_method(method: &mut ImplItemFn, core: &TokenStream) -> syn::Result<()> 
         // Ready at once: no allocation, no future to poll. The closure gives `return` and
         // `?` in the body their meaning.
         None => quote_spanned! {span=>
-            #core::HookFuture::ready((move || -> #output #block)())
+            #core::hook::HookFuture::ready((move || -> #output #block)())
         },
     };
     *method = syn::parse2(rebuilt(
         method,
         quote_spanned! {span=>
             #[allow(clippy::redundant_closure_call)]
-            fn #name<'__hook>(&'__hook self, #ctx: &'__hook mut #ctx_ty) -> #core::HookFuture<'__hook> {
+            fn #name<'__hook>(&'__hook self, #ctx: &'__hook mut #ctx_ty) -> #core::hook::HookFuture<'__hook> {
                 #body
             }
         },
@@ -273,7 +295,7 @@ fn around_execute(method: &mut ImplItemFn, core: &TokenStream) -> syn::Result<()
                 &'__hook self,
                 #ctx: &'__hook mut #ctx_ty,
                 #next_pat: #next_ty,
-            ) -> #core::HookFuture<'__hook> {
+            ) -> #core::hook::HookFuture<'__hook> {
                 #body
             }
         },
@@ -297,7 +319,7 @@ fn boxed_body(
     };
     quote_spanned! {async_span=>
         #declared
-        #core::HookFuture::new(async move #block)
+        #core::hook::HookFuture::new(async move #block)
     }
 }
 

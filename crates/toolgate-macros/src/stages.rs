@@ -40,8 +40,9 @@ pub(crate) const STAGES: [(&str, &str); 32] = [
 ];
 
 /// The `Hook` methods that are not stages: `#[hook]` passes them through unchanged.
-pub(crate) const OTHER_METHODS: [&str; 7] = [
+pub(crate) const OTHER_METHODS: [&str; 8] = [
     "stages",
+    "synchronous_stages",
     "name",
     "priority",
     "filter",

@@ -9,36 +9,42 @@ use std::time::Duration;
 use typemap_rev::TypeMapKey;
 
 use super::{Pipeline, Shared, ToolEntry};
+use crate::context::ToolScope;
+use crate::error::{BuildError, RegistryError};
+use crate::hook::HookRegistration;
+use crate::limits::InputLimits;
 use crate::plan::{Registration, ToolPlan};
-use crate::provider::SessionStore;
-use crate::{
-    BuildError, ErasedTool, Hook, HookOptions, InMemorySuspensionStore, InputLimits,
-    ProviderRequirement, Providers, RegistryError, SessionConfig, SuspensionStore, Tool, ToolRef,
-    ToolRegistry,
-};
+use crate::provider::{ProviderRequirement, Providers, Scopes, SessionConfig, SessionStore};
+use crate::registry::ToolRegistry;
+use crate::suspension::{InMemorySuspensionStore, SuspensionStore};
+use crate::tool::IntoTool;
 
-/// Builds a [`Pipeline`]. Methods take `&mut self` and chain; [`build`](Self::build)
-/// checks the wiring and compiles a plan per tool.
+/// Builds a [`Pipeline`]. Every method takes the builder and gives it back, so a pipeline
+/// is one expression; whatever is wrong (a tool name taken twice, a hook for a tool that is
+/// not there, a provider nobody binds) surfaces at [`build`](Self::build).
 ///
 /// ```
-/// use toolgate_core::{tool_fn, FailureMode, HookOptions, Pipeline, ToolError, TypeMapKey};
-/// # use toolgate_core::Hook;
+/// use toolgate_core::external::TypeMapKey;
+/// use toolgate_core::hook::{FailureMode, HookRegistration};
+/// use toolgate_core::prelude::*;
 /// # struct Audit;
-/// # #[toolgate_core::hook] impl Hook for Audit {}
+/// # #[hook] impl Hook for Audit {}
 ///
 /// struct Region;
 /// impl TypeMapKey for Region { type Value = String; }
 ///
-/// let mut builder = Pipeline::builder();
-/// let ping = builder.tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))?;
-/// let pipeline = builder
+/// let pipeline = Pipeline::builder()
+///     .tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))
 ///     .provide::<Region>("eu-west".to_owned())
-///     .hook_with(Audit, HookOptions::failure(FailureMode::Ignore))
+///     .hook(HookRegistration::new(Audit).failure(FailureMode::Ignore))
 ///     .build()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[must_use = "a builder does nothing until `build` is called"]
 pub struct PipelineBuilder {
     registry: ToolRegistry,
+    /// The first registration error, reported by `build`.
+    registry_error: Option<RegistryError>,
     registrations: Vec<Registration>,
     globals: Providers,
     global_keys: HashSet<TypeId>,
@@ -61,6 +67,7 @@ impl PipelineBuilder {
     pub fn new() -> Self {
         PipelineBuilder {
             registry: ToolRegistry::new(),
+            registry_error: None,
             registrations: Vec::new(),
             globals: Providers::new(),
             global_keys: HashSet::new(),
@@ -74,75 +81,33 @@ impl PipelineBuilder {
     }
 
     /// Starts from an existing registry (replacing the tools registered so far).
-    pub fn registry(&mut self, registry: ToolRegistry) -> &mut Self {
+    pub fn registry(mut self, registry: ToolRegistry) -> Self {
         self.registry = registry;
         self
     }
 
-    /// Registers a typed tool and returns a typed handle for
-    /// [`Pipeline::invoke_typed`].
-    ///
-    /// # Errors
-    ///
-    /// [`RegistryError`] when the name is taken or invalid.
-    pub fn tool<T: Tool>(
-        &mut self,
-        tool: T,
-    ) -> Result<ToolRef<T::Input, T::Output>, RegistryError> {
-        self.registry.register(tool)
+    /// Registers a tool: a typed [`Tool`](crate::tool::Tool) (a [`tool_fn`](crate::tool::tool_fn)
+    /// too), a [`JsonTool`](crate::tool::JsonTool), or an `Arc<dyn ErasedTool>`. A name
+    /// that is taken or invalid fails [`build`](Self::build). For typed calls, take a
+    /// [`ToolRef::of`](crate::registry::ToolRef::of) the tool before registering it.
+    pub fn tool(mut self, tool: impl IntoTool) -> Self {
+        if let Err(error) = self.registry.register_erased(tool.into_tool())
+            && self.registry_error.is_none()
+        {
+            self.registry_error = Some(error);
+        }
+        self
     }
 
-    /// Registers a type-erased tool.
-    ///
-    /// # Errors
-    ///
-    /// [`RegistryError`] when the name is taken or invalid.
-    pub fn erased_tool(&mut self, tool: Arc<dyn ErasedTool>) -> Result<&mut Self, RegistryError> {
-        self.registry.register_erased(tool)?;
-        Ok(self)
-    }
-
-    /// Adds a hook for every tool.
-    pub fn hook(&mut self, hook: impl Hook) -> &mut Self {
-        self.hook_with(hook, HookOptions::default())
-    }
-
-    /// Adds a hook for every tool, with options.
-    pub fn hook_with(&mut self, hook: impl Hook, options: HookOptions) -> &mut Self {
-        self.push(Arc::new(hook), options, None)
-    }
-
-    /// Adds a hook for one tool.
-    pub fn tool_hook(&mut self, tool: &str, hook: impl Hook) -> &mut Self {
-        self.tool_hook_with(tool, hook, HookOptions::default())
-    }
-
-    /// Adds a hook for one tool, with options.
-    pub fn tool_hook_with(
-        &mut self,
-        tool: &str,
-        hook: impl Hook,
-        options: HookOptions,
-    ) -> &mut Self {
-        self.push(Arc::new(hook), options, Some(tool.to_owned()))
-    }
-
-    /// Adds an already shared hook instance (for every tool, or for one).
-    pub fn shared_hook(
-        &mut self,
-        hook: Arc<dyn Hook>,
-        options: HookOptions,
-        tool: Option<&str>,
-    ) -> &mut Self {
-        self.push(hook, options, tool.map(str::to_owned))
-    }
-
-    fn push(
-        &mut self,
-        hook: Arc<dyn Hook>,
-        options: HookOptions,
-        tool: Option<String>,
-    ) -> &mut Self {
+    /// Registers a hook: any [`Hook`](crate::hook::Hook), for every tool with default
+    /// options, or a [`HookRegistration`] that says which tool, which failure mode and
+    /// which priority.
+    pub fn hook(mut self, hook: impl Into<HookRegistration>) -> Self {
+        let HookRegistration {
+            hook,
+            options,
+            tool,
+        } = hook.into();
         let order = self.registrations.len();
         self.registrations.push(Registration {
             hook,
@@ -154,26 +119,26 @@ impl PipelineBuilder {
     }
 
     /// Binds a global provider: built once, read-only at invoke time.
-    pub fn provide<K: TypeMapKey>(&mut self, value: K::Value) -> &mut Self {
+    pub fn provide<K: TypeMapKey>(mut self, value: K::Value) -> Self {
         self.globals.insert::<K>(value);
         self.global_keys.insert(TypeId::of::<K>());
         self
     }
 
     /// Sets the session scope's bounds.
-    pub fn sessions(&mut self, config: SessionConfig) -> &mut Self {
+    pub fn sessions(mut self, config: SessionConfig) -> Self {
         self.sessions = config;
         self
     }
 
     /// Sets the input size and depth limits.
-    pub fn input_limits(&mut self, limits: InputLimits) -> &mut Self {
+    pub fn input_limits(mut self, limits: InputLimits) -> Self {
         self.limits = limits;
         self
     }
 
     /// Sets where suspended calls wait (in memory by default).
-    pub fn suspension_store(&mut self, store: Arc<dyn SuspensionStore>) -> &mut Self {
+    pub fn suspension_store(mut self, store: Arc<dyn SuspensionStore>) -> Self {
         self.suspensions = Some(store);
         self
     }
@@ -181,7 +146,7 @@ impl PipelineBuilder {
     /// Records how long each hook takes at each stage, in
     /// [`ToolInvokeContext::hook_timings`](crate::ToolInvokeContext::hook_timings). Off by
     /// default: it reads the clock twice per hook call.
-    pub fn record_hook_timings(&mut self, on: bool) -> &mut Self {
+    pub fn record_hook_timings(mut self, on: bool) -> Self {
         self.record_hook_timings = on;
         self
     }
@@ -191,7 +156,7 @@ impl PipelineBuilder {
     /// for every tool. Off by default: it reads the clock twice per stage with hooks. A
     /// hook that reads stage durations turns them on for the tools it serves by itself
     /// ([`Hook::wants_stage_durations`](crate::Hook::wants_stage_durations)).
-    pub fn record_stage_durations(&mut self, on: bool) -> &mut Self {
+    pub fn record_stage_durations(mut self, on: bool) -> Self {
         self.record_stage_durations = on;
         self
     }
@@ -202,21 +167,24 @@ impl PipelineBuilder {
     /// finishes there would hang the call: past this timeout it is abandoned (its future
     /// dropped, an error logged), the outcome is kept and the next hook runs. Needs tokio's
     /// timer for hooks that do not finish at once.
-    pub fn tail_hook_timeout(&mut self, timeout: Duration) -> &mut Self {
+    pub fn tail_hook_timeout(mut self, timeout: Duration) -> Self {
         self.tail_hook_timeout = timeout;
         self
     }
 
-    /// Checks the wiring and compiles the plans. The builder's tools, hooks and providers
-    /// move into the pipeline; the builder is left empty.
+    /// Checks the wiring and compiles the plans.
     ///
     /// # Errors
     ///
+    /// [`BuildError::Registry`] when a tool's name was taken or invalid;
     /// [`BuildError::UnknownTool`] when hooks were attached to a tool that is not
     /// registered; [`BuildError::MissingProvider`] when a hook requires a provider that is
     /// neither bound globally nor bound per call by a hook that says so.
-    pub fn build(&mut self) -> Result<Pipeline, BuildError> {
+    pub fn build(mut self) -> Result<Pipeline, BuildError> {
         crate::context::warm_clock();
+        if let Some(error) = self.registry_error.take() {
+            return Err(error.into());
+        }
         for r in &self.registrations {
             if let Some(tool) = &r.tool
                 && self.registry.get(tool).is_none()
@@ -245,17 +213,17 @@ impl PipelineBuilder {
             }
         }
 
-        let shared = Arc::new(Shared {
-            globals: std::mem::take(&mut self.globals),
+        let scopes = Arc::new(Scopes {
+            globals: self.globals,
             sessions: SessionStore::new(self.sessions),
+        });
+        let shared = Arc::new(Shared {
             suspensions: self
                 .suspensions
-                .clone()
                 .unwrap_or_else(|| Arc::new(InMemorySuspensionStore::default())),
             tail_hook_timeout: self.tail_hook_timeout,
         });
-        self.global_keys.clear();
-        let registry = std::mem::take(&mut self.registry);
+        let registry = self.registry;
         let entries = registry
             .iter()
             .map(|t| {
@@ -267,13 +235,15 @@ impl PipelineBuilder {
                         self.record_stage_durations,
                         self.record_hook_timings,
                     ),
-                    definition: t.definition.clone(),
+                    scope: Arc::new(ToolScope {
+                        definition: t.definition.clone(),
+                        scopes: Arc::clone(&scopes),
+                    }),
                     tool: Arc::clone(&t.tool),
                     shared: Arc::clone(&shared),
                 })
             })
             .collect();
-        self.registrations.clear();
-        Ok(Pipeline::from_parts(registry, entries, shared, self.limits))
+        Ok(Pipeline::from_parts(registry, entries, scopes, shared, self.limits))
     }
 }

@@ -3,6 +3,9 @@
 mod builder;
 mod options;
 mod run;
+mod stages;
+mod tail;
+mod walk;
 
 use std::sync::Arc;
 
@@ -10,18 +13,20 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
+pub use crate::limits::InputLimits;
 pub use builder::PipelineBuilder;
 pub use options::InvokeOptions;
-pub(crate) use run::execute_once;
 
-use crate::context::ContextParts;
+use crate::context::{ContextParts, RequestId, ToolInvokeContext, ToolScope};
+use crate::definition::ToolDefinition;
+use crate::error::{InputViolations, ToolError};
 use crate::plan::ToolPlan;
-use crate::provider::SessionStore;
-use crate::{
-    ErasedTool, InputLimits, Providers, RequestId, ResumeDecision, Stage, StageSet,
-    SuspendedInvocation, SuspensionStore, ToolDefinition, ToolError, ToolInvokeContext, ToolRef,
-    ToolRegistry,
-};
+use crate::provider::Scopes;
+use crate::registry::{ToolRef, ToolRegistry};
+use crate::stage::Stage;
+use crate::suspension::{ResumeDecision, SuspendedInvocation, SuspensionStore};
+use crate::tool::ErasedTool;
+use walk::Start;
 
 /// The whole outcome of one invocation, from [`Pipeline::invoke_detailed`]: the output or
 /// the error, plus what the caller of an agent layer reports alongside it.
@@ -39,6 +44,17 @@ pub struct Invocation {
     pub duration: std::time::Duration,
 }
 
+impl From<run::Answer> for Invocation {
+    fn from(answer: run::Answer) -> Self {
+        Invocation {
+            result: answer.result,
+            metadata: answer.metadata,
+            attempts: answer.runs,
+            duration: answer.duration,
+        }
+    }
+}
+
 impl Invocation {
     fn rejected(error: ToolError) -> Self {
         Invocation {
@@ -50,10 +66,8 @@ impl Invocation {
     }
 }
 
-/// What every invocation of a pipeline shares.
+/// What the engine of every invocation of a pipeline shares.
 pub(crate) struct Shared {
-    pub globals: Providers,
-    pub sessions: SessionStore,
     pub suspensions: Arc<dyn SuspensionStore>,
     /// How long one hook may take at a tail stage (on_error, record, release, end).
     pub tail_hook_timeout: std::time::Duration,
@@ -61,34 +75,18 @@ pub(crate) struct Shared {
 
 /// A registered tool with its compiled plan.
 pub(crate) struct ToolEntry {
-    pub definition: ToolDefinition,
+    /// What its invocations' contexts see: the definition and the provider scopes.
+    pub scope: Arc<ToolScope>,
     pub tool: Arc<dyn ErasedTool>,
     pub plan: ToolPlan,
     pub shared: Arc<Shared>,
     pub wants_object: bool,
 }
 
-/// Where an invocation is in the parts of the pipeline that must run exactly once.
-#[derive(Default)]
-pub(crate) struct Progress {
-    /// `will_acquire_quota` was reached: `did_release_quota` must run.
-    pub quota: bool,
-    /// `will_acquire_semaphore` was reached: `did_release_semaphore` must run.
-    pub semaphore: bool,
-    /// The tool itself is running (for the panic message).
-    pub in_tool: bool,
-    /// The tail (error, record, release, end) has begun.
-    pub tail_started: bool,
-    /// The tail stages that have begun; each runs at most once.
-    pub tail_done: StageSet,
-    /// The tail stage running now and the index of its hook being called, so that a tail
-    /// interrupted by the drop of the invocation future goes on with the next hook.
-    pub tail_hook: Option<(Stage, usize)>,
-}
-
 struct PipelineInner {
     registry: ToolRegistry,
     entries: Vec<Arc<ToolEntry>>,
+    scopes: Arc<Scopes>,
     shared: Arc<Shared>,
     limits: InputLimits,
 }
@@ -157,12 +155,12 @@ impl Pipeline {
 
     /// How many sessions hold session-scoped providers.
     pub fn session_count(&self) -> usize {
-        self.inner.shared.sessions.len()
+        self.inner.scopes.sessions.len()
     }
 
     /// Drops a session and its providers. Returns whether it existed.
     pub fn end_session(&self, id: &str) -> bool {
-        self.inner.shared.sessions.remove(id)
+        self.inner.scopes.sessions.remove(id)
     }
 
     /// Invokes a tool by name with JSON input.
@@ -180,7 +178,7 @@ impl Pipeline {
         let entry = self.entry(tool).inspect_err(rejected)?;
         self.inner.limits.check(&input).inspect_err(rejected)?;
         let ctx = new_context(entry, input, options);
-        run::invoke(entry, ctx, run::Start::Fresh).await
+        run::run_to_end(entry, ctx, Start::Fresh, |answer| answer.result).await
     }
 
     /// Invokes a tool by name with JSON input, like [`invoke`](Self::invoke), and returns
@@ -199,7 +197,7 @@ impl Pipeline {
             return Invocation::rejected(error);
         }
         let ctx = new_context(entry, input, options);
-        run::invoke_detailed(entry, ctx, run::Start::Fresh).await
+        run::run_to_end(entry, ctx, Start::Fresh, Invocation::from).await
     }
 
     /// Invokes a tool by name with JSON text, checked against the size and depth limits
@@ -217,7 +215,7 @@ impl Pipeline {
         let entry = self.entry(tool).inspect_err(rejected)?;
         let input = self.inner.limits.parse(json).inspect_err(rejected)?;
         let ctx = new_context(entry, input, options);
-        run::invoke(entry, ctx, run::Start::Fresh).await
+        run::run_to_end(entry, ctx, Start::Fresh, |answer| answer.result).await
     }
 
     /// Invokes a typed tool with a typed input, and reads the output back as its type.
@@ -236,7 +234,7 @@ impl Pipeline {
         O: DeserializeOwned,
     {
         let input = serde_json::to_value(input)
-            .map_err(|e| ToolError::InvalidInput(crate::InputViolations::one("", e.to_string())))?;
+            .map_err(|e| ToolError::InvalidInput(InputViolations::one("", e.to_string())))?;
         let output = self.invoke(tool.name(), input, options).await?;
         serde_json::from_value(output).map_err(|e| {
             ToolError::internal(format!(
@@ -291,7 +289,8 @@ impl Pipeline {
     ) -> Invocation {
         match self.resume_context(suspension_id, &decision, options).await {
             Ok((entry, ctx, after)) => {
-                run::invoke_detailed(entry, ctx, run::Start::Resume { after, decision }).await
+                run::run_to_end(entry, ctx, Start::Resume { after, decision }, Invocation::from)
+                    .await
             }
             Err(error) => Invocation::rejected(error),
         }
@@ -360,7 +359,7 @@ fn new_context(
 ) -> Box<ToolInvokeContext> {
     let deadline = options.effective_deadline();
     ToolInvokeContext::boxed(ContextParts {
-        entry: Arc::clone(entry),
+        scope: Arc::clone(&entry.scope),
         session_id: options.session_id,
         request_id: options
             .request_id
@@ -382,31 +381,22 @@ impl std::fmt::Debug for Pipeline {
     }
 }
 
-impl PipelineInner {
-    fn new(
-        registry: ToolRegistry,
-        entries: Vec<Arc<ToolEntry>>,
-        shared: Arc<Shared>,
-        limits: InputLimits,
-    ) -> Self {
-        PipelineInner {
-            registry,
-            entries,
-            shared,
-            limits,
-        }
-    }
-}
-
 impl Pipeline {
     pub(crate) fn from_parts(
         registry: ToolRegistry,
         entries: Vec<Arc<ToolEntry>>,
+        scopes: Arc<Scopes>,
         shared: Arc<Shared>,
         limits: InputLimits,
     ) -> Self {
         Pipeline {
-            inner: Arc::new(PipelineInner::new(registry, entries, shared, limits)),
+            inner: Arc::new(PipelineInner {
+                registry,
+                entries,
+                scopes,
+                shared,
+                limits,
+            }),
         }
     }
 }

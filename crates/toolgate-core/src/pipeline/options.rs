@@ -6,7 +6,8 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use typemap_rev::TypeMapKey;
 
-use crate::{Providers, User};
+use crate::provider::Providers;
+use crate::user::User;
 
 /// The options of one invocation.
 ///

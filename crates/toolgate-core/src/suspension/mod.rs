@@ -16,7 +16,8 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
-use crate::{Stage, User};
+use crate::stage::Stage;
+use crate::user::User;
 
 pub use limits::SuspensionLimits;
 pub use memory::InMemorySuspensionStore;

@@ -1,0 +1,308 @@
+//! The stage runner: the hooks of one stage in plan order, each outcome under the hook's
+//! failure mode.
+//!
+//! A stage runs in two parts. [`run_ready`] calls the hooks whose method at the stage is
+//! synchronous ([`Hook::synchronous_stages`]) in place, without a future, and stops before
+//! the first that may not be; [`run_rest`], a future made only then, goes on from there.
+//! The same runner serves the main phases and the tail ([`Phase`]).
+
+use std::panic::AssertUnwindSafe;
+use std::sync::Arc;
+
+use futures::FutureExt;
+
+use super::ToolEntry;
+use crate::context::{ClockInstant, Decision, HookTiming, ToolInvokeContext};
+use crate::control::{Control, HookResult};
+use crate::error::ToolError;
+use crate::hook::{FailureMode, Hook, HookFuture};
+use crate::plan::PlannedHook;
+use crate::stage::Stage;
+
+/// Which part of the invocation a stage belongs to.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Phase {
+    /// Phases 1–8: an outcome takes effect under the hook's failure mode, and a panic in a
+    /// fail-call hook fails the call.
+    Main,
+    /// `on_give_up` and the tail: outcomes are recorded and logged, never applied; every
+    /// hook's code runs under `catch_unwind`, and a pending hook is bounded by the tail
+    /// timeout.
+    Tail,
+}
+
+/// How far [`run_ready`] got.
+pub(super) enum StageRun {
+    /// The stage is over, with this result.
+    Done(HookResult),
+    /// The hook at this index may not finish at once: [`run_rest`] goes on from it.
+    Rest(Rest),
+}
+
+/// Where [`run_rest`] picks a stage up.
+pub(super) struct Rest {
+    index: usize,
+    started: Option<ClockInstant>,
+}
+
+/// Runs the hooks of `stage` from the one at `from` until the stage is over or a hook that
+/// may not finish at once comes up. Callers check that the stage has hooks first.
+#[inline]
+pub(super) fn run_ready(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    from: usize,
+    phase: Phase,
+) -> StageRun {
+    let started = entry.plan.records_durations().then(ClockInstant::now);
+    let timed = entry.plan.records_hook_timings();
+    let hooks = entry.plan.hooks(stage);
+    for (index, planned) in hooks.iter().enumerate().skip(from) {
+        if !planned.synchronous {
+            return StageRun::Rest(Rest { index, started });
+        }
+        if phase == Phase::Tail {
+            ctx.progress.tail.running = Some((stage, index));
+        }
+        let hook_started = timed.then(ClockInstant::now);
+        let outcome = match call(planned, ctx, contains_panics(planned, phase)) {
+            Ok(Called::Skipped) => continue,
+            Ok(Called::Ready(future)) if future.is_ready_ok() && hook_started.is_none() => continue,
+            Ok(Called::Ready(future)) => Some(match future.into_ready() {
+                Ok(outcome) => outcome,
+                Err(_pending) => Err(not_synchronous(planned, stage)),
+            }),
+            Err(_panic) => None,
+        };
+        let Some(outcome) = outcome else {
+            contained_panic(planned, stage, ctx, phase);
+            continue;
+        };
+        if let Err(control) = apply(planned, stage, ctx, hook_started, outcome, phase) {
+            end_stage(entry, ctx, stage, started, phase);
+            return StageRun::Done(Err(control));
+        }
+    }
+    end_stage(entry, ctx, stage, started, phase);
+    StageRun::Done(Ok(()))
+}
+
+/// Runs the rest of `stage` from where [`run_ready`] stopped, awaiting the hooks that do
+/// not finish at once.
+pub(super) async fn run_rest(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    rest: Rest,
+    phase: Phase,
+) -> HookResult {
+    let timed = entry.plan.records_hook_timings();
+    let mut result = Ok(());
+    for (index, planned) in entry.plan.hooks(stage).iter().enumerate().skip(rest.index) {
+        if phase == Phase::Tail {
+            ctx.progress.tail.running = Some((stage, index));
+        }
+        let contain = contains_panics(planned, phase);
+        let hook_started = timed.then(ClockInstant::now);
+        let settled = match call(planned, ctx, contain) {
+            Ok(Called::Skipped) => continue,
+            Ok(Called::Ready(future)) => match future.into_ready() {
+                Ok(outcome) => Ok(Some(outcome)),
+                Err(pending) => wait(entry, planned, stage, pending, contain, phase).await,
+            },
+            Err(panic) => Err(panic),
+        };
+        let outcome = match settled {
+            Ok(Some(outcome)) => outcome,
+            // Abandoned past the tail timeout.
+            Ok(None) => continue,
+            Err(_panic) => {
+                contained_panic(planned, stage, ctx, phase);
+                continue;
+            }
+        };
+        if let Err(control) = apply(planned, stage, ctx, hook_started, outcome, phase) {
+            result = Err(control);
+            break;
+        }
+    }
+    end_stage(entry, ctx, stage, rest.started, phase);
+    result
+}
+
+/// Runs `stage` whole: for the paths where one more future costs nothing worth saving
+/// (a resumed call, a retry).
+pub(super) async fn run_stage(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+) -> HookResult {
+    ctx.stage = stage;
+    if !entry.plan.has(stage) {
+        return Ok(());
+    }
+    match run_ready(entry, ctx, stage, 0, Phase::Main) {
+        StageRun::Done(result) => result,
+        StageRun::Rest(rest) => run_rest(entry, ctx, stage, rest, Phase::Main).await,
+    }
+}
+
+/// What calling one hook gave.
+enum Called<'a> {
+    /// Its filter said no.
+    Skipped,
+    /// Its future, ready or not.
+    Ready(HookFuture<'a>),
+}
+
+/// Whether a panic in `planned`'s code is contained (the call goes on) rather than failing
+/// the call.
+#[inline]
+fn contains_panics(planned: &PlannedHook, phase: Phase) -> bool {
+    phase == Phase::Tail || planned.failure != FailureMode::FailCall
+}
+
+/// Calls `planned`'s filter and stage method; under `catch_unwind` when `contain`.
+#[inline]
+fn call<'a>(
+    planned: &'a PlannedHook,
+    ctx: &'a mut ToolInvokeContext,
+    contain: bool,
+) -> std::thread::Result<Called<'a>> {
+    let once = move || {
+        let ctx = ctx;
+        // Reached once: the hook behind its `Arc<dyn Hook>` is a vtable read.
+        let hook: &dyn Hook = &*planned.hook;
+        if hook.filter(ctx) {
+            Called::Ready((planned.call)(hook, ctx))
+        } else {
+            Called::Skipped
+        }
+    };
+    if contain {
+        std::panic::catch_unwind(AssertUnwindSafe(once))
+    } else {
+        Ok(once())
+    }
+}
+
+/// Awaits a hook that did not finish at once: `Ok(None)` when the tail timeout abandoned it.
+async fn wait(
+    entry: &ToolEntry,
+    planned: &PlannedHook,
+    stage: Stage,
+    pending: HookFuture<'_>,
+    contain: bool,
+    phase: Phase,
+) -> std::thread::Result<Option<HookResult>> {
+    if !contain {
+        return Ok(Some(pending.await));
+    }
+    let mut pending = AssertUnwindSafe(pending).catch_unwind();
+    if phase == Phase::Main {
+        return pending.await.map(Some);
+    }
+    // Most hooks finish at their first poll: only one that does not pays for a timer.
+    if let std::task::Poll::Ready(settled) = futures::poll!(&mut pending) {
+        return settled.map(Some);
+    }
+    let timeout = entry.shared.tail_hook_timeout;
+    match tokio::time::timeout(timeout, pending).await {
+        Ok(settled) => settled.map(Some),
+        Err(_) => {
+            tracing::error!(stage = %stage, hook = %planned.name, timeout_ms = timeout.as_millis() as u64, "a hook did not finish within the tail timeout and was abandoned; the outcome is kept");
+            Ok(None)
+        }
+    }
+}
+
+/// Records how long `stage` took, when asked, and ends a tail stage's hook tracking.
+#[inline]
+fn end_stage(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    started: Option<ClockInstant>,
+    phase: Phase,
+) {
+    if phase == Phase::Tail {
+        ctx.progress.tail.running = None;
+    }
+    if let Some(started) = started {
+        let durations = &mut ctx.trail_mut().stage_durations;
+        if durations.capacity() == 0 {
+            durations.reserve_exact(entry.plan.timed_stages());
+        }
+        durations.push((stage, started.elapsed()));
+    }
+}
+
+/// What follows a hook's outcome: its timing is kept (when asked for) and its failure mode
+/// applied. `Err` when the outcome takes effect — never in the tail.
+#[inline]
+fn apply(
+    planned: &PlannedHook,
+    stage: Stage,
+    ctx: &mut ToolInvokeContext,
+    hook_started: Option<ClockInstant>,
+    outcome: HookResult,
+    phase: Phase,
+) -> HookResult {
+    if let Some(t) = hook_started {
+        ctx.trail_mut().hook_timings.push(HookTiming {
+            stage,
+            hook: Arc::clone(&planned.name),
+            duration: t.elapsed(),
+        });
+    }
+    let Err(control) = outcome else {
+        return Ok(());
+    };
+    let applied = phase == Phase::Main
+        && match planned.failure {
+            FailureMode::FailCall => true,
+            FailureMode::Ignore => control.is_decision(),
+            FailureMode::Audit => false,
+        };
+    ctx.trail_mut().decisions.push(Decision {
+        stage,
+        hook: Arc::clone(&planned.name),
+        outcome: control.label().to_owned(),
+        applied,
+    });
+    if applied {
+        tracing::info!(stage = %stage, hook = %planned.name, outcome = control.label(), "control outcome");
+        Err(control)
+    } else {
+        tracing::warn!(stage = %stage, hook = %planned.name, outcome = control.label(), mode = ?planned.failure, "control outcome not applied");
+        Ok(())
+    }
+}
+
+/// A contained panic: logged and, in the main phases, kept in the decision trace as the
+/// `internal` failure it would have been; the call goes on.
+fn contained_panic(planned: &PlannedHook, stage: Stage, ctx: &mut ToolInvokeContext, phase: Phase) {
+    if phase == Phase::Tail {
+        tracing::error!(stage = %stage, hook = %planned.name, "a hook panicked; the panic was contained and the outcome kept");
+        return;
+    }
+    tracing::error!(stage = %stage, hook = %planned.name, mode = ?planned.failure, "a hook panicked; the panic was contained and, by the hook's failure mode, the call goes on");
+    ctx.trail_mut().decisions.push(Decision {
+        stage,
+        hook: Arc::clone(&planned.name),
+        outcome: "internal".to_owned(),
+        applied: false,
+    });
+}
+
+/// A hook that lists `stage` among its synchronous stages returned a future that was not
+/// ready: a bug in the hook, reported as its failure.
+#[cold]
+fn not_synchronous(planned: &PlannedHook, stage: Stage) -> Control {
+    ToolError::internal(format!(
+        "hook `{}` lists `{stage}` in `synchronous_stages` but its method there did not finish at once; remove the stage from that list (or let `#[hook]` write it)",
+        planned.name
+    ))
+    .into()
+}

@@ -1,0 +1,395 @@
+//! The main phases (1–8 of DESIGN.md §2) of a fresh or a resumed invocation, as one walk:
+//! the stages before execution, execution, the output stages.
+//!
+//! Stages without hooks cost a bit test: the walk visits only the stages of the tool's plan.
+//! A stage whose hooks are synchronous runs in place; a future is made only for a hook that
+//! may not finish at once, and for execution when it has hooks.
+
+use serde_json::Value;
+
+use super::ToolEntry;
+use super::stages::{self, Phase, StageRun};
+use crate::context::ToolInvokeContext;
+use crate::control::{Control, HookResult, SuspendRequest};
+use crate::error::{InputViolations, ToolError};
+use crate::hook::{ExecutionChain, Hook, HookFuture, Next};
+use crate::prepared::PreparedInput;
+use crate::stage::{Stage, StageSet};
+use crate::suspension::ResumeDecision;
+
+/// How an invocation starts.
+pub(crate) enum Start {
+    Fresh,
+    /// A call that waited after stage `after` and was decided.
+    Resume {
+        after: Stage,
+        decision: ResumeDecision,
+    },
+}
+
+/// Every stage up to `did_cache_miss`, the last before execution on a cache miss.
+const BEFORE_EXECUTION: StageSet =
+    StageSet::before(Stage::DidCacheHit).with(Stage::DidCacheMiss);
+
+/// The stages of execution.
+const EXECUTION: StageSet = StageSet::of(&[
+    Stage::AroundExecute,
+    Stage::OnRetry,
+    Stage::WillExecute,
+    Stage::DidExecute,
+]);
+
+/// The stages after execution, `did_cache_hit` (which runs in their place on a hit) first.
+const OUTPUT: StageSet = StageSet::of(&[
+    Stage::DidCacheHit,
+    Stage::WillWriteCache,
+    Stage::WillRedactOutput,
+    Stage::WillValidateOutput,
+    Stage::WillTransformOutput,
+]);
+
+/// The last stage before a call that asks to wait actually waits: the end of
+/// `will_redact_input`. A call is bound to what it would run with (DESIGN.md §10), so a
+/// request to wait from an earlier stage — consent, in the policy phase — is held while the
+/// call goes on: it takes its quota unit (a waiting call counts against its caller's
+/// limits), its input is checked and redacted, and only then is it stored. An error on the
+/// way (over the rate limit, invalid input) fails the call instead: nobody is asked to
+/// approve a call that could not run.
+const WAIT_AFTER: Stage = Stage::WillRedactInput;
+
+/// The policy stages that decide whether a call may run at all. They run again when a
+/// suspended call resumes to run or to be completed, with the pipeline's hooks as they are
+/// now: access may have been revoked, or a tool switched off, while the call waited
+/// (DESIGN.md §10). Consent is not asked again: a person has just decided.
+const AUTHORIZE_AGAIN: [Stage; 2] = [Stage::WillAuthorize, Stage::WillCheckFeatureFlags];
+
+/// Phases 1–8: `Ok` with the output set, or the control outcome that ended them.
+pub(super) async fn walk(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> HookResult {
+    let present = entry.plan.present();
+    let mut done = None;
+    if let Start::Resume { after, decision } = start {
+        match resume(entry, ctx, decision).await? {
+            Resumed::Run => done = Some(after),
+            // Decided with an output, or waited after one: only output stages remain.
+            Resumed::OutputOnly => {
+                let done = after.max(Stage::DidExecute);
+                let remaining = present
+                    .intersection(OUTPUT)
+                    .difference(StageSet::of(&[Stage::DidCacheHit, Stage::WillWriteCache]))
+                    .difference(StageSet::before(done).with(done));
+                return output_phase(entry, ctx, remaining).await;
+            }
+        }
+    }
+    let before = if present.intersection(BEFORE_EXECUTION).is_empty() && done.is_none() {
+        check_input_at_its_stage(entry, ctx, false)
+    } else {
+        before_execution(entry, ctx, done).await
+    };
+    let mut remaining = present.intersection(OUTPUT).difference(Stage::DidCacheHit.into());
+    match before {
+        Ok(()) => {
+            ctx.stage = Stage::DidCacheMiss;
+            let ran = if present.intersection(EXECUTION).is_empty() {
+                // The stage the tool runs at when nothing wraps it.
+                ctx.stage = Stage::WillExecute;
+                ctx.attempt += 1;
+                let prepared = enter_tool(ctx);
+                let output = entry.tool.call(prepared, ctx).await;
+                leave_tool(ctx, output)?;
+                true
+            } else {
+                execution(entry, ctx).await?
+            };
+            if !ran {
+                // A wrapper answered without running the tool: nothing to cache.
+                remaining = remaining.difference(Stage::WillWriteCache.into());
+            }
+        }
+        Err(Control::Respond(value)) => {
+            // Answered before execution: a cache hit runs `did_cache_hit`; nothing is
+            // written to the cache.
+            if ctx.stage == Stage::WillReadCache && present.contains(Stage::DidCacheHit) {
+                remaining = remaining.with(Stage::DidCacheHit);
+            }
+            remaining = remaining.difference(Stage::WillWriteCache.into());
+            ctx.set_output(value);
+        }
+        Err(other) => return Err(other),
+    }
+    if remaining.is_empty() {
+        return Ok(());
+    }
+    output_phase(entry, ctx, remaining).await
+}
+
+/// What a resumed call goes on with.
+enum Resumed {
+    /// The stages after the one it waited at, execution and output.
+    Run,
+    /// Only the output stages after its output.
+    OutputOnly,
+}
+
+/// Applies the decision on a waiting call, after the policy stages said it may still run.
+async fn resume(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    decision: ResumeDecision,
+) -> Result<Resumed, Control> {
+    if let ResumeDecision::Reject { reason } = decision {
+        return Err(ToolError::abort(reason, "rejected", 403).into());
+    }
+    for stage in AUTHORIZE_AGAIN {
+        match stages::run_stage(entry, ctx, stage).await {
+            Ok(()) => {}
+            Err(Control::Error(error)) => return Err(Control::Error(error)),
+            Err(other) => {
+                return Err(ToolError::internal(format!(
+                    "a hook at `{stage}` answered a resumed call with `{}`, so it did not run: on resume that stage may only let a call through or refuse it (ask for approval at `will_check_consent`)",
+                    other.label()
+                ))
+                .into());
+            }
+        }
+    }
+    Ok(match decision {
+        ResumeDecision::Complete { output } => {
+            ctx.set_output(output);
+            Resumed::OutputOnly
+        }
+        _ if ctx.output().is_some() => Resumed::OutputOnly,
+        _ => Resumed::Run,
+    })
+}
+
+/// Phases 1–6 up to a cache miss, after stage `done` for a resumed call. Ends with
+/// `Err(Control::Respond)` on a short-circuit.
+async fn before_execution(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    done: Option<Stage>,
+) -> HookResult {
+    let mut route = entry.plan.present().intersection(BEFORE_EXECUTION);
+    // A resumed call's quota unit was taken before it waited; its semaphore permit was
+    // given back, so that stage runs again.
+    let quota_taken = done.is_some_and(|d| d >= Stage::WillAcquireQuota);
+    let mut checked = false;
+    if let Some(done) = done {
+        route = route.difference(StageSet::before(done).with(done).difference(Stage::WillAcquireSemaphore.into()));
+        checked = done >= Stage::WillValidateInput;
+    }
+    // A request to wait from a stage that runs again (the semaphore) waits until the
+    // stages that ran before the suspension are passed again.
+    let wait_after = done.map_or(WAIT_AFTER, |d| WAIT_AFTER.max(d));
+    let mut held: Option<SuspendRequest> = None;
+    for stage in route.iter() {
+        // The tool's check comes right after the `will_validate_input` hooks.
+        if !checked && stage > Stage::WillValidateInput {
+            check_input_at_its_stage(entry, ctx, quota_taken)?;
+            checked = true;
+        }
+        if stage > wait_after
+            && let Some(request) = held.take()
+        {
+            return Err(wait_now(ctx, wait_after, request));
+        }
+        ctx.progress.acquired.reach(stage, quota_taken);
+        ctx.stage = stage;
+        let result = match stages::run_ready(entry, ctx, stage, 0, Phase::Main) {
+            StageRun::Done(result) => result,
+            StageRun::Rest(rest) => stages::run_rest(entry, ctx, stage, rest, Phase::Main).await,
+        };
+        if let Err(control) = result
+            && let Some(control) = hold(ctx, &mut held, wait_after, control)
+        {
+            return Err(control);
+        }
+    }
+    if !checked {
+        check_input_at_its_stage(entry, ctx, quota_taken)?;
+    }
+    if let Some(request) = held {
+        return Err(wait_now(ctx, wait_after, request));
+    }
+    ctx.progress.acquired.reach(Stage::DidCacheMiss, quota_taken);
+    Ok(())
+}
+
+/// What a control outcome of a stage before execution does while a request to wait is
+/// held until `until`: `None` to go on with the next stage.
+///
+/// * A request to wait at a stage up to `until` is held. A second one joins the first:
+///   one person's decision settles the call.
+/// * A respond while one is held keeps the value as the output and the call waits now:
+///   a short-circuit does not get around the wait.
+/// * Anything else ends the main phases as usual.
+fn hold(
+    ctx: &mut ToolInvokeContext,
+    held: &mut Option<SuspendRequest>,
+    until: Stage,
+    control: Control,
+) -> Option<Control> {
+    match control {
+        Control::Suspend(request) if ctx.stage <= until => {
+            if held.is_none() {
+                *held = Some(request);
+            } else {
+                tracing::debug!(stage = %ctx.stage, reason = %request.reason, "a second request to wait joins the first: one decision settles the call");
+            }
+            None
+        }
+        Control::Respond(value) => match held.take() {
+            Some(request) => {
+                ctx.set_output(value);
+                Some(Control::Suspend(request))
+            }
+            None => Some(Control::Respond(value)),
+        },
+        other => Some(other),
+    }
+}
+
+/// The held request takes effect: the call waits as if suspended at `at`.
+fn wait_now(ctx: &mut ToolInvokeContext, at: Stage, request: SuspendRequest) -> Control {
+    ctx.stage = at;
+    Control::Suspend(request)
+}
+
+/// The tool's own check, at the `will_validate_input` stage it belongs to (so the acquire
+/// stages before it count as reached).
+fn check_input_at_its_stage(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    quota_taken: bool,
+) -> HookResult {
+    ctx.stage = Stage::WillValidateInput;
+    ctx.progress.acquired.reach(Stage::WillValidateInput, quota_taken);
+    if entry.wants_object && !ctx.input().is_object() {
+        return Err(ToolError::InvalidInput(InputViolations::one(
+            "",
+            "the arguments must be a JSON object",
+        ))
+        .into());
+    }
+    if let Some(prepared) = entry.tool.check_input(ctx.input())? {
+        ctx.prepared = Some((ctx.input_version, prepared));
+    }
+    Ok(())
+}
+
+/// Phase 7 when it has hooks: whether the output comes from a real run of the tool, or the
+/// control outcome that ends the main phases.
+async fn execution(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Result<bool, Control> {
+    ctx.stage = Stage::AroundExecute;
+    let result = if entry.plan.has(Stage::AroundExecute) {
+        Next::new(entry).run(ctx).await
+    } else {
+        attempt(entry, ctx).await
+    };
+    match result {
+        // A wrapper that returns `Ok` without running the tool produced nothing to cache.
+        Ok(()) => Ok(ctx.runs > 0),
+        Err(Control::Respond(value)) => {
+            ctx.set_output(value);
+            Ok(false)
+        }
+        Err(Control::Error(error)) if ctx.attempt > 1 => Err(give_up(entry, ctx, error).await),
+        Err(other) => Err(other),
+    }
+}
+
+/// Retries ran out: the error is kept, `on_give_up` runs (as the tail does: outcomes
+/// recorded, never applied), and the error ends the main phases.
+async fn give_up(entry: &ToolEntry, ctx: &mut ToolInvokeContext, error: ToolError) -> Control {
+    ctx.error = Some(error.clone());
+    ctx.stage = Stage::OnGiveUp;
+    if entry.plan.has(Stage::OnGiveUp)
+        && let StageRun::Rest(rest) = stages::run_ready(entry, ctx, Stage::OnGiveUp, 0, Phase::Tail)
+    {
+        let _ = stages::run_rest(entry, ctx, Stage::OnGiveUp, rest, Phase::Tail).await;
+    }
+    Control::Error(error)
+}
+
+/// One attempt: `on_retry` (from the second on), `will_execute`, the tool, `did_execute`.
+async fn attempt(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
+    ctx.attempt += 1;
+    if ctx.attempt > 1 {
+        stages::run_stage(entry, ctx, Stage::OnRetry).await?;
+    }
+    ctx.stage = Stage::WillExecute;
+    if entry.plan.has(Stage::WillExecute) {
+        match stages::run_ready(entry, ctx, Stage::WillExecute, 0, Phase::Main) {
+            StageRun::Done(result) => result?,
+            StageRun::Rest(rest) => {
+                stages::run_rest(entry, ctx, Stage::WillExecute, rest, Phase::Main).await?;
+            }
+        }
+    }
+    let prepared = enter_tool(ctx);
+    let output = entry.tool.call(prepared, ctx).await;
+    leave_tool(ctx, output)?;
+    ctx.stage = Stage::DidExecute;
+    if !entry.plan.has(Stage::DidExecute) {
+        return Ok(());
+    }
+    match stages::run_ready(entry, ctx, Stage::DidExecute, 0, Phase::Main) {
+        StageRun::Done(result) => result,
+        StageRun::Rest(rest) => {
+            stages::run_rest(entry, ctx, Stage::DidExecute, rest, Phase::Main).await
+        }
+    }
+}
+
+/// The tool is about to run: the input its check parsed, unless a hook changed the input
+/// since.
+#[inline]
+fn enter_tool(ctx: &mut ToolInvokeContext) -> Option<PreparedInput> {
+    ctx.progress.in_tool = true;
+    ctx.runs += 1;
+    match ctx.prepared.take() {
+        Some((version, prepared)) if version == ctx.input_version => Some(prepared),
+        _ => None,
+    }
+}
+
+/// The tool ran: its output is kept, or its error ends the attempt.
+#[inline]
+fn leave_tool(ctx: &mut ToolInvokeContext, output: Result<Value, ToolError>) -> HookResult {
+    ctx.progress.in_tool = false;
+    ctx.set_output(output?);
+    Ok(())
+}
+
+/// Phase 8 over `stages` (those with hooks still to run). A respond sets the output and
+/// the next stage runs.
+async fn output_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stages: StageSet) -> HookResult {
+    for stage in stages.iter() {
+        ctx.stage = stage;
+        let result = match stages::run_ready(entry, ctx, stage, 0, Phase::Main) {
+            StageRun::Done(result) => result,
+            StageRun::Rest(rest) => stages::run_rest(entry, ctx, stage, rest, Phase::Main).await,
+        };
+        match result {
+            Ok(()) => {}
+            Err(Control::Respond(value)) => ctx.set_output(value),
+            Err(other) => return Err(other),
+        }
+    }
+    Ok(())
+}
+
+/// The tool's `around_execute` chain: its wrappers, and one attempt at its center.
+impl ExecutionChain for ToolEntry {
+    fn wrapper(&self, index: usize) -> Option<&dyn Hook> {
+        self.plan
+            .hooks(Stage::AroundExecute)
+            .get(index)
+            .map(|planned| &*planned.hook)
+    }
+
+    fn attempt<'c>(&'c self, ctx: &'c mut ToolInvokeContext) -> HookFuture<'c> {
+        HookFuture::new(attempt(self, ctx))
+    }
+}

@@ -1,0 +1,70 @@
+//! [`User`]: who is calling.
+
+use std::sync::{Arc, LazyLock};
+
+use serde_json::{Map, Value};
+
+/// Who is calling. At least an id; roles and tenant feed authorization and cache scoping.
+///
+/// ```
+/// use toolgate_core::User;
+/// let alice = User::new("alice").with_roles(["admin"]).with_tenant("acme");
+/// assert!(alice.has_role("admin"));
+/// ```
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct User {
+    /// The user's id.
+    pub id: String,
+    /// The user's roles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+    /// The tenant the user belongs to, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// Anything else policies may look at.
+    #[serde(default, skip_serializing_if = "Map::is_empty")]
+    pub attributes: Map<String, Value>,
+}
+
+impl User {
+    /// A user with this id and nothing else.
+    pub fn new(id: impl Into<String>) -> Self {
+        User {
+            id: id.into(),
+            roles: Vec::new(),
+            tenant: None,
+            attributes: Map::new(),
+        }
+    }
+
+    /// The user of calls that name none: id `anonymous`, no roles.
+    pub fn anonymous() -> Arc<User> {
+        Arc::clone(&ANONYMOUS)
+    }
+
+    /// The same user with these roles.
+    #[must_use]
+    pub fn with_roles<I, S>(mut self, roles: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.roles = roles.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The same user in this tenant.
+    #[must_use]
+    pub fn with_tenant(mut self, tenant: impl Into<String>) -> Self {
+        self.tenant = Some(tenant.into());
+        self
+    }
+
+    /// Whether the user has this role.
+    pub fn has_role(&self, role: &str) -> bool {
+        self.roles.iter().any(|r| r == role)
+    }
+}
+
+/// The user of invocations that name none.
+pub(crate) static ANONYMOUS: LazyLock<Arc<User>> = LazyLock::new(|| Arc::new(User::new("anonymous")));
