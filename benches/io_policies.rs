@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
-use toolgate::ErasedTool;
+use toolgate::core::tool::ErasedTool;
 use toolgate::hooks::async_trait;
 use toolgate::hooks::audit::{Audit, AuditError, AuditRecord, AuditSink};
 use toolgate::hooks::cache::ResultCache;
@@ -55,11 +55,10 @@ fn forecast() -> Arc<dyn ErasedTool> {
     Arc::new(tool)
 }
 
-fn pipeline(configure: impl FnOnce(&mut PipelineBuilder)) -> Pipeline {
-    let mut builder = Pipeline::builder();
-    builder.erased_tool(forecast()).expect("the tool registers");
-    configure(&mut builder);
-    builder.build().expect("the pipeline builds")
+fn pipeline(configure: impl FnOnce(PipelineBuilder) -> PipelineBuilder) -> Pipeline {
+    configure(Pipeline::builder().tool(forecast()))
+        .build()
+        .expect("the pipeline builds")
 }
 
 fn input() -> Value {
@@ -79,20 +78,18 @@ fn io_policies(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("a current-thread runtime starts");
-    let none = pipeline(|_| {});
-    let cache_only = pipeline(|b| {
-        b.hook(ResultCache::new());
-    });
+    let none = pipeline(|b| b);
+    let cache_only = pipeline(|b| b.hook(ResultCache::new()));
     let policies = pipeline(|b| {
         b.hook(ResultCache::new())
             .hook(Redaction::new())
             .hook(Audit::builder().sink(DropSink).build())
-            .hook(Metrics::new());
+            .hook(Metrics::new())
     });
     let policies_no_cache = pipeline(|b| {
         b.hook(Redaction::new())
             .hook(Audit::builder().sink(DropSink).build())
-            .hook(Metrics::new());
+            .hook(Metrics::new())
     });
     // Warm the caches so every timed call is a hit.
     runtime.block_on(async {

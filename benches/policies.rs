@@ -58,17 +58,14 @@ fn retry() -> Retry {
 }
 
 fn pipeline(hooks: &[&str]) -> Pipeline {
-    let mut builder = Pipeline::builder();
-    builder
-        .tool(
-            tool_fn("add", "Adds two numbers.", |i: AddInput| async move {
-                Ok::<_, ToolError>(i.a + i.b)
-            })
-            .annotations(ToolAnnotations::READ_ONLY),
-        )
-        .expect("the tool registers");
+    let mut builder = Pipeline::builder().tool(
+        tool_fn("add", "Adds two numbers.", |i: AddInput| async move {
+            Ok::<_, ToolError>(i.a + i.b)
+        })
+        .annotations(ToolAnnotations::READ_ONLY),
+    );
     for hook in hooks {
-        match *hook {
+        builder = match *hook {
             "authorize" => builder.hook(authorize()),
             "quota" => builder.hook(quota()),
             "concurrency" => builder.hook(concurrency()),

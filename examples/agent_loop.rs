@@ -73,38 +73,38 @@ fn scripted_model(turn: usize, _messages: &[Value], _tools: &Value) -> Value {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut pipeline = Pipeline::builder();
-    pipeline.tool(tool_fn(
-        "get_forecast",
-        "Today's forecast for a city.",
-        |f: Forecast| async move {
-            let (sky, temp_c) = if f.city == "Porto" {
-                ("rain", 14.0)
-            } else {
-                ("sunny", 19.5)
-            };
-            Ok::<_, ToolError>(json!({ "city": f.city, "sky": sky, "temp_c": temp_c }))
-        },
-    ))?;
-    pipeline.tool(tool_fn(
-        "to_fahrenheit",
-        "Converts Celsius to Fahrenheit.",
-        |c: Celsius| async move {
-            Ok::<_, ToolError>(((c.celsius * 9.0 / 5.0 + 32.0) * 10.0).round() / 10.0)
-        },
-    ))?;
-    pipeline.tool(tool_fn(
-        "packing_list",
-        "What to pack for some weather.",
-        |p: Packing| async move {
-            let items = if p.weather == "rain" {
-                vec!["umbrella", "light jacket"]
-            } else {
-                vec!["sunglasses"]
-            };
-            Ok::<_, ToolError>(items)
-        },
-    ))?;
+    let pipeline = Pipeline::builder()
+        .tool(tool_fn(
+            "get_forecast",
+            "Today's forecast for a city.",
+            |f: Forecast| async move {
+                let (sky, temp_c) = if f.city == "Porto" {
+                    ("rain", 14.0)
+                } else {
+                    ("sunny", 19.5)
+                };
+                Ok::<_, ToolError>(json!({ "city": f.city, "sky": sky, "temp_c": temp_c }))
+            },
+        ))
+        .tool(tool_fn(
+            "to_fahrenheit",
+            "Converts Celsius to Fahrenheit.",
+            |c: Celsius| async move {
+                Ok::<_, ToolError>(((c.celsius * 9.0 / 5.0 + 32.0) * 10.0).round() / 10.0)
+            },
+        ))
+        .tool(tool_fn(
+            "packing_list",
+            "What to pack for some weather.",
+            |p: Packing| async move {
+                let items = if p.weather == "rain" {
+                    vec!["umbrella", "light jacket"]
+                } else {
+                    vec!["sunglasses"]
+                };
+                Ok::<_, ToolError>(items)
+            },
+        ));
 
     let state = Arc::new(InMemoryStateManager::new());
     state.set_config(

@@ -13,19 +13,20 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // Keep the approval API: it is what the person (or the UI in front of them) calls.
     let approvals = consent.approvals();
 
-    let mut builder = Pipeline::builder();
-    builder.tool(
-        tool_fn("delete_branch", "Deletes a git branch.", |_: ()| async {
-            Ok::<_, ToolError>("branch deleted")
-        })
-        .tag("destructive"),
-    )?;
-    builder.tool(tool_fn(
-        "list_branches",
-        "Lists git branches.",
-        |_: ()| async { Ok::<_, ToolError>(vec!["main", "feature"]) },
-    ))?;
-    let pipeline = builder.hook(consent).build()?;
+    let pipeline = Pipeline::builder()
+        .tool(
+            tool_fn("delete_branch", "Deletes a git branch.", |_: ()| async {
+                Ok::<_, ToolError>("branch deleted")
+            })
+            .tag("destructive"),
+        )
+        .tool(tool_fn(
+            "list_branches",
+            "Lists git branches.",
+            |_: ()| async { Ok::<_, ToolError>(vec!["main", "feature"]) },
+        ))
+        .hook(consent)
+        .build()?;
     let ann = || InvokeOptions::new().user(User::new("ann"));
 
     // Reading needs no approval.

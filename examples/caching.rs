@@ -26,24 +26,23 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let runs = Arc::new(AtomicU32::new(0));
     let counter = Arc::clone(&runs);
 
-    let mut builder = Pipeline::builder();
-    builder.tool(
-        tool_fn(
-            "forecast",
-            "Tomorrow's weather for a city.",
-            move |f: Forecast| {
-                counter.fetch_add(1, Ordering::SeqCst);
-                async move {
-                    tokio::time::sleep(Duration::from_millis(50)).await; // a slow upstream
-                    Ok::<_, ToolError>(json!({ "city": f.city, "sky": "clear" }))
-                }
-            },
-        )
-        // Only read-only tools are cached unless you say otherwise.
-        .annotations(ToolAnnotations::READ_ONLY),
-    )?;
     let audit = MemorySink::new();
-    let pipeline = builder
+    let pipeline = Pipeline::builder()
+        .tool(
+            tool_fn(
+                "forecast",
+                "Tomorrow's weather for a city.",
+                move |f: Forecast| {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    async move {
+                        tokio::time::sleep(Duration::from_millis(50)).await; // a slow upstream
+                        Ok::<_, ToolError>(json!({ "city": f.city, "sky": "clear" }))
+                    }
+                },
+            )
+            // Only read-only tools are cached unless you say otherwise.
+            .annotations(ToolAnnotations::READ_ONLY),
+        )
         .hook(
             ResultCache::builder()
                 .tool_ttl("forecast", Duration::from_secs(600))

@@ -10,8 +10,9 @@ use garde::Validate;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use toolgate_core::tool::ToolAnnotations;
 use toolgate_core::{
-    Hook, HookResult, Pipeline, ToolAnnotations, ToolError, ToolInvokeContext, User, hook, tool_fn,
+    Hook, HookResult, Pipeline, ToolError, ToolInvokeContext, User, hook, tool_fn,
 };
 use toolgate_mcp::rmcp::ServiceExt;
 use toolgate_mcp::rmcp::model::CallToolRequestParams;
@@ -58,16 +59,17 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let mut builder = Pipeline::builder();
-    builder.tool(
-        tool_fn(
-            "add",
-            "Adds two integers between -1000 and 1000.",
-            |i: AddInput| async move { Ok::<_, ToolError>(Sum { sum: i.a + i.b }) },
+    let pipeline = Pipeline::builder()
+        .tool(
+            tool_fn(
+                "add",
+                "Adds two integers between -1000 and 1000.",
+                |i: AddInput| async move { Ok::<_, ToolError>(Sum { sum: i.a + i.b }) },
+            )
+            .annotations(ToolAnnotations::READ_ONLY),
         )
-        .annotations(ToolAnnotations::READ_ONLY),
-    )?;
-    let pipeline = builder.hook(NoAnonymous).build()?;
+        .hook(NoAnonymous)
+        .build()?;
 
     // The principal comes from the bearer token (a real host verifies it first).
     let server = McpServer::new(pipeline)
@@ -79,7 +81,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             !tool.has_tag("admin") || user.has_role("admin")
         }));
 
-    let shutdown = toolgate_core::CancellationToken::new();
+    let shutdown = toolgate_core::external::CancellationToken::new();
     let config =
         StreamableHttpServerConfig::default().with_cancellation_token(shutdown.child_token());
     let app = axum::Router::new()

@@ -58,21 +58,23 @@ impl Hook for CallLog {
 
 #[tokio::main(flavor = "current_thread")]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut builder = Pipeline::builder();
-    builder.tool(
-        tool_fn(
-            "search",
-            "Searches the catalogue.",
-            |input: SearchInput| async move {
-                let hits: Vec<String> = (1..=input.limit.min(3))
-                    .map(|i| format!("{} #{i}", input.query))
-                    .collect();
-                Ok::<_, ToolError>(json!({ "hits": hits }))
-            },
+    let pipeline = Pipeline::builder()
+        .tool(
+            tool_fn(
+                "search",
+                "Searches the catalogue.",
+                |input: SearchInput| async move {
+                    let hits: Vec<String> = (1..=input.limit.min(3))
+                        .map(|i| format!("{} #{i}", input.query))
+                        .collect();
+                    Ok::<_, ToolError>(json!({ "hits": hits }))
+                },
+            )
+            .annotations(ToolAnnotations::READ_ONLY),
         )
-        .annotations(ToolAnnotations::READ_ONLY),
-    )?;
-    let pipeline = builder.hook(ReadersOnly).hook(CallLog::default()).build()?;
+        .hook(ReadersOnly)
+        .hook(CallLog::default())
+        .build()?;
 
     let schema = &pipeline
         .definitions()

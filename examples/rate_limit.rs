@@ -13,15 +13,14 @@ use toolgate::prelude::*;
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let mut builder = Pipeline::builder();
-    builder.tool(
-        tool_fn("search", "Searches the catalogue.", |_: ()| async {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            Ok::<_, ToolError>(json!(["result"]))
-        })
-        .annotations(ToolAnnotations::READ_ONLY),
-    )?;
-    let pipeline = builder
+    let pipeline = Pipeline::builder()
+        .tool(
+            tool_fn("search", "Searches the catalogue.", |_: ()| async {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                Ok::<_, ToolError>(json!(["result"]))
+            })
+            .annotations(ToolAnnotations::READ_ONLY),
+        )
         // Each user: 2 calls a second, at most 3 at once after a rest.
         .hook(
             Quota::builder(Rate::per_second(2)?.with_burst(3)?)

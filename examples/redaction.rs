@@ -40,9 +40,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     lookup.definition_mut().tags = vec!["secret:crm-key".into()];
 
     let audit = MemorySink::new();
-    let mut builder = Pipeline::builder();
-    builder.erased_tool(std::sync::Arc::new(lookup))?;
-    let pipeline = builder
+    let pipeline = Pipeline::builder()
+        .tool(lookup)
         .hook(
             SecretInjection::builder()
                 .source(InMemorySecrets::new().with("crm-key", "crm-live-9b8c7d"))

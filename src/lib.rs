@@ -1,7 +1,9 @@
 //! toolgate: every tool call of an AI agent through one ordered, hookable pipeline.
 //!
-//! This facade re-exports the workspace's crates; most programs only need the
-//! [`prelude`]. See `toolgate_core` for the contract of the pipeline.
+//! This facade re-exports the workspace's crates as modules — [`core`] (the pipeline),
+//! [`hooks`] (the built-in policies) and [`agent`] (the agent-facing tool system) — and
+//! most programs only need the [`prelude`]. See `toolgate_core` for the contract of the
+//! pipeline.
 //!
 //! ```
 //! use toolgate::prelude::*;
@@ -9,9 +11,9 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut builder = Pipeline::builder();
-//! builder.tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))?;
-//! let pipeline = builder.build()?;
+//! let pipeline = Pipeline::builder()
+//!     .tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))
+//!     .build()?;
 //! assert_eq!(pipeline.invoke("ping", json!(null), InvokeOptions::new()).await?, json!("pong"));
 //! # Ok(()) }
 //! ```
@@ -21,16 +23,11 @@ pub use toolgate_agent as agent;
 pub use toolgate_core as core;
 pub use toolgate_hooks as hooks;
 
-pub use toolgate_core::*;
-
-/// The names most programs use.
+/// The names most programs use: `toolgate_core`'s prelude, and the annotations a tool's
+/// owner declares (read-only, idempotent, …).
 pub mod prelude {
-    pub use toolgate_core::{
-        Control, FailureMode, Hook, HookFuture, HookOptions, HookResult, InvokeOptions, JsonTool,
-        Next, Pipeline, PipelineBuilder, ResumeDecision, Scope, Stage, StageSet, Tool,
-        ToolAnnotations, ToolDefinition, ToolError, ToolInvokeContext, TypeMapKey, User, hook,
-        hook_fn, hook_fn_sync, tool_fn, tool_fn_with_context,
-    };
+    pub use toolgate_core::prelude::*;
+    pub use toolgate_core::tool::ToolAnnotations;
 }
 
 /// The README's code, compiled and run as a doc test.

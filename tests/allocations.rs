@@ -41,7 +41,7 @@ async fn allocations_in<T>(run: impl Future<Output = T>) -> (usize, T) {
 fn per_json_call<F, Fut>(runtime: &Runtime, name: &str, mut call: F) -> usize
 where
     F: FnMut(Value) -> Fut,
-    Fut: Future<Output = Result<Value, toolgate::ToolError>>,
+    Fut: Future<Output = Result<Value, toolgate::core::ToolError>>,
 {
     runtime.block_on(async {
         // The first call fills lazily initialized statics (tracing callsites and the like).

@@ -15,8 +15,10 @@ use garde::Validate;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use toolgate::core::external::TypeMapKey;
+use toolgate::core::registry::ToolRegistry;
+use toolgate::core::tool::parse_input;
 use toolgate::prelude::*;
-use toolgate::{ToolRegistry, parse_input};
 use tower::util::BoxCloneService;
 use tower::{Service, ServiceExt};
 
@@ -254,8 +256,7 @@ impl Scenarios {
         registry.register(Add).expect("`add` registers");
         let registry = std::sync::Arc::new(registry);
 
-        let mut direct = Pipeline::builder();
-        direct
+        let direct = Pipeline::builder()
             .tool(harness("direct_typed", |iterations, _, ctx| {
                 Box::pin(async move {
                     for _ in 0..iterations {
@@ -265,8 +266,6 @@ impl Scenarios {
                     Vec::new()
                 })
             }))
-            .expect("the harness registers");
-        direct
             .tool(harness("direct_erased", move |_, inputs, ctx| {
                 let registry = std::sync::Arc::clone(&registry);
                 let mut outputs = Vec::with_capacity(inputs.len());
@@ -285,8 +284,7 @@ impl Scenarios {
                     }
                     outputs
                 })
-            }))
-            .expect("the harness registers");
+            }));
 
         Scenarios {
             direct: direct.build().expect("the harness pipeline builds"),
@@ -341,10 +339,9 @@ impl Default for Scenarios {
 
 /// A pipeline serving [`Add`] with these hooks.
 fn pipeline<H: Hook>(hooks: Vec<H>) -> Pipeline {
-    let mut builder = Pipeline::builder();
-    builder.tool(Add).expect("`add` registers");
+    let mut builder = Pipeline::builder().tool(Add);
     for hook in hooks {
-        builder.hook(hook);
+        builder = builder.hook(hook);
     }
     builder.build().expect("the pipeline builds")
 }

@@ -3,7 +3,7 @@
 use std::collections::BTreeSet;
 
 use serde_json::json;
-use toolgate::{Hook, HookResult, InvokeOptions, Next, Stage, ToolInvokeContext, User, hook};
+use toolgate::core::{Hook, HookResult, InvokeOptions, Next, Stage, ToolInvokeContext, User, hook};
 use toolgate_test::{Inject, ScriptedTool, StageLog, Step, TestPipeline};
 
 /// Writes every stage method — half of them synchronous, half async — and records each
@@ -135,7 +135,7 @@ fn a_derived_stage_set_is_exactly_the_methods_written() {
         log: StageLog::new(),
         retries: 0,
     };
-    assert_eq!(hook.stages(), toolgate::StageSet::ALL);
+    assert_eq!(hook.stages(), toolgate::core::stage::StageSet::ALL);
 }
 
 #[tokio::test(start_paused = true)]

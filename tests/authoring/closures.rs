@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde_json::json;
-use toolgate::{Hook, HookFuture, InvokeOptions, Stage, User, hook_fn, hook_fn_sync};
+use toolgate::core::hook::{HookFuture, hook_fn, hook_fn_sync};
+use toolgate::core::{Hook, InvokeOptions, Stage, User};
 use toolgate_test::{ScriptedTool, TestPipeline, assert_stages_of};
 
 #[tokio::test]

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
-use toolgate::{Hook, HookResult, ToolInvokeContext, TypeMapKey, hook};
+use toolgate::core::external::TypeMapKey;
+use toolgate::core::{Hook, HookResult, ToolInvokeContext, hook};
 use toolgate_test::assert_stacks_twice;
 
 /// A concurrency cap that keeps its permit by instance, as `docs/writing-hooks.md` teaches.
@@ -99,21 +100,22 @@ async fn the_kit_catches_guards_kept_under_a_key_of_their_type() {
 async fn what_an_instance_holds_is_its_own_until_it_releases_it() {
     let (first, second) = (InFlightLimit::new(1), InFlightLimit::new(1));
     let (a, b) = (Arc::clone(&first), Arc::clone(&second));
-    let check = toolgate::hook_fn_sync(toolgate::Stage::WillExecute, move |ctx| {
-        let permit = |limit: &InFlightLimit| Arc::clone(&limit.permits).try_acquire_owned();
-        ctx.hold(&*a, permit(&a).expect("a permit is free"));
-        ctx.hold(&*b, permit(&b).expect("a permit is free"));
-        assert!(ctx.held::<OwnedSemaphorePermit>(&*a).is_some());
-        assert!(
-            ctx.held::<u32>(&*a).is_none(),
-            "guards are told apart by type too"
-        );
-        assert_eq!(ctx.release::<OwnedSemaphorePermit>(&*a), 1);
-        assert_eq!((a.in_use(), b.in_use()), (0, 1));
-        assert!(ctx.held::<OwnedSemaphorePermit>(&*a).is_none());
-        assert_eq!(ctx.release::<OwnedSemaphorePermit>(&*a), 0);
-        Ok(())
-    });
+    let check =
+        toolgate::core::hook::hook_fn_sync(toolgate::core::Stage::WillExecute, move |ctx| {
+            let permit = |limit: &InFlightLimit| Arc::clone(&limit.permits).try_acquire_owned();
+            ctx.hold(&*a, permit(&a).expect("a permit is free"));
+            ctx.hold(&*b, permit(&b).expect("a permit is free"));
+            assert!(ctx.held::<OwnedSemaphorePermit>(&*a).is_some());
+            assert!(
+                ctx.held::<u32>(&*a).is_none(),
+                "guards are told apart by type too"
+            );
+            assert_eq!(ctx.release::<OwnedSemaphorePermit>(&*a), 1);
+            assert_eq!((a.in_use(), b.in_use()), (0, 1));
+            assert!(ctx.held::<OwnedSemaphorePermit>(&*a).is_none());
+            assert_eq!(ctx.release::<OwnedSemaphorePermit>(&*a), 0);
+            Ok(())
+        });
     let pipeline = toolgate_test::TestPipeline::new()
         .tool(toolgate_test::ScriptedTool::returning(
             "t",
@@ -122,7 +124,11 @@ async fn what_an_instance_holds_is_its_own_until_it_releases_it() {
         .hook(check)
         .build();
     let out = pipeline
-        .invoke("t", serde_json::json!({}), toolgate::InvokeOptions::new())
+        .invoke(
+            "t",
+            serde_json::json!({}),
+            toolgate::core::InvokeOptions::new(),
+        )
         .await;
     assert_eq!(out.unwrap(), serde_json::json!(1));
     // What `second` still held went with the context.

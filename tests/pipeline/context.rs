@@ -6,7 +6,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Value, json};
-use toolgate::{Hook, HookResult, Stage, StageSet, ToolInvokeContext, hook};
+use toolgate::core::hook::HookRegistration;
+use toolgate::core::stage::StageSet;
+use toolgate::core::{Hook, HookResult, Stage, ToolInvokeContext, hook};
 use toolgate_test::{Around, Inject, ScriptedTool, Step, TestPipeline};
 
 use crate::{TOOL, input, options, quiet_injected_panics};
@@ -67,9 +69,7 @@ async fn on_success_the_record_phase_sees_finish_time_attempts_and_both_historie
         .then(Step::transient("once"))
         .then(Step::Echo);
     let pipeline = TestPipeline::new()
-        .configure(|b| {
-            b.record_stage_durations(true);
-        })
+        .configure(|b| b.record_stage_durations(true))
         .tool(tool)
         .hook(probe.clone())
         .recording("retry", |h| {
@@ -132,7 +132,7 @@ async fn one_shared_hook_instance_serves_every_invocation() {
     let shared: Arc<dyn Hook> = Arc::new(probe.clone());
     let pipeline = TestPipeline::new()
         .tool(ScriptedTool::new(TOOL))
-        .shared_hook(Arc::clone(&shared))
+        .hook(HookRegistration::shared(Arc::clone(&shared)))
         .build();
     let references = Arc::strong_count(&shared);
 
@@ -165,18 +165,18 @@ async fn a_call_without_a_user_is_made_by_the_anonymous_user_and_a_named_user_is
     let callers = Callers::default();
     let pipeline = TestPipeline::new()
         .tool(ScriptedTool::new(TOOL))
-        .shared_hook(Arc::new(callers.clone()))
+        .hook(HookRegistration::shared(Arc::new(callers.clone())))
         .build();
 
     pipeline
-        .invoke(TOOL, input(), toolgate::InvokeOptions::new())
+        .invoke(TOOL, input(), toolgate::core::InvokeOptions::new())
         .await
         .unwrap();
     pipeline
         .invoke(
             TOOL,
             input(),
-            toolgate::InvokeOptions::new().user(toolgate::User::new("alice")),
+            toolgate::core::InvokeOptions::new().user(toolgate::core::User::new("alice")),
         )
         .await
         .unwrap();
@@ -215,7 +215,7 @@ async fn start_and_finish_read_as_standard_instants_and_wall_time_in_call_order(
     let clocks = Clocks::default();
     let pipeline = TestPipeline::new()
         .tool(ScriptedTool::new(TOOL))
-        .shared_hook(Arc::new(clocks.clone()))
+        .hook(HookRegistration::shared(Arc::new(clocks.clone())))
         .build();
 
     let (wall_before, before) = (SystemTime::now(), Instant::now());

@@ -5,10 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use toolgate::{
-    Decision, FailureMode, Hook, HookFuture, HookOptions, HookResult, Stage, Stage::*, ToolError,
-    ToolInvokeContext, hook,
-};
+use toolgate::core::context::Decision;
+use toolgate::core::hook::{FailureMode, HookFuture, HookRegistration};
+use toolgate::core::{Hook, HookResult, Stage, Stage::*, ToolError, ToolInvokeContext, hook};
 use toolgate_test::{Inject, RecordingHook, ScriptedTool, StageLog, TestPipeline, assert_stages};
 
 use crate::{TOOL, input, options, paths::SUCCESS, quiet_injected_panics};
@@ -35,15 +34,15 @@ fn one_hook(
     stage: Stage,
     outcome: Inject,
     mode: FailureMode,
-) -> (toolgate::Pipeline, StageLog, DecisionProbe) {
+) -> (toolgate::core::Pipeline, StageLog, DecisionProbe) {
     quiet_injected_panics();
     let log = StageLog::new();
     let probe = DecisionProbe::default();
     let pipeline = TestPipeline::new()
         .tool(ScriptedTool::returning(TOOL, json!("out")))
-        .hook_with(
-            RecordingHook::new("policy", &log).at(stage, outcome),
-            HookOptions::failure(mode),
+        .hook(
+            HookRegistration::new(RecordingHook::new("policy", &log).at(stage, outcome))
+                .failure(mode),
         )
         .hook(probe.clone())
         .build();
@@ -128,7 +127,7 @@ async fn a_hook_future_that_panics_in_ignore_mode_is_contained_too() {
     let probe = DecisionProbe::default();
     let pipeline = TestPipeline::new()
         .tool(ScriptedTool::returning(TOOL, json!("out")))
-        .hook_with(PanicsWhenPolled, HookOptions::failure(FailureMode::Ignore))
+        .hook(HookRegistration::new(PanicsWhenPolled).failure(FailureMode::Ignore))
         .hook(probe.clone())
         .build();
 
@@ -305,4 +304,49 @@ async fn a_hook_that_hangs_in_a_tail_stage_is_abandoned_after_the_tail_timeout_a
         (Duration::from_secs(30)..Duration::from_secs(31)).contains(&waited),
         "abandoned after the default 30 s tail timeout, not {waited:?}"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_caller_is_answered_at_its_deadline_while_a_tail_hook_hangs_and_the_tail_ends_in_the_background()
+ {
+    let test = crate::recorded(ScriptedTool::returning(TOOL, json!("out")), |h| {
+        h.at(WillAudit, Inject::Hang)
+    });
+    let log = test.log();
+    let pipeline = test.build();
+    let started = tokio::time::Instant::now();
+
+    let out = pipeline
+        .invoke(TOOL, input(), options().timeout(Duration::from_millis(100)))
+        .await;
+
+    assert_eq!(out, Ok(json!("out")), "the outcome decided before the tail");
+    assert_eq!(
+        started.elapsed(),
+        Duration::from_millis(100),
+        "answered at the deadline, not after the 30 s tail timeout"
+    );
+    // The hanging audit hook was abandoned at the deadline; the rest of the tail runs in
+    // the background, `will_finalize_invoke` exactly once.
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    assert_stages(&log, SUCCESS);
+    assert_eq!(log.count(WillFinalizeInvoke), 1);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_tail_that_finishes_before_the_deadline_is_waited_for() {
+    let test = crate::recorded(ScriptedTool::returning(TOOL, json!("out")), |h| {
+        h.at(DidAudit, Inject::Delay(Duration::from_millis(40)))
+    });
+    let log = test.log();
+    let started = tokio::time::Instant::now();
+
+    let out = test
+        .build()
+        .invoke(TOOL, input(), options().timeout(Duration::from_millis(100)))
+        .await;
+
+    assert_eq!(out, Ok(json!("out")));
+    assert_eq!(started.elapsed(), Duration::from_millis(40));
+    assert_stages(&log, SUCCESS);
 }

@@ -5,7 +5,10 @@ use garde::Validate;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use toolgate::{InputLimits, InvokeOptions, Pipeline, RegistryError, Stage::*, ToolError, tool_fn};
+use toolgate::core::error::{BuildError, RegistryError};
+use toolgate::core::pipeline::InputLimits;
+use toolgate::core::registry::{ToolRef, ToolRegistry};
+use toolgate::core::{InvokeOptions, Pipeline, Stage::*, ToolError, tool_fn};
 use toolgate_test::{ScriptedTool, TestPipeline, assert_stages};
 
 use crate::{TOOL, input, options};
@@ -18,7 +21,7 @@ struct Search {
     limit: u32,
 }
 
-fn search_tool() -> impl toolgate::Tool<Input = Search, Output = Value> {
+fn search_tool() -> impl toolgate::core::Tool<Input = Search, Output = Value> {
     tool_fn("search", "Searches.", |s: Search| async move {
         Ok::<_, ToolError>(json!({ "query": s.query, "limit": s.limit }))
     })
@@ -156,9 +159,9 @@ async fn a_field_of_the_wrong_type_is_reported_with_its_path() {
 
 #[tokio::test]
 async fn valid_typed_input_reaches_the_typed_tool_and_comes_back_typed() {
-    let mut builder = Pipeline::builder();
-    let search = builder.tool(search_tool()).unwrap();
-    let pipeline = builder.build().unwrap();
+    let tool = search_tool();
+    let search = ToolRef::of(&tool);
+    let pipeline = Pipeline::builder().tool(tool).build().unwrap();
 
     let out: Value = pipeline
         .invoke_typed(
@@ -184,7 +187,7 @@ async fn input_over_the_size_limit_is_refused_before_any_stage_runs() {
             b.input_limits(InputLimits {
                 max_bytes: 64,
                 max_depth: 8,
-            });
+            })
         });
     let log = test.log();
     let pipeline = test.build();
@@ -219,7 +222,7 @@ async fn input_nested_deeper_than_the_limit_is_refused() {
             b.input_limits(InputLimits {
                 max_bytes: 1 << 20,
                 max_depth: 4,
-            });
+            })
         })
         .build();
     let deep = json!({ "a": { "b": { "c": { "d": { "e": 1 } } } } });
@@ -260,10 +263,10 @@ async fn json_text_that_does_not_parse_is_invalid_input_not_a_panic() {
 
 #[test]
 fn the_registry_refuses_a_second_tool_with_the_same_name() {
-    let mut builder = Pipeline::builder();
-    builder.tool(search_tool()).unwrap();
+    let mut registry = ToolRegistry::new();
+    registry.register(search_tool()).unwrap();
 
-    let err = builder.tool(search_tool()).unwrap_err();
+    let err = registry.register(search_tool()).unwrap_err();
 
     assert_eq!(
         err,
@@ -272,14 +275,37 @@ fn the_registry_refuses_a_second_tool_with_the_same_name() {
         }
     );
     assert!(err.to_string().contains("already registered"), "{err}");
-    assert_eq!(builder.build().unwrap().definitions().len(), 1);
+    assert_eq!(
+        Pipeline::builder()
+            .registry(registry)
+            .build()
+            .unwrap()
+            .definitions()
+            .len(),
+        1
+    );
+}
+
+#[test]
+fn a_builder_given_a_name_twice_fails_at_build_with_the_registry_error() {
+    let err = Pipeline::builder()
+        .tool(search_tool())
+        .tool(search_tool())
+        .build()
+        .unwrap_err();
+
+    assert_eq!(
+        err,
+        BuildError::Registry(RegistryError::DuplicateTool {
+            name: "search".into()
+        })
+    );
+    assert!(err.to_string().contains("already registered"), "{err}");
 }
 
 #[test]
 fn listed_input_schemas_carry_the_garde_bounds() {
-    let mut builder = Pipeline::builder();
-    builder.tool(search_tool()).unwrap();
-    let pipeline = builder.build().unwrap();
+    let pipeline = Pipeline::builder().tool(search_tool()).build().unwrap();
 
     let definition = pipeline.definitions().next().unwrap();
     let properties = &definition.input_schema["properties"];

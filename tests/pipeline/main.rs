@@ -17,7 +17,7 @@ mod tracing;
 use std::sync::Once;
 
 use serde_json::json;
-use toolgate::InvokeOptions;
+use toolgate::core::InvokeOptions;
 use toolgate_test::{PANIC_PAYLOAD, ScriptedTool, TestPipeline};
 
 /// The tool every test calls unless it says otherwise.

@@ -2,7 +2,9 @@
 //! and `around_execute` calling `next` zero, one or many times.
 
 use serde_json::json;
-use toolgate::{Stage, Stage::*, StageSet, ToolError, User};
+use toolgate::core::hook::HookRegistration;
+use toolgate::core::stage::StageSet;
+use toolgate::core::{Stage, Stage::*, ToolError, User};
 use toolgate_test::{
     Around, Inject, RecordingHook, ScriptedTool, StageLog, Step, TestPipeline, assert_entries,
     assert_stages, assert_stages_of,
@@ -84,10 +86,7 @@ async fn hook_options_priority_overrides_the_hooks_own_priority() {
     let pipeline = TestPipeline::new()
         .tool(ScriptedTool::new(TOOL))
         .hook(probe("own_10", &log, 10))
-        .hook_with(
-            probe("override_20", &log, 0),
-            toolgate::HookOptions::default().with_priority(20),
-        )
+        .hook(HookRegistration::new(probe("override_20", &log, 0)).priority(20))
         .build();
 
     pipeline.invoke(TOOL, input(), options()).await.unwrap();
@@ -102,9 +101,9 @@ async fn global_hooks_run_before_per_tool_hooks_at_equal_priority_whatever_the_r
     let pipeline = TestPipeline::new()
         .tool(ScriptedTool::new(TOOL))
         .tool(ScriptedTool::new("other"))
-        .tool_hook(TOOL, probe("per_tool", &log, 0))
+        .hook(HookRegistration::new(probe("per_tool", &log, 0)).for_tool(TOOL))
         .hook(probe("global", &log, 0))
-        .tool_hook(TOOL, probe("per_tool_high", &log, 1))
+        .hook(HookRegistration::new(probe("per_tool_high", &log, 1)).for_tool(TOOL))
         .build();
 
     pipeline.invoke(TOOL, input(), options()).await.unwrap();

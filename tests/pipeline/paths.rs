@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use serde_json::json;
-use toolgate::{CancellationToken, Stage, Stage::*, ToolError};
+use toolgate::core::external::CancellationToken;
+use toolgate::core::{Stage, Stage::*, ToolError};
 use toolgate_test::{CapacityHook, Inject, PANIC_PAYLOAD, ScriptedTool, Step, assert_stages};
 
 use crate::{TOOL, input, options, recorded};
@@ -394,9 +395,13 @@ async fn panic_in_a_hook_leaves_other_invocations_of_the_pipeline_unaffected() {
     let panicked = pipeline.invoke(
         TOOL,
         input(),
-        options().user(toolgate::User::new("mallory")),
+        options().user(toolgate::core::User::new("mallory")),
     );
-    let fine = pipeline.invoke(TOOL, input(), options().user(toolgate::User::new("alice")));
+    let fine = pipeline.invoke(
+        TOOL,
+        input(),
+        options().user(toolgate::core::User::new("alice")),
+    );
     let (panicked, fine) = tokio::join!(panicked, fine);
 
     assert_eq!(panicked.unwrap_err().code(), "internal");

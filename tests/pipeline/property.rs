@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use proptest::prelude::*;
 use serde_json::json;
-use toolgate::{CancellationToken, InvokeOptions, Stage, Stage::*, ToolError};
+use toolgate::core::external::CancellationToken;
+use toolgate::core::{InvokeOptions, Stage, Stage::*, ToolError};
 use toolgate_test::{
     Around, CapacityCounters, CapacityHook, Inject, RecordingHook, ScriptedTool, StageLog, Step,
     TestPipeline,

@@ -5,9 +5,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use toolgate::{
-    BuildError, Hook, HookResult, InvokeOptions, JsonTool, Pipeline, ProviderError,
-    ProviderRequirement, Scope, SessionConfig, ToolError, ToolInvokeContext, TypeMapKey, hook,
+use toolgate::core::error::{BuildError, ProviderError};
+use toolgate::core::external::TypeMapKey;
+use toolgate::core::provider::{ProviderRequirement, Scope, SessionConfig};
+use toolgate::core::{
+    Hook, HookResult, InvokeOptions, JsonTool, Pipeline, ToolError, ToolInvokeContext, hook,
 };
 
 use crate::{TOOL, input, options};
@@ -81,7 +83,7 @@ impl Hook for NeedsGreeting {
 }
 
 /// A tool that answers with the `Greeting` provider it finds.
-fn greeting_tool() -> std::sync::Arc<dyn toolgate::ErasedTool> {
+fn greeting_tool() -> std::sync::Arc<dyn toolgate::core::tool::ErasedTool> {
     std::sync::Arc::new(JsonTool::new(
         TOOL,
         "Reads the greeting.",
@@ -95,7 +97,7 @@ fn greeting_tool() -> std::sync::Arc<dyn toolgate::ErasedTool> {
 }
 
 /// A tool that counts visits in its session.
-fn visits_tool() -> std::sync::Arc<dyn toolgate::ErasedTool> {
+fn visits_tool() -> std::sync::Arc<dyn toolgate::core::tool::ErasedTool> {
     std::sync::Arc::new(JsonTool::new(
         TOOL,
         "Counts visits.",
@@ -110,9 +112,12 @@ fn visits_tool() -> std::sync::Arc<dyn toolgate::ErasedTool> {
 }
 
 fn visits_pipeline(config: SessionConfig) -> Pipeline {
-    let mut builder = Pipeline::builder();
-    builder.erased_tool(visits_tool()).unwrap();
-    builder.hook(CountVisits).sessions(config).build().unwrap()
+    Pipeline::builder()
+        .tool(visits_tool())
+        .hook(CountVisits)
+        .sessions(config)
+        .build()
+        .unwrap()
 }
 
 async fn visit(pipeline: &Pipeline, session: &str) -> Value {
@@ -124,9 +129,8 @@ async fn visit(pipeline: &Pipeline, session: &str) -> Value {
 
 #[tokio::test]
 async fn lookup_prefers_request_then_session_then_global() {
-    let mut builder = Pipeline::builder();
-    builder.erased_tool(greeting_tool()).unwrap();
-    let pipeline = builder
+    let pipeline = Pipeline::builder()
+        .tool(greeting_tool())
         .provide::<Greeting>("global".to_owned())
         .hook(BindSessionGreeting)
         .build()
@@ -179,9 +183,8 @@ async fn session_providers_are_shared_by_concurrent_calls() {
 
 #[tokio::test]
 async fn binding_into_the_global_scope_during_a_call_is_an_error() {
-    let mut builder = Pipeline::builder();
-    builder.erased_tool(greeting_tool()).unwrap();
-    let pipeline = builder
+    let pipeline = Pipeline::builder()
+        .tool(greeting_tool())
         .provide::<Greeting>("global".to_owned())
         .hook(BindGlobal)
         .build()
@@ -205,9 +208,7 @@ async fn binding_into_the_global_scope_during_a_call_is_an_error() {
 
 #[tokio::test]
 async fn a_provider_missing_at_call_time_is_a_typed_error_naming_the_key_type() {
-    let mut builder = Pipeline::builder();
-    builder.erased_tool(greeting_tool()).unwrap();
-    let pipeline = builder.build().unwrap();
+    let pipeline = Pipeline::builder().tool(greeting_tool()).build().unwrap();
 
     let err = pipeline.invoke(TOOL, input(), options()).await.unwrap_err();
 
@@ -272,10 +273,11 @@ async fn a_session_unused_for_its_idle_timeout_expires() {
 
 #[test]
 fn a_required_provider_nobody_binds_fails_the_build_naming_hook_and_key() {
-    let mut builder = Pipeline::builder();
-    builder.erased_tool(greeting_tool()).unwrap();
-
-    let err = builder.hook(NeedsGreeting).build().unwrap_err();
+    let err = Pipeline::builder()
+        .tool(greeting_tool())
+        .hook(NeedsGreeting)
+        .build()
+        .unwrap_err();
 
     match &err {
         BuildError::MissingProvider { hook, key } => {
@@ -289,15 +291,15 @@ fn a_required_provider_nobody_binds_fails_the_build_naming_hook_and_key() {
 
 #[test]
 fn a_required_provider_is_satisfied_by_a_global_binding_or_a_hook_that_binds_it() {
-    let mut global = Pipeline::builder();
-    global.erased_tool(greeting_tool()).unwrap();
-    global
+    let global = Pipeline::builder()
+        .tool(greeting_tool())
         .provide::<Greeting>("hi".to_owned())
         .hook(NeedsGreeting);
     assert!(global.build().is_ok());
 
-    let mut bound_per_call = Pipeline::builder();
-    bound_per_call.erased_tool(greeting_tool()).unwrap();
-    bound_per_call.hook(NeedsGreeting).hook(BindSessionGreeting);
+    let bound_per_call = Pipeline::builder()
+        .tool(greeting_tool())
+        .hook(NeedsGreeting)
+        .hook(BindSessionGreeting);
     assert!(bound_per_call.build().is_ok());
 }

@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use toolgate::{Stage, Stage::*, StageSet};
+use toolgate::core::stage::StageSet;
+use toolgate::core::{Stage, Stage::*};
 use toolgate_test::{
     CapacityHook, Inject, RecordingHook, ScriptedTool, StageLog, TestPipeline, assert_stages,
 };

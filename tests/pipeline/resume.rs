@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use serde_json::json;
-use toolgate::{Pipeline, ResumeDecision, Stage::*, ToolError, hook_fn_sync};
+use toolgate::core::hook::hook_fn_sync;
+use toolgate::core::suspension::ResumeDecision;
+use toolgate::core::{Pipeline, Stage::*, ToolError};
 use toolgate_test::{
     CapacityCounters, CapacityHook, Inject, ScriptedTool, StageLog, assert_stages,
 };
@@ -105,11 +107,13 @@ async fn resume_approve_continues_after_the_suspending_stage_and_takes_a_new_per
 
     assert_eq!(out, json!("approved result"));
     assert_eq!(tool.calls(), 1);
-    // Earlier stages do not run again — except authorization, decided anew, and the
-    // semaphore, whose permit was given back while the call waited.
+    // Earlier stages do not run again — except provider binding (request providers belong
+    // to one invocation, and the resumed call is a new one), authorization, decided anew,
+    // and the semaphore, whose permit was given back while the call waited.
     assert_stages(
         &log,
         &[
+            WillBindProviders,
             WillAuthorize,
             WillCheckFeatureFlags,
             WillAcquireSemaphore,
@@ -190,6 +194,7 @@ async fn resume_complete_uses_the_persons_output_and_still_runs_output_stages() 
     assert_stages(
         &log,
         &[
+            WillBindProviders,
             WillAuthorize,
             WillCheckFeatureFlags,
             WillRedactOutput,
@@ -225,6 +230,7 @@ async fn suspending_inside_execution_resumes_by_running_the_execution_phase() {
     assert_stages(
         &log,
         &[
+            WillBindProviders,
             WillAuthorize,
             WillCheckFeatureFlags,
             WillAcquireSemaphore,
@@ -472,4 +478,68 @@ async fn a_hook_that_asks_to_wait_again_at_authorization_on_resume_refuses_the_c
     assert_eq!(err.code(), "internal");
     assert!(err.to_string().contains("will_check_consent"), "{err}");
     assert_eq!(tool.calls(), 0);
+}
+
+/// The request provider a hook binds at `will_bind_providers`: which binding it is.
+struct Connection;
+impl toolgate::core::external::TypeMapKey for Connection {
+    type Value = u32;
+}
+
+/// Binds a fresh [`Connection`] per invocation, counting the bindings.
+struct Connect(Arc<std::sync::atomic::AtomicU32>);
+
+#[toolgate::core::hook]
+impl toolgate::core::Hook for Connect {
+    fn will_bind_providers(
+        &self,
+        ctx: &mut toolgate::core::ToolInvokeContext,
+    ) -> toolgate::core::HookResult {
+        let binding = self.0.fetch_add(1, Ordering::SeqCst) + 1;
+        ctx.provide::<Connection>(binding, toolgate::core::provider::Scope::Request)?;
+        Ok(())
+    }
+
+    fn provided_providers(&self) -> Vec<toolgate::core::provider::ProviderRequirement> {
+        vec![toolgate::core::provider::ProviderRequirement::of::<
+            Connection,
+        >()]
+    }
+}
+
+#[tokio::test]
+async fn a_resumed_call_binds_its_request_providers_again_and_runs_with_the_new_ones() {
+    let bindings = Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let pipeline = Pipeline::builder()
+        .tool(toolgate::core::tool::tool_fn_with_context(
+            "use_connection",
+            "Answers with the binding of its connection.",
+            |_: (), ctx| Box::pin(async move { Ok::<_, ToolError>(*ctx.get::<Connection>()?) }),
+        ))
+        .hook(Connect(Arc::clone(&bindings)))
+        .hook(hook_fn_sync(WillCheckConsent, |ctx| {
+            ctx.suspend("a person approves every call")
+        }))
+        .build()
+        .unwrap();
+
+    let waiting = pipeline
+        .invoke("use_connection", json!(null), options())
+        .await
+        .unwrap_err();
+    let ToolError::Suspended { suspension_id, .. } = waiting else {
+        panic!("expected a suspension, got {waiting:?}");
+    };
+    assert_eq!(bindings.load(Ordering::SeqCst), 1);
+
+    let out = pipeline
+        .resume(&suspension_id, ResumeDecision::Approve, options())
+        .await;
+
+    assert_eq!(
+        out,
+        Ok(json!(2)),
+        "the call ran with the connection bound on resume"
+    );
+    assert_eq!(bindings.load(Ordering::SeqCst), 2);
 }

@@ -6,7 +6,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, Once};
 
 use serde_json::json;
-use toolgate::{Stage, User};
+use toolgate::core::{Stage, User};
 use toolgate_test::{Inject, ScriptedTool, TestPipeline};
 use tracing_subscriber::fmt::MakeWriter;
 use tracing_subscriber::fmt::format::FmtSpan;

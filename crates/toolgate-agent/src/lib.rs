@@ -39,10 +39,10 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut pipeline = Pipeline::builder();
-//! pipeline.tool(tool_fn("get_weather", "Current weather in a city.", |w: Weather| async move {
-//!     Ok::<_, ToolError>(json!({ "city": w.city, "temp_c": 21 }))
-//! }))?;
+//! let pipeline = Pipeline::builder()
+//!     .tool(tool_fn("get_weather", "Current weather in a city.", |w: Weather| async move {
+//!         Ok::<_, ToolError>(json!({ "city": w.city, "temp_c": 21 }))
+//!     }));
 //! let state = Arc::new(InMemoryStateManager::new());
 //! state.set_config("thread-1", ThreadConfig::enabling(["get_weather"]));
 //! let system = ToolSystem::builder(pipeline, state).build()?;
@@ -92,7 +92,7 @@ pub use system::{
     Concurrency, ExecuteOptions, ResumeError, ResumeOptions, SystemBuildError, ToolSystem,
     ToolSystemBuilder, TraceId,
 };
-pub use toolgate_core::ResumeDecision;
+pub use toolgate_core::suspension::ResumeDecision;
 
 /// Lets an implementer write the methods of [`StateManager`] and [`SuspensionStore`] as
 /// `async fn`: put `#[async_trait]` on the `impl` block. Re-exported from the `async-trait`

@@ -4,9 +4,9 @@ use std::collections::HashSet;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use toolgate_core::{
-    Control, Hook, HookResult, ResumeDecision, SuspendRequest, ToolInvokeContext, hook,
-};
+use toolgate_core::control::SuspendRequest;
+use toolgate_core::suspension::ResumeDecision;
+use toolgate_core::{Control, Hook, HookResult, ToolInvokeContext, hook};
 
 /// How a tool's call is carried out and what its output is for.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]

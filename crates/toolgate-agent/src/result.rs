@@ -2,7 +2,8 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
-use toolgate_core::{InputViolation, ToolError};
+use toolgate_core::ToolError;
+use toolgate_core::error::InputViolation;
 
 use crate::{ExecutionMode, Truncation};
 

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
-pub use toolgate_core::{
+pub use toolgate_core::suspension::{
     InMemorySuspensionStore, SuspendedInvocation, SuspensionLimits, SuspensionStore,
     SuspensionStoreError, SuspensionTable,
 };
@@ -48,8 +48,7 @@ pub struct FileStoreError {
 /// let dir = tempfile::tempdir()?;
 /// let limits = SuspensionLimits { max_per_user: 20, ..SuspensionLimits::default() };
 /// let store = JsonFileSuspensionStore::open(dir.path().join("suspensions.json"), limits)?;
-/// let mut builder = Pipeline::builder();
-/// builder.suspension_store(Arc::new(store));
+/// let builder = Pipeline::builder().suspension_store(Arc::new(store));
 /// # Ok(()) }
 /// ```
 pub struct JsonFileSuspensionStore {

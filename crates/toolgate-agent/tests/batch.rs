@@ -314,28 +314,26 @@ async fn a_call_past_its_timeout_is_a_timeout_error_and_others_finish() {
 
 #[tokio::test]
 async fn calls_run_with_the_thread_as_session_and_the_call_id_as_request_id() {
-    use toolgate_core::{Pipeline, ToolError, ToolInvokeContext, tool_fn_with_context};
-    let mut pipeline = Pipeline::builder();
-    pipeline
-        .tool(tool_fn_with_context(
-            "whoami",
-            "Names the call.",
-            |_: common::NoArgs, ctx: &ToolInvokeContext| {
-                Box::pin(async move {
-                    let trace = ctx
-                        .get::<toolgate_agent::TraceId>()
-                        .map(|t| (*t).clone())
-                        .unwrap_or_default();
-                    Ok::<_, ToolError>(json!({
-                        "session": ctx.session_id(),
-                        "request": ctx.request_id().to_string(),
-                        "user": ctx.user().id,
-                        "trace": trace,
-                    }))
-                })
-            },
-        ))
-        .unwrap();
+    use toolgate_core::tool::tool_fn_with_context;
+    use toolgate_core::{Pipeline, ToolError, ToolInvokeContext};
+    let pipeline = Pipeline::builder().tool(tool_fn_with_context(
+        "whoami",
+        "Names the call.",
+        |_: common::NoArgs, ctx: &ToolInvokeContext| {
+            Box::pin(async move {
+                let trace = ctx
+                    .get::<toolgate_agent::TraceId>()
+                    .map(|t| (*t).clone())
+                    .unwrap_or_default();
+                Ok::<_, ToolError>(json!({
+                    "session": ctx.session_id(),
+                    "request": ctx.request_id().to_string(),
+                    "user": ctx.user().id,
+                    "trace": trace,
+                }))
+            })
+        },
+    ));
     let state = Arc::new(InMemoryStateManager::new());
     state.set_config("t-9", ThreadConfig::enabling(["whoami"]));
     let system = toolgate_agent::ToolSystem::builder(pipeline, state)

@@ -16,7 +16,8 @@ use toolgate_agent::format::{FormatError, anthropic, gemini, mcp, openai};
 use toolgate_agent::{
     Arguments, ExecuteOptions, InMemoryStateManager, ThreadConfig, ToolCall, ToolResult, ToolSystem,
 };
-use toolgate_core::{JsonTool, Pipeline, ToolAnnotations, ToolDefinition, ToolError, tool_fn};
+use toolgate_core::tool::{ToolAnnotations, ToolDefinition};
+use toolgate_core::{JsonTool, Pipeline, ToolError, tool_fn};
 
 #[derive(Deserialize, Serialize, Validate, JsonSchema)]
 /// A forecast request.
@@ -33,19 +34,16 @@ struct Forecast {
 }
 
 fn system() -> ToolSystem {
-    let mut pipeline = Pipeline::builder();
-    pipeline
-        .tool(
-            tool_fn(
-                "get_weather",
-                "Weather forecast for a city.",
-                |f: Forecast| async move {
-                    Ok::<_, ToolError>(json!({ "city": f.city, "days": f.days, "temp_c": 21 }))
-                },
-            )
-            .annotations(ToolAnnotations::READ_ONLY),
+    let pipeline = Pipeline::builder().tool(
+        tool_fn(
+            "get_weather",
+            "Weather forecast for a city.",
+            |f: Forecast| async move {
+                Ok::<_, ToolError>(json!({ "city": f.city, "days": f.days, "temp_c": 21 }))
+            },
         )
-        .unwrap();
+        .annotations(ToolAnnotations::READ_ONLY),
+    );
     let mut search = JsonTool::new(
         "search",
         "Searches the web. Returns titles and URLs.",
@@ -77,7 +75,7 @@ fn system() -> ToolSystem {
         open_world: true,
         ..Default::default()
     };
-    pipeline.erased_tool(Arc::new(search)).unwrap();
+    let pipeline = pipeline.tool(search);
     let state = Arc::new(InMemoryStateManager::new());
     state.set_config("t", ThreadConfig::enabling(["get_weather", "search"]));
     ToolSystem::builder(pipeline, state).build().unwrap()
@@ -273,13 +271,12 @@ fn mcp_lists_output_schemas_only_when_they_describe_objects() {
 
 #[test]
 fn a_tool_without_arguments_is_listed_with_an_empty_object_schema_in_every_format() {
-    let mut pipeline = Pipeline::builder();
-    pipeline
+    let pipeline = Pipeline::builder()
         .tool(tool_fn("ping", "Answers pong.", |_: ()| async {
             Ok::<_, ToolError>("pong")
         }))
+        .build()
         .unwrap();
-    let pipeline = pipeline.build().unwrap();
     let defs: Vec<ToolDefinition> = pipeline.definitions().cloned().collect();
     let empty = json!({ "type": "object", "properties": {} });
     assert_eq!(

@@ -7,7 +7,8 @@ use std::sync::Arc;
 use common::{Runs, THREAD, state, system};
 use serde_json::json;
 use toolgate_agent::{ExecuteOptions, ToolCall, ToolResult, ToolStatus};
-use toolgate_core::{InputViolations, ToolError};
+use toolgate_core::ToolError;
+use toolgate_core::error::InputViolations;
 
 #[test]
 fn success_error_and_suspended_results_have_the_documented_json_shape() {

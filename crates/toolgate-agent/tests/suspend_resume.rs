@@ -416,8 +416,7 @@ async fn resume_authorizes_again_but_does_not_rerun_the_other_stages_before_the_
     let runs = Arc::new(Runs::default());
     let counts = CountStages::default();
     let (authorized, parsed) = (Arc::clone(&counts.authorize), Arc::clone(&counts.parse));
-    let mut pipeline = common::pipeline(&runs);
-    pipeline.hook(counts);
+    let pipeline = common::pipeline(&runs).hook(counts);
     let system = toolgate_agent::ToolSystem::builder(pipeline, state())
         .build()
         .unwrap();

@@ -16,11 +16,11 @@ use crate::error::ToolError;
 use crate::prepared::PreparedInput;
 use crate::progress::Progress;
 use crate::provider::{ProviderError, Providers, Scope, Scopes, SessionScope};
+use crate::random::random_u64;
 use crate::secret::SecretSlot;
 use crate::stage::Stage;
 use crate::suspension::ResumeDecision;
 pub use crate::user::User;
-
 
 /// The id of one invocation: given by the caller, or generated (unique per process, and
 /// prefixed per process so that replicas do not collide).
@@ -35,20 +35,6 @@ enum Repr {
 
 static PROCESS_PREFIX: LazyLock<u32> = LazyLock::new(|| random_u64() as u32);
 
-/// 64 unpredictable bits: SipHash under the standard library's randomly seeded keys, over
-/// the clock and the process id.
-pub(crate) fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    h.write_u32(std::process::id());
-    h.finish()
-}
 /// The next block of request ids to hand to a thread.
 static NEXT_REQUEST: AtomicU64 = AtomicU64::new(1);
 
@@ -146,7 +132,6 @@ pub struct HookTiming {
     /// How long its stage method took.
     pub duration: Duration,
 }
-
 
 /// The clock of invocation timings: quanta's calibrated reading of the CPU's time-stamp
 /// counter (about 10 ns a read on these machines, against 24 ns for `Instant::now`), which
@@ -362,6 +347,14 @@ impl ToolInvokeContext {
 
     pub(crate) fn take_output(&mut self) -> Option<Value> {
         self.output.take()
+    }
+
+    /// The metadata, taken out (an invocation that recorded nothing makes no record for it).
+    pub(crate) fn take_metadata(&mut self) -> Map<String, Value> {
+        self.trail
+            .as_mut()
+            .map(|t| std::mem::take(&mut t.metadata))
+            .unwrap_or_default()
     }
 
     // ----- scratchpad, metadata, secrets -----

@@ -90,4 +90,3 @@ impl ToolDefinition {
         self.input_schema.get("type").and_then(Value::as_str) == Some("object")
     }
 }
-

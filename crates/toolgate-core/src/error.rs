@@ -261,7 +261,7 @@ impl ToolError {
     }
 
     /// Whether this error is a policy decision (abort, retry-after, suspension) rather than a
-    /// failure. A hook registered with [`FailureMode::Ignore`](crate::FailureMode::Ignore)
+    /// failure. A hook registered with [`FailureMode::Ignore`](crate::hook::FailureMode::Ignore)
     /// still applies its decisions.
     pub fn is_decision(&self) -> bool {
         matches!(

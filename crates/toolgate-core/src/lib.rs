@@ -9,11 +9,11 @@
 //! * [`Tool`] — a typed tool (serde + garde + schemars input), or [`tool_fn`] from a closure,
 //!   or [`JsonTool`] known only by its JSON Schema.
 //! * [`Hook`] — a method per stage, `around_execute`, priority, filter; written under
-//!   [`#[hook]`](hook), which derives the stages from the methods, or as a closure of one
-//!   stage with [`hook_fn`].
+//!   [`#[hook]`](macro@hook), which derives the stages from the methods, or as a closure of one
+//!   stage with [`hook_fn`](hook::hook_fn).
 //! * [`Pipeline`] — tools plus hooks compiled into per-tool plans; [`Pipeline::invoke`].
-//! * Providers in three [scopes](Scope): request → session → global.
-//! * [`SuspensionStore`] — where calls wait for a person, under [`SuspensionLimits`]
+//! * Providers in three [scopes](provider::Scope): request → session → global.
+//! * [`SuspensionStore`](suspension::SuspensionStore) — where calls wait for a person, under [`SuspensionLimits`](suspension::SuspensionLimits)
 //!   (per-user and total caps, expiry); [`Pipeline::resume`] authorizes them again.
 //!
 //! # Where things are
@@ -24,7 +24,7 @@
 //! | module | what |
 //! |---|---|
 //! | [`tool`] | [`Tool`], [`tool_fn`], [`JsonTool`], the erased form, definitions |
-//! | [`hook`] | [`Hook`], [`Next`], hook futures, registrations and failure modes, closure hooks |
+//! | [`hook`](mod@hook) | [`Hook`], [`Next`], hook futures, registrations and failure modes, closure hooks |
 //! | [`context`] | [`ToolInvokeContext`] and what it records; [`User`] |
 //! | [`control`] | [`Control`] outcomes and [`HookResult`] |
 //! | [`pipeline`] | [`Pipeline`], [`PipelineBuilder`], [`InvokeOptions`], input limits |
@@ -91,13 +91,13 @@ pub mod control;
 mod definition;
 pub mod error;
 pub mod hook;
-mod hook_fn;
 mod limits;
 pub mod pipeline;
 mod plan;
 mod prepared;
 mod progress;
 pub mod provider;
+mod random;
 pub mod registry;
 pub mod secret;
 pub mod stage;
@@ -121,10 +121,14 @@ pub mod prelude {
     pub use crate::context::{ToolInvokeContext, User};
     pub use crate::control::{Control, HookResult};
     pub use crate::error::ToolError;
-    pub use crate::hook::{FailureMode, Hook, HookFuture, HookRegistration, Next, hook_fn, hook_fn_sync};
+    pub use crate::hook::{
+        FailureMode, Hook, HookFuture, HookRegistration, Next, hook_fn, hook_fn_sync,
+    };
     pub use crate::pipeline::{Invocation, InvokeOptions, Pipeline, PipelineBuilder};
     pub use crate::stage::{Stage, StageSet};
-    pub use crate::tool::{JsonTool, Tool, ToolDefinition, tool_fn, tool_fn_with_context};
+    pub use crate::tool::{
+        JsonTool, Tool, ToolAnnotations, ToolDefinition, tool_fn, tool_fn_with_context,
+    };
     pub use toolgate_macros::hook;
 }
 

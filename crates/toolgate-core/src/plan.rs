@@ -4,8 +4,8 @@
 use std::cmp::Reverse;
 use std::sync::Arc;
 
-use crate::hook::{StageMethod, stage_method};
 use crate::hook::{FailureMode, Hook, HookOptions};
+use crate::hook::{StageMethod, stage_method};
 use crate::stage::{STAGE_COUNT, Stage, StageSet};
 
 /// A hook as registered: shared instance, options, and where it was registered.

@@ -90,7 +90,8 @@ where
 /// A provider key type named by a hook as required (or as bound by it per call).
 ///
 /// ```
-/// use toolgate_core::{ProviderRequirement, TypeMapKey};
+/// use toolgate_core::external::TypeMapKey;
+/// use toolgate_core::provider::ProviderRequirement;
 /// struct Clock;
 /// impl TypeMapKey for Clock { type Value = u64; }
 /// let r = ProviderRequirement::of::<Clock>();

@@ -71,14 +71,15 @@ pub struct RegisteredTool {
 /// The tools a pipeline can call, by unique name, in registration order.
 ///
 /// ```
-/// use toolgate_core::{tool_fn, ToolError, ToolRegistry};
+/// use toolgate_core::registry::ToolRegistry;
+/// use toolgate_core::{tool_fn, ToolError};
 ///
 /// let mut registry = ToolRegistry::new();
 /// registry.register(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))?;
 /// let again = registry.register(tool_fn("ping", "Another.", |_: ()| async { Ok::<_, ToolError>("pong") }));
 /// assert!(again.is_err());
 /// assert_eq!(registry.definitions().count(), 1);
-/// # Ok::<(), toolgate_core::RegistryError>(())
+/// # Ok::<(), toolgate_core::error::RegistryError>(())
 /// ```
 #[derive(Clone, Default)]
 pub struct ToolRegistry {
@@ -135,7 +136,7 @@ impl ToolRegistry {
     /// `.` (what model providers accept).
     ///
     /// ```
-    /// use toolgate_core::ToolRegistry;
+    /// use toolgate_core::registry::ToolRegistry;
     /// assert!(ToolRegistry::is_valid_name("files.read"));
     /// assert!(!ToolRegistry::is_valid_name("read file"));
     /// ```

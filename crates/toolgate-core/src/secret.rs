@@ -11,7 +11,7 @@ use std::fmt;
 /// A secret value. Its only way out is [`Secret::expose`].
 ///
 /// ```
-/// use toolgate_core::Secret;
+/// use toolgate_core::secret::Secret;
 /// let key = Secret::new("sk-live-123");
 /// assert_eq!(key.expose(), "sk-live-123");
 /// ```
@@ -19,7 +19,7 @@ use std::fmt;
 /// It cannot be printed:
 ///
 /// ```compile_fail
-/// let key = toolgate_core::Secret::new("sk-live-123");
+/// let key = toolgate_core::secret::Secret::new("sk-live-123");
 /// println!("{key:?}");
 /// ```
 pub struct Secret(String);

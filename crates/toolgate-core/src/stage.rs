@@ -211,7 +211,7 @@ impl<'de> serde::Deserialize<'de> for Stage {
 /// A set of stages: what a hook implements, or what a plan has hooks for.
 ///
 /// ```
-/// use toolgate_core::{Stage, StageSet};
+/// use toolgate_core::stage::{Stage, StageSet};
 /// let set = StageSet::of(&[Stage::WillAcquireQuota, Stage::DidReleaseQuota]);
 /// assert!(set.contains(Stage::DidReleaseQuota));
 /// assert!(!set.contains(Stage::WillAuthorize));

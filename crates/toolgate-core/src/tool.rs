@@ -20,10 +20,11 @@ pub use crate::prepared::PreparedInput;
 /// The future of one run of a tool: what [`ErasedTool::call`], a [`JsonTool`]'s handler and
 /// a [`tool_fn_with_context`] closure return (`T` is the output, JSON by default). Make one
 /// with `Box::pin(async move { … })`.
-pub type ToolFuture<'a, T = Value> = Pin<Box<dyn Future<Output = Result<T, ToolError>> + Send + 'a>>;
+pub type ToolFuture<'a, T = Value> =
+    Pin<Box<dyn Future<Output = Result<T, ToolError>> + Send + 'a>>;
 
 /// Anything a pipeline accepts as a tool: a typed [`Tool`] (a [`tool_fn`] too), a
-/// [`JsonTool`], or an already erased `Arc<dyn ErasedTool>`.
+/// [`JsonTool`], or an [`ErasedTool`] behind an `Arc`.
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a toolgate tool",
     label = "this needs `impl Tool for {Self}`, or `impl ErasedTool` behind an `Arc`",
@@ -46,6 +47,12 @@ where
 {
     fn into_tool(self) -> Arc<dyn ErasedTool> {
         Arc::new(self)
+    }
+}
+
+impl<T: ErasedTool> IntoTool for Arc<T> {
+    fn into_tool(self) -> Arc<dyn ErasedTool> {
+        self
     }
 }
 
@@ -133,10 +140,9 @@ pub trait Tool: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Self::Output, ToolError>> + Send;
 }
 
-
 /// The type-erased form of a tool, JSON in and JSON out: what the registry stores.
 ///
-/// Typed tools get it through [`ToolRegistry::register`](crate::ToolRegistry::register);
+/// Typed tools get it through [`ToolRegistry::register`](crate::registry::ToolRegistry::register);
 /// tools known only by a JSON Schema (an imported MCP tool) implement it directly.
 pub trait ErasedTool: Send + Sync + 'static {
     /// The tool's definition.
@@ -262,11 +268,7 @@ pub struct FnTool<I, O, H> {
 /// [`tool_fn_with_context`] accept).
 pub trait Handler<I, O>: Send + Sync + 'static {
     /// Runs the closure.
-    fn run<'a>(
-        &'a self,
-        input: I,
-        ctx: &'a ToolInvokeContext,
-    ) -> ToolFuture<'a, O>;
+    fn run<'a>(&'a self, input: I, ctx: &'a ToolInvokeContext) -> ToolFuture<'a, O>;
 }
 
 /// The closure shape of [`tool_fn`]: input only.
@@ -277,11 +279,7 @@ where
     F: Fn(I) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<O, ToolError>> + Send + 'static,
 {
-    fn run<'a>(
-        &'a self,
-        input: I,
-        _ctx: &'a ToolInvokeContext,
-    ) -> ToolFuture<'a, O> {
+    fn run<'a>(&'a self, input: I, _ctx: &'a ToolInvokeContext) -> ToolFuture<'a, O> {
         Box::pin((self.0)(input))
     }
 }
@@ -291,16 +289,9 @@ pub struct WithContext<F>(F);
 
 impl<I, O, F> Handler<I, O> for WithContext<F>
 where
-    F: for<'a> Fn(I, &'a ToolInvokeContext) -> ToolFuture<'a, O>
-        + Send
-        + Sync
-        + 'static,
+    F: for<'a> Fn(I, &'a ToolInvokeContext) -> ToolFuture<'a, O> + Send + Sync + 'static,
 {
-    fn run<'a>(
-        &'a self,
-        input: I,
-        ctx: &'a ToolInvokeContext,
-    ) -> ToolFuture<'a, O> {
+    fn run<'a>(&'a self, input: I, ctx: &'a ToolInvokeContext) -> ToolFuture<'a, O> {
         (self.0)(input, ctx)
     }
 }
@@ -311,7 +302,8 @@ where
 /// use garde::Validate;
 /// use schemars::JsonSchema;
 /// use serde::{Deserialize, Serialize};
-/// use toolgate_core::{tool_fn, ToolAnnotations, ToolError};
+/// use toolgate_core::tool::ToolAnnotations;
+/// use toolgate_core::{tool_fn, ToolError};
 ///
 /// #[derive(Deserialize, Serialize, Validate, JsonSchema)]
 /// struct Echo { #[garde(length(max = 1000))] text: String }
@@ -337,7 +329,8 @@ where
 /// The closure returns a boxed future borrowing the context.
 ///
 /// ```
-/// use toolgate_core::{tool_fn_with_context, ToolError, ToolInvokeContext};
+/// use toolgate_core::tool::tool_fn_with_context;
+/// use toolgate_core::{ToolError, ToolInvokeContext};
 ///
 /// let whoami = tool_fn_with_context("whoami", "Names the caller.", |_: (), ctx: &ToolInvokeContext| {
 ///     Box::pin(async move { Ok::<_, ToolError>(ctx.user().id.clone()) })
@@ -349,10 +342,7 @@ pub fn tool_fn_with_context<I, O, F>(
     f: F,
 ) -> FnTool<I, O, WithContext<F>>
 where
-    F: for<'a> Fn(I, &'a ToolInvokeContext) -> ToolFuture<'a, O>
-        + Send
-        + Sync
-        + 'static,
+    F: for<'a> Fn(I, &'a ToolInvokeContext) -> ToolFuture<'a, O> + Send + Sync + 'static,
 {
     FnTool::new(name.into(), description.into(), WithContext(f))
 }
@@ -451,10 +441,7 @@ pub struct JsonTool<F> {
 
 impl<F> JsonTool<F>
 where
-    F: for<'a> Fn(&'a Value, &'a ToolInvokeContext) -> ToolFuture<'a>
-        + Send
-        + Sync
-        + 'static,
+    F: for<'a> Fn(&'a Value, &'a ToolInvokeContext) -> ToolFuture<'a> + Send + Sync + 'static,
 {
     /// A tool with this name, description and input schema.
     pub fn new(
@@ -487,10 +474,7 @@ where
 
 impl<F> ErasedTool for JsonTool<F>
 where
-    F: for<'a> Fn(&'a Value, &'a ToolInvokeContext) -> ToolFuture<'a>
-        + Send
-        + Sync
-        + 'static,
+    F: for<'a> Fn(&'a Value, &'a ToolInvokeContext) -> ToolFuture<'a> + Send + Sync + 'static,
 {
     fn definition(&self) -> ToolDefinition {
         self.definition.clone()

@@ -67,4 +67,5 @@ impl User {
 }
 
 /// The user of invocations that name none.
-pub(crate) static ANONYMOUS: LazyLock<Arc<User>> = LazyLock::new(|| Arc::new(User::new("anonymous")));
+pub(crate) static ANONYMOUS: LazyLock<Arc<User>> =
+    LazyLock::new(|| Arc::new(User::new("anonymous")));

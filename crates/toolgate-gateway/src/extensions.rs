@@ -33,7 +33,8 @@
 use std::fmt;
 use std::sync::Arc;
 
-use toolgate_core::{Hook, HookOptions, PipelineBuilder};
+use toolgate_core::hook::{HookOptions, HookRegistration};
+use toolgate_core::{Hook, PipelineBuilder};
 
 /// Hooks added to every pipeline a gateway builds, beside the configured policies.
 #[derive(Clone, Default)]
@@ -90,14 +91,15 @@ impl Extensions {
 
     /// Registers the hooks on `builder` (the same instances on every build, so a reload
     /// keeps their state).
-    pub(crate) fn install(&self, builder: &mut PipelineBuilder) {
-        for extra in &self.hooks {
-            builder.shared_hook(
-                Arc::clone(&extra.hook),
-                extra.options,
-                extra.tool.as_deref(),
-            );
-        }
+    pub(crate) fn install(&self, builder: PipelineBuilder) -> PipelineBuilder {
+        self.hooks.iter().fold(builder, |builder, extra| {
+            let registration =
+                HookRegistration::shared(Arc::clone(&extra.hook)).options(extra.options);
+            builder.hook(match &extra.tool {
+                Some(tool) => registration.for_tool(tool.clone()),
+                None => registration,
+            })
+        })
     }
 }
 

@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use serde_json::Value;
-use toolgate_core::{ErasedTool, PreparedInput, ToolDefinition, ToolError, ToolInvokeContext};
+use toolgate_core::tool::{ErasedTool, PreparedInput, ToolDefinition};
+use toolgate_core::{ToolError, ToolInvokeContext};
 
 use crate::config::ToolLabels;
 
@@ -31,7 +32,7 @@ impl Labelled {
         }
         definition.tags.extend(labels.tags.iter().cloned());
         if let Some(a) = labels.annotations {
-            definition.annotations = toolgate_core::ToolAnnotations {
+            definition.annotations = toolgate_core::tool::ToolAnnotations {
                 read_only: a.read_only,
                 idempotent: a.idempotent,
                 destructive: a.destructive,

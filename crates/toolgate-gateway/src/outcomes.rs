@@ -13,10 +13,9 @@ use std::time::Duration;
 use futures::future::BoxFuture;
 use moka::sync::Cache;
 use serde_json::{Value, json};
-use toolgate_core::{
-    ErasedTool, InputViolations, PreparedInput, ToolAnnotations, ToolDefinition, ToolError,
-    ToolInvokeContext, ToolSource,
-};
+use toolgate_core::error::InputViolations;
+use toolgate_core::tool::{ErasedTool, PreparedInput, ToolAnnotations, ToolDefinition, ToolSource};
+use toolgate_core::{ToolError, ToolInvokeContext};
 
 /// How many outcomes are kept at most.
 pub const MAX_OUTCOMES: u64 = 10_000;
@@ -70,13 +69,13 @@ impl Outcomes {
 /// `toolgate.outcome`: the outcome of one of the caller's calls that waited for approval.
 pub(crate) struct OutcomeTool {
     outcomes: Outcomes,
-    suspensions: Arc<dyn toolgate_core::SuspensionStore>,
+    suspensions: Arc<dyn toolgate_core::suspension::SuspensionStore>,
 }
 
 impl OutcomeTool {
     pub(crate) fn new(
         outcomes: Outcomes,
-        suspensions: Arc<dyn toolgate_core::SuspensionStore>,
+        suspensions: Arc<dyn toolgate_core::suspension::SuspensionStore>,
     ) -> Self {
         OutcomeTool {
             outcomes,

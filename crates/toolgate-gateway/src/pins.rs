@@ -20,7 +20,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use toolgate_core::{ErasedTool, PreparedInput, ToolDefinition, ToolError, ToolInvokeContext};
+use toolgate_core::tool::{ErasedTool, PreparedInput, ToolDefinition};
+use toolgate_core::{ToolError, ToolInvokeContext};
 use toolgate_hooks::fingerprint::fingerprint;
 
 /// The tag of a tool whose definition changed and awaits acceptance.

@@ -10,7 +10,7 @@
 
 use std::sync::OnceLock;
 
-use toolgate_core::Secret;
+use toolgate_core::secret::Secret;
 use toolgate_hooks::fingerprint::random_key;
 use toolgate_hooks::secrets::Scrubber;
 

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use toolgate_agent::UsageStats;
-use toolgate_core::{InMemorySuspensionStore, SuspensionLimits};
+use toolgate_core::suspension::{InMemorySuspensionStore, SuspensionLimits};
 use toolgate_hooks::Rate;
 use toolgate_hooks::cache::{CacheBackend, MokaCache};
 use toolgate_hooks::concurrency::{ConcurrencyBackend, InMemoryConcurrency};

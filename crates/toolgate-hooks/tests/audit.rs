@@ -5,9 +5,9 @@ mod common;
 use std::time::Duration;
 
 use serde_json::json;
+use toolgate_core::hook::{FailureMode, HookRegistration};
 use toolgate_core::{
-    FailureMode, Hook, HookOptions, HookResult, InvokeOptions, Pipeline, Stage, ToolInvokeContext,
-    User, hook,
+    Hook, HookResult, InvokeOptions, Pipeline, Stage, ToolInvokeContext, User, hook,
 };
 use toolgate_hooks::audit::{Audit, AuditRecord, ChannelSink, JsonLinesSink, Outcome};
 use toolgate_hooks::fingerprint::KeyedFingerprint;
@@ -29,26 +29,24 @@ impl Hook for NoMallory {
 }
 
 fn pipeline(audit: Audit) -> Pipeline {
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::read_only("lookup", |input| {
-        Ok(json!({ "found": input["q"] }))
-    }))
-    .unwrap();
-    b.record_hook_timings(true)
+    Pipeline::builder()
+        .tool(common::read_only("lookup", |input| {
+            Ok(json!({ "found": input["q"] }))
+        }))
+        .record_hook_timings(true)
         .hook(NoMallory)
-        .hook_with(NoMallory, HookOptions::failure(FailureMode::Audit))
+        .hook(HookRegistration::new(NoMallory).failure(FailureMode::Audit))
         .hook(audit)
         .build()
         .unwrap()
 }
 
 fn pipeline_shared(audit: std::sync::Arc<Audit>) -> Pipeline {
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::read_only("lookup", |input| {
-        Ok(json!({ "found": input["q"] }))
-    }))
-    .unwrap();
-    b.shared_hook(audit, HookOptions::default(), None)
+    Pipeline::builder()
+        .tool(common::read_only("lookup", |input| {
+            Ok(json!({ "found": input["q"] }))
+        }))
+        .hook(HookRegistration::shared(audit))
         .build()
         .unwrap()
 }
@@ -145,11 +143,9 @@ async fn a_refused_call_records_the_decision_trace_including_shadow_decisions() 
 #[tokio::test]
 async fn the_shadow_hook_decision_is_recorded_as_not_applied() {
     let (audit, sink) = common::memory_audit();
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::read_only("lookup", |_| Ok(json!(1))))
-        .unwrap();
-    let p = b
-        .hook_with(NoMallory, HookOptions::failure(FailureMode::Audit))
+    let p = Pipeline::builder()
+        .tool(common::read_only("lookup", |_| Ok(json!(1))))
+        .hook(HookRegistration::new(NoMallory).failure(FailureMode::Audit))
         .hook(audit)
         .build()
         .unwrap();
@@ -190,15 +186,13 @@ async fn values_are_recorded_when_configured() {
 #[tokio::test(start_paused = true)]
 async fn a_timed_out_call_is_recorded_as_an_error() {
     let (audit, sink) = common::memory_audit();
-    let mut b = Pipeline::builder();
     let slow = toolgate_core::JsonTool::new("slow", "", json!({}), |_, _| {
         Box::pin(async {
             tokio::time::sleep(Duration::from_secs(60)).await;
             Ok(json!(1))
         })
     });
-    b.erased_tool(std::sync::Arc::new(slow)).unwrap();
-    let p = b.hook(audit).build().unwrap();
+    let p = Pipeline::builder().tool(slow).hook(audit).build().unwrap();
     let err = p
         .invoke(
             "slow",
@@ -336,9 +330,7 @@ async fn a_call_waiting_for_its_callers_input_is_recorded_as_such_not_as_a_failu
             })
         })
     });
-    let mut b = Pipeline::builder();
-    b.erased_tool(std::sync::Arc::new(tool)).unwrap();
-    let p = b.hook(audit).build().unwrap();
+    let p = Pipeline::builder().tool(tool).hook(audit).build().unwrap();
     let err = p
         .invoke("ask", json!({}), InvokeOptions::new())
         .await

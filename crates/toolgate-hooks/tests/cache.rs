@@ -7,9 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use toolgate_core::{
-    ErasedTool, InvokeOptions, JsonTool, Pipeline, ToolAnnotations, ToolError, ToolSource, User,
-};
+use toolgate_core::tool::{ErasedTool, ToolAnnotations, ToolSource};
+use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolError, User};
 use toolgate_hooks::cache::{MokaCache, PUBLIC_RESULTS_TAG, ResultCache, ScopeBy};
 use toolgate_hooks::redaction::Redaction;
 
@@ -17,7 +16,7 @@ use toolgate_hooks::redaction::Redaction;
 fn owner_tool(
     name: &str,
     runs: Arc<AtomicUsize>,
-    configure: impl FnOnce(&mut toolgate_core::ToolDefinition),
+    configure: impl FnOnce(&mut toolgate_core::tool::ToolDefinition),
 ) -> Arc<dyn ErasedTool> {
     let mut tool = JsonTool::new(name, "Names its caller.", json!({}), move |input, ctx| {
         runs.fetch_add(1, Ordering::SeqCst);
@@ -34,9 +33,7 @@ fn as_user(id: &str) -> InvokeOptions {
 }
 
 fn pipeline(tool: Arc<dyn ErasedTool>, cache: ResultCache) -> Pipeline {
-    let mut b = Pipeline::builder();
-    b.erased_tool(tool).unwrap();
-    b.hook(cache).build().unwrap()
+    Pipeline::builder().tool(tool).hook(cache).build().unwrap()
 }
 
 #[tokio::test]
@@ -50,9 +47,8 @@ async fn a_hit_skips_execution_and_is_still_redacted_and_audited() {
     tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
     let backend = Arc::new(MokaCache::default());
     let (audit, sink) = common::memory_audit();
-    let mut b = Pipeline::builder();
-    b.erased_tool(Arc::new(tool)).unwrap();
-    let p = b
+    let p = Pipeline::builder()
+        .tool(tool)
         .hook(
             ResultCache::builder()
                 .shared_backend(backend.clone())
@@ -101,7 +97,7 @@ async fn entries_expire_after_their_tool_ttl() {
 
 #[tokio::test]
 async fn only_read_only_tools_from_this_program_are_cached_by_default() {
-    type Configure = fn(&mut toolgate_core::ToolDefinition);
+    type Configure = fn(&mut toolgate_core::tool::ToolDefinition);
     let cases: [(&str, Configure, usize); 3] = [
         ("local-read-only", |_| {}, 1),
         ("writes", |d| d.annotations = ToolAnnotations::default(), 3),

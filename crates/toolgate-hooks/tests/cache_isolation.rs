@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::prelude::*;
 use serde_json::json;
-use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolAnnotations, ToolError, User};
+use toolgate_core::tool::ToolAnnotations;
+use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolError, User};
 use toolgate_hooks::cache::{MokaCache, ResultCache};
 
 fn canary_pipeline(backend: Arc<MokaCache>, runs: Arc<AtomicUsize>) -> Pipeline {
@@ -22,9 +23,9 @@ fn canary_pipeline(backend: Arc<MokaCache>, runs: Arc<AtomicUsize>) -> Pipeline 
         },
     );
     tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
-    let mut b = Pipeline::builder();
-    b.erased_tool(Arc::new(tool)).unwrap();
-    b.hook(ResultCache::builder().shared_backend(backend).build())
+    Pipeline::builder()
+        .tool(tool)
+        .hook(ResultCache::builder().shared_backend(backend).build())
         .build()
         .unwrap()
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use futures::future::join_all;
 use serde_json::{Value, json};
-use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolAnnotations, ToolError, User};
+use toolgate_core::hook::HookRegistration;
+use toolgate_core::tool::ToolAnnotations;
+use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolError, User};
 use toolgate_hooks::cache::ResultCache;
 
 /// What the tool does on its n-th run (0-based).
@@ -43,10 +45,9 @@ fn pipeline(script: &'static [Run], runs: Arc<AtomicUsize>) -> (Pipeline, Arc<Re
     });
     tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
     let cache = Arc::new(ResultCache::new());
-    let mut b = Pipeline::builder();
-    b.erased_tool(Arc::new(tool)).unwrap();
-    let p = b
-        .shared_hook(cache.clone(), Default::default(), None)
+    let p = Pipeline::builder()
+        .tool(tool)
+        .hook(HookRegistration::shared(cache.clone()))
         .build()
         .unwrap();
     (p, cache)

@@ -81,16 +81,14 @@ impl Hook for RateLimitOdd {
 async fn calls_outcomes_latency_cache_and_rate_limits_are_recorded_per_tool() {
     let _turn = ONE_AT_A_TIME.lock().await;
     snapshotter();
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::read_only("metered", |input| {
-        if input["fail"] == true {
-            Err(ToolError::execution("no"))
-        } else {
-            Ok(json!("ok"))
-        }
-    }))
-    .unwrap();
-    let p = b
+    let p = Pipeline::builder()
+        .tool(common::read_only("metered", |input| {
+            if input["fail"] == true {
+                Err(ToolError::execution("no"))
+            } else {
+                Ok(json!("ok"))
+            }
+        }))
         .record_hook_timings(true)
         .hook(Metrics::new())
         .hook(ResultCache::new())
@@ -155,10 +153,8 @@ async fn calls_outcomes_latency_cache_and_rate_limits_are_recorded_per_tool() {
 async fn labels_never_carry_user_ids_or_arguments() {
     let _turn = ONE_AT_A_TIME.lock().await;
     snapshotter();
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::read_only("private", |_| Ok(json!("ok"))))
-        .unwrap();
-    let p = b
+    let p = Pipeline::builder()
+        .tool(common::read_only("private", |_| Ok(json!("ok"))))
         .hook(Metrics::builder().prefix("agent").build())
         .build()
         .unwrap();

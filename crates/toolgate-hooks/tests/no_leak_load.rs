@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::json;
-use toolgate_core::{
-    CancellationToken, InvokeOptions, Pipeline, ToolAnnotations, ToolError, User, tool_fn,
-};
+use toolgate_core::external::CancellationToken;
+use toolgate_core::tool::ToolAnnotations;
+use toolgate_core::{InvokeOptions, Pipeline, ToolError, User, tool_fn};
 use toolgate_hooks::concurrency::{Concurrency, InMemoryConcurrency};
 use toolgate_hooks::partition::Partition;
 use toolgate_hooks::quota::{InMemoryQuota, Quota, Rate};
@@ -101,8 +101,7 @@ async fn run_load(invocations: u64) {
     silence_tool_panics();
     let quota = InMemoryQuota::default();
     let permits = InMemoryConcurrency::default();
-    let mut builder = Pipeline::builder();
-    builder
+    let pipeline = Pipeline::builder()
         .tool(
             tool_fn(
                 "work",
@@ -128,8 +127,6 @@ async fn run_load(invocations: u64) {
                 ..ToolAnnotations::default()
             }),
         )
-        .unwrap();
-    let pipeline = builder
         .hook(
             Quota::builder(Rate::per_second(1_000).unwrap().with_burst(50).unwrap())
                 .partition(Partition::User)

@@ -11,10 +11,12 @@ async fn run(
     limit: OutputLimit,
 ) -> (Result<Value, toolgate_core::ToolError>, Option<Value>) {
     let (audit, sink) = common::memory_audit();
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::read_only("t", move |_| Ok(output.clone())))
+    let p = Pipeline::builder()
+        .tool(common::read_only("t", move |_| Ok(output.clone())))
+        .hook(limit)
+        .hook(audit)
+        .build()
         .unwrap();
-    let p = b.hook(limit).hook(audit).build().unwrap();
     let out = p.invoke("t", json!({}), InvokeOptions::new()).await;
     (
         out,

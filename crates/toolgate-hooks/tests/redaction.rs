@@ -179,13 +179,15 @@ fn an_invalid_user_pattern_is_a_typed_error() {
 #[tokio::test]
 async fn input_and_output_are_redacted_in_the_pipeline_and_counted_in_metadata() {
     let (audit, sink) = common::memory_audit();
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::read_only("lookup", |input| {
-        // The tool sees the redacted input, and leaks a card of its own.
-        Ok(json!({ "seen": input["q"], "card": "4111 1111 1111 1111" }))
-    }))
-    .unwrap();
-    let p = b.hook(Redaction::new()).hook(audit).build().unwrap();
+    let p = Pipeline::builder()
+        .tool(common::read_only("lookup", |input| {
+            // The tool sees the redacted input, and leaks a card of its own.
+            Ok(json!({ "seen": input["q"], "card": "4111 1111 1111 1111" }))
+        }))
+        .hook(Redaction::new())
+        .hook(audit)
+        .build()
+        .unwrap();
     let out = p
         .invoke(
             "lookup",
@@ -207,10 +209,8 @@ async fn input_and_output_are_redacted_in_the_pipeline_and_counted_in_metadata()
 
 #[tokio::test]
 async fn block_mode_refuses_the_call_naming_the_detector_and_the_path() {
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::read_only("lookup", |_| Ok(json!("never"))))
-        .unwrap();
-    let p = b
+    let p = Pipeline::builder()
+        .tool(common::read_only("lookup", |_| Ok(json!("never"))))
         .hook(
             Redaction::builder()
                 .mode_for("private_key", RedactionMode::Block)
@@ -295,10 +295,13 @@ async fn a_refused_call_is_audited_with_its_input_redacted_by_the_same_rules() {
         .hash_key(common::AUDIT_KEY)
         .redact_with(redaction.redactor())
         .build();
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::read_only("lookup", |_| Ok(json!("never"))))
+    let p = Pipeline::builder()
+        .tool(common::read_only("lookup", |_| Ok(json!("never"))))
+        .hook(Refuse)
+        .hook(redaction)
+        .hook(audit)
+        .build()
         .unwrap();
-    let p = b.hook(Refuse).hook(redaction).hook(audit).build().unwrap();
 
     let raw = json!({ "q": "ann@example.com paid 4111 1111 1111 1111", "ann@example.com": 1 });
     let err = p
@@ -344,10 +347,12 @@ async fn an_input_redacted_by_the_pipeline_is_not_redacted_twice_in_the_record()
         .include_values(true)
         .redact_with(redaction.redactor())
         .build();
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::read_only("lookup", |input| Ok(input["q"].clone())))
+    let p = Pipeline::builder()
+        .tool(common::read_only("lookup", |input| Ok(input["q"].clone())))
+        .hook(redaction)
+        .hook(audit)
+        .build()
         .unwrap();
-    let p = b.hook(redaction).hook(audit).build().unwrap();
     let out = p
         .invoke(
             "lookup",

@@ -28,9 +28,8 @@ fn schema() -> Value {
 
 async fn run(input: Value) -> (Result<Value, ToolError>, Vec<Value>) {
     let (audit, sink) = common::memory_audit();
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::echo("t", schema())).unwrap();
-    let p = b
+    let p = Pipeline::builder()
+        .tool(common::echo("t", schema()))
         .hook(ArgumentRepair::new())
         .hook(Validation::new())
         .hook(audit)
@@ -148,9 +147,8 @@ async fn repairs_are_recorded_without_values() {
 
 #[tokio::test]
 async fn a_disabled_repair_kind_is_not_applied() {
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::echo("t", schema())).unwrap();
-    let p = b
+    let p = Pipeline::builder()
+        .tool(common::echo("t", schema()))
         .hook(
             ArgumentRepair::builder()
                 .disable(RepairKind::WrappedInArray)
@@ -184,12 +182,13 @@ struct Filter {
 
 #[tokio::test]
 async fn typed_tools_are_repaired_before_their_serde_check() {
-    let mut b = Pipeline::builder();
-    b.tool(tool_fn("search", "Searches.", |s: Search| async move {
-        Ok::<_, ToolError>(json!([s.tags, s.limit, s.filter.map(|f| f.min)]))
-    }))
-    .unwrap();
-    let p = b.hook(ArgumentRepair::new()).build().unwrap();
+    let p = Pipeline::builder()
+        .tool(tool_fn("search", "Searches.", |s: Search| async move {
+            Ok::<_, ToolError>(json!([s.tags, s.limit, s.filter.map(|f| f.min)]))
+        }))
+        .hook(ArgumentRepair::new())
+        .build()
+        .unwrap();
     let out = p
         .invoke(
             "search",

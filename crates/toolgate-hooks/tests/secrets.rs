@@ -5,7 +5,8 @@ use std::sync::Arc;
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use serde_json::json;
-use toolgate_core::{ErasedTool, InvokeOptions, JsonTool, Pipeline};
+use toolgate_core::tool::ErasedTool;
+use toolgate_core::{InvokeOptions, JsonTool, Pipeline};
 use toolgate_hooks::secrets::{
     EnvSecrets, FileSecrets, InMemorySecrets, SCRUBBED, Scrubber, SecretInjection, SecretSource,
 };
@@ -29,9 +30,8 @@ fn inspector(tags: &[&str]) -> Arc<dyn ErasedTool> {
 
 #[tokio::test]
 async fn only_declared_secrets_are_injected_from_the_first_source_that_has_them() {
-    let mut b = Pipeline::builder();
-    b.erased_tool(inspector(&["secret:a"])).unwrap();
-    let p = b
+    let p = Pipeline::builder()
+        .tool(inspector(&["secret:a"]))
         .hook(
             SecretInjection::builder()
                 .source(InMemorySecrets::new().with("a", "1"))
@@ -55,9 +55,8 @@ async fn only_declared_secrets_are_injected_from_the_first_source_that_has_them(
 
 #[tokio::test]
 async fn a_missing_secret_fails_the_call_naming_it() {
-    let mut b = Pipeline::builder();
-    b.erased_tool(inspector(&["secret:nope"])).unwrap();
-    let p = b
+    let p = Pipeline::builder()
+        .tool(inspector(&["secret:nope"]))
         .hook(
             SecretInjection::builder()
                 .source(InMemorySecrets::new())

@@ -12,9 +12,9 @@ use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use metrics_util::debugging::DebuggingRecorder;
 use serde_json::json;
+use toolgate_core::tool::{ErasedTool, ToolAnnotations};
 use toolgate_core::{
-    ErasedTool, Hook, HookResult, InvokeOptions, JsonTool, Pipeline, ToolAnnotations, ToolError,
-    ToolInvokeContext, User, hook,
+    Hook, HookResult, InvokeOptions, JsonTool, Pipeline, ToolError, ToolInvokeContext, User, hook,
 };
 use toolgate_hooks::audit::{Audit, JsonLinesSink, MemorySink, TracingSink};
 use toolgate_hooks::cache::{MokaCache, ResultCache};
@@ -163,9 +163,8 @@ fn no_canary_secret_reaches_any_output_log_span_record_metric_error_or_cache_ent
         .build()
         .unwrap();
     let (outputs, errors, suspended) = rt.block_on(async {
-        let mut b = Pipeline::builder();
-        b.erased_tool(leaky_tool(seen.clone())).unwrap();
-        let p = b
+        let p = Pipeline::builder()
+            .tool(leaky_tool(seen.clone()))
             .record_hook_timings(true)
             .hook(Validation::new())
             .hook(ArgumentRepair::new())

@@ -6,7 +6,9 @@ use garde::Validate;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::json;
-use toolgate_core::{InputLimits, InvokeOptions, Pipeline, ToolError, tool_fn};
+use toolgate_core::hook::HookRegistration;
+use toolgate_core::pipeline::InputLimits;
+use toolgate_core::{InvokeOptions, Pipeline, ToolError, tool_fn};
 use toolgate_hooks::validation::{SchemaCheck, Validation};
 
 fn paths(err: &ToolError) -> Vec<String> {
@@ -36,10 +38,11 @@ fn order_schema() -> serde_json::Value {
 
 #[tokio::test]
 async fn schema_tool_errors_list_every_failing_field_with_its_path() {
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::echo("order", order_schema()))
+    let p = Pipeline::builder()
+        .tool(common::echo("order", order_schema()))
+        .hook(Validation::new())
+        .build()
         .unwrap();
-    let p = b.hook(Validation::new()).build().unwrap();
     let input =
         json!({ "items": [{ "sku": "a", "qty": 2 }, { "sku": 7, "qty": 0 }, { "qty": 1 }] });
     let err = p
@@ -56,10 +59,11 @@ async fn schema_tool_errors_list_every_failing_field_with_its_path() {
 
 #[tokio::test]
 async fn messages_never_quote_the_offending_value() {
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::echo("order", order_schema()))
+    let p = Pipeline::builder()
+        .tool(common::echo("order", order_schema()))
+        .hook(Validation::new())
+        .build()
         .unwrap();
-    let p = b.hook(Validation::new()).build().unwrap();
     let input = json!({ "customer": "ok", "items": [{ "sku": "x", "qty": "ann@example.com" }] });
     let err = p
         .invoke("order", input, InvokeOptions::new())
@@ -79,12 +83,10 @@ struct Page {
 
 #[tokio::test]
 async fn typed_tool_garde_errors_keep_their_paths_when_the_schema_check_is_off() {
-    let mut b = Pipeline::builder();
-    b.tool(tool_fn("page", "Pages.", |p: Page| async move {
-        Ok::<_, ToolError>(p.limit)
-    }))
-    .unwrap();
-    let p = b
+    let p = Pipeline::builder()
+        .tool(tool_fn("page", "Pages.", |p: Page| async move {
+            Ok::<_, ToolError>(p.limit)
+        }))
         .hook(
             Validation::builder()
                 .schema_check(SchemaCheck::Remote)
@@ -105,12 +107,13 @@ async fn typed_tool_garde_errors_keep_their_paths_when_the_schema_check_is_off()
 
 #[tokio::test]
 async fn typed_tool_is_checked_against_its_derived_schema_by_default() {
-    let mut b = Pipeline::builder();
-    b.tool(tool_fn("page", "Pages.", |p: Page| async move {
-        Ok::<_, ToolError>(p.limit)
-    }))
-    .unwrap();
-    let p = b.hook(Validation::new()).build().unwrap();
+    let p = Pipeline::builder()
+        .tool(tool_fn("page", "Pages.", |p: Page| async move {
+            Ok::<_, ToolError>(p.limit)
+        }))
+        .hook(Validation::new())
+        .build()
+        .unwrap();
     let err = p
         .invoke("page", json!({ "limit": 99 }), InvokeOptions::new())
         .await
@@ -137,9 +140,11 @@ async fn output_that_breaks_its_declared_schema_fails_with_invalid_output() {
     tool.definition_mut().output_schema = Some(json!({
         "type": "object", "properties": { "count": { "type": "integer" } }, "required": ["count"]
     }));
-    let mut b = Pipeline::builder();
-    b.erased_tool(std::sync::Arc::new(tool)).unwrap();
-    let p = b.hook(Validation::new()).build().unwrap();
+    let p = Pipeline::builder()
+        .tool(tool)
+        .hook(Validation::new())
+        .build()
+        .unwrap();
     let err = p
         .invoke("bad", json!({}), InvokeOptions::new())
         .await
@@ -148,15 +153,15 @@ async fn output_that_breaks_its_declared_schema_fails_with_invalid_output() {
     assert!(err.to_string().contains("`count`"), "{err}");
 
     let unchecked = {
-        let mut b = Pipeline::builder();
         let mut tool =
             toolgate_core::JsonTool::new("bad", "", json!({"type": "object"}), |_, _| {
                 Box::pin(async { Ok::<_, ToolError>(json!({ "count": "three" })) })
             });
         tool.definition_mut().output_schema =
             Some(json!({"type": "object", "properties": {"count": {"type": "integer"}}}));
-        b.erased_tool(std::sync::Arc::new(tool)).unwrap();
-        b.hook(Validation::builder().check_output(false).build())
+        Pipeline::builder()
+            .tool(tool)
+            .hook(Validation::builder().check_output(false).build())
             .build()
             .unwrap()
     };
@@ -170,14 +175,12 @@ async fn output_that_breaks_its_declared_schema_fails_with_invalid_output() {
 
 #[tokio::test]
 async fn input_beyond_the_hook_limits_is_refused_before_any_check() {
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::echo("echo", json!({"type": "object"})))
-        .unwrap();
     let limits = InputLimits {
         max_bytes: 64,
         max_depth: 3,
     };
-    let p = b
+    let p = Pipeline::builder()
+        .tool(common::echo("echo", json!({"type": "object"})))
         .hook(Validation::builder().limits(limits).build())
         .build()
         .unwrap();
@@ -203,13 +206,10 @@ async fn input_beyond_the_hook_limits_is_refused_before_any_check() {
 #[tokio::test]
 async fn a_schema_is_compiled_once_per_tool() {
     let validation = std::sync::Arc::new(Validation::new());
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::echo("order", order_schema()))
-        .unwrap();
-    b.erased_tool(common::echo("echo", json!({"type": "object"})))
-        .unwrap();
-    let p = b
-        .shared_hook(validation.clone(), Default::default(), None)
+    let p = Pipeline::builder()
+        .tool(common::echo("order", order_schema()))
+        .tool(common::echo("echo", json!({"type": "object"})))
+        .hook(HookRegistration::shared(validation.clone()))
         .build()
         .unwrap();
     for _ in 0..5 {
@@ -227,13 +227,14 @@ async fn a_schema_is_compiled_once_per_tool() {
 
 #[tokio::test]
 async fn a_tool_with_a_broken_schema_fails_with_an_internal_error_not_a_panic() {
-    let mut b = Pipeline::builder();
-    b.erased_tool(common::echo(
-        "broken",
-        json!({"type": "object", "minLength": "three"}),
-    ))
-    .unwrap();
-    let p = b.hook(Validation::new()).build().unwrap();
+    let p = Pipeline::builder()
+        .tool(common::echo(
+            "broken",
+            json!({"type": "object", "minLength": "three"}),
+        ))
+        .hook(Validation::new())
+        .build()
+        .unwrap();
     let err = p
         .invoke("broken", json!({}), InvokeOptions::new())
         .await

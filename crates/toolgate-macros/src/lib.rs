@@ -59,7 +59,8 @@ use proc_macro::TokenStream;
 /// An async stage that needs a provider:
 ///
 /// ```
-/// use toolgate_core::{hook, Hook, HookResult, Pipeline, ToolInvokeContext, TypeMapKey};
+/// use toolgate_core::external::TypeMapKey;
+/// use toolgate_core::{hook, Hook, HookResult, Pipeline, ToolInvokeContext};
 ///
 /// struct Blocklist;
 /// impl TypeMapKey for Blocklist {

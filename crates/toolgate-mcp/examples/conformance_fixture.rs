@@ -29,7 +29,8 @@ use futures::future::BoxFuture;
 use rmcp::model::{ClientResult, CreateMessageRequest, ElicitRequest, LoggingLevel, ServerRequest};
 use rmcp::transport::StreamableHttpServerConfig;
 use serde_json::{Value, json};
-use toolgate_core::{InputViolations, JsonTool, Pipeline, ToolError, ToolInvokeContext};
+use toolgate_core::error::InputViolations;
+use toolgate_core::{JsonTool, Pipeline, ToolError, ToolInvokeContext};
 use toolgate_mcp::result::MCP_RESULT_TAG;
 use toolgate_mcp::{CallerKey, CallerRequest, McpServer, PROMPT_TAG, RESOURCES_TAG};
 
@@ -761,7 +762,6 @@ fn resources<'a>(
 }
 
 fn pipeline() -> Pipeline {
-    let mut b = Pipeline::builder();
     let content = &[MCP_RESULT_TAG];
     let prompt = &[PROMPT_TAG];
     let tools = [
@@ -991,11 +991,11 @@ fn pipeline() -> Pipeline {
             resources,
         ),
     ];
-    for tool in tools {
-        b.erased_tool(Arc::new(tool))
-            .expect("the fixture's tools have distinct, valid names");
-    }
-    b.build().expect("a pipeline without hooks builds")
+    tools
+        .into_iter()
+        .fold(Pipeline::builder(), |b, tool| b.tool(tool))
+        .build()
+        .expect("the fixture's tools have distinct, valid names, and it has no hooks")
 }
 
 fn json_schema_2020_12() -> Value {

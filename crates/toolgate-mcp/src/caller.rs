@@ -13,7 +13,8 @@ use rmcp::model::{
 };
 use rmcp::service::Peer;
 use serde_json::Value;
-use toolgate_core::{ToolError, TypeMapKey};
+use toolgate_core::ToolError;
+use toolgate_core::external::TypeMapKey;
 
 /// The caller of a request that came in over MCP: its connection, what it declared it can
 /// answer, and what it asked for (progress, log messages, a round of a multi-round call). [`McpServer`](crate::McpServer) provides it to every invocation

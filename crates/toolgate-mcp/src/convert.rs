@@ -4,7 +4,8 @@ use std::sync::Arc;
 
 use rmcp::model::{CallToolResult, ContentBlock, ErrorData, JsonObject, MetaObject, Tool};
 use serde_json::{Value, json};
-use toolgate_core::{ToolAnnotations, ToolDefinition, ToolError};
+use toolgate_core::ToolError;
+use toolgate_core::tool::{ToolAnnotations, ToolDefinition};
 
 use crate::result;
 
@@ -23,7 +24,8 @@ pub(crate) const ERROR_META_KEY: &str = "io.toolgate/error";
 ///
 /// ```
 /// use serde_json::json;
-/// use toolgate_core::{JsonTool, ErasedTool, ToolError};
+/// use toolgate_core::{JsonTool, ToolError};
+/// use toolgate_core::tool::ErasedTool;
 ///
 /// let tool = JsonTool::new("upper", "Upper-cases text.", json!({"type": "object"}),
 ///     |input, _ctx| Box::pin(async move { Ok::<_, ToolError>(input.clone()) }));
@@ -144,7 +146,8 @@ fn object_schema(properties: Value) -> JsonObject {
 ///
 /// ```
 /// use serde_json::json;
-/// use toolgate_core::{JsonTool, ErasedTool, ToolError};
+/// use toolgate_core::{JsonTool, ToolError};
+/// use toolgate_core::tool::ErasedTool;
 ///
 /// let mut tool = JsonTool::new("sum", "Adds.", json!({"type": "object"}),
 ///     |_input, _ctx| Box::pin(async move { Ok::<_, ToolError>(json!({"sum": 3})) }));
@@ -238,7 +241,7 @@ mod tests {
     use std::time::Duration;
 
     use serde_json::json;
-    use toolgate_core::{ToolAnnotations, ToolSource};
+    use toolgate_core::tool::{ToolAnnotations, ToolSource};
 
     use super::*;
 

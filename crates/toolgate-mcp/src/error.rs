@@ -1,6 +1,6 @@
 //! The errors of setting up MCP serving and imports.
 
-use toolgate_core::RegistryError;
+use toolgate_core::error::RegistryError;
 
 /// Why serving or importing over MCP could not start.
 ///

@@ -30,14 +30,15 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut builder = Pipeline::builder();
-//! builder.erased_tool(std::sync::Arc::new(JsonTool::new(
-//!     "echo",
-//!     "Returns its arguments.",
-//!     json!({"type": "object"}),
-//!     |input, _ctx| Box::pin(async move { Ok::<_, ToolError>(input.clone()) }),
-//! )))?;
-//! let server = McpServer::new(builder.build()?);
+//! let pipeline = Pipeline::builder()
+//!     .tool(JsonTool::new(
+//!         "echo",
+//!         "Returns its arguments.",
+//!         json!({"type": "object"}),
+//!         |input, _ctx| Box::pin(async move { Ok::<_, ToolError>(input.clone()) }),
+//!     ))
+//!     .build()?;
+//! let server = McpServer::new(pipeline);
 //!
 //! let app = axum::Router::new().nest_service("/mcp", server.http_service(Default::default()));
 //! let listener = tokio::net::TcpListener::bind("127.0.0.1:8080").await?;

@@ -21,7 +21,7 @@
 
 use rmcp::model::{CallToolResult, ResultType};
 use serde_json::{Map, Value, json};
-use toolgate_core::{ToolDefinition, ToolSource};
+use toolgate_core::tool::{ToolDefinition, ToolSource};
 
 /// The tag of a local tool whose output is an MCP result in its JSON form, as an imported
 /// tool's is (`{"content": [...], "structuredContent": ..., "_meta": ...}`): over MCP it is

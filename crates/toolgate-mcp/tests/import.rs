@@ -10,9 +10,10 @@ use std::time::Duration;
 use common::{DEMO, HttpDemo, call, http_client, is_error, text, within};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
+use toolgate_core::registry::ToolRegistry;
+use toolgate_core::tool::ToolSource;
 use toolgate_core::{
-    Hook, HookResult, InvokeOptions, JsonTool, Pipeline, ToolError, ToolInvokeContext, ToolSource,
-    hook,
+    Hook, HookResult, InvokeOptions, JsonTool, Pipeline, ToolError, ToolInvokeContext, hook,
 };
 use toolgate_hooks::secrets::SCRUBBED;
 use toolgate_mcp::{Backoff, McpError, McpServer, Upstream, UpstreamConfig};
@@ -102,9 +103,9 @@ async fn imported_tools_are_served_again_with_a_rate_limit_applied() {
         json!("string")
     );
 
-    let mut builder = Pipeline::builder();
-    upstream.register(&mut builder).expect("registered");
-    builder.hook(ImportedRateLimit {
+    let mut tools = ToolRegistry::new();
+    upstream.register(&mut tools).expect("registered");
+    let builder = Pipeline::builder().registry(tools).hook(ImportedRateLimit {
         limit: 2,
         used: Mutex::new(HashMap::new()),
     });
@@ -139,9 +140,9 @@ async fn imported_tools_are_served_again_with_a_rate_limit_applied() {
     assert_eq!(text(&result), "rate limited, retry after 1500 ms");
 
     // A wrong argument is refused before the call leaves, naming the field…
-    let mut builder = Pipeline::builder();
-    upstream.register(&mut builder).expect("registered");
-    let pipeline = builder.build().expect("built");
+    let mut tools = ToolRegistry::new();
+    upstream.register(&mut tools).expect("registered");
+    let pipeline = Pipeline::builder().registry(tools).build().expect("built");
     let error = invoke(&pipeline, "add", json!({"a": "five", "b": 0}))
         .await
         .expect_err("refused here");
@@ -158,9 +159,9 @@ async fn imported_tools_are_served_again_with_a_rate_limit_applied() {
     .await
     .expect("imported");
     assert!(!unchecked.validates_arguments("add"));
-    let mut builder = Pipeline::builder();
-    unchecked.register(&mut builder).expect("registered");
-    let pipeline = builder.build().expect("built");
+    let mut tools = ToolRegistry::new();
+    unchecked.register(&mut tools).expect("registered");
+    let pipeline = Pipeline::builder().registry(tools).build().expect("built");
     let error = invoke(&pipeline, "add", json!({"a": 5000, "b": 0}))
         .await
         .expect_err("refused upstream");
@@ -182,9 +183,9 @@ async fn name_collision_is_refused_unless_a_prefix_is_configured() {
     let upstream = within(30, "import", Upstream::connect(demo_stdio("demo")))
         .await
         .expect("imported");
-    let mut builder = Pipeline::builder();
-    builder.erased_tool(local()).expect("registered");
-    match upstream.register(&mut builder) {
+    let mut tools = ToolRegistry::new();
+    tools.register_erased(local()).expect("registered");
+    match upstream.register(&mut tools) {
         Err(McpError::Collision { server, tool }) => {
             assert_eq!((server.as_str(), tool.as_str()), ("demo", "echo"));
         }
@@ -198,13 +199,13 @@ async fn name_collision_is_refused_unless_a_prefix_is_configured() {
     )
     .await
     .expect("imported");
-    let mut builder = Pipeline::builder();
-    builder.erased_tool(local()).expect("registered");
+    let mut tools = ToolRegistry::new();
+    tools.register_erased(local()).expect("registered");
     let names = prefixed
-        .register(&mut builder)
+        .register(&mut tools)
         .expect("no collision with a prefix");
     assert!(names.contains(&"demo.echo".to_owned()), "{names:?}");
-    let pipeline = builder.build().expect("built");
+    let pipeline = Pipeline::builder().registry(tools).build().expect("built");
     let out = invoke(&pipeline, "demo.echo", json!({"text": "remote"}))
         .await
         .expect("called");
@@ -223,9 +224,9 @@ async fn stdio_upstream_killed_mid_test_is_started_again() {
     let upstream = within(30, "import", Upstream::connect(demo_stdio("demo")))
         .await
         .expect("imported");
-    let mut builder = Pipeline::builder();
-    upstream.register(&mut builder).expect("registered");
-    let pipeline = builder.build().expect("built");
+    let mut tools = ToolRegistry::new();
+    upstream.register(&mut tools).expect("registered");
+    let pipeline = Pipeline::builder().registry(tools).build().expect("built");
 
     let first = invoke(&pipeline, "pid", json!({})).await.expect("called");
     // A number is not an MCP structured output: it travels as text.
@@ -270,9 +271,9 @@ async fn http_upstream_killed_and_restarted_mid_test_is_reconnected() {
     let upstream = within(30, "import", Upstream::connect(config))
         .await
         .expect("imported");
-    let mut builder = Pipeline::builder();
-    upstream.register(&mut builder).expect("registered");
-    let pipeline = builder.build().expect("built");
+    let mut tools = ToolRegistry::new();
+    upstream.register(&mut tools).expect("registered");
+    let pipeline = Pipeline::builder().registry(tools).build().expect("built");
     let first = invoke(&pipeline, "pid", json!({})).await.expect("called");
 
     demo.kill().await;
@@ -313,9 +314,9 @@ async fn credential_comes_from_the_environment_and_the_callers_token_is_not_forw
     let upstream = within(30, "import", Upstream::connect(config))
         .await
         .expect("imported");
-    let mut builder = Pipeline::builder();
-    upstream.register(&mut builder).expect("registered");
-    let server = McpServer::new(builder.build().expect("built"));
+    let mut tools = ToolRegistry::new();
+    upstream.register(&mut tools).expect("registered");
+    let server = McpServer::new(Pipeline::builder().registry(tools).build().expect("built"));
     let (url, shutdown) = serve_http(&server).await;
 
     let client = http_client(&url, Some("inbound-caller-token"), None).await;
@@ -349,9 +350,9 @@ async fn call_past_its_deadline_times_out_and_is_cancelled_upstream() {
     )
     .await
     .expect("imported");
-    let mut builder = Pipeline::builder();
-    upstream.register(&mut builder).expect("registered");
-    let pipeline = builder.build().expect("built");
+    let mut tools = ToolRegistry::new();
+    upstream.register(&mut tools).expect("registered");
+    let pipeline = Pipeline::builder().registry(tools).build().expect("built");
 
     let started = std::time::Instant::now();
     let error = invoke(&pipeline, "slow", json!({"ms": 120_000}))
@@ -373,7 +374,7 @@ async fn call_past_its_deadline_times_out_and_is_cancelled_upstream() {
 
 #[tokio::test]
 async fn declared_tools_are_registered_while_the_upstream_is_down() {
-    let declared = toolgate_core::ToolDefinition {
+    let declared = toolgate_core::tool::ToolDefinition {
         name: "lookup".to_owned(),
         title: None,
         description: "Looks something up.".to_owned(),
@@ -404,9 +405,9 @@ async fn declared_tools_are_registered_while_the_upstream_is_down() {
             server: "gone".to_owned()
         }
     );
-    let mut builder = Pipeline::builder();
-    upstream.register(&mut builder).expect("registered");
-    let pipeline = builder.build().expect("built");
+    let mut tools = ToolRegistry::new();
+    upstream.register(&mut tools).expect("registered");
+    let pipeline = Pipeline::builder().registry(tools).build().expect("built");
     let error = invoke(&pipeline, "lookup", json!({}))
         .await
         .expect_err("the upstream is down");

@@ -7,6 +7,7 @@ mod common;
 use common::{DEMO, call, http_client, is_error, text, within};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
+use toolgate_core::registry::ToolRegistry;
 use toolgate_core::{Pipeline, User};
 use toolgate_hooks::authorize::{Authorize, Effect, Rule, Rules};
 use toolgate_hooks::quota::{Quota, Rate};
@@ -31,9 +32,10 @@ async fn builtin_policies_guard_imported_tools_served_over_http() {
             .rule(Rule::deny().tool("pid"))
             .rule(Rule::deny().tool("admin_stats")),
     );
-    let mut builder = Pipeline::builder();
-    upstream.register(&mut builder).expect("registered");
-    builder
+    let mut tools = ToolRegistry::new();
+    upstream.register(&mut tools).expect("registered");
+    let builder = Pipeline::builder()
+        .registry(tools)
         .hook(authorize.clone())
         .hook(Quota::builder(Rate::per_minute(3).expect("a rate")).build())
         .hook(Validation::builder().schema_check(SchemaCheck::All).build());

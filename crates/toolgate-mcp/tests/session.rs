@@ -3,17 +3,16 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use common::{Client, call, text, within};
 use rmcp::ServiceExt;
 use serde_json::{Value, json};
-use toolgate_core::{
-    Hook, HookResult, JsonTool, Pipeline, Scope, ToolError, ToolInvokeContext, TypeMapKey, hook,
-    tool_fn_with_context,
-};
+use toolgate_core::external::TypeMapKey;
+use toolgate_core::provider::Scope;
+use toolgate_core::tool::tool_fn_with_context;
+use toolgate_core::{Hook, HookResult, JsonTool, Pipeline, ToolError, ToolInvokeContext, hook};
 use toolgate_mcp::McpServer;
 
 /// Calls made in this session so far.
@@ -39,8 +38,7 @@ impl Hook for SessionCounter {
 }
 
 fn server() -> McpServer {
-    let mut builder = Pipeline::builder();
-    builder
+    let builder = Pipeline::builder()
         .tool(tool_fn_with_context(
             "count",
             "Counts the calls of this session.",
@@ -51,9 +49,7 @@ fn server() -> McpServer {
                 })
             },
         ))
-        .expect("registered");
-    builder
-        .erased_tool(Arc::new(JsonTool::new(
+        .tool(JsonTool::new(
             "shout",
             "Upper-cases a string.",
             json!({"type": "string", "maxLength": 100}),
@@ -64,8 +60,7 @@ fn server() -> McpServer {
                         .map(Value::String)
                 })
             },
-        )))
-        .expect("registered");
+        ));
     McpServer::new(builder.hook(SessionCounter).build().expect("built"))
 }
 

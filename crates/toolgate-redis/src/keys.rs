@@ -36,7 +36,7 @@ pub(crate) fn fill_lock(prefix: &str, entry: &str) -> String {
 #[cfg(test)]
 mod tests {
     use serde_json::json;
-    use toolgate_core::ToolDefinition;
+    use toolgate_core::tool::ToolDefinition;
     use toolgate_hooks::cache::{KeyScope, cache_key};
 
     #[test]

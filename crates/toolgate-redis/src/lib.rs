@@ -42,9 +42,8 @@
 //!     .quota()
 //!     .on_unavailable(QuotaFailurePolicy::LocalFallback(Rate::per_minute(10)?));
 //!
-//! let mut builder = Pipeline::builder();
-//! builder.tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))?;
-//! let pipeline = builder
+//! let pipeline = Pipeline::builder()
+//!     .tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))
 //!     .hook(Quota::builder(Rate::per_minute(60)?).backend(Arc::new(quota)).build())
 //!     .build()?;
 //!

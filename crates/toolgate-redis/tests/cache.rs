@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use redis::AsyncCommands;
 use serde_json::{Value, json};
-use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolAnnotations, ToolError, User};
+use toolgate_core::tool::ToolAnnotations;
+use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolError, User};
 use toolgate_hooks::cache::ResultCache;
 use toolgate_redis::RedisCache;
 
@@ -45,8 +46,7 @@ fn replica(cache: RedisCache, runs: Arc<AtomicUsize>, ms: u64, padding: usize) -
         },
     );
     tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
-    let mut builder = Pipeline::builder();
-    builder.erased_tool(Arc::new(tool)).unwrap();
+    let builder = Pipeline::builder().tool(tool);
     builder
         .hook(
             ResultCache::builder()

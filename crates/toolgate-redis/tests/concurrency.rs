@@ -32,18 +32,14 @@ fn request(limit: u32, wait: Duration) -> PermitRequest<'static> {
 /// A pipeline with a tool `slow` (sleeps `ms`) and a tool `hang` (never ends), capped at
 /// `limit` calls in flight across replicas.
 fn capped(backend: RedisConcurrency, limit: u32, ms: u64, wait: Duration) -> Pipeline {
-    let mut builder = Pipeline::builder();
-    builder
+    let builder = Pipeline::builder()
         .tool(tool_fn("slow", "Sleeps.", move |_: ()| async move {
             tokio::time::sleep(Duration::from_millis(ms)).await;
             Ok::<_, ToolError>("done")
         }))
-        .unwrap();
-    builder
         .tool(tool_fn("hang", "Never ends.", |_: ()| {
             std::future::pending::<Result<(), ToolError>>()
-        }))
-        .unwrap();
+        }));
     let hook = Concurrency::builder(limit)
         .unwrap()
         .partition(Partition::Global)
@@ -231,19 +227,16 @@ async fn the_cap_holds_across_replicas_and_waiters_get_freed_permits() {
             .backend(Arc::new(state.concurrency()))
             .build();
         let (now, peak) = (in_flight.clone(), most.clone());
-        let mut builder = Pipeline::builder();
-        builder
-            .tool(tool_fn("work", "Counts itself.", move |_: ()| {
-                let (now, peak) = (now.clone(), peak.clone());
-                async move {
-                    let running = now.fetch_add(1, Ordering::SeqCst) + 1;
-                    peak.fetch_max(running, Ordering::SeqCst);
-                    tokio::time::sleep(Duration::from_millis(30)).await;
-                    now.fetch_sub(1, Ordering::SeqCst);
-                    Ok::<_, ToolError>("done")
-                }
-            }))
-            .unwrap();
+        let builder = Pipeline::builder().tool(tool_fn("work", "Counts itself.", move |_: ()| {
+            let (now, peak) = (now.clone(), peak.clone());
+            async move {
+                let running = now.fetch_add(1, Ordering::SeqCst) + 1;
+                peak.fetch_max(running, Ordering::SeqCst);
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                now.fetch_sub(1, Ordering::SeqCst);
+                Ok::<_, ToolError>("done")
+            }
+        }));
         let pipeline = builder.hook(hook).build().unwrap();
         for _ in 0..8 {
             let pipeline = pipeline.clone();

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::time::Instant;
-use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolAnnotations, ToolError, User, tool_fn};
+use toolgate_core::tool::ToolAnnotations;
+use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolError, User, tool_fn};
 use toolgate_hooks::cache::ResultCache;
 use toolgate_hooks::concurrency::Concurrency;
 use toolgate_hooks::partition::Partition;
@@ -134,18 +135,14 @@ async fn until_pings_through_redis(
 }
 
 fn pinging(hook: impl toolgate_core::Hook) -> Pipeline {
-    let mut builder = Pipeline::builder();
-    builder
+    let builder = Pipeline::builder()
         .tool(tool_fn("ping", "Answers pong.", |_: ()| async {
             Ok::<_, ToolError>("pong")
         }))
-        .unwrap();
-    builder
         .tool(tool_fn("slow", "Takes 300 ms.", |_: ()| async {
             tokio::time::sleep(Duration::from_millis(300)).await;
             Ok::<_, ToolError>("done")
-        }))
-        .unwrap();
+        }));
     builder.hook(hook).build().unwrap()
 }
 
@@ -364,8 +361,7 @@ async fn a_cache_outage_runs_the_tool_within_the_deadlines_and_recovers() {
         Box::pin(async move { Ok::<Value, ToolError>(doubled) })
     });
     tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
-    let mut builder = Pipeline::builder();
-    builder.erased_tool(Arc::new(tool)).unwrap();
+    let builder = Pipeline::builder().tool(tool);
     let pipeline = builder
         .hook(ResultCache::builder().backend(cache.clone()).build())
         .build()

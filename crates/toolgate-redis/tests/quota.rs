@@ -15,12 +15,9 @@ use toolgate_redis::RedisQuota;
 use common::{assert_every_key_expires, config, connect, inspect, namespace, redis_or_skip};
 
 fn limited(backend: RedisQuota, rate: Rate) -> Pipeline {
-    let mut builder = Pipeline::builder();
-    builder
-        .tool(tool_fn("ping", "Answers pong.", |_: ()| async {
-            Ok::<_, ToolError>("pong")
-        }))
-        .unwrap();
+    let builder = Pipeline::builder().tool(tool_fn("ping", "Answers pong.", |_: ()| async {
+        Ok::<_, ToolError>("pong")
+    }));
     builder
         .hook(Quota::builder(rate).backend(Arc::new(backend)).build())
         .build()

@@ -140,9 +140,11 @@ impl Drop for Held {
 /// let capacity = CapacityHook::new("capacity");
 /// let counters = capacity.counters();
 ///
-/// let mut builder = Pipeline::builder();
-/// builder.erased_tool(ScriptedTool::new("t").into_erased()).unwrap();
-/// let pipeline = builder.hook(capacity).build().unwrap();
+/// let pipeline = Pipeline::builder()
+///     .tool(ScriptedTool::new("t").into_erased())
+///     .hook(capacity)
+///     .build()
+///     .unwrap();
 ///
 /// pipeline.invoke("t", json!({}), InvokeOptions::new()).await.unwrap();
 /// assert_eq!((counters.quota_acquires(), counters.permit_acquires()), (1, 1));

@@ -1,15 +1,17 @@
 //! [`TestPipeline`]: a pipeline builder for tests, with a shared [`StageLog`].
 
 use std::fmt;
-use std::sync::Arc;
 
-use toolgate_core::{BuildError, Hook, HookOptions, Pipeline, PipelineBuilder, Tool};
+use toolgate_core::error::BuildError;
+use toolgate_core::hook::HookRegistration;
+use toolgate_core::{Pipeline, PipelineBuilder, Tool};
 
 use crate::{RecordingHook, ScriptedTool, StageLog};
 
-/// Builds a [`Pipeline`] for a test in one expression. Wiring mistakes panic with the
+/// Builds a [`Pipeline`] for a test in one expression. Wiring mistakes (a tool name taken
+/// twice, a hook for a tool that is not there) panic at [`build`](Self::build) with the
 /// builder's message instead of returning errors, because in a test they are bugs of the
-/// test.
+/// test; [`try_build`](Self::try_build) returns them.
 ///
 /// It owns a [`StageLog`]; [`recording`](Self::recording) adds a [`RecordingHook`] that
 /// records into it.
@@ -18,7 +20,7 @@ use crate::{RecordingHook, ScriptedTool, StageLog};
 ///
 /// ```
 /// use serde_json::json;
-/// use toolgate_core::{InvokeOptions, Stage, StageSet};
+/// use toolgate_core::prelude::*;
 /// use toolgate_test::{assert_entries, ScriptedTool, TestPipeline};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -65,57 +67,27 @@ impl TestPipeline {
         self.log.clone()
     }
 
-    /// Registers a scripted tool (keep a clone to read its counters).
-    ///
-    /// # Panics
-    ///
-    /// When the registry refuses the tool.
+    /// Registers a scripted tool (keep a clone to read its counters). A name the registry
+    /// refuses fails [`build`](Self::build).
     #[must_use]
     pub fn tool(mut self, tool: ScriptedTool) -> Self {
-        if let Err(e) = self.builder.erased_tool(tool.into_erased()) {
-            panic!("TestPipeline::tool: {e}");
-        }
+        self.builder = self.builder.tool(tool.into_erased());
         self
     }
 
-    /// Registers a typed tool.
-    ///
-    /// # Panics
-    ///
-    /// When the registry refuses the tool.
+    /// Registers a typed tool. A name the registry refuses fails [`build`](Self::build).
     #[must_use]
     pub fn typed_tool<T: Tool>(mut self, tool: T) -> Self {
-        if let Err(e) = self.builder.tool(tool) {
-            panic!("TestPipeline::typed_tool: {e}");
-        }
+        self.builder = self.builder.tool(tool);
         self
     }
 
-    /// Adds a hook for every tool.
+    /// Registers a hook, as [`PipelineBuilder::hook`] does: any hook, for every tool with
+    /// default options, or a [`HookRegistration`] that names the tool, the failure mode,
+    /// the priority, or an instance shared with other pipelines.
     #[must_use]
-    pub fn hook(mut self, hook: impl Hook) -> Self {
-        self.builder.hook(hook);
-        self
-    }
-
-    /// Adds a hook for every tool, with options.
-    #[must_use]
-    pub fn hook_with(mut self, hook: impl Hook, options: HookOptions) -> Self {
-        self.builder.hook_with(hook, options);
-        self
-    }
-
-    /// Adds a hook for one tool.
-    #[must_use]
-    pub fn tool_hook(mut self, tool: &str, hook: impl Hook) -> Self {
-        self.builder.tool_hook(tool, hook);
-        self
-    }
-
-    /// Adds a shared hook instance for every tool.
-    #[must_use]
-    pub fn shared_hook(mut self, hook: Arc<dyn Hook>) -> Self {
-        self.builder.shared_hook(hook, HookOptions::default(), None);
+    pub fn hook(mut self, hook: impl Into<HookRegistration>) -> Self {
+        self.builder = self.builder.hook(hook);
         self
     }
 
@@ -128,15 +100,15 @@ impl TestPipeline {
         configure: impl FnOnce(RecordingHook) -> RecordingHook,
     ) -> Self {
         let hook = configure(RecordingHook::new(label, &self.log));
-        self.builder.hook(hook);
+        self.builder = self.builder.hook(hook);
         self
     }
 
     /// Anything else the builder offers (global providers, session bounds, input
-    /// limits…).
+    /// limits…): `configure` takes the builder and gives it back.
     #[must_use]
-    pub fn configure(mut self, configure: impl FnOnce(&mut PipelineBuilder)) -> Self {
-        configure(&mut self.builder);
+    pub fn configure(mut self, configure: impl FnOnce(PipelineBuilder) -> PipelineBuilder) -> Self {
+        self.builder = configure(self.builder);
         self
     }
 
@@ -155,7 +127,7 @@ impl TestPipeline {
     /// # Errors
     ///
     /// As [`PipelineBuilder::build`].
-    pub fn try_build(mut self) -> Result<Pipeline, BuildError> {
+    pub fn try_build(self) -> Result<Pipeline, BuildError> {
         self.builder.build()
     }
 }

@@ -3,7 +3,8 @@
 use std::time::Duration;
 
 use serde_json::Value;
-use toolgate_core::{Control, HookFuture, Stage, ToolError, ToolInvokeContext};
+use toolgate_core::hook::HookFuture;
+use toolgate_core::{Control, Stage, ToolError, ToolInvokeContext};
 
 /// The text every injected panic carries, so a test can check it never reaches the caller.
 pub const PANIC_PAYLOAD: &str = "toolgate-test injected panic";

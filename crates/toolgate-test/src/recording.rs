@@ -6,9 +6,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use serde_json::Value;
-use toolgate_core::{
-    Control, Hook, HookFuture, HookResult, Next, Stage, StageSet, ToolInvokeContext, hook,
-};
+use toolgate_core::hook::HookFuture;
+use toolgate_core::stage::StageSet;
+use toolgate_core::{Control, Hook, HookResult, Next, Stage, ToolInvokeContext, hook};
 
 use crate::{Inject, StageLog};
 
@@ -42,7 +42,7 @@ type Filter = Arc<dyn Fn(&ToolInvokeContext) -> bool + Send + Sync>;
 ///
 /// ```
 /// use serde_json::json;
-/// use toolgate_core::{InvokeOptions, Pipeline, Stage, StageSet};
+/// use toolgate_core::prelude::*;
 /// use toolgate_test::{assert_stages, Inject, RecordingHook, ScriptedTool, StageLog};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
@@ -52,9 +52,11 @@ type Filter = Arc<dyn Fn(&ToolInvokeContext) -> bool + Send + Sync>;
 ///     .with_stages(StageSet::of(&[Stage::WillAuthorize, Stage::OnError, Stage::WillFinalizeInvoke]))
 ///     .at(Stage::WillAuthorize, Inject::abort("no", "forbidden", 403));
 ///
-/// let mut builder = Pipeline::builder();
-/// builder.erased_tool(ScriptedTool::new("t").into_erased()).unwrap();
-/// let pipeline = builder.hook(auth).build().unwrap();
+/// let pipeline = Pipeline::builder()
+///     .tool(ScriptedTool::new("t").into_erased())
+///     .hook(auth)
+///     .build()
+///     .unwrap();
 ///
 /// let err = pipeline.invoke("t", json!({}), InvokeOptions::new()).await.unwrap_err();
 /// assert_eq!(err.code(), "forbidden");
@@ -96,7 +98,7 @@ impl RecordingHook {
     /// Limits the stages the hook takes part in (every stage by default).
     ///
     /// ```
-    /// use toolgate_core::{Hook, Stage, StageSet};
+    /// use toolgate_core::prelude::*;
     /// use toolgate_test::{RecordingHook, StageLog};
     ///
     /// let hook = RecordingHook::new("q", &StageLog::new())

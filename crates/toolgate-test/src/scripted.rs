@@ -8,10 +8,8 @@ use std::time::Duration;
 
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
-use toolgate_core::{
-    ErasedTool, PreparedInput, ToolAnnotations, ToolDefinition, ToolError, ToolInvokeContext,
-    ToolSource,
-};
+use toolgate_core::tool::{ErasedTool, PreparedInput, ToolAnnotations, ToolDefinition, ToolSource};
+use toolgate_core::{ToolError, ToolInvokeContext};
 
 use crate::PANIC_PAYLOAD;
 
@@ -92,9 +90,10 @@ struct State {
 ///     .then(Step::transient("connection reset"))
 ///     .then(Step::ok(json!({"rows": 3})));
 ///
-/// let mut builder = Pipeline::builder();
-/// builder.erased_tool(tool.clone().into_erased()).unwrap();
-/// let pipeline = builder.build().unwrap();
+/// let pipeline = Pipeline::builder()
+///     .tool(tool.clone().into_erased())
+///     .build()
+///     .unwrap();
 ///
 /// let first = pipeline.invoke("flaky", json!({}), InvokeOptions::new()).await;
 /// assert!(first.unwrap_err().is_retryable());
@@ -185,7 +184,7 @@ impl ScriptedTool {
     }
 
     /// The tool as the registry stores it, for
-    /// [`PipelineBuilder::erased_tool`](toolgate_core::PipelineBuilder::erased_tool).
+    /// [`PipelineBuilder::tool`](toolgate_core::PipelineBuilder::tool).
     pub fn into_erased(self) -> Arc<dyn ErasedTool> {
         Arc::new(self)
     }

@@ -4,7 +4,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde_json::json;
-use toolgate_core::{Hook, InvokeOptions, Stage, StageSet, hook_fn_sync};
+use toolgate_core::hook::{HookRegistration, hook_fn_sync};
+use toolgate_core::stage::StageSet;
+use toolgate_core::{Hook, InvokeOptions, Stage};
 
 use crate::{Inject, ScriptedTool, Step, TestPipeline};
 
@@ -105,8 +107,10 @@ pub async fn assert_stacks_twice<H: Hook>(
         };
         let mut test = TestPipeline::new()
             .tool(tool.clone())
-            .shared_hook(Arc::clone(&first) as Arc<dyn Hook>)
-            .shared_hook(Arc::clone(&second) as Arc<dyn Hook>)
+            .hook(HookRegistration::shared(Arc::clone(&first) as Arc<dyn Hook>))
+            .hook(HookRegistration::shared(
+                Arc::clone(&second) as Arc<dyn Hook>
+            ))
             .hook(probe)
             .recording("stacking_end", |h| {
                 h.with_stages(StageSet::of(&[Stage::WillFinalizeInvoke]))

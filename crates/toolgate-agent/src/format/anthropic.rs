@@ -1,7 +1,7 @@
 //! Anthropic Messages API: `tools`, `tool_use` content blocks, `tool_result` blocks.
 
 use serde_json::{Value, json};
-use toolgate_core::ToolDefinition;
+use toolgate_core::tool::ToolDefinition;
 
 use super::{FormatError, call, parameters, shape_error, str_field};
 use crate::{Arguments, ToolCall, ToolResult, ToolStatus};

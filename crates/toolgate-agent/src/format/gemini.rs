@@ -7,7 +7,7 @@
 //! values Gemini knows are kept.
 
 use serde_json::{Map, Value, json};
-use toolgate_core::ToolDefinition;
+use toolgate_core::tool::ToolDefinition;
 
 use super::{FormatError, arguments_of, call, shape_error, str_field};
 use crate::{ToolCall, ToolResult, ToolStatus};

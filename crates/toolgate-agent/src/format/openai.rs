@@ -2,7 +2,7 @@
 //! Responses API (`function_call` and `function_call_output` items).
 
 use serde_json::{Value, json};
-use toolgate_core::ToolDefinition;
+use toolgate_core::tool::ToolDefinition;
 
 use super::{FormatError, arguments_of, call, parameters, shape_error, str_field};
 use crate::{ToolCall, ToolResult};
@@ -13,7 +13,7 @@ const RESPONSES: &str = "openai responses";
 /// The `tools` array of a chat completions request.
 ///
 /// ```
-/// use toolgate_core::{ToolAnnotations, ToolDefinition, ToolSource};
+/// use toolgate_core::tool::{ToolAnnotations, ToolDefinition, ToolSource};
 /// use serde_json::json;
 ///
 /// let def = ToolDefinition {

@@ -4,7 +4,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolgate_core::{HookOptions, PipelineBuilder, SuspensionStore};
+use toolgate_core::PipelineBuilder;
+use toolgate_core::suspension::SuspensionStore;
 
 use super::trace::TraceMetadata;
 use super::{Concurrency, Inner, ToolSystem};
@@ -27,7 +28,7 @@ pub enum SystemBuildError {
     },
     /// The pipeline could not be built.
     #[error(transparent)]
-    Pipeline(#[from] toolgate_core::BuildError),
+    Pipeline(#[from] toolgate_core::error::BuildError),
 }
 
 /// Builds a [`ToolSystem`] over a [`PipelineBuilder`] that holds the tools and hooks.
@@ -67,7 +68,7 @@ impl ToolSystemBuilder {
     /// Where suspended calls wait (in memory unless set); use a
     /// [`JsonFileSuspensionStore`](crate::JsonFileSuspensionStore) to survive restarts.
     pub fn suspension_store(mut self, store: Arc<dyn SuspensionStore>) -> Self {
-        self.pipeline.suspension_store(store);
+        self.pipeline = self.pipeline.suspension_store(store);
         self
     }
 
@@ -114,19 +115,18 @@ impl ToolSystemBuilder {
     ///
     /// [`SystemBuildError::UnknownTool`] for a mode set on an unregistered tool;
     /// [`SystemBuildError::Pipeline`] when the pipeline's wiring is wrong.
-    pub fn build(mut self) -> Result<ToolSystem, SystemBuildError> {
+    pub fn build(self) -> Result<ToolSystem, SystemBuildError> {
         let blocking: HashSet<String> = self
             .modes
             .iter()
             .filter(|(_, mode)| **mode == ExecutionMode::Blocking)
             .map(|(tool, _)| tool.clone())
             .collect();
-        self.pipeline.hook(TraceMetadata);
+        let mut builder = self.pipeline.hook(TraceMetadata);
         if !blocking.is_empty() {
-            self.pipeline
-                .hook_with(BlockingHook::new(blocking), HookOptions::default());
+            builder = builder.hook(BlockingHook::new(blocking));
         }
-        let pipeline = self.pipeline.build()?;
+        let pipeline = builder.build()?;
         if let Some(tool) = self
             .modes
             .keys()

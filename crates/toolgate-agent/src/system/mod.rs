@@ -10,9 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
-use toolgate_core::{
-    Invocation, InvokeOptions, Pipeline, PipelineBuilder, ToolDefinition, ToolError,
-};
+use toolgate_core::tool::ToolDefinition;
+use toolgate_core::{Invocation, InvokeOptions, Pipeline, PipelineBuilder, ToolError};
 
 pub use builder::{SystemBuildError, ToolSystemBuilder};
 pub use options::{Concurrency, ExecuteOptions, ResumeOptions};
@@ -65,8 +64,8 @@ struct Inner {
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let mut pipeline = Pipeline::builder();
-/// pipeline.tool(tool_fn("add", "Adds a and b.", |x: Add| async move { Ok::<_, ToolError>(x.a + x.b) }))?;
+/// let pipeline = Pipeline::builder()
+///     .tool(tool_fn("add", "Adds a and b.", |x: Add| async move { Ok::<_, ToolError>(x.a + x.b) }));
 /// let state = Arc::new(InMemoryStateManager::new());
 /// state.set_config("thread-1", ThreadConfig::enabling(["add"]));
 /// let system = ToolSystem::builder(pipeline, state).build()?;
@@ -323,7 +322,7 @@ impl ToolSystem {
         let input = match arguments {
             Arguments::Json { value } => value,
             Arguments::Unparseable { raw, error } => {
-                let error = ToolError::InvalidInput(toolgate_core::InputViolations::one(
+                let error = ToolError::InvalidInput(toolgate_core::error::InputViolations::one(
                     "",
                     format!(
                         "the arguments are not valid JSON ({error}): send them again as one JSON object that matches the tool's input schema"

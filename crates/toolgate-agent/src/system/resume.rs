@@ -1,6 +1,7 @@
 //! Resuming a suspended call with a person's decision.
 
-use toolgate_core::{InvokeOptions, ResumeDecision, ToolError};
+use toolgate_core::suspension::ResumeDecision;
+use toolgate_core::{InvokeOptions, ToolError};
 
 use super::ToolSystem;
 use crate::limit::effective_limit;

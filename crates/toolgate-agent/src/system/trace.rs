@@ -3,7 +3,8 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::Value;
-use toolgate_core::{Hook, HookResult, ToolInvokeContext, TypeMapKey, hook};
+use toolgate_core::external::TypeMapKey;
+use toolgate_core::{Hook, HookResult, ToolInvokeContext, hook};
 
 /// The provider key under which each call's trace id is bound (request scope), so hooks
 /// and tools can read it with `ctx.get::<TraceId>()`.

@@ -106,72 +106,63 @@ impl Hook for CiteSources {
 /// The tools: `get_weather`, `echo`, `big`, `boom` (panics), `ask_user` (blocking),
 /// `show_chart` (display), `transfer` (suspended by a hook), `sleep` (waits).
 pub fn pipeline(runs: &Arc<Runs>) -> PipelineBuilder {
-    let mut b = Pipeline::builder();
-    b.tool(tool_fn(
-        "get_weather",
-        "Weather forecast for a city.",
-        |w: Weather| async move {
-            Ok::<_, ToolError>(json!({ "city": w.city, "days": w.days, "temp_c": 21 }))
-        },
-    ))
-    .unwrap();
-    b.tool(tool_fn(
-        "echo",
-        "Returns the text it is given.",
-        |t: Text| async move { Ok::<_, ToolError>(t.text) },
-    ))
-    .unwrap();
-    b.tool(tool_fn(
-        "big",
-        "Returns `chars` characters.",
-        |s: Size| async move { Ok::<_, ToolError>("é".repeat(s.chars)) },
-    ))
-    .unwrap();
-    b.tool(tool_fn("boom", "Always panics.", |_: Text| async move {
-        if true {
-            panic!("the boom tool exploded");
-        }
-        Ok::<_, ToolError>(())
-    }))
-    .unwrap();
-    let r = Arc::clone(runs);
-    b.tool(tool_fn(
-        "ask_user",
-        "Asks the user a question.",
-        move |q: Question| {
-            r.ask_user.fetch_add(1, Ordering::SeqCst);
-            async move { Ok::<_, ToolError>(format!("(default answer to {})", q.question)) }
-        },
-    ))
-    .unwrap();
-    b.tool(tool_fn(
-        "show_chart",
-        "Renders a chart for the user.",
-        |t: Text| async move { Ok::<_, ToolError>(json!({ "chart": t.text })) },
-    ))
-    .unwrap();
-    let r = Arc::clone(runs);
-    b.tool(tool_fn("transfer", "Transfers money.", move |t: Text| {
-        r.transfer.fetch_add(1, Ordering::SeqCst);
-        async move { Ok::<_, ToolError>(format!("transferred {}", t.text)) }
-    }))
-    .unwrap();
-    let r = Arc::clone(runs);
-    b.tool(tool_fn(
-        "sleep",
-        "Waits `ms` milliseconds.",
-        move |w: Wait| {
-            r.sleep.fetch_add(1, Ordering::SeqCst);
-            async move {
-                tokio::time::sleep(Duration::from_millis(w.ms)).await;
-                Ok::<_, ToolError>(w.ms)
+    let asks = Arc::clone(runs);
+    let transfers = Arc::clone(runs);
+    let sleeps = Arc::clone(runs);
+    Pipeline::builder()
+        .tool(tool_fn(
+            "get_weather",
+            "Weather forecast for a city.",
+            |w: Weather| async move {
+                Ok::<_, ToolError>(json!({ "city": w.city, "days": w.days, "temp_c": 21 }))
+            },
+        ))
+        .tool(tool_fn(
+            "echo",
+            "Returns the text it is given.",
+            |t: Text| async move { Ok::<_, ToolError>(t.text) },
+        ))
+        .tool(tool_fn(
+            "big",
+            "Returns `chars` characters.",
+            |s: Size| async move { Ok::<_, ToolError>("é".repeat(s.chars)) },
+        ))
+        .tool(tool_fn("boom", "Always panics.", |_: Text| async move {
+            if true {
+                panic!("the boom tool exploded");
             }
-        },
-    ))
-    .unwrap();
-    b.hook(ApproveTransfers);
-    b.hook(CiteSources);
-    b
+            Ok::<_, ToolError>(())
+        }))
+        .tool(tool_fn(
+            "ask_user",
+            "Asks the user a question.",
+            move |q: Question| {
+                asks.ask_user.fetch_add(1, Ordering::SeqCst);
+                async move { Ok::<_, ToolError>(format!("(default answer to {})", q.question)) }
+            },
+        ))
+        .tool(tool_fn(
+            "show_chart",
+            "Renders a chart for the user.",
+            |t: Text| async move { Ok::<_, ToolError>(json!({ "chart": t.text })) },
+        ))
+        .tool(tool_fn("transfer", "Transfers money.", move |t: Text| {
+            transfers.transfer.fetch_add(1, Ordering::SeqCst);
+            async move { Ok::<_, ToolError>(format!("transferred {}", t.text)) }
+        }))
+        .tool(tool_fn(
+            "sleep",
+            "Waits `ms` milliseconds.",
+            move |w: Wait| {
+                sleeps.sleep.fetch_add(1, Ordering::SeqCst);
+                async move {
+                    tokio::time::sleep(Duration::from_millis(w.ms)).await;
+                    Ok::<_, ToolError>(w.ms)
+                }
+            },
+        ))
+        .hook(ApproveTransfers)
+        .hook(CiteSources)
 }
 
 pub const ALL_TOOLS: [&str; 8] = [

@@ -80,15 +80,27 @@ impl PipelineBuilder {
         }
     }
 
-    /// Starts from an existing registry (replacing the tools registered so far).
+    /// Takes the tools of `registry`, in its order, before the tools registered so far: a
+    /// library that checks names with its own wording (a [`ToolRegistry::register`] error
+    /// names the tool) hands its registry over here. A name in both fails
+    /// [`build`](Self::build).
     pub fn registry(mut self, registry: ToolRegistry) -> Self {
-        self.registry = registry;
+        let earlier = std::mem::replace(&mut self.registry, registry);
+        for tool in earlier.iter() {
+            self = self.tool(Arc::clone(&tool.tool));
+        }
         self
     }
 
-    /// Registers a tool: a typed [`Tool`](crate::tool::Tool) (a [`tool_fn`](crate::tool::tool_fn)
-    /// too), a [`JsonTool`](crate::tool::JsonTool), or an `Arc<dyn ErasedTool>`. A name
-    /// that is taken or invalid fails [`build`](Self::build). For typed calls, take a
+    /// Registers every tool of `tools`, as [`tool`](Self::tool) does.
+    pub fn tools<T: IntoTool>(self, tools: impl IntoIterator<Item = T>) -> Self {
+        tools.into_iter().fold(self, Self::tool)
+    }
+
+    /// Registers a tool: a typed [`Tool`](crate::tool::Tool) (a
+    /// [`tool_fn`](crate::tool::tool_fn) too), a [`JsonTool`](crate::tool::JsonTool), or an
+    /// `Arc` of an [`ErasedTool`](crate::tool::ErasedTool). A name that is taken or invalid
+    /// fails [`build`](Self::build). For typed calls, take a
     /// [`ToolRef::of`](crate::registry::ToolRef::of) the tool before registering it.
     pub fn tool(mut self, tool: impl IntoTool) -> Self {
         if let Err(error) = self.registry.register_erased(tool.into_tool())
@@ -116,6 +128,11 @@ impl PipelineBuilder {
             order,
         });
         self
+    }
+
+    /// Registers every hook of `hooks`, in order, as [`hook`](Self::hook) does.
+    pub fn hooks<H: Into<HookRegistration>>(self, hooks: impl IntoIterator<Item = H>) -> Self {
+        hooks.into_iter().fold(self, Self::hook)
     }
 
     /// Binds a global provider: built once, read-only at invoke time.
@@ -244,6 +261,12 @@ impl PipelineBuilder {
                 })
             })
             .collect();
-        Ok(Pipeline::from_parts(registry, entries, scopes, shared, self.limits))
+        Ok(Pipeline::from_parts(
+            registry,
+            entries,
+            scopes,
+            shared,
+            self.limits,
+        ))
     }
 }

@@ -111,11 +111,9 @@ struct PipelineInner {
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let mut builder = Pipeline::builder();
-/// builder.tool(tool_fn("count", "Counts to `limit`.", |a: Args| async move {
+/// let pipeline = Pipeline::builder().tool(tool_fn("count", "Counts to `limit`.", |a: Args| async move {
 ///     Ok::<_, ToolError>((1..=a.limit).collect::<Vec<_>>())
-/// }))?;
-/// let pipeline = builder.build()?;
+/// })).build()?;
 ///
 /// let out = pipeline
 ///     .invoke("count", json!({ "limit": 3 }), InvokeOptions::new().user(User::new("alice")))
@@ -289,8 +287,13 @@ impl Pipeline {
     ) -> Invocation {
         match self.resume_context(suspension_id, &decision, options).await {
             Ok((entry, ctx, after)) => {
-                run::run_to_end(entry, ctx, Start::Resume { after, decision }, Invocation::from)
-                    .await
+                run::run_to_end(
+                    entry,
+                    ctx,
+                    Start::Resume { after, decision },
+                    Invocation::from,
+                )
+                .await
             }
             Err(error) => Invocation::rejected(error),
         }

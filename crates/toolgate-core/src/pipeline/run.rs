@@ -117,7 +117,8 @@ pub(super) async fn run_to_end<R>(
         // `select!` would copy it, and it is the largest state of the invocation.
         let started = deadline.map(|_| Instant::now());
         let ended = {
-            let main = std::pin::pin!(AssertUnwindSafe(walk::walk(entry, ctx, start)).catch_unwind());
+            let main =
+                std::pin::pin!(AssertUnwindSafe(walk::walk(entry, ctx, start)).catch_unwind());
             if deadline.is_none() && cancel.is_none() {
                 main.await.map_or(MainEnd::Panicked, MainEnd::Done)
             } else {
@@ -178,7 +179,7 @@ pub(super) async fn run_to_end<R>(
         };
         conclude(Answer {
             result,
-            metadata: std::mem::take(ctx.metadata_mut()),
+            metadata: ctx.take_metadata(),
             runs: ctx.runs,
             duration: ctx.elapsed(),
         })

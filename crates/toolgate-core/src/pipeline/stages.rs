@@ -40,6 +40,7 @@ pub(super) enum StageRun {
 }
 
 /// Where [`run_rest`] picks a stage up.
+#[derive(Clone, Copy)]
 pub(super) struct Rest {
     index: usize,
     started: Option<ClockInstant>,
@@ -56,20 +57,86 @@ pub(super) fn run_ready(
     phase: Phase,
 ) -> StageRun {
     let started = entry.plan.records_durations().then(ClockInstant::now);
+    run_synchronous(
+        entry,
+        ctx,
+        stage,
+        Rest {
+            index: from,
+            started,
+        },
+        phase,
+    )
+}
+
+/// Runs the rest of `stage` from where [`run_ready`] stopped: the hook there is awaited,
+/// and the synchronous ones after it run as [`run_ready`] runs them.
+pub(super) async fn run_rest(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    mut rest: Rest,
+    phase: Phase,
+) -> HookResult {
+    let hooks = entry.plan.hooks(stage);
+    loop {
+        let planned = &hooks[rest.index];
+        if phase == Phase::Tail {
+            ctx.progress.tail.running = Some((stage, rest.index));
+        }
+        let contain = contains_panics(planned, phase);
+        let hook_started = entry.plan.records_hook_timings().then(ClockInstant::now);
+        let settled = match call(planned, ctx, contain) {
+            Ok(None) => Ok(None),
+            Ok(Some(future)) => wait(entry, planned, stage, future, contain, phase).await,
+            Err(panic) => Err(panic),
+        };
+        match settled {
+            Ok(Some(outcome)) => {
+                if let Err(control) = apply(planned, stage, ctx, hook_started, outcome, phase) {
+                    end_stage(entry, ctx, stage, rest.started, phase);
+                    return Err(control);
+                }
+            }
+            // Filtered out, or abandoned past the tail timeout.
+            Ok(None) => {}
+            Err(_panic) => contained_panic(planned, stage, ctx, phase),
+        }
+        rest.index += 1;
+        match run_synchronous(entry, ctx, stage, rest, phase) {
+            StageRun::Done(result) => return result,
+            StageRun::Rest(next) => rest = next,
+        }
+    }
+}
+
+/// The synchronous hooks of `stage` from `at.index` on, up to the first that may not
+/// finish at once.
+#[inline]
+fn run_synchronous(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    at: Rest,
+    phase: Phase,
+) -> StageRun {
     let timed = entry.plan.records_hook_timings();
     let hooks = entry.plan.hooks(stage);
-    for (index, planned) in hooks.iter().enumerate().skip(from) {
+    for (index, planned) in hooks.iter().enumerate().skip(at.index) {
         if !planned.synchronous {
-            return StageRun::Rest(Rest { index, started });
+            return StageRun::Rest(Rest {
+                index,
+                started: at.started,
+            });
         }
         if phase == Phase::Tail {
             ctx.progress.tail.running = Some((stage, index));
         }
         let hook_started = timed.then(ClockInstant::now);
         let outcome = match call(planned, ctx, contains_panics(planned, phase)) {
-            Ok(Called::Skipped) => continue,
-            Ok(Called::Ready(future)) if future.is_ready_ok() && hook_started.is_none() => continue,
-            Ok(Called::Ready(future)) => Some(match future.into_ready() {
+            Ok(None) => continue,
+            Ok(Some(future)) if future.is_ready_ok() && hook_started.is_none() => continue,
+            Ok(Some(future)) => Some(match future.into_ready() {
                 Ok(outcome) => outcome,
                 Err(_pending) => Err(not_synchronous(planned, stage)),
             }),
@@ -80,55 +147,12 @@ pub(super) fn run_ready(
             continue;
         };
         if let Err(control) = apply(planned, stage, ctx, hook_started, outcome, phase) {
-            end_stage(entry, ctx, stage, started, phase);
+            end_stage(entry, ctx, stage, at.started, phase);
             return StageRun::Done(Err(control));
         }
     }
-    end_stage(entry, ctx, stage, started, phase);
+    end_stage(entry, ctx, stage, at.started, phase);
     StageRun::Done(Ok(()))
-}
-
-/// Runs the rest of `stage` from where [`run_ready`] stopped, awaiting the hooks that do
-/// not finish at once.
-pub(super) async fn run_rest(
-    entry: &ToolEntry,
-    ctx: &mut ToolInvokeContext,
-    stage: Stage,
-    rest: Rest,
-    phase: Phase,
-) -> HookResult {
-    let timed = entry.plan.records_hook_timings();
-    let mut result = Ok(());
-    for (index, planned) in entry.plan.hooks(stage).iter().enumerate().skip(rest.index) {
-        if phase == Phase::Tail {
-            ctx.progress.tail.running = Some((stage, index));
-        }
-        let contain = contains_panics(planned, phase);
-        let hook_started = timed.then(ClockInstant::now);
-        let settled = match call(planned, ctx, contain) {
-            Ok(Called::Skipped) => continue,
-            Ok(Called::Ready(future)) => match future.into_ready() {
-                Ok(outcome) => Ok(Some(outcome)),
-                Err(pending) => wait(entry, planned, stage, pending, contain, phase).await,
-            },
-            Err(panic) => Err(panic),
-        };
-        let outcome = match settled {
-            Ok(Some(outcome)) => outcome,
-            // Abandoned past the tail timeout.
-            Ok(None) => continue,
-            Err(_panic) => {
-                contained_panic(planned, stage, ctx, phase);
-                continue;
-            }
-        };
-        if let Err(control) = apply(planned, stage, ctx, hook_started, outcome, phase) {
-            result = Err(control);
-            break;
-        }
-    }
-    end_stage(entry, ctx, stage, rest.started, phase);
-    result
 }
 
 /// Runs `stage` whole: for the paths where one more future costs nothing worth saving
@@ -148,14 +172,6 @@ pub(super) async fn run_stage(
     }
 }
 
-/// What calling one hook gave.
-enum Called<'a> {
-    /// Its filter said no.
-    Skipped,
-    /// Its future, ready or not.
-    Ready(HookFuture<'a>),
-}
-
 /// Whether a panic in `planned`'s code is contained (the call goes on) rather than failing
 /// the call.
 #[inline]
@@ -163,22 +179,19 @@ fn contains_panics(planned: &PlannedHook, phase: Phase) -> bool {
     phase == Phase::Tail || planned.failure != FailureMode::FailCall
 }
 
-/// Calls `planned`'s filter and stage method; under `catch_unwind` when `contain`.
+/// Calls `planned`'s filter and, when it lets the call through, its stage method; under
+/// `catch_unwind` when `contain`.
 #[inline]
 fn call<'a>(
     planned: &'a PlannedHook,
     ctx: &'a mut ToolInvokeContext,
     contain: bool,
-) -> std::thread::Result<Called<'a>> {
+) -> std::thread::Result<Option<HookFuture<'a>>> {
     let once = move || {
         let ctx = ctx;
         // Reached once: the hook behind its `Arc<dyn Hook>` is a vtable read.
         let hook: &dyn Hook = &*planned.hook;
-        if hook.filter(ctx) {
-            Called::Ready((planned.call)(hook, ctx))
-        } else {
-            Called::Skipped
-        }
+        hook.filter(ctx).then(|| (planned.call)(hook, ctx))
     };
     if contain {
         std::panic::catch_unwind(AssertUnwindSafe(once))
@@ -187,22 +200,25 @@ fn call<'a>(
     }
 }
 
-/// Awaits a hook that did not finish at once: `Ok(None)` when the tail timeout abandoned it.
+/// The outcome of a hook's future: `Ok(None)` when the tail timeout abandoned it, `Err` for
+/// a contained panic.
 async fn wait(
     entry: &ToolEntry,
     planned: &PlannedHook,
     stage: Stage,
-    pending: HookFuture<'_>,
+    future: HookFuture<'_>,
     contain: bool,
     phase: Phase,
 ) -> std::thread::Result<Option<HookResult>> {
-    if !contain {
-        return Ok(Some(pending.await));
-    }
-    let mut pending = AssertUnwindSafe(pending).catch_unwind();
+    let pending = match future.into_ready() {
+        Ok(outcome) => return Ok(Some(outcome)),
+        Err(pending) if !contain => return Ok(Some(pending.await)),
+        Err(pending) => AssertUnwindSafe(pending).catch_unwind(),
+    };
     if phase == Phase::Main {
         return pending.await.map(Some);
     }
+    let mut pending = pending;
     // Most hooks finish at their first poll: only one that does not pays for a timer.
     if let std::task::Poll::Ready(settled) = futures::poll!(&mut pending) {
         return settled.map(Some);

@@ -28,8 +28,7 @@ pub(crate) enum Start {
 }
 
 /// Every stage up to `did_cache_miss`, the last before execution on a cache miss.
-const BEFORE_EXECUTION: StageSet =
-    StageSet::before(Stage::DidCacheHit).with(Stage::DidCacheMiss);
+const BEFORE_EXECUTION: StageSet = StageSet::before(Stage::DidCacheHit).with(Stage::DidCacheMiss);
 
 /// The stages of execution.
 const EXECUTION: StageSet = StageSet::of(&[
@@ -57,14 +56,25 @@ const OUTPUT: StageSet = StageSet::of(&[
 /// approve a call that could not run.
 const WAIT_AFTER: Stage = Stage::WillRedactInput;
 
-/// The policy stages that decide whether a call may run at all. They run again when a
-/// suspended call resumes to run or to be completed, with the pipeline's hooks as they are
-/// now: access may have been revoked, or a tool switched off, while the call waited
-/// (DESIGN.md §10). Consent is not asked again: a person has just decided.
-const AUTHORIZE_AGAIN: [Stage; 2] = [Stage::WillAuthorize, Stage::WillCheckFeatureFlags];
+/// The stages a resumed call runs again before anything else, with the pipeline's hooks as
+/// they are now. Binding first: request providers belong to one invocation, and a resumed
+/// call is a new one (its context is new), so what hooks bound before the wait is bound
+/// again — a per-request client or transaction does not outlive the wait. Then the policy
+/// stages that decide whether the call may run at all: access may have been revoked, or a
+/// tool switched off, while the call waited (DESIGN.md §10). Consent is not asked again: a
+/// person has just decided.
+const RUN_AGAIN: [Stage; 3] = [
+    Stage::WillBindProviders,
+    Stage::WillAuthorize,
+    Stage::WillCheckFeatureFlags,
+];
 
 /// Phases 1–8: `Ok` with the output set, or the control outcome that ended them.
-pub(super) async fn walk(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: Start) -> HookResult {
+pub(super) async fn walk(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    start: Start,
+) -> HookResult {
     let present = entry.plan.present();
     let mut done = None;
     if let Start::Resume { after, decision } = start {
@@ -86,7 +96,9 @@ pub(super) async fn walk(entry: &ToolEntry, ctx: &mut ToolInvokeContext, start: 
     } else {
         before_execution(entry, ctx, done).await
     };
-    let mut remaining = present.intersection(OUTPUT).difference(Stage::DidCacheHit.into());
+    let mut remaining = present
+        .intersection(OUTPUT)
+        .difference(Stage::DidCacheHit.into());
     match before {
         Ok(()) => {
             ctx.stage = Stage::DidCacheMiss;
@@ -131,7 +143,8 @@ enum Resumed {
     OutputOnly,
 }
 
-/// Applies the decision on a waiting call, after the policy stages said it may still run.
+/// Applies the decision on a waiting call, after [`RUN_AGAIN`] bound its providers and
+/// said it may still run.
 async fn resume(
     entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
@@ -140,13 +153,13 @@ async fn resume(
     if let ResumeDecision::Reject { reason } = decision {
         return Err(ToolError::abort(reason, "rejected", 403).into());
     }
-    for stage in AUTHORIZE_AGAIN {
+    for stage in RUN_AGAIN {
         match stages::run_stage(entry, ctx, stage).await {
             Ok(()) => {}
             Err(Control::Error(error)) => return Err(Control::Error(error)),
             Err(other) => {
                 return Err(ToolError::internal(format!(
-                    "a hook at `{stage}` answered a resumed call with `{}`, so it did not run: on resume that stage may only let a call through or refuse it (ask for approval at `will_check_consent`)",
+                    "a hook at `{stage}` answered a resumed call with `{}`, so it did not run: on resume that stage may only let a call through or refuse it (ask for approval at `will_check_consent`, answer at `will_read_cache` or later)",
                     other.label()
                 ))
                 .into());
@@ -176,7 +189,11 @@ async fn before_execution(
     let quota_taken = done.is_some_and(|d| d >= Stage::WillAcquireQuota);
     let mut checked = false;
     if let Some(done) = done {
-        route = route.difference(StageSet::before(done).with(done).difference(Stage::WillAcquireSemaphore.into()));
+        route = route.difference(
+            StageSet::before(done)
+                .with(done)
+                .difference(Stage::WillAcquireSemaphore.into()),
+        );
         checked = done >= Stage::WillValidateInput;
     }
     // A request to wait from a stage that runs again (the semaphore) waits until the
@@ -212,7 +229,9 @@ async fn before_execution(
     if let Some(request) = held {
         return Err(wait_now(ctx, wait_after, request));
     }
-    ctx.progress.acquired.reach(Stage::DidCacheMiss, quota_taken);
+    ctx.progress
+        .acquired
+        .reach(Stage::DidCacheMiss, quota_taken);
     Ok(())
 }
 
@@ -264,7 +283,9 @@ fn check_input_at_its_stage(
     quota_taken: bool,
 ) -> HookResult {
     ctx.stage = Stage::WillValidateInput;
-    ctx.progress.acquired.reach(Stage::WillValidateInput, quota_taken);
+    ctx.progress
+        .acquired
+        .reach(Stage::WillValidateInput, quota_taken);
     if entry.wants_object && !ctx.input().is_object() {
         return Err(ToolError::InvalidInput(InputViolations::one(
             "",
@@ -364,7 +385,11 @@ fn leave_tool(ctx: &mut ToolInvokeContext, output: Result<Value, ToolError>) -> 
 
 /// Phase 8 over `stages` (those with hooks still to run). A respond sets the output and
 /// the next stage runs.
-async fn output_phase(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stages: StageSet) -> HookResult {
+async fn output_phase(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stages: StageSet,
+) -> HookResult {
     for stage in stages.iter() {
         ctx.stage = stage;
         let result = match stages::run_ready(entry, ctx, stage, 0, Phase::Main) {

@@ -21,7 +21,7 @@ use std::time::Duration;
 ///
 /// ```
 /// use std::time::Duration;
-/// use toolgate_core::{InMemorySuspensionStore, SuspensionLimits};
+/// use toolgate_core::suspension::{InMemorySuspensionStore, SuspensionLimits};
 ///
 /// let limits = SuspensionLimits {
 ///     max_per_user: 20,

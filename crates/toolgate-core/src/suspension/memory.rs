@@ -18,7 +18,7 @@ type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 /// # Examples
 ///
 /// ```
-/// use toolgate_core::{InMemorySuspensionStore, SuspensionLimits};
+/// use toolgate_core::suspension::{InMemorySuspensionStore, SuspensionLimits};
 ///
 /// let store = InMemorySuspensionStore::new(SuspensionLimits::default());
 /// assert!(store.is_empty());

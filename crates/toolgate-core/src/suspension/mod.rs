@@ -128,7 +128,7 @@ pub enum SuspensionStoreError {
 /// [`SuspensionStoreError::Expired`] (the caller gets 410).
 ///
 /// Object safe: the pipeline holds an `Arc<dyn SuspensionStore>`. Write the methods as
-/// `async fn` under [`#[async_trait]`](crate::async_trait), re-exported here so that an
+/// `async fn` under [`#[async_trait]`](crate::external::async_trait), re-exported here so that an
 /// implementer needs no dependency of their own; it turns each one into a boxed future,
 /// one allocation per call.
 ///
@@ -142,11 +142,13 @@ pub enum SuspensionStoreError {
 /// use std::sync::{Arc, Mutex};
 ///
 /// use serde_json::json;
-/// use toolgate_core::{
-///     async_trait, tool_fn, Hook, HookFuture, InvokeOptions, Pipeline, ResumeDecision, Stage,
-///     StageSet, SuspendedInvocation, SuspensionStore, SuspensionStoreError, ToolError,
-///     ToolInvokeContext,
+/// use toolgate_core::external::async_trait;
+/// use toolgate_core::hook::HookFuture;
+/// use toolgate_core::stage::StageSet;
+/// use toolgate_core::suspension::{
+///     ResumeDecision, SuspendedInvocation, SuspensionStore, SuspensionStoreError,
 /// };
+/// use toolgate_core::{tool_fn, Hook, InvokeOptions, Pipeline, Stage, ToolError, ToolInvokeContext};
 ///
 /// #[derive(Default)]
 /// struct JsonRows(Mutex<HashMap<String, String>>);
@@ -193,10 +195,11 @@ pub enum SuspensionStoreError {
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-/// let mut builder = Pipeline::builder();
-/// builder.tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))?;
-/// builder.suspension_store(Arc::new(JsonRows::default()));
-/// let pipeline = builder.hook(AskFirst).build()?;
+/// let pipeline = Pipeline::builder()
+///     .tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))
+///     .suspension_store(Arc::new(JsonRows::default()))
+///     .hook(AskFirst)
+///     .build()?;
 ///
 /// let waiting = pipeline.invoke("ping", json!(null), InvokeOptions::new()).await.unwrap_err();
 /// let ToolError::Suspended { suspension_id, .. } = waiting else { panic!("{waiting}") };
@@ -225,7 +228,7 @@ pub(crate) fn new_suspension_id() -> String {
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     format!(
         "susp-{:016x}{:016x}",
-        crate::context::random_u64() ^ n,
-        crate::context::random_u64()
+        crate::random::random_u64() ^ n,
+        crate::random::random_u64()
     )
 }

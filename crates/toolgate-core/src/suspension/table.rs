@@ -17,9 +17,10 @@ use super::{SuspendedInvocation, SuspensionLimits, SuspensionStoreError};
 /// ```
 /// use std::time::{Duration, SystemTime};
 /// use serde_json::{json, Map};
-/// use toolgate_core::{
-///     Stage, SuspendedInvocation, SuspensionLimits, SuspensionStoreError, SuspensionTable, User,
+/// use toolgate_core::suspension::{
+///     SuspendedInvocation, SuspensionLimits, SuspensionStoreError, SuspensionTable,
 /// };
+/// use toolgate_core::{Stage, User};
 ///
 /// let call = |id: &str, user: &str| SuspendedInvocation {
 ///     id: id.into(),

@@ -3,7 +3,9 @@
 use garde::Validate;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolgate_core::{InputViolations, Tool, ToolAnnotations, ToolError, tool_fn};
+use toolgate_core::error::InputViolations;
+use toolgate_core::tool::ToolAnnotations;
+use toolgate_core::{Tool, ToolError, tool_fn};
 
 /// The calculator's input.
 #[derive(Deserialize, Serialize, Validate, JsonSchema)]

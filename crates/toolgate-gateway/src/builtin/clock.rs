@@ -4,7 +4,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolgate_core::{Tool, ToolAnnotations, ToolError, tool_fn};
+use toolgate_core::tool::ToolAnnotations;
+use toolgate_core::{Tool, ToolError, tool_fn};
 
 /// The input of `current_time`: no arguments, as the empty object `{}` models send (a
 /// unit input would be listed as `{"type": "null"}`, which no provider accepts).

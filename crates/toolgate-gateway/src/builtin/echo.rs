@@ -3,7 +3,8 @@
 use garde::Validate;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolgate_core::{Tool, ToolAnnotations, ToolError, tool_fn};
+use toolgate_core::tool::ToolAnnotations;
+use toolgate_core::{Tool, ToolError, tool_fn};
 
 /// The input and output of `echo`.
 #[derive(Deserialize, Serialize, Validate, JsonSchema)]

@@ -7,7 +7,8 @@ mod sleep;
 
 use std::sync::Arc;
 
-use toolgate_core::{ErasedTool, ToolRegistry};
+use toolgate_core::registry::ToolRegistry;
+use toolgate_core::tool::ErasedTool;
 
 use crate::config::BuiltinTool;
 

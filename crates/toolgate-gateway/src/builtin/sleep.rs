@@ -5,7 +5,8 @@ use std::time::Duration;
 use garde::Validate;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use toolgate_core::{Tool, ToolError, ToolInvokeContext, tool_fn_with_context};
+use toolgate_core::tool::tool_fn_with_context;
+use toolgate_core::{Tool, ToolError, ToolInvokeContext};
 
 /// The input of `sleep`.
 #[derive(Deserialize, Serialize, Validate, JsonSchema)]

@@ -6,7 +6,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolgate_agent::{Concurrency as BatchConcurrency, ThreadConfig, ToolSystem};
-use toolgate_core::{Pipeline, SessionConfig, ToolDefinition, ToolSource, User};
+use toolgate_core::provider::SessionConfig;
+use toolgate_core::registry::ToolRegistry;
+use toolgate_core::tool::{ToolDefinition, ToolSource};
+use toolgate_core::{Pipeline, User};
 
 use crate::outcomes::{OUTCOME_TOOL, OutcomeTool, Outcomes};
 use toolgate_hooks::{Audit, Authorize};
@@ -123,22 +126,24 @@ impl Gateway {
         extensions: &Extensions,
     ) -> Result<Gateway, GatewayError> {
         let config = Arc::new(config);
-        let mut builder = Pipeline::builder();
-        let (upstreams, mut names) = register_tools(&config, &mut builder).await?;
+        let mut registry = ToolRegistry::new();
+        let (upstreams, mut names) = register_tools(&config, &mut registry).await?;
         if config.policies.approval.is_some() {
             // Callers whose calls wait for approval fetch their outcomes with it.
             let tool = OutcomeTool::new(shared.outcomes.clone(), shared.suspensions.clone());
-            builder
-                .erased_tool(Arc::new(tool))
+            registry
+                .register_erased(Arc::new(tool))
                 .map_err(|e| GatewayError::Pipeline(e.to_string()))?;
             names.insert(OUTCOME_TOOL.to_owned());
         }
         check_tool_names(&config, &names)?;
 
-        let Installed { authorize, audit } = install_policies(&config, shared, &mut builder)?;
-        extensions.install(&mut builder);
-        builder.suspension_store(shared.suspensions.clone());
-        builder.tail_hook_timeout(Duration::from_secs(10));
+        let builder = Pipeline::builder().registry(registry);
+        let (builder, Installed { authorize, audit }) = install_policies(&config, shared, builder)?;
+        let builder = extensions
+            .install(builder)
+            .suspension_store(shared.suspensions.clone())
+            .tail_hook_timeout(Duration::from_secs(10));
 
         let state = Arc::new(AllTools::new(ThreadConfig::enabling(names.iter().cloned())));
         let mut system = ToolSystem::builder(builder, state)

@@ -3,11 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use toolgate_core::PipelineBuilder;
+use toolgate_core::hook::HookRegistration;
+use toolgate_core::{Hook, PipelineBuilder};
 use toolgate_hooks::audit::JsonLinesSink;
 use toolgate_hooks::authorize::{Effect, Rule, Rules};
 use toolgate_hooks::output_limit::Overflow;
-use toolgate_hooks::redaction::{Detector, RedactionMode};
+use toolgate_hooks::redaction::{Detector, RedactionMode, Redactor};
 use toolgate_hooks::timeout::TimeoutScope;
 use toolgate_hooks::{
     Audit, Authorize, Concurrency, Consent, Metrics, OnBackendError, OutputLimit, Partition, Quota,
@@ -16,38 +17,49 @@ use toolgate_hooks::{
 
 use super::GatewayError;
 use crate::config::{
-    AuditConfig, Config, ConfigError, EffectName, OnBackendErrorName, OverflowName, PartitionName,
-    RedactionModeName,
+    ApprovalPolicy, AuditConfig, AuthorizationPolicy, CachePolicy, Config, ConfigError, EffectName,
+    OnBackendErrorName, OutputLimitPolicy, OverflowName, PartitionName, Policies,
+    RedactionModeName, RetryPolicy, TimeoutPolicy,
 };
 use crate::state::SharedState;
 
-fn partition(name: PartitionName) -> Partition {
-    match name {
-        PartitionName::Global => Partition::Global,
-        PartitionName::User => Partition::User,
-        PartitionName::Tool => Partition::Tool,
-        PartitionName::UserTool => Partition::UserTool,
-    }
-}
-
-fn on_backend_error(name: OnBackendErrorName) -> OnBackendError {
-    match name {
-        OnBackendErrorName::FailOpen => OnBackendError::FailOpen,
-        // A local fallback decides in the backend; if even that fails, refuse.
-        OnBackendErrorName::FailClosed | OnBackendErrorName::LocalFallback => {
-            OnBackendError::FailClosed
+impl From<PartitionName> for Partition {
+    fn from(name: PartitionName) -> Self {
+        match name {
+            PartitionName::Global => Partition::Global,
+            PartitionName::User => Partition::User,
+            PartitionName::Tool => Partition::Tool,
+            PartitionName::UserTool => Partition::UserTool,
         }
     }
 }
 
-/// Adds `hook` for every tool, or once shared by the listed tools (so that they share its
-/// budgets).
-fn add_for(builder: &mut PipelineBuilder, hook: Arc<dyn toolgate_core::Hook>, tools: &[String]) {
-    if tools.is_empty() {
-        builder.shared_hook(hook, Default::default(), None);
-    } else {
-        for tool in tools {
-            builder.shared_hook(hook.clone(), Default::default(), Some(tool));
+impl From<OnBackendErrorName> for OnBackendError {
+    fn from(name: OnBackendErrorName) -> Self {
+        match name {
+            OnBackendErrorName::FailOpen => OnBackendError::FailOpen,
+            // A local fallback decides in the backend; if even that fails, refuse.
+            OnBackendErrorName::FailClosed | OnBackendErrorName::LocalFallback => {
+                OnBackendError::FailClosed
+            }
+        }
+    }
+}
+
+impl From<EffectName> for Effect {
+    fn from(name: EffectName) -> Self {
+        match name {
+            EffectName::Allow => Effect::Allow,
+            EffectName::Deny => Effect::Deny,
+        }
+    }
+}
+
+impl From<OverflowName> for Overflow {
+    fn from(name: OverflowName) -> Self {
+        match name {
+            OverflowName::Truncate => Overflow::Truncate,
+            OverflowName::Fail => Overflow::Fail,
         }
     }
 }
@@ -59,205 +71,237 @@ pub(super) struct Installed {
     pub(super) audit: Option<Arc<Audit>>,
 }
 
+/// Adds the configured policies to `builder` and gives it back with the hooks the gateway
+/// keeps. Each policy section makes its hooks, or none when it is not configured; they are
+/// registered in the order below — stage order, which is also their order at equal priority.
 pub(super) fn install_policies(
     config: &Config,
     shared: &SharedState,
-    builder: &mut PipelineBuilder,
-) -> Result<Installed, GatewayError> {
+    builder: PipelineBuilder,
+) -> Result<(PipelineBuilder, Installed), GatewayError> {
     let p = &config.policies;
-    builder.hook(Metrics::new());
+    let authorize = p.authorization.as_ref().map(authorization).map(Arc::new);
+    let redaction = p.redaction.as_ref().map(redaction).transpose()?;
+    let audit = config
+        .audit
+        .as_ref()
+        .map(|a| audit(config, a, redaction.as_ref().map(Redaction::redactor)))
+        .transpose()?
+        .map(Arc::new);
+    let sections: [Vec<HookRegistration>; 11] = [
+        one(Some(Metrics::new())),
+        shared_one(&authorize),
+        one(p.approval.as_ref().map(|a| approval(a, shared))),
+        rate_limits(p, shared)?,
+        concurrency(p, shared)?,
+        one(redaction),
+        one(p.cache.as_ref().map(|c| cache(c, shared))),
+        one(p.timeouts.as_ref().map(timeouts)),
+        one(p.retry.as_ref().map(retry).transpose()?),
+        one(p.output_limit.as_ref().map(output_limit)),
+        shared_one(&audit),
+    ];
+    let builder = builder.hooks(sections.into_iter().flatten());
+    Ok((builder, Installed { authorize, audit }))
+}
 
-    let authorize = p.authorization.as_ref().map(|a| {
-        let effect = |e: EffectName| match e {
-            EffectName::Allow => Effect::Allow,
-            EffectName::Deny => Effect::Deny,
-        };
-        let mut rules = Rules::new(effect(a.default));
-        for entry in &a.rules {
+/// The registration of `hook`, if there is one.
+fn one<H: Hook>(hook: Option<H>) -> Vec<HookRegistration> {
+    hook.into_iter().map(HookRegistration::new).collect()
+}
+
+/// The registration of a hook the gateway keeps a handle on, if there is one.
+fn shared_one<H: Hook>(hook: &Option<Arc<H>>) -> Vec<HookRegistration> {
+    hook.iter()
+        .map(|hook| HookRegistration::shared(hook.clone()))
+        .collect()
+}
+
+/// `hook` for every tool, or once shared by the listed tools (so that they share its
+/// budgets).
+fn for_tools(hook: Arc<dyn Hook>, tools: &[String]) -> Vec<HookRegistration> {
+    if tools.is_empty() {
+        return vec![HookRegistration::shared(hook)];
+    }
+    tools
+        .iter()
+        .map(|tool| HookRegistration::shared(hook.clone()).for_tool(tool.clone()))
+        .collect()
+}
+
+fn authorization(a: &AuthorizationPolicy) -> Authorize {
+    let rules = a
+        .rules
+        .iter()
+        .fold(Rules::new(a.default.into()), |rules, entry| {
             let mut rule = match entry.effect {
                 EffectName::Allow => Rule::allow(),
                 EffectName::Deny => Rule::deny(),
             };
-            for u in &entry.users {
-                rule = rule.user(u.clone());
-            }
-            for r in &entry.roles {
-                rule = rule.role(r.clone());
-            }
-            for t in &entry.tools {
-                rule = rule.tool(t.clone());
-            }
-            for t in &entry.tags {
-                rule = rule.tag(t.clone());
-            }
-            rules = rules.rule(rule);
-        }
-        Arc::new(Authorize::new(rules))
-    });
-    if let Some(authorize) = &authorize {
-        builder.shared_hook(authorize.clone(), Default::default(), None);
-    }
+            rule = entry.users.iter().fold(rule, |r, u| r.user(u.clone()));
+            rule = entry
+                .roles
+                .iter()
+                .fold(rule, |r, role| r.role(role.clone()));
+            rule = entry.tools.iter().fold(rule, |r, t| r.tool(t.clone()));
+            rule = entry.tags.iter().fold(rule, |r, t| r.tag(t.clone()));
+            rules.rule(rule)
+        });
+    Authorize::new(rules)
+}
 
-    if let Some(a) = &p.approval {
-        let mut consent = Consent::builder()
-            .destructive_tools(a.destructive_tools)
-            .store(shared.approvals.clone());
-        for t in &a.tools {
-            consent = consent.tool(t.clone());
-        }
-        for t in &a.tags {
-            consent = consent.tag(t.clone());
-        }
-        builder.hook(consent.build());
-    }
+fn approval(a: &ApprovalPolicy, shared: &SharedState) -> Consent {
+    let consent = Consent::builder()
+        .destructive_tools(a.destructive_tools)
+        .store(shared.approvals.clone());
+    let consent = a.tools.iter().fold(consent, |c, t| c.tool(t.clone()));
+    a.tags.iter().fold(consent, |c, t| c.tag(t.clone())).build()
+}
 
+fn rate_limits(p: &Policies, shared: &SharedState) -> Result<Vec<HookRegistration>, ConfigError> {
+    let mut hooks = Vec::new();
     for (i, r) in p.rate_limits.iter().enumerate() {
         let rate = r.rate.to_rate(r.burst).map_err(|e| {
             ConfigError::invalid(format!("policies.rate_limits[{i}].rate"), e.to_string())
         })?;
         let quota = Quota::builder(rate)
             .name(r.name.clone())
-            .partition(partition(r.partition))
+            .partition(r.partition.into())
             .backend(shared.backends.quota(r.on_backend_error, rate))
-            .on_backend_error(on_backend_error(r.on_backend_error))
+            .on_backend_error(r.on_backend_error.into())
             .build();
-        add_for(builder, Arc::new(quota), &r.tools);
+        hooks.extend(for_tools(Arc::new(quota), &r.tools));
     }
+    Ok(hooks)
+}
 
+fn concurrency(p: &Policies, shared: &SharedState) -> Result<Vec<HookRegistration>, ConfigError> {
+    let mut hooks = Vec::new();
     for (i, c) in p.concurrency.iter().enumerate() {
         let cap = Concurrency::builder(c.limit)
             .map_err(|e| {
                 ConfigError::invalid(format!("policies.concurrency[{i}].limit"), e.to_string())
             })?
             .name(c.name.clone())
-            .partition(partition(c.partition))
+            .partition(c.partition.into())
             .wait(c.wait.unwrap_or_default())
             .backend(shared.backends.concurrency(c.on_backend_error, c.limit))
-            .on_backend_error(on_backend_error(c.on_backend_error))
+            .on_backend_error(c.on_backend_error.into())
             .build();
-        add_for(builder, Arc::new(cap), &c.tools);
+        hooks.extend(for_tools(Arc::new(cap), &c.tools));
     }
+    Ok(hooks)
+}
 
-    let mut redactor = None;
-    if let Some(r) = &p.redaction {
-        let hook = redaction(r)?;
-        redactor = Some(hook.redactor().clone());
-        builder.hook(hook);
+fn cache(c: &CachePolicy, shared: &SharedState) -> ResultCache {
+    let cache = ResultCache::builder()
+        .shared_backend(shared.backends.cache())
+        .ttl(c.ttl.unwrap_or(Duration::from_secs(60)));
+    let cache = c
+        .tools
+        .iter()
+        .fold(cache, |b, (tool, ttl)| b.tool_ttl(tool.clone(), *ttl));
+    let cache = c
+        .exclude
+        .iter()
+        .fold(cache, |b, tool| b.exclude(tool.clone()));
+    c.public
+        .iter()
+        .fold(cache, |b, tool| b.public(tool.clone()))
+        .build()
+}
+
+fn timeouts(t: &TimeoutPolicy) -> Timeout {
+    let scope = if t.per_attempt {
+        TimeoutScope::Attempt
+    } else {
+        TimeoutScope::Call
+    };
+    let timeout = match (t.default, scope) {
+        (Some(limit), TimeoutScope::Call) => Timeout::per_call(limit),
+        (Some(limit), TimeoutScope::Attempt) => Timeout::per_attempt(limit),
+        (None, scope) => Timeout::only_listed(scope),
+    };
+    t.tools
+        .iter()
+        .fold(timeout, |b, (tool, limit)| b.tool(tool.clone(), *limit))
+}
+
+fn retry(r: &RetryPolicy) -> Result<Retry, ConfigError> {
+    let mut retry = Retry::builder();
+    if let Some(n) = r.max_attempts {
+        retry = retry.max_attempts(n);
     }
-
-    if let Some(c) = &p.cache {
-        let mut cache = ResultCache::builder()
-            .shared_backend(shared.backends.cache())
-            .ttl(c.ttl.unwrap_or(Duration::from_secs(60)));
-        for (tool, ttl) in &c.tools {
-            cache = cache.tool_ttl(tool.clone(), *ttl);
-        }
-        for tool in &c.exclude {
-            cache = cache.exclude(tool.clone());
-        }
-        for tool in &c.public {
-            cache = cache.public(tool.clone());
-        }
-        builder.hook(cache.build());
+    if let Some(d) = r.base_delay {
+        retry = retry.base_delay(d);
     }
-
-    if let Some(t) = &p.timeouts {
-        let scope = if t.per_attempt {
-            TimeoutScope::Attempt
-        } else {
-            TimeoutScope::Call
-        };
-        let mut timeout = match (t.default, scope) {
-            (Some(limit), TimeoutScope::Call) => Timeout::per_call(limit),
-            (Some(limit), TimeoutScope::Attempt) => Timeout::per_attempt(limit),
-            (None, scope) => Timeout::only_listed(scope),
-        };
-        for (tool, limit) in &t.tools {
-            timeout = timeout.tool(tool.clone(), *limit);
-        }
-        builder.hook(timeout);
+    if let Some(d) = r.max_delay {
+        retry = retry.max_delay(d);
     }
+    let retry = r
+        .idempotent_tools
+        .iter()
+        .fold(retry, |b, tool| b.idempotent_tool(tool.clone()));
+    retry
+        .build()
+        .map_err(|e| ConfigError::invalid("policies.retry", e.to_string()))
+}
 
-    if let Some(r) = &p.retry {
-        let mut retry = Retry::builder();
-        if let Some(n) = r.max_attempts {
-            retry = retry.max_attempts(n);
-        }
-        if let Some(d) = r.base_delay {
-            retry = retry.base_delay(d);
-        }
-        if let Some(d) = r.max_delay {
-            retry = retry.max_delay(d);
-        }
-        for tool in &r.idempotent_tools {
-            retry = retry.idempotent_tool(tool.clone());
-        }
-        builder.hook(
-            retry
-                .build()
-                .map_err(|e| ConfigError::invalid("policies.retry", e.to_string()))?,
-        );
-    }
+fn output_limit(o: &OutputLimitPolicy) -> OutputLimit {
+    let limit = OutputLimit::builder()
+        .max_bytes(o.max_bytes.0)
+        .on_overflow(o.on_overflow.into());
+    o.tools
+        .iter()
+        .fold(limit, |b, (tool, size)| {
+            b.tool_max_bytes(tool.clone(), size.0)
+        })
+        .build()
+}
 
-    if let Some(o) = &p.output_limit {
-        let mut limit =
-            OutputLimit::builder()
-                .max_bytes(o.max_bytes.0)
-                .on_overflow(match o.on_overflow {
-                    OverflowName::Truncate => Overflow::Truncate,
-                    OverflowName::Fail => Overflow::Fail,
-                });
-        for (tool, size) in &o.tools {
-            limit = limit.tool_max_bytes(tool.clone(), size.0);
-        }
-        builder.hook(limit.build());
-    }
-
-    let mut audit = None;
-    if let Some(audit_config) = &config.audit {
-        let (sink, include_values, stage_timings) = match audit_config {
-            AuditConfig::Log {
-                include_values,
-                stage_timings,
-                ..
-            } => (None, include_values, stage_timings),
-            AuditConfig::File {
-                path,
-                include_values,
-                flush_every,
-                stage_timings,
-                ..
-            } => {
-                let every = flush_every.unwrap_or(Duration::from_secs(1));
-                let sink = if every.is_zero() {
-                    JsonLinesSink::open(&path.0)
-                } else {
-                    JsonLinesSink::open_buffered(&path.0, every)
-                }
-                .map_err(|e| GatewayError::Io(format!("audit.path: {e}")))?;
-                (Some(sink), include_values, stage_timings)
+fn audit(
+    config: &Config,
+    audit_config: &AuditConfig,
+    redactor: Option<&Redactor>,
+) -> Result<Audit, GatewayError> {
+    let (sink, include_values, stage_timings) = match audit_config {
+        AuditConfig::Log {
+            include_values,
+            stage_timings,
+            ..
+        } => (None, include_values, stage_timings),
+        AuditConfig::File {
+            path,
+            include_values,
+            flush_every,
+            stage_timings,
+            ..
+        } => {
+            let every = flush_every.unwrap_or(Duration::from_secs(1));
+            let sink = if every.is_zero() {
+                JsonLinesSink::open(&path.0)
+            } else {
+                JsonLinesSink::open_buffered(&path.0, every)
             }
-        };
-        let mut hook = Audit::builder()
-            .include_values(*include_values)
-            .stage_timings(*stage_timings)
-            .scrub(crate::secrets::scrubber(config))
-            .hash_key(match audit_config.hash_key() {
-                Some(key) => key.0.as_bytes(),
-                None => crate::secrets::process_audit_key().as_slice(),
-            });
-        if let Some(redactor) = &redactor {
-            hook = hook.redact_with(redactor);
+            .map_err(|e| GatewayError::Io(format!("audit.path: {e}")))?;
+            (Some(sink), include_values, stage_timings)
         }
-        if let Some(sink) = sink {
-            hook = hook.sink(sink);
-        }
-        let hook = hook.build();
-        let hook = Arc::new(hook);
-        builder.shared_hook(hook.clone(), Default::default(), None);
-        audit = Some(hook);
+    };
+    let mut hook = Audit::builder()
+        .include_values(*include_values)
+        .stage_timings(*stage_timings)
+        .scrub(crate::secrets::scrubber(config))
+        .hash_key(match audit_config.hash_key() {
+            Some(key) => key.0.as_bytes(),
+            None => crate::secrets::process_audit_key().as_slice(),
+        });
+    if let Some(redactor) = redactor {
+        hook = hook.redact_with(redactor);
     }
-    Ok(Installed { authorize, audit })
+    if let Some(sink) = sink {
+        hook = hook.sink(sink);
+    }
+    Ok(hook.build())
 }
 
 fn redaction(r: &crate::config::RedactionPolicy) -> Result<Redaction, ConfigError> {

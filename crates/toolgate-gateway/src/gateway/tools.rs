@@ -4,7 +4,8 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use toolgate_core::{ErasedTool, PipelineBuilder};
+use toolgate_core::registry::ToolRegistry;
+use toolgate_core::tool::ErasedTool;
 use toolgate_mcp::{Upstream, UpstreamConfig};
 
 use super::GatewayError;
@@ -13,11 +14,12 @@ use crate::config::{Config, ConfigError, UpstreamEntry};
 use crate::labels::Labelled;
 use crate::pins::{HeldBack, PinFile, Verdict};
 
-/// Registers the built-in and upstream tools; returns the upstreams (to keep them
-/// connected) and every tool's name.
+/// Registers the built-in and upstream tools in `registry` (where a name taken twice is
+/// refused at once, against the configuration field that brought it); returns the
+/// upstreams (to keep them connected) and every tool's name.
 pub(super) async fn register_tools(
     config: &Config,
-    builder: &mut PipelineBuilder,
+    registry: &mut ToolRegistry,
 ) -> Result<(Vec<Upstream>, BTreeSet<String>), GatewayError> {
     let mut names = BTreeSet::new();
     let mut seen = BTreeSet::new();
@@ -31,7 +33,7 @@ pub(super) async fn register_tools(
         }
         names.insert(add_tool(
             config,
-            builder,
+            registry,
             builtin::tool(*which),
             &format!("tools.builtin[{i}]"),
         )?);
@@ -65,7 +67,12 @@ pub(super) async fn register_tools(
                 }
                 None => tool,
             };
-            names.insert(add_tool(config, builder, tool, &format!("upstreams[{i}]"))?);
+            names.insert(add_tool(
+                config,
+                registry,
+                tool,
+                &format!("upstreams[{i}]"),
+            )?);
         }
         upstreams.push(upstream);
     }
@@ -77,7 +84,7 @@ pub(super) async fn register_tools(
 
 fn add_tool(
     config: &Config,
-    builder: &mut PipelineBuilder,
+    registry: &mut ToolRegistry,
     tool: Arc<dyn ErasedTool>,
     field: &str,
 ) -> Result<String, GatewayError> {
@@ -86,7 +93,7 @@ fn add_tool(
         Some(labels) => Arc::new(Labelled::new(tool, labels)) as Arc<dyn ErasedTool>,
         None => tool,
     };
-    builder.erased_tool(tool).map_err(|e| {
+    registry.register_erased(tool).map_err(|e| {
         GatewayError::Config(ConfigError::invalid(
             field,
             format!("{e}: give the upstream a `prefix` so its tools get distinct names"),

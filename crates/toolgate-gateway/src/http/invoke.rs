@@ -11,7 +11,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 use toolgate_agent::ToolResult;
 use toolgate_agent::format::{anthropic, gemini, mcp, openai};
-use toolgate_core::{InvokeOptions, RequestId, ToolError};
+use toolgate_core::context::RequestId;
+use toolgate_core::{InvokeOptions, ToolError};
 
 use super::body::json_body;
 use super::{ApiError, AppState, Caller, request_timeout};

@@ -13,7 +13,8 @@ use axum::http::{HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_agent::{ResumeError, ResumeOptions};
-use toolgate_core::{ResumeDecision, SuspendedInvocation, ToolError};
+use toolgate_core::ToolError;
+use toolgate_core::suspension::{ResumeDecision, SuspendedInvocation};
 
 use super::body::json_body;
 use super::{ApiError, AppState, Caller, request_timeout};

@@ -29,9 +29,10 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let records = MemorySink::new();
-//! let mut builder = Pipeline::builder();
-//! builder.tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))?;
-//! let pipeline = builder.hook(Audit::builder().sink(records.clone()).build()).build()?;
+//! let pipeline = Pipeline::builder()
+//!     .tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))
+//!     .hook(Audit::builder().sink(records.clone()).build())
+//!     .build()?;
 //!
 //! pipeline.invoke("ping", json!(null), InvokeOptions::new().user(User::new("ann"))).await?;
 //! let record = &records.records()[0];

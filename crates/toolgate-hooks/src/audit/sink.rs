@@ -78,9 +78,10 @@ pub enum AuditError {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let shipper = Shipper::default();
-/// let mut builder = Pipeline::builder();
-/// builder.tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))?;
-/// let pipeline = builder.hook(Audit::builder().sink(shipper.clone()).build()).build()?;
+/// let pipeline = Pipeline::builder()
+///     .tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))
+///     .hook(Audit::builder().sink(shipper.clone()).build())
+///     .build()?;
 ///
 /// pipeline.invoke("ping", json!(null), InvokeOptions::new().user(User::new("ann"))).await?;
 /// let lines = shipper.0.lock().await;

@@ -2,7 +2,8 @@
 
 use std::sync::Arc;
 
-use toolgate_core::{Hook, HookResult, ToolDefinition, ToolInvokeContext, User, hook};
+use toolgate_core::tool::ToolDefinition;
+use toolgate_core::{Hook, HookResult, ToolInvokeContext, User, hook};
 
 /// What an [`Authorizer`] decides.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -74,9 +75,10 @@ where
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let auth = Authorize::new(Rules::new(Effect::Deny).rule(Rule::allow().role("staff")));
-/// let mut builder = Pipeline::builder();
-/// builder.tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))?;
-/// let pipeline = builder.hook(auth.clone()).build()?;
+/// let pipeline = Pipeline::builder()
+///     .tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))
+///     .hook(auth.clone())
+///     .build()?;
 ///
 /// let guest = User::new("guest");
 /// assert!(auth.visible_tools(&guest, pipeline.definitions()).is_empty());

@@ -1,6 +1,7 @@
 //! [`Rules`]: allow and deny rules over user id, roles, tool name and tags.
 
-use toolgate_core::{ToolDefinition, User};
+use toolgate_core::User;
+use toolgate_core::tool::ToolDefinition;
 
 use super::{AuthorizeError, Authorizer, Verdict};
 
@@ -109,7 +110,8 @@ impl Rule {
 /// allow lets through, else the default applies (deny unless set otherwise).
 ///
 /// ```
-/// use toolgate_core::{ToolAnnotations, ToolDefinition, ToolSource, User};
+/// use toolgate_core::User;
+/// use toolgate_core::tool::{ToolAnnotations, ToolDefinition, ToolSource};
 /// use toolgate_hooks::authorize::{Effect, Rule, Rules};
 ///
 /// let rules = Rules::new(Effect::Deny)

@@ -42,7 +42,8 @@ pub enum CacheError {
 /// use std::time::{Duration, Instant};
 ///
 /// use serde_json::{json, Value};
-/// use toolgate_core::{tool_fn, InvokeOptions, Pipeline, ToolAnnotations, ToolError, User};
+/// use toolgate_core::{tool_fn, InvokeOptions, Pipeline, ToolError, User};
+/// use toolgate_core::tool::ToolAnnotations;
 /// use toolgate_hooks::async_trait;
 /// use toolgate_hooks::cache::{CacheBackend, CacheError, CacheKey, ResultCache};
 ///
@@ -78,13 +79,14 @@ pub enum CacheError {
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let table = Arc::new(Table::default());
-/// let mut builder = Pipeline::builder();
-/// builder.tool(
-///     tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") })
-///         .annotations(ToolAnnotations::READ_ONLY),
-/// )?;
 /// let cache = ResultCache::builder().shared_backend(table.clone()).build();
-/// let pipeline = builder.hook(cache).build()?;
+/// let pipeline = Pipeline::builder()
+///     .tool(
+///         tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") })
+///             .annotations(ToolAnnotations::READ_ONLY),
+///     )
+///     .hook(cache)
+///     .build()?;
 ///
 /// pipeline.invoke("ping", json!(null), InvokeOptions::new().user(User::new("ann"))).await?;
 /// assert_eq!(table.0.lock().unwrap().len(), 1, "the result is stored in the table");

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use toolgate_core::{
-    Hook, HookFuture, HookResult, ToolDefinition, ToolInvokeContext, TypeMapKey, hook,
-};
+use toolgate_core::external::TypeMapKey;
+use toolgate_core::hook::HookFuture;
+use toolgate_core::tool::ToolDefinition;
+use toolgate_core::{Hook, HookResult, ToolInvokeContext, hook};
 
 use super::flight::{InFlight, Leader, Role, follow};
 use super::{CacheBackend, CacheKey, KeyScope, MokaCache, ScopeBy, cache_key};

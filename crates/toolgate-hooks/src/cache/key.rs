@@ -3,7 +3,8 @@
 use std::fmt;
 
 use serde_json::Value;
-use toolgate_core::{ToolDefinition, User};
+use toolgate_core::User;
+use toolgate_core::tool::ToolDefinition;
 
 use crate::fingerprint::{canonical_json, sha256_hex};
 
@@ -71,7 +72,8 @@ impl fmt::Debug for CacheKey {
 ///
 /// ```
 /// use serde_json::json;
-/// use toolgate_core::{ToolDefinition, User};
+/// use toolgate_core::User;
+/// use toolgate_core::tool::ToolDefinition;
 /// use toolgate_hooks::cache::{cache_key, KeyScope};
 ///
 /// let tool: ToolDefinition = serde_json::from_value(json!({

@@ -35,7 +35,8 @@
 //! use schemars::JsonSchema;
 //! use serde::Deserialize;
 //! use serde_json::json;
-//! use toolgate_core::{tool_fn, InvokeOptions, Pipeline, ToolAnnotations, ToolError, User};
+//! use toolgate_core::{tool_fn, InvokeOptions, Pipeline, ToolError, User};
+//! use toolgate_core::tool::ToolAnnotations;
 //! use toolgate_hooks::cache::ResultCache;
 //!
 //! #[derive(Deserialize, Validate, JsonSchema)]
@@ -48,15 +49,16 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let runs = Arc::new(AtomicU32::new(0));
 //! let counter = Arc::clone(&runs);
-//! let mut builder = Pipeline::builder();
-//! builder.tool(
-//!     tool_fn("square", "Squares a number.", move |s: Square| {
-//!         counter.fetch_add(1, Ordering::SeqCst);
-//!         async move { Ok::<_, ToolError>(s.n * s.n) }
-//!     })
-//!     .annotations(ToolAnnotations::READ_ONLY),
-//! )?;
-//! let pipeline = builder.hook(ResultCache::builder().ttl(Duration::from_secs(60)).build()).build()?;
+//! let pipeline = Pipeline::builder()
+//!     .tool(
+//!         tool_fn("square", "Squares a number.", move |s: Square| {
+//!             counter.fetch_add(1, Ordering::SeqCst);
+//!             async move { Ok::<_, ToolError>(s.n * s.n) }
+//!         })
+//!         .annotations(ToolAnnotations::READ_ONLY),
+//!     )
+//!     .hook(ResultCache::builder().ttl(Duration::from_secs(60)).build())
+//!     .build()?;
 //!
 //! let alice = || InvokeOptions::new().user(User::new("alice"));
 //! assert_eq!(pipeline.invoke("square", json!({"n": 7}), alice()).await?, json!(49));

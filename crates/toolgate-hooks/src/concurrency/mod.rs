@@ -14,12 +14,13 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut builder = Pipeline::builder();
-//! builder.tool(tool_fn("slow", "Takes a while.", |_: ()| async {
-//!     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-//!     Ok::<_, ToolError>("done")
-//! }))?;
-//! let pipeline = builder.hook(Concurrency::builder(1)?.build()).build()?;
+//! let pipeline = Pipeline::builder()
+//!     .tool(tool_fn("slow", "Takes a while.", |_: ()| async {
+//!         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+//!         Ok::<_, ToolError>("done")
+//!     }))
+//!     .hook(Concurrency::builder(1)?.build())
+//!     .build()?;
 //!
 //! let (a, b) = tokio::join!(
 //!     pipeline.invoke("slow", json!(null), InvokeOptions::new()),

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use toolgate_core::{InvokeOptions, Pipeline, ResumeDecision, SuspendedInvocation, ToolError};
+use toolgate_core::suspension::{ResumeDecision, SuspendedInvocation};
+use toolgate_core::{InvokeOptions, Pipeline, ToolError};
 
 use super::{ApprovalStore, ApprovalStoreError, Grant};
 

@@ -4,9 +4,9 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde_json::json;
-use toolgate_core::{
-    Control, Hook, HookResult, SuspendRequest, ToolDefinition, ToolError, ToolInvokeContext, hook,
-};
+use toolgate_core::control::SuspendRequest;
+use toolgate_core::tool::ToolDefinition;
+use toolgate_core::{Control, Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
 use super::{ApprovalStore, Approvals, InMemoryApprovals};
 
@@ -30,7 +30,7 @@ use super::{ApprovalStore, Approvals, InMemoryApprovals};
 /// `consent_unavailable`, HTTP 503.
 ///
 /// The suspension's payload shows the approver `{"tool", "user"}`; the input to decide on
-/// is the suspension's own [`input`](toolgate_core::SuspendedInvocation::input), the
+/// is the suspension's own [`input`](toolgate_core::suspension::SuspendedInvocation::input), the
 /// validated and redacted one (the input at this stage has not been redacted yet, so it
 /// is not copied into the payload).
 ///

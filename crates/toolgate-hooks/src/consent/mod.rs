@@ -17,9 +17,10 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let consent = Consent::builder().tool("wipe").build();
 //! let approvals = consent.approvals();
-//! let mut builder = Pipeline::builder();
-//! builder.tool(tool_fn("wipe", "Wipes the disk.", |_: ()| async { Ok::<_, ToolError>("wiped") }))?;
-//! let pipeline = builder.hook(consent).build()?;
+//! let pipeline = Pipeline::builder()
+//!     .tool(tool_fn("wipe", "Wipes the disk.", |_: ()| async { Ok::<_, ToolError>("wiped") }))
+//!     .hook(consent)
+//!     .build()?;
 //!
 //! let ann = || InvokeOptions::new().user(User::new("ann"));
 //! let err = pipeline.invoke("wipe", json!(null), ann()).await.unwrap_err();

@@ -43,9 +43,10 @@ pub struct FlagError(pub String);
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let testers = BetaTesters(HashSet::from(["ann".to_owned()]));
 /// let flags = FeatureFlags::builder(testers).tool("search", "new-search").build();
-/// let mut builder = Pipeline::builder();
-/// builder.tool(tool_fn("search", "Searches.", |_: ()| async { Ok::<_, ToolError>("found") }))?;
-/// let pipeline = builder.hook(flags).build()?;
+/// let pipeline = Pipeline::builder()
+///     .tool(tool_fn("search", "Searches.", |_: ()| async { Ok::<_, ToolError>("found") }))
+///     .hook(flags)
+///     .build()?;
 ///
 /// let as_user = |id: &str| InvokeOptions::new().user(User::new(id));
 /// assert_eq!(pipeline.invoke("search", json!(null), as_user("ann")).await?, json!("found"));

@@ -2,7 +2,9 @@
 
 use std::sync::Arc;
 
-use toolgate_core::{Hook, HookFuture, ToolDefinition, ToolError, ToolInvokeContext, hook};
+use toolgate_core::hook::HookFuture;
+use toolgate_core::tool::ToolDefinition;
+use toolgate_core::{Hook, ToolError, ToolInvokeContext, hook};
 
 use super::FlagProvider;
 use crate::quota::OnBackendError;

@@ -14,9 +14,10 @@
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let flags = InMemoryFlags::new();
-//! let mut builder = Pipeline::builder();
-//! builder.tool(tool_fn("search", "Searches.", |_: ()| async { Ok::<_, ToolError>("results") }))?;
-//! let pipeline = builder.hook(FeatureFlags::builder(flags.clone()).build()).build()?;
+//! let pipeline = Pipeline::builder()
+//!     .tool(tool_fn("search", "Searches.", |_: ()| async { Ok::<_, ToolError>("results") }))
+//!     .hook(FeatureFlags::builder(flags.clone()).build())
+//!     .build()?;
 //!
 //! assert!(pipeline.invoke("search", json!(null), InvokeOptions::new()).await.is_ok());
 //! flags.set("tool.search", false);

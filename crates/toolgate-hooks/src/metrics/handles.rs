@@ -20,7 +20,8 @@ use std::time::Duration;
 use super::PerRecorder;
 
 use ::metrics::{Counter, Histogram, Label, SharedString, counter, histogram};
-use toolgate_core::{HookTiming, Stage};
+use toolgate_core::Stage;
+use toolgate_core::context::HookTiming;
 
 /// The names of the hook's metrics.
 #[derive(Clone, Debug)]

@@ -22,8 +22,9 @@
 //! use toolgate_core::Pipeline;
 //! use toolgate_hooks::metrics::Metrics;
 //!
-//! let mut builder = Pipeline::builder();
-//! builder.record_hook_timings(true).hook(Metrics::builder().prefix("agent_tools").build());
+//! let builder = Pipeline::builder()
+//!     .record_hook_timings(true)
+//!     .hook(Metrics::builder().prefix("agent_tools").build());
 //! ```
 
 mod handles;

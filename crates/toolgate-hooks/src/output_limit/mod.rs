@@ -17,9 +17,10 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut builder = Pipeline::builder();
-//! builder.tool(tool_fn("dump", "Returns a lot.", |_: ()| async { Ok::<_, ToolError>("é".repeat(100)) }))?;
-//! let pipeline = builder.hook(OutputLimit::builder().max_bytes(64).build()).build()?;
+//! let pipeline = Pipeline::builder()
+//!     .tool(tool_fn("dump", "Returns a lot.", |_: ()| async { Ok::<_, ToolError>("é".repeat(100)) }))
+//!     .hook(OutputLimit::builder().max_bytes(64).build())
+//!     .build()?;
 //!
 //! let out = pipeline.invoke("dump", json!(null), InvokeOptions::new()).await?;
 //! let text = out.as_str().unwrap();

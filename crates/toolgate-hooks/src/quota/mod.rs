@@ -15,9 +15,10 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut builder = Pipeline::builder();
-//! builder.tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))?;
-//! let pipeline = builder.hook(Quota::builder(Rate::per_minute(2)?).build()).build()?;
+//! let pipeline = Pipeline::builder()
+//!     .tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))
+//!     .hook(Quota::builder(Rate::per_minute(2)?).build())
+//!     .build()?;
 //!
 //! let alice = || InvokeOptions::new().user(User::new("alice"));
 //! pipeline.invoke("ping", json!(null), alice()).await?;

@@ -3,7 +3,8 @@
 use std::collections::BTreeMap;
 
 use serde_json::{Map, Value};
-use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, TypeMapKey, hook};
+use toolgate_core::external::TypeMapKey;
+use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
 use super::redactor::{Blocked, Findings, Redactor, parse_path};
 use super::{Detector, RedactionMode};

@@ -42,11 +42,12 @@
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut builder = Pipeline::builder();
-//! builder.tool(tool_fn("search", "Searches by tag.", |s: Search| async move {
-//!     Ok::<_, ToolError>(format!("{} x {}", s.tags.join(","), s.limit))
-//! }))?;
-//! let pipeline = builder.hook(ArgumentRepair::new()).build()?;
+//! let pipeline = Pipeline::builder()
+//!     .tool(tool_fn("search", "Searches by tag.", |s: Search| async move {
+//!         Ok::<_, ToolError>(format!("{} x {}", s.tags.join(","), s.limit))
+//!     }))
+//!     .hook(ArgumentRepair::new())
+//!     .build()?;
 //!
 //! let out = pipeline
 //!     .invoke("search", json!({ "tags": "rust", "limit": "10" }), InvokeOptions::new())

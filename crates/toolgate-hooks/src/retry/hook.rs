@@ -4,9 +4,8 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use toolgate_core::{
-    Control, Hook, HookResult, Next, ToolDefinition, ToolError, ToolInvokeContext, hook,
-};
+use toolgate_core::tool::ToolDefinition;
+use toolgate_core::{Control, Hook, HookResult, Next, ToolError, ToolInvokeContext, hook};
 
 use super::RetryBudget;
 
@@ -50,7 +49,7 @@ pub enum RetryConfigError {
 /// * the error is retryable ([`ToolError::is_retryable`]: a transient tool failure, a
 ///   retry-after, a per-attempt timeout);
 /// * the tool is idempotent by its owner's word: annotated `idempotent` or `read_only` by a
-///   trusted source ([`ToolSource::is_trusted`](toolgate_core::ToolSource::is_trusted) —
+///   trusted source ([`ToolSource::is_trusted`](toolgate_core::tool::ToolSource::is_trusted) —
 ///   annotations reported by a remote MCP server do not count), or named with
 ///   [`idempotent_tool`](RetryBuilder::idempotent_tool);
 /// * attempts are left (`max_attempts` counts the first);

@@ -15,25 +15,27 @@
 //! use std::sync::Arc;
 //! use std::time::Duration;
 //! use serde_json::json;
-//! use toolgate_core::{tool_fn, InvokeOptions, Pipeline, ToolAnnotations, ToolError};
+//! use toolgate_core::{tool_fn, InvokeOptions, Pipeline, ToolError};
+//! use toolgate_core::tool::ToolAnnotations;
 //! use toolgate_hooks::retry::Retry;
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let calls = Arc::new(AtomicU32::new(0));
 //! let seen = Arc::clone(&calls);
-//! let mut builder = Pipeline::builder();
-//! builder.tool(
-//!     tool_fn("flaky", "Fails once, then works.", move |_: ()| {
-//!         let n = seen.fetch_add(1, Ordering::SeqCst);
-//!         async move {
-//!             if n == 0 { Err(ToolError::transient("upstream hiccup")) } else { Ok("ok") }
-//!         }
-//!     })
-//!     .annotations(ToolAnnotations::READ_ONLY),
-//! )?;
 //! let retry = Retry::builder().max_attempts(3).base_delay(Duration::from_millis(50)).build()?;
-//! let pipeline = builder.hook(retry).build()?;
+//! let pipeline = Pipeline::builder()
+//!     .tool(
+//!         tool_fn("flaky", "Fails once, then works.", move |_: ()| {
+//!             let n = seen.fetch_add(1, Ordering::SeqCst);
+//!             async move {
+//!                 if n == 0 { Err(ToolError::transient("upstream hiccup")) } else { Ok("ok") }
+//!             }
+//!         })
+//!         .annotations(ToolAnnotations::READ_ONLY),
+//!     )
+//!     .hook(retry)
+//!     .build()?;
 //!
 //! assert_eq!(pipeline.invoke("flaky", json!(null), InvokeOptions::new()).await?, json!("ok"));
 //! assert_eq!(calls.load(Ordering::SeqCst), 2);

@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use toolgate_core::{Hook, HookFuture, HookResult, ToolError, ToolInvokeContext, hook};
+use toolgate_core::hook::HookFuture;
+use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
 use super::SecretSource;
 use super::scrub::Scrubber;

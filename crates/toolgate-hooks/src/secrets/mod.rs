@@ -9,21 +9,21 @@
 //! secret that no source holds fails the call with code `missing_secret`.
 //!
 //! Secrets never enter the input, so they are never part of a cache key, an audit record
-//! or a log line. [`Secret`](toolgate_core::Secret) has no `Debug`, `Display` or
+//! or a log line. [`Secret`](toolgate_core::secret::Secret) has no `Debug`, `Display` or
 //! `Serialize`, so it cannot be printed or serialized by accident:
 //!
 //! ```compile_fail
-//! let key = toolgate_core::Secret::new("sk-live-123");
+//! let key = toolgate_core::secret::Secret::new("sk-live-123");
 //! println!("{key}");
 //! ```
 //!
 //! ```compile_fail
 //! fn serialize<T: serde::Serialize>(_: &T) {}
-//! serialize(&toolgate_core::Secret::new("sk-live-123"));
+//! serialize(&toolgate_core::secret::Secret::new("sk-live-123"));
 //! ```
 //!
 //! ```compile_fail
-//! let key = toolgate_core::Secret::new("sk-live-123");
+//! let key = toolgate_core::secret::Secret::new("sk-live-123");
 //! let _ = serde_json::to_string(&key);
 //! ```
 //!
@@ -36,7 +36,8 @@
 //! ```
 //! use futures::future::BoxFuture;
 //! use serde_json::json;
-//! use toolgate_core::{tool_fn_with_context, InvokeOptions, Pipeline, ToolError, ToolInvokeContext};
+//! use toolgate_core::{InvokeOptions, Pipeline, ToolError, ToolInvokeContext};
+//! use toolgate_core::tool::tool_fn_with_context;
 //! use toolgate_hooks::secrets::{InMemorySecrets, SecretInjection};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -49,9 +50,8 @@
 //! })
 //! .tag("secret:api-key");
 //!
-//! let mut builder = Pipeline::builder();
-//! builder.tool(leaky)?;
-//! let pipeline = builder
+//! let pipeline = Pipeline::builder()
+//!     .tool(leaky)
 //!     .hook(SecretInjection::builder().source(InMemorySecrets::new().with("api-key", "sk-live-123")).build())
 //!     .build()?;
 //! let out = pipeline.invoke("leaky", json!(null), InvokeOptions::new()).await?;

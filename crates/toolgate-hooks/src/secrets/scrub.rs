@@ -8,7 +8,8 @@ use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_S
 use serde_json::Value;
 
 use crate::json::unique_key;
-use toolgate_core::{Secret, SecretSlot, ToolError};
+use toolgate_core::ToolError;
+use toolgate_core::secret::{Secret, SecretSlot};
 
 /// What replaces a scrubbed secret.
 pub const SCRUBBED: &str = "[REDACTED:secret]";

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 
 use async_trait::async_trait;
-use toolgate_core::Secret;
+use toolgate_core::secret::Secret;
 
 /// A secret source failed (not "the secret is absent", which is `Ok(None)`).
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -40,7 +40,7 @@ pub enum SecretError {
 /// as well as the in-memory source here:
 ///
 /// ```
-/// use toolgate_core::Secret;
+/// use toolgate_core::secret::Secret;
 /// use toolgate_hooks::async_trait;
 /// use toolgate_hooks::secrets::{InMemorySecrets, SecretError, SecretSource};
 ///

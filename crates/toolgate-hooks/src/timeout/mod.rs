@@ -16,12 +16,11 @@
 //!
 //! # #[tokio::main(flavor = "current_thread", start_paused = true)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let mut builder = Pipeline::builder();
-//! builder.tool(tool_fn("slow", "Takes a minute.", |_: ()| async {
-//!     tokio::time::sleep(Duration::from_secs(60)).await;
-//!     Ok::<_, ToolError>("done")
-//! }))?;
-//! let pipeline = builder
+//! let pipeline = Pipeline::builder()
+//!     .tool(tool_fn("slow", "Takes a minute.", |_: ()| async {
+//!         tokio::time::sleep(Duration::from_secs(60)).await;
+//!         Ok::<_, ToolError>("done")
+//!     }))
 //!     .hook(Timeout::per_attempt(Duration::from_secs(5)).tool("slow", Duration::from_secs(2)))
 //!     .build()?;
 //!

@@ -1,8 +1,8 @@
 //! The [`Validation`] hook and its builder.
 
-use toolgate_core::{
-    Hook, HookResult, InputLimits, ToolError, ToolInvokeContext, ToolSource, hook,
-};
+use toolgate_core::pipeline::InputLimits;
+use toolgate_core::tool::ToolSource;
+use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
 use super::schema::{SchemaCache, into_result, violations_for};
 
@@ -139,7 +139,7 @@ impl Hook for Validation {
         if violations.is_empty() {
             return Ok(());
         }
-        let detail = toolgate_core::InputViolations(violations).to_string();
+        let detail = toolgate_core::error::InputViolations(violations).to_string();
         Err(ToolError::abort(
             format!("the tool returned output that does not fit its declared output schema ({detail}): the tool or an output hook is at fault, not the arguments"),
             "invalid_output",

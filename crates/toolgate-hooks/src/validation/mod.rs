@@ -2,7 +2,7 @@
 //!
 //! [`Validation`] is one hook on three stages:
 //!
-//! * `will_parse_input` — per-pipeline [`InputLimits`](toolgate_core::InputLimits) (size and
+//! * `will_parse_input` — per-pipeline [`InputLimits`](toolgate_core::pipeline::InputLimits) (size and
 //!   nesting depth) stricter than the pipeline's own, when configured;
 //! * `will_validate_input` — the input checked against the tool's JSON Schema with the
 //!   `jsonschema` crate, every failing field reported with its path
@@ -33,9 +33,8 @@
 //! let forecast = JsonTool::new("forecast", "Weather forecast.", schema, |input, _| {
 //!     Box::pin(async move { Ok::<_, ToolError>(json!({ "city": input["city"] })) })
 //! });
-//! let mut builder = Pipeline::builder();
-//! builder.erased_tool(std::sync::Arc::new(forecast))?;
-//! let pipeline = builder
+//! let pipeline = Pipeline::builder()
+//!     .tool(forecast)
 //!     .hook(Validation::builder().schema_check(SchemaCheck::All).build())
 //!     .build()?;
 //!

@@ -7,7 +7,8 @@ use jsonschema::Validator;
 use jsonschema::error::ValidationErrorKind;
 use jsonschema::paths::LocationSegment;
 use serde_json::Value;
-use toolgate_core::{InputViolation, InputViolations, ToolError};
+use toolgate_core::ToolError;
+use toolgate_core::error::{InputViolation, InputViolations};
 
 /// Compiled validators, keyed by tool name, tool version and which schema (input or
 /// output). A schema that does not compile is remembered as such, so a broken schema

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use serde_json::{Value, json};
-use toolgate_core::{ErasedTool, JsonTool, ToolAnnotations, ToolError};
+use toolgate_core::tool::{ErasedTool, ToolAnnotations};
+use toolgate_core::{JsonTool, ToolError};
 use toolgate_hooks::audit::{Audit, AuditRecord, MemorySink};
 
 /// A JSON-Schema tool that returns its input.

@@ -1,33 +1,30 @@
 use serde_json::json;
-use toolgate_core::{Pipeline, ToolAnnotations, ToolError, User, tool_fn};
+use toolgate_core::tool::ToolAnnotations;
+use toolgate_core::{Pipeline, ToolError, User, tool_fn};
 use toolgate_hooks::authorize::{Authorize, AuthorizeError, Effect, Rule, Rules, Verdict};
 
 use crate::support::{as_user, ok_tool, runs};
 
 fn tagged_pipeline(auth: Authorize) -> Pipeline {
-    let mut builder = Pipeline::builder();
-    builder
+    Pipeline::builder()
         .tool(
             tool_fn("fs.read", "Reads.", |_: ()| async {
                 Ok::<_, ToolError>("data")
             })
             .annotations(ToolAnnotations::READ_ONLY),
         )
-        .unwrap();
-    builder
         .tool(
             tool_fn("fs.delete", "Deletes.", |_: ()| async {
                 Ok::<_, ToolError>("gone")
             })
             .tag("destructive"),
         )
-        .unwrap();
-    builder
         .tool(tool_fn("admin.reset", "Resets.", |_: ()| async {
             Ok::<_, ToolError>("reset")
         }))
-        .unwrap();
-    builder.hook(auth).build().unwrap()
+        .hook(auth)
+        .build()
+        .unwrap()
 }
 
 fn staff(id: &str) -> User {
@@ -36,8 +33,7 @@ fn staff(id: &str) -> User {
 
 #[tokio::test]
 async fn default_deny_refuses_a_call_no_rule_allows_with_forbidden() {
-    let mut builder = Pipeline::builder();
-    let runs_ = ok_tool(&mut builder, "ping");
+    let (builder, runs_) = ok_tool(Pipeline::builder(), "ping");
     let pipeline = builder
         .hook(Authorize::new(Rules::new(Effect::Deny)))
         .build()
@@ -56,8 +52,7 @@ async fn default_deny_refuses_a_call_no_rule_allows_with_forbidden() {
 
 #[tokio::test]
 async fn default_allow_lets_through_what_no_rule_denies() {
-    let mut builder = Pipeline::builder();
-    ok_tool(&mut builder, "ping");
+    let (builder, _) = ok_tool(Pipeline::builder(), "ping");
     let pipeline = builder
         .hook(Authorize::new(Rules::new(Effect::Allow)))
         .build()
@@ -131,11 +126,10 @@ async fn rules_match_on_role_tool_prefix_and_tag() {
 #[tokio::test]
 async fn an_evaluator_error_denies_the_call() {
     let failing =
-        |_: &User, _: &toolgate_core::ToolDefinition| -> Result<Verdict, AuthorizeError> {
+        |_: &User, _: &toolgate_core::tool::ToolDefinition| -> Result<Verdict, AuthorizeError> {
             Err(AuthorizeError("policy store unreachable".into()))
         };
-    let mut builder = Pipeline::builder();
-    let runs_ = ok_tool(&mut builder, "ping");
+    let (builder, runs_) = ok_tool(Pipeline::builder(), "ping");
     let pipeline = builder.hook(Authorize::new(failing)).build().unwrap();
     let err = pipeline
         .invoke("ping", json!(null), as_user("ann"))
@@ -177,7 +171,7 @@ async fn listing_shows_only_the_tools_the_user_may_call() {
 #[tokio::test]
 async fn listing_hides_every_tool_when_the_evaluator_errors() {
     let auth = Authorize::new(
-        |_: &User, _: &toolgate_core::ToolDefinition| -> Result<Verdict, AuthorizeError> {
+        |_: &User, _: &toolgate_core::tool::ToolDefinition| -> Result<Verdict, AuthorizeError> {
             Err(AuthorizeError("boom".into()))
         },
     );
@@ -196,17 +190,18 @@ async fn an_approved_call_whose_caller_lost_access_while_it_waited_is_refused_an
 
     let revoked = Arc::new(AtomicBool::new(false));
     let gate = Arc::clone(&revoked);
-    let auth = Authorize::new(move |user: &User, _: &toolgate_core::ToolDefinition| {
-        Ok(if gate.load(Ordering::SeqCst) {
-            Verdict::deny(format!("user `{}` may not call this", user.id))
-        } else {
-            Verdict::Allow
-        })
-    });
+    let auth = Authorize::new(
+        move |user: &User, _: &toolgate_core::tool::ToolDefinition| {
+            Ok(if gate.load(Ordering::SeqCst) {
+                Verdict::deny(format!("user `{}` may not call this", user.id))
+            } else {
+                Verdict::Allow
+            })
+        },
+    );
     let consent = Consent::builder().tool("wipe").build();
     let approvals = consent.approvals();
-    let mut builder = Pipeline::builder();
-    let wiped = ok_tool(&mut builder, "wipe");
+    let (builder, wiped) = ok_tool(Pipeline::builder(), "wipe");
     let pipeline = builder.hook(auth).hook(consent).build().unwrap();
     let waiting = pipeline
         .invoke("wipe", json!(null), as_user("bob"))

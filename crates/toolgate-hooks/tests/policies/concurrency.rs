@@ -2,7 +2,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
-use toolgate_core::{InvokeOptions, Pipeline, ToolError, tool_fn};
+use toolgate_core::{InvokeOptions, Pipeline, PipelineBuilder, ToolError, tool_fn};
 use toolgate_hooks::concurrency::{
     Concurrency, ConcurrencyConfigError, InMemoryConcurrency, WhenFull,
 };
@@ -10,13 +10,11 @@ use toolgate_hooks::partition::Partition;
 
 use crate::support::as_user;
 
-fn sleeper(builder: &mut toolgate_core::PipelineBuilder, name: &str, ms: u64) {
-    builder
-        .tool(tool_fn(name, "Sleeps.", move |_: ()| async move {
-            tokio::time::sleep(Duration::from_millis(ms)).await;
-            Ok::<_, ToolError>("done")
-        }))
-        .unwrap();
+fn sleeper(builder: PipelineBuilder, name: &str, ms: u64) -> PipelineBuilder {
+    builder.tool(tool_fn(name, "Sleeps.", move |_: ()| async move {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        Ok::<_, ToolError>("done")
+    }))
 }
 
 fn capped(
@@ -26,25 +24,18 @@ fn capped(
     ) -> toolgate_hooks::concurrency::ConcurrencyBuilder,
 ) -> (Pipeline, InMemoryConcurrency) {
     let backend = InMemoryConcurrency::default();
-    let mut builder = Pipeline::builder();
-    sleeper(&mut builder, "slow", 100);
-    builder
+    let builder = sleeper(Pipeline::builder(), "slow", 100)
         .tool(tool_fn("boom", "Panics.", |_: ()| async {
             panic!("tool exploded");
             #[allow(unreachable_code)]
             Ok::<(), ToolError>(())
         }))
-        .unwrap();
-    builder
         .tool(tool_fn("fail", "Fails.", |_: ()| async {
             Err::<(), _>(ToolError::execution("no"))
         }))
-        .unwrap();
-    builder
         .tool(tool_fn("hang", "Never ends.", |_: ()| {
             std::future::pending::<Result<(), ToolError>>()
-        }))
-        .unwrap();
+        }));
     let hook = configure(
         Concurrency::builder(limit)
             .unwrap()

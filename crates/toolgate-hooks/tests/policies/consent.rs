@@ -1,5 +1,6 @@
 use serde_json::json;
-use toolgate_core::{Pipeline, Stage, ToolAnnotations, ToolError, tool_fn};
+use toolgate_core::tool::ToolAnnotations;
+use toolgate_core::{Pipeline, Stage, ToolError, tool_fn};
 use toolgate_hooks::Redaction;
 use toolgate_hooks::consent::{Approvals, Consent, Grant};
 use toolgate_hooks::partition::Partition;
@@ -22,9 +23,8 @@ fn pipeline_with(
     std::sync::Arc<std::sync::atomic::AtomicU32>,
 ) {
     let approvals = consent.approvals();
-    let mut builder = Pipeline::builder();
-    let runs_ = ok_tool(&mut builder, "wipe");
-    ok_tool(&mut builder, "read");
+    let (builder, runs_) = ok_tool(Pipeline::builder(), "wipe");
+    let (builder, _) = ok_tool(builder, "read");
     (builder.hook(consent).build().unwrap(), approvals, runs_)
 }
 
@@ -185,18 +185,15 @@ async fn tagged_and_destructive_tools_need_approval() {
         .tag("payments")
         .destructive_tools(true)
         .build();
-    let mut builder = Pipeline::builder();
-    builder
-        .tool(tool_fn("pay", "Pays.", |_: ()| async { Ok::<_, ToolError>("paid") }).tag("payments"))
-        .unwrap();
+    let builder = Pipeline::builder().tool(
+        tool_fn("pay", "Pays.", |_: ()| async { Ok::<_, ToolError>("paid") }).tag("payments"),
+    );
     let destructive = ToolAnnotations {
         destructive: true,
         ..ToolAnnotations::default()
     };
-    counting_tool(&mut builder, "drop_table", destructive, |_| {
-        Ok(json!("dropped"))
-    });
-    ok_tool(&mut builder, "read");
+    let (builder, _) = counting_tool(builder, "drop_table", destructive, |_| Ok(json!("dropped")));
+    let (builder, _) = ok_tool(builder, "read");
     let pipeline = builder.hook(consent).build().unwrap();
     assert_eq!(
         pipeline
@@ -259,8 +256,7 @@ async fn a_waiting_call_has_taken_its_quota_unit_and_takes_no_other_when_approve
     let consent = Consent::builder().tool("wipe").build();
     let approvals = consent.approvals();
     let quota = InMemoryQuota::default();
-    let mut builder = Pipeline::builder();
-    ok_tool(&mut builder, "wipe");
+    let (builder, _) = ok_tool(Pipeline::builder(), "wipe");
     let pipeline = builder
         .hook(consent)
         .hook(
@@ -290,9 +286,8 @@ async fn a_waiting_call_has_taken_its_quota_unit_and_takes_no_other_when_approve
 #[tokio::test]
 async fn over_five_an_hour_the_sixth_call_is_refused_whether_or_not_the_first_five_wait() {
     let consent = Consent::builder().tool("wipe").build();
-    let mut builder = Pipeline::builder();
-    let wiped = ok_tool(&mut builder, "wipe");
-    let read = ok_tool(&mut builder, "read");
+    let (builder, wiped) = ok_tool(Pipeline::builder(), "wipe");
+    let (builder, read) = ok_tool(builder, "read");
     let pipeline = builder
         .hook(consent)
         .hook(
@@ -331,15 +326,12 @@ struct Message {
 async fn a_waiting_call_keeps_its_validated_redacted_input_not_the_raw_one() {
     let consent = Consent::builder().tool("send").build();
     let approvals = consent.approvals();
-    let mut builder = Pipeline::builder();
-    builder
+    let pipeline = Pipeline::builder()
         .tool(tool_fn(
             "send",
             "Sends a message.",
             |m: Message| async move { Ok::<_, ToolError>(m.text) },
         ))
-        .unwrap();
-    let pipeline = builder
         .hook(consent)
         .hook(Redaction::builder().build())
         .build()

@@ -6,16 +6,13 @@ use toolgate_hooks::{OnBackendError, async_trait};
 use crate::support::{as_user, ok_tool, runs};
 
 fn pipeline(hook: FeatureFlags) -> Pipeline {
-    let mut builder = Pipeline::builder();
-    ok_tool(&mut builder, "search");
-    builder
-        .tool(
-            tool_fn("preview", "Beta.", |_: ()| async {
-                Ok::<_, ToolError>("beta")
-            })
-            .tag("beta"),
-        )
-        .unwrap();
+    let (builder, _) = ok_tool(Pipeline::builder(), "search");
+    let builder = builder.tool(
+        tool_fn("preview", "Beta.", |_: ()| async {
+            Ok::<_, ToolError>("beta")
+        })
+        .tag("beta"),
+    );
     builder.hook(hook).build().unwrap()
 }
 
@@ -113,8 +110,7 @@ impl FlagProvider for Down {
 
 #[tokio::test]
 async fn a_failing_provider_refuses_by_default_and_passes_when_fail_open() {
-    let mut builder = Pipeline::builder();
-    let runs_ = ok_tool(&mut builder, "search");
+    let (builder, runs_) = ok_tool(Pipeline::builder(), "search");
     let closed = builder
         .hook(FeatureFlags::builder(Down).build())
         .build()

@@ -11,9 +11,8 @@ use toolgate_hooks::retry::{Retry, RetryBudget};
 use crate::support::{IDEMPOTENT, as_user, counting_tool, ok_tool, runs};
 
 fn limited(rate: Rate, partition: Partition, backend: &InMemoryQuota) -> Pipeline {
-    let mut builder = Pipeline::builder();
-    ok_tool(&mut builder, "a");
-    ok_tool(&mut builder, "b");
+    let (builder, _) = ok_tool(Pipeline::builder(), "a");
+    let (builder, _) = ok_tool(builder, "b");
     builder
         .hook(
             Quota::builder(rate)
@@ -180,8 +179,7 @@ async fn each_partition_key_has_its_own_budget() {
 #[tokio::test(start_paused = true)]
 async fn one_invocation_takes_one_unit_however_many_attempts() {
     let backend = InMemoryQuota::default();
-    let mut builder = Pipeline::builder();
-    let runs_ = counting_tool(&mut builder, "flaky", IDEMPOTENT, |run| {
+    let (builder, runs_) = counting_tool(Pipeline::builder(), "flaky", IDEMPOTENT, |run| {
         if run < 2 {
             Err(ToolError::transient("hiccup"))
         } else {
@@ -232,24 +230,17 @@ async fn one_invocation_takes_one_unit_however_many_attempts() {
 async fn the_lease_is_held_during_the_call_and_back_after_success_error_and_drop() {
     let backend = InMemoryQuota::default();
     let seen = backend.clone();
-    let mut builder = Pipeline::builder();
-    builder
+    let pipeline = Pipeline::builder()
         .tool(tool_fn("peek", "Reports units in use.", move |_: ()| {
             let in_use = seen.in_use();
             async move { Ok::<_, ToolError>(in_use) }
         }))
-        .unwrap();
-    builder
         .tool(tool_fn("fail", "Fails.", |_: ()| async {
             Err::<(), _>(ToolError::execution("no"))
         }))
-        .unwrap();
-    builder
         .tool(tool_fn("hang", "Never ends.", |_: ()| {
             std::future::pending::<Result<(), ToolError>>()
         }))
-        .unwrap();
-    let pipeline = builder
         .hook(
             Quota::builder(Rate::per_second(1000).unwrap())
                 .backend(Arc::new(backend.clone()))
@@ -320,8 +311,7 @@ async fn a_flood_of_distinct_keys_stays_within_the_cap_and_idle_keys_are_swept()
 #[tokio::test(start_paused = true)]
 async fn a_full_backend_lets_calls_through_when_fail_open() {
     let backend = InMemoryQuota::builder().max_keys(1).build();
-    let mut builder = Pipeline::builder();
-    ok_tool(&mut builder, "a");
+    let (builder, _) = ok_tool(Pipeline::builder(), "a");
     let pipeline = builder
         .hook(
             Quota::builder(Rate::per_hour(1).unwrap())

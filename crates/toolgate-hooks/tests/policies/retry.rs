@@ -3,9 +3,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
+use toolgate_core::tool::{ToolAnnotations, ToolSource};
 use toolgate_core::{
-    Hook, HookResult, InvokeOptions, JsonTool, Pipeline, ToolAnnotations, ToolError,
-    ToolInvokeContext, ToolSource, hook, tool_fn,
+    Hook, HookResult, InvokeOptions, JsonTool, Pipeline, ToolError, ToolInvokeContext, hook,
+    tool_fn,
 };
 use toolgate_hooks::retry::{Retry, RetryBudget, RetryConfigError};
 
@@ -42,8 +43,7 @@ fn retry(max_attempts: u32) -> Retry {
 #[tokio::test(start_paused = true)]
 async fn transient_failures_of_an_idempotent_tool_are_retried_until_success() {
     let events = Events::default();
-    let mut builder = Pipeline::builder();
-    let runs_ = counting_tool(&mut builder, "flaky", IDEMPOTENT, |run| {
+    let (builder, runs_) = counting_tool(Pipeline::builder(), "flaky", IDEMPOTENT, |run| {
         if run < 2 {
             Err(ToolError::transient("hiccup"))
         } else {
@@ -65,10 +65,12 @@ async fn transient_failures_of_an_idempotent_tool_are_retried_until_success() {
 
 #[tokio::test(start_paused = true)]
 async fn a_non_idempotent_tool_with_transient_failures_runs_exactly_once() {
-    let mut builder = Pipeline::builder();
-    let runs_ = counting_tool(&mut builder, "charge", ToolAnnotations::default(), |_| {
-        Err(ToolError::transient("hiccup"))
-    });
+    let (builder, runs_) = counting_tool(
+        Pipeline::builder(),
+        "charge",
+        ToolAnnotations::default(),
+        |_| Err(ToolError::transient("hiccup")),
+    );
     let pipeline = builder.hook(retry(5)).build().unwrap();
     let err = pipeline
         .invoke("charge", json!(null), as_user("ann"))
@@ -90,11 +92,13 @@ async fn remote_annotations_do_not_count_but_the_owner_can_declare_a_tool_idempo
         tool.definition_mut().source = ToolSource::Mcp {
             server: "far".into(),
         };
-        Arc::new(tool)
+        tool
     };
-    let mut builder = Pipeline::builder();
-    builder.erased_tool(remote(Arc::clone(&attempts))).unwrap();
-    let pipeline = builder.hook(retry(3)).build().unwrap();
+    let pipeline = Pipeline::builder()
+        .tool(remote(Arc::clone(&attempts)))
+        .hook(retry(3))
+        .build()
+        .unwrap();
     assert!(
         pipeline
             .invoke("remote", json!({}), as_user("ann"))
@@ -108,8 +112,7 @@ async fn remote_annotations_do_not_count_but_the_owner_can_declare_a_tool_idempo
     );
 
     let attempts = Arc::new(AtomicU32::new(0));
-    let mut builder = Pipeline::builder();
-    builder.erased_tool(remote(Arc::clone(&attempts))).unwrap();
+    let builder = Pipeline::builder().tool(remote(Arc::clone(&attempts)));
     let owner_says = Retry::builder()
         .max_attempts(3)
         .budget(RetryBudget::unlimited())
@@ -128,8 +131,7 @@ async fn remote_annotations_do_not_count_but_the_owner_can_declare_a_tool_idempo
 
 #[tokio::test(start_paused = true)]
 async fn errors_that_are_not_retryable_are_not_retried() {
-    let mut builder = Pipeline::builder();
-    let runs_ = counting_tool(&mut builder, "bad", IDEMPOTENT, |_| {
+    let (builder, runs_) = counting_tool(Pipeline::builder(), "bad", IDEMPOTENT, |_| {
         Err(ToolError::execution("bad request"))
     });
     let pipeline = builder.hook(retry(5)).build().unwrap();
@@ -145,8 +147,7 @@ async fn errors_that_are_not_retryable_are_not_retried() {
 #[tokio::test(start_paused = true)]
 async fn attempts_stop_at_max_attempts_and_give_up_is_emitted_once() {
     let events = Events::default();
-    let mut builder = Pipeline::builder();
-    let runs_ = counting_tool(&mut builder, "down", IDEMPOTENT, |_| {
+    let (builder, runs_) = counting_tool(Pipeline::builder(), "down", IDEMPOTENT, |_| {
         Err(ToolError::transient("down"))
     });
     let pipeline = builder.hook(retry(4)).hook(events.clone()).build().unwrap();
@@ -164,16 +165,13 @@ async fn attempts_stop_at_max_attempts_and_give_up_is_emitted_once() {
 async fn backoff_is_exponential_with_full_jitter_under_the_cap() {
     let times = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&times);
-    let mut builder = Pipeline::builder();
-    builder
-        .tool(
-            tool_fn("down", "Always fails.", move |_: ()| {
-                seen.lock().unwrap().push(tokio::time::Instant::now());
-                async { Err::<(), _>(ToolError::transient("down")) }
-            })
-            .annotations(IDEMPOTENT),
-        )
-        .unwrap();
+    let builder = Pipeline::builder().tool(
+        tool_fn("down", "Always fails.", move |_: ()| {
+            seen.lock().unwrap().push(tokio::time::Instant::now());
+            async { Err::<(), _>(ToolError::transient("down")) }
+        })
+        .annotations(IDEMPOTENT),
+    );
     let policy = Retry::builder()
         .max_attempts(6)
         .base_delay(Duration::from_millis(100))
@@ -205,24 +203,21 @@ async fn backoff_is_exponential_with_full_jitter_under_the_cap() {
 async fn a_tools_retry_after_is_waited_out_up_to_the_maximum() {
     let times = Arc::new(Mutex::new(Vec::new()));
     let seen = Arc::clone(&times);
-    let mut builder = Pipeline::builder();
-    builder
-        .tool(
-            tool_fn("busy", "Busy once.", move |_: ()| {
-                let mut t = seen.lock().unwrap();
-                t.push(tokio::time::Instant::now());
-                let first = t.len() == 1;
-                async move {
-                    if first {
-                        Err(ToolError::retry_after(Duration::from_secs(2), "busy"))
-                    } else {
-                        Ok("ok")
-                    }
+    let builder = Pipeline::builder().tool(
+        tool_fn("busy", "Busy once.", move |_: ()| {
+            let mut t = seen.lock().unwrap();
+            t.push(tokio::time::Instant::now());
+            let first = t.len() == 1;
+            async move {
+                if first {
+                    Err(ToolError::retry_after(Duration::from_secs(2), "busy"))
+                } else {
+                    Ok("ok")
                 }
-            })
-            .annotations(IDEMPOTENT),
-        )
-        .unwrap();
+            }
+        })
+        .annotations(IDEMPOTENT),
+    );
     let policy = Retry::builder()
         .base_delay(Duration::from_millis(10))
         .budget(RetryBudget::unlimited())
@@ -245,8 +240,7 @@ async fn a_tools_retry_after_is_waited_out_up_to_the_maximum() {
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_after_above_the_maximum_ends_the_call_with_the_tools_delay() {
-    let mut builder = Pipeline::builder();
-    let runs_ = counting_tool(&mut builder, "busy", IDEMPOTENT, |_| {
+    let (builder, runs_) = counting_tool(Pipeline::builder(), "busy", IDEMPOTENT, |_| {
         Err(ToolError::retry_after(Duration::from_secs(120), "busy"))
     });
     let policy = Retry::builder()
@@ -267,8 +261,7 @@ async fn a_retry_after_above_the_maximum_ends_the_call_with_the_tools_delay() {
 
 #[tokio::test(start_paused = true)]
 async fn a_retry_that_would_start_past_the_deadline_is_not_slept_for() {
-    let mut builder = Pipeline::builder();
-    let runs_ = counting_tool(&mut builder, "busy", IDEMPOTENT, |_| {
+    let (builder, runs_) = counting_tool(Pipeline::builder(), "busy", IDEMPOTENT, |_| {
         Err(ToolError::retry_after(Duration::from_secs(2), "busy"))
     });
     let pipeline = builder.hook(retry(5)).build().unwrap();
@@ -292,8 +285,7 @@ async fn a_retry_that_would_start_past_the_deadline_is_not_slept_for() {
 
 #[tokio::test(start_paused = true)]
 async fn with_an_upstream_that_always_fails_attempts_stay_within_the_budget() {
-    let mut builder = Pipeline::builder();
-    let runs_ = counting_tool(&mut builder, "down", IDEMPOTENT, |_| {
+    let (builder, runs_) = counting_tool(Pipeline::builder(), "down", IDEMPOTENT, |_| {
         Err(ToolError::transient("down"))
     });
     let budget = RetryBudget::new(0.1, 5, 50).unwrap();

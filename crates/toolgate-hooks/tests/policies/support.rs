@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use serde_json::{Value, json};
-use toolgate_core::{InvokeOptions, PipelineBuilder, ToolAnnotations, ToolError, User, tool_fn};
+use toolgate_core::tool::ToolAnnotations;
+use toolgate_core::{InvokeOptions, PipelineBuilder, ToolError, User, tool_fn};
 
 /// Options for a call by `id`.
 pub fn as_user(id: &str) -> InvokeOptions {
@@ -12,31 +13,29 @@ pub fn as_user(id: &str) -> InvokeOptions {
 }
 
 /// Registers a tool named `name` that counts its runs and answers with `behaviour(run)`
-/// (runs count from 0); returns the counter.
+/// (runs count from 0); returns the builder and the counter.
 pub fn counting_tool(
-    builder: &mut PipelineBuilder,
+    builder: PipelineBuilder,
     name: &str,
     annotations: ToolAnnotations,
     behaviour: impl Fn(u32) -> Result<Value, ToolError> + Send + Sync + 'static,
-) -> Arc<AtomicU32> {
+) -> (PipelineBuilder, Arc<AtomicU32>) {
     let runs = Arc::new(AtomicU32::new(0));
     let seen = Arc::clone(&runs);
     let behaviour = Arc::new(behaviour);
-    builder
-        .tool(
-            tool_fn(name, "A tool for tests.", move |_: ()| {
-                let run = seen.fetch_add(1, Ordering::SeqCst);
-                let answer = behaviour(run);
-                async move { answer }
-            })
-            .annotations(annotations),
-        )
-        .expect("test tool names are valid");
-    runs
+    let builder = builder.tool(
+        tool_fn(name, "A tool for tests.", move |_: ()| {
+            let run = seen.fetch_add(1, Ordering::SeqCst);
+            let answer = behaviour(run);
+            async move { answer }
+        })
+        .annotations(annotations),
+    );
+    (builder, runs)
 }
 
-/// Registers a tool that always answers `"ok"`.
-pub fn ok_tool(builder: &mut PipelineBuilder, name: &str) -> Arc<AtomicU32> {
+/// Registers a tool that always answers `"ok"`; returns the builder and the counter.
+pub fn ok_tool(builder: PipelineBuilder, name: &str) -> (PipelineBuilder, Arc<AtomicU32>) {
     counting_tool(builder, name, ToolAnnotations::default(), |_| {
         Ok(json!("ok"))
     })

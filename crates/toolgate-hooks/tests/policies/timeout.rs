@@ -3,9 +3,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::time::Duration;
 
 use serde_json::json;
-use toolgate_core::{
-    CancellationToken, InvokeOptions, Pipeline, ToolError, ToolInvokeContext, tool_fn_with_context,
-};
+use toolgate_core::external::CancellationToken;
+use toolgate_core::tool::tool_fn_with_context;
+use toolgate_core::{InvokeOptions, Pipeline, PipelineBuilder, ToolError, ToolInvokeContext};
 use toolgate_hooks::retry::{Retry, RetryBudget};
 use toolgate_hooks::timeout::{Timeout, TimeoutScope};
 
@@ -20,11 +20,11 @@ struct Watched {
 }
 
 fn watched_tool(
-    builder: &mut toolgate_core::PipelineBuilder,
+    builder: PipelineBuilder,
     name: &str,
     slow_runs: u32,
     slow: Duration,
-) -> Watched {
+) -> (PipelineBuilder, Watched) {
     let w = Watched {
         runs: Arc::new(AtomicU32::new(0)),
         saw_cancel: Arc::new(AtomicBool::new(false)),
@@ -35,41 +35,43 @@ fn watched_tool(
         Arc::clone(&w.saw_cancel),
         Arc::clone(&w.started_cancelled),
     );
-    builder
-        .tool(
-            tool_fn_with_context(
-                name,
-                "Sometimes slow.",
-                move |_: (), ctx: &ToolInvokeContext| {
-                    let run = runs.fetch_add(1, Ordering::SeqCst);
-                    let token = ctx.cancellation().clone();
-                    if token.is_cancelled() {
-                        started.fetch_add(1, Ordering::SeqCst);
+    let builder = builder.tool(
+        tool_fn_with_context(
+            name,
+            "Sometimes slow.",
+            move |_: (), ctx: &ToolInvokeContext| {
+                let run = runs.fetch_add(1, Ordering::SeqCst);
+                let token = ctx.cancellation().clone();
+                if token.is_cancelled() {
+                    started.fetch_add(1, Ordering::SeqCst);
+                }
+                let saw = Arc::clone(&saw);
+                let watcher = token.clone();
+                tokio::spawn(async move {
+                    watcher.cancelled().await;
+                    saw.store(true, Ordering::SeqCst);
+                });
+                Box::pin(async move {
+                    if run < slow_runs {
+                        tokio::time::sleep(slow).await;
                     }
-                    let saw = Arc::clone(&saw);
-                    let watcher = token.clone();
-                    tokio::spawn(async move {
-                        watcher.cancelled().await;
-                        saw.store(true, Ordering::SeqCst);
-                    });
-                    Box::pin(async move {
-                        if run < slow_runs {
-                            tokio::time::sleep(slow).await;
-                        }
-                        Ok::<_, ToolError>("done")
-                    })
-                },
-            )
-            .annotations(IDEMPOTENT),
+                    Ok::<_, ToolError>("done")
+                })
+            },
         )
-        .unwrap();
-    w
+        .annotations(IDEMPOTENT),
+    );
+    (builder, w)
 }
 
 #[tokio::test(start_paused = true)]
 async fn an_attempt_past_its_limit_fails_with_timeout_and_fires_the_token() {
-    let mut builder = Pipeline::builder();
-    let w = watched_tool(&mut builder, "slow", u32::MAX, Duration::from_secs(60));
+    let (builder, w) = watched_tool(
+        Pipeline::builder(),
+        "slow",
+        u32::MAX,
+        Duration::from_secs(60),
+    );
     let pipeline = builder
         .hook(Timeout::per_attempt(Duration::from_secs(2)))
         .build()
@@ -91,9 +93,8 @@ async fn an_attempt_past_its_limit_fails_with_timeout_and_fires_the_token() {
 
 #[tokio::test(start_paused = true)]
 async fn a_tool_limit_overrides_the_default_and_unlisted_tools_run_unbounded() {
-    let mut builder = Pipeline::builder();
-    watched_tool(&mut builder, "a", u32::MAX, Duration::from_secs(3));
-    watched_tool(&mut builder, "b", u32::MAX, Duration::from_secs(3));
+    let (builder, _) = watched_tool(Pipeline::builder(), "a", u32::MAX, Duration::from_secs(3));
+    let (builder, _) = watched_tool(builder, "b", u32::MAX, Duration::from_secs(3));
     let pipeline = builder
         .hook(Timeout::only_listed(TimeoutScope::Attempt).tool("a", Duration::from_secs(1)))
         .build()
@@ -113,8 +114,7 @@ async fn a_tool_limit_overrides_the_default_and_unlisted_tools_run_unbounded() {
 
 #[tokio::test(start_paused = true)]
 async fn a_timed_out_attempt_of_an_idempotent_tool_is_retried_with_a_fresh_token() {
-    let mut builder = Pipeline::builder();
-    let w = watched_tool(&mut builder, "slow", 1, Duration::from_secs(60));
+    let (builder, w) = watched_tool(Pipeline::builder(), "slow", 1, Duration::from_secs(60));
     let pipeline = builder
         .hook(Timeout::per_attempt(Duration::from_secs(1)))
         .hook(
@@ -143,8 +143,12 @@ async fn a_timed_out_attempt_of_an_idempotent_tool_is_retried_with_a_fresh_token
 
 #[tokio::test(start_paused = true)]
 async fn a_per_call_limit_bounds_every_attempt_and_the_waits_between() {
-    let mut builder = Pipeline::builder();
-    let w = watched_tool(&mut builder, "slow", u32::MAX, Duration::from_millis(900));
+    let (builder, w) = watched_tool(
+        Pipeline::builder(),
+        "slow",
+        u32::MAX,
+        Duration::from_millis(900),
+    );
     let pipeline = builder
         .hook(Timeout::per_call(Duration::from_secs(3)))
         .hook(Timeout::per_attempt(Duration::from_millis(500)))
@@ -175,8 +179,12 @@ async fn a_per_call_limit_bounds_every_attempt_and_the_waits_between() {
 
 #[tokio::test(start_paused = true)]
 async fn the_callers_cancellation_still_reaches_a_tool_under_a_timeout() {
-    let mut builder = Pipeline::builder();
-    let w = watched_tool(&mut builder, "slow", u32::MAX, Duration::from_secs(60));
+    let (builder, w) = watched_tool(
+        Pipeline::builder(),
+        "slow",
+        u32::MAX,
+        Duration::from_secs(60),
+    );
     let pipeline = builder
         .hook(Timeout::per_attempt(Duration::from_secs(30)))
         .build()

@@ -22,9 +22,9 @@ use garde::Validate;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use toolgate_core::tool::{ToolAnnotations, tool_fn_with_context};
 use toolgate_core::{
-    Hook, HookResult, Pipeline, ToolAnnotations, ToolError, ToolInvokeContext, User, hook, tool_fn,
-    tool_fn_with_context,
+    Hook, HookResult, Pipeline, ToolError, ToolInvokeContext, User, hook, tool_fn,
 };
 use toolgate_mcp::{ListFilter, McpServer};
 
@@ -128,95 +128,94 @@ impl Hook for OneAtATime {
 }
 
 fn pipeline(rate: u32) -> Result<Pipeline, Box<dyn std::error::Error>> {
-    let mut builder = Pipeline::builder();
-    builder.tool(
-        tool_fn(
-            "echo",
-            "Returns the text it is given.",
-            |input: EchoInput| async move { Ok::<_, ToolError>(input.text) },
+    Ok(Pipeline::builder()
+        .tool(
+            tool_fn(
+                "echo",
+                "Returns the text it is given.",
+                |input: EchoInput| async move { Ok::<_, ToolError>(input.text) },
+            )
+            .annotations(ToolAnnotations::READ_ONLY),
         )
-        .annotations(ToolAnnotations::READ_ONLY),
-    )?;
-    builder.tool(
-        tool_fn(
-            "add",
-            "Adds two integers between -1000 and 1000.",
-            |input: AddInput| async move {
-                Ok::<_, ToolError>(Sum {
-                    sum: input.a + input.b,
+        .tool(
+            tool_fn(
+                "add",
+                "Adds two integers between -1000 and 1000.",
+                |input: AddInput| async move {
+                    Ok::<_, ToolError>(Sum {
+                        sum: input.a + input.b,
+                    })
+                },
+            )
+            .annotations(ToolAnnotations::READ_ONLY),
+        )
+        .tool(
+            tool_fn(
+                "slow",
+                "Works for `ms` milliseconds; one call at a time.",
+                |input: SlowInput| async move {
+                    tokio::time::sleep(Duration::from_millis(input.ms)).await;
+                    Ok::<_, ToolError>(format!("worked {} ms", input.ms))
+                },
+            )
+            .tag("limited"),
+        )
+        .tool(
+            tool_fn(
+                "metered_ping",
+                "Answers pong; rate limited per user.",
+                |_: ()| async move { Ok::<_, ToolError>("pong") },
+            )
+            .tag("metered"),
+        )
+        .tool(
+            tool_fn(
+                "delete_all",
+                "Deletes everything (operators only; here it deletes nothing).",
+                |_: ()| async move { Ok::<_, ToolError>("deleted nothing") },
+            )
+            .tag("destructive")
+            .annotations(ToolAnnotations {
+                destructive: true,
+                ..ToolAnnotations::default()
+            }),
+        )
+        .tool(
+            tool_fn(
+                "admin_stats",
+                "Server statistics, listed to admins only.",
+                |_: ()| async move { Ok::<_, ToolError>("all quiet") },
+            )
+            .tag("admin"),
+        )
+        .tool(tool_fn(
+            "pid",
+            "The server's process id.",
+            |_: ()| async move { Ok::<_, ToolError>(std::process::id()) },
+        ))
+        .tool(tool_fn_with_context(
+            "whoami",
+            "The caller's user id as the server sees it.",
+            |_: (), ctx: &ToolInvokeContext| {
+                Box::pin(async move { Ok::<_, ToolError>(ctx.user().id.clone()) })
+            },
+        ))
+        .tool(tool_fn_with_context(
+            "session",
+            "The MCP session this call belongs to.",
+            |_: (), ctx: &ToolInvokeContext| {
+                Box::pin(async move {
+                    Ok::<_, ToolError>(ctx.session_id().unwrap_or_default().to_owned())
                 })
             },
-        )
-        .annotations(ToolAnnotations::READ_ONLY),
-    )?;
-    builder.tool(
-        tool_fn(
-            "slow",
-            "Works for `ms` milliseconds; one call at a time.",
-            |input: SlowInput| async move {
-                tokio::time::sleep(Duration::from_millis(input.ms)).await;
-                Ok::<_, ToolError>(format!("worked {} ms", input.ms))
-            },
-        )
-        .tag("limited"),
-    )?;
-    builder.tool(
-        tool_fn(
-            "metered_ping",
-            "Answers pong; rate limited per user.",
-            |_: ()| async move { Ok::<_, ToolError>("pong") },
-        )
-        .tag("metered"),
-    )?;
-    builder.tool(
-        tool_fn(
-            "delete_all",
-            "Deletes everything (operators only; here it deletes nothing).",
-            |_: ()| async move { Ok::<_, ToolError>("deleted nothing") },
-        )
-        .tag("destructive")
-        .annotations(ToolAnnotations {
-            destructive: true,
-            ..ToolAnnotations::default()
-        }),
-    )?;
-    builder.tool(
-        tool_fn(
-            "admin_stats",
-            "Server statistics, listed to admins only.",
-            |_: ()| async move { Ok::<_, ToolError>("all quiet") },
-        )
-        .tag("admin"),
-    )?;
-    builder.tool(tool_fn(
-        "pid",
-        "The server's process id.",
-        |_: ()| async move { Ok::<_, ToolError>(std::process::id()) },
-    ))?;
-    builder.tool(tool_fn_with_context(
-        "whoami",
-        "The caller's user id as the server sees it.",
-        |_: (), ctx: &ToolInvokeContext| {
-            Box::pin(async move { Ok::<_, ToolError>(ctx.user().id.clone()) })
-        },
-    ))?;
-    builder.tool(tool_fn_with_context(
-        "session",
-        "The MCP session this call belongs to.",
-        |_: (), ctx: &ToolInvokeContext| {
-            Box::pin(
-                async move { Ok::<_, ToolError>(ctx.session_id().unwrap_or_default().to_owned()) },
-            )
-        },
-    ))?;
-    builder
+        ))
         .hook(OperatorsOnly)
         .hook(RateLimit {
             limit: rate,
             windows: Mutex::new(HashMap::new()),
         })
-        .hook(OneAtATime(Arc::new(Semaphore::new(1))));
-    Ok(builder.build()?)
+        .hook(OneAtATime(Arc::new(Semaphore::new(1))))
+        .build()?)
 }
 
 fn roles(value: &str) -> Vec<String> {

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use toolgate_core::ToolDefinition;
+use toolgate_core::tool::ToolDefinition;
 
 /// How to reach an upstream MCP server.
 ///
@@ -108,7 +108,7 @@ impl Backoff {
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub struct UpstreamConfig {
-    /// The server's name: in [`ToolSource::Mcp`](toolgate_core::ToolSource::Mcp), logs
+    /// The server's name: in [`ToolSource::Mcp`](toolgate_core::tool::ToolSource::Mcp), logs
     /// and errors.
     pub name: String,
     /// How to reach it.

@@ -20,10 +20,9 @@ use futures::future::BoxFuture;
 use rmcp::model::Prompt;
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
-use toolgate_core::{
-    ErasedTool, InputViolations, PreparedInput, ToolAnnotations, ToolDefinition, ToolError,
-    ToolInvokeContext, ToolSource,
-};
+use toolgate_core::error::InputViolations;
+use toolgate_core::tool::{ErasedTool, PreparedInput, ToolAnnotations, ToolDefinition, ToolSource};
+use toolgate_core::{ToolError, ToolInvokeContext};
 
 use super::link::Link;
 use crate::caller::CallerKey;
@@ -118,7 +117,7 @@ impl ImportedPrompt {
             PROMPT_TAG,
         );
         definition.title = prompt.title.clone();
-        let valid = toolgate_core::ToolRegistry::is_valid_name(&definition.name);
+        let valid = toolgate_core::registry::ToolRegistry::is_valid_name(&definition.name);
         if !valid {
             tracing::warn!(server = %link.config.name, prompt = %prompt.name, "the prompt's name cannot be a tool name (letters, digits, `_`, `-`, `.`; 64 at most): it is not imported");
             return None;
@@ -191,7 +190,7 @@ pub struct ImportedResources {
 impl ImportedResources {
     pub(crate) fn new(link: Arc<Link>) -> Option<ImportedResources> {
         let name = format!("{RESOURCES_PREFIX}{}", link.config.name);
-        if !toolgate_core::ToolRegistry::is_valid_name(&name) {
+        if !toolgate_core::registry::ToolRegistry::is_valid_name(&name) {
             tracing::warn!(server = %link.config.name, "the server's name cannot be part of a tool name: its resources are not imported");
             return None;
         }

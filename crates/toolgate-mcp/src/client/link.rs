@@ -27,7 +27,9 @@ use rmcp::{ClientServiceExt, RoleClient};
 use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
-use toolgate_core::{InputViolations, ToolDefinition, ToolError, ToolInvokeContext};
+use toolgate_core::error::InputViolations;
+use toolgate_core::tool::ToolDefinition;
+use toolgate_core::{ToolError, ToolInvokeContext};
 use toolgate_hooks::secrets::Scrubber;
 
 use super::relay::{OrderedProgress, Routes, UpstreamClient, ask_caller};

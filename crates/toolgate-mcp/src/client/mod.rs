@@ -12,10 +12,10 @@ use std::sync::Arc;
 use jsonschema::Validator;
 use rmcp::model::{CompleteRequestParams, CompleteResult, Reference};
 use tokio::time::Instant;
-use toolgate_core::{
-    ErasedTool, PipelineBuilder, RegistryError, ToolAnnotations, ToolDefinition, ToolError,
-    ToolSource,
-};
+use toolgate_core::ToolError;
+use toolgate_core::error::RegistryError;
+use toolgate_core::registry::ToolRegistry;
+use toolgate_core::tool::{ErasedTool, ToolAnnotations, ToolDefinition, ToolSource};
 
 pub use config::{Backoff, UpstreamConfig, UpstreamTransport};
 pub use features::{
@@ -31,8 +31,10 @@ use link::Link;
 /// A connection to one upstream MCP server, and the tools imported from it.
 ///
 /// [`Upstream::connect`] reads the credential, connects and discovers the tools;
-/// [`register`](Upstream::register) adds them to a pipeline builder as
-/// [`ImportedTool`]s, so every hook of the pipeline applies to them. The connection is
+/// [`register`](Upstream::register) adds them to a [`ToolRegistry`] as
+/// [`ImportedTool`]s; a pipeline built over that registry
+/// ([`PipelineBuilder::registry`](toolgate_core::PipelineBuilder::registry)) applies every
+/// hook to them. The connection is
 /// shared by the imported tools; when the upstream dies, the next call reconnects (a
 /// stdio program is started again) with backoff.
 ///
@@ -40,13 +42,14 @@ use link::Link;
 ///
 /// ```no_run
 /// use toolgate_core::Pipeline;
+/// use toolgate_core::registry::ToolRegistry;
 /// use toolgate_mcp::{McpServer, Upstream, UpstreamConfig};
 ///
 /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
 /// let files = Upstream::connect(UpstreamConfig::stdio("files", "mcp-files", ["--root", "/srv"]).prefix("files.")).await?;
-/// let mut builder = Pipeline::builder();
-/// files.register(&mut builder)?;
-/// McpServer::new(builder.build()?).serve_stdio().await?;
+/// let mut tools = ToolRegistry::new();
+/// files.register(&mut tools)?;
+/// McpServer::new(Pipeline::builder().registry(tools).build()?).serve_stdio().await?;
 /// # Ok(()) }
 /// ```
 #[derive(Clone)]
@@ -242,15 +245,18 @@ impl Upstream {
         self.link.complete(request, deadline).await.map(Some)
     }
 
-    /// Registers every imported tool, prompt and resources tool in `builder`. Returns
-    /// their names.
+    /// Registers every imported tool, prompt and resources tool in `registry`. Returns
+    /// their names. Register the local tools in the same registry, before or after, and
+    /// start the pipeline from it with
+    /// [`PipelineBuilder::registry`](toolgate_core::PipelineBuilder::registry), which
+    /// replaces the tools the builder has so far.
     ///
     /// # Errors
     ///
     /// [`McpError::Collision`] when a name is already taken (configure a
     /// [prefix](UpstreamConfig::prefix)); [`McpError::Registry`] for a name the registry
-    /// refuses. Tools before the failing one stay registered: discard the builder.
-    pub fn register(&self, builder: &mut PipelineBuilder) -> Result<Vec<String>, McpError> {
+    /// refuses. Tools before the failing one stay registered: discard the registry.
+    pub fn register(&self, registry: &mut ToolRegistry) -> Result<Vec<String>, McpError> {
         let mut names = Vec::new();
         let tools = self
             .tools()
@@ -259,7 +265,7 @@ impl Upstream {
             .chain(self.features.iter().cloned());
         for tool in tools {
             let name = tool.definition().name;
-            builder.erased_tool(tool).map_err(|e| match e {
+            registry.register_erased(tool).map_err(|e| match e {
                 RegistryError::DuplicateTool { name } => McpError::Collision {
                     server: self.name().to_owned(),
                     tool: name,

@@ -1,7 +1,7 @@
 //! The credentials an upstream configuration holds, and scrubbing them from whatever
 //! comes back from the upstream.
 
-use toolgate_core::Secret;
+use toolgate_core::secret::Secret;
 use toolgate_hooks::secrets::Scrubber;
 
 use super::{UpstreamConfig, UpstreamTransport};

@@ -7,9 +7,9 @@ use jsonschema::Validator;
 use rmcp::model::CallToolResult;
 use serde_json::Value;
 use tokio::time::Instant;
-use toolgate_core::{
-    ErasedTool, InputViolations, PreparedInput, ToolDefinition, ToolError, ToolInvokeContext,
-};
+use toolgate_core::error::InputViolations;
+use toolgate_core::tool::{ErasedTool, PreparedInput, ToolDefinition};
+use toolgate_core::{ToolError, ToolInvokeContext};
 
 use toolgate_hooks::validation::violations_for;
 

@@ -22,7 +22,8 @@ use rmcp::model::{
 use rmcp::service::{RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
-use toolgate_core::{InvokeOptions, ToolDefinition, ToolError, User};
+use toolgate_core::tool::ToolDefinition;
+use toolgate_core::{InvokeOptions, ToolError, User};
 
 use super::ServerInner;
 use super::features;

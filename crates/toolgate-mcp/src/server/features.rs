@@ -7,7 +7,8 @@ use rmcp::model::{
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
-use toolgate_core::{ToolDefinition, ToolError};
+use toolgate_core::ToolError;
+use toolgate_core::tool::ToolDefinition;
 
 use crate::caller::MISSING_CAPABILITY;
 use crate::client::PROMPT_PREFIX;

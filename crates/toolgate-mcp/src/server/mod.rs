@@ -16,7 +16,8 @@ use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
 };
-use toolgate_core::{Pipeline, ToolDefinition, User};
+use toolgate_core::tool::ToolDefinition;
+use toolgate_core::{Pipeline, User};
 
 pub use self::http::{ClientDisconnected, GuardedBody, HostShutdown, McpHttpService};
 use crate::McpError;

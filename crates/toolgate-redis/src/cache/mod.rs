@@ -33,7 +33,7 @@ const POLL_MAX: Duration = Duration::from_millis(100);
 ///
 /// ```
 /// use serde_json::json;
-/// use toolgate_core::ToolDefinition;
+/// use toolgate_core::tool::ToolDefinition;
 /// use toolgate_hooks::cache::{cache_key, CacheBackend, KeyScope};
 /// use toolgate_redis::{RedisConfig, RedisState};
 ///

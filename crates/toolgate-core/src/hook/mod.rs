@@ -10,7 +10,9 @@ use crate::control::HookResult;
 use crate::provider::ProviderRequirement;
 use crate::stage::{Stage, StageSet};
 
-pub use crate::hook_fn::{AsyncStage, FnHook, StageClosure, SyncStage, hook_fn, hook_fn_sync};
+mod closure;
+
+pub use closure::{AsyncStage, FnHook, StageClosure, SyncStage, hook_fn, hook_fn_sync};
 
 /// The future a stage method returns.
 ///
@@ -150,6 +152,7 @@ impl HookOptions {
 ///     .build()?;
 /// # Ok::<(), toolgate_core::error::BuildError>(())
 /// ```
+#[derive(Clone)]
 #[must_use = "a registration does nothing until it is passed to `PipelineBuilder::hook`"]
 pub struct HookRegistration {
     pub(crate) hook: Arc<dyn Hook>,
@@ -204,6 +207,21 @@ impl HookRegistration {
     pub fn options(mut self, options: HookOptions) -> Self {
         self.options = options;
         self
+    }
+
+    /// The hook registered.
+    pub fn hook(&self) -> &Arc<dyn Hook> {
+        &self.hook
+    }
+
+    /// Its options.
+    pub fn registered_options(&self) -> HookOptions {
+        self.options
+    }
+
+    /// The tool it is for, or `None` for every tool.
+    pub fn tool(&self) -> Option<&str> {
+        self.tool.as_deref()
     }
 }
 
@@ -354,7 +372,7 @@ macro_rules! dispatch_stage {
 ///
 /// A hook has one method per [stage](Stage), each with a default that does nothing, plus
 /// [`around_execute`](Hook::around_execute). Write the impl block under
-/// [`#[hook]`](crate::hook): it lists the stages from the methods you wrote, so a method
+/// [`#[hook]`](macro@crate::hook): it lists the stages from the methods you wrote, so a method
 /// you implement always runs and a stage you did not implement costs nothing. Plans are
 /// compiled from [`stages`](Hook::stages) when the pipeline is built; the pipeline never
 /// calls a hook at a stage outside that set.
@@ -531,6 +549,12 @@ pub trait Hook: Send + Sync + 'static {
     /// Global providers are readable; binding one is an error. Outcomes mean what they
     /// mean at [`will_create_invoke_context`](Hook::will_create_invoke_context); a failed
     /// binding is an error that fails the call. No release stage pairs with it.
+    ///
+    /// This stage runs again when a suspended call resumes
+    /// ([`ctx.resumed()`](ToolInvokeContext::resumed) is set then): request providers
+    /// belong to one invocation, and the resumed call is a new one, so what was bound
+    /// before the wait is bound again. On resume a hook here may only let the call through
+    /// or fail it.
     fn will_bind_providers<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
         HookFuture::ok()
@@ -955,7 +979,7 @@ macro_rules! forward_option_stage_methods {
 ///
 /// let audit_enabled = false;
 /// let pipeline = Pipeline::builder().hook(audit_enabled.then_some(Audit)).build()?;
-/// # Ok::<(), toolgate_core::BuildError>(())
+/// # Ok::<(), toolgate_core::error::BuildError>(())
 /// ```
 impl<H: Hook> Hook for Option<H> {
     fn stages(&self) -> StageSet {

@@ -3,9 +3,9 @@
 
 use std::borrow::Cow;
 
+use super::{Hook, HookFuture};
 use crate::context::ToolInvokeContext;
 use crate::control::HookResult;
-use crate::hook::{Hook, HookFuture};
 use crate::stage::{Stage, StageSet};
 
 /// A hook that runs one closure at one stage. Made by [`hook_fn`] or [`hook_fn_sync`].
@@ -65,13 +65,14 @@ impl<F> FnHook<F> {
 ///
 /// When `stage` is [`Stage::AroundExecute`]: a wrapper needs the rest of the chain, which
 /// a closure of the context alone is not given. Write `async fn around_execute` under
-/// [`#[hook]`](crate::hook) instead.
+/// [`#[hook]`](macro@crate::hook) instead.
 ///
 /// # Examples
 ///
 /// ```
 /// use std::time::Duration;
-/// use toolgate_core::{hook_fn, HookFuture, Pipeline, Stage};
+/// use toolgate_core::hook::{hook_fn, HookFuture};
+/// use toolgate_core::{Pipeline, Stage};
 ///
 /// let slow_down = hook_fn(Stage::WillExecute, |ctx| {
 ///     HookFuture::new(async move {
@@ -82,7 +83,7 @@ impl<F> FnHook<F> {
 ///     })
 /// });
 /// let pipeline = Pipeline::builder().hook(slow_down.named("trial_delay")).build()?;
-/// # Ok::<(), toolgate_core::BuildError>(())
+/// # Ok::<(), toolgate_core::error::BuildError>(())
 /// ```
 pub fn hook_fn<F>(stage: Stage, run: F) -> FnHook<AsyncStage<F>>
 where
@@ -101,7 +102,8 @@ where
 /// # Examples
 ///
 /// ```
-/// use toolgate_core::{hook_fn_sync, Pipeline, Stage};
+/// use toolgate_core::hook::hook_fn_sync;
+/// use toolgate_core::{Pipeline, Stage};
 ///
 /// let deny_guests = hook_fn_sync(Stage::WillAuthorize, |ctx| {
 ///     if ctx.user().has_role("guest") {
@@ -110,7 +112,7 @@ where
 ///     Ok(())
 /// });
 /// let pipeline = Pipeline::builder().hook(deny_guests.with_priority(100)).build()?;
-/// # Ok::<(), toolgate_core::BuildError>(())
+/// # Ok::<(), toolgate_core::error::BuildError>(())
 /// ```
 pub fn hook_fn_sync<F>(stage: Stage, run: F) -> FnHook<SyncStage<F>>
 where
@@ -190,5 +192,5 @@ impl<C: StageClosure> Hook for FnHook<C> {
         self.priority
     }
 
-    crate::hook::for_each_stage_method!(closure_stage_methods);
+    super::for_each_stage_method!(closure_stage_methods);
 }
