@@ -1,10 +1,14 @@
-//! What the built-in "who may call and how much" policies cost per invocation: a realistic
-//! stack (authorize + quota + concurrency + timeout + retry) and each policy alone, next
-//! to the pipeline with no hooks. Run with `cargo bench --bench policies`.
+//! What the built-in policies cost per invocation: the "who may call and how much" stack
+//! (authorize + quota + concurrency + timeout + retry), the full stack a gateway runs
+//! (those, plus a cache hit, redaction, audit and metrics), and each policy alone, next to
+//! the pipeline with no hooks. Run with `cargo bench --bench policies`.
 //!
 //! Every scenario calls the same tool (add two numbers) on a current-thread tokio runtime,
 //! with limits high enough that no call is refused: the figures are the cost of the checks
-//! on the success path.
+//! on the success path. The tool is read-only, so with the cache every call after the first
+//! is a hit (the tool, and the execution hooks, do not run). Audit records go to `tracing`
+//! and metrics to the `metrics` facade, with no subscriber and no recorder installed: the
+//! figures are the hooks' own work, not a sink's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,10 +18,14 @@ use garde::Validate;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use toolgate::hooks::audit::Audit;
 use toolgate::hooks::authorize::{Authorize, Effect, Rule, Rules};
+use toolgate::hooks::cache::ResultCache;
 use toolgate::hooks::concurrency::Concurrency;
+use toolgate::hooks::metrics::Metrics;
 use toolgate::hooks::partition::Partition;
 use toolgate::hooks::quota::{Quota, Rate};
+use toolgate::hooks::redaction::Redaction;
 use toolgate::hooks::retry::{Retry, RetryBudget};
 use toolgate::hooks::timeout::Timeout;
 use toolgate::prelude::*;
@@ -71,6 +79,10 @@ fn pipeline(hooks: &[&str]) -> Pipeline {
             "concurrency" => builder.hook(concurrency()),
             "timeout" => builder.hook(Timeout::per_attempt(Duration::from_secs(5))),
             "retry" => builder.hook(retry()),
+            "cache" => builder.hook(ResultCache::builder().build()),
+            "redaction" => builder.hook(Redaction::default()),
+            "audit" => builder.hook(Audit::new()),
+            "metrics" => builder.hook(Metrics::new()),
             other => unreachable!("no hook named {other}"),
         };
     }
@@ -97,9 +109,27 @@ fn policies(c: &mut Criterion) {
         ("concurrency", pipeline(&["concurrency"])),
         ("timeout", pipeline(&["timeout"])),
         ("retry", pipeline(&["retry"])),
+        ("cache_hit", pipeline(&["cache"])),
+        ("redaction", pipeline(&["redaction"])),
+        ("audit", pipeline(&["audit"])),
+        ("metrics", pipeline(&["metrics"])),
         (
             "stack_authorize_quota_concurrency_timeout_retry",
             pipeline(&["authorize", "quota", "concurrency", "timeout", "retry"]),
+        ),
+        (
+            "full_stack_with_cache_hit_redaction_audit_metrics",
+            pipeline(&[
+                "authorize",
+                "quota",
+                "concurrency",
+                "timeout",
+                "retry",
+                "cache",
+                "redaction",
+                "audit",
+                "metrics",
+            ]),
         ),
     ];
     let mut group = c.benchmark_group("policies");

@@ -31,22 +31,14 @@
 //! [`priority`](toolgate_core::Hook::priority) places them among those.
 
 use std::fmt;
-use std::sync::Arc;
 
-use toolgate_core::hook::{HookOptions, HookRegistration};
-use toolgate_core::{Hook, PipelineBuilder};
+use toolgate_core::PipelineBuilder;
+use toolgate_core::hook::{HookRegistration, IntoHook};
 
 /// Hooks added to every pipeline a gateway builds, beside the configured policies.
 #[derive(Clone, Default)]
 pub struct Extensions {
-    hooks: Vec<Extra>,
-}
-
-#[derive(Clone)]
-struct Extra {
-    hook: Arc<dyn Hook>,
-    options: HookOptions,
-    tool: Option<String>,
+    hooks: Vec<HookRegistration>,
 }
 
 impl Extensions {
@@ -55,32 +47,13 @@ impl Extensions {
         Self::default()
     }
 
-    /// Adds a hook for every tool.
+    /// Adds a hook, as [`PipelineBuilder::hook`] does: any hook, for every tool with
+    /// default options, or a [`HookRegistration`] that names a tool (one the configuration
+    /// does not define fails the build with an error naming it), a failure mode or a
+    /// priority.
     #[must_use]
-    pub fn hook(self, hook: impl Hook) -> Self {
-        self.hook_with(hook, HookOptions::default())
-    }
-
-    /// Adds a hook for every tool, with options (a failure mode, a priority).
-    #[must_use]
-    pub fn hook_with(mut self, hook: impl Hook, options: HookOptions) -> Self {
-        self.hooks.push(Extra {
-            hook: Arc::new(hook),
-            options,
-            tool: None,
-        });
-        self
-    }
-
-    /// Adds a hook for one tool. A tool the configuration does not define fails the
-    /// build with an error naming it.
-    #[must_use]
-    pub fn tool_hook(mut self, tool: impl Into<String>, hook: impl Hook) -> Self {
-        self.hooks.push(Extra {
-            hook: Arc::new(hook),
-            options: HookOptions::default(),
-            tool: Some(tool.into()),
-        });
+    pub fn hook(mut self, hook: impl IntoHook) -> Self {
+        self.hooks.push(hook.into_registration());
         self
     }
 
@@ -92,21 +65,14 @@ impl Extensions {
     /// Registers the hooks on `builder` (the same instances on every build, so a reload
     /// keeps their state).
     pub(crate) fn install(&self, builder: PipelineBuilder) -> PipelineBuilder {
-        self.hooks.iter().fold(builder, |builder, extra| {
-            let registration =
-                HookRegistration::shared(Arc::clone(&extra.hook)).options(extra.options);
-            builder.hook(match &extra.tool {
-                Some(tool) => registration.for_tool(tool.clone()),
-                None => registration,
-            })
-        })
+        builder.hooks(self.hooks.iter().cloned())
     }
 }
 
 impl fmt::Debug for Extensions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_list()
-            .entries(self.hooks.iter().map(|extra| extra.hook.name()))
+            .entries(self.hooks.iter().map(|r| r.hook().name()))
             .finish()
     }
 }

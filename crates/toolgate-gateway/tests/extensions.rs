@@ -2,6 +2,7 @@
 //! built-in calculator's answer to an expression without a value.
 
 use serde_json::json;
+use toolgate_core::hook::HookRegistration;
 use toolgate_core::{Hook, HookResult, InvokeOptions, ToolInvokeContext, User, hook};
 use toolgate_gateway::config::parse;
 use toolgate_gateway::state::SharedState;
@@ -72,7 +73,8 @@ async fn an_extension_hook_runs_beside_the_configured_policies() {
 async fn an_extension_hook_for_an_unknown_tool_fails_the_build() {
     let config = parse(CONFIG).unwrap();
     let shared = SharedState::new(&config).await.unwrap();
-    let extensions = Extensions::new().tool_hook("no_such_tool", NoInterns);
+    let extensions =
+        Extensions::new().hook(HookRegistration::new(NoInterns).for_tool("no_such_tool"));
     let err = Gateway::build_with(config, &shared, &extensions)
         .await
         .unwrap_err();

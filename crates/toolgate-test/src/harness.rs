@@ -3,7 +3,7 @@
 use std::fmt;
 
 use toolgate_core::error::BuildError;
-use toolgate_core::hook::HookRegistration;
+use toolgate_core::hook::{HookRegistration, IntoHook};
 use toolgate_core::{Pipeline, PipelineBuilder, Tool};
 
 use crate::{RecordingHook, ScriptedTool, StageLog};
@@ -86,7 +86,7 @@ impl TestPipeline {
     /// default options, or a [`HookRegistration`] that names the tool, the failure mode,
     /// the priority, or an instance shared with other pipelines.
     #[must_use]
-    pub fn hook(mut self, hook: impl Into<HookRegistration>) -> Self {
+    pub fn hook(mut self, hook: impl IntoHook) -> Self {
         self.builder = self.builder.hook(hook);
         self
     }

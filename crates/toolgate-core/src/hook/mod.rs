@@ -225,9 +225,27 @@ impl HookRegistration {
     }
 }
 
-impl<H: Hook> From<H> for HookRegistration {
-    fn from(hook: H) -> Self {
-        HookRegistration::new(hook)
+/// Anything [`PipelineBuilder::hook`](crate::pipeline::PipelineBuilder::hook) takes: a
+/// [`Hook`] (for every tool, default options) or a [`HookRegistration`].
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a toolgate hook",
+    label = "this needs `impl Hook for {Self}`",
+    note = "write the stage methods under `#[hook] impl Hook for {Self} {{ … }}`, or use `hook_fn` for a hook of one stage; `HookRegistration::new(hook)` adds options"
+)]
+pub trait IntoHook {
+    /// The hook as it is registered.
+    fn into_registration(self) -> HookRegistration;
+}
+
+impl<H: Hook> IntoHook for H {
+    fn into_registration(self) -> HookRegistration {
+        HookRegistration::new(self)
+    }
+}
+
+impl IntoHook for HookRegistration {
+    fn into_registration(self) -> HookRegistration {
+        self
     }
 }
 

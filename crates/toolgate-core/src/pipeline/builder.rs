@@ -11,7 +11,7 @@ use typemap_rev::TypeMapKey;
 use super::{Pipeline, Shared, ToolEntry};
 use crate::context::ToolScope;
 use crate::error::{BuildError, RegistryError};
-use crate::hook::HookRegistration;
+use crate::hook::{HookRegistration, IntoHook};
 use crate::limits::InputLimits;
 use crate::plan::{Registration, ToolPlan};
 use crate::provider::{ProviderRequirement, Providers, Scopes, SessionConfig, SessionStore};
@@ -114,12 +114,12 @@ impl PipelineBuilder {
     /// Registers a hook: any [`Hook`](crate::hook::Hook), for every tool with default
     /// options, or a [`HookRegistration`] that says which tool, which failure mode and
     /// which priority.
-    pub fn hook(mut self, hook: impl Into<HookRegistration>) -> Self {
+    pub fn hook(mut self, hook: impl IntoHook) -> Self {
         let HookRegistration {
             hook,
             options,
             tool,
-        } = hook.into();
+        } = hook.into_registration();
         let order = self.registrations.len();
         self.registrations.push(Registration {
             hook,
@@ -131,7 +131,7 @@ impl PipelineBuilder {
     }
 
     /// Registers every hook of `hooks`, in order, as [`hook`](Self::hook) does.
-    pub fn hooks<H: Into<HookRegistration>>(self, hooks: impl IntoIterator<Item = H>) -> Self {
+    pub fn hooks<H: IntoHook>(self, hooks: impl IntoIterator<Item = H>) -> Self {
         hooks.into_iter().fold(self, Self::hook)
     }
 

@@ -1,4 +1,5 @@
-use toolgate_core::{Stage, hook_fn_sync};
+use toolgate_core::Stage;
+use toolgate_core::hook::hook_fn_sync;
 
 fn main() {
     // A sync closure hook must return a result.

@@ -1,4 +1,6 @@
-use toolgate_core::{Hook, HookResult, ProviderRequirement, ToolInvokeContext, TypeMapKey, hook};
+use toolgate_core::external::TypeMapKey;
+use toolgate_core::provider::ProviderRequirement;
+use toolgate_core::{Hook, HookResult, ToolInvokeContext, hook};
 
 struct Region;
 impl TypeMapKey for Region {

@@ -1,5 +1,6 @@
 //! A stage method written as a plain `async fn`, and `around_execute` as one.
-use toolgate_core::{Control, Hook, HookResult, Next, Stage, StageSet, ToolInvokeContext, hook};
+use toolgate_core::stage::StageSet;
+use toolgate_core::{Control, Hook, HookResult, Next, Stage, ToolInvokeContext, hook};
 
 struct Slow;
 
@@ -26,4 +27,6 @@ fn main() {
         Slow.stages(),
         StageSet::of(&[Stage::WillAuthorize, Stage::AroundExecute])
     );
+    // An `async fn` may not finish at once; `around_execute` never counts as synchronous.
+    assert_eq!(Slow.synchronous_stages(), StageSet::EMPTY);
 }

@@ -1,6 +1,7 @@
 //! A stage method written as a plain `fn`, with `?` and early returns, next to the other
 //! methods of `Hook`, which are left as written.
-use toolgate_core::{Hook, HookResult, Stage, StageSet, ToolInvokeContext, hook};
+use toolgate_core::stage::StageSet;
+use toolgate_core::{Hook, HookResult, Stage, ToolInvokeContext, hook};
 
 struct Limits {
     max_len: usize,
@@ -37,4 +38,6 @@ fn main() {
         hook.stages(),
         StageSet::of(&[Stage::WillValidateInput, Stage::DidReleaseQuota])
     );
+    // Plain `fn`s finish at once: the pipeline calls them without a future of its own.
+    assert_eq!(hook.synchronous_stages(), hook.stages());
 }

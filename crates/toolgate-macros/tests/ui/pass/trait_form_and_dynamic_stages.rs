@@ -1,6 +1,8 @@
 //! A method in the trait's own form is kept and counted; a hand-written `stages` (a set
 //! chosen by configuration) is kept as written.
-use toolgate_core::{Hook, HookFuture, HookResult, Stage, StageSet, ToolInvokeContext, hook};
+use toolgate_core::hook::HookFuture;
+use toolgate_core::stage::StageSet;
+use toolgate_core::{Hook, HookResult, Stage, ToolInvokeContext, hook};
 
 struct Cache {
     enabled: bool,
