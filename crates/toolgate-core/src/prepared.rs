@@ -8,11 +8,13 @@ pub struct PreparedInput(Box<dyn Any + Send + Sync>);
 
 impl PreparedInput {
     /// Wraps a parsed input.
+    #[inline]
     pub fn new<T: Send + Sync + 'static>(value: T) -> Self {
         PreparedInput(Box::new(value))
     }
 
     /// The parsed input, if it is a `T`.
+    #[inline]
     pub fn downcast<T: 'static>(self) -> Option<T> {
         self.0.downcast::<T>().ok().map(|b| *b)
     }

@@ -3,7 +3,7 @@
 use std::fmt;
 
 use toolgate_core::error::BuildError;
-use toolgate_core::hook::{HookRegistration, IntoHook};
+use toolgate_core::hook::IntoHook;
 use toolgate_core::{Pipeline, PipelineBuilder, Tool};
 
 use crate::{RecordingHook, ScriptedTool, StageLog};

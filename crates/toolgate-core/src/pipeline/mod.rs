@@ -44,18 +44,17 @@ pub struct Invocation {
     pub duration: std::time::Duration,
 }
 
-impl From<run::Answer> for Invocation {
-    fn from(answer: run::Answer) -> Self {
+impl Invocation {
+    fn concluded(result: Result<Value, ToolError>, details: run::Details<'_>) -> Self {
+        let (metadata, attempts, duration) = details.into_parts();
         Invocation {
-            result: answer.result,
-            metadata: answer.metadata,
-            attempts: answer.runs,
-            duration: answer.duration,
+            result,
+            metadata,
+            attempts,
+            duration,
         }
     }
-}
 
-impl Invocation {
     fn rejected(error: ToolError) -> Self {
         Invocation {
             result: Err(error),
@@ -176,7 +175,7 @@ impl Pipeline {
         let entry = self.entry(tool).inspect_err(rejected)?;
         self.inner.limits.check(&input).inspect_err(rejected)?;
         let ctx = new_context(entry, input, options);
-        run::run_to_end(entry, ctx, Start::Fresh, |answer| answer.result).await
+        run::run_to_end(entry, ctx, Start::Fresh, |result, _| result).await
     }
 
     /// Invokes a tool by name with JSON input, like [`invoke`](Self::invoke), and returns
@@ -195,7 +194,7 @@ impl Pipeline {
             return Invocation::rejected(error);
         }
         let ctx = new_context(entry, input, options);
-        run::run_to_end(entry, ctx, Start::Fresh, Invocation::from).await
+        run::run_to_end(entry, ctx, Start::Fresh, Invocation::concluded).await
     }
 
     /// Invokes a tool by name with JSON text, checked against the size and depth limits
@@ -213,7 +212,7 @@ impl Pipeline {
         let entry = self.entry(tool).inspect_err(rejected)?;
         let input = self.inner.limits.parse(json).inspect_err(rejected)?;
         let ctx = new_context(entry, input, options);
-        run::run_to_end(entry, ctx, Start::Fresh, |answer| answer.result).await
+        run::run_to_end(entry, ctx, Start::Fresh, |result, _| result).await
     }
 
     /// Invokes a typed tool with a typed input, and reads the output back as its type.
@@ -291,7 +290,7 @@ impl Pipeline {
                     entry,
                     ctx,
                     Start::Resume { after, decision },
-                    Invocation::from,
+                    Invocation::concluded,
                 )
                 .await
             }

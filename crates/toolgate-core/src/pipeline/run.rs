@@ -23,13 +23,30 @@ use crate::error::ToolError;
 use crate::stage::Stage;
 use crate::suspension::{SuspendedInvocation, new_suspension_id};
 
-/// What an ended invocation gives its caller.
-pub(super) struct Answer {
-    pub result: Result<Value, ToolError>,
-    pub metadata: Map<String, Value>,
-    /// How many times the tool itself ran.
-    pub runs: u32,
-    pub duration: Duration,
+/// What an ended invocation tells beyond its result, read only by a caller that asks.
+pub(super) enum Details<'a> {
+    /// The finished context.
+    Context(&'a mut ToolInvokeContext),
+    /// A copy, taken when the tail goes on in the background.
+    Copied {
+        metadata: Map<String, Value>,
+        runs: u32,
+        duration: Duration,
+    },
+}
+
+impl Details<'_> {
+    /// The metadata, how many times the tool itself ran, and how long the call took.
+    pub(super) fn into_parts(self) -> (Map<String, Value>, u32, Duration) {
+        match self {
+            Details::Context(ctx) => (ctx.take_metadata(), ctx.runs, ctx.elapsed()),
+            Details::Copied {
+                metadata,
+                runs,
+                duration,
+            } => (metadata, runs, duration),
+        }
+    }
 }
 
 /// How the main phases ended.
@@ -89,7 +106,7 @@ pub(super) async fn run_to_end<R>(
     entry: &Arc<ToolEntry>,
     ctx: Box<ToolInvokeContext>,
     start: Start,
-    conclude: impl FnOnce(Answer) -> R,
+    conclude: impl FnOnce(Result<Value, ToolError>, Details<'_>) -> R,
 ) -> R {
     let span = tracing::info_span!(
         "toolgate.invoke",
@@ -152,22 +169,46 @@ pub(super) async fn run_to_end<R>(
             Err(Control::Respond(value)) => ctx.set_output(value),
             Err(Control::Error(error)) => ctx.error = Some(error),
         }
-        if !tail::has_hooks(entry, ctx) {
+        // The tail, but not past the caller's deadline. A tail that finishes at its first
+        // poll never reads the clock for it.
+        let cut = if tail::has_hooks(entry, ctx) {
+            let mut tail = std::pin::pin!(tail::run(entry, ctx));
+            match deadline {
+                Some(deadline) if futures::poll!(tail.as_mut()).is_pending() => {
+                    tokio::select! {
+                        biased;
+                        () = tail => false,
+                        () = tokio::time::sleep_until(deadline) => true,
+                    }
+                }
+                Some(_) => false,
+                None => {
+                    tail.await;
+                    false
+                }
+            }
+        } else {
             tail::end_without_hooks(ctx);
-        } else if !tail_within(entry, ctx, deadline).await {
+            false
+        };
+        if cut {
             // The caller's deadline passed while a tail hook still worked: the caller is
-            // answered now with a copy, and the guard finishes the tail in the background.
-            let answer = Answer {
-                result: match &ctx.error {
-                    Some(error) => Err(error.clone()),
-                    None => Ok(ctx.output().cloned().unwrap_or(Value::Null)),
-                },
+            // answered now with a copy, the hook then running is abandoned, and the guard
+            // finishes the rest of the tail in the background.
+            tracing::warn!(
+                "the caller's deadline passed while a tail hook still worked: the caller is answered, that hook is abandoned and the rest of the tail runs in the background"
+            );
+            let result = match &ctx.error {
+                Some(error) => Err(error.clone()),
+                None => Ok(ctx.output().cloned().unwrap_or(Value::Null)),
+            };
+            let details = Details::Copied {
                 metadata: ctx.metadata().clone(),
                 runs: ctx.runs,
                 duration: ctx.elapsed(),
             };
             drop(guard);
-            return conclude(answer);
+            return conclude(result, details);
         }
         let mut ctx = guard
             .ctx
@@ -177,12 +218,7 @@ pub(super) async fn run_to_end<R>(
             Some(error) => Err(error),
             None => Ok(ctx.take_output().unwrap_or(Value::Null)),
         };
-        conclude(Answer {
-            result,
-            metadata: ctx.take_metadata(),
-            runs: ctx.runs,
-            duration: ctx.elapsed(),
-        })
+        conclude(result, Details::Context(&mut ctx))
     });
     // A span no subscriber is interested in is disabled for good: entering it on every
     // poll would do nothing, so the invocation runs without the wrapper.
@@ -190,32 +226,6 @@ pub(super) async fn run_to_end<R>(
         run.await
     } else {
         run.instrument(span).await
-    }
-}
-
-/// Runs the tail, but not past the caller's deadline: `false` when the deadline cut it
-/// (the hook then running is abandoned; the tail goes on from the next one in the
-/// background). A tail that finishes at its first poll never reads the clock.
-async fn tail_within(
-    entry: &ToolEntry,
-    ctx: &mut ToolInvokeContext,
-    deadline: Option<Instant>,
-) -> bool {
-    let mut tail = std::pin::pin!(tail::run(entry, ctx));
-    let Some(deadline) = deadline else {
-        tail.await;
-        return true;
-    };
-    if futures::poll!(tail.as_mut()).is_ready() {
-        return true;
-    }
-    tokio::select! {
-        biased;
-        () = tail => true,
-        () = tokio::time::sleep_until(deadline) => {
-            tracing::warn!("the caller's deadline passed while a tail hook still worked: the caller is answered, that hook is abandoned and the rest of the tail runs in the background");
-            false
-        }
     }
 }
 

@@ -48,7 +48,7 @@ pub(super) struct Rest {
 
 /// Runs the hooks of `stage` from the one at `from` until the stage is over or a hook that
 /// may not finish at once comes up. Callers check that the stage has hooks first.
-#[inline]
+#[inline(always)]
 pub(super) fn run_ready(
     entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
@@ -88,7 +88,10 @@ pub(super) async fn run_rest(
         let hook_started = entry.plan.records_hook_timings().then(ClockInstant::now);
         let settled = match call(planned, ctx, contain) {
             Ok(None) => Ok(None),
-            Ok(Some(future)) => wait(entry, planned, stage, future, contain, phase).await,
+            Ok(Some(future)) => match future.into_ready() {
+                Ok(outcome) => Ok(Some(outcome)),
+                Err(pending) => wait(entry, planned, stage, pending, contain, phase).await,
+            },
             Err(panic) => Err(panic),
         };
         match settled {
@@ -112,7 +115,7 @@ pub(super) async fn run_rest(
 
 /// The synchronous hooks of `stage` from `at.index` on, up to the first that may not
 /// finish at once.
-#[inline]
+#[inline(always)]
 fn run_synchronous(
     entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
@@ -129,22 +132,26 @@ fn run_synchronous(
                 started: at.started,
             });
         }
-        if phase == Phase::Tail {
-            ctx.progress.tail.running = Some((stage, index));
-        }
         let hook_started = timed.then(ClockInstant::now);
-        let outcome = match call(planned, ctx, contains_panics(planned, phase)) {
-            Ok(None) => continue,
-            Ok(Some(future)) if future.is_ready_ok() && hook_started.is_none() => continue,
-            Ok(Some(future)) => Some(match future.into_ready() {
+        let outcome = if contains_panics(planned, phase) {
+            match call_contained(planned, stage, ctx, phase, index) {
+                Some(outcome) => outcome,
+                None => continue,
+            }
+        } else {
+            // Found once: reaching the hook behind its `Arc<dyn Hook>` reads the vtable.
+            let hook: &dyn Hook = &*planned.hook;
+            if !hook.filter(ctx) {
+                continue;
+            }
+            let future = (planned.call)(hook, ctx);
+            if future.is_ready_ok() && hook_started.is_none() {
+                continue;
+            }
+            match future.into_ready() {
                 Ok(outcome) => outcome,
                 Err(_pending) => Err(not_synchronous(planned, stage)),
-            }),
-            Err(_panic) => None,
-        };
-        let Some(outcome) = outcome else {
-            contained_panic(planned, stage, ctx, phase);
-            continue;
+            }
         };
         if let Err(control) = apply(planned, stage, ctx, hook_started, outcome, phase) {
             end_stage(entry, ctx, stage, at.started, phase);
@@ -153,6 +160,34 @@ fn run_synchronous(
     }
     end_stage(entry, ctx, stage, at.started, phase);
     StageRun::Done(Ok(()))
+}
+
+/// Calls a synchronous hook whose panic is contained (a fail-open hook, or any hook in the
+/// tail): `None` when there is nothing to apply (filtered out, or a contained panic). Out of
+/// line, so that the common fail-call loop stays small.
+#[inline(never)]
+fn call_contained(
+    planned: &PlannedHook,
+    stage: Stage,
+    ctx: &mut ToolInvokeContext,
+    phase: Phase,
+    index: usize,
+) -> Option<HookResult> {
+    if phase == Phase::Tail {
+        ctx.progress.tail.running = Some((stage, index));
+    }
+    let outcome = match call(planned, ctx, true) {
+        Ok(None) => return None,
+        Ok(Some(future)) => Some(match future.into_ready() {
+            Ok(outcome) => outcome,
+            Err(_pending) => Err(not_synchronous(planned, stage)),
+        }),
+        Err(_panic) => None,
+    };
+    if outcome.is_none() {
+        contained_panic(planned, stage, ctx, phase);
+    }
+    outcome
 }
 
 /// Runs `stage` whole: for the paths where one more future costs nothing worth saving
@@ -200,26 +235,25 @@ fn call<'a>(
     }
 }
 
-/// The outcome of a hook's future: `Ok(None)` when the tail timeout abandoned it, `Err` for
-/// a contained panic.
+/// Awaits a hook that did not finish at once: `Ok(None)` when the tail timeout abandoned
+/// it, `Err` for a contained panic.
 async fn wait(
     entry: &ToolEntry,
     planned: &PlannedHook,
     stage: Stage,
-    future: HookFuture<'_>,
+    pending: HookFuture<'_>,
     contain: bool,
     phase: Phase,
 ) -> std::thread::Result<Option<HookResult>> {
-    let pending = match future.into_ready() {
-        Ok(outcome) => return Ok(Some(outcome)),
-        Err(pending) if !contain => return Ok(Some(pending.await)),
-        Err(pending) => AssertUnwindSafe(pending).catch_unwind(),
-    };
+    if !contain {
+        return Ok(Some(pending.await));
+    }
+    let mut pending = AssertUnwindSafe(pending).catch_unwind();
     if phase == Phase::Main {
         return pending.await.map(Some);
     }
-    let mut pending = pending;
-    // Most hooks finish at their first poll: only one that does not pays for a timer.
+    // Most hooks finish at their first poll: only one that does not reads the clock for a
+    // timer.
     if let std::task::Poll::Ready(settled) = futures::poll!(&mut pending) {
         return settled.map(Some);
     }

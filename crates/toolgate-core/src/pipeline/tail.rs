@@ -82,9 +82,16 @@ fn begin(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stage: Stage) -> Option
 
 /// The invocation's last event.
 fn log_end(ctx: &ToolInvokeContext) {
-    let elapsed_us = ctx.elapsed().as_micros() as u64;
+    // The clock is read only when the event is enabled.
     match &ctx.error {
-        Some(error) => tracing::debug!(code = error.code(), elapsed_us, "invocation ended"),
-        None => tracing::debug!(elapsed_us, "invocation succeeded"),
+        Some(error) => tracing::debug!(
+            code = error.code(),
+            elapsed_us = ctx.elapsed().as_micros() as u64,
+            "invocation ended"
+        ),
+        None => tracing::debug!(
+            elapsed_us = ctx.elapsed().as_micros() as u64,
+            "invocation succeeded"
+        ),
     }
 }

@@ -69,70 +69,137 @@ const RUN_AGAIN: [Stage; 3] = [
     Stage::WillCheckFeatureFlags,
 ];
 
-/// Phases 1–8: `Ok` with the output set, or the control outcome that ended them.
+/// Phases 1–8: `Ok` with the output set, or the control outcome that ended them. One
+/// function, so that a phase builds no future of its own: only a hook that may not finish
+/// at once, and execution when it has hooks, get one.
 pub(super) async fn walk(
     entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
     start: Start,
 ) -> HookResult {
     let present = entry.plan.present();
+    let mut output = present
+        .intersection(OUTPUT)
+        .difference(Stage::DidCacheHit.into());
     let mut done = None;
+    let mut output_only = false;
     if let Start::Resume { after, decision } = start {
         match resume(entry, ctx, decision).await? {
             Resumed::Run => done = Some(after),
             // Decided with an output, or waited after one: only output stages remain.
             Resumed::OutputOnly => {
                 let done = after.max(Stage::DidExecute);
-                let remaining = present
-                    .intersection(OUTPUT)
-                    .difference(StageSet::of(&[Stage::DidCacheHit, Stage::WillWriteCache]))
+                output = output
+                    .difference(Stage::WillWriteCache.into())
                     .difference(StageSet::before(done).with(done));
-                return output_phase(entry, ctx, remaining).await;
+                output_only = true;
             }
         }
     }
-    let before = if present.intersection(BEFORE_EXECUTION).is_empty() && done.is_none() {
-        check_input_at_its_stage(entry, ctx, false)
-    } else {
-        before_execution(entry, ctx, done).await
-    };
-    let mut remaining = present
-        .intersection(OUTPUT)
-        .difference(Stage::DidCacheHit.into());
-    match before {
-        Ok(()) => {
-            ctx.stage = Stage::DidCacheMiss;
-            let ran = if present.intersection(EXECUTION).is_empty() {
-                // The stage the tool runs at when nothing wraps it.
-                ctx.stage = Stage::WillExecute;
-                ctx.attempt += 1;
-                let prepared = enter_tool(ctx);
-                let output = entry.tool.call(prepared, ctx).await;
-                leave_tool(ctx, output)?;
-                true
-            } else {
-                execution(entry, ctx).await?
+    if !output_only {
+        // Phases 1–6, up to a cache miss; for a resumed call, after stage `done`.
+        let mut route = present.intersection(BEFORE_EXECUTION);
+        // A resumed call's quota unit was taken before it waited; its semaphore permit was
+        // given back, so that stage runs again.
+        let quota_taken = done.is_some_and(|d| d >= Stage::WillAcquireQuota);
+        let mut checked = false;
+        if let Some(done) = done {
+            let passed = StageSet::before(done).with(done);
+            route = route.difference(passed.difference(Stage::WillAcquireSemaphore.into()));
+            checked = done >= Stage::WillValidateInput;
+        }
+        // A request to wait from a stage that runs again (the semaphore) waits until the
+        // stages that ran before the suspension are passed again.
+        let wait_after = done.map_or(WAIT_AFTER, |d| WAIT_AFTER.max(d));
+        let mut held: Option<SuspendRequest> = None;
+        let mut before = Ok(());
+        for stage in route.iter() {
+            // The tool's check comes right after the `will_validate_input` hooks.
+            if !checked && stage > Stage::WillValidateInput {
+                checked = true;
+                before = check_input_at_its_stage(entry, ctx, quota_taken);
+                if before.is_err() {
+                    break;
+                }
+            }
+            if stage > wait_after
+                && let Some(request) = held.take()
+            {
+                before = Err(wait_now(ctx, wait_after, request));
+                break;
+            }
+            ctx.progress.acquired.reach(stage, quota_taken);
+            ctx.stage = stage;
+            let result = match stages::run_ready(entry, ctx, stage, 0, Phase::Main) {
+                StageRun::Done(result) => result,
+                StageRun::Rest(rest) => {
+                    stages::run_rest(entry, ctx, stage, rest, Phase::Main).await
+                }
             };
-            if !ran {
-                // A wrapper answered without running the tool: nothing to cache.
-                remaining = remaining.difference(Stage::WillWriteCache.into());
+            if let Err(control) = result
+                && let Some(control) = hold(ctx, &mut held, wait_after, control)
+            {
+                before = Err(control);
+                break;
             }
         }
-        Err(Control::Respond(value)) => {
-            // Answered before execution: a cache hit runs `did_cache_hit`; nothing is
-            // written to the cache.
-            if ctx.stage == Stage::WillReadCache && present.contains(Stage::DidCacheHit) {
-                remaining = remaining.with(Stage::DidCacheHit);
-            }
-            remaining = remaining.difference(Stage::WillWriteCache.into());
-            ctx.set_output(value);
+        if before.is_ok() && !checked {
+            before = check_input_at_its_stage(entry, ctx, quota_taken);
         }
-        Err(other) => return Err(other),
+        if before.is_ok()
+            && let Some(request) = held
+        {
+            before = Err(wait_now(ctx, wait_after, request));
+        }
+        // Phase 7, or the short-circuit that took its place.
+        match before {
+            Ok(()) => {
+                ctx.progress
+                    .acquired
+                    .reach(Stage::DidCacheMiss, quota_taken);
+                ctx.stage = Stage::DidCacheMiss;
+                let ran = if present.intersection(EXECUTION).is_empty() {
+                    // The stage the tool runs at when nothing wraps it.
+                    ctx.stage = Stage::WillExecute;
+                    ctx.attempt += 1;
+                    let prepared = enter_tool(ctx);
+                    let output = entry.tool.call(prepared, ctx).await;
+                    leave_tool(ctx, output)?;
+                    true
+                } else {
+                    execution(entry, ctx).await?
+                };
+                if !ran {
+                    // A wrapper answered without running the tool: nothing to cache.
+                    output = output.difference(Stage::WillWriteCache.into());
+                }
+            }
+            Err(Control::Respond(value)) => {
+                // Answered before execution: a cache hit runs `did_cache_hit`; nothing is
+                // written to the cache.
+                if ctx.stage == Stage::WillReadCache && present.contains(Stage::DidCacheHit) {
+                    output = output.with(Stage::DidCacheHit);
+                }
+                output = output.difference(Stage::WillWriteCache.into());
+                ctx.set_output(value);
+            }
+            Err(other) => return Err(other),
+        }
     }
-    if remaining.is_empty() {
-        return Ok(());
+    // Phase 8: a respond sets the output and the next stage runs.
+    for stage in output.iter() {
+        ctx.stage = stage;
+        let result = match stages::run_ready(entry, ctx, stage, 0, Phase::Main) {
+            StageRun::Done(result) => result,
+            StageRun::Rest(rest) => stages::run_rest(entry, ctx, stage, rest, Phase::Main).await,
+        };
+        match result {
+            Ok(()) => {}
+            Err(Control::Respond(value)) => ctx.set_output(value),
+            Err(other) => return Err(other),
+        }
     }
-    output_phase(entry, ctx, remaining).await
+    Ok(())
 }
 
 /// What a resumed call goes on with.
@@ -174,65 +241,6 @@ async fn resume(
         _ if ctx.output().is_some() => Resumed::OutputOnly,
         _ => Resumed::Run,
     })
-}
-
-/// Phases 1–6 up to a cache miss, after stage `done` for a resumed call. Ends with
-/// `Err(Control::Respond)` on a short-circuit.
-async fn before_execution(
-    entry: &ToolEntry,
-    ctx: &mut ToolInvokeContext,
-    done: Option<Stage>,
-) -> HookResult {
-    let mut route = entry.plan.present().intersection(BEFORE_EXECUTION);
-    // A resumed call's quota unit was taken before it waited; its semaphore permit was
-    // given back, so that stage runs again.
-    let quota_taken = done.is_some_and(|d| d >= Stage::WillAcquireQuota);
-    let mut checked = false;
-    if let Some(done) = done {
-        route = route.difference(
-            StageSet::before(done)
-                .with(done)
-                .difference(Stage::WillAcquireSemaphore.into()),
-        );
-        checked = done >= Stage::WillValidateInput;
-    }
-    // A request to wait from a stage that runs again (the semaphore) waits until the
-    // stages that ran before the suspension are passed again.
-    let wait_after = done.map_or(WAIT_AFTER, |d| WAIT_AFTER.max(d));
-    let mut held: Option<SuspendRequest> = None;
-    for stage in route.iter() {
-        // The tool's check comes right after the `will_validate_input` hooks.
-        if !checked && stage > Stage::WillValidateInput {
-            check_input_at_its_stage(entry, ctx, quota_taken)?;
-            checked = true;
-        }
-        if stage > wait_after
-            && let Some(request) = held.take()
-        {
-            return Err(wait_now(ctx, wait_after, request));
-        }
-        ctx.progress.acquired.reach(stage, quota_taken);
-        ctx.stage = stage;
-        let result = match stages::run_ready(entry, ctx, stage, 0, Phase::Main) {
-            StageRun::Done(result) => result,
-            StageRun::Rest(rest) => stages::run_rest(entry, ctx, stage, rest, Phase::Main).await,
-        };
-        if let Err(control) = result
-            && let Some(control) = hold(ctx, &mut held, wait_after, control)
-        {
-            return Err(control);
-        }
-    }
-    if !checked {
-        check_input_at_its_stage(entry, ctx, quota_taken)?;
-    }
-    if let Some(request) = held {
-        return Err(wait_now(ctx, wait_after, request));
-    }
-    ctx.progress
-        .acquired
-        .reach(Stage::DidCacheMiss, quota_taken);
-    Ok(())
 }
 
 /// What a control outcome of a stage before execution does while a request to wait is
@@ -380,28 +388,6 @@ fn enter_tool(ctx: &mut ToolInvokeContext) -> Option<PreparedInput> {
 fn leave_tool(ctx: &mut ToolInvokeContext, output: Result<Value, ToolError>) -> HookResult {
     ctx.progress.in_tool = false;
     ctx.set_output(output?);
-    Ok(())
-}
-
-/// Phase 8 over `stages` (those with hooks still to run). A respond sets the output and
-/// the next stage runs.
-async fn output_phase(
-    entry: &ToolEntry,
-    ctx: &mut ToolInvokeContext,
-    stages: StageSet,
-) -> HookResult {
-    for stage in stages.iter() {
-        ctx.stage = stage;
-        let result = match stages::run_ready(entry, ctx, stage, 0, Phase::Main) {
-            StageRun::Done(result) => result,
-            StageRun::Rest(rest) => stages::run_rest(entry, ctx, stage, rest, Phase::Main).await,
-        };
-        match result {
-            Ok(()) => {}
-            Err(Control::Respond(value)) => ctx.set_output(value),
-            Err(other) => return Err(other),
-        }
-    }
     Ok(())
 }
 
