@@ -225,24 +225,26 @@ pub(crate) struct ContextParts {
     pub cancel: Option<CancellationToken>,
     pub providers: Providers,
     pub no_store: bool,
+    /// What a suspended call had gathered, when it resumes.
+    pub restored: Option<Restored>,
+}
+
+/// What a resumed call takes over from the call that was suspended.
+pub(crate) struct Restored {
+    pub output: Option<Value>,
+    pub metadata: Map<String, Value>,
+    pub decision: ResumeDecision,
 }
 
 impl ToolInvokeContext {
-    /// A new context, built in its box (it is large: moving it by value is a copy). The
-    /// box is allocated first, so that the context can be written straight into it.
-    #[inline]
-    pub(crate) fn boxed(parts: ContextParts) -> Box<Self> {
-        let slot = Box::new_uninit();
-        Box::write(slot, Self::new(parts))
-    }
-
+    /// A new context.
     #[inline(always)]
-    fn new(parts: ContextParts) -> Self {
+    pub(crate) fn new(parts: ContextParts) -> Self {
         let cancel = OnceLock::new();
         if let Some(token) = parts.cancel {
             let _ = cancel.set(token);
         }
-        ToolInvokeContext {
+        let mut ctx = ToolInvokeContext {
             scope: parts.scope,
             session_id: parts.session_id,
             request_id: parts.request_id,
@@ -266,7 +268,21 @@ impl ToolInvokeContext {
             progress: Progress::default(),
             prepared: None,
             trail: None,
+        };
+        if let Some(restored) = parts.restored {
+            ctx.restore(restored);
         }
+        ctx
+    }
+
+    /// Takes over what the suspended call had gathered.
+    #[cold]
+    fn restore(&mut self, restored: Restored) {
+        if let Some(output) = restored.output {
+            self.set_output(output);
+        }
+        *self.metadata_mut() = restored.metadata;
+        self.trail_mut().resumed = Some(restored.decision);
     }
 
     // ----- identity -----

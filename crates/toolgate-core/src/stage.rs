@@ -265,7 +265,17 @@ impl StageSet {
     }
 
     /// The stages of this set that are not in `other`.
-    pub(crate) const fn difference(self, other: StageSet) -> StageSet {
+    ///
+    /// ```
+    /// use toolgate_core::Stage;
+    /// use toolgate_core::stage::StageSet;
+    ///
+    /// let set = StageSet::of(&[Stage::WillAuthorize, Stage::WillAudit]);
+    /// let rest = set.difference(StageSet::of(&[Stage::WillAudit]));
+    /// assert_eq!(rest, StageSet::of(&[Stage::WillAuthorize]));
+    /// ```
+    #[must_use]
+    pub const fn difference(self, other: StageSet) -> StageSet {
         StageSet(self.0 & !other.0)
     }
 

@@ -58,8 +58,10 @@ pub(crate) fn hook(args: Args, item: TokenStream) -> syn::Result<TokenStream> {
         Vec::new()
     });
     let mut stages: Vec<Ident> = Vec::new();
-    // Stage methods written as plain `fn`s: their future is always ready.
-    let mut synchronous: Vec<Ident> = Vec::new();
+    // Stage methods written as `async fn`s or returning a `HookFuture`: they may not finish
+    // at once. Every other stage method — a plain `fn`, or the trait's default, which
+    // returns a ready future — is synchronous.
+    let mut asynchronous: Vec<Ident> = Vec::new();
     let mut written_stages = false;
     let mut written_synchronous = false;
     let mut written_requirements = None;
@@ -85,8 +87,8 @@ pub(crate) fn hook(args: Args, item: TokenStream) -> syn::Result<TokenStream> {
             match rewritten {
                 Ok(()) => {
                     let variant = Ident::new(variant, method.sig.ident.span());
-                    if plain {
-                        synchronous.push(variant.clone());
+                    if !plain {
+                        asynchronous.push(variant.clone());
                     }
                     stages.push(variant);
                 }
@@ -124,10 +126,13 @@ pub(crate) fn hook(args: Args, item: TokenStream) -> syn::Result<TokenStream> {
             }
         })?);
     }
-    if !synchronous.is_empty() && !written_synchronous {
+    if !written_synchronous {
+        // `around_execute` is never synchronous: its default calls the rest of the chain.
         item.items.push(syn::parse2(quote! {
             fn synchronous_stages(&self) -> #core::stage::StageSet {
-                const STAGES: #core::stage::StageSet = #core::stage::StageSet::of(&[#(#core::Stage::#synchronous),*]);
+                const STAGES: #core::stage::StageSet = #core::stage::StageSet::ALL.difference(
+                    #core::stage::StageSet::of(&[#core::Stage::AroundExecute, #(#core::Stage::#asynchronous),*]),
+                );
                 STAGES
             }
         })?);

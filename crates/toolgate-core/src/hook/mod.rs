@@ -488,8 +488,11 @@ pub trait Hook: Send + Sync + 'static {
 
     /// The stages whose methods always finish at once — return a ready [`HookFuture`] — so
     /// the pipeline calls them without making a future of its own. `#[hook]` writes this
-    /// method from the stage methods written as plain `fn`s; a hand-written impl keeps the
-    /// default (none), which is always correct. Listing a stage whose method does not
+    /// method: every stage except `around_execute` and those whose method is written as an
+    /// `async fn` or returns a [`HookFuture`] (a plain `fn` and the trait's default method
+    /// both finish at once). A hand-written impl keeps the default (none), which is always
+    /// correct, and costs a future per stage it takes part in; list the stages whose
+    /// methods return [`HookFuture::ok`] or [`HookFuture::ready`] to save it. Listing a stage whose method does not
     /// finish at once is a bug in the hook: the call fails at that stage with an `internal`
     /// error that names it.
     fn synchronous_stages(&self) -> StageSet {

@@ -17,7 +17,7 @@ pub use crate::limits::InputLimits;
 pub use builder::PipelineBuilder;
 pub use options::InvokeOptions;
 
-use crate::context::{ContextParts, RequestId, ToolInvokeContext, ToolScope};
+use crate::context::{ContextParts, RequestId, Restored, ToolScope};
 use crate::definition::ToolDefinition;
 use crate::error::{InputViolations, ToolError};
 use crate::plan::ToolPlan;
@@ -174,8 +174,8 @@ impl Pipeline {
     ) -> Result<Value, ToolError> {
         let entry = self.entry(tool).inspect_err(rejected)?;
         self.inner.limits.check(&input).inspect_err(rejected)?;
-        let ctx = new_context(entry, input, options);
-        run::run_to_end(entry, ctx, Start::Fresh, |result, _| result).await
+        let parts = context_parts(entry, input, options, None);
+        run::run_to_end(entry, parts, Start::Fresh, |result, _| result).await
     }
 
     /// Invokes a tool by name with JSON input, like [`invoke`](Self::invoke), and returns
@@ -193,8 +193,8 @@ impl Pipeline {
         if let Err(error) = self.inner.limits.check(&input).inspect_err(rejected) {
             return Invocation::rejected(error);
         }
-        let ctx = new_context(entry, input, options);
-        run::run_to_end(entry, ctx, Start::Fresh, Invocation::concluded).await
+        let parts = context_parts(entry, input, options, None);
+        run::run_to_end(entry, parts, Start::Fresh, Invocation::concluded).await
     }
 
     /// Invokes a tool by name with JSON text, checked against the size and depth limits
@@ -211,8 +211,8 @@ impl Pipeline {
     ) -> Result<Value, ToolError> {
         let entry = self.entry(tool).inspect_err(rejected)?;
         let input = self.inner.limits.parse(json).inspect_err(rejected)?;
-        let ctx = new_context(entry, input, options);
-        run::run_to_end(entry, ctx, Start::Fresh, |result, _| result).await
+        let parts = context_parts(entry, input, options, None);
+        run::run_to_end(entry, parts, Start::Fresh, |result, _| result).await
     }
 
     /// Invokes a typed tool with a typed input, and reads the output back as its type.
@@ -285,10 +285,10 @@ impl Pipeline {
         options: InvokeOptions,
     ) -> Invocation {
         match self.resume_context(suspension_id, &decision, options).await {
-            Ok((entry, ctx, after)) => {
+            Ok((entry, parts, after)) => {
                 run::run_to_end(
                     entry,
-                    ctx,
+                    parts,
                     Start::Resume { after, decision },
                     Invocation::concluded,
                 )
@@ -303,7 +303,7 @@ impl Pipeline {
         suspension_id: &str,
         decision: &ResumeDecision,
         mut options: InvokeOptions,
-    ) -> Result<(&Arc<ToolEntry>, Box<ToolInvokeContext>, Stage), ToolError> {
+    ) -> Result<(&Arc<ToolEntry>, ContextParts, Stage), ToolError> {
         let saved = self
             .inner
             .shared
@@ -326,13 +326,13 @@ impl Pipeline {
         options.session_id = saved.session_id.as_deref().map(Arc::from);
         options.request_id = Some(saved.request_id);
         options.user = Some(Arc::new(saved.user));
-        let mut ctx = new_context(entry, saved.input, options);
-        if let Some(output) = saved.output {
-            ctx.set_output(output);
-        }
-        *ctx.metadata_mut() = saved.metadata;
-        ctx.trail_mut().resumed = Some(decision.clone());
-        Ok((entry, ctx, saved.stage))
+        let restored = Restored {
+            output: saved.output,
+            metadata: saved.metadata,
+            decision: decision.clone(),
+        };
+        let parts = context_parts(entry, saved.input, options, Some(restored));
+        Ok((entry, parts, saved.stage))
     }
 
     fn entry(&self, tool: &str) -> Result<&Arc<ToolEntry>, ToolError> {
@@ -353,14 +353,17 @@ fn rejected(error: &ToolError) {
     );
 }
 
-/// The context of a new invocation, built in the box it stays in until the end.
-fn new_context(
+/// What the context of an invocation is made of; the context itself is made where it stays
+/// for the whole run, inside the invocation future.
+#[inline]
+fn context_parts(
     entry: &Arc<ToolEntry>,
     input: Value,
     options: InvokeOptions,
-) -> Box<ToolInvokeContext> {
+    restored: Option<Restored>,
+) -> ContextParts {
     let deadline = options.effective_deadline();
-    ToolInvokeContext::boxed(ContextParts {
+    ContextParts {
         scope: Arc::clone(&entry.scope),
         session_id: options.session_id,
         request_id: options
@@ -372,7 +375,8 @@ fn new_context(
         cancel: options.cancellation,
         providers: options.providers,
         no_store: options.no_store,
-    })
+        restored,
+    }
 }
 
 impl std::fmt::Debug for Pipeline {

@@ -17,7 +17,7 @@ use tracing::Instrument;
 
 use super::walk::{self, Start};
 use super::{ToolEntry, tail};
-use crate::context::ToolInvokeContext;
+use crate::context::{ContextParts, ToolInvokeContext};
 use crate::control::{Control, HookResult, SuspendRequest};
 use crate::error::ToolError;
 use crate::stage::Stage;
@@ -58,24 +58,23 @@ enum MainEnd {
 }
 
 /// Owns the context while the invocation runs; finishes the tail if the invocation future
-/// is dropped first. The context stays in its box from its creation to its end: the
-/// invocation's futures hold a pointer to it, never a copy of it.
+/// is dropped first. The context lives here, inside the invocation future, from the start
+/// of the run to its end: no allocation for it, and the futures of the run hold a
+/// reference to it, never a copy.
 struct Guard<'a> {
-    ctx: Option<Box<ToolInvokeContext>>,
+    ctx: Option<ToolInvokeContext>,
     entry: &'a Arc<ToolEntry>,
     span: tracing::Span,
 }
 
 impl Drop for Guard<'_> {
     fn drop(&mut self) {
-        let Some(mut ctx) = self.ctx.take() else {
-            return;
-        };
         // Done, unless dropped while a `will_finalize_invoke` hook ran: the hooks after it
-        // still get their turn.
-        if ctx.progress.tail.finished() {
+        // still get their turn. A finished context is dropped where it is, not moved.
+        if (self.ctx.as_ref()).is_none_or(|ctx| ctx.progress.tail.finished()) {
             return;
         }
+        let mut ctx = self.ctx.take().expect("checked above");
         if !ctx.progress.tail.started {
             ctx.error = Some(ToolError::Cancelled);
             ctx.cancel_if_watched();
@@ -104,24 +103,26 @@ impl Drop for Guard<'_> {
 /// `conclude` makes the caller's answer.
 pub(super) async fn run_to_end<R>(
     entry: &Arc<ToolEntry>,
-    ctx: Box<ToolInvokeContext>,
+    parts: ContextParts,
     start: Start,
     conclude: impl FnOnce(Result<Value, ToolError>, Details<'_>) -> R,
 ) -> R {
     let span = tracing::info_span!(
         "toolgate.invoke",
-        tool = %ctx.tool_name(),
-        request_id = %ctx.request_id(),
-        session_id = ctx.session_id().unwrap_or(""),
-        user_id = %ctx.user().id,
+        tool = %entry.scope.definition.name,
+        request_id = %parts.request_id,
+        session_id = parts.session_id.as_deref().unwrap_or(""),
+        user_id = %parts.user.as_deref().unwrap_or(&crate::user::ANONYMOUS).id,
     );
-    debug_assert!(Arc::ptr_eq(&entry.scope, &ctx.scope));
-    let mut guard = Guard {
-        ctx: Some(ctx),
-        entry,
-        span: span.clone(),
-    };
+    debug_assert!(Arc::ptr_eq(&entry.scope, &parts.scope));
+    let guard_span = span.clone();
     let run = std::pin::pin!(async move {
+        // The context is made here, in the invocation future, where it stays to the end.
+        let mut guard = Guard {
+            ctx: Some(ToolInvokeContext::new(parts)),
+            entry,
+            span: guard_span,
+        };
         let entry = &**guard.entry;
         let ctx = guard
             .ctx
@@ -210,15 +211,11 @@ pub(super) async fn run_to_end<R>(
             drop(guard);
             return conclude(result, details);
         }
-        let mut ctx = guard
-            .ctx
-            .take()
-            .expect("the guard holds the context until the end");
         let result = match ctx.error.take() {
             Some(error) => Err(error),
             None => Ok(ctx.take_output().unwrap_or(Value::Null)),
         };
-        conclude(result, Details::Context(&mut ctx))
+        conclude(result, Details::Context(ctx))
     });
     // A span no subscriber is interested in is disabled for good: entering it on every
     // poll would do nothing, so the invocation runs without the wrapper.

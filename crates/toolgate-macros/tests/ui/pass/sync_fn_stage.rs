@@ -39,5 +39,5 @@ fn main() {
         StageSet::of(&[Stage::WillValidateInput, Stage::DidReleaseQuota])
     );
     // Plain `fn`s finish at once: the pipeline calls them without a future of its own.
-    assert_eq!(hook.synchronous_stages(), hook.stages());
+    assert_eq!(hook.synchronous_stages().intersection(hook.stages()), hook.stages());
 }
