@@ -3,6 +3,7 @@
 //! reloading is never a way around a limit and no suspended call is lost.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use toolgate_agent::UsageStats;
 use toolgate_core::suspension::{InMemorySuspensionStore, SuspensionLimits};
@@ -11,7 +12,10 @@ use toolgate_hooks::cache::{CacheBackend, MokaCache};
 use toolgate_hooks::concurrency::{ConcurrencyBackend, InMemoryConcurrency};
 use toolgate_hooks::consent::{ApprovalStore, InMemoryApprovals};
 use toolgate_hooks::quota::{InMemoryQuota, QuotaBackend};
-use toolgate_redis::{ConcurrencyFailurePolicy, QuotaFailurePolicy, RedisConfig, RedisState};
+use toolgate_redis::{
+    ConcurrencyFailurePolicy, QuotaFailurePolicy, RedisCache, RedisConcurrency, RedisConfig,
+    RedisQuota, RedisState,
+};
 
 use crate::config::{Config, OnBackendErrorName, StateConfig, StateUrl};
 use crate::gateway::GatewayError;
@@ -61,6 +65,9 @@ impl Backends {
         if let Some(deadline) = state.deadline {
             config = config.deadline(deadline);
         }
+        if let Some(failures) = state.down_after_failures {
+            config = config.down_after_failures(failures);
+        }
         if let Some(ttl) = state.lease_ttl {
             config = config.lease_ttl(ttl);
         }
@@ -73,28 +80,44 @@ impl Backends {
             .map_err(|e| GatewayError::State(format!("{e} (check `state` and that Redis runs)")))
     }
 
-    /// The quota backend of one rate-limit policy, failing as it declares.
-    pub fn quota(&self, on_error: OnBackendErrorName, rate: Rate) -> Arc<dyn QuotaBackend> {
+    /// The quota backend of one rate-limit policy, failing as it declares; on Redis with
+    /// the policy's own deadline, if it has one.
+    pub fn quota(
+        &self,
+        on_error: OnBackendErrorName,
+        rate: Rate,
+        deadline: Option<Duration>,
+    ) -> Arc<dyn QuotaBackend> {
         match self {
             Backends::Memory { quota, .. } => quota.clone(),
-            Backends::Redis(redis) => Arc::new(redis.quota().on_unavailable(match on_error {
-                OnBackendErrorName::FailClosed => QuotaFailurePolicy::FailClosed,
-                OnBackendErrorName::FailOpen => QuotaFailurePolicy::FailOpen,
-                OnBackendErrorName::LocalFallback => QuotaFailurePolicy::LocalFallback(rate),
-            })),
+            Backends::Redis(redis) => Arc::new(
+                with_deadline(redis.quota(), deadline, RedisQuota::deadline).on_unavailable(
+                    match on_error {
+                        OnBackendErrorName::FailClosed => QuotaFailurePolicy::FailClosed,
+                        OnBackendErrorName::FailOpen => QuotaFailurePolicy::FailOpen,
+                        OnBackendErrorName::LocalFallback => {
+                            QuotaFailurePolicy::LocalFallback(rate)
+                        }
+                    },
+                ),
+            ),
         }
     }
 
-    /// The concurrency backend of one cap, failing as it declares.
+    /// The concurrency backend of one cap, failing as it declares; on Redis with the cap's
+    /// own deadline, if it has one.
     pub fn concurrency(
         &self,
         on_error: OnBackendErrorName,
         limit: u32,
+        deadline: Option<Duration>,
     ) -> Arc<dyn ConcurrencyBackend> {
         match self {
             Backends::Memory { concurrency, .. } => concurrency.clone(),
             Backends::Redis(redis) => {
-                Arc::new(redis.concurrency().on_unavailable(match on_error {
+                let backend =
+                    with_deadline(redis.concurrency(), deadline, RedisConcurrency::deadline);
+                Arc::new(backend.on_unavailable(match on_error {
                     OnBackendErrorName::FailClosed => ConcurrencyFailurePolicy::FailClosed,
                     OnBackendErrorName::FailOpen => ConcurrencyFailurePolicy::FailOpen,
                     OnBackendErrorName::LocalFallback => {
@@ -105,12 +128,22 @@ impl Backends {
         }
     }
 
-    /// The result cache's backend.
-    pub fn cache(&self) -> Arc<dyn CacheBackend> {
+    /// The result cache's backend; on Redis with the cache's own deadline, if it has one.
+    pub fn cache(&self, deadline: Option<Duration>) -> Arc<dyn CacheBackend> {
         match self {
             Backends::Memory { cache, .. } => cache.clone(),
-            Backends::Redis(redis) => Arc::new(redis.cache()),
+            Backends::Redis(redis) => {
+                Arc::new(with_deadline(redis.cache(), deadline, RedisCache::deadline))
+            }
         }
+    }
+}
+
+/// `backend` with the deadline of its policy, when the policy sets one.
+fn with_deadline<B>(backend: B, deadline: Option<Duration>, set: fn(B, Duration) -> B) -> B {
+    match deadline {
+        Some(deadline) => set(backend, deadline),
+        None => backend,
     }
 }
 

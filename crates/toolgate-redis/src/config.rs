@@ -7,7 +7,8 @@ use std::time::Duration;
 ///
 /// | setting | default | what it bounds |
 /// |---|---|---|
-/// | [`deadline`](RedisConfigBuilder::deadline) | 100 ms | every Redis call, including waiting for a reconnect |
+/// | [`deadline`](RedisConfigBuilder::deadline) | 100 ms | every Redis call, including waiting for a reconnect; a backend can have its own |
+/// | [`down_after_failures`](RedisConfigBuilder::down_after_failures) | 3 | unanswered calls in a row before `toolgate_redis_up` goes to 0 |
 /// | [`connect_timeout`](RedisConfigBuilder::connect_timeout) | 1 s | one connection attempt |
 /// | [`reconnect_backoff`](RedisConfigBuilder::reconnect_backoff) | 100 ms … 5 s, 6 tries | the pause between connection attempts (exponential, with jitter) |
 /// | [`key_prefix`](RedisConfigBuilder::key_prefix) | `toolgate` | the first part of every key |
@@ -32,6 +33,7 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub struct RedisConfig {
     pub(crate) deadline: Duration,
+    pub(crate) down_after_failures: u32,
     pub(crate) connect_timeout: Duration,
     pub(crate) reconnect_min_delay: Duration,
     pub(crate) reconnect_max_delay: Duration,
@@ -46,6 +48,7 @@ impl Default for RedisConfig {
     fn default() -> Self {
         RedisConfig {
             deadline: Duration::from_millis(100),
+            down_after_failures: 3,
             connect_timeout: Duration::from_secs(1),
             reconnect_min_delay: Duration::from_millis(100),
             reconnect_max_delay: Duration::from_secs(5),
@@ -70,6 +73,17 @@ impl RedisConfigBuilder {
     #[must_use]
     pub fn deadline(mut self, deadline: Duration) -> Self {
         self.config.deadline = deadline;
+        self
+    }
+
+    /// How many Redis calls in a row must get no answer before Redis counts as down (the
+    /// `toolgate_redis_up` gauge goes to 0 and a warning is logged); the first answer counts
+    /// it up again. The default, 3, keeps one slow reply on a busy machine from flipping the
+    /// signal. Each call that gets no answer is still decided by its backend's failure
+    /// policy, whatever this says.
+    #[must_use]
+    pub fn down_after_failures(mut self, failures: u32) -> Self {
+        self.config.down_after_failures = failures;
         self
     }
 
@@ -143,6 +157,11 @@ impl RedisConfig {
         self.deadline
     }
 
+    /// How many unanswered calls in a row count Redis as down.
+    pub fn down_after_failures(&self) -> u32 {
+        self.down_after_failures
+    }
+
     /// The key prefix.
     pub fn key_prefix(&self) -> &str {
         &self.key_prefix
@@ -166,6 +185,12 @@ impl RedisConfig {
     pub(crate) fn validate(&self) -> Result<(), String> {
         if self.deadline.is_zero() {
             return Err("`deadline` is zero, so every call would fail: use e.g. 100 ms".into());
+        }
+        if self.down_after_failures == 0 {
+            return Err(
+                "`down_after_failures` is zero: use at least 1 (3 keeps one slow reply from marking Redis down)"
+                    .into(),
+            );
         }
         if self.lease_ttl < Duration::from_millis(30) {
             return Err(format!(

@@ -4,13 +4,14 @@
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use redis::aio::ConnectionManager;
 
-/// The gauge that says whether the last Redis call of this process got an answer (1) or
-/// not (0).
+/// The gauge that says whether Redis answers this process (1) or not (0): it goes to 0
+/// after [`down_after_failures`](crate::RedisConfigBuilder::down_after_failures) calls in a
+/// row got no answer, and back to 1 at the first that does.
 pub const REDIS_UP: &str = "toolgate_redis_up";
 
 /// Why a Redis call gave no answer.
@@ -31,8 +32,46 @@ impl fmt::Display for Failure {
     }
 }
 
-/// One connection manager (multiplexed, reconnecting with backoff), its deadline, the key
-/// prefix, and this replica's identity (for lease ids and fill locks).
+/// Whether Redis answers, as the `toolgate_redis_up` gauge and the logs tell it: down after
+/// `down_after` calls in a row got no answer, up again at the first answer. One slow reply on
+/// a busy machine does not flip it.
+#[derive(Debug)]
+struct Health {
+    up: AtomicBool,
+    failures_in_a_row: AtomicU32,
+    down_after: u32,
+}
+
+impl Health {
+    fn new(down_after: u32) -> Self {
+        Health {
+            up: AtomicBool::new(true),
+            failures_in_a_row: AtomicU32::new(0),
+            down_after: down_after.max(1),
+        }
+    }
+
+    /// Records one call's answer; `Some(up)` when the state changed with it.
+    fn record(&self, answered: bool) -> Option<bool> {
+        let up = if answered {
+            self.failures_in_a_row.store(0, Ordering::Relaxed);
+            true
+        } else {
+            let failures = self
+                .failures_in_a_row
+                .fetch_add(1, Ordering::Relaxed)
+                .saturating_add(1);
+            if failures < self.down_after {
+                return None;
+            }
+            false
+        };
+        (self.up.swap(up, Ordering::Relaxed) != up).then_some(up)
+    }
+}
+
+/// One connection manager (multiplexed, reconnecting with backoff), the deadline of each
+/// call, the key prefix, and this replica's identity (for lease ids and fill locks).
 #[derive(Clone)]
 pub(crate) struct Link {
     connection: ConnectionManager,
@@ -40,21 +79,39 @@ pub(crate) struct Link {
     prefix: Arc<str>,
     replica: Arc<str>,
     sequence: Arc<AtomicU64>,
-    /// Whether the last call got an answer: logs and the `toolgate_redis_up` gauge change
-    /// on transitions only, not on every failed call.
-    up: Arc<AtomicBool>,
+    /// Shared by every backend of the state, whatever their deadlines: logs and the
+    /// `toolgate_redis_up` gauge change on transitions only.
+    health: Arc<Health>,
 }
 
 impl Link {
-    pub(crate) fn new(connection: ConnectionManager, deadline: Duration, prefix: &str) -> Self {
+    pub(crate) fn new(
+        connection: ConnectionManager,
+        deadline: Duration,
+        prefix: &str,
+        down_after: u32,
+    ) -> Self {
         Link {
             connection,
             deadline,
             prefix: prefix.into(),
             replica: format!("{:016x}", fastrand::u64(..)).into(),
             sequence: Arc::new(AtomicU64::new(0)),
-            up: Arc::new(AtomicBool::new(true)),
+            health: Arc::new(Health::new(down_after)),
         }
+    }
+
+    /// The same link with another per-call deadline (at least a millisecond).
+    pub(crate) fn with_deadline(&self, deadline: Duration) -> Self {
+        Link {
+            deadline: deadline.max(Duration::from_millis(1)),
+            ..self.clone()
+        }
+    }
+
+    /// The per-call deadline.
+    pub(crate) fn deadline(&self) -> Duration {
+        self.deadline
     }
 
     /// A handle on the shared connection (cheap: it is multiplexed).
@@ -88,16 +145,17 @@ impl Link {
     }
 
     fn note(&self, failure: Option<&Failure>) {
-        let up = failure.is_none();
-        if self.up.swap(up, Ordering::Relaxed) != up {
-            metrics::gauge!(REDIS_UP).set(if up { 1.0 } else { 0.0 });
-            match failure {
-                None => tracing::info!("Redis answers again; shared limits and cache are back"),
-                Some(failure) => tracing::warn!(
-                    %failure,
-                    "Redis is unavailable; backends decide by their failure policies until it is back"
-                ),
-            }
+        let Some(up) = self.health.record(failure.is_none()) else {
+            return;
+        };
+        metrics::gauge!(REDIS_UP).set(if up { 1.0 } else { 0.0 });
+        match failure {
+            None => tracing::info!("Redis answers again; shared limits and cache are back"),
+            Some(failure) => tracing::warn!(
+                %failure,
+                failures_in_a_row = self.health.down_after,
+                "Redis is unavailable; backends decide by their failure policies until it is back"
+            ),
         }
     }
 }
@@ -116,4 +174,40 @@ impl fmt::Debug for Link {
 pub(crate) fn millis_at_least_one(duration: Duration) -> u64 {
     let ms = duration.as_nanos().div_ceil(1_000_000);
     u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Health;
+
+    #[test]
+    fn one_unanswered_call_does_not_mark_redis_down() {
+        let health = Health::new(3);
+        assert_eq!(health.record(false), None);
+        assert_eq!(health.record(true), None, "it never went down");
+        assert_eq!(health.record(false), None);
+        assert_eq!(health.record(false), None);
+        assert_eq!(health.record(true), None, "two in a row are not three");
+    }
+
+    #[test]
+    fn redis_is_down_after_the_set_number_of_failures_in_a_row_and_up_at_the_first_answer() {
+        let health = Health::new(3);
+        assert_eq!(health.record(false), None);
+        assert_eq!(health.record(false), None);
+        assert_eq!(health.record(false), Some(false));
+        assert_eq!(
+            health.record(false),
+            None,
+            "down already: no second transition"
+        );
+        assert_eq!(health.record(true), Some(true));
+        assert_eq!(health.record(true), None);
+    }
+
+    #[test]
+    fn down_after_zero_is_taken_as_one() {
+        let health = Health::new(0);
+        assert_eq!(health.record(false), Some(false));
+    }
 }

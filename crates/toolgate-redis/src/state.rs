@@ -100,7 +100,12 @@ impl RedisState {
                 RedisError::InvalidConfig(format!("the connection cannot be set up: {error}"))
             })?;
         Ok(RedisState {
-            link: Link::new(manager, config.deadline, &config.key_prefix),
+            link: Link::new(
+                manager,
+                config.deadline,
+                &config.key_prefix,
+                config.down_after_failures,
+            ),
             config,
         })
     }

@@ -286,6 +286,41 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
+    let redis_deadlines = policies
+        .rate_limits
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            (
+                format!("policies.rate_limits[{i}].redis_deadline"),
+                r.redis_deadline,
+            )
+        })
+        .chain(policies.concurrency.iter().enumerate().map(|(i, c)| {
+            (
+                format!("policies.concurrency[{i}].redis_deadline"),
+                c.redis_deadline,
+            )
+        }))
+        .chain(
+            (policies.cache.iter())
+                .map(|c| ("policies.cache.redis_deadline".to_owned(), c.redis_deadline)),
+        )
+        .chain([("state.deadline".to_owned(), config.state.deadline)]);
+    for (field, deadline) in redis_deadlines {
+        if deadline.is_some_and(|d| d.is_zero()) {
+            return Err(ConfigError::invalid(
+                field,
+                "a Redis deadline of zero would fail every call: use e.g. `100ms` (or leave it out for the default)",
+            ));
+        }
+    }
+    if config.state.down_after_failures == Some(0) {
+        return Err(ConfigError::invalid(
+            "state.down_after_failures",
+            "must be at least 1 (3 keeps one slow reply from marking Redis down)",
+        ));
+    }
     if let Some(redaction) = &policies.redaction
         && redaction.mode == super::RedactionModeName::Hash
         && redaction.salt.is_none()
@@ -397,6 +432,31 @@ mod tests {
     fn an_empty_file_is_the_default_config() {
         let config = parse("").unwrap();
         assert!(config.users.is_empty());
+    }
+
+    #[test]
+    fn a_policy_can_set_its_own_redis_deadline_and_a_zero_one_is_refused() {
+        let config = parse(
+            "state:\n  url: redis://127.0.0.1:6379\n  down_after_failures: 5\npolicies:\n  rate_limits:\n    - {name: a, rate: 5/second, redis_deadline: 250ms}\n  cache:\n    redis_deadline: 1s\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.policies.rate_limits[0].redis_deadline,
+            Some(std::time::Duration::from_millis(250))
+        );
+        assert_eq!(
+            config.policies.cache.as_ref().unwrap().redis_deadline,
+            Some(std::time::Duration::from_secs(1))
+        );
+        assert_eq!(config.state.down_after_failures, Some(5));
+
+        let zero =
+            parse("policies:\n  concurrency:\n    - {name: c, limit: 2, redis_deadline: 0s}\n")
+                .unwrap_err();
+        assert_eq!(zero.field(), "policies.concurrency[0].redis_deadline");
+        assert!(zero.to_string().contains("zero"), "{zero}");
+        let never_down = parse("state:\n  url: memory\n  down_after_failures: 0\n").unwrap_err();
+        assert_eq!(never_down.field(), "state.down_after_failures");
     }
 
     #[test]

@@ -196,6 +196,10 @@ pub struct RateLimitPolicy {
     /// What happens when the state backend fails (default `fail_closed`).
     #[serde(default)]
     pub on_backend_error: OnBackendErrorName,
+    /// The deadline of this policy's Redis calls, in place of `state.deadline` (default:
+    /// that one). Ignored in memory.
+    #[serde(default, with = "values::opt_duration")]
+    pub redis_deadline: Option<Duration>,
 }
 
 /// One cap on calls in flight.
@@ -218,6 +222,10 @@ pub struct ConcurrencyPolicy {
     /// What happens when the state backend fails (default `fail_closed`).
     #[serde(default)]
     pub on_backend_error: OnBackendErrorName,
+    /// The deadline of this policy's Redis calls, in place of `state.deadline` (default:
+    /// that one). Ignored in memory.
+    #[serde(default, with = "values::opt_duration")]
+    pub redis_deadline: Option<Duration>,
 }
 
 /// `timeouts:` — how long a call may run.
@@ -270,6 +278,10 @@ pub struct CachePolicy {
     pub public: Vec<String>,
     /// The most entries kept in memory (default 10 000; ignored on Redis).
     pub max_entries: Option<u64>,
+    /// The deadline of this policy's Redis calls, in place of `state.deadline` (default:
+    /// that one). Ignored in memory.
+    #[serde(default, with = "values::opt_duration")]
+    pub redis_deadline: Option<Duration>,
 }
 
 /// `redaction:` — sensitive values found in input and output.

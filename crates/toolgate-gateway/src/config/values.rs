@@ -279,9 +279,13 @@ impl<'de> Deserialize<'de> for StateUrl {
 pub struct StateConfig {
     /// `memory` or a Redis URL.
     pub url: StateUrl,
-    /// The deadline of every Redis call (default 100 ms).
+    /// The deadline of every Redis call (default 100 ms); a rate limit, a concurrency cap
+    /// or the cache can set its own (`redis_deadline`).
     #[serde(default, with = "opt_duration")]
     pub deadline: Option<Duration>,
+    /// How many Redis calls in a row must get no answer before `toolgate_redis_up` goes
+    /// to 0 (default 3): one slow reply does not flip it.
+    pub down_after_failures: Option<u32>,
     /// How long a concurrency lease outlives a replica that died holding it (default 30 s).
     #[serde(default, with = "opt_duration")]
     pub lease_ttl: Option<Duration>,

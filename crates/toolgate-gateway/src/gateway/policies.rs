@@ -167,7 +167,11 @@ fn rate_limits(p: &Policies, shared: &SharedState) -> Result<Vec<HookRegistratio
         let quota = Quota::builder(rate)
             .name(r.name.clone())
             .partition(r.partition.into())
-            .backend(shared.backends.quota(r.on_backend_error, rate))
+            .backend(
+                shared
+                    .backends
+                    .quota(r.on_backend_error, rate, r.redis_deadline),
+            )
             .on_backend_error(r.on_backend_error.into())
             .build();
         hooks.extend(for_tools(Arc::new(quota), &r.tools));
@@ -185,7 +189,11 @@ fn concurrency(p: &Policies, shared: &SharedState) -> Result<Vec<HookRegistratio
             .name(c.name.clone())
             .partition(c.partition.into())
             .wait(c.wait.unwrap_or_default())
-            .backend(shared.backends.concurrency(c.on_backend_error, c.limit))
+            .backend(
+                shared
+                    .backends
+                    .concurrency(c.on_backend_error, c.limit, c.redis_deadline),
+            )
             .on_backend_error(c.on_backend_error.into())
             .build();
         hooks.extend(for_tools(Arc::new(cap), &c.tools));
@@ -195,7 +203,7 @@ fn concurrency(p: &Policies, shared: &SharedState) -> Result<Vec<HookRegistratio
 
 fn cache(c: &CachePolicy, shared: &SharedState) -> ResultCache {
     let cache = ResultCache::builder()
-        .shared_backend(shared.backends.cache())
+        .shared_backend(shared.backends.cache(c.redis_deadline))
         .ttl(c.ttl.unwrap_or(Duration::from_secs(60)));
     let cache = c
         .tools

@@ -142,6 +142,21 @@ impl RedisCache {
         }
     }
 
+    /// The same backend with its own per-call deadline, in place of the state's
+    /// [`deadline`](crate::RedisConfigBuilder::deadline): the longest each cache read and write may wait
+    /// for Redis before the backend decides without it. Give a policy that can afford to
+    /// wait a longer one than a policy on the hot path; a zero deadline is taken as 1 ms.
+    #[must_use]
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.link = self.link.with_deadline(deadline);
+        self
+    }
+
+    /// The per-call deadline.
+    pub fn call_deadline(&self) -> Duration {
+        self.link.deadline()
+    }
+
     /// What this backend (and its clones) counted.
     pub fn stats(&self) -> CacheStats {
         let c = &self.counters;

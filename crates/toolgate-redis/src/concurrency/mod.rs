@@ -161,6 +161,21 @@ impl RedisConcurrency {
         }
     }
 
+    /// The same backend with its own per-call deadline, in place of the state's
+    /// [`deadline`](crate::RedisConfigBuilder::deadline): the longest each acquire, release and lease renewal may wait
+    /// for Redis before the backend decides without it. Give a policy that can afford to
+    /// wait a longer one than a policy on the hot path; a zero deadline is taken as 1 ms.
+    #[must_use]
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.link = self.link.with_deadline(deadline);
+        self
+    }
+
+    /// The per-call deadline.
+    pub fn call_deadline(&self) -> Duration {
+        self.link.deadline()
+    }
+
     /// The same backend with another failure policy (default
     /// [`FailClosed`](ConcurrencyFailurePolicy::FailClosed)).
     #[must_use]

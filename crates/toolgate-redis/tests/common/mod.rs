@@ -113,6 +113,8 @@ enum Mode {
     Cut,
     /// Connections accepted, bytes held: Redis looks hung.
     Stall,
+    /// Every chunk held this long before it is passed on: Redis looks slow.
+    Slow(Duration),
 }
 
 /// A TCP proxy in front of Redis that can cut or hang the way to it.
@@ -168,6 +170,11 @@ impl Proxy {
     /// Holds every byte, both ways, on every connection, old and new.
     pub fn stall(&self) {
         self.mode.send_replace(Mode::Stall);
+    }
+
+    /// Holds every chunk, both ways, for `delay` before passing it on.
+    pub fn slow(&self, delay: Duration) {
+        self.mode.send_replace(Mode::Slow(delay));
     }
 
     /// Forwards again (held bytes included).
@@ -239,9 +246,16 @@ async fn pump(
             Ok(n) => n,
         };
         // Hold the bytes while stalled; a cut ends the connection.
-        match mode.wait_for(|m| *m != Mode::Stall).await {
-            Ok(m) if *m == Mode::Forward => {}
-            _ => return,
+        let delay = match mode.wait_for(|m| *m != Mode::Stall).await {
+            Ok(m) => match *m {
+                Mode::Forward => None,
+                Mode::Slow(delay) => Some(delay),
+                Mode::Cut | Mode::Stall => return,
+            },
+            Err(_) => return,
+        };
+        if let Some(delay) = delay {
+            tokio::time::sleep(delay).await;
         }
         if to.write_all(&buffer[..n]).await.is_err() {
             return;
