@@ -14,10 +14,10 @@ use toolgate_hooks::consent::{ApprovalStore, InMemoryApprovals};
 use toolgate_hooks::quota::{InMemoryQuota, QuotaBackend};
 use toolgate_redis::{
     ConcurrencyFailurePolicy, QuotaFailurePolicy, RedisCache, RedisConcurrency, RedisConfig,
-    RedisQuota, RedisState,
+    RedisConfigBuilder, RedisQuota, RedisState,
 };
 
-use crate::config::{Config, OnBackendErrorName, StateConfig, StateUrl};
+use crate::config::{Config, OnBackendErrorName, RedisTlsFiles, StateConfig, StateUrl};
 use crate::gateway::GatewayError;
 use crate::outcomes::Outcomes;
 
@@ -73,6 +73,9 @@ impl Backends {
         }
         if let Some(prefix) = &state.key_prefix {
             config = config.key_prefix(prefix.clone());
+        }
+        if let Some(tls) = &state.tls {
+            config = with_tls_files(config, tls)?;
         }
         RedisState::connect(url, config.build())
             .await
@@ -137,6 +140,39 @@ impl Backends {
             }
         }
     }
+}
+
+/// `config` with the certificates of `state.tls`, read from their files.
+fn with_tls_files(
+    mut config: RedisConfigBuilder,
+    tls: &RedisTlsFiles,
+) -> Result<RedisConfigBuilder, GatewayError> {
+    let read = |field: &str, path: &std::path::Path| {
+        std::fs::read(path).map_err(|e| {
+            GatewayError::State(format!(
+                "`state.tls.{field}`: cannot read `{}` ({e}); give the path of a PEM file",
+                path.display()
+            ))
+        })
+    };
+    if let Some(ca) = &tls.ca_file {
+        config = config.tls_root_certificate(read("ca_file", ca)?);
+    }
+    match (&tls.client_cert_file, &tls.client_key_file) {
+        (Some(cert), Some(key)) => {
+            config = config.tls_client_certificate(
+                read("client_cert_file", cert)?,
+                read("client_key_file", key)?,
+            );
+        }
+        (None, None) => {}
+        _ => {
+            return Err(GatewayError::State(
+                "`state.tls`: set both `client_cert_file` and `client_key_file`, or neither".into(),
+            ));
+        }
+    }
+    Ok(config)
 }
 
 /// `backend` with the deadline of its policy, when the policy sets one.
@@ -237,4 +273,62 @@ fn max_cache_entries(config: &Config) -> u64 {
         .as_ref()
         .and_then(|c| c.max_entries)
         .unwrap_or(10_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tls_state(tls: RedisTlsFiles) -> StateConfig {
+        StateConfig {
+            url: StateUrl::Redis("rediss://127.0.0.1:1".to_owned()),
+            tls: Some(tls),
+            ..StateConfig::default()
+        }
+    }
+
+    fn refusal(result: Result<Backends, GatewayError>) -> String {
+        match result {
+            Ok(_) => panic!("the state was accepted"),
+            Err(error) => error.to_string(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_client_certificate_without_its_key_is_refused_before_connecting() {
+        let dir = tempfile::tempdir().unwrap();
+        let cert = dir.path().join("client.crt");
+        std::fs::write(&cert, "not read").unwrap();
+        let state = tls_state(RedisTlsFiles {
+            client_cert_file: Some(cert),
+            ..RedisTlsFiles::default()
+        });
+        let message = refusal(Backends::connect(&state, 10).await);
+        assert!(message.contains("client_key_file"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_ca_file_is_named_with_its_field() {
+        let state = tls_state(RedisTlsFiles {
+            ca_file: Some("/nonexistent/ca.pem".into()),
+            ..RedisTlsFiles::default()
+        });
+        let message = refusal(Backends::connect(&state, 10).await);
+        assert!(message.contains("state.tls.ca_file"), "{message}");
+        assert!(message.contains("/nonexistent/ca.pem"), "{message}");
+    }
+
+    #[test]
+    fn state_tls_files_are_read_from_the_config() {
+        let config = crate::config::parse(
+            "state:\n  url: rediss://redis.internal:6380\n  tls:\n    ca_file: /etc/toolgate/redis-ca.pem\n    client_cert_file: /etc/toolgate/client.pem\n    client_key_file: /etc/toolgate/client.key\n",
+        )
+        .unwrap();
+        let tls = config.state.tls.expect("state.tls is read");
+        assert_eq!(
+            tls.ca_file.as_deref(),
+            Some(std::path::Path::new("/etc/toolgate/redis-ca.pem"))
+        );
+        assert!(tls.client_key_file.is_some());
+    }
 }

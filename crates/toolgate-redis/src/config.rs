@@ -15,6 +15,7 @@ use std::time::Duration;
 /// | [`lease_ttl`](RedisConfigBuilder::lease_ttl) | 30 s | how long a dead replica's concurrency permit outlives it |
 /// | [`cache_max_value_bytes`](RedisConfigBuilder::cache_max_value_bytes) | 1 MiB | the largest cached result |
 /// | [`cache_fill_wait`](RedisConfigBuilder::cache_fill_wait) | off | how long a replica waits for another one filling the same entry |
+/// | [`tls_root_certificate`](RedisConfigBuilder::tls_root_certificate), [`tls_client_certificate`](RedisConfigBuilder::tls_client_certificate) | the system's trust store, no client certificate | a `rediss://` connection |
 ///
 /// # Examples
 ///
@@ -42,6 +43,25 @@ pub struct RedisConfig {
     pub(crate) lease_ttl: Duration,
     pub(crate) cache_max_value_bytes: usize,
     pub(crate) cache_fill_wait: Option<Duration>,
+    pub(crate) tls: Option<TlsFiles>,
+}
+
+/// The certificates of a TLS connection, as PEM: the CA that signed the server's certificate
+/// (when it is not in the system's trust store) and this client's certificate and key (for
+/// mutual TLS). Printed redacted.
+#[derive(Clone, Default)]
+pub(crate) struct TlsFiles {
+    pub(crate) root_ca: Option<Vec<u8>>,
+    pub(crate) client: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl std::fmt::Debug for TlsFiles {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsFiles")
+            .field("root_ca", &self.root_ca.as_ref().map(|_| "<set>"))
+            .field("client", &self.client.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
 }
 
 impl Default for RedisConfig {
@@ -57,6 +77,7 @@ impl Default for RedisConfig {
             lease_ttl: Duration::from_secs(30),
             cache_max_value_bytes: 1024 * 1024,
             cache_fill_wait: None,
+            tls: None,
         }
     }
 }
@@ -137,6 +158,30 @@ impl RedisConfigBuilder {
     #[must_use]
     pub fn cache_fill_wait(mut self, wait: Option<Duration>) -> Self {
         self.config.cache_fill_wait = wait;
+        self
+    }
+
+    /// Trusts the CA whose certificate this is (PEM) for a `rediss://` URL, instead of the
+    /// system's trust store: for a Redis whose certificate a private CA signed.
+    #[must_use]
+    pub fn tls_root_certificate(mut self, ca_pem: impl Into<Vec<u8>>) -> Self {
+        self.config
+            .tls
+            .get_or_insert_with(TlsFiles::default)
+            .root_ca = Some(ca_pem.into());
+        self
+    }
+
+    /// Presents this certificate and key (PEM) to Redis over `rediss://`: mutual TLS, for a
+    /// Redis started with `tls-auth-clients yes`.
+    #[must_use]
+    pub fn tls_client_certificate(
+        mut self,
+        certificate_pem: impl Into<Vec<u8>>,
+        key_pem: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.config.tls.get_or_insert_with(TlsFiles::default).client =
+            Some((certificate_pem.into(), key_pem.into()));
         self
     }
 

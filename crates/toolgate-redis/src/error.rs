@@ -35,7 +35,7 @@ pub enum RedisError {
     InvalidConfig(String),
     /// Redis did not answer in time when connecting.
     #[error(
-        "Redis at {url} did not answer within {waited:?} ({reason}): check that it runs and that this replica can reach it, or start with `RedisState::connect_lazy` to run on the failure policies until it is back"
+        "Redis at {url} could not be reached within {waited:?} ({reason}): check that it runs and that this replica can reach it, or start with `RedisState::connect_lazy` to run on the failure policies until it is back"
     )]
     Unreachable {
         /// The URL, password masked.

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 
+use crate::config::TlsFiles;
 use crate::error::masked;
 use crate::link::Link;
 use crate::{RedisCache, RedisConcurrency, RedisConfig, RedisError, RedisQuota};
@@ -52,17 +53,24 @@ impl RedisState {
     /// [`RedisError::InvalidUrl`], [`RedisError::InvalidConfig`], or
     /// [`RedisError::Unreachable`] when Redis does not answer in time.
     pub async fn connect(url: &str, config: RedisConfig) -> Result<Self, RedisError> {
-        let state = Self::connect_lazy(url, config)?;
-        let waited = state.config.connect_timeout + state.config.deadline;
-        let mut connection = state.link.connection();
-        let ping = redis::cmd("PING");
-        match tokio::time::timeout(waited, ping.query_async::<String>(&mut connection)).await {
-            Ok(Ok(_)) => Ok(state),
-            Ok(Err(error)) => Err(RedisError::Unreachable {
-                url: masked(url),
-                waited,
-                reason: error.to_string(),
-            }),
+        // One connection of its own first, so that what is wrong (refused, a certificate,
+        // a password) shows here rather than as a reconnecting manager's silence.
+        config.validate().map_err(RedisError::InvalidConfig)?;
+        let waited = config.connect_timeout + config.deadline;
+        let probe = async {
+            let client = client(url, config.tls.as_ref())?;
+            let mut connection = client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(|error| unreachable(url, waited, &error))?;
+            redis::cmd("PING")
+                .query_async::<String>(&mut connection)
+                .await
+                .map_err(|error| unreachable(url, waited, &error))
+        };
+        match tokio::time::timeout(waited, probe).await {
+            Ok(Ok(_)) => Self::connect_lazy(url, config),
+            Ok(Err(error)) => Err(error),
             Err(_) => Err(RedisError::Unreachable {
                 url: masked(url),
                 waited,
@@ -84,10 +92,7 @@ impl RedisState {
     /// Outside a tokio runtime: the connection runs a background task.
     pub fn connect_lazy(url: &str, config: RedisConfig) -> Result<Self, RedisError> {
         config.validate().map_err(RedisError::InvalidConfig)?;
-        let client = redis::Client::open(url).map_err(|error| RedisError::InvalidUrl {
-            url: masked(url),
-            reason: error.to_string(),
-        })?;
+        let client = client(url, config.tls.as_ref())?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(None)
@@ -146,5 +151,53 @@ impl RedisState {
             .within(ping.query_async::<String>(&mut connection))
             .await;
         answer.ok().map(|_| started.elapsed())
+    }
+}
+
+/// The client for `url`: over TLS with the configured certificates, when there are any.
+fn client(url: &str, tls: Option<&TlsFiles>) -> Result<redis::Client, RedisError> {
+    let invalid = |error: redis::RedisError| RedisError::InvalidUrl {
+        url: masked(url),
+        reason: error.to_string(),
+    };
+    let Some(tls) = tls else {
+        return redis::Client::open(url).map_err(invalid);
+    };
+    if !url.starts_with("rediss://") {
+        return Err(RedisError::InvalidConfig(format!(
+            "TLS certificates are set but `{}` is not a TLS URL: use rediss://",
+            masked(url)
+        )));
+    }
+    let certificates = redis::TlsCertificates {
+        client_tls: tls
+            .client
+            .as_ref()
+            .map(|(certificate, key)| redis::ClientTlsConfig {
+                client_cert: certificate.clone(),
+                client_key: key.clone(),
+            }),
+        root_cert: tls.root_ca.clone(),
+    };
+    redis::Client::build_with_tls(url, certificates).map_err(|error| {
+        RedisError::InvalidConfig(format!(
+            "the TLS certificates cannot be used ({error}): give PEM files — the CA's certificate, and the client's certificate with its private key"
+        ))
+    })
+}
+
+/// Redis could not be reached: the reason, with what to check when it is the TLS handshake.
+fn unreachable(url: &str, waited: Duration, error: &redis::RedisError) -> RedisError {
+    let mut reason = error.to_string();
+    let lower = reason.to_lowercase();
+    if lower.contains("certificate") || lower.contains("unknownissuer") {
+        reason.push_str(
+            "; the TLS handshake failed: check that the CA given (`tls_root_certificate`, or the system's trust store) signed the server's certificate, that the certificate names the host in the URL, and that the client certificate is one the server accepts",
+        );
+    }
+    RedisError::Unreachable {
+        url: masked(url),
+        waited,
+        reason,
     }
 }

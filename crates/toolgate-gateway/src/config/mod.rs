@@ -24,7 +24,9 @@ pub use policies::{
     OnBackendErrorName, OutputLimitPolicy, OverflowName, PartitionName, Policies, RateLimitPolicy,
     RedactionModeName, RedactionPattern, RedactionPolicy, RetryPolicy, RuleEntry, TimeoutPolicy,
 };
-pub use values::{ByteSize, EnvPath, EnvString, KeyHash, RateSpec, StateConfig, StateUrl};
+pub use values::{
+    ByteSize, EnvPath, EnvString, KeyHash, RateSpec, RedisTlsFiles, StateConfig, StateUrl,
+};
 
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, Deserialize)]

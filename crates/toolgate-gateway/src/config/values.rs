@@ -295,6 +295,21 @@ pub struct StateConfig {
     pub cache_fill_wait: Option<Duration>,
     /// The prefix of every Redis key (default `toolgate`).
     pub key_prefix: Option<String>,
+    /// Certificates for a `rediss://` URL (default: the system's trust store, no client
+    /// certificate).
+    pub tls: Option<RedisTlsFiles>,
+}
+
+/// `state.tls:` — PEM files for TLS to Redis.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedisTlsFiles {
+    /// The CA that signed Redis's certificate, when it is not in the system's trust store.
+    pub ca_file: Option<std::path::PathBuf>,
+    /// This gateway's certificate, for a Redis that requires client certificates.
+    pub client_cert_file: Option<std::path::PathBuf>,
+    /// The private key of `client_cert_file`.
+    pub client_key_file: Option<std::path::PathBuf>,
 }
 
 /// A `state:` written as a URL alone.
