@@ -43,7 +43,8 @@ pub struct RedisConfig {
     pub(crate) lease_ttl: Duration,
     pub(crate) cache_max_value_bytes: usize,
     pub(crate) cache_fill_wait: Option<Duration>,
-    pub(crate) tls: Option<TlsFiles>,
+    /// Behind an `Arc`: certificates are large, and every backend's state holds the config.
+    pub(crate) tls: Option<std::sync::Arc<TlsFiles>>,
 }
 
 /// The certificates of a TLS connection, as PEM: the CA that signed the server's certificate
@@ -165,10 +166,8 @@ impl RedisConfigBuilder {
     /// system's trust store: for a Redis whose certificate a private CA signed.
     #[must_use]
     pub fn tls_root_certificate(mut self, ca_pem: impl Into<Vec<u8>>) -> Self {
-        self.config
-            .tls
-            .get_or_insert_with(TlsFiles::default)
-            .root_ca = Some(ca_pem.into());
+        std::sync::Arc::make_mut(self.config.tls.get_or_insert_default()).root_ca =
+            Some(ca_pem.into());
         self
     }
 
@@ -180,7 +179,7 @@ impl RedisConfigBuilder {
         certificate_pem: impl Into<Vec<u8>>,
         key_pem: impl Into<Vec<u8>>,
     ) -> Self {
-        self.config.tls.get_or_insert_with(TlsFiles::default).client =
+        std::sync::Arc::make_mut(self.config.tls.get_or_insert_default()).client =
             Some((certificate_pem.into(), key_pem.into()));
         self
     }

@@ -58,7 +58,7 @@ impl RedisState {
         config.validate().map_err(RedisError::InvalidConfig)?;
         let waited = config.connect_timeout + config.deadline;
         let probe = async {
-            let client = client(url, config.tls.as_ref())?;
+            let client = client(url, config.tls.as_deref())?;
             let mut connection = client
                 .get_multiplexed_async_connection()
                 .await
@@ -92,7 +92,7 @@ impl RedisState {
     /// Outside a tokio runtime: the connection runs a background task.
     pub fn connect_lazy(url: &str, config: RedisConfig) -> Result<Self, RedisError> {
         config.validate().map_err(RedisError::InvalidConfig)?;
-        let client = client(url, config.tls.as_ref())?;
+        let client = client(url, config.tls.as_deref())?;
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(None)
