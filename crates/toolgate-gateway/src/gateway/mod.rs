@@ -19,6 +19,7 @@ use toolgate_mcp::{ListFilter, McpHttpService, McpServer, Upstream};
 use crate::extensions::Extensions;
 
 use crate::auth::ApiKeys;
+use crate::identity::Identity;
 use crate::config::{Config, ConfigError};
 use crate::http::McpSessions;
 use crate::state::SharedState;
@@ -59,6 +60,9 @@ pub enum GatewayError {
     /// The pin file could not be used.
     #[error(transparent)]
     Pins(#[from] crate::pins::PinError),
+    /// The OAuth side of `identity:` could not be set up.
+    #[error("identity.oauth: {0}")]
+    Identity(#[from] crate::identity::JwksError),
 }
 
 impl GatewayError {
@@ -80,6 +84,8 @@ pub struct Gateway {
     pub system: ToolSystem,
     /// The API keys.
     pub keys: ApiKeys,
+    /// How callers are told apart on each route: API keys, OAuth tokens, or both.
+    pub identity: Identity,
     /// The MCP endpoint, when enabled.
     pub mcp: Option<McpHttpService>,
     /// Who opened each session of the MCP endpoint.
@@ -184,6 +190,7 @@ impl Gateway {
 
         Ok(Gateway {
             keys: ApiKeys::new(&config.users),
+            identity: Identity::new(&config)?,
             approver_roles: config
                 .policies
                 .approval
@@ -262,6 +269,12 @@ impl Gateway {
             self.mcp = Some(kept.clone());
             self.mcp_sessions = Arc::clone(&old.mcp_sessions);
         }
+    }
+
+    /// Keeps the identity provider's keys that `old` cached (when the issuer is the same),
+    /// so that a reload while the issuer is down locks no token holder out.
+    pub(crate) fn keep_identity_keys(&self, old: &Gateway) {
+        self.identity.keep_keys_of(&old.identity);
     }
 
     /// For a tool imported from an upstream MCP server, whether its arguments are checked
