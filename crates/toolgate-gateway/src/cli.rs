@@ -341,7 +341,9 @@ fn identity_summary(gateway: &Gateway) -> String {
     }
     for upstream in &gateway.config.upstreams {
         let credential = match &upstream.credential_env {
-            Some(var) => format!("a static bearer credential from ${var}, the same for every caller"),
+            Some(var) => {
+                format!("a static bearer credential from ${var}, the same for every caller")
+            }
             None => "no credential".to_owned(),
         };
         out.push_str(&format!(

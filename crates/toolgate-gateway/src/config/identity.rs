@@ -256,10 +256,14 @@ fn check_url(field: &str, text: &str, secure: bool) -> Result<(), ConfigError> {
     let url = url::Url::parse(text).map_err(|e| {
         ConfigError::invalid(
             field,
-            format!("`{text}` is not an absolute URL ({e}): write e.g. `https://login.example.com`"),
+            format!(
+                "`{text}` is not an absolute URL ({e}): write e.g. `https://login.example.com`"
+            ),
         )
     })?;
-    if !matches!(url.scheme(), "https" | "http") || url.query().is_some() || url.fragment().is_some()
+    if !matches!(url.scheme(), "https" | "http")
+        || url.query().is_some()
+        || url.fragment().is_some()
     {
         return Err(ConfigError::invalid(
             field,

@@ -19,9 +19,9 @@ use toolgate_mcp::{ListFilter, McpHttpService, McpServer, Upstream};
 use crate::extensions::Extensions;
 
 use crate::auth::ApiKeys;
-use crate::identity::Identity;
 use crate::config::{Config, ConfigError};
 use crate::http::McpSessions;
+use crate::identity::Identity;
 use crate::state::SharedState;
 use crate::tools_state::AllTools;
 

@@ -106,7 +106,9 @@ where
                 request.extensions_mut().insert(caller);
                 Either::Left(Either::Right(self.inner.call(request)))
             }
-            Checked::Refused(response) => Either::Left(Either::Left(std::future::ready(Ok(response)))),
+            Checked::Refused(response) => {
+                Either::Left(Either::Left(std::future::ready(Ok(response))))
+            }
             Checked::FetchKeys(gateway, route) => {
                 // The service that was made ready goes with the request; a fresh clone
                 // stays for the next one (tower's rule for services called later).

@@ -20,11 +20,13 @@ use crate::config::OAuthConfig;
 const MAX_DOCUMENT_BYTES: usize = 256 * 1024;
 
 /// The signing keys could not be had from the issuer.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum JwksError {
     /// The issuer did not answer in time, or refused the connection, or answered an error.
-    #[error("the identity provider could not be reached at {url}: {reason}; check that it is up and that `identity.oauth.issuer` is right")]
+    #[error(
+        "the identity provider could not be reached at {url}: {reason}; check that it is up and that `identity.oauth.issuer` is right"
+    )]
     Unreachable {
         /// What was fetched.
         url: String,
@@ -32,7 +34,9 @@ pub enum JwksError {
         reason: String,
     },
     /// The issuer answered something that is not a discovery document or key set.
-    #[error("the identity provider's answer at {url} is not usable: {reason}; check `identity.oauth.issuer`")]
+    #[error(
+        "the identity provider's answer at {url} is not usable: {reason}; check `identity.oauth.issuer`"
+    )]
     Malformed {
         /// What was fetched.
         url: String,
@@ -40,7 +44,9 @@ pub enum JwksError {
         reason: String,
     },
     /// The keys were fetched too recently to fetch them again.
-    #[error("the identity provider's keys were fetched less than {0:?} ago; not fetching them again yet")]
+    #[error(
+        "the identity provider's keys were fetched less than {0:?} ago; not fetching them again yet"
+    )]
     TooSoon(Duration),
 }
 
@@ -90,6 +96,12 @@ impl SigningKeys {
     }
 }
 
+/// When the last fetch started, and why it failed if it did.
+struct LastFetch {
+    at: Instant,
+    failure: Option<JwksError>,
+}
+
 /// The cache of the issuer's keys.
 pub struct KeyStore {
     issuer: String,
@@ -99,8 +111,8 @@ pub struct KeyStore {
     refresh_interval: Duration,
     max_age: Duration,
     current: ArcSwapOption<SigningKeys>,
-    /// When the last fetch started; held across a fetch so that concurrent misses share it.
-    last_fetch: tokio::sync::Mutex<Option<Instant>>,
+    /// The last fetch; held across a fetch so that concurrent misses share it.
+    last_fetch: tokio::sync::Mutex<Option<LastFetch>>,
 }
 
 impl std::fmt::Debug for KeyStore {
@@ -199,19 +211,29 @@ impl KeyStore {
         if changed && let Some(now) = now {
             return Ok(now);
         }
-        if let Some(at) = *last
-            && at.elapsed() < self.refresh_interval
+        if let Some(fetch) = &*last
+            && fetch.at.elapsed() < self.refresh_interval
         {
-            return Err(JwksError::TooSoon(self.refresh_interval));
+            // Within the interval the issuer is not asked again: a failure stands until
+            // then.
+            return Err(fetch
+                .failure
+                .clone()
+                .unwrap_or(JwksError::TooSoon(self.refresh_interval)));
         }
-        *last = Some(Instant::now());
+        let at = Instant::now();
         let fetched = tokio::time::timeout(self.fetch_timeout * 2, self.fetch())
             .await
             .map_err(|_| JwksError::Unreachable {
                 url: self.discovery_url.clone(),
                 reason: format!("no answer within {:?}", self.fetch_timeout * 2),
-            })??;
-        let fetched = Arc::new(fetched);
+            })
+            .and_then(|fetched| fetched);
+        *last = Some(LastFetch {
+            at,
+            failure: fetched.as_ref().err().cloned(),
+        });
+        let fetched = Arc::new(fetched?);
         self.current.store(Some(Arc::clone(&fetched)));
         tracing::info!(
             issuer = %self.issuer,
@@ -239,13 +261,13 @@ impl KeyStore {
             .and_then(Value::as_str)
             .ok_or_else(|| malformed("it has no `jwks_uri`".to_owned()))?;
         let set = self.get_json(jwks_uri).await?;
-        let keys = set
-            .get("keys")
-            .and_then(Value::as_array)
-            .ok_or_else(|| JwksError::Malformed {
-                url: jwks_uri.to_owned(),
-                reason: "it has no `keys` list".to_owned(),
-            })?;
+        let keys =
+            set.get("keys")
+                .and_then(Value::as_array)
+                .ok_or_else(|| JwksError::Malformed {
+                    url: jwks_uri.to_owned(),
+                    reason: "it has no `keys` list".to_owned(),
+                })?;
         // Keys the gateway cannot use (encryption keys, symmetric keys, unknown types) are
         // skipped, not fatal: an issuer may publish them beside its signing keys.
         let keys = keys.iter().filter_map(signing_key).collect();

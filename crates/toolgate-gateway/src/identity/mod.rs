@@ -260,7 +260,10 @@ impl Identity {
             (Refusal::NoCredential, _) => (ApiError::unauthenticated(), None),
             (Refusal::UnknownCredential, _) => (
                 ApiError::unauthenticated(),
-                Some(("invalid_token", "the credential is not a known API key or an accepted token")),
+                Some((
+                    "invalid_token",
+                    "the credential is not a known API key or an accepted token",
+                )),
             ),
             (Refusal::InvalidToken(e), _) => {
                 let message = e.to_string();

@@ -43,7 +43,9 @@ pub enum TokenError {
     #[error("the token is not valid yet")]
     NotYetValid,
     /// `aud` is not this resource (RFC 8707).
-    #[error("the token was not issued for this resource: request it with resource set to this gateway")]
+    #[error(
+        "the token was not issued for this resource: request it with resource set to this gateway"
+    )]
     WrongAudience,
     /// `iss` is not the configured issuer.
     #[error("the token was issued by another issuer")]
