@@ -318,3 +318,65 @@ impl OAuthConfig {
         scopes
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{CredentialKind, parse};
+
+    fn oauth(extra: &str) -> String {
+        format!(
+            "identity:\n  oauth:\n    issuer: https://login.example.com\n    resource: https://tools.example.com\n{extra}"
+        )
+    }
+
+    #[test]
+    fn none_and_hmac_algorithms_are_refused_with_the_reason() {
+        for alg in ["none", "HS256", "HS512"] {
+            let error = parse(&oauth(&format!("    algorithms: [RS256, {alg}]\n"))).unwrap_err();
+            assert_eq!(error.field(), "identity.oauth.algorithms[1]", "{alg}");
+            assert!(
+                error.to_string().contains("only asymmetric algorithms"),
+                "{error}"
+            );
+        }
+        let config = parse(&oauth("    algorithms: [ES256, EdDSA]\n")).unwrap();
+        assert_eq!(config.identity.oauth.unwrap().algorithms.len(), 2);
+    }
+
+    #[test]
+    fn a_plain_http_issuer_is_refused_unless_on_loopback() {
+        let text = "identity:\n  oauth:\n    issuer: http://login.example.com\n    resource: https://tools.example.com\n";
+        let error = parse(text).unwrap_err();
+        assert_eq!(error.field(), "identity.oauth.issuer");
+        assert!(error.to_string().contains("must use `https`"), "{error}");
+        let loopback = text.replace("login.example.com", "127.0.0.1:9000");
+        assert!(parse(&loopback).is_ok());
+    }
+
+    #[test]
+    fn a_route_accepting_oauth_needs_an_issuer() {
+        let error = parse("identity:\n  routes:\n    mcp: [oauth]\n").unwrap_err();
+        assert_eq!(error.field(), "identity.routes.mcp");
+        let error = parse("identity:\n  routes:\n    v1: []\n").unwrap_err();
+        assert_eq!(error.field(), "identity.routes.v1");
+    }
+
+    #[test]
+    fn routes_accept_api_keys_and_tokens_by_default_once_there_is_an_issuer() {
+        let none = parse("").unwrap();
+        assert_eq!(none.identity.mcp(), [CredentialKind::ApiKey]);
+        let both = parse(&oauth("")).unwrap();
+        assert_eq!(
+            both.identity.v1(),
+            [CredentialKind::ApiKey, CredentialKind::Oauth]
+        );
+        let only = parse(&(oauth("") + "  routes:\n    mcp: [oauth]\n")).unwrap();
+        assert_eq!(only.identity.mcp(), [CredentialKind::Oauth]);
+    }
+
+    #[test]
+    fn a_clock_skew_over_five_minutes_is_refused() {
+        let error = parse(&oauth("    clock_skew: 10m\n")).unwrap_err();
+        assert_eq!(error.field(), "identity.oauth.clock_skew");
+    }
+}
