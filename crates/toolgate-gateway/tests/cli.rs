@@ -65,8 +65,7 @@ fn check_prints_every_tool_with_its_stages_in_order() {
     // Then which credentials each route accepts, then the tools.
     let sections: Vec<&str> = stdout.split("\n\n").skip(1).collect();
     assert_eq!(
-        sections[0],
-        "identity\n  /v1    API keys (2 users)\n  /mcp   API keys (2 users)",
+        sections[0], "identity\n  /v1    API keys (2 users)\n  /mcp   API keys (2 users)",
         "{stdout}"
     );
     let tools: Vec<&str> = sections[1..]

@@ -163,19 +163,26 @@ impl KeyStore {
     pub fn cached(self: &Arc<Self>) -> Option<Arc<SigningKeys>> {
         let keys = self.current.load_full()?;
         if keys.fetched.elapsed() > self.max_age
+            && self.may_fetch_now()
             && let Ok(runtime) = tokio::runtime::Handle::try_current()
         {
             let store = Arc::clone(self);
             let seen = Arc::clone(&keys);
+            // A failure is logged by the fetch; the cached keys are kept.
             runtime.spawn(async move {
-                if let Err(e) = store.refresh(Some(&seen)).await
-                    && !matches!(e, JwksError::TooSoon(_))
-                {
-                    tracing::warn!(error = %e, "the identity provider's keys could not be refreshed; the cached ones are kept");
-                }
+                let _ = store.refresh(Some(&seen)).await;
             });
         }
         Some(keys)
+    }
+
+    /// Whether no fetch runs now and the last one is older than the interval: a request
+    /// that finds the keys old starts a background fetch only then, not one per request.
+    fn may_fetch_now(&self) -> bool {
+        self.last_fetch.try_lock().is_ok_and(|last| {
+            last.as_ref()
+                .is_none_or(|fetch| fetch.at.elapsed() >= self.refresh_interval)
+        })
     }
 
     /// Puts keys in the cache (for benchmarks and tests of the token check).
@@ -196,7 +203,8 @@ impl KeyStore {
     ///
     /// # Errors
     ///
-    /// [`JwksError::TooSoon`] within the interval; otherwise why the fetch failed.
+    /// Within the interval: why the last fetch failed, or [`JwksError::TooSoon`] if it did
+    /// not; otherwise why this fetch failed.
     pub async fn refresh(
         &self,
         seen: Option<&Arc<SigningKeys>>,
@@ -229,6 +237,10 @@ impl KeyStore {
                 reason: format!("no answer within {:?}", self.fetch_timeout * 2),
             })
             .and_then(|fetched| fetched);
+        if let Err(e) = &fetched {
+            // Once per attempt, so at most once per interval whatever callers send.
+            tracing::warn!(error = %e, "the identity provider's signing keys could not be fetched");
+        }
         *last = Some(LastFetch {
             at,
             failure: fetched.as_ref().err().cloned(),

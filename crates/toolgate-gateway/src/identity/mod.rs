@@ -214,17 +214,10 @@ impl Identity {
             Ok(keys) => keys,
             // Keys are cached but none is the token's, and the issuer was asked recently
             // or cannot be asked now: the token is refused, the issuer is not hammered.
+            // (A failed fetch is logged where it happens, once per attempt.)
             Err(e) => match seen {
-                Some(_) => {
-                    if !matches!(e, JwksError::TooSoon(_)) {
-                        tracing::warn!(error = %e, "a token names a key not cached, and the keys could not be fetched again");
-                    }
-                    return Err(Refusal::InvalidToken(TokenError::UnknownKey));
-                }
-                None => {
-                    tracing::warn!(error = %e, "the identity provider's keys could not be fetched");
-                    return Err(Refusal::IssuerUnavailable(e));
-                }
+                Some(_) => return Err(Refusal::InvalidToken(TokenError::UnknownKey)),
+                None => return Err(Refusal::IssuerUnavailable(e)),
             },
         };
         let verified = oauth
@@ -256,10 +249,27 @@ impl Identity {
             .as_ref()
             .filter(|_| self.accepts(route, CredentialKind::Oauth))
             .map(|o| &o.config);
+        let unauthenticated = || match oauth {
+            Some(config) => ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                format!(
+                    "send an access token from {} for {} as `Authorization: Bearer <token>`{}",
+                    config.issuer.0,
+                    metadata::resource(config, route),
+                    if self.accepts(route, CredentialKind::ApiKey) {
+                        ", or a valid API key"
+                    } else {
+                        ""
+                    }
+                ),
+            ),
+            None => ApiError::unauthenticated(),
+        };
         let (error, challenge) = match (refusal, oauth) {
-            (Refusal::NoCredential, _) => (ApiError::unauthenticated(), None),
+            (Refusal::NoCredential, _) => (unauthenticated(), None),
             (Refusal::UnknownCredential, _) => (
-                ApiError::unauthenticated(),
+                unauthenticated(),
                 Some((
                     "invalid_token",
                     "the credential is not a known API key or an accepted token",
@@ -300,7 +310,7 @@ impl Identity {
                 set_challenge(&mut response, &value);
                 return response;
             }
-            (Refusal::InsufficientScope, None) => (ApiError::unauthenticated(), None),
+            (Refusal::InsufficientScope, None) => (unauthenticated(), None),
             (Refusal::IssuerUnavailable(e), _) => {
                 let mut response = ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
