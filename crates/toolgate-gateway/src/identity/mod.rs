@@ -10,6 +10,7 @@
 //!
 //! The caller's token stays here: it is never forwarded to an upstream, logged, or kept.
 
+pub mod exchange;
 pub mod jwks;
 pub mod metadata;
 pub mod token;

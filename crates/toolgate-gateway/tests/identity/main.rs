@@ -2,13 +2,15 @@
 //! (oidc-provider on Node 22, see `provider.rs`): tokens it issues call tools on `/v1` and
 //! `/mcp`; bad tokens of every kind are refused with a challenge; the issuer's keys are
 //! cached, fetched again for a new key at most once per interval, and an issuer that is
-//! down never lets a request through.
+//! down never lets a request through. Callers' tokens are exchanged (RFC 8693) for
+//! per-caller upstream credentials, cached until shortly before they expire.
 
 #[path = "../common/mod.rs"]
 mod common;
 mod provider;
 
 mod bad_tokens;
+mod exchange;
 mod keys;
 mod tokens;
 

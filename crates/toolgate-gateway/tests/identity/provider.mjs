@@ -11,16 +11,19 @@
 // key, with a stranger's key, or HS256 with its public key as the secret; and count how
 // often its discovery document and JWKS were fetched.
 import http from 'node:http';
-import { generateKeyPair, exportJWK, exportSPKI, SignJWT } from 'jose';
+import { generateKeyPair, exportJWK, exportSPKI, jwtVerify, SignJWT } from 'jose';
 import Provider from 'oidc-provider';
 
 const keyId = process.env.KEY_ID || 'key-1';
 const port = Number(process.env.PORT || 0);
 
-// The test clients: id → secret and the claims their tokens carry.
+// The test clients: id → secret, the claims their tokens carry, and the grants beside
+// client credentials. `gateway` is toolgate itself, exchanging callers' tokens (RFC 8693).
+const TOKEN_EXCHANGE = 'urn:ietf:params:oauth:grant-type:token-exchange';
 const CLIENTS = {
   agent: { secret: 'agent-secret', claims: { roles: ['reader'], tenant: 'acme' } },
   admin: { secret: 'admin-secret', claims: { roles: ['admin'], tenant: 'acme' } },
+  gateway: { secret: 'gateway-secret', claims: {}, grants: [TOKEN_EXCHANGE] },
 };
 // The scopes a resource server (the gateway) may be granted.
 const SCOPES = 'tools:read tools:call tools:admin';
@@ -30,7 +33,7 @@ const signingJwk = { ...(await exportJWK(privateKey)), kid: keyId, alg: 'RS256',
 const publicPem = await exportSPKI(publicKey);
 const stranger = await generateKeyPair('RS256');
 
-const counts = { discovery: 0, jwks: 0, token: 0 };
+const counts = { discovery: 0, jwks: 0, token: 0, exchange: 0 };
 
 const server = http.createServer();
 await new Promise((resolve) => server.listen(port, '127.0.0.1', resolve));
@@ -40,7 +43,7 @@ const provider = new Provider(issuer, {
   clients: Object.entries(CLIENTS).map(([id, c]) => ({
     client_id: id,
     client_secret: c.secret,
-    grant_types: ['client_credentials'],
+    grant_types: ['client_credentials', ...(c.grants || [])],
     redirect_uris: [],
     response_types: [],
   })),
@@ -65,6 +68,47 @@ const provider = new Provider(issuer, {
   extraTokenClaims: (_ctx, token) => CLIENTS[token.clientId]?.claims,
 });
 provider.proxy = false;
+
+// RFC 8693 token exchange: a client allowed the grant (the gateway) trades a caller's
+// access token from this issuer for one for `resource` (an upstream), with the caller as
+// `sub` and itself as the actor. The subject token is verified as any resource server
+// would: signature, issuer, expiry.
+provider.registerGrantType(TOKEN_EXCHANGE, async (ctx) => {
+  const params = ctx.oidc.params;
+  const fail = (error, description) => {
+    ctx.status = 400;
+    ctx.body = { error, error_description: description };
+  };
+  if (params.subject_token_type !== 'urn:ietf:params:oauth:token-type:access_token') {
+    return fail('invalid_request', 'subject_token_type must be an access token');
+  }
+  if (!params.resource) return fail('invalid_target', 'resource is required');
+  let subject;
+  try {
+    ({ payload: subject } = await jwtVerify(params.subject_token, publicKey, { issuer }));
+  } catch (e) {
+    return fail('invalid_grant', `the subject token is not valid: ${e.code || e.message}`);
+  }
+  counts.exchange += 1;
+  const now = Math.floor(Date.now() / 1000);
+  const ttl = Number(process.env.EXCHANGED_TTL || 300);
+  const token = await new SignJWT({
+    iss: issuer,
+    sub: subject.sub,
+    aud: params.resource,
+    iat: now,
+    exp: Math.min(now + ttl, subject.exp),
+    scope: params.scope || subject.scope,
+    client_id: ctx.oidc.client.clientId,
+    act: { sub: ctx.oidc.client.clientId },
+  }).setProtectedHeader({ alg: 'RS256', kid: keyId, typ: 'at+jwt' }).sign(privateKey);
+  ctx.body = {
+    access_token: token,
+    issued_token_type: 'urn:ietf:params:oauth:token-type:access_token',
+    token_type: 'Bearer',
+    expires_in: Math.min(ttl, subject.exp - now),
+  };
+}, ['subject_token', 'subject_token_type', 'resource', 'audience', 'scope', 'requested_token_type']);
 
 // Hand-made tokens: `{claims, key: provider|stranger|hmac-public, kid?}`.
 async function sign(body) {

@@ -106,7 +106,7 @@ impl Provider {
     }
 
     /// [`start`](Self::start) with environment for `provider.mjs` (`PORT`, `KEY_ID`,
-    /// `TOKEN_TTL`).
+    /// `TOKEN_TTL`, `EXCHANGED_TTL`).
     pub fn start_with(test: &str, env: &[(&str, &str)]) -> Option<Provider> {
         let dir = match installed() {
             Ok(dir) => dir,
@@ -197,6 +197,17 @@ impl Provider {
             .await
             .expect("a JSON answer");
         answer["token"].as_str().expect("a token").to_owned()
+    }
+
+    /// How many tokens it exchanged (RFC 8693).
+    pub async fn exchanges(&self) -> u64 {
+        let counts: Value = reqwest::get(format!("{}/test/counts", self.issuer))
+            .await
+            .expect("the provider answers /test/counts")
+            .json()
+            .await
+            .expect("JSON counts");
+        counts["exchange"].as_u64().unwrap_or(0)
     }
 
     /// How often the discovery document and the key set were fetched.
