@@ -13,6 +13,7 @@ mod bad_tokens;
 mod exchange;
 mod keys;
 mod tokens;
+mod upstream;
 
 use common::{Answer, Gateway, client, user_yaml};
 use provider::Provider;
