@@ -137,3 +137,48 @@ async fn cached_keys_keep_tokens_working_while_the_issuer_is_down() {
     let answer = invoke(&gateway, Some(&stranger), "echo", json!({"text": "x"})).await;
     assert_eq!(answer.status, 401, "{:?}", answer.body);
 }
+
+#[tokio::test]
+async fn concurrent_first_tokens_share_one_fetch_of_the_keys() {
+    let Some(provider) = Provider::start("concurrent_first_tokens_share_one_fetch_of_the_keys")
+    else {
+        return;
+    };
+    let gateway = Gateway::start(&config(&provider.issuer, "", ""));
+    let token = provider.token("agent", RESOURCE, "tools:read").await;
+    let calls = (0..16).map(|_| invoke(&gateway, Some(&token), "echo", json!({"text": "x"})));
+    for answer in futures::future::join_all(calls).await {
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+    }
+    assert_eq!(provider.fetches().await, (1, 1));
+}
+
+#[tokio::test]
+async fn a_reload_while_the_issuer_is_down_keeps_the_cached_keys() {
+    let Some(provider) = Provider::start("a_reload_while_the_issuer_is_down_keeps_the_cached_keys")
+    else {
+        return;
+    };
+    let yaml = config(&provider.issuer, "    fetch_timeout: 2s\n", "");
+    let gateway = Gateway::start(&yaml);
+    let token = provider.token("agent", RESOURCE, "tools:read").await;
+    assert_eq!(
+        invoke(&gateway, Some(&token), "echo", json!({"text": "x"}))
+            .await
+            .status,
+        200
+    );
+    drop(provider);
+    // A new configuration (one more tool), same issuer.
+    std::fs::write(
+        &gateway.config,
+        yaml.replace("[echo, calculator]", "[echo, calculator, current_time]"),
+    )
+    .unwrap();
+    gateway.signal("HUP");
+    gateway
+        .wait_for_log("configuration reloaded", 1, Duration::from_secs(30))
+        .await;
+    let answer = invoke(&gateway, Some(&token), "echo", json!({"text": "x"})).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+}
