@@ -13,19 +13,19 @@
 pub mod exchange;
 pub mod jwks;
 pub mod metadata;
+mod refusal;
 pub mod token;
 
 use std::sync::Arc;
 
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use toolgate_core::User;
 
 use crate::auth::ApiKeys;
 use crate::config::{Config, CredentialKind, OAuthConfig};
-use crate::http::ApiError;
 
 pub use jwks::{JwksError, KeyStore, SigningKey, SigningKeys};
+pub use refusal::Refusal;
 pub use token::{TokenError, TokenVerifier, Verified};
 
 /// The authenticated routes, each with its own choice of credentials.
@@ -65,21 +65,6 @@ pub enum Outcome {
     Refused(Refusal),
     /// A token signed with a key not cached: call [`Identity::authenticate_after_fetch`].
     FetchKeys,
-}
-
-/// Why a request is refused.
-#[derive(Debug)]
-pub enum Refusal {
-    /// No `Authorization: Bearer …` at all: 401.
-    NoCredential,
-    /// Neither a known API key nor a token this route accepts: 401.
-    UnknownCredential,
-    /// A token that failed a check: 401 `invalid_token`.
-    InvalidToken(TokenError),
-    /// A good token without the scopes the route needs: 403 `insufficient_scope`.
-    InsufficientScope,
-    /// The issuer's keys could not be had and none are cached: 503.
-    IssuerUnavailable(JwksError),
 }
 
 /// The OAuth side of [`Identity`].
@@ -250,93 +235,7 @@ impl Identity {
             .as_ref()
             .filter(|_| self.accepts(route, CredentialKind::Oauth))
             .map(|o| &o.config);
-        let unauthenticated = || match oauth {
-            Some(config) => ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                format!(
-                    "send an access token from {} for {} as `Authorization: Bearer <token>`{}",
-                    config.issuer.0,
-                    metadata::resource(config, route),
-                    if self.accepts(route, CredentialKind::ApiKey) {
-                        ", or a valid API key"
-                    } else {
-                        ""
-                    }
-                ),
-            ),
-            None => ApiError::unauthenticated(),
-        };
-        let (error, challenge) = match (refusal, oauth) {
-            (Refusal::NoCredential, _) => (unauthenticated(), None),
-            (Refusal::UnknownCredential, _) => (
-                unauthenticated(),
-                Some((
-                    "invalid_token",
-                    "the credential is not a known API key or an accepted token",
-                )),
-            ),
-            (Refusal::InvalidToken(e), _) => {
-                let message = e.to_string();
-                let error = ApiError::new(StatusCode::UNAUTHORIZED, "invalid_token", &message);
-                let mut response = error.into_response();
-                let value = match oauth {
-                    Some(config) => metadata::challenge(
-                        config,
-                        route,
-                        &challenge_scopes(config, route),
-                        Some(("invalid_token", &message)),
-                    ),
-                    None => "Bearer error=\"invalid_token\"".to_owned(),
-                };
-                set_challenge(&mut response, &value);
-                return response;
-            }
-            (Refusal::InsufficientScope, Some(config)) => {
-                let required = required_scopes(config, route);
-                let mut response = ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "insufficient_scope",
-                    format!(
-                        "the token lacks a scope this route requires: ask the issuer for `{}`",
-                        required.join(" ")
-                    ),
-                )
-                .into_response();
-                let value = format!(
-                    "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\"",
-                    required.join(" "),
-                    metadata::metadata_url(config, route)
-                );
-                set_challenge(&mut response, &value);
-                return response;
-            }
-            (Refusal::InsufficientScope, None) => (unauthenticated(), None),
-            (Refusal::IssuerUnavailable(e), _) => {
-                let mut response = ApiError::new(
-                    StatusCode::SERVICE_UNAVAILABLE,
-                    "identity_provider_unavailable",
-                    format!("tokens cannot be checked now: {e}"),
-                )
-                .into_response();
-                response
-                    .headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
-                return response;
-            }
-        };
-        let mut response = error.into_response();
-        let value = match oauth {
-            Some(config) => {
-                metadata::challenge(config, route, &challenge_scopes(config, route), challenge)
-            }
-            None => match challenge {
-                Some((code, _)) => format!("Bearer realm=\"toolgate\", error=\"{code}\""),
-                None => "Bearer realm=\"toolgate\"".to_owned(),
-            },
-        };
-        set_challenge(&mut response, &value);
-        response
+        refusal.response(route, oauth, self.accepts(route, CredentialKind::ApiKey))
     }
 }
 
@@ -347,28 +246,10 @@ fn bearer(header: &str) -> Option<&str> {
     (scheme.eq_ignore_ascii_case("bearer") && !credential.is_empty()).then_some(credential)
 }
 
+/// The scopes `route` requires of a token.
 fn required_scopes(config: &OAuthConfig, route: Route) -> &[String] {
     match route {
         Route::V1 => &config.required_scopes.v1,
         Route::Mcp => &config.required_scopes.mcp,
-    }
-}
-
-/// The scopes a 401 tells the client to ask for: what the route requires, else what the
-/// gateway knows of.
-fn challenge_scopes(config: &OAuthConfig, route: Route) -> Vec<String> {
-    let required = required_scopes(config, route);
-    if required.is_empty() {
-        config.advertised_scopes()
-    } else {
-        required.to_vec()
-    }
-}
-
-fn set_challenge(response: &mut Response, value: &str) {
-    if let Ok(value) = HeaderValue::from_str(value) {
-        response
-            .headers_mut()
-            .insert(header::WWW_AUTHENTICATE, value);
     }
 }
