@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::json;
 
-use crate::common::{Gateway, python, python_mcp_available};
+use crate::common::{BIN, Gateway, python, python_mcp_available};
 use crate::provider::Provider;
 use crate::{RESOURCE, config, invoke};
 
@@ -79,4 +79,41 @@ async fn an_upstream_gets_its_own_credential_never_the_callers_token() {
         !gateway.stderr().contains(signature),
         "the token was logged"
     );
+}
+
+#[tokio::test]
+async fn check_says_what_an_upstream_receives() {
+    let test = "check_says_what_an_upstream_receives";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let upstream = HeadersUpstream::start();
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    let yaml = format!(
+        "{}upstreams:\n  - {{ name: headers, url: \"{}\", credential_env: UPSTREAM_TOKEN }}\n",
+        config("http://127.0.0.1:9", "", ""),
+        upstream.url
+    );
+    std::fs::write(&path, yaml).unwrap();
+    let out = Command::new(BIN)
+        .args(["check", "--config"])
+        .arg(&path)
+        .env("UPSTREAM_TOKEN", "static-upstream-credential")
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("running toolgate check");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(
+            "  upstream headers: a static bearer credential from $UPSTREAM_TOKEN, the same for every caller; a caller's own token is never forwarded\n"
+        ),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("static-upstream-credential"), "{stdout}");
 }
