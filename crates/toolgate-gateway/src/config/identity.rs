@@ -112,16 +112,21 @@ pub struct OAuthConfig {
     pub max_token_bytes: values::ByteSize,
 }
 
-/// The scopes each route requires of an OAuth token.
+/// The scopes an OAuth token needs, per route and per tool.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RequiredScopes {
-    /// For `/v1`.
+    /// For anything under `/v1`.
     #[serde(default)]
     pub v1: Vec<String>,
-    /// For `/mcp`.
+    /// For anything on `/mcp`.
     #[serde(default)]
     pub mcp: Vec<String>,
+    /// For calling a tool, whichever the route (by tool name). A token without them is
+    /// refused with `insufficient_scope` (403), and is not shown the tool in listings.
+    /// Callers with API keys are not held to them: authorization rules govern those.
+    #[serde(default)]
+    pub tools: BTreeMap<String, Vec<String>>,
 }
 
 /// An asymmetric JWS algorithm.
@@ -311,6 +316,7 @@ impl OAuthConfig {
             .keys()
             .chain(&self.required_scopes.v1)
             .chain(&self.required_scopes.mcp)
+            .chain(self.required_scopes.tools.values().flatten())
             .cloned()
             .collect();
         scopes.sort();

@@ -73,6 +73,15 @@ pub fn challenge(
     value
 }
 
+/// The challenge of an answer 403 to a token that lacks `scopes` on `route`.
+pub fn insufficient_scope(config: &OAuthConfig, route: Route, scopes: &[String]) -> String {
+    format!(
+        "Bearer error=\"insufficient_scope\", scope=\"{}\", resource_metadata=\"{}\"",
+        quoted(&scopes.join(" ")),
+        quoted(&metadata_url(config, route))
+    )
+}
+
 /// Text safe inside a quoted-string of a header: no quotes, backslashes or controls.
 fn quoted(text: &str) -> String {
     text.chars()

@@ -14,6 +14,7 @@ pub mod exchange;
 pub mod jwks;
 pub mod metadata;
 mod refusal;
+pub mod scopes;
 pub mod token;
 
 use std::sync::Arc;

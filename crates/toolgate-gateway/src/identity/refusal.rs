@@ -5,6 +5,7 @@
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use super::scopes::INSUFFICIENT_SCOPE;
 use super::{JwksError, Route, TokenError, metadata, required_scopes};
 use crate::config::OAuthConfig;
 use crate::http::ApiError;
@@ -73,19 +74,17 @@ impl Refusal {
                 )
             }
             (Refusal::InsufficientScope, Some(config)) => {
-                let required = required_scopes(config, route).join(" ");
+                let required = required_scopes(config, route);
                 (
                     ApiError::new(
                         StatusCode::FORBIDDEN,
-                        "insufficient_scope",
+                        INSUFFICIENT_SCOPE,
                         format!(
-                            "the token lacks a scope this route requires: ask the issuer for `{required}`"
+                            "the token lacks a scope this route requires: ask the issuer for `{}`",
+                            required.join(" ")
                         ),
                     ),
-                    Some(format!(
-                        "Bearer error=\"insufficient_scope\", scope=\"{required}\", resource_metadata=\"{}\"",
-                        metadata::metadata_url(config, route)
-                    )),
+                    Some(metadata::insufficient_scope(config, route, required)),
                 )
             }
             // Scopes are only required of tokens; without OAuth there are none to lack.

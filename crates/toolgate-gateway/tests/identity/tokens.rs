@@ -240,3 +240,97 @@ fn check_prints_which_identity_each_route_and_upstream_uses() {
         "{out}"
     );
 }
+
+#[tokio::test]
+async fn a_token_without_a_tools_scope_cannot_call_or_see_it_on_any_route() {
+    let extra = "    required_scopes: { tools: { calculator: [\"tools:call\"] } }\n";
+    let Some((provider, gateway)) = start(
+        "a_token_without_a_tools_scope_cannot_call_or_see_it_on_any_route",
+        extra,
+        "",
+    ) else {
+        return;
+    };
+    // `admin` may call anything by the authorization rules; the scope still decides.
+    let reader = provider.token("admin", RESOURCE, "tools:read").await;
+    let refused = invoke(
+        &gateway,
+        Some(&reader),
+        "calculator",
+        json!({"expression": "6*7"}),
+    )
+    .await;
+    assert_eq!(refused.status, 403, "{:?}", refused.body);
+    assert_eq!(refused.error_code(), "insufficient_scope");
+    assert_eq!(
+        refused.header("www-authenticate"),
+        Some(
+            "Bearer error=\"insufficient_scope\", scope=\"tools:call\", resource_metadata=\"https://tools.test/.well-known/oauth-protected-resource\""
+        )
+    );
+    let listed = Answer::read(
+        client()
+            .get(gateway.url("/v1/tools"))
+            .bearer_auth(&reader)
+            .send()
+            .await
+            .expect("an answer"),
+    )
+    .await;
+    let names = listed.body.to_string();
+    assert!(names.contains("\"echo\""), "{names}");
+    assert!(!names.contains("calculator"), "{names}");
+
+    // Over MCP the tool is hidden from such a caller, as a tool authorization denies is:
+    // calling it is calling an unknown tool.
+    let mcp_reader = provider.token("admin", MCP_RESOURCE, "tools:read").await;
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {
+            "name": "calculator", "arguments": {"expression": "1+1"},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "identity-tests", "version": "0"},
+            },
+        },
+    });
+    let text = client()
+        .post(gateway.url("/mcp"))
+        .bearer_auth(&mcp_reader)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "calculator")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("an answer")
+        .text()
+        .await
+        .expect("a body");
+    assert!(text.contains("\"code\":\"unknown_tool\""), "{text}");
+    assert!(!text.contains("\"result\""), "{text}");
+
+    let caller = provider
+        .token("admin", RESOURCE, "tools:read tools:call")
+        .await;
+    let answer = invoke(
+        &gateway,
+        Some(&caller),
+        "calculator",
+        json!({"expression": "6*7"}),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    // API keys are held to the authorization rules, not to scopes.
+    let alice = invoke(
+        &gateway,
+        Some(&key("alice")),
+        "calculator",
+        json!({"expression": "1"}),
+    )
+    .await;
+    assert_eq!(alice.status, 200, "{:?}", alice.body);
+}
