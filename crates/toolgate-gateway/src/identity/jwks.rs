@@ -272,6 +272,13 @@ impl KeyStore {
             .get("jwks_uri")
             .and_then(Value::as_str)
             .ok_or_else(|| malformed("it has no `jwks_uri`".to_owned()))?;
+        // Keys fetched over plain HTTP could be swapped on the way: an `https` issuer's
+        // keys must come over `https` too.
+        if self.issuer.starts_with("https://") && !jwks_uri.starts_with("https://") {
+            return Err(malformed(format!(
+                "its `jwks_uri` {jwks_uri} is not `https`, so the keys could be swapped on the way"
+            )));
+        }
         let set = self.get_json(jwks_uri).await?;
         let keys =
             set.get("keys")
