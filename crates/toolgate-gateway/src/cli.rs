@@ -254,6 +254,7 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
         gateway.pipeline().registry().len(),
         gateway.keys.len()
     ));
+    out.push_str(&identity_summary(&gateway));
     for (tool, plan) in gateway.plans() {
         let definition = gateway
             .pipeline()
@@ -284,6 +285,73 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
     }
     print!("{out}");
     Ok(())
+}
+
+/// Which credentials each route accepts, and what each upstream receives: the identity
+/// part of `toolgate check`.
+fn identity_summary(gateway: &Gateway) -> String {
+    use crate::config::CredentialKind;
+    use crate::identity::{Route, metadata};
+
+    let identity = &gateway.identity;
+    let mut out = String::from("\nidentity\n");
+    for (route, path) in [(Route::V1, "/v1"), (Route::Mcp, "/mcp")] {
+        if route == Route::Mcp && gateway.mcp.is_none() {
+            out.push_str("  /mcp   not served (server.mcp is off)\n");
+            continue;
+        }
+        let mut kinds = Vec::new();
+        for kind in identity.accepted(route) {
+            match (kind, identity.oauth()) {
+                (CredentialKind::ApiKey, _) => {
+                    kinds.push(format!("API keys ({} users)", gateway.keys.len()));
+                }
+                (CredentialKind::Oauth, Some(oauth)) => {
+                    let required = match route {
+                        Route::V1 => &oauth.required_scopes.v1,
+                        Route::Mcp => &oauth.required_scopes.mcp,
+                    };
+                    let mut text = format!(
+                        "OAuth tokens from {} for {} ({})",
+                        oauth.issuer.0,
+                        metadata::resource(oauth, route),
+                        oauth
+                            .algorithms
+                            .iter()
+                            .map(|a| format!("{:?}", a.0))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    );
+                    if !required.is_empty() {
+                        text.push_str(&format!(", scopes required: {}", required.join(" ")));
+                    }
+                    kinds.push(text);
+                }
+                (CredentialKind::Oauth, None) => {}
+            }
+        }
+        out.push_str(&format!("  {path:<6} {}\n", kinds.join("; or ")));
+    }
+    if let Some(oauth) = identity.oauth() {
+        out.push_str(&format!(
+            "  metadata: {} and {}\n",
+            metadata::metadata_url(oauth, Route::V1),
+            metadata::metadata_url(oauth, Route::Mcp)
+        ));
+    }
+    for upstream in &gateway.config.upstreams {
+        let credential = match &upstream.credential_env {
+            Some(var) => {
+                format!("a static bearer credential from ${var}, the same for every caller")
+            }
+            None => "no credential".to_owned(),
+        };
+        out.push_str(&format!(
+            "  upstream {}: {credential}; a caller's own token is never forwarded\n",
+            upstream.name
+        ));
+    }
+    out
 }
 
 fn pins(path: &std::path::Path, action: Option<PinsAction>) -> Result<(), String> {

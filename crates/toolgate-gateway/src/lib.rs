@@ -48,6 +48,7 @@ pub mod drain;
 pub mod extensions;
 pub mod gateway;
 pub mod http;
+pub mod identity;
 mod labels;
 mod logging;
 pub mod outcomes;

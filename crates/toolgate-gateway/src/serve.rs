@@ -290,6 +290,7 @@ async fn reload(
         .await
         .map_err(|e| e.in_file(path))?;
     gateway.keep_mcp_sessions(&old);
+    gateway.keep_identity_keys(&old);
     crate::logging::scrub_secrets(secrets);
     // Calls waiting already keep their expiry; the new bounds apply from here on.
     next.suspensions

@@ -62,8 +62,13 @@ fn check_prints_every_tool_with_its_stages_in_order() {
     assert!(status.success(), "{stderr}");
     // The four built-in tools, and `toolgate.outcome` (the file configures approval).
     assert!(stdout.contains("OK — 5 tools, 2 users"), "{stdout}");
+    // Then which credentials each route accepts, then the tools.
     let sections: Vec<&str> = stdout.split("\n\n").skip(1).collect();
-    let tools: Vec<&str> = sections
+    assert_eq!(
+        sections[0], "identity\n  /v1    API keys (2 users)\n  /mcp   API keys (2 users)",
+        "{stdout}"
+    );
+    let tools: Vec<&str> = sections[1..]
         .iter()
         .map(|s| s.split_whitespace().next().unwrap_or(""))
         .collect();
@@ -78,7 +83,7 @@ fn check_prints_every_tool_with_its_stages_in_order() {
         ],
         "{stdout}"
     );
-    for section in sections {
+    for section in &sections[1..] {
         let at = |stage: &str| {
             section
                 .lines()

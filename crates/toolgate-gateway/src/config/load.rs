@@ -238,6 +238,7 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
+    config.identity.check()?;
     let mut names = BTreeSet::new();
     for (i, upstream) in config.upstreams.iter().enumerate() {
         if !names.insert(upstream.name.as_str()) {

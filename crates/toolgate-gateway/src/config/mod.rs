@@ -5,6 +5,7 @@
 //! environment) accept `${VAR}` and `${VAR:-default}` references to the environment.
 
 mod env;
+mod identity;
 mod load;
 mod origin;
 mod policies;
@@ -17,6 +18,9 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub use env::expand_env;
+pub use identity::{
+    CredentialKind, IdentityConfig, JwtAlgorithm, OAuthConfig, RequiredScopes, RouteCredentials,
+};
 pub use load::{ConfigError, load_file, parse};
 pub use origin::WebOrigin;
 pub use policies::{
@@ -48,6 +52,9 @@ pub struct Config {
     /// Who may call, with which key and roles.
     #[serde(default)]
     pub users: Vec<UserEntry>,
+    /// How callers prove who they are: API keys, OAuth access tokens, or both, per route.
+    #[serde(default)]
+    pub identity: IdentityConfig,
     /// The policies every call runs through.
     #[serde(default)]
     pub policies: Policies,

@@ -21,6 +21,8 @@ use crate::extensions::Extensions;
 use crate::auth::ApiKeys;
 use crate::config::{Config, ConfigError};
 use crate::http::McpSessions;
+use crate::identity::Identity;
+use crate::identity::scopes::ToolScopes;
 use crate::state::SharedState;
 use crate::tools_state::AllTools;
 
@@ -59,6 +61,9 @@ pub enum GatewayError {
     /// The pin file could not be used.
     #[error(transparent)]
     Pins(#[from] crate::pins::PinError),
+    /// The OAuth side of `identity:` could not be set up.
+    #[error("identity.oauth: {0}")]
+    Identity(#[from] crate::identity::JwksError),
 }
 
 impl GatewayError {
@@ -80,6 +85,8 @@ pub struct Gateway {
     pub system: ToolSystem,
     /// The API keys.
     pub keys: ApiKeys,
+    /// How callers are told apart on each route: API keys, OAuth tokens, or both.
+    pub identity: Identity,
     /// The MCP endpoint, when enabled.
     pub mcp: Option<McpHttpService>,
     /// Who opened each session of the MCP endpoint.
@@ -87,6 +94,7 @@ pub struct Gateway {
     /// The outcomes of calls that waited for approval.
     pub(crate) outcomes: Outcomes,
     authorize: Option<Arc<Authorize>>,
+    tool_scopes: Option<Arc<ToolScopes>>,
     audit: Option<Arc<Audit>>,
     approver_roles: Vec<String>,
     four_eyes: bool,
@@ -139,7 +147,14 @@ impl Gateway {
         check_tool_names(&config, &names)?;
 
         let builder = Pipeline::builder().registry(registry);
-        let (builder, Installed { authorize, audit }) = install_policies(&config, shared, builder)?;
+        let (
+            builder,
+            Installed {
+                authorize,
+                tool_scopes,
+                audit,
+            },
+        ) = install_policies(&config, shared, builder)?;
         let builder = extensions
             .install(builder)
             .suspension_store(shared.suspensions.clone())
@@ -158,6 +173,7 @@ impl Gateway {
 
         let mcp = config.server.mcp.then(|| -> Result<_, GatewayError> {
             let filter_by = authorize.clone();
+            let scoped_by = tool_scopes.clone();
             let mut server = McpServer::new(system.pipeline().clone())
                 .server_info("toolgate", env!("CARGO_PKG_VERSION"))
                 .upstreams(upstreams.clone())
@@ -173,6 +189,7 @@ impl Gateway {
             server = server.list_filter(ListFilter::new(move |tool, user| {
                 crate::pins::is_served(tool)
                     && filter_by.as_ref().is_none_or(|a| a.can_call(user, tool))
+                    && scoped_by.as_ref().is_none_or(|s| s.allows(user, tool))
             }));
             // Bodies over the limit are answered 413 by the endpoint, as on `/v1`.
             Ok(server.http_service(
@@ -184,6 +201,7 @@ impl Gateway {
 
         Ok(Gateway {
             keys: ApiKeys::new(&config.users),
+            identity: Identity::new(&config)?,
             approver_roles: config
                 .policies
                 .approval
@@ -202,6 +220,7 @@ impl Gateway {
             mcp_sessions: Arc::new(McpSessions::new(SessionConfig::default().max_sessions)),
             outcomes: shared.outcomes.clone(),
             authorize,
+            tool_scopes,
             audit,
             extensions: extensions.clone(),
             upstreams,
@@ -218,6 +237,11 @@ impl Gateway {
         self.system.pipeline()
     }
 
+    /// The scopes a token needs to call `tool` (none when not configured).
+    pub fn tool_scopes(&self, tool: &str) -> &[String] {
+        self.tool_scopes.as_ref().map_or(&[], |s| s.required(tool))
+    }
+
     /// The tools `user` may call (all of them without an authorization policy); an
     /// upstream's prompts and resources, which MCP serves as such, are not listed.
     pub fn visible_tools(&self, user: &User) -> Vec<ToolDefinition> {
@@ -228,6 +252,10 @@ impl Gateway {
                 self.authorize
                     .as_ref()
                     .is_none_or(|a| a.can_call(user, tool))
+                    && self
+                        .tool_scopes
+                        .as_ref()
+                        .is_none_or(|s| s.allows(user, tool))
             })
             .cloned()
             .collect()
@@ -262,6 +290,12 @@ impl Gateway {
             self.mcp = Some(kept.clone());
             self.mcp_sessions = Arc::clone(&old.mcp_sessions);
         }
+    }
+
+    /// Keeps the identity provider's keys that `old` cached (when the issuer is the same),
+    /// so that a reload while the issuer is down locks no token holder out.
+    pub(crate) fn keep_identity_keys(&self, old: &Gateway) {
+        self.identity.keep_keys_of(&old.identity);
     }
 
     /// For a tool imported from an upstream MCP server, whether its arguments are checked

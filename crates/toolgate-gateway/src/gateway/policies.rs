@@ -21,6 +21,7 @@ use crate::config::{
     OnBackendErrorName, OutputLimitPolicy, OverflowName, PartitionName, Policies,
     RedactionModeName, RetryPolicy, TimeoutPolicy,
 };
+use crate::identity::scopes::ToolScopes;
 use crate::state::SharedState;
 
 impl From<PartitionName> for Partition {
@@ -64,10 +65,11 @@ impl From<OverflowName> for Overflow {
     }
 }
 
-/// The hooks the gateway talks to after building: authorization for listings, audit to
-/// flush at shutdown.
+/// The hooks the gateway talks to after building: authorization and tool scopes for
+/// listings, audit to flush at shutdown.
 pub(super) struct Installed {
     pub(super) authorize: Option<Arc<Authorize>>,
+    pub(super) tool_scopes: Option<Arc<ToolScopes>>,
     pub(super) audit: Option<Arc<Audit>>,
 }
 
@@ -81,6 +83,12 @@ pub(super) fn install_policies(
 ) -> Result<(PipelineBuilder, Installed), GatewayError> {
     let p = &config.policies;
     let authorize = p.authorization.as_ref().map(authorization).map(Arc::new);
+    let tool_scopes = config
+        .identity
+        .oauth
+        .as_ref()
+        .filter(|o| !o.required_scopes.tools.is_empty())
+        .map(|o| Arc::new(ToolScopes::new(o.required_scopes.tools.clone())));
     let redaction = p.redaction.as_ref().map(redaction).transpose()?;
     let audit = config
         .audit
@@ -88,9 +96,10 @@ pub(super) fn install_policies(
         .map(|a| audit(config, a, redaction.as_ref().map(Redaction::redactor)))
         .transpose()?
         .map(Arc::new);
-    let sections: [Vec<HookRegistration>; 11] = [
+    let sections: [Vec<HookRegistration>; 12] = [
         one(Some(Metrics::new())),
         shared_one(&authorize),
+        shared_one(&tool_scopes),
         one(p.approval.as_ref().map(|a| approval(a, shared))),
         rate_limits(p, shared)?,
         concurrency(p, shared)?,
@@ -102,7 +111,14 @@ pub(super) fn install_policies(
         shared_one(&audit),
     ];
     let builder = builder.hooks(sections.into_iter().flatten());
-    Ok((builder, Installed { authorize, audit }))
+    Ok((
+        builder,
+        Installed {
+            authorize,
+            tool_scopes,
+            audit,
+        },
+    ))
 }
 
 /// The registration of `hook`, if there is one.

@@ -167,6 +167,14 @@ pub(super) fn check_tool_names(
     if let Some(a) = &p.approval {
         all.extend(list("policies.approval.tools".into(), &a.tools));
     }
+    if let Some(oauth) = &config.identity.oauth {
+        all.extend(oauth.required_scopes.tools.keys().map(|k| {
+            (
+                format!("identity.oauth.required_scopes.tools.{k}"),
+                k.clone(),
+            )
+        }));
+    }
     for (i, r) in p.rate_limits.iter().enumerate() {
         all.extend(list(format!("policies.rate_limits[{i}].tools"), &r.tools));
     }

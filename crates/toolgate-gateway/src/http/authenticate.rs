@@ -1,22 +1,26 @@
-//! The API-key check in front of `/v1` and `/mcp`, as a tower layer.
+//! The credential check in front of `/v1` and `/mcp`, as a tower layer (see
+//! [`crate::identity`]).
 //!
-//! The check is synchronous (a SHA-256 and constant-time comparisons), so the layer
-//! answers 401 itself or calls the route directly: no boxed future and no copy of the
-//! route per request, as a `from_fn` middleware would make.
+//! An API key (a SHA-256 and constant-time comparisons) and a token signed with a cached
+//! key are checked synchronously, so the layer answers 401 itself or calls the route
+//! directly: no boxed future and no copy of the route per request, as a `from_fn`
+//! middleware would make. Only a token whose key must first be fetched from the issuer
+//! takes a boxed future.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use arc_swap::{ArcSwap, Guard};
 use axum::extract::Request;
-use axum::http::{HeaderMap, header};
-use axum::response::{IntoResponse, Response};
-use futures::future::Either;
+use axum::http::header;
+use axum::response::Response;
+use futures::future::{BoxFuture, Either};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use super::{ApiError, Caller};
+use super::Caller;
 use crate::gateway::Gateway;
+use crate::identity::{Outcome, Route};
 
 /// Wraps routes in [`Authenticate`].
 #[derive(Clone)]
@@ -42,50 +46,92 @@ impl<S> Layer<S> for AuthenticateLayer {
     }
 }
 
-/// Answers 401 to a request without a valid `Authorization: Bearer <key>`; hands the
-/// others to the route with their [`Caller`] in the request's extensions.
+/// Answers 401 (or 403, or 503) to a request without a valid `Authorization: Bearer …`;
+/// hands the others to the route with their [`Caller`] in the request's extensions.
 #[derive(Clone)]
 pub(super) struct Authenticate<S> {
     inner: S,
     current: Arc<ArcSwap<Gateway>>,
 }
 
-/// The caller behind the request's key, on the configuration current now.
-fn caller(current: &ArcSwap<Gateway>, headers: &HeaderMap) -> Option<Caller> {
+/// What the credential of a request comes to, on the configuration current now.
+enum Checked {
+    Caller(Caller),
+    Refused(Response),
+    /// A token whose key is not cached: the gateway to fetch the keys on.
+    FetchKeys(Arc<Gateway>, Route),
+}
+
+fn check(current: &ArcSwap<Gateway>, request: &Request) -> Checked {
     // The configuration is read through a guard; the caller takes a reference to it only
-    // when the key is good.
+    // when the credential is good.
     let gateway = current.load();
-    let user = headers
+    let route = Route::of_path(request.uri().path());
+    let authorization = request
+        .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| gateway.keys.authenticate_header(v))?;
-    Some(Caller {
-        user,
-        gateway: Guard::into_inner(gateway),
-    })
+        .and_then(|v| v.to_str().ok());
+    match gateway
+        .identity
+        .authenticate(route, authorization, &gateway.keys)
+    {
+        Outcome::Caller(user) => Checked::Caller(Caller {
+            user,
+            gateway: Guard::into_inner(gateway),
+        }),
+        Outcome::Refused(refusal) => Checked::Refused(gateway.identity.refusal(route, &refusal)),
+        Outcome::FetchKeys => Checked::FetchKeys(Guard::into_inner(gateway), route),
+    }
 }
 
 impl<S> Service<Request> for Authenticate<S>
 where
-    S: Service<Request, Response = Response>,
+    S: Service<Request, Response = Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = Either<std::future::Ready<Result<Response, S::Error>>, S::Future>;
+    type Future = Either<
+        Either<std::future::Ready<Result<Response, S::Error>>, S::Future>,
+        BoxFuture<'static, Result<Response, S::Error>>,
+    >;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, mut request: Request) -> Self::Future {
-        match caller(&self.current, request.headers()) {
-            Some(caller) => {
+        match check(&self.current, &request) {
+            Checked::Caller(caller) => {
                 request.extensions_mut().insert(caller);
-                Either::Right(self.inner.call(request))
+                Either::Left(Either::Right(self.inner.call(request)))
             }
-            None => Either::Left(std::future::ready(Ok(
-                ApiError::unauthenticated().into_response()
-            ))),
+            Checked::Refused(response) => {
+                Either::Left(Either::Left(std::future::ready(Ok(response))))
+            }
+            Checked::FetchKeys(gateway, route) => {
+                // The service that was made ready goes with the request; a fresh clone
+                // stays for the next one (tower's rule for services called later).
+                let fresh = self.inner.clone();
+                let mut inner = std::mem::replace(&mut self.inner, fresh);
+                Either::Right(Box::pin(async move {
+                    let authorization = request
+                        .headers()
+                        .get(header::AUTHORIZATION)
+                        .and_then(|v| v.to_str().ok());
+                    match gateway
+                        .identity
+                        .authenticate_after_fetch(route, authorization)
+                        .await
+                    {
+                        Ok(user) => {
+                            request.extensions_mut().insert(Caller { user, gateway });
+                            inner.call(request).await
+                        }
+                        Err(refusal) => Ok(gateway.identity.refusal(route, &refusal)),
+                    }
+                }))
+            }
         }
     }
 }

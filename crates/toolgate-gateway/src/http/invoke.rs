@@ -5,6 +5,7 @@ use axum::body::Bytes;
 use std::sync::Arc;
 
 use axum::extract::{Extension, FromRequest, Path, Query, Request, State};
+use axum::http::header::WWW_AUTHENTICATE;
 use axum::http::{HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
@@ -16,6 +17,8 @@ use toolgate_core::{InvokeOptions, ToolError};
 
 use super::body::json_body;
 use super::{ApiError, AppState, Caller, request_timeout};
+use crate::identity::scopes::INSUFFICIENT_SCOPE;
+use crate::identity::{Route, metadata};
 
 /// `?format=` of a listing.
 #[derive(Deserialize)]
@@ -130,7 +133,21 @@ pub async fn invoke(
             })),
         )
             .into_response(),
-        Err(error) => ApiError::from(error).into_response(),
+        Err(error) => {
+            let mut response = ApiError::from(error).into_response();
+            // A token without a scope the tool needs: the challenge says which (RFC 6750).
+            if error.code() == INSUFFICIENT_SCOPE
+                && let Some(oauth) = caller.gateway.identity.oauth()
+                && let Ok(value) = HeaderValue::from_str(&metadata::insufficient_scope(
+                    oauth,
+                    Route::V1,
+                    caller.gateway.tool_scopes(&name),
+                ))
+            {
+                response.headers_mut().insert(WWW_AUTHENTICATE, value);
+            }
+            response
+        }
     };
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(X_REQUEST_ID, value);

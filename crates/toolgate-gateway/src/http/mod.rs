@@ -10,11 +10,13 @@
 //! | `POST /v1/suspensions/{id}/resume` | approve, reject or complete it |
 //! | `GET /v1/admin/pins` | pinned tool definitions and changes waiting (approvers) |
 //! | `POST /v1/admin/pins/{tool}/accept` | accept a changed definition (approvers) |
+//! | `GET /.well-known/oauth-protected-resource[/mcp]` | OAuth protected resource metadata (RFC 9728), when `identity.oauth` is set |
 //! | `GET /healthz`, `GET /readyz` | liveness, readiness |
 //! | `GET /metrics` | Prometheus metrics |
 //! | `/mcp` | MCP over streamable HTTP |
 //!
-//! Everything under `/v1` and `/mcp` needs `Authorization: Bearer <key>`. Once the
+//! Everything under `/v1` and `/mcp` needs `Authorization: Bearer <credential>`: an API
+//! key or an OAuth access token, as `identity.routes` chooses (see [`crate::identity`]). Once the
 //! gateway drains for shutdown, both refuse new requests with 503 `shutting_down` (see
 //! [`crate::drain`]); `/healthz`, `/readyz` and `/metrics` keep answering.
 
@@ -29,6 +31,7 @@ mod mcp;
 mod mcp_sessions;
 mod pins;
 mod request_metrics;
+mod resource_metadata;
 mod suspensions;
 
 use std::sync::Arc;
@@ -50,6 +53,7 @@ use request_metrics::RecordRequestsLayer;
 
 use crate::drain::Drain;
 use crate::gateway::Gateway;
+use crate::identity::metadata::METADATA_PATH;
 
 /// What every request handler shares.
 #[derive(Clone)]
@@ -89,6 +93,8 @@ pub fn router(state: AppState) -> Router {
         // Outside authentication: a replica that is going away refuses everyone alike.
         .route_layer(AdmitLayer::new(state.drain.clone()));
     Router::new()
+        .route(METADATA_PATH, get(resource_metadata::whole))
+        .route(&format!("{METADATA_PATH}/mcp"), get(resource_metadata::mcp))
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))

@@ -1,0 +1,388 @@
+//! `identity:` — how callers prove who they are: API keys (`users:`), OAuth 2.1 access
+//! tokens (JWTs from an issuer), or both, chosen per route.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde::de::Deserializer;
+
+use super::{ConfigError, EnvString, values};
+
+/// `identity:` — which credentials each route accepts, and the OAuth issuer if any.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentityConfig {
+    /// The OAuth 2.1 authorization server whose access tokens are accepted (none when
+    /// absent: API keys only).
+    #[serde(default)]
+    pub oauth: Option<OAuthConfig>,
+    /// Which credentials `/v1` and `/mcp` accept (default: API keys, and OAuth tokens when
+    /// `oauth` is set).
+    #[serde(default)]
+    pub routes: RouteCredentials,
+}
+
+/// The credentials each route accepts.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteCredentials {
+    /// What `/v1` accepts.
+    #[serde(default)]
+    pub v1: Option<Vec<CredentialKind>>,
+    /// What `/mcp` accepts.
+    #[serde(default)]
+    pub mcp: Option<Vec<CredentialKind>>,
+}
+
+/// A kind of credential a caller can present as `Authorization: Bearer …`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CredentialKind {
+    /// A key of `users:`, compared by its SHA-256.
+    ApiKey,
+    /// An access token (JWT) issued by `identity.oauth.issuer` for this gateway.
+    Oauth,
+}
+
+impl CredentialKind {
+    /// How `toolgate check` names it.
+    pub fn name(self) -> &'static str {
+        match self {
+            CredentialKind::ApiKey => "api_key",
+            CredentialKind::Oauth => "oauth",
+        }
+    }
+}
+
+/// `identity.oauth:` — the gateway as an OAuth 2.1 resource server.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OAuthConfig {
+    /// The issuer, exactly as tokens carry it in `iss` (e.g. `https://login.example.com`).
+    /// Its signing keys are found through `<issuer>/.well-known/openid-configuration`.
+    /// Must be `https`, except on a loopback address.
+    pub issuer: EnvString,
+    /// This gateway's public address (e.g. `https://tools.example.com`): the resource
+    /// identifier (RFC 8707) tokens must be issued for. A token's `aud` must be it, or it
+    /// followed by `/mcp`.
+    pub resource: EnvString,
+    /// The signature algorithms accepted (default `[RS256]`). Only asymmetric ones exist
+    /// here: `none` and the HMAC algorithms are refused.
+    #[serde(default = "default_algorithms")]
+    pub algorithms: Vec<JwtAlgorithm>,
+    /// How far clocks may disagree when `exp` and `nbf` are checked (default `30s`, at
+    /// most `5m`).
+    #[serde(default = "default_clock_skew", with = "values::duration")]
+    pub clock_skew: Duration,
+    /// The deadline of one fetch of the issuer's discovery document and keys (default
+    /// `5s`).
+    #[serde(default = "default_fetch_timeout", with = "values::duration")]
+    pub fetch_timeout: Duration,
+    /// The least time between two fetches of the keys (default `30s`): a token signed
+    /// with a key not yet known makes the gateway fetch the keys again, at most this
+    /// often, so that a flood of made-up key ids cannot hammer the issuer.
+    #[serde(default = "default_refresh_interval", with = "values::duration")]
+    pub refresh_interval: Duration,
+    /// How long fetched keys are used before they are fetched again in the background,
+    /// so that a key the issuer withdrew stops working (default `1h`).
+    #[serde(default = "default_keys_max_age", with = "values::duration")]
+    pub keys_max_age: Duration,
+    /// The claim holding the caller's roles: a list of strings or one space-separated
+    /// string (default `roles`; a missing claim means no roles from it).
+    #[serde(default = "default_roles_claim")]
+    pub roles_claim: String,
+    /// The claim holding the caller's tenant (none when absent).
+    #[serde(default)]
+    pub tenant_claim: Option<String>,
+    /// Roles granted by scopes (`scope` claim, space-separated, or `scp` list), e.g.
+    /// `{ "tools:call": [caller] }`.
+    #[serde(default)]
+    pub scope_roles: BTreeMap<String, Vec<String>>,
+    /// The scopes a token must carry on each route; a token without them is answered
+    /// 403 `insufficient_scope`.
+    #[serde(default)]
+    pub required_scopes: RequiredScopes,
+    /// The scopes advertised in the protected resource metadata (default: those of
+    /// `scope_roles` and `required_scopes`).
+    #[serde(default)]
+    pub scopes_supported: Option<Vec<String>>,
+    /// The longest token accepted (default `8KiB`); longer ones are refused unread.
+    #[serde(default = "default_max_token_bytes")]
+    pub max_token_bytes: values::ByteSize,
+}
+
+/// The scopes an OAuth token needs, per route and per tool.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequiredScopes {
+    /// For anything under `/v1`.
+    #[serde(default)]
+    pub v1: Vec<String>,
+    /// For anything on `/mcp`.
+    #[serde(default)]
+    pub mcp: Vec<String>,
+    /// For calling a tool, whichever the route (by tool name). A token without them is
+    /// refused with `insufficient_scope` (403), and is not shown the tool in listings.
+    /// Callers with API keys are not held to them: authorization rules govern those.
+    #[serde(default)]
+    pub tools: BTreeMap<String, Vec<String>>,
+}
+
+/// An asymmetric JWS algorithm.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JwtAlgorithm(pub jsonwebtoken::Algorithm);
+
+impl<'de> Deserialize<'de> for JwtAlgorithm {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        use jsonwebtoken::Algorithm::*;
+        values::parse_str(deserializer, |text| match text.trim() {
+            "RS256" => Ok(JwtAlgorithm(RS256)),
+            "RS384" => Ok(JwtAlgorithm(RS384)),
+            "RS512" => Ok(JwtAlgorithm(RS512)),
+            "PS256" => Ok(JwtAlgorithm(PS256)),
+            "PS384" => Ok(JwtAlgorithm(PS384)),
+            "PS512" => Ok(JwtAlgorithm(PS512)),
+            "ES256" => Ok(JwtAlgorithm(ES256)),
+            "ES384" => Ok(JwtAlgorithm(ES384)),
+            "EdDSA" => Ok(JwtAlgorithm(EdDSA)),
+            other @ ("none" | "HS256" | "HS384" | "HS512") => Err(format!(
+                "`{other}` is not accepted: a resource server checks signatures with the issuer's public keys, so only asymmetric algorithms (RS256, PS256, ES256, EdDSA, …) can be used"
+            )),
+            other => Err(format!(
+                "`{other}` is not a JWS algorithm this gateway knows: use RS256, RS384, RS512, PS256, PS384, PS512, ES256, ES384 or EdDSA"
+            )),
+        })
+    }
+}
+
+fn default_algorithms() -> Vec<JwtAlgorithm> {
+    vec![JwtAlgorithm(jsonwebtoken::Algorithm::RS256)]
+}
+fn default_clock_skew() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_fetch_timeout() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_refresh_interval() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_keys_max_age() -> Duration {
+    Duration::from_secs(3600)
+}
+fn default_roles_claim() -> String {
+    "roles".to_owned()
+}
+fn default_max_token_bytes() -> values::ByteSize {
+    values::ByteSize(8 * 1024)
+}
+
+/// The longest `clock_skew` accepted: more would keep expired tokens alive.
+const MAX_CLOCK_SKEW: Duration = Duration::from_secs(300);
+
+impl IdentityConfig {
+    /// What `/v1` accepts, defaults applied.
+    pub fn v1(&self) -> Vec<CredentialKind> {
+        self.resolved(self.routes.v1.as_deref())
+    }
+
+    /// What `/mcp` accepts, defaults applied.
+    pub fn mcp(&self) -> Vec<CredentialKind> {
+        self.resolved(self.routes.mcp.as_deref())
+    }
+
+    fn resolved(&self, chosen: Option<&[CredentialKind]>) -> Vec<CredentialKind> {
+        match chosen {
+            Some(kinds) => {
+                let mut kinds = kinds.to_vec();
+                kinds.sort();
+                kinds.dedup();
+                kinds
+            }
+            None if self.oauth.is_some() => vec![CredentialKind::ApiKey, CredentialKind::Oauth],
+            None => vec![CredentialKind::ApiKey],
+        }
+    }
+
+    /// Checks that need several fields at once.
+    pub(super) fn check(&self) -> Result<(), ConfigError> {
+        for (route, chosen) in [("v1", &self.routes.v1), ("mcp", &self.routes.mcp)] {
+            let Some(kinds) = chosen else { continue };
+            if kinds.is_empty() {
+                return Err(ConfigError::invalid(
+                    format!("identity.routes.{route}"),
+                    "a route must accept at least one kind of credential: `[api_key]`, `[oauth]` or `[api_key, oauth]`",
+                ));
+            }
+            if kinds.contains(&CredentialKind::Oauth) && self.oauth.is_none() {
+                return Err(ConfigError::invalid(
+                    format!("identity.routes.{route}"),
+                    "the route accepts `oauth` but there is no `identity.oauth` section: add one with the `issuer` and this gateway's `resource` address",
+                ));
+            }
+        }
+        let Some(oauth) = &self.oauth else {
+            return Ok(());
+        };
+        check_url("identity.oauth.issuer", &oauth.issuer.0, true)?;
+        check_url("identity.oauth.resource", &oauth.resource.0, false)?;
+        if oauth.algorithms.is_empty() {
+            return Err(ConfigError::invalid(
+                "identity.oauth.algorithms",
+                "list at least one algorithm, e.g. `[RS256]`",
+            ));
+        }
+        if oauth.clock_skew > MAX_CLOCK_SKEW {
+            return Err(ConfigError::invalid(
+                "identity.oauth.clock_skew",
+                "at most `5m`: a larger skew keeps expired tokens working; fix the clocks (NTP) instead",
+            ));
+        }
+        if oauth.fetch_timeout.is_zero() || oauth.refresh_interval.is_zero() {
+            return Err(ConfigError::invalid(
+                "identity.oauth",
+                "`fetch_timeout` and `refresh_interval` must be longer than zero, e.g. `5s` and `30s`",
+            ));
+        }
+        if oauth.max_token_bytes.0 < 512 {
+            return Err(ConfigError::invalid(
+                "identity.oauth.max_token_bytes",
+                "at least `512B`: signed tokens are rarely shorter than a kilobyte",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// An absolute `http(s)` URL without query or fragment; `https` unless on loopback when
+/// `secure` (keys fetched over plain HTTP could be swapped on the way).
+fn check_url(field: &str, text: &str, secure: bool) -> Result<(), ConfigError> {
+    let url = url::Url::parse(text).map_err(|e| {
+        ConfigError::invalid(
+            field,
+            format!(
+                "`{text}` is not an absolute URL ({e}): write e.g. `https://login.example.com`"
+            ),
+        )
+    })?;
+    if !matches!(url.scheme(), "https" | "http")
+        || url.query().is_some()
+        || url.fragment().is_some()
+    {
+        return Err(ConfigError::invalid(
+            field,
+            format!("`{text}` must be an `https://` URL without `?query` or `#fragment`"),
+        ));
+    }
+    let loopback = match url.host() {
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        Some(url::Host::Domain(name)) => name == "localhost",
+        None => false,
+    };
+    if secure && url.scheme() == "http" && !loopback {
+        return Err(ConfigError::invalid(
+            field,
+            format!(
+                "`{text}` must use `https`: the signing keys fetched from it decide who may call (plain `http` is accepted only on a loopback address, for tests)"
+            ),
+        ));
+    }
+    Ok(())
+}
+
+impl OAuthConfig {
+    /// The issuer without a trailing `/` doubled, as the discovery URL is formed from it.
+    pub fn discovery_url(&self) -> String {
+        format!(
+            "{}/.well-known/openid-configuration",
+            self.issuer.0.trim_end_matches('/')
+        )
+    }
+
+    /// This gateway's resource identifier, without a trailing `/`.
+    pub fn resource_base(&self) -> &str {
+        self.resource.0.trim_end_matches('/')
+    }
+
+    /// The scopes advertised in the metadata.
+    pub fn advertised_scopes(&self) -> Vec<String> {
+        if let Some(scopes) = &self.scopes_supported {
+            return scopes.clone();
+        }
+        let mut scopes: Vec<String> = self
+            .scope_roles
+            .keys()
+            .chain(&self.required_scopes.v1)
+            .chain(&self.required_scopes.mcp)
+            .chain(self.required_scopes.tools.values().flatten())
+            .cloned()
+            .collect();
+        scopes.sort();
+        scopes.dedup();
+        scopes
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{CredentialKind, parse};
+
+    fn oauth(extra: &str) -> String {
+        format!(
+            "identity:\n  oauth:\n    issuer: https://login.example.com\n    resource: https://tools.example.com\n{extra}"
+        )
+    }
+
+    #[test]
+    fn none_and_hmac_algorithms_are_refused_with_the_reason() {
+        for alg in ["none", "HS256", "HS512"] {
+            let error = parse(&oauth(&format!("    algorithms: [RS256, {alg}]\n"))).unwrap_err();
+            assert_eq!(error.field(), "identity.oauth.algorithms[1]", "{alg}");
+            assert!(
+                error.to_string().contains("only asymmetric algorithms"),
+                "{error}"
+            );
+        }
+        let config = parse(&oauth("    algorithms: [ES256, EdDSA]\n")).unwrap();
+        assert_eq!(config.identity.oauth.unwrap().algorithms.len(), 2);
+    }
+
+    #[test]
+    fn a_plain_http_issuer_is_refused_unless_on_loopback() {
+        let text = "identity:\n  oauth:\n    issuer: http://login.example.com\n    resource: https://tools.example.com\n";
+        let error = parse(text).unwrap_err();
+        assert_eq!(error.field(), "identity.oauth.issuer");
+        assert!(error.to_string().contains("must use `https`"), "{error}");
+        let loopback = text.replace("login.example.com", "127.0.0.1:9000");
+        assert!(parse(&loopback).is_ok());
+    }
+
+    #[test]
+    fn a_route_accepting_oauth_needs_an_issuer() {
+        let error = parse("identity:\n  routes:\n    mcp: [oauth]\n").unwrap_err();
+        assert_eq!(error.field(), "identity.routes.mcp");
+        let error = parse("identity:\n  routes:\n    v1: []\n").unwrap_err();
+        assert_eq!(error.field(), "identity.routes.v1");
+    }
+
+    #[test]
+    fn routes_accept_api_keys_and_tokens_by_default_once_there_is_an_issuer() {
+        let none = parse("").unwrap();
+        assert_eq!(none.identity.mcp(), [CredentialKind::ApiKey]);
+        let both = parse(&oauth("")).unwrap();
+        assert_eq!(
+            both.identity.v1(),
+            [CredentialKind::ApiKey, CredentialKind::Oauth]
+        );
+        let only = parse(&(oauth("") + "  routes:\n    mcp: [oauth]\n")).unwrap();
+        assert_eq!(only.identity.mcp(), [CredentialKind::Oauth]);
+    }
+
+    #[test]
+    fn a_clock_skew_over_five_minutes_is_refused() {
+        let error = parse(&oauth("    clock_skew: 10m\n")).unwrap_err();
+        assert_eq!(error.field(), "identity.oauth.clock_skew");
+    }
+}

@@ -1,0 +1,256 @@
+//! Who is calling: an API key of `users:`, or an OAuth 2.1 access token — a JWT issued for
+//! this gateway by the configured issuer, checked against the issuer's published keys
+//! (the gateway acts as a resource server, as the MCP authorization spec asks).
+//!
+//! Each route (`/v1`, `/mcp`) accepts API keys, tokens, or both (`identity.routes`). A
+//! credential with two dots is taken as a token; anything else as an API key. The token
+//! check is synchronous while the issuer's keys are cached ([`Identity::authenticate`]);
+//! only a token signed with a key not yet cached waits for a fetch
+//! ([`Identity::authenticate_after_fetch`]).
+//!
+//! The caller's token stays here: it is never forwarded to an upstream, logged, or kept.
+
+pub mod exchange;
+pub mod jwks;
+pub mod metadata;
+mod refusal;
+pub mod scopes;
+pub mod token;
+
+use std::sync::Arc;
+
+use axum::response::Response;
+use toolgate_core::User;
+
+use crate::auth::ApiKeys;
+use crate::config::{Config, CredentialKind, OAuthConfig};
+
+pub use jwks::{JwksError, KeyStore, SigningKey, SigningKeys};
+pub use refusal::Refusal;
+pub use token::{TokenError, TokenVerifier, Verified};
+
+/// The authenticated routes, each with its own choice of credentials.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// The HTTP API under `/v1`.
+    V1,
+    /// The MCP endpoint `/mcp`.
+    Mcp,
+}
+
+impl Route {
+    /// The route a request path belongs to.
+    pub fn of_path(path: &str) -> Route {
+        if path == "/mcp" || path.starts_with("/mcp/") {
+            Route::Mcp
+        } else {
+            Route::V1
+        }
+    }
+
+    /// Its name in the configuration (`identity.routes.<name>`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Route::V1 => "v1",
+            Route::Mcp => "mcp",
+        }
+    }
+}
+
+/// The result of looking at a request's credential without waiting.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The caller.
+    Caller(Arc<User>),
+    /// Refused: answer with [`Identity::refusal`].
+    Refused(Refusal),
+    /// A token signed with a key not cached: call [`Identity::authenticate_after_fetch`].
+    FetchKeys,
+}
+
+/// The OAuth side of [`Identity`].
+struct OAuth {
+    config: OAuthConfig,
+    verifier: TokenVerifier,
+    keys: Arc<KeyStore>,
+}
+
+/// How one configuration tells who is calling.
+pub struct Identity {
+    v1: Vec<CredentialKind>,
+    mcp: Vec<CredentialKind>,
+    oauth: Option<OAuth>,
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity")
+            .field("v1", &self.v1)
+            .field("mcp", &self.mcp)
+            .field("oauth", &self.oauth.as_ref().map(|o| o.keys.issuer()))
+            .finish()
+    }
+}
+
+impl Identity {
+    /// The identity part of `config` (the issuer is not contacted until a token comes).
+    ///
+    /// # Errors
+    ///
+    /// When no HTTP client can be made for fetching the issuer's keys.
+    pub fn new(config: &Config) -> Result<Self, JwksError> {
+        let oauth = match &config.identity.oauth {
+            Some(oauth) => Some(OAuth {
+                verifier: TokenVerifier::new(oauth),
+                keys: Arc::new(KeyStore::new(oauth)?),
+                config: oauth.clone(),
+            }),
+            None => None,
+        };
+        Ok(Identity {
+            v1: config.identity.v1(),
+            mcp: config.identity.mcp(),
+            oauth,
+        })
+    }
+
+    /// The credentials `route` accepts.
+    pub fn accepted(&self, route: Route) -> &[CredentialKind] {
+        match route {
+            Route::V1 => &self.v1,
+            Route::Mcp => &self.mcp,
+        }
+    }
+
+    /// The OAuth configuration, when tokens are accepted anywhere.
+    pub fn oauth(&self) -> Option<&OAuthConfig> {
+        self.oauth.as_ref().map(|o| &o.config)
+    }
+
+    /// The cache of the issuer's keys, when there is an issuer.
+    pub fn key_store(&self) -> Option<&Arc<KeyStore>> {
+        self.oauth.as_ref().map(|o| &o.keys)
+    }
+
+    /// Keeps the cached keys of `old` (the identity this one replaces on a reload).
+    pub fn keep_keys_of(&self, old: &Identity) {
+        if let (Some(new), Some(old)) = (&self.oauth, &old.oauth) {
+            new.keys.keep_keys_of(&old.keys);
+        }
+    }
+
+    fn accepts(&self, route: Route, kind: CredentialKind) -> bool {
+        self.accepted(route).contains(&kind)
+    }
+
+    /// Who sends `authorization` (the header's value) on `route`, without waiting.
+    pub fn authenticate(
+        &self,
+        route: Route,
+        authorization: Option<&str>,
+        keys: &ApiKeys,
+    ) -> Outcome {
+        let Some(credential) = authorization.and_then(bearer) else {
+            return Outcome::Refused(Refusal::NoCredential);
+        };
+        let api_key = |refusal| {
+            match self.accepts(route, CredentialKind::ApiKey) {
+                true => keys.authenticate(credential),
+                false => None,
+            }
+            .map_or(Outcome::Refused(refusal), Outcome::Caller)
+        };
+        let oauth = match &self.oauth {
+            Some(oauth)
+                if self.accepts(route, CredentialKind::Oauth)
+                    && TokenVerifier::looks_like_jwt(credential) =>
+            {
+                oauth
+            }
+            _ => return api_key(Refusal::UnknownCredential),
+        };
+        let Some(cached) = oauth.keys.cached() else {
+            return Outcome::FetchKeys;
+        };
+        match oauth.verifier.verify(credential, &cached) {
+            Ok(verified) => self.admit(oauth, route, verified),
+            Err(TokenError::UnknownKey) => Outcome::FetchKeys,
+            // An API key that happens to have two dots.
+            Err(TokenError::Malformed) => api_key(Refusal::InvalidToken(TokenError::Malformed)),
+            Err(e) => Outcome::Refused(Refusal::InvalidToken(e)),
+        }
+    }
+
+    /// [`authenticate`](Self::authenticate) for a token whose key is not cached: fetches
+    /// the issuer's keys (at most once per `refresh_interval`) and checks it again.
+    ///
+    /// # Errors
+    ///
+    /// The [`Refusal`] to answer with.
+    pub async fn authenticate_after_fetch(
+        &self,
+        route: Route,
+        authorization: Option<&str>,
+    ) -> Result<Arc<User>, Refusal> {
+        let token = authorization
+            .and_then(bearer)
+            .ok_or(Refusal::NoCredential)?;
+        let oauth = self.oauth.as_ref().ok_or(Refusal::UnknownCredential)?;
+        let seen = oauth.keys.cached();
+        let keys = match oauth.keys.refresh(seen.as_ref()).await {
+            Ok(keys) => keys,
+            // Keys are cached but none is the token's, and the issuer was asked recently
+            // or cannot be asked now: the token is refused, the issuer is not hammered.
+            // (A failed fetch is logged where it happens, once per attempt.)
+            Err(e) => match seen {
+                Some(_) => return Err(Refusal::InvalidToken(TokenError::UnknownKey)),
+                None => return Err(Refusal::IssuerUnavailable(e)),
+            },
+        };
+        let verified = oauth
+            .verifier
+            .verify(token, &keys)
+            .map_err(Refusal::InvalidToken)?;
+        match self.admit(oauth, route, verified) {
+            Outcome::Caller(user) => Ok(user),
+            Outcome::Refused(refusal) => Err(refusal),
+            Outcome::FetchKeys => Err(Refusal::InvalidToken(TokenError::UnknownKey)),
+        }
+    }
+
+    /// A verified token, held against the scopes `route` requires.
+    fn admit(&self, oauth: &OAuth, route: Route, verified: Verified) -> Outcome {
+        let required = required_scopes(&oauth.config, route);
+        if required.iter().all(|s| verified.scopes.contains(s)) {
+            Outcome::Caller(verified.user)
+        } else {
+            Outcome::Refused(Refusal::InsufficientScope)
+        }
+    }
+
+    /// The answer to a refused request on `route`: 401, 403 or 503, as JSON, with the
+    /// `WWW-Authenticate` challenge that tells an OAuth client where to get a token.
+    pub fn refusal(&self, route: Route, refusal: &Refusal) -> Response {
+        let oauth = self
+            .oauth
+            .as_ref()
+            .filter(|_| self.accepts(route, CredentialKind::Oauth))
+            .map(|o| &o.config);
+        refusal.response(route, oauth, self.accepts(route, CredentialKind::ApiKey))
+    }
+}
+
+/// The credential of `Authorization: Bearer <credential>`.
+fn bearer(header: &str) -> Option<&str> {
+    let (scheme, credential) = header.trim().split_once(' ')?;
+    let credential = credential.trim();
+    (scheme.eq_ignore_ascii_case("bearer") && !credential.is_empty()).then_some(credential)
+}
+
+/// The scopes `route` requires of a token.
+fn required_scopes(config: &OAuthConfig, route: Route) -> &[String] {
+    match route {
+        Route::V1 => &config.required_scopes.v1,
+        Route::Mcp => &config.required_scopes.mcp,
+    }
+}

@@ -1,0 +1,336 @@
+//! Good tokens, routes, scopes, metadata and challenges.
+
+use serde_json::json;
+
+use crate::common::{Answer, Gateway, client, key, run};
+use crate::{MCP_RESOURCE, RESOURCE, config, invoke, mcp_echo, start};
+
+#[tokio::test]
+async fn a_provider_token_calls_a_tool_on_v1_with_roles_from_its_claims() {
+    let Some((provider, gateway)) = start(
+        "a_provider_token_calls_a_tool_on_v1_with_roles_from_its_claims",
+        "",
+        "",
+    ) else {
+        return;
+    };
+    let token = provider.token("agent", RESOURCE, "tools:read").await;
+    let echo = invoke(&gateway, Some(&token), "echo", json!({"text": "hi"})).await;
+    assert_eq!(echo.status, 200, "{:?}", echo.body);
+    assert_eq!(echo.body["output"]["text"], "hi");
+    // The `roles` claim made the agent a `reader`: echo only.
+    let calculator = invoke(
+        &gateway,
+        Some(&token),
+        "calculator",
+        json!({"expression": "1+1"}),
+    )
+    .await;
+    assert_eq!(calculator.status, 403, "{:?}", calculator.body);
+    assert!(
+        calculator.error_message().contains("agent"),
+        "the caller is the token's `sub`: {}",
+        calculator.error_message()
+    );
+}
+
+#[tokio::test]
+async fn a_scope_mapped_to_a_role_grants_that_role() {
+    let Some((provider, gateway)) = start("a_scope_mapped_to_a_role_grants_that_role", "", "")
+    else {
+        return;
+    };
+    let token = provider
+        .token("agent", RESOURCE, "tools:read tools:admin")
+        .await;
+    let calculator = invoke(
+        &gateway,
+        Some(&token),
+        "calculator",
+        json!({"expression": "6*7"}),
+    )
+    .await;
+    assert_eq!(calculator.status, 200, "{:?}", calculator.body);
+    assert_eq!(calculator.body["output"]["result"], 42);
+}
+
+#[tokio::test]
+async fn a_provider_token_for_the_mcp_endpoint_calls_a_tool_over_mcp() {
+    let Some((provider, gateway)) = start(
+        "a_provider_token_for_the_mcp_endpoint_calls_a_tool_over_mcp",
+        "",
+        "",
+    ) else {
+        return;
+    };
+    let token = provider.token("agent", MCP_RESOURCE, "tools:read").await;
+    let (status, _, body) = mcp_echo(&gateway, Some(&token), "over mcp").await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("over mcp"), "{body}");
+    assert!(!body.contains("\"isError\":true"), "{body}");
+}
+
+#[tokio::test]
+async fn api_keys_keep_working_beside_oauth() {
+    let Some((_provider, gateway)) = start("api_keys_keep_working_beside_oauth", "", "") else {
+        return;
+    };
+    let answer = invoke(
+        &gateway,
+        Some(&key("alice")),
+        "calculator",
+        json!({"expression": "2+2"}),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let (status, _, body) = mcp_echo(&gateway, Some(&key("alice")), "key").await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn each_route_accepts_only_the_credentials_configured_for_it() {
+    let routes = "  routes:\n    v1: [api_key]\n    mcp: [oauth]\n";
+    let Some((provider, gateway)) = start(
+        "each_route_accepts_only_the_credentials_configured_for_it",
+        "",
+        routes,
+    ) else {
+        return;
+    };
+    let v1_token = provider.token("agent", RESOURCE, "tools:read").await;
+    let refused = invoke(&gateway, Some(&v1_token), "echo", json!({"text": "x"})).await;
+    assert_eq!(refused.status, 401, "a token on an API-key route");
+    let (status, _, body) = mcp_echo(&gateway, Some(&key("alice")), "x").await;
+    assert_eq!(status, 401, "an API key on an OAuth route: {body}");
+
+    let mcp_token = provider.token("agent", MCP_RESOURCE, "tools:read").await;
+    let (status, _, body) = mcp_echo(&gateway, Some(&mcp_token), "x").await;
+    assert_eq!(status, 200, "{body}");
+    let answer = invoke(&gateway, Some(&key("alice")), "echo", json!({"text": "x"})).await;
+    assert_eq!(answer.status, 200);
+}
+
+#[tokio::test]
+async fn a_401_without_credentials_points_to_the_metadata_and_scopes() {
+    let extra = "    required_scopes: { mcp: [\"tools:call\"] }\n";
+    let Some((_provider, gateway)) = start(
+        "a_401_without_credentials_points_to_the_metadata_and_scopes",
+        extra,
+        "",
+    ) else {
+        return;
+    };
+    let (status, challenge, body) = mcp_echo(&gateway, None, "x").await;
+    assert_eq!(status, 401, "{body}");
+    let challenge = challenge.expect("a WWW-Authenticate header");
+    assert_eq!(
+        challenge,
+        "Bearer resource_metadata=\"https://tools.test/.well-known/oauth-protected-resource/mcp\", scope=\"tools:call\""
+    );
+    let answer = invoke(&gateway, None, "echo", json!({"text": "x"})).await;
+    assert_eq!(answer.status, 401);
+    assert_eq!(answer.error_code(), "unauthenticated");
+    assert_eq!(
+        answer.header("www-authenticate"),
+        Some(
+            "Bearer resource_metadata=\"https://tools.test/.well-known/oauth-protected-resource\", scope=\"tools:admin tools:call\""
+        )
+    );
+}
+
+#[tokio::test]
+async fn protected_resource_metadata_names_the_issuer_resource_and_scopes() {
+    let extra = "    required_scopes: { mcp: [\"tools:call\"] }\n";
+    let Some((provider, gateway)) = start(
+        "protected_resource_metadata_names_the_issuer_resource_and_scopes",
+        extra,
+        "",
+    ) else {
+        return;
+    };
+    for (path, resource) in [
+        ("/.well-known/oauth-protected-resource", RESOURCE),
+        ("/.well-known/oauth-protected-resource/mcp", MCP_RESOURCE),
+    ] {
+        let answer = Answer::read(
+            client()
+                .get(gateway.url(path))
+                .send()
+                .await
+                .expect("an answer"),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{path}");
+        assert_eq!(answer.body["resource"], resource, "{path}");
+        assert_eq!(
+            answer.body["authorization_servers"],
+            json!([provider.issuer])
+        );
+        assert_eq!(
+            answer.body["scopes_supported"],
+            json!(["tools:admin", "tools:call"])
+        );
+        assert_eq!(answer.body["bearer_methods_supported"], json!(["header"]));
+    }
+}
+
+#[tokio::test]
+async fn a_token_without_a_required_scope_is_a_403_naming_the_scope() {
+    let extra = "    required_scopes: { mcp: [\"tools:call\"] }\n";
+    let Some((provider, gateway)) = start(
+        "a_token_without_a_required_scope_is_a_403_naming_the_scope",
+        extra,
+        "",
+    ) else {
+        return;
+    };
+    let reader = provider.token("agent", MCP_RESOURCE, "tools:read").await;
+    let (status, challenge, body) = mcp_echo(&gateway, Some(&reader), "x").await;
+    assert_eq!(status, 403, "{body}");
+    let challenge = challenge.expect("a WWW-Authenticate header");
+    assert!(
+        challenge.starts_with("Bearer error=\"insufficient_scope\", scope=\"tools:call\""),
+        "{challenge}"
+    );
+    assert!(body.contains("insufficient_scope"), "{body}");
+
+    let caller = provider
+        .token("agent", MCP_RESOURCE, "tools:read tools:call")
+        .await;
+    let (status, _, body) = mcp_echo(&gateway, Some(&caller), "x").await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
+async fn the_metadata_is_not_found_without_oauth() {
+    let gateway = Gateway::start("tools:\n  builtin: [echo]\n");
+    let answer = Answer::read(
+        client()
+            .get(gateway.url("/.well-known/oauth-protected-resource"))
+            .send()
+            .await
+            .expect("an answer"),
+    )
+    .await;
+    assert_eq!(answer.status, 404);
+}
+
+#[test]
+fn check_prints_which_identity_each_route_and_upstream_uses() {
+    // `check` does not contact the issuer: any address will do.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    let text = config(
+        "http://127.0.0.1:9",
+        "    required_scopes: { mcp: [\"tools:call\"] }\n",
+        "  routes:\n    v1: [api_key]\n",
+    );
+    std::fs::write(&path, text).unwrap();
+    let (status, out, err) = run(&["check", "--config", path.to_str().unwrap()], "");
+    assert!(status.success(), "{err}");
+    assert!(out.contains("  /v1    API keys (1 users)\n"), "{out}");
+    assert!(
+        out.contains(
+            "  /mcp   API keys (1 users); or OAuth tokens from http://127.0.0.1:9 for https://tools.test/mcp (RS256), scopes required: tools:call\n"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("metadata: https://tools.test/.well-known/oauth-protected-resource and"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn a_token_without_a_tools_scope_cannot_call_or_see_it_on_any_route() {
+    let extra = "    required_scopes: { tools: { calculator: [\"tools:call\"] } }\n";
+    let Some((provider, gateway)) = start(
+        "a_token_without_a_tools_scope_cannot_call_or_see_it_on_any_route",
+        extra,
+        "",
+    ) else {
+        return;
+    };
+    // `admin` may call anything by the authorization rules; the scope still decides.
+    let reader = provider.token("admin", RESOURCE, "tools:read").await;
+    let refused = invoke(
+        &gateway,
+        Some(&reader),
+        "calculator",
+        json!({"expression": "6*7"}),
+    )
+    .await;
+    assert_eq!(refused.status, 403, "{:?}", refused.body);
+    assert_eq!(refused.error_code(), "insufficient_scope");
+    assert_eq!(
+        refused.header("www-authenticate"),
+        Some(
+            "Bearer error=\"insufficient_scope\", scope=\"tools:call\", resource_metadata=\"https://tools.test/.well-known/oauth-protected-resource\""
+        )
+    );
+    let listed = Answer::read(
+        client()
+            .get(gateway.url("/v1/tools"))
+            .bearer_auth(&reader)
+            .send()
+            .await
+            .expect("an answer"),
+    )
+    .await;
+    let names = listed.body.to_string();
+    assert!(names.contains("\"echo\""), "{names}");
+    assert!(!names.contains("calculator"), "{names}");
+
+    // Over MCP the tool is hidden from such a caller, as a tool authorization denies is:
+    // calling it is calling an unknown tool.
+    let mcp_reader = provider.token("admin", MCP_RESOURCE, "tools:read").await;
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {
+            "name": "calculator", "arguments": {"expression": "1+1"},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "identity-tests", "version": "0"},
+            },
+        },
+    });
+    let text = client()
+        .post(gateway.url("/mcp"))
+        .bearer_auth(&mcp_reader)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "calculator")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("an answer")
+        .text()
+        .await
+        .expect("a body");
+    assert!(text.contains("\"code\":\"unknown_tool\""), "{text}");
+    assert!(!text.contains("\"result\""), "{text}");
+
+    let caller = provider
+        .token("admin", RESOURCE, "tools:read tools:call")
+        .await;
+    let answer = invoke(
+        &gateway,
+        Some(&caller),
+        "calculator",
+        json!({"expression": "6*7"}),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    // API keys are held to the authorization rules, not to scopes.
+    let alice = invoke(
+        &gateway,
+        Some(&key("alice")),
+        "calculator",
+        json!({"expression": "1"}),
+    )
+    .await;
+    assert_eq!(alice.status, 200, "{:?}", alice.body);
+}
