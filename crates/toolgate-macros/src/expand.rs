@@ -66,6 +66,13 @@ pub(crate) fn hook(args: Args, item: TokenStream) -> syn::Result<TokenStream> {
     let mut written_synchronous = false;
     let mut written_requirements = None;
 
+    // A macro invoked inside the block may write stage methods this expansion cannot see:
+    // then only the methods it sees written as plain `fn`s count as synchronous.
+    let hidden_methods = item
+        .items
+        .iter()
+        .any(|impl_item| matches!(impl_item, ImplItem::Macro(_)));
+    let mut plain_stages: Vec<Ident> = Vec::new();
     for impl_item in &mut item.items {
         let ImplItem::Fn(method) = impl_item else {
             continue;
@@ -87,7 +94,9 @@ pub(crate) fn hook(args: Args, item: TokenStream) -> syn::Result<TokenStream> {
             match rewritten {
                 Ok(()) => {
                     let variant = Ident::new(variant, method.sig.ident.span());
-                    if !plain {
+                    if plain {
+                        plain_stages.push(variant.clone());
+                    } else {
                         asynchronous.push(variant.clone());
                     }
                     stages.push(variant);
@@ -126,7 +135,14 @@ pub(crate) fn hook(args: Args, item: TokenStream) -> syn::Result<TokenStream> {
             }
         })?);
     }
-    if !written_synchronous {
+    if !written_synchronous && hidden_methods {
+        item.items.push(syn::parse2(quote! {
+            fn synchronous_stages(&self) -> #core::stage::StageSet {
+                const STAGES: #core::stage::StageSet = #core::stage::StageSet::of(&[#(#core::Stage::#plain_stages),*]);
+                STAGES
+            }
+        })?);
+    } else if !written_synchronous {
         // `around_execute` is never synchronous: its default calls the rest of the chain.
         item.items.push(syn::parse2(quote! {
             fn synchronous_stages(&self) -> #core::stage::StageSet {

@@ -490,7 +490,8 @@ pub trait Hook: Send + Sync + 'static {
     /// the pipeline calls them without making a future of its own. `#[hook]` writes this
     /// method: every stage except `around_execute` and those whose method is written as an
     /// `async fn` or returns a [`HookFuture`] (a plain `fn` and the trait's default method
-    /// both finish at once). A hand-written impl keeps the default (none), which is always
+    /// both finish at once); when a macro inside the block writes methods it cannot see,
+    /// only the plain `fn`s it sees. A hand-written impl keeps the default (none), which is always
     /// correct, and costs a future per stage it takes part in; list the stages whose
     /// methods return [`HookFuture::ok`] or [`HookFuture::ready`] to save it. Listing a stage whose method does not
     /// finish at once is a bug in the hook: the call fails at that stage with an `internal`
