@@ -62,10 +62,31 @@ pub struct Verified {
     pub user: Arc<User>,
     /// The scopes it grants.
     pub scopes: Vec<String>,
+    /// Its `exp`, in seconds since the Unix epoch.
+    pub expires_at: u64,
 }
 
+/// A token that passed every check, remembered with the key set it was checked against.
+#[derive(Clone)]
+struct Seen {
+    verified: Verified,
+    keys: Arc<SigningKeys>,
+}
+
+/// How much the tokens seen before may hold, token text included.
+const SEEN_BYTES: u64 = 16 * 1024 * 1024;
+/// How long a token seen before is taken without a new check (never past its `exp`).
+const SEEN_FOR: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// Checks tokens of one issuer for one resource.
+///
+/// A token that passed is remembered (bounded to 16 MiB, for a minute at most, never past
+/// its `exp` plus the clock skew, and only while the issuer's key set is the one it was
+/// checked against): an agent sending the same token on every call pays the signature
+/// check once, not per call.
 pub struct TokenVerifier {
+    seen: moka::sync::Cache<String, Seen>,
+    leeway: u64,
     max_bytes: usize,
     /// One validation per accepted algorithm: a key verifies only with its own family.
     validations: Vec<(Algorithm, Validation)>,
@@ -104,6 +125,15 @@ impl TokenVerifier {
             })
             .collect();
         TokenVerifier {
+            seen: moka::sync::Cache::builder()
+                .max_capacity(SEEN_BYTES)
+                .weigher(|token: &String, seen: &Seen| {
+                    let claims: usize = seen.verified.scopes.iter().map(String::len).sum();
+                    u32::try_from(token.len() + claims + 512).unwrap_or(u32::MAX)
+                })
+                .time_to_live(SEEN_FOR)
+                .build(),
+            leeway: config.clock_skew.as_secs(),
             max_bytes: config.max_token_bytes.0,
             validations,
             roles_claim: config.roles_claim.clone(),
@@ -118,13 +148,38 @@ impl TokenVerifier {
         credential.bytes().filter(|b| *b == b'.').count() == 2
     }
 
-    /// Checks `token` against `keys`.
+    /// Checks `token` against `keys`, or takes it as checked when it passed before against
+    /// the same key set and has not expired since.
+    ///
+    /// # Errors
+    ///
+    /// As [`check`](Self::check).
+    pub fn verify(&self, token: &str, keys: &Arc<SigningKeys>) -> Result<Verified, TokenError> {
+        if let Some(seen) = self.seen.get(token)
+            && Arc::ptr_eq(&seen.keys, keys)
+            && now_secs() < seen.verified.expires_at.saturating_add(self.leeway)
+        {
+            return Ok(seen.verified);
+        }
+        let verified = self.check(token, keys)?;
+        self.seen.insert(
+            token.to_owned(),
+            Seen {
+                verified: verified.clone(),
+                keys: Arc::clone(keys),
+            },
+        );
+        Ok(verified)
+    }
+
+    /// Checks `token` against `keys`, every check every time (what [`verify`](Self::verify)
+    /// does for a token it has not seen).
     ///
     /// # Errors
     ///
     /// [`TokenError`] saying which check failed; [`TokenError::UnknownKey`] is the one a
     /// fetch of the keys may cure.
-    pub fn verify(&self, token: &str, keys: &SigningKeys) -> Result<Verified, TokenError> {
+    pub fn check(&self, token: &str, keys: &SigningKeys) -> Result<Verified, TokenError> {
         if token.len() > self.max_bytes {
             return Err(TokenError::TooLong(self.max_bytes));
         }
@@ -165,6 +220,11 @@ impl TokenVerifier {
 
     /// The caller behind verified claims.
     fn caller(&self, claims: Map<String, Value>) -> Result<Verified, TokenError> {
+        // A NumericDate may have a fraction; the whole seconds are enough here.
+        let expires_at = claims
+            .get("exp")
+            .and_then(|exp| exp.as_u64().or_else(|| exp.as_f64().map(|f| f as u64)))
+            .ok_or(TokenError::MissingClaim)?;
         let sub = claims
             .get("sub")
             .and_then(Value::as_str)
@@ -207,8 +267,16 @@ impl TokenVerifier {
         Ok(Verified {
             user: Arc::new(user),
             scopes,
+            expires_at,
         })
     }
+}
+
+/// Seconds since the Unix epoch.
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 fn strings(list: &[Value]) -> Vec<String> {
@@ -230,4 +298,101 @@ fn token_names_an_algorithm(token: &str) -> bool {
         .ok()
         .and_then(|bytes| serde_json::from_slice::<Map<String, Value>>(&bytes).ok())
         .is_some_and(|h| h.get("alg").is_some_and(Value::is_string))
+}
+
+#[cfg(test)]
+mod tests {
+    use jsonwebtoken::{DecodingKey, EncodingKey, Header};
+
+    use super::*;
+    use crate::identity::SigningKey;
+
+    const ISSUER: &str = "https://login.example.com";
+    const RESOURCE: &str = "https://tools.example.com";
+
+    fn pem(name: &str) -> Vec<u8> {
+        std::fs::read(format!(
+            "{}/benches/keys/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        ))
+        .expect("a test key")
+    }
+
+    fn verifier() -> TokenVerifier {
+        let config = crate::config::parse(&format!(
+            "identity:\n  oauth:\n    issuer: {ISSUER}\n    resource: {RESOURCE}\n"
+        ))
+        .expect("the test config");
+        TokenVerifier::new(config.identity.oauth.as_ref().expect("oauth"))
+    }
+
+    fn rsa_keys() -> Arc<SigningKeys> {
+        Arc::new(SigningKeys::new(vec![SigningKey {
+            kid: Some("rsa-1".to_owned()),
+            alg: Some(Algorithm::RS256),
+            key: DecodingKey::from_rsa_pem(&pem("rs256.pub.pem")).unwrap(),
+        }]))
+    }
+
+    fn token() -> String {
+        let claims = serde_json::json!({
+            "iss": ISSUER, "aud": RESOURCE, "sub": "agent-7",
+            "exp": now_secs() + 3600, "scope": "tools:call",
+        });
+        let mut header = Header::new(Algorithm::RS256);
+        header.kid = Some("rsa-1".to_owned());
+        jsonwebtoken::encode(
+            &header,
+            &claims,
+            &EncodingKey::from_rsa_pem(&pem("rs256.pem")).unwrap(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn a_token_seen_before_is_taken_again_only_against_the_key_set_it_was_checked_with() {
+        let verifier = verifier();
+        let keys = rsa_keys();
+        let token = token();
+        let first = verifier.verify(&token, &keys).expect("a good token");
+        let again = verifier.verify(&token, &keys).expect("seen before");
+        assert_eq!(first.user.id, again.user.id);
+        assert_eq!(again.scopes, vec!["tools:call".to_owned()]);
+
+        // The issuer's key set changed and no longer has the key: checked again, refused.
+        let rotated = Arc::new(SigningKeys::new(Vec::new()));
+        assert_eq!(
+            verifier.verify(&token, &rotated).unwrap_err(),
+            TokenError::UnknownKey
+        );
+    }
+
+    #[test]
+    fn a_token_seen_before_is_not_taken_past_its_expiry_and_the_clock_skew() {
+        let verifier = verifier();
+        let keys = rsa_keys();
+        // Not a token at all: only a remembered check could let it through.
+        let remembered = |expires_at: u64| Seen {
+            verified: Verified {
+                user: Arc::new(User::new("agent-7")),
+                scopes: Vec::new(),
+                expires_at,
+            },
+            keys: Arc::clone(&keys),
+        };
+        verifier
+            .seen
+            .insert("a.b.c".to_owned(), remembered(now_secs() + 60));
+        assert!(
+            verifier.verify("a.b.c", &keys).is_ok(),
+            "a remembered token within its lifetime is taken (the test can see the cache)"
+        );
+        let past = now_secs() - verifier.leeway - 1;
+        verifier.seen.insert("a.b.c".to_owned(), remembered(past));
+        assert_eq!(
+            verifier.verify("a.b.c", &keys).unwrap_err(),
+            TokenError::Malformed,
+            "expired beyond the skew: checked again, and it is not a token"
+        );
+    }
 }
