@@ -83,6 +83,11 @@ impl ApiKeys {
         self.authenticate(key.trim())
     }
 
+    /// Whether a user with this id signs in with an API key.
+    pub fn has_user(&self, id: &str) -> bool {
+        self.users.iter().any(|(_, user)| user.id == id)
+    }
+
     /// How many users there are.
     pub fn len(&self) -> usize {
         self.users.len()

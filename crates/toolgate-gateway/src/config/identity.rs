@@ -110,6 +110,13 @@ pub struct OAuthConfig {
     /// The longest token accepted (default `8KiB`); longer ones are refused unread.
     #[serde(default = "default_max_token_bytes")]
     pub max_token_bytes: values::ByteSize,
+    /// Whether a token whose `sub` is the id of a user in `users:` (an API-key user) is
+    /// that user (default `false`: such a token is refused). Per-user budgets, sessions
+    /// and cached results follow the id, so a subject the issuer lets someone else choose
+    /// must not take over an API-key user's; set this only when the issuer's subjects are
+    /// the same people as those ids.
+    #[serde(default)]
+    pub subjects_are_api_key_users: bool,
 }
 
 /// The scopes an OAuth token needs, per route and per tool.

@@ -121,7 +121,7 @@ where
                         .and_then(|v| v.to_str().ok());
                     match gateway
                         .identity
-                        .authenticate_after_fetch(route, authorization)
+                        .authenticate_after_fetch(route, authorization, &gateway.keys)
                         .await
                     {
                         Ok(user) => {

@@ -173,7 +173,7 @@ impl Identity {
             return Outcome::FetchKeys;
         };
         match oauth.verifier.verify(credential, &cached) {
-            Ok(verified) => self.admit(oauth, route, verified),
+            Ok(verified) => self.admit(oauth, route, verified, keys),
             Err(TokenError::UnknownKey) => Outcome::FetchKeys,
             // An API key that happens to have two dots.
             Err(TokenError::Malformed) => api_key(Refusal::InvalidToken(TokenError::Malformed)),
@@ -191,14 +191,15 @@ impl Identity {
         &self,
         route: Route,
         authorization: Option<&str>,
+        keys: &ApiKeys,
     ) -> Result<Arc<User>, Refusal> {
         let token = authorization
             .and_then(bearer)
             .ok_or(Refusal::NoCredential)?;
         let oauth = self.oauth.as_ref().ok_or(Refusal::UnknownCredential)?;
         let seen = oauth.keys.cached();
-        let keys = match oauth.keys.refresh(seen.as_ref()).await {
-            Ok(keys) => keys,
+        let signing_keys = match oauth.keys.refresh(seen.as_ref()).await {
+            Ok(signing_keys) => signing_keys,
             // Keys are cached but none is the token's, and the issuer was asked recently
             // or cannot be asked now: the token is refused, the issuer is not hammered.
             // (A failed fetch is logged where it happens, once per attempt.)
@@ -209,17 +210,21 @@ impl Identity {
         };
         let verified = oauth
             .verifier
-            .verify(token, &keys)
+            .verify(token, &signing_keys)
             .map_err(Refusal::InvalidToken)?;
-        match self.admit(oauth, route, verified) {
+        match self.admit(oauth, route, verified, keys) {
             Outcome::Caller(user) => Ok(user),
             Outcome::Refused(refusal) => Err(refusal),
             Outcome::FetchKeys => Err(Refusal::InvalidToken(TokenError::UnknownKey)),
         }
     }
 
-    /// A verified token, held against the scopes `route` requires.
-    fn admit(&self, oauth: &OAuth, route: Route, verified: Verified) -> Outcome {
+    /// A verified token, held against the scopes `route` requires, and kept from taking
+    /// over an API-key user's id unless the configuration says they are the same people.
+    fn admit(&self, oauth: &OAuth, route: Route, verified: Verified, keys: &ApiKeys) -> Outcome {
+        if !oauth.config.subjects_are_api_key_users && keys.has_user(&verified.user.id) {
+            return Outcome::Refused(Refusal::InvalidToken(TokenError::SubjectIsApiKeyUser));
+        }
         let required = required_scopes(&oauth.config, route);
         if required.iter().all(|s| verified.scopes.contains(s)) {
             Outcome::Caller(verified.user)

@@ -53,6 +53,12 @@ pub enum TokenError {
     /// A required claim is missing or of the wrong type.
     #[error("the token lacks a required claim")]
     MissingClaim,
+    /// Its `sub` is the id of an API-key user, and the configuration does not say the two
+    /// are the same (`subjects_are_api_key_users`).
+    #[error(
+        "the token's subject is the id of a user who signs in with an API key: the operator must allow that with subjects_are_api_key_users"
+    )]
+    SubjectIsApiKeyUser,
 }
 
 /// A token that passed every check.

@@ -280,3 +280,34 @@ async fn garbage_and_oversized_tokens_are_refused_unread() {
     let challenge = answer.header("www-authenticate").expect("a challenge");
     assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
 }
+
+#[tokio::test]
+async fn a_token_whose_subject_is_an_api_key_user_is_refused_unless_the_config_links_them() {
+    let test = "a_token_whose_subject_is_an_api_key_user_is_refused_unless_the_config_links_them";
+    let Some((provider, gateway)) = setup(test) else {
+        return;
+    };
+    // `alice` signs in with an API key in this configuration; a token the issuer made out
+    // to a subject `alice` must not take over her budgets, sessions and cached results.
+    let token = provider
+        .sign(
+            json!({"aud": RESOURCE, "sub": "alice", "roles": ["reader"]}),
+            "provider",
+            None,
+        )
+        .await;
+    assert_refused(
+        &gateway,
+        &token,
+        "the token's subject is the id of a user who signs in with an API key",
+    )
+    .await;
+
+    let linked = Gateway::start(&config(
+        &provider.issuer,
+        "    subjects_are_api_key_users: true\n",
+        "",
+    ));
+    let answer = invoke(&linked, Some(&token), "echo", json!({"text": "x"})).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+}
