@@ -56,9 +56,9 @@ impl RedisState {
         // One connection of its own first, so that what is wrong (refused, a certificate,
         // a password) shows here rather than as a reconnecting manager's silence.
         config.validate().map_err(RedisError::InvalidConfig)?;
+        let client = client(url, config.tls.as_deref())?;
         let waited = config.connect_timeout + config.deadline;
         let probe = async {
-            let client = client(url, config.tls.as_deref())?;
             let mut connection = client
                 .get_multiplexed_async_connection()
                 .await
@@ -69,7 +69,7 @@ impl RedisState {
                 .map_err(|error| unreachable(url, waited, &error))
         };
         match tokio::time::timeout(waited, probe).await {
-            Ok(Ok(_)) => Self::connect_lazy(url, config),
+            Ok(Ok(_)) => Self::with_client(client, config),
             Ok(Err(error)) => Err(error),
             Err(_) => Err(RedisError::Unreachable {
                 url: masked(url),
@@ -93,6 +93,11 @@ impl RedisState {
     pub fn connect_lazy(url: &str, config: RedisConfig) -> Result<Self, RedisError> {
         config.validate().map_err(RedisError::InvalidConfig)?;
         let client = client(url, config.tls.as_deref())?;
+        Self::with_client(client, config)
+    }
+
+    /// The state over `client`, whose connection opens on the first call.
+    fn with_client(client: redis::Client, config: RedisConfig) -> Result<Self, RedisError> {
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(None)

@@ -62,18 +62,22 @@ enum Checked {
     FetchKeys(Arc<Gateway>, Route),
 }
 
+/// The request's `Authorization` header, when it is text.
+fn authorization(request: &Request) -> Option<&str> {
+    request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+}
+
 fn check(current: &ArcSwap<Gateway>, request: &Request) -> Checked {
     // The configuration is read through a guard; the caller takes a reference to it only
     // when the credential is good.
     let gateway = current.load();
     let route = Route::of_path(request.uri().path());
-    let authorization = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
     match gateway
         .identity
-        .authenticate(route, authorization, &gateway.keys)
+        .authenticate(route, authorization(request), &gateway.keys)
     {
         Outcome::Caller(user) => Checked::Caller(Caller {
             user,
@@ -115,13 +119,9 @@ where
                 let fresh = self.inner.clone();
                 let mut inner = std::mem::replace(&mut self.inner, fresh);
                 Either::Right(Box::pin(async move {
-                    let authorization = request
-                        .headers()
-                        .get(header::AUTHORIZATION)
-                        .and_then(|v| v.to_str().ok());
                     match gateway
                         .identity
-                        .authenticate_after_fetch(route, authorization, &gateway.keys)
+                        .authenticate_after_fetch(route, authorization(&request), &gateway.keys)
                         .await
                     {
                         Ok(user) => {
