@@ -340,11 +340,27 @@ fn identity_summary(gateway: &Gateway) -> String {
         ));
     }
     for upstream in &gateway.config.upstreams {
-        let credential = match &upstream.credential_env {
-            Some(var) => {
-                format!("a static bearer credential from ${var}, the same for every caller")
-            }
+        let shared = match &upstream.credential_env {
+            Some(var) => format!("a static bearer credential from ${var}"),
             None => "no credential".to_owned(),
+        };
+        let credential = match upstream.as_caller.as_ref() {
+            None => format!("{shared}, the same for every caller"),
+            Some(as_caller) => {
+                let each = match (&as_caller.token_exchange, &as_caller.credentials) {
+                    (Some(exchange), _) => format!(
+                        "the caller's token exchanged at the issuer for one with audience {}",
+                        exchange.audience.0
+                    ),
+                    (None, credentials) => format!(
+                        "a fixed credential per user ({} users; others are refused)",
+                        credentials.as_ref().map_or(0, |c| c.len())
+                    ),
+                };
+                format!(
+                    "as each caller: {each}, on a connection per caller; discovery with {shared}"
+                )
+            }
         };
         out.push_str(&format!(
             "  upstream {}: {credential}; a caller's own token is never forwarded\n",

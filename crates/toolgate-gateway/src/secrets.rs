@@ -1,7 +1,9 @@
 //! The credentials the gateway holds, and the one scrubber that keeps them out of
 //! answers, audit records and logs.
 //!
-//! What the gateway holds: each upstream's credential (`credential_env`), the upstream
+//! What the gateway holds: each upstream's credential (`credential_env`) and per-caller
+//! credentials (`as_caller`: the token exchange's client secret, fixed credentials), the
+//! upstream
 //! environment values and URL parts named like credentials
 //! ([`UpstreamConfig::secrets`](toolgate_mcp::UpstreamConfig::secrets)), the redaction
 //! salt, the audit hash key and the password of the Redis URL. Imported tools scrub their
@@ -24,6 +26,12 @@ pub fn held(config: &Config) -> Vec<Secret> {
     for (i, entry) in config.upstreams.iter().enumerate() {
         if let Ok(upstream) = upstream_config(entry, i) {
             held.extend(upstream.secrets());
+        }
+        if let Some(as_caller) = &entry.as_caller {
+            let exchange = as_caller.token_exchange.iter();
+            held.extend(exchange.map(|e| Secret::new(e.client_secret.0.clone())));
+            let fixed = as_caller.credentials.iter().flatten();
+            held.extend(fixed.map(|(_, credential)| Secret::new(credential.0.clone())));
         }
     }
     if let Some(salt) = config

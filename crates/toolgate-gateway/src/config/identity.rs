@@ -393,3 +393,127 @@ mod tests {
         assert_eq!(error.field(), "identity.oauth.clock_skew");
     }
 }
+
+/// `upstreams[].as_caller:` — call an HTTP upstream as each caller, with a credential of
+/// the caller's own, instead of the one `credential_env` names (which still serves to
+/// discover the upstream's tools at start-up). Exactly one of `token_exchange` and
+/// `credentials`.
+///
+/// ```yaml
+/// upstreams:
+///   - name: crm
+///     url: https://crm.example/mcp
+///     credential_env: CRM_DISCOVERY_TOKEN
+///     as_caller:
+///       token_exchange:
+///         audience: https://crm.example/mcp
+///         client_id: toolgate
+///         client_secret: ${TOOLGATE_CLIENT_SECRET}
+/// ```
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AsCallerConfig {
+    /// Trade the caller's access token at `identity.oauth.issuer` for one whose audience
+    /// is the upstream (RFC 8693). Callers with an API key cannot call the upstream.
+    pub token_exchange: Option<TokenExchangeConfig>,
+    /// A fixed credential per user id (`ann: ${ANN_CRM_TOKEN}`); a user without one
+    /// cannot call the upstream.
+    pub credentials: Option<BTreeMap<String, EnvString>>,
+    /// The most connections to the upstream kept open, one per caller credential
+    /// (default 1000; past it the least recently used is closed).
+    pub max_sessions: Option<u64>,
+    /// How long a caller's connection stays open without a call (default `5m`).
+    #[serde(default, with = "values::opt_duration")]
+    pub idle: Option<Duration>,
+}
+
+/// `as_caller.token_exchange:` — where and how callers' tokens are exchanged.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenExchangeConfig {
+    /// The upstream's resource identifier: the audience of the tokens it receives.
+    pub audience: EnvString,
+    /// The gateway's client id at the provider.
+    pub client_id: EnvString,
+    /// Its secret (`${VAR}`; scrubbed from every log line and answer).
+    pub client_secret: EnvString,
+    /// The scope to ask for (default: the caller's).
+    pub scope: Option<String>,
+    /// The provider's token endpoint (default: the `token_endpoint` of the issuer's
+    /// discovery document).
+    pub token_endpoint: Option<EnvString>,
+    /// The deadline of one exchange (default `5s`).
+    #[serde(default, with = "values::opt_duration")]
+    pub timeout: Option<Duration>,
+    /// How long before its expiry an exchanged token is exchanged again (default `30s`).
+    #[serde(default, with = "values::opt_duration")]
+    pub refresh_before: Option<Duration>,
+}
+
+impl AsCallerConfig {
+    /// Checks the section of upstream `index`; `oauth` is whether tokens are accepted.
+    pub(crate) fn check(&self, index: usize, http: bool, oauth: bool) -> Result<(), ConfigError> {
+        let field = |name: &str| format!("upstreams[{index}].as_caller{name}");
+        if !http {
+            return Err(ConfigError::invalid(
+                field(""),
+                "only an HTTP upstream (`url`) can be called as each caller: a stdio program would be one process per caller",
+            ));
+        }
+        match (&self.token_exchange, &self.credentials) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err(ConfigError::invalid(
+                    field(""),
+                    "set exactly one of `token_exchange` (trade the caller's token at the identity provider) or `credentials` (a fixed credential per user id)",
+                ));
+            }
+            (Some(exchange), None) => {
+                if !oauth {
+                    return Err(ConfigError::invalid(
+                        field(".token_exchange"),
+                        "token exchange trades the caller's OAuth access token: set `identity.oauth` so callers present one",
+                    ));
+                }
+                for (name, value) in [
+                    ("audience", &exchange.audience),
+                    ("client_id", &exchange.client_id),
+                    ("client_secret", &exchange.client_secret),
+                ] {
+                    if value.0.is_empty() {
+                        return Err(ConfigError::invalid(
+                            field(&format!(".token_exchange.{name}")),
+                            "this may not be empty",
+                        ));
+                    }
+                }
+                if exchange.timeout == Some(Duration::ZERO) {
+                    return Err(ConfigError::invalid(
+                        field(".token_exchange.timeout"),
+                        "a deadline must be longer than zero",
+                    ));
+                }
+            }
+            (None, Some(credentials)) => {
+                if let Some((user, _)) = credentials.iter().find(|(_, v)| v.0.is_empty()) {
+                    return Err(ConfigError::invalid(
+                        field(&format!(".credentials.{user}")),
+                        "the credential is empty: is its variable set?",
+                    ));
+                }
+            }
+        }
+        if self.max_sessions == Some(0) {
+            return Err(ConfigError::invalid(
+                field(".max_sessions"),
+                "at least one connection must be allowed",
+            ));
+        }
+        if self.idle == Some(Duration::ZERO) {
+            return Err(ConfigError::invalid(
+                field(".idle"),
+                "a connection must be allowed to stay open for longer than zero",
+            ));
+        }
+        Ok(())
+    }
+}

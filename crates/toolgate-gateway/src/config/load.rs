@@ -253,6 +253,9 @@ fn check(config: &Config) -> Result<(), ConfigError> {
                 "set exactly one of `command` (a stdio MCP server) or `url` (a streamable HTTP MCP server)",
             ));
         }
+        if let Some(as_caller) = &upstream.as_caller {
+            as_caller.check(i, upstream.url.is_some(), config.identity.oauth.is_some())?;
+        }
     }
     let policies = &config.policies;
     let mut policy_names = BTreeSet::new();
@@ -458,6 +461,60 @@ mod tests {
         assert!(zero.to_string().contains("zero"), "{zero}");
         let never_down = parse("state:\n  url: memory\n  down_after_failures: 0\n").unwrap_err();
         assert_eq!(never_down.field(), "state.down_after_failures");
+    }
+
+    #[test]
+    fn an_upstream_called_as_each_caller_is_checked() {
+        let upstream = |source: &str, as_caller: &str| {
+            format!("upstreams:\n  - {{ name: crm, {source}, as_caller: {as_caller} }}\n")
+        };
+        let http = "url: \"http://127.0.0.1:9/mcp\"";
+        let fixed = "{ credentials: { ann: token-of-ann } }";
+        let exchange =
+            "{ token_exchange: { audience: \"https://crm\", client_id: gw, client_secret: s } }";
+        let oauth = "identity:\n  oauth: { issuer: \"https://id.example\", resource: \"https://tools.example\" }\n";
+
+        let config = parse(&upstream(http, fixed)).expect("fixed credentials over HTTP");
+        assert!(config.upstreams[0].as_caller.is_some());
+        parse(&format!("{oauth}{}", upstream(http, exchange))).expect("an exchange with OAuth");
+
+        let cases = [
+            (
+                upstream("command: demo", fixed),
+                "upstreams[0].as_caller",
+                "HTTP",
+            ),
+            (
+                upstream(http, exchange),
+                "upstreams[0].as_caller.token_exchange",
+                "identity.oauth",
+            ),
+            (
+                upstream(http, "{ max_sessions: 3 }"),
+                "upstreams[0].as_caller",
+                "exactly one",
+            ),
+            (
+                upstream(http, "{ credentials: { ann: \"\" } }"),
+                "upstreams[0].as_caller.credentials.ann",
+                "empty",
+            ),
+            (
+                upstream(http, "{ credentials: { ann: t }, max_sessions: 0 }"),
+                "upstreams[0].as_caller.max_sessions",
+                "at least one",
+            ),
+            (
+                upstream(http, "{ credentials: { ann: t }, idle: 0s }"),
+                "upstreams[0].as_caller.idle",
+                "zero",
+            ),
+        ];
+        for (text, field, words) in cases {
+            let error = parse(&text).unwrap_err();
+            assert_eq!(error.field(), field, "{text}");
+            assert!(error.to_string().contains(words), "{error}");
+        }
     }
 
     #[test]

@@ -19,7 +19,8 @@ use serde::Deserialize;
 
 pub use env::expand_env;
 pub use identity::{
-    CredentialKind, IdentityConfig, JwtAlgorithm, OAuthConfig, RequiredScopes, RouteCredentials,
+    AsCallerConfig, CredentialKind, IdentityConfig, JwtAlgorithm, OAuthConfig, RequiredScopes,
+    RouteCredentials, TokenExchangeConfig,
 };
 pub use load::{ConfigError, load_file, parse};
 pub use origin::WebOrigin;
@@ -243,6 +244,9 @@ pub struct UpstreamEntry {
     /// 2025-11-25 (default true). `false` for a server that never answers unknown methods.
     #[serde(default = "policies::yes")]
     pub discover: bool,
+    /// Call the upstream as each caller, with a credential of the caller's own (HTTP
+    /// upstreams only).
+    pub as_caller: Option<AsCallerConfig>,
 }
 
 /// One user: an id, the SHA-256 of their API key, roles and a tenant.

@@ -87,6 +87,9 @@ pub struct Gateway {
     pub keys: ApiKeys,
     /// How callers are told apart on each route: API keys, OAuth tokens, or both.
     pub identity: Identity,
+    /// Whether an upstream trades callers' tokens for its own (callers' tokens are then
+    /// kept for their invocations).
+    pub(crate) exchanges_tokens: bool,
     /// The MCP endpoint, when enabled.
     pub mcp: Option<McpHttpService>,
     /// Who opened each session of the MCP endpoint.
@@ -135,7 +138,9 @@ impl Gateway {
     ) -> Result<Gateway, GatewayError> {
         let config = Arc::new(config);
         let mut registry = ToolRegistry::new();
-        let (upstreams, mut names) = register_tools(&config, &mut registry).await?;
+        let identity = Identity::new(&config)?;
+        let (upstreams, mut names) =
+            register_tools(&config, identity.key_store(), &mut registry).await?;
         if config.policies.approval.is_some() {
             // Callers whose calls wait for approval fetch their outcomes with it.
             let tool = OutcomeTool::new(shared.outcomes.clone(), shared.suspensions.clone());
@@ -201,7 +206,12 @@ impl Gateway {
 
         Ok(Gateway {
             keys: ApiKeys::new(&config.users),
-            identity: Identity::new(&config)?,
+            identity,
+            exchanges_tokens: config.upstreams.iter().any(|u| {
+                u.as_caller
+                    .as_ref()
+                    .is_some_and(|a| a.token_exchange.is_some())
+            }),
             approver_roles: config
                 .policies
                 .approval

@@ -3,14 +3,18 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::Duration;
 
 use toolgate_core::registry::ToolRegistry;
+use toolgate_core::secret::Secret;
 use toolgate_core::tool::ErasedTool;
-use toolgate_mcp::{Upstream, UpstreamConfig};
+use toolgate_mcp::{PerCaller, StaticCallerCredentials, Upstream, UpstreamConfig};
 
 use super::GatewayError;
 use crate::builtin;
-use crate::config::{Config, ConfigError, UpstreamEntry};
+use crate::config::{AsCallerConfig, Config, ConfigError, UpstreamEntry};
+use crate::identity::exchange::{ExchangeSettings, ExchangedCredentials};
+use crate::identity::jwks::KeyStore;
 use crate::labels::Labelled;
 use crate::pins::{HeldBack, PinFile, Verdict};
 
@@ -19,6 +23,7 @@ use crate::pins::{HeldBack, PinFile, Verdict};
 /// upstreams (to keep them connected) and every tool's name.
 pub(super) async fn register_tools(
     config: &Config,
+    keys: Option<&Arc<KeyStore>>,
     registry: &mut ToolRegistry,
 ) -> Result<(Vec<Upstream>, BTreeSet<String>), GatewayError> {
     let mut names = BTreeSet::new();
@@ -44,12 +49,17 @@ pub(super) async fn register_tools(
     };
     let mut upstreams = Vec::new();
     for (i, entry) in config.upstreams.iter().enumerate() {
-        let upstream = Upstream::connect(upstream_config(entry, i)?)
-            .await
-            .map_err(|source| GatewayError::Upstream {
-                name: entry.name.clone(),
-                source,
-            })?;
+        let mut upstream_config = upstream_config(entry, i)?;
+        if let Some(as_caller) = &entry.as_caller {
+            upstream_config = upstream_config.per_caller(per_caller(as_caller, keys));
+        }
+        let upstream =
+            Upstream::connect(upstream_config)
+                .await
+                .map_err(|source| GatewayError::Upstream {
+                    name: entry.name.clone(),
+                    source,
+                })?;
         let imported = upstream
             .tools()
             .into_iter()
@@ -223,4 +233,42 @@ pub(super) fn check_tool_names(
         }
     }
     Ok(())
+}
+
+/// Where an upstream called as each caller gets each caller's credential.
+fn per_caller(config: &AsCallerConfig, keys: Option<&Arc<KeyStore>>) -> PerCaller {
+    let mut per_caller = PerCaller::new(match (&config.token_exchange, &config.credentials) {
+        (Some(exchange), _) => Arc::new(ExchangedCredentials::new(
+            ExchangeSettings {
+                token_endpoint: exchange
+                    .token_endpoint
+                    .as_ref()
+                    .map(|e| e.0.clone())
+                    .unwrap_or_default(),
+                client_id: exchange.client_id.0.clone(),
+                client_secret: exchange.client_secret.0.clone(),
+                audience: exchange.audience.0.clone(),
+                scope: exchange.scope.clone(),
+                timeout: exchange.timeout.unwrap_or(Duration::from_secs(5)),
+                refresh_before: exchange.refresh_before.unwrap_or(Duration::from_secs(30)),
+                max_entries: config
+                    .max_sessions
+                    .unwrap_or(toolgate_mcp::per_caller::DEFAULT_MAX_CALLER_SESSIONS),
+            },
+            keys.cloned(),
+        )),
+        (None, credentials) => Arc::new(StaticCallerCredentials::new(
+            credentials
+                .iter()
+                .flatten()
+                .map(|(user, credential)| (user.clone(), Secret::new(credential.0.clone()))),
+        )),
+    });
+    if let Some(max) = config.max_sessions {
+        per_caller.max_sessions = max;
+    }
+    if let Some(idle) = config.idle {
+        per_caller.idle = idle;
+    }
+    per_caller
 }

@@ -18,7 +18,11 @@ use futures::future::{BoxFuture, Either};
 use tower_layer::Layer;
 use tower_service::Service;
 
+use toolgate_core::secret::Secret;
+use toolgate_mcp::CallerAccessToken;
+
 use super::Caller;
+use crate::config::CredentialKind;
 use crate::gateway::Gateway;
 use crate::identity::{Outcome, Route};
 
@@ -70,6 +74,19 @@ fn authorization(request: &Request) -> Option<&str> {
         .and_then(|v| v.to_str().ok())
 }
 
+/// The caller's access token, kept for the invocation when an upstream exchanges it.
+fn caller_token(
+    gateway: &Gateway,
+    kind: CredentialKind,
+    request: &Request,
+) -> Option<CallerAccessToken> {
+    if kind != CredentialKind::Oauth || !gateway.exchanges_tokens {
+        return None;
+    }
+    let token = authorization(request).and_then(crate::identity::bearer)?;
+    Some(CallerAccessToken::new(Secret::new(token)))
+}
+
 fn check(current: &ArcSwap<Gateway>, request: &Request) -> Checked {
     // The configuration is read through a guard; the caller takes a reference to it only
     // when the credential is good.
@@ -79,7 +96,8 @@ fn check(current: &ArcSwap<Gateway>, request: &Request) -> Checked {
         .identity
         .authenticate(route, authorization(request), &gateway.keys)
     {
-        Outcome::Caller(user) => Checked::Caller(Caller {
+        Outcome::Caller(user, kind) => Checked::Caller(Caller {
+            token: caller_token(&gateway, kind, request),
             user,
             gateway: Guard::into_inner(gateway),
         }),
@@ -125,7 +143,12 @@ where
                         .await
                     {
                         Ok(user) => {
-                            request.extensions_mut().insert(Caller { user, gateway });
+                            let token = caller_token(&gateway, CredentialKind::Oauth, &request);
+                            request.extensions_mut().insert(Caller {
+                                user,
+                                token,
+                                gateway,
+                            });
                             inner.call(request).await
                         }
                         Err(refusal) => Ok(gateway.identity.refusal(route, &refusal)),

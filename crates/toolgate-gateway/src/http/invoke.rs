@@ -14,6 +14,7 @@ use toolgate_agent::ToolResult;
 use toolgate_agent::format::{anthropic, gemini, mcp, openai};
 use toolgate_core::context::RequestId;
 use toolgate_core::{InvokeOptions, ToolError};
+use toolgate_mcp::CallerAccessToken;
 
 use super::body::json_body;
 use super::{ApiError, AppState, Caller, request_timeout};
@@ -97,6 +98,9 @@ pub async fn invoke(
         .cancellation(state.drain.call_token());
     if let Some(session) = headers.get(X_SESSION_ID).and_then(|v| v.to_str().ok()) {
         options = options.session(session);
+    }
+    if let Some(token) = &caller.token {
+        options = options.provide::<CallerAccessToken>(token.clone());
     }
     let mut invocation = caller
         .gateway

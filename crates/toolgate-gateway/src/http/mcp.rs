@@ -65,6 +65,9 @@ pub async fn endpoint(
     };
     let ends_session = request.method() == Method::DELETE;
     request.extensions_mut().insert(caller.user.clone());
+    if let Some(token) = &caller.token {
+        request.extensions_mut().insert(token.clone());
+    }
     request
         .extensions_mut()
         .insert(state.drain.mcp_shutdown().clone());

@@ -44,6 +44,7 @@ use axum::http::HeaderName;
 use axum::routing::{any, get, post};
 use metrics_exporter_prometheus::PrometheusHandle;
 use toolgate_core::User;
+use toolgate_mcp::CallerAccessToken;
 
 use admission::AdmitLayer;
 use authenticate::AuthenticateLayer;
@@ -73,6 +74,9 @@ pub struct AppState {
 pub struct Caller {
     /// Who is calling.
     pub user: Arc<User>,
+    /// The access token the caller presented, kept only when an upstream trades it for
+    /// a credential of its own (`as_caller.token_exchange`); never sent on.
+    pub token: Option<CallerAccessToken>,
     /// The configuration the request runs on.
     pub gateway: Arc<Gateway>,
 }

@@ -5,17 +5,22 @@
 //!
 //! Exchanged credentials are cached per caller token until shortly before they expire, in
 //! a bounded cache. Each one is a secret: its `Debug` shows nothing of it.
-//!
-//! Not wired to upstreams yet: an upstream keeps one MCP session with one fixed
-//! `Authorization` header (`credential_env`), and a per-call header needs a hook in
-//! `toolgate-mcp`'s HTTP client transport. Until then this is the exchange and its cache,
-//! tested against a real provider.
+//! [`ExchangedCredentials`] is the exchange as an upstream's per-caller credential source
+//! (`upstreams[].as_caller.token_exchange`).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use async_trait::async_trait;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+use tokio::sync::OnceCell;
+use toolgate_core::secret::Secret;
+use toolgate_core::{ToolError, ToolInvokeContext};
+use toolgate_mcp::per_caller::missing_credential;
+use toolgate_mcp::{CallerAccessToken, CallerCredentials};
+
+use super::jwks::KeyStore;
 
 /// The RFC 8693 grant type.
 const GRANT_TYPE: &str = "urn:ietf:params:oauth:grant-type:token-exchange";
@@ -243,5 +248,95 @@ impl TokenExchange {
             // From when it was asked for: the provider's clock started before the answer.
             expires_at: started + lifetime,
         })
+    }
+}
+
+/// An upstream's per-caller credential source: the caller's access token exchanged at
+/// the identity provider ([`TokenExchange`]). The token endpoint is the configured one,
+/// or the one the issuer's discovery document names (read when the caller's token was
+/// checked, so known by the first call).
+///
+/// A caller who presented an API key, not a token, is refused with a 403
+/// `upstream_credential_missing`; a provider that refuses the exchange, with a 403
+/// `upstream_credential_refused`; one that cannot be reached, with a 503
+/// `identity_provider_unavailable` (retry after a second).
+pub struct ExchangedCredentials {
+    settings: ExchangeSettings,
+    /// Where the discovery document's token endpoint is read when none is configured.
+    keys: Option<Arc<KeyStore>>,
+    exchange: OnceCell<TokenExchange>,
+}
+
+impl ExchangedCredentials {
+    /// Exchanges with `settings`; an empty `token_endpoint` is read from `keys`.
+    pub fn new(settings: ExchangeSettings, keys: Option<Arc<KeyStore>>) -> Self {
+        ExchangedCredentials {
+            settings,
+            keys,
+            exchange: OnceCell::new(),
+        }
+    }
+
+    async fn exchange(&self) -> Result<&TokenExchange, ToolError> {
+        self.exchange
+            .get_or_try_init(|| async {
+                let mut settings = self.settings.clone();
+                if settings.token_endpoint.is_empty() {
+                    settings.token_endpoint = self
+                        .keys
+                        .as_ref()
+                        .and_then(|keys| keys.cached())
+                        .and_then(|keys| keys.token_endpoint().map(str::to_owned))
+                        .ok_or_else(|| {
+                            ToolError::abort(
+                                "the identity provider's discovery document names no token endpoint (over https): set `as_caller.token_exchange.token_endpoint`",
+                                "identity_provider_unavailable",
+                                503,
+                            )
+                        })?;
+                }
+                TokenExchange::new(settings).map_err(|e| exchange_error(&e))
+            })
+            .await
+    }
+}
+
+/// A failed exchange, for the caller (the provider's words, no token).
+fn exchange_error(error: &ExchangeError) -> ToolError {
+    match error {
+        ExchangeError::Refused { .. } => {
+            ToolError::abort(format!("{error}"), "upstream_credential_refused", 403)
+        }
+        ExchangeError::Unreachable { .. } | ExchangeError::Malformed(_) => ToolError::RetryAfter {
+            delay: Duration::from_secs(1),
+            reason: error.to_string(),
+            code: std::borrow::Cow::Borrowed("identity_provider_unavailable"),
+            status: 503,
+        },
+    }
+}
+
+#[async_trait]
+impl CallerCredentials for ExchangedCredentials {
+    async fn credential(&self, ctx: &ToolInvokeContext) -> Result<Secret, ToolError> {
+        let Some(token) = ctx.try_get::<CallerAccessToken>() else {
+            return Err(missing_credential(format!(
+                "this upstream is called as the caller, with the caller's OAuth access token exchanged for one of its own; `{}` did not present an access token (an API key cannot be exchanged)",
+                ctx.user().id
+            )));
+        };
+        let exchange = self.exchange().await?;
+        let credential = exchange
+            .credential(token.secret().expose())
+            .await
+            .map_err(|e| exchange_error(&e))?;
+        Ok(Secret::new(credential.bearer()))
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "the caller's token exchanged for audience {}",
+            self.settings.audience
+        )
     }
 }

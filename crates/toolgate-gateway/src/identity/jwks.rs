@@ -64,6 +64,8 @@ pub struct SigningKey {
 pub struct SigningKeys {
     keys: Vec<SigningKey>,
     fetched: Instant,
+    /// The issuer's token endpoint, from the same discovery document.
+    token_endpoint: Option<String>,
 }
 
 impl SigningKeys {
@@ -72,7 +74,14 @@ impl SigningKeys {
         SigningKeys {
             keys,
             fetched: Instant::now(),
+            token_endpoint: None,
         }
+    }
+
+    /// The issuer's token endpoint, when its discovery document names one (over `https`
+    /// for an `https` issuer).
+    pub fn token_endpoint(&self) -> Option<&str> {
+        self.token_endpoint.as_deref()
     }
 
     /// The key a token's header names: by `kid`, or the only key when the token names
@@ -290,7 +299,17 @@ impl KeyStore {
         // Keys the gateway cannot use (encryption keys, symmetric keys, unknown types) are
         // skipped, not fatal: an issuer may publish them beside its signing keys.
         let keys = keys.iter().filter_map(signing_key).collect();
-        Ok(SigningKeys::new(keys))
+        // Tokens and the gateway's client secret go to the token endpoint: for an
+        // `https` issuer, only over `https`.
+        let token_endpoint = discovery
+            .get("token_endpoint")
+            .and_then(Value::as_str)
+            .filter(|url| !self.issuer.starts_with("https://") || url.starts_with("https://"))
+            .map(str::to_owned);
+        Ok(SigningKeys {
+            token_endpoint,
+            ..SigningKeys::new(keys)
+        })
     }
 
     async fn get_json(&self, url: &str) -> Result<Value, JwksError> {

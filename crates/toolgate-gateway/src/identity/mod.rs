@@ -60,8 +60,8 @@ impl Route {
 /// The result of looking at a request's credential without waiting.
 #[derive(Debug)]
 pub enum Outcome {
-    /// The caller.
-    Caller(Arc<User>),
+    /// The caller, and the kind of credential it presented.
+    Caller(Arc<User>, CredentialKind),
     /// Refused: answer with [`Identity::refusal`].
     Refused(Refusal),
     /// A token signed with a key not cached: call [`Identity::authenticate_after_fetch`].
@@ -158,7 +158,9 @@ impl Identity {
                 true => keys.authenticate(credential),
                 false => None,
             }
-            .map_or(Outcome::Refused(refusal), Outcome::Caller)
+            .map_or(Outcome::Refused(refusal), |user| {
+                Outcome::Caller(user, CredentialKind::ApiKey)
+            })
         };
         let oauth = match &self.oauth {
             Some(oauth)
@@ -213,7 +215,7 @@ impl Identity {
             .verify(token, &signing_keys)
             .map_err(Refusal::InvalidToken)?;
         match self.admit(oauth, route, verified, keys) {
-            Outcome::Caller(user) => Ok(user),
+            Outcome::Caller(user, _) => Ok(user),
             Outcome::Refused(refusal) => Err(refusal),
             Outcome::FetchKeys => Err(Refusal::InvalidToken(TokenError::UnknownKey)),
         }
@@ -227,7 +229,7 @@ impl Identity {
         }
         let required = required_scopes(&oauth.config, route);
         if required.iter().all(|s| verified.scopes.contains(s)) {
-            Outcome::Caller(verified.user)
+            Outcome::Caller(verified.user, CredentialKind::Oauth)
         } else {
             Outcome::Refused(Refusal::InsufficientScope)
         }
@@ -246,7 +248,7 @@ impl Identity {
 }
 
 /// The credential of `Authorization: Bearer <credential>`.
-fn bearer(header: &str) -> Option<&str> {
+pub(crate) fn bearer(header: &str) -> Option<&str> {
     let (scheme, credential) = header.trim().split_once(' ')?;
     let credential = credential.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !credential.is_empty()).then_some(credential)

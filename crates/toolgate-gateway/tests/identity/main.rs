@@ -3,7 +3,8 @@
 //! `/mcp`; bad tokens of every kind are refused with a challenge; the issuer's keys are
 //! cached, fetched again for a new key at most once per interval, and an issuer that is
 //! down never lets a request through. Callers' tokens are exchanged (RFC 8693) for
-//! per-caller upstream credentials, cached until shortly before they expire.
+//! per-caller upstream credentials, cached until shortly before they expire, and upstreams
+//! configured `as_caller` receive them (or a fixed credential per user).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -68,10 +69,21 @@ pub async fn mcp_echo(
     credential: Option<&str>,
     text: &str,
 ) -> (u16, Option<String>, String) {
+    mcp_call(gateway, credential, "echo", json!({"text": text})).await
+}
+
+/// One stateless MCP 2026-07-28 `tools/call` of `tool` with `credential`: the status,
+/// the `WWW-Authenticate` header and the body's text.
+pub async fn mcp_call(
+    gateway: &Gateway,
+    credential: Option<&str>,
+    tool: &str,
+    arguments: Value,
+) -> (u16, Option<String>, String) {
     let body = json!({
         "jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {
-            "name": "echo", "arguments": {"text": text},
+            "name": tool, "arguments": arguments,
             "_meta": {
                 "io.modelcontextprotocol/protocolVersion": "2026-07-28",
                 "io.modelcontextprotocol/clientCapabilities": {},
@@ -85,7 +97,7 @@ pub async fn mcp_echo(
         .header("content-type", "application/json")
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", "tools/call")
-        .header("mcp-name", "echo")
+        .header("mcp-name", tool)
         .body(body.to_string());
     if let Some(credential) = credential {
         request = request.bearer_auth(credential);

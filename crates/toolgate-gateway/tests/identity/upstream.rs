@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::json;
 
-use crate::common::{BIN, Gateway, python, python_mcp_available};
+use crate::common::{BIN, Gateway, key, python, python_mcp_available, user_yaml};
 use crate::provider::Provider;
 use crate::{RESOURCE, config, invoke};
 
@@ -116,4 +116,169 @@ async fn check_says_what_an_upstream_receives() {
         "{stdout}"
     );
     assert!(!stdout.contains("static-upstream-credential"), "{stdout}");
+}
+
+/// The upstream of these tests, called as each caller with `as_caller` (YAML, one line).
+fn as_caller_config(issuer: &str, upstream: &str, as_caller: &str) -> String {
+    format!(
+        "{}upstreams:\n  - {{ name: headers, url: \"{upstream}\", as_caller: {as_caller} }}\n",
+        config(issuer, "", ""),
+    )
+}
+
+/// What the upstream's `whoami` said, as text.
+fn said(answer: &crate::common::Answer) -> String {
+    answer.body["output"].to_string()
+}
+
+#[tokio::test]
+async fn an_upstream_called_as_the_caller_gets_a_token_exchanged_for_that_caller() {
+    let test = "an_upstream_called_as_the_caller_gets_a_token_exchanged_for_that_caller";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let Some(provider) = Provider::start(test) else {
+        return;
+    };
+    let upstream = HeadersUpstream::start();
+    // No token endpoint configured: the issuer's discovery document names it.
+    let yaml = as_caller_config(
+        &provider.issuer,
+        &upstream.url,
+        "{ token_exchange: { audience: \"https://upstream.test/mcp\", client_id: gateway, client_secret: \"${GATEWAY_SECRET}\" } }",
+    );
+    let gateway = Gateway::start_with_env(&yaml, &[("GATEWAY_SECRET", "gateway-secret")]);
+
+    let agent = provider
+        .token("agent", RESOURCE, "tools:read tools:admin")
+        .await;
+    let answer = invoke(&gateway, Some(&agent), "whoami", json!({})).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let said_to_agent = said(&answer);
+    // A token issued for the upstream, for this caller, with the gateway as the actor;
+    // the exchanged token itself is scrubbed from what comes back.
+    assert!(
+        said_to_agent.contains("sub=agent; aud=https://upstream.test/mcp; act=gateway"),
+        "{said_to_agent}"
+    );
+    assert!(
+        said_to_agent.contains("authorization=Bearer [REDACTED"),
+        "{said_to_agent}"
+    );
+    let signature = agent.rsplit('.').next().expect("a JWT");
+    assert!(!said_to_agent.contains(signature), "{said_to_agent}");
+
+    // The same caller again: the exchanged token is remembered, the provider not asked.
+    let again = invoke(&gateway, Some(&agent), "whoami", json!({})).await;
+    assert_eq!(again.status, 200, "{:?}", again.body);
+    assert_eq!(provider.exchanges().await, 1);
+
+    // Another caller gets its own, through /mcp too.
+    let admin = provider.token("admin", RESOURCE, "tools:read").await;
+    let answer = invoke(&gateway, Some(&admin), "whoami", json!({})).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    assert!(said(&answer).contains("sub=admin;"), "{}", said(&answer));
+    assert_eq!(provider.exchanges().await, 2);
+    let mcp_token = provider
+        .token("agent", crate::MCP_RESOURCE, "tools:read tools:admin")
+        .await;
+    let (status, _, body) = crate::mcp_call(&gateway, Some(&mcp_token), "whoami", json!({})).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.contains("sub=agent; aud=https://upstream.test/mcp"),
+        "{body}"
+    );
+
+    // An API-key caller has no token to exchange: refused before the upstream, with why.
+    let answer = invoke(&gateway, Some(&key("alice")), "whoami", json!({})).await;
+    assert_eq!(answer.status, 403, "{:?}", answer.body);
+    assert_eq!(answer.body["error"]["code"], "upstream_credential_missing");
+
+    let log = gateway.stderr();
+    for secret in [signature, "gateway-secret"] {
+        assert!(!log.contains(secret), "a secret was logged: {log}");
+    }
+}
+
+#[tokio::test]
+async fn an_exchange_the_provider_refuses_or_cannot_answer_fails_the_call_clearly() {
+    let test = "an_exchange_the_provider_refuses_or_cannot_answer_fails_the_call_clearly";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let Some(provider) = Provider::start(test) else {
+        return;
+    };
+    let upstream = HeadersUpstream::start();
+    // The wrong client secret: the provider refuses every exchange.
+    let yaml = as_caller_config(
+        &provider.issuer,
+        &upstream.url,
+        "{ token_exchange: { audience: \"https://upstream.test/mcp\", client_id: gateway, client_secret: not-the-secret } }",
+    );
+    let gateway = Gateway::start(&yaml);
+    let agent = provider
+        .token("agent", RESOURCE, "tools:read tools:admin")
+        .await;
+    let answer = invoke(&gateway, Some(&agent), "whoami", json!({})).await;
+    assert_eq!(answer.status, 403, "{:?}", answer.body);
+    assert_eq!(answer.body["error"]["code"], "upstream_credential_refused");
+    drop(gateway);
+
+    // A token endpoint where nothing listens: a 503 the caller may retry, not a hang.
+    let yaml = as_caller_config(
+        &provider.issuer,
+        &upstream.url,
+        "{ token_exchange: { audience: \"https://upstream.test/mcp\", client_id: gateway, client_secret: gateway-secret, token_endpoint: \"http://127.0.0.1:9/token\", timeout: 2s } }",
+    );
+    let gateway = Gateway::start(&yaml);
+    let answer = invoke(&gateway, Some(&agent), "whoami", json!({})).await;
+    assert_eq!(answer.status, 503, "{:?}", answer.body);
+    assert_eq!(
+        answer.body["error"]["code"],
+        "identity_provider_unavailable"
+    );
+}
+
+#[tokio::test]
+async fn an_upstream_called_with_fixed_per_user_credentials_gets_each_users_own() {
+    let test = "an_upstream_called_with_fixed_per_user_credentials_gets_each_users_own";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let upstream = HeadersUpstream::start();
+    // alice (from `config`) and bob; only bob has a credential for the upstream.
+    let yaml = as_caller_config(
+        "http://127.0.0.1:9",
+        &upstream.url,
+        "{ credentials: { bob: \"${BOB_UPSTREAM_TOKEN}\" }, max_sessions: 10, idle: 1m }",
+    )
+    .replacen(
+        "users:\n",
+        &format!("users:\n{}", user_yaml("bob", &["admin"])),
+        1,
+    );
+    let gateway = Gateway::start_with_env(&yaml, &[("BOB_UPSTREAM_TOKEN", "bob-upstream-token")]);
+    let answer = invoke(&gateway, Some(&key("bob")), "whoami", json!({})).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    let said = said(&answer);
+    // The upstream got bob's credential (its digest says so), scrubbed on the way back.
+    let digest = sha256_hex("Bearer bob-upstream-token");
+    assert!(said.contains(&format!("sha256={digest}")), "{said}");
+    assert!(!said.contains("bob-upstream-token"), "{said}");
+    assert!(said.contains("authorization=Bearer [REDACTED"), "{said}");
+    assert!(!gateway.stderr().contains("bob-upstream-token"));
+
+    // A user without an entry: refused before the upstream.
+    let answer = invoke(&gateway, Some(&key("alice")), "whoami", json!({})).await;
+    assert_eq!(answer.status, 403, "{:?}", answer.body);
+    assert_eq!(answer.body["error"]["code"], "upstream_credential_missing");
+}
+
+fn sha256_hex(text: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(text.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }

@@ -1,8 +1,13 @@
 """An MCP server (streamable HTTP, official Python SDK) whose one tool, `whoami`, answers
 with the `Authorization` header its request came with: what an upstream behind the gateway
-is sent. Binds 127.0.0.1 on a free port and prints `headers listening on URL`.
+is sent. Beside the header (which the gateway scrubs when it is a credential it holds), it
+tells the header's SHA-256 and, for a JWT, the claims that say for whom it was issued.
+Binds 127.0.0.1 on a free port and prints `headers listening on URL`.
 """
 
+import base64
+import hashlib
+import json
 import socket
 
 import uvicorn
@@ -16,7 +21,16 @@ server = MCPServer("headers")
 def whoami(ctx: Context) -> str:
     """The Authorization header of this call's HTTP request."""
     headers = ctx.headers or {}
-    return f"authorization={headers.get('authorization', '(none)')}"
+    authorization = headers.get("authorization", "(none)")
+    digest = hashlib.sha256(authorization.encode()).hexdigest()
+    said = f"authorization={authorization}; sha256={digest}"
+    token = authorization.removeprefix("Bearer ")
+    if token.count(".") == 2:
+        payload = token.split(".")[1]
+        claims = json.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
+        actor = (claims.get("act") or {}).get("sub")
+        said += f"; sub={claims.get('sub')}; aud={claims.get('aud')}; act={actor}"
+    return said
 
 
 if __name__ == "__main__":

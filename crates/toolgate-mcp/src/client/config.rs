@@ -4,6 +4,8 @@ use std::time::Duration;
 
 use toolgate_core::tool::ToolDefinition;
 
+use super::per_caller::{CallerCredentials, PerCaller};
+
 /// How to reach an upstream MCP server.
 ///
 /// Its `Debug` output leaves out what may be a credential: environment values, and the
@@ -139,6 +141,10 @@ pub struct UpstreamConfig {
     /// it answers that it does not know the method. Turn it off for a server that does
     /// not answer unknown methods at all (the probe would wait out the connect timeout).
     pub discover: bool,
+    /// Where each caller's credential comes from, when the upstream is called as the
+    /// caller rather than with [`credential_env`](Self::credential_env) (HTTP only; see
+    /// [`per_caller`](crate::per_caller)).
+    pub per_caller: Option<PerCaller>,
 }
 
 impl UpstreamConfig {
@@ -154,6 +160,7 @@ impl UpstreamConfig {
             backoff: Backoff::default(),
             validate_arguments: true,
             discover: true,
+            per_caller: None,
         }
     }
 
@@ -236,6 +243,33 @@ impl UpstreamConfig {
     #[must_use]
     pub fn discover(mut self, on: bool) -> Self {
         self.discover = on;
+        self
+    }
+
+    /// Calls the upstream as each caller: every call carries the credential `source`
+    /// gives for its caller, on a connection of that caller's own (see
+    /// [`per_caller`](crate::per_caller)). HTTP upstreams only: for a stdio
+    /// one, [`Upstream::connect`](crate::Upstream::connect) refuses the configuration.
+    ///
+    /// ```
+    /// use toolgate_core::secret::Secret;
+    /// use toolgate_mcp::{StaticCallerCredentials, UpstreamConfig};
+    ///
+    /// let crm = UpstreamConfig::http("crm", "https://crm.example/mcp").credentials_per_caller(
+    ///     StaticCallerCredentials::new([("ann", Secret::new("token-of-ann"))]),
+    /// );
+    /// assert!(crm.per_caller.is_some());
+    /// ```
+    #[must_use]
+    pub fn credentials_per_caller(self, source: impl CallerCredentials) -> Self {
+        self.per_caller(PerCaller::new(std::sync::Arc::new(source)))
+    }
+
+    /// As [`credentials_per_caller`](Self::credentials_per_caller), with the limits of
+    /// the per-caller connections spelled out.
+    #[must_use]
+    pub fn per_caller(mut self, per_caller: PerCaller) -> Self {
+        self.per_caller = Some(per_caller);
         self
     }
 

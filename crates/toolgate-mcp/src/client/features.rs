@@ -171,12 +171,12 @@ impl ErasedTool for ImportedPrompt {
         Box::pin(async move {
             let arguments = ctx.input().as_object().cloned().unwrap_or_default();
             let deadline = deadline_for(&self.link, ctx);
-            let answer = self
-                .link
+            let link = self.link.as_caller(ctx).await?;
+            let answer = link
                 .get_prompt(&self.remote_name, arguments, deadline, ctx)
                 .await
                 .and_then(to_output);
-            self.link.scrub(answer)
+            link.scrub(answer)
         })
     }
 }
@@ -233,7 +233,7 @@ impl ErasedTool for ImportedResources {
     ) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
             let deadline = deadline_for(&self.link, ctx);
-            let link = &self.link;
+            let link = &self.link.as_caller(ctx).await?;
             let caller = ctx.try_get::<CallerKey>();
             let caller = caller.as_deref();
             let answer = match Request::of(ctx.input()) {

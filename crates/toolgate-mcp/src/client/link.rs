@@ -28,10 +28,12 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 use toolgate_core::error::InputViolations;
+use toolgate_core::secret::Secret;
 use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{ToolError, ToolInvokeContext};
 use toolgate_hooks::secrets::Scrubber;
 
+use super::per_caller::CallerLinks;
 use super::relay::{OrderedProgress, Routes, UpstreamClient, ask_caller};
 use super::{UpstreamConfig, UpstreamTransport};
 use crate::caller::{CallerKey, CallerRequest, InputRound, missing_capability};
@@ -88,10 +90,16 @@ pub(crate) struct Link {
     legacy: Channel,
     /// Whether `current` speaks 2026-07-28 (false until it first connects).
     modern: AtomicBool,
+    /// The connections of each caller, for an upstream called as the caller.
+    callers: Option<CallerLinks>,
 }
 
 impl Link {
     pub fn new(config: UpstreamConfig, credential: Option<String>) -> Self {
+        let callers = config
+            .per_caller
+            .as_ref()
+            .map(|per_caller| CallerLinks::new(&config, per_caller));
         Link {
             scrubber: config.scrubber(),
             config,
@@ -102,7 +110,39 @@ impl Link {
                 ..Channel::default()
             },
             modern: AtomicBool::new(false),
+            callers,
         }
+    }
+
+    /// The link of one caller, with `credential`: scrubbed from what comes back as well
+    /// as the configuration's own credentials.
+    pub fn for_caller(config: UpstreamConfig, credential: Secret) -> Self {
+        let mut secrets = config.secrets();
+        secrets.push(credential.clone());
+        let mut link = Link::new(config, Some(credential.expose().to_owned()));
+        link.scrubber = Scrubber::for_secrets(&secrets);
+        link
+    }
+
+    /// The link `ctx`'s call goes on: this one, or for an upstream called as the caller,
+    /// the caller's own (its credential obtained now, or remembered).
+    ///
+    /// # Errors
+    ///
+    /// The credential source's, when the caller cannot have one.
+    pub async fn as_caller(
+        self: &Arc<Self>,
+        ctx: &ToolInvokeContext,
+    ) -> Result<Arc<Link>, ToolError> {
+        match &self.callers {
+            None => Ok(Arc::clone(self)),
+            Some(callers) => callers.link(ctx).await,
+        }
+    }
+
+    /// How many per-caller connections are held.
+    pub fn caller_links(&self) -> u64 {
+        self.callers.as_ref().map_or(0, CallerLinks::held)
     }
 
     /// The connection for `caller`'s requests: the legacy one for a 2025-11-25 caller of

@@ -3,6 +3,7 @@
 mod config;
 mod features;
 mod link;
+pub mod per_caller;
 mod relay;
 mod secrets;
 mod tool;
@@ -22,6 +23,7 @@ pub use features::{
     ImportedPrompt, ImportedResources, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG,
     is_tool,
 };
+pub use per_caller::{CallerAccessToken, CallerCredentials, PerCaller, StaticCallerCredentials};
 pub use secrets::{MIN_GUESSED_SECRET_LEN, is_credential_name};
 pub use tool::ImportedTool;
 
@@ -76,12 +78,20 @@ impl Upstream {
     /// [`McpError::MissingCredential`] when the credential's variable is not set;
     /// [`McpError::Connect`] / [`McpError::Discovery`] when the upstream cannot be
     /// reached or listed and no tools are declared; [`McpError::Config`] for an empty
-    /// name.
+    /// name, or for per-caller credentials on a stdio server.
     pub async fn connect(config: UpstreamConfig) -> Result<Upstream, McpError> {
         if config.name.is_empty() {
             return Err(McpError::Config(
                 "an upstream MCP server needs a name".to_owned(),
             ));
+        }
+        if config.per_caller.is_some()
+            && matches!(config.transport, UpstreamTransport::Stdio { .. })
+        {
+            return Err(McpError::Config(format!(
+                "MCP server `{}` is a program started over stdio: it cannot be called as each caller (that needs an HTTP server); remove the per-caller credentials or use its HTTP endpoint",
+                config.name
+            )));
         }
         let credential = match &config.credential_env {
             Some(var) => Some(std::env::var(var).map_err(|_| McpError::MissingCredential {
@@ -174,6 +184,13 @@ impl Upstream {
             prompt_names,
             has_resources,
         })
+    }
+
+    /// How many connections of single callers are open, for an upstream called as each
+    /// caller ([`UpstreamConfig::credentials_per_caller`]); 0 otherwise. At most
+    /// [`PerCaller::max_sessions`].
+    pub fn caller_connections(&self) -> u64 {
+        self.link.caller_links()
     }
 
     /// The upstream's configured name.

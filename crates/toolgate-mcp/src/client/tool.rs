@@ -102,12 +102,12 @@ impl ErasedTool for ImportedTool {
             if let Some(invocation) = ctx.deadline() {
                 deadline = deadline.min(invocation);
             }
-            let result = self
-                .link
+            let link = self.link.as_caller(ctx).await?;
+            let result = link
                 .call(&self.remote_name, arguments, deadline, ctx)
                 .await
-                .and_then(|result| output_from_result(&self.link.config.name, result));
-            self.link.scrub(result)
+                .and_then(|result| output_from_result(&link.config.name, result));
+            link.scrub(result)
         })
     }
 }

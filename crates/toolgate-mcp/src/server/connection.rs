@@ -30,7 +30,9 @@ use super::features;
 use super::http::{ClientDisconnected, HostShutdown};
 use super::rounds::Retry;
 use crate::caller::{CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal};
-use crate::client::{PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG, is_tool};
+use crate::client::{
+    CallerAccessToken, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG, is_tool,
+};
 use crate::convert::{
     InputShape, decided_result, error_to_result, output_to_result, to_mcp_tool, unknown_tool,
 };
@@ -184,6 +186,9 @@ impl Connection {
             .user(user)
             .cancellation(cancel.clone())
             .provide::<CallerKey>(caller);
+        if let Some(token) = parts.and_then(|p| p.extensions.get::<CallerAccessToken>()) {
+            options = options.provide::<CallerAccessToken>(token.clone());
+        }
         if let Some(timeout) = self.server().call_timeout {
             options = options.timeout(timeout);
         }

@@ -1,0 +1,266 @@
+//! Calling an upstream as the caller: a credential per caller instead of one for all.
+//!
+//! An upstream configured with [`UpstreamConfig::credentials_per_caller`] receives, on
+//! each call, the credential a [`CallerCredentials`] source gives for that invocation's
+//! caller (a token obtained by exchange at the identity provider, or one from a static
+//! map: [`StaticCallerCredentials`]). MCP servers bind sessions to whoever opened them,
+//! so each credential gets a connection of its own: the calls of one caller share it,
+//! and callers never share one. The connections are kept in a bounded map, closed when
+//! idle or when the map is full (least recently used first), and a credential that
+//! changes (a renewed token) opens a new one.
+//!
+//! What stays on the upstream's own connection, with [`credential_env`]: discovering
+//! its tools, prompts and resources at start-up, and completions. Tools, prompts and
+//! resources are called, got and read as the caller.
+//!
+//! [`credential_env`]: UpstreamConfig::credential_env
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sha2::{Digest, Sha256};
+use toolgate_core::external::TypeMapKey;
+use toolgate_core::secret::Secret;
+use toolgate_core::{ToolError, ToolInvokeContext};
+
+use super::UpstreamConfig;
+use super::link::Link;
+
+/// The most per-caller connections kept to one upstream, by default.
+pub const DEFAULT_MAX_CALLER_SESSIONS: u64 = 1_000;
+/// How long a per-caller connection stays open without a call, by default.
+pub const DEFAULT_CALLER_SESSION_IDLE: Duration = Duration::from_secs(300);
+
+/// The access token the caller presented, for sources that trade it for an upstream's
+/// credential. A host that authenticates callers with tokens provides it to each
+/// invocation (`InvokeOptions::provide::<CallerAccessToken>`), or, for `/mcp`, puts it in
+/// the HTTP request's extensions, where [`McpServer`](crate::McpServer) finds it. It
+/// holds a [`Secret`]: it cannot be printed, and it is never sent upstream.
+///
+/// ```
+/// use toolgate_core::InvokeOptions;
+/// use toolgate_core::secret::Secret;
+/// use toolgate_mcp::CallerAccessToken;
+///
+/// let token = CallerAccessToken::new(Secret::new("eyJ…"));
+/// let options = InvokeOptions::new().provide::<CallerAccessToken>(token);
+/// # let _ = options;
+/// ```
+#[derive(Clone)]
+pub struct CallerAccessToken(Arc<Secret>);
+
+impl CallerAccessToken {
+    /// Wraps the caller's token.
+    pub fn new(token: Secret) -> Self {
+        CallerAccessToken(Arc::new(token))
+    }
+
+    /// The token.
+    pub fn secret(&self) -> &Secret {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for CallerAccessToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CallerAccessToken(..)")
+    }
+}
+
+impl TypeMapKey for CallerAccessToken {
+    type Value = CallerAccessToken;
+}
+
+/// Where an upstream's per-caller credential comes from.
+///
+/// Implemented by the gateway's token exchange and by [`StaticCallerCredentials`]. A
+/// source that cannot give the caller a credential answers with an error the caller
+/// can act on (a 403 when the caller has none, a 503 when the provider is down); the
+/// call then fails without reaching the upstream.
+///
+/// ```
+/// use async_trait::async_trait;
+/// use toolgate_core::secret::Secret;
+/// use toolgate_core::{ToolError, ToolInvokeContext};
+/// use toolgate_mcp::CallerCredentials;
+///
+/// /// Every caller's credential is read from a vault (here: made up from the id).
+/// struct Vault;
+///
+/// #[async_trait]
+/// impl CallerCredentials for Vault {
+///     async fn credential(&self, ctx: &ToolInvokeContext) -> Result<Secret, ToolError> {
+///         Ok(Secret::new(format!("vault-token-of-{}", ctx.user().id)))
+///     }
+///
+///     fn describe(&self) -> String {
+///         "a token from the vault".to_owned()
+///     }
+/// }
+/// ```
+#[async_trait]
+pub trait CallerCredentials: Send + Sync + 'static {
+    /// The credential the upstream receives for `ctx`'s caller, sent as
+    /// `Authorization: Bearer …`.
+    ///
+    /// # Errors
+    ///
+    /// A [`ToolError`] for the caller: the call does not reach the upstream.
+    async fn credential(&self, ctx: &ToolInvokeContext) -> Result<Secret, ToolError>;
+
+    /// What the upstream receives, in a few words, for `toolgate check` and logs (never
+    /// a credential).
+    fn describe(&self) -> String;
+}
+
+/// A fixed credential per user id, e.g. from a secret store at start-up.
+///
+/// A caller without an entry is refused with a 403 `upstream_credential_missing`.
+///
+/// ```
+/// use toolgate_core::secret::Secret;
+/// use toolgate_mcp::{StaticCallerCredentials, UpstreamConfig};
+///
+/// let credentials = StaticCallerCredentials::new([
+///     ("ann", Secret::new("token-of-ann")),
+///     ("bob", Secret::new("token-of-bob")),
+/// ]);
+/// let crm = UpstreamConfig::http("crm", "https://crm.example/mcp")
+///     .credentials_per_caller(credentials);
+/// # let _ = crm;
+/// ```
+pub struct StaticCallerCredentials {
+    by_user: HashMap<String, Secret>,
+}
+
+impl StaticCallerCredentials {
+    /// The credentials of these users, by id.
+    pub fn new<I, S>(entries: I) -> Self
+    where
+        I: IntoIterator<Item = (S, Secret)>,
+        S: Into<String>,
+    {
+        StaticCallerCredentials {
+            by_user: entries.into_iter().map(|(k, v)| (k.into(), v)).collect(),
+        }
+    }
+
+    /// How many users have a credential.
+    pub fn len(&self) -> usize {
+        self.by_user.len()
+    }
+
+    /// Whether no user has one.
+    pub fn is_empty(&self) -> bool {
+        self.by_user.is_empty()
+    }
+}
+
+#[async_trait]
+impl CallerCredentials for StaticCallerCredentials {
+    async fn credential(&self, ctx: &ToolInvokeContext) -> Result<Secret, ToolError> {
+        let user = ctx.user();
+        self.by_user.get(&user.id).cloned().ok_or_else(|| {
+            missing_credential(format!(
+                "user `{}` has no credential for this upstream: add one to its per-user credentials",
+                user.id
+            ))
+        })
+    }
+
+    fn describe(&self) -> String {
+        format!("a fixed credential per user ({} users)", self.by_user.len())
+    }
+}
+
+/// The error of a caller for whom a source has no credential: a 403, since another
+/// caller (or the same one with a token) could make the call.
+pub fn missing_credential(message: impl Into<String>) -> ToolError {
+    ToolError::abort(message, "upstream_credential_missing", 403)
+}
+
+/// A [`CallerCredentials`] source in a configuration, with how many connections it may
+/// hold open and for how long.
+///
+/// Two configurations are equal when they hold the same source (the same `Arc`).
+#[derive(Clone)]
+pub struct PerCaller {
+    /// Where each caller's credential comes from.
+    pub source: Arc<dyn CallerCredentials>,
+    /// The most connections kept open at once (default
+    /// [`DEFAULT_MAX_CALLER_SESSIONS`]); past it the least recently used is closed.
+    pub max_sessions: u64,
+    /// How long a connection stays open without a call (default
+    /// [`DEFAULT_CALLER_SESSION_IDLE`]).
+    pub idle: Duration,
+}
+
+impl PerCaller {
+    /// `source`, with the default limits.
+    pub fn new(source: Arc<dyn CallerCredentials>) -> Self {
+        PerCaller {
+            source,
+            max_sessions: DEFAULT_MAX_CALLER_SESSIONS,
+            idle: DEFAULT_CALLER_SESSION_IDLE,
+        }
+    }
+}
+
+impl PartialEq for PerCaller {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.source, &other.source)
+            && self.max_sessions == other.max_sessions
+            && self.idle == other.idle
+    }
+}
+
+impl std::fmt::Debug for PerCaller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PerCaller")
+            .field("source", &self.source.describe())
+            .field("max_sessions", &self.max_sessions)
+            .field("idle", &self.idle)
+            .finish()
+    }
+}
+
+/// The per-caller connections of one upstream, keyed by the SHA-256 of the credential
+/// (the credential itself is kept only inside its connection).
+pub(crate) struct CallerLinks {
+    source: Arc<dyn CallerCredentials>,
+    /// The upstream's configuration without the per-caller part.
+    config: UpstreamConfig,
+    links: moka::sync::Cache<[u8; 32], Arc<Link>>,
+}
+
+impl CallerLinks {
+    pub fn new(config: &UpstreamConfig, per_caller: &PerCaller) -> Self {
+        let mut config = config.clone();
+        config.per_caller = None;
+        CallerLinks {
+            source: Arc::clone(&per_caller.source),
+            config,
+            links: moka::sync::Cache::builder()
+                .max_capacity(per_caller.max_sessions.max(1))
+                .time_to_idle(per_caller.idle)
+                .build(),
+        }
+    }
+
+    /// The connection of `ctx`'s caller, made (not yet connected) when it has none.
+    pub async fn link(&self, ctx: &ToolInvokeContext) -> Result<Arc<Link>, ToolError> {
+        let credential = self.source.credential(ctx).await?;
+        let key: [u8; 32] = Sha256::digest(credential.expose().as_bytes()).into();
+        Ok(self.links.get_with(key, || {
+            Arc::new(Link::for_caller(self.config.clone(), credential))
+        }))
+    }
+
+    /// How many per-caller connections are held (for tests and `toolgate check`).
+    pub fn held(&self) -> u64 {
+        self.links.run_pending_tasks();
+        self.links.entry_count()
+    }
+}
