@@ -252,6 +252,14 @@ impl Gateway {
         self.tool_scopes.as_ref().map_or(&[], |s| s.required(tool))
     }
 
+    /// The scopes of `tool` that `user`'s token lacks (none for an API-key caller, or a
+    /// tool without required scopes).
+    pub fn missing_tool_scopes(&self, user: &User, tool: &str) -> Vec<&str> {
+        self.tool_scopes
+            .as_ref()
+            .map_or_else(Vec::new, |s| s.missing(user, tool))
+    }
+
     /// The tools `user` may call (all of them without an authorization policy); an
     /// upstream's prompts and resources, which MCP serves as such, are not listed.
     pub fn visible_tools(&self, user: &User) -> Vec<ToolDefinition> {

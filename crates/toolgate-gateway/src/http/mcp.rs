@@ -10,9 +10,45 @@ use tower_service::Service;
 
 use super::{ApiError, AppState, Caller};
 use crate::config::WebOrigin;
+use crate::identity::scopes::INSUFFICIENT_SCOPE;
+use crate::identity::{Route, metadata};
 
 /// The header carrying the MCP session id rmcp issues at `initialize`.
 const MCP_SESSION_ID: &str = "mcp-session-id";
+
+/// A 2026-07-28 `tools/call` of a tool whose scopes the caller's token lacks, named in the
+/// request's `Mcp-Method` and `Mcp-Name` headers: answered 403 with the
+/// `insufficient_scope` challenge naming the tool's scopes, so that an OAuth client can
+/// ask for a token with them and call again (step-up authorization). A request without
+/// those headers (2025-11-25) sees the tool as it is listed to it: not at all, and a call
+/// is `unknown_tool`. Either way the `tool_scopes` hook refuses the call in the pipeline;
+/// this only tells the client how to get through.
+fn step_up(caller: &Caller, request: &Request) -> Option<Response> {
+    let headers = request.headers();
+    if headers.get("mcp-method")?.as_bytes() != b"tools/call" {
+        return None;
+    }
+    let tool = headers.get("mcp-name")?.to_str().ok()?;
+    let missing = caller.gateway.missing_tool_scopes(&caller.user, tool);
+    if missing.is_empty() {
+        return None;
+    }
+    let oauth = caller.gateway.identity.oauth()?;
+    let reason = format!(
+        "the token lacks the scope `{}` needed to call `{tool}`: ask the issuer for a token with it",
+        missing.join(" ")
+    );
+    let mut response =
+        ApiError::new(StatusCode::FORBIDDEN, INSUFFICIENT_SCOPE, reason).into_response();
+    let challenge =
+        metadata::insufficient_scope(oauth, Route::Mcp, caller.gateway.tool_scopes(tool));
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
+    Some(response)
+}
 
 /// Hands the request to the MCP server of the caller's configuration. The caller's user is
 /// in the request's extensions, where the MCP server finds it. The endpoint reads the body
@@ -54,6 +90,9 @@ pub async fn endpoint(
         )
         .into_response();
     };
+    if let Some(step_up) = step_up(&caller, &request) {
+        return step_up;
+    }
     let sessions = &caller.gateway.mcp_sessions;
     let user = caller.user.id.as_str();
     let session = match request.headers().get(MCP_SESSION_ID) {

@@ -221,9 +221,13 @@ impl Identity {
         }
     }
 
-    /// A verified token, held against the scopes `route` requires, and kept from taking
-    /// over an API-key user's id unless the configuration says they are the same people.
+    /// A verified token, held to the route it was issued for and the scopes `route`
+    /// requires, and kept from taking over an API-key user's id unless the configuration
+    /// says they are the same people.
     fn admit(&self, oauth: &OAuth, route: Route, verified: Verified, keys: &ApiKeys) -> Outcome {
+        if !verified.audiences.includes(route) {
+            return Outcome::Refused(Refusal::InvalidToken(TokenError::OtherRoute));
+        }
         if !oauth.config.subjects_are_api_key_users && keys.has_user(&verified.user.id) {
             return Outcome::Refused(Refusal::InvalidToken(TokenError::SubjectIsApiKeyUser));
         }

@@ -59,6 +59,12 @@ pub enum TokenError {
         "the token's subject is the id of a user who signs in with an API key: the operator must allow that with subjects_are_api_key_users"
     )]
     SubjectIsApiKeyUser,
+    /// `aud` names the gateway's other resource: a token for `/v1` sent to `/mcp`, or the
+    /// other way round.
+    #[error(
+        "the token was issued for the gateway's other endpoint: request one with resource set to this endpoint's (its protected resource metadata names it)"
+    )]
+    OtherRoute,
 }
 
 /// A token that passed every check.
@@ -70,6 +76,29 @@ pub struct Verified {
     pub scopes: Vec<String>,
     /// Its `exp`, in seconds since the Unix epoch.
     pub expires_at: u64,
+    /// Which of the gateway's two resource identifiers its `aud` names.
+    pub audiences: Audiences,
+}
+
+/// Which of the gateway's resource identifiers a token is for: the gateway itself
+/// (`resource`, for `/v1`) and its MCP endpoint (`resource` + `/mcp`). A token is taken
+/// only on the route it was issued for (RFC 8707): one for `/v1` is not one for `/mcp`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Audiences {
+    /// `aud` names `resource`.
+    pub v1: bool,
+    /// `aud` names `resource/mcp`.
+    pub mcp: bool,
+}
+
+impl Audiences {
+    /// Whether the token is for `route`.
+    pub fn includes(self, route: super::Route) -> bool {
+        match route {
+            super::Route::V1 => self.v1,
+            super::Route::Mcp => self.mcp,
+        }
+    }
 }
 
 /// A token that passed every check, remembered with the key set it was checked against.
@@ -96,6 +125,8 @@ pub struct TokenVerifier {
     max_bytes: usize,
     /// One validation per accepted algorithm: a key verifies only with its own family.
     validations: Vec<(Algorithm, Validation)>,
+    /// The resource identifiers of `/v1` and `/mcp`.
+    resources: [String; 2],
     roles_claim: String,
     tenant_claim: Option<String>,
     scope_roles: BTreeMap<String, Vec<String>>,
@@ -125,7 +156,7 @@ impl TokenVerifier {
                 validation.leeway = config.clock_skew.as_secs();
                 validation.validate_nbf = true;
                 validation.set_issuer(&[config.issuer.0.as_str()]);
-                validation.set_audience(&audiences);
+                validation.set_audience(audiences.as_slice());
                 validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
                 (alg.0, validation)
             })
@@ -142,6 +173,7 @@ impl TokenVerifier {
             leeway: config.clock_skew.as_secs(),
             max_bytes: config.max_token_bytes.0,
             validations,
+            resources: audiences,
             roles_claim: config.roles_claim.clone(),
             tenant_claim: config.tenant_claim.clone(),
             scope_roles: config.scope_roles.clone(),
@@ -270,10 +302,20 @@ impl TokenVerifier {
             "scopes".to_owned(),
             Value::Array(scopes.iter().cloned().map(Value::String).collect()),
         );
+        let names = |resource: &str| match claims.get("aud") {
+            Some(Value::String(aud)) => aud == resource,
+            Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(resource)),
+            _ => false,
+        };
+        let audiences = Audiences {
+            v1: names(&self.resources[0]),
+            mcp: names(&self.resources[1]),
+        };
         Ok(Verified {
             user: Arc::new(user),
             scopes,
             expires_at,
+            audiences,
         })
     }
 }
@@ -383,6 +425,7 @@ mod tests {
                 user: Arc::new(User::new("agent-7")),
                 scopes: Vec::new(),
                 expires_at,
+                audiences: Audiences::default(),
             },
             keys: Arc::clone(&keys),
         };

