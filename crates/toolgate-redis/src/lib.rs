@@ -57,6 +57,7 @@
 #![deny(missing_docs)]
 
 mod cache;
+mod cluster;
 mod concurrency;
 mod config;
 mod error;
@@ -67,6 +68,7 @@ mod state;
 mod stats;
 
 pub use cache::{CACHE_OVERSIZE, CacheStats, RedisCache};
+pub use cluster::ClusterNodes;
 pub use concurrency::{ConcurrencyFailurePolicy, LEASES_LOST, RedisConcurrency};
 pub use config::{RedisConfig, RedisConfigBuilder};
 pub use error::RedisError;
