@@ -1,0 +1,720 @@
+//! Redis Cluster: a six-node cluster of the test's own (three primaries, three replicas,
+//! `redis-server` processes on loopback), and the backends on it unchanged — the exact
+//! distributed limit, the concurrency cap, the shared cache — then a primary killed under
+//! load, and what each Redis call costs per tool call.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use toolgate_core::tool::ToolAnnotations;
+use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolError, User, tool_fn};
+use toolgate_hooks::cache::ResultCache;
+use toolgate_hooks::concurrency::Concurrency;
+use toolgate_hooks::partition::Partition;
+use toolgate_hooks::quota::{Quota, Rate};
+use toolgate_redis::{RedisConfig, RedisConfigBuilder, RedisState};
+
+use common::cluster::Cluster;
+use common::namespace;
+
+async fn on(cluster: &Cluster, config: RedisConfigBuilder) -> RedisState {
+    let state = RedisState::connect(&cluster.url(), config.build())
+        .await
+        .expect("the cluster is up");
+    assert!(state.is_cluster());
+    state
+}
+
+fn as_user(id: &str) -> InvokeOptions {
+    InvokeOptions::new().user(User::new(id))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_pipelines_on_a_cluster_admit_exactly_the_limit() {
+    let Some(cluster) =
+        Cluster::start_or_skip("four_pipelines_on_a_cluster_admit_exactly_the_limit")
+    else {
+        return;
+    };
+    let prefix = namespace();
+    // One unit every 36 s: within the test the budget is the burst, exactly.
+    let rate = Rate::per_hour(100).unwrap().with_burst(25).unwrap();
+    let mut pipelines = Vec::new();
+    for _ in 0..4 {
+        let state = on(
+            &cluster,
+            RedisConfig::builder()
+                .key_prefix(&prefix)
+                .deadline(Duration::from_secs(10)),
+        )
+        .await;
+        let pipeline = Pipeline::builder()
+            .tool(tool_fn("ping", "Answers pong.", |_: ()| async {
+                Ok::<_, ToolError>("pong")
+            }))
+            .hook(
+                Quota::builder(rate)
+                    .backend(Arc::new(state.quota()))
+                    .build(),
+            )
+            .build()
+            .unwrap();
+        pipelines.push((pipeline, state));
+    }
+    // Users whose budgets land on different primaries, braces included.
+    let users = ["ann", "bob", "cy", "d{e}f", "}{"];
+    let quota = pipelines[0].1.quota();
+    let primaries: std::collections::BTreeSet<u16> = users
+        .iter()
+        .map(|user| cluster.primary_of(&quota.redis_key(&format!("quota\u{1f}{user}"))))
+        .collect();
+    assert!(primaries.len() > 1, "the budgets are spread over primaries");
+
+    let mut calls = tokio::task::JoinSet::new();
+    for (pipeline, _) in &pipelines {
+        for user in users {
+            for _ in 0..40 {
+                let pipeline = pipeline.clone();
+                calls.spawn(async move {
+                    (
+                        user,
+                        pipeline.invoke("ping", json!(null), as_user(user)).await,
+                    )
+                });
+            }
+        }
+    }
+    let mut admitted = std::collections::BTreeMap::<&str, usize>::new();
+    while let Some(outcome) = calls.join_next().await {
+        let (user, outcome) = outcome.unwrap();
+        match outcome {
+            Ok(_) => *admitted.entry(user).or_default() += 1,
+            Err(error) => assert_eq!(error.code(), "rate_limited", "{error}"),
+        }
+    }
+    for user in users {
+        assert_eq!(
+            admitted.get(user).copied().unwrap_or(0),
+            25,
+            "`{user}`: exactly the burst, across 4 pipelines and 160 callers"
+        );
+    }
+    cluster.assert_every_key_expires(&prefix);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_concurrency_cap_holds_across_four_pipelines_on_a_cluster() {
+    let Some(cluster) =
+        Cluster::start_or_skip("the_concurrency_cap_holds_across_four_pipelines_on_a_cluster")
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut pipelines = Vec::new();
+    let mut backend = None;
+    for _ in 0..4 {
+        let state = on(
+            &cluster,
+            RedisConfig::builder()
+                .key_prefix(&prefix)
+                .deadline(Duration::from_secs(5)),
+        )
+        .await;
+        let concurrency = state.concurrency();
+        backend.get_or_insert_with(|| concurrency.clone());
+        let (in_flight, most) = (in_flight.clone(), most.clone());
+        let pipeline = Pipeline::builder()
+            .tool(tool_fn("slow", "Sleeps.", move |_: ()| {
+                let (in_flight, most) = (in_flight.clone(), most.clone());
+                async move {
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<_, ToolError>("done")
+                }
+            }))
+            .hook(
+                Concurrency::builder(3)
+                    .unwrap()
+                    .partition(Partition::Global)
+                    .wait(Duration::from_secs(20))
+                    .backend(Arc::new(concurrency))
+                    .build(),
+            )
+            .build()
+            .unwrap();
+        pipelines.push(pipeline);
+    }
+    let mut calls = tokio::task::JoinSet::new();
+    for pipeline in &pipelines {
+        for _ in 0..12 {
+            let pipeline = pipeline.clone();
+            calls.spawn(async move {
+                pipeline
+                    .invoke("slow", json!(null), InvokeOptions::new())
+                    .await
+            });
+        }
+    }
+    while let Some(outcome) = calls.join_next().await {
+        outcome
+            .unwrap()
+            .expect("every call gets a permit within its wait");
+    }
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        3,
+        "never more than the cap in flight across the 4 pipelines, and the cap was reached"
+    );
+    // Every permit was given back: the budget's sorted set is empty (or gone).
+    let key = backend.unwrap().redis_key("concurrency\u{1f}*");
+    let primary = cluster.primary_of(&key);
+    let released = Instant::now() + Duration::from_secs(2);
+    loop {
+        let held = cluster.cli(primary, &["zcard", &key]).unwrap();
+        if held.trim() == "0" {
+            break;
+        }
+        assert!(Instant::now() < released, "{held} leases still held");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.assert_every_key_expires(&prefix);
+}
+
+/// A read-only tool `profile` that counts its runs and takes `ms`.
+fn cached(state: &RedisState, runs: Arc<AtomicUsize>, ms: u64) -> Pipeline {
+    let mut tool = JsonTool::new(
+        "profile",
+        "Returns a profile.",
+        json!({}),
+        move |input, _| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok::<Value, ToolError>(json!({ "input": input }))
+            })
+        },
+    );
+    tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
+    Pipeline::builder()
+        .tool(tool)
+        .hook(
+            ResultCache::builder()
+                .backend(state.cache())
+                .ttl(Duration::from_secs(60))
+                .build(),
+        )
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_and_its_fill_lock_work_across_pipelines_on_a_cluster() {
+    let Some(cluster) =
+        Cluster::start_or_skip("the_cache_and_its_fill_lock_work_across_pipelines_on_a_cluster")
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let config = || {
+        RedisConfig::builder()
+            .key_prefix(&prefix)
+            .deadline(Duration::from_secs(5))
+            .cache_fill_wait(Some(Duration::from_secs(5)))
+    };
+    let a = cached(&on(&cluster, config()).await, runs.clone(), 200);
+    let b = cached(&on(&cluster, config()).await, runs.clone(), 200);
+    // Inputs whose entries land on every primary: each miss runs the claim script (the
+    // entry and its fill lock, one slot) on the entry's primary.
+    for city in ["Oslo", "Lima", "Pune", "Kiev", "Nuuk", "Baku"] {
+        let input = json!({ "city": city });
+        let (first, second) = tokio::join!(
+            a.invoke("profile", input.clone(), as_user("ann")),
+            b.invoke("profile", input.clone(), as_user("ann")),
+        );
+        assert_eq!(first.unwrap(), second.unwrap());
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        6,
+        "one run per input: the other pipeline waited for it through the fill lock"
+    );
+    let again = b
+        .invoke("profile", json!({ "city": "Oslo" }), as_user("ann"))
+        .await
+        .unwrap();
+    assert_eq!(again, json!({ "input": { "city": "Oslo" } }));
+    assert_eq!(runs.load(Ordering::SeqCst), 6, "a hit runs nothing");
+    let entries = cluster.keys_under(&prefix);
+    assert!(entries.len() >= 6, "{entries:?}");
+    cluster.assert_every_key_expires(&prefix);
+}
+
+/// What one call saw: when it started (after the load began), how long it took, and the
+/// error code it ended with, if any.
+struct Outcome {
+    started: Duration,
+    took: Duration,
+    error: Option<(String, u16)>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_killed_under_load_fails_closed_within_the_deadline_and_leaks_no_lease() {
+    let Some(mut cluster) = Cluster::start_or_skip(
+        "a_primary_killed_under_load_fails_closed_within_the_deadline_and_leaks_no_lease",
+    ) else {
+        return;
+    };
+    const DEADLINE: Duration = Duration::from_millis(100);
+    const LEASE_TTL: Duration = Duration::from_secs(3);
+    let prefix = namespace();
+    let mut pipelines = Vec::new();
+    let mut backends = Vec::new();
+    for _ in 0..2 {
+        let state = on(
+            &cluster,
+            RedisConfig::builder()
+                .key_prefix(&prefix)
+                .deadline(DEADLINE)
+                .lease_ttl(LEASE_TTL),
+        )
+        .await;
+        let (quota, concurrency) = (state.quota(), state.concurrency());
+        let pipeline = Pipeline::builder()
+            .tool(tool_fn("work", "Works 10 ms.", |_: ()| async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok::<_, ToolError>("done")
+            }))
+            .hook(
+                Quota::builder(Rate::per_second(1_000_000).unwrap())
+                    .partition(Partition::Global)
+                    .backend(Arc::new(quota.clone()))
+                    .build(),
+            )
+            .hook(
+                Concurrency::builder(6)
+                    .unwrap()
+                    .partition(Partition::Global)
+                    .backend(Arc::new(concurrency.clone()))
+                    .build(),
+            )
+            .build()
+            .unwrap();
+        pipelines.push(pipeline);
+        backends.push((state, quota, concurrency));
+    }
+    let leases = backends[0].2.redis_key("concurrency\u{1f}*");
+    let victim = cluster.primary_of(&leases);
+
+    let began = Instant::now();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = tokio::task::JoinSet::new();
+    for caller in 0..6 {
+        let pipeline = pipelines[caller % 2].clone();
+        let stop = stop.clone();
+        load.spawn(async move {
+            let mut outcomes = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let started = Instant::now();
+                let answer = pipeline
+                    .invoke("work", json!(null), InvokeOptions::new())
+                    .await;
+                outcomes.push(Outcome {
+                    started: started - began,
+                    took: started.elapsed(),
+                    error: answer
+                        .err()
+                        .map(|error| (error.code().to_owned(), error.status())),
+                });
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            outcomes
+        });
+    }
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed = Instant::now() - began;
+    cluster.kill(victim);
+    // The replica of the killed primary takes its slots: wait for the cluster to say so.
+    let promoted = loop {
+        let survivor = cluster.live_ports()[0];
+        let slot = cluster.slot(&leases);
+        let now_serving = cluster.primary_of_slot_seen_by(survivor, slot);
+        let ok = cluster
+            .cli(survivor, &["cluster", "info"])
+            .is_some_and(|info| info.contains("cluster_state:ok"));
+        if ok && now_serving.is_some_and(|port| port != victim) {
+            break Instant::now() - began;
+        }
+        assert!(
+            Instant::now() - began < killed + Duration::from_secs(20),
+            "no replica took over within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Load goes on until two seconds after the promotion.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut outcomes = Vec::new();
+    while let Some(caller) = load.join_next().await {
+        outcomes.extend(caller.unwrap());
+    }
+    outcomes.sort_by_key(|o| o.started);
+    let ended = Instant::now() - began;
+
+    let failed: Vec<&Outcome> = outcomes.iter().filter(|o| o.error.is_some()).collect();
+    let slowest = outcomes.iter().map(|o| o.took).max().unwrap();
+    let first_failure = failed.first().map(|o| o.started);
+    let last_failure = failed.last().map(|o| o.started + o.took);
+    let before = outcomes.iter().filter(|o| o.started < killed).count();
+    eprintln!(
+        "failover: {} calls ({} before the kill), {} failed; killed at {killed:?}, first failure at {first_failure:?}, promoted at {promoted:?}, last failure ended at {last_failure:?}, load ended at {ended:?}; slowest call {slowest:?}",
+        outcomes.len(),
+        before,
+        failed.len()
+    );
+    assert!(
+        outcomes
+            .iter()
+            .filter(|o| o.started + o.took < killed)
+            .all(|o| o.error.is_none()),
+        "before the kill every call succeeded"
+    );
+    assert!(!failed.is_empty(), "the outage was seen by the callers");
+    for outcome in &failed {
+        let (code, status) = outcome.error.as_ref().unwrap();
+        assert!(
+            matches!(code.as_str(), "overloaded" | "quota_unavailable") && *status == 503,
+            "a call during the failover fails closed with the documented 503 ({code}, {status})"
+        );
+    }
+    // Two policies, each at most one deadline per call, plus the tool's 10 ms: no call
+    // waits for the failover itself.
+    assert!(
+        slowest < 2 * DEADLINE + Duration::from_millis(400),
+        "no call waited past its deadlines: slowest {slowest:?}"
+    );
+    let recovered = outcomes
+        .iter()
+        .filter(|o| o.started > promoted + Duration::from_millis(500))
+        .collect::<Vec<_>>();
+    assert!(!recovered.is_empty());
+    assert!(
+        recovered.iter().all(|o| o.error.is_none()),
+        "half a second after the promotion every call succeeds again"
+    );
+    let refused: u64 = backends
+        .iter()
+        .map(|(_, q, c)| {
+            q.unavailable_decisions().fail_closed + c.unavailable_decisions().fail_closed
+        })
+        .sum();
+    assert_eq!(
+        refused,
+        failed.len() as u64,
+        "each refusal was counted once"
+    );
+    for (state, _, _) in &backends {
+        assert!(state.ping().await.is_some(), "the cluster answers again");
+    }
+
+    // No leaked lease: every permit was given back, or (a release lost in the failover)
+    // expires within the lease TTL.
+    let drained = Instant::now();
+    let primary = cluster.primary_of(&leases);
+    loop {
+        let held = cluster.cli(primary, &["zcard", &leases]).unwrap();
+        if held.trim() == "0" {
+            break;
+        }
+        assert!(
+            drained.elapsed() < LEASE_TTL + Duration::from_secs(2),
+            "{} leases still held {:?} after the load ended",
+            held.trim(),
+            drained.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "failover: the lease count was back to 0 {:?} after the load ended",
+        drained.elapsed()
+    );
+    cluster.assert_every_key_expires(&prefix);
+}
+
+/// The Redis commands the cluster's primaries ran for `calls` calls of `run`, per call.
+async fn commands_per_call<F, Fut>(
+    cluster: &Cluster,
+    calls: usize,
+    mut run: F,
+) -> Vec<(String, f64)>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    // What the harness itself sends to look at the cluster, replication between the nodes,
+    // and the one-off loading of a script on a primary that had not seen it yet.
+    const NOT_PER_CALL: &[&str] = &[
+        "info", "cluster", "command", "client", "ping", "hello", "replconf", "script",
+    ];
+    let before = cluster.command_calls();
+    for i in 0..calls {
+        run(i).await;
+    }
+    // Releases are sent from the permit's drop, off the caller's path.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = cluster.command_calls();
+    after
+        .iter()
+        .filter(|(name, _)| !NOT_PER_CALL.iter().any(|h| name.starts_with(h)))
+        .filter_map(|(name, ran)| {
+            let ran = ran - before.get(name).copied().unwrap_or(0);
+            (ran > 0).then(|| (name.clone(), ran as f64 / calls as f64))
+        })
+        .collect()
+}
+
+fn per_call(commands: &[(String, f64)]) -> String {
+    commands
+        .iter()
+        .map(|(name, n)| format!("{n:.2} {name}"))
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_policy_costs_the_documented_redis_commands_per_call_on_a_cluster() {
+    let Some(cluster) = Cluster::start_or_skip(
+        "each_policy_costs_the_documented_redis_commands_per_call_on_a_cluster",
+    ) else {
+        return;
+    };
+    const CALLS: usize = 200;
+    let prefix = namespace();
+    let config = || {
+        RedisConfig::builder()
+            .key_prefix(&prefix)
+            .deadline(Duration::from_secs(5))
+    };
+    let state = on(&cluster, config()).await;
+    let tool = || {
+        tool_fn("ping", "Answers pong.", |_: ()| async {
+            Ok::<_, ToolError>("pong")
+        })
+    };
+    let quota = Pipeline::builder()
+        .tool(tool())
+        .hook(
+            Quota::builder(Rate::per_second(1_000_000).unwrap())
+                .backend(Arc::new(state.quota()))
+                .build(),
+        )
+        .build()
+        .unwrap();
+    let capped = Pipeline::builder()
+        .tool(tool())
+        .hook(
+            Concurrency::builder(1_000)
+                .unwrap()
+                .backend(Arc::new(state.concurrency()))
+                .build(),
+        )
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let cache = cached(&state, runs.clone(), 0);
+    let locked_state = on(
+        &cluster,
+        config().cache_fill_wait(Some(Duration::from_secs(1))),
+    )
+    .await;
+    let locked = cached(&locked_state, runs.clone(), 0);
+    // Warm up: load every script on every node, open every connection.
+    for pipeline in [&quota, &capped] {
+        pipeline
+            .invoke("ping", json!(null), as_user("warm"))
+            .await
+            .unwrap();
+    }
+    for pipeline in [&cache, &locked] {
+        for warm in 0..16 {
+            pipeline
+                .invoke("profile", json!({ "warm": warm }), as_user("warm"))
+                .await
+                .unwrap();
+        }
+    }
+
+    let q = commands_per_call(&cluster, CALLS, |i| {
+        let quota = quota.clone();
+        async move {
+            quota
+                .invoke("ping", json!(null), as_user(&format!("u{i}")))
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    let c = commands_per_call(&cluster, CALLS, |i| {
+        let capped = capped.clone();
+        async move {
+            capped
+                .invoke("ping", json!(null), as_user(&format!("u{i}")))
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    let mut cost = Vec::new();
+    for (name, pipeline) in [("cache", &cache), ("cache with fill lock", &locked)] {
+        let miss = commands_per_call(&cluster, CALLS, |i| {
+            let pipeline = pipeline.clone();
+            async move {
+                pipeline
+                    .invoke("profile", json!({"n": i, "of": name}), as_user("ann"))
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+        let hit = commands_per_call(&cluster, CALLS, |i| {
+            let pipeline = pipeline.clone();
+            async move {
+                pipeline
+                    .invoke("profile", json!({"n": i, "of": name}), as_user("ann"))
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+        cost.push((name, miss, hit));
+    }
+    eprintln!("per call on the cluster: quota {}", per_call(&q));
+    eprintln!("per call on the cluster: concurrency {}", per_call(&c));
+    for (name, miss, hit) in &cost {
+        eprintln!(
+            "per call on the cluster: {name} miss {}, hit {}",
+            per_call(miss),
+            per_call(hit)
+        );
+    }
+    // Redis counts the commands a script runs as well as the script itself: one EVALSHA
+    // (the only round trip) and what the script did inside.
+    let expect = |what: &str, got: &[(String, f64)], want: &[(&str, f64)]| {
+        // A script's first use on a primary costs one more EVALSHA (answered NOSCRIPT, then
+        // loaded): allow one such in the run.
+        let close = got.len() == want.len()
+            && got
+                .iter()
+                .zip(want)
+                .all(|((n, c), (m, d))| n == m && (c - d).abs() <= 1.0 / CALLS as f64);
+        assert!(close, "{what}: {got:?}, expected {want:?}");
+    };
+    expect(
+        "quota: one script (TIME, GET, SET inside)",
+        &q,
+        &[("evalsha", 1.0), ("get", 1.0), ("set", 1.0), ("time", 1.0)],
+    );
+    expect(
+        "concurrency: one script to take the lease, one ZREM to give it back",
+        &c,
+        &[
+            ("evalsha", 1.0),
+            ("pexpire", 1.0),
+            ("time", 1.0),
+            ("zadd", 1.0),
+            ("zcard", 1.0),
+            ("zrange", 1.0),
+            ("zrem", 1.0),
+            ("zremrangebyscore", 1.0),
+            ("zscore", 1.0),
+        ],
+    );
+    expect(
+        "a cache miss: two reads (the hook's, then again as the leader), one write",
+        &cost[0].1,
+        &[("get", 2.0), ("psetex", 1.0)],
+    );
+    expect("a cache hit: one GET", &cost[0].2, &[("get", 1.0)]);
+    expect(
+        "a miss with the fill lock: claim, claim again as the leader, fill",
+        &cost[1].1,
+        &[("del", 1.0), ("evalsha", 3.0), ("get", 4.0), ("set", 3.0)],
+    );
+    expect(
+        "a hit with the fill lock: one claim script that finds the value",
+        &cost[1].2,
+        &[("evalsha", 1.0), ("get", 1.0)],
+    );
+}
+
+/// Microseconds per call of `calls` sequential quota calls through a pipeline on `state`.
+async fn quota_latency(state: &RedisState, calls: u32) -> f64 {
+    let pipeline = Pipeline::builder()
+        .tool(tool_fn("ping", "Answers pong.", |_: ()| async {
+            Ok::<_, ToolError>("pong")
+        }))
+        .hook(
+            Quota::builder(Rate::per_second(1_000_000).unwrap())
+                .backend(Arc::new(state.quota()))
+                .build(),
+        )
+        .build()
+        .unwrap();
+    for _ in 0..50 {
+        pipeline
+            .invoke("ping", json!(null), as_user("warm"))
+            .await
+            .unwrap();
+    }
+    let started = Instant::now();
+    for i in 0..calls {
+        pipeline
+            .invoke("ping", json!(null), as_user(&format!("u{}", i % 64)))
+            .await
+            .unwrap();
+    }
+    started.elapsed().as_secs_f64() * 1e6 / f64::from(calls)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quota_call_on_a_cluster_costs_one_round_trip_like_on_one_node() {
+    let Some(cluster) =
+        Cluster::start_or_skip("a_quota_call_on_a_cluster_costs_one_round_trip_like_on_one_node")
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let config = || {
+        RedisConfig::builder()
+            .key_prefix(&prefix)
+            .deadline(Duration::from_secs(5))
+    };
+    let on_cluster = on(&cluster, config()).await;
+    let cluster_us = quota_latency(&on_cluster, 2_000).await;
+    // One node of the same cluster build, alone: the single-node client against a plain
+    // redis-server would do, but the cluster's own node keeps the comparison fair.
+    let single = match common::redis_or_skip("single-node comparison").await {
+        Some(url) => {
+            let state = RedisState::connect(&url, config().build()).await.unwrap();
+            Some(quota_latency(&state, 2_000).await)
+        }
+        None => None,
+    };
+    eprintln!(
+        "quota call through a pipeline, sequential, loopback: cluster {cluster_us:.1} µs, single node {}",
+        single.map_or("not measured (no REDIS_URL)".to_owned(), |us| format!(
+            "{us:.1} µs"
+        ))
+    );
+    assert!(cluster_us < 50_000.0, "{cluster_us} µs per call");
+}
