@@ -55,7 +55,8 @@ const CLUSTER_RETRY_MAX_WAIT_MS: u64 = 100;
 #[derive(Clone, Debug)]
 pub struct RedisState {
     link: Link,
-    config: RedisConfig,
+    /// Behind an `Arc`: the state is cloned into every backend and kept small.
+    config: std::sync::Arc<RedisConfig>,
 }
 
 impl RedisState {
@@ -222,7 +223,7 @@ impl RedisState {
                 &config.key_prefix,
                 config.down_after_failures,
             ),
-            config,
+            config: std::sync::Arc::new(config),
         }
     }
 

@@ -1,7 +1,7 @@
 //! Redis Cluster: a six-node cluster of the test's own (three primaries, three replicas,
 //! `redis-server` processes on loopback), and the backends on it unchanged — the exact
 //! distributed limit, the concurrency cap, the shared cache — then a primary killed under
-//! load, and what each Redis call costs per tool call.
+//! load, mutual TLS to every node, and what each policy costs in Redis commands per call.
 
 mod common;
 
@@ -16,9 +16,10 @@ use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolError, User, tool_fn}
 use toolgate_hooks::cache::ResultCache;
 use toolgate_hooks::concurrency::Concurrency;
 use toolgate_hooks::partition::Partition;
-use toolgate_hooks::quota::{Quota, Rate};
-use toolgate_redis::{RedisConfig, RedisConfigBuilder, RedisState};
+use toolgate_hooks::quota::{Quota, QuotaBackend, QuotaDecision, QuotaRequest, Rate};
+use toolgate_redis::{RedisConfig, RedisConfigBuilder, RedisError, RedisState};
 
+use common::certificates::{Certificates, make_certificates};
 use common::cluster::Cluster;
 use common::namespace;
 
@@ -701,8 +702,7 @@ async fn a_quota_call_on_a_cluster_costs_one_round_trip_like_on_one_node() {
     };
     let on_cluster = on(&cluster, config()).await;
     let cluster_us = quota_latency(&on_cluster, 2_000).await;
-    // One node of the same cluster build, alone: the single-node client against a plain
-    // redis-server would do, but the cluster's own node keeps the comparison fair.
+    // The single-node figure, from the Redis the other tests use (REDIS_URL).
     let single = match common::redis_or_skip("single-node comparison").await {
         Some(url) => {
             let state = RedisState::connect(&url, config().build()).await.unwrap();
@@ -717,4 +717,79 @@ async fn a_quota_call_on_a_cluster_costs_one_round_trip_like_on_one_node() {
         ))
     );
     assert!(cluster_us < 50_000.0, "{cluster_us} µs per call");
+}
+
+/// The certificates and a TLS-only cluster, when `redis-server`, `redis-cli` and `openssl`
+/// are here (with `CI=true` their absence fails the test).
+fn tls_cluster_or_skip(test: &str) -> Option<(Certificates, Cluster)> {
+    if !common::cluster::binaries_or_skip(test) {
+        return None;
+    }
+    let openssl = std::process::Command::new("openssl")
+        .arg("version")
+        .output()
+        .is_ok();
+    if !openssl {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "{test}: `openssl` is required in CI"
+        );
+        eprintln!("skipping {test}: `openssl` is not installed");
+        return None;
+    }
+    let certs = make_certificates();
+    let cluster = Cluster::start_tls(&certs);
+    Some((certs, cluster))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_mutual_tls_shares_one_budget_and_refuses_a_wrong_ca() {
+    let Some((certs, cluster)) =
+        tls_cluster_or_skip("a_cluster_over_mutual_tls_shares_one_budget_and_refuses_a_wrong_ca")
+    else {
+        return;
+    };
+    assert!(cluster.url().starts_with("rediss+cluster://"));
+    let prefix = namespace();
+    let config = |ca: &str| {
+        RedisConfig::builder()
+            .key_prefix(&prefix)
+            .deadline(Duration::from_secs(2))
+            .tls_root_certificate(certs.read(ca))
+            .tls_client_certificate(certs.read("client.crt"), certs.read("client.key"))
+    };
+    let a = on(&cluster, config("ca.crt")).await;
+    let b = on(&cluster, config("ca.crt")).await;
+    let rate = Rate::per_hour(100).unwrap().with_burst(3).unwrap();
+    // Keys on every primary: each one reached over TLS.
+    for user in ["ann", "bob", "cy", "dee", "eve", "fay"] {
+        let key = format!("quota\u{1f}{user}");
+        let mut granted = 0;
+        for backend in [a.quota(), b.quota(), a.quota(), b.quota()] {
+            let decision = backend
+                .acquire(QuotaRequest { key: &key, rate })
+                .await
+                .expect("the cluster answers over TLS");
+            granted += usize::from(matches!(decision, QuotaDecision::Granted(_)));
+        }
+        assert_eq!(granted, 3, "`{user}`: one budget of 3 across both states");
+    }
+    assert_eq!(a.quota().unavailable_decisions().total(), 0);
+
+    let error = RedisState::connect(&cluster.url(), config("other-ca.crt").build())
+        .await
+        .expect_err("no node's certificate is signed by the other CA");
+    assert!(matches!(error, RedisError::Unreachable { .. }), "{error}");
+    assert!(
+        error.to_string().to_lowercase().contains("certificate"),
+        "the error says the certificate is the problem: {error}"
+    );
+    let plain = RedisConfig::builder()
+        .tls_root_certificate(certs.read("ca.crt"))
+        .build();
+    let error = RedisState::connect(&cluster.url().replace("rediss+", "redis+"), plain)
+        .await
+        .expect_err("certificates need rediss://");
+    assert!(matches!(error, RedisError::InvalidConfig(_)), "{error}");
+    cluster.assert_every_key_expires(&prefix);
 }

@@ -129,15 +129,33 @@ impl Cluster {
         for port in &cluster.ports {
             create.arg(format!("127.0.0.1:{port}"));
         }
-        let output = create
+        let log = cluster.dir.join("create.log");
+        let mut creating = create
             .args(["--cluster-replicas", "1", "--cluster-yes"])
-            .output()
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(Stdio::inherit())
+            .spawn()
             .expect("redis-cli runs");
+        // It waits for the nodes to agree; nodes that cannot talk never do.
+        let status = loop {
+            if let Some(status) = creating.try_wait().unwrap() {
+                break status;
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                let _ = creating.kill();
+                let _ = creating.wait();
+                panic!(
+                    "redis-cli --cluster create did not finish within 30 s: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
         assert!(
-            output.status.success(),
-            "redis-cli --cluster create failed: {}{}",
-            String::from_utf8_lossy(&output.stdout),
-            String::from_utf8_lossy(&output.stderr)
+            status.success(),
+            "redis-cli --cluster create failed: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
         );
         cluster.wait_until_ok(Duration::from_secs(20));
         cluster
@@ -173,6 +191,12 @@ impl Cluster {
                     .arg(&tls.key)
                     .arg("--tls-ca-cert-file")
                     .arg(&tls.ca)
+                    // The bus and replication connect to other nodes, which require a
+                    // client certificate: the server's is for serving only.
+                    .arg("--tls-client-cert-file")
+                    .arg(&tls.client_cert)
+                    .arg("--tls-client-key-file")
+                    .arg(&tls.client_key)
                     .args(["--tls-auth-clients", "yes"]);
             }
         }
