@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionLike, ConnectionManager};
 use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 /// The gauge that says whether Redis answers this process (1) or not (0): it goes to 0
@@ -86,6 +87,29 @@ pub(crate) enum Connection {
 }
 
 impl Connection {
+    /// `PING`. On a cluster it goes to every primary and counts as answered when all of
+    /// them answer: every slot's owner is reachable (a replica that is down does not
+    /// matter to the backends, which never read from replicas).
+    pub(crate) async fn ping(&mut self) -> redis::RedisResult<()> {
+        match self {
+            Connection::Single(connection) => redis::cmd("PING")
+                .query_async::<String>(connection)
+                .await
+                .map(drop),
+            Connection::Cluster(connection) => {
+                let every_primary = RoutingInfo::MultiNode((
+                    MultipleNodeRoutingInfo::AllMasters,
+                    Some(ResponsePolicy::AllSucceeded),
+                ));
+                connection
+                    .route_command(redis::cmd("PING"), every_primary)
+                    .await
+                    .and_then(Value::extract_error)
+                    .map(drop)
+            }
+        }
+    }
+
     /// What the connection is to, for logs and `Debug`.
     pub(crate) fn kind(&self) -> &'static str {
         match self {

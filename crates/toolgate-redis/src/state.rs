@@ -123,8 +123,8 @@ impl RedisState {
     }
 
     /// Connects to the Redis Cluster that `nodes` belong to, learns its layout (which
-    /// primary serves which slots), and checks that every node answers (`PING`) within the
-    /// configuration's connect timeout.
+    /// primary serves which slots), and checks that every primary answers (`PING`) within
+    /// the configuration's connect timeout.
     ///
     /// The client keeps a multiplexed connection to each primary and sends each command to
     /// the primary of its key's slot (never to a replica: reads from replicas could miss
@@ -158,7 +158,7 @@ impl RedisState {
     /// # Errors
     ///
     /// [`RedisError::InvalidConfig`] (certificates with `redis://` nodes, say), or
-    /// [`RedisError::Unreachable`] when no node answers in time, or one of them does not.
+    /// [`RedisError::Unreachable`] when no node answers in time, or a primary does not.
     pub async fn connect_cluster(
         nodes: &ClusterNodes,
         config: RedisConfig,
@@ -168,19 +168,19 @@ impl RedisState {
         let shown = nodes.to_string();
         let waited = config.connect_timeout + config.deadline;
         let probe = async {
-            let mut connection = client
+            let connection = client
                 .get_async_connection()
                 .await
                 .map_err(|error| unreachable(&shown, waited, &error))?;
-            // Routed to every node: each one must answer.
-            redis::cmd("PING")
-                .query_async::<String>(&mut connection)
+            let mut connection = Connection::Cluster(connection);
+            connection
+                .ping()
                 .await
                 .map_err(|error| unreachable(&shown, waited, &error))?;
             Ok(connection)
         };
         match tokio::time::timeout(waited, probe).await {
-            Ok(Ok(connection)) => Ok(Self::over(Connection::Cluster(connection), config)),
+            Ok(Ok(connection)) => Ok(Self::over(connection, config)),
             Ok(Err(error)) => Err(error),
             Err(_) => Err(RedisError::Unreachable {
                 url: shown,
@@ -274,17 +274,13 @@ impl RedisState {
     }
 
     /// How long a `PING` takes, or `None` when Redis does not answer within the deadline:
-    /// for readiness probes and health pages. On a cluster the `PING` goes to every node
-    /// the client knows, and counts as answered when all of them answer.
+    /// for readiness probes and health pages. On a cluster the `PING` goes to every
+    /// primary, and counts as answered when all of them answer.
     pub async fn ping(&self) -> Option<Duration> {
         let started = tokio::time::Instant::now();
         let mut connection = self.link.connection();
-        let ping = redis::cmd("PING");
-        let answer = self
-            .link
-            .within(ping.query_async::<String>(&mut connection))
-            .await;
-        answer.ok().map(|_| started.elapsed())
+        let answer = self.link.within(connection.ping()).await;
+        answer.ok().map(|()| started.elapsed())
     }
 }
 

@@ -658,67 +658,6 @@ async fn each_policy_costs_the_documented_redis_commands_per_call_on_a_cluster()
     );
 }
 
-/// Microseconds per call of `calls` sequential quota calls through a pipeline on `state`.
-async fn quota_latency(state: &RedisState, calls: u32) -> f64 {
-    let pipeline = Pipeline::builder()
-        .tool(tool_fn("ping", "Answers pong.", |_: ()| async {
-            Ok::<_, ToolError>("pong")
-        }))
-        .hook(
-            Quota::builder(Rate::per_second(1_000_000).unwrap())
-                .backend(Arc::new(state.quota()))
-                .build(),
-        )
-        .build()
-        .unwrap();
-    for _ in 0..50 {
-        pipeline
-            .invoke("ping", json!(null), as_user("warm"))
-            .await
-            .unwrap();
-    }
-    let started = Instant::now();
-    for i in 0..calls {
-        pipeline
-            .invoke("ping", json!(null), as_user(&format!("u{}", i % 64)))
-            .await
-            .unwrap();
-    }
-    started.elapsed().as_secs_f64() * 1e6 / f64::from(calls)
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_quota_call_on_a_cluster_costs_one_round_trip_like_on_one_node() {
-    let Some(cluster) =
-        Cluster::start_or_skip("a_quota_call_on_a_cluster_costs_one_round_trip_like_on_one_node")
-    else {
-        return;
-    };
-    let prefix = namespace();
-    let config = || {
-        RedisConfig::builder()
-            .key_prefix(&prefix)
-            .deadline(Duration::from_secs(5))
-    };
-    let on_cluster = on(&cluster, config()).await;
-    let cluster_us = quota_latency(&on_cluster, 2_000).await;
-    // The single-node figure, from the Redis the other tests use (REDIS_URL).
-    let single = match common::redis_or_skip("single-node comparison").await {
-        Some(url) => {
-            let state = RedisState::connect(&url, config().build()).await.unwrap();
-            Some(quota_latency(&state, 2_000).await)
-        }
-        None => None,
-    };
-    eprintln!(
-        "quota call through a pipeline, sequential, loopback: cluster {cluster_us:.1} µs, single node {}",
-        single.map_or("not measured (no REDIS_URL)".to_owned(), |us| format!(
-            "{us:.1} µs"
-        ))
-    );
-    assert!(cluster_us < 50_000.0, "{cluster_us} µs per call");
-}
-
 /// The certificates and a TLS-only cluster, when `redis-server`, `redis-cli` and `openssl`
 /// are here (with `CI=true` their absence fails the test).
 fn tls_cluster_or_skip(test: &str) -> Option<(Certificates, Cluster)> {
