@@ -260,6 +260,114 @@ async fn the_cache_and_its_fill_lock_work_across_pipelines_on_a_cluster() {
     cluster.assert_every_key_expires(&prefix);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_whose_slot_moves_under_load_follows_ask_and_moved_and_stays_exact() {
+    let Some(cluster) = Cluster::start_or_skip(
+        "a_budget_whose_slot_moves_under_load_follows_ask_and_moved_and_stays_exact",
+    ) else {
+        return;
+    };
+    let prefix = namespace();
+    let rate = Rate::per_hour(100).unwrap().with_burst(60).unwrap();
+    let mut backends = Vec::new();
+    for _ in 0..4 {
+        let config = RedisConfig::builder()
+            .key_prefix(&prefix)
+            .deadline(Duration::from_secs(5));
+        backends.push(on(&cluster, config).await.quota());
+    }
+    let key = "quota\u{1f}mover";
+    let redis_key = backends[0].redis_key(key);
+    let slot = cluster.slot(&redis_key).to_string();
+    let source = cluster.primary_of(&redis_key);
+    let target = *cluster
+        .primaries()
+        .iter()
+        .find(|port| **port != source)
+        .unwrap();
+    let (source_id, target_id) = (cluster.node_id(source), cluster.node_id(target));
+
+    // Callers take units all along, 10 ms apart each: the burst is spent during the move.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut callers = tokio::task::JoinSet::new();
+    for backend in backends.clone() {
+        let stop = stop.clone();
+        callers.spawn(async move {
+            let (mut granted, mut failed) = (0, 0);
+            while !stop.load(Ordering::SeqCst) {
+                match backend.acquire(QuotaRequest { key, rate }).await {
+                    Ok(QuotaDecision::Granted(_)) => granted += 1,
+                    Ok(_) => {}
+                    Err(_) => failed += 1,
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            (granted, failed)
+        });
+    }
+    let pause = || tokio::time::sleep(Duration::from_millis(150));
+    pause().await;
+    // The slot migrates, step by step, as `redis-cli --cluster reshard` does it. While the
+    // key has moved and the slot has not, the source answers ASK.
+    cluster.expect_ok(
+        target,
+        &["cluster", "setslot", &slot, "importing", &source_id],
+    );
+    cluster.expect_ok(
+        source,
+        &["cluster", "setslot", &slot, "migrating", &target_id],
+    );
+    pause().await;
+    let target_port = target.to_string();
+    let moved = cluster
+        .cli(
+            source,
+            &[
+                "migrate",
+                "127.0.0.1",
+                &target_port,
+                &redis_key,
+                "0",
+                "5000",
+            ],
+        )
+        .unwrap_or_default();
+    assert!(
+        matches!(moved.trim(), "OK" | "NOKEY"),
+        "MIGRATE answered {moved}"
+    );
+    pause().await;
+    for port in cluster.primaries() {
+        cluster.expect_ok(port, &["cluster", "setslot", &slot, "node", &target_id]);
+    }
+    pause().await;
+    stop.store(true, Ordering::SeqCst);
+    let (mut granted, mut failed) = (0, 0);
+    while let Some(caller) = callers.join_next().await {
+        let (g, f) = caller.unwrap();
+        granted += g;
+        failed += f;
+    }
+    assert_eq!(failed, 0, "every call was answered, redirects followed");
+    let asked = cluster.command_calls().get("asking").copied().unwrap_or(0);
+    assert!(asked > 0, "the client followed ASK redirects (ASKING sent {asked} times)");
+    assert_eq!(
+        cluster.primary_of(&redis_key),
+        target,
+        "the budget now lives on the other primary"
+    );
+    let left = backends[0]
+        .acquire(QuotaRequest { key, rate })
+        .await
+        .unwrap();
+    assert!(
+        matches!(left, QuotaDecision::Limited { .. }),
+        "the budget moved with its state: {left:?}"
+    );
+    assert_eq!(granted, 60, "exactly the burst, across the move");
+    cluster.assert_every_key_expires(&prefix);
+}
+
 /// What one call saw: when it started (after the load began), how long it took, and the
 /// error code it ended with, if any.
 struct Outcome {

@@ -342,6 +342,20 @@ impl Cluster {
             .collect()
     }
 
+    /// The cluster's id of the node on `port`.
+    pub fn node_id(&self, port: u16) -> String {
+        self.cli(port, &["cluster", "myid"])
+            .expect("the node answers")
+            .trim()
+            .to_owned()
+    }
+
+    /// Runs `redis-cli -p port args…` and fails unless the node answered `OK`.
+    pub fn expect_ok(&self, port: u16, args: &[&str]) {
+        let answer = self.cli(port, args).unwrap_or_default();
+        assert_eq!(answer.trim(), "OK", "redis-cli -p {port} {args:?}");
+    }
+
     /// Kills the node on `port` (SIGKILL: no goodbye to the cluster).
     pub fn kill(&mut self, port: u16) {
         let index = self
