@@ -146,6 +146,9 @@ impl ClusterNodes {
                     masked(url)
                 ));
             }
+            if let Some(problem) = port_problem(url) {
+                return Err(format!("`{}`: {problem}", masked(url)));
+            }
             let info = url
                 .as_str()
                 .into_connection_info()
@@ -205,6 +208,22 @@ impl fmt::Display for ClusterNodes {
         // first host.
         let (userinfo, hosts) = split_userinfo(&hosts);
         write!(f, "{scheme}{userinfo}{}", hosts.join(","))
+    }
+}
+
+/// What is wrong with the port of `url`, if one is written and it is not 1 to 65535 (the
+/// URL parser only says that the URL did not parse).
+fn port_problem(url: &str) -> Option<String> {
+    let rest = url.split_once("://")?.1;
+    let host_port = rest.rsplit_once('@').map_or(rest, |(_, host)| host);
+    let host_port = host_port.split('/').next()?;
+    let port = match host_port.rfind(']') {
+        Some(end) => host_port[end + 1..].strip_prefix(':')?,
+        None => host_port.rsplit_once(':')?.1,
+    };
+    match port.parse::<u16>() {
+        Ok(port) if port > 0 => None,
+        _ => Some(format!("the port `{port}` is not a number from 1 to 65535")),
     }
 }
 
@@ -280,6 +299,10 @@ mod tests {
         assert!(mixed.contains("mix redis:// and rediss://"), "{mixed}");
         let port = reason(ClusterNodes::parse("redis+cluster://a:7000,b:port"));
         assert!(port.contains("b:port"), "{port}");
+        assert!(port.contains("the port `port` is not a number from 1 to 65535"), "{port}");
+        let port = reason(ClusterNodes::from_urls(["redis://u:p@[::1]:99999/0"]));
+        assert!(port.contains("the port `99999`"), "{port}");
+        assert!(ClusterNodes::from_urls(["redis://[::1]:7000", "redis://h"]).is_ok());
         let database = reason(ClusterNodes::from_urls(["redis://a:7000/2"]));
         assert!(database.contains("database 2"), "{database}");
         let scheme = reason(ClusterNodes::parse("redis://a:7000"));
