@@ -299,7 +299,10 @@ mod tests {
         assert!(mixed.contains("mix redis:// and rediss://"), "{mixed}");
         let port = reason(ClusterNodes::parse("redis+cluster://a:7000,b:port"));
         assert!(port.contains("b:port"), "{port}");
-        assert!(port.contains("the port `port` is not a number from 1 to 65535"), "{port}");
+        assert!(
+            port.contains("the port `port` is not a number from 1 to 65535"),
+            "{port}"
+        );
         let port = reason(ClusterNodes::from_urls(["redis://u:p@[::1]:99999/0"]));
         assert!(port.contains("the port `99999`"), "{port}");
         assert!(ClusterNodes::from_urls(["redis://[::1]:7000", "redis://h"]).is_ok());

@@ -350,7 +350,10 @@ async fn a_budget_whose_slot_moves_under_load_follows_ask_and_moved_and_stays_ex
     }
     assert_eq!(failed, 0, "every call was answered, redirects followed");
     let asked = cluster.command_calls().get("asking").copied().unwrap_or(0);
-    assert!(asked > 0, "the client followed ASK redirects (ASKING sent {asked} times)");
+    assert!(
+        asked > 0,
+        "the client followed ASK redirects (ASKING sent {asked} times)"
+    );
     assert_eq!(
         cluster.primary_of(&redis_key),
         target,
