@@ -22,17 +22,18 @@ const NODES: usize = 6;
 /// binaries running at once rarely meet, and each cluster of this process takes new ones.
 static NEXT_PORT: AtomicU16 = AtomicU16::new(0);
 
-/// A port `p` free on loopback with `p + 10000` (the cluster bus) free too.
+/// A port `p` free on loopback with `p + 10000` (the cluster bus) free too, both below the
+/// kernel's ephemeral range (32768 and up), where client sockets could take them.
 fn free_port_pair() -> u16 {
     let _ = NEXT_PORT.compare_exchange(
         0,
-        fastrand::u16(15_000..24_000),
+        fastrand::u16(15_000..20_000),
         Ordering::SeqCst,
         Ordering::SeqCst,
     );
     loop {
         let port = NEXT_PORT.fetch_add(1, Ordering::SeqCst);
-        assert!(port < 25_000, "no free port pair below 25000");
+        assert!(port < 22_000, "no free port pair below 22000");
         let free = |p: u16| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok();
         if free(port) && free(port + 10_000) {
             return port;
