@@ -843,3 +843,46 @@ async fn a_cluster_over_mutual_tls_shares_one_budget_and_refuses_a_wrong_ca() {
     assert!(matches!(error, RedisError::InvalidConfig(_)), "{error}");
     cluster.assert_every_key_expires(&prefix);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lazy_cluster_state_fails_closed_within_the_deadline_until_the_cluster_answers() {
+    // Nothing listens on port 1: the state starts anyway, and decides by its policy.
+    let config = RedisConfig::builder().deadline(Duration::from_millis(100));
+    let away = RedisState::connect_lazy("redis+cluster://127.0.0.1:1", config.clone().build())
+        .expect("a lazy state starts without its cluster");
+    assert!(away.is_cluster());
+    let quota = away.quota();
+    let rate = Rate::per_minute(60).unwrap();
+    let started = Instant::now();
+    let answer = quota.acquire(QuotaRequest { key: "k", rate }).await;
+    assert!(answer.is_err(), "fails closed: {answer:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(quota.unavailable_decisions().fail_closed, 1);
+    assert!(away.ping().await.is_none());
+
+    let Some(cluster) = Cluster::start_or_skip(
+        "a_lazy_cluster_state_fails_closed_within_the_deadline_until_the_cluster_answers",
+    ) else {
+        return;
+    };
+    let lazy =
+        RedisState::connect_lazy(&cluster.url(), config.key_prefix(namespace()).build()).unwrap();
+    let answered = Instant::now() + Duration::from_secs(5);
+    let quota = lazy.quota();
+    loop {
+        if let Ok(QuotaDecision::Granted(_)) = quota.acquire(QuotaRequest { key: "k", rate }).await
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < answered,
+            "the lazy state never reached the cluster"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(lazy.ping().await.is_some());
+}
