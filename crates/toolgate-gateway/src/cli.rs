@@ -238,9 +238,9 @@ fn configured_user(config: &crate::config::Config, id: Option<&str>) -> Result<U
 
 async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), String> {
     let mut file = load_file(path).map_err(|e| e.to_string())?;
-    let state = match &file.state.url {
+    let state = match file.state.target() {
         StateUrl::Memory => "memory".to_owned(),
-        StateUrl::Redis(_) => "redis (not contacted by check)".to_owned(),
+        target => format!("{} (not contacted by check)", target.describe()),
     };
     file.state = StateConfig::default();
     let shared = SharedState::new(&file).await.map_err(|e| e.to_string())?;

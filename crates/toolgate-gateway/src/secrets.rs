@@ -48,11 +48,17 @@ pub fn held(config: &Config) -> Vec<Secret> {
     if let Some(key) = &config.server.mcp_state_key {
         held.push(Secret::new(key.0.clone()));
     }
-    if let StateUrl::Redis(url) = &config.state.url
-        && let Ok(url) = url::Url::parse(url)
-        && let Some(password) = url.password()
-    {
-        held.push(Secret::new(password.to_owned()));
+    let redis_urls = match config.state.target() {
+        StateUrl::Memory => Vec::new(),
+        StateUrl::Redis(url) => vec![url],
+        StateUrl::Cluster(nodes) => nodes.urls().to_vec(),
+    };
+    for url in redis_urls {
+        if let Ok(url) = url::Url::parse(&url)
+            && let Some(password) = url.password()
+        {
+            held.push(Secret::new(password.to_owned()));
+        }
     }
     held
 }

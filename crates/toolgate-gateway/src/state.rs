@@ -57,10 +57,10 @@ impl Backends {
         state: &StateConfig,
         max_cache_entries: u64,
     ) -> Result<Self, GatewayError> {
-        let url = match &state.url {
-            StateUrl::Memory => return Ok(Self::in_memory(max_cache_entries)),
-            StateUrl::Redis(url) => url,
-        };
+        let target = state.target();
+        if target == StateUrl::Memory {
+            return Ok(Self::in_memory(max_cache_entries));
+        }
         let mut config = RedisConfig::builder().cache_fill_wait(state.cache_fill_wait);
         if let Some(deadline) = state.deadline {
             config = config.deadline(deadline);
@@ -77,8 +77,12 @@ impl Backends {
         if let Some(tls) = &state.tls {
             config = with_tls_files(config, tls)?;
         }
-        RedisState::connect(url, config.build())
-            .await
+        let connected = match &target {
+            StateUrl::Cluster(nodes) => RedisState::connect_cluster(nodes, config.build()).await,
+            StateUrl::Redis(url) => RedisState::connect(url, config.build()).await,
+            StateUrl::Memory => unreachable!("handled above"),
+        };
+        connected
             .map(Backends::Redis)
             .map_err(|e| GatewayError::State(format!("{e} (check `state` and that Redis runs)")))
     }
@@ -316,6 +320,57 @@ mod tests {
         let message = refusal(Backends::connect(&state, 10).await);
         assert!(message.contains("state.tls.ca_file"), "{message}");
         assert!(message.contains("/nonexistent/ca.pem"), "{message}");
+    }
+
+    #[test]
+    fn a_cluster_is_given_as_one_url_or_as_a_list_of_nodes() {
+        let one =
+            crate::config::parse("state: redis+cluster://10.0.0.1:7000,10.0.0.2:7001\n").unwrap();
+        let listed = crate::config::parse(
+            "state:\n  cluster:\n    - redis://10.0.0.1:7000\n    - redis://10.0.0.2:7001\n",
+        )
+        .unwrap();
+        assert_eq!(one.state.target(), listed.state.target());
+        let StateUrl::Cluster(nodes) = one.state.target() else {
+            panic!("a cluster")
+        };
+        assert_eq!(
+            nodes.urls(),
+            ["redis://10.0.0.1:7000", "redis://10.0.0.2:7001"]
+        );
+        assert_eq!(
+            one.state.target().describe(),
+            "redis cluster, 2 seed nodes (redis+cluster://10.0.0.1:7000,10.0.0.2:7001)"
+        );
+    }
+
+    #[test]
+    fn bad_cluster_nodes_are_config_errors_with_their_field_path() {
+        let cases = [
+            ("state:\n  cluster: []\n", "state.cluster", "no node"),
+            (
+                "state:\n  cluster: [redis://a:7000, rediss://b:7000]\n",
+                "state.cluster",
+                "mix redis:// and rediss://",
+            ),
+            (
+                "state:\n  cluster: [redis://a:7000, redis://b:99999]\n",
+                "state.cluster[1]",
+                "b:99999",
+            ),
+            ("state: redis+cluster://\n", "state", "no node"),
+            ("state: redis+cluster://a:7000,b:x\n", "state", "b:x"),
+            (
+                "state:\n  url: redis://a:6379\n  cluster: [redis://b:7000]\n",
+                "state.cluster",
+                "keep one",
+            ),
+        ];
+        for (text, field, says) in cases {
+            let error = crate::config::parse(text).expect_err(text);
+            assert_eq!(error.field(), field, "{text}: {error}");
+            assert!(error.to_string().contains(says), "{text}: {error}");
+        }
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! Quota decisions per second against the local Redis, next to the in-memory GCRA in the
 //! same run. Run with `cargo bench -p toolgate-redis --bench quota`; `REDIS_URL` picks the
 //! Redis (default `redis://127.0.0.1:6379`). Without a reachable Redis only the in-memory
-//! baseline runs.
+//! baseline runs. With `REDIS_CLUSTER_URL` (`redis+cluster://host:port,…`) the same runs
+//! against a Redis Cluster too (`redis_cluster`): 64 keys spread over its primaries.
 //!
 //! * `sequential`: one caller, one decision at a time: the latency of a decision.
 //! * `concurrent_64`: 64 decisions in flight at once on one connection: throughput.
@@ -76,9 +77,16 @@ fn main() {
         .key_prefix(prefix)
         .deadline(Duration::from_secs(1))
         .build();
-    match runtime.block_on(RedisState::connect(&url, config)) {
+    match runtime.block_on(RedisState::connect(&url, config.clone())) {
         Ok(state) => bench_backend(&mut criterion, &runtime, "redis", &state.quota()),
         Err(error) => eprintln!("skipping the Redis benchmarks: {error}"),
+    }
+    // A Redis Cluster, when one is given: `redis+cluster://127.0.0.1:7000,…`.
+    if let Ok(cluster) = std::env::var("REDIS_CLUSTER_URL") {
+        match runtime.block_on(RedisState::connect(&cluster, config)) {
+            Ok(state) => bench_backend(&mut criterion, &runtime, "redis_cluster", &state.quota()),
+            Err(error) => eprintln!("skipping the Redis Cluster benchmarks: {error}"),
+        }
     }
     criterion.final_summary();
 }

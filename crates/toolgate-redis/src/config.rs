@@ -121,6 +121,11 @@ impl RedisConfigBuilder {
     /// that lost Redis together do not come back together), for `tries` attempts in a row.
     /// After the last one fails, the next call starts a new series. Callers never wait for
     /// this: they get their answer within [`deadline`](Self::deadline).
+    ///
+    /// This is for one node. On a Redis Cluster the cluster client reconnects to each node
+    /// on its own schedule (50 ms doubling to 1 s, until the node is back or leaves the
+    /// cluster's layout), with the same guarantee that callers never wait past their
+    /// deadline.
     #[must_use]
     pub fn reconnect_backoff(mut self, min: Duration, max: Duration, tries: usize) -> Self {
         self.config.reconnect_min_delay = min;

@@ -30,6 +30,17 @@ pub enum RedisError {
         /// What the parser said.
         reason: String,
     },
+    /// The nodes given for a Redis Cluster cannot be used (see
+    /// [`ClusterNodes`](crate::ClusterNodes)).
+    #[error(
+        "`{nodes}` is not a usable list of Redis Cluster nodes ({reason}): write redis+cluster://host1:port1,host2:port2 (rediss+cluster://… for TLS), or list node URLs that all use redis:// or all rediss://"
+    )]
+    InvalidClusterNodes {
+        /// The nodes as given, passwords masked.
+        nodes: String,
+        /// What is wrong with them.
+        reason: String,
+    },
     /// The configuration cannot work.
     #[error("invalid Redis configuration: {0}")]
     InvalidConfig(String),

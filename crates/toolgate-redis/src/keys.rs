@@ -1,6 +1,7 @@
 //! The key layout. Every key starts with the configured prefix (default `toolgate`), and
 //! each Lua script touches keys of one Redis Cluster slot: a budget's key carries the
-//! budget in a hash tag (`{…}`), and a fill lock's hash tag is the whole key of its entry.
+//! budget in a hash tag (`{…}`), and a fill lock's hash tag is what Redis hashes of its
+//! entry's key (the whole key, or the entry's own hash tag if it has one).
 //!
 //! | what | key | expiry |
 //! |---|---|---|
@@ -8,6 +9,15 @@
 //! | concurrency leases | `<prefix>:{<policy key>}:leases` (sorted set) | the latest lease's expiry |
 //! | cached result | `<prefix>:<tool>:<sha256>` (the `CacheKey`) | the entry's TTL |
 //! | cache fill lock | `<prefix>:fill:{<prefix>:<tool>:<sha256>}` | the fill wait |
+//!
+//! Which script touches which keys, and so what must share a slot:
+//!
+//! | script or command | keys |
+//! |---|---|
+//! | `gcra.lua` | the quota key |
+//! | `acquire.lua`, `renew.lua`, the release (`ZREM`) | the leases key |
+//! | `GET`, `SET … PX`, `DEL` | the entry |
+//! | `claim.lua`, `fill.lua` | the entry and its fill lock |
 
 use toolgate_hooks::cache::CacheKey;
 
@@ -29,8 +39,49 @@ pub(crate) fn cache_entry(prefix: &str, key: &CacheKey) -> String {
     }
 }
 
-pub(crate) fn fill_lock(prefix: &str, entry: &str) -> String {
-    format!("{prefix}:fill:{{{entry}}}")
+/// The fill lock of `entry`, in the entry's slot: its hash tag is exactly what Redis
+/// hashes of the entry's key. `None` when that text contains a `}` and so cannot be a hash
+/// tag (only for a tool name with braces, which a pipeline refuses): such an entry is
+/// cached without the cross-replica fill lock.
+pub(crate) fn fill_lock(prefix: &str, entry: &str) -> Option<String> {
+    let hashed = hashed_part(entry);
+    (!hashed.contains('}')).then(|| format!("{prefix}:fill:{{{hashed}}}"))
+}
+
+/// The part of `key` that Redis Cluster hashes to find its slot: the text between the
+/// first `{` and the first `}` after it, if that is not empty; otherwise the whole key.
+pub(crate) fn hashed_part(key: &str) -> &str {
+    if let Some(open) = key.find('{')
+        && let Some(close) = key[open + 1..].find('}')
+        && close > 0
+    {
+        return &key[open + 1..open + 1 + close];
+    }
+    key
+}
+
+/// The Redis Cluster slot of `key`: CRC16 (XMODEM) of its hashed part, modulo 16384, as
+/// the cluster specification defines it.
+#[cfg(test)]
+pub(crate) fn slot(key: &str) -> u16 {
+    crc16_xmodem(hashed_part(key).as_bytes()) % 16384
+}
+
+/// CRC16-CCITT (XMODEM): polynomial 0x1021, initial value 0, no reflection.
+#[cfg(test)]
+fn crc16_xmodem(bytes: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in bytes {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
 }
 
 #[cfg(test)]
@@ -55,7 +106,7 @@ mod tests {
         assert!(moved.starts_with("staging:weather:"), "{moved}");
         assert_eq!(
             super::fill_lock("toolgate", key.as_str()),
-            format!("toolgate:fill:{{{key}}}")
+            Some(format!("toolgate:fill:{{{key}}}"))
         );
     }
 
@@ -66,5 +117,111 @@ mod tests {
             "toolgate:{q\u{1f}*}:quota"
         );
         assert_eq!(super::leases("p", "k"), "p:{k}:leases");
+    }
+
+    #[test]
+    fn the_slot_function_matches_the_cluster_specification_and_redis_rs() {
+        // The test vector of the Redis Cluster specification.
+        assert_eq!(super::crc16_xmodem(b"123456789"), 0x31C3);
+        // Hash tags, as the specification's examples read them.
+        assert_eq!(super::hashed_part("{user1000}.following"), "user1000");
+        assert_eq!(super::hashed_part("foo{}{bar}"), "foo{}{bar}");
+        assert_eq!(super::hashed_part("foo{{bar}}zap"), "{bar");
+        assert_eq!(super::hashed_part("foo{bar}{zap}"), "bar");
+        for key in [
+            "123456789",
+            "{user1000}.following",
+            "foo{}{bar}",
+            "a{b}c",
+            "}{",
+            "{",
+        ] {
+            let theirs = redis::cluster_routing::Slot::for_key(key);
+            assert_eq!(
+                redis::cluster_routing::Slot::new(super::slot(key)),
+                Some(theirs),
+                "{key}"
+            );
+        }
+    }
+
+    /// Names as awkward as a client can choose: braces, empty parts, the policy key's
+    /// separator, non-ASCII.
+    fn awkward_name(rng: &mut fastrand::Rng) -> String {
+        const PARTS: &[&str] = &[
+            "{",
+            "}",
+            "{}",
+            "}{",
+            "a",
+            "user",
+            "\u{1f}",
+            ":",
+            "é",
+            "{x}",
+            "*",
+            " ",
+            "tool-1.2_3",
+        ];
+        let len = rng.usize(0..8);
+        (0..len).map(|_| PARTS[rng.usize(..PARTS.len())]).collect()
+    }
+
+    /// Every script and command keeps its keys in one slot, for any names a client can
+    /// choose: Redis Cluster would refuse one that did not (`CROSSSLOT`).
+    #[test]
+    fn every_script_touches_keys_of_one_slot_whatever_the_names() {
+        let mut rng = fastrand::Rng::with_seed(22);
+        let mut locks_skipped = 0;
+        for _ in 0..20_000 {
+            let prefix = ["toolgate", "staging", "t"][rng.usize(..3)];
+            let policy = awkward_name(&mut rng);
+            let user = awkward_name(&mut rng);
+            let tool = awkward_name(&mut rng);
+            let policy_key = format!("{policy}\u{1f}{user}");
+
+            // Scripts of one key are in one slot by construction; check the key is what
+            // the script is given.
+            let quota = super::quota(prefix, &policy_key);
+            let leases = super::leases(prefix, &policy_key);
+            assert!(quota.starts_with(prefix) && leases.starts_with(prefix));
+
+            // The cache's two-key scripts: the entry and its fill lock.
+            let digest = format!("{:064x}", rng.u128(..));
+            let entry = format!("{prefix}:{tool}:{digest}");
+            match super::fill_lock(prefix, &entry) {
+                Some(lock) => assert_eq!(
+                    super::slot(&entry),
+                    super::slot(&lock),
+                    "claim.lua and fill.lua touch `{entry}` and `{lock}`"
+                ),
+                None => {
+                    // Only an entry whose hashed part has a `}` goes without a lock.
+                    assert!(super::hashed_part(&entry).contains('}'), "{entry}");
+                    assert!(tool.contains('}'), "{tool}");
+                    locks_skipped += 1;
+                }
+            }
+        }
+        assert!(locks_skipped > 0, "the names did include unlockable ones");
+    }
+
+    /// Tool names a pipeline accepts (a-z, A-Z, 0-9, `_`, `-`, `.`) always get a fill lock.
+    #[test]
+    fn every_valid_tool_name_gets_a_fill_lock_in_its_entrys_slot() {
+        let mut rng = fastrand::Rng::with_seed(5);
+        let alphabet: Vec<char> = ('a'..='z')
+            .chain('A'..='Z')
+            .chain('0'..='9')
+            .chain(['_', '-', '.'])
+            .collect();
+        for _ in 0..5_000 {
+            let tool: String = (0..rng.usize(1..=64))
+                .map(|_| alphabet[rng.usize(..alphabet.len())])
+                .collect();
+            let entry = format!("toolgate:{tool}:{:064x}", rng.u128(..));
+            let lock = super::fill_lock("toolgate", &entry).expect("a lock");
+            assert_eq!(super::slot(&entry), super::slot(&lock), "{entry}");
+        }
     }
 }

@@ -14,7 +14,10 @@
 //!   TTL under the hook's scoped [`CacheKey`](toolgate_hooks::cache::CacheKey), size-capped,
 //!   with an optional fill lock so that one replica runs a missed call for all.
 //!
-//! [`RedisState`] connects once and builds all three on one connection.
+//! [`RedisState`] connects once and builds all three on one connection — to one Redis
+//! node, or to a Redis Cluster ([`RedisState::connect_cluster`], [`ClusterNodes`], or a
+//! `redis+cluster://host1:port1,host2:port2` URL), where every script keeps its keys in one
+//! slot and the backends work unchanged.
 //!
 //! # When Redis is away
 //!
@@ -57,6 +60,7 @@
 #![deny(missing_docs)]
 
 mod cache;
+mod cluster;
 mod concurrency;
 mod config;
 mod error;
@@ -67,6 +71,7 @@ mod state;
 mod stats;
 
 pub use cache::{CACHE_OVERSIZE, CacheStats, RedisCache};
+pub use cluster::ClusterNodes;
 pub use concurrency::{ConcurrencyFailurePolicy, LEASES_LOST, RedisConcurrency};
 pub use config::{RedisConfig, RedisConfigBuilder};
 pub use error::RedisError;

@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use redis::aio::ConnectionManager;
+use redis::aio::{ConnectionLike, ConnectionManager};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
+use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 /// The gauge that says whether Redis answers this process (1) or not (0): it goes to 0
 /// after [`down_after_failures`](crate::RedisConfigBuilder::down_after_failures) calls in a
@@ -70,11 +73,89 @@ impl Health {
     }
 }
 
-/// One connection manager (multiplexed, reconnecting with backoff), the deadline of each
-/// call, the key prefix, and this replica's identity (for lease ids and fill locks).
+/// The connection of a state: to one Redis node, or to a Redis Cluster. Both are
+/// multiplexed and reconnect by themselves; the backends send their scripts and commands
+/// through either alike (it is a [`ConnectionLike`]), so what they do does not depend on
+/// which one it is.
+#[derive(Clone)]
+pub(crate) enum Connection {
+    /// One node (or a proxy in front of several): one socket, reconnecting with backoff.
+    Single(ConnectionManager),
+    /// A Redis Cluster: a socket per node, each command sent to the primary of its key's
+    /// slot, `MOVED`/`ASK` redirects followed and the slot map refreshed after a failover.
+    Cluster(ClusterConnection),
+}
+
+impl Connection {
+    /// `PING`. On a cluster it goes to every primary and counts as answered when all of
+    /// them answer: every slot's owner is reachable (a replica that is down does not
+    /// matter to the backends, which never read from replicas).
+    pub(crate) async fn ping(&mut self) -> redis::RedisResult<()> {
+        match self {
+            Connection::Single(connection) => redis::cmd("PING")
+                .query_async::<String>(connection)
+                .await
+                .map(drop),
+            Connection::Cluster(connection) => {
+                let every_primary = RoutingInfo::MultiNode((
+                    MultipleNodeRoutingInfo::AllMasters,
+                    Some(ResponsePolicy::AllSucceeded),
+                ));
+                connection
+                    .route_command(redis::cmd("PING"), every_primary)
+                    .await
+                    .and_then(Value::extract_error)
+                    .map(drop)
+            }
+        }
+    }
+
+    /// What the connection is to, for logs and `Debug`.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Connection::Single(_) => "single node",
+            Connection::Cluster(_) => "cluster",
+        }
+    }
+}
+
+impl ConnectionLike for Connection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Connection::Single(connection) => connection.req_packed_command(cmd),
+            Connection::Cluster(connection) => connection.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Connection::Single(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+            Connection::Cluster(connection) => {
+                connection.req_packed_commands(pipeline, offset, count)
+            }
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Connection::Single(connection) => connection.get_db(),
+            Connection::Cluster(connection) => connection.get_db(),
+        }
+    }
+}
+
+/// One connection (multiplexed, reconnecting by itself), the deadline of each call, the
+/// key prefix, and this replica's identity (for lease ids and fill locks).
 #[derive(Clone)]
 pub(crate) struct Link {
-    connection: ConnectionManager,
+    connection: Connection,
     deadline: Duration,
     prefix: Arc<str>,
     replica: Arc<str>,
@@ -86,7 +167,7 @@ pub(crate) struct Link {
 
 impl Link {
     pub(crate) fn new(
-        connection: ConnectionManager,
+        connection: Connection,
         deadline: Duration,
         prefix: &str,
         down_after: u32,
@@ -115,8 +196,13 @@ impl Link {
     }
 
     /// A handle on the shared connection (cheap: it is multiplexed).
-    pub(crate) fn connection(&self) -> ConnectionManager {
+    pub(crate) fn connection(&self) -> Connection {
         self.connection.clone()
+    }
+
+    /// Whether the link is to a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.connection, Connection::Cluster(_))
     }
 
     pub(crate) fn prefix(&self) -> &str {
@@ -163,6 +249,7 @@ impl Link {
 impl fmt::Debug for Link {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Link")
+            .field("to", &self.connection.kind())
             .field("deadline", &self.deadline)
             .field("prefix", &self.prefix)
             .field("replica", &self.replica)

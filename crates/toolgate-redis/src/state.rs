@@ -3,11 +3,19 @@
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
 
 use crate::config::TlsFiles;
 use crate::error::masked;
-use crate::link::Link;
-use crate::{RedisCache, RedisConcurrency, RedisConfig, RedisError, RedisQuota};
+use crate::link::{Connection, Link};
+use crate::{ClusterNodes, RedisCache, RedisConcurrency, RedisConfig, RedisError, RedisQuota};
+
+/// How often the cluster client tries a command again after a redirect (`MOVED`, `ASK`),
+/// a `CLUSTERDOWN`/`TRYAGAIN`, or a lost node, and the pauses between tries: short, since
+/// the per-call deadline bounds the whole and a caller that gave up stops the retries.
+const CLUSTER_RETRIES: u32 = 16;
+const CLUSTER_RETRY_MIN_WAIT_MS: u64 = 5;
+const CLUSTER_RETRY_MAX_WAIT_MS: u64 = 100;
 
 /// The entry point: a connection to Redis shared by the [quota](RedisQuota),
 /// [concurrency](RedisConcurrency) and [cache](RedisCache) backends it builds.
@@ -18,6 +26,12 @@ use crate::{RedisCache, RedisConcurrency, RedisConfig, RedisError, RedisQuota};
 /// No caller waits for a reconnect past the per-call
 /// [deadline](crate::RedisConfigBuilder::deadline): it gets its backend's failure-policy
 /// answer instead.
+///
+/// On a Redis Cluster ([`connect_cluster`](Self::connect_cluster), or a
+/// `redis+cluster://host1:port1,host2:port2` URL) there is one such socket per node, and
+/// each command goes to the primary of its key's slot. Every script keeps its keys in one
+/// slot, so the backends work there unchanged; redirects (`MOVED`, `ASK`) are followed
+/// and the slot map refreshed after a failover, all within the same per-call deadline.
 ///
 /// Cloning is cheap and shares the connection.
 ///
@@ -41,18 +55,27 @@ use crate::{RedisCache, RedisConcurrency, RedisConfig, RedisError, RedisQuota};
 #[derive(Clone, Debug)]
 pub struct RedisState {
     link: Link,
-    config: RedisConfig,
+    /// Behind an `Arc`: the state is cloned into every backend and kept small.
+    config: std::sync::Arc<RedisConfig>,
 }
 
 impl RedisState {
     /// Connects to Redis at `url` and checks that it answers (`PING`) within the
     /// configuration's connect timeout, so that a wrong address shows at start-up.
     ///
+    /// `url` is one node's (`redis://…`, `rediss://…`, `redis+unix://…`), or a Redis
+    /// Cluster's, `redis+cluster://host1:port1,host2:port2` (see
+    /// [`connect_cluster`](Self::connect_cluster)).
+    ///
     /// # Errors
     ///
-    /// [`RedisError::InvalidUrl`], [`RedisError::InvalidConfig`], or
-    /// [`RedisError::Unreachable`] when Redis does not answer in time.
+    /// [`RedisError::InvalidUrl`], [`RedisError::InvalidClusterNodes`],
+    /// [`RedisError::InvalidConfig`], or [`RedisError::Unreachable`] when Redis does not
+    /// answer in time.
     pub async fn connect(url: &str, config: RedisConfig) -> Result<Self, RedisError> {
+        if ClusterNodes::is_cluster_url(url) {
+            return Self::connect_cluster(&ClusterNodes::parse(url)?, config).await;
+        }
         // One connection of its own first, so that what is wrong (refused, a certificate,
         // a password) shows here rather than as a reconnecting manager's silence.
         config.validate().map_err(RedisError::InvalidConfig)?;
@@ -91,9 +114,117 @@ impl RedisState {
     ///
     /// Outside a tokio runtime: the connection runs a background task.
     pub fn connect_lazy(url: &str, config: RedisConfig) -> Result<Self, RedisError> {
+        if ClusterNodes::is_cluster_url(url) {
+            return Self::connect_cluster_lazy(&ClusterNodes::parse(url)?, config);
+        }
         config.validate().map_err(RedisError::InvalidConfig)?;
         let client = client(url, config.tls.as_deref())?;
         Self::with_client(client, config)
+    }
+
+    /// Connects to the Redis Cluster that `nodes` belong to, learns its layout (which
+    /// primary serves which slots), and checks that every primary answers (`PING`) within
+    /// the configuration's connect timeout.
+    ///
+    /// The client keeps a multiplexed connection to each primary and sends each command to
+    /// the primary of its key's slot (never to a replica: reads from replicas could miss
+    /// the latest write). When the cluster changes — a slot moves, a primary fails and a
+    /// replica takes over — the client follows the redirects (`MOVED`, `ASK`), refreshes
+    /// its slot map and tries again, with short pauses (5 to 100 ms), all within the
+    /// call's [deadline](crate::RedisConfigBuilder::deadline); past it, the backend
+    /// decides by its failure policy, as with one node. One node's answer is waited for at
+    /// most the longer of the deadline and the connect timeout, so a hung node cannot hold
+    /// the slot map's refresh.
+    ///
+    /// With certificates in `config`
+    /// ([`tls_root_certificate`](crate::RedisConfigBuilder::tls_root_certificate),
+    /// [`tls_client_certificate`](crate::RedisConfigBuilder::tls_client_certificate)) the
+    /// nodes must be `rediss://`, and every node's certificate is checked against them.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use toolgate_redis::{ClusterNodes, RedisConfig, RedisState};
+    ///
+    /// # async fn run() -> Result<(), toolgate_redis::RedisError> {
+    /// let nodes = ClusterNodes::parse("redis+cluster://10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000")?;
+    /// let state = RedisState::connect_cluster(&nodes, RedisConfig::default()).await?;
+    /// assert!(state.is_cluster());
+    /// let quota = state.quota(); // the same backends as on one node
+    /// # let _ = quota;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::InvalidConfig`] (certificates with `redis://` nodes, say), or
+    /// [`RedisError::Unreachable`] when no node answers in time, or a primary does not.
+    pub async fn connect_cluster(
+        nodes: &ClusterNodes,
+        config: RedisConfig,
+    ) -> Result<Self, RedisError> {
+        config.validate().map_err(RedisError::InvalidConfig)?;
+        let client = cluster_client(nodes, &config)?;
+        let shown = nodes.to_string();
+        let waited = config.connect_timeout + config.deadline;
+        let probe = async {
+            let connection = client
+                .get_async_connection()
+                .await
+                .map_err(|error| unreachable(&shown, waited, &error))?;
+            let mut connection = Connection::Cluster(connection);
+            connection
+                .ping()
+                .await
+                .map_err(|error| unreachable(&shown, waited, &error))?;
+            Ok(connection)
+        };
+        match tokio::time::timeout(waited, probe).await {
+            Ok(Ok(connection)) => Ok(Self::over(connection, config)),
+            Ok(Err(error)) => Err(error),
+            Err(_) => Err(RedisError::Unreachable {
+                url: shown,
+                waited,
+                reason: "no answer".into(),
+            }),
+        }
+    }
+
+    /// Sets up the cluster client without waiting for it: it connects in the background,
+    /// and until the cluster answers the backends decide by their failure policies. For
+    /// replicas that must start while Redis is away.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::InvalidConfig`].
+    ///
+    /// # Panics
+    ///
+    /// Outside a tokio runtime: the connection runs a background task.
+    pub fn connect_cluster_lazy(
+        nodes: &ClusterNodes,
+        config: RedisConfig,
+    ) -> Result<Self, RedisError> {
+        config.validate().map_err(RedisError::InvalidConfig)?;
+        let client = cluster_client(nodes, &config)?;
+        let connection = client.get_pending_async_connection_with_config(
+            ClusterConfig::new()
+                .set_connection_timeout(config.connect_timeout)
+                .set_response_timeout(node_response_timeout(&config)),
+        );
+        Ok(Self::over(Connection::Cluster(connection), config))
+    }
+
+    fn over(connection: Connection, config: RedisConfig) -> Self {
+        RedisState {
+            link: Link::new(
+                connection,
+                config.deadline,
+                &config.key_prefix,
+                config.down_after_failures,
+            ),
+            config: std::sync::Arc::new(config),
+        }
     }
 
     /// The state over `client`, whose connection opens on the first call.
@@ -109,15 +240,12 @@ impl RedisState {
             ConnectionManager::new_lazy_with_config(client, manager_config).map_err(|error| {
                 RedisError::InvalidConfig(format!("the connection cannot be set up: {error}"))
             })?;
-        Ok(RedisState {
-            link: Link::new(
-                manager,
-                config.deadline,
-                &config.key_prefix,
-                config.down_after_failures,
-            ),
-            config,
-        })
+        Ok(Self::over(Connection::Single(manager), config))
+    }
+
+    /// Whether this state is on a Redis Cluster.
+    pub fn is_cluster(&self) -> bool {
+        self.link.is_cluster()
     }
 
     /// The quota backend, failing closed; see [`RedisQuota::on_unavailable`].
@@ -146,16 +274,13 @@ impl RedisState {
     }
 
     /// How long a `PING` takes, or `None` when Redis does not answer within the deadline:
-    /// for readiness probes and health pages.
+    /// for readiness probes and health pages. On a cluster the `PING` goes to every
+    /// primary, and counts as answered when all of them answer.
     pub async fn ping(&self) -> Option<Duration> {
         let started = tokio::time::Instant::now();
         let mut connection = self.link.connection();
-        let ping = redis::cmd("PING");
-        let answer = self
-            .link
-            .within(ping.query_async::<String>(&mut connection))
-            .await;
-        answer.ok().map(|_| started.elapsed())
+        let answer = self.link.within(connection.ping()).await;
+        answer.ok().map(|()| started.elapsed())
     }
 }
 
@@ -174,7 +299,49 @@ fn client(url: &str, tls: Option<&TlsFiles>) -> Result<redis::Client, RedisError
             masked(url)
         )));
     }
-    let certificates = redis::TlsCertificates {
+    redis::Client::build_with_tls(url, certificates(tls)).map_err(unusable_certificates)
+}
+
+/// The cluster client for `nodes`: primaries only, short retries, no overall timeout of
+/// its own (the link's deadline is the one that counts), and the configured certificates.
+fn cluster_client(nodes: &ClusterNodes, config: &RedisConfig) -> Result<ClusterClient, RedisError> {
+    let mut builder = ClusterClientBuilder::new(nodes.urls().to_vec())
+        .connection_timeout(config.connect_timeout)
+        .response_timeout(node_response_timeout(config))
+        .overall_response_timeout(None)
+        .retries(CLUSTER_RETRIES)
+        .min_retry_wait(CLUSTER_RETRY_MIN_WAIT_MS)
+        .max_retry_wait(CLUSTER_RETRY_MAX_WAIT_MS)
+        .retry_wait_formula(CLUSTER_RETRY_MIN_WAIT_MS, 2);
+    if let Some(tls) = config.tls.as_deref() {
+        if !nodes.uses_tls() {
+            return Err(RedisError::InvalidConfig(format!(
+                "TLS certificates are set but the cluster nodes `{nodes}` are not reached over TLS: use rediss+cluster:// (or rediss:// node URLs)"
+            )));
+        }
+        builder = builder.certs(certificates(tls));
+    }
+    builder.build().map_err(|error| {
+        let message = error.to_string();
+        if message.to_lowercase().contains("cert") || message.to_lowercase().contains("pem") {
+            unusable_certificates(error)
+        } else {
+            RedisError::InvalidClusterNodes {
+                nodes: nodes.to_string(),
+                reason: message,
+            }
+        }
+    })
+}
+
+/// How long the cluster client waits for one node's answer: long enough for the longest
+/// usual deadline, short enough that a hung node does not hold the slot map's refresh.
+fn node_response_timeout(config: &RedisConfig) -> Duration {
+    config.deadline.max(config.connect_timeout)
+}
+
+fn certificates(tls: &TlsFiles) -> redis::TlsCertificates {
+    redis::TlsCertificates {
         client_tls: tls
             .client
             .as_ref()
@@ -183,12 +350,13 @@ fn client(url: &str, tls: Option<&TlsFiles>) -> Result<redis::Client, RedisError
                 client_key: key.clone(),
             }),
         root_cert: tls.root_ca.clone(),
-    };
-    redis::Client::build_with_tls(url, certificates).map_err(|error| {
-        RedisError::InvalidConfig(format!(
-            "the TLS certificates cannot be used ({error}): give PEM files — the CA's certificate, and the client's certificate with its private key"
-        ))
-    })
+    }
+}
+
+fn unusable_certificates(error: redis::RedisError) -> RedisError {
+    RedisError::InvalidConfig(format!(
+        "the TLS certificates cannot be used ({error}): give PEM files — the CA's certificate, and the client's certificate with its private key"
+    ))
 }
 
 /// Redis could not be reached: the reason, with what to check when it is the TLS handshake.

@@ -319,6 +319,12 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
+    if config.state.cluster.is_some() && config.state.url != super::StateUrl::Memory {
+        return Err(ConfigError::invalid(
+            "state.cluster",
+            "`url` and `cluster` both say where the state lives: keep one (`cluster` lists a Redis Cluster's nodes, as `url: redis+cluster://…` does)",
+        ));
+    }
     if config.state.down_after_failures == Some(0) {
         return Err(ConfigError::invalid(
             "state.down_after_failures",

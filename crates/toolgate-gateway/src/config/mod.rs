@@ -30,7 +30,8 @@ pub use policies::{
     RedactionModeName, RedactionPattern, RedactionPolicy, RetryPolicy, RuleEntry, TimeoutPolicy,
 };
 pub use values::{
-    ByteSize, EnvPath, EnvString, KeyHash, RateSpec, RedisTlsFiles, StateConfig, StateUrl,
+    ByteSize, ClusterNodeList, EnvPath, EnvString, KeyHash, RateSpec, RedisTlsFiles, StateConfig,
+    StateUrl,
 };
 
 /// The whole configuration file.
@@ -40,8 +41,8 @@ pub struct Config {
     /// Where and how the gateway listens.
     #[serde(default)]
     pub server: ServerConfig,
-    /// Where shared policy state lives: `memory` (the default) or a `redis://` URL, alone
-    /// or with Redis options.
+    /// Where shared policy state lives: `memory` (the default), a `redis://` URL or a Redis
+    /// Cluster (`redis+cluster://…`, or the `cluster:` list), alone or with Redis options.
     #[serde(default, deserialize_with = "StateConfig::deserialize_any")]
     pub state: StateConfig,
     /// Built-in tools and per-tool labels.

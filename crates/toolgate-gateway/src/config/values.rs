@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde::de::{self, Deserializer};
 use toolgate_hooks::Rate;
+use toolgate_redis::ClusterNodes;
 
 use super::expand_env;
 
@@ -229,8 +230,9 @@ impl<'de> Deserialize<'de> for RateSpec {
     }
 }
 
-/// `state:` — `memory`, or a Redis URL (`redis://…`, `rediss://…`, after `${VAR}`
-/// expansion).
+/// `state:` — `memory`, a Redis URL (`redis://…`, `rediss://…`), or a Redis Cluster's
+/// (`redis+cluster://host1:port1,host2:port2`, `rediss+cluster://…`), after `${VAR}`
+/// expansion.
 #[derive(Clone, Default, PartialEq, Eq)]
 pub enum StateUrl {
     /// Policy state in this process.
@@ -238,6 +240,8 @@ pub enum StateUrl {
     Memory,
     /// Policy state in Redis, shared by every gateway pointed at it.
     Redis(String),
+    /// Policy state in a Redis Cluster, shared by every gateway pointed at it.
+    Cluster(ClusterNodes),
 }
 
 impl fmt::Debug for StateUrl {
@@ -246,6 +250,7 @@ impl fmt::Debug for StateUrl {
         match self {
             StateUrl::Memory => f.write_str("Memory"),
             StateUrl::Redis(_) => f.write_str("Redis(..)"),
+            StateUrl::Cluster(nodes) => write!(f, "Cluster({nodes})"),
         }
     }
 }
@@ -255,14 +260,67 @@ impl StateUrl {
         let text = text.trim();
         if text == "memory" {
             Ok(StateUrl::Memory)
+        } else if ClusterNodes::is_cluster_url(text) {
+            ClusterNodes::parse(text)
+                .map(StateUrl::Cluster)
+                .map_err(|e| e.to_string())
         } else if text.starts_with("redis://")
             || text.starts_with("rediss://")
             || text.starts_with("redis+unix://")
         {
             Ok(StateUrl::Redis(text.to_owned()))
         } else {
-            Err("expected `memory` or a Redis URL such as `redis://127.0.0.1:6379`".to_owned())
+            Err("expected `memory`, a Redis URL such as `redis://127.0.0.1:6379`, or a Redis Cluster's such as `redis+cluster://10.0.0.1:7000,10.0.0.2:7000`".to_owned())
         }
+    }
+
+    /// What the state is on, for `toolgate check` and logs: no password.
+    pub fn describe(&self) -> String {
+        match self {
+            StateUrl::Memory => "memory".to_owned(),
+            StateUrl::Redis(_) => "redis (one node)".to_owned(),
+            StateUrl::Cluster(nodes) => format!(
+                "redis cluster, {} seed node{} ({nodes}){}",
+                nodes.len(),
+                if nodes.len() == 1 { "" } else { "s" },
+                if nodes.uses_tls() { " over TLS" } else { "" }
+            ),
+        }
+    }
+}
+
+/// `state.cluster:` — the URLs of a Redis Cluster's nodes (some or all), all `redis://` or
+/// all `rediss://`; the same as `url: redis+cluster://…`, as a list.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ClusterNodeList(pub ClusterNodes);
+
+impl fmt::Debug for ClusterNodeList {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ClusterNodeList({})", self.0)
+    }
+}
+
+/// One node URL of `state.cluster`, checked alone so that a bad one is reported with its
+/// index.
+struct ClusterNodeUrl(String);
+
+impl<'de> Deserialize<'de> for ClusterNodeUrl {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        parse_env_str(deserializer, |text| {
+            let text = text.trim().to_owned();
+            ClusterNodes::from_urls([text.clone()])
+                .map(|_| ClusterNodeUrl(text))
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
+impl<'de> Deserialize<'de> for ClusterNodeList {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let urls = Vec::<ClusterNodeUrl>::deserialize(deserializer)?;
+        ClusterNodes::from_urls(urls.into_iter().map(|u| u.0))
+            .map(ClusterNodeList)
+            .map_err(de::Error::custom)
     }
 }
 
@@ -277,8 +335,12 @@ impl<'de> Deserialize<'de> for StateUrl {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StateConfig {
-    /// `memory` or a Redis URL.
+    /// `memory`, a Redis URL, or a Redis Cluster's (`redis+cluster://…`). Leave it out
+    /// when `cluster` lists the nodes.
+    #[serde(default)]
     pub url: StateUrl,
+    /// A Redis Cluster's node URLs, as a list: the same as `url: redis+cluster://…`.
+    pub cluster: Option<ClusterNodeList>,
     /// The deadline of every Redis call (default 100 ms); a rate limit, a concurrency cap
     /// or the cache can set its own (`redis_deadline`).
     #[serde(default, with = "opt_duration")]
@@ -319,7 +381,9 @@ impl<'de> de::Visitor<'de> for UrlOnly {
     type Value = StateConfig;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("`memory`, a Redis URL, or a map with `url` and Redis options")
+        f.write_str(
+            "`memory`, a Redis URL, a Redis Cluster URL, or a map with `url` (or `cluster`) and Redis options",
+        )
     }
 
     fn visit_str<E: de::Error>(self, text: &str) -> Result<StateConfig, E> {
@@ -338,6 +402,14 @@ impl<'de> de::Visitor<'de> for UrlOnly {
 }
 
 impl StateConfig {
+    /// Where the state lives: `url`, or the cluster that `cluster` lists.
+    pub fn target(&self) -> StateUrl {
+        match &self.cluster {
+            Some(ClusterNodeList(nodes)) => StateUrl::Cluster(nodes.clone()),
+            None => self.url.clone(),
+        }
+    }
+
     /// Reads a `state:` value: a string or a map.
     pub(crate) fn deserialize_any<'de, D: Deserializer<'de>>(
         d: D,

@@ -201,7 +201,10 @@ impl RedisCache {
 
     async fn read(&self, key: &CacheKey) -> Result<Option<Value>, CacheError> {
         let entry = self.redis_key(key);
-        let Some(wait) = self.fill_wait else {
+        let lock = self
+            .fill_wait
+            .and_then(|wait| Some((wait, keys::fill_lock(self.link.prefix(), &entry)?)));
+        let Some((wait, lock)) = lock else {
             let mut connection = self.link.connection();
             return match self
                 .link
@@ -213,7 +216,6 @@ impl RedisCache {
                 Err(failure) => Err(self.unavailable("read_as_miss", &failure)),
             };
         };
-        let lock = keys::fill_lock(self.link.prefix(), &entry);
         let give_up = Instant::now() + wait;
         let mut pause = POLL_FIRST;
         let mut waited = false;
@@ -252,6 +254,9 @@ impl RedisCache {
 
     async fn write(&self, key: &CacheKey, value: Value, ttl: Duration) -> Result<(), CacheError> {
         let entry = self.redis_key(key);
+        let lock = self
+            .fill_wait
+            .and_then(|_| keys::fill_lock(self.link.prefix(), &entry));
         let mut text = value.to_string();
         if text.len() > self.max_value_bytes {
             self.counters
@@ -264,7 +269,7 @@ impl RedisCache {
                 max = self.max_value_bytes,
                 "result too large to cache; not stored"
             );
-            if self.fill_wait.is_none() {
+            if lock.is_none() {
                 return Ok(());
             }
             // Still give the fill claim back, so other replicas stop waiting.
@@ -272,11 +277,11 @@ impl RedisCache {
         }
         let mut connection = self.link.connection();
         let ttl_ms = millis_at_least_one(ttl);
-        let stored = if self.fill_wait.is_some() {
+        let stored = if let Some(lock) = lock {
             let mut invocation = FILL.prepare_invoke();
             invocation
                 .key(&entry)
-                .key(keys::fill_lock(self.link.prefix(), &entry))
+                .key(lock)
                 .arg(&*self.owner)
                 .arg(&text)
                 .arg(ttl_ms);

@@ -3,6 +3,9 @@
 //! hangs the way to Redis on command.
 #![allow(dead_code)] // each test file uses its own part of this module
 
+pub mod certificates;
+pub mod cluster;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;

@@ -1,0 +1,888 @@
+//! Redis Cluster: a six-node cluster of the test's own (three primaries, three replicas,
+//! `redis-server` processes on loopback), and the backends on it unchanged — the exact
+//! distributed limit, the concurrency cap, the shared cache — then a primary killed under
+//! load, mutual TLS to every node, and what each policy costs in Redis commands per call.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use serde_json::{Value, json};
+use tokio::time::Instant;
+use toolgate_core::tool::ToolAnnotations;
+use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolError, User, tool_fn};
+use toolgate_hooks::cache::ResultCache;
+use toolgate_hooks::concurrency::Concurrency;
+use toolgate_hooks::partition::Partition;
+use toolgate_hooks::quota::{Quota, QuotaBackend, QuotaDecision, QuotaRequest, Rate};
+use toolgate_redis::{RedisConfig, RedisConfigBuilder, RedisError, RedisState};
+
+use common::certificates::{Certificates, make_certificates};
+use common::cluster::Cluster;
+use common::namespace;
+
+async fn on(cluster: &Cluster, config: RedisConfigBuilder) -> RedisState {
+    let state = RedisState::connect(&cluster.url(), config.build())
+        .await
+        .expect("the cluster is up");
+    assert!(state.is_cluster());
+    state
+}
+
+fn as_user(id: &str) -> InvokeOptions {
+    InvokeOptions::new().user(User::new(id))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_pipelines_on_a_cluster_admit_exactly_the_limit() {
+    let Some(cluster) =
+        Cluster::start_or_skip("four_pipelines_on_a_cluster_admit_exactly_the_limit")
+    else {
+        return;
+    };
+    let prefix = namespace();
+    // One unit every 36 s: within the test the budget is the burst, exactly.
+    let rate = Rate::per_hour(100).unwrap().with_burst(25).unwrap();
+    let mut pipelines = Vec::new();
+    for _ in 0..4 {
+        let state = on(
+            &cluster,
+            RedisConfig::builder()
+                .key_prefix(&prefix)
+                .deadline(Duration::from_secs(10)),
+        )
+        .await;
+        let pipeline = Pipeline::builder()
+            .tool(tool_fn("ping", "Answers pong.", |_: ()| async {
+                Ok::<_, ToolError>("pong")
+            }))
+            .hook(
+                Quota::builder(rate)
+                    .backend(Arc::new(state.quota()))
+                    .build(),
+            )
+            .build()
+            .unwrap();
+        pipelines.push((pipeline, state));
+    }
+    // Users whose budgets land on different primaries, braces included.
+    let users = ["ann", "bob", "cy", "d{e}f", "}{"];
+    let quota = pipelines[0].1.quota();
+    let primaries: std::collections::BTreeSet<u16> = users
+        .iter()
+        .map(|user| cluster.primary_of(&quota.redis_key(&format!("quota\u{1f}{user}"))))
+        .collect();
+    assert!(primaries.len() > 1, "the budgets are spread over primaries");
+
+    let mut calls = tokio::task::JoinSet::new();
+    for (pipeline, _) in &pipelines {
+        for user in users {
+            for _ in 0..40 {
+                let pipeline = pipeline.clone();
+                calls.spawn(async move {
+                    (
+                        user,
+                        pipeline.invoke("ping", json!(null), as_user(user)).await,
+                    )
+                });
+            }
+        }
+    }
+    let mut admitted = std::collections::BTreeMap::<&str, usize>::new();
+    while let Some(outcome) = calls.join_next().await {
+        let (user, outcome) = outcome.unwrap();
+        match outcome {
+            Ok(_) => *admitted.entry(user).or_default() += 1,
+            Err(error) => assert_eq!(error.code(), "rate_limited", "{error}"),
+        }
+    }
+    for user in users {
+        assert_eq!(
+            admitted.get(user).copied().unwrap_or(0),
+            25,
+            "`{user}`: exactly the burst, across 4 pipelines and 160 callers"
+        );
+    }
+    cluster.assert_every_key_expires(&prefix);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_concurrency_cap_holds_across_four_pipelines_on_a_cluster() {
+    let Some(cluster) =
+        Cluster::start_or_skip("the_concurrency_cap_holds_across_four_pipelines_on_a_cluster")
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    let most = Arc::new(AtomicUsize::new(0));
+    let mut pipelines = Vec::new();
+    let mut backend = None;
+    for _ in 0..4 {
+        let state = on(
+            &cluster,
+            RedisConfig::builder()
+                .key_prefix(&prefix)
+                .deadline(Duration::from_secs(5)),
+        )
+        .await;
+        let concurrency = state.concurrency();
+        backend.get_or_insert_with(|| concurrency.clone());
+        let (in_flight, most) = (in_flight.clone(), most.clone());
+        let pipeline = Pipeline::builder()
+            .tool(tool_fn("slow", "Sleeps.", move |_: ()| {
+                let (in_flight, most) = (in_flight.clone(), most.clone());
+                async move {
+                    let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                    most.fetch_max(now, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(30)).await;
+                    in_flight.fetch_sub(1, Ordering::SeqCst);
+                    Ok::<_, ToolError>("done")
+                }
+            }))
+            .hook(
+                Concurrency::builder(3)
+                    .unwrap()
+                    .partition(Partition::Global)
+                    .wait(Duration::from_secs(20))
+                    .backend(Arc::new(concurrency))
+                    .build(),
+            )
+            .build()
+            .unwrap();
+        pipelines.push(pipeline);
+    }
+    let mut calls = tokio::task::JoinSet::new();
+    for pipeline in &pipelines {
+        for _ in 0..12 {
+            let pipeline = pipeline.clone();
+            calls.spawn(async move {
+                pipeline
+                    .invoke("slow", json!(null), InvokeOptions::new())
+                    .await
+            });
+        }
+    }
+    while let Some(outcome) = calls.join_next().await {
+        outcome
+            .unwrap()
+            .expect("every call gets a permit within its wait");
+    }
+    assert_eq!(
+        most.load(Ordering::SeqCst),
+        3,
+        "never more than the cap in flight across the 4 pipelines, and the cap was reached"
+    );
+    // Every permit was given back: the budget's sorted set is empty (or gone).
+    let key = backend.unwrap().redis_key("concurrency\u{1f}*");
+    let primary = cluster.primary_of(&key);
+    let released = Instant::now() + Duration::from_secs(2);
+    loop {
+        let held = cluster.cli(primary, &["zcard", &key]).unwrap();
+        if held.trim() == "0" {
+            break;
+        }
+        assert!(Instant::now() < released, "{held} leases still held");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    cluster.assert_every_key_expires(&prefix);
+}
+
+/// A read-only tool `profile` that counts its runs and takes `ms`.
+fn cached(state: &RedisState, runs: Arc<AtomicUsize>, ms: u64) -> Pipeline {
+    let mut tool = JsonTool::new(
+        "profile",
+        "Returns a profile.",
+        json!({}),
+        move |input, _| {
+            runs.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok::<Value, ToolError>(json!({ "input": input }))
+            })
+        },
+    );
+    tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
+    Pipeline::builder()
+        .tool(tool)
+        .hook(
+            ResultCache::builder()
+                .backend(state.cache())
+                .ttl(Duration::from_secs(60))
+                .build(),
+        )
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cache_and_its_fill_lock_work_across_pipelines_on_a_cluster() {
+    let Some(cluster) =
+        Cluster::start_or_skip("the_cache_and_its_fill_lock_work_across_pipelines_on_a_cluster")
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let config = || {
+        RedisConfig::builder()
+            .key_prefix(&prefix)
+            .deadline(Duration::from_secs(5))
+            .cache_fill_wait(Some(Duration::from_secs(5)))
+    };
+    let a = cached(&on(&cluster, config()).await, runs.clone(), 200);
+    let b = cached(&on(&cluster, config()).await, runs.clone(), 200);
+    // Inputs whose entries land on every primary: each miss runs the claim script (the
+    // entry and its fill lock, one slot) on the entry's primary.
+    for city in ["Oslo", "Lima", "Pune", "Kiev", "Nuuk", "Baku"] {
+        let input = json!({ "city": city });
+        let (first, second) = tokio::join!(
+            a.invoke("profile", input.clone(), as_user("ann")),
+            b.invoke("profile", input.clone(), as_user("ann")),
+        );
+        assert_eq!(first.unwrap(), second.unwrap());
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        6,
+        "one run per input: the other pipeline waited for it through the fill lock"
+    );
+    let again = b
+        .invoke("profile", json!({ "city": "Oslo" }), as_user("ann"))
+        .await
+        .unwrap();
+    assert_eq!(again, json!({ "input": { "city": "Oslo" } }));
+    assert_eq!(runs.load(Ordering::SeqCst), 6, "a hit runs nothing");
+    let entries = cluster.keys_under(&prefix);
+    assert!(entries.len() >= 6, "{entries:?}");
+    cluster.assert_every_key_expires(&prefix);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_whose_slot_moves_under_load_follows_ask_and_moved_and_stays_exact() {
+    let Some(cluster) = Cluster::start_or_skip(
+        "a_budget_whose_slot_moves_under_load_follows_ask_and_moved_and_stays_exact",
+    ) else {
+        return;
+    };
+    let prefix = namespace();
+    let rate = Rate::per_hour(100).unwrap().with_burst(60).unwrap();
+    let mut backends = Vec::new();
+    for _ in 0..4 {
+        let config = RedisConfig::builder()
+            .key_prefix(&prefix)
+            .deadline(Duration::from_secs(5));
+        backends.push(on(&cluster, config).await.quota());
+    }
+    let key = "quota\u{1f}mover";
+    let redis_key = backends[0].redis_key(key);
+    let slot = cluster.slot(&redis_key).to_string();
+    let source = cluster.primary_of(&redis_key);
+    let target = *cluster
+        .primaries()
+        .iter()
+        .find(|port| **port != source)
+        .unwrap();
+    let (source_id, target_id) = (cluster.node_id(source), cluster.node_id(target));
+
+    // Callers take units all along, 10 ms apart each: the burst is spent during the move.
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut callers = tokio::task::JoinSet::new();
+    for backend in backends.clone() {
+        let stop = stop.clone();
+        callers.spawn(async move {
+            let (mut granted, mut failed) = (0, 0);
+            while !stop.load(Ordering::SeqCst) {
+                match backend.acquire(QuotaRequest { key, rate }).await {
+                    Ok(QuotaDecision::Granted(_)) => granted += 1,
+                    Ok(_) => {}
+                    Err(_) => failed += 1,
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            (granted, failed)
+        });
+    }
+    let pause = || tokio::time::sleep(Duration::from_millis(150));
+    pause().await;
+    // The slot migrates, step by step, as `redis-cli --cluster reshard` does it. While the
+    // key has moved and the slot has not, the source answers ASK.
+    cluster.expect_ok(
+        target,
+        &["cluster", "setslot", &slot, "importing", &source_id],
+    );
+    cluster.expect_ok(
+        source,
+        &["cluster", "setslot", &slot, "migrating", &target_id],
+    );
+    pause().await;
+    let target_port = target.to_string();
+    let moved = cluster
+        .cli(
+            source,
+            &[
+                "migrate",
+                "127.0.0.1",
+                &target_port,
+                &redis_key,
+                "0",
+                "5000",
+            ],
+        )
+        .unwrap_or_default();
+    assert!(
+        matches!(moved.trim(), "OK" | "NOKEY"),
+        "MIGRATE answered {moved}"
+    );
+    pause().await;
+    for port in cluster.primaries() {
+        cluster.expect_ok(port, &["cluster", "setslot", &slot, "node", &target_id]);
+    }
+    pause().await;
+    stop.store(true, Ordering::SeqCst);
+    let (mut granted, mut failed) = (0, 0);
+    while let Some(caller) = callers.join_next().await {
+        let (g, f) = caller.unwrap();
+        granted += g;
+        failed += f;
+    }
+    assert_eq!(failed, 0, "every call was answered, redirects followed");
+    let asked = cluster.command_calls().get("asking").copied().unwrap_or(0);
+    assert!(
+        asked > 0,
+        "the client followed ASK redirects (ASKING sent {asked} times)"
+    );
+    assert_eq!(
+        cluster.primary_of(&redis_key),
+        target,
+        "the budget now lives on the other primary"
+    );
+    let left = backends[0]
+        .acquire(QuotaRequest { key, rate })
+        .await
+        .unwrap();
+    assert!(
+        matches!(left, QuotaDecision::Limited { .. }),
+        "the budget moved with its state: {left:?}"
+    );
+    assert_eq!(granted, 60, "exactly the burst, across the move");
+    cluster.assert_every_key_expires(&prefix);
+}
+
+/// What one call saw: when it started (after the load began), how long it took, and the
+/// error code it ended with, if any.
+struct Outcome {
+    started: Duration,
+    took: Duration,
+    error: Option<(String, u16)>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_killed_under_load_fails_closed_within_the_deadline_and_leaks_no_lease() {
+    let Some(mut cluster) = Cluster::start_or_skip(
+        "a_primary_killed_under_load_fails_closed_within_the_deadline_and_leaks_no_lease",
+    ) else {
+        return;
+    };
+    const DEADLINE: Duration = Duration::from_millis(100);
+    const LEASE_TTL: Duration = Duration::from_secs(3);
+    let prefix = namespace();
+    let mut pipelines = Vec::new();
+    let mut backends = Vec::new();
+    for _ in 0..2 {
+        let state = on(
+            &cluster,
+            RedisConfig::builder()
+                .key_prefix(&prefix)
+                .deadline(DEADLINE)
+                .lease_ttl(LEASE_TTL),
+        )
+        .await;
+        let (quota, concurrency) = (state.quota(), state.concurrency());
+        let pipeline = Pipeline::builder()
+            .tool(tool_fn("work", "Works 10 ms.", |_: ()| async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Ok::<_, ToolError>("done")
+            }))
+            .hook(
+                Quota::builder(Rate::per_second(1_000_000).unwrap())
+                    .partition(Partition::Global)
+                    .backend(Arc::new(quota.clone()))
+                    .build(),
+            )
+            .hook(
+                Concurrency::builder(6)
+                    .unwrap()
+                    .partition(Partition::Global)
+                    .backend(Arc::new(concurrency.clone()))
+                    .build(),
+            )
+            .build()
+            .unwrap();
+        pipelines.push(pipeline);
+        backends.push((state, quota, concurrency));
+    }
+    let leases = backends[0].2.redis_key("concurrency\u{1f}*");
+    let victim = cluster.primary_of(&leases);
+
+    let began = Instant::now();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = tokio::task::JoinSet::new();
+    for caller in 0..6 {
+        let pipeline = pipelines[caller % 2].clone();
+        let stop = stop.clone();
+        load.spawn(async move {
+            let mut outcomes = Vec::new();
+            while !stop.load(Ordering::SeqCst) {
+                let started = Instant::now();
+                let answer = pipeline
+                    .invoke("work", json!(null), InvokeOptions::new())
+                    .await;
+                outcomes.push(Outcome {
+                    started: started - began,
+                    took: started.elapsed(),
+                    error: answer
+                        .err()
+                        .map(|error| (error.code().to_owned(), error.status())),
+                });
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            outcomes
+        });
+    }
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let killed = Instant::now() - began;
+    cluster.kill(victim);
+    // The replica of the killed primary takes its slots: wait for the cluster to say so.
+    let promoted = loop {
+        let survivor = cluster.live_ports()[0];
+        let slot = cluster.slot(&leases);
+        let now_serving = cluster.primary_of_slot_seen_by(survivor, slot);
+        let ok = cluster
+            .cli(survivor, &["cluster", "info"])
+            .is_some_and(|info| info.contains("cluster_state:ok"));
+        if ok && now_serving.is_some_and(|port| port != victim) {
+            break Instant::now() - began;
+        }
+        assert!(
+            Instant::now() - began < killed + Duration::from_secs(20),
+            "no replica took over within 20 s"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Load goes on until two seconds after the promotion.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut outcomes = Vec::new();
+    while let Some(caller) = load.join_next().await {
+        outcomes.extend(caller.unwrap());
+    }
+    outcomes.sort_by_key(|o| o.started);
+    let ended = Instant::now() - began;
+
+    let failed: Vec<&Outcome> = outcomes.iter().filter(|o| o.error.is_some()).collect();
+    let slowest = outcomes.iter().map(|o| o.took).max().unwrap();
+    let first_failure = failed.first().map(|o| o.started);
+    let last_failure = failed.last().map(|o| o.started + o.took);
+    let before = outcomes.iter().filter(|o| o.started < killed).count();
+    eprintln!(
+        "failover: {} calls ({} before the kill), {} failed; killed at {killed:?}, first failure at {first_failure:?}, promoted at {promoted:?}, last failure ended at {last_failure:?}, load ended at {ended:?}; slowest call {slowest:?}",
+        outcomes.len(),
+        before,
+        failed.len()
+    );
+    assert!(
+        outcomes
+            .iter()
+            .filter(|o| o.started + o.took < killed)
+            .all(|o| o.error.is_none()),
+        "before the kill every call succeeded"
+    );
+    assert!(!failed.is_empty(), "the outage was seen by the callers");
+    for outcome in &failed {
+        let (code, status) = outcome.error.as_ref().unwrap();
+        assert!(
+            matches!(code.as_str(), "overloaded" | "quota_unavailable") && *status == 503,
+            "a call during the failover fails closed with the documented 503 ({code}, {status})"
+        );
+    }
+    // Two policies, each at most one deadline per call, plus the tool's 10 ms: no call
+    // waits for the failover itself.
+    assert!(
+        slowest < 2 * DEADLINE + Duration::from_millis(400),
+        "no call waited past its deadlines: slowest {slowest:?}"
+    );
+    let recovered = outcomes
+        .iter()
+        .filter(|o| o.started > promoted + Duration::from_millis(500))
+        .collect::<Vec<_>>();
+    assert!(!recovered.is_empty());
+    assert!(
+        recovered.iter().all(|o| o.error.is_none()),
+        "half a second after the promotion every call succeeds again"
+    );
+    let refused: u64 = backends
+        .iter()
+        .map(|(_, q, c)| {
+            q.unavailable_decisions().fail_closed + c.unavailable_decisions().fail_closed
+        })
+        .sum();
+    assert_eq!(
+        refused,
+        failed.len() as u64,
+        "each refusal was counted once"
+    );
+    for (state, _, _) in &backends {
+        assert!(state.ping().await.is_some(), "the cluster answers again");
+    }
+
+    // No leaked lease: every permit was given back, or (a release lost in the failover)
+    // expires within the lease TTL.
+    let drained = Instant::now();
+    let primary = cluster.primary_of(&leases);
+    loop {
+        let held = cluster.cli(primary, &["zcard", &leases]).unwrap();
+        if held.trim() == "0" {
+            break;
+        }
+        assert!(
+            drained.elapsed() < LEASE_TTL + Duration::from_secs(2),
+            "{} leases still held {:?} after the load ended",
+            held.trim(),
+            drained.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    eprintln!(
+        "failover: the lease count was back to 0 {:?} after the load ended",
+        drained.elapsed()
+    );
+    cluster.assert_every_key_expires(&prefix);
+}
+
+/// The Redis commands the cluster's primaries ran for `calls` calls of `run`, per call.
+async fn commands_per_call<F, Fut>(
+    cluster: &Cluster,
+    calls: usize,
+    mut run: F,
+) -> Vec<(String, f64)>
+where
+    F: FnMut(usize) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    // What the harness itself sends to look at the cluster, replication between the nodes,
+    // and the one-off loading of a script on a primary that had not seen it yet.
+    const NOT_PER_CALL: &[&str] = &[
+        "info", "cluster", "command", "client", "ping", "hello", "replconf", "script",
+    ];
+    let before = cluster.command_calls();
+    for i in 0..calls {
+        run(i).await;
+    }
+    // Releases are sent from the permit's drop, off the caller's path.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let after = cluster.command_calls();
+    after
+        .iter()
+        .filter(|(name, _)| !NOT_PER_CALL.iter().any(|h| name.starts_with(h)))
+        .filter_map(|(name, ran)| {
+            let ran = ran - before.get(name).copied().unwrap_or(0);
+            (ran > 0).then(|| (name.clone(), ran as f64 / calls as f64))
+        })
+        .collect()
+}
+
+fn per_call(commands: &[(String, f64)]) -> String {
+    commands
+        .iter()
+        .map(|(name, n)| format!("{n:.2} {name}"))
+        .collect::<Vec<_>>()
+        .join(" + ")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_policy_costs_the_documented_redis_commands_per_call_on_a_cluster() {
+    let Some(cluster) = Cluster::start_or_skip(
+        "each_policy_costs_the_documented_redis_commands_per_call_on_a_cluster",
+    ) else {
+        return;
+    };
+    const CALLS: usize = 200;
+    let prefix = namespace();
+    let config = || {
+        RedisConfig::builder()
+            .key_prefix(&prefix)
+            .deadline(Duration::from_secs(5))
+    };
+    let state = on(&cluster, config()).await;
+    let tool = || {
+        tool_fn("ping", "Answers pong.", |_: ()| async {
+            Ok::<_, ToolError>("pong")
+        })
+    };
+    let quota = Pipeline::builder()
+        .tool(tool())
+        .hook(
+            Quota::builder(Rate::per_second(1_000_000).unwrap())
+                .backend(Arc::new(state.quota()))
+                .build(),
+        )
+        .build()
+        .unwrap();
+    let capped = Pipeline::builder()
+        .tool(tool())
+        .hook(
+            Concurrency::builder(1_000)
+                .unwrap()
+                .backend(Arc::new(state.concurrency()))
+                .build(),
+        )
+        .build()
+        .unwrap();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let cache = cached(&state, runs.clone(), 0);
+    let locked_state = on(
+        &cluster,
+        config().cache_fill_wait(Some(Duration::from_secs(1))),
+    )
+    .await;
+    let locked = cached(&locked_state, runs.clone(), 0);
+    // Warm up: load every script on every node, open every connection.
+    for pipeline in [&quota, &capped] {
+        pipeline
+            .invoke("ping", json!(null), as_user("warm"))
+            .await
+            .unwrap();
+    }
+    for pipeline in [&cache, &locked] {
+        for warm in 0..16 {
+            pipeline
+                .invoke("profile", json!({ "warm": warm }), as_user("warm"))
+                .await
+                .unwrap();
+        }
+    }
+
+    let q = commands_per_call(&cluster, CALLS, |i| {
+        let quota = quota.clone();
+        async move {
+            quota
+                .invoke("ping", json!(null), as_user(&format!("u{i}")))
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    let c = commands_per_call(&cluster, CALLS, |i| {
+        let capped = capped.clone();
+        async move {
+            capped
+                .invoke("ping", json!(null), as_user(&format!("u{i}")))
+                .await
+                .unwrap();
+        }
+    })
+    .await;
+    let mut cost = Vec::new();
+    for (name, pipeline) in [("cache", &cache), ("cache with fill lock", &locked)] {
+        let miss = commands_per_call(&cluster, CALLS, |i| {
+            let pipeline = pipeline.clone();
+            async move {
+                pipeline
+                    .invoke("profile", json!({"n": i, "of": name}), as_user("ann"))
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+        let hit = commands_per_call(&cluster, CALLS, |i| {
+            let pipeline = pipeline.clone();
+            async move {
+                pipeline
+                    .invoke("profile", json!({"n": i, "of": name}), as_user("ann"))
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+        cost.push((name, miss, hit));
+    }
+    eprintln!("per call on the cluster: quota {}", per_call(&q));
+    eprintln!("per call on the cluster: concurrency {}", per_call(&c));
+    for (name, miss, hit) in &cost {
+        eprintln!(
+            "per call on the cluster: {name} miss {}, hit {}",
+            per_call(miss),
+            per_call(hit)
+        );
+    }
+    // Redis counts the commands a script runs as well as the script itself: one EVALSHA
+    // (the only round trip) and what the script did inside.
+    let expect = |what: &str, got: &[(String, f64)], want: &[(&str, f64)]| {
+        // A script's first use on a primary costs one more EVALSHA (answered NOSCRIPT, then
+        // loaded): allow one such in the run.
+        let close = got.len() == want.len()
+            && got
+                .iter()
+                .zip(want)
+                .all(|((n, c), (m, d))| n == m && (c - d).abs() <= 1.0 / CALLS as f64);
+        assert!(close, "{what}: {got:?}, expected {want:?}");
+    };
+    expect(
+        "quota: one script (TIME, GET, SET inside)",
+        &q,
+        &[("evalsha", 1.0), ("get", 1.0), ("set", 1.0), ("time", 1.0)],
+    );
+    expect(
+        "concurrency: one script to take the lease, one ZREM to give it back",
+        &c,
+        &[
+            ("evalsha", 1.0),
+            ("pexpire", 1.0),
+            ("time", 1.0),
+            ("zadd", 1.0),
+            ("zcard", 1.0),
+            ("zrange", 1.0),
+            ("zrem", 1.0),
+            ("zremrangebyscore", 1.0),
+            ("zscore", 1.0),
+        ],
+    );
+    expect(
+        "a cache miss: two reads (the hook's, then again as the leader), one write",
+        &cost[0].1,
+        &[("get", 2.0), ("psetex", 1.0)],
+    );
+    expect("a cache hit: one GET", &cost[0].2, &[("get", 1.0)]);
+    expect(
+        "a miss with the fill lock: claim, claim again as the leader, fill",
+        &cost[1].1,
+        &[("del", 1.0), ("evalsha", 3.0), ("get", 4.0), ("set", 3.0)],
+    );
+    expect(
+        "a hit with the fill lock: one claim script that finds the value",
+        &cost[1].2,
+        &[("evalsha", 1.0), ("get", 1.0)],
+    );
+}
+
+/// The certificates and a TLS-only cluster, when `redis-server`, `redis-cli` and `openssl`
+/// are here (with `CI=true` their absence fails the test).
+fn tls_cluster_or_skip(test: &str) -> Option<(Certificates, Cluster)> {
+    if !common::cluster::binaries_or_skip(test) {
+        return None;
+    }
+    let openssl = std::process::Command::new("openssl")
+        .arg("version")
+        .output()
+        .is_ok();
+    if !openssl {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "{test}: `openssl` is required in CI"
+        );
+        eprintln!("skipping {test}: `openssl` is not installed");
+        return None;
+    }
+    let certs = make_certificates();
+    let cluster = Cluster::start_tls(&certs);
+    Some((certs, cluster))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_over_mutual_tls_shares_one_budget_and_refuses_a_wrong_ca() {
+    let Some((certs, cluster)) =
+        tls_cluster_or_skip("a_cluster_over_mutual_tls_shares_one_budget_and_refuses_a_wrong_ca")
+    else {
+        return;
+    };
+    assert!(cluster.url().starts_with("rediss+cluster://"));
+    let prefix = namespace();
+    let config = |ca: &str| {
+        RedisConfig::builder()
+            .key_prefix(&prefix)
+            .deadline(Duration::from_secs(2))
+            .tls_root_certificate(certs.read(ca))
+            .tls_client_certificate(certs.read("client.crt"), certs.read("client.key"))
+    };
+    let a = on(&cluster, config("ca.crt")).await;
+    let b = on(&cluster, config("ca.crt")).await;
+    let rate = Rate::per_hour(100).unwrap().with_burst(3).unwrap();
+    // Keys on every primary: each one reached over TLS.
+    for user in ["ann", "bob", "cy", "dee", "eve", "fay"] {
+        let key = format!("quota\u{1f}{user}");
+        let mut granted = 0;
+        for backend in [a.quota(), b.quota(), a.quota(), b.quota()] {
+            let decision = backend
+                .acquire(QuotaRequest { key: &key, rate })
+                .await
+                .expect("the cluster answers over TLS");
+            granted += usize::from(matches!(decision, QuotaDecision::Granted(_)));
+        }
+        assert_eq!(granted, 3, "`{user}`: one budget of 3 across both states");
+    }
+    assert_eq!(a.quota().unavailable_decisions().total(), 0);
+
+    let error = RedisState::connect(&cluster.url(), config("other-ca.crt").build())
+        .await
+        .expect_err("no node's certificate is signed by the other CA");
+    assert!(matches!(error, RedisError::Unreachable { .. }), "{error}");
+    assert!(
+        error.to_string().to_lowercase().contains("certificate"),
+        "the error says the certificate is the problem: {error}"
+    );
+    let plain = RedisConfig::builder()
+        .tls_root_certificate(certs.read("ca.crt"))
+        .build();
+    let error = RedisState::connect(&cluster.url().replace("rediss+", "redis+"), plain)
+        .await
+        .expect_err("certificates need rediss://");
+    assert!(matches!(error, RedisError::InvalidConfig(_)), "{error}");
+    cluster.assert_every_key_expires(&prefix);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lazy_cluster_state_fails_closed_within_the_deadline_until_the_cluster_answers() {
+    // Nothing listens on port 1: the state starts anyway, and decides by its policy.
+    let config = RedisConfig::builder().deadline(Duration::from_millis(100));
+    let away = RedisState::connect_lazy("redis+cluster://127.0.0.1:1", config.clone().build())
+        .expect("a lazy state starts without its cluster");
+    assert!(away.is_cluster());
+    let quota = away.quota();
+    let rate = Rate::per_minute(60).unwrap();
+    let started = Instant::now();
+    let answer = quota.acquire(QuotaRequest { key: "k", rate }).await;
+    assert!(answer.is_err(), "fails closed: {answer:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(quota.unavailable_decisions().fail_closed, 1);
+    assert!(away.ping().await.is_none());
+
+    let Some(cluster) = Cluster::start_or_skip(
+        "a_lazy_cluster_state_fails_closed_within_the_deadline_until_the_cluster_answers",
+    ) else {
+        return;
+    };
+    let lazy =
+        RedisState::connect_lazy(&cluster.url(), config.key_prefix(namespace()).build()).unwrap();
+    let answered = Instant::now() + Duration::from_secs(5);
+    let quota = lazy.quota();
+    loop {
+        if let Ok(QuotaDecision::Granted(_)) = quota.acquire(QuotaRequest { key: "k", rate }).await
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < answered,
+            "the lazy state never reached the cluster"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(lazy.ping().await.is_some());
+}
