@@ -70,12 +70,18 @@ impl<H: sha2::digest::Update> Write for HashWriter<H> {
     }
 }
 
+/// Appends the lowercase hex of a SHA-256 `digest` to `out`, in one write (a push per
+/// digit costs a capacity check and a UTF-8 encoding each).
 fn hex(digest: &[u8], out: &mut String) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for byte in digest {
-        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
-        out.push(char::from(DIGITS[usize::from(byte & 0xf)]));
+    let mut text = [0u8; 64];
+    for (pair, byte) in text.chunks_exact_mut(2).zip(digest) {
+        pair[0] = DIGITS[usize::from(byte >> 4)];
+        pair[1] = DIGITS[usize::from(byte & 0xf)];
     }
+    let written = 2 * digest.len().min(32);
+    // Only ASCII digits were written.
+    out.push_str(std::str::from_utf8(&text[..written]).unwrap_or_default());
 }
 
 /// The SHA-256 of `bytes`, as lowercase hex.
