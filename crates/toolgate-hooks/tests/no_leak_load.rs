@@ -128,7 +128,10 @@ async fn run_load(invocations: u64) {
             }),
         )
         .hook(
-            Quota::builder(Rate::per_second(1_000).unwrap().with_burst(50).unwrap())
+            // 800 calls a second across the eight users, plus their bursts: below what even
+            // a loaded machine runs here (6,650 a second seen at load 7, debug build), so
+            // the limit always takes part, while a few thousand calls still get through.
+            Quota::builder(Rate::per_second(100).unwrap().with_burst(50).unwrap())
                 .partition(Partition::User)
                 .backend(Arc::new(quota.clone()))
                 .build(),
@@ -248,7 +251,8 @@ async fn run_load(invocations: u64) {
         "some tools panicked: {tally}"
     );
     // How many calls the rate limit admits depends on how fast this machine runs the
-    // load, so only require that every kind of outcome took part.
+    // load, so only require that every kind of outcome took part (the rate is set below
+    // any throughput seen here, so that it does on a loaded machine too).
     assert!(
         tally.ok.load(Ordering::Relaxed) > 0,
         "some calls still succeed: {tally}"
