@@ -128,10 +128,10 @@ async fn run_load(invocations: u64) {
             }),
         )
         .hook(
-            // 800 calls a second across the eight users, plus their bursts: below what even
+            // 2,400 calls a second across the eight users, plus their bursts: below what even
             // a loaded machine runs here (6,650 a second seen at load 7, debug build), so
             // the limit always takes part, while a few thousand calls still get through.
-            Quota::builder(Rate::per_second(100).unwrap().with_burst(50).unwrap())
+            Quota::builder(Rate::per_second(300).unwrap().with_burst(50).unwrap())
                 .partition(Partition::User)
                 .backend(Arc::new(quota.clone()))
                 .build(),
