@@ -117,6 +117,12 @@ pub struct OAuthConfig {
     /// the same people as those ids.
     #[serde(default)]
     pub subjects_are_api_key_users: bool,
+    /// Whether a token must say in its header that it is an access token (`typ: at+jwt`,
+    /// RFC 9068), so that no other JWT of the issuer's with this audience passes (default
+    /// `false`: many issuers write `typ: JWT` on their access tokens; turn it on when
+    /// yours writes `at+jwt`).
+    #[serde(default)]
+    pub require_access_token_type: bool,
 }
 
 /// The scopes an OAuth token needs, per route and per tool.

@@ -59,12 +59,25 @@ pub enum TokenError {
         "the token's subject is the id of a user who signs in with an API key: the operator must allow that with subjects_are_api_key_users"
     )]
     SubjectIsApiKeyUser,
+    /// The header's `typ` is not `at+jwt`, and the configuration asks for it
+    /// (`require_access_token_type`).
+    #[error(
+        "the token is not an access token (its header's typ is not at+jwt): send an access token, not an ID token or another JWT"
+    )]
+    NotAnAccessToken,
     /// `aud` names the gateway's other resource: a token for `/v1` sent to `/mcp`, or the
     /// other way round.
     #[error(
         "the token was issued for the gateway's other endpoint: request one with resource set to this endpoint's (its protected resource metadata names it)"
     )]
     OtherRoute,
+}
+
+/// Whether a header's `typ` says "access token" (RFC 9068: `at+jwt`, with or without the
+/// `application/` prefix, in any case).
+fn is_access_token_type(typ: &str) -> bool {
+    let typ = typ.strip_prefix("application/").unwrap_or(typ);
+    typ.eq_ignore_ascii_case("at+jwt")
 }
 
 /// A token that passed every check.
@@ -127,6 +140,8 @@ pub struct TokenVerifier {
     validations: Vec<(Algorithm, Validation)>,
     /// The resource identifiers of `/v1` and `/mcp`.
     resources: [String; 2],
+    /// Whether the header's `typ` must be `at+jwt`.
+    require_at_typ: bool,
     roles_claim: String,
     tenant_claim: Option<String>,
     scope_roles: BTreeMap<String, Vec<String>>,
@@ -174,6 +189,7 @@ impl TokenVerifier {
             max_bytes: config.max_token_bytes.0,
             validations,
             resources: audiences,
+            require_at_typ: config.require_access_token_type,
             roles_claim: config.roles_claim.clone(),
             tenant_claim: config.tenant_claim.clone(),
             scope_roles: config.scope_roles.clone(),
@@ -228,6 +244,9 @@ impl TokenVerifier {
             }
             _ => TokenError::Malformed,
         })?;
+        if self.require_at_typ && !header.typ.as_deref().is_some_and(is_access_token_type) {
+            return Err(TokenError::NotAnAccessToken);
+        }
         let validation = self
             .validations
             .iter()

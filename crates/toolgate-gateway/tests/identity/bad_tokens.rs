@@ -311,3 +311,30 @@ async fn a_token_whose_subject_is_an_api_key_user_is_refused_unless_the_config_l
     let answer = invoke(&linked, Some(&token), "echo", json!({"text": "x"})).await;
     assert_eq!(answer.status, 200, "{:?}", answer.body);
 }
+
+#[tokio::test]
+async fn with_the_access_token_type_required_only_at_jwt_tokens_pass() {
+    let test = "with_the_access_token_type_required_only_at_jwt_tokens_pass";
+    let Some(provider) = Provider::start(test) else {
+        return;
+    };
+    let gateway = Gateway::start(&config(
+        &provider.issuer,
+        "    require_access_token_type: true\n",
+        "",
+    ));
+    // The provider's access tokens say `typ: at+jwt` (RFC 9068).
+    let token = provider.token("agent", RESOURCE, "tools:read").await;
+    let answer = invoke(&gateway, Some(&token), "echo", json!({"text": "x"})).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+    // A JWT of the same issuer, for this audience, signed with its key, without the type:
+    // what an ID token or another kind of JWT would look like.
+    let other = provider
+        .sign(
+            json!({"aud": RESOURCE, "roles": ["reader"]}),
+            "provider",
+            None,
+        )
+        .await;
+    assert_refused(&gateway, &other, "the token is not an access token").await;
+}
