@@ -70,3 +70,44 @@ fn default_sample_ratio() -> f64 {
 fn default_timeout() -> Duration {
     Duration::from_secs(10)
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse;
+
+    #[test]
+    fn the_section_is_off_when_absent_and_takes_defaults_when_present() {
+        assert!(parse("{}").unwrap().telemetry.is_none());
+        let config = parse("telemetry: { otlp: { endpoint: \"http://c:4318\" } }").unwrap();
+        let telemetry = config.telemetry.unwrap();
+        assert_eq!(telemetry.service_name, "toolgate");
+        assert_eq!(telemetry.sample_ratio, 1.0);
+        assert!(!telemetry.capture_arguments && !telemetry.capture_results);
+    }
+
+    #[test]
+    fn a_bad_section_is_refused_with_what_to_do_and_never_quotes_a_header_value() {
+        for (yaml, says) in [
+            (
+                "telemetry: { otlp: { endpoint: \"http://c\" }, sample_ratio: 2 }",
+                "between 0 and 1",
+            ),
+            (
+                "telemetry: { otlp: { endpoint: \"collector:4318\" } }",
+                "http:// or https://",
+            ),
+            (
+                "telemetry: { otlp: { endpoint: \"http://c\", protocol: grpc } }",
+                "http/protobuf",
+            ),
+            (
+                "telemetry: { otlp: { endpoint: \"http://c\", headers: { x-key: \"s3cret\\nvalue\" } } }",
+                "not shown",
+            ),
+        ] {
+            let error = parse(yaml).expect_err(yaml).to_string();
+            assert!(error.contains(says), "{yaml}: {error}");
+            assert!(!error.contains("s3cret"), "{error}");
+        }
+    }
+}
