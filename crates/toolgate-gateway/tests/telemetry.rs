@@ -420,3 +420,69 @@ async fn calls_go_on_while_the_collector_is_down_and_the_failed_exports_are_logg
         gateway.stderr()
     );
 }
+
+/// A `tools/call` of the calculator to `/mcp` in `session`, with these HTTP headers and
+/// this `_meta`.
+async fn mcp_call_with(
+    gateway: &Gateway,
+    session: &str,
+    headers: &[(&str, &str)],
+    meta: serde_json::Value,
+) {
+    let call = json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "calculator", "arguments": {"expression": "1+2"}, "_meta": meta}});
+    let mut request = client()
+        .post(gateway.url("/mcp"))
+        .bearer_auth(key("bob"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .header("mcp-session-id", session)
+        .header("content-type", "application/json");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.body(call.to_string()).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.unwrap();
+    assert!(body.contains("\"result\""), "{body}");
+}
+
+#[tokio::test]
+async fn on_mcp_the_http_traceparent_is_the_parent_unless_the_message_meta_has_one() {
+    let (collector, url) = start_collector().await;
+    let gateway = Gateway::start_with_env(&upstream_yaml(&url, false), &ENV);
+    let session = open_session(&gateway, "bob").await;
+    let header_trace = "11111111111111111111111111111111";
+    let meta_trace = "22222222222222222222222222222222";
+    let from_header = format!("00-{header_trace}-{PARENT}-01");
+    mcp_call_with(
+        &gateway,
+        &session,
+        &[("traceparent", from_header.as_str())],
+        json!({}),
+    )
+    .await;
+    mcp_call_with(
+        &gateway,
+        &session,
+        &[("traceparent", from_header.as_str())],
+        json!({"traceparent": format!("00-{meta_trace}-{PARENT}-01")}),
+    )
+    .await;
+    eventually(
+        "both server spans are exported",
+        Duration::from_secs(20),
+        || {
+            let n = collector.named("upstream", "tools/call calculator").len();
+            async move { n == 2 }
+        },
+    )
+    .await;
+    let mut traces: Vec<String> = (collector.named("upstream", "tools/call calculator"))
+        .into_iter()
+        .inspect(|s| assert_eq!(s.parent, PARENT, "{s:?}"))
+        .map(|s| s.trace_id)
+        .collect();
+    traces.sort();
+    assert_eq!(traces, [header_trace, meta_trace]);
+}
