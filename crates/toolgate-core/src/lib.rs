@@ -109,7 +109,7 @@ pub use context::{ToolInvokeContext, User};
 pub use control::{Control, HookResult};
 pub use error::ToolError;
 pub use hook::{Hook, Next};
-pub use pipeline::{Invocation, InvokeOptions, Pipeline, PipelineBuilder};
+pub use pipeline::{Invocation, InvokeOptions, Pipeline, PipelineBuilder, SPAN_TARGET, SpanValues};
 pub use stage::Stage;
 pub use tool::{JsonTool, Tool, tool_fn};
 /// Writes a hook's `stages()` (and `required_providers()`) from its stage methods, and lets

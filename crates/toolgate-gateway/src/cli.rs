@@ -16,6 +16,7 @@ use crate::gateway::Gateway;
 use crate::pins::PinFile;
 use crate::serve::{ServeOptions, serve};
 use crate::state::SharedState;
+use crate::telemetry::Telemetry;
 
 /// toolgate: a gateway every tool call of an AI agent passes through.
 ///
@@ -154,23 +155,31 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<(), String> {
     match cli.command {
         Command::Serve { config, listen } => {
             let file = load_file(&config).map_err(|e| e.to_string())?;
+            let telemetry = start_telemetry(&file)?;
             crate::logging::init(
                 cli.log_format.unwrap_or(file.logging.format),
                 &file.logging.level,
+                telemetry.as_ref().map(Telemetry::tracer),
             );
-            serve(ServeOptions {
+            let served = serve(ServeOptions {
                 config,
                 listen,
                 extensions,
             })
             .await
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string());
+            if let Some(telemetry) = telemetry {
+                telemetry.shutdown().await;
+            }
+            served
         }
         Command::Mcp { config, user } => {
             let file = load_file(&config).map_err(|e| e.to_string())?;
+            let telemetry = start_telemetry(&file)?;
             crate::logging::init(
                 cli.log_format.unwrap_or(file.logging.format),
                 &file.logging.level,
+                telemetry.as_ref().map(Telemetry::tracer),
             );
             crate::logging::scrub_secrets(crate::secrets::scrubber(&file));
             let user = configured_user(&file, user.as_deref())?;
@@ -178,12 +187,16 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<(), String> {
             let gateway = Gateway::build_with(file, &shared, &extensions)
                 .await
                 .map_err(|e| e.in_file(&config).to_string())?;
-            toolgate_mcp::McpServer::new(gateway.pipeline().clone())
+            let served = toolgate_mcp::McpServer::new(gateway.pipeline().clone())
                 .server_info("toolgate", env!("CARGO_PKG_VERSION"))
                 .default_user(user)
                 .serve_stdio()
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string());
+            if let Some(telemetry) = telemetry {
+                telemetry.shutdown().await;
+            }
+            served
         }
         Command::Check { config } => check(&config, &extensions).await,
         Command::Tools {
@@ -218,6 +231,14 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<(), String> {
         Command::Pins { config, action } => pins(&config, action),
         Command::HashKey { generate } => hash_key(generate),
     }
+}
+
+/// The trace exporter, when the configuration has a `telemetry` section.
+fn start_telemetry(config: &crate::config::Config) -> Result<Option<Telemetry>, String> {
+    (config.telemetry.as_ref())
+        .map(Telemetry::start)
+        .transpose()
+        .map_err(|e| e.to_string())
 }
 
 fn configured_user(config: &crate::config::Config, id: Option<&str>) -> Result<User, String> {

@@ -57,6 +57,7 @@ pub mod prometheus;
 pub mod secrets;
 pub mod serve;
 pub mod state;
+pub mod telemetry;
 mod tools_state;
 
 pub use extensions::Extensions;

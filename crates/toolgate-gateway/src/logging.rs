@@ -13,9 +13,12 @@ use std::io::{IsTerminal, Write};
 use std::sync::{Arc, LazyLock};
 
 use arc_swap::ArcSwap;
+use opentelemetry_sdk::trace::SdkTracer;
 use toolgate_hooks::secrets::Scrubber;
-use tracing_subscriber::EnvFilter;
-use tracing_subscriber::filter::Directive;
+use tracing_subscriber::filter::{Directive, filter_fn};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 use crate::config::LogFormat;
 
@@ -52,17 +55,29 @@ impl Write for ScrubbedStderr {
 const PAYLOAD_TARGETS: [&str; 5] = ["rmcp", "hyper", "hyper_util", "h2", "reqwest"];
 
 /// Installs the global subscriber: `RUST_LOG` if set, else `level`. Colours only when
-/// stderr is a terminal.
-pub fn init(format: LogFormat, level: &str) {
+/// stderr is a terminal. With `tracer`, the spans under
+/// [`SPAN_TARGET`](toolgate_core::SPAN_TARGET) are exported through it as well (spans
+/// only: log events stay in the log).
+pub fn init(format: LogFormat, level: &str, tracer: Option<SdkTracer>) {
     let filter = filter(std::env::var("RUST_LOG").ok().as_deref(), level);
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+    let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(|| ScrubbedStderr);
-    let _ = match format {
-        LogFormat::Text => builder.try_init(),
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
+    let fmt = match format {
+        LogFormat::Text => fmt.boxed(),
+        LogFormat::Json => fmt.json().flatten_event(true).boxed(),
     };
+    let otel = tracer.map(|tracer| {
+        tracing_opentelemetry::layer()
+            .with_tracer(tracer)
+            .with_filter(filter_fn(|meta| {
+                !meta.is_event() && meta.target() == toolgate_core::SPAN_TARGET
+            }))
+    });
+    let _ = tracing_subscriber::registry()
+        .with(fmt.with_filter(filter))
+        .with(otel)
+        .try_init();
 }
 
 /// The filter of `rust_log` (when set and valid) or `level`, with the payload targets it

@@ -6,7 +6,8 @@
 //! upstream
 //! environment values and URL parts named like credentials
 //! ([`UpstreamConfig::secrets`](toolgate_mcp::UpstreamConfig::secrets)), the redaction
-//! salt, the audit hash key and the password of the Redis URL. Imported tools scrub their
+//! salt, the audit hash key, the password of the Redis URL and the OTLP exporter's
+//! header values and endpoint password. Imported tools scrub their
 //! own upstream's credentials from results and errors before the pipeline sees them; the
 //! scrubber made here covers every credential in the audit records and in every log line.
 
@@ -47,6 +48,14 @@ pub fn held(config: &Config) -> Vec<Secret> {
     }
     if let Some(key) = &config.server.mcp_state_key {
         held.push(Secret::new(key.0.clone()));
+    }
+    if let Some(telemetry) = &config.telemetry {
+        held.extend((telemetry.otlp.headers.values()).map(|value| Secret::new(value.0.clone())));
+        if let Ok(url) = url::Url::parse(&telemetry.otlp.endpoint.0)
+            && let Some(password) = url.password()
+        {
+            held.push(Secret::new(password.to_owned()));
+        }
     }
     let redis_urls = match config.state.target() {
         StateUrl::Memory => Vec::new(),

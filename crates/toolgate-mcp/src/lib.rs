@@ -53,6 +53,7 @@ mod convert;
 mod error;
 pub mod result;
 mod server;
+pub mod trace_context;
 
 pub use caller::{CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal};
 pub use client::{

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use typemap_rev::TypeMapKey;
 
-use super::{Pipeline, Shared, ToolEntry};
+use super::{Pipeline, Shared, SpanValues, ToolEntry};
 use crate::context::ToolScope;
 use crate::error::{BuildError, RegistryError};
 use crate::hook::{HookRegistration, IntoHook};
@@ -54,6 +54,7 @@ pub struct PipelineBuilder {
     record_hook_timings: bool,
     record_stage_durations: bool,
     tail_hook_timeout: Duration,
+    span_values: SpanValues,
 }
 
 impl Default for PipelineBuilder {
@@ -77,6 +78,7 @@ impl PipelineBuilder {
             record_hook_timings: false,
             record_stage_durations: false,
             tail_hook_timeout: Duration::from_secs(30),
+            span_values: SpanValues::default(),
         }
     }
 
@@ -189,6 +191,14 @@ impl PipelineBuilder {
         self
     }
 
+    /// Which values of a call its `execute_tool` span records, for an OpenTelemetry
+    /// exporter (see [`SpanValues`]); none by default. The spans themselves cost nothing
+    /// unless a subscriber enables the target [`SPAN_TARGET`](crate::SPAN_TARGET).
+    pub fn span_values(mut self, values: SpanValues) -> Self {
+        self.span_values = values;
+        self
+    }
+
     /// Checks the wiring and compiles the plans.
     ///
     /// # Errors
@@ -239,6 +249,7 @@ impl PipelineBuilder {
                 .suspensions
                 .unwrap_or_else(|| Arc::new(InMemorySuspensionStore::default())),
             tail_hook_timeout: self.tail_hook_timeout,
+            span_values: self.span_values,
         });
         let registry = self.registry;
         let entries = registry

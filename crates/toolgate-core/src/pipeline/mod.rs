@@ -5,6 +5,7 @@ mod options;
 mod run;
 mod stages;
 mod tail;
+mod telemetry;
 mod walk;
 
 use std::sync::Arc;
@@ -16,6 +17,7 @@ use serde_json::Value;
 pub use crate::limits::InputLimits;
 pub use builder::PipelineBuilder;
 pub use options::InvokeOptions;
+pub use telemetry::{SpanValues, TARGET as SPAN_TARGET};
 
 use crate::context::{ContextParts, RequestId, Restored, ToolScope};
 use crate::definition::ToolDefinition;
@@ -70,6 +72,8 @@ pub(crate) struct Shared {
     pub suspensions: Arc<dyn SuspensionStore>,
     /// How long one hook may take at a tail stage (on_error, record, release, end).
     pub tail_hook_timeout: std::time::Duration,
+    /// Which values the invocation spans record.
+    pub span_values: SpanValues,
 }
 
 /// A registered tool with its compiled plan.

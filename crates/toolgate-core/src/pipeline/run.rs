@@ -16,7 +16,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use super::walk::{self, Start};
-use super::{ToolEntry, tail};
+use super::{ToolEntry, tail, telemetry};
 use crate::context::{ContextParts, ToolInvokeContext};
 use crate::control::{Control, HookResult, SuspendRequest};
 use crate::error::ToolError;
@@ -65,6 +65,8 @@ struct Guard<'a> {
     ctx: Option<ToolInvokeContext>,
     entry: &'a Arc<ToolEntry>,
     span: tracing::Span,
+    /// The OpenTelemetry span of the invocation (disabled unless a subscriber wants it).
+    otel: tracing::Span,
 }
 
 impl Drop for Guard<'_> {
@@ -83,13 +85,18 @@ impl Drop for Guard<'_> {
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
                 let entry = Arc::clone(self.entry);
+                let otel = self.otel.clone();
                 handle.spawn(
                     async move {
                         let mut ctx = ctx;
                         ctx.progress.tail.started = true;
                         tail::run(&entry, &mut ctx).await;
+                        if !otel.is_disabled() {
+                            telemetry::record_end(&otel, &ctx, entry.shared.span_values);
+                        }
                     }
-                    .instrument(self.span.clone()),
+                    .instrument(self.span.clone())
+                    .instrument(self.otel.clone()),
                 );
             }
             Err(_) => {
@@ -114,14 +121,21 @@ pub(super) async fn run_to_end<R>(
         session_id = parts.session_id.as_deref().unwrap_or(""),
         user_id = %parts.user.as_deref().unwrap_or(&crate::user::ANONYMOUS).id,
     );
+    let otel = telemetry::invocation_span(
+        &entry.scope.definition.name,
+        &entry.scope.definition.description,
+        &parts.request_id,
+    );
     debug_assert!(Arc::ptr_eq(&entry.scope, &parts.scope));
     let guard_span = span.clone();
+    let guard_otel = otel.clone();
     let run = std::pin::pin!(async move {
         // The context is made here, in the invocation future, where it stays to the end.
         let mut guard = Guard {
             ctx: Some(ToolInvokeContext::new(parts)),
             entry,
             span: guard_span,
+            otel: guard_otel,
         };
         let entry = &**guard.entry;
         let ctx = guard
@@ -208,8 +222,12 @@ pub(super) async fn run_to_end<R>(
                 runs: ctx.runs,
                 duration: ctx.elapsed(),
             };
+            // The span's end is recorded by the guard's task, when the tail is done.
             drop(guard);
             return conclude(result, details);
+        }
+        if !guard.otel.is_disabled() {
+            telemetry::record_end(&guard.otel, ctx, entry.shared.span_values);
         }
         let result = match ctx.error.take() {
             Some(error) => Err(error),
@@ -219,10 +237,11 @@ pub(super) async fn run_to_end<R>(
     });
     // A span no subscriber is interested in is disabled for good: entering it on every
     // poll would do nothing, so the invocation runs without the wrapper.
-    if span.is_disabled() {
-        run.await
-    } else {
-        run.instrument(span).await
+    match (span.is_disabled(), otel.is_disabled()) {
+        (true, true) => run.await,
+        (false, true) => run.instrument(span).await,
+        (true, false) => run.instrument(otel).await,
+        (false, false) => run.instrument(span).instrument(otel).await,
     }
 }
 

@@ -10,8 +10,9 @@ use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use futures::FutureExt;
+use tracing::Instrument;
 
-use super::ToolEntry;
+use super::{ToolEntry, telemetry};
 use crate::context::{ClockInstant, Decision, HookTiming, ToolInvokeContext};
 use crate::control::{Control, HookResult};
 use crate::error::ToolError;
@@ -40,10 +41,11 @@ pub(super) enum StageRun {
 }
 
 /// Where [`run_rest`] picks a stage up.
-#[derive(Clone, Copy)]
 pub(super) struct Rest {
     index: usize,
     started: Option<ClockInstant>,
+    /// The stage's span, kept open until the stage ends.
+    span: tracing::Span,
 }
 
 /// Runs the hooks of `stage` from the one at `from` until the stage is over or a hook that
@@ -57,21 +59,49 @@ pub(super) fn run_ready(
     phase: Phase,
 ) -> StageRun {
     let started = entry.plan.records_durations().then(ClockInstant::now);
-    run_synchronous(
+    // Disabled (a comparison with the level hint) unless an OpenTelemetry subscriber
+    // wants stage spans; entering a disabled span does nothing.
+    let span = telemetry::stage_span(stage).entered();
+    match run_synchronous(
         entry,
         ctx,
         stage,
         Rest {
             index: from,
             started,
+            span: tracing::Span::none(),
         },
         phase,
-    )
+    ) {
+        StageRun::Rest(mut rest) => {
+            rest.span = span.exit();
+            StageRun::Rest(rest)
+        }
+        done => done,
+    }
 }
 
 /// Runs the rest of `stage` from where [`run_ready`] stopped: the hook there is awaited,
 /// and the synchronous ones after it run as [`run_ready`] runs them.
 pub(super) async fn run_rest(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    mut rest: Rest,
+    phase: Phase,
+) -> HookResult {
+    let span = std::mem::replace(&mut rest.span, tracing::Span::none());
+    if span.is_disabled() {
+        continue_stage(entry, ctx, stage, rest, phase).await
+    } else {
+        continue_stage(entry, ctx, stage, rest, phase)
+            .instrument(span)
+            .await
+    }
+}
+
+/// [`run_rest`] inside the stage's span.
+async fn continue_stage(
     entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
     stage: Stage,
@@ -130,6 +160,7 @@ fn run_synchronous(
             return StageRun::Rest(Rest {
                 index,
                 started: at.started,
+                span: tracing::Span::none(),
             });
         }
         let hook_started = timed.then(ClockInstant::now);

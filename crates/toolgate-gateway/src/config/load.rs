@@ -325,6 +325,37 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             "`url` and `cluster` both say where the state lives: keep one (`cluster` lists a Redis Cluster's nodes, as `url: redis+cluster://…` does)",
         ));
     }
+    if let Some(telemetry) = &config.telemetry {
+        if !(0.0..=1.0).contains(&telemetry.sample_ratio) {
+            return Err(ConfigError::invalid(
+                "telemetry.sample_ratio",
+                "must be between 0 and 1 (1 records every trace, 0.1 one in ten)",
+            ));
+        }
+        let endpoint = &telemetry.otlp.endpoint.0;
+        if !matches!(url::Url::parse(endpoint), Ok(url) if matches!(url.scheme(), "http" | "https"))
+        {
+            return Err(ConfigError::invalid(
+                "telemetry.otlp.endpoint",
+                "must be the collector's http:// or https:// OTLP/HTTP address, e.g. `http://localhost:4318`",
+            ));
+        }
+        for (name, value) in &telemetry.otlp.headers {
+            if http::HeaderName::from_bytes(name.as_bytes()).is_err() {
+                return Err(ConfigError::invalid(
+                    format!("telemetry.otlp.headers.{name}"),
+                    "is not a valid HTTP header name",
+                ));
+            }
+            // The value is a secret: the message never quotes it.
+            if http::HeaderValue::from_str(&value.0).is_err() {
+                return Err(ConfigError::invalid(
+                    format!("telemetry.otlp.headers.{name}"),
+                    "the value (not shown: it may be a secret) has characters an HTTP header cannot carry, such as a line break",
+                ));
+            }
+        }
+    }
     if config.state.down_after_failures == Some(0) {
         return Err(ConfigError::invalid(
             "state.down_after_failures",

@@ -9,6 +9,7 @@ mod identity;
 mod load;
 mod origin;
 mod policies;
+mod telemetry;
 mod values;
 
 use std::collections::BTreeMap;
@@ -29,6 +30,7 @@ pub use policies::{
     OnBackendErrorName, OutputLimitPolicy, OverflowName, PartitionName, Policies, RateLimitPolicy,
     RedactionModeName, RedactionPattern, RedactionPolicy, RetryPolicy, RuleEntry, TimeoutPolicy,
 };
+pub use telemetry::{OtlpConfig, OtlpProtocol, TelemetryConfig};
 pub use values::{
     ByteSize, ClusterNodeList, EnvPath, EnvString, KeyHash, RateSpec, RedisTlsFiles, StateConfig,
     StateUrl,
@@ -72,6 +74,9 @@ pub struct Config {
     /// Pinning of imported tool definitions (off when absent).
     #[serde(default)]
     pub pins: Option<PinsConfig>,
+    /// OpenTelemetry trace export (off when absent).
+    #[serde(default)]
+    pub telemetry: Option<TelemetryConfig>,
 }
 
 /// `pins:` — where the fingerprints of imported tool definitions are kept (see

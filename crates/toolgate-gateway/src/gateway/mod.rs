@@ -9,7 +9,7 @@ use toolgate_agent::{Concurrency as BatchConcurrency, ThreadConfig, ToolSystem};
 use toolgate_core::provider::SessionConfig;
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::tool::{ToolDefinition, ToolSource};
-use toolgate_core::{Pipeline, User};
+use toolgate_core::{Pipeline, SpanValues, User};
 
 use crate::outcomes::{OUTCOME_TOOL, OutcomeTool, Outcomes};
 use toolgate_hooks::{Audit, Authorize};
@@ -163,7 +163,16 @@ impl Gateway {
         let builder = extensions
             .install(builder)
             .suspension_store(shared.suspensions.clone())
-            .tail_hook_timeout(Duration::from_secs(10));
+            .tail_hook_timeout(Duration::from_secs(10))
+            .span_values(
+                config
+                    .telemetry
+                    .as_ref()
+                    .map_or_else(SpanValues::default, |t| SpanValues {
+                        arguments: t.capture_arguments,
+                        results: t.capture_results,
+                    }),
+            );
 
         let state = Arc::new(AllTools::new(ThreadConfig::enabling(names.iter().cloned())));
         let mut system = ToolSystem::builder(builder, state)

@@ -33,6 +33,7 @@ mod pins;
 mod request_metrics;
 mod resource_metadata;
 mod suspensions;
+mod trace_context;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,6 +85,7 @@ pub struct Caller {
 /// The router of the whole API.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.current.load().config.server.body_limit.0;
+    let traced = state.current.load().config.telemetry.is_some();
     let authenticated = Router::new()
         .route("/v1/tools", get(invoke::list_tools))
         .route("/v1/tools/{name}/invoke", post(invoke::invoke))
@@ -96,6 +98,12 @@ pub fn router(state: AppState) -> Router {
         .route_layer(AuthenticateLayer::new(state.current.clone()))
         // Outside authentication: a replica that is going away refuses everyone alike.
         .route_layer(AdmitLayer::new(state.drain.clone()));
+    // Trace context is read only when traces are exported (a restart applies a change).
+    let authenticated = if traced {
+        authenticated.route_layer(axum::middleware::from_fn(trace_context::adopt))
+    } else {
+        authenticated
+    };
     Router::new()
         .route(METADATA_PATH, get(resource_metadata::whole))
         .route(&format!("{METADATA_PATH}/mcp"), get(resource_metadata::mcp))

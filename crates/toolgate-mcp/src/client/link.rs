@@ -32,6 +32,7 @@ use toolgate_core::secret::Secret;
 use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{ToolError, ToolInvokeContext};
 use toolgate_hooks::secrets::Scrubber;
+use tracing::Instrument;
 
 use super::per_caller::CallerLinks;
 use super::relay::{OrderedProgress, Routes, UpstreamClient, ask_caller};
@@ -256,7 +257,12 @@ impl Link {
                 tokio::time::sleep_until(retry_at).await;
             }
             let attempt_deadline = deadline.min(Instant::now() + self.config.connect_timeout);
-            match tokio::time::timeout_at(attempt_deadline, self.connect(channel)).await {
+            // A connection outlives the call that opened it: its tasks' spans get a root
+            // of their own, not the call's (which they would otherwise keep open).
+            let connect = self.connect(channel).instrument(
+                tracing::info_span!(parent: None, "mcp.connection", server = %self.config.name),
+            );
+            match tokio::time::timeout_at(attempt_deadline, connect).await {
                 Ok(Ok((session, tools))) => {
                     if state.failures > 0 {
                         tracing::info!(server = %self.config.name, "MCP server reconnected");
@@ -748,7 +754,7 @@ impl Link {
                 params.request_state = round.state.clone();
             }
             let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-            let options = Self::options_for(&peer, caller.as_deref());
+            let options = crate::trace_context::inject(Self::options_for(&peer, caller.as_deref()));
             let sent =
                 tokio::time::timeout_at(deadline, peer.send_request_with_option(request, options))
                     .await;

@@ -10,6 +10,7 @@ use tokio::time::Instant;
 use toolgate_core::error::InputViolations;
 use toolgate_core::tool::{ErasedTool, PreparedInput, ToolDefinition};
 use toolgate_core::{ToolError, ToolInvokeContext};
+use tracing::Instrument;
 
 use toolgate_hooks::validation::violations_for;
 
@@ -103,13 +104,39 @@ impl ErasedTool for ImportedTool {
                 deadline = deadline.min(invocation);
             }
             let link = self.link.as_caller(ctx).await?;
+            let span = client_span(&self.remote_name, &link.config.name);
             let result = link
                 .call(&self.remote_name, arguments, deadline, ctx)
+                .instrument(span.clone())
                 .await
                 .and_then(|result| output_from_result(&link.config.name, result));
+            if let Err(error) = &result
+                && !span.is_disabled()
+            {
+                span.record("error.type", error.code());
+                span.record("otel.status_code", "error");
+            }
             link.scrub(result)
         })
     }
+}
+
+/// The client span of a call to an upstream, per the OpenTelemetry MCP conventions:
+/// `tools/call {tool}` (the upstream's name of the tool), kind client. Its context is what
+/// the request carries in `params._meta` ([`trace_context`](crate::trace_context)).
+fn client_span(remote_name: &str, server: &str) -> tracing::Span {
+    tracing::trace_span!(
+        target: toolgate_core::SPAN_TARGET,
+        "mcp.client",
+        otel.name = %format_args!("tools/call {remote_name}"),
+        otel.kind = "client",
+        mcp.method.name = "tools/call",
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = remote_name,
+        toolgate.upstream = server,
+        error.type = tracing::field::Empty,
+        otel.status_code = tracing::field::Empty,
+    )
 }
 
 /// An upstream result as a toolgate output: the result itself, in its JSON form (see

@@ -24,11 +24,13 @@ use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{InvokeOptions, ToolError, User};
+use tracing::Instrument;
 
 use super::ServerInner;
 use super::features;
 use super::http::{ClientDisconnected, HostShutdown};
 use super::rounds::Retry;
+use super::span;
 use crate::caller::{CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal};
 use crate::client::{
     CallerAccessToken, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG, is_tool,
@@ -301,6 +303,74 @@ impl Connection {
         }
         all
     }
+    /// Answers a `tools/call` (in its span).
+    async fn answer_call(
+        &self,
+        request: CallToolRequestParams,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let name = request.name;
+        let Some(definition) = self.visible(&name, context).filter(is_tool) else {
+            return Err(unknown_tool(&name));
+        };
+        let user = self.user(context.extensions.get::<http::request::Parts>());
+        let target = format!("tools/call {name}");
+        let seal = Arc::clone(&self.server().seal);
+        let round = match seal.retry(
+            request.input_responses,
+            request.request_state,
+            &user,
+            &target,
+        )? {
+            Some(Retry::Approval(id)) => {
+                return self.outcome(&definition, &id, context, user, &target).await;
+            }
+            Some(Retry::Round(round)) => Some(round),
+            None => None,
+        };
+        let input =
+            InputShape::of(&definition.input_schema).input(request.arguments.unwrap_or_default());
+        let refusal = Refusal::default();
+        match self
+            .run_with(
+                &name,
+                input,
+                context,
+                Arc::clone(&user),
+                Extras {
+                    round,
+                    refusal: refusal.clone(),
+                    ..Extras::default()
+                },
+            )
+            .await
+        {
+            Ok(output) => Ok(output_to_result(&definition, output).into()),
+            Err(ToolError::UnknownTool { .. }) => Err(unknown_tool(&name)),
+            Err(ToolError::InputRequired { requests, state }) if takes_input_required(context) => {
+                Ok(CallToolResponse::InputRequired(
+                    seal.answer(requests, state, &user, &target)?,
+                ))
+            }
+            // A 2026-07-28 caller asks again later with the state, and gets the outcome.
+            Err(ToolError::Suspended {
+                suspension_id,
+                reason,
+            }) if takes_input_required(context) && self.server().outcome_tool.is_some() => {
+                Ok(CallToolResponse::InputRequired(seal.waiting(
+                    &suspension_id,
+                    Some(&reason),
+                    &user,
+                    &target,
+                )))
+            }
+            // The protocol's own error (-32021), which the caller's SDK acts on.
+            Err(error) if error.code() == MISSING_CAPABILITY => Err(refusal
+                .take()
+                .unwrap_or_else(|| features::request_error(&error))),
+            Err(error) => Ok(error_to_result(&error).into()),
+        }
+    }
 }
 
 /// What a request brings to its invocation beyond its input.
@@ -392,69 +462,13 @@ impl ServerHandler for Connection {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let name = request.name;
-        let Some(definition) = self.visible(&name, &context).filter(is_tool) else {
-            return Err(unknown_tool(&name));
-        };
-        let user = self.user(context.extensions.get::<http::request::Parts>());
-        let target = format!("tools/call {name}");
-        let seal = Arc::clone(&self.server().seal);
-        let round = match seal.retry(
-            request.input_responses,
-            request.request_state,
-            &user,
-            &target,
-        )? {
-            Some(Retry::Approval(id)) => {
-                return self
-                    .outcome(&definition, &id, &context, user, &target)
-                    .await;
-            }
-            Some(Retry::Round(round)) => Some(round),
-            None => None,
-        };
-        let input =
-            InputShape::of(&definition.input_schema).input(request.arguments.unwrap_or_default());
-        let refusal = Refusal::default();
-        match self
-            .run_with(
-                &name,
-                input,
-                &context,
-                Arc::clone(&user),
-                Extras {
-                    round,
-                    refusal: refusal.clone(),
-                    ..Extras::default()
-                },
-            )
-            .await
-        {
-            Ok(output) => Ok(output_to_result(&definition, output).into()),
-            Err(ToolError::UnknownTool { .. }) => Err(unknown_tool(&name)),
-            Err(ToolError::InputRequired { requests, state }) if takes_input_required(&context) => {
-                Ok(CallToolResponse::InputRequired(
-                    seal.answer(requests, state, &user, &target)?,
-                ))
-            }
-            // A 2026-07-28 caller asks again later with the state, and gets the outcome.
-            Err(ToolError::Suspended {
-                suspension_id,
-                reason,
-            }) if takes_input_required(&context) && self.server().outcome_tool.is_some() => {
-                Ok(CallToolResponse::InputRequired(seal.waiting(
-                    &suspension_id,
-                    Some(&reason),
-                    &user,
-                    &target,
-                )))
-            }
-            // The protocol's own error (-32021), which the caller's SDK acts on.
-            Err(error) if error.code() == MISSING_CAPABILITY => Err(refusal
-                .take()
-                .unwrap_or_else(|| features::request_error(&error))),
-            Err(error) => Ok(error_to_result(&error).into()),
-        }
+        let span = span::tools_call(&request.name, &context);
+        let answer = self
+            .answer_call(request, &context)
+            .instrument(span.clone())
+            .await;
+        span::record_answer(&span, &answer);
+        answer
     }
 
     async fn list_prompts(

@@ -5,6 +5,7 @@ mod features;
 mod http;
 mod request_body;
 mod rounds;
+mod span;
 
 use std::fmt;
 use std::sync::Arc;

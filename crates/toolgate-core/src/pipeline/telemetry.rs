@@ -1,0 +1,143 @@
+//! The spans an OpenTelemetry exporter reads: one per invocation, named and attributed
+//! by the OpenTelemetry GenAI conventions for tool execution, and one per stage that ran
+//! hooks, as its children.
+//!
+//! They are `tracing` spans — the core depends on no OpenTelemetry crate — under the
+//! target [`TARGET`] at level `TRACE`, apart from the `toolgate.invoke` span logs carry.
+//! Field names follow the conventions (`gen_ai.tool.name`…), and the `otel.*` fields are
+//! the ones `tracing-opentelemetry` reads for a span's name, kind and status. At `TRACE`
+//! they cost one comparison with the subscriber's level hint when nothing wants them (no
+//! subscriber, or a log filter at `info`), and never reach an ordinary log line: a
+//! subscriber turns them on by naming the target, as the gateway's OTLP exporter does.
+
+use serde_json::Value;
+use tracing::field::Empty;
+
+use crate::context::{RequestId, ToolInvokeContext};
+use crate::stage::Stage;
+
+/// The target of every span made for OpenTelemetry.
+pub const TARGET: &str = "toolgate::otel";
+
+/// The longest argument or result value a span records; longer ones are cut at a
+/// character boundary and marked.
+const MAX_VALUE_BYTES: usize = 16 * 1024;
+
+/// Which values of a call its `execute_tool` span records (the OpenTelemetry
+/// conventions' opt-in `gen_ai.tool.call.arguments` and `gen_ai.tool.call.result`). Both
+/// off by default: arguments and results may carry personal data.
+///
+/// # Examples
+///
+/// ```
+/// use toolgate_core::{Pipeline, SpanValues};
+///
+/// let pipeline = Pipeline::builder()
+///     .span_values(SpanValues { arguments: true, results: false })
+///     .build()
+///     .unwrap();
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SpanValues {
+    /// Record the arguments as the tool ran with them: after validation, normalization
+    /// and redaction (never injected secrets, which live outside the input).
+    pub arguments: bool,
+    /// Record the result the caller gets: after output redaction, validation and
+    /// transformation. Not recorded when the call failed.
+    pub results: bool,
+}
+
+/// `execute_tool {name}`: `Display` without a `String` made when nobody reads it.
+struct SpanName<'a>(&'a str);
+
+impl std::fmt::Display for SpanName<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "execute_tool {}", self.0)
+    }
+}
+
+/// The invocation's span: `execute_tool {tool}`, kind internal.
+#[inline]
+pub(super) fn invocation_span(tool: &str, description: &str, call_id: &RequestId) -> tracing::Span {
+    tracing::trace_span!(
+        target: TARGET,
+        "execute_tool",
+        otel.name = %SpanName(tool),
+        otel.kind = "internal",
+        gen_ai.operation.name = "execute_tool",
+        gen_ai.tool.name = tool,
+        gen_ai.tool.type = "function",
+        gen_ai.tool.description = description,
+        gen_ai.tool.call.id = %call_id,
+        error.type = Empty,
+        otel.status_code = Empty,
+        gen_ai.tool.call.arguments = Empty,
+        gen_ai.tool.call.result = Empty,
+    )
+}
+
+/// The span of one stage that has hooks, a child of the invocation's: named after the
+/// stage (`will_authorize`).
+#[inline(always)]
+pub(super) fn stage_span(stage: Stage) -> tracing::Span {
+    tracing::trace_span!(
+        target: TARGET,
+        "stage",
+        otel.name = stage.name(),
+        toolgate.stage = stage.name(),
+    )
+}
+
+/// Records how the call ended on its span: `error.type` and an error status for a failed
+/// call (a call waiting for approval or for input has not failed), and the values
+/// `values` asks for.
+pub(super) fn record_end(span: &tracing::Span, ctx: &ToolInvokeContext, values: SpanValues) {
+    match &ctx.error {
+        Some(error) if !error.is_waiting() => {
+            span.record("error.type", error.code());
+            span.record("otel.status_code", "error");
+        }
+        Some(_) => {}
+        None => {
+            if values.results
+                && let Some(output) = ctx.output()
+            {
+                span.record("gen_ai.tool.call.result", bounded_json(output).as_str());
+            }
+        }
+    }
+    if values.arguments {
+        span.record(
+            "gen_ai.tool.call.arguments",
+            bounded_json(ctx.input()).as_str(),
+        );
+    }
+}
+
+/// `value` as JSON text, at most [`MAX_VALUE_BYTES`] of it.
+fn bounded_json(value: &Value) -> String {
+    let mut text = value.to_string();
+    if text.len() > MAX_VALUE_BYTES {
+        let mut end = MAX_VALUE_BYTES;
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        text.truncate(end);
+        text.push_str("…[truncated]");
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_long_value_is_cut_at_a_character_boundary_and_marked() {
+        let long = Value::String("é".repeat(MAX_VALUE_BYTES));
+        let text = bounded_json(&long);
+        assert!(text.ends_with("…[truncated]"));
+        assert!(text.len() <= MAX_VALUE_BYTES + "…[truncated]".len());
+        assert_eq!(bounded_json(&Value::from(7)), "7");
+    }
+}

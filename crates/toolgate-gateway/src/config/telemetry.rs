@@ -1,0 +1,113 @@
+//! `telemetry:` — OpenTelemetry trace export (see [`crate::telemetry`]).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use super::values::{self, EnvString};
+
+/// `telemetry:` — traces exported over OTLP. Off when the section is absent: nothing is
+/// exported and no exporter thread runs.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TelemetryConfig {
+    /// Where the traces go.
+    pub otlp: OtlpConfig,
+    /// The `service.name` of the exported resource (default `toolgate`).
+    #[serde(default = "default_service_name")]
+    pub service_name: String,
+    /// The share of new traces recorded, from 0 to 1 (default 1). A call that arrives
+    /// with a trace context follows its parent's sampling decision.
+    #[serde(default = "default_sample_ratio")]
+    pub sample_ratio: f64,
+    /// Whether `execute_tool` spans carry the call's arguments
+    /// (`gen_ai.tool.call.arguments`, after redaction). Default false.
+    #[serde(default)]
+    pub capture_arguments: bool,
+    /// Whether `execute_tool` spans carry the call's result (`gen_ai.tool.call.result`,
+    /// after output redaction). Default false.
+    #[serde(default)]
+    pub capture_results: bool,
+}
+
+/// `telemetry.otlp:` — the collector.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OtlpConfig {
+    /// The collector's OTLP/HTTP base URL (`http://collector:4318`); `/v1/traces` is
+    /// appended unless the URL already ends with it.
+    pub endpoint: EnvString,
+    /// The wire protocol: `http/protobuf`, the only one supported.
+    #[serde(default)]
+    pub protocol: OtlpProtocol,
+    /// Headers sent with every export (`authorization: Bearer ${OTLP_TOKEN}`). Their
+    /// values are secrets: scrubbed from logs, never printed.
+    #[serde(default)]
+    pub headers: BTreeMap<String, EnvString>,
+    /// How long one export may take (default `10s`).
+    #[serde(default = "default_timeout", with = "values::duration")]
+    pub timeout: Duration,
+}
+
+/// The OTLP wire protocol.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+pub enum OtlpProtocol {
+    /// Protobuf over HTTP (port 4318 by convention).
+    #[default]
+    #[serde(rename = "http/protobuf")]
+    HttpProtobuf,
+}
+
+fn default_service_name() -> String {
+    "toolgate".to_owned()
+}
+
+fn default_sample_ratio() -> f64 {
+    1.0
+}
+
+fn default_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::parse;
+
+    #[test]
+    fn the_section_is_off_when_absent_and_takes_defaults_when_present() {
+        assert!(parse("{}").unwrap().telemetry.is_none());
+        let config = parse("telemetry: { otlp: { endpoint: \"http://c:4318\" } }").unwrap();
+        let telemetry = config.telemetry.unwrap();
+        assert_eq!(telemetry.service_name, "toolgate");
+        assert_eq!(telemetry.sample_ratio, 1.0);
+        assert!(!telemetry.capture_arguments && !telemetry.capture_results);
+    }
+
+    #[test]
+    fn a_bad_section_is_refused_with_what_to_do_and_never_quotes_a_header_value() {
+        for (yaml, says) in [
+            (
+                "telemetry: { otlp: { endpoint: \"http://c\" }, sample_ratio: 2 }",
+                "between 0 and 1",
+            ),
+            (
+                "telemetry: { otlp: { endpoint: \"collector:4318\" } }",
+                "http:// or https://",
+            ),
+            (
+                "telemetry: { otlp: { endpoint: \"http://c\", protocol: grpc } }",
+                "http/protobuf",
+            ),
+            (
+                "telemetry: { otlp: { endpoint: \"http://c\", headers: { x-key: \"s3cret\\nvalue\" } } }",
+                "not shown",
+            ),
+        ] {
+            let error = parse(yaml).expect_err(yaml).to_string();
+            assert!(error.contains(says), "{yaml}: {error}");
+            assert!(!error.contains("s3cret"), "{error}");
+        }
+    }
+}
