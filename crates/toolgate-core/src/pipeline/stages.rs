@@ -59,20 +59,19 @@ pub(super) fn run_ready(
     phase: Phase,
 ) -> StageRun {
     let started = entry.plan.records_durations().then(ClockInstant::now);
+    let rest = Rest {
+        index: from,
+        started,
+        span: tracing::Span::none(),
+    };
     // Disabled (a comparison with the level hint) unless an OpenTelemetry subscriber
-    // wants stage spans; entering a disabled span does nothing.
-    let span = telemetry::stage_span(stage).entered();
-    match run_synchronous(
-        entry,
-        ctx,
-        stage,
-        Rest {
-            index: from,
-            started,
-            span: tracing::Span::none(),
-        },
-        phase,
-    ) {
+    // wants stage spans: then it is neither entered nor carried.
+    let span = telemetry::stage_span(stage);
+    if span.is_disabled() {
+        return run_synchronous(entry, ctx, stage, rest, phase);
+    }
+    let span = span.entered();
+    match run_synchronous(entry, ctx, stage, rest, phase) {
         StageRun::Rest(mut rest) => {
             rest.span = span.exit();
             StageRun::Rest(rest)
