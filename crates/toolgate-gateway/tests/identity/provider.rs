@@ -204,14 +204,19 @@ impl Provider {
         answer["token"].as_str().expect("a token").to_owned()
     }
 
-    /// How many tokens it exchanged (RFC 8693).
-    pub async fn exchanges(&self) -> u64 {
-        let counts: Value = reqwest::get(format!("{}/test/counts", self.issuer))
+    /// What it counted: `discovery`, `jwks`, `token` and `exchange` requests.
+    async fn counts(&self) -> Value {
+        reqwest::get(format!("{}/test/counts", self.issuer))
             .await
             .expect("the provider answers /test/counts")
             .json()
             .await
-            .expect("JSON counts");
+            .expect("JSON counts")
+    }
+
+    /// How many tokens it exchanged (RFC 8693).
+    pub async fn exchanges(&self) -> u64 {
+        let counts = self.counts().await;
         counts["exchange"].as_u64().unwrap_or(0)
     }
 
@@ -228,23 +233,13 @@ impl Provider {
 
     /// How many requests its token endpoint answered (issued or exchanged).
     pub async fn tokens_issued(&self) -> u64 {
-        let counts: Value = reqwest::get(format!("{}/test/counts", self.issuer))
-            .await
-            .expect("the provider answers /test/counts")
-            .json()
-            .await
-            .expect("JSON counts");
+        let counts = self.counts().await;
         counts["token"].as_u64().unwrap_or(0)
     }
 
     /// How often the discovery document and the key set were fetched.
     pub async fn fetches(&self) -> (u64, u64) {
-        let counts: Value = reqwest::get(format!("{}/test/counts", self.issuer))
-            .await
-            .expect("the provider answers /test/counts")
-            .json()
-            .await
-            .expect("JSON counts");
+        let counts = self.counts().await;
         (
             counts["discovery"].as_u64().unwrap_or(0),
             counts["jwks"].as_u64().unwrap_or(0),
