@@ -426,7 +426,7 @@ pub struct AsCallerConfig {
     /// cannot call the upstream.
     pub credentials: Option<BTreeMap<String, EnvString>>,
     /// The most connections to the upstream kept open, one per caller credential
-    /// (default 1000; past it the least recently used is closed).
+    /// (default 1000; past it one is closed, callers seen often keeping theirs).
     pub max_sessions: Option<u64>,
     /// How long a caller's connection stays open without a call (default `5m`).
     #[serde(default, with = "values::opt_duration")]

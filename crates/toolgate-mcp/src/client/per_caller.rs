@@ -6,7 +6,8 @@
 //! map: [`StaticCallerCredentials`]). MCP servers bind sessions to whoever opened them,
 //! so each credential gets a connection of its own: the calls of one caller share it,
 //! and callers never share one. The connections are kept in a bounded map, closed when
-//! idle or when the map is full (least recently used first), and a credential that
+//! idle or when the map is full (moka's policy: a flood of one-time callers does not push
+//! out the connections of callers seen often), and a credential that
 //! changes (a renewed token) opens a new one.
 //!
 //! What stays on the upstream's own connection, with [`credential_env`]: discovering
@@ -190,7 +191,8 @@ pub struct PerCaller {
     /// Where each caller's credential comes from.
     pub source: Arc<dyn CallerCredentials>,
     /// The most connections kept open at once (default
-    /// [`DEFAULT_MAX_CALLER_SESSIONS`]); past it the least recently used is closed.
+    /// [`DEFAULT_MAX_CALLER_SESSIONS`]); past it one is closed (callers seen often keep
+    /// theirs).
     pub max_sessions: u64,
     /// How long a connection stays open without a call (default
     /// [`DEFAULT_CALLER_SESSION_IDLE`]).
