@@ -10,7 +10,7 @@ use tower_service::Service;
 
 use super::{ApiError, AppState, Caller};
 use crate::config::WebOrigin;
-use crate::identity::scopes::INSUFFICIENT_SCOPE;
+use crate::identity::scopes::{self, INSUFFICIENT_SCOPE};
 use crate::identity::{Route, metadata};
 
 /// The header carrying the MCP session id rmcp issues at `initialize`.
@@ -34,10 +34,7 @@ fn step_up(caller: &Caller, request: &Request) -> Option<Response> {
         return None;
     }
     let oauth = caller.gateway.identity.oauth()?;
-    let reason = format!(
-        "the token lacks the scope `{}` needed to call `{tool}`: ask the issuer for a token with it",
-        missing.join(" ")
-    );
+    let reason = scopes::lacks_scope(&missing, tool);
     let mut response =
         ApiError::new(StatusCode::FORBIDDEN, INSUFFICIENT_SCOPE, reason).into_response();
     let challenge =

