@@ -49,5 +49,8 @@ pub(crate) struct Progress {
     pub acquired: Acquired,
     /// The tool itself is running (a panic now is the tool's).
     pub in_tool: bool,
+    /// A subscriber wants the invocation's OpenTelemetry span, so its stages get spans too.
+    /// Read once per stage instead of asking the subscriber for each stage's span.
+    pub traced: bool,
     pub tail: TailState,
 }

@@ -142,6 +142,7 @@ pub(super) async fn run_to_end<R>(
             .ctx
             .as_mut()
             .expect("the guard holds the context until the end");
+        ctx.progress.traced = !guard.otel.is_disabled();
         let deadline = ctx.deadline();
         let cancel = ctx.cancellation_if_given();
         // The clock is read only when a deadline needs it (for the `Timeout` error), and

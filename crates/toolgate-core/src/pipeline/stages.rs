@@ -59,19 +59,26 @@ pub(super) fn run_ready(
     phase: Phase,
 ) -> StageRun {
     let started = entry.plan.records_durations().then(ClockInstant::now);
-    let rest = Rest {
-        index: from,
-        started,
-        span: tracing::Span::none(),
-    };
-    // Disabled (a comparison with the level hint) unless an OpenTelemetry subscriber
-    // wants stage spans: then it is neither entered nor carried.
-    let span = telemetry::stage_span(stage);
-    if span.is_disabled() {
-        return run_synchronous(entry, ctx, stage, rest, phase);
+    if ctx.progress.traced {
+        return run_ready_traced(entry, ctx, stage, from, started, phase);
     }
-    let span = span.entered();
-    match run_synchronous(entry, ctx, stage, rest, phase) {
+    run_synchronous(entry, ctx, stage, from, started, phase)
+}
+
+/// [`run_ready`] inside the stage's span, for an invocation an OpenTelemetry subscriber
+/// traces. A stage left to [`run_rest`] carries its span there, kept open until the stage
+/// ends.
+#[inline(never)]
+fn run_ready_traced(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    from: usize,
+    started: Option<ClockInstant>,
+    phase: Phase,
+) -> StageRun {
+    let span = telemetry::stage_span(stage).entered();
+    match run_synchronous(entry, ctx, stage, from, started, phase) {
         StageRun::Rest(mut rest) => {
             rest.span = span.exit();
             StageRun::Rest(rest)
@@ -134,39 +141,41 @@ async fn continue_stage(
             Ok(None) => {}
             Err(_panic) => contained_panic(planned, stage, ctx, phase),
         }
-        rest.index += 1;
-        match run_synchronous(entry, ctx, stage, rest, phase) {
+        match run_synchronous(entry, ctx, stage, rest.index + 1, rest.started, phase) {
             StageRun::Done(result) => return result,
             StageRun::Rest(next) => rest = next,
         }
     }
 }
 
-/// The synchronous hooks of `stage` from `at.index` on, up to the first that may not
-/// finish at once.
+/// The synchronous hooks of `stage` from the one at `from` on, up to the first that may
+/// not finish at once. `started` is when the stage began, when its duration is recorded.
 #[inline(always)]
 fn run_synchronous(
     entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
     stage: Stage,
-    at: Rest,
+    from: usize,
+    started: Option<ClockInstant>,
     phase: Phase,
 ) -> StageRun {
     let timed = entry.plan.records_hook_timings();
     let hooks = entry.plan.hooks(stage);
-    for (index, planned) in hooks.iter().enumerate().skip(at.index) {
+    for (index, planned) in hooks.iter().enumerate().skip(from) {
         if !planned.synchronous {
             return StageRun::Rest(Rest {
                 index,
-                started: at.started,
+                started,
                 span: tracing::Span::none(),
             });
         }
         let hook_started = timed.then(ClockInstant::now);
         let outcome = if contains_panics(planned, phase) {
             match call_contained(planned, stage, ctx, phase, index) {
-                Some(outcome) => outcome,
+                // Filtered out, a contained panic, or let through with nothing to record.
                 None => continue,
+                Some(Ok(())) if hook_started.is_none() => continue,
+                Some(outcome) => outcome,
             }
         } else {
             // Found once: reaching the hook behind its `Arc<dyn Hook>` reads the vtable.
@@ -175,6 +184,7 @@ fn run_synchronous(
                 continue;
             }
             let future = (planned.call)(hook, ctx);
+            // Nothing follows a hook that let the call through, unless its time is recorded.
             if future.is_ready_ok() && hook_started.is_none() {
                 continue;
             }
@@ -184,17 +194,17 @@ fn run_synchronous(
             }
         };
         if let Err(control) = apply(planned, stage, ctx, hook_started, outcome, phase) {
-            end_stage(entry, ctx, stage, at.started, phase);
+            end_stage(entry, ctx, stage, started, phase);
             return StageRun::Done(Err(control));
         }
     }
-    end_stage(entry, ctx, stage, at.started, phase);
+    end_stage(entry, ctx, stage, started, phase);
     StageRun::Done(Ok(()))
 }
 
 /// Calls a synchronous hook whose panic is contained (a fail-open hook, or any hook in the
-/// tail): `None` when there is nothing to apply (filtered out, or a contained panic). Out of
-/// line, so that the common fail-call loop stays small.
+/// tail): `None` when there is nothing to apply (filtered out, or a contained panic). Out
+/// of line, so that the common fail-call loop stays small.
 #[inline(never)]
 fn call_contained(
     planned: &PlannedHook,
@@ -206,18 +216,20 @@ fn call_contained(
     if phase == Phase::Tail {
         ctx.progress.tail.running = Some((stage, index));
     }
-    let outcome = match call(planned, ctx, true) {
-        Ok(None) => return None,
-        Ok(Some(future)) => Some(match future.into_ready() {
+    let called = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        let hook: &dyn Hook = &*planned.hook;
+        if !hook.filter(ctx) {
+            return None;
+        }
+        Some(match (planned.call)(hook, ctx).into_ready() {
             Ok(outcome) => outcome,
             Err(_pending) => Err(not_synchronous(planned, stage)),
-        }),
-        Err(_panic) => None,
-    };
-    if outcome.is_none() {
+        })
+    }));
+    called.unwrap_or_else(|_panic| {
         contained_panic(planned, stage, ctx, phase);
-    }
-    outcome
+        None
+    })
 }
 
 /// Runs `stage` whole: for the paths where one more future costs nothing worth saving
@@ -287,8 +299,10 @@ async fn wait(
     if let std::task::Poll::Ready(settled) = futures::poll!(&mut pending) {
         return settled.map(Some);
     }
+    // Boxed: the timer is large, and kept out of the state of every stage's future it
+    // would otherwise be part of.
     let timeout = entry.shared.tail_hook_timeout;
-    match tokio::time::timeout(timeout, pending).await {
+    match Box::pin(tokio::time::timeout(timeout, pending)).await {
         Ok(settled) => settled.map(Some),
         Err(_) => {
             tracing::error!(stage = %stage, hook = %planned.name, timeout_ms = timeout.as_millis() as u64, "a hook did not finish within the tail timeout and was abandoned; the outcome is kept");
@@ -298,7 +312,7 @@ async fn wait(
 }
 
 /// Records how long `stage` took, when asked, and ends a tail stage's hook tracking.
-#[inline]
+#[inline(always)]
 fn end_stage(
     entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
@@ -310,12 +324,23 @@ fn end_stage(
         ctx.progress.tail.running = None;
     }
     if let Some(started) = started {
-        let durations = &mut ctx.trail_mut().stage_durations;
-        if durations.capacity() == 0 {
-            durations.reserve_exact(entry.plan.timed_stages());
-        }
-        durations.push((stage, started.elapsed()));
+        record_duration(entry, ctx, stage, started);
     }
+}
+
+/// Keeps how long `stage` took in the context's trail.
+#[inline(never)]
+fn record_duration(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    started: ClockInstant,
+) {
+    let durations = &mut ctx.trail_mut().stage_durations;
+    if durations.capacity() == 0 {
+        durations.reserve_exact(entry.plan.timed_stages());
+    }
+    durations.push((stage, started.elapsed()));
 }
 
 /// What follows a hook's outcome: its timing is kept (when asked for) and its failure mode

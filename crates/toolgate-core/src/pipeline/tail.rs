@@ -29,46 +29,56 @@ pub(super) fn has_hooks(entry: &ToolEntry, ctx: &ToolInvokeContext) -> bool {
 
 /// Runs the tail's stages that have not begun, from the hook after an interrupted one.
 pub(super) async fn run(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
+    // The stages due that have hooks: `on_error` on the error path, a release stage when
+    // its acquire stage was reached. `on_error`, last in stage order, runs first.
+    let mut due = entry.plan.present().intersection(TAIL);
     let failed = ctx.error.as_ref().is_some_and(|e| !e.is_waiting());
     let acquired = ctx.progress.acquired;
-    for stage in ORDER {
-        let due = match stage {
-            Stage::OnError => failed,
-            Stage::DidReleaseSemaphore => acquired.semaphore,
-            Stage::DidReleaseQuota => acquired.quota,
-            _ => true,
-        };
-        if stage == Stage::WillAudit {
+    for (stage, is_due) in [
+        (Stage::OnError, failed),
+        (Stage::DidReleaseSemaphore, acquired.semaphore),
+        (Stage::DidReleaseQuota, acquired.quota),
+    ] {
+        if !is_due {
+            due = due.difference(stage.into());
+        }
+    }
+    let on_error = due.intersection(Stage::OnError.into());
+    for stage in on_error.iter().chain(due.difference(on_error).iter()) {
+        if stage != Stage::OnError {
             ctx.finished.get_or_insert_with(ClockInstant::now);
         }
-        if !due {
-            continue;
-        }
-        let Some(first) = begin(entry, ctx, stage) else {
+        let Some(first) = begin(ctx, stage) else {
             continue;
         };
         if let StageRun::Rest(rest) = stages::run_ready(entry, ctx, stage, first, Phase::Tail) {
             let _ = stages::run_rest(entry, ctx, stage, rest, Phase::Tail).await;
         }
     }
-    log_end(ctx);
+    ctx.finished.get_or_insert_with(ClockInstant::now);
+    end(ctx);
 }
 
 /// The tail when no hook is in it: every tail stage is done at once. No hook can read the
 /// finish time either, so the clock is not read for it here; what reports a duration reads
 /// the clock itself.
 pub(super) fn end_without_hooks(ctx: &mut ToolInvokeContext) {
+    end(ctx);
+}
+
+/// Every tail stage is done: those without hooks, or not due, count as begun and over.
+fn end(ctx: &mut ToolInvokeContext) {
     ctx.progress.tail.begun = ctx.progress.tail.begun.union(TAIL);
     ctx.stage = Stage::WillFinalizeInvoke;
     log_end(ctx);
 }
 
-/// Marks tail stage `stage` as begun and tells from which hook to run it: `None` when it
-/// has begun before or has no hooks. A stage interrupted by the drop of the invocation
+/// Marks tail stage `stage` (which has hooks) as begun and tells from which hook to run
+/// it: `None` when it has begun before. A stage interrupted by the drop of the invocation
 /// future goes on with the hook after the one that was running (so every hook's release
 /// still runs, none twice).
 #[inline]
-fn begin(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stage: Stage) -> Option<usize> {
+fn begin(ctx: &mut ToolInvokeContext, stage: Stage) -> Option<usize> {
     let tail = &mut ctx.progress.tail;
     let first = match tail.running {
         Some((interrupted, hook)) if interrupted == stage => hook + 1,
@@ -77,7 +87,7 @@ fn begin(entry: &ToolEntry, ctx: &mut ToolInvokeContext, stage: Stage) -> Option
     };
     tail.begun = tail.begun.with(stage);
     ctx.stage = stage;
-    entry.plan.has(stage).then_some(first)
+    Some(first)
 }
 
 /// The invocation's last event.
