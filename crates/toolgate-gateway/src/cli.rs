@@ -387,6 +387,18 @@ fn identity_summary(gateway: &Gateway) -> String {
             "  upstream {}: {credential}; a caller's own token is never forwarded\n",
             upstream.name
         ));
+        let refused: Vec<&str> = gateway
+            .refused_waiting
+            .iter()
+            .filter(|(_, of)| **of == upstream.name)
+            .map(|(tool, _)| tool.as_str())
+            .collect();
+        if !refused.is_empty() {
+            out.push_str(&format!(
+                "    refused instead of waiting for approval (a waiting call keeps no token to exchange): {}\n",
+                refused.join(", ")
+            ));
+        }
     }
     out
 }

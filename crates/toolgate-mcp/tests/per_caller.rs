@@ -1,6 +1,7 @@
 //! An upstream called as each caller: every call carries its caller's credential, on a
 //! connection of that caller's own; callers without one never reach the upstream; the
-//! connections are bounded. Against the demo server over streamable HTTP, in a child
+//! connections are bounded; a fixed credential is found again for a call resumed after
+//! waiting for approval. Against the demo server over streamable HTTP, in a child
 //! process, which takes the bearer token as the caller's id.
 
 mod common;
@@ -12,7 +13,9 @@ use common::{HttpDemo, within};
 use serde_json::{Value, json};
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::secret::Secret;
+use toolgate_core::suspension::ResumeDecision;
 use toolgate_core::{InvokeOptions, Pipeline, ToolError, User};
+use toolgate_hooks::Consent;
 use toolgate_hooks::secrets::SCRUBBED;
 use toolgate_mcp::{
     McpError, PerCaller, StaticCallerCredentials, Upstream, UpstreamConfig, UpstreamTransport,
@@ -88,6 +91,42 @@ async fn each_caller_reaches_the_upstream_with_its_own_credential_on_its_own_con
     assert_eq!(refused.code(), "upstream_credential_missing", "{refused}");
     assert_eq!(refused.status(), 403);
     assert_eq!(upstream.caller_connections(), 2);
+}
+
+#[tokio::test]
+async fn a_fixed_credential_reaches_the_upstream_when_an_approved_call_resumes() {
+    let demo = HttpDemo::start("127.0.0.1:0", &[]).await;
+    let config = UpstreamConfig::http("remote", demo.url.clone())
+        .discover(false)
+        .credentials_per_caller(credentials(&["ann"]));
+    let upstream = within(30, "import", Upstream::connect(config))
+        .await
+        .expect("imported");
+    let mut tools = ToolRegistry::new();
+    upstream.register(&mut tools).expect("registered");
+    let pipeline = Pipeline::builder()
+        .registry(tools)
+        .hook(Consent::builder().tool("whoami").build())
+        .build()
+        .expect("built");
+
+    let waiting = invoke_as(&pipeline, "ann", "whoami")
+        .await
+        .expect_err("the call waits for approval");
+    let ToolError::Suspended { suspension_id, .. } = waiting else {
+        panic!("expected a suspension, got {waiting}");
+    };
+    assert_eq!(upstream.caller_connections(), 0, "nothing reached it yet");
+
+    // Resumed by someone else's request, with nothing of ann's but her user id: her
+    // credential is found from it, and reaches the upstream on a connection of her own.
+    let options = InvokeOptions::new().timeout(Duration::from_secs(20));
+    let said = pipeline
+        .resume(&suspension_id, ResumeDecision::Approve, options)
+        .await
+        .expect("answered");
+    assert_eq!(text_of(&said), SCRUBBED, "{said}");
+    assert_eq!(upstream.caller_connections(), 1);
 }
 
 #[tokio::test]

@@ -2,6 +2,7 @@
 //! MCP endpoint. A reload builds a new one next to the old; calls in flight finish on the
 //! one they started on.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,8 +32,8 @@ mod tools;
 
 pub(crate) use tools::upstream_config;
 
-use policies::{Installed, install_policies};
-use tools::{check_tool_names, register_tools};
+use policies::{Installed, install_policies, refused_waiting};
+use tools::{Registered, check_tool_names, register_tools};
 
 /// The gateway could not be built from a configuration.
 #[derive(Debug, thiserror::Error)]
@@ -90,6 +91,9 @@ pub struct Gateway {
     /// Whether an upstream trades callers' tokens for its own (callers' tokens are then
     /// kept for their invocations).
     pub(crate) exchanges_tokens: bool,
+    /// The tools that need approval and are called with the caller's token exchanged,
+    /// each with its upstream: their calls are refused instead of waiting.
+    pub(crate) refused_waiting: BTreeMap<String, String>,
     /// The MCP endpoint, when enabled.
     pub mcp: Option<McpHttpService>,
     /// Who opened each session of the MCP endpoint.
@@ -139,8 +143,11 @@ impl Gateway {
         let config = Arc::new(config);
         let mut registry = ToolRegistry::new();
         let identity = Identity::new(&config)?;
-        let (upstreams, mut names) =
-            register_tools(&config, identity.key_store(), &mut registry).await?;
+        let Registered {
+            upstreams,
+            mut names,
+            needs_caller_token,
+        } = register_tools(&config, identity.key_store(), &mut registry).await?;
         if config.policies.approval.is_some() {
             // Callers whose calls wait for approval fetch their outcomes with it.
             let tool = OutcomeTool::new(shared.outcomes.clone(), shared.suspensions.clone());
@@ -150,6 +157,7 @@ impl Gateway {
             names.insert(OUTCOME_TOOL.to_owned());
         }
         check_tool_names(&config, &names)?;
+        let refused_waiting = refused_waiting(&config, shared, &registry, &needs_caller_token);
 
         let builder = Pipeline::builder().registry(registry);
         let (
@@ -159,7 +167,7 @@ impl Gateway {
                 tool_scopes,
                 audit,
             },
-        ) = install_policies(&config, shared, builder)?;
+        ) = install_policies(&config, shared, builder, &refused_waiting)?;
         let builder = extensions
             .install(builder)
             .suspension_store(shared.suspensions.clone())
@@ -221,6 +229,7 @@ impl Gateway {
                     .as_ref()
                     .is_some_and(|a| a.token_exchange.is_some())
             }),
+            refused_waiting,
             approver_roles: config
                 .policies
                 .approval

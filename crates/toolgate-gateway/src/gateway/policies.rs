@@ -1,9 +1,11 @@
 //! The policies of the configuration, installed as hooks.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use toolgate_core::hook::HookRegistration;
+use toolgate_core::registry::ToolRegistry;
 use toolgate_core::{Hook, PipelineBuilder};
 use toolgate_hooks::audit::JsonLinesSink;
 use toolgate_hooks::authorize::{Effect, Rule, Rules};
@@ -22,6 +24,7 @@ use crate::config::{
     RedactionModeName, RetryPolicy, TimeoutPolicy,
 };
 use crate::identity::scopes::ToolScopes;
+use crate::identity::waiting::CallerTokenCannotWait;
 use crate::state::SharedState;
 
 impl From<PartitionName> for Partition {
@@ -76,10 +79,14 @@ pub(super) struct Installed {
 /// Adds the configured policies to `builder` and gives it back with the hooks the gateway
 /// keeps. Each policy section makes its hooks, or none when it is not configured; they are
 /// registered in the order below — stage order, which is also their order at equal priority.
+///
+/// The calls of the tools of `refused_waiting` (tool → upstream) are refused before
+/// consent would make them wait ([`refused_waiting`]).
 pub(super) fn install_policies(
     config: &Config,
     shared: &SharedState,
     builder: PipelineBuilder,
+    refused_waiting: &BTreeMap<String, String>,
 ) -> Result<(PipelineBuilder, Installed), GatewayError> {
     let p = &config.policies;
     let authorize = p.authorization.as_ref().map(authorization).map(Arc::new);
@@ -96,10 +103,11 @@ pub(super) fn install_policies(
         .map(|a| audit(config, a, redaction.as_ref().map(Redaction::redactor)))
         .transpose()?
         .map(Arc::new);
-    let sections: [Vec<HookRegistration>; 12] = [
+    let sections: [Vec<HookRegistration>; 13] = [
         one(Some(Metrics::new())),
         shared_one(&authorize),
         shared_one(&tool_scopes),
+        CallerTokenCannotWait::registrations(refused_waiting),
         one(p.approval.as_ref().map(|a| approval(a, shared))),
         rate_limits(p, shared)?,
         concurrency(p, shared)?,
@@ -164,6 +172,22 @@ fn authorization(a: &AuthorizationPolicy) -> Authorize {
             rules.rule(rule)
         });
     Authorize::new(rules)
+}
+
+/// The tools of `needs_caller_token` (tool → upstream) that approval makes wait, whose
+/// calls a `caller_token_cannot_wait` hook refuses instead ([`CallerTokenCannotWait`]).
+pub(super) fn refused_waiting(
+    config: &Config,
+    shared: &SharedState,
+    registry: &ToolRegistry,
+    needs_caller_token: &BTreeMap<String, String>,
+) -> BTreeMap<String, String> {
+    match &config.policies.approval {
+        Some(a) if !needs_caller_token.is_empty() => {
+            CallerTokenCannotWait::refused(needs_caller_token, registry, &approval(a, shared))
+        }
+        _ => BTreeMap::new(),
+    }
 }
 
 fn approval(a: &ApprovalPolicy, shared: &SharedState) -> Consent {

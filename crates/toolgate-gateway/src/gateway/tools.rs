@@ -1,7 +1,7 @@
 //! Tools from the configuration: built-in and imported, labelled, and every tool name a
 //! policy mentions checked.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,15 +18,27 @@ use crate::identity::jwks::KeyStore;
 use crate::labels::Labelled;
 use crate::pins::{HeldBack, PinFile, Verdict};
 
+/// What [`register_tools`] registered.
+pub(super) struct Registered {
+    /// The upstreams, to keep them connected.
+    pub(super) upstreams: Vec<Upstream>,
+    /// Every tool's name.
+    pub(super) names: BTreeSet<String>,
+    /// The tools called with a credential that needs the caller's own token
+    /// ([`toolgate_mcp::CallerCredentials::needs_caller_token`]), each with its upstream's
+    /// name.
+    pub(super) needs_caller_token: BTreeMap<String, String>,
+}
+
 /// Registers the built-in and upstream tools in `registry` (where a name taken twice is
-/// refused at once, against the configuration field that brought it); returns the
-/// upstreams (to keep them connected) and every tool's name.
+/// refused at once, against the configuration field that brought it).
 pub(super) async fn register_tools(
     config: &Config,
     keys: Option<&Arc<KeyStore>>,
     registry: &mut ToolRegistry,
-) -> Result<(Vec<Upstream>, BTreeSet<String>), GatewayError> {
+) -> Result<Registered, GatewayError> {
     let mut names = BTreeSet::new();
+    let mut needs_caller_token = BTreeMap::new();
     let mut seen = BTreeSet::new();
     for (i, which) in config.tools.builtin.iter().enumerate() {
         if !seen.insert(*which) {
@@ -50,8 +62,11 @@ pub(super) async fn register_tools(
     let mut upstreams = Vec::new();
     for (i, entry) in config.upstreams.iter().enumerate() {
         let mut upstream_config = upstream_config(entry, i)?;
+        let mut with_caller_token = false;
         if let Some(as_caller) = &entry.as_caller {
-            upstream_config = upstream_config.per_caller(per_caller(as_caller, keys));
+            let per_caller = per_caller(&entry.name, as_caller, keys);
+            with_caller_token = per_caller.source.needs_caller_token();
+            upstream_config = upstream_config.per_caller(per_caller);
         }
         let upstream =
             Upstream::connect(upstream_config)
@@ -77,19 +92,22 @@ pub(super) async fn register_tools(
                 }
                 None => tool,
             };
-            names.insert(add_tool(
-                config,
-                registry,
-                tool,
-                &format!("upstreams[{i}]"),
-            )?);
+            let name = add_tool(config, registry, tool, &format!("upstreams[{i}]"))?;
+            if with_caller_token {
+                needs_caller_token.insert(name.clone(), entry.name.clone());
+            }
+            names.insert(name);
         }
         upstreams.push(upstream);
     }
     if let Some((file, path, true)) = &pins {
         file.save(path)?;
     }
-    Ok((upstreams, names))
+    Ok(Registered {
+        upstreams,
+        names,
+        needs_caller_token,
+    })
 }
 
 fn add_tool(
@@ -235,10 +253,11 @@ pub(super) fn check_tool_names(
     Ok(())
 }
 
-/// Where an upstream called as each caller gets each caller's credential.
-fn per_caller(config: &AsCallerConfig, keys: Option<&Arc<KeyStore>>) -> PerCaller {
+/// Where the upstream `name`, called as each caller, gets each caller's credential.
+fn per_caller(name: &str, config: &AsCallerConfig, keys: Option<&Arc<KeyStore>>) -> PerCaller {
     let mut per_caller = PerCaller::new(match (&config.token_exchange, &config.credentials) {
         (Some(exchange), _) => Arc::new(ExchangedCredentials::new(
+            name,
             ExchangeSettings {
                 token_endpoint: exchange
                     .token_endpoint

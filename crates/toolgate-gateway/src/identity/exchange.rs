@@ -4,7 +4,8 @@
 //! caller's own token.
 //!
 //! Exchanged credentials are cached per caller token until shortly before they expire, in
-//! a bounded cache. Each one is a secret: its `Debug` shows nothing of it.
+//! a bounded cache, and concurrent first calls of one caller share one request to the
+//! token endpoint. Each credential is a secret: its `Debug` shows nothing of it.
 //! [`ExchangedCredentials`] is the exchange as an upstream's per-caller credential source
 //! (`upstreams[].as_caller.token_exchange`).
 
@@ -17,7 +18,7 @@ use sha2::{Digest, Sha256};
 use tokio::sync::OnceCell;
 use toolgate_core::secret::Secret;
 use toolgate_core::{ToolError, ToolInvokeContext};
-use toolgate_mcp::per_caller::missing_credential;
+use toolgate_mcp::per_caller::MissingCredential;
 use toolgate_mcp::{CallerAccessToken, CallerCredentials};
 
 use super::jwks::KeyStore;
@@ -83,7 +84,7 @@ impl std::fmt::Debug for UpstreamCredential {
 }
 
 /// A token could not be exchanged.
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ExchangeError {
     /// The provider did not answer in time or could not be reached.
@@ -120,10 +121,14 @@ struct ErrorResponse {
 }
 
 /// Exchanges callers' tokens for one upstream, with a bounded cache.
+///
+/// One request per caller token at a time: calls that need a credential the cache does
+/// not hold while another call is already asking the provider for it wait for that
+/// request and share its answer, a credential or an error. Only a credential is kept.
 pub struct TokenExchange {
     settings: ExchangeSettings,
     client: reqwest::Client,
-    cache: moka::sync::Cache<[u8; 32], Arc<UpstreamCredential>>,
+    cache: moka::future::Cache<[u8; 32], Arc<UpstreamCredential>>,
 }
 
 impl std::fmt::Debug for TokenExchange {
@@ -137,6 +142,33 @@ impl std::fmt::Debug for TokenExchange {
 
 /// The longest a credential without `expires_in` is kept.
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
+/// The longest any credential is kept, whatever its lifetime.
+const MAX_KEPT: Duration = Duration::from_secs(24 * 3600);
+/// How much longer than its own deadline a call waits for the shared request. The
+/// request's own deadline, the same instant for the call that made it, must decide: then
+/// its answer ("no answer in time") reaches every call waiting on it, rather than the
+/// call that made it giving up first and a waiting one asking again.
+const SHARED_REQUEST_GRACE: Duration = Duration::from_millis(100);
+
+/// A cached credential expires from the cache `refresh_before` before it expires itself,
+/// so the call after that exchanges the caller's token again (once, for every call
+/// waiting on it).
+struct RefreshBefore(Duration);
+
+impl moka::Expiry<[u8; 32], Arc<UpstreamCredential>> for RefreshBefore {
+    fn expire_after_create(
+        &self,
+        _key: &[u8; 32],
+        credential: &Arc<UpstreamCredential>,
+        created_at: Instant,
+    ) -> Option<Duration> {
+        let usable = credential
+            .expires_at
+            .saturating_duration_since(created_at)
+            .saturating_sub(self.0);
+        Some(usable.min(MAX_KEPT))
+    }
+}
 
 impl TokenExchange {
     /// An exchange with an empty cache.
@@ -153,9 +185,9 @@ impl TokenExchange {
                 url: settings.token_endpoint.clone(),
                 reason: format!("no HTTP client could be made: {e}"),
             })?;
-        let cache = moka::sync::Cache::builder()
+        let cache = moka::future::Cache::builder()
             .max_capacity(settings.max_entries)
-            .time_to_live(Duration::from_secs(24 * 3600))
+            .expire_after(RefreshBefore(settings.refresh_before))
             .build();
         Ok(TokenExchange {
             settings,
@@ -165,11 +197,14 @@ impl TokenExchange {
     }
 
     /// The credential for the caller whose access token is `subject_token`: cached, or
-    /// exchanged now when there is none or it expires within `refresh_before`.
+    /// exchanged now when there is none or it expires within `refresh_before`. Calls
+    /// with the same token while it is being exchanged wait for that one request and
+    /// share its answer; each call waits at most the configured `timeout`.
     ///
     /// # Errors
     ///
-    /// [`ExchangeError`] when the provider cannot be reached or refuses.
+    /// [`ExchangeError`] when the provider cannot be reached, does not answer within the
+    /// timeout, or refuses. The error is not cached: the next call asks again.
     pub async fn credential(
         &self,
         subject_token: &str,
@@ -177,23 +212,48 @@ impl TokenExchange {
         // Keyed by the caller's token, not only its subject: a token with fewer scopes
         // never gets a credential exchanged for one with more.
         let key: [u8; 32] = Sha256::digest(subject_token.as_bytes()).into();
-        if let Some(cached) = self.cache.get(&key)
-            && cached.expires_at > Instant::now() + self.settings.refresh_before
-        {
-            return Ok(cached);
+        let deadline = tokio::time::Instant::now() + self.settings.timeout;
+        // moka runs one `init` per key at a time and hands its result to every call
+        // waiting on the key; an error is handed on and not inserted. The request ends by
+        // the deadline of the call that made it, which came first, so before the deadline
+        // of every call waiting on it. Should the call making it be cancelled, a waiting
+        // one takes over with a request of its own; the outer bound still holds each call
+        // to its own deadline.
+        let shared = self.cache.try_get_with(key, async {
+            self.exchange(subject_token, deadline).await.map(Arc::new)
+        });
+        match tokio::time::timeout_at(deadline + SHARED_REQUEST_GRACE, shared).await {
+            Ok(Ok(credential)) => Ok(credential),
+            Ok(Err(error)) => Err(ExchangeError::clone(&error)),
+            Err(_) => Err(self.no_answer_in_time()),
         }
-        let credential = Arc::new(self.exchange(subject_token).await?);
-        self.cache.insert(key, Arc::clone(&credential));
-        Ok(credential)
     }
 
     /// How many credentials are cached (for tests and metrics).
-    pub fn cached(&self) -> u64 {
-        self.cache.run_pending_tasks();
+    pub async fn cached(&self) -> u64 {
+        self.cache.run_pending_tasks().await;
         self.cache.entry_count()
     }
 
-    async fn exchange(&self, subject_token: &str) -> Result<UpstreamCredential, ExchangeError> {
+    fn no_answer_in_time(&self) -> ExchangeError {
+        ExchangeError::Unreachable {
+            url: self.settings.token_endpoint.clone(),
+            reason: "no answer in time".to_owned(),
+        }
+    }
+
+    /// One request to the token endpoint, answered by `deadline`.
+    async fn exchange(
+        &self,
+        subject_token: &str,
+        deadline: tokio::time::Instant,
+    ) -> Result<UpstreamCredential, ExchangeError> {
+        tokio::time::timeout_at(deadline, self.request(subject_token))
+            .await
+            .unwrap_or_else(|_| Err(self.no_answer_in_time()))
+    }
+
+    async fn request(&self, subject_token: &str) -> Result<UpstreamCredential, ExchangeError> {
         let settings = &self.settings;
         let unreachable = |reason: String| ExchangeError::Unreachable {
             url: settings.token_endpoint.clone(),
@@ -257,10 +317,13 @@ impl TokenExchange {
 /// checked, so known by the first call).
 ///
 /// A caller who presented an API key, not a token, is refused with a 403
-/// `upstream_credential_missing`; a provider that refuses the exchange, with a 403
-/// `upstream_credential_refused`; one that cannot be reached, with a 503
-/// `identity_provider_unavailable` (retry after a second).
+/// `upstream_credential_missing`, and so is a call resumed after waiting for approval
+/// (it runs without the caller's token, which a waiting call never keeps); a provider
+/// that refuses the exchange, with a 403 `upstream_credential_refused`; one that cannot
+/// be reached, with a 503 `identity_provider_unavailable` (retry after a second).
 pub struct ExchangedCredentials {
+    /// The upstream's name, for the caller's errors.
+    upstream: String,
     settings: ExchangeSettings,
     /// Where the discovery document's token endpoint is read when none is configured.
     keys: Option<Arc<KeyStore>>,
@@ -268,9 +331,15 @@ pub struct ExchangedCredentials {
 }
 
 impl ExchangedCredentials {
-    /// Exchanges with `settings`; an empty `token_endpoint` is read from `keys`.
-    pub fn new(settings: ExchangeSettings, keys: Option<Arc<KeyStore>>) -> Self {
+    /// Exchanges with `settings` for the upstream named `upstream`; an empty
+    /// `token_endpoint` is read from `keys`.
+    pub fn new(
+        upstream: impl Into<String>,
+        settings: ExchangeSettings,
+        keys: Option<Arc<KeyStore>>,
+    ) -> Self {
         ExchangedCredentials {
+            upstream: upstream.into(),
             settings,
             keys,
             exchange: OnceCell::new(),
@@ -320,10 +389,19 @@ fn exchange_error(error: &ExchangeError) -> ToolError {
 impl CallerCredentials for ExchangedCredentials {
     async fn credential(&self, ctx: &ToolInvokeContext) -> Result<Secret, ToolError> {
         let Some(token) = ctx.try_get::<CallerAccessToken>() else {
-            return Err(missing_credential(format!(
-                "this upstream is called as the caller, with the caller's OAuth access token exchanged for one of its own; `{}` did not present an access token (an API key cannot be exchanged)",
-                ctx.user().id
-            )));
+            // A resumed call is a new invocation, made by the approver's request: the
+            // caller's token was never stored with the waiting call.
+            let missing = if ctx.resumed().is_some() {
+                MissingCredential::Waited {
+                    tool: ctx.tool_name().to_owned(),
+                    upstream: self.upstream.clone(),
+                }
+            } else {
+                MissingCredential::NoAccessToken {
+                    user: ctx.user().id.clone(),
+                }
+            };
+            return Err(missing.into());
         };
         let exchange = self.exchange().await?;
         let credential = exchange
@@ -338,5 +416,9 @@ impl CallerCredentials for ExchangedCredentials {
             "the caller's token exchanged for audience {}",
             self.settings.audience
         )
+    }
+
+    fn needs_caller_token(&self) -> bool {
+        true
     }
 }

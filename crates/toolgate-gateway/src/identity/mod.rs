@@ -16,6 +16,7 @@ pub mod metadata;
 mod refusal;
 pub mod scopes;
 pub mod token;
+pub mod waiting;
 
 use std::sync::Arc;
 

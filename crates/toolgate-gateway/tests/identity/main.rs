@@ -3,13 +3,16 @@
 //! `/mcp`; bad tokens of every kind are refused with a challenge; the issuer's keys are
 //! cached, fetched again for a new key at most once per interval, and an issuer that is
 //! down never lets a request through. Callers' tokens are exchanged (RFC 8693) for
-//! per-caller upstream credentials, cached until shortly before they expire, and upstreams
-//! configured `as_caller` receive them (or a fixed credential per user).
+//! per-caller upstream credentials, cached until shortly before they expire, once for
+//! concurrent first calls, and upstreams configured `as_caller` receive them (or a fixed
+//! credential per user, also when an approved call resumes; a call that needs the
+//! caller's token is refused rather than parked for approval).
 
 #[path = "../common/mod.rs"]
 mod common;
 mod provider;
 
+mod approval;
 mod bad_tokens;
 mod exchange;
 mod keys;

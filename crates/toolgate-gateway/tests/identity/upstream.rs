@@ -12,13 +12,15 @@ use crate::{RESOURCE, config, invoke};
 
 /// `tests/upstreams/headers.py`: an HTTP MCP server whose `whoami` tells the
 /// `Authorization` header it was sent. Killed on drop.
-struct HeadersUpstream {
+pub struct HeadersUpstream {
     child: Child,
-    url: String,
+    /// Its MCP endpoint.
+    pub url: String,
 }
 
 impl HeadersUpstream {
-    fn start() -> HeadersUpstream {
+    /// Starts one on a free port.
+    pub fn start() -> HeadersUpstream {
         let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/headers.py");
         let mut child = Command::new(python())
             .arg(script)
@@ -119,7 +121,7 @@ async fn check_says_what_an_upstream_receives() {
 }
 
 /// The upstream of these tests, called as each caller with `as_caller` (YAML, one line).
-fn as_caller_config(issuer: &str, upstream: &str, as_caller: &str) -> String {
+pub fn as_caller_config(issuer: &str, upstream: &str, as_caller: &str) -> String {
     format!(
         "{}upstreams:\n  - {{ name: headers, url: \"{upstream}\", as_caller: {as_caller} }}\n",
         config(issuer, "", ""),
@@ -127,7 +129,7 @@ fn as_caller_config(issuer: &str, upstream: &str, as_caller: &str) -> String {
 }
 
 /// What the upstream's `whoami` said, as text.
-fn said(answer: &crate::common::Answer) -> String {
+pub fn said(answer: &crate::common::Answer) -> String {
     answer.body["output"].to_string()
 }
 
@@ -198,6 +200,37 @@ async fn an_upstream_called_as_the_caller_gets_a_token_exchanged_for_that_caller
     for secret in [signature, "gateway-secret"] {
         assert!(!log.contains(secret), "a secret was logged: {log}");
     }
+}
+
+#[tokio::test]
+async fn concurrent_first_calls_of_one_caller_share_one_exchange() {
+    let test = "concurrent_first_calls_of_one_caller_share_one_exchange";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let Some(provider) = Provider::start(test) else {
+        return;
+    };
+    let upstream = HeadersUpstream::start();
+    let yaml = as_caller_config(
+        &provider.issuer,
+        &upstream.url,
+        "{ token_exchange: { audience: \"https://upstream.test/mcp\", client_id: gateway, client_secret: gateway-secret } }",
+    );
+    let gateway = Gateway::start(&yaml);
+    let agent = provider
+        .token("agent", RESOURCE, "tools:read tools:admin")
+        .await;
+    let before = provider.tokens_issued().await;
+
+    // Eight first calls of one caller at once: one request to the token endpoint.
+    let calls = (0..8).map(|_| invoke(&gateway, Some(&agent), "whoami", json!({})));
+    for answer in futures::future::join_all(calls).await {
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        assert!(said(&answer).contains("sub=agent;"), "{}", said(&answer));
+    }
+    assert_eq!(provider.tokens_issued().await - before, 1);
+    assert_eq!(provider.exchanges().await, 1);
 }
 
 #[tokio::test]
@@ -275,7 +308,8 @@ async fn an_upstream_called_with_fixed_per_user_credentials_gets_each_users_own(
     assert_eq!(answer.body["error"]["code"], "upstream_credential_missing");
 }
 
-fn sha256_hex(text: &str) -> String {
+/// The SHA-256 of `text`, in hex.
+pub fn sha256_hex(text: &str) -> String {
     use sha2::Digest;
     sha2::Sha256::digest(text.as_bytes())
         .iter()

@@ -114,6 +114,18 @@ pub trait CallerCredentials: Send + Sync + 'static {
     /// What the upstream receives, in a few words, for `toolgate check` and logs (never
     /// a credential).
     fn describe(&self) -> String;
+
+    /// Whether the credential can be had only while the caller's own request is there:
+    /// a source that trades the caller's access token ([`CallerAccessToken`]). Such a
+    /// credential cannot be had for a call resumed after waiting for approval, which runs
+    /// without the token (a waiting call never keeps one), so a host refuses those calls
+    /// instead of parking them ([`MissingCredential::WouldWait`]).
+    ///
+    /// The default, `false`, is for a source that finds the credential from the user id
+    /// alone, as [`StaticCallerCredentials`] does.
+    fn needs_caller_token(&self) -> bool {
+        false
+    }
 }
 
 /// A fixed credential per user id, e.g. from a secret store at start-up.
@@ -164,10 +176,10 @@ impl CallerCredentials for StaticCallerCredentials {
     async fn credential(&self, ctx: &ToolInvokeContext) -> Result<Secret, ToolError> {
         let user = ctx.user();
         self.by_user.get(&user.id).cloned().ok_or_else(|| {
-            missing_credential(format!(
-                "user `{}` has no credential for this upstream: add one to its per-user credentials",
-                user.id
-            ))
+            MissingCredential::NoEntry {
+                user: user.id.clone(),
+            }
+            .into()
         })
     }
 
@@ -176,10 +188,81 @@ impl CallerCredentials for StaticCallerCredentials {
     }
 }
 
+/// The machine code of a call refused because its caller has no credential for the
+/// upstream.
+pub const CREDENTIAL_MISSING: &str = "upstream_credential_missing";
+
 /// The error of a caller for whom a source has no credential: a 403, since another
-/// caller (or the same one with a token) could make the call.
+/// caller (or the same one with a token) could make the call. For a source of your own;
+/// the built-in cases are [`MissingCredential`].
 pub fn missing_credential(message: impl Into<String>) -> ToolError {
-    ToolError::abort(message, "upstream_credential_missing", 403)
+    ToolError::abort(message, CREDENTIAL_MISSING, 403)
+}
+
+/// Why a call to an upstream called as each caller has no credential. Each case is a 403
+/// `upstream_credential_missing` ([`CREDENTIAL_MISSING`]) for the caller, and the call
+/// never reaches the upstream.
+///
+/// ```
+/// use toolgate_core::ToolError;
+/// use toolgate_mcp::per_caller::MissingCredential;
+///
+/// let error = ToolError::from(MissingCredential::Waited {
+///     tool: "crm_delete".to_owned(),
+///     upstream: "crm".to_owned(),
+/// });
+/// assert_eq!(error.code(), "upstream_credential_missing");
+/// assert_eq!(error.status(), 403);
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum MissingCredential {
+    /// A fixed credential per user, and none for this user.
+    #[error(
+        "user `{user}` has no credential for this upstream: add one to its per-user credentials"
+    )]
+    NoEntry {
+        /// The caller.
+        user: String,
+    },
+    /// The source trades the caller's access token, and the caller presented none.
+    #[error(
+        "this upstream is called as the caller, with the caller's OAuth access token exchanged for one of its own; `{user}` did not present an access token (an API key cannot be exchanged): call again with an access token from the identity provider"
+    )]
+    NoAccessToken {
+        /// The caller.
+        user: String,
+    },
+    /// The call needs a person's approval, and the upstream's credential is the caller's
+    /// token exchanged, which is not kept while a call waits: the call is refused at once
+    /// rather than parked for an approval that could never let it run.
+    #[error(
+        "`{tool}` needs a person's approval, and a call waiting for approval cannot be made as its caller through a token-exchange upstream (`{upstream}`): the caller's access token is not kept while a call waits, so it could not be exchanged once the call is approved. The call was refused instead of waiting; ask an operator to exempt `{tool}` from `policies.approval`, or to give `{upstream}` fixed per-user credentials (`as_caller.credentials`)"
+    )]
+    WouldWait {
+        /// The tool called.
+        tool: String,
+        /// The upstream it belongs to.
+        upstream: String,
+    },
+    /// The call waited for approval and was approved, and the upstream's credential is
+    /// the caller's token exchanged, which a waiting call does not keep: there is none
+    /// to exchange now, and the call did not run.
+    #[error(
+        "`{tool}` waited for approval, and a call waiting for approval cannot be made as its caller through a token-exchange upstream (`{upstream}`): the caller's access token is not kept while a call waits, so there was none to exchange when it was approved, and the call did not run. For it to run, an operator must exempt `{tool}` from `policies.approval` or give `{upstream}` fixed per-user credentials (`as_caller.credentials`); its caller can then make the call again"
+    )]
+    Waited {
+        /// The tool called.
+        tool: String,
+        /// The upstream it belongs to.
+        upstream: String,
+    },
+}
+
+impl From<MissingCredential> for ToolError {
+    fn from(missing: MissingCredential) -> Self {
+        missing_credential(missing.to_string())
+    }
 }
 
 /// A [`CallerCredentials`] source in a configuration, with how many connections it may
