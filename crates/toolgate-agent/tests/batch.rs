@@ -353,3 +353,118 @@ async fn calls_run_with_the_thread_as_session_and_the_call_id_as_request_id() {
         Some(json!({ "session": "t-9", "request": "call_abc", "user": "bob", "trace": "tr-1" }))
     );
 }
+
+/// What a host knows from the request, bound to every call of a batch; a secret in the
+/// host, so its options must never print it.
+struct CallerToken;
+
+impl toolgate_core::external::TypeMapKey for CallerToken {
+    type Value = String;
+}
+
+/// Records, per call, the `CallerToken` its hook saw (or that it saw none).
+struct RecordCallerToken(std::sync::Mutex<Vec<(String, Option<String>)>>);
+
+#[toolgate_core::hook]
+impl toolgate_core::Hook for RecordCallerToken {
+    fn will_authorize(
+        &self,
+        ctx: &mut toolgate_core::ToolInvokeContext,
+    ) -> toolgate_core::HookResult {
+        let seen = ctx.try_get::<CallerToken>().map(|t| (*t).clone());
+        self.0
+            .lock()
+            .unwrap()
+            .push((ctx.request_id().to_string(), seen));
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_bound_on_the_batch_reaches_every_call_of_a_parallel_batch() {
+    use toolgate_core::tool::tool_fn_with_context;
+    use toolgate_core::{Pipeline, ToolError, ToolInvokeContext};
+    const CALLS: usize = 4;
+    // The tool waits until every call of the batch is in it: they run at once, or the
+    // test times out.
+    let together = Arc::new(tokio::sync::Barrier::new(CALLS));
+    let hook = Arc::new(RecordCallerToken(std::sync::Mutex::new(Vec::new())));
+    let pipeline = Pipeline::builder()
+        .hook(Arc::clone(&hook))
+        .tool(tool_fn_with_context(
+            "token",
+            "Answers with the caller's token.",
+            move |_: common::NoArgs, ctx: &ToolInvokeContext| {
+                let token = ctx.get::<CallerToken>().map(|t| (*t).clone());
+                let together = Arc::clone(&together);
+                Box::pin(async move {
+                    together.wait().await;
+                    token.map_err(|e| ToolError::internal(e.to_string()))
+                })
+            },
+        ));
+    let state = Arc::new(InMemoryStateManager::new());
+    state.set_config(THREAD, ThreadConfig::enabling(["token"]));
+    let system = toolgate_agent::ToolSystem::builder(pipeline, state)
+        .build()
+        .unwrap();
+
+    let options = ExecuteOptions::new()
+        .concurrency(Concurrency::Parallel(CALLS))
+        .provide::<CallerToken>("an earlier token".to_owned())
+        .provide::<CallerToken>("the caller's token".to_owned());
+    let printed = format!("{options:?}");
+    assert!(
+        !printed.contains("caller's token") && !printed.contains("earlier"),
+        "a provider's value was printed: {printed}"
+    );
+    assert!(printed.contains("len: 1"), "{printed}");
+    let calls = (0..CALLS)
+        .map(|i| ToolCall::new(format!("c{i}"), "token", json!({})))
+        .collect();
+    let results = tokio::time::timeout(
+        Duration::from_secs(10),
+        system.execute_tools(THREAD, calls, options.clone()),
+    )
+    .await
+    .expect("the calls ran at once");
+    for result in &results {
+        assert_eq!(
+            result.output,
+            Some(json!("the caller's token")),
+            "{result:?}"
+        );
+    }
+    let mut seen = hook.0.lock().unwrap().clone();
+    seen.sort();
+    let expected: Vec<_> = (0..CALLS)
+        .map(|i| (format!("c{i}"), Some("the caller's token".to_owned())))
+        .collect();
+    assert_eq!(seen, expected, "every call's hook saw the provider");
+
+    // Bound on the batch, not on the system: a batch without it has none.
+    hook.0.lock().unwrap().clear();
+    let calls = (0..CALLS)
+        .map(|i| ToolCall::new(format!("d{i}"), "token", json!({})))
+        .collect();
+    let results = tokio::time::timeout(
+        Duration::from_secs(10),
+        system.execute_tools(
+            THREAD,
+            calls,
+            ExecuteOptions::new().concurrency(Concurrency::Parallel(CALLS)),
+        ),
+    )
+    .await
+    .expect("the calls ran at once");
+    for result in &results {
+        assert_eq!(result.error_code(), Some("internal"), "{result:?}");
+    }
+    assert!(
+        hook.0
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|(_, token)| token.is_none())
+    );
+}

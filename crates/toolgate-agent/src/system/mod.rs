@@ -42,8 +42,9 @@ struct Inner {
 ///
 /// Per call: the tool must exist and be enabled for the thread (its [`ThreadConfig`] from
 /// the [`StateManager`]); arguments must be JSON; then the call runs through the pipeline
-/// with the thread as session, the call id as request id, the batch's user, and the trace
-/// id bound as a [`TraceId`] provider. A call that fails, panics or suspends never costs
+/// with the thread as session, the call id as request id, the batch's user, the batch's
+/// request-scoped providers ([`ExecuteOptions::provide`]), and the trace id bound as a
+/// [`TraceId`] provider. A call that fails, panics or suspends never costs
 /// the other calls their results.
 ///
 /// Cheap to clone.
@@ -331,7 +332,10 @@ impl ToolSystem {
                 return rejected(error, Some(raw));
             }
         };
-        let mut invoke = InvokeOptions::new()
+        let mut invoke = batch
+            .options
+            .providers
+            .bind(InvokeOptions::new())
             .session(&*batch.thread)
             .request_id(id.clone())
             .provide::<TraceId>(batch.trace_id.to_string());

@@ -1,10 +1,12 @@
 //! The options of a batch and of a resume.
 
+use std::any::TypeId;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
-use toolgate_core::User;
+use toolgate_core::external::TypeMapKey;
+use toolgate_core::{InvokeOptions, User};
 
 /// How the calls of a batch run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -24,6 +26,7 @@ pub struct ExecuteOptions {
     pub(crate) result_max_chars: Option<usize>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) cancellation: Option<CancellationToken>,
+    pub(crate) providers: BatchProviders,
 }
 
 impl Default for ExecuteOptions {
@@ -43,6 +46,7 @@ impl ExecuteOptions {
             result_max_chars: None,
             timeout: None,
             cancellation: None,
+            providers: BatchProviders::default(),
         }
     }
 
@@ -89,6 +93,111 @@ impl ExecuteOptions {
     pub fn cancellation(mut self, token: CancellationToken) -> Self {
         self.cancellation = Some(token);
         self
+    }
+
+    /// Binds a request-scoped provider for every call of the batch, as
+    /// [`InvokeOptions::provide`] does for one call: each call gets its own clone of
+    /// `value`, and hooks and tools read it with `ctx.get::<K>()`. A second binding of the
+    /// same key replaces the first.
+    ///
+    /// This is how a host hands each call what belongs to the request rather than to the
+    /// user or the session, such as the access token its caller presented. The value is
+    /// never printed: `Debug` of these options shows only how many providers are bound.
+    /// The [`TraceId`](crate::TraceId) of the batch is bound after these, so it always
+    /// names the batch, whatever is bound here.
+    ///
+    /// # Examples
+    ///
+    /// A tenant id the host knows from the request, read by every call's tool:
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use serde_json::json;
+    /// use toolgate_agent::{ExecuteOptions, InMemoryStateManager, ThreadConfig, ToolCall, ToolSystem};
+    /// use toolgate_core::external::TypeMapKey;
+    /// use toolgate_core::tool::tool_fn_with_context;
+    /// use toolgate_core::{Pipeline, ToolError, ToolInvokeContext};
+    /// # use garde::Validate; use schemars::JsonSchema; use serde::{Deserialize, Serialize};
+    /// # #[derive(Deserialize, Serialize, Validate, JsonSchema)] struct NoArgs {}
+    ///
+    /// struct Tenant;
+    /// impl TypeMapKey for Tenant {
+    ///     type Value = String;
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pipeline = Pipeline::builder().tool(tool_fn_with_context(
+    ///     "tenant",
+    ///     "Names the tenant of the request.",
+    ///     |_: NoArgs, ctx: &ToolInvokeContext| {
+    ///         let tenant = ctx.get::<Tenant>().map(|t| (*t).clone());
+    ///         Box::pin(async move { tenant.map_err(|e| ToolError::internal(e.to_string())) })
+    ///     },
+    /// ));
+    /// let state = Arc::new(InMemoryStateManager::new());
+    /// state.set_config("thread-1", ThreadConfig::enabling(["tenant"]));
+    /// let system = ToolSystem::builder(pipeline, state).build()?;
+    ///
+    /// let options = ExecuteOptions::new().provide::<Tenant>("acme".to_owned());
+    /// assert!(!format!("{options:?}").contains("acme"), "a provider's value is never printed");
+    /// let calls = vec![
+    ///     ToolCall::new("c1", "tenant", json!({})),
+    ///     ToolCall::new("c2", "tenant", json!({})),
+    /// ];
+    /// let results = system.execute_tools("thread-1", calls, options).await;
+    /// assert_eq!(results[0].output, Some(json!("acme")));
+    /// assert_eq!(results[1].output, Some(json!("acme")));
+    /// # Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn provide<K>(mut self, value: K::Value) -> Self
+    where
+        K: TypeMapKey,
+        K::Value: Clone + Send + Sync + 'static,
+    {
+        self.providers.insert::<K>(value);
+        self
+    }
+}
+
+/// The request-scoped providers bound to every call of a batch: for each key, how to bind
+/// a fresh clone of its value into one call's options.
+#[derive(Clone, Default)]
+pub(crate) struct BatchProviders(Vec<(TypeId, BindProvider)>);
+
+/// Binds one provider's value into a call's options.
+type BindProvider = Arc<dyn Fn(InvokeOptions) -> InvokeOptions + Send + Sync>;
+
+impl BatchProviders {
+    fn insert<K>(&mut self, value: K::Value)
+    where
+        K: TypeMapKey,
+        K::Value: Clone + Send + Sync + 'static,
+    {
+        let bind: BindProvider =
+            Arc::new(move |options: InvokeOptions| options.provide::<K>(value.clone()));
+        let key = TypeId::of::<K>();
+        match self.0.iter_mut().find(|(bound, _)| *bound == key) {
+            Some((_, earlier)) => *earlier = bind,
+            None => self.0.push((key, bind)),
+        }
+    }
+
+    /// `options` with every provider bound.
+    pub(crate) fn bind(&self, options: InvokeOptions) -> InvokeOptions {
+        self.0
+            .iter()
+            .fold(options, |options, (_, bind)| bind(options))
+    }
+}
+
+/// How many are bound, never what: a provider may hold a secret.
+impl std::fmt::Debug for BatchProviders {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Providers")
+            .field("len", &self.0.len())
+            .finish()
     }
 }
 

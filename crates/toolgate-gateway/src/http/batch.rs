@@ -11,6 +11,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_agent::format::{anthropic, gemini, openai};
 use toolgate_agent::{ExecuteOptions, ToolCall, ToolResult};
+use toolgate_mcp::CallerAccessToken;
 
 use super::body::json_body;
 use super::{ApiError, AppState, Caller, request_timeout};
@@ -30,6 +31,9 @@ pub struct BatchQuery {
 /// The body is, by `format`: `openai` (default) an assistant message with `tool_calls`;
 /// `anthropic` an assistant message with `tool_use` blocks; `gemini` a response or content
 /// with `functionCall` parts.
+///
+/// Each call carries the caller's access token, when it presented one, like a single
+/// call (`/v1/tools/{name}/invoke`) does.
 ///
 /// Calls still running when the shutdown grace ends are cancelled; their results are
 /// errors with code `shutting_down`, and the calls that finished keep theirs.
@@ -75,10 +79,15 @@ pub async fn tool_calls(
                 .map(str::to_owned)
         })
         .unwrap_or_else(|| caller.user.id.clone());
-    let options = ExecuteOptions::new()
+    let mut options = ExecuteOptions::new()
         .user(caller.user.clone())
         .timeout(request_timeout(&caller.gateway, &headers))
         .cancellation(state.drain.call_token());
+    // Every call of the batch carries the caller's token, as a single call does, for the
+    // upstreams that exchange it.
+    if let Some(token) = &caller.token {
+        options = options.provide::<CallerAccessToken>(token.clone());
+    }
     let mut results = caller
         .gateway
         .system

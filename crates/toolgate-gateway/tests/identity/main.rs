@@ -6,7 +6,8 @@
 //! per-caller upstream credentials, cached until shortly before they expire, once for
 //! concurrent first calls, and upstreams configured `as_caller` receive them (or a fixed
 //! credential per user, also when an approved call resumes; a call that needs the
-//! caller's token is refused rather than parked for approval).
+//! caller's token is refused rather than parked for approval), from a single call and
+//! from each call of a batch alike.
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -14,6 +15,7 @@ mod provider;
 
 mod approval;
 mod bad_tokens;
+mod batch;
 mod exchange;
 mod keys;
 mod sdk_clients;
