@@ -6,6 +6,7 @@ use std::io::Write;
 use std::sync::{Arc, Mutex, Once};
 
 use serde_json::json;
+use toolgate::core::hook::hook_fn_sync;
 use toolgate::core::{Stage, User};
 use toolgate_test::{Inject, ScriptedTool, TestPipeline};
 use tracing_subscriber::fmt::MakeWriter;
@@ -150,4 +151,71 @@ async fn a_control_outcome_emits_one_event_inside_the_invocation_span() {
         "the event is inside the span: {}",
         outcomes[0]
     );
+}
+
+/// Runs one call through a pipeline with hooks at `will_authorize` and `will_audit`, its
+/// stage spans on or off, and returns everything it logged (the OpenTelemetry spans under
+/// `toolgate::otel` included: the capturing subscriber takes every level).
+async fn captured_with_stage_spans(stage_spans: bool) -> String {
+    let pipeline = toolgate::core::Pipeline::builder()
+        .tool(Arc::new(ScriptedTool::new(TOOL)))
+        .hook(hook_fn_sync(Stage::WillAuthorize, |_| Ok(())))
+        .hook(hook_fn_sync(Stage::WillAudit, |_| Ok(())))
+        .stage_spans(stage_spans)
+        .build()
+        .unwrap();
+    capture(async {
+        pipeline
+            .invoke(TOOL, json!({}), options().request_id("req-5"))
+            .await
+            .unwrap();
+    })
+    .await
+}
+
+/// The lines that open a span named `name`: `… parent{…}:name{…}: target: new`.
+fn opened<'t>(text: &'t str, name: &str) -> Vec<&'t str> {
+    text.lines()
+        .filter(|line| {
+            let Some((path, _target)) =
+                line.strip_suffix(": new").and_then(|l| l.rsplit_once(": "))
+            else {
+                return false;
+            };
+            // `timestamp LEVEL path`; the span opened is the last of the path.
+            let Some((_level, path)) = path
+                .split_once(' ')
+                .and_then(|(_time, rest)| rest.trim_start().split_once(' '))
+            else {
+                return false;
+            };
+            let last = path.rsplit_once("}:").map_or(path, |(_, last)| last);
+            last.starts_with(&format!("{name}{{"))
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn a_traced_call_has_a_span_for_each_stage_with_hooks_inside_its_execute_tool_span() {
+    let text = captured_with_stage_spans(true).await;
+
+    assert_eq!(opened(&text, "execute_tool").len(), 1, "{text}");
+    let stages = opened(&text, "stage");
+    assert_eq!(stages.len(), 2, "one span per stage with hooks:\n{text}");
+    assert!(stages[0].contains("will_authorize"), "{}", stages[0]);
+    assert!(stages[1].contains("will_audit"), "{}", stages[1]);
+    for stage in stages {
+        assert!(
+            stage.contains("execute_tool{"),
+            "a stage span is a child of the invocation's: {stage}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "current_thread")]
+async fn with_stage_spans_off_a_traced_call_is_one_execute_tool_span() {
+    let text = captured_with_stage_spans(false).await;
+
+    assert_eq!(opened(&text, "execute_tool").len(), 1, "{text}");
+    assert!(opened(&text, "stage").is_empty(), "{text}");
 }

@@ -49,8 +49,9 @@ pub(crate) struct Progress {
     pub acquired: Acquired,
     /// The tool itself is running (a panic now is the tool's).
     pub in_tool: bool,
-    /// A subscriber wants the invocation's OpenTelemetry span, so its stages get spans too.
-    /// Read once per stage instead of asking the subscriber for each stage's span.
-    pub traced: bool,
+    /// The stages get spans: a subscriber wants the invocation's OpenTelemetry span and the
+    /// pipeline makes stage spans. Read once per stage instead of asking the subscriber for
+    /// each stage's span.
+    pub stage_spans: bool,
     pub tail: TailState,
 }

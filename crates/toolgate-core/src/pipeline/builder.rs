@@ -55,6 +55,7 @@ pub struct PipelineBuilder {
     record_stage_durations: bool,
     tail_hook_timeout: Duration,
     span_values: SpanValues,
+    stage_spans: bool,
 }
 
 impl Default for PipelineBuilder {
@@ -79,6 +80,7 @@ impl PipelineBuilder {
             record_stage_durations: false,
             tail_hook_timeout: Duration::from_secs(30),
             span_values: SpanValues::default(),
+            stage_spans: true,
         }
     }
 
@@ -199,6 +201,25 @@ impl PipelineBuilder {
         self
     }
 
+    /// Whether a traced invocation's stages that have hooks get spans of their own, as
+    /// children of its `execute_tool` span (on by default). Each is a span an exporter
+    /// builds, which costs microseconds when traces are exported; with this off a trace
+    /// keeps one span per call. Without a subscriber for the target
+    /// [`SPAN_TARGET`](crate::SPAN_TARGET), no span is made either way.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use toolgate_core::Pipeline;
+    ///
+    /// // One `execute_tool` span per call, no stage spans under it.
+    /// let pipeline = Pipeline::builder().stage_spans(false).build().unwrap();
+    /// ```
+    pub fn stage_spans(mut self, on: bool) -> Self {
+        self.stage_spans = on;
+        self
+    }
+
     /// Checks the wiring and compiles the plans.
     ///
     /// # Errors
@@ -250,6 +271,7 @@ impl PipelineBuilder {
                 .unwrap_or_else(|| Arc::new(InMemorySuspensionStore::default())),
             tail_hook_timeout: self.tail_hook_timeout,
             span_values: self.span_values,
+            stage_spans: self.stage_spans,
         });
         let registry = self.registry;
         let entries = registry

@@ -74,6 +74,8 @@ pub(crate) struct Shared {
     pub tail_hook_timeout: std::time::Duration,
     /// Which values the invocation spans record.
     pub span_values: SpanValues,
+    /// Whether a traced invocation's stages get spans of their own.
+    pub stage_spans: bool,
 }
 
 /// A registered tool with its compiled plan.

@@ -114,18 +114,27 @@ pub(super) async fn run_to_end<R>(
     start: Start,
     conclude: impl FnOnce(Result<Value, ToolError>, Details<'_>) -> R,
 ) -> R {
-    let span = tracing::info_span!(
-        "toolgate.invoke",
-        tool = %entry.scope.definition.name,
-        request_id = %parts.request_id,
-        session_id = parts.session_id.as_deref().unwrap_or(""),
-        user_id = %parts.user.as_deref().unwrap_or(&crate::user::ANONYMOUS).id,
-    );
     let otel = telemetry::invocation_span(
         &entry.scope.definition.name,
         &entry.scope.definition.description,
         &parts.request_id,
     );
+    // The log span, inside the OpenTelemetry span when there is one: so that, in any
+    // subscriber, the stage spans (made inside the log span) descend from `execute_tool`.
+    let log_span = || {
+        tracing::info_span!(
+            "toolgate.invoke",
+            tool = %entry.scope.definition.name,
+            request_id = %parts.request_id,
+            session_id = parts.session_id.as_deref().unwrap_or(""),
+            user_id = %parts.user.as_deref().unwrap_or(&crate::user::ANONYMOUS).id,
+        )
+    };
+    let span = if otel.is_disabled() {
+        log_span()
+    } else {
+        otel.in_scope(log_span)
+    };
     debug_assert!(Arc::ptr_eq(&entry.scope, &parts.scope));
     let guard_span = span.clone();
     let guard_otel = otel.clone();
@@ -142,7 +151,7 @@ pub(super) async fn run_to_end<R>(
             .ctx
             .as_mut()
             .expect("the guard holds the context until the end");
-        ctx.progress.traced = !guard.otel.is_disabled();
+        ctx.progress.stage_spans = entry.shared.stage_spans && !guard.otel.is_disabled();
         let deadline = ctx.deadline();
         let cancel = ctx.cancellation_if_given();
         // The clock is read only when a deadline needs it (for the `Timeout` error), and

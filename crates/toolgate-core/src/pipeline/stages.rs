@@ -59,7 +59,7 @@ pub(super) fn run_ready(
     phase: Phase,
 ) -> StageRun {
     let started = entry.plan.records_durations().then(ClockInstant::now);
-    if ctx.progress.traced {
+    if ctx.progress.stage_spans {
         return run_ready_traced(entry, ctx, stage, from, started, phase);
     }
     run_synchronous(entry, ctx, stage, from, started, phase)

@@ -29,6 +29,11 @@ pub struct TelemetryConfig {
     /// after output redaction). Default false.
     #[serde(default)]
     pub capture_results: bool,
+    /// Whether each stage that has hooks gets a span of its own under the call's
+    /// `execute_tool` span (default true). Off, a call is one span: stage spans are most of
+    /// what exporting costs per call (docs/performance.md).
+    #[serde(default = "default_stage_spans")]
+    pub stage_spans: bool,
 }
 
 /// `telemetry.otlp:` — the collector.
@@ -67,6 +72,10 @@ fn default_sample_ratio() -> f64 {
     1.0
 }
 
+fn default_stage_spans() -> bool {
+    true
+}
+
 fn default_timeout() -> Duration {
     Duration::from_secs(10)
 }
@@ -83,6 +92,9 @@ mod tests {
         assert_eq!(telemetry.service_name, "toolgate");
         assert_eq!(telemetry.sample_ratio, 1.0);
         assert!(!telemetry.capture_arguments && !telemetry.capture_results);
+        assert!(telemetry.stage_spans);
+        let off = "telemetry: { otlp: { endpoint: \"http://c:4318\" }, stage_spans: false }";
+        assert!(!parse(off).unwrap().telemetry.unwrap().stage_spans);
     }
 
     #[test]

@@ -180,7 +180,8 @@ impl Gateway {
                         arguments: t.capture_arguments,
                         results: t.capture_results,
                     }),
-            );
+            )
+            .stage_spans(config.telemetry.as_ref().is_none_or(|t| t.stage_spans));
 
         let state = Arc::new(AllTools::new(ThreadConfig::enabling(names.iter().cloned())));
         let mut system = ToolSystem::builder(builder, state)
