@@ -376,7 +376,40 @@ async fn a_budget_whose_slot_moves_under_load_follows_ask_and_moved_and_stays_ex
 struct Outcome {
     started: Duration,
     took: Duration,
-    error: Option<(String, u16)>,
+    error: Option<Refusal>,
+}
+
+/// How a call of the failover test was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Refusal {
+    /// A backend could not reach Redis within its deadline and failed closed: the hook
+    /// aborted with 503 `overloaded` or `quota_unavailable`. Counted as an unavailable
+    /// decision.
+    Unavailable,
+    /// Redis answered, and the concurrency cap was full: the hook's `WhenFull` retry-after,
+    /// 503 `overloaded`. Not an unavailable decision (Redis decided it), and so not counted
+    /// as one.
+    CapFull,
+}
+
+impl Refusal {
+    /// The kind of `error`, or `None` for any answer the failover must not produce.
+    fn of(error: &ToolError) -> Option<Refusal> {
+        match error {
+            ToolError::Aborted { code, status, .. }
+                if matches!(code.as_ref(), "overloaded" | "quota_unavailable")
+                    && *status == 503 =>
+            {
+                Some(Refusal::Unavailable)
+            }
+            ToolError::RetryAfter { code, status, .. }
+                if code == "overloaded" && *status == 503 =>
+            {
+                Some(Refusal::CapFull)
+            }
+            _ => None,
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -440,12 +473,20 @@ async fn a_primary_killed_under_load_fails_closed_within_the_deadline_and_leaks_
                 let answer = pipeline
                     .invoke("work", json!(null), InvokeOptions::new())
                     .await;
+                let took = started.elapsed();
+                let error = answer.err().map(|error| {
+                    Refusal::of(&error).unwrap_or_else(|| {
+                        panic!(
+                            "a call during the failover fails closed with the documented 503, or finds the cap full ({}, {}: {error})",
+                            error.code(),
+                            error.status()
+                        )
+                    })
+                });
                 outcomes.push(Outcome {
                     started: started - began,
-                    took: started.elapsed(),
-                    error: answer
-                        .err()
-                        .map(|error| (error.code().to_owned(), error.status())),
+                    took,
+                    error,
                 });
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
@@ -502,13 +543,6 @@ async fn a_primary_killed_under_load_fails_closed_within_the_deadline_and_leaks_
         "before the kill every call succeeded"
     );
     assert!(!failed.is_empty(), "the outage was seen by the callers");
-    for outcome in &failed {
-        let (code, status) = outcome.error.as_ref().unwrap();
-        assert!(
-            matches!(code.as_str(), "overloaded" | "quota_unavailable") && *status == 503,
-            "a call during the failover fails closed with the documented 503 ({code}, {status})"
-        );
-    }
     // Two policies, each at most one deadline per call, plus the tool's 10 ms: no call
     // waits for the failover itself.
     assert!(
@@ -530,14 +564,32 @@ async fn a_primary_killed_under_load_fails_closed_within_the_deadline_and_leaks_
             q.unavailable_decisions().fail_closed + c.unavailable_decisions().fail_closed
         })
         .sum();
-    // The refusals decided with Redis away are counted, none twice. Under a loaded CI
-    // machine one call in 151 was refused without such a decision (151 failed, 150
-    // counted): a failure the policies do not count as an unavailable decision, which this
-    // test does not tell apart; so the count may fall short by a few, never exceed.
-    let failed_calls = failed.len() as u64;
-    assert!(
-        refused <= failed_calls && refused * 10 >= failed_calls * 9,
-        "each refusal was counted at most once, and nearly all were: {refused} counted, {failed_calls} failed"
+    // Every call refused because Redis could not answer is counted, exactly once. The other
+    // refusal a failover can cause is a full cap, which Redis itself decided: a lease can
+    // outlive its call — its release, sent from the permit's drop off the caller's path,
+    // waits out the client's retries (`MOVED`, `CLUSTERDOWN`) or is lost, or an acquisition
+    // whose caller gave up at the deadline still runs on Redis — and while it lasts, six
+    // callers on a cap of six can find the cap full. That is the same 503 `overloaded`,
+    // but the cap's retry-after, not an abort, and no unavailable decision. (In a CI run 151
+    // calls failed and 150 were counted: the one not counted can only have been such a
+    // refusal, the only way to these codes that counts nothing.)
+    let unavailable = failed
+        .iter()
+        .filter(|o| o.error == Some(Refusal::Unavailable))
+        .count() as u64;
+    let cap_full = failed
+        .iter()
+        .filter(|o| o.error == Some(Refusal::CapFull))
+        .count() as u64;
+    eprintln!("failover: {unavailable} refused without Redis, {cap_full} with the cap full");
+    assert_eq!(
+        refused, unavailable,
+        "each refusal decided without Redis was counted once"
+    );
+    assert_eq!(
+        unavailable + cap_full,
+        failed.len() as u64,
+        "every failed call was refused without Redis or found the cap full"
     );
     for (state, _, _) in &backends {
         assert!(state.ping().await.is_some(), "the cluster answers again");
