@@ -8,8 +8,9 @@ use super::stages::{self, Phase, StageRun};
 use crate::context::{ClockInstant, ToolInvokeContext};
 use crate::stage::{Stage, StageSet};
 
-/// The tail's stages, in the order they run.
-const ORDER: [Stage; 7] = [
+/// The tail's stages. They run in stage order, except `on_error` (last in stage order),
+/// which runs first: see [`run`].
+const TAIL: StageSet = StageSet::of(&[
     Stage::OnError,
     Stage::WillAudit,
     Stage::DidAudit,
@@ -17,9 +18,7 @@ const ORDER: [Stage; 7] = [
     Stage::DidReleaseSemaphore,
     Stage::DidReleaseQuota,
     Stage::WillFinalizeInvoke,
-];
-
-const TAIL: StageSet = StageSet::of(&ORDER);
+]);
 
 /// Whether the tail has a hook to run (or to go on with, after a drop).
 #[inline]

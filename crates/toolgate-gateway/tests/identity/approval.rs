@@ -10,11 +10,8 @@ use serde_json::{Value, json};
 
 use crate::common::{Answer, BIN, Gateway, client, key, post, python_mcp_available, user_yaml};
 use crate::provider::Provider;
-use crate::upstream::{HeadersUpstream, as_caller_config, sha256_hex};
+use crate::upstream::{HeadersUpstream, TOKEN_EXCHANGE, as_caller_config, sha256_hex};
 use crate::{RESOURCE, invoke, mcp_call};
-
-/// `as_caller` for token exchange at the provider, for the upstream of these tests.
-const TOKEN_EXCHANGE: &str = "{ token_exchange: { audience: \"https://upstream.test/mcp\", client_id: gateway, client_secret: gateway-secret } }";
 
 /// `yaml` with `whoami` waiting for approval.
 fn with_approval(yaml: &str) -> String {

@@ -7,10 +7,7 @@ use serde_json::{Value, json};
 use crate::RESOURCE;
 use crate::common::{Answer, Gateway, client, key, post_with, python_mcp_available};
 use crate::provider::Provider;
-use crate::upstream::{HeadersUpstream, as_caller_config};
-
-/// `as_caller` for token exchange at the provider, for the upstream of these tests.
-const TOKEN_EXCHANGE: &str = "{ token_exchange: { audience: \"https://upstream.test/mcp\", client_id: gateway, client_secret: gateway-secret } }";
+use crate::upstream::{HeadersUpstream, TOKEN_EXCHANGE, as_caller_config};
 
 /// An OpenAI assistant message calling each of `calls` (id, tool, arguments).
 fn assistant_message(calls: &[(&str, &str, Value)]) -> Value {

@@ -120,6 +120,10 @@ async fn check_says_what_an_upstream_receives() {
     assert!(!stdout.contains("static-upstream-credential"), "{stdout}");
 }
 
+/// The `as_caller` section of an upstream whose calls exchange the caller's token at the
+/// provider, as the client `gateway` with its right secret.
+pub const TOKEN_EXCHANGE: &str = "{ token_exchange: { audience: \"https://upstream.test/mcp\", client_id: gateway, client_secret: gateway-secret } }";
+
 /// The upstream of these tests, called as each caller with `as_caller` (YAML, one line).
 pub fn as_caller_config(issuer: &str, upstream: &str, as_caller: &str) -> String {
     format!(
@@ -212,11 +216,7 @@ async fn concurrent_first_calls_of_one_caller_share_one_exchange() {
         return;
     };
     let upstream = HeadersUpstream::start();
-    let yaml = as_caller_config(
-        &provider.issuer,
-        &upstream.url,
-        "{ token_exchange: { audience: \"https://upstream.test/mcp\", client_id: gateway, client_secret: gateway-secret } }",
-    );
+    let yaml = as_caller_config(&provider.issuer, &upstream.url, TOKEN_EXCHANGE);
     let gateway = Gateway::start(&yaml);
     let agent = provider
         .token("agent", RESOURCE, "tools:read tools:admin")
