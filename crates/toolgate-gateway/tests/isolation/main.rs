@@ -1,0 +1,13 @@
+//! No caller sees, answers or exhausts what belongs to another, and every path goes through
+//! policy: two users against malicious upstreams written with the official Python MCP SDK,
+//! floods of sessions from one key, and what a caller reads or a log shows.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod attribution;
+mod errors;
+mod pipeline_paths;
+mod scrubbing;
+mod sessions;
+mod tokens;

@@ -1,0 +1,1 @@
+//! (filled in by this area's tests)
