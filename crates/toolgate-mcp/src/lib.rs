@@ -59,8 +59,8 @@ pub use caller::{CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refus
 pub use client::{
     Backoff, CallerAccessToken, CallerCredentials, ImportedPrompt, ImportedResources, ImportedTool,
     MIN_GUESSED_SECRET_LEN, PROMPT_PREFIX, PROMPT_TAG, PerCaller, RESOURCES_PREFIX, RESOURCES_TAG,
-    StaticCallerCredentials, Upstream, UpstreamConfig, UpstreamTransport, is_credential_name,
-    is_tool, per_caller,
+    StaticCallerCredentials, UNATTRIBUTED, Upstream, UpstreamConfig, UpstreamTransport,
+    is_credential_name, is_tool, per_caller,
 };
 pub use convert::{error_to_result, output_to_result, to_mcp_tool};
 pub use error::McpError;

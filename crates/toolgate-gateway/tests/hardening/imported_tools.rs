@@ -1,7 +1,7 @@
-//! Tools imported from an upstream MCP server (the official Python SDK, over stdio): their
-//! arguments are checked before the call leaves, and their results reach an MCP client
-//! whole — every content block, the image's bytes exactly — with only what policy removes
-//! (here, redaction of an email in the text) changed.
+//! Tools imported from an upstream MCP server (the official Python SDK, over stdio and
+//! streamable HTTP): their arguments are checked before the call leaves, and their results
+//! reach an MCP client whole — every content block, the image's bytes exactly — with only
+//! what policy removes (here, redaction of an email in the text) changed.
 
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -118,22 +118,18 @@ fn check_says_which_imported_tools_have_their_arguments_checked() {
     );
 }
 
-#[tokio::test]
-async fn progress_sampling_and_elicitation_of_an_upstream_reach_the_callers_mcp_client() {
-    if !python_mcp_available(
-        "progress_sampling_and_elicitation_of_an_upstream_reach_the_callers_mcp_client",
-    ) {
-        return;
-    }
-    let gateway = Gateway::start(&config());
+/// What `tests/clients/relay_client.py` saw, as alice, through `gateway`.
+async fn relay_seen(gateway: &Gateway) -> Value {
     let client = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/relay_client.py");
     let mut command = tokio::process::Command::new(python());
     command
         .arg(client)
         .arg(gateway.url("/mcp"))
         .arg(crate::common::key("alice"));
-    let seen = client_output(command, &gateway, "relay client").await;
+    client_output(command, gateway, "relay client").await
+}
 
+fn assert_progress_relayed(seen: &Value) {
     assert_eq!(
         seen["progress"],
         json!([
@@ -144,7 +140,28 @@ async fn progress_sampling_and_elicitation_of_an_upstream_reach_the_callers_mcp_
         "every progress notification reaches the caller, with its own token"
     );
     assert_eq!(seen["results"]["count"], "counted to 3");
+}
 
+#[tokio::test]
+async fn progress_sampling_and_elicitation_of_an_upstream_reach_the_callers_mcp_client() {
+    if !python_mcp_available(
+        "progress_sampling_and_elicitation_of_an_upstream_reach_the_callers_mcp_client",
+    ) {
+        return;
+    }
+    // Over streamable HTTP the upstream asks on the call's own response stream: the
+    // request is the caller's by that stream.
+    let upstream = Served::shapes();
+    let gateway = Gateway::start(&format!(
+        "upstreams:\n  - name: shapes\n    url: {url}\n\
+policies:\n  redaction: {{}}\n\
+users:\n{alice}",
+        url = upstream.url,
+        alice = user_yaml("alice", &["admin"]),
+    ));
+    let seen = relay_seen(&gateway).await;
+
+    assert_progress_relayed(&seen);
     assert_eq!(seen["sampling"], json!(["the answer?"]));
     assert_eq!(seen["results"]["ask_model"], "the model said: forty-two");
 
@@ -165,6 +182,31 @@ async fn progress_sampling_and_elicitation_of_an_upstream_reach_the_callers_mcp_
         "enums pass unchanged: {elicited}"
     );
     assert_eq!(seen["results"]["ask_user"], "the user picked red");
+}
+
+#[tokio::test]
+async fn over_stdio_an_upstreams_progress_reaches_the_caller_and_its_requests_are_refused() {
+    if !python_mcp_available(
+        "over_stdio_an_upstreams_progress_reaches_the_caller_and_its_requests_are_refused",
+    ) {
+        return;
+    }
+    // Over stdio nothing says which call a sampling or elicitation request is for, and the
+    // connection is shared by every caller: the upstream is refused, and no caller asked.
+    // Progress names its call by its token, and still arrives.
+    let gateway = Gateway::start(&config());
+    let seen = relay_seen(&gateway).await;
+
+    assert_progress_relayed(&seen);
+    assert_eq!(seen["sampling"], json!([]), "{seen}");
+    assert_eq!(seen["elicitation"], json!([]), "{seen}");
+    for tool in ["ask_model", "ask_user"] {
+        let answer = seen["results"][tool].as_str().unwrap_or_default();
+        assert!(
+            answer.contains("did not come on the response stream of a call"),
+            "the upstream was told why: {answer}"
+        );
+    }
 }
 
 /// alice may use everything; bob only the `add` tool.
@@ -294,22 +336,34 @@ async fn prompts_and_resources_go_through_authorization_redaction_and_audit() {
     );
 }
 
-/// The conformance fixture (`tests/conformance/everything.py`) serving streamable HTTP on a
-/// free loopback port, stopped when dropped.
-struct Everything {
+/// A Python SDK server serving streamable HTTP on a free loopback port, stopped when
+/// dropped: the conformance fixture (`tests/conformance/everything.py`), or `shapes.py`.
+struct Served {
     child: std::process::Child,
     url: String,
 }
 
-impl Everything {
-    fn start() -> Everything {
-        use std::io::BufRead;
+impl Served {
+    /// The conformance fixture.
+    fn everything() -> Served {
         let script = concat!(
             env!("CARGO_MANIFEST_DIR"),
             "/tests/conformance/everything.py"
         );
+        Served::start(&[script, "0"])
+    }
+
+    /// `shapes.py` over HTTP.
+    fn shapes() -> Served {
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/shapes.py");
+        Served::start(&[script, "--http"])
+    }
+
+    /// Runs `args` with Python, reading the URL from the line it prints.
+    fn start(args: &[&str]) -> Served {
+        use std::io::BufRead;
         let mut child = std::process::Command::new(python())
-            .args([script, "0"])
+            .args(args)
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -320,11 +374,11 @@ impl Everything {
             .expect("the fixture says where it listens");
         let url = line.trim().rsplit(' ').next().expect("a URL").to_owned();
         assert!(url.starts_with("http://127.0.0.1:"), "{line}");
-        Everything { child, url }
+        Served { child, url }
     }
 }
 
-impl Drop for Everything {
+impl Drop for Served {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
@@ -389,7 +443,7 @@ async fn an_upstreams_input_required_rounds_reach_callers_of_both_eras_and_are_n
     ) {
         return;
     }
-    let upstream = Everything::start();
+    let upstream = Served::everything();
     // The greeting tool is cached (as if read-only): a result made with a caller's
     // answers must still never be stored or served again.
     let gateway = Gateway::start(&format!(
@@ -466,7 +520,7 @@ async fn an_upstreams_resource_updates_reach_subscribers_of_both_eras() {
     if !python_mcp_available("an_upstreams_resource_updates_reach_subscribers_of_both_eras") {
         return;
     }
-    let upstream = Everything::start();
+    let upstream = Served::everything();
     let gateway = Gateway::start(&format!(
         "upstreams:\n  - name: everything\n    url: {url}\nusers:\n{alice}",
         url = upstream.url,

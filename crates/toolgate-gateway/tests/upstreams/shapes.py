@@ -1,11 +1,16 @@
-"""An MCP server (stdio, official Python SDK) whose tools answer in every shape a client
-must get back unchanged through the gateway: text with an image, structured content, a
-tool with typed arguments, tools that report progress, sample and elicit; and a prompt and
-a resource.
+"""An MCP server (official Python SDK) whose tools answer in every shape a client must get
+back unchanged through the gateway: text with an image, structured content, a tool with
+typed arguments, tools that report progress, sample and elicit; and a prompt and a
+resource.
+
+Usage: shapes.py (stdio) or shapes.py --http (streamable HTTP on a free loopback port;
+prints `shapes listening on URL`).
 """
 
 import base64
 import os
+import socket
+import sys
 
 from pydantic import BaseModel, Field
 
@@ -88,4 +93,15 @@ def note() -> str:
 
 
 if __name__ == "__main__":
-    server.run()
+    if "--http" in sys.argv:
+        import uvicorn
+
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        sock.listen(128)
+        print(f"shapes listening on http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
+        app = server.streamable_http_app()
+        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+    else:
+        server.run()

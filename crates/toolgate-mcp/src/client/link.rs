@@ -14,10 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
     ClientCapabilities, ClientRequest, CompleteRequestParams, CompleteResult, ErrorCode, ErrorData,
-    GetPromptRequest, GetPromptRequestParams, GetPromptResult, InputRequiredResult, JsonObject,
-    Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult,
-    RequestId, RequestMetaObject, Resource, ResourceTemplate, ServerCapabilities, ServerResult,
-    SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+    GetExtensions, GetPromptRequest, GetPromptRequestParams, GetPromptResult, InputRequiredResult,
+    JsonObject, Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, RequestId, RequestMetaObject, Resource, ResourceTemplate,
+    ServerCapabilities, ServerResult, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{ClientLifecycleMode, Peer, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::IntoTransport;
@@ -34,8 +34,10 @@ use toolgate_core::{ToolError, ToolInvokeContext};
 use toolgate_hooks::secrets::Scrubber;
 use tracing::Instrument;
 
+use super::frames::Frames;
 use super::per_caller::CallerLinks;
-use super::relay::{OrderedProgress, Routes, UpstreamClient, ask_caller};
+use super::relay::{Relay, Routes, UpstreamClient, ask_caller};
+use super::streams::StreamTagging;
 use super::{UpstreamConfig, UpstreamTransport};
 use crate::caller::{CallerKey, CallerRequest, InputRound, missing_capability};
 
@@ -66,13 +68,22 @@ struct State {
 }
 
 /// One connection to the upstream, and the calls in flight on it.
-#[derive(Default)]
 struct Channel {
     /// Whether it speaks 2025-11-25 only (`initialize`, no `server/discover`).
     legacy: bool,
     /// The calls in flight, for relaying what the upstream sends about them.
     routes: Arc<Routes>,
     state: Mutex<State>,
+}
+
+impl Channel {
+    fn new(server: &str, legacy: bool) -> Self {
+        Channel {
+            legacy,
+            routes: Arc::new(Routes::new(server)),
+            state: Mutex::default(),
+        }
+    }
 }
 
 /// The connections to one upstream. An upstream that speaks both revisions is spoken to
@@ -101,15 +112,13 @@ impl Link {
             .per_caller
             .as_ref()
             .map(|per_caller| CallerLinks::new(&config, per_caller));
+        let name = config.name.clone();
         Link {
             scrubber: config.scrubber(),
             config,
             credential,
-            current: Channel::default(),
-            legacy: Channel {
-                legacy: true,
-                ..Channel::default()
-            },
+            current: Channel::new(&name, false),
+            legacy: Channel::new(&name, true),
             modern: AtomicBool::new(false),
             callers,
         }
@@ -323,6 +332,7 @@ impl Link {
     }
 
     async fn open(&self, channel: &Channel) -> Result<Session, String> {
+        let connection = channel.routes.next_connection();
         match &self.config.transport {
             UpstreamTransport::Stdio { command, args, env } => {
                 let mut cmd = tokio::process::Command::new(command);
@@ -341,9 +351,9 @@ impl Link {
                         stderr,
                     ));
                 }
-                self.client(channel)
+                self.client(channel, connection)
                     .serve_with_lifecycle(
-                        self.ordered(channel, transport.into_transport()),
+                        self.frames(channel, connection, transport.into_transport(), false),
                         self.lifecycle(channel),
                     )
                     .await
@@ -354,9 +364,13 @@ impl Link {
                 if let Some(token) = &self.credential {
                     config = config.auth_header(token.clone());
                 }
-                let transport = StreamableHttpClientTransport::from_config(config);
-                self.client(channel)
-                    .serve_with_lifecycle(self.ordered(channel, transport), self.lifecycle(channel))
+                let transport =
+                    StreamableHttpClientTransport::with_client(StreamTagging::new()?, config);
+                self.client(channel, connection)
+                    .serve_with_lifecycle(
+                        self.frames(channel, connection, transport, true),
+                        self.lifecycle(channel),
+                    )
                     .await
                     .map_err(|e| e.to_string())
             }
@@ -376,13 +390,29 @@ impl Link {
         }
     }
 
-    fn ordered<T>(&self, channel: &Channel, transport: T) -> OrderedProgress<T> {
-        OrderedProgress::new(transport, Arc::clone(&channel.routes))
+    /// Connection number `connection` of `channel`, every frame of it scrubbed and
+    /// attributed ([`Frames`]); `tagged_streams` when its log messages carry the stream
+    /// they came on ([`StreamTagging`], over HTTP).
+    fn frames<T>(
+        &self,
+        channel: &Channel,
+        connection: u64,
+        transport: T,
+        tagged_streams: bool,
+    ) -> Frames<T> {
+        Frames::new(
+            transport,
+            Arc::clone(&channel.routes),
+            connection,
+            self.scrubber.clone(),
+            tagged_streams,
+        )
     }
 
-    fn client(&self, channel: &Channel) -> UpstreamClient {
+    fn client(&self, channel: &Channel, connection: u64) -> UpstreamClient {
         UpstreamClient {
             routes: Arc::clone(&channel.routes),
+            connection,
         }
     }
 
@@ -753,7 +783,14 @@ impl Link {
                 params.input_responses = Some(round.responses.clone());
                 params.request_state = round.state.clone();
             }
-            let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+            // The route goes on the wire with the request (`Frames`): what the upstream
+            // sends about the call reaches this caller, and no other, while `relay` lives.
+            let mut relay = caller.clone().map(|caller| {
+                let (relay, ticket) = Relay::new(caller);
+                request.extensions_mut().insert(ticket);
+                relay
+            });
             let options = crate::trace_context::inject(Self::options_for(&peer, caller.as_deref()));
             let sent =
                 tokio::time::timeout_at(deadline, peer.send_request_with_option(request, options))
@@ -769,11 +806,6 @@ impl Link {
                 }
                 Ok(Err(e)) => return Err(self.broken(e)),
             };
-            let mut relay = caller.clone().map(|caller| {
-                channel
-                    .routes
-                    .add(handle.id.clone(), handle.progress_token.clone(), caller)
-            });
             let mut cancel = CancelOnDrop {
                 peer: peer.clone(),
                 id: Some(handle.id.clone()),

@@ -2,10 +2,12 @@
 
 mod config;
 mod features;
+mod frames;
 mod link;
 pub mod per_caller;
 mod relay;
 mod secrets;
+mod streams;
 mod tool;
 
 use std::sync::Arc;
@@ -24,6 +26,7 @@ pub use features::{
     is_tool,
 };
 pub use per_caller::{CallerAccessToken, CallerCredentials, PerCaller, StaticCallerCredentials};
+pub use relay::UNATTRIBUTED;
 pub use secrets::{MIN_GUESSED_SECRET_LEN, is_credential_name};
 pub use tool::ImportedTool;
 

@@ -1,5 +1,17 @@
 //! What an upstream sends during a call, relayed to the caller the call serves: progress
 //! notifications, and sampling and elicitation requests.
+//!
+//! One upstream connection carries the calls of many callers, so every message the
+//! upstream sends toward a caller is attributed by a protocol fact, never by a guess:
+//! progress by its token, a request (sampling, elicitation) by the response stream it came
+//! on (streamable HTTP tells: `InboundStreamOrigin`), a log message by the stream too.
+//! Each call's route is keyed by the connection it was sent on and registered as its
+//! request goes on the wire ([`Frames`](super::frames::Frames)), so nothing the upstream
+//! sends can come before it, and a connection made again (whose tokens and request ids
+//! start from 0 again) can never reach a route of the one before. What cannot be
+//! attributed — a request over stdio or on the standalone stream, a log message that names
+//! no stream, progress for a call that has ended — is dropped (a request is answered with
+//! an error) and counted in [`UNATTRIBUTED`].
 
 // Sampling and logging are deprecated by SEP-2577 for the 2026-07-28 revision, which asks
 // for input with `input_required` results instead. Upstreams on 2025-11-25 still send
@@ -7,7 +19,8 @@
 // working behind toolgate.
 #![allow(deprecated)]
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use rmcp::model::{
@@ -17,43 +30,88 @@ use rmcp::model::{
     LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
     ResourceUpdatedNotificationParam, ServerRequest,
 };
-use rmcp::model::{JsonRpcMessage, ResourceUpdatedNotification, ServerNotification};
+use rmcp::model::{ResourceUpdatedNotification, ServerNotification};
 use rmcp::service::{
-    InboundStreamOrigin, NotificationContext, Peer, RequestContext, RxJsonRpcMessage,
-    SubscriptionSink, TxJsonRpcMessage,
+    InboundStreamOrigin, NotificationContext, Peer, RequestContext, SubscriptionSink,
 };
-use rmcp::transport::Transport;
 use rmcp::{ClientHandler, RoleClient, RoleServer};
 use serde_json::Value;
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use toolgate_core::ToolError;
 
 use crate::caller::CallerRequest;
 
-/// The calls in flight on one upstream connection, by the progress token and the request
-/// id toolgate gave each upstream request.
-#[derive(Default)]
+/// The counter of messages an upstream sent toward callers that toolgate could not
+/// attribute to one by a protocol fact, and dropped (a request is answered with an
+/// error). Labels: `server` (the upstream's configured name) and `kind` (`progress`,
+/// `log`, `sampling`, `elicitation`, `unreadable`).
+pub const UNATTRIBUTED: &str = "toolgate_mcp_unattributed_total";
+
+/// What kind of message was dropped, for [`UNATTRIBUTED`].
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Dropped {
+    Progress,
+    Log,
+    Sampling,
+    Elicitation,
+    /// A message that could not be scrubbed (it did not read back after scrubbing).
+    Unreadable,
+}
+
+impl Dropped {
+    fn label(self) -> &'static str {
+        match self {
+            Dropped::Progress => "progress",
+            Dropped::Log => "log",
+            Dropped::Sampling => "sampling",
+            Dropped::Elicitation => "elicitation",
+            Dropped::Unreadable => "unreadable",
+        }
+    }
+}
+
+/// The calls in flight on one upstream channel, by the connection each was sent on, its
+/// request id and its progress token; and the resource subscriptions of the channel.
 pub(crate) struct Routes {
-    table: Mutex<Table>,
-    /// Woken when a call is added, for a request of the upstream that came first.
-    added: Notify,
+    /// The upstream's configured name, for the metric (one label value per upstream).
+    server: Arc<str>,
+    calls: Mutex<Vec<Route>>,
+    /// Numbers the channel's connections: a route belongs to exactly one.
+    connections: AtomicU64,
     /// The callers subscribed to each resource (by URI), with their sessions.
     subscribers: Mutex<HashMap<String, Vec<Subscriber>>>,
 }
 
 struct Route {
+    connection: u64,
     id: RequestId,
-    token: ProgressToken,
-    caller: Arc<CallerRequest>,
-    /// The call's queue of what to relay, in the order the upstream sent it.
-    queue: mpsc::Sender<Relayed>,
+    token: Option<ProgressToken>,
+    ticket: RouteTicket,
+}
+
+impl Route {
+    /// Whether the call still waits for what the upstream sends (its [`Relay`] lives).
+    fn live(&self) -> bool {
+        !self.ticket.0.queue.is_closed()
+    }
 }
 
 /// A notification of the upstream for the caller of a call.
 pub(crate) enum Relayed {
     Progress(ProgressNotificationParam),
     Log(LoggingMessageNotificationParam),
+}
+
+/// Rides in the (never serialized) extensions of a `tools/call` request that relays to a
+/// caller, so that the transport registers the call's route the moment the request goes
+/// on the wire, with the request id and progress token rmcp gave it.
+#[derive(Clone)]
+pub(crate) struct RouteTicket(Arc<Ticket>);
+
+struct Ticket {
+    caller: Arc<CallerRequest>,
+    queue: mpsc::Sender<Relayed>,
 }
 
 /// A subscriber to a resource: its key (a 2025-11-25 session, or one
@@ -84,33 +142,33 @@ impl Delivery {
     }
 }
 
-/// The calls in flight, and progress that came before its call was added.
-#[derive(Default)]
-struct Table {
-    calls: Vec<Route>,
-    /// Progress for a token no call has yet: the upstream may answer before the call that
-    /// sent the request is added (a loaded machine). Claimed when the call is added.
-    unclaimed: VecDeque<ProgressNotificationParam>,
-}
-
-/// How many progress notifications wait for their call at most (the oldest go first).
-const UNCLAIMED: usize = 256;
-
-/// How long a request of the upstream waits for the call it belongs to be added.
-const CLAIM_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
-
 /// How many notifications of one call may wait to be relayed; past that, newer ones are
 /// dropped (progress and log messages are advisory, and a flood must not grow memory).
 const RELAY_QUEUE: usize = 64;
 
-/// A call's side of its route: what to relay, and where.
+/// A call's side of its route: what to relay, and where. The route lives as long as this
+/// does: dropped (the call answered, failed, timed out or was cancelled), the route is
+/// dead, and what the upstream still sends about the call is dropped and counted.
 pub(crate) struct Relay {
     caller: Arc<CallerRequest>,
     queue: mpsc::Receiver<Relayed>,
-    _guard: RouteGuard,
 }
 
 impl Relay {
+    /// A relay to `caller`, and the ticket to attach to the call's request.
+    pub(crate) fn new(caller: Arc<CallerRequest>) -> (Relay, RouteTicket) {
+        let (sender, receiver) = mpsc::channel(RELAY_QUEUE);
+        let ticket = RouteTicket(Arc::new(Ticket {
+            caller: Arc::clone(&caller),
+            queue: sender,
+        }));
+        let relay = Relay {
+            caller,
+            queue: receiver,
+        };
+        (relay, ticket)
+    }
+
     /// The next notification the upstream sent; pending forever when there is none.
     /// Cancel-safe (for `select!`): relay what it returns with [`relay`](Self::relay)
     /// outside the `select!`, so that a relay under way is never dropped.
@@ -153,69 +211,113 @@ impl Relay {
 }
 
 impl Routes {
-    /// Routes what the upstream sends about request `id` (progress token `token`) to
-    /// `caller`, until the returned relay is dropped.
-    pub(crate) fn add(
-        self: &Arc<Self>,
+    /// The routes of a channel to upstream `server`.
+    pub(crate) fn new(server: &str) -> Self {
+        Routes {
+            server: Arc::from(server),
+            calls: Mutex::default(),
+            connections: AtomicU64::new(0),
+            subscribers: Mutex::default(),
+        }
+    }
+
+    /// A number for a new connection of the channel, never given before.
+    pub(crate) fn next_connection(&self) -> u64 {
+        self.connections.fetch_add(1, Ordering::Relaxed) + 1
+    }
+
+    /// Counts a message dropped because no caller could be told it was theirs.
+    pub(crate) fn dropped(&self, kind: Dropped) {
+        metrics::counter!(UNATTRIBUTED, "server" => self.server.to_string(), "kind" => kind.label())
+            .increment(1);
+        tracing::debug!(server = %self.server, kind = kind.label(), "a message of the MCP server could not be attributed to a caller; dropped");
+    }
+
+    /// Registers the route of request `id` (progress token `token`) on `connection`, as
+    /// the request goes on the wire. Dead routes go at the same time.
+    pub(crate) fn register(
+        &self,
+        connection: u64,
         id: RequestId,
-        token: ProgressToken,
-        caller: Arc<CallerRequest>,
-    ) -> Relay {
-        let (sender, receiver) = mpsc::channel(RELAY_QUEUE);
-        {
-            let mut table = self.lock();
-            let unclaimed = std::mem::take(&mut table.unclaimed);
-            for progress in unclaimed {
-                if progress.progress_token == token {
-                    let _ = sender.try_send(Relayed::Progress(progress));
-                } else {
-                    table.unclaimed.push_back(progress);
-                }
-            }
-            table.calls.push(Route {
-                id: id.clone(),
-                token,
-                caller: Arc::clone(&caller),
-                queue: sender,
-            });
-        }
-        self.added.notify_waiters();
-        Relay {
-            caller,
-            queue: receiver,
-            _guard: RouteGuard {
-                routes: Arc::clone(self),
-                id,
-            },
+        token: Option<ProgressToken>,
+        ticket: RouteTicket,
+    ) {
+        let mut calls = self.lock();
+        calls.retain(Route::live);
+        calls.push(Route {
+            connection,
+            id,
+            token,
+            ticket,
+        });
+    }
+
+    /// Queues a progress notification that came on `connection` for the live call its
+    /// token names; anything else is dropped and counted.
+    pub(crate) fn queue_progress(&self, connection: u64, progress: &ProgressNotificationParam) {
+        let queued = {
+            let calls = self.lock();
+            calls
+                .iter()
+                .find(|r| {
+                    r.connection == connection
+                        && r.token.as_ref() == Some(&progress.progress_token)
+                        && r.live()
+                })
+                .map(|route| {
+                    let _ = route
+                        .ticket
+                        .0
+                        .queue
+                        .try_send(Relayed::Progress(progress.clone()));
+                })
+        };
+        if queued.is_none() {
+            self.dropped(Dropped::Progress);
         }
     }
 
-    /// Queues a progress notification for the call it belongs to (if any is in flight).
-    fn queue_progress(&self, progress: &ProgressNotificationParam) {
-        let mut table = self.lock();
-        match table
-            .calls
+    /// Queues a log message that came on `connection` for the live call whose response
+    /// stream carried it (`origin`). A log message names no request: without the stream
+    /// (stdio, the standalone stream) it is no caller's, and is dropped and counted.
+    pub(crate) fn queue_log(
+        &self,
+        connection: u64,
+        origin: Option<&RequestId>,
+        message: &LoggingMessageNotificationParam,
+    ) {
+        let queued = origin.and_then(|id| {
+            let calls = self.lock();
+            calls
+                .iter()
+                .find(|r| r.connection == connection && &r.id == id && r.live())
+                .map(|route| {
+                    let _ = route.ticket.0.queue.try_send(Relayed::Log(message.clone()));
+                })
+        });
+        if queued.is_none() {
+            self.dropped(Dropped::Log);
+        }
+    }
+
+    /// The caller of the live call on `connection` whose response stream carried an
+    /// upstream's request; `None` for a request over stdio or on the standalone stream,
+    /// which names no call.
+    fn caller_of(
+        &self,
+        connection: u64,
+        context: &RequestContext<RoleClient>,
+    ) -> Option<Arc<CallerRequest>> {
+        let Some(InboundStreamOrigin::OutboundRequest(id)) =
+            context.extensions.get::<InboundStreamOrigin>()
+        else {
+            return None;
+        };
+        let calls = self.lock();
+        calls
             .iter()
-            .find(|r| r.token == progress.progress_token)
-        {
-            Some(route) => {
-                let _ = route.queue.try_send(Relayed::Progress(progress.clone()));
-            }
-            None => {
-                if table.unclaimed.len() == UNCLAIMED {
-                    table.unclaimed.pop_front();
-                }
-                table.unclaimed.push_back(progress.clone());
-            }
-        }
-    }
-
-    /// Queues a log message for the call in flight, when there is exactly one: a log
-    /// message names no request, and one caller must never see another's.
-    fn queue_log(&self, message: &LoggingMessageNotificationParam) {
-        if let [only] = self.lock().calls.as_slice() {
-            let _ = only.queue.try_send(Relayed::Log(message.clone()));
-        }
+            .find(|r| r.connection == connection && &r.id == id && r.live())
+            .map(|r| Arc::clone(&r.ticket.0.caller))
     }
 
     /// Subscribes `caller`'s session to `uri`; whether it is the first subscriber (then
@@ -254,74 +356,54 @@ impl Routes {
         subscribers.get(uri).cloned().unwrap_or_default()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
-        self.table.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The caller an upstream request belongs to, waiting up to [`CLAIM_WAIT`] for its
-    /// call to be added (the request may come before).
-    async fn for_request(
-        &self,
-        context: &RequestContext<RoleClient>,
-    ) -> Option<Arc<CallerRequest>> {
-        let waited = tokio::time::timeout(CLAIM_WAIT, async {
-            loop {
-                let added = self.added.notified();
-                tokio::pin!(added);
-                added.as_mut().enable();
-                if let Some(caller) = self.caller_now(context) {
-                    return caller;
-                }
-                added.await;
-            }
-        });
-        waited.await.ok()
-    }
-
-    /// The caller an upstream request belongs to: the call whose response stream carried
-    /// it (streamable HTTP tells), else the only call in flight (stdio does not tell).
-    fn caller_now(&self, context: &RequestContext<RoleClient>) -> Option<Arc<CallerRequest>> {
-        let table = self.lock();
-        let calls = &table.calls;
-        match context.extensions.get::<InboundStreamOrigin>() {
-            Some(InboundStreamOrigin::OutboundRequest(id)) => calls
-                .iter()
-                .find(|r| &r.id == id)
-                .map(|r| Arc::clone(&r.caller)),
-            _ => match calls.as_slice() {
-                [only] => Some(Arc::clone(&only.caller)),
-                _ => None,
-            },
-        }
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Route>> {
+        self.calls.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
-/// Removes a call's route when the call ends, however it ends.
-struct RouteGuard {
-    routes: Arc<Routes>,
-    id: RequestId,
-}
-
-impl Drop for RouteGuard {
-    fn drop(&mut self) {
-        self.routes.lock().calls.retain(|r| r.id != self.id);
-    }
-}
-
-/// toolgate as the client of an upstream: it declares sampling and elicitation, and
-/// relays them to the caller of the call in flight. (Progress is relayed by
-/// [`OrderedProgress`], in order.)
+/// toolgate as the client of an upstream, on one connection: it declares sampling and
+/// elicitation, and relays them to the caller of the call whose stream carried them.
+/// (Progress and log messages are queued by [`Frames`](super::frames::Frames), in order.)
 pub(crate) struct UpstreamClient {
     pub(crate) routes: Arc<Routes>,
+    /// The connection this client serves ([`Routes::next_connection`]).
+    pub(crate) connection: u64,
 }
 
-fn no_caller(what: &str) -> ErrorData {
-    ErrorData::invalid_request(
-        format!(
-            "toolgate cannot relay this {what} request: no call in flight on this connection is from an MCP client that accepts it"
-        ),
-        None,
-    )
+impl UpstreamClient {
+    /// The caller an upstream's `what` request is for, if a protocol fact names one that
+    /// declared it can answer; else the request is counted and refused.
+    fn caller_for(
+        &self,
+        what: Dropped,
+        context: &RequestContext<RoleClient>,
+    ) -> Result<Arc<CallerRequest>, ErrorData> {
+        let caller = self.routes.caller_of(self.connection, context);
+        let name = what.label();
+        let Some(caller) = caller else {
+            self.routes.dropped(what);
+            return Err(ErrorData::invalid_request(
+                format!(
+                    "toolgate cannot relay this {name} request: it did not come on the response stream of a call in progress, so no caller can be told it is theirs (requests over stdio and on the standalone stream are not relayed on a connection shared by many callers)"
+                ),
+                None,
+            ));
+        };
+        let declared = match what {
+            Dropped::Sampling => caller.can_sample(),
+            Dropped::Elicitation => caller.can_elicit(),
+            _ => false,
+        };
+        if !declared {
+            return Err(ErrorData::invalid_request(
+                format!(
+                    "toolgate cannot relay this {name} request: the MCP client of the call did not declare it can answer {name}"
+                ),
+                None,
+            ));
+        }
+        Ok(caller)
+    }
 }
 
 fn relay_failed(what: &str, e: rmcp::service::ServiceError) -> ErrorData {
@@ -363,12 +445,7 @@ impl ClientHandler for UpstreamClient {
         params: CreateMessageRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<CreateMessageResult, ErrorData> {
-        let caller = self
-            .routes
-            .for_request(&context)
-            .await
-            .filter(|c| c.can_sample())
-            .ok_or_else(|| no_caller("sampling"))?;
+        let caller = self.caller_for(Dropped::Sampling, &context)?;
         let request = ServerRequest::CreateMessageRequest(CreateMessageRequest::new(params));
         match caller.peer.send_request(request).await {
             Ok(ClientResult::CreateMessageResult(result)) => Ok(*result),
@@ -385,12 +462,7 @@ impl ClientHandler for UpstreamClient {
         params: ElicitRequestParams,
         context: RequestContext<RoleClient>,
     ) -> Result<ElicitResult, ErrorData> {
-        let caller = self
-            .routes
-            .for_request(&context)
-            .await
-            .filter(|c| c.can_elicit())
-            .ok_or_else(|| no_caller("elicitation"))?;
+        let caller = self.caller_for(Dropped::Elicitation, &context)?;
         let request = ServerRequest::ElicitRequest(ElicitRequest::new(params));
         match caller.peer.send_request(request).await {
             Ok(ClientResult::ElicitResult(result)) => Ok(result),
@@ -473,52 +545,4 @@ pub(crate) async fn ask_caller(
         responses.insert(key, answer);
     }
     Ok(responses)
-}
-
-/// The upstream transport, with each progress notification (and log message) queued for
-/// its call as it is received. rmcp handles notifications in tasks of their own while it hands a response to
-/// its caller at once, so progress sent just before the answer could be relayed after it —
-/// and a client ignores progress for a request it has its answer to. Queued here, in the
-/// order messages arrive, every progress notification is in its call's queue before the
-/// call sees its answer ([`Relay::drain`]).
-pub(crate) struct OrderedProgress<T> {
-    inner: T,
-    routes: Arc<Routes>,
-}
-
-impl<T> OrderedProgress<T> {
-    pub(crate) fn new(inner: T, routes: Arc<Routes>) -> Self {
-        OrderedProgress { inner, routes }
-    }
-}
-
-impl<T: Transport<RoleClient>> Transport<RoleClient> for OrderedProgress<T> {
-    type Error = T::Error;
-
-    fn send(
-        &mut self,
-        item: TxJsonRpcMessage<RoleClient>,
-    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.inner.send(item)
-    }
-
-    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
-        let message = self.inner.receive().await?;
-        if let JsonRpcMessage::Notification(notification) = &message {
-            match &notification.notification {
-                ServerNotification::ProgressNotification(progress) => {
-                    self.routes.queue_progress(&progress.params)
-                }
-                ServerNotification::LoggingMessageNotification(message) => {
-                    self.routes.queue_log(&message.params)
-                }
-                _ => {}
-            }
-        }
-        Some(message)
-    }
-
-    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
-        self.inner.close()
-    }
 }

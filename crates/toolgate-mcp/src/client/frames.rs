@@ -1,0 +1,270 @@
+//! The one place every frame of an upstream connection passes: the transport under rmcp.
+//!
+//! Going out, a `tools/call` that relays to a caller registers its route as it goes on the
+//! wire, with the request id and progress token rmcp gave it, so nothing the upstream
+//! sends about the call can come before its route. Coming in, every message — response,
+//! error, notification or request, of every kind there is or will be — is first scrubbed
+//! of the upstream's credentials, then progress and log messages are queued for the call
+//! they belong to, in the order they arrived ([`Relay::drain`](super::relay::Relay)).
+//! Scrubbing here, rather than where each kind is relayed, is what keeps a kind nobody
+//! thought of from carrying a credential to a caller.
+
+// Logging is deprecated by SEP-2577 for the 2026-07-28 revision; upstreams on 2025-11-25
+// still send `notifications/message`, which is scrubbed and attributed here.
+#![allow(deprecated)]
+
+use std::sync::Arc;
+
+use rmcp::RoleClient;
+use rmcp::model::{
+    Extensions, GetExtensions, GetMeta, JsonRpcMessage, LoggingMessageNotification,
+    NotificationMetaObject, RequestId, ServerNotification,
+};
+use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use serde_json::Value;
+use toolgate_hooks::secrets::Scrubber;
+
+use super::relay::{Dropped, RouteTicket, Routes};
+use super::streams::STREAM_KEY;
+
+/// Fields of a result that are the upstream's own opaque state, sent back to it as they
+/// were: scrubbing them would break the upstream's next round or page, and a caller only
+/// ever holds `requestState` sealed by toolgate.
+const OPAQUE: [&str; 2] = ["requestState", "nextCursor"];
+
+/// The transport of one upstream connection (number `connection` of its channel), with
+/// every frame passing through it as the module says.
+pub(crate) struct Frames<T> {
+    inner: T,
+    routes: Arc<Routes>,
+    connection: u64,
+    scrubber: Scrubber,
+    /// Whether the transport under it tags log messages with their stream
+    /// ([`StreamTagging`](super::streams::StreamTagging)); where it does not (stdio), a
+    /// tag is the upstream's own, and ignored.
+    tagged_streams: bool,
+}
+
+impl<T> Frames<T> {
+    pub(crate) fn new(
+        inner: T,
+        routes: Arc<Routes>,
+        connection: u64,
+        scrubber: Scrubber,
+        tagged_streams: bool,
+    ) -> Self {
+        Frames {
+            inner,
+            routes,
+            connection,
+            scrubber,
+            tagged_streams,
+        }
+    }
+}
+
+impl<T: Transport<RoleClient>> Transport<RoleClient> for Frames<T> {
+    type Error = T::Error;
+
+    fn send(
+        &mut self,
+        mut item: TxJsonRpcMessage<RoleClient>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        if let JsonRpcMessage::Request(request) = &mut item
+            && let Some(ticket) = request.request.extensions_mut().remove::<RouteTicket>()
+        {
+            let token = request.request.get_meta().get_progress_token();
+            self.routes
+                .register(self.connection, request.id.clone(), token, ticket);
+        }
+        self.inner.send(item)
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            let message = self.inner.receive().await?;
+            let Some(message) = scrub(&self.scrubber, message) else {
+                self.routes.dropped(Dropped::Unreadable);
+                continue;
+            };
+            let mut message = message;
+            if let JsonRpcMessage::Notification(notification) = &mut message {
+                match &mut notification.notification {
+                    ServerNotification::ProgressNotification(progress) => self
+                        .routes
+                        .queue_progress(self.connection, &progress.params),
+                    ServerNotification::LoggingMessageNotification(log) => {
+                        let stream = take_stream(log).filter(|_| self.tagged_streams);
+                        self.routes
+                            .queue_log(self.connection, stream.as_ref(), &log.params)
+                    }
+                    _ => {}
+                }
+            }
+            return Some(message);
+        }
+    }
+
+    fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
+        self.inner.close()
+    }
+}
+
+/// The stream a log message came on, as [`StreamTagging`](super::streams::StreamTagging)
+/// wrote it; the tag is removed, so that no caller sees it.
+fn take_stream(log: &mut LoggingMessageNotification) -> Option<RequestId> {
+    let in_params = log
+        .params
+        .meta
+        .as_mut()
+        .and_then(|meta| meta.0.0.remove(STREAM_KEY));
+    if log
+        .params
+        .meta
+        .as_ref()
+        .is_some_and(|meta| meta.0.0.is_empty())
+    {
+        log.params.meta = None;
+    }
+    let in_extensions = log
+        .extensions
+        .get_mut::<NotificationMetaObject>()
+        .and_then(|meta| meta.0.0.remove(STREAM_KEY));
+    in_params
+        .or(in_extensions)
+        .and_then(|id| serde_json::from_value(id).ok())
+}
+
+/// `message` with every form of the upstream's credentials replaced, its opaque state
+/// ([`OPAQUE`]) and its extensions (the stream it came on) kept; `None` when a scrubbed
+/// message does not read back (it is dropped rather than passed on raw).
+fn scrub(
+    scrubber: &Scrubber,
+    message: RxJsonRpcMessage<RoleClient>,
+) -> Option<RxJsonRpcMessage<RoleClient>> {
+    if scrubber.is_empty() {
+        return Some(message);
+    }
+    let text = serde_json::to_string(&message).ok()?;
+    if !scrubber.occurs_in(&text) {
+        return Some(message);
+    }
+    let mut value: Value = serde_json::from_str(&text).ok()?;
+    let opaque: Vec<(&str, Value)> = match value.get_mut("result").and_then(Value::as_object_mut) {
+        Some(result) => OPAQUE
+            .iter()
+            .filter_map(|key| result.remove(*key).map(|v| (*key, v)))
+            .collect(),
+        None => Vec::new(),
+    };
+    scrubber.scrub_value(&mut value);
+    if let Some(result) = value.get_mut("result").and_then(Value::as_object_mut) {
+        result.extend(opaque.into_iter().map(|(k, v)| (k.to_owned(), v)));
+    }
+    let mut clean: RxJsonRpcMessage<RoleClient> = serde_json::from_value(value).ok()?;
+    let mut message = message;
+    match (&mut message, &mut clean) {
+        (JsonRpcMessage::Request(raw), JsonRpcMessage::Request(clean)) => {
+            keep_extensions(raw.request.extensions_mut(), clean.request.extensions_mut())
+        }
+        (JsonRpcMessage::Notification(raw), JsonRpcMessage::Notification(clean)) => {
+            keep_extensions(
+                raw.notification.extensions_mut(),
+                clean.notification.extensions_mut(),
+            )
+        }
+        _ => {}
+    }
+    tracing::warn!(
+        "an MCP server's message toward a caller contained its own credential; it was scrubbed"
+    );
+    Some(clean)
+}
+
+/// Gives `clean` the extensions of `raw` (what is not on the wire, such as the stream a
+/// message came on), with `clean`'s own `_meta`, which is scrubbed.
+fn keep_extensions(raw: &mut Extensions, clean: &mut Extensions) {
+    let mut kept = std::mem::take(raw);
+    kept.extend(std::mem::take(clean));
+    *clean = kept;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rmcp::model::ServerRequest;
+    use rmcp::service::InboundStreamOrigin;
+    use serde_json::json;
+
+    fn message(value: Value) -> RxJsonRpcMessage<RoleClient> {
+        serde_json::from_value(value).expect("a server message")
+    }
+
+    fn leaked(message: &RxJsonRpcMessage<RoleClient>) -> bool {
+        serde_json::to_string(message)
+            .expect("serializes")
+            .contains("UP-SECRET-1234")
+    }
+
+    #[test]
+    fn every_kind_of_message_is_scrubbed_and_keeps_its_stream() {
+        let scrubber = Scrubber::for_values(["UP-SECRET-1234"]);
+        let kinds = [
+            json!({"jsonrpc": "2.0", "method": "notifications/message",
+                   "params": {"level": "info", "data": {"token": "UP-SECRET-1234"}}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                   "params": {"progressToken": 1, "progress": 1, "message": "UP-SECRET-1234"}}),
+            json!({"jsonrpc": "2.0", "method": "notifications/some_new_kind",
+                   "params": {"said": "UP-SECRET-1234"}}),
+            json!({"jsonrpc": "2.0", "id": 7, "method": "elicitation/create",
+                   "params": {"message": "token UP-SECRET-1234",
+                              "requestedSchema": {"type": "object", "properties": {}}}}),
+            json!({"jsonrpc": "2.0", "id": 8, "method": "sampling/createMessage",
+                   "params": {"maxTokens": 5, "messages": [{"role": "user",
+                              "content": {"type": "text", "text": "UP-SECRET-1234"}}]}}),
+            json!({"jsonrpc": "2.0", "id": 9, "error": {"code": -1, "message": "UP-SECRET-1234"}}),
+        ];
+        for kind in kinds {
+            let mut raw = message(kind.clone());
+            if let JsonRpcMessage::Request(request) = &mut raw {
+                request
+                    .request
+                    .extensions_mut()
+                    .insert(InboundStreamOrigin::OutboundRequest(RequestId::Number(3)));
+            }
+            assert!(leaked(&raw), "{kind}");
+            let clean = scrub(&scrubber, raw).expect("reads back");
+            assert!(!leaked(&clean), "{kind}");
+            if let JsonRpcMessage::Request(request) = &clean {
+                assert_eq!(
+                    request.request.extensions().get::<InboundStreamOrigin>(),
+                    Some(&InboundStreamOrigin::OutboundRequest(RequestId::Number(3))),
+                    "the stream a request came on is kept: {kind}"
+                );
+                assert!(matches!(
+                    request.request,
+                    ServerRequest::ElicitRequest(_) | ServerRequest::CreateMessageRequest(_)
+                ));
+            }
+        }
+    }
+
+    #[test]
+    fn an_upstreams_opaque_state_goes_back_to_it_unchanged() {
+        let scrubber = Scrubber::for_values(["UP-SECRET-1234"]);
+        let raw = message(json!({"jsonrpc": "2.0", "id": 4, "result": {
+            "resultType": "input_required",
+            "inputRequests": {"a": {"method": "elicitation/create", "params": {
+                "message": "UP-SECRET-1234", "requestedSchema": {"type": "object", "properties": {}}}}},
+            "requestState": "sealed-UP-SECRET-1234"
+        }}));
+        let clean = serde_json::to_value(scrub(&scrubber, raw).expect("reads back")).unwrap();
+        assert_eq!(clean["result"]["requestState"], "sealed-UP-SECRET-1234");
+        assert!(
+            !clean["result"]["inputRequests"]
+                .to_string()
+                .contains("UP-SECRET-1234")
+        );
+    }
+}
