@@ -34,6 +34,7 @@ use toolgate_core::{ToolError, ToolInvokeContext};
 use toolgate_hooks::secrets::Scrubber;
 use tracing::Instrument;
 
+use super::http_pool;
 use super::per_caller::CallerLinks;
 use super::relay::{OrderedProgress, Routes, UpstreamClient, ask_caller};
 use super::{UpstreamConfig, UpstreamTransport};
@@ -354,7 +355,8 @@ impl Link {
                 if let Some(token) = &self.credential {
                     config = config.auth_header(token.clone());
                 }
-                let transport = StreamableHttpClientTransport::from_config(config);
+                let client = http_pool::shared().map_err(|e| e.to_string())?;
+                let transport = StreamableHttpClientTransport::with_client(client, config);
                 self.client(channel)
                     .serve_with_lifecycle(self.ordered(channel, transport), self.lifecycle(channel))
                     .await

@@ -2,6 +2,7 @@
 
 mod config;
 mod features;
+mod http_pool;
 mod link;
 pub mod per_caller;
 mod relay;
