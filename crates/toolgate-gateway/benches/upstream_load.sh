@@ -4,7 +4,8 @@
 # sent directly to an upstream MCP server (toolgate-mcp-demo, a Rust server) and sent to
 # the gateway importing that upstream (a credential to the upstream, API key, argument
 # check against the upstream's schema, the upstream's result passed through whole), with
-# 1 and 16 connections. Prints rps, p50 and p99 of both, and the latency added.
+# 1 and 16 connections. Prints rps, p50 and p99 of both, the latency added, and the TCP
+# connections the gateway opened to the upstream per call.
 #
 #   crates/toolgate-gateway/benches/upstream_load.sh            # 10 s per run, release
 #   LOAD_SECONDS=1 PROFILE=debug benches/upstream_load.sh       # a quick smoke run (CI)
@@ -75,14 +76,29 @@ run() { # $1: target (direct|gateway), $2: connections, $3: seconds
   wrk -t"$threads" -c"$2" -d"$3s" -s "$work/$1.lua" "$url" | grep RESULT
 }
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p" <<<"$2"; }
+# Sockets toward the upstream's port, open or in TIME-WAIT: what a run adds to this count
+# is the connections opened during it (a closed one stays in TIME-WAIT for 60 s, longer
+# than the whole script; loopback may reuse a TIME-WAIT port after 1 s, so this is a
+# lower bound when connections are not kept alive).
+upstream_port=${upstream_url##*:}; upstream_port=${upstream_port%%/*}
+upstream_sockets() { ss -Htan "( dport = :$upstream_port )" | wc -l; }
+# The upstream's CPU time so far (user + system), in clock ticks.
+upstream_ticks() { awk '{ print $14 + $15 }' "/proc/$upstream_pid/stat"; }
+ticks_per_second=$(getconf CLK_TCK)
 warm=$(( SECONDS_PER_RUN < 2 ? SECONDS_PER_RUN : 2 ))
 echo "warm-up"; run direct 16 "$warm" >/dev/null; run gateway 16 "$warm" >/dev/null
 failed=0
 for connections in 1 16; do
   direct=$(run direct "$connections" "$SECONDS_PER_RUN")
+  sockets_before=$(upstream_sockets) ticks_before=$(upstream_ticks)
   gateway=$(run gateway "$connections" "$SECONDS_PER_RUN")
+  opened=$(( $(upstream_sockets) - sockets_before )) ticks=$(( $(upstream_ticks) - ticks_before ))
+  calls=$(awk "BEGIN { print $(field rps "$gateway") * $SECONDS_PER_RUN }")
   printf 'direct  %2d connection(s): %s\n' "$connections" "$direct"
   printf 'gateway %2d connection(s): %s\n' "$connections" "$gateway"
+  printf 'upstream, gateway %2d connection(s): %d TCP connections opened for about %.0f calls (%.3f per call), %.3f ms CPU per call\n' \
+    "$connections" "$opened" "$calls" "$(awk "BEGIN { print $opened / $calls }")" \
+    "$(awk "BEGIN { print $ticks * 1000 / $ticks_per_second / $calls }")"
   printf 'added   %2d connection(s): p50 %+.3f ms, p99 %+.3f ms\n' "$connections" \
     "$(awk "BEGIN { print $(field p50_ms "$gateway") - $(field p50_ms "$direct") }")" \
     "$(awk "BEGIN { print $(field p99_ms "$gateway") - $(field p99_ms "$direct") }")"

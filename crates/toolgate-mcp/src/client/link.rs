@@ -35,6 +35,7 @@ use toolgate_hooks::secrets::Scrubber;
 use tracing::Instrument;
 
 use super::frames::Frames;
+use super::http_pool;
 use super::per_caller::CallerLinks;
 use super::relay::{Relay, Routes, UpstreamClient, ask_caller};
 use super::streams::StreamTagging;
@@ -365,7 +366,10 @@ impl Link {
                     config = config.auth_header(token.clone());
                 }
                 let transport =
-                    StreamableHttpClientTransport::with_client(StreamTagging::new()?, config);
+                    StreamableHttpClientTransport::with_client(
+                    StreamTagging::over(http_pool::shared().map_err(|e| e.to_string())?),
+                    config,
+                );
                 self.client(channel, connection)
                     .serve_with_lifecycle(
                         self.frames(channel, connection, transport, true),

@@ -37,16 +37,10 @@ pub(crate) struct StreamTagging {
 }
 
 impl StreamTagging {
-    /// Over a reqwest client like rmcp's own: no idle pooling (rmcp's reason: delayed-ACK
-    /// stalls), and no redirects followed (a redirect would replay the session and the
-    /// credential, or turn a POST into a GET).
-    pub(crate) fn new() -> Result<Self, String> {
-        let inner = reqwest::Client::builder()
-            .pool_max_idle_per_host(0)
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-            .map_err(|e| format!("cannot set up an HTTP client: {e}"))?;
-        Ok(StreamTagging { inner })
+    /// Over `inner`, the pooled client every HTTP upstream shares
+    /// ([`http_pool::shared`](super::http_pool::shared)).
+    pub(crate) fn over(inner: reqwest::Client) -> Self {
+        StreamTagging { inner }
     }
 }
 

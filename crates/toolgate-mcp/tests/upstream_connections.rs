@@ -1,0 +1,157 @@
+//! The TCP connections toolgate opens to a streamable-HTTP upstream (the demo server in a
+//! child process), counted by a relay in front of it: calls go on kept-alive connections,
+//! and a connection the server closed is not used again.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{HttpDemo, within};
+use serde_json::json;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use toolgate_core::registry::ToolRegistry;
+use toolgate_core::{InvokeOptions, Pipeline};
+use toolgate_mcp::{Upstream, UpstreamConfig};
+
+/// A TCP relay on a loopback port in front of an upstream: it counts the connections it
+/// accepts, pipes their bytes both ways, and can close every connection it holds, as a
+/// server that closes its idle connections does.
+struct CountingRelay {
+    addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    /// Cancelled to close the connections accepted so far; replaced for the next ones.
+    close: Arc<Mutex<CancellationToken>>,
+    accepting: JoinHandle<()>,
+}
+
+impl CountingRelay {
+    async fn start(upstream: String) -> CountingRelay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+        let addr = listener.local_addr().expect("bound");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let close = Arc::new(Mutex::new(CancellationToken::new()));
+        let accepting = tokio::spawn({
+            let (accepted, close) = (Arc::clone(&accepted), Arc::clone(&close));
+            async move {
+                while let Ok((mut inbound, _)) = listener.accept().await {
+                    accepted.fetch_add(1, Ordering::SeqCst);
+                    let closed = close.lock().expect("not poisoned").clone();
+                    let upstream = upstream.clone();
+                    tokio::spawn(async move {
+                        let Ok(mut outbound) = TcpStream::connect(&upstream).await else {
+                            return;
+                        };
+                        tokio::select! {
+                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                            _ = closed.cancelled() => {}
+                        }
+                    });
+                }
+            }
+        });
+        CountingRelay {
+            addr,
+            accepted,
+            close,
+            accepting,
+        }
+    }
+
+    fn url(&self) -> String {
+        format!("http://{}/mcp", self.addr)
+    }
+
+    /// Connections accepted so far.
+    fn accepted(&self) -> usize {
+        self.accepted.load(Ordering::SeqCst)
+    }
+
+    /// Closes every connection accepted so far, both ways.
+    fn close_all(&self) {
+        let mut close = self.close.lock().expect("not poisoned");
+        close.cancel();
+        *close = CancellationToken::new();
+    }
+}
+
+impl Drop for CountingRelay {
+    fn drop(&mut self) {
+        self.accepting.abort();
+    }
+}
+
+/// The demo server's tools imported through `relay`, in a pipeline without hooks.
+async fn pipeline_through(relay: &CountingRelay) -> Pipeline {
+    let config = UpstreamConfig::http("demo", relay.url()).call_timeout(Duration::from_secs(20));
+    let upstream = within(30, "import", Upstream::connect(config))
+        .await
+        .expect("imported");
+    let mut tools = ToolRegistry::new();
+    upstream.register(&mut tools).expect("registered");
+    Pipeline::builder().registry(tools).build().expect("built")
+}
+
+/// Calls `echo` `calls` times, one after another; every call must be answered.
+async fn echo_in_sequence(pipeline: &Pipeline, calls: usize) {
+    for i in 0..calls {
+        let text = format!("call {i}");
+        let output = within(
+            30,
+            "tools/call",
+            pipeline.invoke("echo", json!({ "text": text }), InvokeOptions::new()),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("call {i} failed: {e}"));
+        assert!(
+            output.to_string().contains(&text),
+            "call {i} was answered with {output}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn sequential_calls_to_an_http_upstream_reuse_one_connection() {
+    let demo = HttpDemo::start("127.0.0.1:0", &[("TOOLGATE_DEMO_RATE", "1000")]).await;
+    let relay = CountingRelay::start(demo.addr()).await;
+    let pipeline = pipeline_through(&relay).await;
+    echo_in_sequence(&pipeline, 1).await;
+
+    let before = relay.accepted();
+    echo_in_sequence(&pipeline, 100).await;
+    let opened = relay.accepted() - before;
+    // One connection carries the calls, a second now and then: rmcp reads a response's
+    // stream to its end in a task of its own, which may not have run when the next call
+    // starts. Without kept-alive connections this is 100.
+    assert!(
+        opened <= 4,
+        "100 sequential calls opened {opened} TCP connections to the upstream; kept-alive connections should carry them"
+    );
+}
+
+#[tokio::test]
+async fn a_connection_the_upstream_closed_is_not_used_again() {
+    let demo = HttpDemo::start("127.0.0.1:0", &[("TOOLGATE_DEMO_RATE", "1000")]).await;
+    let relay = CountingRelay::start(demo.addr()).await;
+    let pipeline = pipeline_through(&relay).await;
+    echo_in_sequence(&pipeline, 10).await;
+
+    relay.close_all();
+    // A server closes an idle connection some time before the next request, not at the
+    // instant it is sent: give toolgate's side the moment it takes to see the close.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let before = relay.accepted();
+    echo_in_sequence(&pipeline, 50).await;
+    let opened = relay.accepted() - before;
+    // The new connections: the call's, a second now and then (as above), and rmcp's
+    // stream for server messages (a GET), which it opens again. Without kept-alive
+    // connections this is 50 or more.
+    assert!(
+        opened <= 6,
+        "50 calls after the upstream closed its connections opened {opened} new ones; a fresh kept-alive connection should carry them"
+    );
+}
