@@ -1,11 +1,13 @@
 //! Importing the tools of upstream MCP servers.
 
 mod config;
+mod failure;
 mod features;
 mod link;
 pub mod per_caller;
 mod relay;
 mod secrets;
+mod stdio;
 mod tool;
 
 use std::sync::Arc;
