@@ -90,7 +90,10 @@ fn explain<T: DeserializeOwned>(bytes: &[u8], error: serde_json::Error) -> ApiEr
         ApiError::new(
             StatusCode::BAD_REQUEST,
             "bad_json",
-            format!("the request body is not the JSON expected{at}: {e}"),
+            format!(
+                "the request body is not the JSON expected{at}: {}",
+                toolgate_core::error::in_json_words(&e.to_string())
+            ),
         )
     };
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);

@@ -102,7 +102,14 @@ fn type_name_in(text: &str) -> Option<String> {
             );
         }
     }
-    text.split(|c: char| !ident(c))
+    let words: Vec<&str> = text.split(|c: char| !ident(c)).collect();
+    if let Some(pair) = words.windows(2).find(|pair| {
+        ["struct", "enum"].contains(&pair[0]) && pair[1].starts_with(|c: char| c.is_uppercase())
+    }) {
+        return Some(pair.join(" "));
+    }
+    words
+        .into_iter()
         .find(|word| {
             [
                 "u8", "u16", "u32", "u64", "usize", "i32", "i64", "isize", "f32", "f64",
@@ -661,7 +668,7 @@ async fn no_error_answer_names_a_rust_type() {
                 Some(&alice),
                 Some(&session),
                 Method::POST,
-                Some(r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}"#),
+                Some(r#"{"jsonrpc": "2.0", "id": 1, "method": "no/such/method"}"#),
             )
             .header("mcp-protocol-version", "1999-01-01"),
         ),
