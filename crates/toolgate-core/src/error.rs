@@ -315,6 +315,49 @@ impl fmt::Display for InputViolation {
 #[serde(transparent)]
 pub struct InputViolations(pub Vec<InputViolation>);
 
+/// A serde error's message in the words of JSON rather than Rust: serde names the Rust type
+/// it expected ("expected u64", "expected struct SleepInput"), which tells a caller who
+/// writes JSON nothing. Other messages are kept as they are.
+///
+/// # Examples
+///
+/// ```
+/// use toolgate_core::error::in_json_words;
+///
+/// assert_eq!(
+///     in_json_words("invalid type: string \"soon\", expected u64"),
+///     "invalid type: string \"soon\", expected a whole number, 0 or more"
+/// );
+/// assert_eq!(
+///     in_json_words("invalid type: sequence, expected struct Decision at line 1 column 2"),
+///     "invalid type: sequence, expected an object at line 1 column 2"
+/// );
+/// ```
+pub fn in_json_words(message: &str) -> String {
+    let Some((head, expected)) = message.rsplit_once("expected ") else {
+        return message.to_owned();
+    };
+    // serde_json adds where it was in the text it read.
+    let (expected, position) = match expected.find(" at line ") {
+        Some(at) => expected.split_at(at),
+        None => (expected, ""),
+    };
+    let words = match expected {
+        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => "a whole number, 0 or more",
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "a whole number",
+        "f32" | "f64" => "a number",
+        "char" => "a single character",
+        "unit" => "null",
+        "a map" => "an object",
+        other if other.starts_with("struct ") || other.starts_with("tuple struct ") => {
+            "an object"
+        }
+        other if other.starts_with("enum ") => "one of the values the schema lists",
+        _ => return message.to_owned(),
+    };
+    format!("{head}expected {words}{position}")
+}
+
 impl InputViolations {
     /// One violation.
     pub fn one(path: impl Into<String>, message: impl Into<String>) -> Self {

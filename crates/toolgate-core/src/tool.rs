@@ -14,7 +14,7 @@ use serde_json::Value;
 
 use crate::context::ToolInvokeContext;
 pub use crate::definition::{ToolAnnotations, ToolDefinition, ToolSource};
-use crate::error::{InputViolation, InputViolations, ToolError};
+use crate::error::{InputViolation, InputViolations, ToolError, in_json_words};
 pub use crate::prepared::PreparedInput;
 
 /// The future of one run of a tool: what [`ErasedTool::call`], a [`JsonTool`]'s handler and
@@ -193,9 +193,13 @@ where
                 Err(e) => {
                     let path = e.path().to_string();
                     let path = if path == "." { String::new() } else { path };
-                    ToolError::InvalidInput(InputViolations::one(path, e.into_inner().to_string()))
+                    let message = in_json_words(&e.into_inner().to_string());
+                    ToolError::InvalidInput(InputViolations::one(path, message))
                 }
-                Ok(_) => ToolError::InvalidInput(InputViolations::one("", plain.to_string())),
+                Ok(_) => ToolError::InvalidInput(InputViolations::one(
+                    "",
+                    in_json_words(&plain.to_string()),
+                )),
             });
         }
     };

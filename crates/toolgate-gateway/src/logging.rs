@@ -8,6 +8,11 @@
 //! Every line is scrubbed of the credentials the gateway holds ([`scrub_secrets`]) on its
 //! way to stderr, whoever logged it: even payloads an operator asked for do not show an
 //! upstream's token.
+//!
+//! Every line also has its control characters escaped at the same place (`\r`, `\u001b`,
+//! …), in messages and field values alike, whoever logged them: text an upstream or a
+//! caller chose (a stderr line, a tool name, an error) cannot move the cursor, start a
+//! line of its own or forge one on an operator's terminal.
 
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, LazyLock};
@@ -32,23 +37,87 @@ pub fn scrub_secrets(scrubber: Scrubber) {
     SECRETS.store(Arc::new(scrubber));
 }
 
-/// Stderr, through the scrubber. The formatter hands over each event as one complete
-/// line, so a credential is never split across two writes.
-struct ScrubbedStderr;
+/// Stderr, through the scrubber and the escaping of control characters. The formatter
+/// hands over each event as one complete line, so a credential is never split across two
+/// writes, and the line's own end is its last byte.
+struct ScrubbedStderr {
+    /// Whether the formatter colours the line itself (stderr is a terminal): its colour
+    /// sequences pass.
+    colours: bool,
+}
 
 impl Write for ScrubbedStderr {
     fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
-        let mut stderr = std::io::stderr().lock();
-        match SECRETS.load().scrub_bytes(line) {
-            Some(clean) => stderr.write_all(&clean)?,
-            None => stderr.write_all(line)?,
-        }
+        let scrubbed = SECRETS.load().scrub_bytes(line);
+        let scrubbed = scrubbed.as_deref().unwrap_or(line);
+        let escaped = escape_controls(scrubbed, self.colours);
+        std::io::stderr()
+            .lock()
+            .write_all(escaped.as_deref().unwrap_or(scrubbed))?;
         Ok(line.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         std::io::stderr().flush()
     }
+}
+
+/// `line` with every control character escaped but the line feed that ends it (C0, DEL,
+/// and C1 — which some terminals obey as well), as a JSON string would write it, so a
+/// JSON line stays valid JSON; `None` when there is none. With `colours`, the formatter's
+/// colour sequences (`ESC [ digits ; … m`) pass: they change colours only, and the
+/// formatter itself escapes ESC in what it is given to log.
+fn escape_controls(line: &[u8], colours: bool) -> Option<Vec<u8>> {
+    let body = line.strip_suffix(b"\n").unwrap_or(line);
+    if !(0..body.len()).any(|i| control_at(body, i).is_some()) {
+        return None;
+    }
+    let mut out = Vec::with_capacity(line.len() + 16);
+    let mut i = 0;
+    while i < body.len() {
+        if colours && let Some(length) = colour_sequence(&body[i..]) {
+            out.extend_from_slice(&body[i..i + length]);
+            i += length;
+            continue;
+        }
+        let Some((code, width)) = control_at(body, i) else {
+            out.push(body[i]);
+            i += 1;
+            continue;
+        };
+        match code {
+            0x0a => out.extend_from_slice(b"\\n"),
+            0x0d => out.extend_from_slice(b"\\r"),
+            0x09 => out.extend_from_slice(b"\\t"),
+            _ => out.extend_from_slice(format!("\\u{code:04x}").as_bytes()),
+        }
+        i += width;
+    }
+    out.extend_from_slice(&line[body.len()..]);
+    Some(out)
+}
+
+/// The control character at `bytes[i]`, if one starts there: its code point and how many
+/// bytes it takes (a C1 character is two in UTF-8).
+fn control_at(bytes: &[u8], i: usize) -> Option<(u8, usize)> {
+    match bytes[i] {
+        b @ (0x00..0x20 | 0x7f) => Some((b, 1)),
+        0xc2 => bytes
+            .get(i + 1)
+            .filter(|next| (0x80..0xa0).contains(*next))
+            .map(|next| (*next, 2)),
+        _ => None,
+    }
+}
+
+/// The length of the colour sequence `bytes` starts with (`ESC [`, digits and `;`, `m`).
+fn colour_sequence(bytes: &[u8]) -> Option<usize> {
+    let rest = bytes.strip_prefix(b"\x1b[")?;
+    let params = rest
+        .iter()
+        .take_while(|b| b.is_ascii_digit() || **b == b';')
+        .count();
+    (rest.get(params) == Some(&b'm')).then_some(2 + params + 1)
 }
 
 /// The dependencies that log payloads below `info`.
@@ -60,9 +129,10 @@ const PAYLOAD_TARGETS: [&str; 5] = ["rmcp", "hyper", "hyper_util", "h2", "reqwes
 /// only: log events stay in the log).
 pub fn init(format: LogFormat, level: &str, tracer: Option<SdkTracer>) {
     let filter = filter(std::env::var("RUST_LOG").ok().as_deref(), level);
+    let colours = std::io::stderr().is_terminal();
     let fmt = tracing_subscriber::fmt::layer()
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_writer(|| ScrubbedStderr);
+        .with_ansi(colours)
+        .with_writer(move || ScrubbedStderr { colours });
     let fmt = match format {
         LogFormat::Text => fmt.boxed(),
         LogFormat::Json => fmt.json().flatten_event(true).boxed(),
@@ -111,7 +181,28 @@ fn names(spec: &str, target: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::names;
+    use super::{escape_controls, names};
+
+    #[test]
+    fn control_characters_are_escaped_but_the_line_end_and_colours_stay() {
+        let escaped = |line: &[u8], colours| {
+            String::from_utf8(escape_controls(line, colours).unwrap_or(line.to_vec())).unwrap()
+        };
+        assert_eq!(
+            escaped(b"up said: ok\rWARN forged\n", false),
+            "up said: ok\\rWARN forged\n"
+        );
+        assert_eq!(
+            escaped("a\x1b[2Jb\x07c\u{85}d\te\n".as_bytes(), false),
+            "a\\u001b[2Jb\\u0007c\\u0085d\\te\n"
+        );
+        assert_eq!(escaped(b"two\nlines\n", false), "two\\nlines\n");
+        assert_eq!(
+            escaped(b"\x1b[2mdim\x1b[0m x\x1b]0;title\x07\n", true),
+            "\x1b[2mdim\x1b[0m x\\u001b]0;title\\u0007\n"
+        );
+        assert!(escape_controls("plain é ünïcode\n".as_bytes(), false).is_none());
+    }
 
     #[test]
     fn a_payload_target_counts_as_named_only_when_a_directive_is_about_it() {

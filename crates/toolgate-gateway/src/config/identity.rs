@@ -75,8 +75,8 @@ pub struct OAuthConfig {
     /// most `5m`).
     #[serde(default = "default_clock_skew", with = "values::duration")]
     pub clock_skew: Duration,
-    /// The deadline of one fetch of the issuer's discovery document and keys (default
-    /// `5s`).
+    /// The deadline of one fetch of the issuer's keys, discovery document and key set
+    /// together (default `5s`): a request that waits for keys waits this long at most.
     #[serde(default = "default_fetch_timeout", with = "values::duration")]
     pub fetch_timeout: Duration,
     /// The least time between two fetches of the keys (default `30s`): a token signed
@@ -437,7 +437,9 @@ pub struct AsCallerConfig {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TokenExchangeConfig {
-    /// The upstream's resource identifier: the audience of the tokens it receives.
+    /// The upstream's resource identifier: the audience of the tokens it receives. It is
+    /// sent in the exchange request both as `resource` (RFC 8707) and as `audience`
+    /// (RFC 8693), as issuers read one or the other.
     pub audience: EnvString,
     /// The gateway's client id at the provider.
     pub client_id: EnvString,

@@ -2,10 +2,47 @@
 
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::http::StatusCode;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use super::ApiError;
+
+/// The 413 answer for a body over `server.body_limit`.
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "body_too_large",
+        "the request body is over the gateway's limit (`server.body_limit`): send less data",
+    )
+}
+
+/// Answers 413 at once a request whose `Content-Length` is over `limit`, before any of its
+/// body is read: waiting for a body that will be refused anyway would hold the caller
+/// (and a connection) until `server.body_timeout` — or, when the body never comes, answer
+/// a timeout instead of the limit. The connection is closed after the answer, as the body
+/// it announced may still be on its way.
+pub async fn refuse_declared_oversize(
+    State(limit): State<usize>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|length| length > limit as u64) {
+        let mut response = too_large().into_response();
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return response;
+    }
+    next.run(request).await
+}
 
 /// Parses a request body as JSON of type `T`, or answers 413 for a body over the limit, 408
 /// for one that did not arrive in time, and 400 for one that is not the JSON expected
@@ -19,11 +56,7 @@ pub fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Re
                 timed_out.to_string(),
             )
         } else if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
-            ApiError::new(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "body_too_large",
-                "the request body is over the gateway's limit (`server.body_limit`): send less data",
-            )
+            too_large()
         } else {
             ApiError::new(StatusCode::BAD_REQUEST, "bad_body", rejection.body_text())
         }
@@ -57,7 +90,10 @@ fn explain<T: DeserializeOwned>(bytes: &[u8], error: serde_json::Error) -> ApiEr
         ApiError::new(
             StatusCode::BAD_REQUEST,
             "bad_json",
-            format!("the request body is not the JSON expected{at}: {e}"),
+            format!(
+                "the request body is not the JSON expected{at}: {}",
+                toolgate_core::error::in_json_words(&e.to_string())
+            ),
         )
     };
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);

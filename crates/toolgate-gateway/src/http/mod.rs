@@ -112,6 +112,10 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", get(health::metrics))
         .merge(authenticated)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            body_limit,
+            body::refuse_declared_oversize,
+        ))
         .layer(RecordRequestsLayer::default())
         // Every request clones the state of its route: one shared pointer, not each field.
         .with_state(Arc::new(state))

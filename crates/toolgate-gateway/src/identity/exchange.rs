@@ -264,7 +264,11 @@ impl TokenExchange {
             ("subject_token", subject_token),
             ("subject_token_type", ACCESS_TOKEN_TYPE),
             ("requested_token_type", ACCESS_TOKEN_TYPE),
+            // RFC 8693 §2.1 has both: `resource` names the upstream by its address (RFC
+            // 8707), `audience` by its logical name. Issuers read one or the other, and
+            // the upstream's identifier is both, so both are sent.
             ("resource", settings.audience.as_str()),
+            ("audience", settings.audience.as_str()),
         ];
         if let Some(scope) = &settings.scope {
             form.push(("scope", scope));

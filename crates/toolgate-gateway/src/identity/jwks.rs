@@ -239,11 +239,16 @@ impl KeyStore {
                 .unwrap_or(JwksError::TooSoon(self.refresh_interval)));
         }
         let at = Instant::now();
-        let fetched = tokio::time::timeout(self.fetch_timeout * 2, self.fetch())
+        // One bound over the discovery document and the key set together: a caller
+        // waiting for keys waits `fetch_timeout` at most, not once per document.
+        let fetched = tokio::time::timeout(self.fetch_timeout, self.fetch())
             .await
             .map_err(|_| JwksError::Unreachable {
                 url: self.discovery_url.clone(),
-                reason: format!("no answer within {:?}", self.fetch_timeout * 2),
+                reason: format!(
+                    "the discovery document and key set were not both fetched within {:?} (`fetch_timeout`)",
+                    self.fetch_timeout
+                ),
             })
             .and_then(|fetched| fetched);
         if let Err(e) = &fetched {

@@ -1,6 +1,7 @@
 //! Checking one access token against cached keys: its size, its header (algorithm pinned,
-//! key type matching), its signature, `iss`, `aud`, `exp` and `nbf` with a small clock
-//! skew; then its claims as a toolgate [`User`].
+//! no critical extensions, key type matching), its signature, `exp` and `nbf` with a small
+//! clock skew, `iss`, `aud`, `iat` not ahead of the clock past the skew; then its claims as
+//! a toolgate [`User`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -50,6 +51,30 @@ pub enum TokenError {
     /// `iss` is not the configured issuer.
     #[error("the token was issued by another issuer")]
     WrongIssuer,
+    /// `iss` is not one string (RFC 7519 §4.1.1): a list, even of the configured issuer
+    /// alone, is not an issuer.
+    #[error(
+        "the token's iss claim is not a single string: the issuer must write its identifier as one string"
+    )]
+    IssuerNotAString,
+    /// `iat` is further ahead of the gateway's clock than the clock skew allows: the
+    /// token claims to be issued in the future.
+    #[error(
+        "the token's iat lies in the future beyond the allowed clock skew: check the identity provider's clock"
+    )]
+    IssuedInTheFuture,
+    /// The header lists extensions that must be understood (`crit`, RFC 7515 §4.1.11):
+    /// this resource understands none, so it must refuse the token.
+    #[error(
+        "the token's header has crit, naming extensions this resource does not understand: send a JWT without critical extensions"
+    )]
+    CriticalExtension,
+    /// The header says the payload is not base64url-encoded (`b64: false`, RFC 7797):
+    /// an access token's claims always are.
+    #[error(
+        "the token's header has b64 set to false (an unencoded payload): send a JWT with an encoded payload"
+    )]
+    UnencodedPayload,
     /// A required claim is missing or of the wrong type.
     #[error("the token lacks a required claim")]
     MissingClaim,
@@ -244,6 +269,21 @@ impl TokenVerifier {
             }
             _ => TokenError::Malformed,
         })?;
+        // RFC 7515 §4.1.11: a recipient that does not understand every extension named in
+        // `crit` must refuse the JWS. This one understands none, so any `crit` is refused;
+        // `b64` (RFC 7797) changes what is signed, so it is refused unless it says the
+        // default.
+        if header.crit.is_some() {
+            return Err(TokenError::CriticalExtension);
+        }
+        if header
+            .extras
+            .inner()
+            .get("b64")
+            .is_some_and(|b64| b64 != &Value::Bool(true))
+        {
+            return Err(TokenError::UnencodedPayload);
+        }
         if self.require_at_typ && !header.typ.as_deref().is_some_and(is_access_token_type) {
             return Err(TokenError::NotAnAccessToken);
         }
@@ -277,6 +317,23 @@ impl TokenVerifier {
 
     /// The caller behind verified claims.
     fn caller(&self, claims: Map<String, Value>) -> Result<Verified, TokenError> {
+        // The signature check took `iss` as a string or as a list holding the issuer;
+        // RFC 7519 §4.1.1 has it a string, and only that is taken.
+        if !claims.get("iss").is_some_and(Value::is_string) {
+            return Err(TokenError::IssuerNotAString);
+        }
+        // A token issued in the future comes from a clock gone wrong or was made to
+        // outlive its issuer's rotation: refused past the skew, like `nbf`. `iat` is
+        // optional (RFC 7519 §4.1.6); present, it must be a NumericDate.
+        match claims.get("iat") {
+            None => {}
+            Some(iat) => {
+                let iat = iat.as_f64().ok_or(TokenError::MissingClaim)?;
+                if iat > now_secs().saturating_add(self.leeway) as f64 {
+                    return Err(TokenError::IssuedInTheFuture);
+                }
+            }
+        }
         // A NumericDate may have a fraction; the whole seconds are enough here.
         let expires_at = claims
             .get("exp")

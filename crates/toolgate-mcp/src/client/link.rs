@@ -21,8 +21,8 @@ use rmcp::model::{
 };
 use rmcp::service::{ClientLifecycleMode, Peer, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::IntoTransport;
+use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{ClientServiceExt, RoleClient};
 use serde_json::Value;
 use tokio::sync::Mutex;
@@ -34,10 +34,12 @@ use toolgate_core::{ToolError, ToolInvokeContext};
 use toolgate_hooks::secrets::Scrubber;
 use tracing::Instrument;
 
+use super::failure::{connect_failure, is_connection_failure, request_failure};
 use super::frames::Frames;
 use super::http_pool;
 use super::per_caller::CallerLinks;
 use super::relay::{Relay, Routes, UpstreamClient, ask_caller};
+use super::stdio::{MAX_MESSAGE_BYTES, Oversized, StdioUpstream};
 use super::streams::StreamTagging;
 use super::{UpstreamConfig, UpstreamTransport};
 use crate::caller::{CallerKey, CallerRequest, InputRound, missing_capability};
@@ -75,6 +77,8 @@ struct Channel {
     /// The calls in flight, for relaying what the upstream sends about them.
     routes: Arc<Routes>,
     state: Mutex<State>,
+    /// Which connection (of a stdio upstream) ended on a message too long to read.
+    oversized: Arc<Oversized>,
 }
 
 impl Channel {
@@ -83,6 +87,7 @@ impl Channel {
             legacy,
             routes: Arc::new(Routes::new(server)),
             state: Mutex::default(),
+            oversized: Arc::default(),
         }
     }
 }
@@ -269,7 +274,7 @@ impl Link {
             let attempt_deadline = deadline.min(Instant::now() + self.config.connect_timeout);
             // A connection outlives the call that opened it: its tasks' spans get a root
             // of their own, not the call's (which they would otherwise keep open).
-            let connect = self.connect(channel).instrument(
+            let connect = self.connect(channel, state.generation + 1).instrument(
                 tracing::info_span!(parent: None, "mcp.connection", server = %self.config.name),
             );
             match tokio::time::timeout_at(attempt_deadline, connect).await {
@@ -309,10 +314,14 @@ impl Link {
         }
     }
 
-    /// A new connection on `channel`; for the legacy channel, with the names of the tools
-    /// the upstream lists on it.
-    async fn connect(&self, channel: &Channel) -> Result<(Session, HashSet<String>), String> {
-        let session = self.open(channel).await?;
+    /// A new connection on `channel`, which will be its `generation`; for the legacy
+    /// channel, with the names of the tools the upstream lists on it.
+    async fn connect(
+        &self,
+        channel: &Channel,
+        generation: u64,
+    ) -> Result<(Session, HashSet<String>), String> {
+        let session = self.open(channel, generation).await?;
         if !channel.legacy {
             let modern = session
                 .peer()
@@ -325,14 +334,14 @@ impl Link {
             .peer()
             .list_all_tools()
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| request_failure(&e))?;
         Ok((
             session,
             tools.into_iter().map(|t| t.name.into_owned()).collect(),
         ))
     }
 
-    async fn open(&self, channel: &Channel) -> Result<Session, String> {
+    async fn open(&self, channel: &Channel, generation: u64) -> Result<Session, String> {
         let connection = channel.routes.next_connection();
         match &self.config.transport {
             UpstreamTransport::Stdio { command, args, env } => {
@@ -341,10 +350,9 @@ impl Link {
                 if let (Some(var), Some(value)) = (&self.config.credential_env, &self.credential) {
                     cmd.env(var, value);
                 }
-                let (transport, stderr) = TokioChildProcess::builder(cmd)
-                    .stderr(std::process::Stdio::piped())
-                    .spawn()
-                    .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+                let (transport, stderr) =
+                    StdioUpstream::start(cmd, generation, Arc::clone(&channel.oversized))
+                        .map_err(|e| format!("cannot start `{command}`: {e}"))?;
                 if let Some(stderr) = stderr {
                     tokio::spawn(relay_stderr(
                         self.config.name.clone(),
@@ -358,7 +366,7 @@ impl Link {
                         self.lifecycle(channel),
                     )
                     .await
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| connect_failure(&e))
             }
             UpstreamTransport::Http { url } => {
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
@@ -376,7 +384,7 @@ impl Link {
                         self.lifecycle(channel),
                     )
                     .await
-                    .map_err(|e| e.to_string())
+                    .map_err(|e| connect_failure(&e))
             }
         }
     }
@@ -435,7 +443,7 @@ impl Link {
             Ok(Ok(tools)) => Ok(tools),
             Ok(Err(e)) => {
                 self.forget(&self.current, generation).await;
-                Err(ToolError::transient(e.to_string()))
+                Err(self.broken(&self.current, generation, e))
             }
             Err(_) => Err(ToolError::Timeout {
                 after: self.config.connect_timeout,
@@ -640,7 +648,7 @@ impl Link {
             Ok(Err(ServiceError::McpError(e))) => Err(self.refused(e)),
             Ok(Err(e)) => {
                 self.forget(channel, generation).await;
-                Err(self.broken(e))
+                Err(self.broken(channel, generation, e))
             }
         }
     }
@@ -803,12 +811,12 @@ impl Link {
                 Err(_) => return Err(self.timed_out(started)),
                 Ok(Ok(handle)) => handle,
                 Ok(Err(e)) if attempt == 0 => {
-                    let error = self.scrubbed(e.to_string());
+                    let error = self.scrubbed(request_failure(&e));
                     tracing::warn!(server = %self.config.name, %error, "could not send the call; reconnecting");
                     self.forget(channel, generation).await;
                     continue;
                 }
-                Ok(Err(e)) => return Err(self.broken(e)),
+                Ok(Err(e)) => return Err(self.broken(channel, generation, e)),
             };
             let mut cancel = CancelOnDrop {
                 peer: peer.clone(),
@@ -846,7 +854,7 @@ impl Link {
                 ))),
                 Ok(Err(e)) => {
                     self.forget(channel, generation).await;
-                    return Err(self.broken(e));
+                    return Err(self.broken(channel, generation, e));
                 }
                 Ok(Ok(ServerResult::CallToolResult(result))) => Ok(result),
                 Ok(Ok(ServerResult::InputRequiredResult(asked))) => Err(input_required(asked)),
@@ -871,11 +879,35 @@ impl Link {
         }
     }
 
-    fn broken(&self, e: ServiceError) -> ToolError {
+    /// The error of a request that failed on connection `generation` of `channel`, not
+    /// by the upstream's answer. The connection failing is 503 `upstream_unavailable`
+    /// with the wait before the next attempt to connect; an upstream that wrote a message
+    /// too long to read ended its connection, and is the upstream's failure (502). The
+    /// transport's own words go to the log, not to the caller.
+    fn broken(&self, channel: &Channel, generation: u64, e: ServiceError) -> ToolError {
+        let reason = self.scrubbed(request_failure(&e));
+        tracing::warn!(server = %self.config.name, %reason, "a request to the MCP server failed");
+        if channel.oversized.ended(generation) {
+            return ToolError::execution(format!(
+                "MCP server `{}` sent a message of more than {} MiB, more than toolgate reads; its connection was closed and will be opened again for the next call",
+                self.config.name,
+                MAX_MESSAGE_BYTES / (1024 * 1024)
+            ));
+        }
+        if is_connection_failure(&e) {
+            return ToolError::RetryAfter {
+                delay: self.config.backoff.delay(1),
+                reason: format!(
+                    "the connection to MCP server `{}` failed; it is being re-established",
+                    self.config.name
+                ),
+                code: Cow::Borrowed("upstream_unavailable"),
+                status: 503,
+            };
+        }
         ToolError::transient(format!(
-            "the connection to MCP server `{}` failed during the call ({}); it is being re-established, try again",
-            self.config.name,
-            self.scrubbed(e.to_string())
+            "MCP server `{}` could not answer: {reason}",
+            self.config.name
         ))
     }
 }

@@ -1,6 +1,7 @@
 //! Importing the tools of upstream MCP servers.
 
 mod config;
+mod failure;
 mod features;
 mod frames;
 mod http_pool;
@@ -8,6 +9,7 @@ mod link;
 pub mod per_caller;
 mod relay;
 mod secrets;
+mod stdio;
 mod streams;
 mod tool;
 
