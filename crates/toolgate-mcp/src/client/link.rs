@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use toolgate_core::error::InputViolations;
 use toolgate_core::secret::Secret;
 use toolgate_core::tool::ToolDefinition;
-use toolgate_core::{ToolError, ToolInvokeContext};
+use toolgate_core::{ToolError, ToolInvokeContext, User};
 use toolgate_hooks::secrets::Scrubber;
 use tracing::Instrument;
 
@@ -139,6 +139,14 @@ impl Link {
             None => Ok(Arc::clone(self)),
             Some(callers) => callers.link(ctx).await,
         }
+    }
+
+    /// The per-caller connections held now (none for an upstream not called as each
+    /// caller).
+    pub fn held_caller_links(&self) -> Vec<Arc<Link>> {
+        self.callers
+            .as_ref()
+            .map_or_else(Vec::new, CallerLinks::held_links)
     }
 
     /// How many per-caller connections are held.
@@ -522,23 +530,17 @@ impl Link {
         })
     }
 
-    /// Completion suggestions for an argument.
+    /// Completion suggestions for an argument (scrubbed by the tool that asks, as every
+    /// answer of the upstream is).
     pub async fn complete(
         &self,
         request: CompleteRequestParams,
         deadline: Instant,
     ) -> Result<CompleteResult, ToolError> {
-        let answer = self
-            .request(&self.current, deadline, |peer| async move {
-                peer.complete(request).await
-            })
-            .await;
-        answer.map(|mut result| {
-            for value in &mut result.completion.values {
-                self.scrubber.scrub_string(value);
-            }
-            result
+        self.request(&self.current, deadline, |peer| async move {
+            peer.complete(request).await
         })
+        .await
     }
 
     /// Subscribes `caller`'s session to resource `uri` (the upstream once, for its first
@@ -549,10 +551,11 @@ impl Link {
         &self,
         uri: &str,
         caller: &CallerRequest,
+        user: Arc<User>,
         deadline: Instant,
     ) -> Result<(), ToolError> {
         let channel = self.subscription_channel();
-        if !channel.routes.subscribe(uri, caller) {
+        if !channel.routes.subscribe(uri, caller, user) {
             return Ok(());
         }
         let params = SubscribeRequestParams::new(uri.to_owned());
@@ -584,6 +587,34 @@ impl Link {
             peer.unsubscribe(params).await
         })
         .await
+    }
+
+    /// Ends the resource subscriptions of the subscribers `may_read` refuses (a new
+    /// configuration withdrew their access): no update reaches them any more, and the
+    /// upstream is unsubscribed from a resource left without subscribers. How many
+    /// subscriptions ended.
+    pub async fn end_subscriptions_unless(
+        &self,
+        may_read: &(dyn Fn(&User) -> bool + Sync),
+    ) -> usize {
+        let mut ended = 0;
+        for channel in [&self.current, &self.legacy] {
+            let (unsubscribe, n) = channel.routes.end_unless(may_read);
+            ended += n;
+            for uri in unsubscribe {
+                let deadline = Instant::now() + self.config.call_timeout;
+                let params = UnsubscribeRequestParams::new(uri.clone());
+                let unsubscribed = self
+                    .request(channel, deadline, |peer| async move {
+                        peer.unsubscribe(params).await
+                    })
+                    .await;
+                if let Err(e) = unsubscribed {
+                    tracing::warn!(server = %self.config.name, %uri, error = %e, "the MCP server could not be unsubscribed from a resource nobody may watch any more");
+                }
+            }
+        }
+        ended
     }
 
     /// One request other than `tools/call`, with the deadline and the upstream's refusals

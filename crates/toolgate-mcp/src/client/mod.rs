@@ -11,9 +11,8 @@ mod tool;
 use std::sync::Arc;
 
 use jsonschema::Validator;
-use rmcp::model::{CompleteRequestParams, CompleteResult, Reference};
 use tokio::time::Instant;
-use toolgate_core::ToolError;
+use toolgate_core::User;
 use toolgate_core::error::RegistryError;
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::tool::{ErasedTool, ToolAnnotations, ToolDefinition, ToolSource};
@@ -64,10 +63,6 @@ pub struct Upstream {
     validators: Vec<Option<Arc<Validator>>>,
     /// The upstream's prompts and resources, as tools (see [`features`]).
     features: Vec<Arc<dyn ErasedTool>>,
-    /// Each prompt's name as served (prefixed) and at the upstream, for completions.
-    prompt_names: Vec<(String, String)>,
-    /// Whether the upstream's resources are imported.
-    has_resources: bool,
 }
 
 impl Upstream {
@@ -163,11 +158,6 @@ impl Upstream {
         } else {
             (Vec::new(), None)
         };
-        let prompt_names = prompts
-            .iter()
-            .map(|p| (p.prompt_name().to_owned(), p.remote_name().to_owned()))
-            .collect();
-        let has_resources = resources.is_some();
         let mut features: Vec<Arc<dyn ErasedTool>> = Vec::new();
         features.extend(
             prompts
@@ -181,8 +171,6 @@ impl Upstream {
             remote_names,
             validators,
             features,
-            prompt_names,
-            has_resources,
         })
     }
 
@@ -191,6 +179,21 @@ impl Upstream {
     /// [`PerCaller::max_sessions`].
     pub fn caller_connections(&self) -> u64 {
         self.link.caller_links()
+    }
+
+    /// Authorizes the resource subscriptions made through this upstream again, as a new
+    /// configuration is put in place: `may_read` says whether a subscriber may still read
+    /// the upstream's resources. The subscriptions of those it refuses end — no update
+    /// reaches them any more, a `subscriptions/listen` request among them ends with an
+    /// error saying why, and the upstream is unsubscribed from a resource left without
+    /// subscribers. (2025-11-25 has no message that ends a subscription: a session's
+    /// updates just stop.) Returns how many subscriptions ended.
+    pub async fn end_subscriptions_unless(&self, may_read: impl Fn(&User) -> bool + Sync) -> usize {
+        let mut ended = self.link.end_subscriptions_unless(&may_read).await;
+        for link in self.link.held_caller_links() {
+            ended += link.end_subscriptions_unless(&may_read).await;
+        }
+        ended
     }
 
     /// The upstream's configured name.
@@ -234,32 +237,6 @@ impl Upstream {
     /// [`ImportedResources`]): register them beside the tools so that policies apply.
     pub fn features(&self) -> &[Arc<dyn ErasedTool>] {
         &self.features
-    }
-
-    /// Completion suggestions for an argument of one of this upstream's prompts or resource
-    /// templates: `Ok(None)` when the reference is not this upstream's.
-    ///
-    /// # Errors
-    ///
-    /// The upstream's refusal or failure, as for a call.
-    pub async fn complete(
-        &self,
-        mut request: CompleteRequestParams,
-    ) -> Result<Option<CompleteResult>, ToolError> {
-        match &mut request.r#ref {
-            Reference::Prompt(prompt) => {
-                let Some((_, remote)) = self.prompt_names.iter().find(|(n, _)| *n == prompt.name)
-                else {
-                    return Ok(None);
-                };
-                prompt.name = remote.clone();
-            }
-            Reference::Resource(_) if self.has_resources => {}
-            // Not this upstream's, or a kind of reference a later revision added.
-            _ => return Ok(None),
-        }
-        let deadline = Instant::now() + self.link.config.call_timeout;
-        self.link.complete(request, deadline).await.map(Some)
     }
 
     /// Registers every imported tool, prompt and resources tool in `registry`. Returns
