@@ -297,6 +297,6 @@ async fn reload(
         .set_limits(crate::state::suspension_limits(&gateway.config));
     let gateway = Arc::new(gateway);
     state.current.store(Arc::clone(&gateway));
-    gateway.end_revoked_subscriptions(&old).await;
+    gateway.hand_over_subscriptions(&old).await;
     Ok(next)
 }

@@ -326,11 +326,11 @@ impl Gateway {
     }
 
     /// Authorizes the resource subscriptions made through `old`'s upstreams again, against
-    /// this configuration (the one replacing `old` on a reload): a subscriber who may no
-    /// longer read an upstream's resources — its resources tool is gone, denied to her,
-    /// held back, or out of her token's scopes — has her subscription ended, and the
-    /// upstream is unsubscribed when she was the last.
-    pub(crate) async fn end_revoked_subscriptions(&self, old: &Gateway) {
+    /// this configuration (the one replacing `old` on a reload), and moves them to this
+    /// configuration's upstreams: a subscriber who may no longer read an upstream's
+    /// resources — its resources tool is gone, denied to her, held back, or out of her
+    /// token's scopes — has her subscription ended; `old`'s upstreams are unsubscribed.
+    pub(crate) async fn hand_over_subscriptions(&self, old: &Gateway) {
         for upstream in &old.upstreams {
             let name = format!("{RESOURCES_PREFIX}{}", upstream.name());
             let tool = self
@@ -348,9 +348,10 @@ impl Gateway {
                     )
                 })
             };
-            let ended = upstream.end_subscriptions_unless(may_read).await;
-            if ended > 0 {
-                tracing::info!(upstream = %upstream.name(), subscriptions = ended, "resource subscriptions ended: the new configuration withdrew their subscribers' access");
+            let next = self.upstreams.iter().find(|u| u.name() == upstream.name());
+            let (moved, ended) = upstream.hand_over_subscriptions(next, may_read).await;
+            if moved + ended > 0 {
+                tracing::info!(upstream = %upstream.name(), moved, ended, "resource subscriptions authorized again for the new configuration: those whose subscribers lost access ended");
             }
         }
     }

@@ -152,6 +152,23 @@ fn updates_in(seen: &Mutex<String>) -> usize {
         .count()
 }
 
+/// Opens a session as `user`, watches its stream and subscribes it to the upstream's
+/// watched resource; the session and what its stream receives.
+async fn subscribe_watched(gateway: &Gateway, user: &str) -> (String, Arc<Mutex<String>>) {
+    let session = open_session(gateway, user).await;
+    let seen = watch_session(gateway, user, &session).await;
+    let subscribed = mcp_rpc(
+        gateway,
+        user,
+        &session,
+        "resources/subscribe",
+        json!({"uri": "paths://watched"}),
+    )
+    .await;
+    assert!(subscribed.get("error").is_none(), "{user}: {subscribed}");
+    (session, seen)
+}
+
 #[tokio::test]
 async fn a_subscriber_whose_access_a_reload_withdraws_gets_no_more_updates_and_the_upstream_is_unsubscribed()
  {
@@ -163,23 +180,12 @@ async fn a_subscriber_whose_access_a_reload_withdraws_gets_no_more_updates_and_t
     let dir = tempfile::tempdir().unwrap();
     let events = dir.path().join("events");
     let gateway = Gateway::start(&subscription_config(&events, true));
-    let session = open_session(&gateway, "carol").await;
-    let seen = watch_session(&gateway, "carol", &session).await;
-    let subscribed = mcp_rpc(
-        &gateway,
-        "carol",
-        &session,
-        "resources/subscribe",
-        json!({"uri": "paths://watched"}),
-    )
-    .await;
-    assert!(subscribed.get("error").is_none(), "{subscribed}");
+    let (session, seen) = subscribe_watched(&gateway, "carol").await;
+    let (_, alice_seen) = subscribe_watched(&gateway, "alice").await;
     // The upstream updates the resource every 200 ms while it is subscribed.
-    eventually(
-        "carol receives updates",
-        Duration::from_secs(20),
-        || async { updates_in(&seen) >= 2 },
-    )
+    eventually("both receive updates", Duration::from_secs(20), || async {
+        updates_in(&seen) >= 2 && updates_in(&alice_seen) >= 2
+    })
     .await;
 
     std::fs::write(&gateway.config, subscription_config(&events, false)).unwrap();
@@ -194,12 +200,17 @@ async fn a_subscriber_whose_access_a_reload_withdraws_gets_no_more_updates_and_t
     )
     .await;
     let at_reload = updates_in(&seen);
-    // Five update periods of the upstream, and more on a loaded machine.
+    let alice_at_reload = updates_in(&alice_seen);
+    // Ten update periods of the upstream, and more on a loaded machine.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
         updates_in(&seen),
         at_reload,
         "no update reaches carol once she may not read the resource"
+    );
+    assert!(
+        updates_in(&alice_seen) >= alice_at_reload + 2,
+        "alice, who may still read it, keeps her subscription across the reload"
     );
     // Nor can she read it or subscribe again.
     let read = mcp_rpc(

@@ -35,7 +35,7 @@ use toolgate_hooks::secrets::Scrubber;
 use tracing::Instrument;
 
 use super::per_caller::CallerLinks;
-use super::relay::{OrderedProgress, Routes, UpstreamClient, ask_caller};
+use super::relay::{OrderedProgress, Routes, Subscriber, UpstreamClient, ask_caller};
 use super::{UpstreamConfig, UpstreamTransport};
 use crate::caller::{CallerKey, CallerRequest, InputRound, missing_capability};
 
@@ -589,6 +589,36 @@ impl Link {
         .await
     }
 
+    /// Moves the resource subscriptions made through this connection to `next` — the
+    /// same upstream's connection in the configuration that replaces this one — for the
+    /// subscribers `may_read` still allows; the others end (no update reaches them any
+    /// more). Nobody is left here, so the upstream is unsubscribed here from every
+    /// resource; on `next`, it is subscribed to each resource someone moved to. How many
+    /// subscriptions moved, and how many ended.
+    pub async fn hand_over_subscriptions(
+        &self,
+        next: Option<&Link>,
+        may_read: &(dyn Fn(&User) -> bool + Sync),
+    ) -> (usize, usize) {
+        let (mut moved, mut ended) = (0, 0);
+        for channel in [&self.current, &self.legacy] {
+            for (uri, subscribers) in channel.routes.take_all() {
+                for subscriber in subscribers {
+                    let allowed = next.filter(|_| may_read(subscriber.user()));
+                    match allowed {
+                        Some(next) if next.adopt(&uri, subscriber.clone()).await => moved += 1,
+                        _ => {
+                            subscriber.end();
+                            ended += 1;
+                        }
+                    }
+                }
+                self.unsubscribe_upstream(channel, &uri).await;
+            }
+        }
+        (moved, ended)
+    }
+
     /// Ends the resource subscriptions of the subscribers `may_read` refuses (a new
     /// configuration withdrew their access): no update reaches them any more, and the
     /// upstream is unsubscribed from a resource left without subscribers. How many
@@ -602,19 +632,47 @@ impl Link {
             let (unsubscribe, n) = channel.routes.end_unless(may_read);
             ended += n;
             for uri in unsubscribe {
-                let deadline = Instant::now() + self.config.call_timeout;
-                let params = UnsubscribeRequestParams::new(uri.clone());
-                let unsubscribed = self
-                    .request(channel, deadline, |peer| async move {
-                        peer.unsubscribe(params).await
-                    })
-                    .await;
-                if let Err(e) = unsubscribed {
-                    tracing::warn!(server = %self.config.name, %uri, error = %e, "the MCP server could not be unsubscribed from a resource nobody may watch any more");
-                }
+                self.unsubscribe_upstream(channel, &uri).await;
             }
         }
         ended
+    }
+
+    /// Takes in a subscription to `uri` made on another connection to this upstream,
+    /// subscribing the upstream when it is the first; whether it holds.
+    async fn adopt(&self, uri: &str, subscriber: Subscriber) -> bool {
+        let channel = self.subscription_channel();
+        let key: Arc<str> = Arc::from(subscriber.key());
+        if !channel.routes.adopt(uri, subscriber) {
+            return true;
+        }
+        let deadline = Instant::now() + self.config.call_timeout;
+        let params = SubscribeRequestParams::new(uri.to_owned());
+        let subscribed = self
+            .request(channel, deadline, |peer| async move {
+                peer.subscribe(params).await
+            })
+            .await;
+        if let Err(e) = &subscribed {
+            tracing::warn!(server = %self.config.name, %uri, error = %e, "a subscription could not be moved to the new configuration's connection; it ended");
+            channel.routes.unsubscribe(uri, &key);
+        }
+        subscribed.is_ok()
+    }
+
+    /// Unsubscribes the upstream from `uri` on `channel`, where nobody watches it any
+    /// more; a failure is only logged (the subscribers are gone either way).
+    async fn unsubscribe_upstream(&self, channel: &Channel, uri: &str) {
+        let deadline = Instant::now() + self.config.call_timeout;
+        let params = UnsubscribeRequestParams::new(uri.to_owned());
+        let unsubscribed = self
+            .request(channel, deadline, |peer| async move {
+                peer.unsubscribe(params).await
+            })
+            .await;
+        if let Err(e) = unsubscribed {
+            tracing::warn!(server = %self.config.name, %uri, error = %e, "the MCP server could not be unsubscribed from a resource nobody watches on this connection any more");
+        }
     }
 
     /// One request other than `tools/call`, with the deadline and the upstream's refusals

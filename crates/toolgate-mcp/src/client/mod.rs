@@ -181,19 +181,31 @@ impl Upstream {
         self.link.caller_links()
     }
 
-    /// Authorizes the resource subscriptions made through this upstream again, as a new
-    /// configuration is put in place: `may_read` says whether a subscriber may still read
-    /// the upstream's resources. The subscriptions of those it refuses end — no update
-    /// reaches them any more, a `subscriptions/listen` request among them ends with an
-    /// error saying why, and the upstream is unsubscribed from a resource left without
-    /// subscribers. (2025-11-25 has no message that ends a subscription: a session's
-    /// updates just stop.) Returns how many subscriptions ended.
-    pub async fn end_subscriptions_unless(&self, may_read: impl Fn(&User) -> bool + Sync) -> usize {
-        let mut ended = self.link.end_subscriptions_unless(&may_read).await;
+    /// Authorizes the resource subscriptions made through this upstream again as a new
+    /// configuration replaces the one it belongs to, and moves them to `next` (the same
+    /// upstream in the new configuration; `None` when it has none): `may_read` says
+    /// whether a subscriber may still read the upstream's resources.
+    ///
+    /// The subscriptions of those it refuses end — no update reaches them any more, and
+    /// a `subscriptions/listen` request among them ends with an error saying why
+    /// (2025-11-25 has no message that ends a subscription: a session's updates stop).
+    /// The others move to `next`, whose upstream is subscribed to what they watch; this
+    /// upstream is unsubscribed. A caller's own connection (an upstream called as each
+    /// caller) cannot move, its credential being the caller's: its subscriptions stay
+    /// on it while it lives, and those refused end.
+    ///
+    /// Returns how many subscriptions moved, and how many ended.
+    pub async fn hand_over_subscriptions(
+        &self,
+        next: Option<&Upstream>,
+        may_read: impl Fn(&User) -> bool + Sync,
+    ) -> (usize, usize) {
+        let next = next.map(|n| &*n.link);
+        let (moved, mut ended) = self.link.hand_over_subscriptions(next, &may_read).await;
         for link in self.link.held_caller_links() {
             ended += link.end_subscriptions_unless(&may_read).await;
         }
-        ended
+        (moved, ended)
     }
 
     /// The upstream's configured name.

@@ -59,7 +59,7 @@ pub(crate) enum Relayed {
 
 /// A subscriber to a resource.
 #[derive(Clone)]
-struct Subscriber {
+pub(crate) struct Subscriber {
     /// A 2025-11-25 session, or one `subscriptions/listen` request.
     key: Arc<str>,
     /// Who subscribed: authorized again when the configuration changes.
@@ -68,6 +68,23 @@ struct Subscriber {
     delivery: Delivery,
     /// Cancelled when its subscription is ended for it (access withdrawn).
     ended: CancellationToken,
+}
+
+impl Subscriber {
+    /// Who subscribed.
+    pub(crate) fn user(&self) -> &User {
+        &self.user
+    }
+
+    /// Its key: a session, or one listen request.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Tells whoever waits on the subscription that it was ended for the subscriber.
+    pub(crate) fn end(&self) {
+        self.ended.cancel();
+    }
 }
 
 /// Where a subscriber's resource updates go.
@@ -245,6 +262,25 @@ impl Routes {
                 delivery,
                 ended: caller.subscription_ended.clone(),
             });
+        }
+        first
+    }
+
+    /// Every subscription, each resource with its subscribers, taken out: for them to
+    /// move to the connection of a new configuration.
+    pub(crate) fn take_all(&self) -> Vec<(String, Vec<Subscriber>)> {
+        let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        subscribers.drain().collect()
+    }
+
+    /// Takes in `subscriber`'s subscription to `uri`, made on another connection; whether
+    /// it is the first subscriber (then the upstream is to be subscribed).
+    pub(crate) fn adopt(&self, uri: &str, subscriber: Subscriber) -> bool {
+        let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        let sessions = subscribers.entry(uri.to_owned()).or_default();
+        let first = sessions.is_empty();
+        if !sessions.iter().any(|s| s.key == subscriber.key) {
+            sessions.push(subscriber);
         }
         first
     }
