@@ -224,6 +224,76 @@ async fn a_subscriber_whose_access_a_reload_withdraws_gets_no_more_updates_and_t
     assert!(read["error"].is_object(), "{read}");
 }
 
+#[tokio::test]
+async fn a_listen_stream_whose_access_a_reload_withdraws_ends_with_an_error_saying_so() {
+    if !python_mcp_available(
+        "a_listen_stream_whose_access_a_reload_withdraws_ends_with_an_error_saying_so",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events");
+    let gateway = Gateway::start(&subscription_config(&events, true));
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/clients/listen_client.py"
+    );
+    let mut client = std::process::Command::new(python())
+        .args([
+            script,
+            &gateway.url("/mcp"),
+            &key("carol"),
+            "paths://watched",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting the listen client");
+    let (lines_tx, lines) = std::sync::mpsc::channel();
+    let stdout = client.stdout.take().expect("piped stdout");
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if lines_tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let first = lines.recv_timeout(Duration::from_secs(30));
+    assert_eq!(
+        first.as_deref(),
+        Ok("updated"),
+        "carol's stream gets updates"
+    );
+
+    std::fs::write(&gateway.config, subscription_config(&events, false)).unwrap();
+    gateway.signal("HUP");
+    let last = lines
+        .recv_timeout(Duration::from_secs(30))
+        .expect("the listen stream ends after the reload");
+    let _ = client.kill();
+    let _ = client.wait();
+    let seen: Value = serde_json::from_str(&last).unwrap_or_else(|_| panic!("{last}"));
+    assert_eq!(
+        seen["end"]["data"]["code"], "access_withdrawn",
+        "the stream ends with an error that says why: {seen}"
+    );
+    assert!(
+        seen["end"]["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("withdrawn")),
+        "{seen}"
+    );
+    eventually(
+        "the upstream is unsubscribed",
+        Duration::from_secs(10),
+        || async { events_matching(&events, "unsubscribe paths://watched") >= 1 },
+    )
+    .await;
+}
+
 /// `sleep` waits for approval; read-only tools are cached for ten minutes.
 fn approval_config() -> String {
     format!(
