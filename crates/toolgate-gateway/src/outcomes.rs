@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 use toolgate_core::error::InputViolations;
 use toolgate_core::tool::{ErasedTool, PreparedInput, ToolAnnotations, ToolDefinition, ToolSource};
 use toolgate_core::{ToolError, ToolInvokeContext};
+use toolgate_hooks::cache::NO_CACHE_TAG;
 
 /// How many outcomes are kept at most.
 pub const MAX_OUTCOMES: u64 = 10_000;
@@ -99,7 +100,9 @@ impl ErasedTool for OutcomeTool {
             }),
             output_schema: None,
             annotations: ToolAnnotations::READ_ONLY,
-            tags: vec!["toolgate".to_owned()],
+            // Read-only, yet what it answers changes when an approver decides: a cached
+            // `waiting` would hide the outcome for the whole TTL.
+            tags: vec!["toolgate".to_owned(), NO_CACHE_TAG.to_owned()],
             source: ToolSource::Local,
         }
     }

@@ -270,7 +270,7 @@ async fn reload(
     shared: &SharedState,
 ) -> Result<SharedState, ServeError> {
     let config = load_file(path)?;
-    let old = state.current.load();
+    let old = state.current.load_full();
     let (new, old_server) = (&config.server, &old.config.server);
     if new.listen != old_server.listen
         || new.body_limit != old_server.body_limit
@@ -295,6 +295,8 @@ async fn reload(
     // Calls waiting already keep their expiry; the new bounds apply from here on.
     next.suspensions
         .set_limits(crate::state::suspension_limits(&gateway.config));
-    state.current.store(Arc::new(gateway));
+    let gateway = Arc::new(gateway);
+    state.current.store(Arc::clone(&gateway));
+    gateway.hand_over_subscriptions(&old).await;
     Ok(next)
 }

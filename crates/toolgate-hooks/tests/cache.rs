@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use toolgate_core::tool::{ErasedTool, ToolAnnotations, ToolSource};
 use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolError, User};
-use toolgate_hooks::cache::{MokaCache, PUBLIC_RESULTS_TAG, ResultCache, ScopeBy};
+use toolgate_hooks::cache::{MokaCache, NO_CACHE_TAG, PUBLIC_RESULTS_TAG, ResultCache, ScopeBy};
 use toolgate_hooks::redaction::Redaction;
 
 /// A tool whose output names the caller, counting its executions.
@@ -208,6 +208,25 @@ async fn public_results_are_shared_and_tenant_scope_shares_within_a_tenant_only(
         "another tenant never sees acme's entry"
     );
     assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
+#[tokio::test]
+async fn a_tool_tagged_no_cache_runs_every_time_even_when_a_rule_includes_it() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let p = pipeline(
+        owner_tool("state", runs.clone(), |d| d.tags.push(NO_CACHE_TAG.into())),
+        ResultCache::builder()
+            .tool_ttl("state", Duration::from_secs(60))
+            .build(),
+    );
+    for _ in 0..3 {
+        p.invoke("state", json!(1), as_user("a")).await.unwrap();
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        3,
+        "no call was served from the cache"
+    );
 }
 
 #[tokio::test]

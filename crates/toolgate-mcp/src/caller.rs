@@ -52,6 +52,10 @@ pub struct CallerRequest {
     /// The stream of the caller's `subscriptions/listen` request (2026-07-28), when the
     /// request subscribes a resource for it: updates go there, not to a session.
     pub listener: Option<rmcp::service::SubscriptionSink>,
+    /// Cancelled when a resource subscription this request makes is ended for the caller
+    /// (a reload withdrew its access to the resource): a `subscriptions/listen` request
+    /// then ends with an error that says so.
+    pub subscription_ended: tokio_util::sync::CancellationToken,
 }
 
 /// An upstream's JSON-RPC error about a caller's request, kept for the server's answer.

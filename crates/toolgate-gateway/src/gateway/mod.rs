@@ -15,7 +15,7 @@ use toolgate_core::{Pipeline, SpanValues, User};
 use crate::outcomes::{OUTCOME_TOOL, OutcomeTool, Outcomes};
 use toolgate_hooks::{Audit, Authorize};
 use toolgate_mcp::rmcp::transport::StreamableHttpServerConfig;
-use toolgate_mcp::{ListFilter, McpHttpService, McpServer, Upstream};
+use toolgate_mcp::{ListFilter, McpHttpService, McpServer, RESOURCES_PREFIX, Upstream};
 
 use crate::extensions::Extensions;
 
@@ -199,7 +199,6 @@ impl Gateway {
             let scoped_by = tool_scopes.clone();
             let mut server = McpServer::new(system.pipeline().clone())
                 .server_info("toolgate", env!("CARGO_PKG_VERSION"))
-                .upstreams(upstreams.clone())
                 .call_timeout(config.server.request_timeout)
                 .request_state_key(&crate::secrets::mcp_state_key(&config))
                 .map_err(|e| ConfigError::invalid("server.mcp_state_key", e.to_string()))?;
@@ -208,11 +207,8 @@ impl Gateway {
                     "Some calls wait for a person's approval: they answer at once with a suspension id. Call `{OUTCOME_TOOL}` with that id to learn whether the call was decided, and its result."
                 ));
             }
-            // Tools held back for a changed definition are listed to nobody.
             server = server.list_filter(ListFilter::new(move |tool, user| {
-                crate::pins::is_served(tool)
-                    && filter_by.as_ref().is_none_or(|a| a.can_call(user, tool))
-                    && scoped_by.as_ref().is_none_or(|s| s.allows(user, tool))
+                serves(filter_by.as_deref(), scoped_by.as_deref(), user, tool)
             }));
             // Bodies over the limit are answered 413 by the endpoint, as on `/v1`.
             Ok(server.http_service(
@@ -329,6 +325,37 @@ impl Gateway {
         }
     }
 
+    /// Authorizes the resource subscriptions made through `old`'s upstreams again, against
+    /// this configuration (the one replacing `old` on a reload), and moves them to this
+    /// configuration's upstreams: a subscriber who may no longer read an upstream's
+    /// resources — its resources tool is gone, denied to her, held back, or out of her
+    /// token's scopes — has her subscription ended; `old`'s upstreams are unsubscribed.
+    pub(crate) async fn hand_over_subscriptions(&self, old: &Gateway) {
+        for upstream in &old.upstreams {
+            let name = format!("{RESOURCES_PREFIX}{}", upstream.name());
+            let tool = self
+                .pipeline()
+                .registry()
+                .get(&name)
+                .map(|t| t.definition.clone());
+            let may_read = |user: &User| {
+                tool.as_ref().is_some_and(|tool| {
+                    serves(
+                        self.authorize.as_deref(),
+                        self.tool_scopes.as_deref(),
+                        user,
+                        tool,
+                    )
+                })
+            };
+            let next = self.upstreams.iter().find(|u| u.name() == upstream.name());
+            let (moved, ended) = upstream.hand_over_subscriptions(next, may_read).await;
+            if moved + ended > 0 {
+                tracing::info!(upstream = %upstream.name(), moved, ended, "resource subscriptions authorized again for the new configuration: those whose subscribers lost access ended");
+            }
+        }
+    }
+
     /// Keeps the identity provider's keys that `old` cached (when the issuer is the same),
     /// so that a reload while the issuer is down locks no token holder out.
     pub(crate) fn keep_identity_keys(&self, old: &Gateway) {
@@ -359,6 +386,20 @@ impl Gateway {
             })
             .collect()
     }
+}
+
+/// Whether `user` is served `tool` over MCP — listed, called, subscribed to: tools held
+/// back for a changed definition are served to nobody, others per the authorization
+/// policy and the token's scopes.
+fn serves(
+    authorize: Option<&Authorize>,
+    tool_scopes: Option<&ToolScopes>,
+    user: &User,
+    tool: &ToolDefinition,
+) -> bool {
+    crate::pins::is_served(tool)
+        && authorize.is_none_or(|a| a.can_call(user, tool))
+        && tool_scopes.is_none_or(|s| s.allows(user, tool))
 }
 
 /// The hooks of one tool by stage, in the order they run.

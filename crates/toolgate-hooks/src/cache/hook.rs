@@ -17,6 +17,12 @@ use super::{CacheBackend, CacheKey, KeyScope, MokaCache, ScopeBy, cache_key};
 /// they may be shared across users (the cache key then leaves the caller out).
 pub const PUBLIC_RESULTS_TAG: &str = "public-results";
 
+/// The tag by which a tool declares that its results are never to be cached, whatever
+/// the cache rules say: what it answers changes without a call of it (it reads state
+/// that someone else decides, such as an approval), so a stored answer would be stale
+/// at once and stay stale for the whole TTL.
+pub const NO_CACHE_TAG: &str = "no-cache";
+
 /// The metadata key where the cache notes what it did: `"hit"`, `"coalesced"` (served
 /// from a concurrent identical call) or `"miss"`.
 pub const CACHE_METADATA_KEY: &str = "cache";
@@ -183,12 +189,16 @@ impl ResultCache {
         ResultCacheBuilder::default()
     }
 
-    /// The TTL for `tool`, or `None` when its results are not cached: tools configured
-    /// with [`include`](ResultCacheBuilder::include) or
+    /// The TTL for `tool`, or `None` when its results are not cached: a tool tagged
+    /// [`NO_CACHE_TAG`] never is; tools configured with
+    /// [`include`](ResultCacheBuilder::include) or
     /// [`tool_ttl`](ResultCacheBuilder::tool_ttl) are; excluded tools are not; others only
     /// when they are read-only by their owner's word (annotations of remote tools are not
     /// trusted).
     pub fn ttl_for(&self, tool: &ToolDefinition) -> Option<Duration> {
+        if tool.has_tag(NO_CACHE_TAG) {
+            return None;
+        }
         match self.rules.get(&tool.name) {
             Some(Rule::Cache(ttl)) => Some(ttl.unwrap_or(self.ttl)),
             Some(Rule::Skip) => None,

@@ -15,6 +15,8 @@
 //!   nor stored) nor a result marked with
 //!   [`set_no_store`](toolgate_core::ToolInvokeContext::set_no_store) (not stored): a result
 //!   that depends on the caller's answers during the call is not another caller's.
+//!   Never a tool tagged [`NO_CACHE_TAG`], whose answers change without a call of it
+//!   (the gateway's tool that reports approval outcomes is one), whatever the rules say.
 //! * **Coalescing**: concurrent identical misses run the tool once; the others wait for
 //!   the leader's result. A leader that fails, is cancelled or panics releases its claim
 //!   (an RAII guard in its context), and the waiting calls look again — one becomes the
@@ -76,5 +78,7 @@ mod hook;
 mod key;
 
 pub use backend::{CacheBackend, CacheError, MokaCache};
-pub use hook::{CACHE_METADATA_KEY, PUBLIC_RESULTS_TAG, ResultCache, ResultCacheBuilder};
+pub use hook::{
+    CACHE_METADATA_KEY, NO_CACHE_TAG, PUBLIC_RESULTS_TAG, ResultCache, ResultCacheBuilder,
+};
 pub use key::{CacheKey, KeyScope, ScopeBy, cache_key};

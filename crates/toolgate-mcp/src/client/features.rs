@@ -10,6 +10,12 @@
 //!   `ReadResourceResult`); `{"list": "resources"}` and `{"list": "templates"}` list them;
 //!   `{"subscribe": "…"}` and `{"unsubscribe": "…"}` manage the caller's MCP session's
 //!   subscription (updates are relayed to every subscribed session).
+//! * Completing an argument (`completion/complete`) is a call of the tool the argument
+//!   belongs to — the prompt's tool, or for a resource template the upstream's resources
+//!   tool — with the input `{"complete": PARAMS}`, `PARAMS` the MCP request's parameters
+//!   (the prompt named as served); its output is the upstream's `CompleteResult`. So a
+//!   rate limit, an authorization rule or an audit trail that names the prompt covers
+//!   its completions too.
 //!
 //! They are not tools to a model: MCP serves them as prompts and resources, and listings
 //! of tools leave them out ([`is_tool`]).
@@ -17,7 +23,7 @@
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use rmcp::model::Prompt;
+use rmcp::model::{CompleteRequestParams, Prompt, Reference};
 use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 use toolgate_core::error::InputViolations;
@@ -42,6 +48,24 @@ pub fn is_tool(definition: &ToolDefinition) -> bool {
         .tags
         .iter()
         .any(|t| t == PROMPT_TAG || t == RESOURCES_TAG)
+}
+
+/// The key of an input that asks for completions instead of the tool's usual request.
+const COMPLETE: &str = "complete";
+
+/// The completion request `input` makes (`{"complete": PARAMS}`), if it makes one: `None`
+/// for any other input, an error for a completion request MCP cannot read.
+fn completion(input: &Value) -> Option<Result<CompleteRequestParams, ToolError>> {
+    let map = input.as_object()?;
+    let params = map
+        .get(COMPLETE)
+        .filter(|p| p.is_object() && map.len() == 1)?;
+    Some(serde_json::from_value(params.clone()).map_err(|e| {
+        ToolError::InvalidInput(InputViolations::one(
+            COMPLETE,
+            format!("a completion request as MCP `completion/complete` sends it: {e}"),
+        ))
+    }))
 }
 
 fn deadline_for(link: &Link, ctx: &ToolInvokeContext) -> Instant {
@@ -149,6 +173,10 @@ impl ErasedTool for ImportedPrompt {
     }
 
     fn check_input(&self, input: &Value) -> Result<Option<PreparedInput>, ToolError> {
+        // A prompt's arguments are strings: an object under `complete` is no argument.
+        if let Some(request) = completion(input) {
+            return request.map(|_| None);
+        }
         match input {
             Value::Object(map) if map.values().all(Value::is_string) => Ok(None),
             Value::Object(_) => Err(ToolError::InvalidInput(InputViolations::one(
@@ -169,15 +197,38 @@ impl ErasedTool for ImportedPrompt {
         ctx: &'a ToolInvokeContext,
     ) -> BoxFuture<'a, Result<Value, ToolError>> {
         Box::pin(async move {
-            let arguments = ctx.input().as_object().cloned().unwrap_or_default();
             let deadline = deadline_for(&self.link, ctx);
             let link = self.link.as_caller(ctx).await?;
+            if let Some(request) = completion(ctx.input()) {
+                let answer = self.complete(&link, request?, deadline).await;
+                return link.scrub(answer);
+            }
+            let arguments = ctx.input().as_object().cloned().unwrap_or_default();
             let answer = link
                 .get_prompt(&self.remote_name, arguments, deadline, ctx)
                 .await
                 .and_then(to_output);
             link.scrub(answer)
         })
+    }
+}
+
+impl ImportedPrompt {
+    /// Completions of an argument of this prompt, asked of the upstream by its name there.
+    async fn complete(
+        &self,
+        link: &Link,
+        mut request: CompleteRequestParams,
+        deadline: Instant,
+    ) -> Result<Value, ToolError> {
+        let Reference::Prompt(prompt) = &mut request.r#ref else {
+            return Err(ToolError::InvalidInput(InputViolations::one(
+                "complete.ref",
+                "a prompt's completions are asked with a `ref/prompt` reference",
+            )));
+        };
+        prompt.name = self.remote_name.clone();
+        link.complete(request, deadline).await.and_then(to_output)
     }
 }
 
@@ -201,6 +252,7 @@ impl ImportedResources {
                 "list": { "enum": ["resources", "templates"], "description": "What to list instead." },
                 "subscribe": { "type": "string", "description": "A resource to subscribe to." },
                 "unsubscribe": { "type": "string", "description": "A resource to unsubscribe from." },
+                "complete": { "type": "object", "description": "A `completion/complete` request for an argument of a resource template." },
             },
         });
         let description = format!("The resources of MCP server `{}`.", link.config.name);
@@ -218,10 +270,11 @@ impl ErasedTool for ImportedResources {
 
     fn check_input(&self, input: &Value) -> Result<Option<PreparedInput>, ToolError> {
         match Request::of(input) {
+            Some(Request::Complete(request)) => request.map(|_| None),
             Some(_) => Ok(None),
             None => Err(ToolError::InvalidInput(InputViolations::one(
                 "",
-                "give exactly one of `uri` (a resource to read), `subscribe` or `unsubscribe` (a resource URI), or `list` (`resources` or `templates`)",
+                "give exactly one of `uri` (a resource to read), `subscribe` or `unsubscribe` (a resource URI), `list` (`resources` or `templates`), or `complete` (a completion request)",
             ))),
         }
     }
@@ -251,7 +304,7 @@ impl ErasedTool for ImportedResources {
                     .and_then(|r| to_output(json!({ "resources": r }))),
                 Some(Request::Subscribe(uri)) => match caller {
                     Some(caller) => link
-                        .subscribe(uri, caller, deadline)
+                        .subscribe(uri, caller, Arc::new(ctx.user().clone()), deadline)
                         .await
                         .map(|()| json!({})),
                     None => Err(no_session()),
@@ -263,11 +316,37 @@ impl ErasedTool for ImportedResources {
                         .map(|()| json!({})),
                     None => Err(no_session()),
                 },
+                Some(Request::Complete(request)) => {
+                    complete_template(link, request?, deadline).await
+                }
                 None => Err(ToolError::internal("the input was checked")),
             };
             link.scrub(answer)
         })
     }
+}
+
+/// Completions of an argument of one of the upstream's resource templates. An upstream
+/// that does not complete arguments has none to offer: it is not asked.
+async fn complete_template(
+    link: &Link,
+    request: CompleteRequestParams,
+    deadline: Instant,
+) -> Result<Value, ToolError> {
+    if !matches!(request.r#ref, Reference::Resource(_)) {
+        return Err(ToolError::InvalidInput(InputViolations::one(
+            "complete.ref",
+            "a resource template's completions are asked with a `ref/resource` reference",
+        )));
+    }
+    let completes = link
+        .capabilities(deadline)
+        .await
+        .is_some_and(|c| c.completions.is_some());
+    if !completes {
+        return Ok(json!({ "completion": { "values": [] } }));
+    }
+    link.complete(request, deadline).await.and_then(to_output)
 }
 
 /// What a call of a resources tool asks for.
@@ -277,11 +356,15 @@ enum Request<'a> {
     ListTemplates,
     Subscribe(&'a str),
     Unsubscribe(&'a str),
+    Complete(Result<CompleteRequestParams, ToolError>),
 }
 
 impl<'a> Request<'a> {
     /// The request `input` makes, when it makes exactly one.
     fn of(input: &'a Value) -> Option<Request<'a>> {
+        if let Some(request) = completion(input) {
+            return Some(Request::Complete(request));
+        }
         let map = input.as_object()?;
         if map.len() != 1 {
             return None;

@@ -30,7 +30,7 @@ use tokio::time::Instant;
 use toolgate_core::error::InputViolations;
 use toolgate_core::secret::Secret;
 use toolgate_core::tool::ToolDefinition;
-use toolgate_core::{ToolError, ToolInvokeContext};
+use toolgate_core::{ToolError, ToolInvokeContext, User};
 use toolgate_hooks::secrets::Scrubber;
 use tracing::Instrument;
 
@@ -38,7 +38,7 @@ use super::failure::{connect_failure, is_connection_failure, request_failure};
 use super::frames::Frames;
 use super::http_pool;
 use super::per_caller::CallerLinks;
-use super::relay::{Relay, Routes, UpstreamClient, ask_caller};
+use super::relay::{Relay, Routes, Subscriber, UpstreamClient, ask_caller};
 use super::stdio::{MAX_MESSAGE_BYTES, Oversized, StdioUpstream};
 use super::streams::StreamTagging;
 use super::{UpstreamConfig, UpstreamTransport};
@@ -154,6 +154,14 @@ impl Link {
             None => Ok(Arc::clone(self)),
             Some(callers) => callers.link(ctx).await,
         }
+    }
+
+    /// The per-caller connections held now (none for an upstream not called as each
+    /// caller).
+    pub fn held_caller_links(&self) -> Vec<Arc<Link>> {
+        self.callers
+            .as_ref()
+            .map_or_else(Vec::new, CallerLinks::held_links)
     }
 
     /// How many per-caller connections are held.
@@ -564,23 +572,17 @@ impl Link {
         })
     }
 
-    /// Completion suggestions for an argument.
+    /// Completion suggestions for an argument (scrubbed by the tool that asks, as every
+    /// answer of the upstream is).
     pub async fn complete(
         &self,
         request: CompleteRequestParams,
         deadline: Instant,
     ) -> Result<CompleteResult, ToolError> {
-        let answer = self
-            .request(&self.current, deadline, |peer| async move {
-                peer.complete(request).await
-            })
-            .await;
-        answer.map(|mut result| {
-            for value in &mut result.completion.values {
-                self.scrubber.scrub_string(value);
-            }
-            result
+        self.request(&self.current, deadline, |peer| async move {
+            peer.complete(request).await
         })
+        .await
     }
 
     /// Subscribes `caller`'s session to resource `uri` (the upstream once, for its first
@@ -591,10 +593,11 @@ impl Link {
         &self,
         uri: &str,
         caller: &CallerRequest,
+        user: Arc<User>,
         deadline: Instant,
     ) -> Result<(), ToolError> {
         let channel = self.subscription_channel();
-        if !channel.routes.subscribe(uri, caller) {
+        if !channel.routes.subscribe(uri, caller, user) {
             return Ok(());
         }
         let params = SubscribeRequestParams::new(uri.to_owned());
@@ -626,6 +629,92 @@ impl Link {
             peer.unsubscribe(params).await
         })
         .await
+    }
+
+    /// Moves the resource subscriptions made through this connection to `next` — the
+    /// same upstream's connection in the configuration that replaces this one — for the
+    /// subscribers `may_read` still allows; the others end (no update reaches them any
+    /// more). Nobody is left here, so the upstream is unsubscribed here from every
+    /// resource; on `next`, it is subscribed to each resource someone moved to. How many
+    /// subscriptions moved, and how many ended.
+    pub async fn hand_over_subscriptions(
+        &self,
+        next: Option<&Link>,
+        may_read: &(dyn Fn(&User) -> bool + Sync),
+    ) -> (usize, usize) {
+        let (mut moved, mut ended) = (0, 0);
+        for channel in [&self.current, &self.legacy] {
+            for (uri, subscribers) in channel.routes.take_all() {
+                for subscriber in subscribers {
+                    let allowed = next.filter(|_| may_read(subscriber.user()));
+                    match allowed {
+                        Some(next) if next.adopt(&uri, subscriber.clone()).await => moved += 1,
+                        _ => {
+                            subscriber.end();
+                            ended += 1;
+                        }
+                    }
+                }
+                self.unsubscribe_upstream(channel, &uri).await;
+            }
+        }
+        (moved, ended)
+    }
+
+    /// Ends the resource subscriptions of the subscribers `may_read` refuses (a new
+    /// configuration withdrew their access): no update reaches them any more, and the
+    /// upstream is unsubscribed from a resource left without subscribers. How many
+    /// subscriptions ended.
+    pub async fn end_subscriptions_unless(
+        &self,
+        may_read: &(dyn Fn(&User) -> bool + Sync),
+    ) -> usize {
+        let mut ended = 0;
+        for channel in [&self.current, &self.legacy] {
+            let (unsubscribe, n) = channel.routes.end_unless(may_read);
+            ended += n;
+            for uri in unsubscribe {
+                self.unsubscribe_upstream(channel, &uri).await;
+            }
+        }
+        ended
+    }
+
+    /// Takes in a subscription to `uri` made on another connection to this upstream,
+    /// subscribing the upstream when it is the first; whether it holds.
+    async fn adopt(&self, uri: &str, subscriber: Subscriber) -> bool {
+        let channel = self.subscription_channel();
+        let key: Arc<str> = Arc::from(subscriber.key());
+        if !channel.routes.adopt(uri, subscriber) {
+            return true;
+        }
+        let deadline = Instant::now() + self.config.call_timeout;
+        let params = SubscribeRequestParams::new(uri.to_owned());
+        let subscribed = self
+            .request(channel, deadline, |peer| async move {
+                peer.subscribe(params).await
+            })
+            .await;
+        if let Err(e) = &subscribed {
+            tracing::warn!(server = %self.config.name, %uri, error = %e, "a subscription could not be moved to the new configuration's connection; it ended");
+            channel.routes.unsubscribe(uri, &key);
+        }
+        subscribed.is_ok()
+    }
+
+    /// Unsubscribes the upstream from `uri` on `channel`, where nobody watches it any
+    /// more; a failure is only logged (the subscribers are gone either way).
+    async fn unsubscribe_upstream(&self, channel: &Channel, uri: &str) {
+        let deadline = Instant::now() + self.config.call_timeout;
+        let params = UnsubscribeRequestParams::new(uri.to_owned());
+        let unsubscribed = self
+            .request(channel, deadline, |peer| async move {
+                peer.unsubscribe(params).await
+            })
+            .await;
+        if let Err(e) = unsubscribed {
+            tracing::warn!(server = %self.config.name, %uri, error = %e, "the MCP server could not be unsubscribed from a resource nobody watches on this connection any more");
+        }
     }
 
     /// One request other than `tools/call`, with the deadline and the upstream's refusals

@@ -16,9 +16,8 @@ mod tool;
 use std::sync::Arc;
 
 use jsonschema::Validator;
-use rmcp::model::{CompleteRequestParams, CompleteResult, Reference};
 use tokio::time::Instant;
-use toolgate_core::ToolError;
+use toolgate_core::User;
 use toolgate_core::error::RegistryError;
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::tool::{ErasedTool, ToolAnnotations, ToolDefinition, ToolSource};
@@ -70,10 +69,6 @@ pub struct Upstream {
     validators: Vec<Option<Arc<Validator>>>,
     /// The upstream's prompts and resources, as tools (see [`features`]).
     features: Vec<Arc<dyn ErasedTool>>,
-    /// Each prompt's name as served (prefixed) and at the upstream, for completions.
-    prompt_names: Vec<(String, String)>,
-    /// Whether the upstream's resources are imported.
-    has_resources: bool,
 }
 
 impl Upstream {
@@ -169,11 +164,6 @@ impl Upstream {
         } else {
             (Vec::new(), None)
         };
-        let prompt_names = prompts
-            .iter()
-            .map(|p| (p.prompt_name().to_owned(), p.remote_name().to_owned()))
-            .collect();
-        let has_resources = resources.is_some();
         let mut features: Vec<Arc<dyn ErasedTool>> = Vec::new();
         features.extend(
             prompts
@@ -187,8 +177,6 @@ impl Upstream {
             remote_names,
             validators,
             features,
-            prompt_names,
-            has_resources,
         })
     }
 
@@ -197,6 +185,33 @@ impl Upstream {
     /// [`PerCaller::max_sessions`].
     pub fn caller_connections(&self) -> u64 {
         self.link.caller_links()
+    }
+
+    /// Authorizes the resource subscriptions made through this upstream again as a new
+    /// configuration replaces the one it belongs to, and moves them to `next` (the same
+    /// upstream in the new configuration; `None` when it has none): `may_read` says
+    /// whether a subscriber may still read the upstream's resources.
+    ///
+    /// The subscriptions of those it refuses end — no update reaches them any more, and
+    /// a `subscriptions/listen` request among them ends with an error saying why
+    /// (2025-11-25 has no message that ends a subscription: a session's updates stop).
+    /// The others move to `next`, whose upstream is subscribed to what they watch; this
+    /// upstream is unsubscribed. A caller's own connection (an upstream called as each
+    /// caller) cannot move, its credential being the caller's: its subscriptions stay
+    /// on it while it lives, and those refused end.
+    ///
+    /// Returns how many subscriptions moved, and how many ended.
+    pub async fn hand_over_subscriptions(
+        &self,
+        next: Option<&Upstream>,
+        may_read: impl Fn(&User) -> bool + Sync,
+    ) -> (usize, usize) {
+        let next = next.map(|n| &*n.link);
+        let (moved, mut ended) = self.link.hand_over_subscriptions(next, &may_read).await;
+        for link in self.link.held_caller_links() {
+            ended += link.end_subscriptions_unless(&may_read).await;
+        }
+        (moved, ended)
     }
 
     /// The upstream's configured name.
@@ -240,32 +255,6 @@ impl Upstream {
     /// [`ImportedResources`]): register them beside the tools so that policies apply.
     pub fn features(&self) -> &[Arc<dyn ErasedTool>] {
         &self.features
-    }
-
-    /// Completion suggestions for an argument of one of this upstream's prompts or resource
-    /// templates: `Ok(None)` when the reference is not this upstream's.
-    ///
-    /// # Errors
-    ///
-    /// The upstream's refusal or failure, as for a call.
-    pub async fn complete(
-        &self,
-        mut request: CompleteRequestParams,
-    ) -> Result<Option<CompleteResult>, ToolError> {
-        match &mut request.r#ref {
-            Reference::Prompt(prompt) => {
-                let Some((_, remote)) = self.prompt_names.iter().find(|(n, _)| *n == prompt.name)
-                else {
-                    return Ok(None);
-                };
-                prompt.name = remote.clone();
-            }
-            Reference::Resource(_) if self.has_resources => {}
-            // Not this upstream's, or a kind of reference a later revision added.
-            _ => return Ok(None),
-        }
-        let deadline = Instant::now() + self.link.config.call_timeout;
-        self.link.complete(request, deadline).await.map(Some)
     }
 
     /// Registers every imported tool, prompt and resources tool in `registry`. Returns

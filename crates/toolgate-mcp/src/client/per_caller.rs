@@ -343,6 +343,11 @@ impl CallerLinks {
         }))
     }
 
+    /// The per-caller connections held now.
+    pub fn held_links(&self) -> Vec<Arc<Link>> {
+        self.links.iter().map(|(_, link)| link).collect()
+    }
+
     /// How many per-caller connections are held (for tests and `toolgate check`).
     pub fn held(&self) -> u64 {
         self.links.run_pending_tasks();

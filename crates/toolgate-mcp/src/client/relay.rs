@@ -38,7 +38,8 @@ use rmcp::{ClientHandler, RoleClient, RoleServer};
 use serde_json::Value;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use toolgate_core::ToolError;
+use tokio_util::sync::CancellationToken;
+use toolgate_core::{ToolError, User};
 
 use crate::caller::CallerRequest;
 
@@ -114,9 +115,35 @@ struct Ticket {
     queue: mpsc::Sender<Relayed>,
 }
 
-/// A subscriber to a resource: its key (a 2025-11-25 session, or one
-/// `subscriptions/listen` request) and where its updates go.
-type Subscriber = (Arc<str>, Delivery);
+/// A subscriber to a resource.
+#[derive(Clone)]
+pub(crate) struct Subscriber {
+    /// A 2025-11-25 session, or one `subscriptions/listen` request.
+    key: Arc<str>,
+    /// Who subscribed: authorized again when the configuration changes.
+    user: Arc<User>,
+    /// Where its updates go.
+    delivery: Delivery,
+    /// Cancelled when its subscription is ended for it (access withdrawn).
+    ended: CancellationToken,
+}
+
+impl Subscriber {
+    /// Who subscribed.
+    pub(crate) fn user(&self) -> &User {
+        &self.user
+    }
+
+    /// Its key: a session, or one listen request.
+    pub(crate) fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Tells whoever waits on the subscription that it was ended for the subscriber.
+    pub(crate) fn end(&self) {
+        self.ended.cancel();
+    }
+}
 
 /// Where a subscriber's resource updates go.
 #[derive(Clone)]
@@ -320,20 +347,71 @@ impl Routes {
             .map(|r| Arc::clone(&r.ticket.0.caller))
     }
 
-    /// Subscribes `caller`'s session to `uri`; whether it is the first subscriber (then
-    /// the upstream is to be subscribed).
-    pub(crate) fn subscribe(&self, uri: &str, caller: &CallerRequest) -> bool {
+    /// Subscribes `caller`'s session, for `user`, to `uri`; whether it is the first
+    /// subscriber (then the upstream is to be subscribed).
+    pub(crate) fn subscribe(&self, uri: &str, caller: &CallerRequest, user: Arc<User>) -> bool {
         let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
         let sessions = subscribers.entry(uri.to_owned()).or_default();
         let first = sessions.is_empty();
-        if !sessions.iter().any(|(s, _)| *s == caller.session_id) {
+        if !sessions.iter().any(|s| s.key == caller.session_id) {
             let delivery = match &caller.listener {
                 Some(sink) => Delivery::Listen(sink.clone()),
                 None => Delivery::Session(caller.peer.clone()),
             };
-            sessions.push((Arc::clone(&caller.session_id), delivery));
+            sessions.push(Subscriber {
+                key: Arc::clone(&caller.session_id),
+                user,
+                delivery,
+                ended: caller.subscription_ended.clone(),
+            });
         }
         first
+    }
+
+    /// Every subscription, each resource with its subscribers, taken out: for them to
+    /// move to the connection of a new configuration.
+    pub(crate) fn take_all(&self) -> Vec<(String, Vec<Subscriber>)> {
+        let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        subscribers.drain().collect()
+    }
+
+    /// Takes in `subscriber`'s subscription to `uri`, made on another connection; whether
+    /// it is the first subscriber (then the upstream is to be subscribed).
+    pub(crate) fn adopt(&self, uri: &str, subscriber: Subscriber) -> bool {
+        let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        let sessions = subscribers.entry(uri.to_owned()).or_default();
+        let first = sessions.is_empty();
+        if !sessions.iter().any(|s| s.key == subscriber.key) {
+            sessions.push(subscriber);
+        }
+        first
+    }
+
+    /// Ends the subscriptions of every subscriber `may_read` refuses: no update reaches
+    /// them from now on, and a listen stream among them is told
+    /// ([`CallerRequest::subscription_ended`]). The URIs left without a subscriber, for the
+    /// upstream to be unsubscribed from, and how many subscriptions ended.
+    pub(crate) fn end_unless(&self, may_read: &dyn Fn(&User) -> bool) -> (Vec<String>, usize) {
+        let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ended = 0;
+        for sessions in subscribers.values_mut() {
+            sessions.retain(|s| {
+                let keep = may_read(&s.user);
+                if !keep {
+                    s.ended.cancel();
+                    ended += 1;
+                }
+                keep
+            });
+        }
+        let mut left = Vec::new();
+        subscribers.retain(|uri, sessions| {
+            if sessions.is_empty() {
+                left.push(uri.clone());
+            }
+            !sessions.is_empty()
+        });
+        (left, ended)
     }
 
     /// Unsubscribes `session` from `uri`; whether no subscriber is left (then the
@@ -343,7 +421,7 @@ impl Routes {
         let Some(sessions) = subscribers.get_mut(uri) else {
             return false;
         };
-        sessions.retain(|(s, _)| &**s != session);
+        sessions.retain(|s| &*s.key != session);
         let last = sessions.is_empty();
         if last {
             subscribers.remove(uri);
@@ -432,10 +510,14 @@ impl ClientHandler for UpstreamClient {
         params: ResourceUpdatedNotificationParam,
         _context: NotificationContext<RoleClient>,
     ) {
-        for (subscriber, delivery) in self.routes.subscribers_of(&params.uri) {
-            if delivery.send(params.clone()).await.is_err() {
+        for subscriber in self.routes.subscribers_of(&params.uri) {
+            // Ended while this update was on its way: it is not hers any more.
+            if subscriber.ended.is_cancelled() {
+                continue;
+            }
+            if subscriber.delivery.send(params.clone()).await.is_err() {
                 // The subscriber's session or listen stream is gone.
-                self.routes.unsubscribe(&params.uri, &subscriber);
+                self.routes.unsubscribe(&params.uri, &subscriber.key);
             }
         }
     }

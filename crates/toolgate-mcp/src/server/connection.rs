@@ -15,13 +15,13 @@ use rmcp::model::{
     CustomResult, ErrorCode, ErrorData, GetPromptRequestParams, GetPromptResponse, Implementation,
     ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
     LoggingLevel, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, Reference, ResourcesCapability, ResultType, ServerCapabilities,
-    ServerConfig, SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter,
-    UnsubscribeRequestParams,
+    ReadResourceResponse, Reference, ResourcesCapability, ServerCapabilities, ServerConfig,
+    SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{InvokeOptions, ToolError, User};
 use tracing::Instrument;
@@ -32,9 +32,7 @@ use super::http::{ClientDisconnected, HostShutdown};
 use super::rounds::Retry;
 use super::span;
 use crate::caller::{CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal};
-use crate::client::{
-    CallerAccessToken, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG, is_tool,
-};
+use crate::client::{CallerAccessToken, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_TAG, is_tool};
 use crate::convert::{
     InputShape, decided_result, error_to_result, output_to_result, to_mcp_tool, unknown_tool,
 };
@@ -157,6 +155,7 @@ impl Connection {
             round,
             refusal,
             listener,
+            subscription_ended,
         } = extras;
         let parts = context.extensions.get::<http::request::Parts>();
         // Fires when the client sends `notifications/cancelled`, or when the host cuts
@@ -182,6 +181,7 @@ impl Connection {
             round,
             refusal,
             listener,
+            subscription_ended,
         };
         let mut options = InvokeOptions::new()
             .session(session)
@@ -253,20 +253,23 @@ impl Connection {
     }
 
     /// Runs a request about resource `uri` on the resources tools the caller may see, in
-    /// turn: the first upstream that has the resource answers.
+    /// turn: the first upstream that has the resource answers. `listen` is the
+    /// `subscriptions/listen` stream a subscription is for, with the token cancelled when
+    /// the subscription is ended for the caller.
     async fn on_resource(
         &self,
         input: Value,
         uri: &str,
         context: &RequestContext<RoleServer>,
-        listener: Option<&SubscriptionSink>,
+        listen: Option<(&SubscriptionSink, &CancellationToken)>,
     ) -> Result<Value, ErrorData> {
         let user = self.user(context.extensions.get::<http::request::Parts>());
         for definition in self.visible_of(RESOURCES_TAG, context) {
-            let extras = Extras {
-                listener: listener.cloned(),
-                ..Extras::default()
-            };
+            let mut extras = Extras::default();
+            if let Some((sink, ended)) = listen {
+                extras.listener = Some(sink.clone());
+                extras.subscription_ended = ended.clone();
+            }
             let user = Arc::clone(&user);
             match self
                 .run_with(&definition.name, input.clone(), context, user, extras)
@@ -383,6 +386,8 @@ struct Extras {
     refusal: Refusal,
     /// The `subscriptions/listen` stream a resource subscription is for.
     listener: Option<SubscriptionSink>,
+    /// Cancelled when a subscription the request makes is ended for the caller.
+    subscription_ended: CancellationToken,
 }
 
 /// Whether the caller of `context` speaks 2026-07-28 or later, and so takes
@@ -418,7 +423,7 @@ impl ServerHandler for Connection {
         if tagged(PROMPT_TAG) {
             capabilities.prompts = Some(Default::default());
         }
-        if !self.server().upstreams.is_empty() && (tagged(PROMPT_TAG) || tagged(RESOURCES_TAG)) {
+        if tagged(PROMPT_TAG) || tagged(RESOURCES_TAG) {
             capabilities.completions = Some(Default::default());
         }
         // Subscriptions: `resources/subscribe` at 2025-11-25, `subscriptions/listen` with
@@ -573,32 +578,46 @@ impl ServerHandler for Connection {
         features::resource_result(output).map(ReadResourceResponse::Complete)
     }
 
-    /// Completions come from the upstream that owns the prompt or the resource template,
-    /// for a caller who may use it; none otherwise.
+    /// Completions come through the pipeline, as a call of the tool the argument belongs
+    /// to: the prompt's, or for a resource template each resources tool the caller may
+    /// use in turn (the first with suggestions answers). Authorization, rate limits,
+    /// audit and redaction apply as to `prompts/get` and `resources/read`; a refusal is
+    /// a JSON-RPC error.
     async fn complete(
         &self,
-        request: CompleteRequestParams,
+        mut request: CompleteRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CompleteResult, ErrorData> {
-        let server = self.server();
-        for upstream in &server.upstreams {
-            let allowed = match &request.r#ref {
-                Reference::Prompt(prompt) => {
-                    self.visible(&format!("{PROMPT_PREFIX}{}", prompt.name), &context)
+        // The caller's `_meta` is about this request to toolgate, not for the upstream.
+        request.meta = None;
+        let tools = match &request.r#ref {
+            Reference::Prompt(prompt) => {
+                let name = format!("{PROMPT_PREFIX}{}", prompt.name);
+                if self
+                    .visible(&name, &context)
+                    .is_none_or(|d| !d.tags.iter().any(|t| t == PROMPT_TAG))
+                {
+                    return Err(features::unknown_prompt(&prompt.name));
                 }
-                _ => self.visible(&format!("{RESOURCES_PREFIX}{}", upstream.name()), &context),
-            };
-            if allowed.is_none() {
-                continue;
+                vec![name]
             }
-            match upstream.complete(request.clone()).await {
-                Ok(Some(mut result)) => {
-                    // As the constructors do; rmcp clears it for clients before 2026-07-28.
-                    result.result_type = Some(ResultType::COMPLETE);
-                    return Ok(result);
-                }
-                Ok(None) => {}
-                Err(e) => return Err(features::request_error(&e)),
+            Reference::Resource(_) => self
+                .visible_of(RESOURCES_TAG, &context)
+                .into_iter()
+                .map(|d| d.name)
+                .collect(),
+            // A kind of reference a later revision added: nothing to suggest.
+            _ => Vec::new(),
+        };
+        let input = json!({ "complete": request });
+        for tool in tools {
+            let output = self
+                .run(&tool, input.clone(), &context)
+                .await
+                .map_err(|e| features::request_error(&e))?;
+            let result = features::completion_result(output)?;
+            if !result.completion.values.is_empty() {
+                return Ok(result);
             }
         }
         Ok(CompleteResult::default())
@@ -648,7 +667,8 @@ impl ServerHandler for Connection {
     /// Subscribes each URI of the listen request through the pipeline (as
     /// `resources/subscribe`: authorization and audit apply), relays its updates to the
     /// stream until the caller ends it, then unsubscribes. A URI the caller may not read,
-    /// or that no upstream has, refuses the whole request.
+    /// or that no upstream has, refuses the whole request; a reload that withdraws the
+    /// caller's access to one of them ends it with an error saying so.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let uris = context
             .accepted()
@@ -656,12 +676,13 @@ impl ServerHandler for Connection {
             .clone()
             .unwrap_or_default();
         let request = context.request_context();
+        let ended = CancellationToken::new();
         let mut subscribed = Vec::new();
         let mut refused = None;
         for uri in &uris {
             let input = json!({ "subscribe": uri });
             match self
-                .on_resource(input, uri, request, Some(context.sink()))
+                .on_resource(input, uri, request, Some((context.sink(), &ended)))
                 .await
             {
                 Ok(_) => subscribed.push(uri),
@@ -672,15 +693,18 @@ impl ServerHandler for Connection {
             }
         }
         if refused.is_none() {
-            context.cancelled().await;
+            tokio::select! {
+                () = context.cancelled() => {}
+                () = ended.cancelled() => refused = Some(features::access_withdrawn()),
+            }
         }
         // The request is over: unsubscribing runs on a token of its own.
         let mut after = request.clone();
-        after.ct = tokio_util::sync::CancellationToken::new();
+        after.ct = CancellationToken::new();
         for uri in subscribed {
             let input = json!({ "unsubscribe": uri });
             let _ = self
-                .on_resource(input, uri, &after, Some(context.sink()))
+                .on_resource(input, uri, &after, Some((context.sink(), &ended)))
                 .await;
         }
         refused.map_or(Ok(()), Err)

@@ -2,8 +2,8 @@
 //! [`crate::client`]'s `features`): what they answer, as MCP results and errors.
 
 use rmcp::model::{
-    CacheScope, ErrorCode, ErrorData, GetPromptResult, Prompt, PromptArgument, ReadResourceResult,
-    ResultType,
+    CacheScope, CompleteResult, ErrorCode, ErrorData, GetPromptResult, Prompt, PromptArgument,
+    ReadResourceResult, ResultType,
 };
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -65,6 +65,14 @@ pub(crate) fn prompt_result(output: Value) -> Result<GetPromptResult, ErrorData>
     Ok(result)
 }
 
+/// A prompt or resources tool's completions as `completion/complete`'s result.
+pub(crate) fn completion_result(output: Value) -> Result<CompleteResult, ErrorData> {
+    let mut result: CompleteResult = answer(output, "completion")?;
+    // As the constructors do; rmcp clears it for clients before 2026-07-28.
+    result.result_type = Some(ResultType::COMPLETE);
+    Ok(result)
+}
+
 /// A resources tool's output as a read's result.
 ///
 /// Its `cacheScope` is `private` whatever the upstream said: toolgate decides per caller
@@ -99,6 +107,16 @@ pub(crate) fn resource_not_found(uri: &str) -> ErrorData {
         ErrorCode::RESOURCE_NOT_FOUND,
         format!("resource not found: `{uri}`"),
         Some(json!({ "uri": uri })),
+    )
+}
+
+/// The end of a `subscriptions/listen` request whose access to a resource it watched a
+/// new configuration withdrew.
+pub(crate) fn access_withdrawn() -> ErrorData {
+    ErrorData::new(
+        ErrorCode::INVALID_REQUEST,
+        "subscription ended: your access to a resource it watched was withdrawn by a configuration change; listen again to the resources you may still read",
+        Some(json!({ "code": "access_withdrawn", "status": 403 })),
     )
 }
 

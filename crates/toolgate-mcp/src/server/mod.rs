@@ -71,8 +71,6 @@ pub(crate) struct ServerInner {
     pub version: String,
     pub instructions: Option<String>,
     pub call_timeout: Option<Duration>,
-    /// The upstreams whose prompts and resource templates `completion/complete` asks.
-    pub upstreams: Vec<crate::Upstream>,
     /// Seals the `requestState` of rounds answered to callers.
     pub seal: Arc<StateSeal>,
     /// The tool that tells a caller the outcome of its call that waited for approval.
@@ -124,7 +122,6 @@ impl McpServer {
                 version: env!("CARGO_PKG_VERSION").to_owned(),
                 instructions: None,
                 call_timeout: None,
-                upstreams: Vec::new(),
                 seal: Arc::new(StateSeal::random()),
                 outcome_tool: None,
             }),
@@ -145,7 +142,6 @@ impl McpServer {
                     version: old.version.clone(),
                     instructions: old.instructions.clone(),
                     call_timeout: old.call_timeout,
-                    upstreams: old.upstreams.clone(),
                     seal: Arc::clone(&old.seal),
                     outcome_tool: old.outcome_tool.clone(),
                 };
@@ -199,14 +195,6 @@ impl McpServer {
     #[must_use]
     pub fn call_timeout(self, timeout: Duration) -> Self {
         self.edit(|s| s.call_timeout = Some(timeout))
-    }
-
-    /// The upstreams whose tools, prompts and resources the pipeline imported: their
-    /// completions of prompt and resource-template arguments are served
-    /// (`completion/complete`), to callers who may use that prompt or those resources.
-    #[must_use]
-    pub fn upstreams(self, upstreams: Vec<crate::Upstream>) -> Self {
-        self.edit(|s| s.upstreams = upstreams)
     }
 
     /// The key that seals the `requestState` of the multi-round calls it answers (MCP
