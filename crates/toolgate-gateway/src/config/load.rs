@@ -450,7 +450,7 @@ fn check(config: &Config) -> Result<(), ConfigError> {
     if sessions.idle_timeout.is_zero() {
         return Err(ConfigError::invalid(
             "server.mcp_sessions.idle_timeout",
-            "an MCP session must be kept longer than zero between requests, e.g. `2m`",
+            "an MCP session must be kept longer than zero between requests, e.g. `5m`",
         ));
     }
     Ok(())

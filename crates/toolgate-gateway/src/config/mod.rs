@@ -142,8 +142,8 @@ pub struct ServerConfig {
 
 /// `server.mcp_sessions:` — the bounds of the MCP sessions of `/mcp`.
 ///
-/// A session costs the gateway about 120 KB (docs/performance.md), so the defaults bound
-/// what one key can take to about 4 MB and what all of them can take to about 500 MB.
+/// A session costs the gateway about 125 KiB (docs/performance.md), so the defaults bound
+/// what one key can take to about 4 MiB and what all of them can take to about 500 MiB.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct McpSessionLimits {
@@ -155,7 +155,9 @@ pub struct McpSessionLimits {
     /// `initialize` is answered 503; no session is evicted to make room.
     pub max: usize,
     /// How long a session with no request and no response streaming is kept (default
-    /// `2m`); after it the session ends and its slot is free.
+    /// `5m`, as long as the MCP server keeps a silent session: memory is bounded by the
+    /// caps, and a shorter time would end the sessions of clients paced by a person);
+    /// after it the session ends and its slot is free.
     #[serde(with = "values::duration")]
     pub idle_timeout: Duration,
 }
@@ -165,7 +167,7 @@ impl Default for McpSessionLimits {
         McpSessionLimits {
             per_user: 32,
             max: 4096,
-            idle_timeout: Duration::from_secs(120),
+            idle_timeout: Duration::from_secs(300),
         }
     }
 }

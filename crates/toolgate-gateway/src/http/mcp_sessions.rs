@@ -186,10 +186,17 @@ impl McpSessions {
         let mut table = self.lock();
         let mut closing = table.remove_expired(now);
         let kept = table.admit(id, user, now);
-        if kept.is_err() {
+        table.publish();
+        drop(table);
+        if let Err(refused) = &kept {
+            let reason = match refused {
+                Refused::PerUser { .. } => "per_user",
+                Refused::Full { .. } => "max",
+            };
+            metrics::counter!("toolgate_mcp_sessions_refused_total", "reason" => reason)
+                .increment(1);
             closing.push(Arc::from(id));
         }
-        drop(table);
         self.close_all(closing);
         kept
     }
@@ -210,6 +217,7 @@ impl McpSessions {
         let key = Arc::clone(key);
         if entry.expired(now, idle) {
             table.entries.remove(&key);
+            table.publish();
             drop(table);
             (self.close)(key);
             return None;
@@ -227,7 +235,12 @@ impl McpSessions {
     /// Forgets the session `id` (it was ended, or rmcp no longer knows it) and makes sure
     /// rmcp does not keep it either.
     pub(crate) fn unbind(&self, id: &str) {
-        let removed = self.lock().entries.remove_entry(id);
+        let removed = {
+            let mut table = self.lock();
+            let removed = table.entries.remove_entry(id);
+            table.publish();
+            removed
+        };
         if let Some((id, _)) = removed {
             (self.close)(id);
         }
@@ -239,7 +252,14 @@ impl McpSessions {
     }
 
     fn sweep_at(&self, now: Instant) {
-        let closing = self.lock().remove_expired(now);
+        let closing = {
+            let mut table = self.lock();
+            let closing = table.remove_expired(now);
+            if !closing.is_empty() {
+                table.publish();
+            }
+            closing
+        };
         self.close_all(closing);
     }
 
@@ -255,6 +275,13 @@ impl McpSessions {
 }
 
 impl Table {
+    /// Reports how many sessions are open (`toolgate_mcp_sessions`), after a change. Only
+    /// the table in use changes: the one a reload built and dropped for the kept one
+    /// never held a session.
+    fn publish(&self) {
+        metrics::gauge!("toolgate_mcp_sessions").set(self.entries.len() as f64);
+    }
+
     /// Removes the expired entries; their ids, to close.
     fn remove_expired(&mut self, now: Instant) -> Vec<Arc<str>> {
         let idle = self.limits.idle_timeout;

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{Value, json};
 
-use crate::common::{Gateway, client, eventually, key, mcp, open_session, rpc_answer, user_yaml};
+use crate::common::{
+    Gateway, client, eventually, key, mcp, metric, open_session, rpc_answer, user_yaml,
+};
 
 /// The default `server.mcp_sessions.per_user`.
 const DEFAULT_PER_USER: usize = 32;
@@ -144,6 +146,27 @@ async fn a_flood_of_initialize_is_refused_past_the_cap_and_another_users_session
     assert!(message.contains(&DEFAULT_PER_USER.to_string()), "{message}");
     assert!(message.contains("DELETE /mcp"), "{message}");
 
+    let metrics = client()
+        .get(gateway.url("/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("the metrics");
+    let refused = metric(
+        &metrics,
+        "toolgate_mcp_sessions_refused_total",
+        &[("reason", "per_user")],
+    );
+    assert_eq!(refused, 101.0, "{metrics}");
+    let open = metric(&metrics, "toolgate_mcp_sessions", &[]);
+    assert_eq!(
+        open,
+        (DEFAULT_PER_USER + 1) as f64,
+        "bob's and alice's: {metrics}"
+    );
+
     // Alice's session sat idle through the flood.
     let (status, text) = lists_tools(&gateway, "alice", &alice).await;
     assert_eq!(
@@ -195,7 +218,7 @@ async fn the_gateways_memory_stays_flat_under_a_flood_of_initialize_past_the_cap
         10 * N,
         started.elapsed()
     );
-    // A session kept costs ~120 KB: 2,000 of them would be ~230 MB. Allocator slack is
+    // A session kept costs ~125 KiB: 2,000 of them would be ~245 MiB. Allocator slack is
     // allowed for; growth with the count is not.
     assert!(
         grown < 24 * 1024,
