@@ -438,6 +438,21 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             "the gateway needs at least 1 connection to serve anything, e.g. `10000`",
         ));
     }
+    let sessions = &server.mcp_sessions;
+    for (field, bound) in [("per_user", sessions.per_user), ("max", sessions.max)] {
+        if bound == 0 {
+            return Err(ConfigError::invalid(
+                format!("server.mcp_sessions.{field}"),
+                "MCP clients need at least 1 session each to call anything, e.g. `32` per user and `4096` in all (to turn `/mcp` off, set `server.mcp: false`)",
+            ));
+        }
+    }
+    if sessions.idle_timeout.is_zero() {
+        return Err(ConfigError::invalid(
+            "server.mcp_sessions.idle_timeout",
+            "an MCP session must be kept longer than zero between requests, e.g. `5m`",
+        ));
+    }
     Ok(())
 }
 
@@ -571,6 +586,18 @@ mod tests {
             ("server:\n  body_timeout: 0s\n", "server.body_timeout"),
             ("server:\n  idle_timeout: 0ms\n", "server.idle_timeout"),
             ("server:\n  max_connections: 0\n", "server.max_connections"),
+            (
+                "server:\n  mcp_sessions:\n    per_user: 0\n",
+                "server.mcp_sessions.per_user",
+            ),
+            (
+                "server:\n  mcp_sessions:\n    max: 0\n",
+                "server.mcp_sessions.max",
+            ),
+            (
+                "server:\n  mcp_sessions:\n    idle_timeout: 0s\n",
+                "server.mcp_sessions.idle_timeout",
+            ),
         ] {
             assert_eq!(parse(text).unwrap_err().field(), field, "{text}");
         }

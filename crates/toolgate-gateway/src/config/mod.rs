@@ -135,6 +135,41 @@ pub struct ServerConfig {
     /// process is used: rounds survive reloads but not restarts, and need sticky routing
     /// between replicas.
     pub mcp_state_key: Option<EnvString>,
+    /// How many MCP sessions of `/mcp` each user, and all users together, may hold, and
+    /// how long an unused one is kept.
+    pub mcp_sessions: McpSessionLimits,
+}
+
+/// `server.mcp_sessions:` — the bounds of the MCP sessions of `/mcp`.
+///
+/// A session costs the gateway about 125 KiB (docs/performance.md), so the defaults bound
+/// what one key can take to about 4 MiB and what all of them can take to about 500 MiB.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct McpSessionLimits {
+    /// The most sessions one user may hold (default 32): far more than the one session per
+    /// agent or editor window a client keeps, far less than a flood. Past it `initialize`
+    /// is answered 429.
+    pub per_user: usize,
+    /// The most sessions all users together may hold (default 4,096). Past it
+    /// `initialize` is answered 503; no session is evicted to make room.
+    pub max: usize,
+    /// How long a session with no request and no response streaming is kept (default
+    /// `5m`, as long as the MCP server keeps a silent session: memory is bounded by the
+    /// caps, and a shorter time would end the sessions of clients paced by a person);
+    /// after it the session ends and its slot is free.
+    #[serde(with = "values::duration")]
+    pub idle_timeout: Duration,
+}
+
+impl Default for McpSessionLimits {
+    fn default() -> Self {
+        McpSessionLimits {
+            per_user: 32,
+            max: 4096,
+            idle_timeout: Duration::from_secs(300),
+        }
+    }
 }
 
 impl Default for ServerConfig {
@@ -153,6 +188,7 @@ impl Default for ServerConfig {
             max_connections: 10_000,
             mcp_allowed_origins: Vec::new(),
             mcp_state_key: None,
+            mcp_sessions: McpSessionLimits::default(),
         }
     }
 }

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolgate_agent::{Concurrency as BatchConcurrency, ThreadConfig, ToolSystem};
-use toolgate_core::provider::SessionConfig;
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::tool::{ToolDefinition, ToolSource};
 use toolgate_core::{Pipeline, SpanValues, User};
@@ -15,6 +14,7 @@ use toolgate_core::{Pipeline, SpanValues, User};
 use crate::outcomes::{OUTCOME_TOOL, OutcomeTool, Outcomes};
 use toolgate_hooks::{Audit, Authorize};
 use toolgate_mcp::rmcp::transport::StreamableHttpServerConfig;
+use toolgate_mcp::rmcp::transport::streamable_http_server::session::local::SessionConfig as RmcpSessionConfig;
 use toolgate_mcp::{ListFilter, McpHttpService, McpServer, RESOURCES_PREFIX, Upstream};
 
 use crate::extensions::Extensions;
@@ -210,13 +210,22 @@ impl Gateway {
             server = server.list_filter(ListFilter::new(move |tool, user| {
                 serves(filter_by.as_deref(), scoped_by.as_deref(), user, tool)
             }));
+            // rmcp's own expiry is only a net under the gateway's (see `McpSessions`): it
+            // closes sessions that exchanged no message, open streams included.
+            let mut sessions = RmcpSessionConfig::default();
+            sessions.keep_alive = Some(
+                RmcpSessionConfig::DEFAULT_KEEP_ALIVE
+                    .max(config.server.mcp_sessions.idle_timeout),
+            );
             // Bodies over the limit are answered 413 by the endpoint, as on `/v1`.
-            Ok(server.http_service(
+            Ok(server.http_service_with_sessions(
                 StreamableHttpServerConfig::default()
                     .with_max_request_body_bytes(config.server.body_limit.0),
+                sessions,
             ))
         });
         let mcp = mcp.transpose()?;
+        let mcp_sessions = McpSessions::start(config.server.mcp_sessions, mcp.clone());
 
         Ok(Gateway {
             keys: ApiKeys::new(&config.users),
@@ -241,8 +250,7 @@ impl Gateway {
             config,
             system,
             mcp,
-            // As many sessions as the pipeline's session scope keeps.
-            mcp_sessions: Arc::new(McpSessions::new(SessionConfig::default().max_sessions)),
+            mcp_sessions,
             outcomes: shared.outcomes.clone(),
             authorize,
             tool_scopes,
@@ -321,6 +329,7 @@ impl Gateway {
         if let (Some(new), Some(kept)) = (&self.mcp, &old.mcp) {
             kept.serve_as(new);
             self.mcp = Some(kept.clone());
+            old.mcp_sessions.set_limits(self.config.server.mcp_sessions);
             self.mcp_sessions = Arc::clone(&old.mcp_sessions);
         }
     }

@@ -2,12 +2,16 @@
 
 use std::sync::Arc;
 
+use axum::Json;
 use axum::body::Body;
 use axum::extract::{Extension, Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+use serde_json::json;
 use tower_service::Service;
 
+use super::mcp_sessions::Refused;
 use super::{ApiError, AppState, Caller};
 use crate::config::WebOrigin;
 use crate::identity::scopes::{self, INSUFFICIENT_SCOPE};
@@ -15,6 +19,9 @@ use crate::identity::{Route, metadata};
 
 /// The header carrying the MCP session id rmcp issues at `initialize`.
 const MCP_SESSION_ID: &str = "mcp-session-id";
+
+/// JSON-RPC: the first of the codes left to servers for their own errors.
+const SERVER_ERROR: i64 = -32000;
 
 /// A 2026-07-28 `tools/call` of a tool whose scopes the caller's token lacks, named in the
 /// request's `Mcp-Method` and `Mcp-Name` headers: answered 403 with the
@@ -94,9 +101,13 @@ pub async fn endpoint(
     let user = caller.user.id.as_str();
     let session = match request.headers().get(MCP_SESSION_ID) {
         None => None,
-        Some(id) => match id.to_str() {
-            Ok(id) if sessions.is_owner(id, user) => Some(id.to_owned()),
-            _ => return unknown_session(),
+        Some(id) => match id.to_str().ok().and_then(|id| {
+            sessions
+                .claim(id, user)
+                .map(|in_use| (id.to_owned(), in_use))
+        }) {
+            Some(claimed) => Some(claimed),
+            None => return unknown_session(),
         },
     };
     let ends_session = request.method() == Method::DELETE;
@@ -114,29 +125,69 @@ pub async fn endpoint(
     match session {
         // rmcp's own unknown-session answer is plain text; a JSON-RPC error it answers
         // 404 (an unknown method) leaves the session open.
-        Some(id)
+        Some((id, in_use))
             if response.status() == StatusCode::NOT_FOUND
                 && !response.headers().contains_key(header::CONTENT_TYPE) =>
         {
-            // rmcp no longer holds it (idle expiry): unknown, in the gateway's words.
+            // rmcp no longer holds it (its own keep-alive): unknown, in the gateway's words.
+            drop(in_use);
             sessions.unbind(&id);
             return unknown_session();
         }
-        Some(id) if ends_session && response.status().is_success() => {
+        Some((id, in_use)) if ends_session && response.status().is_success() => {
+            drop(in_use);
             sessions.unbind(&id);
             // rmcp answers 202, which MCP clients take for a warning; the session is gone.
             *response.status_mut() = StatusCode::NO_CONTENT;
         }
-        Some(_) => {}
+        // The session is in use until its answer has been sent, which for a stream can
+        // be long after this returns: the body holds it.
+        Some((_, in_use)) => {
+            response = response.map(|body| {
+                Body::new(body.map_frame(move |frame| {
+                    let _held = &in_use;
+                    frame
+                }))
+            });
+        }
         None => {
             if let Some(id) = response
                 .headers()
                 .get(MCP_SESSION_ID)
                 .and_then(|id| id.to_str().ok())
+                && let Err(refused) = sessions.bind(id, user)
             {
-                sessions.bind(id, user);
+                return too_many_sessions(&refused);
             }
         }
+    }
+    response
+}
+
+/// The answer to an `initialize` whose session the gateway does not keep (the session
+/// rmcp opened for it is closed): 429 when the caller holds as many sessions as one user
+/// may, 503 when all users together do, with `Retry-After` and a JSON-RPC error like the
+/// endpoint's other refusals of a request (its id is not known here, so it is null).
+fn too_many_sessions(refused: &Refused) -> Response {
+    let (status, code) = match refused {
+        Refused::PerUser { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_sessions"),
+        Refused::Full { .. } => (StatusCode::SERVICE_UNAVAILABLE, "mcp_sessions_full"),
+    };
+    let retry_after = refused.retry_after();
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {
+            "code": SERVER_ERROR,
+            "message": refused.to_string(),
+            "data": {"code": code, "retry_after_ms": retry_after.as_millis()},
+        },
+    });
+    let mut response = (status, Json(body)).into_response();
+    // Whole seconds, rounded up: a client that waits this long may find a slot.
+    let seconds = retry_after.as_millis().div_ceil(1000).max(1);
+    if let Ok(value) = HeaderValue::from_str(&seconds.to_string()) {
+        response.headers_mut().insert(header::RETRY_AFTER, value);
     }
     response
 }

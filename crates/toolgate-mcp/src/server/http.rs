@@ -22,6 +22,8 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::BodyExt;
 use http_body_util::combinators::BoxBody;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
+use rmcp::transport::streamable_http_server::session::SessionId;
+use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolgate_core::ToolError;
@@ -126,15 +128,31 @@ impl HostShutdown {
 #[derive(Clone)]
 pub struct McpHttpService {
     inner: StreamableHttpService<Connection, LocalSessionManager>,
+    sessions: Arc<LocalSessionManager>,
     current: Arc<ArcSwap<ServerInner>>,
 }
 
 impl McpHttpService {
     pub(super) fn new(
         inner: StreamableHttpService<Connection, LocalSessionManager>,
+        sessions: Arc<LocalSessionManager>,
         current: Arc<ArcSwap<ServerInner>>,
     ) -> Self {
-        McpHttpService { inner, current }
+        McpHttpService {
+            inner,
+            sessions,
+            current,
+        }
+    }
+
+    /// Ends the session `id` as a `DELETE` from its client would: its worker stops, its
+    /// streams end and what it held is freed now rather than at rmcp's keep-alive. A
+    /// host that forgets a session (it expired, or was refused) calls this so that the
+    /// session does not live on unseen. An id that is not open is ignored.
+    pub async fn close_session(&self, id: &str) {
+        let id: SessionId = Arc::from(id);
+        // The only error is a worker that already stopped: the session is gone either way.
+        let _ = self.sessions.close_session(&id).await;
     }
 
     /// Serves what `next` serves — its pipeline, filter, principals and timeout — from

@@ -15,7 +15,8 @@ use std::time::Duration;
 
 use rmcp::ServiceExt;
 use rmcp::transport::streamable_http_server::{
-    StreamableHttpServerConfig, StreamableHttpService, session::local::LocalSessionManager,
+    StreamableHttpServerConfig, StreamableHttpService,
+    session::local::{LocalSessionManager, SessionConfig},
 };
 use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Pipeline, User};
@@ -280,14 +281,30 @@ impl McpServer {
     /// cancels the call. `config` is rmcp's: sessions, SSE keep-alive (how quickly a
     /// disconnect is noticed on a streaming response), allowed hosts, shutdown token.
     pub fn http_service(&self, config: StreamableHttpServerConfig) -> McpHttpService {
+        self.http_service_with_sessions(config, SessionConfig::default())
+    }
+
+    /// [`http_service`](Self::http_service), with rmcp's settings of each session:
+    /// notably `keep_alive`, after which rmcp closes a session that exchanged no message
+    /// (default five minutes). A host that expires sessions itself, with
+    /// [`McpHttpService::close_session`], sets it to at least its own idle time, as a net
+    /// for sessions it never learnt of.
+    pub fn http_service_with_sessions(
+        &self,
+        config: StreamableHttpServerConfig,
+        sessions: SessionConfig,
+    ) -> McpHttpService {
         let current = Arc::new(ArcSwap::new(Arc::clone(&self.inner)));
-        let sessions = Arc::clone(&current);
+        let connections = Arc::clone(&current);
+        let mut manager = LocalSessionManager::default();
+        manager.session_config = sessions;
+        let manager = Arc::new(manager);
         let service = StreamableHttpService::new(
-            move || Ok(Connection::new(Arc::clone(&sessions))),
-            Arc::new(LocalSessionManager::default()),
+            move || Ok(Connection::new(Arc::clone(&connections))),
+            Arc::clone(&manager),
             config,
         );
-        McpHttpService::new(service, current)
+        McpHttpService::new(service, manager, current)
     }
 }
 
