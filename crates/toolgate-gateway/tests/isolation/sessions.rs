@@ -273,3 +273,23 @@ async fn a_session_streaming_an_answer_longer_than_the_idle_time_does_not_expire
         "the session expired while it was answering: {text}"
     );
 }
+
+#[tokio::test]
+async fn a_reload_applies_new_caps_to_the_sessions_it_keeps() {
+    let gateway = Gateway::start(&config("per_user: 1"));
+    let kept = open_session(&gateway, "alice").await;
+    let (status, _, text) = mcp(&gateway, Method::POST, "alice", None, Some(initialize())).await;
+    assert_eq!(status, 429, "{text}");
+
+    std::fs::write(&gateway.config, config("per_user: 2")).unwrap();
+    gateway.signal("HUP");
+    gateway
+        .wait_for_log("configuration reloaded", 1, Duration::from_secs(60))
+        .await;
+
+    open_session(&gateway, "alice").await;
+    let (status, text) = lists_tools(&gateway, "alice", &kept).await;
+    assert_eq!(status, 200, "the session outlives the reload: {text}");
+    let (status, _, text) = mcp(&gateway, Method::POST, "alice", None, Some(initialize())).await;
+    assert_eq!(status, 429, "the new cap holds: {text}");
+}
