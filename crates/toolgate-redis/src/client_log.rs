@@ -245,7 +245,79 @@ fn node_in(message: &str) -> Option<&str> {
 
 #[cfg(test)]
 mod tests {
-    use super::node_in;
+    use std::io::Write;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+
+    use super::{ClientLogLimit, node_in};
+
+    /// What the subscriber wrote.
+    #[derive(Clone, Default)]
+    struct Written(Arc<Mutex<Vec<u8>>>);
+
+    impl Write for Written {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(bytes);
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_flood_of_client_lines_shows_one_per_node_and_a_summary_with_the_count() {
+        let written = Written::default();
+        let limit = ClientLogLimit::new(Duration::from_secs(3600));
+        let sink = written.clone();
+        let subscriber = tracing_subscriber::registry().with(
+            tracing_subscriber::fmt::layer()
+                .with_ansi(false)
+                .with_writer(move || sink.clone())
+                .with_filter(limit.clone()),
+        );
+        tracing::subscriber::with_default(subscriber, || {
+            for _ in 0..500 {
+                tracing::warn!(target: "redis::cluster_async", "Failed to connect to node: 10.0.0.1:7000, due to: refused");
+                tracing::warn!(target: "redis::cluster_async", "connection to 10.0.0.2:7000 lost; repairing in background");
+                tracing::warn!(target: "redis::cluster_async", "async cluster client recovery: beginning slot refresh");
+                tracing::warn!(target: "toolgate_redis::link", "Redis is unavailable");
+            }
+            let mut held = limit.summarize();
+            held.sort();
+            assert_eq!(
+                held,
+                [
+                    ("10.0.0.1:7000".to_owned(), 499),
+                    ("10.0.0.2:7000".to_owned(), 499),
+                    ("the cluster".to_owned(), 499)
+                ]
+            );
+            assert!(
+                limit.summarize().is_empty(),
+                "each held line is reported once"
+            );
+        });
+        let text = String::from_utf8(written.0.lock().unwrap().clone()).unwrap();
+        let count = |needle: &str| text.lines().filter(|l| l.contains(needle)).count();
+        assert_eq!(count("Failed to connect to node: 10.0.0.1:7000"), 1);
+        assert_eq!(count("connection to 10.0.0.2:7000 lost"), 1);
+        assert_eq!(count("beginning slot refresh"), 1);
+        assert_eq!(
+            count("Redis is unavailable"),
+            500,
+            "other targets pass untouched"
+        );
+        assert_eq!(
+            count("the Redis client logged 499 more lines about 10.0.0.1:7000"),
+            1
+        );
+        assert_eq!(count("more lines about the cluster"), 1);
+    }
 
     #[test]
     fn the_node_is_the_first_host_and_port_of_the_line() {

@@ -312,14 +312,17 @@ mod tests {
 
     #[test]
     fn nodes_of_a_new_layout_are_reached_like_the_seeds() {
-        let seeds = ClusterNodes::parse("rediss+cluster://app:pw@10.0.0.1:7000,10.0.0.2:7000/0")
-            .unwrap();
+        let seeds =
+            ClusterNodes::parse("rediss+cluster://app:pw@10.0.0.1:7000,10.0.0.2:7000/0").unwrap();
         let moved = seeds
             .with_hosts(&["10.0.0.9:7001".into(), "[::1]:7002".into()])
             .unwrap();
         assert_eq!(
             moved.urls(),
-            ["rediss://app:pw@10.0.0.9:7001", "rediss://app:pw@[::1]:7002"]
+            [
+                "rediss://app:pw@10.0.0.9:7001",
+                "rediss://app:pw@[::1]:7002"
+            ]
         );
         assert!(moved.uses_tls());
         assert!(seeds.with_hosts(&[]).is_err());

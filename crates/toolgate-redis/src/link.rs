@@ -352,7 +352,11 @@ mod tests {
         assert_eq!(health.record_at(true, 1), None, "it never went down");
         assert_eq!(health.record_at(false, 2), None);
         assert_eq!(health.record_at(false, 3), None);
-        assert_eq!(health.record_at(true, 4), None, "two in a row are not three");
+        assert_eq!(
+            health.record_at(true, 4),
+            None,
+            "two in a row are not three"
+        );
     }
 
     #[test]
@@ -362,7 +366,11 @@ mod tests {
         assert_eq!(health.record_at(false, 1), None);
         assert_eq!(health.record_at(false, 2), Some(false));
         assert_eq!(health.record_at(false, 3), None, "down already");
-        assert_eq!(health.record_at(true, 500), None, "answered, but not for long");
+        assert_eq!(
+            health.record_at(true, 500),
+            None,
+            "answered, but not for long"
+        );
         assert_eq!(health.record_at(true, 1_003), Some(true));
         assert_eq!(health.record_at(true, 1_004), None);
     }

@@ -239,7 +239,12 @@ impl RedisState {
             Box::new(move |nodes| cluster_client(nodes, &for_nodes)),
             config.connect_timeout + config.deadline,
         );
-        Self::over(Source::Cluster(followed), config, &nodes.to_string(), answered)
+        Self::over(
+            Source::Cluster(followed),
+            config,
+            &nodes.to_string(),
+            answered,
+        )
     }
 
     fn over(source: Source, config: RedisConfig, to: &str, answered: bool) -> Self {

@@ -307,7 +307,10 @@ mod tests {
         let after = Layout::read(&after).unwrap();
         assert_ne!(before, after);
         assert_eq!(after.nodes, ["10.0.0.4:7000", "10.0.0.2:7000"]);
-        assert_eq!(after.describe(), "0-8191 on 10.0.0.4:7000, 8192-16383 on 10.0.0.2:7000");
+        assert_eq!(
+            after.describe(),
+            "0-8191 on 10.0.0.4:7000, 8192-16383 on 10.0.0.2:7000"
+        );
         assert_eq!(before.nodes.len(), 3);
     }
 

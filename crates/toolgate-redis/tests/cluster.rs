@@ -692,9 +692,7 @@ async fn a_primary_killed_under_load_fails_closed_within_the_deadline_and_leaks_
         .into_iter()
         .filter(|line| line.contains(" redis::"))
         .count();
-    let summary = logs
-        .lines_with(&format!("more lines about {node}"))
-        .len();
+    let summary = logs.lines_with(&format!("more lines about {node}")).len();
     eprintln!(
         "failover: the Redis client logged {} lines about the killed node, {shown} shown, {held} held in {summary} summary line",
         shown as u64 + held
@@ -704,7 +702,10 @@ async fn a_primary_killed_under_load_fails_closed_within_the_deadline_and_leaks_
         shown <= 2,
         "at most one line per node and 10 s (the test runs about 6 s): {shown}"
     );
-    assert!(held >= 1, "the client's further lines about the node were held");
+    assert!(
+        held >= 1,
+        "the client's further lines about the node were held"
+    );
     assert_eq!(summary, 1, "and counted in one summary line");
 }
 
@@ -1113,7 +1114,11 @@ async fn calls_succeed_within_seconds_of_the_promotion_while_the_old_primary_sta
                     .invoke("work", json!(null), as_user(&users[which]))
                     .await;
                 if let Err(error) = &answer {
-                    assert_eq!(error.status(), 503, "only the failure policy refuses: {error}");
+                    assert_eq!(
+                        error.status(),
+                        503,
+                        "only the failure policy refuses: {error}"
+                    );
                 }
                 calls.push(Call {
                     started,
@@ -1175,10 +1180,7 @@ async fn calls_succeed_within_seconds_of_the_promotion_while_the_old_primary_sta
     );
     assert!(still_paused, "the old primary stayed paused throughout");
     assert!(
-        calls
-            .iter()
-            .filter(|c| c.ended < paused_at)
-            .all(|c| c.ok),
+        calls.iter().filter(|c| c.ended < paused_at).all(|c| c.ok),
         "before the pause every call succeeded"
     );
     assert!(
@@ -1189,9 +1191,19 @@ async fn calls_succeed_within_seconds_of_the_promotion_while_the_old_primary_sta
     // No flapping: each state's `toolgate_redis_up` went down and came back at most once
     // (its transitions are logged, one line each, naming the cluster).
     let url = cluster.url();
-    let down = logs.lines_with(&url).iter().filter(|l| l.contains("Redis is unavailable")).count();
-    let up = logs.lines_with(&url).iter().filter(|l| l.contains("Redis answers again")).count();
-    eprintln!("hung primary: toolgate_redis_up went to 0 {down} times and back to 1 {up} times over 2 states");
+    let down = logs
+        .lines_with(&url)
+        .iter()
+        .filter(|l| l.contains("Redis is unavailable"))
+        .count();
+    let up = logs
+        .lines_with(&url)
+        .iter()
+        .filter(|l| l.contains("Redis answers again"))
+        .count();
+    eprintln!(
+        "hung primary: toolgate_redis_up went to 0 {down} times and back to 1 {up} times over 2 states"
+    );
     assert!(
         down <= 2 && up <= 2,
         "at most one transition each way per state: down {down}, up {up}"
@@ -1213,7 +1225,11 @@ async fn calls_succeed_within_seconds_of_the_promotion_while_the_old_primary_sta
         .iter()
         .filter(|c| c.on_victim && c.started > promoted + RECOVERED_WITHIN)
         .collect();
-    assert!(late.len() > 20, "the load ran past the bound: {} calls", late.len());
+    assert!(
+        late.len() > 20,
+        "the load ran past the bound: {} calls",
+        late.len()
+    );
     assert!(
         late.iter().all(|c| c.ok),
         "{} of {} calls on the hung primary's slots failed more than {RECOVERED_WITHIN:?} after its replica took over",

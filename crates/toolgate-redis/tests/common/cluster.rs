@@ -88,7 +88,10 @@ fn signal(which: &str, pid: u32) {
         .arg(pid.to_string())
         .status()
         .is_ok_and(|status| status.success());
-    assert!(sent || std::thread::panicking(), "kill {which} {pid} failed");
+    assert!(
+        sent || std::thread::panicking(),
+        "kill {which} {pid} failed"
+    );
 }
 
 /// Whether `redis-server` and `redis-cli` are here. Outside CI their absence skips the
@@ -304,10 +307,7 @@ impl Cluster {
             .iter()
             .position(|p| *p == port)
             .expect("a node of this cluster");
-        let pid = self.children[index]
-            .as_ref()
-            .expect("a running node")
-            .id();
+        let pid = self.children[index].as_ref().expect("a running node").id();
         self.paused.lock().unwrap().push(port);
         signal("-STOP", pid);
         Paused {
