@@ -1209,10 +1209,11 @@ async fn calls_succeed_within_seconds_of_the_promotion_while_the_old_primary_sta
         "at most one transition each way per state: down {down}, up {up}"
     );
 
-    // The other primaries answer CLUSTERDOWN between the moment the cluster marks the
-    // hung one failed and the promotion (`cluster-require-full-coverage yes`, the
-    // default); after the promotion they answered throughout: following the failover held
-    // up no call (a missed 100 ms deadline on a loaded machine aside).
+    // While the node hangs, some calls to the other primaries miss their deadline too
+    // (CLUSTERDOWN once the cluster marks it failed, with `cluster-require-full-coverage
+    // yes`, the default; the client is slower meanwhile, watcher or not). After the
+    // promotion they are answered: following the failover held up no call (a missed 100 ms
+    // deadline on a loaded machine aside).
     let elsewhere: Vec<&&Call> = failed.iter().filter(|c| !c.on_victim).collect();
     let after_promotion = elsewhere.iter().filter(|c| c.started > promoted).count();
     eprintln!(
