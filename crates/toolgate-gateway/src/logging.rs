@@ -5,6 +5,9 @@
 //! stacks log headers and bodies), so they stay at `info` whatever the level, unless the
 //! filter names them itself (`rmcp=debug`): an operator who does so asks for payloads.
 //!
+//! The Redis client's own lines are held to the first about each node every 10 s, with a
+//! summary line for the rest ([`ClientLogLimit`]).
+//!
 //! Every line is scrubbed of the credentials the gateway holds ([`scrub_secrets`]) on its
 //! way to stderr, whoever logged it: even payloads an operator asked for do not show an
 //! upstream's token.
@@ -16,10 +19,12 @@
 
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, LazyLock};
+use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use opentelemetry_sdk::trace::SdkTracer;
 use toolgate_hooks::secrets::Scrubber;
+use toolgate_redis::ClientLogLimit;
 use tracing_subscriber::filter::{Directive, filter_fn};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -120,6 +125,11 @@ fn colour_sequence(bytes: &[u8]) -> Option<usize> {
     (rest.get(params) == Some(&b'm')).then_some(2 + params + 1)
 }
 
+/// The Redis client (redis-rs) logs a line for nearly every request it re-routes while a
+/// cluster fails over: the first line about each node per this interval is shown, and one
+/// summary line per node counts the rest.
+const REDIS_CLIENT_LOG_INTERVAL: Duration = Duration::from_secs(10);
+
 /// The dependencies that log payloads below `info`.
 const PAYLOAD_TARGETS: [&str; 5] = ["rmcp", "hyper", "hyper_util", "h2", "reqwest"];
 
@@ -144,10 +154,15 @@ pub fn init(format: LogFormat, level: &str, tracer: Option<SdkTracer>) {
                 !meta.is_event() && meta.target() == toolgate_core::SPAN_TARGET
             }))
     });
-    let _ = tracing_subscriber::registry()
-        .with(fmt.with_filter(filter))
+    let redis_client = ClientLogLimit::new(REDIS_CLIENT_LOG_INTERVAL);
+    let installed = tracing_subscriber::registry()
+        .with(fmt.with_filter(redis_client.clone()).with_filter(filter))
         .with(otel)
         .try_init();
+    if installed.is_ok() && tokio::runtime::Handle::try_current().is_ok() {
+        // Runs as long as the process: the summaries of the held lines.
+        drop(redis_client.summarize_every_interval());
+    }
 }
 
 /// The filter of `rust_log` (when set and valid) or `level`, with the payload targets it

@@ -1,5 +1,6 @@
 //! Several replicas, one Redis: two real `toolgate serve` processes with
-//! `state: redis://…` enforce one rate limit for a user between them.
+//! `state: redis://…` enforce one rate limit for a user between them, and each reports
+//! whether Redis answers from its start.
 
 mod common;
 
@@ -102,6 +103,29 @@ async fn two_gateways_on_one_redis_enforce_one_rate_limit_per_user() {
     // Another user has a budget of their own, on either replica.
     let bob = invoke(&second, "bob", "echo", json!({ "text": "hi" })).await;
     assert_eq!(bob.status, 200, "{:?}", bob.body);
+}
+
+#[tokio::test]
+async fn a_gateway_on_redis_reports_redis_up_before_any_call() {
+    let Some(redis) = redis_or_skip("a_gateway_on_redis_reports_redis_up_before_any_call") else {
+        return;
+    };
+    let prefix = format!("tgredisup{}x{:x}", std::process::id(), random_u32());
+    let gateway = Gateway::start(&replica_config(&redis, &prefix));
+    // No call yet, and Redis has never failed: the gauge is there, and says 1.
+    let text = common::client()
+        .get(gateway.url("/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .unwrap();
+    let up: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("toolgate_redis_up"))
+        .collect();
+    assert_eq!(up, ["toolgate_redis_up 1"], "{text}");
 }
 
 /// A random number for a key prefix no other run shares (std's randomly seeded hasher).

@@ -170,6 +170,28 @@ impl ClusterNodes {
         Ok(ClusterNodes { urls, tls })
     }
 
+    /// Nodes reached the same way as these (scheme, credentials, anything after the host),
+    /// at other `host:port`s: those a cluster's layout lists, when a failover has to be
+    /// followed on a new connection.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::InvalidClusterNodes`] for no host, or one that does not make a URL.
+    pub(crate) fn with_hosts(&self, hosts: &[String]) -> Result<Self, RedisError> {
+        let first = &self.urls[0];
+        let (scheme, rest) = first.split_once("://").unwrap_or(("redis", first));
+        let (userinfo, rest) = match rest.rsplit_once('@') {
+            Some((userinfo, rest)) => (format!("{userinfo}@"), rest),
+            None => (String::new(), rest),
+        };
+        let suffix = rest.find(['/', '?', '#']).map_or("", |at| &rest[at..]);
+        Self::from_urls(
+            hosts
+                .iter()
+                .map(|host| format!("{scheme}://{userinfo}{host}{suffix}")),
+        )
+    }
+
     /// The node URLs (with their passwords, if any: do not log them; the `Display` form
     /// masks them).
     pub fn urls(&self) -> &[String] {
@@ -286,6 +308,24 @@ mod tests {
             nodes.to_string(),
             "redis+cluster://10.0.0.1:7000,10.0.0.2:7001,h3"
         );
+    }
+
+    #[test]
+    fn nodes_of_a_new_layout_are_reached_like_the_seeds() {
+        let seeds =
+            ClusterNodes::parse("rediss+cluster://app:pw@10.0.0.1:7000,10.0.0.2:7000/0").unwrap();
+        let moved = seeds
+            .with_hosts(&["10.0.0.9:7001".into(), "[::1]:7002".into()])
+            .unwrap();
+        assert_eq!(
+            moved.urls(),
+            [
+                "rediss://app:pw@10.0.0.9:7001",
+                "rediss://app:pw@[::1]:7002"
+            ]
+        );
+        assert!(moved.uses_tls());
+        assert!(seeds.with_hosts(&[]).is_err());
     }
 
     #[test]

@@ -9,6 +9,7 @@ use std::time::Duration;
 /// |---|---|---|
 /// | [`deadline`](RedisConfigBuilder::deadline) | 100 ms | every Redis call, including waiting for a reconnect; a backend can have its own |
 /// | [`down_after_failures`](RedisConfigBuilder::down_after_failures) | 3 | unanswered calls in a row before `toolgate_redis_up` goes to 0 |
+/// | [`up_after`](RedisConfigBuilder::up_after) | 1 s | how long every call must be answered before `toolgate_redis_up` is 1 again |
 /// | [`connect_timeout`](RedisConfigBuilder::connect_timeout) | 1 s | one connection attempt |
 /// | [`reconnect_backoff`](RedisConfigBuilder::reconnect_backoff) | 100 ms … 5 s, 6 tries | the pause between connection attempts (exponential, with jitter) |
 /// | [`key_prefix`](RedisConfigBuilder::key_prefix) | `toolgate` | the first part of every key |
@@ -35,6 +36,7 @@ use std::time::Duration;
 pub struct RedisConfig {
     pub(crate) deadline: Duration,
     pub(crate) down_after_failures: u32,
+    pub(crate) up_after: Duration,
     pub(crate) connect_timeout: Duration,
     pub(crate) reconnect_min_delay: Duration,
     pub(crate) reconnect_max_delay: Duration,
@@ -70,6 +72,7 @@ impl Default for RedisConfig {
         RedisConfig {
             deadline: Duration::from_millis(100),
             down_after_failures: 3,
+            up_after: Duration::from_secs(1),
             connect_timeout: Duration::from_secs(1),
             reconnect_min_delay: Duration::from_millis(100),
             reconnect_max_delay: Duration::from_secs(5),
@@ -99,13 +102,24 @@ impl RedisConfigBuilder {
     }
 
     /// How many Redis calls in a row must get no answer before Redis counts as down (the
-    /// `toolgate_redis_up` gauge goes to 0 and a warning is logged); the first answer counts
-    /// it up again. The default, 3, keeps one slow reply on a busy machine from flipping the
-    /// signal. Each call that gets no answer is still decided by its backend's failure
+    /// `toolgate_redis_up` gauge goes to 0 and a warning is logged); it counts up again
+    /// after [`up_after`](Self::up_after) of answers. The default, 3, keeps one slow reply on
+    /// a busy machine from flipping the signal. Each call that gets no answer is still decided by its backend's failure
     /// policy, whatever this says.
     #[must_use]
     pub fn down_after_failures(mut self, failures: u32) -> Self {
         self.config.down_after_failures = failures;
+        self
+    }
+
+    /// How long every Redis call must be answered, with no call left unanswered, before
+    /// Redis counts as up again after it was down (default 1 s). Without it, one primary of
+    /// a cluster that hangs flips the signal at every answer from the others; with it, the
+    /// gauge goes to 0 once and comes back once. A single node that answers again is
+    /// counted up after this long.
+    #[must_use]
+    pub fn up_after(mut self, quiet: Duration) -> Self {
+        self.config.up_after = quiet;
         self
     }
 
@@ -209,6 +223,11 @@ impl RedisConfig {
     /// How many unanswered calls in a row count Redis as down.
     pub fn down_after_failures(&self) -> u32 {
         self.down_after_failures
+    }
+
+    /// How long calls must be answered before Redis counts as up again.
+    pub fn up_after(&self) -> Duration {
+        self.up_after
     }
 
     /// The key prefix.

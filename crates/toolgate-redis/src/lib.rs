@@ -60,6 +60,7 @@
 #![deny(missing_docs)]
 
 mod cache;
+mod client_log;
 mod cluster;
 mod concurrency;
 mod config;
@@ -69,8 +70,10 @@ mod link;
 mod quota;
 mod state;
 mod stats;
+mod topology;
 
 pub use cache::{CACHE_OVERSIZE, CacheStats, RedisCache};
+pub use client_log::ClientLogLimit;
 pub use cluster::ClusterNodes;
 pub use concurrency::{ConcurrencyFailurePolicy, LEASES_LOST, RedisConcurrency};
 pub use config::{RedisConfig, RedisConfigBuilder};

@@ -12,9 +12,15 @@ use redis::cluster_async::ClusterConnection;
 use redis::cluster_routing::{MultipleNodeRoutingInfo, ResponsePolicy, RoutingInfo};
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
-/// The gauge that says whether Redis answers this process (1) or not (0): it goes to 0
-/// after [`down_after_failures`](crate::RedisConfigBuilder::down_after_failures) calls in a
-/// row got no answer, and back to 1 at the first that does.
+use crate::RedisConfig;
+use crate::topology::FollowedCluster;
+
+/// The gauge that says whether Redis answers this process (1) or not (0). It is exported
+/// as soon as a state is made: 1 once Redis has answered (a state from `connect` starts at
+/// 1, a lazy one at 0), 0 after
+/// [`down_after_failures`](crate::RedisConfigBuilder::down_after_failures) calls in a row got
+/// no answer, and 1 again once every call for
+/// [`up_after`](crate::RedisConfigBuilder::up_after) was answered.
 pub const REDIS_UP: &str = "toolgate_redis_up";
 
 /// Why a Redis call gave no answer.
@@ -35,41 +41,79 @@ impl fmt::Display for Failure {
     }
 }
 
-/// Whether Redis answers, as the `toolgate_redis_up` gauge and the logs tell it: down after
-/// `down_after` calls in a row got no answer, up again at the first answer. One slow reply on
-/// a busy machine does not flip it.
+/// Whether Redis answers, as the `toolgate_redis_up` gauge and the logs tell it, with a
+/// debounce each way: down after `down_after` calls in a row got no answer (one slow reply
+/// on a busy machine does not flip it), up again only once calls were answered for
+/// `up_after` with no unanswered call among them. The second half is what keeps a cluster
+/// with one primary hung from flapping: calls to the healthy primaries are answered
+/// between the ones that are not, and each such answer used to count Redis up again.
 #[derive(Debug)]
 struct Health {
     up: AtomicBool,
     failures_in_a_row: AtomicU32,
+    /// Milliseconds from `born` to the latest unanswered call; `NEVER` before the first.
+    last_failure_ms: AtomicU64,
+    born: tokio::time::Instant,
     down_after: u32,
+    up_after: Duration,
 }
 
+const NEVER: u64 = u64::MAX;
+
 impl Health {
-    fn new(down_after: u32) -> Self {
+    fn new(down_after: u32, up_after: Duration, up: bool) -> Self {
         Health {
-            up: AtomicBool::new(true),
+            up: AtomicBool::new(up),
             failures_in_a_row: AtomicU32::new(0),
+            last_failure_ms: AtomicU64::new(NEVER),
+            born: tokio::time::Instant::now(),
             down_after: down_after.max(1),
+            up_after,
         }
     }
 
-    /// Records one call's answer; `Some(up)` when the state changed with it.
+    /// Records one call's answer now; `Some(up)` when the state changed with it.
     fn record(&self, answered: bool) -> Option<bool> {
-        let up = if answered {
-            self.failures_in_a_row.store(0, Ordering::Relaxed);
-            true
-        } else {
-            let failures = self
-                .failures_in_a_row
-                .fetch_add(1, Ordering::Relaxed)
-                .saturating_add(1);
-            if failures < self.down_after {
+        let now = u64::try_from(self.born.elapsed().as_millis()).unwrap_or(NEVER - 1);
+        self.record_at(answered, now)
+    }
+
+    /// Records one call's answer at `now_ms` (from `born`).
+    fn record_at(&self, answered: bool, now_ms: u64) -> Option<bool> {
+        if answered {
+            if self.up.load(Ordering::Relaxed) {
+                // Written only when there is something to reset: the common case stays a
+                // read of a shared cache line.
+                if self.failures_in_a_row.load(Ordering::Relaxed) != 0 {
+                    self.failures_in_a_row.store(0, Ordering::Relaxed);
+                }
                 return None;
             }
-            false
-        };
-        (self.up.swap(up, Ordering::Relaxed) != up).then_some(up)
+            let last = self.last_failure_ms.load(Ordering::Relaxed);
+            let quiet = last == NEVER
+                || u128::from(now_ms.saturating_sub(last)) >= self.up_after.as_millis();
+            if !quiet {
+                return None;
+            }
+            self.failures_in_a_row.store(0, Ordering::Relaxed);
+            return self
+                .up
+                .compare_exchange(false, true, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+                .then_some(true);
+        }
+        self.last_failure_ms.store(now_ms, Ordering::Relaxed);
+        let failures = self
+            .failures_in_a_row
+            .fetch_add(1, Ordering::Relaxed)
+            .saturating_add(1);
+        if failures < self.down_after {
+            return None;
+        }
+        self.up
+            .compare_exchange(true, false, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+            .then_some(false)
     }
 }
 
@@ -151,11 +195,21 @@ impl ConnectionLike for Connection {
     }
 }
 
+/// Where a link's connections come from: one node's reconnecting manager, or a cluster
+/// connection that is replaced when a failover has to be followed.
+#[derive(Clone)]
+pub(crate) enum Source {
+    Single(ConnectionManager),
+    Cluster(Arc<FollowedCluster>),
+}
+
 /// One connection (multiplexed, reconnecting by itself), the deadline of each call, the
 /// key prefix, and this replica's identity (for lease ids and fill locks).
 #[derive(Clone)]
 pub(crate) struct Link {
-    connection: Connection,
+    source: Source,
+    /// What the link is to, password masked: which Redis a log line is about.
+    to: Arc<str>,
     deadline: Duration,
     prefix: Arc<str>,
     replica: Arc<str>,
@@ -166,19 +220,24 @@ pub(crate) struct Link {
 }
 
 impl Link {
-    pub(crate) fn new(
-        connection: Connection,
-        deadline: Duration,
-        prefix: &str,
-        down_after: u32,
-    ) -> Self {
+    /// A link over `source` with the deadline, prefix and health settings of `config`.
+    /// `answered` says whether Redis has answered already (a checked connection) or not
+    /// (a lazy one): the `toolgate_redis_up` gauge starts at 1 or 0 accordingly, so it is
+    /// there from the start.
+    pub(crate) fn new(source: Source, config: &RedisConfig, to: &str, answered: bool) -> Self {
+        metrics::gauge!(REDIS_UP).set(if answered { 1.0 } else { 0.0 });
         Link {
-            connection,
-            deadline,
-            prefix: prefix.into(),
+            source,
+            to: to.into(),
+            deadline: config.deadline,
+            prefix: config.key_prefix.as_str().into(),
             replica: format!("{:016x}", fastrand::u64(..)).into(),
             sequence: Arc::new(AtomicU64::new(0)),
-            health: Arc::new(Health::new(down_after)),
+            health: Arc::new(Health::new(
+                config.down_after_failures,
+                config.up_after,
+                answered,
+            )),
         }
     }
 
@@ -195,14 +254,18 @@ impl Link {
         self.deadline
     }
 
-    /// A handle on the shared connection (cheap: it is multiplexed).
+    /// A handle on the shared connection (cheap: it is multiplexed). On a cluster, the
+    /// current one: take a new handle for each call.
     pub(crate) fn connection(&self) -> Connection {
-        self.connection.clone()
+        match &self.source {
+            Source::Single(manager) => Connection::Single(manager.clone()),
+            Source::Cluster(followed) => Connection::Cluster(followed.connection()),
+        }
     }
 
     /// Whether the link is to a Redis Cluster.
     pub(crate) fn is_cluster(&self) -> bool {
-        matches!(self.connection, Connection::Cluster(_))
+        matches!(self.source, Source::Cluster(_))
     }
 
     pub(crate) fn prefix(&self) -> &str {
@@ -226,6 +289,12 @@ impl Link {
             Ok(Err(error)) => Err(Failure::Failed(error.to_string())),
             Err(_) => Err(Failure::TimedOut(self.deadline)),
         };
+        if answer.is_err()
+            && let Source::Cluster(followed) = &self.source
+        {
+            // A hung primary only ever shows as calls without an answer.
+            followed.suspect();
+        }
         self.note(answer.as_ref().err());
         answer
     }
@@ -236,8 +305,12 @@ impl Link {
         };
         metrics::gauge!(REDIS_UP).set(if up { 1.0 } else { 0.0 });
         match failure {
-            None => tracing::info!("Redis answers again; shared limits and cache are back"),
+            None => tracing::info!(
+                redis = %self.to,
+                "Redis answers again; shared limits and cache are back"
+            ),
             Some(failure) => tracing::warn!(
+                redis = %self.to,
                 %failure,
                 failures_in_a_row = self.health.down_after,
                 "Redis is unavailable; backends decide by their failure policies until it is back"
@@ -249,7 +322,8 @@ impl Link {
 impl fmt::Debug for Link {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Link")
-            .field("to", &self.connection.kind())
+            .field("kind", &self.connection().kind())
+            .field("to", &self.to)
             .field("deadline", &self.deadline)
             .field("prefix", &self.prefix)
             .field("replica", &self.replica)
@@ -265,36 +339,67 @@ pub(crate) fn millis_at_least_one(duration: Duration) -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::Health;
+
+    const SECOND: Duration = Duration::from_secs(1);
 
     #[test]
     fn one_unanswered_call_does_not_mark_redis_down() {
-        let health = Health::new(3);
-        assert_eq!(health.record(false), None);
-        assert_eq!(health.record(true), None, "it never went down");
-        assert_eq!(health.record(false), None);
-        assert_eq!(health.record(false), None);
-        assert_eq!(health.record(true), None, "two in a row are not three");
+        let health = Health::new(3, SECOND, true);
+        assert_eq!(health.record_at(false, 0), None);
+        assert_eq!(health.record_at(true, 1), None, "it never went down");
+        assert_eq!(health.record_at(false, 2), None);
+        assert_eq!(health.record_at(false, 3), None);
+        assert_eq!(
+            health.record_at(true, 4),
+            None,
+            "two in a row are not three"
+        );
     }
 
     #[test]
-    fn redis_is_down_after_the_set_number_of_failures_in_a_row_and_up_at_the_first_answer() {
-        let health = Health::new(3);
-        assert_eq!(health.record(false), None);
-        assert_eq!(health.record(false), None);
-        assert_eq!(health.record(false), Some(false));
+    fn redis_is_down_after_the_set_number_of_failures_in_a_row_and_up_after_a_quiet_while() {
+        let health = Health::new(3, SECOND, true);
+        assert_eq!(health.record_at(false, 0), None);
+        assert_eq!(health.record_at(false, 1), None);
+        assert_eq!(health.record_at(false, 2), Some(false));
+        assert_eq!(health.record_at(false, 3), None, "down already");
         assert_eq!(
-            health.record(false),
+            health.record_at(true, 500),
             None,
-            "down already: no second transition"
+            "answered, but not for long"
         );
-        assert_eq!(health.record(true), Some(true));
-        assert_eq!(health.record(true), None);
+        assert_eq!(health.record_at(true, 1_003), Some(true));
+        assert_eq!(health.record_at(true, 1_004), None);
+    }
+
+    #[test]
+    fn answers_between_unanswered_calls_do_not_flap_the_state() {
+        // One primary of three hung: now and then three calls in a row go to it, with
+        // calls to the healthy ones answered in between, for 2.4 s.
+        let health = Health::new(3, SECOND, true);
+        let mut transitions = Vec::new();
+        for ms in 0..2_400 {
+            transitions.extend(health.record_at(ms % 100 >= 3, ms));
+        }
+        // Back to answering everything.
+        for ms in 2_400..4_000 {
+            transitions.extend(health.record_at(true, ms));
+        }
+        assert_eq!(transitions, [false, true], "down once, up once");
+    }
+
+    #[test]
+    fn a_lazy_state_is_up_at_its_first_answer() {
+        let health = Health::new(3, SECOND, false);
+        assert_eq!(health.record_at(true, 0), Some(true));
     }
 
     #[test]
     fn down_after_zero_is_taken_as_one() {
-        let health = Health::new(0);
-        assert_eq!(health.record(false), Some(false));
+        let health = Health::new(0, SECOND, true);
+        assert_eq!(health.record_at(false, 0), Some(false));
     }
 }

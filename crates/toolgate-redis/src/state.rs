@@ -4,10 +4,12 @@ use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::{ClusterClient, ClusterClientBuilder, ClusterConfig};
+use redis::cluster_async::ClusterConnection;
 
 use crate::config::TlsFiles;
 use crate::error::masked;
-use crate::link::{Connection, Link};
+use crate::link::{Connection, Link, Source};
+use crate::topology::FollowedCluster;
 use crate::{ClusterNodes, RedisCache, RedisConcurrency, RedisConfig, RedisError, RedisQuota};
 
 /// How often the cluster client tries a command again after a redirect (`MOVED`, `ASK`),
@@ -31,7 +33,9 @@ const CLUSTER_RETRY_MAX_WAIT_MS: u64 = 100;
 /// `redis+cluster://host1:port1,host2:port2` URL) there is one such socket per node, and
 /// each command goes to the primary of its key's slot. Every script keeps its keys in one
 /// slot, so the backends work there unchanged; redirects (`MOVED`, `ASK`) are followed
-/// and the slot map refreshed after a failover, all within the same per-call deadline.
+/// and the slot map refreshed after a failover, all within the same per-call deadline, and a
+/// primary that hangs is left for its promoted replica (see
+/// [`connect_cluster`](Self::connect_cluster)).
 ///
 /// Cloning is cheap and shares the connection.
 ///
@@ -92,7 +96,7 @@ impl RedisState {
                 .map_err(|error| unreachable(url, waited, &error))
         };
         match tokio::time::timeout(waited, probe).await {
-            Ok(Ok(_)) => Self::with_client(client, config),
+            Ok(Ok(_)) => Self::with_client(client, &masked(url), config, true),
             Ok(Err(error)) => Err(error),
             Err(_) => Err(RedisError::Unreachable {
                 url: masked(url),
@@ -119,7 +123,7 @@ impl RedisState {
         }
         config.validate().map_err(RedisError::InvalidConfig)?;
         let client = client(url, config.tls.as_deref())?;
-        Self::with_client(client, config)
+        Self::with_client(client, &masked(url), config, false)
     }
 
     /// Connects to the Redis Cluster that `nodes` belong to, learns its layout (which
@@ -132,9 +136,15 @@ impl RedisState {
     /// replica takes over — the client follows the redirects (`MOVED`, `ASK`), refreshes
     /// its slot map and tries again, with short pauses (5 to 100 ms), all within the
     /// call's [deadline](crate::RedisConfigBuilder::deadline); past it, the backend
-    /// decides by its failure policy, as with one node. One node's answer is waited for at
-    /// most the longer of the deadline and the connect timeout, so a hung node cannot hold
-    /// the slot map's refresh.
+    /// decides by its failure policy, as with one node.
+    ///
+    /// A primary that hangs (paused, or cut off by a partition that drops packets) sends no
+    /// redirect and breaks no connection, so the client alone would keep sending it its
+    /// slots after a replica took them over. Every call that gets no answer therefore has
+    /// the layout looked at (`CLUSTER SLOTS`, at most four times a second); when a slot
+    /// range has a new primary, a new connection is made to the nodes of the new layout and
+    /// takes the next calls. Calls succeed again within about half a second of the
+    /// promotion (measured in `tests/cluster.rs`), the hung node still hung.
     ///
     /// With certificates in `config`
     /// ([`tls_root_certificate`](crate::RedisConfigBuilder::tls_root_certificate),
@@ -172,15 +182,14 @@ impl RedisState {
                 .get_async_connection()
                 .await
                 .map_err(|error| unreachable(&shown, waited, &error))?;
-            let mut connection = Connection::Cluster(connection);
-            connection
+            Connection::Cluster(connection.clone())
                 .ping()
                 .await
                 .map_err(|error| unreachable(&shown, waited, &error))?;
             Ok(connection)
         };
         match tokio::time::timeout(waited, probe).await {
-            Ok(Ok(connection)) => Ok(Self::over(connection, config)),
+            Ok(Ok(connection)) => Ok(Self::following(connection, nodes, config, true)),
             Ok(Err(error)) => Err(error),
             Err(_) => Err(RedisError::Unreachable {
                 url: shown,
@@ -212,23 +221,47 @@ impl RedisState {
                 .set_connection_timeout(config.connect_timeout)
                 .set_response_timeout(node_response_timeout(&config)),
         );
-        Ok(Self::over(Connection::Cluster(connection), config))
+        Ok(Self::following(connection, nodes, config, false))
     }
 
-    fn over(connection: Connection, config: RedisConfig) -> Self {
+    /// The state over a cluster `connection` made from `nodes`, replaced when a failover
+    /// has to be followed (see [`FollowedCluster`]).
+    fn following(
+        connection: ClusterConnection,
+        nodes: &ClusterNodes,
+        config: RedisConfig,
+        answered: bool,
+    ) -> Self {
+        let for_nodes = config.clone();
+        let followed = FollowedCluster::start(
+            connection,
+            nodes.clone(),
+            Box::new(move |nodes| cluster_client(nodes, &for_nodes)),
+            config.connect_timeout + config.deadline,
+        );
+        Self::over(
+            Source::Cluster(followed),
+            config,
+            &nodes.to_string(),
+            answered,
+        )
+    }
+
+    fn over(source: Source, config: RedisConfig, to: &str, answered: bool) -> Self {
         RedisState {
-            link: Link::new(
-                connection,
-                config.deadline,
-                &config.key_prefix,
-                config.down_after_failures,
-            ),
+            link: Link::new(source, &config, to, answered),
             config: std::sync::Arc::new(config),
         }
     }
 
-    /// The state over `client`, whose connection opens on the first call.
-    fn with_client(client: redis::Client, config: RedisConfig) -> Result<Self, RedisError> {
+    /// The state over `client`, whose connection opens on the first call; `answered` when
+    /// Redis answered a check already.
+    fn with_client(
+        client: redis::Client,
+        to: &str,
+        config: RedisConfig,
+        answered: bool,
+    ) -> Result<Self, RedisError> {
         let manager_config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
             .set_response_timeout(None)
@@ -240,7 +273,7 @@ impl RedisState {
             ConnectionManager::new_lazy_with_config(client, manager_config).map_err(|error| {
                 RedisError::InvalidConfig(format!("the connection cannot be set up: {error}"))
             })?;
-        Ok(Self::over(Connection::Single(manager), config))
+        Ok(Self::over(Source::Single(manager), config, to, answered))
     }
 
     /// Whether this state is on a Redis Cluster.
@@ -335,7 +368,8 @@ fn cluster_client(nodes: &ClusterNodes, config: &RedisConfig) -> Result<ClusterC
 }
 
 /// How long the cluster client waits for one node's answer: long enough for the longest
-/// usual deadline, short enough that a hung node does not hold the slot map's refresh.
+/// usual deadline. The client waits this long on a hung node when it refreshes its slot
+/// map; a failover it is not told of is followed by the state instead (`topology`).
 fn node_response_timeout(config: &RedisConfig) -> Duration {
     config.deadline.max(config.connect_timeout)
 }

@@ -1,12 +1,14 @@
 //! Redis Cluster: a six-node cluster of the test's own (three primaries, three replicas,
 //! `redis-server` processes on loopback), and the backends on it unchanged — the exact
 //! distributed limit, the concurrency cap, the shared cache — then a primary killed under
-//! load, mutual TLS to every node, and what each policy costs in Redis commands per call.
+//! load, a primary hung under load (`SIGSTOP`) and its slots followed to the promoted
+//! replica, mutual TLS to every node, and what each policy costs in Redis commands per call.
 
 mod common;
 
-use std::sync::Arc;
+use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -17,7 +19,10 @@ use toolgate_hooks::cache::ResultCache;
 use toolgate_hooks::concurrency::Concurrency;
 use toolgate_hooks::partition::Partition;
 use toolgate_hooks::quota::{Quota, QuotaBackend, QuotaDecision, QuotaRequest, Rate};
-use toolgate_redis::{RedisConfig, RedisConfigBuilder, RedisError, RedisState};
+use toolgate_redis::{ClientLogLimit, RedisConfig, RedisConfigBuilder, RedisError, RedisState};
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer};
 
 use common::certificates::{Certificates, make_certificates};
 use common::cluster::Cluster;
@@ -33,6 +38,60 @@ async fn on(cluster: &Cluster, config: RedisConfigBuilder) -> RedisState {
 
 fn as_user(id: &str) -> InvokeOptions {
     InvokeOptions::new().user(User::new(id))
+}
+
+/// The log of this test binary as an operator reads it: `info` and up, the Redis client's
+/// lines (redis-rs logs through `log`) held by a [`ClientLogLimit`] of 10 s, as the gateway
+/// does. Installed once; tests running at once share it, so each reads the lines about
+/// its own cluster's ports.
+struct Logs {
+    text: Arc<Mutex<Vec<u8>>>,
+    redis_client: ClientLogLimit,
+}
+
+/// One log line at a time into the shared buffer.
+struct Captured(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+fn logs() -> &'static Logs {
+    static LOGS: OnceLock<Logs> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let text = Arc::new(Mutex::new(Vec::new()));
+        let redis_client = ClientLogLimit::new(Duration::from_secs(10));
+        let writer = text.clone();
+        tracing_subscriber::registry()
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_ansi(false)
+                    .with_writer(move || Captured(writer.clone()))
+                    .with_filter(redis_client.clone())
+                    .with_filter(EnvFilter::new("info")),
+            )
+            .try_init()
+            .expect("the only subscriber of this test binary");
+        Logs { text, redis_client }
+    })
+}
+
+impl Logs {
+    /// The lines so far that mention `needle`.
+    fn lines_with(&self, needle: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.text.lock().unwrap())
+            .lines()
+            .filter(|line| line.contains(needle))
+            .map(str::to_owned)
+            .collect()
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -414,6 +473,7 @@ impl Refusal {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_primary_killed_under_load_fails_closed_within_the_deadline_and_leaks_no_lease() {
+    let logs = logs();
     let Some(mut cluster) = Cluster::start_or_skip(
         "a_primary_killed_under_load_fails_closed_within_the_deadline_and_leaks_no_lease",
     ) else {
@@ -617,6 +677,36 @@ async fn a_primary_killed_under_load_fails_closed_within_the_deadline_and_leaks_
         drained.elapsed()
     );
     cluster.assert_every_key_expires(&prefix);
+
+    // The Redis client's own lines about the killed node: the first of the 10 s shown, the
+    // rest counted into one summary line.
+    let node = format!("127.0.0.1:{victim}");
+    let held = logs
+        .redis_client
+        .summarize()
+        .into_iter()
+        .find(|(about, _)| *about == node)
+        .map_or(0, |(_, lines)| lines);
+    let shown = logs
+        .lines_with(&node)
+        .into_iter()
+        .filter(|line| line.contains(" redis::"))
+        .count();
+    let summary = logs.lines_with(&format!("more lines about {node}")).len();
+    eprintln!(
+        "failover: the Redis client logged {} lines about the killed node, {shown} shown, {held} held in {summary} summary line",
+        shown as u64 + held
+    );
+    assert!(shown >= 1, "the first line about the node is shown");
+    assert!(
+        shown <= 2,
+        "at most one line per node and 10 s (the test runs about 6 s): {shown}"
+    );
+    assert!(
+        held >= 1,
+        "the client's further lines about the node were held"
+    );
+    assert_eq!(summary, 1, "and counted in one summary line");
 }
 
 /// The Redis commands the cluster's primaries ran for `calls` calls of `run`, per call.
@@ -941,4 +1031,214 @@ async fn a_lazy_cluster_state_fails_closed_within_the_deadline_until_the_cluster
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(lazy.ping().await.is_some());
+}
+
+/// One call of the hung-primary test: when it started (from the load's start), when it
+/// ended, whether its budget lives on the paused primary, and whether it succeeded.
+struct Call {
+    started: Duration,
+    ended: Duration,
+    on_victim: bool,
+    ok: bool,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_succeed_within_seconds_of_the_promotion_while_the_old_primary_stays_hung() {
+    let logs = logs();
+    let Some(cluster) = Cluster::start_or_skip(
+        "calls_succeed_within_seconds_of_the_promotion_while_the_old_primary_stays_hung",
+    ) else {
+        return;
+    };
+    const DEADLINE: Duration = Duration::from_millis(100);
+    /// How soon after the promotion every call must succeed again: generous for a loaded
+    /// 2-core machine (a quarter second is the watcher's interval).
+    const RECOVERED_WITHIN: Duration = Duration::from_secs(3);
+    /// Bounds on the load, whatever happens.
+    const MOST_CALLS_PER_CALLER: usize = 20_000;
+    let prefix = namespace();
+    let mut states = Vec::new();
+    let mut pipelines = Vec::new();
+    for _ in 0..2 {
+        let state = on(
+            &cluster,
+            RedisConfig::builder()
+                .key_prefix(&prefix)
+                .deadline(DEADLINE),
+        )
+        .await;
+        let pipeline = Pipeline::builder()
+            .tool(tool_fn("work", "Works 2 ms.", |_: ()| async {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                Ok::<_, ToolError>("done")
+            }))
+            .hook(
+                Quota::builder(Rate::per_second(1_000_000).unwrap())
+                    .backend(Arc::new(state.quota()))
+                    .build(),
+            )
+            .build()
+            .unwrap();
+        pipelines.push(pipeline);
+        states.push(state);
+    }
+    // Budgets on every primary; the victim serves the first user's.
+    let budget = |user: &str| states[0].quota().redis_key(&format!("quota\u{1f}{user}"));
+    let users: Vec<String> = (0..12).map(|i| format!("user{i}")).collect();
+    let victim = cluster.primary_of(&budget(&users[0]));
+    let on_victim: Vec<bool> = users
+        .iter()
+        .map(|user| cluster.primary_of(&budget(user)) == victim)
+        .collect();
+    assert!(
+        on_victim.iter().any(|v| !v),
+        "some budgets are on other primaries"
+    );
+    let victim_slot = cluster.slot(&budget(&users[0]));
+
+    let began = Instant::now();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut load = tokio::task::JoinSet::new();
+    for caller in 0..6 {
+        let pipeline = pipelines[caller % 2].clone();
+        let (users, on_victim, stop) = (users.clone(), on_victim.clone(), stop.clone());
+        load.spawn(async move {
+            let mut calls = Vec::new();
+            for n in 0..MOST_CALLS_PER_CALLER {
+                if stop.load(Ordering::SeqCst) {
+                    break;
+                }
+                let which = (n + caller) % users.len();
+                let started = began.elapsed();
+                let answer = pipeline
+                    .invoke("work", json!(null), as_user(&users[which]))
+                    .await;
+                if let Err(error) = &answer {
+                    assert_eq!(
+                        error.status(),
+                        503,
+                        "only the failure policy refuses: {error}"
+                    );
+                }
+                calls.push(Call {
+                    started,
+                    ended: began.elapsed(),
+                    on_victim: on_victim[which],
+                    ok: answer.is_ok(),
+                });
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            calls
+        });
+    }
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The harness runs `kill` and `redis-cli` and waits for them: off the runtime's
+    // workers, which the callers and the Redis client need.
+    let (paused, paused_at, promoted) = tokio::task::block_in_place(|| {
+        let paused = cluster.pause(victim);
+        let paused_at = began.elapsed();
+        // Its replica takes the slots: wait until the nodes that answer say so.
+        loop {
+            let asked = cluster.live_ports()[0];
+            let serving = cluster.primary_of_slot_seen_by(asked, victim_slot);
+            if serving.is_some_and(|port| port != victim) {
+                break (paused, paused_at, began.elapsed());
+            }
+            assert!(
+                began.elapsed() < paused_at + Duration::from_secs(20),
+                "no replica took over within 20 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    });
+    // Load goes on, the old primary still paused, past the bound and one more second.
+    tokio::time::sleep(RECOVERED_WITHIN + Duration::from_secs(1)).await;
+    stop.store(true, Ordering::SeqCst);
+    let mut calls = Vec::new();
+    while let Some(caller) = load.join_next().await {
+        calls.extend(caller.unwrap());
+    }
+    let still_paused = cluster.live_ports().len() == 5;
+    let ended = began.elapsed();
+    drop(paused);
+
+    calls.sort_by_key(|c| c.started);
+    let failed: Vec<&Call> = calls.iter().filter(|c| !c.ok).collect();
+    let last_failure = failed.iter().map(|c| c.ended).max();
+    let first_success_after = calls
+        .iter()
+        .filter(|c| c.on_victim && c.ok && c.started > promoted)
+        .map(|c| c.started)
+        .next();
+    let recovered_by = last_failure.map(|end| end.saturating_sub(promoted));
+    eprintln!(
+        "hung primary: {} calls, {} refused; paused at {paused_at:?}, promoted at {promoted:?} ({:?} later), first success on its slots after that at {first_success_after:?}, last refusal ended at {last_failure:?} ({recovered_by:?} after the promotion), load ended at {ended:?}",
+        calls.len(),
+        failed.len(),
+        promoted - paused_at,
+    );
+    assert!(still_paused, "the old primary stayed paused throughout");
+    assert!(
+        calls.iter().filter(|c| c.ended < paused_at).all(|c| c.ok),
+        "before the pause every call succeeded"
+    );
+    assert!(
+        failed.iter().any(|c| c.on_victim),
+        "the callers saw the hung primary"
+    );
+
+    // No flapping: each state's `toolgate_redis_up` went down and came back at most once
+    // (its transitions are logged, one line each, naming the cluster).
+    let url = cluster.url();
+    let down = logs
+        .lines_with(&url)
+        .iter()
+        .filter(|l| l.contains("Redis is unavailable"))
+        .count();
+    let up = logs
+        .lines_with(&url)
+        .iter()
+        .filter(|l| l.contains("Redis answers again"))
+        .count();
+    eprintln!(
+        "hung primary: toolgate_redis_up went to 0 {down} times and back to 1 {up} times over 2 states"
+    );
+    assert!(
+        down <= 2 && up <= 2,
+        "at most one transition each way per state: down {down}, up {up}"
+    );
+
+    // While the node hangs, some calls to the other primaries miss their deadline too
+    // (CLUSTERDOWN once the cluster marks it failed, with `cluster-require-full-coverage
+    // yes`, the default; the client is slower meanwhile, watcher or not). After the
+    // promotion they are answered: following the failover held up no call (a missed 100 ms
+    // deadline on a loaded machine aside).
+    let elsewhere: Vec<&&Call> = failed.iter().filter(|c| !c.on_victim).collect();
+    let after_promotion = elsewhere.iter().filter(|c| c.started > promoted).count();
+    eprintln!(
+        "hung primary: {} calls on the other primaries refused, from {:?} to {:?}; {after_promotion} of them after the promotion",
+        elsewhere.len(),
+        elsewhere.first().map(|c| c.started),
+        elsewhere.iter().map(|c| c.ended).max(),
+    );
+    let late: Vec<&Call> = calls
+        .iter()
+        .filter(|c| c.on_victim && c.started > promoted + RECOVERED_WITHIN)
+        .collect();
+    assert!(
+        late.len() > 20,
+        "the load ran past the bound: {} calls",
+        late.len()
+    );
+    assert!(
+        late.iter().all(|c| c.ok),
+        "{} of {} calls on the hung primary's slots failed more than {RECOVERED_WITHIN:?} after its replica took over",
+        late.iter().filter(|c| !c.ok).count(),
+        late.len()
+    );
+    assert!(
+        after_promotion <= 3,
+        "{after_promotion} calls on healthy primaries were refused after the promotion"
+    );
 }

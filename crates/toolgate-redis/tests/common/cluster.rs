@@ -3,10 +3,12 @@
 //! create`, optionally over TLS, all stopped on drop — a panicking test included.
 //!
 //! The cluster detects a dead node after `cluster-node-timeout` (1 s here), so that a test
-//! can kill a primary and watch its replica take over within seconds.
+//! can kill a primary — or pause it with `SIGSTOP`, the way a hung host or a partition that
+//! drops packets looks — and watch its replica take over within seconds.
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicU16, Ordering};
 use std::time::{Duration, Instant};
 
@@ -55,7 +57,41 @@ pub struct Cluster {
     dir: PathBuf,
     ports: Vec<u16>,
     children: Vec<Option<Child>>,
+    /// Nodes paused with `SIGSTOP` (they accept connections and never answer): left out of
+    /// [`live_ports`](Cluster::live_ports), which the harness asks.
+    paused: Mutex<Vec<u16>>,
     tls: Option<Tls>,
+}
+
+/// A node paused with `SIGSTOP`; `SIGCONT` when dropped (a failing test included). The
+/// cluster's own drop kills it either way.
+pub struct Paused<'a> {
+    cluster: &'a Cluster,
+    port: u16,
+    pid: u32,
+}
+
+impl Drop for Paused<'_> {
+    fn drop(&mut self) {
+        signal("-CONT", self.pid);
+        self.cluster
+            .paused
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .retain(|p| *p != self.port);
+    }
+}
+
+fn signal(which: &str, pid: u32) {
+    let sent = Command::new("kill")
+        .arg(which)
+        .arg(pid.to_string())
+        .status()
+        .is_ok_and(|status| status.success());
+    assert!(
+        sent || std::thread::panicking(),
+        "kill {which} {pid} failed"
+    );
 }
 
 /// Whether `redis-server` and `redis-cli` are here. Outside CI their absence skips the
@@ -105,6 +141,7 @@ impl Cluster {
             dir,
             ports: Vec::new(),
             children: Vec::new(),
+            paused: Mutex::new(Vec::new()),
             tls,
         };
         for _ in 0..NODES {
@@ -251,14 +288,33 @@ impl Cluster {
         format!("{scheme}{}", hosts.join(","))
     }
 
-    /// The ports of the nodes still running.
+    /// The ports of the nodes still running and not paused.
     pub fn live_ports(&self) -> Vec<u16> {
+        let paused = self.paused.lock().unwrap().clone();
         self.ports
             .iter()
             .zip(&self.children)
-            .filter(|(_, child)| child.is_some())
+            .filter(|(port, child)| child.is_some() && !paused.contains(port))
             .map(|(port, _)| *port)
             .collect()
+    }
+
+    /// Pauses the node on `port` with `SIGSTOP` until the returned guard is dropped: its
+    /// sockets stay open and it answers nothing, like a hung host.
+    pub fn pause(&self, port: u16) -> Paused<'_> {
+        let index = self
+            .ports
+            .iter()
+            .position(|p| *p == port)
+            .expect("a node of this cluster");
+        let pid = self.children[index].as_ref().expect("a running node").id();
+        self.paused.lock().unwrap().push(port);
+        signal("-STOP", pid);
+        Paused {
+            cluster: self,
+            port,
+            pid,
+        }
     }
 
     /// Waits until every running node says `cluster_state:ok` and agrees on who serves
