@@ -35,8 +35,9 @@ use toolgate_hooks::secrets::Scrubber;
 use tracing::Instrument;
 
 use super::frames::Frames;
+use super::input::ask_caller;
 use super::per_caller::CallerLinks;
-use super::relay::{Relay, Routes, UpstreamClient, ask_caller};
+use super::relay::{Relay, Routes, UpstreamClient};
 use super::streams::StreamTagging;
 use super::{UpstreamConfig, UpstreamTransport};
 use crate::caller::{CallerKey, CallerRequest, InputRound, missing_capability};
@@ -786,11 +787,8 @@ impl Link {
             let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
             // The route goes on the wire with the request (`Frames`): what the upstream
             // sends about the call reaches this caller, and no other, while `relay` lives.
-            let mut relay = caller.clone().map(|caller| {
-                let (relay, ticket) = Relay::new(caller);
-                request.extensions_mut().insert(ticket);
-                relay
-            });
+            let (mut relay, ticket) = Relay::new(caller.clone());
+            request.extensions_mut().insert(ticket);
             let options = crate::trace_context::inject(Self::options_for(&peer, caller.as_deref()));
             let sent =
                 tokio::time::timeout_at(deadline, peer.send_request_with_option(request, options))
@@ -811,9 +809,9 @@ impl Link {
                 id: Some(handle.id.clone()),
             };
             let answered = tokio::time::timeout_at(deadline, async {
-                let Some(relay) = relay.as_mut() else {
+                if !relay.has_caller() {
                     return handle.await_response().await;
-                };
+                }
                 let answer = handle.await_response();
                 tokio::pin!(answer);
                 loop {

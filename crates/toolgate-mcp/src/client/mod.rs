@@ -3,6 +3,7 @@
 mod config;
 mod features;
 mod frames;
+mod input;
 mod link;
 pub mod per_caller;
 mod relay;

@@ -37,18 +37,34 @@ pub(crate) struct StreamTagging {
 }
 
 impl StreamTagging {
-    /// Over a reqwest client like rmcp's own: no idle pooling (rmcp's reason: delayed-ACK
-    /// stalls), and no redirects followed (a redirect would replay the session and the
-    /// credential, or turn a POST into a GET).
+    /// Over a reqwest client set up as rmcp's own: no idle pooling (rmcp's reason:
+    /// delayed-ACK stalls), and only same-origin 307 and 308 redirects followed, at most
+    /// [`MAX_REDIRECTS`] — any other would turn the POST into a GET, or replay the session
+    /// and the credential to another host.
     pub(crate) fn new() -> Result<Self, String> {
+        let redirects = reqwest::redirect::Policy::custom(|attempt| {
+            let same_origin = attempt
+                .previous()
+                .first()
+                .is_some_and(|first| first.origin() == attempt.url().origin());
+            let keeps_method = matches!(attempt.status().as_u16(), 307 | 308);
+            if same_origin && keeps_method && attempt.previous().len() <= MAX_REDIRECTS {
+                attempt.follow()
+            } else {
+                attempt.stop()
+            }
+        });
         let inner = reqwest::Client::builder()
             .pool_max_idle_per_host(0)
-            .redirect(reqwest::redirect::Policy::none())
+            .redirect(redirects)
             .build()
             .map_err(|e| format!("cannot set up an HTTP client: {e}"))?;
         Ok(StreamTagging { inner })
     }
 }
+
+/// The most redirects followed for one request.
+const MAX_REDIRECTS: usize = 10;
 
 type SseStream = BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>;
 
