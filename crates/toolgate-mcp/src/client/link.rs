@@ -37,8 +37,9 @@ use tracing::Instrument;
 use super::failure::{connect_failure, is_connection_failure, request_failure};
 use super::frames::Frames;
 use super::http_pool;
+use super::input::ask_caller;
 use super::per_caller::CallerLinks;
-use super::relay::{Relay, Routes, Subscriber, UpstreamClient, ask_caller};
+use super::relay::{Relay, Routes, Subscriber, UpstreamClient};
 use super::stdio::{MAX_MESSAGE_BYTES, Oversized, StdioUpstream};
 use super::streams::StreamTagging;
 use super::{UpstreamConfig, UpstreamTransport};
@@ -887,11 +888,8 @@ impl Link {
             let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
             // The route goes on the wire with the request (`Frames`): what the upstream
             // sends about the call reaches this caller, and no other, while `relay` lives.
-            let mut relay = caller.clone().map(|caller| {
-                let (relay, ticket) = Relay::new(caller);
-                request.extensions_mut().insert(ticket);
-                relay
-            });
+            let (mut relay, ticket) = Relay::new(caller.clone());
+            request.extensions_mut().insert(ticket);
             let options = crate::trace_context::inject(Self::options_for(&peer, caller.as_deref()));
             let sent =
                 tokio::time::timeout_at(deadline, peer.send_request_with_option(request, options))
@@ -912,9 +910,9 @@ impl Link {
                 id: Some(handle.id.clone()),
             };
             let answered = tokio::time::timeout_at(deadline, async {
-                let Some(relay) = relay.as_mut() else {
+                if !relay.has_caller() {
                     return handle.await_response().await;
-                };
+                }
                 let answer = handle.await_response();
                 tokio::pin!(answer);
                 loop {

@@ -5,6 +5,7 @@ mod failure;
 mod features;
 mod frames;
 mod http_pool;
+mod input;
 mod link;
 pub mod per_caller;
 mod relay;

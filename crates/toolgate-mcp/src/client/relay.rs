@@ -26,20 +26,18 @@ use std::sync::{Arc, Mutex};
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest,
     CreateMessageRequestParams, CreateMessageResult, ElicitRequest, ElicitRequestParams,
-    ElicitResult, ErrorData, Implementation, InputRequest, InputRequests, InputResponses,
-    LoggingMessageNotificationParam, ProgressNotificationParam, ProgressToken, RequestId,
-    ResourceUpdatedNotificationParam, ServerRequest,
+    ElicitResult, ErrorData, Implementation, LoggingMessageNotificationParam,
+    ProgressNotificationParam, ProgressToken, RequestId, ResourceUpdatedNotificationParam,
+    ServerRequest,
 };
 use rmcp::model::{ResourceUpdatedNotification, ServerNotification};
 use rmcp::service::{
     InboundStreamOrigin, NotificationContext, Peer, RequestContext, SubscriptionSink,
 };
 use rmcp::{ClientHandler, RoleClient, RoleServer};
-use serde_json::Value;
 use tokio::sync::mpsc;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use toolgate_core::{ToolError, User};
+use toolgate_core::User;
 
 use crate::caller::CallerRequest;
 
@@ -104,15 +102,26 @@ pub(crate) enum Relayed {
     Log(LoggingMessageNotificationParam),
 }
 
-/// Rides in the (never serialized) extensions of a `tools/call` request that relays to a
-/// caller, so that the transport registers the call's route the moment the request goes
-/// on the wire, with the request id and progress token rmcp gave it.
+/// Rides in the (never serialized) extensions of a `tools/call` request, so that the
+/// transport registers the call's route the moment the request goes on the wire, with the
+/// request id and progress token rmcp gave it.
 #[derive(Clone)]
 pub(crate) struct RouteTicket(Arc<Ticket>);
 
 struct Ticket {
-    caller: Arc<CallerRequest>,
+    /// `None` for a call without an MCP caller (`/v1`, an agent): what the upstream sends
+    /// about it is its own, and goes nowhere.
+    caller: Option<Arc<CallerRequest>>,
     queue: mpsc::Sender<Relayed>,
+}
+
+impl Ticket {
+    /// Queues `relayed` for the call's caller, if it has one.
+    fn queue(&self, relayed: Relayed) {
+        if self.caller.is_some() {
+            let _ = self.queue.try_send(relayed);
+        }
+    }
 }
 
 /// A subscriber to a resource.
@@ -177,16 +186,18 @@ const RELAY_QUEUE: usize = 64;
 /// does: dropped (the call answered, failed, timed out or was cancelled), the route is
 /// dead, and what the upstream still sends about the call is dropped and counted.
 pub(crate) struct Relay {
-    caller: Arc<CallerRequest>,
+    caller: Option<Arc<CallerRequest>>,
     queue: mpsc::Receiver<Relayed>,
 }
 
 impl Relay {
-    /// A relay to `caller`, and the ticket to attach to the call's request.
-    pub(crate) fn new(caller: Arc<CallerRequest>) -> (Relay, RouteTicket) {
+    /// A relay to `caller` (none: the call's route only keeps what the upstream sends
+    /// about it from counting as unattributed), and the ticket to attach to the call's
+    /// request.
+    pub(crate) fn new(caller: Option<Arc<CallerRequest>>) -> (Relay, RouteTicket) {
         let (sender, receiver) = mpsc::channel(RELAY_QUEUE);
         let ticket = RouteTicket(Arc::new(Ticket {
-            caller: Arc::clone(&caller),
+            caller: caller.clone(),
             queue: sender,
         }));
         let relay = Relay {
@@ -194,6 +205,11 @@ impl Relay {
             queue: receiver,
         };
         (relay, ticket)
+    }
+
+    /// Whether the call has an MCP caller to relay to.
+    pub(crate) fn has_caller(&self) -> bool {
+        self.caller.is_some()
     }
 
     /// The next notification the upstream sent; pending forever when there is none.
@@ -216,19 +232,22 @@ impl Relay {
 
     /// Sends one notification to the caller.
     pub(crate) async fn relay(&self, relayed: Relayed) {
+        let Some(caller) = &self.caller else {
+            return;
+        };
         let sent = match relayed {
             Relayed::Progress(mut progress) => {
-                let Some(token) = self.caller.progress_token.clone() else {
+                let Some(token) = caller.progress_token.clone() else {
                     return;
                 };
                 progress.progress_token = token;
-                self.caller.peer.notify_progress(progress).await
+                caller.peer.notify_progress(progress).await
             }
             Relayed::Log(message) => {
-                if !self.caller.wants_log(message.level) {
+                if !caller.wants_log(message.level) {
                     return;
                 }
-                self.caller.peer.notify_logging_message(message).await
+                caller.peer.notify_logging_message(message).await
             }
         };
         if let Err(e) = sent {
@@ -291,13 +310,7 @@ impl Routes {
                         && r.token.as_ref() == Some(&progress.progress_token)
                         && r.live()
                 })
-                .map(|route| {
-                    let _ = route
-                        .ticket
-                        .0
-                        .queue
-                        .try_send(Relayed::Progress(progress.clone()));
-                })
+                .map(|route| route.ticket.0.queue(Relayed::Progress(progress.clone())))
         };
         if queued.is_none() {
             self.dropped(Dropped::Progress);
@@ -318,23 +331,21 @@ impl Routes {
             calls
                 .iter()
                 .find(|r| r.connection == connection && &r.id == id && r.live())
-                .map(|route| {
-                    let _ = route.ticket.0.queue.try_send(Relayed::Log(message.clone()));
-                })
+                .map(|route| route.ticket.0.queue(Relayed::Log(message.clone())))
         });
         if queued.is_none() {
             self.dropped(Dropped::Log);
         }
     }
 
-    /// The caller of the live call on `connection` whose response stream carried an
-    /// upstream's request; `None` for a request over stdio or on the standalone stream,
-    /// which names no call.
+    /// The live call on `connection` whose response stream carried an upstream's request,
+    /// as its caller (`Some(None)`: a call without an MCP caller); `None` for a request
+    /// over stdio or on the standalone stream, which names no call.
     fn caller_of(
         &self,
         connection: u64,
         context: &RequestContext<RoleClient>,
-    ) -> Option<Arc<CallerRequest>> {
+    ) -> Option<Option<Arc<CallerRequest>>> {
         let Some(InboundStreamOrigin::OutboundRequest(id)) =
             context.extensions.get::<InboundStreamOrigin>()
         else {
@@ -344,7 +355,7 @@ impl Routes {
         calls
             .iter()
             .find(|r| r.connection == connection && &r.id == id && r.live())
-            .map(|r| Arc::clone(&r.ticket.0.caller))
+            .map(|r| r.ticket.0.caller.clone())
     }
 
     /// Subscribes `caller`'s session, for `user`, to `uri`; whether it is the first
@@ -456,9 +467,9 @@ impl UpstreamClient {
         what: Dropped,
         context: &RequestContext<RoleClient>,
     ) -> Result<Arc<CallerRequest>, ErrorData> {
-        let caller = self.routes.caller_of(self.connection, context);
+        let call = self.routes.caller_of(self.connection, context);
         let name = what.label();
-        let Some(caller) = caller else {
+        let Some(caller) = call else {
             self.routes.dropped(what);
             return Err(ErrorData::invalid_request(
                 format!(
@@ -467,20 +478,20 @@ impl UpstreamClient {
                 None,
             ));
         };
-        let declared = match what {
+        let declared = |caller: &CallerRequest| match what {
             Dropped::Sampling => caller.can_sample(),
             Dropped::Elicitation => caller.can_elicit(),
             _ => false,
         };
-        if !declared {
-            return Err(ErrorData::invalid_request(
+        match caller {
+            Some(caller) if declared(&caller) => Ok(caller),
+            _ => Err(ErrorData::invalid_request(
                 format!(
-                    "toolgate cannot relay this {name} request: the MCP client of the call did not declare it can answer {name}"
+                    "toolgate cannot relay this {name} request: the caller of the call is not an MCP client that declared it can answer {name}"
                 ),
                 None,
-            ));
+            )),
         }
-        Ok(caller)
     }
 }
 
@@ -555,76 +566,4 @@ impl ClientHandler for UpstreamClient {
             Err(e) => Err(relay_failed("elicitation", e)),
         }
     }
-}
-
-/// Asks the caller of a 2025-11-25 connection, one by one, what an upstream's
-/// `input_required` result asks (`requests`, the MCP `inputRequests` object): sampling,
-/// elicitation and roots requests on the caller's connection, within `deadline`. The
-/// answers are keyed as the requests were, for the upstream's next round.
-pub(crate) async fn ask_caller(
-    caller: &CallerRequest,
-    requests: Value,
-    deadline: Instant,
-    server: &str,
-) -> Result<InputResponses, ToolError> {
-    let requests: InputRequests = serde_json::from_value(requests).map_err(|e| {
-        ToolError::execution(format!(
-            "MCP server `{server}` asked for input in a form toolgate cannot read: {e}"
-        ))
-    })?;
-    let started = Instant::now();
-    let mut responses = InputResponses::new();
-    for (key, request) in requests {
-        let (what, declared, request) = match request {
-            InputRequest::CreateMessage(r) => (
-                "sampling",
-                caller.can_sample(),
-                ServerRequest::CreateMessageRequest(r),
-            ),
-            InputRequest::Elicitation(r) => (
-                "elicitation",
-                caller.can_elicit(),
-                ServerRequest::ElicitRequest(r),
-            ),
-            InputRequest::ListRoots(r) => (
-                "roots",
-                caller.can_list_roots(),
-                ServerRequest::ListRootsRequest(r),
-            ),
-            _ => {
-                return Err(ToolError::execution(format!(
-                    "MCP server `{server}` asked for a kind of input toolgate does not know"
-                )));
-            }
-        };
-        if !declared {
-            return Err(ToolError::execution(format!(
-                "MCP server `{server}` asked for {what}, which this MCP client did not declare it can answer"
-            )));
-        }
-        let answer =
-            match tokio::time::timeout_at(deadline, caller.peer.send_request(request)).await {
-                Err(_) => {
-                    return Err(ToolError::Timeout {
-                        after: started.elapsed(),
-                    });
-                }
-                Ok(Err(rmcp::service::ServiceError::McpError(e))) => {
-                    return Err(ToolError::execution(format!(
-                        "the caller refused the {what} request of MCP server `{server}`: {}",
-                        e.message
-                    )));
-                }
-                Ok(Err(e)) => {
-                    return Err(ToolError::transient(format!(
-                        "the caller did not answer the {what} request of MCP server `{server}`: {e}"
-                    )));
-                }
-                Ok(Ok(answer)) => answer,
-            };
-        let answer = serde_json::to_value(answer)
-            .map_err(|e| ToolError::internal(format!("an answer could not be written: {e}")))?;
-        responses.insert(key, answer);
-    }
-    Ok(responses)
 }
