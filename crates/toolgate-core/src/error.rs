@@ -343,15 +343,15 @@ pub fn in_json_words(message: &str) -> String {
         None => (expected, ""),
     };
     let words = match expected {
-        "u8" | "u16" | "u32" | "u64" | "u128" | "usize" => "a whole number, 0 or more",
+        "u8" => "a whole number from 0 to 255",
+        "u16" => "a whole number from 0 to 65535",
+        "u32" | "u64" | "u128" | "usize" => "a whole number, 0 or more",
         "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "a whole number",
         "f32" | "f64" => "a number",
         "char" => "a single character",
         "unit" => "null",
         "a map" => "an object",
-        other if other.starts_with("struct ") || other.starts_with("tuple struct ") => {
-            "an object"
-        }
+        other if other.starts_with("struct ") || other.starts_with("tuple struct ") => "an object",
         other if other.starts_with("enum ") => "one of the values the schema lists",
         _ => return message.to_owned(),
     };

@@ -178,18 +178,10 @@ fn strip_location(message: &str, field: &str) -> String {
 }
 
 /// The deserializer names Rust types (`expected u32`); a reader of a YAML file knows
-/// numbers and addresses.
+/// numbers, lists and addresses. Numbers and objects are said as they are to every caller
+/// ([`in_json_words`](toolgate_core::error::in_json_words)); the rest in YAML's words.
 fn in_plain_words(message: &str) -> String {
-    const WORDS: [(&str, &str); 12] = [
-        ("expected usize", "expected a whole number, 0 or more"),
-        ("expected u64", "expected a whole number, 0 or more"),
-        ("expected u32", "expected a whole number, 0 or more"),
-        ("expected u16", "expected a whole number from 0 to 65535"),
-        ("expected u8", "expected a whole number from 0 to 255"),
-        ("expected i64", "expected a whole number"),
-        ("expected i32", "expected a whole number"),
-        ("expected f64", "expected a number"),
-        ("expected f32", "expected a number"),
+    const WORDS: [(&str, &str); 3] = [
         ("expected a boolean", "expected `true` or `false`"),
         (
             "expected a sequence",
@@ -201,7 +193,7 @@ fn in_plain_words(message: &str) -> String {
              `[::1]:8080` (a host name is not accepted)",
         ),
     ];
-    let mut message = message.to_owned();
+    let mut message = toolgate_core::error::in_json_words(message);
     for (rust, plain) in WORDS {
         // Whole words only: `expected u8` must not rewrite `expected u8x`.
         if let Some(at) = message.find(rust)

@@ -23,12 +23,16 @@ fn too_large() -> ApiError {
 /// body is read: waiting for a body that will be refused anyway would hold the caller
 /// (and a connection) until `server.body_timeout` — or, when the body never comes, answer
 /// a timeout instead of the limit. The connection is closed after the answer, as the body
-/// it announced may still be on its way.
+/// it announced may still be on its way. `/mcp` is left to the MCP endpoint, which does
+/// the same with a JSON-RPC error.
 pub async fn refuse_declared_oversize(
     State(limit): State<usize>,
     request: Request,
     next: Next,
 ) -> Response {
+    if request.uri().path() == "/mcp" {
+        return next.run(request).await;
+    }
     let declared = request
         .headers()
         .get(header::CONTENT_LENGTH)

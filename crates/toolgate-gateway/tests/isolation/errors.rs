@@ -188,6 +188,38 @@ async fn a_down_http_upstream_is_answered_503_upstream_unavailable_with_retry_af
 }
 
 #[tokio::test]
+async fn an_http_upstream_refusing_the_credential_is_a_502_saying_so() {
+    let test = "an_http_upstream_refusing_the_credential_is_a_502_saying_so";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let upstream = FaultyHttp::start();
+    let gateway = Gateway::start(&format!(
+        "users:\n{}upstreams:\n{}",
+        user_yaml("alice", &["admin"]),
+        http_upstream(&upstream.url)
+    ));
+    let revoked = crate::common::invoke(&gateway, "alice", "web_revoke", json!({})).await;
+    assert_eq!(revoked.status, 200, "{:?}", revoked.body);
+    // Reached, and refused: not "unavailable", as waiting does not help.
+    let answer = crate::common::invoke(&gateway, "alice", "web_ping", json!({})).await;
+    assert_eq!(answer.status, 502, "{:?}", answer.body);
+    assert!(
+        answer
+            .error_message()
+            .contains("MCP server `web` refused the credential toolgate sent it"),
+        "{:?}",
+        answer.body
+    );
+    assert_plain(
+        "a refused credential",
+        answer.status,
+        &answer.headers,
+        &answer.body.to_string(),
+    );
+}
+
+#[tokio::test]
 async fn control_characters_an_upstream_writes_are_escaped_in_the_log() {
     let test = "control_characters_an_upstream_writes_are_escaped_in_the_log";
     if !python_mcp_available(test) {
@@ -251,6 +283,7 @@ async fn a_message_too_large_from_a_stdio_upstream_is_answered_at_once() {
         .unwrap_or_else(|e| panic!("no answer within {bound:?} ({e})"));
     let answer = Answer::read(response).await;
     let took = started.elapsed();
+    println!("a 100 MB line answered in {took:?} (call_timeout 60 s)");
     assert!(took < bound, "answered after {took:?}");
     assert_eq!(answer.status, 502, "{:?}", answer.body);
     assert!(

@@ -185,8 +185,10 @@ async fn a_token_whose_header_names_a_critical_extension_is_refused() {
     let gateway = gateway(&issuer);
     assert_taken_on_both_routes(&gateway, &issuer).await;
     let with_crit = |audience: &str| {
-        let mut header = Header::default();
-        header.crit = Some(vec!["urn:example:unknown".to_owned()]);
+        let mut header = Header {
+            crit: Some(vec!["urn:example:unknown".to_owned()]),
+            ..Header::default()
+        };
         header
             .extras
             .insert("urn:example:unknown", "must be understood");

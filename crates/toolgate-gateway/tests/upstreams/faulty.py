@@ -7,7 +7,8 @@ gateway's error answers and log lines:
   shaped to look like a second log line of the gateway's own, then answers `ok`;
 - `refuse` fails with a tool error;
 - `slow` answers after `seconds`;
-- `ping` answers `pong`.
+- `ping` answers `pong`;
+- `revoke` (over HTTP) makes every later request a 401, as a revoked credential would.
 
 `python faulty.py` serves stdio; `python faulty.py http` serves streamable HTTP on a free
 loopback port and prints `faulty listening on URL`.
@@ -88,6 +89,29 @@ def ping() -> str:
     return "pong"
 
 
+REVOKED = False
+
+
+@server.tool()
+def revoke() -> str:
+    """Over HTTP: every request after this one is refused 401, as for a revoked credential."""
+    global REVOKED
+    REVOKED = True
+    return "revoked"
+
+
+def refusing_when_revoked(app):
+    async def guarded(scope, receive, send):
+        if scope["type"] == "http" and REVOKED:
+            await send({"type": "http.response.start", "status": 401,
+                        "headers": [(b"www-authenticate", b'Bearer error="invalid_token"')]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
 if __name__ == "__main__":
     if sys.argv[1:] == ["http"]:
         import uvicorn
@@ -98,6 +122,7 @@ if __name__ == "__main__":
         sock.bind(("127.0.0.1", 0))
         sock.listen(128)
         print(f"faulty listening on http://127.0.0.1:{sock.getsockname()[1]}/mcp", flush=True)
-        uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
+        config = uvicorn.Config(refusing_when_revoked(app), log_level="warning")
+        uvicorn.Server(config).run(sockets=[sock])
     else:
         server.run()

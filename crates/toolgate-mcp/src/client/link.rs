@@ -981,6 +981,13 @@ impl Link {
                 MAX_MESSAGE_BYTES / (1024 * 1024)
             ));
         }
+        if e.auth_challenge().is_some() {
+            // Reached, and refused the credential: waiting does not help.
+            return ToolError::execution(format!(
+                "MCP server `{}` refused the credential toolgate sent it (HTTP 401 or 403); the operator must check the credential it is given",
+                self.config.name
+            ));
+        }
         if is_connection_failure(&e) {
             return ToolError::RetryAfter {
                 delay: self.config.backoff.delay(1),

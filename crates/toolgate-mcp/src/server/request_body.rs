@@ -5,7 +5,7 @@
 //!
 //! | the body | the answer |
 //! |---|---|
-//! | over the limit | 413, JSON-RPC `-32600` (invalid request) |
+//! | over the limit (declared so in `Content-Length`: at once, and the connection closed) | 413, JSON-RPC `-32600` (invalid request) |
 //! | did not arrive in time (an [`io::Error`] of kind `TimedOut` from the body) | 408 with `Connection: close`, `-32600` |
 //! | failed to arrive otherwise | 400, `-32600` |
 //! | not JSON (a `POST` of `application/json`) | 400, `-32700` (parse error) |
@@ -42,6 +42,17 @@ where
     B::Error: Into<BoxError>,
 {
     let (parts, body) = request.into_parts();
+    // A body whose declared length is over the limit is refused before it is waited for:
+    // it would be refused anyway, and one that never comes would be answered a timeout.
+    if body.size_hint().lower() > limit as u64 {
+        let mut answer = too_large(limit);
+        // What it announced may still be on its way: the connection cannot carry
+        // another request.
+        answer
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        return Err(answer);
+    }
     let bytes = match Limited::new(body, limit).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(error) => return Err(unreadable(&*error, limit)),
@@ -96,12 +107,7 @@ fn unreadable(
     limit: usize,
 ) -> http::Response<GuardedBody> {
     if error.is::<http_body_util::LengthLimitError>() {
-        return rejection(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            Value::Null,
-            INVALID_REQUEST,
-            format!("the request body is over the limit of {limit} bytes: send a smaller message"),
-        );
+        return too_large(limit);
     }
     let mut source: Option<&(dyn StdError + 'static)> = Some(error);
     while let Some(cause) = source {
@@ -129,6 +135,16 @@ fn unreadable(
         Value::Null,
         INVALID_REQUEST,
         format!("the request body could not be read: {error}"),
+    )
+}
+
+/// The answer to a body over `limit` bytes.
+fn too_large(limit: usize) -> http::Response<GuardedBody> {
+    rejection(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        Value::Null,
+        INVALID_REQUEST,
+        format!("the request body is over the limit of {limit} bytes: send a smaller message"),
     )
 }
 
