@@ -12,7 +12,7 @@ use std::task::{Context, Poll};
 
 use arc_swap::{ArcSwap, Guard};
 use axum::extract::Request;
-use axum::http::header;
+use axum::http::{HeaderValue, header};
 use axum::response::Response;
 use futures::future::{BoxFuture, Either};
 use tower_layer::Layer;
@@ -106,6 +106,25 @@ fn check(current: &ArcSwap<Gateway>, request: &Request) -> Checked {
     }
 }
 
+/// A refusal of a request that came with a body, marked `Connection: close`. The body is
+/// not read for a refusal, and hyper keeps such a connection only when the whole body
+/// happened to be read with the head; otherwise it closes it after the answer. A client
+/// that is not told may send its next request (the retry with a token, after a 401
+/// challenge) on the connection being closed, and gets no answer at all.
+fn closing_if_body_unread(request: &Request, mut response: Response) -> Response {
+    let headers = request.headers();
+    let has_body = headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|length| length.as_bytes() != b"0");
+    if has_body {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
+
 impl<S> Service<Request> for Authenticate<S>
 where
     S: Service<Request, Response = Response> + Clone + Send + 'static,
@@ -128,9 +147,9 @@ where
                 request.extensions_mut().insert(caller);
                 Either::Left(Either::Right(self.inner.call(request)))
             }
-            Checked::Refused(response) => {
-                Either::Left(Either::Left(std::future::ready(Ok(response))))
-            }
+            Checked::Refused(response) => Either::Left(Either::Left(std::future::ready(Ok(
+                closing_if_body_unread(&request, response),
+            )))),
             Checked::FetchKeys(gateway, route) => {
                 // The service that was made ready goes with the request; a fresh clone
                 // stays for the next one (tower's rule for services called later).
@@ -151,7 +170,10 @@ where
                             });
                             inner.call(request).await
                         }
-                        Err(refusal) => Ok(gateway.identity.refusal(route, &refusal)),
+                        Err(refusal) => Ok(closing_if_body_unread(
+                            &request,
+                            gateway.identity.refusal(route, &refusal),
+                        )),
                     }
                 }))
             }

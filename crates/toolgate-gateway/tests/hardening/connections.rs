@@ -214,3 +214,26 @@ async fn connections_past_the_cap_are_answered_503_and_closed() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A request refused before its body is read (no key) is answered with `Connection: close`,
+/// and the connection is closed: a client must not send its retry with a key on it.
+#[tokio::test]
+async fn a_request_refused_before_its_body_is_read_is_answered_connection_close() {
+    let gateway = Gateway::start(&config(""));
+    let mut stream = connect(&gateway).await;
+    // The head now, the body later: the refusal cannot have read it.
+    stream
+        .write_all(
+            b"POST /v1/tools/echo/invoke HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 17\r\n\r\n",
+        )
+        .await
+        .expect("writing the head");
+    let (answer, _) = read_until_closed(&mut stream).await;
+    let head = answer
+        .split("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .to_ascii_lowercase();
+    assert!(head.starts_with("http/1.1 401"), "{answer}");
+    assert!(head.contains("\r\nconnection: close"), "{answer}");
+}

@@ -382,8 +382,7 @@ impl Link {
                 if let Some(token) = &self.credential {
                     config = config.auth_header(token.clone());
                 }
-                let transport =
-                    StreamableHttpClientTransport::with_client(
+                let transport = StreamableHttpClientTransport::with_client(
                     StreamTagging::over(http_pool::shared().map_err(|e| e.to_string())?),
                     config,
                 );
