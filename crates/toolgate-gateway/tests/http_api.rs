@@ -457,14 +457,7 @@ async fn the_example_configuration_serves_the_readme_walkthrough() {
     .await;
     assert_eq!(status, 401);
 
-    let metrics = client
-        .get(gateway.url("/metrics"))
-        .send()
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .unwrap();
+    let metrics = gateway.metrics().await;
     let calls = |labels: &[(&str, &str)]| common::metric(&metrics, "toolgate_calls_total", labels);
     assert_eq!(
         calls(&[("tool", "calculator"), ("outcome", "success")]),

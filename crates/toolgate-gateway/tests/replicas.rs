@@ -113,14 +113,7 @@ async fn a_gateway_on_redis_reports_redis_up_before_any_call() {
     let prefix = format!("tgredisup{}x{:x}", std::process::id(), random_u32());
     let gateway = Gateway::start(&replica_config(&redis, &prefix));
     // No call yet, and Redis has never failed: the gauge is there, and says 1.
-    let text = common::client()
-        .get(gateway.url("/metrics"))
-        .send()
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .unwrap();
+    let text = gateway.metrics().await;
     let up: Vec<&str> = text
         .lines()
         .filter(|line| line.starts_with("toolgate_redis_up"))

@@ -162,6 +162,18 @@ impl Gateway {
     }
 
     /// The process id, for signals.
+    /// What `GET /metrics` answers now.
+    pub async fn metrics(&self) -> String {
+        client()
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("the metrics")
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

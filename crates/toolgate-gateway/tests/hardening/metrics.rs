@@ -48,14 +48,7 @@ async fn made_up_methods_paths_and_tool_names_keep_the_metric_series_bounded() {
     let echoed = common::invoke(&gateway, "alice", "echo", json!({"text": "hi"})).await;
     assert_eq!(echoed.status, 200, "{}", echoed.body);
 
-    let text = client
-        .get(gateway.url("/metrics"))
-        .send()
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("the metrics");
+    let text = gateway.metrics().await;
     let series = series(&text);
     // A few routes (healthz, unmatched, invoke), two standard methods and `other`, a few
     // statuses, and the echo call's series: dozens of lines, not hundreds.

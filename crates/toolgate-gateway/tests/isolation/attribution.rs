@@ -71,14 +71,7 @@ pub async fn client_output(mut command: tokio::process::Command, gateway: &Gatew
 
 /// The value of the counter of unattributed messages of kind `kind`.
 pub async fn unattributed(gateway: &Gateway, server: &str, kind: &str) -> f64 {
-    let text = crate::common::client()
-        .get(gateway.url("/metrics"))
-        .send()
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("the metrics");
+    let text = gateway.metrics().await;
     metric(
         &text,
         "toolgate_mcp_unattributed_total",

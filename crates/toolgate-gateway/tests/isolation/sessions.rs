@@ -146,14 +146,7 @@ async fn a_flood_of_initialize_is_refused_past_the_cap_and_another_users_session
     assert!(message.contains(&DEFAULT_PER_USER.to_string()), "{message}");
     assert!(message.contains("DELETE /mcp"), "{message}");
 
-    let metrics = client()
-        .get(gateway.url("/metrics"))
-        .send()
-        .await
-        .expect("GET /metrics")
-        .text()
-        .await
-        .expect("the metrics");
+    let metrics = gateway.metrics().await;
     let refused = metric(
         &metrics,
         "toolgate_mcp_sessions_refused_total",
