@@ -124,11 +124,13 @@ async fn sequential_calls_to_an_http_upstream_reuse_one_connection() {
     let before = relay.accepted();
     echo_in_sequence(&pipeline, 100).await;
     let opened = relay.accepted() - before;
-    // One connection carries the calls, a second now and then: rmcp reads a response's
+    // One connection carries the calls, another now and then: rmcp reads a response's
     // stream to its end in a task of its own, which may not have run when the next call
-    // starts. Without kept-alive connections this is 100.
+    // starts — on a loaded machine, for one call in ten (11 of 100 seen in a CI run
+    // beside builds; 1 or 2 on a quiet machine). Without kept-alive connections this is
+    // 100, one per call.
     assert!(
-        opened <= 4,
+        opened <= 25,
         "100 sequential calls opened {opened} TCP connections to the upstream; kept-alive connections should carry them"
     );
 }
@@ -147,11 +149,11 @@ async fn a_connection_the_upstream_closed_is_not_used_again() {
     let before = relay.accepted();
     echo_in_sequence(&pipeline, 50).await;
     let opened = relay.accepted() - before;
-    // The new connections: the call's, a second now and then (as above), and rmcp's
-    // stream for server messages (a GET), which it opens again. Without kept-alive
-    // connections this is 50 or more.
+    // The new connections: the call's, another now and then (as above: up to one call in
+    // ten on a loaded machine), and rmcp's stream for server messages (a GET), which it
+    // opens again. Without kept-alive connections this is 50 or more.
     assert!(
-        opened <= 6,
+        opened <= 15,
         "50 calls after the upstream closed its connections opened {opened} new ones; a fresh kept-alive connection should carry them"
     );
 }
