@@ -26,6 +26,17 @@ pid=
 cleanup() { [ -n "$pid" ] && kill "$pid" 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
+# serve_gateway [CONFIG]: starts $TOOLGATE_BIN on CONFIG ($work/gateway.yaml by default) on a
+# free loopback port; sets $pid and $url (http://127.0.0.1:PORT), or exits with the gateway's
+# stderr when it did not start.
+serve_gateway() {
+  "$TOOLGATE_BIN" serve --config "${1:-$work/gateway.yaml}" --listen 127.0.0.1:0 > "$work/gw.out" 2> "$work/gw.err" &
+  pid=$!
+  for _ in $(seq 1 100); do grep -q listening "$work/gw.out" 2>/dev/null && break; sleep 0.1; done
+  url=$(sed -n 's/^toolgate listening on //p' "$work/gw.out")
+  [ -n "$url" ] || { echo "the gateway did not start:" >&2; cat "$work/gw.err" >&2; exit 1; }
+}
+
 # wrk_script TOKEN SESSION PATH BODY EXPECT: a wrk Lua script that POSTs BODY (a Lua format
 # string with one %d, replaced by an id unique per call) to PATH (empty: the URL's own), with
 # the bearer TOKEN and, unless empty, the MCP session SESSION. An answer that is not a 200 or

@@ -26,12 +26,7 @@ need_gateway
 key=tg_load_$RANDOM$RANDOM
 export LOAD_KEY_SHA256=$(printf %s "$key" | sha256sum | cut -d' ' -f1)
 export LOAD_AUDIT_PATH=$work/audit.jsonl
-"$TOOLGATE_BIN" serve --config crates/toolgate-gateway/benches/load.yaml --listen 127.0.0.1:0 \
-  > "$work/gw.out" 2> "$work/gw.err" &
-pid=$!
-for _ in $(seq 1 100); do grep -q listening "$work/gw.out" 2>/dev/null && break; sleep 0.1; done
-url=$(sed -n 's/^toolgate listening on //p' "$work/gw.out")
-[ -n "$url" ] || { echo "the gateway did not start:" >&2; cat "$work/gw.err" >&2; exit 1; }
+serve_gateway crates/toolgate-gateway/benches/load.yaml
 
 # One MCP session for every connection: initialize, then the initialized notification.
 mcp_headers=(-H "Authorization: Bearer $key" -H 'Content-Type: application/json'

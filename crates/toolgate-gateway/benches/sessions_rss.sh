@@ -35,11 +35,7 @@ users:
 logging:
   level: warn
 YAML
-"$TOOLGATE_BIN" serve --config "$work/gateway.yaml" --listen 127.0.0.1:0 > "$work/gw.out" 2> "$work/gw.err" &
-pid=$!
-for _ in $(seq 1 100); do grep -q listening "$work/gw.out" 2>/dev/null && break; sleep 0.1; done
-url=$(sed -n 's/^toolgate listening on //p' "$work/gw.out")
-[ -n "$url" ] || { echo "the gateway did not start:" >&2; cat "$work/gw.err" >&2; exit 1; }
+serve_gateway
 
 cat > "$work/initialize.lua" <<LUA
 wrk.method = "POST"

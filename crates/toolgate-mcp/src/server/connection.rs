@@ -22,7 +22,7 @@ use rmcp::service::{RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
-use toolgate_core::tool::ToolDefinition;
+use toolgate_core::tool::{ToolDefinition, ToolSource};
 use toolgate_core::{InvokeOptions, ToolError, User};
 use tracing::Instrument;
 
@@ -423,7 +423,7 @@ impl ServerHandler for Connection {
         if tagged(PROMPT_TAG) {
             capabilities.prompts = Some(Default::default());
         }
-        if tagged(PROMPT_TAG) || tagged(RESOURCES_TAG) {
+        if self.server().pipeline.definitions().any(completes) {
             capabilities.completions = Some(Default::default());
         }
         // Subscriptions: `resources/subscribe` at 2025-11-25, `subscriptions/listen` with
@@ -582,7 +582,9 @@ impl ServerHandler for Connection {
     /// to: the prompt's, or for a resource template each resources tool the caller may
     /// use in turn (the first with suggestions answers). Authorization, rate limits,
     /// audit and redaction apply as to `prompts/get` and `resources/read`; a refusal is
-    /// a JSON-RPC error.
+    /// a JSON-RPC error. Only imported prompts and resources are asked ([`completes`]): a
+    /// prompt of the host's own has no completions, and its tool would read
+    /// `{"complete": …}` as its arguments.
     async fn complete(
         &self,
         mut request: CompleteRequestParams,
@@ -599,11 +601,13 @@ impl ServerHandler for Connection {
                 {
                     return Err(features::unknown_prompt(&prompt.name));
                 }
-                vec![name]
+                let prompt = self.visible(&name, &context).filter(completes);
+                prompt.into_iter().map(|d| d.name).collect()
             }
             Reference::Resource(_) => self
                 .visible_of(RESOURCES_TAG, &context)
                 .into_iter()
+                .filter(completes)
                 .map(|d| d.name)
                 .collect(),
             // A kind of reference a later revision added: nothing to suggest.
@@ -746,4 +750,14 @@ impl ServerHandler for Connection {
             ),
         })
     }
+}
+
+/// Whether `definition` is a prompt or resources tool that answers completion requests
+/// (`{"complete": PARAMS}`): an imported one, whose upstream is asked.
+fn completes(definition: &ToolDefinition) -> bool {
+    matches!(definition.source, ToolSource::Mcp { .. })
+        && definition
+            .tags
+            .iter()
+            .any(|t| t == PROMPT_TAG || t == RESOURCES_TAG)
 }
