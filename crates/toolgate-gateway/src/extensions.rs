@@ -96,8 +96,15 @@ impl Extensions {
     /// assert!(!extensions.is_empty());
     /// ```
     #[must_use]
-    pub fn provide<K: TypeMapKey>(mut self, value: K::Value) -> Self {
-        let value = Arc::new(value);
+    pub fn provide<K: TypeMapKey>(self, value: K::Value) -> Self {
+        self.provide_shared::<K>(Arc::new(value))
+    }
+
+    /// Binds an already shared global provider in every pipeline, as
+    /// [`PipelineBuilder::provide_shared`] does: your `main` keeps a handle on the value
+    /// (to read a counter, or to change what a lock guards).
+    #[must_use]
+    pub fn provide_shared<K: TypeMapKey>(mut self, value: Arc<K::Value>) -> Self {
         self.providers.push(Arc::new(move |builder: PipelineBuilder| {
             builder.provide_shared::<K>(Arc::clone(&value))
         }));
