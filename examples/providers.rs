@@ -59,9 +59,11 @@ struct Fetch {
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let checked = Arc::new(AtomicU64::new(0));
     let pipeline = Pipeline::builder()
-        .tool(tool_fn("fetch", "Fetches a web page.", |f: Fetch| async move {
-            Ok::<_, ToolError>(format!("<html>{}</html>", f.url))
-        }))
+        .tool(tool_fn(
+            "fetch",
+            "Fetches a web page.",
+            |f: Fetch| async move { Ok::<_, ToolError>(format!("<html>{}</html>", f.url)) },
+        ))
         .hook(UrlAllowList)
         // Global: bound once; the host keeps its own handle to read the count.
         .provide_shared::<CallsChecked>(Arc::clone(&checked))
@@ -74,7 +76,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     pipeline
         .session("alice-1")
         .provide::<AllowedHosts>(vec!["docs.rs".into()]);
-    let alice = || InvokeOptions::new().user(User::new("alice")).session("alice-1");
+    let alice = || {
+        InvokeOptions::new()
+            .user(User::new("alice"))
+            .session("alice-1")
+    };
 
     let page = json!({"url": "https://docs.rs/tokio"});
     let out = pipeline.invoke("fetch", page, alice()).await?;

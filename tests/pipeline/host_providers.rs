@@ -145,7 +145,12 @@ async fn a_value_the_host_seeds_again_replaces_the_sessions_value_for_later_call
     let session = pipeline.session("a");
     session.provide::<AllowedHosts>(vec!["docs.rs".into()]);
     let host = json!({"host": "docs.rs"});
-    assert!(pipeline.invoke(TOOL, host.clone(), in_session("a")).await.is_ok());
+    assert!(
+        pipeline
+            .invoke(TOOL, host.clone(), in_session("a"))
+            .await
+            .is_ok()
+    );
 
     session.provide::<AllowedHosts>(vec![]);
 
@@ -168,7 +173,11 @@ async fn sessions_seeded_by_the_host_are_bounded_by_count_and_idle_time_like_any
             .provide::<AllowedHosts>(vec![]);
         tokio::time::advance(Duration::from_millis(5)).await;
     }
-    assert!(pipeline.session_count() <= 3, "{}", pipeline.session_count());
+    assert!(
+        pipeline.session_count() <= 3,
+        "{}",
+        pipeline.session_count()
+    );
     assert!(pipeline.session("s9").get::<AllowedHosts>().is_some());
     assert!(pipeline.session("s0").get::<AllowedHosts>().is_none());
 
@@ -211,7 +220,11 @@ async fn a_call_without_a_provider_the_host_declared_is_refused_naming_the_key_a
         }
     }
     assert_eq!(checked.load(Ordering::SeqCst), 0, "refused before any hook");
-    assert_eq!(pipeline.session_count(), 0, "a refused call makes no session");
+    assert_eq!(
+        pipeline.session_count(),
+        0,
+        "a refused call makes no session"
+    );
 }
 
 #[tokio::test]
@@ -299,7 +312,12 @@ async fn a_session_binder_makes_the_value_once_per_session_and_per_call_without_
     assert!(pipeline.session("s").get::<AllowedHosts>().is_some());
 
     let no_session = InvokeOptions::new().user(toolgate::core::User::new("ann"));
-    assert!(pipeline.invoke(TOOL, host.clone(), no_session).await.is_ok());
+    assert!(
+        pipeline
+            .invoke(TOOL, host.clone(), no_session)
+            .await
+            .is_ok()
+    );
     assert_eq!(made.load(Ordering::SeqCst), 2, "made for the call alone");
     assert_eq!(pipeline.session_count(), 1);
 }
@@ -314,7 +332,10 @@ async fn a_global_binder_fails_each_call_saying_where_globals_are_bound() {
         .build()
         .unwrap();
 
-    let err = pipeline.invoke(TOOL, input(), InvokeOptions::new()).await.unwrap_err();
+    let err = pipeline
+        .invoke(TOOL, input(), InvokeOptions::new())
+        .await
+        .unwrap_err();
 
     assert_eq!(err.code(), "global_provider_read_only");
 }

@@ -108,7 +108,11 @@ async fn each_call_of_a_batch_is_checked_for_the_providers_the_host_declared() {
         .await;
 
     for result in no_tenant.iter().chain(&unseeded_thread) {
-        assert_eq!(result.error_code(), Some("provider_not_supplied"), "{result:?}");
+        assert_eq!(
+            result.error_code(),
+            Some("provider_not_supplied"),
+            "{result:?}"
+        );
     }
     let message = &no_tenant[0].error.as_ref().unwrap().message;
     assert!(message.contains("Tenant"), "{message}");

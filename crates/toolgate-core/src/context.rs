@@ -15,9 +15,7 @@ use crate::definition::ToolDefinition;
 use crate::error::ToolError;
 use crate::prepared::PreparedInput;
 use crate::progress::Progress;
-use crate::provider::{
-    ProviderError, ProviderRequirement, Providers, Scope, Scopes, SessionScope,
-};
+use crate::provider::{ProviderError, ProviderRequirement, Providers, Scope, Scopes, SessionScope};
 use crate::random::random_u64;
 use crate::secret::SecretSlot;
 use crate::stage::Stage;

@@ -105,9 +105,10 @@ impl Extensions {
     /// (to read a counter, or to change what a lock guards).
     #[must_use]
     pub fn provide_shared<K: TypeMapKey>(mut self, value: Arc<K::Value>) -> Self {
-        self.providers.push(Arc::new(move |builder: PipelineBuilder| {
-            builder.provide_shared::<K>(Arc::clone(&value))
-        }));
+        self.providers
+            .push(Arc::new(move |builder: PipelineBuilder| {
+                builder.provide_shared::<K>(Arc::clone(&value))
+            }));
         self
     }
 

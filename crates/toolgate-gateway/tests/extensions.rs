@@ -151,7 +151,11 @@ async fn extension_providers_reach_hooks_in_every_scope_and_survive_a_rebuild() 
         .invoke("calculator", input, as_role("analyst"))
         .await
         .unwrap();
-    assert_eq!(count.load(Ordering::SeqCst), 3, "one counter across both builds");
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        3,
+        "one counter across both builds"
+    );
 }
 
 #[tokio::test]

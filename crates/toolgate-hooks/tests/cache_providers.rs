@@ -53,9 +53,7 @@ fn from(addr: &str) -> InvokeOptions {
 }
 
 async fn addr_of(pipeline: &Pipeline, options: InvokeOptions) -> (Value, Value) {
-    let invocation = pipeline
-        .invoke_detailed("whoami", json!({}), options)
-        .await;
+    let invocation = pipeline.invoke_detailed("whoami", json!({}), options).await;
     let out = invocation.result.unwrap();
     (out["addr"].clone(), invocation.metadata["cache"].clone())
 }
@@ -126,7 +124,11 @@ async fn a_result_declared_independent_of_the_provider_is_cached_and_shared() {
     let pipeline = Pipeline::builder()
         .tool(whoami(Arc::clone(&runs)))
         .provide::<Motd>("hello".into())
-        .hook(ResultCache::builder().independent_of::<RemoteAddr>().build())
+        .hook(
+            ResultCache::builder()
+                .independent_of::<RemoteAddr>()
+                .build(),
+        )
         .build()
         .unwrap();
 
@@ -210,8 +212,12 @@ async fn a_cache_hit_and_a_refused_input_each_spend_a_rate_limit_unit() {
         .unwrap();
     let ann = || InvokeOptions::new().user(User::new("ann"));
 
-    let miss = pipeline.invoke_detailed("square", json!({"n": 7}), ann()).await;
-    let hit = pipeline.invoke_detailed("square", json!({"n": 7}), ann()).await;
+    let miss = pipeline
+        .invoke_detailed("square", json!({"n": 7}), ann())
+        .await;
+    let hit = pipeline
+        .invoke_detailed("square", json!({"n": 7}), ann())
+        .await;
     let refused = pipeline.invoke("square", json!({"n": 999}), ann()).await;
     let limited = pipeline.invoke("square", json!({"n": 7}), ann()).await;
 

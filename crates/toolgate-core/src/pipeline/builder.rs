@@ -210,7 +210,11 @@ impl PipelineBuilder {
     /// ```
     pub fn per_call_provider<K: TypeMapKey>(mut self) -> Self {
         let per_call = PerCall::of::<K>();
-        if !self.per_call.iter().any(|p| p.requirement == per_call.requirement) {
+        if !self
+            .per_call
+            .iter()
+            .any(|p| p.requirement == per_call.requirement)
+        {
             self.per_call.push(per_call);
         }
         self

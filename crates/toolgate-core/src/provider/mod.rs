@@ -195,7 +195,6 @@ impl std::fmt::Debug for Providers {
     }
 }
 
-
 /// The pipeline-wide provider scopes: the global providers and the live sessions.
 pub(crate) struct Scopes {
     pub globals: Providers,
@@ -239,9 +238,8 @@ impl Scopes {
             if (p.bound)(request) {
                 continue;
             }
-            let session = session.get_or_insert_with(|| {
-                session_id.and_then(|id| self.sessions.get(id))
-            });
+            let session =
+                session.get_or_insert_with(|| session_id.and_then(|id| self.sessions.get(id)));
             if !session.as_ref().is_some_and(|s| s.holds(p.bound)) {
                 return Err(ProviderError::NotSupplied {
                     key: p.requirement.key(),
