@@ -34,3 +34,8 @@ pub mod prelude {
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The providers guide, `docs/providers.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/providers.md")]
+pub struct ProvidersGuide;

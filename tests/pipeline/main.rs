@@ -5,6 +5,7 @@
 
 mod context;
 mod failure_modes;
+mod host_providers;
 mod input;
 mod ordering;
 mod paths;

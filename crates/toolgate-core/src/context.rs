@@ -3,7 +3,7 @@
 use std::cell::Cell;
 use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, LazyLock, OnceLock};
+use std::sync::{Arc, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant, SystemTime};
 
 use serde_json::{Map, Value};
@@ -15,7 +15,7 @@ use crate::definition::ToolDefinition;
 use crate::error::ToolError;
 use crate::prepared::PreparedInput;
 use crate::progress::Progress;
-use crate::provider::{ProviderError, Providers, Scope, Scopes, SessionScope};
+use crate::provider::{ProviderError, ProviderRequirement, Providers, Scope, Scopes, SessionScope};
 use crate::random::random_u64;
 use crate::secret::SecretSlot;
 use crate::stage::Stage;
@@ -192,6 +192,8 @@ pub struct ToolInvokeContext {
     cancel: OnceLock<CancellationToken>,
     request_providers: Providers,
     session: OnceLock<Option<Arc<SessionScope>>>,
+    /// The per-call providers the tool looked up while it ran ([`Self::tool_provider_reads`]).
+    tool_reads: Mutex<Vec<ProviderRequirement>>,
     secrets: SecretSlot,
     /// Set by [`set_no_store`](Self::set_no_store), by the tool while it runs too.
     no_store: AtomicBool,
@@ -262,6 +264,7 @@ impl ToolInvokeContext {
             cancel,
             request_providers: parts.providers,
             session: OnceLock::new(),
+            tool_reads: Mutex::new(Vec::new()),
             secrets: SecretSlot::default(),
             no_store: AtomicBool::new(parts.no_store),
             stage: Stage::WillCreateInvokeContext,
@@ -633,12 +636,54 @@ impl ToolInvokeContext {
     /// The provider under key `K`, if any scope binds it.
     pub fn try_get<K: TypeMapKey>(&self) -> Option<Arc<K::Value>> {
         if let Some(v) = self.request_providers.get::<K>() {
+            self.note_tool_read::<K>();
             return Some(Arc::clone(v));
         }
         if let Some(v) = self.session_scope().and_then(|s| s.get::<K>()) {
+            self.note_tool_read::<K>();
             return Some(v);
         }
-        self.scope.scopes.globals.get::<K>().cloned()
+        let global = self.scope.scopes.globals.get::<K>().cloned();
+        if global.is_none() {
+            self.note_tool_read::<K>();
+        }
+        global
+    }
+
+    /// The providers the tool looked up while it ran that this call's request or session
+    /// scope answered, or that no scope binds: what its output may depend on besides its
+    /// input, its user and the global scope. A lookup of a key no scope binds counts,
+    /// because the output may depend on the absence. Lookups by hooks do not count.
+    ///
+    /// A result cache reads this after the tool ran: a result that depends on per-call
+    /// providers is stored only under a key that holds their values, or when its owner
+    /// declared it independent of them (`ResultCacheBuilder::key_includes`,
+    /// `independent_of` in `toolgate-hooks`).
+    pub fn tool_provider_reads(&self) -> Vec<ProviderRequirement> {
+        self.tool_reads
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    #[inline]
+    fn note_tool_read<K: TypeMapKey>(&self) {
+        if self.progress.in_tool {
+            self.note_read(ProviderRequirement::of::<K>());
+        }
+    }
+
+    #[cold]
+    fn note_read(&self, read: ProviderRequirement) {
+        let mut reads = self.tool_reads.lock().unwrap_or_else(|e| e.into_inner());
+        if !reads.contains(&read) {
+            reads.push(read);
+        }
+    }
+
+    /// Whether this call's session scope binds `K` (a binder that fills a session once).
+    pub(crate) fn session_binds<K: TypeMapKey>(&self) -> bool {
+        self.session_scope().is_some_and(|s| s.get::<K>().is_some())
     }
 
     /// Binds a provider in the request or session scope.

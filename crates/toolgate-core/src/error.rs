@@ -417,9 +417,10 @@ pub enum RegistryError {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum BuildError {
-    /// A hook requires a provider nobody binds.
+    /// A hook requires a provider nobody binds. The message gives the way to supply it in
+    /// each scope.
     #[error(
-        "hook `{hook}` requires provider `{key}`, which is neither bound globally nor declared by a hook that binds it: add `.provide::<{key}>(…)` to the pipeline builder"
+        "hook `{hook}` requires provider `{key}`, which nothing supplies: for one value for every call, bind it on the builder with `.provide::<{key}>(…)`; for a value per request or per session that the host passes (`InvokeOptions::provide`, `Pipeline::session(id).provide`), declare it with `.per_call_provider::<{key}>()`, and each call is checked for it; for a value a hook binds at `will_bind_providers`, list it in that hook's `provided_providers` (`provider::bind_provider` does)"
     )]
     MissingProvider {
         /// The hook that requires it.

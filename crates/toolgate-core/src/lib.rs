@@ -125,11 +125,13 @@ pub mod prelude {
         FailureMode, Hook, HookFuture, HookRegistration, Next, hook_fn, hook_fn_sync,
     };
     pub use crate::pipeline::{Invocation, InvokeOptions, Pipeline, PipelineBuilder};
+    pub use crate::provider::Scope;
     pub use crate::stage::{Stage, StageSet};
     pub use crate::tool::{
         JsonTool, Tool, ToolAnnotations, ToolDefinition, tool_fn, tool_fn_with_context,
     };
     pub use toolgate_macros::hook;
+    pub use typemap_rev::TypeMapKey;
 }
 
 /// The types and macros of other crates that appear in toolgate's API, re-exported so that

@@ -1,8 +1,14 @@
-//! Hooks of your own in the gateway (`Extensions` with `Gateway::build_with`), and the
-//! built-in calculator's answer to an expression without a value.
+//! Hooks of your own in the gateway (`Extensions` with `Gateway::build_with`), the
+//! providers they read, and the built-in calculator's answer to an expression without a
+//! value.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde_json::json;
+use toolgate_core::external::TypeMapKey;
 use toolgate_core::hook::HookRegistration;
+use toolgate_core::provider::{Scope, bind_provider};
 use toolgate_core::{Hook, HookResult, InvokeOptions, ToolInvokeContext, User, hook};
 use toolgate_gateway::config::parse;
 use toolgate_gateway::state::SharedState;
@@ -67,6 +73,89 @@ async fn an_extension_hook_runs_beside_the_configured_policies() {
         .await
         .unwrap();
     assert_eq!(out["result"], 42);
+}
+
+/// Calls counted across every configuration: a global provider.
+struct CallCount;
+impl TypeMapKey for CallCount {
+    type Value = AtomicU64;
+}
+
+/// The roles allowed in a session: made once per session by a binder.
+struct SessionRoles;
+impl TypeMapKey for SessionRoles {
+    type Value = Vec<String>;
+}
+
+/// Counts calls, and refuses those whose session does not allow the caller's roles.
+struct SessionGate;
+
+#[hook]
+#[requires(CallCount, SessionRoles)]
+impl Hook for SessionGate {
+    fn name(&self) -> &str {
+        "session_gate"
+    }
+
+    fn will_authorize(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        ctx.get::<CallCount>()?.fetch_add(1, Ordering::SeqCst);
+        let roles = ctx.get::<SessionRoles>()?;
+        if !ctx.user().roles.iter().any(|r| roles.contains(r)) {
+            return ctx.abort("this session does not allow your role", "forbidden", 403);
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test]
+async fn extension_providers_reach_hooks_in_every_scope_and_survive_a_rebuild() {
+    let config = parse(CONFIG).unwrap();
+    let shared = SharedState::new(&config).await.unwrap();
+    let count = Arc::new(AtomicU64::new(0));
+    let extensions = Extensions::new()
+        .provide_shared::<CallCount>(Arc::clone(&count))
+        .hook(bind_provider::<SessionRoles, _>(Scope::Session, |ctx| {
+            // Only the first call of a session decides what the session allows.
+            Some(ctx.user().roles.clone())
+        }))
+        .hook(SessionGate);
+    let gateway = Gateway::build_with(config.clone(), &shared, &extensions)
+        .await
+        .expect("the extension supplies both keys, so `#[requires]` holds");
+    let input = json!({"expression": "6 * 7"});
+    let as_role = |role: &str| {
+        InvokeOptions::new()
+            .user(User::new("ana").with_roles([role]))
+            .session("s1")
+    };
+
+    let first = gateway
+        .pipeline()
+        .invoke("calculator", input.clone(), as_role("analyst"))
+        .await
+        .unwrap();
+    let intern_in_the_same_session = gateway
+        .pipeline()
+        .invoke("calculator", input.clone(), as_role("intern"))
+        .await
+        .unwrap_err();
+    assert_eq!(first["result"], 42);
+    assert_eq!(intern_in_the_same_session.code(), "forbidden");
+
+    // A reload builds a new pipeline from the same extensions: the global value is shared.
+    let rebuilt = Gateway::build_with(config, &shared, &extensions)
+        .await
+        .unwrap();
+    rebuilt
+        .pipeline()
+        .invoke("calculator", input, as_role("analyst"))
+        .await
+        .unwrap();
+    assert_eq!(
+        count.load(Ordering::SeqCst),
+        3,
+        "one counter across both builds"
+    );
 }
 
 #[tokio::test]

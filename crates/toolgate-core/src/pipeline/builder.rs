@@ -14,7 +14,9 @@ use crate::error::{BuildError, RegistryError};
 use crate::hook::{HookRegistration, IntoHook};
 use crate::limits::InputLimits;
 use crate::plan::{Registration, ToolPlan};
-use crate::provider::{ProviderRequirement, Providers, Scopes, SessionConfig, SessionStore};
+use crate::provider::{
+    PerCall, ProviderRequirement, Providers, Scopes, SessionConfig, SessionStore,
+};
 use crate::registry::ToolRegistry;
 use crate::suspension::{InMemorySuspensionStore, SuspensionStore};
 use crate::tool::IntoTool;
@@ -48,6 +50,7 @@ pub struct PipelineBuilder {
     registrations: Vec<Registration>,
     globals: Providers,
     global_keys: HashSet<TypeId>,
+    per_call: Vec<PerCall>,
     sessions: SessionConfig,
     limits: InputLimits,
     suspensions: Option<Arc<dyn SuspensionStore>>,
@@ -73,6 +76,7 @@ impl PipelineBuilder {
             registrations: Vec::new(),
             globals: Providers::new(),
             global_keys: HashSet::new(),
+            per_call: Vec::new(),
             sessions: SessionConfig::default(),
             limits: InputLimits::default(),
             suspensions: None,
@@ -140,9 +144,79 @@ impl PipelineBuilder {
     }
 
     /// Binds a global provider: built once, read-only at invoke time.
-    pub fn provide<K: TypeMapKey>(mut self, value: K::Value) -> Self {
-        self.globals.insert::<K>(value);
+    pub fn provide<K: TypeMapKey>(self, value: K::Value) -> Self {
+        self.provide_shared::<K>(Arc::new(value))
+    }
+
+    /// Binds an already shared global provider (one value for several pipelines, such as
+    /// each configuration a reloading server builds).
+    pub fn provide_shared<K: TypeMapKey>(mut self, value: Arc<K::Value>) -> Self {
+        self.globals.insert_arc::<K>(value);
         self.global_keys.insert(TypeId::of::<K>());
+        self
+    }
+
+    /// Declares that the host supplies provider `K` with every call, in the call's request
+    /// scope ([`InvokeOptions::provide`](crate::InvokeOptions::provide)) or its session's
+    /// ([`Pipeline::session`](crate::Pipeline::session)`(id).provide`).
+    ///
+    /// A hook that `#[requires(K)]` then passes the build check, and each call is checked
+    /// instead: one that comes without `K` is refused before any hook runs, with
+    /// [`ProviderError::NotSupplied`](crate::provider::ProviderError::NotSupplied) naming
+    /// the key and the ways to supply it — so a host that forgets it on one path finds out
+    /// from its first call on that path, not from a hook deep in the pipeline. (A resumed
+    /// call is not checked: it is made by whoever decides, who may not have the caller's
+    /// request values.)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use toolgate_core::external::TypeMapKey;
+    /// use toolgate_core::prelude::*;
+    ///
+    /// /// The address the request came from, which only the host knows.
+    /// struct RemoteAddr;
+    /// impl TypeMapKey for RemoteAddr {
+    ///     type Value = std::net::IpAddr;
+    /// }
+    ///
+    /// struct LogAddr;
+    /// #[hook]
+    /// #[requires(RemoteAddr)]
+    /// impl Hook for LogAddr {
+    ///     fn will_audit(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+    ///         let _addr = ctx.get::<RemoteAddr>()?;
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pipeline = Pipeline::builder()
+    ///     .tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))
+    ///     .hook(LogAddr)
+    ///     .per_call_provider::<RemoteAddr>()
+    ///     .build()?;
+    ///
+    /// let addr = "10.0.0.7".parse()?;
+    /// let options = InvokeOptions::new().provide::<RemoteAddr>(addr);
+    /// assert_eq!(pipeline.invoke("ping", json!(null), options).await?, json!("pong"));
+    ///
+    /// let err = pipeline.invoke("ping", json!(null), InvokeOptions::new()).await.unwrap_err();
+    /// assert_eq!(err.code(), "provider_not_supplied");
+    /// assert!(err.to_string().contains("RemoteAddr"));
+    /// # Ok(()) }
+    /// ```
+    pub fn per_call_provider<K: TypeMapKey>(mut self) -> Self {
+        let per_call = PerCall::of::<K>();
+        if !self
+            .per_call
+            .iter()
+            .any(|p| p.requirement == per_call.requirement)
+        {
+            self.per_call.push(per_call);
+        }
         self
     }
 
@@ -227,7 +301,8 @@ impl PipelineBuilder {
     /// [`BuildError::Registry`] when a tool's name was taken or invalid;
     /// [`BuildError::UnknownTool`] when hooks were attached to a tool that is not
     /// registered; [`BuildError::MissingProvider`] when a hook requires a provider that is
-    /// neither bound globally nor bound per call by a hook that says so.
+    /// not bound globally, not bound per call by a hook that says so, and not declared
+    /// supplied by the host with every call ([`per_call_provider`](Self::per_call_provider)).
     pub fn build(mut self) -> Result<Pipeline, BuildError> {
         crate::context::warm_clock();
         if let Some(error) = self.registry_error.take() {
@@ -246,6 +321,7 @@ impl PipelineBuilder {
             .flat_map(|r| r.hook.provided_providers())
             .map(|p| p.type_id())
             .chain(self.global_keys.iter().copied())
+            .chain(self.per_call.iter().map(|p| p.requirement.type_id()))
             .collect();
         for r in &self.registrations {
             let missing = r
@@ -300,6 +376,7 @@ impl PipelineBuilder {
             scopes,
             shared,
             self.limits,
+            self.per_call.into_boxed_slice(),
         ))
     }
 }

@@ -23,7 +23,7 @@ use crate::context::{ContextParts, RequestId, Restored, ToolScope};
 use crate::definition::ToolDefinition;
 use crate::error::{InputViolations, ToolError};
 use crate::plan::ToolPlan;
-use crate::provider::Scopes;
+use crate::provider::{PerCall, Scopes, SessionProviders};
 use crate::registry::{ToolRef, ToolRegistry};
 use crate::stage::Stage;
 use crate::suspension::{ResumeDecision, SuspendedInvocation, SuspensionStore};
@@ -94,6 +94,8 @@ struct PipelineInner {
     scopes: Arc<Scopes>,
     shared: Arc<Shared>,
     limits: InputLimits,
+    /// The providers the host supplies with every call, checked on each fresh call.
+    per_call: Box<[PerCall]>,
 }
 
 /// A compiled pipeline: tools, hooks in per-tool plans, providers. Cheap to clone (one
@@ -166,6 +168,12 @@ impl Pipeline {
         self.inner.scopes.sessions.remove(id)
     }
 
+    /// The host's handle on the providers of session `id`: what it binds there, every call
+    /// made with [`InvokeOptions::session`]`(id)` reads. See [`SessionProviders`].
+    pub fn session(&self, id: impl AsRef<str>) -> SessionProviders {
+        SessionProviders::new(Arc::clone(&self.inner.scopes), Arc::from(id.as_ref()))
+    }
+
     /// Invokes a tool by name with JSON input.
     ///
     /// # Errors
@@ -180,6 +188,7 @@ impl Pipeline {
     ) -> Result<Value, ToolError> {
         let entry = self.entry(tool).inspect_err(rejected)?;
         self.inner.limits.check(&input).inspect_err(rejected)?;
+        self.check_supplied(&options).inspect_err(rejected)?;
         let parts = context_parts(entry, input, options, None);
         run::run_to_end(entry, parts, Start::Fresh, |result, _| result).await
     }
@@ -197,6 +206,9 @@ impl Pipeline {
             Err(error) => return Invocation::rejected(error),
         };
         if let Err(error) = self.inner.limits.check(&input).inspect_err(rejected) {
+            return Invocation::rejected(error);
+        }
+        if let Err(error) = self.check_supplied(&options).inspect_err(rejected) {
             return Invocation::rejected(error);
         }
         let parts = context_parts(entry, input, options, None);
@@ -217,6 +229,7 @@ impl Pipeline {
     ) -> Result<Value, ToolError> {
         let entry = self.entry(tool).inspect_err(rejected)?;
         let input = self.inner.limits.parse(json).inspect_err(rejected)?;
+        self.check_supplied(&options).inspect_err(rejected)?;
         let parts = context_parts(entry, input, options, None);
         run::run_to_end(entry, parts, Start::Fresh, |result, _| result).await
     }
@@ -341,6 +354,22 @@ impl Pipeline {
         Ok((entry, parts, saved.stage))
     }
 
+    /// A fresh call brings every provider the host declared it supplies with every call.
+    #[inline]
+    fn check_supplied(&self, options: &InvokeOptions) -> Result<(), ToolError> {
+        if self.inner.per_call.is_empty() {
+            return Ok(());
+        }
+        self.inner
+            .scopes
+            .check_supplied(
+                &self.inner.per_call,
+                &options.providers,
+                options.session_id.as_deref(),
+            )
+            .map_err(ToolError::Provider)
+    }
+
     fn entry(&self, tool: &str) -> Result<&Arc<ToolEntry>, ToolError> {
         self.inner
             .registry
@@ -400,6 +429,7 @@ impl Pipeline {
         scopes: Arc<Scopes>,
         shared: Arc<Shared>,
         limits: InputLimits,
+        per_call: Box<[PerCall]>,
     ) -> Self {
         Pipeline {
             inner: Arc::new(PipelineInner {
@@ -408,6 +438,7 @@ impl Pipeline {
                 scopes,
                 shared,
                 limits,
+                per_call,
             }),
         }
     }

@@ -242,9 +242,14 @@ fn concurrency(p: &Policies, shared: &SharedState) -> Result<Vec<HookRegistratio
 }
 
 fn cache(c: &CachePolicy, shared: &SharedState) -> ResultCache {
+    // Imported tools read these per-call providers while they run, to route an upstream's
+    // messages back to their caller and to get the caller's upstream credential; their
+    // results do not depend on them beyond the user, whom the key holds already.
     let cache = ResultCache::builder()
         .shared_backend(shared.backends.cache(c.redis_deadline))
-        .ttl(c.ttl.unwrap_or(Duration::from_secs(60)));
+        .ttl(c.ttl.unwrap_or(Duration::from_secs(60)))
+        .independent_of::<toolgate_mcp::CallerKey>()
+        .independent_of::<toolgate_mcp::CallerAccessToken>();
     let cache = c
         .tools
         .iter()

@@ -549,3 +549,39 @@ async fn an_upstreams_resource_updates_reach_subscribers_of_both_eras() {
         }
     }
 }
+
+#[tokio::test]
+async fn an_imported_tool_the_cache_includes_is_served_from_it_over_v1_and_mcp() {
+    if !python_mcp_available(
+        "an_imported_tool_the_cache_includes_is_served_from_it_over_v1_and_mcp",
+    ) {
+        return;
+    }
+    // The imported tool reads the caller's routing key while it runs (over `/mcp`, where it
+    // is bound, and over `/v1`, where it is not): the gateway's cache is told its results
+    // do not depend on it, so they are stored all the same.
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/shapes.py");
+    let gateway = Gateway::start(&format!(
+        "upstreams:\n  - name: shapes\n    command: {python}\n    args: [\"{script}\"]\n\
+policies:\n  cache:\n    tools: {{ add: 5m }}\n\
+users:\n{alice}",
+        python = python(),
+        alice = user_yaml("alice", &["admin"]),
+    ));
+    let first = invoke(&gateway, "alice", "add", json!({"a": 2, "b": 3})).await;
+    let second = invoke(&gateway, "alice", "add", json!({"a": 2, "b": 3})).await;
+    assert_eq!(first.body["metadata"]["cache"], "miss", "{}", first.body);
+    assert_eq!(second.body["metadata"]["cache"], "hit", "{}", second.body);
+
+    let session = open_session(&gateway, "alice").await;
+    let call = json!({"name": "add", "arguments": {"a": 2, "b": 3}});
+    let over_mcp = mcp_rpc(&gateway, "alice", &session, "tools/call", call).await;
+    assert_eq!(over_mcp["structuredContent"]["result"], 5, "{over_mcp}");
+    let text = gateway.metrics().await;
+    let hits = crate::common::metric(
+        &text,
+        "toolgate_cache_lookups_total",
+        &[("tool", "add"), ("result", "hit")],
+    );
+    assert_eq!(hits, 2.0, "the `/mcp` call was a hit too:\n{text}");
+}

@@ -11,7 +11,10 @@ use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Hook, HookResult, ToolInvokeContext, hook};
 
 use super::flight::{InFlight, Leader, Role, follow};
-use super::{CacheBackend, CacheKey, KeyScope, MokaCache, ScopeBy, cache_key};
+use super::providers::ProviderRules;
+use super::{
+    CacheBackend, CacheKey, KeyScope, MokaCache, ScopeBy, cache_key, cache_key_with_providers,
+};
 
 /// The tag by which a tool declares that its results are the same for every caller, so
 /// they may be shared across users (the cache key then leaves the caller out).
@@ -53,6 +56,7 @@ pub struct ResultCache {
     rules: HashMap<String, Rule>,
     public: HashSet<String>,
     scope_by: ScopeBy,
+    providers: ProviderRules,
     coalesce: bool,
     max_wait: Duration,
     in_flight: InFlight,
@@ -67,6 +71,7 @@ pub struct ResultCacheBuilder {
     rules: HashMap<String, Rule>,
     public: HashSet<String>,
     scope_by: ScopeBy,
+    providers: ProviderRules,
     coalesce: bool,
     max_wait: Duration,
 }
@@ -79,6 +84,7 @@ impl Default for ResultCacheBuilder {
             rules: HashMap::new(),
             public: HashSet::new(),
             scope_by: ScopeBy::User,
+            providers: ProviderRules::default(),
             coalesce: true,
             max_wait: Duration::from_secs(30),
         }
@@ -143,6 +149,48 @@ impl ResultCacheBuilder {
         self
     }
 
+    /// Puts the value of provider `K` (looked up request → session → global; `null` when
+    /// unbound) in the key of every cached call, so that a tool that reads `K` while it
+    /// runs is cached per value of `K`: calls with different values never share an entry.
+    /// For a per-call value the result depends on, such as the caller's region.
+    ///
+    /// Without this (or [`independent_of`](Self::independent_of)), a tool that reads a
+    /// request- or session-scoped provider while it runs is not stored: its result may
+    /// belong to that request alone.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use toolgate_core::external::TypeMapKey;
+    /// use toolgate_hooks::cache::ResultCache;
+    ///
+    /// struct Region;
+    /// impl TypeMapKey for Region {
+    ///     type Value = String;
+    /// }
+    ///
+    /// let cache = ResultCache::builder().key_includes::<Region>().build();
+    /// ```
+    #[must_use]
+    pub fn key_includes<K>(mut self) -> Self
+    where
+        K: TypeMapKey,
+        K::Value: serde::Serialize,
+    {
+        self.providers.key_includes::<K>();
+        self
+    }
+
+    /// Declares that no tool's result depends on provider `K`, though tools read it while
+    /// they run (a trace id they log, a connection handle they route through): a tool
+    /// that reads `K` is cached as if it had not, and `K`'s value is not in the key.
+    #[must_use]
+    pub fn independent_of<K: TypeMapKey>(mut self) -> Self {
+        self.providers.independent_of::<K>();
+        self
+    }
+
     /// Whether concurrent identical misses run the tool once (on by default).
     #[must_use]
     pub fn coalesce(mut self, on: bool) -> Self {
@@ -165,6 +213,7 @@ impl ResultCacheBuilder {
             rules: self.rules,
             public: self.public,
             scope_by: self.scope_by,
+            providers: self.providers,
             coalesce: self.coalesce,
             max_wait: self.max_wait,
             in_flight: InFlight::default(),
@@ -254,7 +303,11 @@ impl Hook for ResultCache {
         let Some(ttl) = self.ttl_for(ctx.tool()).filter(|_| !ctx.is_no_store()) else {
             return HookFuture::ok();
         };
-        let key = cache_key(ctx.tool(), &self.scope_for(ctx), ctx.input());
+        let scope = self.scope_for(ctx);
+        let key = match self.providers.key_values(ctx) {
+            Some(values) => cache_key_with_providers(ctx.tool(), &scope, ctx.input(), &values),
+            None => cache_key(ctx.tool(), &scope, ctx.input()),
+        };
         HookFuture::new(async move {
             loop {
                 if let Some(value) = self.lookup(&key).await {
@@ -308,6 +361,15 @@ impl Hook for ResultCache {
         else {
             return HookFuture::ok();
         };
+        // Nor is a result that depends on a per-call provider the key leaves out.
+        if let Some(read) = self.providers.unkeyed_read(ctx) {
+            tracing::debug!(
+                tool = ctx.tool_name(),
+                provider = read.key(),
+                "result not cached: the tool read a per-call provider that is not in the cache key; declare it with `key_includes` or `independent_of`"
+            );
+            return HookFuture::ok();
+        }
         HookFuture::new(async move {
             if let Err(e) = self
                 .backend

@@ -90,17 +90,58 @@ impl fmt::Debug for CacheKey {
 /// # Ok::<(), serde_json::Error>(())
 /// ```
 pub fn cache_key(tool: &ToolDefinition, scope: &KeyScope, input: &Value) -> CacheKey {
+    key_of(tool, scope, input, None)
+}
+
+/// The cache key of a call whose result depends on per-call provider values as well
+/// (`ResultCacheBuilder::key_includes`): as [`cache_key`], with `providers` (an object of
+/// values by key name, as canonical JSON) as one more length-prefixed part. Calls with
+/// different provider values never share an entry.
+///
+/// ```
+/// use serde_json::json;
+/// use toolgate_core::tool::ToolDefinition;
+/// use toolgate_hooks::cache::{cache_key, cache_key_with_providers, KeyScope};
+///
+/// let tool: ToolDefinition = serde_json::from_value(json!({
+///     "name": "whoami", "description": "", "version": "1", "input_schema": {}
+/// }))?;
+/// let ann = KeyScope::User("ann".into());
+/// let home = cache_key_with_providers(&tool, &ann, &json!({}), &json!({"addr": "10.0.0.1"}));
+/// let away = cache_key_with_providers(&tool, &ann, &json!({}), &json!({"addr": "10.9.9.9"}));
+/// assert_ne!(home, away);
+/// assert_ne!(home, cache_key(&tool, &ann, &json!({})));
+/// # Ok::<(), serde_json::Error>(())
+/// ```
+pub fn cache_key_with_providers(
+    tool: &ToolDefinition,
+    scope: &KeyScope,
+    input: &Value,
+    providers: &Value,
+) -> CacheKey {
+    key_of(tool, scope, input, Some(providers))
+}
+
+fn key_of(
+    tool: &ToolDefinition,
+    scope: &KeyScope,
+    input: &Value,
+    providers: Option<&Value>,
+) -> CacheKey {
     let (scope_kind, scope_id) = scope.parts();
     let input = canonical_json(input);
+    let providers = providers.map(canonical_json);
     let mut bytes = Vec::with_capacity(64 + input.len());
-    for part in [
+    let parts = [
         "toolgate-cache-v1",
         &tool.name,
         &tool.version,
         scope_kind,
         scope_id,
         &input,
-    ] {
+    ];
+    let extra = providers.as_deref().map(|p| ["providers", p]);
+    for part in parts.into_iter().chain(extra.into_iter().flatten()) {
         bytes.extend_from_slice(&(part.len() as u64).to_be_bytes());
         bytes.extend_from_slice(part.as_bytes());
     }

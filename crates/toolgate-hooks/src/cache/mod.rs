@@ -17,6 +17,14 @@
 //!   that depends on the caller's answers during the call is not another caller's.
 //!   Never a tool tagged [`NO_CACHE_TAG`], whose answers change without a call of it
 //!   (the gateway's tool that reports approval outcomes is one), whatever the rules say.
+//! * **Per-call providers**: a tool that reads a request- or session-scoped provider
+//!   while it runs (or looks one up that no scope binds) has a result that may belong to
+//!   that request alone — a remote address, a session's allow-list. It is not stored,
+//!   unless its value is in the key ([`key_includes`](ResultCacheBuilder::key_includes))
+//!   or the result does not depend on it
+//!   ([`independent_of`](ResultCacheBuilder::independent_of)). Global providers are the
+//!   same for every call and never stop a result from being stored; lookups by hooks do
+//!   not count.
 //! * **Coalescing**: concurrent identical misses run the tool once; the others wait for
 //!   the leader's result. A leader that fails, is cancelled or panics releases its claim
 //!   (an RAII guard in its context), and the waiting calls look again — one becomes the
@@ -76,9 +84,10 @@ mod backend;
 mod flight;
 mod hook;
 mod key;
+mod providers;
 
 pub use backend::{CacheBackend, CacheError, MokaCache};
 pub use hook::{
     CACHE_METADATA_KEY, NO_CACHE_TAG, PUBLIC_RESULTS_TAG, ResultCache, ResultCacheBuilder,
 };
-pub use key::{CacheKey, KeyScope, ScopeBy, cache_key};
+pub use key::{CacheKey, KeyScope, ScopeBy, cache_key, cache_key_with_providers};
