@@ -20,6 +20,17 @@ need_gateway() {
   fi
 }
 
+# Builds the upstream MCP server of the benchmarks (toolgate-mcp-demo) for $PROFILE and sets
+# UPSTREAM_BIN to it, unless UPSTREAM_BIN is set.
+need_upstream() {
+  if [ -z "${UPSTREAM_BIN:-}" ]; then
+    local flag=()
+    [ "$PROFILE" = release ] && flag=(--release)
+    cargo build -q "${flag[@]}" -p toolgate-mcp --bin toolgate-mcp-demo
+    UPSTREAM_BIN=${CARGO_TARGET_DIR:-target}/$PROFILE/toolgate-mcp-demo
+  fi
+}
+
 # Makes $work, a temporary directory; $pid, once set, is the gateway process to stop.
 work=$(mktemp -d)
 pid=

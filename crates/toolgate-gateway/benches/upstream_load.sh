@@ -20,14 +20,11 @@ PROFILE=${PROFILE:-release}
 . crates/toolgate-gateway/benches/common.sh
 need_wrk
 need_gateway
-flag=()
-[ "$PROFILE" = release ] && flag=(--release)
-cargo build -q "${flag[@]}" -p toolgate-mcp --bin toolgate-mcp-demo
-DEMO_BIN=${CARGO_TARGET_DIR:-target}/$PROFILE/toolgate-mcp-demo
+need_upstream
 
 # The upstream, requiring toolgate's credential.
 upstream_token=tg_upstream_$RANDOM$RANDOM
-TOOLGATE_DEMO_TOKEN=$upstream_token "$DEMO_BIN" http 127.0.0.1:0 > "$work/up.out" 2> "$work/up.err" &
+TOOLGATE_DEMO_TOKEN=$upstream_token "$UPSTREAM_BIN" http 127.0.0.1:0 > "$work/up.out" 2> "$work/up.err" &
 upstream_pid=$!
 trap 'kill $upstream_pid 2>/dev/null || true; cleanup' EXIT
 for _ in $(seq 1 100); do grep -q listening "$work/up.out" 2>/dev/null && break; sleep 0.1; done
