@@ -21,6 +21,13 @@
 
 pub use toolgate_agent as agent;
 pub use toolgate_core as core;
+/// garde, the version toolgate checks tool inputs with. Its `Validate` derive names
+/// `::garde`, so a crate deriving it also lists `garde = { version = "0.23", features =
+/// ["derive"] }` (the README's `Cargo.toml` lines); the trait and rules are here.
+pub use toolgate_core::external::garde;
+/// schemars, the version toolgate describes inputs and outputs with. The derive works
+/// without a dependency of your own: `#[schemars(crate = "toolgate::schemars")]`.
+pub use toolgate_core::external::schemars;
 pub use toolgate_hooks as hooks;
 
 /// The names most programs use: `toolgate_core`'s prelude, and the annotations a tool's

@@ -7,10 +7,26 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 /// The tool configuration of one conversation thread.
+///
+/// Either every registered tool ([`ThreadConfig::all_tools`], what an
+/// [`InMemoryStateManager`] gives a thread nobody configured) or the tools listed in
+/// `enabled_tools` ([`ThreadConfig::enabling`]).
+///
+/// ```
+/// use toolgate_agent::ThreadConfig;
+///
+/// assert!(ThreadConfig::all_tools().is_enabled("anything_registered"));
+/// let listed = ThreadConfig::enabling(["search"]);
+/// assert!(listed.is_enabled("search") && !listed.is_enabled("delete_account"));
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ThreadConfig {
+    /// Whether the thread may call every registered tool; `enabled_tools` is then not
+    /// consulted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub all_tools: bool,
     /// The tools the thread may call, by name. A tool not listed gets an error result
-    /// with code `tool_disabled`.
+    /// with code `tool_disabled` (unless `all_tools` is set).
     #[serde(default)]
     pub enabled_tools: BTreeSet<String>,
     /// The result size limit for the thread's calls, in characters (a call's own limit
@@ -27,8 +43,17 @@ impl ThreadConfig {
         S: Into<String>,
     {
         ThreadConfig {
+            all_tools: false,
             enabled_tools: tools.into_iter().map(Into::into).collect(),
             result_max_chars: None,
+        }
+    }
+
+    /// A configuration that enables every tool registered in the tool system.
+    pub fn all_tools() -> Self {
+        ThreadConfig {
+            all_tools: true,
+            ..ThreadConfig::default()
         }
     }
 
@@ -41,7 +66,7 @@ impl ThreadConfig {
 
     /// Whether the thread may call `tool`.
     pub fn is_enabled(&self, tool: &str) -> bool {
-        self.enabled_tools.contains(tool)
+        self.all_tools || self.enabled_tools.contains(tool)
     }
 }
 
@@ -49,9 +74,9 @@ impl ThreadConfig {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum StateError {
-    /// Nothing is configured for this thread.
+    /// Nothing is configured for this thread, and the store has no default.
     #[error(
-        "thread `{thread}` has no tool configuration: configure it (enable its tools) before running tools in it"
+        "thread `{thread}` has no tool configuration: configure it (enable its tools) before running tools in it, or give the state manager a default configuration"
     )]
     UnknownThread {
         /// The thread id.
@@ -112,6 +137,11 @@ pub trait StateManager: Send + Sync + 'static {
 
 /// Thread configurations in memory.
 ///
+/// A thread nobody configured gets the default configuration: every registered tool
+/// ([`ThreadConfig::all_tools`]) unless set otherwise with
+/// [`default_config`](Self::default_config); [`refusing_unknown_threads`](Self::refusing_unknown_threads)
+/// makes such a thread's calls fail with `thread_config_unavailable` instead.
+///
 /// ```
 /// use toolgate_agent::{InMemoryStateManager, ThreadConfig};
 ///
@@ -119,16 +149,44 @@ pub trait StateManager: Send + Sync + 'static {
 /// state.set_config("thread-1", ThreadConfig::enabling(["search", "calculator"]));
 /// state.enable_tool("thread-1", "weather");
 /// assert!(state.config("thread-1").unwrap().is_enabled("weather"));
+/// assert!(!state.config("thread-1").unwrap().is_enabled("delete_account"));
+/// // Not configured: every tool.
+/// assert!(state.config("thread-2").is_none());
 /// ```
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct InMemoryStateManager {
     threads: RwLock<HashMap<String, ThreadConfig>>,
+    default: Option<ThreadConfig>,
+}
+
+impl Default for InMemoryStateManager {
+    fn default() -> Self {
+        InMemoryStateManager {
+            threads: RwLock::new(HashMap::new()),
+            default: Some(ThreadConfig::all_tools()),
+        }
+    }
 }
 
 impl InMemoryStateManager {
-    /// No thread configured.
+    /// No thread configured; a thread nobody configured may call every registered tool.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The same store, giving `config` to every thread nobody configured.
+    #[must_use]
+    pub fn default_config(mut self, config: ThreadConfig) -> Self {
+        self.default = Some(config);
+        self
+    }
+
+    /// The same store with no default: the calls of a thread nobody configured get error
+    /// results with code `thread_config_unavailable` until it is configured.
+    #[must_use]
+    pub fn refusing_unknown_threads(mut self) -> Self {
+        self.default = None;
+        self
     }
 
     /// Sets a thread's configuration, replacing any earlier one.
@@ -139,7 +197,8 @@ impl InMemoryStateManager {
             .insert(thread.into(), config);
     }
 
-    /// Enables a tool for a thread (configuring the thread if it was not).
+    /// Enables a tool for a thread. A thread nobody configured gets a list of just this
+    /// tool, which replaces the default configuration for it.
     pub fn enable_tool(&self, thread: &str, tool: impl Into<String>) {
         self.threads
             .write()
@@ -150,7 +209,9 @@ impl InMemoryStateManager {
             .insert(tool.into());
     }
 
-    /// Disables a tool for a thread. Returns whether it was enabled.
+    /// Disables a tool for a thread. Returns whether it was enabled by name; a thread that
+    /// may call every tool ([`ThreadConfig::all_tools`]) or nobody configured is left as
+    /// it is (give it a list with [`set_config`](Self::set_config) first).
     pub fn disable_tool(&self, thread: &str, tool: &str) -> bool {
         self.threads
             .write()
@@ -159,7 +220,8 @@ impl InMemoryStateManager {
             .is_some_and(|c| c.enabled_tools.remove(tool))
     }
 
-    /// A copy of a thread's configuration.
+    /// A copy of a thread's own configuration (`None` for a thread nobody configured,
+    /// which gets the default).
     pub fn config(&self, thread: &str) -> Option<ThreadConfig> {
         self.threads
             .read()
@@ -182,6 +244,7 @@ impl InMemoryStateManager {
 impl StateManager for InMemoryStateManager {
     async fn thread_config(&self, thread: &str) -> Result<ThreadConfig, StateError> {
         self.config(thread)
+            .or_else(|| self.default.clone())
             .ok_or_else(|| StateError::UnknownThread {
                 thread: thread.to_owned(),
             })

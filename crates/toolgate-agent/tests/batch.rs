@@ -186,11 +186,56 @@ async fn parallel_batch_is_faster_than_sequential() {
 }
 
 #[tokio::test]
-async fn unknown_thread_gives_every_call_an_error_result_saying_so() {
+async fn a_thread_nobody_configured_may_call_every_registered_tool() {
     let runs = Arc::new(Runs::default());
     let system = system(&runs, Arc::new(InMemoryStateManager::new()))
         .build()
         .unwrap();
+    let calls = vec![
+        ToolCall::new("a", "echo", json!({ "text": "x" })),
+        ToolCall::new("b", "get_weather", json!({ "city": "Rome", "days": 1 })),
+    ];
+    let results = system
+        .execute_tools("never-configured", calls, ExecuteOptions::new())
+        .await;
+    for result in &results {
+        assert!(result.is_success(), "{result:?}");
+    }
+    let offered = system
+        .enabled_definitions("never-configured")
+        .await
+        .unwrap();
+    assert_eq!(offered.len(), system.definitions().len());
+}
+
+#[tokio::test]
+async fn a_default_configuration_applies_to_threads_nobody_configured() {
+    let runs = Arc::new(Runs::default());
+    let state = InMemoryStateManager::new().default_config(ThreadConfig::enabling(["echo"]));
+    let system = system(&runs, Arc::new(state)).build().unwrap();
+    let results = system
+        .execute_tools(
+            "never-configured",
+            vec![
+                ToolCall::new("a", "echo", json!({ "text": "x" })),
+                ToolCall::new("b", "get_weather", json!({ "city": "Rome", "days": 1 })),
+            ],
+            ExecuteOptions::new(),
+        )
+        .await;
+    assert!(results[0].is_success(), "{:?}", results[0]);
+    assert_eq!(results[1].error_code(), Some("tool_disabled"));
+}
+
+#[tokio::test]
+async fn unknown_thread_gives_every_call_an_error_result_saying_so() {
+    let runs = Arc::new(Runs::default());
+    let system = system(
+        &runs,
+        Arc::new(InMemoryStateManager::new().refusing_unknown_threads()),
+    )
+    .build()
+    .unwrap();
     let calls = vec![
         ToolCall::new("a", "echo", json!({ "text": "x" })),
         ToolCall::new("b", "get_weather", json!({ "city": "Rome", "days": 1 })),

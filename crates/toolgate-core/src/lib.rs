@@ -142,6 +142,15 @@ pub mod external {
     /// as [`SuspensionStore`](crate::suspension::SuspensionStore)) as `async fn`: put
     /// `#[async_trait]` on the `impl` block. From the `async-trait` crate.
     pub use async_trait::async_trait;
+    /// Validation of a tool's input ([`Validate`](garde::Validate)), the version toolgate
+    /// uses. The `Validate` derive macro names `::garde` in the code it writes, so a crate
+    /// that derives it also needs `garde = { version = "0.23", features = ["derive"] }` of
+    /// its own (Cargo then picks this same version).
+    pub use garde;
+    /// JSON Schema of a tool's input and output ([`JsonSchema`](schemars::JsonSchema)), the
+    /// version toolgate uses. Its derive works through this path with
+    /// `#[schemars(crate = "toolgate_core::external::schemars")]` on the type.
+    pub use schemars;
     /// How a caller cancels an invocation ([`InvokeOptions::cancellation`](crate::InvokeOptions::cancellation)).
     /// From `tokio-util`.
     pub use tokio_util::sync::CancellationToken;

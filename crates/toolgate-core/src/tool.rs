@@ -23,6 +23,44 @@ pub use crate::prepared::PreparedInput;
 pub type ToolFuture<'a, T = Value> =
     Pin<Box<dyn Future<Output = Result<T, ToolError>> + Send + 'a>>;
 
+/// What a typed tool's input must be: read from JSON (`Deserialize`), checked with garde
+/// (`Validate`), described by schemars (`JsonSchema`). Implemented for every such type;
+/// named so that a type that is not one gets an error that says what to write.
+///
+/// A tool's input is a JSON object, so a bare `String` or number is not one: put it in a
+/// struct.
+///
+/// ```
+/// use garde::Validate;
+/// use schemars::JsonSchema;
+/// use serde::Deserialize;
+/// use toolgate_core::tool::ToolInput;
+///
+/// #[derive(Deserialize, Validate, JsonSchema)]
+/// struct Shout {
+///     #[garde(length(min = 1, max = 200))]
+///     text: String,
+/// }
+///
+/// fn is_tool_input<I: ToolInput>() {}
+/// is_tool_input::<Shout>();
+/// ```
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be a tool's input",
+    label = "a tool's input must derive `Deserialize`, `Validate` and `JsonSchema`",
+    note = "a tool's input is a JSON object: put a `String` or a number in a struct, e.g. `#[derive(Deserialize, Validate, JsonSchema)] struct Input {{ #[garde(length(max = 200))] text: String }}`",
+    note = "if your type derives them already, check that its `garde` is 0.23 and its `schemars` 1, the versions toolgate uses (`cargo tree -i garde`)"
+)]
+pub trait ToolInput:
+    DeserializeOwned + Validate<Context = ()> + JsonSchema + Send + Sync + 'static
+{
+}
+
+impl<T> ToolInput for T where
+    T: DeserializeOwned + Validate<Context = ()> + JsonSchema + Send + Sync + 'static
+{
+}
+
 /// Anything a pipeline accepts as a tool: a typed [`Tool`] (a [`tool_fn`] too), a
 /// [`JsonTool`], or an [`ErasedTool`] behind an `Arc`.
 #[diagnostic::on_unimplemented(
@@ -323,6 +361,7 @@ pub fn tool_fn<I, O, F, Fut>(
     f: F,
 ) -> FnTool<I, O, InputOnly<F>>
 where
+    I: ToolInput,
     F: Fn(I) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = Result<O, ToolError>> + Send + 'static,
 {
@@ -346,6 +385,7 @@ pub fn tool_fn_with_context<I, O, F>(
     f: F,
 ) -> FnTool<I, O, WithContext<F>>
 where
+    I: ToolInput,
     F: for<'a> Fn(I, &'a ToolInvokeContext) -> ToolFuture<'a, O> + Send + Sync + 'static,
 {
     FnTool::new(name.into(), description.into(), WithContext(f))

@@ -43,7 +43,12 @@ fn redis_or_skip(test: &str) -> Option<String> {
             if std::env::var("CI").is_ok_and(|v| v == "true") {
                 panic!("{test}: Redis at {url} is required in CI ({reason})");
             }
-            eprintln!("skipping {test}: no Redis at {url} ({reason}); set REDIS_URL to run it");
+            // Straight to stderr: libtest captures `eprintln!`, and a passing test's
+            // captured output is never shown.
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "SKIPPED {test}: no Redis at {url} ({reason}); set REDIS_URL to run it"
+            );
             None
         }
     }

@@ -930,7 +930,7 @@ fn tls_cluster_or_skip(test: &str) -> Option<(Certificates, Cluster)> {
             !std::env::var("CI").is_ok_and(|v| v == "true"),
             "{test}: `openssl` is required in CI"
         );
-        eprintln!("skipping {test}: `openssl` is not installed");
+        common::report_skip(test, "`openssl` is not installed");
         return None;
     }
     let certs = make_certificates();

@@ -92,7 +92,7 @@ fn tls_redis_or_skip(test: &str) -> Option<(Certificates, TlsRedis)> {
             !std::env::var("CI").is_ok_and(|v| v == "true"),
             "{test}: `{program}` is required in CI"
         );
-        eprintln!("skipping {test}: `{program}` is not installed");
+        common::report_skip(test, &format!("`{program}` is not installed"));
         return None;
     }
     let certs = make_certificates();

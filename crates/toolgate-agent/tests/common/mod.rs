@@ -178,7 +178,8 @@ pub const ALL_TOOLS: [&str; 8] = [
 
 /// A thread that enables every tool.
 pub fn state() -> Arc<InMemoryStateManager> {
-    let state = Arc::new(InMemoryStateManager::new());
+    // Strict, so that a test that forgets a thread's configuration sees it fail.
+    let state = Arc::new(InMemoryStateManager::new().refusing_unknown_threads());
     state.set_config(THREAD, ThreadConfig::enabling(ALL_TOOLS));
     state
 }

@@ -554,7 +554,12 @@ pub fn python_mcp_available(test: &str) -> bool {
         Err(e) => format!("cannot run `{}`: {e}", python()),
     };
     assert!(std::env::var("CI").as_deref() != Ok("true"), "{reason}");
-    println!("skipped {test}: {reason}");
+    // Straight to stderr: libtest captures `println!`, and never shows a passing
+    // test's captured output.
+    {
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr().lock(), "SKIPPED {test}: {reason}");
+    }
     false
 }
 

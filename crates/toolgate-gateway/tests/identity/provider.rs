@@ -122,7 +122,12 @@ impl Provider {
             Ok(dir) => dir,
             Err(reason) => {
                 assert!(std::env::var("CI").as_deref() != Ok("true"), "{reason}");
-                println!("skipped {test}: {reason}");
+                // Straight to stderr: libtest captures `println!`, and never shows a passing
+                // test's captured output.
+                {
+                    use std::io::Write as _;
+                    let _ = writeln!(std::io::stderr().lock(), "SKIPPED {test}: {reason}");
+                }
                 return None;
             }
         };

@@ -110,7 +110,7 @@ pub fn binaries_or_skip(test: &str) -> bool {
             !std::env::var("CI").is_ok_and(|v| v == "true"),
             "{test}: `{program}` is required in CI (apt-get install redis-server redis-tools)"
         );
-        eprintln!("skipping {test}: `{program}` is not installed");
+        super::report_skip(test, &format!("`{program}` is not installed"));
         return false;
     }
     true

@@ -21,6 +21,14 @@ pub fn redis_url() -> String {
     std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned())
 }
 
+/// Says that `test` did not run, and why, where `cargo test` shows it: written straight to
+/// the process's stderr, which libtest does not capture (it captures `eprintln!`, whose
+/// output a passing test never shows).
+pub fn report_skip(test: &str, reason: &str) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "SKIPPED {test}: {reason}");
+}
+
 /// The Redis URL when Redis answers. Outside CI a missing Redis skips the test (with the
 /// reason printed); with `CI=true` it fails it.
 pub async fn redis_or_skip(test: &str) -> Option<String> {
@@ -47,7 +55,10 @@ pub async fn redis_or_skip(test: &str) -> Option<String> {
             )
         }
         Err(reason) => {
-            eprintln!("skipping {test}: no Redis at {url} ({reason}); set REDIS_URL to run it");
+            report_skip(
+                test,
+                &format!("no Redis at {url} ({reason}); set REDIS_URL to run it"),
+            );
             None
         }
     }
