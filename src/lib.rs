@@ -22,6 +22,9 @@
 pub use toolgate_agent as agent;
 pub use toolgate_core as core;
 pub use toolgate_hooks as hooks;
+/// Embedding a pipeline in your own HTTP server (feature `http`): see `docs/embedding.md`.
+#[cfg(feature = "http")]
+pub use toolgate_http as http;
 
 /// The names most programs use: `toolgate_core`'s prelude, and the annotations a tool's
 /// owner declares (read-only, idempotent, …).

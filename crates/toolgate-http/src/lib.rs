@@ -47,3 +47,8 @@ pub use call::{CallOptions, Caller, X_REQUEST_ID, X_SESSION_ID, request_id, sess
 pub use error::HttpError;
 pub use response::invocation_response;
 pub use service::{PipelineService, ToolCall};
+
+/// The embedding guide, `docs/embedding.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/embedding.md")]
+pub struct EmbeddingGuide;
