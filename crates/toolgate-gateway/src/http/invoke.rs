@@ -6,14 +6,14 @@ use std::sync::Arc;
 
 use axum::extract::{Extension, FromRequest, Path, Query, Request, State};
 use axum::http::header::WWW_AUTHENTICATE;
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde::Deserialize;
+use serde_json::{Value, json};
 use toolgate_agent::ToolResult;
 use toolgate_agent::format::{anthropic, gemini, mcp, openai};
 use toolgate_core::context::RequestId;
-use toolgate_core::{InvokeOptions, ToolError};
+use toolgate_core::InvokeOptions;
 use toolgate_http::{X_REQUEST_ID, invocation_response};
 use toolgate_mcp::CallerAccessToken;
 
