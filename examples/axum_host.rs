@@ -15,14 +15,20 @@ use toolgate_http::{CallOptions, Caller, HttpError, invocation_response};
 
 /// Your authentication: a bearer key names the user.
 async fn authenticate(mut request: Request, next: Next) -> Response {
-    let user = match request.headers().get("authorization").and_then(|v| v.to_str().ok()) {
+    let user = match request
+        .headers()
+        .get("authorization")
+        .and_then(|v| v.to_str().ok())
+    {
         Some("Bearer alice-key") => User::new("alice"),
-        _ => return HttpError::new(
-            http::StatusCode::UNAUTHORIZED,
-            "unauthenticated",
-            "send `Authorization: Bearer <your key>`",
-        )
-        .into_response(),
+        _ => {
+            return HttpError::new(
+                http::StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "send `Authorization: Bearer <your key>`",
+            )
+            .into_response();
+        }
     };
     request.extensions_mut().insert(Caller::new(user));
     next.run(request).await
@@ -49,15 +55,26 @@ struct Divide {
 
 fn pipeline() -> Result<Pipeline, Box<dyn std::error::Error>> {
     let pipeline = Pipeline::builder()
-        .tool(tool_fn_with_context("whoami", "Names the caller.", |_: (), ctx: &ToolInvokeContext| {
-            Box::pin(async move { Ok::<_, ToolError>(ctx.user().id.clone()) })
-        }))
-        .tool(tool_fn("divide", "Divides a by b.", |d: Divide| async move {
-            if d.b == 0.0 {
-                return Err(ToolError::retry_after(Duration::from_millis(1500), "b is 0: try again with another b"));
-            }
-            Ok(d.a / d.b)
-        }))
+        .tool(tool_fn_with_context(
+            "whoami",
+            "Names the caller.",
+            |_: (), ctx: &ToolInvokeContext| {
+                Box::pin(async move { Ok::<_, ToolError>(ctx.user().id.clone()) })
+            },
+        ))
+        .tool(tool_fn(
+            "divide",
+            "Divides a by b.",
+            |d: Divide| async move {
+                if d.b == 0.0 {
+                    return Err(ToolError::retry_after(
+                        Duration::from_millis(1500),
+                        "b is 0: try again with another b",
+                    ));
+                }
+                Ok(d.a / d.b)
+            },
+        ))
         .build()?;
     Ok(pipeline)
 }
@@ -90,8 +107,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         let status = response.status().as_u16();
         let retry_after = response.headers().get("retry-after").cloned();
         let body: Value = response.json().await?;
-        println!("POST /tools/{tool} {input} -> {status} {body}{}",
-            retry_after.map(|v| format!(" (Retry-After: {v:?})")).unwrap_or_default());
+        println!(
+            "POST /tools/{tool} {input} -> {status} {body}{}",
+            retry_after
+                .map(|v| format!(" (Retry-After: {v:?})"))
+                .unwrap_or_default()
+        );
         if status != expected {
             return Err(format!("{tool}: expected {expected}, got {status}").into());
         }

@@ -105,9 +105,10 @@ impl IntoResponse for HttpError {
         }
         if let Some(ms) = self.body.retry_after_ms {
             // Whole seconds, rounded up: a client that waits this long is admitted.
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from(ms.div_ceil(1000).max(1)));
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(ms.div_ceil(1000).max(1)),
+            );
         }
         response
     }

@@ -89,11 +89,6 @@ impl Service<ToolCall> for PipelineService {
 
     fn call(&mut self, call: ToolCall) -> Self::Future {
         let pipeline = self.pipeline.clone();
-        Box::pin(async move {
-            pipeline
-                .invoke(&call.tool, call.input, call.options)
-                .await
-        })
+        Box::pin(async move { pipeline.invoke(&call.tool, call.input, call.options).await })
     }
 }
-

@@ -55,7 +55,9 @@ async fn send(request: Request<Body>) -> (u16, Value) {
 
 #[tokio::test]
 async fn the_caller_in_the_extensions_is_the_invocations_user() {
-    let mut request = Request::post("/tools/whoami").body(Body::from("null")).unwrap();
+    let mut request = Request::post("/tools/whoami")
+        .body(Body::from("null"))
+        .unwrap();
     request
         .extensions_mut()
         .insert(Caller::new(User::new("alice")));
@@ -72,7 +74,9 @@ async fn session_and_request_id_headers_reach_the_invocation() {
         .header("x-request-id", "req-1")
         .body(Body::from("null"))
         .unwrap();
-    request.extensions_mut().insert(Caller::new(User::new("bob")));
+    request
+        .extensions_mut()
+        .insert(Caller::new(User::new("bob")));
     let (_, body) = send(request).await;
     assert_eq!(body["output"]["session"], "chat-9");
     assert_eq!(body["output"]["request"], "req-1");
@@ -80,7 +84,9 @@ async fn session_and_request_id_headers_reach_the_invocation() {
 
 #[tokio::test]
 async fn a_request_without_a_caller_is_answered_401_unauthenticated() {
-    let request = Request::post("/tools/whoami").body(Body::from("null")).unwrap();
+    let request = Request::post("/tools/whoami")
+        .body(Body::from("null"))
+        .unwrap();
     let (status, body) = send(request).await;
     assert_eq!(status, 401);
     assert_eq!(body["error"]["code"], "unauthenticated");
@@ -88,8 +94,12 @@ async fn a_request_without_a_caller_is_answered_401_unauthenticated() {
 
 #[tokio::test]
 async fn an_unknown_tool_is_answered_with_the_gateway_error_body() {
-    let mut request = Request::post("/tools/nope").body(Body::from("null")).unwrap();
-    request.extensions_mut().insert(Caller::new(User::new("bob")));
+    let mut request = Request::post("/tools/nope")
+        .body(Body::from("null"))
+        .unwrap();
+    request
+        .extensions_mut()
+        .insert(Caller::new(User::new("bob")));
     let (status, body) = send(request).await;
     assert_eq!(status, 404);
     assert_eq!(body["error"]["code"], "unknown_tool");

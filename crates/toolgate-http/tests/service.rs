@@ -65,7 +65,8 @@ async fn the_options_of_a_call_reach_the_pipeline() {
         ))
         .build()
         .unwrap();
-    let call = ToolCall::new("whoami", json!(null)).options(InvokeOptions::new().user(User::new("carol")));
+    let call =
+        ToolCall::new("whoami", json!(null)).options(InvokeOptions::new().user(User::new("carol")));
     let output = PipelineService::new(pipeline).oneshot(call).await.unwrap();
     assert_eq!(output, json!("carol"));
 }

@@ -12,8 +12,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_agent::ToolResult;
 use toolgate_agent::format::{anthropic, gemini, mcp, openai};
-use toolgate_core::context::RequestId;
 use toolgate_core::InvokeOptions;
+use toolgate_core::context::RequestId;
 use toolgate_http::{X_REQUEST_ID, invocation_response};
 use toolgate_mcp::CallerAccessToken;
 
