@@ -65,14 +65,16 @@ fn pipeline() -> Result<Pipeline, Box<dyn std::error::Error>> {
         .tool(tool_fn(
             "divide",
             "Divides a by b.",
-            |d: Divide| async move {
-                if d.b == 0.0 {
-                    return Err(ToolError::retry_after(
-                        Duration::from_millis(1500),
-                        "b is 0: try again with another b",
-                    ));
-                }
-                Ok(d.a / d.b)
+            |d: Divide| async move { Ok(d.a / d.b) },
+        ))
+        .tool(tool_fn(
+            "report",
+            "Builds the daily report.",
+            |_: ()| async {
+                Err::<Value, _>(ToolError::retry_after(
+                    Duration::from_millis(1500),
+                    "the report is being built",
+                ))
             },
         ))
         .build()?;
@@ -93,7 +95,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let calls = [
         ("whoami", json!(null), Some("alice-key"), 200),
         ("divide", json!({"a": 1, "b": 4}), Some("alice-key"), 200),
-        ("divide", json!({"a": 1, "b": 0}), Some("alice-key"), 429),
+        ("report", json!(null), Some("alice-key"), 429),
         ("divide", json!({"a": "one"}), Some("alice-key"), 400),
         ("nope", json!(null), Some("alice-key"), 404),
         ("whoami", json!(null), None, 401),
