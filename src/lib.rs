@@ -29,6 +29,9 @@ pub use toolgate_core::external::garde;
 /// without a dependency of your own: `#[schemars(crate = "toolgate::schemars")]`.
 pub use toolgate_core::external::schemars;
 pub use toolgate_hooks as hooks;
+/// Embedding a pipeline in your own HTTP server (feature `http`): see `docs/embedding.md`.
+#[cfg(feature = "http")]
+pub use toolgate_http as http;
 
 /// The names most programs use: `toolgate_core`'s prelude, and the annotations a tool's
 /// owner declares (read-only, idempotent, …).

@@ -6,14 +6,15 @@ use std::sync::Arc;
 
 use axum::extract::{Extension, FromRequest, Path, Query, Request, State};
 use axum::http::header::WWW_AUTHENTICATE;
-use axum::http::{HeaderName, HeaderValue, StatusCode};
+use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value, json};
+use serde::Deserialize;
+use serde_json::{Value, json};
 use toolgate_agent::ToolResult;
 use toolgate_agent::format::{anthropic, gemini, mcp, openai};
+use toolgate_core::InvokeOptions;
 use toolgate_core::context::RequestId;
-use toolgate_core::{InvokeOptions, ToolError};
+use toolgate_http::{X_REQUEST_ID, invocation_response};
 use toolgate_mcp::CallerAccessToken;
 
 use super::body::json_body;
@@ -53,21 +54,6 @@ pub async fn list_tools(
     Ok(Json(listed))
 }
 
-/// `x-request-id`: the caller's id of the request, echoed in the answer.
-const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
-/// `x-session-id`: the session the call belongs to.
-const X_SESSION_ID: HeaderName = HeaderName::from_static("x-session-id");
-
-/// The answer of a call that returned: serialized from the invocation in place (keys in
-/// the order a JSON object of them has always had).
-#[derive(Serialize)]
-struct Answer<'a> {
-    attempts: u32,
-    duration_ms: f64,
-    metadata: &'a Map<String, Value>,
-    output: &'a Value,
-}
-
 /// One call. The body is the tool's arguments; `x-session-id`, `x-request-id` and
 /// `x-toolgate-timeout-ms` are optional headers. A call still running when the shutdown
 /// grace ends is cancelled and answered 503 `shutting_down`.
@@ -85,10 +71,7 @@ pub async fn invoke(
         Ok(input) => input,
         Err(error) => return error.into_response(),
     };
-    let request_id = headers
-        .get(X_REQUEST_ID)
-        .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= 128)
+    let request_id = toolgate_http::request_id(&headers)
         .map(str::to_owned)
         .unwrap_or_else(|| RequestId::generate().to_string());
     let mut options = InvokeOptions::new()
@@ -96,7 +79,7 @@ pub async fn invoke(
         .request_id(request_id.clone())
         .timeout(request_timeout(&caller.gateway, &headers))
         .cancellation(state.drain.call_token());
-    if let Some(session) = headers.get(X_SESSION_ID).and_then(|v| v.to_str().ok()) {
+    if let Some(session) = toolgate_http::session_id(&headers) {
         options = options.session(session);
     }
     if let Some(token) = &caller.token {
@@ -117,42 +100,19 @@ pub async fn invoke(
         result.metadata.attempts = invocation.attempts;
         stats.record(&result);
     }
-    let mut response = match &invocation.result {
-        Ok(output) => Json(Answer {
-            attempts: invocation.attempts,
-            duration_ms: invocation.duration.as_secs_f64() * 1000.0,
-            metadata: &invocation.metadata,
-            output,
-        })
-        .into_response(),
-        Err(ToolError::Suspended {
-            suspension_id,
-            reason,
-        }) => (
-            StatusCode::ACCEPTED,
-            Json(json!({
-                "status": "suspended",
-                "suspension_id": suspension_id,
-                "reason": reason,
-            })),
-        )
-            .into_response(),
-        Err(error) => {
-            let mut response = ApiError::from(error).into_response();
-            // A token without a scope the tool needs: the challenge says which (RFC 6750).
-            if error.code() == INSUFFICIENT_SCOPE
-                && let Some(oauth) = caller.gateway.identity.oauth()
-                && let Ok(value) = HeaderValue::from_str(&metadata::insufficient_scope(
-                    oauth,
-                    Route::V1,
-                    caller.gateway.tool_scopes(&name),
-                ))
-            {
-                response.headers_mut().insert(WWW_AUTHENTICATE, value);
-            }
-            response
-        }
-    };
+    let mut response = invocation_response(&invocation);
+    // A token without a scope the tool needs: the challenge says which (RFC 6750).
+    if let Err(error) = &invocation.result
+        && error.code() == INSUFFICIENT_SCOPE
+        && let Some(oauth) = caller.gateway.identity.oauth()
+        && let Ok(value) = HeaderValue::from_str(&metadata::insufficient_scope(
+            oauth,
+            Route::V1,
+            caller.gateway.tool_scopes(&name),
+        ))
+    {
+        response.headers_mut().insert(WWW_AUTHENTICATE, value);
+    }
     if let Ok(value) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert(X_REQUEST_ID, value);
     }

@@ -49,7 +49,7 @@ use toolgate_mcp::CallerAccessToken;
 
 use admission::AdmitLayer;
 use authenticate::AuthenticateLayer;
-pub use error::ApiError;
+pub use error::{ApiError, unauthenticated};
 pub(crate) use mcp_sessions::McpSessions;
 use request_metrics::RecordRequestsLayer;
 

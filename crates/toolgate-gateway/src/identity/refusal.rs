@@ -54,7 +54,7 @@ impl Refusal {
                     if api_keys { ", or a valid API key" } else { "" }
                 ),
             ),
-            None => ApiError::unauthenticated(),
+            None => crate::http::unauthenticated(),
         };
         let (error, challenge) = match (self, oauth) {
             (Refusal::NoCredential, _) => (unauthenticated(), Some(challenge(None))),

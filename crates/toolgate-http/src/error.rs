@@ -1,0 +1,123 @@
+//! Errors as HTTP answers: `{"error": {"code", "message", "retry_after_ms"?, "violations"?}}`
+//! with the error's status and, for retry-afters, a `Retry-After` header.
+
+use axum::Json;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use serde::Serialize;
+use toolgate_agent::ResultError;
+use toolgate_core::ToolError;
+
+/// An error answer: a status and the JSON error body clients of the gateway read.
+///
+/// Build one from a [`ToolError`] (its [`status`](ToolError::status), its
+/// [`code`](ToolError::code), its message and, for [`ToolError::RetryAfter`], the delay),
+/// or with [`new`](Self::new) for an error of your own route. As an axum
+/// [`IntoResponse`], it answers with the status, the body and, when the error carries a
+/// delay, `Retry-After` in whole seconds (rounded up). A 408 also closes the connection:
+/// the rest of the request may still be on its way.
+///
+/// ```
+/// use axum::response::IntoResponse;
+/// use std::time::Duration;
+/// use toolgate_core::ToolError;
+/// use toolgate_http::HttpError;
+///
+/// let error = ToolError::retry_after(Duration::from_millis(1500), "too many calls");
+/// let response = HttpError::from(&error).into_response();
+/// assert_eq!(response.status(), 429);
+/// assert_eq!(response.headers()["retry-after"], "2");
+/// ```
+#[derive(Debug)]
+pub struct HttpError {
+    status: StatusCode,
+    body: ResultError,
+}
+
+/// The body on the wire: the error under `"error"`.
+#[derive(Serialize)]
+struct Body<'a> {
+    error: &'a ResultError,
+}
+
+impl HttpError {
+    /// An error with its own status, machine code and message (say what to do next).
+    ///
+    /// ```
+    /// use http::StatusCode;
+    /// use toolgate_http::HttpError;
+    ///
+    /// let error = HttpError::new(StatusCode::BAD_REQUEST, "unknown_format", "use json");
+    /// assert_eq!(error.code(), "unknown_format");
+    /// ```
+    pub fn new(status: StatusCode, code: &str, message: impl Into<String>) -> Self {
+        HttpError {
+            status,
+            body: ResultError {
+                code: code.to_owned(),
+                message: message.into(),
+                retry_after_ms: None,
+                violations: Vec::new(),
+            },
+        }
+    }
+
+    /// The status it answers with.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+
+    /// Its machine code, such as `rate_limited` or `invalid_input`.
+    pub fn code(&self) -> &str {
+        &self.body.code
+    }
+
+    /// The body, as [`ToolResult`](toolgate_agent::ToolResult)s carry it.
+    pub fn body(&self) -> &ResultError {
+        &self.body
+    }
+}
+
+impl From<&ToolError> for HttpError {
+    fn from(error: &ToolError) -> Self {
+        HttpError {
+            status: StatusCode::from_u16(error.status())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            body: ResultError::from(error),
+        }
+    }
+}
+
+impl From<ToolError> for HttpError {
+    fn from(error: ToolError) -> Self {
+        HttpError::from(&error)
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let status = self.status;
+        let mut response = (status, Json(Body { error: &self.body })).into_response();
+        if status == StatusCode::REQUEST_TIMEOUT {
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        if let Some(ms) = self.body.retry_after_ms {
+            // Whole seconds, rounded up: a client that waits this long is admitted.
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(ms.div_ceil(1000).max(1)),
+            );
+        }
+        response
+    }
+}
+
+impl std::fmt::Display for HttpError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.body.message, self.body.code)
+    }
+}
+
+impl std::error::Error for HttpError {}

@@ -1,0 +1,54 @@
+//! Embedding a toolgate [`Pipeline`](toolgate_core::Pipeline) in your own HTTP server.
+//!
+//! The pieces the `toolgate` gateway's own `/v1` routes are made of, for a host that serves
+//! tools from an axum (or any tower) server of its own:
+//!
+//! - [`HttpError`]: a [`ToolError`](toolgate_core::ToolError) (or an error of your own) as an
+//!   HTTP answer: its status, `Retry-After` for retry-afters, and the gateway's JSON body
+//!   `{"error": {"code", "message", "retry_after_ms"?, "violations"?}}`.
+//! - [`invocation_response`]: an [`Invocation`](toolgate_core::Invocation) as the gateway
+//!   answers it (200 with the output, 202 for a suspended call, the error otherwise).
+//! - [`Caller`] and [`CallOptions`]: your authentication middleware puts a [`Caller`] in the
+//!   request's extensions; the [`CallOptions`] extractor turns the request into
+//!   [`InvokeOptions`](toolgate_core::InvokeOptions) (the caller, `x-session-id`,
+//!   `x-request-id`).
+//! - [`PipelineService`]: a tower [`Service`](tower_service::Service) over a pipeline that
+//!   answers [`ToolCall`]s, so it stacks with tower middleware.
+//!
+//! `docs/embedding.md` walks through an axum host end to end.
+//!
+//! ```
+//! use axum::{Json, Router, extract::{Path, State}, response::Response, routing::post};
+//! use serde_json::Value;
+//! use toolgate_core::Pipeline;
+//! use toolgate_http::{CallOptions, invocation_response};
+//!
+//! async fn invoke(
+//!     State(pipeline): State<Pipeline>,
+//!     Path(tool): Path<String>,
+//!     call: CallOptions,
+//!     Json(input): Json<Value>,
+//! ) -> Response {
+//!     invocation_response(&pipeline.invoke_detailed(&tool, input, call.options).await)
+//! }
+//!
+//! # fn app(pipeline: Pipeline) -> Router {
+//! Router::new().route("/tools/{tool}", post(invoke)).with_state(pipeline)
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod call;
+mod error;
+mod response;
+mod service;
+
+pub use call::{CallOptions, Caller, X_REQUEST_ID, X_SESSION_ID, request_id, session_id};
+pub use error::HttpError;
+pub use response::invocation_response;
+pub use service::{PipelineService, ToolCall};
+
+/// The embedding guide, `docs/embedding.md`, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../../../docs/embedding.md")]
+pub struct EmbeddingGuide;

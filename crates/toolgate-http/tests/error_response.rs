@@ -1,0 +1,82 @@
+//! `HttpError`: status codes, `Retry-After` and the JSON body per error kind.
+
+use std::time::Duration;
+
+use axum::response::{IntoResponse, Response};
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use toolgate_core::ToolError;
+use toolgate_http::HttpError;
+
+async fn body(response: Response) -> Value {
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[tokio::test]
+async fn retry_after_answers_429_with_retry_after_in_whole_seconds_rounded_up() {
+    let error = ToolError::retry_after(Duration::from_millis(2001), "slow down");
+    let response = HttpError::from(&error).into_response();
+    assert_eq!(response.status(), 429);
+    assert_eq!(response.headers()["retry-after"], "3");
+    let body = body(response).await;
+    assert_eq!(body["error"]["code"], error.code());
+    assert_eq!(body["error"]["retry_after_ms"], 2001);
+}
+
+#[tokio::test]
+async fn a_sub_second_retry_after_still_asks_for_one_second() {
+    let error = ToolError::retry_after(Duration::from_millis(10), "slow down");
+    let response = HttpError::from(error).into_response();
+    assert_eq!(response.headers()["retry-after"], "1");
+}
+
+#[tokio::test]
+async fn unknown_tool_answers_404_with_the_error_body_and_no_retry_after() {
+    let error = ToolError::UnknownTool {
+        name: "nope".into(),
+    };
+    let response = HttpError::from(&error).into_response();
+    assert_eq!(response.status(), 404);
+    assert!(response.headers().get("retry-after").is_none());
+    assert_eq!(
+        body(response).await,
+        json!({"error": {"code": "unknown_tool", "message": error.to_string()}})
+    );
+}
+
+#[tokio::test]
+async fn every_tool_error_answers_with_its_own_status_and_code() {
+    let errors = [
+        ToolError::UnknownTool { name: "x".into() },
+        ToolError::retry_after(Duration::from_secs(1), "later"),
+        ToolError::Suspended {
+            suspension_id: "s".into(),
+            reason: "approval".into(),
+        },
+    ];
+    for error in errors {
+        let response = HttpError::from(&error).into_response();
+        assert_eq!(response.status().as_u16(), error.status(), "{error}");
+        assert_eq!(body(response).await["error"]["code"], error.code());
+    }
+}
+
+#[tokio::test]
+async fn a_route_error_of_its_own_keeps_its_status_code_and_message() {
+    let error = HttpError::new(http::StatusCode::BAD_REQUEST, "bad_format", "use json");
+    assert_eq!(error.status(), 400);
+    let response = error.into_response();
+    assert_eq!(response.status(), 400);
+    assert_eq!(
+        body(response).await,
+        json!({"error": {"code": "bad_format", "message": "use json"}})
+    );
+}
+
+#[tokio::test]
+async fn a_request_timeout_closes_the_connection() {
+    let error = HttpError::new(http::StatusCode::REQUEST_TIMEOUT, "timeout", "send faster");
+    let response = error.into_response();
+    assert_eq!(response.headers()["connection"], "close");
+}
