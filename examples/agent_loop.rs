@@ -11,7 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toolgate::agent::format::openai;
-use toolgate::agent::{ExecuteOptions, InMemoryStateManager, ThreadConfig, ToolSystem};
+use toolgate::agent::{ExecuteOptions, InMemoryStateManager, ToolSystem};
 use toolgate::prelude::*;
 
 #[derive(Deserialize, Serialize, Validate, JsonSchema)]
@@ -106,11 +106,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             },
         ));
 
+    // A thread nobody configured may call every registered tool; `state.set_config(thread,
+    // ThreadConfig::enabling([...]))` narrows one thread to some of them.
     let state = Arc::new(InMemoryStateManager::new());
-    state.set_config(
-        "trip-thread",
-        ThreadConfig::enabling(["get_forecast", "to_fahrenheit", "packing_list"]),
-    );
     let system = ToolSystem::builder(pipeline, state).build()?;
     let tools = openai::chat_tools(&system.enabled_definitions("trip-thread").await?);
 
