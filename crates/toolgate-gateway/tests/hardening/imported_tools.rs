@@ -7,8 +7,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Gateway, invoke, mcp, mcp_rpc, open_session, python, python_mcp_available, rpc_answer, run,
-    user_yaml,
+    Gateway, HttpUpstream, invoke, mcp, mcp_rpc, open_session, python, python_mcp_available,
+    rpc_answer, run, user_yaml,
 };
 
 fn config() -> String {
@@ -151,7 +151,7 @@ async fn progress_sampling_and_elicitation_of_an_upstream_reach_the_callers_mcp_
     }
     // Over streamable HTTP the upstream asks on the call's own response stream: the
     // request is the caller's by that stream.
-    let upstream = Served::shapes();
+    let upstream = shapes();
     let gateway = Gateway::start(&format!(
         "upstreams:\n  - name: shapes\n    url: {url}\n\
 policies:\n  redaction: {{}}\n\
@@ -336,53 +336,19 @@ async fn prompts_and_resources_go_through_authorization_redaction_and_audit() {
     );
 }
 
-/// A Python SDK server serving streamable HTTP on a free loopback port, stopped when
-/// dropped: the conformance fixture (`tests/conformance/everything.py`), or `shapes.py`.
-struct Served {
-    child: std::process::Child,
-    url: String,
+/// The conformance fixture (`tests/conformance/everything.py`) serving streamable HTTP.
+fn everything() -> HttpUpstream {
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/conformance/everything.py"
+    );
+    HttpUpstream::start(script, &["0"], &[])
 }
 
-impl Served {
-    /// The conformance fixture.
-    fn everything() -> Served {
-        let script = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/conformance/everything.py"
-        );
-        Served::start(&[script, "0"])
-    }
-
-    /// `shapes.py` over HTTP.
-    fn shapes() -> Served {
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/shapes.py");
-        Served::start(&[script, "--http"])
-    }
-
-    /// Runs `args` with Python, reading the URL from the line it prints.
-    fn start(args: &[&str]) -> Served {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(python())
-            .args(args)
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("python runs");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("piped"))
-            .read_line(&mut line)
-            .expect("the fixture says where it listens");
-        let url = line.trim().rsplit(' ').next().expect("a URL").to_owned();
-        assert!(url.starts_with("http://127.0.0.1:"), "{line}");
-        Served { child, url }
-    }
-}
-
-impl Drop for Served {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+/// `shapes.py` serving streamable HTTP.
+fn shapes() -> HttpUpstream {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/shapes.py");
+    HttpUpstream::start(script, &["--http"], &[])
 }
 
 /// What `tests/clients/rounds_client.py` saw, in `era`: over streamable HTTP to the
@@ -443,7 +409,7 @@ async fn an_upstreams_input_required_rounds_reach_callers_of_both_eras_and_are_n
     ) {
         return;
     }
-    let upstream = Served::everything();
+    let upstream = everything();
     // The greeting tool is cached (as if read-only): a result made with a caller's
     // answers must still never be stored or served again.
     let gateway = Gateway::start(&format!(
@@ -520,7 +486,7 @@ async fn an_upstreams_resource_updates_reach_subscribers_of_both_eras() {
     if !python_mcp_available("an_upstreams_resource_updates_reach_subscribers_of_both_eras") {
         return;
     }
-    let upstream = Served::everything();
+    let upstream = everything();
     let gateway = Gateway::start(&format!(
         "upstreams:\n  - name: everything\n    url: {url}\nusers:\n{alice}",
         url = upstream.url,

@@ -10,46 +10,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::common::{Gateway, key, metric, python, python_mcp_available, user_yaml};
+use crate::common::{Gateway, HttpUpstream, key, metric, python, python_mcp_available, user_yaml};
 
 const CROSSTALK: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/crosstalk.py");
-
-/// A Python SDK upstream serving streamable HTTP on a free loopback port; stopped when
-/// dropped.
-pub struct HttpUpstream {
-    child: std::process::Child,
-    /// Its MCP endpoint.
-    pub url: String,
-}
-
-impl HttpUpstream {
-    /// Runs `script` with `args` and `env`, and reads the URL from the line it prints.
-    pub fn start(script: &str, args: &[&str], env: &[(&str, &str)]) -> HttpUpstream {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(python())
-            .arg(script)
-            .args(args)
-            .envs(env.iter().copied())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("python runs");
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().expect("piped"))
-            .read_line(&mut line)
-            .expect("the upstream says where it listens");
-        let url = line.trim().rsplit(' ').next().expect("a URL").to_owned();
-        assert!(url.starts_with("http://127.0.0.1:"), "{line}");
-        HttpUpstream { child, url }
-    }
-}
-
-impl Drop for HttpUpstream {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// What a Python client (`command`) of `gateway` printed: one JSON object. Fails the test,
 /// with the client's and the gateway's output, when it fails or takes over 120 s.

@@ -7,8 +7,8 @@
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 
-use crate::attribution::{HttpUpstream, client_output};
-use crate::common::{Gateway, key, python, python_mcp_available, user_yaml};
+use crate::attribution::client_output;
+use crate::common::{Gateway, HttpUpstream, key, python, python_mcp_available, user_yaml};
 
 /// The credential: distinctive, with characters that JSON and URL encoding change.
 const TOKEN: &str = "up-s3cret/relay+77";
