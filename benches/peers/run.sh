@@ -10,6 +10,9 @@
 #   ROUNDS=5 SECONDS_PER_RUN=20 benches/peers/run.sh      # longer sittings
 #   TOOLGATE_BIN=/path/to/toolgate benches/peers/run.sh   # another build of the gateway
 #   TARGETS="direct toolgate-mcp mcp-proxy" benches/peers/run.sh   # some targets only
+#   TOOLGATE_BASE_BIN=/path/to/old/toolgate \
+#     TARGETS="direct toolgate-mcp toolgate-mcp-base mcp-proxy" benches/peers/run.sh
+#                                                 # a build against another, in one sitting
 #   python3 benches/peers/summary.py benches/peers/results/<sitting>.jsonl
 #
 # The peers are installed, pinned, on first use under $PEERS_CACHE (~/.cache/toolgate-peers):
@@ -123,6 +126,8 @@ versions_row() {
     wrk "$(wrk -v 2>&1 | head -1 | cut -d' ' -f2)" \
     toolgate_commit "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- crates src || echo +dirty)" \
     toolgate_bin "$TOOLGATE_BIN" toolgate_bin_sha256 "$(sha256sum "$TOOLGATE_BIN" | cut -c1-16)" \
+    toolgate_base_bin "${TOOLGATE_BASE_BIN:--}" \
+    toolgate_base_bin_sha256 "$( [ -n "${TOOLGATE_BASE_BIN:-}" ] && sha256sum "$TOOLGATE_BASE_BIN" | cut -c1-16 || echo -)" \
     upstream_bin "$UPSTREAM_BIN" \
     mcp_proxy "$MCP_PROXY_VERSION" fastmcp "$FASTMCP_VERSION" contextforge "$CONTEXTFORGE_VERSION" \
     python "$(python3 -c 'import platform; print(platform.python_version())')"

@@ -15,11 +15,14 @@ import statistics
 import sys
 from collections import defaultdict
 
-TARGET_ORDER = ["direct", "toolgate-mcp", "toolgate-v1", "mcp-proxy", "fastmcp", "contextforge"]
+TARGET_ORDER = ["direct", "toolgate-mcp", "toolgate-v1", "toolgate-mcp-base", "toolgate-v1-base",
+                "mcp-proxy", "fastmcp", "contextforge"]
 LABELS = {
     "direct": "direct to the upstream",
     "toolgate-mcp": "toolgate `/mcp`",
     "toolgate-v1": "toolgate `/v1`",
+    "toolgate-mcp-base": "toolgate `/mcp`, baseline build",
+    "toolgate-v1-base": "toolgate `/v1`, baseline build",
     "mcp-proxy": "mcp-proxy",
     "fastmcp": "FastMCP proxy",
     "contextforge": "ContextForge",

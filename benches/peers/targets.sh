@@ -85,10 +85,12 @@ start_upstream() {
 prepare_target() {
   case $1 in
     direct | toolgate-mcp | toolgate-v1) ;;
+    toolgate-mcp-base | toolgate-v1-base)
+      [ -x "${TOOLGATE_BASE_BIN:-}" ] || { echo "$1 needs TOOLGATE_BASE_BIN, the gateway build to compare with"; return 1; } ;;
     mcp-proxy) prepare_mcp_proxy ;;
     fastmcp) prepare_venv fastmcp "fastmcp==$FASTMCP_VERSION" ;;
     contextforge) prepare_venv contextforge "mcp-contextforge-gateway==$CONTEXTFORGE_VERSION" ;;
-    *) echo "unknown target (known: direct toolgate-mcp toolgate-v1 mcp-proxy fastmcp contextforge)"; return 1 ;;
+    *) echo "unknown target (known: direct toolgate-mcp toolgate-v1 toolgate-mcp-base toolgate-v1-base mcp-proxy fastmcp contextforge)"; return 1 ;;
   esac
 }
 
@@ -127,6 +129,9 @@ start_target() {
     direct)
       T_PID=$U_PID T_URL=$U_URL T_TOKEN=$U_TOKEN T_VERSION=toolgate-mcp-demo ;;
     toolgate-mcp | toolgate-v1) start_toolgate "$@" ;;
+    # The same gateway configuration on another build (TOOLGATE_BASE_BIN): a change
+    # measured against what it changes, in the same sitting.
+    toolgate-mcp-base | toolgate-v1-base) TOOLGATE_BIN=$TOOLGATE_BASE_BIN start_toolgate "${1%-base}" "${@:2}" ;;
     mcp-proxy) start_mcp_proxy "$@" ;;
     fastmcp) start_fastmcp "$@" ;;
     contextforge) start_contextforge "$@" ;;

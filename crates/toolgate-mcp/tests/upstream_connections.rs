@@ -1,6 +1,7 @@
 //! The TCP connections toolgate opens to a streamable-HTTP upstream (the demo server in a
 //! child process), counted by a relay in front of it: calls go on kept-alive connections,
-//! and a connection the server closed is not used again.
+//! a connection the server closed is not used again, and a call is sent from the task
+//! that makes it (its own request id on the wire), not handed to rmcp's client worker.
 
 mod common;
 
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use common::{HttpDemo, within};
 use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -19,11 +21,13 @@ use toolgate_core::{InvokeOptions, Pipeline};
 use toolgate_mcp::{Upstream, UpstreamConfig};
 
 /// A TCP relay on a loopback port in front of an upstream: it counts the connections it
-/// accepts, pipes their bytes both ways, and can close every connection it holds, as a
-/// server that closes its idle connections does.
+/// accepts, pipes their bytes both ways (keeping what goes to the upstream), and can
+/// close every connection it holds, as a server that closes its idle connections does.
 struct CountingRelay {
     addr: SocketAddr,
     accepted: Arc<AtomicUsize>,
+    /// Every byte sent to the upstream, all connections together.
+    sent: Arc<Mutex<Vec<u8>>>,
     /// Cancelled to close the connections accepted so far; replaced for the next ones.
     close: Arc<Mutex<CancellationToken>>,
     accepting: JoinHandle<()>,
@@ -34,20 +38,23 @@ impl CountingRelay {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
         let addr = listener.local_addr().expect("bound");
         let accepted = Arc::new(AtomicUsize::new(0));
+        let sent = Arc::new(Mutex::new(Vec::new()));
         let close = Arc::new(Mutex::new(CancellationToken::new()));
         let accepting = tokio::spawn({
-            let (accepted, close) = (Arc::clone(&accepted), Arc::clone(&close));
+            let (accepted, close, sent) =
+                (Arc::clone(&accepted), Arc::clone(&close), Arc::clone(&sent));
             async move {
-                while let Ok((mut inbound, _)) = listener.accept().await {
+                while let Ok((inbound, _)) = listener.accept().await {
                     accepted.fetch_add(1, Ordering::SeqCst);
                     let closed = close.lock().expect("not poisoned").clone();
                     let upstream = upstream.clone();
+                    let sent = Arc::clone(&sent);
                     tokio::spawn(async move {
-                        let Ok(mut outbound) = TcpStream::connect(&upstream).await else {
+                        let Ok(outbound) = TcpStream::connect(&upstream).await else {
                             return;
                         };
                         tokio::select! {
-                            _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                            _ = pipe(inbound, outbound, sent) => {}
                             _ = closed.cancelled() => {}
                         }
                     });
@@ -57,9 +64,15 @@ impl CountingRelay {
         CountingRelay {
             addr,
             accepted,
+            sent,
             close,
             accepting,
         }
+    }
+
+    /// What was sent to the upstream so far, as text.
+    fn sent(&self) -> String {
+        String::from_utf8_lossy(&self.sent.lock().expect("not poisoned")).into_owned()
     }
 
     fn url(&self) -> String {
@@ -77,6 +90,33 @@ impl CountingRelay {
         close.cancel();
         *close = CancellationToken::new();
     }
+}
+
+/// Pipes `inbound` to `outbound` and back until both directions end, keeping a copy of
+/// what goes to `outbound` in `sent`.
+async fn pipe(inbound: TcpStream, outbound: TcpStream, sent: Arc<Mutex<Vec<u8>>>) {
+    let (mut from_client, mut to_client) = inbound.into_split();
+    let (mut from_upstream, mut to_upstream) = outbound.into_split();
+    let up = async move {
+        let mut buffer = vec![0; 16 * 1024];
+        while let Ok(n) = from_client.read(&mut buffer).await {
+            if n == 0 {
+                break;
+            }
+            sent.lock()
+                .expect("not poisoned")
+                .extend_from_slice(&buffer[..n]);
+            if to_upstream.write_all(&buffer[..n]).await.is_err() {
+                break;
+            }
+        }
+        let _ = to_upstream.shutdown().await;
+    };
+    let down = async move {
+        let _ = tokio::io::copy(&mut from_upstream, &mut to_client).await;
+        let _ = to_client.shutdown().await;
+    };
+    tokio::join!(up, down);
 }
 
 impl Drop for CountingRelay {
@@ -155,5 +195,25 @@ async fn a_connection_the_upstream_closed_is_not_used_again() {
     assert!(
         opened <= 15,
         "50 calls after the upstream closed its connections opened {opened} new ones; a fresh kept-alive connection should carry them"
+    );
+}
+
+#[tokio::test]
+async fn a_call_is_sent_from_the_calling_task_with_its_own_request_id() {
+    let demo = HttpDemo::start("127.0.0.1:0", &[("TOOLGATE_DEMO_RATE", "1000")]).await;
+    let relay = CountingRelay::start(demo.addr()).await;
+    let pipeline = pipeline_through(&relay).await;
+    echo_in_sequence(&pipeline, 20).await;
+
+    // rmcp numbers its requests; a call toolgate sends itself is `toolgate-N`. The import
+    // POSTed `tools/list` through rmcp, which is what every later call is sent with, so
+    // none of the 20 goes through rmcp's client worker.
+    let sent = relay.sent();
+    let calls = sent.matches(r#""method":"tools/call""#).count();
+    let direct = sent.matches(r#""id":"toolgate-"#).count();
+    assert_eq!(calls, 20, "every call reached the upstream once");
+    assert_eq!(
+        direct, 20,
+        "{direct} of 20 calls were sent from the calling task; the rest went through rmcp's client worker"
     );
 }

@@ -18,11 +18,12 @@ use std::sync::Arc;
 use rmcp::RoleClient;
 use rmcp::model::{
     Extensions, GetExtensions, GetMeta, JsonRpcMessage, LoggingMessageNotification,
-    NotificationMetaObject, RequestId, ServerNotification,
+    NotificationMetaObject, ProgressToken, RequestId, ServerNotification,
 };
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::Value;
+use tokio::sync::mpsc;
 use toolgate_hooks::secrets::Scrubber;
 
 use super::relay::{Dropped, RouteTicket, Routes};
@@ -37,6 +38,17 @@ const OPAQUE: [&str; 2] = ["requestState", "nextCursor"];
 /// every frame passing through it as the module says.
 pub(crate) struct Frames<T> {
     inner: T,
+    inbound: Inbound,
+    /// Messages that came to toolgate around rmcp, on the response stream of a call
+    /// made from the calling task ([`Direct`](super::direct::Direct)), for rmcp to handle
+    /// as if they had come through `inner`: the upstream's requests, which rmcp answers.
+    side: Option<mpsc::Receiver<RxJsonRpcMessage<RoleClient>>>,
+}
+
+/// What every message of one connection goes through as it comes in: scrubbing, and the
+/// queueing of progress and log messages for the call they belong to.
+#[derive(Clone)]
+pub(crate) struct Inbound {
     routes: Arc<Routes>,
     connection: u64,
     scrubber: Scrubber,
@@ -46,21 +58,84 @@ pub(crate) struct Frames<T> {
     tagged_streams: bool,
 }
 
+/// How many messages of the side door may wait for rmcp; a call's stream that sends more
+/// waits for rmcp to take them.
+const SIDE_DOOR: usize = 64;
+
 impl<T> Frames<T> {
+    /// Connection number `connection` over `inner`. With `side_door`, a sender to hand
+    /// messages to rmcp through it, as if they had come from `inner`.
     pub(crate) fn new(
         inner: T,
         routes: Arc<Routes>,
         connection: u64,
         scrubber: Scrubber,
         tagged_streams: bool,
-    ) -> Self {
-        Frames {
-            inner,
+        side_door: bool,
+    ) -> (Self, Option<mpsc::Sender<RxJsonRpcMessage<RoleClient>>>) {
+        let (sender, side) = if side_door {
+            let (sender, receiver) = mpsc::channel(SIDE_DOOR);
+            (Some(sender), Some(receiver))
+        } else {
+            (None, None)
+        };
+        let inbound = Inbound {
             routes,
             connection,
             scrubber,
             tagged_streams,
+        };
+        (
+            Frames {
+                inner,
+                inbound,
+                side,
+            },
+            sender,
+        )
+    }
+
+    /// What the connection's messages go through as they come in.
+    pub(crate) fn inbound(&self) -> &Inbound {
+        &self.inbound
+    }
+}
+
+impl Inbound {
+    /// `message` scrubbed, and queued for its call if it is a progress or log message;
+    /// `None` when it could not be scrubbed (it is dropped and counted).
+    pub(crate) fn take(
+        &self,
+        message: RxJsonRpcMessage<RoleClient>,
+    ) -> Option<RxJsonRpcMessage<RoleClient>> {
+        let Some(mut message) = scrub(&self.scrubber, message) else {
+            self.routes.dropped(Dropped::Unreadable);
+            return None;
+        };
+        if let JsonRpcMessage::Notification(notification) = &mut message {
+            match &mut notification.notification {
+                ServerNotification::ProgressNotification(progress) => self
+                    .routes
+                    .queue_progress(self.connection, &progress.params),
+                ServerNotification::LoggingMessageNotification(log) => {
+                    let stream = take_stream(log).filter(|_| self.tagged_streams);
+                    self.routes
+                        .queue_log(self.connection, stream.as_ref(), &log.params)
+                }
+                _ => {}
+            }
         }
+        Some(message)
+    }
+
+    /// Registers the route of request `id` (progress token `token`) of this connection.
+    pub(crate) fn register(
+        &self,
+        id: RequestId,
+        token: Option<ProgressToken>,
+        ticket: RouteTicket,
+    ) {
+        self.routes.register(self.connection, id, token, ticket);
     }
 }
 
@@ -75,40 +150,45 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Frames<T> {
             && let Some(ticket) = request.request.extensions_mut().remove::<RouteTicket>()
         {
             let token = request.request.get_meta().get_progress_token();
-            self.routes
-                .register(self.connection, request.id.clone(), token, ticket);
+            self.inbound.register(request.id.clone(), token, ticket);
         }
         self.inner.send(item)
     }
 
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
         loop {
-            let message = self.inner.receive().await?;
-            let Some(message) = scrub(&self.scrubber, message) else {
-                self.routes.dropped(Dropped::Unreadable);
-                continue;
-            };
-            let mut message = message;
-            if let JsonRpcMessage::Notification(notification) = &mut message {
-                match &mut notification.notification {
-                    ServerNotification::ProgressNotification(progress) => self
-                        .routes
-                        .queue_progress(self.connection, &progress.params),
-                    ServerNotification::LoggingMessageNotification(log) => {
-                        let stream = take_stream(log).filter(|_| self.tagged_streams);
-                        self.routes
-                            .queue_log(self.connection, stream.as_ref(), &log.params)
+            let message = match &mut self.side {
+                None => self.inner.receive().await?,
+                // Both receives are channel receives, which lose nothing when the other
+                // one wins. A closed side door (the connection's `Direct` gone) is not
+                // the end of the connection.
+                Some(side) => tokio::select! {
+                    message = self.inner.receive() => message?,
+                    Some(message) = side.recv() => {
+                        // Taken in already by the call whose stream carried it.
+                        return Some(message);
                     }
-                    _ => {}
-                }
+                },
+            };
+            if let Some(message) = self.inbound.take(message) {
+                return Some(message);
             }
-            return Some(message);
         }
     }
 
     fn close(&mut self) -> impl Future<Output = Result<(), Self::Error>> + Send {
         self.inner.close()
     }
+}
+
+/// Whether [`Inbound::take`] queues `notification` for its call (progress and log
+/// messages): nothing else is left to do with it.
+pub(crate) fn is_queued(notification: &ServerNotification) -> bool {
+    matches!(
+        notification,
+        ServerNotification::ProgressNotification(_)
+            | ServerNotification::LoggingMessageNotification(_)
+    )
 }
 
 /// The stream a log message came on, as [`StreamTagging`](super::streams::StreamTagging)

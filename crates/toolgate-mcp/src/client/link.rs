@@ -19,13 +19,14 @@ use rmcp::model::{
     ReadResourceResult, RequestId, RequestMetaObject, Resource, ResourceTemplate,
     ServerCapabilities, ServerResult, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
+use rmcp::service::RxJsonRpcMessage;
 use rmcp::service::{ClientLifecycleMode, Peer, PeerRequestOptions, RunningService, ServiceError};
 use rmcp::transport::IntoTransport;
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::{ClientServiceExt, RoleClient};
+use rmcp::{ClientHandler, ClientServiceExt, RoleClient};
 use serde_json::Value;
-use tokio::sync::Mutex;
+use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 use toolgate_core::error::InputViolations;
 use toolgate_core::secret::Secret;
@@ -34,6 +35,7 @@ use toolgate_core::{ToolError, ToolInvokeContext, User};
 use toolgate_hooks::secrets::Scrubber;
 use tracing::Instrument;
 
+use super::direct::Direct;
 use super::failure::{connect_failure, is_connection_failure, request_failure};
 use super::frames::Frames;
 use super::http_pool;
@@ -60,6 +62,8 @@ const MAX_WAIT_PER_CALL: std::time::Duration = std::time::Duration::from_secs(2)
 #[derive(Default)]
 struct State {
     session: Option<Session>,
+    /// `tools/call` on the session's connection from the calling task (HTTP only).
+    direct: Option<Arc<Direct>>,
     /// The tools the upstream lists on this connection: known for the legacy one, where
     /// a 2025-11-25 caller's call goes only for a tool the upstream has at 2025-11-25.
     tools: HashSet<String>,
@@ -263,15 +267,31 @@ impl Link {
         channel: &Channel,
         deadline: Instant,
     ) -> Result<(Peer<RoleClient>, u64), ToolError> {
+        let connected = self.connected(channel, deadline).await?;
+        Ok((connected.peer, connected.generation))
+    }
+
+    /// The channel's connection, made now if it has none (or lost it), waiting at most
+    /// until `deadline` and [`MAX_WAIT_PER_CALL`] for an upstream that is down.
+    async fn connected(
+        &self,
+        channel: &Channel,
+        deadline: Instant,
+    ) -> Result<Connected, ToolError> {
         let wait_until = deadline.min(Instant::now() + MAX_WAIT_PER_CALL);
         let mut state = channel.state.lock().await;
         loop {
             if let Some(session) = &state.session {
                 if !session.is_transport_closed() && !session.is_closed() {
-                    return Ok((session.peer().clone(), state.generation));
+                    return Ok(Connected {
+                        peer: session.peer().clone(),
+                        generation: state.generation,
+                        direct: state.direct.clone(),
+                    });
                 }
                 tracing::warn!(server = %self.config.name, "MCP server connection lost; reconnecting");
                 state.session = None;
+                state.direct = None;
             }
             let now = Instant::now();
             if let Some(retry_at) = state.retry_at.filter(|t| *t > now) {
@@ -287,13 +307,14 @@ impl Link {
                 tracing::info_span!(parent: None, "mcp.connection", server = %self.config.name),
             );
             match tokio::time::timeout_at(attempt_deadline, connect).await {
-                Ok(Ok((session, tools))) => {
+                Ok(Ok((session, direct, tools))) => {
                     if state.failures > 0 {
                         tracing::info!(server = %self.config.name, "MCP server reconnected");
                     }
                     state.failures = 0;
                     state.retry_at = None;
                     state.session = Some(session);
+                    state.direct = direct;
                     state.tools = tools;
                     state.generation += 1;
                 }
@@ -323,21 +344,22 @@ impl Link {
         }
     }
 
-    /// A new connection on `channel`, which will be its `generation`; for the legacy
-    /// channel, with the names of the tools the upstream lists on it.
+    /// A new connection on `channel`, which will be its `generation`, with its calls
+    /// from the calling task (HTTP); for the legacy channel, with the names of the tools
+    /// the upstream lists on it.
     async fn connect(
         &self,
         channel: &Channel,
         generation: u64,
-    ) -> Result<(Session, HashSet<String>), String> {
-        let session = self.open(channel, generation).await?;
+    ) -> Result<(Session, Option<Arc<Direct>>, HashSet<String>), String> {
+        let (session, direct) = self.open(channel, generation).await?;
         if !channel.legacy {
             let modern = session
                 .peer()
                 .peer_info()
                 .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28);
             self.modern.store(modern, Ordering::Relaxed);
-            return Ok((session, HashSet::new()));
+            return Ok((session, direct, HashSet::new()));
         }
         let tools = session
             .peer()
@@ -346,11 +368,16 @@ impl Link {
             .map_err(|e| request_failure(&e))?;
         Ok((
             session,
+            direct,
             tools.into_iter().map(|t| t.name.into_owned()).collect(),
         ))
     }
 
-    async fn open(&self, channel: &Channel, generation: u64) -> Result<Session, String> {
+    async fn open(
+        &self,
+        channel: &Channel,
+        generation: u64,
+    ) -> Result<(Session, Option<Arc<Direct>>), String> {
         let connection = channel.routes.next_connection();
         match &self.config.transport {
             UpstreamTransport::Stdio { command, args, env } => {
@@ -369,30 +396,37 @@ impl Link {
                         stderr,
                     ));
                 }
-                self.client(channel, connection)
-                    .serve_with_lifecycle(
-                        self.frames(channel, connection, transport.into_transport(), false),
-                        self.lifecycle(channel),
-                    )
+                let (frames, _) =
+                    self.frames(channel, connection, transport.into_transport(), false);
+                let session = self
+                    .client(channel, connection)
+                    .serve_with_lifecycle(frames, self.lifecycle(channel))
                     .await
-                    .map_err(|e| connect_failure(&e))
+                    .map_err(|e| connect_failure(&e))?;
+                Ok((session, None))
             }
             UpstreamTransport::Http { url } => {
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
                 if let Some(token) = &self.credential {
                     config = config.auth_header(token.clone());
                 }
-                let transport = StreamableHttpClientTransport::with_client(
-                    StreamTagging::over(http_pool::shared().map_err(|e| e.to_string())?),
-                    config,
-                );
-                self.client(channel, connection)
-                    .serve_with_lifecycle(
-                        self.frames(channel, connection, transport, true),
-                        self.lifecycle(channel),
-                    )
+                let http = StreamTagging::over(http_pool::shared().map_err(|e| e.to_string())?);
+                let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
+                let (frames, side_door) = self.frames(channel, connection, transport, true);
+                let client = self.client(channel, connection);
+                let direct = side_door.map(|door| {
+                    Arc::new(Direct::new(
+                        http,
+                        frames.inbound().clone(),
+                        door,
+                        client.get_info(),
+                    ))
+                });
+                let session = client
+                    .serve_with_lifecycle(frames, self.lifecycle(channel))
                     .await
-                    .map_err(|e| connect_failure(&e))
+                    .map_err(|e| connect_failure(&e))?;
+                Ok((session, direct))
             }
         }
     }
@@ -411,21 +445,25 @@ impl Link {
     }
 
     /// Connection number `connection` of `channel`, every frame of it scrubbed and
-    /// attributed ([`Frames`]); `tagged_streams` when its log messages carry the stream
-    /// they came on ([`StreamTagging`], over HTTP).
+    /// attributed ([`Frames`]); `http` when its log messages carry the stream they came
+    /// on ([`StreamTagging`]) and it has a side door for [`Direct`] calls.
     fn frames<T>(
         &self,
         channel: &Channel,
         connection: u64,
         transport: T,
-        tagged_streams: bool,
-    ) -> Frames<T> {
+        http: bool,
+    ) -> (
+        Frames<T>,
+        Option<mpsc::Sender<RxJsonRpcMessage<RoleClient>>>,
+    ) {
         Frames::new(
             transport,
             Arc::clone(&channel.routes),
             connection,
             self.scrubber.clone(),
-            tagged_streams,
+            http,
+            http,
         )
     }
 
@@ -441,6 +479,7 @@ impl Link {
         let mut state = channel.state.lock().await;
         if state.generation == generation {
             state.session = None;
+            state.direct = None;
         }
     }
 
@@ -781,17 +820,27 @@ impl Link {
     /// upstream sends about the call — progress, log messages, sampling and elicitation
     /// requests — is relayed to the invocation's MCP caller, and an `input_required`
     /// answer is the caller's to fulfil ([`rounds`](Self::rounds)). Dropping the future
-    /// cancels the upstream call (`notifications/cancelled`).
+    /// cancels the upstream call (`notifications/cancelled`). `arguments_in_headers`:
+    /// the tool's schema sends arguments in headers too (`x-mcp-header`), which rmcp
+    /// writes, so the call goes through rmcp ([`Direct`]).
     pub async fn call(
         &self,
         name: &str,
         arguments: JsonObject,
+        arguments_in_headers: bool,
         deadline: Instant,
         ctx: &ToolInvokeContext,
     ) -> Result<CallToolResult, ToolError> {
         let caller = ctx.try_get::<CallerKey>();
         self.rounds(ctx, deadline, |round| {
-            self.call_once(name, &arguments, deadline, caller.clone(), round)
+            let call = Call {
+                name,
+                arguments: &arguments,
+                round,
+                caller: caller.clone(),
+                direct: !arguments_in_headers,
+            };
+            self.call_once(call, deadline)
         })
         .await
     }
@@ -861,35 +910,58 @@ impl Link {
         PeerRequestOptions::no_options().with_meta(meta)
     }
 
-    /// One `tools/call` upstream.
+    /// One `tools/call` upstream: from the calling task when the connection can
+    /// ([`Direct`]), else through rmcp.
     async fn call_once(
         &self,
-        name: &str,
-        arguments: &JsonObject,
+        call: Call<'_>,
         deadline: Instant,
-        caller: Option<Arc<CallerRequest>>,
-        round: Option<InputRound>,
     ) -> Result<CallToolResult, ToolError> {
         let started = Instant::now();
         // A request that could not be sent never ran: it is safe to send it again once,
         // on a new connection. A request lost after it was sent is not retried.
         let channel = self
-            .channel_for_tool(name, caller.as_deref(), deadline)
+            .channel_for_tool(call.name, call.caller.as_deref(), deadline)
             .await?;
+        let caller = call.caller.as_deref();
         for attempt in 0..2 {
-            let (peer, generation) = self.peer(channel, deadline).await?;
-            let mut params =
-                CallToolRequestParams::new(name.to_owned()).with_arguments(arguments.clone());
-            if let Some(round) = &round {
-                params.input_responses = Some(round.responses.clone());
-                params.request_state = round.state.clone();
+            let Connected {
+                peer,
+                generation,
+                direct,
+            } = self.connected(channel, deadline).await?;
+            let options = crate::trace_context::inject(Self::options_for(&peer, caller));
+            // The route goes on the wire with the request: what the upstream sends about
+            // the call reaches this caller, and no other, while `relay` lives.
+            let (mut relay, ticket) = Relay::new(call.caller.clone());
+            let prepared = direct
+                .as_ref()
+                .filter(|_| call.direct && !Self::answers_requests_at_2026(&peer, caller))
+                .and_then(|direct| Some((direct, direct.prepare(&peer, call.params(), &options)?)));
+            if let Some((direct, prepared)) = prepared {
+                let mut cancel = CancelOnDrop {
+                    peer: peer.clone(),
+                    id: Some(prepared.id.clone()),
+                };
+                let answered = tokio::time::timeout_at(
+                    deadline,
+                    relayed(&mut relay, direct.send(prepared, ticket.clone())),
+                )
+                .await;
+                // `None`: not taken (the session expired); through rmcp, which sets up a
+                // new one.
+                if let Some(answered) = answered.transpose() {
+                    if answered.is_ok() {
+                        cancel.id = None;
+                    }
+                    return self
+                        .answer(channel, generation, caller, answered, started)
+                        .await;
+                }
+                cancel.id = None;
             }
-            let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
-            // The route goes on the wire with the request (`Frames`): what the upstream
-            // sends about the call reaches this caller, and no other, while `relay` lives.
-            let (mut relay, ticket) = Relay::new(caller.clone());
+            let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(call.params()));
             request.extensions_mut().insert(ticket);
-            let options = crate::trace_context::inject(Self::options_for(&peer, caller.as_deref()));
             let sent =
                 tokio::time::timeout_at(deadline, peer.send_request_with_option(request, options))
                     .await;
@@ -908,55 +980,64 @@ impl Link {
                 peer: peer.clone(),
                 id: Some(handle.id.clone()),
             };
-            let answered = tokio::time::timeout_at(deadline, async {
-                if !relay.has_caller() {
-                    return handle.await_response().await;
-                }
-                let answer = handle.await_response();
-                tokio::pin!(answer);
-                loop {
-                    // Only the receiving is raced with the answer; a relay under way
-                    // finishes (a relay dropped halfway would lose its notification).
-                    tokio::select! {
-                        answer = &mut answer => {
-                            relay.drain().await;
-                            return answer;
-                        }
-                        relayed = relay.next() => relay.relay(relayed).await,
-                    }
-                }
-            })
-            .await;
-            let answer = match answered {
-                Err(_) => return Err(self.timed_out(started)),
-                Ok(Err(ServiceError::McpError(e)))
-                    if e.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY =>
-                {
-                    Err(self.missing_capability(&e, caller.as_deref()))
-                }
-                Ok(Err(ServiceError::McpError(e))) => Err(ToolError::execution(format!(
-                    "MCP server `{}` refused the call: {}",
-                    self.config.name, e.message
-                ))),
-                Ok(Err(e)) => {
-                    self.forget(channel, generation).await;
-                    return Err(self.broken(channel, generation, e));
-                }
-                Ok(Ok(ServerResult::CallToolResult(result))) => Ok(result),
-                Ok(Ok(ServerResult::InputRequiredResult(asked))) => Err(input_required(asked)),
-                Ok(Ok(_)) => Err(ToolError::execution(format!(
-                    "MCP server `{}` answered the call with something other than a tool result",
-                    self.config.name
-                ))),
-            };
-            // Answered: nothing to cancel.
-            cancel.id = None;
-            return answer;
+            let answered =
+                tokio::time::timeout_at(deadline, relayed(&mut relay, handle.await_response()))
+                    .await;
+            if answered.is_ok() {
+                cancel.id = None;
+            }
+            return self
+                .answer(channel, generation, caller, answered, started)
+                .await;
         }
         Err(ToolError::transient(format!(
             "MCP server `{}` could not be reached; try again",
             self.config.name
         )))
+    }
+
+    /// Whether `caller` can answer the upstream's requests on a 2026-07-28 connection:
+    /// rmcp answers such a request only on the stream of a request it sent itself
+    /// (SEP-2260), so the call goes through rmcp.
+    fn answers_requests_at_2026(peer: &Peer<RoleClient>, caller: Option<&CallerRequest>) -> bool {
+        caller.is_some_and(|c| c.can_sample() || c.can_elicit())
+            && peer
+                .peer_info()
+                .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28)
+    }
+
+    /// The call's answer (`answered`: within the deadline or not), as the caller's result
+    /// or error; a connection that failed under it is forgotten.
+    async fn answer(
+        &self,
+        channel: &Channel,
+        generation: u64,
+        caller: Option<&CallerRequest>,
+        answered: Result<Result<ServerResult, ServiceError>, tokio::time::error::Elapsed>,
+        started: Instant,
+    ) -> Result<CallToolResult, ToolError> {
+        match answered {
+            Err(_) => Err(self.timed_out(started)),
+            Ok(Err(ServiceError::McpError(e)))
+                if e.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY =>
+            {
+                Err(self.missing_capability(&e, caller))
+            }
+            Ok(Err(ServiceError::McpError(e))) => Err(ToolError::execution(format!(
+                "MCP server `{}` refused the call: {}",
+                self.config.name, e.message
+            ))),
+            Ok(Err(e)) => {
+                self.forget(channel, generation).await;
+                Err(self.broken(channel, generation, e))
+            }
+            Ok(Ok(ServerResult::CallToolResult(result))) => Ok(result),
+            Ok(Ok(ServerResult::InputRequiredResult(asked))) => Err(input_required(asked)),
+            Ok(Ok(_)) => Err(ToolError::execution(format!(
+                "MCP server `{}` answered the call with something other than a tool result",
+                self.config.name
+            ))),
+        }
     }
 
     fn timed_out(&self, started: Instant) -> ToolError {
@@ -1013,6 +1094,59 @@ fn input_required(asked: InputRequiredResult) -> ToolError {
         requests: serde_json::to_value(requests)
             .unwrap_or_else(|_| Value::Object(Default::default())),
         state: asked.request_state,
+    }
+}
+
+/// A channel's connection, as [`Link::connected`] hands it out.
+struct Connected {
+    peer: Peer<RoleClient>,
+    /// Which connection of the channel it is.
+    generation: u64,
+    /// Its calls from the calling task (HTTP only).
+    direct: Option<Arc<Direct>>,
+}
+
+/// One `tools/call` of a caller's, as [`Link::call_once`] sends it.
+struct Call<'a> {
+    /// The tool's name at the upstream.
+    name: &'a str,
+    arguments: &'a JsonObject,
+    /// The caller's answers to the upstream's last `input_required` round.
+    round: Option<InputRound>,
+    caller: Option<Arc<CallerRequest>>,
+    /// Whether it may be sent from the calling task ([`Direct`]).
+    direct: bool,
+}
+
+impl Call<'_> {
+    fn params(&self) -> CallToolRequestParams {
+        let mut params =
+            CallToolRequestParams::new(self.name.to_owned()).with_arguments(self.arguments.clone());
+        if let Some(round) = &self.round {
+            params.input_responses = Some(round.responses.clone());
+            params.request_state = round.state.clone();
+        }
+        params
+    }
+}
+
+/// Awaits `answer`, relaying to the caller what the upstream sends about the call as it
+/// comes. Only the receiving is raced with the answer; a relay under way finishes (a
+/// relay dropped halfway would lose its notification), and what was queued before the
+/// answer is relayed before it.
+async fn relayed<T>(relay: &mut Relay, answer: impl Future<Output = T>) -> T {
+    if !relay.has_caller() {
+        return answer.await;
+    }
+    tokio::pin!(answer);
+    loop {
+        tokio::select! {
+            answer = &mut answer => {
+                relay.drain().await;
+                return answer;
+            }
+            relayed = relay.next() => relay.relay(relayed).await,
+        }
     }
 }
 

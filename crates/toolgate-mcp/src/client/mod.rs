@@ -1,6 +1,7 @@
 //! Importing the tools of upstream MCP servers.
 
 mod config;
+mod direct;
 mod failure;
 mod features;
 mod frames;

@@ -9,9 +9,13 @@
 //! the key from every other one (the standalone stream, a resumed stream): an upstream
 //! cannot name a stream itself. [`Frames`](super::frames::Frames) reads the key, removes
 //! it, and routes the message to the call of that request.
+//!
+//! It also keeps what rmcp last sent a request of the session with ([`Wire`]): the
+//! session id, the credential and the protocol headers, which
+//! [`Direct`](super::direct::Direct) sends its `tools/call` with.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -34,13 +38,107 @@ const LOG_METHOD: &str = "notifications/message";
 #[derive(Clone)]
 pub(crate) struct StreamTagging {
     inner: reqwest::Client,
+    wire: Arc<Wire>,
 }
 
 impl StreamTagging {
     /// Over `inner`, the pooled client every HTTP upstream shares
-    /// ([`http_pool::shared`](super::http_pool::shared)).
+    /// ([`http_pool::shared`](super::http_pool::shared)); one per connection, since its
+    /// [`Wire`] is the connection's.
     pub(crate) fn over(inner: reqwest::Client) -> Self {
-        StreamTagging { inner }
+        StreamTagging {
+            inner,
+            wire: Arc::default(),
+        }
+    }
+
+    /// What rmcp last sent a message of this connection with.
+    pub(crate) fn wire(&self) -> &Arc<Wire> {
+        &self.wire
+    }
+}
+
+/// Where and how the messages of one connection go: the endpoint, the session id the
+/// upstream gave, the credential, and the headers every message carries (the protocol
+/// version) — taken from the last message rmcp POSTed after the connection was set up,
+/// without the headers that describe that one message (`Mcp-Method`, `Mcp-Name`,
+/// `Mcp-Param-*`). Empty until rmcp POSTs such a message; replaced when rmcp
+/// re-initializes an expired session and POSTs again; [`Wire::forget`] empties it.
+#[derive(Default)]
+pub(crate) struct Wire {
+    last: Mutex<Option<Arc<Posted>>>,
+}
+
+/// See [`Wire`].
+pub(crate) struct Posted {
+    pub uri: Arc<str>,
+    pub session_id: Option<Arc<str>>,
+    pub auth_header: Option<String>,
+    pub headers: HashMap<HeaderName, HeaderValue>,
+}
+
+/// The header of the protocol version a message is sent at. (A `HashMap` of header names
+/// is looked up by a `HeaderName`: a `&str` key hashes differently, and is never found.)
+pub(crate) const PROTOCOL_VERSION: HeaderName = HeaderName::from_static("mcp-protocol-version");
+
+/// The headers that describe one message rather than the connection (SEP-2243).
+fn describes_one_message(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    name == "mcp-method" || name == "mcp-name" || name.starts_with("mcp-param-")
+}
+
+impl Wire {
+    /// What the next message is to be sent with; `None` before rmcp has sent one.
+    pub(crate) fn posted(&self) -> Option<Arc<Posted>> {
+        self.lock().clone()
+    }
+
+    /// Forgets what was kept, when a message sent with it found the session expired:
+    /// until rmcp has set up a new one and POSTed on it, nothing is sent around rmcp.
+    pub(crate) fn forget(&self, stale: &Arc<Posted>) {
+        let mut last = self.lock();
+        if last.as_ref().is_some_and(|kept| Arc::ptr_eq(kept, stale)) {
+            *last = None;
+        }
+    }
+
+    /// Keeps how rmcp POSTed `message`, when it is what the connection's next messages are
+    /// sent with: a message after set-up (one carrying the protocol version header), other
+    /// than an answer to `initialize` or `server/discover` (which are sent without it).
+    fn keep(
+        &self,
+        uri: &Arc<str>,
+        session_id: Option<&Arc<str>>,
+        auth_header: Option<&String>,
+        headers: &HashMap<HeaderName, HeaderValue>,
+    ) {
+        if !headers.contains_key(&PROTOCOL_VERSION) {
+            return;
+        }
+        let mut last = self.lock();
+        let same = last.as_ref().is_some_and(|kept| {
+            kept.session_id.as_ref() == session_id
+                && kept.uri == *uri
+                && kept.auth_header.as_ref() == auth_header
+                && kept.headers.get(&PROTOCOL_VERSION) == headers.get(&PROTOCOL_VERSION)
+        });
+        if same {
+            return;
+        }
+        *last = Some(Arc::new(Posted {
+            uri: Arc::clone(uri),
+            session_id: session_id.cloned(),
+            auth_header: auth_header.cloned(),
+            headers: headers
+                .iter()
+                .filter(|(name, _)| !describes_one_message(name))
+                .map(|(name, value)| (name.clone(), value.clone()))
+                .collect(),
+        }));
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<Posted>>> {
+        self.last.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -103,6 +201,12 @@ impl StreamableHttpClient for StreamTagging {
             JsonRpcMessage::Request(request) => Some(request.id.clone()),
             _ => None,
         };
+        self.wire.keep(
+            &uri,
+            session_id.as_ref(),
+            auth_header.as_ref(),
+            &custom_headers,
+        );
         let response = self
             .inner
             .post_message_with_response_limits(

@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use toolgate_hooks::validation::violations_for;
 
+use super::direct::has_header_arguments;
 use super::link::Link;
 
 /// A tool that lives in an upstream MCP server. Its arguments are checked against its
@@ -27,6 +28,8 @@ pub struct ImportedTool {
     definition: ToolDefinition,
     remote_name: String,
     validator: Option<Arc<Validator>>,
+    /// Whether its schema sends arguments in headers too (`x-mcp-header`).
+    arguments_in_headers: bool,
 }
 
 impl ImportedTool {
@@ -37,6 +40,7 @@ impl ImportedTool {
         validator: Option<Arc<Validator>>,
     ) -> Self {
         ImportedTool {
+            arguments_in_headers: has_header_arguments(&definition.input_schema),
             link,
             definition,
             remote_name,
@@ -106,7 +110,13 @@ impl ErasedTool for ImportedTool {
             let link = self.link.as_caller(ctx).await?;
             let span = client_span(&self.remote_name, &link.config.name);
             let result = link
-                .call(&self.remote_name, arguments, deadline, ctx)
+                .call(
+                    &self.remote_name,
+                    arguments,
+                    self.arguments_in_headers,
+                    deadline,
+                    ctx,
+                )
                 .instrument(span.clone())
                 .await
                 .and_then(|result| output_from_result(&link.config.name, result));

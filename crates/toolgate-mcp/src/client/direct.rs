@@ -1,0 +1,420 @@
+//! `tools/call` to a streamable-HTTP upstream from the task that makes the call.
+//!
+//! Through rmcp, a request goes from the calling task to the session's service loop, from
+//! there to the transport's worker, which POSTs it in a task of its own and reads the
+//! response stream in another, and the answer comes back the same way: at 16 connections
+//! these hops and rmcp's client worker were a third of the gateway's CPU for a `/mcp`
+//! call and half for a `/v1` call (docs/performance.md, "Where a call's time goes"). For
+//! `tools/call`, the one request on every call's path, toolgate POSTs the request itself,
+//! in the calling task, on the connection's pooled HTTP client, and reads the answer
+//! there, as JSON or as an SSE stream, resuming a stream the upstream closes early
+//! (`Last-Event-ID`) as rmcp would.
+//!
+//! What is not the call's answer goes where rmcp's own frames go. Every message on the
+//! call's stream passes [`Inbound::take`] first — the same scrubbing and the same
+//! attribution as a frame through rmcp ([`Frames`](super::frames::Frames)): progress and
+//! log messages (tagged with this stream by [`StreamTagging`]) are queued for the call
+//! they belong to. The upstream's requests (sampling, elicitation) and any other message
+//! are then handed to rmcp through the connection's side door, with the stream they came
+//! on, and rmcp answers them as if it had read them itself. The answer is scrubbed by the
+//! same code.
+//!
+//! rmcp keeps everything else: setting the connection up (`initialize` or
+//! `server/discover`), the standalone stream, `notifications/cancelled`, answering the
+//! upstream's requests, and setting up a session again when the upstream has expired it.
+//! A call goes through rmcp instead when there is nothing yet to send it with (rmcp has
+//! not POSTed on the connection since setting it up: [`Wire`]); when the tool's arguments
+//! travel in headers too (`x-mcp-header` annotations, 2026-07-28), which rmcp writes; and
+//! when the upstream answers that the session has expired (HTTP 404: the call was not
+//! taken), so that rmcp sets up a new one.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use futures::{FutureExt, StreamExt};
+use http::{HeaderName, HeaderValue};
+use rmcp::RoleClient;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, ClientConfig, ClientJsonRpcMessage, ClientRequest,
+    GetExtensions, GetMeta, JsonRpcMessage, NumberOrString, ProgressToken, ProtocolVersion,
+    RequestId, ServerJsonRpcMessage, ServerResult,
+};
+use rmcp::service::{
+    InboundStreamOrigin, Peer, PeerRequestOptions, RxJsonRpcMessage, ServiceError,
+};
+use rmcp::transport::DynamicTransportError;
+use rmcp::transport::common::client_side_sse::{ExponentialBackoff, SseRetryPolicy};
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
+    StreamableHttpResponseLimits,
+};
+use tokio::sync::mpsc;
+
+use super::frames::Inbound;
+use super::relay::RouteTicket;
+use super::streams::{PROTOCOL_VERSION, Posted, StreamTagging, Wire};
+
+/// The calls of one connection made from the calling task; see the module.
+pub(crate) struct Direct {
+    client: StreamTagging,
+    inbound: Inbound,
+    side_door: mpsc::Sender<RxJsonRpcMessage<RoleClient>>,
+    /// Who toolgate is, told with each request at 2026-07-28 as rmcp tells it.
+    identity: ClientConfig,
+    /// Numbers the requests sent here. Their ids are strings (`toolgate-N`), rmcp's are
+    /// numbers: the two never name the same request of the connection.
+    sent: AtomicU64,
+}
+
+/// A `tools/call` ready to go: its id, its message, and what it goes with.
+pub(crate) struct Prepared {
+    pub id: RequestId,
+    token: ProgressToken,
+    message: ClientJsonRpcMessage,
+    posted: Arc<Posted>,
+    headers: HashMap<HeaderName, HeaderValue>,
+}
+
+type SseStream = futures::stream::BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>;
+
+/// How many times in a row a call's stream is resumed without a message coming on it.
+const MAX_RESUMES: usize = 5;
+
+impl Direct {
+    /// The calls made around rmcp on the connection whose HTTP client is `client`, whose
+    /// messages come in through `inbound`, and whose rmcp session takes what else comes
+    /// through `side_door`.
+    pub(crate) fn new(
+        client: StreamTagging,
+        inbound: Inbound,
+        side_door: mpsc::Sender<RxJsonRpcMessage<RoleClient>>,
+        identity: ClientConfig,
+    ) -> Self {
+        Direct {
+            client,
+            inbound,
+            side_door,
+            identity,
+            sent: AtomicU64::new(0),
+        }
+    }
+
+    fn wire(&self) -> &Arc<Wire> {
+        self.client.wire()
+    }
+
+    /// The `tools/call` of `params` on `peer`'s session with `options`, as rmcp would send
+    /// it; `None` when it is to go through rmcp (see the module).
+    pub(crate) fn prepare(
+        &self,
+        peer: &Peer<RoleClient>,
+        params: CallToolRequestParams,
+        options: &PeerRequestOptions,
+    ) -> Option<Prepared> {
+        let posted = self.wire().posted()?;
+        let version = peer.peer_info()?.protocol_version.clone();
+        // Sent with what rmcp sent on this session, and only once rmcp sends at the
+        // session's version (not a message of the set-up it fell back from).
+        if posted.headers.get(&PROTOCOL_VERSION)?.as_bytes() != version.as_str().as_bytes() {
+            return None;
+        }
+        let mut headers = posted.headers.clone();
+        if version >= ProtocolVersion::STANDARD_HEADERS {
+            headers.insert(
+                HeaderName::from_static("mcp-method"),
+                HeaderValue::from_static("tools/call"),
+            );
+            headers.insert(
+                HeaderName::from_static("mcp-name"),
+                plain_header_value(&params.name)?,
+            );
+        }
+        let id = RequestId::String(
+            format!("toolgate-{}", self.sent.fetch_add(1, Ordering::Relaxed)).into(),
+        );
+        let token = ProgressToken(match &id {
+            RequestId::String(id) => NumberOrString::String(Arc::clone(id)),
+            RequestId::Number(n) => NumberOrString::Number(*n),
+        });
+        let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let meta = request.get_meta_mut();
+        if !version.has_initialize() {
+            meta.set_protocol_version(version);
+            meta.set_client_info(self.identity.client_info.clone());
+            meta.set_client_capabilities(self.identity.capabilities.clone());
+        }
+        if let Some(extra) = options.meta.clone() {
+            meta.extend(extra);
+        }
+        meta.set_progress_token(token.clone());
+        Some(Prepared {
+            id: id.clone(),
+            token,
+            message: JsonRpcMessage::request(request, id),
+            posted,
+            headers,
+        })
+    }
+
+    /// Sends `call`, its route (`ticket`) registered as it goes, and reads the upstream's
+    /// answer; `None` when the upstream did not take it (the session expired), and it is
+    /// to go through rmcp.
+    pub(crate) async fn send(
+        &self,
+        call: Prepared,
+        ticket: RouteTicket,
+    ) -> Option<Result<ServerResult, ServiceError>> {
+        let Prepared {
+            id,
+            token,
+            message,
+            posted,
+            headers,
+        } = call;
+        self.inbound.register(id.clone(), Some(token), ticket);
+        let response = self
+            .client
+            .post_message_with_response_limits(
+                Arc::clone(&posted.uri),
+                message,
+                posted.session_id.clone(),
+                posted.auth_header.clone(),
+                headers,
+                StreamableHttpResponseLimits::default(),
+            )
+            .await;
+        let stream = match response {
+            Err(StreamableHttpError::SessionExpired) => {
+                self.wire().forget(&posted);
+                return None;
+            }
+            Err(e) => return Some(Err(transport(e))),
+            Ok(StreamableHttpPostResponse::Accepted) => {
+                return Some(Err(unexpected(
+                    "the server accepted the call without answering it",
+                )));
+            }
+            Ok(StreamableHttpPostResponse::Json(message, _)) => {
+                return Some(match self.take(&id, message).await {
+                    Some(answer) => answer,
+                    // An answer to the POST that is not the call's: not a JSON-RPC
+                    // exchange toolgate can go on with.
+                    None => Err(unexpected(
+                        "the server answered the call with a message for another request",
+                    )),
+                });
+            }
+            Ok(StreamableHttpPostResponse::Sse(stream, _)) => stream,
+            Ok(_) => {
+                return Some(Err(unexpected(
+                    "the server answered the call in a form toolgate does not read",
+                )));
+            }
+        };
+        Some(self.read_stream(&id, &posted, stream).await)
+    }
+
+    /// Reads the call's SSE stream until its answer, resuming it from the last event id
+    /// when the upstream closes it first.
+    async fn read_stream(
+        &self,
+        id: &RequestId,
+        posted: &Posted,
+        mut stream: futures::stream::BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>,
+    ) -> Result<ServerResult, ServiceError> {
+        let mut last_event_id: Option<String> = None;
+        let mut server_retry: Option<Duration> = None;
+        let mut resumes = 0;
+        loop {
+            let ended = match stream.next().await {
+                Some(Ok(event)) => {
+                    if let Some(retry) = event.retry {
+                        server_retry = Some(Duration::from_millis(retry));
+                    }
+                    if event.id.is_some() {
+                        last_event_id = event.id;
+                    }
+                    let is_message = matches!(event.event.as_deref(), None | Some("" | "message"));
+                    let Some(data) = event.data.filter(|_| is_message) else {
+                        continue;
+                    };
+                    // A message that does not read is skipped, as rmcp skips it.
+                    let Ok(message) = serde_json::from_str::<ServerJsonRpcMessage>(&data) else {
+                        continue;
+                    };
+                    resumes = 0;
+                    if let Some(answer) = self.take(id, message).await {
+                        finish(stream);
+                        return answer;
+                    }
+                    continue;
+                }
+                Some(Err(e)) => Err(e),
+                None => Ok(()),
+            };
+            // Closed before the answer: resumable only from an event id it sent.
+            let Some(from) = last_event_id.clone() else {
+                return Err(match ended {
+                    Err(e) => transport(StreamableHttpError::Sse(e)),
+                    Ok(()) => unexpected("the server closed the call's stream without answering"),
+                });
+            };
+            if resumes == MAX_RESUMES {
+                return Err(unexpected(
+                    "the server closed the call's stream again and again without answering",
+                ));
+            }
+            let wait = server_retry
+                .take()
+                .or_else(|| ExponentialBackoff::default().retry(resumes))
+                .unwrap_or_default();
+            resumes += 1;
+            tokio::time::sleep(wait).await;
+            stream = match self
+                .client
+                .get_stream(
+                    Arc::clone(&posted.uri),
+                    posted.session_id.clone(),
+                    Some(from),
+                    posted.auth_header.clone(),
+                    posted.headers.clone(),
+                )
+                .await
+            {
+                Ok(stream) => stream,
+                Err(e) => return Err(transport(e)),
+            };
+        }
+    }
+
+    /// Takes one message of the call's stream in: the call's answer (`id`), scrubbed; or
+    /// anything else, scrubbed and attributed, and — unless it was a progress or log
+    /// message, which is queued for its call — handed to rmcp with the stream it came on.
+    async fn take(
+        &self,
+        id: &RequestId,
+        mut message: ServerJsonRpcMessage,
+    ) -> Option<Result<ServerResult, ServiceError>> {
+        if let JsonRpcMessage::Request(request) = &mut message {
+            request
+                .request
+                .extensions_mut()
+                .insert(InboundStreamOrigin::OutboundRequest(id.clone()));
+        }
+        let answers_call = match &message {
+            JsonRpcMessage::Response(response) => &response.id == id,
+            JsonRpcMessage::Error(error) => error.id.as_ref().is_none_or(|of| of == id),
+            _ => false,
+        };
+        let message = self.inbound.take(message)?;
+        match message {
+            JsonRpcMessage::Response(response) if answers_call => Some(Ok(response.result)),
+            JsonRpcMessage::Error(error) if answers_call => {
+                Some(Err(ServiceError::McpError(error.error)))
+            }
+            JsonRpcMessage::Notification(notification)
+                if super::frames::is_queued(&notification.notification) =>
+            {
+                None
+            }
+            other => {
+                // rmcp gone: the connection is closing, and the message has nobody to
+                // answer it.
+                let _ = self.side_door.send(other).await;
+                None
+            }
+        }
+    }
+}
+
+/// How long the rest of a call's stream is read after its answer, for its HTTP
+/// connection to go back to the pool (as rmcp does).
+const DRAIN: Duration = Duration::from_millis(50);
+
+/// Reads what is left of a call's stream after its answer, so that its HTTP connection
+/// goes back to the pool instead of being closed: what has already come is read now (an
+/// upstream usually ends the stream right after the answer), the rest, if any, by a task
+/// of its own for at most [`DRAIN`], so the answer does not wait for it. What the stream
+/// still carries is dropped, as rmcp drops it.
+fn finish(mut stream: SseStream) {
+    loop {
+        match stream.next().now_or_never() {
+            Some(Some(_)) => continue,
+            Some(None) => return,
+            None => break,
+        }
+    }
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(DRAIN, async { while stream.next().await.is_some() {} }).await;
+    });
+}
+
+/// `value` as a header value as it is, when it needs no encoding (SEP-2243 encodes a
+/// value with characters outside visible ASCII, or with blanks at its ends); `None`
+/// otherwise, for rmcp to write.
+fn plain_header_value(value: &str) -> Option<HeaderValue> {
+    let bytes = value.as_bytes();
+    let plain = !value.is_empty()
+        && bytes.iter().all(|b| (0x20..=0x7e).contains(b))
+        && !matches!(bytes.first(), Some(b' '))
+        && !matches!(bytes.last(), Some(b' '))
+        && !value.starts_with("=?base64?");
+    plain.then(|| HeaderValue::from_str(value).ok()).flatten()
+}
+
+/// A failure of the HTTP exchange, as rmcp reports one.
+fn transport(e: StreamableHttpError<reqwest::Error>) -> ServiceError {
+    ServiceError::TransportSend(DynamicTransportError::from_parts(
+        "streamable HTTP",
+        std::any::TypeId::of::<Direct>(),
+        Box::new(e),
+    ))
+}
+
+fn unexpected(what: &'static str) -> ServiceError {
+    transport(StreamableHttpError::UnexpectedServerResponse(
+        Cow::Borrowed(what),
+    ))
+}
+
+/// Whether a tool's input schema promotes any of its arguments to headers
+/// (`x-mcp-header`, SEP-2243): such a call is left to rmcp, which writes them.
+pub(crate) fn has_header_arguments(schema: &serde_json::Value) -> bool {
+    match schema {
+        serde_json::Value::Object(map) => map
+            .iter()
+            .any(|(key, value)| key == "x-mcp-header" || has_header_arguments(value)),
+        serde_json::Value::Array(items) => items.iter().any(has_header_arguments),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_tool_whose_arguments_go_in_headers_is_left_to_rmcp() {
+        assert!(has_header_arguments(
+            &json!({"type": "object", "properties": {
+            "region": {"type": "string", "x-mcp-header": "Region"}}})
+        ));
+        assert!(!has_header_arguments(
+            &json!({"type": "object", "properties": {
+            "text": {"type": "string"}}})
+        ));
+    }
+
+    #[test]
+    fn a_name_that_would_need_encoding_in_a_header_is_left_to_rmcp() {
+        assert!(plain_header_value("echo").is_some());
+        assert!(plain_header_value("é").is_none());
+        assert!(plain_header_value(" echo").is_none());
+        assert!(plain_header_value("=?base64?ZQ==?=").is_none());
+        assert!(plain_header_value("").is_none());
+    }
+}
