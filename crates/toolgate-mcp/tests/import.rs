@@ -418,3 +418,66 @@ async fn declared_tools_are_registered_while_the_upstream_is_down() {
     );
     assert!(error.retry_after_delay().is_some());
 }
+
+#[tokio::test]
+async fn a_call_after_the_upstream_expired_its_session_is_answered_on_a_new_one() {
+    // An upstream with sessions (2025-11-25, no `server/discover`) that ends a session
+    // after 300 ms without a message.
+    let mut tools = ToolRegistry::new();
+    tools
+        .register_erased(std::sync::Arc::new(JsonTool::new(
+            "echo",
+            "Answers with its input.",
+            json!({"type": "object"}),
+            |input, _ctx| Box::pin(async move { Ok::<_, ToolError>(input.clone()) }),
+        )))
+        .expect("registered");
+    let server = McpServer::new(Pipeline::builder().registry(tools).build().expect("built"));
+    let mut sessions = toolgate_mcp::rmcp::transport::streamable_http_server::session::local::SessionConfig::default();
+    sessions.keep_alive = Some(Duration::from_millis(300));
+    let shutdown = CancellationToken::new();
+    let config = rmcp::transport::StreamableHttpServerConfig::default()
+        .with_cancellation_token(shutdown.child_token());
+    let app = axum::Router::new()
+        .nest_service("/mcp", server.http_service_with_sessions(config, sessions));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let url = format!("http://{}/mcp", listener.local_addr().expect("bound"));
+    let stop = shutdown.clone();
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(stop.cancelled_owned())
+            .await
+    });
+
+    let config = UpstreamConfig::http("sessions", url).discover(false);
+    let upstream = within(30, "import", Upstream::connect(config))
+        .await
+        .expect("imported");
+    let mut imported = ToolRegistry::new();
+    upstream.register(&mut imported).expect("registered");
+    let pipeline = Pipeline::builder()
+        .registry(imported)
+        .build()
+        .expect("built");
+    let first = invoke(&pipeline, "echo", json!({"n": 1}))
+        .await
+        .expect("called");
+    assert_eq!(first["content"][0]["text"], r#"{"n":1}"#, "{first}");
+
+    // The session is gone at the upstream: the call is refused there with 404, was not
+    // run, and goes again on a session set up anew — the caller sees only its answer.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    for n in 2..6 {
+        let answer = invoke(&pipeline, "echo", json!({ "n": n }))
+            .await
+            .unwrap_or_else(|e| panic!("call {n} after the session expired failed: {e}"));
+        assert_eq!(
+            answer["content"][0]["text"],
+            format!(r#"{{"n":{n}}}"#),
+            "{answer}"
+        );
+    }
+    shutdown.cancel();
+}
