@@ -57,6 +57,13 @@ fn pipeline_overhead(c: &mut Criterion) {
             BatchSize::SmallInput,
         );
     });
+    group.bench_function("pipeline_10_hand_written_hooks", |b| {
+        b.to_async(&runtime).iter_batched(
+            add_input,
+            |input| invoke(&s.pipeline_10_hand_written_hooks, input),
+            BatchSize::SmallInput,
+        );
+    });
     group.bench_function("pipeline_hook_on_every_stage", |b| {
         b.to_async(&runtime).iter_batched(
             add_input,

@@ -110,6 +110,10 @@ fn pipeline_allocations_per_invocation_stay_within_bounds() {
     let pipeline_10_written = per_json_call(&runtime, "pipeline_10_written_hooks", |input| {
         invoke(&s.pipeline_10_written_hooks, input)
     });
+    let pipeline_10_hand_written =
+        per_json_call(&runtime, "pipeline_10_hand_written_hooks", |input| {
+            invoke(&s.pipeline_10_hand_written_hooks, input)
+        });
     let pipeline_all = per_json_call(&runtime, "pipeline_hook_on_every_stage", |input| {
         invoke(&s.pipeline_every_stage, input)
     });
@@ -128,6 +132,7 @@ fn pipeline_allocations_per_invocation_stay_within_bounds() {
         ("pipeline_0_hooks", pipeline_0),
         ("pipeline_10_hooks", pipeline_10),
         ("pipeline_10_written_hooks", pipeline_10_written),
+        ("pipeline_10_hand_written_hooks", pipeline_10_hand_written),
         ("pipeline_hook_on_every_stage", pipeline_all),
         ("tower_10_layers_boxed_each", tower_boxed),
         ("tower_10_layers_static", tower_static),
@@ -153,6 +158,12 @@ fn pipeline_allocations_per_invocation_stay_within_bounds() {
     assert!(
         pipeline_10_written <= pipeline_0,
         "ten no-op hooks written as plain fns: {pipeline_10_written} allocations, {pipeline_0} with none"
+    );
+    // A hand-written hook that declares no synchronous stage still allocates nothing when
+    // its methods return a ready future.
+    assert!(
+        pipeline_10_hand_written <= pipeline_0,
+        "ten hand-written no-op hooks: {pipeline_10_hand_written} allocations, {pipeline_0} with none"
     );
     // `around_execute` boxes the rest of the chain it wraps: one more.
     assert!(

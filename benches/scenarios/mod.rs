@@ -124,6 +124,17 @@ impl Hook for WrittenNoOp {
     }
 }
 
+/// The same no-op written without `#[hook]`: a hand-written `impl Hook` that lists its
+/// stages and keeps the trait's default methods, declaring no synchronous stages. What a
+/// hook costs when its author does not use the macro.
+struct HandWrittenNoOp(StageSet);
+
+impl Hook for HandWrittenNoOp {
+    fn stages(&self) -> StageSet {
+        self.0
+    }
+}
+
 /// Ten stages a realistic policy set uses, each reached once on the success path.
 const TEN_STAGES: [Stage; 10] = [
     Stage::WillAuthorize,
@@ -241,6 +252,8 @@ pub struct Scenarios {
     pub pipeline_10_hooks: Pipeline,
     /// [`Self::pipeline_10_hooks`] with the no-ops written as plain `fn`s under `#[hook]`.
     pub pipeline_10_written_hooks: Pipeline,
+    /// [`Self::pipeline_10_hooks`] with the no-ops written without `#[hook]`.
+    pub pipeline_10_hand_written_hooks: Pipeline,
     /// The pipeline with one no-op hook at every stage, `around_execute` included.
     pub pipeline_every_stage: Pipeline,
     /// Ten tower layers, each boxed.
@@ -301,6 +314,12 @@ impl Scenarios {
                     .map(|&s| WrittenNoOp(StageSet::of(&[s])))
                     .collect(),
             ),
+            pipeline_10_hand_written_hooks: pipeline(
+                TEN_STAGES
+                    .iter()
+                    .map(|&s| HandWrittenNoOp(StageSet::of(&[s])))
+                    .collect(),
+            ),
             pipeline_every_stage: pipeline(vec![NoOp(StageSet::ALL)]),
             tower_10_boxed: RefCell::new(tower_boxed_each()),
             tower_10_static: RefCell::new(tower_static()),
@@ -317,7 +336,12 @@ impl Scenarios {
     /// the returned future runs.
     pub fn direct_erased(&self, iterations: u64) -> impl Future<Output = Duration> + '_ {
         let inputs = (0..iterations).map(|_| add_input()).collect();
-        self.run_harness("direct_erased", iterations, inputs)
+        self.direct_erased_with(inputs)
+    }
+
+    /// [`Self::direct_erased`] with these inputs, one call each.
+    pub fn direct_erased_with(&self, inputs: Vec<Value>) -> impl Future<Output = Duration> + '_ {
+        self.run_harness("direct_erased", inputs.len() as u64, inputs)
     }
 
     async fn run_harness(&self, name: &str, iterations: u64, inputs: Vec<Value>) -> Duration {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde_json::json;
 use toolgate::core::context::Decision;
 use toolgate::core::hook::{FailureMode, HookFuture, HookRegistration};
+use toolgate::core::stage::StageSet;
 use toolgate::core::{Hook, HookResult, Stage, Stage::*, ToolError, ToolInvokeContext, hook};
 use toolgate_test::{Inject, RecordingHook, ScriptedTool, StageLog, TestPipeline, assert_stages};
 
@@ -349,4 +350,77 @@ async fn a_tail_that_finishes_before_the_deadline_is_waited_for() {
     assert_eq!(out, Ok(json!("out")));
     assert_eq!(started.elapsed(), Duration::from_millis(40));
     assert_stages(&log, SUCCESS);
+}
+
+/// Lists `will_authorize` among its synchronous stages, yet its method there does not
+/// finish at once: a bug in the hook.
+struct ClaimsSynchronous;
+
+impl Hook for ClaimsSynchronous {
+    fn stages(&self) -> StageSet {
+        StageSet::of(&[WillAuthorize])
+    }
+    fn synchronous_stages(&self) -> StageSet {
+        StageSet::of(&[WillAuthorize])
+    }
+    fn will_authorize<'a>(&'a self, _ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        HookFuture::new(async {
+            tokio::task::yield_now().await;
+            Ok(())
+        })
+    }
+}
+
+/// A hand-written hook at `will_authorize` that declares no synchronous stage and keeps
+/// the trait's default method there, which lets the call through.
+struct DeclaresNothing;
+
+impl Hook for DeclaresNothing {
+    fn stages(&self) -> StageSet {
+        StageSet::of(&[WillAuthorize])
+    }
+}
+
+#[tokio::test]
+async fn a_hook_that_lists_a_stage_as_synchronous_but_does_not_finish_at_once_fails_the_call_there()
+{
+    // Alone at its stage, the stage runs in place; beside a hook that declares nothing, the
+    // stage runs as a future: the hook's bug is reported the same way by either runner.
+    for beside_an_undeclared_hook in [false, true] {
+        let mut pipeline = TestPipeline::new()
+            .tool(ScriptedTool::returning(TOOL, json!("out")))
+            .hook(ClaimsSynchronous);
+        if beside_an_undeclared_hook {
+            pipeline = pipeline.hook(DeclaresNothing);
+        }
+
+        let err = pipeline
+            .build()
+            .invoke(TOOL, input(), options())
+            .await
+            .unwrap_err();
+
+        assert_eq!(err.code(), "internal", "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("will_authorize") && message.contains("synchronous_stages"),
+            "beside an undeclared hook: {beside_an_undeclared_hook}; {message}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_hand_written_hook_that_keeps_the_default_method_lets_the_call_through_to_the_hooks_after_it()
+ {
+    let log = StageLog::new();
+    let pipeline = TestPipeline::new()
+        .tool(ScriptedTool::returning(TOOL, json!("out")))
+        .hook(DeclaresNothing)
+        .hook(RecordingHook::new("after", &log))
+        .build();
+
+    let output = pipeline.invoke(TOOL, input(), options()).await.unwrap();
+
+    assert_eq!(output, json!("out"));
+    assert!(log.hooks_at(WillAuthorize).contains(&"after".to_owned()));
 }

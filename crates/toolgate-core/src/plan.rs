@@ -33,6 +33,9 @@ pub(crate) struct PlannedHook {
 pub(crate) struct ToolPlan {
     stages: [Box<[PlannedHook]>; STAGE_COUNT],
     present: StageSet,
+    /// The stages with hooks where every hook's method finishes at once (each declares
+    /// the stage synchronous): they run without a future.
+    synchronous: StageSet,
     /// How many stages with hooks record a duration (all but `around_execute`).
     timed: usize,
     /// Whether invocations record stage durations: the builder asked for them, or a hook
@@ -63,6 +66,7 @@ impl ToolPlan {
         mine.sort_by_key(|(r, priority, _)| (Reverse(*priority), r.tool.is_some(), r.order));
 
         let mut present = StageSet::EMPTY;
+        let mut synchronous = StageSet::EMPTY;
         let stages = Stage::ALL.map(|stage| {
             let mut hooks: Vec<PlannedHook> = mine
                 .iter()
@@ -80,6 +84,9 @@ impl ToolPlan {
             }
             if !hooks.is_empty() {
                 present = present.with(stage);
+                if hooks.iter().all(|h| h.synchronous) {
+                    synchronous = synchronous.with(stage);
+                }
             }
             hooks.into_boxed_slice()
         });
@@ -92,6 +99,7 @@ impl ToolPlan {
         ToolPlan {
             stages,
             present,
+            synchronous,
             timed,
             record_durations,
             record_hook_timings,
@@ -128,6 +136,13 @@ impl ToolPlan {
     #[inline]
     pub fn present(&self) -> StageSet {
         self.present
+    }
+
+    /// Whether every hook at `stage` finishes at once, so that the stage runs without a
+    /// future: true for a stage without hooks too.
+    #[inline]
+    pub fn is_synchronous(&self, stage: Stage) -> bool {
+        !self.present.contains(stage) || self.synchronous.contains(stage)
     }
 
     /// Whether any hook runs at `stage`.

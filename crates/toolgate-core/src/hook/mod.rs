@@ -492,7 +492,8 @@ pub trait Hook: Send + Sync + 'static {
     /// `async fn` or returns a [`HookFuture`] (a plain `fn` and the trait's default method
     /// both finish at once); when a macro inside the block writes methods it cannot see,
     /// only the plain `fn`s it sees. A hand-written impl keeps the default (none), which is always
-    /// correct, and costs a future per stage it takes part in; list the stages whose
+    /// correct, and costs a future per stage it takes part in (no allocation: its method is
+    /// still called in place, and awaited only when its future is not ready); list the stages whose
     /// methods return [`HookFuture::ok`] or [`HookFuture::ready`] to save it. Listing a stage whose method does not
     /// finish at once is a bug in the hook: the call fails at that stage with an `internal`
     /// error that names it.

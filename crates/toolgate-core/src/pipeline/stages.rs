@@ -1,10 +1,12 @@
 //! The stage runner: the hooks of one stage in plan order, each outcome under the hook's
 //! failure mode.
 //!
-//! A stage runs in two parts. [`run_ready`] calls the hooks whose method at the stage is
-//! synchronous ([`Hook::synchronous_stages`]) in place, without a future, and stops before
-//! the first that may not be; [`run_rest`], a future made only then, goes on from there.
-//! The same runner serves the main phases and the tail ([`Phase`]).
+//! A stage whose hooks all declare it synchronous ([`Hook::synchronous_stages`], which
+//! `#[hook]` writes) runs with [`run_synchronous`]: in place, without a future. Any other
+//! stage runs with [`run_stage`], one future for the stage: each hook is still called in
+//! place, and only one whose future is not ready at once is awaited. The plan says which
+//! stage is which ([`ToolPlan::is_synchronous`](crate::plan::ToolPlan::is_synchronous)).
+//! The same runners serve the main phases and the tail ([`Phase`]).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -32,143 +34,53 @@ pub(super) enum Phase {
     Tail,
 }
 
-/// How far [`run_ready`] got.
-pub(super) enum StageRun {
-    /// The stage is over, with this result.
-    Done(HookResult),
-    /// The hook at this index may not finish at once: [`run_rest`] goes on from it.
-    Rest(Rest),
-}
-
-/// Where [`run_rest`] picks a stage up.
-pub(super) struct Rest {
-    index: usize,
-    started: Option<ClockInstant>,
-    /// The stage's span, kept open until the stage ends.
-    span: tracing::Span,
-}
-
-/// Runs the hooks of `stage` from the one at `from` until the stage is over or a hook that
-/// may not finish at once comes up. Callers check that the stage has hooks first.
+/// Runs the hooks of `stage`, from the one at `from`, in place: for a stage the plan says
+/// is synchronous (every hook there declares it). Callers check that the stage has hooks
+/// first.
 #[inline(always)]
-pub(super) fn run_ready(
+pub(super) fn run_synchronous(
     entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
     stage: Stage,
     from: usize,
     phase: Phase,
-) -> StageRun {
+) -> HookResult {
     let started = entry.plan.records_durations().then(ClockInstant::now);
     if ctx.progress.stage_spans {
-        return run_ready_traced(entry, ctx, stage, from, started, phase);
+        return run_synchronous_traced(entry, ctx, stage, from, started, phase);
     }
-    run_synchronous(entry, ctx, stage, from, started, phase)
+    run_hooks_in_place(entry, ctx, stage, from, started, phase)
 }
 
-/// [`run_ready`] inside the stage's span, for an invocation an OpenTelemetry subscriber
-/// traces. A stage left to [`run_rest`] carries its span there, kept open until the stage
-/// ends.
+/// [`run_synchronous`] inside the stage's span, for an invocation an OpenTelemetry
+/// subscriber traces.
 #[inline(never)]
-fn run_ready_traced(
+fn run_synchronous_traced(
     entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
     stage: Stage,
     from: usize,
     started: Option<ClockInstant>,
     phase: Phase,
-) -> StageRun {
-    let span = telemetry::stage_span(stage).entered();
-    match run_synchronous(entry, ctx, stage, from, started, phase) {
-        StageRun::Rest(mut rest) => {
-            rest.span = span.exit();
-            StageRun::Rest(rest)
-        }
-        done => done,
-    }
-}
-
-/// Runs the rest of `stage` from where [`run_ready`] stopped: the hook there is awaited,
-/// and the synchronous ones after it run as [`run_ready`] runs them.
-pub(super) async fn run_rest(
-    entry: &ToolEntry,
-    ctx: &mut ToolInvokeContext,
-    stage: Stage,
-    mut rest: Rest,
-    phase: Phase,
 ) -> HookResult {
-    let span = std::mem::replace(&mut rest.span, tracing::Span::none());
-    if span.is_disabled() {
-        continue_stage(entry, ctx, stage, rest, phase).await
-    } else {
-        continue_stage(entry, ctx, stage, rest, phase)
-            .instrument(span)
-            .await
-    }
+    let _span = telemetry::stage_span(stage).entered();
+    run_hooks_in_place(entry, ctx, stage, from, started, phase)
 }
 
-/// [`run_rest`] inside the stage's span.
-async fn continue_stage(
-    entry: &ToolEntry,
-    ctx: &mut ToolInvokeContext,
-    stage: Stage,
-    mut rest: Rest,
-    phase: Phase,
-) -> HookResult {
-    let hooks = entry.plan.hooks(stage);
-    loop {
-        let planned = &hooks[rest.index];
-        if phase == Phase::Tail {
-            ctx.progress.tail.running = Some((stage, rest.index));
-        }
-        let contain = contains_panics(planned, phase);
-        let hook_started = entry.plan.records_hook_timings().then(ClockInstant::now);
-        let settled = match call(planned, ctx, contain) {
-            Ok(None) => Ok(None),
-            Ok(Some(future)) => match future.into_ready() {
-                Ok(outcome) => Ok(Some(outcome)),
-                Err(pending) => wait(entry, planned, stage, pending, contain, phase).await,
-            },
-            Err(panic) => Err(panic),
-        };
-        match settled {
-            Ok(Some(outcome)) => {
-                if let Err(control) = apply(planned, stage, ctx, hook_started, outcome, phase) {
-                    end_stage(entry, ctx, stage, rest.started, phase);
-                    return Err(control);
-                }
-            }
-            // Filtered out, or abandoned past the tail timeout.
-            Ok(None) => {}
-            Err(_panic) => contained_panic(planned, stage, ctx, phase),
-        }
-        match run_synchronous(entry, ctx, stage, rest.index + 1, rest.started, phase) {
-            StageRun::Done(result) => return result,
-            StageRun::Rest(next) => rest = next,
-        }
-    }
-}
-
-/// The synchronous hooks of `stage` from the one at `from` on, up to the first that may
-/// not finish at once. `started` is when the stage began, when its duration is recorded.
+/// The hooks of a synchronous stage from the one at `from` on. `started` is when the
+/// stage began, when its duration is recorded.
 #[inline(always)]
-fn run_synchronous(
+fn run_hooks_in_place(
     entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
     stage: Stage,
     from: usize,
     started: Option<ClockInstant>,
     phase: Phase,
-) -> StageRun {
+) -> HookResult {
     let timed = entry.plan.records_hook_timings();
     let hooks = entry.plan.hooks(stage);
     for (index, planned) in hooks.iter().enumerate().skip(from) {
-        if !planned.synchronous {
-            return StageRun::Rest(Rest {
-                index,
-                started,
-                span: tracing::Span::none(),
-            });
-        }
         let hook_started = timed.then(ClockInstant::now);
         let outcome = if contains_panics(planned, phase) {
             match call_contained(planned, stage, ctx, phase, index) {
@@ -195,11 +107,11 @@ fn run_synchronous(
         };
         if let Err(control) = apply(planned, stage, ctx, hook_started, outcome, phase) {
             end_stage(entry, ctx, stage, started, phase);
-            return StageRun::Done(Err(control));
+            return Err(control);
         }
     }
     end_stage(entry, ctx, stage, started, phase);
-    StageRun::Done(Ok(()))
+    Ok(())
 }
 
 /// Calls a synchronous hook whose panic is contained (a fail-open hook, or any hook in the
@@ -232,9 +144,90 @@ fn call_contained(
     })
 }
 
-/// Runs `stage` whole: for the paths where one more future costs nothing worth saving
-/// (a resumed call, a retry).
+/// Runs the hooks of `stage`, from the one at `from`, for a stage where some hook may not
+/// finish at once: one future for the stage, in which each hook is called in place and one
+/// whose future is not ready is awaited. Callers check that the stage has hooks first.
 pub(super) async fn run_stage(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    from: usize,
+    phase: Phase,
+) -> HookResult {
+    let started = entry.plan.records_durations().then(ClockInstant::now);
+    if ctx.progress.stage_spans {
+        // Boxed: a traced invocation's stage keeps its span, out of the state of the
+        // untraced one.
+        let span = telemetry::stage_span(stage);
+        let traced = run_hooks(entry, ctx, stage, from, started, phase).instrument(span);
+        return Box::pin(traced).await;
+    }
+    run_hooks(entry, ctx, stage, from, started, phase).await
+}
+
+/// [`run_stage`]'s hooks, from the one at `from`.
+async fn run_hooks(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    from: usize,
+    started: Option<ClockInstant>,
+    phase: Phase,
+) -> HookResult {
+    let timed = entry.plan.records_hook_timings();
+    for (index, planned) in entry.plan.hooks(stage).iter().enumerate().skip(from) {
+        let hook_started = timed.then(ClockInstant::now);
+        let contain = contains_panics(planned, phase);
+        let future = if contain {
+            if phase == Phase::Tail {
+                ctx.progress.tail.running = Some((stage, index));
+            }
+            let Some(called) = call(planned, ctx, true).ok() else {
+                contained_panic(planned, stage, ctx, phase);
+                continue;
+            };
+            // `None`: filtered out.
+            let Some(future) = called else {
+                continue;
+            };
+            future
+        } else {
+            let hook: &dyn Hook = &*planned.hook;
+            if !hook.filter(ctx) {
+                continue;
+            }
+            (planned.call)(hook, ctx)
+        };
+        // Nothing follows a hook that let the call through, unless its time is recorded.
+        if future.is_ready_ok() && hook_started.is_none() {
+            continue;
+        }
+        let settled = match future.into_ready() {
+            Ok(outcome) => Ok(Some(outcome)),
+            Err(_pending) if planned.synchronous => Ok(Some(Err(not_synchronous(planned, stage)))),
+            Err(pending) => wait(entry, planned, stage, pending, contain, phase).await,
+        };
+        let outcome = match settled {
+            Ok(Some(outcome)) => outcome,
+            // Abandoned past the tail timeout.
+            Ok(None) => continue,
+            Err(_panic) => {
+                contained_panic(planned, stage, ctx, phase);
+                continue;
+            }
+        };
+        if let Err(control) = apply(planned, stage, ctx, hook_started, outcome, phase) {
+            end_stage(entry, ctx, stage, started, phase);
+            return Err(control);
+        }
+    }
+    end_stage(entry, ctx, stage, started, phase);
+    Ok(())
+}
+
+/// Runs `stage` whole, in the main phases: for the paths where one more future costs
+/// nothing worth saving (a resumed call, a retry).
+pub(super) async fn run_main_stage(
     entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
     stage: Stage,
@@ -243,10 +236,10 @@ pub(super) async fn run_stage(
     if !entry.plan.has(stage) {
         return Ok(());
     }
-    match run_ready(entry, ctx, stage, 0, Phase::Main) {
-        StageRun::Done(result) => result,
-        StageRun::Rest(rest) => run_rest(entry, ctx, stage, rest, Phase::Main).await,
+    if entry.plan.is_synchronous(stage) {
+        return run_synchronous(entry, ctx, stage, 0, Phase::Main);
     }
+    run_stage(entry, ctx, stage, 0, Phase::Main).await
 }
 
 /// Whether a panic in `planned`'s code is contained (the call goes on) rather than failing

@@ -4,7 +4,7 @@
 //! outcome.
 
 use super::ToolEntry;
-use super::stages::{self, Phase, StageRun};
+use super::stages::{self, Phase};
 use crate::context::{ClockInstant, ToolInvokeContext};
 use crate::stage::{Stage, StageSet};
 
@@ -50,9 +50,12 @@ pub(super) async fn run(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
         let Some(first) = begin(ctx, stage) else {
             continue;
         };
-        if let StageRun::Rest(rest) = stages::run_ready(entry, ctx, stage, first, Phase::Tail) {
-            let _ = stages::run_rest(entry, ctx, stage, rest, Phase::Tail).await;
-        }
+        // Outcomes in the tail are recorded, never applied.
+        let _ = if entry.plan.is_synchronous(stage) {
+            stages::run_synchronous(entry, ctx, stage, first, Phase::Tail)
+        } else {
+            stages::run_stage(entry, ctx, stage, first, Phase::Tail).await
+        };
     }
     ctx.finished.get_or_insert_with(ClockInstant::now);
     end(ctx);

@@ -2,13 +2,13 @@
 //! the stages before execution, execution, the output stages.
 //!
 //! Stages without hooks cost a bit test: the walk visits only the stages of the tool's plan.
-//! A stage whose hooks are synchronous runs in place; a future is made only for a hook that
-//! may not finish at once, and for execution when it has hooks.
+//! A stage whose hooks are all declared synchronous runs in place; a future is made only for
+//! a stage where some hook may not finish at once, and for execution when it has hooks.
 
 use serde_json::Value;
 
 use super::ToolEntry;
-use super::stages::{self, Phase, StageRun};
+use super::stages::{self, Phase};
 use crate::context::ToolInvokeContext;
 use crate::control::{Control, HookResult, SuspendRequest};
 use crate::error::{InputViolations, ToolError};
@@ -130,11 +130,10 @@ pub(super) async fn walk(
             }
             ctx.progress.acquired.reach(stage, quota_taken);
             ctx.stage = stage;
-            let result = match stages::run_ready(entry, ctx, stage, 0, Phase::Main) {
-                StageRun::Done(result) => result,
-                StageRun::Rest(rest) => {
-                    stages::run_rest(entry, ctx, stage, rest, Phase::Main).await
-                }
+            let result = if entry.plan.is_synchronous(stage) {
+                stages::run_synchronous(entry, ctx, stage, 0, Phase::Main)
+            } else {
+                stages::run_stage(entry, ctx, stage, 0, Phase::Main).await
             };
             if let Err(control) = result
                 && let Some(control) = hold(ctx, &mut held, wait_after, control)
@@ -189,9 +188,10 @@ pub(super) async fn walk(
     // Phase 8: a respond sets the output and the next stage runs.
     for stage in output.iter() {
         ctx.stage = stage;
-        let result = match stages::run_ready(entry, ctx, stage, 0, Phase::Main) {
-            StageRun::Done(result) => result,
-            StageRun::Rest(rest) => stages::run_rest(entry, ctx, stage, rest, Phase::Main).await,
+        let result = if entry.plan.is_synchronous(stage) {
+            stages::run_synchronous(entry, ctx, stage, 0, Phase::Main)
+        } else {
+            stages::run_stage(entry, ctx, stage, 0, Phase::Main).await
         };
         match result {
             Ok(()) => {}
@@ -221,7 +221,7 @@ async fn resume(
         return Err(ToolError::abort(reason, "rejected", 403).into());
     }
     for stage in RUN_AGAIN {
-        match stages::run_stage(entry, ctx, stage).await {
+        match stages::run_main_stage(entry, ctx, stage).await {
             Ok(()) => {}
             Err(Control::Error(error)) => return Err(Control::Error(error)),
             Err(other) => {
@@ -333,10 +333,12 @@ async fn execution(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Result<boo
 async fn give_up(entry: &ToolEntry, ctx: &mut ToolInvokeContext, error: ToolError) -> Control {
     ctx.error = Some(error.clone());
     ctx.stage = Stage::OnGiveUp;
-    if entry.plan.has(Stage::OnGiveUp)
-        && let StageRun::Rest(rest) = stages::run_ready(entry, ctx, Stage::OnGiveUp, 0, Phase::Tail)
-    {
-        let _ = stages::run_rest(entry, ctx, Stage::OnGiveUp, rest, Phase::Tail).await;
+    if entry.plan.is_synchronous(Stage::OnGiveUp) {
+        if entry.plan.has(Stage::OnGiveUp) {
+            let _ = stages::run_synchronous(entry, ctx, Stage::OnGiveUp, 0, Phase::Tail);
+        }
+    } else {
+        let _ = stages::run_stage(entry, ctx, Stage::OnGiveUp, 0, Phase::Tail).await;
     }
     Control::Error(error)
 }
@@ -345,16 +347,15 @@ async fn give_up(entry: &ToolEntry, ctx: &mut ToolInvokeContext, error: ToolErro
 async fn attempt(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
     ctx.attempt += 1;
     if ctx.attempt > 1 {
-        stages::run_stage(entry, ctx, Stage::OnRetry).await?;
+        stages::run_main_stage(entry, ctx, Stage::OnRetry).await?;
     }
     ctx.stage = Stage::WillExecute;
-    if entry.plan.has(Stage::WillExecute) {
-        match stages::run_ready(entry, ctx, Stage::WillExecute, 0, Phase::Main) {
-            StageRun::Done(result) => result?,
-            StageRun::Rest(rest) => {
-                stages::run_rest(entry, ctx, Stage::WillExecute, rest, Phase::Main).await?;
-            }
+    if entry.plan.is_synchronous(Stage::WillExecute) {
+        if entry.plan.has(Stage::WillExecute) {
+            stages::run_synchronous(entry, ctx, Stage::WillExecute, 0, Phase::Main)?;
         }
+    } else {
+        stages::run_stage(entry, ctx, Stage::WillExecute, 0, Phase::Main).await?;
     }
     let prepared = enter_tool(ctx);
     let output = entry.tool.call(prepared, ctx).await;
@@ -363,11 +364,10 @@ async fn attempt(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
     if !entry.plan.has(Stage::DidExecute) {
         return Ok(());
     }
-    match stages::run_ready(entry, ctx, Stage::DidExecute, 0, Phase::Main) {
-        StageRun::Done(result) => result,
-        StageRun::Rest(rest) => {
-            stages::run_rest(entry, ctx, Stage::DidExecute, rest, Phase::Main).await
-        }
+    if entry.plan.is_synchronous(Stage::DidExecute) {
+        stages::run_synchronous(entry, ctx, Stage::DidExecute, 0, Phase::Main)
+    } else {
+        stages::run_stage(entry, ctx, Stage::DidExecute, 0, Phase::Main).await
     }
 }
 
