@@ -324,7 +324,7 @@ PY
 audit_records() {
   local n=
   case $1 in
-    toolgate-mcp | toolgate-v1) n=$(wc -l < "$2/audit.jsonl") ;;
+    toolgate-mcp | toolgate-v1 | toolgate-mcp-base | toolgate-v1-base) n=$(wc -l < "$2/audit.jsonl") ;;
     mcp-proxy) n=$(grep -c 'mcp::audit.*tools/call' "$2/mcp-proxy.err") ;;
     fastmcp) n=$(grep -c '"event": "request_success", "method": "tools/call"' "$2/fastmcp-audit.log") ;;
     contextforge) n=$(contextforge_audit_records "$2") ;;
