@@ -43,6 +43,10 @@ pub struct ResultError {
     /// For invalid input: every failing field with its path.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub violations: Vec<InputViolation>,
+    /// The HTTP status a gateway answers this error with. Not serialized: models and
+    /// batch results never see it, and an error read back from JSON has none.
+    #[serde(skip)]
+    pub status: Option<u16>,
 }
 
 impl From<&ToolError> for ResultError {
@@ -57,6 +61,7 @@ impl From<&ToolError> for ResultError {
                 ToolError::InvalidInput(v) => v.0.clone(),
                 _ => Vec::new(),
             },
+            status: Some(error.status()),
         }
     }
 }

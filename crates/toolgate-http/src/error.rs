@@ -58,6 +58,7 @@ impl HttpError {
                 message: message.into(),
                 retry_after_ms: None,
                 violations: Vec::new(),
+                status: Some(status.as_u16()),
             },
         }
     }
@@ -84,6 +85,20 @@ impl From<&ToolError> for HttpError {
             status: StatusCode::from_u16(error.status())
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             body: ResultError::from(error),
+        }
+    }
+}
+
+/// The error of a [`ToolResult`](toolgate_agent::ToolResult) as its call would answer
+/// it: with the error's own status, or 500 for one read back from JSON, which has none.
+impl From<&ResultError> for HttpError {
+    fn from(error: &ResultError) -> Self {
+        HttpError {
+            status: error
+                .status
+                .and_then(|status| StatusCode::from_u16(status).ok())
+                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+            body: error.clone(),
         }
     }
 }

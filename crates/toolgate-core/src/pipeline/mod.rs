@@ -26,7 +26,9 @@ use crate::plan::ToolPlan;
 use crate::provider::{PerCall, Scopes, SessionProviders};
 use crate::registry::{ToolRef, ToolRegistry};
 use crate::stage::Stage;
-use crate::suspension::{ResumeDecision, SuspendedInvocation, SuspensionStore};
+use crate::suspension::{
+    ResumeDecision, SuspendedInvocation, SuspensionFilter, SuspensionStore, SuspensionStoreError,
+};
 use crate::tool::ErasedTool;
 use walk::Start;
 
@@ -268,6 +270,26 @@ impl Pipeline {
     /// suspension store fails.
     pub async fn suspended(&self, id: &str) -> Result<Option<SuspendedInvocation>, ToolError> {
         Ok(self.inner.shared.suspensions.get(id).await?)
+    }
+
+    /// Up to `limit` waiting calls that match `filter`, in id order, after the id `after`:
+    /// see [`SuspensionStore::list`].
+    ///
+    /// # Errors
+    ///
+    /// [`SuspensionStoreError::CannotList`] when the suspension store cannot enumerate the
+    /// calls it keeps; otherwise the store's own error.
+    pub async fn list_suspended(
+        &self,
+        filter: &SuspensionFilter,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
+        self.inner
+            .shared
+            .suspensions
+            .list(filter, after, limit)
+            .await
     }
 
     /// Resumes a suspended call. It continues after the stage that suspended it, without

@@ -6,7 +6,8 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 
 use super::{
-    SuspendedInvocation, SuspensionLimits, SuspensionStore, SuspensionStoreError, SuspensionTable,
+    SuspendedInvocation, SuspensionFilter, SuspensionLimits, SuspensionStore, SuspensionStoreError,
+    SuspensionTable,
 };
 
 /// The wall clock a store stamps and checks expiry with.
@@ -114,6 +115,16 @@ impl SuspensionStore for InMemorySuspensionStore {
         let now = (self.clock)();
         Ok(self.lock().get(id, now)?.cloned())
     }
+
+    async fn list(
+        &self,
+        filter: &SuspensionFilter,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
+        let now = (self.clock)();
+        Ok(self.lock().list(filter, after, limit, now))
+    }
 }
 
 #[cfg(test)]
@@ -184,5 +195,74 @@ mod tests {
             store.get("second").await.unwrap().unwrap().expires_at,
             Some(SystemTime::UNIX_EPOCH + Duration::from_secs(48 * 3600))
         );
+    }
+
+    #[tokio::test]
+    async fn a_listing_pages_in_id_order_with_filters_and_skips_expired_calls() {
+        let limits = SuspensionLimits {
+            expire_after: Duration::from_secs(60),
+            ..SuspensionLimits::default()
+        };
+        let (store, seconds) = store_with_clock(limits);
+        store.save(call("a-old", "ann")).await.unwrap();
+        seconds.store(30, Ordering::SeqCst);
+        for (id, user) in [("b", "bob"), ("c", "ann"), ("d", "ann")] {
+            let mut suspended = call(id, user);
+            suspended.suspended_at = SystemTime::UNIX_EPOCH + Duration::from_secs(30);
+            store.save(suspended).await.unwrap();
+        }
+        let ids =
+            |page: Vec<SuspendedInvocation>| page.into_iter().map(|s| s.id).collect::<Vec<_>>();
+        let ann = SuspensionFilter {
+            user: Some("ann".into()),
+            ..SuspensionFilter::default()
+        };
+
+        let first = store.list(&ann, None, 2).await.unwrap();
+        let second = store.list(&ann, Some("c"), 2).await.unwrap();
+        let since = SuspensionFilter {
+            since: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(10)),
+            ..SuspensionFilter::default()
+        };
+        let recent = store.list(&since, None, 10).await.unwrap();
+        let other_tool = SuspensionFilter {
+            tool: Some("other".into()),
+            ..SuspensionFilter::default()
+        };
+        seconds.store(61, Ordering::SeqCst);
+        let after_expiry = store.list(&ann, None, 10).await.unwrap();
+
+        assert_eq!(ids(first), ["a-old", "c"]);
+        assert_eq!(ids(second), ["d"]);
+        assert_eq!(ids(recent), ["b", "c", "d"]);
+        assert!(store.list(&other_tool, None, 10).await.unwrap().is_empty());
+        assert_eq!(
+            ids(after_expiry),
+            ["c", "d"],
+            "the expired call is not listed"
+        );
+    }
+
+    /// A store that only looks calls up by id.
+    struct ByIdOnly;
+
+    #[async_trait]
+    impl SuspensionStore for ByIdOnly {
+        async fn save(&self, _: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
+            Ok(())
+        }
+        async fn take(&self, _: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+            Ok(None)
+        }
+        async fn get(&self, _: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+            Ok(None)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_store_that_cannot_list_says_so() {
+        let listed = ByIdOnly.list(&SuspensionFilter::default(), None, 10).await;
+
+        assert_eq!(listed, Err(SuspensionStoreError::CannotList));
     }
 }

@@ -114,6 +114,39 @@ pub enum SuspensionStoreError {
     /// The store itself failed (storage unreachable, unreadable, not writable).
     #[error("the suspension store failed: {0}")]
     Unavailable(String),
+    /// The store cannot enumerate the calls it keeps; it looks them up by id only.
+    #[error(
+        "the configured suspension store cannot list waiting calls: look a call up by its id, or configure a store that can list them (the in-memory store can)"
+    )]
+    CannotList,
+}
+
+/// Which waiting calls a listing ([`SuspensionStore::list`]) asks for: every condition
+/// that is set must hold.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SuspensionFilter {
+    /// Only the calls of this tool.
+    pub tool: Option<String>,
+    /// Only the calls of this user.
+    pub user: Option<String>,
+    /// Only the calls suspended at or after this instant.
+    pub since: Option<SystemTime>,
+}
+
+impl SuspensionFilter {
+    /// Whether `suspended` is one of the calls this filter asks for.
+    pub fn matches(&self, suspended: &SuspendedInvocation) -> bool {
+        self.tool
+            .as_ref()
+            .is_none_or(|tool| *tool == suspended.tool)
+            && self
+                .user
+                .as_ref()
+                .is_none_or(|user| *user == suspended.user.id)
+            && self
+                .since
+                .is_none_or(|since| suspended.suspended_at >= since)
+    }
 }
 
 /// Where suspended invocations wait. The in-memory store is the default; the agent layer
@@ -220,6 +253,22 @@ pub trait SuspensionStore: Send + Sync + 'static {
     /// The suspended invocation with this id, left in place;
     /// [`SuspensionStoreError::Expired`] when it waited too long.
     async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError>;
+
+    /// Up to `limit` waiting calls that match `filter`, in the order of their ids, starting
+    /// after the id `after` (the last one of the previous page) when it is given. Expired
+    /// calls are not listed.
+    ///
+    /// A store that can only look calls up by id keeps this default, which answers
+    /// [`SuspensionStoreError::CannotList`].
+    async fn list(
+        &self,
+        filter: &SuspensionFilter,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
+        let _ = (filter, after, limit);
+        Err(SuspensionStoreError::CannotList)
+    }
 }
 
 /// A new suspension id: unguessable enough to be handed to a person, unique per process.

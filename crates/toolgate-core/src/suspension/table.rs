@@ -1,9 +1,10 @@
 //! [`SuspensionTable`]: waiting calls under [`SuspensionLimits`], with the time passed in.
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::ops::Bound;
 use std::time::SystemTime;
 
-use super::{SuspendedInvocation, SuspensionLimits, SuspensionStoreError};
+use super::{SuspendedInvocation, SuspensionFilter, SuspensionLimits, SuspensionStoreError};
 
 /// Waiting calls kept under [`SuspensionLimits`]: per-user and total caps, expiry, and a
 /// memory of recently expired ids. Not synchronized and not async: a store wraps it in its
@@ -201,6 +202,30 @@ impl SuspensionTable {
     /// Whether no call waits.
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Up to `limit` calls that match `filter` and have not expired by `now`, in id order,
+    /// after the id `after` when it is given: what [`SuspensionStore::list`] answers.
+    ///
+    /// [`SuspensionStore::list`]: super::SuspensionStore::list
+    pub fn list(
+        &self,
+        filter: &SuspensionFilter,
+        after: Option<&str>,
+        limit: usize,
+        now: SystemTime,
+    ) -> Vec<SuspendedInvocation> {
+        let start = match after {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Unbounded,
+        };
+        self.entries
+            .range::<str, _>((start, Bound::Unbounded))
+            .map(|(_, suspended)| suspended)
+            .filter(|suspended| !is_expired(suspended, now) && filter.matches(suspended))
+            .take(limit)
+            .cloned()
+            .collect()
     }
 
     /// The waiting calls by id, for a store that writes them out.
