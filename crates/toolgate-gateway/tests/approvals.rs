@@ -125,7 +125,7 @@ policies:\n  approval:\n    tools: [sleep]\n    max_pending_per_user: 3\n",
 
     let approved = approve(&gateway, "alice", &bobs[0]).await;
     assert_eq!(approved.status, 200, "{}", approved.body);
-    assert_eq!(approved.body["results"][0]["status"], "success");
+    assert!(approved.body["output"].is_object(), "{}", approved.body);
     suspension_id(&park(&gateway, "bob").await);
 }
 
@@ -192,9 +192,7 @@ policies:\n  approval:\n    tools: [echo, sleep]\n  redaction:\n    detectors: [
 
     let approved = approve(&gateway, "alice", &id).await;
     assert_eq!(approved.status, 200, "{}", approved.body);
-    let result = &approved.body["results"][0];
-    assert_eq!(result["status"], "success", "{}", approved.body);
-    assert_eq!(result["output"]["text"], "write to [REDACTED:email]");
+    assert_eq!(approved.body["output"]["text"], "write to [REDACTED:email]");
 }
 
 // ---------------------------------------------------------------------------------------
@@ -236,13 +234,12 @@ async fn an_approval_after_a_reload_revoked_the_callers_access_refuses_the_call(
 
     let approved = approve(&gateway, "alice", &id).await;
 
-    assert_eq!(approved.status, 200, "{}", approved.body);
-    let result = &approved.body["results"][0];
-    assert_eq!(result["status"], "error", "{}", approved.body);
-    assert_eq!(result["error"]["code"], "forbidden", "{}", approved.body);
-    let text = result["error"]["message"].as_str().unwrap_or_default();
+    // Answered as the call itself would be: 403 with the error.
+    assert_eq!(approved.status, 403, "{}", approved.body);
+    assert_eq!(approved.error_code(), "forbidden", "{}", approved.body);
+    let text = message(&approved);
     assert!(text.contains("`bob` may no longer call `sleep`"), "{text}");
-    assert!(result.get("output").is_none(), "{}", approved.body);
+    assert!(approved.body.get("output").is_none(), "{}", approved.body);
     let again = approve(&gateway, "alice", &id).await;
     assert_eq!(again.status, 404, "the call ended: {}", again.body);
 }
@@ -272,15 +269,13 @@ async fn with_four_eyes_an_approver_may_not_approve_their_own_call_but_another_m
 
     let by_carol = approve(&gateway, "carol", &id).await;
     assert_eq!(by_carol.status, 200, "{}", by_carol.body);
-    assert_eq!(by_carol.body["results"][0]["status"], "success");
+    assert!(by_carol.body["output"].is_object(), "{}", by_carol.body);
 
     let withdrawn = suspension_id(&park(&gateway, "alice").await);
     let rejected = decide(&gateway, "alice", &withdrawn, json!({"decision": "reject"})).await;
-    assert_eq!(
-        rejected.status, 200,
-        "withdrawing one's own call is allowed"
-    );
-    assert_eq!(rejected.body["results"][0]["error"]["code"], "rejected");
+    // Allowed, and answered as the call would be: 403 `rejected`.
+    assert_eq!(rejected.status, 403, "{}", rejected.body);
+    assert_eq!(rejected.error_code(), "rejected", "{}", rejected.body);
 }
 
 #[tokio::test]
@@ -296,7 +291,7 @@ policies:\n  approval:\n    tools: [sleep]\n    four_eyes: false\n",
     let own = approve(&gateway, "alice", &id).await;
 
     assert_eq!(own.status, 200, "{}", own.body);
-    assert_eq!(own.body["results"][0]["status"], "success");
+    assert!(own.body["output"].is_object(), "{}", own.body);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -449,4 +444,231 @@ policies:\n  approval:\n    tools: [sleep]\n",
         text.contains("slept_ms"),
         "the approved call's own result: {done}"
     );
+}
+
+// ---------------------------------------------------------------------------------------
+// Operations: listing waiting calls, who decided, and the resume answer
+
+/// `GET /v1/suspensions?{query}` as `user`.
+async fn list(gateway: &Gateway, user: &str, query: &str) -> Answer {
+    let url = gateway.url(&format!("/v1/suspensions?{query}"));
+    get(&client(), &url, Some(user)).await
+}
+
+/// The ids of a listing answer, after checking it is one.
+fn listed_ids(answer: &Answer) -> Vec<String> {
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    answer.body["suspensions"]
+        .as_array()
+        .unwrap_or_else(|| panic!("a listing: {}", answer.body))
+        .iter()
+        .map(|s| s["id"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// A gateway where `sleep` and `calculator` wait for approval, with three of bob's
+/// `sleep` calls and one of dave's `calculator` calls waiting; (gateway, bob's, dave's).
+async fn three_of_bobs_and_one_of_daves() -> (Gateway, Vec<String>, String) {
+    let config = format!(
+        "tools:\n  builtin: [calculator, sleep]\n{}policies:\n  approval:\n    tools: [sleep, calculator]\n",
+        users()
+    );
+    let gateway = Gateway::start(&config);
+    let mut bobs = Vec::new();
+    for _ in 0..3 {
+        bobs.push(suspension_id(&park(&gateway, "bob").await));
+    }
+    let daves =
+        suspension_id(&invoke(&gateway, "dave", "calculator", json!({"expression": "1+1"})).await);
+    bobs.sort();
+    (gateway, bobs, daves)
+}
+
+#[tokio::test]
+async fn an_approver_lists_every_waiting_call_a_page_at_a_time_and_by_each_filter() {
+    let (gateway, bobs, daves) = three_of_bobs_and_one_of_daves().await;
+    let mut everyone = [bobs.clone(), vec![daves.clone()]].concat();
+    everyone.sort();
+
+    let first = list(&gateway, "alice", "limit=3").await;
+    let cursor = first.body["next_cursor"]
+        .as_str()
+        .expect("a next page")
+        .to_owned();
+    let second = list(&gateway, "alice", &format!("limit=3&cursor={cursor}")).await;
+    let paged = [listed_ids(&first), listed_ids(&second)].concat();
+
+    assert_eq!(
+        paged, everyone,
+        "every call once, in id order, across pages"
+    );
+    assert_eq!(listed_ids(&first).len(), 3);
+    assert!(second.body["next_cursor"].is_null(), "{}", second.body);
+    assert_eq!(listed_ids(&list(&gateway, "alice", "").await), everyone);
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "status=waiting").await),
+        everyone
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "tool=calculator").await),
+        [daves.as_str()]
+    );
+    assert_eq!(listed_ids(&list(&gateway, "alice", "user=bob").await), bobs);
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "user=bob&tool=calculator").await),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "since=2000-01-01T00:00:00Z").await),
+        everyone
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "since=2999-01-01T00:00:00Z").await),
+        Vec::<String>::new()
+    );
+    // Each item is what `GET /v1/suspensions/{id}` shows.
+    let item = &list(&gateway, "alice", "tool=calculator").await.body["suspensions"][0];
+    assert_eq!(*item, show(&gateway, "alice", &daves).await.body);
+}
+
+#[tokio::test]
+async fn a_caller_lists_only_their_own_waiting_calls_and_may_not_ask_for_anothers() {
+    let (gateway, bobs, _) = three_of_bobs_and_one_of_daves().await;
+
+    let own = list(&gateway, "bob", "").await;
+    let others = list(&gateway, "bob", "user=dave").await;
+
+    assert_eq!(listed_ids(&own), bobs);
+    assert_eq!(listed_ids(&list(&gateway, "bob", "user=bob").await), bobs);
+    assert_eq!(
+        listed_ids(&list(&gateway, "bob", "tool=calculator").await),
+        Vec::<String>::new(),
+        "dave's call stays invisible to bob"
+    );
+    assert_eq!(others.status, 403, "{}", others.body);
+    assert_eq!(others.error_code(), "not_an_approver");
+    assert!(
+        message(&others).contains("leave out `user`"),
+        "{}",
+        others.body
+    );
+}
+
+#[tokio::test]
+async fn bad_filters_limits_and_cursors_are_refused_with_their_code() {
+    let (gateway, _, _) = three_of_bobs_and_one_of_daves().await;
+
+    for (query, code, words) in [
+        ("limit=0", "bad_limit", "a whole number from 1 to 500"),
+        ("limit=501", "bad_limit", "a whole number from 1 to 500"),
+        ("limit=ten", "bad_limit", "a whole number from 1 to 500"),
+        (
+            "cursor=page-2",
+            "bad_cursor",
+            "`next_cursor` of the previous page",
+        ),
+        ("since=yesterday", "bad_since", "RFC 3339"),
+        ("status=bogus", "bad_status", "use `waiting`"),
+        ("status=decided", "unsupported_status", "waiting calls only"),
+    ] {
+        let refused = list(&gateway, "alice", query).await;
+
+        assert_eq!(refused.status, 400, "{query}: {}", refused.body);
+        assert_eq!(refused.error_code(), code, "{query}: {}", refused.body);
+        assert!(
+            message(&refused).contains(words),
+            "{query}: {}",
+            refused.body
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_decision_is_logged_with_its_approver_decision_and_reason() {
+    let (gateway, bobs, daves) = three_of_bobs_and_one_of_daves().await;
+
+    let rejected = decide(
+        &gateway,
+        "carol",
+        &bobs[0],
+        json!({"decision": "reject", "reason": "not during the freeze"}),
+    )
+    .await;
+    let approved = approve(&gateway, "alice", &daves).await;
+
+    assert_eq!(rejected.status, 403, "{}", rejected.body);
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    gateway
+        .wait_for_log("a waiting call was decided", 2, Duration::from_secs(10))
+        .await;
+    let log = gateway.stderr();
+    let line = |id: &str| {
+        log.lines()
+            .find(|line| line.contains("a waiting call was decided") && line.contains(id))
+            .unwrap_or_else(|| panic!("no decision logged for {id}:\n{log}"))
+            .to_owned()
+    };
+    let by_carol = line(&bobs[0]);
+    for fact in ["carol", "reject", "not during the freeze", "bob", "sleep"] {
+        assert!(by_carol.contains(fact), "{fact} missing: {by_carol}");
+    }
+    let by_alice = line(&daves);
+    for fact in ["alice", "approve", "dave", "calculator"] {
+        assert!(by_alice.contains(fact), "{fact} missing: {by_alice}");
+    }
+}
+
+#[tokio::test]
+async fn a_resume_answers_as_invoke_does_and_honours_or_refuses_the_format() {
+    let (gateway, bobs, _) = three_of_bobs_and_one_of_daves().await;
+    let resume = |id: &str, query: &str| {
+        let url = gateway.url(&format!("/v1/suspensions/{id}/resume{query}"));
+        async move {
+            post(
+                &client(),
+                &url,
+                Some("alice"),
+                &json!({"decision": "approve"}),
+            )
+            .await
+        }
+    };
+
+    let bogus = resume(&bobs[0], "?format=bogus").await;
+    let still = show(&gateway, "alice", &bobs[0]).await;
+    let plain = resume(&bobs[0], "").await;
+    let openai = resume(&bobs[1], "?format=openai").await;
+    let anthropic = resume(&bobs[2], "?format=anthropic").await;
+
+    assert_eq!(bogus.status, 400, "{}", bogus.body);
+    assert_eq!(bogus.error_code(), "unknown_format");
+    assert!(message(&bogus).contains("toolgate, openai, anthropic or gemini"));
+    assert_eq!(
+        still.body["status"], "waiting",
+        "a refused format used nothing up"
+    );
+    assert_eq!(plain.status, 200, "{}", plain.body);
+    let mut keys: Vec<&str> = plain
+        .body
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(String::as_str)
+        .collect();
+    keys.sort_unstable();
+    assert_eq!(
+        keys,
+        ["attempts", "duration_ms", "metadata", "output"],
+        "{}",
+        plain.body
+    );
+    assert_eq!(plain.body["output"]["slept_ms"], 1);
+    assert_eq!(plain.body["attempts"], 1);
+    assert_eq!(
+        openai.body["messages"][0]["role"], "tool",
+        "{}",
+        openai.body
+    );
+    assert_eq!(openai.body["results"][0]["status"], "success");
+    assert!(anthropic.body["message"].is_object(), "{}", anthropic.body);
 }

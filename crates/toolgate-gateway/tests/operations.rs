@@ -72,7 +72,7 @@ async fn batch_with_a_suspended_sleep(gateway: &Gateway) -> String {
 }
 
 fn resume_url(gateway: &Gateway, id: &str) -> String {
-    gateway.url(&format!("/v1/suspensions/{id}/resume"))
+    gateway.url(&format!("/v1/suspensions/{id}/resume?format=openai"))
 }
 
 #[tokio::test]

@@ -51,10 +51,9 @@ pub async fn tool_calls(
         "anthropic" => anthropic::parse_tool_uses(&message),
         "gemini" => gemini::parse_function_calls(&message),
         other => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "unknown_format",
-                format!("unknown format `{other}`: use openai, anthropic or gemini"),
+            return Err(super::invoke::unknown_format(
+                other,
+                "openai, anthropic or gemini",
             ));
         }
     }

@@ -42,16 +42,23 @@ pub async fn list_tools(
         "gemini" => gemini::tools(&tools),
         "mcp" => mcp::tools_list(&tools),
         other => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "unknown_format",
-                format!(
-                    "unknown format `{other}`: use toolgate, openai, openai-responses, anthropic, gemini or mcp"
-                ),
+            return Err(unknown_format(
+                other,
+                "toolgate, openai, openai-responses, anthropic, gemini or mcp",
             ));
         }
     };
     Ok(Json(listed))
+}
+
+/// 400 `unknown_format`: `?format=` is none of the formats of the route, listed in
+/// `accepted` ("openai, anthropic or gemini"). Every route with a `format` refuses alike.
+pub(super) fn unknown_format(format: &str, accepted: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "unknown_format",
+        format!("unknown format `{format}`: use {accepted}"),
+    )
 }
 
 /// One call. The body is the tool's arguments; `x-session-id`, `x-request-id` and

@@ -6,6 +6,7 @@
 //! | `GET /v1/tools?format=toolgate\|openai\|anthropic\|gemini\|mcp` | the tools the caller may call |
 //! | `POST /v1/tools/{name}/invoke` | one call; the body is the tool's arguments |
 //! | `POST /v1/tool-calls?format=openai\|anthropic\|gemini` | a batch of a model's tool calls |
+//! | `GET /v1/suspensions?status=&tool=&user=&since=&limit=&cursor=` | the calls waiting for approval, a page at a time (approvers: everyone's; others: their own) |
 //! | `GET /v1/suspensions/{id}` | a call waiting for approval |
 //! | `POST /v1/suspensions/{id}/resume` | approve, reject or complete it |
 //! | `GET /v1/admin/pins` | pinned tool definitions and changes waiting (approvers) |
@@ -90,6 +91,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/tools", get(invoke::list_tools))
         .route("/v1/tools/{name}/invoke", post(invoke::invoke))
         .route("/v1/tool-calls", post(batch::tool_calls))
+        .route("/v1/suspensions", get(suspensions::list))
         .route("/v1/suspensions/{id}", get(suspensions::show))
         .route("/v1/suspensions/{id}/resume", post(suspensions::resume))
         .route("/v1/admin/pins", get(pins::list))

@@ -1,4 +1,4 @@
-//! `GET /v1/suspensions/{id}` and `POST /v1/suspensions/{id}/resume`.
+//! `GET /v1/suspensions`, `GET /v1/suspensions/{id}` and `POST /v1/suspensions/{id}/resume`.
 //!
 //! Once decided, a call's outcome stays readable by its caller at
 //! `GET /v1/suspensions/{id}` (`"status": "decided"`), see [`crate::outcomes`].
@@ -10,11 +10,14 @@ use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use toolgate_agent::{ResumeError, ResumeOptions};
+use toolgate_agent::{ResumeError, ResumeOptions, ToolResult, ToolStatus};
 use toolgate_core::ToolError;
-use toolgate_core::suspension::{ResumeDecision, SuspendedInvocation};
+use toolgate_core::suspension::{
+    ResumeDecision, SuspendedInvocation, SuspensionFilter, SuspensionStoreError,
+};
 
 use super::body::json_body;
 use super::{ApiError, AppState, Caller, request_timeout};
@@ -80,7 +83,13 @@ pub async fn show(
     if saved.user.id != caller.user.id && !caller.gateway.may_approve(&caller.user) {
         return Err(not_found(&id));
     }
-    Ok(Json(json!({
+    Ok(Json(waiting_json(&saved)))
+}
+
+/// A waiting call as `show` and the listing answer it: the input is the validated and
+/// redacted one the call waits with.
+fn waiting_json(saved: &SuspendedInvocation) -> Value {
+    json!({
         "id": saved.id,
         "status": "waiting",
         "tool": saved.tool,
@@ -91,6 +100,147 @@ pub async fn show(
         "stage": saved.stage,
         "suspended_at": rfc3339(saved.suspended_at),
         "expires_at": saved.expires_at.map(rfc3339),
+    })
+}
+
+/// How many waiting calls a page lists unless `limit` says otherwise.
+const DEFAULT_PAGE: usize = 50;
+
+/// The most waiting calls one page lists.
+const MAX_PAGE: usize = 500;
+
+/// The filters and paging of `GET /v1/suspensions`, as sent: each is checked by hand, so
+/// that a bad one is refused with its own code.
+#[derive(Deserialize)]
+pub struct ListQuery {
+    status: Option<String>,
+    tool: Option<String>,
+    user: Option<String>,
+    since: Option<String>,
+    limit: Option<String>,
+    cursor: Option<String>,
+}
+
+fn bad_request(code: &str, message: String) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, code, message)
+}
+
+/// `limit`: a whole number from 1 to [`MAX_PAGE`].
+fn page_size(limit: Option<&str>) -> Result<usize, ApiError> {
+    let Some(text) = limit else {
+        return Ok(DEFAULT_PAGE);
+    };
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
+        _ => Err(bad_request(
+            "bad_limit",
+            format!("`limit` must be a whole number from 1 to {MAX_PAGE}, not `{text}`"),
+        )),
+    }
+}
+
+/// `cursor`: the `next_cursor` of a previous page, which is the id of that page's last
+/// call (clients treat it as opaque).
+fn after(cursor: Option<&str>) -> Result<Option<&str>, ApiError> {
+    let Some(cursor) = cursor else {
+        return Ok(None);
+    };
+    let hex = cursor.strip_prefix("susp-").unwrap_or_default();
+    if hex.len() == 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        Ok(Some(cursor))
+    } else {
+        Err(bad_request(
+            "bad_cursor",
+            format!(
+                "`cursor` `{cursor}` is not one this API gave: pass the `next_cursor` of the previous page unchanged, or leave it out for the first page"
+            ),
+        ))
+    }
+}
+
+/// The calls waiting for approval, oldest id first, a page at a time. Approvers see every
+/// user's calls; anyone else sees their own, and asking for another user's is refused
+/// (403). Filters: `status` (`waiting`; decided calls are read one at a time with
+/// `GET /v1/suspensions/{id}`), `tool`, `user`, `since` (RFC 3339, UTC); paging: `limit`
+/// (1 to 500, 50 by default) and `cursor` (the `next_cursor` of the previous page).
+pub async fn list(
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<ListQuery>,
+) -> Result<Json<Value>, ApiError> {
+    match query.status.as_deref() {
+        None | Some("waiting") => {}
+        Some("decided") => {
+            return Err(bad_request(
+                "unsupported_status",
+                "the listing shows waiting calls only (`status=waiting`): read a decided call's outcome with `GET /v1/suspensions/{id}`".to_owned(),
+            ));
+        }
+        Some(other) => {
+            return Err(bad_request(
+                "bad_status",
+                format!("unknown status `{other}`: use `waiting`"),
+            ));
+        }
+    }
+    let since = query
+        .since
+        .as_deref()
+        .map(|text| {
+            humantime::parse_rfc3339(text.trim()).map_err(|_| {
+                bad_request(
+                    "bad_since",
+                    format!(
+                        "`since` must be an RFC 3339 instant in UTC, such as `2026-11-28T03:00:00Z`, not `{text}`"
+                    ),
+                )
+            })
+        })
+        .transpose()?;
+    let limit = page_size(query.limit.as_deref())?;
+    let after = after(query.cursor.as_deref())?;
+    // Anyone but an approver lists their own calls only.
+    let user = if caller.gateway.may_approve(&caller.user) {
+        query.user
+    } else {
+        match query.user {
+            Some(other) if other != caller.user.id => {
+                return Err(ApiError::new(
+                    StatusCode::FORBIDDEN,
+                    "not_an_approver",
+                    format!(
+                        "only approvers (`policies.approval.approver_roles`) may list the calls of `{other}`: leave out `user` to list your own"
+                    ),
+                ));
+            }
+            _ => Some(caller.user.id.clone()),
+        }
+    };
+    let filter = SuspensionFilter {
+        tool: query.tool,
+        user,
+        since,
+    };
+    // One more than the page, to know whether another page follows.
+    let mut calls = caller
+        .gateway
+        .pipeline()
+        .list_suspended(&filter, after, limit + 1)
+        .await
+        .map_err(|e| match e {
+            SuspensionStoreError::CannotList => {
+                ApiError::new(StatusCode::NOT_IMPLEMENTED, "cannot_list", e.to_string())
+            }
+            other => ApiError::from(&ToolError::from(other)),
+        })?;
+    let next_cursor = if calls.len() > limit {
+        calls.truncate(limit);
+        calls.last().map(|last| last.id.clone())
+    } else {
+        None
+    };
+    Ok(Json(json!({
+        "suspensions": calls.iter().map(waiting_json).collect::<Vec<_>>(),
+        "next_cursor": next_cursor,
     })))
 }
 
@@ -119,6 +269,45 @@ pub struct ResumeQuery {
     format: Option<String>,
 }
 
+/// The formats a resume answers in: `toolgate` (the default) as
+/// `POST /v1/tools/{name}/invoke` answers, the others as a batch of one
+/// (`POST /v1/tool-calls`) does.
+const RESUME_FORMATS: [&str; 4] = ["toolgate", "openai", "anthropic", "gemini"];
+
+/// The result of a resumed call, in `format` (one of [`RESUME_FORMATS`]).
+fn answer(format: &str, result: &ToolResult) -> Response {
+    if format != "toolgate" {
+        return Json(super::batch::render(format, std::slice::from_ref(result))).into_response();
+    }
+    match (&result.status, &result.error) {
+        (ToolStatus::Suspended, _) => (
+            StatusCode::ACCEPTED,
+            Json(json!({
+                "reason": result.metadata.suspension_reason,
+                "status": "suspended",
+                "suspension_id": result.metadata.suspension_id,
+            })),
+        )
+            .into_response(),
+        (ToolStatus::Error, Some(error)) => ApiError::from(error).into_response(),
+        _ => {
+            let mut metadata = match serde_json::to_value(&result.metadata) {
+                Ok(Value::Object(metadata)) => metadata,
+                _ => serde_json::Map::new(),
+            };
+            metadata.remove("duration_ms");
+            metadata.remove("attempts");
+            Json(json!({
+                "attempts": result.metadata.attempts,
+                "duration_ms": result.metadata.duration_ms as f64,
+                "metadata": metadata,
+                "output": result.output,
+            }))
+            .into_response()
+        }
+    }
+}
+
 /// Resumes a suspended call with an approver's decision and answers with its result. A
 /// resumed call still running when the shutdown grace ends is cancelled; its result is an
 /// error with code `shutting_down`.
@@ -129,12 +318,20 @@ pub async fn resume(
     Query(query): Query<ResumeQuery>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     if !caller.gateway.may_approve(&caller.user) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "not_an_approver",
             "only users with an approver role (`policies.approval.approver_roles`) may resume calls",
+        ));
+    }
+    // Checked before the decision is taken: a bad format must not use up the call.
+    let format = query.format.as_deref().unwrap_or("toolgate");
+    if !RESUME_FORMATS.contains(&format) {
+        return Err(super::invoke::unknown_format(
+            format,
+            "toolgate, openai, anthropic or gemini",
         ));
     }
     let decision = match json_body::<Decision>(body)? {
@@ -158,6 +355,11 @@ pub async fn resume(
             ),
         ));
     }
+    let (decided, reason) = match &decision {
+        ResumeDecision::Approve => ("approve", None),
+        ResumeDecision::Reject { reason } => ("reject", Some(reason.clone())),
+        ResumeDecision::Complete { .. } => ("complete", None),
+    };
     let options = ResumeOptions::new()
         .timeout(request_timeout(&caller.gateway, &headers))
         .cancellation(state.drain.call_token());
@@ -181,6 +383,16 @@ pub async fn resume(
             ),
         })?;
     state.drain.explain_result(&mut result);
+    tracing::info!(
+        suspension_id = %id,
+        tool = %saved.tool,
+        user = %saved.user.id,
+        approver = %caller.user.id,
+        decision = decided,
+        reason = reason.as_deref().unwrap_or(""),
+        status = result.status.as_str(),
+        "a waiting call was decided"
+    );
     // Kept for the caller, who fetches it with `GET /v1/suspensions/{id}` or over MCP.
     caller.gateway.outcomes.keep(
         &id,
@@ -189,9 +401,5 @@ pub async fn resume(
             result: serde_json::to_value(&result).unwrap_or(Value::Null),
         },
     );
-    let format = query.format.as_deref().unwrap_or("openai");
-    Ok(Json(super::batch::render(
-        format,
-        std::slice::from_ref(&result),
-    )))
+    Ok(answer(format, &result))
 }

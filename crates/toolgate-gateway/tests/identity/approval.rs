@@ -24,7 +24,7 @@ fn with_approval(yaml: &str) -> String {
 
 /// Resumes suspension `id` as `approver` with `decision`; the call's one result.
 async fn resume(gateway: &Gateway, approver: &str, id: &str, decision: Value) -> Value {
-    let url = gateway.url(&format!("/v1/suspensions/{id}/resume"));
+    let url = gateway.url(&format!("/v1/suspensions/{id}/resume?format=openai"));
     let answer = post(&client(), &url, Some(approver), &decision).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     answer.body["results"][0].clone()
