@@ -215,6 +215,7 @@ pub(crate) struct Trail {
     metadata: Map<String, Value>,
     pub(crate) decisions: Vec<Decision>,
     pub(crate) resumed: Option<ResumeDecision>,
+    pub(crate) decided_by: Option<String>,
 }
 
 pub(crate) struct ContextParts {
@@ -236,6 +237,7 @@ pub(crate) struct Restored {
     pub output: Option<Value>,
     pub metadata: Map<String, Value>,
     pub decision: ResumeDecision,
+    pub decided_by: Option<String>,
 }
 
 impl ToolInvokeContext {
@@ -285,7 +287,9 @@ impl ToolInvokeContext {
             self.set_output(output);
         }
         *self.metadata_mut() = restored.metadata;
-        self.trail_mut().resumed = Some(restored.decision);
+        let trail = self.trail_mut();
+        trail.resumed = Some(restored.decision);
+        trail.decided_by = restored.decided_by;
     }
 
     // ----- identity -----
@@ -618,6 +622,12 @@ impl ToolInvokeContext {
     /// The decision this invocation was resumed with, if it was resumed.
     pub fn resumed(&self) -> Option<&ResumeDecision> {
         self.trail.as_ref()?.resumed.as_ref()
+    }
+
+    /// Who decided on this resumed invocation (an approver's user id), when the resume
+    /// said ([`InvokeOptions::decided_by`](crate::InvokeOptions::decided_by)).
+    pub fn decided_by(&self) -> Option<&str> {
+        self.trail.as_ref()?.decided_by.as_deref()
     }
 
     // ----- providers -----

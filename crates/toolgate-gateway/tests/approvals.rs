@@ -672,3 +672,63 @@ async fn a_resume_answers_as_invoke_does_and_honours_or_refuses_the_format() {
     assert_eq!(openai.body["results"][0]["status"], "success");
     assert!(anthropic.body["message"].is_object(), "{}", anthropic.body);
 }
+
+#[tokio::test]
+async fn the_audit_record_of_a_decided_call_names_the_approver_the_decision_and_the_reason() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let config = format!(
+        "tools:\n  builtin: [sleep]\n{}policies:\n  approval:\n    tools: [sleep]\n\
+audit:\n  sink: file\n  path: {}\n  flush_every: 0s\n",
+        users(),
+        audit.display()
+    );
+    let gateway = Gateway::start(&config);
+    let approved_id = suspension_id(&park(&gateway, "bob").await);
+    let rejected_id = suspension_id(&park(&gateway, "dave").await);
+
+    assert_eq!(approve(&gateway, "alice", &approved_id).await.status, 200);
+    let reject = json!({"decision": "reject", "reason": "not during the freeze"});
+    assert_eq!(
+        decide(&gateway, "carol", &rejected_id, reject).await.status,
+        403
+    );
+
+    let mut records: Vec<Value> = Vec::new();
+    eventually(
+        "the decided calls are audited",
+        Duration::from_secs(10),
+        || {
+            records = std::fs::read_to_string(&audit)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+                .filter(|record| record.get("approval").is_some())
+                .collect();
+            let done = records.len() == 2;
+            async move { done }
+        },
+    )
+    .await;
+    let by_user = |user: &str| {
+        records
+            .iter()
+            .find(|record| record["user_id"] == user)
+            .unwrap_or_else(|| panic!("no decided record of {user}: {records:?}"))
+            .clone()
+    };
+    let bobs = by_user("bob");
+    assert_eq!(
+        bobs["approval"],
+        json!({"decision": "approve", "decided_by": "alice"}),
+        "{bobs}"
+    );
+    assert_eq!(bobs["outcome"], "success");
+    let daves = by_user("dave");
+    assert_eq!(
+        daves["approval"],
+        json!({"decision": "reject", "decided_by": "carol", "reason": "not during the freeze"}),
+        "{daves}"
+    );
+    assert_eq!(daves["code"], "rejected");
+}

@@ -207,6 +207,7 @@ pub struct ResumeOptions {
     pub(crate) result_max_chars: Option<usize>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) cancellation: Option<CancellationToken>,
+    pub(crate) decided_by: Option<String>,
 }
 
 impl ResumeOptions {
@@ -226,6 +227,14 @@ impl ResumeOptions {
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// Who decides (an approver's user id): kept with the decision, for the audit record
+    /// and hooks ([`InvokeOptions::decided_by`](toolgate_core::InvokeOptions::decided_by)).
+    #[must_use]
+    pub fn decided_by(mut self, user_id: impl Into<String>) -> Self {
+        self.decided_by = Some(user_id.into());
         self
     }
 

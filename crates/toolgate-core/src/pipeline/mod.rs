@@ -371,6 +371,7 @@ impl Pipeline {
             output: saved.output,
             metadata: saved.metadata,
             decision: decision.clone(),
+            decided_by: options.decided_by.take(),
         };
         let parts = context_parts(entry, saved.input, options, Some(restored));
         Ok((entry, parts, saved.stage))

@@ -31,6 +31,7 @@ pub struct InvokeOptions {
     pub(crate) cancellation: Option<CancellationToken>,
     pub(crate) providers: Providers,
     pub(crate) no_store: bool,
+    pub(crate) decided_by: Option<String>,
 }
 
 impl InvokeOptions {
@@ -65,6 +66,17 @@ impl InvokeOptions {
     #[must_use]
     pub fn deadline(mut self, deadline: tokio::time::Instant) -> Self {
         self.deadline = Some(deadline);
+        self
+    }
+
+    /// On a resume: who decided on the call (an approver's user id), kept with the
+    /// decision for hooks to read ([`ToolInvokeContext::decided_by`], the audit record).
+    /// A fresh call ignores it.
+    ///
+    /// [`ToolInvokeContext::decided_by`]: crate::ToolInvokeContext::decided_by
+    #[must_use]
+    pub fn decided_by(mut self, user_id: impl Into<String>) -> Self {
+        self.decided_by = Some(user_id.into());
         self
     }
 

@@ -361,6 +361,7 @@ pub async fn resume(
         ResumeDecision::Complete { .. } => ("complete", None),
     };
     let options = ResumeOptions::new()
+        .decided_by(caller.user.id.clone())
         .timeout(request_timeout(&caller.gateway, &headers))
         .cancellation(state.drain.call_token());
     let mut result = caller

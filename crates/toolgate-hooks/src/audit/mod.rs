@@ -46,5 +46,5 @@ mod record;
 mod sink;
 
 pub use hook::{Audit, AuditBuilder};
-pub use record::{AuditRecord, DecisionEntry, Outcome, TimingEntry};
+pub use record::{ApprovalEntry, AuditRecord, DecisionEntry, Outcome, TimingEntry};
 pub use sink::{AuditError, AuditSink, ChannelSink, JsonLinesSink, MemorySink, TracingSink};

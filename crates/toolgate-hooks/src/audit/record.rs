@@ -4,6 +4,7 @@ use std::borrow::Cow;
 use std::time::UNIX_EPOCH;
 
 use serde_json::{Map, Value};
+use toolgate_core::suspension::ResumeDecision;
 use toolgate_core::{Stage, ToolError, ToolInvokeContext};
 
 use crate::fingerprint::KeyedFingerprint;
@@ -77,6 +78,19 @@ pub struct DecisionEntry {
     pub applied: bool,
 }
 
+/// The decision a resumed invocation ran with, as recorded.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ApprovalEntry {
+    /// `approve`, `reject` or `complete`.
+    pub decision: String,
+    /// Who decided (an approver's user id), when the resume said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    /// Why, for a rejection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
 /// How long one hook (or one stage, with `hook` empty) took.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct TimingEntry {
@@ -148,6 +162,10 @@ pub struct AuditRecord {
     /// truncation).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
+    /// For a call that waited for approval and was resumed: the decision, who made it
+    /// and why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalEntry>,
 }
 
 fn micros(d: std::time::Duration) -> u64 {
@@ -222,6 +240,18 @@ impl AuditRecord {
                 .filter(|_| include_values)
                 .map(|e| rules.clean_message(e.to_string())),
             metadata: ctx.metadata().clone(),
+            approval: ctx.resumed().map(|decision| {
+                let (decision, reason) = match decision {
+                    ResumeDecision::Approve => ("approve", None),
+                    ResumeDecision::Reject { reason } => ("reject", Some(reason)),
+                    ResumeDecision::Complete { .. } => ("complete", None),
+                };
+                ApprovalEntry {
+                    decision: decision.to_owned(),
+                    decided_by: ctx.decided_by().map(str::to_owned),
+                    reason: reason.map(|reason| rules.clean_message(reason.clone())),
+                }
+            }),
         }
     }
 }
