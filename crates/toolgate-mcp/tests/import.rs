@@ -16,6 +16,7 @@ use toolgate_core::{
     Hook, HookResult, InvokeOptions, JsonTool, Pipeline, ToolError, ToolInvokeContext, hook,
 };
 use toolgate_hooks::secrets::SCRUBBED;
+use toolgate_mcp::rmcp::transport::streamable_http_server::session::local::SessionConfig;
 use toolgate_mcp::{Backoff, McpError, McpServer, Upstream, UpstreamConfig};
 
 /// At most `limit` calls per user of tools imported over MCP (a stand-in for the quota
@@ -52,10 +53,19 @@ fn demo_stdio(name: &str) -> UpstreamConfig {
 
 /// Serves `server` over streamable HTTP on an ephemeral loopback port.
 async fn serve_http(server: &McpServer) -> (String, CancellationToken) {
+    serve_http_with_sessions(server, SessionConfig::default()).await
+}
+
+/// [`serve_http`], with rmcp's settings of each session.
+async fn serve_http_with_sessions(
+    server: &McpServer,
+    sessions: SessionConfig,
+) -> (String, CancellationToken) {
     let shutdown = CancellationToken::new();
     let config = rmcp::transport::StreamableHttpServerConfig::default()
         .with_cancellation_token(shutdown.child_token());
-    let app = axum::Router::new().nest_service("/mcp", server.http_service(config));
+    let app = axum::Router::new()
+        .nest_service("/mcp", server.http_service_with_sessions(config, sessions));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a port");
@@ -433,23 +443,9 @@ async fn a_call_after_the_upstream_expired_its_session_is_answered_on_a_new_one(
         )))
         .expect("registered");
     let server = McpServer::new(Pipeline::builder().registry(tools).build().expect("built"));
-    let mut sessions = toolgate_mcp::rmcp::transport::streamable_http_server::session::local::SessionConfig::default();
+    let mut sessions = SessionConfig::default();
     sessions.keep_alive = Some(Duration::from_millis(300));
-    let shutdown = CancellationToken::new();
-    let config = rmcp::transport::StreamableHttpServerConfig::default()
-        .with_cancellation_token(shutdown.child_token());
-    let app = axum::Router::new()
-        .nest_service("/mcp", server.http_service_with_sessions(config, sessions));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let url = format!("http://{}/mcp", listener.local_addr().expect("bound"));
-    let stop = shutdown.clone();
-    tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(stop.cancelled_owned())
-            .await
-    });
+    let (url, shutdown) = serve_http_with_sessions(&server, sessions).await;
 
     let config = UpstreamConfig::http("sessions", url).discover(false);
     let upstream = within(30, "import", Upstream::connect(config))
