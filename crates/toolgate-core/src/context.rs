@@ -216,6 +216,10 @@ pub(crate) struct Trail {
     pub(crate) decisions: Vec<Decision>,
     pub(crate) resumed: Option<ResumeDecision>,
     pub(crate) decided_by: Option<String>,
+    /// The instant an approved call must reach execution by.
+    pub(crate) run_by: Option<tokio::time::Instant>,
+    /// The waiting call whose approval for a retry this call used.
+    pub(crate) retry_of: Option<String>,
 }
 
 pub(crate) struct ContextParts {
@@ -238,6 +242,8 @@ pub(crate) struct Restored {
     pub metadata: Map<String, Value>,
     pub decision: ResumeDecision,
     pub decided_by: Option<String>,
+    pub run_by: Option<tokio::time::Instant>,
+    pub retry_of: Option<String>,
 }
 
 impl ToolInvokeContext {
@@ -290,6 +296,32 @@ impl ToolInvokeContext {
         let trail = self.trail_mut();
         trail.resumed = Some(restored.decision);
         trail.decided_by = restored.decided_by;
+        trail.run_by = restored.run_by;
+        trail.retry_of = restored.retry_of;
+    }
+
+    /// This fresh call used an approval for a retry: it runs as approved.
+    #[cold]
+    pub(crate) fn run_as_approved(&mut self, approval: crate::suspension::RetryApproval) {
+        let left = approval
+            .expires_at
+            .duration_since(std::time::SystemTime::now())
+            .unwrap_or_default();
+        let metadata = std::mem::take(self.metadata_mut());
+        self.restore(Restored {
+            output: None,
+            metadata,
+            decision: ResumeDecision::Approve,
+            decided_by: approval.decided_by,
+            run_by: Some(tokio::time::Instant::now() + left),
+            retry_of: Some(approval.suspension_id),
+        });
+    }
+
+    /// The instant an approved call must reach execution by, for a call that runs on an
+    /// approval.
+    pub(crate) fn approval_run_by(&self) -> Option<tokio::time::Instant> {
+        self.trail.as_ref()?.run_by
     }
 
     // ----- identity -----
@@ -619,7 +651,8 @@ impl ToolInvokeContext {
         }
     }
 
-    /// The decision this invocation was resumed with, if it was resumed.
+    /// The decision this invocation was resumed with, if it was resumed; `Approve` too for
+    /// a call that runs on an approval for a retry ([`approved_retry_of`](Self::approved_retry_of)).
     pub fn resumed(&self) -> Option<&ResumeDecision> {
         self.trail.as_ref()?.resumed.as_ref()
     }
@@ -628,6 +661,12 @@ impl ToolInvokeContext {
     /// said ([`InvokeOptions::decided_by`](crate::InvokeOptions::decided_by)).
     pub fn decided_by(&self) -> Option<&str> {
         self.trail.as_ref()?.decided_by.as_deref()
+    }
+
+    /// The id of the waiting call whose approval for a retry this call used
+    /// ([`Pipeline::approve_retry`](crate::Pipeline::approve_retry)), if it ran on one.
+    pub fn approved_retry_of(&self) -> Option<&str> {
+        self.trail.as_ref()?.retry_of.as_deref()
     }
 
     // ----- providers -----

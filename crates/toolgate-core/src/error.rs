@@ -282,6 +282,13 @@ impl From<SuspensionStoreError> for ToolError {
             E::Expired { id } => ToolError::SuspensionExpired { id },
             e @ E::UserFull { .. } => ToolError::abort(e.to_string(), "too_many_suspended", 429),
             e @ E::Full { .. } => ToolError::abort(e.to_string(), "suspensions_full", 503),
+            e @ E::CannotApproveRetries => {
+                ToolError::abort(e.to_string(), "cannot_approve_retries", 501)
+            }
+            e @ E::CannotList => ToolError::abort(e.to_string(), "cannot_list", 501),
+            e @ E::CannotKeepOutcomes => {
+                ToolError::abort(e.to_string(), "cannot_keep_outcomes", 501)
+            }
             e => ToolError::abort(
                 format!("{e}; try again later"),
                 "suspension_store_unavailable",

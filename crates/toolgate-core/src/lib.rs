@@ -31,6 +31,7 @@
 //! | [`provider`] | providers and their scopes |
 //! | [`stage`] | [`Stage`] and stage sets |
 //! | [`suspension`] | waiting calls, their stores and limits |
+//! | [`approval`] | what an approval is bound to: the call's binding and its canonical digest |
 //! | [`registry`] | the tool registry and typed handles |
 //! | [`secret`] | secrets that never print |
 //! | [`error`] | every error type |
@@ -86,6 +87,7 @@
 // `#[hook]` names this crate `::toolgate_core`, from its dependents and from inside it.
 extern crate self as toolgate_core;
 
+pub mod approval;
 pub mod context;
 pub mod control;
 mod definition;

@@ -220,17 +220,7 @@ async fn an_approval_after_a_reload_revoked_the_callers_access_refuses_the_call(
     let gateway = Gateway::start(&config("calculator, sleep"));
     let id = suspension_id(&park(&gateway, "bob").await);
 
-    std::fs::write(&gateway.config, config("calculator")).unwrap();
-    gateway.signal("HUP");
-    eventually(
-        "the reload denies bob sleep",
-        Duration::from_secs(30),
-        || async {
-            let listed = get(&client(), &gateway.url("/v1/tools"), Some("bob")).await;
-            listed.status == 200 && !listed.body.to_string().contains("\"sleep\"")
-        },
-    )
-    .await;
+    reload(&gateway, &config("calculator"), "bob", "sleep", false).await;
 
     let approved = approve(&gateway, "alice", &id).await;
 
@@ -389,7 +379,18 @@ policies:\n  approval:\n    tools: [sleep]\n",
 /// One stateless MCP 2026-07-28 `tools/call` of `tool` as `user`, with `requestState`
 /// when given; the JSON-RPC answer.
 async fn call_2026(gateway: &Gateway, user: &str, tool: &str, state: Option<&str>) -> Value {
-    let mut params = json!({"name": tool, "arguments": {"ms": 1}});
+    call_2026_with(gateway, user, tool, json!({"ms": 1}), state).await
+}
+
+/// As [`call_2026`], with these arguments.
+async fn call_2026_with(
+    gateway: &Gateway,
+    user: &str,
+    tool: &str,
+    arguments: Value,
+    state: Option<&str>,
+) -> Value {
+    let mut params = json!({"name": tool, "arguments": arguments});
     if let Some(state) = state {
         params["requestState"] = json!(state);
     }
@@ -433,10 +434,20 @@ policies:\n  approval:\n    tools: [sleep]\n",
         "dave replaying bob's state is refused: {replayed}"
     );
 
+    // The state sent back with other arguments is another call: refused, without
+    // touching the call that waits.
+    let other = call_2026_with(&gateway, "bob", "sleep", json!({"ms": 2}), Some(&state)).await;
+    assert_eq!(other["error"]["code"], -32602, "{other}");
+    let said = other["error"]["message"].as_str().unwrap_or_default();
+    assert!(said.contains("other arguments"), "{said}");
+
     let approved = approve(&gateway, "alice", &id).await;
     assert_eq!(approved.status, 200, "{}", approved.body);
 
-    let done = call_2026(&gateway, "bob", "sleep", Some(&state)).await["result"].clone();
+    // The same arguments written another way (`1.0`) are the same call.
+    let done =
+        call_2026_with(&gateway, "bob", "sleep", json!({"ms": 1.0}), Some(&state)).await["result"]
+            .clone();
     assert_eq!(done["resultType"], "complete", "{done}");
     assert_ne!(done["isError"], true, "{done}");
     let text = done["content"][0]["text"].as_str().unwrap_or_default();
@@ -444,6 +455,92 @@ policies:\n  approval:\n    tools: [sleep]\n",
         text.contains("slept_ms"),
         "the approved call's own result: {done}"
     );
+}
+
+#[tokio::test]
+async fn an_approval_for_a_retry_runs_the_same_call_of_the_same_caller_once_and_no_other() {
+    let config = format!(
+        "tools:\n  builtin: [sleep]\n{}\
+policies:\n  approval:\n    tools: [sleep]\n    run_within: 5m\n",
+        users()
+    );
+    let gateway = Gateway::start(&config);
+    let id = suspension_id(&invoke(&gateway, "bob", "sleep", json!({"ms": 3})).await);
+
+    let decided = decide(&gateway, "alice", &id, json!({"decision": "approve_retry"})).await;
+    assert_eq!(decided.status, 200, "{}", decided.body);
+    assert_eq!(decided.body["status"], "approved_for_retry");
+    assert!(decided.body["expires_at"].is_string(), "{}", decided.body);
+    // The caller reading the outcome is told to call again.
+    let told = show(&gateway, "bob", &id).await;
+    assert!(
+        told.body.to_string().contains("approved_for_retry"),
+        "{}",
+        told.body
+    );
+
+    // Other arguments, another caller: other calls, which wait for their own approval.
+    suspension_id(&invoke(&gateway, "bob", "sleep", json!({"ms": 4})).await);
+    suspension_id(&invoke(&gateway, "dave", "sleep", json!({"ms": 3})).await);
+    // The same call runs, once.
+    let ran = invoke(&gateway, "bob", "sleep", json!({"ms": 3})).await;
+    assert_eq!(ran.status, 200, "{}", ran.body);
+    assert_eq!(ran.body["output"]["slept_ms"], 3, "{}", ran.body);
+    suspension_id(&invoke(&gateway, "bob", "sleep", json!({"ms": 3})).await);
+}
+
+/// Writes `yaml` as the gateway's configuration, reloads it, and waits until `user` sees
+/// `tool` listed (or not, as `listed` says).
+async fn reload(gateway: &Gateway, yaml: &str, user: &str, tool: &str, listed: bool) {
+    std::fs::write(&gateway.config, yaml).unwrap();
+    gateway.signal("HUP");
+    eventually("the reload", Duration::from_secs(30), || async {
+        let tools = get(&client(), &gateway.url("/v1/tools"), Some(user)).await;
+        tools.status == 200 && tools.body.to_string().contains(&format!("\"{tool}\"")) == listed
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn an_approval_for_a_retry_holds_across_a_reload_of_users_but_not_of_the_policies() {
+    let config = |more_users: &str, approval_tools: &str| {
+        format!(
+            "tools:\n  builtin: [sleep, echo]\n{}{more_users}\
+policies:\n  approval:\n    tools: [{approval_tools}]\n",
+            users()
+        )
+    };
+    let gateway = Gateway::start(&config("", "sleep"));
+    let first = suspension_id(&invoke(&gateway, "bob", "sleep", json!({"ms": 1})).await);
+    let second = suspension_id(&invoke(&gateway, "bob", "sleep", json!({"ms": 2})).await);
+    for id in [&first, &second] {
+        let decided = decide(&gateway, "alice", id, json!({"decision": "approve_retry"})).await;
+        assert_eq!(decided.status, 200, "{}", decided.body);
+    }
+
+    // Users change, the policies do not: the approval holds.
+    reload(
+        &gateway,
+        &config(&user_yaml("erin", &["analyst"]), "sleep"),
+        "erin",
+        "sleep",
+        true,
+    )
+    .await;
+    let ran = invoke(&gateway, "bob", "sleep", json!({"ms": 1})).await;
+    assert_eq!(ran.status, 200, "{}", ran.body);
+
+    // The policies change: the call is another generation's, and waits anew.
+    std::fs::write(&gateway.config, config("", "sleep, echo")).unwrap();
+    gateway.signal("HUP");
+    eventually("echo needs approval", Duration::from_secs(30), || async {
+        invoke(&gateway, "dave", "echo", json!({"text": "hi"}))
+            .await
+            .status
+            == 202
+    })
+    .await;
+    suspension_id(&invoke(&gateway, "bob", "sleep", json!({"ms": 2})).await);
 }
 
 // ---------------------------------------------------------------------------------------

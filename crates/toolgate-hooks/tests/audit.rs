@@ -342,3 +342,38 @@ async fn a_call_waiting_for_its_callers_input_is_recorded_as_such_not_as_a_failu
         (Outcome::InputRequired, Some("input_required"), 422)
     );
 }
+
+#[tokio::test]
+async fn a_call_run_on_an_approval_for_a_retry_records_the_approver_and_the_approved_call() {
+    let (audit, sink) = common::memory_audit();
+    let p = Pipeline::builder()
+        .tool(common::read_only("lookup", |input| {
+            Ok(json!({ "found": input["q"] }))
+        }))
+        .hook(
+            toolgate_hooks::consent::Consent::builder()
+                .tool("lookup")
+                .build(),
+        )
+        .hook(audit)
+        .build()
+        .unwrap();
+    let ann = || InvokeOptions::new().user(User::new("ann"));
+    let waiting = p
+        .invoke("lookup", json!({"q": 1}), ann())
+        .await
+        .unwrap_err();
+    let toolgate_core::ToolError::Suspended { suspension_id, .. } = waiting else {
+        panic!("{waiting}")
+    };
+    p.approve_retry(&suspension_id, Some("boss")).await.unwrap();
+
+    p.invoke("lookup", json!({"q": 1}), ann()).await.unwrap();
+
+    let records = sink.records();
+    let ran = records.last().expect("a record of the retry");
+    let approval = ran.approval.as_ref().expect("the approval it ran on");
+    assert_eq!(approval.decision, "approve");
+    assert_eq!(approval.decided_by.as_deref(), Some("boss"));
+    assert_eq!(approval.retry_of.as_deref(), Some(suspension_id.as_str()));
+}

@@ -3,7 +3,7 @@
 
 use std::any::TypeId;
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use typemap_rev::TypeMapKey;
@@ -20,6 +20,9 @@ use crate::provider::{
 use crate::registry::ToolRegistry;
 use crate::suspension::{InMemorySuspensionStore, SuspensionStore};
 use crate::tool::IntoTool;
+
+/// How soon an approved call must start to run, unless the builder says otherwise.
+const DEFAULT_RUN_WITHIN: Duration = Duration::from_secs(15 * 60);
 
 /// Builds a [`Pipeline`]. Every method takes the builder and gives it back, so a pipeline
 /// is one expression; whatever is wrong (a tool name taken twice, a hook for a tool that is
@@ -59,6 +62,8 @@ pub struct PipelineBuilder {
     tail_hook_timeout: Duration,
     span_values: SpanValues,
     stage_spans: bool,
+    generation: Arc<str>,
+    approval_run_within: Duration,
 }
 
 impl Default for PipelineBuilder {
@@ -85,6 +90,8 @@ impl PipelineBuilder {
             tail_hook_timeout: Duration::from_secs(30),
             span_values: SpanValues::default(),
             stage_spans: true,
+            generation: Arc::from(""),
+            approval_run_within: DEFAULT_RUN_WITHIN,
         }
     }
 
@@ -238,6 +245,36 @@ impl PipelineBuilder {
         self
     }
 
+    /// The configuration generation of this pipeline: any text that changes when what the
+    /// pipeline enforces changes (a configuration file's digest, a deploy id); empty by
+    /// default. An approval for a retry is bound to the generation its call waited under
+    /// ([`approval`](crate::approval)): a call under another generation does not use it,
+    /// and waits for its own approval. (A resumed call is not refused for a new generation:
+    /// it is authorized again by the hooks as they are now.)
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use toolgate_core::Pipeline;
+    ///
+    /// let pipeline = Pipeline::builder().generation("config-7f3a").build().unwrap();
+    /// assert_eq!(pipeline.generation(), "config-7f3a");
+    /// ```
+    pub fn generation(mut self, generation: impl Into<String>) -> Self {
+        self.generation = Arc::from(generation.into());
+        self
+    }
+
+    /// How soon an approved call must start to run after the decision; 15 minutes by
+    /// default. A resumed call that has not reached execution by then (it queued for a
+    /// concurrency permit, say) is refused with `approval_expired` (410) instead of running
+    /// on a stale approval; an approval for a retry
+    /// ([`Pipeline::approve_retry`](crate::Pipeline::approve_retry)) is void past it.
+    pub fn approval_run_within(mut self, within: Duration) -> Self {
+        self.approval_run_within = within;
+        self
+    }
+
     /// Records how long each hook takes at each stage, in
     /// [`ToolInvokeContext::hook_timings`](crate::ToolInvokeContext::hook_timings). Off by
     /// default: it reads the clock twice per hook call.
@@ -348,6 +385,8 @@ impl PipelineBuilder {
             tail_hook_timeout: self.tail_hook_timeout,
             span_values: self.span_values,
             stage_spans: self.stage_spans,
+            generation: self.generation,
+            approval_run_within: self.approval_run_within,
         });
         let registry = self.registry;
         let entries = registry
@@ -367,6 +406,7 @@ impl PipelineBuilder {
                     }),
                     tool: Arc::clone(&t.tool),
                     shared: Arc::clone(&shared),
+                    definition_digest: OnceLock::new(),
                 })
             })
             .collect();

@@ -9,6 +9,7 @@ mod telemetry;
 mod walk;
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -19,6 +20,7 @@ pub use builder::PipelineBuilder;
 pub use options::InvokeOptions;
 pub use telemetry::{SpanValues, TARGET as SPAN_TARGET};
 
+use crate::approval::{self, CallBinding};
 use crate::context::{ContextParts, RequestId, Restored, ToolScope};
 use crate::definition::ToolDefinition;
 use crate::error::{InputViolations, ToolError};
@@ -27,7 +29,8 @@ use crate::provider::{PerCall, Scopes, SessionProviders};
 use crate::registry::{ToolRef, ToolRegistry};
 use crate::stage::Stage;
 use crate::suspension::{
-    ResumeDecision, SuspendedInvocation, SuspensionFilter, SuspensionStore, SuspensionStoreError,
+    ResumeDecision, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionStore,
+    SuspensionStoreError,
 };
 use crate::tool::ErasedTool;
 use walk::Start;
@@ -78,6 +81,10 @@ pub(crate) struct Shared {
     pub span_values: SpanValues,
     /// Whether a traced invocation's stages get spans of their own.
     pub stage_spans: bool,
+    /// The configuration generation approvals are bound to.
+    pub generation: Arc<str>,
+    /// How soon an approved call must start to run.
+    pub approval_run_within: std::time::Duration,
 }
 
 /// A registered tool with its compiled plan.
@@ -88,6 +95,27 @@ pub(crate) struct ToolEntry {
     pub plan: ToolPlan,
     pub shared: Arc<Shared>,
     pub wants_object: bool,
+    /// The digest of the tool's definition, made the first time a call of it waits.
+    pub definition_digest: std::sync::OnceLock<String>,
+}
+
+impl ToolEntry {
+    /// The binding of a call of this tool by `user` with `input` (see [`approval`]).
+    ///
+    /// [`approval`]: crate::approval
+    pub(crate) fn binding(&self, user: &str, input: &Value) -> CallBinding {
+        let definition = &self.scope.definition;
+        CallBinding {
+            user: user.to_owned(),
+            tool: definition.name.clone(),
+            definition: self
+                .definition_digest
+                .get_or_init(|| approval::definition_digest(definition))
+                .clone(),
+            input: approval::digest(input),
+            generation: self.shared.generation.to_string(),
+        }
+    }
 }
 
 struct PipelineInner {
@@ -345,25 +373,9 @@ impl Pipeline {
         decision: &ResumeDecision,
         mut options: InvokeOptions,
     ) -> Result<(&Arc<ToolEntry>, ContextParts, Stage), ToolError> {
-        let saved = self
-            .inner
-            .shared
-            .suspensions
-            .take(suspension_id)
-            .await?
-            .ok_or_else(|| ToolError::UnknownSuspension {
-                id: suspension_id.to_owned(),
-            })?;
-        let entry = self.entry(&saved.tool).map_err(|_| {
-            ToolError::abort(
-                format!(
-                    "tool `{}` no longer exists: it was removed while the call waited for approval, so the call did not run",
-                    saved.tool
-                ),
-                "unknown_tool",
-                404,
-            )
-        })?;
+        // A rejection is always allowed: it ends a call that can no longer be approved.
+        let check = !matches!(decision, ResumeDecision::Reject { .. });
+        let (entry, saved) = self.take_suspended(suspension_id, check).await?;
         options.session_id = saved.session_id.as_deref().map(Arc::from);
         options.request_id = Some(saved.request_id);
         options.user = Some(Arc::new(saved.user));
@@ -372,9 +384,158 @@ impl Pipeline {
             metadata: saved.metadata,
             decision: decision.clone(),
             decided_by: options.decided_by.take(),
+            run_by: check
+                .then(|| tokio::time::Instant::now() + self.inner.shared.approval_run_within),
+            retry_of: None,
         };
         let parts = context_parts(entry, saved.input, options, Some(restored));
         Ok((entry, parts, saved.stage))
+    }
+
+    /// Approves a waiting call for its caller to make again, instead of running it now:
+    /// the call ends, and the next call of the same caller whose [binding](crate::approval)
+    /// is equal — same tool and definition, same input once validated, defaulted and
+    /// redacted, same configuration generation — runs once without waiting, if it comes
+    /// within [`approval_run_within`](PipelineBuilder::approval_run_within). Any other call
+    /// waits as usual and leaves the approval in place. `decided_by` names the approver for
+    /// the record.
+    ///
+    /// For callers that answer "needs approval" by calling again once a person has said
+    /// yes, as agent frameworks do. The approval carries no id for the caller to replay: a
+    /// call uses it by being the same call.
+    ///
+    /// # Errors
+    ///
+    /// As [`resume`](Self::resume) before the call runs (`unknown_suspension`,
+    /// `suspension_expired`, `approval_mismatch`); `cannot_approve_retries` (501) when the
+    /// suspension store cannot keep approvals for a retry, and past its caps the errors of
+    /// a store that is full — the call still waits then.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use garde::Validate;
+    /// use schemars::JsonSchema;
+    /// use serde::Deserialize;
+    /// use serde_json::json;
+    /// use toolgate_core::hook::hook_fn;
+    /// use toolgate_core::{tool_fn, InvokeOptions, Pipeline, Stage, ToolError, User};
+    ///
+    /// #[derive(Deserialize, Validate, JsonSchema)]
+    /// struct Wipe {
+    ///     #[garde(skip)]
+    ///     disk: u32,
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let pipeline = Pipeline::builder()
+    ///     .tool(tool_fn("wipe", "Wipes a disk.", |w: Wipe| async move {
+    ///         Ok::<_, ToolError>(format!("wiped {}", w.disk))
+    ///     }))
+    ///     .hook(hook_fn(Stage::WillCheckConsent, |ctx| ctx.suspend("a person approves wipes").into()))
+    ///     .build()?;
+    /// let ann = || InvokeOptions::new().user(User::new("ann"));
+    ///
+    /// let waiting = pipeline.invoke("wipe", json!({"disk": 1}), ann()).await.unwrap_err();
+    /// let ToolError::Suspended { suspension_id, .. } = waiting else { panic!("{waiting}") };
+    /// pipeline.approve_retry(&suspension_id, Some("boss")).await?;
+    ///
+    /// // Another disk is another call: it waits for its own approval.
+    /// let other = pipeline.invoke("wipe", json!({"disk": 2}), ann()).await.unwrap_err();
+    /// assert_eq!(other.code(), "suspended");
+    /// // The approved call runs, once.
+    /// assert_eq!(pipeline.invoke("wipe", json!({"disk": 1}), ann()).await?, json!("wiped 1"));
+    /// let again = pipeline.invoke("wipe", json!({"disk": 1}), ann()).await.unwrap_err();
+    /// assert_eq!(again.code(), "suspended");
+    /// # Ok(()) }
+    /// ```
+    pub async fn approve_retry(
+        &self,
+        suspension_id: &str,
+        decided_by: Option<&str>,
+    ) -> Result<RetryApproval, ToolError> {
+        let (entry, saved) = self.take_suspended(suspension_id, true).await?;
+        let decided_at = SystemTime::now();
+        let approval = RetryApproval {
+            binding: saved
+                .binding
+                .clone()
+                .unwrap_or_else(|| entry.binding(&saved.user.id, &saved.input)),
+            suspension_id: saved.id.clone(),
+            decided_by: decided_by.map(str::to_owned),
+            decided_at,
+            expires_at: decided_at + self.inner.shared.approval_run_within,
+        };
+        let store = &self.inner.shared.suspensions;
+        if let Err(error) = store.keep_retry_approval(approval.clone()).await {
+            // Not approved after all: the call goes back to wait for another decision.
+            if let Err(lost) = store.save(saved).await {
+                tracing::error!(suspension_id, %lost, "a call whose approval for a retry could not be kept could not be put back to wait either");
+            }
+            return Err(error.into());
+        }
+        tracing::info!(suspension_id, tool = %approval.binding.tool, user = %approval.binding.user, decided_by = decided_by.unwrap_or(""), "call approved for a retry");
+        Ok(approval)
+    }
+
+    /// The configuration generation approvals are bound to
+    /// ([`PipelineBuilder::generation`]).
+    pub fn generation(&self) -> &str {
+        &self.inner.shared.generation
+    }
+
+    /// Hands out the waiting call `suspension_id` once, with its tool's entry. With
+    /// `check`, only while its binding still holds — the tool's definition as it was, and
+    /// the stored call (caller, input) as it was bound; a mismatch leaves the call waiting.
+    /// The configuration generation is not compared: a resumed call is authorized again
+    /// under the policies as they are now, and an approval for a retry carries the
+    /// generation in its binding.
+    async fn take_suspended(
+        &self,
+        suspension_id: &str,
+        check: bool,
+    ) -> Result<(&Arc<ToolEntry>, SuspendedInvocation), ToolError> {
+        let store = &self.inner.shared.suspensions;
+        let unknown = || ToolError::UnknownSuspension {
+            id: suspension_id.to_owned(),
+        };
+        let gone = |tool: &str| {
+            ToolError::abort(
+                format!(
+                    "tool `{tool}` no longer exists: it was removed while the call waited for approval, so the call did not run"
+                ),
+                "unknown_tool",
+                404,
+            )
+        };
+        if check {
+            // Checked on a look first, so that a mismatch does not use the call up; the
+            // take below is what hands it out once.
+            // A call whose tool is gone is handed out below and ends.
+            let waiting = store.get(suspension_id).await?.ok_or_else(unknown)?;
+            if let (Ok(entry), Some(bound)) = (self.entry(&waiting.tool), &waiting.binding) {
+                // A reload's policies do not void a waiting call: the resumed call is
+                // authorized again by the hooks as they are now (`RUN_AGAIN`).
+                let now = CallBinding {
+                    generation: bound.generation.clone(),
+                    ..entry.binding(&waiting.user.id, &waiting.input)
+                };
+                if let Some(what) = now.mismatch(bound) {
+                    tracing::warn!(suspension_id, tool = %waiting.tool, differs = what, "a waiting call was not resumed: its approval is bound to something that changed");
+                    return Err(ToolError::abort(
+                        format!(
+                            "the call `{suspension_id}` was not run: {what} is not what it was when the call waited, and an approval holds only for the call as it was. The call still waits: reject it, or decide on it where {what} is unchanged"
+                        ),
+                        "approval_mismatch",
+                        409,
+                    ));
+                }
+            }
+        }
+        let saved = store.take(suspension_id).await?.ok_or_else(unknown)?;
+        let entry = self.entry(&saved.tool).map_err(|_| gone(&saved.tool))?;
+        Ok((entry, saved))
     }
 
     /// A fresh call brings every provider the host declared it supplies with every call.

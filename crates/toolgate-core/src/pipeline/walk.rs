@@ -124,8 +124,9 @@ pub(super) async fn walk(
             }
             if stage > wait_after
                 && let Some(request) = held.take()
+                && let Err(control) = wait_unless_approved(entry, ctx, wait_after, request).await
             {
-                before = Err(wait_now(ctx, wait_after, request));
+                before = Err(control);
                 break;
             }
             ctx.progress.acquired.reach(stage, quota_taken);
@@ -148,9 +149,12 @@ pub(super) async fn walk(
         if before.is_ok()
             && let Some(request) = held
         {
-            before = Err(wait_now(ctx, wait_after, request));
+            before = wait_unless_approved(entry, ctx, wait_after, request).await;
         }
         // Phase 7, or the short-circuit that took its place.
+        if before.is_ok() {
+            before = check_run_by(ctx);
+        }
         match before {
             Ok(()) => {
                 ctx.progress
@@ -277,10 +281,46 @@ fn hold(
     }
 }
 
-/// The held request takes effect: the call waits as if suspended at `at`.
-fn wait_now(ctx: &mut ToolInvokeContext, at: Stage, request: SuspendRequest) -> Control {
+/// The held request takes effect — the call waits as if suspended at `at` — unless the
+/// call is a fresh one that a person approved for a retry: then it uses that approval up
+/// and goes on. Only a call equal to the approved one finds it (its binding's key, made
+/// here from what the call would run with).
+async fn wait_unless_approved(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    at: Stage,
+    request: SuspendRequest,
+) -> HookResult {
+    if ctx.resumed().is_none() {
+        let key = entry.binding(&ctx.user().id, ctx.input()).key();
+        match entry.shared.suspensions.use_retry_approval(&key).await {
+            Ok(Some(approval)) => {
+                tracing::info!(suspension_id = %approval.suspension_id, decided_by = approval.decided_by.as_deref().unwrap_or(""), "the call runs on its approval for a retry");
+                ctx.run_as_approved(approval);
+                return Ok(());
+            }
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(%error, "approvals for a retry could not be looked up; the call waits");
+            }
+        }
+    }
     ctx.stage = at;
-    Control::Suspend(request)
+    Err(Control::Suspend(request))
+}
+
+/// An approved call reaches execution within the pipeline's `approval_run_within` of the
+/// decision, or does not run: an approval is not good for ever.
+fn check_run_by(ctx: &ToolInvokeContext) -> HookResult {
+    match ctx.approval_run_by() {
+        Some(by) if tokio::time::Instant::now() > by => Err(ToolError::abort(
+            "the call was approved but could not start to run soon enough after the decision (it waited for capacity), so the approval has lapsed and the call did not run: make the call again",
+            "approval_expired",
+            410,
+        )
+        .into()),
+        _ => Ok(()),
+    }
 }
 
 /// The tool's own check, at the `will_validate_input` stage it belongs to (so the acquire

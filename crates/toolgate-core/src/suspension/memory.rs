@@ -6,8 +6,8 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 
 use super::{
-    SuspendedInvocation, SuspensionFilter, SuspensionLimits, SuspensionStore, SuspensionStoreError,
-    SuspensionTable,
+    DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionLimits, SuspensionStore,
+    SuspensionStoreError, SuspensionTable,
 };
 
 /// The wall clock a store stamps and checks expiry with.
@@ -124,6 +124,33 @@ impl SuspensionStore for InMemorySuspensionStore {
     ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
         let now = (self.clock)();
         Ok(self.lock().list(filter, after, limit, now))
+    }
+
+    async fn keep_retry_approval(
+        &self,
+        approval: RetryApproval,
+    ) -> Result<(), SuspensionStoreError> {
+        let now = (self.clock)();
+        self.lock().keep_retry_approval(approval, now)
+    }
+
+    async fn use_retry_approval(
+        &self,
+        key: &str,
+    ) -> Result<Option<RetryApproval>, SuspensionStoreError> {
+        let now = (self.clock)();
+        Ok(self.lock().use_retry_approval(key, now))
+    }
+
+    async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
+        let now = (self.clock)();
+        self.lock().keep_outcome(outcome, now);
+        Ok(())
+    }
+
+    async fn outcome(&self, id: &str) -> Result<Option<DecidedCall>, SuspensionStoreError> {
+        let now = (self.clock)();
+        Ok(self.lock().outcome(id, now).cloned())
     }
 }
 

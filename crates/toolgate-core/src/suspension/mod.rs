@@ -16,6 +16,7 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 use serde_json::{Map, Value};
 
+use crate::approval::CallBinding;
 use crate::stage::Stage;
 use crate::user::User;
 
@@ -79,6 +80,46 @@ pub struct SuspendedInvocation {
     /// that keeps calls until they are resumed.
     #[serde(default)]
     pub expires_at: Option<SystemTime>,
+    /// What an approval of this call is bound to, recorded by the pipeline when the call
+    /// waited (see [`approval`](crate::approval)). `None` for a call kept by an earlier
+    /// version, which resumes without the check.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding: Option<CallBinding>,
+}
+
+/// An approval for a caller to make one call again: the call that waited, turned by
+/// [`Pipeline::approve_retry`](crate::Pipeline::approve_retry) into a capability that the
+/// next call with an equal [`CallBinding`] uses up, once, before `expires_at`.
+///
+/// It carries no secret: it is found by its binding's [key](CallBinding::key), which only
+/// the call itself produces.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RetryApproval {
+    /// What a call must match to use it.
+    pub binding: CallBinding,
+    /// The waiting call it was given on.
+    pub suspension_id: String,
+    /// Who approved, when the decision said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by: Option<String>,
+    /// When it was given.
+    pub decided_at: SystemTime,
+    /// Past this instant it is void.
+    pub expires_at: SystemTime,
+}
+
+/// The outcome of a call that waited for approval, kept for the caller who made it to read
+/// once an approver has decided ([`SuspensionStore::keep_outcome`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct DecidedCall {
+    /// The suspension id the call waited under.
+    pub id: String,
+    /// Who made the call: the only caller who may read the outcome.
+    pub user: String,
+    /// The result as the host answers it (the gateway keeps its JSON result).
+    pub result: Value,
+    /// When it was decided.
+    pub decided_at: SystemTime,
 }
 
 /// Why a suspension store could not keep or give back a call.
@@ -114,6 +155,18 @@ pub enum SuspensionStoreError {
     /// The store itself failed (storage unreachable, unreadable, not writable).
     #[error("the suspension store failed: {0}")]
     Unavailable(String),
+    /// The store cannot keep approvals for a retry
+    /// ([`SuspensionStore::keep_retry_approval`]).
+    #[error(
+        "the configured suspension store cannot keep approvals for a retry: approve the waiting call itself (resume it), or configure a store that can (the in-memory store can)"
+    )]
+    CannotApproveRetries,
+    /// The store cannot keep the outcomes of decided calls
+    /// ([`SuspensionStore::keep_outcome`]).
+    #[error(
+        "the configured suspension store cannot keep the outcomes of decided calls: configure a store that can (the in-memory store can)"
+    )]
+    CannotKeepOutcomes,
     /// The store cannot enumerate the calls it keeps; it looks them up by id only.
     #[error(
         "the configured suspension store cannot list waiting calls: look a call up by its id, or configure a store that can list them (the in-memory store can)"
@@ -268,6 +321,52 @@ pub trait SuspensionStore: Send + Sync + 'static {
     ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
         let _ = (filter, after, limit);
         Err(SuspensionStoreError::CannotList)
+    }
+
+    /// Keeps an approval for a retry until its `expires_at`, under the same bounds as
+    /// waiting calls (per user and in all).
+    ///
+    /// A store that cannot keeps this default, which answers
+    /// [`SuspensionStoreError::CannotApproveRetries`]; calls then only resume.
+    async fn keep_retry_approval(
+        &self,
+        approval: RetryApproval,
+    ) -> Result<(), SuspensionStoreError> {
+        let _ = approval;
+        Err(SuspensionStoreError::CannotApproveRetries)
+    }
+
+    /// Uses up one approval for a retry whose binding has the [key](CallBinding::key)
+    /// `key` and that has not expired: removes it and returns it, atomically, so that of
+    /// two calls asking at once only one gets it. `None` when there is none.
+    ///
+    /// The default, for a store that keeps none, answers `None`.
+    async fn use_retry_approval(
+        &self,
+        key: &str,
+    ) -> Result<Option<RetryApproval>, SuspensionStoreError> {
+        let _ = key;
+        Ok(None)
+    }
+
+    /// Keeps the outcome of a decided call for its caller to read, for
+    /// [`SuspensionLimits::expire_after`] after the decision and at most
+    /// [`SuspensionLimits::max_total`] of them (the oldest go first). Keeping an outcome
+    /// for an id again replaces it.
+    ///
+    /// The default, for a store that keeps none, answers
+    /// [`SuspensionStoreError::CannotKeepOutcomes`].
+    async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
+        let _ = outcome;
+        Err(SuspensionStoreError::CannotKeepOutcomes)
+    }
+
+    /// The outcome kept for the call `id`, if it is decided and its outcome is still kept.
+    ///
+    /// The default, for a store that keeps none, answers `None`.
+    async fn outcome(&self, id: &str) -> Result<Option<DecidedCall>, SuspensionStoreError> {
+        let _ = id;
+        Ok(None)
     }
 }
 

@@ -4,7 +4,9 @@ use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::ops::Bound;
 use std::time::SystemTime;
 
-use super::{SuspendedInvocation, SuspensionFilter, SuspensionLimits, SuspensionStoreError};
+use super::{
+    DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionLimits, SuspensionStoreError,
+};
 
 /// Waiting calls kept under [`SuspensionLimits`]: per-user and total caps, expiry, and a
 /// memory of recently expired ids. Not synchronized and not async: a store wraps it in its
@@ -38,6 +40,7 @@ use super::{SuspendedInvocation, SuspensionFilter, SuspensionLimits, SuspensionS
 ///     payload: json!(null),
 ///     suspended_at: SystemTime::UNIX_EPOCH,
 ///     expires_at: None,
+///     binding: None,
 /// };
 /// let limits = SuspensionLimits {
 ///     max_per_user: 1,
@@ -65,6 +68,25 @@ pub struct SuspensionTable {
     /// The earliest expiry among the entries: until then, nothing needs removing.
     next_expiry: Option<SystemTime>,
     expired: ExpiredIds,
+    retries: RetryApprovals,
+    outcomes: Outcomes,
+}
+
+/// The outcomes of decided calls, by id, and the order they were kept in (each is kept as
+/// long as the others, so the first kept is the first to go).
+#[derive(Clone, Debug, Default)]
+struct Outcomes {
+    by_id: HashMap<String, DecidedCall>,
+    order: VecDeque<(String, SystemTime)>,
+}
+
+/// Approvals for a retry, by the key of their binding; several approvals of equal calls
+/// queue under one key.
+#[derive(Clone, Debug, Default)]
+struct RetryApprovals {
+    by_key: BTreeMap<String, VecDeque<RetryApproval>>,
+    per_user: HashMap<String, usize>,
+    len: usize,
 }
 
 impl SuspensionTable {
@@ -76,6 +98,8 @@ impl SuspensionTable {
             per_user: HashMap::new(),
             next_expiry: None,
             expired: ExpiredIds::default(),
+            retries: RetryApprovals::default(),
+            outcomes: Outcomes::default(),
         }
     }
 
@@ -233,6 +257,94 @@ impl SuspensionTable {
         &self.entries
     }
 
+    /// Keeps an approval for a retry until its `expires_at`, under the caps on waiting
+    /// calls (`max_per_user` approvals per user, `max_total` in all, counted apart from
+    /// the calls that wait). Expired approvals are removed first.
+    ///
+    /// # Errors
+    ///
+    /// [`SuspensionStoreError::UserFull`] or [`SuspensionStoreError::Full`] past a cap.
+    pub fn keep_retry_approval(
+        &mut self,
+        approval: RetryApproval,
+        now: SystemTime,
+    ) -> Result<(), SuspensionStoreError> {
+        self.retries.remove_expired(now);
+        let user = &approval.binding.user;
+        if self.retries.per_user.get(user).copied().unwrap_or(0) >= self.limits.max_per_user {
+            return Err(SuspensionStoreError::UserFull {
+                user: user.clone(),
+                max: self.limits.max_per_user,
+            });
+        }
+        if self.retries.len >= self.limits.max_total {
+            return Err(SuspensionStoreError::Full {
+                max: self.limits.max_total,
+            });
+        }
+        *self.retries.per_user.entry(user.clone()).or_default() += 1;
+        self.retries.len += 1;
+        self.retries
+            .by_key
+            .entry(approval.binding.key())
+            .or_default()
+            .push_back(approval);
+        Ok(())
+    }
+
+    /// Removes and returns the oldest approval for a retry under `key` that has not
+    /// expired by `now` (expired ones met on the way are dropped).
+    pub fn use_retry_approval(&mut self, key: &str, now: SystemTime) -> Option<RetryApproval> {
+        let queue = self.retries.by_key.get_mut(key)?;
+        let mut found = None;
+        let mut gone: Vec<String> = Vec::new();
+        while let Some(approval) = queue.pop_front() {
+            let live = approval.expires_at > now;
+            gone.push(approval.binding.user.clone());
+            if live {
+                found = Some(approval);
+                break;
+            }
+        }
+        if queue.is_empty() {
+            self.retries.by_key.remove(key);
+        }
+        for user in gone {
+            self.retries.forget_one(&user);
+        }
+        found
+    }
+
+    /// Keeps the outcome of a decided call for `expire_after` after its decision, at most
+    /// `max_total` of them: past that the oldest goes.
+    pub fn keep_outcome(&mut self, outcome: DecidedCall, now: SystemTime) {
+        let keep = self.limits.expire_after;
+        self.outcomes.remove_expired(now, keep);
+        if self.outcomes.by_id.remove(&outcome.id).is_some() {
+            self.outcomes.order.retain(|(id, _)| *id != outcome.id);
+        }
+        while self.outcomes.by_id.len() >= self.limits.max_total.max(1)
+            && let Some((oldest, _)) = self.outcomes.order.pop_front()
+        {
+            self.outcomes.by_id.remove(&oldest);
+        }
+        self.outcomes
+            .order
+            .push_back((outcome.id.clone(), outcome.decided_at));
+        self.outcomes.by_id.insert(outcome.id.clone(), outcome);
+    }
+
+    /// The outcome kept for `id`, unless it is older than `expire_after` at `now`.
+    pub fn outcome(&mut self, id: &str, now: SystemTime) -> Option<&DecidedCall> {
+        self.outcomes.remove_expired(now, self.limits.expire_after);
+        self.outcomes.by_id.get(id)
+    }
+
+    /// How many approvals for a retry are kept (expired ones not yet removed included).
+    pub fn retry_approvals(&self) -> usize {
+        self.retries.len
+    }
+
     /// `Expired` for an id that expired, whether it is still here or was removed.
     fn check(&mut self, id: &str, now: SystemTime) -> Result<(), SuspensionStoreError> {
         let expired = match self.entries.get(id) {
@@ -268,6 +380,46 @@ impl SuspensionTable {
             }
         }
         Some(suspended)
+    }
+}
+
+impl Outcomes {
+    fn remove_expired(&mut self, now: SystemTime, keep: std::time::Duration) {
+        while let Some((id, decided_at)) = self.order.front()
+            && decided_at.checked_add(keep).is_none_or(|until| until <= now)
+        {
+            self.by_id.remove(id);
+            self.order.pop_front();
+        }
+    }
+}
+
+impl RetryApprovals {
+    fn remove_expired(&mut self, now: SystemTime) {
+        let mut gone: Vec<String> = Vec::new();
+        self.by_key.retain(|_, queue| {
+            queue.retain(|approval| {
+                let live = approval.expires_at > now;
+                if !live {
+                    gone.push(approval.binding.user.clone());
+                }
+                live
+            });
+            !queue.is_empty()
+        });
+        for user in gone {
+            self.forget_one(&user);
+        }
+    }
+
+    fn forget_one(&mut self, user: &str) {
+        self.len -= 1;
+        if let Some(count) = self.per_user.get_mut(user) {
+            *count -= 1;
+            if *count == 0 {
+                self.per_user.remove(user);
+            }
+        }
     }
 }
 
@@ -329,6 +481,7 @@ pub(super) mod tests {
             payload: json!(null),
             suspended_at: SystemTime::UNIX_EPOCH,
             expires_at: None,
+            binding: None,
         }
     }
 
@@ -471,5 +624,87 @@ pub(super) mod tests {
             table.get("stale", at(100)),
             Err(SuspensionStoreError::Expired { id: "stale".into() })
         );
+    }
+
+    fn retry_approval(user: &str, input: serde_json::Value, expires: u64) -> RetryApproval {
+        RetryApproval {
+            binding: crate::approval::CallBinding {
+                user: user.into(),
+                tool: "deploy".into(),
+                definition: "sha256:d".into(),
+                input: crate::approval::digest(&input),
+                generation: String::new(),
+            },
+            suspension_id: "s".into(),
+            decided_by: Some("boss".into()),
+            decided_at: at(0),
+            expires_at: at(expires),
+        }
+    }
+
+    #[test]
+    fn a_retry_approval_is_used_once_by_its_key_only_and_not_past_its_expiry() {
+        let mut table = SuspensionTable::new(limits(5, 10, 60));
+        let approval = retry_approval("ann", json!({"n": 1}), 30);
+        let key = approval.binding.key();
+        table.keep_retry_approval(approval.clone(), at(0)).unwrap();
+        table
+            .keep_retry_approval(retry_approval("ann", json!({"n": 2}), 10), at(0))
+            .unwrap();
+
+        let other = retry_approval("bob", json!({"n": 1}), 30).binding.key();
+        assert_eq!(table.use_retry_approval(&other, at(1)), None);
+        assert_eq!(table.use_retry_approval(&key, at(1)), Some(approval));
+        assert_eq!(table.use_retry_approval(&key, at(1)), None, "used up");
+        let late = retry_approval("ann", json!({"n": 2}), 10).binding.key();
+        assert_eq!(table.use_retry_approval(&late, at(10)), None, "expired");
+        assert_eq!(table.retry_approvals(), 0);
+    }
+
+    #[test]
+    fn retry_approvals_are_capped_per_user_and_expired_ones_free_their_place() {
+        let mut table = SuspensionTable::new(limits(2, 3, 60));
+        for n in 0..2 {
+            table
+                .keep_retry_approval(retry_approval("ann", json!(n), 10), at(0))
+                .unwrap();
+        }
+
+        let refused = table.keep_retry_approval(retry_approval("ann", json!(9), 10), at(0));
+        table
+            .keep_retry_approval(retry_approval("bob", json!(1), 10), at(0))
+            .unwrap();
+        let full = table.keep_retry_approval(retry_approval("cat", json!(1), 10), at(0));
+        let after_expiry = table.keep_retry_approval(retry_approval("ann", json!(9), 20), at(10));
+
+        assert!(matches!(
+            refused,
+            Err(SuspensionStoreError::UserFull { max: 2, .. })
+        ));
+        assert!(matches!(full, Err(SuspensionStoreError::Full { max: 3 })));
+        assert_eq!(after_expiry, Ok(()));
+        assert_eq!(table.retry_approvals(), 1);
+    }
+
+    fn decided(id: &str, secs: u64) -> DecidedCall {
+        DecidedCall {
+            id: id.into(),
+            user: "ann".into(),
+            result: json!({"output": id}),
+            decided_at: at(secs),
+        }
+    }
+
+    #[test]
+    fn outcomes_are_kept_for_expire_after_and_the_oldest_go_past_the_cap() {
+        let mut table = SuspensionTable::new(limits(5, 2, 60));
+        table.keep_outcome(decided("a", 0), at(0));
+        table.keep_outcome(decided("b", 10), at(10));
+        table.keep_outcome(decided("c", 20), at(20));
+
+        assert_eq!(table.outcome("a", at(20)), None, "the oldest went past the cap");
+        assert_eq!(table.outcome("b", at(69)), Some(&decided("b", 10)));
+        assert_eq!(table.outcome("b", at(70)), None, "kept for expire_after");
+        assert_eq!(table.outcome("c", at(70)), Some(&decided("c", 20)));
     }
 }

@@ -140,7 +140,7 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
 /// # Ok::<(), toolgate_gateway::config::ConfigError>(())
 /// ```
 pub fn parse(text: &str) -> Result<Config, ConfigError> {
-    let config: Config = if text.trim().is_empty() {
+    let mut config: Config = if text.trim().is_empty() {
         Config::default()
     } else {
         let deserializer = yaml_serde::Deserializer::from_str(text);
@@ -159,7 +159,18 @@ pub fn parse(text: &str) -> Result<Config, ConfigError> {
         })?
     };
     check(&config)?;
+    config.generation = generation_of(text);
     Ok(config)
+}
+
+/// The digest of the `policies:` section of configuration text that parsed: what
+/// [`Config::generation`] holds.
+fn generation_of(text: &str) -> String {
+    let policies = yaml_serde::from_str::<serde_json::Value>(text)
+        .ok()
+        .and_then(|mut root| root.get_mut("policies").map(serde_json::Value::take))
+        .unwrap_or(serde_json::Value::Null);
+    toolgate_core::approval::digest(&policies)
 }
 
 // The YAML error's text starts with (part of) the field path and ends with the position,
@@ -390,6 +401,12 @@ fn check(config: &Config) -> Result<(), ConfigError> {
                 "`max_pending_per_user` and `max_pending` must be at least 1 (to need no approval, leave the tool out of `tools`)",
             ));
         }
+        if approval.run_within.is_zero() {
+            return Err(ConfigError::invalid(
+                "policies.approval.run_within",
+                "must be longer than zero: it is how soon an approved call must start to run (`15m` by default)",
+            ));
+        }
         if approval.expire_after.is_zero() {
             return Err(ConfigError::invalid(
                 "policies.approval.expire_after",
@@ -601,6 +618,22 @@ mod tests {
         let error = parse(text).unwrap_err().to_string();
         assert!(error.contains("TOOLGATE_TEST_SURELY_UNSET"), "{error}");
         assert!(error.contains("`state`"), "{error}");
+    }
+
+    #[test]
+    fn the_generation_follows_the_policies_section_only() {
+        let base = parse("users: []\npolicies:\n  approval:\n    tools: [sleep]\n").unwrap();
+        let reordered =
+            parse("policies: {approval: {tools: [sleep]}}\nserver:\n  port: 9\n").unwrap();
+        let changed = parse("policies:\n  approval:\n    tools: [echo]\n").unwrap();
+
+        assert!(
+            base.generation.starts_with("sha256:"),
+            "{}",
+            base.generation
+        );
+        assert_eq!(base.generation, reordered.generation);
+        assert_ne!(base.generation, changed.generation);
     }
 
     #[test]

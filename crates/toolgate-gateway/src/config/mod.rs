@@ -77,6 +77,12 @@ pub struct Config {
     /// OpenTelemetry trace export (off when absent).
     #[serde(default)]
     pub telemetry: Option<TelemetryConfig>,
+    /// The configuration generation approvals are bound to: the digest of the `policies:`
+    /// section as written (its canonical JSON form), so that replicas with the same
+    /// policies agree and a change of users, upstreams or server settings does not void
+    /// the calls waiting for approval. Set by [`parse`]; not a field of the file.
+    #[serde(skip)]
+    pub generation: String,
 }
 
 /// `pins:` — where the fingerprints of imported tool definitions are kept (see

@@ -110,6 +110,11 @@ pub struct ApprovalPolicy {
     /// How long a call may wait before it expires (default `24h`).
     #[serde(default = "expire_after", with = "values::duration")]
     pub expire_after: Duration,
+    /// How soon an approved call must start to run after the decision (default `15m`):
+    /// a resumed call still queued for capacity past it is refused (`approval_expired`),
+    /// and an approval for a retry (`"decision": "approve_retry"`) is void past it.
+    #[serde(default = "run_within", with = "values::duration")]
+    pub run_within: Duration,
 }
 
 impl Default for ApprovalPolicy {
@@ -125,6 +130,7 @@ impl Default for ApprovalPolicy {
             max_pending_per_user: max_pending_per_user(),
             max_pending: max_pending(),
             expire_after: expire_after(),
+            run_within: run_within(),
         }
     }
 }
@@ -135,6 +141,10 @@ fn max_pending_per_user() -> usize {
 
 fn max_pending() -> usize {
     10_000
+}
+
+fn run_within() -> Duration {
+    Duration::from_secs(15 * 60)
 }
 
 fn expire_after() -> Duration {

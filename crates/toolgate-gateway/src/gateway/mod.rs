@@ -20,7 +20,7 @@ use toolgate_mcp::{ListFilter, McpHttpService, McpServer, RESOURCES_PREFIX, Upst
 use crate::extensions::Extensions;
 
 use crate::auth::ApiKeys;
-use crate::config::{Config, ConfigError};
+use crate::config::{ApprovalPolicy, Config, ConfigError};
 use crate::http::McpSessions;
 use crate::identity::Identity;
 use crate::identity::scopes::ToolScopes;
@@ -171,6 +171,14 @@ impl Gateway {
         let builder = extensions
             .install(builder)
             .suspension_store(shared.suspensions.clone())
+            .generation(config.generation.clone())
+            .approval_run_within(
+                config
+                    .policies
+                    .approval
+                    .as_ref()
+                    .map_or_else(|| ApprovalPolicy::default().run_within, |a| a.run_within),
+            )
             .tail_hook_timeout(Duration::from_secs(10))
             .span_values(
                 config

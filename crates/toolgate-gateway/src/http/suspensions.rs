@@ -261,6 +261,9 @@ pub enum Decision {
         /// The output.
         output: Value,
     },
+    /// Approve it for its caller to make again: the call ends, and the caller's next
+    /// identical call runs once, within `policies.approval.run_within`.
+    ApproveRetry,
 }
 
 /// `?format=` of the answer.
@@ -334,17 +337,11 @@ pub async fn resume(
             "toolgate, openai, anthropic or gemini",
         ));
     }
-    let decision = match json_body::<Decision>(body)? {
-        Decision::Approve => ResumeDecision::Approve,
-        Decision::Reject { reason } => ResumeDecision::Reject {
-            reason: reason.unwrap_or_else(|| format!("rejected by {}", caller.user.id)),
-        },
-        Decision::Complete { output } => ResumeDecision::Complete { output },
-    };
+    let decision = json_body::<Decision>(body)?;
     // Four eyes: whoever made the call may withdraw it, not wave it through. Checked
     // before anything runs, so the call keeps waiting for another approver.
     let saved = waiting(&caller, &id).await?;
-    let settles = !matches!(decision, ResumeDecision::Reject { .. });
+    let settles = !matches!(decision, Decision::Reject { .. });
     if settles && caller.gateway.four_eyes() && saved.user.id == caller.user.id {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -355,6 +352,14 @@ pub async fn resume(
             ),
         ));
     }
+    let decision = match decision {
+        Decision::ApproveRetry => return approve_retry(&caller, &id, &saved).await,
+        Decision::Approve => ResumeDecision::Approve,
+        Decision::Reject { reason } => ResumeDecision::Reject {
+            reason: reason.unwrap_or_else(|| format!("rejected by {}", caller.user.id)),
+        },
+        Decision::Complete { output } => ResumeDecision::Complete { output },
+    };
     let (decided, reason) = match &decision {
         ResumeDecision::Approve => ("approve", None),
         ResumeDecision::Reject { reason } => ("reject", Some(reason.clone())),
@@ -403,4 +408,57 @@ pub async fn resume(
         },
     );
     Ok(answer(format, &result))
+}
+
+/// Approves the waiting call `id` for its caller to make again. The approver is answered
+/// with what the approval holds for; the caller, who reads the outcome, is told to call
+/// again with the same arguments.
+async fn approve_retry(
+    caller: &Caller,
+    id: &str,
+    saved: &SuspendedInvocation,
+) -> Result<Response, ApiError> {
+    let pipeline = caller.gateway.system.pipeline();
+    let approval = pipeline
+        .approve_retry(id, Some(&caller.user.id))
+        .await
+        .map_err(|error| ApiError::from(&error))?;
+    let within = approval
+        .expires_at
+        .duration_since(approval.decided_at)
+        .unwrap_or_default();
+    tracing::info!(
+        suspension_id = %id,
+        tool = %saved.tool,
+        user = %saved.user.id,
+        approver = %caller.user.id,
+        decision = "approve_retry",
+        "a waiting call was decided"
+    );
+    let told = ToolError::abort(
+        format!(
+            "`{}` was approved by `{}` to run once when you make the same call again, with the same arguments, within {}: call it again now",
+            saved.tool,
+            caller.user.id,
+            humantime::format_duration(within)
+        ),
+        "approved_for_retry",
+        409,
+    );
+    caller.gateway.outcomes.keep(
+        id,
+        Outcome {
+            user: Arc::from(saved.user.id.as_str()),
+            result: serde_json::to_value(ToolResult::error(id, &saved.tool, &told))
+                .unwrap_or(Value::Null),
+        },
+    );
+    Ok(Json(json!({
+        "status": "approved_for_retry",
+        "suspension_id": id,
+        "tool": saved.tool,
+        "user": saved.user.id,
+        "expires_at": humantime::format_rfc3339_seconds(approval.expires_at).to_string(),
+    }))
+    .into_response())
 }

@@ -78,7 +78,7 @@ pub struct DecisionEntry {
     pub applied: bool,
 }
 
-/// The decision a resumed invocation ran with, as recorded.
+/// The decision a resumed invocation ran with (or the approval a retry used), as recorded.
 #[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ApprovalEntry {
     /// `approve`, `reject` or `complete`.
@@ -89,6 +89,9 @@ pub struct ApprovalEntry {
     /// Why, for a rejection.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// For a call that ran on an approval for a retry, the waiting call that was approved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_of: Option<String>,
 }
 
 /// How long one hook (or one stage, with `hook` empty) took.
@@ -250,6 +253,7 @@ impl AuditRecord {
                     decision: decision.to_owned(),
                     decided_by: ctx.decided_by().map(str::to_owned),
                     reason: reason.map(|reason| rules.clean_message(reason.clone())),
+                    retry_of: ctx.approved_retry_of().map(str::to_owned),
                 }
             }),
         }

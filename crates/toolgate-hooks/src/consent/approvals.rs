@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use serde_json::Value;
-use toolgate_core::suspension::{ResumeDecision, SuspendedInvocation};
+use toolgate_core::suspension::{ResumeDecision, RetryApproval, SuspendedInvocation};
 use toolgate_core::{InvokeOptions, Pipeline, ToolError};
 
 use super::{ApprovalStore, ApprovalStoreError, Grant};
@@ -14,7 +14,8 @@ use super::{ApprovalStore, ApprovalStoreError, Grant};
 ///   and tool, [`revoke`](Self::revoke) them.
 /// * For a suspended call: [`approve`](Self::approve) (optionally remembering the approval
 ///   for this user and tool) or [`reject`](Self::reject); both resume it through the
-///   pipeline and return its outcome.
+///   pipeline and return its outcome. Or [`approve_retry`](Self::approve_retry): the call
+///   ends, and its caller's next identical call runs once.
 ///
 /// Get one from [`Consent::approvals`](super::Consent::approvals); clones share the store.
 #[derive(Clone)]
@@ -97,6 +98,24 @@ impl Approvals {
         pipeline
             .resume(suspension_id, ResumeDecision::Approve, options)
             .await
+    }
+
+    /// Approves a suspended call for its caller to make again instead of running it now:
+    /// the next call of the same user that is the same call — same tool and definition,
+    /// same input once validated, defaulted and redacted, same configuration generation —
+    /// runs once without waiting, within the pipeline's `approval_run_within`. See
+    /// [`Pipeline::approve_retry`].
+    ///
+    /// # Errors
+    ///
+    /// As [`Pipeline::approve_retry`].
+    pub async fn approve_retry(
+        &self,
+        pipeline: &Pipeline,
+        suspension_id: &str,
+        decided_by: Option<&str>,
+    ) -> Result<RetryApproval, ToolError> {
+        pipeline.approve_retry(suspension_id, decided_by).await
     }
 
     /// Rejects a suspended call: it ends with code `rejected`, HTTP 403, and `reason`.

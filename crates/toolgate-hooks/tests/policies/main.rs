@@ -1,5 +1,6 @@
 //! Tests of the built-in policies of issue #3: who may call and how much.
 
+mod approval_capabilities;
 mod authorize;
 mod concurrency;
 mod consent;

@@ -226,6 +226,7 @@ impl Connection {
         &self,
         definition: &ToolDefinition,
         id: &str,
+        arguments: &str,
         context: &RequestContext<RoleServer>,
         user: Arc<User>,
         target: &str,
@@ -246,7 +247,7 @@ impl Connection {
                 Ok(decided_result(definition, &answer["result"]).into())
             }
             Ok(_) => Ok(CallToolResponse::InputRequired(
-                server.seal.waiting(id, None, &user, target),
+                server.seal.waiting(id, arguments, None, &user, target),
             )),
             Err(error) => Ok(error_to_result(&error).into()),
         }
@@ -325,12 +326,23 @@ impl Connection {
             &user,
             &target,
         )? {
-            Some(Retry::Approval(id)) => {
-                return self.outcome(&definition, &id, context, user, &target).await;
+            Some(Retry::Approval { id, arguments }) => {
+                if arguments != arguments_digest(request.arguments.as_ref()) {
+                    return Err(ErrorData::invalid_params(
+                        "`requestState` belongs to a call with other arguments: send it back with the arguments of the call that waits for approval, or call without `requestState` to make a new call (which waits for its own approval); the waiting call is unaffected",
+                        None,
+                    ));
+                }
+                return self
+                    .outcome(&definition, &id, &arguments, context, user, &target)
+                    .await;
             }
             Some(Retry::Round(round)) => Some(round),
             None => None,
         };
+        // What a waiting call's state binds a later retry to.
+        let arguments = (takes_input_required(context) && self.server().outcome_tool.is_some())
+            .then(|| arguments_digest(request.arguments.as_ref()));
         let input =
             InputShape::of(&definition.input_schema).input(request.arguments.unwrap_or_default());
         let refusal = Refusal::default();
@@ -359,14 +371,13 @@ impl Connection {
             Err(ToolError::Suspended {
                 suspension_id,
                 reason,
-            }) if takes_input_required(context) && self.server().outcome_tool.is_some() => {
-                Ok(CallToolResponse::InputRequired(seal.waiting(
-                    &suspension_id,
-                    Some(&reason),
-                    &user,
-                    &target,
-                )))
-            }
+            }) if arguments.is_some() => Ok(CallToolResponse::InputRequired(seal.waiting(
+                &suspension_id,
+                arguments.as_deref().unwrap_or_default(),
+                Some(&reason),
+                &user,
+                &target,
+            ))),
             // The protocol's own error (-32021), which the caller's SDK acts on.
             Err(error) if error.code() == MISSING_CAPABILITY => Err(refusal
                 .take()
@@ -388,6 +399,15 @@ struct Extras {
     listener: Option<SubscriptionSink>,
     /// Cancelled when a subscription the request makes is ended for the caller.
     subscription_ended: CancellationToken,
+}
+
+/// The digest of a call's arguments, absent ones as `{}`: in canonical form, so that a
+/// retry that writes them differently is the same call.
+fn arguments_digest(arguments: Option<&serde_json::Map<String, Value>>) -> String {
+    match arguments {
+        Some(arguments) => toolgate_core::approval::digest(arguments),
+        None => toolgate_core::approval::digest(&serde_json::Map::new()),
+    }
 }
 
 /// Whether the caller of `context` speaks 2026-07-28 or later, and so takes
@@ -511,7 +531,7 @@ impl ServerHandler for Connection {
             &target,
         )? {
             Some(Retry::Round(round)) => Some(round),
-            Some(Retry::Approval(_)) => {
+            Some(Retry::Approval { .. }) => {
                 return Err(ErrorData::invalid_params(
                     "`requestState` names a call waiting for approval, not a prompt",
                     None,

@@ -39,8 +39,14 @@ const APPROVAL: &str = "a:";
 pub(crate) enum Retry {
     /// The next round of a multi-round call.
     Round(InputRound),
-    /// A call that waited for approval, by its suspension id: is it decided?
-    Approval(String),
+    /// A call that waited for approval: is it decided?
+    Approval {
+        /// Its suspension id.
+        id: String,
+        /// The [digest](toolgate_core::approval::digest) of the arguments it was made
+        /// with: a retry with other arguments is another call.
+        arguments: String,
+    },
 }
 
 /// Seals and opens the `requestState` of rounds answered to callers.
@@ -125,8 +131,12 @@ impl StateSeal {
                         )
                     })?;
                 let opened = String::from_utf8(opened).map_err(|_| not_ours())?;
-                if let Some(id) = opened.strip_prefix(APPROVAL) {
-                    return Ok(Some(Retry::Approval(id.to_owned())));
+                if let Some(waiting) = opened.strip_prefix(APPROVAL) {
+                    let (arguments, id) = waiting.split_once(' ').ok_or_else(not_ours)?;
+                    return Ok(Some(Retry::Approval {
+                        id: id.to_owned(),
+                        arguments: arguments.to_owned(),
+                    }));
                 }
                 Some(
                     opened
@@ -149,17 +159,19 @@ impl StateSeal {
     }
 
     /// The answer to a 2026-07-28 caller of a call that waits for approval in suspension
-    /// `id`: `input_required` with only a sealed state, to send back later, and the
-    /// suspension in `_meta["io.toolgate/suspension"]` (`id`, and `reason` when given) for
-    /// the person waiting.
+    /// `id`: `input_required` with only a sealed state, to send back later with the same
+    /// arguments (`arguments` is their digest), and the suspension in
+    /// `_meta["io.toolgate/suspension"]` (`id`, and `reason` when given) for the person
+    /// waiting.
     pub(crate) fn waiting(
         &self,
         id: &str,
+        arguments: &str,
         reason: Option<&str>,
         user: &User,
         target: &str,
     ) -> InputRequiredResult {
-        let state = self.seal(&format!("{APPROVAL}{id}"), user, target);
+        let state = self.seal(&format!("{APPROVAL}{arguments} {id}"), user, target);
         let mut suspension = serde_json::json!({ "id": id });
         if let Some(reason) = reason {
             suspension["reason"] = Value::from(reason);
@@ -284,42 +296,23 @@ mod tests {
     }
 
     #[test]
-    fn a_waiting_calls_state_opens_as_its_suspension_for_its_caller_only() {
-        let seal = StateSeal::random();
-        let waiting = seal.waiting("susp-1", None, &alice(), "tools/call x");
-        assert!(waiting.input_requests.is_none());
-        let state = waiting.request_state.unwrap();
-        let retry = seal.retry(None, Some(state.clone()), &alice(), "tools/call x");
-        let Ok(Some(Retry::Approval(id))) = retry else {
-            panic!("an approval: {retry:?}");
-        };
-        assert_eq!(id, "susp-1");
-        assert!(
-            seal.retry(None, Some(state), &User::new("bob"), "tools/call x")
-                .is_err()
-        );
-    }
-
-    #[test]
     fn a_request_without_answers_or_state_is_no_round() {
         let seal = StateSeal::random();
         assert!(seal.retry(None, None, &alice(), "t").unwrap().is_none());
     }
 
     #[test]
-    fn a_waiting_calls_state_names_its_suspension_and_nothing_else() {
+    fn a_waiting_calls_state_opens_as_its_suspension_and_arguments_for_its_caller_only() {
         let seal = StateSeal::random();
-        let waiting = seal.waiting("susp-1", None, &alice(), "tools/call x");
+        let waiting = seal.waiting("susp-1", "sha256:ab", None, &alice(), "tools/call x");
         assert!(waiting.input_requests.is_none());
         let state = waiting.request_state.unwrap();
-        assert!(!state.contains("susp-1") || state.len() > 20);
-        let Some(Retry::Approval(id)) = seal
-            .retry(None, Some(state.clone()), &alice(), "tools/call x")
-            .unwrap()
-        else {
-            panic!("an approval");
+        assert!(!state.contains("susp-1"), "the state is sealed");
+        let retry = seal.retry(None, Some(state.clone()), &alice(), "tools/call x");
+        let Ok(Some(Retry::Approval { id, arguments })) = retry else {
+            panic!("an approval: {retry:?}");
         };
-        assert_eq!(id, "susp-1");
+        assert_eq!((id.as_str(), arguments.as_str()), ("susp-1", "sha256:ab"));
         assert!(
             seal.retry(None, Some(state), &User::new("bob"), "tools/call x")
                 .is_err()
