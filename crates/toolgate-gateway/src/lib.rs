@@ -59,6 +59,7 @@ pub mod serve;
 pub mod state;
 pub mod telemetry;
 mod tools_state;
+pub mod webhooks;
 
 pub use extensions::Extensions;
 pub use gateway::{Gateway, GatewayError};

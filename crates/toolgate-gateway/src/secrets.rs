@@ -6,7 +6,7 @@
 //! upstream
 //! environment values and URL parts named like credentials
 //! ([`UpstreamConfig::secrets`](toolgate_mcp::UpstreamConfig::secrets)), the redaction
-//! salt, the audit hash key, the password of the Redis URL and the OTLP exporter's
+//! salt, the audit hash key, the approval webhooks' secrets and addresses, the password of the Redis URL and the OTLP exporter's
 //! header values and endpoint password. Imported tools scrub their
 //! own upstream's credentials from results and errors before the pipeline sees them; the
 //! scrubber made here covers every credential in the audit records and in every log line.
@@ -42,6 +42,11 @@ pub fn held(config: &Config) -> Vec<Secret> {
         .and_then(|r| r.salt.as_ref())
     {
         held.push(Secret::new(salt.0.clone()));
+    }
+    // A webhook's address is held too: some receivers (Slack's) put their token in it.
+    for webhook in config.policies.approval.iter().flat_map(|a| &a.webhooks) {
+        held.push(Secret::new(webhook.secret.0.clone()));
+        held.push(Secret::new(webhook.url.0.clone()));
     }
     if let Some(key) = config.audit.as_ref().and_then(|a| a.hash_key()) {
         held.push(Secret::new(key.0.clone()));

@@ -75,8 +75,9 @@ impl From<crate::config::ConfigError> for ServeError {
 ///    `tools/call` gets a tool result with `isError: true` saying the same. The gateway
 ///    waits up to 2 s for those answers to be sent.
 /// 4. **Stop.** No more connections are accepted; open ones close once their answer is
-///    sent (for at most 2 s more). The audit sinks are flushed, the usage statistics
-///    saved, and the function returns `Ok` (the process exits 0).
+///    sent (for at most 2 s more). The audit sinks are flushed, the approval webhooks
+///    still queued get up to 2 s to be delivered, the usage statistics saved, and the
+///    function returns `Ok` (the process exits 0).
 ///
 /// # Errors
 ///
@@ -157,6 +158,9 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     stop(server, &phase).await;
     reloads.abort();
     state.current.load().flush_audit().await;
+    // Decisions taken during the drain are still told, if their receivers answer soon.
+    let notifications = shared.lock().await.notifications.clone();
+    notifications.shutdown(ANSWER_WAIT).await;
     if let Some(saver) = saver {
         if let Err(e) = saver.shutdown().await {
             tracing::warn!(error = %e, "saving usage statistics at shutdown failed");

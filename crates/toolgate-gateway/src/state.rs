@@ -1,5 +1,6 @@
 //! State that outlives a configuration: rate-limit budgets, permits, cached results,
-//! remembered approvals, suspended calls and usage statistics survive a reload, so that
+//! remembered approvals, suspended calls (and their watch for expiry) and usage statistics
+//! survive a reload, so that
 //! reloading is never a way around a limit and no suspended call is lost.
 
 use std::sync::Arc;
@@ -20,6 +21,7 @@ use toolgate_redis::{
 use crate::config::{Config, OnBackendErrorName, RedisTlsFiles, StateConfig, StateUrl};
 use crate::gateway::GatewayError;
 use crate::outcomes::Outcomes;
+use crate::webhooks::Notifications;
 
 /// Where the policies keep their state: in this process, or on Redis (shared by every
 /// replica pointed at it).
@@ -203,6 +205,8 @@ pub struct SharedState {
     pub stats: Option<Arc<UsageStats>>,
     /// The outcomes of calls that waited for approval, for their callers.
     pub outcomes: Outcomes,
+    /// The waiting calls watched for expiry, and the webhooks of the configuration served.
+    pub notifications: Notifications,
 }
 
 impl SharedState {
@@ -219,6 +223,7 @@ impl SharedState {
             suspensions: Arc::new(InMemorySuspensionStore::new(suspension_limits(config))),
             stats: open_stats(config)?,
             outcomes: Outcomes::new(suspension_limits(config).expire_after),
+            notifications: Notifications::new(),
         })
     }
 

@@ -13,6 +13,9 @@ const MIN_MCP_STATE_KEY_BYTES: usize = 32;
 /// The shortest `audit.hash_key` accepted.
 const MIN_AUDIT_KEY_CHARS: usize = 16;
 
+/// The shortest webhook `secret` accepted.
+const MIN_WEBHOOK_SECRET_CHARS: usize = 16;
+
 /// The configuration could not be used. The gateway refuses to start (or, on reload, keeps
 /// the configuration it has) rather than run with a half-understood policy.
 #[derive(Debug, thiserror::Error)]
@@ -413,6 +416,9 @@ fn check(config: &Config) -> Result<(), ConfigError> {
                 "a waiting call must be given time for a person to decide, e.g. `24h`",
             ));
         }
+        for (i, webhook) in approval.webhooks.iter().enumerate() {
+            check_webhook(i, webhook)?;
+        }
     }
     if let Some(stats) = &config.stats
         && stats.autosave.is_zero()
@@ -460,6 +466,41 @@ fn check(config: &Config) -> Result<(), ConfigError> {
         return Err(ConfigError::invalid(
             "server.mcp_sessions.idle_timeout",
             "an MCP session must be kept longer than zero between requests, e.g. `5m`",
+        ));
+    }
+    Ok(())
+}
+
+/// One entry of `policies.approval.webhooks`. Neither the secret nor the address (which may
+/// carry a token) is quoted in a message.
+fn check_webhook(i: usize, webhook: &super::WebhookConfig) -> Result<(), ConfigError> {
+    let field = |name: &str| format!("policies.approval.webhooks[{i}].{name}");
+    let usable = url::Url::parse(&webhook.url.0)
+        .is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some());
+    if !usable {
+        return Err(ConfigError::invalid(
+            field("url"),
+            "must be the receiver's http:// or https:// address, e.g. `https://hooks.example.com/toolgate`",
+        ));
+    }
+    if webhook.secret.0.trim().is_empty() {
+        return Err(ConfigError::invalid(
+            field("secret"),
+            "is empty: every webhook is signed, so give it a secret shared with the receiver, e.g. `secret: ${APPROVAL_WEBHOOK_SECRET}` (generate one with `openssl rand -hex 32`)",
+        ));
+    }
+    if webhook.secret.0.chars().count() < MIN_WEBHOOK_SECRET_CHARS {
+        return Err(ConfigError::invalid(
+            field("secret"),
+            format!(
+                "is too short to sign with (not shown: it is a secret): use at least {MIN_WEBHOOK_SECRET_CHARS} characters, e.g. one made with `openssl rand -hex 32`"
+            ),
+        ));
+    }
+    if webhook.events.is_empty() {
+        return Err(ConfigError::invalid(
+            field("events"),
+            "lists no event: name some of `waiting`, `decided`, `expired` (or leave `events` out for all three), or remove the webhook",
         ));
     }
     Ok(())
@@ -651,5 +692,86 @@ mod tests {
         assert_eq!(zero.field(), "policies.approval");
         let never = parse("policies:\n  approval:\n    expire_after: 0s\n").unwrap_err();
         assert_eq!(never.field(), "policies.approval.expire_after");
+    }
+
+    #[test]
+    fn approval_webhooks_default_to_json_and_every_event() {
+        let config = parse(
+            "policies:\n  approval:\n    webhooks:\n      - { url: \"https://hooks.example.com/a\", secret: 0123456789abcdef0123 }\n      - { url: \"http://127.0.0.1:9/b\", secret: 0123456789abcdef0123, format: slack, events: [decided] }\n",
+        )
+        .unwrap();
+        let webhooks = &config.policies.approval.unwrap().webhooks;
+        assert_eq!(webhooks[0].format, crate::config::WebhookFormatName::Json);
+        assert_eq!(webhooks[0].events, crate::config::WebhookEventName::ALL);
+        assert_eq!(webhooks[1].format, crate::config::WebhookFormatName::Slack);
+        assert_eq!(
+            webhooks[1].events,
+            [crate::config::WebhookEventName::Decided]
+        );
+    }
+
+    #[test]
+    fn bad_approval_webhooks_are_refused_with_their_field_and_never_show_the_secret() {
+        let webhook =
+            |entry: &str| format!("policies:\n  approval:\n    webhooks:\n      - {entry}\n");
+        let secret = "0123456789abcdef0123";
+        let cases = [
+            (
+                webhook(&format!(
+                    "{{ url: \"ftp://hooks.example.com\", secret: {secret} }}"
+                )),
+                "policies.approval.webhooks[0].url",
+                "http:// or https://",
+            ),
+            (
+                webhook(&format!("{{ url: not-a-url, secret: {secret} }}")),
+                "policies.approval.webhooks[0].url",
+                "http:// or https://",
+            ),
+            (
+                webhook("{ url: \"https://hooks.example.com\", secret: \"\" }"),
+                "policies.approval.webhooks[0].secret",
+                "is empty",
+            ),
+            (
+                webhook("{ url: \"https://hooks.example.com\", secret: tiny-secret-42 }"),
+                "policies.approval.webhooks[0].secret",
+                "at least 16",
+            ),
+            (
+                webhook(&format!(
+                    "{{ url: \"https://hooks.example.com\", secret: {secret}, format: xml }}"
+                )),
+                "policies.approval.webhooks[0].format",
+                "`slack`",
+            ),
+            (
+                webhook(&format!(
+                    "{{ url: \"https://hooks.example.com\", secret: {secret}, events: [started] }}"
+                )),
+                "policies.approval.webhooks[0].events[0]",
+                "`expired`",
+            ),
+            (
+                webhook(&format!(
+                    "{{ url: \"https://hooks.example.com\", secret: {secret}, events: [] }}"
+                )),
+                "policies.approval.webhooks[0].events",
+                "no event",
+            ),
+            (
+                webhook("{ url: \"https://hooks.example.com\" }"),
+                "policies.approval.webhooks[0]",
+                "secret",
+            ),
+        ];
+        for (text, field, says) in cases {
+            let error = parse(&text).expect_err(&text);
+            assert_eq!(error.field(), field, "{text}: {error}");
+            let message = error.to_string();
+            assert!(message.contains(says), "{text}: {message}");
+            assert!(!message.contains("tiny-secret-42"), "{message}");
+            assert!(!message.contains(secret), "{message}");
+        }
     }
 }

@@ -29,6 +29,7 @@ pub use policies::{
     ApprovalPolicy, AuthorizationPolicy, CachePolicy, ConcurrencyPolicy, EffectName,
     OnBackendErrorName, OutputLimitPolicy, OverflowName, PartitionName, Policies, RateLimitPolicy,
     RedactionModeName, RedactionPattern, RedactionPolicy, RetryPolicy, RuleEntry, TimeoutPolicy,
+    WebhookConfig, WebhookEventName, WebhookFormatName,
 };
 pub use telemetry::{OtlpConfig, OtlpProtocol, TelemetryConfig};
 pub use values::{

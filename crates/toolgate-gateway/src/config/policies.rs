@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::values::{self, ByteSize, RateSpec};
+use super::values::{self, ByteSize, EnvString, RateSpec};
 
 /// Every policy of the gateway. All are optional; with none, every authenticated user may
 /// call every tool.
@@ -115,6 +115,73 @@ pub struct ApprovalPolicy {
     /// and an approval for a retry (`"decision": "approve_retry"`) is void past it.
     #[serde(default = "run_within", with = "values::duration")]
     pub run_within: Duration,
+    /// Where to tell that a call waits, was decided or expired (default: nowhere).
+    #[serde(default)]
+    pub webhooks: Vec<WebhookConfig>,
+}
+
+/// One entry of `approval.webhooks`: a receiver told, with a signed `POST`, that a call
+/// started to wait, was decided or expired (see [`crate::webhooks`]).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WebhookConfig {
+    /// The receiver's `http://` or `https://` address (`${VAR}` references are expanded:
+    /// some receivers, such as Slack's, put their token in it).
+    pub url: EnvString,
+    /// The key the body is signed with (HMAC-SHA-256), shared with the receiver: at least
+    /// 16 characters, from a secret (`secret: ${WEBHOOK_SECRET}`).
+    pub secret: EnvString,
+    /// `json` (default) or `slack`.
+    #[serde(default)]
+    pub format: WebhookFormatName,
+    /// The events sent (default all: `waiting`, `decided`, `expired`).
+    #[serde(default = "all_webhook_events")]
+    pub events: Vec<WebhookEventName>,
+}
+
+/// What a webhook's body looks like.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WebhookFormatName {
+    /// The event as JSON: `type`, `id`, `occurred_at`, `suspension`, `decision`.
+    #[default]
+    Json,
+    /// A Slack message (`text` and `blocks`), for a Slack incoming webhook.
+    Slack,
+}
+
+/// The moments of a call that waits for approval.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WebhookEventName {
+    /// The call started to wait (`suspension.waiting`).
+    Waiting,
+    /// An approver decided (`suspension.decided`).
+    Decided,
+    /// Nobody decided in time (`suspension.expired`).
+    Expired,
+}
+
+impl WebhookEventName {
+    /// Every event, in the order a call meets them.
+    pub const ALL: [WebhookEventName; 3] = [
+        WebhookEventName::Waiting,
+        WebhookEventName::Decided,
+        WebhookEventName::Expired,
+    ];
+
+    /// Its name in the configuration and in metric labels: `waiting`, `decided`, `expired`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WebhookEventName::Waiting => "waiting",
+            WebhookEventName::Decided => "decided",
+            WebhookEventName::Expired => "expired",
+        }
+    }
+}
+
+fn all_webhook_events() -> Vec<WebhookEventName> {
+    WebhookEventName::ALL.to_vec()
 }
 
 impl Default for ApprovalPolicy {
@@ -131,6 +198,7 @@ impl Default for ApprovalPolicy {
             max_pending: max_pending(),
             expire_after: expire_after(),
             run_within: run_within(),
+            webhooks: Vec::new(),
         }
     }
 }

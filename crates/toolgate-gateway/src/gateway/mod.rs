@@ -26,6 +26,7 @@ use crate::identity::Identity;
 use crate::identity::scopes::ToolScopes;
 use crate::state::SharedState;
 use crate::tools_state::AllTools;
+use crate::webhooks::{Notifications, Notifier, NotifyingStore};
 
 mod policies;
 mod tools;
@@ -100,6 +101,8 @@ pub struct Gateway {
     pub(crate) mcp_sessions: Arc<McpSessions>,
     /// The outcomes of calls that waited for approval.
     pub(crate) outcomes: Outcomes,
+    /// Where decisions on waiting calls are told.
+    pub(crate) notifications: Notifications,
     authorize: Option<Arc<Authorize>>,
     tool_scopes: Option<Arc<ToolScopes>>,
     audit: Option<Arc<Audit>>,
@@ -121,6 +124,8 @@ impl std::fmt::Debug for Gateway {
 impl Gateway {
     /// Compiles `config`: starts its upstreams, registers its tools with their labels,
     /// checks every tool name a policy mentions, and installs the policies in stage order.
+    /// Once built, its approval webhooks (`policies.approval.webhooks`) are the ones
+    /// `shared`'s events go to: those of the gateway built before from `shared` wind down.
     ///
     /// # Errors
     ///
@@ -170,7 +175,10 @@ impl Gateway {
         ) = install_policies(&config, shared, builder, &refused_waiting)?;
         let builder = extensions
             .install(builder)
-            .suspension_store(shared.suspensions.clone())
+            .suspension_store(Arc::new(NotifyingStore::new(
+                shared.suspensions.clone(),
+                shared.notifications.clone(),
+            )))
             .generation(config.generation.clone())
             .approval_run_within(
                 config
@@ -234,6 +242,17 @@ impl Gateway {
         });
         let mcp = mcp.transpose()?;
         let mcp_sessions = McpSessions::start(config.server.mcp_sessions, mcp.clone());
+        // Last, once nothing can fail: from here on, events go to this configuration's
+        // webhooks (or nowhere), and the notifier of the previous one winds down.
+        let webhooks = config.policies.approval.as_ref().map(|a| &a.webhooks);
+        let notifier = match webhooks.filter(|w| !w.is_empty()) {
+            Some(webhooks) => Some(
+                Notifier::start(webhooks, &shared.notifications, shared.suspensions.clone())
+                    .map_err(GatewayError::Io)?,
+            ),
+            None => None,
+        };
+        shared.notifications.install(notifier);
 
         Ok(Gateway {
             keys: ApiKeys::new(&config.users),
@@ -260,6 +279,7 @@ impl Gateway {
             mcp,
             mcp_sessions,
             outcomes: shared.outcomes.clone(),
+            notifications: shared.notifications.clone(),
             authorize,
             tool_scopes,
             audit,

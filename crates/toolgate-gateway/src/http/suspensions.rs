@@ -22,6 +22,7 @@ use toolgate_core::suspension::{
 use super::body::json_body;
 use super::{ApiError, AppState, Caller, request_timeout};
 use crate::outcomes::Outcome;
+use crate::webhooks::DecisionSummary;
 
 fn not_found(id: &str) -> ApiError {
     ApiError::new(
@@ -360,11 +361,7 @@ pub async fn resume(
         },
         Decision::Complete { output } => ResumeDecision::Complete { output },
     };
-    let (decided, reason) = match &decision {
-        ResumeDecision::Approve => ("approve", None),
-        ResumeDecision::Reject { reason } => ("reject", Some(reason.clone())),
-        ResumeDecision::Complete { .. } => ("complete", None),
-    };
+    let told = DecisionSummary::of(&decision, &caller.user.id);
     let options = ResumeOptions::new()
         .decided_by(caller.user.id.clone())
         .timeout(request_timeout(&caller.gateway, &headers))
@@ -394,11 +391,12 @@ pub async fn resume(
         tool = %saved.tool,
         user = %saved.user.id,
         approver = %caller.user.id,
-        decision = decided,
-        reason = reason.as_deref().unwrap_or(""),
+        decision = told.decision,
+        reason = told.reason.as_deref().unwrap_or(""),
         status = result.status.as_str(),
         "a waiting call was decided"
     );
+    caller.gateway.notifications.decided(&saved, told);
     // Kept for the caller, who fetches it with `GET /v1/suspensions/{id}` or over MCP.
     caller.gateway.outcomes.keep(
         &id,
@@ -434,6 +432,14 @@ async fn approve_retry(
         approver = %caller.user.id,
         decision = "approve_retry",
         "a waiting call was decided"
+    );
+    caller.gateway.notifications.decided(
+        saved,
+        DecisionSummary {
+            decision: "approve_retry",
+            decided_by: caller.user.id.clone(),
+            reason: None,
+        },
     );
     let told = ToolError::abort(
         format!(

@@ -1,0 +1,445 @@
+//! [`Notifier`]: the webhooks of one configuration, their bounded queue and the one task
+//! that delivers it — and, while its configuration is the one served, watches for expiries.
+
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime};
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+use toolgate_core::suspension::SuspensionStore;
+
+use super::event::Event;
+use super::notifications::{Inner, Notifications};
+use super::signature::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
+use crate::config::{WebhookConfig, WebhookEventName, WebhookFormatName};
+
+/// Events waiting to be sent, all webhooks together; past it the newest is dropped.
+pub const QUEUE_CAPACITY: usize = 1024;
+
+/// Deliveries in progress at once (each to one webhook, retries included).
+const IN_FLIGHT: usize = 16;
+
+/// Attempts per delivery, the first included.
+pub const MAX_ATTEMPTS: u32 = 5;
+
+/// The wait before the second attempt; it doubles for each next one, up to
+/// [`MAX_BACKOFF`], and is jittered down by up to half.
+pub const BASE_BACKOFF: Duration = Duration::from_millis(500);
+
+/// The longest wait between two attempts.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(8);
+
+/// How long one attempt may take, connecting included.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How long a notifier replaced by a reload has to deliver what it queued.
+const RETIRED_GRACE: Duration = Duration::from_secs(60);
+
+/// How many deliveries to webhooks ended, by event and outcome (`delivered`, `failed`,
+/// `dropped`).
+pub const DELIVERIES: &str = "toolgate_webhook_deliveries_total";
+
+/// How many attempts were made again after a failed one, by event.
+pub const RETRIES: &str = "toolgate_webhook_retries_total";
+
+/// One configured webhook, ready to send.
+struct Webhook {
+    /// `policies.approval.webhooks[i]`, what logs name it by (its address may hold a
+    /// token).
+    name: String,
+    url: reqwest::Url,
+    secret: Vec<u8>,
+    format: WebhookFormatName,
+    events: Vec<WebhookEventName>,
+}
+
+/// One event for one webhook.
+struct Delivery {
+    webhook: usize,
+    event: Arc<Event>,
+}
+
+/// The webhooks of one configuration and their delivery task.
+pub(crate) struct Notifier {
+    webhooks: Arc<[Webhook]>,
+    queue: mpsc::Sender<Delivery>,
+    retired: CancellationToken,
+    task: Mutex<Option<JoinHandle<()>>>,
+}
+
+impl Notifier {
+    /// The notifier of `webhooks` (checked at load), with its task started. It watches the
+    /// expiries of `notifications` (confirming each with `store`) until it is retired.
+    ///
+    /// # Errors
+    ///
+    /// When the HTTP client cannot be made (no TLS backend).
+    pub(crate) fn start(
+        webhooks: &[WebhookConfig],
+        notifications: &Notifications,
+        store: Arc<dyn SuspensionStore>,
+    ) -> Result<Arc<Notifier>, String> {
+        let webhooks: Arc<[Webhook]> = webhooks
+            .iter()
+            .enumerate()
+            .map(|(i, w)| {
+                Ok(Webhook {
+                    name: format!("policies.approval.webhooks[{i}]"),
+                    url: reqwest::Url::parse(&w.url.0).map_err(|_| {
+                        format!("`policies.approval.webhooks[{i}].url` is not an address")
+                    })?,
+                    secret: w.secret.0.as_bytes().to_vec(),
+                    format: w.format,
+                    events: w.events.clone(),
+                })
+            })
+            .collect::<Result<Vec<_>, String>>()?
+            .into();
+        let client = reqwest::Client::builder()
+            .timeout(ATTEMPT_TIMEOUT)
+            .connect_timeout(ATTEMPT_TIMEOUT)
+            // A redirect would send the signed body where the configuration does not say.
+            .redirect(reqwest::redirect::Policy::none())
+            .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| format!("the webhook client cannot be made: {e}"))?;
+        let (queue, received) = mpsc::channel(QUEUE_CAPACITY);
+        let retired = CancellationToken::new();
+        let task = tokio::spawn(run(Run {
+            received,
+            webhooks: webhooks.clone(),
+            client,
+            notifications: notifications.downgrade(),
+            wake_ups: notifications.wake_ups(),
+            store,
+            retired: retired.clone(),
+        }));
+        Ok(Arc::new(Notifier {
+            webhooks,
+            queue,
+            retired,
+            task: Mutex::new(Some(task)),
+        }))
+    }
+
+    /// Whether some webhook takes events of `kind`.
+    pub(crate) fn subscribes(&self, kind: WebhookEventName) -> bool {
+        self.webhooks.iter().any(|w| w.events.contains(&kind))
+    }
+
+    /// Queues `event` for every webhook that takes it, never waiting: when the queue is
+    /// full the event is dropped for that webhook, counted and logged.
+    pub(crate) fn enqueue(&self, event: Arc<Event>) {
+        for (i, webhook) in self.webhooks.iter().enumerate() {
+            if !webhook.events.contains(&event.kind) {
+                continue;
+            }
+            let delivery = Delivery {
+                webhook: i,
+                event: event.clone(),
+            };
+            if let Err(refused) = self.queue.try_send(delivery) {
+                let why = match refused {
+                    TrySendError::Full(_) => "the webhook queue is full",
+                    TrySendError::Closed(_) => "the webhook notifier was stopped",
+                };
+                count(&event, "dropped");
+                tracing::warn!(
+                    webhook = %webhook.name,
+                    event = event.type_name(),
+                    event_id = %event.id,
+                    suspension_id = %event.call.id,
+                    capacity = QUEUE_CAPACITY,
+                    "{why}: the event is dropped for this webhook"
+                );
+            }
+        }
+    }
+
+    /// Stops watching for expiries and taking events; what is queued is still delivered.
+    pub(crate) fn retire(&self) {
+        self.retired.cancel();
+    }
+
+    /// Waits up to `wait` for the task to end (after [`retire`](Self::retire)), then stops
+    /// it.
+    pub(crate) async fn finished(&self, wait: Duration) {
+        let task = self.task.lock().ok().and_then(|mut t| t.take());
+        if let Some(mut task) = task
+            && tokio::time::timeout(wait, &mut task).await.is_err()
+        {
+            tracing::warn!(
+                wait_ms = wait.as_millis() as u64,
+                "webhook deliveries still pending at shutdown are abandoned"
+            );
+            task.abort();
+        }
+    }
+
+    #[cfg(test)]
+    fn take_task(&self) -> Option<JoinHandle<()>> {
+        self.task.lock().ok().and_then(|mut t| t.take())
+    }
+}
+
+impl Drop for Notifier {
+    fn drop(&mut self) {
+        self.retired.cancel();
+    }
+}
+
+struct Run {
+    received: mpsc::Receiver<Delivery>,
+    webhooks: Arc<[Webhook]>,
+    client: reqwest::Client,
+    /// Weak: a dropped [`Notifications`] ends the task rather than being kept alive by it.
+    notifications: Weak<Inner>,
+    wake_ups: tokio::sync::watch::Receiver<()>,
+    store: Arc<dyn SuspensionStore>,
+    retired: CancellationToken,
+}
+
+/// The task: delivers the queue, up to [`IN_FLIGHT`] at once, and fires expiries while the
+/// notifier serves. Once retired it delivers what is queued for up to [`RETIRED_GRACE`],
+/// abandons the rest (counted `dropped`) and ends.
+async fn run(mut run: Run) {
+    let abandon = CancellationToken::new();
+    let mut in_flight = FuturesUnordered::new();
+    let mut open = true;
+    let mut give_up = None;
+    loop {
+        run.wake_ups.borrow_and_update();
+        let watching = give_up.is_none();
+        let next_expiry = watching
+            .then(|| Notifications::upgrade(&run.notifications))
+            .flatten()
+            .and_then(|n| n.next_expiry());
+        let until_expiry = next_expiry
+            .map(|at| at.duration_since(SystemTime::now()).unwrap_or_default())
+            .unwrap_or(Duration::MAX);
+        let give_up_at = give_up.unwrap_or_else(tokio::time::Instant::now);
+        tokio::select! {
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+            received = run.received.recv(), if open && in_flight.len() < IN_FLIGHT => {
+                match received {
+                    Some(delivery) => in_flight.push(deliver(
+                        run.client.clone(),
+                        run.webhooks.clone(),
+                        delivery,
+                        abandon.clone(),
+                    )),
+                    None => open = false,
+                }
+            }
+            () = tokio::time::sleep(until_expiry), if next_expiry.is_some() => {
+                if let Some(notifications) = Notifications::upgrade(&run.notifications) {
+                    notifications.expire_due(&*run.store).await;
+                }
+            }
+            changed = run.wake_ups.changed(), if watching => {
+                if changed.is_err() {
+                    run.retired.cancel();
+                }
+            }
+            () = run.retired.cancelled(), if watching => {
+                run.received.close();
+                give_up = Some(tokio::time::Instant::now() + RETIRED_GRACE);
+            }
+            () = tokio::time::sleep_until(give_up_at), if give_up.is_some() && !abandon.is_cancelled() => {
+                abandon.cancel();
+                // What is still queued is dropped too.
+                while let Ok(delivery) = run.received.try_recv() {
+                    count(&delivery.event, "dropped");
+                }
+            }
+            else => break,
+        }
+        if !open && in_flight.is_empty() {
+            break;
+        }
+    }
+}
+
+/// How one attempt ended.
+enum Attempt {
+    Delivered,
+    /// Worth trying again (a timeout, a refused connection, 408, 429, 5xx).
+    Retry(String),
+    /// Not worth trying again (another 4xx, a redirect).
+    Refused(String),
+}
+
+/// Delivers one event to one webhook: up to [`MAX_ATTEMPTS`], with backoff, each attempt
+/// signed afresh under the same id; counted once by its outcome.
+async fn deliver(
+    client: reqwest::Client,
+    webhooks: Arc<[Webhook]>,
+    delivery: Delivery,
+    abandon: CancellationToken,
+) {
+    let webhook = &webhooks[delivery.webhook];
+    let event = &delivery.event;
+    let body = event.body(webhook.format);
+    let mut attempt = 1;
+    loop {
+        let ended = tokio::select! {
+            ended = send(&client, webhook, event, &body) => ended,
+            () = abandon.cancelled() => return abandoned(webhook, event),
+        };
+        let why = match ended {
+            Attempt::Delivered => {
+                count(event, "delivered");
+                tracing::debug!(webhook = %webhook.name, event = event.type_name(), event_id = %event.id, attempt, "webhook delivered");
+                return;
+            }
+            Attempt::Refused(why) => {
+                return failed(webhook, event, attempt, &why, "the receiver refused it");
+            }
+            Attempt::Retry(why) if attempt >= MAX_ATTEMPTS => {
+                return failed(webhook, event, attempt, &why, "no attempt succeeded");
+            }
+            Attempt::Retry(why) => why,
+        };
+        tracing::debug!(webhook = %webhook.name, event_id = %event.id, attempt, error = %why, "webhook attempt failed; trying again");
+        metrics::counter!(RETRIES, "event" => event.kind.as_str()).increment(1);
+        tokio::select! {
+            () = tokio::time::sleep(backoff(attempt)) => {}
+            () = abandon.cancelled() => return abandoned(webhook, event),
+        }
+        attempt += 1;
+    }
+}
+
+async fn send(client: &reqwest::Client, webhook: &Webhook, event: &Event, body: &[u8]) -> Attempt {
+    let timestamp = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let signature = sign(&webhook.secret, &event.id, timestamp, body);
+    let sent = client
+        .post(webhook.url.clone())
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .header(ID_HEADER, &event.id)
+        .header(TIMESTAMP_HEADER, timestamp.to_string())
+        .header(SIGNATURE_HEADER, signature)
+        .body(body.to_vec())
+        .send()
+        .await;
+    let status = match sent {
+        Ok(response) => response.status(),
+        // Without the address: it may hold a token.
+        Err(error) => return Attempt::Retry(chain(&error.without_url())),
+    };
+    let code = status.as_u16();
+    match code {
+        200..=299 => Attempt::Delivered,
+        408 | 429 | 500..=599 => Attempt::Retry(format!("answered {status}")),
+        _ => Attempt::Refused(format!("answered {status}")),
+    }
+}
+
+/// An error with its causes, `: `-separated.
+fn chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The wait after failed attempt `attempt` (1-based): [`BASE_BACKOFF`] doubled per attempt,
+/// at most [`MAX_BACKOFF`], less a random part of up to half, so that receivers coming back
+/// are not met by every sender at once.
+fn backoff(attempt: u32) -> Duration {
+    let full = BASE_BACKOFF
+        .saturating_mul(1 << (attempt - 1).min(16))
+        .min(MAX_BACKOFF);
+    let half = full / 2;
+    half + half.mul_f64(fastrand::f64())
+}
+
+fn count(event: &Event, outcome: &'static str) {
+    metrics::counter!(DELIVERIES, "event" => event.kind.as_str(), "outcome" => outcome)
+        .increment(1);
+}
+
+fn failed(webhook: &Webhook, event: &Event, attempts: u32, why: &str, summary: &str) {
+    count(event, "failed");
+    tracing::warn!(
+        webhook = %webhook.name,
+        host = webhook.url.host_str().unwrap_or_default(),
+        event = event.type_name(),
+        event_id = %event.id,
+        suspension_id = %event.call.id,
+        attempts,
+        error = %why,
+        "a webhook was not delivered: {summary}"
+    );
+}
+
+fn abandoned(webhook: &Webhook, event: &Event) {
+    count(event, "dropped");
+    tracing::warn!(
+        webhook = %webhook.name,
+        event = event.type_name(),
+        event_id = %event.id,
+        "a webhook still being delivered when its notifier stopped was abandoned"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use toolgate_core::suspension::InMemorySuspensionStore;
+
+    use super::*;
+    use crate::config::EnvString;
+
+    #[test]
+    fn the_backoff_doubles_up_to_its_bound_with_jitter_of_up_to_half() {
+        for attempt in 1..=8 {
+            let full = BASE_BACKOFF
+                .saturating_mul(1 << (attempt - 1))
+                .min(MAX_BACKOFF);
+            let wait = backoff(attempt);
+            assert!(wait >= full / 2 && wait <= full, "{attempt}: {wait:?}");
+        }
+        assert!(backoff(30) <= MAX_BACKOFF);
+    }
+
+    #[tokio::test]
+    async fn a_replaced_notifier_ends_its_task() {
+        let notifications = Notifications::new();
+        let webhooks = [WebhookConfig {
+            url: EnvString("http://127.0.0.1:9/hook".into()),
+            secret: EnvString("0123456789abcdef".into()),
+            format: WebhookFormatName::Json,
+            events: WebhookEventName::ALL.to_vec(),
+        }];
+        let store = Arc::new(InMemorySuspensionStore::default());
+        let first = Notifier::start(&webhooks, &notifications, store.clone()).unwrap();
+        let task = first.take_task().unwrap();
+        notifications.install(Some(first));
+
+        let second = Notifier::start(&webhooks, &notifications, store).unwrap();
+        notifications.install(Some(second.clone()));
+
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the replaced notifier's task ends")
+            .unwrap();
+        let task = second.take_task().unwrap();
+        drop(second);
+        drop(notifications);
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("a notifier whose notifications are gone ends its task")
+            .unwrap();
+    }
+}

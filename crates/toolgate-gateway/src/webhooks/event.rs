@@ -1,0 +1,280 @@
+//! What a webhook says: the event, and its body in each format.
+//!
+//! An event carries the facts an approver needs to find the call — its suspension id, tool,
+//! caller, reason and times — and, once decided, who decided what. Never the call's input
+//! (not even the redacted one), its payload, or anything secret: a receiver that needs the
+//! input reads it with `GET /v1/suspensions/{id}`, as an approver, over the gateway's own
+//! authentication.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use serde_json::{Value, json};
+use toolgate_core::suspension::{ResumeDecision, SuspendedInvocation};
+
+use crate::config::{WebhookEventName, WebhookFormatName};
+
+/// A waiting call as its events describe it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallSummary {
+    /// The suspension id.
+    pub id: String,
+    /// The tool called.
+    pub tool: String,
+    /// Who made the call (their user id).
+    pub user: String,
+    /// What the call waits for.
+    pub reason: String,
+    /// When it started to wait.
+    pub suspended_at: SystemTime,
+    /// When it expires, if it does.
+    pub expires_at: Option<SystemTime>,
+}
+
+impl CallSummary {
+    /// The summary of a stored call: everything but its input, output, payload and
+    /// metadata.
+    pub fn of(call: &SuspendedInvocation) -> Self {
+        CallSummary {
+            id: call.id.clone(),
+            tool: call.tool.clone(),
+            user: call.user.id.clone(),
+            reason: call.reason.clone(),
+            suspended_at: call.suspended_at,
+            expires_at: call.expires_at,
+        }
+    }
+}
+
+/// An approver's decision, as `suspension.decided` tells it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecisionSummary {
+    /// `approve`, `reject`, `complete` or `approve_retry`.
+    pub decision: &'static str,
+    /// The approver's user id.
+    pub decided_by: String,
+    /// A rejection's reason.
+    pub reason: Option<String>,
+}
+
+impl DecisionSummary {
+    /// The summary of `decision` taken by `decided_by`: a completion's output is left out.
+    pub fn of(decision: &ResumeDecision, decided_by: &str) -> Self {
+        let (decision, reason) = match decision {
+            ResumeDecision::Approve => ("approve", None),
+            ResumeDecision::Reject { reason } => ("reject", Some(reason.clone())),
+            ResumeDecision::Complete { .. } => ("complete", None),
+        };
+        DecisionSummary {
+            decision,
+            decided_by: decided_by.to_owned(),
+            reason,
+        }
+    }
+}
+
+/// One event, sent to every webhook that subscribes to its kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Event {
+    /// Its id (`evt_` and 32 hex digits), the same on every attempt and every webhook.
+    pub id: String,
+    /// Which moment of the call.
+    pub kind: WebhookEventName,
+    /// When it happened (for `expired`, the call's expiry).
+    pub occurred_at: SystemTime,
+    /// The call.
+    pub call: Arc<CallSummary>,
+    /// The decision, for `decided`.
+    pub decision: Option<DecisionSummary>,
+}
+
+impl Event {
+    /// A new event with a fresh id.
+    pub fn new(
+        kind: WebhookEventName,
+        occurred_at: SystemTime,
+        call: Arc<CallSummary>,
+        decision: Option<DecisionSummary>,
+    ) -> Self {
+        Event {
+            id: new_event_id(),
+            kind,
+            occurred_at,
+            call,
+            decision,
+        }
+    }
+
+    /// Its `type`: `suspension.waiting`, `suspension.decided` or `suspension.expired`.
+    pub fn type_name(&self) -> &'static str {
+        match self.kind {
+            WebhookEventName::Waiting => "suspension.waiting",
+            WebhookEventName::Decided => "suspension.decided",
+            WebhookEventName::Expired => "suspension.expired",
+        }
+    }
+
+    /// The body sent in `format`.
+    pub fn body(&self, format: WebhookFormatName) -> Vec<u8> {
+        let value = match format {
+            WebhookFormatName::Json => self.json(),
+            WebhookFormatName::Slack => self.slack(),
+        };
+        serde_json::to_vec(&value).unwrap_or_default()
+    }
+
+    /// The `json` format.
+    pub fn json(&self) -> Value {
+        let call = &self.call;
+        let mut body = json!({
+            "type": self.type_name(),
+            "id": self.id,
+            "occurred_at": rfc3339(self.occurred_at),
+            "suspension": {
+                "id": call.id,
+                "tool": call.tool,
+                "user": call.user,
+                "reason": call.reason,
+                "suspended_at": rfc3339(call.suspended_at),
+                "expires_at": call.expires_at.map(rfc3339),
+            },
+        });
+        if let Some(decision) = &self.decision {
+            body["decision"] = json!({
+                "decision": decision.decision,
+                "decided_by": decision.decided_by,
+                "reason": decision.reason,
+            });
+        }
+        body
+    }
+
+    /// The `slack` format: one line of `text` (what notifications show) and blocks with
+    /// the same facts.
+    pub fn slack(&self) -> Value {
+        let call = &self.call;
+        let (tool, user, id) = (slack_escape(&call.tool), slack_escape(&call.user), &call.id);
+        let headline = match (&self.kind, &self.decision) {
+            (WebhookEventName::Waiting, _) => {
+                format!("A call of `{tool}` by {user} waits for approval ({id})")
+            }
+            (WebhookEventName::Decided, Some(d)) => format!(
+                "{} decided `{}` on the call of `{tool}` by {user} ({id})",
+                slack_escape(&d.decided_by),
+                d.decision
+            ),
+            (WebhookEventName::Decided, None) => {
+                format!("The call of `{tool}` by {user} was decided ({id})")
+            }
+            (WebhookEventName::Expired, _) => {
+                format!("The call of `{tool}` by {user} expired before anyone decided ({id})")
+            }
+        };
+        let mut facts = vec![format!("*Reason:* {}", slack_escape(&call.reason))];
+        if let Some(reason) = self.decision.as_ref().and_then(|d| d.reason.as_ref()) {
+            facts.push(format!("*Decision reason:* {}", slack_escape(reason)));
+        }
+        let mut context = format!("suspended {}", rfc3339(call.suspended_at));
+        if let (WebhookEventName::Waiting, Some(expires_at)) = (self.kind, call.expires_at) {
+            context.push_str(&format!(" · expires {}", rfc3339(expires_at)));
+        }
+        json!({
+            "text": headline,
+            "blocks": [
+                { "type": "section", "text": { "type": "mrkdwn", "text": headline } },
+                { "type": "section", "text": { "type": "mrkdwn", "text": facts.join("\n") } },
+                { "type": "context", "elements": [ { "type": "mrkdwn", "text": context } ] },
+            ],
+        })
+    }
+}
+
+/// Slack's three control characters in message text, escaped as it asks.
+fn slack_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+}
+
+/// An instant as RFC 3339 text in UTC, to the second.
+fn rfc3339(at: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(at).to_string()
+}
+
+fn new_event_id() -> String {
+    let random = toolgate_hooks::fingerprint::random_key();
+    let mut id = String::with_capacity(4 + 32);
+    id.push_str("evt_");
+    for byte in &random[..16] {
+        id.push_str(&format!("{byte:02x}"));
+    }
+    id
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    fn call() -> Arc<CallSummary> {
+        Arc::new(CallSummary {
+            id: "susp-1".into(),
+            tool: "deploy".into(),
+            user: "bob".into(),
+            reason: "tool `deploy` needs approval".into(),
+            suspended_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
+            expires_at: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_086_400)),
+        })
+    }
+
+    #[test]
+    fn a_decided_event_names_the_approver_and_leaves_a_completion_output_out() {
+        let output = json!({"secret_output": "do-not-send"});
+        let decision = DecisionSummary::of(&ResumeDecision::Complete { output }, "alice");
+        let event = Event::new(
+            WebhookEventName::Decided,
+            SystemTime::UNIX_EPOCH,
+            call(),
+            Some(decision),
+        );
+
+        let json = event.json();
+
+        assert_eq!(json["type"], "suspension.decided");
+        assert_eq!(
+            json["decision"],
+            json!({"decision": "complete", "decided_by": "alice", "reason": null})
+        );
+        assert_eq!(json["suspension"]["suspended_at"], "2023-11-14T22:13:20Z");
+        assert!(!json.to_string().contains("do-not-send"), "{json}");
+        assert!(
+            event.id.starts_with("evt_") && event.id.len() == 36,
+            "{}",
+            event.id
+        );
+    }
+
+    #[test]
+    fn the_slack_body_has_one_line_of_text_with_slack_characters_escaped() {
+        let mut summary = (*call()).clone();
+        summary.user = "<!channel> & co".into();
+        let event = Event::new(
+            WebhookEventName::Waiting,
+            SystemTime::UNIX_EPOCH,
+            Arc::new(summary),
+            None,
+        );
+
+        let slack: Value = serde_json::from_slice(&event.body(WebhookFormatName::Slack)).unwrap();
+
+        let text = slack["text"].as_str().unwrap();
+        assert!(!text.contains('\n'), "{text}");
+        assert!(
+            text.contains("`deploy`") && text.contains("susp-1"),
+            "{text}"
+        );
+        assert!(text.contains("&lt;!channel&gt; &amp; co"), "{text}");
+        assert_eq!(slack["blocks"].as_array().unwrap().len(), 3);
+    }
+}

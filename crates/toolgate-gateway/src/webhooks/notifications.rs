@@ -1,0 +1,298 @@
+//! [`Notifications`]: what outlives a configuration — the calls watched for expiry and the
+//! configuration's [`Notifier`] of the moment.
+//!
+//! Calls wait across reloads, so the table of their expiries lives as long as the
+//! suspension store; the webhooks they are told to are those of the configuration being
+//! served when each event happens. Every event has one sender: a waiting call is
+//! *claimed* out of the table by whoever sees its end first — the resume that takes it
+//! (decided) or the expiry timer, or a look-up that finds it expired (expired) — so a
+//! decided call is never also reported expired, and an expired one is reported once.
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::{Duration, SystemTime};
+
+use arc_swap::ArcSwapOption;
+use tokio::sync::watch;
+use toolgate_core::suspension::{SuspendedInvocation, SuspensionStore, SuspensionStoreError};
+
+use super::delivery::Notifier;
+use super::event::{CallSummary, DecisionSummary, Event};
+use crate::config::WebhookEventName;
+
+/// The approval notifications of one gateway process. Cheap to clone; clones share it.
+#[derive(Clone)]
+pub struct Notifications {
+    inner: Arc<Inner>,
+}
+
+pub(super) struct Inner {
+    watched: Mutex<Watched>,
+    current: ArcSwapOption<Notifier>,
+    /// Bumped when a call is watched, so that the expiry timer looks again.
+    wake: watch::Sender<()>,
+}
+
+/// The waiting calls, by id and by expiry.
+#[derive(Default)]
+struct Watched {
+    by_id: HashMap<String, Arc<CallSummary>>,
+    by_expiry: BTreeSet<(SystemTime, String)>,
+}
+
+impl Watched {
+    fn remove(&mut self, id: &str) -> Option<Arc<CallSummary>> {
+        let call = self.by_id.remove(id)?;
+        if let Some(at) = call.expires_at {
+            self.by_expiry.remove(&(at, call.id.clone()));
+        }
+        Some(call)
+    }
+
+    fn insert(&mut self, call: Arc<CallSummary>, at: SystemTime) {
+        self.remove(&call.id);
+        self.by_expiry.insert((at, call.id.clone()));
+        self.by_id.insert(call.id.clone(), call);
+    }
+
+    /// Removes and returns the calls due by `now`.
+    fn take_due(&mut self, now: SystemTime) -> Vec<Arc<CallSummary>> {
+        let mut due = Vec::new();
+        while let Some((at, _)) = self.by_expiry.first()
+            && *at <= now
+        {
+            let (_, id) = self.by_expiry.pop_first().expect("looked at above");
+            due.extend(self.by_id.remove(&id));
+        }
+        due
+    }
+}
+
+impl Default for Notifications {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for Notifications {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Notifications")
+            .field("watched", &self.lock().by_id.len())
+            .field("webhooks", &self.inner.current.load().is_some())
+            .finish()
+    }
+}
+
+impl Notifications {
+    /// No call watched, no webhook.
+    pub fn new() -> Self {
+        Notifications {
+            inner: Arc::new(Inner {
+                watched: Mutex::new(Watched::default()),
+                current: ArcSwapOption::empty(),
+                wake: watch::channel(()).0,
+            }),
+        }
+    }
+
+    /// How many waiting calls are watched for expiry.
+    pub fn watched(&self) -> usize {
+        self.lock().by_id.len()
+    }
+
+    /// Makes `notifier` the one events go to (none: events are not sent). The one it
+    /// replaces is retired: it stops watching for expiries and finishes what it has queued.
+    pub(crate) fn install(&self, notifier: Option<Arc<Notifier>>) {
+        if let Some(old) = self.inner.current.swap(notifier) {
+            old.retire();
+        }
+        self.inner.wake.send_replace(());
+    }
+
+    /// Stops sending at shutdown: the notifier finishes what it has queued for up to
+    /// `wait`; what is left then is not delivered.
+    pub async fn shutdown(&self, wait: Duration) {
+        if let Some(notifier) = self.inner.current.swap(None) {
+            notifier.retire();
+            notifier.finished(wait).await;
+        }
+    }
+
+    /// A call started to wait: it is watched for expiry (unless `cap` calls are watched
+    /// already, which the store's own bound prevents) and `suspension.waiting` is sent.
+    pub(crate) fn waiting(&self, call: CallSummary, cap: usize) {
+        let call = Arc::new(call);
+        if let Some(at) = call.expires_at {
+            let watched = {
+                let mut watched = self.lock();
+                if watched.by_id.len() >= cap {
+                    // Due calls are left only when no notifier watches: nobody is told.
+                    watched.take_due(SystemTime::now());
+                }
+                let room = watched.by_id.len() < cap;
+                if room {
+                    watched.insert(call.clone(), at);
+                }
+                room
+            };
+            if watched {
+                self.inner.wake.send_replace(());
+            } else {
+                tracing::warn!(
+                    suspension_id = %call.id,
+                    cap,
+                    "a waiting call is not watched for expiry: as many calls as the suspension store may hold are watched already; no `suspension.expired` will be sent for it"
+                );
+            }
+        }
+        self.send(WebhookEventName::Waiting, SystemTime::now(), call, None);
+    }
+
+    /// An approver decided on `call`: `suspension.decided` is sent.
+    pub(crate) fn decided(&self, call: &SuspendedInvocation, decision: DecisionSummary) {
+        let call = self
+            .claim(&call.id)
+            .unwrap_or_else(|| Arc::new(CallSummary::of(call)));
+        self.send(
+            WebhookEventName::Decided,
+            SystemTime::now(),
+            call,
+            Some(decision),
+        );
+    }
+
+    /// Takes the call `id` out of the watch, so that no expiry is reported for it by
+    /// anyone else: the caller now reports its end (or gives it back with
+    /// [`unclaim`](Self::unclaim)).
+    pub(crate) fn claim(&self, id: &str) -> Option<Arc<CallSummary>> {
+        self.lock().remove(id)
+    }
+
+    /// Watches a claimed call again (its end did not come after all).
+    pub(crate) fn unclaim(&self, call: Arc<CallSummary>) {
+        if let Some(at) = call.expires_at {
+            self.lock().insert(call, at);
+            self.inner.wake.send_replace(());
+        }
+    }
+
+    /// A claimed call expired: `suspension.expired` is sent, as of its expiry.
+    pub(crate) fn expired(&self, call: Arc<CallSummary>) {
+        let at = call.expires_at.unwrap_or_else(SystemTime::now);
+        self.send(WebhookEventName::Expired, at, call, None);
+    }
+
+    fn send(
+        &self,
+        kind: WebhookEventName,
+        at: SystemTime,
+        call: Arc<CallSummary>,
+        decision: Option<DecisionSummary>,
+    ) {
+        if let Some(notifier) = self.inner.current.load().as_ref()
+            && notifier.subscribes(kind)
+        {
+            notifier.enqueue(Arc::new(Event::new(kind, at, call, decision)));
+        }
+    }
+
+    pub(super) fn downgrade(&self) -> Weak<Inner> {
+        Arc::downgrade(&self.inner)
+    }
+
+    pub(super) fn upgrade(inner: &Weak<Inner>) -> Option<Notifications> {
+        inner.upgrade().map(|inner| Notifications { inner })
+    }
+
+    pub(super) fn wake_ups(&self) -> watch::Receiver<()> {
+        self.inner.wake.subscribe()
+    }
+
+    /// The earliest expiry watched.
+    pub(super) fn next_expiry(&self) -> Option<SystemTime> {
+        self.lock().by_expiry.first().map(|(at, _)| *at)
+    }
+
+    /// Reports the calls whose expiry has come, as `store` confirms: one that `store` still
+    /// keeps is watched again for its new expiry; one it no longer knows was decided in
+    /// the meantime, or forgotten — no expiry is claimed for it.
+    pub(super) async fn expire_due(&self, store: &dyn SuspensionStore) {
+        let now = SystemTime::now();
+        let due = self.lock().take_due(now);
+        for call in due {
+            match store.get(&call.id).await {
+                Err(SuspensionStoreError::Expired { .. }) => self.expired(call),
+                Ok(Some(kept)) => {
+                    if let Some(at) = kept.expires_at.filter(|at| *at > now) {
+                        let mut later = (*call).clone();
+                        later.expires_at = Some(at);
+                        self.unclaim(Arc::new(later));
+                    }
+                }
+                Ok(None) => {}
+                Err(error) => tracing::warn!(
+                    suspension_id = %call.id,
+                    error = %error,
+                    "whether a waiting call expired could not be read from the suspension store; no `suspension.expired` is sent for it"
+                ),
+            }
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Watched> {
+        self.inner
+            .watched
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(id: &str, expires_in: u64) -> CallSummary {
+        let now = SystemTime::now();
+        CallSummary {
+            id: id.into(),
+            tool: "deploy".into(),
+            user: "bob".into(),
+            reason: "needs approval".into(),
+            suspended_at: now,
+            expires_at: Some(now + Duration::from_secs(expires_in)),
+        }
+    }
+
+    #[test]
+    fn a_claimed_call_is_claimed_once_and_no_longer_due() {
+        let notifications = Notifications::new();
+        notifications.waiting(call("a", 0), 10);
+        notifications.waiting(call("b", 3600), 10);
+
+        assert_eq!(
+            notifications.claim("a").map(|c| c.id.clone()).as_deref(),
+            Some("a")
+        );
+        assert!(notifications.claim("a").is_none(), "claimed once");
+        assert!(notifications.lock().take_due(SystemTime::now()).is_empty());
+        assert_eq!(notifications.watched(), 1);
+    }
+
+    #[test]
+    fn the_watch_is_bounded_and_makes_room_from_calls_already_due() {
+        let notifications = Notifications::new();
+        notifications.waiting(call("due", 0), 2);
+        notifications.waiting(call("later", 3600), 2);
+
+        notifications.waiting(call("third", 3600), 2);
+        notifications.waiting(call("fourth", 3600), 2);
+
+        assert_eq!(notifications.watched(), 2);
+        assert!(
+            notifications.claim("due").is_none(),
+            "made room for `third`"
+        );
+        assert!(notifications.claim("fourth").is_none(), "no room left");
+        assert!(notifications.claim("third").is_some());
+    }
+}

@@ -1,0 +1,456 @@
+//! Approval webhooks (`policies.approval.webhooks`), against the real binary and a real
+//! receiver on loopback: a call that waits, is decided or expires is told with a signed
+//! `POST` that never carries the call's input; failed deliveries are retried under the
+//! same id and counted in `/metrics`.
+
+mod common;
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::post;
+use common::{Answer, Gateway, client, eventually, invoke, user_yaml};
+use serde_json::{Value, json};
+use toolgate_gateway::webhooks::{self, REPLAY_WINDOW, WebhookVerifyError};
+
+/// The webhook secret, given to the gateway through `${HOOK_SECRET}`.
+const SECRET: &str = "whsec-test-0123456789abcdef";
+
+/// A value that must never leave the gateway in a webhook.
+const CANARY: &str = "sk_live_CANARY_7f3a9c1e";
+
+/// One request the receiver got.
+#[derive(Clone, Debug)]
+struct Received {
+    headers: HeaderMap,
+    body: Bytes,
+}
+
+impl Received {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.body).expect("a JSON body")
+    }
+
+    fn id(&self) -> &str {
+        self.headers[webhooks::ID_HEADER].to_str().unwrap()
+    }
+
+    fn verify(&self, now: SystemTime) -> Result<(), WebhookVerifyError> {
+        webhooks::verify(
+            SECRET.as_bytes(),
+            &self.headers,
+            &self.body,
+            now,
+            REPLAY_WINDOW,
+        )
+    }
+}
+
+/// A webhook receiver on a free loopback port: it keeps every request and answers each
+/// with the next status of its script (200 once the script is used up).
+#[derive(Clone, Default)]
+struct Receiver {
+    received: Arc<Mutex<Vec<Received>>>,
+    script: Arc<Mutex<VecDeque<u16>>>,
+}
+
+async fn receive(State(receiver): State<Receiver>, headers: HeaderMap, body: Bytes) -> StatusCode {
+    receiver
+        .received
+        .lock()
+        .unwrap()
+        .push(Received { headers, body });
+    let status = receiver.script.lock().unwrap().pop_front().unwrap_or(200);
+    StatusCode::from_u16(status).unwrap()
+}
+
+impl Receiver {
+    /// Starts a receiver answering `script` first; it and its URL.
+    async fn start(script: &[u16]) -> (Receiver, String) {
+        let receiver = Receiver::default();
+        receiver.script.lock().unwrap().extend(script);
+        let app = Router::new()
+            .route("/hook", post(receive))
+            .with_state(receiver.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/hook", listener.local_addr().unwrap());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        (receiver, url)
+    }
+
+    fn all(&self) -> Vec<Received> {
+        self.received.lock().unwrap().clone()
+    }
+
+    /// The requests whose body has `type` = `kind`.
+    fn of_type(&self, kind: &str) -> Vec<Received> {
+        self.all()
+            .into_iter()
+            .filter(|r| r.json()["type"] == kind)
+            .collect()
+    }
+
+    /// Waits (bounded) until a request of `kind` about suspension `id` came; the first.
+    async fn wait_for(&self, kind: &str, id: &str) -> Received {
+        let about = |r: &Received| r.json()["suspension"]["id"] == id;
+        eventually(
+            &format!("a `{kind}` webhook for {id}"),
+            Duration::from_secs(20),
+            || async { self.of_type(kind).iter().any(about) },
+        )
+        .await;
+        self.of_type(kind).into_iter().find(about).unwrap()
+    }
+}
+
+/// A gateway whose `echo` and `sleep` calls wait for approval, telling `url` in `format`.
+fn start_gateway(url: &str, extra: &str) -> Gateway {
+    let config = format!(
+        "tools:\n  builtin: [echo, sleep]\nusers:\n{}{}\
+policies:\n  approval:\n    tools: [echo, sleep]\n{extra}    webhooks:\n      - url: \"{url}\"\n        secret: ${{HOOK_SECRET}}\n",
+        user_yaml("alice", &["admin"]),
+        user_yaml("bob", &["analyst"]),
+    );
+    Gateway::start_with_env(&config, &[("HOOK_SECRET", SECRET)])
+}
+
+/// The suspension id of a 202 answer.
+fn suspension_id(answer: &Answer) -> String {
+    assert_eq!(answer.status, 202, "{}", answer.body);
+    answer.body["suspension_id"].as_str().unwrap().to_owned()
+}
+
+async fn park(gateway: &Gateway) -> String {
+    let input = json!({"text": format!("deploy with {CANARY}")});
+    suspension_id(&invoke(gateway, "bob", "echo", input).await)
+}
+
+async fn decide(gateway: &Gateway, id: &str, decision: Value) -> Answer {
+    let url = gateway.url(&format!("/v1/suspensions/{id}/resume"));
+    common::post(&client(), &url, Some("alice"), &decision).await
+}
+
+fn metric(metrics: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    common::metric(metrics, name, labels)
+}
+
+#[tokio::test]
+async fn a_waiting_call_sends_a_signed_event_that_carries_no_input() {
+    let (receiver, url) = Receiver::start(&[]).await;
+    let gateway = start_gateway(&url, "");
+
+    let id = park(&gateway).await;
+    let waiting = receiver.wait_for("suspension.waiting", &id).await;
+
+    assert_eq!(waiting.verify(SystemTime::now()), Ok(()));
+    assert!(waiting.id().starts_with("evt_"), "{}", waiting.id());
+    assert_eq!(waiting.headers["content-type"], "application/json");
+    let body = waiting.json();
+    assert_eq!(body["id"], waiting.id());
+    assert_eq!(body["suspension"]["tool"], "echo");
+    assert_eq!(body["suspension"]["user"], "bob");
+    assert!(body["suspension"]["expires_at"].is_string(), "{body}");
+    assert!(body["occurred_at"].is_string(), "{body}");
+    assert!(body.get("decision").is_none(), "{body}");
+    let text = String::from_utf8_lossy(&waiting.body);
+    assert!(
+        !text.contains(CANARY) && !text.contains("deploy with"),
+        "{text}"
+    );
+    assert!(!text.contains("\"input\""), "{text}");
+    assert!(!gateway.stderr().contains(SECRET), "{}", gateway.stderr());
+}
+
+#[tokio::test]
+async fn a_call_over_mcp_that_waits_is_told_too() {
+    let (receiver, url) = Receiver::start(&[]).await;
+    let gateway = start_gateway(&url, "");
+    let session = common::open_session(&gateway, "bob").await;
+
+    let params = json!({"name": "echo", "arguments": {"text": CANARY}});
+    let waiting = common::mcp_rpc(&gateway, "bob", &session, "tools/call", params).await;
+    let id = waiting["_meta"]["io.toolgate/error"]["suspensionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a suspension id: {waiting}"))
+        .to_owned();
+
+    let told = receiver.wait_for("suspension.waiting", &id).await;
+    assert_eq!(told.verify(SystemTime::now()), Ok(()));
+    assert!(!String::from_utf8_lossy(&told.body).contains(CANARY));
+}
+
+#[tokio::test]
+async fn a_decision_is_told_with_who_decided_and_a_rejection_with_its_reason() {
+    let (receiver, url) = Receiver::start(&[]).await;
+    let gateway = start_gateway(&url, "");
+    let approved = park(&gateway).await;
+    let rejected = park(&gateway).await;
+
+    let answer = decide(&gateway, &approved, json!({"decision": "approve"})).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let no = json!({"decision": "reject", "reason": "not during the freeze"});
+    assert_eq!(decide(&gateway, &rejected, no).await.status, 403);
+
+    let told = receiver.wait_for("suspension.decided", &approved).await;
+    assert_eq!(told.verify(SystemTime::now()), Ok(()));
+    assert_eq!(
+        told.json()["decision"],
+        json!({"decision": "approve", "decided_by": "alice", "reason": null})
+    );
+    assert_eq!(told.json()["suspension"]["tool"], "echo");
+    let told = receiver.wait_for("suspension.decided", &rejected).await;
+    assert_eq!(
+        told.json()["decision"],
+        json!({"decision": "reject", "decided_by": "alice", "reason": "not during the freeze"})
+    );
+    let waiting = receiver.wait_for("suspension.waiting", &approved).await;
+    assert_ne!(waiting.id(), receiver.of_type("suspension.decided")[0].id());
+    let everything = String::from_utf8_lossy(
+        &receiver
+            .all()
+            .iter()
+            .flat_map(|r| r.body.to_vec())
+            .collect::<Vec<_>>(),
+    )
+    .into_owned();
+    assert!(!everything.contains(CANARY), "{everything}");
+}
+
+#[tokio::test]
+async fn a_receiver_failing_twice_gets_the_same_id_three_times_and_it_counts_as_delivered() {
+    let (receiver, url) = Receiver::start(&[500, 503]).await;
+    let gateway = start_gateway(&url, "");
+
+    let id = park(&gateway).await;
+
+    eventually("three attempts", Duration::from_secs(20), || async {
+        receiver.all().len() >= 3
+    })
+    .await;
+    let attempts = receiver.all();
+    assert_eq!(attempts.len(), 3, "no fourth attempt after a 200");
+    assert!(attempts.iter().all(|a| a.id() == attempts[0].id()));
+    assert!(attempts.iter().all(|a| a.verify(SystemTime::now()).is_ok()));
+    assert!(attempts.iter().all(|a| a.json()["suspension"]["id"] == id));
+    eventually(
+        "the delivery is counted",
+        Duration::from_secs(10),
+        || async {
+            let metrics = gateway.metrics().await;
+            metric(
+                &metrics,
+                webhooks::DELIVERIES,
+                &[("event", "waiting"), ("outcome", "delivered")],
+            ) == 1.0
+        },
+    )
+    .await;
+    let metrics = gateway.metrics().await;
+    assert_eq!(
+        metric(&metrics, webhooks::RETRIES, &[("event", "waiting")]),
+        2.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        metric(&metrics, webhooks::DELIVERIES, &[("outcome", "failed")]),
+        0.0,
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_receiver_that_refuses_is_not_retried_and_the_failure_is_counted() {
+    let (receiver, url) = Receiver::start(&[400]).await;
+    let gateway = start_gateway(&url, "");
+
+    park(&gateway).await;
+
+    eventually(
+        "the failure is counted",
+        Duration::from_secs(10),
+        || async {
+            let metrics = gateway.metrics().await;
+            metric(
+                &metrics,
+                webhooks::DELIVERIES,
+                &[("event", "waiting"), ("outcome", "failed")],
+            ) == 1.0
+        },
+    )
+    .await;
+    assert_eq!(receiver.all().len(), 1, "a 400 is not retried");
+}
+
+#[tokio::test]
+async fn a_receiver_that_is_down_shows_as_failed_in_the_metrics() {
+    // A port that was free a moment ago: nothing listens there.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/hook", closed.local_addr().unwrap());
+    drop(closed);
+    let gateway = start_gateway(&url, "");
+
+    park(&gateway).await;
+
+    // Five attempts with backoff: about 2 to 4 s.
+    eventually(
+        "the failure is counted",
+        Duration::from_secs(30),
+        || async {
+            let metrics = gateway.metrics().await;
+            metric(
+                &metrics,
+                webhooks::DELIVERIES,
+                &[("event", "waiting"), ("outcome", "failed")],
+            ) == 1.0
+        },
+    )
+    .await;
+    let metrics = gateway.metrics().await;
+    assert_eq!(
+        metric(&metrics, webhooks::RETRIES, &[("event", "waiting")]),
+        f64::from(webhooks::MAX_ATTEMPTS - 1),
+        "{metrics}"
+    );
+    gateway
+        .wait_for_log("a webhook was not delivered", 1, Duration::from_secs(5))
+        .await;
+    let log = gateway.stderr();
+    assert!(log.contains("policies.approval.webhooks[0]"), "{log}");
+    assert!(!log.contains(SECRET), "{log}");
+}
+
+#[tokio::test]
+async fn a_call_nobody_decides_is_told_expired_once_and_a_decided_one_never() {
+    let (receiver, url) = Receiver::start(&[]).await;
+    let gateway = start_gateway(&url, "    expire_after: 1s\n");
+    let decided = park(&gateway).await;
+    let forgotten = park(&gateway).await;
+    let answer = decide(&gateway, &decided, json!({"decision": "approve"})).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+
+    let expired = receiver.wait_for("suspension.expired", &forgotten).await;
+
+    assert_eq!(expired.verify(SystemTime::now()), Ok(()));
+    let body = expired.json();
+    assert_eq!(
+        body["occurred_at"], body["suspension"]["expires_at"],
+        "{body}"
+    );
+    // The decided call expired first, had it been left waiting: its timer is past.
+    let about = |id: &str| {
+        receiver
+            .of_type("suspension.expired")
+            .iter()
+            .filter(|r| r.json()["suspension"]["id"] == id)
+            .count()
+    };
+    assert_eq!(about(&decided), 0);
+    // Looking the expired call up (410) reports nothing again.
+    let shown = common::get(
+        &client(),
+        &gateway.url(&format!("/v1/suspensions/{forgotten}")),
+        Some("alice"),
+    )
+    .await;
+    assert_eq!(shown.status, 410, "{}", shown.body);
+    assert_eq!(
+        decide(&gateway, &forgotten, json!({"decision": "approve"}))
+            .await
+            .status,
+        410
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(about(&forgotten), 1, "told once");
+}
+
+#[tokio::test]
+async fn a_received_webhook_fails_verification_once_tampered_or_replayed_late() {
+    let (receiver, url) = Receiver::start(&[]).await;
+    let gateway = start_gateway(&url, "");
+    let id = park(&gateway).await;
+    let genuine = receiver.wait_for("suspension.waiting", &id).await;
+    let now = SystemTime::now();
+    assert_eq!(genuine.verify(now), Ok(()));
+
+    let mut tampered = genuine.clone();
+    tampered.body =
+        Bytes::from(String::from_utf8_lossy(&genuine.body).replace("\"bob\"", "\"eve\""));
+    let late = now + REPLAY_WINDOW + Duration::from_secs(60);
+
+    assert_eq!(tampered.verify(now), Err(WebhookVerifyError::BadSignature));
+    assert!(matches!(
+        genuine.verify(late),
+        Err(WebhookVerifyError::OutsideWindow { .. })
+    ));
+    let other_secret = webhooks::verify(
+        b"another-secret-0123456789",
+        &genuine.headers,
+        &genuine.body,
+        now,
+        REPLAY_WINDOW,
+    );
+    assert_eq!(other_secret, Err(WebhookVerifyError::BadSignature));
+}
+
+#[tokio::test]
+async fn the_slack_format_sends_a_text_line_with_the_same_facts() {
+    let (receiver, url) = Receiver::start(&[]).await;
+    let config = format!(
+        "tools:\n  builtin: [echo]\nusers:\n{}\
+policies:\n  approval:\n    tools: [echo]\n    webhooks:\n      - {{ url: \"{url}\", secret: \"${{HOOK_SECRET}}\", format: slack, events: [waiting] }}\n",
+        user_yaml("bob", &["analyst"]),
+    );
+    let gateway = Gateway::start_with_env(&config, &[("HOOK_SECRET", SECRET)]);
+
+    let id = park(&gateway).await;
+
+    eventually("a slack message", Duration::from_secs(20), || async {
+        !receiver.all().is_empty()
+    })
+    .await;
+    let message = &receiver.all()[0];
+    assert_eq!(message.verify(SystemTime::now()), Ok(()));
+    let body = message.json();
+    let text = body["text"].as_str().expect("a `text` line");
+    assert!(
+        text.contains("`echo`") && text.contains("bob") && text.contains(&id),
+        "{text}"
+    );
+    assert!(body["blocks"].is_array(), "{body}");
+    assert!(
+        !message
+            .body
+            .windows(CANARY.len())
+            .any(|w| w == CANARY.as_bytes())
+    );
+}
+
+#[tokio::test]
+async fn after_a_reload_the_events_of_calls_already_waiting_go_to_the_new_webhooks() {
+    let (before, before_url) = Receiver::start(&[]).await;
+    let (after, after_url) = Receiver::start(&[]).await;
+    // Long enough for the reload to be done first, even on a loaded machine.
+    let gateway = start_gateway(&before_url, "    expire_after: 4s\n");
+    let decided = park(&gateway).await;
+    let forgotten = park(&gateway).await;
+    before.wait_for("suspension.waiting", &forgotten).await;
+
+    let config = std::fs::read_to_string(&gateway.config).unwrap();
+    std::fs::write(&gateway.config, config.replace(&before_url, &after_url)).unwrap();
+    gateway.signal("HUP");
+    gateway
+        .wait_for_log("configuration reloaded", 1, Duration::from_secs(20))
+        .await;
+    let answer = decide(&gateway, &decided, json!({"decision": "approve"})).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+
+    after.wait_for("suspension.decided", &decided).await;
+    after.wait_for("suspension.expired", &forgotten).await;
+    assert!(before.of_type("suspension.decided").is_empty());
+    assert!(before.of_type("suspension.expired").is_empty());
+}
