@@ -2,86 +2,34 @@
 //!
 //! A call that needs approval answers its caller at once — with its suspension id — and
 //! is decided later by an approver. The approver gets the result of the resumed call; the
-//! caller fetches it from here, with `GET /v1/suspensions/{id}` or, over MCP, the tool
-//! [`OUTCOME_TOOL`]. An outcome is kept for the suspension expiry of `policies.approval`
-//! (24 h by default), at most [`MAX_OUTCOMES`] of them (the oldest go first), and only its
-//! caller (or an approver) may read it.
+//! caller fetches it with `GET /v1/suspensions/{id}` or, over MCP, the tool
+//! [`OUTCOME_TOOL`]. Outcomes live in the suspension store
+//! ([`SuspensionStore::keep_outcome`]), so that with `state:` on Redis any replica answers
+//! for a call decided on another: each is kept for the suspension expiry of
+//! `policies.approval` (24 h by default), at most `max_pending` of them (the oldest go
+//! first), and only its caller (or an approver) may read it.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use futures::future::BoxFuture;
-use moka::sync::Cache;
 use serde_json::{Value, json};
 use toolgate_core::error::InputViolations;
+use toolgate_core::suspension::SuspensionStore;
 use toolgate_core::tool::{ErasedTool, PreparedInput, ToolAnnotations, ToolDefinition, ToolSource};
 use toolgate_core::{ToolError, ToolInvokeContext};
 use toolgate_hooks::cache::NO_CACHE_TAG;
 
-/// How many outcomes are kept at most.
-pub const MAX_OUTCOMES: u64 = 10_000;
-
 /// The name of the tool that fetches an outcome over MCP (and `/v1`).
 pub const OUTCOME_TOOL: &str = "toolgate.outcome";
 
-/// One decided call.
-#[derive(Clone, Debug)]
-pub struct Outcome {
-    /// Who made the call.
-    pub user: Arc<str>,
-    /// Its result (a `ToolResult`: status, output or error, metadata).
-    pub result: Value,
-}
-
-/// The outcomes, by suspension id. Cheap to clone.
-#[derive(Clone)]
-pub struct Outcomes {
-    kept: Cache<String, Arc<Outcome>>,
-}
-
-impl std::fmt::Debug for Outcomes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Outcomes({} kept)", self.kept.entry_count())
-    }
-}
-
-impl Outcomes {
-    /// A store keeping each outcome for `keep`.
-    pub fn new(keep: Duration) -> Self {
-        Outcomes {
-            kept: Cache::builder()
-                .max_capacity(MAX_OUTCOMES)
-                .time_to_live(keep)
-                .build(),
-        }
-    }
-
-    /// Keeps the outcome of the call suspended under `id`.
-    pub fn keep(&self, id: &str, outcome: Outcome) {
-        self.kept.insert(id.to_owned(), Arc::new(outcome));
-    }
-
-    /// The outcome of `id`, when there is one.
-    pub fn get(&self, id: &str) -> Option<Arc<Outcome>> {
-        self.kept.get(id)
-    }
-}
-
 /// `toolgate.outcome`: the outcome of one of the caller's calls that waited for approval.
 pub(crate) struct OutcomeTool {
-    outcomes: Outcomes,
-    suspensions: Arc<dyn toolgate_core::suspension::SuspensionStore>,
+    suspensions: Arc<dyn SuspensionStore>,
 }
 
 impl OutcomeTool {
-    pub(crate) fn new(
-        outcomes: Outcomes,
-        suspensions: Arc<dyn toolgate_core::suspension::SuspensionStore>,
-    ) -> Self {
-        OutcomeTool {
-            outcomes,
-            suspensions,
-        }
+    pub(crate) fn new(suspensions: Arc<dyn SuspensionStore>) -> Self {
+        OutcomeTool { suspensions }
     }
 }
 
@@ -125,17 +73,14 @@ impl ErasedTool for OutcomeTool {
         Box::pin(async move {
             let id = ctx.input()["id"].as_str().unwrap_or_default();
             let unknown = || ToolError::UnknownSuspension { id: id.to_owned() };
-            if let Some(outcome) = self.outcomes.get(id) {
-                if *outcome.user != ctx.user().id {
+            let decided = self.suspensions.outcome(id).await?;
+            if let Some(outcome) = decided {
+                if outcome.user != ctx.user().id {
                     return Err(unknown());
                 }
                 return Ok(json!({ "status": "decided", "result": outcome.result }));
             }
-            let waiting = self
-                .suspensions
-                .get(id)
-                .await
-                .map_err(|e| ToolError::internal(e.to_string()))?;
+            let waiting = self.suspensions.get(id).await?;
             match waiting {
                 Some(waiting) if waiting.user.id == ctx.user().id => {
                     Ok(json!({ "status": "waiting", "reason": waiting.reason }))

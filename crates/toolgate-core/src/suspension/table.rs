@@ -5,7 +5,8 @@ use std::ops::Bound;
 use std::time::SystemTime;
 
 use super::{
-    DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionLimits, SuspensionStoreError,
+    DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionLimits,
+    SuspensionStoreError,
 };
 
 /// Waiting calls kept under [`SuspensionLimits`]: per-user and total caps, expiry, and a
@@ -386,7 +387,9 @@ impl SuspensionTable {
 impl Outcomes {
     fn remove_expired(&mut self, now: SystemTime, keep: std::time::Duration) {
         while let Some((id, decided_at)) = self.order.front()
-            && decided_at.checked_add(keep).is_none_or(|until| until <= now)
+            && decided_at
+                .checked_add(keep)
+                .is_none_or(|until| until <= now)
         {
             self.by_id.remove(id);
             self.order.pop_front();
@@ -702,7 +705,11 @@ pub(super) mod tests {
         table.keep_outcome(decided("b", 10), at(10));
         table.keep_outcome(decided("c", 20), at(20));
 
-        assert_eq!(table.outcome("a", at(20)), None, "the oldest went past the cap");
+        assert_eq!(
+            table.outcome("a", at(20)),
+            None,
+            "the oldest went past the cap"
+        );
         assert_eq!(table.outcome("b", at(69)), Some(&decided("b", 10)));
         assert_eq!(table.outcome("b", at(70)), None, "kept for expire_after");
         assert_eq!(table.outcome("c", at(70)), Some(&decided("c", 20)));

@@ -397,6 +397,20 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             ),
         ));
     }
+    if let Some(key) = &config.state.suspensions_key {
+        if config.state.target() == super::StateUrl::Memory {
+            return Err(ConfigError::invalid(
+                "state.suspensions_key",
+                "waiting calls are encrypted where they are stored on Redis, and this `state` keeps them in memory: remove the key, or set `state.url` to a Redis URL",
+            ));
+        }
+        if crate::state::decode_hex_key(&key.0).is_none() {
+            return Err(ConfigError::invalid(
+                "state.suspensions_key",
+                "the key must be 64 hexadecimal characters (32 bytes): make one with `openssl rand -hex 32` and set it from a secret, `suspensions_key: ${SUSPENSIONS_KEY}`",
+            ));
+        }
+    }
     if let Some(approval) = &policies.approval {
         if approval.max_pending_per_user == 0 || approval.max_pending == 0 {
             return Err(ConfigError::invalid(
@@ -665,7 +679,8 @@ mod tests {
     fn the_generation_follows_the_policies_section_only() {
         let base = parse("users: []\npolicies:\n  approval:\n    tools: [sleep]\n").unwrap();
         let reordered =
-            parse("policies: {approval: {tools: [sleep]}}\nserver:\n  port: 9\n").unwrap();
+            parse("policies: {approval: {tools: [sleep]}}\nserver:\n  request_timeout: 9s\n")
+                .unwrap();
         let changed = parse("policies:\n  approval:\n    tools: [echo]\n").unwrap();
 
         assert!(

@@ -360,6 +360,12 @@ pub struct StateConfig {
     /// Certificates for a `rediss://` URL (default: the system's trust store, no client
     /// certificate).
     pub tls: Option<RedisTlsFiles>,
+    /// The key that encrypts calls waiting for approval, approvals for a retry and the
+    /// outcomes of decided calls where they are stored on Redis: 64 hexadecimal
+    /// characters, the same on every replica (`suspensions_key: ${SUSPENSIONS_KEY}`, made
+    /// with `openssl rand -hex 32`). Without one they are stored as JSON in clear (their
+    /// input is the validated, redacted one either way).
+    pub suspensions_key: Option<EnvString>,
 }
 
 /// `state.tls:` — PEM files for TLS to Redis.

@@ -8,10 +8,11 @@ use std::time::Duration;
 
 use toolgate_agent::{Concurrency as BatchConcurrency, ThreadConfig, ToolSystem};
 use toolgate_core::registry::ToolRegistry;
+use toolgate_core::suspension::SuspensionStore;
 use toolgate_core::tool::{ToolDefinition, ToolSource};
 use toolgate_core::{Pipeline, SpanValues, User};
 
-use crate::outcomes::{OUTCOME_TOOL, OutcomeTool, Outcomes};
+use crate::outcomes::{OUTCOME_TOOL, OutcomeTool};
 use toolgate_hooks::{Audit, Authorize};
 use toolgate_mcp::rmcp::transport::StreamableHttpServerConfig;
 use toolgate_mcp::rmcp::transport::streamable_http_server::session::local::SessionConfig as RmcpSessionConfig;
@@ -99,8 +100,8 @@ pub struct Gateway {
     pub mcp: Option<McpHttpService>,
     /// Who opened each session of the MCP endpoint.
     pub(crate) mcp_sessions: Arc<McpSessions>,
-    /// The outcomes of calls that waited for approval.
-    pub(crate) outcomes: Outcomes,
+    /// Where calls wait for approval, and the outcomes of decided ones are kept.
+    pub(crate) suspensions: Arc<dyn SuspensionStore>,
     /// Where decisions on waiting calls are told.
     pub(crate) notifications: Notifications,
     authorize: Option<Arc<Authorize>>,
@@ -155,7 +156,7 @@ impl Gateway {
         } = register_tools(&config, identity.key_store(), &mut registry).await?;
         if config.policies.approval.is_some() {
             // Callers whose calls wait for approval fetch their outcomes with it.
-            let tool = OutcomeTool::new(shared.outcomes.clone(), shared.suspensions.clone());
+            let tool = OutcomeTool::new(shared.suspensions.store());
             registry
                 .register_erased(Arc::new(tool))
                 .map_err(|e| GatewayError::Pipeline(e.to_string()))?;
@@ -176,8 +177,9 @@ impl Gateway {
         let builder = extensions
             .install(builder)
             .suspension_store(Arc::new(NotifyingStore::new(
-                shared.suspensions.clone(),
+                shared.suspensions.store(),
                 shared.notifications.clone(),
+                crate::state::suspension_limits(&config).max_total,
             )))
             .generation(config.generation.clone())
             .approval_run_within(
@@ -247,7 +249,7 @@ impl Gateway {
         let webhooks = config.policies.approval.as_ref().map(|a| &a.webhooks);
         let notifier = match webhooks.filter(|w| !w.is_empty()) {
             Some(webhooks) => Some(
-                Notifier::start(webhooks, &shared.notifications, shared.suspensions.clone())
+                Notifier::start(webhooks, &shared.notifications, shared.suspensions.store())
                     .map_err(GatewayError::Io)?,
             ),
             None => None,
@@ -278,7 +280,7 @@ impl Gateway {
             system,
             mcp,
             mcp_sessions,
-            outcomes: shared.outcomes.clone(),
+            suspensions: shared.suspensions.store(),
             notifications: shared.notifications.clone(),
             authorize,
             tool_scopes,

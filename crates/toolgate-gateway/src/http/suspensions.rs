@@ -16,12 +16,11 @@ use serde_json::{Value, json};
 use toolgate_agent::{ResumeError, ResumeOptions, ToolResult, ToolStatus};
 use toolgate_core::ToolError;
 use toolgate_core::suspension::{
-    ResumeDecision, SuspendedInvocation, SuspensionFilter, SuspensionStoreError,
+    DecidedCall, ResumeDecision, SuspendedInvocation, SuspensionFilter, SuspensionStoreError,
 };
 
 use super::body::json_body;
 use super::{ApiError, AppState, Caller, request_timeout};
-use crate::outcomes::Outcome;
 use crate::webhooks::DecisionSummary;
 
 fn not_found(id: &str) -> ApiError {
@@ -64,15 +63,21 @@ pub async fn show(
         Ok(saved) => saved,
         // Decided: its caller (or an approver) gets the outcome.
         Err(not_waiting) => {
-            return match caller.gateway.outcomes.get(&id) {
+            let decided = caller
+                .gateway
+                .suspensions
+                .outcome(&id)
+                .await
+                .map_err(|e| ApiError::from(&ToolError::from(e)))?;
+            return match decided {
                 Some(outcome)
-                    if *outcome.user == caller.user.id
+                    if outcome.user == caller.user.id
                         || caller.gateway.may_approve(&caller.user) =>
                 {
                     Ok(Json(json!({
                         "id": id,
                         "status": "decided",
-                        "user": &*outcome.user,
+                        "user": outcome.user,
                         "result": outcome.result,
                     })))
                 }
@@ -398,13 +403,7 @@ pub async fn resume(
     );
     caller.gateway.notifications.decided(&saved, told);
     // Kept for the caller, who fetches it with `GET /v1/suspensions/{id}` or over MCP.
-    caller.gateway.outcomes.keep(
-        &id,
-        Outcome {
-            user: Arc::from(saved.user.id.as_str()),
-            result: serde_json::to_value(&result).unwrap_or(Value::Null),
-        },
-    );
+    keep_outcome(&caller, &id, &saved, serde_json::to_value(&result)).await;
     Ok(answer(format, &result))
 }
 
@@ -451,14 +450,8 @@ async fn approve_retry(
         "approved_for_retry",
         409,
     );
-    caller.gateway.outcomes.keep(
-        id,
-        Outcome {
-            user: Arc::from(saved.user.id.as_str()),
-            result: serde_json::to_value(ToolResult::error(id, &saved.tool, &told))
-                .unwrap_or(Value::Null),
-        },
-    );
+    let result = ToolResult::error(id, &saved.tool, &told);
+    keep_outcome(caller, id, saved, serde_json::to_value(result)).await;
     Ok(Json(json!({
         "status": "approved_for_retry",
         "suspension_id": id,
@@ -467,4 +460,23 @@ async fn approve_retry(
         "expires_at": humantime::format_rfc3339_seconds(approval.expires_at).to_string(),
     }))
     .into_response())
+}
+
+/// Keeps the outcome of the decided call `id` for its caller. The decision stands if it
+/// cannot be kept: that is logged, and the caller's look-up answers 404.
+async fn keep_outcome(
+    caller: &Caller,
+    id: &str,
+    saved: &SuspendedInvocation,
+    result: serde_json::Result<Value>,
+) {
+    let outcome = DecidedCall {
+        id: id.to_owned(),
+        user: saved.user.id.clone(),
+        result: result.unwrap_or(Value::Null),
+        decided_at: std::time::SystemTime::now(),
+    };
+    if let Err(error) = caller.gateway.suspensions.keep_outcome(outcome).await {
+        tracing::error!(suspension_id = %id, %error, "the outcome of a decided call could not be kept: its caller will not find it");
+    }
 }

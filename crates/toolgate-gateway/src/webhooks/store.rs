@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use toolgate_core::external::async_trait;
 use toolgate_core::suspension::{
-    InMemorySuspensionStore, SuspendedInvocation, SuspensionFilter, SuspensionStore,
+    DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionStore,
     SuspensionStoreError,
 };
 
@@ -18,15 +18,22 @@ use super::notifications::Notifications;
 
 /// The gateway's suspension store, with notifications.
 pub(crate) struct NotifyingStore {
-    inner: Arc<InMemorySuspensionStore>,
+    inner: Arc<dyn SuspensionStore>,
     notifications: Notifications,
+    /// How many waiting calls are watched for expiry at most: the store's own cap.
+    cap: usize,
 }
 
 impl NotifyingStore {
-    pub(crate) fn new(inner: Arc<InMemorySuspensionStore>, notifications: Notifications) -> Self {
+    pub(crate) fn new(
+        inner: Arc<dyn SuspensionStore>,
+        notifications: Notifications,
+        cap: usize,
+    ) -> Self {
         NotifyingStore {
             inner,
             notifications,
+            cap,
         }
     }
 
@@ -53,8 +60,7 @@ impl SuspensionStore for NotifyingStore {
         self.inner.save(suspended).await?;
         // Read back for the expiry the store stamped.
         if let Ok(Some(kept)) = self.inner.get(&id).await {
-            let cap = self.inner.limits().max_total;
-            self.notifications.waiting(CallSummary::of(&kept), cap);
+            self.notifications.waiting(CallSummary::of(&kept), self.cap);
         }
         Ok(())
     }
@@ -87,5 +93,27 @@ impl SuspensionStore for NotifyingStore {
         limit: usize,
     ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
         self.inner.list(filter, after, limit).await
+    }
+
+    async fn keep_retry_approval(
+        &self,
+        approval: RetryApproval,
+    ) -> Result<(), SuspensionStoreError> {
+        self.inner.keep_retry_approval(approval).await
+    }
+
+    async fn use_retry_approval(
+        &self,
+        key: &str,
+    ) -> Result<Option<RetryApproval>, SuspensionStoreError> {
+        self.inner.use_retry_approval(key).await
+    }
+
+    async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
+        self.inner.keep_outcome(outcome).await
+    }
+
+    async fn outcome(&self, id: &str) -> Result<Option<DecidedCall>, SuspensionStoreError> {
+        self.inner.outcome(id).await
     }
 }
