@@ -1,0 +1,662 @@
+//! [`RedisSuspensions`]: calls waiting for approval, approvals for a retry and decided
+//! outcomes on Redis, shared by every replica and kept across restarts.
+
+mod seal;
+
+use std::sync::{Arc, LazyLock, Mutex, PoisonError};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::{FromRedisValue, Script, ScriptInvocation};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use toolgate_core::external::async_trait;
+use toolgate_core::suspension::{
+    DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionLimits,
+    SuspensionStore, SuspensionStoreError,
+};
+
+use crate::link::{Failure, Link};
+use crate::{RedisError, keys};
+use seal::{Seal, is_sealed};
+
+static SAVE: LazyLock<Script> = LazyLock::new(|| script(include_str!("save.lua")));
+static LOOKUP: LazyLock<Script> = LazyLock::new(|| script(include_str!("lookup.lua")));
+static FETCH: LazyLock<Script> = LazyLock::new(|| script(include_str!("fetch.lua")));
+static KEEP_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("keep_retry.lua")));
+static USE_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("use_retry.lua")));
+static KEEP_OUTCOME: LazyLock<Script> = LazyLock::new(|| script(include_str!("keep_outcome.lua")));
+
+/// A script of the store: the shared start, then its own body.
+fn script(body: &str) -> Script {
+    Script::new(&format!("{}\n{body}", include_str!("common.lua")))
+}
+
+/// How many ids a listing reads from Redis at a time.
+const PAGE: usize = 200;
+
+/// The latest instant the store writes, in ms since the epoch (the year 3237): Lua prints
+/// numbers up to 14 digits as integers, and every expiry the scripts compute stays below.
+const LATEST_MS: u64 = 40_000_000_000_000;
+
+/// The longest span (`expire_after`) the store applies: 100 years.
+const LONGEST_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
+
+/// The suspension store on Redis: the calls waiting for a person, the approvals for a
+/// retry and the outcomes of decided calls, shared by every replica on the same Redis
+/// (and [key prefix](crate::RedisConfigBuilder::key_prefix)) and kept across restarts. A
+/// call parked on one replica is listed and decided on another, and its caller reads the
+/// outcome on a third.
+///
+/// It keeps the bounds of [`SuspensionLimits`] exactly across replicas, as the in-memory
+/// store does in one process ([`SuspensionTable`](toolgate_core::suspension::SuspensionTable)):
+///
+/// * `max_per_user` and `max_total` — each save is one Lua script that counts the calls
+///   not expired on the Redis server's clock and adds the call, atomically: 40 replicas
+///   saving at once at a cap of 5 keep exactly 5. Approvals for a retry are capped the same
+///   way, counted apart.
+/// * `expire_after` — a call expires at the sooner of its own `expires_at` and the save's
+///   time plus `expire_after`, both on the Redis server's clock (the `expires_at` of a call
+///   read back is that expiry). An expired call is not listed, frees its place, and answers
+///   [`SuspensionStoreError::Expired`] for `expire_after` after its expiry (for the most
+///   recent `max_total` ids).
+/// * Outcomes ([`keep_outcome`](SuspensionStore::keep_outcome)) are kept until
+///   `decided_at` plus `expire_after` (as it was when kept), at most `max_total` of them:
+///   past that, the soonest to expire go first.
+///
+/// Every key has an expiry (see `docs/scaling.md`, "Waiting calls on Redis"): nothing stays
+/// once its calls, approvals and outcomes are gone.
+///
+/// # What is stored
+///
+/// A waiting call is stored as [`SuspendedInvocation`] JSON: the validated, redacted input
+/// the tool would run with (never the raw input), the payload for the approver, the
+/// binding. With an [encryption key](Self::with_encryption_key) that JSON — and the JSON of
+/// approvals for a retry and of outcomes — is sealed with AES-256-GCM. What stays in clear,
+/// because the caps and the look-ups need it: call ids, user ids (in key names and as
+/// fields), binding keys (SHA-256 digests), expiry times, and a fingerprint of the key
+/// (so that a replica with another key leaves calls it cannot read in place).
+///
+/// # Redis Cluster
+///
+/// Every key of the store carries one hash tag (`{<prefix>:susp}`), so each script runs on
+/// one slot — which exact caps across the whole store require. The store's traffic
+/// therefore goes to one primary (and its replicas), whatever the cluster's size.
+///
+/// # When Redis is away
+///
+/// Every Redis call has the state's [deadline](crate::RedisConfigBuilder::deadline) (or the
+/// store's own, [`deadline`](Self::deadline)). Past it, or when Redis fails, the store
+/// answers [`SuspensionStoreError::Unavailable`] with what to check: a call that needs
+/// approval is then refused rather than left waiting where nobody can decide it. It never
+/// panics.
+///
+/// Built by [`RedisState::suspensions`](crate::RedisState::suspensions). Cloning is cheap:
+/// clones share the connection and the limits ([`set_limits`](Self::set_limits) on one
+/// changes them for all).
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use toolgate_core::suspension::SuspensionLimits;
+/// use toolgate_core::{tool_fn, Pipeline, ToolError};
+/// use toolgate_redis::{RedisConfig, RedisState};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let state = RedisState::connect("redis://127.0.0.1:6379", RedisConfig::default()).await?;
+/// let limits = SuspensionLimits { expire_after: Duration::from_secs(3600), ..SuspensionLimits::default() };
+/// // The same 64 hex digits on every replica, from `openssl rand -hex 32`.
+/// let key = std::env::var("TOOLGATE_SUSPENSIONS_KEY")?;
+/// let store = state.suspensions(limits).with_encryption_key(key.as_bytes())?;
+///
+/// let pipeline = Pipeline::builder()
+///     .tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))
+///     .suspension_store(Arc::new(store.clone()))
+///     .build()?;
+/// // A reload with other bounds: calls saved from now on get them.
+/// store.set_limits(SuspensionLimits { max_per_user: 20, ..limits });
+/// # let _ = pipeline;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RedisSuspensions {
+    link: Link,
+    /// Every key starts with it: `<prefix>:{<prefix>:susp}`.
+    base: Arc<str>,
+    limits: Arc<Mutex<SuspensionLimits>>,
+    seal: Option<Arc<Seal>>,
+    /// Which key seals the values (`plain` for none): stored with each call and approval,
+    /// so that a replica with another key never removes what it cannot read.
+    seal_id: Arc<str>,
+}
+
+impl std::fmt::Debug for RedisSuspensions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisSuspensions")
+            .field("link", &self.link)
+            .field("base", &self.base)
+            .field("limits", &self.limits())
+            .field("encrypted", &self.seal.is_some())
+            .finish()
+    }
+}
+
+/// Where a value is kept: its kind and the id it is found by. A sealed value is bound to
+/// its place, and errors name it.
+struct Place<'a> {
+    kind: &'static str,
+    id: &'a str,
+}
+
+impl Place<'_> {
+    fn aad(&self) -> Vec<u8> {
+        format!("toolgate {}\0{}", self.kind, self.id).into_bytes()
+    }
+
+    fn describe(&self) -> String {
+        match self.kind {
+            "call" => format!("the waiting call `{}`", self.id),
+            "retry approval" => "an approval for a retry".to_owned(),
+            _ => format!("the outcome of the call `{}`", self.id),
+        }
+    }
+}
+
+fn call_place(id: &str) -> Place<'_> {
+    Place { kind: "call", id }
+}
+
+impl RedisSuspensions {
+    pub(crate) fn new(link: Link, limits: SuspensionLimits) -> Self {
+        RedisSuspensions {
+            base: keys::suspensions(link.prefix()).into(),
+            link,
+            limits: Arc::new(Mutex::new(limits)),
+            seal: None,
+            seal_id: "plain".into(),
+        }
+    }
+
+    /// The same store, sealing what it writes with AES-256-GCM under `key`, and reading
+    /// only what was sealed with it. Give every replica the same key.
+    ///
+    /// `key` is the key itself, 32 bytes, or its 64 hexadecimal digits as
+    /// `openssl rand -hex 32` prints them (whitespace around them, such as a file's final
+    /// newline, is ignored). Each value gets a random nonce, and is bound to its id: a
+    /// sealed call copied under another id does not open.
+    ///
+    /// A value that this key cannot open — sealed with another key, altered, or written
+    /// without a key — answers [`SuspensionStoreError::Unavailable`] saying so, and is left
+    /// in place (a replica with the wrong key never uses up a call). Turning encryption on
+    /// or changing the key therefore leaves the calls waiting before unreadable until they
+    /// expire.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::InvalidEncryptionKey`] when `key` is neither 32 bytes nor 64
+    /// hexadecimal digits.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use toolgate_core::suspension::SuspensionLimits;
+    /// use toolgate_redis::{RedisConfig, RedisError, RedisState};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let state = RedisState::connect_lazy("redis://127.0.0.1:6379", RedisConfig::default())?;
+    /// let hex = "8f3c1e0a9b7d5f2e4c6a8b0d1f3e5a7c9b2d4f6e8a0c1e3b5d7f9a2c4e6b8d0f";
+    /// let store = state.suspensions(SuspensionLimits::default()).with_encryption_key(hex.as_bytes())?;
+    /// assert!(store.is_encrypted());
+    ///
+    /// let short = state.suspensions(SuspensionLimits::default()).with_encryption_key(b"secret");
+    /// let error = short.unwrap_err();
+    /// assert!(matches!(error, RedisError::InvalidEncryptionKey { .. }));
+    /// assert!(error.to_string().contains("openssl rand -hex 32"));
+    /// # Ok(()) }
+    /// ```
+    pub fn with_encryption_key(mut self, key: &[u8]) -> Result<Self, RedisError> {
+        let seal = Seal::new(key)?;
+        self.seal_id = seal.fingerprint().into();
+        self.seal = Some(Arc::new(seal));
+        Ok(self)
+    }
+
+    /// Whether the store seals what it writes ([`with_encryption_key`](Self::with_encryption_key)).
+    pub fn is_encrypted(&self) -> bool {
+        self.seal.is_some()
+    }
+
+    /// The bounds calls are saved under.
+    pub fn limits(&self) -> SuspensionLimits {
+        *self.limits.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Changes the bounds (a configuration reload), for this store and its clones. The caps
+    /// apply to saves from now on and `expire_after` to calls saved from now on; calls
+    /// already waiting keep their expiry and stay even if they are now over a cap.
+    pub fn set_limits(&self, limits: SuspensionLimits) {
+        *self.limits.lock().unwrap_or_else(PoisonError::into_inner) = limits;
+    }
+
+    /// The same store with its own per-call deadline, in place of the state's
+    /// [`deadline`](crate::RedisConfigBuilder::deadline): the longest each save, look-up
+    /// and listing page may wait for Redis before the store answers
+    /// [`SuspensionStoreError::Unavailable`]. A zero deadline is taken as 1 ms.
+    #[must_use]
+    pub fn deadline(mut self, deadline: Duration) -> Self {
+        self.link = self.link.with_deadline(deadline);
+        self
+    }
+
+    /// The per-call deadline.
+    pub fn call_deadline(&self) -> Duration {
+        self.link.deadline()
+    }
+
+    /// The start of every key of the store, `<prefix>:{<prefix>:susp}` (braces in the
+    /// prefix left out of the hash tag): for operators looking at Redis.
+    pub fn key_base(&self) -> &str {
+        &self.base
+    }
+
+    fn key(&self, name: &str) -> String {
+        format!("{}:{name}", self.base)
+    }
+
+    /// Runs one script under the deadline.
+    async fn run<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, SuspensionStoreError> {
+        let mut connection = self.link.connection();
+        self.link
+            .within(invocation.invoke_async(&mut connection))
+            .await
+            .map_err(unavailable)
+    }
+
+    /// `value` as JSON, sealed for `place` when the store has a key.
+    fn encode<T: Serialize>(
+        &self,
+        place: &Place<'_>,
+        value: &T,
+    ) -> Result<Vec<u8>, SuspensionStoreError> {
+        let json = serde_json::to_vec(value).map_err(|error| {
+            SuspensionStoreError::Unavailable(format!(
+                "{} cannot be written as JSON ({error})",
+                place.describe()
+            ))
+        })?;
+        match &self.seal {
+            None => Ok(json),
+            Some(seal) => seal.seal(&place.aad(), &json).map_err(|reason| {
+                SuspensionStoreError::Unavailable(format!(
+                    "{} cannot be encrypted: {reason}",
+                    place.describe()
+                ))
+            }),
+        }
+    }
+
+    /// The value kept at `place`, opened with the store's key when it has one.
+    fn decode<T: DeserializeOwned>(
+        &self,
+        place: &Place<'_>,
+        stored: &[u8],
+    ) -> Result<T, SuspensionStoreError> {
+        let what = place.describe();
+        let refused = |why: String| {
+            Err(SuspensionStoreError::Unavailable(format!(
+                "{what} on Redis {why}"
+            )))
+        };
+        let opened;
+        let json = match (&self.seal, is_sealed(stored)) {
+            (None, false) => stored,
+            (None, true) => {
+                return refused(
+                    "is encrypted, and this replica has no key to read it: give every replica the same encryption key".to_owned(),
+                );
+            }
+            (Some(_), false) => {
+                return refused(
+                    "is stored unencrypted while this replica requires encryption (a replica without the key kept it): give every replica the same encryption key; the value is left in place until it expires".to_owned(),
+                );
+            }
+            (Some(seal), true) => match seal.open(&place.aad(), stored) {
+                Some(plain) => {
+                    opened = plain;
+                    &opened
+                }
+                None => {
+                    return refused(
+                        "cannot be decrypted with this replica's key (it was encrypted with another key, or altered): give every replica the same encryption key".to_owned(),
+                    );
+                }
+            },
+        };
+        serde_json::from_slice(json).or_else(|error| {
+            refused(format!(
+                "cannot be read ({error}): it was written by an incompatible version of toolgate, or altered"
+            ))
+        })
+    }
+
+    /// Reads, or takes, the call `id`.
+    async fn lookup(
+        &self,
+        id: &str,
+        take: bool,
+    ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        let limits = self.limits();
+        let mut invocation = LOOKUP.prepare_invoke();
+        invocation
+            .key(self.key("calls"))
+            .arg(&*self.base)
+            .arg(id)
+            .arg(if take { "1" } else { "0" })
+            .arg(limits.max_total)
+            .arg(span_ms(limits.expire_after))
+            .arg(&*self.seal_id);
+        let (status, value, at): (String, Option<Vec<u8>>, u64) = self.run(&invocation).await?;
+        match status.as_str() {
+            "none" => Ok(None),
+            "expired" => Err(SuspensionStoreError::Expired { id: id.to_owned() }),
+            "ok" | "sealed" => {
+                let mut suspended: SuspendedInvocation =
+                    self.decode(&call_place(id), &value.unwrap_or_default())?;
+                if status == "sealed" {
+                    // Left in place: another key sealed it, though this one opened it.
+                    return Err(SuspensionStoreError::Unavailable(format!(
+                        "the waiting call `{id}` was kept by a replica with another encryption key: give every replica the same key"
+                    )));
+                }
+                suspended.expires_at = Some(instant(at));
+                Ok(Some(suspended))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The calls among `ids` still waiting, decoded, that match `filter`.
+    async fn fetch(
+        &self,
+        ids: &[String],
+        filter: &SuspensionFilter,
+    ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = FETCH.prepare_invoke();
+        invocation.key(self.key("calls")).arg(&*self.base).arg(ids);
+        let found: Vec<(String, Vec<u8>, u64)> = self.run(&invocation).await?;
+        let mut calls = Vec::with_capacity(found.len());
+        for (id, value, at) in found {
+            let mut suspended: SuspendedInvocation = self.decode(&call_place(&id), &value)?;
+            suspended.expires_at = Some(instant(at));
+            if filter.matches(&suspended) {
+                calls.push(suspended);
+            }
+        }
+        Ok(calls)
+    }
+
+    /// One page of ids from the index `key`, after `cursor` (a `ZRANGEBYLEX` bound).
+    async fn ids_after(&self, cursor: &str) -> Result<Vec<String>, SuspensionStoreError> {
+        let mut command = redis::cmd("ZRANGEBYLEX");
+        command
+            .arg(self.key("ids"))
+            .arg(cursor)
+            .arg("+")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(PAGE);
+        let mut connection = self.link.connection();
+        self.link
+            .within(command.query_async(&mut connection))
+            .await
+            .map_err(unavailable)
+    }
+
+    /// The ids of `user`'s calls (expired ones not yet removed included), in id order.
+    async fn ids_of(&self, user: &str) -> Result<Vec<String>, SuspensionStoreError> {
+        let mut command = redis::cmd("ZRANGE");
+        command
+            .arg(self.key(&format!("user:{user}")))
+            .arg(0)
+            .arg(-1);
+        let mut connection = self.link.connection();
+        let mut ids: Vec<String> = self
+            .link
+            .within(command.query_async(&mut connection))
+            .await
+            .map_err(unavailable)?;
+        ids.sort_unstable();
+        Ok(ids)
+    }
+}
+
+#[async_trait]
+impl SuspensionStore for RedisSuspensions {
+    async fn save(&self, suspended: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
+        let limits = self.limits();
+        let value = self.encode(&call_place(&suspended.id), &suspended)?;
+        let given = suspended
+            .expires_at
+            .map(|at| millis(at).to_string())
+            .unwrap_or_default();
+        let mut invocation = SAVE.prepare_invoke();
+        invocation
+            .key(self.key("calls"))
+            .arg(&*self.base)
+            .arg(&suspended.id)
+            .arg(&suspended.user.id)
+            .arg(value)
+            .arg(given)
+            .arg(span_ms(limits.expire_after))
+            .arg(limits.max_per_user)
+            .arg(limits.max_total)
+            .arg(span_ms(limits.expire_after))
+            .arg(&*self.seal_id);
+        let (status, _expiry): (String, u64) = self.run(&invocation).await?;
+        match status.as_str() {
+            "ok" => Ok(()),
+            "user_full" => Err(SuspensionStoreError::UserFull {
+                user: suspended.user.id,
+                max: limits.max_per_user,
+            }),
+            "full" => Err(SuspensionStoreError::Full {
+                max: limits.max_total,
+            }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn take(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        self.lookup(id, true).await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        self.lookup(id, false).await
+    }
+
+    async fn list(
+        &self,
+        filter: &SuspensionFilter,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
+        let mut listed = Vec::new();
+        if limit == 0 {
+            return Ok(listed);
+        }
+        if let Some(user) = &filter.user {
+            // At most `max_per_user` ids (plus expired ones not yet removed): the user's
+            // own index, not a scan of everyone's.
+            let mut ids = self.ids_of(user).await?;
+            ids.retain(|id| after.is_none_or(|after| id.as_str() > after));
+            for page in ids.chunks(PAGE) {
+                listed.extend(self.fetch(page, filter).await?);
+                if listed.len() >= limit {
+                    break;
+                }
+            }
+        } else {
+            let mut cursor = after.map_or_else(|| "-".to_owned(), |after| format!("({after}"));
+            loop {
+                let ids = self.ids_after(&cursor).await?;
+                listed.extend(self.fetch(&ids, filter).await?);
+                match ids.last() {
+                    Some(last) if ids.len() == PAGE && listed.len() < limit => {
+                        cursor = format!("({last}");
+                    }
+                    _ => break,
+                }
+            }
+        }
+        listed.truncate(limit);
+        Ok(listed)
+    }
+
+    async fn keep_retry_approval(
+        &self,
+        approval: RetryApproval,
+    ) -> Result<(), SuspensionStoreError> {
+        let limits = self.limits();
+        let key = approval.binding.key();
+        let place = Place {
+            kind: "retry approval",
+            id: &key,
+        };
+        let value = self.encode(&place, &approval)?;
+        let mut invocation = KEEP_RETRY.prepare_invoke();
+        invocation
+            .key(self.key("retries"))
+            .arg(&*self.base)
+            .arg(self.link.unique_id())
+            .arg(&approval.binding.user)
+            .arg(&key)
+            .arg(value)
+            .arg(millis(approval.expires_at).min(LATEST_MS))
+            .arg(limits.max_per_user)
+            .arg(limits.max_total)
+            .arg(&*self.seal_id);
+        let status: String = self.run(&invocation).await?;
+        match status.as_str() {
+            "ok" => Ok(()),
+            "user_full" => Err(SuspensionStoreError::UserFull {
+                user: approval.binding.user,
+                max: limits.max_per_user,
+            }),
+            "full" => Err(SuspensionStoreError::Full {
+                max: limits.max_total,
+            }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn use_retry_approval(
+        &self,
+        key: &str,
+    ) -> Result<Option<RetryApproval>, SuspensionStoreError> {
+        let mut invocation = USE_RETRY.prepare_invoke();
+        invocation
+            .key(self.key("retries"))
+            .arg(&*self.base)
+            .arg(key)
+            .arg(&*self.seal_id);
+        let (status, value): (String, Option<Vec<u8>>) = self.run(&invocation).await?;
+        let place = Place {
+            kind: "retry approval",
+            id: key,
+        };
+        match status.as_str() {
+            "none" => Ok(None),
+            "ok" => self.decode(&place, &value.unwrap_or_default()).map(Some),
+            "sealed" => {
+                // Left in place: decode says why this replica cannot use it.
+                self.decode::<RetryApproval>(&place, &value.unwrap_or_default())?;
+                Err(SuspensionStoreError::Unavailable(
+                    "an approval for a retry was kept by a replica with another encryption key: give every replica the same key".to_owned(),
+                ))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
+        let limits = self.limits();
+        let place = Place {
+            kind: "outcome",
+            id: &outcome.id,
+        };
+        let value = self.encode(&place, &outcome)?;
+        let until = millis(outcome.decided_at)
+            .saturating_add(span_ms(limits.expire_after))
+            .min(LATEST_MS);
+        let mut invocation = KEEP_OUTCOME.prepare_invoke();
+        invocation
+            .key(self.key("outcomes"))
+            .arg(&*self.base)
+            .arg(&outcome.id)
+            .arg(value)
+            .arg(until)
+            .arg(limits.max_total);
+        let status: String = self.run(&invocation).await?;
+        match status.as_str() {
+            "ok" => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn outcome(&self, id: &str) -> Result<Option<DecidedCall>, SuspensionStoreError> {
+        let mut command = redis::cmd("GET");
+        command.arg(self.key(&format!("outcome:{id}")));
+        let mut connection = self.link.connection();
+        let value: Option<Vec<u8>> = self
+            .link
+            .within(command.query_async(&mut connection))
+            .await
+            .map_err(unavailable)?;
+        let place = Place {
+            kind: "outcome",
+            id,
+        };
+        value.map(|value| self.decode(&place, &value)).transpose()
+    }
+}
+
+/// Redis gave no answer in time, or failed.
+fn unavailable(failure: Failure) -> SuspensionStoreError {
+    SuspensionStoreError::Unavailable(format!(
+        "{failure}; calls that wait for approval are kept on Redis, and none can be kept, read or decided until it answers: check that Redis runs and that this replica can reach it"
+    ))
+}
+
+/// A script answered what none of them answers: a Redis that runs other scripts under
+/// their names.
+fn unexpected(status: &str) -> SuspensionStoreError {
+    SuspensionStoreError::Unavailable(format!(
+        "Redis answered `{status}` to a suspension store script: check that nothing else writes under the store's key prefix"
+    ))
+}
+
+/// Milliseconds since the epoch (0 before it).
+fn millis(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH).map_or(0, |since| {
+        u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+    })
+}
+
+/// A span in milliseconds, at most [`LONGEST_MS`].
+fn span_ms(span: Duration) -> u64 {
+    u64::try_from(span.as_millis())
+        .unwrap_or(u64::MAX)
+        .min(LONGEST_MS)
+}
+
+fn instant(ms: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_millis(ms)
+}
