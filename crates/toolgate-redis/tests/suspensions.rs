@@ -1,7 +1,7 @@
-//! The suspension store on Redis: calls parked on one replica and decided on another, the
-//! caps exact across replicas under concurrency, expiry, approvals for a retry used once,
-//! outcomes, a restart, every key with an expiry, encryption at rest, Redis away, and a
-//! Redis Cluster.
+//! The suspension store on Redis: calls parked on one replica and decided on another (store
+//! and whole pipelines), the caps exact across replicas under concurrency, expiry, a reload
+//! of the bounds, approvals for a retry used once, outcomes, a restart, every key with an
+//! expiry, encryption at rest, Redis away, and a Redis Cluster.
 
 mod common;
 
@@ -12,11 +12,13 @@ use futures::future::join_all;
 use redis::AsyncCommands;
 use serde_json::{Map, json};
 use toolgate_core::approval::CallBinding;
+use toolgate_core::hook::hook_fn;
+use toolgate_core::suspension::ResumeDecision;
 use toolgate_core::suspension::{
     DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionLimits,
     SuspensionStore, SuspensionStoreError,
 };
-use toolgate_core::{Stage, User};
+use toolgate_core::{InvokeOptions, JsonTool, Pipeline, Stage, ToolError, User};
 use toolgate_redis::{RedisConfig, RedisState, RedisSuspensions};
 
 use common::cluster::Cluster;
@@ -652,6 +654,117 @@ async fn with_a_key_nothing_of_a_call_is_readable_on_redis_and_another_key_gets_
         sealed.get("moved").await,
         Err(SuspensionStoreError::Unavailable(_))
     ));
+}
+
+/// A pipeline on a replica of its own whose every call of `wipe` waits for a person.
+async fn pipeline_on(url: &str, prefix: &str) -> Pipeline {
+    let store = replica(url, prefix, limits(10, 100, HOUR))
+        .await
+        .with_encryption_key(KEY.as_bytes())
+        .unwrap();
+    let wipe = JsonTool::new(
+        "wipe",
+        "Wipes a disk.",
+        json!({"type": "object"}),
+        |input, _| Box::pin(async move { Ok::<_, ToolError>(json!({ "wiped": input["disk"] })) }),
+    );
+    Pipeline::builder()
+        .tool(wipe)
+        .hook(hook_fn(Stage::WillCheckConsent, |ctx| {
+            ctx.suspend("a person approves wipes").into()
+        }))
+        .suspension_store(Arc::new(store))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_call_parked_by_one_pipeline_is_decided_on_another_and_a_retry_runs_on_a_third() {
+    let Some(url) = redis_or_skip(
+        "a_call_parked_by_one_pipeline_is_decided_on_another_and_a_retry_runs_on_a_third",
+    )
+    .await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let (a, b, c) = (
+        pipeline_on(&url, &prefix).await,
+        pipeline_on(&url, &prefix).await,
+        pipeline_on(&url, &prefix).await,
+    );
+    let ann = || InvokeOptions::new().user(User::new("ann"));
+    let park = |pipeline: &Pipeline, disk: u32| {
+        let pipeline = pipeline.clone();
+        async move {
+            match pipeline.invoke("wipe", json!({"disk": disk}), ann()).await {
+                Err(ToolError::Suspended { suspension_id, .. }) => suspension_id,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+
+    let first = park(&a, 1).await;
+    let listed = b
+        .list_suspended(&SuspensionFilter::default(), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&listed), [first.as_str()]);
+    assert_eq!(listed[0].input, json!({"disk": 1}));
+    let approved = b.resume(&first, ResumeDecision::Approve, InvokeOptions::new());
+    assert_eq!(approved.await.unwrap(), json!({"wiped": 1}));
+    assert!(c.suspended(&first).await.unwrap().is_none(), "decided once");
+
+    let second = park(&a, 2).await;
+    b.approve_retry(&second, Some("boss")).await.unwrap();
+    assert_eq!(
+        c.invoke("wipe", json!({"disk": 2}), ann()).await.unwrap(),
+        json!({"wiped": 2}),
+        "the same call, on a third replica, runs on the approval"
+    );
+    park(&a, 2).await; // used up: the next one waits again
+}
+
+#[tokio::test]
+async fn a_reload_changes_the_bounds_for_every_clone_from_the_next_save() {
+    let Some(url) =
+        redis_or_skip("a_reload_changes_the_bounds_for_every_clone_from_the_next_save").await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let store = replica(&url, &prefix, limits(3, 100, HOUR)).await;
+    let in_the_pipeline = store.clone();
+    for i in 0..2 {
+        in_the_pipeline
+            .save(call(&format!("a{i}"), "ann"))
+            .await
+            .unwrap();
+    }
+
+    store.set_limits(limits(1, 100, Duration::from_secs(60)));
+
+    assert_eq!(in_the_pipeline.limits().max_per_user, 1);
+    assert!(matches!(
+        in_the_pipeline.save(call("a2", "ann")).await,
+        Err(SuspensionStoreError::UserFull { max: 1, .. })
+    ));
+    let kept_before = in_the_pipeline.get("a0").await.unwrap().unwrap();
+    let wait = kept_before
+        .expires_at
+        .unwrap()
+        .duration_since(SystemTime::now());
+    assert!(
+        wait.unwrap() > Duration::from_secs(3000),
+        "calls already waiting keep their expiry"
+    );
+    in_the_pipeline.save(call("b0", "bob")).await.unwrap();
+    let saved_after = in_the_pipeline.get("b0").await.unwrap().unwrap();
+    let wait = saved_after
+        .expires_at
+        .unwrap()
+        .duration_since(SystemTime::now());
+    assert!(wait.unwrap() <= Duration::from_secs(60));
 }
 
 #[tokio::test]
