@@ -637,6 +637,22 @@ async fn with_a_key_nothing_of_a_call_is_readable_on_redis_and_another_key_gets_
         other.outcome("secret").await,
         Err(SuspensionStoreError::Unavailable(_))
     ));
+    // A listing leaves out what the replica cannot read, and lists what it can.
+    other.save(call("readable", "ann")).await.unwrap();
+    assert_eq!(
+        ids(&other
+            .list(&SuspensionFilter::default(), None, 10)
+            .await
+            .unwrap()),
+        ["readable"]
+    );
+    assert_eq!(
+        ids(&sealed
+            .list(&SuspensionFilter::default(), None, 10)
+            .await
+            .unwrap()),
+        ["secret"]
+    );
     // A wrong key used nothing up: the right one still finds all of it.
     assert!(sealed.take("secret").await.unwrap().is_some());
     assert_eq!(

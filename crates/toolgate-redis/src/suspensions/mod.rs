@@ -188,9 +188,9 @@ impl RedisSuspensions {
     ///
     /// A value that this key cannot open — sealed with another key, altered, or written
     /// without a key — answers [`SuspensionStoreError::Unavailable`] saying so, and is left
-    /// in place (a replica with the wrong key never uses up a call). Turning encryption on
-    /// or changing the key therefore leaves the calls waiting before unreadable until they
-    /// expire.
+    /// in place (a replica with the wrong key never uses up a call); a listing leaves such
+    /// calls out and logs a warning for each. Turning encryption on or changing the key
+    /// therefore leaves the calls waiting before unreadable until they expire.
     ///
     /// # Errors
     ///
@@ -380,7 +380,8 @@ impl RedisSuspensions {
         }
     }
 
-    /// The calls among `ids` still waiting, decoded, that match `filter`.
+    /// The calls among `ids` still waiting, decoded, that match `filter`; those this
+    /// replica cannot read are left out (and logged).
     async fn fetch(
         &self,
         ids: &[String],
@@ -394,7 +395,16 @@ impl RedisSuspensions {
         let found: Vec<(String, Vec<u8>, u64)> = self.run(&invocation).await?;
         let mut calls = Vec::with_capacity(found.len());
         for (id, value, at) in found {
-            let mut suspended: SuspendedInvocation = self.decode(&call_place(&id), &value)?;
+            // A call this replica cannot read (another key sealed it, during a key change
+            // say) is one it cannot decide either: left out, with the reason in the log,
+            // rather than failing the listing of every call it can.
+            let mut suspended: SuspendedInvocation = match self.decode(&call_place(&id), &value) {
+                Ok(suspended) => suspended,
+                Err(error) => {
+                    tracing::warn!(suspension_id = %id, %error, "a waiting call on Redis is left out of a listing");
+                    continue;
+                }
+            };
             suspended.expires_at = Some(instant(at));
             if filter.matches(&suspended) {
                 calls.push(suspended);
