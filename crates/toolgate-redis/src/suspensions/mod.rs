@@ -1,23 +1,26 @@
 //! [`RedisSuspensions`]: calls waiting for approval, approvals for a retry and decided
 //! outcomes on Redis, shared by every replica and kept across restarts.
+//!
+//! * `mod.rs` — the store, its settings, and what every operation shares;
+//! * `store.rs` — the operations ([`SuspensionStore`]), each one script or command;
+//! * `values.rs` — how a value is written (JSON, sealed when there is a key) and read;
+//! * `seal.rs` — AES-256-GCM; the `.lua` files — the scripts.
 
 mod seal;
+mod store;
+mod values;
 
 use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::{FromRedisValue, Script, ScriptInvocation};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use toolgate_core::external::async_trait;
-use toolgate_core::suspension::{
-    DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionLimits,
-    SuspensionStore, SuspensionStoreError,
-};
+#[cfg(doc)]
+use toolgate_core::suspension::{SuspendedInvocation, SuspensionStore};
+use toolgate_core::suspension::{SuspensionLimits, SuspensionStoreError};
 
 use crate::link::{Failure, Link};
 use crate::{RedisError, keys};
-use seal::{Seal, is_sealed};
+use seal::Seal;
 
 static SAVE: LazyLock<Script> = LazyLock::new(|| script(include_str!("save.lua")));
 static LOOKUP: LazyLock<Script> = LazyLock::new(|| script(include_str!("lookup.lua")));
@@ -51,8 +54,8 @@ const LONGEST_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 /// store does in one process ([`SuspensionTable`](toolgate_core::suspension::SuspensionTable)):
 ///
 /// * `max_per_user` and `max_total` — each save is one Lua script that counts the calls
-///   not expired on the Redis server's clock and adds the call, atomically: 40 replicas
-///   saving at once at a cap of 5 keep exactly 5. Approvals for a retry are capped the same
+///   not expired on the Redis server's clock and adds the call, atomically: 40 saves at
+///   once from two replicas at a cap of 5 keep exactly 5. Approvals for a retry are capped the same
 ///   way, counted apart.
 /// * `expire_after` — a call expires at the sooner of its own `expires_at` and the save's
 ///   time plus `expire_after`, both on the Redis server's clock (the `expires_at` of a call
@@ -140,31 +143,6 @@ impl std::fmt::Debug for RedisSuspensions {
             .field("encrypted", &self.seal.is_some())
             .finish()
     }
-}
-
-/// Where a value is kept: its kind and the id it is found by. A sealed value is bound to
-/// its place, and errors name it.
-struct Place<'a> {
-    kind: &'static str,
-    id: &'a str,
-}
-
-impl Place<'_> {
-    fn aad(&self) -> Vec<u8> {
-        format!("toolgate {}\0{}", self.kind, self.id).into_bytes()
-    }
-
-    fn describe(&self) -> String {
-        match self.kind {
-            "call" => format!("the waiting call `{}`", self.id),
-            "retry approval" => "an approval for a retry".to_owned(),
-            _ => format!("the outcome of the call `{}`", self.id),
-        }
-    }
-}
-
-fn call_place(id: &str) -> Place<'_> {
-    Place { kind: "call", id }
 }
 
 impl RedisSuspensions {
@@ -275,366 +253,6 @@ impl RedisSuspensions {
             .within(invocation.invoke_async(&mut connection))
             .await
             .map_err(unavailable)
-    }
-
-    /// `value` as JSON, sealed for `place` when the store has a key.
-    fn encode<T: Serialize>(
-        &self,
-        place: &Place<'_>,
-        value: &T,
-    ) -> Result<Vec<u8>, SuspensionStoreError> {
-        let json = serde_json::to_vec(value).map_err(|error| {
-            SuspensionStoreError::Unavailable(format!(
-                "{} cannot be written as JSON ({error})",
-                place.describe()
-            ))
-        })?;
-        match &self.seal {
-            None => Ok(json),
-            Some(seal) => seal.seal(&place.aad(), &json).map_err(|reason| {
-                SuspensionStoreError::Unavailable(format!(
-                    "{} cannot be encrypted: {reason}",
-                    place.describe()
-                ))
-            }),
-        }
-    }
-
-    /// The value kept at `place`, opened with the store's key when it has one.
-    fn decode<T: DeserializeOwned>(
-        &self,
-        place: &Place<'_>,
-        stored: &[u8],
-    ) -> Result<T, SuspensionStoreError> {
-        let what = place.describe();
-        let refused = |why: String| {
-            Err(SuspensionStoreError::Unavailable(format!(
-                "{what} on Redis {why}"
-            )))
-        };
-        let opened;
-        let json = match (&self.seal, is_sealed(stored)) {
-            (None, false) => stored,
-            (None, true) => {
-                return refused(
-                    "is encrypted, and this replica has no key to read it: give every replica the same encryption key".to_owned(),
-                );
-            }
-            (Some(_), false) => {
-                return refused(
-                    "is stored unencrypted while this replica requires encryption (a replica without the key kept it): give every replica the same encryption key; the value is left in place until it expires".to_owned(),
-                );
-            }
-            (Some(seal), true) => match seal.open(&place.aad(), stored) {
-                Some(plain) => {
-                    opened = plain;
-                    &opened
-                }
-                None => {
-                    return refused(
-                        "cannot be decrypted with this replica's key (it was encrypted with another key, or altered): give every replica the same encryption key".to_owned(),
-                    );
-                }
-            },
-        };
-        serde_json::from_slice(json).or_else(|error| {
-            refused(format!(
-                "cannot be read ({error}): it was written by an incompatible version of toolgate, or altered"
-            ))
-        })
-    }
-
-    /// Reads, or takes, the call `id`.
-    async fn lookup(
-        &self,
-        id: &str,
-        take: bool,
-    ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
-        let limits = self.limits();
-        let mut invocation = LOOKUP.prepare_invoke();
-        invocation
-            .key(self.key("calls"))
-            .arg(&*self.base)
-            .arg(id)
-            .arg(if take { "1" } else { "0" })
-            .arg(limits.max_total)
-            .arg(span_ms(limits.expire_after))
-            .arg(&*self.seal_id);
-        let (status, value, at): (String, Option<Vec<u8>>, u64) = self.run(&invocation).await?;
-        match status.as_str() {
-            "none" => Ok(None),
-            "expired" => Err(SuspensionStoreError::Expired { id: id.to_owned() }),
-            "ok" | "sealed" => {
-                let mut suspended: SuspendedInvocation =
-                    self.decode(&call_place(id), &value.unwrap_or_default())?;
-                if status == "sealed" {
-                    // Left in place: another key sealed it, though this one opened it.
-                    return Err(SuspensionStoreError::Unavailable(format!(
-                        "the waiting call `{id}` was kept by a replica with another encryption key: give every replica the same key"
-                    )));
-                }
-                suspended.expires_at = Some(instant(at));
-                Ok(Some(suspended))
-            }
-            other => Err(unexpected(other)),
-        }
-    }
-
-    /// The calls among `ids` still waiting, decoded, that match `filter`; those this
-    /// replica cannot read are left out (and logged).
-    async fn fetch(
-        &self,
-        ids: &[String],
-        filter: &SuspensionFilter,
-    ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut invocation = FETCH.prepare_invoke();
-        invocation.key(self.key("calls")).arg(&*self.base).arg(ids);
-        let found: Vec<(String, Vec<u8>, u64)> = self.run(&invocation).await?;
-        let mut calls = Vec::with_capacity(found.len());
-        for (id, value, at) in found {
-            // A call this replica cannot read (another key sealed it, during a key change
-            // say) is one it cannot decide either: left out, with the reason in the log,
-            // rather than failing the listing of every call it can.
-            let mut suspended: SuspendedInvocation = match self.decode(&call_place(&id), &value) {
-                Ok(suspended) => suspended,
-                Err(error) => {
-                    tracing::warn!(suspension_id = %id, %error, "a waiting call on Redis is left out of a listing");
-                    continue;
-                }
-            };
-            suspended.expires_at = Some(instant(at));
-            if filter.matches(&suspended) {
-                calls.push(suspended);
-            }
-        }
-        Ok(calls)
-    }
-
-    /// One page of ids from the index `key`, after `cursor` (a `ZRANGEBYLEX` bound).
-    async fn ids_after(&self, cursor: &str) -> Result<Vec<String>, SuspensionStoreError> {
-        let mut command = redis::cmd("ZRANGEBYLEX");
-        command
-            .arg(self.key("ids"))
-            .arg(cursor)
-            .arg("+")
-            .arg("LIMIT")
-            .arg(0)
-            .arg(PAGE);
-        let mut connection = self.link.connection();
-        self.link
-            .within(command.query_async(&mut connection))
-            .await
-            .map_err(unavailable)
-    }
-
-    /// The ids of `user`'s calls (expired ones not yet removed included), in id order.
-    async fn ids_of(&self, user: &str) -> Result<Vec<String>, SuspensionStoreError> {
-        let mut command = redis::cmd("ZRANGE");
-        command
-            .arg(self.key(&format!("user:{user}")))
-            .arg(0)
-            .arg(-1);
-        let mut connection = self.link.connection();
-        let mut ids: Vec<String> = self
-            .link
-            .within(command.query_async(&mut connection))
-            .await
-            .map_err(unavailable)?;
-        ids.sort_unstable();
-        Ok(ids)
-    }
-}
-
-#[async_trait]
-impl SuspensionStore for RedisSuspensions {
-    async fn save(&self, suspended: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
-        let limits = self.limits();
-        let value = self.encode(&call_place(&suspended.id), &suspended)?;
-        let given = suspended
-            .expires_at
-            .map(|at| millis(at).to_string())
-            .unwrap_or_default();
-        let mut invocation = SAVE.prepare_invoke();
-        invocation
-            .key(self.key("calls"))
-            .arg(&*self.base)
-            .arg(&suspended.id)
-            .arg(&suspended.user.id)
-            .arg(value)
-            .arg(given)
-            .arg(span_ms(limits.expire_after))
-            .arg(limits.max_per_user)
-            .arg(limits.max_total)
-            .arg(span_ms(limits.expire_after))
-            .arg(&*self.seal_id);
-        let (status, _expiry): (String, u64) = self.run(&invocation).await?;
-        match status.as_str() {
-            "ok" => Ok(()),
-            "user_full" => Err(SuspensionStoreError::UserFull {
-                user: suspended.user.id,
-                max: limits.max_per_user,
-            }),
-            "full" => Err(SuspensionStoreError::Full {
-                max: limits.max_total,
-            }),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn take(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
-        self.lookup(id, true).await
-    }
-
-    async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
-        self.lookup(id, false).await
-    }
-
-    async fn list(
-        &self,
-        filter: &SuspensionFilter,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
-        let mut listed = Vec::new();
-        if limit == 0 {
-            return Ok(listed);
-        }
-        if let Some(user) = &filter.user {
-            // At most `max_per_user` ids (plus expired ones not yet removed): the user's
-            // own index, not a scan of everyone's.
-            let mut ids = self.ids_of(user).await?;
-            ids.retain(|id| after.is_none_or(|after| id.as_str() > after));
-            for page in ids.chunks(PAGE) {
-                listed.extend(self.fetch(page, filter).await?);
-                if listed.len() >= limit {
-                    break;
-                }
-            }
-        } else {
-            let mut cursor = after.map_or_else(|| "-".to_owned(), |after| format!("({after}"));
-            loop {
-                let ids = self.ids_after(&cursor).await?;
-                listed.extend(self.fetch(&ids, filter).await?);
-                match ids.last() {
-                    Some(last) if ids.len() == PAGE && listed.len() < limit => {
-                        cursor = format!("({last}");
-                    }
-                    _ => break,
-                }
-            }
-        }
-        listed.truncate(limit);
-        Ok(listed)
-    }
-
-    async fn keep_retry_approval(
-        &self,
-        approval: RetryApproval,
-    ) -> Result<(), SuspensionStoreError> {
-        let limits = self.limits();
-        let key = approval.binding.key();
-        let place = Place {
-            kind: "retry approval",
-            id: &key,
-        };
-        let value = self.encode(&place, &approval)?;
-        let mut invocation = KEEP_RETRY.prepare_invoke();
-        invocation
-            .key(self.key("retries"))
-            .arg(&*self.base)
-            .arg(self.link.unique_id())
-            .arg(&approval.binding.user)
-            .arg(&key)
-            .arg(value)
-            .arg(millis(approval.expires_at).min(LATEST_MS))
-            .arg(limits.max_per_user)
-            .arg(limits.max_total)
-            .arg(&*self.seal_id);
-        let status: String = self.run(&invocation).await?;
-        match status.as_str() {
-            "ok" => Ok(()),
-            "user_full" => Err(SuspensionStoreError::UserFull {
-                user: approval.binding.user,
-                max: limits.max_per_user,
-            }),
-            "full" => Err(SuspensionStoreError::Full {
-                max: limits.max_total,
-            }),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn use_retry_approval(
-        &self,
-        key: &str,
-    ) -> Result<Option<RetryApproval>, SuspensionStoreError> {
-        let mut invocation = USE_RETRY.prepare_invoke();
-        invocation
-            .key(self.key("retries"))
-            .arg(&*self.base)
-            .arg(key)
-            .arg(&*self.seal_id);
-        let (status, value): (String, Option<Vec<u8>>) = self.run(&invocation).await?;
-        let place = Place {
-            kind: "retry approval",
-            id: key,
-        };
-        match status.as_str() {
-            "none" => Ok(None),
-            "ok" => self.decode(&place, &value.unwrap_or_default()).map(Some),
-            "sealed" => {
-                // Left in place: decode says why this replica cannot use it.
-                self.decode::<RetryApproval>(&place, &value.unwrap_or_default())?;
-                Err(SuspensionStoreError::Unavailable(
-                    "an approval for a retry was kept by a replica with another encryption key: give every replica the same key".to_owned(),
-                ))
-            }
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
-        let limits = self.limits();
-        let place = Place {
-            kind: "outcome",
-            id: &outcome.id,
-        };
-        let value = self.encode(&place, &outcome)?;
-        let until = millis(outcome.decided_at)
-            .saturating_add(span_ms(limits.expire_after))
-            .min(LATEST_MS);
-        let mut invocation = KEEP_OUTCOME.prepare_invoke();
-        invocation
-            .key(self.key("outcomes"))
-            .arg(&*self.base)
-            .arg(&outcome.id)
-            .arg(value)
-            .arg(until)
-            .arg(limits.max_total);
-        let status: String = self.run(&invocation).await?;
-        match status.as_str() {
-            "ok" => Ok(()),
-            other => Err(unexpected(other)),
-        }
-    }
-
-    async fn outcome(&self, id: &str) -> Result<Option<DecidedCall>, SuspensionStoreError> {
-        let mut command = redis::cmd("GET");
-        command.arg(self.key(&format!("outcome:{id}")));
-        let mut connection = self.link.connection();
-        let value: Option<Vec<u8>> = self
-            .link
-            .within(command.query_async(&mut connection))
-            .await
-            .map_err(unavailable)?;
-        let place = Place {
-            kind: "outcome",
-            id,
-        };
-        value.map(|value| self.decode(&place, &value)).transpose()
     }
 }
 
