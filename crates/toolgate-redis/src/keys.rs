@@ -20,12 +20,12 @@
 //! | waiting calls by expiry | `:calls` | sorted set (id → expiry ms) |
 //! | waiting calls by id | `:ids` | sorted set (id → 0, for `ZRANGEBYLEX`) |
 //! | a user's waiting calls | `:user:<user id>` | sorted set (id → expiry ms) |
-//! | a waiting call | `:call:<id>` | hash (`user`, `value`) |
+//! | a waiting call (held a while once taken) | `:call:<id>` | hash (`user`, `value`, `seal`, `at`, `token`, `held_by`) |
 //! | recently expired ids | `:expired` | sorted set (id → expiry ms) |
 //! | approvals for a retry by expiry | `:retries` | sorted set (approval id → expiry ms) |
 //! | a user's approvals | `:retry_user:<user id>` | sorted set (approval id → expiry ms) |
 //! | approvals of one binding | `:retry_key:<binding key>` | sorted set (approval id → kept at ms) |
-//! | an approval | `:retry:<approval id>` | hash (`user`, `value`) |
+//! | an approval | `:retry:<approval id>` | hash (`user`, `value`, `seal`) |
 //! | outcomes by expiry | `:outcomes` | sorted set (id → expiry ms) |
 //! | an outcome | `:outcome:<id>` | string |
 //!

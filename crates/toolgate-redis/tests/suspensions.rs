@@ -22,7 +22,7 @@ use toolgate_core::{InvokeOptions, JsonTool, Pipeline, Stage, ToolError, User};
 use toolgate_redis::{RedisConfig, RedisState, RedisSuspensions};
 
 use common::cluster::Cluster;
-use common::{config, connect, inspect, keys_under, namespace, redis_or_skip};
+use common::{Proxy, config, connect, inspect, keys_under, namespace, redis_or_skip};
 
 const KEY: &str = "8f3c1e0a9b7d5f2e4c6a8b0d1f3e5a7c9b2d4f6e8a0c1e3b5d7f9a2c4e6b8d0f";
 const OTHER_KEY: &str = "0000000000000000000000000000000000000000000000000000000000000001";
@@ -515,11 +515,13 @@ async fn every_key_the_store_writes_has_an_expiry() {
     };
     let prefix = namespace();
     let a = replica(&url, &prefix, limits(3, 100, HOUR)).await;
-    let b = replica(&url, &prefix, limits(3, 100, Duration::from_millis(200))).await;
+    let b = replica(&url, &prefix, limits(3, 100, Duration::from_secs(5))).await;
     for i in 0..3 {
         a.save(call(&format!("a{i}"), "ann")).await.unwrap();
     }
-    b.save(call("short", "bob")).await.unwrap();
+    let mut short = call("short", "bob");
+    short.expires_at = Some(SystemTime::now() + Duration::from_millis(200));
+    b.save(short).await.unwrap();
     b.take("a0").await.unwrap();
     a.list(&SuspensionFilter::default(), None, 10)
         .await
@@ -819,6 +821,87 @@ async fn redis_away_answers_unavailable_within_the_deadline() {
         };
         assert!(message.contains("check that Redis runs"), "{message}");
     }
+}
+
+#[tokio::test]
+async fn a_cut_or_hung_redis_answers_unavailable_within_the_deadline_and_loses_nothing() {
+    let Some(url) = redis_or_skip(
+        "a_cut_or_hung_redis_answers_unavailable_within_the_deadline_and_loses_nothing",
+    )
+    .await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let proxy = Proxy::start(&url).await;
+    let deadline = Duration::from_millis(150);
+    let through_proxy = connect(
+        &proxy.url(),
+        config(&prefix).deadline(deadline).reconnect_backoff(
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+            6,
+        ),
+    )
+    .await
+    .suspensions(limits(10, 100, HOUR));
+    let direct = replica(&url, &prefix, limits(10, 100, HOUR)).await;
+    through_proxy.save(call("before", "ann")).await.unwrap();
+
+    for (fault, inject) in [("cut", Proxy::cut as fn(&Proxy)), ("stall", Proxy::stall)] {
+        inject(&proxy);
+        for answer in [
+            through_proxy.save(call(fault, "ann")).await.err(),
+            through_proxy.take("before").await.err(),
+            through_proxy
+                .list(&SuspensionFilter::default(), None, 10)
+                .await
+                .err(),
+        ] {
+            let Some(SuspensionStoreError::Unavailable(message)) = answer else {
+                panic!("{fault}: {answer:?}")
+            };
+            assert!(message.contains("check that Redis runs"), "{message}");
+        }
+        proxy.heal();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    let started = std::time::Instant::now();
+    proxy.stall();
+    let stalled = through_proxy.get("before").await;
+    let waited = started.elapsed();
+    proxy.heal();
+    assert!(matches!(stalled, Err(SuspensionStoreError::Unavailable(_))));
+    assert!(waited < deadline + Duration::from_millis(250), "{waited:?}");
+    // Nothing was lost (the take sent while Redis hung reached it once it answered, and
+    // was undone: nobody received the call), and calls refused while Redis was away were
+    // not kept.
+    assert!(direct.get("before").await.unwrap().is_some());
+    assert_eq!(direct.get("cut").await, Ok(None));
+    // The save sent while Redis hung reached it once it answered, and was undone: its
+    // caller was told it failed.
+    let mut stalled_save = direct.get("stall").await;
+    for _ in 0..30 {
+        if stalled_save == Ok(None) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stalled_save = direct.get("stall").await;
+    }
+    assert_eq!(stalled_save, Ok(None));
+    let mut back = None;
+    for _ in 0..50 {
+        back = through_proxy.take("before").await.ok();
+        if back.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        back.flatten().is_some(),
+        "the replica reads Redis again once it answers"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

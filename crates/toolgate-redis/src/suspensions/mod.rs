@@ -28,11 +28,25 @@ static FETCH: LazyLock<Script> = LazyLock::new(|| script(include_str!("fetch.lua
 static KEEP_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("keep_retry.lua")));
 static USE_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("use_retry.lua")));
 static KEEP_OUTCOME: LazyLock<Script> = LazyLock::new(|| script(include_str!("keep_outcome.lua")));
+static UNDO: LazyLock<Script> = LazyLock::new(|| script(include_str!("undo.lua")));
 
 /// A script of the store: the shared start, then its own body.
 fn script(body: &str) -> Script {
     Script::new(&format!("{}\n{body}", include_str!("common.lua")))
 }
+
+/// When a replica tries to undo a save or a take whose answer it did not get (see
+/// `undo.lua`), after the deadline: at once, then again in case the command was still on
+/// its way. The last try comes well before a taken row's hold ends.
+const UNDO_PAUSES: [Duration; 4] = [
+    Duration::ZERO,
+    Duration::from_secs(1),
+    Duration::from_secs(5),
+    Duration::from_secs(30),
+];
+
+/// How long a taken call's row is held for an undo (ms).
+const HOLD_MS: u64 = 120_000;
 
 /// How many ids a listing reads from Redis at a time.
 const PAGE: usize = 200;
@@ -76,8 +90,9 @@ const LONGEST_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 /// binding. With an [encryption key](Self::with_encryption_key) that JSON — and the JSON of
 /// approvals for a retry and of outcomes — is sealed with AES-256-GCM. What stays in clear,
 /// because the caps and the look-ups need it: call ids, user ids (in key names and as
-/// fields), binding keys (SHA-256 digests), expiry times, and a fingerprint of the key
-/// (so that a replica with another key leaves calls it cannot read in place).
+/// fields), binding keys (SHA-256 digests), expiry times, random tokens of the saves and
+/// takes, and a fingerprint of the key (so that a replica with another key leaves calls it
+/// cannot read in place).
 ///
 /// # Redis Cluster
 ///
@@ -92,6 +107,14 @@ const LONGEST_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 /// answers [`SuspensionStoreError::Unavailable`] with what to check: a call that needs
 /// approval is then refused rather than left waiting where nobody can decide it. It never
 /// panics.
+///
+/// A save or take whose answer did not come in time may still reach Redis (a slow or hung
+/// Redis runs it later). The store then undoes it, in the background, by a token only that
+/// save or take wrote: a call whose caller was told it failed does not wait for an
+/// approver, and a call taken without anyone receiving it waits again. A taken call's row
+/// is held for two minutes for this, out of every index; the undo is tried at once and
+/// over the next half minute. (An approval for a retry used without the answer arriving
+/// is used up: the call waits for approval again.)
 ///
 /// Built by [`RedisState::suspensions`](crate::RedisState::suspensions). Cloning is cheap:
 /// clones share the connection and the limits ([`set_limits`](Self::set_limits) on one
@@ -248,11 +271,56 @@ impl RedisSuspensions {
         &self,
         invocation: &ScriptInvocation<'_>,
     ) -> Result<T, SuspensionStoreError> {
+        self.try_run(invocation).await.map_err(unavailable)
+    }
+
+    /// Runs one script under the deadline, telling a failure apart.
+    async fn try_run<T: FromRedisValue>(
+        &self,
+        invocation: &ScriptInvocation<'_>,
+    ) -> Result<T, Failure> {
         let mut connection = self.link.connection();
         self.link
             .within(invocation.invoke_async(&mut connection))
             .await
-            .map_err(unavailable)
+    }
+
+    /// Undoes, in the background, the save or take (`what`) of the call `id` marked with
+    /// `token`, whose answer this replica did not get: if Redis did it after all, the call
+    /// its caller was told failed is removed, and the call nobody received waits again.
+    /// Tried at once (on the same connection, so after the command if it is still on its
+    /// way) and a few times more over half a minute.
+    fn undo_later(&self, id: &str, what: &'static str, token: String) {
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let store = self.clone();
+        let id = id.to_owned();
+        runtime.spawn(async move {
+            for pause in UNDO_PAUSES {
+                tokio::time::sleep(pause).await;
+                let limits = store.limits();
+                let mut invocation = UNDO.prepare_invoke();
+                invocation
+                    .key(store.key("calls"))
+                    .arg(&*store.base)
+                    .arg(&id)
+                    .arg(what)
+                    .arg(&token)
+                    .arg(limits.max_total)
+                    .arg(span_ms(limits.expire_after));
+                if let Ok(status) = store.try_run::<String>(&invocation).await
+                    && status == "undone"
+                {
+                    tracing::info!(
+                        suspension_id = %id,
+                        what,
+                        "a suspension store change whose answer Redis did not give in time was undone"
+                    );
+                    return;
+                }
+            }
+        });
     }
 }
 

@@ -4,7 +4,8 @@
 -- KEYS[1]  <base>:calls
 -- ARGV     base, id, user id, value, the call's own expiry in ms ('' for none),
 --          expire_after ms, max_per_user, max_total, how long expired ids are remembered (ms),
---          the fingerprint of the key that sealed the value
+--          the fingerprint of the key that sealed the value, a token of this save (for
+--          undo.lua)
 -- returns  {'ok', expiry ms} | {'user_full', 0} | {'full', 0}
 
 local base, id, user, value = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -42,7 +43,7 @@ if at <= now then
 end
 
 local row = base .. ':call:' .. id
-redis.call('HSET', row, 'user', user, 'value', value, 'seal', ARGV[10])
+redis.call('HSET', row, 'user', user, 'value', value, 'seal', ARGV[10], 'at', at, 'token', ARGV[11])
 redis.call('PEXPIRE', row, at - now)
 redis.call('ZADD', calls, at, id)
 redis.call('ZADD', base .. ':ids', 0, id)

@@ -9,8 +9,8 @@ use toolgate_core::suspension::{
 
 use super::values::{Place, call_place};
 use super::{
-    FETCH, KEEP_OUTCOME, KEEP_RETRY, LATEST_MS, LOOKUP, PAGE, RedisSuspensions, SAVE, USE_RETRY,
-    instant, millis, span_ms, unavailable, unexpected,
+    FETCH, HOLD_MS, KEEP_OUTCOME, KEEP_RETRY, LATEST_MS, LOOKUP, PAGE, RedisSuspensions, SAVE,
+    USE_RETRY, instant, millis, span_ms, unavailable, unexpected,
 };
 
 impl RedisSuspensions {
@@ -21,6 +21,7 @@ impl RedisSuspensions {
         take: bool,
     ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
         let limits = self.limits();
+        let token = self.link.unique_id();
         let mut invocation = LOOKUP.prepare_invoke();
         invocation
             .key(self.key("calls"))
@@ -29,14 +30,29 @@ impl RedisSuspensions {
             .arg(if take { "1" } else { "0" })
             .arg(limits.max_total)
             .arg(span_ms(limits.expire_after))
-            .arg(&*self.seal_id);
-        let (status, value, at): (String, Option<Vec<u8>>, u64) = self.run(&invocation).await?;
+            .arg(&*self.seal_id)
+            .arg(&token)
+            .arg(HOLD_MS);
+        let answer = self.try_run(&invocation).await;
+        let (status, value, at): (String, Option<Vec<u8>>, u64) = match answer {
+            Ok(answer) => answer,
+            Err(failure) => {
+                if take {
+                    self.undo_later(id, "take", token);
+                }
+                return Err(unavailable(failure));
+            }
+        };
         match status.as_str() {
             "none" => Ok(None),
             "expired" => Err(SuspensionStoreError::Expired { id: id.to_owned() }),
             "ok" | "sealed" => {
-                let mut suspended: SuspendedInvocation =
-                    self.decode(&call_place(id), &value.unwrap_or_default())?;
+                let decoded = self.decode(&call_place(id), &value.unwrap_or_default());
+                if take && status == "ok" && decoded.is_err() {
+                    // Taken but unreadable: put back rather than lost.
+                    self.undo_later(id, "take", token);
+                }
+                let mut suspended: SuspendedInvocation = decoded?;
                 if status == "sealed" {
                     // Left in place: another key sealed it, though this one opened it.
                     return Err(SuspensionStoreError::Unavailable(format!(
@@ -123,6 +139,7 @@ impl SuspensionStore for RedisSuspensions {
     async fn save(&self, suspended: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
         let limits = self.limits();
         let value = self.encode(&call_place(&suspended.id), &suspended)?;
+        let token = self.link.unique_id();
         let given = suspended
             .expires_at
             .map(|at| millis(at).to_string())
@@ -139,8 +156,15 @@ impl SuspensionStore for RedisSuspensions {
             .arg(limits.max_per_user)
             .arg(limits.max_total)
             .arg(span_ms(limits.expire_after))
-            .arg(&*self.seal_id);
-        let (status, _expiry): (String, u64) = self.run(&invocation).await?;
+            .arg(&*self.seal_id)
+            .arg(&token);
+        let (status, _expiry): (String, u64) = match self.try_run(&invocation).await {
+            Ok(answer) => answer,
+            Err(failure) => {
+                self.undo_later(&suspended.id, "save", token);
+                return Err(unavailable(failure));
+            }
+        };
         match status.as_str() {
             "ok" => Ok(()),
             "user_full" => Err(SuspensionStoreError::UserFull {
