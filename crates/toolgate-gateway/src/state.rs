@@ -15,7 +15,7 @@ use toolgate_hooks::consent::{ApprovalStore, InMemoryApprovals};
 use toolgate_hooks::quota::{InMemoryQuota, QuotaBackend};
 use toolgate_redis::{
     ConcurrencyFailurePolicy, QuotaFailurePolicy, RedisCache, RedisConcurrency, RedisConfig,
-    RedisConfigBuilder, RedisQuota, RedisState,
+    RedisConfigBuilder, RedisQuota, RedisState, RedisSuspensions,
 };
 
 use crate::config::{Config, OnBackendErrorName, RedisTlsFiles, StateConfig, StateUrl};
@@ -214,6 +214,8 @@ pub struct SharedState {
 pub enum Suspensions {
     /// In this process.
     Memory(Arc<InMemorySuspensionStore>),
+    /// On Redis.
+    Redis(Arc<RedisSuspensions>),
 }
 
 impl Suspensions {
@@ -225,16 +227,21 @@ impl Suspensions {
     /// [`GatewayError::State`] for a key the store refuses.
     pub fn open(
         backends: &Backends,
-        _state: &StateConfig,
+        state: &StateConfig,
         limits: SuspensionLimits,
     ) -> Result<Self, GatewayError> {
         Ok(match backends {
             Backends::Memory { .. } => {
                 Suspensions::Memory(Arc::new(InMemorySuspensionStore::new(limits)))
             }
-            Backends::Redis(_) => {
-                // TEMPORARY until RedisSuspensions lands.
-                Suspensions::Memory(Arc::new(InMemorySuspensionStore::new(limits)))
+            Backends::Redis(redis) => {
+                let mut store = redis.suspensions(limits);
+                if let Some(key) = &state.suspensions_key {
+                    store = store
+                        .with_encryption_key(key.0.as_bytes())
+                        .map_err(|e| GatewayError::State(format!("state.suspensions_key: {e}")))?;
+                }
+                Suspensions::Redis(Arc::new(store))
             }
         })
     }
@@ -243,6 +250,7 @@ impl Suspensions {
     pub fn store(&self) -> Arc<dyn SuspensionStore> {
         match self {
             Suspensions::Memory(store) => Arc::clone(store) as Arc<dyn SuspensionStore>,
+            Suspensions::Redis(store) => Arc::clone(store) as Arc<dyn SuspensionStore>,
         }
     }
 
@@ -250,6 +258,7 @@ impl Suspensions {
     pub fn set_limits(&self, limits: SuspensionLimits) {
         match self {
             Suspensions::Memory(store) => store.set_limits(limits),
+            Suspensions::Redis(store) => store.set_limits(limits),
         }
     }
 }

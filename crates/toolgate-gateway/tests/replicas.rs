@@ -8,7 +8,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::{Gateway, invoke, user_yaml};
+use common::{Answer, Gateway, client, get, invoke, post, user_yaml};
 use futures::future::join_all;
 use serde_json::json;
 
@@ -130,4 +130,141 @@ async fn a_gateway_on_redis_reports_redis_up_before_any_call() {
 fn random_u32() -> u32 {
     use std::hash::{BuildHasher, RandomState};
     RandomState::new().hash_one(std::time::SystemTime::now()) as u32
+}
+
+/// A 32-byte key, hex: waiting calls are stored encrypted under it.
+const SUSPENSIONS_KEY: &str = "4f3c2a1b0e9d8c7b6a5f4e3d2c1b0a99887766554433221100ffeeddccbbaa09";
+
+/// Three replicas' configuration: `echo` waits for approval, two waiting calls per user.
+fn approval_config(redis: &str, prefix: &str) -> String {
+    format!(
+        "state:\n  url: {redis}\n  key_prefix: {prefix}\n  suspensions_key: \"{SUSPENSIONS_KEY}\"\n\
+tools:\n  builtin: [echo]\nusers:\n{}{}{}\
+policies:\n  approval:\n    tools: [echo]\n    max_pending_per_user: 2\n",
+        user_yaml("alice", &["admin"]),
+        user_yaml("bob", &["analyst"]),
+        user_yaml("dave", &["analyst"]),
+    )
+}
+
+fn parked_id(answer: &Answer) -> String {
+    assert_eq!(answer.status, 202, "{}", answer.body);
+    answer.body["suspension_id"]
+        .as_str()
+        .expect("suspension_id")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_call_parked_on_one_replica_is_listed_and_approved_on_another_and_read_on_a_third() {
+    let test = "a_call_parked_on_one_replica_is_listed_and_approved_on_another_and_read_on_a_third";
+    let Some(redis) = redis_or_skip(test) else {
+        return;
+    };
+    let prefix = format!("tgapprovals{}x{:x}", std::process::id(), random_u32());
+    let config = approval_config(&redis, &prefix);
+    let (a, b, c) = (
+        Gateway::start(&config),
+        Gateway::start(&config),
+        Gateway::start(&config),
+    );
+
+    let id = parked_id(&invoke(&a, "bob", "echo", json!({"text": "first"})).await);
+    // One cap for bob across the replicas: his second call parks on B, his third is
+    // refused on C; dave is not affected.
+    parked_id(&invoke(&b, "bob", "echo", json!({"text": "second"})).await);
+    let third = invoke(&c, "bob", "echo", json!({"text": "third"})).await;
+    assert_eq!(third.status, 429, "{}", third.body);
+    parked_id(&invoke(&c, "dave", "echo", json!({"text": "dave's"})).await);
+
+    let listed = get(&client(), &b.url("/v1/suspensions?user=bob"), Some("alice")).await;
+    assert_eq!(listed.status, 200, "{}", listed.body);
+    let ids: Vec<&str> = listed.body["suspensions"]
+        .as_array()
+        .expect("a list")
+        .iter()
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    assert_eq!(ids.len(), 2, "{}", listed.body);
+    assert!(ids.contains(&id.as_str()), "{}", listed.body);
+
+    let url = b.url(&format!("/v1/suspensions/{id}/resume"));
+    let approved = post(
+        &client(),
+        &url,
+        Some("alice"),
+        &json!({"decision": "approve"}),
+    )
+    .await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    assert_eq!(
+        approved.body["output"]["text"], "first",
+        "{}",
+        approved.body
+    );
+    // Approved once: another replica cannot approve it again.
+    let url = a.url(&format!("/v1/suspensions/{id}/resume"));
+    let again = post(
+        &client(),
+        &url,
+        Some("alice"),
+        &json!({"decision": "approve"}),
+    )
+    .await;
+    assert_eq!(again.status, 404, "{}", again.body);
+
+    let read = get(
+        &client(),
+        &c.url(&format!("/v1/suspensions/{id}")),
+        Some("bob"),
+    )
+    .await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    assert_eq!(read.body["status"], "decided", "{}", read.body);
+    assert!(
+        read.body["result"].to_string().contains("first"),
+        "{}",
+        read.body
+    );
+    let stranger = get(
+        &client(),
+        &c.url(&format!("/v1/suspensions/{id}")),
+        Some("dave"),
+    )
+    .await;
+    assert_eq!(stranger.status, 404, "{}", stranger.body);
+}
+
+#[tokio::test]
+async fn a_restart_of_every_replica_loses_no_waiting_call() {
+    let Some(redis) = redis_or_skip("a_restart_of_every_replica_loses_no_waiting_call") else {
+        return;
+    };
+    let prefix = format!("tgrestart{}x{:x}", std::process::id(), random_u32());
+    let config = approval_config(&redis, &prefix);
+    let id = {
+        let only = Gateway::start(&config);
+        parked_id(&invoke(&only, "bob", "echo", json!({"text": "kept"})).await)
+        // The replica stops here.
+    };
+
+    let next = Gateway::start(&config);
+    let shown = get(
+        &client(),
+        &next.url(&format!("/v1/suspensions/{id}")),
+        Some("bob"),
+    )
+    .await;
+    assert_eq!(shown.status, 200, "{}", shown.body);
+    assert_eq!(shown.body["input"]["text"], "kept", "{}", shown.body);
+    let url = next.url(&format!("/v1/suspensions/{id}/resume"));
+    let approved = post(
+        &client(),
+        &url,
+        Some("alice"),
+        &json!({"decision": "approve"}),
+    )
+    .await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    assert_eq!(approved.body["output"]["text"], "kept", "{}", approved.body);
 }

@@ -44,6 +44,16 @@ pub enum RedisError {
     /// The configuration cannot work.
     #[error("invalid Redis configuration: {0}")]
     InvalidConfig(String),
+    /// The key given to encrypt waiting calls at rest
+    /// ([`RedisSuspensions::with_encryption_key`](crate::RedisSuspensions::with_encryption_key))
+    /// is not a usable AES-256 key.
+    #[error(
+        "the key for encrypting waiting calls on Redis cannot be used ({reason}): give 32 random bytes, or the 64 hexadecimal digits that `openssl rand -hex 32` prints"
+    )]
+    InvalidEncryptionKey {
+        /// What is wrong with it (never the key itself).
+        reason: String,
+    },
     /// Redis did not answer in time when connecting.
     #[error(
         "Redis at {url} could not be reached within {waited:?} ({reason}): check that it runs and that this replica can reach it, or start with `RedisState::connect_lazy` to run on the failure policies until it is back"

@@ -9,6 +9,25 @@
 //! | concurrency leases | `<prefix>:{<policy key>}:leases` (sorted set) | the latest lease's expiry |
 //! | cached result | `<prefix>:<tool>:<sha256>` (the `CacheKey`) | the entry's TTL |
 //! | cache fill lock | `<prefix>:fill:{<prefix>:<tool>:<sha256>}` | the fill wait |
+//! | waiting calls, approvals for a retry, outcomes | `<prefix>:{<prefix>:susp}:…` (see below) | each its own |
+//!
+//! Every key of the suspension store starts with one base, `<prefix>:{<prefix>:susp}`, so
+//! they all hash alike (whatever the prefix holds, the hashed part lies within the base) and
+//! its scripts, which build the keys of a call from the base, touch one slot:
+//!
+//! | what | after the base | type |
+//! |---|---|---|
+//! | waiting calls by expiry | `:calls` | sorted set (id → expiry ms) |
+//! | waiting calls by id | `:ids` | sorted set (id → 0, for `ZRANGEBYLEX`) |
+//! | a user's waiting calls | `:user:<user id>` | sorted set (id → expiry ms) |
+//! | a waiting call (held a while once taken) | `:call:<id>` | hash (`user`, `value`, `seal`, `at`, `token`, `held_by`) |
+//! | recently expired ids | `:expired` | sorted set (id → expiry ms) |
+//! | approvals for a retry by expiry | `:retries` | sorted set (approval id → expiry ms) |
+//! | a user's approvals | `:retry_user:<user id>` | sorted set (approval id → expiry ms) |
+//! | approvals of one binding | `:retry_key:<binding key>` | sorted set (approval id → kept at ms) |
+//! | an approval | `:retry:<approval id>` | hash (`user`, `value`, `seal`) |
+//! | outcomes by expiry | `:outcomes` | sorted set (id → expiry ms) |
+//! | an outcome | `:outcome:<id>` | string |
 //!
 //! Which script touches which keys, and so what must share a slot:
 //!
@@ -18,6 +37,7 @@
 //! | `acquire.lua`, `renew.lua`, the release (`ZREM`) | the leases key |
 //! | `GET`, `SET … PX`, `DEL` | the entry |
 //! | `claim.lua`, `fill.lua` | the entry and its fill lock |
+//! | the suspension store's scripts and commands | keys under its base |
 
 use toolgate_hooks::cache::CacheKey;
 
@@ -27,6 +47,15 @@ pub(crate) fn quota(prefix: &str, key: &str) -> String {
 
 pub(crate) fn leases(prefix: &str, key: &str) -> String {
     format!("{prefix}:{{{key}}}:leases")
+}
+
+/// The base of every key of the suspension store: `<prefix>:{<prefix>:susp}`, braces left
+/// out of the hash tag. Every key that starts with it hashes to one slot, unless the
+/// prefix's first `{` is followed at once by `}` (then Redis hashes whole keys): a prefix
+/// to avoid on a cluster.
+pub(crate) fn suspensions(prefix: &str) -> String {
+    let tag: String = prefix.chars().filter(|c| !matches!(c, '{' | '}')).collect();
+    format!("{prefix}:{{{tag}:susp}}")
 }
 
 /// The `CacheKey` (`toolgate:<tool>:<sha256>`) with its first part replaced by the prefix:
@@ -204,6 +233,36 @@ mod tests {
             }
         }
         assert!(locks_skipped > 0, "the names did include unlockable ones");
+    }
+
+    /// Every key of the suspension store hashes to the slot of its base, whatever the
+    /// prefix, user ids, call ids and binding keys: its scripts touch one slot.
+    #[test]
+    fn every_suspension_key_is_in_the_slot_of_its_base() {
+        let mut rng = fastrand::Rng::with_seed(34);
+        for _ in 0..20_000 {
+            let prefix = match rng.usize(..4) {
+                0 => "toolgate".to_owned(),
+                _ => awkward_name(&mut rng),
+            };
+            let base = super::suspensions(&prefix);
+            if let Some(open) = prefix.find('{')
+                && prefix[open + 1..].starts_with('}')
+            {
+                continue; // the one kind of prefix whose keys Redis hashes whole
+            }
+            let slot = super::slot(&base);
+            for (kind, name) in [
+                ("calls", String::new()),
+                ("user:", awkward_name(&mut rng)),
+                ("call:", awkward_name(&mut rng)),
+                ("retry_key:", awkward_name(&mut rng)),
+                ("outcome:", awkward_name(&mut rng)),
+            ] {
+                let key = format!("{base}:{kind}{name}");
+                assert_eq!(super::slot(&key), slot, "`{key}` and `{base}`");
+            }
+        }
     }
 
     /// Tool names a pipeline accepts (a-z, A-Z, 0-9, `_`, `-`, `.`) always get a fill lock.

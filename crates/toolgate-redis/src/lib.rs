@@ -14,7 +14,12 @@
 //!   TTL under the hook's scoped [`CacheKey`](toolgate_hooks::cache::CacheKey), size-capped,
 //!   with an optional fill lock so that one replica runs a missed call for all.
 //!
-//! [`RedisState`] connects once and builds all three on one connection — to one Redis
+//! It also keeps the calls that wait for a person — [`RedisSuspensions`]
+//! ([`SuspensionStore`](toolgate_core::suspension::SuspensionStore)) — shared by every
+//! replica and kept across restarts, under exact per-user and total caps, optionally
+//! encrypted at rest.
+//!
+//! [`RedisState`] connects once and builds all of them on one connection — to one Redis
 //! node, or to a Redis Cluster ([`RedisState::connect_cluster`], [`ClusterNodes`], or a
 //! `redis+cluster://host1:port1,host2:port2` URL), where every script keeps its keys in one
 //! slot and the backends work unchanged.
@@ -70,6 +75,7 @@ mod link;
 mod quota;
 mod state;
 mod stats;
+mod suspensions;
 mod topology;
 
 pub use cache::{CACHE_OVERSIZE, CacheStats, RedisCache};
@@ -82,6 +88,7 @@ pub use link::REDIS_UP;
 pub use quota::{QuotaFailurePolicy, RedisQuota};
 pub use state::RedisState;
 pub use stats::{UNAVAILABLE_DECISIONS, UnavailableDecisions};
+pub use suspensions::RedisSuspensions;
 
 /// The guide `docs/scaling.md`, compiled as a doctest so that it always matches the real
 /// API.

@@ -10,7 +10,12 @@ use crate::config::TlsFiles;
 use crate::error::masked;
 use crate::link::{Connection, Link, Source};
 use crate::topology::FollowedCluster;
-use crate::{ClusterNodes, RedisCache, RedisConcurrency, RedisConfig, RedisError, RedisQuota};
+use toolgate_core::suspension::SuspensionLimits;
+
+use crate::{
+    ClusterNodes, RedisCache, RedisConcurrency, RedisConfig, RedisError, RedisQuota,
+    RedisSuspensions,
+};
 
 /// How often the cluster client tries a command again after a redirect (`MOVED`, `ASK`),
 /// a `CLUSTERDOWN`/`TRYAGAIN`, or a lost node, and the pauses between tries: short, since
@@ -299,6 +304,13 @@ impl RedisState {
             self.config.cache_max_value_bytes,
             self.config.cache_fill_wait,
         )
+    }
+
+    /// The suspension store: calls waiting for approval, approvals for a retry and decided
+    /// outcomes, shared by every replica on this Redis and bounded by `limits`; see
+    /// [`RedisSuspensions`].
+    pub fn suspensions(&self, limits: SuspensionLimits) -> RedisSuspensions {
+        RedisSuspensions::new(self.link.clone(), limits)
     }
 
     /// The configuration.

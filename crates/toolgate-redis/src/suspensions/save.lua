@@ -1,0 +1,54 @@
+-- Keeps a waiting call, or refuses it past a cap; exact, since Redis runs one script at a
+-- time and every count is of the calls not expired by the server's clock.
+--
+-- KEYS[1]  <base>:calls
+-- ARGV     base, id, user id, value, the call's own expiry in ms ('' for none),
+--          expire_after ms, max_per_user, max_total, how long expired ids are remembered (ms),
+--          the fingerprint of the key that sealed the value, a token of this save (for
+--          undo.lua)
+-- returns  {'ok', expiry ms} | {'user_full', 0} | {'full', 0}
+
+local base, id, user, value = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local given = tonumber(ARGV[5])
+local expire_after, per_user = tonumber(ARGV[6]), tonumber(ARGV[7])
+local total, keep = tonumber(ARGV[8]), tonumber(ARGV[9])
+local calls = KEYS[1]
+
+-- Expired calls leave first (a bounded batch; the counts below skip the rest anyway).
+local gone = redis.call('ZRANGEBYSCORE', calls, '-inf', now, 'WITHSCORES', 'LIMIT', 0, 128)
+for i = 1, #gone, 2 do
+  forget(base, gone[i])
+  remember(base, gone[i], tonumber(gone[i + 1]), keep, total)
+end
+
+local mine = base .. ':user:' .. user
+redis.call('ZREMRANGEBYSCORE', mine, '-inf', now)
+if redis.call('ZCOUNT', mine, '(' .. now, '+inf') >= per_user then
+  return {'user_full', 0}
+end
+if redis.call('ZCOUNT', calls, '(' .. now, '+inf') >= total then
+  return {'full', 0}
+end
+
+local at = now + expire_after
+if given and given < at then
+  at = given
+end
+-- A call saved again under its id replaces the one before.
+forget(base, id)
+redis.call('ZREM', base .. ':expired', id)
+if at <= now then
+  remember(base, id, at, keep, total)
+  return {'ok', at}
+end
+
+local row = base .. ':call:' .. id
+redis.call('HSET', row, 'user', user, 'value', value, 'seal', ARGV[10], 'at', at, 'token', ARGV[11])
+redis.call('PEXPIRE', row, at - now)
+redis.call('ZADD', calls, at, id)
+redis.call('ZADD', base .. ':ids', 0, id)
+redis.call('ZADD', mine, at, id)
+extend(calls, at - now + keep)
+extend(base .. ':ids', at - now + keep)
+extend(mine, at - now)
+return {'ok', at}

@@ -1,0 +1,333 @@
+//! The operations of the store ([`SuspensionStore`]): each one Lua script, or one
+//! command, under the deadline.
+
+use toolgate_core::external::async_trait;
+use toolgate_core::suspension::{
+    DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionStore,
+    SuspensionStoreError,
+};
+
+use super::values::{Place, call_place};
+use super::{
+    FETCH, HOLD_MS, KEEP_OUTCOME, KEEP_RETRY, LATEST_MS, LOOKUP, PAGE, RedisSuspensions, SAVE,
+    USE_RETRY, instant, millis, span_ms, unavailable, unexpected,
+};
+
+impl RedisSuspensions {
+    /// Reads, or takes, the call `id`.
+    async fn lookup(
+        &self,
+        id: &str,
+        take: bool,
+    ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        let limits = self.limits();
+        let token = self.link.unique_id();
+        let mut invocation = LOOKUP.prepare_invoke();
+        invocation
+            .key(self.key("calls"))
+            .arg(&*self.base)
+            .arg(id)
+            .arg(if take { "1" } else { "0" })
+            .arg(limits.max_total)
+            .arg(span_ms(limits.expire_after))
+            .arg(&*self.seal_id)
+            .arg(&token)
+            .arg(HOLD_MS);
+        let answer = self.try_run(&invocation).await;
+        let (status, value, at): (String, Option<Vec<u8>>, u64) = match answer {
+            Ok(answer) => answer,
+            Err(failure) => {
+                if take {
+                    self.undo_later(id, "take", token);
+                }
+                return Err(unavailable(failure));
+            }
+        };
+        match status.as_str() {
+            "none" => Ok(None),
+            "expired" => Err(SuspensionStoreError::Expired { id: id.to_owned() }),
+            "ok" | "sealed" => {
+                let decoded = self.decode(&call_place(id), &value.unwrap_or_default());
+                if take && status == "ok" && decoded.is_err() {
+                    // Taken but unreadable: put back rather than lost.
+                    self.undo_later(id, "take", token);
+                }
+                let mut suspended: SuspendedInvocation = decoded?;
+                if status == "sealed" {
+                    // Left in place: another key sealed it, though this one opened it.
+                    return Err(SuspensionStoreError::Unavailable(format!(
+                        "the waiting call `{id}` was kept by a replica with another encryption key: give every replica the same key"
+                    )));
+                }
+                suspended.expires_at = Some(instant(at));
+                Ok(Some(suspended))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// The calls among `ids` still waiting, decoded, that match `filter`; those this
+    /// replica cannot read are left out (and logged).
+    async fn fetch(
+        &self,
+        ids: &[String],
+        filter: &SuspensionFilter,
+    ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = FETCH.prepare_invoke();
+        invocation.key(self.key("calls")).arg(&*self.base).arg(ids);
+        let found: Vec<(String, Vec<u8>, u64)> = self.run(&invocation).await?;
+        let mut calls = Vec::with_capacity(found.len());
+        for (id, value, at) in found {
+            // A call this replica cannot read (another key sealed it, during a key change
+            // say) is one it cannot decide either: left out, with the reason in the log,
+            // rather than failing the listing of every call it can.
+            let mut suspended: SuspendedInvocation = match self.decode(&call_place(&id), &value) {
+                Ok(suspended) => suspended,
+                Err(error) => {
+                    tracing::warn!(suspension_id = %id, %error, "a waiting call on Redis is left out of a listing");
+                    continue;
+                }
+            };
+            suspended.expires_at = Some(instant(at));
+            if filter.matches(&suspended) {
+                calls.push(suspended);
+            }
+        }
+        Ok(calls)
+    }
+
+    /// One page of ids from the index `key`, after `cursor` (a `ZRANGEBYLEX` bound).
+    async fn ids_after(&self, cursor: &str) -> Result<Vec<String>, SuspensionStoreError> {
+        let mut command = redis::cmd("ZRANGEBYLEX");
+        command
+            .arg(self.key("ids"))
+            .arg(cursor)
+            .arg("+")
+            .arg("LIMIT")
+            .arg(0)
+            .arg(PAGE);
+        let mut connection = self.link.connection();
+        self.link
+            .within(command.query_async(&mut connection))
+            .await
+            .map_err(unavailable)
+    }
+
+    /// The ids of `user`'s calls (expired ones not yet removed included), in id order.
+    async fn ids_of(&self, user: &str) -> Result<Vec<String>, SuspensionStoreError> {
+        let mut command = redis::cmd("ZRANGE");
+        command
+            .arg(self.key(&format!("user:{user}")))
+            .arg(0)
+            .arg(-1);
+        let mut connection = self.link.connection();
+        let mut ids: Vec<String> = self
+            .link
+            .within(command.query_async(&mut connection))
+            .await
+            .map_err(unavailable)?;
+        ids.sort_unstable();
+        Ok(ids)
+    }
+}
+
+#[async_trait]
+impl SuspensionStore for RedisSuspensions {
+    async fn save(&self, suspended: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
+        let limits = self.limits();
+        let value = self.encode(&call_place(&suspended.id), &suspended)?;
+        let token = self.link.unique_id();
+        let given = suspended
+            .expires_at
+            .map(|at| millis(at).to_string())
+            .unwrap_or_default();
+        let mut invocation = SAVE.prepare_invoke();
+        invocation
+            .key(self.key("calls"))
+            .arg(&*self.base)
+            .arg(&suspended.id)
+            .arg(&suspended.user.id)
+            .arg(value)
+            .arg(given)
+            .arg(span_ms(limits.expire_after))
+            .arg(limits.max_per_user)
+            .arg(limits.max_total)
+            .arg(span_ms(limits.expire_after))
+            .arg(&*self.seal_id)
+            .arg(&token);
+        let (status, _expiry): (String, u64) = match self.try_run(&invocation).await {
+            Ok(answer) => answer,
+            Err(failure) => {
+                self.undo_later(&suspended.id, "save", token);
+                return Err(unavailable(failure));
+            }
+        };
+        match status.as_str() {
+            "ok" => Ok(()),
+            "user_full" => Err(SuspensionStoreError::UserFull {
+                user: suspended.user.id,
+                max: limits.max_per_user,
+            }),
+            "full" => Err(SuspensionStoreError::Full {
+                max: limits.max_total,
+            }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn take(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        self.lookup(id, true).await
+    }
+
+    async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        self.lookup(id, false).await
+    }
+
+    async fn list(
+        &self,
+        filter: &SuspensionFilter,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
+        let mut listed = Vec::new();
+        if limit == 0 {
+            return Ok(listed);
+        }
+        if let Some(user) = &filter.user {
+            // At most `max_per_user` ids (plus expired ones not yet removed): the user's
+            // own index, not a scan of everyone's.
+            let mut ids = self.ids_of(user).await?;
+            ids.retain(|id| after.is_none_or(|after| id.as_str() > after));
+            for page in ids.chunks(PAGE) {
+                listed.extend(self.fetch(page, filter).await?);
+                if listed.len() >= limit {
+                    break;
+                }
+            }
+        } else {
+            let mut cursor = after.map_or_else(|| "-".to_owned(), |after| format!("({after}"));
+            loop {
+                let ids = self.ids_after(&cursor).await?;
+                listed.extend(self.fetch(&ids, filter).await?);
+                match ids.last() {
+                    Some(last) if ids.len() == PAGE && listed.len() < limit => {
+                        cursor = format!("({last}");
+                    }
+                    _ => break,
+                }
+            }
+        }
+        listed.truncate(limit);
+        Ok(listed)
+    }
+
+    async fn keep_retry_approval(
+        &self,
+        approval: RetryApproval,
+    ) -> Result<(), SuspensionStoreError> {
+        let limits = self.limits();
+        let key = approval.binding.key();
+        let place = Place {
+            kind: "retry approval",
+            id: &key,
+        };
+        let value = self.encode(&place, &approval)?;
+        let mut invocation = KEEP_RETRY.prepare_invoke();
+        invocation
+            .key(self.key("retries"))
+            .arg(&*self.base)
+            .arg(self.link.unique_id())
+            .arg(&approval.binding.user)
+            .arg(&key)
+            .arg(value)
+            .arg(millis(approval.expires_at).min(LATEST_MS))
+            .arg(limits.max_per_user)
+            .arg(limits.max_total)
+            .arg(&*self.seal_id);
+        let status: String = self.run(&invocation).await?;
+        match status.as_str() {
+            "ok" => Ok(()),
+            "user_full" => Err(SuspensionStoreError::UserFull {
+                user: approval.binding.user,
+                max: limits.max_per_user,
+            }),
+            "full" => Err(SuspensionStoreError::Full {
+                max: limits.max_total,
+            }),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn use_retry_approval(
+        &self,
+        key: &str,
+    ) -> Result<Option<RetryApproval>, SuspensionStoreError> {
+        let mut invocation = USE_RETRY.prepare_invoke();
+        invocation
+            .key(self.key("retries"))
+            .arg(&*self.base)
+            .arg(key)
+            .arg(&*self.seal_id);
+        let (status, value): (String, Option<Vec<u8>>) = self.run(&invocation).await?;
+        let place = Place {
+            kind: "retry approval",
+            id: key,
+        };
+        match status.as_str() {
+            "none" => Ok(None),
+            "ok" => self.decode(&place, &value.unwrap_or_default()).map(Some),
+            "sealed" => {
+                // Left in place: decode says why this replica cannot use it.
+                self.decode::<RetryApproval>(&place, &value.unwrap_or_default())?;
+                Err(SuspensionStoreError::Unavailable(
+                    "an approval for a retry was kept by a replica with another encryption key: give every replica the same key".to_owned(),
+                ))
+            }
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
+        let limits = self.limits();
+        let place = Place {
+            kind: "outcome",
+            id: &outcome.id,
+        };
+        let value = self.encode(&place, &outcome)?;
+        let until = millis(outcome.decided_at)
+            .saturating_add(span_ms(limits.expire_after))
+            .min(LATEST_MS);
+        let mut invocation = KEEP_OUTCOME.prepare_invoke();
+        invocation
+            .key(self.key("outcomes"))
+            .arg(&*self.base)
+            .arg(&outcome.id)
+            .arg(value)
+            .arg(until)
+            .arg(limits.max_total);
+        let status: String = self.run(&invocation).await?;
+        match status.as_str() {
+            "ok" => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    async fn outcome(&self, id: &str) -> Result<Option<DecidedCall>, SuspensionStoreError> {
+        let mut command = redis::cmd("GET");
+        command.arg(self.key(&format!("outcome:{id}")));
+        let mut connection = self.link.connection();
+        let value: Option<Vec<u8>> = self
+            .link
+            .within(command.query_async(&mut connection))
+            .await
+            .map_err(unavailable)?;
+        let place = Place {
+            kind: "outcome",
+            id,
+        };
+        value.map(|value| self.decode(&place, &value)).transpose()
+    }
+}

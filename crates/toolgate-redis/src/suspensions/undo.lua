@@ -1,0 +1,42 @@
+-- Undoes a save or a take whose answer was lost on the way (the replica gave up at its
+-- deadline, and told its caller so), if it happened: a save the caller was told failed
+-- must not wait for an approver, and a take whose call nobody received must leave it
+-- waiting. Each is recognised by its token, so nothing another replica did is undone.
+--
+-- KEYS[1]  <base>:calls
+-- ARGV     base, id, 'save' or 'take', the token, max_total, how long expired ids are
+--          remembered (ms)
+-- returns  'undone' | 'no' (not there, not yet there, or not that save's or take's)
+
+local base, id, what, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local total, keep = tonumber(ARGV[5]), tonumber(ARGV[6])
+local row = base .. ':call:' .. id
+local found = redis.call('HMGET', row, 'user', 'at', 'token', 'held_by')
+
+if what == 'save' then
+  if found[3] ~= token or found[4] then
+    return 'no'
+  end
+  forget(base, id)
+  return 'undone'
+end
+
+if found[4] ~= token then
+  return 'no'
+end
+local at = tonumber(found[2])
+redis.call('HDEL', row, 'held_by')
+if at <= now then
+  forget(base, id)
+  remember(base, id, at, keep, total)
+  return 'undone'
+end
+local mine = base .. ':user:' .. found[1]
+redis.call('PEXPIRE', row, at - now)
+redis.call('ZADD', KEYS[1], at, id)
+redis.call('ZADD', base .. ':ids', 0, id)
+redis.call('ZADD', mine, at, id)
+extend(KEYS[1], at - now + keep)
+extend(base .. ':ids', at - now + keep)
+extend(mine, at - now)
+return 'undone'

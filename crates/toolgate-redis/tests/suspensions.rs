@@ -1,0 +1,966 @@
+//! The suspension store on Redis: calls parked on one replica and decided on another (store
+//! and whole pipelines), the caps exact across replicas under concurrency, expiry, a reload
+//! of the bounds, approvals for a retry used once, outcomes, a restart, every key with an
+//! expiry, encryption at rest, Redis away, and a Redis Cluster.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures::future::join_all;
+use redis::AsyncCommands;
+use serde_json::{Map, json};
+use toolgate_core::approval::CallBinding;
+use toolgate_core::hook::hook_fn;
+use toolgate_core::suspension::ResumeDecision;
+use toolgate_core::suspension::{
+    DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionLimits,
+    SuspensionStore, SuspensionStoreError,
+};
+use toolgate_core::{InvokeOptions, JsonTool, Pipeline, Stage, ToolError, User};
+use toolgate_redis::{RedisConfig, RedisState, RedisSuspensions};
+
+use common::cluster::Cluster;
+use common::{Proxy, config, connect, inspect, keys_under, namespace, redis_or_skip};
+
+const KEY: &str = "8f3c1e0a9b7d5f2e4c6a8b0d1f3e5a7c9b2d4f6e8a0c1e3b5d7f9a2c4e6b8d0f";
+const OTHER_KEY: &str = "0000000000000000000000000000000000000000000000000000000000000001";
+
+/// A call of `user` waiting for approval, with an input that names a secret plan.
+fn call(id: &str, user: &str) -> SuspendedInvocation {
+    SuspendedInvocation {
+        id: id.into(),
+        tool: "launch-rocket".into(),
+        tool_version: "1".into(),
+        session_id: None,
+        request_id: format!("req-{id}"),
+        user: User::new(user),
+        input: json!({"target": "the-moon", "plan": "liftoff at dawn"}),
+        output: None,
+        metadata: Map::new(),
+        stage: Stage::WillRedactInput,
+        reason: "needs approval".into(),
+        payload: json!({"ask": "launch?"}),
+        suspended_at: SystemTime::now(),
+        expires_at: None,
+        binding: None,
+    }
+}
+
+fn limits(per_user: usize, total: usize, expire_after: Duration) -> SuspensionLimits {
+    SuspensionLimits {
+        max_per_user: per_user,
+        max_total: total,
+        expire_after,
+    }
+}
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// A replica of its own: a new connection to Redis under `prefix`, with a deadline a busy
+/// test machine meets.
+async fn replica(url: &str, prefix: &str, limits: SuspensionLimits) -> RedisSuspensions {
+    connect(url, config(prefix).deadline(Duration::from_secs(5)))
+        .await
+        .suspensions(limits)
+}
+
+fn ids(calls: &[SuspendedInvocation]) -> Vec<&str> {
+    calls.iter().map(|call| call.id.as_str()).collect()
+}
+
+fn approval(user: &str, n: u64, expires_in: Duration) -> RetryApproval {
+    RetryApproval {
+        binding: CallBinding {
+            user: user.into(),
+            tool: "launch-rocket".into(),
+            definition: "sha256:d".into(),
+            input: toolgate_core::approval::digest(&json!({"n": n})),
+            generation: String::new(),
+        },
+        suspension_id: format!("s{n}"),
+        decided_by: Some("boss".into()),
+        decided_at: SystemTime::now(),
+        expires_at: SystemTime::now() + expires_in,
+    }
+}
+
+fn decided(id: &str) -> DecidedCall {
+    DecidedCall {
+        id: id.into(),
+        user: "ann".into(),
+        result: json!({"output": format!("done {id}")}),
+        decided_at: SystemTime::now(),
+    }
+}
+
+#[tokio::test]
+async fn a_call_parked_on_one_replica_is_listed_read_and_taken_on_another() {
+    let Some(url) =
+        redis_or_skip("a_call_parked_on_one_replica_is_listed_read_and_taken_on_another").await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let a = replica(&url, &prefix, limits(10, 100, HOUR)).await;
+    let b = replica(&url, &prefix, limits(10, 100, HOUR)).await;
+    let c = replica(&url, &prefix, limits(10, 100, HOUR)).await;
+    let parked = call("susp-1", "ann");
+
+    a.save(parked.clone()).await.unwrap();
+
+    let listed = b
+        .list(&SuspensionFilter::default(), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&listed), ["susp-1"]);
+    let read = b.get("susp-1").await.unwrap().expect("waits");
+    let expires_at = read.expires_at.expect("stamped with its expiry");
+    let wait = expires_at.duration_since(SystemTime::now()).unwrap();
+    assert!(wait > HOUR - Duration::from_secs(60) && wait <= HOUR + Duration::from_secs(60));
+    assert_eq!(
+        SuspendedInvocation {
+            expires_at: None,
+            ..read.clone()
+        },
+        parked
+    );
+    assert_eq!(b.take("susp-1").await.unwrap(), Some(read));
+    assert_eq!(c.take("susp-1").await.unwrap(), None, "taken once");
+    assert_eq!(a.get("susp-1").await.unwrap(), None);
+    assert!(
+        a.list(&SuspensionFilter::default(), None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_saves_from_two_replicas_keep_exactly_the_per_user_cap() {
+    let Some(url) =
+        redis_or_skip("concurrent_saves_from_two_replicas_keep_exactly_the_per_user_cap").await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let a = replica(&url, &prefix, limits(5, 1000, HOUR)).await;
+    let b = replica(&url, &prefix, limits(5, 1000, HOUR)).await;
+
+    let saves = (0..40).map(|i| {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tokio::spawn(async move { store.save(call(&format!("m{i:02}"), "mallory")).await })
+    });
+    let answers: Vec<_> = join_all(saves)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+
+    let kept = answers.iter().filter(|answer| answer.is_ok()).count();
+    let refused = answers
+        .iter()
+        .filter(|answer| {
+            matches!(answer, Err(SuspensionStoreError::UserFull { user, max: 5 }) if user == "mallory")
+        })
+        .count();
+    assert_eq!((kept, refused), (5, 35), "{answers:?}");
+    let mallory = SuspensionFilter {
+        user: Some("mallory".into()),
+        ..SuspensionFilter::default()
+    };
+    assert_eq!(b.list(&mallory, None, 100).await.unwrap().len(), 5);
+    a.save(call("ann-1", "ann"))
+        .await
+        .expect("other users still park");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_saves_of_many_users_keep_exactly_the_total_cap() {
+    let Some(url) =
+        redis_or_skip("concurrent_saves_of_many_users_keep_exactly_the_total_cap").await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let a = replica(&url, &prefix, limits(5, 7, HOUR)).await;
+    let b = replica(&url, &prefix, limits(5, 7, HOUR)).await;
+
+    let saves = (0..30).map(|i| {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tokio::spawn(async move {
+            store
+                .save(call(&format!("c{i:02}"), &format!("u{i}")))
+                .await
+        })
+    });
+    let answers: Vec<_> = join_all(saves)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+
+    let kept = answers.iter().filter(|answer| answer.is_ok()).count();
+    let full = answers
+        .iter()
+        .filter(|answer| matches!(answer, Err(SuspensionStoreError::Full { max: 7 })))
+        .count();
+    assert_eq!((kept, full), (7, 23), "{answers:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn of_concurrent_takes_of_one_call_on_two_replicas_exactly_one_gets_it() {
+    let Some(url) =
+        redis_or_skip("of_concurrent_takes_of_one_call_on_two_replicas_exactly_one_gets_it").await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let a = replica(&url, &prefix, limits(10, 100, HOUR)).await;
+    let b = replica(&url, &prefix, limits(10, 100, HOUR)).await;
+    a.save(call("once", "ann")).await.unwrap();
+
+    let takes = (0..20).map(|i| {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tokio::spawn(async move { store.take("once").await })
+    });
+    let answers: Vec<_> = join_all(takes)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+
+    let got = answers
+        .iter()
+        .filter(|answer| matches!(answer, Ok(Some(_))))
+        .count();
+    let none = answers
+        .iter()
+        .filter(|answer| matches!(answer, Ok(None)))
+        .count();
+    assert_eq!((got, none), (1, 19), "{answers:?}");
+}
+
+#[tokio::test]
+async fn a_call_past_its_expiry_answers_expired_on_every_replica_and_frees_its_place() {
+    let Some(url) = redis_or_skip(
+        "a_call_past_its_expiry_answers_expired_on_every_replica_and_frees_its_place",
+    )
+    .await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let second = Duration::from_secs(1);
+    let a = replica(&url, &prefix, limits(1, 100, second)).await;
+    let b = replica(&url, &prefix, limits(1, 100, second)).await;
+    a.save(call("first", "ann")).await.unwrap();
+    let mut sooner = call("sooner", "bob");
+    sooner.expires_at = Some(SystemTime::now() + Duration::from_millis(300));
+    b.save(sooner).await.unwrap();
+    assert!(matches!(
+        b.save(call("second", "ann")).await,
+        Err(SuspensionStoreError::UserFull { max: 1, .. })
+    ));
+    assert!(b.get("first").await.unwrap().is_some());
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        a.get("sooner").await,
+        Err(SuspensionStoreError::Expired {
+            id: "sooner".into()
+        }),
+        "the call's own expiry, sooner than expire_after, holds"
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+
+    assert!(
+        b.list(&SuspensionFilter::default(), None, 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "an expired call is not listed"
+    );
+    b.save(call("second", "ann"))
+        .await
+        .expect("the expired call no longer counts");
+    let expired = SuspensionStoreError::Expired { id: "first".into() };
+    assert_eq!(a.take("first").await, Err(expired.clone()));
+    assert_eq!(b.get("first").await, Err(expired));
+    assert_eq!(b.get("never").await, Ok(None));
+    assert_eq!(
+        ids(&a
+            .list(&SuspensionFilter::default(), None, 10)
+            .await
+            .unwrap()),
+        ["second"]
+    );
+}
+
+#[tokio::test]
+async fn a_listing_pages_in_id_order_with_filters_and_skips_expired_calls() {
+    let Some(url) =
+        redis_or_skip("a_listing_pages_in_id_order_with_filters_and_skips_expired_calls").await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let store = replica(&url, &prefix, limits(500, 1000, HOUR)).await;
+    // More than a page of Redis reads, for the cursor.
+    for i in 0..450 {
+        store.save(call(&format!("e{i:03}"), "eve")).await.unwrap();
+    }
+    let mut old = call("a-old", "ann");
+    let old_expires = SystemTime::now() + Duration::from_secs(1);
+    old.expires_at = Some(old_expires);
+    store.save(old).await.unwrap();
+    let since = SystemTime::now();
+    for (id, user) in [("b", "bob"), ("c", "ann"), ("d", "ann")] {
+        store.save(call(id, user)).await.unwrap();
+    }
+    let ann = SuspensionFilter {
+        user: Some("ann".into()),
+        ..SuspensionFilter::default()
+    };
+    let all = SuspensionFilter::default();
+
+    let first = store.list(&ann, None, 2).await.unwrap();
+    let second = store.list(&ann, Some("c"), 2).await.unwrap();
+    let recent = store
+        .list(
+            &SuspensionFilter {
+                since: Some(since),
+                ..SuspensionFilter::default()
+            },
+            None,
+            3,
+        )
+        .await
+        .unwrap();
+    let other_tool = SuspensionFilter {
+        tool: Some("other".into()),
+        ..SuspensionFilter::default()
+    };
+    let everyone = store.list(&all, None, 1000).await.unwrap();
+    let late_page = store.list(&all, Some("e300"), 5).await.unwrap();
+    tokio::time::sleep(
+        old_expires
+            .duration_since(SystemTime::now())
+            .unwrap_or_default(),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let after_expiry = store.list(&ann, None, 10).await.unwrap();
+
+    assert_eq!(ids(&first), ["a-old", "c"]);
+    assert_eq!(ids(&second), ["d"]);
+    assert_eq!(ids(&recent), ["b", "c", "d"]);
+    assert!(store.list(&other_tool, None, 10).await.unwrap().is_empty());
+    assert_eq!(everyone.len(), 454);
+    assert!(everyone.windows(2).all(|w| w[0].id < w[1].id), "id order");
+    assert_eq!(ids(&late_page), ["e301", "e302", "e303", "e304", "e305"]);
+    assert_eq!(
+        ids(&after_expiry),
+        ["c", "d"],
+        "the expired call is not listed"
+    );
+    assert!(store.list(&all, None, 0).await.unwrap().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_retry_approval_is_used_once_across_replicas_under_concurrency() {
+    let Some(url) =
+        redis_or_skip("a_retry_approval_is_used_once_across_replicas_under_concurrency").await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let a = replica(&url, &prefix, limits(2, 3, HOUR)).await;
+    let b = replica(&url, &prefix, limits(2, 3, HOUR)).await;
+    let kept = approval("ann", 1, HOUR);
+    let key = kept.binding.key();
+    a.keep_retry_approval(kept.clone()).await.unwrap();
+
+    let uses = (0..20).map(|i| {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let key = key.clone();
+        tokio::spawn(async move { store.use_retry_approval(&key).await })
+    });
+    let answers: Vec<_> = join_all(uses)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+
+    let used: Vec<_> = answers
+        .iter()
+        .filter_map(|answer| answer.as_ref().unwrap().as_ref())
+        .collect();
+    assert_eq!(used, [&kept], "used exactly once");
+    let other = approval("bob", 1, HOUR).binding.key();
+    assert_eq!(b.use_retry_approval(&other).await, Ok(None));
+
+    // Capped per user and in all, counted apart from waiting calls; void past its expiry.
+    a.keep_retry_approval(approval("ann", 2, Duration::from_secs(1)))
+        .await
+        .unwrap();
+    b.keep_retry_approval(approval("ann", 3, HOUR))
+        .await
+        .unwrap();
+    assert!(matches!(
+        a.keep_retry_approval(approval("ann", 4, HOUR)).await,
+        Err(SuspensionStoreError::UserFull { max: 2, .. })
+    ));
+    b.keep_retry_approval(approval("bob", 1, HOUR))
+        .await
+        .unwrap();
+    assert_eq!(
+        a.keep_retry_approval(approval("cat", 1, HOUR)).await,
+        Err(SuspensionStoreError::Full { max: 3 })
+    );
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let late = approval("ann", 2, HOUR).binding.key();
+    assert_eq!(
+        a.use_retry_approval(&late).await,
+        Ok(None),
+        "void past its expiry"
+    );
+    a.keep_retry_approval(approval("ann", 5, HOUR))
+        .await
+        .expect("the void approval freed its place");
+    a.save(call("waits", "ann")).await.expect("counted apart");
+}
+
+#[tokio::test]
+async fn an_outcome_kept_on_one_replica_is_read_on_another_replaced_and_capped() {
+    let Some(url) =
+        redis_or_skip("an_outcome_kept_on_one_replica_is_read_on_another_replaced_and_capped")
+            .await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let a = replica(&url, &prefix, limits(5, 2, HOUR)).await;
+    let b = replica(&url, &prefix, limits(5, 2, HOUR)).await;
+
+    let first = decided("x");
+    a.keep_outcome(first.clone()).await.unwrap();
+    assert_eq!(b.outcome("x").await.unwrap(), Some(first));
+    let mut again = decided("x");
+    again.result = json!({"output": "replaced"});
+    b.keep_outcome(again.clone()).await.unwrap();
+    assert_eq!(a.outcome("x").await.unwrap(), Some(again));
+    a.keep_outcome(decided("y")).await.unwrap();
+    a.keep_outcome(decided("z")).await.unwrap();
+    assert_eq!(
+        b.outcome("x").await.unwrap(),
+        None,
+        "the oldest went past the cap"
+    );
+    assert!(b.outcome("z").await.unwrap().is_some());
+    let mut stale = decided("old");
+    stale.decided_at = SystemTime::now() - 2 * HOUR;
+    a.keep_outcome(stale).await.unwrap();
+    assert_eq!(
+        b.outcome("old").await.unwrap(),
+        None,
+        "past expire_after already"
+    );
+    assert_eq!(b.outcome("never").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn a_restart_of_every_replica_loses_nothing() {
+    let Some(url) = redis_or_skip("a_restart_of_every_replica_loses_nothing").await else {
+        return;
+    };
+    let prefix = namespace();
+    let retry = approval("ann", 7, HOUR);
+    let outcome = decided("done");
+    {
+        let before = replica(&url, &prefix, limits(10, 100, HOUR))
+            .await
+            .with_encryption_key(KEY.as_bytes())
+            .unwrap();
+        before.save(call("waits", "ann")).await.unwrap();
+        before.keep_retry_approval(retry.clone()).await.unwrap();
+        before.keep_outcome(outcome.clone()).await.unwrap();
+    } // the store, its state and its connection are gone
+
+    let after = replica(&url, &prefix, limits(10, 100, HOUR))
+        .await
+        .with_encryption_key(KEY.as_bytes())
+        .unwrap();
+
+    assert_eq!(
+        ids(&after
+            .list(&SuspensionFilter::default(), None, 10)
+            .await
+            .unwrap()),
+        ["waits"]
+    );
+    assert_eq!(after.take("waits").await.unwrap().unwrap().user.id, "ann");
+    assert_eq!(
+        after.use_retry_approval(&retry.binding.key()).await,
+        Ok(Some(retry))
+    );
+    assert_eq!(after.outcome("done").await, Ok(Some(outcome)));
+}
+
+#[tokio::test]
+async fn every_key_the_store_writes_has_an_expiry() {
+    let Some(url) = redis_or_skip("every_key_the_store_writes_has_an_expiry").await else {
+        return;
+    };
+    let prefix = namespace();
+    let a = replica(&url, &prefix, limits(3, 100, HOUR)).await;
+    let b = replica(&url, &prefix, limits(3, 100, Duration::from_secs(5))).await;
+    for i in 0..3 {
+        a.save(call(&format!("a{i}"), "ann")).await.unwrap();
+    }
+    let mut short = call("short", "bob");
+    short.expires_at = Some(SystemTime::now() + Duration::from_millis(200));
+    b.save(short).await.unwrap();
+    b.take("a0").await.unwrap();
+    a.list(&SuspensionFilter::default(), None, 10)
+        .await
+        .unwrap();
+    let retry = approval("ann", 1, HOUR);
+    a.keep_retry_approval(retry.clone()).await.unwrap();
+    a.keep_retry_approval(approval("ann", 2, HOUR))
+        .await
+        .unwrap();
+    b.use_retry_approval(&retry.binding.key()).await.unwrap();
+    a.keep_outcome(decided("a0")).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The short call expires and is remembered as expired.
+    assert!(b.get("short").await.is_err());
+    a.save(call("a3", "bob")).await.unwrap();
+
+    let keys = keys_under(&url, &prefix).await;
+    let mut connection = inspect(&url).await;
+    for kind in [
+        ":calls",
+        ":ids",
+        ":user:ann",
+        ":call:a1",
+        ":expired",
+        ":retries",
+        ":retry_user:ann",
+        ":retry_key:",
+        ":retry:",
+        ":outcomes",
+        ":outcome:a0",
+    ] {
+        assert!(
+            keys.iter().any(|key| key.contains(kind)),
+            "a `{kind}` key was written: {keys:?}"
+        );
+    }
+    for key in keys {
+        let pttl: i64 = connection.pttl(&key).await.unwrap();
+        assert!(pttl > 0 || pttl == -2, "`{key}` has no expiry ({pttl})");
+    }
+}
+
+#[tokio::test]
+async fn with_a_key_nothing_of_a_call_is_readable_on_redis_and_another_key_gets_a_clear_error() {
+    let Some(url) = redis_or_skip(
+        "with_a_key_nothing_of_a_call_is_readable_on_redis_and_another_key_gets_a_clear_error",
+    )
+    .await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let sealed = replica(&url, &prefix, limits(10, 100, HOUR))
+        .await
+        .with_encryption_key(KEY.as_bytes())
+        .unwrap();
+    let retry = approval("ann", 1, HOUR);
+    sealed.save(call("secret", "ann")).await.unwrap();
+    sealed.keep_retry_approval(retry.clone()).await.unwrap();
+    sealed.keep_outcome(decided("secret")).await.unwrap();
+
+    let mut connection = inspect(&url).await;
+    let base = sealed.key_base();
+    let row: Vec<u8> = connection
+        .hget(format!("{base}:call:secret"), "value")
+        .await
+        .unwrap();
+    let outcome: Vec<u8> = connection
+        .get(format!("{base}:outcome:secret"))
+        .await
+        .unwrap();
+    let mut stored = vec![row.clone(), outcome];
+    for key in keys_under(&url, &prefix).await {
+        if key.contains(":retry:") {
+            stored.push(connection.hget(&key, "value").await.unwrap());
+        }
+    }
+    assert_eq!(stored.len(), 3);
+    for value in &stored {
+        for clear in [
+            &b"liftoff"[..],
+            b"the-moon",
+            b"launch-rocket",
+            b"done secret",
+            b"boss",
+        ] {
+            assert!(
+                !value.windows(clear.len()).any(|w| w == clear),
+                "`{}` is readable on Redis",
+                String::from_utf8_lossy(clear)
+            );
+        }
+    }
+
+    let other = replica(&url, &prefix, limits(10, 100, HOUR))
+        .await
+        .with_encryption_key(OTHER_KEY.as_bytes())
+        .unwrap();
+    let plain = replica(&url, &prefix, limits(10, 100, HOUR)).await;
+    for answer in [
+        other.get("secret").await,
+        other.take("secret").await,
+        plain.take("secret").await,
+    ] {
+        let Err(SuspensionStoreError::Unavailable(message)) = answer else {
+            panic!("{answer:?}")
+        };
+        assert!(message.contains("same encryption key"), "{message}");
+    }
+    assert!(matches!(
+        other.use_retry_approval(&retry.binding.key()).await,
+        Err(SuspensionStoreError::Unavailable(_))
+    ));
+    assert!(matches!(
+        other.outcome("secret").await,
+        Err(SuspensionStoreError::Unavailable(_))
+    ));
+    // A listing leaves out what the replica cannot read, and lists what it can.
+    other.save(call("readable", "ann")).await.unwrap();
+    assert_eq!(
+        ids(&other
+            .list(&SuspensionFilter::default(), None, 10)
+            .await
+            .unwrap()),
+        ["readable"]
+    );
+    assert_eq!(
+        ids(&sealed
+            .list(&SuspensionFilter::default(), None, 10)
+            .await
+            .unwrap()),
+        ["secret"]
+    );
+    // A wrong key used nothing up: the right one still finds all of it.
+    assert!(sealed.take("secret").await.unwrap().is_some());
+    assert_eq!(
+        sealed.use_retry_approval(&retry.binding.key()).await,
+        Ok(Some(retry))
+    );
+
+    // A sealed value copied under another id does not open there.
+    sealed.save(call("moved", "ann")).await.unwrap();
+    let _: () = connection
+        .hset(format!("{base}:call:moved"), "value", row)
+        .await
+        .unwrap();
+    assert!(matches!(
+        sealed.get("moved").await,
+        Err(SuspensionStoreError::Unavailable(_))
+    ));
+}
+
+/// A pipeline on a replica of its own whose every call of `wipe` waits for a person.
+async fn pipeline_on(url: &str, prefix: &str) -> Pipeline {
+    let store = replica(url, prefix, limits(10, 100, HOUR))
+        .await
+        .with_encryption_key(KEY.as_bytes())
+        .unwrap();
+    let wipe = JsonTool::new(
+        "wipe",
+        "Wipes a disk.",
+        json!({"type": "object"}),
+        |input, _| Box::pin(async move { Ok::<_, ToolError>(json!({ "wiped": input["disk"] })) }),
+    );
+    Pipeline::builder()
+        .tool(wipe)
+        .hook(hook_fn(Stage::WillCheckConsent, |ctx| {
+            ctx.suspend("a person approves wipes").into()
+        }))
+        .suspension_store(Arc::new(store))
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_call_parked_by_one_pipeline_is_decided_on_another_and_a_retry_runs_on_a_third() {
+    let Some(url) = redis_or_skip(
+        "a_call_parked_by_one_pipeline_is_decided_on_another_and_a_retry_runs_on_a_third",
+    )
+    .await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let (a, b, c) = (
+        pipeline_on(&url, &prefix).await,
+        pipeline_on(&url, &prefix).await,
+        pipeline_on(&url, &prefix).await,
+    );
+    let ann = || InvokeOptions::new().user(User::new("ann"));
+    let park = |pipeline: &Pipeline, disk: u32| {
+        let pipeline = pipeline.clone();
+        async move {
+            match pipeline.invoke("wipe", json!({"disk": disk}), ann()).await {
+                Err(ToolError::Suspended { suspension_id, .. }) => suspension_id,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+
+    let first = park(&a, 1).await;
+    let listed = b
+        .list_suspended(&SuspensionFilter::default(), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(ids(&listed), [first.as_str()]);
+    assert_eq!(listed[0].input, json!({"disk": 1}));
+    let approved = b.resume(&first, ResumeDecision::Approve, InvokeOptions::new());
+    assert_eq!(approved.await.unwrap(), json!({"wiped": 1}));
+    assert!(c.suspended(&first).await.unwrap().is_none(), "decided once");
+
+    let second = park(&a, 2).await;
+    b.approve_retry(&second, Some("boss")).await.unwrap();
+    assert_eq!(
+        c.invoke("wipe", json!({"disk": 2}), ann()).await.unwrap(),
+        json!({"wiped": 2}),
+        "the same call, on a third replica, runs on the approval"
+    );
+    park(&a, 2).await; // used up: the next one waits again
+}
+
+#[tokio::test]
+async fn a_reload_changes_the_bounds_for_every_clone_from_the_next_save() {
+    let Some(url) =
+        redis_or_skip("a_reload_changes_the_bounds_for_every_clone_from_the_next_save").await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let store = replica(&url, &prefix, limits(3, 100, HOUR)).await;
+    let in_the_pipeline = store.clone();
+    for i in 0..2 {
+        in_the_pipeline
+            .save(call(&format!("a{i}"), "ann"))
+            .await
+            .unwrap();
+    }
+
+    store.set_limits(limits(1, 100, Duration::from_secs(60)));
+
+    assert_eq!(in_the_pipeline.limits().max_per_user, 1);
+    assert!(matches!(
+        in_the_pipeline.save(call("a2", "ann")).await,
+        Err(SuspensionStoreError::UserFull { max: 1, .. })
+    ));
+    let kept_before = in_the_pipeline.get("a0").await.unwrap().unwrap();
+    let wait = kept_before
+        .expires_at
+        .unwrap()
+        .duration_since(SystemTime::now());
+    assert!(
+        wait.unwrap() > Duration::from_secs(3000),
+        "calls already waiting keep their expiry"
+    );
+    in_the_pipeline.save(call("b0", "bob")).await.unwrap();
+    let saved_after = in_the_pipeline.get("b0").await.unwrap().unwrap();
+    let wait = saved_after
+        .expires_at
+        .unwrap()
+        .duration_since(SystemTime::now());
+    assert!(wait.unwrap() <= Duration::from_secs(60));
+}
+
+#[tokio::test]
+async fn redis_away_answers_unavailable_within_the_deadline() {
+    // Nothing listens on port 1: no Redis needed.
+    let state = RedisState::connect_lazy(
+        "redis://127.0.0.1:1",
+        RedisConfig::builder()
+            .deadline(Duration::from_millis(200))
+            .build(),
+    )
+    .unwrap();
+    let store = state.suspensions(SuspensionLimits::default());
+    let started = std::time::Instant::now();
+
+    let answers = [
+        store.save(call("a", "ann")).await.err(),
+        store.get("a").await.err(),
+        store.take("a").await.err(),
+        store
+            .list(&SuspensionFilter::default(), None, 10)
+            .await
+            .err(),
+        store.use_retry_approval("k").await.err(),
+        store.outcome("a").await.err(),
+    ];
+
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    for answer in answers {
+        let Some(SuspensionStoreError::Unavailable(message)) = answer else {
+            panic!("{answer:?}")
+        };
+        assert!(message.contains("check that Redis runs"), "{message}");
+    }
+}
+
+#[tokio::test]
+async fn a_cut_or_hung_redis_answers_unavailable_within_the_deadline_and_loses_nothing() {
+    let Some(url) = redis_or_skip(
+        "a_cut_or_hung_redis_answers_unavailable_within_the_deadline_and_loses_nothing",
+    )
+    .await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let proxy = Proxy::start(&url).await;
+    let deadline = Duration::from_millis(150);
+    let through_proxy = connect(
+        &proxy.url(),
+        config(&prefix).deadline(deadline).reconnect_backoff(
+            Duration::from_millis(20),
+            Duration::from_millis(200),
+            6,
+        ),
+    )
+    .await
+    .suspensions(limits(10, 100, HOUR));
+    let direct = replica(&url, &prefix, limits(10, 100, HOUR)).await;
+    through_proxy.save(call("before", "ann")).await.unwrap();
+
+    for (fault, inject) in [("cut", Proxy::cut as fn(&Proxy)), ("stall", Proxy::stall)] {
+        inject(&proxy);
+        for answer in [
+            through_proxy.save(call(fault, "ann")).await.err(),
+            through_proxy.take("before").await.err(),
+            through_proxy
+                .list(&SuspensionFilter::default(), None, 10)
+                .await
+                .err(),
+        ] {
+            let Some(SuspensionStoreError::Unavailable(message)) = answer else {
+                panic!("{fault}: {answer:?}")
+            };
+            assert!(message.contains("check that Redis runs"), "{message}");
+        }
+        proxy.heal();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+
+    let started = std::time::Instant::now();
+    proxy.stall();
+    let stalled = through_proxy.get("before").await;
+    let waited = started.elapsed();
+    proxy.heal();
+    assert!(matches!(stalled, Err(SuspensionStoreError::Unavailable(_))));
+    assert!(waited < deadline + Duration::from_millis(250), "{waited:?}");
+    // Nothing was lost (the take sent while Redis hung reached it once it answered, and
+    // was undone: nobody received the call), and calls refused while Redis was away were
+    // not kept.
+    assert!(direct.get("before").await.unwrap().is_some());
+    assert_eq!(direct.get("cut").await, Ok(None));
+    // The save sent while Redis hung reached it once it answered, and was undone: its
+    // caller was told it failed.
+    let mut stalled_save = direct.get("stall").await;
+    for _ in 0..30 {
+        if stalled_save == Ok(None) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stalled_save = direct.get("stall").await;
+    }
+    assert_eq!(stalled_save, Ok(None));
+    let mut back = None;
+    for _ in 0..50 {
+        back = through_proxy.take("before").await.ok();
+        if back.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        back.flatten().is_some(),
+        "the replica reads Redis again once it answers"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_calls_are_saved_listed_taken_and_capped_in_one_slot() {
+    let Some(cluster) =
+        Cluster::start_or_skip("on_a_cluster_calls_are_saved_listed_taken_and_capped_in_one_slot")
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let on_cluster = || async {
+        RedisState::connect(
+            &cluster.url(),
+            RedisConfig::builder()
+                .key_prefix(&prefix)
+                .deadline(Duration::from_secs(10))
+                .build(),
+        )
+        .await
+        .expect("the cluster is up")
+        .suspensions(limits(3, 100, HOUR))
+        .with_encryption_key(KEY.as_bytes())
+        .unwrap()
+    };
+    let a = on_cluster().await;
+    let b = on_cluster().await;
+
+    let saves = (0..12).map(|i| {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tokio::spawn(async move { store.save(call(&format!("k{i:02}"), "ann")).await })
+    });
+    let kept = join_all(saves)
+        .await
+        .into_iter()
+        .filter(|answer| matches!(answer, Ok(Ok(()))))
+        .count();
+    b.save(call("bob-1", "bob")).await.unwrap();
+    let listed = b
+        .list(&SuspensionFilter::default(), None, 10)
+        .await
+        .unwrap();
+    let first = listed[0].id.clone();
+    let taken = Arc::new(a.take(&first).await.unwrap());
+    let retry = approval("ann", 1, HOUR);
+    a.keep_retry_approval(retry.clone()).await.unwrap();
+    a.keep_outcome(decided(&first)).await.unwrap();
+
+    assert_eq!(kept, 3, "the per-user cap holds on a cluster");
+    assert_eq!(listed.len(), 4);
+    assert!(taken.is_some());
+    assert_eq!(b.take(&first).await, Ok(None));
+    assert_eq!(
+        b.use_retry_approval(&retry.binding.key()).await,
+        Ok(Some(retry))
+    );
+    assert!(b.outcome(&first).await.unwrap().is_some());
+    let keys = cluster.keys_under(&prefix);
+    let slots: std::collections::BTreeSet<u16> =
+        keys.iter().map(|(key, _)| cluster.slot(key)).collect();
+    assert_eq!(slots.len(), 1, "every key in one slot: {keys:?}");
+    cluster.assert_every_key_expires(&prefix);
+}
