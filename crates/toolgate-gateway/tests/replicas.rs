@@ -147,6 +147,18 @@ policies:\n  approval:\n    tools: [echo]\n    max_pending_per_user: 2\n",
     )
 }
 
+/// alice approves the waiting call `id` on `gateway`.
+async fn approve(gateway: &Gateway, id: &str) -> Answer {
+    let url = gateway.url(&format!("/v1/suspensions/{id}/resume"));
+    post(
+        &client(),
+        &url,
+        Some("alice"),
+        &json!({"decision": "approve"}),
+    )
+    .await
+}
+
 fn parked_id(answer: &Answer) -> String {
     assert_eq!(answer.status, 202, "{}", answer.body);
     answer.body["suspension_id"]

@@ -58,6 +58,20 @@ fn limits(per_user: usize, total: usize, expire_after: Duration) -> SuspensionLi
 
 const HOUR: Duration = Duration::from_secs(3600);
 
+/// Two replicas of one store under a fresh prefix, with the same `limits`; `None` when
+/// the test is skipped for want of Redis.
+async fn two_replicas(
+    test: &str,
+    limits: SuspensionLimits,
+) -> Option<(RedisSuspensions, RedisSuspensions)> {
+    let url = redis_or_skip(test).await?;
+    let prefix = namespace();
+    Some((
+        replica(&url, &prefix, limits).await,
+        replica(&url, &prefix, limits).await,
+    ))
+}
+
 /// A replica of its own: a new connection to Redis under `prefix`, with a deadline a busy
 /// test machine meets.
 async fn replica(url: &str, prefix: &str, limits: SuspensionLimits) -> RedisSuspensions {
@@ -103,9 +117,8 @@ async fn a_call_parked_on_one_replica_is_listed_read_and_taken_on_another() {
         return;
     };
     let prefix = namespace();
-    let a = replica(&url, &prefix, limits(10, 100, HOUR)).await;
-    let b = replica(&url, &prefix, limits(10, 100, HOUR)).await;
-    let c = replica(&url, &prefix, limits(10, 100, HOUR)).await;
+    let [a, b, c] = [0; 3].map(|_| replica(&url, &prefix, limits(10, 100, HOUR)));
+    let (a, b, c) = (a.await, b.await, c.await);
     let parked = call("susp-1", "ann");
 
     a.save(parked.clone()).await.unwrap();
@@ -139,14 +152,14 @@ async fn a_call_parked_on_one_replica_is_listed_read_and_taken_on_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_saves_from_two_replicas_keep_exactly_the_per_user_cap() {
-    let Some(url) =
-        redis_or_skip("concurrent_saves_from_two_replicas_keep_exactly_the_per_user_cap").await
+    let Some((a, b)) = two_replicas(
+        "concurrent_saves_from_two_replicas_keep_exactly_the_per_user_cap",
+        limits(5, 1000, HOUR),
+    )
+    .await
     else {
         return;
     };
-    let prefix = namespace();
-    let a = replica(&url, &prefix, limits(5, 1000, HOUR)).await;
-    let b = replica(&url, &prefix, limits(5, 1000, HOUR)).await;
 
     let saves = (0..40).map(|i| {
         let store = if i % 2 == 0 { a.clone() } else { b.clone() };
@@ -178,14 +191,14 @@ async fn concurrent_saves_from_two_replicas_keep_exactly_the_per_user_cap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_saves_of_many_users_keep_exactly_the_total_cap() {
-    let Some(url) =
-        redis_or_skip("concurrent_saves_of_many_users_keep_exactly_the_total_cap").await
+    let Some((a, b)) = two_replicas(
+        "concurrent_saves_of_many_users_keep_exactly_the_total_cap",
+        limits(5, 7, HOUR),
+    )
+    .await
     else {
         return;
     };
-    let prefix = namespace();
-    let a = replica(&url, &prefix, limits(5, 7, HOUR)).await;
-    let b = replica(&url, &prefix, limits(5, 7, HOUR)).await;
 
     let saves = (0..30).map(|i| {
         let store = if i % 2 == 0 { a.clone() } else { b.clone() };
@@ -211,14 +224,14 @@ async fn concurrent_saves_of_many_users_keep_exactly_the_total_cap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn of_concurrent_takes_of_one_call_on_two_replicas_exactly_one_gets_it() {
-    let Some(url) =
-        redis_or_skip("of_concurrent_takes_of_one_call_on_two_replicas_exactly_one_gets_it").await
+    let Some((a, b)) = two_replicas(
+        "of_concurrent_takes_of_one_call_on_two_replicas_exactly_one_gets_it",
+        limits(10, 100, HOUR),
+    )
+    .await
     else {
         return;
     };
-    let prefix = namespace();
-    let a = replica(&url, &prefix, limits(10, 100, HOUR)).await;
-    let b = replica(&url, &prefix, limits(10, 100, HOUR)).await;
     a.save(call("once", "ann")).await.unwrap();
 
     let takes = (0..20).map(|i| {
@@ -370,14 +383,14 @@ async fn a_listing_pages_in_id_order_with_filters_and_skips_expired_calls() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_retry_approval_is_used_once_across_replicas_under_concurrency() {
-    let Some(url) =
-        redis_or_skip("a_retry_approval_is_used_once_across_replicas_under_concurrency").await
+    let Some((a, b)) = two_replicas(
+        "a_retry_approval_is_used_once_across_replicas_under_concurrency",
+        limits(2, 3, HOUR),
+    )
+    .await
     else {
         return;
     };
-    let prefix = namespace();
-    let a = replica(&url, &prefix, limits(2, 3, HOUR)).await;
-    let b = replica(&url, &prefix, limits(2, 3, HOUR)).await;
     let kept = approval("ann", 1, HOUR);
     let key = kept.binding.key();
     a.keep_retry_approval(kept.clone()).await.unwrap();

@@ -70,6 +70,13 @@ async fn wait(pipeline: &Pipeline, tool: &str, input: Value, user: &str) -> Stri
     }
 }
 
+/// How each call ended, sorted: `ran`, or its error code.
+fn ended_with<const N: usize>(results: [Result<Value, ToolError>; N]) -> [String; N] {
+    let mut codes = results.map(|r| r.map_or_else(|e| e.code().to_owned(), |_| "ran".to_owned()));
+    codes.sort_unstable();
+    codes
+}
+
 fn decided_by(who: &str) -> InvokeOptions {
     InvokeOptions::new().decided_by(who)
 }
@@ -112,8 +119,7 @@ async fn two_concurrent_retries_on_one_approval_run_the_tool_once() {
         pipeline.invoke("wipe", json!({"disk": 1}), as_user("ann")),
     );
 
-    let mut codes = [a, b].map(|r| r.map_or_else(|e| e.code().to_owned(), |_| "ran".to_owned()));
-    codes.sort_unstable();
+    let codes = ended_with([a, b]);
     assert_eq!(codes, ["ran", "suspended"]);
     assert_eq!(runs(&runs_), 1);
 }
@@ -128,8 +134,7 @@ async fn two_concurrent_resumes_of_one_call_run_it_once() {
         pipeline.resume(&id, ResumeDecision::Approve, decided_by("eve")),
     );
 
-    let mut codes = [a, b].map(|r| r.map_or_else(|e| e.code().to_owned(), |_| "ran".to_owned()));
-    codes.sort_unstable();
+    let codes = ended_with([a, b]);
     assert_eq!(codes, ["ran", "unknown_suspension"]);
     assert_eq!(runs(&runs_), 1);
 }
