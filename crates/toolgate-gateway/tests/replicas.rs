@@ -200,14 +200,7 @@ async fn a_call_parked_on_one_replica_is_listed_and_approved_on_another_and_read
     assert_eq!(ids.len(), 2, "{}", listed.body);
     assert!(ids.contains(&id.as_str()), "{}", listed.body);
 
-    let url = b.url(&format!("/v1/suspensions/{id}/resume"));
-    let approved = post(
-        &client(),
-        &url,
-        Some("alice"),
-        &json!({"decision": "approve"}),
-    )
-    .await;
+    let approved = approve(&b, &id).await;
     assert_eq!(approved.status, 200, "{}", approved.body);
     assert_eq!(
         approved.body["output"]["text"], "first",
@@ -215,14 +208,7 @@ async fn a_call_parked_on_one_replica_is_listed_and_approved_on_another_and_read
         approved.body
     );
     // Approved once: another replica cannot approve it again.
-    let url = a.url(&format!("/v1/suspensions/{id}/resume"));
-    let again = post(
-        &client(),
-        &url,
-        Some("alice"),
-        &json!({"decision": "approve"}),
-    )
-    .await;
+    let again = approve(&a, &id).await;
     assert_eq!(again.status, 404, "{}", again.body);
 
     let read = get(
@@ -269,14 +255,7 @@ async fn a_restart_of_every_replica_loses_no_waiting_call() {
     .await;
     assert_eq!(shown.status, 200, "{}", shown.body);
     assert_eq!(shown.body["input"]["text"], "kept", "{}", shown.body);
-    let url = next.url(&format!("/v1/suspensions/{id}/resume"));
-    let approved = post(
-        &client(),
-        &url,
-        Some("alice"),
-        &json!({"decision": "approve"}),
-    )
-    .await;
+    let approved = approve(&next, &id).await;
     assert_eq!(approved.status, 200, "{}", approved.body);
     assert_eq!(approved.body["output"]["text"], "kept", "{}", approved.body);
 }
