@@ -82,9 +82,12 @@ impl ErasedTool for OutcomeTool {
             }
             let waiting = self.suspensions.get(id).await?;
             match waiting {
-                Some(waiting) if waiting.user.id == ctx.user().id => {
-                    Ok(json!({ "status": "waiting", "reason": waiting.reason }))
-                }
+                Some(waiting) if waiting.user.id == ctx.user().id => Ok(json!({
+                    "status": "waiting",
+                    "reason": waiting.reason,
+                    "suspended_at": humantime::format_rfc3339_seconds(waiting.suspended_at)
+                        .to_string(),
+                })),
                 _ => Err(unknown()),
             }
         })

@@ -543,6 +543,96 @@ policies:\n  approval:\n    tools: [{approval_tools}]\n",
     suspension_id(&invoke(&gateway, "bob", "sleep", json!({"ms": 2})).await);
 }
 
+/// The `_meta` of a 2026-07-28 request whose client declares the tasks extension.
+fn takes_tasks() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {
+            "extensions": {"io.modelcontextprotocol/tasks": {}}
+        },
+        "io.modelcontextprotocol/clientInfo": {"name": "toolgate-tests", "version": "0"},
+    })
+}
+
+/// `method` (`tasks/get`, `tasks/cancel`) on task `id` as `user`; the JSON-RPC answer.
+async fn task_request(gateway: &Gateway, user: &str, method: &str, id: &str) -> Value {
+    let params = json!({"taskId": id, "_meta": takes_tasks()});
+    let (status, answer) = common::mcp_2026(gateway, user, method, Some(id), params).await;
+    assert_eq!(status, 200, "{answer}");
+    answer
+}
+
+/// A `tools/call` of `sleep` as `user` from a client that takes tasks: the task's id.
+async fn call_as_task(gateway: &Gateway, user: &str) -> String {
+    let params = json!({"name": "sleep", "arguments": {"ms": 2}, "_meta": takes_tasks()});
+    let (status, created) =
+        common::mcp_2026(gateway, user, "tools/call", Some("sleep"), params).await;
+    assert_eq!(status, 200, "{created}");
+    let task = &created["result"];
+    assert_eq!(task["resultType"], "task", "{created}");
+    assert_eq!(task["status"], "working", "{created}");
+    assert!(task.get("requestState").is_none(), "{created}");
+    task["taskId"].as_str().expect("a task id").to_owned()
+}
+
+#[tokio::test]
+async fn a_caller_that_takes_tasks_polls_its_waiting_call_as_a_task_until_it_completes() {
+    let config = format!(
+        "tools:\n  builtin: [sleep]\n{}\
+policies:\n  approval:\n    tools: [sleep]\n",
+        users()
+    );
+    let gateway = Gateway::start(&config);
+    let id = call_as_task(&gateway, "bob").await;
+
+    let working = task_request(&gateway, "bob", "tasks/get", &id).await;
+    assert_eq!(working["result"]["status"], "working", "{working}");
+    let said = working["result"]["statusMessage"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(said.contains("approval"), "{working}");
+    // Another caller neither sees nor cancels bob's task.
+    for method in ["tasks/get", "tasks/cancel"] {
+        let stranger = task_request(&gateway, "dave", method, &id).await;
+        assert_eq!(stranger["error"]["code"], -32602, "{method}: {stranger}");
+    }
+
+    let approved = approve(&gateway, "alice", &id).await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    let done = task_request(&gateway, "bob", "tasks/get", &id).await;
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    let text = done["result"]["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default();
+    assert!(text.contains("slept_ms"), "the call's own result: {done}");
+    // Cancelling an ended task is acknowledged and changes nothing.
+    let late = task_request(&gateway, "bob", "tasks/cancel", &id).await;
+    assert_eq!(late["result"]["resultType"], "complete", "{late}");
+    let still = task_request(&gateway, "bob", "tasks/get", &id).await;
+    assert_eq!(still["result"]["status"], "completed", "{still}");
+}
+
+#[tokio::test]
+async fn a_caller_that_cancels_its_waiting_task_withdraws_the_call() {
+    let config = format!(
+        "tools:\n  builtin: [sleep]\n{}\
+policies:\n  approval:\n    tools: [sleep]\n",
+        users()
+    );
+    let gateway = Gateway::start(&config);
+    let id = call_as_task(&gateway, "bob").await;
+
+    let ack = task_request(&gateway, "bob", "tasks/cancel", &id).await;
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+    assert!(ack["result"].get("status").is_none(), "an empty ack: {ack}");
+
+    let cancelled = task_request(&gateway, "bob", "tasks/get", &id).await;
+    assert_eq!(cancelled["result"]["status"], "cancelled", "{cancelled}");
+    // The call no longer waits: an approver finds nothing to approve.
+    let approved = approve(&gateway, "alice", &id).await;
+    assert_eq!(approved.status, 404, "{}", approved.body);
+}
+
 // ---------------------------------------------------------------------------------------
 // Operations: listing waiting calls, who decided, and the resume answer
 

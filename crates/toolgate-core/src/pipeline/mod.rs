@@ -320,6 +320,12 @@ impl Pipeline {
             .await
     }
 
+    /// The store this pipeline's calls wait in: for a host that keeps the outcomes of
+    /// decided calls there ([`SuspensionStore::keep_outcome`]) or reads them back.
+    pub fn suspension_store(&self) -> &Arc<dyn SuspensionStore> {
+        &self.inner.shared.suspensions
+    }
+
     /// Resumes a suspended call. It continues after the stage that suspended it, without
     /// running the earlier stages again — except `will_acquire_semaphore`, because the
     /// concurrency permit was given back while the call waited, and, unless the decision

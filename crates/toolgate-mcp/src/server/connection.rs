@@ -11,12 +11,14 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CompleteRequestParams, CompleteResult, CustomRequest,
-    CustomResult, ErrorCode, ErrorData, GetPromptRequestParams, GetPromptResponse, Implementation,
-    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
-    LoggingLevel, PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams,
-    ReadResourceResponse, Reference, ResourcesCapability, ServerCapabilities, ServerConfig,
-    SetLevelRequestParams, SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
+    CompleteRequestParams, CompleteResult, ContentBlock, CustomRequest, CustomResult, ErrorCode,
+    ErrorData, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
+    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
+    ListToolsResult, LoggingLevel, PaginatedRequestParams, ProtocolVersion,
+    ReadResourceRequestParams, ReadResourceResponse, Reference, ResourcesCapability,
+    ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
+    SubscriptionFilter, TASKS_EXTENSION_ID, UnsubscribeRequestParams,
 };
 use rmcp::service::{RequestContext, SubscriptionContext, SubscriptionSink};
 use rmcp::{RoleServer, ServerHandler};
@@ -31,6 +33,7 @@ use super::features;
 use super::http::{ClientDisconnected, HostShutdown};
 use super::rounds::Retry;
 use super::span;
+use super::tasks;
 use crate::caller::{CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal};
 use crate::client::{CallerAccessToken, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_TAG, is_tool};
 use crate::convert::{
@@ -367,6 +370,13 @@ impl Connection {
                     seal.answer(requests, state, &user, &target)?,
                 ))
             }
+            // A caller that takes tasks polls `tasks/get` for the outcome.
+            Err(ToolError::Suspended {
+                suspension_id,
+                reason,
+            }) if arguments.is_some() && takes_tasks(context) => Ok(CallToolResponse::Task(
+                tasks::created(&suspension_id, &reason),
+            )),
             // A 2026-07-28 caller asks again later with the state, and gets the outcome.
             Err(ToolError::Suspended {
                 suspension_id,
@@ -408,6 +418,13 @@ fn arguments_digest(arguments: Option<&serde_json::Map<String, Value>>) -> Strin
         Some(arguments) => toolgate_core::approval::digest(arguments),
         None => toolgate_core::approval::digest(&serde_json::Map::new()),
     }
+}
+
+/// Whether the caller of `context` declared the tasks extension (SEP-2663).
+fn takes_tasks(context: &RequestContext<RoleServer>) -> bool {
+    context
+        .client_capabilities()
+        .is_some_and(|capabilities| capabilities.supports_tasks())
 }
 
 /// Whether the caller of `context` speaks 2026-07-28 or later, and so takes
@@ -453,6 +470,13 @@ impl ServerHandler for Connection {
             resources.subscribe = Some(true);
             capabilities.resources = Some(resources);
         }
+        // Calls that wait for approval are tasks for callers that declare the extension.
+        if self.server().outcome_tool.is_some() {
+            capabilities
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert(TASKS_EXTENSION_ID.to_owned(), Default::default());
+        }
         let mut info = ServerConfig::new(capabilities);
         info.server_info =
             Implementation::new(self.server().name.clone(), self.server().version.clone());
@@ -494,6 +518,52 @@ impl ServerHandler for Connection {
             .await;
         span::record_answer(&span, &answer);
         answer
+    }
+
+    async fn get_task(
+        &self,
+        request: GetTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetTaskResult, ErrorData> {
+        let id = request.task_id;
+        let server = self.server();
+        let Some(tool) = server.outcome_tool.clone() else {
+            return Err(tasks::unknown(&id));
+        };
+        let user = self.user(context.extensions.get::<http::request::Parts>());
+        let outcome = self
+            .run_with(
+                &tool,
+                json!({ "id": id }),
+                &context,
+                user,
+                Extras::default(),
+            )
+            .await
+            .map_err(|_| tasks::unknown(&id))?;
+        if tasks::was_withdrawn(&outcome) {
+            return Ok(GetTaskResult::new(tasks::cancelled(&id, &outcome)));
+        }
+        let result = (outcome["status"] == "decided").then(|| {
+            let decided = &outcome["result"];
+            let name = decided["tool_name"].as_str().unwrap_or_default();
+            match server.pipeline.definitions().find(|d| d.name == name) {
+                Some(definition) => decided_result(definition, decided),
+                // A reload removed the tool since: the outcome as it was kept, as text.
+                None => CallToolResult::success(vec![ContentBlock::text(decided.to_string())]),
+            }
+        });
+        Ok(GetTaskResult::new(tasks::detailed(&id, &outcome, result)))
+    }
+
+    async fn cancel_task(
+        &self,
+        request: CancelTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let id = request.task_id;
+        let user = self.user(context.extensions.get::<http::request::Parts>());
+        tasks::withdraw(&self.server().pipeline, &id, &user).await
     }
 
     async fn list_prompts(

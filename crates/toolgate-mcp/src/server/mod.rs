@@ -6,6 +6,7 @@ mod http;
 mod request_body;
 mod rounds;
 mod span;
+mod tasks;
 
 use std::fmt;
 use std::sync::Arc;
@@ -231,8 +232,12 @@ impl McpServer {
     /// With one, a call suspended for approval answers a 2026-07-28 caller
     /// `input_required` with only a sealed `requestState` (no requests): the caller calls
     /// again with it later — SDKs do, after a pause — and gets `input_required` again
-    /// while the call waits, then the call's own result. A 2025-11-25 caller is answered
-    /// a result saying the call waits, with the suspension id, as without one.
+    /// while the call waits, then the call's own result. A caller that declares the tasks
+    /// extension (`io.modelcontextprotocol/tasks`, SEP-2663, which the server then
+    /// advertises) is answered a task instead, whose id is the suspension id: `tasks/get`
+    /// answers `working` while the call waits, then `completed` with its result;
+    /// `tasks/cancel` is refused (an approver rejects a waiting call). A 2025-11-25 caller
+    /// is answered a result saying the call waits, with the suspension id, as without one.
     #[must_use]
     pub fn outcome_tool(self, name: impl Into<String>) -> Self {
         let name = name.into();

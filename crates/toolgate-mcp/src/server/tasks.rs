@@ -1,0 +1,198 @@
+//! Calls that wait for approval as MCP tasks (the `io.modelcontextprotocol/tasks`
+//! extension, SEP-2663), for callers that declare it.
+//!
+//! A server with an [`outcome_tool`](super::McpServer::outcome_tool) advertises the
+//! extension. A `tools/call` of such a caller that waits for a person's approval answers a
+//! task handle (`resultType: "task"`) whose id is the call's suspension id, status
+//! `working` with the reason in `statusMessage`; `tasks/get` asks the outcome tool as the
+//! caller and answers `working` while the call waits, then `completed` with the call's
+//! own result (an error result for a rejection or an expiry). Only the caller who made the
+//! call sees its task. `tasks/cancel` withdraws a waiting call — it is rejected, as by an
+//! approver, and its task is `cancelled` from then on — and is an empty acknowledgement
+//! for a task already ended.
+
+use std::time::{Duration, SystemTime};
+
+use rmcp::model::{
+    CallToolResult, CreateTaskResult, DetailedTask, ErrorData, JsonObject, Task, TaskPayload,
+    TaskStatus,
+};
+use serde_json::Value;
+use toolgate_core::suspension::{DecidedCall, ResumeDecision, SuspensionStoreError};
+use toolgate_core::{InvokeOptions, Pipeline, ToolError, User};
+
+/// How often a caller is asked to poll a waiting call: a person decides in minutes, not
+/// milliseconds.
+pub(super) const POLL_INTERVAL: Duration = Duration::from_secs(5);
+
+/// The task handle answered for a call that waits in suspension `id` for `reason`.
+pub(super) fn created(id: &str, reason: &str) -> CreateTaskResult {
+    let now = rfc3339(SystemTime::now());
+    CreateTaskResult::new(
+        Task::new(id, TaskStatus::Working, now.clone(), now)
+            .with_status_message(waiting_message(reason))
+            .with_poll_interval_ms(POLL_INTERVAL.as_millis() as u64),
+    )
+}
+
+/// The task of suspension `id` from the outcome tool's answer `outcome` (`waiting`, with
+/// `reason`, `suspended_at` and `expires_at` when known), or the result it was decided
+/// with, `result`.
+pub(super) fn detailed(id: &str, outcome: &Value, result: Option<CallToolResult>) -> DetailedTask {
+    let now = rfc3339(SystemTime::now());
+    let created = outcome["suspended_at"]
+        .as_str()
+        .map_or_else(|| now.clone(), str::to_owned);
+    let mut task = Task::new(id, TaskStatus::Working, created, now);
+    let payload = match result {
+        Some(result) => TaskPayload::Completed {
+            result: as_object(&result),
+        },
+        None => {
+            task = task
+                .with_status_message(waiting_message(
+                    outcome["reason"].as_str().unwrap_or_default(),
+                ))
+                .with_poll_interval_ms(POLL_INTERVAL.as_millis() as u64);
+            TaskPayload::Working
+        }
+    };
+    DetailedTask::new(task, payload)
+}
+
+/// The code of the outcome of a call its caller withdrew.
+const WITHDRAWN: &str = "withdrawn";
+
+/// `tasks/cancel` of task `id` by `user`: their waiting call is rejected and its outcome
+/// kept as withdrawn; a call of theirs already decided is left as it is (the cancel is
+/// acknowledged, as for any ended task).
+///
+/// # Errors
+///
+/// `invalid params` for an id that is not one of `user`'s calls; `internal error` when the
+/// store fails.
+pub(super) async fn withdraw(pipeline: &Pipeline, id: &str, user: &User) -> Result<(), ErrorData> {
+    let store = pipeline.suspension_store();
+    let failed = |e: SuspensionStoreError| ErrorData::internal_error(e.to_string(), None);
+    let waiting = match pipeline.suspended(id).await {
+        Ok(waiting) => waiting,
+        // Ended by its expiry: nothing left to cancel.
+        Err(ToolError::SuspensionExpired { .. }) => return Ok(()),
+        Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
+    };
+    let Some(waiting) = waiting.filter(|w| w.user.id == user.id) else {
+        return match store.outcome(id).await.map_err(failed)? {
+            Some(decided) if decided.user == user.id => Ok(()),
+            _ => Err(unknown(id)),
+        };
+    };
+    let reason = format!("withdrawn by `{}`, who made the call", user.id);
+    let withdrawn = pipeline
+        .resume(
+            id,
+            ResumeDecision::Reject {
+                reason: reason.clone(),
+            },
+            InvokeOptions::new().decided_by(user.id.clone()),
+        )
+        .await;
+    match withdrawn {
+        // Rejected now, or decided by an approver a moment before: either way it ended.
+        Err(ToolError::Aborted { .. }) | Err(ToolError::UnknownSuspension { .. }) | Ok(_) => {}
+        Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
+    }
+    let outcome = DecidedCall {
+        id: id.to_owned(),
+        user: user.id.clone(),
+        result: serde_json::json!({
+            "tool_name": waiting.tool,
+            "status": "error",
+            "error": { "code": WITHDRAWN, "message": reason },
+        }),
+        decided_at: SystemTime::now(),
+    };
+    store.keep_outcome(outcome).await.map_err(failed)
+}
+
+/// Whether the outcome tool's answer `outcome` is that of a call its caller withdrew.
+pub(super) fn was_withdrawn(outcome: &Value) -> bool {
+    outcome["status"] == "decided" && outcome["result"]["error"]["code"] == WITHDRAWN
+}
+
+/// The task of a call its caller withdrew.
+pub(super) fn cancelled(id: &str, outcome: &Value) -> DetailedTask {
+    let now = rfc3339(SystemTime::now());
+    let message = outcome["result"]["error"]["message"]
+        .as_str()
+        .unwrap_or_default();
+    DetailedTask::new(
+        Task::new(id, TaskStatus::Cancelled, now.clone(), now).with_status_message(message),
+        TaskPayload::Cancelled,
+    )
+}
+
+/// The answer to `tasks/get` for an id that is not one of the caller's waiting or decided
+/// calls.
+pub(super) fn unknown(id: &str) -> ErrorData {
+    ErrorData::invalid_params(
+        format!(
+            "no task `{id}` of yours: it was never one, its outcome is no longer kept, or it is another caller's"
+        ),
+        None,
+    )
+}
+
+fn waiting_message(reason: &str) -> String {
+    if reason.is_empty() {
+        "waiting for a person's approval".to_owned()
+    } else {
+        format!("waiting for a person's approval: {reason}")
+    }
+}
+
+fn as_object(result: &CallToolResult) -> JsonObject {
+    match serde_json::to_value(result) {
+        Ok(Value::Object(object)) => object,
+        _ => JsonObject::new(),
+    }
+}
+
+/// `time` as RFC 3339 in UTC, to the second.
+fn rfc3339(time: SystemTime) -> String {
+    humantime::format_rfc3339_seconds(time).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn a_waiting_call_is_a_working_task_and_a_decided_one_completed_with_its_result() {
+        let handle = serde_json::to_value(created("susp-1", "wipes need a yes")).unwrap();
+        assert_eq!(handle["resultType"], "task");
+        assert_eq!(handle["taskId"], "susp-1");
+        assert_eq!(handle["status"], "working");
+        assert_eq!(handle["pollIntervalMs"], 5000);
+        assert!(
+            handle["statusMessage"]
+                .as_str()
+                .unwrap()
+                .contains("wipes need a yes")
+        );
+
+        let waiting =
+            json!({"status": "waiting", "reason": "r", "suspended_at": "2026-11-28T05:00:00Z"});
+        let working = serde_json::to_value(detailed("susp-1", &waiting, None)).unwrap();
+        assert_eq!(
+            (working["status"].as_str(), working["createdAt"].as_str()),
+            (Some("working"), Some("2026-11-28T05:00:00Z"))
+        );
+
+        let done = CallToolResult::success(vec![rmcp::model::ContentBlock::text("ok")]);
+        let completed = serde_json::to_value(detailed("susp-1", &json!({}), Some(done))).unwrap();
+        assert_eq!(completed["status"], "completed");
+        assert_eq!(completed["result"]["content"][0]["text"], "ok");
+    }
+}
