@@ -918,10 +918,10 @@ async fn a_cut_or_hung_redis_answers_unavailable_within_the_deadline_and_loses_n
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn on_a_cluster_calls_are_saved_listed_taken_and_capped_in_one_slot() {
-    let Some(cluster) =
-        Cluster::start_or_skip("on_a_cluster_calls_are_saved_listed_taken_and_capped_in_one_slot")
-    else {
+async fn on_a_cluster_calls_are_saved_listed_taken_capped_in_one_slot_and_outlive_a_restart() {
+    let Some(cluster) = Cluster::start_or_skip(
+        "on_a_cluster_calls_are_saved_listed_taken_capped_in_one_slot_and_outlive_a_restart",
+    ) else {
         return;
     };
     let prefix = namespace();
@@ -971,6 +971,15 @@ async fn on_a_cluster_calls_are_saved_listed_taken_and_capped_in_one_slot() {
         Ok(Some(retry))
     );
     assert!(b.outcome(&first).await.unwrap().is_some());
+    // Both replicas stop; a third, started afresh, finds every waiting call and the outcome.
+    drop((a, b));
+    let c = on_cluster().await;
+    let after_restart = c
+        .list(&SuspensionFilter::default(), None, 10)
+        .await
+        .unwrap();
+    assert_eq!(after_restart.len(), 3, "{after_restart:?}");
+    assert!(c.outcome(&first).await.unwrap().is_some());
     let keys = cluster.keys_under(&prefix);
     let slots: std::collections::BTreeSet<u16> =
         keys.iter().map(|(key, _)| cluster.slot(key)).collect();
