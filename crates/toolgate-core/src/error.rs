@@ -289,11 +289,9 @@ impl From<SuspensionStoreError> for ToolError {
             e @ E::CannotKeepOutcomes => {
                 ToolError::abort(e.to_string(), "cannot_keep_outcomes", 501)
             }
-            e => ToolError::abort(
-                format!("{e}; try again later"),
-                "suspension_store_unavailable",
-                503,
-            ),
+            // The store's own message says what to check (Redis away, a key that differs
+            // between replicas, a full disk): "try again later" would mislead for most.
+            e => ToolError::abort(e.to_string(), "suspension_store_unavailable", 503),
         }
     }
 }

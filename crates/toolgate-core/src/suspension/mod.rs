@@ -152,7 +152,8 @@ pub enum SuspensionStoreError {
         /// The suspension id.
         id: String,
     },
-    /// The store itself failed (storage unreachable, unreadable, not writable).
+    /// The store itself failed (storage unreachable, unreadable, not writable). The message
+    /// reaches the caller as it is: say what to check.
     #[error("the suspension store failed: {0}")]
     Unavailable(String),
     /// The store cannot keep approvals for a retry
