@@ -53,7 +53,7 @@ impl From<&ToolError> for ResultError {
     fn from(error: &ToolError) -> Self {
         ResultError {
             code: error.code().to_owned(),
-            message: error.to_string(),
+            message: error.caller_message(),
             retry_after_ms: error
                 .retry_after_delay()
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),

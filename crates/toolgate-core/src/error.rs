@@ -191,6 +191,27 @@ impl ToolError {
         }
     }
 
+    /// The message for the caller — over HTTP, over MCP, in a model's tool result: the
+    /// error's own, except for a [provider error](ToolError::Provider). That one is a
+    /// wiring mistake of the host, and its message names the host's Rust types, so the
+    /// caller is told only that the server cannot run the tool as configured; the pipeline
+    /// logs the whole message at error level for the operator.
+    ///
+    /// ```
+    /// use toolgate_core::ToolError;
+    /// use toolgate_core::provider::ProviderError;
+    ///
+    /// let wiring = ToolError::Provider(ProviderError::Missing { key: "my_app::DbPool" });
+    /// assert!(wiring.to_string().contains("my_app::DbPool"));
+    /// assert!(!wiring.caller_message().contains("my_app"));
+    /// ```
+    pub fn caller_message(&self) -> String {
+        match self {
+            ToolError::Provider(_) => "this tool cannot run: the server is not configured with something it needs; its operator's log says what".to_owned(),
+            other => other.to_string(),
+        }
+    }
+
     /// The stable machine code.
     pub fn code(&self) -> &str {
         match self {

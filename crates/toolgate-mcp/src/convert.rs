@@ -203,7 +203,7 @@ pub fn error_to_result(error: &ToolError) -> CallToolResult {
                 "this call waits for a person's approval ({reason}); its suspension id is {suspension_id}: ask for its outcome later with that id"
             )
         }
-        other => other.to_string(),
+        other => other.caller_message(),
     };
     let mut meta = JsonObject::new();
     meta.insert(ERROR_META_KEY.to_owned(), detail);

@@ -572,6 +572,10 @@ impl Pipeline {
 }
 
 fn rejected(error: &ToolError) {
+    if let ToolError::Provider(wiring) = error {
+        tracing::error!(code = error.code(), error = %wiring, "invocation rejected before the pipeline");
+        return;
+    }
     tracing::debug!(
         code = error.code(),
         "invocation rejected before the pipeline"

@@ -192,7 +192,14 @@ pub(super) async fn run_to_end<R>(
             }
             Ok(()) => {}
             Err(Control::Respond(value)) => ctx.set_output(value),
-            Err(Control::Error(error)) => ctx.error = Some(error),
+            Err(Control::Error(error)) => {
+                if let ToolError::Provider(wiring) = &error {
+                    // The caller is told only that the server is misconfigured
+                    // (`ToolError::caller_message`): the operator reads what here.
+                    tracing::error!(stage = %ctx.stage, error = %wiring, "a provider the call needs is missing");
+                }
+                ctx.error = Some(error)
+            }
         }
         // The tail, but not past the caller's deadline. A tail that finishes at its first
         // poll never reads the clock for it.
