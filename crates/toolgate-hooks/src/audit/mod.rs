@@ -41,10 +41,13 @@
 //! # Ok(()) }
 //! ```
 
+mod chain;
 mod hook;
 mod record;
 mod sink;
+pub mod verify;
 
+pub use chain::{ChainOptions, CheckpointKey, CheckpointPublicKey, KeyError};
 pub use hook::{Audit, AuditBuilder};
 pub use record::{ApprovalEntry, AuditRecord, DecisionEntry, Outcome, TimingEntry};
 pub use sink::{AuditError, AuditSink, ChannelSink, JsonLinesSink, MemorySink, TracingSink};
