@@ -234,6 +234,56 @@ async fn a_forged_checkpoint_fails_under_the_key_and_the_chain_is_checked_withou
 }
 
 #[tokio::test]
+async fn a_rotated_series_verifies_in_order_and_a_lost_file_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let yaml = format!(
+        "tools:\n  builtin: [echo]\nusers:\n{}audit:\n  sink: file\n  path: {}\n  flush_every: 0s\n  \
+signing_key: ${{AUDIT_SIGNING_KEY}}\n  rotate_bytes: 1KiB\n",
+        user_yaml("alice", &["admin"]),
+        path.display()
+    );
+    let gateway = Gateway::start_with_env(&yaml, &[("AUDIT_SIGNING_KEY", SEED)]);
+    for i in 0..8 {
+        let answer = invoke(
+            &gateway,
+            "alice",
+            "echo",
+            json!({"text": format!("call {i}")}),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    drop(gateway);
+    // As `audit.jsonl.* audit.jsonl` expands in a shell: rotated files oldest first.
+    let mut rotated: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e != "jsonl" && e != "yaml"))
+        .collect();
+    rotated.sort();
+    // The file lost below must not hold the last records: that would be a cut tail.
+    assert!(
+        rotated.len() >= 2,
+        "records of ~400 bytes fill 1 KiB every three: {rotated:?}"
+    );
+    assert!(std::fs::metadata(&path).unwrap().len() > 0, "{rotated:?}");
+    let mut series: Vec<&Path> = rotated.iter().map(PathBuf::as_path).collect();
+    series.push(&path);
+    let key = public_key(dir.path());
+
+    let (ok, stdout, stderr) = verify(&series, Some(&key));
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("1 chain(s), 8 record(s)"), "{stdout}");
+
+    let mut lost = series.clone();
+    lost.remove(1);
+    let (ok, _, stderr) = verify(&lost, Some(&key));
+    assert!(!ok);
+    assert!(stderr.contains("is missing"), "{stderr}");
+}
+
+#[tokio::test]
 async fn a_bad_signing_key_is_refused_with_how_to_make_one() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("bad.yaml");

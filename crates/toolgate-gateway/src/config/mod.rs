@@ -357,6 +357,12 @@ pub enum AuditConfig {
         /// `60s`).
         #[serde(default, with = "values::opt_duration")]
         checkpoint_after: Option<Duration>,
+        /// Start a new file when this one reaches this size (e.g. `100MiB`); the full
+        /// one is renamed `PATH.UNIX_MS`, and the chain goes on in the new file.
+        rotate_bytes: Option<ByteSize>,
+        /// Start a new file at the first record this long after the file was opened.
+        #[serde(default, with = "values::opt_duration")]
+        rotate_after: Option<Duration>,
     },
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 use toolgate_core::hook::HookRegistration;
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::{Hook, PipelineBuilder};
-use toolgate_hooks::audit::{ChainOptions, CheckpointKey, JsonLinesSink};
+use toolgate_hooks::audit::{ChainOptions, CheckpointKey, JsonLinesSink, Rotation};
 use toolgate_hooks::authorize::{Effect, Rule, Rules};
 use toolgate_hooks::output_limit::Overflow;
 use toolgate_hooks::redaction::{Detector, RedactionMode, Redactor};
@@ -331,6 +331,8 @@ fn audit(
             signing_key,
             checkpoint_every,
             checkpoint_after,
+            rotate_bytes,
+            rotate_after,
             ..
         } => {
             let every = flush_every.unwrap_or(Duration::from_secs(1));
@@ -354,6 +356,18 @@ fn audit(
             }
             .map_err(|e| GatewayError::Io(format!("audit.path: {e}")))?
             .chained(chain);
+            let mut rotation = Rotation::new();
+            if let Some(size) = rotate_bytes {
+                rotation = rotation.max_bytes(size.0 as u64);
+            }
+            if let Some(age) = rotate_after {
+                rotation = rotation.max_age(*age);
+            }
+            let sink = if rotation == Rotation::new() {
+                sink
+            } else {
+                sink.rotated(rotation)
+            };
             (Some(sink), include_values, stage_timings)
         }
     };

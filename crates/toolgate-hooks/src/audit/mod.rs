@@ -44,10 +44,12 @@
 mod chain;
 mod hook;
 mod record;
+mod rotation;
 mod sink;
 pub mod verify;
 
 pub use chain::{ChainOptions, CheckpointKey, CheckpointPublicKey, KeyError};
 pub use hook::{Audit, AuditBuilder};
 pub use record::{ApprovalEntry, AuditRecord, DecisionEntry, Outcome, TimingEntry};
+pub use rotation::Rotation;
 pub use sink::{AuditError, AuditSink, ChannelSink, JsonLinesSink, MemorySink, TracingSink};

@@ -3,7 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::AuditRecord;
 use super::chain::{ChainOptions, ChainWriter};
+use super::rotation::{Rotating, Rotation};
 
 /// An audit sink failed to take a record.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -151,7 +152,29 @@ pub struct JsonLinesSink {
 #[derive(Debug)]
 struct Output {
     file: BufWriter<File>,
+    path: PathBuf,
     chain: Option<ChainWriter>,
+    rotation: Option<Rotating>,
+}
+
+impl Output {
+    /// Writes `line` (whole lines) and rotates the file when it is due.
+    fn write(&mut self, line: &[u8], through: bool) -> std::io::Result<()> {
+        self.file.write_all(line)?;
+        if self.rotation.as_mut().is_some_and(|r| r.wrote(line.len())) {
+            let mut checkpoint = Vec::new();
+            if let Some(chain) = &mut self.chain {
+                chain.checkpoint(&mut checkpoint);
+            }
+            self.file.write_all(&checkpoint)?;
+            self.file.flush()?;
+            if let Some(rotation) = &mut self.rotation {
+                self.file = BufWriter::with_capacity(64 * 1024, rotation.rotate()?);
+            }
+            return Ok(());
+        }
+        if through { self.file.flush() } else { Ok(()) }
+    }
 }
 
 impl Drop for Output {
@@ -219,7 +242,9 @@ impl JsonLinesSink {
         Ok(JsonLinesSink {
             file: Arc::new(Mutex::new(Output {
                 file: BufWriter::with_capacity(64 * 1024, file),
+                path: path.to_owned(),
                 chain: None,
+                rotation: None,
             })),
             buffered,
         })
@@ -229,6 +254,15 @@ impl JsonLinesSink {
     /// checkpoints signed as `options` says.
     pub fn chained(self, options: ChainOptions) -> Self {
         self.file.lock().unwrap_or_else(|p| p.into_inner()).chain = Some(ChainWriter::new(options));
+        self
+    }
+
+    /// Starts a new file when this one is full or old, as `rotation` says (see
+    /// [`Rotation`]); a chain goes on across the files.
+    pub fn rotated(self, rotation: Rotation) -> Self {
+        let mut output = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        output.rotation = Some(Rotating::new(&output.path, rotation));
+        drop(output);
         self
     }
 
@@ -251,9 +285,8 @@ impl AuditSink for JsonLinesSink {
         let mut line = Vec::with_capacity(512);
         serde_json::to_writer(&mut line, record).map_err(|e| Self::fail(e.to_string()))?;
         let mut output = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        let Output { file, chain } = &mut *output;
         // The chain's link is made under the lock: lines reach the file in seq order.
-        let line = match chain {
+        let line = match &mut output.chain {
             Some(chain) => {
                 let mut linked = Vec::with_capacity(line.len() + 160);
                 chain.append(&line, &mut linked);
@@ -264,8 +297,8 @@ impl AuditSink for JsonLinesSink {
                 line
             }
         };
-        file.write_all(&line)
-            .and_then(|()| if self.buffered { Ok(()) } else { file.flush() })
+        output
+            .write(&line, !self.buffered)
             .map_err(|e| Self::fail(e.to_string()))
     }
 
