@@ -284,6 +284,77 @@ signing_key: ${{AUDIT_SIGNING_KEY}}\n  rotate_bytes: 1KiB\n",
 }
 
 #[tokio::test]
+async fn a_reload_and_a_shutdown_sign_the_last_records_of_their_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let yaml = format!(
+        "tools:\n  builtin: [echo]\nusers:\n{}audit:\n  sink: file\n  path: {}\n  \
+signing_key: ${{AUDIT_SIGNING_KEY}}\n",
+        user_yaml("alice", &["admin"]),
+        path.display()
+    );
+    let mut gateway = Gateway::start_with_env(&yaml, &[("AUDIT_SIGNING_KEY", SEED)]);
+    for i in 0..2 {
+        let answer = invoke(
+            &gateway,
+            "alice",
+            "echo",
+            json!({"text": format!("call {i}")}),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    // A reload starts a new chain and signs the old one's last records.
+    gateway.signal("HUP");
+    gateway
+        .wait_for_log(
+            "configuration reloaded",
+            1,
+            std::time::Duration::from_secs(30),
+        )
+        .await;
+    let answer = invoke(&gateway, "alice", "echo", json!({"text": "after"})).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    gateway.signal("TERM");
+    let status = gateway.wait_exit(std::time::Duration::from_secs(30)).await;
+    assert!(status.is_some_and(|s| s.success()), "{}", gateway.stderr());
+
+    let text = std::fs::read_to_string(&path).unwrap();
+    let checkpoints: Vec<Value> = text
+        .lines()
+        .filter(|l| l.starts_with(r#"{"checkpoint":"#))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["checkpoint"].clone())
+        .collect();
+    let mut signed: Vec<u64> = checkpoints
+        .iter()
+        .map(|c| c["seq"].as_u64().unwrap())
+        .collect();
+    signed.sort();
+    assert_eq!(signed, [1, 2], "{text}");
+    assert_ne!(checkpoints[0]["chain"], checkpoints[1]["chain"], "{text}");
+    assert!(
+        text.lines()
+            .last()
+            .unwrap()
+            .starts_with(r#"{"checkpoint":"#),
+        "{text}"
+    );
+    assert!(
+        gateway.stderr().contains("audit checkpoint signed"),
+        "{}",
+        gateway.stderr()
+    );
+
+    let key = public_key(dir.path());
+    let (ok, stdout, stderr) = verify(&[&path], Some(&key));
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("2 chain(s), 3 record(s), 2 checkpoint(s)"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
 async fn a_bad_signing_key_is_refused_with_how_to_make_one() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("bad.yaml");

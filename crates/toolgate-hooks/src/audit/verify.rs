@@ -139,6 +139,16 @@ pub enum Problem {
         /// The seq it claims to sign.
         seq: u64,
     },
+    /// A checkpoint stands after later records than the one it signs.
+    #[error("the checkpoint of seq {seq} of chain {chain} stands after seq {after}: it was moved")]
+    CheckpointMoved {
+        /// The chain.
+        chain: String,
+        /// The seq it signs.
+        seq: u64,
+        /// The last record before it.
+        after: u64,
+    },
     /// The line is neither a chained record nor a checkpoint.
     #[error("not a chained audit record ({reason})")]
     Unreadable {
@@ -350,10 +360,10 @@ fn check_chain(
                     }));
                 }
                 if checkpoint.seq < last_seq {
-                    return Err(at(Problem::OutOfOrder {
+                    return Err(at(Problem::CheckpointMoved {
                         chain,
                         seq: checkpoint.seq,
-                        expected: last_seq,
+                        after: last_seq,
                     }));
                 }
                 if checkpoint.hash != last_hash {
@@ -562,6 +572,25 @@ mod tests {
                 Problem::Missing {
                     expected: 1,
                     found: 3,
+                    ..
+                }
+            ),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_moved_below_later_records_is_reported() {
+        let mut lines = chain_lines(4, 3);
+        lines.swap(3, 4);
+        let found = check(&lines, true).unwrap_err();
+        assert_eq!(found.line, 5);
+        assert!(
+            matches!(
+                found.problem,
+                Problem::CheckpointMoved {
+                    seq: 3,
+                    after: 4,
                     ..
                 }
             ),
