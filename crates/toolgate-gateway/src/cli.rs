@@ -85,6 +85,13 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<PinsAction>,
     },
+    /// Check a chained audit file (`audit: {sink: file}`), or print the public key its
+    /// checkpoints are signed with.
+    Audit {
+        /// What to do.
+        #[command(subcommand)]
+        action: AuditAction,
+    },
     /// Print the SHA-256 of an API key (read from stdin) for `users[].key_sha256`.
     HashKey {
         /// Make a new random key, print it and its hash.
@@ -103,6 +110,28 @@ pub enum PinsAction {
         /// Every change waiting.
         #[arg(long, conflicts_with = "tools")]
         all: bool,
+    },
+}
+
+/// What `toolgate audit` does.
+#[derive(Debug, Subcommand)]
+pub enum AuditAction {
+    /// Check the files' chains and checkpoints: report the first changed, missing,
+    /// reordered or cut record by file, line and seq, and exit non-zero.
+    Verify {
+        /// The files, a rotated series oldest first.
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+        /// The public key (base64) that checks the checkpoints' signatures; without it
+        /// only the chain is checked.
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// Print the public key of `audit.signing_key`, for `verify --key`.
+    PublicKey {
+        /// The configuration file.
+        #[arg(long, short, env = "TOOLGATE_CONFIG")]
+        config: PathBuf,
     },
 }
 
@@ -229,6 +258,7 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<(), String> {
             print_json(&listed)
         }
         Command::Pins { config, action } => pins(&config, action),
+        Command::Audit { action } => audit(action),
         Command::HashKey { generate } => hash_key(generate),
     }
 }
@@ -448,6 +478,47 @@ fn pins(path: &std::path::Path, action: Option<PinsAction>) -> Result<(), String
         }
     }
     Ok(())
+}
+
+fn audit(action: AuditAction) -> Result<(), String> {
+    use toolgate_hooks::audit::CheckpointPublicKey;
+    use toolgate_hooks::audit::verify::{AuditFile, verify};
+    match action {
+        AuditAction::Verify { files, key } => {
+            let key = key
+                .map(|k| CheckpointPublicKey::from_base64(&k))
+                .transpose()
+                .map_err(|e| format!("--key: {e}"))?;
+            let files = files
+                .iter()
+                .map(|path| {
+                    std::fs::read(path)
+                        .map(|contents| AuditFile::new(path.display().to_string(), contents))
+                        .map_err(|e| format!("cannot read `{}`: {e}", path.display()))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            let verified = verify(&files, key.as_ref()).map_err(|e| e.to_string())?;
+            println!("{verified}");
+            Ok(())
+        }
+        AuditAction::PublicKey { config } => {
+            let file = load_file(&config).map_err(|e| e.to_string())?;
+            let seed = file
+                .audit
+                .as_ref()
+                .and_then(crate::config::AuditConfig::signing_key)
+                .ok_or_else(|| {
+                    format!(
+                        "{} has no `audit.signing_key`: add one to the `file` sink to sign checkpoints",
+                        config.display()
+                    )
+                })?;
+            let key = toolgate_hooks::audit::CheckpointKey::from_base64(&seed.0)
+                .map_err(|e| format!("audit.signing_key: {e}"))?;
+            println!("{}", key.public_key());
+            Ok(())
+        }
+    }
 }
 
 fn hash_key(generate: bool) -> Result<(), String> {

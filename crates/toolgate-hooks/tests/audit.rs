@@ -377,3 +377,66 @@ async fn a_call_run_on_an_approval_for_a_retry_records_the_approver_and_the_appr
     assert_eq!(approval.decided_by.as_deref(), Some("boss"));
     assert_eq!(approval.retry_of.as_deref(), Some(suspension_id.as_str()));
 }
+
+/// The audit files in `dir` in the order they were written: rotated ones by their
+/// suffix, then the active one.
+fn audit_files(dir: &std::path::Path) -> Vec<toolgate_hooks::audit::verify::AuditFile> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort_by_key(|name| (name == "audit.jsonl", name.clone()));
+    names
+        .into_iter()
+        .map(|name| {
+            let contents = std::fs::read(dir.join(&name)).unwrap();
+            toolgate_hooks::audit::verify::AuditFile::new(name, contents)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_rotated_chain_verifies_across_its_files_and_a_lost_file_shows() {
+    use toolgate_hooks::audit::verify::{Problem, verify};
+    use toolgate_hooks::audit::{ChainOptions, CheckpointKey, CheckpointPublicKey, Rotation};
+
+    let dir = tempfile::tempdir().unwrap();
+    let key = CheckpointKey::from_base64("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=").unwrap();
+    let public = CheckpointPublicKey::from_base64(&key.public_key()).unwrap();
+    let sink = JsonLinesSink::open(dir.path().join("audit.jsonl"))
+        .unwrap()
+        .chained(
+            ChainOptions::default()
+                .signing_key(key)
+                .checkpoint_every(100),
+        )
+        .rotated(Rotation::new().max_bytes(1500));
+    let p = pipeline(Audit::builder().sink(sink).build());
+    for q in 0..10 {
+        p.invoke("lookup", json!({ "q": q }), InvokeOptions::new())
+            .await
+            .unwrap();
+    }
+    drop(p);
+
+    let files = audit_files(dir.path());
+    assert!(
+        files.len() >= 3,
+        "records of ~700 bytes rotate every two or three"
+    );
+    let verified = verify(&files, Some(&public)).unwrap();
+    assert_eq!((verified.chains, verified.records), (1, 10));
+    let written = std::fs::read_dir(dir.path())
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().metadata().unwrap().len() > 0)
+        .count();
+    assert_eq!(
+        verified.checkpoints, written as u64,
+        "one checkpoint closes each rotated file, one the sink's close"
+    );
+
+    let mut lost = files.clone();
+    lost.remove(1);
+    let found = verify(&lost, Some(&public)).unwrap_err();
+    assert!(matches!(found.problem, Problem::Missing { .. }), "{found}");
+}

@@ -387,6 +387,14 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             ),
         ));
     }
+    if let Some(key) = config.audit.as_ref().and_then(AuditConfig::signing_key)
+        && let Err(e) = toolgate_hooks::audit::CheckpointKey::from_base64(&key.0)
+    {
+        return Err(ConfigError::invalid(
+            "audit.signing_key",
+            format!("{e}; set it from a secret, `signing_key: ${{AUDIT_SIGNING_KEY}}`"),
+        ));
+    }
     if let Some(key) = &config.server.mcp_state_key
         && key.0.len() < MIN_MCP_STATE_KEY_BYTES
     {

@@ -347,10 +347,34 @@ pub enum AuditConfig {
         include_values: bool,
         /// As for the `log` sink.
         hash_key: Option<EnvString>,
+        /// The Ed25519 key that signs the chain's checkpoints: a 32-byte seed in
+        /// base64 from a secret, `${AUDIT_SIGNING_KEY}` (`openssl rand -base64 32`).
+        /// Without it the lines are chained but no checkpoint is written.
+        signing_key: Option<EnvString>,
+        /// A checkpoint after this many records (default 1000).
+        checkpoint_every: Option<u64>,
+        /// A checkpoint after the first record this long after the last one (default
+        /// `60s`).
+        #[serde(default, with = "values::opt_duration")]
+        checkpoint_after: Option<Duration>,
+        /// Start a new file when this one reaches this size (e.g. `100MiB`); the full
+        /// one is renamed `PATH.UNIX_MS`, and the chain goes on in the new file.
+        rotate_bytes: Option<ByteSize>,
+        /// Start a new file at the first record this long after the file was opened.
+        #[serde(default, with = "values::opt_duration")]
+        rotate_after: Option<Duration>,
     },
 }
 
 impl AuditConfig {
+    /// The key that signs checkpoints of the `file` sink, if configured.
+    pub fn signing_key(&self) -> Option<&EnvString> {
+        match self {
+            AuditConfig::File { signing_key, .. } => signing_key.as_ref(),
+            AuditConfig::Log { .. } => None,
+        }
+    }
+
     /// The configured fingerprint key, whichever the sink.
     pub fn hash_key(&self) -> Option<&EnvString> {
         match self {

@@ -7,7 +7,7 @@ use std::time::Duration;
 use toolgate_core::hook::HookRegistration;
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::{Hook, PipelineBuilder};
-use toolgate_hooks::audit::JsonLinesSink;
+use toolgate_hooks::audit::{ChainOptions, CheckpointKey, JsonLinesSink, Rotation};
 use toolgate_hooks::authorize::{Effect, Rule, Rules};
 use toolgate_hooks::output_limit::Overflow;
 use toolgate_hooks::redaction::{Detector, RedactionMode, Redactor};
@@ -328,15 +328,46 @@ fn audit(
             include_values,
             flush_every,
             stage_timings,
+            signing_key,
+            checkpoint_every,
+            checkpoint_after,
+            rotate_bytes,
+            rotate_after,
             ..
         } => {
             let every = flush_every.unwrap_or(Duration::from_secs(1));
+            let mut chain = ChainOptions::default();
+            if let Some(key) = signing_key {
+                // Checked when the file was loaded.
+                let key = CheckpointKey::from_base64(&key.0)
+                    .map_err(|e| GatewayError::Io(format!("audit.signing_key: {e}")))?;
+                chain = chain.signing_key(key);
+            }
+            if let Some(records) = checkpoint_every {
+                chain = chain.checkpoint_every(*records);
+            }
+            if let Some(after) = checkpoint_after {
+                chain = chain.checkpoint_after(*after);
+            }
             let sink = if every.is_zero() {
                 JsonLinesSink::open(&path.0)
             } else {
                 JsonLinesSink::open_buffered(&path.0, every)
             }
-            .map_err(|e| GatewayError::Io(format!("audit.path: {e}")))?;
+            .map_err(|e| GatewayError::Io(format!("audit.path: {e}")))?
+            .chained(chain);
+            let mut rotation = Rotation::new();
+            if let Some(size) = rotate_bytes {
+                rotation = rotation.max_bytes(size.0 as u64);
+            }
+            if let Some(age) = rotate_after {
+                rotation = rotation.max_age(*age);
+            }
+            let sink = if rotation == Rotation::new() {
+                sink
+            } else {
+                sink.rotated(rotation)
+            };
             (Some(sink), include_values, stage_timings)
         }
     };

@@ -10,6 +10,12 @@
 //! as fingerprints under a key of the deployment ([`hash_key`](AuditBuilder::hash_key),
 //! HMAC-SHA-256) unless [`include_values`](AuditBuilder::include_values) is set.
 //!
+//! [`JsonLinesSink::chained`] makes the file tamper-evident: every line carries `seq`,
+//! `chain` and the SHA-256 of the line before it, and a [`CheckpointKey`] signs
+//! checkpoints of the chain; [`JsonLinesSink::rotated`] starts new files by size or age,
+//! the chain carried across them; [`verify`] checks it all and names the first changed,
+//! missing, reordered or cut record.
+//!
 //! A record holds only redacted values. The record phase runs after the input was
 //! redacted and the output was redacted and scrubbed, and on the error path after
 //! `on_error` (where secrets are scrubbed from the error). A call refused before its
@@ -41,10 +47,15 @@
 //! # Ok(()) }
 //! ```
 
+mod chain;
 mod hook;
 mod record;
+mod rotation;
 mod sink;
+pub mod verify;
 
+pub use chain::{ChainOptions, CheckpointKey, CheckpointPublicKey, KeyError};
 pub use hook::{Audit, AuditBuilder};
 pub use record::{ApprovalEntry, AuditRecord, DecisionEntry, Outcome, TimingEntry};
+pub use rotation::Rotation;
 pub use sink::{AuditError, AuditSink, ChannelSink, JsonLinesSink, MemorySink, TracingSink};

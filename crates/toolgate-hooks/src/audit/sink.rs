@@ -3,7 +3,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufWriter, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -11,6 +11,8 @@ use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use super::AuditRecord;
+use super::chain::{ChainOptions, ChainWriter};
+use super::rotation::{Rotating, Rotation};
 
 /// An audit sink failed to take a record.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -137,10 +139,55 @@ impl AuditSink for TracingSink {
 /// [`flush`](AuditSink::flush), and when the sink is dropped — which takes a system call
 /// off every invocation at the price of losing at most `flush_every` of records if the
 /// process is killed.
+///
+/// [`chained`](Self::chained) links the lines into a hash chain with signed checkpoints
+/// (see [`verify`](super::verify)).
 #[derive(Clone, Debug)]
 pub struct JsonLinesSink {
-    file: Arc<Mutex<BufWriter<File>>>,
+    file: Arc<Mutex<Output>>,
     buffered: bool,
+}
+
+/// The file, and the chain its lines carry.
+#[derive(Debug)]
+struct Output {
+    file: BufWriter<File>,
+    path: PathBuf,
+    chain: Option<ChainWriter>,
+    rotation: Option<Rotating>,
+}
+
+impl Output {
+    /// Writes `line` (whole lines) and rotates the file when it is due.
+    fn write(&mut self, line: &[u8], through: bool) -> std::io::Result<()> {
+        self.file.write_all(line)?;
+        if self.rotation.as_mut().is_some_and(|r| r.wrote(line.len())) {
+            let mut checkpoint = Vec::new();
+            if let Some(chain) = &mut self.chain {
+                chain.checkpoint(&mut checkpoint);
+            }
+            self.file.write_all(&checkpoint)?;
+            self.file.flush()?;
+            if let Some(rotation) = &mut self.rotation {
+                self.file = BufWriter::with_capacity(64 * 1024, rotation.rotate()?);
+            }
+            return Ok(());
+        }
+        if through { self.file.flush() } else { Ok(()) }
+    }
+}
+
+impl Drop for Output {
+    /// Signs the chain's last records, so a clean close leaves nothing unsigned.
+    fn drop(&mut self) {
+        if let Some(chain) = &mut self.chain {
+            let mut line = Vec::new();
+            chain.checkpoint(&mut line);
+            if let Err(e) = self.file.write_all(&line).and_then(|()| self.file.flush()) {
+                tracing::error!(error = %e, "the audit file's last checkpoint could not be written");
+            }
+        }
+    }
 }
 
 impl JsonLinesSink {
@@ -173,7 +220,7 @@ impl JsonLinesSink {
                 loop {
                     ticks.tick().await;
                     let Some(file) = weak.upgrade() else { return };
-                    let flushed = file.lock().unwrap_or_else(|p| p.into_inner()).flush();
+                    let flushed = file.lock().unwrap_or_else(|p| p.into_inner()).file.flush();
                     if let Err(e) = flushed {
                         tracing::error!(error = %e, "audit records could not be written to their file");
                     }
@@ -193,9 +240,30 @@ impl JsonLinesSink {
                 reason: e.to_string(),
             })?;
         Ok(JsonLinesSink {
-            file: Arc::new(Mutex::new(BufWriter::with_capacity(64 * 1024, file))),
+            file: Arc::new(Mutex::new(Output {
+                file: BufWriter::with_capacity(64 * 1024, file),
+                path: path.to_owned(),
+                chain: None,
+                rotation: None,
+            })),
             buffered,
         })
+    }
+
+    /// Links every line from now on into a new hash chain (`seq`, `chain`, `prev`), with
+    /// checkpoints signed as `options` says.
+    pub fn chained(self, options: ChainOptions) -> Self {
+        self.file.lock().unwrap_or_else(|p| p.into_inner()).chain = Some(ChainWriter::new(options));
+        self
+    }
+
+    /// Starts a new file when this one is full or old, as `rotation` says (see
+    /// [`Rotation`]); a chain goes on across the files.
+    pub fn rotated(self, rotation: Rotation) -> Self {
+        let mut output = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        output.rotation = Some(Rotating::new(&output.path, rotation));
+        drop(output);
+        self
     }
 
     fn fail(reason: String) -> AuditError {
@@ -216,10 +284,21 @@ impl AuditSink for JsonLinesSink {
         // A record is a few hundred bytes: room for it up front, not grown by doubling.
         let mut line = Vec::with_capacity(512);
         serde_json::to_writer(&mut line, record).map_err(|e| Self::fail(e.to_string()))?;
-        line.push(b'\n');
-        let mut file = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        file.write_all(&line)
-            .and_then(|()| if self.buffered { Ok(()) } else { file.flush() })
+        let mut output = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        // The chain's link is made under the lock: lines reach the file in seq order.
+        let line = match &mut output.chain {
+            Some(chain) => {
+                let mut linked = Vec::with_capacity(line.len() + 160);
+                chain.append(&line, &mut linked);
+                linked
+            }
+            None => {
+                line.push(b'\n');
+                line
+            }
+        };
+        output
+            .write(&line, !self.buffered)
             .map_err(|e| Self::fail(e.to_string()))
     }
 
@@ -227,6 +306,7 @@ impl AuditSink for JsonLinesSink {
         self.file
             .lock()
             .unwrap_or_else(|p| p.into_inner())
+            .file
             .flush()
             .map_err(|e| Self::fail(e.to_string()))
     }

@@ -1,0 +1,380 @@
+//! `toolgate audit verify` against audit files the real gateway wrote through real calls,
+//! intact and tampered with: an edited field, a deleted record, two swapped, the tail cut
+//! below a checkpoint, lines spliced from two replicas, a forged checkpoint.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{Gateway, invoke, run, user_yaml};
+use serde_json::{Value, json};
+
+/// A 32-byte Ed25519 seed in base64, as `openssl rand -base64 32` makes.
+const SEED: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+/// One replica's audit file after `calls` echo calls, with a checkpoint every 3 records;
+/// its lines, and the directory that holds it.
+async fn audit_lines(calls: usize) -> (Vec<String>, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let yaml = format!(
+        "tools:\n  builtin: [echo]\nusers:\n{}audit:\n  sink: file\n  path: {}\n  flush_every: 0s\n  \
+signing_key: ${{AUDIT_SIGNING_KEY}}\n  checkpoint_every: 3\n",
+        user_yaml("alice", &["admin"]),
+        path.display()
+    );
+    let gateway = Gateway::start_with_env(&yaml, &[("AUDIT_SIGNING_KEY", SEED)]);
+    for i in 0..calls {
+        let answer = invoke(
+            &gateway,
+            "alice",
+            "echo",
+            json!({"text": format!("call {i}")}),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    drop(gateway);
+    let text = std::fs::read_to_string(&path).unwrap();
+    (text.lines().map(str::to_owned).collect(), dir)
+}
+
+/// The public key `toolgate audit public-key` prints for [`SEED`].
+fn public_key(dir: &Path) -> String {
+    let config = dir.join("key.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "tools:\n  builtin: [echo]\naudit:\n  sink: file\n  path: {}\n  signing_key: {SEED}\n",
+            dir.join("unused.jsonl").display()
+        ),
+    )
+    .unwrap();
+    let (status, stdout, stderr) = run(
+        &["audit", "public-key", "--config", config.to_str().unwrap()],
+        "",
+    );
+    assert!(status.success(), "{stderr}");
+    stdout.trim().to_owned()
+}
+
+/// Writes `lines` to `name` in `dir`.
+fn write(dir: &Path, name: &str, lines: &[String]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    path
+}
+
+/// `toolgate audit verify FILES [--key KEY]`: (success, stdout, stderr).
+fn verify(files: &[&Path], key: Option<&str>) -> (bool, String, String) {
+    let mut args = vec!["audit".to_owned(), "verify".to_owned()];
+    args.extend(files.iter().map(|f| f.display().to_string()));
+    if let Some(key) = key {
+        args.extend(["--key".to_owned(), key.to_owned()]);
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (status, stdout, stderr) = run(&args, "");
+    (status.success(), stdout, stderr)
+}
+
+fn field(line: &str, name: &str) -> Value {
+    serde_json::from_str::<Value>(line).unwrap()[name].clone()
+}
+
+#[tokio::test]
+async fn an_intact_file_verifies_with_the_published_key_and_without_one() {
+    let (lines, dir) = audit_lines(6).await;
+    assert_eq!(lines.len(), 8, "6 records and 2 checkpoints: {lines:#?}");
+    assert_eq!(field(&lines[0], "seq"), 1);
+    assert_eq!(field(&lines[0], "prev"), "genesis");
+    assert_eq!(field(&lines[0], "tool"), "echo");
+    assert!(lines[3].starts_with(r#"{"checkpoint":"#), "{}", lines[3]);
+    let file = write(dir.path(), "intact.jsonl", &lines);
+    let key = public_key(dir.path());
+
+    let (ok, stdout, stderr) = verify(&[&file], Some(&key));
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("1 chain(s), 6 record(s), 2 checkpoint(s), every signature valid"),
+        "{stdout}"
+    );
+    let (ok, stdout, stderr) = verify(&[&file], None);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("signatures were not checked"), "{stdout}");
+}
+
+#[tokio::test]
+async fn an_edited_field_is_reported_with_its_seq() {
+    let (mut lines, dir) = audit_lines(4).await;
+    assert_eq!(field(&lines[1], "seq"), 2);
+    lines[1] = lines[1].replace(r#""user_id":"alice""#, r#""user_id":"mallory""#);
+    let file = write(dir.path(), "edited.jsonl", &lines);
+    let (ok, _, stderr) = verify(&[&file], None);
+    assert!(!ok);
+    assert!(
+        stderr.contains("line 2: record seq 2 of chain") && stderr.contains("was changed"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_deleted_record_is_reported_missing() {
+    let (mut lines, dir) = audit_lines(3).await;
+    lines.remove(1);
+    let file = write(dir.path(), "deleted.jsonl", &lines);
+    let (ok, _, stderr) = verify(&[&file], None);
+    assert!(!ok);
+    assert!(
+        stderr.contains("record seq 2 of chain")
+            && stderr.contains("is missing (expected seq 2, found 3)"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn two_swapped_records_are_reported_out_of_order() {
+    let (mut lines, dir) = audit_lines(3).await;
+    lines.swap(0, 1);
+    let file = write(dir.path(), "swapped.jsonl", &lines);
+    let (ok, _, stderr) = verify(&[&file], None);
+    assert!(!ok);
+    assert!(
+        stderr.contains("line 1: record seq 2 of chain")
+            && stderr.contains("out of order (expected seq 1)"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_tail_cut_below_a_checkpoint_is_reported_truncated() {
+    let (mut lines, dir) = audit_lines(6).await;
+    // Records 5 and 6 go; the checkpoint that signed seq 6 stays.
+    assert_eq!(field(&lines[6], "seq"), 6);
+    lines.drain(5..7);
+    let file = write(dir.path(), "cut.jsonl", &lines);
+    let key = public_key(dir.path());
+    let (ok, _, stderr) = verify(&[&file], Some(&key));
+    assert!(!ok);
+    assert!(
+        stderr.contains("no further than seq 4")
+            && stderr.contains("signed seq 6")
+            && stderr.contains("truncated"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn lines_spliced_from_two_replicas_are_reported() {
+    let ((a, dir), (b, _other)) = tokio::join!(audit_lines(4), audit_lines(4));
+    assert_ne!(
+        field(&a[0], "chain"),
+        field(&b[0], "chain"),
+        "each replica has its own chain"
+    );
+    // Replica A's first two records, then replica B's from its third on.
+    let spliced: Vec<String> = a[..2].iter().chain(&b[2..]).cloned().collect();
+    let file = write(dir.path(), "spliced.jsonl", &spliced);
+    let (ok, _, stderr) = verify(&[&file], None);
+    assert!(!ok);
+    assert!(
+        stderr.contains("line 3: record seq 1 of chain") && stderr.contains("is missing"),
+        "{stderr}"
+    );
+
+    // Both files whole, given together: two intact chains.
+    let (a_file, b_file) = (
+        write(dir.path(), "a.jsonl", &a),
+        write(dir.path(), "b.jsonl", &b),
+    );
+    let (ok, stdout, stderr) = verify(&[&a_file, &b_file], None);
+    assert!(
+        ok && stdout.contains("2 chain(s), 8 record(s)"),
+        "{stdout}{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_forged_checkpoint_fails_under_the_key_and_the_chain_is_checked_without_one() {
+    let (mut lines, dir) = audit_lines(3).await;
+    let key = public_key(dir.path());
+    // An edited last record with its checkpoint's hash "fixed" to match: only the
+    // signature can tell.
+    let edited = lines[2].replace(r#""user_id":"alice""#, r#""user_id":"mallory""#);
+    assert_ne!(edited, lines[2]);
+    lines[2] = edited;
+    let checkpoint: Value = serde_json::from_str(&lines[3]).unwrap();
+    let old_hash = checkpoint["checkpoint"]["hash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let new_hash = sha256_hex(lines[2].as_bytes());
+    lines[3] = lines[3].replace(&old_hash, &new_hash);
+    let file = write(dir.path(), "forged.jsonl", &lines);
+
+    let (ok, _, stderr) = verify(&[&file], Some(&key));
+    assert!(!ok);
+    assert!(
+        stderr.contains("line 4: the checkpoint of seq 3 of chain")
+            && stderr.contains("bad signature"),
+        "{stderr}"
+    );
+    let (ok, stdout, _) = verify(&[&file], None);
+    assert!(
+        ok,
+        "without a key the forged hash passes: the chain alone cannot tell"
+    );
+    assert!(stdout.contains("signatures were not checked"), "{stdout}");
+
+    // Without a key, the chain is still checked.
+    let mut broken = lines.clone();
+    broken.remove(0);
+    let file = write(dir.path(), "broken.jsonl", &broken);
+    let (ok, _, stderr) = verify(&[&file], None);
+    assert!(!ok && stderr.contains("is missing"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_rotated_series_verifies_in_order_and_a_lost_file_shows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let yaml = format!(
+        "tools:\n  builtin: [echo]\nusers:\n{}audit:\n  sink: file\n  path: {}\n  flush_every: 0s\n  \
+signing_key: ${{AUDIT_SIGNING_KEY}}\n  rotate_bytes: 1KiB\n",
+        user_yaml("alice", &["admin"]),
+        path.display()
+    );
+    let gateway = Gateway::start_with_env(&yaml, &[("AUDIT_SIGNING_KEY", SEED)]);
+    for i in 0..8 {
+        let answer = invoke(
+            &gateway,
+            "alice",
+            "echo",
+            json!({"text": format!("call {i}")}),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    drop(gateway);
+    // As `audit.jsonl.* audit.jsonl` expands in a shell: rotated files oldest first.
+    let mut rotated: Vec<PathBuf> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e != "jsonl" && e != "yaml"))
+        .collect();
+    rotated.sort();
+    // The file lost below must not hold the last records: that would be a cut tail.
+    assert!(
+        rotated.len() >= 2,
+        "records of ~400 bytes fill 1 KiB every three: {rotated:?}"
+    );
+    assert!(std::fs::metadata(&path).unwrap().len() > 0, "{rotated:?}");
+    let mut series: Vec<&Path> = rotated.iter().map(PathBuf::as_path).collect();
+    series.push(&path);
+    let key = public_key(dir.path());
+
+    let (ok, stdout, stderr) = verify(&series, Some(&key));
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("1 chain(s), 8 record(s)"), "{stdout}");
+
+    let mut lost = series.clone();
+    lost.remove(1);
+    let (ok, _, stderr) = verify(&lost, Some(&key));
+    assert!(!ok);
+    assert!(stderr.contains("is missing"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_reload_and_a_shutdown_sign_the_last_records_of_their_chain() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let yaml = format!(
+        "tools:\n  builtin: [echo]\nusers:\n{}audit:\n  sink: file\n  path: {}\n  \
+signing_key: ${{AUDIT_SIGNING_KEY}}\n",
+        user_yaml("alice", &["admin"]),
+        path.display()
+    );
+    let mut gateway = Gateway::start_with_env(&yaml, &[("AUDIT_SIGNING_KEY", SEED)]);
+    for i in 0..2 {
+        let answer = invoke(
+            &gateway,
+            "alice",
+            "echo",
+            json!({"text": format!("call {i}")}),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    // A reload starts a new chain and signs the old one's last records.
+    gateway.signal("HUP");
+    gateway
+        .wait_for_log(
+            "configuration reloaded",
+            1,
+            std::time::Duration::from_secs(30),
+        )
+        .await;
+    let answer = invoke(&gateway, "alice", "echo", json!({"text": "after"})).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    gateway.signal("TERM");
+    let status = gateway.wait_exit(std::time::Duration::from_secs(30)).await;
+    assert!(status.is_some_and(|s| s.success()), "{}", gateway.stderr());
+
+    let text = std::fs::read_to_string(&path).unwrap();
+    let checkpoints: Vec<Value> = text
+        .lines()
+        .filter(|l| l.starts_with(r#"{"checkpoint":"#))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["checkpoint"].clone())
+        .collect();
+    let mut signed: Vec<u64> = checkpoints
+        .iter()
+        .map(|c| c["seq"].as_u64().unwrap())
+        .collect();
+    signed.sort();
+    assert_eq!(signed, [1, 2], "{text}");
+    assert_ne!(checkpoints[0]["chain"], checkpoints[1]["chain"], "{text}");
+    assert!(
+        text.lines()
+            .last()
+            .unwrap()
+            .starts_with(r#"{"checkpoint":"#),
+        "{text}"
+    );
+    assert!(
+        gateway.stderr().contains("audit checkpoint signed"),
+        "{}",
+        gateway.stderr()
+    );
+
+    let key = public_key(dir.path());
+    let (ok, stdout, stderr) = verify(&[&path], Some(&key));
+    assert!(ok, "{stderr}");
+    assert!(
+        stdout.contains("2 chain(s), 3 record(s), 2 checkpoint(s)"),
+        "{stdout}"
+    );
+}
+
+#[tokio::test]
+async fn a_bad_signing_key_is_refused_with_how_to_make_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bad.yaml");
+    std::fs::write(
+        &config,
+        "tools:\n  builtin: [echo]\naudit:\n  sink: file\n  path: /tmp/x.jsonl\n  signing_key: short\n",
+    )
+    .unwrap();
+    let (status, _, stderr) = run(&["check", "--config", config.to_str().unwrap()], "");
+    assert!(!status.success());
+    assert!(
+        stderr.contains("audit.signing_key") && stderr.contains("openssl rand -base64 32"),
+        "{stderr}"
+    );
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
