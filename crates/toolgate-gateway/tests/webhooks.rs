@@ -190,11 +190,14 @@ async fn a_decision_is_told_with_who_decided_and_a_rejection_with_its_reason() {
     let gateway = start_gateway(&url, "");
     let approved = park(&gateway).await;
     let rejected = park(&gateway).await;
+    let for_retry = park(&gateway).await;
 
     let answer = decide(&gateway, &approved, json!({"decision": "approve"})).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     let no = json!({"decision": "reject", "reason": "not during the freeze"});
     assert_eq!(decide(&gateway, &rejected, no).await.status, 403);
+    let retry = json!({"decision": "approve_retry"});
+    assert_eq!(decide(&gateway, &for_retry, retry).await.status, 200);
 
     let told = receiver.wait_for("suspension.decided", &approved).await;
     assert_eq!(told.verify(SystemTime::now()), Ok(()));
@@ -207,6 +210,11 @@ async fn a_decision_is_told_with_who_decided_and_a_rejection_with_its_reason() {
     assert_eq!(
         told.json()["decision"],
         json!({"decision": "reject", "decided_by": "alice", "reason": "not during the freeze"})
+    );
+    let told = receiver.wait_for("suspension.decided", &for_retry).await;
+    assert_eq!(
+        told.json()["decision"],
+        json!({"decision": "approve_retry", "decided_by": "alice", "reason": null})
     );
     let waiting = receiver.wait_for("suspension.waiting", &approved).await;
     assert_ne!(waiting.id(), receiver.of_type("suspension.decided")[0].id());
