@@ -59,10 +59,28 @@ impl CallBinding {
     /// The binding of a call of the tool `definition` by `user` with `input`, in a pipeline
     /// of configuration `generation`.
     pub fn of(definition: &ToolDefinition, user: &str, input: &Value, generation: &str) -> Self {
+        Self::with_definition_digest(
+            definition,
+            definition_digest(definition),
+            user,
+            input,
+            generation,
+        )
+    }
+
+    /// As [`of`](Self::of), with the definition's digest already made (a pipeline keeps it
+    /// per tool).
+    pub(crate) fn with_definition_digest(
+        definition: &ToolDefinition,
+        definition_digest: String,
+        user: &str,
+        input: &Value,
+        generation: &str,
+    ) -> Self {
         CallBinding {
             user: user.to_owned(),
             tool: definition.name.clone(),
-            definition: definition_digest(definition),
+            definition: definition_digest,
             input: digest(input),
             generation: generation.to_owned(),
         }

@@ -263,20 +263,6 @@ impl Suspensions {
     }
 }
 
-/// The 32 bytes of a key written as 64 hexadecimal characters; `None` for anything else.
-pub fn decode_hex_key(text: &str) -> Option<[u8; 32]> {
-    let text = text.trim().as_bytes();
-    if text.len() != 64 {
-        return None;
-    }
-    let mut key = [0u8; 32];
-    for (byte, pair) in key.iter_mut().zip(text.chunks_exact(2)) {
-        let digits = std::str::from_utf8(pair).ok()?;
-        *byte = u8::from_str_radix(digits, 16).ok()?;
-    }
-    Some(key)
-}
-
 impl SharedState {
     /// The state for a first configuration.
     ///

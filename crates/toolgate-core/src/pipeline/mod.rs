@@ -105,16 +105,16 @@ impl ToolEntry {
     /// [`approval`]: crate::approval
     pub(crate) fn binding(&self, user: &str, input: &Value) -> CallBinding {
         let definition = &self.scope.definition;
-        CallBinding {
-            user: user.to_owned(),
-            tool: definition.name.clone(),
-            definition: self
-                .definition_digest
-                .get_or_init(|| approval::definition_digest(definition))
-                .clone(),
-            input: approval::digest(input),
-            generation: self.shared.generation.to_string(),
-        }
+        let digest = self
+            .definition_digest
+            .get_or_init(|| approval::definition_digest(definition));
+        CallBinding::with_definition_digest(
+            definition,
+            digest.clone(),
+            user,
+            input,
+            &self.shared.generation,
+        )
     }
 }
 

@@ -412,7 +412,9 @@ fn check(config: &Config) -> Result<(), ConfigError> {
                 "waiting calls are encrypted where they are stored on Redis, and this `state` keeps them in memory: remove the key, or set `state.url` to a Redis URL",
             ));
         }
-        if crate::state::decode_hex_key(&key.0).is_none() {
+        // The form only: the store reads the key itself (`with_encryption_key`).
+        let hex = key.0.trim();
+        if hex.len() != 64 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(ConfigError::invalid(
                 "state.suspensions_key",
                 "the key must be 64 hexadecimal characters (32 bytes): make one with `openssl rand -hex 32` and set it from a secret, `suspensions_key: ${SUSPENSIONS_KEY}`",
@@ -681,6 +683,28 @@ mod tests {
         let error = parse(text).unwrap_err().to_string();
         assert!(error.contains("TOOLGATE_TEST_SURELY_UNSET"), "{error}");
         assert!(error.contains("`state`"), "{error}");
+    }
+
+    #[test]
+    fn a_suspensions_key_is_64_hex_characters_and_only_with_redis() {
+        let with = |url: &str, key: &str| {
+            parse(&format!(
+                "state:\n  url: {url}\n  suspensions_key: \"{key}\"\n"
+            ))
+        };
+        let key = "ab".repeat(32);
+
+        assert!(with("redis://127.0.0.1:6379", &key).is_ok());
+        for bad in ["abcd".to_owned(), "zz".repeat(32), "a".repeat(32)] {
+            let refused = with("redis://127.0.0.1:6379", &bad).unwrap_err();
+            assert_eq!(refused.field(), "state.suspensions_key", "{bad}");
+            assert!(
+                refused.to_string().contains("openssl rand -hex 32"),
+                "{refused}"
+            );
+        }
+        let memory = with("memory", &key).unwrap_err();
+        assert_eq!(memory.field(), "state.suspensions_key");
     }
 
     #[test]
