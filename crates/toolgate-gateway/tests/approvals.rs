@@ -21,6 +21,14 @@ fn users() -> String {
     )
 }
 
+/// `sleep` waits for approval; the users of [`users`].
+fn sleep_waits() -> String {
+    format!(
+        "tools:\n  builtin: [sleep]\n{}policies:\n  approval:\n    tools: [sleep]\n",
+        users()
+    )
+}
+
 /// The suspension id of a 202 answer.
 fn suspension_id(answer: &Answer) -> String {
     assert_eq!(answer.status, 202, "{}", answer.body);
@@ -236,10 +244,7 @@ async fn an_approval_after_a_reload_revoked_the_callers_access_refuses_the_call(
 
 #[tokio::test]
 async fn with_four_eyes_an_approver_may_not_approve_their_own_call_but_another_may() {
-    let config = format!(
-        "tools:\n  builtin: [sleep]\n{}policies:\n  approval:\n    tools: [sleep]\n",
-        users()
-    );
+    let config = sleep_waits();
     let gateway = Gateway::start(&config);
     let id = suspension_id(&park(&gateway, "alice").await);
 
@@ -301,11 +306,7 @@ async fn mcp_call(
 
 #[tokio::test]
 async fn an_mcp_caller_learns_its_call_waits_and_fetches_the_outcome_once_approved() {
-    let config = format!(
-        "tools:\n  builtin: [sleep]\n{}\
-policies:\n  approval:\n    tools: [sleep]\n",
-        users()
-    );
+    let config = sleep_waits();
     let gateway = Gateway::start(&config);
     let session = common::open_session(&gateway, "bob").await;
 
@@ -402,11 +403,7 @@ async fn call_2026_with(
 #[tokio::test]
 async fn a_2026_caller_is_told_its_call_waits_as_input_required_and_gets_the_result_by_asking_again()
  {
-    let config = format!(
-        "tools:\n  builtin: [sleep]\n{}\
-policies:\n  approval:\n    tools: [sleep]\n",
-        users()
-    );
+    let config = sleep_waits();
     let gateway = Gateway::start(&config);
 
     let waiting = call_2026(&gateway, "bob", "sleep", None).await["result"].clone();
@@ -577,11 +574,7 @@ async fn call_as_task(gateway: &Gateway, user: &str) -> String {
 
 #[tokio::test]
 async fn a_caller_that_takes_tasks_polls_its_waiting_call_as_a_task_until_it_completes() {
-    let config = format!(
-        "tools:\n  builtin: [sleep]\n{}\
-policies:\n  approval:\n    tools: [sleep]\n",
-        users()
-    );
+    let config = sleep_waits();
     let gateway = Gateway::start(&config);
     let id = call_as_task(&gateway, "bob").await;
 
@@ -614,11 +607,7 @@ policies:\n  approval:\n    tools: [sleep]\n",
 
 #[tokio::test]
 async fn a_caller_that_cancels_its_waiting_task_withdraws_the_call() {
-    let config = format!(
-        "tools:\n  builtin: [sleep]\n{}\
-policies:\n  approval:\n    tools: [sleep]\n",
-        users()
-    );
+    let config = sleep_waits();
     let gateway = Gateway::start(&config);
     let id = call_as_task(&gateway, "bob").await;
 

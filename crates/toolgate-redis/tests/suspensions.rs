@@ -72,6 +72,29 @@ async fn two_replicas(
     ))
 }
 
+/// `n` operations at once, made by `op` with their index on replica `a` or `b` in turn
+/// (two replicas racing): their answers, in index order.
+async fn alternately<T, Fut>(
+    a: &RedisSuspensions,
+    b: &RedisSuspensions,
+    n: usize,
+    op: impl Fn(usize, RedisSuspensions) -> Fut,
+) -> Vec<T>
+where
+    Fut: std::future::Future<Output = T> + Send + 'static,
+    T: Send + 'static,
+{
+    let tasks = (0..n).map(|i| {
+        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+        tokio::spawn(op(i, store))
+    });
+    join_all(tasks)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect()
+}
+
 /// A replica of its own: a new connection to Redis under `prefix`, with a deadline a busy
 /// test machine meets.
 async fn replica(url: &str, prefix: &str, limits: SuspensionLimits) -> RedisSuspensions {
@@ -161,15 +184,10 @@ async fn concurrent_saves_from_two_replicas_keep_exactly_the_per_user_cap() {
         return;
     };
 
-    let saves = (0..40).map(|i| {
-        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
-        tokio::spawn(async move { store.save(call(&format!("m{i:02}"), "mallory")).await })
-    });
-    let answers: Vec<_> = join_all(saves)
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let answers = alternately(&a, &b, 40, |i, store| async move {
+        store.save(call(&format!("m{i:02}"), "mallory")).await
+    })
+    .await;
 
     let kept = answers.iter().filter(|answer| answer.is_ok()).count();
     let refused = answers
@@ -200,19 +218,12 @@ async fn concurrent_saves_of_many_users_keep_exactly_the_total_cap() {
         return;
     };
 
-    let saves = (0..30).map(|i| {
-        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
-        tokio::spawn(async move {
-            store
-                .save(call(&format!("c{i:02}"), &format!("u{i}")))
-                .await
-        })
-    });
-    let answers: Vec<_> = join_all(saves)
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let answers = alternately(&a, &b, 30, |i, store| async move {
+        store
+            .save(call(&format!("c{i:02}"), &format!("u{i}")))
+            .await
+    })
+    .await;
 
     let kept = answers.iter().filter(|answer| answer.is_ok()).count();
     let full = answers
@@ -234,15 +245,13 @@ async fn of_concurrent_takes_of_one_call_on_two_replicas_exactly_one_gets_it() {
     };
     a.save(call("once", "ann")).await.unwrap();
 
-    let takes = (0..20).map(|i| {
-        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
-        tokio::spawn(async move { store.take("once").await })
-    });
-    let answers: Vec<_> = join_all(takes)
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+    let answers = alternately(
+        &a,
+        &b,
+        20,
+        |_, store| async move { store.take("once").await },
+    )
+    .await;
 
     let got = answers
         .iter()
@@ -395,16 +404,11 @@ async fn a_retry_approval_is_used_once_across_replicas_under_concurrency() {
     let key = kept.binding.key();
     a.keep_retry_approval(kept.clone()).await.unwrap();
 
-    let uses = (0..20).map(|i| {
-        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
+    let answers = alternately(&a, &b, 20, |_, store| {
         let key = key.clone();
-        tokio::spawn(async move { store.use_retry_approval(&key).await })
-    });
-    let answers: Vec<_> = join_all(uses)
-        .await
-        .into_iter()
-        .map(Result::unwrap)
-        .collect();
+        async move { store.use_retry_approval(&key).await }
+    })
+    .await;
 
     let used: Vec<_> = answers
         .iter()
@@ -942,15 +946,13 @@ async fn on_a_cluster_calls_are_saved_listed_taken_capped_in_one_slot_and_outliv
     let a = on_cluster().await;
     let b = on_cluster().await;
 
-    let saves = (0..12).map(|i| {
-        let store = if i % 2 == 0 { a.clone() } else { b.clone() };
-        tokio::spawn(async move { store.save(call(&format!("k{i:02}"), "ann")).await })
-    });
-    let kept = join_all(saves)
-        .await
-        .into_iter()
-        .filter(|answer| matches!(answer, Ok(Ok(()))))
-        .count();
+    let kept = alternately(&a, &b, 12, |i, store| async move {
+        store.save(call(&format!("k{i:02}"), "ann")).await
+    })
+    .await
+    .into_iter()
+    .filter(Result::is_ok)
+    .count();
     b.save(call("bob-1", "bob")).await.unwrap();
     let listed = b
         .list(&SuspensionFilter::default(), None, 10)
