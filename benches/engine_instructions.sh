@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Instructions per call of the engine's scenarios, counted by callgrind: the table of
-# docs/performance.md, "Engine ratios". Deterministic, so a loaded machine does not matter;
+# docs/performance.md, "The engine". Deterministic, so a loaded machine does not matter;
 # compare two trees by running this script in each.
 #
 #   benches/engine_instructions.sh            # every scenario
@@ -23,6 +23,7 @@ if [ ${#scenarios[@]} -eq 0 ]; then
         pipeline_10_written_hooks
         pipeline_10_hand_written_hooks
         pipeline_hook_on_every_stage
+        pipeline_uninterested_hooks
         tower_10_layers_boxed_each
         tower_10_layers_static
     )

@@ -2,7 +2,7 @@
 //! run [`CALLS`] times inside one function that callgrind collects. Instruction counts are
 //! deterministic, so they can be compared across trees on a shared, loaded machine where
 //! timings cannot. `benches/engine_instructions.sh` runs every scenario under callgrind and
-//! prints the table `docs/performance.md` quotes ("Engine ratios").
+//! prints the table `docs/performance.md` quotes ("The engine").
 //!
 //! `instructions SCENARIO` runs one scenario (one of [`SCENARIOS`]) in a function
 //! whose name starts with `collected_`, which the script collects; the inputs are built before it is
@@ -26,13 +26,14 @@ use scenarios::{Scenarios, add_input, call_tower, invoke};
 const CALLS: usize = 10_000;
 
 /// The scenarios, by the name the script passes.
-const SCENARIOS: [&str; 8] = [
+const SCENARIOS: [&str; 9] = [
     "direct_erased_json",
     "pipeline_0_hooks",
     "pipeline_10_hooks",
     "pipeline_10_written_hooks",
     "pipeline_10_hand_written_hooks",
     "pipeline_hook_on_every_stage",
+    "pipeline_uninterested_hooks",
     "tower_10_layers_boxed_each",
     "tower_10_layers_static",
 ];
@@ -79,6 +80,9 @@ fn run(runtime: &Runtime, s: &Scenarios, name: &str, calls: usize, collect: bool
         }),
         "pipeline_hook_on_every_stage" => measure(runtime, inputs, collect, |i| {
             invoke(&s.pipeline_every_stage, i)
+        }),
+        "pipeline_uninterested_hooks" => measure(runtime, inputs, collect, |i| {
+            invoke(&s.pipeline_uninterested_hooks, i)
         }),
         "tower_10_layers_boxed_each" => measure(runtime, inputs, collect, |i| {
             call_tower(&s.tower_10_boxed, i)

@@ -71,6 +71,13 @@ fn pipeline_overhead(c: &mut Criterion) {
             BatchSize::SmallInput,
         );
     });
+    group.bench_function("pipeline_uninterested_hooks", |b| {
+        b.to_async(&runtime).iter_batched(
+            add_input,
+            |input| invoke(&s.pipeline_uninterested_hooks, input),
+            BatchSize::SmallInput,
+        );
+    });
     group.bench_function("tower_10_layers_boxed_each", |b| {
         b.to_async(&runtime).iter_batched(
             add_input,

@@ -117,6 +117,9 @@ fn pipeline_allocations_per_invocation_stay_within_bounds() {
     let pipeline_all = per_json_call(&runtime, "pipeline_hook_on_every_stage", |input| {
         invoke(&s.pipeline_every_stage, input)
     });
+    let pipeline_uninterested = per_json_call(&runtime, "pipeline_uninterested_hooks", |input| {
+        invoke(&s.pipeline_uninterested_hooks, input)
+    });
     let tower_boxed = per_json_call(&runtime, "tower_10_layers_boxed_each", |input| {
         call_tower(&s.tower_10_boxed, input)
     });
@@ -134,6 +137,7 @@ fn pipeline_allocations_per_invocation_stay_within_bounds() {
         ("pipeline_10_written_hooks", pipeline_10_written),
         ("pipeline_10_hand_written_hooks", pipeline_10_hand_written),
         ("pipeline_hook_on_every_stage", pipeline_all),
+        ("pipeline_uninterested_hooks", pipeline_uninterested),
         ("tower_10_layers_boxed_each", tower_boxed),
         ("tower_10_layers_static", tower_static),
     ] {
@@ -148,6 +152,13 @@ fn pipeline_allocations_per_invocation_stay_within_bounds() {
     assert!(
         pipeline_0 <= direct_erased,
         "no hooks: {pipeline_0} allocations, the direct JSON call makes {direct_erased}"
+    );
+    // Policies that do not apply to the tool (retry, a timeout and consent for others) are
+    // not in its plan: no `around_execute` chain is boxed for wrappers that would only let
+    // the call through.
+    assert!(
+        pipeline_uninterested <= pipeline_0,
+        "policies for other tools: {pipeline_uninterested} allocations, {pipeline_0} with none"
     );
     assert!(
         pipeline_10 <= pipeline_0,

@@ -1,5 +1,7 @@
-# The targets of the peers benchmark (sourced by run.sh, not run): how each is installed,
-# configured with policies off and on, started and stopped, and where its audit records go.
+# The targets of the peers benchmark (sourced by run.sh, and by
+# crates/toolgate-gateway/benches/profile/profile.sh for toolgate's; not run): how each is
+# installed, configured with policies off and on, started and stopped, and where its audit
+# records go.
 #
 # start_target sets, for the client:
 #   T_PID      the process whose CPU time and peak memory are measured (with its descendants)
@@ -94,9 +96,10 @@ prepare_target() {
   esac
 }
 
-MCP_PROXY_BIN=$PEERS_CACHE/mcp-proxy-$MCP_PROXY_VERSION/bin/mcp-proxy
+# The pinned mcp-proxy's binary (a function, so that sourcing this file needs no peer's settings).
+mcp_proxy_bin() { echo "$PEERS_CACHE/mcp-proxy-$MCP_PROXY_VERSION/bin/mcp-proxy"; }
 prepare_mcp_proxy() {
-  [ -x "$MCP_PROXY_BIN" ] && return 0
+  [ -x "$(mcp_proxy_bin)" ] && return 0
   echo "installing mcp-proxy $MCP_PROXY_VERSION from crates.io (several minutes)" >&2
   mkdir -p "$PEERS_CACHE"
   cargo install --locked --version "$MCP_PROXY_VERSION" --root "$PEERS_CACHE/mcp-proxy-$MCP_PROXY_VERSION" \
@@ -224,7 +227,7 @@ open(path, 'w').write(text)
 PY
     T_TOKEN=$key
   fi
-  "$MCP_PROXY_BIN" --config "$3/mcp-proxy.toml" > "$3/mcp-proxy.out" 2> "$3/mcp-proxy.err" &
+  "$(mcp_proxy_bin)" --config "$3/mcp-proxy.toml" > "$3/mcp-proxy.out" 2> "$3/mcp-proxy.err" &
   T_PID=$!
   started+=("$T_PID")
   T_URL=http://127.0.0.1:$port/ T_TOOL=demo/echo T_VERSION=mcp-proxy-$MCP_PROXY_VERSION

@@ -256,6 +256,9 @@ pub struct Scenarios {
     pub pipeline_10_hand_written_hooks: Pipeline,
     /// The pipeline with one no-op hook at every stage, `around_execute` included.
     pub pipeline_every_stage: Pipeline,
+    /// The pipeline with retry, a timeout and consent, none of which applies to `add`
+    /// (not idempotent, no time limit of its own, no approval needed).
+    pub pipeline_uninterested_hooks: Pipeline,
     /// Ten tower layers, each boxed.
     pub tower_10_boxed: RefCell<JsonService>,
     /// Ten tower layers composed statically, boxed once.
@@ -321,6 +324,7 @@ impl Scenarios {
                     .collect(),
             ),
             pipeline_every_stage: pipeline(vec![NoOp(StageSet::ALL)]),
+            pipeline_uninterested_hooks: uninterested_hooks(),
             tower_10_boxed: RefCell::new(tower_boxed_each()),
             tower_10_static: RefCell::new(tower_static()),
         }
@@ -368,6 +372,26 @@ fn pipeline<H: Hook>(hooks: Vec<H>) -> Pipeline {
         builder = builder.hook(hook);
     }
     builder.build().expect("the pipeline builds")
+}
+
+/// A pipeline serving [`Add`] with three policies that leave it alone: retry (`add` is
+/// not idempotent), a per-attempt timeout for another tool, and consent for another tool.
+/// What a policy that does not apply to a tool costs its calls.
+fn uninterested_hooks() -> Pipeline {
+    use toolgate::hooks::consent::Consent;
+    use toolgate::hooks::retry::Retry;
+    use toolgate::hooks::timeout::{Timeout, TimeoutScope};
+    Pipeline::builder()
+        .tool(Add)
+        .hook(
+            Retry::builder()
+                .build()
+                .expect("the default retry policy builds"),
+        )
+        .hook(Timeout::only_listed(TimeoutScope::Attempt).tool("slow", Duration::from_secs(5)))
+        .hook(Consent::builder().tool("delete").build())
+        .build()
+        .expect("the pipeline builds")
 }
 
 /// Invokes `add` through `pipeline`, as a caller does.

@@ -7,6 +7,7 @@ mod context;
 mod failure_modes;
 mod host_providers;
 mod input;
+mod interest;
 mod ordering;
 mod paths;
 mod property;

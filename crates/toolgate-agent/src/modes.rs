@@ -5,7 +5,9 @@ use std::collections::HashSet;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use toolgate_core::control::SuspendRequest;
+use toolgate_core::hook::Interest;
 use toolgate_core::suspension::ResumeDecision;
+use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Control, Hook, HookResult, ToolInvokeContext, hook};
 
 /// How a tool's call is carried out and what its output is for.
@@ -63,8 +65,9 @@ impl Hook for BlockingHook {
         i32::MIN
     }
 
-    fn filter(&self, ctx: &ToolInvokeContext) -> bool {
-        self.tools.contains(ctx.tool_name())
+    /// Only blocking tools have this hook in their plan.
+    fn interest(&self, tool: &ToolDefinition) -> Interest {
+        Interest::when(self.tools.contains(&tool.name))
     }
 
     fn will_execute(&self, ctx: &mut ToolInvokeContext) -> HookResult {

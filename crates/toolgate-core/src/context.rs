@@ -216,6 +216,7 @@ pub(crate) struct Trail {
     pub(crate) decisions: Vec<Decision>,
     pub(crate) resumed: Option<ResumeDecision>,
     pub(crate) decided_by: Option<String>,
+    pub(crate) decision_reason: Option<String>,
     /// The instant an approved call must reach execution by.
     pub(crate) run_by: Option<tokio::time::Instant>,
     /// The waiting call whose approval for a retry this call used.
@@ -242,6 +243,7 @@ pub(crate) struct Restored {
     pub metadata: Map<String, Value>,
     pub decision: ResumeDecision,
     pub decided_by: Option<String>,
+    pub decision_reason: Option<String>,
     pub run_by: Option<tokio::time::Instant>,
     pub retry_of: Option<String>,
 }
@@ -296,6 +298,7 @@ impl ToolInvokeContext {
         let trail = self.trail_mut();
         trail.resumed = Some(restored.decision);
         trail.decided_by = restored.decided_by;
+        trail.decision_reason = restored.decision_reason;
         trail.run_by = restored.run_by;
         trail.retry_of = restored.retry_of;
     }
@@ -313,6 +316,7 @@ impl ToolInvokeContext {
             metadata,
             decision: ResumeDecision::Approve,
             decided_by: approval.decided_by,
+            decision_reason: None,
             run_by: Some(tokio::time::Instant::now() + left),
             retry_of: Some(approval.suspension_id),
         });
@@ -661,6 +665,13 @@ impl ToolInvokeContext {
     /// said ([`InvokeOptions::decided_by`](crate::InvokeOptions::decided_by)).
     pub fn decided_by(&self) -> Option<&str> {
         self.trail.as_ref()?.decided_by.as_deref()
+    }
+
+    /// Why the approver decided as they did, when the resume said
+    /// ([`InvokeOptions::decision_reason`](crate::InvokeOptions::decision_reason)); a
+    /// rejection's reason is in its [`ResumeDecision`].
+    pub fn decision_reason(&self) -> Option<&str> {
+        self.trail.as_ref()?.decision_reason.as_deref()
     }
 
     /// The id of the waiting call whose approval for a retry this call used

@@ -5,7 +5,6 @@ use std::fmt;
 use std::time::Duration;
 
 pub use crate::provider::ProviderError;
-pub use crate::suspension::SuspensionStoreError;
 
 /// Why an invocation did not produce an output.
 ///
@@ -123,14 +122,18 @@ pub enum ToolError {
     #[error(transparent)]
     Provider(#[from] ProviderError),
     /// No suspended call has this id (it never existed, or was already resumed).
-    #[error("no suspended call with id `{id}`: it was never suspended or has already been resumed")]
+    #[error(
+        "no suspended call with id `{}`: it was never suspended or has already been resumed",
+        shown_id(id)
+    )]
     UnknownSuspension {
         /// The id that was asked for.
         id: String,
     },
     /// The suspended call waited longer than its store allows: it will not run.
     #[error(
-        "the suspended call `{id}` expired before anyone decided on it and will not run: make the call again if it is still needed"
+        "the suspended call `{}` expired before anyone decided on it and will not run: make the call again if it is still needed",
+        shown_id(id)
     )]
     SuspensionExpired {
         /// The id that was asked for.
@@ -142,6 +145,25 @@ pub enum ToolError {
         /// What went wrong; never carries a panic payload.
         message: String,
     },
+}
+
+/// The longest id a message repeats whole.
+pub const MAX_SHOWN_ID: usize = 64;
+
+/// An id a caller sent, as a message repeats it: its first [`MAX_SHOWN_ID`] characters,
+/// then `…` when it is longer — so that a megabyte of id is not sent back.
+///
+/// ```
+/// use toolgate_core::error::shown_id;
+///
+/// assert_eq!(shown_id("susp-1"), "susp-1");
+/// assert_eq!(shown_id(&"x".repeat(1000)), format!("{}…", "x".repeat(64)));
+/// ```
+pub fn shown_id(id: &str) -> std::borrow::Cow<'_, str> {
+    match id.char_indices().nth(MAX_SHOWN_ID) {
+        Some((end, _)) => format!("{}…", &id[..end]).into(),
+        None => id.into(),
+    }
 }
 
 impl ToolError {
@@ -289,31 +311,6 @@ impl ToolError {
             self,
             ToolError::Aborted { .. } | ToolError::RetryAfter { .. } | ToolError::Suspended { .. }
         )
-    }
-}
-
-/// A store's refusal as the caller sees it: a user over their cap of waiting calls is
-/// `too_many_suspended` (429), a full store `suspensions_full` (503), an expired call
-/// [`ToolError::SuspensionExpired`] (410), a failing store `suspension_store_unavailable`
-/// (503).
-impl From<SuspensionStoreError> for ToolError {
-    fn from(error: SuspensionStoreError) -> Self {
-        use SuspensionStoreError as E;
-        match error {
-            E::Expired { id } => ToolError::SuspensionExpired { id },
-            e @ E::UserFull { .. } => ToolError::abort(e.to_string(), "too_many_suspended", 429),
-            e @ E::Full { .. } => ToolError::abort(e.to_string(), "suspensions_full", 503),
-            e @ E::CannotApproveRetries => {
-                ToolError::abort(e.to_string(), "cannot_approve_retries", 501)
-            }
-            e @ E::CannotList => ToolError::abort(e.to_string(), "cannot_list", 501),
-            e @ E::CannotKeepOutcomes => {
-                ToolError::abort(e.to_string(), "cannot_keep_outcomes", 501)
-            }
-            // The store's own message says what to check (Redis away, a key that differs
-            // between replicas, a full disk): "try again later" would mislead for most.
-            e => ToolError::abort(e.to_string(), "suspension_store_unavailable", 503),
-        }
     }
 }
 

@@ -118,13 +118,19 @@ pub use tool::{JsonTool, Tool, tool_fn};
 /// them be written as plain or `async fn`s: see [`Hook`].
 pub use toolgate_macros::hook;
 
+/// `__stage_methods!(callback)` expands to `callback! { method => Variant, … }` with every
+/// stage method that takes only the context, in pipeline order: for a hook that writes one
+/// method per stage (the test kit's recording hook) without spelling the stage list again.
+#[doc(hidden)]
+pub use toolgate_macros::__stage_methods;
+
 /// The names a hook author or a pipeline's owner uses most: `use toolgate_core::prelude::*;`.
 pub mod prelude {
     pub use crate::context::{ToolInvokeContext, User};
     pub use crate::control::{Control, HookResult};
     pub use crate::error::ToolError;
     pub use crate::hook::{
-        FailureMode, Hook, HookFuture, HookRegistration, Next, hook_fn, hook_fn_sync,
+        FailureMode, Hook, HookFuture, HookRegistration, Interest, Next, hook_fn, hook_fn_sync,
     };
     pub use crate::pipeline::{Invocation, InvokeOptions, Pipeline, PipelineBuilder};
     pub use crate::provider::Scope;

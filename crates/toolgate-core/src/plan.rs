@@ -4,6 +4,7 @@
 use std::cmp::Reverse;
 use std::sync::Arc;
 
+use crate::definition::ToolDefinition;
 use crate::hook::{FailureMode, Hook, HookOptions};
 use crate::hook::{StageMethod, stage_method};
 use crate::stage::{STAGE_COUNT, Stage, StageSet};
@@ -27,6 +28,9 @@ pub(crate) struct PlannedHook {
     pub failure: FailureMode,
     /// Its method at this stage always finishes at once ([`Hook::synchronous_stages`]).
     pub synchronous: bool,
+    /// Whether its [`Hook::filter`] is asked per call: its [interest](Hook::interest) in
+    /// the tool was `sometimes`.
+    pub filtered: bool,
 }
 
 /// The compiled plan of one tool.
@@ -46,37 +50,43 @@ pub(crate) struct ToolPlan {
 }
 
 impl ToolPlan {
-    /// Compiles the plan of tool `tool` from every registration.
+    /// Compiles the plan of the tool defined by `tool` from every registration: the hooks
+    /// registered for it, less those whose [interest](Hook::interest) in it is `never`.
     pub fn compile(
-        tool: &str,
+        tool: &ToolDefinition,
         registrations: &[Registration],
         record_durations: bool,
         record_hook_timings: bool,
     ) -> ToolPlan {
-        let mut mine: Vec<(&Registration, i32, StageSet)> = registrations
+        let mut mine: Vec<(&Registration, i32, StageSet, bool)> = registrations
             .iter()
-            .filter(|r| r.tool.as_deref().is_none_or(|t| t == tool))
-            .map(|r| {
+            .filter(|r| r.tool.as_deref().is_none_or(|t| t == tool.name))
+            .filter_map(|r| {
+                let interest = r.hook.interest(tool);
+                if interest.is_never() {
+                    return None;
+                }
                 let priority = r.options.priority.unwrap_or_else(|| r.hook.priority());
-                (r, priority, r.hook.stages())
+                Some((r, priority, r.hook.stages(), interest.is_sometimes()))
             })
             .collect();
         // Higher priority first; at equal priority global before per-tool, then
         // registration order.
-        mine.sort_by_key(|(r, priority, _)| (Reverse(*priority), r.tool.is_some(), r.order));
+        mine.sort_by_key(|(r, priority, _, _)| (Reverse(*priority), r.tool.is_some(), r.order));
 
         let mut present = StageSet::EMPTY;
         let mut synchronous = StageSet::EMPTY;
         let stages = Stage::ALL.map(|stage| {
             let mut hooks: Vec<PlannedHook> = mine
                 .iter()
-                .filter(|(_, _, set)| set.contains(stage))
-                .map(|(r, _, _)| PlannedHook {
+                .filter(|(_, _, set, _)| set.contains(stage))
+                .map(|&(r, _, _, filtered)| PlannedHook {
                     hook: Arc::clone(&r.hook),
                     call: stage_method(stage),
                     name: Arc::from(r.hook.name()),
                     failure: r.options.failure,
                     synchronous: r.hook.synchronous_stages().contains(stage),
+                    filtered,
                 })
                 .collect();
             if stage.is_did() {
@@ -94,8 +104,10 @@ impl ToolPlan {
             .iter()
             .filter(|&s| s != Stage::AroundExecute)
             .count();
-        let record_durations =
-            record_durations || mine.iter().any(|(r, _, _)| r.hook.wants_stage_durations());
+        let record_durations = record_durations
+            || mine
+                .iter()
+                .any(|(r, _, _, _)| r.hook.wants_stage_durations());
         ToolPlan {
             stages,
             present,

@@ -63,24 +63,21 @@ impl ApiKeys {
     /// # Ok::<(), toolgate_gateway::config::ConfigError>(())
     /// ```
     pub fn authenticate(&self, key: &str) -> Option<Arc<User>> {
-        let presented: [u8; 32] = Sha256::digest(key.as_bytes()).into();
+        self.by_hash(&key_digest(key))
+    }
+
+    /// The user whose key has this SHA-256, if any: a console session keeps the hash of
+    /// the key it was opened with, never the key, and finds its user again on every
+    /// request (so a key taken out of the configuration ends its sessions at the reload).
+    pub fn by_hash(&self, hash: &[u8; 32]) -> Option<Arc<User>> {
         let mut found = subtle::Choice::from(0);
         let mut index = 0u32;
-        for (i, (hash, _)) in self.users.iter().enumerate() {
-            let equal = hash.0.ct_eq(&presented);
+        for (i, (known, _)) in self.users.iter().enumerate() {
+            let equal = known.0.ct_eq(hash);
             index.conditional_assign(&(i as u32), equal);
             found |= equal;
         }
         bool::from(found).then(|| self.users[index as usize].1.clone())
-    }
-
-    /// The user behind an `Authorization` header value (`Bearer <key>`).
-    pub fn authenticate_header(&self, header: &str) -> Option<Arc<User>> {
-        let (scheme, key) = header.trim().split_once(' ')?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return None;
-        }
-        self.authenticate(key.trim())
     }
 
     /// Whether a user with this id signs in with an API key.
@@ -97,6 +94,11 @@ impl ApiKeys {
     pub fn is_empty(&self) -> bool {
         self.users.is_empty()
     }
+}
+
+/// The SHA-256 of an API key.
+pub fn key_digest(key: &str) -> [u8; 32] {
+    Sha256::digest(key.as_bytes()).into()
 }
 
 /// The SHA-256 of an API key in hex: what goes into `key_sha256`.

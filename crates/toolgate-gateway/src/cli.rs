@@ -14,8 +14,8 @@ use crate::Extensions;
 use crate::config::{LogFormat, StateConfig, StateUrl, load_file};
 use crate::gateway::Gateway;
 use crate::pins::PinFile;
+use crate::process::Process;
 use crate::serve::{ServeOptions, serve};
-use crate::state::SharedState;
 use crate::telemetry::Telemetry;
 
 /// toolgate: a gateway every tool call of an AI agent passes through.
@@ -92,6 +92,13 @@ pub enum Command {
         #[command(subcommand)]
         action: AuditAction,
     },
+    /// Test Cedar policies and authorization rules: `test FILE` runs a table of calls
+    /// and the decisions expected for them (docs/policies.md, "Testing policies").
+    Policy {
+        /// What to do.
+        #[command(subcommand)]
+        action: PolicyAction,
+    },
     /// Print the SHA-256 of an API key (read from stdin) for `users[].key_sha256`.
     HashKey {
         /// Make a new random key, print it and its hash.
@@ -110,6 +117,21 @@ pub enum PinsAction {
         /// Every change waiting.
         #[arg(long, conflicts_with = "tools")]
         all: bool,
+    },
+}
+
+/// What `toolgate policy` does.
+#[derive(Debug, Subcommand)]
+pub enum PolicyAction {
+    /// Run a table of calls (who, which tool, which arguments, which transport) through
+    /// the configured pipeline without running any tool, and compare each decision with
+    /// the one expected: a line per case, and a non-zero exit when one fails.
+    Test {
+        /// The table (YAML).
+        file: PathBuf,
+        /// The configuration file (default: the table's `config:`).
+        #[arg(long, short, env = "TOOLGATE_CONFIG")]
+        config: Option<PathBuf>,
     },
 }
 
@@ -172,7 +194,7 @@ pub fn main_with(extensions: Extensions) -> ExitCode {
         }
     };
     match runtime.block_on(run(cli, extensions)) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(message) => {
             eprintln!("toolgate: {message}");
             ExitCode::from(2)
@@ -180,8 +202,8 @@ pub fn main_with(extensions: Extensions) -> ExitCode {
     }
 }
 
-async fn run(cli: Cli, extensions: Extensions) -> Result<(), String> {
-    match cli.command {
+async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
+    let done = match cli.command {
         Command::Serve { config, listen } => {
             let file = load_file(&config).map_err(|e| e.to_string())?;
             let telemetry = start_telemetry(&file)?;
@@ -210,12 +232,11 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<(), String> {
                 &file.logging.level,
                 telemetry.as_ref().map(Telemetry::tracer),
             );
-            crate::logging::scrub_secrets(crate::secrets::scrubber(&file));
             let user = configured_user(&file, user.as_deref())?;
-            let shared = SharedState::new(&file).await.map_err(|e| e.to_string())?;
-            let gateway = Gateway::build_with(file, &shared, &extensions)
+            let gateway = Process::start(file, extensions)
                 .await
-                .map_err(|e| e.in_file(&config).to_string())?;
+                .map_err(|e| e.in_file(&config).to_string())?
+                .current();
             let served = toolgate_mcp::McpServer::new(gateway.pipeline().clone())
                 .server_info("toolgate", env!("CARGO_PKG_VERSION"))
                 .default_user(user)
@@ -240,10 +261,10 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<(), String> {
                 Some(id) => Some(configured_user(&file, Some(&id))?),
                 None => None,
             };
-            let shared = SharedState::new(&file).await.map_err(|e| e.to_string())?;
-            let gateway = Gateway::build_with(file, &shared, &extensions)
+            let gateway = Process::start(file, extensions)
                 .await
-                .map_err(|e| e.in_file(&config).to_string())?;
+                .map_err(|e| e.in_file(&config).to_string())?
+                .current();
             let tools = match &user {
                 Some(user) => gateway.visible_tools(user),
                 None => gateway.pipeline().definitions().cloned().collect(),
@@ -259,8 +280,25 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<(), String> {
         }
         Command::Pins { config, action } => pins(&config, action),
         Command::Audit { action } => audit(action),
+        Command::Policy { action } => return policy(action, &extensions).await,
         Command::HashKey { generate } => hash_key(generate),
-    }
+    };
+    done.map(|()| ExitCode::SUCCESS)
+}
+
+/// `toolgate policy test`: exit 1 when a case fails, 2 (an error) when the table or the
+/// configuration cannot be used.
+async fn policy(action: PolicyAction, extensions: &Extensions) -> Result<ExitCode, String> {
+    let PolicyAction::Test { file, config } = action;
+    let report = crate::policy_test::run_table(&file, config.as_deref(), extensions)
+        .await
+        .map_err(|e| e.to_string())?;
+    println!("{report}");
+    Ok(if report.failed() == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// The trace exporter, when the configuration has a `telemetry` section.
@@ -294,10 +332,10 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
         target => format!("{} (not contacted by check)", target.describe()),
     };
     file.state = StateConfig::default();
-    let shared = SharedState::new(&file).await.map_err(|e| e.to_string())?;
-    let gateway = Gateway::build_with(file, &shared, extensions)
+    let gateway = Process::start(file, extensions.clone())
         .await
-        .map_err(|e| e.in_file(path).to_string())?;
+        .map_err(|e| e.in_file(path).to_string())?
+        .current();
     let mut out = String::new();
     out.push_str(&format!(
         "{}: OK — {} tools, {} users, state: {state}\n",
@@ -333,6 +371,10 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
         for (stage, hooks) in plan {
             out.push_str(&format!("  {:<27} {}\n", stage.name(), hooks.join(" → ")));
         }
+        for line in crate::gateway::describe_budgets(&gateway.config.policies.budgets, &tool) {
+            out.push_str(&format!("  {line}\n"));
+        }
+        out.push_str(&crate::policy_test::check_lines(&gateway, &tool));
     }
     print!("{out}");
     Ok(())

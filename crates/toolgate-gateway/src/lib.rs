@@ -1,14 +1,15 @@
 //! The toolgate gateway: the `toolgate` binary's library.
 //!
 //! One YAML file describes the tools (built-in and imported from upstream MCP servers),
-//! the users and their API keys, and the policies; [`Gateway::build`] compiles it into a
-//! pipeline, and [`serve`](serve::serve) puts an HTTP API, an MCP endpoint, health checks
-//! and Prometheus metrics in front of it. See `docs/gateway.md` for every field.
+//! the users and their API keys, and the policies; a [`Process`] compiles it into a
+//! [`Gateway`] (a pipeline) and serves it, a reload swapping in the gateway of the new
+//! file, and `toolgate serve` ([`cli`]) puts an HTTP API, an MCP endpoint, health checks and
+//! Prometheus metrics in front of it. See `docs/gateway.md` for every field, and
+//! `docs/architecture.md` for the layers.
 //!
 //! ```
 //! use toolgate_gateway::config::parse;
-//! use toolgate_gateway::state::SharedState;
-//! use toolgate_gateway::Gateway;
+//! use toolgate_gateway::{Extensions, Process};
 //! use toolgate_core::{InvokeOptions, User};
 //! use serde_json::json;
 //!
@@ -22,8 +23,8 @@
 //!     rules:
 //!       - { effect: allow, roles: [analyst], tools: [calculator] }
 //! "#)?;
-//! let shared = SharedState::new(&config).await?;
-//! let gateway = Gateway::build(config, &shared).await?;
+//! let process = Process::start(config, Extensions::new()).await?;
+//! let gateway = process.current();
 //!
 //! let analyst = User::new("ana").with_roles(["analyst"]);
 //! let out = gateway.pipeline()
@@ -40,26 +41,30 @@
 #![deny(missing_docs)]
 
 pub mod auth;
-pub mod builtin;
+pub(crate) mod builtin;
 pub mod cli;
 pub mod config;
-pub mod connections;
-pub mod drain;
-pub mod extensions;
-pub mod gateway;
-pub mod http;
+pub(crate) mod connections;
+pub(crate) mod console;
+pub(crate) mod drain;
+pub(crate) mod extensions;
+pub(crate) mod gateway;
+pub(crate) mod http;
 pub mod identity;
 mod labels;
 mod logging;
-pub mod outcomes;
-pub mod pins;
-pub mod prometheus;
-pub mod secrets;
-pub mod serve;
-pub mod state;
-pub mod telemetry;
+pub(crate) mod outcomes;
+pub(crate) mod pins;
+pub(crate) mod policy_test;
+pub(crate) mod process;
+pub(crate) mod prometheus;
+pub(crate) mod secrets;
+pub(crate) mod serve;
+pub(crate) mod state;
+pub(crate) mod telemetry;
 mod tools_state;
 pub mod webhooks;
 
 pub use extensions::Extensions;
-pub use gateway::{Gateway, GatewayError};
+pub use gateway::{Gateway, GatewayError, StagePlan};
+pub use process::Process;

@@ -18,14 +18,13 @@ use toolgate_hooks::fingerprint::random_key;
 use toolgate_hooks::secrets::Scrubber;
 
 use crate::config::{Config, StateUrl};
-use crate::gateway::upstream_config;
 
 /// Every credential `config` holds (read from the environment where the configuration
 /// names a variable).
 pub fn held(config: &Config) -> Vec<Secret> {
     let mut held = Vec::new();
     for (i, entry) in config.upstreams.iter().enumerate() {
-        if let Ok(upstream) = upstream_config(entry, i) {
+        if let Ok(upstream) = entry.upstream_config(i) {
             held.extend(upstream.secrets());
         }
         if let Some(as_caller) = &entry.as_caller {

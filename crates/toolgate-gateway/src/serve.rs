@@ -6,20 +6,19 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{Signal, SignalKind, signal};
-use tokio::sync::{Mutex, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use crate::Extensions;
 use crate::config::load_file;
 use crate::connections::{self, ConnectionLimits, Phase};
 use crate::drain::{Drain, ExplainCut};
-use crate::gateway::{Gateway, GatewayError};
+use crate::gateway::GatewayError;
 use crate::http::{AppState, router};
+use crate::process::Process;
 use crate::prometheus::{self, Upkeep};
-use crate::state::SharedState;
 
 /// What `serve` needs besides the file.
 #[derive(Clone, Debug)]
@@ -86,23 +85,24 @@ impl From<crate::config::ConfigError> for ServeError {
 /// kept.
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let config = load_file(&options.config)?;
-    crate::logging::scrub_secrets(crate::secrets::scrubber(&config));
     let metrics = prometheus::install();
     // Stops with this function, on every path out of it.
     let _upkeep = metrics
         .clone()
         .map(|handle| Upkeep::start(handle, prometheus::UPKEEP_INTERVAL));
-    let shared = SharedState::new(&config).await?;
     let autosave = config.stats.as_ref().map(|s| s.autosave);
-    // The drain's hook goes with the extensions, so that reloads keep it.
+    // The drain's hook goes with the extensions, so that every configuration has it.
     let drain_state = Drain::new();
     let extensions = options
         .extensions
         .clone()
         .hook(ExplainCut(drain_state.clone()));
-    let gateway = Gateway::build_with(config, &shared, &extensions)
-        .await
-        .map_err(|e| e.in_file(&options.config))?;
+    let process = Arc::new(
+        Process::start(config, extensions)
+            .await
+            .map_err(|e| e.in_file(&options.config))?,
+    );
+    let gateway = process.current();
     let listen = options.listen.unwrap_or(gateway.config.server.listen);
     let grace = gateway.config.server.shutdown_grace;
     let limits = ConnectionLimits::from(&gateway.config.server);
@@ -116,7 +116,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         what: "reading the listening address".to_owned(),
         source,
     })?;
-    let saver = match (&shared.stats, autosave) {
+    let saver = match (&process.shared().await.stats, autosave) {
         (Some(stats), Some(interval)) => Some(stats.autosave(interval)),
         _ => None,
     };
@@ -133,17 +133,12 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     // A stable line on stdout for scripts and tests that start the gateway on port 0.
     println!("toolgate listening on http://{local}");
 
-    let state = AppState {
-        current: Arc::new(ArcSwap::from_pointee(gateway)),
-        metrics,
-        drain: drain_state,
-    };
-    let shared = Arc::new(Mutex::new(shared));
+    drop(gateway);
+    let state = AppState::new(&process, metrics, drain_state);
     let reloads = tokio::spawn(reload_on_hangup(
         hangups,
         options.config.clone(),
-        state.clone(),
-        shared.clone(),
+        Arc::clone(&process),
     ));
 
     let (phase, phases) = watch::channel(Phase::Serving);
@@ -157,15 +152,15 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     drain(&state.drain, &phase, grace).await;
     stop(server, &phase).await;
     reloads.abort();
-    state.current.load().flush_audit().await;
+    process.current().flush_audit().await;
+    let shared = process.shared().await;
     // Decisions taken during the drain are still told, if their receivers answer soon.
-    let notifications = shared.lock().await.notifications.clone();
-    notifications.shutdown(ANSWER_WAIT).await;
+    shared.notifications.shutdown(ANSWER_WAIT).await;
     if let Some(saver) = saver {
         if let Err(e) = saver.shutdown().await {
             tracing::warn!(error = %e, "saving usage statistics at shutdown failed");
         }
-    } else if let Some(stats) = &shared.lock().await.stats
+    } else if let Some(stats) = &shared.stats
         && let Err(e) = stats.save()
     {
         tracing::warn!(error = %e, "saving usage statistics at shutdown failed");
@@ -238,12 +233,7 @@ async fn wait_for_stop(term: std::io::Result<Signal>) {
     }
 }
 
-async fn reload_on_hangup(
-    hangups: std::io::Result<Signal>,
-    path: PathBuf,
-    state: AppState,
-    shared: Arc<Mutex<SharedState>>,
-) {
+async fn reload_on_hangup(hangups: std::io::Result<Signal>, path: PathBuf, process: Arc<Process>) {
     let mut hangups = match hangups {
         Ok(s) => s,
         Err(e) => {
@@ -253,10 +243,8 @@ async fn reload_on_hangup(
     };
     while hangups.recv().await.is_some() {
         tracing::info!(config = %path.display(), "SIGHUP received: reloading the configuration");
-        let mut shared = shared.lock().await;
-        match reload(&path, &state, &shared).await {
-            Ok(next) => {
-                *shared = next;
+        match reload(&path, &process).await {
+            Ok(()) => {
                 tracing::info!("configuration reloaded; calls in flight finish on the old one");
             }
             Err(e) => tracing::error!(
@@ -267,40 +255,22 @@ async fn reload_on_hangup(
     }
 }
 
-/// Builds the gateway of the file at `path` and swaps it in.
-async fn reload(
-    path: &Path,
-    state: &AppState,
-    shared: &SharedState,
-) -> Result<SharedState, ServeError> {
+/// Reads the file at `path` again, and swaps in the gateway built from it.
+async fn reload(path: &Path, process: &Process) -> Result<(), ServeError> {
     let config = load_file(path)?;
-    let old = state.current.load_full();
-    let (new, old_server) = (&config.server, &old.config.server);
-    if new.listen != old_server.listen
-        || new.body_limit != old_server.body_limit
-        || new.max_connections != old_server.max_connections
-        || new.header_timeout != old_server.header_timeout
-        || new.body_timeout != old_server.body_timeout
-        || new.idle_timeout != old_server.idle_timeout
+    let (new, old) = (&config.server, &process.current().config.server);
+    if new.listen != old.listen
+        || new.body_limit != old.body_limit
+        || new.max_connections != old.max_connections
+        || new.header_timeout != old.header_timeout
+        || new.body_timeout != old.body_timeout
+        || new.idle_timeout != old.idle_timeout
     {
         tracing::warn!(
             "`server.listen`, `body_limit`, `max_connections` and the connection timeouts \
              take effect on restart only"
         );
     }
-    let next = shared.for_reload(&config).await?;
-    let secrets = crate::secrets::scrubber(&config);
-    let mut gateway = Gateway::build_with(config, &next, old.extensions())
-        .await
-        .map_err(|e| e.in_file(path))?;
-    gateway.keep_mcp_sessions(&old);
-    gateway.keep_identity_keys(&old);
-    crate::logging::scrub_secrets(secrets);
-    // Calls waiting already keep their expiry; the new bounds apply from here on.
-    next.suspensions
-        .set_limits(crate::state::suspension_limits(&gateway.config));
-    let gateway = Arc::new(gateway);
-    state.current.store(Arc::clone(&gateway));
-    gateway.hand_over_subscriptions(&old).await;
-    Ok(next)
+    process.reload(config).await.map_err(|e| e.in_file(path))?;
+    Ok(())
 }

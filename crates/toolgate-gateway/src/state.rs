@@ -9,18 +9,33 @@ use std::time::Duration;
 use toolgate_agent::UsageStats;
 use toolgate_core::suspension::{InMemorySuspensionStore, SuspensionLimits, SuspensionStore};
 use toolgate_hooks::Rate;
+use toolgate_hooks::budget::{BudgetBackend, InMemoryBudget};
 use toolgate_hooks::cache::{CacheBackend, MokaCache};
 use toolgate_hooks::concurrency::{ConcurrencyBackend, InMemoryConcurrency};
 use toolgate_hooks::consent::{ApprovalStore, InMemoryApprovals};
 use toolgate_hooks::quota::{InMemoryQuota, QuotaBackend};
 use toolgate_redis::{
-    ConcurrencyFailurePolicy, QuotaFailurePolicy, RedisCache, RedisConcurrency, RedisConfig,
-    RedisConfigBuilder, RedisQuota, RedisState, RedisSuspensions,
+    ConcurrencyFailurePolicy, QuotaFailurePolicy, RedisBudget, RedisCache, RedisConcurrency,
+    RedisConfig, RedisConfigBuilder, RedisQuota, RedisState, RedisSuspensions,
 };
 
 use crate::config::{Config, OnBackendErrorName, RedisTlsFiles, StateConfig, StateUrl};
-use crate::gateway::GatewayError;
+use crate::console::counters::ToolCounters;
+use crate::console::history::DecisionHistory;
+use crate::console::sessions::ConsoleSessions;
 use crate::webhooks::Notifications;
+
+/// The state backend or the statistics file could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StateError {
+    /// The state backend (Redis) could not be reached, or refused its settings.
+    #[error("state backend: {0}")]
+    Backend(String),
+    /// The statistics file could not be opened.
+    #[error("{0}")]
+    Stats(String),
+}
 
 /// Where the policies keep their state: in this process, or on Redis (shared by every
 /// replica pointed at it).
@@ -30,6 +45,8 @@ pub enum Backends {
     Memory {
         /// Rate-limit budgets.
         quota: Arc<InMemoryQuota>,
+        /// Costs charged against budgets.
+        budget: Arc<InMemoryBudget>,
         /// Calls in flight.
         concurrency: Arc<InMemoryConcurrency>,
         /// Cached results.
@@ -44,6 +61,7 @@ impl Backends {
     pub fn in_memory(max_cache_entries: u64) -> Self {
         Backends::Memory {
             quota: Arc::new(InMemoryQuota::default()),
+            budget: Arc::new(InMemoryBudget::default()),
             concurrency: Arc::new(InMemoryConcurrency::default()),
             cache: Arc::new(MokaCache::new(max_cache_entries)),
         }
@@ -53,11 +71,8 @@ impl Backends {
     ///
     /// # Errors
     ///
-    /// [`GatewayError::State`] when Redis cannot be reached.
-    pub async fn connect(
-        state: &StateConfig,
-        max_cache_entries: u64,
-    ) -> Result<Self, GatewayError> {
+    /// [`StateError::Backend`] when Redis cannot be reached.
+    pub async fn connect(state: &StateConfig, max_cache_entries: u64) -> Result<Self, StateError> {
         let target = state.target();
         if target == StateUrl::Memory {
             return Ok(Self::in_memory(max_cache_entries));
@@ -85,7 +100,7 @@ impl Backends {
         };
         connected
             .map(Backends::Redis)
-            .map_err(|e| GatewayError::State(format!("{e} (check `state` and that Redis runs)")))
+            .map_err(|e| StateError::Backend(format!("{e} (check `state` and that Redis runs)")))
     }
 
     /// The quota backend of one rate-limit policy, failing as it declares; on Redis with
@@ -109,6 +124,19 @@ impl Backends {
                     },
                 ),
             ),
+        }
+    }
+
+    /// The budget backend of one budget; on Redis with the budget's own deadline, if it
+    /// has one.
+    pub fn budget(&self, deadline: Option<Duration>) -> Arc<dyn BudgetBackend> {
+        match self {
+            Backends::Memory { budget, .. } => budget.clone(),
+            Backends::Redis(redis) => Arc::new(with_deadline(
+                redis.budget(),
+                deadline,
+                RedisBudget::deadline,
+            )),
         }
     }
 
@@ -151,10 +179,10 @@ impl Backends {
 fn with_tls_files(
     mut config: RedisConfigBuilder,
     tls: &RedisTlsFiles,
-) -> Result<RedisConfigBuilder, GatewayError> {
+) -> Result<RedisConfigBuilder, StateError> {
     let read = |field: &str, path: &std::path::Path| {
         std::fs::read(path).map_err(|e| {
-            GatewayError::State(format!(
+            StateError::Backend(format!(
                 "`state.tls.{field}`: cannot read `{}` ({e}); give the path of a PEM file",
                 path.display()
             ))
@@ -172,7 +200,7 @@ fn with_tls_files(
         }
         (None, None) => {}
         _ => {
-            return Err(GatewayError::State(
+            return Err(StateError::Backend(
                 "`state.tls`: set both `client_cert_file` and `client_key_file`, or neither".into(),
             ));
         }
@@ -205,6 +233,15 @@ pub struct SharedState {
     pub stats: Option<Arc<UsageStats>>,
     /// The waiting calls watched for expiry, and the webhooks of the configuration served.
     pub notifications: Notifications,
+    /// The sessions of the operator console.
+    pub console_sessions: Arc<ConsoleSessions>,
+    /// The per-tool counters of `GET /v1/admin/stats`.
+    pub counters: Arc<ToolCounters>,
+    /// The last decisions on waiting calls, for `GET /v1/admin/decisions`.
+    pub history: Arc<DecisionHistory>,
+    /// The tasks of upstream MCP servers handed to callers over MCP (SEP-2663): kept
+    /// across reloads, so that a caller can still poll the task it holds.
+    pub relayed_tasks: toolgate_mcp::RelayedTasks,
 }
 
 /// Where calls wait for approval, and the outcomes of decided ones are kept: in this
@@ -224,12 +261,12 @@ impl Suspensions {
     ///
     /// # Errors
     ///
-    /// [`GatewayError::State`] for a key the store refuses.
+    /// [`StateError::Backend`] for a key the store refuses.
     pub fn open(
         backends: &Backends,
         state: &StateConfig,
         limits: SuspensionLimits,
-    ) -> Result<Self, GatewayError> {
+    ) -> Result<Self, StateError> {
         Ok(match backends {
             Backends::Memory { .. } => {
                 Suspensions::Memory(Arc::new(InMemorySuspensionStore::new(limits)))
@@ -239,7 +276,7 @@ impl Suspensions {
                 if let Some(key) = &state.suspensions_key {
                     store = store
                         .with_encryption_key(key.0.as_bytes())
-                        .map_err(|e| GatewayError::State(format!("state.suspensions_key: {e}")))?;
+                        .map_err(|e| StateError::Backend(format!("state.suspensions_key: {e}")))?;
                 }
                 Suspensions::Redis(Arc::new(store))
             }
@@ -268,8 +305,8 @@ impl SharedState {
     ///
     /// # Errors
     ///
-    /// [`GatewayError`] when the state backend or the statistics file cannot be opened.
-    pub async fn new(config: &Config) -> Result<Self, GatewayError> {
+    /// [`StateError`] when the state backend or the statistics file cannot be opened.
+    pub async fn new(config: &Config) -> Result<Self, StateError> {
         let backends = Backends::connect(&config.state, max_cache_entries(config)).await?;
         Ok(SharedState {
             state: config.state.clone(),
@@ -278,6 +315,10 @@ impl SharedState {
             approvals: Arc::new(InMemoryApprovals::default()),
             stats: open_stats(config)?,
             notifications: Notifications::new(),
+            console_sessions: Arc::default(),
+            counters: Arc::default(),
+            history: Arc::default(),
+            relayed_tasks: toolgate_mcp::RelayedTasks::default(),
         })
     }
 
@@ -287,7 +328,7 @@ impl SharedState {
     /// # Errors
     ///
     /// As [`SharedState::new`].
-    pub async fn for_reload(&self, config: &Config) -> Result<Self, GatewayError> {
+    pub async fn for_reload(&self, config: &Config) -> Result<Self, StateError> {
         let mut next = self.clone();
         if config.state != self.state {
             next.state = config.state.clone();
@@ -321,14 +362,14 @@ pub fn suspension_limits(config: &Config) -> SuspensionLimits {
     }
 }
 
-fn open_stats(config: &Config) -> Result<Option<Arc<UsageStats>>, GatewayError> {
+fn open_stats(config: &Config) -> Result<Option<Arc<UsageStats>>, StateError> {
     config
         .stats
         .as_ref()
         .map(|s| {
             UsageStats::open(&s.path.0)
                 .map(Arc::new)
-                .map_err(|e| GatewayError::Io(format!("stats.path: {e}")))
+                .map_err(|e| StateError::Stats(format!("stats.path: {e}")))
         })
         .transpose()
 }
@@ -354,7 +395,7 @@ mod tests {
         }
     }
 
-    fn refusal(result: Result<Backends, GatewayError>) -> String {
+    fn refusal(result: Result<Backends, StateError>) -> String {
         match result {
             Ok(_) => panic!("the state was accepted"),
             Err(error) => error.to_string(),

@@ -11,22 +11,35 @@
 //! (and counted in the SDK's warning at shutdown) — and memory stays bounded. At shutdown
 //! [`Telemetry::shutdown`] flushes what is queued.
 //!
+//! With `telemetry.logs.audit`, every line of the chained audit file is exported too, as
+//! an OTLP log record ([`audit_logs`]), through a second batch processor on its own
+//! thread: the same bounded queue (`telemetry.logs.max_queue`, default [`MAX_QUEUE`]
+//! records; past it new records are dropped, the file keeps them), batches of up to 512
+//! records at least every second, each export bounded by `telemetry.otlp.timeout`. The
+//! processor's thread is its own upkeep: no runtime task is needed. At shutdown, after the
+//! audit file's last checkpoint is written, [`Telemetry::shutdown`] flushes both.
+//!
 //! Trace context comes in from the W3C `traceparent`/`tracestate` headers of `/v1`
 //! requests, and from those headers or an MCP request's `params._meta` (which wins) on
 //! `/mcp`; it goes out to imported upstreams in their `tools/call` `_meta`.
+
+pub(crate) mod audit_logs;
 
 use std::collections::HashMap;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::logs::{BatchLogProcessor, SdkLoggerProvider};
 use opentelemetry_sdk::trace::{
     BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider,
 };
 
-use crate::config::{OtlpProtocol, TelemetryConfig};
+use crate::config::{LogsConfig, OtlpConfig, OtlpProtocol, TelemetryConfig};
+use audit_logs::AuditLogs;
 
-/// The most spans waiting for export; past it new spans are dropped.
+/// The most spans (and, unless `telemetry.logs.max_queue` says otherwise, log records)
+/// waiting for export; past it new ones are dropped.
 pub const MAX_QUEUE: usize = 2048;
 
 /// Why trace export could not start.
@@ -38,12 +51,18 @@ pub enum TelemetryError {
         "cannot start the OTLP trace exporter ({0}): check `telemetry.otlp`, or remove the `telemetry` section to run without trace export"
     )]
     Exporter(String),
+    /// The OTLP log exporter could not be built.
+    #[error(
+        "cannot start the OTLP log exporter ({0}): check `telemetry.otlp`, or remove `telemetry.logs` to run without log export"
+    )]
+    LogExporter(String),
 }
 
 /// The running exporter. Call [`shutdown`](Self::shutdown) before the process exits, or
 /// the spans still queued are lost.
 pub struct Telemetry {
     provider: SdkTracerProvider,
+    logs: Option<SdkLoggerProvider>,
 }
 
 impl Telemetry {
@@ -55,15 +74,12 @@ impl Telemetry {
     /// say).
     pub fn start(config: &TelemetryConfig) -> Result<Telemetry, TelemetryError> {
         let OtlpProtocol::HttpProtobuf = config.otlp.protocol;
-        let headers: HashMap<String, String> = (config.otlp.headers.iter())
-            .map(|(name, value)| (name.clone(), value.0.clone()))
-            .collect();
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_http()
             .with_protocol(Protocol::HttpBinary)
-            .with_endpoint(traces_url(&config.otlp.endpoint.0))
+            .with_endpoint(signal_url(&config.otlp.endpoint.0, "traces"))
             .with_timeout(config.otlp.timeout)
-            .with_headers(headers)
+            .with_headers(headers(&config.otlp))
             .build()
             // The error names what failed, never the headers' values.
             .map_err(|e| TelemetryError::Exporter(e.to_string()))?;
@@ -78,13 +94,17 @@ impl Telemetry {
             .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
                 config.sample_ratio,
             ))))
-            .with_resource(
-                Resource::builder()
-                    .with_service_name(config.service_name.clone())
-                    .build(),
-            )
+            .with_resource(resource(config))
             .build();
-        Ok(Telemetry { provider })
+        let logs = match &config.logs {
+            Some(logs) if logs.audit => {
+                let provider = start_logs(config, logs)?;
+                AuditLogs::install(&provider);
+                Some(provider)
+            }
+            _ => None,
+        };
+        Ok(Telemetry { provider, logs })
     }
 
     /// The tracer the `tracing` layer exports through.
@@ -93,39 +113,99 @@ impl Telemetry {
     }
 
     /// Exports what is still queued (waiting at most the export timeout) and stops the
-    /// exporter's thread.
+    /// exporters' threads. Call it after the gateway has stopped, so that the audit
+    /// file's last lines are among what is exported.
     pub async fn shutdown(self) {
-        let provider = self.provider;
-        // The SDK waits on its thread: not on a runtime worker.
-        let done = tokio::task::spawn_blocking(move || provider.shutdown()).await;
-        if let Ok(Err(e)) = done {
-            tracing::warn!(error = %e, "the trace exporter did not shut down cleanly; spans still queued may be lost");
+        AuditLogs::uninstall();
+        let Telemetry { provider, logs } = self;
+        // The SDK waits on its threads: not on a runtime worker.
+        let done = tokio::task::spawn_blocking(move || {
+            (provider.shutdown(), logs.map(|logs| logs.shutdown()))
+        })
+        .await;
+        if let Ok((traces, logs)) = done {
+            if let Err(e) = traces {
+                tracing::warn!(error = %e, "the trace exporter did not shut down cleanly; spans still queued may be lost");
+            }
+            if let Some(Err(e)) = logs {
+                tracing::warn!(error = %e, "the log exporter did not shut down cleanly; audit records still queued were not exported (the audit file has them)");
+            }
         }
     }
 }
 
-/// The OTLP/HTTP traces URL of a collector's base URL (`http://collector:4318` →
-/// `http://collector:4318/v1/traces`), kept as it is when it already names the path.
-fn traces_url(endpoint: &str) -> String {
-    let base = endpoint.trim_end_matches('/');
-    if base.ends_with("/v1/traces") {
-        base.to_owned()
-    } else {
-        format!("{base}/v1/traces")
+/// The log provider of `telemetry.logs`: OTLP/HTTP to the traces' collector, batched on
+/// the SDK's thread with a queue of `logs.max_queue` records.
+fn start_logs(
+    config: &TelemetryConfig,
+    logs: &LogsConfig,
+) -> Result<SdkLoggerProvider, TelemetryError> {
+    let exporter = opentelemetry_otlp::LogExporter::builder()
+        .with_http()
+        .with_protocol(Protocol::HttpBinary)
+        .with_endpoint(signal_url(&config.otlp.endpoint.0, "logs"))
+        .with_timeout(config.otlp.timeout)
+        .with_headers(headers(&config.otlp))
+        .build()
+        // The error names what failed, never the headers' values.
+        .map_err(|e| TelemetryError::LogExporter(e.to_string()))?;
+    let batch = opentelemetry_sdk::logs::BatchConfigBuilder::default()
+        .with_max_queue_size(logs.max_queue)
+        .build();
+    let processor = BatchLogProcessor::builder(exporter)
+        .with_batch_config(batch)
+        .build();
+    Ok(SdkLoggerProvider::builder()
+        .with_log_processor(processor)
+        .with_resource(resource(config))
+        .build())
+}
+
+/// The headers sent with every export.
+fn headers(otlp: &OtlpConfig) -> HashMap<String, String> {
+    (otlp.headers.iter())
+        .map(|(name, value)| (name.clone(), value.0.clone()))
+        .collect()
+}
+
+/// The resource every export describes: the service.
+fn resource(config: &TelemetryConfig) -> Resource {
+    Resource::builder()
+        .with_service_name(config.service_name.clone())
+        .build()
+}
+
+/// The OTLP/HTTP URL of `signal` (`traces`, `logs`) at a collector's base URL
+/// (`http://collector:4318` → `http://collector:4318/v1/traces`); an endpoint that names
+/// a signal's path already (`…/v1/traces`, as the setting was first documented) is read
+/// as its base URL.
+fn signal_url(endpoint: &str, signal: &str) -> String {
+    let mut base = endpoint.trim_end_matches('/');
+    for known in ["/v1/traces", "/v1/logs"] {
+        base = base.strip_suffix(known).unwrap_or(base);
     }
+    format!("{base}/v1/{signal}")
 }
 
 #[cfg(test)]
 mod tests {
-    use super::traces_url;
+    use super::signal_url;
 
     #[test]
-    fn the_traces_path_is_appended_once() {
+    fn the_signal_path_is_appended_once() {
         assert_eq!(
-            traces_url("http://c:4318"),
+            signal_url("http://c:4318", "traces"),
             "http://c:4318/v1/traces".to_owned()
         );
-        assert_eq!(traces_url("http://c:4318/"), "http://c:4318/v1/traces");
-        assert_eq!(traces_url("http://c/v1/traces"), "http://c/v1/traces");
+        assert_eq!(
+            signal_url("http://c:4318/", "traces"),
+            "http://c:4318/v1/traces"
+        );
+        assert_eq!(
+            signal_url("http://c/v1/traces", "traces"),
+            "http://c/v1/traces"
+        );
+        assert_eq!(signal_url("http://c:4318", "logs"), "http://c:4318/v1/logs");
+        assert_eq!(signal_url("http://c/v1/traces", "logs"), "http://c/v1/logs");
     }
 }

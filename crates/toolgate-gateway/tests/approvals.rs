@@ -731,6 +731,70 @@ async fn a_caller_lists_only_their_own_waiting_calls_and_may_not_ask_for_another
 }
 
 #[tokio::test]
+async fn decided_calls_are_listed_with_the_filters_paging_and_authorization_of_waiting_ones() {
+    let (gateway, bobs, daves) = three_of_bobs_and_one_of_daves().await;
+    for id in [&bobs[0], &bobs[1], &daves] {
+        assert_eq!(approve(&gateway, "alice", id).await.status, 200);
+    }
+    let mut decided = vec![bobs[0].clone(), bobs[1].clone(), daves.clone()];
+    decided.sort();
+
+    let first = list(&gateway, "alice", "status=decided&limit=2").await;
+    let cursor = first.body["next_cursor"].as_str().expect("a next page");
+    let second = list(
+        &gateway,
+        "alice",
+        &format!("status=decided&limit=2&cursor={cursor}"),
+    )
+    .await;
+    assert_eq!([listed_ids(&first), listed_ids(&second)].concat(), decided);
+    assert!(second.body["next_cursor"].is_null(), "{}", second.body);
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "status=decided&tool=calculator").await),
+        [daves.as_str()]
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "status=decided&user=bob").await),
+        bobs[..2]
+    );
+    assert_eq!(
+        listed_ids(
+            &list(
+                &gateway,
+                "alice",
+                "status=decided&since=2999-01-01T00:00:00Z"
+            )
+            .await
+        ),
+        Vec::<String>::new()
+    );
+    // The waiting listing no longer has them.
+    assert_eq!(listed_ids(&list(&gateway, "alice", "").await), bobs[2..]);
+
+    // Each item carries the outcome `GET /v1/suspensions/{id}` gives, its tool and user.
+    let item = &list(&gateway, "alice", "status=decided&tool=calculator")
+        .await
+        .body["suspensions"][0];
+    assert_eq!(item["status"], "decided", "{item}");
+    assert_eq!(
+        (item["tool"].as_str(), item["user"].as_str()),
+        (Some("calculator"), Some("dave"))
+    );
+    assert_eq!(
+        item["result"],
+        show(&gateway, "dave", &daves).await.body["result"]
+    );
+    assert!(item["decided_at"].is_string(), "{item}");
+
+    // Bob sees his own decided calls only, and may not ask for dave's.
+    let bobs_decided = list(&gateway, "bob", "status=decided").await;
+    assert_eq!(listed_ids(&bobs_decided), bobs[..2]);
+    let daves_for_bob = list(&gateway, "bob", "status=decided&user=dave").await;
+    assert_eq!(daves_for_bob.status, 403, "{}", daves_for_bob.body);
+    assert_eq!(daves_for_bob.error_code(), "not_an_approver");
+}
+
+#[tokio::test]
 async fn bad_filters_limits_and_cursors_are_refused_with_their_code() {
     let (gateway, _, _) = three_of_bobs_and_one_of_daves().await;
 
@@ -744,8 +808,7 @@ async fn bad_filters_limits_and_cursors_are_refused_with_their_code() {
             "`next_cursor` of the previous page",
         ),
         ("since=yesterday", "bad_since", "RFC 3339"),
-        ("status=bogus", "bad_status", "use `waiting`"),
-        ("status=decided", "unsupported_status", "waiting calls only"),
+        ("status=bogus", "bad_status", "use `waiting` or `decided`"),
     ] {
         let refused = list(&gateway, "alice", query).await;
 
@@ -863,7 +926,13 @@ audit:\n  sink: file\n  path: {}\n  flush_every: 0s\n",
     let approved_id = suspension_id(&park(&gateway, "bob").await);
     let rejected_id = suspension_id(&park(&gateway, "dave").await);
 
-    assert_eq!(approve(&gateway, "alice", &approved_id).await.status, 200);
+    let approve = json!({"decision": "approve", "reason": "ticket OPS-7 checked"});
+    assert_eq!(
+        decide(&gateway, "alice", &approved_id, approve)
+            .await
+            .status,
+        200
+    );
     let reject = json!({"decision": "reject", "reason": "not during the freeze"});
     assert_eq!(
         decide(&gateway, "carol", &rejected_id, reject).await.status,
@@ -896,7 +965,7 @@ audit:\n  sink: file\n  path: {}\n  flush_every: 0s\n",
     let bobs = by_user("bob");
     assert_eq!(
         bobs["approval"],
-        json!({"decision": "approve", "decided_by": "alice"}),
+        json!({"decision": "approve", "decided_by": "alice", "reason": "ticket OPS-7 checked"}),
         "{bobs}"
     );
     assert_eq!(bobs["outcome"], "success");

@@ -92,7 +92,6 @@ fn check_prints_every_tool_with_its_stages_in_order() {
         };
         let order = [
             at("will_authorize"),
-            at("will_check_consent"),
             at("will_acquire_quota"),
             at("will_acquire_semaphore"),
             at("on_metrics"),
@@ -100,6 +99,49 @@ fn check_prints_every_tool_with_its_stages_in_order() {
         ];
         assert!(order.is_sorted(), "stages out of order in:\n{section}");
     }
+}
+
+#[test]
+fn check_lists_for_each_tool_only_the_hooks_that_run_for_it() {
+    let (status, stdout, stderr) = run(&["check", "--config", EXAMPLE_CONFIG], "");
+    assert!(status.success(), "{stderr}");
+    let section = |tool: &str| {
+        stdout
+            .split("\n\n")
+            .find(|s| s.split_whitespace().next() == Some(tool))
+            .unwrap_or_else(|| panic!("no section for `{tool}` in:\n{stdout}"))
+            .to_owned()
+    };
+    // The hooks listed on a stage's line, in order.
+    let hooks_at = |section: &str, stage: &str| -> Vec<String> {
+        section
+            .lines()
+            .find_map(|line| line.trim_start().strip_prefix(stage))
+            .map(|hooks| hooks.trim().split(" → ").map(str::to_owned).collect())
+            .unwrap_or_default()
+    };
+
+    // The file asks approval for `sleep` alone, and retries idempotent tools (`calculator`
+    // is read-only; `sleep` is not idempotent).
+    let sleep = section("sleep");
+    let calculator = section("calculator");
+    assert_eq!(
+        hooks_at(&sleep, "will_check_consent"),
+        ["consent"],
+        "{sleep}"
+    );
+    assert!(
+        hooks_at(&calculator, "will_check_consent").is_empty(),
+        "{calculator}"
+    );
+    assert!(
+        hooks_at(&calculator, "around_execute").contains(&"retry".to_owned()),
+        "{calculator}"
+    );
+    assert!(
+        !hooks_at(&sleep, "around_execute").contains(&"retry".to_owned()),
+        "{sleep}"
+    );
 }
 
 #[test]

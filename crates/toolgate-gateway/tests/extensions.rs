@@ -1,4 +1,4 @@
-//! Hooks of your own in the gateway (`Extensions` with `Gateway::build_with`), the
+//! Hooks of your own in the gateway (`Extensions` given to `Process::start`), the
 //! providers they read, and the built-in calculator's answer to an expression without a
 //! value.
 
@@ -11,8 +11,7 @@ use toolgate_core::hook::HookRegistration;
 use toolgate_core::provider::{Scope, bind_provider};
 use toolgate_core::{Hook, HookResult, InvokeOptions, ToolInvokeContext, User, hook};
 use toolgate_gateway::config::parse;
-use toolgate_gateway::state::SharedState;
-use toolgate_gateway::{Extensions, Gateway};
+use toolgate_gateway::{Extensions, Process};
 
 struct NoInterns;
 
@@ -42,11 +41,8 @@ policies:
 #[tokio::test]
 async fn an_extension_hook_runs_beside_the_configured_policies() {
     let config = parse(CONFIG).unwrap();
-    let shared = SharedState::new(&config).await.unwrap();
     let extensions = Extensions::new().hook(NoInterns);
-    let gateway = Gateway::build_with(config, &shared, &extensions)
-        .await
-        .unwrap();
+    let gateway = Process::start(config, extensions).await.unwrap().current();
 
     let (_, plan) = gateway
         .plans()
@@ -110,7 +106,6 @@ impl Hook for SessionGate {
 #[tokio::test]
 async fn extension_providers_reach_hooks_in_every_scope_and_survive_a_rebuild() {
     let config = parse(CONFIG).unwrap();
-    let shared = SharedState::new(&config).await.unwrap();
     let count = Arc::new(AtomicU64::new(0));
     let extensions = Extensions::new()
         .provide_shared::<CallCount>(Arc::clone(&count))
@@ -119,9 +114,10 @@ async fn extension_providers_reach_hooks_in_every_scope_and_survive_a_rebuild() 
             Some(ctx.user().roles.clone())
         }))
         .hook(SessionGate);
-    let gateway = Gateway::build_with(config.clone(), &shared, &extensions)
+    let process = Process::start(config.clone(), extensions)
         .await
         .expect("the extension supplies both keys, so `#[requires]` holds");
+    let gateway = process.current();
     let input = json!({"expression": "6 * 7"});
     let as_role = |role: &str| {
         InvokeOptions::new()
@@ -143,9 +139,12 @@ async fn extension_providers_reach_hooks_in_every_scope_and_survive_a_rebuild() 
     assert_eq!(intern_in_the_same_session.code(), "forbidden");
 
     // A reload builds a new pipeline from the same extensions: the global value is shared.
-    let rebuilt = Gateway::build_with(config, &shared, &extensions)
-        .await
-        .unwrap();
+    process.reload(config).await.unwrap();
+    let rebuilt = process.current();
+    assert!(
+        !Arc::ptr_eq(&gateway, &rebuilt),
+        "the reload swapped in a new gateway"
+    );
     rebuilt
         .pipeline()
         .invoke("calculator", input, as_role("analyst"))
@@ -161,20 +160,19 @@ async fn extension_providers_reach_hooks_in_every_scope_and_survive_a_rebuild() 
 #[tokio::test]
 async fn an_extension_hook_for_an_unknown_tool_fails_the_build() {
     let config = parse(CONFIG).unwrap();
-    let shared = SharedState::new(&config).await.unwrap();
     let extensions =
         Extensions::new().hook(HookRegistration::new(NoInterns).for_tool("no_such_tool"));
-    let err = Gateway::build_with(config, &shared, &extensions)
-        .await
-        .unwrap_err();
+    let err = Process::start(config, extensions).await.unwrap_err();
     assert!(err.to_string().contains("no_such_tool"), "{err}");
 }
 
 #[tokio::test]
 async fn an_expression_without_a_value_is_the_callers_mistake() {
     let config = parse(CONFIG).unwrap();
-    let shared = SharedState::new(&config).await.unwrap();
-    let gateway = Gateway::build(config, &shared).await.unwrap();
+    let gateway = Process::start(config, Extensions::new())
+        .await
+        .unwrap()
+        .current();
     let analyst = || InvokeOptions::new().user(User::new("ana").with_roles(["analyst"]));
     for expression in ["2^2000", "9223372036854775807 + 1", "1 / 0", "2 +"] {
         let err = gateway

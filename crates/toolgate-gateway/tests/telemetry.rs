@@ -2,7 +2,8 @@
 //! small collector on loopback (an axum route decoding `POST /v1/traces` with the
 //! `opentelemetry-proto` types — a real OTLP wire decode) — span names, GenAI and MCP
 //! attributes, parent/child links, and the trace id carried across an imported MCP
-//! upstream (a second gateway, which exports to the same collector).
+//! upstream (a second gateway, which exports to the same collector); and the audit file's
+//! lines exported as OTLP log records (`POST /v1/logs`) that carry its hash chain.
 
 mod common;
 
@@ -16,6 +17,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::post;
 use common::{Gateway, client, eventually, key, mcp, open_session, post_with, user_yaml};
+use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::any_value::Value as Any;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
@@ -46,9 +48,27 @@ impl Received {
     }
 }
 
+/// One received log record.
+#[derive(Clone, Debug)]
+struct ReceivedLog {
+    service: String,
+    event_name: String,
+    body: String,
+    trace_id: String,
+    span_id: String,
+    attributes: HashMap<String, String>,
+}
+
+impl ReceivedLog {
+    fn attr(&self, key: &str) -> Option<&str> {
+        self.attributes.get(key).map(String::as_str)
+    }
+}
+
 #[derive(Clone, Default)]
 struct Collector {
     spans: Arc<Mutex<Vec<Received>>>,
+    logs: Arc<Mutex<Vec<ReceivedLog>>>,
     authorizations: Arc<Mutex<Vec<String>>>,
 }
 
@@ -120,11 +140,39 @@ async fn traces(
     ""
 }
 
+async fn logs(State(collector): State<Collector>, body: Bytes) -> &'static str {
+    let request = ExportLogsServiceRequest::decode(body).expect("an OTLP protobuf logs export");
+    let mut logs = collector.logs.lock().unwrap();
+    for resource in request.resource_logs {
+        let service = (resource.resource.iter())
+            .flat_map(|r| &r.attributes)
+            .find(|kv| kv.key == "service.name")
+            .map(|kv| text(&kv.value))
+            .unwrap_or_default();
+        for scope in resource.scope_logs {
+            for record in scope.log_records {
+                logs.push(ReceivedLog {
+                    service: service.clone(),
+                    event_name: record.event_name,
+                    body: text(&record.body),
+                    trace_id: hex(&record.trace_id),
+                    span_id: hex(&record.span_id),
+                    attributes: (record.attributes.iter())
+                        .map(|kv| (kv.key.clone(), text(&kv.value)))
+                        .collect(),
+                });
+            }
+        }
+    }
+    ""
+}
+
 /// A collector on a free loopback port: its base URL.
 async fn start_collector() -> (Collector, String) {
     let collector = Collector::default();
     let app = Router::new()
         .route("/v1/traces", post(traces))
+        .route("/v1/logs", post(logs))
         .with_state(collector.clone());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -139,9 +187,10 @@ fn telemetry_yaml(collector: &str, service: &str, capture_arguments: bool) -> St
     )
 }
 
-/// Exports every 50 ms instead of every 5 s.
-const ENV: [(&str, &str); 2] = [
+/// Exports every 50 ms instead of every 5 s (spans) or 1 s (logs).
+const ENV: [(&str, &str); 3] = [
     ("OTEL_BSP_SCHEDULE_DELAY", "50"),
+    ("OTEL_BLRP_SCHEDULE_DELAY", "50"),
     ("OTLP_SECRET", OTLP_SECRET),
 ];
 
@@ -313,7 +362,10 @@ async fn an_mcp_call_carries_its_meta_traceparent_through_an_imported_upstream()
         telemetry = telemetry_yaml(&url, "edge", false),
     );
     let up_key = key("bob");
-    let edge = Gateway::start_with_env(&edge_yaml, &[ENV[0], ENV[1], ("UP_KEY", up_key.as_str())]);
+    let edge = Gateway::start_with_env(
+        &edge_yaml,
+        &[ENV[0], ENV[1], ENV[2], ("UP_KEY", up_key.as_str())],
+    );
 
     let session = open_session(&edge, "alice").await;
     let call = json!({"jsonrpc": "2.0", "id": 41, "method": "tools/call",
@@ -485,4 +537,124 @@ async fn on_mcp_the_http_traceparent_is_the_parent_unless_the_message_meta_has_o
         .collect();
     traces.sort();
     assert_eq!(traces, [header_trace, meta_trace]);
+}
+
+/// An Ed25519 seed for the audit checkpoints (32 bytes in base64).
+const SIGNING_KEY: &str = "MDEyMzQ1Njc4OWFiY2RlZjAxMjM0NTY3ODlhYmNkZWY=";
+
+#[tokio::test]
+async fn every_audit_line_is_exported_as_a_log_record_that_carries_the_chain() {
+    use sha2::{Digest, Sha256};
+
+    let (collector, url) = start_collector().await;
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let yaml = format!(
+        "{}  logs: {{ audit: true }}\naudit:\n  sink: file\n  path: {}\n  flush_every: 0s\n  signing_key: {SIGNING_KEY}\n  checkpoint_every: 2\n",
+        upstream_yaml(&url, false),
+        audit.display()
+    );
+    let mut gateway = Gateway::start_with_env(&yaml, &ENV);
+    let traceparent = format!("00-{TRACE}-{PARENT}-01");
+    for (i, headers) in [
+        vec![
+            ("traceparent", traceparent.as_str()),
+            ("x-request-id", "call-1"),
+        ],
+        vec![("x-request-id", "call-2")],
+        vec![("x-request-id", "call-3")],
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let answer = post_with(
+            &client(),
+            &gateway.url("/v1/tools/calculator/invoke"),
+            Some(&key("bob")),
+            &json!({"expression": format!("{i}+1")}),
+            &headers,
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    // Records 1 and 2, and their checkpoint, are exported while the gateway serves.
+    eventually(
+        "the first lines are exported",
+        Duration::from_secs(20),
+        || {
+            let n = collector.logs.lock().unwrap().len();
+            async move { n >= 3 }
+        },
+    )
+    .await;
+    // The drain writes the last checkpoint (of record 3), and the exporter is flushed.
+    gateway.signal("TERM");
+    let status = gateway.wait_exit(Duration::from_secs(30)).await;
+    assert!(status.is_some_and(|s| s.success()), "{}", gateway.stderr());
+
+    let lines: Vec<String> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(lines.len(), 5, "three records, two checkpoints: {lines:#?}");
+    let logs = collector.logs.lock().unwrap().clone();
+    let bodies: Vec<&str> = logs.iter().map(|l| l.body.as_str()).collect();
+    assert_eq!(
+        bodies, lines,
+        "each line exported once, as written, in order"
+    );
+
+    let sha256 = |text: &str| -> String {
+        Sha256::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let records: Vec<&ReceivedLog> = logs
+        .iter()
+        .filter(|l| l.event_name == "toolgate.audit.record")
+        .collect();
+    assert_eq!(records.len(), 3, "{logs:#?}");
+    let mut prev = "genesis".to_owned();
+    for (i, record) in records.iter().enumerate() {
+        assert_eq!(record.service, "upstream");
+        assert_eq!(
+            record.attr("toolgate.audit.seq"),
+            Some((i + 1).to_string().as_str())
+        );
+        // A receiver checks the chain from the log records alone.
+        assert_eq!(
+            record.attr("toolgate.audit.prev"),
+            Some(prev.as_str()),
+            "{record:?}"
+        );
+        let hash = sha256(&record.body);
+        assert_eq!(record.attr("toolgate.audit.hash"), Some(hash.as_str()));
+        prev = hash;
+        assert_eq!(record.attr("gen_ai.tool.name"), Some("calculator"));
+        assert_eq!(record.attr("enduser.id"), Some("bob"));
+        assert_eq!(record.attr("toolgate.audit.outcome"), Some("success"));
+        assert_eq!(
+            record.attr("toolgate.audit.request_id"),
+            Some(format!("call-{}", i + 1).as_str())
+        );
+    }
+    // The call that came with a trace context is linked to it.
+    assert_eq!(records[0].trace_id, TRACE, "{:?}", records[0]);
+    assert_eq!(records[0].span_id.len(), 16, "{:?}", records[0]);
+    assert_ne!(records[1].trace_id, TRACE);
+
+    let checkpoints: Vec<&ReceivedLog> = logs
+        .iter()
+        .filter(|l| l.event_name == "toolgate.audit.checkpoint")
+        .collect();
+    assert_eq!(checkpoints.len(), 2, "{logs:#?}");
+    assert_eq!(checkpoints[1].attr("toolgate.audit.seq"), Some("3"));
+    assert_eq!(
+        checkpoints[1].attr("toolgate.audit.checkpoint.hash"),
+        Some(prev.as_str()),
+        "the closing checkpoint signs the last record"
+    );
+    assert!(logs.iter().all(|l| !format!("{l:?}").contains(OTLP_SECRET)));
 }

@@ -230,6 +230,43 @@ async fn a_decision_is_told_with_who_decided_and_a_rejection_with_its_reason() {
 }
 
 #[tokio::test]
+async fn a_caller_withdrawing_its_waiting_call_with_tasks_cancel_is_told_as_a_rejection() {
+    let (receiver, url) = Receiver::start(&[]).await;
+    let gateway = start_gateway(&url, "");
+    let id = park(&gateway).await;
+
+    // Over MCP, bob cancels the task his waiting call is (its id is the suspension id).
+    let params = json!({"taskId": id, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {
+            "extensions": {"io.modelcontextprotocol/tasks": {}}
+        },
+        "io.modelcontextprotocol/clientInfo": {"name": "toolgate-tests", "version": "0"},
+    }});
+    let (status, ack) = common::mcp_2026(&gateway, "bob", "tasks/cancel", Some(&id), params).await;
+    assert_eq!(status, 200, "{ack}");
+    assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
+
+    let told = receiver.wait_for("suspension.decided", &id).await;
+    assert_eq!(told.verify(SystemTime::now()), Ok(()));
+    let decision = &told.json()["decision"];
+    assert_eq!(
+        (
+            decision["decision"].as_str(),
+            decision["decided_by"].as_str()
+        ),
+        (Some("reject"), Some("bob")),
+        "{decision}"
+    );
+    assert!(
+        decision["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("withdrawn by `bob`")),
+        "{decision}"
+    );
+}
+
+#[tokio::test]
 async fn a_receiver_failing_twice_gets_the_same_id_three_times_and_it_counts_as_delivered() {
     let (receiver, url) = Receiver::start(&[500, 503]).await;
     let gateway = start_gateway(&url, "");

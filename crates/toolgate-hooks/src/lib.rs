@@ -21,15 +21,18 @@ pub use async_trait::async_trait;
 
 // ----- who may call and how much (issue #3) -----
 pub mod authorize;
+pub mod budget;
 pub mod concurrency;
 pub mod consent;
 pub mod feature_flags;
 pub mod partition;
+pub mod policy;
 pub mod quota;
 pub mod retry;
 pub mod timeout;
 
 pub use authorize::Authorize;
+pub use budget::Budget;
 pub use concurrency::Concurrency;
 pub use consent::{Approvals, Consent};
 pub use feature_flags::FeatureFlags;

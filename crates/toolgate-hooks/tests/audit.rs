@@ -440,3 +440,92 @@ async fn a_rotated_chain_verifies_across_its_files_and_a_lost_file_shows() {
     let found = verify(&lost, Some(&public)).unwrap_err();
     assert!(matches!(found.problem, Problem::Missing { .. }), "{found}");
 }
+
+#[tokio::test]
+async fn a_tapped_sink_hands_over_every_line_it_writes_across_rotations_and_its_close() {
+    use std::sync::{Arc, Mutex};
+    use toolgate_hooks::audit::{ChainOptions, CheckpointKey, Rotation};
+
+    let dir = tempfile::tempdir().unwrap();
+    let key = CheckpointKey::from_base64("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=").unwrap();
+    let tapped = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = tapped.clone();
+    let sink =
+        JsonLinesSink::open_buffered(dir.path().join("audit.jsonl"), Duration::from_secs(60))
+            .unwrap()
+            .chained(ChainOptions::default().signing_key(key).checkpoint_every(4))
+            .rotated(Rotation::new().max_bytes(1500))
+            .tapped(move |line| {
+                seen.lock()
+                    .unwrap()
+                    .push(String::from_utf8(line.to_vec()).unwrap());
+            });
+    let p = pipeline(Audit::builder().sink(sink).build());
+    for q in 0..10 {
+        p.invoke("lookup", json!({ "q": q }), InvokeOptions::new())
+            .await
+            .unwrap();
+    }
+    // Handed over as written into the buffer, before the file has them.
+    assert!(tapped.lock().unwrap().len() >= 10);
+    drop(p);
+
+    // The files in writing order: rotated ones by their suffix, then the active one.
+    let mut names: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort_by_key(|name| (name == "audit.jsonl", name.clone()));
+    assert!(names.len() >= 3, "rotated: {names:?}");
+    let written: Vec<String> = names
+        .iter()
+        .flat_map(|name| {
+            std::fs::read_to_string(dir.path().join(name))
+                .unwrap()
+                .lines()
+                .map(str::to_owned)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let checkpoints = written
+        .iter()
+        .filter(|l| l.starts_with(r#"{"checkpoint""#))
+        .count();
+    assert!(
+        checkpoints >= 3,
+        "every 4 records, each rotation and the close: {written:#?}"
+    );
+    assert_eq!(
+        *tapped.lock().unwrap(),
+        written,
+        "the same lines, in the same order"
+    );
+}
+
+#[tokio::test]
+async fn flushing_a_chained_sink_signs_its_last_records_once() {
+    use toolgate_hooks::audit::{ChainOptions, CheckpointKey};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let key = CheckpointKey::from_base64("AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=").unwrap();
+    let sink = JsonLinesSink::open_buffered(&path, Duration::from_secs(60))
+        .unwrap()
+        .chained(ChainOptions::default().signing_key(key));
+    let audit = std::sync::Arc::new(Audit::builder().sink(sink).build());
+    let p = pipeline_shared(audit.clone());
+    for q in 0..2 {
+        p.invoke("lookup", json!({ "q": q }), InvokeOptions::new())
+            .await
+            .unwrap();
+    }
+    audit.flush().await.unwrap();
+    audit.flush().await.unwrap();
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "two records and one checkpoint: {lines:#?}");
+    assert!(
+        lines[2].starts_with(r#"{"checkpoint":{"#) && lines[2].contains(r#""seq":2,"#),
+        "{lines:#?}"
+    );
+}

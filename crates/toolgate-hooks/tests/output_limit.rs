@@ -29,11 +29,7 @@ async fn run(
 
 #[tokio::test]
 async fn output_within_the_limit_is_untouched() {
-    let (out, note) = run(
-        json!("short"),
-        OutputLimit::builder().max_bytes(100).build(),
-    )
-    .await;
+    let (out, note) = run(json!("short"), OutputLimit::new().max_bytes(100)).await;
     assert_eq!(out.unwrap(), json!("short"));
     assert_eq!(note, None);
 }
@@ -41,7 +37,7 @@ async fn output_within_the_limit_is_untouched() {
 #[tokio::test]
 async fn a_long_string_is_cut_on_a_char_boundary_with_a_marker_saying_how_much() {
     let text = "ü".repeat(100); // 200 bytes, two per char
-    let (out, note) = run(json!(text), OutputLimit::builder().max_bytes(51).build()).await;
+    let (out, note) = run(json!(text), OutputLimit::new().max_bytes(51)).await;
     let out = out.unwrap();
     let cut = out.as_str().unwrap();
     assert!(cut.len() <= 51, "{}", cut.len());
@@ -61,7 +57,7 @@ async fn a_long_string_is_cut_on_a_char_boundary_with_a_marker_saying_how_much()
 #[tokio::test]
 async fn a_structured_output_becomes_its_cut_json_text() {
     let rows: Vec<Value> = (0..50).map(|i| json!({ "row": i })).collect();
-    let (out, _) = run(json!(rows), OutputLimit::builder().max_bytes(80).build()).await;
+    let (out, _) = run(json!(rows), OutputLimit::new().max_bytes(80)).await;
     let out = out.unwrap();
     let text = out.as_str().unwrap();
     assert!(text.starts_with("[{\"row\":0},{\"row\":1}"), "{text}");
@@ -72,10 +68,9 @@ async fn a_structured_output_becomes_its_cut_json_text() {
 async fn fail_mode_refuses_with_a_message_that_says_what_to_do() {
     let (out, _) = run(
         json!("x".repeat(500)),
-        OutputLimit::builder()
+        OutputLimit::new()
             .max_bytes(100)
-            .on_overflow(Overflow::Fail)
-            .build(),
+            .on_overflow(Overflow::Fail),
     )
     .await;
     let err = out.unwrap_err();
@@ -91,10 +86,7 @@ async fn fail_mode_refuses_with_a_message_that_says_what_to_do() {
 async fn a_per_tool_limit_overrides_the_default() {
     let (out, _) = run(
         json!("x".repeat(500)),
-        OutputLimit::builder()
-            .max_bytes(10)
-            .tool_max_bytes("t", 1000)
-            .build(),
+        OutputLimit::new().max_bytes(10).tool_max_bytes("t", 1000),
     )
     .await;
     assert_eq!(out.unwrap(), json!("x".repeat(500)));
@@ -102,10 +94,6 @@ async fn a_per_tool_limit_overrides_the_default() {
 
 #[tokio::test]
 async fn a_limit_smaller_than_the_marker_still_returns_only_the_marker() {
-    let (out, _) = run(
-        json!("abcdef".repeat(10)),
-        OutputLimit::builder().max_bytes(5).build(),
-    )
-    .await;
+    let (out, _) = run(json!("abcdef".repeat(10)), OutputLimit::new().max_bytes(5)).await;
     assert_eq!(out.unwrap(), json!(" [truncated 60 bytes]"));
 }

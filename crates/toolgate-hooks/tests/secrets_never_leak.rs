@@ -188,7 +188,7 @@ fn no_canary_secret_reaches_any_output_log_span_record_metric_error_or_cache_ent
                     .build(),
             )
             .hook(Metrics::new())
-            .hook(OutputLimit::builder().max_bytes(1000).build())
+            .hook(OutputLimit::new().max_bytes(1000))
             .hook(SuspendSome)
             .build()
             .unwrap();

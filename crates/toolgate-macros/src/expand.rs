@@ -65,6 +65,7 @@ pub(crate) fn hook(args: Args, item: TokenStream) -> syn::Result<TokenStream> {
     let mut written_stages = false;
     let mut written_synchronous = false;
     let mut written_requirements = None;
+    let mut written_filtering = false;
 
     // A macro invoked inside the block may write stage methods this expansion cannot see:
     // then only the methods it sees written as plain `fn`s count as synchronous.
@@ -93,7 +94,7 @@ pub(crate) fn hook(args: Args, item: TokenStream) -> syn::Result<TokenStream> {
             };
             match rewritten {
                 Ok(()) => {
-                    let variant = Ident::new(variant, method.sig.ident.span());
+                    let variant = Ident::new(&variant, method.sig.ident.span());
                     if plain {
                         plain_stages.push(variant.clone());
                     } else {
@@ -109,6 +110,8 @@ pub(crate) fn hook(args: Args, item: TokenStream) -> syn::Result<TokenStream> {
             written_synchronous = true;
         } else if name == "required_providers" {
             written_requirements = Some(method.sig.ident.span());
+        } else if name == "interest" || name == "filter" {
+            written_filtering = true;
         } else if !OTHER_METHODS.contains(&name.as_str()) {
             push_error(unknown_method(&method.sig.ident));
         }
@@ -150,6 +153,15 @@ pub(crate) fn hook(args: Args, item: TokenStream) -> syn::Result<TokenStream> {
                     #core::stage::StageSet::of(&[#core::Stage::AroundExecute, #(#core::Stage::#asynchronous),*]),
                 );
                 STAGES
+            }
+        })?);
+    }
+    // A hook that filters nothing takes part in every call of every tool: saying so spares
+    // each call its filter. Not when a macro in the block may write `filter` unseen.
+    if !written_filtering && !hidden_methods {
+        item.items.push(syn::parse2(quote! {
+            fn interest(&self, _tool: &#core::tool::ToolDefinition) -> #core::hook::Interest {
+                #core::hook::Interest::always()
             }
         })?);
     }

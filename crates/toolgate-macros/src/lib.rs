@@ -21,13 +21,16 @@ use proc_macro::TokenStream;
 /// `around_execute` is written `async fn around_execute(&self, ctx: &mut
 /// ToolInvokeContext, next: Next<'_>) -> HookResult`.
 ///
-/// The other methods of `Hook` (`name`, `priority`, `filter`, `provided_providers`,
-/// `wants_stage_durations`) are written as usual and left alone. A name that is neither a
+/// The other methods of `Hook` (`name`, `priority`, `interest`, `filter`,
+/// `provided_providers`, `wants_stage_durations`) are written as usual and left alone. A name that is neither a
 /// stage nor one of those is a compile error that names the closest stage and lists them
 /// all.
 ///
 /// * `#[requires(Key, …)]`, on the impl block or on a method, writes
 ///   `required_providers`: building a pipeline then fails when a key is not bound.
+/// * A block that writes neither `interest` nor `filter` gets an `interest` that answers
+///   `Interest::always()`: the hook takes part in every call of every tool, so the pipeline
+///   does not ask its (default) filter per call.
 /// * A hand-written `stages` is kept: write one only when the set depends on
 ///   configuration, and list a subset of the methods you wrote.
 /// * `#[hook(crate = path)]` names where `toolgate_core` is, for a crate that renamed it
@@ -94,11 +97,36 @@ pub fn hook(attr: TokenStream, item: TokenStream) -> TokenStream {
         .into()
 }
 
-/// The stage method names `#[hook]` knows, in pipeline order, as an array of string
-/// literals: toolgate-core checks in a test that they are its `Stage::ALL`.
+/// The stage list, spelled once: `__stages!(callback)` expands to
+/// `callback! { method => Variant: "doc", … }` with every stage in pipeline order, the
+/// one-line documentation of its `Stage` variant beside it. toolgate-core declares its
+/// `Stage` enum with it.
 #[doc(hidden)]
 #[proc_macro]
-pub fn __stage_names(_: TokenStream) -> TokenStream {
-    let names = stages::STAGES.iter().map(|(method, _)| *method);
-    quote::quote!([#(#names),*]).into()
+pub fn __stages(callback: TokenStream) -> TokenStream {
+    let callback = proc_macro2::TokenStream::from(callback);
+    let stages = stages::STAGES.iter().map(|(method, doc)| {
+        let method = quote::format_ident!("{}", method);
+        let variant = quote::format_ident!("{}", stages::variant(&method.to_string()));
+        quote::quote!(#method => #variant: #doc,)
+    });
+    quote::quote!(#callback! { #(#stages)* }).into()
+}
+
+/// `__stage_methods!(callback)` expands to `callback! { method => Variant, … }` with every
+/// stage whose `Hook` method takes only the context — all but `around_execute` — in
+/// pipeline order: what a macro that writes one method per stage needs.
+#[doc(hidden)]
+#[proc_macro]
+pub fn __stage_methods(callback: TokenStream) -> TokenStream {
+    let callback = proc_macro2::TokenStream::from(callback);
+    let stages = stages::STAGES
+        .iter()
+        .filter(|(method, _)| *method != stages::AROUND_EXECUTE)
+        .map(|(method, _)| {
+            let variant = quote::format_ident!("{}", stages::variant(method));
+            let method = quote::format_ident!("{}", method);
+            quote::quote!(#method => #variant,)
+        });
+    quote::quote!(#callback! { #(#stages)* }).into()
 }

@@ -56,7 +56,46 @@ pub struct CallerRequest {
     /// (a reload withdrew its access to the resource): a `subscriptions/listen` request
     /// then ends with an error that says so.
     pub subscription_ended: tokio_util::sync::CancellationToken,
+    /// Where an upstream that answered the caller's `tools/call` with a task (SEP-2663)
+    /// leaves that task for the server, which hands the caller a handle of its own for it.
+    pub upstream_task: UpstreamTaskSlot,
+    /// The upstream task a `tasks/*` request of the caller is about, once the server has
+    /// found it among the caller's own: only then does an upstream's tasks tool relay
+    /// the request.
+    pub relayed_task: Option<String>,
 }
+
+/// A task an upstream created for a caller's `tools/call`: which upstream's tasks tool
+/// reaches it, its id there, and the upstream's handle as it answered it.
+#[derive(Clone, Debug)]
+pub struct UpstreamTask {
+    /// The tool that relays `tasks/*` requests to the upstream that holds the task.
+    pub tasks_tool: String,
+    /// The task's id at the upstream (never shown to the caller).
+    pub upstream_id: String,
+    /// The upstream's answer to the call (`CreateTaskResult`).
+    pub created: rmcp::model::CreateTaskResult,
+}
+
+/// The slot an [`UpstreamTask`] is left in for the server. Clones share the slot.
+#[derive(Clone, Debug, Default)]
+pub struct UpstreamTaskSlot(Arc<std::sync::Mutex<Option<UpstreamTask>>>);
+
+impl UpstreamTaskSlot {
+    /// Leaves `task` for the server.
+    pub fn set(&self, task: UpstreamTask) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(task);
+    }
+
+    /// The task left, if any.
+    pub fn take(&self) -> Option<UpstreamTask> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+}
+
+/// The error code of a call whose upstream answered with a task, which the server hands
+/// to the caller as a task of its own (an [`UpstreamTask`]).
+pub const UPSTREAM_TASK: &str = "upstream_task";
 
 /// An upstream's JSON-RPC error about a caller's request, kept for the server's answer.
 /// Clones share the slot.
@@ -140,6 +179,12 @@ impl CallerRequest {
         self.capabilities.elicitation.is_some()
     }
 
+    /// Whether the caller declared the tasks extension (SEP-2663): an upstream may then
+    /// answer its calls with tasks, which it polls itself.
+    pub fn takes_tasks(&self) -> bool {
+        self.capabilities.supports_tasks()
+    }
+
     /// Whether the caller declared it can answer `roots/list`.
     pub fn can_list_roots(&self) -> bool {
         self.capabilities.roots.is_some()
@@ -168,13 +213,23 @@ impl CallerRequest {
     }
 
     /// What an upstream is told the caller can answer, through toolgate: sampling,
-    /// elicitation and roots as the caller declared them, and nothing toolgate does not
-    /// relay (experimental capabilities, extensions).
+    /// elicitation and roots as the caller declared them, the tasks extension when the
+    /// caller declared it (toolgate relays the upstream's tasks), and nothing toolgate
+    /// does not relay (experimental capabilities, other extensions).
     pub fn relayed_capabilities(&self) -> ClientCapabilities {
         let mut relayed = ClientCapabilities::default();
         relayed.sampling = self.capabilities.sampling.clone();
         relayed.elicitation = self.capabilities.elicitation.clone();
         relayed.roots = self.capabilities.roots.clone();
+        if self.takes_tasks() {
+            relayed
+                .extensions
+                .get_or_insert_with(Default::default)
+                .insert(
+                    rmcp::model::TASKS_EXTENSION_ID.to_owned(),
+                    Default::default(),
+                );
+        }
         relayed
     }
 }

@@ -55,17 +55,22 @@ pub mod result;
 mod server;
 pub mod trace_context;
 
-pub use caller::{CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal};
+pub use caller::{
+    CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal, UPSTREAM_TASK, UpstreamTask,
+    UpstreamTaskSlot,
+};
 pub use client::{
-    Backoff, CallerAccessToken, CallerCredentials, ImportedPrompt, ImportedResources, ImportedTool,
-    MIN_GUESSED_SECRET_LEN, PROMPT_PREFIX, PROMPT_TAG, PerCaller, RESOURCES_PREFIX, RESOURCES_TAG,
-    StaticCallerCredentials, UNATTRIBUTED, Upstream, UpstreamConfig, UpstreamTransport,
-    is_credential_name, is_tool, per_caller,
+    Backoff, CallerAccessToken, CallerCredentials, ImportedPrompt, ImportedResources,
+    ImportedTasks, ImportedTool, MIN_GUESSED_SECRET_LEN, PROMPT_PREFIX, PROMPT_TAG, PerCaller,
+    RESOURCES_PREFIX, RESOURCES_TAG, StaticCallerCredentials, TASKS_PREFIX, TASKS_TAG,
+    UNATTRIBUTED, Upstream, UpstreamConfig, UpstreamTransport, is_credential_name, is_tool,
+    per_caller,
 };
 pub use convert::{error_to_result, output_to_result, to_mcp_tool};
 pub use error::McpError;
 pub use server::{
-    ClientDisconnected, GuardedBody, HostShutdown, ListFilter, McpHttpService, McpServer,
+    ClientDisconnected, GuardedBody, HostShutdown, ListFilter, MAX_RELAYED_TASK_AGE,
+    McpHttpService, McpServer, OnWithdrawal, RelayedTasks,
 };
 
 pub use rmcp;

@@ -3,65 +3,28 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use common::{Client, call, text, within};
+use common::{Client, call, counting, text, within};
 use rmcp::ServiceExt;
 use serde_json::{Value, json};
-use toolgate_core::external::TypeMapKey;
-use toolgate_core::provider::Scope;
-use toolgate_core::tool::tool_fn_with_context;
-use toolgate_core::{Hook, HookResult, JsonTool, Pipeline, ToolError, ToolInvokeContext, hook};
+use toolgate_core::{JsonTool, ToolError};
 use toolgate_mcp::McpServer;
 
-/// Calls made in this session so far.
-struct Calls;
-
-impl TypeMapKey for Calls {
-    type Value = AtomicU64;
-}
-
-/// Binds a fresh counter in the session scope when the session has none.
-struct SessionCounter;
-
-#[hook]
-impl Hook for SessionCounter {
-    fn will_bind_providers(&self, ctx: &mut ToolInvokeContext) -> HookResult {
-        if ctx.try_get::<Calls>().is_none()
-            && let Err(e) = ctx.provide::<Calls>(AtomicU64::new(0), Scope::Session)
-        {
-            return Err(e.into());
-        }
-        Ok(())
-    }
-}
-
 fn server() -> McpServer {
-    let builder = Pipeline::builder()
-        .tool(tool_fn_with_context(
-            "count",
-            "Counts the calls of this session.",
-            |_: (), ctx: &ToolInvokeContext| {
-                Box::pin(async move {
-                    let calls = ctx.get::<Calls>()?;
-                    Ok::<_, ToolError>(calls.fetch_add(1, Ordering::SeqCst) + 1)
-                })
-            },
-        ))
-        .tool(JsonTool::new(
-            "shout",
-            "Upper-cases a string.",
-            json!({"type": "string", "maxLength": 100}),
-            |input: &Value, _ctx| {
-                let out = input.as_str().map(str::to_uppercase);
-                Box::pin(async move {
-                    out.ok_or_else(|| ToolError::execution("expected a string"))
-                        .map(Value::String)
-                })
-            },
-        ));
-    McpServer::new(builder.hook(SessionCounter).build().expect("built"))
+    let builder = counting().tool(JsonTool::new(
+        "shout",
+        "Upper-cases a string.",
+        json!({"type": "string", "maxLength": 100}),
+        |input: &Value, _ctx| {
+            let out = input.as_str().map(str::to_uppercase);
+            Box::pin(async move {
+                out.ok_or_else(|| ToolError::execution("expected a string"))
+                    .map(Value::String)
+            })
+        },
+    ));
+    McpServer::new(builder.build().expect("built"))
 }
 
 /// A client connected to `server` over an in-memory pipe.

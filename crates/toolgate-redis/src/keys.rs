@@ -6,6 +6,7 @@
 //! | what | key | expiry |
 //! |---|---|---|
 //! | quota state (GCRA TAT) | `<prefix>:{<policy key>}:quota` | when the budget is full again |
+//! | budget (window end, units spent) | `<prefix>:{<policy key>}:budget` (hash) | when its window ends |
 //! | concurrency leases | `<prefix>:{<policy key>}:leases` (sorted set) | the latest lease's expiry |
 //! | cached result | `<prefix>:<tool>:<sha256>` (the `CacheKey`) | the entry's TTL |
 //! | cache fill lock | `<prefix>:fill:{<prefix>:<tool>:<sha256>}` | the fill wait |
@@ -34,6 +35,7 @@
 //! | script or command | keys |
 //! |---|---|
 //! | `gcra.lua` | the quota key |
+//! | `budget.lua` | the budget key |
 //! | `acquire.lua`, `renew.lua`, the release (`ZREM`) | the leases key |
 //! | `GET`, `SET … PX`, `DEL` | the entry |
 //! | `claim.lua`, `fill.lua` | the entry and its fill lock |
@@ -43,6 +45,10 @@ use toolgate_hooks::cache::CacheKey;
 
 pub(crate) fn quota(prefix: &str, key: &str) -> String {
     format!("{prefix}:{{{key}}}:quota")
+}
+
+pub(crate) fn budget(prefix: &str, key: &str) -> String {
+    format!("{prefix}:{{{key}}}:budget")
 }
 
 pub(crate) fn leases(prefix: &str, key: &str) -> String {

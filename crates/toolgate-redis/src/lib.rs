@@ -7,6 +7,9 @@
 //!
 //! * [`RedisQuota`] ([`QuotaBackend`](toolgate_hooks::quota::QuotaBackend)) — exact GCRA,
 //!   one Lua script per decision on the Redis server's clock;
+//! * [`RedisBudget`] ([`BudgetBackend`](toolgate_hooks::budget::BudgetBackend)) — costs
+//!   charged against budgets per window, exact, one Lua script per charge on the Redis
+//!   server's clock;
 //! * [`RedisConcurrency`] ([`ConcurrencyBackend`](toolgate_hooks::concurrency::ConcurrencyBackend))
 //!   — leases that are renewed while their call runs, released when it ends however it
 //!   ends, and that expire when their replica dies;
@@ -64,6 +67,7 @@
 //! ```
 #![deny(missing_docs)]
 
+mod budget;
 mod cache;
 mod client_log;
 mod cluster;
@@ -78,6 +82,7 @@ mod stats;
 mod suspensions;
 mod topology;
 
+pub use budget::RedisBudget;
 pub use cache::{CACHE_OVERSIZE, CacheStats, RedisCache};
 pub use client_log::ClientLogLimit;
 pub use cluster::ClusterNodes;

@@ -13,7 +13,7 @@ use crate::topology::FollowedCluster;
 use toolgate_core::suspension::SuspensionLimits;
 
 use crate::{
-    ClusterNodes, RedisCache, RedisConcurrency, RedisConfig, RedisError, RedisQuota,
+    ClusterNodes, RedisBudget, RedisCache, RedisConcurrency, RedisConfig, RedisError, RedisQuota,
     RedisSuspensions,
 };
 
@@ -289,6 +289,12 @@ impl RedisState {
     /// The quota backend, failing closed; see [`RedisQuota::on_unavailable`].
     pub fn quota(&self) -> RedisQuota {
         RedisQuota::new(self.link.clone())
+    }
+
+    /// The budget backend (the `Budget` hook's `OnBackendError` decides what an outage
+    /// means).
+    pub fn budget(&self) -> RedisBudget {
+        RedisBudget::new(self.link.clone())
     }
 
     /// The concurrency backend, failing closed; see [`RedisConcurrency::on_unavailable`].

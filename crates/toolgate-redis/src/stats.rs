@@ -10,7 +10,7 @@ pub const UNAVAILABLE_DECISIONS: &str = "toolgate_redis_unavailable_decisions_to
 ///
 /// The same counts go to the `metrics` facade as
 /// `toolgate_redis_unavailable_decisions_total{backend, outcome}`, with `backend` one of
-/// `quota`, `concurrency`, `cache` and `outcome` one of `fail_open`, `fail_closed`,
+/// `quota`, `budget`, `concurrency`, `cache` and `outcome` one of `fail_open`, `fail_closed`,
 /// `fallback_granted`, `fallback_refused` (quota and concurrency), `read_as_miss`,
 /// `not_stored` (cache).
 ///

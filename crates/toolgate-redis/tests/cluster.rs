@@ -480,6 +480,11 @@ async fn a_primary_killed_under_load_fails_closed_within_the_deadline_and_leaks_
         return;
     };
     const DEADLINE: Duration = Duration::from_millis(100);
+    /// How soon after the promotion every call must succeed again: on a quiet machine the
+    /// last refusal ends within half a second of it; a 2-core machine loaded by builds has
+    /// taken 1.4 s (a cluster client that waited for its periodic refresh would take far
+    /// longer than this bound).
+    const RECOVERED_WITHIN: Duration = Duration::from_secs(3);
     const LEASE_TTL: Duration = Duration::from_secs(3);
     let prefix = namespace();
     let mut pipelines = Vec::new();
@@ -574,8 +579,8 @@ async fn a_primary_killed_under_load_fails_closed_within_the_deadline_and_leaks_
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    // Load goes on until two seconds after the promotion.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Load goes on past the bound on recovery, and one more second.
+    tokio::time::sleep(RECOVERED_WITHIN + Duration::from_secs(1)).await;
     stop.store(true, Ordering::SeqCst);
     let mut outcomes = Vec::new();
     while let Some(caller) = load.join_next().await {
@@ -611,12 +616,12 @@ async fn a_primary_killed_under_load_fails_closed_within_the_deadline_and_leaks_
     );
     let recovered = outcomes
         .iter()
-        .filter(|o| o.started > promoted + Duration::from_millis(500))
+        .filter(|o| o.started > promoted + RECOVERED_WITHIN)
         .collect::<Vec<_>>();
     assert!(!recovered.is_empty());
     assert!(
         recovered.iter().all(|o| o.error.is_none()),
-        "half a second after the promotion every call succeeds again"
+        "{RECOVERED_WITHIN:?} after the promotion every call succeeds again"
     );
     let refused: u64 = backends
         .iter()
@@ -1216,6 +1221,10 @@ async fn calls_succeed_within_seconds_of_the_promotion_while_the_old_primary_sta
     // deadline on a loaded machine aside).
     let elsewhere: Vec<&&Call> = failed.iter().filter(|c| !c.on_victim).collect();
     let after_promotion = elsewhere.iter().filter(|c| c.started > promoted).count();
+    let healthy_after = calls
+        .iter()
+        .filter(|c| !c.on_victim && c.started > promoted)
+        .count();
     eprintln!(
         "hung primary: {} calls on the other primaries refused, from {:?} to {:?}; {after_promotion} of them after the promotion",
         elsewhere.len(),
@@ -1237,8 +1246,10 @@ async fn calls_succeed_within_seconds_of_the_promotion_while_the_old_primary_sta
         late.iter().filter(|c| !c.ok).count(),
         late.len()
     );
+    // A client held up by the failover would refuse every call for as long as it is held
+    // (hundreds in a quarter second); a loaded machine makes a few miss their deadline.
     assert!(
-        after_promotion <= 3,
-        "{after_promotion} calls on healthy primaries were refused after the promotion"
+        after_promotion * 100 <= healthy_after,
+        "{after_promotion} of {healthy_after} calls on healthy primaries were refused after the promotion (at most 1 %)"
     );
 }

@@ -237,37 +237,5 @@ impl Hook for RecordingHook {
 
     // The trait's form, written by a macro (which `#[hook]` leaves alone): an injected
     // outcome is ready at once, and only a delay or a hang is boxed.
-    recording_stage_methods! {
-        will_create_invoke_context => WillCreateInvokeContext,
-        did_create_invoke_context => DidCreateInvokeContext,
-        will_bind_providers => WillBindProviders,
-        will_authorize => WillAuthorize,
-        will_check_consent => WillCheckConsent,
-        will_check_feature_flags => WillCheckFeatureFlags,
-        will_acquire_quota => WillAcquireQuota,
-        will_acquire_semaphore => WillAcquireSemaphore,
-        will_parse_input => WillParseInput,
-        will_validate_input => WillValidateInput,
-        will_normalize_input => WillNormalizeInput,
-        will_redact_input => WillRedactInput,
-        will_inject_secrets => WillInjectSecrets,
-        will_read_cache => WillReadCache,
-        did_cache_hit => DidCacheHit,
-        did_cache_miss => DidCacheMiss,
-        on_retry => OnRetry,
-        will_execute => WillExecute,
-        did_execute => DidExecute,
-        on_give_up => OnGiveUp,
-        will_write_cache => WillWriteCache,
-        will_redact_output => WillRedactOutput,
-        will_validate_output => WillValidateOutput,
-        will_transform_output => WillTransformOutput,
-        will_audit => WillAudit,
-        did_audit => DidAudit,
-        on_metrics => OnMetrics,
-        did_release_semaphore => DidReleaseSemaphore,
-        did_release_quota => DidReleaseQuota,
-        will_finalize_invoke => WillFinalizeInvoke,
-        on_error => OnError,
-    }
+    toolgate_core::__stage_methods!(recording_stage_methods);
 }

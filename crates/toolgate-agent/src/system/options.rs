@@ -208,6 +208,7 @@ pub struct ResumeOptions {
     pub(crate) timeout: Option<Duration>,
     pub(crate) cancellation: Option<CancellationToken>,
     pub(crate) decided_by: Option<String>,
+    pub(crate) reason: Option<String>,
 }
 
 impl ResumeOptions {
@@ -235,6 +236,14 @@ impl ResumeOptions {
     #[must_use]
     pub fn decided_by(mut self, user_id: impl Into<String>) -> Self {
         self.decided_by = Some(user_id.into());
+        self
+    }
+
+    /// Why the approver approved: kept with the decision, for the audit record and hooks
+    /// ([`InvokeOptions::decision_reason`](toolgate_core::InvokeOptions::decision_reason)).
+    #[must_use]
+    pub fn reason(mut self, reason: impl Into<String>) -> Self {
+        self.reason = Some(reason.into());
         self
     }
 

@@ -120,6 +120,9 @@ impl ToolSystem {
         if let Some(token) = options.cancellation {
             invoke = invoke.cancellation(token);
         }
+        if let Some(reason) = options.reason {
+            invoke = invoke.decision_reason(reason);
+        }
         if let Some(user_id) = options.decided_by {
             invoke = invoke.decided_by(user_id);
         }

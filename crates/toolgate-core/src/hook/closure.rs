@@ -192,5 +192,9 @@ impl<C: StageClosure> Hook for FnHook<C> {
         self.priority
     }
 
-    super::for_each_stage_method!(closure_stage_methods);
+    fn interest(&self, _tool: &crate::definition::ToolDefinition) -> super::Interest {
+        super::Interest::always()
+    }
+
+    toolgate_macros::__stage_methods!(closure_stage_methods);
 }

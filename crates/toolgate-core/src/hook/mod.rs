@@ -1,399 +1,39 @@
 //! The [`Hook`] trait: how policy code plugs into the stages of the pipeline.
 
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::Arc;
-use std::task::{Context, Poll};
-
 use crate::context::ToolInvokeContext;
-use crate::control::HookResult;
+use crate::definition::ToolDefinition;
 use crate::provider::ProviderRequirement;
-use crate::stage::{Stage, StageSet};
+use crate::stage::StageSet;
 
 mod closure;
+mod forward;
+mod future;
+mod interest;
+mod next;
+mod registration;
 
 pub use closure::{AsyncStage, FnHook, StageClosure, SyncStage, hook_fn, hook_fn_sync};
-
-/// The future a stage method returns.
-///
-/// A hook whose work is synchronous returns a ready value and pays no allocation:
-/// `HookFuture::ok()`, or `ctx.abort(…).into()`. A hook that awaits wraps its async block
-/// with [`HookFuture::new`], which boxes it once.
-#[must_use = "a hook future does nothing unless awaited"]
-pub struct HookFuture<'a>(Inner<'a>);
-
-enum Inner<'a> {
-    Ready(Option<HookResult>),
-    Boxed(Pin<Box<dyn Future<Output = HookResult> + Send + 'a>>),
-}
-
-impl<'a> HookFuture<'a> {
-    /// A future that is already done with `Ok(())`: let the pipeline continue.
-    pub fn ok() -> Self {
-        HookFuture(Inner::Ready(Some(Ok(()))))
-    }
-
-    /// A future that is already done with `result`.
-    pub fn ready(result: HookResult) -> Self {
-        HookFuture(Inner::Ready(Some(result)))
-    }
-
-    /// Wraps async work.
-    pub fn new(future: impl Future<Output = HookResult> + Send + 'a) -> Self {
-        HookFuture(Inner::Boxed(Box::pin(future)))
-    }
-
-    /// Whether this future is already done with `Ok(())`: the common answer of a
-    /// synchronous hook, which the pipeline takes without moving the result out.
-    #[inline]
-    pub(crate) fn is_ready_ok(&self) -> bool {
-        matches!(self.0, Inner::Ready(Some(Ok(()))))
-    }
-
-    /// The result, when the future is already done (a synchronous hook); the future back
-    /// otherwise. The pipeline takes a ready result without polling.
-    #[inline]
-    pub(crate) fn into_ready(self) -> Result<HookResult, Self> {
-        match self.0 {
-            Inner::Ready(Some(result)) => Ok(result),
-            inner => Err(HookFuture(inner)),
-        }
-    }
-}
-
-impl From<HookResult> for HookFuture<'_> {
-    fn from(result: HookResult) -> Self {
-        HookFuture::ready(result)
-    }
-}
-
-impl Future for HookFuture<'_> {
-    type Output = HookResult;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<HookResult> {
-        match &mut self.0 {
-            Inner::Ready(result) => Poll::Ready(
-                result
-                    .take()
-                    .expect("a HookFuture must not be polled after it completed"),
-            ),
-            Inner::Boxed(future) => future.as_mut().poll(cx),
-        }
-    }
-}
-
-/// What a hook's own failure means for the call. Chosen by the hook's owner when it is
-/// registered ([`HookOptions`]), so a new policy can be tried in shadow first.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
-pub enum FailureMode {
-    /// Every outcome of the hook applies: a failure fails the call. The default.
-    #[default]
-    FailCall,
-    /// A failure of the hook (an error that is not a decision, or a panic in its code) is
-    /// logged and the call goes on; its decisions (respond, abort, retry-after, suspend)
-    /// still apply. (A panic in an `around_execute` wrapper fails the call in every mode.)
-    Ignore,
-    /// Audit (shadow) mode: every outcome is recorded in the decision trace and logged, and
-    /// none is applied; a panic in the hook's code is recorded as an `internal` failure.
-    Audit,
-}
-
-/// How a hook is registered.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct HookOptions {
-    /// What the hook's failure means.
-    pub failure: FailureMode,
-    /// Overrides [`Hook::priority`].
-    pub priority: Option<i32>,
-}
-
-impl HookOptions {
-    /// Options with this failure mode.
-    pub fn failure(failure: FailureMode) -> Self {
-        HookOptions {
-            failure,
-            priority: None,
-        }
-    }
-
-    /// The same options with a priority override.
-    #[must_use]
-    pub fn with_priority(mut self, priority: i32) -> Self {
-        self.priority = Some(priority);
-        self
-    }
-}
-
-/// A hook as it is registered: the hook, its [options](HookOptions), and the tool it is
-/// for (every tool unless [`for_tool`](Self::for_tool) names one). What
-/// [`PipelineBuilder::hook`](crate::pipeline::PipelineBuilder::hook) takes; any hook converts
-/// into one with default options.
-///
-/// ```
-/// use std::sync::Arc;
-/// use toolgate_core::hook::{FailureMode, HookRegistration};
-/// use toolgate_core::prelude::*;
-///
-/// struct Audit;
-/// #[hook]
-/// impl Hook for Audit {
-///     fn will_audit(&self, _ctx: &mut ToolInvokeContext) -> HookResult { Ok(()) }
-/// }
-///
-/// let shared: Arc<dyn Hook> = Arc::new(Audit);
-/// let pipeline = Pipeline::builder()
-///     .tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))
-///     // Every tool, default options.
-///     .hook(Audit)
-///     // One tool, in shadow mode, before the others.
-///     .hook(HookRegistration::new(Audit).for_tool("ping").failure(FailureMode::Audit).priority(100))
-///     // One instance shared with other pipelines.
-///     .hook(HookRegistration::shared(shared))
-///     .build()?;
-/// # Ok::<(), toolgate_core::error::BuildError>(())
-/// ```
-#[derive(Clone)]
-#[must_use = "a registration does nothing until it is passed to `PipelineBuilder::hook`"]
-pub struct HookRegistration {
-    pub(crate) hook: Arc<dyn Hook>,
-    pub(crate) options: HookOptions,
-    pub(crate) tool: Option<String>,
-}
-
-impl HookRegistration {
-    /// Registers `hook` for every tool with default options. An `Arc<dyn Hook>` passed here
-    /// is kept as it is, not wrapped once more.
-    pub fn new<H: Hook>(hook: H) -> Self {
-        let mut slot = Some(hook);
-        let any: &mut dyn std::any::Any = &mut slot;
-        let hook = match any.downcast_mut::<Option<Arc<dyn Hook>>>() {
-            Some(shared) => shared.take(),
-            None => None,
-        };
-        HookRegistration::shared(hook.unwrap_or_else(|| {
-            Arc::new(slot.expect("the hook is still in its slot unless it was shared"))
-        }))
-    }
-
-    /// Registers an instance shared with other pipelines or registrations.
-    pub fn shared(hook: Arc<dyn Hook>) -> Self {
-        HookRegistration {
-            hook,
-            options: HookOptions::default(),
-            tool: None,
-        }
-    }
-
-    /// Only for the tool named `tool` (which [`build`](crate::pipeline::PipelineBuilder::build)
-    /// checks is registered).
-    pub fn for_tool(mut self, tool: impl Into<String>) -> Self {
-        self.tool = Some(tool.into());
-        self
-    }
-
-    /// What the hook's failure means for the call.
-    pub fn failure(mut self, failure: FailureMode) -> Self {
-        self.options.failure = failure;
-        self
-    }
-
-    /// Overrides [`Hook::priority`].
-    pub fn priority(mut self, priority: i32) -> Self {
-        self.options.priority = Some(priority);
-        self
-    }
-
-    /// Sets every option at once.
-    pub fn options(mut self, options: HookOptions) -> Self {
-        self.options = options;
-        self
-    }
-
-    /// The hook registered.
-    pub fn hook(&self) -> &Arc<dyn Hook> {
-        &self.hook
-    }
-
-    /// Its options.
-    pub fn registered_options(&self) -> HookOptions {
-        self.options
-    }
-
-    /// The tool it is for, or `None` for every tool.
-    pub fn tool(&self) -> Option<&str> {
-        self.tool.as_deref()
-    }
-}
-
-/// Anything [`PipelineBuilder::hook`](crate::pipeline::PipelineBuilder::hook) takes: a
-/// [`Hook`] (for every tool, default options) or a [`HookRegistration`].
-#[diagnostic::on_unimplemented(
-    message = "`{Self}` is not a toolgate hook",
-    label = "this needs `impl Hook for {Self}`",
-    note = "write the stage methods under `#[hook] impl Hook for {Self} {{ … }}`, or use `hook_fn` for a hook of one stage; `HookRegistration::new(hook)` adds options"
-)]
-pub trait IntoHook {
-    /// The hook as it is registered.
-    fn into_registration(self) -> HookRegistration;
-}
-
-impl<H: Hook> IntoHook for H {
-    fn into_registration(self) -> HookRegistration {
-        HookRegistration::new(self)
-    }
-}
-
-impl IntoHook for HookRegistration {
-    fn into_registration(self) -> HookRegistration {
-        self
-    }
-}
-
-impl std::fmt::Debug for HookRegistration {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HookRegistration")
-            .field("hook", &self.hook.name())
-            .field("options", &self.options)
-            .field("tool", &self.tool)
-            .finish()
-    }
-}
-
-/// The rest of the execution chain, handed to [`Hook::around_execute`].
-///
-/// Call [`run`](Next::run) zero times to short-circuit, once to wrap, or several times to
-/// retry: each call runs the inner `around_execute` wrappers, then `on_retry` (from the
-/// second attempt on), `will_execute`, the tool and `did_execute`.
-#[derive(Clone, Copy)]
-pub struct Next<'a> {
-    chain: &'a dyn ExecutionChain,
-    /// The index of the next wrapper to consider.
-    next: usize,
-}
-
-/// The `around_execute` wrappers of one tool, outermost first, and the attempt they wrap.
-/// The engine implements it; [`Next`] walks it.
-pub(crate) trait ExecutionChain: Sync {
-    /// The wrapper at `index`, or `None` past the innermost.
-    fn wrapper(&self, index: usize) -> Option<&dyn Hook>;
-
-    /// One attempt: `on_retry` (from the second on), `will_execute`, the tool,
-    /// `did_execute`.
-    fn attempt<'c>(&'c self, ctx: &'c mut ToolInvokeContext) -> HookFuture<'c>;
-}
-
-impl<'a> Next<'a> {
-    /// The whole chain of `chain`, from its outermost wrapper.
-    pub(crate) fn new(chain: &'a dyn ExecutionChain) -> Self {
-        Next { chain, next: 0 }
-    }
-
-    /// Runs the rest of the chain: the next wrapper whose filter lets this call through,
-    /// or the attempt when none is left.
-    pub fn run<'b>(self, ctx: &'b mut ToolInvokeContext) -> HookFuture<'b>
-    where
-        'a: 'b,
-    {
-        let mut index = self.next;
-        while let Some(wrapper) = self.chain.wrapper(index) {
-            index += 1;
-            if wrapper.filter(ctx) {
-                let next = Next {
-                    chain: self.chain,
-                    next: index,
-                };
-                return wrapper.around_execute(ctx, next);
-            }
-        }
-        self.chain.attempt(ctx)
-    }
-}
-
-macro_rules! for_each_stage_method {
-    ($callback:ident) => {
-        $callback! {
-            will_create_invoke_context => WillCreateInvokeContext,
-            did_create_invoke_context => DidCreateInvokeContext,
-            will_bind_providers => WillBindProviders,
-            will_authorize => WillAuthorize,
-            will_check_consent => WillCheckConsent,
-            will_check_feature_flags => WillCheckFeatureFlags,
-            will_acquire_quota => WillAcquireQuota,
-            will_acquire_semaphore => WillAcquireSemaphore,
-            will_parse_input => WillParseInput,
-            will_validate_input => WillValidateInput,
-            will_normalize_input => WillNormalizeInput,
-            will_redact_input => WillRedactInput,
-            will_inject_secrets => WillInjectSecrets,
-            will_read_cache => WillReadCache,
-            did_cache_hit => DidCacheHit,
-            did_cache_miss => DidCacheMiss,
-            on_retry => OnRetry,
-            will_execute => WillExecute,
-            did_execute => DidExecute,
-            on_give_up => OnGiveUp,
-            will_write_cache => WillWriteCache,
-            will_redact_output => WillRedactOutput,
-            will_validate_output => WillValidateOutput,
-            will_transform_output => WillTransformOutput,
-            will_audit => WillAudit,
-            did_audit => DidAudit,
-            on_metrics => OnMetrics,
-            did_release_semaphore => DidReleaseSemaphore,
-            did_release_quota => DidReleaseQuota,
-            will_finalize_invoke => WillFinalizeInvoke,
-            on_error => OnError,
-        }
-    };
-}
-
-pub(crate) use for_each_stage_method;
-
-macro_rules! forward_stage_methods {
-    ($($method:ident => $stage:ident,)*) => {
-        $(
-            fn $method<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-                (**self).$method(ctx)
-            }
-        )*
-    };
-}
-
-/// Calls one stage's method of a hook: what a planned hook holds for the stage whose list
-/// it is in, so that calling it needs no `match` on the stage.
-pub(crate) type StageMethod = for<'a> fn(&'a dyn Hook, &'a mut ToolInvokeContext) -> HookFuture<'a>;
-
-macro_rules! dispatch_stage {
-    ($($method:ident => $stage:ident,)*) => {
-        /// The [`StageMethod`] of `stage`. `around_execute` has its own signature and is
-        /// called through [`Next`]; its entry answers `Ok`.
-        pub(crate) fn stage_method(stage: Stage) -> StageMethod {
-            $(
-                fn $method<'a>(hook: &'a dyn Hook, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-                    hook.$method(ctx)
-                }
-            )*
-            fn around_execute<'a>(_: &'a dyn Hook, _: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-                HookFuture::ok()
-            }
-            match stage {
-                $(Stage::$stage => $method,)*
-                Stage::AroundExecute => around_execute,
-            }
-        }
-    };
-}
+pub(crate) use forward::{StageMethod, stage_method};
+pub use future::HookFuture;
+pub use interest::Interest;
+pub(crate) use next::ExecutionChain;
+pub use next::Next;
+pub use registration::{FailureMode, HookOptions, HookRegistration, IntoHook};
 
 /// Policy code that runs at the stages of the pipeline.
 ///
 /// # The contract
 ///
-/// A hook has one method per [stage](Stage), each with a default that does nothing, plus
+/// A hook has one method per [stage](crate::Stage), each with a default that does nothing, plus
 /// [`around_execute`](Hook::around_execute). Write the impl block under
 /// [`#[hook]`](macro@crate::hook): it lists the stages from the methods you wrote, so a method
 /// you implement always runs and a stage you did not implement costs nothing. Plans are
 /// compiled from [`stages`](Hook::stages) when the pipeline is built; the pipeline never
 /// calls a hook at a stage outside that set.
+///
+/// Which tools a hook serves is asked once per tool, when the plans are built:
+/// [`interest`](Hook::interest) answers never (left out of the tool's plan), always, or
+/// sometimes (the default: [`filter`](Hook::filter) decides per call).
 ///
 /// A stage method returns `Ok(())` to let the pipeline go on, or a [`Control`](crate::Control) — respond,
 /// abort, retry-after, suspend, or a failure — which ends the stage at once: no later hook
@@ -481,7 +121,7 @@ macro_rules! dispatch_stage {
 )]
 pub trait Hook: Send + Sync + 'static {
     /// The stages this hook takes part in. `#[hook]` writes this method from the stage
-    /// methods of the impl block (with [`Stage::AroundExecute`] when it defines
+    /// methods of the impl block (with [`Stage::AroundExecute`](crate::Stage::AroundExecute) when it defines
     /// [`around_execute`](Hook::around_execute)); write it yourself only to narrow the set
     /// by configuration (see the trait's documentation).
     fn stages(&self) -> StageSet;
@@ -511,7 +151,82 @@ pub trait Hook: Send + Sync + 'static {
         0
     }
 
-    /// Whether the hook takes part in this invocation (checked before each of its stages).
+    /// Whether this hook takes part in the calls of `tool`, asked once per tool when the
+    /// pipeline is built, before any call of it.
+    ///
+    /// # When it is called
+    ///
+    /// [`PipelineBuilder::build`](crate::PipelineBuilder::build) asks every hook registered
+    /// for a tool (every global hook, and the tool's own), once per tool, with the tool's
+    /// definition as the pipeline will serve it: name, description, schemas, annotations,
+    /// tags and source. A tool's definition does not change within a pipeline; a host that
+    /// serves a changed definition (an upstream's new tool list, an accepted change) builds
+    /// a new pipeline, and the question is asked again there. Answer from the definition
+    /// and the hook's own configuration alone: nothing of a call is known yet.
+    ///
+    /// # What the answer means
+    ///
+    /// * [`Interest::never`] — the hook is left out of the tool's plan: none of its stages
+    ///   runs for that tool, it costs the tool's calls nothing (a stage left without hooks
+    ///   costs a branch), and [`Pipeline::plan`](crate::Pipeline::plan) does not list it.
+    ///   Its required providers are still checked at build.
+    /// * [`Interest::always`] — the hook runs at its stages in every call of the tool, and
+    ///   [`filter`](Hook::filter) is not asked.
+    /// * [`Interest::sometimes`] — the default: the hook is in the plan, and `filter` decides
+    ///   before each of its stages in each call, as it always did.
+    ///
+    /// A policy that applies to some tools — a retry policy for idempotent tools, approval
+    /// for destructive ones, a timeout for the tools that have a limit — answers here
+    /// rather than in `filter`: the decision is made once instead of at every call, and
+    /// what a tool's plan lists is what runs for it. `#[hook]` answers `always` for a
+    /// block that writes neither `interest` nor `filter`.
+    ///
+    /// # Examples
+    ///
+    /// Approval for destructive tools only, decided per tool:
+    ///
+    /// ```
+    /// use toolgate_core::prelude::*;
+    ///
+    /// struct AskFirst;
+    ///
+    /// #[hook]
+    /// impl Hook for AskFirst {
+    ///     fn interest(&self, tool: &ToolDefinition) -> Interest {
+    ///         Interest::when(tool.annotations.destructive)
+    ///     }
+    ///
+    ///     fn will_check_consent(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+    ///         ctx.abort("ask a person first", "approval_required", 403)
+    ///     }
+    /// }
+    ///
+    /// let pipeline = Pipeline::builder()
+    ///     .tool(tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") }))
+    ///     .tool(
+    ///         tool_fn("wipe", "Deletes everything.", |_: ()| async { Ok::<_, ToolError>("gone") })
+    ///             .annotations(ToolAnnotations { destructive: true, ..Default::default() }),
+    ///     )
+    ///     .hook(AskFirst)
+    ///     .build()?;
+    ///
+    /// // Not in `ping`'s plan: it never runs there.
+    /// assert_eq!(pipeline.plan("ping"), Some(vec![]));
+    /// assert_eq!(pipeline.plan("wipe").unwrap()[0].0, Stage::WillCheckConsent);
+    /// # Ok::<(), toolgate_core::error::BuildError>(())
+    /// ```
+    ///
+    /// Deciding per call is still `filter`'s work, with the default `sometimes`: the answer
+    /// here cannot see the caller or the input.
+    fn interest(&self, tool: &ToolDefinition) -> Interest {
+        let _ = tool;
+        Interest::sometimes()
+    }
+
+    /// Whether the hook takes part in this invocation, asked before each of its stages in
+    /// each call — when [`interest`](Hook::interest) answered
+    /// [`sometimes`](Interest::sometimes) for the tool (the default). A decision that
+    /// depends on the tool alone belongs in `interest`, made once.
     fn filter(&self, ctx: &ToolInvokeContext) -> bool {
         let _ = ctx;
         true
@@ -929,120 +644,3 @@ pub trait Hook: Send + Sync + 'static {
         HookFuture::ok()
     }
 }
-
-macro_rules! forward_hook {
-    ($ty:ty) => {
-        impl<H: Hook + ?Sized> Hook for $ty {
-            fn stages(&self) -> StageSet {
-                (**self).stages()
-            }
-            fn synchronous_stages(&self) -> StageSet {
-                (**self).synchronous_stages()
-            }
-            fn name(&self) -> &str {
-                (**self).name()
-            }
-            fn priority(&self) -> i32 {
-                (**self).priority()
-            }
-            fn filter(&self, ctx: &ToolInvokeContext) -> bool {
-                (**self).filter(ctx)
-            }
-            fn required_providers(&self) -> Vec<ProviderRequirement> {
-                (**self).required_providers()
-            }
-            fn provided_providers(&self) -> Vec<ProviderRequirement> {
-                (**self).provided_providers()
-            }
-            fn wants_stage_durations(&self) -> bool {
-                (**self).wants_stage_durations()
-            }
-            fn around_execute<'a>(
-                &'a self,
-                ctx: &'a mut ToolInvokeContext,
-                next: Next<'a>,
-            ) -> HookFuture<'a> {
-                (**self).around_execute(ctx, next)
-            }
-            for_each_stage_method!(forward_stage_methods);
-        }
-    };
-}
-
-forward_hook!(Box<H>);
-forward_hook!(Arc<H>);
-
-macro_rules! forward_option_stage_methods {
-    ($($method:ident => $stage:ident,)*) => {
-        $(
-            fn $method<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-                match self {
-                    Some(hook) => hook.$method(ctx),
-                    None => HookFuture::ok(),
-                }
-            }
-        )*
-    };
-}
-
-/// A hook that may be switched off: `None` takes part in no stage and costs nothing per
-/// call, so a policy that configuration leaves out can still be registered in one line.
-///
-/// ```
-/// use toolgate_core::{hook, Hook, HookResult, Pipeline, ToolInvokeContext};
-///
-/// struct Audit;
-///
-/// #[hook]
-/// impl Hook for Audit {
-///     fn will_audit(&self, _ctx: &mut ToolInvokeContext) -> HookResult {
-///         Ok(())
-///     }
-/// }
-///
-/// let audit_enabled = false;
-/// let pipeline = Pipeline::builder().hook(audit_enabled.then_some(Audit)).build()?;
-/// # Ok::<(), toolgate_core::error::BuildError>(())
-/// ```
-impl<H: Hook> Hook for Option<H> {
-    fn stages(&self) -> StageSet {
-        self.as_ref().map_or(StageSet::EMPTY, Hook::stages)
-    }
-    fn synchronous_stages(&self) -> StageSet {
-        self.as_ref()
-            .map_or(StageSet::EMPTY, Hook::synchronous_stages)
-    }
-    fn name(&self) -> &str {
-        self.as_ref().map_or("switched-off hook", Hook::name)
-    }
-    fn priority(&self) -> i32 {
-        self.as_ref().map_or(0, Hook::priority)
-    }
-    fn filter(&self, ctx: &ToolInvokeContext) -> bool {
-        self.as_ref().is_some_and(|hook| hook.filter(ctx))
-    }
-    fn required_providers(&self) -> Vec<ProviderRequirement> {
-        self.as_ref()
-            .map_or_else(Vec::new, Hook::required_providers)
-    }
-    fn provided_providers(&self) -> Vec<ProviderRequirement> {
-        self.as_ref()
-            .map_or_else(Vec::new, Hook::provided_providers)
-    }
-    fn wants_stage_durations(&self) -> bool {
-        self.as_ref().is_some_and(Hook::wants_stage_durations)
-    }
-    fn around_execute<'a>(
-        &'a self,
-        ctx: &'a mut ToolInvokeContext,
-        next: Next<'a>,
-    ) -> HookFuture<'a> {
-        match self {
-            Some(hook) => hook.around_execute(ctx, next),
-            None => next.run(ctx),
-        }
-    }
-    for_each_stage_method!(forward_option_stage_methods);
-}
-
-for_each_stage_method!(dispatch_stage);

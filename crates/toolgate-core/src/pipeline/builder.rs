@@ -395,7 +395,7 @@ impl PipelineBuilder {
                 Arc::new(ToolEntry {
                     wants_object: t.definition.wants_object_input(),
                     plan: ToolPlan::compile(
-                        &t.definition.name,
+                        &t.definition,
                         &self.registrations,
                         self.record_stage_durations,
                         self.record_hook_timings,

@@ -183,7 +183,8 @@ impl Pipeline {
     }
 
     /// The compiled plan of a tool: each stage that has hooks, with the hooks' names in the
-    /// order they run.
+    /// order they run. A hook whose [interest](crate::Hook::interest) in the tool is never
+    /// is not in it.
     pub fn plan(&self, tool: &str) -> Option<Vec<(Stage, Vec<String>)>> {
         self.entry(tool).ok().map(|e| e.plan.describe())
     }
@@ -390,6 +391,7 @@ impl Pipeline {
             metadata: saved.metadata,
             decision: decision.clone(),
             decided_by: options.decided_by.take(),
+            decision_reason: options.decision_reason.take(),
             run_by: check
                 .then(|| tokio::time::Instant::now() + self.inner.shared.approval_run_within),
             retry_of: None,

@@ -32,6 +32,7 @@ pub struct InvokeOptions {
     pub(crate) providers: Providers,
     pub(crate) no_store: bool,
     pub(crate) decided_by: Option<String>,
+    pub(crate) decision_reason: Option<String>,
 }
 
 impl InvokeOptions {
@@ -77,6 +78,17 @@ impl InvokeOptions {
     #[must_use]
     pub fn decided_by(mut self, user_id: impl Into<String>) -> Self {
         self.decided_by = Some(user_id.into());
+        self
+    }
+
+    /// On a resume: why the approver decided as they did, kept with the decision for hooks
+    /// to read ([`ToolInvokeContext::decision_reason`], the audit record). A rejection
+    /// carries its own reason; this one is for an approval. A fresh call ignores it.
+    ///
+    /// [`ToolInvokeContext::decision_reason`]: crate::ToolInvokeContext::decision_reason
+    #[must_use]
+    pub fn decision_reason(mut self, reason: impl Into<String>) -> Self {
+        self.decision_reason = Some(reason.into());
         self
     }
 

@@ -92,7 +92,7 @@ fn run_hooks_in_place(
         } else {
             // Found once: reaching the hook behind its `Arc<dyn Hook>` reads the vtable.
             let hook: &dyn Hook = &*planned.hook;
-            if !hook.filter(ctx) {
+            if planned.filtered && !hook.filter(ctx) {
                 continue;
             }
             let future = (planned.call)(hook, ctx);
@@ -130,7 +130,7 @@ fn call_contained(
     }
     let called = std::panic::catch_unwind(AssertUnwindSafe(|| {
         let hook: &dyn Hook = &*planned.hook;
-        if !hook.filter(ctx) {
+        if planned.filtered && !hook.filter(ctx) {
             return None;
         }
         Some(match (planned.call)(hook, ctx).into_ready() {
@@ -193,7 +193,7 @@ async fn run_hooks(
             future
         } else {
             let hook: &dyn Hook = &*planned.hook;
-            if !hook.filter(ctx) {
+            if planned.filtered && !hook.filter(ctx) {
                 continue;
             }
             (planned.call)(hook, ctx)
@@ -261,7 +261,7 @@ fn call<'a>(
         let ctx = ctx;
         // Reached once: the hook behind its `Arc<dyn Hook>` is a vtable read.
         let hook: &dyn Hook = &*planned.hook;
-        hook.filter(ctx).then(|| (planned.call)(hook, ctx))
+        (!planned.filtered || hook.filter(ctx)).then(|| (planned.call)(hook, ctx))
     };
     if contain {
         std::panic::catch_unwind(AssertUnwindSafe(once))

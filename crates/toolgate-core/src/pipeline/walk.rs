@@ -433,11 +433,11 @@ fn leave_tool(ctx: &mut ToolInvokeContext, output: Result<Value, ToolError>) -> 
 
 /// The tool's `around_execute` chain: its wrappers, and one attempt at its center.
 impl ExecutionChain for ToolEntry {
-    fn wrapper(&self, index: usize) -> Option<&dyn Hook> {
+    fn wrapper(&self, index: usize) -> Option<(&dyn Hook, bool)> {
         self.plan
             .hooks(Stage::AroundExecute)
             .get(index)
-            .map(|planned| &*planned.hook)
+            .map(|planned| (&*planned.hook, planned.filtered))
     }
 
     fn attempt<'c>(&'c self, ctx: &'c mut ToolInvokeContext) -> HookFuture<'c> {

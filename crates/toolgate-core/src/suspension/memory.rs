@@ -152,6 +152,16 @@ impl SuspensionStore for InMemorySuspensionStore {
         let now = (self.clock)();
         Ok(self.lock().outcome(id, now).cloned())
     }
+
+    async fn list_outcomes(
+        &self,
+        filter: &SuspensionFilter,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<DecidedCall>, SuspensionStoreError> {
+        let now = (self.clock)();
+        Ok(self.lock().list_outcomes(filter, after, limit, now))
+    }
 }
 
 #[cfg(test)]

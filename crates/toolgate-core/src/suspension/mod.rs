@@ -17,6 +17,7 @@ use async_trait::async_trait;
 use serde_json::{Map, Value};
 
 use crate::approval::CallBinding;
+use crate::error::ToolError;
 use crate::stage::Stage;
 use crate::user::User;
 
@@ -146,7 +147,8 @@ pub enum SuspensionStoreError {
     },
     /// The call waited longer than its store allows and can no longer be resumed.
     #[error(
-        "the suspended call `{id}` expired before anyone decided on it and will not run: make the call again if it is still needed"
+        "the suspended call `{}` expired before anyone decided on it and will not run: make the call again if it is still needed",
+        crate::error::shown_id(id)
     )]
     Expired {
         /// The suspension id.
@@ -175,6 +177,31 @@ pub enum SuspensionStoreError {
     CannotList,
 }
 
+/// A store's refusal as the caller sees it: a user over their cap of waiting calls is
+/// `too_many_suspended` (429), a full store `suspensions_full` (503), an expired call
+/// [`ToolError::SuspensionExpired`] (410), a failing store `suspension_store_unavailable`
+/// (503).
+impl From<SuspensionStoreError> for ToolError {
+    fn from(error: SuspensionStoreError) -> Self {
+        use SuspensionStoreError as E;
+        match error {
+            E::Expired { id } => ToolError::SuspensionExpired { id },
+            e @ E::UserFull { .. } => ToolError::abort(e.to_string(), "too_many_suspended", 429),
+            e @ E::Full { .. } => ToolError::abort(e.to_string(), "suspensions_full", 503),
+            e @ E::CannotApproveRetries => {
+                ToolError::abort(e.to_string(), "cannot_approve_retries", 501)
+            }
+            e @ E::CannotList => ToolError::abort(e.to_string(), "cannot_list", 501),
+            e @ E::CannotKeepOutcomes => {
+                ToolError::abort(e.to_string(), "cannot_keep_outcomes", 501)
+            }
+            // The store's own message says what to check (Redis away, a key that differs
+            // between replicas, a full disk): "try again later" would mislead for most.
+            e => ToolError::abort(e.to_string(), "suspension_store_unavailable", 503),
+        }
+    }
+}
+
 /// Which waiting calls a listing ([`SuspensionStore::list`]) asks for: every condition
 /// that is set must hold.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -188,6 +215,16 @@ pub struct SuspensionFilter {
 }
 
 impl SuspensionFilter {
+    /// Whether the decided call `decided` is one of those this filter asks for: its tool
+    /// is the `tool_name` of its result, and `since` is about when it was decided.
+    pub fn matches_outcome(&self, decided: &DecidedCall) -> bool {
+        self.tool
+            .as_ref()
+            .is_none_or(|tool| decided.result["tool_name"].as_str() == Some(tool.as_str()))
+            && self.user.as_ref().is_none_or(|user| *user == decided.user)
+            && self.since.is_none_or(|since| decided.decided_at >= since)
+    }
+
     /// Whether `suspended` is one of the calls this filter asks for.
     pub fn matches(&self, suspended: &SuspendedInvocation) -> bool {
         self.tool
@@ -368,6 +405,23 @@ pub trait SuspensionStore: Send + Sync + 'static {
     async fn outcome(&self, id: &str) -> Result<Option<DecidedCall>, SuspensionStoreError> {
         let _ = id;
         Ok(None)
+    }
+
+    /// Up to `limit` kept outcomes that match `filter`
+    /// ([`SuspensionFilter::matches_outcome`]), in the order of their ids, starting after
+    /// the id `after` when it is given: the decided calls, as [`list`](Self::list) gives
+    /// the waiting ones. Outcomes past their expiry are not listed.
+    ///
+    /// A store that cannot enumerate its outcomes keeps this default, which answers
+    /// [`SuspensionStoreError::CannotList`].
+    async fn list_outcomes(
+        &self,
+        filter: &SuspensionFilter,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<DecidedCall>, SuspensionStoreError> {
+        let _ = (filter, after, limit);
+        Err(SuspensionStoreError::CannotList)
     }
 }
 

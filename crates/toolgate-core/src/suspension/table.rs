@@ -77,7 +77,8 @@ pub struct SuspensionTable {
 /// long as the others, so the first kept is the first to go).
 #[derive(Clone, Debug, Default)]
 struct Outcomes {
-    by_id: HashMap<String, DecidedCall>,
+    /// By id, in id order for listings.
+    by_id: BTreeMap<String, DecidedCall>,
     order: VecDeque<(String, SystemTime)>,
 }
 
@@ -333,6 +334,39 @@ impl SuspensionTable {
             .order
             .push_back((outcome.id.clone(), outcome.decided_at));
         self.outcomes.by_id.insert(outcome.id.clone(), outcome);
+    }
+
+    /// Up to `limit` kept outcomes that match `filter` and are not older than
+    /// `expire_after` at `now`, in id order, after the id `after` when it is given: what
+    /// [`SuspensionStore::list_outcomes`] answers.
+    ///
+    /// [`SuspensionStore::list_outcomes`]: super::SuspensionStore::list_outcomes
+    pub fn list_outcomes(
+        &self,
+        filter: &SuspensionFilter,
+        after: Option<&str>,
+        limit: usize,
+        now: SystemTime,
+    ) -> Vec<DecidedCall> {
+        let start = match after {
+            Some(after) => Bound::Excluded(after),
+            None => Bound::Unbounded,
+        };
+        let keep = self.limits.expire_after;
+        self.outcomes
+            .by_id
+            .range::<str, _>((start, Bound::Unbounded))
+            .map(|(_, decided)| decided)
+            .filter(|decided| {
+                decided
+                    .decided_at
+                    .checked_add(keep)
+                    .is_some_and(|until| until > now)
+                    && filter.matches_outcome(decided)
+            })
+            .take(limit)
+            .cloned()
+            .collect()
     }
 
     /// The outcome kept for `id`, unless it is older than `expire_after` at `now`.
@@ -696,6 +730,52 @@ pub(super) mod tests {
             result: json!({"output": id}),
             decided_at: at(secs),
         }
+    }
+
+    #[test]
+    fn outcomes_are_listed_in_id_order_filtered_paged_and_not_past_expire_after() {
+        let mut table = SuspensionTable::new(limits(5, 10, 50));
+        let outcome = |id: &str, user: &str, tool: &str, secs: u64| DecidedCall {
+            id: id.into(),
+            user: user.into(),
+            result: serde_json::json!({"tool_name": tool}),
+            decided_at: at(secs),
+        };
+        table.keep_outcome(outcome("c", "ann", "wipe", 0), at(0));
+        table.keep_outcome(outcome("a", "bob", "wipe", 10), at(10));
+        table.keep_outcome(outcome("b", "ann", "read", 20), at(20));
+        let ids = |listed: Vec<DecidedCall>| listed.into_iter().map(|d| d.id).collect::<Vec<_>>();
+        let every = SuspensionFilter::default();
+        assert_eq!(
+            ids(table.list_outcomes(&every, None, 10, at(20))),
+            ["a", "b", "c"]
+        );
+        assert_eq!(
+            ids(table.list_outcomes(&every, Some("a"), 1, at(20))),
+            ["b"]
+        );
+        let anns_wipes = SuspensionFilter {
+            tool: Some("wipe".into()),
+            user: Some("ann".into()),
+            since: None,
+        };
+        assert_eq!(
+            ids(table.list_outcomes(&anns_wipes, None, 10, at(20))),
+            ["c"]
+        );
+        let since = SuspensionFilter {
+            since: Some(at(10)),
+            ..SuspensionFilter::default()
+        };
+        assert_eq!(
+            ids(table.list_outcomes(&since, None, 10, at(20))),
+            ["a", "b"]
+        );
+        // `c`, decided at 0, is kept for 50 s only.
+        assert_eq!(
+            ids(table.list_outcomes(&every, None, 10, at(55))),
+            ["a", "b"]
+        );
     }
 
     #[test]

@@ -16,37 +16,21 @@ DEMO=$(realpath "${DEMO_BIN:-target/release/toolgate-mcp-demo}")
 PERF_DATA=$(realpath -m "${PERF_DATA:-/tmp/toolgate-profile.data}")
 cd "$(dirname "$0")/../../../.."
 PROFILE=release
+# shellcheck source=../common.sh
 . crates/toolgate-gateway/benches/common.sh
-tok=tg_up_$RANDOM
-TOOLGATE_DEMO_TOKEN=$tok "$DEMO" http 127.0.0.1:0 > "$work/up.out" 2> "$work/up.err" &
-up=$!
-trap 'kill $up 2>/dev/null || true; cleanup' EXIT
-for _ in $(seq 1 100); do grep -q listening "$work/up.out" 2>/dev/null && break; sleep 0.1; done
-upurl=$(sed -n 's/^listening on //p' "$work/up.out")
-key=tg_load_$RANDOM$RANDOM
-cat > "$work/gateway.yaml" <<YAML
-upstreams:
-  - name: demo
-    url: $upurl
-    credential_env: UPSTREAM_TOKEN
-users:
-  - { id: load, key_sha256: "$(printf %s "$key" | sha256sum | cut -d' ' -f1)", roles: [bench] }
-policies:
-  authorization:
-    rules:
-      - { effect: allow, roles: [bench], tools: [echo] }
-  rate_limits:
-    - { name: per-user, rate: 1000000/second, burst: 1000000, partition: user }
-audit:
-  sink: file
-  path: $work/audit.jsonl
-logging: { level: warn }
-YAML
+# The upstream, the gateway with policies on, and the MCP session are the peers benchmark's
+# (benches/peers/targets.sh: start_upstream, start_toolgate, open_session), so a profile is
+# of the very configuration that benchmark measures.
+# shellcheck source=../../../../benches/peers/targets.sh
+. benches/peers/targets.sh
+started=()
+trap 'for p in "${started[@]}"; do stop_process "$p"; done; cleanup' EXIT
+UPSTREAM_BIN=$DEMO
 TOOLGATE_BIN=$GW
-UPSTREAM_TOKEN=$tok serve_gateway
-hdr=(-H "Authorization: Bearer $key" -H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
-sess=$(curl -sf -D - -o /dev/null "${hdr[@]}" -d '{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"p","version":"0"}}}' "$url/mcp" | tr -d '\r' | sed -n 's/^mcp-session-id: //Ip')
-curl -sf -o /dev/null "${hdr[@]}" -H "mcp-session-id: $sess" -d '{"jsonrpc":"2.0","method":"notifications/initialized"}' "$url/mcp"
+start_upstream "$work"
+start_toolgate "toolgate-$MODE" on "$work"
+pid=$T_PID up=$U_PID key=$T_TOKEN
+sess=$(open_session "$url/mcp" "$key")
 if [ "$MODE" = mcp ]; then
   wrk_script "$key" "$sess" /mcp '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello"}}}' 'hello' > $work/s.lua
 else
@@ -57,6 +41,7 @@ t0=$(awk '{print $14+$15}' /proc/$pid/stat); u0=$(awk '{print $14+$15}' /proc/$u
 cs0=$(cat /proc/$pid/task/*/status | awk '/voluntary_ctxt_switches/ {s+=$2} END {print s}')
 if [ "$PERF" = 1 ]; then
   perf record -F 499 -g --call-graph dwarf,32768 -p $pid -o $PERF_DATA -- sleep $((SECS/2)) >/dev/null 2>&1 &
+  perf_pid=$!
 fi
 threads=2; [ $CONNS -lt 2 ] && threads=1
 res=$(wrk -t$threads -c$CONNS -d${SECS}s -s $work/s.lua "$url" | grep RESULT)
@@ -64,4 +49,5 @@ t1=$(awk '{print $14+$15}' /proc/$pid/stat); u1=$(awk '{print $14+$15}' /proc/$u
 cs1=$(cat /proc/$pid/task/*/status | awk '/voluntary_ctxt_switches/ {s+=$2} END {print s}')
 rps=$(sed -n 's/.*rps=\([0-9.]*\).*/\1/p' <<<"$res")
 echo "$MODE c=$CONNS $res gw_cpu_ms_per_call=$(awk "BEGIN{print ($t1-$t0)*10/($rps*$SECS)}") up_cpu_ms_per_call=$(awk "BEGIN{print ($u1-$u0)*10/($rps*$SECS)}") ctxsw_per_call=$(awk "BEGIN{print ($cs1-$cs0)/($rps*$SECS)}") rss_kb=$(awk '/VmHWM/{print $2}' /proc/$pid/status)"
-[ "$PERF" = 1 ] && wait %1 2>/dev/null || true
+# The recording, not job %1 (the upstream, which runs until the script stops it).
+[ "$PERF" = 1 ] && wait "$perf_pid" 2>/dev/null || true

@@ -12,8 +12,6 @@ use toolgate_core::tool::ErasedTool;
 
 use crate::config::BuiltinTool;
 
-pub use calculator::evaluate;
-
 /// The built-in tool `which`, type-erased for the registry.
 pub fn tool(which: BuiltinTool) -> Arc<dyn ErasedTool> {
     let mut registry = ToolRegistry::new();

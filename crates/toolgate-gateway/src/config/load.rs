@@ -13,9 +13,6 @@ const MIN_MCP_STATE_KEY_BYTES: usize = 32;
 /// The shortest `audit.hash_key` accepted.
 const MIN_AUDIT_KEY_CHARS: usize = 16;
 
-/// The shortest webhook `secret` accepted.
-const MIN_WEBHOOK_SECRET_CHARS: usize = 16;
-
 /// The configuration could not be used. The gateway refuses to start (or, on reload, keeps
 /// the configuration it has) rather than run with a half-understood policy.
 #[derive(Debug, thiserror::Error)]
@@ -73,6 +70,21 @@ impl ConfigError {
         }
     }
 
+    /// The same error with its field path under `prefix`: `rate` under
+    /// `policies.rate_limits[0]` is `policies.rate_limits[0].rate` (a section's own checks
+    /// name its fields from the section).
+    #[must_use]
+    pub(crate) fn within(mut self, prefix: &str) -> Self {
+        if let ConfigError::Parse { field, .. } | ConfigError::Invalid { field, .. } = &mut self {
+            *field = if field.is_empty() {
+                prefix.to_owned()
+            } else {
+                format!("{prefix}.{field}")
+            };
+        }
+        self
+    }
+
     /// The same error, reported against `file` (for errors found after reading it, such
     /// as a policy naming a tool that does not exist).
     #[must_use]
@@ -84,12 +96,13 @@ impl ConfigError {
     }
 }
 
-struct Located<'a> {
-    origin: &'a str,
-    line: Option<usize>,
-    column: Option<usize>,
-    field: &'a str,
-    message: &'a str,
+/// An error at a place of a file: `origin:line:column: `field`: message`.
+pub(crate) struct Located<'a> {
+    pub origin: &'a str,
+    pub line: Option<usize>,
+    pub column: Option<usize>,
+    pub field: &'a str,
+    pub message: &'a str,
 }
 
 impl fmt::Display for Located<'_> {
@@ -178,7 +191,7 @@ fn generation_of(text: &str) -> String {
 
 // The YAML error's text starts with (part of) the field path and ends with the position,
 // which the error reports separately.
-fn strip_location(message: &str, field: &str) -> String {
+pub(crate) fn strip_location(message: &str, field: &str) -> String {
     let message = match message.rfind(" at line ") {
         Some(at) => &message[..at],
         None => message,
@@ -194,7 +207,7 @@ fn strip_location(message: &str, field: &str) -> String {
 /// The deserializer names Rust types (`expected u32`); a reader of a YAML file knows
 /// numbers, lists and addresses. Numbers and objects are said as they are to every caller
 /// ([`in_json_words`](toolgate_core::error::in_json_words)); the rest in YAML's words.
-fn in_plain_words(message: &str) -> String {
+pub(crate) fn in_plain_words(message: &str) -> String {
     const WORDS: [(&str, &str); 3] = [
         ("expected a boolean", "expected `true` or `false`"),
         (
@@ -263,67 +276,12 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             as_caller.check(i, upstream.url.is_some(), config.identity.oauth.is_some())?;
         }
     }
-    let policies = &config.policies;
-    let mut policy_names = BTreeSet::new();
-    for (i, limit) in policies.rate_limits.iter().enumerate() {
-        if !policy_names.insert(("rate", limit.name.as_str())) {
-            return Err(ConfigError::invalid(
-                format!("policies.rate_limits[{i}].name"),
-                format!(
-                    "two rate limits are named `{}`: names keep their budgets apart, so give each its own",
-                    limit.name
-                ),
-            ));
-        }
-        if limit.burst == Some(0) {
-            return Err(ConfigError::invalid(
-                format!("policies.rate_limits[{i}].burst"),
-                "a burst must be at least 1 (leave it out for none)",
-            ));
-        }
-    }
-    for (i, cap) in policies.concurrency.iter().enumerate() {
-        if !policy_names.insert(("concurrency", cap.name.as_str())) {
-            return Err(ConfigError::invalid(
-                format!("policies.concurrency[{i}].name"),
-                format!("two concurrency caps are named `{}`", cap.name),
-            ));
-        }
-        if cap.limit == 0 {
-            return Err(ConfigError::invalid(
-                format!("policies.concurrency[{i}].limit"),
-                "a concurrency limit must be at least 1",
-            ));
-        }
-    }
-    let redis_deadlines = policies
-        .rate_limits
-        .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            (
-                format!("policies.rate_limits[{i}].redis_deadline"),
-                r.redis_deadline,
-            )
-        })
-        .chain(policies.concurrency.iter().enumerate().map(|(i, c)| {
-            (
-                format!("policies.concurrency[{i}].redis_deadline"),
-                c.redis_deadline,
-            )
-        }))
-        .chain(
-            (policies.cache.iter())
-                .map(|c| ("policies.cache.redis_deadline".to_owned(), c.redis_deadline)),
-        )
-        .chain([("state.deadline".to_owned(), config.state.deadline)]);
-    for (field, deadline) in redis_deadlines {
-        if deadline.is_some_and(|d| d.is_zero()) {
-            return Err(ConfigError::invalid(
-                field,
-                "a Redis deadline of zero would fail every call: use e.g. `100ms` (or leave it out for the default)",
-            ));
-        }
+    config.policies.check()?;
+    if config.state.deadline.is_some_and(|d| d.is_zero()) {
+        return Err(ConfigError::invalid(
+            "state.deadline",
+            "a Redis deadline of zero would fail every call: use e.g. `100ms` (or leave it out for the default)",
+        ));
     }
     if config.state.cluster.is_some() && config.state.url != super::StateUrl::Memory {
         return Err(ConfigError::invalid(
@@ -361,20 +319,25 @@ fn check(config: &Config) -> Result<(), ConfigError> {
                 ));
             }
         }
+        if let Some(logs) = &telemetry.logs {
+            if logs.max_queue == 0 {
+                return Err(ConfigError::invalid(
+                    "telemetry.logs.max_queue",
+                    "must be at least 1 (default 2048): the records waiting for export, past which new ones are dropped",
+                ));
+            }
+            if logs.audit && !matches!(config.audit, Some(AuditConfig::File { .. })) {
+                return Err(ConfigError::invalid(
+                    "telemetry.logs.audit",
+                    "exports the lines of the chained audit file: configure it with `audit: { sink: file, path: … }`, or remove `telemetry.logs.audit`",
+                ));
+            }
+        }
     }
     if config.state.down_after_failures == Some(0) {
         return Err(ConfigError::invalid(
             "state.down_after_failures",
             "must be at least 1 (3 keeps one slow reply from marking Redis down)",
-        ));
-    }
-    if let Some(redaction) = &policies.redaction
-        && redaction.mode == super::RedactionModeName::Hash
-        && redaction.salt.is_none()
-    {
-        return Err(ConfigError::invalid(
-            "policies.redaction.salt",
-            "`hash` mode needs a secret salt: set `salt: ${REDACTION_SALT}`",
         ));
     }
     if let Some(key) = config.audit.as_ref().and_then(AuditConfig::hash_key)
@@ -421,29 +384,6 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
-    if let Some(approval) = &policies.approval {
-        if approval.max_pending_per_user == 0 || approval.max_pending == 0 {
-            return Err(ConfigError::invalid(
-                "policies.approval",
-                "`max_pending_per_user` and `max_pending` must be at least 1 (to need no approval, leave the tool out of `tools`)",
-            ));
-        }
-        if approval.run_within.is_zero() {
-            return Err(ConfigError::invalid(
-                "policies.approval.run_within",
-                "must be longer than zero: it is how soon an approved call must start to run (`15m` by default)",
-            ));
-        }
-        if approval.expire_after.is_zero() {
-            return Err(ConfigError::invalid(
-                "policies.approval.expire_after",
-                "a waiting call must be given time for a person to decide, e.g. `24h`",
-            ));
-        }
-        for (i, webhook) in approval.webhooks.iter().enumerate() {
-            check_webhook(i, webhook)?;
-        }
-    }
     if let Some(stats) = &config.stats
         && stats.autosave.is_zero()
     {
@@ -451,6 +391,26 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             "stats.autosave",
             "the autosave interval must be longer than zero, e.g. `30s`",
         ));
+    }
+    if let Some(console) = &config.console {
+        if console.session_ttl.is_zero() {
+            return Err(ConfigError::invalid(
+                "console.session_ttl",
+                "a console session must last longer than zero, e.g. `8h`",
+            ));
+        }
+        if console.oauth.is_some() && config.identity.oauth.is_none() {
+            return Err(ConfigError::invalid(
+                "console.oauth",
+                "signing in through an issuer needs `identity.oauth` (the issuer, and how its tokens are checked): set it, or leave out `console.oauth` to sign in with API keys",
+            ));
+        }
+        if console.max_sessions == 0 || console.max_sessions_per_user == 0 {
+            return Err(ConfigError::invalid(
+                "console",
+                "`max_sessions` and `max_sessions_per_user` must be at least 1 (to turn the console off, leave out `console:`)",
+            ));
+        }
     }
     if config.server.batch_concurrency == 0 || config.server.max_batch == 0 {
         return Err(ConfigError::invalid(
@@ -495,41 +455,6 @@ fn check(config: &Config) -> Result<(), ConfigError> {
     Ok(())
 }
 
-/// One entry of `policies.approval.webhooks`. Neither the secret nor the address (which may
-/// carry a token) is quoted in a message.
-fn check_webhook(i: usize, webhook: &super::WebhookConfig) -> Result<(), ConfigError> {
-    let field = |name: &str| format!("policies.approval.webhooks[{i}].{name}");
-    let usable = url::Url::parse(&webhook.url.0)
-        .is_ok_and(|url| matches!(url.scheme(), "http" | "https") && url.host().is_some());
-    if !usable {
-        return Err(ConfigError::invalid(
-            field("url"),
-            "must be the receiver's http:// or https:// address, e.g. `https://hooks.example.com/toolgate`",
-        ));
-    }
-    if webhook.secret.0.trim().is_empty() {
-        return Err(ConfigError::invalid(
-            field("secret"),
-            "is empty: every webhook is signed, so give it a secret shared with the receiver, e.g. `secret: ${APPROVAL_WEBHOOK_SECRET}` (generate one with `openssl rand -hex 32`)",
-        ));
-    }
-    if webhook.secret.0.chars().count() < MIN_WEBHOOK_SECRET_CHARS {
-        return Err(ConfigError::invalid(
-            field("secret"),
-            format!(
-                "is too short to sign with (not shown: it is a secret): use at least {MIN_WEBHOOK_SECRET_CHARS} characters, e.g. one made with `openssl rand -hex 32`"
-            ),
-        ));
-    }
-    if webhook.events.is_empty() {
-        return Err(ConfigError::invalid(
-            field("events"),
-            "lists no event: name some of `waiting`, `decided`, `expired` (or leave `events` out for all three), or remove the webhook",
-        ));
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -565,25 +490,13 @@ mod tests {
     }
 
     #[test]
-    fn a_policy_can_set_its_own_redis_deadline_and_a_zero_one_is_refused() {
-        let config = parse(
-            "state:\n  url: redis://127.0.0.1:6379\n  down_after_failures: 5\npolicies:\n  rate_limits:\n    - {name: a, rate: 5/second, redis_deadline: 250ms}\n  cache:\n    redis_deadline: 1s\n",
-        )
-        .unwrap();
-        assert_eq!(
-            config.policies.rate_limits[0].redis_deadline,
-            Some(std::time::Duration::from_millis(250))
-        );
-        assert_eq!(
-            config.policies.cache.as_ref().unwrap().redis_deadline,
-            Some(std::time::Duration::from_secs(1))
-        );
+    fn the_state_s_redis_deadline_and_failures_before_down_are_refused_at_zero() {
+        let config =
+            parse("state:\n  url: redis://127.0.0.1:6379\n  down_after_failures: 5\n").unwrap();
         assert_eq!(config.state.down_after_failures, Some(5));
 
-        let zero =
-            parse("policies:\n  concurrency:\n    - {name: c, limit: 2, redis_deadline: 0s}\n")
-                .unwrap_err();
-        assert_eq!(zero.field(), "policies.concurrency[0].redis_deadline");
+        let zero = parse("state:\n  url: redis://127.0.0.1:6379\n  deadline: 0s\n").unwrap_err();
+        assert_eq!(zero.field(), "state.deadline");
         assert!(zero.to_string().contains("zero"), "{zero}");
         let never_down = parse("state:\n  url: memory\n  down_after_failures: 0\n").unwrap_err();
         assert_eq!(never_down.field(), "state.down_after_failures");
@@ -722,103 +635,5 @@ mod tests {
         );
         assert_eq!(base.generation, reordered.generation);
         assert_ne!(base.generation, changed.generation);
-    }
-
-    #[test]
-    fn approval_bounds_default_to_a_hundred_per_user_and_a_day_and_refuse_zero() {
-        let config = parse("policies:\n  approval:\n    tools: [sleep]\n").unwrap();
-        let approval = config.policies.approval.expect("the section");
-        assert_eq!(
-            (approval.max_pending_per_user, approval.max_pending),
-            (100, 10_000)
-        );
-        assert_eq!(approval.expire_after.as_secs(), 24 * 3600);
-        assert!(approval.four_eyes);
-
-        let zero = parse("policies:\n  approval:\n    max_pending_per_user: 0\n").unwrap_err();
-        assert_eq!(zero.field(), "policies.approval");
-        let never = parse("policies:\n  approval:\n    expire_after: 0s\n").unwrap_err();
-        assert_eq!(never.field(), "policies.approval.expire_after");
-    }
-
-    #[test]
-    fn approval_webhooks_default_to_json_and_every_event() {
-        let config = parse(
-            "policies:\n  approval:\n    webhooks:\n      - { url: \"https://hooks.example.com/a\", secret: 0123456789abcdef0123 }\n      - { url: \"http://127.0.0.1:9/b\", secret: 0123456789abcdef0123, format: slack, events: [decided] }\n",
-        )
-        .unwrap();
-        let webhooks = &config.policies.approval.unwrap().webhooks;
-        assert_eq!(webhooks[0].format, crate::config::WebhookFormatName::Json);
-        assert_eq!(webhooks[0].events, crate::config::WebhookEventName::ALL);
-        assert_eq!(webhooks[1].format, crate::config::WebhookFormatName::Slack);
-        assert_eq!(
-            webhooks[1].events,
-            [crate::config::WebhookEventName::Decided]
-        );
-    }
-
-    #[test]
-    fn bad_approval_webhooks_are_refused_with_their_field_and_never_show_the_secret() {
-        let webhook =
-            |entry: &str| format!("policies:\n  approval:\n    webhooks:\n      - {entry}\n");
-        let secret = "0123456789abcdef0123";
-        let cases = [
-            (
-                webhook(&format!(
-                    "{{ url: \"ftp://hooks.example.com\", secret: {secret} }}"
-                )),
-                "policies.approval.webhooks[0].url",
-                "http:// or https://",
-            ),
-            (
-                webhook(&format!("{{ url: not-a-url, secret: {secret} }}")),
-                "policies.approval.webhooks[0].url",
-                "http:// or https://",
-            ),
-            (
-                webhook("{ url: \"https://hooks.example.com\", secret: \"\" }"),
-                "policies.approval.webhooks[0].secret",
-                "is empty",
-            ),
-            (
-                webhook("{ url: \"https://hooks.example.com\", secret: tiny-secret-42 }"),
-                "policies.approval.webhooks[0].secret",
-                "at least 16",
-            ),
-            (
-                webhook(&format!(
-                    "{{ url: \"https://hooks.example.com\", secret: {secret}, format: xml }}"
-                )),
-                "policies.approval.webhooks[0].format",
-                "`slack`",
-            ),
-            (
-                webhook(&format!(
-                    "{{ url: \"https://hooks.example.com\", secret: {secret}, events: [started] }}"
-                )),
-                "policies.approval.webhooks[0].events[0]",
-                "`expired`",
-            ),
-            (
-                webhook(&format!(
-                    "{{ url: \"https://hooks.example.com\", secret: {secret}, events: [] }}"
-                )),
-                "policies.approval.webhooks[0].events",
-                "no event",
-            ),
-            (
-                webhook("{ url: \"https://hooks.example.com\" }"),
-                "policies.approval.webhooks[0]",
-                "secret",
-            ),
-        ];
-        for (text, field, says) in cases {
-            let error = parse(&text).expect_err(&text);
-            assert_eq!(error.field(), field, "{text}: {error}");
-            let message = error.to_string();
-            assert!(message.contains(says), "{text}: {message}");
-            assert!(!message.contains("tiny-secret-42"), "{message}");
-            assert!(!message.contains(secret), "{message}");
-        }
     }
 }

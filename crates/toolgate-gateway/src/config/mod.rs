@@ -10,6 +10,7 @@ mod load;
 mod origin;
 mod policies;
 mod telemetry;
+mod upstream;
 mod values;
 
 use std::collections::BTreeMap;
@@ -24,14 +25,17 @@ pub use identity::{
     RouteCredentials, TokenExchangeConfig,
 };
 pub use load::{ConfigError, load_file, parse};
+pub(crate) use load::{Located, in_plain_words as yaml_in_plain_words, strip_location};
 pub use origin::WebOrigin;
+pub(crate) use policies::describe_budgets;
 pub use policies::{
-    ApprovalPolicy, AuthorizationPolicy, CachePolicy, ConcurrencyPolicy, EffectName,
-    OnBackendErrorName, OutputLimitPolicy, OverflowName, PartitionName, Policies, RateLimitPolicy,
-    RedactionModeName, RedactionPattern, RedactionPolicy, RetryPolicy, RuleEntry, TimeoutPolicy,
-    WebhookConfig, WebhookEventName, WebhookFormatName,
+    ApprovalPolicy, AuthorizationPolicy, BudgetPartition, BudgetPolicy, CachePolicy, CedarPolicy,
+    ConcurrencyPolicy, CostSpec, MAX_UNITS, OnBackendErrorName, OutputLimitPolicy, PartitionName,
+    Policies, RateLimitPolicy, RedactionModeName, RedactionPattern, RedactionPolicy, RetryPolicy,
+    RuleEntry, TimeoutPolicy, WebhookConfig, WebhookEventName, WebhookFormatName,
 };
-pub use telemetry::{OtlpConfig, OtlpProtocol, TelemetryConfig};
+pub use telemetry::{LogsConfig, OtlpConfig, OtlpProtocol, TelemetryConfig};
+pub use upstream::UpstreamEntry;
 pub use values::{
     ByteSize, ClusterNodeList, EnvPath, EnvString, KeyHash, RateSpec, RedisTlsFiles, StateConfig,
     StateUrl,
@@ -78,6 +82,9 @@ pub struct Config {
     /// OpenTelemetry trace export (off when absent).
     #[serde(default)]
     pub telemetry: Option<TelemetryConfig>,
+    /// The operator console at `/console` (off when absent).
+    #[serde(default)]
+    pub console: Option<ConsoleConfig>,
     /// The configuration generation approvals are bound to: the digest of the `policies:`
     /// section as written (its canonical JSON form), so that replicas with the same
     /// policies agree and a change of users, upstreams or server settings does not void
@@ -259,45 +266,6 @@ pub struct AnnotationLabels {
     pub open_world: bool,
 }
 
-/// One upstream MCP server: exactly one of `command` (stdio) or `url` (streamable HTTP).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct UpstreamEntry {
-    /// The upstream's name (used in logs and errors).
-    pub name: String,
-    /// The program to start, for a stdio server.
-    pub command: Option<String>,
-    /// Its arguments.
-    #[serde(default)]
-    pub args: Vec<String>,
-    /// Environment for the program.
-    #[serde(default)]
-    pub env: BTreeMap<String, EnvString>,
-    /// The URL of a streamable HTTP server.
-    pub url: Option<EnvString>,
-    /// The environment variable holding the bearer credential sent upstream.
-    pub credential_env: Option<String>,
-    /// A prefix for the imported tools' names (needed when two upstreams share names).
-    pub prefix: Option<String>,
-    /// The deadline of one upstream call (default 30 s).
-    #[serde(default, with = "values::opt_duration")]
-    pub call_timeout: Option<Duration>,
-    /// How long connecting may take (default 10 s).
-    #[serde(default, with = "values::opt_duration")]
-    pub connect_timeout: Option<Duration>,
-    /// Check arguments against each imported tool's input schema before the call leaves
-    /// (default true).
-    #[serde(default = "policies::yes")]
-    pub validate_arguments: bool,
-    /// Ask the upstream for MCP 2026-07-28 first (`server/discover`), falling back to
-    /// 2025-11-25 (default true). `false` for a server that never answers unknown methods.
-    #[serde(default = "policies::yes")]
-    pub discover: bool,
-    /// Call the upstream as each caller, with a credential of the caller's own (HTTP
-    /// upstreams only).
-    pub as_caller: Option<AsCallerConfig>,
-}
-
 /// One user: an id, the SHA-256 of their API key, roles and a tenant.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -398,6 +366,56 @@ pub struct StatsConfig {
 
 fn default_autosave() -> Duration {
     Duration::from_secs(30)
+}
+
+/// `console:` — the operator console served at `/console` (see `docs/console.md`).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ConsoleConfig {
+    /// How long a console session lasts after sign-in (default `8h`); the person signs in
+    /// again after it.
+    #[serde(with = "values::duration")]
+    pub session_ttl: Duration,
+    /// The most console sessions open at once (default 1,000); a sign-in past it is
+    /// refused until one ends or expires.
+    pub max_sessions: usize,
+    /// The most console sessions one user may have open (default 8); their oldest ends
+    /// when they sign in once more.
+    pub max_sessions_per_user: usize,
+    /// Sign-in through the issuer of `identity.oauth` (authorization code with PKCE), as
+    /// this client; API keys only when absent.
+    pub oauth: Option<ConsoleOAuthConfig>,
+}
+
+/// `console.oauth` — the console as a client of the issuer of `identity.oauth`.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConsoleOAuthConfig {
+    /// The client id the issuer knows the console by.
+    pub client_id: String,
+    /// Its secret, for a confidential client (sent with HTTP Basic authentication); none
+    /// for a public client, which PKCE alone protects.
+    #[serde(default)]
+    pub client_secret: Option<EnvString>,
+    /// The scopes asked for (default `[openid]`); the access token must still be one
+    /// `identity.oauth` accepts on `/v1`.
+    #[serde(default = "default_console_scopes")]
+    pub scopes: Vec<String>,
+}
+
+fn default_console_scopes() -> Vec<String> {
+    vec!["openid".to_owned()]
+}
+
+impl Default for ConsoleConfig {
+    fn default() -> Self {
+        ConsoleConfig {
+            session_ttl: Duration::from_secs(8 * 3600),
+            max_sessions: 1000,
+            max_sessions_per_user: 8,
+            oauth: None,
+        }
+    }
 }
 
 /// Log output.

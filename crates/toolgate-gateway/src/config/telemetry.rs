@@ -34,6 +34,29 @@ pub struct TelemetryConfig {
     /// what exporting costs per call (docs/performance.md).
     #[serde(default = "default_stage_spans")]
     pub stage_spans: bool,
+    /// OTLP logs: the audit trail exported as log records (off when absent).
+    #[serde(default)]
+    pub logs: Option<LogsConfig>,
+}
+
+/// `telemetry.logs:` — log records exported over OTLP/HTTP to the same collector as the
+/// traces (`/v1/logs`), with the same headers and timeout (see [`crate::telemetry`]).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogsConfig {
+    /// Export every line of the audit file (`audit: { sink: file }`) — each record with
+    /// its `seq`, `chain` and `prev`, each signed checkpoint — as one log record whose
+    /// body is the line as written (default false).
+    #[serde(default)]
+    pub audit: bool,
+    /// The most log records waiting for export (default 2048): past it, new ones are
+    /// dropped rather than held in memory or slowing a call; the file keeps them all.
+    #[serde(default = "default_max_queue")]
+    pub max_queue: usize,
+}
+
+fn default_max_queue() -> usize {
+    crate::telemetry::MAX_QUEUE
 }
 
 /// `telemetry.otlp:` — the collector.
@@ -95,6 +118,37 @@ mod tests {
         assert!(telemetry.stage_spans);
         let off = "telemetry: { otlp: { endpoint: \"http://c:4318\" }, stage_spans: false }";
         assert!(!parse(off).unwrap().telemetry.unwrap().stage_spans);
+        assert!(telemetry.logs.is_none());
+    }
+
+    #[test]
+    fn audit_logs_need_the_audit_file_and_take_a_queue_bound() {
+        let file = "audit: { sink: file, path: /tmp/audit.jsonl }\n";
+        let logs = "telemetry: { otlp: { endpoint: \"http://c:4318\" }, logs: { audit: true } }\n";
+        let logs_config = parse(&format!("{file}{logs}"))
+            .unwrap()
+            .telemetry
+            .unwrap()
+            .logs
+            .unwrap();
+        assert!(logs_config.audit);
+        assert_eq!(logs_config.max_queue, 2048);
+        for (yaml, says) in [
+            (logs.to_owned(), "audit: { sink: file"),
+            (
+                format!("audit: {{ sink: log }}\n{logs}"),
+                "audit: { sink: file",
+            ),
+            (
+                format!(
+                    "{file}telemetry: {{ otlp: {{ endpoint: \"http://c\" }}, logs: {{ audit: true, max_queue: 0 }} }}"
+                ),
+                "at least 1",
+            ),
+        ] {
+            let error = parse(&yaml).expect_err(&yaml).to_string();
+            assert!(error.contains(says), "{yaml}: {error}");
+        }
     }
 
     #[test]

@@ -38,7 +38,7 @@ where
 }
 
 /// `${VAR}` expansion, then `parse`.
-fn parse_env_str<'de, D, T>(
+pub(super) fn parse_env_str<'de, D, T>(
     deserializer: D,
     parse: impl FnOnce(String) -> Result<T, String>,
 ) -> Result<T, D::Error>
@@ -429,10 +429,13 @@ pub(crate) mod duration {
     use super::*;
 
     pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
-        parse_str(d, |text| {
-            humantime::parse_duration(text.trim()).map_err(|e| {
-                format!("`{text}` is not a duration ({e}): write e.g. `250ms`, `30s` or `5m`")
-            })
+        parse_str(d, parse)
+    }
+
+    /// A duration as the file writes it: `250ms`, `30s`, `5m`.
+    pub(crate) fn parse(text: &str) -> Result<Duration, String> {
+        humantime::parse_duration(text.trim()).map_err(|e| {
+            format!("`{text}` is not a duration ({e}): write e.g. `250ms`, `30s` or `5m`")
         })
     }
 }

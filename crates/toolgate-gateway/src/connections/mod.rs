@@ -37,7 +37,6 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{Semaphore, watch};
 use tower_service::Service;
 
-pub use body::BodyTimedOut;
 use body::{Answering, TimedBody};
 use watchdog::{Activity, Expired, InFlight, Watchdog, WatchedIo};
 

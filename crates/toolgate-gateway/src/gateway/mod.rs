@@ -1,6 +1,7 @@
 //! A [`Gateway`]: one configuration compiled into a tool system with its hooks, API keys and
-//! MCP endpoint. A reload builds a new one next to the old; calls in flight finish on the
-//! one they started on.
+//! MCP server — the per-configuration layer, built from a configuration and the
+//! [`Process`](crate::process::Process). A reload builds a new one next to the old and
+//! swaps it in; calls in flight finish on the one they started on.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,26 +14,27 @@ use toolgate_core::tool::{ToolDefinition, ToolSource};
 use toolgate_core::{Pipeline, SpanValues, User};
 
 use crate::outcomes::{OUTCOME_TOOL, OutcomeTool};
+use toolgate_hooks::policy::{CedarPolicies, PolicyLoadError, PolicySource};
 use toolgate_hooks::{Audit, Authorize};
-use toolgate_mcp::rmcp::transport::StreamableHttpServerConfig;
-use toolgate_mcp::rmcp::transport::streamable_http_server::session::local::SessionConfig as RmcpSessionConfig;
-use toolgate_mcp::{ListFilter, McpHttpService, McpServer, RESOURCES_PREFIX, Upstream};
-
-use crate::extensions::Extensions;
+use toolgate_mcp::{ListFilter, McpServer, PROMPT_PREFIX, RESOURCES_PREFIX, Upstream};
 
 use crate::auth::ApiKeys;
 use crate::config::{ApprovalPolicy, Config, ConfigError};
-use crate::http::McpSessions;
+use crate::console::counters::ToolCounters;
+use crate::console::history::DecisionHistory;
+use crate::console::sessions::ConsoleSessions;
+use crate::extensions::Extensions;
 use crate::identity::Identity;
+use crate::identity::KeyCache;
 use crate::identity::scopes::ToolScopes;
 use crate::state::SharedState;
 use crate::tools_state::AllTools;
-use crate::webhooks::{Notifications, Notifier, NotifyingStore};
+use crate::webhooks::{Notifications, NotifyingStore};
 
 mod policies;
 mod tools;
 
-pub(crate) use tools::upstream_config;
+pub(crate) use crate::config::describe_budgets;
 
 use policies::{Installed, install_policies, refused_waiting};
 use tools::{Registered, check_tool_names, register_tools};
@@ -52,9 +54,9 @@ pub enum GatewayError {
         /// What went wrong.
         source: toolgate_mcp::McpError,
     },
-    /// The state backend (Redis) could not be reached.
-    #[error("state backend: {0}")]
-    State(String),
+    /// The state backend (Redis) or the statistics file could not be opened.
+    #[error(transparent)]
+    State(#[from] crate::state::StateError),
     /// A file the configuration names could not be opened.
     #[error("{0}")]
     Io(String),
@@ -67,6 +69,10 @@ pub enum GatewayError {
     /// The OAuth side of `identity:` could not be set up.
     #[error("identity.oauth: {0}")]
     Identity(#[from] crate::identity::JwksError),
+    /// The Cedar policies of `policies.cedar` could not be loaded: each problem at its
+    /// file, line and column.
+    #[error("{0}")]
+    Policies(#[from] PolicyLoadError),
 }
 
 impl GatewayError {
@@ -80,36 +86,52 @@ impl GatewayError {
     }
 }
 
+/// What a gateway is built on besides its configuration: the parts of the
+/// [`Process`](crate::process::Process) a configuration's policies and identity use.
+pub(crate) struct BuildOn<'a> {
+    /// The policy state.
+    pub shared: &'a SharedState,
+    /// The identity provider's keys.
+    pub keys: &'a KeyCache,
+    /// Hooks of your own.
+    pub extensions: &'a Extensions,
+}
+
 /// One configuration, compiled.
 pub struct Gateway {
     /// The configuration it was built from.
     pub config: Arc<Config>,
     /// The tool system (pipeline, batches, suspensions).
-    pub system: ToolSystem,
+    pub(crate) system: ToolSystem,
     /// The API keys.
-    pub keys: ApiKeys,
+    pub(crate) keys: ApiKeys,
     /// How callers are told apart on each route: API keys, OAuth tokens, or both.
-    pub identity: Identity,
+    pub(crate) identity: Identity,
     /// Whether an upstream trades callers' tokens for its own (callers' tokens are then
     /// kept for their invocations).
     pub(crate) exchanges_tokens: bool,
     /// The tools that need approval and are called with the caller's token exchanged,
     /// each with its upstream: their calls are refused instead of waiting.
     pub(crate) refused_waiting: BTreeMap<String, String>,
-    /// The MCP endpoint, when enabled.
-    pub mcp: Option<McpHttpService>,
-    /// Who opened each session of the MCP endpoint.
-    pub(crate) mcp_sessions: Arc<McpSessions>,
+    /// The MCP server of this configuration, when `/mcp` is on; the process's endpoint
+    /// serves it.
+    pub(crate) mcp: Option<McpServer>,
     /// Where calls wait for approval, and the outcomes of decided ones are kept.
     pub(crate) suspensions: Arc<dyn SuspensionStore>,
     /// Where decisions on waiting calls are told.
     pub(crate) notifications: Notifications,
+    /// The sessions of the operator console.
+    pub(crate) console_sessions: Arc<ConsoleSessions>,
+    /// The per-tool counters of `GET /v1/admin/stats`.
+    pub(crate) counters: Arc<ToolCounters>,
+    /// The last decisions on waiting calls.
+    pub(crate) history: Arc<DecisionHistory>,
     authorize: Option<Arc<Authorize>>,
+    cedar: Option<Arc<CedarPolicies>>,
     tool_scopes: Option<Arc<ToolScopes>>,
     audit: Option<Arc<Audit>>,
     approver_roles: Vec<String>,
     four_eyes: bool,
-    extensions: Extensions,
     upstreams: Vec<Upstream>,
 }
 
@@ -123,32 +145,25 @@ impl std::fmt::Debug for Gateway {
 }
 
 impl Gateway {
-    /// Compiles `config`: starts its upstreams, registers its tools with their labels,
-    /// checks every tool name a policy mentions, and installs the policies in stage order.
-    /// Once built, its approval webhooks (`policies.approval.webhooks`) are the ones
-    /// `shared`'s events go to: those of the gateway built before from `shared` wind down.
+    /// Compiles `config` on the process `on`: starts its upstreams, registers its tools
+    /// with their labels, checks every tool name a policy mentions, and installs the
+    /// policies in stage order, with the hooks of your own beside them. Once built, its
+    /// approval webhooks (`policies.approval.webhooks`) are the ones the process's events
+    /// go to: those of the gateway built before wind down.
     ///
     /// # Errors
     ///
-    /// [`GatewayError`] saying which part of the configuration could not be used.
-    pub async fn build(config: Config, shared: &SharedState) -> Result<Gateway, GatewayError> {
-        Self::build_with(config, shared, &Extensions::default()).await
-    }
-
-    /// [`build`](Self::build), with hooks of your own beside the configured policies.
-    ///
-    /// # Errors
-    ///
-    /// As [`build`](Self::build); a hook for a tool the configuration does not define
-    /// fails it too.
-    pub async fn build_with(
-        config: Config,
-        shared: &SharedState,
-        extensions: &Extensions,
-    ) -> Result<Gateway, GatewayError> {
+    /// [`GatewayError`] saying which part of the configuration could not be used; a
+    /// hook of your own for a tool the configuration does not define fails it too.
+    pub(crate) async fn build(config: Config, on: &BuildOn<'_>) -> Result<Gateway, GatewayError> {
+        let BuildOn {
+            shared,
+            keys,
+            extensions,
+        } = *on;
         let config = Arc::new(config);
         let mut registry = ToolRegistry::new();
-        let identity = Identity::new(&config)?;
+        let identity = Identity::with_keys(&config, keys)?;
         let Registered {
             upstreams,
             mut names,
@@ -164,6 +179,7 @@ impl Gateway {
         }
         check_tool_names(&config, &names)?;
         let refused_waiting = refused_waiting(&config, shared, &registry, &needs_caller_token);
+        let (cedar, generation) = cedar_policies(&config, &registry)?;
 
         let builder = Pipeline::builder().registry(registry);
         let (
@@ -173,7 +189,7 @@ impl Gateway {
                 tool_scopes,
                 audit,
             },
-        ) = install_policies(&config, shared, builder, &refused_waiting)?;
+        ) = install_policies(&config, shared, builder, &refused_waiting, cedar.as_ref())?;
         let builder = extensions
             .install(builder)
             .suspension_store(Arc::new(NotifyingStore::new(
@@ -181,7 +197,7 @@ impl Gateway {
                 shared.notifications.clone(),
                 crate::state::suspension_limits(&config).max_total,
             )))
-            .generation(config.generation.clone())
+            .generation(generation)
             .approval_run_within(
                 config
                     .policies
@@ -214,42 +230,48 @@ impl Gateway {
 
         let mcp = config.server.mcp.then(|| -> Result<_, GatewayError> {
             let filter_by = authorize.clone();
+            let cedar_by = cedar.clone();
             let scoped_by = tool_scopes.clone();
             let mut server = McpServer::new(system.pipeline().clone())
                 .server_info("toolgate", env!("CARGO_PKG_VERSION"))
                 .call_timeout(config.server.request_timeout)
+                .relayed_tasks(shared.relayed_tasks.clone())
                 .request_state_key(&crate::secrets::mcp_state_key(&config))
                 .map_err(|e| ConfigError::invalid("server.mcp_state_key", e.to_string()))?;
             if config.policies.approval.is_some() {
+                let notifications = shared.notifications.clone();
+                server = server.on_withdrawal(move |call, user, reason| {
+                    tracing::info!(suspension_id = %call.id, tool = %call.tool, user = %call.user.id, approver = %user.id, decision = "reject", reason, "a waiting call was decided");
+                    notifications.decided(call, crate::webhooks::DecisionSummary {
+                        decision: "reject",
+                        decided_by: user.id.clone(),
+                        reason: Some(reason.to_owned()),
+                    });
+                });
                 server = server.outcome_tool(OUTCOME_TOOL).instructions(format!(
                     "Some calls wait for a person's approval: they answer at once with a suspension id. Call `{OUTCOME_TOOL}` with that id to learn whether the call was decided, and its result."
                 ));
             }
             server = server.list_filter(ListFilter::new(move |tool, user| {
-                serves(filter_by.as_deref(), scoped_by.as_deref(), user, tool)
+                serves(
+                    filter_by.as_deref(),
+                    cedar_by.as_deref(),
+                    scoped_by.as_deref(),
+                    user,
+                    tool,
+                )
             }));
-            // rmcp's own expiry is only a net under the gateway's (see `McpSessions`): it
-            // closes sessions that exchanged no message, open streams included.
-            let mut sessions = RmcpSessionConfig::default();
-            sessions.keep_alive = Some(
-                RmcpSessionConfig::DEFAULT_KEEP_ALIVE
-                    .max(config.server.mcp_sessions.idle_timeout),
-            );
-            // Bodies over the limit are answered 413 by the endpoint, as on `/v1`.
-            Ok(server.http_service_with_sessions(
-                StreamableHttpServerConfig::default()
-                    .with_max_request_body_bytes(config.server.body_limit.0),
-                sessions,
-            ))
+            Ok(server)
         });
         let mcp = mcp.transpose()?;
-        let mcp_sessions = McpSessions::start(config.server.mcp_sessions, mcp.clone());
         // Last, once nothing can fail: from here on, events go to this configuration's
         // webhooks (or nowhere), and the notifier of the previous one winds down.
         let webhooks = config.policies.approval.as_ref().map(|a| &a.webhooks);
         let notifier = match webhooks.filter(|w| !w.is_empty()) {
             Some(webhooks) => Some(
-                Notifier::start(webhooks, &shared.notifications, shared.suspensions.store())
+                shared
+                    .notifications
+                    .start_notifier(webhooks, shared.suspensions.store())
                     .map_err(GatewayError::Io)?,
             ),
             None => None,
@@ -279,20 +301,17 @@ impl Gateway {
             config,
             system,
             mcp,
-            mcp_sessions,
             suspensions: shared.suspensions.store(),
             notifications: shared.notifications.clone(),
+            console_sessions: shared.console_sessions.clone(),
+            counters: shared.counters.clone(),
+            history: shared.history.clone(),
             authorize,
+            cedar,
             tool_scopes,
             audit,
-            extensions: extensions.clone(),
             upstreams,
         })
-    }
-
-    /// The hooks of your own it was built with.
-    pub fn extensions(&self) -> &Extensions {
-        &self.extensions
     }
 
     /// The pipeline calls run through.
@@ -300,40 +319,46 @@ impl Gateway {
         self.system.pipeline()
     }
 
+    /// The Cedar policies of `policies.cedar`, when configured.
+    pub fn cedar_policies(&self) -> Option<&CedarPolicies> {
+        self.cedar.as_deref()
+    }
+
     /// The scopes a token needs to call `tool` (none when not configured).
-    pub fn tool_scopes(&self, tool: &str) -> &[String] {
+    pub(crate) fn tool_scopes(&self, tool: &str) -> &[String] {
         self.tool_scopes.as_ref().map_or(&[], |s| s.required(tool))
     }
 
     /// The scopes of `tool` that `user`'s token lacks (none for an API-key caller, or a
     /// tool without required scopes).
-    pub fn missing_tool_scopes(&self, user: &User, tool: &str) -> Vec<&str> {
+    pub(crate) fn missing_tool_scopes(&self, user: &User, tool: &str) -> Vec<&str> {
         self.tool_scopes
             .as_ref()
             .map_or_else(Vec::new, |s| s.missing(user, tool))
     }
 
-    /// The tools `user` may call (all of them without an authorization policy); an
-    /// upstream's prompts and resources, which MCP serves as such, are not listed.
-    pub fn visible_tools(&self, user: &User) -> Vec<ToolDefinition> {
+    /// The tools `user` may call (all of them without an authorization policy; with Cedar
+    /// policies, those some policy could permit, whatever the arguments); an upstream's
+    /// prompts and resources, which MCP serves as such, are not listed.
+    pub(crate) fn visible_tools(&self, user: &User) -> Vec<ToolDefinition> {
         self.pipeline()
             .definitions()
-            .filter(|tool| toolgate_mcp::is_tool(tool) && crate::pins::is_served(tool))
+            .filter(|tool| toolgate_mcp::is_tool(tool))
             .filter(|tool| {
-                self.authorize
-                    .as_ref()
-                    .is_none_or(|a| a.can_call(user, tool))
-                    && self
-                        .tool_scopes
-                        .as_ref()
-                        .is_none_or(|s| s.allows(user, tool))
+                serves(
+                    self.authorize.as_deref(),
+                    self.cedar.as_deref(),
+                    self.tool_scopes.as_deref(),
+                    user,
+                    tool,
+                )
             })
             .cloned()
             .collect()
     }
 
     /// Writes out buffered audit records (at shutdown).
-    pub async fn flush_audit(&self) {
+    pub(crate) async fn flush_audit(&self) {
         if let Some(audit) = &self.audit
             && let Err(e) = audit.flush().await
         {
@@ -342,26 +367,14 @@ impl Gateway {
     }
 
     /// Whether `user` may resume suspended calls.
-    pub fn may_approve(&self, user: &User) -> bool {
+    pub(crate) fn may_approve(&self, user: &User) -> bool {
         self.approver_roles.iter().any(|role| user.has_role(role))
     }
 
     /// Whether an approver is refused when approving or completing their own call
     /// (`policies.approval.four_eyes`, on by default).
-    pub fn four_eyes(&self) -> bool {
+    pub(crate) fn four_eyes(&self) -> bool {
         self.four_eyes
-    }
-
-    /// Keeps the MCP sessions of `old`, the gateway this one replaces on a reload: `old`'s
-    /// endpoint, with its sessions and who owns each, serves this configuration from now
-    /// on, so that clients do not have to initialize again.
-    pub(crate) fn keep_mcp_sessions(&mut self, old: &Gateway) {
-        if let (Some(new), Some(kept)) = (&self.mcp, &old.mcp) {
-            kept.serve_as(new);
-            self.mcp = Some(kept.clone());
-            old.mcp_sessions.set_limits(self.config.server.mcp_sessions);
-            self.mcp_sessions = Arc::clone(&old.mcp_sessions);
-        }
     }
 
     /// Authorizes the resource subscriptions made through `old`'s upstreams again, against
@@ -381,6 +394,7 @@ impl Gateway {
                 tool.as_ref().is_some_and(|tool| {
                     serves(
                         self.authorize.as_deref(),
+                        self.cedar.as_deref(),
                         self.tool_scopes.as_deref(),
                         user,
                         tool,
@@ -395,15 +409,9 @@ impl Gateway {
         }
     }
 
-    /// Keeps the identity provider's keys that `old` cached (when the issuer is the same),
-    /// so that a reload while the issuer is down locks no token holder out.
-    pub(crate) fn keep_identity_keys(&self, old: &Gateway) {
-        self.identity.keep_keys_of(&old.identity);
-    }
-
     /// For a tool imported from an upstream MCP server, whether its arguments are checked
     /// against its input schema before a call leaves; `None` for any other tool.
-    pub fn checks_arguments(&self, tool: &str) -> Option<bool> {
+    pub(crate) fn checks_arguments(&self, tool: &str) -> Option<bool> {
         let definition = self.pipeline().registry().get(tool)?.definition.clone();
         let ToolSource::Mcp { server } = &definition.source else {
             return None;
@@ -427,18 +435,46 @@ impl Gateway {
     }
 }
 
-/// Whether `user` is served `tool` over MCP — listed, called, subscribed to: tools held
-/// back for a changed definition are served to nobody, others per the authorization
-/// policy and the token's scopes.
+/// Whether `user` is served `tool` — listed, called, subscribed to: tools held back for a
+/// changed definition are served to nobody, others per the authorization rules, the Cedar
+/// policies (some policy could permit it) and the token's scopes.
 fn serves(
     authorize: Option<&Authorize>,
+    cedar: Option<&CedarPolicies>,
     tool_scopes: Option<&ToolScopes>,
     user: &User,
     tool: &ToolDefinition,
 ) -> bool {
     crate::pins::is_served(tool)
         && authorize.is_none_or(|a| a.can_call(user, tool))
+        && cedar.is_none_or(|c| c.could_allow(user, tool))
         && tool_scopes.is_none_or(|s| s.allows(user, tool))
+}
+
+/// The Cedar policies of `policies.cedar`, loaded for the tools of `registry`, and the
+/// configuration generation: that of the `policies:` section, with the policy files'
+/// text folded in, so that approvals for a retry are bound to the policies as they were.
+fn cedar_policies(
+    config: &Config,
+    registry: &ToolRegistry,
+) -> Result<(Option<Arc<CedarPolicies>>, String), GatewayError> {
+    let Some(cedar) = &config.policies.cedar else {
+        return Ok((None, config.generation.clone()));
+    };
+    let mut builder = CedarPolicies::builder()
+        .action_group("prompt", PROMPT_PREFIX)
+        .action_group("resources", RESOURCES_PREFIX)
+        .completion_requests("complete");
+    let mut texts = Vec::new();
+    for file in &cedar.files {
+        let source = PolicySource::file(file)?;
+        texts.push(serde_json::json!([source.name, source.text]));
+        builder = builder.source(source);
+    }
+    let policies = builder.build(registry.definitions())?;
+    let generation =
+        toolgate_core::approval::digest(&serde_json::json!([config.generation, texts]));
+    Ok((Some(Arc::new(policies)), generation))
 }
 
 /// The hooks of one tool by stage, in the order they run.

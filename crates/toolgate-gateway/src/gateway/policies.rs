@@ -5,68 +5,27 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use toolgate_core::hook::HookRegistration;
+use toolgate_core::provider::Scope;
 use toolgate_core::registry::ToolRegistry;
-use toolgate_core::{Hook, PipelineBuilder};
+use toolgate_core::{Hook, HookResult, PipelineBuilder, ToolInvokeContext, hook};
 use toolgate_hooks::audit::{ChainOptions, CheckpointKey, JsonLinesSink, Rotation};
-use toolgate_hooks::authorize::{Effect, Rule, Rules};
-use toolgate_hooks::output_limit::Overflow;
-use toolgate_hooks::redaction::{Detector, RedactionMode, Redactor};
-use toolgate_hooks::timeout::TimeoutScope;
+use toolgate_hooks::budget::BudgetBuilder;
+use toolgate_hooks::cache::ResultCacheBuilder;
+use toolgate_hooks::concurrency::ConcurrencyBuilder;
+use toolgate_hooks::consent::ConsentBuilder;
+use toolgate_hooks::policy::{CallTransport, CedarPolicies};
+use toolgate_hooks::quota::QuotaBuilder;
+use toolgate_hooks::redaction::Redactor;
 use toolgate_hooks::{
-    Audit, Authorize, Concurrency, Consent, Metrics, OnBackendError, OutputLimit, Partition, Quota,
-    Redaction, ResultCache, Retry, Timeout,
+    Audit, Authorize, Consent, Metrics, OutputLimit, Redaction, ResultCache, Retry, Timeout,
 };
 
 use super::GatewayError;
-use crate::config::{
-    ApprovalPolicy, AuditConfig, AuthorizationPolicy, CachePolicy, Config, ConfigError, EffectName,
-    OnBackendErrorName, OutputLimitPolicy, OverflowName, PartitionName, Policies,
-    RedactionModeName, RetryPolicy, TimeoutPolicy,
-};
+use crate::config::{ApprovalPolicy, AuditConfig, CachePolicy, Config, ConfigError, Policies};
 use crate::identity::scopes::ToolScopes;
 use crate::identity::waiting::CallerTokenCannotWait;
 use crate::state::SharedState;
-
-impl From<PartitionName> for Partition {
-    fn from(name: PartitionName) -> Self {
-        match name {
-            PartitionName::Global => Partition::Global,
-            PartitionName::User => Partition::User,
-            PartitionName::Tool => Partition::Tool,
-            PartitionName::UserTool => Partition::UserTool,
-        }
-    }
-}
-
-impl From<OnBackendErrorName> for OnBackendError {
-    fn from(name: OnBackendErrorName) -> Self {
-        match name {
-            OnBackendErrorName::FailOpen => OnBackendError::FailOpen,
-            // A local fallback decides in the backend; if even that fails, refuse.
-            OnBackendErrorName::FailClosed | OnBackendErrorName::LocalFallback => {
-                OnBackendError::FailClosed
-            }
-        }
-    }
-}
-
-impl From<EffectName> for Effect {
-    fn from(name: EffectName) -> Self {
-        match name {
-            EffectName::Allow => Effect::Allow,
-            EffectName::Deny => Effect::Deny,
-        }
-    }
-}
-
-impl From<OverflowName> for Overflow {
-    fn from(name: OverflowName) -> Self {
-        match name {
-            OverflowName::Truncate => Overflow::Truncate,
-            OverflowName::Fail => Overflow::Fail,
-        }
-    }
-}
+use crate::telemetry::audit_logs::AuditLogs;
 
 /// The hooks the gateway talks to after building: authorization and tool scopes for
 /// listings, audit to flush at shutdown.
@@ -77,7 +36,8 @@ pub(super) struct Installed {
 }
 
 /// Adds the configured policies to `builder` and gives it back with the hooks the gateway
-/// keeps. Each policy section makes its hooks, or none when it is not configured; they are
+/// keeps. Each policy section makes its hooks (its module of [`crate::config`] converts it;
+/// here the hooks get the backends of `shared`), or none when it is not configured; they are
 /// registered in the order below — stage order, which is also their order at equal priority.
 ///
 /// The calls of the tools of `refused_waiting` (tool → upstream) are refused before
@@ -87,35 +47,43 @@ pub(super) fn install_policies(
     shared: &SharedState,
     builder: PipelineBuilder,
     refused_waiting: &BTreeMap<String, String>,
+    cedar: Option<&Arc<CedarPolicies>>,
 ) -> Result<(PipelineBuilder, Installed), GatewayError> {
     let p = &config.policies;
-    let authorize = p.authorization.as_ref().map(authorization).map(Arc::new);
+    let authorize = (p.authorization.as_ref()).map(|a| Arc::new(Authorize::from(a)));
     let tool_scopes = config
         .identity
         .oauth
         .as_ref()
         .filter(|o| !o.required_scopes.tools.is_empty())
         .map(|o| Arc::new(ToolScopes::new(o.required_scopes.tools.clone())));
-    let redaction = p.redaction.as_ref().map(redaction).transpose()?;
+    let redaction = (p.redaction.as_ref())
+        .map(|r| Redaction::try_from(r).map_err(|e| e.within("policies.redaction")))
+        .transpose()?;
     let audit = config
         .audit
         .as_ref()
         .map(|a| audit(config, a, redaction.as_ref().map(Redaction::redactor)))
         .transpose()?
         .map(Arc::new);
-    let sections: [Vec<HookRegistration>; 13] = [
+    let cedar = cedar.cloned();
+    let sections: [Vec<HookRegistration>; 17] = [
         one(Some(Metrics::new())),
+        shared_one(&Some(shared.counters.clone())),
         shared_one(&authorize),
+        shared_one(&cedar),
+        one(cedar.as_ref().map(|_| CallTransportOf)),
         shared_one(&tool_scopes),
         CallerTokenCannotWait::registrations(refused_waiting),
         one(p.approval.as_ref().map(|a| approval(a, shared))),
         rate_limits(p, shared)?,
-        concurrency(p, shared)?,
+        budgets(p, shared)?,
+        concurrency(p, shared),
         one(redaction),
         one(p.cache.as_ref().map(|c| cache(c, shared))),
-        one(p.timeouts.as_ref().map(timeouts)),
+        one(p.timeouts.as_ref().map(Timeout::from)),
         one(p.retry.as_ref().map(retry).transpose()?),
-        one(p.output_limit.as_ref().map(output_limit)),
+        one(p.output_limit.as_ref().map(OutputLimit::from)),
         shared_one(&audit),
     ];
     let builder = builder.hooks(sections.into_iter().flatten());
@@ -127,6 +95,28 @@ pub(super) fn install_policies(
             audit,
         },
     ))
+}
+
+/// Tells Cedar policies how a call came in (`context.transport`): `mcp` for a call made
+/// through the MCP endpoint, `http` for one made through `/v1` (a single call, a batch, a
+/// resume).
+struct CallTransportOf;
+
+#[hook]
+impl Hook for CallTransportOf {
+    fn name(&self) -> &str {
+        "call_transport"
+    }
+
+    fn will_bind_providers(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        if ctx.try_get::<CallTransport>().is_none() {
+            let mcp = ctx.try_get::<toolgate_mcp::CallerKey>().is_some();
+            let transport = if mcp { "mcp" } else { "http" };
+            // Binding in the request scope cannot fail.
+            let _ = ctx.provide::<CallTransport>(transport.to_owned(), Scope::Request);
+        }
+        Ok(())
+    }
 }
 
 /// The registration of `hook`, if there is one.
@@ -153,27 +143,6 @@ fn for_tools(hook: Arc<dyn Hook>, tools: &[String]) -> Vec<HookRegistration> {
         .collect()
 }
 
-fn authorization(a: &AuthorizationPolicy) -> Authorize {
-    let rules = a
-        .rules
-        .iter()
-        .fold(Rules::new(a.default.into()), |rules, entry| {
-            let mut rule = match entry.effect {
-                EffectName::Allow => Rule::allow(),
-                EffectName::Deny => Rule::deny(),
-            };
-            rule = entry.users.iter().fold(rule, |r, u| r.user(u.clone()));
-            rule = entry
-                .roles
-                .iter()
-                .fold(rule, |r, role| r.role(role.clone()));
-            rule = entry.tools.iter().fold(rule, |r, t| r.tool(t.clone()));
-            rule = entry.tags.iter().fold(rule, |r, t| r.tag(t.clone()));
-            rules.rule(rule)
-        });
-    Authorize::new(rules)
-}
-
 /// The tools of `needs_caller_token` (tool → upstream) that approval makes wait, whose
 /// calls a `caller_token_cannot_wait` hook refuses instead ([`CallerTokenCannotWait`]).
 pub(super) fn refused_waiting(
@@ -191,125 +160,62 @@ pub(super) fn refused_waiting(
 }
 
 fn approval(a: &ApprovalPolicy, shared: &SharedState) -> Consent {
-    let consent = Consent::builder()
-        .destructive_tools(a.destructive_tools)
-        .store(shared.approvals.clone());
-    let consent = a.tools.iter().fold(consent, |c, t| c.tool(t.clone()));
-    a.tags.iter().fold(consent, |c, t| c.tag(t.clone())).build()
+    ConsentBuilder::from(a)
+        .store(shared.approvals.clone())
+        .build()
 }
 
 fn rate_limits(p: &Policies, shared: &SharedState) -> Result<Vec<HookRegistration>, ConfigError> {
     let mut hooks = Vec::new();
     for (i, r) in p.rate_limits.iter().enumerate() {
-        let rate = r.rate.to_rate(r.burst).map_err(|e| {
-            ConfigError::invalid(format!("policies.rate_limits[{i}].rate"), e.to_string())
-        })?;
-        let quota = Quota::builder(rate)
-            .name(r.name.clone())
-            .partition(r.partition.into())
-            .backend(
-                shared
-                    .backends
-                    .quota(r.on_backend_error, rate, r.redis_deadline),
-            )
-            .on_backend_error(r.on_backend_error.into())
-            .build();
-        hooks.extend(for_tools(Arc::new(quota), &r.tools));
+        let quota = QuotaBuilder::try_from(r)
+            .map_err(|e| e.within(&format!("policies.rate_limits[{i}]")))?;
+        let backend = (shared.backends).quota(r.on_backend_error, quota.rate(), r.redis_deadline);
+        hooks.extend(for_tools(
+            Arc::new(quota.backend(backend).build()),
+            &r.tools,
+        ));
     }
     Ok(hooks)
 }
 
-fn concurrency(p: &Policies, shared: &SharedState) -> Result<Vec<HookRegistration>, ConfigError> {
+/// A budget hook for every budget of `p`, each on every tool.
+fn budgets(p: &Policies, shared: &SharedState) -> Result<Vec<HookRegistration>, ConfigError> {
+    (p.budgets.iter().enumerate())
+        .map(|(i, b)| {
+            let budget = BudgetBuilder::try_from(b)
+                .map_err(|e| e.within(&format!("policies.budgets[{i}]")))?
+                .backend(shared.backends.budget(b.redis_deadline))
+                .build();
+            Ok(HookRegistration::shared(Arc::new(budget)))
+        })
+        .collect()
+}
+
+fn concurrency(p: &Policies, shared: &SharedState) -> Vec<HookRegistration> {
     let mut hooks = Vec::new();
-    for (i, c) in p.concurrency.iter().enumerate() {
-        let cap = Concurrency::builder(c.limit)
-            .map_err(|e| {
-                ConfigError::invalid(format!("policies.concurrency[{i}].limit"), e.to_string())
-            })?
-            .name(c.name.clone())
-            .partition(c.partition.into())
-            .wait(c.wait.unwrap_or_default())
-            .backend(
-                shared
-                    .backends
-                    .concurrency(c.on_backend_error, c.limit, c.redis_deadline),
-            )
-            .on_backend_error(c.on_backend_error.into())
-            .build();
+    for c in &p.concurrency {
+        let backend =
+            (shared.backends).concurrency(c.on_backend_error, c.limit.get(), c.redis_deadline);
+        let cap = ConcurrencyBuilder::from(c).backend(backend).build();
         hooks.extend(for_tools(Arc::new(cap), &c.tools));
     }
-    Ok(hooks)
+    hooks
 }
 
 fn cache(c: &CachePolicy, shared: &SharedState) -> ResultCache {
     // Imported tools read these per-call providers while they run, to route an upstream's
     // messages back to their caller and to get the caller's upstream credential; their
     // results do not depend on them beyond the user, whom the key holds already.
-    let cache = ResultCache::builder()
+    ResultCacheBuilder::from(c)
         .shared_backend(shared.backends.cache(c.redis_deadline))
-        .ttl(c.ttl.unwrap_or(Duration::from_secs(60)))
         .independent_of::<toolgate_mcp::CallerKey>()
-        .independent_of::<toolgate_mcp::CallerAccessToken>();
-    let cache = c
-        .tools
-        .iter()
-        .fold(cache, |b, (tool, ttl)| b.tool_ttl(tool.clone(), *ttl));
-    let cache = c
-        .exclude
-        .iter()
-        .fold(cache, |b, tool| b.exclude(tool.clone()));
-    c.public
-        .iter()
-        .fold(cache, |b, tool| b.public(tool.clone()))
+        .independent_of::<toolgate_mcp::CallerAccessToken>()
         .build()
 }
 
-fn timeouts(t: &TimeoutPolicy) -> Timeout {
-    let scope = if t.per_attempt {
-        TimeoutScope::Attempt
-    } else {
-        TimeoutScope::Call
-    };
-    let timeout = match (t.default, scope) {
-        (Some(limit), TimeoutScope::Call) => Timeout::per_call(limit),
-        (Some(limit), TimeoutScope::Attempt) => Timeout::per_attempt(limit),
-        (None, scope) => Timeout::only_listed(scope),
-    };
-    t.tools
-        .iter()
-        .fold(timeout, |b, (tool, limit)| b.tool(tool.clone(), *limit))
-}
-
-fn retry(r: &RetryPolicy) -> Result<Retry, ConfigError> {
-    let mut retry = Retry::builder();
-    if let Some(n) = r.max_attempts {
-        retry = retry.max_attempts(n);
-    }
-    if let Some(d) = r.base_delay {
-        retry = retry.base_delay(d);
-    }
-    if let Some(d) = r.max_delay {
-        retry = retry.max_delay(d);
-    }
-    let retry = r
-        .idempotent_tools
-        .iter()
-        .fold(retry, |b, tool| b.idempotent_tool(tool.clone()));
-    retry
-        .build()
-        .map_err(|e| ConfigError::invalid("policies.retry", e.to_string()))
-}
-
-fn output_limit(o: &OutputLimitPolicy) -> OutputLimit {
-    let limit = OutputLimit::builder()
-        .max_bytes(o.max_bytes.0)
-        .on_overflow(o.on_overflow.into());
-    o.tools
-        .iter()
-        .fold(limit, |b, (tool, size)| {
-            b.tool_max_bytes(tool.clone(), size.0)
-        })
-        .build()
+fn retry(r: &crate::config::RetryPolicy) -> Result<Retry, ConfigError> {
+    Retry::try_from(r).map_err(|e| e.within("policies.retry"))
 }
 
 fn audit(
@@ -368,6 +274,16 @@ fn audit(
             } else {
                 sink.rotated(rotation)
             };
+            // `telemetry.logs.audit`: every line also goes to the OTLP log exporter that
+            // the process started with its telemetry (none in `toolgate check`).
+            let exported = (config.telemetry.as_ref())
+                .and_then(|t| t.logs.as_ref())
+                .is_some_and(|l| l.audit);
+            let sink = if exported && AuditLogs::running() {
+                sink.tapped(AuditLogs::export)
+            } else {
+                sink
+            };
             (Some(sink), include_values, stage_timings)
         }
     };
@@ -386,51 +302,4 @@ fn audit(
         hook = hook.sink(sink);
     }
     Ok(hook.build())
-}
-
-fn redaction(r: &crate::config::RedactionPolicy) -> Result<Redaction, ConfigError> {
-    let mut detectors = Vec::new();
-    match &r.detectors {
-        None => detectors = Detector::builtins(),
-        Some(names) => {
-            let builtins = Detector::builtins();
-            for (i, name) in names.iter().enumerate() {
-                let found = builtins.iter().find(|d| d.name() == name).ok_or_else(|| {
-                    let known: Vec<&str> = builtins.iter().map(Detector::name).collect();
-                    ConfigError::invalid(
-                        format!("policies.redaction.detectors[{i}]"),
-                        format!(
-                            "unknown detector `{name}`; the built-in ones are: {}",
-                            known.join(", ")
-                        ),
-                    )
-                })?;
-                detectors.push(found.clone());
-            }
-        }
-    }
-    for (i, pattern) in r.patterns.iter().enumerate() {
-        detectors.push(
-            Detector::pattern(pattern.name.clone(), &pattern.regex).map_err(|e| {
-                ConfigError::invalid(
-                    format!("policies.redaction.patterns[{i}].regex"),
-                    e.to_string(),
-                )
-            })?,
-        );
-    }
-    let mode = match r.mode {
-        RedactionModeName::Redact => RedactionMode::Redact,
-        RedactionModeName::Mask => RedactionMode::Mask,
-        RedactionModeName::Block => RedactionMode::Block,
-        RedactionModeName::Hash => RedactionMode::Hash {
-            salt: r.salt.as_ref().map(|s| s.0.clone()).unwrap_or_default(),
-        },
-    };
-    Ok(Redaction::builder()
-        .detectors(detectors)
-        .mode(mode)
-        .input(r.input)
-        .output(r.output)
-        .build())
 }

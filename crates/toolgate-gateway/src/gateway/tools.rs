@@ -8,11 +8,11 @@ use std::time::Duration;
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::secret::Secret;
 use toolgate_core::tool::ErasedTool;
-use toolgate_mcp::{PerCaller, StaticCallerCredentials, Upstream, UpstreamConfig};
+use toolgate_mcp::{PerCaller, StaticCallerCredentials, Upstream};
 
 use super::GatewayError;
 use crate::builtin;
-use crate::config::{AsCallerConfig, Config, ConfigError, UpstreamEntry};
+use crate::config::{AsCallerConfig, Config, ConfigError};
 use crate::identity::exchange::{ExchangeSettings, ExchangedCredentials};
 use crate::identity::jwks::KeyStore;
 use crate::labels::Labelled;
@@ -61,7 +61,7 @@ pub(super) async fn register_tools(
     };
     let mut upstreams = Vec::new();
     for (i, entry) in config.upstreams.iter().enumerate() {
-        let mut upstream_config = upstream_config(entry, i)?;
+        let mut upstream_config = entry.upstream_config(i)?;
         let mut with_caller_token = false;
         if let Some(as_caller) = &entry.as_caller {
             let per_caller = per_caller(&entry.name, as_caller, keys);
@@ -128,42 +128,6 @@ fn add_tool(
         ))
     })?;
     Ok(name)
-}
-
-pub(crate) fn upstream_config(
-    entry: &UpstreamEntry,
-    index: usize,
-) -> Result<UpstreamConfig, ConfigError> {
-    let mut config = match (&entry.command, &entry.url) {
-        (Some(command), None) => {
-            UpstreamConfig::stdio(entry.name.clone(), command.clone(), entry.args.clone())
-        }
-        (None, Some(url)) => UpstreamConfig::http(entry.name.clone(), url.0.clone()),
-        _ => {
-            return Err(ConfigError::invalid(
-                format!("upstreams[{index}]"),
-                "set exactly one of `command` (a stdio MCP server) or `url` (a streamable HTTP MCP server)",
-            ));
-        }
-    };
-    for (key, value) in &entry.env {
-        config = config.env(key.clone(), value.0.clone());
-    }
-    if let Some(var) = &entry.credential_env {
-        config = config.credential_env(var.clone());
-    }
-    if let Some(prefix) = &entry.prefix {
-        config = config.prefix(prefix.clone());
-    }
-    if let Some(timeout) = entry.call_timeout {
-        config = config.call_timeout(timeout);
-    }
-    if let Some(timeout) = entry.connect_timeout {
-        config = config.connect_timeout(timeout);
-    }
-    Ok(config
-        .validate_arguments(entry.validate_arguments)
-        .discover(entry.discover))
 }
 
 /// Every tool name a policy mentions must exist: a typo would otherwise silently leave a

@@ -23,6 +23,7 @@ use toolgate_mcp::CallerAccessToken;
 
 use super::Caller;
 use crate::config::CredentialKind;
+use crate::console::{SessionCaller, session_caller};
 use crate::gateway::Gateway;
 use crate::identity::{Outcome, Route};
 
@@ -92,6 +93,20 @@ fn check(current: &ArcSwap<Gateway>, request: &Request) -> Checked {
     // when the credential is good.
     let gateway = current.load();
     let route = Route::of_path(request.uri().path());
+    // A console session: its cookie instead of `Authorization`, on `/v1` only.
+    if route == Route::V1 {
+        match session_caller(&gateway, request.method(), request.headers()) {
+            SessionCaller::NotASession => {}
+            SessionCaller::User(user) => {
+                return Checked::Caller(Caller {
+                    user,
+                    token: None,
+                    gateway: Guard::into_inner(gateway),
+                });
+            }
+            SessionCaller::Refused(response) => return Checked::Refused(response),
+        }
+    }
     match gateway
         .identity
         .authenticate(route, authorization(request), &gateway.keys)

@@ -14,6 +14,7 @@ use toolgate_agent::ToolResult;
 use toolgate_agent::format::{anthropic, gemini, mcp, openai};
 use toolgate_core::InvokeOptions;
 use toolgate_core::context::RequestId;
+use toolgate_hooks::budget::LimitReport;
 use toolgate_http::{X_REQUEST_ID, invocation_response};
 use toolgate_mcp::CallerAccessToken;
 
@@ -62,7 +63,8 @@ pub(super) fn unknown_format(format: &str, accepted: &str) -> ApiError {
 }
 
 /// One call. The body is the tool's arguments; `x-session-id`, `x-request-id` and
-/// `x-toolgate-timeout-ms` are optional headers. A call still running when the shutdown
+/// `x-toolgate-timeout-ms` are optional headers. The answer carries the `RateLimit-Policy`
+/// and `RateLimit` fields of the budgets and rate limits the call met. A call still running when the shutdown
 /// grace ends is cancelled and answered 503 `shutting_down`.
 pub async fn invoke(
     State(state): State<Arc<AppState>>,
@@ -92,6 +94,8 @@ pub async fn invoke(
     if let Some(token) = &caller.token {
         options = options.provide::<CallerAccessToken>(token.clone());
     }
+    let limits = LimitReport::default();
+    options = options.provide::<LimitReport>(limits.clone());
     let mut invocation = caller
         .gateway
         .pipeline()
@@ -108,6 +112,7 @@ pub async fn invoke(
         stats.record(&result);
     }
     let mut response = invocation_response(&invocation);
+    super::ratelimit::insert(response.headers_mut(), &limits.states());
     // A token without a scope the tool needs: the challenge says which (RFC 6750).
     if let Err(error) = &invocation.result
         && error.code() == INSUFFICIENT_SCOPE

@@ -11,11 +11,11 @@ use http_body_util::BodyExt;
 use serde_json::json;
 use tower_service::Service;
 
-use super::mcp_sessions::Refused;
 use super::{ApiError, AppState, Caller};
 use crate::config::WebOrigin;
 use crate::identity::scopes::{self, INSUFFICIENT_SCOPE};
 use crate::identity::{Route, metadata};
+use crate::process::mcp_sessions::Refused;
 
 /// The header carrying the MCP session id rmcp issues at `initialize`.
 const MCP_SESSION_ID: &str = "mcp-session-id";
@@ -86,7 +86,7 @@ pub async fn endpoint(
         )
         .into_response();
     }
-    let Some(mut service) = caller.gateway.mcp.clone() else {
+    let Some(served) = state.mcp.served() else {
         return ApiError::new(
             StatusCode::NOT_FOUND,
             "mcp_disabled",
@@ -97,7 +97,7 @@ pub async fn endpoint(
     if let Some(step_up) = step_up(&caller, &request) {
         return step_up;
     }
-    let sessions = &caller.gateway.mcp_sessions;
+    let (mut service, sessions) = (served.service.clone(), &served.sessions);
     let user = caller.user.id.as_str();
     let session = match request.headers().get(MCP_SESSION_ID) {
         None => None,

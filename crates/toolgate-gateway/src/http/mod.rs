@@ -11,17 +11,23 @@
 //! | `POST /v1/suspensions/{id}/resume` | approve, reject or complete it |
 //! | `GET /v1/admin/pins` | pinned tool definitions and changes waiting (approvers) |
 //! | `POST /v1/admin/pins/{tool}/accept` | accept a changed definition (approvers) |
+//! | `GET /v1/admin/stats` | calls, errors, refusals and latency per tool, from the gateway's own counters (approvers) |
+//! | `GET /v1/admin/decisions?limit=` | the last decisions on waiting calls, newest first (approvers) |
+//! | `/console…` | the operator console, when `console:` is set (see [`crate::console`]) |
 //! | `GET /.well-known/oauth-protected-resource[/mcp]` | OAuth protected resource metadata (RFC 9728), when `identity.oauth` is set |
 //! | `GET /healthz`, `GET /readyz` | liveness, readiness |
 //! | `GET /metrics` | Prometheus metrics |
 //! | `/mcp` | MCP over streamable HTTP |
 //!
 //! Everything under `/v1` and `/mcp` needs `Authorization: Bearer <credential>`: an API
-//! key or an OAuth access token, as `identity.routes` chooses (see [`crate::identity`]). Once the
+//! key or an OAuth access token, as `identity.routes` chooses (see [`crate::identity`]);
+//! `/v1` also takes a console session's cookie (see [`crate::console`]). Once the
 //! gateway drains for shutdown, both refuse new requests with 503 `shutting_down` (see
 //! [`crate::drain`]); `/healthz`, `/readyz` and `/metrics` keep answering.
 
+mod admin;
 mod admission;
+pub(crate) mod app_state;
 mod authenticate;
 mod batch;
 mod body;
@@ -29,8 +35,8 @@ mod error;
 mod health;
 mod invoke;
 mod mcp;
-mod mcp_sessions;
 mod pins;
+mod ratelimit;
 mod request_metrics;
 mod resource_metadata;
 mod suspensions;
@@ -39,36 +45,22 @@ mod trace_context;
 use std::sync::Arc;
 use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::HeaderName;
 use axum::routing::{any, get, post};
-use metrics_exporter_prometheus::PrometheusHandle;
 use toolgate_core::User;
 use toolgate_mcp::CallerAccessToken;
 
 use admission::AdmitLayer;
+pub use app_state::AppState;
 use authenticate::AuthenticateLayer;
-pub use error::{ApiError, unauthenticated};
-pub(crate) use mcp_sessions::McpSessions;
+pub use error::ApiError;
 use request_metrics::RecordRequestsLayer;
 
-use crate::drain::Drain;
+use crate::console;
 use crate::gateway::Gateway;
 use crate::identity::metadata::METADATA_PATH;
-
-/// What every request handler shares.
-#[derive(Clone)]
-pub struct AppState {
-    /// The gateway of the current configuration; replaced on reload.
-    pub current: Arc<ArcSwap<Gateway>>,
-    /// Renders `/metrics`, when a Prometheus recorder is installed.
-    pub metrics: Option<PrometheusHandle>,
-    /// The drain for shutdown: once it starts, `/readyz` answers 503 so load balancers
-    /// stop sending, and new calls are refused.
-    pub drain: Drain,
-}
 
 /// The authenticated caller, and the gateway the request runs on from start to end (a
 /// reload in the middle does not change it).
@@ -96,6 +88,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/suspensions/{id}/resume", post(suspensions::resume))
         .route("/v1/admin/pins", get(pins::list))
         .route("/v1/admin/pins/{tool}/accept", post(pins::accept))
+        .route("/v1/admin/stats", get(admin::stats))
+        .route("/v1/admin/decisions", get(admin::decisions))
         .route("/mcp", any(mcp::endpoint))
         .route_layer(AuthenticateLayer::new(state.current.clone()))
         // Outside authentication: a replica that is going away refuses everyone alike.
@@ -112,6 +106,19 @@ pub fn router(state: AppState) -> Router {
         .route("/healthz", get(health::healthz))
         .route("/readyz", get(health::readyz))
         .route("/metrics", get(health::metrics))
+        .route("/console", get(console::page))
+        .route("/console/", get(console::page))
+        .route("/console/app.js", get(console::script))
+        .route("/console/app.css", get(console::style))
+        .route("/console/sign-in", get(console::sign_in_options))
+        .route("/console/oauth/start", get(console::oauth_start))
+        .route("/console/oauth/callback", get(console::oauth_callback))
+        .route(
+            "/console/session",
+            get(console::show)
+                .post(console::sign_in)
+                .delete(console::sign_out),
+        )
         .merge(authenticated)
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(

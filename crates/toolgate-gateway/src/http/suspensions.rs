@@ -21,6 +21,7 @@ use toolgate_core::suspension::{
 
 use super::body::json_body;
 use super::{ApiError, AppState, Caller, request_timeout};
+use crate::console::history::Decided;
 use crate::webhooks::DecisionSummary;
 
 fn not_found(id: &str) -> ApiError {
@@ -28,7 +29,8 @@ fn not_found(id: &str) -> ApiError {
         StatusCode::NOT_FOUND,
         "unknown_suspension",
         format!(
-            "no suspended call with id `{id}`: it was never suspended or has already been resumed"
+            "no suspended call with id `{}`: it was never suspended or has already been resumed",
+            toolgate_core::error::shown_id(id)
         ),
     )
 }
@@ -158,36 +160,50 @@ fn after(cursor: Option<&str>) -> Result<Option<&str>, ApiError> {
         Err(bad_request(
             "bad_cursor",
             format!(
-                "`cursor` `{cursor}` is not one this API gave: pass the `next_cursor` of the previous page unchanged, or leave it out for the first page"
+                "`cursor` `{}` is not one this API gave: pass the `next_cursor` of the previous page unchanged, or leave it out for the first page",
+                toolgate_core::error::shown_id(cursor)
             ),
         ))
     }
 }
 
-/// The calls waiting for approval, oldest id first, a page at a time. Approvers see every
-/// user's calls; anyone else sees their own, and asking for another user's is refused
-/// (403). Filters: `status` (`waiting`; decided calls are read one at a time with
-/// `GET /v1/suspensions/{id}`), `tool`, `user`, `since` (RFC 3339, UTC); paging: `limit`
-/// (1 to 500, 50 by default) and `cursor` (the `next_cursor` of the previous page).
+/// A decided call as the listing answers it: who made it, its tool, when it was decided,
+/// and its outcome as `GET /v1/suspensions/{id}` gives it.
+fn decided_json(decided: &DecidedCall) -> Value {
+    json!({
+        "id": decided.id,
+        "status": "decided",
+        "tool": decided.result["tool_name"],
+        "user": decided.user,
+        "decided_at": rfc3339(decided.decided_at),
+        "result": decided.result,
+    })
+}
+
+/// The calls that waited for approval, by id, a page at a time: those still waiting
+/// (`status=waiting`, the default) or those decided whose outcome is still kept
+/// (`status=decided`). Approvers see every user's calls; anyone else sees their own, and
+/// asking for another user's is refused (403). Filters: `tool`, `user`, `since` (RFC 3339,
+/// UTC: suspended at or after it for waiting calls, decided at or after it for decided
+/// ones); paging: `limit` (1 to 500, 50 by default) and `cursor` (the `next_cursor` of
+/// the previous page of the same listing).
 pub async fn list(
     Extension(caller): Extension<Caller>,
     Query(query): Query<ListQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    match query.status.as_deref() {
-        None | Some("waiting") => {}
-        Some("decided") => {
-            return Err(bad_request(
-                "unsupported_status",
-                "the listing shows waiting calls only (`status=waiting`): read a decided call's outcome with `GET /v1/suspensions/{id}`".to_owned(),
-            ));
-        }
+    let decided = match query.status.as_deref() {
+        None | Some("waiting") => false,
+        Some("decided") => true,
         Some(other) => {
             return Err(bad_request(
                 "bad_status",
-                format!("unknown status `{other}`: use `waiting`"),
+                format!(
+                    "unknown status `{}`: use `waiting` or `decided`",
+                    toolgate_core::error::shown_id(other)
+                ),
             ));
         }
-    }
+    };
     let since = query
         .since
         .as_deref()
@@ -226,26 +242,44 @@ pub async fn list(
         user,
         since,
     };
+    let failed = |e: SuspensionStoreError| match e {
+        SuspensionStoreError::CannotList => {
+            ApiError::new(StatusCode::NOT_IMPLEMENTED, "cannot_list", e.to_string())
+        }
+        other => ApiError::from(&ToolError::from(other)),
+    };
     // One more than the page, to know whether another page follows.
-    let mut calls = caller
-        .gateway
-        .pipeline()
-        .list_suspended(&filter, after, limit + 1)
-        .await
-        .map_err(|e| match e {
-            SuspensionStoreError::CannotList => {
-                ApiError::new(StatusCode::NOT_IMPLEMENTED, "cannot_list", e.to_string())
-            }
-            other => ApiError::from(&ToolError::from(other)),
-        })?;
-    let next_cursor = if calls.len() > limit {
-        calls.truncate(limit);
-        calls.last().map(|last| last.id.clone())
+    let mut listed: Vec<(String, Value)> = if decided {
+        let outcomes = caller
+            .gateway
+            .suspensions
+            .list_outcomes(&filter, after, limit + 1)
+            .await
+            .map_err(failed)?;
+        outcomes
+            .iter()
+            .map(|d| (d.id.clone(), decided_json(d)))
+            .collect()
+    } else {
+        let calls = caller
+            .gateway
+            .pipeline()
+            .list_suspended(&filter, after, limit + 1)
+            .await
+            .map_err(failed)?;
+        calls
+            .iter()
+            .map(|c| (c.id.clone(), waiting_json(c)))
+            .collect()
+    };
+    let next_cursor = if listed.len() > limit {
+        listed.truncate(limit);
+        listed.last().map(|(id, _)| id.clone())
     } else {
         None
     };
     Ok(Json(json!({
-        "suspensions": calls.iter().map(waiting_json).collect::<Vec<_>>(),
+        "suspensions": listed.into_iter().map(|(_, call)| call).collect::<Vec<_>>(),
         "next_cursor": next_cursor,
     })))
 }
@@ -255,7 +289,11 @@ pub async fn list(
 #[serde(tag = "decision", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Decision {
     /// Run the call.
-    Approve,
+    Approve {
+        /// Why (kept in the decided history and the log).
+        #[serde(default)]
+        reason: Option<String>,
+    },
     /// Refuse it.
     Reject {
         /// Why (shown to the caller).
@@ -358,16 +396,25 @@ pub async fn resume(
             ),
         ));
     }
+    let mut approval_reason = None;
     let decision = match decision {
         Decision::ApproveRetry => return approve_retry(&caller, &id, &saved).await,
-        Decision::Approve => ResumeDecision::Approve,
+        Decision::Approve { reason } => {
+            approval_reason = reason.filter(|r| !r.trim().is_empty());
+            ResumeDecision::Approve
+        }
         Decision::Reject { reason } => ResumeDecision::Reject {
             reason: reason.unwrap_or_else(|| format!("rejected by {}", caller.user.id)),
         },
         Decision::Complete { output } => ResumeDecision::Complete { output },
     };
-    let told = DecisionSummary::of(&decision, &caller.user.id);
-    let options = ResumeOptions::new()
+    let mut told = DecisionSummary::of(&decision, &caller.user.id);
+    let mut options = ResumeOptions::new();
+    if let Some(reason) = approval_reason {
+        options = options.reason(reason.clone());
+        told.reason = Some(reason);
+    }
+    let options = options
         .decided_by(caller.user.id.clone())
         .timeout(request_timeout(&caller.gateway, &headers))
         .cancellation(state.drain.call_token());
@@ -401,6 +448,16 @@ pub async fn resume(
         status = result.status.as_str(),
         "a waiting call was decided"
     );
+    remember(
+        &caller,
+        &saved,
+        &told,
+        match result.status {
+            ToolStatus::Error => "error",
+            ToolStatus::Suspended => "suspended",
+            _ => "success",
+        },
+    );
     caller.gateway.notifications.decided(&saved, told);
     // Kept for the caller, who fetches it with `GET /v1/suspensions/{id}` or over MCP.
     keep_outcome(&caller, &id, &saved, serde_json::to_value(&result)).await;
@@ -432,14 +489,13 @@ async fn approve_retry(
         decision = "approve_retry",
         "a waiting call was decided"
     );
-    caller.gateway.notifications.decided(
-        saved,
-        DecisionSummary {
-            decision: "approve_retry",
-            decided_by: caller.user.id.clone(),
-            reason: None,
-        },
-    );
+    let told = DecisionSummary {
+        decision: "approve_retry",
+        decided_by: caller.user.id.clone(),
+        reason: None,
+    };
+    remember(caller, saved, &told, "approved_for_retry");
+    caller.gateway.notifications.decided(saved, told);
     let told = ToolError::abort(
         format!(
             "`{}` was approved by `{}` to run once when you make the same call again, with the same arguments, within {}: call it again now",
@@ -460,6 +516,20 @@ async fn approve_retry(
         "expires_at": humantime::format_rfc3339_seconds(approval.expires_at).to_string(),
     }))
     .into_response())
+}
+
+/// Adds a decision to the decided history the console shows.
+fn remember(caller: &Caller, saved: &SuspendedInvocation, told: &DecisionSummary, outcome: &str) {
+    caller.gateway.history.record(Decided {
+        id: saved.id.clone(),
+        tool: saved.tool.clone(),
+        user: saved.user.id.clone(),
+        decided_by: told.decided_by.clone(),
+        decision: told.decision.to_owned(),
+        reason: told.reason.clone(),
+        decided_at: rfc3339(std::time::SystemTime::now()),
+        outcome: outcome.to_owned(),
+    });
 }
 
 /// Keeps the outcome of the decided call `id` for its caller. The decision stands if it

@@ -6,6 +6,7 @@
 //! Reading the cache is a pointer load: a token signed with a known key costs no await
 //! and no network call. Only a miss waits for a fetch, and concurrent misses share one.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -119,9 +120,38 @@ pub struct KeyStore {
     fetch_timeout: Duration,
     refresh_interval: Duration,
     max_age: Duration,
-    current: ArcSwapOption<SigningKeys>,
+    /// Shared with the other stores of the same issuer in a [`KeyCache`].
+    current: Arc<ArcSwapOption<SigningKeys>>,
     /// The last fetch; held across a fetch so that concurrent misses share it.
     last_fetch: tokio::sync::Mutex<Option<LastFetch>>,
+}
+
+/// The issuer's keys, kept for the process: the [`KeyStore`]s made
+/// [`in_cache`](KeyStore::in_cache) for the same issuer and discovery document share one
+/// set of keys. The store of a reloaded configuration thus starts with the keys the
+/// previous one fetched, so that a reload while the issuer is down locks no token holder
+/// out. A set of keys lives as long as a store uses it.
+#[derive(Debug, Default)]
+pub struct KeyCache {
+    by_issuer: std::sync::Mutex<HashMap<(String, String), SharedKeys>>,
+}
+
+type SharedKeys = std::sync::Weak<ArcSwapOption<SigningKeys>>;
+
+impl KeyCache {
+    /// The keys of `issuer` found through `discovery_url`, shared with the live stores
+    /// that have them.
+    fn keys_for(&self, issuer: &str, discovery_url: &str) -> Arc<ArcSwapOption<SigningKeys>> {
+        let mut by_issuer = self.by_issuer.lock().unwrap_or_else(|e| e.into_inner());
+        by_issuer.retain(|_, keys| keys.strong_count() > 0);
+        let key = (issuer.to_owned(), discovery_url.to_owned());
+        if let Some(keys) = by_issuer.get(&key).and_then(std::sync::Weak::upgrade) {
+            return keys;
+        }
+        let keys = Arc::default();
+        by_issuer.insert(key, Arc::downgrade(&keys));
+        keys
+    }
 }
 
 impl std::fmt::Debug for KeyStore {
@@ -140,6 +170,26 @@ impl KeyStore {
     ///
     /// When the HTTP client cannot be made (no TLS roots on this machine).
     pub fn new(config: &OAuthConfig) -> Result<Self, JwksError> {
+        Self::with_keys(config, Arc::default())
+    }
+
+    /// A cache for the issuer of `config` that shares its keys with every other store
+    /// of `cache` for the same issuer and discovery document (see [`KeyCache`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`KeyStore::new`].
+    pub fn in_cache(config: &OAuthConfig, cache: &KeyCache) -> Result<Self, JwksError> {
+        Self::with_keys(
+            config,
+            cache.keys_for(&config.issuer.0, &config.discovery_url()),
+        )
+    }
+
+    fn with_keys(
+        config: &OAuthConfig,
+        current: Arc<ArcSwapOption<SigningKeys>>,
+    ) -> Result<Self, JwksError> {
         let client = reqwest::Client::builder()
             .timeout(config.fetch_timeout)
             .connect_timeout(config.fetch_timeout)
@@ -157,7 +207,7 @@ impl KeyStore {
             fetch_timeout: config.fetch_timeout,
             refresh_interval: config.refresh_interval,
             max_age: config.keys_max_age,
-            current: ArcSwapOption::empty(),
+            current,
             last_fetch: tokio::sync::Mutex::new(None),
         })
     }
@@ -197,14 +247,6 @@ impl KeyStore {
     /// Puts keys in the cache (for benchmarks and tests of the token check).
     pub fn preload(&self, keys: SigningKeys) {
         self.current.store(Some(Arc::new(keys)));
-    }
-
-    /// Keeps the keys of `old` (on a reload with the same issuer), so that a reload while
-    /// the issuer is down does not lock everyone out.
-    pub fn keep_keys_of(&self, old: &KeyStore) {
-        if old.issuer == self.issuer && old.discovery_url == self.discovery_url {
-            self.current.store(old.current.load_full());
-        }
     }
 
     /// Fetches the keys again, unless someone else did since `seen` was read (their keys
@@ -391,4 +433,54 @@ fn signing_key(entry: &Value) -> Option<SigningKey> {
         alg,
         key,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn oauth(issuer: &str) -> OAuthConfig {
+        let config = crate::config::parse(&format!(
+            "identity:\n  oauth:\n    issuer: {issuer}\n    resource: https://tools.example.com\n"
+        ))
+        .expect("the test config");
+        config.identity.oauth.expect("oauth")
+    }
+
+    #[tokio::test]
+    async fn stores_of_one_issuer_in_a_cache_share_their_keys_and_others_do_not() {
+        let cache = KeyCache::default();
+        let served = Arc::new(KeyStore::in_cache(&oauth("https://a.example.com"), &cache).unwrap());
+        served.preload(SigningKeys::new(Vec::new()));
+
+        let reloaded =
+            Arc::new(KeyStore::in_cache(&oauth("https://a.example.com"), &cache).unwrap());
+        let elsewhere =
+            Arc::new(KeyStore::in_cache(&oauth("https://b.example.com"), &cache).unwrap());
+        let outside = Arc::new(KeyStore::new(&oauth("https://a.example.com")).unwrap());
+        assert!(
+            reloaded.cached().is_some(),
+            "the reloaded store starts with the keys"
+        );
+        assert!(
+            elsewhere.cached().is_none(),
+            "another issuer's store does not"
+        );
+        assert!(
+            outside.cached().is_none(),
+            "nor does a store outside the cache"
+        );
+    }
+
+    #[tokio::test]
+    async fn keys_no_store_uses_any_more_leave_the_cache() {
+        let cache = KeyCache::default();
+        let gone = KeyStore::in_cache(&oauth("https://a.example.com"), &cache).unwrap();
+        gone.preload(SigningKeys::new(Vec::new()));
+        drop(gone);
+
+        let next = Arc::new(KeyStore::in_cache(&oauth("https://a.example.com"), &cache).unwrap());
+        assert!(next.cached().is_none());
+        assert_eq!(cache.by_issuer.lock().unwrap().len(), 1);
+    }
 }

@@ -26,7 +26,7 @@ use toolgate_core::User;
 use crate::auth::ApiKeys;
 use crate::config::{Config, CredentialKind, OAuthConfig};
 
-pub use jwks::{JwksError, KeyStore, SigningKey, SigningKeys};
+pub use jwks::{JwksError, KeyCache, KeyStore, SigningKey, SigningKeys};
 pub use refusal::Refusal;
 pub use token::{TokenError, TokenVerifier, Verified};
 
@@ -100,10 +100,20 @@ impl Identity {
     ///
     /// When no HTTP client can be made for fetching the issuer's keys.
     pub fn new(config: &Config) -> Result<Self, JwksError> {
+        Self::with_keys(config, &KeyCache::default())
+    }
+
+    /// The identity part of `config`, its issuer's keys shared through `keys` with the
+    /// other configurations of the process (see [`KeyCache`]).
+    ///
+    /// # Errors
+    ///
+    /// As [`Identity::new`].
+    pub fn with_keys(config: &Config, keys: &KeyCache) -> Result<Self, JwksError> {
         let oauth = match &config.identity.oauth {
             Some(oauth) => Some(OAuth {
                 verifier: TokenVerifier::new(oauth),
-                keys: Arc::new(KeyStore::new(oauth)?),
+                keys: Arc::new(KeyStore::in_cache(oauth, keys)?),
                 config: oauth.clone(),
             }),
             None => None,
@@ -133,14 +143,7 @@ impl Identity {
         self.oauth.as_ref().map(|o| &o.keys)
     }
 
-    /// Keeps the cached keys of `old` (the identity this one replaces on a reload).
-    pub fn keep_keys_of(&self, old: &Identity) {
-        if let (Some(new), Some(old)) = (&self.oauth, &old.oauth) {
-            new.keys.keep_keys_of(&old.keys);
-        }
-    }
-
-    fn accepts(&self, route: Route, kind: CredentialKind) -> bool {
+    pub(crate) fn accepts(&self, route: Route, kind: CredentialKind) -> bool {
         self.accepted(route).contains(&kind)
     }
 

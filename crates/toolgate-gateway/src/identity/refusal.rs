@@ -4,11 +4,11 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use toolgate_http::HttpError as ApiError;
 
 use super::scopes::INSUFFICIENT_SCOPE;
 use super::{JwksError, Route, TokenError, metadata, required_scopes};
 use crate::config::OAuthConfig;
-use crate::http::ApiError;
 
 /// Why a request is refused.
 #[derive(Debug)]
@@ -54,7 +54,7 @@ impl Refusal {
                     if api_keys { ", or a valid API key" } else { "" }
                 ),
             ),
-            None => crate::http::unauthenticated(),
+            None => unauthenticated_without_oauth(),
         };
         let (error, challenge) = match (self, oauth) {
             (Refusal::NoCredential, _) => (unauthenticated(), Some(challenge(None))),
@@ -119,4 +119,13 @@ fn challenge_scopes(config: &OAuthConfig, route: Route) -> Vec<String> {
     } else {
         required.to_vec()
     }
+}
+
+/// 401 where no issuer is configured: no valid API key.
+fn unauthenticated_without_oauth() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "unauthenticated",
+        "send a valid API key as `Authorization: Bearer <key>`",
+    )
 }

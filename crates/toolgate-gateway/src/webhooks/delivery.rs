@@ -1,21 +1,41 @@
 //! [`Notifier`]: the webhooks of one configuration, their bounded queue and the one task
 //! that delivers it — and, while its configuration is the one served, watches for expiries.
 
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
-use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::suspension::SuspensionStore;
 
 use super::event::Event;
-use super::notifications::{Inner, Notifications};
 use super::signature::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
 use crate::config::{WebhookConfig, WebhookEventName, WebhookFormatName};
+
+/// The waiting calls a notifier watches for expiry while it serves: the process's
+/// [`Notifications`](super::Notifications), behind a trait so that the notifier does not
+/// name the hub that holds it.
+pub(super) trait Expiries: Send + Sync {
+    /// The earliest expiry watched.
+    fn next_expiry(&self) -> Option<SystemTime>;
+
+    /// Reports the calls whose expiry has come, as `store` confirms.
+    fn expire_due<'a>(&'a self, store: &'a dyn SuspensionStore) -> BoxFuture<'a, ()>;
+}
+
+/// How a notifier's task reaches the [`Expiries`] it watches.
+pub(super) struct Watch {
+    /// The watched calls, while they exist: held weakly, so that dropped notifications
+    /// end the task rather than being kept alive by it.
+    pub upgrade: Box<dyn Fn() -> Option<Box<dyn Expiries>> + Send + Sync>,
+    /// Wakes the task when a call is watched.
+    pub wake_ups: watch::Receiver<()>,
+}
 
 /// Events waiting to be sent, all webhooks together; past it the newest is dropped.
 pub const QUEUE_CAPACITY: usize = 1024;
@@ -73,14 +93,14 @@ pub(crate) struct Notifier {
 
 impl Notifier {
     /// The notifier of `webhooks` (checked at load), with its task started. It watches the
-    /// expiries of `notifications` (confirming each with `store`) until it is retired.
+    /// expiries of `watch` (confirming each with `store`) until it is retired.
     ///
     /// # Errors
     ///
     /// When the HTTP client cannot be made (no TLS backend).
-    pub(crate) fn start(
+    pub(super) fn start(
         webhooks: &[WebhookConfig],
-        notifications: &Notifications,
+        watch: Watch,
         store: Arc<dyn SuspensionStore>,
     ) -> Result<Arc<Notifier>, String> {
         let webhooks: Arc<[Webhook]> = webhooks
@@ -113,8 +133,7 @@ impl Notifier {
             received,
             webhooks: webhooks.clone(),
             client,
-            notifications: notifications.downgrade(),
-            wake_ups: notifications.wake_ups(),
+            watch,
             store,
             retired: retired.clone(),
         }));
@@ -181,7 +200,7 @@ impl Notifier {
     }
 
     #[cfg(test)]
-    fn take_task(&self) -> Option<JoinHandle<()>> {
+    pub(super) fn take_task(&self) -> Option<JoinHandle<()>> {
         self.task.lock().ok().and_then(|mut t| t.take())
     }
 }
@@ -196,9 +215,7 @@ struct Run {
     received: mpsc::Receiver<Delivery>,
     webhooks: Arc<[Webhook]>,
     client: reqwest::Client,
-    /// Weak: a dropped [`Notifications`] ends the task rather than being kept alive by it.
-    notifications: Weak<Inner>,
-    wake_ups: tokio::sync::watch::Receiver<()>,
+    watch: Watch,
     store: Arc<dyn SuspensionStore>,
     retired: CancellationToken,
 }
@@ -212,10 +229,10 @@ async fn run(mut run: Run) {
     let mut open = true;
     let mut give_up = None;
     loop {
-        run.wake_ups.borrow_and_update();
+        run.watch.wake_ups.borrow_and_update();
         let watching = give_up.is_none();
         let next_expiry = watching
-            .then(|| Notifications::upgrade(&run.notifications))
+            .then(|| (run.watch.upgrade)())
             .flatten()
             .and_then(|n| n.next_expiry());
         let until_expiry = next_expiry
@@ -236,11 +253,11 @@ async fn run(mut run: Run) {
                 }
             }
             () = tokio::time::sleep(until_expiry), if next_expiry.is_some() => {
-                if let Some(notifications) = Notifications::upgrade(&run.notifications) {
+                if let Some(notifications) = (run.watch.upgrade)() {
                     notifications.expire_due(&*run.store).await;
                 }
             }
-            changed = run.wake_ups.changed(), if watching => {
+            changed = run.watch.wake_ups.changed(), if watching => {
                 if changed.is_err() {
                     run.retired.cancel();
                 }
@@ -396,10 +413,7 @@ fn abandoned(webhook: &Webhook, event: &Event) {
 
 #[cfg(test)]
 mod tests {
-    use toolgate_core::suspension::InMemorySuspensionStore;
-
     use super::*;
-    use crate::config::EnvString;
 
     #[test]
     fn the_backoff_doubles_up_to_its_bound_with_jitter_of_up_to_half() {
@@ -411,35 +425,5 @@ mod tests {
             assert!(wait >= full / 2 && wait <= full, "{attempt}: {wait:?}");
         }
         assert!(backoff(30) <= MAX_BACKOFF);
-    }
-
-    #[tokio::test]
-    async fn a_replaced_notifier_ends_its_task() {
-        let notifications = Notifications::new();
-        let webhooks = [WebhookConfig {
-            url: EnvString("http://127.0.0.1:9/hook".into()),
-            secret: EnvString("0123456789abcdef".into()),
-            format: WebhookFormatName::Json,
-            events: WebhookEventName::ALL.to_vec(),
-        }];
-        let store = Arc::new(InMemorySuspensionStore::default());
-        let first = Notifier::start(&webhooks, &notifications, store.clone()).unwrap();
-        let task = first.take_task().unwrap();
-        notifications.install(Some(first));
-
-        let second = Notifier::start(&webhooks, &notifications, store).unwrap();
-        notifications.install(Some(second.clone()));
-
-        tokio::time::timeout(Duration::from_secs(5), task)
-            .await
-            .expect("the replaced notifier's task ends")
-            .unwrap();
-        let task = second.take_task().unwrap();
-        drop(second);
-        drop(notifications);
-        tokio::time::timeout(Duration::from_secs(5), task)
-            .await
-            .expect("a notifier whose notifications are gone ends its task")
-            .unwrap();
     }
 }

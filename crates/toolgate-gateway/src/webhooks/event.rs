@@ -53,7 +53,7 @@ pub struct DecisionSummary {
     pub decision: &'static str,
     /// The approver's user id.
     pub decided_by: String,
-    /// A rejection's reason.
+    /// The reason given: a rejection's, or an approval's when the approver gave one.
     pub reason: Option<String>,
 }
 

@@ -49,5 +49,4 @@ pub use signature::{
     ID_HEADER, REPLAY_WINDOW, SIGNATURE_HEADER, TIMESTAMP_HEADER, WebhookVerifyError, sign, verify,
 };
 
-pub(crate) use delivery::Notifier;
 pub(crate) use store::NotifyingStore;

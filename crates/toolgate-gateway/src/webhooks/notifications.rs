@@ -9,16 +9,17 @@
 //! decided call is never also reported expired, and an expired one is reported once.
 
 use std::collections::{BTreeSet, HashMap};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwapOption;
+use futures::future::BoxFuture;
 use tokio::sync::watch;
 use toolgate_core::suspension::{SuspendedInvocation, SuspensionStore, SuspensionStoreError};
 
-use super::delivery::Notifier;
+use super::delivery::{Expiries, Notifier, Watch};
 use super::event::{CallSummary, DecisionSummary, Event};
-use crate::config::WebhookEventName;
+use crate::config::{WebhookConfig, WebhookEventName};
 
 /// The approval notifications of one gateway process. Cheap to clone; clones share it.
 #[derive(Clone)]
@@ -26,7 +27,7 @@ pub struct Notifications {
     inner: Arc<Inner>,
 }
 
-pub(super) struct Inner {
+struct Inner {
     watched: Mutex<Watched>,
     current: ArcSwapOption<Notifier>,
     /// Bumped when a call is watched, so that the expiry timer looks again.
@@ -196,27 +197,38 @@ impl Notifications {
         }
     }
 
-    pub(super) fn downgrade(&self) -> Weak<Inner> {
-        Arc::downgrade(&self.inner)
-    }
-
-    pub(super) fn upgrade(inner: &Weak<Inner>) -> Option<Notifications> {
-        inner.upgrade().map(|inner| Notifications { inner })
-    }
-
-    pub(super) fn wake_ups(&self) -> watch::Receiver<()> {
-        self.inner.wake.subscribe()
+    /// Starts the notifier of `webhooks` (checked at load), watching the expiries of
+    /// these notifications (confirming each with `store`) until it is retired; events go
+    /// to it once it is [installed](Self::install).
+    ///
+    /// # Errors
+    ///
+    /// When the HTTP client cannot be made (no TLS backend).
+    pub(crate) fn start_notifier(
+        &self,
+        webhooks: &[WebhookConfig],
+        store: Arc<dyn SuspensionStore>,
+    ) -> Result<Arc<Notifier>, String> {
+        let inner = Arc::downgrade(&self.inner);
+        let watch = Watch {
+            upgrade: Box::new(move || {
+                let inner = inner.upgrade()?;
+                Some(Box::new(Notifications { inner }) as Box<dyn Expiries>)
+            }),
+            wake_ups: self.inner.wake.subscribe(),
+        };
+        Notifier::start(webhooks, watch, store)
     }
 
     /// The earliest expiry watched.
-    pub(super) fn next_expiry(&self) -> Option<SystemTime> {
+    fn next_expiry(&self) -> Option<SystemTime> {
         self.lock().by_expiry.first().map(|(at, _)| *at)
     }
 
     /// Reports the calls whose expiry has come, as `store` confirms: one that `store` still
     /// keeps is watched again for its new expiry; one it no longer knows was decided in
     /// the meantime, or forgotten — no expiry is claimed for it.
-    pub(super) async fn expire_due(&self, store: &dyn SuspensionStore) {
+    async fn expire_due(&self, store: &dyn SuspensionStore) {
         let now = SystemTime::now();
         let due = self.lock().take_due(now);
         for call in due {
@@ -247,9 +259,22 @@ impl Notifications {
     }
 }
 
+impl Expiries for Notifications {
+    fn next_expiry(&self) -> Option<SystemTime> {
+        Notifications::next_expiry(self)
+    }
+
+    fn expire_due<'a>(&'a self, store: &'a dyn SuspensionStore) -> BoxFuture<'a, ()> {
+        Box::pin(Notifications::expire_due(self, store))
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    use toolgate_core::suspension::InMemorySuspensionStore;
+
     use super::*;
+    use crate::config::{EnvString, WebhookFormatName};
 
     fn call(id: &str, expires_in: u64) -> CallSummary {
         let now = SystemTime::now();
@@ -294,5 +319,37 @@ mod tests {
         );
         assert!(notifications.claim("fourth").is_none(), "no room left");
         assert!(notifications.claim("third").is_some());
+    }
+
+    #[tokio::test]
+    async fn a_replaced_notifier_ends_its_task() {
+        let notifications = Notifications::new();
+        let webhooks = [WebhookConfig {
+            url: EnvString("http://127.0.0.1:9/hook".into()),
+            secret: EnvString("0123456789abcdef".into()),
+            format: WebhookFormatName::Json,
+            events: WebhookEventName::ALL.to_vec(),
+        }];
+        let store = Arc::new(InMemorySuspensionStore::default());
+        let first = notifications
+            .start_notifier(&webhooks, store.clone())
+            .unwrap();
+        let task = first.take_task().unwrap();
+        notifications.install(Some(first));
+
+        let second = notifications.start_notifier(&webhooks, store).unwrap();
+        notifications.install(Some(second.clone()));
+
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("the replaced notifier's task ends")
+            .unwrap();
+        let task = second.take_task().unwrap();
+        drop(second);
+        drop(notifications);
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("a notifier whose notifications are gone ends its task")
+            .unwrap();
     }
 }

@@ -116,4 +116,13 @@ impl SuspensionStore for NotifyingStore {
     async fn outcome(&self, id: &str) -> Result<Option<DecidedCall>, SuspensionStoreError> {
         self.inner.outcome(id).await
     }
+
+    async fn list_outcomes(
+        &self,
+        filter: &SuspensionFilter,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<DecidedCall>, SuspensionStoreError> {
+        self.inner.list_outcomes(filter, after, limit).await
+    }
 }

@@ -28,6 +28,12 @@ const CLIENTS = {
 // The scopes a resource server (the gateway) may be granted.
 const SCOPES = 'tools:read tools:call tools:admin';
 
+// The gateway's console, signing people in with the authorization code flow and PKCE,
+// when the test says where its callback is (the provider's own login and consent pages
+// are on then).
+const consoleRedirect = process.env.CONSOLE_REDIRECT_URI;
+const CONSOLE_CLAIMS = { roles: ['admin'] };
+
 const { privateKey, publicKey } = await generateKeyPair('RS256', { extractable: true });
 const signingJwk = { ...(await exportJWK(privateKey)), kid: keyId, alg: 'RS256', use: 'sig' };
 const publicPem = await exportSPKI(publicKey);
@@ -46,10 +52,16 @@ const provider = new Provider(issuer, {
     grant_types: ['client_credentials', ...(c.grants || [])],
     redirect_uris: [],
     response_types: [],
-  })),
+  })).concat(consoleRedirect ? [{
+    client_id: 'console',
+    client_secret: 'console-secret',
+    grant_types: ['authorization_code'],
+    redirect_uris: [consoleRedirect],
+    response_types: ['code'],
+  }] : []),
   jwks: { keys: [signingJwk] },
   features: {
-    devInteractions: { enabled: false },
+    devInteractions: { enabled: Boolean(consoleRedirect) },
     clientCredentials: { enabled: true },
     resourceIndicators: {
       enabled: true,
@@ -65,7 +77,8 @@ const provider = new Provider(issuer, {
       }),
     },
   },
-  extraTokenClaims: (_ctx, token) => CLIENTS[token.clientId]?.claims,
+  extraTokenClaims: (_ctx, token) =>
+    (token.clientId === 'console' ? CONSOLE_CLAIMS : CLIENTS[token.clientId]?.claims),
 });
 provider.proxy = false;
 

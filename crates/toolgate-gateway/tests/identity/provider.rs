@@ -148,11 +148,12 @@ impl Provider {
         let stdout = child.stdout.take().expect("piped stdout");
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
+            // Read to the end, also once the address is known: a provider whose stdout is
+            // closed dies at its next line (oidc-provider writes notices there when its
+            // login pages are used).
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
+                let _ = tx.send(line);
             }
         });
         let line = rx

@@ -108,8 +108,17 @@ pub(crate) fn checkpoint_message(chain: &str, seq: u64, hash: &str, at_ms: u64) 
     format!("toolgate-audit-checkpoint/1\n{chain}\n{seq}\n{hash}\n{at_ms}").into_bytes()
 }
 
-/// The hex SHA-256 of a line's bytes (without its newline).
-pub(crate) fn line_hash(line: &[u8]) -> String {
+/// The hex SHA-256 of a line's bytes (without its newline): what the next record's `prev`
+/// names, so a copy of the file shipped elsewhere can be checked against the chain.
+///
+/// ```
+/// use toolgate_hooks::audit::line_hash;
+///
+/// let hash = line_hash(b"{\"seq\":1}");
+/// assert_eq!(hash.len(), 64);
+/// assert!(hash.bytes().all(|b| b.is_ascii_hexdigit()));
+/// ```
+pub fn line_hash(line: &[u8]) -> String {
     let digest = Sha256::digest(line);
     let mut hex = String::with_capacity(64);
     for byte in digest.iter() {

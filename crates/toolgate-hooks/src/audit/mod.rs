@@ -54,7 +54,7 @@ mod rotation;
 mod sink;
 pub mod verify;
 
-pub use chain::{ChainOptions, CheckpointKey, CheckpointPublicKey, KeyError};
+pub use chain::{ChainOptions, CheckpointKey, CheckpointPublicKey, KeyError, line_hash};
 pub use hook::{Audit, AuditBuilder};
 pub use record::{ApprovalEntry, AuditRecord, DecisionEntry, Outcome, TimingEntry};
 pub use rotation::Rotation;

@@ -8,6 +8,7 @@ use toolgate_core::suspension::ResumeDecision;
 use toolgate_core::{Stage, ToolError, ToolInvokeContext};
 
 use crate::fingerprint::KeyedFingerprint;
+use crate::policy::PolicyDecision;
 use crate::redaction::{Findings, Redactor, input_redacted, output_redacted};
 use crate::secrets::Scrubber;
 
@@ -86,7 +87,7 @@ pub struct ApprovalEntry {
     /// Who decided (an approver's user id), when the resume said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<String>,
-    /// Why, for a rejection.
+    /// Why: a rejection's reason, or the one an approver gave with an approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
     /// For a call that ran on an approval for a retry, the waiting call that was approved.
@@ -169,6 +170,10 @@ pub struct AuditRecord {
     /// and why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalEntry>,
+    /// What the policy hooks decided (the decision, the policies that determined it, and
+    /// what shadow policies would have decided), one entry per hook that decided.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policies: Vec<PolicyDecision>,
 }
 
 fn micros(d: std::time::Duration) -> u64 {
@@ -252,10 +257,14 @@ impl AuditRecord {
                 ApprovalEntry {
                     decision: decision.to_owned(),
                     decided_by: ctx.decided_by().map(str::to_owned),
-                    reason: reason.map(|reason| rules.clean_message(reason.clone())),
+                    reason: reason
+                        .map(String::as_str)
+                        .or(ctx.decision_reason())
+                        .map(|reason| rules.clean_message(reason.to_owned())),
                     retry_of: ctx.approved_retry_of().map(str::to_owned),
                 }
             }),
+            policies: PolicyDecision::of(ctx).to_vec(),
         }
     }
 }

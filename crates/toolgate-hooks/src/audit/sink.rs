@@ -136,7 +136,8 @@ impl AuditSink for TracingSink {
 /// [`open`](Self::open) writes every record through to the file before the call goes on.
 /// [`open_buffered`](Self::open_buffered) keeps records in memory and writes them in
 /// batches — at least every `flush_every`, when 64 KiB have gathered, on
-/// [`flush`](AuditSink::flush), and when the sink is dropped — which takes a system call
+/// [`flush`](AuditSink::flush) (which also signs a chained sink's last records), and when
+/// the sink is dropped — which takes a system call
 /// off every invocation at the price of losing at most `flush_every` of records if the
 /// process is killed.
 ///
@@ -148,6 +149,19 @@ pub struct JsonLinesSink {
     buffered: bool,
 }
 
+/// A function that takes one line.
+type LineFn = dyn Fn(&[u8]) + Send + Sync;
+
+/// What [`JsonLinesSink::tapped`] hands every line to.
+#[derive(Clone)]
+struct Tap(Arc<LineFn>);
+
+impl std::fmt::Debug for Tap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tap")
+    }
+}
+
 /// The file, and the chain its lines carry.
 #[derive(Debug)]
 struct Output {
@@ -155,18 +169,21 @@ struct Output {
     path: PathBuf,
     chain: Option<ChainWriter>,
     rotation: Option<Rotating>,
+    tap: Option<Tap>,
 }
 
 impl Output {
     /// Writes `line` (whole lines) and rotates the file when it is due.
     fn write(&mut self, line: &[u8], through: bool) -> std::io::Result<()> {
         self.file.write_all(line)?;
+        self.tell(line);
         if self.rotation.as_mut().is_some_and(|r| r.wrote(line.len())) {
             let mut checkpoint = Vec::new();
             if let Some(chain) = &mut self.chain {
                 chain.checkpoint(&mut checkpoint);
             }
             self.file.write_all(&checkpoint)?;
+            self.tell(&checkpoint);
             self.file.flush()?;
             if let Some(rotation) = &mut self.rotation {
                 self.file = BufWriter::with_capacity(64 * 1024, rotation.rotate()?);
@@ -174,6 +191,15 @@ impl Output {
             return Ok(());
         }
         if through { self.file.flush() } else { Ok(()) }
+    }
+
+    /// Hands each of `lines` (without its newline) to the tap, if there is one.
+    fn tell(&self, lines: &[u8]) {
+        if let Some(tap) = &self.tap {
+            for line in lines.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                (tap.0)(line);
+            }
+        }
     }
 }
 
@@ -185,6 +211,8 @@ impl Drop for Output {
             chain.checkpoint(&mut line);
             if let Err(e) = self.file.write_all(&line).and_then(|()| self.file.flush()) {
                 tracing::error!(error = %e, "the audit file's last checkpoint could not be written");
+            } else {
+                self.tell(&line);
             }
         }
     }
@@ -245,6 +273,7 @@ impl JsonLinesSink {
                 path: path.to_owned(),
                 chain: None,
                 rotation: None,
+                tap: None,
             })),
             buffered,
         })
@@ -263,6 +292,20 @@ impl JsonLinesSink {
         let mut output = self.file.lock().unwrap_or_else(|p| p.into_inner());
         output.rotation = Some(Rotating::new(&output.path, rotation));
         drop(output);
+        self
+    }
+
+    /// Also hands every line the sink writes to `tap`, without its newline, in file
+    /// order, as soon as it is written (into the buffer, for a buffered sink): each
+    /// record as linked into the chain (`seq`, `chain` and `prev` first), each
+    /// checkpoint, the one written when the sink closes included. The bytes are those of
+    /// the file, so the SHA-256 of a record's line is the next record's `prev`. For
+    /// shipping the trail elsewhere as it is written (an OTLP log exporter).
+    ///
+    /// The tap runs under the sink's lock, on the calling task: it must not block or
+    /// wait (hand the line to a bounded queue, as a batching exporter does).
+    pub fn tapped(self, tap: impl Fn(&[u8]) + Send + Sync + 'static) -> Self {
+        self.file.lock().unwrap_or_else(|p| p.into_inner()).tap = Some(Tap(Arc::new(tap)));
         self
     }
 
@@ -302,13 +345,21 @@ impl AuditSink for JsonLinesSink {
             .map_err(|e| Self::fail(e.to_string()))
     }
 
+    /// Writes out buffered records and, for a chained sink with a signing key, a
+    /// checkpoint of the records not yet signed: what is durable is signed too (at
+    /// shutdown, before anything that ships the lines stops).
     async fn flush(&self) -> Result<(), AuditError> {
-        self.file
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .file
-            .flush()
-            .map_err(|e| Self::fail(e.to_string()))
+        let mut output = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut checkpoint = Vec::new();
+        if let Some(chain) = &mut output.chain {
+            chain.checkpoint(&mut checkpoint);
+        }
+        if !checkpoint.is_empty() {
+            output
+                .write(&checkpoint, false)
+                .map_err(|e| Self::fail(e.to_string()))?;
+        }
+        output.file.flush().map_err(|e| Self::fail(e.to_string()))
     }
 }
 

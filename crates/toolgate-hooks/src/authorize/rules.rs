@@ -5,8 +5,9 @@ use toolgate_core::tool::ToolDefinition;
 
 use super::{AuthorizeError, Authorizer, Verdict};
 
-/// Whether a rule lets a call through or stops it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Whether a rule lets a call through or stops it: `allow` or `deny` in a configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum Effect {
     /// The call may go on.
     Allow,

@@ -1,5 +1,6 @@
 //! The [`Concurrency`] hook at `will_acquire_semaphore` / `did_release_semaphore`.
 
+use std::num::NonZeroU32;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -147,18 +148,23 @@ impl Concurrency {
     ///
     /// [`ConcurrencyConfigError::ZeroLimit`] for a zero limit.
     pub fn builder(limit: u32) -> Result<ConcurrencyBuilder, ConcurrencyConfigError> {
-        if limit == 0 {
-            return Err(ConcurrencyConfigError::ZeroLimit);
-        }
-        Ok(ConcurrencyBuilder {
+        NonZeroU32::new(limit)
+            .map(Concurrency::builder_nonzero)
+            .ok_or(ConcurrencyConfigError::ZeroLimit)
+    }
+
+    /// A builder allowing `limit` calls in flight per tool, for a limit already known to be
+    /// at least 1.
+    pub fn builder_nonzero(limit: NonZeroU32) -> ConcurrencyBuilder {
+        ConcurrencyBuilder {
             name: "concurrency".to_owned(),
-            limit,
+            limit: limit.get(),
             partition: Partition::Tool,
             wait: Duration::ZERO,
             when_full: WhenFull::default(),
             backend: None,
             on_backend_error: OnBackendError::default(),
-        })
+        }
     }
 
     fn overloaded(&self) -> ToolError {

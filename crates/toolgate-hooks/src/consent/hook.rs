@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use toolgate_core::control::SuspendRequest;
+use toolgate_core::hook::Interest;
 use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Control, Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
@@ -131,8 +132,9 @@ impl Hook for Consent {
         "consent"
     }
 
-    fn filter(&self, ctx: &ToolInvokeContext) -> bool {
-        self.requires_approval(ctx.tool())
+    /// Only tools that need approval have this hook in their plan.
+    fn interest(&self, tool: &ToolDefinition) -> Interest {
+        Interest::when(self.requires_approval(tool))
     }
 
     async fn will_check_consent(&self, ctx: &mut ToolInvokeContext) -> HookResult {

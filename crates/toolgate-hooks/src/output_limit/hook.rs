@@ -1,4 +1,4 @@
-//! The [`OutputLimit`] hook and its builder.
+//! The [`OutputLimit`] hook.
 
 use std::collections::HashMap;
 
@@ -11,8 +11,9 @@ pub const TRUNCATION_METADATA_KEY: &str = "output_truncated";
 /// The priority of [`OutputLimit`]: low, so it measures what other transforms produced.
 pub const OUTPUT_LIMIT_PRIORITY: i32 = -100;
 
-/// What happens to an output over the limit.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What happens to an output over the limit: `truncate` or `fail` in a configuration.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 #[non_exhaustive]
 pub enum Overflow {
     /// Cut it, with a marker saying how much was cut. The default.
@@ -23,6 +24,22 @@ pub enum Overflow {
 }
 
 /// Limits the size of outputs. See the [module docs](super).
+///
+/// A plain value configured with consuming setters, like tower's layers: the defaults
+/// (64 KiB, truncate) from [`new`](Self::new), then any of
+/// [`max_bytes`](Self::max_bytes), [`tool_max_bytes`](Self::tool_max_bytes) and
+/// [`on_overflow`](Self::on_overflow). No setting can be wrong, so there is nothing to
+/// build.
+///
+/// ```
+/// use toolgate_hooks::output_limit::{OutputLimit, Overflow};
+///
+/// let limit = OutputLimit::new()
+///     .max_bytes(16 * 1024)
+///     .tool_max_bytes("export", 1024 * 1024)
+///     .on_overflow(Overflow::Fail);
+/// # let _ = limit;
+/// ```
 #[derive(Clone, Debug)]
 pub struct OutputLimit {
     max_bytes: usize,
@@ -30,17 +47,9 @@ pub struct OutputLimit {
     overflow: Overflow,
 }
 
-/// Builds an [`OutputLimit`]. Defaults: 64 KiB, truncate.
-#[derive(Clone, Debug)]
-pub struct OutputLimitBuilder {
-    max_bytes: usize,
-    per_tool: HashMap<String, usize>,
-    overflow: Overflow,
-}
-
-impl Default for OutputLimitBuilder {
+impl Default for OutputLimit {
     fn default() -> Self {
-        OutputLimitBuilder {
+        OutputLimit {
             max_bytes: 64 * 1024,
             per_tool: HashMap::new(),
             overflow: Overflow::Truncate,
@@ -48,7 +57,12 @@ impl Default for OutputLimitBuilder {
     }
 }
 
-impl OutputLimitBuilder {
+impl OutputLimit {
+    /// The hook with its defaults: 64 KiB for every tool, truncate.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
     /// The most bytes of JSON an output may have.
     #[must_use]
     pub fn max_bytes(mut self, max_bytes: usize) -> Self {
@@ -56,7 +70,7 @@ impl OutputLimitBuilder {
         self
     }
 
-    /// A limit for one tool.
+    /// A limit for one tool, instead of [`max_bytes`](Self::max_bytes).
     #[must_use]
     pub fn tool_max_bytes(mut self, tool: impl Into<String>, max_bytes: usize) -> Self {
         self.per_tool.insert(tool.into(), max_bytes);
@@ -68,21 +82,6 @@ impl OutputLimitBuilder {
     pub fn on_overflow(mut self, overflow: Overflow) -> Self {
         self.overflow = overflow;
         self
-    }
-
-    /// The hook.
-    pub fn build(self) -> OutputLimit {
-        OutputLimit {
-            max_bytes: self.max_bytes,
-            per_tool: self.per_tool,
-            overflow: self.overflow,
-        }
-    }
-}
-
-impl Default for OutputLimit {
-    fn default() -> Self {
-        OutputLimitBuilder::default().build()
     }
 }
 
@@ -119,18 +118,6 @@ fn truncate(text: &str, max: usize) -> String {
             return format!("{}{marker}", &text[..keep]);
         }
         keep = max.saturating_sub(marker.len()).min(keep - 1);
-    }
-}
-
-impl OutputLimit {
-    /// The hook with its defaults.
-    pub fn new() -> Self {
-        Self::default()
-    }
-
-    /// A builder.
-    pub fn builder() -> OutputLimitBuilder {
-        OutputLimitBuilder::default()
     }
 }
 

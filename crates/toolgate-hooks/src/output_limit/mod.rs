@@ -19,7 +19,7 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let pipeline = Pipeline::builder()
 //!     .tool(tool_fn("dump", "Returns a lot.", |_: ()| async { Ok::<_, ToolError>("é".repeat(100)) }))
-//!     .hook(OutputLimit::builder().max_bytes(64).build())
+//!     .hook(OutputLimit::new().max_bytes(64))
 //!     .build()?;
 //!
 //! let out = pipeline.invoke("dump", json!(null), InvokeOptions::new()).await?;
@@ -31,6 +31,4 @@
 
 mod hook;
 
-pub use hook::{
-    OUTPUT_LIMIT_PRIORITY, OutputLimit, OutputLimitBuilder, Overflow, TRUNCATION_METADATA_KEY,
-};
+pub use hook::{OUTPUT_LIMIT_PRIORITY, OutputLimit, Overflow, TRUNCATION_METADATA_KEY};

@@ -7,6 +7,7 @@ use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
 use super::{
     InMemoryQuota, QuotaBackend, QuotaBackendError, QuotaDecision, QuotaLease, QuotaRequest, Rate,
 };
+use crate::budget::{LimitReport, LimitState};
 use crate::partition::Partition;
 
 /// What a policy does when its backend cannot decide (unreachable, or full).
@@ -92,6 +93,11 @@ impl QuotaBuilder {
         self
     }
 
+    /// The rate the hook will allow (for a backend that decides in its place).
+    pub fn rate(&self) -> Rate {
+        self.rate
+    }
+
     /// The hook.
     pub fn build(self) -> Quota {
         Quota {
@@ -123,6 +129,18 @@ impl Quota {
         self.rate
     }
 
+    /// What a call learnt of this limit: its shape, and when refused, that nothing is
+    /// left until `retry_after` (a GCRA grant does not tell how much is left).
+    fn report(&self, ctx: &ToolInvokeContext, retry_after: Option<std::time::Duration>) {
+        LimitReport::record_in(ctx, || LimitState {
+            policy: self.name.clone(),
+            quota: u64::from(self.rate.count()),
+            window: self.rate.period(),
+            remaining: retry_after.map(|_| 0),
+            resets_in: retry_after,
+        });
+    }
+
     fn refused(&self, error: &QuotaBackendError) -> ToolError {
         ToolError::abort(
             format!(
@@ -148,18 +166,22 @@ impl Hook for Quota {
         };
         match self.backend.acquire(request).await {
             Ok(QuotaDecision::Granted(lease)) => {
+                self.report(ctx, None);
                 ctx.hold(self, lease);
                 Ok(())
             }
-            Ok(QuotaDecision::Limited { retry_after }) => ctx.retry_after(
-                retry_after,
-                format!(
-                    "rate limited: {} allows {} for {}",
-                    self.name,
-                    self.rate,
-                    self.partition.describe()
-                ),
-            ),
+            Ok(QuotaDecision::Limited { retry_after }) => {
+                self.report(ctx, Some(retry_after));
+                ctx.retry_after(
+                    retry_after,
+                    format!(
+                        "rate limited: {} allows {} for {}",
+                        self.name,
+                        self.rate,
+                        self.partition.describe()
+                    ),
+                )
+            }
             Err(error) => match self.on_backend_error {
                 OnBackendError::FailClosed => {
                     tracing::error!(policy = %self.name, %error, "quota backend failed; call refused (fail closed)");

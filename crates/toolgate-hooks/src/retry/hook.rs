@@ -4,6 +4,7 @@ use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use toolgate_core::hook::Interest;
 use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Control, Hook, HookResult, Next, ToolError, ToolInvokeContext, hook};
 
@@ -269,8 +270,10 @@ impl Hook for Retry {
         "retry"
     }
 
-    fn filter(&self, ctx: &ToolInvokeContext) -> bool {
-        self.max_attempts > 1 && self.may_retry(ctx.tool())
+    /// Only tools this policy may run more than once, and only when it retries at all: a
+    /// tool it never retries does not have it in its plan.
+    fn interest(&self, tool: &ToolDefinition) -> Interest {
+        Interest::when(self.max_attempts > 1 && self.may_retry(tool))
     }
 
     async fn around_execute(&self, ctx: &mut ToolInvokeContext, next: Next<'_>) -> HookResult {

@@ -3,6 +3,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use toolgate_core::hook::Interest;
+use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Hook, HookResult, Next, ToolError, ToolInvokeContext, hook};
 
 /// What a [`Timeout`] bounds.
@@ -104,12 +106,13 @@ impl Hook for Timeout {
         }
     }
 
-    fn filter(&self, ctx: &ToolInvokeContext) -> bool {
-        self.limit_for(ctx.tool_name()).is_some()
+    /// Only tools with a limit have this hook in their plan.
+    fn interest(&self, tool: &ToolDefinition) -> Interest {
+        Interest::when(self.limit_for(&tool.name).is_some())
     }
 
     async fn around_execute(&self, ctx: &mut ToolInvokeContext, next: Next<'_>) -> HookResult {
-        // `filter` keeps this hook off tools without a limit; this guards direct calls.
+        // `interest` keeps this hook off tools without a limit; this guards direct calls.
         let Some(limit) = self.limit_for(ctx.tool_name()) else {
             return next.run(ctx).await;
         };

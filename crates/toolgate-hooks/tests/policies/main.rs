@@ -2,6 +2,7 @@
 
 mod approval_capabilities;
 mod authorize;
+mod budget;
 mod concurrency;
 mod consent;
 mod feature_flags;

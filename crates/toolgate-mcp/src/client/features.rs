@@ -41,13 +41,17 @@ pub const RESOURCES_TAG: &str = "mcp-resources";
 pub const PROMPT_PREFIX: &str = "prompt.";
 /// The name prefix of an upstream's resources tool.
 pub const RESOURCES_PREFIX: &str = "resources.";
+/// The tag of a tool that relays `tasks/*` requests to an upstream.
+pub const TASKS_TAG: &str = "mcp-tasks";
+/// The name prefix of an upstream's tasks tool.
+pub const TASKS_PREFIX: &str = "tasks.";
 
-/// Whether `definition` is a tool proper, not an upstream's prompt or resources.
+/// Whether `definition` is a tool proper, not an upstream's prompt, resources or tasks.
 pub fn is_tool(definition: &ToolDefinition) -> bool {
     !definition
         .tags
         .iter()
-        .any(|t| t == PROMPT_TAG || t == RESOURCES_TAG)
+        .any(|t| t == PROMPT_TAG || t == RESOURCES_TAG || t == TASKS_TAG)
 }
 
 /// The key of an input that asks for completions instead of the tool's usual request.
@@ -68,12 +72,12 @@ fn completion(input: &Value) -> Option<Result<CompleteRequestParams, ToolError>>
     }))
 }
 
-fn deadline_for(link: &Link, ctx: &ToolInvokeContext) -> Instant {
+pub(super) fn deadline_for(link: &Link, ctx: &ToolInvokeContext) -> Instant {
     let deadline = Instant::now() + link.config.call_timeout;
     ctx.deadline().map_or(deadline, |d| deadline.min(d))
 }
 
-fn definition(
+pub(super) fn definition(
     link: &Link,
     name: String,
     description: String,
@@ -350,6 +354,9 @@ async fn complete_template(
 }
 
 /// What a call of a resources tool asks for.
+// Made and matched once per call, never stored: its size is no concern (serde_json's
+// `preserve_order`, on when the gateway has Cedar policies, makes the map inside larger).
+#[allow(clippy::large_enum_variant)]
 enum Request<'a> {
     Read(&'a str),
     List,

@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
@@ -18,6 +19,11 @@ use rmcp::model::{
     JsonObject, Prompt, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
     ReadResourceResult, RequestId, RequestMetaObject, Resource, ResourceTemplate,
     ServerCapabilities, ServerResult, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
+};
+use rmcp::model::{
+    CancelTaskParams, CancelTaskRequest, CreateTaskResult, GetTaskParams, GetTaskRequest,
+    GetTaskResult, InputResponses, TASKS_EXTENSION_ID, TaskPayload, UpdateTaskParams,
+    UpdateTaskRequest,
 };
 use rmcp::service::RxJsonRpcMessage;
 use rmcp::service::{ClientLifecycleMode, Peer, PeerRequestOptions, RunningService, ServiceError};
@@ -45,7 +51,9 @@ use super::relay::{Relay, Routes, Subscriber, UpstreamClient};
 use super::stdio::{MAX_MESSAGE_BYTES, Oversized, StdioUpstream};
 use super::streams::StreamTagging;
 use super::{UpstreamConfig, UpstreamTransport};
-use crate::caller::{CallerKey, CallerRequest, InputRound, missing_capability};
+use crate::caller::{
+    CallerKey, CallerRequest, InputRound, UPSTREAM_TASK, UpstreamTask, missing_capability,
+};
 
 type Session = RunningService<RoleClient, UpstreamClient>;
 
@@ -114,11 +122,23 @@ pub(crate) struct Link {
     /// Whether `current` speaks 2026-07-28 (false until it first connects).
     modern: AtomicBool,
     /// The connections of each caller, for an upstream called as the caller.
-    callers: Option<CallerLinks>,
+    callers: Option<CallerLinks<Link>>,
+    /// The name of the tool that relays `tasks/*` requests to this upstream, once one
+    /// is registered (the upstream advertised the tasks extension at import): only then
+    /// is a task the upstream answers with handed to the caller.
+    pub(crate) tasks_tool: TasksTool,
 }
+
+/// The name of an upstream's tasks tool, set once it is registered; shared by the
+/// upstream's connections.
+pub(crate) type TasksTool = Arc<std::sync::OnceLock<String>>;
+
+/// The shortest and longest wait between two `tasks/get` of a task toolgate polls itself.
+const POLL_BOUNDS: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 
 impl Link {
     pub fn new(config: UpstreamConfig, credential: Option<String>) -> Self {
+        let tasks_tool = TasksTool::default();
         let callers = config
             .per_caller
             .as_ref()
@@ -132,6 +152,7 @@ impl Link {
             legacy: Channel::new(&name, true),
             modern: AtomicBool::new(false),
             callers,
+            tasks_tool,
         }
     }
 
@@ -157,7 +178,15 @@ impl Link {
     ) -> Result<Arc<Link>, ToolError> {
         match &self.callers {
             None => Ok(Arc::clone(self)),
-            Some(callers) => callers.link(ctx).await,
+            Some(callers) => {
+                callers
+                    .link(ctx, |config, credential| {
+                        let mut link = Link::for_caller(config, credential);
+                        link.tasks_tool = Arc::clone(&self.tasks_tool);
+                        link
+                    })
+                    .await
+            }
         }
     }
 
@@ -955,7 +984,7 @@ impl Link {
                         cancel.id = None;
                     }
                     return self
-                        .answer(channel, generation, caller, answered, started)
+                        .answer(channel, generation, caller, answered, (started, deadline))
                         .await;
                 }
                 cancel.id = None;
@@ -987,7 +1016,7 @@ impl Link {
                 cancel.id = None;
             }
             return self
-                .answer(channel, generation, caller, answered, started)
+                .answer(channel, generation, caller, answered, (started, deadline))
                 .await;
         }
         Err(ToolError::transient(format!(
@@ -1007,16 +1036,40 @@ impl Link {
     }
 
     /// The call's answer (`answered`: within the deadline or not), as the caller's result
-    /// or error; a connection that failed under it is forgotten.
+    /// or error; a connection that failed under it is forgotten. A task (SEP-2663) is
+    /// left for the server to hand to a caller that takes tasks ([`UPSTREAM_TASK`]);
+    /// for any other caller toolgate polls it to its end, within the call's deadline.
     async fn answer(
         &self,
         channel: &Channel,
         generation: u64,
         caller: Option<&CallerRequest>,
         answered: Result<Result<ServerResult, ServiceError>, tokio::time::error::Elapsed>,
-        started: Instant,
+        (started, deadline): (Instant, Instant),
     ) -> Result<CallToolResult, ToolError> {
         match answered {
+            Ok(Ok(ServerResult::CreateTaskResult(mut created))) => {
+                created.task.status_message = created.task.status_message.map(|m| self.scrubbed(m));
+                let relayed = caller
+                    .filter(|c| c.takes_tasks())
+                    .zip(self.tasks_tool.get());
+                let Some((caller, tasks_tool)) = relayed else {
+                    return self.await_task(created, started, deadline).await;
+                };
+                caller.upstream_task.set(UpstreamTask {
+                    tasks_tool: tasks_tool.clone(),
+                    upstream_id: created.task.task_id.clone(),
+                    created,
+                });
+                Err(ToolError::abort(
+                    format!(
+                        "MCP server `{}` runs the call as a task: poll it with `tasks/get`",
+                        self.config.name
+                    ),
+                    UPSTREAM_TASK,
+                    202,
+                ))
+            }
             Err(_) => Err(self.timed_out(started)),
             Ok(Err(ServiceError::McpError(e)))
                 if e.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY =>
@@ -1037,6 +1090,135 @@ impl Link {
                 "MCP server `{}` answered the call with something other than a tool result",
                 self.config.name
             ))),
+        }
+    }
+
+    /// `request` (a `tasks/*` request) to the upstream, declaring the tasks extension in
+    /// its `_meta`, as the extension requires of every `tasks/*` request.
+    async fn task_request(
+        &self,
+        request: ClientRequest,
+        deadline: Instant,
+    ) -> Result<ServerResult, ToolError> {
+        self.request(&self.current, deadline, |peer| async move {
+            peer.send_request_with_option(request, tasks_options())
+                .await?
+                .await_response()
+                .await
+        })
+        .await
+    }
+
+    /// `tasks/get` of the upstream's task `id`.
+    ///
+    /// # Errors
+    ///
+    /// The upstream's refusal (`invalid_input` for a task it does not know), or the
+    /// request's failure.
+    pub async fn get_task(&self, id: &str, deadline: Instant) -> Result<GetTaskResult, ToolError> {
+        let request = ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(id)));
+        match self.task_request(request, deadline).await? {
+            ServerResult::GetTaskResult(task) => Ok(task),
+            _ => Err(self.unexpected("tasks/get")),
+        }
+    }
+
+    /// `tasks/cancel` of the upstream's task `id`.
+    ///
+    /// # Errors
+    ///
+    /// As [`get_task`](Self::get_task).
+    pub async fn cancel_task(&self, id: &str, deadline: Instant) -> Result<(), ToolError> {
+        let request =
+            ClientRequest::CancelTaskRequest(CancelTaskRequest::new(CancelTaskParams::new(id)));
+        self.task_request(request, deadline).await.map(drop)
+    }
+
+    /// `tasks/update` of the upstream's task `id`: the caller's answers to what the task
+    /// asked.
+    ///
+    /// # Errors
+    ///
+    /// As [`get_task`](Self::get_task).
+    pub async fn update_task(
+        &self,
+        id: &str,
+        responses: InputResponses,
+        deadline: Instant,
+    ) -> Result<(), ToolError> {
+        let request = ClientRequest::UpdateTaskRequest(UpdateTaskRequest::new(
+            UpdateTaskParams::new(id, responses),
+        ));
+        self.task_request(request, deadline).await.map(drop)
+    }
+
+    fn unexpected(&self, method: &str) -> ToolError {
+        ToolError::execution(format!(
+            "MCP server `{}` answered `{method}` with something else than its result",
+            self.config.name
+        ))
+    }
+
+    /// The end of the upstream's task `created`, polled with `tasks/get` for a caller
+    /// that does not take tasks: its result, or an error when it failed, was
+    /// cancelled, asks for input (which such a caller cannot give in a task) or does not
+    /// end by `deadline`. A task given up before it ends — at the deadline, or the call
+    /// dropped — is cancelled upstream.
+    async fn await_task(
+        &self,
+        created: CreateTaskResult,
+        started: Instant,
+        deadline: Instant,
+    ) -> Result<CallToolResult, ToolError> {
+        let id = created.task.task_id;
+        let mut interval = created.task.poll_interval_ms;
+        // Nobody will ask for the task once this call is given up — at its deadline, or
+        // dropped — so the upstream may stop its work.
+        let (peer, _) = self.peer(&self.current, deadline).await?;
+        let mut cancel = CancelTaskOnDrop {
+            peer,
+            id: Some(id.clone()),
+        };
+        loop {
+            let wait = interval
+                .map_or(POLL_BOUNDS.0, Duration::from_millis)
+                .clamp(POLL_BOUNDS.0, POLL_BOUNDS.1);
+            if Instant::now() + wait >= deadline {
+                return Err(self.timed_out(started));
+            }
+            tokio::time::sleep(wait).await;
+            let task = self.get_task(&id, deadline).await?.task;
+            interval = task.task.poll_interval_ms;
+            let name = &self.config.name;
+            if task.status().is_terminal() {
+                cancel.id = None;
+            }
+            match task.payload {
+                TaskPayload::Working => continue,
+                TaskPayload::Completed { result } => {
+                    return serde_json::from_value(Value::Object(result)).map_err(|e| {
+                        ToolError::execution(format!(
+                            "MCP server `{name}` ended its task with a result that is not a tool result: {e}"
+                        ))
+                    });
+                }
+                TaskPayload::Failed { error } => {
+                    let message = error.get("message").and_then(Value::as_str).unwrap_or("");
+                    return Err(ToolError::execution(self.scrubbed(format!(
+                        "MCP server `{name}`: the call's task failed: {message}"
+                    ))));
+                }
+                TaskPayload::Cancelled => {
+                    return Err(ToolError::execution(format!(
+                        "MCP server `{name}` cancelled the call's task"
+                    )));
+                }
+                _ => {
+                    return Err(ToolError::execution(format!(
+                        "MCP server `{name}` asks for input in the call's task, which only a caller that declares the tasks extension can give"
+                    )));
+                }
+            }
         }
     }
 
@@ -1156,6 +1338,49 @@ struct CancelOnDrop {
     peer: Peer<RoleClient>,
     /// `None` once answered.
     id: Option<RequestId>,
+}
+
+/// The options of a `tasks/*` request: the tasks extension declared in its `_meta`, as the
+/// extension requires of every one.
+fn tasks_options() -> PeerRequestOptions {
+    let mut capabilities = ClientCapabilities::default();
+    capabilities
+        .extensions
+        .get_or_insert_with(Default::default)
+        .insert(TASKS_EXTENSION_ID.to_owned(), Default::default());
+    let mut meta = RequestMetaObject::new();
+    meta.set_client_capabilities(capabilities);
+    PeerRequestOptions::no_options().with_meta(meta)
+}
+
+/// Cancels an upstream task toolgate polls when the poll is given up before the task ends.
+struct CancelTaskOnDrop {
+    peer: Peer<RoleClient>,
+    /// `None` once the task has ended.
+    id: Option<String>,
+}
+
+impl Drop for CancelTaskOnDrop {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                let request = ClientRequest::CancelTaskRequest(CancelTaskRequest::new(
+                    CancelTaskParams::new(id),
+                ));
+                let cancelled = async {
+                    peer.send_request_with_option(request, tasks_options())
+                        .await?
+                        .await_response()
+                        .await
+                };
+                let _ = tokio::time::timeout(POLL_BOUNDS.1, cancelled).await;
+            });
+        }
+    }
 }
 
 impl Drop for CancelOnDrop {

@@ -13,6 +13,7 @@ mod relay;
 mod secrets;
 mod stdio;
 mod streams;
+mod tasks;
 mod tool;
 
 use std::sync::Arc;
@@ -27,11 +28,12 @@ use toolgate_core::tool::{ErasedTool, ToolAnnotations, ToolDefinition, ToolSourc
 pub use config::{Backoff, UpstreamConfig, UpstreamTransport};
 pub use features::{
     ImportedPrompt, ImportedResources, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG,
-    is_tool,
+    TASKS_PREFIX, TASKS_TAG, is_tool,
 };
 pub use per_caller::{CallerAccessToken, CallerCredentials, PerCaller, StaticCallerCredentials};
 pub use relay::UNATTRIBUTED;
 pub use secrets::{MIN_GUESSED_SECRET_LEN, is_credential_name};
+pub use tasks::ImportedTasks;
 pub use tool::ImportedTool;
 
 use crate::McpError;
@@ -161,10 +163,10 @@ impl Upstream {
             .iter()
             .map(|definition| input_validator(config, definition))
             .collect();
-        let (prompts, resources) = if config.declared_tools.is_empty() {
+        let (prompts, resources, tasks) = if config.declared_tools.is_empty() {
             discover_features(&link, deadline).await
         } else {
-            (Vec::new(), None)
+            (Vec::new(), None, None)
         };
         let mut features: Vec<Arc<dyn ErasedTool>> = Vec::new();
         features.extend(
@@ -173,6 +175,7 @@ impl Upstream {
                 .map(|p| Arc::new(p) as Arc<dyn ErasedTool>),
         );
         features.extend(resources.map(|r| Arc::new(r) as Arc<dyn ErasedTool>));
+        features.extend(tasks.map(|t| Arc::new(t) as Arc<dyn ErasedTool>));
         Ok(Upstream {
             link,
             tools,
@@ -307,16 +310,20 @@ impl std::fmt::Debug for Upstream {
     }
 }
 
-/// The upstream's prompts and resources, when it offers them (not for an upstream whose
-/// tools are declared: configuration chose what to import). An upstream that fails to
-/// list its prompts is imported without them, with a warning.
+/// The upstream's prompts, resources and tasks, when it offers them (not for an upstream
+/// whose tools are declared: configuration chose what to import). An upstream that fails
+/// to list its prompts is imported without them, with a warning.
 async fn discover_features(
     link: &Arc<Link>,
     deadline: Instant,
-) -> (Vec<ImportedPrompt>, Option<ImportedResources>) {
+) -> (
+    Vec<ImportedPrompt>,
+    Option<ImportedResources>,
+    Option<ImportedTasks>,
+) {
     let config = &link.config;
     let Some(capabilities) = link.capabilities(deadline).await else {
-        return (Vec::new(), None);
+        return (Vec::new(), None, None);
     };
     let mut prompts = Vec::new();
     if capabilities.prompts.is_some() {
@@ -340,7 +347,11 @@ async fn discover_features(
         .is_some()
         .then(|| ImportedResources::new(Arc::clone(link)))
         .flatten();
-    (prompts, resources)
+    let tasks = capabilities
+        .supports_tasks()
+        .then(|| ImportedTasks::new(Arc::clone(link)))
+        .flatten();
+    (prompts, resources, tasks)
 }
 
 /// The compiled input schema of an imported tool, when arguments are to be checked. A

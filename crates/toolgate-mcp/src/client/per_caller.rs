@@ -27,7 +27,6 @@ use toolgate_core::secret::Secret;
 use toolgate_core::{ToolError, ToolInvokeContext};
 
 use super::UpstreamConfig;
-use super::link::Link;
 
 /// The most per-caller connections kept to one upstream, by default.
 pub const DEFAULT_MAX_CALLER_SESSIONS: u64 = 1_000;
@@ -312,15 +311,17 @@ impl std::fmt::Debug for PerCaller {
 }
 
 /// The per-caller connections of one upstream, keyed by the SHA-256 of the credential
-/// (the credential itself is kept only inside its connection).
-pub(crate) struct CallerLinks {
+/// (the credential itself is kept only inside its connection). Generic over the
+/// connection, which the caller of [`CallerLinks::link`] makes, so that this module does
+/// not name the connection type that holds it.
+pub(crate) struct CallerLinks<L> {
     source: Arc<dyn CallerCredentials>,
     /// The upstream's configuration without the per-caller part.
     config: UpstreamConfig,
-    links: moka::sync::Cache<[u8; 32], Arc<Link>>,
+    links: moka::sync::Cache<[u8; 32], Arc<L>>,
 }
 
-impl CallerLinks {
+impl<L: Send + Sync + 'static> CallerLinks<L> {
     pub fn new(config: &UpstreamConfig, per_caller: &PerCaller) -> Self {
         let mut config = config.clone();
         config.per_caller = None;
@@ -334,17 +335,22 @@ impl CallerLinks {
         }
     }
 
-    /// The connection of `ctx`'s caller, made (not yet connected) when it has none.
-    pub async fn link(&self, ctx: &ToolInvokeContext) -> Result<Arc<Link>, ToolError> {
+    /// The connection of `ctx`'s caller; when it has none, `make` makes one (not yet
+    /// connected) from the upstream's configuration and the caller's credential.
+    pub async fn link(
+        &self,
+        ctx: &ToolInvokeContext,
+        make: impl FnOnce(UpstreamConfig, Secret) -> L,
+    ) -> Result<Arc<L>, ToolError> {
         let credential = self.source.credential(ctx).await?;
         let key: [u8; 32] = Sha256::digest(credential.expose().as_bytes()).into();
-        Ok(self.links.get_with(key, || {
-            Arc::new(Link::for_caller(self.config.clone(), credential))
-        }))
+        Ok(self
+            .links
+            .get_with(key, || Arc::new(make(self.config.clone(), credential))))
     }
 
     /// The per-caller connections held now.
-    pub fn held_links(&self) -> Vec<Arc<Link>> {
+    pub fn held_links(&self) -> Vec<Arc<L>> {
         self.links.iter().map(|(_, link)| link).collect()
     }
 

@@ -12,15 +12,17 @@ use arc_swap::ArcSwap;
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
-    CompleteRequestParams, CompleteResult, ContentBlock, CustomRequest, CustomResult, ErrorCode,
-    ErrorData, GetPromptRequestParams, GetPromptResponse, GetTaskParams, GetTaskResult,
-    Implementation, ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult,
-    ListToolsResult, LoggingLevel, PaginatedRequestParams, ProtocolVersion,
+    CompleteRequestParams, CompleteResult, ContentBlock, CreateTaskResult, CustomRequest,
+    CustomResult, ErrorCode, ErrorData, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
+    GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams, ProtocolVersion,
     ReadResourceRequestParams, ReadResourceResponse, Reference, ResourcesCapability,
     ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
-    SubscriptionFilter, TASKS_EXTENSION_ID, UnsubscribeRequestParams,
+    SubscriptionFilter, TASKS_EXTENSION_ID, UnsubscribeRequestParams, UpdateTaskParams,
 };
-use rmcp::service::{RequestContext, SubscriptionContext, SubscriptionSink};
+use rmcp::service::{
+    NotificationContext, Peer, RequestContext, SubscriptionContext, SubscriptionSink,
+};
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -29,13 +31,19 @@ use toolgate_core::{InvokeOptions, ToolError, User};
 use tracing::Instrument;
 
 use super::ServerInner;
+use super::cancellation::{ClientDisconnected, HostShutdown};
 use super::features;
-use super::http::{ClientDisconnected, HostShutdown};
+use super::relayed::Relayed;
 use super::rounds::Retry;
 use super::span;
 use super::tasks;
-use crate::caller::{CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal};
-use crate::client::{CallerAccessToken, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_TAG, is_tool};
+use crate::caller::{
+    CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal, UPSTREAM_TASK, UpstreamTask,
+    UpstreamTaskSlot,
+};
+use crate::client::{
+    CallerAccessToken, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_TAG, TASKS_TAG, is_tool,
+};
 use crate::convert::{
     InputShape, decided_result, error_to_result, output_to_result, to_mcp_tool, unknown_tool,
 };
@@ -43,6 +51,28 @@ use crate::convert::{
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
 pub(crate) struct Connection {
+    state: Arc<State>,
+    /// Where this connection's sessions are registered for their `tools/call` to be
+    /// answered in the task of the HTTP request: only on the connection rmcp serves, not
+    /// on the handles kept there.
+    direct: Option<Arc<dyn SessionRegistry>>,
+}
+
+/// Where a connection registers the HTTP sessions it serves, and forgets them when rmcp
+/// drops it: the endpoint's table of sessions whose `tools/call` it answers in the task
+/// of their HTTP request (`direct.rs`). A trait, so that this handler does not name the
+/// endpoint that holds handles on it.
+pub(crate) trait SessionRegistry: Send + Sync {
+    /// Registers session `id`, served by `connection` with `peer`, unless it is already.
+    fn register(&self, id: &str, connection: &Connection, peer: &Peer<RoleServer>);
+
+    /// Forgets the sessions `ids` of `connection` (rmcp dropped it), cancelling their
+    /// calls still running in the task of their HTTP request.
+    fn forget(&self, ids: &[Arc<str>], connection: &Connection);
+}
+
+/// What a connection and its handles share; its sessions end with the last of them.
+struct State {
     /// What the connection serves: swapped by the host on a reload
     /// ([`McpHttpService::serve`](super::McpHttpService::serve)).
     current: Arc<ArcSwap<ServerInner>>,
@@ -59,10 +89,54 @@ impl Connection {
     pub(crate) fn new(current: Arc<ArcSwap<ServerInner>>) -> Self {
         let n = NEXT_CONNECTION.fetch_add(1, Ordering::Relaxed);
         Connection {
-            current,
-            own_id: Arc::from(format!("mcp-{}-{n}", std::process::id())),
-            sessions: Mutex::new(Vec::new()),
-            log_level: Mutex::new(None),
+            state: Arc::new(State {
+                current,
+                own_id: Arc::from(format!("mcp-{}-{n}", std::process::id())),
+                sessions: Mutex::new(Vec::new()),
+                log_level: Mutex::new(None),
+            }),
+            direct: None,
+        }
+    }
+
+    /// This connection, registering its sessions with `direct`.
+    pub(crate) fn answered_by(mut self, direct: Arc<dyn SessionRegistry>) -> Self {
+        self.direct = Some(direct);
+        self
+    }
+
+    /// Another handle on this connection's state, which registers nothing.
+    pub(crate) fn handle(&self) -> Connection {
+        Connection {
+            state: Arc::clone(&self.state),
+            direct: None,
+        }
+    }
+
+    /// Whether `other` is a handle on this connection.
+    pub(crate) fn same_as(&self, other: &Connection) -> bool {
+        Arc::ptr_eq(&self.state, &other.state)
+    }
+
+    /// Whether the session set a level for log messages (they would go to the caller
+    /// during its calls).
+    pub(crate) fn sets_log_level(&self) -> bool {
+        self.state
+            .log_level
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// Registers the HTTP session of a request (its `parts`) for its calls to be answered
+    /// in the task of their HTTP request.
+    fn register(&self, peer: &Peer<RoleServer>, parts: Option<&http::request::Parts>) {
+        if let Some(direct) = &self.direct
+            && let Some(id) = parts
+                .and_then(|p| p.headers.get("mcp-session-id"))
+                .and_then(|v| v.to_str().ok())
+        {
+            direct.register(id, self, peer);
         }
     }
 
@@ -71,8 +145,12 @@ impl Connection {
         let id = parts
             .and_then(|p| p.headers.get("mcp-session-id"))
             .and_then(|v| v.to_str().ok())
-            .map_or_else(|| Arc::clone(&self.own_id), Arc::from);
-        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+            .map_or_else(|| Arc::clone(&self.state.own_id), Arc::from);
+        let mut sessions = self
+            .state
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         if !sessions.contains(&id) {
             sessions.push(Arc::clone(&id));
         }
@@ -99,7 +177,7 @@ impl Connection {
 impl Connection {
     /// What the connection serves now.
     fn server(&self) -> Arc<ServerInner> {
-        self.current.load_full()
+        self.state.current.load_full()
     }
 
     /// The definition of `name` when the caller may see it.
@@ -159,6 +237,8 @@ impl Connection {
             refusal,
             listener,
             subscription_ended,
+            upstream_task,
+            relayed_task,
         } = extras;
         let parts = context.extensions.get::<http::request::Parts>();
         // Fires when the client sends `notifications/cancelled`, or when the host cuts
@@ -174,10 +254,11 @@ impl Connection {
         let caller = CallerRequest {
             peer: context.peer.clone(),
             progress_token: context.meta.get_progress_token(),
-            log_level: context
-                .meta
-                .log_level()
-                .or(*self.log_level.lock().unwrap_or_else(|e| e.into_inner())),
+            log_level: context.meta.log_level().or(*self
+                .state
+                .log_level
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())),
             session_id: subscriber,
             capabilities: context.client_capabilities().unwrap_or_default(),
             input_required_results: takes_input_required(context),
@@ -185,6 +266,8 @@ impl Connection {
             refusal,
             listener,
             subscription_ended,
+            upstream_task,
+            relayed_task,
         };
         let mut options = InvokeOptions::new()
             .session(session)
@@ -254,6 +337,55 @@ impl Connection {
             )),
             Err(error) => Ok(error_to_result(&error).into()),
         }
+    }
+
+    /// The task a caller is answered for a task its upstream created: a handle of our
+    /// own, kept for the caller in the server's [`RelayedTasks`](super::RelayedTasks).
+    fn hand_over(&self, task: UpstreamTask, user: &User) -> Result<CallToolResponse, ErrorData> {
+        let UpstreamTask {
+            tasks_tool,
+            upstream_id,
+            created,
+        } = task;
+        let mut task = created.task;
+        let ttl = task.ttl_ms.map(std::time::Duration::from_millis);
+        let relayed = Relayed {
+            tasks_tool,
+            upstream_id,
+        };
+        let handle = self
+            .server()
+            .relayed
+            .insert(&user.id, relayed, ttl)
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        task.task_id = handle;
+        // Kept no longer than the server keeps it.
+        let most = super::MAX_RELAYED_TASK_AGE.as_millis() as u64;
+        task.ttl_ms = Some(task.ttl_ms.map_or(most, |ms| ms.min(most)));
+        Ok(CallToolResponse::Task(CreateTaskResult::new(task)))
+    }
+
+    /// Relays a `tasks/*` request (`input` for the upstream's tasks tool) about the
+    /// caller's task `handle`, which stands for `relayed`: the tool's output, or the error
+    /// to answer — an upstream that no longer knows the task makes it unknown.
+    async fn relay_task(
+        &self,
+        handle: &str,
+        relayed: Relayed,
+        input: Value,
+        context: &RequestContext<RoleServer>,
+        user: Arc<User>,
+    ) -> Result<Value, ErrorData> {
+        let extras = Extras {
+            relayed_task: Some(relayed.upstream_id),
+            ..Extras::default()
+        };
+        self.run_with(&relayed.tasks_tool, input, context, user, extras)
+            .await
+            .map_err(|error| match error {
+                ToolError::InvalidInput(_) => tasks::unknown(handle),
+                error => features::request_error(&error),
+            })
     }
 
     /// Runs a request about resource `uri` on the resources tools the caller may see, in
@@ -349,7 +481,8 @@ impl Connection {
         let input =
             InputShape::of(&definition.input_schema).input(request.arguments.unwrap_or_default());
         let refusal = Refusal::default();
-        match self
+        let upstream_task = UpstreamTaskSlot::default();
+        let result = self
             .run_with(
                 &name,
                 input,
@@ -358,11 +491,19 @@ impl Connection {
                 Extras {
                     round,
                     refusal: refusal.clone(),
+                    upstream_task: upstream_task.clone(),
                     ..Extras::default()
                 },
             )
-            .await
+            .await;
+        // The upstream runs the call as a task: the caller polls a task of ours for it.
+        if let Err(error) = &result
+            && error.code() == UPSTREAM_TASK
+            && let Some(task) = upstream_task.take()
         {
+            return self.hand_over(task, &user);
+        }
+        match result {
             Ok(output) => Ok(output_to_result(&definition, output).into()),
             Err(ToolError::UnknownTool { .. }) => Err(unknown_tool(&name)),
             Err(ToolError::InputRequired { requests, state }) if takes_input_required(context) => {
@@ -409,6 +550,10 @@ struct Extras {
     listener: Option<SubscriptionSink>,
     /// Cancelled when a subscription the request makes is ended for the caller.
     subscription_ended: CancellationToken,
+    /// Where an upstream leaves the task it answered the request with.
+    upstream_task: UpstreamTaskSlot,
+    /// The upstream task a `tasks/*` request is about, found among the caller's own.
+    relayed_task: Option<String>,
 }
 
 /// The digest of a call's arguments, absent ones as `{}`: in canonical form, so that a
@@ -436,6 +581,19 @@ fn takes_input_required(context: &RequestContext<RoleServer>) -> bool {
 }
 
 impl Drop for Connection {
+    fn drop(&mut self) {
+        if let Some(direct) = self.direct.take() {
+            let sessions = self
+                .state
+                .sessions
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            direct.forget(&sessions[..], self);
+        }
+    }
+}
+
+impl Drop for State {
     fn drop(&mut self) {
         let server = self.current.load_full();
         let sessions = self.sessions.get_mut().unwrap_or_else(|e| e.into_inner());
@@ -470,8 +628,9 @@ impl ServerHandler for Connection {
             resources.subscribe = Some(true);
             capabilities.resources = Some(resources);
         }
-        // Calls that wait for approval are tasks for callers that declare the extension.
-        if self.server().outcome_tool.is_some() {
+        // Calls that wait for approval, and the tasks of upstreams, are tasks for callers
+        // that declare the extension.
+        if self.server().outcome_tool.is_some() || tagged(TASKS_TAG) {
             capabilities
                 .extensions
                 .get_or_insert_with(Default::default)
@@ -482,6 +641,13 @@ impl ServerHandler for Connection {
             Implementation::new(self.server().name.clone(), self.server().version.clone());
         info.instructions = self.server().instructions.clone();
         info
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.register(
+            &context.peer,
+            context.extensions.get::<http::request::Parts>(),
+        );
     }
 
     async fn list_tools(
@@ -511,6 +677,10 @@ impl ServerHandler for Connection {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
+        self.register(
+            &context.peer,
+            context.extensions.get::<http::request::Parts>(),
+        );
         let span = span::tools_call(&request.name, &context);
         let answer = self
             .answer_call(request, &context)
@@ -527,10 +697,23 @@ impl ServerHandler for Connection {
     ) -> Result<GetTaskResult, ErrorData> {
         let id = request.task_id;
         let server = self.server();
+        let user = self.user(context.extensions.get::<http::request::Parts>());
+        if let Some(relayed) = server.relayed.get(&id, &user.id) {
+            let input = json!({ "get": id });
+            let output = self.relay_task(&id, relayed, input, &context, user).await?;
+            let mut answer: GetTaskResult = serde_json::from_value(output).map_err(|e| {
+                ErrorData::internal_error(
+                    format!("the upstream's task could not be read: {e}"),
+                    None,
+                )
+            })?;
+            answer.task.task.task_id = id;
+            answer.meta = None;
+            return Ok(answer);
+        }
         let Some(tool) = server.outcome_tool.clone() else {
             return Err(tasks::unknown(&id));
         };
-        let user = self.user(context.extensions.get::<http::request::Parts>());
         let outcome = self
             .run_with(
                 &tool,
@@ -563,7 +746,33 @@ impl ServerHandler for Connection {
     ) -> Result<(), ErrorData> {
         let id = request.task_id;
         let user = self.user(context.extensions.get::<http::request::Parts>());
-        tasks::withdraw(&self.server().pipeline, &id, &user).await
+        if let Some(relayed) = self.server().relayed.get(&id, &user.id) {
+            let input = json!({ "cancel": id });
+            return self
+                .relay_task(&id, relayed, input, &context, user)
+                .await
+                .map(drop);
+        }
+        let server = self.server();
+        tasks::withdraw(&server.pipeline, &id, &user, server.on_withdrawal.as_ref()).await
+    }
+
+    /// `tasks/update` is relayed for a task an upstream created; toolgate's own tasks
+    /// (calls waiting for approval) ask nothing of their callers.
+    async fn update_task(
+        &self,
+        request: UpdateTaskParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        let id = request.task_id;
+        let user = self.user(context.extensions.get::<http::request::Parts>());
+        let Some(relayed) = self.server().relayed.get(&id, &user.id) else {
+            return Err(tasks::unknown(&id));
+        };
+        let input = json!({ "update": id, "inputResponses": request.input_responses });
+        self.relay_task(&id, relayed, input, &context, user)
+            .await
+            .map(drop)
     }
 
     async fn list_prompts(
@@ -810,7 +1019,11 @@ impl ServerHandler for Connection {
         request: SetLevelRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        *self.log_level.lock().unwrap_or_else(|e| e.into_inner()) = Some(request.level);
+        *self
+            .state
+            .log_level
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(request.level);
         Ok(())
     }
 

@@ -1,118 +1,30 @@
-//! The streamable HTTP endpoint, and how a client disconnect or the host's shutdown
-//! becomes a cancellation.
-//!
-//! rmcp keeps a session's calls running when the HTTP response carrying their result is
-//! dropped (the client may resume the stream). For toolgate a disconnect means the
-//! caller is gone, so each HTTP request carries a [`ClientDisconnected`] token that fires
-//! when its response is dropped before it was sent in full; a `tools/call` that sees it
-//! fire drops its invocation, which releases everything its hooks acquired.
-//!
-//! A host that stops while calls still run puts a [`HostShutdown`] in each request
-//! instead: the client is still there and waits for an answer, so the call is cancelled
-//! through the pipeline and answered.
+//! The streamable HTTP endpoint: rmcp's, with each request's body read first, a
+//! [`ClientDisconnected`] in each request, and some calls answered in the task of their
+//! HTTP request ([`DirectCalls`]).
 
 use std::convert::Infallible;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;
-use http_body::{Body, Frame, SizeHint};
+use http_body::Body;
 use http_body_util::BodyExt;
-use http_body_util::combinators::BoxBody;
+use rmcp::model::ClientJsonRpcMessage;
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::SessionId;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use tokio_util::sync::{CancellationToken, DropGuard};
-use toolgate_core::ToolError;
 
 use arc_swap::ArcSwap;
 
-use super::ServerInner;
+use super::cancellation::{ClientDisconnected, GuardedBody};
 use super::connection::Connection;
+use super::direct::{self, DirectCalls};
+use super::held;
 use super::request_body;
-
-/// Fires when the client of one HTTP request goes away before its response was sent in
-/// full. [`McpHttpService`] puts one in every request's extensions.
-#[derive(Clone, Debug, Default)]
-pub struct ClientDisconnected(CancellationToken);
-
-impl ClientDisconnected {
-    /// Waits until the client disconnects.
-    pub async fn cancelled(&self) {
-        self.0.cancelled().await;
-    }
-
-    /// Whether the client has disconnected.
-    pub fn is_cancelled(&self) -> bool {
-        self.0.is_cancelled()
-    }
-}
-
-/// Cuts the calls of an HTTP request when the host server shuts down before they finish.
-///
-/// A host that drains before it stops puts one in the extensions of each request it hands
-/// to [`McpHttpService`] (clones share one token). When the host cancels the token, a
-/// `tools/call` of that request still running is cancelled through the pipeline's
-/// cancellation token — so its tail runs: `on_error`, the audit record, the releases — and
-/// the client is answered with a tool result with `isError: true` carrying `error`, on
-/// the stream it is waiting on.
-///
-/// Cheap to clone (one `Arc`).
-///
-/// # Examples
-///
-/// ```
-/// use tokio_util::sync::CancellationToken;
-/// use toolgate_core::ToolError;
-/// use toolgate_mcp::HostShutdown;
-///
-/// let cut = CancellationToken::new();
-/// let shutdown = HostShutdown::new(
-///     cut.clone(),
-///     ToolError::abort("the server shut down before the call finished", "shutting_down", 503),
-/// );
-/// // Put `shutdown.clone()` in every request's extensions; at the end of the grace:
-/// cut.cancel();
-/// ```
-#[derive(Clone, Debug)]
-pub struct HostShutdown(Arc<Shutdown>);
-
-#[derive(Debug)]
-struct Shutdown {
-    token: CancellationToken,
-    error: ToolError,
-}
-
-impl HostShutdown {
-    /// Calls are cut when `token` is cancelled, and answered with `error`.
-    pub fn new(token: CancellationToken, error: ToolError) -> Self {
-        HostShutdown(Arc::new(Shutdown { token, error }))
-    }
-
-    /// Runs `invoke` (a call whose pipeline cancellation token is `cancel`) to its end.
-    /// If the host shuts down first, cancels the call through `cancel`, lets its tail
-    /// run, and answers with the shutdown's error — unless the call finished anyway.
-    pub(super) async fn cut<F>(&self, invoke: F, cancel: &CancellationToken) -> F::Output
-    where
-        F: Future<Output = Result<serde_json::Value, ToolError>>,
-    {
-        let mut invoke = std::pin::pin!(invoke);
-        tokio::select! {
-            biased;
-            result = &mut invoke => result,
-            () = self.0.token.cancelled() => {
-                cancel.cancel();
-                match invoke.await {
-                    Err(ToolError::Cancelled) => Err(self.0.error.clone()),
-                    ended => ended,
-                }
-            }
-        }
-    }
-}
+use super::{McpServer, ServerInner};
 
 /// The streamable HTTP endpoint of an [`McpServer`](crate::McpServer), from
 /// [`McpServer::http_service`](crate::McpServer::http_service): a cloneable tower service
@@ -130,6 +42,8 @@ pub struct McpHttpService {
     inner: StreamableHttpService<Connection, LocalSessionManager>,
     sessions: Arc<LocalSessionManager>,
     current: Arc<ArcSwap<ServerInner>>,
+    /// The sessions whose `tools/call` this service answers itself.
+    direct: Arc<DirectCalls>,
 }
 
 impl McpHttpService {
@@ -137,11 +51,13 @@ impl McpHttpService {
         inner: StreamableHttpService<Connection, LocalSessionManager>,
         sessions: Arc<LocalSessionManager>,
         current: Arc<ArcSwap<ServerInner>>,
+        direct: Arc<DirectCalls>,
     ) -> Self {
         McpHttpService {
             inner,
             sessions,
             current,
+            direct,
         }
     }
 
@@ -163,6 +79,14 @@ impl McpHttpService {
     /// stay.)
     pub fn serve_as(&self, next: &McpHttpService) {
         self.current.store(next.current.load_full());
+    }
+
+    /// Serves `server` — its pipeline, filter, principals and timeout — from the next
+    /// request on, as [`serve_as`](Self::serve_as) does with another service's: for a
+    /// host that keeps one endpoint for the life of its process and builds a server for
+    /// each configuration.
+    pub fn serve(&self, server: &McpServer) {
+        self.current.store(Arc::clone(&server.inner));
     }
 }
 
@@ -198,67 +122,85 @@ where
         // with an unfinished body (the client left mid-stream): either way, cancel.
         let guard = token.drop_guard();
         let mut inner = self.inner.clone();
+        let sessions = Arc::clone(&self.sessions);
+        let direct = Arc::clone(&self.direct);
         let limit = inner.config.max_request_body_bytes;
         Box::pin(async move {
-            let request = match request_body::read(request, limit).await {
-                Ok(request) => request,
+            let (request, message) = match request_body::read(request, limit).await {
+                Ok(read) => read,
                 Err(rejection) => return Ok(rejection),
             };
-            let response = inner.call(request).await?;
-            Ok(response.map(|body| GuardedBody {
-                inner: body,
-                guard: Some(guard),
-            }))
+            let (parts, body) = request.into_parts();
+            let session = match &message {
+                Some(message) => {
+                    let config = &inner.config;
+                    direct.eligible(&parts, message, config, &sessions).await
+                }
+                None => None,
+            };
+            if let Some(session) = session
+                && let Some(message) = message
+            {
+                let call = session.answer(parts, message);
+                let answer = direct::run(call, inner.config.sse_keep_alive).await;
+                return Ok(answered(answer, guard));
+            }
+            let session = direct.to_rmcp(&parts.headers, message.as_ref());
+            let post = parts.method == http::Method::POST;
+            let one_request = matches!(message, Some(ClientJsonRpcMessage::Request(_)));
+            let request = http::Request::from_parts(parts, body);
+            let response = tower_service::Service::call(&mut inner, request).await?;
+            if let Some(session) = session
+                && response.status().is_success()
+            {
+                session.renewed(&direct);
+            }
+            let (head, mut body) = response.into_parts();
+            if post && is_event_stream(&head.headers) {
+                let hold = inner
+                    .config
+                    .sse_keep_alive
+                    .unwrap_or(HOLD_WITHOUT_KEEP_ALIVE);
+                body = held::first_events(body, hold, one_request).await;
+            }
+            Ok(http::Response::from_parts(
+                head,
+                GuardedBody {
+                    inner: body,
+                    guard: Some(guard),
+                },
+            ))
         })
     }
 }
 
-/// A response body that signals [`ClientDisconnected`] when dropped before its end.
-pub struct GuardedBody {
-    inner: BoxBody<Bytes, Infallible>,
-    guard: Option<DropGuard>,
+/// How long the start of an SSE response is held ([`held`]) when the configuration sets no
+/// keep-alive interval: rmcp's default interval.
+const HOLD_WITHOUT_KEEP_ALIVE: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// Whether a response's `Content-Type` is an SSE stream.
+fn is_event_stream(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("text/event-stream"))
 }
 
-impl GuardedBody {
-    /// A body of `bytes` that nothing waits on.
-    pub(super) fn complete(bytes: Bytes) -> GuardedBody {
-        GuardedBody {
-            inner: http_body_util::Full::new(bytes)
-                .map_err(|never| match never {})
-                .boxed(),
-            guard: None,
-        }
-    }
-}
-
-impl std::fmt::Debug for GuardedBody {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("GuardedBody").finish_non_exhaustive()
-    }
-}
-
-impl Body for GuardedBody {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        let polled = Pin::new(&mut self.inner).poll_frame(cx);
-        if let Poll::Ready(None) = polled
-            && let Some(guard) = self.guard.take()
-        {
-            guard.disarm();
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
+/// A call answered by [`DirectCalls`]: an SSE stream, as rmcp's, its body carrying `guard`.
+fn answered(answer: direct::Answer, guard: DropGuard) -> http::Response<GuardedBody> {
+    let mut response = http::Response::new(GuardedBody {
+        inner: answer.boxed(),
+        guard: Some(guard),
+    });
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-cache"),
+    );
+    headers.insert("x-accel-buffering", http::HeaderValue::from_static("no"));
+    response
 }

@@ -1,8 +1,13 @@
 //! [`McpServer`]: a pipeline served over MCP.
 
+mod cancellation;
 mod connection;
+mod direct;
 mod features;
+mod held;
 mod http;
+mod message;
+mod relayed;
 mod request_body;
 mod rounds;
 mod span;
@@ -19,12 +24,16 @@ use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService,
     session::local::{LocalSessionManager, SessionConfig},
 };
+use toolgate_core::suspension::SuspendedInvocation;
 use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Pipeline, User};
 
-pub use self::http::{ClientDisconnected, GuardedBody, HostShutdown, McpHttpService};
+pub use self::cancellation::{ClientDisconnected, GuardedBody, HostShutdown};
+pub use self::http::McpHttpService;
+pub use self::relayed::{MAX_AGE as MAX_RELAYED_TASK_AGE, RelayedTasks};
 use crate::McpError;
-use connection::Connection;
+use connection::{Connection, SessionRegistry};
+use direct::DirectCalls;
 use rounds::StateSeal;
 
 /// Decides which tools `tools/list` shows to a principal — where the authorization
@@ -77,7 +86,15 @@ pub(crate) struct ServerInner {
     pub seal: Arc<StateSeal>,
     /// The tool that tells a caller the outcome of its call that waited for approval.
     pub outcome_tool: Option<String>,
+    /// The tasks upstreams created for callers, by the handles the callers hold.
+    pub relayed: RelayedTasks,
+    /// Told of each waiting call its caller withdrew with `tasks/cancel`.
+    pub on_withdrawal: Option<OnWithdrawal>,
 }
+
+/// What a host does when a caller withdraws its waiting call: the call, who withdrew it
+/// (its caller), and the reason it was rejected with.
+pub type OnWithdrawal = Arc<dyn Fn(&SuspendedInvocation, &User, &str) + Send + Sync>;
 
 /// A [`Pipeline`] served as an MCP server: every `tools/call` runs through the pipeline.
 ///
@@ -126,6 +143,8 @@ impl McpServer {
                 call_timeout: None,
                 seal: Arc::new(StateSeal::random()),
                 outcome_tool: None,
+                relayed: RelayedTasks::default(),
+                on_withdrawal: None,
             }),
         }
     }
@@ -146,6 +165,8 @@ impl McpServer {
                     call_timeout: old.call_timeout,
                     seal: Arc::clone(&old.seal),
                     outcome_tool: old.outcome_tool.clone(),
+                    relayed: old.relayed.clone(),
+                    on_withdrawal: old.on_withdrawal.clone(),
                 };
                 f(&mut inner);
                 self.inner = Arc::new(inner);
@@ -236,12 +257,38 @@ impl McpServer {
     /// extension (`io.modelcontextprotocol/tasks`, SEP-2663, which the server then
     /// advertises) is answered a task instead, whose id is the suspension id: `tasks/get`
     /// answers `working` while the call waits, then `completed` with its result;
-    /// `tasks/cancel` is refused (an approver rejects a waiting call). A 2025-11-25 caller
+    /// `tasks/cancel` withdraws the call (it is rejected, as by an approver, and
+    /// [`on_withdrawal`](Self::on_withdrawal) is told). A 2025-11-25 caller
     /// is answered a result saying the call waits, with the suspension id, as without one.
     #[must_use]
     pub fn outcome_tool(self, name: impl Into<String>) -> Self {
         let name = name.into();
         self.edit(|s| s.outcome_tool = Some(name))
+    }
+
+    /// Keeps the tasks that upstreams create for callers (SEP-2663) in `table`: the one
+    /// of the server this one replaces on a reload, so that callers can still poll the
+    /// tasks they were handed. A server has a table of its own by default.
+    ///
+    /// A caller that declares the tasks extension and calls an imported tool whose
+    /// upstream answers with a task is handed a task of the server's own, whose
+    /// `tasks/get`, `tasks/update` and `tasks/cancel` the server relays to the upstream
+    /// for that caller alone ([`RelayedTasks`]).
+    #[must_use]
+    pub fn relayed_tasks(self, table: RelayedTasks) -> Self {
+        self.edit(|s| s.relayed = table)
+    }
+
+    /// Calls `told` each time a caller withdraws its waiting call with `tasks/cancel` (it
+    /// is rejected, as by an approver): how a host tells whoever it tells of decisions —
+    /// the gateway sends its `suspension.decided` webhook.
+    #[must_use]
+    pub fn on_withdrawal(
+        self,
+        told: impl Fn(&SuspendedInvocation, &User, &str) + Send + Sync + 'static,
+    ) -> Self {
+        let told: OnWithdrawal = Arc::new(told);
+        self.edit(|s| s.on_withdrawal = Some(told))
     }
 
     /// The pipeline this server serves.
@@ -301,15 +348,17 @@ impl McpServer {
     ) -> McpHttpService {
         let current = Arc::new(ArcSwap::new(Arc::clone(&self.inner)));
         let connections = Arc::clone(&current);
+        let direct = Arc::new(DirectCalls::new(sessions.keep_alive));
+        let registry: Arc<dyn SessionRegistry> = Arc::<DirectCalls>::clone(&direct);
         let mut manager = LocalSessionManager::default();
         manager.session_config = sessions;
         let manager = Arc::new(manager);
         let service = StreamableHttpService::new(
-            move || Ok(Connection::new(Arc::clone(&connections))),
+            move || Ok(Connection::new(Arc::clone(&connections)).answered_by(Arc::clone(&registry))),
             Arc::clone(&manager),
             config,
         );
-        McpHttpService::new(service, manager, current)
+        McpHttpService::new(service, manager, current, direct)
     }
 }
 

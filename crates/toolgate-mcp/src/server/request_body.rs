@@ -21,7 +21,7 @@ use http_body_util::{BodyExt, Full, Limited};
 use rmcp::model::ClientJsonRpcMessage;
 use serde_json::{Value, json};
 
-use super::http::GuardedBody;
+use super::cancellation::GuardedBody;
 
 type BoxError = Box<dyn StdError + Send + Sync>;
 
@@ -31,12 +31,12 @@ const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
 
 /// Reads the body of `request` (at most `limit` bytes) and, for a `POST` of JSON, checks
-/// that it is a JSON-RPC message; the request with its body in memory, or the answer
-/// saying what is wrong.
+/// that it is a JSON-RPC message; the request with its body in memory and, for such a
+/// `POST`, the message — or the answer saying what is wrong.
 pub(super) async fn read<B>(
     request: http::Request<B>,
     limit: usize,
-) -> Result<http::Request<Full<Bytes>>, http::Response<GuardedBody>>
+) -> Result<(http::Request<Full<Bytes>>, Option<ClientJsonRpcMessage>), http::Response<GuardedBody>>
 where
     B: Body,
     B::Error: Into<BoxError>,
@@ -57,13 +57,15 @@ where
         Ok(collected) => collected.to_bytes(),
         Err(error) => return Err(unreadable(&*error, limit)),
     };
-    if parts.method == http::Method::POST
-        && is_json(&parts.headers)
-        && let Err(error) = serde_json::from_slice::<ClientJsonRpcMessage>(&bytes)
-    {
-        return Err(not_json_rpc(&bytes, &error));
-    }
-    Ok(http::Request::from_parts(parts, Full::new(bytes)))
+    let message = if parts.method == http::Method::POST && is_json(&parts.headers) {
+        match super::message::read(&bytes) {
+            Ok(message) => Some(message),
+            Err(error) => return Err(not_json_rpc(&bytes, &error)),
+        }
+    } else {
+        None
+    };
+    Ok((http::Request::from_parts(parts, Full::new(bytes)), message))
 }
 
 /// The answer to a body that is not a JSON-RPC message: a parse error when it is not JSON,

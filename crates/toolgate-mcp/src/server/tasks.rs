@@ -71,7 +71,12 @@ const WITHDRAWN: &str = "withdrawn";
 ///
 /// `invalid params` for an id that is not one of `user`'s calls; `internal error` when the
 /// store fails.
-pub(super) async fn withdraw(pipeline: &Pipeline, id: &str, user: &User) -> Result<(), ErrorData> {
+pub(super) async fn withdraw(
+    pipeline: &Pipeline,
+    id: &str,
+    user: &User,
+    told: Option<&super::OnWithdrawal>,
+) -> Result<(), ErrorData> {
     let store = pipeline.suspension_store();
     let failed = |e: SuspensionStoreError| ErrorData::internal_error(e.to_string(), None);
     let waiting = match pipeline.suspended(id).await {
@@ -97,8 +102,14 @@ pub(super) async fn withdraw(pipeline: &Pipeline, id: &str, user: &User) -> Resu
         )
         .await;
     match withdrawn {
-        // Rejected now, or decided by an approver a moment before: either way it ended.
-        Err(ToolError::Aborted { .. }) | Err(ToolError::UnknownSuspension { .. }) | Ok(_) => {}
+        // Rejected now: told like any decision.
+        Err(ToolError::Aborted { .. }) | Ok(_) => {
+            if let Some(told) = told {
+                told(&waiting, user, &reason);
+            }
+        }
+        // Decided by an approver a moment before: it ended all the same.
+        Err(ToolError::UnknownSuspension { .. }) => {}
         Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
     }
     let outcome = DecidedCall {
@@ -134,6 +145,7 @@ pub(super) fn cancelled(id: &str, outcome: &Value) -> DetailedTask {
 /// The answer to `tasks/get` for an id that is not one of the caller's waiting or decided
 /// calls.
 pub(super) fn unknown(id: &str) -> ErrorData {
+    let id = toolgate_core::error::shown_id(id);
     ErrorData::invalid_params(
         format!(
             "no task `{id}` of yours: it was never one, its outcome is no longer kept, or it is another caller's"
@@ -194,5 +206,14 @@ mod tests {
         let completed = serde_json::to_value(detailed("susp-1", &json!({}), Some(done))).unwrap();
         assert_eq!(completed["status"], "completed");
         assert_eq!(completed["result"]["content"][0]["text"], "ok");
+    }
+
+    #[test]
+    fn an_unknown_task_error_repeats_a_long_id_cut_short() {
+        let long = "x".repeat(1_000_000);
+        let message = unknown(&long).message.to_string();
+        assert!(message.len() < 300, "{} bytes", message.len());
+        assert!(message.contains(&format!("{}…", "x".repeat(64))));
+        assert!(unknown("susp-1").message.contains("`susp-1`"));
     }
 }

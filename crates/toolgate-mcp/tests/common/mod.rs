@@ -6,6 +6,7 @@ pub mod scenarios;
 
 use std::future::Future;
 use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{CallToolRequestParams, CallToolResult, JsonObject};
@@ -15,8 +16,53 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
+use toolgate_core::external::TypeMapKey;
+use toolgate_core::provider::Scope;
+use toolgate_core::tool::tool_fn_with_context;
+use toolgate_core::{
+    Hook, HookResult, Pipeline, PipelineBuilder, ToolError, ToolInvokeContext, hook,
+};
 
 pub type Client = RunningService<RoleClient, ()>;
+
+/// Calls made in this session so far: bound by [`SessionCounter`], read by a tool.
+pub struct Calls;
+
+impl TypeMapKey for Calls {
+    type Value = AtomicU64;
+}
+
+/// A pipeline with the tool `count`, which answers how many calls its session has made
+/// (itself included), and the [`SessionCounter`] it reads.
+pub fn counting() -> PipelineBuilder {
+    Pipeline::builder()
+        .tool(tool_fn_with_context(
+            "count",
+            "Counts the calls of this session.",
+            |_: (), ctx: &ToolInvokeContext| {
+                Box::pin(async move {
+                    let calls = ctx.get::<Calls>()?;
+                    Ok::<_, ToolError>(calls.fetch_add(1, Ordering::SeqCst) + 1)
+                })
+            },
+        ))
+        .hook(SessionCounter)
+}
+
+/// Binds a fresh [`Calls`] counter in the session scope when the session has none.
+pub struct SessionCounter;
+
+#[hook]
+impl Hook for SessionCounter {
+    fn will_bind_providers(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        if ctx.try_get::<Calls>().is_none()
+            && let Err(e) = ctx.provide::<Calls>(AtomicU64::new(0), Scope::Session)
+        {
+            return Err(e.into());
+        }
+        Ok(())
+    }
+}
 
 /// The demo server binary built with this crate.
 pub const DEMO: &str = env!("CARGO_BIN_EXE_toolgate-mcp-demo");

@@ -330,4 +330,63 @@ impl SuspensionStore for RedisSuspensions {
         };
         value.map(|value| self.decode(&place, &value)).transpose()
     }
+
+    /// The ids of every kept outcome come from its index (at most `max_total` of them,
+    /// by expiry), sorted here; the outcomes themselves are read a page at a time and
+    /// filtered once opened (who made a call and its tool are sealed). An outcome whose
+    /// row expired meanwhile is not listed.
+    async fn list_outcomes(
+        &self,
+        filter: &SuspensionFilter,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<DecidedCall>, SuspensionStoreError> {
+        let mut listed = Vec::new();
+        if limit == 0 {
+            return Ok(listed);
+        }
+        let mut command = redis::cmd("ZRANGE");
+        command.arg(self.key("outcomes")).arg(0).arg(-1);
+        let mut connection = self.link.connection();
+        let mut ids: Vec<String> = self
+            .link
+            .within(command.query_async(&mut connection))
+            .await
+            .map_err(unavailable)?;
+        ids.retain(|id| after.is_none_or(|after| id.as_str() > after));
+        ids.sort_unstable();
+        for page in ids.chunks(PAGE) {
+            let mut command = redis::cmd("MGET");
+            for id in page {
+                command.arg(self.key(&format!("outcome:{id}")));
+            }
+            let values: Vec<Option<Vec<u8>>> = self
+                .link
+                .within(command.query_async(&mut connection))
+                .await
+                .map_err(unavailable)?;
+            for (id, value) in page.iter().zip(values) {
+                let Some(value) = value else { continue };
+                let place = Place {
+                    kind: "outcome",
+                    id,
+                };
+                // As for waiting calls: one this replica cannot open is left out, logged.
+                let decided: DecidedCall = match self.decode(&place, &value) {
+                    Ok(decided) => decided,
+                    Err(error) => {
+                        tracing::warn!(suspension_id = %id, %error, "an outcome on Redis is left out of a listing");
+                        continue;
+                    }
+                };
+                if filter.matches_outcome(&decided) {
+                    listed.push(decided);
+                    if listed.len() == limit {
+                        return Ok(listed);
+                    }
+                }
+            }
+        }
+        Ok(listed)
+    }
 }

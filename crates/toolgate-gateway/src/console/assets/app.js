@@ -1,0 +1,333 @@
+// toolgate console: plain JavaScript, no build step, no library. Every view reads and
+// writes through the gateway's /v1 JSON API; the session cookie authenticates, and the
+// session's token goes in x-toolgate-csrf on every change. Data is put in the page with
+// textContent only, never as HTML.
+'use strict';
+
+const session = { csrf: null, me: null };
+const VIEWS = ['queue', 'history', 'pins', 'tools', 'mine'];
+const $ = (id) => document.getElementById(id);
+
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs || {})) {
+    if (name === 'text') node.textContent = value;
+    else if (value !== null && value !== undefined && value !== false) node.setAttribute(name, value);
+  }
+  for (const child of children) if (child) node.append(child);
+  return node;
+}
+
+function say(text, isError) {
+  const status = $('status');
+  status.textContent = text;
+  status.className = isError ? 'error' : '';
+}
+
+async function api(method, path, body) {
+  const headers = { Accept: 'application/json' };
+  if (body !== undefined) headers['Content-Type'] = 'application/json';
+  if (method !== 'GET' && session.csrf) headers['X-Toolgate-Csrf'] = session.csrf;
+  const response = await fetch(path, {
+    method, headers, credentials: 'same-origin',
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  let data = null;
+  if (response.status !== 204) {
+    try { data = await response.json(); } catch (_) { data = null; }
+  }
+  if (!response.ok) {
+    const error = new Error((data && data.error && data.error.message) || `the gateway answered ${response.status}`);
+    error.status = response.status;
+    error.code = data && data.error ? data.error.code : null;
+    if (response.status === 401 && session.me) signedOut('Your session has ended: sign in again.');
+    throw error;
+  }
+  return data;
+}
+
+const json = (value) => JSON.stringify(value, null, 2);
+
+function when(text) {
+  if (!text) return 'never';
+  const at = new Date(text);
+  return Number.isNaN(at.getTime()) ? text : at.toLocaleString();
+}
+
+// ---- sign-in
+
+function signedIn(me) {
+  session.me = me;
+  session.csrf = me.csrf_token;
+  $('view-sign-in').hidden = true;
+  $('nav').hidden = false;
+  $('account').hidden = false;
+  $('who').textContent = `${me.user}${me.approver ? ' (approver)' : ''}`;
+  for (const link of document.querySelectorAll('#nav [data-approver]')) link.hidden = !me.approver;
+  $('not-approver').hidden = me.approver;
+  const wanted = location.hash.slice(1);
+  const view = allowed(wanted) ? wanted : (me.approver ? 'queue' : 'mine');
+  if (location.hash !== `#${view}`) window.history.replaceState(null, '', `#${view}`);
+  show(view);
+}
+
+function signedOut(message) {
+  session.me = null;
+  session.csrf = null;
+  for (const view of VIEWS) $(`view-${view}`).hidden = true;
+  $('nav').hidden = true;
+  $('account').hidden = true;
+  $('view-sign-in').hidden = false;
+  say(message || '');
+  api('GET', '/console/sign-in').then((ways) => {
+    $('sign-in-form').hidden = !ways.api_key;
+    $('oauth-sign-in').hidden = !ways.oauth;
+    if (ways.api_key) $('key').focus();
+  }, () => $('key').focus());
+}
+
+const allowed = (view) => Boolean(session.me) && VIEWS.includes(view) && (session.me.approver || view === 'mine');
+
+$('sign-in-form').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const key = $('key');
+  try {
+    const me = await api('POST', '/console/session', { key: key.value });
+    key.value = '';
+    say(`Signed in as ${me.user}.`);
+    signedIn(me);
+  } catch (error) {
+    say(error.message, true);
+    key.select();
+  }
+});
+
+$('sign-out').addEventListener('click', async () => {
+  try { await api('DELETE', '/console/session'); } catch (_) { /* ended already */ }
+  signedOut('Signed out.');
+});
+
+// ---- views
+
+function show(view) {
+  if (!allowed(view)) return;
+  for (const name of VIEWS) $(`view-${name}`).hidden = name !== view;
+  for (const link of document.querySelectorAll('#nav a')) {
+    if (link.dataset.view === view) link.setAttribute('aria-current', 'page');
+    else link.removeAttribute('aria-current');
+  }
+  load(view);
+}
+
+window.addEventListener('hashchange', () => {
+  const view = location.hash.slice(1);
+  if (VIEWS.includes(view)) show(view);
+});
+
+for (const button of document.querySelectorAll('[data-refresh]')) {
+  button.addEventListener('click', () => load(button.dataset.refresh));
+}
+
+async function load(view) {
+  try {
+    await LOADERS[view]();
+  } catch (error) {
+    say(error.message, true);
+  }
+}
+
+function waitingCard(call, decide) {
+  const facts = el('dl', {},
+    el('dt', { text: 'Caller' }), el('dd', { class: 'user', text: call.user }),
+    el('dt', { text: 'Why it waits' }), el('dd', { class: 'reason', text: call.reason || call.stage || 'approval' }),
+    el('dt', { text: 'Waiting since' }), el('dd', { text: when(call.suspended_at) }),
+    el('dt', { text: 'Expires' }), el('dd', { class: 'expires', text: when(call.expires_at) }),
+    el('dt', { text: 'Id' }), el('dd', { class: 'id', text: call.id }));
+  const card = el('article', { class: 'card', 'data-id': call.id, 'aria-label': `${call.tool} by ${call.user}` },
+    el('h3', { text: call.tool }), facts,
+    el('p', { class: 'label', text: 'Input (as it will run, redacted)' }),
+    el('pre', { class: 'json input', tabindex: '0', text: json(call.input) }));
+  if (decide) card.append(decisionForm(call));
+  return card;
+}
+
+function decisionForm(call) {
+  const id = `reason-${call.id}`;
+  const reason = el('input', { id, name: 'reason', autocomplete: 'off' });
+  const approve = el('button', { type: 'button', class: 'approve', text: 'Approve' });
+  const reject = el('button', { type: 'button', class: 'reject', text: 'Reject' });
+  const form = el('form', { class: 'decide' },
+    el('label', { for: id, text: 'Reason' }), reason, el('div', { class: 'buttons' }, approve, reject));
+  // Enter in the reason field decides nothing: a decision is a press of its own button.
+  form.addEventListener('submit', (event) => event.preventDefault());
+  const decide = async (decision) => {
+    const body = { decision };
+    if (reason.value.trim()) body.reason = reason.value.trim();
+    approve.disabled = true;
+    reject.disabled = true;
+    try {
+      const result = await api('POST', `/v1/suspensions/${encodeURIComponent(call.id)}/resume`, body);
+      say(decision === 'approve'
+        ? `Approved ${call.tool} for ${call.user}: it ran${result && result.output !== undefined ? ' and answered' : ''}.`
+        : `Rejected ${call.tool} for ${call.user}.`);
+    } catch (error) {
+      // A rejected call answers as its caller is told: 403 `rejected`.
+      if (decision === 'reject' && error.code === 'rejected') say(`Rejected ${call.tool} for ${call.user}.`);
+      else say(`${call.tool}: ${error.message}`, true);
+    }
+    await load('queue');
+  };
+  approve.addEventListener('click', () => decide('approve'));
+  reject.addEventListener('click', () => decide('reject'));
+  return form;
+}
+
+function empty(text) {
+  return el('p', { class: 'empty', text });
+}
+
+async function loadQueue() {
+  const data = await api('GET', '/v1/suspensions?limit=100');
+  const box = $('queue');
+  // The same calls as shown: keep the cards, and any reason being typed into them.
+  const ids = data.suspensions.map((call) => call.id).join(' ');
+  if (box.dataset.ids === ids && box.childElementCount) return;
+  box.dataset.ids = ids;
+  box.replaceChildren(...data.suspensions.map((call) => waitingCard(call, true)));
+  if (!data.suspensions.length) box.append(empty('Nothing is waiting.'));
+}
+
+async function loadMine() {
+  const data = await api('GET', `/v1/suspensions?user=${encodeURIComponent(session.me.user)}&limit=100`);
+  const box = $('mine');
+  box.replaceChildren(...data.suspensions.map((call) => waitingCard(call, false)));
+  if (!data.suspensions.length) box.append(empty('None of your calls is waiting.'));
+}
+
+$('lookup-form').addEventListener('submit', async (event) => {
+  event.preventDefault();
+  const out = $('lookup');
+  try {
+    const call = await api('GET', `/v1/suspensions/${encodeURIComponent($('lookup-id').value.trim())}`);
+    out.textContent = json(call);
+    say(`That call is ${call.status}.`);
+  } catch (error) {
+    out.textContent = error.message;
+  }
+  out.hidden = false;
+});
+
+async function loadHistory() {
+  const data = await api('GET', '/v1/admin/decisions?limit=100');
+  const rows = data.decisions.map((d) => el('tr', { class: d.decision },
+    el('td', { text: when(d.decided_at) }), el('td', { text: d.tool }), el('td', { text: d.user }),
+    el('td', { text: d.decided_by }), el('td', { class: 'decision', text: d.decision }),
+    el('td', { class: 'reason', text: d.reason || '' }), el('td', { text: d.outcome })));
+  $('history').tBodies[0].replaceChildren(...rows);
+  if (!rows.length) $('history').tBodies[0].append(el('tr', {}, el('td', { colspan: '7', text: 'Nothing decided yet.' })));
+}
+
+// A line diff (longest common subsequence) of two JSON texts.
+function diff(before, after) {
+  const a = before.split('\n');
+  const b = after.split('\n');
+  const n = a.length;
+  const m = b.length;
+  const lcs = Array.from({ length: n + 1 }, () => new Array(m + 1).fill(0));
+  for (let i = n - 1; i >= 0; i--) {
+    for (let j = m - 1; j >= 0; j--) {
+      lcs[i][j] = a[i] === b[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
+    }
+  }
+  const lines = [];
+  let i = 0;
+  let j = 0;
+  while (i < n || j < m) {
+    if (i < n && j < m && a[i] === b[j]) { lines.push([' ', a[i]]); i++; j++; }
+    else if (i < n && (j === m || lcs[i + 1][j] >= lcs[i][j + 1])) { lines.push(['-', a[i]]); i++; }
+    else { lines.push(['+', b[j]]); j++; }
+  }
+  return lines;
+}
+
+async function loadPins() {
+  const data = await api('GET', '/v1/admin/pins');
+  const box = $('pins');
+  const cards = Object.entries(data.pending).map(([tool, change]) => {
+    const pinned = data.pins[tool] ? data.pins[tool].definition : null;
+    const pre = el('pre', { class: 'diff', tabindex: '0', 'aria-label': `changes to ${tool}` });
+    for (const [mark, line] of diff(json(pinned), json(change.definition))) {
+      pre.append(el('span', { class: mark === '+' ? 'add' : mark === '-' ? 'del' : 'same', text: `${mark} ${line}\n` }));
+    }
+    const accept = el('button', { type: 'button', class: 'accept', text: `Accept the new ${tool}` });
+    accept.addEventListener('click', async () => {
+      accept.disabled = true;
+      try {
+        const done = await api('POST', `/v1/admin/pins/${encodeURIComponent(tool)}/accept`);
+        say(`Accepted ${tool}: ${done.note}.`);
+      } catch (error) {
+        say(`${tool}: ${error.message}`, true);
+      }
+      await load('pins');
+    });
+    return el('article', { class: 'card', 'data-tool': tool },
+      el('h3', { text: tool }),
+      el('p', { class: 'label', text: `pinned ${change.pinned}, offered ${change.offered}` }),
+      pre, accept);
+  });
+  box.replaceChildren(...cards);
+  if (!cards.length) box.append(empty(`No definition is held back. ${Object.keys(data.pins).length} pinned.`));
+}
+
+const SVG = 'http://www.w3.org/2000/svg';
+function svg(tag, attrs, text) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
+  if (text !== undefined) node.textContent = text;
+  return node;
+}
+
+async function loadTools() {
+  const data = await api('GET', '/v1/admin/stats');
+  $('since').textContent = when(data.since);
+  const tools = data.tools;
+  const chart = $('chart');
+  const row = 28;
+  const label = 110;
+  const width = 600;
+  const most = Math.max(1, ...tools.map((t) => t.calls));
+  chart.setAttribute('viewBox', `0 0 ${width} ${Math.max(1, tools.length) * row + 4}`);
+  chart.replaceChildren();
+  tools.forEach((t, i) => {
+    const y = i * row + 4;
+    chart.append(svg('text', { x: label - 6, y: y + 16, class: 'name', 'text-anchor': 'end' }, t.tool));
+    let x = label;
+    for (const [part, kind] of [['succeeded', 'ok'], ['errors', 'err'], ['refused', 'ref'], ['waiting', 'wait']]) {
+      const w = (t[part] / most) * (width - label - 50);
+      if (w > 0) {
+        const bar = svg('rect', { x, y, width: w, height: row - 8, class: kind });
+        bar.append(svg('title', {}, `${t.tool}: ${t[part]} ${part}`));
+        chart.append(bar);
+      }
+      x += w;
+    }
+    chart.append(svg('text', { x: x + 4, y: y + 16, class: 'count' }, String(t.calls)));
+  });
+  if (!tools.length) chart.append(svg('text', { x: 8, y: 18 }, 'No calls yet.'));
+  const ms = (v) => (v === null || v === undefined ? '>10000' : String(v));
+  $('tools').tBodies[0].replaceChildren(...tools.map((t) => el('tr', {},
+    el('th', { scope: 'row', text: t.tool }), el('td', { text: String(t.calls) }), el('td', { text: String(t.errors) }),
+    el('td', { text: String(t.refused) }), el('td', { text: String(t.waiting) }),
+    el('td', { text: t.calls ? ms(t.latency_ms.p50) : '' }), el('td', { text: t.calls ? ms(t.latency_ms.p95) : '' }),
+    el('td', { text: String(t.latency_ms.mean) }))));
+}
+
+const LOADERS = { queue: loadQueue, history: loadHistory, pins: loadPins, tools: loadTools, mine: loadMine };
+
+// The queue refreshes itself while it is shown.
+setInterval(() => {
+  if (session.me && session.me.approver && !$('view-queue').hidden) load('queue');
+}, 5000);
+
+// A session that is still open (a reloaded page) signs in by itself.
+api('GET', '/console/session').then(signedIn, () => signedOut(''));

@@ -1,0 +1,373 @@
+//! The operator console at `/console` (on when `console:` is configured): one HTML page,
+//! one script and one style sheet, embedded in the binary, that call the same `/v1` JSON
+//! endpoints as any client, as the same user (see `docs/console.md`).
+//!
+//! | route | what |
+//! |---|---|
+//! | `GET /console` | the page |
+//! | `GET /console/app.js`, `GET /console/app.css` | its script and style |
+//! | `POST /console/session` | sign in: `{"key": "<API key>"}` → a session cookie and its token |
+//! | `GET /console/session` | who the session is, and its token |
+//! | `DELETE /console/session` | sign out |
+//! | `GET /console/sign-in` | the ways to sign in this console offers |
+//! | `GET /console/oauth/start`, `GET /console/oauth/callback` | sign in through the issuer (see [`oauth`]) |
+//!
+//! A request to `/v1` without `Authorization` but with the session cookie is the session's
+//! user ([`session_caller`]); one that changes something must also come from the console's
+//! own origin and carry the session's token in `x-toolgate-csrf`, or it is refused with 403.
+
+pub mod counters;
+pub mod guard;
+pub mod history;
+pub mod oauth;
+pub mod sessions;
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use toolgate_core::User;
+
+use crate::auth::key_digest;
+use crate::config::CredentialKind;
+use crate::gateway::Gateway;
+use crate::http::app_state::AppState;
+use crate::identity::Route;
+use guard::Forgery;
+use sessions::{Live, Principal, SessionError};
+use toolgate_http::HttpError as ApiError;
+
+const INDEX_HTML: &str = include_str!("assets/index.html");
+const APP_JS: &str = include_str!("assets/app.js");
+const APP_CSS: &str = include_str!("assets/app.css");
+
+/// The Content-Security-Policy of the console's page: its own script and style only, no
+/// inline code, no frames, requests to this origin only.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'";
+
+/// The headers every console answer carries.
+fn secured(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    for (name, value) in [
+        ("content-security-policy", CONTENT_SECURITY_POLICY),
+        ("x-content-type-options", "nosniff"),
+        ("x-frame-options", "DENY"),
+        ("referrer-policy", "no-referrer"),
+        ("cross-origin-opener-policy", "same-origin"),
+        ("cross-origin-resource-policy", "same-origin"),
+        ("cache-control", "no-store"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+fn console_off() -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "console_off",
+        "this gateway serves no console (no `console:` in its configuration)",
+    )
+}
+
+fn asset(state: &AppState, content_type: &'static str, body: &'static str) -> Response {
+    if state.current.load().config.console.is_none() {
+        return secured(console_off().into_response());
+    }
+    secured(([(header::CONTENT_TYPE, content_type)], body).into_response())
+}
+
+/// `GET /console`: the page.
+pub async fn page(State(state): State<Arc<AppState>>) -> Response {
+    asset(&state, "text/html; charset=utf-8", INDEX_HTML)
+}
+
+/// `GET /console/app.js`.
+pub async fn script(State(state): State<Arc<AppState>>) -> Response {
+    asset(&state, "text/javascript; charset=utf-8", APP_JS)
+}
+
+/// `GET /console/app.css`.
+pub async fn style(State(state): State<Arc<AppState>>) -> Response {
+    asset(&state, "text/css; charset=utf-8", APP_CSS)
+}
+
+fn forged(forgery: &Forgery) -> ApiError {
+    let code = match forgery {
+        Forgery::CrossSite => "cross_site",
+        Forgery::BadToken => "csrf_token",
+    };
+    ApiError::new(StatusCode::FORBIDDEN, code, forgery.to_string())
+}
+
+fn session_ended() -> ApiError {
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        "session_ended",
+        "your console session has ended: sign in again",
+    )
+}
+
+/// Whether the cookie may be sent without `Secure`: only to a loopback host.
+fn secure(headers: &HeaderMap) -> bool {
+    !headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(guard::is_loopback_host)
+}
+
+fn who(gateway: &Gateway, user: &User, csrf: &str) -> serde_json::Value {
+    json!({
+        "user": user.id,
+        "roles": user.roles,
+        "approver": gateway.may_approve(user),
+        "csrf_token": csrf,
+    })
+}
+
+/// The body of a sign-in.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignIn {
+    key: String,
+}
+
+/// `POST /console/session`: exchanges an API key for a session. The key is checked as
+/// `/v1` checks it (a route that takes OAuth tokens only takes no key here either); the
+/// answer sets the cookie and gives the page the session's token.
+pub async fn sign_in(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Response {
+    secured(match open_session(&state, &headers, body) {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    })
+}
+
+fn open_session(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Response, ApiError> {
+    let gateway = state.current.load_full();
+    let Some(limits) = &gateway.config.console else {
+        return Err(console_off());
+    };
+    // Signing someone in from another site is refused too (login forgery).
+    guard::same_origin(headers).map_err(|e| forged(&e))?;
+    let json = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.trim_start().starts_with("application/json"));
+    if !json {
+        return Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "json_required",
+            "send the key as JSON, `{\"key\": \"...\"}`, with `Content-Type: application/json`",
+        ));
+    }
+    let bad = || {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_sign_in",
+            "the body must be `{\"key\": \"<your API key>\"}`",
+        )
+    };
+    let body = body.map_err(|_| bad())?;
+    let SignIn { key } = serde_json::from_slice(&body).map_err(|_| bad())?;
+    let user = gateway
+        .identity
+        .accepts(Route::V1, CredentialKind::ApiKey)
+        .then(|| gateway.keys.authenticate(key.trim()))
+        .flatten()
+        .ok_or_else(|| {
+            ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "unauthenticated",
+                "that API key is not one this gateway knows: check it and sign in again",
+            )
+        })?;
+    let opened = gateway
+        .console_sessions
+        .open(
+            Principal::Key(key_digest(key.trim())),
+            &user.id,
+            limits,
+            None,
+        )
+        .map_err(session_error)?;
+    tracing::info!(target: "toolgate::console", user = %user.id, "console sign-in");
+    let cookie = guard::set_cookie(&opened.id, limits.session_ttl.as_secs(), secure(headers));
+    let mut response = Json(who(&gateway, &user, &opened.csrf)).into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    Ok(response)
+}
+
+fn session_error(e: SessionError) -> ApiError {
+    match e {
+        SessionError::Full => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too_many_sessions",
+            e.to_string(),
+        ),
+        SessionError::Random => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no_session", e.to_string())
+        }
+    }
+}
+
+/// The live session and its user, for a request with the session cookie.
+fn current(gateway: &Gateway, headers: &HeaderMap) -> Result<(String, Live, Arc<User>), ApiError> {
+    if gateway.config.console.is_none() {
+        return Err(console_off());
+    }
+    let id = guard::session_cookie(headers).ok_or_else(session_ended)?;
+    let live = gateway
+        .console_sessions
+        .find(id)
+        .ok_or_else(session_ended)?;
+    // A key taken out of `users`, or a route that no longer takes what the session was
+    // opened with, ends it.
+    let user = match &live.principal {
+        Principal::Key(hash) => gateway
+            .identity
+            .accepts(Route::V1, CredentialKind::ApiKey)
+            .then(|| gateway.keys.by_hash(hash))
+            .flatten(),
+        Principal::Token(user) => gateway
+            .identity
+            .accepts(Route::V1, CredentialKind::Oauth)
+            .then(|| user.clone()),
+    };
+    let user = user.ok_or_else(|| {
+        gateway.console_sessions.close(id);
+        session_ended()
+    })?;
+    Ok((id.to_owned(), live, user))
+}
+
+/// `GET /console/session`: who is signed in, and the session's token (a reloaded page
+/// reads it here; another site's page cannot read the answer).
+pub async fn show(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let gateway = state.current.load_full();
+    secured(match current(&gateway, &headers) {
+        Ok((_, live, user)) => Json(who(&gateway, &user, &live.csrf)).into_response(),
+        Err(e) => e.into_response(),
+    })
+}
+
+/// `DELETE /console/session`: signs out (from the console's own page, with its token).
+pub async fn sign_out(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let gateway = state.current.load_full();
+    let ended = current(&gateway, &headers).and_then(|(id, live, user)| {
+        check_change(&headers, &live).map_err(|e| forged(&e))?;
+        gateway.console_sessions.close(&id);
+        tracing::info!(target: "toolgate::console", user = %user.id, "console sign-out");
+        Ok(())
+    });
+    secured(match ended {
+        Ok(()) => {
+            let mut response = StatusCode::NO_CONTENT.into_response();
+            if let Ok(value) = HeaderValue::from_str(&guard::set_cookie("", 0, secure(&headers))) {
+                response.headers_mut().insert(header::SET_COOKIE, value);
+            }
+            response
+        }
+        Err(e) => e.into_response(),
+    })
+}
+
+/// A state change with a session: from this origin, with the session's token.
+fn check_change(headers: &HeaderMap, live: &Live) -> Result<(), Forgery> {
+    guard::same_origin(headers)?;
+    let presented = headers
+        .get(guard::CSRF_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    if sessions::token_matches(live, presented) {
+        Ok(())
+    } else {
+        Err(Forgery::BadToken)
+    }
+}
+
+/// What a console session makes of a `/v1` request that has no `Authorization` header.
+pub(crate) enum SessionCaller {
+    /// No session cookie, or no console: authenticate as usual.
+    NotASession,
+    /// The session's user.
+    User(Arc<User>),
+    /// Refused: an ended session, or a forged state change.
+    Refused(Response),
+}
+
+/// The caller of a `/v1` request by its console session cookie (see the module's doc).
+pub(crate) fn session_caller(
+    gateway: &Gateway,
+    method: &axum::http::Method,
+    headers: &HeaderMap,
+) -> SessionCaller {
+    if gateway.config.console.is_none()
+        || headers.contains_key(header::AUTHORIZATION)
+        || guard::session_cookie(headers).is_none()
+    {
+        return SessionCaller::NotASession;
+    }
+    match current(gateway, headers) {
+        Ok((_, live, user)) => {
+            if guard::changes_state(method)
+                && let Err(forgery) = check_change(headers, &live)
+            {
+                tracing::warn!(target: "toolgate::console", user = %user.id, %forgery, "console request refused");
+                return SessionCaller::Refused(forged(&forgery).into_response());
+            }
+            SessionCaller::User(user)
+        }
+        Err(e) => SessionCaller::Refused(e.into_response()),
+    }
+}
+
+/// `GET /console/sign-in`: the ways to sign in this console offers.
+pub async fn sign_in_options(State(state): State<Arc<AppState>>) -> Response {
+    let gateway = state.current.load_full();
+    secured(match &gateway.config.console {
+        None => console_off().into_response(),
+        Some(console) => Json(json!({
+            "api_key": gateway.identity.accepts(Route::V1, CredentialKind::ApiKey),
+            "oauth": console.oauth.is_some(),
+        }))
+        .into_response(),
+    })
+}
+
+/// `GET /console/oauth/start`: sign in through the issuer (see [`oauth`]).
+pub async fn oauth_start(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+    let gateway = state.current.load_full();
+    secured(match oauth::start(&gateway, &headers).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    })
+}
+
+/// `GET /console/oauth/callback`: where the issuer sends the browser back.
+pub async fn oauth_callback(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    Query(query): Query<oauth::Callback>,
+) -> Response {
+    let gateway = state.current.load_full();
+    secured(match oauth::callback(&gateway, &headers, query).await {
+        Ok(response) => response,
+        Err(e) => e.into_response(),
+    })
+}

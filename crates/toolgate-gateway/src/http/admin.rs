@@ -1,0 +1,65 @@
+//! `GET /v1/admin/stats` and `GET /v1/admin/decisions`: what the console's tool and
+//! history views show, for users with an approver role.
+
+use axum::Json;
+use axum::extract::{Extension, Query};
+use axum::http::StatusCode;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::{ApiError, Caller};
+use crate::console::history::MAX_DECISIONS;
+
+fn approvers_only(caller: &Caller, what: &str) -> Result<(), ApiError> {
+    if caller.gateway.may_approve(&caller.user) {
+        return Ok(());
+    }
+    Err(ApiError::new(
+        StatusCode::FORBIDDEN,
+        "not_an_approver",
+        format!(
+            "only users with an approver role (`policies.approval.approver_roles`) may see {what}"
+        ),
+    ))
+}
+
+/// Calls, errors, refusals, waits and latency per tool since the process started, from
+/// the gateway's own counters (see [`crate::console::counters`]).
+pub async fn stats(Extension(caller): Extension<Caller>) -> Result<Json<Value>, ApiError> {
+    approvers_only(&caller, "the per-tool statistics")?;
+    Ok(Json(caller.gateway.counters.snapshot()))
+}
+
+/// `?limit=` of `GET /v1/admin/decisions`, as sent.
+#[derive(Deserialize)]
+pub struct DecisionsQuery {
+    limit: Option<String>,
+}
+
+/// The last decisions on waiting calls taken through this process, newest first
+/// (`limit`: 1 to 500, 50 by default).
+pub async fn decisions(
+    Extension(caller): Extension<Caller>,
+    Query(query): Query<DecisionsQuery>,
+) -> Result<Json<Value>, ApiError> {
+    approvers_only(&caller, "the decided calls")?;
+    let limit = match query.limit.as_deref().map(str::trim) {
+        None => 50,
+        Some(text) => text
+            .parse::<usize>()
+            .ok()
+            .filter(|n| (1..=MAX_DECISIONS).contains(n))
+            .ok_or_else(|| {
+                ApiError::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_limit",
+                    format!(
+                        "`limit` must be a whole number from 1 to {MAX_DECISIONS}, not `{text}`"
+                    ),
+                )
+            })?,
+    };
+    Ok(Json(
+        json!({ "decisions": caller.gateway.history.newest(limit) }),
+    ))
+}

@@ -1,0 +1,352 @@
+//! The table of `toolgate policy test`: calls, and the decision expected for each.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::{Map, Value};
+use toolgate_core::User;
+use toolgate_hooks::policy::Verdict;
+
+use crate::config::{Config, Located, strip_location, yaml_in_plain_words};
+
+/// A table of policy tests, as written in its YAML file:
+///
+/// ```yaml
+/// config: examples/policies/gateway.yaml   # or --config
+/// cases:
+///   - name: staff may echo
+///     principal: { user: alice }            # a user of the configuration
+///     tool: echo
+///     arguments: { text: hello }
+///     expect: allow
+///     policies: [staff-echo]                # the enforced policies that decided
+///   - principal: { id: eve, roles: [], claims: { scopes: [read] } }
+///     tool: echo
+///     arguments: { text: "DROP TABLE users" }
+///     transport: mcp
+///     expect: deny
+///     reason: drops a table                 # a part of what the caller is told
+/// ```
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyTable {
+    /// The gateway configuration the cases run against, relative to the working
+    /// directory (as the paths in a configuration are); `--config` overrides it.
+    #[serde(default)]
+    pub config: Option<PathBuf>,
+    /// The cases, run in order.
+    pub cases: Vec<PolicyCase>,
+}
+
+/// One call and the decision expected for it.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(try_from = "CaseEntry")]
+pub struct PolicyCase {
+    /// What the case is about, in the report (default: who calls which tool).
+    pub name: Option<String>,
+    /// Who calls.
+    pub principal: Principal,
+    /// The tool called.
+    pub tool: String,
+    /// The call's arguments (default `{}`).
+    pub arguments: Value,
+    /// How the call comes in: `http` (`/v1`, the default) or `mcp` (`/mcp`):
+    /// `context.transport` in Cedar.
+    pub transport: Transport,
+    /// The decision expected.
+    pub expect: Verdict,
+    /// A part of the refusal the caller is told, for an expected `deny`.
+    pub reason: Option<String>,
+    /// The ids of the enforced Cedar policies expected to determine the decision (the
+    /// satisfied `permit`s of an allow, the satisfied `forbid`s of a denial; `[]` for a
+    /// denial because no policy permits), in any order.
+    pub policies: Option<Vec<String>>,
+    /// The decision expected with the shadow policies enforced too.
+    pub shadow: Option<Verdict>,
+}
+
+/// A case as written, checked into a [`PolicyCase`].
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CaseEntry {
+    name: Option<String>,
+    principal: Principal,
+    tool: String,
+    #[serde(default = "no_arguments")]
+    arguments: Value,
+    #[serde(default)]
+    transport: Transport,
+    expect: Verdict,
+    reason: Option<String>,
+    policies: Option<Vec<String>>,
+    shadow: Option<Verdict>,
+}
+
+fn no_arguments() -> Value {
+    Value::Object(Map::new())
+}
+
+impl TryFrom<CaseEntry> for PolicyCase {
+    type Error = String;
+
+    fn try_from(entry: CaseEntry) -> Result<Self, String> {
+        if entry.reason.is_some() && entry.expect == Verdict::Allow {
+            return Err(
+                "`reason` is what a refused caller is told: give it only with `expect: deny`"
+                    .to_owned(),
+            );
+        }
+        Ok(PolicyCase {
+            name: entry.name,
+            principal: entry.principal,
+            tool: entry.tool,
+            arguments: entry.arguments,
+            transport: entry.transport,
+            expect: entry.expect,
+            reason: entry.reason,
+            policies: entry.policies,
+            shadow: entry.shadow,
+        })
+    }
+}
+
+/// How a call comes in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Transport {
+    /// `/v1`.
+    #[default]
+    Http,
+    /// `/mcp`.
+    Mcp,
+}
+
+impl Transport {
+    /// `http` or `mcp`, as policies see it in `context.transport`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Transport::Http => "http",
+            Transport::Mcp => "mcp",
+        }
+    }
+}
+
+/// Who calls: a user of the configuration (`user: alice`, with its roles and tenant), or
+/// one described in full (`id`, `roles`, `tenant`); `roles` and `tenant` given beside
+/// `user` replace the configured ones, and `claims` (token claims such as `scopes`) are
+/// added either way.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(try_from = "PrincipalEntry")]
+pub struct Principal {
+    configured: Option<String>,
+    id: String,
+    roles: Option<Vec<String>>,
+    tenant: Option<String>,
+    claims: Map<String, Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PrincipalEntry {
+    user: Option<String>,
+    id: Option<String>,
+    roles: Option<Vec<String>>,
+    tenant: Option<String>,
+    #[serde(default)]
+    claims: Map<String, Value>,
+}
+
+impl TryFrom<PrincipalEntry> for Principal {
+    type Error = String;
+
+    fn try_from(entry: PrincipalEntry) -> Result<Self, String> {
+        let (configured, id) = match (entry.user, entry.id) {
+            (Some(user), None) => (Some(user.clone()), user),
+            (None, Some(id)) => (None, id),
+            (Some(_), Some(_)) => {
+                return Err(
+                    "give `user` (a user of the configuration) or `id` (any caller), not both"
+                        .to_owned(),
+                );
+            }
+            (None, None) => {
+                return Err(
+                    "say who calls: `user: NAME` (a user of the configuration) or `id: NAME`"
+                        .to_owned(),
+                );
+            }
+        };
+        if id.trim().is_empty() {
+            return Err("a caller's id may not be empty".to_owned());
+        }
+        Ok(Principal {
+            configured,
+            id,
+            roles: entry.roles,
+            tenant: entry.tenant,
+            claims: entry.claims,
+        })
+    }
+}
+
+impl Principal {
+    /// The caller's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// The user calls are made as, from `config`'s users where the principal names one.
+    ///
+    /// # Errors
+    ///
+    /// What to write instead, when the principal names a user `config` does not have.
+    pub fn user(&self, config: &Config) -> Result<User, String> {
+        let mut user = User::new(self.id.clone());
+        if let Some(name) = &self.configured {
+            let entry = config.users.iter().find(|u| &u.id == name).ok_or_else(|| {
+                let known: Vec<&str> = config.users.iter().map(|u| u.id.as_str()).collect();
+                format!(
+                    "no user `{name}` in the configuration's `users` (it has: {}); describe the caller with `id`, `roles` and `tenant` instead",
+                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                )
+            })?;
+            user.roles.clone_from(&entry.roles);
+            user.tenant.clone_from(&entry.tenant);
+        }
+        if let Some(roles) = &self.roles {
+            user.roles.clone_from(roles);
+        }
+        if let Some(tenant) = &self.tenant {
+            user.tenant = Some(tenant.clone());
+        }
+        user.attributes.extend(self.claims.clone());
+        Ok(user)
+    }
+}
+
+/// The table could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TableError {
+    /// The file could not be read.
+    #[error("cannot read the policy test table {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The file is not a table: a value is malformed, misspelt or missing.
+    #[error("{}", Located { origin: file, line: *line, column: *column, field, message })]
+    Malformed {
+        /// The file.
+        file: String,
+        /// The 1-based line, when known.
+        line: Option<usize>,
+        /// The 1-based column, when known.
+        column: Option<usize>,
+        /// Where in the table, e.g. `cases[2].expect`.
+        field: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+}
+
+impl PolicyTable {
+    /// Reads the table at `path`.
+    ///
+    /// # Errors
+    ///
+    /// [`TableError`]: the file cannot be read, or is malformed (at its line and column).
+    pub fn load(path: &Path) -> Result<PolicyTable, TableError> {
+        let text = std::fs::read_to_string(path).map_err(|source| TableError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text, &path.display().to_string())
+    }
+
+    /// Parses table text; errors are reported against `file`.
+    ///
+    /// # Errors
+    ///
+    /// [`TableError::Malformed`], at its line and column.
+    pub fn parse(text: &str, file: &str) -> Result<PolicyTable, TableError> {
+        let malformed = |field: String, line, column, message: String| TableError::Malformed {
+            file: file.to_owned(),
+            line,
+            column,
+            field,
+            message,
+        };
+        let deserializer = yaml_serde::Deserializer::from_str(text);
+        let table: PolicyTable =
+            serde_path_to_error::deserialize(deserializer).map_err(|error| {
+                let field = error.path().to_string();
+                let inner = error.into_inner();
+                let location = inner.location();
+                let message = yaml_in_plain_words(&strip_location(&inner.to_string(), &field));
+                malformed(
+                    field,
+                    location.as_ref().map(|l| l.line()),
+                    location.as_ref().map(|l| l.column()),
+                    message,
+                )
+            })?;
+        if table.cases.is_empty() {
+            return Err(malformed(
+                "cases".to_owned(),
+                None,
+                None,
+                "the table has no cases: list them under `cases:`".to_owned(),
+            ));
+        }
+        Ok(table)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_misspelt_expectation_is_reported_at_its_line_and_column() {
+        let text = "cases:\n  - principal: { id: ann }\n    tool: echo\n    expect: alow\n";
+        let error = PolicyTable::parse(text, "t.yaml").unwrap_err().to_string();
+        assert!(
+            error.starts_with("t.yaml:4:13: `cases[0].expect`:"),
+            "{error}"
+        );
+        assert!(error.contains("`allow`"), "{error}");
+    }
+
+    #[test]
+    fn a_principal_with_both_user_and_id_is_refused_at_its_case() {
+        let text = "cases:\n  - tool: echo\n    expect: deny\n    principal: { user: a, id: b }\n";
+        let error = PolicyTable::parse(text, "t.yaml").unwrap_err().to_string();
+        assert!(
+            error.starts_with("t.yaml:2:5: `cases[0].principal`:"),
+            "{error}"
+        );
+        assert!(error.contains("not both"), "{error}");
+    }
+
+    #[test]
+    fn arguments_default_to_an_empty_object_and_transport_to_http() {
+        let table = PolicyTable::parse(
+            "cases:\n  - { principal: { id: ann }, tool: current_time, expect: allow }\n",
+            "t.yaml",
+        )
+        .unwrap();
+        let case = &table.cases[0];
+        assert_eq!(case.arguments, serde_json::json!({}));
+        assert_eq!(case.transport, Transport::Http);
+        assert_eq!(case.principal.id(), "ann");
+    }
+
+    #[test]
+    fn a_table_without_cases_is_refused() {
+        let error = PolicyTable::parse("cases: []\n", "t.yaml").unwrap_err();
+        assert!(error.to_string().contains("no cases"), "{error}");
+    }
+}

@@ -1,0 +1,187 @@
+//! Budgets through the gateway: the 429 an agent can act on, the `RateLimit` and
+//! `RateLimit-Policy` fields on `/v1` for budgets and rate limits alike, the refusal on
+//! `/mcp`, bad configurations refused with the field and the fix, and `toolgate check`
+//! listing each tool's budgets.
+
+mod common;
+
+use serde_json::json;
+
+use common::{Gateway, invoke, mcp_rpc, open_session, run, user_yaml};
+
+fn config(budgets: &str) -> String {
+    format!(
+        "tools:\n  builtin: [calculator, sleep]\nusers:\n{}{}\
+policies:\n  rate_limits:\n    - {{ name: per-minute, rate: 100/minute }}\n  budgets:\n{budgets}",
+        user_yaml("alice", &["admin"]),
+        user_yaml("bob", &["admin"]),
+    )
+}
+
+const DAILY: &str = "    - name: daily\n      limit: 1000\n      window: 1d\n      cost: 0\n      tools:\n        calculator: 494\n        sleep: { argument: /ms, per_unit: 1 }\n";
+
+#[tokio::test]
+async fn a_spent_budget_answers_429_with_what_is_left_and_the_ratelimit_fields() {
+    let gateway = Gateway::start(&config(DAILY));
+    let sum = json!({"expression": "1+1"});
+    let first = invoke(&gateway, "alice", "calculator", sum.clone()).await;
+    assert_eq!(first.status, 200, "{}", first.body);
+    assert_eq!(
+        first.header("ratelimit-policy"),
+        Some("\"per-minute\";q=100;w=60, \"daily\";q=1000;w=86400")
+    );
+    let current = first.header("ratelimit").expect("RateLimit");
+    assert!(current.starts_with("\"daily\";r=506;t="), "{current}");
+    let t: u64 = current.rsplit("t=").next().unwrap().parse().unwrap();
+    assert!((1..=86_400).contains(&t), "{current}");
+
+    invoke(&gateway, "alice", "calculator", sum.clone()).await;
+    let refused = invoke(&gateway, "alice", "calculator", sum.clone()).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert_eq!(refused.error_code(), "budget_exhausted");
+    assert!(
+        refused
+            .error_message()
+            .starts_with("budget `daily`: 12 of 1,000 units left until 00:00 UTC for this user; this call costs 494"),
+        "{}",
+        refused.body
+    );
+    assert!(refused.header("retry-after").is_some());
+    assert!(
+        refused
+            .header("ratelimit")
+            .unwrap()
+            .starts_with("\"daily\";r=12;t="),
+        "{:?}",
+        refused.header("ratelimit")
+    );
+    // 12 units still buy a sleep of 12 ms, priced by its argument.
+    let sleep = invoke(&gateway, "alice", "sleep", json!({"ms": 12})).await;
+    assert_eq!(sleep.status, 200, "{}", sleep.body);
+    let over = invoke(&gateway, "alice", "sleep", json!({"ms": 1})).await;
+    assert_eq!(over.status, 429, "{}", over.body);
+    // Bob has a budget of his own.
+    let bob = invoke(&gateway, "bob", "calculator", sum).await;
+    assert_eq!(bob.status, 200, "{}", bob.body);
+}
+
+#[tokio::test]
+async fn a_rate_limit_refusal_carries_the_ratelimit_fields() {
+    let config = format!(
+        "tools:\n  builtin: [calculator]\nusers:\n{}policies:\n  rate_limits:\n    - {{ name: slow, rate: 1/minute }}\n",
+        user_yaml("alice", &["admin"])
+    );
+    let gateway = Gateway::start(&config);
+    let sum = json!({"expression": "1+1"});
+    let first = invoke(&gateway, "alice", "calculator", sum.clone()).await;
+    assert_eq!(first.header("ratelimit-policy"), Some("\"slow\";q=1;w=60"));
+    // A GCRA grant does not say what is left.
+    assert_eq!(first.header("ratelimit"), None);
+    let second = invoke(&gateway, "alice", "calculator", sum).await;
+    assert_eq!(second.status, 429);
+    let current = second.header("ratelimit").expect("RateLimit");
+    assert!(current.starts_with("\"slow\";r=0;t="), "{current}");
+}
+
+#[tokio::test]
+async fn a_tenant_budget_spent_on_mcp_refuses_the_tenant_everywhere() {
+    let yaml = config("    - name: daily\n      limit: 1\n      partition: tenant\n")
+        .replace("roles: [admin] }", "roles: [admin], tenant: acme }");
+    let gateway = Gateway::start(&yaml);
+    let session = open_session(&gateway, "alice").await;
+    let call = json!({"name": "calculator", "arguments": {"expression": "1+1"}});
+    let first = mcp_rpc(&gateway, "alice", &session, "tools/call", call.clone()).await;
+    assert_ne!(first["isError"], json!(true), "{first}");
+    let second = mcp_rpc(&gateway, "alice", &session, "tools/call", call).await;
+    assert_eq!(second["isError"], json!(true), "{second}");
+    assert!(
+        second
+            .to_string()
+            .contains("0 of 1 units left until 00:00 UTC for this tenant"),
+        "{second}"
+    );
+    // Bob is of the same tenant: its budget is spent for him too, on `/v1`.
+    let bob = invoke(&gateway, "bob", "calculator", json!({"expression": "1+1"})).await;
+    assert_eq!(
+        (bob.status, bob.error_code()),
+        (429, "budget_exhausted"),
+        "{}",
+        bob.body
+    );
+}
+
+fn check_output(yaml: &str) -> (bool, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let (status, stdout, stderr) = run(&["check", "--config", path.to_str().unwrap()], "");
+    (status.success(), stdout, stderr)
+}
+
+#[test]
+fn check_lists_each_tools_budgets() {
+    let (ok, stdout, stderr) = check_output(&config(DAILY));
+    assert!(ok, "{stderr}");
+    let section = |tool: &str| {
+        stdout
+            .split("\n\n")
+            .find(|s| s.starts_with(tool))
+            .unwrap_or_else(|| panic!("no {tool} in {stdout}"))
+            .to_owned()
+    };
+    assert!(
+        section("calculator").contains("budget daily: costs 494 of 1000 units every day, per user"),
+        "{stdout}"
+    );
+    assert!(
+        section("sleep")
+            .contains("budget daily: costs 0 + 1 × /ms of 1000 units every day, per user"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn bad_budgets_are_refused_with_the_field_and_the_fix() {
+    for (budget, field, says) in [
+        (
+            "    - { name: a, limit: 0 }\n",
+            "policies.budgets[0].limit",
+            "from 1 to",
+        ),
+        (
+            "    - { name: a, limit: 5, window: 1500ms }\n",
+            "policies.budgets[0].window",
+            "whole seconds",
+        ),
+        (
+            "    - { name: a, limit: 5 }\n    - { name: a, limit: 6 }\n",
+            "policies.budgets[1].name",
+            "two budgets are named `a`",
+        ),
+        (
+            "    - { name: a, limit: 5, partition: team }\n",
+            "policies.budgets[0].partition",
+            "attribute:<name>",
+        ),
+        (
+            "    - { name: a, limit: 5, tools: { sleep: { argument: ms } } }\n",
+            "policies.budgets[0].tools.sleep",
+            "JSON Pointer",
+        ),
+        (
+            "    - { name: a, limit: 5, tools: { sleep: { reported: /units } } }\n",
+            "policies.budgets[0].tools.sleep",
+            "`estimate` is missing",
+        ),
+        (
+            "    - { name: a, limit: 5, cost: -1 }\n",
+            "policies.budgets[0].cost",
+            "whole number",
+        ),
+    ] {
+        let (ok, _, stderr) = check_output(&config(budget));
+        assert!(!ok, "{budget} was accepted");
+        assert!(stderr.contains(field), "{budget}: {stderr}");
+        assert!(stderr.contains(says), "{budget}: {stderr}");
+    }
+}

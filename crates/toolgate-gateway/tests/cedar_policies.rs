@@ -1,0 +1,245 @@
+//! `policies.cedar` in the real binary: the same decision on `/v1` (single calls and
+//! batches), on `/mcp` and in listings; shadow policies recorded in the audit file and in
+//! `/metrics`; load errors at their file, line and column from `toolgate check`.
+
+mod common;
+
+use std::path::Path;
+use std::time::Duration;
+
+use common::{
+    Gateway, client, eventually, get, invoke, mcp_rpc, metric, open_session, post, run, user_yaml,
+};
+use serde_json::{Value, json};
+
+const POLICIES: &str = r#"@id("everyone-calculates")
+permit(principal, action == Action::"calculator", resource);
+
+@id("staff-echo")
+permit(principal, action == Action::"echo", resource)
+when { principal.roles.contains("staff") };
+
+@id("no-drop")
+@reason("`echo` never repeats SQL that drops a table")
+forbid(principal, action == Action::"echo", resource)
+when { context.arguments.text like "*DROP TABLE*" };
+
+@id("watch-mcp-echo")
+@mode("shadow")
+forbid(principal, action == Action::"echo", resource)
+when { context has transport && context.transport == "mcp" };
+"#;
+
+/// A gateway with `POLICIES` and an audit file, both in `dir`: alice is staff, carol has
+/// no role.
+fn start(dir: &Path) -> Gateway {
+    let policies = dir.join("echo.cedar");
+    std::fs::write(&policies, POLICIES).unwrap();
+    let yaml = format!(
+        "tools:\n  builtin: [calculator, echo]\nusers:\n{}{}\
+policies:\n  cedar:\n    files: [{}]\n\
+audit:\n  sink: file\n  path: {}\n  flush_every: 0s\n",
+        user_yaml("alice", &["staff"]),
+        user_yaml("carol", &[]),
+        policies.display(),
+        dir.join("audit.jsonl").display(),
+    );
+    Gateway::start(&yaml)
+}
+
+fn audit_records(dir: &Path) -> Vec<Value> {
+    std::fs::read_to_string(dir.join("audit.jsonl"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter(|r| r.get("tool").is_some())
+        .collect()
+}
+
+fn names(tools: &Value) -> Vec<String> {
+    let mut names: Vec<String> = tools
+        .as_array()
+        .expect("a list of tools")
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn v1_calls_and_batches_are_decided_by_the_policies_and_listings_follow() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = start(dir.path());
+
+    let ok = invoke(&gateway, "alice", "echo", json!({"text": "hello"})).await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    let refused = invoke(
+        &gateway,
+        "alice",
+        "echo",
+        json!({"text": "x; DROP TABLE users"}),
+    )
+    .await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert_eq!(refused.error_code(), "forbidden");
+    assert!(
+        refused
+            .error_message()
+            .contains("never repeats SQL that drops a table"),
+        "{}",
+        refused.body
+    );
+    let carol = invoke(&gateway, "carol", "echo", json!({"text": "hello"})).await;
+    assert_eq!(carol.status, 403, "{}", carol.body);
+    assert!(
+        carol.error_message().contains("no policy permits it"),
+        "{}",
+        carol.body
+    );
+    assert!(
+        !carol.body.to_string().contains("staff-echo"),
+        "no policy id is shown"
+    );
+
+    let call = |id: &str, text: &str| {
+        json!({"id": id, "type": "function",
+            "function": {"name": "echo", "arguments": json!({"text": text}).to_string()}})
+    };
+    let batch = post(
+        &client(),
+        &gateway.url("/v1/tool-calls?format=openai"),
+        Some("alice"),
+        &json!({"role": "assistant", "content": null,
+            "tool_calls": [call("1", "fine"), call("2", "DROP TABLE t")]}),
+    )
+    .await;
+    assert_eq!(batch.status, 200, "{}", batch.body);
+    let results = batch.body["results"].as_array().expect("results");
+    assert_eq!(results[0]["status"], "success", "{}", batch.body);
+    assert_eq!(results[1]["status"], "error", "{}", batch.body);
+    assert_eq!(results[1]["error"]["code"], "forbidden", "{}", batch.body);
+
+    let carol_sees = get(&client(), &gateway.url("/v1/tools"), Some("carol")).await;
+    assert_eq!(names(&carol_sees.body["tools"]), ["calculator"]);
+    let alice_sees = get(&client(), &gateway.url("/v1/tools"), Some("alice")).await;
+    assert_eq!(names(&alice_sees.body["tools"]), ["calculator", "echo"]);
+
+    let records = audit_records(dir.path());
+    let refusal = records
+        .iter()
+        .find(|r| r["policies"][0]["determining"] == json!(["no-drop"]))
+        .unwrap_or_else(|| panic!("a record of the refusal: {records:#?}"));
+    assert_eq!(refusal["policies"][0]["decision"], "deny");
+    assert_eq!(refusal["policies"][0]["stage"], "will_normalize_input");
+    assert_eq!(refusal["status"], 403);
+}
+
+#[tokio::test]
+async fn mcp_calls_get_the_same_decision_and_shadow_policies_only_watch() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = start(dir.path());
+    let session = open_session(&gateway, "alice").await;
+
+    let ok = mcp_rpc(
+        &gateway,
+        "alice",
+        &session,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "hi"}}),
+    )
+    .await;
+    assert_ne!(ok["isError"], true, "the shadow forbid does not bite: {ok}");
+    let refused = mcp_rpc(
+        &gateway,
+        "alice",
+        &session,
+        "tools/call",
+        json!({"name": "echo", "arguments": {"text": "DROP TABLE t"}}),
+    )
+    .await;
+    assert_eq!(refused["isError"], true, "{refused}");
+    assert!(
+        refused.to_string().contains("never repeats SQL"),
+        "{refused}"
+    );
+
+    let carol = open_session(&gateway, "carol").await;
+    let listed = mcp_rpc(&gateway, "carol", &carol, "tools/list", json!({})).await;
+    assert_eq!(names(&listed["tools"]), ["calculator"]);
+
+    let records = audit_records(dir.path());
+    let allowed = records
+        .iter()
+        .find(|r| r["tool"] == "echo" && r["status"] == 200)
+        .unwrap_or_else(|| panic!("a record of the allowed call: {records:#?}"));
+    let decision = &allowed["policies"][0];
+    assert_eq!(decision["decision"], "allow");
+    assert_eq!(decision["determining"], json!(["staff-echo"]));
+    assert_eq!(decision["shadow"]["decision"], "deny", "{decision}");
+    assert_eq!(decision["shadow"]["determining"], json!(["watch-mcp-echo"]));
+    assert_eq!(decision["shadow"]["disagrees"], true);
+
+    let metrics = gateway.metrics().await;
+    // Both MCP calls of echo: the one allowed and the one `no-drop` refused.
+    let watched = [
+        ("policy", "watch-mcp-echo"),
+        ("mode", "shadow"),
+        ("decision", "deny"),
+    ];
+    assert_eq!(
+        metric(&metrics, "toolgate_policy_decisions_total", &watched),
+        2.0,
+        "{metrics}"
+    );
+    let refused_by = [
+        ("policy", "no-drop"),
+        ("mode", "enforce"),
+        ("decision", "deny"),
+    ];
+    assert_eq!(
+        metric(&metrics, "toolgate_policy_decisions_total", &refused_by),
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn a_typo_in_a_policy_is_refused_by_check_and_by_a_reload_with_its_line_and_column() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = start(dir.path());
+    let typo = "permit(principal, action == Action::\"echo\", resource)\nwhen {\n    context.arguments.txet == \"hi\"\n};\n";
+    let bad = dir.path().join("typo.cedar");
+    std::fs::write(&bad, typo).unwrap();
+    let config = std::fs::read_to_string(&gateway.config).unwrap();
+    let broken = config.replace("echo.cedar", "typo.cedar");
+    let broken_file = dir.path().join("broken.yaml");
+    std::fs::write(&broken_file, &broken).unwrap();
+
+    let (status, _, stderr) = run(&["check", "--config", broken_file.to_str().unwrap()], "");
+    assert!(!status.success());
+    let at = format!("{}:3:5:", bad.display());
+    assert!(stderr.contains(&at), "{stderr}");
+    assert!(stderr.contains("txet"), "{stderr}");
+
+    // A reload with it keeps the policies that were loaded.
+    std::fs::write(&gateway.config, &broken).unwrap();
+    gateway.signal("HUP");
+    gateway.wait_for_log(&at, 1, Duration::from_secs(10)).await;
+    let refused = invoke(&gateway, "alice", "echo", json!({"text": "DROP TABLE t"})).await;
+    assert_eq!(refused.status, 403);
+
+    // Fixed, it loads: the policy file's new text is used.
+    std::fs::write(&bad, "permit(principal, action, resource);\n").unwrap();
+    gateway.signal("HUP");
+    eventually(
+        "the fixed policies are in force",
+        Duration::from_secs(10),
+        || async {
+            invoke(&gateway, "alice", "echo", json!({"text": "DROP TABLE t"}))
+                .await
+                .status
+                == 200
+        },
+    )
+    .await;
+}

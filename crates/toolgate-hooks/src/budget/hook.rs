@@ -1,0 +1,316 @@
+//! The [`Budget`] hook at `will_acquire_quota` / `did_release_quota`.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
+
+use super::window::{grouped, utc_time};
+use super::{
+    BudgetBackend, BudgetBackendError, BudgetDecision, BudgetRequest, BudgetState, Cost,
+    InMemoryBudget, LimitReport, LimitState, Window,
+};
+use crate::partition::Partition;
+use crate::quota::OnBackendError;
+
+/// A cost per call charged against an allowance per [`Partition`] key and [`Window`], at
+/// `will_acquire_quota` — after authorization, so a refused call costs nothing.
+///
+/// * The cost of a call comes from [`Cost`]: per tool, or the default (1 unit).
+/// * A call that costs more than is left is refused: code `budget_exhausted`, HTTP 429,
+///   a retry-after until the window ends, and a message that says what is left, of what,
+///   until when, and what the call costs.
+/// * A cost the tool reports ([`Cost::Reported`]) is reconciled at `did_release_quota`:
+///   the difference to the estimate is charged or given back, in the window that was
+///   charged.
+/// * The charge stands when the call fails: the budget counts calls made, as a rate limit
+///   does.
+/// * When the backend fails, [`OnBackendError`] decides (fail closed by default:
+///   `budget_unavailable`, HTTP 503).
+///
+/// # Examples
+///
+/// ```
+/// use toolgate_hooks::budget::{Budget, Cost, Window};
+/// use toolgate_hooks::partition::Partition;
+///
+/// // 1,000 units a day per tenant; an export costs one unit per 100 rows, plus one.
+/// let budget = Budget::builder(1000, Window::day())
+///     .name("tenant-daily")
+///     .partition(Partition::custom(|ctx| ctx.user().tenant.clone().unwrap_or_default()))
+///     .tool_cost("export", Cost::Argument { pointer: "/rows".into(), per_unit: 1, base: 1 })
+///     .build();
+/// # let _ = budget;
+/// ```
+pub struct Budget {
+    name: String,
+    limit: u64,
+    window: Window,
+    partition: Partition,
+    partition_label: Option<String>,
+    default_cost: Cost,
+    costs: HashMap<String, Cost>,
+    backend: Arc<dyn BudgetBackend>,
+    on_backend_error: OnBackendError,
+}
+
+/// Builds a [`Budget`] hook.
+pub struct BudgetBuilder {
+    budget: Budget,
+}
+
+/// What a call was charged, held until `did_release_quota` for the reconciliation.
+struct Charge {
+    key: String,
+    charged: u64,
+    window_end_ms: u64,
+}
+
+impl BudgetBuilder {
+    /// The policy's name, which namespaces its keys and names it in messages and headers
+    /// (default `budget`). Give each budget that shares a backend its own name.
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.budget.name = name.into();
+        self
+    }
+
+    /// How calls split into budgets (default: per user).
+    #[must_use]
+    pub fn partition(mut self, partition: Partition) -> Self {
+        self.budget.partition = partition;
+        self
+    }
+
+    /// How messages name one budget of the partition: `this tenant` gives `… left until
+    /// 00:00 UTC for this tenant` (default: the partition's own words, `this user`, or
+    /// `this key` for a custom partition).
+    #[must_use]
+    pub fn partition_label(mut self, label: impl Into<String>) -> Self {
+        self.budget.partition_label = Some(label.into());
+        self
+    }
+
+    /// The cost of a tool without a cost of its own (default 1 unit).
+    #[must_use]
+    pub fn default_cost(mut self, cost: Cost) -> Self {
+        self.budget.default_cost = cost;
+        self
+    }
+
+    /// The cost of `tool`.
+    #[must_use]
+    pub fn tool_cost(mut self, tool: impl Into<String>, cost: Cost) -> Self {
+        self.budget.costs.insert(tool.into(), cost);
+        self
+    }
+
+    /// Where the spending lives (default: a fresh [`InMemoryBudget`]).
+    #[must_use]
+    pub fn backend(mut self, backend: Arc<dyn BudgetBackend>) -> Self {
+        self.budget.backend = backend;
+        self
+    }
+
+    /// What a backend failure means (default: fail closed).
+    #[must_use]
+    pub fn on_backend_error(mut self, mode: OnBackendError) -> Self {
+        self.budget.on_backend_error = mode;
+        self
+    }
+
+    /// The hook.
+    pub fn build(self) -> Budget {
+        self.budget
+    }
+}
+
+impl Budget {
+    /// A builder for `limit` units per `window`, per user, each call costing 1, in memory.
+    pub fn builder(limit: u64, window: Window) -> BudgetBuilder {
+        BudgetBuilder {
+            budget: Budget {
+                name: "budget".to_owned(),
+                limit,
+                window,
+                partition: Partition::User,
+                partition_label: None,
+                default_cost: Cost::Fixed(1),
+                costs: HashMap::new(),
+                backend: Arc::new(InMemoryBudget::default()),
+                on_backend_error: OnBackendError::default(),
+            },
+        }
+    }
+
+    /// The allowance per window.
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+
+    /// The window.
+    pub fn window(&self) -> Window {
+        self.window
+    }
+
+    /// What a call of `tool` costs.
+    pub fn cost_of(&self, tool: &str) -> &Cost {
+        self.costs.get(tool).unwrap_or(&self.default_cost)
+    }
+
+    fn report(&self, ctx: &ToolInvokeContext, state: &BudgetState) {
+        LimitReport::record_in(ctx, || LimitState {
+            policy: self.name.clone(),
+            quota: self.limit,
+            window: self.window.length(),
+            remaining: Some(state.remaining(self.limit)),
+            resets_in: Some(state.resets_in),
+        });
+    }
+
+    /// ``budget `name`: 12 of 1,000 units left until 00:00 UTC for this key; this call
+    /// costs 30; make a cheaper call`` (the error adds `, retry after … ms`). The time is
+    /// read on the backend's clock.
+    fn refusal(&self, state: &BudgetState, cost: u64) -> ToolError {
+        let now_ms = state
+            .window_end_ms
+            .saturating_sub(u64::try_from(state.resets_in.as_millis()).unwrap_or(u64::MAX));
+        let reason = format!(
+            "budget `{}`: {} of {} units left until {} for {}; this call costs {}; make a cheaper call",
+            self.name,
+            grouped(state.remaining(self.limit)),
+            grouped(self.limit),
+            utc_time(state.window_end_ms, now_ms),
+            self.partition_label
+                .as_deref()
+                .unwrap_or(self.partition.describe()),
+            grouped(cost),
+        );
+        ToolError::RetryAfter {
+            delay: state.resets_in,
+            reason,
+            code: Cow::Borrowed("budget_exhausted"),
+            status: 429,
+        }
+    }
+
+    fn unavailable(&self, error: &BudgetBackendError) -> ToolError {
+        ToolError::abort(
+            format!(
+                "the budget store could not decide ({error}); the call was not run: try again later"
+            ),
+            "budget_unavailable",
+            503,
+        )
+    }
+}
+
+fn now_ms() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+}
+
+#[hook]
+impl Hook for Budget {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn will_acquire_quota(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        let cost = match self.cost_of(ctx.tool_name()).before_call(ctx.input()) {
+            Ok(cost) => cost,
+            Err(error) => {
+                return ctx.abort(
+                    format!("budget `{}`: {error}", self.name),
+                    "invalid_cost_argument",
+                    422,
+                );
+            }
+        };
+        if cost == 0 && !matches!(self.cost_of(ctx.tool_name()), Cost::Reported { .. }) {
+            // A free call: nothing to charge, nothing to reconcile.
+            return Ok(());
+        }
+        let key = self.partition.key(&self.name, ctx);
+        let request = BudgetRequest {
+            key: &key,
+            cost,
+            limit: self.limit,
+            window: self.window,
+        };
+        match self.backend.charge(request).await {
+            Ok(BudgetDecision::Charged(state)) => {
+                self.report(ctx, &state);
+                ctx.hold(
+                    self,
+                    Charge {
+                        key,
+                        charged: cost,
+                        window_end_ms: state.window_end_ms,
+                    },
+                );
+                Ok(())
+            }
+            Ok(BudgetDecision::Refused(state)) => {
+                self.report(ctx, &state);
+                Err(self.refusal(&state, cost).into())
+            }
+            Err(error) => match self.on_backend_error {
+                OnBackendError::FailClosed => {
+                    tracing::error!(policy = %self.name, %error, "budget store failed; call refused (fail closed)");
+                    Err(self.unavailable(&error).into())
+                }
+                OnBackendError::FailOpen => {
+                    tracing::warn!(policy = %self.name, %error, "budget store failed; call let through (fail open)");
+                    Ok(())
+                }
+            },
+        }
+    }
+
+    async fn did_release_quota(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        let Some(charge) = ctx.held::<Charge>(self) else {
+            return Ok(());
+        };
+        let reported = ctx
+            .output()
+            .filter(|_| ctx.error().is_none())
+            .and_then(|output| self.cost_of(ctx.tool_name()).reported(output));
+        let (key, charged, window_end_ms) =
+            (charge.key.clone(), charge.charged, charge.window_end_ms);
+        ctx.release::<Charge>(self);
+        let Some(actual) = reported else {
+            return Ok(());
+        };
+        let delta = i64::try_from(actual)
+            .unwrap_or(i64::MAX)
+            .saturating_sub(i64::try_from(charged).unwrap_or(i64::MAX));
+        if delta == 0 {
+            return Ok(());
+        }
+        match self.backend.adjust(&key, window_end_ms, delta).await {
+            Ok(Some(used)) => {
+                let resets_in =
+                    std::time::Duration::from_millis(window_end_ms.saturating_sub(now_ms()));
+                self.report(
+                    ctx,
+                    &BudgetState {
+                        used,
+                        window_end_ms,
+                        resets_in,
+                    },
+                );
+            }
+            Ok(None) => {}
+            // The call has run: a failed reconciliation is logged, never the call's outcome.
+            Err(error) => {
+                tracing::warn!(policy = %self.name, %error, delta, "budget reconciliation failed; the estimate stands");
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,111 @@
+//! [`InMemoryBudget`]: budgets in this process.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+
+use super::{BudgetBackend, BudgetBackendError, BudgetDecision, BudgetRequest, BudgetState};
+
+type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
+
+/// Budgets in this process, on its wall clock: exact for one replica. Memory is bounded:
+/// budgets of windows that are over are dropped when room is needed, and past `max_keys`
+/// budgets in the current window a charge fails ([`BudgetBackendError::Full`]).
+#[derive(Clone)]
+pub struct InMemoryBudget {
+    spent: Arc<Mutex<HashMap<String, (u64, u64)>>>,
+    max_keys: usize,
+    clock: Clock,
+}
+
+impl Default for InMemoryBudget {
+    fn default() -> Self {
+        InMemoryBudget::new(100_000)
+    }
+}
+
+impl std::fmt::Debug for InMemoryBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("InMemoryBudget")
+            .field("max_keys", &self.max_keys)
+            .finish()
+    }
+}
+
+impl InMemoryBudget {
+    /// A store of at most `max_keys` budgets at once.
+    pub fn new(max_keys: usize) -> Self {
+        InMemoryBudget {
+            spent: Arc::default(),
+            max_keys: max_keys.max(1),
+            clock: Arc::new(SystemTime::now),
+        }
+    }
+
+    /// The same store on another clock (tests step a clock of their own across windows).
+    #[must_use]
+    pub fn with_clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
+    }
+
+    fn now_ms(&self) -> u64 {
+        let since = (self.clock)()
+            .duration_since(UNIX_EPOCH)
+            .unwrap_or_default();
+        u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+    }
+}
+
+#[async_trait]
+impl BudgetBackend for InMemoryBudget {
+    async fn charge(
+        &self,
+        request: BudgetRequest<'_>,
+    ) -> Result<BudgetDecision, BudgetBackendError> {
+        let now = self.now_ms();
+        let end = request.window.end_after(now);
+        let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        if !spent.contains_key(request.key) && spent.len() >= self.max_keys {
+            spent.retain(|_, (window_end, _)| *window_end > now);
+            if spent.len() >= self.max_keys {
+                return Err(BudgetBackendError::Full {
+                    max_keys: self.max_keys,
+                });
+            }
+        }
+        let entry = spent.entry(request.key.to_owned()).or_insert((end, 0));
+        if entry.0 != end {
+            *entry = (end, 0);
+        }
+        let state = |used| BudgetState {
+            used,
+            window_end_ms: end,
+            resets_in: Duration::from_millis(end - now),
+        };
+        let after = entry.1.saturating_add(request.cost);
+        if after > request.limit {
+            return Ok(BudgetDecision::Refused(state(entry.1)));
+        }
+        entry.1 = after;
+        Ok(BudgetDecision::Charged(state(after)))
+    }
+
+    async fn adjust(
+        &self,
+        key: &str,
+        window_end_ms: u64,
+        delta: i64,
+    ) -> Result<Option<u64>, BudgetBackendError> {
+        let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        match spent.get_mut(key) {
+            Some((end, used)) if *end == window_end_ms => {
+                *used = used.saturating_add_signed(delta);
+                Ok(Some(*used))
+            }
+            _ => Ok(None),
+        }
+    }
+}

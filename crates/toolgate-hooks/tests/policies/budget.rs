@@ -1,0 +1,269 @@
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::json;
+use toolgate_core::{JsonTool, Pipeline, ToolError};
+use toolgate_hooks::authorize::{Authorize, Effect, Rule, Rules};
+use toolgate_hooks::budget::{
+    Budget, BudgetBackend, Cost, InMemoryBudget, LimitReport, LimitState, Window,
+};
+
+use crate::support::as_user;
+
+/// 2026-11-28 23:00:00 UTC.
+const LATE: u64 = 1_795_906_800;
+
+fn clock_at(seconds: Arc<AtomicU64>) -> impl Fn() -> SystemTime + Send + Sync + 'static {
+    move || UNIX_EPOCH + Duration::from_secs(seconds.load(Ordering::SeqCst))
+}
+
+/// Tools `search` (echoes its arguments) and `llm` (answers the usage its caller asked to
+/// report), under `budget`.
+fn priced(budget: Budget) -> Pipeline {
+    Pipeline::builder()
+        .tool(JsonTool::new(
+            "search",
+            "Searches.",
+            json!({}),
+            |input, _| {
+                let out = input.clone();
+                Box::pin(async move { Ok::<_, ToolError>(out) })
+            },
+        ))
+        .tool(JsonTool::new("llm", "Completes.", json!({}), |input, _| {
+            let out = json!({"text": "…", "usage": {"units": input["used"]}});
+            Box::pin(async move { Ok::<_, ToolError>(out) })
+        }))
+        .hook(budget)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_spent_budget_refuses_with_what_is_left_until_when() {
+    let seconds = Arc::new(AtomicU64::new(LATE));
+    let store = InMemoryBudget::default().with_clock(clock_at(seconds.clone()));
+    let pipeline = priced(
+        Budget::builder(1000, Window::day())
+            .name("team")
+            .tool_cost("search", Cost::Fixed(494))
+            .backend(Arc::new(store))
+            .build(),
+    );
+    for _ in 0..2 {
+        pipeline
+            .invoke("search", json!({}), as_user("ann"))
+            .await
+            .unwrap();
+    }
+    let err = pipeline
+        .invoke("search", json!({}), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!((err.code(), err.status()), ("budget_exhausted", 429));
+    assert_eq!(
+        err.to_string(),
+        "budget `team`: 12 of 1,000 units left until 00:00 UTC for this user; this call costs 494; make a cheaper call, retry after 3600000 ms"
+    );
+    // The store's clock says 23:00: an hour to go.
+    assert_eq!(err.retry_after_delay(), Some(Duration::from_secs(3600)));
+    // Another user has a budget of their own.
+    pipeline
+        .invoke("search", json!({}), as_user("bob"))
+        .await
+        .unwrap();
+    // At midnight the allowance is whole again.
+    seconds.fetch_add(3600, Ordering::SeqCst);
+    pipeline
+        .invoke("search", json!({}), as_user("ann"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn an_argument_prices_the_call_and_a_bad_one_is_refused() {
+    let pipeline = priced(
+        Budget::builder(100, Window::hour())
+            .tool_cost(
+                "search",
+                Cost::Argument {
+                    pointer: "/rows".into(),
+                    per_unit: 1,
+                    base: 1,
+                },
+            )
+            .build(),
+    );
+    pipeline
+        .invoke("search", json!({"rows": 89}), as_user("ann"))
+        .await
+        .unwrap();
+    // 90 spent: 10 left, and 10 rows cost 11.
+    let err = pipeline
+        .invoke("search", json!({"rows": 10}), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("10 of 100 units left"), "{err}");
+    assert!(err.to_string().contains("this call costs 11"), "{err}");
+    pipeline
+        .invoke("search", json!({"rows": 9}), as_user("ann"))
+        .await
+        .unwrap();
+    let err = pipeline
+        .invoke("search", json!({"rows": "0"}), as_user("bob"))
+        .await
+        .unwrap_err();
+    assert_eq!((err.code(), err.status()), ("invalid_cost_argument", 422));
+    assert!(err.to_string().contains("argument `/rows`"), "{err}");
+}
+
+#[tokio::test]
+async fn a_reported_cost_is_reconciled_after_the_call() {
+    let store = InMemoryBudget::default();
+    let pipeline = priced(
+        Budget::builder(100, Window::day())
+            .tool_cost(
+                "llm",
+                Cost::Reported {
+                    pointer: "/usage/units".into(),
+                    estimate: 30,
+                },
+            )
+            .backend(Arc::new(store.clone()))
+            .build(),
+    );
+    let report = LimitReport::default();
+    let options = as_user("ann").provide::<LimitReport>(report.clone());
+    // The estimate of 30 is charged, then 20 of it given back.
+    pipeline
+        .invoke("llm", json!({"used": 10}), options)
+        .await
+        .unwrap();
+    assert_eq!(report.states()[0].remaining, Some(90));
+    // Over the estimate: 30 charged first, 60 in the end.
+    pipeline
+        .invoke("llm", json!({"used": 60}), as_user("ann"))
+        .await
+        .unwrap();
+    // 70 spent, 30 left: one estimate still fits, reported as 50, past the limit.
+    pipeline
+        .invoke("llm", json!({"used": 50}), as_user("ann"))
+        .await
+        .unwrap();
+    let err = pipeline
+        .invoke("llm", json!({"used": 1}), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("0 of 100 units left"), "{err}");
+    // An output without a cost keeps the estimate.
+    pipeline
+        .invoke("llm", json!({}), as_user("bob"))
+        .await
+        .unwrap();
+    let key = "budget\u{1f}u\u{1f}bob";
+    let window_end = Window::day().end_after(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64,
+    );
+    assert_eq!(store.adjust(key, window_end, 0).await.unwrap(), Some(30));
+}
+
+#[tokio::test]
+async fn only_an_authorized_call_is_charged() {
+    let store = InMemoryBudget::default();
+    let pipeline = Pipeline::builder()
+        .tool(JsonTool::new("search", "Searches.", json!({}), |_, _| {
+            Box::pin(async { Ok::<_, ToolError>(json!("ok")) })
+        }))
+        .hook(Authorize::new(
+            Rules::new(Effect::Deny).rule(Rule::allow().user("ann")),
+        ))
+        .hook(
+            Budget::builder(1, Window::day())
+                .backend(Arc::new(store.clone()))
+                .build(),
+        )
+        .build()
+        .unwrap();
+    let err = pipeline
+        .invoke("search", json!({}), as_user("eve"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "forbidden");
+    let end = Window::day().end_after(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64,
+    );
+    assert_eq!(
+        store
+            .adjust("budget\u{1f}u\u{1f}eve", end, 0)
+            .await
+            .unwrap(),
+        None
+    );
+    pipeline
+        .invoke("search", json!({}), as_user("ann"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_callers_spend_exactly_the_budget() {
+    let pipeline = priced(
+        Budget::builder(1000, Window::day())
+            .tool_cost("search", Cost::Fixed(7))
+            .build(),
+    );
+    let admitted = Arc::new(Mutex::new(0u64));
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..200 {
+        let (pipeline, admitted) = (pipeline.clone(), admitted.clone());
+        calls.spawn(async move {
+            if pipeline
+                .invoke("search", json!({}), as_user("ann"))
+                .await
+                .is_ok()
+            {
+                *admitted.lock().unwrap() += 7;
+            }
+        });
+    }
+    while calls.join_next().await.is_some() {}
+    // 142 calls of 7 fit in 1,000 (994); the 143rd would not.
+    assert_eq!(*admitted.lock().unwrap(), 994);
+}
+
+#[tokio::test]
+async fn the_report_carries_each_limit_for_the_ratelimit_fields() {
+    let pipeline = priced(Budget::builder(10, Window::hour()).name("hourly").build());
+    let report = LimitReport::default();
+    pipeline
+        .invoke(
+            "search",
+            json!({}),
+            as_user("ann").provide::<LimitReport>(report.clone()),
+        )
+        .await
+        .unwrap();
+    let [state] = &report.states()[..] else {
+        panic!("one limit: {:?}", report.states());
+    };
+    let LimitState {
+        policy,
+        quota,
+        window,
+        remaining,
+        resets_in,
+    } = state.clone();
+    assert_eq!(
+        (policy.as_str(), quota, window),
+        ("hourly", 10, Duration::from_secs(3600))
+    );
+    assert_eq!(remaining, Some(9));
+    assert!(resets_in.unwrap() <= Duration::from_secs(3600));
+}

@@ -1,0 +1,491 @@
+//! `tools/call` of a streamable HTTP session answered in the task of its HTTP request.
+//!
+//! Through rmcp, a session's request goes from the HTTP connection's task to the session's
+//! worker, to its service loop, to a handler task that runs the call, and the answer back
+//! the same way, as an SSE stream. That is most of what `/mcp` costs over toolgate's own
+//! `/v1` (docs/performance.md). For a `tools/call` that cannot need the session's other
+//! streams, the endpoint calls the session's handler itself — the same
+//! [`Connection`] rmcp serves, through rmcp's own dispatch ([`Service::handle_request`])
+//! — as the response's SSE stream is polled, and sends its answer as that stream's one
+//! event: what the client sees is what rmcp would have sent, without resumption (toolgate
+//! takes a client that leaves for gone, and cancels its call).
+//!
+//! A request is answered here only when rmcp would certainly have taken it and sent its
+//! answer on the request's own stream; in every other case it goes to rmcp as before:
+//!
+//! - a `POST` of a single `tools/call` request, with a `Content-Type` of
+//!   `application/json` and an `Accept` of both `application/json` and
+//!   `text/event-stream` (no quality values), in a session of the 2025 revisions whose
+//!   handler has registered it (at `notifications/initialized` or its first call through
+//!   rmcp) and that rmcp still holds;
+//! - a `Host` rmcp allows, no `Origin` (a browser's request, which rmcp may check against
+//!   its allowed origins), no `MCP-Protocol-Version` header other than the session's own
+//!   version;
+//! - nothing the call could send the caller before its answer: no `progressToken`, no
+//!   log level set on the session, and a client that declared neither `sampling`,
+//!   `elicitation` nor `roots` (an upstream's request for them is then refused without
+//!   asking the caller, as through rmcp);
+//! - rmcp heard from the session within half its keep-alive, since a session only answered
+//!   here would look idle to rmcp, which would close it: every so often a call goes through
+//!   rmcp and renews it.
+//!
+//! `notifications/cancelled` for a call answered here cancels it (and goes on to rmcp,
+//! which ignores an id it does not know); a session rmcp closes cancels its calls here, as
+//! rmcp cancels its own.
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::{HeaderMap, header};
+use http_body::{Body, Frame, SizeHint};
+use rmcp::model::{
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorData, Extensions,
+    ProtocolVersion, RequestId, ServerJsonRpcMessage,
+};
+use rmcp::service::{Peer, RequestContext};
+use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+use rmcp::transport::streamable_http_server::session::SessionManager;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::{RoleServer, Service};
+use sync_wrapper::SyncWrapper;
+use tokio_util::sync::CancellationToken;
+
+use super::connection::{Connection, SessionRegistry};
+
+const SESSION_ID: &str = "mcp-session-id";
+const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+const JSON: &str = "application/json";
+const EVENT_STREAM: &str = "text/event-stream";
+
+/// The sessions whose `tools/call` the endpoint may answer itself: one entry per session
+/// rmcp holds, made by its handler and removed when rmcp drops the handler.
+pub(crate) struct DirectCalls {
+    sessions: RwLock<HashMap<Arc<str>, Arc<DirectSession>>>,
+    /// rmcp closes a session that exchanged no message for this long.
+    keep_alive: Duration,
+    /// What the sessions' `rmcp_seen` count from.
+    epoch: Instant,
+}
+
+/// A session the endpoint may answer calls of.
+pub(super) struct DirectSession {
+    /// The session's id.
+    id: Arc<str>,
+    /// The session's handler (a handle sharing the state of the one rmcp serves).
+    connection: Connection,
+    /// The session's peer, as rmcp gives it to the handler.
+    peer: Peer<RoleServer>,
+    /// When rmcp last got a message of the session, in milliseconds since `epoch`.
+    rmcp_seen: AtomicU64,
+    /// The calls answered here and still running, by JSON-RPC id.
+    running: Mutex<HashMap<RequestId, CancellationToken>>,
+    /// Cancelled when rmcp drops the session: its calls here are cancelled with it.
+    closed: CancellationToken,
+}
+
+impl DirectCalls {
+    pub(crate) fn new(keep_alive: Option<Duration>) -> Self {
+        DirectCalls {
+            sessions: RwLock::new(HashMap::new()),
+            keep_alive: keep_alive.unwrap_or(Duration::MAX),
+            epoch: Instant::now(),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
+    /// The session of `headers`, when registered here, for a message on its way to rmcp;
+    /// cancels the call answered here that a `notifications/cancelled` names (rmcp ignores
+    /// an id it does not know).
+    pub(super) fn to_rmcp(
+        &self,
+        headers: &HeaderMap,
+        message: Option<&ClientJsonRpcMessage>,
+    ) -> Option<Arc<DirectSession>> {
+        let session = self.read().get(session_id(headers)?).cloned()?;
+        if let Some(ClientJsonRpcMessage::Notification(notification)) = message
+            && let ClientNotification::CancelledNotification(cancelled) = &notification.notification
+            && let Some(id) = &cancelled.params.request_id
+            && let Some(running) = session.running().get(id)
+        {
+            running.cancel();
+        }
+        Some(session)
+    }
+
+    /// The session whose call `message` is, when the endpoint may answer it itself (see
+    /// the module's documentation); `None` sends it to rmcp. `message` is the body of a
+    /// `POST` of `application/json` (the only body the endpoint parses).
+    pub(super) async fn eligible(
+        &self,
+        parts: &http::request::Parts,
+        message: &ClientJsonRpcMessage,
+        config: &StreamableHttpServerConfig,
+        rmcp: &LocalSessionManager,
+    ) -> Option<Arc<DirectSession>> {
+        let ClientJsonRpcMessage::Request(request) = message else {
+            return None;
+        };
+        if !matches!(request.request, ClientRequest::CallToolRequest(_)) {
+            return None;
+        }
+        if !config.legacy_session_mode
+            || !accepts_json_and_events(&parts.headers)
+            || !host_allowed(parts, &config.allowed_hosts)
+            || parts.headers.contains_key(header::ORIGIN)
+            || {
+                let meta = rmcp::model::GetMeta::get_meta(&request.request);
+                meta.get_progress_token().is_some() || meta.protocol_version().is_some()
+            }
+        {
+            return None;
+        }
+        let id = session_id(&parts.headers)?;
+        let session = self.read().get(id).cloned()?;
+        let seen = session.rmcp_seen.load(Ordering::Relaxed);
+        let since = Duration::from_millis(self.now().saturating_sub(seen));
+        if since >= self.keep_alive / 2 || session.closed.is_cancelled() {
+            return None;
+        }
+        let info = session.peer.peer_info()?;
+        let version = info.protocol_version.as_str();
+        if version >= ProtocolVersion::V_2026_07_28.as_str()
+            || parts
+                .headers
+                .get(PROTOCOL_VERSION)
+                .is_some_and(|header| header.as_bytes() != version.as_bytes())
+        {
+            return None;
+        }
+        let capabilities = &info.capabilities;
+        if capabilities.sampling.is_some()
+            || capabilities.elicitation.is_some()
+            || capabilities.roots.is_some()
+            || session.connection.sets_log_level()
+        {
+            return None;
+        }
+        let held = rmcp.has_session(&session.id).await.unwrap_or(false);
+        held.then_some(session)
+    }
+}
+
+impl SessionRegistry for DirectCalls {
+    fn register(&self, id: &str, connection: &Connection, peer: &Peer<RoleServer>) {
+        if self.read().contains_key(id) {
+            return;
+        }
+        let id: Arc<str> = Arc::from(id);
+        let session = Arc::new(DirectSession {
+            id: Arc::clone(&id),
+            connection: connection.handle(),
+            peer: peer.clone(),
+            rmcp_seen: AtomicU64::new(self.now()),
+            running: Mutex::new(HashMap::new()),
+            closed: CancellationToken::new(),
+        });
+        self.write().entry(id).or_insert(session);
+    }
+
+    fn forget(&self, ids: &[Arc<str>], connection: &Connection) {
+        let mut sessions = self.write();
+        for id in ids {
+            if sessions
+                .get(id)
+                .is_some_and(|session| session.connection.same_as(connection))
+                && let Some(session) = sessions.remove(id)
+            {
+                session.closed.cancel();
+            }
+        }
+    }
+}
+
+impl DirectCalls {
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Arc<str>, Arc<DirectSession>>> {
+        self.sessions.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, HashMap<Arc<str>, Arc<DirectSession>>> {
+        self.sessions.write().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl DirectSession {
+    /// Notes that rmcp took a message of this session, which renews its keep-alive there.
+    pub(super) fn renewed(&self, calls: &DirectCalls) {
+        self.rmcp_seen.store(calls.now(), Ordering::Relaxed);
+    }
+
+    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
+        self.running.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The call `message` (a request, as [`DirectCalls::eligible`] found), run through
+    /// rmcp's dispatch on the session's handler; it resolves to the SSE event carrying its
+    /// answer, as rmcp would have sent it. It runs where it is polled: in the task of the
+    /// HTTP connection.
+    pub(super) fn answer(
+        self: Arc<Self>,
+        parts: http::request::Parts,
+        message: ClientJsonRpcMessage,
+    ) -> Call {
+        Box::pin(async move {
+            let ClientJsonRpcMessage::Request(mut request) = message else {
+                unreachable!("only requests are eligible");
+            };
+            let id = request.id.clone();
+            let ct = self.closed.child_token();
+            let _running = Running::start(&self, id.clone(), ct.clone());
+            let meta = std::mem::take(rmcp::model::GetMeta::get_meta_mut(&mut request.request));
+            let mut extensions = Extensions::new();
+            extensions.insert(parts);
+            let mut context = RequestContext::new(id.clone(), self.peer.clone());
+            context.ct = ct;
+            context.meta = meta;
+            context.extensions = extensions;
+            let answer = match self
+                .connection
+                .handle_request(request.request, context)
+                .await
+            {
+                Ok(result) => ServerJsonRpcMessage::response(result, id.clone()),
+                Err(error) => ServerJsonRpcMessage::error(error, Some(id.clone())),
+            };
+            event(&answer, id)
+        })
+    }
+}
+
+/// A call answered here: it resolves to the SSE event carrying its answer.
+pub(super) type Call = Pin<Box<dyn Future<Output = Bytes> + Send>>;
+
+/// The SSE event carrying `answer`, the answer to request `id`.
+fn event(answer: &ServerJsonRpcMessage, id: RequestId) -> Bytes {
+    let mut event = b"data: ".to_vec();
+    if let Err(error) = serde_json::to_writer(&mut event, answer) {
+        tracing::error!(%error, "an answer to tools/call could not be written as JSON");
+        event.truncate(b"data: ".len());
+        let failed = ServerJsonRpcMessage::error(
+            ErrorData::internal_error("the answer could not be written as JSON", None),
+            Some(id),
+        );
+        serde_json::to_writer(&mut event, &failed).unwrap_or_default();
+    }
+    event.extend_from_slice(b"\n\n");
+    Bytes::from(event)
+}
+
+/// Runs `call` until it ends or `keep_alive` passes, whichever comes first. A call that
+/// ends in time (most do, long before a keep-alive comment would be due) is answered with
+/// its event as the whole body, so the response's headers and body go out in one write; a
+/// call still running then goes on as the body of the SSE stream whose headers go out now.
+pub(super) async fn run(mut call: Call, keep_alive: Option<Duration>) -> Answer {
+    let Some(every) = keep_alive else {
+        return Answer::Ended(Some(call.await));
+    };
+    match tokio::time::timeout(every, &mut call).await {
+        Ok(event) => Answer::Ended(Some(event)),
+        Err(_) => Answer::Running {
+            call: SyncWrapper::new(call),
+            every,
+            ping: None,
+        },
+    }
+}
+
+/// The body of a call answered here: one SSE event with the JSON-RPC answer, preceded, for
+/// a call that outlasts the keep-alive interval, by a comment every interval while it runs
+/// (rmcp's stream does the same: proxies do not time the connection out, and a client that
+/// left is noticed).
+pub(super) enum Answer {
+    /// The call ended: its event, until it is sent.
+    Ended(Option<Bytes>),
+    /// The call runs as the body is polled.
+    Running {
+        /// A body is shared between threads only to be moved, never polled from two.
+        call: SyncWrapper<Call>,
+        every: Duration,
+        ping: Option<Pin<Box<tokio::time::Sleep>>>,
+    },
+}
+
+impl Body for Answer {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        match this {
+            Answer::Ended(event) => Poll::Ready(event.take().map(|event| Ok(Frame::data(event)))),
+            Answer::Running { call, every, ping } => {
+                if let Poll::Ready(event) = call.get_mut().as_mut().poll(cx) {
+                    *this = Answer::Ended(None);
+                    return Poll::Ready(Some(Ok(Frame::data(event))));
+                }
+                let ping = ping.get_or_insert_with(|| Box::pin(tokio::time::sleep(*every)));
+                if ping.as_mut().poll(cx).is_ready() {
+                    ping.as_mut().reset(tokio::time::Instant::now() + *every);
+                    return Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(
+                        b": keep-alive\n\n",
+                    )))));
+                }
+                Poll::Pending
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        matches!(self, Answer::Ended(None))
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Answer::Ended(event) => {
+                SizeHint::with_exact(event.as_ref().map_or(0, |event| event.len() as u64))
+            }
+            Answer::Running { .. } => SizeHint::default(),
+        }
+    }
+}
+
+/// A call answered here, cancellable by `notifications/cancelled` until it ends.
+struct Running<'a> {
+    session: &'a DirectSession,
+    id: RequestId,
+}
+
+impl<'a> Running<'a> {
+    fn start(session: &'a DirectSession, id: RequestId, ct: CancellationToken) -> Self {
+        session.running().insert(id.clone(), ct);
+        Running { session, id }
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.session.running().remove(&self.id);
+    }
+}
+
+fn session_id(headers: &HeaderMap) -> Option<&str> {
+    headers.get(SESSION_ID).and_then(|v| v.to_str().ok())
+}
+
+/// Whether `Accept` lists both media types a streamable HTTP client must take, without
+/// quality values (rmcp weighs those; they go to rmcp).
+fn accepts_json_and_events(headers: &HeaderMap) -> bool {
+    let (mut json, mut events) = (false, false);
+    for value in headers.get_all(header::ACCEPT) {
+        let Ok(value) = value.to_str() else {
+            return false;
+        };
+        for item in value.split(',') {
+            let item = item.trim();
+            if item.contains(';') {
+                return false;
+            }
+            json |= item.eq_ignore_ascii_case(JSON);
+            events |= item.eq_ignore_ascii_case(EVENT_STREAM);
+        }
+    }
+    json && events
+}
+
+/// Whether rmcp's check against DNS rebinding lets `Host` (or the URI's authority) in:
+/// an empty list allows every host; an entry without a port allows its host on any port.
+fn host_allowed(parts: &http::request::Parts, allowed: &[String]) -> bool {
+    if allowed.is_empty() {
+        return true;
+    }
+    let authority = match parts.headers.get(header::HOST) {
+        Some(host) => host
+            .to_str()
+            .ok()
+            .and_then(|host| http::uri::Authority::try_from(host).ok()),
+        None => parts.uri.authority().cloned(),
+    };
+    let Some(authority) = authority else {
+        return false;
+    };
+    let host = normalize(authority.host());
+    allowed.iter().any(|entry| {
+        let entry = entry.trim();
+        let (entry_host, entry_port) = match http::uri::Authority::try_from(entry) {
+            Ok(entry) => (normalize(entry.host()), entry.port_u16()),
+            Err(_) => (normalize(entry), None),
+        };
+        !entry.is_empty()
+            && entry_host == host
+            && entry_port.is_none_or(|port| authority.port_u16() == Some(port))
+    })
+}
+
+fn normalize(host: &str) -> String {
+    host.trim_matches(['[', ']']).to_ascii_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(headers: &[(&str, &str)]) -> http::request::Parts {
+        let mut request = http::Request::post("/mcp");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        request.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn accept_must_list_both_media_types_without_weights() {
+        let both = parts(&[("accept", "application/json, text/event-stream")]);
+        assert!(accepts_json_and_events(&both.headers));
+        let split = parts(&[
+            ("accept", "application/json"),
+            ("accept", "text/event-stream"),
+        ]);
+        assert!(accepts_json_and_events(&split.headers));
+        let one = parts(&[("accept", "application/json")]);
+        assert!(!accepts_json_and_events(&one.headers));
+        let weighted = parts(&[("accept", "application/json;q=0, text/event-stream")]);
+        assert!(!accepts_json_and_events(&weighted.headers));
+    }
+
+    #[test]
+    fn hosts_are_allowed_as_rmcp_allows_them() {
+        let loopback: Vec<String> = StreamableHttpServerConfig::default().allowed_hosts;
+        assert!(host_allowed(
+            &parts(&[("host", "127.0.0.1:8080")]),
+            &loopback
+        ));
+        assert!(host_allowed(&parts(&[("host", "LOCALHOST")]), &loopback));
+        assert!(host_allowed(&parts(&[("host", "[::1]:80")]), &loopback));
+        assert!(!host_allowed(
+            &parts(&[("host", "evil.example:8080")]),
+            &loopback
+        ));
+        assert!(!host_allowed(&parts(&[("host", "not a host")]), &loopback));
+        let with_port = vec!["example.com:8443".to_owned()];
+        assert!(host_allowed(
+            &parts(&[("host", "example.com:8443")]),
+            &with_port
+        ));
+        assert!(!host_allowed(
+            &parts(&[("host", "example.com:8080")]),
+            &with_port
+        ));
+        assert!(host_allowed(&parts(&[("host", "anything")]), &[]));
+    }
+}

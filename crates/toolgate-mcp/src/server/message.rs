@@ -1,0 +1,148 @@
+//! A client's JSON-RPC message, read from a request's body.
+//!
+//! rmcp reads a message as an untagged enum: serde buffers the whole message, checks its
+//! shape, then tries each kind of message and, for a request, each of rmcp's request types
+//! in turn until one takes it — `tools/call` is the fourteenth, after thirteen attempts
+//! that each walk the buffered message again. The busiest message of an MCP endpoint, a
+//! `tools/call` request, is read here straight into its own type after one pass over the
+//! message's keys that allocates nothing. Anything else, and a `tools/call` that does not
+//! read as one, is read as rmcp reads it, so the outcome — the message or the error — is
+//! rmcp's own.
+
+use std::borrow::Cow;
+
+use rmcp::model::{CallToolRequest, ClientJsonRpcMessage, ClientRequest, JsonRpcRequest};
+use serde::Deserialize;
+use serde::de::IgnoredAny;
+
+/// The JSON-RPC message `bytes` holds, as rmcp would read it.
+pub(crate) fn read(bytes: &[u8]) -> Result<ClientJsonRpcMessage, serde_json::Error> {
+    if is_tool_call(bytes)
+        && let Ok(call) = serde_json::from_slice::<JsonRpcRequest<CallToolRequest>>(bytes)
+    {
+        return Ok(ClientJsonRpcMessage::Request(JsonRpcRequest {
+            jsonrpc: call.jsonrpc,
+            id: call.id,
+            request: ClientRequest::from(call.request),
+        }));
+    }
+    serde_json::from_slice(bytes)
+}
+
+/// Whether `bytes` is an object with `"method": "tools/call"` and an `id`, without a
+/// `result` or an `error`: the shape of a request to rmcp, and the request's method.
+/// Other messages are told by a search for the method's name, which costs them next to
+/// nothing.
+fn is_tool_call(bytes: &[u8]) -> bool {
+    if memchr::memmem::find(bytes, b"\"tools/call\"").is_none() {
+        return false;
+    }
+    #[derive(Deserialize)]
+    struct Keys<'a> {
+        #[serde(borrow)]
+        method: Option<Cow<'a, str>>,
+        id: Option<IgnoredAny>,
+        result: Option<IgnoredAny>,
+        error: Option<IgnoredAny>,
+    }
+    serde_json::from_slice::<Keys<'_>>(bytes).is_ok_and(|keys| {
+        keys.method.as_deref() == Some("tools/call")
+            && keys.id.is_some()
+            && keys.result.is_none()
+            && keys.error.is_none()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::Value;
+
+    use super::*;
+
+    /// What `read` gives for `message`, and what rmcp's own reading gives, as JSON (or the
+    /// error's text).
+    fn both(message: &Value) -> (Result<Value, String>, Result<Value, String>) {
+        let bytes = serde_json::to_vec(message).unwrap();
+        let as_json = |read: Result<ClientJsonRpcMessage, serde_json::Error>| {
+            read.map(|m| serde_json::to_value(m).unwrap())
+                .map_err(|e| e.to_string())
+        };
+        (
+            as_json(read(&bytes)),
+            as_json(serde_json::from_slice::<ClientJsonRpcMessage>(&bytes)),
+        )
+    }
+
+    #[test]
+    fn a_tool_call_reads_as_rmcp_reads_it() {
+        let calls = [
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "echo", "arguments": {"text": "hi"}}}),
+            serde_json::json!({"jsonrpc": "2.0", "id": "a-1", "method": "tools/call",
+                "params": {"name": "echo", "_meta": {"progressToken": "p", "x": [1, 2]}}}),
+            serde_json::json!({"params": {"name": "n"}, "method": "tools/call", "id": 7, "jsonrpc": "2.0",
+                "extra": true}),
+        ];
+        for call in calls {
+            let (fast, rmcp) = both(&call);
+            assert!(fast.is_ok(), "{call}: {fast:?}");
+            assert_eq!(fast, rmcp, "{call}");
+        }
+        let bytes = serde_json::to_vec(
+            &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "echo"}}),
+        )
+        .unwrap();
+        assert!(matches!(
+            read(&bytes),
+            Ok(ClientJsonRpcMessage::Request(JsonRpcRequest {
+                request: ClientRequest::CallToolRequest(_),
+                ..
+            }))
+        ));
+    }
+
+    #[test]
+    fn anything_else_reads_or_fails_as_rmcp_has_it() {
+        let others = [
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "result": {}}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -1, "message": "no"}}),
+            // Shapes rmcp refuses, and calls that do not read as calls.
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "result": {}}),
+            serde_json::json!({"jsonrpc": "2.0", "method": "tools/call", "params": {"name": "e"}}),
+            serde_json::json!({"jsonrpc": "2.0", "id": null, "method": "tools/call", "params": {"name": "e"}}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call"}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": 5}}),
+            serde_json::json!({"jsonrpc": "1.0", "id": 1, "method": "tools/call", "params": {"name": "e"}}),
+            serde_json::json!({"id": 1, "method": "tools/call", "params": {"name": "e"}}),
+            serde_json::json!([1, 2]),
+            serde_json::json!("tools/call"),
+        ];
+        for other in others {
+            let (fast, rmcp) = both(&other);
+            assert_eq!(fast, rmcp, "{other}");
+        }
+    }
+
+    #[test]
+    fn escaped_methods_and_a_key_given_twice_read_as_rmcp_reads_them() {
+        let texts: [&[u8]; 3] = [
+            br#"{"jsonrpc":"2.0","id":2,"method":"tools\/call","params":{"name":"e"}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/list","params":{"name":"e"}}"#,
+            br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"e"}}"#,
+        ];
+        for text in texts {
+            let fast = read(text).map(|m| serde_json::to_value(m).unwrap());
+            let rmcp = serde_json::from_slice::<ClientJsonRpcMessage>(text)
+                .map(|m| serde_json::to_value(m).unwrap());
+            assert_eq!(
+                fast.map_err(|e| e.to_string()),
+                rmcp.map_err(|e| e.to_string()),
+                "{}",
+                String::from_utf8_lossy(text)
+            );
+        }
+    }
+}

@@ -1,0 +1,220 @@
+//! The shared budget: exact across replicas on one Redis and on a Redis Cluster (the
+//! admitted cost equals the budget), reconciled reported costs, and keys that expire with
+//! their window.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use redis::AsyncCommands;
+use serde_json::json;
+use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolError, User};
+use toolgate_hooks::budget::{Budget, BudgetBackend, BudgetRequest, Cost, Window};
+use toolgate_redis::{RedisConfig, RedisState};
+
+use common::cluster::Cluster;
+use common::{assert_every_key_expires, config, connect, inspect, namespace, redis_or_skip};
+
+fn as_user(id: &str) -> InvokeOptions {
+    InvokeOptions::new().user(User::new(id))
+}
+
+/// `flat` costs 5; `rows` costs one unit per row (callers send 5); `llm` charges 10 up
+/// front and is reconciled to the `used` it is asked to report.
+fn replica(state: &RedisState, limit: u64) -> Pipeline {
+    let echo = |name: &'static str| {
+        JsonTool::new(name, "Answers.", json!({}), |input, _| {
+            let out = json!({"usage": {"units": input["used"]}});
+            Box::pin(async move { Ok::<_, ToolError>(out) })
+        })
+    };
+    Pipeline::builder()
+        .tool(echo("flat"))
+        .tool(echo("rows"))
+        .tool(echo("llm"))
+        .hook(
+            Budget::builder(limit, Window::day())
+                .name("daily")
+                .tool_cost("flat", Cost::Fixed(5))
+                .tool_cost(
+                    "rows",
+                    Cost::Argument {
+                        pointer: "/rows".into(),
+                        per_unit: 1,
+                        base: 0,
+                    },
+                )
+                .tool_cost(
+                    "llm",
+                    Cost::Reported {
+                        pointer: "/usage/units".into(),
+                        estimate: 10,
+                    },
+                )
+                .backend(Arc::new(state.budget().deadline(Duration::from_secs(10))))
+                .build(),
+        )
+        .build()
+        .unwrap()
+}
+
+/// Every user of `users` calls `flat` and `rows` 60 times on each of four replicas at
+/// once: 480 calls of 5 units per user against a budget of 1,000. Answers the cost
+/// admitted per user.
+async fn spend_at_once(replicas: &[Pipeline], users: &[&'static str]) -> BTreeMap<String, u64> {
+    let mut calls = tokio::task::JoinSet::new();
+    for pipeline in replicas {
+        for &user in users {
+            for i in 0..120 {
+                let pipeline = pipeline.clone();
+                calls.spawn(async move {
+                    let tool = if i % 2 == 0 { "flat" } else { "rows" };
+                    let outcome = pipeline
+                        .invoke(tool, json!({"rows": 5}), as_user(user))
+                        .await;
+                    (user, outcome)
+                });
+            }
+        }
+    }
+    let mut admitted = BTreeMap::new();
+    while let Some(joined) = calls.join_next().await {
+        let (user, outcome) = joined.unwrap();
+        match outcome {
+            Ok(_) => *admitted.entry(user.to_owned()).or_default() += 5,
+            Err(error) => assert_eq!(error.code(), "budget_exhausted", "{error}"),
+        }
+    }
+    admitted
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_replicas_on_redis_admit_exactly_the_budget() {
+    let Some(url) = redis_or_skip("four_replicas_on_redis_admit_exactly_the_budget").await else {
+        return;
+    };
+    let prefix = namespace();
+    let mut replicas = Vec::new();
+    for _ in 0..4 {
+        replicas.push(replica(&connect(&url, config(&prefix)).await, 1000));
+    }
+    let admitted = spend_at_once(&replicas, &["ann", "bob"]).await;
+    for user in ["ann", "bob"] {
+        assert_eq!(
+            admitted[user], 1000,
+            "`{user}`: exactly the budget, across 4 replicas"
+        );
+    }
+    // Not even one unit is left, on any replica.
+    let err = replicas[3]
+        .invoke("rows", json!({"rows": 1}), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!((err.code(), err.status()), ("budget_exhausted", 429));
+    assert!(
+        err.to_string()
+            .contains("0 of 1,000 units left until 00:00 UTC"),
+        "{err}"
+    );
+    assert_every_key_expires(&url, &prefix).await;
+}
+
+#[tokio::test]
+async fn a_reported_cost_is_reconciled_on_redis_in_the_charged_window() {
+    let Some(url) =
+        redis_or_skip("a_reported_cost_is_reconciled_on_redis_in_the_charged_window").await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let pipeline = replica(&state, 100);
+    // 10 charged, 3 reported: 7 given back. Then 10 charged, 60 reported: 50 more.
+    pipeline
+        .invoke("llm", json!({"used": 3}), as_user("ann"))
+        .await
+        .unwrap();
+    pipeline
+        .invoke("llm", json!({"used": 60}), as_user("ann"))
+        .await
+        .unwrap();
+    let key = state.budget().redis_key("daily\u{1f}u\u{1f}ann");
+    let mut redis = inspect(&url).await;
+    let used: u64 = redis.hget(&key, "used").await.unwrap();
+    assert_eq!(used, 63);
+    // The key lives until the window ends, and no longer.
+    let pttl: i64 = redis.pttl(&key).await.unwrap();
+    assert!(pttl > 0 && pttl <= 86_400_000, "{pttl}");
+    // A reconciliation that arrives after its window ended changes nothing.
+    let budget = state.budget();
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let earlier_window = Window::day().end_after(now) - 86_400_000;
+    assert_eq!(
+        budget
+            .adjust("daily\u{1f}u\u{1f}ann", earlier_window, -60)
+            .await,
+        Ok(None)
+    );
+    // 37 left: a 10-unit estimate fits, and a refund never goes below zero.
+    assert_eq!(
+        budget
+            .adjust("daily\u{1f}u\u{1f}ann", Window::day().end_after(now), -1000)
+            .await,
+        Ok(Some(0))
+    );
+    let charged = budget
+        .charge(BudgetRequest {
+            key: "daily\u{1f}u\u{1f}ann",
+            cost: 100,
+            limit: 100,
+            window: Window::day(),
+        })
+        .await
+        .unwrap();
+    assert!(matches!(charged, toolgate_hooks::budget::BudgetDecision::Charged(s) if s.used == 100));
+    assert_every_key_expires(&url, &prefix).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn four_replicas_on_a_cluster_admit_exactly_the_budget() {
+    let Some(cluster) =
+        Cluster::start_or_skip("four_replicas_on_a_cluster_admit_exactly_the_budget")
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let mut replicas = Vec::new();
+    let mut first = None;
+    for _ in 0..4 {
+        let state = RedisState::connect(
+            &cluster.url(),
+            RedisConfig::builder().key_prefix(&prefix).build(),
+        )
+        .await
+        .expect("the cluster is up");
+        assert!(state.is_cluster());
+        replicas.push(replica(&state, 1000));
+        first.get_or_insert(state);
+    }
+    // Users whose budgets land on different primaries, braces included.
+    let users = ["ann", "bob", "cy", "d{e}f", "}{"];
+    let budget = first.unwrap().budget();
+    let primaries: std::collections::BTreeSet<u16> = users
+        .iter()
+        .map(|user| cluster.primary_of(&budget.redis_key(&format!("daily\u{1f}u\u{1f}{user}"))))
+        .collect();
+    assert!(primaries.len() > 1, "the budgets are spread over primaries");
+    let admitted = spend_at_once(&replicas, &users).await;
+    for user in users {
+        assert_eq!(
+            admitted[user], 1000,
+            "`{user}`: exactly the budget, across 4 replicas"
+        );
+    }
+    cluster.assert_every_key_expires(&prefix);
+}
