@@ -317,15 +317,37 @@ impl Cluster {
         }
     }
 
-    /// Waits until every running node says `cluster_state:ok` and agrees on who serves
-    /// every slot.
+    /// Waits until every running node says `cluster_state:ok` and every running node's
+    /// view of who is a primary matches what each node says of itself (`ROLE`).
+    ///
+    /// `cluster_state:ok` alone is not enough: right after `--cluster create`, a node can
+    /// still list a new replica as a primary until gossip tells it otherwise, and a test
+    /// that picks "another primary" from that view would send `SETSLOT` to a replica.
     pub fn wait_until_ok(&self, within: Duration) {
         let started = Instant::now();
         loop {
-            let ok = self.live_ports().into_iter().all(|port| {
+            let live = self.live_ports();
+            let states_ok = live.iter().all(|&port| {
                 self.cli(port, &["cluster", "info"])
                     .is_some_and(|info| info.contains("cluster_state:ok"))
             });
+            let ok = states_ok && {
+                let primaries: std::collections::BTreeSet<u16> = live
+                    .iter()
+                    .copied()
+                    .filter(|&port| {
+                        self.cli(port, &["role"])
+                            .is_some_and(|role| role.lines().next() == Some("master"))
+                    })
+                    .collect();
+                live.iter().all(|&asked| {
+                    self.primaries_seen_by(asked).is_some_and(|seen| {
+                        let seen: std::collections::BTreeSet<u16> =
+                            seen.into_iter().filter(|port| live.contains(port)).collect();
+                        seen == primaries
+                    })
+                })
+            };
             if ok {
                 return;
             }
@@ -383,11 +405,15 @@ impl Cluster {
 
     /// The ports of the primaries (as a running node sees them).
     pub fn primaries(&self) -> Vec<u16> {
-        let asked = self.live_ports()[0];
-        let nodes = self
-            .cli(asked, &["cluster", "nodes"])
-            .expect("a node answers");
-        nodes
+        self.primaries_seen_by(self.live_ports()[0])
+            .expect("a node answers")
+    }
+
+    /// The ports of the primaries not marked failed, as the node on `asked` sees them, or
+    /// `None` when it does not answer.
+    fn primaries_seen_by(&self, asked: u16) -> Option<Vec<u16>> {
+        let nodes = self.cli(asked, &["cluster", "nodes"])?;
+        let primaries = nodes
             .lines()
             .filter_map(|line| {
                 let fields: Vec<&str> = line.split_whitespace().collect();
@@ -396,7 +422,8 @@ impl Cluster {
                 let address = fields.get(1)?.split('@').next()?;
                 address.rsplit_once(':')?.1.parse().ok()
             })
-            .collect()
+            .collect();
+        Some(primaries)
     }
 
     /// The cluster's id of the node on `port`.
