@@ -342,8 +342,10 @@ impl Cluster {
                     .collect();
                 live.iter().all(|&asked| {
                     self.primaries_seen_by(asked).is_some_and(|seen| {
-                        let seen: std::collections::BTreeSet<u16> =
-                            seen.into_iter().filter(|port| live.contains(port)).collect();
+                        let seen: std::collections::BTreeSet<u16> = seen
+                            .into_iter()
+                            .filter(|port| live.contains(port))
+                            .collect();
                         seen == primaries
                     })
                 })
