@@ -234,7 +234,7 @@ pub(crate) struct ContextParts {
     pub providers: Providers,
     pub no_store: bool,
     /// What a suspended call had gathered, when it resumes.
-    pub restored: Option<Restored>,
+    pub restored: Option<Box<Restored>>,
 }
 
 /// What a resumed call takes over from the call that was suspended.
@@ -249,14 +249,18 @@ pub(crate) struct Restored {
 }
 
 impl ToolInvokeContext {
-    /// A new context.
+    /// A new context. What a resumed call brings back from its suspension
+    /// (`parts.restored`) is the caller's to hand to [`restore`](Self::restore) once the
+    /// context is where it stays: the context is returned as it is built, so that it can
+    /// be written once, in place — it is the largest value of an invocation, and every
+    /// move of it is a copy.
     #[inline(always)]
     pub(crate) fn new(parts: ContextParts) -> Self {
         let cancel = OnceLock::new();
         if let Some(token) = parts.cancel {
             let _ = cancel.set(token);
         }
-        let mut ctx = ToolInvokeContext {
+        ToolInvokeContext {
             scope: parts.scope,
             session_id: parts.session_id,
             request_id: parts.request_id,
@@ -281,16 +285,12 @@ impl ToolInvokeContext {
             progress: Progress::default(),
             prepared: None,
             trail: None,
-        };
-        if let Some(restored) = parts.restored {
-            ctx.restore(restored);
         }
-        ctx
     }
 
     /// Takes over what the suspended call had gathered.
     #[cold]
-    fn restore(&mut self, restored: Restored) {
+    pub(crate) fn restore(&mut self, restored: Restored) {
         if let Some(output) = restored.output {
             self.set_output(output);
         }

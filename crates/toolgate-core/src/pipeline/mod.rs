@@ -386,7 +386,7 @@ impl Pipeline {
         options.session_id = saved.session_id.as_deref().map(Arc::from);
         options.request_id = Some(saved.request_id);
         options.user = Some(Arc::new(saved.user));
-        let restored = Restored {
+        let restored = Box::new(Restored {
             output: saved.output,
             metadata: saved.metadata,
             decision: decision.clone(),
@@ -395,7 +395,7 @@ impl Pipeline {
             run_by: check
                 .then(|| tokio::time::Instant::now() + self.inner.shared.approval_run_within),
             retry_of: None,
-        };
+        });
         let parts = context_parts(entry, saved.input, options, Some(restored));
         Ok((entry, parts, saved.stage))
     }
@@ -591,7 +591,7 @@ fn context_parts(
     entry: &Arc<ToolEntry>,
     input: Value,
     options: InvokeOptions,
-    restored: Option<Restored>,
+    restored: Option<Box<Restored>>,
 ) -> ContextParts {
     let deadline = options.effective_deadline();
     ContextParts {

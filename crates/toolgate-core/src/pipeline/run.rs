@@ -110,7 +110,7 @@ impl Drop for Guard<'_> {
 /// `conclude` makes the caller's answer.
 pub(super) async fn run_to_end<R>(
     entry: &Arc<ToolEntry>,
-    parts: ContextParts,
+    mut parts: ContextParts,
     start: Start,
     conclude: impl FnOnce(Result<Value, ToolError>, Details<'_>) -> R,
 ) -> R {
@@ -138,6 +138,7 @@ pub(super) async fn run_to_end<R>(
     debug_assert!(Arc::ptr_eq(&entry.scope, &parts.scope));
     let guard_span = span.clone();
     let guard_otel = otel.clone();
+    let restored = parts.restored.take();
     let run = std::pin::pin!(async move {
         // The context is made here, in the invocation future, where it stays to the end.
         let mut guard = Guard {
@@ -151,6 +152,9 @@ pub(super) async fn run_to_end<R>(
             .ctx
             .as_mut()
             .expect("the guard holds the context until the end");
+        if let Some(restored) = restored {
+            ctx.restore(*restored);
+        }
         ctx.progress.stage_spans = entry.shared.stage_spans && !guard.otel.is_disabled();
         let deadline = ctx.deadline();
         let cancel = ctx.cancellation_if_given();
