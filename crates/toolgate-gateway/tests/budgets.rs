@@ -110,6 +110,47 @@ async fn a_tenant_budget_spent_on_mcp_refuses_the_tenant_everywhere() {
     );
 }
 
+#[tokio::test]
+async fn a_caller_without_a_tenant_is_told_the_budget_is_their_own() {
+    // Only alice has a tenant: bob, without one, has a budget of his own, and the refusal
+    // says so instead of naming a tenant he does not have.
+    let yaml = config("    - name: daily\n      limit: 1\n      partition: tenant\n").replacen(
+        "roles: [admin] }",
+        "roles: [admin], tenant: acme }",
+        1,
+    );
+    let gateway = Gateway::start(&yaml);
+    let sum = json!({"expression": "1+1"});
+    assert_eq!(
+        invoke(&gateway, "bob", "calculator", sum.clone())
+            .await
+            .status,
+        200
+    );
+    let refused = invoke(&gateway, "bob", "calculator", sum.clone()).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert!(
+        refused
+            .error_message()
+            .contains("0 of 1 units left until 00:00 UTC for this user, who has no tenant;"),
+        "{}",
+        refused.body
+    );
+    // Alice's tenant has its own unit, and its refusal names the tenant.
+    assert_eq!(
+        invoke(&gateway, "alice", "calculator", sum.clone())
+            .await
+            .status,
+        200
+    );
+    let tenant = invoke(&gateway, "alice", "calculator", sum).await;
+    assert!(
+        tenant.error_message().contains("for this tenant;"),
+        "{}",
+        tenant.body
+    );
+}
+
 fn check_output(yaml: &str) -> (bool, String, String) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("gateway.yaml");

@@ -49,12 +49,15 @@ pub struct Budget {
     limit: u64,
     window: Window,
     partition: Partition,
-    partition_label: Option<String>,
+    partition_label: Option<PartitionLabel>,
     default_cost: Cost,
     costs: HashMap<String, Cost>,
     backend: Arc<dyn BudgetBackend>,
     on_backend_error: OnBackendError,
 }
+
+/// How a refusal names the caller's budget, decided per call.
+type PartitionLabel = Arc<dyn Fn(&ToolInvokeContext) -> String + Send + Sync>;
 
 /// Builds a [`Budget`] hook.
 pub struct BudgetBuilder {
@@ -88,8 +91,37 @@ impl BudgetBuilder {
     /// 00:00 UTC for this tenant` (default: the partition's own words, `this user`, or
     /// `this key` for a custom partition).
     #[must_use]
-    pub fn partition_label(mut self, label: impl Into<String>) -> Self {
-        self.budget.partition_label = Some(label.into());
+    pub fn partition_label(self, label: impl Into<String>) -> Self {
+        let label = label.into();
+        self.partition_label_with(move |_| label.clone())
+    }
+
+    /// How messages name the caller's budget, decided per call: for a partition whose key
+    /// falls back to something else for some callers — a tenant partition that gives a
+    /// caller without a tenant a budget of their own — the words follow the key.
+    ///
+    /// ```
+    /// use toolgate_hooks::budget::{Budget, Window};
+    /// use toolgate_hooks::partition::Partition;
+    ///
+    /// let budget = Budget::builder(1000, Window::day())
+    ///     .partition(Partition::custom(|ctx| match &ctx.user().tenant {
+    ///         Some(tenant) => format!("tenant:{tenant}"),
+    ///         None => format!("user:{}", ctx.user().id),
+    ///     }))
+    ///     .partition_label_with(|ctx| match ctx.user().tenant {
+    ///         Some(_) => "this tenant".to_owned(),
+    ///         None => "this user, who has no tenant".to_owned(),
+    ///     })
+    ///     .build();
+    /// # let _ = budget;
+    /// ```
+    #[must_use]
+    pub fn partition_label_with(
+        mut self,
+        label: impl Fn(&ToolInvokeContext) -> String + Send + Sync + 'static,
+    ) -> Self {
+        self.budget.partition_label = Some(Arc::new(label));
         self
     }
 
@@ -173,7 +205,7 @@ impl Budget {
     /// ``budget `name`: 12 of 1,000 units left until 00:00 UTC for this key; this call
     /// costs 30; make a cheaper call`` (the error adds `, retry after … ms`). The time is
     /// read on the backend's clock.
-    fn refusal(&self, state: &BudgetState, cost: u64) -> ToolError {
+    fn refusal(&self, ctx: &ToolInvokeContext, state: &BudgetState, cost: u64) -> ToolError {
         let now_ms = state
             .window_end_ms
             .saturating_sub(u64::try_from(state.resets_in.as_millis()).unwrap_or(u64::MAX));
@@ -183,9 +215,10 @@ impl Budget {
             grouped(state.remaining(self.limit)),
             grouped(self.limit),
             utc_time(state.window_end_ms, now_ms),
-            self.partition_label
-                .as_deref()
-                .unwrap_or(self.partition.describe()),
+            self.partition_label.as_ref().map_or_else(
+                || Cow::Borrowed(self.partition.describe()),
+                |label| Cow::Owned(label(ctx))
+            ),
             grouped(cost),
         );
         ToolError::RetryAfter {
@@ -257,7 +290,7 @@ impl Hook for Budget {
             }
             Ok(BudgetDecision::Refused(state)) => {
                 self.report(ctx, &state);
-                Err(self.refusal(&state, cost).into())
+                Err(self.refusal(ctx, &state, cost).into())
             }
             Err(error) => match self.on_backend_error {
                 OnBackendError::FailClosed => {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
+use toolgate_core::ToolInvokeContext;
 use toolgate_hooks::budget::{Budget, BudgetBuilder, Cost, Window};
 use toolgate_hooks::partition::Partition;
 
@@ -265,15 +266,24 @@ impl From<&BudgetPartition> for Partition {
 }
 
 impl BudgetPartition {
-    /// How messages name one budget: `this tenant`, `this `team``.
-    fn label(&self) -> String {
-        match self {
+    /// How a refusal names the caller's budget: `this tenant`, `this `team``; a caller
+    /// without the tenant or attribute, who has a budget of their own (above), is told
+    /// so.
+    fn label(&self) -> impl Fn(&ToolInvokeContext) -> String + Send + Sync + 'static {
+        let partition = self.clone();
+        move |ctx| match &partition {
             BudgetPartition::User => "this user".to_owned(),
-            BudgetPartition::Tenant => "this tenant".to_owned(),
+            BudgetPartition::Tenant => match ctx.user().tenant {
+                Some(_) => "this tenant".to_owned(),
+                None => "this user, who has no tenant".to_owned(),
+            },
             BudgetPartition::Global => "all callers".to_owned(),
             BudgetPartition::Tool => "this tool".to_owned(),
             BudgetPartition::UserTool => "this user and tool".to_owned(),
-            BudgetPartition::Attribute(name) => format!("this `{name}`"),
+            BudgetPartition::Attribute(name) => match ctx.user().attributes.get(name) {
+                Some(value) if !value.is_null() => format!("this `{name}`"),
+                _ => format!("this user, who has no `{name}`"),
+            },
         }
     }
 }
@@ -288,7 +298,7 @@ impl TryFrom<&BudgetPolicy> for BudgetBuilder {
         let budget = Budget::builder(policy.limit, window)
             .name(policy.name.clone())
             .partition((&policy.partition).into())
-            .partition_label(policy.partition.label())
+            .partition_label_with(policy.partition.label())
             .default_cost((&policy.cost).into())
             .on_backend_error(policy.on_backend_error.into());
         Ok((policy.tools.iter()).fold(budget, |builder, (tool, cost)| {
