@@ -57,7 +57,7 @@ impl McpEndpoint {
                     sessions,
                 );
                 self.0.store(Some(Arc::new(Served {
-                    sessions: McpSessions::start(settings.mcp_sessions, Some(service.clone())),
+                    sessions: McpSessions::start(settings.mcp_sessions, service.clone()),
                     service,
                 })));
             }

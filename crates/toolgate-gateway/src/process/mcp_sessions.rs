@@ -132,19 +132,16 @@ impl McpSessions {
         }
     }
 
-    /// The table of the MCP endpoint `mcp` (none when `/mcp` is off), with a task that
-    /// sweeps expired sessions every [`sweep_interval`](Self::sweep_interval) for as long
-    /// as the table lives. Sessions leaving the table are closed in `mcp`.
-    pub(crate) fn start(limits: McpSessionLimits, mcp: Option<McpHttpService>) -> Arc<Self> {
-        let close: Closer = match mcp {
-            Some(mcp) => Box::new(move |id| {
-                let mcp = mcp.clone();
-                // Closing waits on the session's worker: never under the table's lock,
-                // and never holding up the request that let the session go.
-                tokio::spawn(async move { mcp.close_session(&id).await });
-            }),
-            None => Box::new(|_| {}),
-        };
+    /// The table of the MCP endpoint `mcp`, with a task that sweeps expired sessions every
+    /// [`sweep_interval`](Self::sweep_interval) for as long as the table lives. Sessions
+    /// leaving the table are closed in `mcp`.
+    pub(crate) fn start(limits: McpSessionLimits, mcp: McpHttpService) -> Arc<Self> {
+        let close: Closer = Box::new(move |id| {
+            let mcp = mcp.clone();
+            // Closing waits on the session's worker: never under the table's lock, and
+            // never holding up the request that let the session go.
+            tokio::spawn(async move { mcp.close_session(&id).await });
+        });
         let sessions = Arc::new(McpSessions::new(limits, close));
         let table = Arc::downgrade(&sessions);
         tokio::spawn(async move {

@@ -61,7 +61,8 @@ use super::connection::{Connection, SessionRegistry};
 const SESSION_ID: &str = "mcp-session-id";
 const PROTOCOL_VERSION: &str = "mcp-protocol-version";
 const JSON: &str = "application/json";
-const EVENT_STREAM: &str = "text/event-stream";
+/// The media type of a Server-Sent Events stream.
+pub(super) const EVENT_STREAM: &str = "text/event-stream";
 
 /// The sessions whose `tools/call` the endpoint may answer itself: one entry per session
 /// rmcp holds, made by its handler and removed when rmcp drops the handler.

@@ -183,7 +183,7 @@ fn is_event_stream(headers: &http::HeaderMap) -> bool {
     headers
         .get(http::header::CONTENT_TYPE)
         .and_then(|value| value.to_str().ok())
-        .is_some_and(|value| value.starts_with("text/event-stream"))
+        .is_some_and(|value| value.starts_with(direct::EVENT_STREAM))
 }
 
 /// A call answered by [`DirectCalls`]: an SSE stream, as rmcp's, its body carrying `guard`.
@@ -195,7 +195,7 @@ fn answered(answer: direct::Answer, guard: DropGuard) -> http::Response<GuardedB
     let headers = response.headers_mut();
     headers.insert(
         http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("text/event-stream"),
+        http::HeaderValue::from_static(direct::EVENT_STREAM),
     );
     headers.insert(
         http::header::CACHE_CONTROL,
