@@ -256,8 +256,9 @@ pub struct Scenarios {
     pub pipeline_10_hand_written_hooks: Pipeline,
     /// The pipeline with one no-op hook at every stage, `around_execute` included.
     pub pipeline_every_stage: Pipeline,
-    /// The pipeline with retry, a timeout and consent, none of which applies to `add`
-    /// (not idempotent, no time limit of its own, no approval needed).
+    /// The pipeline with retry, a timeout, consent, a result cache and secret injection,
+    /// none of which applies to `add` (not idempotent, no time limit of its own, no approval
+    /// needed, not read-only, no secret declared).
     pub pipeline_uninterested_hooks: Pipeline,
     /// Ten tower layers, each boxed.
     pub tower_10_boxed: RefCell<JsonService>,
@@ -374,12 +375,15 @@ fn pipeline<H: Hook>(hooks: Vec<H>) -> Pipeline {
     builder.build().expect("the pipeline builds")
 }
 
-/// A pipeline serving [`Add`] with three policies that leave it alone: retry (`add` is
-/// not idempotent), a per-attempt timeout for another tool, and consent for another tool.
-/// What a policy that does not apply to a tool costs its calls.
+/// A pipeline serving [`Add`] with five policies that leave it alone: retry (`add` is
+/// not idempotent), a per-attempt timeout for another tool, consent for another tool, a
+/// result cache (`add` is not read-only) and secret injection for another tool. What a
+/// policy that does not apply to a tool costs its calls.
 fn uninterested_hooks() -> Pipeline {
+    use toolgate::hooks::cache::ResultCache;
     use toolgate::hooks::consent::Consent;
     use toolgate::hooks::retry::Retry;
+    use toolgate::hooks::secrets::{InMemorySecrets, SecretInjection};
     use toolgate::hooks::timeout::{Timeout, TimeoutScope};
     Pipeline::builder()
         .tool(Add)
@@ -390,6 +394,13 @@ fn uninterested_hooks() -> Pipeline {
         )
         .hook(Timeout::only_listed(TimeoutScope::Attempt).tool("slow", Duration::from_secs(5)))
         .hook(Consent::builder().tool("delete").build())
+        .hook(ResultCache::builder().build())
+        .hook(
+            SecretInjection::builder()
+                .source(InMemorySecrets::new().with("token", "t"))
+                .tool("deploy", ["token"])
+                .build(),
+        )
         .build()
         .expect("the pipeline builds")
 }

@@ -308,3 +308,36 @@ async fn a_result_the_tool_marks_no_store_is_not_stored() {
     );
     assert_eq!(call().await.unwrap(), json!("answer 1"), "run 1 was");
 }
+
+#[tokio::test]
+async fn a_tool_whose_results_are_not_cached_has_no_cache_in_its_plan() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let read_only = owner_tool("lookup", Arc::clone(&runs), |_| {});
+    let writes = owner_tool("send", Arc::clone(&runs), |d| {
+        d.annotations = ToolAnnotations::default();
+    });
+    let tagged = owner_tool("fresh", Arc::clone(&runs), |d| {
+        d.tags.push(NO_CACHE_TAG.to_owned());
+    });
+    let p = Pipeline::builder()
+        .tool(read_only)
+        .tool(writes)
+        .tool(tagged)
+        .hook(ResultCache::builder().build())
+        .build()
+        .unwrap();
+    let planned = |tool: &str| {
+        p.plan(tool)
+            .unwrap()
+            .iter()
+            .any(|(_, hooks)| hooks.iter().any(|h| h == "result_cache"))
+    };
+    assert!(planned("lookup"), "a read-only tool is cached");
+    assert!(!planned("send"), "a tool that is not read-only is not");
+    assert!(!planned("fresh"), "a tool tagged {NO_CACHE_TAG} is not");
+    // And a call of a tool left out still runs every time.
+    for _ in 0..2 {
+        p.invoke("send", json!({}), as_user("ann")).await.unwrap();
+    }
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}

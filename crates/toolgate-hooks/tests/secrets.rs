@@ -168,3 +168,45 @@ fn keys_that_scrub_to_the_same_placeholder_keep_their_values() {
     assert_eq!(scrubber.scrub_value(&mut value), 2);
     assert_eq!(value, json!({ SCRUBBED: 1, format!("{SCRUBBED} (2)"): 2 }));
 }
+
+/// Whether the hook named `hook` is anywhere in `tool`'s plan.
+fn planned(p: &Pipeline, tool: &str, hook: &str) -> bool {
+    p.plan(tool)
+        .expect("a registered tool")
+        .iter()
+        .any(|(_, hooks)| hooks.iter().any(|h| h == hook))
+}
+
+#[tokio::test]
+async fn only_tools_that_declare_a_secret_have_the_hook_in_their_plan() {
+    let mut plain = JsonTool::new("plain", "", json!({}), |_, ctx| {
+        let given = ctx.secrets().names().count();
+        Box::pin(async move { Ok::<_, toolgate_core::ToolError>(json!({ "given": given })) })
+    });
+    plain.definition_mut().tags = vec!["read-only".to_owned()];
+    let configured = JsonTool::new("configured", "", json!({}), |_, _| {
+        Box::pin(async { Ok::<_, toolgate_core::ToolError>(json!("ok")) })
+    });
+    let p = Pipeline::builder()
+        .tool(inspector(&["secret:a"]))
+        .tool(plain)
+        .tool(configured)
+        .hook(
+            SecretInjection::builder()
+                .source(InMemorySecrets::new().with("a", "1").with("b", "2"))
+                .tool("configured", ["b"])
+                .build(),
+        )
+        .build()
+        .unwrap();
+    // Declared by a tag, and by the hook's configuration.
+    assert!(planned(&p, "inspect", "secret_injection"));
+    assert!(planned(&p, "configured", "secret_injection"));
+    // Declaring none: left out, so the call pays nothing for the hook and gets no secret.
+    assert!(!planned(&p, "plain", "secret_injection"));
+    let out = p
+        .invoke("plain", json!({}), InvokeOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(out, json!({ "given": 0 }));
+}

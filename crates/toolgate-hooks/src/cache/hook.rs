@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde_json::Value;
 use toolgate_core::external::TypeMapKey;
-use toolgate_core::hook::HookFuture;
+use toolgate_core::hook::{HookFuture, Interest};
 use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Hook, HookResult, ToolInvokeContext, hook};
 
@@ -296,6 +296,12 @@ impl ResultCache {
 impl Hook for ResultCache {
     fn name(&self) -> &str {
         "result_cache"
+    }
+
+    /// In the plan of a tool whose results are cached ([`ttl_for`](Self::ttl_for)) only:
+    /// the calls of any other tool do not pay for the cache at all.
+    fn interest(&self, tool: &ToolDefinition) -> Interest {
+        Interest::when(self.ttl_for(tool).is_some())
     }
 
     // The trait's form: ready at once for a tool that is not cached, boxed only to look up.

@@ -3,7 +3,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use toolgate_core::hook::HookFuture;
+use toolgate_core::hook::{HookFuture, Interest};
+use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
 use super::SecretSource;
@@ -73,14 +74,18 @@ impl SecretInjection {
 
     /// The secrets `ctx`'s tool declares, by its tags and by this hook's configuration.
     pub fn declared(&self, ctx: &ToolInvokeContext) -> Vec<String> {
-        let mut names: Vec<String> = ctx
-            .tool()
+        self.declared_by(ctx.tool())
+    }
+
+    /// The secrets `tool` declares, by its tags and by this hook's configuration.
+    fn declared_by(&self, tool: &ToolDefinition) -> Vec<String> {
+        let mut names: Vec<String> = tool
             .tags
             .iter()
             .filter_map(|t| t.strip_prefix(SECRET_TAG_PREFIX))
             .map(str::to_owned)
             .collect();
-        if let Some(more) = self.per_tool.get(ctx.tool_name()) {
+        if let Some(more) = self.per_tool.get(&tool.name) {
             names.extend(more.iter().cloned());
         }
         names.sort();
@@ -112,6 +117,12 @@ impl Hook for SecretInjection {
 
     fn priority(&self) -> i32 {
         SECRET_PRIORITY
+    }
+
+    /// In the plan of a tool that declares a secret only: no other tool's call is given a
+    /// secret, so none has one to scrub from its output or error.
+    fn interest(&self, tool: &ToolDefinition) -> Interest {
+        Interest::when(!self.declared_by(tool).is_empty())
     }
 
     // The trait's form: ready at once for a tool that declares no secret, boxed only to fetch.
