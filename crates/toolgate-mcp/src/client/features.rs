@@ -77,6 +77,18 @@ pub(super) fn deadline_for(link: &Link, ctx: &ToolInvokeContext) -> Instant {
     ctx.deadline().map_or(deadline, |d| deadline.min(d))
 }
 
+/// The name of the tool through which one of the upstream's features is reached:
+/// `prefix` and the server's name. `None`, with a warning that ends in `instead` (what
+/// happens to the feature), when the server's name cannot be part of a tool name.
+pub(super) fn feature_tool_name(prefix: &str, link: &Link, instead: &str) -> Option<String> {
+    let name = format!("{prefix}{}", link.config.name);
+    if toolgate_core::registry::ToolRegistry::is_valid_name(&name) {
+        return Some(name);
+    }
+    tracing::warn!(server = %link.config.name, "the server's name cannot be part of a tool name: {instead}");
+    None
+}
+
 pub(super) fn definition(
     link: &Link,
     name: String,
@@ -244,11 +256,7 @@ pub struct ImportedResources {
 
 impl ImportedResources {
     pub(crate) fn new(link: Arc<Link>) -> Option<ImportedResources> {
-        let name = format!("{RESOURCES_PREFIX}{}", link.config.name);
-        if !toolgate_core::registry::ToolRegistry::is_valid_name(&name) {
-            tracing::warn!(server = %link.config.name, "the server's name cannot be part of a tool name: its resources are not imported");
-            return None;
-        }
+        let name = feature_tool_name(RESOURCES_PREFIX, &link, "its resources are not imported")?;
         let schema = json!({
             "type": "object",
             "properties": {

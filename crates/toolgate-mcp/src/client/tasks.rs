@@ -20,7 +20,7 @@ use toolgate_core::error::InputViolations;
 use toolgate_core::tool::{ErasedTool, PreparedInput, ToolDefinition};
 use toolgate_core::{ToolError, ToolInvokeContext};
 
-use super::features::{TASKS_PREFIX, TASKS_TAG, deadline_for, definition};
+use super::features::{TASKS_PREFIX, TASKS_TAG, deadline_for, definition, feature_tool_name};
 use super::link::Link;
 use crate::caller::CallerKey;
 
@@ -35,11 +35,11 @@ impl ImportedTasks {
     /// name); its connections hand the tasks of callers that take them over to the
     /// server from then on.
     pub(crate) fn new(link: Arc<Link>) -> Option<ImportedTasks> {
-        let name = format!("{TASKS_PREFIX}{}", link.config.name);
-        if !toolgate_core::registry::ToolRegistry::is_valid_name(&name) {
-            tracing::warn!(server = %link.config.name, "the server's name cannot be part of a tool name: its tasks are polled by toolgate, not relayed");
-            return None;
-        }
+        let name = feature_tool_name(
+            TASKS_PREFIX,
+            &link,
+            "its tasks are polled by toolgate, not relayed",
+        )?;
         let schema = json!({
             "type": "object",
             "properties": {
