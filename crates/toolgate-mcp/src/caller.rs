@@ -179,6 +179,12 @@ impl CallerRequest {
         self.capabilities.elicitation.is_some()
     }
 
+    /// Whether the caller declared it can answer an upstream's requests during a call:
+    /// `sampling/createMessage` or `elicitation/create`.
+    pub fn answers_requests(&self) -> bool {
+        self.can_sample() || self.can_elicit()
+    }
+
     /// Whether the caller declared the tasks extension (SEP-2663): an upstream may then
     /// answer its calls with tasks, which it polls itself.
     pub fn takes_tasks(&self) -> bool {

@@ -1,7 +1,9 @@
 //! The TCP connections toolgate opens to a streamable-HTTP upstream (the demo server in a
 //! child process), counted by a relay in front of it: calls go on kept-alive connections,
-//! a connection the server closed is not used again, and a call is sent from the task
-//! that makes it (its own request id on the wire), not handed to rmcp's client worker.
+//! a connection the server closed is not used again, a call is sent from the task that
+//! makes it (its own request id on the wire), not handed to rmcp's client worker, and an
+//! MCP caller that can answer none of the upstream's requests is relayed on a connection
+//! that declares none.
 
 mod common;
 
@@ -18,7 +20,10 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::{InvokeOptions, Pipeline};
-use toolgate_mcp::{Upstream, UpstreamConfig};
+use toolgate_mcp::{McpServer, Upstream, UpstreamConfig};
+
+/// The bytes a relay keeps of one direction, all its connections together.
+type Kept = Arc<Mutex<Vec<u8>>>;
 
 /// A TCP relay on a loopback port in front of an upstream: it counts the connections it
 /// accepts, pipes their bytes both ways (keeping what goes to the upstream), and can
@@ -27,7 +32,9 @@ struct CountingRelay {
     addr: SocketAddr,
     accepted: Arc<AtomicUsize>,
     /// Every byte sent to the upstream, all connections together.
-    sent: Arc<Mutex<Vec<u8>>>,
+    sent: Kept,
+    /// Every byte the upstream sent back, all connections together.
+    received: Kept,
     /// Cancelled to close the connections accepted so far; replaced for the next ones.
     close: Arc<Mutex<CancellationToken>>,
     accepting: JoinHandle<()>,
@@ -39,22 +46,23 @@ impl CountingRelay {
         let addr = listener.local_addr().expect("bound");
         let accepted = Arc::new(AtomicUsize::new(0));
         let sent = Arc::new(Mutex::new(Vec::new()));
+        let received = Arc::new(Mutex::new(Vec::new()));
         let close = Arc::new(Mutex::new(CancellationToken::new()));
         let accepting = tokio::spawn({
-            let (accepted, close, sent) =
-                (Arc::clone(&accepted), Arc::clone(&close), Arc::clone(&sent));
+            let (accepted, close) = (Arc::clone(&accepted), Arc::clone(&close));
+            let (sent, received) = (Arc::clone(&sent), Arc::clone(&received));
             async move {
                 while let Ok((inbound, _)) = listener.accept().await {
                     accepted.fetch_add(1, Ordering::SeqCst);
                     let closed = close.lock().expect("not poisoned").clone();
                     let upstream = upstream.clone();
-                    let sent = Arc::clone(&sent);
+                    let copies = (Arc::clone(&sent), Arc::clone(&received));
                     tokio::spawn(async move {
                         let Ok(outbound) = TcpStream::connect(&upstream).await else {
                             return;
                         };
                         tokio::select! {
-                            _ = pipe(inbound, outbound, sent) => {}
+                            _ = pipe(inbound, outbound, copies) => {}
                             _ = closed.cancelled() => {}
                         }
                     });
@@ -65,6 +73,7 @@ impl CountingRelay {
             addr,
             accepted,
             sent,
+            received,
             close,
             accepting,
         }
@@ -73,6 +82,11 @@ impl CountingRelay {
     /// What was sent to the upstream so far, as text.
     fn sent(&self) -> String {
         String::from_utf8_lossy(&self.sent.lock().expect("not poisoned")).into_owned()
+    }
+
+    /// What the upstream sent back so far, as text.
+    fn received(&self) -> String {
+        String::from_utf8_lossy(&self.received.lock().expect("not poisoned")).into_owned()
     }
 
     fn url(&self) -> String {
@@ -93,30 +107,35 @@ impl CountingRelay {
 }
 
 /// Pipes `inbound` to `outbound` and back until both directions end, keeping a copy of
-/// what goes to `outbound` in `sent`.
-async fn pipe(inbound: TcpStream, outbound: TcpStream, sent: Arc<Mutex<Vec<u8>>>) {
-    let (mut from_client, mut to_client) = inbound.into_split();
-    let (mut from_upstream, mut to_upstream) = outbound.into_split();
-    let up = async move {
-        let mut buffer = vec![0; 16 * 1024];
-        while let Ok(n) = from_client.read(&mut buffer).await {
-            if n == 0 {
-                break;
-            }
-            sent.lock()
-                .expect("not poisoned")
-                .extend_from_slice(&buffer[..n]);
-            if to_upstream.write_all(&buffer[..n]).await.is_err() {
-                break;
-            }
+/// what goes to `outbound` in `sent` and of what comes back in `received`.
+async fn pipe(inbound: TcpStream, outbound: TcpStream, (sent, received): (Kept, Kept)) {
+    let (from_client, to_client) = inbound.into_split();
+    let (from_upstream, to_upstream) = outbound.into_split();
+    tokio::join!(
+        copy_keeping(from_client, to_upstream, sent),
+        copy_keeping(from_upstream, to_client, received)
+    );
+}
+
+/// Copies `from` to `to` until either ends, keeping a copy in `kept`, then shuts `to`.
+async fn copy_keeping(
+    mut from: tokio::net::tcp::OwnedReadHalf,
+    mut to: tokio::net::tcp::OwnedWriteHalf,
+    kept: Kept,
+) {
+    let mut buffer = vec![0; 16 * 1024];
+    while let Ok(n) = from.read(&mut buffer).await {
+        if n == 0 {
+            break;
         }
-        let _ = to_upstream.shutdown().await;
-    };
-    let down = async move {
-        let _ = tokio::io::copy(&mut from_upstream, &mut to_client).await;
-        let _ = to_client.shutdown().await;
-    };
-    tokio::join!(up, down);
+        kept.lock()
+            .expect("not poisoned")
+            .extend_from_slice(&buffer[..n]);
+        if to.write_all(&buffer[..n]).await.is_err() {
+            break;
+        }
+    }
+    let _ = to.shutdown().await;
 }
 
 impl Drop for CountingRelay {
@@ -215,5 +234,144 @@ async fn a_call_is_sent_from_the_calling_task_with_its_own_request_id() {
     assert_eq!(
         direct, 20,
         "{direct} of 20 calls were sent from the calling task; the rest went through rmcp's client worker"
+    );
+}
+
+/// toolgate's MCP server, importing the demo server through `relay`, on a loopback port:
+/// its `/mcp` URL.
+async fn gateway_through(relay: &CountingRelay) -> String {
+    let pipeline = pipeline_through(relay).await;
+    let service = McpServer::new(pipeline).http_service(Default::default());
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let url = format!("http://{}/mcp", listener.local_addr().expect("bound"));
+    let app = axum::Router::new().nest_service("/mcp", service);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// A caller of the 2025 revisions speaking to `url` over plain HTTP, with the
+/// capabilities it declared at `initialize`.
+struct Caller {
+    http: reqwest::Client,
+    url: String,
+    session: String,
+}
+
+const ACCEPT: &str = "application/json, text/event-stream";
+const CALLER_VERSION: &str = "2025-06-18";
+
+impl Caller {
+    async fn start(url: &str, capabilities: serde_json::Value) -> Caller {
+        let mut caller = Caller {
+            http: reqwest::Client::new(),
+            url: url.to_owned(),
+            session: String::new(),
+        };
+        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": CALLER_VERSION, "capabilities": capabilities,
+            "clientInfo": {"name": "upstream-connections-test", "version": "0"}}});
+        let response = caller.post(&init).await;
+        caller.session = response.headers()["mcp-session-id"]
+            .to_str()
+            .expect("ascii")
+            .to_owned();
+        within(10, "initialize body", response.bytes())
+            .await
+            .expect("read");
+        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        caller.post(&initialized).await;
+        caller
+    }
+
+    async fn post(&self, body: &serde_json::Value) -> reqwest::Response {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", ACCEPT)
+            .header("mcp-protocol-version", CALLER_VERSION)
+            .body(body.to_string());
+        if !self.session.is_empty() {
+            request = request.header("mcp-session-id", &self.session);
+        }
+        let response = within(30, "an answer", request.send())
+            .await
+            .expect("the gateway answers");
+        assert!(response.status().is_success(), "{}", response.status());
+        response
+    }
+
+    /// Calls `echo` with `text` and reads the whole answer, which must carry `text`.
+    async fn echo(&self, id: u64, text: &str) {
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": text}}});
+        let answer = within(30, "the answer", self.post(&body).await.text())
+            .await
+            .expect("read");
+        assert!(answer.contains(text), "the call was answered with {answer}");
+    }
+}
+
+/// What `relay` carried each way while `echo` of `text` ran, after a first call set up
+/// the caller's connection upstream.
+async fn second_call(relay: &CountingRelay, caller: &Caller, text: &str) -> (String, String) {
+    caller.echo(1, "set-up").await;
+    let (sent, received) = (relay.sent().len(), relay.received().len());
+    caller.echo(2, text).await;
+    (
+        relay.sent()[sent..].to_owned(),
+        relay.received()[received..].to_owned(),
+    )
+}
+
+#[tokio::test]
+async fn a_caller_that_can_answer_no_request_is_relayed_on_a_connection_that_asks_for_none() {
+    let demo = HttpDemo::start("127.0.0.1:0", &[("TOOLGATE_DEMO_RATE", "1000")]).await;
+    let relay = CountingRelay::start(demo.addr()).await;
+    let url = gateway_through(&relay).await;
+
+    // A caller that declared nothing: the upstream is told, at the `initialize` of the
+    // connection its call goes on, that its client can answer nothing either, and the
+    // call carries no progress token the caller did not ask for. So the upstream (the
+    // demo, on toolgate's own server) answers it in its request's task: no priming event.
+    let plain = Caller::start(&url, json!({})).await;
+    let (sent, received) = second_call(&relay, &plain, "from a plain caller").await;
+    assert!(
+        sent.contains("from a plain caller") && !sent.contains("progressToken"),
+        "the call went upstream with a progress token nobody asked for:\n{sent}"
+    );
+    assert!(
+        received.contains("from a plain caller") && !received.contains("retry:"),
+        "the upstream answered the plain caller's call through its session worker (a priming event came first):\n{received}"
+    );
+    // Each request's body follows its headers, and the next request follows the body.
+    let initialize = |sent: &str| -> Vec<serde_json::Value> {
+        sent.split("\r\n\r\n")
+            .filter_map(|body| {
+                let mut messages = serde_json::Deserializer::from_str(body).into_iter();
+                messages.next()?.ok()
+            })
+            .filter(|message: &serde_json::Value| message["method"] == "initialize")
+            .map(|message| message["params"]["capabilities"].clone())
+            .collect()
+    };
+    let declared = initialize(&relay.sent());
+    assert!(
+        declared.iter().any(|c| c.get("sampling").is_none()),
+        "no connection upstream was set up declaring nothing: {declared:?}"
+    );
+
+    // A caller that can be asked for a sample goes on a connection that declares it, so
+    // the upstream can ask, and it answers through its session worker, which can.
+    let asks = Caller::start(&url, json!({"sampling": {}})).await;
+    let (_, received) = second_call(&relay, &asks, "from a sampling caller").await;
+    assert!(
+        received.contains("from a sampling caller") && received.contains("retry:"),
+        "the sampling caller's call was not answered on a connection that can be asked for input:\n{received}"
+    );
+    let declared = initialize(&relay.sent());
+    assert!(
+        declared.iter().any(|c| c.get("sampling").is_some()),
+        "no connection upstream declared sampling for the caller who can answer it: {declared:?}"
     );
 }

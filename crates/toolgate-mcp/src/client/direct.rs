@@ -72,7 +72,8 @@ pub(crate) struct Direct {
 /// A `tools/call` ready to go: its id, its message, and what it goes with.
 pub(crate) struct Prepared {
     pub id: RequestId,
-    token: ProgressToken,
+    /// Its progress token: only when the caller asked for progress.
+    token: Option<ProgressToken>,
     message: ClientJsonRpcMessage,
     posted: Arc<Posted>,
     headers: HashMap<HeaderName, HeaderValue>,
@@ -107,12 +108,16 @@ impl Direct {
     }
 
     /// The `tools/call` of `params` on `peer`'s session with `options`, as rmcp would send
-    /// it; `None` when it is to go through rmcp (see the module).
+    /// it; `None` when it is to go through rmcp (see the module). With a progress token
+    /// only when `progress` (the caller asked for progress): rmcp gives every request one,
+    /// but progress nobody asked for would only be dropped, and an upstream may answer a
+    /// call without one sooner (in the request's own task, with one write).
     pub(crate) fn prepare(
         &self,
         peer: &Peer<RoleClient>,
         params: CallToolRequestParams,
         options: &PeerRequestOptions,
+        progress: bool,
     ) -> Option<Prepared> {
         let posted = self.wire().posted()?;
         let version = peer.peer_info()?.protocol_version.clone();
@@ -135,9 +140,11 @@ impl Direct {
         let id = RequestId::String(
             format!("toolgate-{}", self.sent.fetch_add(1, Ordering::Relaxed)).into(),
         );
-        let token = ProgressToken(match &id {
-            RequestId::String(id) => NumberOrString::String(Arc::clone(id)),
-            RequestId::Number(n) => NumberOrString::Number(*n),
+        let token = progress.then(|| {
+            ProgressToken(match &id {
+                RequestId::String(id) => NumberOrString::String(Arc::clone(id)),
+                RequestId::Number(n) => NumberOrString::Number(*n),
+            })
         });
         let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
         let meta = request.get_meta_mut();
@@ -149,7 +156,9 @@ impl Direct {
         if let Some(extra) = options.meta.clone() {
             meta.extend(extra);
         }
-        meta.set_progress_token(token.clone());
+        if let Some(token) = &token {
+            meta.set_progress_token(token.clone());
+        }
         Some(Prepared {
             id: id.clone(),
             token,
@@ -174,7 +183,7 @@ impl Direct {
             posted,
             headers,
         } = call;
-        self.inbound.register(id.clone(), Some(token), ticket);
+        self.inbound.register(id.clone(), token, ticket);
         let response = self
             .client
             .post_message_with_response_limits(

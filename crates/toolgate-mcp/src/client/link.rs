@@ -9,7 +9,7 @@ use std::borrow::Cow;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::Duration;
 
 use rmcp::model::{
@@ -64,6 +64,12 @@ pub(crate) const RESOURCE_NOT_FOUND: &str = "resource_not_found";
 /// that cannot take them (2025-11-25), asking it each request, before it gives up.
 const MAX_ROUNDS: usize = rmcp::model::DEFAULT_MRTR_MAX_ROUNDS;
 
+/// What [`Link::revision`] holds: the revision of the current connection, not known yet
+/// (it has not connected), 2025-11-25 or 2026-07-28.
+const UNKNOWN: u8 = 0;
+const SPEAKS_2025: u8 = 1;
+const SPEAKS_2026: u8 = 2;
+
 /// How long one call may wait for an upstream that is down to come back.
 const MAX_WAIT_PER_CALL: std::time::Duration = std::time::Duration::from_secs(2);
 
@@ -87,6 +93,9 @@ struct State {
 struct Channel {
     /// Whether it speaks 2025-11-25 only (`initialize`, no `server/discover`).
     legacy: bool,
+    /// Whether toolgate declares `sampling` and `elicitation` on it, to relay the
+    /// upstream's requests for them to the callers that can answer.
+    asks_callers: bool,
     /// The calls in flight, for relaying what the upstream sends about them.
     routes: Arc<Routes>,
     state: Mutex<State>,
@@ -95,9 +104,10 @@ struct Channel {
 }
 
 impl Channel {
-    fn new(server: &str, legacy: bool) -> Self {
+    fn new(server: &str, legacy: bool, asks_callers: bool) -> Self {
         Channel {
             legacy,
+            asks_callers,
             routes: Arc::new(Routes::new(server)),
             state: Mutex::default(),
             oversized: Arc::default(),
@@ -111,7 +121,18 @@ impl Channel {
 /// upstream behaves for each caller as it would without toolgate (server-to-client
 /// requests mid-call at 2025-11-25, `input_required` results at 2026-07-28). Requests
 /// without an MCP caller go on `current`. An upstream that speaks only 2025-11-25 has
-/// one connection, `current`.
+/// `current` at that revision.
+///
+/// At 2025-11-25 what a client can answer is declared once, at `initialize`, for the whole
+/// connection. Over streamable HTTP, a caller that declared neither `sampling` nor
+/// `elicitation` (and requests without an MCP caller, at that revision) go on `plain`, a
+/// 2025-11-25 connection that declares nothing either: the upstream is told the truth
+/// about who it serves — it does not ask for what nobody on the connection can answer, and
+/// an upstream that answers a call in its request's task only for such a client can
+/// ([`channel_for`]). Over stdio no connection declares either — an upstream's request
+/// there names no call, so it is never relayed — and `plain` is not used.
+///
+/// [`channel_for`]: Link::channel_for
 pub(crate) struct Link {
     pub config: UpstreamConfig,
     credential: Option<String>,
@@ -119,8 +140,10 @@ pub(crate) struct Link {
     scrubber: Scrubber,
     current: Channel,
     legacy: Channel,
-    /// Whether `current` speaks 2026-07-28 (false until it first connects).
-    modern: AtomicBool,
+    plain: Channel,
+    /// The revision `current` speaks: [`UNKNOWN`] until it first connects, then
+    /// [`SPEAKS_2025`] or [`SPEAKS_2026`].
+    revision: AtomicU8,
     /// The connections of each caller, for an upstream called as the caller.
     callers: Option<CallerLinks<Link>>,
     /// The name of the tool that relays `tasks/*` requests to this upstream, once one
@@ -144,13 +167,16 @@ impl Link {
             .as_ref()
             .map(|per_caller| CallerLinks::new(&config, per_caller));
         let name = config.name.clone();
+        // Only a request on a call's own response stream names the caller it is for.
+        let relays_requests = matches!(config.transport, UpstreamTransport::Http { .. });
         Link {
             scrubber: config.scrubber(),
             config,
             credential,
-            current: Channel::new(&name, false),
-            legacy: Channel::new(&name, true),
-            modern: AtomicBool::new(false),
+            current: Channel::new(&name, false, relays_requests),
+            legacy: Channel::new(&name, true, relays_requests),
+            plain: Channel::new(&name, true, false),
+            revision: AtomicU8::new(UNKNOWN),
             callers,
             tasks_tool,
         }
@@ -203,14 +229,29 @@ impl Link {
         self.callers.as_ref().map_or(0, CallerLinks::held)
     }
 
-    /// The connection for `caller`'s requests: the legacy one for a 2025-11-25 caller of
-    /// an upstream that speaks 2026-07-28, else the current one.
+    /// Whether `current` speaks 2026-07-28 (false until it first connects).
+    fn modern(&self) -> bool {
+        self.revision.load(Ordering::Relaxed) == SPEAKS_2026
+    }
+
+    /// The connection for `caller`'s requests. Of an upstream that speaks 2026-07-28: the
+    /// current one for a caller of that revision and for requests without an MCP caller;
+    /// for a 2025-11-25 caller, the legacy one, or the plain one when it can answer no
+    /// request of the upstream. Of an upstream that speaks only 2025-11-25: the plain one
+    /// for a caller that can answer none, and for requests without an MCP caller; else
+    /// the current one. The current one while the upstream's revision is not known yet.
+    /// Over stdio, where no connection asks callers anything, never the plain one.
     fn channel_for(&self, caller: Option<&CallerRequest>) -> &Channel {
-        let legacy_caller = caller.is_some_and(|c| !c.input_required_results);
-        if legacy_caller && self.modern.load(Ordering::Relaxed) {
-            &self.legacy
-        } else {
-            &self.current
+        let plain =
+            self.current.asks_callers && !caller.is_some_and(CallerRequest::answers_requests);
+        match self.revision.load(Ordering::Relaxed) {
+            SPEAKS_2026 => match caller {
+                Some(c) if !c.input_required_results && plain => &self.plain,
+                Some(c) if !c.input_required_results => &self.legacy,
+                _ => &self.current,
+            },
+            SPEAKS_2025 if plain => &self.plain,
+            _ => &self.current,
         }
     }
 
@@ -218,7 +259,7 @@ impl Link {
     /// 2025-11-25, whose `resources/subscribe` a 2026-07-28 upstream still answers there
     /// (at 2026-07-28 it has only `subscriptions/listen`).
     fn subscription_channel(&self) -> &Channel {
-        if self.modern.load(Ordering::Relaxed) {
+        if self.modern() {
             &self.legacy
         } else {
             &self.current
@@ -387,7 +428,8 @@ impl Link {
                 .peer()
                 .peer_info()
                 .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28);
-            self.modern.store(modern, Ordering::Relaxed);
+            let revision = if modern { SPEAKS_2026 } else { SPEAKS_2025 };
+            self.revision.store(revision, Ordering::Relaxed);
             return Ok((session, direct, HashSet::new()));
         }
         let tools = session
@@ -500,6 +542,7 @@ impl Link {
         UpstreamClient {
             routes: Arc::clone(&channel.routes),
             connection,
+            asks_callers: channel.asks_callers,
         }
     }
 
@@ -966,7 +1009,11 @@ impl Link {
             let prepared = direct
                 .as_ref()
                 .filter(|_| call.direct && !Self::answers_requests_at_2026(&peer, caller))
-                .and_then(|direct| Some((direct, direct.prepare(&peer, call.params(), &options)?)));
+                .and_then(|direct| {
+                    let progress = caller.is_some_and(|c| c.progress_token.is_some());
+                    let prepared = direct.prepare(&peer, call.params(), &options, progress)?;
+                    Some((direct, prepared))
+                });
             if let Some((direct, prepared)) = prepared {
                 let mut cancel = CancelOnDrop {
                     peer: peer.clone(),
@@ -1029,7 +1076,7 @@ impl Link {
     /// rmcp answers such a request only on the stream of a request it sent itself
     /// (SEP-2260), so the call goes through rmcp.
     fn answers_requests_at_2026(peer: &Peer<RoleClient>, caller: Option<&CallerRequest>) -> bool {
-        caller.is_some_and(|c| c.can_sample() || c.can_elicit())
+        caller.is_some_and(CallerRequest::answers_requests)
             && peer
                 .peer_info()
                 .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28)

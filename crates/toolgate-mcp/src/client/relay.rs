@@ -450,13 +450,17 @@ impl Routes {
     }
 }
 
-/// toolgate as the client of an upstream, on one connection: it declares sampling and
-/// elicitation, and relays them to the caller of the call whose stream carried them.
-/// (Progress and log messages are queued by [`Frames`](super::frames::Frames), in order.)
+/// toolgate as the client of an upstream, on one connection: where it serves callers that
+/// can answer them, it declares sampling and elicitation, and relays them to the caller of
+/// the call whose stream carried them. (Progress and log messages are queued by
+/// [`Frames`](super::frames::Frames), in order.)
 pub(crate) struct UpstreamClient {
     pub(crate) routes: Arc<Routes>,
     /// The connection this client serves ([`Routes::next_connection`]).
     pub(crate) connection: u64,
+    /// Whether it declares sampling and elicitation; without, a request for them is still
+    /// refused as it would be for a caller that cannot answer it.
+    pub(crate) asks_callers: bool,
 }
 
 impl UpstreamClient {
@@ -508,8 +512,10 @@ fn relay_failed(what: &str, e: rmcp::service::ServiceError) -> ErrorData {
 impl ClientHandler for UpstreamClient {
     fn get_info(&self) -> ClientConfig {
         let mut capabilities = ClientCapabilities::default();
-        capabilities.sampling = Some(Default::default());
-        capabilities.elicitation = Some(Default::default());
+        if self.asks_callers {
+            capabilities.sampling = Some(Default::default());
+            capabilities.elicitation = Some(Default::default());
+        }
         ClientConfig::new(
             capabilities,
             Implementation::new("toolgate", env!("CARGO_PKG_VERSION")),
