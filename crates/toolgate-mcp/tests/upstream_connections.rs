@@ -146,7 +146,15 @@ impl Drop for CountingRelay {
 
 /// The demo server's tools imported through `relay`, in a pipeline without hooks.
 async fn pipeline_through(relay: &CountingRelay) -> Pipeline {
-    let config = UpstreamConfig::http("demo", relay.url()).call_timeout(Duration::from_secs(20));
+    pipeline_through_with(relay, true).await
+}
+
+/// [`pipeline_through`], asking the upstream for 2026-07-28 first (`discover`), or speaking
+/// only 2025-11-25 to it.
+async fn pipeline_through_with(relay: &CountingRelay, discover: bool) -> Pipeline {
+    let config = UpstreamConfig::http("demo", relay.url())
+        .call_timeout(Duration::from_secs(20))
+        .discover(discover);
     let upstream = within(30, "import", Upstream::connect(config))
         .await
         .expect("imported");
@@ -237,10 +245,10 @@ async fn a_call_is_sent_from_the_calling_task_with_its_own_request_id() {
     );
 }
 
-/// toolgate's MCP server, importing the demo server through `relay`, on a loopback port:
-/// its `/mcp` URL.
-async fn gateway_through(relay: &CountingRelay) -> String {
-    let pipeline = pipeline_through(relay).await;
+/// toolgate's MCP server, importing the demo server through `relay` (`discover`: as in
+/// [`pipeline_through_with`]), on a loopback port: its `/mcp` URL.
+async fn gateway_through(relay: &CountingRelay, discover: bool) -> String {
+    let pipeline = pipeline_through_with(relay, discover).await;
     let service = McpServer::new(pipeline).http_service(Default::default());
     let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
     let url = format!("http://{}/mcp", listener.local_addr().expect("bound"));
@@ -326,9 +334,21 @@ async fn second_call(relay: &CountingRelay, caller: &Caller, text: &str) -> (Str
 
 #[tokio::test]
 async fn a_caller_that_can_answer_no_request_is_relayed_on_a_connection_that_asks_for_none() {
+    callers_are_relayed_on_connections_that_declare_what_they_can_answer(true).await;
+}
+
+#[tokio::test]
+async fn the_same_holds_for_an_upstream_spoken_to_only_at_2025_11_25() {
+    callers_are_relayed_on_connections_that_declare_what_they_can_answer(false).await;
+}
+
+/// A plain caller's calls and a sampling caller's, through toolgate to the demo server
+/// (`discover`: as in [`pipeline_through_with`]), each on a connection that declares what
+/// its callers can answer.
+async fn callers_are_relayed_on_connections_that_declare_what_they_can_answer(discover: bool) {
     let demo = HttpDemo::start("127.0.0.1:0", &[("TOOLGATE_DEMO_RATE", "1000")]).await;
     let relay = CountingRelay::start(demo.addr()).await;
-    let url = gateway_through(&relay).await;
+    let url = gateway_through(&relay, discover).await;
 
     // A caller that declared nothing: the upstream is told, at the `initialize` of the
     // connection its call goes on, that its client can answer nothing either, and the
