@@ -4,55 +4,9 @@
 
 mod common;
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::Duration;
-
-use common::{Answer, Gateway, client, get, invoke, post, user_yaml};
+use common::{Answer, Gateway, client, get, invoke, post, random_u32, redis_or_skip, user_yaml};
 use futures::future::join_all;
 use serde_json::json;
-
-/// `REDIS_URL` (default the local Redis) when it answers PING. Outside CI a missing Redis
-/// skips the test with the reason printed; with `CI=true` it fails it.
-fn redis_or_skip(test: &str) -> Option<String> {
-    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let address = url
-        .trim_start_matches("redis://")
-        .rsplit('@')
-        .next()
-        .unwrap_or_default()
-        .split('/')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
-    let ping = || -> std::io::Result<String> {
-        let address = address
-            .parse()
-            .map_err(|_| std::io::Error::other(format!("`{address}` is not host:port")))?;
-        let mut stream = TcpStream::connect_timeout(&address, Duration::from_secs(2))?;
-        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-        stream.write_all(b"PING\r\n")?;
-        let mut answer = [0u8; 7];
-        stream.read_exact(&mut answer)?;
-        Ok(String::from_utf8_lossy(&answer).into_owned())
-    };
-    match ping() {
-        Ok(answer) if answer.starts_with("+PONG") => Some(url),
-        outcome => {
-            let reason = format!("{outcome:?}");
-            if std::env::var("CI").is_ok_and(|v| v == "true") {
-                panic!("{test}: Redis at {url} is required in CI ({reason})");
-            }
-            // Straight to stderr: libtest captures `eprintln!`, and a passing test's
-            // captured output is never shown.
-            let _ = writeln!(
-                std::io::stderr().lock(),
-                "SKIPPED {test}: no Redis at {url} ({reason}); set REDIS_URL to run it"
-            );
-            None
-        }
-    }
-}
 
 fn replica_config(redis: &str, prefix: &str) -> String {
     format!(
@@ -124,12 +78,6 @@ async fn a_gateway_on_redis_reports_redis_up_before_any_call() {
         .filter(|line| line.starts_with("toolgate_redis_up"))
         .collect();
     assert_eq!(up, ["toolgate_redis_up 1"], "{text}");
-}
-
-/// A random number for a key prefix no other run shares (std's randomly seeded hasher).
-fn random_u32() -> u32 {
-    use std::hash::{BuildHasher, RandomState};
-    RandomState::new().hash_one(std::time::SystemTime::now()) as u32
 }
 
 /// A 32-byte key, hex: waiting calls are stored encrypted under it.

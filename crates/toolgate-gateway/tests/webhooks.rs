@@ -14,7 +14,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
-use common::{Answer, Gateway, client, eventually, invoke, user_yaml};
+use common::{Answer, Gateway, client, eventually, invoke, random_u32, redis_or_skip, user_yaml};
 use serde_json::{Value, json};
 use toolgate_gateway::webhooks::{self, REPLAY_WINDOW, WebhookVerifyError};
 
@@ -110,8 +110,13 @@ impl Receiver {
 
 /// A gateway whose `echo` and `sleep` calls wait for approval, telling `url` in `format`.
 fn start_gateway(url: &str, extra: &str) -> Gateway {
+    start_gateway_with_state(url, extra, "")
+}
+
+/// [`start_gateway`] with `state`, the configuration's `state:` section (none: in memory).
+fn start_gateway_with_state(url: &str, extra: &str, state: &str) -> Gateway {
     let config = format!(
-        "tools:\n  builtin: [echo, sleep]\nusers:\n{}{}\
+        "{state}tools:\n  builtin: [echo, sleep]\nusers:\n{}{}\
 policies:\n  approval:\n    tools: [echo, sleep]\n{extra}    webhooks:\n      - url: \"{url}\"\n        secret: ${{HOOK_SECRET}}\n",
         user_yaml("alice", &["admin"]),
         user_yaml("bob", &["analyst"]),
@@ -498,4 +503,51 @@ async fn after_a_reload_the_events_of_calls_already_waiting_go_to_the_new_webhoo
     after.wait_for("suspension.expired", &forgotten).await;
     assert!(before.of_type("suspension.decided").is_empty());
     assert!(before.of_type("suspension.expired").is_empty());
+}
+
+#[tokio::test]
+async fn a_call_kept_on_redis_is_told_expired_after_the_gateway_that_parked_it_restarted() {
+    let test = "a_call_kept_on_redis_is_told_expired_after_the_gateway_that_parked_it_restarted";
+    let Some(redis) = redis_or_skip(test) else {
+        return;
+    };
+    let (receiver, url) = Receiver::start(&[]).await;
+    let prefix = format!("tgwebhooks{}x{:x}", std::process::id(), random_u32());
+    let state = format!("state:\n  url: {redis}\n  key_prefix: {prefix}\n");
+    // Long enough for a gateway to start before the call expires: a call that expires
+    // while no gateway runs is not listed any more, and is not told.
+    let expiry = "    expire_after: 8s\n";
+    let parked_on = start_gateway_with_state(&url, expiry, &state);
+    let id = park(&parked_on).await;
+    receiver.wait_for("suspension.waiting", &id).await;
+    // The gateway that watched the call is gone before the call expires; the call stays
+    // on Redis. Two gateways come up: one in its place, and a second replica.
+    drop(parked_on);
+    let (restarted, replica) = (
+        start_gateway_with_state(&url, expiry, &state),
+        start_gateway_with_state(&url, expiry, &state),
+    );
+
+    let expired = receiver.wait_for("suspension.expired", &id).await;
+
+    assert_eq!(expired.verify(SystemTime::now()), Ok(()));
+    let body = expired.json();
+    assert_eq!(
+        body["occurred_at"], body["suspension"]["expires_at"],
+        "{body}"
+    );
+    // Both watched it, and each may tell it: always under the one id, so that a receiver
+    // acting once per id acts once.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let told: Vec<String> = receiver
+        .of_type("suspension.expired")
+        .iter()
+        .filter(|r| r.json()["suspension"]["id"] == id.as_str())
+        .map(|r| r.id().to_owned())
+        .collect();
+    assert!(
+        told.iter().all(|event| *event == told[0]),
+        "the expiry was told under different ids: {told:?}"
+    );
+    drop((restarted, replica));
 }

@@ -89,15 +89,21 @@ pub struct Event {
 }
 
 impl Event {
-    /// A new event with a fresh id.
+    /// A new event. Its id is fresh, but for `expired`, whose id is the call's own
+    /// ([`expiry_event_id`]): every replica that watched the call, and a restarted one, tells
+    /// the same expiry under the same id, so a receiver that acts once per id acts once.
     pub fn new(
         kind: WebhookEventName,
         occurred_at: SystemTime,
         call: Arc<CallSummary>,
         decision: Option<DecisionSummary>,
     ) -> Self {
+        let id = match kind {
+            WebhookEventName::Expired => expiry_event_id(&call.id),
+            _ => new_event_id(),
+        };
         Event {
-            id: new_event_id(),
+            id,
             kind,
             occurred_at,
             call,
@@ -202,11 +208,28 @@ fn rfc3339(at: SystemTime) -> String {
 }
 
 fn new_event_id() -> String {
-    let random = toolgate_hooks::fingerprint::random_key();
-    let mut id = String::with_capacity(4 + 32);
+    event_id(&toolgate_hooks::fingerprint::random_key()[..16])
+}
+
+/// The id of the `expired` event of the call `suspension_id`: the first 16 bytes of the
+/// SHA-256 of the event's type and the call's id. The call's id is random and unique, so
+/// the event id is too, and it is the same wherever the expiry is told.
+pub fn expiry_event_id(suspension_id: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(b"suspension.expired\0")
+        .chain_update(suspension_id.as_bytes())
+        .finalize();
+    event_id(&digest[..16])
+}
+
+/// `evt_` and `bytes` in lowercase hex.
+fn event_id(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    let mut id = String::with_capacity(4 + 2 * bytes.len());
     id.push_str("evt_");
-    for byte in &random[..16] {
-        id.push_str(&format!("{byte:02x}"));
+    for byte in bytes {
+        let _ = write!(id, "{byte:02x}");
     }
     id
 }
@@ -226,6 +249,20 @@ mod tests {
             suspended_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
             expires_at: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_086_400)),
         })
+    }
+
+    #[test]
+    fn an_expiry_has_one_id_wherever_it_is_told_and_other_events_a_fresh_one_each() {
+        let expired = |call| Event::new(WebhookEventName::Expired, SystemTime::now(), call, None);
+        let one = expired(call());
+        assert_eq!(one.id, expired(call()).id, "the same call's expiry");
+        assert_eq!(one.id.len(), 4 + 32);
+        assert!(one.id.starts_with("evt_"));
+        let mut other = (*call()).clone();
+        other.id = "susp-2".into();
+        assert_ne!(one.id, expired(Arc::new(other)).id, "another call's");
+        let waiting = |call| Event::new(WebhookEventName::Waiting, SystemTime::now(), call, None);
+        assert_ne!(waiting(call()).id, waiting(call()).id);
     }
 
     #[test]

@@ -15,7 +15,9 @@ use std::time::{Duration, SystemTime};
 use arc_swap::ArcSwapOption;
 use futures::future::BoxFuture;
 use tokio::sync::watch;
-use toolgate_core::suspension::{SuspendedInvocation, SuspensionStore, SuspensionStoreError};
+use toolgate_core::suspension::{
+    SuspendedInvocation, SuspensionFilter, SuspensionStore, SuspensionStoreError,
+};
 
 use super::delivery::{Expiries, Notifier, Watch};
 use super::event::{CallSummary, DecisionSummary, Event};
@@ -147,6 +149,54 @@ impl Notifications {
             }
         }
         self.send(WebhookEventName::Waiting, SystemTime::now(), call, None);
+    }
+
+    /// Watches for expiry every call `store` keeps waiting, as [`waiting`](Self::waiting)
+    /// does for a call as it starts to wait, but without telling that it waits (it was
+    /// told when it started): the calls of a store that outlives the process (Redis) are
+    /// then reported when they expire even though this process did not see them start —
+    /// after a restart, or on a replica that started later. Where two processes watch a
+    /// call, both may report its expiry, under one id ([`Event::new`]). At most `cap`
+    /// calls are watched in all. How many calls were taken in; a store that cannot list
+    /// takes none.
+    ///
+    /// # Errors
+    ///
+    /// The store's, when it cannot be read; the calls of the pages read before are
+    /// watched.
+    pub(crate) async fn adopt(
+        &self,
+        store: &dyn SuspensionStore,
+        cap: usize,
+    ) -> Result<usize, SuspensionStoreError> {
+        const PAGE: usize = 256;
+        let filter = SuspensionFilter::default();
+        let (mut adopted, mut after) = (0, None::<String>);
+        loop {
+            let page = match store.list(&filter, after.as_deref(), PAGE).await {
+                Err(SuspensionStoreError::CannotList) => return Ok(adopted),
+                page => page?,
+            };
+            let full = {
+                let mut watched = self.lock();
+                for call in &page {
+                    let Some(at) = call.expires_at else { continue };
+                    if watched.by_id.len() >= cap {
+                        break;
+                    }
+                    if !watched.by_id.contains_key(&call.id) {
+                        watched.insert(Arc::new(CallSummary::of(call)), at);
+                        adopted += 1;
+                    }
+                }
+                watched.by_id.len() >= cap
+            };
+            self.inner.wake.send_replace(());
+            match page.last() {
+                Some(last) if page.len() == PAGE && !full => after = Some(last.id.clone()),
+                _ => return Ok(adopted),
+            }
+        }
     }
 
     /// An approver decided on `call`: `suspension.decided` is sent.

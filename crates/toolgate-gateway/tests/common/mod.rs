@@ -609,3 +609,52 @@ pub fn rpc_answer(body: &str) -> Value {
         .find_map(|data| serde_json::from_str::<Value>(data.trim()).ok())
         .unwrap_or_else(|| panic!("no JSON-RPC answer in: {body}"))
 }
+
+/// `REDIS_URL` (default the local Redis) when it answers PING. Outside CI a missing Redis
+/// skips the test with the reason printed; with `CI=true` it fails it.
+pub fn redis_or_skip(test: &str) -> Option<String> {
+    use std::io::Write;
+    let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+    let address = url
+        .trim_start_matches("redis://")
+        .rsplit('@')
+        .next()
+        .unwrap_or_default()
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_owned();
+    let ping = || -> std::io::Result<String> {
+        let address = address
+            .parse()
+            .map_err(|_| std::io::Error::other(format!("`{address}` is not host:port")))?;
+        let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2))?;
+        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+        stream.write_all(b"PING\r\n")?;
+        let mut answer = [0u8; 7];
+        stream.read_exact(&mut answer)?;
+        Ok(String::from_utf8_lossy(&answer).into_owned())
+    };
+    match ping() {
+        Ok(answer) if answer.starts_with("+PONG") => Some(url),
+        outcome => {
+            let reason = format!("{outcome:?}");
+            if std::env::var("CI").is_ok_and(|v| v == "true") {
+                panic!("{test}: Redis at {url} is required in CI ({reason})");
+            }
+            // Straight to stderr: libtest captures `eprintln!`, and a passing test's
+            // captured output is never shown.
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "SKIPPED {test}: no Redis at {url} ({reason}); set REDIS_URL to run it"
+            );
+            None
+        }
+    }
+}
+
+/// A random number for a key prefix no other run shares (std's randomly seeded hasher).
+pub fn random_u32() -> u32 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now()) as u32
+}
