@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{counting, within};
+use common::{RAW_ACCEPT, counting, raw_post, raw_session, within};
 use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::local::SessionConfig;
 use serde_json::{Value, json};
@@ -19,7 +19,6 @@ use toolgate_core::tool::tool_fn_with_context;
 use toolgate_core::{ToolError, ToolInvokeContext};
 use toolgate_mcp::McpServer;
 
-const ACCEPT: &str = "application/json, text/event-stream";
 const VERSION: &str = "2025-06-18";
 
 /// Notifies when dropped: when the call holding it ends, however it ends.
@@ -89,39 +88,12 @@ async fn serve_with(keep_alive: Duration, sse_keep_alive: Duration) -> Served {
 
 impl Served {
     async fn post(&self, session: Option<&str>, body: &Value) -> reqwest::Response {
-        let mut request = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", ACCEPT)
-            .header("mcp-protocol-version", VERSION)
-            .body(body.to_string());
-        if let Some(session) = session {
-            request = request.header("mcp-session-id", session);
-        }
-        within(10, "an answer's headers", request.send())
-            .await
-            .expect("the server answers")
+        raw_post(&self.http, &self.url, VERSION, session, body).await
     }
 
     /// A session: `initialize` declaring `capabilities`, then `initialized`.
     async fn session(&self, capabilities: Value) -> String {
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": VERSION, "capabilities": capabilities,
-            "clientInfo": {"name": "direct-test", "version": "0"}}});
-        let response = self.post(None, &init).await;
-        assert!(response.status().is_success(), "{}", response.status());
-        let session = response.headers()["mcp-session-id"]
-            .to_str()
-            .expect("ascii")
-            .to_owned();
-        within(10, "initialize body", response.bytes())
-            .await
-            .expect("read");
-        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        let response = self.post(Some(&session), &initialized).await;
-        assert!(response.status().is_success(), "{}", response.status());
-        session
+        raw_session(&self.http, &self.url, VERSION, capabilities, "direct-test").await
     }
 
     /// Calls `tool` in `session` (with `meta` as its `_meta`) and reads the whole answer.
@@ -309,7 +281,7 @@ async fn a_client_that_leaves_before_its_answer_began_cancels_its_call() {
     let request = http
         .post(&server.url)
         .header("content-type", "application/json")
-        .header("accept", ACCEPT)
+        .header("accept", RAW_ACCEPT)
         .header("mcp-protocol-version", VERSION)
         .header("mcp-session-id", &session)
         .body(body.to_string());

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{HttpDemo, within};
+use common::{HttpDemo, raw_post, raw_session, within};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -257,63 +257,43 @@ async fn gateway_through(relay: &CountingRelay, discover: bool) -> String {
     url
 }
 
-/// A caller of the 2025 revisions speaking to `url` over plain HTTP, with the
-/// capabilities it declared at `initialize`.
+/// A caller of the 2025 revisions speaking to `url` over plain HTTP, in a session of its
+/// own.
 struct Caller {
     http: reqwest::Client,
     url: String,
     session: String,
 }
 
-const ACCEPT: &str = "application/json, text/event-stream";
 const CALLER_VERSION: &str = "2025-06-18";
 
 impl Caller {
+    /// A new session at `url`, declaring `capabilities`.
     async fn start(url: &str, capabilities: serde_json::Value) -> Caller {
-        let mut caller = Caller {
-            http: reqwest::Client::new(),
+        let http = reqwest::Client::new();
+        let name = "upstream-connections-test";
+        let session = raw_session(&http, url, CALLER_VERSION, capabilities, name).await;
+        Caller {
+            http,
             url: url.to_owned(),
-            session: String::new(),
-        };
-        let init = json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-            "protocolVersion": CALLER_VERSION, "capabilities": capabilities,
-            "clientInfo": {"name": "upstream-connections-test", "version": "0"}}});
-        let response = caller.post(&init).await;
-        caller.session = response.headers()["mcp-session-id"]
-            .to_str()
-            .expect("ascii")
-            .to_owned();
-        within(10, "initialize body", response.bytes())
-            .await
-            .expect("read");
-        let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        caller.post(&initialized).await;
-        caller
-    }
-
-    async fn post(&self, body: &serde_json::Value) -> reqwest::Response {
-        let mut request = self
-            .http
-            .post(&self.url)
-            .header("content-type", "application/json")
-            .header("accept", ACCEPT)
-            .header("mcp-protocol-version", CALLER_VERSION)
-            .body(body.to_string());
-        if !self.session.is_empty() {
-            request = request.header("mcp-session-id", &self.session);
+            session,
         }
-        let response = within(30, "an answer", request.send())
-            .await
-            .expect("the gateway answers");
-        assert!(response.status().is_success(), "{}", response.status());
-        response
     }
 
     /// Calls `echo` with `text` and reads the whole answer, which must carry `text`.
     async fn echo(&self, id: u64, text: &str) {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": "echo", "arguments": {"text": text}}});
-        let answer = within(30, "the answer", self.post(&body).await.text())
+        let response = raw_post(
+            &self.http,
+            &self.url,
+            CALLER_VERSION,
+            Some(&self.session),
+            &body,
+        );
+        let response = response.await;
+        assert!(response.status().is_success(), "{}", response.status());
+        let answer = within(30, "the answer", response.text())
             .await
             .expect("read");
         assert!(answer.contains(text), "the call was answered with {answer}");

@@ -216,3 +216,56 @@ pub async fn call_until_ok(
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// What a streamable-HTTP client of the 2025 revisions accepts.
+pub const RAW_ACCEPT: &str = "application/json, text/event-stream";
+
+/// One `POST` of `body` to the streamable-HTTP endpoint `url`, as a client of `version`
+/// (2025) sends it, in `session` when given: the response, whatever its status.
+pub async fn raw_post(
+    http: &reqwest::Client,
+    url: &str,
+    version: &str,
+    session: Option<&str>,
+    body: &Value,
+) -> reqwest::Response {
+    let mut request = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", RAW_ACCEPT)
+        .header("mcp-protocol-version", version)
+        .body(body.to_string());
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    within(10, "an answer's headers", request.send())
+        .await
+        .expect("the server answers")
+}
+
+/// A session at `url`: `initialize` at `version` declaring `capabilities`, as the client
+/// `name`, then `notifications/initialized`; its id.
+pub async fn raw_session(
+    http: &reqwest::Client,
+    url: &str,
+    version: &str,
+    capabilities: Value,
+    name: &str,
+) -> String {
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": version, "capabilities": capabilities,
+        "clientInfo": {"name": name, "version": "0"}}});
+    let response = raw_post(http, url, version, None, &init).await;
+    assert!(response.status().is_success(), "{}", response.status());
+    let session = response.headers()["mcp-session-id"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    within(10, "initialize body", response.bytes())
+        .await
+        .expect("read");
+    let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let response = raw_post(http, url, version, Some(&session), &initialized).await;
+    assert!(response.status().is_success(), "{}", response.status());
+    session
+}
