@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{RAW_ACCEPT, counting, raw_post, raw_session, within};
+use common::{RawHttp, counting, within};
 use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::local::SessionConfig;
 use serde_json::{Value, json};
@@ -88,12 +88,21 @@ async fn serve_with(keep_alive: Duration, sse_keep_alive: Duration) -> Served {
 
 impl Served {
     async fn post(&self, session: Option<&str>, body: &Value) -> reqwest::Response {
-        raw_post(&self.http, &self.url, VERSION, session, body).await
+        self.raw().post(session, body).await
+    }
+
+    fn raw(&self) -> RawHttp<'_> {
+        RawHttp {
+            http: &self.http,
+            url: &self.url,
+            version: VERSION,
+            bearer: None,
+        }
     }
 
     /// A session: `initialize` declaring `capabilities`, then `initialized`.
     async fn session(&self, capabilities: Value) -> String {
-        raw_session(&self.http, &self.url, VERSION, capabilities, "direct-test").await
+        self.raw().session(capabilities, "direct-test").await
     }
 
     /// Calls `tool` in `session` (with `meta` as its `_meta`) and reads the whole answer.
@@ -278,13 +287,7 @@ async fn a_client_that_leaves_before_its_answer_began_cancels_its_call() {
     let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call",
         "params": {"name": "wait", "arguments": {}}});
     let http = server.http.clone();
-    let request = http
-        .post(&server.url)
-        .header("content-type", "application/json")
-        .header("accept", RAW_ACCEPT)
-        .header("mcp-protocol-version", VERSION)
-        .header("mcp-session-id", &session)
-        .body(body.to_string());
+    let request = server.raw().request(Some(&session), &body);
     let waiting = tokio::spawn(request.send());
     within(10, "the call starts", started).await;
     let ended = server.ended.notified();

@@ -6,7 +6,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{HttpDemo, call, call_until_ok, http_client, is_error, scenarios, text, within};
+use common::{
+    HttpDemo, RawHttp, call, call_until_ok, http_client, is_error, scenarios, text, within,
+};
 use serde_json::{Value, json};
 
 const ACCEPT: &str = "application/json, text/event-stream";
@@ -91,50 +93,29 @@ async fn http_cancellation_notification_releases_the_concurrency_permit() {
     scenarios::cancelled_call_releases_its_concurrency_permit(&client).await;
 }
 
-/// A raw MCP session over HTTP: initialize, then `initialized`.
-async fn raw_session(http: &reqwest::Client, url: &str) -> String {
-    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-        "protocolVersion": VERSION, "capabilities": {},
-        "clientInfo": {"name": "raw-test", "version": "0"}}});
-    let response = within(10, "initialize", post(http, url, None, &init)).await;
-    assert!(response.status().is_success(), "{}", response.status());
-    let session = response
-        .headers()
-        .get("mcp-session-id")
-        .expect("a stateful server names the session")
-        .to_str()
-        .expect("ascii")
-        .to_owned();
-    within(10, "initialize body", response.bytes())
-        .await
-        .expect("readable");
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let response = within(
-        10,
-        "initialized",
-        post(http, url, Some(&session), &initialized),
-    )
-    .await;
-    assert!(response.status().is_success(), "{}", response.status());
-    session
+/// Raw requests to `url` as the principal `raw`.
+fn raw<'a>(http: &'a reqwest::Client, url: &'a str) -> RawHttp<'a> {
+    RawHttp {
+        http,
+        url,
+        version: VERSION,
+        bearer: Some("raw"),
+    }
 }
 
+/// A raw MCP session over HTTP: initialize, then `initialized`.
+async fn raw_session(http: &reqwest::Client, url: &str) -> String {
+    raw(http, url).session(json!({}), "raw-test").await
+}
+
+/// A `POST` in `session`, its headers awaited without a bound (a long call's come late).
 async fn post(
     http: &reqwest::Client,
     url: &str,
     session: Option<&str>,
     body: &Value,
 ) -> reqwest::Response {
-    let mut request = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", ACCEPT)
-        .header("authorization", "Bearer raw")
-        .header("mcp-protocol-version", VERSION)
-        .body(body.to_string());
-    if let Some(session) = session {
-        request = request.header("mcp-session-id", session);
-    }
+    let request = raw(http, url).request(session, body);
     request.send().await.expect("the server answers")
 }
 

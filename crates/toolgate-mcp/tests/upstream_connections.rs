@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{HttpDemo, raw_post, raw_session, within};
+use common::{HttpDemo, RawHttp, within};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -265,18 +265,25 @@ struct Caller {
     session: String,
 }
 
-const CALLER_VERSION: &str = "2025-06-18";
-
 impl Caller {
     /// A new session at `url`, declaring `capabilities`.
     async fn start(url: &str, capabilities: serde_json::Value) -> Caller {
-        let http = reqwest::Client::new();
-        let name = "upstream-connections-test";
-        let session = raw_session(&http, url, CALLER_VERSION, capabilities, name).await;
-        Caller {
-            http,
+        let mut caller = Caller {
+            http: reqwest::Client::new(),
             url: url.to_owned(),
-            session,
+            session: String::new(),
+        };
+        let name = "upstream-connections-test";
+        caller.session = caller.raw().session(capabilities, name).await;
+        caller
+    }
+
+    fn raw(&self) -> RawHttp<'_> {
+        RawHttp {
+            http: &self.http,
+            url: &self.url,
+            version: "2025-06-18",
+            bearer: None,
         }
     }
 
@@ -284,14 +291,7 @@ impl Caller {
     async fn echo(&self, id: u64, text: &str) {
         let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
             "params": {"name": "echo", "arguments": {"text": text}}});
-        let response = raw_post(
-            &self.http,
-            &self.url,
-            CALLER_VERSION,
-            Some(&self.session),
-            &body,
-        );
-        let response = response.await;
+        let response = self.raw().post(Some(&self.session), &body).await;
         assert!(response.status().is_success(), "{}", response.status());
         let answer = within(30, "the answer", response.text())
             .await

@@ -217,55 +217,69 @@ pub async fn call_until_ok(
     }
 }
 
-/// What a streamable-HTTP client of the 2025 revisions accepts.
-pub const RAW_ACCEPT: &str = "application/json, text/event-stream";
-
-/// One `POST` of `body` to the streamable-HTTP endpoint `url`, as a client of `version`
-/// (2025) sends it, in `session` when given: the response, whatever its status.
-pub async fn raw_post(
-    http: &reqwest::Client,
-    url: &str,
-    version: &str,
-    session: Option<&str>,
-    body: &Value,
-) -> reqwest::Response {
-    let mut request = http
-        .post(url)
-        .header("content-type", "application/json")
-        .header("accept", RAW_ACCEPT)
-        .header("mcp-protocol-version", version)
-        .body(body.to_string());
-    if let Some(session) = session {
-        request = request.header("mcp-session-id", session);
-    }
-    within(10, "an answer's headers", request.send())
-        .await
-        .expect("the server answers")
+/// Raw streamable-HTTP requests of a client of the 2025 revisions, for tests that need to
+/// see or shape the bytes an SDK client would hide: the endpoint, the protocol version the
+/// client speaks, and a bearer token when the server wants one.
+pub struct RawHttp<'a> {
+    pub http: &'a reqwest::Client,
+    pub url: &'a str,
+    pub version: &'a str,
+    pub bearer: Option<&'a str>,
 }
 
-/// A session at `url`: `initialize` at `version` declaring `capabilities`, as the client
-/// `name`, then `notifications/initialized`; its id.
-pub async fn raw_session(
-    http: &reqwest::Client,
-    url: &str,
-    version: &str,
-    capabilities: Value,
-    name: &str,
-) -> String {
-    let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
-        "protocolVersion": version, "capabilities": capabilities,
-        "clientInfo": {"name": name, "version": "0"}}});
-    let response = raw_post(http, url, version, None, &init).await;
-    assert!(response.status().is_success(), "{}", response.status());
-    let session = response.headers()["mcp-session-id"]
-        .to_str()
-        .expect("ascii")
-        .to_owned();
-    within(10, "initialize body", response.bytes())
+impl RawHttp<'_> {
+    /// A `POST` of `body`, in `session` when given, ready to send.
+    pub fn request(&self, session: Option<&str>, body: &Value) -> reqwest::RequestBuilder {
+        let mut request = self
+            .http
+            .post(self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", self.version)
+            .body(body.to_string());
+        if let Some(token) = self.bearer {
+            request = request.bearer_auth(token);
+        }
+        if let Some(session) = session {
+            request = request.header("mcp-session-id", session);
+        }
+        request
+    }
+
+    /// [`request`](Self::request), sent: the response, whatever its status, once its
+    /// headers came (within 10 s).
+    pub async fn post(&self, session: Option<&str>, body: &Value) -> reqwest::Response {
+        within(
+            10,
+            "an answer's headers",
+            self.request(session, body).send(),
+        )
         .await
-        .expect("read");
-    let initialized = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let response = raw_post(http, url, version, Some(&session), &initialized).await;
-    assert!(response.status().is_success(), "{}", response.status());
-    session
+        .expect("the server answers")
+    }
+
+    /// A session: `initialize` declaring `capabilities`, as the client `name`, then
+    /// `notifications/initialized`; its id.
+    pub async fn session(&self, capabilities: Value, name: &str) -> String {
+        let init = serde_json::json!({"jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {"protocolVersion": self.version, "capabilities": capabilities,
+                "clientInfo": {"name": name, "version": "0"}}});
+        let response = self.post(None, &init).await;
+        assert!(response.status().is_success(), "{}", response.status());
+        let session = response
+            .headers()
+            .get("mcp-session-id")
+            .expect("a stateful server names the session")
+            .to_str()
+            .expect("ascii")
+            .to_owned();
+        within(10, "initialize body", response.bytes())
+            .await
+            .expect("read");
+        let initialized =
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let response = self.post(Some(&session), &initialized).await;
+        assert!(response.status().is_success(), "{}", response.status());
+        session
+    }
 }
