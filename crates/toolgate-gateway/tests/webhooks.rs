@@ -95,16 +95,23 @@ impl Receiver {
             .collect()
     }
 
+    /// The requests of `kind` about suspension `id`, in the order they came.
+    fn about(&self, kind: &str, id: &str) -> Vec<Received> {
+        self.of_type(kind)
+            .into_iter()
+            .filter(|r| r.json()["suspension"]["id"] == id)
+            .collect()
+    }
+
     /// Waits (bounded) until a request of `kind` about suspension `id` came; the first.
     async fn wait_for(&self, kind: &str, id: &str) -> Received {
-        let about = |r: &Received| r.json()["suspension"]["id"] == id;
         eventually(
             &format!("a `{kind}` webhook for {id}"),
             Duration::from_secs(20),
-            || async { self.of_type(kind).iter().any(about) },
+            || async { !self.about(kind, id).is_empty() },
         )
         .await;
-        self.of_type(kind).into_iter().find(about).unwrap()
+        self.about(kind, id).remove(0)
     }
 }
 
@@ -138,6 +145,16 @@ async fn park(gateway: &Gateway) -> String {
 async fn decide(gateway: &Gateway, id: &str, decision: Value) -> Answer {
     let url = gateway.url(&format!("/v1/suspensions/{id}/resume"));
     common::post(&client(), &url, Some("alice"), &decision).await
+}
+
+/// `expired` is signed with the secret, and tells the call's expiry as when it happened.
+fn assert_signed_and_told_at_its_expiry(expired: &Received) {
+    assert_eq!(expired.verify(SystemTime::now()), Ok(()));
+    let body = expired.json();
+    assert_eq!(
+        body["occurred_at"], body["suspension"]["expires_at"],
+        "{body}"
+    );
 }
 
 fn metric(metrics: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
@@ -385,20 +402,9 @@ async fn a_call_nobody_decides_is_told_expired_once_and_a_decided_one_never() {
 
     let expired = receiver.wait_for("suspension.expired", &forgotten).await;
 
-    assert_eq!(expired.verify(SystemTime::now()), Ok(()));
-    let body = expired.json();
-    assert_eq!(
-        body["occurred_at"], body["suspension"]["expires_at"],
-        "{body}"
-    );
+    assert_signed_and_told_at_its_expiry(&expired);
     // The decided call expired first, had it been left waiting: its timer is past.
-    let about = |id: &str| {
-        receiver
-            .of_type("suspension.expired")
-            .iter()
-            .filter(|r| r.json()["suspension"]["id"] == id)
-            .count()
-    };
+    let about = |id: &str| receiver.about("suspension.expired", id).len();
     assert_eq!(about(&decided), 0);
     // Looking the expired call up (410) reports nothing again.
     let shown = common::get(
@@ -530,19 +536,13 @@ async fn a_call_kept_on_redis_is_told_expired_after_the_gateway_that_parked_it_r
 
     let expired = receiver.wait_for("suspension.expired", &id).await;
 
-    assert_eq!(expired.verify(SystemTime::now()), Ok(()));
-    let body = expired.json();
-    assert_eq!(
-        body["occurred_at"], body["suspension"]["expires_at"],
-        "{body}"
-    );
+    assert_signed_and_told_at_its_expiry(&expired);
     // Both watched it, and each may tell it: always under the one id, so that a receiver
     // acting once per id acts once.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let told: Vec<String> = receiver
-        .of_type("suspension.expired")
+        .about("suspension.expired", &id)
         .iter()
-        .filter(|r| r.json()["suspension"]["id"] == id.as_str())
         .map(|r| r.id().to_owned())
         .collect();
     assert!(

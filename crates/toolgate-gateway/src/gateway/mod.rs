@@ -190,12 +190,14 @@ impl Gateway {
                 audit,
             },
         ) = install_policies(&config, shared, builder, &refused_waiting, cedar.as_ref())?;
+        // The most calls the store keeps waiting: the bound of those watched for expiry.
+        let max_waiting = crate::state::suspension_limits(&config).max_total;
         let builder = extensions
             .install(builder)
             .suspension_store(Arc::new(NotifyingStore::new(
                 shared.suspensions.store(),
                 shared.notifications.clone(),
-                crate::state::suspension_limits(&config).max_total,
+                max_waiting,
             )))
             .generation(generation)
             .approval_run_within(
@@ -279,7 +281,7 @@ impl Gateway {
         let watches_expiries = notifier.is_some();
         shared.notifications.install(notifier);
         if watches_expiries {
-            adopt_waiting_calls(shared, crate::state::suspension_limits(&config).max_total);
+            adopt_waiting_calls(shared, max_waiting);
         }
 
         Ok(Gateway {

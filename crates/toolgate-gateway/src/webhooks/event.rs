@@ -90,7 +90,7 @@ pub struct Event {
 
 impl Event {
     /// A new event. Its id is fresh, but for `expired`, whose id is the call's own
-    /// ([`expiry_event_id`]): every replica that watched the call, and a restarted one, tells
+    /// (`expiry_event_id`): every replica that watched the call, and a restarted one, tells
     /// the same expiry under the same id, so a receiver that acts once per id acts once.
     pub fn new(
         kind: WebhookEventName,
@@ -214,7 +214,7 @@ fn new_event_id() -> String {
 /// The id of the `expired` event of the call `suspension_id`: the first 16 bytes of the
 /// SHA-256 of the event's type and the call's id. The call's id is random and unique, so
 /// the event id is too, and it is the same wherever the expiry is told.
-pub fn expiry_event_id(suspension_id: &str) -> String {
+fn expiry_event_id(suspension_id: &str) -> String {
     use sha2::{Digest, Sha256};
     let digest = Sha256::new()
         .chain_update(b"suspension.expired\0")
