@@ -266,11 +266,24 @@ impl DirectSession {
     }
 }
 
+/// The headers rmcp gives a response that is an SSE stream.
+pub(super) fn event_stream_headers(headers: &mut HeaderMap) {
+    headers.insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static(EVENT_STREAM),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-cache"),
+    );
+    headers.insert("x-accel-buffering", http::HeaderValue::from_static("no"));
+}
+
 /// A call answered here: it resolves to the SSE event carrying its answer.
 pub(super) type Call = Pin<Box<dyn Future<Output = Bytes> + Send>>;
 
 /// The SSE event carrying `answer`, the answer to request `id`.
-fn event(answer: &ServerJsonRpcMessage, id: RequestId) -> Bytes {
+pub(super) fn event(answer: &ServerJsonRpcMessage, id: RequestId) -> Bytes {
     let mut event = b"data: ".to_vec();
     if let Err(error) = serde_json::to_writer(&mut event, answer) {
         tracing::error!(%error, "an answer to tools/call could not be written as JSON");
@@ -386,7 +399,7 @@ fn session_id(headers: &HeaderMap) -> Option<&str> {
 
 /// Whether `Accept` lists both media types a streamable HTTP client must take, without
 /// quality values (rmcp weighs those; they go to rmcp).
-fn accepts_json_and_events(headers: &HeaderMap) -> bool {
+pub(super) fn accepts_json_and_events(headers: &HeaderMap) -> bool {
     let (mut json, mut events) = (false, false);
     for value in headers.get_all(header::ACCEPT) {
         let Ok(value) = value.to_str() else {
@@ -406,7 +419,7 @@ fn accepts_json_and_events(headers: &HeaderMap) -> bool {
 
 /// Whether rmcp's check against DNS rebinding lets `Host` (or the URI's authority) in:
 /// an empty list allows every host; an entry without a port allows its host on any port.
-fn host_allowed(parts: &http::request::Parts, allowed: &[String]) -> bool {
+pub(super) fn host_allowed(parts: &http::request::Parts, allowed: &[String]) -> bool {
     if allowed.is_empty() {
         return true;
     }

@@ -1,6 +1,6 @@
 //! The streamable HTTP endpoint: rmcp's, with each request's body read first, a
 //! [`ClientDisconnected`] in each request, and some calls answered in the task of their
-//! HTTP request ([`DirectCalls`]).
+//! HTTP request ([`DirectCalls`] in a 2025 session, [`StatelessCalls`] at 2026-07-28).
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -24,6 +24,7 @@ use super::connection::Connection;
 use super::direct::{self, DirectCalls};
 use super::held;
 use super::request_body;
+use super::stateless::StatelessCalls;
 use super::{McpServer, ServerInner};
 
 /// The streamable HTTP endpoint of an [`McpServer`](crate::McpServer), from
@@ -44,6 +45,8 @@ pub struct McpHttpService {
     current: Arc<ArcSwap<ServerInner>>,
     /// The sessions whose `tools/call` this service answers itself.
     direct: Arc<DirectCalls>,
+    /// The `tools/call` requests of 2026-07-28 this service answers itself.
+    stateless: Arc<StatelessCalls>,
 }
 
 impl McpHttpService {
@@ -53,11 +56,13 @@ impl McpHttpService {
         current: Arc<ArcSwap<ServerInner>>,
         direct: Arc<DirectCalls>,
     ) -> Self {
+        let stateless = Arc::new(StatelessCalls::new(Arc::clone(&current)));
         McpHttpService {
             inner,
             sessions,
             current,
             direct,
+            stateless,
         }
     }
 
@@ -124,6 +129,7 @@ where
         let mut inner = self.inner.clone();
         let sessions = Arc::clone(&self.sessions);
         let direct = Arc::clone(&self.direct);
+        let stateless = Arc::clone(&self.stateless);
         let limit = inner.config.max_request_body_bytes;
         Box::pin(async move {
             let (request, message) = match request_body::read(request, limit).await {
@@ -131,6 +137,15 @@ where
                 Err(rejection) => return Ok(rejection),
             };
             let (parts, body) = request.into_parts();
+            let message = match message {
+                Some(message)
+                    if StatelessCalls::eligible(&parts, &message, &inner.config, &sessions) =>
+                {
+                    let answer = stateless.answer(parts, message, &inner.config, guard);
+                    return Ok(answer.await);
+                }
+                message => message,
+            };
             let session = match &message {
                 Some(message) => {
                     let config = &inner.config;
@@ -192,15 +207,6 @@ fn answered(answer: direct::Answer, guard: DropGuard) -> http::Response<GuardedB
         inner: answer.boxed(),
         guard: Some(guard),
     });
-    let headers = response.headers_mut();
-    headers.insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static(direct::EVENT_STREAM),
-    );
-    headers.insert(
-        http::header::CACHE_CONTROL,
-        http::HeaderValue::from_static("no-cache"),
-    );
-    headers.insert("x-accel-buffering", http::HeaderValue::from_static("no"));
+    direct::event_stream_headers(response.headers_mut());
     response
 }

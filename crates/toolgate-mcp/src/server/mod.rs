@@ -11,6 +11,7 @@ mod relayed;
 mod request_body;
 mod rounds;
 mod span;
+mod stateless;
 mod tasks;
 
 use std::fmt;

@@ -1,0 +1,267 @@
+//! `tools/call` of the 2026-07-28 revision answered in the task of its HTTP request
+//! (`server/stateless.rs`), next to the same calls through rmcp: the server in process,
+//! behind axum on an ephemeral loopback port, driven by raw HTTP.
+//!
+//! Which way a call went shows in the task that ran its tool: the calls answered in their
+//! request's task, made one after another on one kept-alive HTTP connection, all run in
+//! that connection's task; rmcp runs each in a task of its own.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::within;
+use rmcp::transport::StreamableHttpServerConfig;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use toolgate_core::tool::{tool_fn, tool_fn_with_context};
+use toolgate_core::{Pipeline, ToolError, ToolInvokeContext};
+use toolgate_mcp::McpServer;
+
+const VERSION: &str = "2026-07-28";
+
+/// A server on loopback with the tools `task` (answers the id of the tokio task it runs
+/// in), `fail` (a tool error) and `wait` (runs until its call is cancelled).
+struct Served {
+    url: String,
+    http: reqwest::Client,
+    /// Notified when a `wait` call starts, and when it ends (cancelled or dropped).
+    waiting: Arc<Notify>,
+    ended: Arc<Notify>,
+}
+
+/// Notifies when dropped: when the call holding it ends, however it ends.
+struct Ends(Arc<Notify>);
+
+impl Drop for Ends {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
+}
+
+async fn serve(json_response: bool) -> Served {
+    let (waiting, ended) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
+    let (started, seen) = (Arc::clone(&waiting), Arc::clone(&ended));
+    let pipeline = Pipeline::builder()
+        .tool(tool_fn(
+            "task",
+            "The tokio task it runs in.",
+            |_: ()| async { Ok::<_, ToolError>(tokio::task::try_id().map(|id| id.to_string())) },
+        ))
+        .tool(tool_fn("fail", "Fails.", |_: ()| async {
+            Err::<String, _>(ToolError::execution("it failed, as it always does"))
+        }))
+        .tool(tool_fn_with_context(
+            "wait",
+            "Waits until the call is cancelled.",
+            move |_: (), ctx: &ToolInvokeContext| {
+                let (started, seen) = (Arc::clone(&started), Arc::clone(&seen));
+                let cancel = ctx.cancellation().clone();
+                Box::pin(async move {
+                    let _ends = Ends(seen);
+                    started.notify_one();
+                    cancel.cancelled().await;
+                    Ok::<_, ToolError>("cancelled".to_owned())
+                })
+            },
+        ))
+        .build()
+        .expect("built");
+    let mut config = StreamableHttpServerConfig::default();
+    config.json_response = json_response;
+    let service = McpServer::new(pipeline).http_service(config);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let url = format!("http://{}/mcp", listener.local_addr().expect("bound"));
+    let app = axum::Router::new().nest_service("/mcp", service);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    Served {
+        url,
+        http: reqwest::Client::new(),
+        waiting,
+        ended,
+    }
+}
+
+/// A `tools/call` of `tool` as a 2026-07-28 client writes it, with `meta` added to its
+/// `_meta` (the protocol version and capabilities are there already).
+fn call(id: u64, tool: &str, meta: Value) -> Value {
+    let mut params = json!({"name": tool, "arguments": {}, "_meta": {
+        "io.modelcontextprotocol/protocolVersion": VERSION,
+        "io.modelcontextprotocol/clientCapabilities": {},
+        "io.modelcontextprotocol/clientInfo": {"name": "stateless-test", "version": "0"},
+    }});
+    for (key, value) in meta.as_object().expect("an object") {
+        params["_meta"][key] = value.clone();
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params})
+}
+
+/// What came back for a call: the status, the content type and the JSON-RPC answer.
+#[derive(Debug)]
+struct Answer {
+    status: u16,
+    content_type: String,
+    message: Value,
+}
+
+impl Served {
+    /// A `POST` of `body` with a 2026-07-28 client's headers and `extra` ones.
+    fn request(&self, body: &Value, extra: &[(&str, &str)]) -> reqwest::RequestBuilder {
+        let mut request = self
+            .http
+            .post(&self.url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", VERSION)
+            .header("mcp-method", "tools/call");
+        if let Some(name) = body["params"]["name"].as_str() {
+            request = request.header("mcp-name", name);
+        }
+        for (name, value) in extra {
+            request = request.header(*name, *value);
+        }
+        request.body(body.to_string())
+    }
+
+    async fn post(&self, body: &Value, extra: &[(&str, &str)]) -> Answer {
+        let response = within(10, "the answer", self.request(body, extra).send())
+            .await
+            .expect("the server answers");
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .map(|v| v.to_str().expect("ascii").to_owned())
+            .unwrap_or_default();
+        let text = within(10, "the body", response.text()).await.expect("read");
+        let message = if content_type.starts_with("text/event-stream") {
+            // The answer is the last event; progress notifications may come before it.
+            let data = text
+                .lines()
+                .rev()
+                .filter_map(|line| line.strip_prefix("data:"))
+                .map(str::trim)
+                .find(|data| !data.is_empty())
+                .unwrap_or_else(|| panic!("an event with the answer: {text:?}"));
+            serde_json::from_str(data).expect("JSON")
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        Answer {
+            status,
+            content_type,
+            message,
+        }
+    }
+
+    /// The id of the task the `task` tool ran in, for a call with `meta` added.
+    async fn task_of(&self, id: u64, meta: Value) -> String {
+        let answer = self.post(&call(id, "task", meta), &[]).await;
+        assert_eq!(answer.status, 200, "{answer:?}");
+        answer.message["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_else(|| panic!("a task id: {answer:?}"))
+            .to_owned()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_that_can_only_be_answered_runs_in_the_task_of_its_http_request() {
+    let served = serve(false).await;
+    // One after another on one kept-alive connection: answered here, all in its task.
+    let first = served.task_of(1, json!({})).await;
+    let second = served.task_of(2, json!({})).await;
+    assert_eq!(
+        first, second,
+        "two calls on one connection ran in one task: the connection's"
+    );
+    // A call with a progress token may be sent progress: rmcp answers it, in a task of
+    // its own.
+    let through_rmcp = served.task_of(3, json!({"progressToken": "p"})).await;
+    assert_ne!(through_rmcp, first);
+    let declares_sampling = served
+        .task_of(
+            4,
+            json!({"io.modelcontextprotocol/clientCapabilities": {"sampling": {}}}),
+        )
+        .await;
+    assert_ne!(declares_sampling, first);
+    assert_ne!(declares_sampling, through_rmcp);
+    // And a call answered here again after those, in the connection's task.
+    assert_eq!(served.task_of(5, json!({})).await, first);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_here_are_the_answers_rmcp_gives() {
+    for json_response in [false, true] {
+        let served = serve(json_response).await;
+        for tool in ["fail", "no-such-tool"] {
+            let here = served.post(&call(1, tool, json!({})), &[]).await;
+            let rmcp = served
+                .post(&call(1, tool, json!({"progressToken": "p"})), &[])
+                .await;
+            assert_eq!(here.status, rmcp.status, "{tool}: {here:?} {rmcp:?}");
+            assert_eq!(here.content_type, rmcp.content_type, "{tool}");
+            assert_eq!(here.message, rmcp.message, "{tool}");
+        }
+        let ok = served.post(&call(1, "task", json!({})), &[]).await;
+        assert_eq!(ok.status, 200);
+        let expected = if json_response {
+            "application/json"
+        } else {
+            "text/event-stream"
+        };
+        assert_eq!(ok.content_type, expected);
+        assert_eq!(ok.message["id"], 1);
+        assert_eq!(ok.message["result"]["isError"], false, "{ok:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_rmcp_would_refuse_is_left_to_rmcp() {
+    let served = serve(false).await;
+    // A name header that does not name the tool: rmcp refuses it as a header mismatch.
+    let mismatched = served
+        .request(&call(1, "task", json!({})), &[])
+        .header("mcp-name", "fail");
+    let response = within(10, "the answer", mismatched.send())
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), 400);
+    // Named twice (the request's own name header and another one): refused too.
+    let answer = served
+        .post(&call(2, "task", json!({})), &[("mcp-name", "task")])
+        .await;
+    assert_eq!(answer.status, 400, "{answer:?}");
+    // No method header at 2026-07-28: refused.
+    let without_method = served
+        .http
+        .post(&served.url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", VERSION)
+        .header("mcp-name", "task")
+        .body(call(3, "task", json!({})).to_string());
+    let response = within(10, "the answer", without_method.send())
+        .await
+        .expect("answered");
+    assert_eq!(response.status(), 400);
+    // The version in `_meta` differs from the header's: refused.
+    let mut other_version = call(4, "task", json!({}));
+    other_version["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] =
+        json!("2025-11-25");
+    let answer = served.post(&other_version, &[]).await;
+    assert_eq!(answer.status, 400, "{answer:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_cancels_its_call() {
+    let served = serve(false).await;
+    let request = served.request(&call(1, "wait", json!({})), &[]);
+    let sent = tokio::spawn(async move { request.send().await });
+    within(10, "the call to start", served.waiting.notified()).await;
+    sent.abort();
+    within(10, "the call to end", served.ended.notified()).await;
+}
