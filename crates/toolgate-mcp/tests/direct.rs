@@ -10,25 +10,14 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{RawHttp, counting, within};
+use common::{RawHttp, counting, wait_tool, within};
 use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::local::SessionConfig;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
-use toolgate_core::tool::tool_fn_with_context;
-use toolgate_core::{ToolError, ToolInvokeContext};
 use toolgate_mcp::McpServer;
 
 const VERSION: &str = "2025-06-18";
-
-/// Notifies when dropped: when the call holding it ends, however it ends.
-struct Ends(Arc<Notify>);
-
-impl Drop for Ends {
-    fn drop(&mut self) {
-        self.0.notify_one();
-    }
-}
 
 /// A server on loopback whose `wait` tool runs until its call is cancelled.
 struct Served {
@@ -49,22 +38,8 @@ async fn serve(keep_alive: Duration) -> Served {
 async fn serve_with(keep_alive: Duration, sse_keep_alive: Duration) -> Served {
     let ended = Arc::new(Notify::new());
     let waiting = Arc::new(Notify::new());
-    let (seen, started) = (Arc::clone(&ended), Arc::clone(&waiting));
     let pipeline = counting()
-        .tool(tool_fn_with_context(
-            "wait",
-            "Waits until the call is cancelled.",
-            move |_: (), ctx: &ToolInvokeContext| {
-                let (seen, started) = (Arc::clone(&seen), Arc::clone(&started));
-                let cancel = ctx.cancellation().clone();
-                Box::pin(async move {
-                    let _ends = Ends(seen);
-                    started.notify_one();
-                    cancel.cancelled().await;
-                    Ok::<_, ToolError>("cancelled".to_owned())
-                })
-            },
-        ))
+        .tool(wait_tool(&waiting, &ended))
         .build()
         .expect("built");
     let mut sessions = SessionConfig::default();

@@ -2,20 +2,22 @@
 //! (`server/stateless.rs`), next to the same calls through rmcp: the server in process,
 //! behind axum on an ephemeral loopback port, driven by raw HTTP.
 //!
-//! Which way a call went shows in the task that ran its tool: the calls answered in their
-//! request's task, made one after another on one kept-alive HTTP connection, all run in
-//! that connection's task; rmcp runs each in a task of its own.
+//! Which way a call went shows in the task that ran its tool: a call answered in its
+//! request's task runs its tool in the task that received the HTTP request (a middleware
+//! in front of the endpoint notes that task for each request); rmcp runs it in a task of
+//! its own.
 
 mod common;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
-use common::within;
+use common::{wait_tool, within};
 use rmcp::transport::StreamableHttpServerConfig;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
-use toolgate_core::tool::{tool_fn, tool_fn_with_context};
-use toolgate_core::{Pipeline, ToolError, ToolInvokeContext};
+use toolgate_core::tool::tool_fn;
+use toolgate_core::{Pipeline, ToolError};
 use toolgate_mcp::McpServer;
 
 const VERSION: &str = "2026-07-28";
@@ -25,23 +27,15 @@ const VERSION: &str = "2026-07-28";
 struct Served {
     url: String,
     http: reqwest::Client,
+    /// The task that received each HTTP request, by its `x-call` header.
+    received_in: Arc<Mutex<HashMap<String, String>>>,
     /// Notified when a `wait` call starts, and when it ends (cancelled or dropped).
     waiting: Arc<Notify>,
     ended: Arc<Notify>,
 }
 
-/// Notifies when dropped: when the call holding it ends, however it ends.
-struct Ends(Arc<Notify>);
-
-impl Drop for Ends {
-    fn drop(&mut self) {
-        self.0.notify_one();
-    }
-}
-
 async fn serve(json_response: bool) -> Served {
     let (waiting, ended) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
-    let (started, seen) = (Arc::clone(&waiting), Arc::clone(&ended));
     let pipeline = Pipeline::builder()
         .tool(tool_fn(
             "task",
@@ -51,20 +45,7 @@ async fn serve(json_response: bool) -> Served {
         .tool(tool_fn("fail", "Fails.", |_: ()| async {
             Err::<String, _>(ToolError::execution("it failed, as it always does"))
         }))
-        .tool(tool_fn_with_context(
-            "wait",
-            "Waits until the call is cancelled.",
-            move |_: (), ctx: &ToolInvokeContext| {
-                let (started, seen) = (Arc::clone(&started), Arc::clone(&seen));
-                let cancel = ctx.cancellation().clone();
-                Box::pin(async move {
-                    let _ends = Ends(seen);
-                    started.notify_one();
-                    cancel.cancelled().await;
-                    Ok::<_, ToolError>("cancelled".to_owned())
-                })
-            },
-        ))
+        .tool(wait_tool(&waiting, &ended))
         .build()
         .expect("built");
     let mut config = StreamableHttpServerConfig::default();
@@ -74,11 +55,25 @@ async fn serve(json_response: bool) -> Served {
         .await
         .expect("a port");
     let url = format!("http://{}/mcp", listener.local_addr().expect("bound"));
-    let app = axum::Router::new().nest_service("/mcp", service);
+    let received_in = Arc::new(Mutex::new(HashMap::new()));
+    let noted = Arc::clone(&received_in);
+    let app = axum::Router::new()
+        .nest_service("/mcp", service)
+        .layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                if let Some(call) = request.headers().get("x-call") {
+                    let call = call.to_str().expect("ascii").to_owned();
+                    let task = tokio::task::try_id().map(|id| id.to_string());
+                    noted.lock().unwrap().insert(call, task.unwrap_or_default());
+                }
+                next.run(request)
+            },
+        ));
     tokio::spawn(async move { axum::serve(listener, app).await });
     Served {
         url,
         http: reqwest::Client::new(),
+        received_in,
         waiting,
         ended,
     }
@@ -156,41 +151,38 @@ impl Served {
         }
     }
 
-    /// The id of the task the `task` tool ran in, for a call with `meta` added.
-    async fn task_of(&self, id: u64, meta: Value) -> String {
-        let answer = self.post(&call(id, "task", meta), &[]).await;
+    /// Whether a call of the `task` tool with `meta` added ran in the task that received
+    /// its HTTP request.
+    async fn ran_where_received(&self, id: u64, meta: Value) -> bool {
+        let key = id.to_string();
+        let answer = self
+            .post(&call(id, "task", meta), &[("x-call", &key)])
+            .await;
         assert_eq!(answer.status, 200, "{answer:?}");
-        answer.message["result"]["content"][0]["text"]
+        let ran_in = answer.message["result"]["content"][0]["text"]
             .as_str()
             .unwrap_or_else(|| panic!("a task id: {answer:?}"))
-            .to_owned()
+            .to_owned();
+        let received_in = self.received_in.lock().unwrap()[&key].clone();
+        ran_in == received_in
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_that_can_only_be_answered_runs_in_the_task_of_its_http_request() {
     let served = serve(false).await;
-    // One after another on one kept-alive connection: answered here, all in its task.
-    let first = served.task_of(1, json!({})).await;
-    let second = served.task_of(2, json!({})).await;
-    assert_eq!(
-        first, second,
-        "two calls on one connection ran in one task: the connection's"
+    assert!(served.ran_where_received(1, json!({})).await);
+    assert!(served.ran_where_received(2, json!({})).await);
+    // A call with a progress token may be sent progress, and a client that declared
+    // sampling may be asked for it: rmcp answers them, in tasks of its own.
+    assert!(
+        !served
+            .ran_where_received(3, json!({"progressToken": "p"}))
+            .await
     );
-    // A call with a progress token may be sent progress: rmcp answers it, in a task of
-    // its own.
-    let through_rmcp = served.task_of(3, json!({"progressToken": "p"})).await;
-    assert_ne!(through_rmcp, first);
-    let declares_sampling = served
-        .task_of(
-            4,
-            json!({"io.modelcontextprotocol/clientCapabilities": {"sampling": {}}}),
-        )
-        .await;
-    assert_ne!(declares_sampling, first);
-    assert_ne!(declares_sampling, through_rmcp);
-    // And a call answered here again after those, in the connection's task.
-    assert_eq!(served.task_of(5, json!({})).await, first);
+    let sampling = json!({"io.modelcontextprotocol/clientCapabilities": {"sampling": {}}});
+    assert!(!served.ran_where_received(4, sampling).await);
+    assert!(served.ran_where_received(5, json!({})).await);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,6 +6,7 @@ pub mod scenarios;
 
 use std::future::Future;
 use std::process::Stdio;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
@@ -16,9 +17,10 @@ use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use rmcp::{RoleClient, ServiceExt};
 use serde_json::Value;
 use tokio::io::AsyncBufReadExt;
+use tokio::sync::Notify;
 use toolgate_core::external::TypeMapKey;
 use toolgate_core::provider::Scope;
-use toolgate_core::tool::tool_fn_with_context;
+use toolgate_core::tool::{IntoTool, tool_fn_with_context};
 use toolgate_core::{
     Hook, HookResult, Pipeline, PipelineBuilder, ToolError, ToolInvokeContext, hook,
 };
@@ -62,6 +64,35 @@ impl Hook for SessionCounter {
         }
         Ok(())
     }
+}
+
+/// Notifies when dropped: when the call holding it ends, however it ends.
+pub struct Ends(pub Arc<Notify>);
+
+impl Drop for Ends {
+    fn drop(&mut self) {
+        self.0.notify_one();
+    }
+}
+
+/// The tool `wait`, which runs until its call is cancelled: `started` is notified when a
+/// call starts, `ended` when it ends (it saw its cancellation, or it was dropped).
+pub fn wait_tool(started: &Arc<Notify>, ended: &Arc<Notify>) -> impl IntoTool + use<> {
+    let (started, ended) = (Arc::clone(started), Arc::clone(ended));
+    tool_fn_with_context(
+        "wait",
+        "Waits until the call is cancelled.",
+        move |_: (), ctx: &ToolInvokeContext| {
+            let (started, ended) = (Arc::clone(&started), Arc::clone(&ended));
+            let cancel = ctx.cancellation().clone();
+            Box::pin(async move {
+                let _ends = Ends(ended);
+                started.notify_one();
+                cancel.cancelled().await;
+                Ok::<_, ToolError>("cancelled".to_owned())
+            })
+        },
+    )
 }
 
 /// The demo server binary built with this crate.
