@@ -5,7 +5,9 @@
 -- One wrk thread per connection, so a thread's state is its connection's: thread i sends
 -- every call in MCP session SESSION_i (made beforehand by run.sh: initialize, then
 -- notifications/initialized), one call at a time. MODE is `mcp` (a JSON-RPC `tools/call`
--- of TOOL, the upstream's echo as the target names it) or `v1` (toolgate's POST
+-- of TOOL, the upstream's echo as the target names it), `mcp-2026` (the same call as a
+-- client of the 2026-07-28 revision writes it: no session, the protocol version and the
+-- client's capabilities in `_meta`, the standard headers) or `v1` (toolgate's POST
 -- /v1/tools/echo/invoke, no session). TOKEN, unless `-`, is sent as `Authorization: Bearer
 -- TOKEN`.
 --
@@ -36,11 +38,21 @@ function init(args)
     if session ~= nil and session ~= "-" then wrk.headers["Mcp-Session-Id"] = session end
     body_format = '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"'
       .. args[3] .. '","arguments":{"text":"%s"}}}'
+  elseif mode == "mcp-2026" then
+    wrk.headers["Accept"] = "application/json, text/event-stream"
+    wrk.headers["MCP-Protocol-Version"] = "2026-07-28"
+    wrk.headers["Mcp-Method"] = "tools/call"
+    wrk.headers["Mcp-Name"] = args[3]
+    body_format = '{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"'
+      .. args[3] .. '","arguments":{"text":"%s"},"_meta":{'
+      .. '"io.modelcontextprotocol/protocolVersion":"2026-07-28",'
+      .. '"io.modelcontextprotocol/clientCapabilities":{},'
+      .. '"io.modelcontextprotocol/clientInfo":{"name":"peers","version":"1"}}}}'
   elseif mode == "v1" then
     wrk.headers["Accept"] = "application/json"
     body_format = '{"text":"%s"}'
   else
-    error("client.lua: MODE must be mcp or v1, not " .. tostring(mode))
+    error("client.lua: MODE must be mcp, mcp-2026 or v1, not " .. tostring(mode))
   end
 end
 
@@ -50,7 +62,7 @@ function request()
   counter = counter + 1
   last = string.format("peers-%d-%d.", tid, counter)
   local body
-  if mode == "mcp" then
+  if mode ~= "v1" then
     body = string.format(body_format, counter, last)
   else
     body = string.format(body_format, last)
@@ -60,7 +72,7 @@ end
 
 function response(status, headers, body)
   local ok = status == 200 and string.find(body, last, 1, true) ~= nil
-  if ok and mode == "mcp" then
+  if ok and mode ~= "v1" then
     ok = string.find(body, '"result"', 1, true) ~= nil
       and string.find(body, '"isError"%s*:%s*true') == nil
   elseif ok then

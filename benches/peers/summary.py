@@ -16,6 +16,7 @@ import sys
 from collections import defaultdict
 
 TARGET_ORDER = ["direct", "toolgate-mcp", "toolgate-v1", "toolgate-mcp-base", "toolgate-v1-base",
+                "direct-2026", "toolgate-mcp-2026", "toolgate-mcp-2026-base",
                 "mcp-proxy", "fastmcp", "contextforge"]
 LABELS = {
     "direct": "direct to the upstream",
@@ -23,6 +24,9 @@ LABELS = {
     "toolgate-v1": "toolgate `/v1`",
     "toolgate-mcp-base": "toolgate `/mcp`, baseline build",
     "toolgate-v1-base": "toolgate `/v1`, baseline build",
+    "direct-2026": "direct to the upstream, a 2026-07-28 client",
+    "toolgate-mcp-2026": "toolgate `/mcp`, a 2026-07-28 client",
+    "toolgate-mcp-2026-base": "toolgate `/mcp`, a 2026-07-28 client, baseline build",
     "mcp-proxy": "mcp-proxy",
     "fastmcp": "FastMCP proxy",
     "contextforge": "ContextForge",
@@ -108,13 +112,18 @@ def main():
         groups[(r["target"], r["policies"], r["connections"])].append(r)
     targets = sorted({r["target"] for r in runs}, key=order)
 
-    # p50 added at 1 connection: target minus direct in the same round, median over rounds.
-    direct_p50 = {r["round"]: r["p50_ms"] for r in ok
-                  if r["target"] == "direct" and r["connections"] == 1}
+    # p50 added at 1 connection: target minus direct in the same round, median over rounds;
+    # a target whose client speaks 2026-07-28 against the upstream called the same way.
+    def reference(target):
+        return "direct-2026" if "-2026" in target else "direct"
+
+    direct_p50 = {(r["target"], r["round"]): r["p50_ms"] for r in ok
+                  if r["target"] in ("direct", "direct-2026") and r["connections"] == 1}
 
     def added_p50(target, policy):
-        diffs = [r["p50_ms"] - direct_p50[r["round"]] for r in groups[(target, policy, 1)]
-                 if r["round"] in direct_p50]
+        key = reference(target)
+        diffs = [r["p50_ms"] - direct_p50[(key, r["round"])] for r in groups[(target, policy, 1)]
+                 if (key, r["round"]) in direct_p50]
         return diffs
 
     print("| 16 connections, medians | req/s policies off | req/s policies on "
@@ -128,7 +137,7 @@ def main():
         pair = []
         for p in ("off", "on"):
             d = median(added_p50(t, p))
-            pair.append("—" if d is None or t == "direct" else f"{d:+.2f} ms")
+            pair.append("—" if d is None or t == reference(t) else f"{d:+.2f} ms")
         cells.append(" / ".join(pair))
         pair = []
         for p in ("off", "on"):

@@ -86,13 +86,13 @@ start_upstream() {
 # prepare_target TARGET: installs what TARGET needs (pinned); fails with the reason.
 prepare_target() {
   case $1 in
-    direct | toolgate-mcp | toolgate-v1) ;;
-    toolgate-mcp-base | toolgate-v1-base)
+    direct | direct-2026 | toolgate-mcp | toolgate-mcp-2026 | toolgate-v1) ;;
+    toolgate-mcp-base | toolgate-mcp-2026-base | toolgate-v1-base)
       [ -x "${TOOLGATE_BASE_BIN:-}" ] || { echo "$1 needs TOOLGATE_BASE_BIN, the gateway build to compare with"; return 1; } ;;
     mcp-proxy) prepare_mcp_proxy ;;
     fastmcp) prepare_venv fastmcp "fastmcp==$FASTMCP_VERSION" ;;
     contextforge) prepare_venv contextforge "mcp-contextforge-gateway==$CONTEXTFORGE_VERSION" ;;
-    *) echo "unknown target (known: direct toolgate-mcp toolgate-v1 toolgate-mcp-base toolgate-v1-base mcp-proxy fastmcp contextforge)"; return 1 ;;
+    *) echo "unknown target (known: direct direct-2026 toolgate-mcp toolgate-mcp-2026 toolgate-v1 toolgate-mcp-base toolgate-mcp-2026-base toolgate-v1-base mcp-proxy fastmcp contextforge)"; return 1 ;;
   esac
 }
 
@@ -131,10 +131,16 @@ start_target() {
   case $1 in
     direct)
       T_PID=$U_PID T_URL=$U_URL T_TOKEN=$U_TOKEN T_VERSION=toolgate-mcp-demo ;;
+    # The `-2026` targets: the bench's call as a 2026-07-28 client makes it.
+    direct-2026)
+      T_PID=$U_PID T_URL=$U_URL T_TOKEN=$U_TOKEN T_VERSION=toolgate-mcp-demo T_MODE=mcp-2026 ;;
     toolgate-mcp | toolgate-v1) start_toolgate "$@" ;;
+    toolgate-mcp-2026) start_toolgate toolgate-mcp "${@:2}"; T_MODE=mcp-2026 ;;
     # The same gateway configuration on another build (TOOLGATE_BASE_BIN): a change
     # measured against what it changes, in the same sitting.
     toolgate-mcp-base | toolgate-v1-base) TOOLGATE_BIN=$TOOLGATE_BASE_BIN start_toolgate "${1%-base}" "${@:2}" ;;
+    toolgate-mcp-2026-base)
+      TOOLGATE_BIN=$TOOLGATE_BASE_BIN start_toolgate toolgate-mcp "${@:2}"; T_MODE=mcp-2026 ;;
     mcp-proxy) start_mcp_proxy "$@" ;;
     fastmcp) start_fastmcp "$@" ;;
     contextforge) start_contextforge "$@" ;;
@@ -327,7 +333,7 @@ PY
 audit_records() {
   local n=
   case $1 in
-    toolgate-mcp | toolgate-v1 | toolgate-mcp-base | toolgate-v1-base) n=$(wc -l < "$2/audit.jsonl") ;;
+    toolgate-*) n=$(wc -l < "$2/audit.jsonl") ;;
     mcp-proxy) n=$(grep -c 'mcp::audit.*tools/call' "$2/mcp-proxy.err") ;;
     fastmcp) n=$(grep -c '"event": "request_success", "method": "tools/call"' "$2/fastmcp-audit.log") ;;
     contextforge) n=$(contextforge_audit_records "$2") ;;

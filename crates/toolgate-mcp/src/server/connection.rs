@@ -50,6 +50,10 @@ use crate::convert::{
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
+/// This process's id, read once: every connection's own id names it (`mcp-PID-N`), and a
+/// 2026-07-28 request is served by a connection of its own (reading it is a system call).
+static PROCESS_ID: std::sync::LazyLock<u32> = std::sync::LazyLock::new(std::process::id);
+
 pub(crate) struct Connection {
     state: Arc<State>,
     /// Where this connection's sessions are registered for their `tools/call` to be
@@ -91,7 +95,7 @@ impl Connection {
         Connection {
             state: Arc::new(State {
                 current,
-                own_id: Arc::from(format!("mcp-{}-{n}", std::process::id())),
+                own_id: Arc::from(format!("mcp-{}-{n}", *PROCESS_ID)),
                 sessions: Mutex::new(Vec::new()),
                 log_level: Mutex::new(None),
             }),
