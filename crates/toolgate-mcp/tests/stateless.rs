@@ -16,6 +16,7 @@ use common::{wait_tool, within};
 use rmcp::transport::StreamableHttpServerConfig;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 use toolgate_core::tool::tool_fn;
 use toolgate_core::{Pipeline, ToolError};
 use toolgate_mcp::McpServer;
@@ -35,6 +36,11 @@ struct Served {
 }
 
 async fn serve(json_response: bool) -> Served {
+    serve_until(json_response, CancellationToken::new()).await
+}
+
+/// [`serve`], with the host's shutdown token.
+async fn serve_until(json_response: bool, shutdown: CancellationToken) -> Served {
     let (waiting, ended) = (Arc::new(Notify::new()), Arc::new(Notify::new()));
     let pipeline = Pipeline::builder()
         .tool(tool_fn(
@@ -50,6 +56,7 @@ async fn serve(json_response: bool) -> Served {
         .expect("built");
     let mut config = StreamableHttpServerConfig::default();
     config.json_response = json_response;
+    config.cancellation_token = shutdown;
     let service = McpServer::new(pipeline).http_service(config);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -255,5 +262,26 @@ async fn a_client_that_leaves_cancels_its_call() {
     let sent = tokio::spawn(async move { request.send().await });
     within(10, "the call to start", served.waiting.notified()).await;
     sent.abort();
+    within(10, "the call to end", served.ended.notified()).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_cut_by_the_hosts_shutdown_is_told_to_call_again() {
+    let shutdown = CancellationToken::new();
+    let served = serve_until(false, shutdown.clone()).await;
+    let request = served.request(&call(1, "wait", json!({})), &[]);
+    let sent = tokio::spawn(async move { request.send().await });
+    within(10, "the call to start", served.waiting.notified()).await;
+    shutdown.cancel();
+    let response = within(10, "the answer", sent)
+        .await
+        .expect("joined")
+        .expect("answered");
+    assert_eq!(response.status(), 503);
+    let message: Value = serde_json::from_str(&response.text().await.expect("read")).expect("JSON");
+    assert_eq!(message["id"], 1);
+    assert_eq!(message["error"]["code"], -32603);
+    let text = message["error"]["message"].as_str().expect("a message");
+    assert!(text.contains("shutting down"), "{text}");
     within(10, "the call to end", served.ended.notified()).await;
 }

@@ -135,8 +135,9 @@ impl StatelessCalls {
     }
 
     /// Answers `message` (a request [`eligible`](Self::eligible) found) as rmcp would,
-    /// running the call here, in the task that polls the returned future. `shutdown` is
-    /// the service's cancellation token; `guard` travels with the response's body.
+    /// running the call here, in the task that polls the returned future. `config` is the
+    /// service's (JSON answers or SSE, the host's shutdown token); `guard` travels with the
+    /// response's body.
     pub(super) async fn answer(
         &self,
         parts: http::request::Parts,
