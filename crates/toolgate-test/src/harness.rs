@@ -83,7 +83,7 @@ impl TestPipeline {
     }
 
     /// Registers a hook, as [`PipelineBuilder::hook`] does: any hook, for every tool with
-    /// default options, or a [`HookRegistration`] that names the tool, the failure mode,
+    /// default options, or a [`HookRegistration`](toolgate_core::hook::HookRegistration) that names the tool, the failure mode,
     /// the priority, or an instance shared with other pipelines.
     #[must_use]
     pub fn hook(mut self, hook: impl IntoHook) -> Self {

@@ -42,7 +42,7 @@ use walk::Start;
 pub struct Invocation {
     /// The output, or why there is none (as [`Pipeline::invoke`] returns it).
     pub result: Result<Value, ToolError>,
-    /// The metadata hooks gathered ([`ToolInvokeContext::metadata`]): repairs, sources…
+    /// The metadata hooks gathered ([`ToolInvokeContext::metadata`](crate::ToolInvokeContext::metadata)): repairs, sources…
     pub metadata: serde_json::Map<String, Value>,
     /// How many times the tool ran (0 when the call ended before execution, or was
     /// completed by a person).

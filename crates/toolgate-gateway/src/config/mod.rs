@@ -93,8 +93,8 @@ pub struct Config {
     pub generation: String,
 }
 
-/// `pins:` — where the fingerprints of imported tool definitions are kept (see
-/// [`crate::pins`]).
+/// `pins:` — where the fingerprints of imported tool definitions are kept (docs/gateway.md,
+/// `upstreams`: a tool whose definition changed is held back until an approver accepts it).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PinsConfig {

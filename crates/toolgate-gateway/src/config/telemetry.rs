@@ -40,7 +40,8 @@ pub struct TelemetryConfig {
 }
 
 /// `telemetry.logs:` — log records exported over OTLP/HTTP to the same collector as the
-/// traces (`/v1/logs`), with the same headers and timeout (see [`crate::telemetry`]).
+/// traces (`/v1/logs`), with the same headers and timeout (docs/gateway.md, "Tracing with
+/// OpenTelemetry").
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogsConfig {

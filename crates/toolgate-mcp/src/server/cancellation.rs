@@ -24,7 +24,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use toolgate_core::ToolError;
 
 /// Fires when the client of one HTTP request goes away before its response was sent in
-/// full. [`McpHttpService`] puts one in every request's extensions.
+/// full. [`McpHttpService`](crate::McpHttpService) puts one in every request's extensions.
 #[derive(Clone, Debug, Default)]
 pub struct ClientDisconnected(pub(super) CancellationToken);
 
@@ -43,7 +43,7 @@ impl ClientDisconnected {
 /// Cuts the calls of an HTTP request when the host server shuts down before they finish.
 ///
 /// A host that drains before it stops puts one in the extensions of each request it hands
-/// to [`McpHttpService`] (clones share one token). When the host cancels the token, a
+/// to [`McpHttpService`](crate::McpHttpService) (clones share one token). When the host cancels the token, a
 /// `tools/call` of that request still running is cancelled through the pipeline's
 /// cancellation token — so its tail runs: `on_error`, the audit record, the releases — and
 /// the client is answered with a tool result with `isError: true` carrying `error`, on
