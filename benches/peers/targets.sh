@@ -86,8 +86,9 @@ start_upstream() {
 # prepare_target TARGET: installs what TARGET needs (pinned); fails with the reason.
 prepare_target() {
   case $1 in
-    direct | direct-2026 | toolgate-mcp | toolgate-mcp-2026 | toolgate-v1) ;;
-    toolgate-mcp-base | toolgate-mcp-2026-base | toolgate-v1-base)
+    direct | toolgate-mcp | toolgate-v1) ;;
+    direct-2026 | toolgate-mcp-2026 | toolgate-mcp-2026-base) prepare_target "${1/-2026/}" ;;
+    toolgate-mcp-base | toolgate-v1-base)
       [ -x "${TOOLGATE_BASE_BIN:-}" ] || { echo "$1 needs TOOLGATE_BASE_BIN, the gateway build to compare with"; return 1; } ;;
     mcp-proxy) prepare_mcp_proxy ;;
     fastmcp) prepare_venv fastmcp "fastmcp==$FASTMCP_VERSION" ;;
@@ -131,16 +132,13 @@ start_target() {
   case $1 in
     direct)
       T_PID=$U_PID T_URL=$U_URL T_TOKEN=$U_TOKEN T_VERSION=toolgate-mcp-demo ;;
-    # The `-2026` targets: the bench's call as a 2026-07-28 client makes it.
-    direct-2026)
-      T_PID=$U_PID T_URL=$U_URL T_TOKEN=$U_TOKEN T_VERSION=toolgate-mcp-demo T_MODE=mcp-2026 ;;
+    # The `-2026` targets: their plain target, called as a 2026-07-28 client calls.
+    direct-2026 | toolgate-mcp-2026 | toolgate-mcp-2026-base)
+      start_target "${1/-2026/}" "${@:2}"; T_MODE=mcp-2026 ;;
     toolgate-mcp | toolgate-v1) start_toolgate "$@" ;;
-    toolgate-mcp-2026) start_toolgate toolgate-mcp "${@:2}"; T_MODE=mcp-2026 ;;
     # The same gateway configuration on another build (TOOLGATE_BASE_BIN): a change
     # measured against what it changes, in the same sitting.
     toolgate-mcp-base | toolgate-v1-base) TOOLGATE_BIN=$TOOLGATE_BASE_BIN start_toolgate "${1%-base}" "${@:2}" ;;
-    toolgate-mcp-2026-base)
-      TOOLGATE_BIN=$TOOLGATE_BASE_BIN start_toolgate toolgate-mcp "${@:2}"; T_MODE=mcp-2026 ;;
     mcp-proxy) start_mcp_proxy "$@" ;;
     fastmcp) start_fastmcp "$@" ;;
     contextforge) start_contextforge "$@" ;;

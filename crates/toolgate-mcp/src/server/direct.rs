@@ -58,9 +58,9 @@ use tokio_util::sync::CancellationToken;
 
 use super::connection::{Connection, SessionRegistry};
 
-const SESSION_ID: &str = "mcp-session-id";
-const PROTOCOL_VERSION: &str = "mcp-protocol-version";
-const JSON: &str = "application/json";
+pub(super) const SESSION_ID: &str = "mcp-session-id";
+pub(super) const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+pub(super) const JSON: &str = "application/json";
 /// The media type of a Server-Sent Events stream.
 pub(super) const EVENT_STREAM: &str = "text/event-stream";
 
@@ -285,17 +285,24 @@ pub(super) type Call = Pin<Box<dyn Future<Output = Bytes> + Send>>;
 /// The SSE event carrying `answer`, the answer to request `id`.
 pub(super) fn event(answer: &ServerJsonRpcMessage, id: RequestId) -> Bytes {
     let mut event = b"data: ".to_vec();
-    if let Err(error) = serde_json::to_writer(&mut event, answer) {
+    write_answer(&mut event, answer, id);
+    event.extend_from_slice(b"\n\n");
+    Bytes::from(event)
+}
+
+/// Appends `answer`, the answer to request `id`, as JSON to `out`; an answer that cannot
+/// be written is replaced by an internal error for the same request.
+pub(super) fn write_answer(out: &mut Vec<u8>, answer: &ServerJsonRpcMessage, id: RequestId) {
+    let start = out.len();
+    if let Err(error) = serde_json::to_writer(&mut *out, answer) {
         tracing::error!(%error, "an answer to tools/call could not be written as JSON");
-        event.truncate(b"data: ".len());
+        out.truncate(start);
         let failed = ServerJsonRpcMessage::error(
             ErrorData::internal_error("the answer could not be written as JSON", None),
             Some(id),
         );
-        serde_json::to_writer(&mut event, &failed).unwrap_or_default();
+        serde_json::to_writer(out, &failed).unwrap_or_default();
     }
-    event.extend_from_slice(b"\n\n");
-    Bytes::from(event)
 }
 
 /// Runs `call` until it ends or `keep_alive` passes, whichever comes first. A call that

@@ -47,10 +47,10 @@ use std::sync::{Arc, OnceLock};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use http::header;
-use http_body_util::{BodyExt, Full};
 use rmcp::model::{
     ClientCapabilities, ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, Extensions,
-    GetMeta, Implementation, InitializeRequestParams, ProtocolVersion, ServerJsonRpcMessage,
+    GetMeta, Implementation, InitializeRequestParams, ProtocolVersion, RequestId,
+    ServerJsonRpcMessage,
 };
 use rmcp::service::{Peer, RequestContext};
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
@@ -62,16 +62,13 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::ServerInner;
 use super::cancellation::GuardedBody;
 use super::connection::Connection;
-use super::direct;
+use super::direct::{self, JSON, PROTOCOL_VERSION, SESSION_ID};
 
-const PROTOCOL_VERSION: &str = "mcp-protocol-version";
-const SESSION_ID: &str = "mcp-session-id";
 const METHOD: &str = "mcp-method";
 const NAME: &str = "mcp-name";
 const PARAM_PREFIX: &str = "mcp-param-";
 /// How a client writes a header value that must be encoded (SEP-2243).
 const BASE64_PREFIX: &str = "=?base64?";
-const JSON: &str = "application/json";
 
 /// The `tools/call` requests of 2026-07-28 the endpoint answers itself; see the module.
 pub(crate) struct StatelessCalls {
@@ -172,14 +169,15 @@ impl StatelessCalls {
                     "the server is shutting down: make the call again",
                     None,
                 );
-                let mut response = json(&ServerJsonRpcMessage::error(error, Some(id)));
+                let answer = ServerJsonRpcMessage::error(error, Some(id.clone()));
+                let mut response = json(&answer, id);
                 *response.status_mut() = http::StatusCode::SERVICE_UNAVAILABLE;
                 return response;
             }
         };
         let status = status_of(&answer);
         let mut response = if config.json_response || status != http::StatusCode::OK {
-            json(&answer)
+            json(&answer, id)
         } else {
             event_stream(direct::event(&answer, id))
         };
@@ -237,12 +235,10 @@ fn status_of(answer: &ServerJsonRpcMessage) -> http::StatusCode {
     }
 }
 
-/// `answer` as a JSON body.
-fn json(answer: &ServerJsonRpcMessage) -> http::Response<GuardedBody> {
-    let body = serde_json::to_vec(answer).unwrap_or_else(|error| {
-        tracing::error!(%error, "an answer to tools/call could not be written as JSON");
-        br#"{"jsonrpc":"2.0","error":{"code":-32603,"message":"the answer could not be written as JSON"}}"#.to_vec()
-    });
+/// `answer`, the answer to request `id`, as a JSON body.
+fn json(answer: &ServerJsonRpcMessage, id: RequestId) -> http::Response<GuardedBody> {
+    let mut body = Vec::new();
+    direct::write_answer(&mut body, answer, id);
     let mut response = http::Response::new(GuardedBody::complete(Bytes::from(body)));
     response
         .headers_mut()
@@ -252,10 +248,7 @@ fn json(answer: &ServerJsonRpcMessage) -> http::Response<GuardedBody> {
 
 /// An SSE stream whose one event is `event`, with rmcp's headers.
 fn event_stream(event: Bytes) -> http::Response<GuardedBody> {
-    let mut response = http::Response::new(GuardedBody {
-        inner: Full::new(event).map_err(|never| match never {}).boxed(),
-        guard: None,
-    });
+    let mut response = http::Response::new(GuardedBody::complete(event));
     direct::event_stream_headers(response.headers_mut());
     response
 }
