@@ -1,10 +1,15 @@
 //! Hook order: priority, stable ties, `did_*` reversal, global before per-tool, filters,
 //! and `around_execute` calling `next` zero, one or many times.
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
 use serde_json::json;
-use toolgate::core::hook::HookRegistration;
+use toolgate::core::hook::{HookFuture, HookRegistration};
 use toolgate::core::stage::StageSet;
-use toolgate::core::{Stage, Stage::*, ToolError, User};
+use toolgate::core::{
+    Control, Hook, HookResult, Next, Stage, Stage::*, ToolError, ToolInvokeContext, User, hook,
+};
 use toolgate_test::{
     Around, Inject, RecordingHook, ScriptedTool, StageLog, Step, TestPipeline, assert_entries,
     assert_stages, assert_stages_of,
@@ -365,4 +370,122 @@ async fn nested_around_wrappers_run_outermost_first_and_inner_ones_rerun_on_each
         ],
     );
     assert_stages_of(&log, "outer", &[AroundExecute]);
+}
+
+/// A wrapper written without a method: it lists `around_execute` and keeps the trait's
+/// default, which hands the rest of the chain on.
+struct KeepsTheDefault;
+
+impl Hook for KeepsTheDefault {
+    fn stages(&self) -> StageSet {
+        StageSet::of(&[AroundExecute])
+    }
+}
+
+#[tokio::test]
+async fn a_wrapper_keeping_the_default_between_two_others_hands_on_to_the_inner_one_on_every_attempt()
+ {
+    let log = StageLog::new();
+    let around_only = StageSet::of(&[AroundExecute, OnRetry, WillExecute, DidExecute]);
+    let tool = ScriptedTool::new(TOOL)
+        .then(Step::transient("once"))
+        .then(Step::ok(json!("ok")));
+    let pipeline = TestPipeline::new()
+        .tool(tool.clone())
+        .hook(RecordingHook::new("inner", &log).with_stages(around_only))
+        .hook(HookRegistration::new(KeepsTheDefault).priority(1))
+        .hook(
+            RecordingHook::new("outer", &log)
+                .with_stages(StageSet::of(&[AroundExecute]))
+                .with_priority(2)
+                .around(Around::Retry(2)),
+        )
+        .build();
+
+    let out = pipeline.invoke(TOOL, input(), options()).await.unwrap();
+
+    assert_eq!(out, json!("ok"));
+    assert_eq!(tool.calls(), 2);
+    assert_entries(
+        &log,
+        &[
+            (AroundExecute, "outer"),
+            (AroundExecute, "inner"),
+            (WillExecute, "inner"),
+            (AroundExecute, "inner"),
+            (OnRetry, "inner"),
+            (WillExecute, "inner"),
+            (DidExecute, "inner"),
+        ],
+    );
+}
+
+#[tokio::test]
+async fn only_wrappers_keeping_the_default_run_the_tool_once() {
+    let tool = ScriptedTool::returning(TOOL, json!(7));
+    let log = StageLog::new();
+    let pipeline = TestPipeline::new()
+        .tool(tool.clone())
+        .hook(KeepsTheDefault)
+        .hook(HookRegistration::new(KeepsTheDefault).priority(1))
+        .hook(RecordingHook::new("rec", &log))
+        .build();
+
+    let out = pipeline.invoke(TOOL, input(), options()).await.unwrap();
+
+    assert_eq!(out, json!(7));
+    assert_eq!(tool.calls(), 1);
+    assert_stages(&log, crate::paths::SUCCESS);
+}
+
+/// Makes the rest of the chain, drops it without awaiting it, and answers itself.
+struct DropsTheRest;
+
+#[hook]
+impl Hook for DropsTheRest {
+    async fn around_execute(&self, ctx: &mut ToolInvokeContext, next: Next<'_>) -> HookResult {
+        drop(next.run(ctx));
+        Err(Control::Respond(json!("answered by the wrapper")))
+    }
+}
+
+/// Counts the calls of its `around_execute`, written in the trait's form: the count is
+/// taken when the method is called, before its future is polled.
+#[derive(Clone, Default)]
+struct CountsCalls(Arc<AtomicUsize>);
+
+impl Hook for CountsCalls {
+    fn stages(&self) -> StageSet {
+        StageSet::of(&[AroundExecute])
+    }
+
+    fn around_execute<'a>(
+        &'a self,
+        ctx: &'a mut ToolInvokeContext,
+        next: Next<'a>,
+    ) -> HookFuture<'a> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        next.run(ctx)
+    }
+}
+
+#[tokio::test]
+async fn the_rest_of_the_chain_starts_only_when_awaited() {
+    let inner = CountsCalls::default();
+    let tool = ScriptedTool::returning(TOOL, json!(7));
+    let pipeline = TestPipeline::new()
+        .tool(tool.clone())
+        .hook(inner.clone())
+        .hook(HookRegistration::new(DropsTheRest).priority(1))
+        .build();
+
+    let out = pipeline.invoke(TOOL, input(), options()).await.unwrap();
+
+    assert_eq!(out, json!("answered by the wrapper"));
+    assert_eq!(tool.calls(), 0);
+    assert_eq!(
+        inner.0.load(Ordering::SeqCst),
+        0,
+        "the inner wrapper was called"
+    );
 }

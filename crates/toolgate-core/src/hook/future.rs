@@ -1,22 +1,32 @@
-//! [`HookFuture`]: what a stage method returns, ready at once or boxed.
+//! [`HookFuture`]: what a stage method returns — ready at once, boxed, or, from
+//! [`Next::run`], the rest of the execution chain not yet started — and [`Next`], the rest
+//! of the chain an `around_execute` wrapper calls. One module: each is made of the other.
 
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
+use super::Hook;
+use crate::context::ToolInvokeContext;
 use crate::control::HookResult;
 
 /// The future a stage method returns.
 ///
 /// A hook whose work is synchronous returns a ready value and pays no allocation:
 /// `HookFuture::ok()`, or `ctx.abort(…).into()`. A hook that awaits wraps its async block
-/// with [`HookFuture::new`], which boxes it once.
+/// with [`HookFuture::new`], which boxes it once. [`Next::run`] returns the rest of the
+/// execution chain not yet started: a wrapper that hands it back as it is (the trait's
+/// default `around_execute`) costs no allocation, and the pipeline runs the attempt inside
+/// its own future.
 #[must_use = "a hook future does nothing unless awaited"]
 pub struct HookFuture<'a>(Inner<'a>);
 
 enum Inner<'a> {
     Ready(Option<HookResult>),
     Boxed(Pin<Box<dyn Future<Output = HookResult> + Send + 'a>>),
+    /// The rest of the execution chain, started when first polled (or by the pipeline,
+    /// which takes it apart without polling).
+    Next(Next<'a>, &'a mut ToolInvokeContext),
 }
 
 impl<'a> HookFuture<'a> {
@@ -33,6 +43,22 @@ impl<'a> HookFuture<'a> {
     /// Wraps async work.
     pub fn new(future: impl Future<Output = HookResult> + Send + 'a) -> Self {
         HookFuture(Inner::Boxed(Box::pin(future)))
+    }
+
+    /// The rest of the execution chain from `next`, not started yet.
+    #[inline]
+    pub(crate) fn next(next: Next<'a>, ctx: &'a mut ToolInvokeContext) -> Self {
+        HookFuture(Inner::Next(next, ctx))
+    }
+
+    /// The chain and the context, when this future is the rest of an execution chain not
+    /// yet started; the future back otherwise.
+    #[inline]
+    pub(crate) fn into_next(self) -> Result<(Next<'a>, &'a mut ToolInvokeContext), Self> {
+        match self.0 {
+            Inner::Next(next, ctx) => Ok((next, ctx)),
+            inner => Err(HookFuture(inner)),
+        }
     }
 
     /// Whether this future is already done with `Ok(())`: the common answer of a
@@ -63,13 +89,109 @@ impl Future for HookFuture<'_> {
     type Output = HookResult;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<HookResult> {
-        match &mut self.0 {
-            Inner::Ready(result) => Poll::Ready(
-                result
-                    .take()
-                    .expect("a HookFuture must not be polled after it completed"),
-            ),
-            Inner::Boxed(future) => future.as_mut().poll(cx),
+        loop {
+            match &mut self.0 {
+                Inner::Ready(result) => {
+                    return Poll::Ready(
+                        result
+                            .take()
+                            .expect("a HookFuture must not be polled after it completed"),
+                    );
+                }
+                Inner::Boxed(future) => return future.as_mut().poll(cx),
+                Inner::Next(..) => {
+                    // Started now: the next wrapper, or the attempt, takes this place.
+                    let Inner::Next(next, ctx) = std::mem::replace(&mut self.0, Inner::Ready(None))
+                    else {
+                        unreachable!("matched just above");
+                    };
+                    self.0 = next.start(ctx).0;
+                }
+            }
         }
     }
+}
+
+/// The rest of the execution chain, handed to [`Hook::around_execute`].
+///
+/// Call [`run`](Next::run) zero times to short-circuit, once to wrap, or several times to
+/// retry: each call runs the inner `around_execute` wrappers, then `on_retry` (from the
+/// second attempt on), `will_execute`, the tool and `did_execute`.
+#[derive(Clone, Copy)]
+pub struct Next<'a> {
+    chain: &'a dyn ExecutionChain,
+    /// The index of the next wrapper to consider.
+    next: usize,
+}
+
+/// The `around_execute` wrappers of one tool, outermost first, and the attempt they wrap.
+/// The engine implements it; [`Next`] walks it.
+pub(crate) trait ExecutionChain: Sync {
+    /// The wrapper at `index` and whether its filter is asked per call (its interest in
+    /// the tool was `sometimes`), or `None` past the innermost.
+    fn wrapper(&self, index: usize) -> Option<(&dyn Hook, bool)>;
+
+    /// One attempt: `on_retry` (from the second on), `will_execute`, the tool,
+    /// `did_execute`.
+    fn attempt<'c>(&'c self, ctx: &'c mut ToolInvokeContext) -> HookFuture<'c>;
+}
+
+impl<'a> Next<'a> {
+    /// The whole chain of `chain`, from its outermost wrapper.
+    pub(crate) fn new(chain: &'a dyn ExecutionChain) -> Self {
+        Next { chain, next: 0 }
+    }
+
+    /// Runs the rest of the chain: the next wrapper whose filter lets this call through,
+    /// or the attempt when none is left.
+    ///
+    /// Nothing starts before the future is first polled, and nothing is allocated for it
+    /// until then: a wrapper that hands it back as it is (the trait's default) allocates
+    /// nothing, and the pipeline runs the attempt inside its own future.
+    pub fn run<'b>(self, ctx: &'b mut ToolInvokeContext) -> HookFuture<'b>
+    where
+        'a: 'b,
+    {
+        HookFuture::next(self, ctx)
+    }
+
+    /// Starts the rest of the chain: the next wrapper's future, or, past the innermost,
+    /// the attempt's (boxed: its work awaits the tool).
+    pub(crate) fn start<'b>(self, ctx: &'b mut ToolInvokeContext) -> HookFuture<'b>
+    where
+        'a: 'b,
+    {
+        match self.step(ctx) {
+            Step::Wrapper(future) => future,
+            Step::Attempt(ctx) => self.chain.attempt(ctx),
+        }
+    }
+
+    /// One step down the chain: the next wrapper whose filter lets this call through is
+    /// called, or, past the innermost, the context comes back for the attempt.
+    pub(crate) fn step<'b>(self, ctx: &'b mut ToolInvokeContext) -> Step<'b>
+    where
+        'a: 'b,
+    {
+        let mut index = self.next;
+        while let Some((wrapper, filtered)) = self.chain.wrapper(index) {
+            index += 1;
+            if !filtered || wrapper.filter(ctx) {
+                let next = Next {
+                    chain: self.chain,
+                    next: index,
+                };
+                return Step::Wrapper(wrapper.around_execute(ctx, next));
+            }
+        }
+        Step::Attempt(ctx)
+    }
+}
+
+/// Where [`Next::step`] led.
+pub(crate) enum Step<'b> {
+    /// A wrapper was called: its future.
+    Wrapper(HookFuture<'b>),
+    /// No wrapper is left: the attempt is to run with this context.
+    Attempt(&'b mut ToolInvokeContext),
 }

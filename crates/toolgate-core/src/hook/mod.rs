@@ -9,15 +9,13 @@ mod closure;
 mod forward;
 mod future;
 mod interest;
-mod next;
 mod registration;
 
 pub use closure::{AsyncStage, FnHook, StageClosure, SyncStage, hook_fn, hook_fn_sync};
 pub(crate) use forward::{StageMethod, stage_method};
-pub use future::HookFuture;
+pub(crate) use future::{ExecutionChain, Step};
+pub use future::{HookFuture, Next};
 pub use interest::Interest;
-pub(crate) use next::ExecutionChain;
-pub use next::Next;
 pub use registration::{FailureMode, HookOptions, HookRegistration, IntoHook};
 
 /// Policy code that runs at the stages of the pipeline.
@@ -478,7 +476,9 @@ pub trait Hook: Send + Sync + 'static {
     /// Phase 7: wraps execution, outermost (highest priority) first. Call
     /// [`next.run(ctx)`](Next::run) zero times (short-circuit), once (wrap), or several
     /// times (retry): each call runs the inner wrappers, then `on_retry` (from the second
-    /// attempt on), `will_execute`, the tool and `did_execute`. The default calls it once.
+    /// attempt on), `will_execute`, the tool and `did_execute`. The default calls it once,
+    /// handing back the rest of the chain unstarted: a hook that keeps it allocates nothing
+    /// for it.
     ///
     /// What the wrapper returns is the outcome of execution: `Ok(())` with the output in
     /// the context, a respond (the value becomes the output), or an error, which fails the

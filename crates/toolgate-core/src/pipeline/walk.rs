@@ -12,7 +12,7 @@ use super::stages::{self, Phase};
 use crate::context::ToolInvokeContext;
 use crate::control::{Control, HookResult, SuspendRequest};
 use crate::error::{InputViolations, ToolError};
-use crate::hook::{ExecutionChain, Hook, HookFuture, Next};
+use crate::hook::{ExecutionChain, Hook, HookFuture, Next, Step};
 use crate::prepared::PreparedInput;
 use crate::stage::{Stage, StageSet};
 use crate::suspension::ResumeDecision;
@@ -352,7 +352,7 @@ fn check_input_at_its_stage(
 async fn execution(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Result<bool, Control> {
     ctx.stage = Stage::AroundExecute;
     let result = if entry.plan.has(Stage::AroundExecute) {
-        Next::new(entry).run(ctx).await
+        through_wrappers(entry, ctx).await
     } else {
         attempt(entry, ctx).await
     };
@@ -365,6 +365,22 @@ async fn execution(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Result<boo
         }
         Err(Control::Error(error)) if ctx.attempt > 1 => Err(give_up(entry, ctx, error).await),
         Err(other) => Err(other),
+    }
+}
+
+/// The `around_execute` wrappers around the attempt. A wrapper that hands back the rest of
+/// the chain unstarted (the trait's default) is stepped over here, and when every wrapper
+/// did so the attempt runs inside this future: nothing is boxed for it.
+async fn through_wrappers(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
+    let mut future = Next::new(entry).run(ctx);
+    loop {
+        match future.into_next() {
+            Ok((next, ctx)) => match next.step(ctx) {
+                Step::Wrapper(wrapper) => future = wrapper,
+                Step::Attempt(ctx) => return attempt(entry, ctx).await,
+            },
+            Err(started) => return started.await,
+        }
     }
 }
 
