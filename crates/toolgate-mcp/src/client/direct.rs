@@ -251,7 +251,7 @@ impl Direct {
                         continue;
                     };
                     // A message that does not read is skipped, as rmcp skips it.
-                    let Ok(message) = serde_json::from_str::<ServerJsonRpcMessage>(&data) else {
+                    let Ok(message) = super::message::read(&data) else {
                         continue;
                     };
                     resumes = 0;

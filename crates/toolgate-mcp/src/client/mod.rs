@@ -8,6 +8,7 @@ mod frames;
 mod http_pool;
 mod input;
 mod link;
+mod message;
 pub mod per_caller;
 mod relay;
 mod secrets;
