@@ -26,8 +26,8 @@ mod answer;
 
 const CALL: &[u8] = br#"{"jsonrpc":"2.0","id":17,"method":"tools/call","params":{"name":"echo","arguments":{"text":"hello from the load generator"}}}"#;
 const LIST: &[u8] = br#"{"jsonrpc":"2.0","id":18,"method":"tools/list","params":{}}"#;
-/// The answer of the demo upstream's `echo` to [`CALL`], as it sends it.
-const ANSWER: &str = r#"{"jsonrpc":"2.0","id":17,"result":{"content":[{"type":"text","text":"hello from the load generator"}],"structuredContent":{"text":"hello from the load generator"},"isError":false}}"#;
+/// The demo upstream's answer to [`CALL`], as it sends it.
+const ANSWER: &str = r#"{"jsonrpc":"2.0","id":17,"result":{"content":[{"type":"text","text":"hello from the load generator"}],"isError":false}}"#;
 
 /// One way of reading a message.
 type Reader = fn(&[u8]) -> ClientJsonRpcMessage;
