@@ -90,7 +90,7 @@ impl Future for HookFuture<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<HookResult> {
         loop {
-            match &mut self.0 {
+            let unstarted = match &mut self.0 {
                 Inner::Ready(result) => {
                     return Poll::Ready(
                         result
@@ -99,14 +99,11 @@ impl Future for HookFuture<'_> {
                     );
                 }
                 Inner::Boxed(future) => return future.as_mut().poll(cx),
-                Inner::Next(..) => {
-                    // Started now: the next wrapper, or the attempt, takes this place.
-                    let Inner::Next(next, ctx) = std::mem::replace(&mut self.0, Inner::Ready(None))
-                    else {
-                        unreachable!("matched just above");
-                    };
-                    self.0 = next.start(ctx).0;
-                }
+                Inner::Next(..) => std::mem::replace(&mut self.0, Inner::Ready(None)),
+            };
+            // Started now: the next wrapper, or the attempt, takes this place.
+            if let Inner::Next(next, ctx) = unstarted {
+                self.0 = next.start(ctx).0;
             }
         }
     }
