@@ -372,14 +372,14 @@ async fn execution(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Result<boo
 /// the chain unstarted (the trait's default) is stepped over here, and when every wrapper
 /// did so the attempt runs inside this future: nothing is boxed for it.
 async fn through_wrappers(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
-    let mut future = Next::new(entry).run(ctx);
+    let mut step = Next::new(entry).step(ctx);
     loop {
-        match future.into_next() {
-            Ok((next, ctx)) => match next.step(ctx) {
-                Step::Wrapper(wrapper) => future = wrapper,
-                Step::Attempt(ctx) => return attempt(entry, ctx).await,
+        match step {
+            Step::Wrapper(future) => match future.into_next() {
+                Ok((next, ctx)) => step = next.step(ctx),
+                Err(started) => return started.await,
             },
-            Err(started) => return started.await,
+            Step::Attempt(ctx) => return attempt(entry, ctx).await,
         }
     }
 }
