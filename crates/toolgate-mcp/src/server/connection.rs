@@ -184,21 +184,14 @@ impl Connection {
         self.state.current.load_full()
     }
 
-    /// The definition of `name` when the caller may see it.
-    fn visible(&self, name: &str, context: &RequestContext<RoleServer>) -> Option<ToolDefinition> {
-        let user = self.user(context.extensions.get::<http::request::Parts>());
-        let server = self.server();
-        let tool = server.pipeline.registry().get(name)?;
-        server
-            .filter
-            .as_ref()
-            .is_none_or(|f| f.allows(&tool.definition, &user))
-            .then(|| tool.definition.clone())
+    /// The caller of `context`.
+    fn caller(&self, context: &RequestContext<RoleServer>) -> Arc<User> {
+        self.user(context.extensions.get::<http::request::Parts>())
     }
 
     /// The definitions tagged `tag` the caller may see.
     fn visible_of(&self, tag: &str, context: &RequestContext<RoleServer>) -> Vec<ToolDefinition> {
-        let user = self.user(context.extensions.get::<http::request::Parts>());
+        let user = self.caller(context);
         self.server()
             .pipeline
             .definitions()
@@ -222,7 +215,7 @@ impl Connection {
         input: Value,
         context: &RequestContext<RoleServer>,
     ) -> Result<Value, ToolError> {
-        let user = self.user(context.extensions.get::<http::request::Parts>());
+        let user = self.caller(context);
         self.run_with(name, input, context, user, Extras::default())
             .await
     }
@@ -281,13 +274,13 @@ impl Connection {
         if let Some(token) = parts.and_then(|p| p.extensions.get::<CallerAccessToken>()) {
             options = options.provide::<CallerAccessToken>(token.clone());
         }
-        if let Some(timeout) = self.server().call_timeout {
+        let server = self.server();
+        if let Some(timeout) = server.call_timeout {
             options = options.timeout(timeout);
         }
         if no_store {
             options = options.no_store();
         }
-        let server = self.server();
         let invoke = server.pipeline.invoke(name, input, options);
         let invoke = async {
             match parts.and_then(|p| p.extensions.get::<HostShutdown>()) {
@@ -403,7 +396,7 @@ impl Connection {
         context: &RequestContext<RoleServer>,
         listen: Option<(&SubscriptionSink, &CancellationToken)>,
     ) -> Result<Value, ErrorData> {
-        let user = self.user(context.extensions.get::<http::request::Parts>());
+        let user = self.caller(context);
         for definition in self.visible_of(RESOURCES_TAG, context) {
             let mut extras = Extras::default();
             if let Some((sink, ended)) = listen {
@@ -453,12 +446,13 @@ impl Connection {
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name;
-        let Some(definition) = self.visible(&name, context).filter(is_tool) else {
+        let server = self.server();
+        let user = self.caller(context);
+        let Some(definition) = visible(&server, &name, &user).filter(|d| is_tool(d)) else {
             return Err(unknown_tool(&name));
         };
-        let user = self.user(context.extensions.get::<http::request::Parts>());
         let target = format!("tools/call {name}");
-        let seal = Arc::clone(&self.server().seal);
+        let seal = &server.seal;
         let round = match seal.retry(
             request.input_responses,
             request.request_state,
@@ -473,14 +467,14 @@ impl Connection {
                     ));
                 }
                 return self
-                    .outcome(&definition, &id, &arguments, context, user, &target)
+                    .outcome(definition, &id, &arguments, context, user, &target)
                     .await;
             }
             Some(Retry::Round(round)) => Some(round),
             None => None,
         };
         // What a waiting call's state binds a later retry to.
-        let arguments = (takes_input_required(context) && self.server().outcome_tool.is_some())
+        let arguments = (takes_input_required(context) && server.outcome_tool.is_some())
             .then(|| arguments_digest(request.arguments.as_ref()));
         let input =
             InputShape::of(&definition.input_schema).input(request.arguments.unwrap_or_default());
@@ -508,7 +502,7 @@ impl Connection {
             return self.hand_over(task, &user);
         }
         match result {
-            Ok(output) => Ok(output_to_result(&definition, output).into()),
+            Ok(output) => Ok(output_to_result(definition, output).into()),
             Err(ToolError::UnknownTool { .. }) => Err(unknown_tool(&name)),
             Err(ToolError::InputRequired { requests, state }) if takes_input_required(context) => {
                 Ok(CallToolResponse::InputRequired(
@@ -567,6 +561,16 @@ fn arguments_digest(arguments: Option<&serde_json::Map<String, Value>>) -> Strin
         Some(arguments) => toolgate_core::approval::digest(arguments),
         None => toolgate_core::approval::digest(&serde_json::Map::new()),
     }
+}
+
+/// The definition of `name` in `server` when `user` may see it.
+fn visible<'s>(server: &'s ServerInner, name: &str, user: &User) -> Option<&'s ToolDefinition> {
+    let tool = server.pipeline.registry().get(name)?;
+    server
+        .filter
+        .as_ref()
+        .is_none_or(|f| f.allows(&tool.definition, user))
+        .then_some(&tool.definition)
 }
 
 /// Whether the caller of `context` declared the tasks extension (SEP-2663).
@@ -659,7 +663,7 @@ impl ServerHandler for Connection {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let user = self.user(context.extensions.get::<http::request::Parts>());
+        let user = self.caller(&context);
         let tools = self
             .server()
             .pipeline
@@ -701,7 +705,7 @@ impl ServerHandler for Connection {
     ) -> Result<GetTaskResult, ErrorData> {
         let id = request.task_id;
         let server = self.server();
-        let user = self.user(context.extensions.get::<http::request::Parts>());
+        let user = self.caller(&context);
         if let Some(relayed) = server.relayed.get(&id, &user.id) {
             let input = json!({ "get": id });
             let output = self.relay_task(&id, relayed, input, &context, user).await?;
@@ -749,7 +753,7 @@ impl ServerHandler for Connection {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let id = request.task_id;
-        let user = self.user(context.extensions.get::<http::request::Parts>());
+        let user = self.caller(&context);
         if let Some(relayed) = self.server().relayed.get(&id, &user.id) {
             let input = json!({ "cancel": id });
             return self
@@ -769,7 +773,7 @@ impl ServerHandler for Connection {
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
         let id = request.task_id;
-        let user = self.user(context.extensions.get::<http::request::Parts>());
+        let user = self.caller(&context);
         let Some(relayed) = self.server().relayed.get(&id, &user.id) else {
             return Err(tasks::unknown(&id));
         };
@@ -798,13 +802,10 @@ impl ServerHandler for Connection {
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, ErrorData> {
         let name = format!("{PROMPT_PREFIX}{}", request.name);
-        if self
-            .visible(&name, &context)
-            .is_none_or(|d| !d.tags.iter().any(|t| t == PROMPT_TAG))
-        {
+        let user = self.caller(&context);
+        if !visible(&self.server(), &name, &user).is_some_and(|d| d.has_tag(PROMPT_TAG)) {
             return Err(features::unknown_prompt(&request.name));
         }
-        let user = self.user(context.extensions.get::<http::request::Parts>());
         let target = format!("prompts/get {}", request.name);
         let seal = Arc::clone(&self.server().seal);
         let round = match seal.retry(
@@ -898,14 +899,14 @@ impl ServerHandler for Connection {
         let tools = match &request.r#ref {
             Reference::Prompt(prompt) => {
                 let name = format!("{PROMPT_PREFIX}{}", prompt.name);
-                if self
-                    .visible(&name, &context)
-                    .is_none_or(|d| !d.tags.iter().any(|t| t == PROMPT_TAG))
-                {
-                    return Err(features::unknown_prompt(&prompt.name));
-                }
-                let prompt = self.visible(&name, &context).filter(completes);
-                prompt.into_iter().map(|d| d.name).collect()
+                let (server, user) = (self.server(), self.caller(&context));
+                let definition = visible(&server, &name, &user)
+                    .filter(|d| d.has_tag(PROMPT_TAG))
+                    .ok_or_else(|| features::unknown_prompt(&prompt.name))?;
+                completes(definition)
+                    .then(|| definition.name.clone())
+                    .into_iter()
+                    .collect()
             }
             Reference::Resource(_) => self
                 .visible_of(RESOURCES_TAG, &context)

@@ -130,6 +130,7 @@ impl DirectCalls {
         parts: &http::request::Parts,
         message: &ClientJsonRpcMessage,
         config: &StreamableHttpServerConfig,
+        hosts: &AllowedHosts,
         rmcp: &LocalSessionManager,
     ) -> Option<Arc<DirectSession>> {
         let ClientJsonRpcMessage::Request(request) = message else {
@@ -140,7 +141,7 @@ impl DirectCalls {
         }
         if !config.legacy_session_mode
             || !accepts_json_and_events(&parts.headers)
-            || !host_allowed(parts, &config.allowed_hosts)
+            || !hosts.allow(parts)
             || parts.headers.contains_key(header::ORIGIN)
             || {
                 let meta = rmcp::model::GetMeta::get_meta(&request.request);
@@ -424,37 +425,63 @@ pub(super) fn accepts_json_and_events(headers: &HeaderMap) -> bool {
     json && events
 }
 
-/// Whether rmcp's check against DNS rebinding lets `Host` (or the URI's authority) in:
-/// an empty list allows every host; an entry without a port allows its host on any port.
-pub(super) fn host_allowed(parts: &http::request::Parts, allowed: &[String]) -> bool {
-    if allowed.is_empty() {
-        return true;
-    }
-    let authority = match parts.headers.get(header::HOST) {
-        Some(host) => host
-            .to_str()
-            .ok()
-            .and_then(|host| http::uri::Authority::try_from(host).ok()),
-        None => parts.uri.authority().cloned(),
-    };
-    let Some(authority) = authority else {
-        return false;
-    };
-    let host = normalize(authority.host());
-    allowed.iter().any(|entry| {
-        let entry = entry.trim();
-        let (entry_host, entry_port) = match http::uri::Authority::try_from(entry) {
-            Ok(entry) => (normalize(entry.host()), entry.port_u16()),
-            Err(_) => (normalize(entry), None),
-        };
-        !entry.is_empty()
-            && entry_host == host
-            && entry_port.is_none_or(|port| authority.port_u16() == Some(port))
-    })
+/// The hosts rmcp's check against DNS rebinding lets in (its `allowed_hosts`), read once
+/// as rmcp reads them for each request: an empty list allows every host; an entry without
+/// a port allows its host on any port.
+pub(super) struct AllowedHosts {
+    /// `None`: every host. Hosts without brackets, in lower case.
+    entries: Option<Vec<(String, Option<u16>)>>,
 }
 
+impl AllowedHosts {
+    pub(super) fn new(allowed: &[String]) -> Self {
+        if allowed.is_empty() {
+            return AllowedHosts { entries: None };
+        }
+        let entries = allowed
+            .iter()
+            .map(|entry| entry.trim())
+            .filter(|entry| !entry.is_empty())
+            .map(|entry| match http::uri::Authority::try_from(entry) {
+                Ok(authority) => (normalize(authority.host()), authority.port_u16()),
+                Err(_) => (normalize(entry), None),
+            })
+            .collect();
+        AllowedHosts {
+            entries: Some(entries),
+        }
+    }
+
+    /// Whether the request's `Host` (or its URI's authority) is let in.
+    pub(super) fn allow(&self, parts: &http::request::Parts) -> bool {
+        let Some(entries) = &self.entries else {
+            return true;
+        };
+        let authority = match parts.headers.get(header::HOST) {
+            Some(host) => host
+                .to_str()
+                .ok()
+                .and_then(|host| http::uri::Authority::try_from(host).ok()),
+            None => parts.uri.authority().cloned(),
+        };
+        let Some(authority) = authority else {
+            return false;
+        };
+        let host = unbracketed(authority.host());
+        entries.iter().any(|(entry, port)| {
+            entry.eq_ignore_ascii_case(host)
+                && port.is_none_or(|port| authority.port_u16() == Some(port))
+        })
+    }
+}
+
+/// A host as rmcp compares it: without the brackets of an IPv6 address, in lower case.
 fn normalize(host: &str) -> String {
-    host.trim_matches(['[', ']']).to_ascii_lowercase()
+    unbracketed(host).to_ascii_lowercase()
+}
+
+fn unbracketed(host: &str) -> &str {
+    host.trim_matches('[').trim_matches(']')
 }
 
 #[cfg(test)]
@@ -486,6 +513,9 @@ mod tests {
 
     #[test]
     fn hosts_are_allowed_as_rmcp_allows_them() {
+        let host_allowed = |parts: &http::request::Parts, allowed: &[String]| {
+            AllowedHosts::new(allowed).allow(parts)
+        };
         let loopback: Vec<String> = StreamableHttpServerConfig::default().allowed_hosts;
         assert!(host_allowed(
             &parts(&[("host", "127.0.0.1:8080")]),

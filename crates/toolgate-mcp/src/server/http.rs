@@ -21,7 +21,7 @@ use arc_swap::ArcSwap;
 
 use super::cancellation::{ClientDisconnected, GuardedBody};
 use super::connection::Connection;
-use super::direct::{self, DirectCalls};
+use super::direct::{self, AllowedHosts, DirectCalls};
 use super::held;
 use super::request_body;
 use super::stateless::StatelessCalls;
@@ -40,13 +40,21 @@ use super::{McpServer, ServerInner};
 /// JSON-RPC message.
 #[derive(Clone)]
 pub struct McpHttpService {
-    inner: StreamableHttpService<Connection, LocalSessionManager>,
-    sessions: Arc<LocalSessionManager>,
+    endpoint: Arc<Endpoint>,
     current: Arc<ArcSwap<ServerInner>>,
+}
+
+/// What each request of an [`McpHttpService`] reads, shared by its clones: one count to
+/// take per request, and nothing of rmcp's service copied unless the request goes to it.
+struct Endpoint {
+    rmcp: StreamableHttpService<Connection, LocalSessionManager>,
+    sessions: Arc<LocalSessionManager>,
+    /// rmcp's allowed hosts, read once.
+    hosts: AllowedHosts,
     /// The sessions whose `tools/call` this service answers itself.
     direct: Arc<DirectCalls>,
     /// The `tools/call` requests of 2026-07-28 this service answers itself.
-    stateless: Arc<StatelessCalls>,
+    stateless: StatelessCalls,
 }
 
 impl McpHttpService {
@@ -56,13 +64,17 @@ impl McpHttpService {
         current: Arc<ArcSwap<ServerInner>>,
         direct: Arc<DirectCalls>,
     ) -> Self {
-        let stateless = Arc::new(StatelessCalls::new(Arc::clone(&current)));
+        let stateless = StatelessCalls::new(Arc::clone(&current));
+        let hosts = AllowedHosts::new(&inner.config.allowed_hosts);
         McpHttpService {
-            inner,
-            sessions,
+            endpoint: Arc::new(Endpoint {
+                rmcp: inner,
+                sessions,
+                hosts,
+                direct,
+                stateless,
+            }),
             current,
-            direct,
-            stateless,
         }
     }
 
@@ -73,7 +85,7 @@ impl McpHttpService {
     pub async fn close_session(&self, id: &str) {
         let id: SessionId = Arc::from(id);
         // The only error is a worker that already stopped: the session is gone either way.
-        let _ = self.sessions.close_session(&id).await;
+        let _ = self.endpoint.sessions.close_session(&id).await;
     }
 
     /// Serves what `next` serves — its pipeline, filter, principals and timeout — from
@@ -111,11 +123,9 @@ where
     type Error = Infallible;
     type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        tower_service::Service::<http::Request<http_body_util::Full<Bytes>>>::poll_ready(
-            &mut self.inner,
-            cx,
-        )
+    /// Always ready: a request that goes to rmcp waits for rmcp's service to be ready.
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, mut request: http::Request<B>) -> Self::Future {
@@ -126,30 +136,34 @@ where
         // Dropped with the response future (the client left while we were working) or
         // with an unfinished body (the client left mid-stream): either way, cancel.
         let guard = token.drop_guard();
-        let mut inner = self.inner.clone();
-        let sessions = Arc::clone(&self.sessions);
-        let direct = Arc::clone(&self.direct);
-        let stateless = Arc::clone(&self.stateless);
-        let limit = inner.config.max_request_body_bytes;
+        let endpoint = Arc::clone(&self.endpoint);
         Box::pin(async move {
+            let Endpoint {
+                rmcp,
+                sessions,
+                hosts,
+                direct,
+                stateless,
+            } = &*endpoint;
+            let config = &rmcp.config;
+            let limit = config.max_request_body_bytes;
             let (request, message) = match request_body::read(request, limit).await {
                 Ok(read) => read,
                 Err(rejection) => return Ok(rejection),
             };
             let (parts, body) = request.into_parts();
             let message = match message {
-                Some(message)
-                    if StatelessCalls::eligible(&parts, &message, &inner.config, &sessions) =>
-                {
-                    let answer = stateless.answer(parts, message, &inner.config, guard);
+                Some(message) if StatelessCalls::eligible(&parts, &message, hosts, sessions) => {
+                    let answer = stateless.answer(parts, message, config, guard);
                     return Ok(answer.await);
                 }
                 message => message,
             };
             let session = match &message {
                 Some(message) => {
-                    let config = &inner.config;
-                    direct.eligible(&parts, message, config, &sessions).await
+                    direct
+                        .eligible(&parts, message, config, hosts, sessions)
+                        .await
                 }
                 None => None,
             };
@@ -157,25 +171,29 @@ where
                 && let Some(message) = message
             {
                 let call = session.answer(parts, message);
-                let answer = direct::run(call, inner.config.sse_keep_alive).await;
+                let answer = direct::run(call, config.sse_keep_alive).await;
                 return Ok(answered(answer, guard));
             }
             let session = direct.to_rmcp(&parts.headers, message.as_ref());
             let post = parts.method == http::Method::POST;
             let one_request = matches!(message, Some(ClientJsonRpcMessage::Request(_)));
             let request = http::Request::from_parts(parts, body);
-            let response = tower_service::Service::call(&mut inner, request).await?;
+            let mut rmcp = rmcp.clone();
+            std::future::poll_fn(|cx| {
+                tower_service::Service::<http::Request<http_body_util::Full<Bytes>>>::poll_ready(
+                    &mut rmcp, cx,
+                )
+            })
+            .await?;
+            let response = tower_service::Service::call(&mut rmcp, request).await?;
             if let Some(session) = session
                 && response.status().is_success()
             {
-                session.renewed(&direct);
+                session.renewed(direct);
             }
             let (head, mut body) = response.into_parts();
             if post && is_event_stream(&head.headers) {
-                let hold = inner
-                    .config
-                    .sse_keep_alive
-                    .unwrap_or(HOLD_WITHOUT_KEEP_ALIVE);
+                let hold = config.sse_keep_alive.unwrap_or(HOLD_WITHOUT_KEEP_ALIVE);
                 body = held::first_events(body, hold, one_request).await;
             }
             Ok(http::Response::from_parts(

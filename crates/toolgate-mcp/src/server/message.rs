@@ -3,30 +3,84 @@
 //! rmcp reads a message as an untagged enum: serde buffers the whole message, checks its
 //! shape, then tries each kind of message and, for a request, each of rmcp's request types
 //! in turn until one takes it — `tools/call` is the fourteenth, after thirteen attempts
-//! that each walk the buffered message again. The busiest message of an MCP endpoint, a
-//! `tools/call` request, is read here straight into its own type after one pass over the
-//! message's keys that allocates nothing. Anything else, and a `tools/call` that does not
-//! read as one, is read as rmcp reads it, so the outcome — the message or the error — is
-//! rmcp's own.
+//! that each walk the buffered message again; and even rmcp's own type for a `tools/call`
+//! request buffers it twice more, for the two layers it flattens (the request in the
+//! message, the parameters beside `_meta`). The busiest message of an MCP endpoint, a
+//! `tools/call` request, is read here in one pass over the message's keys that allocates
+//! nothing, then in one more straight into its parts ([`WireCall`]). Anything else, and a
+//! `tools/call` that does not read as one, is read as rmcp reads it, so the outcome — the
+//! message or the error — is rmcp's own.
 
 use std::borrow::Cow;
 
-use rmcp::model::{CallToolRequest, ClientJsonRpcMessage, ClientRequest, JsonRpcRequest};
+use rmcp::model::{
+    CallToolRequest, CallToolRequestMethod, CallToolRequestParams, ClientJsonRpcMessage,
+    ClientRequest, InputResponses, JsonObject, JsonRpcRequest, JsonRpcVersion2_0, RequestId,
+    RequestMetaObject,
+};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
 /// The JSON-RPC message `bytes` holds, as rmcp would read it.
 pub(crate) fn read(bytes: &[u8]) -> Result<ClientJsonRpcMessage, serde_json::Error> {
     if is_tool_call(bytes)
-        && let Ok(call) = serde_json::from_slice::<JsonRpcRequest<CallToolRequest>>(bytes)
+        && let Ok(call) = serde_json::from_slice::<WireCall>(bytes)
     {
-        return Ok(ClientJsonRpcMessage::Request(JsonRpcRequest {
-            jsonrpc: call.jsonrpc,
-            id: call.id,
-            request: ClientRequest::from(call.request),
-        }));
+        return Ok(call.into_message());
     }
     serde_json::from_slice(bytes)
+}
+
+/// A `tools/call` request as it is written: what rmcp reads into a
+/// `JsonRpcRequest<CallToolRequest>`, without the flattened layers that make serde buffer
+/// it. Keys it does not name are skipped, as rmcp skips them.
+#[derive(Deserialize)]
+struct WireCall {
+    jsonrpc: JsonRpcVersion2_0,
+    id: RequestId,
+    // Checked only: the one value it takes is "tools/call".
+    #[allow(dead_code)]
+    method: CallToolRequestMethod,
+    params: WireParams,
+}
+
+/// The parameters of a `tools/call`, `_meta` among them: rmcp keeps `_meta` in the
+/// request's extensions, not in the parameters.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WireParams {
+    #[serde(rename = "_meta")]
+    meta: Option<JsonObject>,
+    name: Cow<'static, str>,
+    arguments: Option<JsonObject>,
+    input_responses: Option<InputResponses>,
+    request_state: Option<String>,
+}
+
+impl WireCall {
+    /// The message rmcp would have read.
+    fn into_message(self) -> ClientJsonRpcMessage {
+        let WireParams {
+            meta,
+            name,
+            arguments,
+            input_responses,
+            request_state,
+        } = self.params;
+        let mut params = CallToolRequestParams::new(name);
+        params.arguments = arguments;
+        params.input_responses = input_responses;
+        params.request_state = request_state;
+        let mut request = CallToolRequest::new(params);
+        if let Some(meta) = meta {
+            request.extensions.insert(RequestMetaObject::from(meta));
+        }
+        ClientJsonRpcMessage::Request(JsonRpcRequest {
+            jsonrpc: self.jsonrpc,
+            id: self.id,
+            request: ClientRequest::from(request),
+        })
+    }
 }
 
 /// Whether `bytes` is an object with `"method": "tools/call"` and an `id`, without a
@@ -73,6 +127,24 @@ mod tests {
         )
     }
 
+    /// Where each reading keeps a call's `_meta`: in the request's extensions (rmcp's
+    /// place) or in its parameters.
+    fn meta_of(message: &ClientJsonRpcMessage) -> Option<(Option<Value>, Option<Value>)> {
+        let ClientJsonRpcMessage::Request(JsonRpcRequest {
+            request: ClientRequest::CallToolRequest(call),
+            ..
+        }) = message
+        else {
+            return None;
+        };
+        let json =
+            |meta: Option<&RequestMetaObject>| meta.map(|m| serde_json::to_value(m).unwrap());
+        Some((
+            json(call.extensions.get::<RequestMetaObject>()),
+            json(call.params.meta.as_ref()),
+        ))
+    }
+
     #[test]
     fn a_tool_call_reads_as_rmcp_reads_it() {
         let calls = [
@@ -82,11 +154,30 @@ mod tests {
                 "params": {"name": "echo", "_meta": {"progressToken": "p", "x": [1, 2]}}}),
             serde_json::json!({"params": {"name": "n"}, "method": "tools/call", "id": 7, "jsonrpc": "2.0",
                 "extra": true}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "a \"quoted\" tool", "_meta": null, "unknown": {"deep": [null]},
+                    "arguments": {"big": 18446744073709551615u64, "neg": -9007199254740993i64,
+                        "float": 1.5e300, "nested": {"a": [1, "two", false, null]}},
+                    "inputResponses": {"ask-1": {"action": "accept"}},
+                    "requestState": "opaque"}}),
+            serde_json::json!({"jsonrpc": "2.0", "id": -3, "method": "tools/call",
+                "params": {"name": "", "arguments": {}, "_meta": {}}}),
         ];
         for call in calls {
             let (fast, rmcp) = both(&call);
             assert!(fast.is_ok(), "{call}: {fast:?}");
             assert_eq!(fast, rmcp, "{call}");
+            let bytes = serde_json::to_vec(&call).unwrap();
+            let (fast, rmcp) = (
+                read(&bytes).unwrap(),
+                serde_json::from_slice::<ClientJsonRpcMessage>(&bytes).unwrap(),
+            );
+            assert!(
+                is_tool_call(&bytes) && serde_json::from_slice::<WireCall>(&bytes).is_ok(),
+                "{call} is read by toolgate's own reading"
+            );
+            assert!(meta_of(&fast).is_some(), "{call}");
+            assert_eq!(meta_of(&fast), meta_of(&rmcp), "{call}");
         }
         let bytes = serde_json::to_vec(
             &serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
@@ -100,6 +191,31 @@ mod tests {
                 ..
             }))
         ));
+    }
+
+    #[test]
+    fn a_tool_call_of_the_wrong_shape_fails_as_rmcp_has_it() {
+        let calls = [
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": null}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": []}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {}}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "e", "arguments": [1]}}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "e", "_meta": 5}}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "e", "requestState": 5}}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "e", "inputResponses": []}}),
+            serde_json::json!({"jsonrpc": "2.0", "id": 1.5, "method": "tools/call",
+                "params": {"name": "e"}}),
+            serde_json::json!({"jsonrpc": 2, "id": 1, "method": "tools/call",
+                "params": {"name": "e"}}),
+        ];
+        for call in calls {
+            let (fast, rmcp) = both(&call);
+            assert_eq!(fast, rmcp, "{call}");
+        }
     }
 
     #[test]
@@ -127,9 +243,11 @@ mod tests {
     }
 
     #[test]
-    fn escaped_methods_and_a_key_given_twice_read_as_rmcp_reads_them() {
-        let texts: [&[u8]; 3] = [
+    fn escaped_keys_and_keys_given_twice_read_as_rmcp_reads_them() {
+        let texts: [&[u8]; 5] = [
             br#"{"jsonrpc":"2.0","id":2,"method":"tools\/call","params":{"name":"e"}}"#,
+            br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","par\u0061ms":{"n\u0061me":"e","_met\u0061":{"k":1}}}"#,
+            br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"a","name":"b"}}"#,
             br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/list","params":{"name":"e"}}"#,
             br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"e"}}"#,
         ];

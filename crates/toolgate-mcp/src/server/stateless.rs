@@ -62,7 +62,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use super::ServerInner;
 use super::cancellation::GuardedBody;
 use super::connection::Connection;
-use super::direct::{self, JSON, PROTOCOL_VERSION, SESSION_ID};
+use super::direct::{self, AllowedHosts, JSON, PROTOCOL_VERSION, SESSION_ID};
 
 const METHOD: &str = "mcp-method";
 const NAME: &str = "mcp-name";
@@ -92,7 +92,7 @@ impl StatelessCalls {
     pub(super) fn eligible(
         parts: &http::request::Parts,
         message: &ClientJsonRpcMessage,
-        config: &StreamableHttpServerConfig,
+        hosts: &AllowedHosts,
         rmcp: &LocalSessionManager,
     ) -> bool {
         let ClientJsonRpcMessage::Request(request) = message else {
@@ -114,7 +114,7 @@ impl StatelessCalls {
                 .keys()
                 .any(|name| name.as_str().starts_with(PARAM_PREFIX))
             || !direct::accepts_json_and_events(headers)
-            || !direct::host_allowed(parts, &config.allowed_hosts)
+            || !hosts.allow(parts)
             || rmcp.event_store().is_some()
         {
             return false;
