@@ -191,17 +191,11 @@ impl Connection {
 
     /// The definitions tagged `tag` the caller may see.
     fn visible_of(&self, tag: &str, context: &RequestContext<RoleServer>) -> Vec<ToolDefinition> {
-        let user = self.caller(context);
-        self.server()
+        let (server, user) = (self.server(), self.caller(context));
+        server
             .pipeline
             .definitions()
-            .filter(|d| d.tags.iter().any(|t| t == tag))
-            .filter(|d| {
-                self.server()
-                    .filter
-                    .as_ref()
-                    .is_none_or(|f| f.allows(d, &user))
-            })
+            .filter(|d| d.has_tag(tag) && allows(&server, d, &user))
             .cloned()
             .collect()
     }
@@ -565,12 +559,16 @@ fn arguments_digest(arguments: Option<&serde_json::Map<String, Value>>) -> Strin
 
 /// The definition of `name` in `server` when `user` may see it.
 fn visible<'s>(server: &'s ServerInner, name: &str, user: &User) -> Option<&'s ToolDefinition> {
-    let tool = server.pipeline.registry().get(name)?;
+    let definition = &server.pipeline.registry().get(name)?.definition;
+    allows(server, definition, user).then_some(definition)
+}
+
+/// Whether `server`'s filter lets `user` see `definition`.
+fn allows(server: &ServerInner, definition: &ToolDefinition, user: &User) -> bool {
     server
         .filter
         .as_ref()
-        .is_none_or(|f| f.allows(&tool.definition, user))
-        .then_some(&tool.definition)
+        .is_none_or(|f| f.allows(definition, user))
 }
 
 /// Whether the caller of `context` declared the tasks extension (SEP-2663).
@@ -663,18 +661,11 @@ impl ServerHandler for Connection {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let user = self.caller(&context);
-        let tools = self
-            .server()
+        let (server, user) = (self.server(), self.caller(&context));
+        let tools = server
             .pipeline
             .definitions()
-            .filter(|d| is_tool(d))
-            .filter(|d| {
-                self.server()
-                    .filter
-                    .as_ref()
-                    .is_none_or(|f| f.allows(d, &user))
-            })
+            .filter(|d| is_tool(d) && allows(&server, d, &user))
             .map(to_mcp_tool)
             .collect();
         Ok(ListToolsResult::with_all_items(tools))

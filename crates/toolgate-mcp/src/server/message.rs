@@ -6,10 +6,9 @@
 //! that each walk the buffered message again; and even rmcp's own type for a `tools/call`
 //! request buffers it twice more, for the two layers it flattens (the request in the
 //! message, the parameters beside `_meta`). The busiest message of an MCP endpoint, a
-//! `tools/call` request, is read here in one pass over the message's keys that allocates
-//! nothing, then in one more straight into its parts ([`WireCall`]). Anything else, and a
-//! `tools/call` that does not read as one, is read as rmcp reads it, so the outcome — the
-//! message or the error — is rmcp's own.
+//! `tools/call` request, is read here in one pass straight into its parts ([`WireCall`]).
+//! Anything else, and a `tools/call` that does not read as one, is read as rmcp reads it,
+//! so the outcome — the message or the error — is rmcp's own.
 
 use std::borrow::Cow;
 
@@ -21,10 +20,11 @@ use rmcp::model::{
 use serde::Deserialize;
 use serde::de::IgnoredAny;
 
-/// The JSON-RPC message `bytes` holds, as rmcp would read it.
+/// The JSON-RPC message `bytes` holds, as rmcp would read it. Other messages are told from
+/// a `tools/call` by a search for the method's name, which costs them next to nothing.
 pub(crate) fn read(bytes: &[u8]) -> Result<ClientJsonRpcMessage, serde_json::Error> {
-    if is_tool_call(bytes)
-        && let Ok(call) = serde_json::from_slice::<WireCall>(bytes)
+    if memchr::memmem::find(bytes, b"\"tools/call\"").is_some()
+        && let Some(call) = WireCall::read(bytes)
     {
         return Ok(call.into_message());
     }
@@ -33,7 +33,7 @@ pub(crate) fn read(bytes: &[u8]) -> Result<ClientJsonRpcMessage, serde_json::Err
 
 /// A `tools/call` request as it is written: what rmcp reads into a
 /// `JsonRpcRequest<CallToolRequest>`, without the flattened layers that make serde buffer
-/// it. Keys it does not name are skipped, as rmcp skips them.
+/// it. Keys it does not name are skipped, as rmcp skips them; a key given twice fails it.
 #[derive(Deserialize)]
 struct WireCall {
     jsonrpc: JsonRpcVersion2_0,
@@ -42,6 +42,9 @@ struct WireCall {
     #[allow(dead_code)]
     method: CallToolRequestMethod,
     params: WireParams,
+    /// A request has neither: rmcp refuses a message with a method and either of them.
+    result: Option<IgnoredAny>,
+    error: Option<IgnoredAny>,
 }
 
 /// The parameters of a `tools/call`, `_meta` among them: rmcp keeps `_meta` in the
@@ -58,6 +61,13 @@ struct WireParams {
 }
 
 impl WireCall {
+    /// The `tools/call` request `bytes` holds, when it reads as one.
+    fn read(bytes: &[u8]) -> Option<WireCall> {
+        serde_json::from_slice::<WireCall>(bytes)
+            .ok()
+            .filter(|call| call.result.is_none() && call.error.is_none())
+    }
+
     /// The message rmcp would have read.
     fn into_message(self) -> ClientJsonRpcMessage {
         let WireParams {
@@ -81,30 +91,6 @@ impl WireCall {
             request: ClientRequest::from(request),
         })
     }
-}
-
-/// Whether `bytes` is an object with `"method": "tools/call"` and an `id`, without a
-/// `result` or an `error`: the shape of a request to rmcp, and the request's method.
-/// Other messages are told by a search for the method's name, which costs them next to
-/// nothing.
-fn is_tool_call(bytes: &[u8]) -> bool {
-    if memchr::memmem::find(bytes, b"\"tools/call\"").is_none() {
-        return false;
-    }
-    #[derive(Deserialize)]
-    struct Keys<'a> {
-        #[serde(borrow)]
-        method: Option<Cow<'a, str>>,
-        id: Option<IgnoredAny>,
-        result: Option<IgnoredAny>,
-        error: Option<IgnoredAny>,
-    }
-    serde_json::from_slice::<Keys<'_>>(bytes).is_ok_and(|keys| {
-        keys.method.as_deref() == Some("tools/call")
-            && keys.id.is_some()
-            && keys.result.is_none()
-            && keys.error.is_none()
-    })
 }
 
 #[cfg(test)]
@@ -173,7 +159,7 @@ mod tests {
                 serde_json::from_slice::<ClientJsonRpcMessage>(&bytes).unwrap(),
             );
             assert!(
-                is_tool_call(&bytes) && serde_json::from_slice::<WireCall>(&bytes).is_ok(),
+                WireCall::read(&bytes).is_some(),
                 "{call} is read by toolgate's own reading"
             );
             assert!(meta_of(&fast).is_some(), "{call}");
