@@ -10,6 +10,7 @@ cats = [
  ("inbound HTTP (hyper server, axum, gateway layers)", ["hyper::server", "axum", "toolgate_gateway", "hyper::proto"]),
  ("tokio runtime", ["tokio::runtime"]),
 ]
+CLIENT_SIDE = ["dispatch::Client", "hyper::client", "hyper_util::client", "reqwest"]
 counts = collections.Counter(); total = 0
 stack = []
 def flush():
@@ -19,6 +20,12 @@ def flush():
     for frame in stack:
         for name, keys in cats:
             if any(k in frame for k in keys):
+                # hyper's HTTP/1 machinery (`hyper::proto`) serves both sides: its work, and the
+                # socket reads and writes under it, is the upstream client's when it runs in a
+                # client connection's dispatcher, not the inbound server's.
+                if name.startswith("inbound") and "hyper::proto" in frame and any(
+                        k in f for f in stack for k in CLIENT_SIDE):
+                    name = cats[0][0]
                 counts[name] += 1; return
     counts["other (allocator, std, unresolved)"] += 1
 for line in sys.stdin:

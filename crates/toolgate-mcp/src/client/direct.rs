@@ -6,9 +6,10 @@
 //! these hops and rmcp's client worker were a third of the gateway's CPU for a `/mcp`
 //! call and half for a `/v1` call (docs/performance.md, "Where a call's time goes"). For
 //! `tools/call`, the one request on every call's path, toolgate POSTs the request itself,
-//! in the calling task, on the connection's pooled HTTP client, and reads the answer
-//! there, as JSON or as an SSE stream, resuming a stream the upstream closes early
-//! (`Last-Event-ID`) as rmcp would.
+//! in the calling task, and reads the answer there, as JSON or as an SSE stream, resuming
+//! a stream the upstream closes early (`Last-Event-ID`) as rmcp would. It POSTs on hyper's
+//! pooled client ([`post`](super::post)) to a plain-HTTP upstream reached without a
+//! proxy, and on the connection's reqwest client (rmcp's) otherwise.
 //!
 //! What is not the call's answer goes where rmcp's own frames go. Every message on the
 //! call's stream passes [`Inbound::take`] first — the same scrubbing and the same
@@ -54,12 +55,16 @@ use rmcp::transport::streamable_http_client::{
 use tokio::sync::mpsc;
 
 use super::frames::Inbound;
+use super::http_pool::{self, Plain};
+use super::post::{self, PostError};
 use super::relay::RouteTicket;
-use super::streams::{PROTOCOL_VERSION, Posted, StreamTagging, Wire};
+use super::streams::{self, PROTOCOL_VERSION, Posted, StreamTagging, Wire};
 
 /// The calls of one connection made from the calling task; see the module.
 pub(crate) struct Direct {
     client: StreamTagging,
+    /// hyper's pooled client, for a plain-HTTP upstream reached without a proxy.
+    plain: Option<Plain>,
     inbound: Inbound,
     side_door: mpsc::Sender<RxJsonRpcMessage<RoleClient>>,
     /// Who toolgate is, told with each request at 2026-07-28 as rmcp tells it.
@@ -96,6 +101,7 @@ impl Direct {
     ) -> Self {
         Direct {
             client,
+            plain: http_pool::plain(),
             inbound,
             side_door,
             identity,
@@ -184,23 +190,31 @@ impl Direct {
             headers,
         } = call;
         self.inbound.register(id.clone(), token, ticket);
-        let response = self
-            .client
-            .post_message_with_response_limits(
-                Arc::clone(&posted.uri),
-                message,
-                posted.session_id.clone(),
-                posted.auth_header.clone(),
-                headers,
-                StreamableHttpResponseLimits::default(),
-            )
-            .await;
+        let limits = StreamableHttpResponseLimits::default();
+        let response = match (&self.plain, &posted.target) {
+            (Some(plain), Some(target)) => {
+                let response = post::post(plain, target, headers, &message, &limits).await;
+                response.map(|answer| tagged(answer, &id)).map_err(failed)
+            }
+            _ => self
+                .client
+                .post_message_with_response_limits(
+                    Arc::clone(&posted.uri),
+                    message,
+                    posted.session_id.clone(),
+                    posted.auth_header.clone(),
+                    headers,
+                    limits,
+                )
+                .await
+                .map_err(failed),
+        };
         let stream = match response {
-            Err(StreamableHttpError::SessionExpired) => {
+            Err(Failed::Expired) => {
                 self.wire().forget(&posted);
                 return None;
             }
-            Err(e) => return Some(Err(transport(e))),
+            Err(Failed::Other(e)) => return Some(Err(e)),
             Ok(StreamableHttpPostResponse::Accepted) => {
                 return Some(Err(unexpected(
                     "the server accepted the call without answering it",
@@ -267,7 +281,7 @@ impl Direct {
             // Closed before the answer: resumable only from an event id it sent.
             let Some(from) = last_event_id.clone() else {
                 return Err(match ended {
-                    Err(e) => transport(StreamableHttpError::Sse(e)),
+                    Err(e) => transport(StreamableHttpError::<PostError>::Sse(e)),
                     Ok(()) => unexpected("the server closed the call's stream without answering"),
                 });
             };
@@ -374,8 +388,36 @@ fn plain_header_value(value: &str) -> Option<HeaderValue> {
     plain.then(|| HeaderValue::from_str(value).ok()).flatten()
 }
 
+/// Why a call's POST brought no answer to read.
+enum Failed {
+    /// The upstream expired the session: the call was not taken.
+    Expired,
+    /// Anything else: the call fails with this.
+    Other(ServiceError),
+}
+
+fn failed<E: std::error::Error + Send + Sync + 'static>(e: StreamableHttpError<E>) -> Failed {
+    match e {
+        StreamableHttpError::SessionExpired => Failed::Expired,
+        other => Failed::Other(transport(other)),
+    }
+}
+
+/// `answer` with its stream's log messages tagged as the call `id`'s (as [`StreamTagging`]
+/// tags the streams of what it sends).
+fn tagged(answer: StreamableHttpPostResponse, id: &RequestId) -> StreamableHttpPostResponse {
+    match answer {
+        StreamableHttpPostResponse::Sse(stream, session) => {
+            StreamableHttpPostResponse::Sse(streams::tagged(stream, Some(id.clone())), session)
+        }
+        other => other,
+    }
+}
+
 /// A failure of the HTTP exchange, as rmcp reports one.
-fn transport(e: StreamableHttpError<reqwest::Error>) -> ServiceError {
+fn transport<E: std::error::Error + Send + Sync + 'static>(
+    e: StreamableHttpError<E>,
+) -> ServiceError {
     ServiceError::TransportSend(DynamicTransportError::from_parts(
         "streamable HTTP",
         std::any::TypeId::of::<Direct>(),
@@ -384,7 +426,7 @@ fn transport(e: StreamableHttpError<reqwest::Error>) -> ServiceError {
 }
 
 fn unexpected(what: &'static str) -> ServiceError {
-    transport(StreamableHttpError::UnexpectedServerResponse(
+    transport(StreamableHttpError::<PostError>::UnexpectedServerResponse(
         Cow::Borrowed(what),
     ))
 }

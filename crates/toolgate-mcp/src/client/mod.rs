@@ -10,6 +10,7 @@ mod input;
 mod link;
 mod message;
 pub mod per_caller;
+mod post;
 mod relay;
 mod secrets;
 mod stdio;

@@ -27,6 +27,8 @@ use rmcp::transport::streamable_http_client::{
 };
 use serde_json::Value;
 
+use super::post::Target;
+
 /// The `_meta` key of a log message that holds the id of the request whose response
 /// stream carried it. Written only by toolgate; never reaches a caller.
 pub(crate) const STREAM_KEY: &str = "io.toolgate/stream";
@@ -75,6 +77,8 @@ pub(crate) struct Posted {
     pub session_id: Option<Arc<str>>,
     pub auth_header: Option<String>,
     pub headers: HashMap<HeaderName, HeaderValue>,
+    /// The same, ready for hyper's client: only for a plain-HTTP upstream.
+    pub target: Option<Target>,
 }
 
 /// The header of the protocol version a message is sent at. (A `HashMap` of header names
@@ -126,6 +130,11 @@ impl Wire {
             return;
         }
         *last = Some(Arc::new(Posted {
+            target: Target::new(
+                uri,
+                auth_header.map(String::as_str),
+                session_id.map(|id| &**id),
+            ),
             uri: Arc::clone(uri),
             session_id: session_id.cloned(),
             auth_header: auth_header.cloned(),
@@ -279,7 +288,7 @@ impl StreamableHttpClient for StreamTagging {
 
 /// `stream` with every log message in it tagged as from `origin`'s response stream, or
 /// (`None`: a stream that is no request's) untagged.
-fn tagged(stream: SseStream, origin: Option<RequestId>) -> SseStream {
+pub(crate) fn tagged(stream: SseStream, origin: Option<RequestId>) -> SseStream {
     stream
         .map(move |event| {
             event.map(|mut sse| {
