@@ -51,7 +51,10 @@ fn main() {
         for _round in 0..3 {
             for client in [Client::Reqwest, Client::Hyper, Client::InTask] {
                 let (rate, cpu) = runtime.block_on(measure(&address, connections, calls, client));
-                println!("{connections:>11}  {client:<8?} {rate:>9.0}  {cpu:>15.1}");
+                println!(
+                    "{connections:>11}  {:<8} {rate:>9.0}  {cpu:>15.1}",
+                    client.name()
+                );
             }
         }
     }
@@ -116,7 +119,7 @@ async fn serve(address: String) {
 }
 
 /// The clients compared.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy)]
 enum Client {
     /// reqwest's pooled client.
     Reqwest,
@@ -124,6 +127,16 @@ enum Client {
     Hyper,
     /// One hyper connection per caller, driven in the caller's task.
     InTask,
+}
+
+impl Client {
+    fn name(self) -> &'static str {
+        match self {
+            Client::Reqwest => "reqwest",
+            Client::Hyper => "hyper",
+            Client::InTask => "in task",
+        }
+    }
 }
 
 type Pooled = hyper_util::client::legacy::Client<

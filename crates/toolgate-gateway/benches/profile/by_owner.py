@@ -10,6 +10,7 @@ cats = [
  ("inbound HTTP (hyper server, axum, gateway layers)", ["hyper::server", "axum", "toolgate_gateway", "hyper::proto"]),
  ("tokio runtime", ["tokio::runtime"]),
 ]
+SOCKETS = "socket reads and writes (the kernel's TCP on loopback, through tokio)"
 CLIENT_SIDE = ["dispatch::Client", "hyper::client", "hyper_util::client", "reqwest"]
 counts = collections.Counter(); total = 0
 stack = []
@@ -26,6 +27,10 @@ def flush():
                 if name.startswith("inbound") and "hyper::proto" in frame and any(
                         k in f for f in stack for k in CLIENT_SIDE):
                     name = cats[0][0]
+                # tokio's I/O registration is where a socket's read or write goes into the
+                # kernel: on loopback the kernel's TCP work for both ends is done there.
+                if name == "tokio runtime" and "Registration::poll_io" in frame:
+                    name = SOCKETS
                 counts[name] += 1; return
     counts["other (allocator, std, unresolved)"] += 1
 for line in sys.stdin:

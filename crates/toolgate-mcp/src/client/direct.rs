@@ -396,6 +396,7 @@ enum Failed {
     Other(ServiceError),
 }
 
+/// What `e`, a POST's failure, means for the call.
 fn failed<E: std::error::Error + Send + Sync + 'static>(e: StreamableHttpError<E>) -> Failed {
     match e {
         StreamableHttpError::SessionExpired => Failed::Expired,
