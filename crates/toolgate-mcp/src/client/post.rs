@@ -540,18 +540,21 @@ mod tests {
         JsonRpcMessage::request(request, RequestId::String("toolgate-1".into()))
     }
 
+    /// What posting a call to `target` gives, read with `limits`.
+    async fn sent_with(target: &Target, limits: StreamableHttpResponseLimits) -> Posted {
+        let plain = super::super::http_pool::build_plain();
+        post(&plain, target, HashMap::new(), &call(), &limits).await
+    }
+
+    async fn sent(target: &Target) -> Posted {
+        sent_with(target, StreamableHttpResponseLimits::default()).await
+    }
+
     /// What posting a call to a server that answers `answer` gives, with `limits`.
     async fn posted_with(answer: Answer, limits: StreamableHttpResponseLimits) -> Posted {
         let url = server(answer, Arc::default()).await;
         let target = Target::new(&url, Some("token"), Some("session-1")).expect("a target");
-        post(
-            &super::super::http_pool::build_plain(),
-            &target,
-            HashMap::new(),
-            &call(),
-            &limits,
-        )
-        .await
+        sent_with(&target, limits).await
     }
 
     async fn posted(status: u16, headers: &[(&'static str, &'static str)], body: &str) -> Posted {
@@ -566,18 +569,15 @@ mod tests {
     const ERROR: &str =
         r#"{"jsonrpc":"2.0","id":"toolgate-1","error":{"code":-32602,"message":"no such tool"}}"#;
 
+    /// A `200` with the call's answer as JSON.
+    fn json_answer() -> Answer {
+        (200, vec![("content-type", JSON)], ANSWER.into())
+    }
+
     #[tokio::test]
     async fn a_call_is_sent_with_its_credential_session_and_media_types() {
         let seen = Arc::default();
-        let url = server(
-            (
-                200,
-                vec![("content-type", "application/json")],
-                ANSWER.into(),
-            ),
-            Arc::clone(&seen),
-        )
-        .await;
+        let url = server(json_answer(), Arc::clone(&seen)).await;
         let target = Target::new(&url, Some("token"), Some("session-1")).expect("a target");
         let headers = HashMap::from([(
             HeaderName::from_static("mcp-protocol-version"),
@@ -804,18 +804,7 @@ mod tests {
     #[tokio::test]
     async fn a_redirect_to_the_same_origin_is_followed_and_one_elsewhere_is_the_answer() {
         let seen = Arc::default();
-        let landing = server(
-            (
-                200,
-                vec![("content-type", "application/json")],
-                ANSWER.into(),
-            ),
-            Arc::clone(&seen),
-        )
-        .await;
-        let limits = StreamableHttpResponseLimits::default();
-        let plain = super::super::http_pool::build_plain();
-        // The landing server's own address, under another path: the same origin.
+        let landing = server(json_answer(), Arc::clone(&seen)).await;
         let location: &'static str = landing.clone().leak();
         let redirecting = server(
             (307, vec![("location", location)], String::new()),
@@ -825,7 +814,7 @@ mod tests {
         let elsewhere = Target::new(&redirecting, Some("token"), None).expect("a target");
         // Another port is another origin: the 307 is the answer, the credential goes no further.
         assert!(matches!(
-            post(&plain, &elsewhere, HashMap::new(), &call(), &limits).await,
+            sent(&elsewhere).await,
             Err(StreamableHttpError::UnexpectedServerResponse(text)) if text.starts_with("HTTP 307")
         ));
         assert!(seen.lock().expect("headers").is_empty());
@@ -837,13 +826,13 @@ mod tests {
         .await;
         let target = Target::new(&url, None, None).expect("a target");
         assert!(matches!(
-            post(&plain, &target, HashMap::new(), &call(), &limits).await,
+            sent(&target).await,
             Err(StreamableHttpError::Client(PostError::Redirects))
         ));
         // The same origin: followed, with the credential.
         let target = Target::new(&landing.replace("/mcp", "/redirected"), Some("token"), None)
             .expect("a target");
-        let answer = post(&plain, &target, HashMap::new(), &call(), &limits).await;
+        let answer = sent(&target).await;
         assert!(
             matches!(answer, Ok(StreamableHttpPostResponse::Json(..))),
             "{answer:?}"
@@ -890,16 +879,7 @@ mod tests {
         let url = format!("http://{}/mcp", listener.local_addr().expect("its address"));
         drop(listener);
         let target = Target::new(&url, None, None).expect("a target");
-        let limits = StreamableHttpResponseLimits::default();
-        match post(
-            &super::super::http_pool::build_plain(),
-            &target,
-            HashMap::new(),
-            &call(),
-            &limits,
-        )
-        .await
-        {
+        match sent(&target).await {
             Err(e @ StreamableHttpError::Client(PostError::Send(_))) => {
                 let text = e.to_string();
                 assert!(
