@@ -193,7 +193,7 @@ impl Direct {
         let limits = StreamableHttpResponseLimits::default();
         let response = match (&self.plain, &posted.target) {
             (Some(plain), Some(target)) => {
-                let response = post::post(plain, target, headers, &message, &limits).await;
+                let response = post::post(plain, target, &headers, &message, &limits).await;
                 response.map(|answer| tagged(answer, &id)).map_err(failed)
             }
             _ => self

@@ -117,7 +117,7 @@ const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 pub(crate) async fn post(
     client: &Plain,
     target: &Target,
-    headers: HashMap<HeaderName, HeaderValue>,
+    headers: &HashMap<HeaderName, HeaderValue>,
     message: &ClientJsonRpcMessage,
     limits: &StreamableHttpResponseLimits,
 ) -> Posted {
@@ -125,7 +125,7 @@ pub(crate) async fn post(
     let mut uri = target.uri.clone();
     let mut redirects = 0;
     loop {
-        let request = request(target, uri.clone(), &headers, body.clone());
+        let request = request(target, uri.clone(), headers, body.clone());
         let response = client
             .request(request)
             .await
@@ -302,11 +302,8 @@ async fn failure(
             Err(_) => String::from("<failed to read response body>"),
         }
     } else {
-        match Limited::new(body, limits.max_error_response_size)
-            .collect()
-            .await
-        {
-            Ok(body) => prefix(&body.to_bytes(), limits.max_error_response_size),
+        match truncated(body, limits.max_error_response_size).await {
+            Ok(start) => prefix(&start, limits.max_error_response_size),
             Err(_) => String::from("<failed to read response body>"),
         }
     };
@@ -327,6 +324,21 @@ async fn bounded(body: Incoming, max: usize) -> Result<Bytes, StreamableHttpErro
             Err(_) => Err(StreamableHttpError::ResponseBodyTooLarge { max_size: max }),
         },
     }
+}
+
+/// The first `max` bytes of `body`, however long it is; the rest is left unread.
+async fn truncated(mut body: Incoming, max: usize) -> Result<Vec<u8>, hyper::Error> {
+    let mut start = Vec::new();
+    while start.len() < max {
+        let Some(frame) = body.frame().await else {
+            break;
+        };
+        if let Ok(data) = frame?.into_data() {
+            let room = max - start.len();
+            start.extend_from_slice(&data[..data.len().min(room)]);
+        }
+    }
+    Ok(start)
 }
 
 /// The first `max` bytes of `body` as text.
@@ -543,7 +555,7 @@ mod tests {
     /// What posting a call to `target` gives, read with `limits`.
     async fn sent_with(target: &Target, limits: StreamableHttpResponseLimits) -> Posted {
         let plain = super::super::http_pool::build_plain();
-        post(&plain, target, HashMap::new(), &call(), &limits).await
+        post(&plain, target, &HashMap::new(), &call(), &limits).await
     }
 
     async fn sent(target: &Target) -> Posted {
@@ -587,7 +599,7 @@ mod tests {
         let answer = post(
             &super::super::http_pool::build_plain(),
             &target,
-            headers,
+            &headers,
             &call(),
             &limits,
         )
@@ -765,6 +777,9 @@ mod tests {
                 String::new(),
             ),
             (403, json(), ERROR.into()),
+            // Longer than the start of a failure's body that is kept (64 KiB).
+            (400, vec![], "x".repeat(70_000)),
+            (401, json(), "y".repeat(70_000)),
         ];
         let limits = StreamableHttpResponseLimits::default();
         let plain = super::super::http_pool::build_plain();
@@ -773,7 +788,7 @@ mod tests {
             let url = server(answer.clone(), Arc::default()).await;
             let target = Target::new(&url, Some("token"), Some("session-1")).expect("a target");
             let ours =
-                described(post(&plain, &target, HashMap::new(), &call(), &limits).await).await;
+                described(post(&plain, &target, &HashMap::new(), &call(), &limits).await).await;
             let rmcps = described(
                 theirs
                     .post_message_with_response_limits(
