@@ -375,3 +375,68 @@ async fn callers_are_relayed_on_connections_that_declare_what_they_can_answer(di
         "no connection upstream declared sampling for the caller who can answer it: {declared:?}"
     );
 }
+
+/// The upstreams [`proxied_calls_child`] calls, separated by blanks: set only in the
+/// process [`calls_go_through_the_proxy_the_environment_names_unless_no_proxy_exempts_the_host`]
+/// starts.
+const PROXIED_CHILD: &str = "TOOLGATE_TEST_PROXIED_UPSTREAMS";
+
+/// Calls `echo` on each upstream named in [`PROXIED_CHILD`]; nothing without it. Run in
+/// a process of its own, whose proxy settings are in its environment from its start.
+#[tokio::test]
+#[ignore = "run by calls_go_through_the_proxy_the_environment_names_unless_no_proxy_exempts_the_host, in a process of its own"]
+async fn proxied_calls_child() {
+    let Ok(urls) = std::env::var(PROXIED_CHILD) else {
+        return;
+    };
+    for url in urls.split(' ') {
+        let config = UpstreamConfig::http("demo", url).call_timeout(Duration::from_secs(20));
+        let upstream = within(30, "import", Upstream::connect(config))
+            .await
+            .expect("imported");
+        let mut tools = ToolRegistry::new();
+        upstream.register(&mut tools).expect("registered");
+        let pipeline = Pipeline::builder().registry(tools).build().expect("built");
+        echo_in_sequence(&pipeline, 3).await;
+    }
+}
+
+#[tokio::test]
+async fn calls_go_through_the_proxy_the_environment_names_unless_no_proxy_exempts_the_host() {
+    let demo = HttpDemo::start("127.0.0.1:0", &[("TOOLGATE_DEMO_RATE", "1000")]).await;
+    // A TCP relay to the upstream serves as the proxy: a proxied request reaches it whole,
+    // its target in absolute form ("POST http://127.0.0.1:…/mcp"), which the upstream's
+    // HTTP server reads as it reads its own path.
+    let proxy = CountingRelay::start(demo.addr()).await;
+    let port = demo.addr().rsplit(':').next().expect("a port").to_owned();
+    let proxied = format!("http://127.0.0.1:{port}/mcp");
+    let exempt = format!("http://localhost:{port}/mcp");
+    let mut child = tokio::process::Command::new(std::env::current_exe().expect("this test"));
+    child
+        .args(["--exact", "proxied_calls_child", "--ignored", "--nocapture"])
+        .env(PROXIED_CHILD, format!("{proxied} {exempt}"))
+        .env("HTTP_PROXY", format!("http://{}", proxy.addr))
+        .env("NO_PROXY", "localhost");
+    for name in ["http_proxy", "no_proxy", "ALL_PROXY", "all_proxy"] {
+        child.env_remove(name);
+    }
+    let status = within(90, "the child's calls", child.status())
+        .await
+        .expect("the child runs");
+    assert!(status.success(), "the calls in the child failed: {status}");
+
+    let sent = proxy.sent();
+    assert!(
+        sent.contains(&format!("POST {proxied} HTTP/1.1")),
+        "the upstream the proxy serves was called through it: {sent}"
+    );
+    assert_eq!(
+        sent.matches(r#""method":"tools/call""#).count(),
+        3,
+        "its three calls, and no other, went through the proxy: {sent}"
+    );
+    assert!(
+        !sent.contains("localhost"),
+        "the upstream NO_PROXY exempts was called directly: {sent}"
+    );
+}

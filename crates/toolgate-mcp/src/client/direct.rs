@@ -63,8 +63,9 @@ use super::streams::{self, PROTOCOL_VERSION, Posted, StreamTagging, Wire};
 /// The calls of one connection made from the calling task; see the module.
 pub(crate) struct Direct {
     client: StreamTagging,
-    /// hyper's pooled client, for a plain-HTTP upstream reached without a proxy.
-    plain: Option<Plain>,
+    /// hyper's pooled client, for a plain-HTTP upstream reached without a proxy (a
+    /// call whose [`Posted`] has a target).
+    plain: Plain,
     inbound: Inbound,
     side_door: mpsc::Sender<RxJsonRpcMessage<RoleClient>>,
     /// Who toolgate is, told with each request at 2026-07-28 as rmcp tells it.
@@ -191,12 +192,12 @@ impl Direct {
         } = call;
         self.inbound.register(id.clone(), token, ticket);
         let limits = StreamableHttpResponseLimits::default();
-        let response = match (&self.plain, &posted.target) {
-            (Some(plain), Some(target)) => {
-                let response = post::post(plain, target, &headers, &message, &limits).await;
+        let response = match &posted.target {
+            Some(target) => {
+                let response = post::post(&self.plain, target, &headers, &message, &limits).await;
                 response.map(|answer| tagged(answer, &id)).map_err(failed)
             }
-            _ => self
+            None => self
                 .client
                 .post_message_with_response_limits(
                     Arc::clone(&posted.uri),

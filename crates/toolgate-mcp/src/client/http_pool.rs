@@ -117,20 +117,26 @@ pub(crate) type Plain = hyper_util::client::legacy::Client<
     http_body_util::Full<bytes::Bytes>,
 >;
 
-static PLAIN: OnceLock<Option<Plain>> = OnceLock::new();
+static PLAIN: OnceLock<Plain> = OnceLock::new();
 
-/// The shared client of plain-HTTP upstreams, built on first use; `None` when the
-/// environment names an HTTP proxy (`HTTP_PROXY`, `ALL_PROXY`, in either case): reqwest
-/// honours those (and `NO_PROXY`), so every request then goes through reqwest.
-pub(crate) fn plain() -> Option<Plain> {
-    PLAIN
-        .get_or_init(|| {
-            let proxied = ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"]
-                .iter()
-                .any(|name| std::env::var_os(name).is_some_and(|value| !value.is_empty()));
-            (!proxied).then(build_plain)
-        })
-        .clone()
+/// The shared client of plain-HTTP upstreams, built on first use. It connects directly:
+/// an upstream the environment sends through a proxy is left to reqwest ([`proxied`]).
+pub(crate) fn plain() -> Plain {
+    PLAIN.get_or_init(build_plain).clone()
+}
+
+static PROXIES: OnceLock<hyper_util::client::proxy::matcher::Matcher> = OnceLock::new();
+
+/// Whether the environment's proxy settings send a request to `uri` through a proxy:
+/// `HTTP_PROXY` or `ALL_PROXY` (in either case) names one, and `NO_PROXY` does not exempt
+/// the host. This is reqwest's own rule (hyper-util's matcher, which reqwest's client
+/// reads when it is built), read once as reqwest reads it: a proxied upstream's calls go
+/// through reqwest, every other plain-HTTP upstream's on [`plain`].
+pub(crate) fn proxied(uri: &http::Uri) -> bool {
+    PROXIES
+        .get_or_init(hyper_util::client::proxy::matcher::Matcher::from_system)
+        .intercept(uri)
+        .is_some()
 }
 
 pub(super) fn build_plain() -> Plain {

@@ -42,7 +42,7 @@ use toolgate_hooks::secrets::Scrubber;
 use tracing::Instrument;
 
 use super::direct::Direct;
-use super::failure::{connect_failure, is_connection_failure, request_failure};
+use super::failure::{Refusal, connect_failure, is_connection_failure, refusal, request_failure};
 use super::frames::Frames;
 use super::http_pool;
 use super::input::ask_caller;
@@ -560,10 +560,7 @@ impl Link {
         let (peer, generation) = self.peer(&self.current, deadline).await?;
         match tokio::time::timeout_at(deadline, peer.list_all_tools()).await {
             Ok(Ok(tools)) => Ok(tools),
-            Ok(Err(e)) => {
-                self.forget(&self.current, generation).await;
-                Err(self.broken(&self.current, generation, e))
-            }
+            Ok(Err(e)) => Err(self.failed(&self.current, generation, e).await),
             Err(_) => Err(ToolError::Timeout {
                 after: self.config.connect_timeout,
             }),
@@ -846,10 +843,7 @@ impl Link {
             Err(_) => Err(self.timed_out(started)),
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(ServiceError::McpError(e))) => Err(self.refused(e)),
-            Ok(Err(e)) => {
-                self.forget(channel, generation).await;
-                Err(self.broken(channel, generation, e))
-            }
+            Ok(Err(e)) => Err(self.failed(channel, generation, e).await),
         }
     }
 
@@ -1127,10 +1121,7 @@ impl Link {
                 "MCP server `{}` refused the call: {}",
                 self.config.name, e.message
             ))),
-            Ok(Err(e)) => {
-                self.forget(channel, generation).await;
-                Err(self.broken(channel, generation, e))
-            }
+            Ok(Err(e)) => Err(self.failed(channel, generation, e).await),
             Ok(Ok(ServerResult::CallToolResult(result))) => Ok(result),
             Ok(Ok(ServerResult::InputRequiredResult(asked))) => Err(input_required(asked)),
             Ok(Ok(_)) => Err(ToolError::execution(format!(
@@ -1275,6 +1266,79 @@ impl Link {
         }
     }
 
+    /// The error of a request that failed on connection `generation` of `channel` with
+    /// no JSON-RPC answer. An upstream that answered the request with a failure status,
+    /// or with a body toolgate cannot read, failed that request alone: the connection
+    /// stays, and the other callers on it go on ([`Self::refusal_error`]). Otherwise the
+    /// connection failed, and is dropped for the next call to open a new one
+    /// ([`Self::broken`]).
+    async fn failed(&self, channel: &Channel, generation: u64, e: ServiceError) -> ToolError {
+        if e.auth_challenge().is_none()
+            && let Some(refused) = refusal(&e)
+        {
+            let reason = self.scrubbed(request_failure(&e));
+            tracing::warn!(server = %self.config.name, %reason, "the MCP server failed a request");
+            return self.refusal_error(refused);
+        }
+        self.forget(channel, generation).await;
+        self.broken(channel, generation, e)
+    }
+
+    /// The caller's error for a request the upstream answered and failed: what it
+    /// answered, in words, and none of its body (which may echo what it was sent).
+    fn refusal_error(&self, refused: Refusal) -> ToolError {
+        let name = &self.config.name;
+        let wait = |asked: Option<Duration>| asked.unwrap_or_else(|| self.config.backoff.delay(1));
+        match refused {
+            Refusal::TooLarge => ToolError::execution(format!(
+                "MCP server `{name}` answered with more than toolgate reads"
+            )),
+            Refusal::Unreadable => ToolError::execution(format!(
+                "MCP server `{name}` answered with something other than a JSON-RPC answer to the request"
+            )),
+            Refusal::Status {
+                status: 429,
+                retry_after,
+            } => ToolError::RetryAfter {
+                delay: wait(retry_after),
+                reason: format!(
+                    "MCP server `{name}` is limiting toolgate's requests (HTTP 429); try again later"
+                ),
+                code: Cow::Borrowed("upstream_rate_limited"),
+                status: 503,
+            },
+            Refusal::Status {
+                status: status @ 502..=504,
+                retry_after,
+            } => ToolError::RetryAfter {
+                delay: wait(retry_after),
+                reason: format!(
+                    "MCP server `{name}` is unavailable (HTTP {status}); try again later"
+                ),
+                code: Cow::Borrowed("upstream_unavailable"),
+                status: 503,
+            },
+            Refusal::Status {
+                status: status @ (401 | 403),
+                ..
+            } => ToolError::execution(format!(
+                "MCP server `{name}` refused the credential toolgate sent it ({}); the operator must check the credential it is given",
+                http_status(status)
+            )),
+            Refusal::Status {
+                status: status @ 500..,
+                ..
+            } => ToolError::transient(format!(
+                "MCP server `{name}` failed the request ({})",
+                http_status(status)
+            )),
+            Refusal::Status { status, .. } => ToolError::execution(format!(
+                "MCP server `{name}` refused the request ({})",
+                http_status(status)
+            )),
+        }
+    }
+
     /// The error of a request that failed on connection `generation` of `channel`, not
     /// by the upstream's answer. The connection failing is 503 `upstream_unavailable`
     /// with the wait before the next attempt to connect; an upstream that wrote a message
@@ -1312,6 +1376,17 @@ impl Link {
             "MCP server `{}` could not answer: {reason}",
             self.config.name
         ))
+    }
+}
+
+/// `status` with its name, as "HTTP 413 Payload Too Large".
+fn http_status(status: u16) -> String {
+    match http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+    {
+        Some(name) => format!("HTTP {status} {name}"),
+        None => format!("HTTP {status}"),
     }
 }
 

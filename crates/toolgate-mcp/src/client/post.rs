@@ -43,8 +43,9 @@ pub(crate) struct Target {
 impl Target {
     /// The target of an upstream at `uri`, with `auth_header` (a bearer token) and the
     /// session `session_id`; `None` when the URL is not plain HTTP or holds a user and
-    /// password, or the token or the session id cannot be a header (reqwest then sends,
-    /// and reports that its own way).
+    /// password, the environment sends it through a proxy ([`proxied`](super::http_pool::proxied)),
+    /// or the token or the session id cannot be a header (reqwest then sends, and
+    /// reports that its own way).
     pub(crate) fn new(
         uri: &str,
         auth_header: Option<&str>,
@@ -67,7 +68,7 @@ impl Target {
         };
         let uri: http::Uri = uri.parse().ok()?;
         // A user and password in the URL: reqwest sends them as Basic credentials.
-        if uri.authority()?.as_str().contains('@') {
+        if uri.authority()?.as_str().contains('@') || super::http_pool::proxied(&uri) {
             return None;
         }
         Some(Target {
