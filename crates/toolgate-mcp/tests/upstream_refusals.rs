@@ -7,7 +7,8 @@
 //!
 //! The upstream is toolgate's own MCP server on a loopback port, behind a layer that
 //! answers a call with a failure when its arguments carry a marker (`refuse-413`,
-//! `refuse-429-7`: the status, then `Retry-After`; `garble-text`, `garble-json`). Every
+//! `refuse-429-7`: the status, then `Retry-After`; `garble-text`, `garble-json`, `garble-sse`,
+//! `huge-sse`). Every
 //! case runs on both ways a call goes out: from the calling task (`echo`) and through
 //! rmcp's client (`echo_region`, whose argument goes in a header).
 
@@ -168,6 +169,17 @@ async fn refuse_marked(
     }
     if text.contains("garble-text") {
         return ([(header::CONTENT_TYPE, "text/plain")], BODY).into_response();
+    }
+    if text.contains("garble-sse") {
+        return (
+            [(header::CONTENT_TYPE, "text/event-stream")],
+            "not an event\n\n",
+        )
+            .into_response();
+    }
+    if text.contains("huge-sse") {
+        let event = format!("data: {}\n\n", "x".repeat(16 * 1024 * 1024 + 1));
+        return ([(header::CONTENT_TYPE, "text/event-stream")], event).into_response();
     }
     if text.contains("garble-json") {
         return (
@@ -343,8 +355,15 @@ async fn an_answer_that_is_not_json_rpc_fails_the_call_alone() {
     let pipeline = upstream.import().await;
     let sessions = upstream.sessions();
     for tool in TOOLS {
-        for marker in ["garble-text", "garble-json"] {
+        for marker in ["garble-text", "garble-json", "garble-sse"] {
             let e = refused(&pipeline, tool, marker).await;
+            if (tool, marker) == ("echo_region", "garble-sse") {
+                // rmcp reports a call's stream that breaks off as if the connection had
+                // closed, without the reason: the call fails as one whose connection
+                // broke mid-flight, and the connection, which did not, stays.
+                assert_eq!((e.status(), e.code()), (503, "upstream_unavailable"), "{e}");
+                continue;
+            }
             assert_eq!(
                 (e.status(), e.code()),
                 (502, "tool_error"),
@@ -356,6 +375,29 @@ async fn an_answer_that_is_not_json_rpc_fails_the_call_alone() {
                 "{tool}, {marker}: {e}"
             );
         }
+    }
+    answered(&pipeline).await;
+    assert_eq!(upstream.sessions(), sessions, "no new session was opened");
+}
+
+#[tokio::test]
+async fn an_answer_longer_than_toolgate_reads_fails_the_call_alone() {
+    let upstream = RefusingUpstream::start().await;
+    let pipeline = upstream.import().await;
+    let sessions = upstream.sessions();
+    for tool in TOOLS {
+        let e = refused(&pipeline, tool, "huge-sse").await;
+        if tool == "echo_region" {
+            // As above: rmcp gives no reason, and the connection stays.
+            assert_eq!((e.status(), e.code()), (503, "upstream_unavailable"), "{e}");
+            continue;
+        }
+        assert_eq!((e.status(), e.code()), (502, "tool_error"), "{tool}: {e}");
+        assert!(
+            e.caller_message()
+                .contains("answered with more than toolgate reads"),
+            "{tool}: {e}"
+        );
     }
     answered(&pipeline).await;
     assert_eq!(upstream.sessions(), sessions, "no new session was opened");

@@ -276,7 +276,10 @@ impl Direct {
                     }
                     continue;
                 }
-                Some(Err(e)) => Err(e),
+                Some(Err(e)) => match stream_fault(&e) {
+                    Some(fault) => return Err(fault),
+                    None => Err(e),
+                },
                 None => Ok(()),
             };
             // Closed before the answer: resumable only from an event id it sent.
@@ -374,6 +377,22 @@ fn finish(mut stream: SseStream) {
     tokio::spawn(async move {
         let _ = tokio::time::timeout(DRAIN, async { while stream.next().await.is_some() {} }).await;
     });
+}
+
+/// The error of a call whose stream the upstream wrote wrong: an event longer than
+/// toolgate reads, or lines that are not SSE. It is that call's alone — the connection is
+/// sound — and not resumed, as the upstream would write the same again. `None` when the
+/// body itself failed: the connection's failure.
+fn stream_fault(e: &sse_stream::Error) -> Option<ServiceError> {
+    match e {
+        sse_stream::Error::Body(_) if post::event_too_large(e) => Some(transport(
+            StreamableHttpError::<PostError>::ResponseBodyTooLarge {
+                max_size: StreamableHttpResponseLimits::default().max_sse_event_size,
+            },
+        )),
+        sse_stream::Error::Body(_) => None,
+        _ => Some(unexpected("the server's stream for the call is not SSE")),
+    }
 }
 
 /// `value` as a header value as it is, when it needs no encoding (SEP-2243 encodes a

@@ -1280,8 +1280,26 @@ impl Link {
             tracing::warn!(server = %self.config.name, %reason, "the MCP server failed a request");
             return self.refusal_error(refused);
         }
-        self.forget(channel, generation).await;
+        // rmcp fails a request whose own response stream ended before its answer (an
+        // upstream that wrote it wrong, or cut it) as if the connection had closed: the
+        // connection is dropped only if it did. One that closes later is found closed by
+        // the next call ([`Self::connected`]).
+        let lost_its_stream = matches!(e, ServiceError::TransportClosed)
+            && self.still_open(channel, generation).await;
+        if !lost_its_stream {
+            self.forget(channel, generation).await;
+        }
         self.broken(channel, generation, e)
+    }
+
+    /// Whether connection `generation` of `channel` is still the channel's, and open.
+    async fn still_open(&self, channel: &Channel, generation: u64) -> bool {
+        let state = channel.state.lock().await;
+        state.generation == generation
+            && state
+                .session
+                .as_ref()
+                .is_some_and(|session| !session.is_transport_closed() && !session.is_closed())
     }
 
     /// The caller's error for a request the upstream answered and failed: what it

@@ -448,6 +448,16 @@ impl EventSize {
     }
 }
 
+/// Whether `e`, an error of a stream [`post`] answered with, is an event of it longer than
+/// the limit (not the connection failing).
+pub(crate) fn event_too_large(e: &sse_stream::Error) -> bool {
+    matches!(
+        e,
+        sse_stream::Error::Body(body)
+            if matches!(body.downcast_ref::<EventsError>(), Some(EventsError::TooLarge(_)))
+    )
+}
+
 /// The error [`EventSized`] yields: the body's own or [`EventTooLarge`].
 #[derive(Debug, thiserror::Error)]
 enum EventsError {
