@@ -166,6 +166,31 @@ pub fn shown_id(id: &str) -> std::borrow::Cow<'_, str> {
     }
 }
 
+/// `error` and each of its causes, `: `-separated: what a log line or a message says of
+/// an error from a library whose top-level text omits why (an HTTP client's "error sending
+/// request", whose cause is the refused connection).
+///
+/// ```
+/// use toolgate_core::error::with_causes;
+///
+/// #[derive(Debug, thiserror::Error)]
+/// #[error("the request could not be sent")]
+/// struct Send(#[source] std::io::Error);
+///
+/// let refused = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "connection refused");
+/// assert_eq!(with_causes(&Send(refused)), "the request could not be sent: connection refused");
+/// ```
+pub fn with_causes(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 impl ToolError {
     /// An abort: the call is refused with this reason, machine code and HTTP status.
     pub fn abort(

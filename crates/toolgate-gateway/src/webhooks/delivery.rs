@@ -11,6 +11,7 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use toolgate_core::error::with_causes;
 use toolgate_core::suspension::SuspensionStore;
 
 use super::event::Event;
@@ -349,7 +350,7 @@ async fn send(client: &reqwest::Client, webhook: &Webhook, event: &Event, body: 
     let status = match sent {
         Ok(response) => response.status(),
         // Without the address: it may hold a token.
-        Err(error) => return Attempt::Retry(chain(&error.without_url())),
+        Err(error) => return Attempt::Retry(with_causes(&error.without_url())),
     };
     let code = status.as_u16();
     match code {
@@ -357,18 +358,6 @@ async fn send(client: &reqwest::Client, webhook: &Webhook, event: &Event, body: 
         408 | 429 | 500..=599 => Attempt::Retry(format!("answered {status}")),
         _ => Attempt::Refused(format!("answered {status}")),
     }
-}
-
-/// An error with its causes, `: `-separated.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// The wait after failed attempt `attempt` (1-based): [`BASE_BACKOFF`] doubled per attempt,

@@ -29,6 +29,8 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
 
+use toolgate_core::error::with_causes;
+
 use super::http_pool::{MAX_REDIRECTS, Plain};
 
 /// Where and with what a connection's calls are POSTed on hyper's client: made once, when
@@ -83,26 +85,14 @@ impl Target {
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum PostError {
     /// No connection, or the request could not be written.
-    #[error("the request could not be sent ({})", chain(.0))]
+    #[error("the request could not be sent ({})", with_causes(.0))]
     Send(#[source] hyper_util::client::legacy::Error),
     /// The upstream redirected the request more times than are followed.
     #[error("the server redirected the request more than {MAX_REDIRECTS} times")]
     Redirects,
     /// The answer's body broke off.
-    #[error("the answer could not be read ({})", chain(.0))]
+    #[error("the answer could not be read ({})", with_causes(.0))]
     Read(#[source] hyper::Error),
-}
-
-/// `e` and its sources, as one line.
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 type Posted = Result<StreamableHttpPostResponse, StreamableHttpError<PostError>>;
