@@ -5,7 +5,7 @@
 //! whole message with `{:?}`. Neither belongs in an answer or a log line: only what failed
 //! is kept.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use rmcp::service::{ClientInitializeError, ServiceError};
 use rmcp::transport::streamable_http_client::{HttpStatusError, StreamableHttpError};
@@ -38,7 +38,7 @@ pub(crate) fn is_connection_failure(e: &ServiceError) -> bool {
 /// request's alone.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Refusal {
-    /// A failure status, with the upstream's `Retry-After` when it gave one in seconds.
+    /// A failure status, with the upstream's `Retry-After` when it gave one.
     Status {
         status: u16,
         retry_after: Option<Duration>,
@@ -103,7 +103,7 @@ fn http_refusal<E: std::error::Error + Send + Sync + 'static>(
 fn status_refusal(e: &HttpStatusError) -> Refusal {
     Refusal::Status {
         status: e.status,
-        retry_after: e.retry_after.as_deref().and_then(retry_after_seconds),
+        retry_after: e.retry_after.as_deref().and_then(retry_after),
     }
 }
 
@@ -114,11 +114,18 @@ fn status_in(text: &str) -> Option<u16> {
     (400..=599).contains(&status).then_some(status)
 }
 
-/// A `Retry-After` in whole seconds, cut to [`MAX_RETRY_AFTER`]; an HTTP date is not
-/// read (the caller gets toolgate's own wait instead).
-fn retry_after_seconds(value: &str) -> Option<Duration> {
-    let seconds: u64 = value.trim().parse().ok()?;
-    Some(Duration::from_secs(seconds).min(MAX_RETRY_AFTER))
+/// A `Retry-After`, in whole seconds or an HTTP date (a date past is no wait), cut to
+/// [`MAX_RETRY_AFTER`]; `None` for anything else (the caller gets toolgate's own wait).
+fn retry_after(value: &str) -> Option<Duration> {
+    let value = value.trim();
+    let wait = match value.parse::<u64>() {
+        Ok(seconds) => Duration::from_secs(seconds),
+        Err(_) => {
+            let at = httpdate::parse_http_date(value).ok()?;
+            at.duration_since(SystemTime::now()).unwrap_or_default()
+        }
+    };
+    Some(wait.min(MAX_RETRY_AFTER))
 }
 
 /// Why a connection to an upstream could not be set up.
@@ -155,11 +162,25 @@ mod tests {
     }
 
     #[test]
-    fn a_retry_after_is_read_in_whole_seconds_and_cut_to_five_minutes() {
-        assert_eq!(retry_after_seconds("7"), Some(Duration::from_secs(7)));
-        assert_eq!(retry_after_seconds(" 0 "), Some(Duration::ZERO));
-        assert_eq!(retry_after_seconds("86400"), Some(MAX_RETRY_AFTER));
-        assert_eq!(retry_after_seconds("Wed, 21 Oct 2026 07:28:00 GMT"), None);
-        assert_eq!(retry_after_seconds("-1"), None);
+    fn a_retry_after_is_read_in_seconds_or_as_a_date_and_cut_to_five_minutes() {
+        assert_eq!(retry_after("7"), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after(" 0 "), Some(Duration::ZERO));
+        assert_eq!(retry_after("86400"), Some(MAX_RETRY_AFTER));
+        let soon = httpdate::fmt_http_date(SystemTime::now() + Duration::from_secs(120));
+        let wait = retry_after(&soon).expect("a date");
+        assert!(
+            (Duration::from_secs(100)..=Duration::from_secs(120)).contains(&wait),
+            "{soon}: {wait:?}"
+        );
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2015 07:28:00 GMT"),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            retry_after("Wed, 21 Oct 2099 07:28:00 GMT"),
+            Some(MAX_RETRY_AFTER)
+        );
+        assert_eq!(retry_after("soon"), None);
+        assert_eq!(retry_after("-1"), None);
     }
 }
