@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{DEMO, HttpDemo, call, http_client, is_error, text, within};
+use common::{DEMO, HttpDemo, call, http_client, imported, is_error, text, within};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::registry::ToolRegistry;
@@ -278,12 +278,7 @@ async fn http_upstream_killed_and_restarted_mid_test_is_reconnected() {
             initial: Duration::from_millis(50),
             max: Duration::from_millis(300),
         });
-    let upstream = within(30, "import", Upstream::connect(config))
-        .await
-        .expect("imported");
-    let mut tools = ToolRegistry::new();
-    upstream.register(&mut tools).expect("registered");
-    let pipeline = Pipeline::builder().registry(tools).build().expect("built");
+    let (_upstream, pipeline) = imported(config).await;
     let first = invoke(&pipeline, "pid", json!({})).await.expect("called");
 
     demo.kill().await;

@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{HttpDemo, within};
+use common::{HttpDemo, imported, within};
 use serde_json::{Value, json};
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::secret::Secret;
@@ -27,16 +27,6 @@ fn credentials(users: &[&str]) -> StaticCallerCredentials {
             .iter()
             .map(|user| (*user, Secret::new(format!("token-of-{user}")))),
     )
-}
-
-async fn pipeline(config: UpstreamConfig) -> (Upstream, Pipeline) {
-    let upstream = within(30, "import", Upstream::connect(config))
-        .await
-        .expect("imported");
-    let mut tools = ToolRegistry::new();
-    upstream.register(&mut tools).expect("registered");
-    let pipeline = Pipeline::builder().registry(tools).build().expect("built");
-    (upstream, pipeline)
 }
 
 async fn invoke_as(pipeline: &Pipeline, user: &str, tool: &str) -> Result<Value, ToolError> {
@@ -61,7 +51,7 @@ async fn each_caller_reaches_the_upstream_with_its_own_credential_on_its_own_con
     let config = UpstreamConfig::http("remote", demo.url.clone())
         .discover(false)
         .credentials_per_caller(credentials(&["ann", "bob"]));
-    let (upstream, pipeline) = pipeline(config).await;
+    let (upstream, pipeline) = imported(config).await;
 
     // The demo answers `whoami` with the bearer token it was sent: ann's credential,
     // which comes back scrubbed like every credential toolgate holds.
@@ -137,7 +127,7 @@ async fn a_flood_of_callers_holds_at_most_max_sessions_connections() {
     let mut per_caller = PerCaller::new(Arc::new(credentials(&names)));
     per_caller.max_sessions = 3;
     let config = UpstreamConfig::http("remote", demo.url.clone()).per_caller(per_caller);
-    let (upstream, pipeline) = pipeline(config).await;
+    let (upstream, pipeline) = imported(config).await;
     for user in &names {
         let said = invoke_as(&pipeline, user, "whoami")
             .await

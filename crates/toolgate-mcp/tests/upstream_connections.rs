@@ -12,15 +12,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{HttpDemo, RawHttp, within};
+use common::{HttpDemo, RawHttp, imported, within};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
-use toolgate_core::registry::ToolRegistry;
 use toolgate_core::{InvokeOptions, Pipeline};
-use toolgate_mcp::{McpServer, Upstream, UpstreamConfig};
+use toolgate_mcp::{McpServer, UpstreamConfig};
 
 /// The bytes a relay keeps of one direction, all its connections together.
 type Kept = Arc<Mutex<Vec<u8>>>;
@@ -155,12 +154,7 @@ async fn pipeline_through_with(relay: &CountingRelay, discover: bool) -> Pipelin
     let config = UpstreamConfig::http("demo", relay.url())
         .call_timeout(Duration::from_secs(20))
         .discover(discover);
-    let upstream = within(30, "import", Upstream::connect(config))
-        .await
-        .expect("imported");
-    let mut tools = ToolRegistry::new();
-    upstream.register(&mut tools).expect("registered");
-    Pipeline::builder().registry(tools).build().expect("built")
+    imported(config).await.1
 }
 
 /// Calls `echo` `calls` times, one after another; every call must be answered.
@@ -391,12 +385,7 @@ async fn proxied_calls_child() {
     };
     for url in urls.split(' ') {
         let config = UpstreamConfig::http("demo", url).call_timeout(Duration::from_secs(20));
-        let upstream = within(30, "import", Upstream::connect(config))
-            .await
-            .expect("imported");
-        let mut tools = ToolRegistry::new();
-        upstream.register(&mut tools).expect("registered");
-        let pipeline = Pipeline::builder().registry(tools).build().expect("built");
+        let (_upstream, pipeline) = imported(config).await;
         echo_in_sequence(&pipeline, 3).await;
     }
 }

@@ -23,13 +23,12 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use common::within;
+use common::{imported, within};
 use http::{HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
-use toolgate_core::registry::ToolRegistry;
 use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolError};
-use toolgate_mcp::{McpServer, Upstream, UpstreamConfig};
+use toolgate_mcp::{McpServer, UpstreamConfig};
 
 /// What the upstream's layer echoes in every failure it answers with: it must not reach
 /// the caller.
@@ -117,12 +116,7 @@ impl RefusingUpstream {
         let config = UpstreamConfig::http("up", format!("http://{}/mcp", self.addr))
             .call_timeout(Duration::from_secs(20))
             .discover(false);
-        let upstream = within(30, "import", Upstream::connect(config))
-            .await
-            .expect("imported");
-        let mut tools = ToolRegistry::new();
-        upstream.register(&mut tools).expect("registered");
-        let pipeline = Pipeline::builder().registry(tools).build().expect("built");
+        let (_upstream, pipeline) = imported(config).await;
         answered(&pipeline).await;
         pipeline
     }

@@ -95,6 +95,17 @@ pub fn wait_tool(started: &Arc<Notify>, ended: &Arc<Notify>) -> impl IntoTool + 
     )
 }
 
+/// `config`'s upstream, connected, and its tools imported into a pipeline without hooks.
+pub async fn imported(config: toolgate_mcp::UpstreamConfig) -> (toolgate_mcp::Upstream, Pipeline) {
+    let upstream = within(30, "import", toolgate_mcp::Upstream::connect(config))
+        .await
+        .expect("imported");
+    let mut tools = toolgate_core::registry::ToolRegistry::new();
+    upstream.register(&mut tools).expect("registered");
+    let pipeline = Pipeline::builder().registry(tools).build().expect("built");
+    (upstream, pipeline)
+}
+
 /// The demo server binary built with this crate.
 pub const DEMO: &str = env!("CARGO_BIN_EXE_toolgate-mcp-demo");
 
