@@ -36,7 +36,7 @@ pub(crate) fn is_connection_failure(e: &ServiceError) -> bool {
 /// toolgate cannot read as the request's answer. The upstream answered, so its
 /// connection is sound and stays for the other callers on it: the failure is that
 /// request's alone.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug)]
 pub(crate) enum Refusal {
     /// A failure status, with the upstream's `Retry-After` when it gave one.
     Status {
@@ -52,7 +52,7 @@ pub(crate) enum Refusal {
 
 /// The longest `Retry-After` an upstream's answer is taken at: a longer one is cut to
 /// this, so that a wrong or hostile upstream cannot keep callers away for hours.
-pub(crate) const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(300);
 
 /// What `e`, a request's failure, says of the upstream's answer: `Some` when the upstream
 /// answered the request itself (over streamable HTTP), `None` when no answer came (the
