@@ -226,6 +226,16 @@ async fn refused(pipeline: &Pipeline, tool: &str, marker: &str) -> ToolError {
     e
 }
 
+/// `e` is the error of a call whose stream rmcp saw end before the answer.
+fn stream_ended(e: &ToolError) {
+    assert_eq!((e.status(), e.code()), (503, "upstream_unavailable"), "{e}");
+    assert!(
+        e.caller_message()
+            .contains("ended the request's stream before its answer"),
+        "{e}"
+    );
+}
+
 #[tokio::test]
 async fn a_call_the_upstream_refuses_fails_alone_and_the_session_and_calls_in_flight_go_on() {
     let upstream = RefusingUpstream::start().await;
@@ -353,9 +363,9 @@ async fn an_answer_that_is_not_json_rpc_fails_the_call_alone() {
             let e = refused(&pipeline, tool, marker).await;
             if (tool, marker) == ("echo_region", "garble-sse") {
                 // rmcp reports a call's stream that breaks off as if the connection had
-                // closed, without the reason: the call fails as one whose connection
-                // broke mid-flight, and the connection, which did not, stays.
-                assert_eq!((e.status(), e.code()), (503, "upstream_unavailable"), "{e}");
+                // closed, without the reason: the call fails as one whose stream ended
+                // before its answer, and the connection, which did not close, stays.
+                stream_ended(&e);
                 continue;
             }
             assert_eq!(
@@ -383,7 +393,7 @@ async fn an_answer_longer_than_toolgate_reads_fails_the_call_alone() {
         let e = refused(&pipeline, tool, "huge-sse").await;
         if tool == "echo_region" {
             // As above: rmcp gives no reason, and the connection stays.
-            assert_eq!((e.status(), e.code()), (503, "upstream_unavailable"), "{e}");
+            stream_ended(&e);
             continue;
         }
         assert_eq!((e.status(), e.code()), (502, "tool_error"), "{tool}: {e}");

@@ -1284,11 +1284,20 @@ impl Link {
         // upstream that wrote it wrong, or cut it) as if the connection had closed: the
         // connection is dropped only if it did. One that closes later is found closed by
         // the next call ([`Self::connected`]).
-        let lost_its_stream = matches!(e, ServiceError::TransportClosed)
-            && self.still_open(channel, generation).await;
-        if !lost_its_stream {
-            self.forget(channel, generation).await;
+        if matches!(e, ServiceError::TransportClosed) && self.still_open(channel, generation).await
+        {
+            tracing::warn!(server = %self.config.name, "the MCP server ended a request's stream before its answer");
+            return ToolError::RetryAfter {
+                delay: self.config.backoff.delay(1),
+                reason: format!(
+                    "MCP server `{}` ended the request's stream before its answer",
+                    self.config.name
+                ),
+                code: Cow::Borrowed("upstream_unavailable"),
+                status: 503,
+            };
         }
+        self.forget(channel, generation).await;
         self.broken(channel, generation, e)
     }
 
