@@ -406,12 +406,11 @@ impl Link {
     }
 
     fn unavailable(&self, wait: std::time::Duration) -> ToolError {
-        ToolError::RetryAfter {
-            delay: wait,
-            reason: format!("MCP server `{}` is unavailable", self.config.name),
-            code: Cow::Borrowed("upstream_unavailable"),
-            status: 503,
-        }
+        busy(
+            "upstream_unavailable",
+            wait,
+            format!("MCP server `{}` is unavailable", self.config.name),
+        )
     }
 
     /// A new connection on `channel`, which will be its `generation`, with its calls
@@ -1287,15 +1286,14 @@ impl Link {
         if matches!(e, ServiceError::TransportClosed) && self.still_open(channel, generation).await
         {
             tracing::warn!(server = %self.config.name, "the MCP server ended a request's stream before its answer");
-            return ToolError::RetryAfter {
-                delay: self.config.backoff.delay(1),
-                reason: format!(
+            return busy(
+                "upstream_unavailable",
+                self.config.backoff.delay(1),
+                format!(
                     "MCP server `{}` ended the request's stream before its answer",
                     self.config.name
                 ),
-                code: Cow::Borrowed("upstream_unavailable"),
-                status: 503,
-            };
+            );
         }
         self.forget(channel, generation).await;
         self.broken(channel, generation, e)
@@ -1326,25 +1324,21 @@ impl Link {
             Refusal::Status {
                 status: 429,
                 retry_after,
-            } => ToolError::RetryAfter {
-                delay: wait(retry_after),
-                reason: format!(
+            } => busy(
+                "upstream_rate_limited",
+                wait(retry_after),
+                format!(
                     "MCP server `{name}` is limiting toolgate's requests (HTTP 429); try again later"
                 ),
-                code: Cow::Borrowed("upstream_rate_limited"),
-                status: 503,
-            },
+            ),
             Refusal::Status {
                 status: status @ 502..=504,
                 retry_after,
-            } => ToolError::RetryAfter {
-                delay: wait(retry_after),
-                reason: format!(
-                    "MCP server `{name}` is unavailable (HTTP {status}); try again later"
-                ),
-                code: Cow::Borrowed("upstream_unavailable"),
-                status: 503,
-            },
+            } => busy(
+                "upstream_unavailable",
+                wait(retry_after),
+                format!("MCP server `{name}` is unavailable (HTTP {status}); try again later"),
+            ),
             Refusal::Status {
                 status: status @ (401 | 403),
                 ..
@@ -1389,20 +1383,30 @@ impl Link {
             ));
         }
         if is_connection_failure(&e) {
-            return ToolError::RetryAfter {
-                delay: self.config.backoff.delay(1),
-                reason: format!(
+            return busy(
+                "upstream_unavailable",
+                self.config.backoff.delay(1),
+                format!(
                     "the connection to MCP server `{}` failed; it is being re-established",
                     self.config.name
                 ),
-                code: Cow::Borrowed("upstream_unavailable"),
-                status: 503,
-            };
+            );
         }
         ToolError::transient(format!(
             "MCP server `{}` could not answer: {reason}",
             self.config.name
         ))
+    }
+}
+
+/// 503 with `code`: the upstream cannot take the request now; the caller may try again
+/// after `delay`.
+fn busy(code: &'static str, delay: Duration, reason: String) -> ToolError {
+    ToolError::RetryAfter {
+        delay,
+        reason,
+        code: Cow::Borrowed(code),
+        status: 503,
     }
 }
 
