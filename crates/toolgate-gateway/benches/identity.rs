@@ -1,20 +1,26 @@
 //! What telling the caller apart costs per request, in one run: an API key (SHA-256 and
 //! constant-time comparisons) against an OAuth access token checked with a cached key
 //! (RS256 and ES256: header, signature, `iss`/`aud`/`exp`/`nbf`, claims to a user). No
-//! network: the issuer's keys are in the cache, as they are after the first request.
+//! network: the issuer's keys are in the cache, as they are after the first request. And
+//! what the limit on wrong credentials per client address adds to each of them.
 //!
 //!     cargo bench -p toolgate-gateway --bench identity
 //!
 //! Results and the machine's load go into docs/performance.md.
 
 use std::hint::black_box;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use axum::extract::ConnectInfo;
+use axum::http::HeaderMap;
 use criterion::{Criterion, criterion_group, criterion_main};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, encode};
 use serde_json::json;
 use toolgate_gateway::auth::{ApiKeys, hash_key};
 use toolgate_gateway::config::parse;
+use toolgate_gateway::identity::failures::{CredentialLimit, FailedCredentials};
 use toolgate_gateway::identity::{
     Identity, Outcome, Route, SigningKey, SigningKeys, TokenVerifier,
 };
@@ -48,7 +54,7 @@ fn authenticate(c: &mut Criterion) {
         })
         .collect();
     let config = parse(&format!(
-        "users:\n{users}identity:\n  oauth:\n    issuer: {ISSUER}\n    resource: {RESOURCE}\n    algorithms: [RS256, ES256]\n    tenant_claim: tenant\n    scope_roles: {{ \"tools:call\": [caller] }}\n"
+        "users:\n{users}identity:\n  oauth:\n    issuer: {ISSUER}\n    resource: {RESOURCE}\n    algorithms: [RS256, ES256]\n    tenant_claim: tenant\n    scope_roles: {{ \"tools:call\": [caller] }}\n  failed_credentials: {{ max: 30, per: 1d }}\n"
     ))
     .expect("the bench config");
     let keys = ApiKeys::new(&config.users);
@@ -123,6 +129,36 @@ fn authenticate(c: &mut Criterion) {
         );
         group.bench_function(name, |b| {
             b.iter(|| verifier.check(black_box(token), &cached))
+        });
+    }
+    // What the limit on wrong credentials adds to every request that carries one: the
+    // client's address (the connection's peer, or, the peer being a trusted proxy, the
+    // address `X-Forwarded-For` names) and a look-up in the table of failing addresses —
+    // empty, and holding 10,000 addresses, as under a spread-out attack (`per: 1d` keeps
+    // them owing for the whole run; swept once whole again, they would leave the table).
+    let peer = ConnectInfo(SocketAddr::from(([127, 0, 0, 1], 40_000)));
+    let direct = HeaderMap::new();
+    let mut forwarded = HeaderMap::new();
+    forwarded.insert("x-forwarded-for", "203.0.113.9".parse().unwrap());
+    let quiet = CredentialLimit::new(Arc::default(), &config);
+    let attacked = CredentialLimit::new(Arc::new(FailedCredentials::new()), &config);
+    for i in 0..10_000u32 {
+        let mut from = HeaderMap::new();
+        let address = Ipv4Addr::from(0x0a00_0000 + i).to_string();
+        from.insert("x-forwarded-for", address.parse().unwrap());
+        attacked.failed(Some(&peer), &from);
+    }
+    for (name, limit, headers) in [
+        ("failed_credentials_none_tracked", &quiet, &direct),
+        (
+            "failed_credentials_10k_tracked_forwarded",
+            &attacked,
+            &forwarded,
+        ),
+    ] {
+        assert!(limit.refusal(Some(&peer), headers).is_none());
+        group.bench_function(name, |b| {
+            b.iter(|| limit.refusal(Some(black_box(&peer)), black_box(headers)))
         });
     }
     group.finish();

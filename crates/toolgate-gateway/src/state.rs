@@ -23,6 +23,7 @@ use crate::config::{Config, OnBackendErrorName, RedisTlsFiles, StateConfig, Stat
 use crate::console::counters::ToolCounters;
 use crate::console::history::DecisionHistory;
 use crate::console::sessions::ConsoleSessions;
+use crate::identity::failures::FailedCredentials;
 use crate::webhooks::Notifications;
 
 /// The state backend or the statistics file could not be opened.
@@ -235,6 +236,9 @@ pub struct SharedState {
     pub notifications: Notifications,
     /// The sessions of the operator console.
     pub console_sessions: Arc<ConsoleSessions>,
+    /// The wrong credentials of each client address (`identity.failed_credentials`): kept
+    /// across reloads, so that a reload does not give a guesser a fresh allowance.
+    pub failed_credentials: Arc<FailedCredentials>,
     /// The per-tool counters of `GET /v1/admin/stats`.
     pub counters: Arc<ToolCounters>,
     /// The last decisions on waiting calls, for `GET /v1/admin/decisions`.
@@ -316,6 +320,7 @@ impl SharedState {
             stats: open_stats(config)?,
             notifications: Notifications::new(),
             console_sessions: Arc::default(),
+            failed_credentials: Arc::default(),
             counters: Arc::default(),
             history: Arc::default(),
             relayed_tasks: toolgate_mcp::RelayedTasks::default(),

@@ -21,6 +21,36 @@ pub struct IdentityConfig {
     /// `oauth` is set).
     #[serde(default)]
     pub routes: RouteCredentials,
+    /// How many wrong credentials one client address may present before its requests are
+    /// refused unchecked for a while.
+    #[serde(default)]
+    pub failed_credentials: FailedCredentialsConfig,
+}
+
+/// `identity.failed_credentials:` — a limit on wrong credentials per client address
+/// (see [`crate::identity::failures`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FailedCredentialsConfig {
+    /// The wrong credentials (API keys, tokens, console sign-ins) one address may present
+    /// in a burst (default 30); `0` turns the limit off.
+    pub max: u32,
+    /// How long a whole burst takes to come back: one wrong credential every
+    /// `per / max` (default `1m`).
+    #[serde(with = "values::duration")]
+    pub per: Duration,
+    /// The most client addresses tracked at once (default 100,000).
+    pub max_addresses: usize,
+}
+
+impl Default for FailedCredentialsConfig {
+    fn default() -> Self {
+        FailedCredentialsConfig {
+            max: 30,
+            per: Duration::from_secs(60),
+            max_addresses: 100_000,
+        }
+    }
 }
 
 /// The credentials each route accepts.

@@ -412,6 +412,19 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
+    let failed = &config.identity.failed_credentials;
+    if failed.max > 0 && (failed.per / failed.max).is_zero() {
+        return Err(ConfigError::invalid(
+            "identity.failed_credentials.per",
+            "the time a burst of wrong credentials takes to come back must be longer than zero, e.g. `1m` (to turn the limit off, set `max: 0`)",
+        ));
+    }
+    if failed.max > 0 && failed.max_addresses == 0 {
+        return Err(ConfigError::invalid(
+            "identity.failed_credentials.max_addresses",
+            "must be at least 1, e.g. `100000` (to turn the limit off, set `max: 0`)",
+        ));
+    }
     if config.server.batch_concurrency == 0 || config.server.max_batch == 0 {
         return Err(ConfigError::invalid(
             "server",

@@ -21,8 +21,8 @@ use serde::Deserialize;
 
 pub use env::expand_env;
 pub use identity::{
-    AsCallerConfig, CredentialKind, IdentityConfig, JwtAlgorithm, OAuthConfig, RequiredScopes,
-    RouteCredentials, TokenExchangeConfig,
+    AsCallerConfig, CredentialKind, FailedCredentialsConfig, IdentityConfig, JwtAlgorithm,
+    OAuthConfig, RequiredScopes, RouteCredentials, TokenExchangeConfig,
 };
 pub use load::{ConfigError, load_file, parse};
 pub(crate) use load::{Located, in_plain_words as yaml_in_plain_words, strip_location};
@@ -38,7 +38,7 @@ pub use telemetry::{LogsConfig, OtlpConfig, OtlpProtocol, TelemetryConfig};
 pub use upstream::UpstreamEntry;
 pub use values::{
     ByteSize, ClusterNodeList, EnvPath, EnvString, KeyHash, RateSpec, RedisTlsFiles, StateConfig,
-    StateUrl,
+    StateUrl, TrustedProxy,
 };
 
 /// The whole configuration file.
@@ -152,6 +152,10 @@ pub struct ServerConfig {
     /// How many MCP sessions of `/mcp` each user, and all users together, may hold, and
     /// how long an unused one is kept.
     pub mcp_sessions: McpSessionLimits,
+    /// The proxies (addresses or networks) whose `X-Forwarded-For` names the client of a
+    /// request they pass on (default: this host's loopback addresses). A client's address
+    /// is what `identity.failed_credentials` counts by.
+    pub trusted_proxies: Vec<TrustedProxy>,
 }
 
 /// `server.mcp_sessions:` — the bounds of the MCP sessions of `/mcp`.
@@ -203,6 +207,7 @@ impl Default for ServerConfig {
             mcp_allowed_origins: Vec::new(),
             mcp_state_key: None,
             mcp_sessions: McpSessionLimits::default(),
+            trusted_proxies: TrustedProxy::loopback(),
         }
     }
 }

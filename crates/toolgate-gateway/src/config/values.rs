@@ -230,6 +230,49 @@ impl<'de> Deserialize<'de> for RateSpec {
     }
 }
 
+/// One entry of `server.trusted_proxies`: an address (`10.0.0.7`, `::1`) or a network
+/// (`10.0.0.0/8`, `fd00::/8`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TrustedProxy(ipnet::IpNet);
+
+impl TrustedProxy {
+    /// This host's loopback addresses, `127.0.0.0/8` and `::1`: the default, for a proxy
+    /// on the same host.
+    pub fn loopback() -> Vec<TrustedProxy> {
+        ["127.0.0.0/8", "::1/128"]
+            .iter()
+            .filter_map(|net| net.parse().ok().map(TrustedProxy))
+            .collect()
+    }
+
+    /// Whether `address` is this proxy, or in its network.
+    pub fn contains(&self, address: std::net::IpAddr) -> bool {
+        self.0.contains(&address)
+    }
+}
+
+impl std::str::FromStr for TrustedProxy {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        text.parse::<ipnet::IpNet>()
+            .or_else(|_| text.parse::<std::net::IpAddr>().map(ipnet::IpNet::from))
+            .map(TrustedProxy)
+            .map_err(|_| {
+                format!(
+                    "`{text}` is not an IP address or network: write an address, `10.0.0.7`, or a network, `10.0.0.0/8` or `fd00::/8`"
+                )
+            })
+    }
+}
+
+impl<'de> Deserialize<'de> for TrustedProxy {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        parse_str(deserializer, str::parse)
+    }
+}
+
 /// `state:` — `memory`, a Redis URL (`redis://…`, `rediss://…`), or a Redis Cluster's
 /// (`redis+cluster://host1:port1,host2:port2`, `rediss+cluster://…`), after `${VAR}`
 /// expansion.

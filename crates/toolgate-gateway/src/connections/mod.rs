@@ -25,12 +25,14 @@ mod watchdog;
 
 use std::convert::Infallible;
 use std::io;
+use std::net::SocketAddr;
 use std::sync::{Arc, LazyLock};
 use std::task::Poll;
 use std::time::Duration;
 
 use axum::Router;
 use axum::body::Body;
+use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper_util::rt::TokioIo;
 use tokio::net::{TcpListener, TcpStream};
@@ -112,8 +114,8 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
             _ = phase.wait_for(|phase| *phase == Phase::Closing) => break,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(accepted) => accepted,
             Err(e) if is_connection_error(&e) => continue,
             Err(e) => {
                 tracing::error!(error = %e, "accepting a connection failed; retrying in 1 s");
@@ -139,7 +141,7 @@ pub async fn serve(
         let router = router.clone();
         let phase = phase.clone();
         tokio::spawn(async move {
-            serve_connection(stream, router, limits, phase).await;
+            serve_connection(stream, peer, router, limits, phase).await;
             drop(permit);
         });
     }
@@ -168,6 +170,7 @@ fn refuse(stream: &TcpStream) {
 /// closes and the request it is answering is done.
 async fn serve_connection(
     stream: TcpStream,
+    peer: SocketAddr,
     router: Router,
     limits: ConnectionLimits,
     mut phase: watch::Receiver<Phase>,
@@ -180,6 +183,7 @@ async fn serve_connection(
     let io = TokioIo::new(WatchedIo::new(stream, activity.clone()));
     let service = ConnectionService {
         router,
+        peer: ConnectInfo(peer),
         activity: activity.clone(),
         body_timeout: limits.body_timeout,
         close_after_answer: opened_draining,
@@ -227,6 +231,9 @@ async fn serve_connection(
 #[derive(Clone)]
 struct ConnectionService {
     router: Router,
+    /// The client's address (or its proxy's), in every request's extensions as axum's
+    /// routers served with connection information have it.
+    peer: ConnectInfo<SocketAddr>,
     activity: Arc<Activity>,
     body_timeout: Duration,
     /// Whether every answer says `Connection: close`.
@@ -241,7 +248,8 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnectionService {
     fn call(&self, request: http::Request<Incoming>) -> Self::Future {
         let in_flight = InFlight::enter(&self.activity);
         let timeout = self.body_timeout;
-        let request = request.map(|body| Body::new(TimedBody::new(body, timeout)));
+        let mut request = request.map(|body| Body::new(TimedBody::new(body, timeout)));
+        request.extensions_mut().insert(self.peer);
         // A router is always ready (`poll_ready` answers `Ready` without looking).
         let future = self.router.clone().call(request);
         Answering {

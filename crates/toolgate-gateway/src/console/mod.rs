@@ -22,13 +22,14 @@ pub mod history;
 pub mod oauth;
 pub mod sessions;
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{Query, State};
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::extract::{ConnectInfo, Query, State};
+use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
@@ -143,10 +144,11 @@ struct SignIn {
 /// answer sets the cookie and gives the page the session's token.
 pub async fn sign_in(
     State(state): State<Arc<AppState>>,
+    peer: Extensions,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    secured(match open_session(&state, &headers, body) {
+    secured(match open_session(&state, peer.get(), &headers, body) {
         Ok(response) => response,
         Err(e) => e.into_response(),
     })
@@ -154,6 +156,7 @@ pub async fn sign_in(
 
 fn open_session(
     state: &AppState,
+    peer: Option<&ConnectInfo<SocketAddr>>,
     headers: &HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
@@ -183,12 +186,18 @@ fn open_session(
     };
     let body = body.map_err(|_| bad())?;
     let SignIn { key } = serde_json::from_slice(&body).map_err(|_| bad())?;
+    // Held to the same allowance of wrong credentials as `/v1` and `/mcp`.
+    let limit = &gateway.credential_limit;
+    if let Some(response) = limit.refusal(peer, headers) {
+        return Ok(response);
+    }
     let user = gateway
         .identity
         .accepts(Route::V1, CredentialKind::ApiKey)
         .then(|| gateway.keys.authenticate(key.trim()))
         .flatten()
         .ok_or_else(|| {
+            limit.failed(peer, headers);
             ApiError::new(
                 StatusCode::UNAUTHORIZED,
                 "unauthenticated",

@@ -26,6 +26,7 @@ use crate::console::sessions::ConsoleSessions;
 use crate::extensions::Extensions;
 use crate::identity::Identity;
 use crate::identity::KeyCache;
+use crate::identity::failures::CredentialLimit;
 use crate::identity::scopes::ToolScopes;
 use crate::state::SharedState;
 use crate::tools_state::AllTools;
@@ -107,6 +108,8 @@ pub struct Gateway {
     pub(crate) keys: ApiKeys,
     /// How callers are told apart on each route: API keys, OAuth tokens, or both.
     pub(crate) identity: Identity,
+    /// How many wrong credentials a client address may present.
+    pub(crate) credential_limit: CredentialLimit,
     /// Whether an upstream trades callers' tokens for its own (callers' tokens are then
     /// kept for their invocations).
     pub(crate) exchanges_tokens: bool,
@@ -286,6 +289,7 @@ impl Gateway {
 
         Ok(Gateway {
             keys: ApiKeys::new(&config.users),
+            credential_limit: CredentialLimit::new(shared.failed_credentials.clone(), &config),
             identity,
             exchanges_tokens: config.upstreams.iter().any(|u| {
                 u.as_caller

@@ -107,16 +107,31 @@ fn check(current: &ArcSwap<Gateway>, request: &Request) -> Checked {
             SessionCaller::Refused(response) => return Checked::Refused(response),
         }
     }
+    let credential = authorization(request);
+    // A client past its allowance of wrong credentials is refused before its credential
+    // is looked at (a request without one tries nothing, and is not held to it).
+    let limit = &gateway.credential_limit;
+    let (peer, headers) = (request.extensions().get(), request.headers());
+    if credential.is_some()
+        && let Some(response) = limit.refusal(peer, headers)
+    {
+        return Checked::Refused(response);
+    }
     match gateway
         .identity
-        .authenticate(route, authorization(request), &gateway.keys)
+        .authenticate(route, credential, &gateway.keys)
     {
         Outcome::Caller(user, kind) => Checked::Caller(Caller {
             token: caller_token(&gateway, kind, request),
             user,
             gateway: Guard::into_inner(gateway),
         }),
-        Outcome::Refused(refusal) => Checked::Refused(gateway.identity.refusal(route, &refusal)),
+        Outcome::Refused(refusal) => {
+            if refusal.is_wrong_credential() {
+                limit.failed(peer, headers);
+            }
+            Checked::Refused(gateway.identity.refusal(route, &refusal))
+        }
         Outcome::FetchKeys => Checked::FetchKeys(Guard::into_inner(gateway), route),
     }
 }
@@ -185,10 +200,17 @@ where
                             });
                             inner.call(request).await
                         }
-                        Err(refusal) => Ok(closing_if_body_unread(
-                            &request,
-                            gateway.identity.refusal(route, &refusal),
-                        )),
+                        Err(refusal) => {
+                            if refusal.is_wrong_credential() {
+                                gateway
+                                    .credential_limit
+                                    .failed(request.extensions().get(), request.headers());
+                            }
+                            Ok(closing_if_body_unread(
+                                &request,
+                                gateway.identity.refusal(route, &refusal),
+                            ))
+                        }
                     }
                 }))
             }

@@ -76,6 +76,12 @@ pub struct Caller {
 }
 
 /// The router of the whole API.
+///
+/// `toolgate serve` serves it with each request's peer address in its extensions, as
+/// axum's `ConnectInfo<SocketAddr>`. Serve it the same way (axum's
+/// `into_make_service_with_connect_info::<SocketAddr>()`) for
+/// `identity.failed_credentials` to count wrong credentials per client: without the
+/// peer's address no client can be told apart, and the limit does not apply.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.current.load().config.server.body_limit.0;
     let traced = state.current.load().config.telemetry.is_some();

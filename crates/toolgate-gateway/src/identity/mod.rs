@@ -10,7 +10,9 @@
 //!
 //! The caller's token stays here: it is never forwarded to an upstream, logged, or kept.
 
+pub mod address;
 pub mod exchange;
+pub mod failures;
 pub mod jwks;
 pub mod metadata;
 mod refusal;

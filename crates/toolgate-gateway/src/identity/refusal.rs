@@ -26,6 +26,13 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Whether the request presented a credential that is wrong (an unknown API key, a
+    /// token that failed a check), which `identity.failed_credentials` counts; not a
+    /// missing one, a good one short of a scope, or one that could not be checked.
+    pub fn is_wrong_credential(&self) -> bool {
+        matches!(self, Refusal::UnknownCredential | Refusal::InvalidToken(_))
+    }
+
     /// The answer on `route`; `oauth` when the route accepts tokens, `api_keys` whether it
     /// accepts keys.
     pub(super) fn response(
