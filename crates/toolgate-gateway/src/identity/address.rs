@@ -18,6 +18,10 @@ use crate::config::TrustedProxy;
 /// The header proxies name the client in.
 const FORWARDED_FOR: &str = "x-forwarded-for";
 
+/// The most entries of `X-Forwarded-For` read, from its right end: more proxies than any
+/// deployment chains, few enough that a long header costs nothing to walk.
+const MAX_HOPS: usize = 16;
+
 /// The address `headers`' request comes from, its connection's peer being `peer`; `None`
 /// when the peer is not known (a router served without connection information).
 pub fn client_address(
@@ -29,12 +33,15 @@ pub fn client_address(
     if !is_trusted(peer, trusted) {
         return Some(peer);
     }
-    // The header's lines in order, each a comma-separated list: read from the right end.
+    // The header's lines in order, each a comma-separated list: read from the right end,
+    // entry by entry (bytes a client put elsewhere in the line do not hide the address a
+    // proxy appended), and no further than any real chain of proxies reaches.
     let hops = headers
         .get_all(FORWARDED_FOR)
         .iter()
         .rev()
-        .flat_map(|line| line.to_str().unwrap_or("").rsplit(','));
+        .flat_map(|line| line.as_bytes().rsplit(|byte| *byte == b','))
+        .take(MAX_HOPS);
     let mut client = peer;
     for hop in hops {
         // A hop that is not an address was not written by a trusted proxy (each writes
@@ -52,8 +59,8 @@ pub fn client_address(
 
 /// One entry of `X-Forwarded-For`: an address, or an address with its port (`1.2.3.4:80`,
 /// `[2001:db8::1]:80`).
-fn parse_hop(hop: &str) -> Option<IpAddr> {
-    let hop = hop.trim();
+fn parse_hop(hop: &[u8]) -> Option<IpAddr> {
+    let hop = std::str::from_utf8(hop).ok()?.trim();
     hop.parse::<IpAddr>()
         .or_else(|_| hop.parse::<SocketAddr>().map(|address| address.ip()))
         .ok()
@@ -139,6 +146,26 @@ mod tests {
         let headers = request(&["203.0.113.9:5000"]);
         let found = client_address(Some(&peer("::ffff:10.0.0.1")), &headers, &trusted);
         assert_eq!(found, ip("203.0.113.9"));
+    }
+
+    #[test]
+    fn bytes_a_client_wrote_do_not_hide_the_address_the_proxy_appended() {
+        let trusted = proxies(&["10.0.0.0/8"]);
+        let mut headers = HeaderMap::new();
+        let line = axum::http::HeaderValue::from_bytes(b"\xff\xfe, 203.0.113.9").unwrap();
+        headers.insert(FORWARDED_FOR, line);
+        let found = client_address(Some(&peer("10.0.0.1")), &headers, &trusted);
+        assert_eq!(found, ip("203.0.113.9"));
+    }
+
+    #[test]
+    fn a_header_longer_than_any_chain_of_proxies_is_read_no_further_than_that() {
+        let trusted = proxies(&["10.0.0.0/8"]);
+        // A client inside the trusted network wrote a thousand trusted hops before its own.
+        let line = format!("198.51.100.1, {}", vec!["10.9.9.9"; 1000].join(", "));
+        let headers = request(&[&line]);
+        let found = client_address(Some(&peer("10.0.0.1")), &headers, &trusted);
+        assert_eq!(found, ip("10.9.9.9"));
     }
 
     #[test]
