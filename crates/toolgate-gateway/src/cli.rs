@@ -380,6 +380,32 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
     Ok(())
 }
 
+/// The limit on wrong credentials, and how a request's client is told: a line of
+/// `toolgate check`, so that an operator behind a load balancer sees whether the clients
+/// will be told apart or all share the balancer's allowance.
+fn failed_credentials_summary(config: &crate::config::Config) -> String {
+    let failed = &config.identity.failed_credentials;
+    if failed.max == 0 {
+        return "  wrong credentials: not limited (identity.failed_credentials.max is 0)\n"
+            .to_owned();
+    }
+    let proxies = &config.server.trusted_proxies;
+    let clients = if proxies.is_empty() {
+        "the client is the connection's peer (no server.trusted_proxies)".to_owned()
+    } else {
+        let list: Vec<String> = proxies.iter().map(ToString::to_string).collect();
+        format!(
+            "the client is the connection's peer, or, from {}, the address X-Forwarded-For names",
+            list.join(", ")
+        )
+    };
+    format!(
+        "  wrong credentials: {} per client address in a burst, then one every {}; {clients}\n",
+        failed.max,
+        humantime::format_duration(failed.per / failed.max)
+    )
+}
+
 /// Which credentials each route accepts, and what each upstream receives: the identity
 /// part of `toolgate check`.
 fn identity_summary(gateway: &Gateway) -> String {
@@ -432,6 +458,7 @@ fn identity_summary(gateway: &Gateway) -> String {
             metadata::metadata_url(oauth, Route::Mcp)
         ));
     }
+    out.push_str(&failed_credentials_summary(&gateway.config));
     for upstream in &gateway.config.upstreams {
         let shared = match &upstream.credential_env {
             Some(var) => format!("a static bearer credential from ${var}"),

@@ -65,7 +65,10 @@ fn check_prints_every_tool_with_its_stages_in_order() {
     // Then which credentials each route accepts, then the tools.
     let sections: Vec<&str> = stdout.split("\n\n").skip(1).collect();
     assert_eq!(
-        sections[0], "identity\n  /v1    API keys (2 users)\n  /mcp   API keys (2 users)",
+        sections[0],
+        "identity\n  /v1    API keys (2 users)\n  /mcp   API keys (2 users)\n  \
+         wrong credentials: 30 per client address in a burst, then one every 2s; the client is \
+         the connection's peer, or, from 127.0.0.0/8, ::1, the address X-Forwarded-For names",
         "{stdout}"
     );
     let tools: Vec<&str> = sections[1..]

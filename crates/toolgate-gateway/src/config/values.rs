@@ -251,6 +251,17 @@ impl TrustedProxy {
     }
 }
 
+impl fmt::Display for TrustedProxy {
+    /// The address of a single host, the network otherwise: `::1`, `10.0.0.0/8`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.prefix_len() == self.0.max_prefix_len() {
+            write!(f, "{}", self.0.addr())
+        } else {
+            write!(f, "{}", self.0)
+        }
+    }
+}
+
 impl std::str::FromStr for TrustedProxy {
     type Err = String;
 

@@ -47,14 +47,12 @@ async fn echo(
     Answer::read(request.send().await.expect("sending the request")).await
 }
 
-/// `toolgate check` of `yaml`: whether it passed, and what it wrote to stderr.
-fn check(yaml: &str) -> (std::process::ExitStatus, String) {
+/// `toolgate check` of `yaml`: whether it passed, and what it wrote to stdout and stderr.
+fn check(yaml: &str) -> (std::process::ExitStatus, String, String) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let path = dir.path().join("gateway.yaml");
     std::fs::write(&path, yaml).expect("writing the config");
-    let (status, _, stderr) =
-        crate::common::run(&["check", "--config", path.to_str().unwrap()], "");
-    (status, stderr)
+    crate::common::run(&["check", "--config", path.to_str().unwrap()], "")
 }
 
 fn assert_refused_unchecked(answer: &Answer, what: &str) {
@@ -213,6 +211,21 @@ async fn a_limit_of_zero_is_off_and_bad_settings_are_refused_with_the_field() {
     }
     let answer = echo(&gateway, &client, Some(&key("alice")), None).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
+    // `toolgate check` says so, and says how clients are told apart.
+    let (_, stdout, _) = check(&off);
+    assert!(
+        stdout.contains("wrong credentials: not limited"),
+        "{stdout}"
+    );
+    let (_, stdout, _) = check(&config(
+        "server:\n  trusted_proxies: [10.1.2.3, \"fd00::/8\"]\n",
+    ));
+    assert!(
+        stdout.contains(
+            "wrong credentials: 3 per client address in a burst, then one every 20m; the client is the connection's peer, or, from 10.1.2.3, fd00::/8, the address X-Forwarded-For names"
+        ),
+        "{stdout}"
+    );
 
     for (setting, field, words) in [
         (
@@ -226,14 +239,14 @@ async fn a_limit_of_zero_is_off_and_bad_settings_are_refused_with_the_field() {
             "at least 1",
         ),
     ] {
-        let (status, stderr) = check(&config("").replace("{ max: 3, per: 1h }", setting));
+        let (status, _, stderr) = check(&config("").replace("{ max: 3, per: 1h }", setting));
         assert!(!status.success(), "{setting} was accepted");
         assert!(
             stderr.contains(field) && stderr.contains(words),
             "{setting}: {stderr}"
         );
     }
-    let (status, stderr) = check(&config("server:\n  trusted_proxies: [\"10.0.0.0/33\"]\n"));
+    let (status, _, stderr) = check(&config("server:\n  trusted_proxies: [\"10.0.0.0/33\"]\n"));
     assert!(!status.success());
     assert!(
         stderr.contains("`10.0.0.0/33` is not an IP address or network"),
