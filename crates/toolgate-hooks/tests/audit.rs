@@ -9,7 +9,9 @@ use toolgate_core::hook::{FailureMode, HookRegistration};
 use toolgate_core::{
     Hook, HookResult, InvokeOptions, Pipeline, Stage, ToolInvokeContext, User, hook,
 };
-use toolgate_hooks::audit::{Audit, AuditRecord, ChannelSink, JsonLinesSink, Outcome};
+use toolgate_hooks::audit::{
+    Audit, AuditRecord, ChannelSink, ClientAddress, JsonLinesSink, Outcome,
+};
 use toolgate_hooks::fingerprint::KeyedFingerprint;
 
 /// Refuses users named `mallory`.
@@ -108,6 +110,32 @@ async fn a_successful_call_is_recorded_with_who_what_when_and_hashes_only() {
             .any(|t| t.stage == Stage::WillAuthorize && t.hook == "no_mallory")
     );
     assert!(r.stages.iter().any(|t| t.stage == Stage::WillAuthorize));
+}
+
+#[tokio::test]
+async fn the_client_address_the_host_binds_is_recorded_and_left_out_when_unknown() {
+    let (audit, sink) = common::memory_audit();
+    let p = pipeline(audit);
+    let client = ClientAddress("2001:db8::7".parse().unwrap());
+    let options = InvokeOptions::new()
+        .user(User::new("ann"))
+        .provide::<ClientAddress>(client);
+    p.invoke("lookup", json!({ "q": "x" }), options)
+        .await
+        .unwrap();
+    let record = common::only_record(&sink);
+    assert_eq!(record.client_address, Some(client.0));
+    let line = serde_json::to_value(&record).unwrap();
+    assert_eq!(line["client_address"], json!("2001:db8::7"));
+
+    let (audit, sink) = common::memory_audit();
+    let p = pipeline(audit);
+    let options = InvokeOptions::new().user(User::new("ann"));
+    p.invoke("lookup", json!({ "q": "x" }), options)
+        .await
+        .unwrap();
+    let line = serde_json::to_value(common::only_record(&sink)).unwrap();
+    assert!(line.get("client_address").is_none(), "{line}");
 }
 
 #[tokio::test]

@@ -14,6 +14,7 @@ use toolgate_core::tool::{ToolDefinition, ToolSource};
 use toolgate_core::{Pipeline, SpanValues, User};
 
 use crate::outcomes::{OUTCOME_TOOL, OutcomeTool};
+use toolgate_hooks::audit::ClientAddress;
 use toolgate_hooks::policy::{CedarPolicies, PolicyLoadError, PolicySource};
 use toolgate_hooks::{Audit, Authorize};
 use toolgate_mcp::{ListFilter, McpServer, PROMPT_PREFIX, RESOURCES_PREFIX, Upstream};
@@ -26,6 +27,7 @@ use crate::console::sessions::ConsoleSessions;
 use crate::extensions::Extensions;
 use crate::identity::Identity;
 use crate::identity::KeyCache;
+use crate::identity::address::client_address;
 use crate::identity::failures::CredentialLimit;
 use crate::identity::scopes::ToolScopes;
 use crate::state::SharedState;
@@ -322,6 +324,19 @@ impl Gateway {
             audit,
             upstreams,
         })
+    }
+
+    /// The address a request came from, for the audit records of its calls: the
+    /// connection's peer, or the client its trusted proxies name (`server.trusted_proxies`).
+    /// `None` when nothing is audited, or the peer is not known.
+    pub(crate) fn audited_client(
+        &self,
+        extensions: &axum::http::Extensions,
+        headers: &axum::http::HeaderMap,
+    ) -> Option<ClientAddress> {
+        self.audit.as_ref()?;
+        let trusted = &self.config.server.trusted_proxies;
+        client_address(extensions.get(), headers, trusted).map(ClientAddress)
     }
 
     /// The pipeline calls run through.

@@ -6,11 +6,12 @@ use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, Query, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{Extensions, HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_agent::format::{anthropic, gemini, openai};
 use toolgate_agent::{ExecuteOptions, ToolCall, ToolResult};
+use toolgate_hooks::audit::ClientAddress;
 use toolgate_mcp::CallerAccessToken;
 
 use super::body::json_body;
@@ -41,6 +42,7 @@ pub async fn tool_calls(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
     Query(query): Query<BatchQuery>,
+    extensions: Extensions,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
@@ -86,6 +88,9 @@ pub async fn tool_calls(
     // upstreams that exchange it.
     if let Some(token) = &caller.token {
         options = options.provide::<CallerAccessToken>(token.clone());
+    }
+    if let Some(client) = caller.gateway.audited_client(&extensions, &headers) {
+        options = options.provide::<ClientAddress>(client);
     }
     let mut results = caller
         .gateway

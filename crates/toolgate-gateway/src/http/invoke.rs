@@ -14,6 +14,7 @@ use toolgate_agent::ToolResult;
 use toolgate_agent::format::{anthropic, gemini, mcp, openai};
 use toolgate_core::InvokeOptions;
 use toolgate_core::context::RequestId;
+use toolgate_hooks::audit::ClientAddress;
 use toolgate_hooks::budget::LimitReport;
 use toolgate_http::{X_REQUEST_ID, invocation_response};
 use toolgate_mcp::CallerAccessToken;
@@ -75,6 +76,7 @@ pub async fn invoke(
     // The headers are taken out rather than copied; reading the body needs none of them.
     let (mut parts, body) = request.into_parts();
     let headers = std::mem::take(&mut parts.headers);
+    let client = caller.gateway.audited_client(&parts.extensions, &headers);
     let body = Bytes::from_request(Request::from_parts(parts, body), &()).await;
     let input: Value = match json_body(body) {
         Ok(input) => input,
@@ -93,6 +95,9 @@ pub async fn invoke(
     }
     if let Some(token) = &caller.token {
         options = options.provide::<CallerAccessToken>(token.clone());
+    }
+    if let Some(client) = client {
+        options = options.provide::<ClientAddress>(client);
     }
     let limits = LimitReport::default();
     options = options.provide::<LimitReport>(limits.clone());

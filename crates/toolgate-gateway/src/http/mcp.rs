@@ -115,6 +115,12 @@ pub async fn endpoint(
     if let Some(token) = &caller.token {
         request.extensions_mut().insert(token.clone());
     }
+    if let Some(client) = caller
+        .gateway
+        .audited_client(request.extensions(), request.headers())
+    {
+        request.extensions_mut().insert(client);
+    }
     request
         .extensions_mut()
         .insert(state.drain.mcp_shutdown().clone());

@@ -1,7 +1,7 @@
 //! Audit: one structured record per invocation, on every path.
 //!
 //! [`Audit`] builds an [`AuditRecord`] at `will_audit` — who (user, tenant, session,
-//! request id), which tool and version, when, the outcome with its code and HTTP status,
+//! request id, and the [client's address](ClientAddress) when the host binds it), which tool and version, when, the outcome with its code and HTTP status,
 //! the duration, the attempts, and the decision trace (which hook decided what at which
 //! stage, and how long each stage and, with
 //! [`record_hook_timings`](toolgate_core::PipelineBuilder::record_hook_timings), each hook
@@ -56,6 +56,6 @@ pub mod verify;
 
 pub use chain::{ChainOptions, CheckpointKey, CheckpointPublicKey, KeyError, line_hash};
 pub use hook::{Audit, AuditBuilder};
-pub use record::{ApprovalEntry, AuditRecord, DecisionEntry, Outcome, TimingEntry};
+pub use record::{ApprovalEntry, AuditRecord, ClientAddress, DecisionEntry, Outcome, TimingEntry};
 pub use rotation::Rotation;
 pub use sink::{AuditError, AuditSink, ChannelSink, JsonLinesSink, MemorySink, TracingSink};

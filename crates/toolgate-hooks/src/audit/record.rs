@@ -1,9 +1,11 @@
 //! [`AuditRecord`]: one structured record per invocation.
 
 use std::borrow::Cow;
+use std::net::IpAddr;
 use std::time::UNIX_EPOCH;
 
 use serde_json::{Map, Value};
+use toolgate_core::external::TypeMapKey;
 use toolgate_core::suspension::ResumeDecision;
 use toolgate_core::{Stage, ToolError, ToolInvokeContext};
 
@@ -107,6 +109,27 @@ pub struct TimingEntry {
     pub micros: u64,
 }
 
+/// The network address a call came from, as the host that received it knows it: bind it
+/// per call, and the [`Audit`](super::Audit) hook records it as the record's
+/// `client_address`. The `toolgate` gateway binds it on every route (the connection's
+/// peer, or the client its trusted proxies name).
+///
+/// ```
+/// use std::net::{IpAddr, Ipv4Addr};
+/// use toolgate_core::InvokeOptions;
+/// use toolgate_hooks::audit::ClientAddress;
+///
+/// let client = ClientAddress(IpAddr::V4(Ipv4Addr::new(203, 0, 113, 9)));
+/// let options = InvokeOptions::new().provide::<ClientAddress>(client);
+/// # let _ = options;
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientAddress(pub IpAddr);
+
+impl TypeMapKey for ClientAddress {
+    type Value = ClientAddress;
+}
+
 /// One structured record per invocation: who, which tool, when, outcome and code,
 /// duration, and the decision trace. Input and output appear as keyed fingerprints
 /// (`hmac-sha256:…` of their canonical JSON, see
@@ -124,6 +147,10 @@ pub struct AuditRecord {
     /// The caller's tenant, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenant: Option<String>,
+    /// The network address the call came from, when the host bound one
+    /// ([`ClientAddress`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub client_address: Option<IpAddr>,
     /// The tool.
     pub tool: String,
     /// The tool's version.
@@ -201,6 +228,7 @@ impl AuditRecord {
             session_id: ctx.session_id().map(str::to_owned),
             user_id: user.id.clone(),
             tenant: user.tenant.clone(),
+            client_address: ctx.try_get::<ClientAddress>().map(|client| client.0),
             tool: ctx.tool_name().to_owned(),
             tool_version: ctx.tool().version.clone(),
             started_at_ms: ctx

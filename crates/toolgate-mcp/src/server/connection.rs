@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::tool::{ToolDefinition, ToolSource};
 use toolgate_core::{InvokeOptions, ToolError, User};
+use toolgate_hooks::audit::ClientAddress;
 use tracing::Instrument;
 
 use super::ServerInner;
@@ -267,6 +268,9 @@ impl Connection {
             .provide::<CallerKey>(caller);
         if let Some(token) = parts.and_then(|p| p.extensions.get::<CallerAccessToken>()) {
             options = options.provide::<CallerAccessToken>(token.clone());
+        }
+        if let Some(client) = parts.and_then(|p| p.extensions.get::<ClientAddress>()) {
+            options = options.provide::<ClientAddress>(*client);
         }
         let server = self.server();
         if let Some(timeout) = server.call_timeout {
