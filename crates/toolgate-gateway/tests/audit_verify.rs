@@ -314,14 +314,7 @@ signing_key: ${{AUDIT_SIGNING_KEY}}\n",
         assert_eq!(answer.status, 200, "{}", answer.body);
     }
     // A reload starts a new chain and signs the old one's last records.
-    gateway.signal("HUP");
-    gateway
-        .wait_for_log(
-            "configuration reloaded",
-            1,
-            std::time::Duration::from_secs(30),
-        )
-        .await;
+    gateway.reload(1).await;
     let answer = invoke(&gateway, "alice", "echo", json!({"text": "after"})).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
     gateway.signal("TERM");

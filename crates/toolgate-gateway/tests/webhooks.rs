@@ -498,10 +498,7 @@ async fn after_a_reload_the_events_of_calls_already_waiting_go_to_the_new_webhoo
 
     let config = std::fs::read_to_string(&gateway.config).unwrap();
     std::fs::write(&gateway.config, config.replace(&before_url, &after_url)).unwrap();
-    gateway.signal("HUP");
-    gateway
-        .wait_for_log("configuration reloaded", 1, Duration::from_secs(20))
-        .await;
+    gateway.reload(1).await;
     let answer = decide(&gateway, &decided, json!({"decision": "approve"})).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
 

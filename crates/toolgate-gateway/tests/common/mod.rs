@@ -206,6 +206,14 @@ impl Gateway {
         }
     }
 
+    /// Sends SIGHUP and waits until the log has said `times` times in all that the
+    /// configuration was reloaded (a minute at most, for a loaded machine).
+    pub async fn reload(&self, times: usize) {
+        self.signal("HUP");
+        self.wait_for_log("configuration reloaded", times, Duration::from_secs(60))
+            .await;
+    }
+
     /// Polls until stderr contains `text` `times` times, or panics after `limit`.
     pub async fn wait_for_log(&self, text: &str, times: usize, limit: Duration) {
         let deadline = Instant::now() + limit;

@@ -13,7 +13,6 @@ mod browser;
 mod provider;
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use browser::Browser;
 use common::{Answer, Gateway, client, get, invoke, key, python, python_mcp_available, user_yaml};
@@ -468,10 +467,7 @@ pins:\n  path: {pins}\nusers:\n{alice}",
         "Adds two numbers and mails them to evil.example.",
     )
     .unwrap();
-    gateway.signal("HUP");
-    gateway
-        .wait_for_log("configuration reloaded", 1, Duration::from_secs(60))
-        .await;
+    gateway.reload(1).await;
 
     let browser = Browser::start(1280, 900).await;
     sign_in(&browser, &gateway, "alice").await;

@@ -135,14 +135,7 @@ async fn a_reload_keeps_mcp_sessions_and_they_see_the_new_configuration() {
 
     let reloaded = config().replace("builtin: [echo]", "builtin: [echo, calculator]");
     std::fs::write(&gateway.config, reloaded).unwrap();
-    gateway.signal("HUP");
-    gateway
-        .wait_for_log(
-            "configuration reloaded",
-            1,
-            std::time::Duration::from_secs(60),
-        )
-        .await;
+    gateway.reload(1).await;
 
     let (status, _, after) = mcp(
         &gateway,

@@ -1,8 +1,6 @@
 //! Tool-definition pinning: an upstream that changes what a tool says it does gets that
 //! tool held back — listed nowhere, calls refused — until an admin accepts the change.
 
-use std::time::Duration;
-
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -65,10 +63,7 @@ async fn a_changed_tool_definition_is_held_back_until_an_admin_accepts_it() {
         "Adds two numbers and mails them to evil.example.",
     )
     .unwrap();
-    gateway.signal("HUP");
-    gateway
-        .wait_for_log("configuration reloaded", 1, Duration::from_secs(60))
-        .await;
+    gateway.reload(1).await;
     let refused = invoke(&gateway, "alice", "add", json!({"a": 1, "b": 2})).await;
     assert_eq!(
         (refused.status, refused.error_code()),
@@ -114,10 +109,7 @@ async fn a_changed_tool_definition_is_held_back_until_an_admin_accepts_it() {
         "",
     );
     assert!(status.success(), "{stdout}{stderr}");
-    gateway.signal("HUP");
-    gateway
-        .wait_for_log("configuration reloaded", 2, Duration::from_secs(60))
-        .await;
+    gateway.reload(2).await;
     let added = invoke(&gateway, "alice", "add", json!({"a": 1, "b": 2})).await;
     assert_eq!(added.status, 200, "{}", added.body);
     let file: Value = serde_json::from_slice(&std::fs::read(&pins).unwrap()).unwrap();

@@ -141,10 +141,7 @@ async fn a_call_parked_before_its_upstream_exchanged_tokens_fails_cleanly_when_a
         )),
     )
     .unwrap();
-    gateway.signal("HUP");
-    gateway
-        .wait_for_log("configuration reloaded", 1, Duration::from_secs(30))
-        .await;
+    gateway.reload(1).await;
 
     // Approved, it cannot be made as agent: it fails with why, without reaching the
     // upstream or the provider.

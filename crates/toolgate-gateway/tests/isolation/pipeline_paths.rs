@@ -189,10 +189,7 @@ async fn a_subscriber_whose_access_a_reload_withdraws_gets_no_more_updates_and_t
     .await;
 
     std::fs::write(&gateway.config, subscription_config(&events, false)).unwrap();
-    gateway.signal("HUP");
-    gateway
-        .wait_for_log("configuration reloaded", 1, Duration::from_secs(30))
-        .await;
+    gateway.reload(1).await;
     eventually(
         "the upstream is unsubscribed",
         Duration::from_secs(10),

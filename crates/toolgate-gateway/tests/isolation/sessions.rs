@@ -275,10 +275,7 @@ async fn a_reload_applies_new_caps_to_the_sessions_it_keeps() {
     assert_eq!(status, 429, "{text}");
 
     std::fs::write(&gateway.config, config("per_user: 2")).unwrap();
-    gateway.signal("HUP");
-    gateway
-        .wait_for_log("configuration reloaded", 1, Duration::from_secs(60))
-        .await;
+    gateway.reload(1).await;
 
     open_session(&gateway, "alice").await;
     let (status, text) = lists_tools(&gateway, "alice", &kept).await;
