@@ -63,6 +63,26 @@ impl HttpError {
         }
     }
 
+    /// The same error, telling the client to wait `delay` before trying again: the body
+    /// carries `retry_after_ms`, and the answer `Retry-After` in whole seconds, rounded up.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use axum::response::IntoResponse;
+    /// use http::StatusCode;
+    /// use toolgate_http::HttpError;
+    ///
+    /// let error = HttpError::new(StatusCode::TOO_MANY_REQUESTS, "slow_down", "wait a little")
+    ///     .retry_after(Duration::from_millis(2_500));
+    /// assert_eq!(error.body().retry_after_ms, Some(2_500));
+    /// assert_eq!(error.into_response().headers()["retry-after"], "3");
+    /// ```
+    #[must_use]
+    pub fn retry_after(mut self, delay: std::time::Duration) -> Self {
+        self.body.retry_after_ms = Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
+        self
+    }
+
     /// The status it answers with.
     pub fn status(&self) -> StatusCode {
         self.status

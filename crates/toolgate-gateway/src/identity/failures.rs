@@ -23,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::ConnectInfo;
-use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use dashmap::DashMap;
 use tokio::time::Instant;
@@ -80,18 +80,14 @@ impl CredentialLimit {
         let wait = self.table.check(client, allowance).err()?;
         metrics::counter!("toolgate_http_failed_credentials_refused_total").increment(1);
         let seconds = wait.as_millis().div_ceil(1000).max(1);
-        let mut response = HttpError::new(
+        let refused = HttpError::new(
             StatusCode::TOO_MANY_REQUESTS,
             "too_many_failed_credentials",
             format!(
                 "too many wrong credentials came from this address: wait {seconds} s, then try again with a valid one"
             ),
-        )
-        .into_response();
-        response
-            .headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(seconds as u64));
-        Some(response)
+        );
+        Some(refused.retry_after(wait).into_response())
     }
 
     /// Counts the wrong credential of a request from the connection `peer` with

@@ -71,6 +71,14 @@ fn assert_refused_unchecked(answer: &Answer, what: &str) {
         (1_100..=1_200).contains(&wait),
         "{what}: Retry-After {wait}"
     );
+    // The body says the same wait, in milliseconds, as every other 429 of the gateway.
+    let ms = answer.body["error"]["retry_after_ms"].as_u64();
+    assert_eq!(
+        ms.map(|ms| ms.div_ceil(1000)),
+        Some(wait),
+        "{what}: {}",
+        answer.body
+    );
 }
 
 #[tokio::test]
