@@ -140,14 +140,16 @@ fn authenticate(c: &mut Criterion) {
     let direct = HeaderMap::new();
     let mut forwarded = HeaderMap::new();
     forwarded.insert("x-forwarded-for", "203.0.113.9".parse().unwrap());
-    let quiet = CredentialLimit::new(Arc::default(), &config);
-    let attacked = CredentialLimit::new(Arc::new(FailedCredentials::new()), &config);
-    for i in 0..10_000u32 {
-        let mut from = HeaderMap::new();
-        let address = Ipv4Addr::from(0x0a00_0000 + i).to_string();
-        from.insert("x-forwarded-for", address.parse().unwrap());
-        attacked.failed(Some(&peer), &from);
-    }
+    let quiet = CredentialLimit::new(Arc::default(), None, &config);
+    let attacked = CredentialLimit::new(Arc::new(FailedCredentials::new()), None, &config);
+    futures::executor::block_on(async {
+        for i in 0..10_000u32 {
+            let mut from = HeaderMap::new();
+            let address = Ipv4Addr::from(0x0a00_0000 + i).to_string();
+            from.insert("x-forwarded-for", address.parse().unwrap());
+            attacked.failed(Some(&peer), &from).await;
+        }
+    });
     for (name, limit, headers) in [
         ("failed_credentials_none_tracked", &quiet, &direct),
         (

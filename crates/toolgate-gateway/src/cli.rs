@@ -327,6 +327,7 @@ fn configured_user(config: &crate::config::Config, id: Option<&str>) -> Result<U
 
 async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), String> {
     let mut file = load_file(path).map_err(|e| e.to_string())?;
+    let shared_state = file.state.target() != StateUrl::Memory;
     let state = match file.state.target() {
         StateUrl::Memory => "memory".to_owned(),
         target => format!("{} (not contacted by check)", target.describe()),
@@ -343,7 +344,7 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
         gateway.pipeline().registry().len(),
         gateway.keys.len()
     ));
-    out.push_str(&identity_summary(&gateway));
+    out.push_str(&identity_summary(&gateway, shared_state));
     for (tool, plan) in gateway.plans() {
         let definition = gateway
             .pipeline()
@@ -382,8 +383,9 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
 
 /// The limit on wrong credentials, and how a request's client is told: a line of
 /// `toolgate check`, so that an operator behind a load balancer sees whether the clients
-/// will be told apart or all share the balancer's allowance.
-fn failed_credentials_summary(config: &crate::config::Config) -> String {
+/// will be told apart or all share the balancer's allowance; `shared_state` when the
+/// configuration's `state` is on Redis (which check itself does not contact).
+fn failed_credentials_summary(config: &crate::config::Config, shared_state: bool) -> String {
     let failed = &config.identity.failed_credentials;
     if failed.max == 0 {
         return "  wrong credentials: not limited (identity.failed_credentials.max is 0)\n"
@@ -399,16 +401,21 @@ fn failed_credentials_summary(config: &crate::config::Config) -> String {
             list.join(", ")
         )
     };
+    let shared = if shared_state {
+        ", counted together by every replica on the state's Redis"
+    } else {
+        ""
+    };
     format!(
-        "  wrong credentials: {} per client address in a burst, then one every {}; {clients}\n",
+        "  wrong credentials: {} per client address in a burst, then one every {}{shared}; {clients}\n",
         failed.max,
         humantime::format_duration(failed.per / failed.max)
     )
 }
 
 /// Which credentials each route accepts, and what each upstream receives: the identity
-/// part of `toolgate check`.
-fn identity_summary(gateway: &Gateway) -> String {
+/// part of `toolgate check` (`shared_state`: the configuration's `state` is on Redis).
+fn identity_summary(gateway: &Gateway, shared_state: bool) -> String {
     use crate::config::CredentialKind;
     use crate::identity::{Route, metadata};
 
@@ -458,7 +465,7 @@ fn identity_summary(gateway: &Gateway) -> String {
             metadata::metadata_url(oauth, Route::Mcp)
         ));
     }
-    out.push_str(&failed_credentials_summary(&gateway.config));
+    out.push_str(&failed_credentials_summary(&gateway.config, shared_state));
     for upstream in &gateway.config.upstreams {
         let shared = match &upstream.credential_env {
             Some(var) => format!("a static bearer credential from ${var}"),

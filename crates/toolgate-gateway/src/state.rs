@@ -128,6 +128,19 @@ impl Backends {
         }
     }
 
+    /// Where the replicas count wrong credentials together (`identity.failed_credentials`):
+    /// the rate-limit backend on Redis with the state's deadline, granting when Redis does
+    /// not answer, so that each replica's own count stands then; `None` in this process,
+    /// where the count of [`SharedState::failed_credentials`] is the only one.
+    pub fn shared_counts(&self) -> Option<Arc<dyn QuotaBackend>> {
+        match self {
+            Backends::Memory { .. } => None,
+            Backends::Redis(redis) => Some(Arc::new(
+                redis.quota().on_unavailable(QuotaFailurePolicy::FailOpen),
+            )),
+        }
+    }
+
     /// The budget backend of one budget; on Redis with the budget's own deadline, if it
     /// has one.
     pub fn budget(&self, deadline: Option<Duration>) -> Arc<dyn BudgetBackend> {

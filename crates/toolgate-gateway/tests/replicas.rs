@@ -1,10 +1,13 @@
 //! Several replicas, one Redis: two real `toolgate serve` processes with
 //! `state: redis://…` enforce one rate limit for a user between them, and each reports
-//! whether Redis answers from its start.
+//! whether Redis answers from its start; a client guessing credentials spends one
+//! allowance across them, not one on each.
 
 mod common;
 
-use common::{Answer, Gateway, client, get, invoke, post, random_u32, redis_or_skip, user_yaml};
+use common::{
+    Answer, Gateway, client, get, invoke, key, post, random_u32, redis_or_skip, user_yaml,
+};
 use futures::future::join_all;
 use serde_json::json;
 
@@ -62,6 +65,61 @@ async fn two_gateways_on_one_redis_enforce_one_rate_limit_per_user() {
     // Another user has a budget of their own, on either replica.
     let bob = invoke(&second, "bob", "echo", json!({ "text": "hi" })).await;
     assert_eq!(bob.status, 200, "{:?}", bob.body);
+}
+
+/// `echo` on `gateway` with `credential`, for the client a proxy on this host names in
+/// `X-Forwarded-For` (loopback is a trusted proxy by default).
+async fn echo_for(gateway: &Gateway, client_address: &str, credential: &str) -> Answer {
+    let request = client()
+        .post(gateway.url("/v1/tools/echo/invoke"))
+        .bearer_auth(credential)
+        .header("x-forwarded-for", client_address)
+        .json(&json!({ "text": "hi" }));
+    Answer::read(request.send().await.expect("sending the request")).await
+}
+
+#[tokio::test]
+async fn two_gateways_on_one_redis_count_one_allowance_of_wrong_credentials_per_client() {
+    let test = "two_gateways_on_one_redis_count_one_allowance_of_wrong_credentials_per_client";
+    let Some(redis) = redis_or_skip(test) else {
+        return;
+    };
+    let prefix = format!("tgguess{}x{:x}", std::process::id(), random_u32());
+    let config = format!(
+        "{}identity:\n  failed_credentials: {{ max: 4, per: 1h }}\n",
+        replica_config(&redis, &prefix)
+    );
+    let (first, second) = (Gateway::start(&config), Gateway::start(&config));
+    let (guesser, alice) = ("203.0.113.9", key("alice"));
+    // Four wrong keys, two on each replica: the allowance of four between them.
+    for gateway in [&first, &second, &first, &second] {
+        let answer = echo_for(gateway, guesser, "tg_guess").await;
+        assert_eq!(answer.status, 401, "{}", answer.body);
+    }
+    // The fifth is one too many: the replica that counted it refuses the guesser from
+    // then on, the right key included, until a credential's worth of time (15 min) is back.
+    let answer = echo_for(&first, guesser, "tg_guess").await;
+    assert_eq!(answer.status, 401, "{}", answer.body);
+    let refused = echo_for(&first, guesser, &alice).await;
+    assert_eq!(
+        (refused.status, refused.error_code()),
+        (429, "too_many_failed_credentials"),
+        "{}",
+        refused.body
+    );
+    let wait: u64 = refused.header("retry-after").unwrap().parse().unwrap();
+    assert!((800..=900).contains(&wait), "Retry-After {wait}");
+    // The other replica has not counted four itself, yet checks only one more wrong key
+    // before it refuses too: at most one guess past the allowance per replica.
+    let answer = echo_for(&second, guesser, "tg_guess").await;
+    assert_eq!(answer.status, 401, "{}", answer.body);
+    let refused = echo_for(&second, guesser, &alice).await;
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    // Another client of the same proxy goes on, on both.
+    for gateway in [&first, &second] {
+        let answer = echo_for(gateway, "203.0.113.10", &alice).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
 }
 
 #[tokio::test]

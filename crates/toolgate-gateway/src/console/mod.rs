@@ -148,13 +148,15 @@ pub async fn sign_in(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
-    secured(match open_session(&state, peer.get(), &headers, body) {
-        Ok(response) => response,
-        Err(e) => e.into_response(),
-    })
+    secured(
+        match open_session(&state, peer.get(), &headers, body).await {
+            Ok(response) => response,
+            Err(e) => e.into_response(),
+        },
+    )
 }
 
-fn open_session(
+async fn open_session(
     state: &AppState,
     peer: Option<&ConnectInfo<SocketAddr>>,
     headers: &HeaderMap,
@@ -195,15 +197,15 @@ fn open_session(
         .identity
         .accepts(Route::V1, CredentialKind::ApiKey)
         .then(|| gateway.keys.authenticate(key.trim()))
-        .flatten()
-        .ok_or_else(|| {
-            limit.failed(peer, headers);
-            ApiError::new(
-                StatusCode::UNAUTHORIZED,
-                "unauthenticated",
-                "that API key is not one this gateway knows: check it and sign in again",
-            )
-        })?;
+        .flatten();
+    let Some(user) = user else {
+        limit.failed(peer, headers).await;
+        return Err(ApiError::new(
+            StatusCode::UNAUTHORIZED,
+            "unauthenticated",
+            "that API key is not one this gateway knows: check it and sign in again",
+        ));
+    };
     let opened = gateway
         .console_sessions
         .open(

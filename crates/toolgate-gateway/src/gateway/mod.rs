@@ -291,7 +291,11 @@ impl Gateway {
 
         Ok(Gateway {
             keys: ApiKeys::new(&config.users),
-            credential_limit: CredentialLimit::new(shared.failed_credentials.clone(), &config),
+            credential_limit: CredentialLimit::new(
+                shared.failed_credentials.clone(),
+                shared.backends.shared_counts(),
+                &config,
+            ),
             identity,
             exchanges_tokens: config.upstreams.iter().any(|u| {
                 u.as_caller

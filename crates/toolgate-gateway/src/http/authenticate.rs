@@ -63,6 +63,9 @@ pub(super) struct Authenticate<S> {
 enum Checked {
     Caller(Caller),
     Refused(Response),
+    /// A wrong credential, refused with the response once the gateway has counted it
+    /// (`identity.failed_credentials`, on Redis when the replicas share the count).
+    Wrong(Arc<Gateway>, Response),
     /// A token whose key is not cached: the gateway to fetch the keys on.
     FetchKeys(Arc<Gateway>, Route),
 }
@@ -127,10 +130,12 @@ fn check(current: &ArcSwap<Gateway>, request: &Request) -> Checked {
             gateway: Guard::into_inner(gateway),
         }),
         Outcome::Refused(refusal) => {
+            let response = gateway.identity.refusal(route, &refusal);
             if refusal.is_wrong_credential() {
-                limit.failed(peer, headers);
+                Checked::Wrong(Guard::into_inner(gateway), response)
+            } else {
+                Checked::Refused(response)
             }
-            Checked::Refused(gateway.identity.refusal(route, &refusal))
         }
         Outcome::FetchKeys => Checked::FetchKeys(Guard::into_inner(gateway), route),
     }
@@ -180,6 +185,13 @@ where
             Checked::Refused(response) => Either::Left(Either::Left(std::future::ready(Ok(
                 closing_if_body_unread(&request, response),
             )))),
+            Checked::Wrong(gateway, response) => Either::Right(Box::pin(async move {
+                let limit = &gateway.credential_limit;
+                limit
+                    .failed(request.extensions().get(), request.headers())
+                    .await;
+                Ok(closing_if_body_unread(&request, response))
+            })),
             Checked::FetchKeys(gateway, route) => {
                 // The service that was made ready goes with the request; a fresh clone
                 // stays for the next one (tower's rule for services called later).
@@ -204,7 +216,8 @@ where
                             if refusal.is_wrong_credential() {
                                 gateway
                                     .credential_limit
-                                    .failed(request.extensions().get(), request.headers());
+                                    .failed(request.extensions().get(), request.headers())
+                                    .await;
                             }
                             Ok(closing_if_body_unread(
                                 &request,

@@ -11,6 +11,15 @@
 //! IPv6 addresses are counted by their /64, the block one host or one customer is given,
 //! so that a client cannot take a fresh allowance with each address of its own block.
 //!
+//! With `state` on Redis the replicas count together: each wrong credential is also
+//! charged to the address's allowance on Redis (the rate-limit script, keyed
+//! `failed-credentials:<address>`), and once that is spent the replica that counted it
+//! refuses the address as its own count would. A replica that has not yet seen a wrong
+//! credential from the address checks the next one, and refuses from then on: across N
+//! replicas a guesser gets at most N guesses past the allowance, not N allowances.
+//! Only wrong credentials reach Redis — a right one costs nothing more — and when Redis
+//! does not answer within `state.deadline` each replica's own count stands.
+//!
 //! Memory is bounded: at most `max_addresses` addresses are tracked. Addresses whose
 //! allowance is whole again are swept every 10 s while any is tracked, and at once when a
 //! new one needs room; a new address past the bound with none to sweep is not counted
@@ -26,7 +35,10 @@ use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use dashmap::DashMap;
+use dashmap::mapref::one::RefMut;
 use tokio::time::Instant;
+use toolgate_hooks::Rate;
+use toolgate_hooks::quota::{QuotaBackend, QuotaDecision, QuotaRequest};
 use toolgate_http::HttpError;
 
 use super::address::client_address;
@@ -45,21 +57,38 @@ const FULL_SWEEP_GAP: Duration = Duration::from_secs(1);
 /// While no address is tracked — no wrong credential lately — a check costs one atomic
 /// load: the client's address is worked out only once there is something to look it up
 /// in.
-#[derive(Debug)]
 pub struct CredentialLimit {
     table: Arc<FailedCredentials>,
     /// `None` when the limit is off.
     allowance: Option<Allowance>,
     trusted: Vec<TrustedProxy>,
+    /// Where the replicas count together (Redis), when `state` is shared.
+    shared: Option<Arc<dyn QuotaBackend>>,
+}
+
+impl std::fmt::Debug for CredentialLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CredentialLimit")
+            .field("allowance", &self.allowance)
+            .field("trusted", &self.trusted)
+            .field("shared", &self.shared.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl CredentialLimit {
-    /// The limit `config` sets, counted in `table`.
-    pub fn new(table: Arc<FailedCredentials>, config: &Config) -> Self {
+    /// The limit `config` sets, counted in `table`, and in `shared` too when the replicas
+    /// share one count ([`Backends::shared_counts`](crate::state::Backends::shared_counts)).
+    pub fn new(
+        table: Arc<FailedCredentials>,
+        shared: Option<Arc<dyn QuotaBackend>>,
+        config: &Config,
+    ) -> Self {
         CredentialLimit {
             table,
             allowance: Allowance::of(&config.identity.failed_credentials),
             trusted: config.server.trusted_proxies.clone(),
+            shared,
         }
     }
 
@@ -91,20 +120,55 @@ impl CredentialLimit {
     }
 
     /// Counts the wrong credential of a request from the connection `peer` with
-    /// `headers` against its client.
-    pub fn failed(&self, peer: Option<&ConnectInfo<SocketAddr>>, headers: &HeaderMap) {
+    /// `headers` against its client: in this process, and on Redis when the replicas
+    /// share one count (this waits for Redis, at most `state.deadline`). Answer the
+    /// request after, so that its client's next request finds the count.
+    pub async fn failed(&self, peer: Option<&ConnectInfo<SocketAddr>>, headers: &HeaderMap) {
         let Some(allowance) = self.allowance.as_ref() else {
             return;
         };
         let Some(client) = client_address(peer, headers, &self.trusted) else {
             return;
         };
-        if self.table.failed(client, allowance) {
+        let mut spent = self.table.failed(client, allowance);
+        if let Some(shared) = &self.shared {
+            spent |= self
+                .failed_on_shared(shared.as_ref(), client, allowance)
+                .await;
+        }
+        if spent {
             tracing::warn!(
                 target: "toolgate::identity",
                 %client,
                 "a client presented too many wrong credentials: its requests are refused for a while (`identity.failed_credentials`)"
             );
+        }
+    }
+
+    /// Charges a wrong credential from `client` to its allowance on Redis; when that is
+    /// spent, refuses the client here until it comes back. Whether this refused it anew.
+    /// Redis not answering counts as nothing: the backend is made to grant then
+    /// (fail open), and this replica's own count stands.
+    async fn failed_on_shared(
+        &self,
+        shared: &dyn QuotaBackend,
+        client: IpAddr,
+        allowance: &Allowance,
+    ) -> bool {
+        let key = format!("failed-credentials:{}", counted(client));
+        let request = QuotaRequest {
+            key: &key,
+            rate: allowance.rate,
+        };
+        match shared.acquire(request).await {
+            Ok(QuotaDecision::Limited { retry_after }) => {
+                self.table.refuse(client, retry_after, allowance)
+            }
+            Ok(QuotaDecision::Granted(_)) => false,
+            Err(error) => {
+                tracing::debug!(%client, %error, "a wrong credential was counted by this replica alone");
+                false
+            }
         }
     }
 }
@@ -123,6 +187,8 @@ pub struct FailedCredentials {
 /// The allowance of one configuration.
 #[derive(Clone, Copy, Debug)]
 pub struct Allowance {
+    /// `max` per `per`, in a burst of `max`: what the replicas' shared count follows.
+    rate: Rate,
     /// How often one wrong credential comes back (`per / max`).
     interval: Duration,
     /// How far ahead of now an address's `whole_at` may be before it is refused
@@ -134,11 +200,12 @@ pub struct Allowance {
 impl Allowance {
     /// The allowance `config` sets; `None` when it is off (`max: 0`).
     pub fn of(config: &FailedCredentialsConfig) -> Option<Allowance> {
-        if config.max == 0 {
-            return None;
-        }
-        let interval = config.per / config.max;
+        // `Rate::new` refuses a zero `max` (the limit is off) and a `per` shorter than
+        // `max` nanoseconds (which the configuration refuses, naming the field).
+        let rate = Rate::new(config.max, config.per).ok()?;
+        let interval = rate.emission_interval();
         Some(Allowance {
+            rate,
             interval,
             tolerance: interval * (config.max - 1),
             max_addresses: config.max_addresses,
@@ -168,14 +235,37 @@ impl FailedCredentials {
 
     /// Counts a wrong credential from `address`; whether that spent its allowance.
     pub fn failed(&self, address: IpAddr, allowance: &Allowance) -> bool {
-        let key = counted(address);
         let now = Instant::now();
-        let charge = |whole_at: &mut Instant| {
-            *whole_at = (*whole_at).max(now) + allowance.interval;
-            *whole_at > now + allowance.tolerance
+        let Some(mut whole_at) = self.entry(address, now, allowance) else {
+            return false;
         };
-        if let Some(mut entry) = self.whole_at.get_mut(&key) {
-            return charge(&mut entry);
+        *whole_at = (*whole_at).max(now) + allowance.interval;
+        *whole_at > now + allowance.tolerance
+    }
+
+    /// Refuses `address` for `wait` from now (its allowance, counted elsewhere, is
+    /// spent); whether it was let through until now.
+    pub fn refuse(&self, address: IpAddr, wait: Duration, allowance: &Allowance) -> bool {
+        let now = Instant::now();
+        let Some(mut whole_at) = self.entry(address, now, allowance) else {
+            return false;
+        };
+        let refused_before = *whole_at > now + allowance.tolerance;
+        *whole_at = (*whole_at).max(now + allowance.tolerance + wait);
+        !refused_before
+    }
+
+    /// The entry of `address` (an IPv6 one by its /64), made if there is room for it:
+    /// `None` when `max_addresses` are tracked and none is whole again.
+    fn entry(
+        &self,
+        address: IpAddr,
+        now: Instant,
+        allowance: &Allowance,
+    ) -> Option<RefMut<'_, IpAddr, Instant>> {
+        let key = counted(address);
+        if let Some(entry) = self.whole_at.get_mut(&key) {
+            return Some(entry);
         }
         if self.len() >= allowance.max_addresses {
             let swept = self.sweep_if_due(now, FULL_SWEEP_GAP);
@@ -187,14 +277,13 @@ impl FailedCredentials {
                         "wrong credentials are not counted for new client addresses: `identity.failed_credentials.max_addresses` are tracked"
                     );
                 }
-                return false;
+                return None;
             }
         }
-        let mut entry = self.whole_at.entry(key).or_insert_with(|| {
+        Some(self.whole_at.entry(key).or_insert_with(|| {
             self.tracked.fetch_add(1, Ordering::Relaxed);
             now
-        });
-        charge(&mut entry)
+        }))
     }
 
     /// How many addresses are tracked now.
@@ -340,6 +429,55 @@ mod tests {
         tokio::time::advance(Duration::from_secs(11)).await;
         assert_eq!(table.check(ip("198.51.100.1"), &allowance), Ok(()));
         assert!(table.is_empty());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_address_refused_for_a_count_kept_elsewhere_waits_that_long() {
+        let table = FailedCredentials::new();
+        let allowance = allowance(3, Duration::from_secs(60), 100);
+        let guesser = ip("203.0.113.9");
+        assert!(table.refuse(guesser, Duration::from_secs(30), &allowance));
+        assert_eq!(
+            table.check(guesser, &allowance),
+            Err(Duration::from_secs(30))
+        );
+        // Refused already: not refused anew, and a shorter wait does not shorten it.
+        assert!(!table.refuse(guesser, Duration::from_secs(5), &allowance));
+        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(table.check(guesser, &allowance), Ok(()));
+    }
+
+    /// Two replicas: each its own table, one count between them (the in-memory backend
+    /// stands in for Redis here; `tests/replicas.rs` runs two gateways on a real one).
+    #[tokio::test]
+    async fn replicas_sharing_a_count_refuse_a_guesser_once_the_shared_allowance_is_spent() {
+        let config =
+            crate::config::parse("identity:\n  failed_credentials: { max: 4, per: 1h }\n").unwrap();
+        let shared: Arc<dyn QuotaBackend> =
+            Arc::new(toolgate_hooks::quota::InMemoryQuota::default());
+        let replica = || CredentialLimit::new(Arc::default(), Some(shared.clone()), &config);
+        let (first, second) = (replica(), replica());
+        let peer = |last: u8| ConnectInfo(SocketAddr::from(([192, 0, 2, last], 40_000)));
+        let headers = HeaderMap::new();
+        // Four wrong credentials, two on each replica: neither has counted four itself.
+        for limit in [&first, &second, &first, &second] {
+            assert!(limit.refusal(Some(&peer(9)), &headers).is_none());
+            limit.failed(Some(&peer(9)), &headers).await;
+        }
+        // The fifth is the one too many, whichever replica counts it; from then on that
+        // replica refuses the guesser unchecked.
+        assert!(first.refusal(Some(&peer(9)), &headers).is_none());
+        first.failed(Some(&peer(9)), &headers).await;
+        let refused = first.refusal(Some(&peer(9)), &headers).expect("refused");
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        // The other replica checks one more credential, then refuses too.
+        assert!(second.refusal(Some(&peer(9)), &headers).is_none());
+        second.failed(Some(&peer(9)), &headers).await;
+        assert!(second.refusal(Some(&peer(9)), &headers).is_some());
+        // Another address has an allowance of its own on both.
+        assert!(first.refusal(Some(&peer(10)), &headers).is_none());
+        first.failed(Some(&peer(10)), &headers).await;
+        assert!(first.refusal(Some(&peer(10)), &headers).is_none());
     }
 
     #[test]

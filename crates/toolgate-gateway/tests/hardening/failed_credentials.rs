@@ -227,6 +227,14 @@ async fn a_limit_of_zero_is_off_and_bad_settings_are_refused_with_the_field() {
         ),
         "{stdout}"
     );
+    // With `state` on Redis (which check does not contact) the replicas count together.
+    let (_, stdout, _) = check(&config("state:\n  url: redis://127.0.0.1:1\n"));
+    assert!(
+        stdout.contains(
+            "then one every 20m, counted together by every replica on the state's Redis; the client is"
+        ),
+        "{stdout}"
+    );
 
     for (setting, field, words) in [
         (
