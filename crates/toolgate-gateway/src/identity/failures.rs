@@ -130,7 +130,11 @@ impl CredentialLimit {
         let Some(client) = client_address(peer, headers, &self.trusted) else {
             return;
         };
-        let mut spent = self.table.failed(client, allowance);
+        // `None`: the table is full and the address not counted. Nor is it on Redis then,
+        // so that a flood of addresses fills Redis no more than each replica's table.
+        let Some(mut spent) = self.table.failed(client, allowance) else {
+            return;
+        };
         if let Some(shared) = &self.shared {
             spent |= self
                 .failed_on_shared(shared.as_ref(), client, allowance)
@@ -233,14 +237,14 @@ impl FailedCredentials {
         }
     }
 
-    /// Counts a wrong credential from `address`; whether that spent its allowance.
-    pub fn failed(&self, address: IpAddr, allowance: &Allowance) -> bool {
+    /// Counts a wrong credential from `address`: whether that spent its allowance, or
+    /// `None` when the address is not counted (`max_addresses` are tracked, none of them
+    /// whole again).
+    pub fn failed(&self, address: IpAddr, allowance: &Allowance) -> Option<bool> {
         let now = Instant::now();
-        let Some(mut whole_at) = self.entry(address, now, allowance) else {
-            return false;
-        };
+        let mut whole_at = self.entry(address, now, allowance)?;
         *whole_at = (*whole_at).max(now) + allowance.interval;
-        *whole_at > now + allowance.tolerance
+        Some(*whole_at > now + allowance.tolerance)
     }
 
     /// Refuses `address` for `wait` from now (its allowance, counted elsewhere, is
@@ -398,7 +402,8 @@ mod tests {
         let allowance = allowance(2, Duration::from_secs(10), 50);
         let address = |i: u32| IpAddr::V4(std::net::Ipv4Addr::from(0x0a00_0000 + i));
         for i in 0..500 {
-            table.failed(address(i), &allowance);
+            let counted = table.failed(address(i), &allowance);
+            assert_eq!(counted.is_some(), i < 50, "address {i}");
         }
         assert_eq!(table.len(), 50);
         // The first fifty are still counted; the ones past the bound were not.
@@ -478,6 +483,23 @@ mod tests {
         assert!(first.refusal(Some(&peer(10)), &headers).is_none());
         first.failed(Some(&peer(10)), &headers).await;
         assert!(first.refusal(Some(&peer(10)), &headers).is_none());
+    }
+
+    #[tokio::test]
+    async fn an_address_a_full_table_does_not_count_is_not_counted_on_the_shared_store_either() {
+        let config = crate::config::parse(
+            "identity:\n  failed_credentials: { max: 4, per: 1h, max_addresses: 1 }\n",
+        )
+        .unwrap();
+        let shared = Arc::new(toolgate_hooks::quota::InMemoryQuota::default());
+        let limit = CredentialLimit::new(Arc::default(), Some(shared.clone()), &config);
+        let headers = HeaderMap::new();
+        for last in 1..=20 {
+            let peer = ConnectInfo(SocketAddr::from(([192, 0, 2, last], 40_000)));
+            limit.failed(Some(&peer), &headers).await;
+        }
+        // A flood of addresses costs the shared store what it costs the table: one.
+        assert_eq!(shared.key_count(), 1);
     }
 
     #[test]
