@@ -4,6 +4,7 @@
 //! asserts the full stage sequence recorded by `toolgate_test::RecordingHook`.
 
 mod context;
+mod defaults;
 mod failure_modes;
 mod host_providers;
 mod input;

@@ -1,8 +1,10 @@
 //! Plans: for one tool and each stage, the ordered hooks — compiled once, when the pipeline
 //! is built, so an invocation never sorts and never builds a hook list.
 
+use std::any::{Any, TypeId};
 use std::cmp::Reverse;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::definition::ToolDefinition;
 use crate::hook::{FailureMode, Hook, HookOptions};
@@ -28,6 +30,10 @@ pub(crate) struct PlannedHook {
     pub failure: FailureMode,
     /// Its method at this stage always finishes at once ([`Hook::synchronous_stages`]).
     pub synchronous: bool,
+    /// The type of the hook behind `hook`: what tells the future of its own default
+    /// method from any other
+    /// ([`HookFuture::is_default_method`](crate::hook::HookFuture::is_default_method)).
+    pub type_id: TypeId,
     /// Whether its [`Hook::filter`] is asked per call: its [interest](Hook::interest) in
     /// the tool was `sometimes`.
     pub filtered: bool,
@@ -38,8 +44,11 @@ pub(crate) struct ToolPlan {
     stages: [Box<[PlannedHook]>; STAGE_COUNT],
     present: StageSet,
     /// The stages with hooks where every hook's method finishes at once (each declares
-    /// the stage synchronous): they run without a future.
-    synchronous: StageSet,
+    /// the stage synchronous), and those learnt so at a call (each hook there declared it
+    /// or answered with the trait's default method, which finishes at once on every
+    /// call): they run without a future. Bit `stage.index()`; a stage is only ever added,
+    /// and a stale read only makes the stage's future once more.
+    synchronous: AtomicU64,
     /// How many stages with hooks record a duration (all but `around_execute`).
     timed: usize,
     /// Whether invocations record stage durations: the builder asked for them, or a hook
@@ -81,6 +90,7 @@ impl ToolPlan {
                 .iter()
                 .filter(|(_, _, set, _)| set.contains(stage))
                 .map(|&(r, _, _, filtered)| PlannedHook {
+                    type_id: <dyn Any>::type_id(&*r.hook as &dyn Any),
                     hook: Arc::clone(&r.hook),
                     call: stage_method(stage),
                     name: Arc::from(r.hook.name()),
@@ -111,7 +121,11 @@ impl ToolPlan {
         ToolPlan {
             stages,
             present,
-            synchronous,
+            synchronous: AtomicU64::new(
+                synchronous
+                    .iter()
+                    .fold(0, |bits, stage| bits | 1 << stage.index()),
+            ),
             timed,
             record_durations,
             record_hook_timings,
@@ -154,7 +168,16 @@ impl ToolPlan {
     /// future: true for a stage without hooks too.
     #[inline]
     pub fn is_synchronous(&self, stage: Stage) -> bool {
-        !self.present.contains(stage) || self.synchronous.contains(stage)
+        !self.present.contains(stage)
+            || self.synchronous.load(Ordering::Relaxed) & (1 << stage.index()) != 0
+    }
+
+    /// Marks `stage` synchronous from now on: at a call, every hook there declared it so
+    /// or answered with the trait's default method.
+    #[cold]
+    pub fn learn_synchronous(&self, stage: Stage) {
+        self.synchronous
+            .fetch_or(1 << stage.index(), Ordering::Relaxed);
     }
 
     /// Whether any hook runs at `stage`.

@@ -2,6 +2,7 @@
 //! [`Next::run`], the rest of the execution chain not yet started — and [`Next`], the rest
 //! of the chain an `around_execute` wrapper calls. One module: each is made of the other.
 
+use std::any::TypeId;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -9,6 +10,7 @@ use std::task::{Context, Poll};
 use super::Hook;
 use crate::context::ToolInvokeContext;
 use crate::control::HookResult;
+use crate::stage::Stage;
 
 /// The future a stage method returns.
 ///
@@ -21,23 +23,63 @@ use crate::control::HookResult;
 #[must_use = "a hook future does nothing unless awaited"]
 pub struct HookFuture<'a>(Inner<'a>);
 
+// The order of the first two variants matters: `Ready(Ok(()))` and `Default` take
+// neighbouring values of the result's tag, so that telling "done with `Ok(())`" from the
+// rest is one range comparison ([`HookFuture::is_ready_ok`]).
 enum Inner<'a> {
-    Ready(Option<HookResult>),
+    Ready(HookResult),
+    /// Done with `Ok(())`, made by the trait's default method (as on every call).
+    Default(DefaultMethod),
+    /// Polled to its end.
+    Taken,
     Boxed(Pin<Box<dyn Future<Output = HookResult> + Send + 'a>>),
     /// The rest of the execution chain, started when first polled (or by the pipeline,
     /// which takes it apart without polling).
     Next(Next<'a>, &'a mut ToolInvokeContext),
 }
 
+/// Which default method of [`Hook`] made a future: its stage, and the type it was called
+/// on. Only the engine makes one, in the trait's default methods. A type's method for a
+/// stage is either the default, which makes this on every call, or an override, which
+/// cannot call the default it replaces: whatever it hands back — another hook's future,
+/// or the default of another of its stages — names another type or another stage. So a
+/// future naming the stage and the type the pipeline called proves the method is the
+/// default, which finishes at once on every call.
+#[derive(Clone, Copy)]
+pub(crate) struct DefaultMethod {
+    stage: Stage,
+    /// `TypeId::of::<Self>` of the hook: called to compare, since function pointers are
+    /// not reliably equal.
+    type_of: fn() -> TypeId,
+}
+
 impl<'a> HookFuture<'a> {
+    /// What the trait's default method of `stage` returns on `hook`: done with `Ok(())`.
+    #[inline]
+    pub(crate) fn default_method<H: Hook + ?Sized>(hook: &H, stage: Stage) -> Self {
+        let _ = hook;
+        HookFuture(Inner::Default(DefaultMethod {
+            stage,
+            type_of: TypeId::of::<H>,
+        }))
+    }
+
+    /// Whether this future is what the trait's default method of `stage` returns on a
+    /// hook of type `type_id`: proof that such a hook keeps that default.
+    #[inline]
+    pub(crate) fn is_default_method(&self, stage: Stage, type_id: TypeId) -> bool {
+        matches!(&self.0, Inner::Default(made)
+            if made.stage == stage && (made.type_of)() == type_id)
+    }
+
     /// A future that is already done with `Ok(())`: let the pipeline continue.
     pub fn ok() -> Self {
-        HookFuture(Inner::Ready(Some(Ok(()))))
+        HookFuture(Inner::Ready(Ok(())))
     }
 
     /// A future that is already done with `result`.
     pub fn ready(result: HookResult) -> Self {
-        HookFuture(Inner::Ready(Some(result)))
+        HookFuture(Inner::Ready(result))
     }
 
     /// Wraps async work.
@@ -62,10 +104,11 @@ impl<'a> HookFuture<'a> {
     }
 
     /// Whether this future is already done with `Ok(())`: the common answer of a
-    /// synchronous hook, which the pipeline takes without moving the result out.
+    /// synchronous hook and of the trait's default methods, which the pipeline takes
+    /// without moving the result out.
     #[inline]
     pub(crate) fn is_ready_ok(&self) -> bool {
-        matches!(self.0, Inner::Ready(Some(Ok(()))))
+        matches!(self.0, Inner::Ready(Ok(())) | Inner::Default(_))
     }
 
     /// The result, when the future is already done (a synchronous hook); the future back
@@ -73,7 +116,8 @@ impl<'a> HookFuture<'a> {
     #[inline]
     pub(crate) fn into_ready(self) -> Result<HookResult, Self> {
         match self.0 {
-            Inner::Ready(Some(result)) => Ok(result),
+            Inner::Ready(result) => Ok(result),
+            Inner::Default(_) => Ok(Ok(())),
             inner => Err(HookFuture(inner)),
         }
     }
@@ -90,16 +134,14 @@ impl Future for HookFuture<'_> {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<HookResult> {
         loop {
-            let unstarted = match &mut self.0 {
-                Inner::Ready(result) => {
-                    return Poll::Ready(
-                        result
-                            .take()
-                            .expect("a HookFuture must not be polled after it completed"),
-                    );
-                }
-                Inner::Boxed(future) => return future.as_mut().poll(cx),
-                Inner::Next(..) => std::mem::replace(&mut self.0, Inner::Ready(None)),
+            if let Inner::Boxed(future) = &mut self.0 {
+                return future.as_mut().poll(cx);
+            }
+            let unstarted = match std::mem::replace(&mut self.0, Inner::Taken) {
+                Inner::Ready(result) => return Poll::Ready(result),
+                Inner::Default(_) => return Poll::Ready(Ok(())),
+                Inner::Taken => panic!("a HookFuture must not be polled after it completed"),
+                other => other,
             };
             // Started now: the next wrapper, or the attempt, takes this place.
             if let Inner::Next(next, ctx) = unstarted {

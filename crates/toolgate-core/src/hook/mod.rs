@@ -1,9 +1,11 @@
 //! The [`Hook`] trait: how policy code plugs into the stages of the pipeline.
 
+use std::any::Any;
+
 use crate::context::ToolInvokeContext;
 use crate::definition::ToolDefinition;
 use crate::provider::ProviderRequirement;
-use crate::stage::StageSet;
+use crate::stage::{Stage, StageSet};
 
 mod closure;
 mod forward;
@@ -117,7 +119,7 @@ pub use registration::{FailureMode, HookOptions, HookRegistration, IntoHook};
     label = "this needs `impl Hook for {Self}`",
     note = "write the stage methods under `#[hook] impl Hook for {Self} {{ … }}`, or use `hook_fn` for a hook of one stage"
 )]
-pub trait Hook: Send + Sync + 'static {
+pub trait Hook: Any + Send + Sync {
     /// The stages this hook takes part in. `#[hook]` writes this method from the stage
     /// methods of the impl block (with [`Stage::AroundExecute`](crate::Stage::AroundExecute) when it defines
     /// [`around_execute`](Hook::around_execute)); write it yourself only to narrow the set
@@ -130,9 +132,11 @@ pub trait Hook: Send + Sync + 'static {
     /// `async fn` or returns a [`HookFuture`] (a plain `fn` and the trait's default method
     /// both finish at once); when a macro inside the block writes methods it cannot see,
     /// only the plain `fn`s it sees. A hand-written impl keeps the default (none), which is always
-    /// correct, and costs a future per stage it takes part in (no allocation: its method is
-    /// still called in place, and awaited only when its future is not ready); list the stages whose
-    /// methods return [`HookFuture::ok`] or [`HookFuture::ready`] to save it. Listing a stage whose method does not
+    /// correct. A stage it leaves to the trait's default method costs nothing after the first
+    /// call: the default's answer proves it, and the pipeline runs the stage in place from
+    /// then on. A stage with a method of its own costs a future per call (no allocation: its
+    /// method is still called in place, and awaited only when its future is not ready); list
+    /// the stages whose methods return [`HookFuture::ok`] or [`HookFuture::ready`] to save it. Listing a stage whose method does not
     /// finish at once is a bug in the hook: the call fails at that stage with an `internal`
     /// error that names it.
     fn synchronous_stages(&self) -> StageSet {
@@ -265,7 +269,7 @@ pub trait Hook: Send + Sync + 'static {
     /// Nothing is acquired here, so no release stage pairs with it.
     fn will_create_invoke_context<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillCreateInvokeContext)
     }
 
     /// Phase 1: the context exists. A `did_*` stage: hooks run in reverse priority order.
@@ -275,7 +279,7 @@ pub trait Hook: Send + Sync + 'static {
     /// as there. No release stage pairs with it.
     fn did_create_invoke_context<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::DidCreateInvokeContext)
     }
 
     /// Phase 2: bind request and session providers with
@@ -293,7 +297,7 @@ pub trait Hook: Send + Sync + 'static {
     /// or fail it.
     fn will_bind_providers<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillBindProviders)
     }
 
     /// Phase 3: may this caller call this tool?
@@ -315,7 +319,7 @@ pub trait Hook: Send + Sync + 'static {
     /// An authorization hook fails closed: when its evaluator errors, it refuses.
     fn will_authorize<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillAuthorize)
     }
 
     /// Phase 3: has a person approved this call, where the tool needs approval?
@@ -337,7 +341,7 @@ pub trait Hook: Send + Sync + 'static {
     /// * respond — the value is the answer, the tool does not run.
     fn will_check_consent<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillCheckConsent)
     }
 
     /// Phase 3: is the tool (or this behaviour of it) switched on for this caller?
@@ -350,7 +354,7 @@ pub trait Hook: Send + Sync + 'static {
     /// suspended call resumes, so a tool switched off while the call waited does not run.
     fn will_check_feature_flags<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillCheckFeatureFlags)
     }
 
     /// Phase 4: take a quota (rate-limit) unit. Paired with
@@ -368,7 +372,7 @@ pub trait Hook: Send + Sync + 'static {
     /// call holds.
     fn will_acquire_quota<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillAcquireQuota)
     }
 
     /// Phase 4: take a concurrency permit. Paired with
@@ -379,7 +383,7 @@ pub trait Hook: Send + Sync + 'static {
     /// quota unit, taken before the call waited, is not taken twice).
     fn will_acquire_semaphore<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillAcquireSemaphore)
     }
 
     /// Phase 5: the raw input is about to be checked; reshape raw JSON here
@@ -392,7 +396,7 @@ pub trait Hook: Send + Sync + 'static {
     /// Capacity is held from here on, and is released on every path.
     fn will_parse_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillParseInput)
     }
 
     /// Phase 5: check the input. The tool's own check (serde and garde for a typed tool,
@@ -403,7 +407,7 @@ pub trait Hook: Send + Sync + 'static {
     /// * respond, suspend — as at the policy stages.
     fn will_validate_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillValidateInput)
     }
 
     /// Phase 5: the input passed the tool's check; fill defaults and repair unambiguous
@@ -413,7 +417,7 @@ pub trait Hook: Send + Sync + 'static {
     /// Outcomes as at [`will_validate_input`](Hook::will_validate_input).
     fn will_normalize_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillNormalizeInput)
     }
 
     /// Phase 5: remove personal data and secrets from the input before the tool, the
@@ -425,7 +429,7 @@ pub trait Hook: Send + Sync + 'static {
     /// redacted input.
     fn will_redact_input<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillRedactInput)
     }
 
     /// Phase 5: put the secrets the tool needs into the context's
@@ -438,7 +442,7 @@ pub trait Hook: Send + Sync + 'static {
     /// resuming continues after this stage.
     fn will_inject_secrets<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillInjectSecrets)
     }
 
     /// Phase 6: look the call up in a cache. The input is final (checked, normalized,
@@ -451,7 +455,7 @@ pub trait Hook: Send + Sync + 'static {
     /// * suspend — the call waits here at once; resuming continues after this stage.
     fn will_read_cache<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillReadCache)
     }
 
     /// Phase 6: a hook at [`will_read_cache`](Hook::will_read_cache) responded;
@@ -461,7 +465,7 @@ pub trait Hook: Send + Sync + 'static {
     /// A respond replaces the output; an error fails the call.
     fn did_cache_hit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::DidCacheHit)
     }
 
     /// Phase 6: nothing at [`will_read_cache`](Hook::will_read_cache) responded; the tool
@@ -470,7 +474,7 @@ pub trait Hook: Send + Sync + 'static {
     /// A respond still answers without running the tool; an error fails the call.
     fn did_cache_miss<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::DidCacheMiss)
     }
 
     /// Phase 7: wraps execution, outermost (highest priority) first. Call
@@ -501,7 +505,7 @@ pub trait Hook: Send + Sync + 'static {
     /// * respond — the attempt answers without running the tool.
     fn on_retry<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::OnRetry)
     }
 
     /// Phase 7: the tool is about to run (once per attempt), with the final input and the
@@ -513,7 +517,7 @@ pub trait Hook: Send + Sync + 'static {
     /// * suspend — the call waits; resuming runs the execution phase again.
     fn will_execute<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillExecute)
     }
 
     /// Phase 7: the tool returned an output, in [`ctx.output`](ToolInvokeContext::output).
@@ -524,7 +528,7 @@ pub trait Hook: Send + Sync + 'static {
     /// * suspend — the call waits; resuming runs the execution phase again.
     fn did_execute<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::DidExecute)
     }
 
     /// Phase 7: execution failed after more than one attempt;
@@ -535,7 +539,7 @@ pub trait Hook: Send + Sync + 'static {
     /// the decision trace, never applied.
     fn on_give_up<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::OnGiveUp)
     }
 
     /// Phase 8: store a freshly executed output (never after a respond or a cache hit).
@@ -544,7 +548,7 @@ pub trait Hook: Send + Sync + 'static {
     /// instead); a respond replaces the output.
     fn will_write_cache<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillWriteCache)
     }
 
     /// Phase 8: remove personal data and secrets from the output, whether it came from the
@@ -555,7 +559,7 @@ pub trait Hook: Send + Sync + 'static {
     /// * suspend — the call waits with its output; resuming continues after this stage.
     fn will_redact_output<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillRedactOutput)
     }
 
     /// Phase 8: check the output (its schema, its size).
@@ -563,7 +567,7 @@ pub trait Hook: Send + Sync + 'static {
     /// Outcomes as at [`will_redact_output`](Hook::will_redact_output).
     fn will_validate_output<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillValidateOutput)
     }
 
     /// Phase 8: reshape the output for the caller, the last stage before the record.
@@ -571,7 +575,7 @@ pub trait Hook: Send + Sync + 'static {
     /// Outcomes as at [`will_redact_output`](Hook::will_redact_output).
     fn will_transform_output<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillTransformOutput)
     }
 
     /// Phase 9: write the audit record. Runs on every path — success, error, suspension,
@@ -583,7 +587,7 @@ pub trait Hook: Send + Sync + 'static {
     /// deadline, bounded by the pipeline's tail hook timeout.
     fn will_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillAudit)
     }
 
     /// Phase 9: the audit record was written. A tail stage, as
@@ -591,14 +595,14 @@ pub trait Hook: Send + Sync + 'static {
     /// order.
     fn did_audit<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::DidAudit)
     }
 
     /// Phase 9: record metrics, on every path. A tail stage, as
     /// [`will_audit`](Hook::will_audit).
     fn on_metrics<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::OnMetrics)
     }
 
     /// Phase 10: give back the concurrency permit. Runs exactly once when
@@ -610,7 +614,7 @@ pub trait Hook: Send + Sync + 'static {
     /// reverse priority order, so releases nest inside acquires.
     fn did_release_semaphore<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::DidReleaseSemaphore)
     }
 
     /// Phase 10: give back (or settle) the quota unit. Runs exactly once when
@@ -619,7 +623,7 @@ pub trait Hook: Send + Sync + 'static {
     /// otherwise.
     fn did_release_quota<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::DidReleaseQuota)
     }
 
     /// Phase 11: the last stage of every invocation, exactly once, whatever the path.
@@ -628,7 +632,7 @@ pub trait Hook: Send + Sync + 'static {
     /// and with it whatever is still held.
     fn will_finalize_invoke<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::WillFinalizeInvoke)
     }
 
     /// The error path: the call failed; [`ctx.error`](ToolInvokeContext::error) says why.
@@ -641,6 +645,6 @@ pub trait Hook: Send + Sync + 'static {
     /// [`ctx.error_mut`](ToolInvokeContext::error_mut) if you must.
     fn on_error<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
         let _ = ctx;
-        HookFuture::ok()
+        HookFuture::default_method(self, Stage::OnError)
     }
 }

@@ -639,3 +639,72 @@ impl Pipeline {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::hook::{Hook, HookFuture};
+    use crate::stage::StageSet;
+    use crate::{JsonTool, ToolInvokeContext};
+
+    /// A hand-written hook that keeps the trait's default methods at two stages.
+    struct KeepsDefaults;
+
+    impl Hook for KeepsDefaults {
+        fn stages(&self) -> StageSet {
+            StageSet::of(&[Stage::WillAuthorize, Stage::WillAudit])
+        }
+    }
+
+    /// A hand-written hook that answers at once at `will_authorize`, with a method of its
+    /// own: nothing proves it always will.
+    struct OwnMethod;
+
+    impl Hook for OwnMethod {
+        fn stages(&self) -> StageSet {
+            StageSet::of(&[Stage::WillAuthorize])
+        }
+
+        fn will_authorize<'a>(&'a self, _ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+            HookFuture::ok()
+        }
+    }
+
+    fn pipeline(hooks: impl FnOnce(PipelineBuilder) -> PipelineBuilder) -> Pipeline {
+        let tool = JsonTool::new("t", "echoes", json!({"type": "object"}), |input, _ctx| {
+            let output = input.clone();
+            Box::pin(async move { Ok(output) })
+        });
+        hooks(Pipeline::builder().tool(tool)).build().unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_stage_whose_hooks_keep_their_defaults_runs_in_place_after_the_first_call() {
+        let pipeline = pipeline(|b| b.hook(KeepsDefaults));
+        let plan = &pipeline.entry("t").unwrap().plan;
+        assert!(!plan.is_synchronous(Stage::WillAuthorize));
+        pipeline
+            .invoke("t", json!({}), InvokeOptions::new())
+            .await
+            .unwrap();
+        assert!(plan.is_synchronous(Stage::WillAuthorize));
+        assert!(plan.is_synchronous(Stage::WillAudit));
+    }
+
+    #[tokio::test]
+    async fn a_stage_with_a_method_of_a_hooks_own_is_not_taken_for_synchronous() {
+        let pipeline = pipeline(|b| b.hook(KeepsDefaults).hook(OwnMethod));
+        let plan = &pipeline.entry("t").unwrap().plan;
+        for _ in 0..2 {
+            pipeline
+                .invoke("t", json!({}), InvokeOptions::new())
+                .await
+                .unwrap();
+        }
+        assert!(!plan.is_synchronous(Stage::WillAuthorize));
+        // The other stage of the defaults is, on its own.
+        assert!(plan.is_synchronous(Stage::WillAudit));
+    }
+}

@@ -4,7 +4,10 @@
 //! A stage whose hooks all declare it synchronous ([`Hook::synchronous_stages`], which
 //! `#[hook]` writes) runs with [`run_synchronous`]: in place, without a future. Any other
 //! stage runs with [`run_stage`], one future for the stage: each hook is still called in
-//! place, and only one whose future is not ready at once is awaited. The plan says which
+//! place, and only one whose future is not ready at once is awaited. When every hook of
+//! such a stage declared it or answered with the trait's default method (a future that
+//! names the stage and the hook's type, which only that method makes), the plan learns the
+//! stage synchronous, and it runs in place from the next call on. The plan says which
 //! stage is which ([`ToolPlan::is_synchronous`](crate::plan::ToolPlan::is_synchronous)).
 //! The same runners serve the main phases and the tail ([`Phase`]).
 
@@ -133,7 +136,11 @@ fn call_contained(
         if planned.filtered && !hook.filter(ctx) {
             return None;
         }
-        Some(match (planned.call)(hook, ctx).into_ready() {
+        let future = (planned.call)(hook, ctx);
+        if future.is_ready_ok() {
+            return Some(Ok(()));
+        }
+        Some(match future.into_ready() {
             Ok(outcome) => outcome,
             Err(_pending) => Err(not_synchronous(planned, stage)),
         })
@@ -175,6 +182,9 @@ async fn run_hooks(
     phase: Phase,
 ) -> HookResult {
     let timed = entry.plan.records_hook_timings();
+    // Whether every hook of the stage, so far, declared it synchronous or answered with
+    // the trait's default method: then the stage runs in place from the next call on.
+    let mut learnable = from == 0;
     for (index, planned) in entry.plan.hooks(stage).iter().enumerate().skip(from) {
         let hook_started = timed.then(ClockInstant::now);
         let contain = contains_panics(planned, phase);
@@ -184,20 +194,24 @@ async fn run_hooks(
             }
             let Some(called) = call(planned, ctx, true).ok() else {
                 contained_panic(planned, stage, ctx, phase);
+                learnable = false;
                 continue;
             };
             // `None`: filtered out.
             let Some(future) = called else {
+                learnable = false;
                 continue;
             };
             future
         } else {
             let hook: &dyn Hook = &*planned.hook;
             if planned.filtered && !hook.filter(ctx) {
+                learnable = false;
                 continue;
             }
             (planned.call)(hook, ctx)
         };
+        learnable &= planned.synchronous || future.is_default_method(stage, planned.type_id);
         // Nothing follows a hook that let the call through, unless its time is recorded.
         if future.is_ready_ok() && hook_started.is_none() {
             continue;
@@ -220,6 +234,9 @@ async fn run_hooks(
             end_stage(entry, ctx, stage, started, phase);
             return Err(control);
         }
+    }
+    if learnable {
+        entry.plan.learn_synchronous(stage);
     }
     end_stage(entry, ctx, stage, started, phase);
     Ok(())
