@@ -121,7 +121,7 @@ pub use registration::{FailureMode, HookOptions, HookRegistration, IntoHook};
 )]
 pub trait Hook: Any + Send + Sync {
     /// The stages this hook takes part in. `#[hook]` writes this method from the stage
-    /// methods of the impl block (with [`Stage::AroundExecute`](crate::Stage::AroundExecute) when it defines
+    /// methods of the impl block (with [`Stage::AroundExecute`] when it defines
     /// [`around_execute`](Hook::around_execute)); write it yourself only to narrow the set
     /// by configuration (see the trait's documentation).
     fn stages(&self) -> StageSet;

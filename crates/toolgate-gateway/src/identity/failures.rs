@@ -78,7 +78,8 @@ impl std::fmt::Debug for CredentialLimit {
 
 impl CredentialLimit {
     /// The limit `config` sets, counted in `table`, and in `shared` too when the replicas
-    /// share one count ([`Backends::shared_counts`](crate::state::Backends::shared_counts)).
+    /// share one count: the rate-limit backend on the state's Redis, deciding as if it
+    /// granted when Redis does not answer.
     pub fn new(
         table: Arc<FailedCredentials>,
         shared: Option<Arc<dyn QuotaBackend>>,
