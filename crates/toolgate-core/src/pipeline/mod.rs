@@ -694,6 +694,35 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_shared_hook_keeping_its_defaults_is_found_out_and_a_typed_box_is_not() {
+        let shared: Arc<dyn Hook> = Arc::new(KeepsDefaults);
+        let kept = pipeline(|b| b.hook(shared));
+        kept.invoke("t", json!({}), InvokeOptions::new())
+            .await
+            .unwrap();
+        assert!(
+            kept.entry("t")
+                .unwrap()
+                .plan
+                .is_synchronous(Stage::WillAuthorize)
+        );
+        // A `Box<KeepsDefaults>` is a hook of its own type, forwarding to the one inside:
+        // the answer names the inner type, so the stage keeps its future.
+        let boxed = pipeline(|b| b.hook(Box::new(KeepsDefaults)));
+        boxed
+            .invoke("t", json!({}), InvokeOptions::new())
+            .await
+            .unwrap();
+        assert!(
+            !boxed
+                .entry("t")
+                .unwrap()
+                .plan
+                .is_synchronous(Stage::WillAuthorize)
+        );
+    }
+
+    #[tokio::test]
     async fn a_stage_with_a_method_of_a_hooks_own_is_not_taken_for_synchronous() {
         let pipeline = pipeline(|b| b.hook(KeepsDefaults).hook(OwnMethod));
         let plan = &pipeline.entry("t").unwrap().plan;
