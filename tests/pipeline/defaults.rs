@@ -1,7 +1,7 @@
 //! The trait's default stage methods: a hand-written hook that keeps them is found out at
 //! its first call and runs in place from then on, and nothing else is taken for a default —
 //! not a hook that hands back another hook's default, nor one that hands back its own
-//! default of another stage — so a hook that answers at once on one call and waits on the
+//! default of another stage, nor a wrapper forwarding either — so a hook that answers at once on one call and waits on the
 //! next is awaited, never refused as a hook that broke its word.
 
 use std::sync::Arc;
@@ -29,6 +29,9 @@ enum AtOnce {
     AnotherHooksDefault(KeepsDefaults),
     /// Its own `will_audit`, which it keeps.
     OwnDefaultOfAnotherStage,
+    /// `will_authorize` of the hook it holds in a `Box<dyn Hook>` — the same wrapper type the
+    /// test registers this hook in.
+    AnotherBoxedHooksDefault(Box<dyn Hook>),
 }
 
 /// Until `wait` is set, what `will_authorize` hands back comes from a default method; after,
@@ -49,6 +52,7 @@ impl Hook for Switching {
             return match &self.at_once {
                 AtOnce::AnotherHooksDefault(inner) => inner.will_authorize(ctx),
                 AtOnce::OwnDefaultOfAnotherStage => self.will_audit(ctx),
+                AtOnce::AnotherBoxedHooksDefault(inner) => inner.will_authorize(ctx),
             };
         }
         HookFuture::new(async move {
@@ -61,9 +65,8 @@ impl Hook for Switching {
 
 /// Calls the tool of a [`Switching`] hook three times answering at once, then once
 /// waiting: the last call must be refused by the hook itself, after its wait. The hook is
-/// registered as it is (not behind an `Arc`, whose forwarding would hide its type), so
-/// that only the proof of a default tells it apart.
-async fn answers_at_once_then_waits(at_once: AtOnce) {
+/// registered as it is, or in a `Box<dyn Hook>` when `boxed`.
+async fn answers_at_once_then_waits(at_once: AtOnce, boxed: bool) {
     let (wait, waited) = (
         Arc::new(AtomicBool::new(false)),
         Arc::new(AtomicUsize::new(0)),
@@ -73,10 +76,13 @@ async fn answers_at_once_then_waits(at_once: AtOnce) {
         wait: wait.clone(),
         waited: waited.clone(),
     };
-    let pipeline = TestPipeline::new()
-        .tool(ScriptedTool::new(TOOL))
-        .hook(hook)
-        .build();
+    let pipeline = TestPipeline::new().tool(ScriptedTool::new(TOOL));
+    let pipeline = if boxed {
+        pipeline.hook(Box::new(hook) as Box<dyn Hook>)
+    } else {
+        pipeline.hook(hook)
+    }
+    .build();
     for _ in 0..3 {
         pipeline.invoke(TOOL, input(), options()).await.unwrap();
     }
@@ -100,10 +106,18 @@ async fn a_hand_written_hook_keeping_its_defaults_runs_every_call() {
 
 #[tokio::test]
 async fn a_hook_handing_back_another_hooks_default_is_awaited_when_it_later_waits() {
-    answers_at_once_then_waits(AtOnce::AnotherHooksDefault(KeepsDefaults)).await;
+    answers_at_once_then_waits(AtOnce::AnotherHooksDefault(KeepsDefaults), false).await;
 }
 
 #[tokio::test]
 async fn a_hook_handing_back_its_own_default_of_another_stage_is_awaited_when_it_later_waits() {
-    answers_at_once_then_waits(AtOnce::OwnDefaultOfAnotherStage).await;
+    answers_at_once_then_waits(AtOnce::OwnDefaultOfAnotherStage, false).await;
+}
+
+#[tokio::test]
+async fn a_boxed_hook_handing_back_another_boxed_hooks_default_is_awaited_when_it_later_waits() {
+    // The box this hook is registered in forwards its answer, and the box inside it answers
+    // for its own default: neither may make the outer box look as if it kept its default.
+    let inner: Box<dyn Hook> = Box::new(KeepsDefaults);
+    answers_at_once_then_waits(AtOnce::AnotherBoxedHooksDefault(inner), true).await;
 }

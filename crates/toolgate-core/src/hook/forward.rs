@@ -1,6 +1,7 @@
 //! `Hook` for `Box<H>`, `Arc<H>` and `Option<H>`, and the call of one stage's method by
 //! [`Stage`].
 
+use std::any::Any;
 use std::sync::Arc;
 
 use super::{Hook, HookFuture, Interest, Next};
@@ -13,7 +14,8 @@ macro_rules! forward_stage_methods {
     ($($method:ident => $stage:ident,)*) => {
         $(
             fn $method<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
-                (**self).$method(ctx)
+                let inner = &**self;
+                inner.$method(ctx).forwarded::<Self>(|| Any::type_id(inner))
             }
         )*
     };
@@ -94,7 +96,7 @@ macro_rules! forward_option_stage_methods {
         $(
             fn $method<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
                 match self {
-                    Some(hook) => hook.$method(ctx),
+                    Some(hook) => hook.$method(ctx).forwarded::<Self>(|| Any::type_id(hook)),
                     None => HookFuture::ok(),
                 }
             }

@@ -39,7 +39,8 @@ enum Inner<'a> {
 }
 
 /// Which default method of [`Hook`] made a future: its stage, and the type it was called
-/// on. Only the engine makes one, in the trait's default methods. A type's method for a
+/// on. Only the engine makes one, in the trait's default methods (and in its forwarding
+/// hooks, [`HookFuture::forwarded`]). A type's method for a
 /// stage is either the default, which makes this on every call, or an override, which
 /// cannot call the default it replaces: whatever it hands back — another hook's future,
 /// or the default of another of its stages — names another type or another stage. So a
@@ -62,6 +63,26 @@ impl<'a> HookFuture<'a> {
             stage,
             type_of: TypeId::of::<H>,
         }))
+    }
+
+    /// The answer of a hook of type `W` that forwards every stage to the hook inside it
+    /// (`Box<H>`, `Arc<H>`, `Option<H>`), when the inner hook, of type `inner`, answered
+    /// `self`. The inner hook's own default names `W` instead, since `W` keeps its default
+    /// exactly when the inner hook does; any other default's answer is made plain, so that
+    /// a forwarded answer names no hook it did not come from (an inner hook whose method
+    /// hands back a third hook's answer must not make `W` look as if it kept its default).
+    #[inline]
+    pub(crate) fn forwarded<W: Hook + ?Sized>(self, inner: impl FnOnce() -> TypeId) -> Self {
+        match self.0 {
+            Inner::Default(made) if (made.type_of)() == inner() => {
+                HookFuture(Inner::Default(DefaultMethod {
+                    stage: made.stage,
+                    type_of: TypeId::of::<W>,
+                }))
+            }
+            Inner::Default(_) => HookFuture::ok(),
+            inner => HookFuture(inner),
+        }
     }
 
     /// Whether this future is what the trait's default method of `stage` returns on a

@@ -694,32 +694,35 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_shared_hook_keeping_its_defaults_is_found_out_and_a_typed_box_is_not() {
-        let shared: Arc<dyn Hook> = Arc::new(KeepsDefaults);
-        let kept = pipeline(|b| b.hook(shared));
-        kept.invoke("t", json!({}), InvokeOptions::new())
-            .await
-            .unwrap();
-        assert!(
-            kept.entry("t")
-                .unwrap()
-                .plan
-                .is_synchronous(Stage::WillAuthorize)
-        );
-        // A `Box<KeepsDefaults>` is a hook of its own type, forwarding to the one inside:
-        // the answer names the inner type, so the stage keeps its future.
-        let boxed = pipeline(|b| b.hook(Box::new(KeepsDefaults)));
-        boxed
-            .invoke("t", json!({}), InvokeOptions::new())
-            .await
-            .unwrap();
-        assert!(
-            !boxed
-                .entry("t")
-                .unwrap()
-                .plan
-                .is_synchronous(Stage::WillAuthorize)
-        );
+    async fn a_hook_keeping_its_defaults_is_found_out_behind_every_wrapper() {
+        type Register = Box<dyn FnOnce(PipelineBuilder) -> PipelineBuilder>;
+        let wrapped: [(&str, Register); 4] = [
+            (
+                "Arc<dyn Hook>",
+                Box::new(|b| b.hook(Arc::new(KeepsDefaults) as Arc<dyn Hook>)),
+            ),
+            (
+                "Box<KeepsDefaults>",
+                Box::new(|b| b.hook(Box::new(KeepsDefaults))),
+            ),
+            (
+                "Box<dyn Hook>",
+                Box::new(|b| b.hook(Box::new(KeepsDefaults) as Box<dyn Hook>)),
+            ),
+            (
+                "Arc<Option<KeepsDefaults>>",
+                Box::new(|b| b.hook(Arc::new(Some(KeepsDefaults)))),
+            ),
+        ];
+        for (what, register) in wrapped {
+            let pipeline = pipeline(register);
+            pipeline
+                .invoke("t", json!({}), InvokeOptions::new())
+                .await
+                .unwrap();
+            let plan = &pipeline.entry("t").unwrap().plan;
+            assert!(plan.is_synchronous(Stage::WillAuthorize), "{what}");
+        }
     }
 
     #[tokio::test]
