@@ -46,8 +46,8 @@ pub(crate) struct ToolPlan {
     /// The stages with hooks where every hook's method finishes at once (each declares
     /// the stage synchronous), and those learnt so at a call (each hook there declared it
     /// or answered with the trait's default method, which finishes at once on every
-    /// call): they run without a future. Bit `stage.index()`; a stage is only ever added,
-    /// and a stale read only makes the stage's future once more.
+    /// call): they run without a future. A [`StageSet`]'s bits; a stage is only ever
+    /// added, and a stale read only makes the stage's future once more.
     synchronous: AtomicU64,
     /// How many stages with hooks record a duration (all but `around_execute`).
     timed: usize,
@@ -90,7 +90,7 @@ impl ToolPlan {
                 .iter()
                 .filter(|(_, _, set, _)| set.contains(stage))
                 .map(|&(r, _, _, filtered)| PlannedHook {
-                    type_id: <dyn Any>::type_id(&*r.hook as &dyn Any),
+                    type_id: Any::type_id(&*r.hook),
                     hook: Arc::clone(&r.hook),
                     call: stage_method(stage),
                     name: Arc::from(r.hook.name()),
@@ -121,11 +121,7 @@ impl ToolPlan {
         ToolPlan {
             stages,
             present,
-            synchronous: AtomicU64::new(
-                synchronous
-                    .iter()
-                    .fold(0, |bits, stage| bits | 1 << stage.index()),
-            ),
+            synchronous: AtomicU64::new(synchronous.bits()),
             timed,
             record_durations,
             record_hook_timings,
@@ -169,15 +165,15 @@ impl ToolPlan {
     #[inline]
     pub fn is_synchronous(&self, stage: Stage) -> bool {
         !self.present.contains(stage)
-            || self.synchronous.load(Ordering::Relaxed) & (1 << stage.index()) != 0
+            || StageSet::from_bits(self.synchronous.load(Ordering::Relaxed)).contains(stage)
     }
 
     /// Marks `stage` synchronous from now on: at a call, every hook there declared it so
     /// or answered with the trait's default method.
     #[cold]
     pub fn learn_synchronous(&self, stage: Stage) {
-        self.synchronous
-            .fetch_or(1 << stage.index(), Ordering::Relaxed);
+        let stage = StageSet::EMPTY.with(stage);
+        self.synchronous.fetch_or(stage.bits(), Ordering::Relaxed);
     }
 
     /// Whether any hook runs at `stage`.

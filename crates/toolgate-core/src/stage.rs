@@ -126,6 +126,17 @@ impl StageSet {
         StageSet(self.0 | 1 << stage as u8)
     }
 
+    /// The set as bits (bit `stage.index()` for each stage in it), for the plan's atomic
+    /// word of synchronous stages.
+    pub(crate) const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// The set whose bits are `bits`, as [`bits`](Self::bits) gives them.
+    pub(crate) const fn from_bits(bits: u64) -> StageSet {
+        StageSet(bits)
+    }
+
     /// Whether `stage` is in the set.
     pub const fn contains(self, stage: Stage) -> bool {
         self.0 & (1 << stage as u8) != 0

@@ -40,12 +40,12 @@ enum Inner<'a> {
 
 /// Which default method of [`Hook`] made a future: its stage, and the type it was called
 /// on. Only the engine makes one, in the trait's default methods (and in its forwarding
-/// hooks, [`HookFuture::forwarded`]). A type's method for a
-/// stage is either the default, which makes this on every call, or an override, which
-/// cannot call the default it replaces: whatever it hands back — another hook's future,
-/// or the default of another of its stages — names another type or another stage. So a
-/// future naming the stage and the type the pipeline called proves the method is the
-/// default, which finishes at once on every call.
+/// hooks, [`HookFuture::forwarded`]). A type's method for a stage is either the default,
+/// which makes this on every call, or an override, which cannot call the default it
+/// replaces: whatever it hands back — another hook's future, or the default of another of
+/// its stages — names another type or another stage. So a future naming the stage and the
+/// type the pipeline called proves the method is the default, which finishes at once on
+/// every call.
 #[derive(Clone, Copy)]
 pub(crate) struct DefaultMethod {
     stage: Stage,
