@@ -20,6 +20,7 @@ use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, encode};
 use serde_json::json;
 use toolgate_gateway::auth::{ApiKeys, hash_key};
 use toolgate_gateway::config::parse;
+use toolgate_gateway::identity::address::client_address;
 use toolgate_gateway::identity::failures::{CredentialLimit, FailedCredentials};
 use toolgate_gateway::identity::{
     Identity, Outcome, Route, SigningKey, SigningKeys, TokenVerifier,
@@ -140,6 +141,7 @@ fn authenticate(c: &mut Criterion) {
     let direct = HeaderMap::new();
     let mut forwarded = HeaderMap::new();
     forwarded.insert("x-forwarded-for", "203.0.113.9".parse().unwrap());
+    let trusted = &config.server.trusted_proxies;
     let quiet = CredentialLimit::new(Arc::default(), None, &config);
     let attacked = CredentialLimit::new(Arc::new(FailedCredentials::new()), None, &config);
     futures::executor::block_on(async {
@@ -147,7 +149,9 @@ fn authenticate(c: &mut Criterion) {
             let mut from = HeaderMap::new();
             let address = Ipv4Addr::from(0x0a00_0000 + i).to_string();
             from.insert("x-forwarded-for", address.parse().unwrap());
-            attacked.failed(Some(&peer), &from).await;
+            attacked
+                .failed(client_address(Some(&peer), &from, trusted))
+                .await;
         }
     });
     for (name, limit, headers) in [
@@ -158,10 +162,9 @@ fn authenticate(c: &mut Criterion) {
             &forwarded,
         ),
     ] {
-        assert!(limit.refusal(Some(&peer), headers).is_none());
-        group.bench_function(name, |b| {
-            b.iter(|| limit.refusal(Some(black_box(&peer)), black_box(headers)))
-        });
+        let client = || client_address(Some(black_box(&peer)), black_box(headers), trusted);
+        assert!(limit.refusal(client).is_none());
+        group.bench_function(name, |b| b.iter(|| limit.refusal(client)));
     }
     group.finish();
 }

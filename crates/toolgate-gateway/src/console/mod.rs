@@ -190,7 +190,8 @@ async fn open_session(
     let SignIn { key } = serde_json::from_slice(&body).map_err(|_| bad())?;
     // Held to the same allowance of wrong credentials as `/v1` and `/mcp`.
     let limit = &gateway.credential_limit;
-    if let Some(response) = limit.refusal(peer, headers) {
+    let client = || gateway.client_address(peer, headers);
+    if let Some(response) = limit.refusal(client) {
         return Ok(response);
     }
     let user = gateway
@@ -199,7 +200,7 @@ async fn open_session(
         .then(|| gateway.keys.authenticate(key.trim()))
         .flatten();
     let Some(user) = user else {
-        limit.failed(peer, headers).await;
+        limit.failed(client()).await;
         return Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "unauthenticated",

@@ -4,9 +4,11 @@
 //! swaps it in; calls in flight finish on the one they started on.
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use axum::extract::ConnectInfo;
 use toolgate_agent::{Concurrency as BatchConcurrency, ThreadConfig, ToolSystem};
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::suspension::SuspensionStore;
@@ -330,17 +332,27 @@ impl Gateway {
         })
     }
 
-    /// The address a request came from, for the audit records of its calls: the
-    /// connection's peer, or the client its trusted proxies name (`server.trusted_proxies`).
-    /// `None` when nothing is audited, or the peer is not known.
+    /// The address a request came from: the connection's `peer`, or the client its trusted
+    /// proxies name in `headers` (`server.trusted_proxies`). `None` when the peer is not
+    /// known.
+    pub(crate) fn client_address(
+        &self,
+        peer: Option<&ConnectInfo<SocketAddr>>,
+        headers: &axum::http::HeaderMap,
+    ) -> Option<IpAddr> {
+        client_address(peer, headers, &self.config.server.trusted_proxies)
+    }
+
+    /// The address a request came from ([`Self::client_address`]), for the audit records
+    /// of its calls. `None` when nothing is audited, or the peer is not known.
     pub(crate) fn audited_client(
         &self,
         extensions: &axum::http::Extensions,
         headers: &axum::http::HeaderMap,
     ) -> Option<ClientAddress> {
         self.audit.as_ref()?;
-        let trusted = &self.config.server.trusted_proxies;
-        client_address(extensions.get(), headers, trusted).map(ClientAddress)
+        self.client_address(extensions.get(), headers)
+            .map(ClientAddress)
     }
 
     /// The pipeline calls run through.

@@ -113,10 +113,9 @@ fn check(current: &ArcSwap<Gateway>, request: &Request) -> Checked {
     let credential = authorization(request);
     // A client past its allowance of wrong credentials is refused before its credential
     // is looked at (a request without one tries nothing, and is not held to it).
-    let limit = &gateway.credential_limit;
-    let (peer, headers) = (request.extensions().get(), request.headers());
+    let client = || gateway.client_address(request.extensions().get(), request.headers());
     if credential.is_some()
-        && let Some(response) = limit.refusal(peer, headers)
+        && let Some(response) = gateway.credential_limit.refusal(client)
     {
         return Checked::Refused(response);
     }
@@ -186,10 +185,8 @@ where
                 closing_if_body_unread(&request, response),
             )))),
             Checked::Wrong(gateway, response) => Either::Right(Box::pin(async move {
-                let limit = &gateway.credential_limit;
-                limit
-                    .failed(request.extensions().get(), request.headers())
-                    .await;
+                let client = gateway.client_address(request.extensions().get(), request.headers());
+                gateway.credential_limit.failed(client).await;
                 Ok(closing_if_body_unread(&request, response))
             })),
             Checked::FetchKeys(gateway, route) => {
@@ -214,10 +211,9 @@ where
                         }
                         Err(refusal) => {
                             if refusal.is_wrong_credential() {
-                                gateway
-                                    .credential_limit
-                                    .failed(request.extensions().get(), request.headers())
-                                    .await;
+                                let client = gateway
+                                    .client_address(request.extensions().get(), request.headers());
+                                gateway.credential_limit.failed(client).await;
                             }
                             Ok(closing_if_body_unread(
                                 &request,

@@ -26,13 +26,12 @@
 //! (and the gateway logs that it is full), so a flood of addresses costs memory up to the
 //! bound and no more.
 
-use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::ConnectInfo;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use dashmap::DashMap;
 use dashmap::mapref::one::RefMut;
@@ -41,8 +40,7 @@ use toolgate_hooks::Rate;
 use toolgate_hooks::quota::{QuotaBackend, QuotaDecision, QuotaRequest};
 use toolgate_http::HttpError;
 
-use super::address::client_address;
-use crate::config::{Config, FailedCredentialsConfig, TrustedProxy};
+use crate::config::{Config, FailedCredentialsConfig};
 
 /// How often the table is swept of addresses whose allowance is whole again while it
 /// tracks any.
@@ -61,7 +59,6 @@ pub struct CredentialLimit {
     table: Arc<FailedCredentials>,
     /// `None` when the limit is off.
     allowance: Option<Allowance>,
-    trusted: Vec<TrustedProxy>,
     /// Where the replicas count together (Redis), when `state` is shared.
     shared: Option<Arc<dyn QuotaBackend>>,
 }
@@ -70,7 +67,6 @@ impl std::fmt::Debug for CredentialLimit {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CredentialLimit")
             .field("allowance", &self.allowance)
-            .field("trusted", &self.trusted)
             .field("shared", &self.shared.is_some())
             .finish_non_exhaustive()
     }
@@ -88,25 +84,23 @@ impl CredentialLimit {
         CredentialLimit {
             table,
             allowance: Allowance::of(&config.identity.failed_credentials),
-            trusted: config.server.trusted_proxies.clone(),
             shared,
         }
     }
 
-    /// The answer to a request that carries a credential, from the connection `peer`
-    /// with `headers`, when its client is past its allowance: 429
-    /// `too_many_failed_credentials` with `Retry-After`. Its credential is not to be
-    /// looked at. `None` lets it be checked.
-    pub fn refusal(
-        &self,
-        peer: Option<&ConnectInfo<SocketAddr>>,
-        headers: &HeaderMap,
-    ) -> Option<Response> {
+    /// The answer to a request that carries a credential, when its client is past its
+    /// allowance: 429 `too_many_failed_credentials` with `Retry-After`. Its credential is
+    /// not to be looked at. `None` lets it be checked.
+    ///
+    /// `client` names the request's client address (`Gateway::client_address`: the
+    /// connection's peer, or the client its trusted proxies name); it is asked only when
+    /// some address is tracked.
+    pub fn refusal(&self, client: impl FnOnce() -> Option<IpAddr>) -> Option<Response> {
         let allowance = self.allowance.as_ref()?;
         if self.table.is_empty() {
             return None;
         }
-        let client = client_address(peer, headers, &self.trusted)?;
+        let client = client()?;
         let wait = self.table.check(client, allowance).err()?;
         metrics::counter!("toolgate_http_failed_credentials_refused_total").increment(1);
         let seconds = wait.as_millis().div_ceil(1000).max(1);
@@ -120,15 +114,13 @@ impl CredentialLimit {
         Some(refused.retry_after(wait).into_response())
     }
 
-    /// Counts the wrong credential of a request from the connection `peer` with
-    /// `headers` against its client: in this process, and on Redis when the replicas
-    /// share one count (this waits for Redis, at most `state.deadline`). Answer the
-    /// request after, so that its client's next request finds the count.
-    pub async fn failed(&self, peer: Option<&ConnectInfo<SocketAddr>>, headers: &HeaderMap) {
-        let Some(allowance) = self.allowance.as_ref() else {
-            return;
-        };
-        let Some(client) = client_address(peer, headers, &self.trusted) else {
+    /// Counts the wrong credential of a request against its `client` (its address, as
+    /// for [`Self::refusal`]; `None` when not known, which counts nothing): in this
+    /// process, and on Redis when the replicas share one count (this waits for Redis, at
+    /// most `state.deadline`). Answer the request after, so that its client's next request
+    /// finds the count.
+    pub async fn failed(&self, client: Option<IpAddr>) {
+        let (Some(allowance), Some(client)) = (self.allowance.as_ref(), client) else {
             return;
         };
         // `None`: the table is full and the address not counted. Nor is it on Redis then,
@@ -463,27 +455,26 @@ mod tests {
             Arc::new(toolgate_hooks::quota::InMemoryQuota::default());
         let replica = || CredentialLimit::new(Arc::default(), Some(shared.clone()), &config);
         let (first, second) = (replica(), replica());
-        let peer = |last: u8| ConnectInfo(SocketAddr::from(([192, 0, 2, last], 40_000)));
-        let headers = HeaderMap::new();
+        let client = |last: u8| Some(IpAddr::from([192, 0, 2, last]));
         // Four wrong credentials, two on each replica: neither has counted four itself.
         for limit in [&first, &second, &first, &second] {
-            assert!(limit.refusal(Some(&peer(9)), &headers).is_none());
-            limit.failed(Some(&peer(9)), &headers).await;
+            assert!(limit.refusal(|| client(9)).is_none());
+            limit.failed(client(9)).await;
         }
         // The fifth is the one too many, whichever replica counts it; from then on that
         // replica refuses the guesser unchecked.
-        assert!(first.refusal(Some(&peer(9)), &headers).is_none());
-        first.failed(Some(&peer(9)), &headers).await;
-        let refused = first.refusal(Some(&peer(9)), &headers).expect("refused");
+        assert!(first.refusal(|| client(9)).is_none());
+        first.failed(client(9)).await;
+        let refused = first.refusal(|| client(9)).expect("refused");
         assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
         // The other replica checks one more credential, then refuses too.
-        assert!(second.refusal(Some(&peer(9)), &headers).is_none());
-        second.failed(Some(&peer(9)), &headers).await;
-        assert!(second.refusal(Some(&peer(9)), &headers).is_some());
+        assert!(second.refusal(|| client(9)).is_none());
+        second.failed(client(9)).await;
+        assert!(second.refusal(|| client(9)).is_some());
         // Another address has an allowance of its own on both.
-        assert!(first.refusal(Some(&peer(10)), &headers).is_none());
-        first.failed(Some(&peer(10)), &headers).await;
-        assert!(first.refusal(Some(&peer(10)), &headers).is_none());
+        assert!(first.refusal(|| client(10)).is_none());
+        first.failed(client(10)).await;
+        assert!(first.refusal(|| client(10)).is_none());
     }
 
     #[tokio::test]
@@ -494,10 +485,8 @@ mod tests {
         .unwrap();
         let shared = Arc::new(toolgate_hooks::quota::InMemoryQuota::default());
         let limit = CredentialLimit::new(Arc::default(), Some(shared.clone()), &config);
-        let headers = HeaderMap::new();
         for last in 1..=20 {
-            let peer = ConnectInfo(SocketAddr::from(([192, 0, 2, last], 40_000)));
-            limit.failed(Some(&peer), &headers).await;
+            limit.failed(Some(IpAddr::from([192, 0, 2, last]))).await;
         }
         // A flood of addresses costs the shared store what it costs the table: one.
         assert_eq!(shared.key_count(), 1);
