@@ -413,6 +413,49 @@ fn failed_credentials_summary(config: &crate::config::Config, shared_state: bool
     )
 }
 
+/// The console's sign-in and where its sessions are kept: a line of `toolgate check`, so
+/// that an operator who runs replicas (`shared_state`: `state` on Redis) sees that each
+/// replica keeps its own sessions, and routes a person to one of them.
+fn console_summary(gateway: &Gateway, shared_state: bool) -> String {
+    use crate::config::CredentialKind;
+    use crate::identity::Route;
+
+    let Some(console) = &gateway.config.console else {
+        return "  console: off\n".to_owned();
+    };
+    // The console signs a person in as `/v1` would take them.
+    let identity = &gateway.identity;
+    let mut ways = Vec::new();
+    if identity
+        .accepted(Route::V1)
+        .contains(&CredentialKind::ApiKey)
+    {
+        ways.push("API keys".to_owned());
+    }
+    if let (Some(client), Some(oauth)) = (&console.oauth, identity.oauth()) {
+        ways.push(format!(
+            "through {} as client `{}`",
+            oauth.issuer.0, client.client_id
+        ));
+    }
+    let sign_in = if ways.is_empty() {
+        "but nobody can sign in (`/v1` takes no API key and `console.oauth` is not set)".to_owned()
+    } else {
+        format!("sign-in with {}", ways.join(", or "))
+    };
+    let replicas = if shared_state {
+        "; each replica keeps its own sessions and sign-ins (state on Redis does not share them): behind a load balancer, route each person to one replica (sticky sessions)"
+    } else {
+        ""
+    };
+    format!(
+        "  console: /console, {sign_in}; sessions last {}, at most {} ({} per user), kept in this process's memory (a restart signs everyone out){replicas}\n",
+        humantime::format_duration(console.session_ttl),
+        console.max_sessions,
+        console.max_sessions_per_user,
+    )
+}
+
 /// Which credentials each route accepts, and what each upstream receives: the identity
 /// part of `toolgate check` (`shared_state`: the configuration's `state` is on Redis).
 fn identity_summary(gateway: &Gateway, shared_state: bool) -> String {
@@ -466,6 +509,7 @@ fn identity_summary(gateway: &Gateway, shared_state: bool) -> String {
         ));
     }
     out.push_str(&failed_credentials_summary(&gateway.config, shared_state));
+    out.push_str(&console_summary(gateway, shared_state));
     for upstream in &gateway.config.upstreams {
         let shared = match &upstream.credential_env {
             Some(var) => format!("a static bearer credential from ${var}"),

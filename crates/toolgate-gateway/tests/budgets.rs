@@ -7,7 +7,7 @@ mod common;
 
 use serde_json::json;
 
-use common::{Gateway, invoke, mcp_rpc, open_session, run, user_yaml};
+use common::{Gateway, check, invoke, mcp_rpc, open_session, user_yaml};
 
 fn config(budgets: &str) -> String {
     format!(
@@ -152,10 +152,7 @@ async fn a_caller_without_a_tenant_is_told_the_budget_is_their_own() {
 }
 
 fn check_output(yaml: &str) -> (bool, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gateway.yaml");
-    std::fs::write(&path, yaml).unwrap();
-    let (status, stdout, stderr) = run(&["check", "--config", path.to_str().unwrap()], "");
+    let (status, stdout, stderr) = check(yaml);
     (status.success(), stdout, stderr)
 }
 

@@ -68,7 +68,8 @@ fn check_prints_every_tool_with_its_stages_in_order() {
         sections[0],
         "identity\n  /v1    API keys (2 users)\n  /mcp   API keys (2 users)\n  \
          wrong credentials: 30 per client address in a burst, then one every 2s; the client is \
-         the connection's peer, or, from 127.0.0.0/8, ::1, the address X-Forwarded-For names",
+         the connection's peer, or, from 127.0.0.0/8, ::1, the address X-Forwarded-For names\n  \
+         console: off",
         "{stdout}"
     );
     let tools: Vec<&str> = sections[1..]

@@ -249,6 +249,18 @@ fn collect(mut from: impl Read + Send + 'static, into: Arc<Mutex<String>>) {
     });
 }
 
+/// `toolgate check` of the configuration `yaml` (written to a temporary file); (status,
+/// stdout, stderr).
+pub fn check(yaml: &str) -> (ExitStatus, String, String) {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(&path, yaml).expect("writing the config");
+    run(
+        &["check", "--config", path.to_str().expect("a UTF-8 path")],
+        "",
+    )
+}
+
 /// Runs the binary to completion with `args` and `stdin`; (status, stdout, stderr).
 pub fn run(args: &[&str], stdin: &str) -> (ExitStatus, String, String) {
     use std::io::Write;

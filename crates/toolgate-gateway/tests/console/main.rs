@@ -15,7 +15,9 @@ mod provider;
 use std::path::PathBuf;
 
 use browser::Browser;
-use common::{Answer, Gateway, client, get, invoke, key, python, python_mcp_available, user_yaml};
+use common::{
+    Answer, Gateway, check, client, get, invoke, key, python, python_mcp_available, user_yaml,
+};
 use serde_json::{Value, json};
 
 /// `sleep` waits for an admin's approval; `echo` runs at once; the console is on.
@@ -678,6 +680,50 @@ async fn bad_sign_ins_and_a_console_that_is_off_get_clear_errors() {
         (401, "unauthenticated"),
         "{}",
         cookie.body
+    );
+}
+
+/// `toolgate check` says how a person signs in to the console and where the sessions are
+/// kept: in each process, so that an operator running replicas (`state` on Redis) is told to
+/// route a person to one of them.
+#[test]
+fn check_says_where_console_sessions_are_kept_and_that_replicas_do_not_share_them() {
+    let console_line = |yaml: &str| {
+        let (status, stdout, stderr) = check(yaml);
+        assert!(status.success(), "{stderr}");
+        let line = stdout.lines().find(|line| line.starts_with("  console:"));
+        line.unwrap_or_else(|| panic!("no console line in {stdout}"))
+            .to_owned()
+    };
+    assert_eq!(
+        console_line(&config()),
+        "  console: /console, sign-in with API keys; sessions last 8h, at most 1000 (8 per user), kept in this process's memory (a restart signs everyone out)"
+    );
+    // With `state` on Redis (which check does not contact) there are replicas to route.
+    let replicated = format!(
+        "state:\n  url: redis://127.0.0.1:1\n{}",
+        config().replace(
+            "console: {}",
+            "console:\n  session_ttl: 30m\n  max_sessions_per_user: 2"
+        )
+    );
+    assert_eq!(
+        console_line(&replicated),
+        "  console: /console, sign-in with API keys; sessions last 30m, at most 1000 (2 per user), kept in this process's memory (a restart signs everyone out); each replica keeps its own sessions and sign-ins (state on Redis does not share them): behind a load balancer, route each person to one replica (sticky sessions)"
+    );
+    // A console nobody can sign in to is pointed out.
+    let tokens_only = format!(
+        "{}identity:\n  oauth:\n    issuer: https://login.example.com\n    resource: https://tools.test\n  routes:\n    v1: [oauth]\n",
+        config()
+    );
+    assert!(
+        console_line(&tokens_only).starts_with(
+            "  console: /console, but nobody can sign in (`/v1` takes no API key and `console.oauth` is not set); sessions last 8h"
+        )
+    );
+    assert_eq!(
+        console_line(&config().replace("console: {}\n", "")),
+        "  console: off"
     );
 }
 

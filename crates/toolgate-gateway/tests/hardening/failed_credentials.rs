@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use serde_json::json;
 
-use crate::common::{Answer, Gateway, key, user_yaml};
+use crate::common::{Answer, Gateway, check, key, user_yaml};
 
 /// Three wrong credentials in a burst, one more every 20 minutes.
 fn config(server: &str) -> String {
@@ -45,14 +45,6 @@ async fn echo(
         request = request.header("x-forwarded-for", forwarded_for);
     }
     Answer::read(request.send().await.expect("sending the request")).await
-}
-
-/// `toolgate check` of `yaml`: whether it passed, and what it wrote to stdout and stderr.
-fn check(yaml: &str) -> (std::process::ExitStatus, String, String) {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let path = dir.path().join("gateway.yaml");
-    std::fs::write(&path, yaml).expect("writing the config");
-    crate::common::run(&["check", "--config", path.to_str().unwrap()], "")
 }
 
 fn assert_refused_unchecked(answer: &Answer, what: &str) {

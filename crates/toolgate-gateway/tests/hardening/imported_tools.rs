@@ -7,8 +7,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Gateway, HttpUpstream, invoke, mcp, mcp_rpc, open_session, python, python_mcp_available,
-    rpc_answer, run, user_yaml,
+    Gateway, HttpUpstream, check, invoke, mcp, mcp_rpc, open_session, python, python_mcp_available,
+    rpc_answer, user_yaml,
 };
 
 fn config() -> String {
@@ -107,10 +107,7 @@ fn check_says_which_imported_tools_have_their_arguments_checked() {
     if !python_mcp_available("check_says_which_imported_tools_have_their_arguments_checked") {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gateway.yaml");
-    std::fs::write(&path, config()).unwrap();
-    let (status, stdout, stderr) = run(&["check", "--config", path.to_str().unwrap()], "");
+    let (status, stdout, stderr) = check(&config());
     assert!(status.success(), "{stdout}\n{stderr}");
     assert!(
         stdout.contains("add  [mcp]\n  arguments checked against the upstream's input schema"),

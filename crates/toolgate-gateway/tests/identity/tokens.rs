@@ -2,7 +2,7 @@
 
 use serde_json::json;
 
-use crate::common::{Answer, Gateway, client, key, run};
+use crate::common::{Answer, Gateway, check, client, key};
 use crate::{MCP_RESOURCE, RESOURCE, config, invoke, mcp_echo, start};
 
 #[tokio::test]
@@ -251,15 +251,12 @@ async fn the_metadata_is_not_found_without_oauth() {
 #[test]
 fn check_prints_which_identity_each_route_and_upstream_uses() {
     // `check` does not contact the issuer: any address will do.
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gateway.yaml");
     let text = config(
         "http://127.0.0.1:9",
         "    required_scopes: { mcp: [\"tools:call\"] }\n",
         "  routes:\n    v1: [api_key]\n",
     );
-    std::fs::write(&path, text).unwrap();
-    let (status, out, err) = run(&["check", "--config", path.to_str().unwrap()], "");
+    let (status, out, err) = check(&text);
     assert!(status.success(), "{err}");
     assert!(out.contains("  /v1    API keys (1 users)\n"), "{out}");
     assert!(
