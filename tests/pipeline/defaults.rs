@@ -1,8 +1,9 @@
 //! The trait's default stage methods: a hand-written hook that keeps them is found out at
 //! its first call and runs in place from then on, and nothing else is taken for a default —
 //! not a hook that hands back another hook's default, nor one that hands back its own
-//! default of another stage, nor a wrapper forwarding either — so a hook that answers at once on one call and waits on the
-//! next is awaited, never refused as a hook that broke its word.
+//! default of another stage, nor a wrapper forwarding either — so a hook that answers at
+//! once on one call and waits on the next is awaited, never refused as a hook that broke
+//! its word.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

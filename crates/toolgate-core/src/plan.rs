@@ -172,8 +172,8 @@ impl ToolPlan {
     /// or answered with the trait's default method.
     #[cold]
     pub fn learn_synchronous(&self, stage: Stage) {
-        let stage = StageSet::EMPTY.with(stage);
-        self.synchronous.fetch_or(stage.bits(), Ordering::Relaxed);
+        let bits = StageSet::from(stage).bits();
+        self.synchronous.fetch_or(bits, Ordering::Relaxed);
     }
 
     /// Whether any hook runs at `stage`.

@@ -426,10 +426,7 @@ fn console_summary(gateway: &Gateway, shared_state: bool) -> String {
     // The console signs a person in as `/v1` would take them.
     let identity = &gateway.identity;
     let mut ways = Vec::new();
-    if identity
-        .accepted(Route::V1)
-        .contains(&CredentialKind::ApiKey)
-    {
+    if identity.accepts(Route::V1, CredentialKind::ApiKey) {
         ways.push("API keys".to_owned());
     }
     if let (Some(client), Some(oauth)) = (&console.oauth, identity.oauth()) {
