@@ -440,13 +440,13 @@ fn console_summary(gateway: &Gateway, shared_state: bool) -> String {
     } else {
         format!("sign-in with {}", ways.join(", or "))
     };
-    let replicas = if shared_state {
-        "; each replica keeps its own sessions and sign-ins (state on Redis does not share them): behind a load balancer, route each person to one replica (sticky sessions)"
+    let kept = if shared_state {
+        "kept on Redis with the policies' state (every replica shares them, and a restart signs nobody out)"
     } else {
-        ""
+        "kept in this process's memory (a restart signs everyone out)"
     };
     format!(
-        "  console: /console, {sign_in}; sessions last {}, at most {} ({} per user), kept in this process's memory (a restart signs everyone out){replicas}\n",
+        "  console: /console, {sign_in}; sessions last {}, at most {} ({} per user), {kept}\n",
         humantime::format_duration(console.session_ttl),
         console.max_sessions,
         console.max_sessions_per_user,

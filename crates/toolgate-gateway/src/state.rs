@@ -247,7 +247,7 @@ pub struct SharedState {
     pub stats: Option<Arc<UsageStats>>,
     /// The waiting calls watched for expiry, and the webhooks of the configuration served.
     pub notifications: Notifications,
-    /// The sessions of the operator console.
+    /// The sessions of the operator console, kept where the backends keep their state.
     pub console_sessions: Arc<ConsoleSessions>,
     /// The wrong credentials of each client address (`identity.failed_credentials`): kept
     /// across reloads, so that a reload does not give a guesser a fresh allowance.
@@ -328,11 +328,11 @@ impl SharedState {
         Ok(SharedState {
             state: config.state.clone(),
             suspensions: Suspensions::open(&backends, &config.state, suspension_limits(config))?,
+            console_sessions: Arc::new(ConsoleSessions::new(&backends)),
             backends,
             approvals: Arc::new(InMemoryApprovals::default()),
             stats: open_stats(config)?,
             notifications: Notifications::new(),
-            console_sessions: Arc::default(),
             failed_credentials: Arc::default(),
             counters: Arc::default(),
             history: Arc::default(),
@@ -355,6 +355,8 @@ impl SharedState {
             // through this gateway, and expire.
             next.suspensions =
                 Suspensions::open(&next.backends, &config.state, suspension_limits(config))?;
+            // Console sessions kept in the old place end: people sign in again.
+            next.console_sessions = Arc::new(ConsoleSessions::new(&next.backends));
         }
         let same_stats = match (&config.stats, &self.stats) {
             (Some(c), Some(s)) => c.path.0 == s.path(),

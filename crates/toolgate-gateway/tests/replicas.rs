@@ -265,3 +265,129 @@ async fn a_restart_of_every_replica_loses_no_waiting_call() {
     assert_eq!(approved.status, 200, "{}", approved.body);
     assert_eq!(approved.body["output"]["text"], "kept", "{}", approved.body);
 }
+
+/// A console session: the cookie's value and the token of state changes.
+struct ConsoleSession {
+    id: String,
+    csrf: String,
+}
+
+/// `user` signs in to the console of `gateway` with their key.
+async fn console_sign_in(gateway: &Gateway, user: &str) -> ConsoleSession {
+    let response = client()
+        .post(gateway.url("/console/session"))
+        .json(&json!({ "key": key(user) }))
+        .send()
+        .await
+        .expect("signing in");
+    let cookie = response
+        .headers()
+        .get("set-cookie")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let answer = Answer::read(response).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let cookie = cookie.expect("a session cookie");
+    let id = cookie
+        .strip_prefix("toolgate_console=")
+        .and_then(|rest| rest.split(';').next())
+        .expect("the cookie's value");
+    ConsoleSession {
+        id: id.to_owned(),
+        csrf: answer.body["csrf_token"]
+            .as_str()
+            .expect("a token")
+            .to_owned(),
+    }
+}
+
+/// A console request on `gateway` with `session`'s cookie (and its token, for a change).
+async fn with_session(
+    gateway: &Gateway,
+    method: reqwest::Method,
+    path: &str,
+    session: &ConsoleSession,
+    body: Option<serde_json::Value>,
+) -> Answer {
+    let mut request = client()
+        .request(method, gateway.url(path))
+        .header("cookie", format!("toolgate_console={}", session.id))
+        .header("x-toolgate-csrf", &session.csrf);
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    Answer::read(request.send().await.expect("a response")).await
+}
+
+#[tokio::test]
+async fn a_console_session_opened_on_one_replica_works_on_every_replica_and_outlives_restarts() {
+    let test =
+        "a_console_session_opened_on_one_replica_works_on_every_replica_and_outlives_restarts";
+    let Some(redis) = redis_or_skip(test) else {
+        return;
+    };
+    let prefix = format!("tgconsole{}x{:x}", std::process::id(), random_u32());
+    let config = format!(
+        "{}console:\n  max_sessions_per_user: 2\n",
+        approval_config(&redis, &prefix)
+    );
+    let (a, b) = (Gateway::start(&config), Gateway::start(&config));
+    let session = console_sign_in(&a, "alice").await;
+
+    // B knows the session A opened: who it is, and its calls as alice's.
+    let shown = with_session(&b, reqwest::Method::GET, "/console/session", &session, None).await;
+    assert_eq!(shown.status, 200, "{}", shown.body);
+    assert_eq!(shown.body["user"], "alice");
+    assert_eq!(shown.body["csrf_token"], session.csrf.as_str());
+    let id = parked_id(&invoke(&a, "bob", "echo", json!({"text": "by console"})).await);
+    let approved = with_session(
+        &b,
+        reqwest::Method::POST,
+        &format!("/v1/suspensions/{id}/resume"),
+        &session,
+        Some(json!({"decision": "approve"})),
+    )
+    .await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    assert_eq!(approved.body["output"]["text"], "by console");
+
+    // A replica started afterwards (a restart) finds it too: it is not in any process.
+    let c = Gateway::start(&config);
+    let after_restart =
+        with_session(&c, reqwest::Method::GET, "/console/session", &session, None).await;
+    assert_eq!(after_restart.status, 200, "{}", after_restart.body);
+
+    // Two sessions per user across the replicas: alice's third sign-in ends her first.
+    let second = console_sign_in(&b, "alice").await;
+    let third = console_sign_in(&c, "alice").await;
+    let first_again =
+        with_session(&a, reqwest::Method::GET, "/console/session", &session, None).await;
+    assert_eq!(
+        (first_again.status, first_again.error_code()),
+        (401, "session_ended"),
+        "{}",
+        first_again.body
+    );
+
+    // Signing out on one replica ends the session on every one.
+    let out = with_session(
+        &c,
+        reqwest::Method::DELETE,
+        "/console/session",
+        &second,
+        None,
+    )
+    .await;
+    assert_eq!(out.status, 204, "{}", out.body);
+    for gateway in [&a, &b, &c] {
+        let ended = with_session(gateway, reqwest::Method::GET, "/v1/tools", &second, None).await;
+        assert_eq!(
+            (ended.status, ended.error_code()),
+            (401, "session_ended"),
+            "{}",
+            ended.body
+        );
+        let live = with_session(gateway, reqwest::Method::GET, "/v1/tools", &third, None).await;
+        assert_eq!(live.status, 200, "{}", live.body);
+    }
+}

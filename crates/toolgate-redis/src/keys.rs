@@ -11,6 +11,7 @@
 //! | cached result | `<prefix>:<tool>:<sha256>` (the `CacheKey`) | the entry's TTL |
 //! | cache fill lock | `<prefix>:fill:{<prefix>:<tool>:<sha256>}` | the fill wait |
 //! | waiting calls, approvals for a retry, outcomes | `<prefix>:{<prefix>:susp}:…` (see below) | each its own |
+//! | sign-in sessions, sign-ins waiting for a callback | `<prefix>:{<prefix>:sessions}:…` (see below) | each its own |
 //!
 //! Every key of the suspension store starts with one base, `<prefix>:{<prefix>:susp}`, so
 //! they all hash alike (whatever the prefix holds, the hashed part lies within the base) and
@@ -30,6 +31,16 @@
 //! | outcomes by expiry | `:outcomes` | sorted set (id → expiry ms) |
 //! | an outcome | `:outcome:<id>` | string |
 //!
+//! The session store's keys share one base the same way, `<prefix>:{<prefix>:sessions}`:
+//!
+//! | what | after the base | type |
+//! |---|---|---|
+//! | live sessions by expiry | `:all` | sorted set (SHA-256 of the id, hex → expiry ms) |
+//! | a user's sessions by when they opened | `:user:<user id>` | sorted set (id → opened ms) |
+//! | a session | `:session:<id>` | hash (`user`, `record`) |
+//! | sign-ins waiting for a callback by expiry | `:flows` | sorted set (state → expiry ms) |
+//! | a sign-in waiting for a callback | `:flow:<state>` | string (its secret) |
+//!
 //! Which script touches which keys, and so what must share a slot:
 //!
 //! | script or command | keys |
@@ -40,6 +51,7 @@
 //! | `GET`, `SET … PX`, `DEL` | the entry |
 //! | `claim.lua`, `fill.lua` | the entry and its fill lock |
 //! | the suspension store's scripts and commands | keys under its base |
+//! | the session store's scripts and commands | keys under its base |
 
 use toolgate_hooks::cache::CacheKey;
 
@@ -62,6 +74,13 @@ pub(crate) fn leases(prefix: &str, key: &str) -> String {
 pub(crate) fn suspensions(prefix: &str) -> String {
     let tag: String = prefix.chars().filter(|c| !matches!(c, '{' | '}')).collect();
     format!("{prefix}:{{{tag}:susp}}")
+}
+
+/// The base of every key of the session store: `<prefix>:{<prefix>:sessions}`, as
+/// [`suspensions`] builds its own.
+pub(crate) fn sessions(prefix: &str) -> String {
+    let tag: String = prefix.chars().filter(|c| !matches!(c, '{' | '}')).collect();
+    format!("{prefix}:{{{tag}:sessions}}")
 }
 
 /// The `CacheKey` (`toolgate:<tool>:<sha256>`) with its first part replaced by the prefix:
@@ -241,32 +260,43 @@ mod tests {
         assert!(locks_skipped > 0, "the names did include unlockable ones");
     }
 
-    /// Every key of the suspension store hashes to the slot of its base, whatever the
-    /// prefix, user ids, call ids and binding keys: its scripts touch one slot.
+    /// Every key of the suspension store and of the session store hashes to the slot of its
+    /// base, whatever the prefix, user ids, call ids, session ids, states and binding keys:
+    /// their scripts touch one slot.
     #[test]
-    fn every_suspension_key_is_in_the_slot_of_its_base() {
+    fn every_suspension_and_session_key_is_in_the_slot_of_its_base() {
         let mut rng = fastrand::Rng::with_seed(34);
         for _ in 0..20_000 {
             let prefix = match rng.usize(..4) {
                 0 => "toolgate".to_owned(),
                 _ => awkward_name(&mut rng),
             };
-            let base = super::suspensions(&prefix);
             if let Some(open) = prefix.find('{')
                 && prefix[open + 1..].starts_with('}')
             {
                 continue; // the one kind of prefix whose keys Redis hashes whole
             }
-            let slot = super::slot(&base);
-            for (kind, name) in [
-                ("calls", String::new()),
-                ("user:", awkward_name(&mut rng)),
-                ("call:", awkward_name(&mut rng)),
-                ("retry_key:", awkward_name(&mut rng)),
-                ("outcome:", awkward_name(&mut rng)),
-            ] {
-                let key = format!("{base}:{kind}{name}");
-                assert_eq!(super::slot(&key), slot, "`{key}` and `{base}`");
+            let stores = [
+                (
+                    super::suspensions(&prefix),
+                    &["calls", "user:", "call:", "retry_key:", "outcome:"][..],
+                ),
+                (
+                    super::sessions(&prefix),
+                    &["all", "user:", "session:", "flows", "flow:"][..],
+                ),
+            ];
+            for (base, kinds) in stores {
+                let slot = super::slot(&base);
+                for kind in kinds {
+                    let name = if kind.ends_with(':') {
+                        awkward_name(&mut rng)
+                    } else {
+                        String::new()
+                    };
+                    let key = format!("{base}:{kind}{name}");
+                    assert_eq!(super::slot(&key), slot, "`{key}` and `{base}`");
+                }
             }
         }
     }

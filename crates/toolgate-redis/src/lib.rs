@@ -20,7 +20,8 @@
 //! It also keeps the calls that wait for a person — [`RedisSuspensions`]
 //! ([`SuspensionStore`](toolgate_core::suspension::SuspensionStore)) — shared by every
 //! replica and kept across restarts, under exact per-user and total caps, optionally
-//! encrypted at rest.
+//! encrypted at rest — and sign-in sessions, [`RedisSessions`], bounded in all and per user
+//! and found through every replica.
 //!
 //! [`RedisState`] connects once and builds all of them on one connection — to one Redis
 //! node, or to a Redis Cluster ([`RedisState::connect_cluster`], [`ClusterNodes`], or a
@@ -77,6 +78,7 @@ mod error;
 mod keys;
 mod link;
 mod quota;
+mod sessions;
 mod state;
 mod stats;
 mod suspensions;
@@ -91,6 +93,7 @@ pub use config::{RedisConfig, RedisConfigBuilder};
 pub use error::RedisError;
 pub use link::REDIS_UP;
 pub use quota::{QuotaFailurePolicy, RedisQuota};
+pub use sessions::{RedisSessions, SessionBounds, SessionOpened, SessionsUnavailable};
 pub use state::RedisState;
 pub use stats::{UNAVAILABLE_DECISIONS, UnavailableDecisions};
 pub use suspensions::RedisSuspensions;

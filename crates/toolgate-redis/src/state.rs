@@ -14,7 +14,7 @@ use toolgate_core::suspension::SuspensionLimits;
 
 use crate::{
     ClusterNodes, RedisBudget, RedisCache, RedisConcurrency, RedisConfig, RedisError, RedisQuota,
-    RedisSuspensions,
+    RedisSessions, RedisSuspensions,
 };
 
 /// How often the cluster client tries a command again after a redirect (`MOVED`, `ASK`),
@@ -317,6 +317,11 @@ impl RedisState {
     /// [`RedisSuspensions`].
     pub fn suspensions(&self, limits: SuspensionLimits) -> RedisSuspensions {
         RedisSuspensions::new(self.link.clone(), limits)
+    }
+
+    /// The sign-in sessions shared by every replica on this Redis; see [`RedisSessions`].
+    pub fn sessions(&self) -> RedisSessions {
+        RedisSessions::new(self.link.clone())
     }
 
     /// The configuration.

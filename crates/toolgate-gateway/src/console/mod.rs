@@ -13,7 +13,7 @@
 //! | `GET /console/oauth/start`, `GET /console/oauth/callback` | sign in through the issuer (see [`oauth`]) |
 //!
 //! A request to `/v1` without `Authorization` but with the session cookie is the session's
-//! user ([`session_caller`]); one that changes something must also come from the console's
+//! user ([`session_user`]); one that changes something must also come from the console's
 //! own origin and carry the session's token in `x-toolgate-csrf`, or it is refused with 403.
 
 pub mod counters;
@@ -215,6 +215,7 @@ async fn open_session(
             limits,
             None,
         )
+        .await
         .map_err(session_error)?;
     tracing::info!(target: "toolgate::console", user = %user.id, "console sign-in");
     let cookie = guard::set_cookie(&opened.id, limits.session_ttl.as_secs(), secure(headers));
@@ -235,11 +236,19 @@ fn session_error(e: SessionError) -> ApiError {
         SessionError::Random => {
             ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "no_session", e.to_string())
         }
+        SessionError::Unavailable => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "sessions_unavailable",
+            e.to_string(),
+        ),
     }
 }
 
 /// The live session and its user, for a request with the session cookie.
-fn current(gateway: &Gateway, headers: &HeaderMap) -> Result<(String, Live, Arc<User>), ApiError> {
+async fn current(
+    gateway: &Gateway,
+    headers: &HeaderMap,
+) -> Result<(String, Live, Arc<User>), ApiError> {
     if gateway.config.console.is_none() {
         return Err(console_off());
     }
@@ -247,6 +256,8 @@ fn current(gateway: &Gateway, headers: &HeaderMap) -> Result<(String, Live, Arc<
     let live = gateway
         .console_sessions
         .find(id)
+        .await
+        .map_err(session_error)?
         .ok_or_else(session_ended)?;
     // A key taken out of `users`, or a route that no longer takes what the session was
     // opened with, ends it.
@@ -261,10 +272,14 @@ fn current(gateway: &Gateway, headers: &HeaderMap) -> Result<(String, Live, Arc<
             .accepts(Route::V1, CredentialKind::Oauth)
             .then(|| user.clone()),
     };
-    let user = user.ok_or_else(|| {
-        gateway.console_sessions.close(id);
-        session_ended()
-    })?;
+    let Some(user) = user else {
+        gateway
+            .console_sessions
+            .close(id)
+            .await
+            .map_err(session_error)?;
+        return Err(session_ended());
+    };
     Ok((id.to_owned(), live, user))
 }
 
@@ -272,7 +287,7 @@ fn current(gateway: &Gateway, headers: &HeaderMap) -> Result<(String, Live, Arc<
 /// reads it here; another site's page cannot read the answer).
 pub async fn show(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let gateway = state.current.load_full();
-    secured(match current(&gateway, &headers) {
+    secured(match current(&gateway, &headers).await {
         Ok((_, live, user)) => Json(who(&gateway, &user, &live.csrf)).into_response(),
         Err(e) => e.into_response(),
     })
@@ -281,12 +296,18 @@ pub async fn show(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Res
 /// `DELETE /console/session`: signs out (from the console's own page, with its token).
 pub async fn sign_out(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
     let gateway = state.current.load_full();
-    let ended = current(&gateway, &headers).and_then(|(id, live, user)| {
+    let ended = async {
+        let (id, live, user) = current(&gateway, &headers).await?;
         check_change(&headers, &live).map_err(|e| forged(&e))?;
-        gateway.console_sessions.close(&id);
+        gateway
+            .console_sessions
+            .close(&id)
+            .await
+            .map_err(session_error)?;
         tracing::info!(target: "toolgate::console", user = %user.id, "console sign-out");
-        Ok(())
-    });
+        Ok::<_, ApiError>(())
+    }
+    .await;
     secured(match ended {
         Ok(()) => {
             let mut response = StatusCode::NO_CONTENT.into_response();
@@ -313,40 +334,32 @@ fn check_change(headers: &HeaderMap, live: &Live) -> Result<(), Forgery> {
     }
 }
 
-/// What a console session makes of a `/v1` request that has no `Authorization` header.
-pub(crate) enum SessionCaller {
-    /// No session cookie, or no console: authenticate as usual.
-    NotASession,
-    /// The session's user.
-    User(Arc<User>),
-    /// Refused: an ended session, or a forged state change.
-    Refused(Response),
+/// Whether a `/v1` request is one of a console session: the console is on, and the
+/// request has the session cookie and no `Authorization` header (a credential of its own
+/// wins over the cookie).
+pub(crate) fn comes_with_session(gateway: &Gateway, headers: &HeaderMap) -> bool {
+    gateway.config.console.is_some()
+        && !headers.contains_key(header::AUTHORIZATION)
+        && guard::session_cookie(headers).is_some()
 }
 
-/// The caller of a `/v1` request by its console session cookie (see the module's doc).
-pub(crate) fn session_caller(
+/// The caller of a `/v1` request that [comes with a session](comes_with_session): the
+/// session's user, or the refusal of an ended session or of a forged state change.
+pub(crate) async fn session_user(
     gateway: &Gateway,
     method: &axum::http::Method,
     headers: &HeaderMap,
-) -> SessionCaller {
-    if gateway.config.console.is_none()
-        || headers.contains_key(header::AUTHORIZATION)
-        || guard::session_cookie(headers).is_none()
+) -> Result<Arc<User>, Response> {
+    let (_, live, user) = current(gateway, headers)
+        .await
+        .map_err(IntoResponse::into_response)?;
+    if guard::changes_state(method)
+        && let Err(forgery) = check_change(headers, &live)
     {
-        return SessionCaller::NotASession;
+        tracing::warn!(target: "toolgate::console", user = %user.id, %forgery, "console request refused");
+        return Err(forged(&forgery).into_response());
     }
-    match current(gateway, headers) {
-        Ok((_, live, user)) => {
-            if guard::changes_state(method)
-                && let Err(forgery) = check_change(headers, &live)
-            {
-                tracing::warn!(target: "toolgate::console", user = %user.id, %forgery, "console request refused");
-                return SessionCaller::Refused(forged(&forgery).into_response());
-            }
-            SessionCaller::User(user)
-        }
-        Err(e) => SessionCaller::Refused(e.into_response()),
-    }
+    Ok(user)
 }
 
 /// `GET /console/sign-in`: the ways to sign in this console offers.

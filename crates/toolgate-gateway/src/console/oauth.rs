@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 use toolgate_http::HttpError as ApiError;
 
 use super::guard;
-use super::sessions::{FLOW_TTL, Principal};
+use super::sessions::{FLOW_TTL, Principal, SessionError};
 use crate::config::{ConsoleConfig, ConsoleOAuthConfig, CredentialKind, OAuthConfig};
 use crate::gateway::Gateway;
 use crate::identity::{Outcome, Route};
@@ -144,13 +144,18 @@ fn redirect(to: &str, cookies: &[String]) -> Response {
 pub(super) async fn start(gateway: &Gateway, headers: &HeaderMap) -> Result<Response, ApiError> {
     let (_, client, oauth) = settings(gateway)?;
     let endpoints = endpoints(gateway).await?;
-    let (state, verifier) = gateway.console_sessions.flows.start().map_err(|e| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "too_many_sign_ins",
-            e.to_string(),
-        )
-    })?;
+    let (state, verifier) = gateway
+        .console_sessions
+        .start_flow()
+        .await
+        .map_err(|e| match e {
+            SessionError::Full => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "too_many_sign_ins",
+                "as many sign-ins wait for the issuer as the console allows: try again in a few minutes",
+            ),
+            other => super::session_error(other),
+        })?;
     let mut to = url::Url::parse(&endpoints.authorization_endpoint)
         .map_err(|e| issuer_trouble("its authorization endpoint is not a URL", e))?;
     to.query_pairs_mut()
@@ -213,13 +218,17 @@ pub(super) async fn callback(
             "this sign-in was not started in this browser: start again from the console",
         ));
     }
-    let verifier = gateway
-        .console_sessions
-        .flows
-        .finish(&state)
-        .ok_or_else(|| {
-            refused("this sign-in has expired or was used already: start again from the console")
-        })?;
+    // Every `state` this gateway hands out is 32 hex digits: anything else names no sign-in,
+    // and is not looked up.
+    let ours = state.len() == 32 && state.bytes().all(|b| b.is_ascii_hexdigit());
+    let verifier = if ours {
+        gateway.console_sessions.finish_flow(&state).await
+    } else {
+        Ok(None)
+    };
+    let verifier = verifier.map_err(super::session_error)?.ok_or_else(|| {
+        refused("this sign-in has expired or was used already: start again from the console")
+    })?;
     let endpoints = endpoints(gateway).await?;
     let redirect_to = redirect_uri(headers);
     let mut form = vec![
@@ -275,6 +284,7 @@ pub(super) async fn callback(
     let opened = gateway
         .console_sessions
         .open(Principal::Token(user.clone()), &user.id, console, within)
+        .await
         .map_err(super::session_error)?;
     tracing::info!(target: "toolgate::console", user = %user.id, "console sign-in through the issuer");
     let secure = super::secure(headers);

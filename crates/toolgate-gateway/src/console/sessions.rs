@@ -3,24 +3,33 @@
 //! forgery.
 //!
 //! The store keeps the SHA-256 of each session id (never the id, so that neither a memory
-//! dump nor the timing of a look-up gives one away) and who signed in: the SHA-256 of the
-//! key, from which the user is found again on every request, or the user an access token
-//! from the issuer named (a session opened with the authorization-code flow, which ends
-//! when the token would). It is bounded: in all, and per user, so that
+//! dump, a look at Redis, nor the timing of a look-up gives one away) and who signed in: the
+//! SHA-256 of the key, from which the user is found again on every request, or the user an
+//! access token from the issuer named (a session opened with the authorization-code flow,
+//! which ends when the token would). It is bounded: in all, and per user, so that
 //! someone who holds a key and signs in over and over ends only their own older sessions.
+//!
+//! The sessions, and the sign-ins waiting for the issuer's callback, are kept where the
+//! policies keep their state: in this process, or on Redis ([`RedisSessions`]), where every
+//! replica finds them, the bounds hold across replicas, and a restart ends none.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use base64::Engine;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 use toolgate_core::User;
+use toolgate_redis::{RedisSessions, SessionBounds, SessionOpened};
 
 use crate::config::ConsoleConfig;
+use crate::state::Backends;
 
-/// Why a session could not be opened.
+/// Why a session could not be opened, found or ended.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum SessionError {
     /// Every place is taken by a live session of someone else.
@@ -31,6 +40,11 @@ pub enum SessionError {
     /// The kernel's random source could not be read.
     #[error("no random session id could be made: see the gateway's log")]
     Random,
+    /// The sessions are kept on Redis, which did not answer in time.
+    #[error(
+        "the console's sessions are kept on Redis, which does not answer: try again in a moment"
+    )]
+    Unavailable,
 }
 
 /// A session just opened: the id for the cookie, the token for state changes.
@@ -58,22 +72,77 @@ pub struct Live {
     pub principal: Principal,
     /// Its token against cross-site request forgery.
     pub csrf: String,
-    /// When it ends.
-    pub expires: Instant,
+}
+
+/// A live session as Redis keeps it: JSON, the key's SHA-256 in base64url.
+#[derive(Serialize, Deserialize)]
+struct Record {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    token: Option<User>,
+    csrf: String,
+}
+
+impl Record {
+    fn of(live: &Live) -> Self {
+        let (key, token) = match &live.principal {
+            Principal::Key(hash) => (Some(URL_SAFE_NO_PAD.encode(hash)), None),
+            Principal::Token(user) => (None, Some(User::clone(user))),
+        };
+        Record {
+            key,
+            token,
+            csrf: live.csrf.clone(),
+        }
+    }
+
+    /// The session, or `None` for a record this gateway cannot read (written by another
+    /// version, or by hand): such a session is ended.
+    fn live(text: &str) -> Option<Live> {
+        let record: Record = serde_json::from_str(text).ok()?;
+        let principal = match (record.key, record.token) {
+            (Some(key), None) => Principal::Key(URL_SAFE_NO_PAD.decode(key).ok()?.try_into().ok()?),
+            (None, Some(user)) => Principal::Token(Arc::new(user)),
+            _ => return None,
+        };
+        Some(Live {
+            principal,
+            csrf: record.csrf,
+        })
+    }
 }
 
 struct Session {
     live: Live,
     user: String,
     opened: Instant,
+    expires: Instant,
 }
 
-/// The console sessions of this process; they outlive reloads.
-#[derive(Default)]
+/// The console sessions, and the sign-ins waiting for the issuer's callback: in this
+/// process, where they outlive reloads, or on Redis, where every replica shares them.
 pub struct ConsoleSessions {
-    by_id: Mutex<HashMap<[u8; 32], Session>>,
-    /// The sign-ins through the issuer waiting for their callback.
-    pub(crate) flows: Flows,
+    store: Store,
+}
+
+enum Store {
+    Memory {
+        by_id: Mutex<HashMap<[u8; 32], Session>>,
+        flows: Flows,
+    },
+    Redis(RedisSessions),
+}
+
+impl Default for ConsoleSessions {
+    fn default() -> Self {
+        ConsoleSessions {
+            store: Store::Memory {
+                by_id: Mutex::default(),
+                flows: Flows::default(),
+            },
+        }
+    }
 }
 
 /// How long a person may take at the issuer.
@@ -82,39 +151,25 @@ pub const FLOW_TTL: Duration = Duration::from_secs(600);
 /// The most flows waiting for their callback at once.
 pub const MAX_FLOWS: usize = 1024;
 
-/// The flows started and not yet called back, by `state`.
+/// The flows started and not yet called back, by `state`, in this process.
 #[derive(Default)]
-pub struct Flows {
+struct Flows {
     pending: Mutex<HashMap<String, (String, Instant)>>,
 }
 
-impl std::fmt::Debug for Flows {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Flows").finish_non_exhaustive()
-    }
-}
-
 impl Flows {
-    /// A new flow: its `state` and PKCE verifier.
-    ///
-    /// # Errors
-    ///
-    /// [`SessionError::Full`] past [`MAX_FLOWS`] live flows, [`SessionError::Random`].
-    pub fn start(&self) -> Result<(String, String), SessionError> {
-        let state = random_hex(16)?;
-        let verifier = random_hex(32)?;
+    fn start(&self, state: &str, verifier: &str) -> Result<(), SessionError> {
         let now = Instant::now();
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         pending.retain(|_, (_, expires)| *expires > now);
         if pending.len() >= MAX_FLOWS {
             return Err(SessionError::Full);
         }
-        pending.insert(state.clone(), (verifier.clone(), now + FLOW_TTL));
-        Ok((state, verifier))
+        pending.insert(state.to_owned(), (verifier.to_owned(), now + FLOW_TTL));
+        Ok(())
     }
 
-    /// The verifier of the live flow `state`, taken out (a `state` serves once).
-    pub fn finish(&self, state: &str) -> Option<String> {
+    fn finish(&self, state: &str) -> Option<String> {
         let mut pending = self.pending.lock().unwrap_or_else(|e| e.into_inner());
         match pending.remove(state) {
             Some((verifier, expires)) if expires > Instant::now() => Some(verifier),
@@ -125,9 +180,15 @@ impl Flows {
 
 impl std::fmt::Debug for ConsoleSessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("ConsoleSessions")
-            .field("open", &self.len())
-            .finish()
+        let mut debug = f.debug_struct("ConsoleSessions");
+        match &self.store {
+            Store::Memory { by_id, .. } => debug.field(
+                "open",
+                &by_id.lock().unwrap_or_else(|e| e.into_inner()).len(),
+            ),
+            Store::Redis(redis) => debug.field("redis", redis),
+        };
+        debug.finish()
     }
 }
 
@@ -153,7 +214,23 @@ pub(super) fn random_hex(bytes: usize) -> Result<String, SessionError> {
     Ok(text)
 }
 
+/// Logs why Redis did not answer, and says so in the console's words.
+fn unavailable(error: toolgate_redis::SessionsUnavailable) -> SessionError {
+    tracing::warn!(target: "toolgate::console", %error, "console sessions unavailable");
+    SessionError::Unavailable
+}
+
 impl ConsoleSessions {
+    /// Sessions kept where `backends` keep the policies' state: in this process, or on Redis.
+    pub fn new(backends: &Backends) -> Self {
+        match backends {
+            Backends::Memory { .. } => ConsoleSessions::default(),
+            Backends::Redis(redis) => ConsoleSessions {
+                store: Store::Redis(redis.sessions()),
+            },
+        }
+    }
+
     /// Opens a session for `user`, who signed in as `principal`, under the bounds of
     /// `limits`, for `session_ttl` or `within`, whichever is shorter. Expired sessions are
     /// dropped first; past the bound per user, the user's oldest session ends.
@@ -161,8 +238,9 @@ impl ConsoleSessions {
     /// # Errors
     ///
     /// [`SessionError::Full`] when live sessions of others fill every place;
-    /// [`SessionError::Random`] when no id can be made.
-    pub fn open(
+    /// [`SessionError::Random`] when no id can be made; [`SessionError::Unavailable`] when
+    /// Redis does not answer.
+    pub async fn open(
         &self,
         principal: Principal,
         user: &str,
@@ -171,62 +249,144 @@ impl ConsoleSessions {
     ) -> Result<Opened, SessionError> {
         let id = random_hex(32)?;
         let csrf = random_hex(32)?;
-        let now = Instant::now();
-        let mut sessions = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
-        sessions.retain(|_, s| s.live.expires > now);
-        let mut own: Vec<([u8; 32], Instant)> = sessions
-            .iter()
-            .filter(|(_, s)| s.user == user)
-            .map(|(k, s)| (*k, s.opened))
-            .collect();
-        own.sort_by_key(|(_, opened)| *opened);
-        let over = (own.len() + 1).saturating_sub(limits.max_sessions_per_user);
-        for (k, _) in own.into_iter().take(over) {
-            sessions.remove(&k);
+        let ttl = within.map_or(limits.session_ttl, |w| w.min(limits.session_ttl));
+        let live = Live {
+            principal,
+            csrf: csrf.clone(),
+        };
+        match &self.store {
+            Store::Memory { by_id, .. } => {
+                let now = Instant::now();
+                let mut sessions = by_id.lock().unwrap_or_else(|e| e.into_inner());
+                sessions.retain(|_, s| s.expires > now);
+                let mut own: Vec<([u8; 32], Instant)> = sessions
+                    .iter()
+                    .filter(|(_, s)| s.user == user)
+                    .map(|(k, s)| (*k, s.opened))
+                    .collect();
+                own.sort_by_key(|(_, opened)| *opened);
+                let over = (own.len() + 1).saturating_sub(limits.max_sessions_per_user);
+                for (k, _) in own.into_iter().take(over) {
+                    sessions.remove(&k);
+                }
+                if sessions.len() >= limits.max_sessions {
+                    return Err(SessionError::Full);
+                }
+                let session = Session {
+                    live,
+                    user: user.to_owned(),
+                    opened: now,
+                    expires: now + ttl,
+                };
+                sessions.insert(digest(&id), session);
+            }
+            Store::Redis(redis) => {
+                let record =
+                    serde_json::to_string(&Record::of(&live)).map_err(|_| SessionError::Random)?;
+                let bounds = SessionBounds {
+                    max_total: limits.max_sessions,
+                    max_per_user: limits.max_sessions_per_user,
+                };
+                let opened = redis
+                    .open(&digest(&id), user, &record, ttl, bounds)
+                    .await
+                    .map_err(unavailable)?;
+                if opened == SessionOpened::Full {
+                    return Err(SessionError::Full);
+                }
+            }
         }
-        if sessions.len() >= limits.max_sessions {
-            return Err(SessionError::Full);
-        }
-        sessions.insert(
-            digest(&id),
-            Session {
-                live: Live {
-                    principal,
-                    csrf: csrf.clone(),
-                    expires: now + within.map_or(limits.session_ttl, |w| w.min(limits.session_ttl)),
-                },
-                user: user.to_owned(),
-                opened: now,
-            },
-        );
         Ok(Opened { id, csrf })
     }
 
     /// The live session with this id, if any (an expired one is dropped).
-    pub fn find(&self, id: &str) -> Option<Live> {
+    ///
+    /// # Errors
+    ///
+    /// [`SessionError::Unavailable`] when Redis does not answer.
+    pub async fn find(&self, id: &str) -> Result<Option<Live>, SessionError> {
         let key = digest(id);
-        let mut sessions = self.by_id.lock().unwrap_or_else(|e| e.into_inner());
-        match sessions.get(&key) {
-            Some(s) if s.live.expires > Instant::now() => Some(s.live.clone()),
-            Some(_) => {
-                sessions.remove(&key);
-                None
+        match &self.store {
+            Store::Memory { by_id, .. } => {
+                let mut sessions = by_id.lock().unwrap_or_else(|e| e.into_inner());
+                Ok(match sessions.get(&key) {
+                    Some(s) if s.expires > Instant::now() => Some(s.live.clone()),
+                    Some(_) => {
+                        sessions.remove(&key);
+                        None
+                    }
+                    None => None,
+                })
             }
-            None => None,
+            Store::Redis(redis) => {
+                let Some(text) = redis.find(&key).await.map_err(unavailable)? else {
+                    return Ok(None);
+                };
+                let live = Record::live(&text);
+                if live.is_none() {
+                    tracing::warn!(target: "toolgate::console", "a console session on Redis cannot be read: it is ended");
+                    redis.close(&key).await.map_err(unavailable)?;
+                }
+                Ok(live)
+            }
         }
     }
 
     /// Ends the session with this id (nothing when there is none).
-    pub fn close(&self, id: &str) {
-        self.by_id
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&digest(id));
+    ///
+    /// # Errors
+    ///
+    /// [`SessionError::Unavailable`] when Redis does not answer.
+    pub async fn close(&self, id: &str) -> Result<(), SessionError> {
+        match &self.store {
+            Store::Memory { by_id, .. } => {
+                by_id
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&digest(id));
+            }
+            Store::Redis(redis) => {
+                redis.close(&digest(id)).await.map_err(unavailable)?;
+            }
+        }
+        Ok(())
     }
 
-    /// How many sessions are held (expired ones included until they are next swept).
-    pub fn len(&self) -> usize {
-        self.by_id.lock().unwrap_or_else(|e| e.into_inner()).len()
+    /// A new sign-in through the issuer: its `state` and PKCE verifier, kept until its
+    /// callback for [`FLOW_TTL`].
+    ///
+    /// # Errors
+    ///
+    /// [`SessionError::Full`] past [`MAX_FLOWS`] waiting sign-ins, [`SessionError::Random`],
+    /// [`SessionError::Unavailable`].
+    pub async fn start_flow(&self) -> Result<(String, String), SessionError> {
+        let state = random_hex(16)?;
+        let verifier = random_hex(32)?;
+        match &self.store {
+            Store::Memory { flows, .. } => flows.start(&state, &verifier)?,
+            Store::Redis(redis) => {
+                let kept = redis
+                    .start_flow(&state, &verifier, FLOW_TTL, MAX_FLOWS)
+                    .await
+                    .map_err(unavailable)?;
+                if !kept {
+                    return Err(SessionError::Full);
+                }
+            }
+        }
+        Ok((state, verifier))
+    }
+
+    /// The verifier of the waiting sign-in `state`, taken out (a `state` serves once).
+    ///
+    /// # Errors
+    ///
+    /// [`SessionError::Unavailable`] when Redis does not answer.
+    pub async fn finish_flow(&self, state: &str) -> Result<Option<String>, SessionError> {
+        match &self.store {
+            Store::Memory { flows, .. } => Ok(flows.finish(state)),
+            Store::Redis(redis) => redis.finish_flow(state).await.map_err(unavailable),
+        }
     }
 }
 
@@ -255,58 +415,71 @@ mod tests {
         Principal::Key([byte; 32])
     }
 
+    impl ConsoleSessions {
+        /// How many sessions this process holds (expired ones until they are next swept).
+        fn held(&self) -> usize {
+            match &self.store {
+                Store::Memory { by_id, .. } => by_id.lock().unwrap().len(),
+                Store::Redis(_) => unreachable!("the unit tests keep sessions in memory"),
+            }
+        }
+
+        async fn live(&self, id: &str) -> Option<Live> {
+            self.find(id).await.unwrap()
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_session_is_found_by_its_id_until_it_expires() {
         let sessions = ConsoleSessions::default();
         let opened = sessions
             .open(key(1), "alice", &limits(10, 2), None)
+            .await
             .unwrap();
-        let live = sessions.find(&opened.id).expect("live");
+        let live = sessions.live(&opened.id).await.expect("live");
         assert!(matches!(live.principal, Principal::Key(k) if k == [1; 32]));
         assert!(token_matches(&live, &opened.csrf));
-        assert!(sessions.find("0".repeat(64).as_str()).is_none());
+        assert!(sessions.live("0".repeat(64).as_str()).await.is_none());
 
         tokio::time::advance(Duration::from_secs(61)).await;
-        assert!(sessions.find(&opened.id).is_none());
-        assert_eq!(sessions.len(), 0, "the expired session is dropped");
+        assert!(sessions.live(&opened.id).await.is_none());
+        assert_eq!(sessions.held(), 0, "the expired session is dropped");
     }
 
     #[tokio::test(start_paused = true)]
     async fn signing_in_past_the_bound_per_user_ends_that_users_oldest_session_only() {
         let sessions = ConsoleSessions::default();
-        let bob = sessions.open(key(2), "bob", &limits(10, 2), None).unwrap();
-        let first = sessions
-            .open(key(1), "alice", &limits(10, 2), None)
-            .unwrap();
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let second = sessions
-            .open(key(1), "alice", &limits(10, 2), None)
-            .unwrap();
-        tokio::time::advance(Duration::from_secs(1)).await;
-        let third = sessions
-            .open(key(1), "alice", &limits(10, 2), None)
-            .unwrap();
+        let open = async |principal, user| {
+            let opened = sessions.open(principal, user, &limits(10, 2), None).await;
+            tokio::time::advance(Duration::from_secs(1)).await;
+            opened.unwrap()
+        };
+        let bob = open(key(2), "bob").await;
+        let first = open(key(1), "alice").await;
+        let second = open(key(1), "alice").await;
+        let third = open(key(1), "alice").await;
 
-        assert!(sessions.find(&first.id).is_none());
-        assert!(sessions.find(&second.id).is_some());
-        assert!(sessions.find(&third.id).is_some());
-        assert!(sessions.find(&bob.id).is_some());
+        assert!(sessions.live(&first.id).await.is_none());
+        assert!(sessions.live(&second.id).await.is_some());
+        assert!(sessions.live(&third.id).await.is_some());
+        assert!(sessions.live(&bob.id).await.is_some());
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_full_store_refuses_a_sign_in_until_a_session_expires() {
         let sessions = ConsoleSessions::default();
-        sessions.open(key(1), "alice", &limits(2, 5), None).unwrap();
-        sessions.open(key(2), "bob", &limits(2, 5), None).unwrap();
-        assert_eq!(
+        let open = async |byte, user| {
             sessions
-                .open(key(3), "carol", &limits(2, 5), None)
-                .unwrap_err(),
-            SessionError::Full
-        );
+                .open(key(byte), user, &limits(2, 5), None)
+                .await
+                .map(drop)
+        };
+        open(1, "alice").await.unwrap();
+        open(2, "bob").await.unwrap();
+        assert_eq!(open(3, "carol").await.unwrap_err(), SessionError::Full);
         tokio::time::advance(Duration::from_secs(61)).await;
-        assert!(sessions.open(key(3), "carol", &limits(2, 5), None).is_ok());
-        assert_eq!(sessions.len(), 1);
+        assert!(open(3, "carol").await.is_ok());
+        assert_eq!(sessions.held(), 1);
     }
 
     #[tokio::test(start_paused = true)]
@@ -320,11 +493,12 @@ mod tests {
                 &limits(10, 2),
                 Some(Duration::from_secs(5)),
             )
+            .await
             .unwrap();
         tokio::time::advance(Duration::from_secs(4)).await;
-        assert!(sessions.find(&opened.id).is_some());
+        assert!(sessions.live(&opened.id).await.is_some());
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert!(sessions.find(&opened.id).is_none());
+        assert!(sessions.live(&opened.id).await.is_none());
     }
 
     #[tokio::test(start_paused = true)]
@@ -332,30 +506,65 @@ mod tests {
         let sessions = ConsoleSessions::default();
         let one = sessions
             .open(key(1), "alice", &limits(10, 5), None)
+            .await
             .unwrap();
         let two = sessions
             .open(key(1), "alice", &limits(10, 5), None)
+            .await
             .unwrap();
         assert_ne!(one.id, two.id);
         assert_ne!(one.csrf, two.csrf);
-        let live = sessions.find(&one.id).unwrap();
+        let live = sessions.live(&one.id).await.unwrap();
         assert!(!token_matches(&live, &two.csrf));
         assert!(!token_matches(&live, ""));
-        sessions.close(&one.id);
-        assert!(sessions.find(&one.id).is_none());
-        assert!(sessions.find(&two.id).is_some());
+        sessions.close(&one.id).await.unwrap();
+        assert!(sessions.live(&one.id).await.is_none());
+        assert!(sessions.live(&two.id).await.is_some());
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_flow_serves_once_and_expires() {
-        let flows = Flows::default();
-        let (state, verifier) = flows.start().unwrap();
+        let sessions = ConsoleSessions::default();
+        let (state, verifier) = sessions.start_flow().await.unwrap();
         assert_eq!(verifier.len(), 64);
-        assert_eq!(flows.finish(&state), Some(verifier));
-        assert_eq!(flows.finish(&state), None, "once");
-        let (late, _) = flows.start().unwrap();
+        let finish = async |state: &str| sessions.finish_flow(state).await.unwrap();
+        assert_eq!(finish(&state).await, Some(verifier));
+        assert_eq!(finish(&state).await, None, "once");
+        let (late, _) = sessions.start_flow().await.unwrap();
         tokio::time::advance(FLOW_TTL + Duration::from_secs(1)).await;
-        assert_eq!(flows.finish(&late), None, "expired");
-        assert_eq!(flows.finish("made-up"), None);
+        assert_eq!(finish(&late).await, None, "expired");
+        assert_eq!(finish("made-up").await, None);
+    }
+
+    #[test]
+    fn a_record_on_redis_reads_back_as_the_session_and_a_foreign_one_does_not() {
+        let user = User {
+            roles: vec!["approver".into()],
+            ..User::new("carol")
+        };
+        for principal in [key(9), Principal::Token(Arc::new(user))] {
+            let live = Live {
+                principal,
+                csrf: "c".repeat(64),
+            };
+            let text = serde_json::to_string(&Record::of(&live)).unwrap();
+            let back = Record::live(&text).expect("readable");
+            assert_eq!(back.csrf, live.csrf);
+            match (back.principal, live.principal) {
+                (Principal::Key(a), Principal::Key(b)) => assert_eq!(a, b),
+                (Principal::Token(a), Principal::Token(b)) => assert_eq!(a, b),
+                _ => panic!("another kind of principal: {text}"),
+            }
+        }
+        for foreign in [
+            "",
+            "{}",
+            r#"{"csrf": "c"}"#,
+            r#"{"key": "AAAA", "csrf": "c"}"#,
+            r#"{"key": "not base64!", "csrf": "c"}"#,
+            r#"{"key": "CQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQkJCQk", "token": {"id": "x"}, "csrf": "c"}"#,
+        ] {
+            assert!(Record::live(foreign).is_none(), "{foreign}");
+        }
     }
 }

@@ -4,8 +4,9 @@
 //! An API key (a SHA-256 and constant-time comparisons) and a token signed with a cached
 //! key are checked synchronously, so the layer answers 401 itself or calls the route
 //! directly: no boxed future and no copy of the route per request, as a `from_fn`
-//! middleware would make. Only a token whose key must first be fetched from the issuer
-//! takes a boxed future.
+//! middleware would make. Only a token whose key must first be fetched from the issuer, a
+//! wrong credential (counted, maybe on Redis) and a console session's cookie (looked up,
+//! maybe on Redis) take a boxed future.
 
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -23,7 +24,7 @@ use toolgate_mcp::CallerAccessToken;
 
 use super::Caller;
 use crate::config::CredentialKind;
-use crate::console::{SessionCaller, session_caller};
+use crate::console::{comes_with_session, session_user};
 use crate::gateway::Gateway;
 use crate::identity::{Outcome, Route};
 
@@ -68,6 +69,9 @@ enum Checked {
     Wrong(Arc<Gateway>, Response),
     /// A token whose key is not cached: the gateway to fetch the keys on.
     FetchKeys(Arc<Gateway>, Route),
+    /// A console session's cookie, to be looked up (on Redis, when the replicas share the
+    /// sessions).
+    Session(Arc<Gateway>),
 }
 
 /// The request's `Authorization` header, when it is text.
@@ -97,18 +101,8 @@ fn check(current: &ArcSwap<Gateway>, request: &Request) -> Checked {
     let gateway = current.load();
     let route = Route::of_path(request.uri().path());
     // A console session: its cookie instead of `Authorization`, on `/v1` only.
-    if route == Route::V1 {
-        match session_caller(&gateway, request.method(), request.headers()) {
-            SessionCaller::NotASession => {}
-            SessionCaller::User(user) => {
-                return Checked::Caller(Caller {
-                    user,
-                    token: None,
-                    gateway: Guard::into_inner(gateway),
-                });
-            }
-            SessionCaller::Refused(response) => return Checked::Refused(response),
-        }
+    if route == Route::V1 && comes_with_session(&gateway, request.headers()) {
+        return Checked::Session(Guard::into_inner(gateway));
     }
     let credential = authorization(request);
     // A client past its allowance of wrong credentials is refused before its credential
@@ -159,6 +153,15 @@ fn closing_if_body_unread(request: &Request, mut response: Response) -> Response
     response
 }
 
+impl<S: Clone> Authenticate<S> {
+    /// The service that was made ready, to go with a request answered later; a fresh clone
+    /// stays for the next one (tower's rule for services called later).
+    fn take_ready(&mut self) -> S {
+        let fresh = self.inner.clone();
+        std::mem::replace(&mut self.inner, fresh)
+    }
+}
+
 impl<S> Service<Request> for Authenticate<S>
 where
     S: Service<Request, Response = Response> + Clone + Send + 'static,
@@ -189,11 +192,24 @@ where
                 gateway.credential_limit.failed(client).await;
                 Ok(closing_if_body_unread(&request, response))
             })),
+            Checked::Session(gateway) => {
+                let mut inner = self.take_ready();
+                Either::Right(Box::pin(async move {
+                    match session_user(&gateway, request.method(), request.headers()).await {
+                        Ok(user) => {
+                            request.extensions_mut().insert(Caller {
+                                user,
+                                token: None,
+                                gateway,
+                            });
+                            inner.call(request).await
+                        }
+                        Err(response) => Ok(closing_if_body_unread(&request, response)),
+                    }
+                }))
+            }
             Checked::FetchKeys(gateway, route) => {
-                // The service that was made ready goes with the request; a fresh clone
-                // stays for the next one (tower's rule for services called later).
-                let fresh = self.inner.clone();
-                let mut inner = std::mem::replace(&mut self.inner, fresh);
+                let mut inner = self.take_ready();
                 Either::Right(Box::pin(async move {
                     match gateway
                         .identity

@@ -16,7 +16,8 @@ use std::path::PathBuf;
 
 use browser::Browser;
 use common::{
-    Answer, Gateway, check, client, get, invoke, key, python, python_mcp_available, user_yaml,
+    Answer, Gateway, check, client, get, invoke, key, python, python_mcp_available, random_u32,
+    redis_or_skip, user_yaml,
 };
 use serde_json::{Value, json};
 
@@ -684,10 +685,10 @@ async fn bad_sign_ins_and_a_console_that_is_off_get_clear_errors() {
 }
 
 /// `toolgate check` says how a person signs in to the console and where the sessions are
-/// kept: in each process, so that an operator running replicas (`state` on Redis) is told to
-/// route a person to one of them.
+/// kept: in the process, or on Redis with the policies' state, where every replica shares
+/// them.
 #[test]
-fn check_says_where_console_sessions_are_kept_and_that_replicas_do_not_share_them() {
+fn check_says_how_people_sign_in_to_the_console_and_where_their_sessions_are_kept() {
     let console_line = |yaml: &str| {
         let (status, stdout, stderr) = check(yaml);
         assert!(status.success(), "{stderr}");
@@ -699,7 +700,7 @@ fn check_says_where_console_sessions_are_kept_and_that_replicas_do_not_share_the
         console_line(&config()),
         "  console: /console, sign-in with API keys; sessions last 8h, at most 1000 (8 per user), kept in this process's memory (a restart signs everyone out)"
     );
-    // With `state` on Redis (which check does not contact) there are replicas to route.
+    // With `state` on Redis (which check does not contact) the sessions are there too.
     let replicated = format!(
         "state:\n  url: redis://127.0.0.1:1\n{}",
         config().replace(
@@ -709,7 +710,7 @@ fn check_says_where_console_sessions_are_kept_and_that_replicas_do_not_share_the
     );
     assert_eq!(
         console_line(&replicated),
-        "  console: /console, sign-in with API keys; sessions last 30m, at most 1000 (2 per user), kept in this process's memory (a restart signs everyone out); each replica keeps its own sessions and sign-ins (state on Redis does not share them): behind a load balancer, route each person to one replica (sticky sessions)"
+        "  console: /console, sign-in with API keys; sessions last 30m, at most 1000 (2 per user), kept on Redis with the policies' state (every replica shares them, and a restart signs nobody out)"
     );
     // A console nobody can sign in to is pointed out.
     let tokens_only = format!(
@@ -800,4 +801,80 @@ policies:\n  approval:\n    tools: [sleep]\n    approver_roles: [admin]\n",
         .expect("an answer");
     assert_eq!(forged.status(), 401);
     browser.quit().await;
+}
+
+/// With `state` on Redis, a sign-in through the issuer started on one replica is finished on
+/// another (where the load balancer sends the issuer's redirect), and only once.
+#[tokio::test]
+async fn a_sign_in_through_the_issuer_started_on_one_replica_is_finished_on_another_once() {
+    let test = "a_sign_in_through_the_issuer_started_on_one_replica_is_finished_on_another";
+    let Some(redis) = redis_or_skip(test) else {
+        return;
+    };
+    let Some(provider) = provider::Provider::start(test) else {
+        return;
+    };
+    let prefix = format!("tgflows{}x{:x}", std::process::id(), random_u32());
+    let yaml = format!(
+        "state:\n  url: {redis}\n  key_prefix: {prefix}\n\
+console:\n  oauth:\n    client_id: console\n    client_secret: console-secret\n\
+tools:\n  builtin: [echo]\nusers:\n{bob}\
+identity:\n  oauth:\n    issuer: {issuer}\n    resource: https://tools.test\n",
+        bob = user_yaml("bob", &["analyst"]),
+        issuer = provider.issuer,
+    );
+    let (a, b) = (Gateway::start(&yaml), Gateway::start(&yaml));
+    let no_redirects = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let started = no_redirects
+        .get(a.url("/console/oauth/start"))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(started.status(), 303);
+    let to_issuer = started.headers()["location"].to_str().unwrap().to_owned();
+    assert!(to_issuer.starts_with(&provider.issuer), "{to_issuer}");
+    let flow_cookie = started.headers()["set-cookie"].to_str().unwrap();
+    let state = flow_cookie
+        .strip_prefix("toolgate_console_flow=")
+        .and_then(|rest| rest.split(';').next())
+        .expect("the flow cookie")
+        .to_owned();
+
+    // The issuer sends the browser back to B. B knows the sign-in A started: it trades the
+    // code at the issuer (which refuses this made-up one) rather than calling the sign-in
+    // unknown.
+    let callback = |gateway: &Gateway| {
+        client()
+            .get(gateway.url(&format!(
+                "/console/oauth/callback?code=made-up&state={state}"
+            )))
+            .header("cookie", format!("toolgate_console_flow={state}"))
+            .send()
+    };
+    let on_b = Answer::read(callback(&b).await.expect("an answer")).await;
+    assert_eq!(
+        (on_b.status, on_b.error_code()),
+        (401, "sign_in_refused"),
+        "{}",
+        on_b.body
+    );
+    assert!(
+        on_b.error_message()
+            .contains("the issuer refused to trade the code"),
+        "{}",
+        on_b.body
+    );
+    // A `state` serves once, on any replica.
+    let again_on_a = Answer::read(callback(&a).await.expect("an answer")).await;
+    assert_eq!(again_on_a.status, 401, "{}", again_on_a.body);
+    assert!(
+        again_on_a
+            .error_message()
+            .contains("expired or was used already"),
+        "{}",
+        again_on_a.body
+    );
 }

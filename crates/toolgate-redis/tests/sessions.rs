@@ -1,0 +1,261 @@
+//! Sign-in sessions on a real Redis: found through every replica, ended on all at once,
+//! bounded exactly in all and per user however many replicas open them together, and every
+//! key expiring.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{assert_every_key_expires, config, connect, keys_under, namespace, redis_or_skip};
+use futures::future::join_all;
+use toolgate_redis::{RedisSessions, SessionBounds, SessionOpened};
+
+const HOUR: Duration = Duration::from_secs(3600);
+
+/// Two replicas' stores under a fresh prefix, and that prefix; `None` when the test is
+/// skipped for want of Redis.
+async fn two_replicas(test: &str) -> Option<(RedisSessions, RedisSessions, String, String)> {
+    let url = redis_or_skip(test).await?;
+    let prefix = namespace();
+    let replica = async || {
+        connect(&url, config(&prefix).deadline(Duration::from_secs(5)))
+            .await
+            .sessions()
+    };
+    Some((replica().await, replica().await, url, prefix))
+}
+
+fn bounds(max_total: usize, max_per_user: usize) -> SessionBounds {
+    SessionBounds {
+        max_total,
+        max_per_user,
+    }
+}
+
+/// A session id (the SHA-256 of a cookie's value, as the caller makes it): `n` spread over
+/// its bytes.
+fn id(n: u32) -> [u8; 32] {
+    let mut id = [0u8; 32];
+    for chunk in id.chunks_mut(4) {
+        chunk.copy_from_slice(&n.to_be_bytes());
+    }
+    id
+}
+
+#[tokio::test]
+async fn a_session_opened_on_one_replica_is_found_and_ended_on_another() {
+    let test = "a_session_opened_on_one_replica_is_found_and_ended_on_another";
+    let Some((a, b, url, prefix)) = two_replicas(test).await else {
+        return;
+    };
+    let opened = a
+        .open(&id(1), "alice", r#"{"who":"alice"}"#, HOUR, bounds(10, 2))
+        .await
+        .unwrap();
+    assert_eq!(opened, SessionOpened::Opened { ended: 0 });
+    assert_eq!(
+        b.find(&id(1)).await.unwrap().as_deref(),
+        Some(r#"{"who":"alice"}"#)
+    );
+    assert_eq!(b.find(&id(2)).await.unwrap(), None, "never opened");
+
+    // The id never reaches Redis in any form but its hex, and every key expires.
+    assert!(
+        keys_under(&url, &prefix)
+            .await
+            .iter()
+            .any(|key| key.ends_with(&format!(":session:{}", "00000001".repeat(8))))
+    );
+    assert_every_key_expires(&url, &prefix).await;
+
+    assert!(b.close(&id(1)).await.unwrap(), "ended");
+    assert_eq!(a.find(&id(1)).await.unwrap(), None);
+    assert!(!a.close(&id(1)).await.unwrap(), "nothing left to end");
+    let left = keys_under(&url, &prefix).await;
+    assert!(
+        left.iter().all(|key| !key.contains(":session:")),
+        "{left:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_session_ends_when_its_time_is_up_on_the_servers_clock() {
+    let test = "a_session_ends_when_its_time_is_up_on_the_servers_clock";
+    let Some((a, b, _, _)) = two_replicas(test).await else {
+        return;
+    };
+    let ttl = Duration::from_millis(300);
+    a.open(&id(1), "alice", "r", ttl, bounds(1, 1))
+        .await
+        .unwrap();
+    assert!(b.find(&id(1)).await.unwrap().is_some());
+    // The store holds one session in all: the next sign-in is refused until it ends.
+    assert_eq!(
+        b.open(&id(2), "bob", "r", HOUR, bounds(1, 1))
+            .await
+            .unwrap(),
+        SessionOpened::Full
+    );
+    // Redis's own clock ends it; wait for that, with room for a loaded machine.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while b.find(&id(1)).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still live after 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        b.open(&id(2), "bob", "r", HOUR, bounds(1, 1))
+            .await
+            .unwrap(),
+        SessionOpened::Opened { ended: 0 },
+        "the expired session freed its place"
+    );
+}
+
+#[tokio::test]
+async fn signing_in_past_the_bound_per_user_ends_that_users_oldest_sessions_only() {
+    let test = "signing_in_past_the_bound_per_user_ends_that_users_oldest_sessions_only";
+    let Some((a, b, _, _)) = two_replicas(test).await else {
+        return;
+    };
+    b.open(&id(100), "bob", "bob", HOUR, bounds(10, 2))
+        .await
+        .unwrap();
+    // Alice signs in four times, in turn on each replica, within a millisecond or so.
+    let mut ended = Vec::new();
+    for n in 1..=4 {
+        let store = if n % 2 == 0 { &a } else { &b };
+        match store
+            .open(&id(n), "alice", "alice", HOUR, bounds(10, 2))
+            .await
+            .unwrap()
+        {
+            SessionOpened::Opened { ended: e } => ended.push(e),
+            SessionOpened::Full => panic!("room for ten"),
+        }
+    }
+    assert_eq!(ended, [0, 0, 1, 1]);
+    for (n, live) in [(1, false), (2, false), (3, true), (4, true), (100, true)] {
+        assert_eq!(a.find(&id(n)).await.unwrap().is_some(), live, "session {n}");
+    }
+}
+
+#[tokio::test]
+async fn concurrent_sign_ins_from_two_replicas_keep_both_bounds_exactly() {
+    let test = "concurrent_sign_ins_from_two_replicas_keep_both_bounds_exactly";
+    let Some((a, b, url, prefix)) = two_replicas(test).await else {
+        return;
+    };
+    // 40 sign-ins at once: 20 by one user (bound 3), 20 by twenty others (5 places in all).
+    let opens = (0..40u32).map(|n| {
+        let store = if n % 2 == 0 { a.clone() } else { b.clone() };
+        let user = if n < 20 {
+            "mallory".to_owned()
+        } else {
+            format!("user{n}")
+        };
+        tokio::spawn(async move {
+            let opened = store
+                .open(&id(n), &user, "r", HOUR, bounds(5, 3))
+                .await
+                .unwrap();
+            (n, opened)
+        })
+    });
+    let answers: Vec<_> = join_all(opens)
+        .await
+        .into_iter()
+        .map(Result::unwrap)
+        .collect();
+    let mut live = Vec::new();
+    for n in 0..40 {
+        if a.find(&id(n)).await.unwrap().is_some() {
+            live.push(n);
+        }
+    }
+    assert_eq!(live.len(), 5, "five places in all: {live:?} of {answers:?}");
+    let mallorys = live.iter().filter(|n| **n < 20).count();
+    assert!(mallorys <= 3, "at most three of one user: {live:?}");
+    assert!(
+        answers
+            .iter()
+            .any(|(_, opened)| *opened == SessionOpened::Full),
+        "the sixth sign-in of another user is refused"
+    );
+    assert_every_key_expires(&url, &prefix).await;
+}
+
+#[tokio::test]
+async fn a_sign_in_waiting_for_its_callback_is_taken_once_on_any_replica() {
+    let test = "a_sign_in_waiting_for_its_callback_is_taken_once_on_any_replica";
+    let Some((a, b, url, prefix)) = two_replicas(test).await else {
+        return;
+    };
+    assert!(a.start_flow("s1", "verifier-1", HOUR, 2).await.unwrap());
+    assert!(a.start_flow("s2", "verifier-2", HOUR, 2).await.unwrap());
+    assert!(
+        !b.start_flow("s3", "verifier-3", HOUR, 2).await.unwrap(),
+        "two wait already"
+    );
+    assert_every_key_expires(&url, &prefix).await;
+
+    // Both replicas race for the same callback: one gets the verifier.
+    let (x, y) = tokio::join!(b.finish_flow("s1"), a.finish_flow("s1"));
+    let mut taken = [x.unwrap(), y.unwrap()];
+    taken.sort();
+    assert_eq!(taken, [None, Some("verifier-1".to_owned())]);
+    assert_eq!(b.finish_flow("made-up").await.unwrap(), None);
+
+    // A taken flow frees its place.
+    assert!(b.start_flow("s3", "verifier-3", HOUR, 2).await.unwrap());
+    // One whose time is up is gone.
+    assert!(
+        !a.start_flow("s4", "v", Duration::from_millis(1), 2)
+            .await
+            .unwrap(),
+        "still two waiting"
+    );
+    assert_eq!(
+        a.finish_flow("s2").await.unwrap().as_deref(),
+        Some("verifier-2")
+    );
+    assert!(
+        a.start_flow("s4", "v", Duration::from_millis(1), 2)
+            .await
+            .unwrap()
+    );
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(b.finish_flow("s4").await.unwrap(), None, "expired");
+}
+
+#[tokio::test]
+async fn a_store_without_redis_says_so_within_its_deadline() {
+    let test = "a_store_without_redis_says_so_within_its_deadline";
+    if redis_or_skip(test).await.is_none() {
+        return;
+    }
+    let proxy = common::Proxy::start(&common::redis_url()).await;
+    let state = connect(
+        &proxy.url(),
+        config(&namespace()).deadline(Duration::from_millis(200)),
+    )
+    .await;
+    let sessions = state.sessions();
+    assert!(sessions.find(&id(1)).await.unwrap().is_none());
+    proxy.stall();
+    let started = tokio::time::Instant::now();
+    let error = sessions.find(&id(1)).await.unwrap_err();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert!(
+        error.to_string().contains("try again once Redis answers"),
+        "{error}"
+    );
+    assert!(
+        sessions
+            .open(&id(1), "alice", "r", HOUR, bounds(1, 1))
+            .await
+            .is_err()
+    );
+}
