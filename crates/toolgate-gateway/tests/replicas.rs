@@ -7,6 +7,7 @@ mod common;
 
 use common::{
     Answer, Gateway, client, get, invoke, key, post, random_u32, redis_or_skip, user_yaml,
+    with_cookie,
 };
 use futures::future::join_all;
 use serde_json::json;
@@ -309,14 +310,8 @@ async fn with_session(
     session: &ConsoleSession,
     body: Option<serde_json::Value>,
 ) -> Answer {
-    let mut request = client()
-        .request(method, gateway.url(path))
-        .header("cookie", format!("toolgate_console={}", session.id))
-        .header("x-toolgate-csrf", &session.csrf);
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    Answer::read(request.send().await.expect("a response")).await
+    let token = [("x-toolgate-csrf", session.csrf.as_str())];
+    with_cookie(method, &gateway.url(path), &session.id, &token, body).await
 }
 
 #[tokio::test]

@@ -78,6 +78,7 @@ mod error;
 mod keys;
 mod link;
 mod quota;
+mod server_clock;
 mod sessions;
 mod state;
 mod stats;

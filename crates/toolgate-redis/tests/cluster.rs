@@ -19,7 +19,10 @@ use toolgate_hooks::cache::ResultCache;
 use toolgate_hooks::concurrency::Concurrency;
 use toolgate_hooks::partition::Partition;
 use toolgate_hooks::quota::{Quota, QuotaBackend, QuotaDecision, QuotaRequest, Rate};
-use toolgate_redis::{ClientLogLimit, RedisConfig, RedisConfigBuilder, RedisError, RedisState};
+use toolgate_redis::{
+    ClientLogLimit, RedisConfig, RedisConfigBuilder, RedisError, RedisState, SessionBounds,
+    SessionOpened,
+};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -316,6 +319,53 @@ async fn the_cache_and_its_fill_lock_work_across_pipelines_on_a_cluster() {
     assert_eq!(runs.load(Ordering::SeqCst), 6, "a hit runs nothing");
     let entries = cluster.keys_under(&prefix);
     assert!(entries.len() >= 6, "{entries:?}");
+    cluster.assert_every_key_expires(&prefix);
+}
+
+/// Sign-in sessions and the sign-ins waiting for a callback on a cluster: every script of
+/// the store keeps to one slot, so two replicas share sessions there as on one node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_are_shared_and_bounded_across_replicas_on_a_cluster() {
+    let test = "sessions_are_shared_and_bounded_across_replicas_on_a_cluster";
+    let Some(cluster) = Cluster::start_or_skip(test) else {
+        return;
+    };
+    let prefix = namespace();
+    let config = || {
+        RedisConfig::builder()
+            .key_prefix(&prefix)
+            .deadline(Duration::from_secs(5))
+    };
+    let a = on(&cluster, config()).await.sessions();
+    let b = on(&cluster, config()).await.sessions();
+    let bounds = SessionBounds {
+        max_total: 3,
+        max_per_user: 2,
+    };
+    let hour = Duration::from_secs(3600);
+    for n in 1..=3u8 {
+        let store = if n % 2 == 0 { &a } else { &b };
+        let opened = store.open(&[n; 32], "ann", "ann's", hour, bounds).await;
+        assert!(
+            matches!(opened, Ok(SessionOpened::Opened { .. })),
+            "{opened:?}"
+        );
+    }
+    assert_eq!(a.find(&[1; 32]).await.unwrap(), None, "ann's oldest ended");
+    assert_eq!(a.find(&[3; 32]).await.unwrap().as_deref(), Some("ann's"));
+    b.open(&[4; 32], "bob", "bob's", hour, bounds)
+        .await
+        .unwrap();
+    assert_eq!(
+        a.open(&[5; 32], "cy", "cy's", hour, bounds).await.unwrap(),
+        SessionOpened::Full
+    );
+    assert!(b.close(&[2; 32]).await.unwrap());
+    assert!(a.start_flow("state", "verifier", hour, 4).await.unwrap());
+    assert_eq!(
+        b.finish_flow("state").await.unwrap().as_deref(),
+        Some("verifier")
+    );
     cluster.assert_every_key_expires(&prefix);
 }
 

@@ -483,6 +483,26 @@ pub async fn mcp(
     (status, issued, text)
 }
 
+/// A request with the console session cookie `session` and these headers.
+pub async fn with_cookie(
+    method: reqwest::Method,
+    url: &str,
+    session: &str,
+    headers: &[(&str, &str)],
+    body: Option<Value>,
+) -> Answer {
+    let mut request = client()
+        .request(method, url)
+        .header("cookie", format!("toolgate_console={session}"));
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    if let Some(body) = body {
+        request = request.json(&body);
+    }
+    Answer::read(request.send().await.expect("a response")).await
+}
+
 /// Opens a session as `user`; its id.
 pub async fn open_session(gateway: &Gateway, user: &str) -> String {
     let initialize = json!({

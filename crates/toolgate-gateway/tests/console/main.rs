@@ -17,9 +17,9 @@ use std::path::PathBuf;
 use browser::Browser;
 use common::{
     Answer, Gateway, check, client, get, invoke, key, python, python_mcp_available, random_u32,
-    redis_or_skip, user_yaml,
+    redis_or_skip, user_yaml, with_cookie,
 };
-use serde_json::{Value, json};
+use serde_json::json;
 
 /// `sleep` waits for an admin's approval; `echo` runs at once; the console is on.
 fn config() -> String {
@@ -67,26 +67,6 @@ async fn decide(browser: &Browser, id: &str, button: &str, reason: &str) {
         .type_into(&format!("{card} input[name=reason]"), reason)
         .await;
     browser.click(&format!("{card} button.{button}")).await;
-}
-
-/// A request with the console session cookie `session` and these headers.
-async fn with_cookie(
-    method: reqwest::Method,
-    url: &str,
-    session: &str,
-    headers: &[(&str, &str)],
-    body: Option<Value>,
-) -> Answer {
-    let mut request = client()
-        .request(method, url)
-        .header("cookie", format!("toolgate_console={session}"));
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    if let Some(body) = body {
-        request = request.json(&body);
-    }
-    Answer::read(request.send().await.expect("a response")).await
 }
 
 #[tokio::test]

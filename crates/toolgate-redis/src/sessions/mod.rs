@@ -1,7 +1,7 @@
 //! [`RedisSessions`]: sign-in sessions shared by every replica, bounded in all and per user,
 //! and the sign-ins that wait for an identity provider's callback.
 //!
-//! The `.lua` files are the scripts, each behind `common.lua`.
+//! The `.lua` files are the scripts, each behind `server_clock.lua`.
 
 use std::sync::LazyLock;
 use std::time::Duration;
@@ -16,9 +16,9 @@ static CLOSE: LazyLock<Script> = LazyLock::new(|| script(include_str!("close.lua
 static START_FLOW: LazyLock<Script> = LazyLock::new(|| script(include_str!("start_flow.lua")));
 static FINISH_FLOW: LazyLock<Script> = LazyLock::new(|| script(include_str!("finish_flow.lua")));
 
-/// A script of the store: the shared start, then its own body.
+/// A script of the store: the server's clock, then its own body.
 fn script(body: &str) -> Script {
-    Script::new(&format!("{}\n{body}", include_str!("common.lua")))
+    crate::server_clock::script(&[body])
 }
 
 /// The longest a session or a waiting sign-in is kept: a year (a longer span is cut to it).

@@ -1,17 +1,4 @@
--- The start of every script of the suspension store: the Redis server's clock, and what
--- the scripts share. Every key is built from the store's base (ARGV[1]), whose hash tag
--- puts them all in the slot of KEYS[1].
-
-local clock = redis.call('TIME')
-local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
-
--- Pushes the expiry of `key` out to `ms` from now; never pulls it in.
-local function extend(key, ms)
-  ms = math.max(1, math.floor(ms))
-  if redis.call('PTTL', key) < ms then
-    redis.call('PEXPIRE', key, ms)
-  end
-end
+-- What the scripts of the suspension store share, after `server_clock.lua`.
 
 -- Remembers that `id` expired at `at`, so that it answers "expired" rather than "unknown"
 -- for `keep` ms after, and at most `max` such ids (the oldest go first).

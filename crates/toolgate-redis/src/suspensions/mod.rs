@@ -30,9 +30,10 @@ static USE_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("use_r
 static KEEP_OUTCOME: LazyLock<Script> = LazyLock::new(|| script(include_str!("keep_outcome.lua")));
 static UNDO: LazyLock<Script> = LazyLock::new(|| script(include_str!("undo.lua")));
 
-/// A script of the store: the shared start, then its own body.
+/// A script of the store: the server's clock, what the store's scripts share, then its own
+/// body.
 fn script(body: &str) -> Script {
-    Script::new(&format!("{}\n{body}", include_str!("common.lua")))
+    crate::server_clock::script(&[include_str!("common.lua"), body])
 }
 
 /// When a replica tries to undo a save or a take whose answer it did not get (see
