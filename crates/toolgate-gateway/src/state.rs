@@ -141,6 +141,15 @@ impl Backends {
         }
     }
 
+    /// The console's sessions, kept where the policies' state is: in this process, or on
+    /// Redis.
+    pub fn console_sessions(&self) -> ConsoleSessions {
+        match self {
+            Backends::Memory { .. } => ConsoleSessions::default(),
+            Backends::Redis(redis) => ConsoleSessions::on_redis(redis.sessions()),
+        }
+    }
+
     /// The budget backend of one budget; on Redis with the budget's own deadline, if it
     /// has one.
     pub fn budget(&self, deadline: Option<Duration>) -> Arc<dyn BudgetBackend> {
@@ -328,7 +337,7 @@ impl SharedState {
         Ok(SharedState {
             state: config.state.clone(),
             suspensions: Suspensions::open(&backends, &config.state, suspension_limits(config))?,
-            console_sessions: Arc::new(ConsoleSessions::new(&backends)),
+            console_sessions: Arc::new(backends.console_sessions()),
             backends,
             approvals: Arc::new(InMemoryApprovals::default()),
             stats: open_stats(config)?,
@@ -356,7 +365,7 @@ impl SharedState {
             next.suspensions =
                 Suspensions::open(&next.backends, &config.state, suspension_limits(config))?;
             // Console sessions kept in the old place end: people sign in again.
-            next.console_sessions = Arc::new(ConsoleSessions::new(&next.backends));
+            next.console_sessions = Arc::new(next.backends.console_sessions());
         }
         let same_stats = match (&config.stats, &self.stats) {
             (Some(c), Some(s)) => c.path.0 == s.path(),

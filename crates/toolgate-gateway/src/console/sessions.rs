@@ -27,7 +27,6 @@ use toolgate_core::User;
 use toolgate_redis::{RedisSessions, SessionBounds, SessionOpened};
 
 use crate::config::ConsoleConfig;
-use crate::state::Backends;
 
 /// Why a session could not be opened, found or ended.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -221,13 +220,11 @@ fn unavailable(error: toolgate_redis::SessionsUnavailable) -> SessionError {
 }
 
 impl ConsoleSessions {
-    /// Sessions kept where `backends` keep the policies' state: in this process, or on Redis.
-    pub fn new(backends: &Backends) -> Self {
-        match backends {
-            Backends::Memory { .. } => ConsoleSessions::default(),
-            Backends::Redis(redis) => ConsoleSessions {
-                store: Store::Redis(redis.sessions()),
-            },
+    /// Sessions kept on Redis, shared by every replica on it (the default keeps them in
+    /// this process).
+    pub fn on_redis(sessions: RedisSessions) -> Self {
+        ConsoleSessions {
+            store: Store::Redis(sessions),
         }
     }
 
