@@ -150,6 +150,15 @@ impl Backends {
         }
     }
 
+    /// The decided history, kept where the policies' state is: in this process, or on
+    /// Redis.
+    pub fn decision_history(&self) -> DecisionHistory {
+        match self {
+            Backends::Memory { .. } => DecisionHistory::default(),
+            Backends::Redis(redis) => DecisionHistory::on_redis(redis),
+        }
+    }
+
     /// The budget backend of one budget; on Redis with the budget's own deadline, if it
     /// has one.
     pub fn budget(&self, deadline: Option<Duration>) -> Arc<dyn BudgetBackend> {
@@ -263,7 +272,8 @@ pub struct SharedState {
     pub failed_credentials: Arc<FailedCredentials>,
     /// The per-tool counters of `GET /v1/admin/stats`.
     pub counters: Arc<ToolCounters>,
-    /// The last decisions on waiting calls, for `GET /v1/admin/decisions`.
+    /// The last decisions on waiting calls, for `GET /v1/admin/decisions`, kept where the
+    /// backends keep their state.
     pub history: Arc<DecisionHistory>,
     /// The tasks of upstream MCP servers handed to callers over MCP (SEP-2663): kept
     /// across reloads, so that a caller can still poll the task it holds.
@@ -338,13 +348,13 @@ impl SharedState {
             state: config.state.clone(),
             suspensions: Suspensions::open(&backends, &config.state, suspension_limits(config))?,
             console_sessions: Arc::new(backends.console_sessions()),
+            history: Arc::new(backends.decision_history()),
             backends,
             approvals: Arc::new(InMemoryApprovals::default()),
             stats: open_stats(config)?,
             notifications: Notifications::new(),
             failed_credentials: Arc::default(),
             counters: Arc::default(),
-            history: Arc::default(),
             relayed_tasks: toolgate_mcp::RelayedTasks::default(),
         })
     }
@@ -366,6 +376,7 @@ impl SharedState {
                 Suspensions::open(&next.backends, &config.state, suspension_limits(config))?;
             // Console sessions kept in the old place end: people sign in again.
             next.console_sessions = Arc::new(next.backends.console_sessions());
+            next.history = Arc::new(next.backends.decision_history());
         }
         let same_stats = match (&config.stats, &self.stats) {
             (Some(c), Some(s)) => c.path.0 == s.path(),

@@ -314,6 +314,10 @@ async fn with_session(
     with_cookie(method, &gateway.url(path), &session.id, &token, body).await
 }
 
+/// The console behind a load balancer without sticky sessions: a person signed in through
+/// one replica is signed in on every replica (restarted ones too), the bound per user holds
+/// across them, signing out ends the session on all, and a decision taken on one shows in
+/// the history of another.
 #[tokio::test]
 async fn a_console_session_opened_on_one_replica_works_on_every_replica_and_outlives_restarts() {
     let test =
@@ -345,6 +349,16 @@ async fn a_console_session_opened_on_one_replica_works_on_every_replica_and_outl
     .await;
     assert_eq!(approved.status, 200, "{}", approved.body);
     assert_eq!(approved.body["output"]["text"], "by console");
+    // The decision shows in the history of every replica, not only B's.
+    let history = get(&client(), &a.url("/v1/admin/decisions"), Some("alice")).await;
+    assert_eq!(history.status, 200, "{}", history.body);
+    assert_eq!(
+        history.body["decisions"][0]["id"],
+        id.as_str(),
+        "{}",
+        history.body
+    );
+    assert_eq!(history.body["decisions"][0]["decided_by"], "alice");
 
     // A replica started afterwards (a restart) finds it too: it is not in any process.
     let c = Gateway::start(&config);

@@ -12,6 +12,7 @@
 //! | cache fill lock | `<prefix>:fill:{<prefix>:<tool>:<sha256>}` | the fill wait |
 //! | waiting calls, approvals for a retry, outcomes | `<prefix>:{<prefix>:susp}:…` (see below) | each its own |
 //! | sign-in sessions, sign-ins waiting for a callback | `<prefix>:{<prefix>:sessions}:…` (see below) | each its own |
+//! | a history (the newest entries of a record) | `<prefix>:history:<name>` (list) | its `keep` after the newest entry |
 //!
 //! Every key of the suspension store starts with one base, `<prefix>:{<prefix>:susp}`, so
 //! they all hash alike (whatever the prefix holds, the hashed part lies within the base) and
@@ -52,6 +53,7 @@
 //! | `claim.lua`, `fill.lua` | the entry and its fill lock |
 //! | the suspension store's scripts and commands | keys under its base |
 //! | the session store's scripts and commands | keys under its base |
+//! | `record.lua`, `LRANGE` | the history's list |
 
 use toolgate_hooks::cache::CacheKey;
 

@@ -20,8 +20,8 @@
 //! It also keeps the calls that wait for a person — [`RedisSuspensions`]
 //! ([`SuspensionStore`](toolgate_core::suspension::SuspensionStore)) — shared by every
 //! replica and kept across restarts, under exact per-user and total caps, optionally
-//! encrypted at rest — and sign-in sessions, [`RedisSessions`], bounded in all and per user
-//! and found through every replica.
+//! encrypted at rest — sign-in sessions, [`RedisSessions`], bounded in all and per user
+//! and found through every replica, and bounded histories, [`RedisHistory`].
 //!
 //! [`RedisState`] connects once and builds all of them on one connection — to one Redis
 //! node, or to a Redis Cluster ([`RedisState::connect_cluster`], [`ClusterNodes`], or a
@@ -75,6 +75,7 @@ mod cluster;
 mod concurrency;
 mod config;
 mod error;
+mod history;
 mod keys;
 mod link;
 mod quota;
@@ -92,6 +93,7 @@ pub use cluster::ClusterNodes;
 pub use concurrency::{ConcurrencyFailurePolicy, LEASES_LOST, RedisConcurrency};
 pub use config::{RedisConfig, RedisConfigBuilder};
 pub use error::RedisError;
+pub use history::{HistoryUnavailable, RedisHistory};
 pub use link::REDIS_UP;
 pub use quota::{QuotaFailurePolicy, RedisQuota};
 pub use sessions::{RedisSessions, SessionBounds, SessionOpened, SessionsUnavailable};

@@ -13,8 +13,8 @@ use crate::topology::FollowedCluster;
 use toolgate_core::suspension::SuspensionLimits;
 
 use crate::{
-    ClusterNodes, RedisBudget, RedisCache, RedisConcurrency, RedisConfig, RedisError, RedisQuota,
-    RedisSessions, RedisSuspensions,
+    ClusterNodes, RedisBudget, RedisCache, RedisConcurrency, RedisConfig, RedisError, RedisHistory,
+    RedisQuota, RedisSessions, RedisSuspensions,
 };
 
 /// How often the cluster client tries a command again after a redirect (`MOVED`, `ASK`),
@@ -322,6 +322,12 @@ impl RedisState {
     /// The sign-in sessions shared by every replica on this Redis; see [`RedisSessions`].
     pub fn sessions(&self) -> RedisSessions {
         RedisSessions::new(self.link.clone())
+    }
+
+    /// The newest `max` entries of the record `name`, shared by every replica on this
+    /// Redis and kept `keep` after the newest; see [`RedisHistory`].
+    pub fn history(&self, name: &str, max: usize, keep: Duration) -> RedisHistory {
+        RedisHistory::new(self.link.clone(), name, max, keep)
     }
 
     /// The configuration.

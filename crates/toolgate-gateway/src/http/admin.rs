@@ -1,5 +1,6 @@
 //! `GET /v1/admin/stats` and `GET /v1/admin/decisions`: what the console's tool and
-//! history views show, for users with an approver role.
+//! history views show, for users with an approver role. The statistics are this replica's;
+//! the decisions are every replica's when the state is on Redis.
 
 use axum::Json;
 use axum::extract::{Extension, Query};
@@ -59,7 +60,12 @@ pub async fn decisions(
                 )
             })?,
     };
-    Ok(Json(
-        json!({ "decisions": caller.gateway.history.newest(limit) }),
-    ))
+    let decisions = caller.gateway.history.newest(limit).await.map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "history_unavailable",
+            e.to_string(),
+        )
+    })?;
+    Ok(Json(json!({ "decisions": decisions })))
 }

@@ -457,7 +457,8 @@ pub async fn resume(
             ToolStatus::Suspended => "suspended",
             _ => "success",
         },
-    );
+    )
+    .await;
     caller.gateway.notifications.decided(&saved, told);
     // Kept for the caller, who fetches it with `GET /v1/suspensions/{id}` or over MCP.
     keep_outcome(&caller, &id, &saved, serde_json::to_value(&result)).await;
@@ -494,7 +495,7 @@ async fn approve_retry(
         decided_by: caller.user.id.clone(),
         reason: None,
     };
-    remember(caller, saved, &told, "approved_for_retry");
+    remember(caller, saved, &told, "approved_for_retry").await;
     caller.gateway.notifications.decided(saved, told);
     let told = ToolError::abort(
         format!(
@@ -519,8 +520,13 @@ async fn approve_retry(
 }
 
 /// Adds a decision to the decided history the console shows.
-fn remember(caller: &Caller, saved: &SuspendedInvocation, told: &DecisionSummary, outcome: &str) {
-    caller.gateway.history.record(Decided {
+async fn remember(
+    caller: &Caller,
+    saved: &SuspendedInvocation,
+    told: &DecisionSummary,
+    outcome: &str,
+) {
+    let decided = Decided {
         id: saved.id.clone(),
         tool: saved.tool.clone(),
         user: saved.user.id.clone(),
@@ -529,7 +535,8 @@ fn remember(caller: &Caller, saved: &SuspendedInvocation, told: &DecisionSummary
         reason: told.reason.clone(),
         decided_at: rfc3339(std::time::SystemTime::now()),
         outcome: outcome.to_owned(),
-    });
+    };
+    caller.gateway.history.record(decided).await;
 }
 
 /// Keeps the outcome of the decided call `id` for its caller. The decision stands if it
