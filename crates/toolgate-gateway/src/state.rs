@@ -21,7 +21,7 @@ use toolgate_redis::{
 
 use crate::config::{Config, OnBackendErrorName, RedisTlsFiles, StateConfig, StateUrl};
 use crate::console::counters::ToolCounters;
-use crate::console::history::DecisionHistory;
+use crate::console::history::{DecisionHistory, KEEP_ON_REDIS, MAX_DECISIONS};
 use crate::console::sessions::ConsoleSessions;
 use crate::identity::failures::FailedCredentials;
 use crate::webhooks::Notifications;
@@ -142,21 +142,45 @@ impl Backends {
     }
 
     /// The console's sessions, kept where the policies' state is: in this process, or on
-    /// Redis.
-    pub fn console_sessions(&self) -> ConsoleSessions {
-        match self {
+    /// Redis, encrypted with `state.suspensions_key` when it is set.
+    ///
+    /// # Errors
+    ///
+    /// [`StateError::Backend`] for a key the store refuses.
+    pub fn console_sessions(&self, state: &StateConfig) -> Result<ConsoleSessions, StateError> {
+        Ok(match self {
             Backends::Memory { .. } => ConsoleSessions::default(),
-            Backends::Redis(redis) => ConsoleSessions::on_redis(redis.sessions()),
-        }
+            Backends::Redis(redis) => {
+                let mut sessions = redis.sessions();
+                if let Some(key) = &state.suspensions_key {
+                    sessions = sessions
+                        .with_encryption_key(key.0.as_bytes())
+                        .map_err(refused_key)?;
+                }
+                ConsoleSessions::on_redis(sessions)
+            }
+        })
     }
 
     /// The decided history, kept where the policies' state is: in this process, or on
-    /// Redis.
-    pub fn decision_history(&self) -> DecisionHistory {
-        match self {
+    /// Redis, encrypted with `state.suspensions_key` when it is set.
+    ///
+    /// # Errors
+    ///
+    /// [`StateError::Backend`] for a key the history refuses.
+    pub fn decision_history(&self, state: &StateConfig) -> Result<DecisionHistory, StateError> {
+        Ok(match self {
             Backends::Memory { .. } => DecisionHistory::default(),
-            Backends::Redis(redis) => DecisionHistory::on_redis(redis),
-        }
+            Backends::Redis(redis) => {
+                let mut history = redis.history("decisions", MAX_DECISIONS, KEEP_ON_REDIS);
+                if let Some(key) = &state.suspensions_key {
+                    history = history
+                        .with_encryption_key(key.0.as_bytes())
+                        .map_err(refused_key)?;
+                }
+                DecisionHistory::Redis(history)
+            }
+        })
     }
 
     /// The budget backend of one budget; on Redis with the budget's own deadline, if it
@@ -205,6 +229,11 @@ impl Backends {
             }
         }
     }
+}
+
+/// The refusal of `state.suspensions_key` by a store on Redis.
+fn refused_key(e: toolgate_redis::RedisError) -> StateError {
+    StateError::Backend(format!("state.suspensions_key: {e}"))
 }
 
 /// `config` with the certificates of `state.tls`, read from their files.
@@ -312,7 +341,7 @@ impl Suspensions {
                 if let Some(key) = &state.suspensions_key {
                     store = store
                         .with_encryption_key(key.0.as_bytes())
-                        .map_err(|e| StateError::Backend(format!("state.suspensions_key: {e}")))?;
+                        .map_err(refused_key)?;
                 }
                 Suspensions::Redis(Arc::new(store))
             }
@@ -347,8 +376,8 @@ impl SharedState {
         Ok(SharedState {
             state: config.state.clone(),
             suspensions: Suspensions::open(&backends, &config.state, suspension_limits(config))?,
-            console_sessions: Arc::new(backends.console_sessions()),
-            history: Arc::new(backends.decision_history()),
+            console_sessions: Arc::new(backends.console_sessions(&config.state)?),
+            history: Arc::new(backends.decision_history(&config.state)?),
             backends,
             approvals: Arc::new(InMemoryApprovals::default()),
             stats: open_stats(config)?,
@@ -375,8 +404,8 @@ impl SharedState {
             next.suspensions =
                 Suspensions::open(&next.backends, &config.state, suspension_limits(config))?;
             // Console sessions kept in the old place end: people sign in again.
-            next.console_sessions = Arc::new(next.backends.console_sessions());
-            next.history = Arc::new(next.backends.decision_history());
+            next.console_sessions = Arc::new(next.backends.console_sessions(&config.state)?);
+            next.history = Arc::new(next.backends.decision_history(&config.state)?);
         }
         let same_stats = match (&config.stats, &self.stats) {
             (Some(c), Some(s)) => c.path.0 == s.path(),

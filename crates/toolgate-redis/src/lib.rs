@@ -79,6 +79,7 @@ mod history;
 mod keys;
 mod link;
 mod quota;
+mod seal;
 mod server_clock;
 mod sessions;
 mod state;

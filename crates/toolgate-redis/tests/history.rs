@@ -69,3 +69,41 @@ async fn a_history_without_redis_says_so_within_its_deadline() {
     );
     assert!(history.record("lost").await.is_err());
 }
+
+#[tokio::test]
+async fn with_a_key_entries_are_sealed_and_read_only_with_that_key() {
+    let test = "with_a_key_entries_are_sealed_and_read_only_with_that_key";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let key = "8f3c1e0a9b7d5f2e4c6a8b0d1f3e5a7c9b2d4f6e8a0c1e3b5d7f9a2c4e6b8d0f";
+    let state = connect(&url, config(&prefix).deadline(Duration::from_secs(5))).await;
+    let sealed = state
+        .history("decisions", 5, DAY)
+        .with_encryption_key(key.as_bytes())
+        .unwrap();
+    let entry = r#"{"reason":"the customer asked"}"#;
+    sealed.record(entry).await.unwrap();
+    assert_eq!(sealed.newest(5).await.unwrap(), [entry]);
+
+    let raw: Vec<Vec<u8>> = redis::cmd("LRANGE")
+        .arg(format!("{prefix}:history:decisions"))
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut common::inspect(&url).await)
+        .await
+        .unwrap();
+    assert_eq!(raw.len(), 1);
+    assert!(!String::from_utf8_lossy(&raw[0]).contains("customer"));
+
+    // Without the key the entry is left out, not shown as noise.
+    let plain = state.history("decisions", 5, DAY);
+    assert!(plain.newest(5).await.unwrap().is_empty());
+    plain.record(r#"{"reason":"plain"}"#).await.unwrap();
+    assert_eq!(
+        sealed.newest(5).await.unwrap(),
+        [entry],
+        "the plain one is left out"
+    );
+}

@@ -259,3 +259,73 @@ async fn a_store_without_redis_says_so_within_its_deadline() {
             .is_err()
     );
 }
+
+/// The key of the replicas that seal what they keep, and another one.
+const KEY: &str = "8f3c1e0a9b7d5f2e4c6a8b0d1f3e5a7c9b2d4f6e8a0c1e3b5d7f9a2c4e6b8d0f";
+const OTHER_KEY: &str = "0f3c1e0a9b7d5f2e4c6a8b0d1f3e5a7c9b2d4f6e8a0c1e3b5d7f9a2c4e6b8d00";
+
+#[tokio::test]
+async fn with_a_key_records_and_secrets_are_sealed_and_open_only_with_that_key() {
+    let test = "with_a_key_records_and_secrets_are_sealed_and_open_only_with_that_key";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let replica = async |key: Option<&str>| {
+        let sessions = connect(&url, config(&prefix).deadline(Duration::from_secs(5)))
+            .await
+            .sessions();
+        match key {
+            Some(key) => sessions.with_encryption_key(key.as_bytes()).unwrap(),
+            None => sessions,
+        }
+    };
+    let (a, b) = (replica(Some(KEY)).await, replica(Some(KEY)).await);
+    assert!(a.is_encrypted());
+    let record = r#"{"user":"carol","email":"carol@example.com"}"#;
+    a.open(&id(1), "carol", record, HOUR, bounds(10, 2))
+        .await
+        .unwrap();
+    assert!(a.start_flow("s1", "the-verifier", HOUR, 4).await.unwrap());
+    assert_eq!(b.find(&id(1)).await.unwrap().as_deref(), Some(record));
+
+    // What Redis holds says nothing of the record or the secret.
+    let mut raw = common::inspect(&url).await;
+    for key in keys_under(&url, &prefix).await {
+        let kind: String = redis::cmd("TYPE")
+            .arg(&key)
+            .query_async(&mut raw)
+            .await
+            .unwrap();
+        let values: Vec<Vec<u8>> = match kind.as_str() {
+            "hash" => redis::cmd("HVALS").arg(&key).query_async(&mut raw).await,
+            "string" => redis::cmd("GET")
+                .arg(&key)
+                .query_async::<Vec<u8>>(&mut raw)
+                .await
+                .map(|v| vec![v]),
+            _ => Ok(Vec::new()),
+        }
+        .unwrap();
+        for value in values {
+            let text = String::from_utf8_lossy(&value);
+            assert!(
+                !text.contains("carol@") && !text.contains("the-verifier"),
+                "`{key}` holds {text}"
+            );
+        }
+    }
+
+    // A replica without the key, or with another, finds no session and no secret.
+    let without = replica(None).await;
+    let other = replica(Some(OTHER_KEY)).await;
+    assert_eq!(without.find(&id(1)).await.unwrap(), None);
+    assert_eq!(other.find(&id(1)).await.unwrap(), None);
+    assert_eq!(other.finish_flow("s1").await.unwrap(), None);
+    // A record written without the key is not taken by a replica that requires it.
+    without
+        .open(&id(2), "dan", r#"{"user":"dan"}"#, HOUR, bounds(10, 2))
+        .await
+        .unwrap();
+    assert_eq!(a.find(&id(2)).await.unwrap(), None);
+}

@@ -414,8 +414,9 @@ pub struct StateConfig {
     /// Certificates for a `rediss://` URL (default: the system's trust store, no client
     /// certificate).
     pub tls: Option<RedisTlsFiles>,
-    /// The key that encrypts calls waiting for approval, approvals for a retry and the
-    /// outcomes of decided calls where they are stored on Redis: 64 hexadecimal
+    /// The key that encrypts calls waiting for approval, approvals for a retry, the
+    /// outcomes of decided calls, and the console's sessions, waiting sign-ins and decided
+    /// history where they are stored on Redis: 64 hexadecimal
     /// characters, the same on every replica (`suspensions_key: ${SUSPENSIONS_KEY}`, made
     /// with `openssl rand -hex 32`). Without one they are stored as JSON in clear (their
     /// input is the validated, redacted one either way).

@@ -59,11 +59,6 @@ impl Default for DecisionHistory {
 }
 
 impl DecisionHistory {
-    /// The history on Redis, shared by every replica on it.
-    pub fn on_redis(redis: &toolgate_redis::RedisState) -> Self {
-        DecisionHistory::Redis(redis.history("decisions", MAX_DECISIONS, KEEP_ON_REDIS))
-    }
-
     /// Keeps `decided`, forgetting the oldest past [`MAX_DECISIONS`]. The decision stands
     /// whether or not it can be kept: when Redis does not answer, that is logged.
     pub async fn record(&self, decided: Decided) {

@@ -1,11 +1,13 @@
 //! [`RedisHistory`]: the newest entries of a record shared by every replica.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::Script;
 
+use crate::RedisError;
 use crate::link::{Link, millis_at_least_one};
+use crate::seal::{self, Seal};
 
 static RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("record.lua")));
 
@@ -21,8 +23,8 @@ pub struct HistoryUnavailable(String);
 /// It holds at most `max` entries, the oldest forgotten first, in one list
 /// (`<prefix>:history:<name>`) that expires `keep` after its newest entry: nothing stays on
 /// Redis forever. Keeping an entry is one script (push, trim, expiry), so the bound holds
-/// however many replicas keep entries at once. Entries are text the caller chose (JSON,
-/// say).
+/// however many replicas keep entries at once. Entries are JSON the caller chose, sealed
+/// with AES-256-GCM when the history has an [encryption key](Self::with_encryption_key).
 ///
 /// Built by [`RedisState::history`](crate::RedisState::history).
 ///
@@ -45,6 +47,7 @@ pub struct RedisHistory {
     key: String,
     max: usize,
     keep: Duration,
+    seal: Option<Arc<Seal>>,
 }
 
 impl RedisHistory {
@@ -55,7 +58,26 @@ impl RedisHistory {
             key,
             max: max.max(1),
             keep,
+            seal: None,
         }
+    }
+
+    /// The same history, sealing each entry with AES-256-GCM under `key`: 32 bytes, or 64
+    /// hexadecimal digits (`openssl rand -hex 32`). Every replica needs the same key: an
+    /// entry this history cannot open (sealed with another key, or written without one) is
+    /// left out of what it reads, and logged.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::InvalidEncryptionKey`] for a key of another length or form.
+    pub fn with_encryption_key(mut self, key: &[u8]) -> Result<Self, RedisError> {
+        self.seal = Some(Arc::new(Seal::new(key)?));
+        Ok(self)
+    }
+
+    /// Where the entries are kept, as a sealed entry is bound to its history.
+    fn place(&self) -> Vec<u8> {
+        format!("toolgate history\0{}", self.key).into_bytes()
     }
 
     /// Keeps `entry` as the newest, forgetting the oldest past the bound.
@@ -64,6 +86,8 @@ impl RedisHistory {
     ///
     /// [`HistoryUnavailable`] when Redis gives no answer within the deadline.
     pub async fn record(&self, entry: &str) -> Result<(), HistoryUnavailable> {
+        let entry = seal::write(self.seal.as_deref(), &self.place(), entry.into())
+            .map_err(HistoryUnavailable)?;
         let mut invocation = RECORD.prepare_invoke();
         invocation
             .key(&self.key)
@@ -78,7 +102,8 @@ impl RedisHistory {
             .map_err(|failure| HistoryUnavailable(failure.to_string()))
     }
 
-    /// The newest `limit` entries (at most the bound), newest first.
+    /// The newest `limit` entries (at most the bound), newest first; those it cannot open
+    /// are left out.
     ///
     /// # Errors
     ///
@@ -91,9 +116,23 @@ impl RedisHistory {
         let mut command = redis::cmd("LRANGE");
         command.arg(&self.key).arg(0).arg(last - 1);
         let mut connection = self.link.connection();
-        self.link
-            .within(command.query_async::<Vec<String>>(&mut connection))
+        let stored = self
+            .link
+            .within(command.query_async::<Vec<Vec<u8>>>(&mut connection))
             .await
-            .map_err(|failure| HistoryUnavailable(failure.to_string()))
+            .map_err(|failure| HistoryUnavailable(failure.to_string()))?;
+        let place = self.place();
+        let mut entries = Vec::with_capacity(stored.len());
+        let mut unreadable = None;
+        for entry in stored {
+            match seal::read_text(self.seal.as_deref(), &place, &entry) {
+                Ok(entry) => entries.push(entry),
+                Err(why) => unreadable = Some(why),
+            }
+        }
+        if let Some(why) = unreadable {
+            tracing::warn!(history = %self.key, "an entry on Redis {why}; it is left out");
+        }
+        Ok(entries)
     }
 }

@@ -3,13 +3,14 @@
 //!
 //! The `.lua` files are the scripts, each behind `server_clock.lua`.
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::Script;
 
-use crate::keys;
 use crate::link::{Link, millis_at_least_one};
+use crate::seal::{self, Seal};
+use crate::{RedisError, keys};
 
 static OPEN: LazyLock<Script> = LazyLock::new(|| script(include_str!("open.lua")));
 static CLOSE: LazyLock<Script> = LazyLock::new(|| script(include_str!("close.lua")));
@@ -68,6 +69,10 @@ pub enum SessionOpened {
 /// ([`start_flow`](Self::start_flow), [`finish_flow`](Self::finish_flow)), so the callback
 /// may reach any replica.
 ///
+/// With an [encryption key](Self::with_encryption_key) each record is sealed with
+/// AES-256-GCM and bound to its session: Redis then holds user ids (in key names) and
+/// nothing else in clear.
+///
 /// Every key lives under `<prefix>:{<prefix>:sessions}`, in one Redis Cluster slot; every key
 /// expires. Built by [`RedisState::sessions`](crate::RedisState::sessions).
 ///
@@ -95,12 +100,55 @@ pub enum SessionOpened {
 pub struct RedisSessions {
     link: Link,
     base: String,
+    seal: Option<Arc<Seal>>,
 }
 
 impl RedisSessions {
     pub(crate) fn new(link: Link) -> Self {
         let base = keys::sessions(link.prefix());
-        RedisSessions { link, base }
+        RedisSessions {
+            link,
+            base,
+            seal: None,
+        }
+    }
+
+    /// The same store, sealing each record with AES-256-GCM under `key`: 32 bytes, or 64
+    /// hexadecimal digits (`openssl rand -hex 32`). Every replica needs the same key: a
+    /// record this store cannot open (sealed with another key, or written without one) is
+    /// taken for no session, and logged.
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::InvalidEncryptionKey`] for a key of another length or form.
+    pub fn with_encryption_key(mut self, key: &[u8]) -> Result<Self, RedisError> {
+        self.seal = Some(Arc::new(Seal::new(key)?));
+        Ok(self)
+    }
+
+    /// Whether the store seals its records ([`with_encryption_key`](Self::with_encryption_key)).
+    pub fn is_encrypted(&self) -> bool {
+        self.seal.is_some()
+    }
+
+    /// Where the record of session `id` is kept, as a sealed record is bound to it.
+    fn place(id: &str) -> Vec<u8> {
+        format!("toolgate session\0{id}").into_bytes()
+    }
+
+    /// Where the secret of the waiting sign-in `state` is kept.
+    fn flow_place(state: &str) -> Vec<u8> {
+        format!("toolgate sign-in\0{state}").into_bytes()
+    }
+
+    /// The text kept at `place`, opened with the store's key; `None`, logged, when it
+    /// cannot be (see [`with_encryption_key`](Self::with_encryption_key)).
+    fn opened(&self, what: &str, place: &[u8], stored: &[u8]) -> Option<String> {
+        seal::read_text(self.seal.as_deref(), place, stored)
+            .map_err(|why| {
+                tracing::warn!(store = %self.base, "{what} on Redis {why}; it is taken for none");
+            })
+            .ok()
     }
 
     fn key(&self, what: &str) -> String {
@@ -111,7 +159,7 @@ impl RedisSessions {
         &self,
         script: &Script,
         first_key: &str,
-        args: &[&str],
+        args: &[&[u8]],
     ) -> Result<T, SessionsUnavailable> {
         let mut invocation = script.prepare_invoke();
         invocation.key(self.key(first_key)).arg(&self.base);
@@ -140,16 +188,21 @@ impl RedisSessions {
         ttl: Duration,
         bounds: SessionBounds,
     ) -> Result<SessionOpened, SessionsUnavailable> {
+        let id = hex(id);
+        let record = seal::write(self.seal.as_deref(), &Self::place(&id), record.into())
+            .map_err(SessionsUnavailable)?;
         let ttl = millis_at_least_one(ttl.min(LONGEST)).to_string();
         let per_user = bounds.max_per_user.max(1).to_string();
         let total = bounds.max_total.to_string();
-        let (outcome, _, ended): (String, u64, usize) = self
-            .run(
-                &OPEN,
-                "all",
-                &[&hex(id), user, record, &ttl, &per_user, &total],
-            )
-            .await?;
+        let args: [&[u8]; 6] = [
+            id.as_bytes(),
+            user.as_bytes(),
+            &record,
+            ttl.as_bytes(),
+            per_user.as_bytes(),
+            total.as_bytes(),
+        ];
+        let (outcome, _, ended): (String, u64, usize) = self.run(&OPEN, "all", &args).await?;
         Ok(if outcome == "ok" {
             SessionOpened::Opened { ended }
         } else {
@@ -164,15 +217,18 @@ impl RedisSessions {
     ///
     /// [`SessionsUnavailable`] when Redis gives no answer within the deadline.
     pub async fn find(&self, id: &[u8; 32]) -> Result<Option<String>, SessionsUnavailable> {
+        let id = hex(id);
         let mut command = redis::cmd("HGET");
         command
-            .arg(self.key(&format!("session:{}", hex(id))))
+            .arg(self.key(&format!("session:{id}")))
             .arg("record");
         let mut connection = self.link.connection();
-        self.link
-            .within(command.query_async::<Option<String>>(&mut connection))
+        let stored = self
+            .link
+            .within(command.query_async::<Option<Vec<u8>>>(&mut connection))
             .await
-            .map_err(|failure| SessionsUnavailable(failure.to_string()))
+            .map_err(|failure| SessionsUnavailable(failure.to_string()))?;
+        Ok(stored.and_then(|stored| self.opened("a session's record", &Self::place(&id), &stored)))
     }
 
     /// Ends the session `id`; whether there was one.
@@ -181,7 +237,7 @@ impl RedisSessions {
     ///
     /// [`SessionsUnavailable`] when Redis gives no answer within the deadline.
     pub async fn close(&self, id: &[u8; 32]) -> Result<bool, SessionsUnavailable> {
-        let ended: u8 = self.run(&CLOSE, "all", &[&hex(id)]).await?;
+        let ended: u8 = self.run(&CLOSE, "all", &[hex(id).as_bytes()]).await?;
         Ok(ended == 1)
     }
 
@@ -199,13 +255,15 @@ impl RedisSessions {
         max: usize,
     ) -> Result<bool, SessionsUnavailable> {
         let ttl = millis_at_least_one(ttl.min(LONGEST)).to_string();
-        let kept: u8 = self
-            .run(
-                &START_FLOW,
-                "flows",
-                &[state, secret, &ttl, &max.to_string()],
-            )
-            .await?;
+        let secret = seal::write(
+            self.seal.as_deref(),
+            &Self::flow_place(state),
+            secret.into(),
+        )
+        .map_err(SessionsUnavailable)?;
+        let max = max.to_string();
+        let args: [&[u8]; 4] = [state.as_bytes(), &secret, ttl.as_bytes(), max.as_bytes()];
+        let kept: u8 = self.run(&START_FLOW, "flows", &args).await?;
         Ok(kept == 1)
     }
 
@@ -216,7 +274,9 @@ impl RedisSessions {
     ///
     /// [`SessionsUnavailable`] when Redis gives no answer within the deadline.
     pub async fn finish_flow(&self, state: &str) -> Result<Option<String>, SessionsUnavailable> {
-        self.run(&FINISH_FLOW, "flows", &[state]).await
+        let stored: Option<Vec<u8>> = self.run(&FINISH_FLOW, "flows", &[state.as_bytes()]).await?;
+        let place = Self::flow_place(state);
+        Ok(stored.and_then(|stored| self.opened("a waiting sign-in's secret", &place, &stored)))
     }
 }
 

@@ -4,9 +4,8 @@
 //! * `mod.rs` — the store, its settings, and what every operation shares;
 //! * `store.rs` — the operations ([`SuspensionStore`]), each one script or command;
 //! * `values.rs` — how a value is written (JSON, sealed when there is a key) and read;
-//! * `seal.rs` — AES-256-GCM; the `.lua` files — the scripts.
+//! * the `.lua` files — the scripts; AES-256-GCM is the crate's `seal.rs`.
 
-mod seal;
 mod store;
 mod values;
 
@@ -19,8 +18,8 @@ use toolgate_core::suspension::{SuspendedInvocation, SuspensionStore};
 use toolgate_core::suspension::{SuspensionLimits, SuspensionStoreError};
 
 use crate::link::{Failure, Link};
+use crate::seal::Seal;
 use crate::{RedisError, keys};
-use seal::Seal;
 
 static SAVE: LazyLock<Script> = LazyLock::new(|| script(include_str!("save.lua")));
 static LOOKUP: LazyLock<Script> = LazyLock::new(|| script(include_str!("lookup.lua")));

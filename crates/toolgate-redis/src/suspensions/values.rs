@@ -5,7 +5,7 @@ use serde::de::DeserializeOwned;
 use toolgate_core::suspension::SuspensionStoreError;
 
 use super::RedisSuspensions;
-use super::seal::is_sealed;
+use crate::seal;
 
 /// Where a value is kept: its kind and the id it is found by. A sealed value is bound to
 /// its place, and errors name it.
@@ -44,15 +44,12 @@ impl RedisSuspensions {
                 place.describe()
             ))
         })?;
-        match &self.seal {
-            None => Ok(json),
-            Some(seal) => seal.seal(&place.aad(), &json).map_err(|reason| {
-                SuspensionStoreError::Unavailable(format!(
-                    "{} cannot be encrypted: {reason}",
-                    place.describe()
-                ))
-            }),
-        }
+        seal::write(self.seal.as_deref(), &place.aad(), json).map_err(|reason| {
+            SuspensionStoreError::Unavailable(format!(
+                "{} cannot be encrypted: {reason}",
+                place.describe()
+            ))
+        })
     }
 
     /// The value kept at `place`, opened with the store's key when it has one.
@@ -67,32 +64,11 @@ impl RedisSuspensions {
                 "{what} on Redis {why}"
             )))
         };
-        let opened;
-        let json = match (&self.seal, is_sealed(stored)) {
-            (None, false) => stored,
-            (None, true) => {
-                return refused(
-                    "is encrypted, and this replica has no key to read it: give every replica the same encryption key".to_owned(),
-                );
-            }
-            (Some(_), false) => {
-                return refused(
-                    "is stored unencrypted while this replica requires encryption (a replica without the key kept it): give every replica the same encryption key; the value is left in place until it expires".to_owned(),
-                );
-            }
-            (Some(seal), true) => match seal.open(&place.aad(), stored) {
-                Some(plain) => {
-                    opened = plain;
-                    &opened
-                }
-                None => {
-                    return refused(
-                        "cannot be decrypted with this replica's key (it was encrypted with another key, or altered): give every replica the same encryption key".to_owned(),
-                    );
-                }
-            },
+        let json = match seal::read(self.seal.as_deref(), &place.aad(), stored) {
+            Ok(json) => json,
+            Err(why) => return refused(why.to_string()),
         };
-        serde_json::from_slice(json).or_else(|error| {
+        serde_json::from_slice(&json).or_else(|error| {
             refused(format!(
                 "cannot be read ({error}): it was written by an incompatible version of toolgate, or altered"
             ))

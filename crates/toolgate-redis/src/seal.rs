@@ -1,4 +1,5 @@
-//! [`Seal`]: AES-256-GCM over the values the suspension store writes, when a key is set.
+//! [`Seal`]: AES-256-GCM over the values the suspension and session stores and the
+//! histories write, when a key is set.
 
 use std::fmt::Write as _;
 
@@ -93,6 +94,59 @@ impl Seal {
 /// Whether `value` is a sealed one (rather than JSON written without a key).
 pub(crate) fn is_sealed(value: &[u8]) -> bool {
     value.first() == Some(&SEALED_V1)
+}
+
+/// `json` as a store writes it for the place `aad`: sealed when the store has a key, as it
+/// is otherwise.
+pub(crate) fn write(seal: Option<&Seal>, aad: &[u8], json: Vec<u8>) -> Result<Vec<u8>, String> {
+    match seal {
+        None => Ok(json),
+        Some(seal) => seal.seal(aad, &json),
+    }
+}
+
+/// Why a stored value cannot be read back by a store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unreadable {
+    /// It is sealed, and the store has no key.
+    NoKey,
+    /// It is plain, and the store requires sealing (a replica without the key wrote it).
+    Unsealed,
+    /// It does not open with the store's key (another key, another place, or altered).
+    WrongKey,
+}
+
+impl std::fmt::Display for Unreadable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Unreadable::NoKey => {
+                "is encrypted, and this replica has no key to read it: give every replica the same encryption key"
+            }
+            Unreadable::Unsealed => {
+                "is stored unencrypted while this replica requires encryption (a replica without the key kept it): give every replica the same encryption key; the value is left in place until it expires"
+            }
+            Unreadable::WrongKey => {
+                "cannot be decrypted with this replica's key (it was encrypted with another key, or altered): give every replica the same encryption key"
+            }
+        })
+    }
+}
+
+/// The text a store wrote at the place `aad`, opened with its key when it has one; why it
+/// cannot be read, in words that follow "the value on Redis", otherwise.
+pub(crate) fn read_text(seal: Option<&Seal>, aad: &[u8], stored: &[u8]) -> Result<String, String> {
+    let plain = read(seal, aad, stored).map_err(|why| why.to_string())?;
+    String::from_utf8(plain).map_err(|_| "is not text: it was altered".to_owned())
+}
+
+/// The JSON a store wrote at the place `aad`, opened with its key when it has one.
+pub(crate) fn read(seal: Option<&Seal>, aad: &[u8], stored: &[u8]) -> Result<Vec<u8>, Unreadable> {
+    match (seal, is_sealed(stored)) {
+        (None, false) => Ok(stored.to_vec()),
+        (None, true) => Err(Unreadable::NoKey),
+        (Some(_), false) => Err(Unreadable::Unsealed),
+        (Some(seal), true) => seal.open(aad, stored).ok_or(Unreadable::WrongKey),
+    }
 }
 
 fn key_bytes(material: &[u8]) -> Result<[u8; KEY_LEN], &'static str> {
