@@ -50,15 +50,9 @@ async fn entries_kept_through_two_replicas_are_read_newest_first_within_the_boun
 #[tokio::test]
 async fn a_history_without_redis_says_so_within_its_deadline() {
     let test = "a_history_without_redis_says_so_within_its_deadline";
-    if redis_or_skip(test).await.is_none() {
+    let Some((proxy, state)) = common::behind_proxy(test).await else {
         return;
-    }
-    let proxy = common::Proxy::start(&common::redis_url()).await;
-    let state = connect(
-        &proxy.url(),
-        config(&namespace()).deadline(Duration::from_millis(200)),
-    )
-    .await;
+    };
     let history = state.history("decisions", 5, DAY);
     history.record("kept").await.unwrap();
     proxy.stall();

@@ -233,15 +233,9 @@ async fn a_sign_in_waiting_for_its_callback_is_taken_once_on_any_replica() {
 #[tokio::test]
 async fn a_store_without_redis_says_so_within_its_deadline() {
     let test = "a_store_without_redis_says_so_within_its_deadline";
-    if redis_or_skip(test).await.is_none() {
+    let Some((proxy, state)) = common::behind_proxy(test).await else {
         return;
-    }
-    let proxy = common::Proxy::start(&common::redis_url()).await;
-    let state = connect(
-        &proxy.url(),
-        config(&namespace()).deadline(Duration::from_millis(200)),
-    )
-    .await;
+    };
     let sessions = state.sessions();
     assert!(sessions.find(&id(1)).await.unwrap().is_none());
     proxy.stall();

@@ -86,6 +86,16 @@ pub async fn connect(url: &str, config: RedisConfigBuilder) -> RedisState {
         .expect("Redis answered a moment ago")
 }
 
+/// A state under a fresh prefix whose way to Redis goes through a [`Proxy`] (to cut or
+/// stall), with a 200 ms deadline; `None` when `test` is skipped for want of Redis.
+pub async fn behind_proxy(test: &str) -> Option<(Proxy, RedisState)> {
+    let url = redis_or_skip(test).await?;
+    let proxy = Proxy::start(&url).await;
+    let config = config(&namespace()).deadline(Duration::from_millis(200));
+    let state = connect(&proxy.url(), config).await;
+    Some((proxy, state))
+}
+
 /// A plain connection, to look at what the backends wrote.
 pub async fn inspect(url: &str) -> redis::aio::MultiplexedConnection {
     redis::Client::open(url)
