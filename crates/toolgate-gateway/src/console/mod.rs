@@ -244,21 +244,37 @@ fn session_error(e: SessionError) -> ApiError {
     }
 }
 
-/// The live session and its user, for a request with the session cookie.
+/// The live session and its user, for a request with the session cookie from `peer`.
+///
+/// A cookie that names no live session is a wrong credential, as a wrong API key is: it
+/// counts against its client's allowance (`identity.failed_credentials`), and a client past
+/// it is refused before its cookie is looked up. So made-up cookies cost a flood what
+/// made-up keys do, whether the sessions are in memory or on Redis.
 async fn current(
     gateway: &Gateway,
     headers: &HeaderMap,
-) -> Result<(String, Live, Arc<User>), ApiError> {
+    peer: Option<&ConnectInfo<SocketAddr>>,
+) -> Result<(String, Live, Arc<User>), Response> {
     if gateway.config.console.is_none() {
-        return Err(console_off());
+        return Err(console_off().into_response());
     }
-    let id = guard::session_cookie(headers).ok_or_else(session_ended)?;
-    let live = gateway
-        .console_sessions
-        .find(id)
-        .await
-        .map_err(session_error)?
-        .ok_or_else(session_ended)?;
+    let Some(id) = guard::session_cookie(headers) else {
+        return Err(session_ended().into_response());
+    };
+    let limit = &gateway.credential_limit;
+    let client = || gateway.client_address(peer, headers);
+    if let Some(refused) = limit.refusal(client) {
+        return Err(refused);
+    }
+    let found = gateway.console_sessions.find(id).await;
+    let live = match found {
+        Ok(Some(live)) => live,
+        Ok(None) => {
+            limit.failed(client()).await;
+            return Err(session_ended().into_response());
+        }
+        Err(e) => return Err(session_error(e).into_response()),
+    };
     // A key taken out of `users`, or a route that no longer takes what the session was
     // opened with, ends it.
     let user = match &live.principal {
@@ -273,39 +289,45 @@ async fn current(
             .then(|| user.clone()),
     };
     let Some(user) = user else {
-        gateway
-            .console_sessions
-            .close(id)
-            .await
-            .map_err(session_error)?;
-        return Err(session_ended());
+        let ended = gateway.console_sessions.close(id).await;
+        return Err(ended
+            .map_or_else(session_error, |()| session_ended())
+            .into_response());
     };
     Ok((id.to_owned(), live, user))
 }
 
 /// `GET /console/session`: who is signed in, and the session's token (a reloaded page
 /// reads it here; another site's page cannot read the answer).
-pub async fn show(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub async fn show(
+    State(state): State<Arc<AppState>>,
+    peer: Extensions,
+    headers: HeaderMap,
+) -> Response {
     let gateway = state.current.load_full();
-    secured(match current(&gateway, &headers).await {
+    secured(match current(&gateway, &headers, peer.get()).await {
         Ok((_, live, user)) => Json(who(&gateway, &user, &live.csrf)).into_response(),
-        Err(e) => e.into_response(),
+        Err(refused) => refused,
     })
 }
 
 /// `DELETE /console/session`: signs out (from the console's own page, with its token).
-pub async fn sign_out(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub async fn sign_out(
+    State(state): State<Arc<AppState>>,
+    peer: Extensions,
+    headers: HeaderMap,
+) -> Response {
     let gateway = state.current.load_full();
     let ended = async {
-        let (id, live, user) = current(&gateway, &headers).await?;
-        check_change(&headers, &live).map_err(|e| forged(&e))?;
+        let (id, live, user) = current(&gateway, &headers, peer.get()).await?;
+        check_change(&headers, &live).map_err(|e| forged(&e).into_response())?;
         gateway
             .console_sessions
             .close(&id)
             .await
-            .map_err(session_error)?;
+            .map_err(|e| session_error(e).into_response())?;
         tracing::info!(target: "toolgate::console", user = %user.id, "console sign-out");
-        Ok::<_, ApiError>(())
+        Ok::<_, Response>(())
     }
     .await;
     secured(match ended {
@@ -344,15 +366,15 @@ pub(crate) fn comes_with_session(gateway: &Gateway, headers: &HeaderMap) -> bool
 }
 
 /// The caller of a `/v1` request that [comes with a session](comes_with_session): the
-/// session's user, or the refusal of an ended session or of a forged state change.
+/// session's user, or the refusal of an ended session, of a forged state change, or of a
+/// client past its allowance of wrong credentials.
 pub(crate) async fn session_user(
     gateway: &Gateway,
     method: &axum::http::Method,
     headers: &HeaderMap,
+    peer: Option<&ConnectInfo<SocketAddr>>,
 ) -> Result<Arc<User>, Response> {
-    let (_, live, user) = current(gateway, headers)
-        .await
-        .map_err(IntoResponse::into_response)?;
+    let (_, live, user) = current(gateway, headers, peer).await?;
     if guard::changes_state(method)
         && let Err(forgery) = check_change(headers, &live)
     {

@@ -195,7 +195,9 @@ where
             Checked::Session(gateway) => {
                 let mut inner = self.take_ready();
                 Either::Right(Box::pin(async move {
-                    match session_user(&gateway, request.method(), request.headers()).await {
+                    let peer = request.extensions().get();
+                    let user = session_user(&gateway, request.method(), request.headers(), peer);
+                    match user.await {
                         Ok(user) => {
                             request.extensions_mut().insert(Caller {
                                 user,

@@ -1,6 +1,6 @@
 //! Guessing credentials: a client address that presents too many wrong API keys or tokens
-//! is refused, unchecked, before its next credential is looked at — the right key too,
-//! on `/v1`, `/mcp` and the console's sign-in — while other addresses, and requests
+//! (or made-up console session cookies) is refused, unchecked, before its next credential
+//! is looked at — the right key too, on `/v1`, `/mcp` and the console's sign-in — while other addresses, and requests
 //! without a credential, go on. Behind a trusted proxy the client is the address the
 //! proxy names, and a client cannot name another.
 
@@ -150,6 +150,43 @@ async fn wrong_sign_ins_at_the_console_count_against_the_address() {
     }
     let answer = echo(&gateway, &client, Some(&key("alice")), None).await;
     assert_refused_unchecked(&answer, "/v1 after wrong sign-ins");
+}
+
+/// A made-up console session cookie is a wrong credential too: a flood of them is held to
+/// the same allowance as made-up keys (each costs a look-up, on Redis with replicas), and
+/// past it the cookie is not looked up at all.
+#[tokio::test]
+async fn made_up_session_cookies_count_against_the_address_and_are_then_not_looked_up() {
+    let gateway = Gateway::start(&config(""));
+    let client = from([127, 0, 0, 6]);
+    let with_cookie = |path: &str, cookie: String| {
+        client
+            .get(gateway.url(path))
+            .header("cookie", format!("toolgate_console={cookie}"))
+            .send()
+    };
+    for n in 0..3 {
+        let path = if n == 0 {
+            "/console/session"
+        } else {
+            "/v1/tools"
+        };
+        let made_up = format!("{n:064x}");
+        let answer = Answer::read(with_cookie(path, made_up).await.expect(path)).await;
+        assert_eq!(
+            (answer.status, answer.error_code()),
+            (401, "session_ended"),
+            "{}",
+            answer.body
+        );
+    }
+    let answer = Answer::read(with_cookie("/v1/tools", "f".repeat(64)).await.unwrap()).await;
+    assert_refused_unchecked(&answer, "a fourth made-up cookie");
+    let answer = echo(&gateway, &client, Some(&key("alice")), None).await;
+    assert_refused_unchecked(&answer, "/v1 after made-up cookies");
+    // Another address goes on.
+    let other = echo(&gateway, &from([127, 0, 0, 7]), Some(&key("alice")), None).await;
+    assert_eq!(other.status, 200, "{}", other.body);
 }
 
 #[tokio::test]
