@@ -858,3 +858,43 @@ identity:\n  oauth:\n    issuer: {issuer}\n    resource: https://tools.test\n",
         again_on_a.body
     );
 }
+
+/// Behind a load balancer without sticky sessions (`state` on Redis): a person signed in
+/// through one replica's page is signed in on another's, approves a call there, and the
+/// decision shows in the history of the first.
+#[tokio::test]
+async fn a_person_signed_in_on_one_replica_uses_the_console_of_another() {
+    let test = "a_person_signed_in_on_one_replica_uses_the_console_of_another";
+    if !browser::available(test) {
+        return;
+    }
+    let Some(redis) = redis_or_skip(test) else {
+        return;
+    };
+    let prefix = format!("tgconsole{}x{:x}", std::process::id(), random_u32());
+    let yaml = format!(
+        "state:\n  url: {redis}\n  key_prefix: {prefix}\n{}",
+        config()
+    );
+    let (a, b) = (Gateway::start(&yaml), Gateway::start(&yaml));
+    let browser = Browser::start(1280, 900).await;
+    sign_in(&browser, &a, "alice").await;
+    let id = park(&a, "bob", 3).await;
+
+    // The same browser on B's page (the cookie goes to every port of the host, as to every
+    // replica behind one name): no sign-in asked.
+    browser.go(&b.url("/console")).await;
+    browser.wait_text("#who", "alice").await;
+    card(&browser, &id).await;
+    decide(&browser, &id, "approve", "from the other replica").await;
+    browser.wait_text("#status", "Approved sleep for bob").await;
+
+    browser.go(&a.url("/console")).await;
+    browser.wait_text("#who", "alice").await;
+    browser.click("a[href='#history']").await;
+    let history = browser
+        .wait_text("#history tbody", "from the other replica")
+        .await;
+    assert!(history.contains("bob"), "{history}");
+    browser.quit().await;
+}
