@@ -414,8 +414,8 @@ fn failed_credentials_summary(config: &crate::config::Config, shared_state: bool
 }
 
 /// The console's sign-in and where its sessions are kept: a line of `toolgate check`, so
-/// that an operator who runs replicas (`shared_state`: `state` on Redis) sees that each
-/// replica keeps its own sessions, and routes a person to one of them.
+/// that an operator sees whether a restart signs everyone out (in this process) or every
+/// replica shares the sessions (`shared_state`: `state` on Redis).
 fn console_summary(gateway: &Gateway, shared_state: bool) -> String {
     use crate::config::CredentialKind;
     use crate::identity::Route;

@@ -74,15 +74,19 @@ pub(crate) fn leases(prefix: &str, key: &str) -> String {
 /// prefix's first `{` is followed at once by `}` (then Redis hashes whole keys): a prefix
 /// to avoid on a cluster.
 pub(crate) fn suspensions(prefix: &str) -> String {
-    let tag: String = prefix.chars().filter(|c| !matches!(c, '{' | '}')).collect();
-    format!("{prefix}:{{{tag}:susp}}")
+    store_base(prefix, "susp")
 }
 
 /// The base of every key of the session store: `<prefix>:{<prefix>:sessions}`, as
 /// [`suspensions`] builds its own.
 pub(crate) fn sessions(prefix: &str) -> String {
+    store_base(prefix, "sessions")
+}
+
+/// `<prefix>:{<prefix>:<store>}`, braces left out of the hash tag.
+fn store_base(prefix: &str, store: &str) -> String {
     let tag: String = prefix.chars().filter(|c| !matches!(c, '{' | '}')).collect();
-    format!("{prefix}:{{{tag}:sessions}}")
+    format!("{prefix}:{{{tag}:{store}}}")
 }
 
 /// The `CacheKey` (`toolgate:<tool>:<sha256>`) with its first part replaced by the prefix:

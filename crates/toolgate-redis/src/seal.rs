@@ -1,6 +1,7 @@
 //! [`Seal`]: AES-256-GCM over the values the suspension and session stores and the
 //! histories write, when a key is set.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 use aws_lc_rs::aead::{AES_256_GCM, Aad, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
@@ -136,16 +137,23 @@ impl std::fmt::Display for Unreadable {
 /// cannot be read, in words that follow "the value on Redis", otherwise.
 pub(crate) fn read_text(seal: Option<&Seal>, aad: &[u8], stored: &[u8]) -> Result<String, String> {
     let plain = read(seal, aad, stored).map_err(|why| why.to_string())?;
-    String::from_utf8(plain).map_err(|_| "is not text: it was altered".to_owned())
+    String::from_utf8(plain.into_owned()).map_err(|_| "is not text: it was altered".to_owned())
 }
 
 /// The JSON a store wrote at the place `aad`, opened with its key when it has one.
-pub(crate) fn read(seal: Option<&Seal>, aad: &[u8], stored: &[u8]) -> Result<Vec<u8>, Unreadable> {
+pub(crate) fn read<'a>(
+    seal: Option<&Seal>,
+    aad: &[u8],
+    stored: &'a [u8],
+) -> Result<Cow<'a, [u8]>, Unreadable> {
     match (seal, is_sealed(stored)) {
-        (None, false) => Ok(stored.to_vec()),
+        (None, false) => Ok(Cow::Borrowed(stored)),
         (None, true) => Err(Unreadable::NoKey),
         (Some(_), false) => Err(Unreadable::Unsealed),
-        (Some(seal), true) => seal.open(aad, stored).ok_or(Unreadable::WrongKey),
+        (Some(seal), true) => seal
+            .open(aad, stored)
+            .map(Cow::Owned)
+            .ok_or(Unreadable::WrongKey),
     }
 }
 

@@ -96,9 +96,8 @@ impl RedisHistory {
             .arg(millis_at_least_one(self.keep));
         let mut connection = self.link.connection();
         self.link
-            .within(invocation.invoke_async::<usize>(&mut connection))
+            .within(invocation.invoke_async::<()>(&mut connection))
             .await
-            .map(drop)
             .map_err(|failure| HistoryUnavailable(failure.to_string()))
     }
 

@@ -3,11 +3,10 @@
 --
 -- KEYS[1]  the list
 -- ARGV     the entry, the most entries kept, how long the list is kept (ms)
--- returns  the list's length
+-- returns  nothing
 
 local list = KEYS[1]
 local max, keep = tonumber(ARGV[2]), tonumber(ARGV[3])
 redis.call('LPUSH', list, ARGV[1])
 redis.call('LTRIM', list, 0, max - 1)
 redis.call('PEXPIRE', list, keep)
-return redis.call('LLEN', list)
