@@ -219,7 +219,7 @@ async fn the_cap_holds_across_replicas_and_waiters_get_freed_permits() {
     let most = Arc::new(AtomicUsize::new(0));
     let mut calls = tokio::task::JoinSet::new();
     for _ in 0..3 {
-        let state = connect(&url, config(&prefix).deadline(Duration::from_secs(5))).await;
+        let state = common::replica(&url, &prefix).await;
         let hook = Concurrency::builder(2)
             .unwrap()
             .partition(Partition::Global)

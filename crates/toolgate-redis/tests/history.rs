@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_every_key_expires, config, connect, namespace, redis_or_skip};
+use common::{assert_every_key_expires, namespace, redis_or_skip, replica};
 use futures::future::join_all;
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -18,12 +18,8 @@ async fn entries_kept_through_two_replicas_are_read_newest_first_within_the_boun
         return;
     };
     let prefix = namespace();
-    let replica = async || {
-        connect(&url, config(&prefix).deadline(Duration::from_secs(5)))
-            .await
-            .history("decisions", 5, DAY)
-    };
-    let (a, b) = (replica().await, replica().await);
+    let a = replica(&url, &prefix).await.history("decisions", 5, DAY);
+    let b = replica(&url, &prefix).await.history("decisions", 5, DAY);
     a.record("one").await.unwrap();
     b.record("two").await.unwrap();
     assert_eq!(a.newest(10).await.unwrap(), ["two", "one"]);
@@ -72,7 +68,7 @@ async fn with_a_key_entries_are_sealed_and_read_only_with_that_key() {
     };
     let prefix = namespace();
     let key = "8f3c1e0a9b7d5f2e4c6a8b0d1f3e5a7c9b2d4f6e8a0c1e3b5d7f9a2c4e6b8d0f";
-    let state = connect(&url, config(&prefix).deadline(Duration::from_secs(5))).await;
+    let state = replica(&url, &prefix).await;
     let sealed = state
         .history("decisions", 5, DAY)
         .with_encryption_key(key.as_bytes())

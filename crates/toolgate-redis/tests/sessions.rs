@@ -6,7 +6,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_every_key_expires, config, connect, keys_under, namespace, redis_or_skip};
+use common::{assert_every_key_expires, keys_under, namespace, redis_or_skip, replica};
 use futures::future::join_all;
 use toolgate_redis::{RedisSessions, SessionBounds, SessionOpened};
 
@@ -17,12 +17,9 @@ const HOUR: Duration = Duration::from_secs(3600);
 async fn two_replicas(test: &str) -> Option<(RedisSessions, RedisSessions, String, String)> {
     let url = redis_or_skip(test).await?;
     let prefix = namespace();
-    let replica = async || {
-        connect(&url, config(&prefix).deadline(Duration::from_secs(5)))
-            .await
-            .sessions()
-    };
-    Some((replica().await, replica().await, url, prefix))
+    let a = replica(&url, &prefix).await.sessions();
+    let b = replica(&url, &prefix).await.sessions();
+    Some((a, b, url, prefix))
 }
 
 fn bounds(max_total: usize, max_per_user: usize) -> SessionBounds {
@@ -265,16 +262,14 @@ async fn with_a_key_records_and_secrets_are_sealed_and_open_only_with_that_key()
         return;
     };
     let prefix = namespace();
-    let replica = async |key: Option<&str>| {
-        let sessions = connect(&url, config(&prefix).deadline(Duration::from_secs(5)))
-            .await
-            .sessions();
+    let store = async |key: Option<&str>| {
+        let sessions = replica(&url, &prefix).await.sessions();
         match key {
             Some(key) => sessions.with_encryption_key(key.as_bytes()).unwrap(),
             None => sessions,
         }
     };
-    let (a, b) = (replica(Some(KEY)).await, replica(Some(KEY)).await);
+    let (a, b) = (store(Some(KEY)).await, store(Some(KEY)).await);
     assert!(a.is_encrypted());
     let record = r#"{"user":"carol","email":"carol@example.com"}"#;
     a.open(&id(1), "carol", record, HOUR, bounds(10, 2))
@@ -311,8 +306,8 @@ async fn with_a_key_records_and_secrets_are_sealed_and_open_only_with_that_key()
     }
 
     // A replica without the key, or with another, finds no session and no secret.
-    let without = replica(None).await;
-    let other = replica(Some(OTHER_KEY)).await;
+    let without = store(None).await;
+    let other = store(Some(OTHER_KEY)).await;
     assert_eq!(without.find(&id(1)).await.unwrap(), None);
     assert_eq!(other.find(&id(1)).await.unwrap(), None);
     assert_eq!(other.finish_flow("s1").await.unwrap(), None);

@@ -95,12 +95,9 @@ where
         .collect()
 }
 
-/// A replica of its own: a new connection to Redis under `prefix`, with a deadline a busy
-/// test machine meets.
+/// A replica's store of its own (see [`common::replica`]).
 async fn replica(url: &str, prefix: &str, limits: SuspensionLimits) -> RedisSuspensions {
-    connect(url, config(prefix).deadline(Duration::from_secs(5)))
-        .await
-        .suspensions(limits)
+    common::replica(url, prefix).await.suspensions(limits)
 }
 
 fn ids(calls: &[SuspendedInvocation]) -> Vec<&str> {

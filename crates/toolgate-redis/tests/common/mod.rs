@@ -86,6 +86,12 @@ pub async fn connect(url: &str, config: RedisConfigBuilder) -> RedisState {
         .expect("Redis answered a moment ago")
 }
 
+/// A replica of its own: a new connection to Redis at `url` under `prefix`, with a
+/// deadline a busy test machine meets.
+pub async fn replica(url: &str, prefix: &str) -> RedisState {
+    connect(url, config(prefix).deadline(Duration::from_secs(5))).await
+}
+
 /// A state under a fresh prefix whose way to Redis goes through a [`Proxy`] (to cut or
 /// stall), with a 200 ms deadline; `None` when `test` is skipped for want of Redis.
 pub async fn behind_proxy(test: &str) -> Option<(Proxy, RedisState)> {
