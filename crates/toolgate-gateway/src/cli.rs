@@ -13,9 +13,10 @@ use toolgate_core::User;
 use crate::Extensions;
 use crate::config::{LogFormat, StateConfig, StateUrl, load_file};
 use crate::gateway::Gateway;
-use crate::pins::PinFile;
+use crate::pins::PinStore;
 use crate::process::Process;
 use crate::serve::{ServeOptions, serve};
+use crate::state::Backends;
 use crate::telemetry::Telemetry;
 
 /// toolgate: a gateway every tool call of an AI agent passes through.
@@ -75,8 +76,9 @@ pub enum Command {
         #[arg(long)]
         user: Option<String>,
     },
-    /// Show the pinned tool definitions and the changes waiting (`pins:` in the file);
-    /// `accept NAME…` accepts changes (a running gateway serves them after SIGHUP).
+    /// Show the pinned tool definitions and the changes waiting (`pins:` in the file: its
+    /// pin file, or the pins shared on Redis); `accept NAME…` accepts changes (a running
+    /// gateway serves them after SIGHUP).
     Pins {
         /// The configuration file.
         #[arg(long, short, env = "TOOLGATE_CONFIG")]
@@ -278,7 +280,7 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
             };
             print_json(&listed)
         }
-        Command::Pins { config, action } => pins(&config, action),
+        Command::Pins { config, action } => pins(&config, action).await,
         Command::Audit { action } => audit(action),
         Command::Policy { action } => return policy(action, &extensions).await,
         Command::HashKey { generate } => hash_key(generate),
@@ -550,17 +552,24 @@ fn identity_summary(gateway: &Gateway, shared_state: bool) -> String {
     out
 }
 
-fn pins(path: &std::path::Path, action: Option<PinsAction>) -> Result<(), String> {
+async fn pins(path: &std::path::Path, action: Option<PinsAction>) -> Result<(), String> {
     let file = load_file(path).map_err(|e| e.to_string())?;
-    let pins_path = file
+    let config = file
         .pins
         .as_ref()
-        .map(|p| p.path.0.clone())
-        .ok_or("the configuration has no `pins:` section: add `pins: { path: … }` to pin imported tool definitions")?;
-    let mut pins = PinFile::load(&pins_path).map_err(|e| e.to_string())?;
+        .ok_or("the configuration has no `pins:` section: add `pins: { path: … }` (or `pins: { shared: true }` with `state` on Redis) to pin imported tool definitions")?;
+    let store = match &config.path {
+        Some(path) => PinStore::File(path.0.clone()),
+        None => Backends::connect(&file.state, 1)
+            .await
+            .map_err(|e| e.to_string())?
+            .pin_store(config)
+            .map_err(|e| e.to_string())?,
+    };
+    let list = store.read().await.map_err(|e| e.to_string())?;
     if let Some(PinsAction::Accept { tools, all }) = action {
         let tools: Vec<String> = if all {
-            pins.pending.keys().cloned().collect()
+            list.pending.keys().cloned().collect()
         } else {
             tools
         };
@@ -568,22 +577,21 @@ fn pins(path: &std::path::Path, action: Option<PinsAction>) -> Result<(), String
             return Err("name the tools to accept, or give --all".to_owned());
         }
         for tool in &tools {
-            pins.accept(tool).map_err(|e| e.to_string())?;
+            store.accept(tool).await.map_err(|e| e.to_string())?;
             println!("accepted: {tool}");
         }
-        pins.save(&pins_path).map_err(|e| e.to_string())?;
         println!("a running gateway serves them after a reload (SIGHUP)");
         return Ok(());
     }
     println!(
         "{}: {} pinned, {} changed",
-        pins_path.display(),
-        pins.pins.len(),
-        pins.pending.len()
+        store.describe(),
+        list.pins.len(),
+        list.pending.len()
     );
-    for (tool, change) in &pins.pending {
+    for (tool, change) in &list.pending {
         println!("\nCHANGED {tool}: {} -> {}", change.pinned, change.offered);
-        let before = pins.pins.get(tool).map(|p| &p.definition);
+        let before = list.pins.get(tool).map(|p| &p.definition);
         for (field, now) in change.definition.as_object().into_iter().flatten() {
             let was = before.and_then(|b| b.get(field));
             if was != Some(now) {

@@ -2,7 +2,7 @@
 //! what one of its tools says it does (its description, its schemas, its hints) after
 //! people decided to trust it.
 //!
-//! With `pins: { path: … }` in the configuration, every imported tool, prompt and
+//! With `pins: { path: … }` (or `pins: { shared: true }`) in the configuration, every imported tool, prompt and
 //! resources tool is fingerprinted when the gateway starts or reloads: the SHA-256 of its
 //! name, title, description, input and output schema and annotations. The first time a
 //! tool is seen its fingerprint is pinned (trust on first use). When a pinned tool comes
@@ -11,6 +11,11 @@
 //! `toolgate pins accept NAME` or `POST /v1/admin/pins/NAME/accept` (then reload). Every
 //! pin, change and acceptance is appended to the file's `history`, and logged at
 //! `warn` (target `toolgate::pins`).
+//!
+//! With `shared: true` the pins are kept on Redis with the policies' state
+//! ([`RedisPins`]) instead of in a file: every replica checks its tools against the same
+//! pins, a change seen by one is held back by all, and a change accepted through one is
+//! served by each after its next reload.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,6 +28,7 @@ use serde_json::{Value, json};
 use toolgate_core::tool::{ErasedTool, PreparedInput, ToolDefinition};
 use toolgate_core::{ToolError, ToolInvokeContext};
 use toolgate_hooks::fingerprint::fingerprint;
+use toolgate_redis::{PinCheck, PinsUnavailable, RedisPins, StoredPin};
 
 /// The tag of a tool whose definition changed and awaits acceptance.
 pub const CHANGED_TAG: &str = "pin-changed";
@@ -49,6 +55,14 @@ pub enum PinError {
         /// What the parser said.
         reason: String,
     },
+    /// The pins are kept on Redis (`pins.shared`), and Redis does not answer.
+    #[error("{0}: check `state.url` and that Redis runs")]
+    Unavailable(#[from] PinsUnavailable),
+    /// The pins are shared (`pins.shared`), and the policies' state is not on Redis.
+    #[error(
+        "shared pins are kept on Redis with the policies' state, and this gateway keeps its state in memory: set `state.url` to a Redis URL"
+    )]
+    NotShared,
     /// Nothing waits to be accepted under that name.
     #[error(
         "no changed definition of `{tool}` waits to be accepted: `toolgate pins --config FILE` lists the changes"
@@ -171,7 +185,7 @@ impl PinFile {
     }
 
     fn record(&mut self, tool: &str, event: &str, fingerprint: &str) {
-        tracing::warn!(target: "toolgate::pins", tool, event, fingerprint, "tool definition {event}");
+        log_event(tool, event, fingerprint);
         self.history.push(PinEvent {
             at_ms: now_ms(),
             tool: tool.to_owned(),
@@ -248,6 +262,172 @@ impl PinFile {
     }
 }
 
+/// The lock around every read, change and write of a pin file by this process: a reload's
+/// check and an admin's acceptance change the file one after the other, never over each
+/// other's changes.
+static FILE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Where a gateway keeps its pins (`pins:`): a file of its own, or on Redis, shared by every
+/// replica.
+#[derive(Clone, Debug)]
+pub enum PinStore {
+    /// The pin file at this path.
+    File(PathBuf),
+    /// On Redis, with the policies' state.
+    Shared(RedisPins),
+}
+
+/// The pins and the changes waiting, as [`PinStore::read`] finds them.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct PinList {
+    /// Accepted definitions, by tool name.
+    pub pins: BTreeMap<String, Pinned>,
+    /// Changed definitions waiting for an admin, by tool name.
+    pub pending: BTreeMap<String, Change>,
+}
+
+impl PinStore {
+    /// Where the pins are: the file's path, or "Redis (shared)".
+    pub fn describe(&self) -> String {
+        match self {
+            PinStore::File(path) => path.display().to_string(),
+            PinStore::Shared(_) => "the pins shared on Redis".to_owned(),
+        }
+    }
+
+    /// Checks each of `definitions` against its pin, pinning those seen for the first
+    /// time, and records the changes: what to do with each, in order.
+    ///
+    /// # Errors
+    ///
+    /// [`PinError`] when the file cannot be read or written, or Redis does not answer:
+    /// nothing is then known of the pins, and no tool may be served unchecked.
+    pub async fn check(&self, definitions: &[ToolDefinition]) -> Result<Vec<Verdict>, PinError> {
+        match self {
+            PinStore::File(path) => {
+                let _file = FILE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+                let mut file = PinFile::load(path)?;
+                let mut changed = false;
+                let verdicts = definitions
+                    .iter()
+                    .map(|definition| {
+                        let (verdict, modified) = file.check(definition);
+                        changed |= modified;
+                        verdict
+                    })
+                    .collect();
+                if changed {
+                    file.save(path)?;
+                }
+                Ok(verdicts)
+            }
+            PinStore::Shared(pins) => {
+                let mut verdicts = Vec::with_capacity(definitions.len());
+                for definition in definitions {
+                    let (offered, form) = pinned_form(definition);
+                    let name = &definition.name;
+                    let found = pins.check(name, &offered, &form.to_string()).await?;
+                    match found {
+                        PinCheck::Pinned => log_event(name, "pinned", &offered),
+                        PinCheck::Changed => log_event(name, "changed", &offered),
+                        _ => {}
+                    }
+                    verdicts.push(if found.serves() {
+                        Verdict::Serve
+                    } else {
+                        Verdict::HoldBack
+                    });
+                }
+                Ok(verdicts)
+            }
+        }
+    }
+
+    /// The pins and the changes waiting.
+    ///
+    /// # Errors
+    ///
+    /// [`PinError`] when the file cannot be read, or Redis does not answer.
+    pub async fn read(&self) -> Result<PinList, PinError> {
+        match self {
+            PinStore::File(path) => {
+                let file = {
+                    let _file = FILE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+                    PinFile::load(path)?
+                };
+                Ok(PinList {
+                    pins: file.pins,
+                    pending: file.pending,
+                })
+            }
+            PinStore::Shared(pins) => {
+                let stored = pins.read().await?;
+                let definition =
+                    |pin: &StoredPin| serde_json::from_str(&pin.definition).unwrap_or(Value::Null);
+                let pending = stored
+                    .pending
+                    .iter()
+                    .map(|(tool, offered)| {
+                        let change = Change {
+                            pinned: stored
+                                .pinned
+                                .get(tool)
+                                .map(|pin| pin.fingerprint.clone())
+                                .unwrap_or_default(),
+                            offered: offered.fingerprint.clone(),
+                            definition: definition(offered),
+                        };
+                        (tool.clone(), change)
+                    })
+                    .collect();
+                let pins = stored
+                    .pinned
+                    .iter()
+                    .map(|(tool, pin)| {
+                        let pinned = Pinned {
+                            fingerprint: pin.fingerprint.clone(),
+                            definition: definition(pin),
+                        };
+                        (tool.clone(), pinned)
+                    })
+                    .collect();
+                Ok(PinList { pins, pending })
+            }
+        }
+    }
+
+    /// Accepts the change waiting for `tool`; a gateway serves the tool after its next
+    /// reload.
+    ///
+    /// # Errors
+    ///
+    /// [`PinError::NothingPending`] when no change of `tool` waits; otherwise as
+    /// [`read`](Self::read), or when the file cannot be written.
+    pub async fn accept(&self, tool: &str) -> Result<(), PinError> {
+        match self {
+            PinStore::File(path) => {
+                let _file = FILE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+                let mut file = PinFile::load(path)?;
+                file.accept(tool)?;
+                file.save(path)
+            }
+            PinStore::Shared(pins) => match pins.accept(tool).await? {
+                Some(fingerprint) => {
+                    log_event(tool, "accepted", &fingerprint);
+                    Ok(())
+                }
+                None => Err(PinError::NothingPending {
+                    tool: tool.to_owned(),
+                }),
+            },
+        }
+    }
+}
+
+fn log_event(tool: &str, event: &str, fingerprint: &str) {
+    tracing::warn!(target: "toolgate::pins", tool, event, fingerprint, "tool definition {event}");
+}
+
 /// A tool whose definition changed since it was pinned: listed nowhere, and refused.
 pub(crate) struct HeldBack {
     definition: ToolDefinition,
@@ -289,4 +469,53 @@ impl ErasedTool for HeldBack {
 /// Whether `definition` is served (not held back for a changed definition).
 pub fn is_served(definition: &ToolDefinition) -> bool {
     !definition.tags.iter().any(|t| t == CHANGED_TAG)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn definition(name: &str, description: &str) -> ToolDefinition {
+        ToolDefinition {
+            name: name.to_owned(),
+            title: None,
+            description: description.to_owned(),
+            version: "1".to_owned(),
+            input_schema: json!({"type": "object"}),
+            output_schema: None,
+            annotations: Default::default(),
+            tags: Vec::new(),
+            source: Default::default(),
+        }
+    }
+
+    /// Admins accepting changes at once on one gateway, from several worker threads, each
+    /// keep theirs: the file is read, changed and written by one at a time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn changes_accepted_at_once_in_a_pin_file_are_all_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PinStore::File(dir.path().join("pins.json"));
+        let names: Vec<String> = (0..32).map(|n| format!("tool{n}")).collect();
+        let first: Vec<_> = names.iter().map(|n| definition(n, "before")).collect();
+        let second: Vec<_> = names.iter().map(|n| definition(n, "after")).collect();
+        let all = |verdicts: Vec<Verdict>, what| verdicts.iter().all(|v| *v == what);
+        assert!(all(store.check(&first).await.unwrap(), Verdict::Serve));
+        assert!(all(store.check(&second).await.unwrap(), Verdict::HoldBack));
+
+        let accepts = names.iter().map(|name| {
+            let (store, name) = (store.clone(), name.clone());
+            tokio::spawn(async move { store.accept(&name).await })
+        });
+        for accepted in futures::future::join_all(accepts).await {
+            accepted.unwrap().unwrap();
+        }
+        let list = store.read().await.unwrap();
+        assert!(list.pending.is_empty(), "{:?}", list.pending.keys());
+        assert!(
+            list.pins
+                .values()
+                .all(|pin| pin.definition["description"] == "after")
+        );
+        assert!(all(store.check(&second).await.unwrap(), Verdict::Serve));
+    }
 }

@@ -19,11 +19,12 @@ use toolgate_redis::{
     RedisConfig, RedisConfigBuilder, RedisQuota, RedisState, RedisSuspensions,
 };
 
-use crate::config::{Config, OnBackendErrorName, RedisTlsFiles, StateConfig, StateUrl};
+use crate::config::{Config, OnBackendErrorName, PinsConfig, RedisTlsFiles, StateConfig, StateUrl};
 use crate::console::counters::ToolCounters;
 use crate::console::history::{DecisionHistory, KEEP_ON_REDIS, MAX_DECISIONS};
 use crate::console::sessions::ConsoleSessions;
 use crate::identity::failures::FailedCredentials;
+use crate::pins::{PinError, PinStore};
 use crate::webhooks::Notifications;
 
 /// The state backend or the statistics file could not be opened.
@@ -181,6 +182,20 @@ impl Backends {
                 DecisionHistory::Redis(history)
             }
         })
+    }
+
+    /// Where the pins of `pins:` are kept: the file it names, or, with `shared: true`, on
+    /// Redis with the policies' state.
+    ///
+    /// # Errors
+    ///
+    /// [`PinError::NotShared`] for shared pins when the state is in this process.
+    pub fn pin_store(&self, pins: &PinsConfig) -> Result<PinStore, PinError> {
+        match (&pins.path, self) {
+            (Some(path), _) => Ok(PinStore::File(path.0.clone())),
+            (None, Backends::Redis(redis)) => Ok(PinStore::Shared(redis.pins())),
+            (None, Backends::Memory { .. }) => Err(PinError::NotShared),
+        }
     }
 
     /// The budget backend of one budget; on Redis with the budget's own deadline, if it

@@ -13,6 +13,7 @@
 //! | waiting calls, approvals for a retry, outcomes | `<prefix>:{<prefix>:susp}:…` (see below) | each its own |
 //! | sign-in sessions, sign-ins waiting for a callback | `<prefix>:{<prefix>:sessions}:…` (see below) | each its own |
 //! | a history (the newest entries of a record) | `<prefix>:history:<name>` (list) | its `keep` after the newest entry |
+//! | pinned tool definitions, changes waiting, their history | `<prefix>:{<prefix>:pins}:…` (see below) | never |
 //!
 //! Every key of the suspension store starts with one base, `<prefix>:{<prefix>:susp}`, so
 //! they all hash alike (whatever the prefix holds, the hashed part lies within the base) and
@@ -42,6 +43,16 @@
 //! | sign-ins waiting for a callback by expiry | `:flows` | sorted set (state → expiry ms) |
 //! | a sign-in waiting for a callback | `:flow:<state>` | string (its secret) |
 //!
+//! The pin store's keys share one base the same way, `<prefix>:{<prefix>:pins}`:
+//!
+//! | what | after the base | type |
+//! |---|---|---|
+//! | pins | `:pinned` | hash (tool → fingerprint) |
+//! | pinned definitions | `:pinned_forms` | hash (tool → JSON) |
+//! | changes waiting | `:pending` | hash (tool → fingerprint offered) |
+//! | definitions offered | `:pending_forms` | hash (tool → JSON) |
+//! | every pin, change and acceptance, newest first | `:history` | list (JSON), the last 10,000 |
+//!
 //! Which script touches which keys, and so what must share a slot:
 //!
 //! | script or command | keys |
@@ -53,6 +64,7 @@
 //! | `claim.lua`, `fill.lua` | the entry and its fill lock |
 //! | the suspension store's scripts and commands | keys under its base |
 //! | the session store's scripts and commands | keys under its base |
+//! | the pin store's scripts and commands | keys under its base |
 //! | `record.lua`, `LRANGE` | the history's list |
 
 use toolgate_hooks::cache::CacheKey;
@@ -81,6 +93,12 @@ pub(crate) fn suspensions(prefix: &str) -> String {
 /// [`suspensions`] builds its own.
 pub(crate) fn sessions(prefix: &str) -> String {
     store_base(prefix, "sessions")
+}
+
+/// The base of every key of the pin store: `<prefix>:{<prefix>:pins}`, as [`suspensions`]
+/// builds its own.
+pub(crate) fn pins(prefix: &str) -> String {
+    store_base(prefix, "pins")
 }
 
 /// `<prefix>:{<prefix>:<store>}`, braces left out of the hash tag.
@@ -266,11 +284,11 @@ mod tests {
         assert!(locks_skipped > 0, "the names did include unlockable ones");
     }
 
-    /// Every key of the suspension store and of the session store hashes to the slot of its
+    /// Every key of the suspension, session and pin stores hashes to the slot of its
     /// base, whatever the prefix, user ids, call ids, session ids, states and binding keys:
     /// their scripts touch one slot.
     #[test]
-    fn every_suspension_and_session_key_is_in_the_slot_of_its_base() {
+    fn every_suspension_session_and_pin_key_is_in_the_slot_of_its_base() {
         let mut rng = fastrand::Rng::with_seed(34);
         for _ in 0..20_000 {
             let prefix = match rng.usize(..4) {
@@ -290,6 +308,16 @@ mod tests {
                 (
                     super::sessions(&prefix),
                     &["all", "user:", "session:", "flows", "flow:"][..],
+                ),
+                (
+                    super::pins(&prefix),
+                    &[
+                        "pinned",
+                        "pinned_forms",
+                        "pending",
+                        "pending_forms",
+                        "history",
+                    ][..],
                 ),
             ];
             for (base, kinds) in stores {

@@ -21,7 +21,8 @@
 //! ([`SuspensionStore`](toolgate_core::suspension::SuspensionStore)) — shared by every
 //! replica and kept across restarts, under exact per-user and total caps, optionally
 //! encrypted at rest — sign-in sessions, [`RedisSessions`], bounded in all and per user
-//! and found through every replica, and bounded histories, [`RedisHistory`].
+//! and found through every replica, bounded histories, [`RedisHistory`], and the pinned
+//! definitions of imported tools, [`RedisPins`].
 //!
 //! [`RedisState`] connects once and builds all of them on one connection — to one Redis
 //! node, or to a Redis Cluster ([`RedisState::connect_cluster`], [`ClusterNodes`], or a
@@ -78,6 +79,7 @@ mod error;
 mod history;
 mod keys;
 mod link;
+mod pins;
 mod quota;
 mod seal;
 mod server_clock;
@@ -96,6 +98,7 @@ pub use config::{RedisConfig, RedisConfigBuilder};
 pub use error::RedisError;
 pub use history::{HistoryUnavailable, RedisHistory};
 pub use link::REDIS_UP;
+pub use pins::{PIN_HISTORY, PinCheck, PinsUnavailable, RedisPins, StoredPin, StoredPins};
 pub use quota::{QuotaFailurePolicy, RedisQuota};
 pub use sessions::{RedisSessions, SessionBounds, SessionOpened, SessionsUnavailable};
 pub use state::RedisState;

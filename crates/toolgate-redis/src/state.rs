@@ -14,7 +14,7 @@ use toolgate_core::suspension::SuspensionLimits;
 
 use crate::{
     ClusterNodes, RedisBudget, RedisCache, RedisConcurrency, RedisConfig, RedisError, RedisHistory,
-    RedisQuota, RedisSessions, RedisSuspensions,
+    RedisPins, RedisQuota, RedisSessions, RedisSuspensions,
 };
 
 /// How often the cluster client tries a command again after a redirect (`MOVED`, `ASK`),
@@ -328,6 +328,12 @@ impl RedisState {
     /// Redis and kept `keep` after the newest; see [`RedisHistory`].
     pub fn history(&self, name: &str, max: usize, keep: Duration) -> RedisHistory {
         RedisHistory::new(self.link.clone(), name, max, keep)
+    }
+
+    /// The pinned definitions of imported tools, shared by every replica on this Redis;
+    /// see [`RedisPins`].
+    pub fn pins(&self) -> RedisPins {
+        RedisPins::new(self.link.clone())
     }
 
     /// The configuration.

@@ -20,8 +20,8 @@ use toolgate_hooks::concurrency::Concurrency;
 use toolgate_hooks::partition::Partition;
 use toolgate_hooks::quota::{Quota, QuotaBackend, QuotaDecision, QuotaRequest, Rate};
 use toolgate_redis::{
-    ClientLogLimit, RedisConfig, RedisConfigBuilder, RedisError, RedisState, SessionBounds,
-    SessionOpened,
+    ClientLogLimit, PinCheck, RedisConfig, RedisConfigBuilder, RedisError, RedisState,
+    SessionBounds, SessionOpened,
 };
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -367,6 +367,35 @@ async fn sessions_are_shared_and_bounded_across_replicas_on_a_cluster() {
         Some("verifier")
     );
     cluster.assert_every_key_expires(&prefix);
+}
+
+#[tokio::test]
+async fn pins_are_shared_across_replicas_on_a_cluster() {
+    let test = "pins_are_shared_across_replicas_on_a_cluster";
+    let Some(cluster) = Cluster::start_or_skip(test) else {
+        return;
+    };
+    let prefix = namespace();
+    let config = || {
+        RedisConfig::builder()
+            .key_prefix(&prefix)
+            .deadline(Duration::from_secs(5))
+    };
+    let a = on(&cluster, config()).await.pins();
+    let b = on(&cluster, config()).await.pins();
+    assert_eq!(
+        a.check("add", "sha256:1", "{}").await.unwrap(),
+        PinCheck::Pinned
+    );
+    assert_eq!(
+        b.check("add", "sha256:2", "[]").await.unwrap(),
+        PinCheck::Changed
+    );
+    assert_eq!(a.accept("add").await.unwrap().as_deref(), Some("sha256:2"));
+    let stored = b.read().await.unwrap();
+    assert_eq!(stored.pinned["add"].definition, "[]");
+    assert!(stored.pending.is_empty());
+    assert_eq!(b.history(10).await.unwrap().len(), 3);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

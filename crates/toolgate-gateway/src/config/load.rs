@@ -384,6 +384,29 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
+    if let Some(pins) = &config.pins {
+        match (&pins.path, pins.shared) {
+            (Some(_), true) => {
+                return Err(ConfigError::invalid(
+                    "pins",
+                    "give either `path` (a pin file of this gateway's own) or `shared: true` (pins on Redis with the policies' state), not both",
+                ));
+            }
+            (None, false) => {
+                return Err(ConfigError::invalid(
+                    "pins",
+                    "say where the pins are kept: `path: FILE`, or `shared: true` to keep them on Redis with the policies' state",
+                ));
+            }
+            (None, true) if config.state.target() == super::StateUrl::Memory => {
+                return Err(ConfigError::invalid(
+                    "pins.shared",
+                    "shared pins are kept on Redis with the policies' state, and this `state` is in memory: set `state.url` to a Redis URL, or keep the pins in a file with `path: FILE`",
+                ));
+            }
+            _ => {}
+        }
+    }
     if let Some(stats) = &config.stats
         && stats.autosave.is_zero()
     {
@@ -631,6 +654,26 @@ mod tests {
         }
         let memory = with("memory", &key).unwrap_err();
         assert_eq!(memory.field(), "state.suspensions_key");
+    }
+
+    #[test]
+    fn pins_are_kept_in_a_file_or_shared_on_redis_and_said_which() {
+        let with = |state: &str, pins: &str| parse(&format!("state: {state}\npins: {pins}\n"));
+        let file = with("memory", "{path: /tmp/pins.json}").unwrap();
+        assert!(file.pins.as_ref().unwrap().path.is_some());
+        let shared = with("redis://127.0.0.1:6379", "{shared: true}").unwrap();
+        assert!(shared.pins.as_ref().unwrap().shared);
+
+        let both = with(
+            "redis://127.0.0.1:6379",
+            "{path: /tmp/p.json, shared: true}",
+        );
+        assert!(both.unwrap_err().to_string().contains("not both"));
+        let neither = with("memory", "{}").unwrap_err();
+        assert!(neither.to_string().contains("`path: FILE`"), "{neither}");
+        let in_memory = with("memory", "{shared: true}").unwrap_err();
+        assert_eq!(in_memory.field(), "pins.shared");
+        assert!(in_memory.to_string().contains("state.url"), "{in_memory}");
     }
 
     #[test]

@@ -95,11 +95,19 @@ pub struct Config {
 
 /// `pins:` — where the fingerprints of imported tool definitions are kept (docs/gateway.md,
 /// `upstreams`: a tool whose definition changed is held back until an approver accepts it).
+///
+/// Either `path` (a file of this gateway's own) or `shared: true` (on Redis, with the
+/// policies' `state`, where every replica shares them): one of the two.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PinsConfig {
     /// The pin file (`${VAR}` references are expanded); made when missing.
-    pub path: EnvPath,
+    #[serde(default)]
+    pub path: Option<EnvPath>,
+    /// Keep the pins on Redis with the policies' state (`state.url`), shared by every
+    /// replica: a tool pinned, changed or accepted through one is so for all.
+    #[serde(default)]
+    pub shared: bool,
 }
 
 /// `server:` — listening address, limits and shutdown.

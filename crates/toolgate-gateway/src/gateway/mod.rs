@@ -32,6 +32,7 @@ use crate::identity::KeyCache;
 use crate::identity::address::client_address;
 use crate::identity::failures::CredentialLimit;
 use crate::identity::scopes::ToolScopes;
+use crate::pins::PinStore;
 use crate::state::SharedState;
 use crate::tools_state::AllTools;
 use crate::webhooks::{Notifications, NotifyingStore};
@@ -133,6 +134,8 @@ pub struct Gateway {
     pub(crate) counters: Arc<ToolCounters>,
     /// The last decisions on waiting calls.
     pub(crate) history: Arc<DecisionHistory>,
+    /// Where the pins of imported tools are kept, with `pins:`.
+    pub(crate) pins: Option<PinStore>,
     authorize: Option<Arc<Authorize>>,
     cedar: Option<Arc<CedarPolicies>>,
     tool_scopes: Option<Arc<ToolScopes>>,
@@ -171,11 +174,14 @@ impl Gateway {
         let config = Arc::new(config);
         let mut registry = ToolRegistry::new();
         let identity = Identity::with_keys(&config, keys)?;
+        let pins = (config.pins.as_ref())
+            .map(|p| shared.backends.pin_store(p))
+            .transpose()?;
         let Registered {
             upstreams,
             mut names,
             needs_caller_token,
-        } = register_tools(&config, identity.key_store(), &mut registry).await?;
+        } = register_tools(&config, identity.key_store(), pins.as_ref(), &mut registry).await?;
         if config.policies.approval.is_some() {
             // Callers whose calls wait for approval fetch their outcomes with it.
             let tool = OutcomeTool::new(shared.suspensions.store());
@@ -324,6 +330,7 @@ impl Gateway {
             console_sessions: shared.console_sessions.clone(),
             counters: shared.counters.clone(),
             history: shared.history.clone(),
+            pins,
             authorize,
             cedar,
             tool_scopes,

@@ -16,7 +16,7 @@ use crate::config::{AsCallerConfig, Config, ConfigError};
 use crate::identity::exchange::{ExchangeSettings, ExchangedCredentials};
 use crate::identity::jwks::KeyStore;
 use crate::labels::Labelled;
-use crate::pins::{HeldBack, PinFile, Verdict};
+use crate::pins::{HeldBack, PinStore, Verdict};
 
 /// What [`register_tools`] registered.
 pub(super) struct Registered {
@@ -31,10 +31,13 @@ pub(super) struct Registered {
 }
 
 /// Registers the built-in and upstream tools in `registry` (where a name taken twice is
-/// refused at once, against the configuration field that brought it).
+/// refused at once, against the configuration field that brought it). With `pins`, every
+/// imported tool is checked against its pin first, and one whose definition changed is
+/// held back.
 pub(super) async fn register_tools(
     config: &Config,
     keys: Option<&Arc<KeyStore>>,
+    pins: Option<&PinStore>,
     registry: &mut ToolRegistry,
 ) -> Result<Registered, GatewayError> {
     let mut names = BTreeSet::new();
@@ -55,11 +58,8 @@ pub(super) async fn register_tools(
             &format!("tools.builtin[{i}]"),
         )?);
     }
-    let mut pins = match &config.pins {
-        Some(p) => Some((PinFile::load(&p.path.0)?, p.path.0.clone(), false)),
-        None => None,
-    };
     let mut upstreams = Vec::new();
+    let mut imported = Vec::new();
     for (i, entry) in config.upstreams.iter().enumerate() {
         let mut upstream_config = entry.upstream_config(i)?;
         let mut with_caller_token = false;
@@ -75,33 +75,33 @@ pub(super) async fn register_tools(
                     name: entry.name.clone(),
                     source,
                 })?;
-        let imported = upstream
+        let tools = upstream
             .tools()
             .into_iter()
             .map(|tool| Arc::new(tool) as Arc<dyn ErasedTool>)
             .chain(upstream.features().iter().cloned());
-        for tool in imported {
-            let tool = match &mut pins {
-                Some((file, _, changed)) => {
-                    let (verdict, modified) = file.check(&tool.definition());
-                    *changed |= modified;
-                    match verdict {
-                        Verdict::Serve => tool,
-                        Verdict::HoldBack => Arc::new(HeldBack::new(&tool)),
-                    }
-                }
-                None => tool,
-            };
-            let name = add_tool(config, registry, tool, &format!("upstreams[{i}]"))?;
-            if with_caller_token {
-                needs_caller_token.insert(name.clone(), entry.name.clone());
-            }
-            names.insert(name);
-        }
+        imported.extend(tools.map(|tool| (i, with_caller_token, tool)));
         upstreams.push(upstream);
     }
-    if let Some((file, path, true)) = &pins {
-        file.save(path)?;
+    // Every imported tool checked against its pin at once: one read and write of a pin
+    // file, whatever the number of tools.
+    let verdicts = match pins {
+        Some(pins) => {
+            let definitions: Vec<_> = imported.iter().map(|(.., t)| t.definition()).collect();
+            pins.check(&definitions).await?
+        }
+        None => vec![Verdict::Serve; imported.len()],
+    };
+    for ((i, with_caller_token, tool), verdict) in imported.into_iter().zip(verdicts) {
+        let tool = match verdict {
+            Verdict::Serve => tool,
+            Verdict::HoldBack => Arc::new(HeldBack::new(&tool)),
+        };
+        let name = add_tool(config, registry, tool, &format!("upstreams[{i}]"))?;
+        if with_caller_token {
+            needs_caller_token.insert(name.clone(), config.upstreams[i].name.clone());
+        }
+        names.insert(name);
     }
     Ok(Registered {
         upstreams,

@@ -7,9 +7,9 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 
 use super::{ApiError, Caller};
-use crate::pins::{PinError, PinFile};
+use crate::pins::{PinError, PinStore};
 
-fn pin_file(caller: &Caller) -> Result<std::path::PathBuf, ApiError> {
+fn pin_store(caller: &Caller) -> Result<&PinStore, ApiError> {
     if !caller.gateway.may_approve(&caller.user) {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -17,45 +17,38 @@ fn pin_file(caller: &Caller) -> Result<std::path::PathBuf, ApiError> {
             "only users with an approver role (`policies.approval.approver_roles`) may see or accept pins",
         ));
     }
-    caller
-        .gateway
-        .config
-        .pins
-        .as_ref()
-        .map(|p| p.path.0.clone())
-        .ok_or_else(|| {
-            ApiError::new(
-                StatusCode::NOT_FOUND,
-                "pins_off",
-                "this gateway does not pin tool definitions (no `pins:` in its configuration)",
-            )
-        })
+    caller.gateway.pins.as_ref().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "pins_off",
+            "this gateway does not pin tool definitions (no `pins:` in its configuration)",
+        )
+    })
 }
 
 fn unavailable(e: PinError) -> ApiError {
-    tracing::error!(error = %e, "the pin file cannot be used");
+    tracing::error!(error = %e, "the pins cannot be used");
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "pins_unavailable",
-        "the pin file cannot be read or written right now: see the gateway's log",
+        "the pins cannot be read or written right now: see the gateway's log",
     )
 }
 
 /// The pins and the changes waiting.
 pub async fn list(Extension(caller): Extension<Caller>) -> Result<Json<Value>, ApiError> {
-    let path = pin_file(&caller)?;
-    let pins = PinFile::load(&path).map_err(unavailable)?;
+    let pins = pin_store(&caller)?.read().await.map_err(unavailable)?;
     Ok(Json(json!({ "pins": pins.pins, "pending": pins.pending })))
 }
 
-/// Accepts the change waiting for a tool; it is served after the next reload.
+/// Accepts the change waiting for a tool; it is served after the next reload (of every
+/// replica, when the pins are shared).
 pub async fn accept(
     Extension(caller): Extension<Caller>,
     Path(tool): Path<String>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
-    let path = pin_file(&caller)?;
-    let mut pins = PinFile::load(&path).map_err(unavailable)?;
-    match pins.accept(&tool) {
+    let store = pin_store(&caller)?;
+    match store.accept(&tool).await {
         Ok(()) => {}
         Err(e @ PinError::NothingPending { .. }) => {
             return Err(ApiError::new(
@@ -66,14 +59,17 @@ pub async fn accept(
         }
         Err(e) => return Err(unavailable(e)),
     }
-    pins.save(&path).map_err(unavailable)?;
     tracing::warn!(target: "toolgate::pins", tool, by = %caller.user.id, "tool definition change accepted");
+    let note = match store {
+        PinStore::File(_) => "the tool is served after the next reload (SIGHUP)",
+        PinStore::Shared(_) => "the tool is served by each replica after its next reload (SIGHUP)",
+    };
     Ok((
         StatusCode::ACCEPTED,
         Json(json!({
             "accepted": tool,
             "by": caller.user.id,
-            "note": "the tool is served after the next reload (SIGHUP)",
+            "note": note,
         })),
     ))
 }

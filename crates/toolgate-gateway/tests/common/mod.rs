@@ -655,21 +655,8 @@ pub fn rpc_answer(body: &str) -> Value {
 pub fn redis_or_skip(test: &str) -> Option<String> {
     use std::io::Write;
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let address = url
-        .trim_start_matches("redis://")
-        .rsplit('@')
-        .next()
-        .unwrap_or_default()
-        .split('/')
-        .next()
-        .unwrap_or_default()
-        .to_owned();
     let ping = || -> std::io::Result<String> {
-        let address = address
-            .parse()
-            .map_err(|_| std::io::Error::other(format!("`{address}` is not host:port")))?;
-        let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2))?;
-        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+        let mut stream = redis_stream(&url)?;
         stream.write_all(b"PING\r\n")?;
         let mut answer = [0u8; 7];
         stream.read_exact(&mut answer)?;
@@ -690,6 +677,48 @@ pub fn redis_or_skip(test: &str) -> Option<String> {
             );
             None
         }
+    }
+}
+
+/// A plain connection to the Redis at `url` (no password, no TLS), with a 2 s timeout.
+fn redis_stream(url: &str) -> std::io::Result<std::net::TcpStream> {
+    let address = url
+        .trim_start_matches("redis://")
+        .rsplit('@')
+        .next()
+        .unwrap_or_default()
+        .split('/')
+        .next()
+        .unwrap_or_default();
+    let address = address
+        .parse()
+        .map_err(|_| std::io::Error::other(format!("`{address}` is not host:port")))?;
+    let stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    Ok(stream)
+}
+
+/// Removes every key under `prefix` from the Redis at `url`: for what a test leaves that
+/// never expires (pins). Best effort: a failure is printed, not raised.
+#[allow(dead_code)]
+pub fn redis_remove_keys_under(url: &str, prefix: &str) {
+    use std::io::Write;
+    let script =
+        "for _, k in ipairs(redis.call('KEYS', ARGV[1])) do redis.call('DEL', k) end return 0";
+    let pattern = format!("{prefix}:*");
+    let mut request = b"*4\r\n".to_vec();
+    for part in ["EVAL", script, "0", &pattern] {
+        request.extend_from_slice(format!("${}\r\n{part}\r\n", part.len()).as_bytes());
+    }
+    let removed = redis_stream(url).and_then(|mut stream| {
+        stream.write_all(&request)?;
+        let mut answer = [0u8; 4];
+        stream.read_exact(&mut answer)?;
+        Ok(answer)
+    });
+    match removed {
+        Ok(answer) if &answer == b":0\r\n" => {}
+        other => eprintln!("the keys under {prefix} were not removed: {other:?}"),
     }
 }
 

@@ -125,6 +125,18 @@ pub async fn keys_under(url: &str, prefix: &str) -> Vec<String> {
     keys
 }
 
+/// Removes every key under `prefix`: for stores whose keys never expire (pins), once a
+/// test is done with them. Returns the keys it removed.
+#[allow(dead_code)]
+pub async fn remove_keys_under(url: &str, prefix: &str) -> Vec<String> {
+    let keys = keys_under(url, prefix).await;
+    let mut connection = inspect(url).await;
+    for key in &keys {
+        let _: () = connection.del(key).await.unwrap();
+    }
+    keys
+}
+
 /// Fails when a key under `prefix` has no expiry: nothing toolgate writes may stay forever.
 pub async fn assert_every_key_expires(url: &str, prefix: &str) {
     let keys = keys_under(url, prefix).await;
