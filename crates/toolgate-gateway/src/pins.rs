@@ -267,6 +267,9 @@ impl PinFile {
 /// other's changes.
 static FILE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// How many definitions are checked against shared pins at once.
+const CHECKS_AT_ONCE: usize = 16;
+
 /// Where a gateway keeps its pins (`pins:`): a file of its own, or on Redis, shared by every
 /// replica.
 #[derive(Clone, Debug)]
@@ -322,21 +325,12 @@ impl PinStore {
                 Ok(verdicts)
             }
             PinStore::Shared(pins) => {
+                // A few checks in flight at once: an upstream with many tools does not
+                // cost a round trip each, one after the other.
                 let mut verdicts = Vec::with_capacity(definitions.len());
-                for definition in definitions {
-                    let (offered, form) = pinned_form(definition);
-                    let name = &definition.name;
-                    let found = pins.check(name, &offered, &form.to_string()).await?;
-                    match found {
-                        PinCheck::Pinned => log_event(name, "pinned", &offered),
-                        PinCheck::Changed => log_event(name, "changed", &offered),
-                        _ => {}
-                    }
-                    verdicts.push(if found.serves() {
-                        Verdict::Serve
-                    } else {
-                        Verdict::HoldBack
-                    });
+                for some in definitions.chunks(CHECKS_AT_ONCE) {
+                    let checks = some.iter().map(|definition| check_shared(pins, definition));
+                    verdicts.extend(futures::future::try_join_all(checks).await?);
                 }
                 Ok(verdicts)
             }
@@ -422,6 +416,23 @@ impl PinStore {
             },
         }
     }
+}
+
+/// Checks `definition` against the shared pins.
+async fn check_shared(pins: &RedisPins, definition: &ToolDefinition) -> Result<Verdict, PinError> {
+    let (offered, form) = pinned_form(definition);
+    let name = &definition.name;
+    let found = pins.check(name, &offered, &form.to_string()).await?;
+    match found {
+        PinCheck::Pinned => log_event(name, "pinned", &offered),
+        PinCheck::Changed => log_event(name, "changed", &offered),
+        _ => {}
+    }
+    Ok(if found.serves() {
+        Verdict::Serve
+    } else {
+        Verdict::HoldBack
+    })
 }
 
 fn log_event(tool: &str, event: &str, fingerprint: &str) {
