@@ -335,6 +335,11 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
         target => format!("{} (not contacted by check)", target.describe()),
     };
     file.state = StateConfig::default();
+    let pins = pins_summary(file.pins.as_ref());
+    if file.pins.as_ref().is_some_and(|p| p.shared) {
+        // Shared pins are on the state's Redis, which check does not contact.
+        file.pins = None;
+    }
     let gateway = Process::start(file, extensions.clone())
         .await
         .map_err(|e| e.in_file(path).to_string())?
@@ -346,6 +351,7 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
         gateway.pipeline().registry().len(),
         gateway.keys.len()
     ));
+    out.push_str(&pins);
     out.push_str(&identity_summary(&gateway, shared_state));
     for (tool, plan) in gateway.plans() {
         let definition = gateway
@@ -381,6 +387,19 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
     }
     print!("{out}");
     Ok(())
+}
+
+/// Where the pins of imported tools are kept: a line of `toolgate check`, so that an
+/// operator of several replicas sees whether they share their pins.
+fn pins_summary(pins: Option<&crate::config::PinsConfig>) -> String {
+    match pins.map(|p| &p.path) {
+        None => String::new(),
+        Some(Some(path)) => format!(
+            "  pins: in {}, this gateway's own (replicas that do not share the file pin, hold back and accept on their own)\n",
+            path.0.display()
+        ),
+        Some(None) => "  pins: shared on Redis with the policies' state, not contacted by check (a change is held back by every replica, and accepted once for all)\n".to_owned(),
+    }
 }
 
 /// The limit on wrong credentials, and how a request's client is told: a line of

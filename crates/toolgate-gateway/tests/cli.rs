@@ -106,6 +106,34 @@ fn check_prints_every_tool_with_its_stages_in_order() {
 }
 
 #[test]
+fn check_says_where_the_pins_are_kept_without_contacting_redis() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |pins: &str| {
+        let path = dir.path().join("gateway.yaml");
+        let yaml = format!(
+            "state: redis://127.0.0.1:1
+tools:
+  builtin: [echo]
+pins: {pins}
+"
+        );
+        std::fs::write(&path, yaml).unwrap();
+        let (status, stdout, stderr) = run(&["check", "--config", path.to_str().unwrap()], "");
+        assert!(status.success(), "{stderr}");
+        stdout.lines().nth(1).unwrap_or_default().to_owned()
+    };
+    let shared = check("{ shared: true }");
+    assert!(
+        shared.starts_with("  pins: shared on Redis with the policies' state, not contacted"),
+        "{shared}"
+    );
+    let file = dir.path().join("pins.json");
+    let own = check(&format!("{{ path: {} }}", file.display()));
+    assert!(own.starts_with("  pins: in "), "{own}");
+    assert!(own.contains("this gateway's own"), "{own}");
+}
+
+#[test]
 fn check_lists_for_each_tool_only_the_hooks_that_run_for_it() {
     let (status, stdout, stderr) = run(&["check", "--config", EXAMPLE_CONFIG], "");
     assert!(status.success(), "{stderr}");
