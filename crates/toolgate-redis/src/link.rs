@@ -278,6 +278,24 @@ impl Link {
         format!("{}-{n:x}", self.replica)
     }
 
+    /// Runs `script` with `key` as its one declared key and `args`, under the deadline: the
+    /// call of a store whose scripts build their other keys from a base.
+    pub(crate) async fn run_script<T: redis::FromRedisValue>(
+        &self,
+        script: &redis::Script,
+        key: String,
+        args: &[&[u8]],
+    ) -> Result<T, Failure> {
+        let mut invocation = script.prepare_invoke();
+        invocation.key(key);
+        for arg in args {
+            invocation.arg(*arg);
+        }
+        let mut connection = self.connection();
+        self.within(invocation.invoke_async::<T>(&mut connection))
+            .await
+    }
+
     /// Runs one Redis call under the deadline. Waiting for a reconnect counts against it,
     /// so no caller waits longer than the deadline, whatever state the connection is in.
     pub(crate) async fn within<T>(

@@ -121,16 +121,12 @@ impl RedisPins {
         script: &Script,
         args: &[&str],
     ) -> Result<T, PinsUnavailable> {
-        let mut invocation = script.prepare_invoke();
-        invocation
-            .key(format!("{}:pinned", self.base))
-            .arg(&self.base);
-        for arg in args {
-            invocation.arg(*arg);
-        }
-        let mut connection = self.link.connection();
+        let args: Vec<&[u8]> = std::iter::once(self.base.as_str())
+            .chain(args.iter().copied())
+            .map(str::as_bytes)
+            .collect();
         self.link
-            .within(invocation.invoke_async::<T>(&mut connection))
+            .run_script(script, format!("{}:pinned", self.base), &args)
             .await
             .map_err(|failure| PinsUnavailable(failure.to_string()))
     }

@@ -161,14 +161,11 @@ impl RedisSessions {
         first_key: &str,
         args: &[&[u8]],
     ) -> Result<T, SessionsUnavailable> {
-        let mut invocation = script.prepare_invoke();
-        invocation.key(self.key(first_key)).arg(&self.base);
-        for arg in args {
-            invocation.arg(*arg);
-        }
-        let mut connection = self.link.connection();
+        let args: Vec<&[u8]> = std::iter::once(self.base.as_bytes())
+            .chain(args.iter().copied())
+            .collect();
         self.link
-            .within(invocation.invoke_async::<T>(&mut connection))
+            .run_script(script, self.key(first_key), &args)
             .await
             .map_err(|failure| SessionsUnavailable(failure.to_string()))
     }
