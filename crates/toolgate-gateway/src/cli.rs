@@ -13,7 +13,7 @@ use toolgate_core::User;
 use crate::Extensions;
 use crate::config::{LogFormat, StateConfig, StateUrl, load_file};
 use crate::gateway::Gateway;
-use crate::pins::PinStore;
+use crate::pins::{PinFile, PinStore};
 use crate::process::Process;
 use crate::serve::{ServeOptions, serve};
 use crate::state::Backends;
@@ -119,6 +119,14 @@ pub enum PinsAction {
         /// Every change waiting.
         #[arg(long, conflicts_with = "tools")]
         all: bool,
+    },
+    /// Bring the pins of a pin file to the shared pins (`pins: { shared: true }`), so that
+    /// moving to them trusts nothing afresh: a tool pinned otherwise on Redis, and a change
+    /// waiting in the file, wait there for an approver.
+    Import {
+        /// The pin file.
+        #[arg(long)]
+        from: PathBuf,
     },
 }
 
@@ -585,6 +593,15 @@ async fn pins(path: &std::path::Path, action: Option<PinsAction>) -> Result<(), 
             .pin_store(config)
             .map_err(|e| e.to_string())?,
     };
+    if let Some(PinsAction::Import { from }) = &action {
+        if let PinStore::File(_) = store {
+            return Err("`import` brings a pin file to shared pins (`pins: { shared: true }`), and this configuration keeps its pins in a file already".to_owned());
+        }
+        let file = PinFile::load(from).map_err(|e| e.to_string())?;
+        let imported = store.import(&file).await.map_err(|e| e.to_string())?;
+        println!("{imported}");
+        return Ok(());
+    }
     let list = store.read().await.map_err(|e| e.to_string())?;
     if let Some(PinsAction::Accept { tools, all }) = action {
         let tools: Vec<String> = if all {

@@ -435,6 +435,75 @@ async fn check_shared(pins: &RedisPins, definition: &ToolDefinition) -> Result<V
     })
 }
 
+/// What [`PinStore::import`] did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Imported {
+    /// Pins of the file now shared.
+    pub pinned: usize,
+    /// Pins of the file the shared pins held alike already.
+    pub alike: usize,
+    /// Pins of the file pinned otherwise in the shared pins: each now a change waiting.
+    pub differing: Vec<String>,
+    /// Changes waiting in the file, now waiting in the shared pins (not counted: one the
+    /// shared pins hold as their pin already, accepted there).
+    pub pending: usize,
+}
+
+impl std::fmt::Display for Imported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "imported: {} pinned, {} pinned alike already, {} changes waiting",
+            self.pinned, self.alike, self.pending
+        )?;
+        if !self.differing.is_empty() {
+            write!(
+                f,
+                "; pinned otherwise already, so held back as changes for an approver: {}",
+                self.differing.join(", ")
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl PinStore {
+    /// Brings the pins and the changes waiting of `file` to the shared pins: a tool the
+    /// shared pins do not know is pinned as the file pinned it; one they pinned otherwise
+    /// gets the file's definition as a change waiting, as does each change waiting in the
+    /// file. Importing twice changes nothing more.
+    ///
+    /// # Errors
+    ///
+    /// [`PinError::NotShared`] for a pin file: there is nothing to import into; otherwise
+    /// when Redis does not answer.
+    pub async fn import(&self, file: &PinFile) -> Result<Imported, PinError> {
+        let PinStore::Shared(pins) = self else {
+            return Err(PinError::NotShared);
+        };
+        let mut imported = Imported::default();
+        for (tool, pin) in &file.pins {
+            let definition = pin.definition.to_string();
+            match pins.import(tool, &pin.fingerprint, &definition).await? {
+                PinCheck::Pinned => imported.pinned += 1,
+                PinCheck::Same => imported.alike += 1,
+                _ => imported.differing.push(tool.clone()),
+            }
+        }
+        for (tool, change) in &file.pending {
+            let definition = change.definition.to_string();
+            if !pins
+                .import(tool, &change.offered, &definition)
+                .await?
+                .serves()
+            {
+                imported.pending += 1;
+            }
+        }
+        Ok(imported)
+    }
+}
+
 fn log_event(tool: &str, event: &str, fingerprint: &str) {
     tracing::warn!(target: "toolgate::pins", tool, event, fingerprint, "tool definition {event}");
 }

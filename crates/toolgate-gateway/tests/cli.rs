@@ -242,3 +242,86 @@ fn a_short_audit_hash_key_is_refused_with_how_to_make_one() {
         "{stderr}"
     );
 }
+
+#[test]
+fn pins_import_brings_a_pin_file_to_the_shared_pins_once() {
+    let test = "pins_import_brings_a_pin_file_to_the_shared_pins_once";
+    let Some(redis) = common::redis_or_skip(test) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = format!("tgimport{}x{:x}", std::process::id(), common::random_u32());
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &config,
+        format!("state:\n  url: {redis}\n  key_prefix: {prefix}\npins: {{ shared: true }}\n"),
+    )
+    .unwrap();
+    let file = dir.path().join("pins.json");
+    let pin = |fingerprint: &str, description: &str| serde_json::json!({"fingerprint": fingerprint, "definition": {"description": description}});
+    let pins = serde_json::json!({
+        "pins": {"add": pin("sha256:1", "Adds."), "mul": pin("sha256:2", "Multiplies.")},
+        "pending": {"mul": {"pinned": "sha256:2", "offered": "sha256:3",
+                            "definition": {"description": "Multiplies and mails."}}},
+    });
+    std::fs::write(&file, pins.to_string()).unwrap();
+    let config = config.to_str().unwrap();
+    let import = || {
+        let (status, stdout, stderr) = run(
+            &[
+                "pins",
+                "--config",
+                config,
+                "import",
+                "--from",
+                file.to_str().unwrap(),
+            ],
+            "",
+        );
+        assert!(status.success(), "{stdout}{stderr}");
+        stdout
+    };
+
+    let first = import();
+    assert!(
+        first.contains("imported: 2 pinned, 0 pinned alike already, 1 changes waiting"),
+        "{first}"
+    );
+    let (status, listed, stderr) = run(&["pins", "--config", config], "");
+    assert!(status.success(), "{stderr}");
+    assert!(
+        listed.starts_with("the pins shared on Redis: 2 pinned, 1 changed"),
+        "{listed}"
+    );
+    assert!(
+        listed.contains("CHANGED mul: sha256:2 -> sha256:3"),
+        "{listed}"
+    );
+    assert!(listed.contains("Multiplies and mails."), "{listed}");
+    let again = import();
+    assert!(
+        again.contains("imported: 0 pinned, 2 pinned alike already, 1 changes waiting"),
+        "{again}"
+    );
+
+    // A configuration whose pins are a file has nothing to import into.
+    let own = dir.path().join("own.yaml");
+    std::fs::write(&own, format!("pins: {{ path: {} }}\n", file.display())).unwrap();
+    let (status, _, stderr) = run(
+        &[
+            "pins",
+            "--config",
+            own.to_str().unwrap(),
+            "import",
+            "--from",
+            file.to_str().unwrap(),
+        ],
+        "",
+    );
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("keeps its pins in a file already"),
+        "{stderr}"
+    );
+    common::redis_remove_keys_under(&redis, &prefix);
+}

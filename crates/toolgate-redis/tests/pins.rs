@@ -202,3 +202,32 @@ async fn pins_without_redis_say_so_within_their_deadline() {
     assert!(pins.read().await.is_err());
     assert!(pins.history(5).await.is_err());
 }
+
+#[tokio::test]
+async fn an_import_pins_what_is_unknown_and_leaves_a_change_waiting_in_place() {
+    let test = "an_import_pins_what_is_unknown_and_leaves_a_change_waiting_in_place";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let pins = replica(&url, &prefix).await.pins();
+    pins.check("search", "sha256:aa", "{}").await.unwrap();
+    pins.check("search", "sha256:bb", "{}").await.unwrap();
+    // A pin file that pinned `search` alike: the change a replica saw still waits.
+    let imported = pins.import("search", "sha256:aa", "{}").await.unwrap();
+    assert_eq!(imported, PinCheck::Same);
+    assert_eq!(
+        pins.read().await.unwrap().pending["search"].fingerprint,
+        "sha256:bb"
+    );
+    // One that pinned it otherwise: held back for an approver. An unknown tool: pinned.
+    assert_eq!(
+        pins.import("fetch", "sha256:ff", "{}").await.unwrap(),
+        PinCheck::Pinned
+    );
+    assert_eq!(
+        pins.import("fetch", "sha256:00", "{}").await.unwrap(),
+        PinCheck::Changed
+    );
+    remove_keys_under(&url, &prefix).await;
+}

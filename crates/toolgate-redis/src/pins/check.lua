@@ -4,7 +4,9 @@
 --
 -- KEYS[1]  <base>:pinned
 -- ARGV     base, tool, the fingerprint offered, the definition offered (JSON), the most
---          history entries kept
+--          history entries kept, '1' when a definition that is the pinned one leaves the
+--          change waiting in place (an import of pins kept elsewhere: not what the upstream
+--          offers now)
 -- returns  'pinned' (new, served), 'same' (served), 'withdrawn' (served again: the change
 --          that waited is gone), 'changed' (held back, recorded now), 'still_changed' (held
 --          back, the same change waits already)
@@ -18,7 +20,7 @@ if not pinned then
   return 'pinned'
 end
 if pinned == offered then
-  if redis.call('HDEL', base .. ':pending', tool) == 1 then
+  if ARGV[6] ~= '1' and redis.call('HDEL', base .. ':pending', tool) == 1 then
     redis.call('HDEL', base .. ':pending_forms', tool)
     return 'withdrawn'
   end

@@ -144,9 +144,36 @@ impl RedisPins {
         fingerprint: &str,
         definition: &str,
     ) -> Result<PinCheck, PinsUnavailable> {
+        self.checked(tool, fingerprint, definition, false).await
+    }
+
+    /// Brings a pin kept elsewhere (a pin file) here: as [`check`](Self::check), except
+    /// that a definition alike the pin leaves the change waiting in place — it is not what
+    /// the tool's upstream offers now. Never [`PinCheck::Withdrawn`].
+    ///
+    /// # Errors
+    ///
+    /// [`PinsUnavailable`] when Redis gives no answer within the deadline.
+    pub async fn import(
+        &self,
+        tool: &str,
+        fingerprint: &str,
+        definition: &str,
+    ) -> Result<PinCheck, PinsUnavailable> {
+        self.checked(tool, fingerprint, definition, true).await
+    }
+
+    async fn checked(
+        &self,
+        tool: &str,
+        fingerprint: &str,
+        definition: &str,
+        import: bool,
+    ) -> Result<PinCheck, PinsUnavailable> {
         let history = PIN_HISTORY.to_string();
+        let import = if import { "1" } else { "0" };
         let found: String = self
-            .run(&CHECK, &[tool, fingerprint, definition, &history])
+            .run(&CHECK, &[tool, fingerprint, definition, &history, import])
             .await?;
         match found.as_str() {
             "pinned" => Ok(PinCheck::Pinned),
