@@ -594,9 +594,6 @@ async fn pins(path: &std::path::Path, action: Option<PinsAction>) -> Result<(), 
             .map_err(|e| e.to_string())?,
     };
     if let Some(PinsAction::Import { from }) = &action {
-        if let PinStore::File(_) = store {
-            return Err("`import` brings a pin file to shared pins (`pins: { shared: true }`), and this configuration keeps its pins in a file already".to_owned());
-        }
         let file = PinFile::load(from).map_err(|e| e.to_string())?;
         let imported = store.import(&file).await.map_err(|e| e.to_string())?;
         println!("{imported}");

@@ -63,6 +63,11 @@ pub enum PinError {
         "shared pins are kept on Redis with the policies' state, and this gateway keeps its state in memory: set `state.url` to a Redis URL"
     )]
     NotShared,
+    /// An import was asked of a configuration whose pins are a file.
+    #[error(
+        "`import` brings a pin file to shared pins (`pins: {{ shared: true }}`), and this configuration keeps its pins in a file already"
+    )]
+    ImportIntoFile,
     /// Nothing waits to be accepted under that name.
     #[error(
         "no changed definition of `{tool}` waits to be accepted: `toolgate pins --config FILE` lists the changes"
@@ -290,7 +295,7 @@ pub struct PinList {
 }
 
 impl PinStore {
-    /// Where the pins are: the file's path, or "Redis (shared)".
+    /// Where the pins are: the file's path, or "the pins shared on Redis".
     pub fn describe(&self) -> String {
         match self {
             PinStore::File(path) => path.display().to_string(),
@@ -416,6 +421,41 @@ impl PinStore {
             },
         }
     }
+
+    /// Brings the pins and the changes waiting of `file` to the shared pins: a tool the
+    /// shared pins do not know is pinned as the file pinned it; one they pinned otherwise
+    /// gets the file's definition as a change waiting, as does each change waiting in the
+    /// file. Importing twice changes nothing more.
+    ///
+    /// # Errors
+    ///
+    /// [`PinError::ImportIntoFile`] for a pin file: there is nothing to import into;
+    /// otherwise when Redis does not answer.
+    pub async fn import(&self, file: &PinFile) -> Result<Imported, PinError> {
+        let PinStore::Shared(pins) = self else {
+            return Err(PinError::ImportIntoFile);
+        };
+        let mut imported = Imported::default();
+        for (tool, pin) in &file.pins {
+            let definition = pin.definition.to_string();
+            match pins.import(tool, &pin.fingerprint, &definition).await? {
+                PinCheck::Pinned => imported.pinned += 1,
+                PinCheck::Same => imported.alike += 1,
+                _ => imported.differing.push(tool.clone()),
+            }
+        }
+        for (tool, change) in &file.pending {
+            let definition = change.definition.to_string();
+            if !pins
+                .import(tool, &change.offered, &definition)
+                .await?
+                .serves()
+            {
+                imported.pending += 1;
+            }
+        }
+        Ok(imported)
+    }
 }
 
 /// Checks `definition` against the shared pins.
@@ -464,43 +504,6 @@ impl std::fmt::Display for Imported {
             )?;
         }
         Ok(())
-    }
-}
-
-impl PinStore {
-    /// Brings the pins and the changes waiting of `file` to the shared pins: a tool the
-    /// shared pins do not know is pinned as the file pinned it; one they pinned otherwise
-    /// gets the file's definition as a change waiting, as does each change waiting in the
-    /// file. Importing twice changes nothing more.
-    ///
-    /// # Errors
-    ///
-    /// [`PinError::NotShared`] for a pin file: there is nothing to import into; otherwise
-    /// when Redis does not answer.
-    pub async fn import(&self, file: &PinFile) -> Result<Imported, PinError> {
-        let PinStore::Shared(pins) = self else {
-            return Err(PinError::NotShared);
-        };
-        let mut imported = Imported::default();
-        for (tool, pin) in &file.pins {
-            let definition = pin.definition.to_string();
-            match pins.import(tool, &pin.fingerprint, &definition).await? {
-                PinCheck::Pinned => imported.pinned += 1,
-                PinCheck::Same => imported.alike += 1,
-                _ => imported.differing.push(tool.clone()),
-            }
-        }
-        for (tool, change) in &file.pending {
-            let definition = change.definition.to_string();
-            if !pins
-                .import(tool, &change.offered, &definition)
-                .await?
-                .serves()
-            {
-                imported.pending += 1;
-            }
-        }
-        Ok(imported)
     }
 }
 

@@ -39,6 +39,14 @@ async fn on(cluster: &Cluster, config: RedisConfigBuilder) -> RedisState {
     state
 }
 
+/// A replica's configuration under `prefix`, with a deadline a cluster busy with a
+/// failover or a moving slot meets.
+fn patient(prefix: &str) -> RedisConfigBuilder {
+    RedisConfig::builder()
+        .key_prefix(prefix)
+        .deadline(Duration::from_secs(5))
+}
+
 fn as_user(id: &str) -> InvokeOptions {
     InvokeOptions::new().user(User::new(id))
 }
@@ -183,13 +191,7 @@ async fn the_concurrency_cap_holds_across_four_pipelines_on_a_cluster() {
     let mut pipelines = Vec::new();
     let mut backend = None;
     for _ in 0..4 {
-        let state = on(
-            &cluster,
-            RedisConfig::builder()
-                .key_prefix(&prefix)
-                .deadline(Duration::from_secs(5)),
-        )
-        .await;
+        let state = on(&cluster, patient(&prefix)).await;
         let concurrency = state.concurrency();
         backend.get_or_insert_with(|| concurrency.clone());
         let (in_flight, most) = (in_flight.clone(), most.clone());
@@ -288,12 +290,7 @@ async fn the_cache_and_its_fill_lock_work_across_pipelines_on_a_cluster() {
     };
     let prefix = namespace();
     let runs = Arc::new(AtomicUsize::new(0));
-    let config = || {
-        RedisConfig::builder()
-            .key_prefix(&prefix)
-            .deadline(Duration::from_secs(5))
-            .cache_fill_wait(Some(Duration::from_secs(5)))
-    };
+    let config = || patient(&prefix).cache_fill_wait(Some(Duration::from_secs(5)));
     let a = cached(&on(&cluster, config()).await, runs.clone(), 200);
     let b = cached(&on(&cluster, config()).await, runs.clone(), 200);
     // Inputs whose entries land on every primary: each miss runs the claim script (the
@@ -331,13 +328,8 @@ async fn sessions_are_shared_and_bounded_across_replicas_on_a_cluster() {
         return;
     };
     let prefix = namespace();
-    let config = || {
-        RedisConfig::builder()
-            .key_prefix(&prefix)
-            .deadline(Duration::from_secs(5))
-    };
-    let a = on(&cluster, config()).await.sessions();
-    let b = on(&cluster, config()).await.sessions();
+    let a = on(&cluster, patient(&prefix)).await.sessions();
+    let b = on(&cluster, patient(&prefix)).await.sessions();
     let bounds = SessionBounds {
         max_total: 3,
         max_per_user: 2,
@@ -376,13 +368,8 @@ async fn pins_are_shared_across_replicas_on_a_cluster() {
         return;
     };
     let prefix = namespace();
-    let config = || {
-        RedisConfig::builder()
-            .key_prefix(&prefix)
-            .deadline(Duration::from_secs(5))
-    };
-    let a = on(&cluster, config()).await.pins();
-    let b = on(&cluster, config()).await.pins();
+    let a = on(&cluster, patient(&prefix)).await.pins();
+    let b = on(&cluster, patient(&prefix)).await.pins();
     assert_eq!(
         a.check("add", "sha256:1", "{}").await.unwrap(),
         PinCheck::Pinned
@@ -409,10 +396,7 @@ async fn a_budget_whose_slot_moves_under_load_follows_ask_and_moved_and_stays_ex
     let rate = Rate::per_hour(100).unwrap().with_burst(60).unwrap();
     let mut backends = Vec::new();
     for _ in 0..4 {
-        let config = RedisConfig::builder()
-            .key_prefix(&prefix)
-            .deadline(Duration::from_secs(5));
-        backends.push(on(&cluster, config).await.quota());
+        backends.push(on(&cluster, patient(&prefix)).await.quota());
     }
     let key = "quota\u{1f}mover";
     let redis_key = backends[0].redis_key(key);
@@ -850,11 +834,7 @@ async fn each_policy_costs_the_documented_redis_commands_per_call_on_a_cluster()
     };
     const CALLS: usize = 200;
     let prefix = namespace();
-    let config = || {
-        RedisConfig::builder()
-            .key_prefix(&prefix)
-            .deadline(Duration::from_secs(5))
-    };
+    let config = || patient(&prefix);
     let state = on(&cluster, config()).await;
     let tool = || {
         tool_fn("ping", "Answers pong.", |_: ()| async {
