@@ -115,6 +115,22 @@ fn session_ended() -> ApiError {
     )
 }
 
+/// The answer to a cookie that names no live session: 401 `session_ended`, with the cookie
+/// removed, so that the browser sends it no more. A stale cookie (a session that expired,
+/// was signed out elsewhere, or ended with a restart) then counts once against its
+/// client's allowance of wrong credentials, not at every page load.
+fn ended_session(headers: &HeaderMap) -> Response {
+    removing_cookie(session_ended().into_response(), headers)
+}
+
+/// `response`, with the session cookie removed from the browser.
+fn removing_cookie(mut response: Response, headers: &HeaderMap) -> Response {
+    if let Ok(value) = HeaderValue::from_str(&guard::set_cookie("", 0, secure(headers))) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    response
+}
+
 /// Whether the cookie may be sent without `Secure`: only to a loopback host.
 fn secure(headers: &HeaderMap) -> bool {
     !headers
@@ -249,7 +265,8 @@ fn session_error(e: SessionError) -> ApiError {
 /// A cookie that names no live session is a wrong credential, as a wrong API key is: it
 /// counts against its client's allowance (`identity.failed_credentials`), and a client past
 /// it is refused before its cookie is looked up. So made-up cookies cost a flood what
-/// made-up keys do, whether the sessions are in memory or on Redis.
+/// made-up keys do, whether the sessions are in memory or on Redis. The answer removes
+/// the cookie, so an honest browser's stale cookie counts once.
 async fn current(
     gateway: &Gateway,
     headers: &HeaderMap,
@@ -271,7 +288,7 @@ async fn current(
         Ok(Some(live)) => live,
         Ok(None) => {
             limit.failed(client()).await;
-            return Err(session_ended().into_response());
+            return Err(ended_session(headers));
         }
         Err(e) => return Err(session_error(e).into_response()),
     };
@@ -290,9 +307,10 @@ async fn current(
     };
     let Some(user) = user else {
         let ended = gateway.console_sessions.close(id).await;
-        return Err(ended
-            .map_or_else(session_error, |()| session_ended())
-            .into_response());
+        return Err(ended.map_or_else(
+            |e| session_error(e).into_response(),
+            |()| ended_session(headers),
+        ));
     };
     Ok((id.to_owned(), live, user))
 }
@@ -331,13 +349,7 @@ pub async fn sign_out(
     }
     .await;
     secured(match ended {
-        Ok(()) => {
-            let mut response = StatusCode::NO_CONTENT.into_response();
-            if let Ok(value) = HeaderValue::from_str(&guard::set_cookie("", 0, secure(&headers))) {
-                response.headers_mut().insert(header::SET_COOKIE, value);
-            }
-            response
-        }
+        Ok(()) => removing_cookie(StatusCode::NO_CONTENT.into_response(), &headers),
         Err(e) => e.into_response(),
     })
 }

@@ -420,6 +420,80 @@ async fn a_forged_cross_site_post_with_the_session_cookie_is_refused() {
     browser.quit().await;
 }
 
+/// A session that ended while its page was away (signed out in another tab, expired, lost
+/// in a restart) leaves its cookie in the browser. The first page load that shows it counts
+/// once against the address's allowance of wrong credentials, and its refusal removes the
+/// cookie: reloading the page again and again spends nothing more, and the person's own key
+/// still works from that address.
+#[tokio::test]
+async fn a_stale_session_cookie_is_removed_by_its_first_refusal_so_reloads_cost_nothing() {
+    if !browser::available("a_stale_session_cookie_is_removed_by_its_first_refusal") {
+        return;
+    }
+    let allowance = "identity:\n  failed_credentials: { max: 3, per: 1h }\n";
+    let gateway = Gateway::start(&format!("{}{allowance}", config()));
+    let browser = Browser::start(1024, 768).await;
+    sign_in(&browser, &gateway, "alice").await;
+    let session = browser.cookie("toolgate_console").await.expect("a session");
+
+    // Signed out elsewhere, with the cookie and its token: the browser keeps the cookie.
+    let me = with_cookie(
+        reqwest::Method::GET,
+        &gateway.url("/console/session"),
+        &session,
+        &[],
+        None,
+    )
+    .await;
+    let token = me.body["csrf_token"].as_str().expect("a token").to_owned();
+    let own = [
+        ("origin", gateway.base.as_str()),
+        ("x-toolgate-csrf", token.as_str()),
+    ];
+    let out = with_cookie(
+        reqwest::Method::DELETE,
+        &gateway.url("/console/session"),
+        &session,
+        &own,
+        None,
+    )
+    .await;
+    assert_eq!(out.status, 204, "{}", out.body);
+    assert_eq!(
+        browser.cookie("toolgate_console").await.as_deref(),
+        Some(session.as_str())
+    );
+
+    // More reloads than the allowance: each page asks for its session, then shows the
+    // sign-in form with the key field focused.
+    for _ in 0..5 {
+        browser.go(&gateway.url("/console")).await;
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while browser
+            .run(
+                "return document.activeElement && document.activeElement.id;",
+                json!([]),
+            )
+            .await
+            != "key"
+        {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the sign-in form is not shown"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+    assert_eq!(
+        browser.cookie("toolgate_console").await,
+        None,
+        "the first refusal removed the stale cookie"
+    );
+    let tools = get(&client(), &gateway.url("/v1/tools"), Some("alice")).await;
+    assert_eq!(tools.status, 200, "{}", tools.body);
+    browser.quit().await;
+}
+
 #[tokio::test]
 async fn a_changed_tool_definition_is_shown_with_its_diff_and_accepted_from_the_console() {
     if !browser::available("a_changed_tool_definition_is_shown_with_its_diff_and_accepted")

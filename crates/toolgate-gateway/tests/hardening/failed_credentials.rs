@@ -179,6 +179,14 @@ async fn made_up_session_cookies_count_against_the_address_and_are_then_not_look
             "{}",
             answer.body
         );
+        let removed = answer
+            .headers
+            .get("set-cookie")
+            .map(|v| v.to_str().unwrap());
+        assert!(
+            removed.is_some_and(|c| c.starts_with("toolgate_console=;") && c.contains("Max-Age=0")),
+            "the refusal removes the cookie: {removed:?}"
+        );
     }
     let answer = Answer::read(with_cookie("/v1/tools", "f".repeat(64)).await.unwrap()).await;
     assert_refused_unchecked(&answer, "a fourth made-up cookie");
