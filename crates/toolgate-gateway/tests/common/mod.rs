@@ -185,11 +185,7 @@ impl Gateway {
 
     /// Sends `signal` (`TERM`, `HUP`, …) with `kill`.
     pub fn signal(&self, signal: &str) {
-        let status = Command::new("kill")
-            .args([format!("-{signal}"), self.pid().to_string()])
-            .status()
-            .expect("running kill");
-        assert!(status.success(), "kill -{signal} failed: {status}");
+        send_signal(self.pid(), signal);
     }
 
     /// Waits up to `limit` for the process to exit.
@@ -655,14 +651,7 @@ pub fn rpc_answer(body: &str) -> Value {
 pub fn redis_or_skip(test: &str) -> Option<String> {
     use std::io::Write;
     let url = std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-    let ping = || -> std::io::Result<String> {
-        let mut stream = redis_stream(&url)?;
-        stream.write_all(b"PING\r\n")?;
-        let mut answer = [0u8; 7];
-        stream.read_exact(&mut answer)?;
-        Ok(String::from_utf8_lossy(&answer).into_owned())
-    };
-    match ping() {
+    match ping(&url) {
         Ok(answer) if answer.starts_with("+PONG") => Some(url),
         outcome => {
             let reason = format!("{outcome:?}");
@@ -678,6 +667,16 @@ pub fn redis_or_skip(test: &str) -> Option<String> {
             None
         }
     }
+}
+
+/// What the Redis at `url` answers to PING (`+PONG` when it runs).
+fn ping(url: &str) -> std::io::Result<String> {
+    use std::io::Write;
+    let mut stream = redis_stream(url)?;
+    stream.write_all(b"PING\r\n")?;
+    let mut answer = [0u8; 7];
+    stream.read_exact(&mut answer)?;
+    Ok(String::from_utf8_lossy(&answer).into_owned())
 }
 
 /// A plain connection to the Redis at `url` (no password, no TLS), with a 2 s timeout.
@@ -726,4 +725,92 @@ pub fn redis_remove_keys_under(url: &str, prefix: &str) {
 pub fn random_u32() -> u32 {
     use std::hash::{BuildHasher, RandomState};
     RandomState::new().hash_one(std::time::SystemTime::now()) as u32
+}
+
+/// A `redis-server` of a test's own on a free loopback port, which the test can hang
+/// (SIGSTOP: connections are accepted by the kernel and nothing answers, as a Redis stuck
+/// in a long command or a network that drops packets) and resume. Stopped when dropped.
+pub struct OwnRedis {
+    child: Child,
+    /// Its URL.
+    pub url: String,
+}
+
+impl OwnRedis {
+    /// A fresh `redis-server`, or `None` (the test skipped, with the reason printed) when
+    /// the program is not installed outside CI; with `CI=true` its absence fails the test.
+    pub fn start_or_skip(test: &str) -> Option<OwnRedis> {
+        use std::io::Write;
+        let port = {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("a free port");
+            listener.local_addr().unwrap().port()
+        };
+        let started = Command::new("redis-server")
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        let child = match started {
+            Ok(child) => child,
+            Err(e) => {
+                assert!(
+                    !std::env::var("CI").is_ok_and(|v| v == "true"),
+                    "{test}: `redis-server` is required in CI ({e})"
+                );
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "SKIPPED {test}: `redis-server` cannot be started ({e})"
+                );
+                return None;
+            }
+        };
+        let own = OwnRedis {
+            child,
+            url: format!("redis://127.0.0.1:{port}"),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !ping(&own.url).is_ok_and(|answer| answer.starts_with("+PONG")) {
+            assert!(
+                Instant::now() < deadline,
+                "{test}: redis-server on {port} did not answer within 10 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(own)
+    }
+
+    /// Hangs it: it answers nothing until [`resume`](Self::resume)d.
+    pub fn hang(&self) {
+        self.signal("STOP");
+    }
+
+    /// Resumes it after [`hang`](Self::hang).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, name: &str) {
+        send_signal(self.child.id(), name);
+    }
+}
+
+/// Sends the signal `name` (`HUP`, `STOP`…) to the process `pid`.
+fn send_signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .args([format!("-{name}"), pid.to_string()])
+        .status()
+        .expect("running kill");
+    assert!(status.success(), "kill -{name} failed: {status}");
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        // A stopped process does not act on SIGKILL's exit until it is continued.
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }

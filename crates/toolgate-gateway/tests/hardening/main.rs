@@ -16,4 +16,5 @@ mod mcp_origin;
 mod mcp_sessions;
 mod metrics;
 mod pins;
+mod redis_outage;
 mod upstream_secrets;
