@@ -78,12 +78,13 @@ pub enum Command {
     },
     /// Show the pinned tool definitions and the changes waiting (`pins:` in the file: its
     /// pin file, or the pins shared on Redis); `accept NAME…` accepts changes (a running
-    /// gateway serves them after SIGHUP).
+    /// gateway serves them after SIGHUP), `forget NAME…` removes the pins of tools gone for
+    /// good.
     Pins {
         /// The configuration file.
         #[arg(long, short, env = "TOOLGATE_CONFIG")]
         config: PathBuf,
-        /// What to do: nothing (show), or `accept`.
+        /// What to do: nothing (show), `accept`, `forget` or `import`.
         #[command(subcommand)]
         action: Option<PinsAction>,
     },
@@ -119,6 +120,14 @@ pub enum PinsAction {
         /// Every change waiting.
         #[arg(long, conflicts_with = "tools")]
         all: bool,
+    },
+    /// Forget the pins of these tools, and any change waiting for them: for tools gone
+    /// for good, as pins never expire. A tool of that name offered again is pinned afresh,
+    /// trusted on first use.
+    Forget {
+        /// The tools.
+        #[arg(required = true)]
+        tools: Vec<String>,
     },
     /// Bring the pins of a pin file to the shared pins (`pins: { shared: true }`), so that
     /// moving to them trusts nothing afresh: a tool pinned otherwise on Redis, and a change
@@ -597,6 +606,16 @@ async fn pins(path: &std::path::Path, action: Option<PinsAction>) -> Result<(), 
         let file = PinFile::load(from).map_err(|e| e.to_string())?;
         let imported = store.import(&file).await.map_err(|e| e.to_string())?;
         println!("{imported}");
+        return Ok(());
+    }
+    if let Some(PinsAction::Forget { tools }) = &action {
+        for tool in tools {
+            store.forget(tool).await.map_err(|e| e.to_string())?;
+            println!("forgotten: {tool}");
+        }
+        println!(
+            "a tool of that name offered again is pinned afresh (trust on first use) at a running gateway's next reload"
+        );
         return Ok(());
     }
     let list = store.read().await.map_err(|e| e.to_string())?;

@@ -68,6 +68,14 @@ pub enum PinError {
         "`import` brings a pin file to shared pins (`pins: {{ shared: true }}`), and this configuration keeps its pins in a file already"
     )]
     ImportIntoFile,
+    /// No tool of that name is pinned, or has a change waiting.
+    #[error(
+        "`{tool}` is not pinned, and no change of it waits: `toolgate pins --config FILE` lists the pins"
+    )]
+    NotPinned {
+        /// The tool asked for.
+        tool: String,
+    },
     /// Nothing waits to be accepted under that name.
     #[error(
         "no changed definition of `{tool}` waits to be accepted: `toolgate pins --config FILE` lists the changes"
@@ -105,7 +113,7 @@ pub struct PinEvent {
     pub at_ms: u64,
     /// The tool.
     pub tool: String,
-    /// `pinned`, `changed` or `accepted`.
+    /// `pinned`, `changed`, `accepted` or `forgotten`.
     pub event: String,
     /// The fingerprint pinned, offered or accepted.
     pub fingerprint: String,
@@ -265,12 +273,73 @@ impl PinFile {
         );
         Ok(())
     }
+
+    /// Forgets the pin of `tool` and any change waiting for it: the next definition
+    /// offered for `tool` is pinned afresh.
+    ///
+    /// # Errors
+    ///
+    /// [`PinError::NotPinned`] when `tool` has neither.
+    pub fn forget(&mut self, tool: &str) -> Result<(), PinError> {
+        let pin = self.pins.remove(tool);
+        let change = self.pending.remove(tool);
+        if pin.is_none() && change.is_none() {
+            return Err(PinError::NotPinned {
+                tool: tool.to_owned(),
+            });
+        }
+        let fingerprint = pin.map(|p| p.fingerprint).unwrap_or_default();
+        self.record(tool, "forgotten", &fingerprint);
+        Ok(())
+    }
 }
 
-/// The lock around every read, change and write of a pin file by this process: a reload's
-/// check and an admin's acceptance change the file one after the other, never over each
-/// other's changes.
-static FILE_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// Loads the pin file at `path`, lets `change` change it, and writes it back when `change`
+/// says it changed, holding the file's lock throughout: a reload's check, an admin's
+/// acceptance through the gateway and `toolgate pins` in another process change the file
+/// one after the other, never over each other's changes. Runs on a blocking thread, as
+/// waiting for the lock and the file may take a while.
+///
+/// The lock is an advisory lock (`flock`) on a file beside the pin file, `<path>.lock`,
+/// which stays: the pin file itself is replaced on every write, so a lock on it would not
+/// hold. Reads need no lock, since a write replaces the file whole.
+async fn change_file<T, F>(path: &Path, change: F) -> Result<T, PinError>
+where
+    T: Send + 'static,
+    F: FnOnce(&mut PinFile) -> Result<(T, bool), PinError> + Send + 'static,
+{
+    let path = path.to_owned();
+    let io = {
+        let path = path.clone();
+        move |e: std::io::Error| PinError::Io {
+            path: path.clone(),
+            reason: e.to_string(),
+        }
+    };
+    let changed = tokio::task::spawn_blocking({
+        let io = io.clone();
+        move || {
+            let mut lock_path = path.clone().into_os_string();
+            lock_path.push(".lock");
+            let lock = std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock_path)
+                .map_err(&io)?;
+            // Held until `lock` is closed, at the end of this closure.
+            lock.lock().map_err(&io)?;
+            let mut file = PinFile::load(&path)?;
+            let (answer, changed) = change(&mut file)?;
+            if changed {
+                file.save(&path)?;
+            }
+            Ok(answer)
+        }
+    })
+    .await;
+    changed.map_err(|e| io(std::io::Error::other(e)))?
+}
 
 /// How many definitions are checked against shared pins at once.
 const CHECKS_AT_ONCE: usize = 16;
@@ -313,21 +382,20 @@ impl PinStore {
     pub async fn check(&self, definitions: &[ToolDefinition]) -> Result<Vec<Verdict>, PinError> {
         match self {
             PinStore::File(path) => {
-                let _file = FILE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-                let mut file = PinFile::load(path)?;
-                let mut changed = false;
-                let verdicts = definitions
-                    .iter()
-                    .map(|definition| {
-                        let (verdict, modified) = file.check(definition);
-                        changed |= modified;
-                        verdict
-                    })
-                    .collect();
-                if changed {
-                    file.save(path)?;
-                }
-                Ok(verdicts)
+                let definitions = definitions.to_vec();
+                change_file(path, move |file| {
+                    let mut changed = false;
+                    let verdicts = definitions
+                        .iter()
+                        .map(|definition| {
+                            let (verdict, modified) = file.check(definition);
+                            changed |= modified;
+                            verdict
+                        })
+                        .collect();
+                    Ok((verdicts, changed))
+                })
+                .await
             }
             PinStore::Shared(pins) => {
                 // A few checks in flight at once: an upstream with many tools does not
@@ -350,10 +418,7 @@ impl PinStore {
     pub async fn read(&self) -> Result<PinList, PinError> {
         match self {
             PinStore::File(path) => {
-                let file = {
-                    let _file = FILE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-                    PinFile::load(path)?
-                };
+                let file = PinFile::load(path)?;
                 Ok(PinList {
                     pins: file.pins,
                     pending: file.pending,
@@ -405,10 +470,8 @@ impl PinStore {
     pub async fn accept(&self, tool: &str) -> Result<(), PinError> {
         match self {
             PinStore::File(path) => {
-                let _file = FILE_LOCK.lock().unwrap_or_else(|e| e.into_inner());
-                let mut file = PinFile::load(path)?;
-                file.accept(tool)?;
-                file.save(path)
+                let tool = tool.to_owned();
+                change_file(path, move |file| Ok((file.accept(&tool)?, true))).await
             }
             PinStore::Shared(pins) => match pins.accept(tool).await? {
                 Some(fingerprint) => {
@@ -422,10 +485,37 @@ impl PinStore {
         }
     }
 
+    /// Forgets the pin of `tool` and any change waiting for it, for a tool gone for good
+    /// (pins never expire). Should an upstream offer a tool of that name again, its
+    /// definition then is pinned afresh, trusted on first use, and served.
+    ///
+    /// # Errors
+    ///
+    /// [`PinError::NotPinned`] when `tool` has neither a pin nor a change waiting;
+    /// otherwise as [`accept`](Self::accept).
+    pub async fn forget(&self, tool: &str) -> Result<(), PinError> {
+        match self {
+            PinStore::File(path) => {
+                let tool = tool.to_owned();
+                change_file(path, move |file| Ok((file.forget(&tool)?, true))).await
+            }
+            PinStore::Shared(pins) => match pins.forget(tool).await? {
+                Some(fingerprint) => {
+                    log_event(tool, "forgotten", &fingerprint);
+                    Ok(())
+                }
+                None => Err(PinError::NotPinned {
+                    tool: tool.to_owned(),
+                }),
+            },
+        }
+    }
+
     /// Brings the pins and the changes waiting of `file` to the shared pins: a tool the
     /// shared pins do not know is pinned as the file pinned it; one they pinned otherwise
     /// gets the file's definition as a change waiting, as does each change waiting in the
-    /// file. Importing twice changes nothing more.
+    /// file — unless a change waits there already, which stays: it is what a replica saw
+    /// its upstream offer. Importing twice changes nothing more.
     ///
     /// # Errors
     ///
@@ -573,7 +663,8 @@ mod tests {
     }
 
     /// Admins accepting changes at once on one gateway, from several worker threads, each
-    /// keep theirs: the file is read, changed and written by one at a time.
+    /// keep theirs: the file is read, changed and written by one at a time. Each takes the
+    /// file's lock through a handle of its own, as another process does.
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn changes_accepted_at_once_in_a_pin_file_are_all_kept() {
         let dir = tempfile::tempdir().unwrap();
@@ -600,5 +691,37 @@ mod tests {
                 .all(|pin| pin.definition["description"] == "after")
         );
         assert!(all(store.check(&second).await.unwrap(), Verdict::Serve));
+    }
+
+    /// A forgotten pin takes its waiting change with it, is recorded, and the tool is
+    /// pinned afresh when offered again; forgetting what is not pinned says so.
+    #[tokio::test]
+    async fn a_forgotten_pin_is_pinned_afresh_when_offered_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = PinStore::File(dir.path().join("pins.json"));
+        store
+            .check(&[definition("search", "before")])
+            .await
+            .unwrap();
+        let changed = store.check(&[definition("search", "after")]).await.unwrap();
+        assert_eq!(changed, [Verdict::HoldBack]);
+
+        store.forget("search").await.unwrap();
+        let error = store.forget("search").await.unwrap_err();
+        assert!(matches!(error, PinError::NotPinned { .. }), "{error}");
+        assert_eq!(store.read().await.unwrap(), PinList::default());
+        let file = PinFile::load(&dir.path().join("pins.json")).unwrap();
+        let last = file.history.last().unwrap();
+        assert_eq!(
+            (last.tool.as_str(), last.event.as_str()),
+            ("search", "forgotten")
+        );
+        assert_eq!(
+            last.fingerprint,
+            pinned_form(&definition("search", "before")).0
+        );
+
+        let again = store.check(&[definition("search", "after")]).await.unwrap();
+        assert_eq!(again, [Verdict::Serve]);
     }
 }

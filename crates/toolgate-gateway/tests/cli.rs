@@ -1,4 +1,4 @@
-//! The command line: `serve` refusing a bad file, `check`, `tools` and `hash-key`.
+//! The command line: `serve` refusing a bad file, `check`, `tools`, `pins` and `hash-key`.
 
 mod common;
 
@@ -324,4 +324,57 @@ fn pins_import_brings_a_pin_file_to_the_shared_pins_once() {
         "{stderr}"
     );
     common::redis_remove_keys_under(&redis, &prefix);
+}
+
+/// `toolgate pins accept` run by many people at once on one pin file (or beside a gateway
+/// that reloads) keeps every acceptance: each process changes the file under its lock.
+#[test]
+fn pins_accepted_by_many_processes_at_once_are_all_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pins.json");
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(&config, format!("pins: {{ path: {} }}\n", file.display())).unwrap();
+    let tools: Vec<String> = (0..24).map(|n| format!("tool{n}")).collect();
+    let pin = |fingerprint: &str| serde_json::json!({"fingerprint": fingerprint, "definition": {"description": fingerprint}});
+    let pins: serde_json::Map<String, Value> =
+        tools.iter().map(|t| (t.clone(), pin("sha256:1"))).collect();
+    let pending: serde_json::Map<String, Value> = tools
+        .iter()
+        .map(|t| {
+            let change = serde_json::json!({"pinned": "sha256:1", "offered": "sha256:2",
+                                            "definition": {"description": "sha256:2"}});
+            (t.clone(), change)
+        })
+        .collect();
+    std::fs::write(
+        &file,
+        serde_json::json!({"pins": pins, "pending": pending}).to_string(),
+    )
+    .unwrap();
+
+    let config = config.to_str().unwrap().to_owned();
+    let accepting: Vec<_> = tools
+        .iter()
+        .map(|tool| {
+            let (config, tool) = (config.clone(), tool.clone());
+            std::thread::spawn(move || run(&["pins", "--config", &config, "accept", &tool], ""))
+        })
+        .collect();
+    for accepted in accepting {
+        let (status, stdout, stderr) = accepted.join().unwrap();
+        assert!(status.success(), "{stdout}{stderr}");
+    }
+
+    let kept: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    assert_eq!(kept["pending"], serde_json::json!({}), "{kept}");
+    for tool in &tools {
+        assert_eq!(kept["pins"][tool]["fingerprint"], "sha256:2", "{kept}");
+    }
+    let accepted = kept["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "accepted")
+        .count();
+    assert_eq!(accepted, tools.len(), "{kept}");
 }

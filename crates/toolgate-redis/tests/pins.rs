@@ -1,6 +1,7 @@
 //! Pinned tool definitions on a real Redis: a tool pinned, changed or accepted through one
 //! replica is so for every replica, two replicas checking one tool at once pin it and record
-//! its change once, and a stalled Redis says so within the deadline.
+//! its change once, a forgotten pin is gone for every replica, and a stalled Redis says so
+//! within the deadline.
 
 mod common;
 
@@ -201,6 +202,7 @@ async fn pins_without_redis_say_so_within_their_deadline() {
     assert!(pins.accept("search").await.is_err());
     assert!(pins.read().await.is_err());
     assert!(pins.history(5).await.is_err());
+    assert!(pins.forget("search").await.is_err());
 }
 
 #[tokio::test]
@@ -220,6 +222,15 @@ async fn an_import_pins_what_is_unknown_and_leaves_a_change_waiting_in_place() {
         pins.read().await.unwrap().pending["search"].fingerprint,
         "sha256:bb"
     );
+    // A pin file whose own change of `search` waited: the one a replica saw stays.
+    assert_eq!(
+        pins.import("search", "sha256:cc", "{}").await.unwrap(),
+        PinCheck::StillChanged
+    );
+    assert_eq!(
+        pins.read().await.unwrap().pending["search"].fingerprint,
+        "sha256:bb"
+    );
     // One that pinned it otherwise: held back for an approver. An unknown tool: pinned.
     assert_eq!(
         pins.import("fetch", "sha256:ff", "{}").await.unwrap(),
@@ -228,6 +239,57 @@ async fn an_import_pins_what_is_unknown_and_leaves_a_change_waiting_in_place() {
     assert_eq!(
         pins.import("fetch", "sha256:00", "{}").await.unwrap(),
         PinCheck::Changed
+    );
+    remove_keys_under(&url, &prefix).await;
+}
+
+#[tokio::test]
+async fn a_forgotten_pin_is_gone_for_every_replica_and_pinned_afresh_when_offered_again() {
+    let test = "a_forgotten_pin_is_gone_for_every_replica_and_pinned_afresh_when_offered_again";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let a = replica(&url, &prefix).await.pins();
+    let b = replica(&url, &prefix).await.pins();
+    a.check("search", "sha256:aa", r#"{"d":"Searches."}"#)
+        .await
+        .unwrap();
+    a.check("search", "sha256:bb", r#"{"d":"Mails."}"#)
+        .await
+        .unwrap();
+    a.check("fetch", "sha256:ff", "{}").await.unwrap();
+
+    assert_eq!(
+        b.forget("search").await.unwrap().as_deref(),
+        Some("sha256:aa")
+    );
+    assert_eq!(b.forget("search").await.unwrap(), None, "forgotten once");
+    assert_eq!(b.forget("never-seen").await.unwrap(), None);
+    let left = a.read().await.unwrap();
+    assert_eq!(left.pinned.keys().collect::<Vec<_>>(), ["fetch"]);
+    assert!(
+        left.pending.is_empty(),
+        "the change waiting went with the pin"
+    );
+    assert_eq!(
+        events(&a.history(1).await.unwrap()),
+        [(
+            "search".to_owned(),
+            "forgotten".to_owned(),
+            "sha256:aa".to_owned()
+        )]
+    );
+    // Offered again, the tool is trusted on first use, as the definition offered now.
+    assert_eq!(
+        a.check("search", "sha256:bb", r#"{"d":"Mails."}"#)
+            .await
+            .unwrap(),
+        PinCheck::Pinned
+    );
+    assert_eq!(
+        b.read().await.unwrap().pinned["search"].definition,
+        r#"{"d":"Mails."}"#
     );
     remove_keys_under(&url, &prefix).await;
 }

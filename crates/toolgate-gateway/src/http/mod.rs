@@ -48,7 +48,7 @@ use std::time::Duration;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::HeaderName;
-use axum::routing::{any, get, post};
+use axum::routing::{any, delete, get, post};
 use toolgate_core::User;
 use toolgate_mcp::CallerAccessToken;
 
@@ -93,6 +93,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/suspensions/{id}", get(suspensions::show))
         .route("/v1/suspensions/{id}/resume", post(suspensions::resume))
         .route("/v1/admin/pins", get(pins::list))
+        .route("/v1/admin/pins/{tool}", delete(pins::forget))
         .route("/v1/admin/pins/{tool}/accept", post(pins::accept))
         .route("/v1/admin/stats", get(admin::stats))
         .route("/v1/admin/decisions", get(admin::decisions))

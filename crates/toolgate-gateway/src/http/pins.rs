@@ -1,5 +1,6 @@
-//! `GET /v1/admin/pins` and `POST /v1/admin/pins/{tool}/accept`: the pinned tool
-//! definitions and the changes waiting, for users with an approver role.
+//! `GET /v1/admin/pins`, `POST /v1/admin/pins/{tool}/accept` and
+//! `DELETE /v1/admin/pins/{tool}`: the pinned tool definitions and the changes waiting, for
+//! users with an approver role.
 
 use axum::Json;
 use axum::extract::{Extension, Path};
@@ -14,7 +15,7 @@ fn pin_store(caller: &Caller) -> Result<&PinStore, ApiError> {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "not_an_approver",
-            "only users with an approver role (`policies.approval.approver_roles`) may see or accept pins",
+            "only users with an approver role (`policies.approval.approver_roles`) may see, accept or forget pins",
         ));
     }
     caller.gateway.pins.as_ref().ok_or_else(|| {
@@ -72,4 +73,29 @@ pub async fn accept(
             "note": note,
         })),
     ))
+}
+
+/// Forgets the pin of a tool gone for good, and any change waiting for it: a tool of that
+/// name offered again is pinned afresh (trust on first use) at the next reload.
+pub async fn forget(
+    Extension(caller): Extension<Caller>,
+    Path(tool): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    match pin_store(&caller)?.forget(&tool).await {
+        Ok(()) => {}
+        Err(e @ PinError::NotPinned { .. }) => {
+            return Err(ApiError::new(
+                StatusCode::NOT_FOUND,
+                "not_pinned",
+                e.to_string(),
+            ));
+        }
+        Err(e) => return Err(unavailable(e)),
+    }
+    tracing::warn!(target: "toolgate::pins", tool, by = %caller.user.id, "tool definition pin forgotten");
+    Ok(Json(json!({
+        "forgotten": tool,
+        "by": caller.user.id,
+        "note": "a tool of this name offered again is pinned afresh, trusted on first use, at the next reload",
+    })))
 }

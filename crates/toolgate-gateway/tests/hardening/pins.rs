@@ -5,7 +5,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Gateway, client, get, invoke, mcp, open_session, python, python_mcp_available, run, user_yaml,
+    Answer, Gateway, client, get, invoke, key, mcp, open_session, python, python_mcp_available,
+    run, user_yaml,
 };
 
 fn config(pins: &std::path::Path) -> String {
@@ -124,4 +125,77 @@ async fn a_changed_tool_definition_is_held_back_until_an_admin_accepts_it() {
         events,
         [("add", "pinned"), ("add", "changed"), ("add", "accepted")]
     );
+}
+
+/// A tool gone from its upstream for good keeps its pin, as pins never expire, until an
+/// admin forgets it: `DELETE /v1/admin/pins/{tool}` (approvers only) removes the pin and the
+/// change waiting, and the next reload pins the definition offered then, trusted on first use.
+#[tokio::test]
+async fn a_forgotten_pin_is_pinned_afresh_at_the_next_reload() {
+    if !python_mcp_available("a_forgotten_pin_is_pinned_afresh_at_the_next_reload") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pins = dir.path().join("pins.json");
+    let description = dir.path().join("add-description.txt");
+    std::fs::write(&description, "Adds two whole numbers.").unwrap();
+    let gateway = Gateway::start_with_env(
+        &config(&pins),
+        &[("SHAPES_ADD_DESCRIPTION_FILE", description.to_str().unwrap())],
+    );
+    let added = invoke(&gateway, "alice", "add", json!({"a": 1, "b": 2})).await;
+    assert_eq!(added.status, 200, "{}", added.body);
+    std::fs::write(&description, "Adds two numbers, rounded.").unwrap();
+    gateway.reload(1).await;
+    let refused = invoke(&gateway, "alice", "add", json!({"a": 1, "b": 2})).await;
+    assert_eq!(refused.status, 409, "{}", refused.body);
+
+    let forget = |user: &'static str| {
+        let url = gateway.url("/v1/admin/pins/add");
+        async move {
+            let request = client().delete(url).bearer_auth(key(user));
+            Answer::read(request.send().await.expect("a response")).await
+        }
+    };
+    let by_bob = forget("bob").await;
+    assert_eq!(
+        (by_bob.status, by_bob.error_code()),
+        (403, "not_an_approver"),
+        "{}",
+        by_bob.body
+    );
+    let forgotten = forget("alice").await;
+    assert_eq!(forgotten.status, 200, "{}", forgotten.body);
+    assert_eq!(
+        (&forgotten.body["forgotten"], &forgotten.body["by"]),
+        (&json!("add"), &json!("alice"))
+    );
+    let again = forget("alice").await;
+    assert_eq!(
+        (again.status, again.error_code()),
+        (404, "not_pinned"),
+        "{}",
+        again.body
+    );
+    let shown = get(&client(), &gateway.url("/v1/admin/pins"), Some("alice")).await;
+    assert!(shown.body["pins"].get("add").is_none(), "{}", shown.body);
+    assert!(shown.body["pending"].get("add").is_none(), "{}", shown.body);
+
+    // The next reload trusts what the upstream offers now, and pins it.
+    gateway.reload(2).await;
+    let added = invoke(&gateway, "alice", "add", json!({"a": 1, "b": 2})).await;
+    assert_eq!(added.status, 200, "{}", added.body);
+    let file: Value = serde_json::from_slice(&std::fs::read(&pins).unwrap()).unwrap();
+    assert_eq!(
+        file["pins"]["add"]["definition"]["description"], "Adds two numbers, rounded.",
+        "{file}"
+    );
+    let events: Vec<&str> = file["history"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["tool"] == "add")
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(events, ["pinned", "changed", "forgotten", "pinned"]);
 }

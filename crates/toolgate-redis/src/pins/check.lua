@@ -5,8 +5,9 @@
 -- KEYS[1]  <base>:pinned
 -- ARGV     base, tool, the fingerprint offered, the definition offered (JSON), the most
 --          history entries kept, '1' when a definition that is the pinned one leaves the
---          change waiting in place (an import of pins kept elsewhere: not what the upstream
---          offers now)
+--          change waiting in place, and a definition that differs from the pin leaves a
+--          different change waiting in place (an import of pins kept elsewhere: not what the
+--          upstream offers now, which a replica recorded)
 -- returns  'pinned' (new, served), 'same' (served), 'withdrawn' (served again: the change
 --          that waited is gone), 'changed' (held back, recorded now), 'still_changed' (held
 --          back, the same change waits already)
@@ -26,7 +27,8 @@ if pinned == offered then
   end
   return 'same'
 end
-if redis.call('HGET', base .. ':pending', tool) == offered then
+local waiting = redis.call('HGET', base .. ':pending', tool)
+if waiting == offered or (waiting and ARGV[6] == '1') then
   return 'still_changed'
 end
 redis.call('HSET', base .. ':pending', tool, offered)

@@ -17,6 +17,9 @@ static CHECK: LazyLock<Script> = LazyLock::new(|| {
 static ACCEPT: LazyLock<Script> = LazyLock::new(|| {
     crate::server_clock::script(&[include_str!("record.lua"), include_str!("accept.lua")])
 });
+static FORGET: LazyLock<Script> = LazyLock::new(|| {
+    crate::server_clock::script(&[include_str!("record.lua"), include_str!("forget.lua")])
+});
 static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("read.lua")));
 
 /// The most entries the history keeps, the oldest forgotten first.
@@ -83,7 +86,7 @@ pub struct StoredPins {
 /// accepting a change are one script each, so two replicas that check one tool at once pin
 /// it once, and a change is recorded once. Every pin, change and acceptance is kept in a
 /// history of the last [`PIN_HISTORY`] entries, on the Redis server's clock. Pins do not
-/// expire: they are trust decisions, kept until someone removes them.
+/// expire: they are trust decisions, kept until someone [forgets](Self::forget) them.
 ///
 /// Every key lives under `<prefix>:{<prefix>:pins}`, so every script keeps to one Redis
 /// Cluster slot. Built by [`RedisState::pins`](crate::RedisState::pins).
@@ -148,8 +151,10 @@ impl RedisPins {
     }
 
     /// Brings a pin kept elsewhere (a pin file) here: as [`check`](Self::check), except
-    /// that a definition alike the pin leaves the change waiting in place — it is not what
-    /// the tool's upstream offers now. Never [`PinCheck::Withdrawn`].
+    /// that a change waiting stays in place — the imported definition is not what the
+    /// tool's upstream offers now, and the change waiting is what a replica saw offered. A
+    /// definition alike the pin is then [`PinCheck::Same`], one that differs
+    /// [`PinCheck::StillChanged`]; never [`PinCheck::Withdrawn`].
     ///
     /// # Errors
     ///
@@ -198,6 +203,19 @@ impl RedisPins {
         self.run(&ACCEPT, &[tool, &history]).await
     }
 
+    /// Forgets the pin of `tool` and any change waiting for it, for a tool gone for good:
+    /// the next definition offered for `tool` is pinned afresh, trusted on first use. The
+    /// fingerprint that was pinned (empty when only a change waited), or `None` when the
+    /// tool had neither.
+    ///
+    /// # Errors
+    ///
+    /// [`PinsUnavailable`] when Redis gives no answer within the deadline.
+    pub async fn forget(&self, tool: &str) -> Result<Option<String>, PinsUnavailable> {
+        let history = PIN_HISTORY.to_string();
+        self.run(&FORGET, &[tool, &history]).await
+    }
+
     /// Every pin and every change waiting.
     ///
     /// # Errors
@@ -215,7 +233,7 @@ impl RedisPins {
 
     /// The newest `limit` entries of the history (at most [`PIN_HISTORY`]), newest first:
     /// each JSON, `{"at_ms", "tool", "event", "fingerprint"}`, the event `pinned`,
-    /// `changed` or `accepted`.
+    /// `changed`, `accepted` or `forgotten`.
     ///
     /// # Errors
     ///
