@@ -10,10 +10,12 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::Extensions;
 use crate::config::load_file;
 use crate::connections::{self, ConnectionLimits, Phase};
+use crate::console::counters::FLUSH_EVERY;
 use crate::drain::{Drain, ExplainCut};
 use crate::gateway::GatewayError;
 use crate::http::{AppState, router};
@@ -140,6 +142,8 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         options.config.clone(),
         Arc::clone(&process),
     ));
+    let stop_sharing = CancellationToken::new();
+    let sharing = tokio::spawn(share_counters(Arc::clone(&process), stop_sharing.clone()));
 
     let (phase, phases) = watch::channel(Phase::Serving);
     let server = tokio::spawn(connections::serve(
@@ -152,6 +156,10 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     drain(&state.drain, &phase, grace).await;
     stop(server, &phase).await;
     reloads.abort();
+    // Stopped between two additions, never in one: the last is then made here.
+    stop_sharing.cancel();
+    let _ = sharing.await;
+    process.current().share_counters().await;
     process.current().flush_audit().await;
     let shared = process.shared().await;
     // Decisions taken during the drain are still told, if their receivers answer soon.
@@ -251,6 +259,19 @@ async fn reload_on_hangup(hangups: std::io::Result<Signal>, path: PathBuf, proce
                 error = %e,
                 "the new configuration was refused; still serving with the previous one"
             ),
+        }
+    }
+}
+
+/// Adds this replica's per-tool counters to every replica's, now and then, with the state
+/// on Redis (whichever configuration serves).
+async fn share_counters(process: Arc<Process>, stop: CancellationToken) {
+    let mut every = tokio::time::interval(FLUSH_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = every.tick() => process.current().share_counters().await,
+            () = stop.cancelled() => return,
         }
     }
 }

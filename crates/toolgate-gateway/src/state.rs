@@ -16,11 +16,11 @@ use toolgate_hooks::consent::{ApprovalStore, InMemoryApprovals};
 use toolgate_hooks::quota::{InMemoryQuota, QuotaBackend};
 use toolgate_redis::{
     ConcurrencyFailurePolicy, QuotaFailurePolicy, RedisBudget, RedisCache, RedisConcurrency,
-    RedisConfig, RedisConfigBuilder, RedisQuota, RedisState, RedisSuspensions,
+    RedisConfig, RedisConfigBuilder, RedisCounters, RedisQuota, RedisState, RedisSuspensions,
 };
 
 use crate::config::{Config, OnBackendErrorName, PinsConfig, RedisTlsFiles, StateConfig, StateUrl};
-use crate::console::counters::ToolCounters;
+use crate::console::counters::{MAX_TOOLS, SHARED_KEEP, ToolCounters};
 use crate::console::history::{DecisionHistory, KEEP_ON_REDIS, MAX_DECISIONS};
 use crate::console::sessions::ConsoleSessions;
 use crate::identity::failures::FailedCredentials;
@@ -182,6 +182,15 @@ impl Backends {
                 DecisionHistory::Redis(history)
             }
         })
+    }
+
+    /// Where every replica adds up its per-tool counters: `None` in this process, where
+    /// the counters are this replica's alone.
+    pub fn shared_counters(&self) -> Option<RedisCounters> {
+        match self {
+            Backends::Memory { .. } => None,
+            Backends::Redis(redis) => Some(redis.counters(MAX_TOOLS, SHARED_KEEP)),
+        }
     }
 
     /// Where the pins of `pins:` are kept: the file it names, or, with `shared: true`, on

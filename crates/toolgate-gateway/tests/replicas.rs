@@ -1,13 +1,14 @@
 //! Several replicas, one Redis: two real `toolgate serve` processes with
 //! `state: redis://…` enforce one rate limit for a user between them, and each reports
 //! whether Redis answers from its start; a client guessing credentials spends one
-//! allowance across them, not one on each.
+//! allowance across them, not one on each; the console's per-tool statistics count the
+//! calls of every replica.
 
 mod common;
 
 use common::{
-    Answer, Gateway, client, get, invoke, key, post, random_u32, redis_or_skip, user_yaml,
-    with_cookie,
+    Answer, Gateway, client, eventually, get, invoke, key, post, random_u32, redis_or_skip,
+    redis_remove_keys_under, user_yaml, with_cookie,
 };
 use futures::future::join_all;
 use serde_json::json;
@@ -505,4 +506,60 @@ async fn a_tool_changed_under_replicas_with_shared_pins_is_held_back_by_all_and_
     assert!(stdout.starts_with("the pins shared on Redis: "), "{stdout}");
     assert!(stdout.contains(", 0 changed"), "{stdout}");
     common::redis_remove_keys_under(&redis, &prefix);
+}
+
+/// The calls of `echo` that `gateway`'s statistics show, and who counted them.
+async fn echo_calls(gateway: &Gateway) -> (u64, String) {
+    let stats = get(&client(), &gateway.url("/v1/admin/stats"), Some("alice")).await;
+    assert_eq!(stats.status, 200, "{}", stats.body);
+    let calls = stats.body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["tool"] == "echo")
+        .map_or(0, |t| t["calls"].as_u64().unwrap());
+    let counted_by = stats.body["counted_by"].as_str().unwrap().to_owned();
+    (calls, counted_by)
+}
+
+/// Behind a load balancer, the console's per-tool statistics are every replica's: each
+/// adds what it counted to counts they share, so either shows the calls of both, and a
+/// replica that stops adds its last counts on its way out.
+#[tokio::test]
+async fn per_tool_statistics_count_the_calls_of_every_replica() {
+    let test = "per_tool_statistics_count_the_calls_of_every_replica";
+    let Some(redis) = redis_or_skip(test) else {
+        return;
+    };
+    let prefix = format!("tgstats{}x{:x}", std::process::id(), random_u32());
+    let config = format!(
+        "state:\n  url: {redis}\n  key_prefix: {prefix}\ntools:\n  builtin: [echo]\nusers:\n{}",
+        user_yaml("alice", &["admin"]),
+    );
+    let a = Gateway::start(&config);
+    let mut b = Gateway::start(&config);
+    let calls = (0..5).map(|i| {
+        let gateway = if i < 3 { &a } else { &b };
+        invoke(gateway, "alice", "echo", json!({ "text": "hi" }))
+    });
+    for answer in join_all(calls).await {
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    for gateway in [&a, &b] {
+        eventually(
+            "both replicas' calls",
+            std::time::Duration::from_secs(30),
+            || async { echo_calls(gateway).await.0 == 5 },
+        )
+        .await;
+        assert_eq!(echo_calls(gateway).await.1, "every replica");
+    }
+
+    let last = invoke(&b, "alice", "echo", json!({ "text": "bye" })).await;
+    assert_eq!(last.status, 200, "{}", last.body);
+    b.signal("TERM");
+    let stopped = b.wait_exit(std::time::Duration::from_secs(30)).await;
+    assert!(stopped.is_some_and(|s| s.success()), "{stopped:?}");
+    assert_eq!(echo_calls(&a).await.0, 6, "b's last call is counted");
+    redis_remove_keys_under(&redis, &prefix);
 }

@@ -14,6 +14,7 @@
 //! | sign-in sessions, sign-ins waiting for a callback | `<prefix>:{<prefix>:sessions}:…` (see below) | each its own |
 //! | a history (the newest entries of a record) | `<prefix>:history:<name>` (list) | its `keep` after the newest entry |
 //! | pinned tool definitions, changes waiting, their history | `<prefix>:{<prefix>:pins}:…` (see below) | never |
+//! | per-tool counts of every replica | `<prefix>:{<prefix>:counters}:…` (see below) | `keep` after the last addition |
 //!
 //! Every key of the suspension store starts with one base, `<prefix>:{<prefix>:susp}`, so
 //! they all hash alike (whatever the prefix holds, the hashed part lies within the base) and
@@ -53,6 +54,14 @@
 //! | definitions offered | `:pending_forms` | hash (tool → JSON) |
 //! | every pin, change and acceptance, newest first | `:history` | list (JSON), the last 10,000 |
 //!
+//! The shared counters' keys share one base the same way, `<prefix>:{<prefix>:counters}`:
+//!
+//! | what | after the base | type |
+//! |---|---|---|
+//! | the tools counted apart | `:tools` | set |
+//! | a tool's counts | `:tool:<tool>` | hash (field → count) |
+//! | when the first count was added | `:since` | string (ms, Redis's clock) |
+//!
 //! Which script touches which keys, and so what must share a slot:
 //!
 //! | script or command | keys |
@@ -65,6 +74,7 @@
 //! | the suspension store's scripts and commands | keys under its base |
 //! | the session store's scripts and commands | keys under its base |
 //! | the pin store's scripts and commands | keys under its base |
+//! | the shared counters' scripts | keys under their base |
 //! | `record.lua`, `LRANGE` | the history's list |
 
 use toolgate_hooks::cache::CacheKey;
@@ -99,6 +109,10 @@ pub(crate) fn sessions(prefix: &str) -> String {
 /// builds its own.
 pub(crate) fn pins(prefix: &str) -> String {
     store_base(prefix, "pins")
+}
+
+pub(crate) fn counters(prefix: &str) -> String {
+    store_base(prefix, "counters")
 }
 
 /// `<prefix>:{<prefix>:<store>}`, braces left out of the hash tag.
@@ -284,11 +298,11 @@ mod tests {
         assert!(locks_skipped > 0, "the names did include unlockable ones");
     }
 
-    /// Every key of the suspension, session and pin stores hashes to the slot of its
+    /// Every key of the suspension, session, pin and counter stores hashes to the slot of its
     /// base, whatever the prefix, user ids, call ids, session ids, states and binding keys:
     /// their scripts touch one slot.
     #[test]
-    fn every_suspension_session_and_pin_key_is_in_the_slot_of_its_base() {
+    fn every_store_key_is_in_the_slot_of_its_base() {
         let mut rng = fastrand::Rng::with_seed(34);
         for _ in 0..20_000 {
             let prefix = match rng.usize(..4) {
@@ -319,6 +333,7 @@ mod tests {
                         "history",
                     ][..],
                 ),
+                (super::counters(&prefix), &["tools", "tool:", "since"][..]),
             ];
             for (base, kinds) in stores {
                 let slot = super::slot(&base);

@@ -13,8 +13,8 @@ use crate::topology::FollowedCluster;
 use toolgate_core::suspension::SuspensionLimits;
 
 use crate::{
-    ClusterNodes, RedisBudget, RedisCache, RedisConcurrency, RedisConfig, RedisError, RedisHistory,
-    RedisPins, RedisQuota, RedisSessions, RedisSuspensions,
+    ClusterNodes, RedisBudget, RedisCache, RedisConcurrency, RedisConfig, RedisCounters,
+    RedisError, RedisHistory, RedisPins, RedisQuota, RedisSessions, RedisSuspensions,
 };
 
 /// How often the cluster client tries a command again after a redirect (`MOVED`, `ASK`),
@@ -334,6 +334,12 @@ impl RedisState {
     /// see [`RedisPins`].
     pub fn pins(&self) -> RedisPins {
         RedisPins::new(self.link.clone())
+    }
+
+    /// Per-tool counts summed over every replica on this Redis, at most `max_tools` tools
+    /// apart, kept `keep` after the last addition; see [`RedisCounters`].
+    pub fn counters(&self, max_tools: usize, keep: Duration) -> RedisCounters {
+        RedisCounters::new(self.link.clone(), max_tools, keep)
     }
 
     /// The configuration.

@@ -3,15 +3,18 @@
 //! calls, as the Prometheus metrics) and read as JSON by `GET /v1/admin/stats`.
 //!
 //! They live as long as the process (reloads keep them) and are bounded: past
-//! [`MAX_TOOLS`] tools, further tools are counted under `other`.
+//! [`MAX_TOOLS`] tools, further tools are counted under `other`. With the state on Redis,
+//! each replica also adds what it counted to counts every replica shares
+//! ([`RedisCounters`]) every [`FLUSH_EVERY`], and the statistics are every replica's.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
 use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
+use toolgate_redis::{CountersUnavailable, RedisCounters};
 
 /// The most tools counted apart.
 pub const MAX_TOOLS: usize = 4096;
@@ -19,15 +22,61 @@ pub const MAX_TOOLS: usize = 4096;
 /// The upper bounds of the latency buckets, in milliseconds (a last bucket holds the rest).
 pub const BUCKETS_MS: [u64; 12] = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 10_000];
 
+/// How often a replica adds what it counted to the counts every replica shares.
+pub const FLUSH_EVERY: Duration = Duration::from_secs(2);
+
+/// How long the shared counts outlive the last addition of any replica.
+pub const SHARED_KEEP: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// What is counted of each tool, by position: how calls ended, their total time, then
+/// each latency bucket. The names are the fields of the shared counts.
+const FIELDS: [&str; 19] = [
+    "calls",
+    "succeeded",
+    "errors",
+    "refused",
+    "waiting",
+    "total_us",
+    "b0",
+    "b1",
+    "b2",
+    "b3",
+    "b4",
+    "b5",
+    "b6",
+    "b7",
+    "b8",
+    "b9",
+    "b10",
+    "b11",
+    "b12",
+];
+const CALLS: usize = 0;
+const TOTAL_US: usize = 5;
+const FIRST_BUCKET: usize = 6;
+
+type Values = [u64; FIELDS.len()];
+
 #[derive(Default)]
 struct Counts {
-    calls: AtomicU64,
-    succeeded: AtomicU64,
-    errors: AtomicU64,
-    refused: AtomicU64,
-    waiting: AtomicU64,
-    total_us: AtomicU64,
-    buckets: [AtomicU64; BUCKETS_MS.len() + 1],
+    /// Everything this process counted.
+    counted: [AtomicU64; FIELDS.len()],
+    /// What of it was added to the shared counts.
+    shared: [AtomicU64; FIELDS.len()],
+}
+
+impl Counts {
+    fn counted(&self) -> Values {
+        std::array::from_fn(|i| self.counted[i].load(Ordering::Relaxed))
+    }
+
+    /// What this process counted and has not added to the shared counts yet.
+    fn unshared(&self) -> Values {
+        std::array::from_fn(|i| {
+            let counted = self.counted[i].load(Ordering::Relaxed);
+            counted.saturating_sub(self.shared[i].load(Ordering::Relaxed))
+        })
+    }
 }
 
 /// How one call ended, for the counters.
@@ -53,12 +102,25 @@ impl Ending {
             Some(_) => Ending::Error,
         }
     }
+
+    /// Its position in [`FIELDS`].
+    fn field(self) -> usize {
+        match self {
+            Ending::Succeeded => 1,
+            Ending::Error => 2,
+            Ending::Refused => 3,
+            Ending::Waiting => 4,
+        }
+    }
 }
 
 /// The counters, shared by every configuration the process serves.
 pub struct ToolCounters {
     tools: RwLock<BTreeMap<String, Arc<Counts>>>,
     since: SystemTime,
+    /// Held while adding to the shared counts and while reading them, so that what is
+    /// added is never also read as this replica's own.
+    sharing: tokio::sync::Mutex<()>,
 }
 
 impl Default for ToolCounters {
@@ -66,6 +128,7 @@ impl Default for ToolCounters {
         ToolCounters {
             tools: RwLock::default(),
             since: SystemTime::now(),
+            sharing: tokio::sync::Mutex::new(()),
         }
     }
 }
@@ -95,66 +158,153 @@ impl ToolCounters {
         tools.entry(name.to_owned()).or_default().clone()
     }
 
+    fn each(&self, read: impl Fn(&Counts) -> Values) -> Vec<(String, Values)> {
+        let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
+        tools
+            .iter()
+            .map(|(tool, c)| (tool.clone(), read(c)))
+            .collect()
+    }
+
     /// Counts one call of `tool` that ended so after `elapsed`.
     pub fn record(&self, tool: &str, ending: Ending, elapsed: Duration) {
         let counts = self.counts(tool);
-        counts.calls.fetch_add(1, Ordering::Relaxed);
-        let which = match ending {
-            Ending::Succeeded => &counts.succeeded,
-            Ending::Error => &counts.errors,
-            Ending::Refused => &counts.refused,
-            Ending::Waiting => &counts.waiting,
-        };
-        which.fetch_add(1, Ordering::Relaxed);
         let us = u64::try_from(elapsed.as_micros()).unwrap_or(u64::MAX);
-        counts.total_us.fetch_add(us, Ordering::Relaxed);
         let ms = elapsed.as_millis();
         let bucket = BUCKETS_MS
             .iter()
             .position(|&bound| ms < u128::from(bound))
             .unwrap_or(BUCKETS_MS.len());
-        counts.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+        for (field, by) in [
+            (CALLS, 1),
+            (ending.field(), 1),
+            (TOTAL_US, us),
+            (FIRST_BUCKET + bucket, 1),
+        ] {
+            counts.counted[field].fetch_add(by, Ordering::Relaxed);
+        }
     }
 
-    /// Everything counted, as `GET /v1/admin/stats` answers it.
+    /// What this process counted, as `GET /v1/admin/stats` answers it with the state in
+    /// memory.
     pub fn snapshot(&self) -> Value {
-        let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
-        let tools: Vec<Value> = tools
+        let tools = self.each(Counts::counted);
+        render(self.since, "this replica", tools)
+    }
+
+    /// Adds what this process counted since its last addition to the counts every replica
+    /// shares. What an addition that failed carried is added by the next one; one that
+    /// timed out after Redis ran it is so counted twice.
+    ///
+    /// # Errors
+    ///
+    /// [`CountersUnavailable`] when Redis does not answer within the deadline.
+    pub async fn share(&self, to: &RedisCounters) -> Result<(), CountersUnavailable> {
+        let _sharing = self.sharing.lock().await;
+        let tools: Vec<(String, Arc<Counts>, Values)> = {
+            let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
+            tools
+                .iter()
+                .map(|(tool, c)| (tool.clone(), c.clone(), c.counted()))
+                .collect()
+        };
+        let deltas: Vec<(&str, Vec<(&str, u64)>)> = tools
             .iter()
-            .map(|(tool, c)| {
-                let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
-                let buckets: Vec<u64> = c.buckets.iter().map(get).collect();
-                let calls = get(&c.calls);
-                let mean_ms = match calls {
-                    0 => 0.0,
-                    n => get(&c.total_us) as f64 / n as f64 / 1000.0,
-                };
-                json!({
-                    "tool": tool,
-                    "calls": calls,
-                    "succeeded": get(&c.succeeded),
-                    "errors": get(&c.errors),
-                    "refused": get(&c.refused),
-                    "waiting": get(&c.waiting),
-                    "latency_ms": {
-                        "mean": (mean_ms * 1000.0).round() / 1000.0,
-                        "p50": quantile(&buckets, 0.5),
-                        "p95": quantile(&buckets, 0.95),
-                        "p99": quantile(&buckets, 0.99),
-                        "buckets": buckets.iter().enumerate().map(|(i, count)| json!({
-                            "le_ms": BUCKETS_MS.get(i),
-                            "count": count,
-                        })).collect::<Vec<_>>(),
-                    },
-                })
+            .map(|(tool, c, counted)| {
+                let fields = FIELDS
+                    .iter()
+                    .zip(counted)
+                    .zip(&c.shared)
+                    .filter_map(|((name, counted), shared)| {
+                        let delta = counted.saturating_sub(shared.load(Ordering::Relaxed));
+                        (delta > 0).then_some((*name, delta))
+                    })
+                    .collect::<Vec<_>>();
+                (tool.as_str(), fields)
+            })
+            .filter(|(_, fields)| !fields.is_empty())
+            .collect();
+        let batch: Vec<(&str, &[(&str, u64)])> = deltas
+            .iter()
+            .map(|(tool, fields)| (*tool, fields.as_slice()))
+            .collect();
+        to.add(&batch).await?;
+        for (_, c, counted) in &tools {
+            for (shared, counted) in c.shared.iter().zip(counted) {
+                shared.store(*counted, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// The counts of every replica (what this one has not added yet included), as
+    /// `GET /v1/admin/stats` answers it with the state on Redis.
+    ///
+    /// # Errors
+    ///
+    /// [`CountersUnavailable`] when Redis does not answer within the deadline.
+    pub async fn shared_snapshot(
+        &self,
+        from: &RedisCounters,
+    ) -> Result<Value, CountersUnavailable> {
+        let _sharing = self.sharing.lock().await;
+        let shared = from.read().await?;
+        let mut tools: BTreeMap<String, Values> = shared
+            .tools
+            .into_iter()
+            .map(|(tool, fields)| {
+                let values = std::array::from_fn(|i| fields.get(FIELDS[i]).copied().unwrap_or(0));
+                (tool, values)
             })
             .collect();
-        json!({
-            "since": humantime::format_rfc3339_seconds(self.since).to_string(),
-            "bucket_bounds_ms": BUCKETS_MS,
-            "tools": tools,
-        })
+        for (tool, unshared) in self.each(Counts::unshared) {
+            let values = tools.entry(tool).or_insert([0; FIELDS.len()]);
+            for (value, more) in values.iter_mut().zip(unshared) {
+                *value += more;
+            }
+        }
+        let since = shared
+            .since_ms
+            .map_or(self.since, |ms| UNIX_EPOCH + Duration::from_millis(ms));
+        Ok(render(since, "every replica", tools.into_iter().collect()))
     }
+}
+
+/// The statistics of `tools`, counted since `since` by `counted_by`.
+fn render(since: SystemTime, counted_by: &str, tools: Vec<(String, Values)>) -> Value {
+    let tools: Vec<Value> = tools
+        .into_iter()
+        .filter(|(_, values)| values[CALLS] > 0)
+        .map(|(tool, values)| {
+            let buckets = &values[FIRST_BUCKET..];
+            let calls = values[CALLS];
+            let mean_ms = values[TOTAL_US] as f64 / calls as f64 / 1000.0;
+            json!({
+                "tool": tool,
+                "calls": calls,
+                "succeeded": values[Ending::Succeeded.field()],
+                "errors": values[Ending::Error.field()],
+                "refused": values[Ending::Refused.field()],
+                "waiting": values[Ending::Waiting.field()],
+                "latency_ms": {
+                    "mean": (mean_ms * 1000.0).round() / 1000.0,
+                    "p50": quantile(buckets, 0.5),
+                    "p95": quantile(buckets, 0.95),
+                    "p99": quantile(buckets, 0.99),
+                    "buckets": buckets.iter().enumerate().map(|(i, count)| json!({
+                        "le_ms": BUCKETS_MS.get(i),
+                        "count": count,
+                    })).collect::<Vec<_>>(),
+                },
+            })
+        })
+        .collect();
+    json!({
+        "since": humantime::format_rfc3339_seconds(since).to_string(),
+        "counted_by": counted_by,
+        "bucket_bounds_ms": BUCKETS_MS,
+        "tools": tools,
+    })
 }
 
 /// The upper bound (ms) of the bucket that holds quantile `q`: an estimate no finer than

@@ -20,6 +20,7 @@ use toolgate_hooks::audit::ClientAddress;
 use toolgate_hooks::policy::{CedarPolicies, PolicyLoadError, PolicySource};
 use toolgate_hooks::{Audit, Authorize};
 use toolgate_mcp::{ListFilter, McpServer, PROMPT_PREFIX, RESOURCES_PREFIX, Upstream};
+use toolgate_redis::RedisCounters;
 
 use crate::auth::ApiKeys;
 use crate::config::{ApprovalPolicy, Config, ConfigError};
@@ -132,6 +133,8 @@ pub struct Gateway {
     pub(crate) console_sessions: Arc<ConsoleSessions>,
     /// The per-tool counters of `GET /v1/admin/stats`.
     pub(crate) counters: Arc<ToolCounters>,
+    /// Where every replica adds up its counters, with the state on Redis.
+    pub(crate) shared_counters: Option<RedisCounters>,
     /// The last decisions on waiting calls.
     pub(crate) history: Arc<DecisionHistory>,
     /// Where the pins of imported tools are kept, with `pins:`.
@@ -329,6 +332,7 @@ impl Gateway {
             notifications: shared.notifications.clone(),
             console_sessions: shared.console_sessions.clone(),
             counters: shared.counters.clone(),
+            shared_counters: shared.backends.shared_counters(),
             history: shared.history.clone(),
             pins,
             authorize,
@@ -415,6 +419,33 @@ impl Gateway {
     }
 
     /// Whether `user` may resume suspended calls.
+    /// The per-tool statistics of `GET /v1/admin/stats`: every replica's with the state on
+    /// Redis, this replica's (and saying so) when Redis does not answer or the state is in
+    /// memory.
+    pub(crate) async fn tool_statistics(&self) -> serde_json::Value {
+        let Some(shared) = &self.shared_counters else {
+            return self.counters.snapshot();
+        };
+        match self.counters.shared_snapshot(shared).await {
+            Ok(every) => every,
+            Err(e) => {
+                tracing::warn!(error = %e, "the per-tool statistics of every replica cannot be read; answering with this replica's");
+                self.counters.snapshot()
+            }
+        }
+    }
+
+    /// Adds this replica's per-tool counters to every replica's, with the state on Redis
+    /// (every [`FLUSH_EVERY`](crate::console::counters::FLUSH_EVERY), and at shutdown).
+    pub(crate) async fn share_counters(&self) {
+        if let Some(shared) = &self.shared_counters
+            && let Err(e) = self.counters.share(shared).await
+        {
+            // Kept, and added the next time: no need to say so every two seconds.
+            tracing::debug!(error = %e, "the per-tool counters were not added to every replica's");
+        }
+    }
+
     pub(crate) fn may_approve(&self, user: &User) -> bool {
         self.approver_roles.iter().any(|role| user.has_role(role))
     }

@@ -1,6 +1,6 @@
 //! `GET /v1/admin/stats` and `GET /v1/admin/decisions`: what the console's tool and
-//! history views show, for users with an approver role. The statistics are this replica's;
-//! the decisions are every replica's when the state is on Redis.
+//! history views show, for users with an approver role. The statistics and the decisions
+//! are every replica's when the state is on Redis.
 
 use axum::Json;
 use axum::extract::{Extension, Query};
@@ -24,11 +24,13 @@ fn approvers_only(caller: &Caller, what: &str) -> Result<(), ApiError> {
     ))
 }
 
-/// Calls, errors, refusals, waits and latency per tool since the process started, from
-/// the gateway's own counters (see [`crate::console::counters`]).
+/// Calls, errors, refusals, waits and latency per tool, from the gateway's own counters
+/// (see [`crate::console::counters`]): since the process started, or, with the state on
+/// Redis, since any replica first counted, summed over every replica (`counted_by` says
+/// which).
 pub async fn stats(Extension(caller): Extension<Caller>) -> Result<Json<Value>, ApiError> {
     approvers_only(&caller, "the per-tool statistics")?;
-    Ok(Json(caller.gateway.counters.snapshot()))
+    Ok(Json(caller.gateway.tool_statistics().await))
 }
 
 /// `?limit=` of `GET /v1/admin/decisions`, as sent.

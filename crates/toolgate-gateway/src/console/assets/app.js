@@ -290,6 +290,7 @@ function svg(tag, attrs, text) {
 async function loadTools() {
   const data = await api('GET', '/v1/admin/stats');
   $('since').textContent = when(data.since);
+  $('counted-by').textContent = data.counted_by || 'this replica';
   const tools = data.tools;
   const chart = $('chart');
   const row = 28;

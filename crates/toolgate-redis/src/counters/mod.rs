@@ -1,0 +1,142 @@
+//! [`RedisCounters`]: per-tool counts summed over every replica.
+//!
+//! The `.lua` files are the scripts; `add.lua` behind `server_clock.lua`.
+
+use std::collections::BTreeMap;
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::Script;
+
+use crate::keys;
+use crate::link::Link;
+
+static ADD: LazyLock<Script> =
+    LazyLock::new(|| crate::server_clock::script(&[include_str!("add.lua")]));
+static READ: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("read.lua")));
+
+/// Redis gave no answer in time, or failed: nothing was added or read.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the counts shared on Redis cannot be reached ({0}); try again once Redis answers")]
+pub struct CountersUnavailable(String);
+
+/// The counts of every replica, as [`RedisCounters::read`] finds them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SharedCounts {
+    /// When the first count was added, in milliseconds since the Unix epoch on Redis's
+    /// clock; `None` before any.
+    pub since_ms: Option<u64>,
+    /// Each tool's fields and their counts.
+    pub tools: BTreeMap<String, BTreeMap<String, u64>>,
+}
+
+/// Per-tool counts (calls, errors, latency buckets: fields the caller names) that every
+/// replica on the same Redis (and [key prefix](crate::RedisConfigBuilder::key_prefix)) adds
+/// to, so that any of them can show the figures of all.
+///
+/// A replica counts in its own memory and adds what it counted since its last addition
+/// now and then: one script, whatever the number of tools. At most `max_tools` tools are
+/// counted apart; further ones are added under `other`. The counts outlive the last
+/// addition by `keep`, then expire, as every key toolgate writes does.
+///
+/// Every key lives under `<prefix>:{<prefix>:counters}`, so every script keeps to one
+/// Redis Cluster slot. Built by [`RedisState::counters`](crate::RedisState::counters).
+///
+/// # Examples
+///
+/// ```no_run
+/// use std::time::Duration;
+/// use toolgate_redis::{RedisConfig, RedisState};
+///
+/// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+/// let state = RedisState::connect("redis://127.0.0.1:6379", RedisConfig::default()).await?;
+/// let counters = state.counters(4096, Duration::from_secs(30 * 24 * 3600));
+/// counters.add(&[("search", &[("calls", 3), ("errors", 1)][..])]).await?;
+/// let all = counters.read().await?;
+/// assert!(all.tools["search"]["calls"] >= 3);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Debug)]
+pub struct RedisCounters {
+    link: Link,
+    base: String,
+    max_tools: usize,
+    keep: Duration,
+}
+
+impl RedisCounters {
+    pub(crate) fn new(link: Link, max_tools: usize, keep: Duration) -> Self {
+        let base = keys::counters(link.prefix());
+        RedisCounters {
+            link,
+            base,
+            max_tools,
+            keep,
+        }
+    }
+
+    /// Adds `counts`, each a tool and what to add to its fields. Fields added nothing may
+    /// be left out.
+    ///
+    /// # Errors
+    ///
+    /// [`CountersUnavailable`] when Redis gives no answer within the deadline: then it is
+    /// not known whether the counts were added.
+    pub async fn add(&self, counts: &[(&str, &[(&str, u64)])]) -> Result<(), CountersUnavailable> {
+        if counts.is_empty() {
+            return Ok(());
+        }
+        let max = self.max_tools.to_string();
+        let keep = self.keep.as_millis().max(1).to_string();
+        let mut args: Vec<String> = vec![self.base.clone(), max, keep];
+        for (tool, fields) in counts {
+            args.push((*tool).to_owned());
+            args.push(fields.len().to_string());
+            for (field, count) in *fields {
+                args.push((*field).to_owned());
+                // HINCRBY takes a signed 64-bit number.
+                args.push(count.min(&(i64::MAX as u64)).to_string());
+            }
+        }
+        let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
+        let _crowded: u64 = self
+            .link
+            .run_script(&ADD, format!("{}:tools", self.base), &args)
+            .await
+            .map_err(|failure| CountersUnavailable(failure.to_string()))?;
+        Ok(())
+    }
+
+    /// The counts of every replica.
+    ///
+    /// # Errors
+    ///
+    /// [`CountersUnavailable`] when Redis gives no answer within the deadline.
+    pub async fn read(&self) -> Result<SharedCounts, CountersUnavailable> {
+        let (since, tools, counts): (String, Vec<String>, Vec<Vec<String>>) = self
+            .link
+            .run_script(
+                &READ,
+                format!("{}:tools", self.base),
+                &[self.base.as_bytes()],
+            )
+            .await
+            .map_err(|failure| CountersUnavailable(failure.to_string()))?;
+        let tools = tools
+            .into_iter()
+            .zip(counts)
+            .filter(|(_, fields)| !fields.is_empty())
+            .map(|(tool, fields)| {
+                let fields = fields
+                    .chunks_exact(2)
+                    .map(|pair| (pair[0].clone(), pair[1].parse().unwrap_or(0)))
+                    .collect();
+                (tool, fields)
+            })
+            .collect();
+        Ok(SharedCounts {
+            since_ms: since.parse().ok(),
+            tools,
+        })
+    }
+}

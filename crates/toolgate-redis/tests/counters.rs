@@ -1,0 +1,104 @@
+//! Per-tool counts shared on a real Redis: what each replica adds is summed for all, a
+//! flood of tool names is bounded, every key expires, and a stalled Redis says so within
+//! the deadline.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{assert_every_key_expires, namespace, redis_or_skip, remove_keys_under, replica};
+use futures::future::join_all;
+
+const KEEP: Duration = Duration::from_secs(3600);
+
+#[tokio::test]
+async fn what_each_replica_adds_is_summed_for_every_replica() {
+    let test = "what_each_replica_adds_is_summed_for_every_replica";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let a = replica(&url, &prefix).await.counters(100, KEEP);
+    let b = replica(&url, &prefix).await.counters(100, KEEP);
+    assert_eq!(a.read().await.unwrap().since_ms, None);
+    let odd = "a\"quoted\\name\nwith ümlaut/{slot}";
+
+    a.add(&[("search", &[("calls", 3), ("errors", 1)][..])])
+        .await
+        .unwrap();
+    // Many additions at once from both replicas: none is lost.
+    let adds = (0..20).map(|n| {
+        let replica = if n % 2 == 0 { &a } else { &b };
+        async move {
+            replica
+                .add(&[
+                    ("search", &[("calls", 1)][..]),
+                    (odd, &[("calls", 2), ("b3", 5)][..]),
+                ])
+                .await
+        }
+    });
+    for added in join_all(adds).await {
+        added.unwrap();
+    }
+
+    let all = b.read().await.unwrap();
+    assert_eq!(all.tools["search"]["calls"], 23);
+    assert_eq!(all.tools["search"]["errors"], 1);
+    assert_eq!(all.tools[odd]["calls"], 40);
+    assert_eq!(all.tools[odd]["b3"], 100);
+    assert_eq!(all, a.read().await.unwrap());
+    let since = all.since_ms.expect("the first addition's time");
+    assert!(since > 1_700_000_000_000, "{since}");
+    // Later additions leave the start where it was.
+    a.add(&[("search", &[("calls", 1)][..])]).await.unwrap();
+    assert_eq!(a.read().await.unwrap().since_ms, Some(since));
+    assert_every_key_expires(&url, &prefix).await;
+    remove_keys_under(&url, &prefix).await;
+}
+
+#[tokio::test]
+async fn tools_past_the_bound_are_counted_as_other() {
+    let test = "tools_past_the_bound_are_counted_as_other";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let counters = replica(&url, &prefix).await.counters(3, KEEP);
+    let names: Vec<String> = (0..10).map(|n| format!("t{n}")).collect();
+    let batch: Vec<(&str, &[(&str, u64)])> = names
+        .iter()
+        .map(|n| (n.as_str(), &[("calls", 1)][..]))
+        .collect();
+    counters.add(&batch).await.unwrap();
+    counters.add(&[("t0", &[("calls", 1)][..])]).await.unwrap();
+    let all = counters.read().await.unwrap();
+    let tools: Vec<&str> = all.tools.keys().map(String::as_str).collect();
+    assert_eq!(tools, ["other", "t0", "t1", "t2"]);
+    assert_eq!(all.tools["other"]["calls"], 7);
+    assert_eq!(all.tools["t0"]["calls"], 2);
+    remove_keys_under(&url, &prefix).await;
+}
+
+#[tokio::test]
+async fn counters_without_redis_say_so_within_their_deadline() {
+    let test = "counters_without_redis_say_so_within_their_deadline";
+    let Some((proxy, state)) = common::behind_proxy(test).await else {
+        return;
+    };
+    let counters = state.counters(10, KEEP);
+    counters
+        .add(&[("search", &[("calls", 1)][..])])
+        .await
+        .unwrap();
+    proxy.stall();
+    let error = counters
+        .add(&[("search", &[("calls", 1)][..])])
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("try again once Redis answers"),
+        "{error}"
+    );
+    assert!(counters.read().await.is_err());
+}
