@@ -1,7 +1,8 @@
-//! A Redis that hangs under a running gateway whose pins and console sessions are on it:
-//! each route that needs it says so (503, with its own code) within the state's deadline,
-//! a reload keeps the running configuration (without the pins it cannot know which tools
-//! to hold back), calls that do not need Redis go on, and everything comes back with Redis.
+//! A Redis that hangs under a running gateway whose pins, console sessions, decided history
+//! and per-tool counts are on it: each route that needs it says so (503, with its own code)
+//! within the state's deadline, the statistics fall back to this replica's own, a reload
+//! keeps the running configuration (without the pins it cannot know which tools to hold
+//! back), calls that do not need Redis go on, and everything comes back with Redis.
 
 use std::future::Future;
 use std::time::Duration;
@@ -21,8 +22,8 @@ async fn answered(what: &str, answer: impl Future<Output = Answer>) -> Answer {
 }
 
 #[tokio::test]
-async fn a_hung_redis_makes_pins_and_console_sessions_say_so_and_a_reload_keep_what_runs() {
-    let test = "a_hung_redis_makes_pins_and_console_sessions_say_so";
+async fn a_hung_redis_makes_each_route_that_needs_it_say_so_and_a_reload_keep_what_runs() {
+    let test = "a_hung_redis_makes_each_route_that_needs_it_say_so";
     if !python_mcp_available(test) {
         return;
     }
@@ -90,6 +91,23 @@ users:\n{alice}",
         !shown.headers.contains_key("set-cookie"),
         "a session that cannot be looked up is not ended"
     );
+    let decisions_url = gateway.url("/v1/admin/decisions");
+    let decisions = answered(
+        "the decisions",
+        get(&client(), &decisions_url, Some("alice")),
+    )
+    .await;
+    assert_eq!(
+        (decisions.status, decisions.error_code()),
+        (503, "history_unavailable"),
+        "{}",
+        decisions.body
+    );
+    let stats_url = gateway.url("/v1/admin/stats");
+    let stats = answered("the statistics", get(&client(), &stats_url, Some("alice"))).await;
+    assert_eq!(stats.status, 200, "{}", stats.body);
+    assert_eq!(stats.body["counted_by"], "this replica", "{}", stats.body);
+    assert_eq!(stats.body["tools"][0]["calls"], 1, "{}", stats.body);
     // A reload cannot check the tools against their pins: it is refused, and what runs
     // goes on serving, `add` included.
     gateway.signal("HUP");
@@ -110,6 +128,13 @@ users:\n{alice}",
     redis.resume();
     let pins = get(&client(), &pins_url, Some("alice")).await;
     assert_eq!(pins.status, 200, "{}", pins.body);
+    let stats = get(&client(), &stats_url, Some("alice")).await;
+    assert_eq!(
+        (&stats.body["counted_by"], &stats.body["tools"][0]["calls"]),
+        (&json!("every replica"), &json!(2)),
+        "the call made while Redis hung is counted: {}",
+        stats.body
+    );
     let shown = with_cookie(reqwest::Method::GET, &show, &session, &[], None).await;
     assert_eq!(
         shown.status, 200,
