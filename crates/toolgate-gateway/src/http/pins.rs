@@ -36,10 +36,19 @@ fn unavailable(e: PinError) -> ApiError {
     )
 }
 
-/// The pins and the changes waiting.
+/// The pins and the changes waiting, and which pinned tools this gateway's upstreams no
+/// longer offer (`gone`: the ones to [forget](forget) once they are gone for good).
 pub async fn list(Extension(caller): Extension<Caller>) -> Result<Json<Value>, ApiError> {
     let pins = pin_store(&caller)?.read().await.map_err(unavailable)?;
-    Ok(Json(json!({ "pins": pins.pins, "pending": pins.pending })))
+    let registry = caller.gateway.pipeline().registry();
+    let gone: Vec<&String> = pins
+        .pins
+        .keys()
+        .filter(|tool| registry.get(tool).is_none())
+        .collect();
+    Ok(Json(
+        json!({ "pins": pins.pins, "pending": pins.pending, "gone": gone }),
+    ))
 }
 
 /// Accepts the change waiting for a tool; it is served after the next reload (of every

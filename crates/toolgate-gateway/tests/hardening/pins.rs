@@ -127,9 +127,10 @@ async fn a_changed_tool_definition_is_held_back_until_an_admin_accepts_it() {
     );
 }
 
-/// A tool gone from its upstream for good keeps its pin, as pins never expire, until an
-/// admin forgets it: `DELETE /v1/admin/pins/{tool}` (approvers only) removes the pin and the
-/// change waiting, and the next reload pins the definition offered then, trusted on first use.
+/// A tool gone from its upstream for good keeps its pin, as pins never expire, and the pin
+/// list says it is gone, until an admin forgets it: `DELETE /v1/admin/pins/{tool}`
+/// (approvers only) removes the pin and the change waiting, and should the tool be offered
+/// again, the next reload pins the definition offered then, trusted on first use.
 #[tokio::test]
 async fn a_forgotten_pin_is_pinned_afresh_at_the_next_reload() {
     if !python_mcp_available("a_forgotten_pin_is_pinned_afresh_at_the_next_reload") {
@@ -139,47 +140,57 @@ async fn a_forgotten_pin_is_pinned_afresh_at_the_next_reload() {
     let pins = dir.path().join("pins.json");
     let description = dir.path().join("add-description.txt");
     std::fs::write(&description, "Adds two whole numbers.").unwrap();
+    // A tool an upstream offered once, and offers no more.
+    let retired = json!({"fingerprint": "sha256:00", "definition": {"name": "retired"}});
+    std::fs::write(&pins, json!({"pins": {"retired": retired}}).to_string()).unwrap();
     let gateway = Gateway::start_with_env(
         &config(&pins),
         &[("SHAPES_ADD_DESCRIPTION_FILE", description.to_str().unwrap())],
     );
     let added = invoke(&gateway, "alice", "add", json!({"a": 1, "b": 2})).await;
     assert_eq!(added.status, 200, "{}", added.body);
+    let pins_url = gateway.url("/v1/admin/pins");
+    let shown = get(&client(), &pins_url, Some("alice")).await;
+    assert_eq!(shown.body["gone"], json!(["retired"]), "{}", shown.body);
     std::fs::write(&description, "Adds two numbers, rounded.").unwrap();
     gateway.reload(1).await;
     let refused = invoke(&gateway, "alice", "add", json!({"a": 1, "b": 2})).await;
     assert_eq!(refused.status, 409, "{}", refused.body);
 
-    let forget = |user: &'static str| {
-        let url = gateway.url("/v1/admin/pins/add");
+    let forget = |user: &'static str, tool: &str| {
+        let url = gateway.url(&format!("/v1/admin/pins/{tool}"));
         async move {
             let request = client().delete(url).bearer_auth(key(user));
             Answer::read(request.send().await.expect("a response")).await
         }
     };
-    let by_bob = forget("bob").await;
+    let by_bob = forget("bob", "add").await;
     assert_eq!(
         (by_bob.status, by_bob.error_code()),
         (403, "not_an_approver"),
         "{}",
         by_bob.body
     );
-    let forgotten = forget("alice").await;
+    let forgotten = forget("alice", "add").await;
     assert_eq!(forgotten.status, 200, "{}", forgotten.body);
     assert_eq!(
         (&forgotten.body["forgotten"], &forgotten.body["by"]),
         (&json!("add"), &json!("alice"))
     );
-    let again = forget("alice").await;
+    let again = forget("alice", "add").await;
     assert_eq!(
         (again.status, again.error_code()),
         (404, "not_pinned"),
         "{}",
         again.body
     );
-    let shown = get(&client(), &gateway.url("/v1/admin/pins"), Some("alice")).await;
+    let shown = get(&client(), &pins_url, Some("alice")).await;
     assert!(shown.body["pins"].get("add").is_none(), "{}", shown.body);
     assert!(shown.body["pending"].get("add").is_none(), "{}", shown.body);
+    let retired = forget("alice", "retired").await;
+    assert_eq!(retired.status, 200, "{}", retired.body);
+    let shown = get(&client(), &pins_url, Some("alice")).await;
+    assert_eq!(shown.body["gone"], json!([]), "{}", shown.body);
 
     // The next reload trusts what the upstream offers now, and pins it.
     gateway.reload(2).await;
