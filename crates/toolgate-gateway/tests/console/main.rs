@@ -44,6 +44,13 @@ async fn sign_in(browser: &Browser, gateway: &Gateway, user: &str) {
     browser.wait_text("#who", user).await;
 }
 
+/// The token of the console session `session`, as its page reads it.
+async fn csrf_token(gateway: &Gateway, session: &str) -> String {
+    let url = gateway.url("/console/session");
+    let me = with_cookie(reqwest::Method::GET, &url, session, &[], None).await;
+    me.body["csrf_token"].as_str().expect("a token").to_owned()
+}
+
 /// A `sleep` call of `user` that waits for approval: its suspension id.
 async fn park(gateway: &Gateway, user: &str, ms: u64) -> String {
     let parked = invoke(gateway, user, "sleep", json!({"ms": ms})).await;
@@ -235,15 +242,7 @@ async fn a_user_without_the_approver_role_sees_no_queue_and_the_api_refuses_them
 
     // With bob's session and its token, the API refuses what the console does not show.
     let session = browser.cookie("toolgate_console").await.expect("a session");
-    let me = with_cookie(
-        reqwest::Method::GET,
-        &gateway.url("/console/session"),
-        &session,
-        &[],
-        None,
-    )
-    .await;
-    let token = me.body["csrf_token"].as_str().expect("a token").to_owned();
+    let token = csrf_token(&gateway, &session).await;
     let origin = gateway.base.clone();
     let same_site = [
         ("origin", origin.as_str()),
@@ -309,15 +308,7 @@ async fn a_forged_cross_site_post_with_the_session_cookie_is_refused() {
     let id = park(&gateway, "bob", 1).await;
     let resume = gateway.url(&format!("/v1/suspensions/{id}/resume"));
     let approve = || Some(json!({"decision": "approve"}));
-    let me = with_cookie(
-        reqwest::Method::GET,
-        &gateway.url("/console/session"),
-        &session,
-        &[],
-        None,
-    )
-    .await;
-    let token = me.body["csrf_token"].as_str().expect("a token").to_owned();
+    let token = csrf_token(&gateway, &session).await;
     let origin = gateway.base.clone();
 
     // Another site's page: its origin, no token.
@@ -437,15 +428,7 @@ async fn a_stale_session_cookie_is_removed_by_its_first_refusal_so_reloads_cost_
     let session = browser.cookie("toolgate_console").await.expect("a session");
 
     // Signed out elsewhere, with the cookie and its token: the browser keeps the cookie.
-    let me = with_cookie(
-        reqwest::Method::GET,
-        &gateway.url("/console/session"),
-        &session,
-        &[],
-        None,
-    )
-    .await;
-    let token = me.body["csrf_token"].as_str().expect("a token").to_owned();
+    let token = csrf_token(&gateway, &session).await;
     let own = [
         ("origin", gateway.base.as_str()),
         ("x-toolgate-csrf", token.as_str()),

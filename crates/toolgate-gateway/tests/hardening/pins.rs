@@ -1,6 +1,8 @@
 //! Tool-definition pinning: an upstream that changes what a tool says it does gets that
 //! tool held back — listed nowhere, calls refused — until an admin accepts the change.
 
+use std::path::PathBuf;
+
 use reqwest::Method;
 use serde_json::{Value, json};
 
@@ -22,6 +24,19 @@ users:\n{alice}{bob}",
     )
 }
 
+/// A gateway in front of `shapes` with its pins in `dir`: it, its pin file, and the file
+/// that holds what `add` says it does (to change it under the gateway).
+fn start(dir: &tempfile::TempDir) -> (Gateway, PathBuf, PathBuf) {
+    let pins = dir.path().join("pins.json");
+    let description = dir.path().join("add-description.txt");
+    std::fs::write(&description, "Adds two whole numbers.").unwrap();
+    let gateway = Gateway::start_with_env(
+        &config(&pins),
+        &[("SHAPES_ADD_DESCRIPTION_FILE", description.to_str().unwrap())],
+    );
+    (gateway, pins, description)
+}
+
 async fn listed_tools(gateway: &Gateway) -> Vec<String> {
     let listed = get(&client(), &gateway.url("/v1/tools"), Some("alice")).await;
     listed.body["tools"]
@@ -38,13 +53,7 @@ async fn a_changed_tool_definition_is_held_back_until_an_admin_accepts_it() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let pins = dir.path().join("pins.json");
-    let description = dir.path().join("add-description.txt");
-    std::fs::write(&description, "Adds two whole numbers.").unwrap();
-    let gateway = Gateway::start_with_env(
-        &config(&pins),
-        &[("SHAPES_ADD_DESCRIPTION_FILE", description.to_str().unwrap())],
-    );
+    let (gateway, pins, description) = start(&dir);
     let yaml = gateway.config.clone();
 
     // First sight: pinned and served.
@@ -137,16 +146,11 @@ async fn a_forgotten_pin_is_pinned_afresh_at_the_next_reload() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let pins = dir.path().join("pins.json");
-    let description = dir.path().join("add-description.txt");
-    std::fs::write(&description, "Adds two whole numbers.").unwrap();
     // A tool an upstream offered once, and offers no more.
     let retired = json!({"fingerprint": "sha256:00", "definition": {"name": "retired"}});
-    std::fs::write(&pins, json!({"pins": {"retired": retired}}).to_string()).unwrap();
-    let gateway = Gateway::start_with_env(
-        &config(&pins),
-        &[("SHAPES_ADD_DESCRIPTION_FILE", description.to_str().unwrap())],
-    );
+    let file = json!({"pins": {"retired": retired}}).to_string();
+    std::fs::write(dir.path().join("pins.json"), file).unwrap();
+    let (gateway, pins, description) = start(&dir);
     let added = invoke(&gateway, "alice", "add", json!({"a": 1, "b": 2})).await;
     assert_eq!(added.status, 200, "{}", added.body);
     let pins_url = gateway.url("/v1/admin/pins");
