@@ -641,6 +641,9 @@ async fn pins(path: &std::path::Path, action: Option<PinsAction>) -> Result<(), 
         list.pins.len(),
         list.pending.len()
     );
+    for (tool, pin) in &list.pins {
+        println!("PINNED {tool}: {}", pin.fingerprint);
+    }
     for (tool, change) in &list.pending {
         println!("\nCHANGED {tool}: {} -> {}", change.pinned, change.offered);
         let before = list.pins.get(tool).map(|p| &p.definition);

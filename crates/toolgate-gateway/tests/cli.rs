@@ -297,6 +297,10 @@ fn pins_import_brings_a_pin_file_to_the_shared_pins_once() {
         listed.contains("CHANGED mul: sha256:2 -> sha256:3"),
         "{listed}"
     );
+    assert!(
+        listed.contains("PINNED add: sha256:1\nPINNED mul: sha256:2\n"),
+        "{listed}"
+    );
     assert!(listed.contains("Multiplies and mails."), "{listed}");
     let again = import();
     assert!(
@@ -328,8 +332,9 @@ fn pins_import_brings_a_pin_file_to_the_shared_pins_once() {
 
 /// `toolgate pins accept` run by many people at once on one pin file (or beside a gateway
 /// that reloads) keeps every acceptance: each process changes the file under its lock.
+/// `toolgate pins forget` then removes pins, and says so of one it does not know.
 #[test]
-fn pins_accepted_by_many_processes_at_once_are_all_kept() {
+fn pins_accepted_by_many_processes_at_once_are_all_kept_and_forgotten_once() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("pins.json");
     let config = dir.path().join("gateway.yaml");
@@ -377,4 +382,22 @@ fn pins_accepted_by_many_processes_at_once_are_all_kept() {
         .filter(|e| e["event"] == "accepted")
         .count();
     assert_eq!(accepted, tools.len(), "{kept}");
+
+    // Tools gone for good are forgotten, once.
+    let forget = |tools: &[&str]| {
+        let mut args = vec!["pins", "--config", &config, "forget"];
+        args.extend_from_slice(tools);
+        run(&args, "")
+    };
+    let (status, stdout, stderr) = forget(&["tool0", "tool1"]);
+    assert!(status.success(), "{stdout}{stderr}");
+    assert!(
+        stdout.starts_with("forgotten: tool0\nforgotten: tool1\n"),
+        "{stdout}"
+    );
+    let (status, _, stderr) = forget(&["tool0"]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("`tool0` is not pinned"), "{stderr}");
+    let (_, listed, _) = run(&["pins", "--config", &config], "");
+    assert!(listed.contains(": 22 pinned, 0 changed"), "{listed}");
 }
