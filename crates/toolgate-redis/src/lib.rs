@@ -21,8 +21,9 @@
 //! ([`SuspensionStore`](toolgate_core::suspension::SuspensionStore)) — shared by every
 //! replica and kept across restarts, under exact per-user and total caps, optionally
 //! encrypted at rest — sign-in sessions, [`RedisSessions`], bounded in all and per user
-//! and found through every replica, bounded histories, [`RedisHistory`], and the pinned
-//! definitions of imported tools, [`RedisPins`].
+//! and found through every replica, bounded histories, [`RedisHistory`], the pinned
+//! definitions of imported tools, [`RedisPins`], and per-tool counts summed over every
+//! replica, [`RedisCounters`].
 //!
 //! [`RedisState`] connects once and builds all of them on one connection — to one Redis
 //! node, or to a Redis Cluster ([`RedisState::connect_cluster`], [`ClusterNodes`], or a
