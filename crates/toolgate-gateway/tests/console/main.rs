@@ -478,7 +478,7 @@ async fn a_stale_session_cookie_is_removed_by_its_first_refusal_so_reloads_cost_
 }
 
 #[tokio::test]
-async fn a_changed_tool_definition_is_shown_with_its_diff_and_accepted_from_the_console() {
+async fn a_changed_tool_definition_is_shown_with_its_diff_and_accepted_and_a_gone_one_forgotten() {
     if !browser::available("a_changed_tool_definition_is_shown_with_its_diff_and_accepted")
         || !python_mcp_available("a_changed_tool_definition_is_shown_with_its_diff_and_accepted")
     {
@@ -486,6 +486,9 @@ async fn a_changed_tool_definition_is_shown_with_its_diff_and_accepted_from_the_
     }
     let dir = tempfile::tempdir().unwrap();
     let pins = dir.path().join("pins.json");
+    // A tool an upstream offered once, and offers no more.
+    let retired = json!({"fingerprint": "sha256:00", "definition": {"name": "retired"}});
+    std::fs::write(&pins, json!({"pins": {"retired": retired}}).to_string()).unwrap();
     let description = dir.path().join("add-description.txt");
     std::fs::write(&description, "Adds two whole numbers.").unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/shapes.py");
@@ -536,6 +539,24 @@ pins:\n  path: {pins}\nusers:\n{alice}",
         "{}",
         shown.body
     );
+
+    // The pin of a tool gone for good is shown apart, and forgotten from its card.
+    browser
+        .wait_text("article[data-tool=retired] h3", "retired (gone)")
+        .await;
+    browser.screenshot(&screenshot("pins-gone.png")).await;
+    browser
+        .click("article[data-tool=retired][data-gone] button.forget")
+        .await;
+    browser.wait_text("#status", "Forgot retired").await;
+    browser.wait_gone("article[data-tool=retired]").await;
+    let shown = get(&client(), &gateway.url("/v1/admin/pins"), Some("alice")).await;
+    assert!(
+        shown.body["pins"].get("retired").is_none(),
+        "{}",
+        shown.body
+    );
+    assert_eq!(shown.body["gone"], json!([]), "{}", shown.body);
     browser.quit().await;
 }
 

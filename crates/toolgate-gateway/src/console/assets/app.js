@@ -275,8 +275,27 @@ async function loadPins() {
       el('p', { class: 'label', text: `pinned ${change.pinned}, offered ${change.offered}` }),
       pre, accept);
   });
-  box.replaceChildren(...cards);
-  if (!cards.length) box.append(empty(`No definition is held back. ${Object.keys(data.pins).length} pinned.`));
+  // Pins of tools no upstream offers any more: kept (pins never expire) until forgotten.
+  const gone = (data.gone || []).map((tool) => {
+    const forget = el('button', { type: 'button', class: 'forget', text: `Forget the pin of ${tool}` });
+    forget.addEventListener('click', async () => {
+      forget.disabled = true;
+      try {
+        const done = await api('DELETE', `/v1/admin/pins/${encodeURIComponent(tool)}`);
+        say(`Forgot ${tool}: ${done.note}.`);
+      } catch (error) {
+        say(`${tool}: ${error.message}`, true);
+      }
+      await load('pins');
+    });
+    return el('article', { class: 'card', 'data-tool': tool, 'data-gone': '' },
+      el('h3', { text: `${tool} (gone)` }),
+      el('p', { text: 'No upstream of this gateway offers this tool any more. Its pin is kept until it is forgotten; a tool of this name offered after that is trusted afresh.' }),
+      el('p', { class: 'label', text: `pinned ${data.pins[tool].fingerprint}` }),
+      forget);
+  });
+  box.replaceChildren(...cards, ...gone);
+  if (!cards.length) box.prepend(empty(`No definition is held back. ${Object.keys(data.pins).length} pinned.`));
 }
 
 const SVG = 'http://www.w3.org/2000/svg';
