@@ -385,6 +385,29 @@ async fn pins_are_shared_across_replicas_on_a_cluster() {
     assert_eq!(b.history(10).await.unwrap().len(), 3);
 }
 
+#[tokio::test]
+async fn counters_are_summed_across_replicas_on_a_cluster() {
+    let test = "counters_are_summed_across_replicas_on_a_cluster";
+    let Some(cluster) = Cluster::start_or_skip(test) else {
+        return;
+    };
+    let prefix = namespace();
+    let keep = Duration::from_secs(3600);
+    let a = on(&cluster, patient(&prefix)).await.counters(10, keep);
+    let b = on(&cluster, patient(&prefix)).await.counters(10, keep);
+    a.add(&[("add", &[("calls", 2)][..]), ("mul", &[("calls", 1)][..])])
+        .await
+        .unwrap();
+    b.add(&[("add", &[("calls", 3), ("errors", 1)][..])])
+        .await
+        .unwrap();
+    let all = b.read().await.unwrap();
+    assert_eq!(all.tools["add"]["calls"], 5);
+    assert_eq!(all.tools["add"]["errors"], 1);
+    assert_eq!(all.tools["mul"]["calls"], 1);
+    assert!(all.since_ms.is_some());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_budget_whose_slot_moves_under_load_follows_ask_and_moved_and_stays_exact() {
     let Some(cluster) = Cluster::start_or_skip(
