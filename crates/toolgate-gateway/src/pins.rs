@@ -316,7 +316,7 @@ where
             reason: e.to_string(),
         }
     };
-    let changed = tokio::task::spawn_blocking({
+    let joined = tokio::task::spawn_blocking({
         let io = io.clone();
         move || {
             let mut lock_path = path.clone().into_os_string();
@@ -338,7 +338,7 @@ where
         }
     })
     .await;
-    changed.map_err(|e| io(std::io::Error::other(e)))?
+    joined.map_err(|e| io(std::io::Error::other(e)))?
 }
 
 /// How many definitions are checked against shared pins at once.

@@ -72,10 +72,12 @@ impl Counts {
 
     /// What this process counted and has not added to the shared counts yet.
     fn unshared(&self) -> Values {
-        std::array::from_fn(|i| {
-            let counted = self.counted[i].load(Ordering::Relaxed);
-            counted.saturating_sub(self.shared[i].load(Ordering::Relaxed))
-        })
+        self.beyond_shared(&self.counted())
+    }
+
+    /// What of `counted` (read a moment ago) was not added to the shared counts.
+    fn beyond_shared(&self, counted: &Values) -> Values {
+        std::array::from_fn(|i| counted[i].saturating_sub(self.shared[i].load(Ordering::Relaxed)))
     }
 }
 
@@ -213,12 +215,9 @@ impl ToolCounters {
             .map(|(tool, c, counted)| {
                 let fields = FIELDS
                     .iter()
-                    .zip(counted)
-                    .zip(&c.shared)
-                    .filter_map(|((name, counted), shared)| {
-                        let delta = counted.saturating_sub(shared.load(Ordering::Relaxed));
-                        (delta > 0).then_some((*name, delta))
-                    })
+                    .zip(c.beyond_shared(counted))
+                    .filter(|(_, delta)| *delta > 0)
+                    .map(|(name, delta)| (*name, delta))
                     .collect::<Vec<_>>();
                 (tool.as_str(), fields)
             })
@@ -266,12 +265,16 @@ impl ToolCounters {
         let since = shared
             .since_ms
             .map_or(self.since, |ms| UNIX_EPOCH + Duration::from_millis(ms));
-        Ok(render(since, "every replica", tools.into_iter().collect()))
+        Ok(render(since, "every replica", tools))
     }
 }
 
 /// The statistics of `tools`, counted since `since` by `counted_by`.
-fn render(since: SystemTime, counted_by: &str, tools: Vec<(String, Values)>) -> Value {
+fn render(
+    since: SystemTime,
+    counted_by: &str,
+    tools: impl IntoIterator<Item = (String, Values)>,
+) -> Value {
     let tools: Vec<Value> = tools
         .into_iter()
         .filter(|(_, values)| values[CALLS] > 0)

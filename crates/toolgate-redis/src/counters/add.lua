@@ -4,18 +4,15 @@
 -- ARGV     base, the most tools counted apart, how long the counts outlive the last
 --          addition (ms), then for each tool: its name, how many fields follow, then each
 --          field's name and what to add to it
--- returns  how many tools were added as `other`, for want of room
 
 local base, max, keep = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 redis.call('SET', base .. ':since', now, 'NX', 'PX', keep)
 redis.call('PEXPIRE', base .. ':since', keep)
-local crowded = 0
 local i = 4
 while i <= #ARGV do
   local tool, fields = ARGV[i], tonumber(ARGV[i + 1])
   if redis.call('SISMEMBER', KEYS[1], tool) == 0 and redis.call('SCARD', KEYS[1]) >= max then
     tool = 'other'
-    crowded = crowded + 1
   end
   redis.call('SADD', KEYS[1], tool)
   local key = base .. ':tool:' .. tool
@@ -26,4 +23,4 @@ while i <= #ARGV do
   i = i + 2 + 2 * fields
 end
 redis.call('PEXPIRE', KEYS[1], keep)
-return crowded
+return 0

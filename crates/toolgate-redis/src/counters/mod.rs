@@ -75,6 +75,17 @@ impl RedisCounters {
         }
     }
 
+    async fn run<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        args: &[&[u8]],
+    ) -> Result<T, CountersUnavailable> {
+        self.link
+            .run_script(script, format!("{}:tools", self.base), args)
+            .await
+            .map_err(|failure| CountersUnavailable(failure.to_string()))
+    }
+
     /// Adds `counts`, each a tool and what to add to its fields. Fields added nothing may
     /// be left out.
     ///
@@ -99,12 +110,7 @@ impl RedisCounters {
             }
         }
         let args: Vec<&[u8]> = args.iter().map(|a| a.as_bytes()).collect();
-        let _crowded: u64 = self
-            .link
-            .run_script(&ADD, format!("{}:tools", self.base), &args)
-            .await
-            .map_err(|failure| CountersUnavailable(failure.to_string()))?;
-        Ok(())
+        self.run(&ADD, &args).await
     }
 
     /// The counts of every replica.
@@ -113,15 +119,8 @@ impl RedisCounters {
     ///
     /// [`CountersUnavailable`] when Redis gives no answer within the deadline.
     pub async fn read(&self) -> Result<SharedCounts, CountersUnavailable> {
-        let (since, tools, counts): (String, Vec<String>, Vec<Vec<String>>) = self
-            .link
-            .run_script(
-                &READ,
-                format!("{}:tools", self.base),
-                &[self.base.as_bytes()],
-            )
-            .await
-            .map_err(|failure| CountersUnavailable(failure.to_string()))?;
+        let (since, tools, counts): (String, Vec<String>, Vec<Vec<String>>) =
+            self.run(&READ, &[self.base.as_bytes()]).await?;
         let tools = tools
             .into_iter()
             .zip(counts)
