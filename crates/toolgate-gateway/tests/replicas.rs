@@ -7,8 +7,8 @@
 mod common;
 
 use common::{
-    Answer, Gateway, client, eventually, get, invoke, key, post, random_u32, redis_or_skip,
-    redis_remove_keys_under, user_yaml, with_cookie,
+    Answer, Gateway, client, console_sign_in, eventually, get, invoke, key, post, random_u32,
+    redis_or_skip, redis_remove_keys_under, session_cookie, user_yaml, with_cookie,
 };
 use futures::future::join_all;
 use serde_json::json;
@@ -275,27 +275,12 @@ struct ConsoleSession {
 }
 
 /// `user` signs in to the console of `gateway` with their key.
-async fn console_sign_in(gateway: &Gateway, user: &str) -> ConsoleSession {
-    let response = client()
-        .post(gateway.url("/console/session"))
-        .json(&json!({ "key": key(user) }))
-        .send()
-        .await
-        .expect("signing in");
-    let cookie = response
-        .headers()
-        .get("set-cookie")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    let answer = Answer::read(response).await;
+async fn signed_in(gateway: &Gateway, user: &str) -> ConsoleSession {
+    let answer = console_sign_in(gateway, user).await;
     assert_eq!(answer.status, 200, "{}", answer.body);
-    let cookie = cookie.expect("a session cookie");
-    let id = cookie
-        .strip_prefix("toolgate_console=")
-        .and_then(|rest| rest.split(';').next())
-        .expect("the cookie's value");
+    let id = session_cookie(&answer).expect("a session cookie");
     ConsoleSession {
-        id: id.to_owned(),
+        id,
         csrf: answer.body["csrf_token"]
             .as_str()
             .expect("a token")
@@ -332,7 +317,7 @@ async fn a_console_session_opened_on_one_replica_works_on_every_replica_and_outl
         approval_config(&redis, &prefix)
     );
     let (a, b) = (Gateway::start(&config), Gateway::start(&config));
-    let session = console_sign_in(&a, "alice").await;
+    let session = signed_in(&a, "alice").await;
 
     // B knows the session A opened: who it is, and its calls as alice's.
     let shown = with_session(&b, reqwest::Method::GET, "/console/session", &session, None).await;
@@ -368,8 +353,8 @@ async fn a_console_session_opened_on_one_replica_works_on_every_replica_and_outl
     assert_eq!(after_restart.status, 200, "{}", after_restart.body);
 
     // Two sessions per user across the replicas: alice's third sign-in ends her first.
-    let second = console_sign_in(&b, "alice").await;
-    let third = console_sign_in(&c, "alice").await;
+    let second = signed_in(&b, "alice").await;
+    let third = signed_in(&c, "alice").await;
     let first_again =
         with_session(&a, reqwest::Method::GET, "/console/session", &session, None).await;
     assert_eq!(

@@ -499,6 +499,24 @@ pub async fn with_cookie(
     Answer::read(request.send().await.expect("a response")).await
 }
 
+/// `user` signs in to the console of `gateway` with their key: the answer, whatever it is.
+pub async fn console_sign_in(gateway: &Gateway, user: &str) -> Answer {
+    let request = client()
+        .post(gateway.url("/console/session"))
+        .json(&json!({ "key": key(user) }));
+    Answer::read(request.send().await.expect("signing in")).await
+}
+
+/// The value of the console session cookie `answer` sets, if it sets one.
+pub fn session_cookie(answer: &Answer) -> Option<String> {
+    let cookie = answer.headers.get("set-cookie")?.to_str().ok()?;
+    let value = cookie
+        .strip_prefix("toolgate_console=")?
+        .split(';')
+        .next()?;
+    Some(value.to_owned())
+}
+
 /// Opens a session as `user`; its id.
 pub async fn open_session(gateway: &Gateway, user: &str) -> String {
     let initialize = json!({

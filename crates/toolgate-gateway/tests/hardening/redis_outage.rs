@@ -10,8 +10,8 @@ use std::time::Duration;
 use serde_json::json;
 
 use crate::common::{
-    Answer, Gateway, OwnRedis, client, get, invoke, key, python, python_mcp_available, user_yaml,
-    with_cookie,
+    Answer, Gateway, OwnRedis, client, console_sign_in, get, invoke, python, python_mcp_available,
+    session_cookie, user_yaml, with_cookie,
 };
 
 /// `what`'s answer, which must come within 20 s: a hung Redis must not hang the caller.
@@ -42,20 +42,9 @@ users:\n{alice}",
     let gateway = Gateway::start(&config);
     let added = invoke(&gateway, "alice", "add", json!({"a": 1, "b": 2})).await;
     assert_eq!(added.status, 200, "{}", added.body);
-    let sign_in = || async {
-        let request = client()
-            .post(gateway.url("/console/session"))
-            .json(&json!({"key": key("alice")}));
-        Answer::read(request.send().await.expect("a response")).await
-    };
-    let signed_in = sign_in().await;
+    let signed_in = console_sign_in(&gateway, "alice").await;
     assert_eq!(signed_in.status, 200, "{}", signed_in.body);
-    let cookie = signed_in.headers["set-cookie"].to_str().unwrap();
-    let session = cookie["toolgate_console=".len()..]
-        .split(';')
-        .next()
-        .unwrap()
-        .to_owned();
+    let session = session_cookie(&signed_in).expect("a session cookie");
     let pins_url = gateway.url("/v1/admin/pins");
     let listed = get(&client(), &pins_url, Some("alice")).await;
     assert!(listed.body["pins"].get("add").is_some(), "{}", listed.body);
@@ -68,7 +57,7 @@ users:\n{alice}",
         "{}",
         pins.body
     );
-    let again = answered("a sign-in", sign_in()).await;
+    let again = answered("a sign-in", console_sign_in(&gateway, "alice")).await;
     assert_eq!(
         (again.status, again.error_code()),
         (503, "sessions_unavailable"),
