@@ -1,6 +1,6 @@
 //! Per-tool counts shared on a real Redis: what each replica adds is summed for all, a
-//! flood of tool names is bounded, every key expires, and a stalled Redis says so within
-//! the deadline.
+//! flood of tool names is bounded, a reset starts them over for every replica, every key
+//! expires, and a stalled Redis says so within the deadline.
 
 mod common;
 
@@ -53,6 +53,54 @@ async fn what_each_replica_adds_is_summed_for_every_replica() {
     // Later additions leave the start where it was.
     a.add(&[("search", &[("calls", 1)][..])]).await.unwrap();
     assert_eq!(a.read().await.unwrap().since_ms, Some(since));
+    assert_every_key_expires(&url, &prefix).await;
+    remove_keys_under(&url, &prefix).await;
+}
+
+#[tokio::test]
+async fn a_reset_starts_the_counts_over_and_every_replica_learns_of_it_at_its_next_addition() {
+    let test = "a_reset_starts_the_counts_over_and_every_replica_learns_of_it_at_its_next_addition";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    // Room for two tools: the reset must free the places the old ones held.
+    let a = replica(&url, &prefix).await.counters(2, KEEP);
+    let b = replica(&url, &prefix).await.counters(2, KEEP);
+    assert_eq!(b.add(&[]).await.unwrap(), None, "nothing was ever added");
+    let first = a
+        .add(&[("old1", &[("calls", 3)][..]), ("old2", &[("calls", 1)][..])])
+        .await
+        .unwrap()
+        .expect("a start once counts were added");
+    assert_eq!(
+        b.add(&[]).await.unwrap(),
+        Some(first),
+        "an empty addition adds nothing"
+    );
+    tokio::time::sleep(Duration::from_millis(5)).await;
+
+    let started = a.reset().await.unwrap();
+    assert!(started > first, "{started} after {first}");
+    let all = b.read().await.unwrap();
+    assert_eq!(
+        (all.since_ms, all.tools.len()),
+        (Some(started), 0),
+        "{all:?}"
+    );
+    // The other replica's next addition answers the new start: it learns of the reset.
+    assert_eq!(
+        b.add(&[("new", &[("calls", 1)][..])]).await.unwrap(),
+        Some(started)
+    );
+    a.add(&[("newer", &[("calls", 2)][..])]).await.unwrap();
+    let all = a.read().await.unwrap();
+    let tools: Vec<(&str, u64)> = all
+        .tools
+        .iter()
+        .map(|(tool, fields)| (tool.as_str(), fields["calls"]))
+        .collect();
+    assert_eq!(tools, [("new", 1), ("newer", 2)], "not under `other`");
     assert_every_key_expires(&url, &prefix).await;
     remove_keys_under(&url, &prefix).await;
 }

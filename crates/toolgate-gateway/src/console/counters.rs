@@ -2,10 +2,12 @@
 //! latency histogram, counted by a hook at `on_metrics` (the same point, and so the same
 //! calls, as the Prometheus metrics) and read as JSON by `GET /v1/admin/stats`.
 //!
-//! They live as long as the process (reloads keep them) and are bounded: past
-//! [`MAX_TOOLS`] tools, further tools are counted under `other`. With the state on Redis,
-//! each replica also adds what it counted to counts every replica shares
-//! ([`RedisCounters`]) every [`FLUSH_EVERY`], and the statistics are every replica's.
+//! They live as long as the process (reloads keep them), or until an approver starts them
+//! over (`DELETE /v1/admin/stats`), and are bounded: past [`MAX_TOOLS`] tools, further
+//! tools are counted under `other`. With the state on Redis, each replica also adds what
+//! it counted to counts every replica shares ([`RedisCounters`]) every [`FLUSH_EVERY`],
+//! the statistics are every replica's, and starting them over does so for every replica
+//! (each learns of it at its next addition).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -119,18 +121,21 @@ impl Ending {
 /// The counters, shared by every configuration the process serves.
 pub struct ToolCounters {
     tools: RwLock<BTreeMap<String, Arc<Counts>>>,
-    since: SystemTime,
-    /// Held while adding to the shared counts and while reading them, so that what is
-    /// added is never also read as this replica's own.
-    sharing: tokio::sync::Mutex<()>,
+    /// When this process started counting, or last started over.
+    since: RwLock<SystemTime>,
+    /// Held while adding to the shared counts, reading them and starting them over, so
+    /// that what is added is never also read as this replica's own. It holds when the
+    /// shared counts started, as this replica last learnt it (milliseconds on Redis's
+    /// clock): a later start means another replica started them over.
+    sharing: tokio::sync::Mutex<Option<u64>>,
 }
 
 impl Default for ToolCounters {
     fn default() -> Self {
         ToolCounters {
             tools: RwLock::default(),
-            since: SystemTime::now(),
-            sharing: tokio::sync::Mutex::new(()),
+            since: RwLock::new(SystemTime::now()),
+            sharing: tokio::sync::Mutex::new(None),
         }
     }
 }
@@ -168,6 +173,19 @@ impl ToolCounters {
             .collect()
     }
 
+    fn since(&self) -> SystemTime {
+        *self.since.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forgets every count of this process: it counts from now.
+    fn start_over(&self) {
+        self.tools
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+        *self.since.write().unwrap_or_else(|e| e.into_inner()) = SystemTime::now();
+    }
+
     /// Counts one call of `tool` that ended so after `elapsed`.
     pub fn record(&self, tool: &str, ending: Ending, elapsed: Duration) {
         let counts = self.counts(tool);
@@ -191,18 +209,20 @@ impl ToolCounters {
     /// memory.
     pub fn snapshot(&self) -> Value {
         let tools = self.each(Counts::counted);
-        render(self.since, "this replica", tools)
+        render(self.since(), "this replica", tools)
     }
 
     /// Adds what this process counted since its last addition to the counts every replica
     /// shares. What an addition that failed carried is added by the next one; one that
-    /// timed out after Redis ran it is so counted twice.
+    /// timed out after Redis ran it is so counted twice. When the shared counts started
+    /// later than this replica last learnt, another replica started them over: this one
+    /// then starts its own over too (what it just added stays added).
     ///
     /// # Errors
     ///
     /// [`CountersUnavailable`] when Redis does not answer within the deadline.
     pub async fn share(&self, to: &RedisCounters) -> Result<(), CountersUnavailable> {
-        let _sharing = self.sharing.lock().await;
+        let mut learnt = self.sharing.lock().await;
         let tools: Vec<(String, Arc<Counts>, Values)> = {
             let tools = self.tools.read().unwrap_or_else(|e| e.into_inner());
             tools
@@ -227,11 +247,17 @@ impl ToolCounters {
             .iter()
             .map(|(tool, fields)| (*tool, fields.as_slice()))
             .collect();
-        to.add(&batch).await?;
+        let started = to.add(&batch).await?;
         for (_, c, counted) in &tools {
             for (shared, counted) in c.shared.iter().zip(counted) {
                 shared.store(*counted, Ordering::Relaxed);
             }
+        }
+        if let Some(started) = started {
+            if learnt.is_some_and(|learnt| learnt != started) {
+                self.start_over();
+            }
+            *learnt = Some(started);
         }
         Ok(())
     }
@@ -264,8 +290,25 @@ impl ToolCounters {
         }
         let since = shared
             .since_ms
-            .map_or(self.since, |ms| UNIX_EPOCH + Duration::from_millis(ms));
+            .map_or_else(|| self.since(), |ms| UNIX_EPOCH + Duration::from_millis(ms));
         Ok(render(since, "every replica", tools))
+    }
+
+    /// Starts the counts over from now: this process's, and with `shared` every replica's
+    /// (what another replica counted and had not added yet, at most its last
+    /// [`FLUSH_EVERY`], is added after the reset).
+    ///
+    /// # Errors
+    ///
+    /// [`CountersUnavailable`] when Redis does not answer within the deadline: then this
+    /// process's counts are kept, and the shared ones may or may not have been reset.
+    pub async fn reset(&self, shared: Option<&RedisCounters>) -> Result<(), CountersUnavailable> {
+        let mut learnt = self.sharing.lock().await;
+        if let Some(shared) = shared {
+            *learnt = Some(shared.reset().await?);
+        }
+        self.start_over();
+        Ok(())
     }
 }
 
@@ -380,6 +423,85 @@ mod tests {
         assert_eq!(Ending::of(Some(&limited)), Ending::Refused);
         let failed = ToolError::abort("boom", "tool_failed", 500);
         assert_eq!(Ending::of(Some(&failed)), Ending::Error);
+    }
+
+    #[tokio::test]
+    async fn a_reset_forgets_every_count_and_frees_the_places_of_the_tools_counted_apart() {
+        let counters = ToolCounters::default();
+        for i in 0..MAX_TOOLS {
+            counters.record(&format!("t{i}"), Ending::Succeeded, Duration::ZERO);
+        }
+        let before = counters.since();
+        counters.reset(None).await.unwrap();
+        assert!(counters.since() > before, "counted from the reset");
+        assert_eq!(counters.snapshot()["tools"], json!([]));
+        counters.record("new", Ending::Error, Duration::ZERO);
+        let s = counters.snapshot();
+        assert_eq!(s["tools"][0]["tool"], "new", "not under `other`: {s}");
+        assert_eq!(s["tools"][0]["errors"], 1);
+    }
+
+    /// Shared counters on the Redis of `REDIS_URL` (or 127.0.0.1:6379), under a prefix of
+    /// the test's own whose keys expire within a minute; `None` (said on stderr) without
+    /// Redis outside CI.
+    async fn shared_or_skip(test: &str) -> Option<RedisCounters> {
+        use std::io::Write;
+        use toolgate_redis::{RedisConfig, RedisState};
+        let url =
+            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
+        let prefix = format!("tgcount{}x{}", std::process::id(), fastrand::u32(..));
+        let config = RedisConfig::builder().key_prefix(prefix).build();
+        match RedisState::connect(&url, config).await {
+            Ok(state) => Some(state.counters(MAX_TOOLS, Duration::from_secs(60))),
+            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+                panic!("{test}: Redis at {url} is required in CI ({e})")
+            }
+            Err(e) => {
+                let _ = writeln!(
+                    std::io::stderr().lock(),
+                    "SKIPPED {test}: no Redis at {url} ({e})"
+                );
+                None
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_replica_starts_its_own_counts_over_when_another_started_the_shared_ones_over() {
+        let test = "a_replica_starts_its_own_counts_over_when_another_started_the_shared_ones_over";
+        let Some(shared) = shared_or_skip(test).await else {
+            return;
+        };
+        let (a, b) = (ToolCounters::default(), ToolCounters::default());
+        a.record("echo", Ending::Succeeded, Duration::ZERO);
+        b.record("echo", Ending::Succeeded, Duration::ZERO);
+        a.share(&shared).await.unwrap();
+        b.share(&shared).await.unwrap();
+        assert_eq!(
+            b.shared_snapshot(&shared).await.unwrap()["tools"][0]["calls"],
+            2
+        );
+
+        let before = b.since();
+        a.reset(Some(&shared)).await.unwrap();
+        assert_eq!(a.snapshot()["tools"], json!([]));
+        // Until its next addition, `b` keeps what it counted before (shown when Redis
+        // cannot be read); that addition tells it of the reset.
+        assert_eq!(b.snapshot()["tools"][0]["calls"], 1);
+        b.record("late", Ending::Succeeded, Duration::ZERO);
+        b.share(&shared).await.unwrap();
+        assert_eq!(b.snapshot()["tools"], json!([]), "started over");
+        assert!(b.since() > before);
+        let every = a.shared_snapshot(&shared).await.unwrap();
+        assert_eq!(every["tools"].as_array().unwrap().len(), 1, "{every}");
+        assert_eq!(
+            every["tools"][0]["tool"], "late",
+            "added after the reset: {every}"
+        );
+        // Its own reset is no news to `a`.
+        a.record("echo", Ending::Succeeded, Duration::ZERO);
+        a.share(&shared).await.unwrap();
+        assert_eq!(a.snapshot()["tools"][0]["calls"], 1);
     }
 
     #[test]

@@ -20,7 +20,7 @@ use toolgate_hooks::audit::ClientAddress;
 use toolgate_hooks::policy::{CedarPolicies, PolicyLoadError, PolicySource};
 use toolgate_hooks::{Audit, Authorize};
 use toolgate_mcp::{ListFilter, McpServer, PROMPT_PREFIX, RESOURCES_PREFIX, Upstream};
-use toolgate_redis::RedisCounters;
+use toolgate_redis::{CountersUnavailable, RedisCounters};
 
 use crate::auth::ApiKeys;
 use crate::config::{ApprovalPolicy, Config, ConfigError};
@@ -433,6 +433,20 @@ impl Gateway {
                 self.counters.snapshot()
             }
         }
+    }
+
+    /// Starts the per-tool statistics over (`DELETE /v1/admin/stats`): every replica's with
+    /// the state on Redis, and answers them as they now are.
+    ///
+    /// # Errors
+    ///
+    /// [`CountersUnavailable`] when Redis does not answer: nothing of this replica's was
+    /// forgotten.
+    pub(crate) async fn reset_tool_statistics(
+        &self,
+    ) -> Result<serde_json::Value, CountersUnavailable> {
+        self.counters.reset(self.shared_counters.as_ref()).await?;
+        Ok(self.tool_statistics().await)
     }
 
     /// Adds this replica's per-tool counters to every replica's, with the state on Redis

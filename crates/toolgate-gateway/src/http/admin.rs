@@ -1,6 +1,7 @@
 //! `GET /v1/admin/stats` and `GET /v1/admin/decisions`: what the console's tool and
-//! history views show, for users with an approver role. The statistics and the decisions
-//! are every replica's when the state is on Redis.
+//! history views show, for users with an approver role; `DELETE /v1/admin/stats`, which
+//! starts the statistics over. The statistics and the decisions are every replica's when
+//! the state is on Redis.
 
 use axum::Json;
 use axum::extract::{Extension, Query};
@@ -31,6 +32,21 @@ fn approvers_only(caller: &Caller, what: &str) -> Result<(), ApiError> {
 pub async fn stats(Extension(caller): Extension<Caller>) -> Result<Json<Value>, ApiError> {
     approvers_only(&caller, "the per-tool statistics")?;
     Ok(Json(caller.gateway.tool_statistics().await))
+}
+
+/// Starts the per-tool statistics over: every count is forgotten, and they count from now
+/// — every replica's with the state on Redis. Answers the statistics as `GET` then does.
+pub async fn reset_stats(Extension(caller): Extension<Caller>) -> Result<Json<Value>, ApiError> {
+    approvers_only(&caller, "and reset the per-tool statistics")?;
+    let statistics = caller.gateway.reset_tool_statistics().await.map_err(|e| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "stats_unavailable",
+            e.to_string(),
+        )
+    })?;
+    tracing::info!(by = %caller.user.id, "the per-tool statistics were started over");
+    Ok(Json(statistics))
 }
 
 /// `?limit=` of `GET /v1/admin/decisions`, as sent.

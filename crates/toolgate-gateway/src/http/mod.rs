@@ -95,7 +95,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v1/admin/pins", get(pins::list))
         .route("/v1/admin/pins/{tool}", delete(pins::forget))
         .route("/v1/admin/pins/{tool}/accept", post(pins::accept))
-        .route("/v1/admin/stats", get(admin::stats))
+        .route(
+            "/v1/admin/stats",
+            get(admin::stats).delete(admin::reset_stats),
+        )
         .route("/v1/admin/decisions", get(admin::decisions))
         .route("/mcp", any(mcp::endpoint))
         .route_layer(AuthenticateLayer::new(state.current.clone()))

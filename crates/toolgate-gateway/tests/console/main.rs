@@ -146,6 +146,20 @@ async fn an_approver_signs_in_sees_the_waiting_call_approves_it_and_its_caller_g
     );
     browser.screenshot(&screenshot("tools.png")).await;
 
+    // Starting the statistics over takes a second click, then every count is gone.
+    browser.click("#reset-tools").await;
+    browser.wait_text("#reset-tools", "Click again").await;
+    assert!(
+        browser.text_of("#tools tbody").await.contains("echo"),
+        "one click forgets nothing"
+    );
+    browser.click("#reset-tools").await;
+    // The view is loaded again before the status says so.
+    browser.wait_text("#status", "started over").await;
+    assert_eq!(browser.text_of("#tools tbody").await, "");
+    let stats = get(&client(), &gateway.url("/v1/admin/stats"), Some("alice")).await;
+    assert_eq!(stats.body["tools"], json!([]), "{}", stats.body);
+
     // At phone width, the queue stays readable.
     let id = park(&gateway, "bob", 7).await;
     browser.resize(390, 844).await;

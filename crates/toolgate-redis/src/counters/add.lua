@@ -3,9 +3,14 @@
 -- KEYS[1]  <base>:tools
 -- ARGV     base, the most tools counted apart, how long the counts outlive the last
 --          addition (ms), then for each tool: its name, how many fields follow, then each
---          field's name and what to add to it
+--          field's name and what to add to it; none to add nothing
+-- returns  since (ms, '' when nothing was ever added): a replica that finds it moved
+--          knows the counts were reset, or expired, since its last addition
 
 local base, max, keep = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+if #ARGV < 4 then
+  return redis.call('GET', base .. ':since') or ''
+end
 redis.call('SET', base .. ':since', now, 'NX', 'PX', keep)
 redis.call('PEXPIRE', base .. ':since', keep)
 local i = 4
@@ -23,4 +28,4 @@ while i <= #ARGV do
   i = i + 2 + 2 * fields
 end
 redis.call('PEXPIRE', KEYS[1], keep)
-return 0
+return redis.call('GET', base .. ':since')

@@ -342,6 +342,38 @@ async function loadTools() {
     el('td', { text: String(t.latency_ms.mean) }))));
 }
 
+// Starting the statistics over forgets every count (of every replica, with the state on
+// Redis): the button asks for a second click within five seconds.
+let disarmReset = null;
+function armReset(armed) {
+  const button = $('reset-tools');
+  clearTimeout(disarmReset);
+  button.textContent = armed ? 'Click again to forget every count' : 'Start over';
+  if (armed) {
+    button.dataset.armed = 'yes';
+    disarmReset = setTimeout(() => armReset(false), 5000);
+  } else {
+    delete button.dataset.armed;
+  }
+}
+$('reset-tools').addEventListener('click', async () => {
+  const button = $('reset-tools');
+  if (!button.dataset.armed) {
+    armReset(true);
+    return;
+  }
+  armReset(false);
+  button.disabled = true;
+  try {
+    await api('DELETE', '/v1/admin/stats');
+    await load('tools');
+    say('The statistics were started over.');
+  } catch (error) {
+    say(`The statistics were not started over: ${error.message}`, true);
+  }
+  button.disabled = false;
+});
+
 const LOADERS = { queue: loadQueue, history: loadHistory, pins: loadPins, tools: loadTools, mine: loadMine };
 
 // The queue refreshes itself while it is shown.
