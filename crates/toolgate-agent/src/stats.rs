@@ -159,8 +159,13 @@ impl UsageStats {
         self.moved_aside.as_deref()
     }
 
-    /// Counts one result.
+    /// Counts one result. A result for a tool the registry does not know
+    /// (`unknown_tool`) is not counted: names a model or a caller made up would grow the
+    /// statistics, and the file they are saved to, without bound.
     pub fn record(&self, result: &ToolResult) {
+        if result.error_code() == Some("unknown_tool") {
+            return;
+        }
         let now_ms = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .unwrap_or_default()
@@ -285,6 +290,19 @@ mod tests {
         assert_eq!(percentile(&values, 95), 95);
         assert_eq!(percentile(&[7], 95), 7);
         assert_eq!(percentile(&[], 50), 0);
+    }
+
+    #[test]
+    fn results_for_tools_nobody_registered_are_not_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let stats = UsageStats::open(dir.path().join("stats.json")).unwrap();
+        for n in 0..100 {
+            let name = format!("made_up_{n}");
+            let error = toolgate_core::ToolError::UnknownTool { name: name.clone() };
+            stats.record(&ToolResult::error("c1", &name, &error));
+        }
+        stats.record(&ToolResult::success("c2", "search", serde_json::json!([])));
+        assert_eq!(stats.snapshot().keys().collect::<Vec<_>>(), ["search"]);
     }
 
     #[test]

@@ -395,11 +395,7 @@ impl ToolSystem {
 
     /// Records the result (observation and statistics) and hands it back.
     fn finish(&self, thread: &str, trace_id: &str, result: ToolResult) -> ToolResult {
-        // Names a model made up are not counted: they would grow the statistics without bound.
-        if let (Some(stats), false) = (
-            &self.inner.stats,
-            result.error_code() == Some("unknown_tool"),
-        ) {
+        if let Some(stats) = &self.inner.stats {
             stats.record(&result);
         }
         let observation = if result.status == ToolStatus::Suspended {
