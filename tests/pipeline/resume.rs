@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde_json::json;
 use toolgate::core::hook::hook_fn_sync;
 use toolgate::core::suspension::ResumeDecision;
-use toolgate::core::{Pipeline, Stage::*, ToolError};
+use toolgate::core::{InvokeOptions, Pipeline, Stage::*, ToolError, User};
 use toolgate_test::{
     CapacityCounters, CapacityHook, Inject, ScriptedTool, StageLog, assert_stages,
 };
@@ -542,4 +542,66 @@ async fn a_resumed_call_binds_its_request_providers_again_and_runs_with_the_new_
         "the call ran with the connection bound on resume"
     );
     assert_eq!(bindings.load(Ordering::SeqCst), 2);
+}
+
+/// A pipeline that asks for consent, and authorizes analysts only.
+fn analysts_with_consent(tool: &ScriptedTool) -> Pipeline {
+    recorded(tool.clone(), |h| {
+        h.at(WillCheckConsent, Inject::suspend("a person must approve"))
+    })
+    .hook(hook_fn_sync(WillAuthorize, |ctx| {
+        if ctx.user().has_role("analyst") {
+            Ok(())
+        } else {
+            ctx.abort("only analysts may call `t`", "forbidden", 403)
+        }
+    }))
+    .build()
+}
+
+/// Suspends a call of `user` and returns its suspension id.
+async fn suspend_as(pipeline: &Pipeline, user: &User) -> String {
+    let options = InvokeOptions::new().user(user.clone());
+    match pipeline.invoke(TOOL, input(), options).await {
+        Err(ToolError::Suspended { suspension_id, .. }) => suspension_id,
+        other => panic!("expected a suspension, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_resume_naming_the_caller_as_they_are_now_authorizes_them_as_that() {
+    let tool = ScriptedTool::returning(TOOL, json!("ran"));
+    let pipeline = analysts_with_consent(&tool);
+    let analyst = User::new("bob").with_roles(["analyst"]);
+    let kept = suspend_as(&pipeline, &analyst).await;
+    let demoted = suspend_as(&pipeline, &analyst).await;
+
+    // Named as he is now: no longer an analyst, so refused, and the tool never runs.
+    let now = InvokeOptions::new().user(User::new("bob").with_roles(["intern"]));
+    let err = pipeline
+        .resume(&demoted, ResumeDecision::Approve, now)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "forbidden");
+    assert_eq!(tool.calls(), 0);
+    // Not named: the caller as he was when the call waited.
+    let ran = pipeline.resume(&kept, ResumeDecision::Approve, options()).await;
+    assert_eq!(ran.unwrap(), json!("ran"));
+}
+
+#[tokio::test]
+async fn a_resume_naming_another_user_than_the_caller_is_refused_and_the_call_still_waits() {
+    let tool = ScriptedTool::returning(TOOL, json!("ran"));
+    let pipeline = analysts_with_consent(&tool);
+    let id = suspend_as(&pipeline, &User::new("bob").with_roles(["analyst"])).await;
+
+    let someone_else = InvokeOptions::new().user(User::new("mallory").with_roles(["analyst"]));
+    let err = pipeline
+        .resume(&id, ResumeDecision::Approve, someone_else)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "internal", "{err}");
+    assert_eq!(tool.calls(), 0);
+    let waiting = pipeline.suspended(&id).await.unwrap();
+    assert_eq!(waiting.map(|w| w.user.id).as_deref(), Some("bob"));
 }

@@ -34,13 +34,7 @@ impl ApiKeys {
         ApiKeys {
             users: users
                 .iter()
-                .map(|entry| {
-                    let mut user = User::new(entry.id.clone()).with_roles(entry.roles.clone());
-                    if let Some(tenant) = &entry.tenant {
-                        user = user.with_tenant(tenant.clone());
-                    }
-                    (entry.key_sha256, Arc::new(user))
-                })
+                .map(|entry| (entry.key_sha256, Arc::new(entry.user())))
                 .collect(),
         }
     }
@@ -64,6 +58,13 @@ impl ApiKeys {
     /// ```
     pub fn authenticate(&self, key: &str) -> Option<Arc<User>> {
         self.by_hash(&key_digest(key))
+    }
+
+    /// The user with this id, if any.
+    pub fn by_id(&self, id: &str) -> Option<Arc<User>> {
+        (self.users.iter())
+            .find(|(_, user)| user.id == id)
+            .map(|(_, user)| user.clone())
     }
 
     /// The user whose key has this SHA-256, if any: a console session keeps the hash of

@@ -332,16 +332,12 @@ fn configured_user(config: &crate::config::Config, id: Option<&str>) -> Result<U
     let Some(id) = id else {
         return Ok(User::new("anonymous"));
     };
-    let entry = config
+    config
         .users
         .iter()
         .find(|u| u.id == id)
-        .ok_or_else(|| format!("no user `{id}` in the configuration's `users`"))?;
-    let mut user = User::new(entry.id.clone()).with_roles(entry.roles.clone());
-    if let Some(tenant) = &entry.tenant {
-        user = user.with_tenant(tenant.clone());
-    }
-    Ok(user)
+        .map(crate::config::UserEntry::user)
+        .ok_or_else(|| format!("no user `{id}` in the configuration's `users`"))
 }
 
 async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), String> {

@@ -243,6 +243,60 @@ async fn an_approval_after_a_reload_revoked_the_callers_access_refuses_the_call(
 }
 
 #[tokio::test]
+async fn an_approved_call_runs_as_its_caller_is_now_and_not_at_all_once_they_are_removed() {
+    let config = |bobs: &str| {
+        format!(
+            "tools:\n  builtin: [sleep]\nusers:\n{}{bobs}{}",
+            user_yaml("alice", &["admin"]),
+            [
+                "policies:",
+                "  authorization:",
+                "    default: deny",
+                "    rules:",
+                "      - { effect: allow, roles: [admin] }",
+                "      - { effect: allow, roles: [analyst], tools: [sleep] }",
+                "  approval:",
+                "    tools: [sleep]\n",
+            ]
+            .join("\n")
+        )
+    };
+    let gateway = Gateway::start(&config(&user_yaml("bob", &["analyst"])));
+    let first = suspension_id(&park(&gateway, "bob").await);
+    let second = suspension_id(&park(&gateway, "bob").await);
+
+    // Bob is demoted while his calls wait: the rules did not change, his roles did.
+    reload(&gateway, &config(&user_yaml("bob", &["intern"])), "bob", "sleep", false).await;
+    let approved = approve(&gateway, "alice", &first).await;
+    assert_eq!(approved.status, 403, "{}", approved.body);
+    assert_eq!(approved.error_code(), "forbidden", "{}", approved.body);
+
+    // Bob is removed: his call cannot run as anyone, and keeps waiting to be rejected.
+    std::fs::write(&gateway.config, config("")).unwrap();
+    gateway.signal("HUP");
+    eventually("bob is gone", Duration::from_secs(30), || async {
+        get(&client(), &gateway.url("/v1/tools"), Some("bob")).await.status == 401
+    })
+    .await;
+    let approved = approve(&gateway, "alice", &second).await;
+    assert_eq!(approved.status, 403, "{}", approved.body);
+    assert_eq!(approved.error_code(), "caller_removed", "{}", approved.body);
+    assert!(message(&approved).contains("reject it instead"), "{}", approved.body);
+    let completed = decide(
+        &gateway,
+        "alice",
+        &second,
+        json!({"decision": "complete", "output": "done"}),
+    )
+    .await;
+    assert_eq!(completed.error_code(), "caller_removed", "{}", completed.body);
+    assert_eq!(show(&gateway, "alice", &second).await.body["status"], "waiting");
+    let rejected = decide(&gateway, "alice", &second, json!({"decision": "reject"})).await;
+    assert_eq!(rejected.status, 403, "answered as the call: {}", rejected.body);
+    assert_eq!(show(&gateway, "alice", &second).await.body["status"], "decided");
+}
+
+#[tokio::test]
 async fn with_four_eyes_an_approver_may_not_approve_their_own_call_but_another_may() {
     let config = sleep_waits();
     let gateway = Gateway::start(&config);

@@ -204,6 +204,7 @@ impl std::fmt::Debug for BatchProviders {
 /// The options of a resume.
 #[derive(Clone, Debug, Default)]
 pub struct ResumeOptions {
+    pub(crate) user: Option<Arc<User>>,
     pub(crate) result_max_chars: Option<usize>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) cancellation: Option<CancellationToken>,
@@ -228,6 +229,16 @@ impl ResumeOptions {
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// The user who made the call, as the host knows them now (their roles or tenant may
+    /// have changed while the call waited): an approved or completed call is authorized
+    /// again as them. Must be the same user (id) as the call's; see
+    /// [`Pipeline::resume`](toolgate_core::Pipeline::resume).
+    #[must_use]
+    pub fn user(mut self, user: impl Into<Arc<User>>) -> Self {
+        self.user = Some(user.into());
         self
     }
 

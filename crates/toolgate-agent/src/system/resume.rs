@@ -126,6 +126,9 @@ impl ToolSystem {
         if let Some(user_id) = options.decided_by {
             invoke = invoke.decided_by(user_id);
         }
+        if let Some(user) = options.user {
+            invoke = invoke.user(user);
+        }
         let decision_label = match &decision {
             ResumeDecision::Approve => "approve",
             ResumeDecision::Reject { .. } => "reject",

@@ -33,6 +33,7 @@ use crate::suspension::{
     SuspensionStoreError,
 };
 use crate::tool::ErasedTool;
+use crate::user::User;
 use walk::Start;
 
 /// The whole outcome of one invocation, from [`Pipeline::invoke_detailed`]: the output or
@@ -332,11 +333,18 @@ impl Pipeline {
     /// concurrency permit was given back while the call waited, and, unless the decision
     /// is a rejection, `will_authorize` and `will_check_feature_flags`: whether the caller
     /// may call the tool is decided again by this pipeline's hooks, as they are now.
-    /// Identity, session and request id are those of the suspended call; `options` may set
-    /// a deadline, a cancellation token and request providers.
+    /// Session and request id are those of the suspended call; `options` may set a
+    /// deadline, a cancellation token and request providers. The caller is the suspended
+    /// call's, as they were when it waited, unless `options` names a
+    /// [`user`](InvokeOptions::user): the same user as the host knows them now, whose roles
+    /// or tenant may have changed while the call waited. A host that can look its users up
+    /// again should name them, so that a caller demoted while their call waited is
+    /// authorized as what they are now. A rejection runs no policy and ignores it.
     ///
     /// # Errors
     ///
+    /// An internal error, before anything is taken, when `options` names another user than
+    /// the one who made the call (the call still waits);
     /// [`ToolError::UnknownSuspension`] for an id that is unknown or already resumed;
     /// [`ToolError::SuspensionExpired`] for one that waited too long;
     /// `unknown_tool` (404) when this pipeline no longer has the tool (the call ends);
@@ -382,10 +390,15 @@ impl Pipeline {
     ) -> Result<(&Arc<ToolEntry>, ContextParts, Stage), ToolError> {
         // A rejection is always allowed: it ends a call that can no longer be approved.
         let check = !matches!(decision, ResumeDecision::Reject { .. });
-        let (entry, saved) = self.take_suspended(suspension_id, check).await?;
+        let caller_now = options.user.take().filter(|_| check);
+        let (entry, saved) = self
+            .take_suspended(suspension_id, check, caller_now.as_deref())
+            .await?;
         options.session_id = saved.session_id.as_deref().map(Arc::from);
         options.request_id = Some(saved.request_id);
-        options.user = Some(Arc::new(saved.user));
+        // The caller as the host knows them now, if it said: their roles may have changed
+        // while the call waited, and the policy stages run again as them.
+        options.user = Some(caller_now.unwrap_or_else(|| Arc::new(saved.user)));
         let restored = Box::new(Restored {
             output: saved.output,
             metadata: saved.metadata,
@@ -463,7 +476,7 @@ impl Pipeline {
         suspension_id: &str,
         decided_by: Option<&str>,
     ) -> Result<RetryApproval, ToolError> {
-        let (entry, saved) = self.take_suspended(suspension_id, true).await?;
+        let (entry, saved) = self.take_suspended(suspension_id, true, None).await?;
         let decided_at = SystemTime::now();
         let approval = RetryApproval {
             binding: saved
@@ -503,6 +516,7 @@ impl Pipeline {
         &self,
         suspension_id: &str,
         check: bool,
+        caller_now: Option<&User>,
     ) -> Result<(&Arc<ToolEntry>, SuspendedInvocation), ToolError> {
         let store = &self.inner.shared.suspensions;
         let unknown = || ToolError::UnknownSuspension {
@@ -522,6 +536,14 @@ impl Pipeline {
             // take below is what hands it out once.
             // A call whose tool is gone is handed out below and ends.
             let waiting = store.get(suspension_id).await?.ok_or_else(unknown)?;
+            if let Some(now) = caller_now
+                && now.id != waiting.user.id
+            {
+                return Err(ToolError::internal(format!(
+                    "the call `{suspension_id}` was made by `{}`, and the host resumed it as `{}`: a resumed call runs as the user who made it. The call still waits",
+                    waiting.user.id, now.id
+                )));
+            }
             if let (Ok(entry), Some(bound)) = (self.entry(&waiting.tool), &waiting.binding) {
                 // A reload's policies do not void a waiting call: the resumed call is
                 // authorized again by the hooks as they are now (`RUN_AGAIN`).

@@ -18,6 +18,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use serde::Deserialize;
+use toolgate_core::User;
 
 pub use env::expand_env;
 pub use identity::{
@@ -292,6 +293,17 @@ pub struct UserEntry {
     pub roles: Vec<String>,
     /// The tenant the user belongs to.
     pub tenant: Option<String>,
+}
+
+impl UserEntry {
+    /// The user this entry makes: its id, roles and tenant.
+    pub fn user(&self) -> User {
+        let user = User::new(self.id.clone()).with_roles(self.roles.clone());
+        match &self.tenant {
+            Some(tenant) => user.with_tenant(tenant.clone()),
+            None => user,
+        }
+    }
 }
 
 /// Where audit records go.

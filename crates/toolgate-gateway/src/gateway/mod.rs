@@ -460,6 +460,17 @@ impl Gateway {
         }
     }
 
+    /// The user who made a waiting call, as this configuration knows them now: a user of
+    /// `users:` with their roles and tenant of now, `None` when `users:` no longer has
+    /// them. A caller who came with an OAuth token is as the token made them when the call
+    /// waited: the token is not kept, so it cannot be read again.
+    pub(crate) fn caller_now(&self, saved: &User) -> Option<Arc<User>> {
+        if saved.attributes.get("auth").and_then(|a| a.as_str()) == Some("oauth") {
+            return Some(Arc::new(saved.clone()));
+        }
+        self.keys.by_id(&saved.id)
+    }
+
     pub(crate) fn may_approve(&self, user: &User) -> bool {
         self.approver_roles.iter().any(|role| user.has_role(role))
     }

@@ -396,6 +396,23 @@ pub async fn resume(
             ),
         ));
     }
+    // The call runs as its caller is now: demoted while it waited, they are authorized
+    // as what they are; gone from `users:`, it cannot run at all.
+    let caller_now = if settles {
+        let now = caller.gateway.caller_now(&saved.user).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "caller_removed",
+                format!(
+                    "`{}`, who made this call, is no longer among this gateway's users, so the call cannot run as them: reject it instead; the call keeps waiting",
+                    saved.user.id
+                ),
+            )
+        })?;
+        Some(now)
+    } else {
+        None
+    };
     let mut approval_reason = None;
     let decision = match decision {
         Decision::ApproveRetry => return approve_retry(&caller, &id, &saved).await,
@@ -410,6 +427,9 @@ pub async fn resume(
     };
     let mut told = DecisionSummary::of(&decision, &caller.user.id);
     let mut options = ResumeOptions::new();
+    if let Some(user) = caller_now {
+        options = options.user(user);
+    }
     if let Some(reason) = approval_reason {
         options = options.reason(reason.clone());
         told.reason = Some(reason);
