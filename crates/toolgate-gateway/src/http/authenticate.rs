@@ -13,7 +13,7 @@ use std::task::{Context, Poll};
 
 use arc_swap::{ArcSwap, Guard};
 use axum::extract::Request;
-use axum::http::{HeaderValue, header};
+use axum::http::header;
 use axum::response::Response;
 use futures::future::{BoxFuture, Either};
 use tower_layer::Layer;
@@ -23,6 +23,7 @@ use toolgate_core::secret::Secret;
 use toolgate_mcp::CallerAccessToken;
 
 use super::Caller;
+use super::body::{closing_if, has_body};
 use crate::config::CredentialKind;
 use crate::console::{comes_with_session, session_user};
 use crate::gateway::Gateway;
@@ -139,18 +140,8 @@ fn check(current: &ArcSwap<Gateway>, request: &Request) -> Checked {
 /// happened to be read with the head; otherwise it closes it after the answer. A client
 /// that is not told may send its next request (the retry with a token, after a 401
 /// challenge) on the connection being closed, and gets no answer at all.
-fn closing_if_body_unread(request: &Request, mut response: Response) -> Response {
-    let headers = request.headers();
-    let has_body = headers.contains_key(header::TRANSFER_ENCODING)
-        || headers
-            .get(header::CONTENT_LENGTH)
-            .is_some_and(|length| length.as_bytes() != b"0");
-    if has_body {
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    response
+fn closing_if_body_unread(request: &Request, response: Response) -> Response {
+    closing_if(has_body(request.headers()), response)
 }
 
 impl<S: Clone> Authenticate<S> {

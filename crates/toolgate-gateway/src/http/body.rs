@@ -3,12 +3,31 @@
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
 use super::ApiError;
+
+/// Whether a request comes with a body (a length that is not zero, or chunks).
+pub(super) fn has_body(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::TRANSFER_ENCODING)
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|length| length.as_bytes() != b"0")
+}
+
+/// `response`, marked `Connection: close` when the request it answers came with a body
+/// that was not read.
+pub(super) fn closing_if(has_body: bool, mut response: Response) -> Response {
+    if has_body {
+        response
+            .headers_mut()
+            .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    response
+}
 
 /// The 413 answer for a body over `server.body_limit`.
 fn too_large() -> ApiError {
@@ -39,11 +58,7 @@ pub async fn refuse_declared_oversize(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     if declared.is_some_and(|length| length > limit as u64) {
-        let mut response = too_large().into_response();
-        response
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        return response;
+        return closing_if(true, too_large().into_response());
     }
     next.run(request).await
 }

@@ -11,6 +11,7 @@ use http_body_util::BodyExt;
 use serde_json::json;
 use tower_service::Service;
 
+use super::body::{closing_if, has_body};
 use super::{ApiError, AppState, Caller};
 use crate::config::WebOrigin;
 use crate::identity::scopes::{self, INSUFFICIENT_SCOPE};
@@ -76,15 +77,18 @@ pub async fn endpoint(
     Extension(caller): Extension<Caller>,
     mut request: Request,
 ) -> Response {
+    // A refusal before the MCP server reads the body closes the connection (see
+    // `closing_if`).
+    let has_body = has_body(request.headers());
     if let Some(origin) = request.headers().get(header::ORIGIN)
         && !origin_allowed(origin, &caller.gateway.config.server.mcp_allowed_origins)
     {
-        return ApiError::new(
+        let refused = ApiError::new(
             StatusCode::FORBIDDEN,
             "origin_not_allowed",
             "pages of this origin may not call /mcp: add the origin to `server.mcp_allowed_origins` to allow them",
-        )
-        .into_response();
+        );
+        return closing_if(has_body, refused.into_response());
     }
     let Some(served) = state.mcp.served() else {
         return ApiError::new(
@@ -107,7 +111,7 @@ pub async fn endpoint(
                 .map(|in_use| (id.to_owned(), in_use))
         }) {
             Some(claimed) => Some(claimed),
-            None => return unknown_session(),
+            None => return closing_if(has_body, unknown_session()),
         },
     };
     let ends_session = request.method() == Method::DELETE;
@@ -138,7 +142,7 @@ pub async fn endpoint(
             // rmcp no longer holds it (its own keep-alive): unknown, in the gateway's words.
             drop(in_use);
             sessions.unbind(&id);
-            return unknown_session();
+            return closing_if(has_body, unknown_session());
         }
         Some((id, in_use)) if ends_session && response.status().is_success() => {
             drop(in_use);

@@ -36,6 +36,7 @@ mod health;
 mod invoke;
 mod mcp;
 mod pins;
+mod plain_errors;
 mod ratelimit;
 mod request_metrics;
 mod resource_metadata;
@@ -55,6 +56,7 @@ use toolgate_mcp::CallerAccessToken;
 use admission::AdmitLayer;
 pub use app_state::AppState;
 use authenticate::AuthenticateLayer;
+use plain_errors::JsonErrorsLayer;
 pub use error::ApiError;
 use request_metrics::RecordRequestsLayer;
 
@@ -135,6 +137,7 @@ pub fn router(state: AppState) -> Router {
             body_limit,
             body::refuse_declared_oversize,
         ))
+        .layer(JsonErrorsLayer)
         .layer(RecordRequestsLayer::default())
         // Every request clones the state of its route: one shared pointer, not each field.
         .with_state(Arc::new(state))

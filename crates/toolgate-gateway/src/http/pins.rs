@@ -56,6 +56,8 @@ pub async fn list(Extension(caller): Extension<Caller>) -> Result<Json<Value>, A
 pub async fn accept(
     Extension(caller): Extension<Caller>,
     Path(tool): Path<String>,
+    // Read, so that the connection stays usable after the answer; what it says is not used.
+    _body: axum::body::Bytes,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     let store = pin_store(&caller)?;
     match store.accept(&tool).await {

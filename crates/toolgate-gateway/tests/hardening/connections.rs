@@ -237,3 +237,59 @@ async fn a_request_refused_before_its_body_is_read_is_answered_connection_close(
     assert!(head.starts_with("http/1.1 401"), "{answer}");
     assert!(head.contains("\r\nconnection: close"), "{answer}");
 }
+
+/// The head and the JSON body of one answer on a fresh connection to `gateway`, which
+/// sends `request` (with a body still to come when it declares one it does not carry).
+async fn answer_to(gateway: &Gateway, request: &str) -> (String, serde_json::Value) {
+    let mut stream = connect(gateway).await;
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .expect("writing the request");
+    let (answer, _) = read_until_closed(&mut stream).await;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let body = serde_json::from_str(body)
+        .unwrap_or_else(|e| panic!("the body is not JSON ({e}): {answer}"));
+    (head.to_ascii_lowercase(), body)
+}
+
+/// Refusals written before any handler of the gateway runs — a path no route serves, a
+/// method its route does not take, a query string given a parameter twice — are JSON
+/// errors like every other answer, and close a connection whose body they did not read.
+#[tokio::test]
+async fn refusals_made_before_any_handler_are_json_errors_that_close_a_connection_with_an_unread_body()
+ {
+    let gateway = Gateway::start(&config(""));
+    let auth = format!("Authorization: Bearer {}\r\n", key("alice"));
+
+    let (head, body) = answer_to(
+        &gateway,
+        "POST /v1/nothing-here HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n",
+    )
+    .await;
+    assert!(head.starts_with("http/1.1 404"), "{head}");
+    assert!(head.contains("\r\nconnection: close"), "{head}");
+    assert!(head.contains("\r\ncontent-type: application/json"), "{head}");
+    assert_eq!(body["error"]["code"], "not_found", "{body}");
+
+    let (head, body) = answer_to(
+        &gateway,
+        &format!("GET /v1/tools/echo/invoke HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"),
+    )
+    .await;
+    assert!(head.starts_with("http/1.1 405"), "{head}");
+    assert!(head.contains("\r\nallow: post"), "{head}");
+    assert_eq!(body["error"]["code"], "method_not_allowed", "{body}");
+
+    let (head, body) = answer_to(
+        &gateway,
+        &format!(
+            "GET /v1/tools?format=openai&format=gemini HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
+        ),
+    )
+    .await;
+    assert!(head.starts_with("http/1.1 400"), "{head}");
+    assert_eq!(body["error"]["code"], "bad_query", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("`format`"), "{message}");
+}
