@@ -318,3 +318,26 @@ fn listed_input_schemas_carry_the_garde_bounds() {
     assert_eq!(properties["limit"]["minimum"], 1);
     assert!(definition.output_schema.is_some());
 }
+
+#[tokio::test]
+async fn a_whole_number_written_with_a_fraction_or_an_exponent_is_an_integer_as_json_schema_says() {
+    let (pipeline, _) = search_pipeline();
+    for limit in [json!(5.0), json!(5e0), json!(50.0)] {
+        let output = pipeline
+            .invoke("search", json!({ "query": "q", "limit": limit }), options())
+            .await
+            .unwrap();
+        assert_eq!(output["limit"], json!(limit.as_f64().unwrap() as u64), "{output}");
+    }
+    let err = pipeline
+        .invoke("search", json!({ "query": "q", "limit": 5.5 }), options())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        violations(&err),
+        [(
+            "limit".to_owned(),
+            "invalid type: the number 5.5, expected a whole number, 0 or more".to_owned()
+        )]
+    );
+}

@@ -364,8 +364,9 @@ impl fmt::Display for InputViolation {
 pub struct InputViolations(pub Vec<InputViolation>);
 
 /// A serde error's message in the words of JSON rather than Rust: serde names the Rust type
-/// it expected ("expected u64", "expected struct SleepInput"), which tells a caller who
-/// writes JSON nothing. Other messages are kept as they are.
+/// it expected ("expected u64", "expected struct SleepInput") and what it found in its own
+/// words ("map", "sequence", "floating point `1.5`"), which tell a caller who writes JSON
+/// nothing. Other messages are kept as they are.
 ///
 /// # Examples
 ///
@@ -378,13 +379,18 @@ pub struct InputViolations(pub Vec<InputViolation>);
 /// );
 /// assert_eq!(
 ///     in_json_words("invalid type: sequence, expected struct Decision at line 1 column 2"),
-///     "invalid type: sequence, expected an object at line 1 column 2"
+///     "invalid type: an array, expected an object at line 1 column 2"
+/// );
+/// assert_eq!(
+///     in_json_words("invalid type: string \"x\", expected internally tagged enum Decision"),
+///     "invalid type: string \"x\", expected an object"
 /// );
 /// ```
 pub fn in_json_words(message: &str) -> String {
     let Some((head, expected)) = message.rsplit_once("expected ") else {
         return message.to_owned();
     };
+    let head = found_in_json_words(head);
     // serde_json adds where it was in the text it read.
     let (expected, position) = match expected.find(" at line ") {
         Some(at) => expected.split_at(at),
@@ -399,11 +405,52 @@ pub fn in_json_words(message: &str) -> String {
         "char" => "a single character",
         "unit" => "null",
         "a map" => "an object",
-        other if other.starts_with("struct ") || other.starts_with("tuple struct ") => "an object",
+        "a sequence" => "an array",
+        other
+            if other.starts_with("struct ")
+                || other.starts_with("tuple struct ")
+                || other.starts_with("internally tagged enum ")
+                || other.starts_with("adjacently tagged enum ") =>
+        {
+            "an object"
+        }
         other if other.starts_with("enum ") => "one of the values the schema lists",
-        _ => return message.to_owned(),
+        other => other,
     };
     format!("{head}expected {words}{position}")
+}
+
+/// The start of a serde message, `invalid type: <what it found>, `, with what it found
+/// said as JSON says it.
+fn found_in_json_words(head: &str) -> String {
+    let Some((kind, found)) = ["invalid type: ", "invalid value: "]
+        .into_iter()
+        .find_map(|kind| head.strip_prefix(kind).map(|found| (kind, found)))
+    else {
+        return head.to_owned();
+    };
+    let Some(found) = found.strip_suffix(", ") else {
+        return head.to_owned();
+    };
+    let quoted = |prefix: &str| {
+        found
+            .strip_prefix(prefix)
+            .map(|value| value.trim_matches('`').to_owned())
+    };
+    let words = match found {
+        "map" => "an object".to_owned(),
+        "sequence" => "an array".to_owned(),
+        "unit value" | "unit" => "null".to_owned(),
+        _ => match quoted("floating point ")
+            .or_else(|| quoted("integer "))
+            .map(|n| format!("the number {n}"))
+            .or_else(|| quoted("boolean "))
+        {
+            Some(words) => words,
+            None => return head.to_owned(),
+        },
+    };
+    format!("{kind}{words}, ")
 }
 
 impl InputViolations {
@@ -487,4 +534,34 @@ pub enum BuildError {
     /// A tool could not be registered.
     #[error(transparent)]
     Registry(#[from] RegistryError),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::in_json_words;
+
+    #[test]
+    fn what_serde_found_and_expected_is_said_in_json_words() {
+        for (serde, json) in [
+            (
+                "invalid type: map, expected a string",
+                "invalid type: an object, expected a string",
+            ),
+            (
+                "invalid type: floating point `1000.5`, expected u64",
+                "invalid type: the number 1000.5, expected a whole number, 0 or more",
+            ),
+            (
+                "invalid type: unit value, expected a sequence at line 1 column 4",
+                "invalid type: null, expected an array at line 1 column 4",
+            ),
+            (
+                "invalid type: boolean `true`, expected struct Input",
+                "invalid type: true, expected an object",
+            ),
+            ("missing field `expression`", "missing field `expression`"),
+        ] {
+            assert_eq!(in_json_words(serde), json);
+        }
+    }
 }

@@ -224,7 +224,14 @@ where
     // The well-formed input, the common case, is read without tracking paths; only an
     // input that fails is read again to find where (deserializing a `&Value` has no side
     // effects, so the second read fails the same way).
-    let parsed: I = match I::deserialize(input) {
+    // JSON Schema counts `1000.0` and `1e3` as integers; serde reads integers only from
+    // numbers written as such, so an input that fails is read again with them so written.
+    let read = I::deserialize(input).or_else(|plain| {
+        integral(input)
+            .and_then(|integral| I::deserialize(&integral).ok())
+            .ok_or(plain)
+    });
+    let parsed: I = match read {
         Ok(parsed) => parsed,
         Err(plain) => {
             return Err(match serde_path_to_error::deserialize::<_, I>(input) {
@@ -253,6 +260,44 @@ where
         ))
     })?;
     Ok(parsed)
+}
+
+/// `value` with every number that is a whole number but not written as one (`1000.0`,
+/// `1e3`) written as one; `None` when it has none. Only numbers whose whole value a double
+/// holds exactly (below 2^53) are taken.
+fn integral(value: &Value) -> Option<Value> {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    match value {
+        Value::Number(n) => {
+            let f = n.as_f64().filter(|_| n.is_f64())?;
+            (f.fract() == 0.0 && f.abs() < EXACT).then(|| Value::from(f as i64))
+        }
+        Value::Array(items) => {
+            let changed: Vec<Option<Value>> = items.iter().map(integral).collect();
+            changed.iter().any(Option::is_some).then(|| {
+                Value::Array(
+                    changed
+                        .into_iter()
+                        .zip(items)
+                        .map(|(new, old)| new.unwrap_or_else(|| old.clone()))
+                        .collect(),
+                )
+            })
+        }
+        Value::Object(fields) => {
+            let changed: Vec<Option<Value>> = fields.values().map(integral).collect();
+            changed.iter().any(Option::is_some).then(|| {
+                Value::Object(
+                    changed
+                        .into_iter()
+                        .zip(fields)
+                        .map(|(new, (key, old))| (key.clone(), new.unwrap_or_else(|| old.clone())))
+                        .collect(),
+                )
+            })
+        }
+        _ => None,
+    }
 }
 
 /// A [`Tool`] seen as an [`ErasedTool`].

@@ -37,9 +37,18 @@ pub fn evaluate(expression: &str) -> Result<serde_json::Number, String> {
         Ok(Value::Int(i)) => Ok(i.into()),
         Ok(Value::Float(f)) => serde_json::Number::from_f64(f)
             .ok_or_else(|| format!("`{expression}` has no finite value")),
-        Ok(other) => Err(format!(
-            "`{expression}` is not arithmetic (its value is {other}): write an expression of numbers"
-        )),
+        Ok(other) => {
+            let what = match other {
+                Value::String(_) => "text",
+                Value::Boolean(_) => "true or false",
+                Value::Tuple(values) if !values.is_empty() => "a list of values",
+                Value::Tuple(_) | Value::Empty => "nothing",
+                _ => "not a number",
+            };
+            Err(format!(
+                "`{expression}` is not arithmetic (its value is {what}): write an expression of numbers"
+            ))
+        }
         Err(e) => Err(format!("cannot evaluate `{expression}`: {e}")),
     }
 }
@@ -69,5 +78,10 @@ mod tests {
         assert_eq!(evaluate("7 / 2.0").unwrap().to_string(), "3.5");
         assert!(evaluate("1 / 0").is_err());
         assert!(evaluate("rm -rf /").is_err());
+        assert_eq!(
+            evaluate("()").unwrap_err(),
+            "`()` is not arithmetic (its value is nothing): write an expression of numbers"
+        );
+        assert!(evaluate("1 == 1").unwrap_err().contains("true or false"));
     }
 }
