@@ -27,9 +27,11 @@
 //! let _ = serde_json::to_string(&key);
 //! ```
 //!
-//! And when a tool echoes a secret anyway, its exact value — raw, base64 (standard and
-//! URL-safe) or URL-encoded — is replaced by [`SCRUBBED`] in the output (before it is
-//! cached and before it leaves) and in the error message.
+//! And when a tool echoes a secret anyway, it is replaced by [`SCRUBBED`] in the output
+//! (before it is cached and before it leaves) and in the error message: raw, URL-encoded
+//! (in full or in part, hex digits of either case), escaped in JSON or a log field, or in
+//! base64 (standard and URL-safe), also inside the base64 of a longer text such as an HTTP
+//! Basic `user:secret` (see [`Scrubber`] for which secrets are long enough for that).
 //!
 //! # Examples
 //!

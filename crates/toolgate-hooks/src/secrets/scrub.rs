@@ -1,10 +1,14 @@
 //! Scrubbing known secret values out of outputs, errors, records and log lines.
 
 use std::fmt;
+use std::fmt::Write as _;
+use std::ops::Range;
+use std::sync::{Arc, OnceLock};
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
+use regex::bytes::{Regex, RegexBuilder};
 use serde_json::Value;
 
 use crate::json::unique_key;
@@ -14,13 +18,32 @@ use toolgate_core::secret::{Secret, SecretSlot};
 /// What replaces a scrubbed secret.
 pub const SCRUBBED: &str = "[REDACTED:secret]";
 
-/// Finds and replaces every known form of a set of secrets: the raw value, its base64
-/// (standard and URL-safe, with and without padding), its URL (percent) encoding, and
-/// the escaped forms a JSON document or a log line gives it.
+/// The fewest base64 characters a [core](base64_cores) must have to be searched for: 8
+/// characters carry 48 bits of the secret, so ordinary base64 (an image, a token) holds
+/// one by chance about once in 2^48 positions. A secret of 7 bytes or more has a core this
+/// long at each of the three alignments, a 6-byte one at the first alignment only; a
+/// shorter secret is found in base64 only as the encoding of the whole value.
+const MIN_BASE64_CORE: usize = 8;
+
+/// Finds and replaces every known form of a set of secrets:
 ///
-/// All forms of all secrets are searched in one pass over the text. Cloning is cheap (the
-/// search automaton is shared), and its `Debug` output shows how many values it holds,
-/// never the values.
+/// - the raw value, and every mix of raw and percent-escaped bytes of it — `%2F` or `%2f`,
+///   escaped in full (`%73%6B…`), in part (`urllib.parse.quote` leaves `/` raw), or with
+///   `+` for a space, as a form body writes it;
+/// - its base64, standard and URL-safe, padded or not, also inside the base64 of a longer
+///   text that holds the secret at any offset (an HTTP Basic `user:secret`, a
+///   `Bearer secret` header encoded whole): the characters that only the secret's bits
+///   determine are searched for at each of the three byte alignments, and the whole base64
+///   run around them is replaced, since the characters at either end of the secret also
+///   carry some of its bits. Those characters must be at least 8 (48 bits, so that other
+///   base64 does not hold them by chance): a secret of 7 bytes or more is found at every
+///   offset, a shorter one is sure to be found only as the encoding of its whole value;
+/// - the escaped forms a JSON document or a `{:?}`-formatted log field gives it.
+///
+/// The matchers are built once, when the scrubber is (the percent-escape regex, slower to
+/// build, on the first text with a `%` in it); each search is linear in the text.
+/// Overlapping matches are replaced by one [`SCRUBBED`]. Cloning is cheap (the matchers
+/// are shared), and its `Debug` output shows how many values it holds, never the values.
 ///
 /// ```
 /// use toolgate_hooks::secrets::{Scrubber, SCRUBBED};
@@ -29,14 +52,42 @@ pub const SCRUBBED: &str = "[REDACTED:secret]";
 /// assert_eq!(scrubber.scrub_text("key=sk-live-123").as_deref(), Some("key=[REDACTED:secret]"));
 /// // base64 of the same key:
 /// assert_eq!(scrubber.scrub_text("c2stbGl2ZS0xMjM=").as_deref(), Some(SCRUBBED));
+/// // an HTTP Basic credential that holds it (base64 of `user:sk-live-123`):
+/// assert_eq!(
+///     scrubber.scrub_text("Authorization: Basic dXNlcjpzay1saXZlLTEyMw==").as_deref(),
+///     Some("Authorization: Basic [REDACTED:secret]"),
+/// );
+/// // percent-escaped, in part and in lower case:
+/// assert_eq!(scrubber.scrub_text("?k=sk%2dlive-12%33").as_deref(), Some("?k=[REDACTED:secret]"));
 /// assert_eq!(scrubber.scrub_text("nothing to see"), None);
 /// ```
 #[derive(Clone, Default)]
 pub struct Scrubber {
     /// `None` when there is nothing to scrub.
-    finder: Option<AhoCorasick>,
+    matchers: Option<Arc<Matchers>>,
     /// How many secret values (not forms) are held, for `Debug`.
     values: usize,
+}
+
+/// The searches of a [`Scrubber`], built once for its set of secrets.
+struct Matchers {
+    /// Every form searched for as it is (`None` if it could not be built): the raw values,
+    /// `+` for their spaces, their escaped forms in JSON and `{:?}`, the base64 of whole
+    /// secrets too short to have a [core](base64_cores), and the base64 cores.
+    finder: Option<AhoCorasick>,
+    /// Per pattern of `finder`: whether it is a base64 core, whose match stands for the
+    /// base64 run around it.
+    core: Vec<bool>,
+    /// Per secret, longest first: the [`escaped_pattern`].
+    patterns: Vec<String>,
+    /// Every mix of raw and percent-escaped bytes of every secret: one regex for all
+    /// secrets, or one per secret should that one not build. A regex takes much longer
+    /// to build than the automaton (and a scrubber is built for each call of a tool with
+    /// secrets), so it is built the first time a text may need it: one with a `%`, or with
+    /// a `+` if a secret has a space.
+    escaped: OnceLock<Vec<Regex>>,
+    /// Whether some secret has a space (which a form body writes `+`).
+    spaces: bool,
 }
 
 impl fmt::Debug for Scrubber {
@@ -45,37 +96,205 @@ impl fmt::Debug for Scrubber {
     }
 }
 
-fn percent_encode(value: &str, space_as_plus: bool) -> String {
-    let mut out = String::with_capacity(value.len() * 3);
-    for byte in value.bytes() {
-        match byte {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                out.push(byte as char)
-            }
-            b' ' if space_as_plus => out.push('+'),
-            _ => out.push_str(&format!("%{byte:02X}")),
-        }
-    }
-    out
-}
-
-/// Every form of `raw` that is searched for.
-fn forms(raw: &str) -> Vec<String> {
-    let bytes = raw.as_bytes();
-    let mut forms = vec![raw.to_owned()];
-    for engine in [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE, &URL_SAFE_NO_PAD] {
-        forms.push(engine.encode(bytes));
-    }
-    let percent = percent_encode(raw, false);
-    forms.push(percent.to_lowercase());
-    forms.push(percent);
-    forms.push(percent_encode(raw, true));
+/// The forms of `raw` searched for as they are.
+fn literal_forms(raw: &str) -> Vec<String> {
+    let mut forms = vec![raw.to_owned(), raw.replace(' ', "+")];
     // Inside a JSON string (an audit line, a JSON log) and a `{:?}`-formatted log field.
     if let Ok(json) = serde_json::to_string(raw) {
         forms.push(json[1..json.len() - 1].to_owned());
     }
     forms.push(raw.escape_debug().to_string());
+    // A secret too short to have a core at the first alignment is found in base64 only as
+    // the encoding of the whole value, as it stands (not the run around it).
+    if 4 * raw.len() / 3 < MIN_BASE64_CORE {
+        for engine in [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE, &URL_SAFE_NO_PAD] {
+            forms.push(engine.encode(raw));
+        }
+    }
     forms
+}
+
+/// A regex (bytes, Unicode off) for every mix of raw and percent-escaped bytes of `raw`:
+/// each byte either as it is or as `%XX` with hex digits of either case; a space also as
+/// `+`.
+fn escaped_pattern(raw: &str) -> String {
+    fn hex_digit(pattern: &mut String, digit: u8) {
+        let upper = b"0123456789ABCDEF"[usize::from(digit)];
+        if upper.is_ascii_digit() {
+            pattern.push(char::from(upper));
+        } else {
+            let lower = upper.to_ascii_lowercase();
+            let _ = write!(pattern, "[{}{}]", char::from(upper), char::from(lower));
+        }
+    }
+    let mut pattern = String::with_capacity(raw.len() * 20);
+    for byte in raw.bytes() {
+        let _ = write!(pattern, "(?:\\x{byte:02X}|%");
+        hex_digit(&mut pattern, byte >> 4);
+        hex_digit(&mut pattern, byte & 0xF);
+        if byte == b' ' {
+            pattern.push_str("|\\+");
+        }
+        pattern.push(')');
+    }
+    pattern
+}
+
+/// The base64 characters (standard and URL-safe) that only `raw`'s bytes determine, at
+/// each of the three byte alignments it can have inside a longer encoded text: `raw`
+/// after 0, 1 and 2 filler bytes is encoded, and the characters that also hold bits of
+/// the filler (at the start) or of whatever follows (at the end) are dropped. Cores
+/// shorter than [`MIN_BASE64_CORE`] are left out.
+fn base64_cores(raw: &[u8]) -> Vec<String> {
+    let mut cores = Vec::new();
+    for lead in 0..3usize {
+        // Bits of the secret: from `8 * lead` to `8 * (lead + len)`; character `i` holds
+        // bits `6 * i` to `6 * i + 6`.
+        let first = (8 * lead).div_ceil(6);
+        let end = 8 * (lead + raw.len()) / 6;
+        if end < first + MIN_BASE64_CORE {
+            continue;
+        }
+        let mut text = vec![0; lead];
+        text.extend_from_slice(raw);
+        for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+            cores.push(engine.encode(&text)[first..end].to_owned());
+        }
+    }
+    cores
+}
+
+/// Whether `byte` is a base64 character, standard or URL-safe (not the padding).
+fn is_base64(byte: u8) -> bool {
+    byte.is_ascii_alphanumeric() || matches!(byte, b'+' | b'/' | b'-' | b'_')
+}
+
+/// The base64 run of `hay` around `found`: every base64 character either side, and up to
+/// two `=` of padding after.
+fn base64_run(hay: &[u8], found: Range<usize>) -> Range<usize> {
+    let mut start = found.start;
+    while start > 0 && is_base64(hay[start - 1]) {
+        start -= 1;
+    }
+    let mut end = found.end;
+    while end < hay.len() && is_base64(hay[end]) {
+        end += 1;
+    }
+    for _ in 0..2 {
+        if hay.get(end) == Some(&b'=') {
+            end += 1;
+        }
+    }
+    start..end
+}
+
+fn escaped_regex(pattern: &str) -> Option<Regex> {
+    RegexBuilder::new(&format!("(?-u:{pattern})"))
+        .unicode(false)
+        .build()
+        .ok()
+}
+
+impl Matchers {
+    fn new(values: &[&str]) -> Option<Self> {
+        if values.is_empty() {
+            return None;
+        }
+        // Each needle, and whether it is a core (a needle both a form and a core is a core).
+        let mut needles: Vec<(String, bool)> = Vec::new();
+        for raw in values {
+            needles.extend(literal_forms(raw).into_iter().map(|form| (form, false)));
+            needles.extend(base64_cores(raw.as_bytes()).into_iter().map(|c| (c, true)));
+        }
+        needles.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
+        needles.dedup_by(|a, b| a.0 == b.0);
+        let core = needles.iter().map(|(_, core)| *core).collect();
+        // A contiguous NFA is quick to build: per-call scrubbers are built on every call.
+        // Every match is reported, overlapping ones too, so that no base64 core is hidden
+        // by a form found at the same place.
+        let finder = AhoCorasick::builder()
+            .match_kind(MatchKind::Standard)
+            .kind(Some(AhoCorasickKind::ContiguousNFA))
+            .build(needles.iter().map(|(needle, _)| needle))
+            .ok();
+        // Longer secrets first, so that of two secrets found at the same place the longer
+        // is replaced whole.
+        let mut values = values.to_vec();
+        values.sort_unstable_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
+        values.dedup();
+        Some(Matchers {
+            finder,
+            core,
+            patterns: values.iter().map(|raw| escaped_pattern(raw)).collect(),
+            escaped: OnceLock::new(),
+            spaces: values.iter().any(|raw| raw.contains(' ')),
+        })
+    }
+
+    /// The regexes of the escaped forms, if `hay` may hold one the automaton does not find.
+    fn escaped(&self, hay: &[u8]) -> &[Regex] {
+        if !(hay.contains(&b'%') || self.spaces && hay.contains(&b'+')) {
+            return &[];
+        }
+        self.escaped
+            .get_or_init(|| match escaped_regex(&self.patterns.join("|")) {
+                Some(one) => vec![one],
+                None => self
+                    .patterns
+                    .iter()
+                    .filter_map(|p| escaped_regex(p))
+                    .collect(),
+            })
+    }
+
+    fn occurs_in(&self, hay: &[u8]) -> bool {
+        self.finder.as_ref().is_some_and(|ac| ac.is_match(hay))
+            || self.escaped(hay).iter().any(|re| re.is_match(hay))
+    }
+
+    /// Every place in `hay` a form of a secret occurs, in order; overlapping places are
+    /// merged (touching ones are not, so a secret written twice is replaced twice).
+    fn find(&self, hay: &[u8]) -> Vec<Range<usize>> {
+        let mut found: Vec<Range<usize>> = Vec::new();
+        if let Some(ac) = &self.finder {
+            // The end of the last base64 run replaced: a core that ends within it is in it.
+            let mut run_end = 0;
+            for m in ac.find_overlapping_iter(hay) {
+                if !self.core[m.pattern().as_usize()] {
+                    found.push(m.range());
+                } else if m.end() > run_end {
+                    let run = base64_run(hay, m.range());
+                    run_end = run.end;
+                    found.push(run);
+                }
+            }
+        }
+        for re in self.escaped(hay) {
+            found.extend(re.find_iter(hay).map(|m| m.range()));
+        }
+        found.sort_unstable_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
+        let mut merged: Vec<Range<usize>> = Vec::with_capacity(found.len());
+        for range in found {
+            match merged.last_mut() {
+                Some(last) if range.start < last.end => last.end = last.end.max(range.end),
+                _ => merged.push(range),
+            }
+        }
+        merged
+    }
+
+    /// `hay` with every place in `found` replaced by [`SCRUBBED`].
+    fn replace(hay: &[u8], found: &[Range<usize>]) -> Vec<u8> {
+        let mut out = Vec::with_capacity(hay.len());
+        let mut at = 0;
+        for range in found {
+            out.extend_from_slice(&hay[at..range.start]);
+            out.extend_from_slice(SCRUBBED.as_bytes());
+            at = range.end;
+        }
+        out.extend_from_slice(&hay[at..]);
+        out
+    }
 }
 
 impl Scrubber {
@@ -91,38 +310,23 @@ impl Scrubber {
 
     /// A scrubber for these values (empty ones are skipped).
     pub fn for_values<'a>(values: impl IntoIterator<Item = &'a str>) -> Self {
-        let mut needles = Vec::new();
-        let mut count = 0;
-        for raw in values.into_iter().filter(|v| !v.is_empty()) {
-            count += 1;
-            needles.extend(forms(raw));
-        }
-        needles.sort_unstable();
-        needles.dedup();
-        if needles.is_empty() {
-            return Scrubber::default();
-        }
-        // Leftmost-longest, so a padded encoding wins over its unpadded prefix. A
-        // contiguous NFA is quick to build: per-call scrubbers are built on every call.
-        let finder = AhoCorasick::builder()
-            .match_kind(MatchKind::LeftmostLongest)
-            .kind(Some(AhoCorasickKind::ContiguousNFA))
-            .build(&needles)
-            .ok();
+        let values: Vec<&str> = values.into_iter().filter(|v| !v.is_empty()).collect();
         Scrubber {
-            finder,
-            values: count,
+            matchers: Matchers::new(&values).map(Arc::new),
+            values: values.len(),
         }
     }
 
     /// Whether there is nothing to scrub.
     pub fn is_empty(&self) -> bool {
-        self.finder.is_none()
+        self.matchers.is_none()
     }
 
     /// Whether some form of some secret occurs in `text`.
     pub fn occurs_in(&self, text: &str) -> bool {
-        self.finder.as_ref().is_some_and(|f| f.is_match(text))
+        self.matchers
+            .as_ref()
+            .is_some_and(|m| m.occurs_in(text.as_bytes()))
     }
 
     /// Whether some form of some secret occurs in a string or an object key of `value`.
@@ -143,31 +347,21 @@ impl Scrubber {
     /// `text` with every form of every secret replaced by [`SCRUBBED`], or `None` when
     /// none occurs.
     pub fn scrub_text(&self, text: &str) -> Option<String> {
-        let finder = self.finder.as_ref()?;
-        if !finder.is_match(text) {
-            return None;
-        }
-        let mut out = String::with_capacity(text.len());
-        finder.replace_all_with(text, &mut out, |_, _, out| {
-            out.push_str(SCRUBBED);
-            true
-        });
-        Some(out)
+        let clean = self.scrub_bytes(text.as_bytes())?;
+        // Every match begins and ends on a character boundary (the forms are whole
+        // characters, and base64 runs are ASCII), so this is valid UTF-8.
+        Some(
+            String::from_utf8(clean)
+                .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
+        )
     }
 
     /// `bytes` with every form of every secret replaced by [`SCRUBBED`], or `None` when
     /// none occurs: for a log line or a record on its way to a file.
     pub fn scrub_bytes(&self, bytes: &[u8]) -> Option<Vec<u8>> {
-        let finder = self.finder.as_ref()?;
-        if !finder.is_match(bytes) {
-            return None;
-        }
-        let mut out = Vec::with_capacity(bytes.len());
-        finder.replace_all_with_bytes(bytes, &mut out, |_, _, out| {
-            out.extend_from_slice(SCRUBBED.as_bytes());
-            true
-        });
-        Some(out)
+        let matchers = self.matchers.as_ref()?;
+        let found = matchers.find(bytes);
+        (!found.is_empty()).then(|| Matchers::replace(bytes, &found))
     }
 
     /// Replaces every form of every secret in `text`, in place; whether it changed.
@@ -242,5 +436,235 @@ impl Scrubber {
             }
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A credential as an upstream's configuration holds it: `/`, `+` and `=` are escaped
+    /// by every URL encoder, `/` left raw by some.
+    const SECRET: &str = "http-Upstream-Secret-zyxw9876/+=";
+
+    fn scrubber() -> Scrubber {
+        Scrubber::for_values([SECRET])
+    }
+
+    /// `text` scrubbed, checked by both entry points and by `occurs_in`.
+    fn scrubbed(scrubber: &Scrubber, text: &str) -> String {
+        assert!(scrubber.occurs_in(text), "not found in {text}");
+        let clean = scrubber.scrub_text(text).expect("found");
+        let bytes = scrubber.scrub_bytes(text.as_bytes()).expect("found");
+        assert_eq!(clean.as_bytes(), bytes);
+        clean
+    }
+
+    #[test]
+    fn an_http_basic_credential_of_user_and_secret_is_redacted() {
+        let header = format!("Basic {}", STANDARD.encode(format!("user:{SECRET}")));
+        assert_eq!(
+            scrubbed(&scrubber(), &format!("Authorization: {header}\r\n")),
+            format!("Authorization: Basic {SCRUBBED}\r\n")
+        );
+        // Without its padding, and in JSON.
+        let header = format!(
+            "Basic {}",
+            STANDARD_NO_PAD.encode(format!("admin:{SECRET}"))
+        );
+        let mut value = serde_json::json!({ "headers": { "authorization": header } });
+        assert_eq!(scrubber().scrub_value(&mut value), 1);
+        assert_eq!(
+            value,
+            serde_json::json!({ "headers": { "authorization": format!("Basic {SCRUBBED}") } })
+        );
+    }
+
+    #[test]
+    fn a_bearer_header_encoded_whole_is_redacted_at_every_alignment() {
+        // "Bearer " is 7 bytes: after 0, 1 and 2 more, the secret starts at each of the
+        // three byte alignments of base64; text follows it, so no encoding ends with it.
+        for (lead, alignment) in [("", 1), ("a", 2), ("ab", 0)] {
+            let text = format!("{lead}Bearer {SECRET}; more");
+            assert_eq!((lead.len() + "Bearer ".len()) % 3, alignment);
+            for encoded in [STANDARD.encode(&text), STANDARD_NO_PAD.encode(&text)] {
+                assert_eq!(
+                    scrubbed(&scrubber(), &format!(r#"{{"echo":"{encoded}"}}"#)),
+                    format!(r#"{{"echo":"{SCRUBBED}"}}"#),
+                    "alignment {alignment}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn url_safe_base64_of_a_longer_text_is_redacted_at_every_alignment() {
+        // A secret whose URL-safe base64 has `-` and `_` at every alignment.
+        let secret = "tok~>>?ver-Secret";
+        let scrubber = Scrubber::for_values([secret]);
+        for lead in ["user:", "Bearer ", "ab:"] {
+            let text = format!("{lead}{secret}@host");
+            for encoded in [URL_SAFE.encode(&text), URL_SAFE_NO_PAD.encode(&text)] {
+                assert!(encoded.contains(['-', '_']), "{encoded}");
+                assert_eq!(
+                    scrubbed(&scrubber, &format!("https://x.test/cb?state={encoded}&y=1")),
+                    format!("https://x.test/cb?state={SCRUBBED}&y=1"),
+                    "after {lead:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn percent_escapes_with_lower_case_hex_are_redacted() {
+        let text = "?token=http-Upstream-Secret-zyxw9876%2f%2b%3d&next=1";
+        assert_eq!(
+            scrubbed(&scrubber(), text),
+            format!("?token={SCRUBBED}&next=1")
+        );
+    }
+
+    #[test]
+    fn a_partly_escaped_secret_is_redacted() {
+        // What Python's `urllib.parse.quote` gives: `/` stays raw.
+        let text = "GET /cb?t=http-Upstream-Secret-zyxw9876/%2B%3D HTTP/1.1";
+        assert_eq!(
+            scrubbed(&scrubber(), text),
+            format!("GET /cb?t={SCRUBBED} HTTP/1.1")
+        );
+        // Any other mix, `+` raw.
+        let text = "t=http%2DUpstream-Secret-zyxw9876%2F+=";
+        assert_eq!(scrubbed(&scrubber(), text), format!("t={SCRUBBED}"));
+        // A form body's `+` for some spaces, not all.
+        let scrubber = Scrubber::for_values(["open sesame now"]);
+        assert_eq!(
+            scrubbed(&scrubber, "k=open+sesame now&l=open%20sesame+now"),
+            format!("k={SCRUBBED}&l={SCRUBBED}")
+        );
+    }
+
+    #[test]
+    fn a_fully_escaped_secret_is_redacted() {
+        let upper: String = SECRET.bytes().map(|b| format!("%{b:02X}")).collect();
+        let lower = upper.to_lowercase();
+        assert!(upper.starts_with("%68%74%74%70"), "{upper}");
+        for escaped in [upper, lower] {
+            assert_eq!(
+                scrubbed(&scrubber(), &format!("[{escaped}]")),
+                format!("[{SCRUBBED}]")
+            );
+        }
+    }
+
+    #[test]
+    fn escapes_with_mixed_case_hex_are_redacted() {
+        let mixed: String = SECRET
+            .bytes()
+            .enumerate()
+            .map(|(i, b)| {
+                let escaped = format!("%{b:02X}");
+                if i % 2 == 0 {
+                    escaped
+                } else {
+                    escaped.to_lowercase()
+                }
+            })
+            .collect();
+        assert!(
+            mixed.ends_with("%2f%2B%3d") && mixed.contains("%6D%2d"),
+            "{mixed}"
+        );
+        assert_eq!(scrubbed(&scrubber(), &mixed), SCRUBBED);
+        let text = "u=http-Upstream-Secret-zyxw9876%2f%2B%3d";
+        assert_eq!(scrubbed(&scrubber(), text), format!("u={SCRUBBED}"));
+    }
+
+    #[test]
+    fn the_forms_scrubbed_before_still_are() {
+        let secret = "s3cr3t value/+&\"";
+        let scrubber = Scrubber::for_values([secret]);
+        let json = serde_json::to_string(secret).unwrap();
+        let forms = [
+            secret.to_owned(),
+            STANDARD.encode(secret),
+            STANDARD_NO_PAD.encode(secret),
+            URL_SAFE.encode(secret),
+            URL_SAFE_NO_PAD.encode(secret),
+            "s3cr3t%20value%2F%2B%26%22".to_owned(),
+            "s3cr3t%20value%2f%2b%26%22".to_owned(),
+            "s3cr3t+value%2F%2B%26%22".to_owned(),
+            json[1..json.len() - 1].to_owned(),
+            secret.escape_debug().to_string(),
+        ];
+        for form in forms {
+            assert_eq!(
+                scrubbed(&scrubber, &format!("<{form}>")),
+                format!("<{SCRUBBED}>"),
+                "{form}"
+            );
+        }
+        // Written twice, replaced twice.
+        assert_eq!(
+            scrubbed(&scrubber, &format!("{secret}{secret}")),
+            format!("{SCRUBBED}{SCRUBBED}")
+        );
+    }
+
+    #[test]
+    fn text_without_a_secret_is_left_exactly_as_it_was() {
+        let scrubber = scrubber();
+        let near_miss = "http-Upstream-Secret-zyxw9875/+=";
+        let texts = [
+            "nothing here".to_owned(),
+            "GET /a%2Fb?q=%2f%2b%3d&r=http-Upstream-Secret HTTP/1.1".to_owned(),
+            format!("near {near_miss} and http-Upstream-Secret-zyxw9876%2F%2B"),
+            format!("Basic {}", STANDARD.encode(format!("user:{near_miss}"))),
+            format!(
+                "Bearer {}",
+                URL_SAFE.encode(format!("Bearer {near_miss}; more"))
+            ),
+            format!("img {}", STANDARD.encode((0..=255).collect::<Vec<u8>>())),
+        ];
+        for text in texts {
+            assert!(!scrubber.occurs_in(&text), "{text}");
+            assert_eq!(scrubber.scrub_text(&text), None, "{text}");
+            assert_eq!(scrubber.scrub_bytes(text.as_bytes()), None, "{text}");
+            let mut value = serde_json::json!({ "text": text, "n": [1, null] });
+            let before = value.clone();
+            assert_eq!(scrubber.scrub_value(&mut value), 0);
+            assert_eq!(value, before);
+        }
+    }
+
+    #[test]
+    fn a_short_secret_is_found_escaped_but_does_not_blank_ordinary_text() {
+        // 4 bytes: its base64 cores (`dG9rM`, `Rvaz`, `0b2sx`) are too short to tell it
+        // from chance, so text that shares them is left alone...
+        let scrubber = Scrubber::for_values(["tok1"]);
+        let ordinary = "Rvazquez ran build 0b2sx on dG9rMAAA; %2F stays";
+        assert_eq!(scrubber.scrub_text(ordinary), None);
+        // ...while its escapes and the base64 of the whole value are replaced.
+        assert_eq!(
+            scrubbed(&scrubber, "k=t%6fk%31&b=dG9rMQ== x"),
+            format!("k={SCRUBBED}&b={SCRUBBED} x")
+        );
+    }
+
+    #[test]
+    fn cores_leave_out_the_characters_the_neighbours_share() {
+        let cores = base64_cores(SECRET.as_bytes());
+        assert_eq!(
+            cores,
+            [
+                "aHR0cC1VcHN0cmVhbS1TZWNyZXQtenl4dzk4NzYvKz",
+                "aHR0cC1VcHN0cmVhbS1TZWNyZXQtenl4dzk4NzYvKz",
+                "h0dHAtVXBzdHJlYW0tU2VjcmV0LXp5eHc5ODc2Lys9",
+                "h0dHAtVXBzdHJlYW0tU2VjcmV0LXp5eHc5ODc2Lys9",
+                "odHRwLVVwc3RyZWFtLVNlY3JldC16eXh3OTg3Ni8rP",
+                "odHRwLVVwc3RyZWFtLVNlY3JldC16eXh3OTg3Ni8rP",
+            ]
+        );
+        assert!(base64_cores(b"tok1").is_empty());
+        assert!(base64_cores(b"sixsix").len() == 2 && base64_cores(b"seven77").len() == 6);
     }
 }
