@@ -59,6 +59,12 @@ type Session = RunningService<RoleClient, UpstreamClient>;
 
 /// The error code of a resource the upstream does not have.
 pub(crate) const RESOURCE_NOT_FOUND: &str = "resource_not_found";
+/// The error code of a subscription asked of an upstream that did not declare
+/// `resources.subscribe`: it is not sent there.
+pub(crate) const SUBSCRIPTIONS_UNSUPPORTED: &str = "subscriptions_unsupported";
+/// The error code of an unsubscription from an upstream the caller's session is not
+/// subscribed to the resource on: it is not sent there.
+pub(crate) const NOT_SUBSCRIBED: &str = "not_subscribed";
 
 /// How many rounds of `input_required` results toolgate fulfils for one call of a caller
 /// that cannot take them (2025-11-25), asking it each request, before it gives up.
@@ -696,6 +702,11 @@ impl Link {
     /// subscriber); `notifications/resources/updated` for it is relayed to every session
     /// subscribed. A subscription lasts until unsubscribed, the session ends, or the
     /// upstream connection is re-established (subscribe again then).
+    ///
+    /// The upstream is asked only when it declared `resources.subscribe`
+    /// ([`SUBSCRIPTIONS_UNSUPPORTED`] otherwise) and has the resource
+    /// ([`serves`](Self::serves); [`RESOURCE_NOT_FOUND`] otherwise): no subscription to a
+    /// URI goes to an upstream that does not serve it.
     pub async fn subscribe(
         &self,
         uri: &str,
@@ -704,6 +715,29 @@ impl Link {
         deadline: Instant,
     ) -> Result<(), ToolError> {
         let channel = self.subscription_channel();
+        // A resource someone here is subscribed to is known to be the upstream's.
+        if !channel.routes.watched(uri) {
+            if !self.takes_subscriptions(deadline).await? {
+                return Err(ToolError::abort(
+                    format!(
+                        "MCP server `{}` does not support resource subscriptions",
+                        self.config.name
+                    ),
+                    SUBSCRIPTIONS_UNSUPPORTED,
+                    404,
+                ));
+            }
+            if !self.serves(uri, caller, deadline).await? {
+                return Err(ToolError::abort(
+                    self.scrubbed(format!(
+                        "MCP server `{}` does not have resource `{uri}`",
+                        self.config.name
+                    )),
+                    RESOURCE_NOT_FOUND,
+                    404,
+                ));
+            }
+        }
         if !channel.routes.subscribe(uri, caller, user) {
             return Ok(());
         }
@@ -720,7 +754,8 @@ impl Link {
     }
 
     /// Unsubscribes `caller`'s session from resource `uri` (the upstream too, when no
-    /// session is left).
+    /// session is left); [`NOT_SUBSCRIBED`], and nothing sent, when the session is not
+    /// subscribed to it here.
     pub async fn unsubscribe(
         &self,
         uri: &str,
@@ -728,6 +763,16 @@ impl Link {
         deadline: Instant,
     ) -> Result<(), ToolError> {
         let channel = self.subscription_channel();
+        if !channel.routes.is_subscribed(uri, &caller.session_id) {
+            return Err(ToolError::abort(
+                self.scrubbed(format!(
+                    "not subscribed to resource `{uri}` on MCP server `{}`",
+                    self.config.name
+                )),
+                NOT_SUBSCRIBED,
+                404,
+            ));
+        }
         if !channel.routes.unsubscribe(uri, &caller.session_id) {
             return Ok(());
         }
@@ -736,6 +781,39 @@ impl Link {
             peer.unsubscribe(params).await
         })
         .await
+    }
+
+    /// Whether the upstream declared `resources.subscribe` (on the connection
+    /// subscriptions go on).
+    async fn takes_subscriptions(&self, deadline: Instant) -> Result<bool, ToolError> {
+        let (peer, _) = self.peer(self.subscription_channel(), deadline).await?;
+        Ok(peer.peer_info().is_some_and(|info| {
+            info.capabilities
+                .resources
+                .as_ref()
+                .is_some_and(|r| r.subscribe == Some(true))
+        }))
+    }
+
+    /// Whether the upstream has resource `uri`, by what it answers `caller`: it lists it,
+    /// or else answers `resources/read` for it (as a read is routed: an upstream that
+    /// answers "not found" does not have it; another failure is the answer).
+    async fn serves(
+        &self,
+        uri: &str,
+        caller: &CallerRequest,
+        deadline: Instant,
+    ) -> Result<bool, ToolError> {
+        // An upstream that lists nothing (or fails to) may still serve it from a template.
+        let listed = self.list_resources(Some(caller), deadline).await;
+        if listed.is_ok_and(|resources| resources.iter().any(|r| r.uri == uri)) {
+            return Ok(true);
+        }
+        match self.read_resource(uri, Some(caller), deadline).await {
+            Ok(_) => Ok(true),
+            Err(e) if e.code() == RESOURCE_NOT_FOUND => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Moves the resource subscriptions made through this connection to `next` — the

@@ -40,6 +40,7 @@ pub use tool::ImportedTool;
 
 use crate::McpError;
 use link::Link;
+pub(crate) use link::{NOT_SUBSCRIBED, RESOURCE_NOT_FOUND, SUBSCRIPTIONS_UNSUPPORTED};
 
 /// A connection to one upstream MCP server, and the tools imported from it.
 ///

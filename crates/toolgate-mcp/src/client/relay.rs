@@ -425,6 +425,22 @@ impl Routes {
         (left, ended)
     }
 
+    /// Whether anyone is subscribed to `uri` here.
+    pub(crate) fn watched(&self, uri: &str) -> bool {
+        let subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        subscribers
+            .get(uri)
+            .is_some_and(|sessions| !sessions.is_empty())
+    }
+
+    /// Whether `session` is subscribed to `uri` here.
+    pub(crate) fn is_subscribed(&self, uri: &str, session: &str) -> bool {
+        let subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        subscribers
+            .get(uri)
+            .is_some_and(|sessions| sessions.iter().any(|s| &*s.key == session))
+    }
+
     /// Unsubscribes `session` from `uri`; whether no subscriber is left (then the
     /// upstream is to be unsubscribed).
     pub(crate) fn unsubscribe(&self, uri: &str, session: &str) -> bool {

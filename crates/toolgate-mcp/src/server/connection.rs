@@ -43,7 +43,8 @@ use crate::caller::{
     UpstreamTaskSlot,
 };
 use crate::client::{
-    CallerAccessToken, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_TAG, TASKS_TAG, is_tool,
+    CallerAccessToken, NOT_SUBSCRIBED, PROMPT_PREFIX, PROMPT_TAG, RESOURCE_NOT_FOUND,
+    RESOURCES_TAG, SUBSCRIPTIONS_UNSUPPORTED, TASKS_TAG, is_tool,
 };
 use crate::convert::{
     InputShape, decided_result, error_to_result, output_to_result, to_mcp_tool, unknown_tool,
@@ -407,11 +408,94 @@ impl Connection {
                 .await
             {
                 Ok(output) => return Ok(output),
-                Err(e) if e.code() == "resource_not_found" => continue,
+                Err(e) if e.code() == RESOURCE_NOT_FOUND => continue,
                 Err(e) => return Err(features::request_error(&e)),
             }
         }
         Err(features::resource_not_found(uri))
+    }
+
+    /// Runs a subscription request about resource `uri` — `input` is `{"subscribe": uri}`
+    /// or `{"unsubscribe": uri}` — on the resources tools the caller may see, in turn. A
+    /// subscription goes to the first upstream that declared `resources.subscribe` and
+    /// has the resource (it lists it, or answers `resources/read` for it: see
+    /// `Link::subscribe`); an upstream that takes no subscriptions is sent nothing, and
+    /// one that does not have the resource no subscription. One upstream's failure does
+    /// not keep the caller from an upstream after it that has the resource: it is the
+    /// answer only when none has it. An unsubscription goes to the upstream the caller is
+    /// subscribed on; when it is subscribed nowhere, there is nothing to do. `listen` as
+    /// for [`on_resource`](Self::on_resource).
+    async fn on_subscription(
+        &self,
+        input: Value,
+        uri: &str,
+        context: &RequestContext<RoleServer>,
+        listen: Option<(&SubscriptionSink, &CancellationToken)>,
+    ) -> Result<Value, ErrorData> {
+        let unsubscribe = input.get("unsubscribe").is_some();
+        let user = self.caller(context);
+        let mut failed = None;
+        let mut tools = self.visible_of(RESOURCES_TAG, context);
+        if !unsubscribe {
+            // The upstreams that list the resource first: the others are asked whether
+            // they have it (`resources/read`) only when none of those takes the
+            // subscription.
+            let mut ranked = Vec::with_capacity(tools.len());
+            for definition in tools {
+                let unlisted = !self.lists(&definition, uri, context).await;
+                ranked.push((unlisted, definition));
+            }
+            // Stable: in each group, the configuration's order.
+            ranked.sort_by_key(|(unlisted, _)| *unlisted);
+            tools = ranked.into_iter().map(|(_, definition)| definition).collect();
+        }
+        for definition in tools {
+            let mut extras = Extras::default();
+            if let Some((sink, ended)) = listen {
+                extras.listener = Some(sink.clone());
+                extras.subscription_ended = ended.clone();
+            }
+            let user = Arc::clone(&user);
+            match self
+                .run_with(&definition.name, input.clone(), context, user, extras)
+                .await
+            {
+                Ok(output) => return Ok(output),
+                Err(e)
+                    if [
+                        RESOURCE_NOT_FOUND,
+                        SUBSCRIPTIONS_UNSUPPORTED,
+                        NOT_SUBSCRIBED,
+                    ]
+                    .contains(&e.code()) => {}
+                Err(e) => {
+                    failed.get_or_insert_with(|| features::request_error(&e));
+                }
+            }
+        }
+        match failed {
+            Some(error) => Err(error),
+            None if unsubscribe => Ok(json!({})),
+            None => Err(features::not_subscribable(uri)),
+        }
+    }
+
+    /// Whether the upstream of resources tool `definition` lists resource `uri` to the
+    /// caller (one that fails to list does not).
+    async fn lists(
+        &self,
+        definition: &ToolDefinition,
+        uri: &str,
+        context: &RequestContext<RoleServer>,
+    ) -> bool {
+        let listed = self
+            .run(&definition.name, json!({"list": "resources"}), context)
+            .await;
+        listed.is_ok_and(|output| {
+            output["resources"]
+                .as_array()
+                .is_some_and(|resources| resources.iter().any(|r| r["uri"] == uri))
+        })
     }
 
     /// The `key` lists of every upstream whose resources the caller may see, in order. An
@@ -931,7 +1015,7 @@ impl ServerHandler for Connection {
         request: SubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.on_resource(
+        self.on_subscription(
             json!({ "subscribe": request.uri }),
             &request.uri,
             &context,
@@ -946,7 +1030,7 @@ impl ServerHandler for Connection {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), ErrorData> {
-        self.on_resource(
+        self.on_subscription(
             json!({ "unsubscribe": request.uri }),
             &request.uri,
             &context,
@@ -985,7 +1069,7 @@ impl ServerHandler for Connection {
         for uri in &uris {
             let input = json!({ "subscribe": uri });
             match self
-                .on_resource(input, uri, request, Some((context.sink(), &ended)))
+                .on_subscription(input, uri, request, Some((context.sink(), &ended)))
                 .await
             {
                 Ok(_) => subscribed.push(uri),
@@ -1007,7 +1091,7 @@ impl ServerHandler for Connection {
         for uri in subscribed {
             let input = json!({ "unsubscribe": uri });
             let _ = self
-                .on_resource(input, uri, &after, Some((context.sink(), &ended)))
+                .on_subscription(input, uri, &after, Some((context.sink(), &ended)))
                 .await;
         }
         refused.map_or(Ok(()), Err)
@@ -1027,14 +1111,21 @@ impl ServerHandler for Connection {
         Ok(())
     }
 
-    /// A request rmcp could not read as any method it knows. For a known method this
-    /// means malformed parameters: say so, rather than "method not found".
+    /// A request rmcp could not read as any method it knows. For a method this server
+    /// serves this means malformed parameters: say what is wrong, rather than "method not
+    /// found".
     async fn on_custom_request(
         &self,
         request: CustomRequest,
         _context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
         let method = request.method;
+        // `tasks/*` are served only by a server that advertises the extension (else rmcp
+        // answers them method not found, whatever their parameters).
+        let served = !method.starts_with("tasks/") || self.get_info().capabilities.supports_tasks();
+        if served && let Some(error) = super::params::malformed(&method, request.params.as_ref()) {
+            return Err(error);
+        }
         let hint = match method.as_str() {
             "tools/call" => Some(
                 "`params` must be {\"name\": string, \"arguments\": object}; `arguments` holds the tool's arguments as a JSON object",

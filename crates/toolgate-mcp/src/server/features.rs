@@ -110,6 +110,18 @@ pub(crate) fn resource_not_found(uri: &str) -> ErrorData {
     )
 }
 
+/// A resource no upstream that takes subscriptions has, among those the caller may read
+/// from: there is nowhere to subscribe to it.
+pub(crate) fn not_subscribable(uri: &str) -> ErrorData {
+    ErrorData::new(
+        ErrorCode::RESOURCE_NOT_FOUND,
+        format!(
+            "resource `{uri}` cannot be subscribed to: no server here that supports resource subscriptions has it (a server that does not support them may serve it: read it again to see changes)"
+        ),
+        Some(json!({ "uri": uri, "code": "not_subscribable" })),
+    )
+}
+
 /// The end of a `subscriptions/listen` request whose access to a resource it watched a
 /// new configuration withdrew.
 pub(crate) fn access_withdrawn() -> ErrorData {

@@ -7,6 +7,7 @@ mod features;
 mod held;
 mod http;
 mod message;
+mod params;
 mod relayed;
 mod request_body;
 mod rounds;
