@@ -447,7 +447,10 @@ impl Connection {
             }
             // Stable: in each group, the configuration's order.
             ranked.sort_by_key(|(unlisted, _)| *unlisted);
-            tools = ranked.into_iter().map(|(_, definition)| definition).collect();
+            tools = ranked
+                .into_iter()
+                .map(|(_, definition)| definition)
+                .collect();
         }
         for definition in tools {
             let mut extras = Extras::default();
@@ -1117,12 +1120,16 @@ impl ServerHandler for Connection {
     async fn on_custom_request(
         &self,
         request: CustomRequest,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<CustomResult, ErrorData> {
         let method = request.method;
         // `tasks/*` are served only by a server that advertises the extension (else rmcp
-        // answers them method not found, whatever their parameters).
-        let served = !method.starts_with("tasks/") || self.get_info().capabilities.supports_tasks();
+        // answers them method not found, whatever their parameters), and the methods
+        // 2026-07-28 removed not to a caller of that revision.
+        let removed = takes_input_required(&context)
+            && super::params::REMOVED_IN_2026_07_28.contains(&method.as_str());
+        let served = !removed
+            && (!method.starts_with("tasks/") || self.get_info().capabilities.supports_tasks());
         if served && let Some(error) = super::params::malformed(&method, request.params.as_ref()) {
             return Err(error);
         }

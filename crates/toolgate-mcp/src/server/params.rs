@@ -49,6 +49,14 @@ fn fields_of(method: &str) -> Option<&'static [Field]> {
     })
 }
 
+/// The methods of 2025-11-25 that 2026-07-28 removed: a caller of that revision is
+/// answered method not found for them, whatever their parameters.
+pub(crate) const REMOVED_IN_2026_07_28: [&str; 3] = [
+    "logging/setLevel",
+    "resources/subscribe",
+    "resources/unsubscribe",
+];
+
 /// The levels `logging/setLevel` takes, in order.
 const LEVELS: &str = "debug, info, notice, warning, error, critical, alert, emergency";
 
