@@ -202,7 +202,8 @@ async fn open_session(
             "the body must be `{\"key\": \"<your API key>\"}`",
         )
     };
-    let body = body.map_err(|_| bad())?;
+    // A body that is too large or too slow is told so, as on every route.
+    let body = crate::http::body::whole_body(body)?;
     let SignIn { key } = serde_json::from_slice(&body).map_err(|_| bad())?;
     // Held to the same allowance of wrong credentials as `/v1` and `/mcp`.
     let limit = &gateway.credential_limit;
@@ -257,6 +258,12 @@ fn session_error(e: SessionError) -> ApiError {
             "sessions_unavailable",
             e.to_string(),
         ),
+        SessionError::FlowsFromAddress(wait) => ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "too_many_sign_ins_from_address",
+            e.to_string(),
+        )
+        .retry_after(wait),
     }
 }
 
@@ -410,9 +417,13 @@ pub async fn sign_in_options(State(state): State<Arc<AppState>>) -> Response {
 }
 
 /// `GET /console/oauth/start`: sign in through the issuer (see [`oauth`]).
-pub async fn oauth_start(State(state): State<Arc<AppState>>, headers: HeaderMap) -> Response {
+pub async fn oauth_start(
+    State(state): State<Arc<AppState>>,
+    peer: Extensions,
+    headers: HeaderMap,
+) -> Response {
     let gateway = state.current.load_full();
-    secured(match oauth::start(&gateway, &headers).await {
+    secured(match oauth::start(&gateway, &headers, peer.get()).await {
         Ok(response) => response,
         Err(e) => e.into_response(),
     })

@@ -7,16 +7,27 @@
 //! the browser back to `GET /console/oauth/callback`, where the `state` must match the
 //! cookie's and a flow this process started (once: it is taken out); the code is traded for
 //! an access token with the verifier, the token is checked exactly as `/v1` checks one, and
-//! its user gets a console session that ends when the token would.
+//! its user gets a console session that ends when the token would: at its `exp`, sooner
+//! when the issuer's `expires_in` says so, and never after `console.session_ttl`.
+//!
+//! A start is held to the places for waiting sign-ins (in all, and per client address: see
+//! [`super::sessions`]) before anything is fetched. The issuer's endpoints come from its
+//! discovery document, read once and kept as its signing keys are
+//! (`identity.oauth.keys_max_age`), and asked for again no more often than
+//! `identity.oauth.refresh_interval`: a flood of starts costs the issuer nothing.
 
-use std::sync::OnceLock;
-use std::time::Duration;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use axum::extract::ConnectInfo;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use base64::Engine as _;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
+use tokio::time::Instant;
 use toolgate_http::HttpError as ApiError;
 
 use super::guard;
@@ -37,7 +48,7 @@ pub fn challenge(verifier: &str) -> String {
 }
 
 /// The issuer's endpoints, from its discovery document.
-#[derive(Deserialize)]
+#[derive(Debug, Deserialize)]
 struct Endpoints {
     authorization_endpoint: String,
     token_endpoint: String,
@@ -64,25 +75,95 @@ fn issuer_trouble(what: &str, error: impl std::fmt::Display) -> ApiError {
     )
 }
 
-async fn endpoints(gateway: &Gateway) -> Result<Endpoints, ApiError> {
-    let oauth = gateway
-        .config
-        .identity
-        .oauth
-        .as_ref()
-        .ok_or_else(oauth_off)?;
-    let issuer = oauth.issuer.0.trim_end_matches('/');
+/// The endpoints of each issuer's discovery document as last read, for the process (a
+/// reload keeps them), by discovery URL.
+#[derive(Default)]
+struct Discovered {
+    by_url: std::sync::Mutex<HashMap<String, Arc<tokio::sync::Mutex<Discovery>>>>,
+}
+
+/// What is known of one discovery document: the endpoints last read, and the last read.
+#[derive(Default)]
+struct Discovery {
+    endpoints: Option<(Arc<Endpoints>, Instant)>,
+    /// When the document was last asked for, and why that failed if it did.
+    last_read: Option<(Instant, Option<String>)>,
+}
+
+/// The most discovery documents remembered: the issuer served, and a few before reloads.
+const MAX_DISCOVERED: usize = 8;
+
+fn discovered() -> &'static Discovered {
+    static DISCOVERED: OnceLock<Discovered> = OnceLock::new();
+    DISCOVERED.get_or_init(Discovered::default)
+}
+
+/// The issuer's endpoints: as read before while younger than `keys_max_age`; otherwise
+/// read again, unless the last read is less than `refresh_interval` ago (its endpoints, or
+/// its failure, stand until then). Endpoints read before stay in use while the document
+/// cannot be read. Concurrent callers share one read.
+async fn endpoints(oauth: &OAuthConfig) -> Result<Arc<Endpoints>, ApiError> {
+    let url = oauth.discovery_url();
+    let discovery = {
+        let mut by_url = discovered()
+            .by_url
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if by_url.len() >= MAX_DISCOVERED && !by_url.contains_key(&url) {
+            by_url.clear();
+        }
+        Arc::clone(by_url.entry(url.clone()).or_default())
+    };
+    let mut discovery = discovery.lock().await;
+    let now = Instant::now();
+    let fresh = |at: Instant| now.saturating_duration_since(at) < oauth.keys_max_age;
+    if let Some((endpoints, at)) = &discovery.endpoints
+        && fresh(*at)
+    {
+        return Ok(Arc::clone(endpoints));
+    }
+    let stale = discovery.endpoints.as_ref().map(|(e, _)| Arc::clone(e));
+    if let Some((at, failure)) = &discovery.last_read
+        && now.saturating_duration_since(*at) < oauth.refresh_interval
+    {
+        return match (stale, failure) {
+            (Some(endpoints), _) => Ok(endpoints),
+            (None, failure) => Err(unreadable(failure.as_deref().unwrap_or("not read yet"))),
+        };
+    }
+    let read = read_endpoints(oauth, &url).await;
+    discovery.last_read = Some((now, read.as_ref().err().cloned()));
+    match (read, stale) {
+        (Ok(endpoints), _) => {
+            let endpoints = Arc::new(endpoints);
+            discovery.endpoints = Some((Arc::clone(&endpoints), now));
+            Ok(endpoints)
+        }
+        (Err(reason), Some(endpoints)) => {
+            tracing::warn!(target: "toolgate::console", %reason, "the issuer's discovery document cannot be read again: the endpoints read before stay in use");
+            Ok(endpoints)
+        }
+        (Err(reason), None) => Err(unreadable(&reason)),
+    }
+}
+
+fn unreadable(reason: &str) -> ApiError {
+    issuer_trouble("its discovery document cannot be read", reason)
+}
+
+/// One read of the discovery document at `url`: its endpoints, or why not.
+async fn read_endpoints(oauth: &OAuthConfig, url: &str) -> Result<Endpoints, String> {
     let answer = http()
-        .get(format!("{issuer}/.well-known/openid-configuration"))
+        .get(url)
         .timeout(oauth.fetch_timeout)
         .send()
         .await
         .and_then(reqwest::Response::error_for_status)
-        .map_err(|e| issuer_trouble("its discovery document cannot be read", e))?;
+        .map_err(|e| e.to_string())?;
     answer
         .json()
         .await
-        .map_err(|e| issuer_trouble("its discovery document names no endpoints", e))
+        .map_err(|e| format!("it names no endpoints ({e})"))
 }
 
 fn oauth_off() -> ApiError {
@@ -140,13 +221,18 @@ fn redirect(to: &str, cookies: &[String]) -> Response {
     response
 }
 
-/// `GET /console/oauth/start`: to the issuer's authorization endpoint.
-pub(super) async fn start(gateway: &Gateway, headers: &HeaderMap) -> Result<Response, ApiError> {
+/// `GET /console/oauth/start`: to the issuer's authorization endpoint. The sign-in takes
+/// its place among the waiting ones (in all, and its client address's) before the issuer
+/// is asked anything; it gives it back when the issuer's endpoints cannot be had.
+pub(super) async fn start(
+    gateway: &Gateway,
+    headers: &HeaderMap,
+    peer: Option<&ConnectInfo<SocketAddr>>,
+) -> Result<Response, ApiError> {
     let (_, client, oauth) = settings(gateway)?;
-    let endpoints = endpoints(gateway).await?;
-    let (state, verifier) = gateway
-        .console_sessions
-        .start_flow()
+    let sessions = &gateway.console_sessions;
+    let (state, verifier) = sessions
+        .start_flow(gateway.client_address(peer, headers))
         .await
         .map_err(|e| match e {
             SessionError::Full => ApiError::new(
@@ -156,8 +242,18 @@ pub(super) async fn start(gateway: &Gateway, headers: &HeaderMap) -> Result<Resp
             ),
             other => super::session_error(other),
         })?;
-    let mut to = url::Url::parse(&endpoints.authorization_endpoint)
-        .map_err(|e| issuer_trouble("its authorization endpoint is not a URL", e))?;
+    let to = endpoints(oauth).await.and_then(|endpoints| {
+        url::Url::parse(&endpoints.authorization_endpoint)
+            .map_err(|e| issuer_trouble("its authorization endpoint is not a URL", e))
+    });
+    let mut to = match to {
+        Ok(to) => to,
+        Err(e) => {
+            // Whether Redis took it back or not, it expires.
+            let _ = sessions.finish_flow(&state).await;
+            return Err(e);
+        }
+    };
     to.query_pairs_mut()
         .append_pair("response_type", "code")
         .append_pair("client_id", &client.client_id)
@@ -229,7 +325,7 @@ pub(super) async fn callback(
     let verifier = verifier.map_err(super::session_error)?.ok_or_else(|| {
         refused("this sign-in has expired or was used already: start again from the console")
     })?;
-    let endpoints = endpoints(gateway).await?;
+    let endpoints = endpoints(oauth).await?;
     let redirect_to = redirect_uri(headers);
     let mut form = vec![
         ("grant_type", "authorization_code"),
@@ -280,27 +376,111 @@ pub(super) async fn callback(
         tracing::warn!(target: "toolgate::console", ?refusal, "the issuer's token is not one /v1 accepts");
         refused("the issuer's token is not one this gateway accepts on /v1: ask its operator")
     })?;
-    let within = token.expires_in.map(Duration::from_secs);
+    // The token was checked (its signature, and `exp` within the clock skew): the session
+    // ends at its `exp`, or sooner when the issuer's `expires_in` says so.
+    let within = expires_at(&token.access_token)
+        .and_then(|exp| lifetime(exp, token.expires_in, SystemTime::now()))
+        .ok_or_else(|| {
+            tracing::warn!(target: "toolgate::console", user = %user.id, "the issuer's token has expired already");
+            refused("the issuer's token has expired already: start again from the console")
+        })?;
     let opened = gateway
         .console_sessions
-        .open(Principal::Token(user.clone()), &user.id, console, within)
+        .open(
+            Principal::Token(user.clone()),
+            &user.id,
+            console,
+            Some(within),
+        )
         .await
         .map_err(super::session_error)?;
-    tracing::info!(target: "toolgate::console", user = %user.id, "console sign-in through the issuer");
+    let ttl = within.min(console.session_ttl);
+    tracing::info!(target: "toolgate::console", user = %user.id, ends_in_s = ttl.as_secs(), "console sign-in through the issuer");
     let secure = super::secure(headers);
-    let ttl = within.map_or(console.session_ttl, |w| w.min(console.session_ttl));
     Ok(redirect(
         "/console",
         &[
-            guard::set_cookie(&opened.id, ttl.as_secs(), secure),
+            guard::set_cookie(&opened.id, whole_seconds(ttl), secure),
             flow_cookie("", 0, secure),
         ],
     ))
 }
 
+/// `span` in seconds, rounded up (a cookie's `Max-Age`).
+fn whole_seconds(span: Duration) -> u64 {
+    u64::try_from(span.as_millis().div_ceil(1000)).unwrap_or(u64::MAX)
+}
+
+/// The `exp` of an access token the gateway has accepted (so its signature and `exp` were
+/// checked), read as the check reads it: a NumericDate, whole seconds.
+fn expires_at(token: &str) -> Option<u64> {
+    let payload = token.split('.').nth(1)?;
+    let claims = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(payload)
+        .ok()?;
+    let claims: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_slice(&claims).ok()?;
+    let exp = claims.get("exp")?;
+    exp.as_u64().or_else(|| exp.as_f64().map(|f| f as u64))
+}
+
+/// How long a session opened at `now` with a token that expires at `exp` (seconds since
+/// the Unix epoch) may last: until `exp`, and no longer than `expires_in` seconds when the
+/// issuer gave it. `None` when that is no time at all.
+fn lifetime(exp: u64, expires_in: Option<u64>, now: SystemTime) -> Option<Duration> {
+    // An `exp` past what the clock can count is as good as never.
+    let until_exp = UNIX_EPOCH
+        .checked_add(Duration::from_secs(exp))
+        .map_or(Some(Duration::MAX), |at| at.duration_since(now).ok())?;
+    let within = expires_in.map_or(until_exp, |s| until_exp.min(Duration::from_secs(s)));
+    (!within.is_zero()).then_some(within)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_session_through_the_issuer_ends_at_the_tokens_exp_or_sooner_when_expires_in_says_so() {
+        let now = UNIX_EPOCH + Duration::from_secs(1_000_000);
+        let secs = Duration::from_secs;
+        // No `expires_in` (it is optional): the token's `exp`.
+        assert_eq!(lifetime(1_000_010, None, now), Some(secs(10)));
+        // Whichever is sooner.
+        assert_eq!(lifetime(1_000_010, Some(5), now), Some(secs(5)));
+        assert_eq!(lifetime(1_000_010, Some(3600), now), Some(secs(10)));
+        // A fraction of a second counts.
+        let later = now + Duration::from_millis(9_500);
+        assert_eq!(
+            lifetime(1_000_010, None, later),
+            Some(Duration::from_millis(500))
+        );
+        // An expired token (taken within the clock skew), or one given no time: none.
+        assert_eq!(lifetime(1_000_010, None, now + secs(10)), None);
+        assert_eq!(lifetime(999_990, None, now), None);
+        assert_eq!(lifetime(1_000_010, Some(0), now), None);
+        // An `exp` beyond the clock's reach is the session's own bound then.
+        assert_eq!(lifetime(u64::MAX, None, now), Some(Duration::MAX));
+    }
+
+    #[test]
+    fn the_exp_of_a_token_is_read_as_the_token_check_reads_it() {
+        let token = |claims: &str| {
+            let b64 = |text: &str| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text);
+            format!("{}.{}.sig", b64(r#"{"alg":"RS256"}"#), b64(claims))
+        };
+        assert_eq!(
+            expires_at(&token(r#"{"exp": 1700000000}"#)),
+            Some(1_700_000_000)
+        );
+        assert_eq!(
+            expires_at(&token(r#"{"exp": 1700000000.9}"#)),
+            Some(1_700_000_000)
+        );
+        assert_eq!(expires_at(&token(r#"{"sub": "carol"}"#)), None);
+        assert_eq!(expires_at(&token(r#"{"exp": "tomorrow"}"#)), None);
+        assert_eq!(expires_at("opaque"), None);
+    }
 
     #[test]
     fn the_challenge_is_the_base64url_sha256_of_the_verifier() {

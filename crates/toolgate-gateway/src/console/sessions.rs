@@ -12,8 +12,14 @@
 //! The sessions, and the sign-ins waiting for the issuer's callback, are kept where the
 //! policies keep their state: in this process, or on Redis ([`RedisSessions`]), where every
 //! replica finds them, the bounds hold across replicas, and a restart ends none.
+//!
+//! One client address may have at most [`MAX_FLOWS_PER_ADDRESS`] sign-ins waiting at once
+//! (an IPv6 address counted by its /64, as wrong credentials are), so that no one address
+//! fills the [`MAX_FLOWS`] places every sign-in shares. That allowance is counted in this
+//! process, for the sign-ins it started, wherever they are kept.
 
 use std::collections::HashMap;
+use std::net::{IpAddr, Ipv6Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -44,6 +50,13 @@ pub enum SessionError {
         "the console's sessions are kept on Redis, which does not answer: try again in a moment"
     )]
     Unavailable,
+    /// The client's address has [`MAX_FLOWS_PER_ADDRESS`] sign-ins waiting for the issuer
+    /// already; the oldest of them expires after this wait.
+    #[error(
+        "this address has {MAX_FLOWS_PER_ADDRESS} sign-ins waiting for the issuer already: finish one of them, or wait {} s for the oldest to expire",
+        .0.as_millis().div_ceil(1000).max(1)
+    )]
+    FlowsFromAddress(Duration),
 }
 
 /// A session just opened: the id for the cookie, the token for state changes.
@@ -123,6 +136,8 @@ struct Session {
 /// process, where they outlive reloads, or on Redis, where every replica shares them.
 pub struct ConsoleSessions {
     store: Store,
+    /// The waiting sign-ins this process started, by client address.
+    flows_by_address: FlowsByAddress,
 }
 
 enum Store {
@@ -140,6 +155,7 @@ impl Default for ConsoleSessions {
                 by_id: Mutex::default(),
                 flows: Flows::default(),
             },
+            flows_by_address: FlowsByAddress::default(),
         }
     }
 }
@@ -149,6 +165,11 @@ pub const FLOW_TTL: Duration = Duration::from_secs(600);
 
 /// The most flows waiting for their callback at once.
 pub const MAX_FLOWS: usize = 1024;
+
+/// The most flows waiting for their callback at once that one client address started (an
+/// IPv6 address counted by its /64): a few browser tabs' worth, so that one address
+/// cannot take the [`MAX_FLOWS`] places everyone shares.
+pub const MAX_FLOWS_PER_ADDRESS: usize = 16;
 
 /// The flows started and not yet called back, by `state`, in this process.
 #[derive(Default)]
@@ -173,6 +194,64 @@ impl Flows {
         match pending.remove(state) {
             Some((verifier, expires)) if expires > Instant::now() => Some(verifier),
             _ => None,
+        }
+    }
+}
+
+/// The flows this process started and that still wait, by `state`: the client address
+/// they came from (an IPv6 one by its /64) and when they expire. Each is taken out when its
+/// callback comes here, or when it expires; so the table holds at most the [`MAX_FLOWS`]
+/// flows that this process may have started in [`FLOW_TTL`].
+#[derive(Default)]
+struct FlowsByAddress {
+    waiting: Mutex<HashMap<String, (IpAddr, Instant)>>,
+}
+
+impl FlowsByAddress {
+    /// Counts the flow `state` against `client`'s allowance, or refuses it when the client
+    /// has [`MAX_FLOWS_PER_ADDRESS`] waiting already (or this process [`MAX_FLOWS`]).
+    fn start(&self, state: &str, client: IpAddr) -> Result<(), SessionError> {
+        let now = Instant::now();
+        let client = counted(client);
+        let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
+        waiting.retain(|_, (_, expires)| *expires > now);
+        let (count, oldest) = waiting
+            .values()
+            .filter(|(address, _)| *address == client)
+            .fold((0, None::<Instant>), |(count, oldest), (_, expires)| {
+                (
+                    count + 1,
+                    Some(oldest.map_or(*expires, |o| o.min(*expires))),
+                )
+            });
+        if count >= MAX_FLOWS_PER_ADDRESS {
+            let wait = oldest.map_or(FLOW_TTL, |at| at.saturating_duration_since(now));
+            return Err(SessionError::FlowsFromAddress(wait));
+        }
+        if waiting.len() >= MAX_FLOWS {
+            return Err(SessionError::Full);
+        }
+        waiting.insert(state.to_owned(), (client, now + FLOW_TTL));
+        Ok(())
+    }
+
+    /// The flow `state` waits no more (called back, or not started after all).
+    fn finish(&self, state: &str) {
+        self.waiting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(state);
+    }
+}
+
+/// The key an address is counted under: itself for IPv4, its /64 for IPv6 (the block one
+/// host or one customer is given, as `identity.failed_credentials` counts it).
+fn counted(address: IpAddr) -> IpAddr {
+    match address {
+        IpAddr::V4(v4) => IpAddr::V4(v4),
+        IpAddr::V6(v6) => {
+            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
+            IpAddr::V6(Ipv6Addr::from(prefix))
         }
     }
 }
@@ -225,6 +304,7 @@ impl ConsoleSessions {
     pub fn on_redis(sessions: RedisSessions) -> Self {
         ConsoleSessions {
             store: Store::Redis(sessions),
+            flows_by_address: FlowsByAddress::default(),
         }
     }
 
@@ -349,27 +429,34 @@ impl ConsoleSessions {
         Ok(())
     }
 
-    /// A new sign-in through the issuer: its `state` and PKCE verifier, kept until its
-    /// callback for [`FLOW_TTL`].
+    /// A new sign-in through the issuer from `client` (its address, when known): its
+    /// `state` and PKCE verifier, kept until its callback for [`FLOW_TTL`].
     ///
     /// # Errors
     ///
-    /// [`SessionError::Full`] past [`MAX_FLOWS`] waiting sign-ins, [`SessionError::Random`],
-    /// [`SessionError::Unavailable`].
-    pub async fn start_flow(&self) -> Result<(String, String), SessionError> {
+    /// [`SessionError::FlowsFromAddress`] when `client` has [`MAX_FLOWS_PER_ADDRESS`]
+    /// sign-ins waiting; [`SessionError::Full`] past [`MAX_FLOWS`] waiting sign-ins;
+    /// [`SessionError::Random`], [`SessionError::Unavailable`].
+    pub async fn start_flow(
+        &self,
+        client: Option<IpAddr>,
+    ) -> Result<(String, String), SessionError> {
         let state = random_hex(16)?;
         let verifier = random_hex(32)?;
-        match &self.store {
-            Store::Memory { flows, .. } => flows.start(&state, &verifier)?,
-            Store::Redis(redis) => {
-                let kept = redis
-                    .start_flow(&state, &verifier, FLOW_TTL, MAX_FLOWS)
-                    .await
-                    .map_err(unavailable)?;
-                if !kept {
-                    return Err(SessionError::Full);
-                }
-            }
+        if let Some(client) = client {
+            self.flows_by_address.start(&state, client)?;
+        }
+        let kept = match &self.store {
+            Store::Memory { flows, .. } => flows.start(&state, &verifier),
+            Store::Redis(redis) => redis
+                .start_flow(&state, &verifier, FLOW_TTL, MAX_FLOWS)
+                .await
+                .map_err(unavailable)
+                .and_then(|kept| kept.then_some(()).ok_or(SessionError::Full)),
+        };
+        if let Err(e) = kept {
+            self.flows_by_address.finish(&state);
+            return Err(e);
         }
         Ok((state, verifier))
     }
@@ -380,6 +467,7 @@ impl ConsoleSessions {
     ///
     /// [`SessionError::Unavailable`] when Redis does not answer.
     pub async fn finish_flow(&self, state: &str) -> Result<Option<String>, SessionError> {
+        self.flows_by_address.finish(state);
         match &self.store {
             Store::Memory { flows, .. } => Ok(flows.finish(state)),
             Store::Redis(redis) => redis.finish_flow(state).await.map_err(unavailable),
@@ -522,15 +610,86 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_flow_serves_once_and_expires() {
         let sessions = ConsoleSessions::default();
-        let (state, verifier) = sessions.start_flow().await.unwrap();
+        let (state, verifier) = sessions.start_flow(None).await.unwrap();
         assert_eq!(verifier.len(), 64);
         let finish = async |state: &str| sessions.finish_flow(state).await.unwrap();
         assert_eq!(finish(&state).await, Some(verifier));
         assert_eq!(finish(&state).await, None, "once");
-        let (late, _) = sessions.start_flow().await.unwrap();
+        let (late, _) = sessions.start_flow(None).await.unwrap();
         tokio::time::advance(FLOW_TTL + Duration::from_secs(1)).await;
         assert_eq!(finish(&late).await, None, "expired");
         assert_eq!(finish("made-up").await, None);
+    }
+
+    fn ip(address: &str) -> Option<IpAddr> {
+        Some(address.parse().unwrap())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_address_has_its_allowance_of_waiting_sign_ins_and_gets_places_back_as_they_end() {
+        let sessions = ConsoleSessions::default();
+        let flooder = ip("203.0.113.9");
+        let mut states = Vec::new();
+        for _ in 0..MAX_FLOWS_PER_ADDRESS {
+            states.push(sessions.start_flow(flooder).await.unwrap().0);
+            tokio::time::advance(Duration::from_secs(1)).await;
+        }
+        // The oldest expires FLOW_TTL after it started, MAX_FLOWS_PER_ADDRESS s ago.
+        let wait = FLOW_TTL - Duration::from_secs(MAX_FLOWS_PER_ADDRESS as u64);
+        assert_eq!(
+            sessions.start_flow(flooder).await.unwrap_err(),
+            SessionError::FlowsFromAddress(wait)
+        );
+        // Others are not held to the flooder's count, nor is an unknown address.
+        assert!(sessions.start_flow(ip("203.0.113.10")).await.is_ok());
+        assert!(sessions.start_flow(None).await.is_ok());
+        // A sign-in called back gives its place back.
+        assert!(sessions.finish_flow(&states[5]).await.unwrap().is_some());
+        assert!(sessions.start_flow(flooder).await.is_ok());
+        assert!(sessions.start_flow(flooder).await.is_err());
+        // So does one that expires.
+        tokio::time::advance(wait).await;
+        assert!(sessions.start_flow(flooder).await.is_ok());
+        assert!(sessions.start_flow(flooder).await.is_err());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_addresses_of_one_ipv6_block_share_an_allowance_of_waiting_sign_ins() {
+        let sessions = ConsoleSessions::default();
+        for i in 0..MAX_FLOWS_PER_ADDRESS {
+            let address = ip(&format!("2001:db8:1:2::{i:x}"));
+            assert!(sessions.start_flow(address).await.is_ok());
+        }
+        let refused = sessions.start_flow(ip("2001:db8:1:2:ffff::1")).await;
+        assert!(matches!(refused, Err(SessionError::FlowsFromAddress(_))));
+        assert!(sessions.start_flow(ip("2001:db8:1:3::1")).await.is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn many_addresses_fill_the_shared_places_and_a_refused_sign_in_costs_its_address_nothing()
+    {
+        let sessions = ConsoleSessions::default();
+        let address = |i: usize| Some(IpAddr::from([10, 0, (i >> 8) as u8, i as u8]));
+        for i in 0..MAX_FLOWS {
+            let from = address(i / MAX_FLOWS_PER_ADDRESS);
+            assert!(sessions.start_flow(from).await.is_ok(), "flow {i}");
+        }
+        let late = address(5000);
+        for _ in 0..MAX_FLOWS_PER_ADDRESS + 1 {
+            assert_eq!(
+                sessions.start_flow(late).await.unwrap_err(),
+                SessionError::Full
+            );
+        }
+        tokio::time::advance(FLOW_TTL).await;
+        for _ in 0..MAX_FLOWS_PER_ADDRESS {
+            assert!(sessions.start_flow(late).await.is_ok());
+        }
+        assert_eq!(
+            sessions.flows_by_address.waiting.lock().unwrap().len(),
+            MAX_FLOWS_PER_ADDRESS,
+            "the expired ones are swept"
+        );
     }
 
     #[test]

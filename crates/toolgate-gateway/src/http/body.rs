@@ -8,7 +8,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
 
-use super::ApiError;
+// As `super::ApiError`, named where it is made: the console reads bodies here too.
+use toolgate_http::HttpError as ApiError;
 
 /// Whether a request comes with a body (a length that is not zero, or chunks).
 pub(super) fn has_body(headers: &HeaderMap) -> bool {
@@ -67,7 +68,16 @@ pub async fn refuse_declared_oversize(
 /// for one that did not arrive in time, and 400 for one that is not the JSON expected
 /// (naming where it went wrong).
 pub fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
-    let bytes = body.map_err(|rejection| {
+    let bytes = whole_body(body)?;
+    // The common case, a body that parses, goes straight through serde_json; only a body
+    // that does not is parsed again, tracking the path, to say where it went wrong.
+    serde_json::from_slice(&bytes).map_err(|error| explain::<T>(&bytes, error))
+}
+
+/// A request body read whole, or 413 for a body over the limit, 408 for one that did not
+/// arrive in time, and 400 for one that failed otherwise.
+pub(crate) fn whole_body(body: Result<Bytes, BytesRejection>) -> Result<Bytes, ApiError> {
+    body.map_err(|rejection| {
         if let Some(timed_out) = body_timed_out(&rejection) {
             ApiError::new(
                 StatusCode::REQUEST_TIMEOUT,
@@ -79,10 +89,7 @@ pub fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Re
         } else {
             ApiError::new(StatusCode::BAD_REQUEST, "bad_body", rejection.body_text())
         }
-    })?;
-    // The common case, a body that parses, goes straight through serde_json; only a body
-    // that does not is parsed again, tracking the path, to say where it went wrong.
-    serde_json::from_slice(&bytes).map_err(|error| explain::<T>(&bytes, error))
+    })
 }
 
 /// The timeout in `error`'s chain of sources, when reading a body failed because it did not

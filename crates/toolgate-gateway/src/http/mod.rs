@@ -30,7 +30,7 @@ mod admission;
 pub(crate) mod app_state;
 mod authenticate;
 mod batch;
-mod body;
+pub(crate) mod body;
 mod error;
 mod health;
 mod invoke;
@@ -56,8 +56,8 @@ use toolgate_mcp::CallerAccessToken;
 use admission::AdmitLayer;
 pub use app_state::AppState;
 use authenticate::AuthenticateLayer;
-use plain_errors::JsonErrorsLayer;
 pub use error::ApiError;
+use plain_errors::JsonErrorsLayer;
 use request_metrics::RecordRequestsLayer;
 
 use crate::console;

@@ -8,6 +8,7 @@
 mod common;
 
 mod browser;
+mod oauth;
 #[allow(dead_code)]
 #[path = "../identity/provider.rs"]
 mod provider;
@@ -156,7 +157,13 @@ async fn an_approver_signs_in_sees_the_waiting_call_approves_it_and_its_caller_g
     browser.click("#reset-tools").await;
     // The view is loaded again before the status says so.
     browser.wait_text("#status", "started over").await;
-    assert_eq!(browser.text_of("#tools tbody").await, "");
+    let rows = browser
+        .run(
+            "return document.querySelector('#tools tbody').rows.length",
+            json!([]),
+        )
+        .await;
+    assert_eq!(rows, json!(0));
     let stats = get(&client(), &gateway.url("/v1/admin/stats"), Some("alice")).await;
     assert_eq!(stats.body["tools"], json!([]), "{}", stats.body);
 
@@ -689,6 +696,16 @@ async fn bad_sign_ins_and_a_console_that_is_off_get_clear_errors() {
     for answer in [&wrong, &malformed, &form] {
         assert!(!answer.error_message().contains("::"), "{}", answer.body);
     }
+    // A chunked body past `server.body_limit` is told so, as on every route.
+    let too_large = raw_answer(
+        &gateway,
+        "POST /console/session HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n",
+        // A chunk of 2 MiB announced, a little over the limit of it sent.
+        &[&b"200000\r\n"[..], &[b'a'; 0x100400][..]],
+    )
+    .await;
+    assert!(too_large.starts_with("HTTP/1.1 413"), "{too_large}");
+    assert!(too_large.contains("body_too_large"), "{too_large}");
     // Served under a name that is not loopback (behind TLS), the cookie is `Secure`.
     let named = client()
         .post(&url)
@@ -989,4 +1006,28 @@ async fn a_person_signed_in_on_one_replica_uses_the_console_of_another() {
         .await;
     assert!(history.contains("bob"), "{history}");
     browser.quit().await;
+}
+
+/// What `gateway` answers, up to its closing the connection, to `head` then `body` written
+/// on a raw connection.
+async fn raw_answer(gateway: &Gateway, head: &str, body: &[&[u8]]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let address = gateway.base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(address).await.unwrap();
+    stream.write_all(head.as_bytes()).await.unwrap();
+    for part in body {
+        stream.write_all(part).await.unwrap();
+    }
+    let mut answer = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(20),
+        stream.read_to_end(&mut answer),
+    )
+    .await;
+    assert!(
+        read.is_ok(),
+        "the connection was not closed: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    String::from_utf8_lossy(&answer).into_owned()
 }

@@ -1,0 +1,405 @@
+//! Signing in to the console through the issuer, against an issuer served here on loopback
+//! (a discovery document, a key set holding the public half of `benches/keys/rs256.pem`,
+//! and a token endpoint that answers any code with a short-lived RS256 access token and
+//! no `expires_in`, which RFC 6749 makes optional) and counting how often its discovery
+//! document is read:
+//!
+//! - a session opened with such a token ends at the token's `exp`, not `session_ttl` later;
+//! - one client address has a few sign-ins waiting at once and is then refused 429 with
+//!   `Retry-After`, while other addresses still sign in (in this process and on Redis);
+//! - a flood of starts reads the discovery document once, and starts refused for want of
+//!   places, or while the issuer cannot be read, ask it nothing more.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use jsonwebtoken::jwk::{Jwk, JwkSet, PublicKeyUse};
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::json;
+
+use crate::common::{
+    Answer, Gateway, random_u32, redis_or_skip, session_cookie, user_yaml, with_cookie,
+};
+
+/// The gateway's resource identifier in these tests.
+const RESOURCE: &str = "https://tools.test";
+const KID: &str = "console-loopback-1";
+/// How many sign-ins one address may have waiting (`console::sessions::MAX_FLOWS_PER_ADDRESS`).
+const PER_ADDRESS: usize = 16;
+/// How many sign-ins may wait in all (`console::sessions::MAX_FLOWS`).
+const IN_ALL: usize = 1024;
+
+fn signing_key() -> EncodingKey {
+    let pem = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/benches/keys/rs256.pem"
+    ))
+    .expect("the RS256 test key");
+    EncodingKey::from_rsa_pem(&pem).expect("an RSA key")
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+/// An issuer on a free loopback port, stopped with the test's runtime.
+struct Issuer {
+    url: String,
+    /// How often its discovery document was asked for.
+    discovery_reads: Arc<AtomicU64>,
+    /// Whether its discovery document answers 503.
+    down: Arc<AtomicBool>,
+    /// The `exp` of the last token it issued.
+    last_exp: Arc<AtomicU64>,
+}
+
+impl Issuer {
+    /// Serves one whose access tokens live `token_s` seconds, with no `expires_in`.
+    async fn serve(token_s: u64) -> Issuer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a loopback port");
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let mut jwk = Jwk::from_encoding_key(&signing_key(), Algorithm::RS256).expect("a JWK");
+        jwk.common.key_id = Some(KID.to_owned());
+        jwk.common.public_key_use = Some(PublicKeyUse::Signature);
+        let keys = json!(JwkSet { keys: vec![jwk] });
+        let discovery = json!({
+            "issuer": url,
+            "authorization_endpoint": format!("{url}/authorize"),
+            "token_endpoint": format!("{url}/token"),
+            "jwks_uri": format!("{url}/jwks"),
+        });
+        let issuer = Issuer {
+            url: url.clone(),
+            discovery_reads: Arc::default(),
+            down: Arc::default(),
+            last_exp: Arc::default(),
+        };
+        let (reads, down, last_exp) = (
+            issuer.discovery_reads.clone(),
+            issuer.down.clone(),
+            issuer.last_exp.clone(),
+        );
+        let router = axum::Router::new()
+            .route(
+                "/.well-known/openid-configuration",
+                get(move || {
+                    reads.fetch_add(1, Ordering::SeqCst);
+                    let answer = if down.load(Ordering::SeqCst) {
+                        StatusCode::SERVICE_UNAVAILABLE.into_response()
+                    } else {
+                        Json(discovery.clone()).into_response()
+                    };
+                    std::future::ready(answer)
+                }),
+            )
+            .route("/jwks", get(move || std::future::ready(Json(keys.clone()))))
+            .route(
+                "/token",
+                post(move || {
+                    // Any code is good here: what is tested is what the gateway does with
+                    // the token.
+                    let exp = now() + token_s;
+                    last_exp.store(exp, Ordering::SeqCst);
+                    let claims = json!({
+                        "iss": url, "aud": RESOURCE, "sub": "carol", "roles": ["admin"],
+                        "iat": now(), "exp": exp,
+                    });
+                    let mut header = Header::new(Algorithm::RS256);
+                    header.kid = Some(KID.to_owned());
+                    let token = jsonwebtoken::encode(&header, &claims, &signing_key())
+                        .expect("a signed token");
+                    std::future::ready(Json(json!({"access_token": token, "token_type": "Bearer"})))
+                }),
+            );
+        tokio::spawn(async move {
+            axum::serve(listener, router)
+                .await
+                .expect("the issuer serves");
+        });
+        issuer
+    }
+
+    fn discovery_reads(&self) -> u64 {
+        self.discovery_reads.load(Ordering::SeqCst)
+    }
+}
+
+/// A gateway whose console signs people in through `issuer`, behind a proxy on loopback
+/// (so that each test names its clients in `X-Forwarded-For`); `more` goes under
+/// `identity.oauth`, `state` at the top.
+fn config(issuer: &Issuer, more: &str, state: &str) -> String {
+    format!(
+        "{state}server:\n  trusted_proxies: [127.0.0.1]\n\
+console:\n  oauth:\n    client_id: console\n    client_secret: console-secret\n\
+tools:\n  builtin: [echo]\nusers:\n{bob}\
+identity:\n  oauth:\n    issuer: {issuer}\n    resource: {RESOURCE}\n{more}",
+        bob = user_yaml("bob", &["analyst"]),
+        issuer = issuer.url,
+    )
+}
+
+fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// `GET /console/oauth/start` from the client `from`.
+async fn start(gateway: &Gateway, from: &str) -> Answer {
+    let started = no_redirects()
+        .get(gateway.url("/console/oauth/start"))
+        .header("x-forwarded-for", from)
+        .send()
+        .await
+        .expect("an answer");
+    Answer::read(started).await
+}
+
+/// The `state` of a started sign-in, from its flow cookie.
+fn state_of(started: &Answer) -> String {
+    let cookie = started.header("set-cookie").expect("the flow cookie");
+    cookie
+        .strip_prefix("toolgate_console_flow=")
+        .and_then(|rest| rest.split(';').next())
+        .expect("the flow cookie")
+        .to_owned()
+}
+
+/// The issuer's redirect back to the gateway, with a code, for the sign-in `state`.
+async fn call_back(gateway: &Gateway, state: &str) -> Answer {
+    let answer = no_redirects()
+        .get(gateway.url(&format!("/console/oauth/callback?code=any&state={state}")))
+        .header("cookie", format!("toolgate_console_flow={state}"))
+        .send()
+        .await
+        .expect("an answer");
+    Answer::read(answer).await
+}
+
+/// Starts from `from` until one is refused: how many got through, and the refusal.
+async fn start_until_refused(gateway: &Gateway, from: &str, most: usize) -> (usize, Answer) {
+    for started in 0..most {
+        let answer = start(gateway, from).await;
+        if answer.status != 303 {
+            return (started, answer);
+        }
+    }
+    panic!("{most} sign-ins from {from} were all started");
+}
+
+/// The session cookie's `Max-Age`.
+fn max_age(signed_in: &Answer) -> u64 {
+    let cookie = signed_in.header("set-cookie").expect("the session cookie");
+    cookie
+        .split(';')
+        .find_map(|part| part.trim().strip_prefix("Max-Age="))
+        .and_then(|age| age.parse().ok())
+        .unwrap_or_else(|| panic!("no Max-Age in {cookie}"))
+}
+
+#[tokio::test]
+async fn a_session_opened_through_the_issuer_ends_when_its_token_expires_though_no_expires_in_says_when()
+ {
+    let issuer = Issuer::serve(3).await;
+    let gateway = Gateway::start(&config(&issuer, "", ""));
+    let started = start(&gateway, "203.0.113.7").await;
+    assert_eq!(started.status, 303, "{}", started.body);
+    let signed_in = call_back(&gateway, &state_of(&started)).await;
+    assert_eq!(signed_in.status, 303, "{}", signed_in.body);
+    let session = session_cookie(&signed_in).expect("a session cookie");
+    assert!(
+        max_age(&signed_in) <= 3,
+        "{:?}",
+        signed_in.header("set-cookie")
+    );
+
+    let url = gateway.url("/console/session");
+    let me = with_cookie(reqwest::Method::GET, &url, &session, &[], None).await;
+    assert_eq!(me.status, 200, "{}", me.body);
+    assert_eq!(me.body["user"], "carol", "{}", me.body);
+    assert_eq!(me.body["approver"], true, "{}", me.body);
+
+    // Past the token's `exp` (whole seconds), the session is over with it.
+    let exp = UNIX_EPOCH + Duration::from_secs(issuer.last_exp.load(Ordering::SeqCst));
+    let until = exp.duration_since(SystemTime::now()).unwrap_or_default();
+    tokio::time::sleep(until + Duration::from_millis(300)).await;
+    let me = with_cookie(reqwest::Method::GET, &url, &session, &[], None).await;
+    assert_eq!(
+        (me.status, me.error_code()),
+        (401, "session_ended"),
+        "{}",
+        me.body
+    );
+}
+
+#[tokio::test]
+async fn one_address_has_a_few_sign_ins_waiting_then_429_with_retry_after_and_others_still_sign_in()
+{
+    let issuer = Issuer::serve(300).await;
+    let gateway = Gateway::start(&config(&issuer, "", ""));
+    let (started, refused) = start_until_refused(&gateway, "203.0.113.7", IN_ALL).await;
+    assert_eq!(started, PER_ADDRESS);
+    assert_eq!(
+        (refused.status, refused.error_code()),
+        (429, "too_many_sign_ins_from_address"),
+        "{}",
+        refused.body
+    );
+    let retry_after: u64 = refused
+        .header("retry-after")
+        .and_then(|s| s.parse().ok())
+        .expect("Retry-After");
+    assert!(
+        (590..=600).contains(&retry_after),
+        "the oldest waits ten minutes: {retry_after}"
+    );
+    assert!(
+        refused.error_message().contains("sign-ins waiting"),
+        "{}",
+        refused.body
+    );
+
+    // Other addresses sign in: IPv4, and two IPv6 blocks.
+    for other in ["198.51.100.2", "2001:db8:1:2::1", "2001:db8:1:3::1"] {
+        let started = start(&gateway, other).await;
+        assert_eq!(started.status, 303, "{other}: {}", started.body);
+    }
+    // A sign-in finished gives its address a place back.
+    let first = start(&gateway, "192.0.2.44").await;
+    for _ in 1..PER_ADDRESS {
+        assert_eq!(start(&gateway, "192.0.2.44").await.status, 303);
+    }
+    assert_eq!(start(&gateway, "192.0.2.44").await.status, 429);
+    let signed_in = call_back(&gateway, &state_of(&first)).await;
+    assert_eq!(signed_in.status, 303, "{}", signed_in.body);
+    assert_eq!(start(&gateway, "192.0.2.44").await.status, 303);
+}
+
+#[tokio::test]
+async fn a_flood_of_sign_ins_reads_the_issuers_discovery_document_once() {
+    let issuer = Issuer::serve(300).await;
+    let gateway = Gateway::start(&config(&issuer, "", ""));
+    for i in 0..40 {
+        let started = start(&gateway, &format!("198.51.100.{i}")).await;
+        assert_eq!(started.status, 303, "{}", started.body);
+    }
+    let started = start(&gateway, "203.0.113.7").await;
+    assert_eq!(issuer.discovery_reads(), 1);
+    // The callback takes the token endpoint from the same read; checking the token reads
+    // the document once more, for the signing keys (the key store's own, kept as long).
+    let signed_in = call_back(&gateway, &state_of(&started)).await;
+    assert_eq!(signed_in.status, 303, "{}", signed_in.body);
+    for i in 0..10 {
+        let started = start(&gateway, &format!("192.0.2.{i}")).await;
+        let signed_in = call_back(&gateway, &state_of(&started)).await;
+        assert_eq!(signed_in.status, 303, "{}", signed_in.body);
+    }
+    assert_eq!(issuer.discovery_reads(), 2);
+}
+
+/// Many addresses fill the places of waiting sign-ins: the ones refused then, 503, are
+/// refused before the gateway asks the issuer anything, even once the endpoints it read
+/// are old enough to be read again.
+async fn sign_ins_refused_for_want_of_places_ask_the_issuer_nothing(state: &str) {
+    let issuer = Issuer::serve(300).await;
+    let more = "    keys_max_age: 1s\n    refresh_interval: 1s\n";
+    let gateway = Gateway::start(&config(&issuer, more, state));
+    for i in 0..IN_ALL {
+        let from = format!("10.{}.{}.1", i / PER_ADDRESS / 256, i / PER_ADDRESS % 256);
+        let started = start(&gateway, &from).await;
+        assert_eq!(started.status, 303, "sign-in {i}: {}", started.body);
+    }
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let reads = issuer.discovery_reads();
+    for i in 0..20 {
+        let refused = start(&gateway, &format!("198.51.100.{i}")).await;
+        assert_eq!(
+            (refused.status, refused.error_code()),
+            (503, "too_many_sign_ins"),
+            "{}",
+            refused.body
+        );
+    }
+    assert_eq!(issuer.discovery_reads(), reads);
+}
+
+#[tokio::test]
+async fn sign_ins_refused_for_want_of_places_ask_the_issuer_nothing_in_this_process() {
+    sign_ins_refused_for_want_of_places_ask_the_issuer_nothing("").await;
+}
+
+#[tokio::test]
+async fn sign_ins_refused_for_want_of_places_ask_the_issuer_nothing_on_redis() {
+    let test = "sign_ins_refused_for_want_of_places_ask_the_issuer_nothing_on_redis";
+    let Some(redis) = redis_or_skip(test) else {
+        return;
+    };
+    let prefix = format!("tgflood{}x{:x}", std::process::id(), random_u32());
+    // A deadline a loaded machine keeps, so that only the bounds refuse.
+    let state = format!("state:\n  url: {redis}\n  key_prefix: {prefix}\n  deadline: 2s\n");
+    sign_ins_refused_for_want_of_places_ask_the_issuer_nothing(&state).await;
+}
+
+/// With `state` on Redis the places are shared by every replica: one address is held to
+/// its allowance there too, so it cannot take them all.
+#[tokio::test]
+async fn with_state_on_redis_one_address_is_held_to_its_allowance_of_waiting_sign_ins() {
+    let test = "with_state_on_redis_one_address_is_held_to_its_allowance_of_waiting_sign_ins";
+    let Some(redis) = redis_or_skip(test) else {
+        return;
+    };
+    let issuer = Issuer::serve(300).await;
+    let prefix = format!("tgflows{}x{:x}", std::process::id(), random_u32());
+    // A deadline a loaded machine keeps, so that only the bounds refuse.
+    let state = format!("state:\n  url: {redis}\n  key_prefix: {prefix}\n  deadline: 2s\n");
+    let (a, b) = (
+        Gateway::start(&config(&issuer, "", &state)),
+        Gateway::start(&config(&issuer, "", &state)),
+    );
+    let (started, refused) = start_until_refused(&a, "203.0.113.7", IN_ALL).await;
+    assert_eq!(started, PER_ADDRESS);
+    assert_eq!(refused.status, 429, "{}", refused.body);
+    assert!(refused.header("retry-after").is_some());
+    let other = start(&a, "198.51.100.2").await;
+    assert_eq!(other.status, 303, "{}", other.body);
+    // Finished on the other replica, as a load balancer may send the issuer's redirect.
+    let signed_in = call_back(&b, &state_of(&other)).await;
+    assert_eq!(signed_in.status, 303, "{}", signed_in.body);
+}
+
+#[tokio::test]
+async fn while_the_issuer_cannot_be_read_sign_ins_fail_keep_no_place_and_ask_it_once_per_interval()
+{
+    let issuer = Issuer::serve(300).await;
+    issuer.down.store(true, Ordering::SeqCst);
+    let more = "    refresh_interval: 2s\n";
+    let gateway = Gateway::start(&config(&issuer, more, ""));
+    for _ in 0..PER_ADDRESS + 4 {
+        let failed = start(&gateway, "203.0.113.7").await;
+        assert_eq!(
+            (failed.status, failed.error_code()),
+            (502, "issuer_unavailable"),
+            "{}",
+            failed.body
+        );
+    }
+    assert_eq!(issuer.discovery_reads(), 1);
+    // Back, and asked again once the interval has passed: the address has its places.
+    issuer.down.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    let (started, refused) = start_until_refused(&gateway, "203.0.113.7", IN_ALL).await;
+    assert_eq!(started, PER_ADDRESS, "{}", refused.body);
+    assert_eq!(issuer.discovery_reads(), 2);
+}
