@@ -327,7 +327,11 @@ async fn a_whole_number_written_with_a_fraction_or_an_exponent_is_an_integer_as_
             .invoke("search", json!({ "query": "q", "limit": limit }), options())
             .await
             .unwrap();
-        assert_eq!(output["limit"], json!(limit.as_f64().unwrap() as u64), "{output}");
+        assert_eq!(
+            output["limit"],
+            json!(limit.as_f64().unwrap() as u64),
+            "{output}"
+        );
     }
     let err = pipeline
         .invoke("search", json!({ "query": "q", "limit": 5.5 }), options())

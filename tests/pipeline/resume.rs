@@ -585,7 +585,9 @@ async fn a_resume_naming_the_caller_as_they_are_now_authorizes_them_as_that() {
     assert_eq!(err.code(), "forbidden");
     assert_eq!(tool.calls(), 0);
     // Not named: the caller as he was when the call waited.
-    let ran = pipeline.resume(&kept, ResumeDecision::Approve, options()).await;
+    let ran = pipeline
+        .resume(&kept, ResumeDecision::Approve, options())
+        .await;
     assert_eq!(ran.unwrap(), json!("ran"));
 }
 

@@ -266,7 +266,14 @@ async fn an_approved_call_runs_as_its_caller_is_now_and_not_at_all_once_they_are
     let second = suspension_id(&park(&gateway, "bob").await);
 
     // Bob is demoted while his calls wait: the rules did not change, his roles did.
-    reload(&gateway, &config(&user_yaml("bob", &["intern"])), "bob", "sleep", false).await;
+    reload(
+        &gateway,
+        &config(&user_yaml("bob", &["intern"])),
+        "bob",
+        "sleep",
+        false,
+    )
+    .await;
     let approved = approve(&gateway, "alice", &first).await;
     assert_eq!(approved.status, 403, "{}", approved.body);
     assert_eq!(approved.error_code(), "forbidden", "{}", approved.body);
@@ -275,13 +282,20 @@ async fn an_approved_call_runs_as_its_caller_is_now_and_not_at_all_once_they_are
     std::fs::write(&gateway.config, config("")).unwrap();
     gateway.signal("HUP");
     eventually("bob is gone", Duration::from_secs(30), || async {
-        get(&client(), &gateway.url("/v1/tools"), Some("bob")).await.status == 401
+        get(&client(), &gateway.url("/v1/tools"), Some("bob"))
+            .await
+            .status
+            == 401
     })
     .await;
     let approved = approve(&gateway, "alice", &second).await;
     assert_eq!(approved.status, 403, "{}", approved.body);
     assert_eq!(approved.error_code(), "caller_removed", "{}", approved.body);
-    assert!(message(&approved).contains("reject it instead"), "{}", approved.body);
+    assert!(
+        message(&approved).contains("reject it instead"),
+        "{}",
+        approved.body
+    );
     let completed = decide(
         &gateway,
         "alice",
@@ -289,11 +303,26 @@ async fn an_approved_call_runs_as_its_caller_is_now_and_not_at_all_once_they_are
         json!({"decision": "complete", "output": "done"}),
     )
     .await;
-    assert_eq!(completed.error_code(), "caller_removed", "{}", completed.body);
-    assert_eq!(show(&gateway, "alice", &second).await.body["status"], "waiting");
+    assert_eq!(
+        completed.error_code(),
+        "caller_removed",
+        "{}",
+        completed.body
+    );
+    assert_eq!(
+        show(&gateway, "alice", &second).await.body["status"],
+        "waiting"
+    );
     let rejected = decide(&gateway, "alice", &second, json!({"decision": "reject"})).await;
-    assert_eq!(rejected.status, 403, "answered as the call: {}", rejected.body);
-    assert_eq!(show(&gateway, "alice", &second).await.body["status"], "decided");
+    assert_eq!(
+        rejected.status, 403,
+        "answered as the call: {}",
+        rejected.body
+    );
+    assert_eq!(
+        show(&gateway, "alice", &second).await.body["status"],
+        "decided"
+    );
 }
 
 #[tokio::test]

@@ -102,8 +102,8 @@ fn is_plain_refusal(response: &Response) -> bool {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    !(kind.starts_with("application/") && kind.contains("json"))
-        && !kind.starts_with("text/event-stream")
+    let json = kind.starts_with("application/") && kind.contains("json");
+    !json && !kind.starts_with("text/event-stream")
 }
 
 /// The JSON error of a plain refusal, with its status and its headers but its type and
@@ -234,8 +234,14 @@ mod tests {
         let message = error["message"].as_str().unwrap();
         assert!(message.contains("duplicate field `format`"), "{message}");
         assert!(!message.contains("deserialize"), "{message}");
-        let path = plain(StatusCode::BAD_REQUEST, "Invalid URL: Invalid UTF-8 in `name`");
-        assert_eq!(body(as_json(path, false)).await["error"]["code"], "bad_path");
+        let path = plain(
+            StatusCode::BAD_REQUEST,
+            "Invalid URL: Invalid UTF-8 in `name`",
+        );
+        assert_eq!(
+            body(as_json(path, false)).await["error"]["code"],
+            "bad_path"
+        );
     }
 
     #[test]

@@ -269,12 +269,17 @@ async fn refusals_made_before_any_handler_are_json_errors_that_close_a_connectio
     .await;
     assert!(head.starts_with("http/1.1 404"), "{head}");
     assert!(head.contains("\r\nconnection: close"), "{head}");
-    assert!(head.contains("\r\ncontent-type: application/json"), "{head}");
+    assert!(
+        head.contains("\r\ncontent-type: application/json"),
+        "{head}"
+    );
     assert_eq!(body["error"]["code"], "not_found", "{body}");
 
     let (head, body) = answer_to(
         &gateway,
-        &format!("GET /v1/tools/echo/invoke HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"),
+        &format!(
+            "GET /v1/tools/echo/invoke HTTP/1.1\r\nHost: x\r\n{auth}Connection: close\r\n\r\n"
+        ),
     )
     .await;
     assert!(head.starts_with("http/1.1 405"), "{head}");
