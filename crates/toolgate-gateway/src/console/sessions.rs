@@ -19,7 +19,7 @@
 //! process, for the sign-ins it started, wherever they are kept.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, Ipv6Addr};
+use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +33,7 @@ use toolgate_core::User;
 use toolgate_redis::{RedisSessions, SessionBounds, SessionOpened};
 
 use crate::config::ConsoleConfig;
+use crate::identity::failures::counted;
 
 /// Why a session could not be opened, found or ended.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -241,18 +242,6 @@ impl FlowsByAddress {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(state);
-    }
-}
-
-/// The key an address is counted under: itself for IPv4, its /64 for IPv6 (the block one
-/// host or one customer is given, as `identity.failed_credentials` counts it).
-fn counted(address: IpAddr) -> IpAddr {
-    match address {
-        IpAddr::V4(v4) => IpAddr::V4(v4),
-        IpAddr::V6(v6) => {
-            let prefix = u128::from(v6) & !((1u128 << 64) - 1);
-            IpAddr::V6(Ipv6Addr::from(prefix))
-        }
     }
 }
 

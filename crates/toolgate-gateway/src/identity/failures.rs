@@ -314,8 +314,9 @@ impl FailedCredentials {
     }
 }
 
-/// The key an address is counted under: itself for IPv4, its /64 for IPv6.
-fn counted(address: IpAddr) -> IpAddr {
+/// The key an address is counted under: itself for IPv4, its /64 for IPv6 (the block one
+/// host or one customer is given). The console's waiting sign-ins count so too.
+pub(crate) fn counted(address: IpAddr) -> IpAddr {
     match address {
         IpAddr::V4(v4) => IpAddr::V4(v4),
         IpAddr::V6(v6) => {

@@ -397,14 +397,15 @@ impl Connection {
     ) -> Result<Value, ErrorData> {
         let user = self.caller(context);
         for definition in self.visible_of(RESOURCES_TAG, context) {
-            let mut extras = Extras::default();
-            if let Some((sink, ended)) = listen {
-                extras.listener = Some(sink.clone());
-                extras.subscription_ended = ended.clone();
-            }
             let user = Arc::clone(&user);
             match self
-                .run_with(&definition.name, input.clone(), context, user, extras)
+                .run_with(
+                    &definition.name,
+                    input.clone(),
+                    context,
+                    user,
+                    listening(listen),
+                )
                 .await
             {
                 Ok(output) => return Ok(output),
@@ -453,14 +454,15 @@ impl Connection {
                 .collect();
         }
         for definition in tools {
-            let mut extras = Extras::default();
-            if let Some((sink, ended)) = listen {
-                extras.listener = Some(sink.clone());
-                extras.subscription_ended = ended.clone();
-            }
             let user = Arc::clone(&user);
             match self
-                .run_with(&definition.name, input.clone(), context, user, extras)
+                .run_with(
+                    &definition.name,
+                    input.clone(),
+                    context,
+                    user,
+                    listening(listen),
+                )
                 .await
             {
                 Ok(output) => return Ok(output),
@@ -660,6 +662,17 @@ fn allows(server: &ServerInner, definition: &ToolDefinition, user: &User) -> boo
         .filter
         .as_ref()
         .is_none_or(|f| f.allows(definition, user))
+}
+
+/// What a resources tool's call carries for a subscription: where the updates of the
+/// resource go, and when the subscription ends.
+fn listening(listen: Option<(&SubscriptionSink, &CancellationToken)>) -> Extras {
+    let mut extras = Extras::default();
+    if let Some((sink, ended)) = listen {
+        extras.listener = Some(sink.clone());
+        extras.subscription_ended = ended.clone();
+    }
+    extras
 }
 
 /// Whether the caller of `context` declared the tasks extension (SEP-2663).
