@@ -304,6 +304,48 @@ async fn a_message_too_large_from_a_stdio_upstream_is_answered_at_once() {
     assert_eq!(next.status, 200, "{:?}", next.body);
 }
 
+/// An answer too long to read fails its own call only: a call of another caller waiting
+/// on the same stdio connection gets its answer, and the connection stays.
+#[tokio::test]
+async fn an_answer_too_long_to_read_fails_its_own_call_and_not_the_others_on_its_connection() {
+    let test = "an_answer_too_long_to_read_fails_its_own_call_and_not_the_others_on_its_connection";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let gateway = Gateway::start(&format!(
+        "server:\n  request_timeout: 120s\nusers:\n{}{}upstreams:\n{}",
+        user_yaml("alice", &["admin"]),
+        user_yaml("bob", &["admin"]),
+        stdio_upstream()
+    ));
+    // The connection is up before either call, so both go on the same one.
+    let ping = crate::common::invoke(&gateway, "bob", "local_ping", json!({})).await;
+    assert_eq!(ping.status, 200, "{:?}", ping.body);
+    let slow = crate::common::invoke(&gateway, "bob", "local_slow", json!({"seconds": 3}));
+    let huge = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        crate::common::invoke(&gateway, "alice", "local_huge_answer", json!({})).await
+    };
+    let (slow, huge) = tokio::join!(slow, huge);
+    assert_eq!(huge.status, 502, "{:?}", huge.body);
+    assert!(
+        huge.error_message()
+            .contains("answered with more than 16 MiB"),
+        "{:?}",
+        huge.body
+    );
+    assert_eq!(
+        slow.status, 200,
+        "bob's call is not alice's: {:?}",
+        slow.body
+    );
+    assert_eq!(
+        slow.body["output"]["structuredContent"]["result"], "done",
+        "{:?}",
+        slow.body
+    );
+}
+
 /// Sends `head` (a request's line and headers) on a new connection and reads the answer's
 /// status line, within `bound`.
 async fn status_line(gateway: &Gateway, head: &str, bound: Duration) -> String {

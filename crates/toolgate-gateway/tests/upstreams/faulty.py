@@ -3,6 +3,8 @@ gateway's error answers and log lines:
 
 - `huge` writes one line of 100 MB to stdout (over stdio: a message far past what the
   gateway reads) and then never answers;
+- `huge_answer` answers 20 MB of text: an answer past what the gateway reads, named by
+  its request's id;
 - `forge_log` writes to stderr a line with a carriage return and other control characters,
   shaped to look like a second log line of the gateway's own, then answers `ok`;
 - `refuse` fails with a tool error;
@@ -61,6 +63,12 @@ def _write_all(data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(WIRE, view):]
+
+
+@server.tool()
+def huge_answer() -> str:
+    """Answers 20 MB of text."""
+    return "x" * (20 * 1024 * 1024)
 
 
 @server.tool()

@@ -48,7 +48,7 @@ use super::http_pool;
 use super::input::ask_caller;
 use super::per_caller::CallerLinks;
 use super::relay::{Relay, Routes, Subscriber, UpstreamClient};
-use super::stdio::{MAX_MESSAGE_BYTES, Oversized, StdioUpstream};
+use super::stdio::{MAX_MESSAGE_BYTES, OVERSIZED_ANSWER, Oversized, StdioUpstream};
 use super::streams::StreamTagging;
 use super::{UpstreamConfig, UpstreamTransport};
 use crate::caller::{
@@ -943,10 +943,23 @@ impl Link {
         error
     }
 
+    /// The error of a request whose answer was too long to read, answered in its place
+    /// ([`OVERSIZED_ANSWER`]): the upstream's failure, and this call's alone.
+    fn oversized_answer(&self) -> ToolError {
+        ToolError::execution(format!(
+            "MCP server `{}` answered with more than {} MiB, more than toolgate reads: ask it for less; its connection stays open for other calls",
+            self.config.name,
+            MAX_MESSAGE_BYTES / (1024 * 1024)
+        ))
+    }
+
     /// The upstream's JSON-RPC error as a toolgate error: a resource it does not have is
     /// `resource_not_found` (404), a bad parameter `invalid_input` (400), anything else
     /// the upstream's failure.
     fn refused(&self, e: ErrorData) -> ToolError {
+        if is_oversized_answer(&e) {
+            return self.oversized_answer();
+        }
         let message = self.scrubbed(format!(
             "MCP server `{}` refused the request: {}",
             self.config.name, e.message
@@ -1193,6 +1206,9 @@ impl Link {
                 if e.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY =>
             {
                 Err(self.missing_capability(&e, caller))
+            }
+            Ok(Err(ServiceError::McpError(e))) if is_oversized_answer(&e) => {
+                Err(self.oversized_answer())
             }
             Ok(Err(ServiceError::McpError(e))) => Err(ToolError::execution(format!(
                 "MCP server `{}` refused the call: {}",
@@ -1656,4 +1672,9 @@ async fn relay_stderr(server: String, scrubber: Scrubber, stderr: tokio::process
             Err(LinesCodecError::Io(_)) => break,
         }
     }
+}
+
+/// Whether `e` is the error toolgate answered in place of an answer too long to read.
+fn is_oversized_answer(e: &ErrorData) -> bool {
+    (e.data.as_ref()).is_some_and(|data| data.get(OVERSIZED_ANSWER).is_some())
 }

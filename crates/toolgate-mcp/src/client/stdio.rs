@@ -3,8 +3,11 @@
 //!
 //! rmcp's own child-process transport drops a line over its limit and reads on, so a call
 //! whose answer was that line waits out its whole deadline, though the answer is gone.
-//! Here the line ends the connection instead, at once: every request in flight on it may
-//! have lost its answer (a line says nothing readable about whom it was for), and the
+//! Here an answer too long to read whose start names its request's `id` is answered in
+//! its place with an error, at once, and only that call fails: one caller asking for a
+//! huge answer does not fail the calls of others on the same connection. Any other line
+//! too long to read ends the connection, at once: every request in flight on it may have
+//! lost its answer (such a line says nothing readable about whom it was for), and the
 //! [`Oversized`] mark of the connection lets the calls that were waiting say why.
 
 use std::io;
@@ -74,12 +77,7 @@ impl StdioUpstream {
             ));
         };
         let stderr = child.stderr.take();
-        let stdout = BoundedLines {
-            inner: stdout,
-            line: 0,
-            generation,
-            oversized: Arc::clone(&oversized),
-        };
+        let stdout = BoundedLines::new(stdout, generation, Arc::clone(&oversized));
         let transport = AsyncRwTransport::new_client(stdout, stdin);
         let upstream = StdioUpstream {
             child,
@@ -124,15 +122,125 @@ impl Transport<RoleClient> for StdioUpstream {
     }
 }
 
-/// A stdout that fails once a line (its line feed included) grows past
-/// [`MAX_MESSAGE_BYTES`], before rmcp would skip it: nothing past the limit is handed on,
-/// and the connection is marked.
+/// The most of each line kept to find whom an oversized answer was for: a response names
+/// its `id` before its `result` as every MCP SDK writes it.
+const HEAD_BYTES: usize = 512;
+
+/// A stdout whose lines are bounded by [`MAX_MESSAGE_BYTES`] (its line feed included).
+///
+/// A line that grows past the limit is handed on cut short and ended, so that rmcp reads
+/// it as the unreadable message it is and drops it, and the rest of it is read past, not
+/// handed on. When the line is an answer whose `id` its start names (`{"jsonrpc": "2.0",
+/// "id": 7, "result": …`), that request alone is answered in its place, with an error
+/// saying why: the other calls on the connection go on. Any other line too long to read
+/// — a request or notification of the upstream's, an answer whose `id` comes after its
+/// result — says nothing readable about whom it concerns: the connection then ends and is
+/// marked, so that every call waiting on it can say why.
 pub(crate) struct BoundedLines<R> {
     inner: R,
-    /// Bytes of the current line handed on so far.
+    /// Bytes of the current line handed on so far ([`MAX_MESSAGE_BYTES`] once the
+    /// connection ended on a line).
     line: usize,
+    /// The start of the current line, up to [`HEAD_BYTES`].
+    head: Vec<u8>,
+    /// While an oversized answer is read past: the error answer that takes its place.
+    skipping: Option<Vec<u8>>,
+    /// Bytes to hand on before reading more, and how many of them were.
+    pending: (Vec<u8>, usize),
     generation: u64,
     oversized: Arc<Oversized>,
+}
+
+impl<R> BoundedLines<R> {
+    fn new(inner: R, generation: u64, oversized: Arc<Oversized>) -> Self {
+        BoundedLines {
+            inner,
+            line: 0,
+            head: Vec::with_capacity(HEAD_BYTES),
+            skipping: None,
+            pending: (Vec::new(), 0),
+            generation,
+            oversized,
+        }
+    }
+
+    /// Follows the lines of `read`, handed on: `Some(at)` when the line under way grows
+    /// past the limit at `at` (what is before `at` keeps it within the limit, its line
+    /// feed to come included).
+    fn follow(&mut self, read: &[u8]) -> Option<usize> {
+        let mut at = 0;
+        while at < read.len() {
+            let rest = &read[at..];
+            let keep = (HEAD_BYTES - self.head.len().min(HEAD_BYTES)).min(rest.len());
+            match memchr::memchr(b'\n', rest) {
+                Some(end) if self.line + end < MAX_MESSAGE_BYTES => {
+                    self.line = 0;
+                    self.head.clear();
+                    at += end + 1;
+                }
+                None if self.line + rest.len() < MAX_MESSAGE_BYTES => {
+                    self.head.extend_from_slice(&rest[..keep]);
+                    self.line += rest.len();
+                    at = read.len();
+                }
+                _ => {
+                    self.head.extend_from_slice(&rest[..keep]);
+                    return Some(at + (MAX_MESSAGE_BYTES - 1 - self.line));
+                }
+            }
+        }
+        None
+    }
+
+    /// Reads past the rest of an oversized answer in `read`: once its end is there, its
+    /// error answer and what follows the end are to be handed on.
+    fn skip(&mut self, read: &[u8]) {
+        let Some(end) = memchr::memchr(b'\n', read) else {
+            return;
+        };
+        let answer = self.skipping.take().expect("skipping an answer");
+        self.line = 0;
+        self.head.clear();
+        let after = &read[end + 1..];
+        let (pending, handed) = &mut self.pending;
+        pending.drain(..*handed);
+        *handed = 0;
+        pending.extend_from_slice(&answer);
+        // What follows is lines like any: the rest of a read is far shorter than the limit,
+        // but should a line in it be too long, it is cut there as any.
+        match self.follow(after) {
+            Some(cut) => self.cut_pending(after, cut),
+            None => self.pending.0.extend_from_slice(after),
+        }
+    }
+
+    /// `bytes` went past the limit at `cut`: what is before it is handed on, ended, and
+    /// the line is read past (or the connection ends).
+    fn cut_pending(&mut self, bytes: &[u8], cut: usize) {
+        self.pending.0.extend_from_slice(&bytes[..cut]);
+        self.pending.0.push(b'\n');
+        self.oversized_line(&bytes[cut..]);
+    }
+
+    /// The line under way grew past the limit; `rest` is what was read of it past the cut.
+    fn oversized_line(&mut self, rest: &[u8]) {
+        match answer_in_place_of(&self.head) {
+            Some(answer) => {
+                tracing::warn!(
+                    limit = MAX_MESSAGE_BYTES,
+                    "an MCP server's answer is too long to read: its request is answered with an error, the connection goes on"
+                );
+                self.skipping = Some(answer);
+                self.skip(rest);
+            }
+            None => {
+                // Marked before rmcp can see the connection end, so a call that finds it
+                // ended finds the mark too.
+                self.oversized.mark(self.generation);
+                self.line = MAX_MESSAGE_BYTES;
+            }
+        }
+    }
 }
 
 impl<R: AsyncRead + Unpin> AsyncRead for BoundedLines<R> {
@@ -142,44 +250,179 @@ impl<R: AsyncRead + Unpin> AsyncRead for BoundedLines<R> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = &mut *self;
-        if this.line >= MAX_MESSAGE_BYTES {
-            return Poll::Ready(Err(too_long()));
+        loop {
+            let (pending, handed) = &mut this.pending;
+            if *handed < pending.len() {
+                let n = buf.remaining().min(pending.len() - *handed);
+                buf.put_slice(&pending[*handed..*handed + n]);
+                *handed += n;
+                if *handed == pending.len() {
+                    pending.clear();
+                    *handed = 0;
+                }
+                return Poll::Ready(Ok(()));
+            }
+            if this.line >= MAX_MESSAGE_BYTES {
+                return Poll::Ready(Err(too_long()));
+            }
+            let before = buf.filled().len();
+            std::task::ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
+            if buf.filled().len() == before {
+                // The end of the stream.
+                return Poll::Ready(Ok(()));
+            }
+            if this.skipping.is_some() {
+                // Nothing of an oversized line is handed on.
+                let read = buf.filled()[before..].to_owned();
+                buf.set_filled(before);
+                this.skip(&read);
+                continue;
+            }
+            let Some(cut) = this.follow(&buf.filled()[before..]) else {
+                return Poll::Ready(Ok(()));
+            };
+            // The line is handed on short of the limit and ended there: rmcp reads it as
+            // unreadable and drops it.
+            let rest = buf.filled()[before + cut..].to_owned();
+            buf.set_filled(before + cut);
+            buf.put_slice(b"\n");
+            this.oversized_line(&rest);
+            if this.line >= MAX_MESSAGE_BYTES && cut == 0 {
+                // Nothing of the line to hand on but its end: the connection ends now.
+                buf.set_filled(before);
+                return Poll::Ready(Err(too_long()));
+            }
+            return Poll::Ready(Ok(()));
         }
-        let before = buf.filled().len();
-        std::task::ready!(Pin::new(&mut this.inner).poll_read(cx, buf))?;
-        let read = &buf.filled()[before..];
-        // Follow the lines read. One that cannot end within the limit is handed on short
-        // of it, and the next read fails.
-        let mut line = this.line;
-        let mut at = 0;
-        while at < read.len() {
-            let rest = &read[at..];
-            match rest.iter().position(|b| *b == b'\n') {
-                Some(end) if line + end < MAX_MESSAGE_BYTES => {
-                    line = 0;
-                    at += end + 1;
-                }
-                None if line + rest.len() < MAX_MESSAGE_BYTES => {
-                    line += rest.len();
-                    at = read.len();
-                }
-                _ => {
-                    // Marked before rmcp can see the connection end, so a call that
-                    // finds it ended finds the mark too.
-                    this.oversized.mark(this.generation);
-                    this.line = MAX_MESSAGE_BYTES;
-                    let cut = at + (MAX_MESSAGE_BYTES - 1 - line);
-                    if cut == 0 {
-                        // Nothing to hand on: an empty read would read as the end.
-                        return Poll::Ready(Err(too_long()));
-                    }
-                    buf.set_filled(before + cut);
-                    return Poll::Ready(Ok(()));
+    }
+}
+
+/// The error answer to hand on in place of an answer too long to read, whose start is
+/// `head`: `None` unless `head` is the start of a response (`result` or `error`, no
+/// `method`) whose `id` it holds whole.
+fn answer_in_place_of(head: &[u8]) -> Option<Vec<u8>> {
+    let id = response_id(head)?;
+    let message = format!(
+        "the answer was more than {} MiB, more than toolgate reads from an MCP server: ask for less",
+        MAX_MESSAGE_BYTES / (1024 * 1024)
+    );
+    let answer = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {
+            "code": -32603,
+            "message": message,
+            "data": { OVERSIZED_ANSWER: MAX_MESSAGE_BYTES },
+        },
+    });
+    let mut line = serde_json::to_vec(&answer).ok()?;
+    line.push(b'\n');
+    Some(line)
+}
+
+/// The key of the `data` of an error toolgate answers in place of an answer too long to
+/// read.
+pub(crate) const OVERSIZED_ANSWER: &str = "io.toolgate/oversizedAnswer";
+
+/// The `id` of the JSON-RPC response that `head` is the start of, read from its top-level
+/// keys: `None` when `head` is not a response's start (it has `method`, or neither
+/// `result` nor `error` comes within it) or does not hold its `id` whole.
+fn response_id(head: &[u8]) -> Option<serde_json::Value> {
+    let mut at = skip_space(head, 0);
+    if head.get(at) != Some(&b'{') {
+        return None;
+    }
+    let mut id = None;
+    let mut response = false;
+    loop {
+        at = skip_space(head, at + 1);
+        let key_end = string_end(head, at)?;
+        let key = &head[at..key_end];
+        at = skip_space(head, key_end);
+        if head.get(at) != Some(&b':') {
+            return None;
+        }
+        at = skip_space(head, at + 1);
+        match key {
+            b"\"method\"" => return None,
+            b"\"result\"" | b"\"error\"" => {
+                response = true;
+                if id.is_some() {
+                    break;
                 }
             }
+            _ => {}
         }
-        this.line = line;
-        Poll::Ready(Ok(()))
+        let value_end = value_end(head, at)?;
+        if key == b"\"id\"" {
+            id = Some(serde_json::from_slice(&head[at..value_end]).ok()?);
+        }
+        at = skip_space(head, value_end);
+        match head.get(at) {
+            Some(b',') => {}
+            _ => break,
+        }
+    }
+    id.filter(|id: &serde_json::Value| response && (id.is_number() || id.is_string()))
+}
+
+fn skip_space(text: &[u8], mut at: usize) -> usize {
+    while text.get(at).is_some_and(u8::is_ascii_whitespace) {
+        at += 1;
+    }
+    at
+}
+
+/// Where the string starting at `at` ends (past its closing quote), if it does in `text`.
+fn string_end(text: &[u8], at: usize) -> Option<usize> {
+    if text.get(at) != Some(&b'"') {
+        return None;
+    }
+    let mut i = at + 1;
+    while i < text.len() {
+        match text[i] {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// Where the JSON value starting at `at` ends, if it does in `text`.
+fn value_end(text: &[u8], at: usize) -> Option<usize> {
+    match text.get(at)? {
+        b'"' => string_end(text, at),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = at;
+            while i < text.len() {
+                match text[i] {
+                    b'"' => {
+                        i = string_end(text, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        _ => {
+            // A number or a literal: it ends where a delimiter is, which must be in `text`.
+            let end = at
+                + text[at..]
+                    .iter()
+                    .position(|b| matches!(b, b',' | b'}' | b']') || b.is_ascii_whitespace())?;
+            Some(end)
+        }
     }
 }
 
@@ -196,27 +439,108 @@ mod tests {
 
     use super::*;
 
+    /// A reader that hands on at most `at_most` bytes a read, as a pipe does.
+    struct Pipe<'a> {
+        text: &'a [u8],
+        at_most: usize,
+    }
+
+    impl AsyncRead for Pipe<'_> {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let n = self.text.len().min(self.at_most).min(buf.remaining());
+            buf.put_slice(&self.text[..n]);
+            self.text = &self.text[n..];
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    async fn read_all(
+        text: &[u8],
+        generation: u64,
+        oversized: &Arc<Oversized>,
+    ) -> (Vec<u8>, io::Result<usize>) {
+        let pipe = Pipe {
+            text,
+            at_most: 8191,
+        };
+        let mut lines = BoundedLines::new(pipe, generation, Arc::clone(oversized));
+        let mut read = Vec::new();
+        let result = lines.read_to_end(&mut read).await;
+        (read, result)
+    }
+
     #[tokio::test]
-    async fn a_line_past_the_limit_fails_the_read_and_marks_its_connection() {
+    async fn a_line_past_the_limit_that_names_no_request_ends_the_connection_and_marks_it() {
         let oversized = Arc::new(Oversized::default());
         let mut text = b"{\"a\":1}\n".to_vec();
         text.extend(std::iter::repeat_n(b'x', MAX_MESSAGE_BYTES + 10));
         text.push(b'\n');
-        let mut lines = BoundedLines {
-            inner: text.as_slice(),
-            line: 0,
-            generation: 7,
-            oversized: Arc::clone(&oversized),
-        };
-        let mut read = Vec::new();
-        let error = lines.read_to_end(&mut read).await.unwrap_err();
-        assert_eq!(error.kind(), io::ErrorKind::InvalidData);
+        let (read, result) = read_all(&text, 7, &oversized).await;
+        assert_eq!(result.unwrap_err().kind(), io::ErrorKind::InvalidData);
         assert!(oversized.ended(7) && !oversized.ended(6));
         assert_eq!(
             read.len(),
-            8 + MAX_MESSAGE_BYTES - 1,
-            "nothing past the limit"
+            8 + MAX_MESSAGE_BYTES,
+            "nothing past the limit: the line cut short of it and ended"
         );
+    }
+
+    #[tokio::test]
+    async fn an_answer_past_the_limit_is_answered_with_an_error_in_its_place_and_the_lines_after_it_pass()
+     {
+        let oversized = Arc::new(Oversized::default());
+        let mut text =
+            b"{\"a\":1}\n{\"jsonrpc\": \"2.0\", \"id\": \"call-7\", \"result\": {\"text\": \""
+                .to_vec();
+        text.extend(std::iter::repeat_n(b'x', MAX_MESSAGE_BYTES + 10_000));
+        text.extend_from_slice(b"\"}}\n{\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{}}\n");
+        let (read, result) = read_all(&text, 3, &oversized).await;
+        result.unwrap();
+        assert!(!oversized.ended(3), "the connection goes on");
+        let lines: Vec<&[u8]> = read.split(|b| *b == b'\n').collect();
+        assert_eq!(lines.len(), 5, "four lines and the end");
+        assert_eq!(lines[0], b"{\"a\":1}");
+        assert_eq!(
+            lines[1].len(),
+            MAX_MESSAGE_BYTES - 1,
+            "cut short of the limit"
+        );
+        let answer: serde_json::Value = serde_json::from_slice(lines[2]).unwrap();
+        assert_eq!(answer["id"], "call-7");
+        assert_eq!(answer["error"]["data"][OVERSIZED_ANSWER], MAX_MESSAGE_BYTES);
+        assert_eq!(lines[3], b"{\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{}}");
+        assert_eq!(lines[4], b"");
+    }
+
+    #[test]
+    fn only_a_response_whose_start_holds_its_id_is_answered_in_its_place() {
+        let id = |head: &str| response_id(head.as_bytes());
+        assert_eq!(
+            id(r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"#),
+            Some(7.into())
+        );
+        assert_eq!(
+            id(r#" { "id" : "a\"b" , "error": {"code""#),
+            Some("a\"b".into())
+        );
+        // An `id` inside the result is not the answer's.
+        assert_eq!(id(r#"{"result":{"id":3},"id":4}"#), Some(4.into()));
+        assert_eq!(id(r#"{"result":{"id":3,"text":"xxxxx"#), None);
+        assert_eq!(
+            id(r#"{"jsonrpc":"2.0","id":9,"method":"sampling/createMessage","params":{"#),
+            None
+        );
+        assert_eq!(
+            id(r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"#),
+            None
+        );
+        assert_eq!(id(r#"{"jsonrpc":"2.0","id":12"#), None, "the id may go on");
+        assert_eq!(id(r#"{"id":null,"result":"#), None);
+        assert_eq!(id("xxxxxxxx"), None);
     }
 
     #[tokio::test]
@@ -224,14 +548,8 @@ mod tests {
         let oversized = Arc::new(Oversized::default());
         let line = [vec![b'y'; MAX_MESSAGE_BYTES / 2], vec![b'\n']].concat();
         let text = line.repeat(4);
-        let mut lines = BoundedLines {
-            inner: text.as_slice(),
-            line: 0,
-            generation: 1,
-            oversized: Arc::clone(&oversized),
-        };
-        let mut read = Vec::new();
-        lines.read_to_end(&mut read).await.unwrap();
+        let (read, result) = read_all(&text, 1, &oversized).await;
+        result.unwrap();
         assert_eq!(read, text);
         assert!(!oversized.ended(1));
     }
