@@ -118,9 +118,12 @@ users:\n{alice}",
     let pins = get(&client(), &pins_url, Some("alice")).await;
     assert_eq!(pins.status, 200, "{}", pins.body);
     let stats = get(&client(), &stats_url, Some("alice")).await;
-    assert_eq!(
-        (&stats.body["counted_by"], &stats.body["tools"][0]["calls"]),
-        (&json!("every replica"), &json!(2)),
+    assert_eq!(stats.body["counted_by"], "every replica", "{}", stats.body);
+    // Counted at least once: an addition that timed out while Redis hung, and that Redis
+    // ran once it went on, is counted again by the next one (docs/scaling.md).
+    let calls = stats.body["tools"][0]["calls"].as_u64().unwrap_or(0);
+    assert!(
+        calls >= 2,
         "the call made while Redis hung is counted: {}",
         stats.body
     );
