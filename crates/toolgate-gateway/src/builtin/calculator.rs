@@ -49,8 +49,30 @@ pub fn evaluate(expression: &str) -> Result<serde_json::Number, String> {
                 "`{expression}` is not arithmetic (its value is {what}): write an expression of numbers"
             ))
         }
-        Err(e) => Err(format!("cannot evaluate `{expression}`: {e}")),
+        Err(e) => Err(format!("cannot evaluate `{expression}`: {}", in_words(&e))),
     }
+}
+
+/// The evaluator's error in words a caller knows: its type errors name its own types
+/// (`Expected a Value::Boolean, but got Int(1)`).
+fn in_words(error: &evalexpr::EvalexprError) -> String {
+    use evalexpr::EvalexprError as E;
+    let needed = match error {
+        E::ExpectedString { .. } => "text",
+        E::ExpectedInt { .. } => "a whole number",
+        E::ExpectedFloat { .. } | E::ExpectedNumber { .. } => "a number",
+        E::ExpectedNumberOrString { .. } => "a number or text",
+        E::ExpectedBoolean { .. } => "true or false",
+        E::ExpectedTuple { .. }
+        | E::ExpectedFixedLengthTuple { .. }
+        | E::ExpectedRangedLengthTuple { .. } => "a list of values",
+        E::ExpectedEmpty { .. } => "nothing",
+        E::TypeError { .. } | E::WrongTypeCombination { .. } => {
+            return "its operands are of kinds that do not go together: write an expression of numbers".to_owned();
+        }
+        other => return other.to_string(),
+    };
+    format!("an operand there must be {needed}: write an expression of numbers")
 }
 
 pub(super) fn tool() -> impl Tool {
@@ -83,5 +105,20 @@ mod tests {
             "`()` is not arithmetic (its value is nothing): write an expression of numbers"
         );
         assert!(evaluate("1 == 1").unwrap_err().contains("true or false"));
+        for expression in [
+            "if(1,2,3)",
+            "!1",
+            "1 && 2",
+            "1+true",
+            "\"a\"*2",
+            "min()",
+            "len(1)",
+        ] {
+            let error = evaluate(expression).unwrap_err();
+            assert!(
+                !error.contains("Value::") && !error.contains("Int(") && !error.contains("Empty"),
+                "{expression}: {error}"
+            );
+        }
     }
 }

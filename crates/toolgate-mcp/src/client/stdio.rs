@@ -122,20 +122,26 @@ impl Transport<RoleClient> for StdioUpstream {
     }
 }
 
-/// The most of each line kept to find whom an oversized answer was for: a response names
-/// its `id` before its `result` as every MCP SDK writes it.
+/// The most of the start and of the end of a line kept to find whom an oversized answer
+/// was for: a response names its `id` before its `result` (the Python SDK, rmcp) or after
+/// it (the TypeScript SDK).
 const HEAD_BYTES: usize = 512;
+
+/// The most of one line read past before the connection ends: a line that does not end
+/// is not read forever.
+const MOST_SKIPPED: u64 = 16 * MAX_MESSAGE_BYTES as u64;
 
 /// A stdout whose lines are bounded by [`MAX_MESSAGE_BYTES`] (its line feed included).
 ///
 /// A line that grows past the limit is handed on cut short and ended, so that rmcp reads
 /// it as the unreadable message it is and drops it, and the rest of it is read past, not
-/// handed on. When the line is an answer whose `id` its start names (`{"jsonrpc": "2.0",
-/// "id": 7, "result": …`), that request alone is answered in its place, with an error
-/// saying why: the other calls on the connection go on. Any other line too long to read
-/// — a request or notification of the upstream's, an answer whose `id` comes after its
-/// result — says nothing readable about whom it concerns: the connection then ends and is
-/// marked, so that every call waiting on it can say why.
+/// handed on. When the line is an answer whose top-level `id` its start or its end names
+/// (`{"jsonrpc": "2.0", "id": 7, "result": …` or `{"result": …, "jsonrpc": "2.0", "id":
+/// 7}`), that request alone is answered in its place, with an error saying why: the other
+/// calls on the connection go on. Any other line too long to read — a request or
+/// notification of the upstream's, an answer whose `id` is neither near its start nor at
+/// its end, or named twice — says nothing readable about whom it concerns: the connection
+/// then ends and is marked, so that every call waiting on it can say why.
 pub(crate) struct BoundedLines<R> {
     inner: R,
     /// Bytes of the current line handed on so far ([`MAX_MESSAGE_BYTES`] once the
@@ -143,8 +149,9 @@ pub(crate) struct BoundedLines<R> {
     line: usize,
     /// The start of the current line, up to [`HEAD_BYTES`].
     head: Vec<u8>,
-    /// While an oversized answer is read past: the error answer that takes its place.
-    skipping: Option<Vec<u8>>,
+    /// While an oversized line is read past: the last bytes read of it (up to
+    /// [`HEAD_BYTES`]), and how many were read past.
+    skipping: Option<(Vec<u8>, u64)>,
     /// Bytes to hand on before reading more, and how many of them were.
     pending: (Vec<u8>, usize),
     generation: u64,
@@ -192,13 +199,35 @@ impl<R> BoundedLines<R> {
         None
     }
 
-    /// Reads past the rest of an oversized answer in `read`: once its end is there, its
-    /// error answer and what follows the end are to be handed on.
+    /// Reads past the rest of an oversized line in `read`: once its end is there, the
+    /// error answer in its place and what follows the end are to be handed on — or, when
+    /// the line names no request to answer, the connection ends.
     fn skip(&mut self, read: &[u8]) {
-        let Some(end) = memchr::memchr(b'\n', read) else {
+        let Some((tail, skipped)) = self.skipping.as_mut() else {
             return;
         };
-        let answer = self.skipping.take().expect("skipping an answer");
+        let end = memchr::memchr(b'\n', read);
+        let part = &read[..end.unwrap_or(read.len())];
+        tail.extend_from_slice(&part[part.len().saturating_sub(HEAD_BYTES)..]);
+        let excess = tail.len().saturating_sub(HEAD_BYTES);
+        tail.drain(..excess);
+        *skipped += part.len() as u64;
+        let Some(end) = end else {
+            if *skipped > MOST_SKIPPED {
+                self.skipping = None;
+                self.end_connection();
+            }
+            return;
+        };
+        let (tail, _) = self.skipping.take().expect("skipping a line");
+        let Some(answer) = answer_in_place_of(&self.head, &tail) else {
+            self.end_connection();
+            return;
+        };
+        tracing::warn!(
+            limit = MAX_MESSAGE_BYTES,
+            "an MCP server's answer is too long to read: its request is answered with an error, the connection goes on"
+        );
         self.line = 0;
         self.head.clear();
         let after = &read[end + 1..];
@@ -223,23 +252,23 @@ impl<R> BoundedLines<R> {
     }
 
     /// The line under way grew past the limit; `rest` is what was read of it past the cut.
+    /// A line whose start shows it is no answer ends the connection at once; any other is
+    /// read past, to its end.
     fn oversized_line(&mut self, rest: &[u8]) {
-        match answer_in_place_of(&self.head) {
-            Some(answer) => {
-                tracing::warn!(
-                    limit = MAX_MESSAGE_BYTES,
-                    "an MCP server's answer is too long to read: its request is answered with an error, the connection goes on"
-                );
-                self.skipping = Some(answer);
-                self.skip(rest);
-            }
-            None => {
-                // Marked before rmcp can see the connection end, so a call that finds it
-                // ended finds the mark too.
-                self.oversized.mark(self.generation);
-                self.line = MAX_MESSAGE_BYTES;
-            }
+        if scan_head(&self.head).is_some_and(|head| head.response) {
+            self.skipping = Some((Vec::with_capacity(HEAD_BYTES), 0));
+            self.skip(rest);
+        } else {
+            self.end_connection();
         }
+    }
+
+    /// Ends the connection on a line too long to read that names no request to answer.
+    /// Marked before rmcp can see the connection end, so a call that finds it ended finds
+    /// the mark too.
+    fn end_connection(&mut self) {
+        self.oversized.mark(self.generation);
+        self.line = MAX_MESSAGE_BYTES;
     }
 }
 
@@ -297,11 +326,18 @@ impl<R: AsyncRead + Unpin> AsyncRead for BoundedLines<R> {
     }
 }
 
-/// The error answer to hand on in place of an answer too long to read, whose start is
-/// `head`: `None` unless `head` is the start of a response (`result` or `error`, no
-/// `method`) whose `id` it holds whole.
-fn answer_in_place_of(head: &[u8]) -> Option<Vec<u8>> {
-    let id = response_id(head)?;
+/// The error answer to hand on in place of an answer too long to read, which starts with
+/// `head` and ends with `tail`: `None` unless it is a response (`result` or `error`, no
+/// `method`) whose top-level `id` one of them holds whole, and only one.
+fn answer_in_place_of(head: &[u8], tail: &[u8]) -> Option<Vec<u8>> {
+    let head = scan_head(head)?;
+    let id = match (head.id, id_at_end(tail)?) {
+        (Some(id), None) | (None, Some(id)) => id,
+        _ => return None,
+    };
+    if !head.response || !(id.is_number() || id.is_string()) {
+        return None;
+    }
     let message = format!(
         "the answer was more than {} MiB, more than toolgate reads from an MCP server: ask for less",
         MAX_MESSAGE_BYTES / (1024 * 1024)
@@ -324,46 +360,132 @@ fn answer_in_place_of(head: &[u8]) -> Option<Vec<u8>> {
 /// read.
 pub(crate) const OVERSIZED_ANSWER: &str = "io.toolgate/oversizedAnswer";
 
-/// The `id` of the JSON-RPC response that `head` is the start of, read from its top-level
-/// keys: `None` when `head` is not a response's start (it has `method`, or neither
-/// `result` nor `error` comes within it) or does not hold its `id` whole.
-fn response_id(head: &[u8]) -> Option<serde_json::Value> {
+/// What the start of a message says of it, read from its top-level keys as far as their
+/// values end within it.
+struct Head {
+    /// The `id`, when it came whole.
+    id: Option<serde_json::Value>,
+    /// Whether a `result` or an `error` key came.
+    response: bool,
+}
+
+/// What `head`, the start of a message, says of it: `None` when it is no JSON object, has
+/// a `method` (a request or notification), or names `id` twice.
+fn scan_head(head: &[u8]) -> Option<Head> {
     let mut at = skip_space(head, 0);
     if head.get(at) != Some(&b'{') {
         return None;
     }
-    let mut id = None;
-    let mut response = false;
+    let mut scanned = Head {
+        id: None,
+        response: false,
+    };
     loop {
         at = skip_space(head, at + 1);
-        let key_end = string_end(head, at)?;
+        let Some(key_end) = string_end(head, at) else {
+            return Some(scanned);
+        };
         let key = &head[at..key_end];
         at = skip_space(head, key_end);
         if head.get(at) != Some(&b':') {
-            return None;
+            return Some(scanned);
         }
         at = skip_space(head, at + 1);
         match key {
             b"\"method\"" => return None,
-            b"\"result\"" | b"\"error\"" => {
-                response = true;
-                if id.is_some() {
-                    break;
-                }
-            }
+            b"\"result\"" | b"\"error\"" => scanned.response = true,
             _ => {}
         }
-        let value_end = value_end(head, at)?;
+        let Some(value_end) = value_end(head, at) else {
+            return Some(scanned);
+        };
         if key == b"\"id\"" {
-            id = Some(serde_json::from_slice(&head[at..value_end]).ok()?);
+            if scanned.id.is_some() {
+                return None;
+            }
+            scanned.id = Some(serde_json::from_slice(&head[at..value_end]).ok()?);
         }
         at = skip_space(head, value_end);
-        match head.get(at) {
-            Some(b',') => {}
-            _ => break,
+        if head.get(at) != Some(&b',') {
+            return Some(scanned);
         }
     }
-    id.filter(|id: &serde_json::Value| response && (id.is_number() || id.is_string()))
+}
+
+/// The top-level `id` that `tail`, the end of a message that is one JSON object, names
+/// among the keys after its last object or array value: `Some(None)` when it names none,
+/// `None` when it cannot be read so (it names `id` twice, or `method`, or is no object's
+/// end).
+fn id_at_end(tail: &[u8]) -> Option<Option<serde_json::Value>> {
+    let back_space = |mut at: usize| {
+        while at > 0 && tail[at - 1].is_ascii_whitespace() {
+            at -= 1;
+        }
+        at
+    };
+    // `at` is the end (exclusive) of what is left to read, backwards.
+    let mut at = back_space(tail.len());
+    if at == 0 || tail[at - 1] != b'}' {
+        return None;
+    }
+    at -= 1;
+    let mut id = None;
+    loop {
+        at = back_space(at);
+        let value_end = at;
+        let value_start = match tail.get(at.checked_sub(1)?)? {
+            b'"' => string_start(tail, at - 1)?,
+            // The answer's result or error: the keys after it were all read.
+            b'}' | b']' => return Some(id),
+            _ => {
+                let mut start = at;
+                while start > 0
+                    && (tail[start - 1].is_ascii_alphanumeric()
+                        || matches!(tail[start - 1], b'.' | b'+' | b'-'))
+                {
+                    start -= 1;
+                }
+                start
+            }
+        };
+        at = back_space(value_start);
+        if at == 0 || tail[at - 1] != b':' {
+            return None;
+        }
+        at = back_space(at - 1);
+        if at == 0 || tail[at - 1] != b'"' {
+            return None;
+        }
+        let key_start = string_start(tail, at - 1)?;
+        match &tail[key_start..at] {
+            b"\"id\"" if id.is_some() => return None,
+            b"\"id\"" => id = Some(serde_json::from_slice(&tail[value_start..value_end]).ok()?),
+            b"\"method\"" => return None,
+            _ => {}
+        }
+        at = back_space(key_start);
+        if at == 0 || tail[at - 1] != b',' {
+            // The object's start, or not a message's end.
+            return None;
+        }
+        at -= 1;
+    }
+}
+
+/// Where the string whose closing quote is at `close` starts (its opening quote), if it
+/// does in `text`: a quote after an odd number of backslashes is escaped.
+fn string_start(text: &[u8], close: usize) -> Option<usize> {
+    let mut i = close;
+    while i > 0 {
+        i -= 1;
+        if text[i] == b'"' {
+            let backslashes = text[..i].iter().rev().take_while(|b| **b == b'\\').count();
+            if backslashes % 2 == 0 {
+                return Some(i);
+            }
+        }
+    }
+    None
 }
 
 fn skip_space(text: &[u8], mut at: usize) -> usize {
@@ -516,31 +638,107 @@ mod tests {
         assert_eq!(lines[4], b"");
     }
 
+    /// The `id` an answer in place of the message of `head` … `tail` would carry.
+    fn answered_id(head: &str, tail: &str) -> Option<serde_json::Value> {
+        let answer = answer_in_place_of(head.as_bytes(), tail.as_bytes())?;
+        let answer: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+        Some(answer["id"].clone())
+    }
+
+    #[tokio::test]
+    async fn an_answer_past_the_limit_that_names_its_id_at_its_end_is_answered_too() {
+        let oversized = Arc::new(Oversized::default());
+        let mut text = b"{\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"".to_vec();
+        text.extend(std::iter::repeat_n(b'x', MAX_MESSAGE_BYTES + 10_000));
+        text.extend_from_slice(b"\"}]},\"jsonrpc\":\"2.0\",\"id\":41}\n{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{}}\n");
+        let (read, result) = read_all(&text, 5, &oversized).await;
+        result.unwrap();
+        assert!(!oversized.ended(5), "the connection goes on");
+        let lines: Vec<&[u8]> = read.split(|b| *b == b'\n').collect();
+        let answer: serde_json::Value = serde_json::from_slice(lines[1]).unwrap();
+        assert_eq!(answer["id"], 41);
+        assert_eq!(lines[2], b"{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{}}");
+    }
+
+    #[tokio::test]
+    async fn a_line_past_the_limit_that_never_ends_is_not_read_forever() {
+        let oversized = Arc::new(Oversized::default());
+        let mut text = b"{\"result\":\"".to_vec();
+        text.extend(std::iter::repeat_n(
+            b'x',
+            MAX_MESSAGE_BYTES + MOST_SKIPPED as usize + 10,
+        ));
+        let (_, result) = read_all(&text, 2, &oversized).await;
+        assert_eq!(result.unwrap_err().kind(), io::ErrorKind::InvalidData);
+        assert!(oversized.ended(2));
+    }
+
     #[test]
-    fn only_a_response_whose_start_holds_its_id_is_answered_in_its_place() {
-        let id = |head: &str| response_id(head.as_bytes());
+    fn only_a_response_whose_start_or_end_names_its_id_once_is_answered_in_its_place() {
+        // Python's SDK and rmcp: the id first.
+        let start = r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"#;
+        assert_eq!(answered_id(start, r#"xx"}]}}"#), Some(7.into()));
         assert_eq!(
-            id(r#"{"jsonrpc":"2.0","id":7,"result":{"content":[{"#),
-            Some(7.into())
-        );
-        assert_eq!(
-            id(r#" { "id" : "a\"b" , "error": {"code""#),
+            answered_id(r#" { "id" : "a\"b" , "error": {"code""#, "x}}"),
             Some("a\"b".into())
         );
+        // The TypeScript SDK: the id last.
+        let start = r#"{"result":{"content":[{"type":"text","text":"xxxx"#;
+        assert_eq!(
+            answered_id(start, r#"xxx"}]},"jsonrpc":"2.0","id":9}"#),
+            Some(9.into())
+        );
+        assert_eq!(
+            answered_id(
+                start,
+                "xx\\\"\"}]},\"id\":\"q\\\"\" , \"jsonrpc\":\"2.0\" }\n"
+            ),
+            Some("q\"".into())
+        );
         // An `id` inside the result is not the answer's.
-        assert_eq!(id(r#"{"result":{"id":3},"id":4}"#), Some(4.into()));
-        assert_eq!(id(r#"{"result":{"id":3,"text":"xxxxx"#), None);
+        assert_eq!(answered_id(start, r#"x","id":3}]},"jsonrpc":"2.0"}"#), None);
         assert_eq!(
-            id(r#"{"jsonrpc":"2.0","id":9,"method":"sampling/createMessage","params":{"#),
+            answered_id(r#"{"result":{"id":3,"text":"xxxxx"#, r#"xx"}}"#),
+            None
+        );
+        // Named twice, at the start and at the end: whose it is cannot be told.
+        assert_eq!(
+            answered_id(r#"{"id":1,"result":"xx"#, r#"xx","id":2}"#),
             None
         );
         assert_eq!(
-            id(r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"#),
+            answered_id(r#"{"id":1,"id":2,"result":"xx"#, r#"xx"}"#),
             None
         );
-        assert_eq!(id(r#"{"jsonrpc":"2.0","id":12"#), None, "the id may go on");
-        assert_eq!(id(r#"{"id":null,"result":"#), None);
-        assert_eq!(id("xxxxxxxx"), None);
+        // Requests and notifications of the upstream's, and what is no message.
+        assert_eq!(
+            answered_id(
+                r#"{"jsonrpc":"2.0","id":9,"method":"sampling/createMessage","params":{"#,
+                "}}"
+            ),
+            None
+        );
+        assert_eq!(
+            answered_id(
+                r#"{"params":{"x":"xxx"#,
+                r#"xx"},"method":"notifications/message","id":4}"#
+            ),
+            None
+        );
+        assert_eq!(
+            answered_id(
+                r#"{"jsonrpc":"2.0","method":"notifications/message","params":{"#,
+                "}}"
+            ),
+            None
+        );
+        assert_eq!(answered_id(r#"{"id":null,"result":"#, "x\"}"), None);
+        assert_eq!(answered_id("xxxxxxxx", "xxxx"), None);
+        assert_eq!(
+            answered_id(r#"{"result":"xx"#, "xx\""),
+            None,
+            "no object's end"
+        );
     }
 
     #[tokio::test]
