@@ -832,3 +832,31 @@ impl Drop for OwnRedis {
         let _ = self.child.wait();
     }
 }
+
+/// The RS256 key of `benches/keys/rs256.pem`, which the tests' issuers sign tokens with.
+pub fn signing_key() -> jsonwebtoken::EncodingKey {
+    let pem = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/benches/keys/rs256.pem"
+    ))
+    .expect("the RS256 test key");
+    jsonwebtoken::EncodingKey::from_rsa_pem(&pem).expect("an RSA key")
+}
+
+/// The key set such an issuer serves: the public half of [`signing_key`], under `kid`.
+pub fn key_set(kid: &str) -> Value {
+    use jsonwebtoken::jwk::{Jwk, JwkSet, PublicKeyUse};
+    let mut jwk =
+        Jwk::from_encoding_key(&signing_key(), jsonwebtoken::Algorithm::RS256).expect("a JWK");
+    jwk.common.key_id = Some(kid.to_owned());
+    jwk.common.public_key_use = Some(PublicKeyUse::Signature);
+    json!(JwkSet { keys: vec![jwk] })
+}
+
+/// Seconds since the Unix epoch, as token claims count them.
+pub fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}

@@ -18,12 +18,12 @@ use axum::Json;
 use axum::http::StatusCode;
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
-use jsonwebtoken::jwk::{Jwk, JwkSet, PublicKeyUse};
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use jsonwebtoken::{Algorithm, Header};
 use serde_json::json;
 
 use crate::common::{
-    Answer, Gateway, random_u32, redis_or_skip, session_cookie, user_yaml, with_cookie,
+    Answer, Gateway, key_set, random_u32, redis_or_skip, session_cookie, signing_key,
+    unix_now as now, user_yaml, with_cookie,
 };
 
 /// The gateway's resource identifier in these tests.
@@ -33,22 +33,6 @@ const KID: &str = "console-loopback-1";
 const PER_ADDRESS: usize = 16;
 /// How many sign-ins may wait in all (`console::sessions::MAX_FLOWS`).
 const IN_ALL: usize = 1024;
-
-fn signing_key() -> EncodingKey {
-    let pem = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/benches/keys/rs256.pem"
-    ))
-    .expect("the RS256 test key");
-    EncodingKey::from_rsa_pem(&pem).expect("an RSA key")
-}
-
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
 
 /// An issuer on a free loopback port, stopped with the test's runtime.
 struct Issuer {
@@ -68,10 +52,7 @@ impl Issuer {
             .await
             .expect("a loopback port");
         let url = format!("http://{}", listener.local_addr().unwrap());
-        let mut jwk = Jwk::from_encoding_key(&signing_key(), Algorithm::RS256).expect("a JWK");
-        jwk.common.key_id = Some(KID.to_owned());
-        jwk.common.public_key_use = Some(PublicKeyUse::Signature);
-        let keys = json!(JwkSet { keys: vec![jwk] });
+        let keys = key_set(KID);
         let discovery = json!({
             "issuer": url,
             "authorization_endpoint": format!("{url}/authorize"),

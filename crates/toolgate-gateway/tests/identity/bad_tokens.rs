@@ -1,22 +1,15 @@
 //! Every kind of bad token is a 401 `invalid_token` with a challenge that says why: never
 //! a 500, never a pass.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Value, json};
 
-use crate::common::{Answer, Gateway};
+use crate::common::{Answer, Gateway, unix_now as now};
 use crate::provider::Provider;
 use crate::{RESOURCE, config, invoke};
-
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-}
 
 /// A provider and a gateway accepting RS256 and ES256 tokens with a 30 s clock skew.
 fn setup(test: &str) -> Option<(Provider, Gateway)> {

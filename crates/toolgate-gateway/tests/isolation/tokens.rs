@@ -8,28 +8,16 @@
 //! The issuer is served here on loopback — a discovery document and a key set holding the
 //! public half of `benches/keys/rs256.pem` — and the tokens are signed with that key.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use axum::Json;
 use axum::routing::get;
-use jsonwebtoken::jwk::{Jwk, JwkSet, PublicKeyUse};
-use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use jsonwebtoken::{Algorithm, Header};
 use serde_json::{Value, json};
 
-use crate::common::{Answer, Gateway, client, user_yaml};
+use crate::common::{Answer, Gateway, client, key_set, signing_key, unix_now as now, user_yaml};
 
 /// The gateway's resource identifier in these tests.
 const RESOURCE: &str = "https://tools.test";
 const KID: &str = "loopback-1";
-
-fn signing_key() -> EncodingKey {
-    let pem = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/benches/keys/rs256.pem"
-    ))
-    .expect("the RS256 test key");
-    EncodingKey::from_rsa_pem(&pem).expect("an RSA key")
-}
 
 /// An issuer on a free loopback port: its discovery document and its key set. Stopped
 /// with the test's runtime.
@@ -38,16 +26,12 @@ async fn serve_issuer() -> String {
         .await
         .expect("a loopback port");
     let issuer = format!("http://{}", listener.local_addr().unwrap());
-    let mut jwk = Jwk::from_encoding_key(&signing_key(), Algorithm::RS256).expect("a JWK");
-    jwk.common.key_id = Some(KID.to_owned());
-    jwk.common.public_key_use = Some(PublicKeyUse::Signature);
-    let keys = JwkSet { keys: vec![jwk] };
+    let keys = key_set(KID);
     let discovery = json!({
         "issuer": issuer,
         "jwks_uri": format!("{issuer}/jwks"),
         "token_endpoint": format!("{issuer}/token"),
     });
-    let keys = json!(keys);
     let router = axum::Router::new()
         .route(
             "/.well-known/openid-configuration",
@@ -70,13 +54,6 @@ fn gateway(issuer: &str) -> Gateway {
          policies:\n  authorization:\n    default: deny\n    rules:\n      - {{ effect: allow, roles: [reader] }}\n",
         users = user_yaml("alice", &["reader"]),
     ))
-}
-
-fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
 }
 
 /// Claims the gateway takes from `issuer`, for `audience`.

@@ -384,28 +384,16 @@ impl Connection {
             })
     }
 
-    /// Runs a request about resource `uri` on the resources tools the caller may see, in
-    /// turn: the first upstream that has the resource answers. `listen` is the
-    /// `subscriptions/listen` stream a subscription is for, with the token cancelled when
-    /// the subscription is ended for the caller.
+    /// Reads resource `uri` through the resources tools the caller may see, in turn: the
+    /// first upstream that has the resource answers.
     async fn on_resource(
         &self,
-        input: Value,
         uri: &str,
         context: &RequestContext<RoleServer>,
-        listen: Option<(&SubscriptionSink, &CancellationToken)>,
     ) -> Result<Value, ErrorData> {
-        let user = self.caller(context);
         for definition in self.visible_of(RESOURCES_TAG, context) {
-            let user = Arc::clone(&user);
             match self
-                .run_with(
-                    &definition.name,
-                    input.clone(),
-                    context,
-                    user,
-                    listening(listen),
-                )
+                .run(&definition.name, json!({ "uri": uri }), context)
                 .await
             {
                 Ok(output) => return Ok(output),
@@ -424,8 +412,9 @@ impl Connection {
     /// one that does not have the resource no subscription. One upstream's failure does
     /// not keep the caller from an upstream after it that has the resource: it is the
     /// answer only when none has it. An unsubscription goes to the upstream the caller is
-    /// subscribed on; when it is subscribed nowhere, there is nothing to do. `listen` as
-    /// for [`on_resource`](Self::on_resource).
+    /// subscribed on; when it is subscribed nowhere, there is nothing to do. `listen` is
+    /// the `subscriptions/listen` stream a subscription is for, with the token cancelled
+    /// when the subscription is ended for the caller.
     async fn on_subscription(
         &self,
         input: Value,
@@ -454,15 +443,14 @@ impl Connection {
                 .collect();
         }
         for definition in tools {
+            let mut extras = Extras::default();
+            if let Some((sink, ended)) = listen {
+                extras.listener = Some(sink.clone());
+                extras.subscription_ended = ended.clone();
+            }
             let user = Arc::clone(&user);
             match self
-                .run_with(
-                    &definition.name,
-                    input.clone(),
-                    context,
-                    user,
-                    listening(listen),
-                )
+                .run_with(&definition.name, input.clone(), context, user, extras)
                 .await
             {
                 Ok(output) => return Ok(output),
@@ -662,17 +650,6 @@ fn allows(server: &ServerInner, definition: &ToolDefinition, user: &User) -> boo
         .filter
         .as_ref()
         .is_none_or(|f| f.allows(definition, user))
-}
-
-/// What a resources tool's call carries for a subscription: where the updates of the
-/// resource go, and when the subscription ends.
-fn listening(listen: Option<(&SubscriptionSink, &CancellationToken)>) -> Extras {
-    let mut extras = Extras::default();
-    if let Some((sink, ended)) = listen {
-        extras.listener = Some(sink.clone());
-        extras.subscription_ended = ended.clone();
-    }
-    extras
 }
 
 /// Whether the caller of `context` declared the tasks extension (SEP-2663).
@@ -971,9 +948,7 @@ impl ServerHandler for Connection {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, ErrorData> {
-        let output = self
-            .on_resource(json!({ "uri": request.uri }), &request.uri, &context, None)
-            .await?;
+        let output = self.on_resource(&request.uri, &context).await?;
         features::resource_result(output).map(ReadResourceResponse::Complete)
     }
 
