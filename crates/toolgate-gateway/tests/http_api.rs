@@ -223,6 +223,50 @@ async fn bodies_over_the_limit_are_refused_with_413() {
 }
 
 #[tokio::test]
+async fn a_compressed_body_is_refused_with_415_and_not_read_as_plain_json() {
+    let gateway = Gateway::start(&authorized_config());
+    // A body labelled gzip that is in fact plain JSON: read as sent, it would have been
+    // served, whatever the client meant by the label.
+    for (path, coding) in [("/v1/tools/echo/invoke", "gzip"), ("/mcp", "identity, br")] {
+        let refused = client()
+            .post(gateway.url(path))
+            .bearer_auth(key("alice"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("content-encoding", coding)
+            .body(r#"{"text": "hi"}"#)
+            .send()
+            .await
+            .expect("sending the request");
+        assert_eq!(refused.status().as_u16(), 415, "{path}");
+        assert_eq!(refused.headers()["accept-encoding"], "identity", "{path}");
+        assert_eq!(refused.headers()["connection"], "close", "{path}");
+        let body: Value = refused.json().await.expect("a JSON error");
+        assert_eq!(
+            body["error"]["code"], "unsupported_content_encoding",
+            "{body}"
+        );
+        let said = coding.rsplit(' ').next().unwrap();
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("`Content-Encoding: {said}`")),
+            "{message}"
+        );
+    }
+    // `identity` is no coding at all.
+    let plain = client()
+        .post(gateway.url("/v1/tools/echo/invoke"))
+        .bearer_auth(key("alice"))
+        .header("content-type", "application/json")
+        .header("content-encoding", "identity")
+        .body(r#"{"text": "hi"}"#)
+        .send()
+        .await
+        .expect("sending the request");
+    assert_eq!(plain.status().as_u16(), 200);
+}
+
+#[tokio::test]
 async fn the_call_over_the_rate_limit_is_told_when_to_retry() {
     let config = format!(
         "tools:\n  builtin: [calculator]\nusers:\n{}\

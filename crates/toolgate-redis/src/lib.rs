@@ -103,7 +103,9 @@ pub use history::{HistoryUnavailable, RedisHistory};
 pub use link::REDIS_UP;
 pub use pins::{PIN_HISTORY, PinCheck, PinsUnavailable, RedisPins, StoredPin, StoredPins};
 pub use quota::{QuotaFailurePolicy, RedisQuota};
-pub use sessions::{RedisSessions, SessionBounds, SessionOpened, SessionsUnavailable};
+pub use sessions::{
+    FlowBounds, FlowStarted, RedisSessions, SessionBounds, SessionOpened, SessionsUnavailable,
+};
 pub use state::RedisState;
 pub use stats::{UNAVAILABLE_DECISIONS, UnavailableDecisions};
 pub use suspensions::RedisSuspensions;

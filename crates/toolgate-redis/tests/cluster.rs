@@ -20,8 +20,8 @@ use toolgate_hooks::concurrency::Concurrency;
 use toolgate_hooks::partition::Partition;
 use toolgate_hooks::quota::{Quota, QuotaBackend, QuotaDecision, QuotaRequest, Rate};
 use toolgate_redis::{
-    ClientLogLimit, PinCheck, RedisConfig, RedisConfigBuilder, RedisError, RedisState,
-    SessionBounds, SessionOpened,
+    ClientLogLimit, FlowBounds, FlowStarted, PinCheck, RedisConfig, RedisConfigBuilder, RedisError,
+    RedisState, SessionBounds, SessionOpened,
 };
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -353,7 +353,15 @@ async fn sessions_are_shared_and_bounded_across_replicas_on_a_cluster() {
         SessionOpened::Full
     );
     assert!(b.close(&[2; 32]).await.unwrap());
-    assert!(a.start_flow("state", "verifier", hour, 4).await.unwrap());
+    // A waiting sign-in counted against its source: every key in the store's slot.
+    let bounds = FlowBounds {
+        max_total: 4,
+        source: Some(("203.0.113.7", 1)),
+    };
+    let started = a.start_flow("state", "verifier", hour, bounds).await;
+    assert_eq!(started.unwrap(), FlowStarted::Kept);
+    let again = b.start_flow("other", "verifier", hour, bounds).await;
+    assert!(matches!(again.unwrap(), FlowStarted::SourceFull { .. }));
     assert_eq!(
         b.finish_flow("state").await.unwrap().as_deref(),
         Some("verifier")

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use common::{assert_every_key_expires, keys_under, namespace, redis_or_skip, replica};
 use futures::future::join_all;
-use toolgate_redis::{RedisSessions, SessionBounds, SessionOpened};
+use toolgate_redis::{FlowBounds, FlowStarted, RedisSessions, SessionBounds, SessionOpened};
 
 const HOUR: Duration = Duration::from_secs(3600);
 
@@ -20,6 +20,14 @@ async fn two_replicas(test: &str) -> Option<(RedisSessions, RedisSessions, Strin
     let a = replica(&url, &prefix).await.sessions();
     let b = replica(&url, &prefix).await.sessions();
     Some((a, b, url, prefix))
+}
+
+/// At most `max_total` sign-ins waiting, from any source.
+fn in_all(max_total: usize) -> FlowBounds<'static> {
+    FlowBounds {
+        max_total,
+        source: None,
+    }
 }
 
 fn bounds(max_total: usize, max_per_user: usize) -> SessionBounds {
@@ -190,41 +198,99 @@ async fn a_sign_in_waiting_for_its_callback_is_taken_once_on_any_replica() {
     let Some((a, b, url, prefix)) = two_replicas(test).await else {
         return;
     };
-    assert!(a.start_flow("s1", "verifier-1", HOUR, 2).await.unwrap());
-    assert!(a.start_flow("s2", "verifier-2", HOUR, 2).await.unwrap());
-    assert!(
-        !b.start_flow("s3", "verifier-3", HOUR, 2).await.unwrap(),
-        "two wait already"
-    );
+    let start = async |store: &RedisSessions, state: &str, ttl: Duration| {
+        store
+            .start_flow(state, &format!("verifier-{state}"), ttl, in_all(2))
+            .await
+            .unwrap()
+    };
+    assert_eq!(start(&a, "s1", HOUR).await, FlowStarted::Kept);
+    assert_eq!(start(&a, "s2", HOUR).await, FlowStarted::Kept);
+    assert_eq!(start(&b, "s3", HOUR).await, FlowStarted::Full, "two wait");
     assert_every_key_expires(&url, &prefix).await;
 
     // Both replicas race for the same callback: one gets the verifier.
     let (x, y) = tokio::join!(b.finish_flow("s1"), a.finish_flow("s1"));
     let mut taken = [x.unwrap(), y.unwrap()];
     taken.sort();
-    assert_eq!(taken, [None, Some("verifier-1".to_owned())]);
+    assert_eq!(taken, [None, Some("verifier-s1".to_owned())]);
     assert_eq!(b.finish_flow("made-up").await.unwrap(), None);
 
     // A taken flow frees its place.
-    assert!(b.start_flow("s3", "verifier-3", HOUR, 2).await.unwrap());
+    assert_eq!(start(&b, "s3", HOUR).await, FlowStarted::Kept);
     // One whose time is up is gone.
-    assert!(
-        !a.start_flow("s4", "v", Duration::from_millis(1), 2)
-            .await
-            .unwrap(),
-        "still two waiting"
-    );
+    let moment = Duration::from_millis(1);
+    assert_eq!(start(&a, "s4", moment).await, FlowStarted::Full, "two wait");
     assert_eq!(
         a.finish_flow("s2").await.unwrap().as_deref(),
-        Some("verifier-2")
+        Some("verifier-s2")
     );
-    assert!(
-        a.start_flow("s4", "v", Duration::from_millis(1), 2)
-            .await
-            .unwrap()
-    );
+    assert_eq!(start(&a, "s4", moment).await, FlowStarted::Kept);
     tokio::time::sleep(Duration::from_millis(20)).await;
     assert_eq!(b.finish_flow("s4").await.unwrap(), None, "expired");
+}
+
+#[tokio::test]
+async fn one_source_is_held_to_its_allowance_of_waiting_sign_ins_on_every_replica() {
+    let test = "one_source_is_held_to_its_allowance_of_waiting_sign_ins_on_every_replica";
+    let Some((a, b, url, prefix)) = two_replicas(test).await else {
+        return;
+    };
+    let from = |source: &'static str| FlowBounds {
+        max_total: 10,
+        source: Some((source, 3)),
+    };
+    // Three from one source, started on both replicas at once: all kept.
+    let started = join_all((0..3).map(|n| {
+        let store = if n % 2 == 0 { &a } else { &b };
+        store.start_flow(["f0", "f1", "f2"][n], "v", HOUR, from("203.0.113.7"))
+    }))
+    .await;
+    assert!(started.into_iter().all(|s| s.unwrap() == FlowStarted::Kept));
+    assert_every_key_expires(&url, &prefix).await;
+    // The fourth is refused on either, until the oldest would expire.
+    for store in [&a, &b] {
+        match store
+            .start_flow("f3", "v", HOUR, from("203.0.113.7"))
+            .await
+            .unwrap()
+        {
+            FlowStarted::SourceFull { retry_after } => {
+                assert!(
+                    retry_after <= HOUR && retry_after > HOUR / 2,
+                    "{retry_after:?}"
+                );
+            }
+            other => panic!("a fourth from one source: {other:?}"),
+        }
+    }
+    // Another source, and a sign-in counted in all only, are not held to it.
+    let other = a.start_flow("g0", "v", HOUR, from("198.51.100.2"));
+    assert_eq!(other.await.unwrap(), FlowStarted::Kept);
+    let unknown = b.start_flow("g1", "v", HOUR, in_all(10));
+    assert_eq!(unknown.await.unwrap(), FlowStarted::Kept);
+    // One finished on the other replica gives the source its place back.
+    assert_eq!(b.finish_flow("f0").await.unwrap().as_deref(), Some("v"));
+    let again = a.start_flow("f3", "v", HOUR, from("203.0.113.7"));
+    assert_eq!(again.await.unwrap(), FlowStarted::Kept);
+    let over = b.start_flow("f4", "v", HOUR, from("203.0.113.7"));
+    assert!(matches!(
+        over.await.unwrap(),
+        FlowStarted::SourceFull { .. }
+    ));
+    // A refusal in all keeps nothing for the source either.
+    let full = FlowBounds {
+        max_total: 5,
+        source: Some(("192.0.2.1", 3)),
+    };
+    assert_eq!(
+        a.start_flow("h0", "v", HOUR, full).await.unwrap(),
+        FlowStarted::Full
+    );
+    let mut source_keys = keys_under(&url, &prefix).await;
+    source_keys.retain(|key| key.contains("192.0.2.1"));
+    assert!(source_keys.is_empty(), "{source_keys:?}");
+    assert_every_key_expires(&url, &prefix).await;
 }
 
 #[tokio::test]
@@ -275,7 +341,8 @@ async fn with_a_key_records_and_secrets_are_sealed_and_open_only_with_that_key()
     a.open(&id(1), "carol", record, HOUR, bounds(10, 2))
         .await
         .unwrap();
-    assert!(a.start_flow("s1", "the-verifier", HOUR, 4).await.unwrap());
+    let started = a.start_flow("s1", "the-verifier", HOUR, in_all(4)).await;
+    assert_eq!(started.unwrap(), FlowStarted::Kept);
     assert_eq!(b.find(&id(1)).await.unwrap().as_deref(), Some(record));
 
     // What Redis holds says nothing of the record or the secret.

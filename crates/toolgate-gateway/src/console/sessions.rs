@@ -15,8 +15,8 @@
 //!
 //! One client address may have at most [`MAX_FLOWS_PER_ADDRESS`] sign-ins waiting at once
 //! (an IPv6 address counted by its /64, as wrong credentials are), so that no one address
-//! fills the [`MAX_FLOWS`] places every sign-in shares. That allowance is counted in this
-//! process, for the sign-ins it started, wherever they are kept.
+//! fills the [`MAX_FLOWS`] places every sign-in shares. That allowance is counted where the
+//! sign-ins are kept: in this process, or on Redis across every replica.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -30,7 +30,7 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use tokio::time::Instant;
 use toolgate_core::User;
-use toolgate_redis::{RedisSessions, SessionBounds, SessionOpened};
+use toolgate_redis::{FlowBounds, FlowStarted, RedisSessions, SessionBounds, SessionOpened};
 
 use crate::config::ConsoleConfig;
 use crate::identity::failures::counted;
@@ -137,14 +137,14 @@ struct Session {
 /// process, where they outlive reloads, or on Redis, where every replica shares them.
 pub struct ConsoleSessions {
     store: Store,
-    /// The waiting sign-ins this process started, by client address.
-    flows_by_address: FlowsByAddress,
 }
 
 enum Store {
     Memory {
         by_id: Mutex<HashMap<[u8; 32], Session>>,
         flows: Flows,
+        /// The waiting sign-ins, by client address.
+        flows_by_address: FlowsByAddress,
     },
     Redis(RedisSessions),
 }
@@ -155,8 +155,8 @@ impl Default for ConsoleSessions {
             store: Store::Memory {
                 by_id: Mutex::default(),
                 flows: Flows::default(),
+                flows_by_address: FlowsByAddress::default(),
             },
-            flows_by_address: FlowsByAddress::default(),
         }
     }
 }
@@ -199,10 +199,10 @@ impl Flows {
     }
 }
 
-/// The flows this process started and that still wait, by `state`: the client address
-/// they came from (an IPv6 one by its /64) and when they expire. Each is taken out when its
-/// callback comes here, or when it expires; so the table holds at most the [`MAX_FLOWS`]
-/// flows that this process may have started in [`FLOW_TTL`].
+/// The flows that still wait, by `state`: the client address they came from (an IPv6 one
+/// by its /64) and when they expire. Each is taken out when its callback comes, or when it
+/// expires; so the table holds at most the [`MAX_FLOWS`] flows that may start in
+/// [`FLOW_TTL`].
 #[derive(Default)]
 struct FlowsByAddress {
     waiting: Mutex<HashMap<String, (IpAddr, Instant)>>,
@@ -213,7 +213,6 @@ impl FlowsByAddress {
     /// has [`MAX_FLOWS_PER_ADDRESS`] waiting already (or this process [`MAX_FLOWS`]).
     fn start(&self, state: &str, client: IpAddr) -> Result<(), SessionError> {
         let now = Instant::now();
-        let client = counted(client);
         let mut waiting = self.waiting.lock().unwrap_or_else(|e| e.into_inner());
         waiting.retain(|_, (_, expires)| *expires > now);
         let (count, oldest) = waiting
@@ -293,7 +292,6 @@ impl ConsoleSessions {
     pub fn on_redis(sessions: RedisSessions) -> Self {
         ConsoleSessions {
             store: Store::Redis(sessions),
-            flows_by_address: FlowsByAddress::default(),
         }
     }
 
@@ -432,20 +430,39 @@ impl ConsoleSessions {
     ) -> Result<(String, String), SessionError> {
         let state = random_hex(16)?;
         let verifier = random_hex(32)?;
-        if let Some(client) = client {
-            self.flows_by_address.start(&state, client)?;
-        }
-        let kept = match &self.store {
-            Store::Memory { flows, .. } => flows.start(&state, &verifier),
-            Store::Redis(redis) => redis
-                .start_flow(&state, &verifier, FLOW_TTL, MAX_FLOWS)
-                .await
-                .map_err(unavailable)
-                .and_then(|kept| kept.then_some(()).ok_or(SessionError::Full)),
-        };
-        if let Err(e) = kept {
-            self.flows_by_address.finish(&state);
-            return Err(e);
+        let client = client.map(counted);
+        match &self.store {
+            Store::Memory {
+                flows,
+                flows_by_address,
+                ..
+            } => {
+                if let Some(client) = client {
+                    flows_by_address.start(&state, client)?;
+                }
+                if let Err(e) = flows.start(&state, &verifier) {
+                    flows_by_address.finish(&state);
+                    return Err(e);
+                }
+            }
+            Store::Redis(redis) => {
+                let source = client.map(|client| client.to_string());
+                let bounds = FlowBounds {
+                    max_total: MAX_FLOWS,
+                    source: source.as_deref().map(|s| (s, MAX_FLOWS_PER_ADDRESS)),
+                };
+                match redis
+                    .start_flow(&state, &verifier, FLOW_TTL, bounds)
+                    .await
+                    .map_err(unavailable)?
+                {
+                    FlowStarted::Kept => {}
+                    FlowStarted::Full => return Err(SessionError::Full),
+                    FlowStarted::SourceFull { retry_after } => {
+                        return Err(SessionError::FlowsFromAddress(retry_after));
+                    }
+                }
+            }
         }
         Ok((state, verifier))
     }
@@ -456,9 +473,15 @@ impl ConsoleSessions {
     ///
     /// [`SessionError::Unavailable`] when Redis does not answer.
     pub async fn finish_flow(&self, state: &str) -> Result<Option<String>, SessionError> {
-        self.flows_by_address.finish(state);
         match &self.store {
-            Store::Memory { flows, .. } => Ok(flows.finish(state)),
+            Store::Memory {
+                flows,
+                flows_by_address,
+                ..
+            } => {
+                flows_by_address.finish(state);
+                Ok(flows.finish(state))
+            }
             Store::Redis(redis) => redis.finish_flow(state).await.map_err(unavailable),
         }
     }
@@ -674,8 +697,14 @@ mod tests {
         for _ in 0..MAX_FLOWS_PER_ADDRESS {
             assert!(sessions.start_flow(late).await.is_ok());
         }
+        let Store::Memory {
+            flows_by_address, ..
+        } = &sessions.store
+        else {
+            unreachable!("kept in memory");
+        };
         assert_eq!(
-            sessions.flows_by_address.waiting.lock().unwrap().len(),
+            flows_by_address.waiting.lock().unwrap().len(),
             MAX_FLOWS_PER_ADDRESS,
             "the expired ones are swept"
         );

@@ -39,22 +39,46 @@ fn too_large() -> ApiError {
     )
 }
 
-/// Answers 413 at once a request whose `Content-Length` is over `limit`, before any of its
-/// body is read: waiting for a body that will be refused anyway would hold the caller
-/// (and a connection) until `server.body_timeout` — or, when the body never comes, answer
-/// a timeout instead of the limit. The connection is closed after the answer, as the body
-/// it announced may still be on its way. `/mcp` is left to the MCP endpoint, which does
-/// the same with a JSON-RPC error.
-pub async fn refuse_declared_oversize(
+/// Answers at once, before any of its body is read, a request whose headers say its body
+/// will be refused anyway:
+/// - 415 `unsupported_content_encoding` for a body with a content coding (`Content-Encoding:
+///   gzip`, say): the gateway reads bodies as sent, and would otherwise take compressed
+///   bytes for malformed JSON, or read a body mislabelled as compressed as if it were not.
+///   The answer carries `Accept-Encoding: identity`, as RFC 9110 asks;
+/// - 413 `body_too_large` for a `Content-Length` over `limit`: waiting for a body that will
+///   be refused anyway would hold the caller (and a connection) until
+///   `server.body_timeout` — or, when the body never comes, answer a timeout instead of
+///   the limit. `/mcp` is left to the MCP endpoint for this one, which answers it with a
+///   JSON-RPC error.
+///
+/// The connection is closed after either answer, as the body may still be on its way.
+pub async fn refuse_unreadable_bodies(
     State(limit): State<usize>,
     request: Request,
     next: Next,
 ) -> Response {
+    let headers = request.headers();
+    if has_body(headers)
+        && let Some(coding) = content_coding(headers)
+    {
+        let mut refused = ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_content_encoding",
+            format!(
+                "the request body is marked `Content-Encoding: {coding}`, and the gateway reads bodies only as sent: send it uncompressed, without a `Content-Encoding` header"
+            ),
+        )
+        .into_response();
+        refused.headers_mut().insert(
+            header::ACCEPT_ENCODING,
+            HeaderValue::from_static("identity"),
+        );
+        return closing_if(true, refused);
+    }
     if request.uri().path() == "/mcp" {
         return next.run(request).await;
     }
-    let declared = request
-        .headers()
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
@@ -62,6 +86,24 @@ pub async fn refuse_declared_oversize(
         return closing_if(true, too_large().into_response());
     }
     next.run(request).await
+}
+
+/// The first content coding other than `identity` that `headers` name for the body, as it
+/// may be quoted back to the client (at most 32 characters, printable ASCII).
+fn content_coding(headers: &HeaderMap) -> Option<String> {
+    for value in headers.get_all(header::CONTENT_ENCODING) {
+        let Ok(value) = value.to_str() else {
+            return Some("(unreadable)".to_owned());
+        };
+        let coding = value
+            .split(',')
+            .map(str::trim)
+            .find(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("identity"));
+        if let Some(coding) = coding {
+            return Some(coding.chars().take(32).collect());
+        }
+    }
+    None
 }
 
 /// Parses a request body as JSON of type `T`, or answers 413 for a body over the limit, 408

@@ -135,7 +135,7 @@ pub fn router(state: AppState) -> Router {
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(
             body_limit,
-            body::refuse_declared_oversize,
+            body::refuse_unreadable_bodies,
         ))
         .layer(JsonErrorsLayer)
         .layer(RecordRequestsLayer::default())

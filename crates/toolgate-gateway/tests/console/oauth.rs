@@ -333,11 +333,12 @@ async fn sign_ins_refused_for_want_of_places_ask_the_issuer_nothing_on_redis() {
     sign_ins_refused_for_want_of_places_ask_the_issuer_nothing(&state).await;
 }
 
-/// With `state` on Redis the places are shared by every replica: one address is held to
-/// its allowance there too, so it cannot take them all.
+/// With `state` on Redis the places are shared by every replica, and so is one address's
+/// allowance of them: started through one replica, its sign-ins count on every other, and
+/// one finished on another replica gives its place back on all.
 #[tokio::test]
-async fn with_state_on_redis_one_address_is_held_to_its_allowance_of_waiting_sign_ins() {
-    let test = "with_state_on_redis_one_address_is_held_to_its_allowance_of_waiting_sign_ins";
+async fn with_state_on_redis_one_address_is_held_to_its_allowance_across_every_replica() {
+    let test = "with_state_on_redis_one_address_is_held_to_its_allowance_across_every_replica";
     let Some(redis) = redis_or_skip(test) else {
         return;
     };
@@ -349,15 +350,38 @@ async fn with_state_on_redis_one_address_is_held_to_its_allowance_of_waiting_sig
         Gateway::start(&config(&issuer, "", &state)),
         Gateway::start(&config(&issuer, "", &state)),
     );
-    let (started, refused) = start_until_refused(&a, "203.0.113.7", IN_ALL).await;
-    assert_eq!(started, PER_ADDRESS);
-    assert_eq!(refused.status, 429, "{}", refused.body);
-    assert!(refused.header("retry-after").is_some());
+    // Half through each replica.
+    let mut first = None;
+    for n in 0..PER_ADDRESS {
+        let replica = if n % 2 == 0 { &a } else { &b };
+        let started = start(replica, "203.0.113.7").await;
+        assert_eq!(started.status, 303, "sign-in {n}: {}", started.body);
+        first.get_or_insert_with(|| state_of(&started));
+    }
+    for replica in [&a, &b] {
+        let refused = start(replica, "203.0.113.7").await;
+        assert_eq!(
+            (refused.status, refused.error_code()),
+            (429, "too_many_sign_ins_from_address"),
+            "{}",
+            refused.body
+        );
+        let retry_after: u64 = refused
+            .header("retry-after")
+            .and_then(|s| s.parse().ok())
+            .expect("Retry-After");
+        assert!((590..=600).contains(&retry_after), "{retry_after}");
+    }
     let other = start(&a, "198.51.100.2").await;
     assert_eq!(other.status, 303, "{}", other.body);
-    // Finished on the other replica, as a load balancer may send the issuer's redirect.
+    // Finished on the other replica, as a load balancer may send the issuer's redirect:
+    // the address has a place again, on either replica.
     let signed_in = call_back(&b, &state_of(&other)).await;
     assert_eq!(signed_in.status, 303, "{}", signed_in.body);
+    let signed_in = call_back(&b, &first.expect("a first sign-in")).await;
+    assert_eq!(signed_in.status, 303, "{}", signed_in.body);
+    assert_eq!(start(&a, "203.0.113.7").await.status, 303);
+    assert_eq!(start(&b, "203.0.113.7").await.status, 429);
 }
 
 #[tokio::test]

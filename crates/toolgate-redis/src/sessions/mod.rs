@@ -51,6 +51,33 @@ pub enum SessionOpened {
     Full,
 }
 
+/// The bounds on sign-ins waiting for their callback ([`RedisSessions::start_flow`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FlowBounds<'a> {
+    /// Waiting sign-ins of everyone together; one past it is refused.
+    pub max_total: usize,
+    /// Where the sign-in comes from (a client's address, say: any text that names the
+    /// source alike on every replica), and how many of its sign-ins may wait at once; one
+    /// past it is refused. `None`: the sign-in is counted in all only.
+    pub source: Option<(&'a str, usize)>,
+}
+
+/// What [`RedisSessions::start_flow`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlowStarted {
+    /// The sign-in waits for its callback.
+    Kept,
+    /// As many sign-ins wait as [`FlowBounds::max_total`]: nothing was kept.
+    Full,
+    /// As many sign-ins of its source wait as its allowance: nothing was kept. The
+    /// source's oldest waiting sign-in expires after `retry_after`, if not called back
+    /// before.
+    SourceFull {
+        /// When the source has a place again at the latest.
+        retry_after: Duration,
+    },
+}
+
 /// Sign-in sessions on Redis, shared by every replica on the same Redis (and
 /// [key prefix](crate::RedisConfigBuilder::key_prefix)): a session opened through one replica
 /// is found through every other, and ended on all of them at once. Restarting a replica
@@ -70,8 +97,9 @@ pub enum SessionOpened {
 /// may reach any replica.
 ///
 /// With an [encryption key](Self::with_encryption_key) each record is sealed with
-/// AES-256-GCM and bound to its session: Redis then holds user ids (in key names) and
-/// nothing else in clear.
+/// AES-256-GCM and bound to its session: Redis then holds user ids, and the sources
+/// (client addresses) of sign-ins waiting for their callback, in key names, and nothing
+/// else in clear.
 ///
 /// Every key lives under `<prefix>:{<prefix>:sessions}`, in one Redis Cluster slot; every key
 /// expires. Built by [`RedisState::sessions`](crate::RedisState::sessions).
@@ -239,18 +267,39 @@ impl RedisSessions {
     }
 
     /// Keeps a sign-in that waits for its callback under `state`, with its `secret` (a PKCE
-    /// verifier, say), for `ttl`; `false` when `max` sign-ins wait already.
+    /// verifier, say), for `ttl`, when fewer than `bounds.max_total` sign-ins wait, and fewer
+    /// than its source's allowance from its source (see [`FlowBounds`]). Across replicas
+    /// the bounds are exact: the count and the addition are one script.
     ///
     /// # Errors
     ///
     /// [`SessionsUnavailable`] when Redis gives no answer within the deadline.
+    ///
+    /// # Examples
+    ///
+    /// ```no_run
+    /// use std::time::Duration;
+    /// use toolgate_redis::{FlowBounds, FlowStarted, RedisConfig, RedisState};
+    ///
+    /// # async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    /// let state = RedisState::connect("redis://127.0.0.1:6379", RedisConfig::default()).await?;
+    /// let sessions = state.sessions();
+    /// let bounds = FlowBounds { max_total: 1024, source: Some(("203.0.113.7", 16)) };
+    /// let ten_minutes = Duration::from_secs(600);
+    /// match sessions.start_flow("3f9a…", "verifier", ten_minutes, bounds).await? {
+    ///     FlowStarted::Kept => { /* send the browser to the issuer */ }
+    ///     FlowStarted::Full => { /* 503: everyone's places are taken */ }
+    ///     FlowStarted::SourceFull { retry_after } => { /* 429, Retry-After */ }
+    /// }
+    /// # Ok(()) }
+    /// ```
     pub async fn start_flow(
         &self,
         state: &str,
         secret: &str,
         ttl: Duration,
-        max: usize,
-    ) -> Result<bool, SessionsUnavailable> {
+        bounds: FlowBounds<'_>,
+    ) -> Result<FlowStarted, SessionsUnavailable> {
         let ttl = millis_at_least_one(ttl.min(LONGEST)).to_string();
         let secret = seal::write(
             self.seal.as_deref(),
@@ -258,10 +307,25 @@ impl RedisSessions {
             secret.into(),
         )
         .map_err(SessionsUnavailable)?;
-        let max = max.to_string();
-        let args: [&[u8]; 4] = [state.as_bytes(), &secret, ttl.as_bytes(), max.as_bytes()];
-        let kept: u8 = self.run(&START_FLOW, "flows", &args).await?;
-        Ok(kept == 1)
+        let max = bounds.max_total.to_string();
+        let (source, max_from) = bounds.source.unwrap_or(("", 0));
+        let max_from = max_from.to_string();
+        let args: [&[u8]; 6] = [
+            state.as_bytes(),
+            &secret,
+            ttl.as_bytes(),
+            max.as_bytes(),
+            source.as_bytes(),
+            max_from.as_bytes(),
+        ];
+        let (outcome, wait_ms): (String, u64) = self.run(&START_FLOW, "flows", &args).await?;
+        Ok(match outcome.as_str() {
+            "kept" => FlowStarted::Kept,
+            "source" => FlowStarted::SourceFull {
+                retry_after: Duration::from_millis(wait_ms),
+            },
+            _ => FlowStarted::Full,
+        })
     }
 
     /// The secret of the sign-in waiting under `state`, taken out: a state serves once.
