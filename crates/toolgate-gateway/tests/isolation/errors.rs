@@ -346,6 +346,52 @@ async fn an_answer_too_long_to_read_fails_its_own_call_and_not_the_others_on_its
     );
 }
 
+/// A notification too long to read (a log message carrying 20 MB) is dropped: it is nobody's
+/// answer, so neither its own call nor another caller's call waiting on the same stdio
+/// connection fails, and the connection stays.
+#[tokio::test]
+async fn a_notification_too_long_to_read_is_dropped_and_no_call_on_its_connection_fails() {
+    let test = "a_notification_too_long_to_read_is_dropped_and_no_call_on_its_connection_fails";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let gateway = Gateway::start(&format!(
+        "server:\n  request_timeout: 120s\nusers:\n{}{}upstreams:\n{}",
+        user_yaml("alice", &["admin"]),
+        user_yaml("bob", &["admin"]),
+        stdio_upstream()
+    ));
+    let ping = crate::common::invoke(&gateway, "bob", "local_ping", json!({})).await;
+    assert_eq!(ping.status, 200, "{:?}", ping.body);
+    let slow = crate::common::invoke(&gateway, "bob", "local_slow", json!({"seconds": 3}));
+    let logged = async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        crate::common::invoke(&gateway, "alice", "local_huge_log", json!({})).await
+    };
+    let (slow, logged) = tokio::join!(slow, logged);
+    assert_eq!(logged.status, 200, "{:?}", logged.body);
+    assert_eq!(
+        logged.body["output"]["structuredContent"]["result"], "logged",
+        "{:?}",
+        logged.body
+    );
+    assert_eq!(slow.status, 200, "{:?}", slow.body);
+    assert_eq!(
+        slow.body["output"]["structuredContent"]["result"], "done",
+        "{:?}",
+        slow.body
+    );
+    // The same program serves on: the connection was not restarted.
+    let again = crate::common::invoke(&gateway, "alice", "local_huge_log", json!({})).await;
+    assert_eq!(again.status, 200, "{:?}", again.body);
+    let log = gateway.stderr();
+    assert!(
+        log.contains("a request or notification too long to read"),
+        "{log}"
+    );
+    assert!(!log.contains("MCP server reconnected"), "{log}");
+}
+
 /// Sends `head` (a request's line and headers) on a new connection and reads the answer's
 /// status line, within `bound`.
 async fn status_line(gateway: &Gateway, head: &str, bound: Duration) -> String {

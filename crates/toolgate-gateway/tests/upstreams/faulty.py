@@ -2,7 +2,9 @@
 gateway's error answers and log lines:
 
 - `huge` writes one line of 100 MB to stdout (over stdio: a message far past what the
-  gateway reads) and then never answers;
+  gateway reads), an answer that names no request, and then never answers;
+- `huge_log` writes a log message of 20 MB to stdout (a notification past what the
+  gateway reads), then answers `logged`;
 - `huge_answer` answers 20 MB of text: an answer past what the gateway reads, named by
   its request's id;
 - `forge_log` writes to stderr a line with a carriage return and other control characters,
@@ -48,7 +50,7 @@ async def huge() -> str:
 
 def _write_huge_line() -> None:
     # Straight to the wire, past the SDK's writer.
-    head = b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"data": "'
+    head = b'{"jsonrpc": "2.0", "result": {"data": "'
     chunk = b"x" * (1024 * 1024)
     try:
         _write_all(head)
@@ -69,6 +71,21 @@ def _write_all(data: bytes) -> None:
 def huge_answer() -> str:
     """Answers 20 MB of text."""
     return "x" * (20 * 1024 * 1024)
+
+
+@server.tool()
+async def huge_log() -> str:
+    """Sends a 20 MB log message, then answers."""
+    await anyio.to_thread.run_sync(_write_huge_log)
+    return "logged"
+
+
+def _write_huge_log() -> None:
+    # Straight to the wire, as `huge` writes: the SDK sends a log message only to a client
+    # that asked for them on the request.
+    _write_all(b'{"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "')
+    _write_all(b"x" * (20 * 1024 * 1024))
+    _write_all(b'"}}\n')
 
 
 @server.tool()

@@ -3,10 +3,12 @@
 //!
 //! rmcp's own child-process transport drops a line over its limit and reads on, so a call
 //! whose answer was that line waits out its whole deadline, though the answer is gone.
-//! Here an answer too long to read whose start names its request's `id` is answered in
-//! its place with an error, at once, and only that call fails: one caller asking for a
-//! huge answer does not fail the calls of others on the same connection. Any other line
-//! too long to read ends the connection, at once: every request in flight on it may have
+//! Here an answer too long to read whose start or end names its request's `id` is answered
+//! in its place with an error, and only that call fails: one caller asking for a huge
+//! answer does not fail the calls of others on the same connection. A request or
+//! notification of the upstream's too long to read (a log message carrying a caller's huge
+//! input, say) is dropped, logged, and the connection goes on: it is nobody's answer. Any
+//! other line too long to read ends the connection: every request in flight on it may have
 //! lost its answer (such a line says nothing readable about whom it was for), and the
 //! [`Oversized`] mark of the connection lets the calls that were waiting say why.
 
@@ -138,10 +140,14 @@ const MOST_SKIPPED: u64 = 16 * MAX_MESSAGE_BYTES as u64;
 /// handed on. When the line is an answer whose top-level `id` its start or its end names
 /// (`{"jsonrpc": "2.0", "id": 7, "result": …` or `{"result": …, "jsonrpc": "2.0", "id":
 /// 7}`), that request alone is answered in its place, with an error saying why: the other
-/// calls on the connection go on. Any other line too long to read — a request or
-/// notification of the upstream's, an answer whose `id` is neither near its start nor at
-/// its end, or named twice — says nothing readable about whom it concerns: the connection
-/// then ends and is marked, so that every call waiting on it can say why.
+/// calls on the connection go on. A line whose start names a `method` and no `result` or
+/// `error` (a request or notification of the upstream's: every SDK writes `method` before
+/// `params`) is dropped, logged, and the connection goes on; a request so dropped is left
+/// for the upstream to time out, as the line cannot be read for what to answer. Any other
+/// line too long to read — an answer whose `id` is neither near its start nor at its end,
+/// or named twice, or a line whose start says neither — says nothing readable about whom
+/// it concerns: the connection then ends and is marked, so that every call waiting on it
+/// can say why.
 pub(crate) struct BoundedLines<R> {
     inner: R,
     /// Bytes of the current line handed on so far ([`MAX_MESSAGE_BYTES`] once the
@@ -220,14 +226,31 @@ impl<R> BoundedLines<R> {
             return;
         };
         let (tail, _) = self.skipping.take().expect("skipping a line");
-        let Some(answer) = answer_in_place_of(&self.head, &tail) else {
-            self.end_connection();
-            return;
+        let answer = match scan_head(&self.head) {
+            Some(Head {
+                method: Some(method),
+                response: false,
+                ..
+            }) => {
+                tracing::warn!(
+                    limit = MAX_MESSAGE_BYTES,
+                    method = ?method,
+                    "an MCP server sent a request or notification too long to read: it is dropped, the connection goes on"
+                );
+                Vec::new()
+            }
+            _ => {
+                let Some(answer) = answer_in_place_of(&self.head, &tail) else {
+                    self.end_connection();
+                    return;
+                };
+                tracing::warn!(
+                    limit = MAX_MESSAGE_BYTES,
+                    "an MCP server's answer is too long to read: its request is answered with an error, the connection goes on"
+                );
+                answer
+            }
         };
-        tracing::warn!(
-            limit = MAX_MESSAGE_BYTES,
-            "an MCP server's answer is too long to read: its request is answered with an error, the connection goes on"
-        );
         self.line = 0;
         self.head.clear();
         let after = &read[end + 1..];
@@ -252,10 +275,10 @@ impl<R> BoundedLines<R> {
     }
 
     /// The line under way grew past the limit; `rest` is what was read of it past the cut.
-    /// A line whose start shows it is no answer ends the connection at once; any other is
-    /// read past, to its end.
+    /// A line whose start shows it is an answer, or a message of the upstream's own, is read
+    /// past, to its end; any other ends the connection at once.
     fn oversized_line(&mut self, rest: &[u8]) {
-        if scan_head(&self.head).is_some_and(|head| head.response) {
+        if scan_head(&self.head).is_some_and(|head| head.response != head.method.is_some()) {
             self.skipping = Some((Vec::with_capacity(HEAD_BYTES), 0));
             self.skip(rest);
         } else {
@@ -331,11 +354,14 @@ impl<R: AsyncRead + Unpin> AsyncRead for BoundedLines<R> {
 /// `method`) whose top-level `id` one of them holds whole, and only one.
 fn answer_in_place_of(head: &[u8], tail: &[u8]) -> Option<Vec<u8>> {
     let head = scan_head(head)?;
+    if !head.response || head.method.is_some() {
+        return None;
+    }
     let id = match (head.id, id_at_end(tail)?) {
         (Some(id), None) | (None, Some(id)) => id,
         _ => return None,
     };
-    if !head.response || !(id.is_number() || id.is_string()) {
+    if !(id.is_number() || id.is_string()) {
         return None;
     }
     let message = format!(
@@ -367,10 +393,13 @@ struct Head {
     id: Option<serde_json::Value>,
     /// Whether a `result` or an `error` key came.
     response: bool,
+    /// The `method`, when that key came (a request or notification): its name, or
+    /// `(cut)` when its value did not end within the start.
+    method: Option<String>,
 }
 
-/// What `head`, the start of a message, says of it: `None` when it is no JSON object, has
-/// a `method` (a request or notification), or names `id` twice.
+/// What `head`, the start of a message, says of it: `None` when it is no JSON object, or
+/// names `id` or `method` twice.
 fn scan_head(head: &[u8]) -> Option<Head> {
     let mut at = skip_space(head, 0);
     if head.get(at) != Some(&b'{') {
@@ -379,6 +408,7 @@ fn scan_head(head: &[u8]) -> Option<Head> {
     let mut scanned = Head {
         id: None,
         response: false,
+        method: None,
     };
     loop {
         at = skip_space(head, at + 1);
@@ -392,13 +422,18 @@ fn scan_head(head: &[u8]) -> Option<Head> {
         }
         at = skip_space(head, at + 1);
         match key {
-            b"\"method\"" => return None,
+            b"\"method\"" if scanned.method.is_some() => return None,
+            b"\"method\"" => scanned.method = Some("(cut)".to_owned()),
             b"\"result\"" | b"\"error\"" => scanned.response = true,
             _ => {}
         }
         let Some(value_end) = value_end(head, at) else {
             return Some(scanned);
         };
+        if key == b"\"method\"" {
+            let name: serde_json::Value = serde_json::from_slice(&head[at..value_end]).ok()?;
+            scanned.method = Some(name.as_str().unwrap_or("(not a string)").to_owned());
+        }
         if key == b"\"id\"" {
             if scanned.id.is_some() {
                 return None;
@@ -658,6 +693,51 @@ mod tests {
         let answer: serde_json::Value = serde_json::from_slice(lines[1]).unwrap();
         assert_eq!(answer["id"], 41);
         assert_eq!(lines[2], b"{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{}}");
+    }
+
+    /// `head`, `MAX_MESSAGE_BYTES + 10_000` bytes of `x`, then `tail`, a line feed, and a
+    /// short answer after it.
+    fn oversized_then_an_answer(head: &[u8], tail: &[u8]) -> Vec<u8> {
+        let mut text = head.to_vec();
+        text.extend(std::iter::repeat_n(b'x', MAX_MESSAGE_BYTES + 10_000));
+        text.extend_from_slice(tail);
+        text.extend_from_slice(b"\n{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{}}\n");
+        text
+    }
+
+    #[tokio::test]
+    async fn a_request_or_notification_past_the_limit_is_dropped_and_the_lines_after_it_pass() {
+        let notification = oversized_then_an_answer(
+            br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":""#,
+            br#""}}"#,
+        );
+        // The TypeScript SDK's order, and a request of the upstream's with its id.
+        let request = oversized_then_an_answer(
+            br#"{"method":"sampling/createMessage","params":{"messages":[{"text":""#,
+            br#""}]},"jsonrpc":"2.0","id":5}"#,
+        );
+        for text in [notification, request] {
+            let oversized = Arc::new(Oversized::default());
+            let (read, result) = read_all(&text, 4, &oversized).await;
+            result.unwrap();
+            assert!(!oversized.ended(4), "the connection goes on");
+            let lines: Vec<&[u8]> = read.split(|b| *b == b'\n').collect();
+            assert_eq!(lines.len(), 3, "the line cut short, the answer, the end");
+            assert_eq!(lines[0].len(), MAX_MESSAGE_BYTES - 1);
+            assert_eq!(lines[1], b"{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{}}");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_line_past_the_limit_that_names_both_a_method_and_a_result_ends_the_connection() {
+        let oversized = Arc::new(Oversized::default());
+        let text = oversized_then_an_answer(
+            br#"{"jsonrpc":"2.0","id":3,"method":"x","result":{"text":""#,
+            br#""}}"#,
+        );
+        let (_, result) = read_all(&text, 9, &oversized).await;
+        assert_eq!(result.unwrap_err().kind(), io::ErrorKind::InvalidData);
+        assert!(oversized.ended(9));
     }
 
     #[tokio::test]
