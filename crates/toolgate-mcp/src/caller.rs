@@ -63,6 +63,24 @@ pub struct CallerRequest {
     /// found it among the caller's own: only then does an upstream's tasks tool relay
     /// the request.
     pub relayed_task: Option<String>,
+    /// How a resource subscription this request makes finds out whether the upstream
+    /// has the resource.
+    pub resource_check: ResourceCheck,
+}
+
+/// How a resource subscription finds out whether an upstream has the resource: no
+/// subscription goes to an upstream that does not. [`McpServer`](crate::McpServer)'s
+/// `resources/subscribe` tries every upstream in two passes: first those that list the
+/// resource, then those that answer a read of it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ResourceCheck {
+    /// The upstream lists the resource, or else answers a read of it.
+    #[default]
+    ListedOrRead,
+    /// The upstream lists the resource.
+    Listed,
+    /// The upstream answers a read of the resource (it was found not to list it).
+    Read,
 }
 
 /// A task an upstream created for a caller's `tools/call`: which upstream's tasks tool

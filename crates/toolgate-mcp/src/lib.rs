@@ -56,8 +56,8 @@ mod server;
 pub mod trace_context;
 
 pub use caller::{
-    CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal, UPSTREAM_TASK, UpstreamTask,
-    UpstreamTaskSlot,
+    CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal, ResourceCheck,
+    UPSTREAM_TASK, UpstreamTask, UpstreamTaskSlot,
 };
 pub use client::{
     Backoff, CallerAccessToken, CallerCredentials, ImportedPrompt, ImportedResources,

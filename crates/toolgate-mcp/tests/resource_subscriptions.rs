@@ -41,7 +41,7 @@ struct Upstream {
     has: &'static str,
     /// Whether it declares `resources.subscribe`.
     subscriptions: bool,
-    /// `METHOD URI` of each resource request it was sent.
+    /// `METHOD URI` of each resource request it was sent (`list *` for a list).
     asked: Arc<Mutex<Vec<String>>>,
     /// The session subscribed to its resource, for updates.
     subscriber: Arc<Mutex<Option<Peer<RoleServer>>>>,
@@ -113,6 +113,7 @@ impl ServerHandler for Upstream {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
+        self.record("list", "*");
         Ok(ListResourcesResult::with_all_items(vec![Resource::new(
             self.has, self.has,
         )]))
@@ -292,6 +293,13 @@ async fn a_subscription_reaches_the_upstream_that_has_the_resource_past_one_with
         federation.watched.asked_about("watched://x"),
         ["subscribe watched://x"],
         "the upstream that lists the resource is subscribed, and not asked to read it"
+    );
+    // Each upstream that takes subscriptions was listed once, up to the one that lists
+    // the resource; the one that takes none not at all.
+    assert_eq!(federation.other.asked(), ["list *"]);
+    assert_eq!(
+        federation.watched.asked(),
+        ["list *", "subscribe watched://x"]
     );
 
     federation.watched.update().await;

@@ -52,7 +52,8 @@ use super::stdio::{MAX_MESSAGE_BYTES, OVERSIZED_ANSWER, Oversized, StdioUpstream
 use super::streams::StreamTagging;
 use super::{UpstreamConfig, UpstreamTransport};
 use crate::caller::{
-    CallerKey, CallerRequest, InputRound, UPSTREAM_TASK, UpstreamTask, missing_capability,
+    CallerKey, CallerRequest, InputRound, ResourceCheck, UPSTREAM_TASK, UpstreamTask,
+    missing_capability,
 };
 
 type Session = RunningService<RoleClient, UpstreamClient>;
@@ -704,9 +705,10 @@ impl Link {
     /// upstream connection is re-established (subscribe again then).
     ///
     /// The upstream is asked only when it declared `resources.subscribe`
-    /// ([`SUBSCRIPTIONS_UNSUPPORTED`] otherwise) and has the resource
-    /// ([`serves`](Self::serves); [`RESOURCE_NOT_FOUND`] otherwise): no subscription to a
-    /// URI goes to an upstream that does not serve it.
+    /// ([`SUBSCRIPTIONS_UNSUPPORTED`] otherwise) and has the resource, as the caller's
+    /// [`ResourceCheck`](crate::ResourceCheck) finds out ([`serves`](Self::serves);
+    /// [`RESOURCE_NOT_FOUND`] otherwise): no subscription to a URI goes to an upstream
+    /// that does not serve it.
     pub async fn subscribe(
         &self,
         uri: &str,
@@ -797,17 +799,24 @@ impl Link {
 
     /// Whether the upstream has resource `uri`, by what it answers `caller`: it lists it,
     /// or else answers `resources/read` for it (as a read is routed: an upstream that
-    /// answers "not found" does not have it; another failure is the answer).
+    /// answers "not found" does not have it; another failure is the answer) — or only
+    /// one of the two, as the caller's [`ResourceCheck`](crate::ResourceCheck) says.
     async fn serves(
         &self,
         uri: &str,
         caller: &CallerRequest,
         deadline: Instant,
     ) -> Result<bool, ToolError> {
-        // An upstream that lists nothing (or fails to) may still serve it from a template.
-        let listed = self.list_resources(Some(caller), deadline).await;
-        if listed.is_ok_and(|resources| resources.iter().any(|r| r.uri == uri)) {
-            return Ok(true);
+        if caller.resource_check != ResourceCheck::Read {
+            // An upstream that lists nothing (or fails to) may still serve it from a
+            // template.
+            let listed = self.list_resources(Some(caller), deadline).await;
+            if listed.is_ok_and(|resources| resources.iter().any(|r| r.uri == uri)) {
+                return Ok(true);
+            }
+        }
+        if caller.resource_check == ResourceCheck::Listed {
+            return Ok(false);
         }
         match self.read_resource(uri, Some(caller), deadline).await {
             Ok(_) => Ok(true),

@@ -39,8 +39,8 @@ use super::rounds::Retry;
 use super::span;
 use super::tasks;
 use crate::caller::{
-    CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal, UPSTREAM_TASK, UpstreamTask,
-    UpstreamTaskSlot,
+    CallerKey, CallerRequest, InputRound, MISSING_CAPABILITY, Refusal, ResourceCheck,
+    UPSTREAM_TASK, UpstreamTask, UpstreamTaskSlot,
 };
 use crate::client::{
     CallerAccessToken, NOT_SUBSCRIBED, PROMPT_PREFIX, PROMPT_TAG, RESOURCE_NOT_FOUND,
@@ -232,6 +232,7 @@ impl Connection {
             subscription_ended,
             upstream_task,
             relayed_task,
+            resource_check,
         } = extras;
         let parts = context.extensions.get::<http::request::Parts>();
         // Fires when the client sends `notifications/cancelled`, or when the host cuts
@@ -261,6 +262,7 @@ impl Connection {
             subscription_ended,
             upstream_task,
             relayed_task,
+            resource_check,
         };
         let mut options = InvokeOptions::new()
             .session(session)
@@ -406,15 +408,19 @@ impl Connection {
 
     /// Runs a subscription request about resource `uri` — `input` is `{"subscribe": uri}`
     /// or `{"unsubscribe": uri}` — on the resources tools the caller may see, in turn. A
-    /// subscription goes to the first upstream that declared `resources.subscribe` and
-    /// has the resource (it lists it, or answers `resources/read` for it: see
-    /// `Link::subscribe`); an upstream that takes no subscriptions is sent nothing, and
-    /// one that does not have the resource no subscription. One upstream's failure does
-    /// not keep the caller from an upstream after it that has the resource: it is the
-    /// answer only when none has it. An unsubscription goes to the upstream the caller is
-    /// subscribed on; when it is subscribed nowhere, there is nothing to do. `listen` is
-    /// the `subscriptions/listen` stream a subscription is for, with the token cancelled
-    /// when the subscription is ended for the caller.
+    /// subscription goes to an upstream that declared `resources.subscribe` and has the
+    /// resource: first to one that lists it, in the configuration's order; only when none
+    /// does, to one that answers `resources/read` for it (see `Link::subscribe`). An
+    /// upstream that takes no subscriptions is sent nothing, and one that does not have the
+    /// resource no subscription. One upstream's failure does not keep the caller from an
+    /// upstream after it that has the resource: it is the answer only when none has it. An
+    /// unsubscription goes to the upstream the caller is subscribed on; when it is
+    /// subscribed nowhere, there is nothing to do. `listen` is the `subscriptions/listen`
+    /// stream a subscription is for, with the token cancelled when the subscription is
+    /// ended for the caller.
+    ///
+    /// Each upstream tried is one call of its resources tool through the pipeline (audited
+    /// and counted as any), which lists the resources at most once.
     async fn on_subscription(
         &self,
         input: Value,
@@ -426,69 +432,44 @@ impl Connection {
         let user = self.caller(context);
         let mut failed = None;
         let mut tools = self.visible_of(RESOURCES_TAG, context);
-        if !unsubscribe {
-            // The upstreams that list the resource first: the others are asked whether
-            // they have it (`resources/read`) only when none of those takes the
-            // subscription.
-            let mut ranked = Vec::with_capacity(tools.len());
+        // The passes: an unsubscription's one; a subscription's over the upstreams that
+        // list the resource, then over those that did not, by a read.
+        let passes: &[ResourceCheck] = if unsubscribe {
+            &[ResourceCheck::ListedOrRead]
+        } else {
+            &[ResourceCheck::Listed, ResourceCheck::Read]
+        };
+        for &resource_check in passes {
+            let mut unlisted = Vec::new();
             for definition in tools {
-                let unlisted = !self.lists(&definition, uri, context).await;
-                ranked.push((unlisted, definition));
-            }
-            // Stable: in each group, the configuration's order.
-            ranked.sort_by_key(|(unlisted, _)| *unlisted);
-            tools = ranked
-                .into_iter()
-                .map(|(_, definition)| definition)
-                .collect();
-        }
-        for definition in tools {
-            let mut extras = Extras::default();
-            if let Some((sink, ended)) = listen {
-                extras.listener = Some(sink.clone());
-                extras.subscription_ended = ended.clone();
-            }
-            let user = Arc::clone(&user);
-            match self
-                .run_with(&definition.name, input.clone(), context, user, extras)
-                .await
-            {
-                Ok(output) => return Ok(output),
-                Err(e)
-                    if [
-                        RESOURCE_NOT_FOUND,
-                        SUBSCRIPTIONS_UNSUPPORTED,
-                        NOT_SUBSCRIBED,
-                    ]
-                    .contains(&e.code()) => {}
-                Err(e) => {
-                    failed.get_or_insert_with(|| features::request_error(&e));
+                let mut extras = Extras {
+                    resource_check,
+                    ..Extras::default()
+                };
+                if let Some((sink, ended)) = listen {
+                    extras.listener = Some(sink.clone());
+                    extras.subscription_ended = ended.clone();
+                }
+                let user = Arc::clone(&user);
+                match self
+                    .run_with(&definition.name, input.clone(), context, user, extras)
+                    .await
+                {
+                    Ok(output) => return Ok(output),
+                    Err(e) if e.code() == RESOURCE_NOT_FOUND => unlisted.push(definition),
+                    Err(e) if [SUBSCRIPTIONS_UNSUPPORTED, NOT_SUBSCRIBED].contains(&e.code()) => {}
+                    Err(e) => {
+                        failed.get_or_insert_with(|| features::request_error(&e));
+                    }
                 }
             }
+            tools = unlisted;
         }
         match failed {
             Some(error) => Err(error),
             None if unsubscribe => Ok(json!({})),
             None => Err(features::not_subscribable(uri)),
         }
-    }
-
-    /// Whether the upstream of resources tool `definition` lists resource `uri` to the
-    /// caller (one that fails to list does not).
-    async fn lists(
-        &self,
-        definition: &ToolDefinition,
-        uri: &str,
-        context: &RequestContext<RoleServer>,
-    ) -> bool {
-        let listed = self
-            .run(&definition.name, json!({"list": "resources"}), context)
-            .await;
-        listed.is_ok_and(|output| {
-            output["resources"]
-                .as_array()
-                .is_some_and(|resources| resources.iter().any(|r| r["uri"] == uri))
-        })
     }
 
     /// The `key` lists of every upstream whose resources the caller may see, in order. An
@@ -627,6 +608,8 @@ struct Extras {
     upstream_task: UpstreamTaskSlot,
     /// The upstream task a `tasks/*` request is about, found among the caller's own.
     relayed_task: Option<String>,
+    /// How a resource subscription the request makes finds its upstream.
+    resource_check: ResourceCheck,
 }
 
 /// The digest of a call's arguments, absent ones as `{}`: in canonical form, so that a
