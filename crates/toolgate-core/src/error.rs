@@ -385,10 +385,22 @@ pub struct InputViolations(pub Vec<InputViolation>);
 ///     in_json_words("invalid type: string \"x\", expected internally tagged enum Decision"),
 ///     "invalid type: string \"x\", expected an object"
 /// );
+/// assert_eq!(
+///     in_json_words("invalid value: integer `5000000000`, expected u32"),
+///     "invalid value: the number 5000000000, expected a whole number from 0 to 4294967295"
+/// );
+/// assert_eq!(
+///     in_json_words("unknown variant `calculater`, expected `calculator` or `echo`"),
+///     "unknown value `calculater`, expected `calculator` or `echo`"
+/// );
 /// ```
 pub fn in_json_words(message: &str) -> String {
+    let message = match message.strip_prefix("unknown variant ") {
+        Some(rest) => std::borrow::Cow::Owned(format!("unknown value {rest}")),
+        None => std::borrow::Cow::Borrowed(message),
+    };
     let Some((head, expected)) = message.rsplit_once("expected ") else {
-        return message.to_owned();
+        return message.into_owned();
     };
     let head = found_in_json_words(head);
     // serde_json adds where it was in the text it read.
@@ -396,10 +408,16 @@ pub fn in_json_words(message: &str) -> String {
         Some(at) => expected.split_at(at),
         None => (expected, ""),
     };
+    // A number of the right kind out of range is told the range; a value of another kind,
+    // the kind.
+    let out_of_range = head.starts_with("invalid value: the number");
     let words = match expected {
         "u8" => "a whole number from 0 to 255",
         "u16" => "a whole number from 0 to 65535",
+        "u32" if out_of_range => "a whole number from 0 to 4294967295",
+        "u64" | "usize" if out_of_range => "a whole number from 0 to 18446744073709551615",
         "u32" | "u64" | "u128" | "usize" => "a whole number, 0 or more",
+        "i32" if out_of_range => "a whole number from -2147483648 to 2147483647",
         "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "a whole number",
         "f32" | "f64" => "a number",
         "char" => "a single character",
@@ -441,6 +459,7 @@ fn found_in_json_words(head: &str) -> String {
         "map" => "an object".to_owned(),
         "sequence" => "an array".to_owned(),
         "unit value" | "unit" => "null".to_owned(),
+        "enum" => "a tagged value (`!name`)".to_owned(),
         _ => match quoted("floating point ")
             .or_else(|| quoted("integer "))
             .map(|n| format!("the number {n}"))

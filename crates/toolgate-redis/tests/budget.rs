@@ -180,6 +180,38 @@ async fn a_reported_cost_is_reconciled_on_redis_in_the_charged_window() {
     assert_every_key_expires(&url, &prefix).await;
 }
 
+#[tokio::test]
+async fn a_reported_cost_past_any_count_uses_the_budget_up_and_does_not_wrap_it() {
+    let test = "a_reported_cost_past_any_count_uses_the_budget_up_and_does_not_wrap_it";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let pipeline = replica(&state, 100);
+    let mut redis = inspect(&url).await;
+    for (user, huge) in [
+        ("ann", json!(1e30)),
+        ("bob", json!(9.3e18)),
+        ("cy", json!(u64::MAX)),
+    ] {
+        pipeline
+            .invoke("llm", json!({"used": huge}), as_user(user))
+            .await
+            .unwrap();
+        let err = pipeline
+            .invoke("llm", json!({"used": 1}), as_user(user))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "budget_exhausted", "after {huge}: {err}");
+        let key = state
+            .budget()
+            .redis_key(&format!("daily\u{1f}u\u{1f}{user}"));
+        let used: u64 = redis.hget(&key, "used").await.unwrap();
+        assert!((100..1 << 53).contains(&used), "{user}: {used}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_replicas_on_a_cluster_admit_exactly_the_budget() {
     let Some(cluster) =

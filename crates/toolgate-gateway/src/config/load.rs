@@ -128,11 +128,89 @@ impl fmt::Display for Located<'_> {
 ///
 /// [`ConfigError`] naming the file, field path and (for malformed values) line.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+    let text = read_text(path).map_err(|source| ConfigError::Read {
         path: path.to_owned(),
         source,
     })?;
     parse(&text).map_err(|e| e.in_file(path))
+}
+
+/// The most of a configuration file that is read: far more than any configuration, and
+/// little enough that a wrong path (a device such as `/dev/zero`, a log file) fails at once.
+pub const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
+
+/// The text of the file at `path` (a pipe, such as `<(envsubst < gateway.yaml)`, too), or
+/// why not: over [`MAX_CONFIG_BYTES`], or not UTF-8.
+fn read_text(path: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_CONFIG_BYTES + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(std::io::Error::other(format!(
+            "it is over {} MiB, far more than a configuration: is this the right file?",
+            MAX_CONFIG_BYTES >> 20
+        )));
+    }
+    String::from_utf8(bytes)
+        .map_err(|_| std::io::Error::other("it is not UTF-8 text: save it as UTF-8"))
+}
+
+/// How deep a configuration's lists and maps written in flow style (`[a, [b]]`, `{a: {b:
+/// c}}`) or as a run of `- ` on one line may nest: far more than any configuration. The
+/// YAML parser slows down more than linearly with depth, so deeper text is refused before
+/// it is parsed.
+const MAX_FLOW_DEPTH: usize = 256;
+
+/// The line (from 1) where `text` nests deeper than [`MAX_FLOW_DEPTH`], if it does.
+/// Brackets inside quotes and comments are not counted; a bracket in a plain or block
+/// text may be, which can only overcount.
+fn too_deep(text: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    for (n, line) in text.lines().enumerate() {
+        // A run of `- ` (or `? `) at the start of a line nests a list in a list.
+        let dashes = line
+            .trim_start()
+            .as_bytes()
+            .chunks(2)
+            .take_while(|pair| matches!(pair, [b'-' | b'?', b' ']))
+            .count();
+        let mut quote = None;
+        let mut previous = b' ';
+        let mut deepest = depth;
+        for &byte in line.as_bytes() {
+            match (quote, byte) {
+                (Some(b'"'), b'\\') if previous == b'\\' => {
+                    previous = b' ';
+                    continue;
+                }
+                (Some(open), _) if byte == open && !(open == b'"' && previous == b'\\') => {
+                    quote = None;
+                }
+                (Some(_), _) => {}
+                // A quote opens a quoted text only where a value starts (or, for `''`,
+                // right after the quote it escapes).
+                (None, b'"' | b'\'')
+                    if matches!(previous, b' ' | b'\t' | b'[' | b'{' | b',' | b':' | b'\'') =>
+                {
+                    quote = Some(byte);
+                }
+                (None, b'#') if previous.is_ascii_whitespace() => break,
+                (None, b'[' | b'{') => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                (None, b']' | b'}') => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+            previous = byte;
+        }
+        if deepest + dashes > MAX_FLOW_DEPTH {
+            return Some(n + 1);
+        }
+    }
+    None
 }
 
 /// Parses and checks configuration text.
@@ -156,6 +234,17 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
 /// # Ok::<(), toolgate_gateway::config::ConfigError>(())
 /// ```
 pub fn parse(text: &str) -> Result<Config, ConfigError> {
+    if let Some(line) = too_deep(text) {
+        return Err(ConfigError::Parse {
+            origin: "<config>".to_owned(),
+            line: Some(line),
+            column: None,
+            field: String::new(),
+            message: format!(
+                "lists and maps nest more than {MAX_FLOW_DEPTH} deep here: a configuration needs a few levels"
+            ),
+        });
+    }
     let mut config: Config = if text.trim().is_empty() {
         Config::default()
     } else {
@@ -272,9 +361,24 @@ fn check(config: &Config) -> Result<(), ConfigError> {
                 "set exactly one of `command` (a stdio MCP server) or `url` (a streamable HTTP MCP server)",
             ));
         }
+        if let Some(url) = &upstream.url
+            && !matches!(url::Url::parse(&url.0), Ok(url) if matches!(url.scheme(), "http" | "https"))
+        {
+            // The address is not quoted: it may carry a token.
+            return Err(ConfigError::invalid(
+                format!("upstreams[{i}].url"),
+                "the address of a streamable HTTP MCP server is a URL that starts with `http://` or `https://`, such as `https://mcp.example.com/mcp`",
+            ));
+        }
         if let Some(as_caller) = &upstream.as_caller {
             as_caller.check(i, upstream.url.is_some(), config.identity.oauth.is_some())?;
         }
+    }
+    if config.server.body_limit.0 == 0 {
+        return Err(ConfigError::invalid(
+            "server.body_limit",
+            "a body limit of zero would refuse every request with a body: give a size such as `1MiB`",
+        ));
     }
     config.policies.check()?;
     if config.state.deadline.is_some_and(|d| d.is_zero()) {
@@ -624,6 +728,67 @@ mod tests {
         ] {
             assert_eq!(parse(text).unwrap_err().field(), field, "{text}");
         }
+    }
+
+    #[test]
+    fn text_nested_past_the_bound_is_refused_before_it_is_parsed() {
+        let deep = format!("server: {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        let started = std::time::Instant::now();
+        let refused = parse(&deep).unwrap_err().to_string();
+        assert!(refused.contains("nest more than 256 deep"), "{refused}");
+        assert!(refused.starts_with("<config>:1"), "{refused}");
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let dashes = format!("tools:\n  builtin:\n    {}echo\n", "- ".repeat(300));
+        assert!(
+            parse(&dashes)
+                .unwrap_err()
+                .to_string()
+                .contains("nest more")
+        );
+        // Brackets in quotes and comments, and a few real levels, are fine.
+        let fine = "tools:\n  builtin: [echo] # [[[[\nusers:\n  - id: \"[[[[[[\"\n    key_sha256: 'a''[[['\n";
+        let deep_quoted = format!("{fine}# {}\n", "[".repeat(1000));
+        for text in [fine.to_owned(), deep_quoted] {
+            let error = parse(&text)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(!error.contains("nest more"), "{error}");
+        }
+    }
+
+    #[test]
+    fn a_file_past_the_size_bound_or_not_utf8_is_refused_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.yaml");
+        let line = format!("# {}\n", "x".repeat(1022));
+        std::fs::write(&big, line.repeat(16 * 1024 + 1)).unwrap();
+        let refused = load_file(&big).unwrap_err().to_string();
+        assert!(refused.contains("over 16 MiB"), "{refused}");
+        let binary = dir.path().join("binary.yaml");
+        std::fs::write(&binary, [0xff, 0xfe, 0x00]).unwrap();
+        let refused = load_file(&binary).unwrap_err().to_string();
+        assert!(refused.contains("not UTF-8"), "{refused}");
+        #[cfg(unix)]
+        {
+            let refused = load_file(Path::new("/dev/zero")).unwrap_err().to_string();
+            assert!(refused.contains("over 16 MiB"), "{refused}");
+        }
+    }
+
+    #[test]
+    fn an_upstream_url_that_is_not_http_and_a_zero_body_limit_are_refused() {
+        for url in ["file:///etc/passwd", "javascript:alert(1)", "not a url"] {
+            let yaml = format!("upstreams:\n  - name: x\n    url: \"{url}\"\n");
+            let refused = parse(&yaml).unwrap_err();
+            assert_eq!(refused.field(), "upstreams[0].url");
+            assert!(!refused.to_string().contains(url), "{refused}");
+        }
+        let refused = parse("server:\n  body_limit: 0\n").unwrap_err();
+        assert_eq!(refused.field(), "server.body_limit");
+        let refused =
+            parse("policies:\n  rate_limits:\n    - {name: '', rate: 1/s}\n").unwrap_err();
+        assert_eq!(refused.field(), "policies.rate_limits[0].name");
     }
 
     #[test]

@@ -220,6 +220,11 @@ impl RateSpec {
         if period.is_zero() {
             return Err(usage());
         }
+        if period > duration::LONGEST {
+            return Err(format!(
+                "`{text}`: a rate's period is at most 365 days: write e.g. `10/day` or `100/30d`"
+            ));
+        }
         Ok(RateSpec { count, period })
     }
 }
@@ -487,11 +492,24 @@ pub(crate) mod duration {
         parse_str(d, parse)
     }
 
-    /// A duration as the file writes it: `250ms`, `30s`, `5m`.
+    /// The longest duration the file may give anything: 365 days. Longer ones are
+    /// mistakes, and past a few hundred years they no longer fit the clocks and counters
+    /// they are added to.
+    pub(crate) const LONGEST: Duration = Duration::from_secs(365 * 86_400);
+
+    /// A duration as the file writes it: `250ms`, `30s`, `5m`, at most [`LONGEST`].
     pub(crate) fn parse(text: &str) -> Result<Duration, String> {
-        humantime::parse_duration(text.trim()).map_err(|e| {
-            format!("`{text}` is not a duration ({e}): write e.g. `250ms`, `30s` or `5m`")
-        })
+        let duration = humantime::parse_duration(text.trim()).map_err(|_| {
+            format!(
+                "`{text}` is not a duration: write a whole number and a unit, e.g. `250ms`, `30s`, `5m`, `1h 30m` or `7d`"
+            )
+        })?;
+        if duration > LONGEST {
+            return Err(format!(
+                "`{text}` is longer than the 365 days a duration may be here"
+            ));
+        }
+        Ok(duration)
     }
 }
 
@@ -543,6 +561,24 @@ mod tests {
         assert_eq!(r.period, Duration::from_secs(30));
         assert!(RateSpec::parse("0/minute").is_err());
         assert!(RateSpec::parse("lots").is_err());
+        let too_long = RateSpec::parse("1/600years").unwrap_err();
+        assert!(too_long.contains("at most 365 days"), "{too_long}");
+        assert!(RateSpec::parse("1/365d").is_ok());
+    }
+
+    #[test]
+    fn durations_past_a_year_are_refused_in_words_without_the_parsers_own() {
+        assert_eq!(duration::parse("7d"), Ok(Duration::from_secs(7 * 86_400)));
+        assert_eq!(duration::parse("365d"), Ok(duration::LONGEST));
+        for huge in ["366d", "18446744073709551615s", "600years"] {
+            let refused = duration::parse(huge).unwrap_err();
+            assert!(refused.contains("longer than the 365 days"), "{refused}");
+        }
+        for bad in ["-5s", "10 parsecs", "soon", ""] {
+            let refused = duration::parse(bad).unwrap_err();
+            assert!(refused.contains("is not a duration: write"), "{refused}");
+            assert!(!refused.contains("expected"), "{refused}");
+        }
     }
 
     #[test]

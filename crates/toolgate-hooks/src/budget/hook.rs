@@ -319,6 +319,8 @@ impl Hook for Budget {
         let Some(actual) = reported else {
             return Ok(());
         };
+        // A cost past what any count keeps exactly is "all of it".
+        let actual = actual.min(super::MAX_UNITS);
         let delta = i64::try_from(actual)
             .unwrap_or(i64::MAX)
             .saturating_sub(i64::try_from(charged).unwrap_or(i64::MAX));

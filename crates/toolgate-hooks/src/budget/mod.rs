@@ -51,3 +51,8 @@ pub use hook::{Budget, BudgetBuilder};
 pub use memory::InMemoryBudget;
 pub use report::{LimitReport, LimitState};
 pub use window::{Window, WindowError};
+
+/// The most units one cost counts: a tool that reports more (`1e30`, say) is charged this
+/// many, which uses up any budget a file can set. Below 2^53, so a budget's count stays
+/// exact where it is kept as a double (Redis's Lua).
+pub const MAX_UNITS: u64 = 1_000_000_000_000_000;

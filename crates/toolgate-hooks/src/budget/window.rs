@@ -18,17 +18,28 @@ pub enum WindowError {
     /// Shorter than a second, or not whole seconds.
     #[error("a budget window is whole seconds, at least one (`1h`, `1d`): `{0:?}` is not")]
     NotWholeSeconds(Duration),
+    /// Longer than [`Window::LONGEST`].
+    #[error("a budget window is at most 100 years long: `{0:?}` is longer")]
+    TooLong(Duration),
 }
 
 impl Window {
+    /// The longest window: 100 years (its end in milliseconds since the epoch must fit
+    /// the counters it is kept in).
+    pub const LONGEST: Duration = Duration::from_secs(100 * 365 * 86_400);
+
     /// A window of `length`, aligned on the epoch.
     ///
     /// # Errors
     ///
-    /// [`WindowError::NotWholeSeconds`] when `length` is under a second or has a fraction.
+    /// [`WindowError::NotWholeSeconds`] when `length` is under a second or has a fraction,
+    /// [`WindowError::TooLong`] past [`Window::LONGEST`].
     pub fn new(length: Duration) -> Result<Window, WindowError> {
         if length.subsec_nanos() != 0 || length.as_secs() == 0 {
             return Err(WindowError::NotWholeSeconds(length));
+        }
+        if length > Self::LONGEST {
+            return Err(WindowError::TooLong(length));
         }
         Ok(Window {
             seconds: length.as_secs(),
@@ -142,6 +153,16 @@ mod tests {
         assert_eq!(grouped(12), "12");
         assert_eq!(grouped(1000), "1,000");
         assert_eq!(grouped(1_234_567), "1,234,567");
+    }
+
+    #[test]
+    fn a_window_past_a_century_is_refused_and_the_longest_ends_in_range() {
+        assert_eq!(
+            Window::new(Duration::from_secs(u64::MAX)),
+            Err(WindowError::TooLong(Duration::from_secs(u64::MAX)))
+        );
+        let longest = Window::new(Window::LONGEST).unwrap();
+        assert!(longest.end_after(4_000_000_000_000) > 4_000_000_000_000);
     }
 
     #[test]

@@ -46,25 +46,61 @@ pub enum RateError {
         /// The period asked for.
         period: Duration,
     },
+    /// A rested key's burst would take longer than [`Rate::LONGEST_REFILL`] to come
+    /// back.
+    #[error(
+        "a rate limit of {count} per {period:?} with a burst of {burst} takes more than 100 years to refill: use a shorter period or a smaller burst"
+    )]
+    TooSlow {
+        /// The count asked for.
+        count: u32,
+        /// The period asked for.
+        period: Duration,
+        /// The burst asked for.
+        burst: u32,
+    },
 }
 
 impl Rate {
+    /// The longest a rested key's whole burst may take to come back: 100 years. Past a
+    /// few hundred years the GCRA's arithmetic no longer fits in nanoseconds.
+    pub const LONGEST_REFILL: Duration = Duration::from_secs(100 * 365 * 86_400);
+
     /// `count` calls per `period`, bursts up to `count`.
     ///
     /// # Errors
     ///
     /// [`RateError::Zero`] for a zero count, [`RateError::TooFine`] for a period shorter
-    /// than `count` nanoseconds.
+    /// than `count` nanoseconds, [`RateError::TooSlow`] for a period over
+    /// [`LONGEST_REFILL`](Self::LONGEST_REFILL).
     pub fn new(count: u32, period: Duration) -> Result<Rate, RateError> {
         let count_nz = NonZeroU32::new(count).ok_or(RateError::Zero)?;
         if (period / count).is_zero() {
             return Err(RateError::TooFine { count, period });
         }
-        Ok(Rate {
+        Rate {
             count: count_nz,
             period,
             burst: count_nz,
-        })
+        }
+        .refilled_in_time()
+    }
+
+    /// `self`, or [`RateError::TooSlow`] when its burst takes longer than
+    /// [`LONGEST_REFILL`](Self::LONGEST_REFILL) to come back.
+    fn refilled_in_time(self) -> Result<Rate, RateError> {
+        let refill = self
+            .emission_interval()
+            .checked_mul(self.burst.get())
+            .filter(|refill| *refill <= Self::LONGEST_REFILL);
+        match refill {
+            Some(_) => Ok(self),
+            None => Err(RateError::TooSlow {
+                count: self.count.get(),
+                period: self.period,
+                burst: self.burst.get(),
+            }),
+        }
     }
 
     /// `count` calls per second.
@@ -101,7 +137,7 @@ impl Rate {
     /// [`RateError::Zero`] for a zero burst.
     pub fn with_burst(mut self, burst: u32) -> Result<Rate, RateError> {
         self.burst = NonZeroU32::new(burst).ok_or(RateError::Zero)?;
-        Ok(self)
+        self.refilled_in_time()
     }
 
     /// Calls per period.
@@ -138,5 +174,34 @@ impl fmt::Display for Rate {
             write!(f, " (burst {})", self.burst)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_whose_burst_takes_over_a_century_to_come_back_is_refused() {
+        let years = |n: u64| Duration::from_secs(n * 365 * 86_400);
+        assert!(matches!(
+            Rate::new(1, years(600)),
+            Err(RateError::TooSlow { .. })
+        ));
+        assert!(matches!(
+            Rate::new(1, Duration::MAX),
+            Err(RateError::TooSlow { .. })
+        ));
+        // One a day with a burst of a million: 2,700 years to refill.
+        let daily = Rate::new(1, Duration::from_secs(86_400)).unwrap();
+        assert!(matches!(
+            daily.with_burst(1_000_000),
+            Err(RateError::TooSlow { .. })
+        ));
+        assert!(daily.with_burst(1000).is_ok());
+        assert!(Rate::new(1, years(100)).is_ok());
+        // Every rate accepted makes a governor quota without a panic.
+        let _ = Rate::new(u32::MAX, years(100)).unwrap().to_governor();
+        let _ = Rate::new(1, years(100)).unwrap().to_governor();
     }
 }

@@ -139,13 +139,22 @@ impl Detector {
     ///
     /// # Errors
     ///
-    /// [`RedactionError::InvalidPattern`] when `pattern` is not a valid regex.
+    /// [`RedactionError::InvalidPattern`] when `pattern` is not a valid regex, or matches
+    /// the empty text (`''`, `x*`): it would find something between every two characters.
+    /// A pattern that matches an empty stretch only in places (`\b`) finds only its
+    /// non-empty matches.
     pub fn pattern(name: impl Into<String>, pattern: &str) -> Result<Detector, RedactionError> {
         let name = name.into();
         let regex = Regex::new(pattern).map_err(|e| RedactionError::InvalidPattern {
             name: name.clone(),
             reason: e.to_string(),
         })?;
+        if regex.is_match("") {
+            return Err(RedactionError::InvalidPattern {
+                name,
+                reason: "it matches the empty text, so it would find something between every two characters; make it match at least one character".to_owned(),
+            });
+        }
         Ok(Detector {
             name: Cow::Owned(name),
             regex,
@@ -167,6 +176,7 @@ impl Detector {
     pub fn find(&self, text: &str) -> Vec<Range<usize>> {
         self.regex
             .find_iter(text)
+            .filter(|m| !m.is_empty())
             .map(|m| m.range())
             .filter(|r| self.check.is_none_or(|check| check(text, r.clone())))
             .collect()
@@ -267,4 +277,24 @@ fn phone_check(text: &str, range: Range<usize>) -> bool {
         _ => false,
     };
     !continues(&before) && !continues(&after)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pattern_that_matches_the_empty_text_is_refused_and_empty_matches_are_not_found() {
+        for pattern in ["", "x*", "(a|)"] {
+            let refused = Detector::pattern("t", pattern).err();
+            assert!(
+                refused.is_some_and(|e| e.to_string().contains("matches the empty text")),
+                "{pattern:?}"
+            );
+        }
+        // A pattern that can match an empty stretch only between words finds nothing
+        // there, and its real matches still.
+        let edges = Detector::pattern("edge", r"\b(TCK-\d+)?").unwrap();
+        assert_eq!(edges.find("see TCK-12 now"), [4..10]);
+    }
 }

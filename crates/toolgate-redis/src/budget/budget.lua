@@ -19,7 +19,8 @@ if ARGV[1] == 'adjust' then
   if stored_end ~= tonumber(ARGV[2]) then
     return {0}
   end
-  used = math.max(0, used + tonumber(ARGV[3]))
+  -- Never below zero, nor past 2^53 - 1: a count Lua's doubles keep exact.
+  used = math.min(9007199254740991, math.max(0, used + tonumber(ARGV[3])))
   redis.call('HSET', KEYS[1], 'used', string.format('%d', used))
   return {1, used}
 end

@@ -16,7 +16,7 @@ use super::{OnBackendErrorName, checked_duration, redis_deadline, whole_number};
 use crate::config::ConfigError;
 
 /// The largest limit or cost: numbers stay exact in Redis's Lua (below 2^53).
-pub const MAX_UNITS: u64 = 1_000_000_000_000_000;
+pub const MAX_UNITS: u64 = toolgate_hooks::budget::MAX_UNITS;
 
 /// One budget.
 ///

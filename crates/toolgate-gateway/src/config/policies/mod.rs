@@ -130,6 +130,12 @@ fn unique<'a>(
 ) -> Result<(), ConfigError> {
     let mut seen = BTreeSet::new();
     for (i, name) in names.enumerate() {
+        if name.trim().is_empty() {
+            return Err(ConfigError::invalid(
+                format!("{list}[{i}].name"),
+                "a name may not be empty: it names the policy in logs, metrics and answers",
+            ));
+        }
         if !seen.insert(name) {
             return Err(ConfigError::invalid(
                 format!("{list}[{i}].name"),
