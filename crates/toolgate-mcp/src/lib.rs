@@ -51,6 +51,7 @@ mod caller;
 mod client;
 mod convert;
 mod error;
+mod json_scan;
 pub mod result;
 mod server;
 pub mod trace_context;

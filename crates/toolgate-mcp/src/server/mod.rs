@@ -13,6 +13,7 @@ mod request_body;
 mod rounds;
 mod span;
 mod stateless;
+mod stdio;
 mod tasks;
 
 use std::fmt;
@@ -311,6 +312,13 @@ impl McpServer {
     /// Serves one MCP connection over a byte stream pair (a pipe, a socket) until the
     /// client closes it.
     ///
+    /// Each line the client writes is one JSON-RPC message. A line that is not one is
+    /// answered with a JSON-RPC error — with the request's `id` when it can be read — and
+    /// the connection goes on: a line that is not JSON `-32700` (parse error); one over
+    /// 16 MiB (read past, not held), one nested deeper than 127 levels, a batch or any
+    /// other JSON that is not a valid message `-32600` (invalid request), saying what is
+    /// wrong. An invalid notification is dropped unanswered, as JSON-RPC has it.
+    ///
     /// # Errors
     ///
     /// [`McpError::Transport`] when the MCP handshake fails or the connection breaks.
@@ -319,15 +327,21 @@ impl McpServer {
         R: tokio::io::AsyncRead + Send + Unpin + 'static,
         W: tokio::io::AsyncWrite + Send + Unpin + 'static,
     {
-        let running = Connection::new(Arc::new(ArcSwap::new(Arc::clone(&self.inner))))
-            .serve((read, write))
-            .await
-            .map_err(|e| McpError::Transport(e.to_string()))?;
-        running
-            .waiting()
-            .await
-            .map_err(|e| McpError::Transport(e.to_string()))?;
-        Ok(())
+        let (lines, read, write) = stdio::LineFilter::start(read, write);
+        let served = async {
+            let running = Connection::new(Arc::new(ArcSwap::new(Arc::clone(&self.inner))))
+                .serve((read, write))
+                .await
+                .map_err(|e| McpError::Transport(e.to_string()))?;
+            running
+                .waiting()
+                .await
+                .map_err(|e| McpError::Transport(e.to_string()))?;
+            Ok(())
+        }
+        .await;
+        lines.finish().await;
+        served
     }
 
     /// The streamable HTTP endpoint: a tower service to mount in an axum router with
