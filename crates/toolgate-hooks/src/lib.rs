@@ -41,6 +41,11 @@ pub use quota::{OnBackendError, Quota, Rate};
 pub use retry::{Retry, RetryBudget};
 pub use timeout::Timeout;
 
+/// How long a call refused because a policy's store (Redis) did not answer is told to
+/// wait before it tries again (`Retry-After`): a store that went away usually answers
+/// again within a second or two, and a client that retries at once only adds to the load.
+pub const BACKEND_RETRY_AFTER: std::time::Duration = std::time::Duration::from_secs(1);
+
 // ----- what goes in and out (issue #4) -----
 pub mod audit;
 pub mod cache;

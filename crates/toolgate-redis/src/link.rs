@@ -35,7 +35,10 @@ pub(crate) enum Failure {
 impl fmt::Display for Failure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Failure::TimedOut(deadline) => write!(f, "Redis gave no answer within {deadline:?}"),
+            Failure::TimedOut(deadline) => write!(
+                f,
+                "Redis gave no answer within {deadline:?} (it is down, hung or out of reach)"
+            ),
             Failure::Failed(reason) => write!(f, "Redis failed: {reason}"),
         }
     }

@@ -536,7 +536,8 @@ struct Outcome {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Refusal {
     /// A backend could not reach Redis within its deadline and failed closed: the hook
-    /// aborted with 503 `overloaded` or `quota_unavailable`. Counted as an unavailable
+    /// aborted with 503 `overloaded`, or refused with 503 `quota_unavailable` and a
+    /// `Retry-After`. Counted as an unavailable
     /// decision.
     Unavailable,
     /// Redis answered, and the concurrency cap was full: the hook's `WhenFull` retry-after,
@@ -549,9 +550,11 @@ impl Refusal {
     /// The kind of `error`, or `None` for any answer the failover must not produce.
     fn of(error: &ToolError) -> Option<Refusal> {
         match error {
-            ToolError::Aborted { code, status, .. }
-                if matches!(code.as_ref(), "overloaded" | "quota_unavailable")
-                    && *status == 503 =>
+            ToolError::Aborted { code, status, .. } if code == "overloaded" && *status == 503 => {
+                Some(Refusal::Unavailable)
+            }
+            ToolError::RetryAfter { code, status, .. }
+                if code == "quota_unavailable" && *status == 503 =>
             {
                 Some(Refusal::Unavailable)
             }

@@ -183,6 +183,15 @@ async fn quota_outage(test: &str, policy: QuotaFailurePolicy, admitted_per_fault
                 Err(error) => match policy {
                     QuotaFailurePolicy::FailClosed => {
                         assert_eq!((error.code(), error.status()), ("quota_unavailable", 503));
+                        // Told when to try again, and why in words a reader knows.
+                        assert_eq!(
+                            error.retry_after_delay(),
+                            Some(toolgate_hooks::BACKEND_RETRY_AFTER)
+                        );
+                        assert!(
+                            error.to_string().contains("try again in a moment"),
+                            "{error}"
+                        );
                     }
                     _ => assert_eq!(error.code(), "rate_limited", "{error}"),
                 },

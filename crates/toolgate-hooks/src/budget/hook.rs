@@ -230,13 +230,14 @@ impl Budget {
     }
 
     fn unavailable(&self, error: &BudgetBackendError) -> ToolError {
-        ToolError::abort(
-            format!(
-                "the budget store could not decide ({error}); the call was not run: try again later"
+        ToolError::RetryAfter {
+            delay: crate::BACKEND_RETRY_AFTER,
+            reason: format!(
+                "the budget store could not decide ({error}); the call was not run: try again in a moment"
             ),
-            "budget_unavailable",
-            503,
-        )
+            code: "budget_unavailable".into(),
+            status: 503,
+        }
     }
 }
 

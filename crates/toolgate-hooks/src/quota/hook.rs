@@ -142,13 +142,14 @@ impl Quota {
     }
 
     fn refused(&self, error: &QuotaBackendError) -> ToolError {
-        ToolError::abort(
-            format!(
-                "the rate limiter could not decide ({error}); the call was not run: try again later"
+        ToolError::RetryAfter {
+            delay: crate::BACKEND_RETRY_AFTER,
+            reason: format!(
+                "the rate limiter could not decide ({error}); the call was not run: try again in a moment"
             ),
-            "quota_unavailable",
-            503,
-        )
+            code: "quota_unavailable".into(),
+            status: 503,
+        }
     }
 }
 
