@@ -295,6 +295,7 @@ mod tests {
         // A pattern that can match an empty stretch only between words finds nothing
         // there, and its real matches still.
         let edges = Detector::pattern("edge", r"\b(TCK-\d+)?").unwrap();
-        assert_eq!(edges.find("see TCK-12 now"), [4..10]);
+        let found = edges.find("see TCK-12 now");
+        assert_eq!((found.len(), found.first()), (1, Some(&(4..10))));
     }
 }
