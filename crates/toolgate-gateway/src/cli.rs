@@ -158,13 +158,20 @@ pub enum PolicyAction {
 #[derive(Debug, Subcommand)]
 pub enum AuditAction {
     /// Check the files' chains and checkpoints: report the first changed, missing,
-    /// reordered or cut record by file, line and seq, and exit non-zero.
+    /// reordered or cut record by file, line and seq, and exit 2.
+    ///
+    /// With `--key`, a record counts as the gateway's only when a checkpoint with a valid
+    /// signature covers it; records no signed checkpoint covers are listed, with exit 1
+    /// (a running gateway signs its latest records within `checkpoint_after`). Exit 1 too
+    /// when the files hold no record; 0 when every record is signed (or, without `--key`,
+    /// when the hashes link up). Files are read a line at a time; a line longer than
+    /// 64 MiB is refused.
     Verify {
         /// The files, a rotated series oldest first.
         #[arg(required = true)]
         files: Vec<PathBuf>,
         /// The public key (base64) that checks the checkpoints' signatures; without it
-        /// only the chain is checked.
+        /// only the hashes are checked, which anyone can recompute.
         #[arg(long)]
         key: Option<String>,
     },
@@ -298,7 +305,7 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
             print_json(&listed)
         }
         Command::Pins { config, action } => pins(&config, action).await,
-        Command::Audit { action } => audit(action),
+        Command::Audit { action } => return audit(action),
         Command::Policy { action } => return policy(action, &extensions).await,
         Command::HashKey { generate } => hash_key(generate),
     };
@@ -656,26 +663,38 @@ async fn pins(path: &std::path::Path, action: Option<PinsAction>) -> Result<(), 
     Ok(())
 }
 
-fn audit(action: AuditAction) -> Result<(), String> {
+/// `toolgate audit`. `verify` exits 0 when the chains are unbroken (and, with `--key`,
+/// every record is covered by a signed checkpoint), 1 when they are unbroken but records
+/// are left unsigned or there are none, 2 (an error) when a record was changed, removed,
+/// reordered or cut, or a file cannot be read.
+fn audit(action: AuditAction) -> Result<ExitCode, String> {
     use toolgate_hooks::audit::CheckpointPublicKey;
-    use toolgate_hooks::audit::verify::{AuditFile, verify};
+    use toolgate_hooks::audit::verify::Verifier;
     match action {
         AuditAction::Verify { files, key } => {
             let key = key
                 .map(|k| CheckpointPublicKey::from_base64(&k))
                 .transpose()
                 .map_err(|e| format!("--key: {e}"))?;
-            let files = files
-                .iter()
-                .map(|path| {
-                    std::fs::read(path)
-                        .map(|contents| AuditFile::new(path.display().to_string(), contents))
-                        .map_err(|e| format!("cannot read `{}`: {e}", path.display()))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            let verified = verify(&files, key.as_ref()).map_err(|e| e.to_string())?;
+            // A line at a time: a file of any size, never all of it in memory.
+            let mut verifier = Verifier::new(key.as_ref());
+            for path in &files {
+                let cannot = |e: std::io::Error| format!("cannot read `{}`: {e}", path.display());
+                let file = std::fs::File::open(path).map_err(cannot)?;
+                verifier
+                    .read(
+                        path.display().to_string(),
+                        std::io::BufReader::with_capacity(1 << 16, file),
+                    )
+                    .map_err(cannot)?;
+            }
+            let verified = verifier.finish().map_err(|e| e.to_string())?;
             println!("{verified}");
-            Ok(())
+            Ok(if verified.records == 0 || !verified.unsigned.is_empty() {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            })
         }
         AuditAction::PublicKey { config } => {
             let file = load_file(&config).map_err(|e| e.to_string())?;
@@ -692,7 +711,7 @@ fn audit(action: AuditAction) -> Result<(), String> {
             let key = toolgate_hooks::audit::CheckpointKey::from_base64(&seed.0)
                 .map_err(|e| format!("audit.signing_key: {e}"))?;
             println!("{}", key.public_key());
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
     }
 }

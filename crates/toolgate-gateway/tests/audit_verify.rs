@@ -1,6 +1,9 @@
 //! `toolgate audit verify` against audit files the real gateway wrote through real calls,
 //! intact and tampered with: an edited field, a deleted record, two swapped, the tail cut
-//! below a checkpoint, lines spliced from two replicas, a forged checkpoint.
+//! below a checkpoint, lines spliced from two replicas, a forged checkpoint; records no
+//! signed checkpoint covers (a rewritten file without its checkpoints, a record or chain
+//! added after the last one), an empty file, a copied checkpoint, lines that are not
+//! records, and a file with no newline at all.
 
 mod common;
 
@@ -67,6 +70,12 @@ fn write(dir: &Path, name: &str, lines: &[String]) -> PathBuf {
 
 /// `toolgate audit verify FILES [--key KEY]`: (success, stdout, stderr).
 fn verify(files: &[&Path], key: Option<&str>) -> (bool, String, String) {
+    let (code, stdout, stderr) = verify_code(files, key);
+    (code == Some(0), stdout, stderr)
+}
+
+/// `toolgate audit verify FILES [--key KEY]`: (exit code, stdout, stderr).
+fn verify_code(files: &[&Path], key: Option<&str>) -> (Option<i32>, String, String) {
     let mut args = vec!["audit".to_owned(), "verify".to_owned()];
     args.extend(files.iter().map(|f| f.display().to_string()));
     if let Some(key) = key {
@@ -74,7 +83,11 @@ fn verify(files: &[&Path], key: Option<&str>) -> (bool, String, String) {
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let (status, stdout, stderr) = run(&args, "");
-    (status.success(), stdout, stderr)
+    (status.code(), stdout, stderr)
+}
+
+fn is_checkpoint(line: &str) -> bool {
+    line.starts_with(r#"{"checkpoint":"#)
 }
 
 fn field(line: &str, name: &str) -> Value {
@@ -260,7 +273,11 @@ signing_key: ${{AUDIT_SIGNING_KEY}}\n  rotate_bytes: 1KiB\n",
         assert_eq!(answer.status, 200, "{}", answer.body);
         calls += 1;
     }
-    drop(gateway);
+    // Stopped cleanly: the close signs the last file's records.
+    let mut gateway = gateway;
+    gateway.signal("TERM");
+    let status = gateway.wait_exit(std::time::Duration::from_secs(30)).await;
+    assert!(status.is_some_and(|s| s.success()), "{}", gateway.stderr());
     // As `audit.jsonl.* audit.jsonl` expands in a shell: rotated files oldest first.
     let mut rotated: Vec<PathBuf> = std::fs::read_dir(dir.path())
         .unwrap()
@@ -369,6 +386,262 @@ async fn a_bad_signing_key_is_refused_with_how_to_make_one() {
     assert!(!status.success());
     assert!(
         stderr.contains("audit.signing_key") && stderr.contains("openssl rand -base64 32"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn with_a_key_records_no_signed_checkpoint_covers_are_reported_not_called_intact() {
+    // Four calls with a checkpoint every three, and the gateway killed: record 4 unsigned,
+    // as in the file of a running gateway.
+    let (lines, dir) = audit_lines(4).await;
+    assert_eq!(lines.len(), 5, "{lines:#?}");
+    assert!(is_checkpoint(&lines[3]) && !is_checkpoint(&lines[4]));
+    let file = write(dir.path(), "running.jsonl", &lines);
+    let key = public_key(dir.path());
+    let (code, stdout, stderr) = verify_code(&[&file], Some(&key));
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    let chain = field(&lines[0], "chain");
+    let chain = chain.as_str().unwrap();
+    assert!(
+        stdout.starts_with("not all signed: 1 of 4 record(s) covered by no signed checkpoint")
+            && stdout.contains(&format!(
+                "chain {chain} seq 4, file {} line 5: after the chain's last signed checkpoint, of seq 3",
+                file.display()
+            ))
+            && stdout.contains("within `checkpoint_after`"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("every signature valid"), "{stdout}");
+}
+
+#[tokio::test]
+async fn a_file_with_every_checkpoint_removed_is_not_signed() {
+    let (lines, dir) = audit_lines(6).await;
+    let key = public_key(dir.path());
+    // Every record rewritten and relinked, every checkpoint gone: the hashes link up.
+    let mut prev = "genesis".to_owned();
+    let forged: Vec<String> = lines
+        .iter()
+        .filter(|l| !is_checkpoint(l))
+        .map(|l| {
+            let mut value: Value = serde_json::from_str(l).unwrap();
+            value["user_id"] = "mallory".into();
+            value["prev"] = prev.clone().into();
+            let line = serde_json::to_string(&value).unwrap();
+            prev = sha256_hex(line.as_bytes());
+            line
+        })
+        .collect();
+    let unsigned: Vec<String> = lines
+        .iter()
+        .filter(|l| !is_checkpoint(l))
+        .cloned()
+        .collect();
+    for (name, lines) in [("rewritten.jsonl", forged), ("unsigned.jsonl", unsigned)] {
+        let file = write(dir.path(), name, &lines);
+        let (code, stdout, stderr) = verify_code(&[&file], Some(&key));
+        assert_eq!(code, Some(1), "{name}: {stdout}{stderr}");
+        assert!(
+            stdout.contains("6 of 6 record(s) covered by no signed checkpoint")
+                && stdout.contains("seq 1 to 6")
+                && stdout.contains("lines 1 to 6: the chain has no signed checkpoint")
+                && !stdout.contains("every signature valid"),
+            "{name}: {stdout}"
+        );
+        // Without the key: the hashes link up, and nothing more is claimed.
+        let (code, stdout, _) = verify_code(&[&file], None);
+        assert_eq!(code, Some(0));
+        assert!(
+            stdout.starts_with("the hashes link up")
+                && stdout.contains("does not show that the gateway wrote")
+                && !stdout.contains("intact"),
+            "{stdout}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_chain_or_record_added_after_the_shutdown_checkpoint_is_reported_unsigned() {
+    let (lines, dir) = audit_lines(6).await;
+    assert!(is_checkpoint(lines.last().unwrap()));
+    let key = public_key(dir.path());
+    let last = &lines[lines.len() - 2];
+    // The next record of the chain, linked to the last one.
+    let mut next: Value = serde_json::from_str(last).unwrap();
+    next["seq"] = 7.into();
+    next["prev"] = sha256_hex(last.as_bytes()).into();
+    next["user_id"] = "mallory".into();
+    // A new chain of one record.
+    let mut invented: Value = serde_json::from_str(&lines[0]).unwrap();
+    invented["chain"] = "f".repeat(32).into();
+    let cases = [
+        (
+            "appended.jsonl",
+            next,
+            "seq 7",
+            "after the chain's last signed checkpoint, of seq 6",
+        ),
+        (
+            "new-chain.jsonl",
+            invented,
+            "seq 1",
+            "the chain has no signed checkpoint",
+        ),
+    ];
+    for (name, added, seq, why) in cases {
+        let mut tampered = lines.clone();
+        tampered.push(serde_json::to_string(&added).unwrap());
+        let file = write(dir.path(), name, &tampered);
+        let (code, stdout, stderr) = verify_code(&[&file], Some(&key));
+        assert_eq!(code, Some(1), "{name}: {stdout}{stderr}");
+        assert!(
+            stdout.contains("1 of 7 record(s) covered by no signed checkpoint")
+                && stdout.contains(&format!("{seq}, file {} line 9: {why}", file.display())),
+            "{name}: {stdout}"
+        );
+        assert!(!stdout.contains("every signature valid"), "{stdout}");
+    }
+    // The invented record alone.
+    let file = write(
+        dir.path(),
+        "invented.jsonl",
+        &[serde_json::to_string(&{
+            let mut v: Value = serde_json::from_str(&lines[0]).unwrap();
+            v["chain"] = "e".repeat(32).into();
+            v
+        })
+        .unwrap()],
+    );
+    let (code, stdout, _) = verify_code(&[&file], Some(&key));
+    assert_eq!(code, Some(1), "{stdout}");
+    assert!(stdout.contains("1 of 1 record(s)"), "{stdout}");
+}
+
+#[tokio::test]
+async fn an_empty_file_is_not_intact() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = public_key(dir.path());
+    for (name, contents) in [("empty.jsonl", ""), ("blank.jsonl", "\n")] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, contents).unwrap();
+        for key in [Some(key.as_str()), None] {
+            let (code, stdout, stderr) = verify_code(&[&file], key);
+            assert_eq!(code, Some(1), "{stdout}{stderr}");
+            assert!(
+                stdout.starts_with("no records") && !stdout.contains("intact"),
+                "{stdout}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_duplicated_checkpoint_line_is_reported() {
+    let (mut lines, dir) = audit_lines(6).await;
+    assert!(is_checkpoint(&lines[3]));
+    lines.insert(4, lines[3].clone());
+    let file = write(dir.path(), "dup.jsonl", &lines);
+    let key = public_key(dir.path());
+    let (code, stdout, stderr) = verify_code(&[&file], Some(&key));
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("line 5: the checkpoint of seq 3 of chain")
+            && stderr.contains("is there a second time")
+            && stderr.contains("line 4"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn lines_that_are_not_records_are_explained_in_json_words_not_rust_types() {
+    let (lines, dir) = audit_lines(3).await;
+    let first = &lines[0];
+    let cases = [
+        (
+            first.replacen(r#""seq":1,"#, r#""seq":1e23,"#, 1),
+            "`seq` is the number 1e+23",
+        ),
+        (
+            first.replacen(r#""seq":1,"#, r#""seq":"1","#, 1),
+            "`seq` is the string \"1\"",
+        ),
+        ("[1,2,3]".to_owned(), "a JSON array"),
+        (r#"{"hello":1}"#.to_owned(), "the record has no `seq`"),
+    ];
+    for (line, expected) in cases {
+        let file = write(dir.path(), "bad.jsonl", std::slice::from_ref(&line));
+        let (code, _, stderr) = verify_code(&[&file], None);
+        assert_eq!(code, Some(2), "{stderr}");
+        assert!(stderr.contains(expected), "{line}: {stderr}");
+        for rust in [
+            "u64",
+            "struct",
+            "Link",
+            "floating point",
+            "integer",
+            "column",
+        ] {
+            assert!(!stderr.contains(rust), "{line}: {stderr}");
+        }
+    }
+    // The file cut in the middle of its last line.
+    let text = lines.join("\n") + "\n";
+    let file = dir.path().join("cut.jsonl");
+    std::fs::write(&file, &text[..text.len() - 40]).unwrap();
+    let (code, _, stderr) = verify_code(&[&file], None);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!("line {}:", lines.len()))
+            && stderr.contains("cut short")
+            && stderr.contains("truncated")
+            && !stderr.contains("EOF"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_line_longer_than_64_mib_is_refused_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("huge.jsonl");
+    let record = format!(
+        r#"{{"seq":1,"chain":"c","prev":"genesis","pad":"{}"}}"#,
+        "x".repeat(65 << 20)
+    );
+    std::fs::write(&file, record + "\n").unwrap();
+    let (code, _, stderr) = verify_code(&[&file], None);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("line 1: the line is longer than 64 MiB"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn dev_zero_fails_fast_instead_of_filling_memory() {
+    let started = std::time::Instant::now();
+    let mut child = std::process::Command::new(common::BIN)
+        .args(["audit", "verify", "/dev/zero"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if started.elapsed() > std::time::Duration::from_secs(10) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("`toolgate audit verify /dev/zero` still running after 10 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("/dev/zero line 1: the line is longer than 64 MiB"),
         "{stderr}"
     );
 }

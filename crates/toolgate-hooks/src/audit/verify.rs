@@ -1,10 +1,21 @@
 //! Checking a chained audit file: what `toolgate audit verify` runs.
 //!
-//! [`verify`] reads the files in the order given (give a rotated series oldest first),
-//! follows each chain by its `seq` and `prev`, and checks each checkpoint against the
-//! record it names and, with a public key, its signature. It reports the first problem
-//! by file and line: a changed record, a missing one, one out of order, records cut
-//! before a checkpoint that signed them, a bad signature, or a line that is not a record.
+//! A [`Verifier`] reads the files in the order given (give a rotated series oldest first),
+//! a line at a time, follows each chain by its `seq` and `prev`, and checks each
+//! checkpoint against the record it names and, with a public key, its signature. It
+//! reports the first problem by file and line: a changed record, a missing one, one out of
+//! order, records cut before a checkpoint that signed them, a bad signature, a checkpoint
+//! copied, or a line that is not a record (cut short, not JSON, or longer than
+//! [`MAX_LINE_BYTES`]). [`verify`] does the same for files already in memory.
+//!
+//! With a key, a record is shown to be the gateway's only when a checkpoint of its chain
+//! with a valid signature covers it: one at its seq or after, whose hash is the chain's.
+//! Anyone can rewrite every record and recompute the hashes, or add records or whole
+//! chains, and delete the checkpoints after them; so the records after a chain's last
+//! signed checkpoint (or of a chain with none) are listed in [`Verified::unsigned`], not
+//! called intact. A running gateway has such a tail legitimately (the records since its
+//! last checkpoint, signed within `checkpoint_after`); a file of a gateway that stopped
+//! cleanly ends each chain with a checkpoint.
 //!
 //! What it cannot see: records cut from the end of a chain together with every
 //! checkpoint after them, or a whole chain removed. The last checkpoint is also logged
@@ -19,14 +30,24 @@
 //! "#.to_vec());
 //! let verified = verify(&[file], None).unwrap();
 //! assert_eq!((verified.chains, verified.records), (1, 1));
+//! // Without a key nothing is signed; with one, this record would be listed as unsigned.
+//! assert!(verified.unsigned.is_empty());
 //! ```
 
 use std::collections::HashMap;
 use std::fmt;
+use std::io::BufRead;
 
 use serde::Deserialize;
+use serde_json::Value;
+use toolgate_core::error::in_json_words;
 
 use super::chain::{CheckpointPublicKey, GENESIS, checkpoint_message, line_hash};
+
+/// The longest line a [`Verifier`] reads: 64 MiB. The gateway writes one record a line,
+/// far shorter; a longer line (or a file with no newline, such as `/dev/zero`) is reported
+/// rather than read into memory.
+pub const MAX_LINE_BYTES: usize = 64 << 20;
 
 /// One audit file's name (for reports) and contents.
 #[derive(Clone, Debug)]
@@ -45,8 +66,8 @@ impl AuditFile {
     }
 }
 
-/// What an intact set of files holds.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// What a set of files holds when no record was found changed, missing or out of order.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Verified {
     /// Chains.
     pub chains: usize,
@@ -56,19 +77,114 @@ pub struct Verified {
     pub checkpoints: u64,
     /// Whether a public key checked the checkpoints' signatures.
     pub signatures_checked: bool,
+    /// With a key, the records no checkpoint with a valid signature covers, a run per
+    /// chain: nothing shows that the gateway wrote them. Empty without a key.
+    pub unsigned: Vec<Unsigned>,
+}
+
+impl Verified {
+    /// How many records [`unsigned`](Self::unsigned) holds.
+    pub fn unsigned_records(&self) -> u64 {
+        self.unsigned
+            .iter()
+            .map(|u| u.last_seq - u.first_seq + 1)
+            .sum()
+    }
 }
 
 impl fmt::Display for Verified {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.records == 0 {
+            return f
+                .write_str("no records: the files hold no audit record, so nothing was verified");
+        }
+        let counts = format!(
+            "{} chain(s), {} record(s), {} checkpoint(s)",
+            self.chains, self.records, self.checkpoints
+        );
+        if !self.signatures_checked {
+            return write!(
+                f,
+                "the hashes link up: {counts}; signatures were not checked (give --key to check \
+                 them): anyone can recompute a hash, so this does not show that the gateway wrote \
+                 these records"
+            );
+        }
+        if self.unsigned.is_empty() {
+            return write!(
+                f,
+                "intact: {counts}, every signature valid, every record covered by a signed checkpoint"
+            );
+        }
+        let checkpoints = match self.checkpoints {
+            0 => "there is no checkpoint".to_owned(),
+            n => format!("the {n} checkpoint(s) there have valid signatures"),
+        };
         write!(
             f,
-            "intact: {} chain(s), {} record(s), {} checkpoint(s)",
-            self.chains, self.records, self.checkpoints
+            "not all signed: {} of {} record(s) covered by no signed checkpoint, so nothing \
+             shows that the gateway wrote them ({} chain(s); the hashes link up and \
+             {checkpoints}):",
+            self.unsigned_records(),
+            self.records,
+            self.chains,
         )?;
-        if self.signatures_checked {
-            f.write_str(", every signature valid")
+        for unsigned in &self.unsigned {
+            write!(f, "\n  {unsigned}")?;
+        }
+        f.write_str(
+            "\nA running gateway signs its latest records within `checkpoint_after` (default 60s) \
+             or `checkpoint_every` records, and one that stopped cleanly (shutdown, reload, \
+             rotation) ends each chain with a checkpoint. Other unsigned records were added, or \
+             their checkpoint removed, after the gateway wrote the file, unless it was killed \
+             (SIGKILL) before signing them; compare with the last `audit checkpoint signed` of \
+             each chain in the gateway's log.",
+        )
+    }
+}
+
+/// Records of one chain that no checkpoint with a valid signature covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unsigned {
+    /// The chain.
+    pub chain: String,
+    /// The first record not covered.
+    pub first_seq: u64,
+    /// The last (the chain's last record).
+    pub last_seq: u64,
+    /// The file and line of the first.
+    pub from: (String, usize),
+    /// The file and line of the last.
+    pub to: (String, usize),
+    /// The seq the chain's last signed checkpoint covers, if it has one.
+    pub signed_through: Option<u64>,
+}
+
+impl fmt::Display for Unsigned {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "chain {} ", self.chain)?;
+        if self.first_seq == self.last_seq {
+            write!(f, "seq {}", self.first_seq)?;
         } else {
-            f.write_str("; signatures were not checked (give --key to check them)")
+            write!(f, "seq {} to {}", self.first_seq, self.last_seq)?;
+        }
+        let ((from_file, from_line), (to_file, to_line)) = (&self.from, &self.to);
+        if from_file != to_file {
+            write!(
+                f,
+                ", file {from_file} line {from_line} to file {to_file} line {to_line}"
+            )?;
+        } else if from_line == to_line {
+            write!(f, ", file {from_file} line {from_line}")?;
+        } else {
+            write!(f, ", file {from_file} lines {from_line} to {to_line}")?;
+        }
+        match self.signed_through {
+            Some(seq) => write!(
+                f,
+                ": after the chain's last signed checkpoint, of seq {seq}"
+            ),
+            None => f.write_str(": the chain has no signed checkpoint"),
         }
     }
 }
@@ -149,11 +265,34 @@ pub enum Problem {
         /// The last record before it.
         after: u64,
     },
+    /// The same checkpoint comes twice: the gateway signs a record once.
+    #[error(
+        "the checkpoint of seq {seq} of chain {chain} is there a second time (first at file {first_file} line {first_line}): the gateway signs each record once, so the line was copied"
+    )]
+    DuplicateCheckpoint {
+        /// The chain.
+        chain: String,
+        /// The seq it signs.
+        seq: u64,
+        /// The file of the first.
+        first_file: String,
+        /// Its line.
+        first_line: usize,
+    },
     /// The line is neither a chained record nor a checkpoint.
-    #[error("not a chained audit record ({reason})")]
+    #[error("{reason}")]
     Unreadable {
-        /// Why.
+        /// Why, in a user's words.
         reason: String,
+    },
+    /// The line is longer than [`MAX_LINE_BYTES`] (or never ends).
+    #[error(
+        "the line is longer than {} MiB and was not read: the gateway writes no record that long (is this an audit file?)",
+        limit >> 20
+    )]
+    TooLong {
+        /// The limit, in bytes.
+        limit: usize,
     },
 }
 
@@ -183,14 +322,386 @@ enum Entry {
     Checkpoint(Checkpoint),
 }
 
-struct Located {
-    file: usize,
-    line: usize,
-    entry: Entry,
+/// A file (its index) and line (from 1).
+type Place = (usize, usize);
+
+/// The first problem of a chain, some only known for sure from the lines after it.
+enum Found {
+    /// Known.
+    Known(Place, Problem),
+    /// Record `found` came where `expected` should: out of order if `expected` comes
+    /// later, else missing.
+    Gap {
+        at: Place,
+        expected: u64,
+        found: u64,
+    },
+    /// Record `seq` at `at` does not link to the one before (`seq - 1`, at `previous`):
+    /// it changed if the next record does not link to it either, else the one before did.
+    Link {
+        at: Place,
+        seq: u64,
+        hash: String,
+        previous: Option<Place>,
+    },
+}
+
+/// Where one chain stands.
+struct ChainState {
+    id: String,
+    last_seq: u64,
+    last_hash: String,
+    last_at: Option<Place>,
+    records: u64,
+    checkpoints: u64,
+    /// The seq and place of the last checkpoint that passed.
+    last_checkpoint: Option<(u64, Place)>,
+    /// The first record no checkpoint has covered yet.
+    first_unsigned: Option<(u64, Place)>,
+    found: Option<Found>,
+}
+
+impl ChainState {
+    fn new(id: String) -> Self {
+        ChainState {
+            id,
+            last_seq: 0,
+            last_hash: GENESIS.to_owned(),
+            last_at: None,
+            records: 0,
+            checkpoints: 0,
+            last_checkpoint: None,
+            first_unsigned: None,
+            found: None,
+        }
+    }
+
+    fn record(&mut self, at: Place, link: Link, hash: String) {
+        if let Some(found) = &self.found {
+            // Only what settles the problem found matters now.
+            self.found = match found {
+                Found::Gap {
+                    at: gap,
+                    expected,
+                    found,
+                } if link.seq == *expected => Some(Found::Known(
+                    *gap,
+                    Problem::OutOfOrder {
+                        chain: self.id.clone(),
+                        seq: *found,
+                        expected: *expected,
+                    },
+                )),
+                Found::Link {
+                    at: broken,
+                    seq,
+                    hash: broken_hash,
+                    ..
+                } if link.prev != *broken_hash => Some(Found::Known(
+                    *broken,
+                    Problem::Changed {
+                        chain: self.id.clone(),
+                        seq: *seq,
+                    },
+                )),
+                Found::Link { .. } => Some(self.blame_previous()),
+                _ => return,
+            };
+            return;
+        }
+        let expected = self.last_seq + 1;
+        if link.seq > expected {
+            self.found = Some(Found::Gap {
+                at,
+                expected,
+                found: link.seq,
+            });
+            return;
+        }
+        if link.seq < expected {
+            self.found = Some(Found::Known(
+                at,
+                Problem::OutOfOrder {
+                    chain: self.id.clone(),
+                    seq: link.seq,
+                    expected,
+                },
+            ));
+            return;
+        }
+        if link.prev != self.last_hash {
+            // Either the previous record changed, or this one's link did (then the next
+            // record's link does not match this one either).
+            self.found = Some(Found::Link {
+                at,
+                seq: link.seq,
+                hash,
+                previous: self.last_at,
+            });
+            return;
+        }
+        self.last_seq = link.seq;
+        self.last_hash = hash;
+        self.last_at = Some(at);
+        self.records += 1;
+        self.first_unsigned.get_or_insert((link.seq, at));
+    }
+
+    /// A broken link blamed on the record before it (or on itself when it is the first).
+    fn blame_previous(&self) -> Found {
+        let Some(Found::Link {
+            at, seq, previous, ..
+        }) = &self.found
+        else {
+            unreachable!("only a broken link is blamed")
+        };
+        match previous {
+            Some(previous) => Found::Known(
+                *previous,
+                Problem::Changed {
+                    chain: self.id.clone(),
+                    seq: self.last_seq,
+                },
+            ),
+            None => Found::Known(
+                *at,
+                Problem::Changed {
+                    chain: self.id.clone(),
+                    seq: *seq,
+                },
+            ),
+        }
+    }
+
+    fn checkpoint(
+        &mut self,
+        at: Place,
+        checkpoint: Checkpoint,
+        key: Option<&CheckpointPublicKey>,
+        files: &[String],
+    ) {
+        if self.found.is_some() {
+            return;
+        }
+        let chain = || self.id.clone();
+        let problem = if key.is_some_and(|key| {
+            let message = checkpoint_message(
+                &checkpoint.chain,
+                checkpoint.seq,
+                &checkpoint.hash,
+                checkpoint.at_ms,
+            );
+            !key.verifies(&message, &checkpoint.signature)
+        }) {
+            Problem::BadSignature {
+                chain: chain(),
+                seq: checkpoint.seq,
+            }
+        } else if checkpoint.seq > self.last_seq {
+            Problem::Truncated {
+                chain: chain(),
+                last: self.last_seq,
+                signed: checkpoint.seq,
+            }
+        } else if checkpoint.seq < self.last_seq {
+            Problem::CheckpointMoved {
+                chain: chain(),
+                seq: checkpoint.seq,
+                after: self.last_seq,
+            }
+        } else if checkpoint.hash != self.last_hash {
+            let problem = Problem::Changed {
+                chain: chain(),
+                seq: self.last_seq,
+            };
+            self.found = Some(Found::Known(self.last_at.unwrap_or(at), problem));
+            return;
+        } else if let Some((seq, first)) = self.last_checkpoint
+            && seq == checkpoint.seq
+        {
+            Problem::DuplicateCheckpoint {
+                chain: chain(),
+                seq,
+                first_file: files[first.0].clone(),
+                first_line: first.1,
+            }
+        } else {
+            self.checkpoints += 1;
+            self.last_checkpoint = Some((checkpoint.seq, at));
+            self.first_unsigned = None;
+            return;
+        };
+        self.found = Some(Found::Known(at, problem));
+    }
+
+    /// The chain's problem, now that every line has been read.
+    fn problem(&self) -> Option<(Place, Problem)> {
+        match self.found.as_ref()? {
+            Found::Known(at, problem) => Some((*at, problem.clone())),
+            Found::Gap {
+                at,
+                expected,
+                found,
+            } => Some((
+                *at,
+                Problem::Missing {
+                    chain: self.id.clone(),
+                    expected: *expected,
+                    found: *found,
+                },
+            )),
+            Found::Link { .. } => match self.blame_previous() {
+                Found::Known(at, problem) => Some((at, problem)),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// Checks audit files read a line at a time: [`read`](Self::read) each file in order,
+/// then [`finish`](Self::finish). It keeps a few fields per chain, never a file, so a
+/// rotated series of any size verifies in little memory.
+pub struct Verifier {
+    key: Option<CheckpointPublicKey>,
+    files: Vec<String>,
+    chains: Vec<ChainState>,
+    index: HashMap<String, usize>,
+    unreadable: Option<Tampering>,
+}
+
+impl Verifier {
+    /// A verifier that, with `key`, checks the checkpoints' signatures too.
+    pub fn new(key: Option<&CheckpointPublicKey>) -> Self {
+        Verifier {
+            key: key.cloned(),
+            files: Vec::new(),
+            chains: Vec::new(),
+            index: HashMap::new(),
+            unreadable: None,
+        }
+    }
+
+    /// Reads the file `name` from `reader`, line by line (none longer than
+    /// [`MAX_LINE_BYTES`]). After a line that is not a record, nothing more is read.
+    ///
+    /// # Errors
+    ///
+    /// The reader's error.
+    pub fn read(
+        &mut self,
+        name: impl Into<String>,
+        mut reader: impl BufRead,
+    ) -> std::io::Result<()> {
+        let file = self.files.len();
+        self.files.push(name.into());
+        let mut line = Vec::new();
+        let mut number = 0;
+        while self.unreadable.is_none() {
+            line.clear();
+            let ended = match read_line(&mut reader, &mut line)? {
+                ReadLine::End => break,
+                ReadLine::TooLong => {
+                    let limit = MAX_LINE_BYTES;
+                    self.stop(file, number + 1, Problem::TooLong { limit });
+                    break;
+                }
+                ReadLine::Ended => true,
+                ReadLine::Unended => false,
+            };
+            number += 1;
+            if !line.is_empty() {
+                self.line(file, number, &line, ended);
+            }
+        }
+        Ok(())
+    }
+
+    fn stop(&mut self, file: usize, line: usize, problem: Problem) {
+        self.unreadable = Some(Tampering {
+            file: self.files[file].clone(),
+            line,
+            problem,
+        });
+    }
+
+    fn line(&mut self, file: usize, number: usize, line: &[u8], ended: bool) {
+        let entry = match parse(line, ended) {
+            Ok(entry) => entry,
+            Err(reason) => return self.stop(file, number, Problem::Unreadable { reason }),
+        };
+        let chain = match &entry {
+            Entry::Record { link, .. } => &link.chain,
+            Entry::Checkpoint(checkpoint) => &checkpoint.chain,
+        };
+        let slot = match self.index.get(chain) {
+            Some(slot) => *slot,
+            None => {
+                self.index.insert(chain.clone(), self.chains.len());
+                self.chains.push(ChainState::new(chain.clone()));
+                self.chains.len() - 1
+            }
+        };
+        let state = &mut self.chains[slot];
+        match entry {
+            Entry::Record { link, hash } => state.record((file, number), link, hash),
+            Entry::Checkpoint(checkpoint) => {
+                state.checkpoint((file, number), checkpoint, self.key.as_ref(), &self.files);
+            }
+        }
+    }
+
+    /// What the files read hold.
+    ///
+    /// # Errors
+    ///
+    /// The first [`Tampering`] found, by file and line.
+    pub fn finish(self) -> Result<Verified, Tampering> {
+        if let Some(unreadable) = self.unreadable {
+            return Err(unreadable);
+        }
+        let first = self
+            .chains
+            .iter()
+            .filter_map(ChainState::problem)
+            .min_by_key(|(at, _)| *at);
+        if let Some(((file, line), problem)) = first {
+            return Err(Tampering {
+                file: self.files[file].clone(),
+                line,
+                problem,
+            });
+        }
+        let place = |(file, line): Place| (self.files[file].clone(), line);
+        let unsigned = if self.key.is_some() {
+            self.chains
+                .iter()
+                .filter_map(|chain| {
+                    let (first_seq, from) = chain.first_unsigned?;
+                    Some(Unsigned {
+                        chain: chain.id.clone(),
+                        first_seq,
+                        last_seq: chain.last_seq,
+                        from: place(from),
+                        to: place(chain.last_at?),
+                        signed_through: chain.last_checkpoint.map(|(seq, _)| seq),
+                    })
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(Verified {
+            chains: self.chains.len(),
+            records: self.chains.iter().map(|c| c.records).sum(),
+            checkpoints: self.chains.iter().map(|c| c.checkpoints).sum(),
+            signatures_checked: self.key.is_some(),
+            unsigned,
+        })
+    }
 }
 
 /// Checks the chains in `files` (in the order given); with `key`, the checkpoints'
-/// signatures too.
+/// signatures too, and which records they cover.
 ///
 /// # Errors
 ///
@@ -199,189 +710,155 @@ pub fn verify(
     files: &[AuditFile],
     key: Option<&CheckpointPublicKey>,
 ) -> Result<Verified, Tampering> {
-    let mut chains: Vec<(String, Vec<Located>)> = Vec::new();
-    let mut index: HashMap<String, usize> = HashMap::new();
-    for (file_index, file) in files.iter().enumerate() {
-        for (line_index, line) in file.contents.split(|b| *b == b'\n').enumerate() {
-            if line.is_empty() {
-                continue;
-            }
-            let entry = parse(line).map_err(|reason| Tampering {
-                file: file.name.clone(),
-                line: line_index + 1,
-                problem: Problem::Unreadable { reason },
-            })?;
-            let chain = match &entry {
-                Entry::Record { link, .. } => &link.chain,
-                Entry::Checkpoint(checkpoint) => &checkpoint.chain,
-            };
-            let slot = *index.entry(chain.clone()).or_insert_with(|| {
-                chains.push((chain.clone(), Vec::new()));
-                chains.len() - 1
-            });
-            chains[slot].1.push(Located {
-                file: file_index,
-                line: line_index + 1,
-                entry,
+    let mut verifier = Verifier::new(key);
+    for file in files {
+        verifier
+            .read(file.name.clone(), file.contents.as_slice())
+            .expect("reading from memory cannot fail");
+    }
+    verifier.finish()
+}
+
+/// What [`read_line`] found.
+enum ReadLine {
+    /// A line that ends with a newline.
+    Ended,
+    /// The file's last line, without a newline.
+    Unended,
+    /// A line longer than [`MAX_LINE_BYTES`]: not read further.
+    TooLong,
+    /// The end of the file.
+    End,
+}
+
+/// Reads into `line` the next line of `reader` without its newline, holding no more than
+/// [`MAX_LINE_BYTES`] of it (so that a line that never ends, as in `/dev/zero`, fails
+/// fast).
+fn read_line(reader: &mut impl BufRead, line: &mut Vec<u8>) -> std::io::Result<ReadLine> {
+    loop {
+        let buffer = match reader.fill_buf() {
+            Ok(buffer) => buffer,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        if buffer.is_empty() {
+            return Ok(if line.is_empty() {
+                ReadLine::End
+            } else {
+                ReadLine::Unended
             });
         }
-    }
-    let mut verified = Verified {
-        chains: chains.len(),
-        records: 0,
-        checkpoints: 0,
-        signatures_checked: key.is_some(),
-    };
-    let mut first: Option<(usize, usize, Problem)> = None;
-    for (chain, entries) in &chains {
-        match check_chain(chain, entries, key, &mut verified) {
-            Ok(()) => {}
-            Err(found)
-                if first
-                    .as_ref()
-                    .is_none_or(|f| (found.0, found.1) < (f.0, f.1)) =>
-            {
-                first = Some(found);
-            }
-            Err(_) => {}
+        let newline = buffer.iter().position(|b| *b == b'\n');
+        let take = newline.unwrap_or(buffer.len());
+        if line.len() + take > MAX_LINE_BYTES {
+            return Ok(ReadLine::TooLong);
         }
-    }
-    match first {
-        None => Ok(verified),
-        Some((file, line, problem)) => Err(Tampering {
-            file: files[file].name.clone(),
-            line,
-            problem,
-        }),
+        line.extend_from_slice(&buffer[..take]);
+        reader.consume(take + usize::from(newline.is_some()));
+        if newline.is_some() {
+            return Ok(ReadLine::Ended);
+        }
     }
 }
 
-fn parse(line: &[u8]) -> Result<Entry, String> {
+fn parse(line: &[u8], ended: bool) -> Result<Entry, String> {
     if line.starts_with(br#"{"checkpoint":"#) {
         return serde_json::from_slice::<CheckpointLine>(line)
             .map(|c| Entry::Checkpoint(c.checkpoint))
-            .map_err(|e| e.to_string());
+            .map_err(|e| explain(line, ended, &e));
     }
-    let link: Link = serde_json::from_slice(line).map_err(|e| e.to_string())?;
+    let link: Link = serde_json::from_slice(line).map_err(|e| explain(line, ended, &e))?;
     Ok(Entry::Record {
         link,
         hash: line_hash(line),
     })
 }
 
-/// The first problem of one chain: (file, line, problem).
-fn check_chain(
-    chain: &str,
-    entries: &[Located],
-    key: Option<&CheckpointPublicKey>,
-    verified: &mut Verified,
-) -> Result<(), (usize, usize, Problem)> {
-    let chain = chain.to_owned();
-    let mut last_seq = 0;
-    let mut last_hash = GENESIS;
-    let mut last_at: Option<&Located> = None;
-    for (i, located) in entries.iter().enumerate() {
-        let at = |problem| (located.file, located.line, problem);
-        match &located.entry {
-            Entry::Record { link, hash } => {
-                let expected = last_seq + 1;
-                if link.seq > expected {
-                    let later = entries[i + 1..].iter().any(
-                        |e| matches!(&e.entry, Entry::Record { link, .. } if link.seq == expected),
-                    );
-                    return Err(at(if later {
-                        Problem::OutOfOrder {
-                            chain,
-                            seq: link.seq,
-                            expected,
-                        }
-                    } else {
-                        Problem::Missing {
-                            chain,
-                            expected,
-                            found: link.seq,
-                        }
-                    }));
-                }
-                if link.seq < expected {
-                    return Err(at(Problem::OutOfOrder {
-                        chain,
-                        seq: link.seq,
-                        expected,
-                    }));
-                }
-                if link.prev != last_hash {
-                    // Either the previous record changed, or this one's link did (then the
-                    // next record's link does not match this one either).
-                    let next_breaks = entries[i + 1..].iter().find_map(|e| match &e.entry {
-                        Entry::Record { link: next, .. } => Some(next.prev != *hash),
-                        Entry::Checkpoint(_) => None,
-                    });
-                    return Err(match last_at {
-                        Some(previous) if next_breaks != Some(true) => (
-                            previous.file,
-                            previous.line,
-                            Problem::Changed {
-                                chain,
-                                seq: last_seq,
-                            },
-                        ),
-                        _ => at(Problem::Changed {
-                            chain,
-                            seq: link.seq,
-                        }),
-                    });
-                }
-                last_seq = link.seq;
-                last_hash = hash;
-                last_at = Some(located);
-                verified.records += 1;
+/// Why `line` is not a record or a checkpoint, in a user's words (`error`: serde's).
+fn explain(line: &[u8], ended: bool, error: &serde_json::Error) -> String {
+    let value: Value = match serde_json::from_slice(line) {
+        Ok(value) => value,
+        Err(e) if e.is_eof() && !ended => {
+            return "the file's last line stops in the middle of its JSON, without a newline: \
+                    the file was cut short (truncated, or the gateway was killed while writing)"
+                .to_owned();
+        }
+        Err(e) if e.is_eof() => {
+            return "the line stops in the middle of its JSON: it was cut short".to_owned();
+        }
+        Err(e) => return format!("not JSON, so not an audit record ({})", plain(&e)),
+    };
+    let not_a_record = "not a line of a chained audit file (`audit: {sink: file}`)";
+    let Some(object) = value.as_object() else {
+        return format!("{}, {not_a_record}", describe(&value));
+    };
+    let (object, fields, what) = if line.starts_with(br#"{"checkpoint":"#) {
+        let Some(checkpoint) = object.get("checkpoint").and_then(Value::as_object) else {
+            return "its `checkpoint` is not an object: not a checkpoint".to_owned();
+        };
+        (
+            checkpoint,
+            &["chain", "seq", "hash", "at_ms", "signature"][..],
+            "the checkpoint",
+        )
+    } else {
+        (object, &["seq", "chain", "prev"][..], "the record")
+    };
+    for field in fields {
+        let whole = matches!(*field, "seq" | "at_ms");
+        match object.get(*field) {
+            None if what == "the record" && object.contains_key("checkpoint") => {
+                return "a checkpoint not written as the gateway writes it (`{\"checkpoint\":` \
+                        at the start of the line)"
+                    .to_owned();
             }
-            Entry::Checkpoint(checkpoint) => {
-                if let Some(key) = key {
-                    let message = checkpoint_message(
-                        &checkpoint.chain,
-                        checkpoint.seq,
-                        &checkpoint.hash,
-                        checkpoint.at_ms,
-                    );
-                    if !key.verifies(&message, &checkpoint.signature) {
-                        return Err(at(Problem::BadSignature {
-                            chain,
-                            seq: checkpoint.seq,
-                        }));
-                    }
-                }
-                if checkpoint.seq > last_seq {
-                    return Err(at(Problem::Truncated {
-                        chain,
-                        last: last_seq,
-                        signed: checkpoint.seq,
-                    }));
-                }
-                if checkpoint.seq < last_seq {
-                    return Err(at(Problem::CheckpointMoved {
-                        chain,
-                        seq: checkpoint.seq,
-                        after: last_seq,
-                    }));
-                }
-                if checkpoint.hash != last_hash {
-                    let previous = last_at.unwrap_or(located);
-                    return Err((
-                        previous.file,
-                        previous.line,
-                        Problem::Changed {
-                            chain,
-                            seq: last_seq,
-                        },
-                    ));
-                }
-                verified.checkpoints += 1;
+            None => return format!("{what} has no `{field}`: {not_a_record}"),
+            Some(v) if whole && v.as_u64().is_none() => {
+                let expected = if *field == "seq" {
+                    "a whole number, 1 or more"
+                } else {
+                    "a whole number of milliseconds"
+                };
+                return format!("{what}'s `{field}` is {}, expected {expected}", describe(v));
             }
+            Some(v) if !whole && !v.is_string() => {
+                return format!("{what}'s `{field}` is {}, expected a string", describe(v));
+            }
+            Some(_) => {}
         }
     }
-    Ok(())
+    plain(error)
+}
+
+/// A serde_json message in JSON's words, with its column (the line is the file's).
+fn plain(error: &serde_json::Error) -> String {
+    let message = error.to_string();
+    let message = message
+        .rsplit_once(" at line ")
+        .map_or(message.as_str(), |(message, _)| message);
+    let message = match message {
+        "expected value" => "expected a JSON value".to_owned(),
+        other => in_json_words(other),
+    };
+    match error.column() {
+        0 => message,
+        column => format!("{message} at column {column}"),
+    }
+}
+
+/// A JSON value as a user would name it.
+fn describe(value: &Value) -> String {
+    match value {
+        Value::Null => "null".to_owned(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) if s.chars().count() > 40 => {
+            format!("the string \"{}…\"", s.chars().take(40).collect::<String>())
+        }
+        Value::String(s) => format!("the string {s:?}"),
+        Value::Array(_) => "a JSON array".to_owned(),
+        Value::Object(_) => "a JSON object".to_owned(),
+    }
 }
 
 #[cfg(test)]
@@ -607,6 +1084,318 @@ mod tests {
             matches!(found.problem, Problem::Unreadable { .. }),
             "{found}"
         );
+    }
+
+    fn public() -> CheckpointPublicKey {
+        CheckpointPublicKey::from_base64(&CheckpointKey::from_base64(SEED).unwrap().public_key())
+            .unwrap()
+    }
+
+    fn is_checkpoint(line: &str) -> bool {
+        line.starts_with(r#"{"checkpoint":"#)
+    }
+
+    /// `lines` with every record's `prev` recomputed, as anyone can.
+    fn rechained(lines: &[String]) -> Vec<String> {
+        let mut prev = GENESIS.to_owned();
+        lines
+            .iter()
+            .map(|line| {
+                let mut value: serde_json::Value = serde_json::from_str(line).unwrap();
+                value["prev"] = prev.clone().into();
+                let line = serde_json::to_string(&value).unwrap();
+                prev = line_hash(line.as_bytes());
+                line
+            })
+            .collect()
+    }
+
+    #[test]
+    fn with_a_key_records_no_signed_checkpoint_covers_are_reported_not_called_intact() {
+        // Records 1-3, the checkpoint of 3, records 4 and 5.
+        let lines = chain_lines(5, 3);
+        assert!(is_checkpoint(&lines[3]));
+        let verified = check(&lines, true).unwrap();
+        assert_eq!(
+            verified.unsigned,
+            [Unsigned {
+                chain: chain_of(&lines[0]),
+                first_seq: 4,
+                last_seq: 5,
+                from: ("a.jsonl".to_owned(), 5),
+                to: ("a.jsonl".to_owned(), 6),
+                signed_through: Some(3),
+            }]
+        );
+        assert_eq!(verified.unsigned_records(), 2);
+        let report = verified.to_string();
+        assert!(!report.contains("every signature valid"), "{report}");
+        assert!(!report.starts_with("intact"), "{report}");
+        assert!(
+            report.contains("seq 4 to 5, file a.jsonl lines 5 to 6")
+                && report.contains("of seq 3")
+                && report.contains("checkpoint_after"),
+            "{report}"
+        );
+        // Signed to the end: intact.
+        let verified = check(&chain_lines(6, 3), true).unwrap();
+        assert!(verified.unsigned.is_empty(), "{verified}");
+        assert!(verified.to_string().contains("every signature valid"));
+    }
+
+    #[test]
+    fn a_chain_with_every_checkpoint_removed_is_not_signed() {
+        let lines: Vec<String> = chain_lines(6, 3)
+            .into_iter()
+            .filter(|l| !is_checkpoint(l))
+            .collect();
+        let verified = check(&lines, true).unwrap();
+        assert_eq!(verified.checkpoints, 0);
+        assert_eq!(
+            (
+                verified.unsigned.len(),
+                verified.unsigned_records(),
+                verified.unsigned[0].signed_through
+            ),
+            (1, 6, None)
+        );
+        let report = verified.to_string();
+        assert!(
+            report.contains("6 of 6 record(s) covered by no signed checkpoint")
+                && report.contains("the chain has no signed checkpoint")
+                && !report.contains("every signature valid"),
+            "{report}"
+        );
+    }
+
+    #[test]
+    fn records_rewritten_and_rechained_without_their_checkpoints_are_not_signed() {
+        let records: Vec<String> = chain_lines(6, 3)
+            .into_iter()
+            .filter(|l| !is_checkpoint(l))
+            .map(|l| l.replace("\"ann\"", "\"eve\""))
+            .collect();
+        let forged = rechained(&records);
+        assert!(
+            check(&forged, false).is_ok(),
+            "the hashes alone cannot tell"
+        );
+        let verified = check(&forged, true).unwrap();
+        assert_eq!(verified.unsigned_records(), 6, "{verified}");
+        assert!(!verified.to_string().contains("every signature valid"));
+    }
+
+    #[test]
+    fn a_chain_or_record_added_after_the_last_checkpoint_is_reported_unsigned() {
+        let lines = chain_lines(3, 3);
+        assert!(is_checkpoint(lines.last().unwrap()));
+        // A record of a new chain.
+        let mut invented = lines.clone();
+        invented.push(
+            r#"{"seq":1,"chain":"ffffffffffffffffffffffffffffffff","prev":"genesis","tool":"t"}"#
+                .to_owned(),
+        );
+        let verified = check(&invented, true).unwrap();
+        assert_eq!(verified.chains, 2);
+        assert_eq!(
+            verified.unsigned,
+            [Unsigned {
+                chain: "f".repeat(32),
+                first_seq: 1,
+                last_seq: 1,
+                from: ("a.jsonl".to_owned(), 5),
+                to: ("a.jsonl".to_owned(), 5),
+                signed_through: None,
+            }]
+        );
+        // A record linked after the last one signed.
+        let mut appended = lines.clone();
+        let mut value: serde_json::Value = serde_json::from_str(&lines[2]).unwrap();
+        value["seq"] = 4.into();
+        value["prev"] = line_hash(lines[2].as_bytes()).into();
+        appended.push(serde_json::to_string(&value).unwrap());
+        let verified = check(&appended, true).unwrap();
+        assert_eq!(
+            (
+                verified.unsigned_records(),
+                verified.unsigned[0].signed_through
+            ),
+            (1, Some(3)),
+            "{verified}"
+        );
+        // A single invented record alone.
+        let verified = check(&invented[4..], true).unwrap();
+        assert_eq!(verified.unsigned_records(), 1, "{verified}");
+    }
+
+    #[test]
+    fn unsigned_records_across_files_name_both() {
+        let lines = chain_lines(5, 3);
+        let first = AuditFile::new("a.1", (lines[..5].join("\n") + "\n").into_bytes());
+        let second = AuditFile::new("a.2", (lines[5..].join("\n") + "\n").into_bytes());
+        let verified = verify(&[first, second], Some(&public())).unwrap();
+        assert!(
+            verified
+                .to_string()
+                .contains("seq 4 to 5, file a.1 line 5 to file a.2 line 1"),
+            "{verified}"
+        );
+    }
+
+    #[test]
+    fn an_empty_file_is_not_intact() {
+        for contents in [&b""[..], b"\n", b"\n\n"] {
+            let verified = verify(
+                &[AuditFile::new("a.jsonl", contents.to_vec())],
+                Some(&public()),
+            )
+            .unwrap();
+            assert_eq!(verified.records, 0);
+            let report = verified.to_string();
+            assert!(
+                report.starts_with("no records") && !report.contains("intact"),
+                "{report}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_duplicated_checkpoint_is_reported_not_counted_twice() {
+        let mut lines = chain_lines(4, 3);
+        lines.insert(4, lines[3].clone());
+        let found = check(&lines, true).unwrap_err();
+        assert_eq!(
+            (found.line, found.problem),
+            (
+                5,
+                Problem::DuplicateCheckpoint {
+                    chain: chain_of(&lines[0]),
+                    seq: 3,
+                    first_file: "a.jsonl".to_owned(),
+                    first_line: 4,
+                }
+            )
+        );
+    }
+
+    #[test]
+    fn without_a_key_the_summary_does_not_claim_the_records_are_the_gateways() {
+        let report = check(&chain_lines(3, 3), false).unwrap().to_string();
+        assert!(
+            !report.contains("intact") && report.contains("signatures were not checked"),
+            "{report}"
+        );
+        assert!(
+            report.contains("does not show that the gateway wrote"),
+            "{report}"
+        );
+    }
+
+    /// The problem reported for `line` put after two good records.
+    fn unreadable(line: &str, ended: bool) -> String {
+        let mut text = chain_lines(2, 100).join("\n") + "\n" + line;
+        if ended {
+            text.push('\n');
+        }
+        let found = verify(&[AuditFile::new("a.jsonl", text.into_bytes())], None).unwrap_err();
+        assert_eq!(found.line, 3, "{found}");
+        assert!(
+            matches!(found.problem, Problem::Unreadable { .. }),
+            "{found}"
+        );
+        found.problem.to_string()
+    }
+
+    #[test]
+    fn a_line_that_is_not_a_record_is_explained_in_json_words_not_rust_types() {
+        let chain = r#""chain":"c","prev":"genesis""#;
+        let cases = [
+            (
+                format!(r#"{{"seq":1e23,{chain}}}"#),
+                "`seq` is the number 1e+23",
+            ),
+            (
+                format!(r#"{{"seq":"1",{chain}}}"#),
+                "`seq` is the string \"1\"",
+            ),
+            (format!(r#"{{"seq":-1,{chain}}}"#), "`seq` is the number -1"),
+            (
+                r#"{"seq":3,"chain":2,"prev":"x"}"#.to_owned(),
+                "`chain` is the number 2",
+            ),
+            ("[1,2,3]".to_owned(), "a JSON array"),
+            (r#"{"hello":1}"#.to_owned(), "has no `seq`"),
+            ("garbage".to_owned(), "not JSON"),
+            (
+                r#"{"checkpoint":{"chain":"c","seq":1,"hash":"h","at_ms":1}}"#.to_owned(),
+                "the checkpoint has no `signature`",
+            ),
+        ];
+        for (line, expected) in cases {
+            let reason = unreadable(&line, true);
+            assert!(reason.contains(expected), "{line}: {reason}");
+            for rust in [
+                "u64",
+                "struct",
+                "Link",
+                "Checkpoint",
+                "floating point",
+                "line 1 column",
+            ] {
+                assert!(!reason.contains(rust), "{line}: {reason}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_last_line_cut_short_says_the_file_was_truncated() {
+        let line = r#"{"seq":3,"chain":"c","prev":"abc"#;
+        let reason = unreadable(line, false);
+        assert!(
+            reason.contains("cut short") && reason.contains("truncated") && !reason.contains("EOF"),
+            "{reason}"
+        );
+        // Cut short within the file: cut short, but not called the file's end.
+        let reason = unreadable(line, true);
+        assert!(
+            reason.contains("cut short") && !reason.contains("EOF"),
+            "{reason}"
+        );
+    }
+
+    #[test]
+    fn a_line_that_never_ends_fails_fast_without_being_read_whole() {
+        // `/dev/zero`: no newline, ever.
+        let mut verifier = Verifier::new(None);
+        verifier
+            .read("zero", std::io::BufReader::new(std::io::repeat(0)))
+            .unwrap();
+        let found = verifier.finish().unwrap_err();
+        assert_eq!(
+            (found.line, &found.problem),
+            (
+                1,
+                &Problem::TooLong {
+                    limit: MAX_LINE_BYTES
+                }
+            )
+        );
+        assert!(found.to_string().contains("longer than 64 MiB"), "{found}");
+    }
+
+    #[test]
+    fn a_line_at_the_limit_is_read_and_one_beyond_is_refused() {
+        let record = r#"{"seq":1,"chain":"c","prev":"genesis","pad":""}"#;
+        let pad =
+            |n: usize| record.replace(r#""pad":"""#, &format!(r#""pad":"{}""#, "x".repeat(n)));
+        let at_limit = pad(MAX_LINE_BYTES - record.len());
+        assert_eq!(at_limit.len(), MAX_LINE_BYTES);
+        let verified =
+            verify(&[AuditFile::new("a", (at_limit + "\n").into_bytes())], None).unwrap();
+        assert_eq!(verified.records, 1);
+        let beyond = pad(MAX_LINE_BYTES - record.len() + 1);
+        let found = verify(&[AuditFile::new("a", (beyond + "\n").into_bytes())], None).unwrap_err();
+        assert!(matches!(found.problem, Problem::TooLong { .. }), "{found}");
     }
 
     fn chain_of(line: &str) -> String {
