@@ -215,14 +215,14 @@ pub fn main_with(extensions: Extensions) -> ExitCode {
     {
         Ok(rt) => rt,
         Err(e) => {
-            eprintln!("toolgate: cannot start the async runtime: {e}");
+            complain(format_args!("cannot start the async runtime: {e}"));
             return ExitCode::FAILURE;
         }
     };
     match runtime.block_on(run(cli, extensions)) {
         Ok(code) => code,
         Err(message) => {
-            eprintln!("toolgate: {message}");
+            complain(format_args!("{message}"));
             ExitCode::from(2)
         }
     }
@@ -319,7 +319,7 @@ async fn policy(action: PolicyAction, extensions: &Extensions) -> Result<ExitCod
     let report = crate::policy_test::run_table(&file, config.as_deref(), extensions)
         .await
         .map_err(|e| e.to_string())?;
-    println!("{report}");
+    say(format_args!("{report}"));
     Ok(if report.failed() == 0 {
         ExitCode::SUCCESS
     } else {
@@ -405,7 +405,7 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
         }
         out.push_str(&crate::policy_test::check_lines(&gateway, &tool));
     }
-    print!("{out}");
+    say(format_args!("{}", out.trim_end_matches('\n')));
     Ok(())
 }
 
@@ -608,17 +608,17 @@ async fn pins(path: &std::path::Path, action: Option<PinsAction>) -> Result<(), 
     if let Some(PinsAction::Import { from }) = &action {
         let file = PinFile::load(from).map_err(|e| e.to_string())?;
         let imported = store.import(&file).await.map_err(|e| e.to_string())?;
-        println!("{imported}");
+        say(format_args!("{imported}"));
         return Ok(());
     }
     if let Some(PinsAction::Forget { tools }) = &action {
         for tool in tools {
             store.forget(tool).await.map_err(|e| e.to_string())?;
-            println!("forgotten: {tool}");
+            say(format_args!("forgotten: {tool}"));
         }
-        println!(
+        say(format_args!(
             "a tool of that name offered again is pinned afresh (trust on first use) at a running gateway's next reload"
-        );
+        ));
         return Ok(());
     }
     let list = store.read().await.map_err(|e| e.to_string())?;
@@ -633,30 +633,35 @@ async fn pins(path: &std::path::Path, action: Option<PinsAction>) -> Result<(), 
         }
         for tool in &tools {
             store.accept(tool).await.map_err(|e| e.to_string())?;
-            println!("accepted: {tool}");
+            say(format_args!("accepted: {tool}"));
         }
-        println!("a running gateway serves them after a reload (SIGHUP)");
+        say(format_args!(
+            "a running gateway serves them after a reload (SIGHUP)"
+        ));
         return Ok(());
     }
-    println!(
+    say(format_args!(
         "{}: {} pinned, {} changed",
         store.describe(),
         list.pins.len(),
         list.pending.len()
-    );
+    ));
     for (tool, pin) in &list.pins {
-        println!("PINNED {tool}: {}", pin.fingerprint);
+        say(format_args!("PINNED {tool}: {}", pin.fingerprint));
     }
     for (tool, change) in &list.pending {
-        println!("\nCHANGED {tool}: {} -> {}", change.pinned, change.offered);
+        say(format_args!(
+            "\nCHANGED {tool}: {} -> {}",
+            change.pinned, change.offered
+        ));
         let before = list.pins.get(tool).map(|p| &p.definition);
         for (field, now) in change.definition.as_object().into_iter().flatten() {
             let was = before.and_then(|b| b.get(field));
             if was != Some(now) {
-                println!(
+                say(format_args!(
                     "  {field}:\n    was: {}\n    now: {now}",
                     was.map_or("(absent)".to_owned(), ToString::to_string)
-                );
+                ));
             }
         }
     }
@@ -689,7 +694,7 @@ fn audit(action: AuditAction) -> Result<ExitCode, String> {
                     .map_err(cannot)?;
             }
             let verified = verifier.finish().map_err(|e| e.to_string())?;
-            println!("{verified}");
+            say(format_args!("{verified}"));
             Ok(if verified.records == 0 || !verified.unsigned.is_empty() {
                 ExitCode::FAILURE
             } else {
@@ -710,7 +715,7 @@ fn audit(action: AuditAction) -> Result<ExitCode, String> {
                 })?;
             let key = toolgate_hooks::audit::CheckpointKey::from_base64(&seed.0)
                 .map_err(|e| format!("audit.signing_key: {e}"))?;
-            println!("{}", key.public_key());
+            say(format_args!("{}", key.public_key()));
             Ok(ExitCode::SUCCESS)
         }
     }
@@ -719,14 +724,20 @@ fn audit(action: AuditAction) -> Result<ExitCode, String> {
 fn hash_key(generate: bool) -> Result<(), String> {
     let key = if generate {
         let key = crate::auth::generate_key().map_err(|e| format!("cannot generate a key: {e}"))?;
-        println!("key:        {key}");
+        say(format_args!("key:        {key}"));
         key
     } else {
+        // A key is a line of a few dozen characters: what is past 64 KiB is not one.
         let mut line = String::new();
-        std::io::stdin()
-            .lock()
+        std::io::Read::take(std::io::stdin().lock(), 64 * 1024)
             .read_line(&mut line)
             .map_err(|e| format!("cannot read the key from stdin: {e}"))?;
+        if line.len() >= 64 * 1024 {
+            return Err(
+                "the key on stdin is longer than 64 KiB: give the key itself, on one line"
+                    .to_owned(),
+            );
+        }
         let key = line.trim().to_owned();
         if key.is_empty() {
             return Err(
@@ -737,15 +748,51 @@ fn hash_key(generate: bool) -> Result<(), String> {
     };
     let hash = crate::auth::hash_key(&key);
     if generate {
-        println!("key_sha256: {hash}");
+        say(format_args!("key_sha256: {hash}"));
     } else {
-        println!("{hash}");
+        say(format_args!("{hash}"));
     }
     Ok(())
 }
 
 fn print_json(value: &Value) -> Result<(), String> {
     let text = serde_json::to_string_pretty(value).map_err(|e| e.to_string())?;
-    let mut stdout = std::io::stdout().lock();
-    writeln!(stdout, "{text}").map_err(|e| e.to_string())
+    say(format_args!("{text}"));
+    Ok(())
+}
+
+/// Writes `text` and a line feed to stdout. When the reader went away (`toolgate tools |
+/// head`), the command ends there, quietly and successfully, as Unix tools do; when stdout
+/// fails otherwise, it ends with the reason on stderr.
+fn say(text: std::fmt::Arguments<'_>) {
+    let written = writeln!(std::io::stdout().lock(), "{}", visible(text));
+    if let Err(e) = written {
+        if e.kind() == std::io::ErrorKind::BrokenPipe {
+            std::process::exit(0);
+        }
+        complain(format_args!("cannot write the output: {e}"));
+        std::process::exit(2);
+    }
+}
+
+/// Writes `toolgate: {text}` to stderr; nothing when stderr is gone too.
+fn complain(text: std::fmt::Arguments<'_>) {
+    let _ = writeln!(std::io::stderr().lock(), "toolgate: {}", visible(text));
+}
+
+/// `text` with its control characters escaped, line by line (`\u001b` for an escape), as
+/// the log's are: a name from a file or an upstream cannot move the cursor, recolour or
+/// retitle the terminal, or forge a line.
+fn visible(text: std::fmt::Arguments<'_>) -> String {
+    let text = text.to_string();
+    let lines: Vec<String> = text
+        .split('\n')
+        .map(
+            |line| match crate::logging::escape_controls(line.as_bytes(), false) {
+                Some(escaped) => String::from_utf8_lossy(&escaped).into_owned(),
+                None => line.to_owned(),
+            },
+        )
+        .collect();
+    lines.join("\n")
 }

@@ -72,7 +72,7 @@ impl Write for ScrubbedStderr {
 /// JSON line stays valid JSON; `None` when there is none. With `colours`, the formatter's
 /// colour sequences (`ESC [ digits ; … m`) pass: they change colours only, and the
 /// formatter itself escapes ESC in what it is given to log.
-fn escape_controls(line: &[u8], colours: bool) -> Option<Vec<u8>> {
+pub(crate) fn escape_controls(line: &[u8], colours: bool) -> Option<Vec<u8>> {
     let body = line.strip_suffix(b"\n").unwrap_or(line);
     if !(0..body.len()).any(|i| control_at(body, i).is_some()) {
         return None;

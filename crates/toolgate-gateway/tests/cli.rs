@@ -401,3 +401,52 @@ fn pins_accepted_by_many_processes_at_once_are_all_kept_and_forgotten_once() {
     let (_, listed, _) = run(&["pins", "--config", &config], "");
     assert!(listed.contains(": 22 pinned, 0 changed"), "{listed}");
 }
+
+#[test]
+fn a_reader_that_goes_away_ends_the_output_quietly() {
+    // `toolgate tools | head -1`: stdout's reader is gone before the output is written.
+    let mut child = std::process::Command::new(common::BIN)
+        .args(["tools", "--config", EXAMPLE_CONFIG])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("starting the toolgate binary");
+    drop(child.stdout.take());
+    let output = child.wait_with_output().expect("toolgate's output");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{:?}: {stderr}", output.status);
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn check_shows_control_characters_escaped_and_refuses_them_in_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &path,
+        "tools:\n  builtin: [echo]\n  labels:\n    echo: { tags: [\"x\\e]0;pwned\\a\"] }\n",
+    )
+    .unwrap();
+    let (_, stdout, stderr) = run(&["check", "--config", path.to_str().unwrap()], "");
+    for text in [&stdout, &stderr] {
+        assert!(
+            !text.contains('\u{1b}') && !text.contains('\u{7}'),
+            "{text:?}"
+        );
+    }
+    let (_, stderr) = refused(
+        "tools:\n  builtin: [echo]\npolicies:\n  rate_limits:\n    - {name: \"a\\nwill_authorize  x\", rate: 1/s}\n",
+    );
+    assert!(
+        stderr.contains("`policies.rate_limits[0].name`"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn hash_key_refuses_a_key_longer_than_any_key_without_reading_it_all() {
+    let (status, stdout, stderr) = run(&["hash-key"], &"k".repeat(100_000));
+    assert_eq!(status.code(), Some(2), "{stdout}");
+    assert!(stderr.contains("longer than 64 KiB"), "{stderr}");
+}

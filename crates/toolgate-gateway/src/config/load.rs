@@ -333,6 +333,12 @@ fn check(config: &Config) -> Result<(), ConfigError> {
                 "a user id may not be empty",
             ));
         }
+        if user.id.chars().any(char::is_control) || user.id.len() > 256 {
+            return Err(ConfigError::invalid(
+                format!("users[{i}].id"),
+                "a user id is at most 256 bytes, without control characters (a line break, an escape): it is written in logs, audit records and messages",
+            ));
+        }
         if !ids.insert(user.id.as_str()) {
             return Err(ConfigError::invalid(
                 format!("users[{i}].id"),
@@ -786,9 +792,16 @@ mod tests {
         }
         let refused = parse("server:\n  body_limit: 0\n").unwrap_err();
         assert_eq!(refused.field(), "server.body_limit");
-        let refused =
-            parse("policies:\n  rate_limits:\n    - {name: '', rate: 1/s}\n").unwrap_err();
-        assert_eq!(refused.field(), "policies.rate_limits[0].name");
+        for name in ["''", "\"a\\nwill_authorize x\"", "\"\\e]0;title\\a\""] {
+            let yaml = format!("policies:\n  rate_limits:\n    - {{name: {name}, rate: 1/s}}\n");
+            let refused = parse(&yaml).unwrap_err();
+            assert_eq!(refused.field(), "policies.rate_limits[0].name", "{name}");
+        }
+        let hash = "ab".repeat(32);
+        for id in ["\"a\\e[31mb\"", &"x".repeat(300)] {
+            let yaml = format!("users:\n  - id: {id}\n    key_sha256: {hash}\n");
+            assert_eq!(parse(&yaml).unwrap_err().field(), "users[0].id", "{id}");
+        }
     }
 
     #[test]

@@ -130,10 +130,10 @@ fn unique<'a>(
 ) -> Result<(), ConfigError> {
     let mut seen = BTreeSet::new();
     for (i, name) in names.enumerate() {
-        if name.trim().is_empty() {
+        if name.trim().is_empty() || name.chars().any(char::is_control) {
             return Err(ConfigError::invalid(
                 format!("{list}[{i}].name"),
-                "a name may not be empty: it names the policy in logs, metrics and answers",
+                "a name may not be empty nor hold control characters (a line break, an escape): it names the policy in logs, metrics and answers",
             ));
         }
         if !seen.insert(name) {
