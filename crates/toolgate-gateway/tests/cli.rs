@@ -450,3 +450,14 @@ fn hash_key_refuses_a_key_longer_than_any_key_without_reading_it_all() {
     assert_eq!(status.code(), Some(2), "{stdout}");
     assert!(stderr.contains("longer than 64 KiB"), "{stderr}");
 }
+
+#[test]
+fn check_says_why_an_upstream_could_not_be_reached() {
+    let (_, stderr) =
+        refused("upstreams:\n  - name: gone\n    command: /nonexistent/toolgate-test-server\n");
+    assert!(
+        stderr.contains("cannot start `/nonexistent/toolgate-test-server`"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("retry after"), "{stderr}");
+}

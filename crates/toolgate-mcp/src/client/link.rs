@@ -92,6 +92,9 @@ struct State {
     failures: u32,
     /// No new attempt before this instant.
     retry_at: Option<Instant>,
+    /// Why the latest attempt failed (scrubbed), while attempts fail: told to whoever
+    /// sets the upstream up (`toolgate check`, the gateway's start), never to a caller.
+    last_failure: Option<String>,
     /// Counts connections, so a failure forgets only the connection it happened on.
     generation: u64,
 }
@@ -390,6 +393,7 @@ impl Link {
                     }
                     state.failures = 0;
                     state.retry_at = None;
+                    state.last_failure = None;
                     state.session = Some(session);
                     state.direct = direct;
                     state.tools = tools;
@@ -404,12 +408,18 @@ impl Link {
                     let wait = self.config.backoff.delay(state.failures);
                     state.retry_at = Some(Instant::now() + wait);
                     tracing::warn!(server = %self.config.name, failures = state.failures, %reason, retry_in_ms = wait.as_millis() as u64, "cannot connect to MCP server");
+                    state.last_failure = Some(reason);
                     if Instant::now() >= wait_until {
                         return Err(self.unavailable(wait));
                     }
                 }
             }
         }
+    }
+
+    /// Why the latest attempt to connect failed, while attempts fail (scrubbed).
+    pub(crate) async fn last_failure(&self) -> Option<String> {
+        self.current.state.lock().await.last_failure.clone()
     }
 
     fn unavailable(&self, wait: std::time::Duration) -> ToolError {

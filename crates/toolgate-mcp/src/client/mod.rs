@@ -116,17 +116,29 @@ impl Upstream {
         let mut tools = Vec::new();
         let mut remote_names = Vec::new();
         if config.declared_tools.is_empty() {
-            let discovered = discovered.map_err(|e| match e {
-                toolgate_core::ToolError::RetryAfter { .. }
-                | toolgate_core::ToolError::Timeout { .. } => McpError::Connect {
-                    server: config.name.clone(),
-                    reason: link.scrubbed(e.to_string()),
-                },
-                other => McpError::Discovery {
-                    server: config.name.clone(),
-                    reason: link.scrubbed(other.to_string()),
-                },
-            })?;
+            let discovered = match discovered {
+                Ok(discovered) => discovered,
+                Err(
+                    e @ (toolgate_core::ToolError::RetryAfter { .. }
+                    | toolgate_core::ToolError::Timeout { .. }),
+                ) => {
+                    // Why the connection failed says more than "unavailable, retry after".
+                    let reason = match link.last_failure().await {
+                        Some(why) => why,
+                        None => link.scrubbed(e.to_string()),
+                    };
+                    return Err(McpError::Connect {
+                        server: config.name.clone(),
+                        reason,
+                    });
+                }
+                Err(other) => {
+                    return Err(McpError::Discovery {
+                        server: config.name.clone(),
+                        reason: link.scrubbed(other.to_string()),
+                    });
+                }
+            };
             for tool in &discovered {
                 remote_names.push(tool.name.to_string());
                 tools.push(link.scrub_definition(definition_from_mcp(config, tool)));
