@@ -15,6 +15,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::routing::post;
 use common::{Answer, Gateway, client, eventually, invoke, random_u32, redis_or_skip, user_yaml};
+use futures::StreamExt;
 use serde_json::{Value, json};
 use toolgate_gateway::webhooks::{self, REPLAY_WINDOW, WebhookVerifyError};
 
@@ -69,6 +70,20 @@ async fn receive(State(receiver): State<Receiver>, headers: HeaderMap, body: Byt
     StatusCode::from_u16(status).unwrap()
 }
 
+/// Keeps the request and never answers it.
+async fn receive_and_hang(
+    State(receiver): State<Receiver>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    receiver
+        .received
+        .lock()
+        .unwrap()
+        .push(Received { headers, body });
+    std::future::pending().await
+}
+
 impl Receiver {
     /// Starts a receiver answering `script` first; it and its URL.
     async fn start(script: &[u16]) -> (Receiver, String) {
@@ -77,10 +92,26 @@ impl Receiver {
         let app = Router::new()
             .route("/hook", post(receive))
             .with_state(receiver.clone());
+        let url = Receiver::serve(app).await;
+        (receiver, url)
+    }
+
+    /// Starts a receiver that keeps every request and never answers any; it and its URL.
+    async fn start_hanging() -> (Receiver, String) {
+        let receiver = Receiver::default();
+        let app = Router::new()
+            .route("/hook", post(receive_and_hang))
+            .with_state(receiver.clone());
+        let url = Receiver::serve(app).await;
+        (receiver, url)
+    }
+
+    /// Serves `app` on a free loopback port; the URL of its `/hook`.
+    async fn serve(app: Router) -> String {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/hook", listener.local_addr().unwrap());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        (receiver, url)
+        url
     }
 
     fn all(&self) -> Vec<Received> {
@@ -103,6 +134,14 @@ impl Receiver {
             .collect()
     }
 
+    /// The distinct suspensions the `suspension.waiting` requests were about.
+    fn waiting_ids(&self) -> std::collections::HashSet<String> {
+        self.of_type("suspension.waiting")
+            .iter()
+            .map(|r| r.json()["suspension"]["id"].as_str().unwrap().to_owned())
+            .collect()
+    }
+
     /// Waits (bounded) until a request of `kind` about suspension `id` came; the first.
     async fn wait_for(&self, kind: &str, id: &str) -> Received {
         eventually(
@@ -122,9 +161,18 @@ fn start_gateway(url: &str, extra: &str) -> Gateway {
 
 /// [`start_gateway`] with `state`, the configuration's `state:` section (none: in memory).
 fn start_gateway_with_state(url: &str, extra: &str, state: &str) -> Gateway {
+    start_gateway_with_webhooks(&[url], extra, state)
+}
+
+/// [`start_gateway_with_state`] telling each of `urls`, in this order.
+fn start_gateway_with_webhooks(urls: &[&str], extra: &str, state: &str) -> Gateway {
+    let webhooks: String = urls
+        .iter()
+        .map(|url| format!("      - url: \"{url}\"\n        secret: ${{HOOK_SECRET}}\n"))
+        .collect();
     let config = format!(
         "{state}tools:\n  builtin: [echo, sleep]\nusers:\n{}{}\
-policies:\n  approval:\n    tools: [echo, sleep]\n{extra}    webhooks:\n      - url: \"{url}\"\n        secret: ${{HOOK_SECRET}}\n",
+policies:\n  approval:\n    tools: [echo, sleep]\n{extra}    webhooks:\n{webhooks}",
         user_yaml("alice", &["admin"]),
         user_yaml("bob", &["analyst"]),
     );
@@ -140,6 +188,15 @@ fn suspension_id(answer: &Answer) -> String {
 async fn park(gateway: &Gateway) -> String {
     let input = json!({"text": format!("deploy with {CANARY}")});
     suspension_id(&invoke(gateway, "bob", "echo", input).await)
+}
+
+/// Parks `count` calls, a few at a time; their suspension ids.
+async fn park_many(gateway: &Gateway, count: usize) -> Vec<String> {
+    futures::stream::iter(0..count)
+        .map(|_| park(gateway))
+        .buffer_unordered(8)
+        .collect()
+        .await
 }
 
 async fn decide(gateway: &Gateway, id: &str, decision: Value) -> Answer {
@@ -547,4 +604,94 @@ async fn a_call_kept_on_redis_is_told_expired_after_the_gateway_that_parked_it_r
         "the expiry was told under different ids: {told:?}"
     );
     drop((restarted, replica));
+}
+
+#[tokio::test]
+async fn a_receiver_that_never_answers_delays_no_other_receivers_events() {
+    let (hanging, hanging_url) = Receiver::start_hanging().await;
+    let (healthy, healthy_url) = Receiver::start(&[]).await;
+    // The hanging receiver first: each event is queued for it before the healthy one.
+    let gateway = start_gateway_with_webhooks(&[&hanging_url, &healthy_url], "", "");
+    // More calls than one webhook may have deliveries in progress: the hanging receiver's
+    // hold all of its own slots.
+    let count = 3 * webhooks::IN_FLIGHT;
+
+    let parked = park_many(&gateway, count).await;
+
+    // Well within the first attempt's timeout to the hanging receiver (10 s, and 4 more
+    // attempts after it): were its deliveries in the way, the healthy receiver would wait
+    // for them for about a minute.
+    eventually(
+        "every event at the healthy receiver",
+        Duration::from_secs(20),
+        || async { healthy.waiting_ids().len() == count },
+    )
+    .await;
+    assert_eq!(
+        healthy.waiting_ids(),
+        parked.into_iter().collect(),
+        "the healthy receiver was told of every parked call"
+    );
+    assert!(!hanging.all().is_empty(), "the hanging receiver was tried");
+    let metrics = gateway.metrics().await;
+    let deliveries = |outcome| {
+        metric(
+            &metrics,
+            webhooks::DELIVERIES,
+            &[("event", "waiting"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(deliveries("delivered"), count as f64, "{metrics}");
+    assert_eq!(deliveries("dropped"), 0.0, "{metrics}");
+    assert_eq!(
+        deliveries("failed"),
+        0.0,
+        "the hanging receiver's are still being tried: {metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_full_queue_drops_only_the_events_of_its_own_webhook() {
+    let (hanging, hanging_url) = Receiver::start_hanging().await;
+    let (healthy, healthy_url) = Receiver::start(&[]).await;
+    let gateway = start_gateway_with_webhooks(
+        &[&hanging_url, &healthy_url],
+        "    max_pending_per_user: 5000\n",
+        "",
+    );
+    // What the hanging receiver's webhook can hold (its requests in progress and its
+    // queue), and more.
+    let held = webhooks::IN_FLIGHT + webhooks::QUEUE_CAPACITY;
+    let count = held + 64;
+
+    let parked = park_many(&gateway, count).await;
+
+    eventually(
+        "every event at the healthy receiver",
+        Duration::from_secs(60),
+        || async { healthy.waiting_ids().len() == count },
+    )
+    .await;
+    assert_eq!(healthy.waiting_ids(), parked.into_iter().collect());
+    assert!(!hanging.all().is_empty(), "the hanging receiver was tried");
+    let metrics = gateway.metrics().await;
+    let deliveries = |outcome| {
+        metric(
+            &metrics,
+            webhooks::DELIVERIES,
+            &[("event", "waiting"), ("outcome", outcome)],
+        )
+    };
+    assert_eq!(deliveries("delivered"), count as f64, "{metrics}");
+    // Only the hanging receiver's were dropped: at most what did not fit in its webhook.
+    let dropped = deliveries("dropped");
+    assert!(
+        dropped >= 1.0 && dropped <= (count - held) as f64,
+        "{dropped} dropped: {metrics}"
+    );
+    gateway
+        .wait_for_log("the webhook queue is full", 1, Duration::from_secs(5))
+        .await;
+    let log = gateway.stderr();
+    assert!(log.contains("policies.approval.webhooks[0]"), "{log}");
 }

@@ -1,5 +1,10 @@
-//! [`Notifier`]: the webhooks of one configuration, their bounded queue and the one task
-//! that delivers it — and, while its configuration is the one served, watches for expiries.
+//! [`Notifier`]: the webhooks of one configuration, each with its own bounded queue and
+//! its own worker that delivers it, and the task that — while its configuration is the one
+//! served — watches for expiries and, once retired, waits for the workers to finish.
+//!
+//! Each webhook has its own queue ([`QUEUE_CAPACITY`]) and its own delivery slots
+//! ([`IN_FLIGHT`]), so that a receiver that is slow, down or never answers fills only its
+//! own: it delays and drops only its own events, never another webhook's.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -9,7 +14,7 @@ use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
 use tokio::sync::mpsc::error::TrySendError;
 use tokio::sync::{mpsc, watch};
-use tokio::task::JoinHandle;
+use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::error::with_causes;
 use toolgate_core::suspension::SuspensionStore;
@@ -38,11 +43,14 @@ pub(super) struct Watch {
     pub wake_ups: watch::Receiver<()>,
 }
 
-/// Events waiting to be sent, all webhooks together; past it the newest is dropped.
+/// Events waiting to be sent to one webhook (each webhook has its own queue, so a
+/// configuration holds at most this many per webhook); past it the newest is dropped for
+/// that webhook only.
 pub const QUEUE_CAPACITY: usize = 1024;
 
-/// Deliveries in progress at once (each to one webhook, retries included).
-const IN_FLIGHT: usize = 16;
+/// Deliveries to one webhook in progress at once, retries included (each webhook has its
+/// own, so a receiver that never answers holds only its own).
+pub const IN_FLIGHT: usize = 16;
 
 /// Attempts per delivery, the first included.
 pub const MAX_ATTEMPTS: u32 = 5;
@@ -84,10 +92,11 @@ struct Delivery {
     event: Arc<Event>,
 }
 
-/// The webhooks of one configuration and their delivery task.
+/// The webhooks of one configuration, their queues and their task.
 pub(crate) struct Notifier {
     webhooks: Arc<[Webhook]>,
-    queue: mpsc::Sender<Delivery>,
+    /// One bounded queue per webhook, in the order of `webhooks`.
+    queues: Vec<mpsc::Sender<Delivery>>,
     retired: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
 }
@@ -128,19 +137,29 @@ impl Notifier {
             .user_agent(concat!("toolgate/", env!("CARGO_PKG_VERSION")))
             .build()
             .map_err(|e| format!("the webhook client cannot be made: {e}"))?;
-        let (queue, received) = mpsc::channel(QUEUE_CAPACITY);
         let retired = CancellationToken::new();
+        let (queues, workers): (Vec<_>, Vec<_>) = (0..webhooks.len())
+            .map(|webhook| {
+                let (queue, received) = mpsc::channel(QUEUE_CAPACITY);
+                let worker = Worker {
+                    webhook,
+                    received,
+                    webhooks: webhooks.clone(),
+                    client: client.clone(),
+                    retired: retired.clone(),
+                };
+                (queue, worker)
+            })
+            .unzip();
         let task = tokio::spawn(run(Run {
-            received,
-            webhooks: webhooks.clone(),
-            client,
+            workers,
             watch,
             store,
             retired: retired.clone(),
         }));
         Ok(Arc::new(Notifier {
             webhooks,
-            queue,
+            queues,
             retired,
             task: Mutex::new(Some(task)),
         }))
@@ -151,10 +170,11 @@ impl Notifier {
         self.webhooks.iter().any(|w| w.events.contains(&kind))
     }
 
-    /// Queues `event` for every webhook that takes it, never waiting: when the queue is
-    /// full the event is dropped for that webhook, counted and logged.
+    /// Queues `event` for every webhook that takes it, each in its own queue, never
+    /// waiting: when a webhook's queue is full the event is dropped for that webhook only,
+    /// counted and logged.
     pub(crate) fn enqueue(&self, event: Arc<Event>) {
-        for (i, webhook) in self.webhooks.iter().enumerate() {
+        for (i, (webhook, queue)) in self.webhooks.iter().zip(&self.queues).enumerate() {
             if !webhook.events.contains(&event.kind) {
                 continue;
             }
@@ -162,7 +182,7 @@ impl Notifier {
                 webhook: i,
                 event: event.clone(),
             };
-            if let Err(refused) = self.queue.try_send(delivery) {
+            if let Err(refused) = queue.try_send(delivery) {
                 let why = match refused {
                     TrySendError::Full(_) => "the webhook queue is full",
                     TrySendError::Closed(_) => "the webhook notifier was stopped",
@@ -186,7 +206,7 @@ impl Notifier {
     }
 
     /// Waits up to `wait` for the task to end (after [`retire`](Self::retire)), then stops
-    /// it.
+    /// it, and with it the webhooks' workers.
     pub(crate) async fn finished(&self, wait: Duration) {
         let task = self.task.lock().ok().and_then(|mut t| t.take());
         if let Some(mut task) = task
@@ -213,25 +233,23 @@ impl Drop for Notifier {
 }
 
 struct Run {
-    received: mpsc::Receiver<Delivery>,
-    webhooks: Arc<[Webhook]>,
-    client: reqwest::Client,
+    /// The webhooks' workers, started by the task.
+    workers: Vec<Worker>,
     watch: Watch,
     store: Arc<dyn SuspensionStore>,
     retired: CancellationToken,
 }
 
-/// The task: delivers the queue, up to [`IN_FLIGHT`] at once, and fires expiries while the
-/// notifier serves. Once retired it delivers what is queued for up to [`RETIRED_GRACE`],
-/// abandons the rest (counted `dropped`) and ends.
+/// The task: starts one [`work`]er per webhook and fires expiries while the notifier
+/// serves. Once retired it waits for the workers to end, and ends; stopped, it stops them.
 async fn run(mut run: Run) {
-    let abandon = CancellationToken::new();
-    let mut in_flight = FuturesUnordered::new();
-    let mut open = true;
-    let mut give_up = None;
+    let mut workers = JoinSet::new();
+    for worker in run.workers.drain(..) {
+        workers.spawn(work(worker));
+    }
     loop {
         run.watch.wake_ups.borrow_and_update();
-        let watching = give_up.is_none();
+        let watching = !run.retired.is_cancelled();
         let next_expiry = watching
             .then(|| (run.watch.upgrade)())
             .flatten()
@@ -239,20 +257,7 @@ async fn run(mut run: Run) {
         let until_expiry = next_expiry
             .map(|at| at.duration_since(SystemTime::now()).unwrap_or_default())
             .unwrap_or(Duration::MAX);
-        let give_up_at = give_up.unwrap_or_else(tokio::time::Instant::now);
         tokio::select! {
-            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
-            received = run.received.recv(), if open && in_flight.len() < IN_FLIGHT => {
-                match received {
-                    Some(delivery) => in_flight.push(deliver(
-                        run.client.clone(),
-                        run.webhooks.clone(),
-                        delivery,
-                        abandon.clone(),
-                    )),
-                    None => open = false,
-                }
-            }
             () = tokio::time::sleep(until_expiry), if next_expiry.is_some() => {
                 if let Some(notifications) = (run.watch.upgrade)() {
                     notifications.expire_due(&*run.store).await;
@@ -263,14 +268,58 @@ async fn run(mut run: Run) {
                     run.retired.cancel();
                 }
             }
-            () = run.retired.cancelled(), if watching => {
-                run.received.close();
+            () = run.retired.cancelled(), if watching => {}
+            joined = workers.join_next(), if !watching => {
+                if joined.is_none() {
+                    break;
+                }
+            }
+            else => break,
+        }
+    }
+}
+
+/// One webhook's worker: its queue and what it needs to deliver it.
+struct Worker {
+    /// Which of `webhooks` it delivers to.
+    webhook: usize,
+    received: mpsc::Receiver<Delivery>,
+    webhooks: Arc<[Webhook]>,
+    client: reqwest::Client,
+    retired: CancellationToken,
+}
+
+/// A worker: delivers its webhook's queue, up to [`IN_FLIGHT`] at once. Once retired it
+/// delivers what is queued for up to [`RETIRED_GRACE`], abandons the rest (counted
+/// `dropped`) and ends.
+async fn work(mut worker: Worker) {
+    let abandon = CancellationToken::new();
+    let mut in_flight = FuturesUnordered::new();
+    let mut open = true;
+    let mut give_up = None;
+    loop {
+        let give_up_at = give_up.unwrap_or_else(tokio::time::Instant::now);
+        tokio::select! {
+            Some(()) = in_flight.next(), if !in_flight.is_empty() => {}
+            received = worker.received.recv(), if open && in_flight.len() < IN_FLIGHT => {
+                match received {
+                    Some(delivery) => in_flight.push(deliver(
+                        worker.client.clone(),
+                        worker.webhooks.clone(),
+                        delivery,
+                        abandon.clone(),
+                    )),
+                    None => open = false,
+                }
+            }
+            () = worker.retired.cancelled(), if give_up.is_none() => {
+                worker.received.close();
                 give_up = Some(tokio::time::Instant::now() + RETIRED_GRACE);
             }
             () = tokio::time::sleep_until(give_up_at), if give_up.is_some() && !abandon.is_cancelled() => {
                 abandon.cancel();
                 // What is still queued is dropped too.
-                while let Ok(delivery) = run.received.try_recv() {
+                while let Ok(delivery) = worker.received.try_recv() {
                     count(&delivery.event, "dropped");
                 }
             }
@@ -280,6 +329,10 @@ async fn run(mut run: Run) {
             break;
         }
     }
+    tracing::debug!(
+        webhook = %worker.webhooks[worker.webhook].name,
+        "a webhook's worker ended"
+    );
 }
 
 /// How one attempt ended.

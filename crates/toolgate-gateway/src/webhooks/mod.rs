@@ -10,10 +10,12 @@
 //!   `{id}.{timestamp}.{body}`, in the headers [`ID_HEADER`], [`TIMESTAMP_HEADER`] and
 //!   [`SIGNATURE_HEADER`]; a receiver checks it with [`verify`] and a replay window
 //!   ([`REPLAY_WINDOW`]).
-//! * How it is delivered — from a bounded queue ([`QUEUE_CAPACITY`]; when full the newest
-//!   event is dropped, never the call held up) by one task per configuration, with up to
-//!   [`MAX_ATTEMPTS`] attempts and jittered exponential backoff; every delivery is counted
-//!   in [`DELIVERIES`] by outcome, and every retry in [`RETRIES`].
+//! * How it is delivered — each webhook from its own bounded queue ([`QUEUE_CAPACITY`];
+//!   when full the newest event is dropped for that webhook, never the call held up) by its
+//!   own worker, up to [`IN_FLIGHT`] requests at once, with up to [`MAX_ATTEMPTS`] attempts
+//!   and jittered exponential backoff: a receiver that is slow or never answers delays and
+//!   drops only its own events. Every delivery is counted in [`DELIVERIES`] by outcome, and
+//!   every retry in [`RETRIES`].
 //!
 //! # Examples
 //!
@@ -41,7 +43,8 @@ mod signature;
 mod store;
 
 pub use delivery::{
-    ATTEMPT_TIMEOUT, BASE_BACKOFF, DELIVERIES, MAX_ATTEMPTS, MAX_BACKOFF, QUEUE_CAPACITY, RETRIES,
+    ATTEMPT_TIMEOUT, BASE_BACKOFF, DELIVERIES, IN_FLIGHT, MAX_ATTEMPTS, MAX_BACKOFF,
+    QUEUE_CAPACITY, RETRIES,
 };
 pub use event::{CallSummary, DecisionSummary, Event};
 pub use notifications::Notifications;
