@@ -289,16 +289,12 @@ impl Gateway {
             Some(webhooks) => Some(
                 shared
                     .notifications
-                    .start_notifier(webhooks, shared.suspensions.store())
+                    .start_notifier(webhooks, shared.suspensions.store(), max_waiting)
                     .map_err(GatewayError::Io)?,
             ),
             None => None,
         };
-        let watches_expiries = notifier.is_some();
         shared.notifications.install(notifier);
-        if watches_expiries {
-            adopt_waiting_calls(shared, max_waiting);
-        }
 
         Ok(Gateway {
             keys: ApiKeys::new(&config.users),
@@ -583,25 +579,3 @@ fn cedar_policies(
 
 /// The hooks of one tool by stage, in the order they run.
 pub type StagePlan = Vec<(toolgate_core::Stage, Vec<String>)>;
-
-/// Watches for expiry, in the background, the calls the suspension store keeps waiting that
-/// this process did not see start — those of a store on Redis saved before a restart, or by
-/// another replica — so that their `suspension.expired` is sent (see
-/// `Notifications::adopt`).
-fn adopt_waiting_calls(shared: &SharedState, cap: usize) {
-    let notifications = shared.notifications.clone();
-    let store = shared.suspensions.store();
-    tokio::spawn(async move {
-        match notifications.adopt(&*store, cap).await {
-            Ok(0) => {}
-            Ok(calls) => tracing::info!(
-                calls,
-                "waiting calls kept by the suspension store are watched for expiry"
-            ),
-            Err(error) => tracing::warn!(
-                %error,
-                "the waiting calls of the suspension store could not be listed: those this process did not see start get no `suspension.expired` from it"
-            ),
-        }
-    });
-}

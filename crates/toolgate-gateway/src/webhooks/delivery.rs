@@ -32,7 +32,16 @@ pub(super) trait Expiries: Send + Sync {
 
     /// Reports the calls whose expiry has come, as `store` confirms.
     fn expire_due<'a>(&'a self, store: &'a dyn SuspensionStore) -> BoxFuture<'a, ()>;
+
+    /// Watches too the calls `store` keeps waiting that are not watched yet (up to `cap`
+    /// in all): those that started on another replica, or before this process.
+    fn adopt_stored<'a>(&'a self, store: &'a dyn SuspensionStore, cap: usize) -> BoxFuture<'a, ()>;
 }
+
+/// How often a serving notifier looks in the suspension store for waiting calls it does
+/// not watch yet — those another replica parked since — so that their expiry is reported
+/// even when that replica is gone by then.
+pub const ADOPT_EVERY: Duration = Duration::from_secs(30);
 
 /// How a notifier's task reaches the [`Expiries`] it watches.
 pub(super) struct Watch {
@@ -103,7 +112,8 @@ pub(crate) struct Notifier {
 
 impl Notifier {
     /// The notifier of `webhooks` (checked at load), with its task started. It watches the
-    /// expiries of `watch` (confirming each with `store`) until it is retired.
+    /// expiries of `watch` (confirming each with `store`, and taking in the calls `store`
+    /// keeps waiting, up to `adopt_cap`) until it is retired.
     ///
     /// # Errors
     ///
@@ -112,6 +122,7 @@ impl Notifier {
         webhooks: &[WebhookConfig],
         watch: Watch,
         store: Arc<dyn SuspensionStore>,
+        adopt_cap: usize,
     ) -> Result<Arc<Notifier>, String> {
         let webhooks: Arc<[Webhook]> = webhooks
             .iter()
@@ -155,6 +166,7 @@ impl Notifier {
             workers,
             watch,
             store,
+            adopt_cap,
             retired: retired.clone(),
         }));
         Ok(Arc::new(Notifier {
@@ -237,16 +249,20 @@ struct Run {
     workers: Vec<Worker>,
     watch: Watch,
     store: Arc<dyn SuspensionStore>,
+    /// The most calls watched for expiry.
+    adopt_cap: usize,
     retired: CancellationToken,
 }
 
-/// The task: starts one [`work`]er per webhook and fires expiries while the notifier
-/// serves. Once retired it waits for the workers to end, and ends; stopped, it stops them.
+/// The task: starts one [`work`]er per webhook, and fires expiries while the notifier
+/// serves, taking in the store's waiting calls at once and every [`ADOPT_EVERY`]. Once
+/// retired it waits for the workers to end, and ends; stopped, it stops them.
 async fn run(mut run: Run) {
     let mut workers = JoinSet::new();
     for worker in run.workers.drain(..) {
         workers.spawn(work(worker));
     }
+    let mut next_adoption = tokio::time::Instant::now();
     loop {
         run.watch.wake_ups.borrow_and_update();
         let watching = !run.retired.is_cancelled();
@@ -258,6 +274,12 @@ async fn run(mut run: Run) {
             .map(|at| at.duration_since(SystemTime::now()).unwrap_or_default())
             .unwrap_or(Duration::MAX);
         tokio::select! {
+            () = tokio::time::sleep_until(next_adoption), if watching => {
+                if let Some(notifications) = (run.watch.upgrade)() {
+                    notifications.adopt_stored(&*run.store, run.adopt_cap).await;
+                }
+                next_adoption = tokio::time::Instant::now() + ADOPT_EVERY;
+            }
             () = tokio::time::sleep(until_expiry), if next_expiry.is_some() => {
                 if let Some(notifications) = (run.watch.upgrade)() {
                     notifications.expire_due(&*run.store).await;

@@ -248,8 +248,10 @@ impl Notifications {
     }
 
     /// Starts the notifier of `webhooks` (checked at load), watching the expiries of
-    /// these notifications (confirming each with `store`) until it is retired; events go
-    /// to it once it is [installed](Self::install).
+    /// these notifications (confirming each with `store`) until it is retired, and taking
+    /// in the calls `store` keeps waiting that this process did not see start, at once and
+    /// every [`ADOPT_EVERY`](super::delivery::ADOPT_EVERY), up to `cap` watched in all
+    /// ([`adopt`](Self::adopt)); events go to it once it is [installed](Self::install).
     ///
     /// # Errors
     ///
@@ -258,6 +260,7 @@ impl Notifications {
         &self,
         webhooks: &[WebhookConfig],
         store: Arc<dyn SuspensionStore>,
+        cap: usize,
     ) -> Result<Arc<Notifier>, String> {
         let inner = Arc::downgrade(&self.inner);
         let watch = Watch {
@@ -267,7 +270,7 @@ impl Notifications {
             }),
             wake_ups: self.inner.wake.subscribe(),
         };
-        Notifier::start(webhooks, watch, store)
+        Notifier::start(webhooks, watch, store, cap)
     }
 
     /// The earliest expiry watched.
@@ -316,6 +319,22 @@ impl Expiries for Notifications {
 
     fn expire_due<'a>(&'a self, store: &'a dyn SuspensionStore) -> BoxFuture<'a, ()> {
         Box::pin(Notifications::expire_due(self, store))
+    }
+
+    fn adopt_stored<'a>(&'a self, store: &'a dyn SuspensionStore, cap: usize) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            match self.adopt(store, cap).await {
+                Ok(0) => {}
+                Ok(calls) => tracing::info!(
+                    calls,
+                    "waiting calls kept by the suspension store are watched for expiry"
+                ),
+                Err(error) => tracing::warn!(
+                    %error,
+                    "the waiting calls of the suspension store could not be listed: those this process did not see start get no `suspension.expired` from it until it can"
+                ),
+            }
+        })
     }
 }
 
@@ -371,6 +390,53 @@ mod tests {
         assert!(notifications.claim("third").is_some());
     }
 
+    /// A call parked through another replica after this one started, as the store keeps
+    /// it.
+    fn parked_elsewhere(id: &str) -> SuspendedInvocation {
+        let now = SystemTime::now();
+        SuspendedInvocation {
+            id: id.into(),
+            tool: "deploy".into(),
+            tool_version: "1".into(),
+            session_id: None,
+            request_id: "r1".into(),
+            user: toolgate_core::User::new("bob"),
+            input: serde_json::json!({}),
+            output: None,
+            metadata: serde_json::Map::new(),
+            stage: toolgate_core::Stage::WillExecute,
+            reason: "needs approval".into(),
+            payload: serde_json::Value::Null,
+            suspended_at: now,
+            expires_at: Some(now + Duration::from_secs(3600)),
+            binding: None,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_serving_notifier_takes_in_calls_parked_elsewhere_since_it_started() {
+        let notifications = Notifications::new();
+        let webhooks = [WebhookConfig {
+            url: EnvString("http://127.0.0.1:9/hook".into()),
+            secret: EnvString("0123456789abcdef".into()),
+            format: WebhookFormatName::Json,
+            events: WebhookEventName::ALL.to_vec(),
+        }];
+        let store = Arc::new(InMemorySuspensionStore::default());
+        store.save(parked_elsewhere("before")).await.unwrap();
+        let notifier = notifications
+            .start_notifier(&webhooks, store.clone(), 100)
+            .unwrap();
+        notifications.install(Some(notifier));
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(notifications.watched(), 1, "the calls kept when it started");
+        // Parked through another replica, which is gone before the call expires: this
+        // one must still report the expiry, so it must watch the call.
+        store.save(parked_elsewhere("later")).await.unwrap();
+        tokio::time::sleep(super::super::delivery::ADOPT_EVERY + Duration::from_secs(1)).await;
+        assert_eq!(notifications.watched(), 2);
+    }
+
     #[tokio::test]
     async fn a_replaced_notifier_ends_its_task() {
         let notifications = Notifications::new();
@@ -382,12 +448,14 @@ mod tests {
         }];
         let store = Arc::new(InMemorySuspensionStore::default());
         let first = notifications
-            .start_notifier(&webhooks, store.clone())
+            .start_notifier(&webhooks, store.clone(), 100)
             .unwrap();
         let task = first.take_task().unwrap();
         notifications.install(Some(first));
 
-        let second = notifications.start_notifier(&webhooks, store).unwrap();
+        let second = notifications
+            .start_notifier(&webhooks, store.clone(), 100)
+            .unwrap();
         notifications.install(Some(second.clone()));
 
         tokio::time::timeout(Duration::from_secs(5), task)
