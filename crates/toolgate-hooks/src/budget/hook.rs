@@ -204,8 +204,21 @@ impl Budget {
 
     /// ``budget `name`: 12 of 1,000 units left until 00:00 UTC for this key; this call
     /// costs 30; make a cheaper call`` (the error adds `, retry after … ms`). The time is
-    /// read on the backend's clock.
+    /// read on the backend's clock. A call that costs more than the whole budget is told
+    /// so, without a time to retry at: no window will ever fit it.
     fn refusal(&self, ctx: &ToolInvokeContext, state: &BudgetState, cost: u64) -> ToolError {
+        if cost > self.limit {
+            return ToolError::abort(
+                format!(
+                    "budget `{}`: this call costs {}, more than the whole budget of {} units a window: it can never run; make a cheaper call",
+                    self.name,
+                    grouped(cost),
+                    grouped(self.limit),
+                ),
+                "budget_exhausted",
+                429,
+            );
+        }
         let now_ms = state
             .window_end_ms
             .saturating_sub(u64::try_from(state.resets_in.as_millis()).unwrap_or(u64::MAX));

@@ -41,6 +41,23 @@ fn priced(budget: Budget) -> Pipeline {
 }
 
 #[tokio::test]
+async fn a_call_that_costs_more_than_the_whole_budget_is_not_told_to_retry() {
+    let pipeline = priced(
+        Budget::builder(100, Window::day())
+            .name("team")
+            .tool_cost("search", Cost::Fixed(494))
+            .build(),
+    );
+    let err = pipeline
+        .invoke("search", json!({}), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!((err.code(), err.status()), ("budget_exhausted", 429));
+    assert_eq!(err.retry_after_delay(), None, "{err}");
+    assert!(err.to_string().contains("it can never run"), "{err}");
+}
+
+#[tokio::test]
 async fn a_spent_budget_refuses_with_what_is_left_until_when() {
     let seconds = Arc::new(AtomicU64::new(LATE));
     let store = InMemoryBudget::default().with_clock(clock_at(seconds.clone()));
