@@ -133,8 +133,9 @@ pub struct OAuthConfig {
     /// 403 `insufficient_scope`.
     #[serde(default)]
     pub required_scopes: RequiredScopes,
-    /// The scopes advertised in the protected resource metadata (default: those of
-    /// `scope_roles` and `required_scopes`).
+    /// The scopes advertised in the protected resource metadata, on every route (default:
+    /// each route's `required_scopes`; a client that asks for every advertised scope is
+    /// then never steered to one that grants roles).
     #[serde(default)]
     pub scopes_supported: Option<Vec<String>>,
     /// The longest token accepted (default `8KiB`); longer ones are refused unread.
@@ -347,24 +348,6 @@ impl OAuthConfig {
     /// This gateway's resource identifier, without a trailing `/`.
     pub fn resource_base(&self) -> &str {
         self.resource.0.trim_end_matches('/')
-    }
-
-    /// The scopes advertised in the metadata.
-    pub fn advertised_scopes(&self) -> Vec<String> {
-        if let Some(scopes) = &self.scopes_supported {
-            return scopes.clone();
-        }
-        let mut scopes: Vec<String> = self
-            .scope_roles
-            .keys()
-            .chain(&self.required_scopes.v1)
-            .chain(&self.required_scopes.mcp)
-            .chain(self.required_scopes.tools.values().flatten())
-            .cloned()
-            .collect();
-        scopes.sort();
-        scopes.dedup();
-        scopes
     }
 }
 

@@ -124,6 +124,9 @@ pub struct KeyStore {
     current: Arc<ArcSwapOption<SigningKeys>>,
     /// The last fetch; held across a fetch so that concurrent misses share it.
     last_fetch: tokio::sync::Mutex<Option<LastFetch>>,
+    /// When the last fetch started, readable while a fetch runs (see
+    /// [`next_fetch_in`](KeyStore::next_fetch_in)).
+    last_fetch_at: std::sync::Mutex<Option<Instant>>,
 }
 
 /// The issuer's keys, kept for the process: the [`KeyStore`]s made
@@ -209,6 +212,7 @@ impl KeyStore {
             max_age: config.keys_max_age,
             current,
             last_fetch: tokio::sync::Mutex::new(None),
+            last_fetch_at: std::sync::Mutex::new(None),
         })
     }
 
@@ -241,6 +245,16 @@ impl KeyStore {
         self.last_fetch.try_lock().is_ok_and(|last| {
             last.as_ref()
                 .is_none_or(|fetch| fetch.at.elapsed() >= self.refresh_interval)
+        })
+    }
+
+    /// How long until the interval lets the issuer be asked for its keys again (zero when
+    /// it may be asked now): what a caller refused for want of keys is told to wait
+    /// (`Retry-After`), since a retry any sooner meets the same failure.
+    pub fn next_fetch_in(&self) -> Duration {
+        let at = *self.last_fetch_at.lock().unwrap_or_else(|e| e.into_inner());
+        at.map_or(Duration::ZERO, |at| {
+            self.refresh_interval.saturating_sub(at.elapsed())
         })
     }
 
@@ -297,6 +311,7 @@ impl KeyStore {
             // Once per attempt, so at most once per interval whatever callers send.
             tracing::warn!(error = %e, "the identity provider's signing keys could not be fetched");
         }
+        *self.last_fetch_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(at);
         *last = Some(LastFetch {
             at,
             failure: fetched.as_ref().err().cloned(),

@@ -39,14 +39,33 @@ pub fn metadata_url(config: &OAuthConfig, route: Route) -> String {
 }
 
 /// The metadata document (RFC 9728 §2) for `route`.
+///
+/// `scopes_supported` is what an MCP client asks for when the challenge names no scope,
+/// so by default it lists the scopes `route` requires and nothing more (and is left out
+/// when the route requires none, so the client asks for no scope at all): a scope that
+/// grants roles (`scope_roles`) or that one tool requires is not advertised unless the
+/// operator lists it in `scopes_supported`.
 pub fn document(config: &OAuthConfig, route: Route) -> Value {
-    json!({
+    let mut document = json!({
         "resource": resource(config, route),
         "authorization_servers": [config.issuer.0],
-        "scopes_supported": config.advertised_scopes(),
         "bearer_methods_supported": ["header"],
         "resource_name": "toolgate",
-    })
+    });
+    let scopes = scopes_supported(config, route);
+    if !scopes.is_empty() {
+        document["scopes_supported"] = json!(scopes);
+    }
+    document
+}
+
+/// The scopes the metadata of `route` advertises: `scopes_supported` when configured,
+/// else those `route` requires.
+pub fn scopes_supported(config: &OAuthConfig, route: Route) -> Vec<String> {
+    match &config.scopes_supported {
+        Some(scopes) => scopes.clone(),
+        None => super::required_scopes(config, route).to_vec(),
+    }
 }
 
 /// The challenge of an answer 401 or 403 on `route`: `Bearer` with the metadata URL, the

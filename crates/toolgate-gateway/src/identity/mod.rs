@@ -213,7 +213,12 @@ impl Identity {
             // (A failed fetch is logged where it happens, once per attempt.)
             Err(e) => match seen {
                 Some(_) => return Err(Refusal::InvalidToken(TokenError::UnknownKey)),
-                None => return Err(Refusal::IssuerUnavailable(e)),
+                None => {
+                    return Err(Refusal::IssuerUnavailable {
+                        error: e,
+                        retry_after: oauth.keys.next_fetch_in(),
+                    });
+                }
             },
         };
         let verified = oauth

@@ -2,6 +2,8 @@
 //! the gateway, with the `WWW-Authenticate` challenge of RFC 6750 that points an OAuth
 //! client to the metadata (RFC 9728) and the scopes to ask for.
 
+use std::time::Duration;
+
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use toolgate_http::HttpError as ApiError;
@@ -21,8 +23,14 @@ pub enum Refusal {
     InvalidToken(TokenError),
     /// A good token without the scopes the route needs: 403 `insufficient_scope`.
     InsufficientScope,
-    /// The issuer's keys could not be had and none are cached: 503.
-    IssuerUnavailable(JwksError),
+    /// The issuer's keys could not be had and none are cached: 503, with `Retry-After`.
+    IssuerUnavailable {
+        /// Why the keys could not be had.
+        error: JwksError,
+        /// How long until the issuer may be asked again (`refresh_interval` after the
+        /// last fetch): a retry sooner meets the same failure.
+        retry_after: Duration,
+    },
 }
 
 impl Refusal {
@@ -96,11 +104,14 @@ impl Refusal {
             }
             // Scopes are only required of tokens; without OAuth there are none to lack.
             (Refusal::InsufficientScope, None) => (unauthenticated(), Some(challenge(None))),
-            (Refusal::IssuerUnavailable(e), _) => (
+            (Refusal::IssuerUnavailable { error, retry_after }, _) => (
                 ApiError::new(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "identity_provider_unavailable",
-                    format!("tokens cannot be checked now: {e}"),
+                    format!(
+                        "tokens cannot be checked now: {error}; the gateway asks the identity provider for its keys again in {} s",
+                        whole_seconds(*retry_after)
+                    ),
                 ),
                 None,
             ),
@@ -110,22 +121,27 @@ impl Refusal {
         if let Some(value) = challenge.and_then(|v| HeaderValue::from_str(&v).ok()) {
             headers.insert(header::WWW_AUTHENTICATE, value);
         }
-        if matches!(self, Refusal::IssuerUnavailable(_)) {
-            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("5"));
+        if let Refusal::IssuerUnavailable { retry_after, .. } = self {
+            headers.insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(whole_seconds(*retry_after)),
+            );
         }
         response
     }
 }
 
-/// The scopes a 401 tells the client to ask for: what the route requires, else what the
-/// gateway knows of.
+/// The scopes a 401 tells the client to ask for: exactly those the route requires, none
+/// when it requires none. MCP clients ask for what the challenge names, so naming more
+/// (a scope of `scope_roles`, say) would have every client ask for it.
 fn challenge_scopes(config: &OAuthConfig, route: Route) -> Vec<String> {
-    let required = required_scopes(config, route);
-    if required.is_empty() {
-        config.advertised_scopes()
-    } else {
-        required.to_vec()
-    }
+    required_scopes(config, route).to_vec()
+}
+
+/// `wait` in whole seconds for `Retry-After`, rounded up and at least 1: a client that
+/// waits that long finds the interval over.
+fn whole_seconds(wait: Duration) -> u64 {
+    (wait.as_secs() + u64::from(wait.subsec_nanos() > 0)).max(1)
 }
 
 /// 401 where no issuer is configured: no valid API key.

@@ -75,9 +75,20 @@ pub enum TokenError {
         "the token's header has b64 set to false (an unencoded payload): send a JWT with an encoded payload"
     )]
     UnencodedPayload,
-    /// A required claim is missing or of the wrong type.
-    #[error("the token lacks a required claim")]
-    MissingClaim,
+    /// A claim every token must carry (`exp`, `iss`, `aud`, `sub`) is absent (or `null`).
+    #[error("{}", no_claim_message(.0))]
+    NoClaim(&'static str),
+    /// A claim is present but not as it must be: of the wrong type, out of range, empty,
+    /// too long, or (for the claims that become the caller's id, tenant and roles) holding
+    /// control characters. The message names the claim and the rule, never its value.
+    #[error("the token's `{claim}` claim {rule}")]
+    BadClaim {
+        /// The claim's name (`exp`, `sub`, or the configured `tenant_claim` or
+        /// `roles_claim`).
+        claim: String,
+        /// What is wrong with it, in words that follow the claim's name.
+        rule: &'static str,
+    },
     /// Its `sub` is the id of an API-key user, and the configuration does not say the two
     /// are the same (`subjects_are_api_key_users`).
     #[error(
@@ -306,9 +317,15 @@ impl TokenVerifier {
                 ErrorKind::InvalidAudience => TokenError::WrongAudience,
                 ErrorKind::InvalidIssuer => TokenError::WrongIssuer,
                 ErrorKind::InvalidSignature => TokenError::BadSignature,
-                ErrorKind::MissingRequiredClaim(_) | ErrorKind::InvalidClaimFormat(_) => {
-                    TokenError::MissingClaim
-                }
+                // Reported after the signature check (the header read already), so the
+                // claims are the issuer's and may be looked at to say what is wrong: a
+                // claim it cannot read it calls missing, and one of a shape it does not
+                // expect at all (`sub` as a list) fails the reading of the claims.
+                ErrorKind::MissingRequiredClaim(_)
+                | ErrorKind::InvalidClaimFormat(_)
+                | ErrorKind::Json(_) => payload(token)
+                    .and_then(|claims| claim_problem(&claims))
+                    .unwrap_or(TokenError::Malformed),
                 ErrorKind::InvalidAlgorithm => TokenError::KeyMismatch,
                 _ => TokenError::Malformed,
             })?;
@@ -328,22 +345,36 @@ impl TokenVerifier {
         match claims.get("iat") {
             None => {}
             Some(iat) => {
-                let iat = iat.as_f64().ok_or(TokenError::MissingClaim)?;
+                let iat = iat
+                    .as_f64()
+                    .ok_or_else(|| bad_claim("iat", date_rule(iat)))?;
                 if iat > now_secs().saturating_add(self.leeway) as f64 {
                     return Err(TokenError::IssuedInTheFuture);
                 }
             }
         }
         // A NumericDate may have a fraction; the whole seconds are enough here.
-        let expires_at = claims
-            .get("exp")
-            .and_then(|exp| exp.as_u64().or_else(|| exp.as_f64().map(|f| f as u64)))
-            .ok_or(TokenError::MissingClaim)?;
-        let sub = claims
-            .get("sub")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .ok_or(TokenError::MissingClaim)?;
+        let expires_at = match claims.get("exp") {
+            None | Some(Value::Null) => return Err(TokenError::NoClaim("exp")),
+            Some(exp) => exp
+                .as_u64()
+                .or_else(|| {
+                    exp.as_f64()
+                        .filter(|f| f.is_finite() && *f >= 0.0)
+                        .map(|f| f as u64)
+                })
+                .ok_or_else(|| bad_claim("exp", date_rule(exp)))?,
+        };
+        // The subject becomes the caller's id, which reasons, logs, audit records and
+        // webhook messages quote: printable, bounded text only.
+        let sub = match claims.get("sub") {
+            None | Some(Value::Null) => return Err(TokenError::NoClaim("sub")),
+            Some(Value::String(sub)) if !sub.is_empty() => sub.as_str(),
+            Some(_) => return Err(bad_claim("sub", SUB_NOT_A_STRING)),
+        };
+        if let Some(rule) = id_rule(sub) {
+            return Err(bad_claim("sub", rule));
+        }
         let scopes: Vec<String> = match (claims.get("scope"), claims.get("scp")) {
             (Some(Value::String(text)), _) => text.split_whitespace().map(str::to_owned).collect(),
             (_, Some(Value::Array(list))) => strings(list),
@@ -355,6 +386,13 @@ impl TokenVerifier {
             Some(Value::String(text)) => text.split_whitespace().map(str::to_owned).collect(),
             _ => Vec::new(),
         };
+        if let Some(rule) = roles.iter().find_map(|role| id_rule(role)) {
+            let rule = match rule {
+                ID_TOO_LONG => ROLE_TOO_LONG,
+                _ => ROLE_NOT_PRINTABLE,
+            };
+            return Err(bad_claim(&self.roles_claim, rule));
+        }
         for scope in &scopes {
             if let Some(granted) = self.scope_roles.get(scope) {
                 roles.extend(granted.iter().cloned());
@@ -363,12 +401,15 @@ impl TokenVerifier {
         roles.sort();
         roles.dedup();
         let mut user = User::new(sub).with_roles(roles);
-        if let Some(tenant) = self
-            .tenant_claim
-            .as_ref()
-            .and_then(|claim| claims.get(claim))
-            .and_then(Value::as_str)
-        {
+        if let Some((claim, tenant)) = self.tenant_claim.as_ref().and_then(|claim| {
+            claims
+                .get(claim)
+                .and_then(Value::as_str)
+                .map(|tenant| (claim, tenant))
+        }) {
+            if let Some(rule) = id_rule(tenant) {
+                return Err(bad_claim(claim, rule));
+            }
             user = user.with_tenant(tenant);
         }
         // Policies may look at how the caller came in and what the token granted.
@@ -394,6 +435,134 @@ impl TokenVerifier {
             audiences,
         })
     }
+}
+
+/// The longest caller id (`sub`), tenant or role a token may carry, in bytes. Ids are
+/// quoted in reasons, logs, audit records and webhook messages, and key per-user state;
+/// issuers' subjects (UUIDs, `auth0|…`, e-mail addresses) are far shorter.
+pub const MAX_ID_BYTES: usize = 256;
+
+/// The rule a `sub` that is not a non-empty string breaks.
+const SUB_NOT_A_STRING: &str = "must be a non-empty string naming the caller";
+/// The rule an id longer than [`MAX_ID_BYTES`] breaks.
+const ID_TOO_LONG: &str = "is longer than 256 bytes, the most this resource takes for an id";
+/// The rule an id with control or invisible formatting characters breaks.
+const ID_NOT_PRINTABLE: &str = "contains control characters (such as NUL or a line break) or invisible formatting characters: the issuer must send printable text";
+/// [`ID_TOO_LONG`] for one role of a list.
+const ROLE_TOO_LONG: &str =
+    "holds a role longer than 256 bytes, the most this resource takes for a role";
+/// [`ID_NOT_PRINTABLE`] for one role of a list.
+const ROLE_NOT_PRINTABLE: &str = "holds a role with control characters (such as NUL or a line break) or invisible formatting characters: the issuer must send printable text";
+/// The rule a date claim that is not a number breaks.
+const NOT_A_DATE: &str = "must be a number of seconds since 1970, written as a JSON number";
+/// The rule a date claim that is a number no clock reaches breaks.
+const DATE_OUT_OF_RANGE: &str = "must be a number of seconds since 1970 that a clock can reach: it is negative or far too large";
+/// The rule an `aud` of another shape breaks.
+const AUD_NOT_STRINGS: &str =
+    "must be this resource's identifier, as a string or in a list of strings";
+
+/// The message of [`TokenError::NoClaim`].
+fn no_claim_message(claim: &str) -> String {
+    let why = match claim {
+        "exp" => "an access token must say when it expires",
+        "sub" => "the issuer must name the caller in it",
+        "aud" => "request it with resource set to this gateway",
+        "iss" => "the issuer must name itself in it",
+        _ => "the issuer must include it",
+    };
+    format!("the token has no `{claim}` claim: {why}")
+}
+
+fn bad_claim(claim: &str, rule: &'static str) -> TokenError {
+    TokenError::BadClaim {
+        claim: claim.to_owned(),
+        rule,
+    }
+}
+
+/// What is wrong with a date claim (`exp`, `nbf`, `iat`) that could not be read.
+fn date_rule(value: &Value) -> &'static str {
+    if value.is_number() {
+        DATE_OUT_OF_RANGE
+    } else {
+        NOT_A_DATE
+    }
+}
+
+/// The first registered claim of `claims` that is absent (or `null`) though required, or
+/// present in a shape it cannot have, as the refusal that says so; in the order the
+/// signature check looks at them.
+fn claim_problem(claims: &Map<String, Value>) -> Option<TokenError> {
+    ["exp", "iss", "aud", "sub", "nbf"]
+        .into_iter()
+        .find_map(|claim| match claims.get(claim).filter(|v| !v.is_null()) {
+            None if claim == "nbf" => None,
+            None => Some(TokenError::NoClaim(claim)),
+            Some(value) => match claim {
+                "iss" => (!is_strings(value)).then_some(TokenError::IssuerNotAString),
+                "aud" => (!is_strings(value)).then(|| bad_claim(claim, AUD_NOT_STRINGS)),
+                "sub" => value
+                    .as_str()
+                    .is_none_or(str::is_empty)
+                    .then(|| bad_claim(claim, SUB_NOT_A_STRING)),
+                _ => (!is_numeric_date(value)).then(|| bad_claim(claim, date_rule(value))),
+            },
+        })
+}
+
+/// A string, or a list of strings.
+fn is_strings(value: &Value) -> bool {
+    match value {
+        Value::String(_) => true,
+        Value::Array(list) => list.iter().all(Value::is_string),
+        _ => false,
+    }
+}
+
+/// A number of seconds since 1970 that fits the clock (what the signature check reads).
+fn is_numeric_date(value: &Value) -> bool {
+    value.as_u64().is_some()
+        || value
+            .as_f64()
+            .is_some_and(|f| f.is_finite() && f >= 0.0 && f < u64::MAX as f64)
+}
+
+/// What is wrong with `id` (a subject, tenant or role) as an id: too long, or holding
+/// characters that could forge or hide text where it is quoted.
+fn id_rule(id: &str) -> Option<&'static str> {
+    if id.len() > MAX_ID_BYTES {
+        Some(ID_TOO_LONG)
+    } else if id.chars().any(is_unprintable) {
+        Some(ID_NOT_PRINTABLE)
+    } else {
+        None
+    }
+}
+
+/// Control characters (NUL, line breaks, escape, …) and the invisible ones that change how
+/// the text around them reads: zero-width marks, line and paragraph separators,
+/// bidirectional overrides and isolates, the byte-order mark.
+fn is_unprintable(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200B}'..='\u{200F}'
+                | '\u{2028}'..='\u{202E}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{FEFF}'
+        )
+}
+
+/// The claims of `token`, unverified: read only to say what is wrong with them after the
+/// signature check passed.
+fn payload(token: &str) -> Option<Map<String, Value>> {
+    use base64::Engine;
+    let part = token.split('.').nth(1)?;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(part)
+        .ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 /// Seconds since the Unix epoch.
@@ -459,10 +628,16 @@ mod tests {
     }
 
     fn token() -> String {
-        let claims = serde_json::json!({
+        token_with(|_| {})
+    }
+
+    /// A good token's claims with `change` applied, signed with the test key.
+    fn token_with(change: impl FnOnce(&mut Map<String, Value>)) -> String {
+        let mut claims = serde_json::json!({
             "iss": ISSUER, "aud": RESOURCE, "sub": "agent-7",
             "exp": now_secs() + 3600, "scope": "tools:call",
         });
+        change(claims.as_object_mut().unwrap());
         let mut header = Header::new(Algorithm::RS256);
         header.kid = Some("rsa-1".to_owned());
         jsonwebtoken::encode(
@@ -518,6 +693,129 @@ mod tests {
             verifier.verify("a.b.c", &keys).unwrap_err(),
             TokenError::Malformed,
             "expired beyond the skew: checked again, and it is not a token"
+        );
+    }
+
+    /// Why the token `change` makes of a good one is refused.
+    fn refusal(change: impl FnOnce(&mut Map<String, Value>)) -> String {
+        verifier()
+            .check(&token_with(change), &rsa_keys())
+            .expect_err("refused")
+            .to_string()
+    }
+
+    #[test]
+    fn a_refused_token_is_told_which_claim_is_wrong() {
+        let set = |claim: &'static str, value: Value| {
+            move |c: &mut Map<String, Value>| {
+                c.insert(claim.to_owned(), value);
+            }
+        };
+        assert_eq!(
+            refusal(|c| {
+                c.remove("aud");
+            }),
+            "the token has no `aud` claim: request it with resource set to this gateway"
+        );
+        assert_eq!(
+            refusal(|c| {
+                c.remove("exp");
+            }),
+            "the token has no `exp` claim: an access token must say when it expires"
+        );
+        assert_eq!(
+            refusal(|c| {
+                c.remove("iss");
+            }),
+            "the token has no `iss` claim: the issuer must name itself in it"
+        );
+        assert_eq!(
+            refusal(set("sub", Value::Null)),
+            "the token has no `sub` claim: the issuer must name the caller in it"
+        );
+        assert_eq!(
+            refusal(set("exp", serde_json::json!("2100-01-01"))),
+            "the token's `exp` claim must be a number of seconds since 1970, written as a JSON number"
+        );
+        assert_eq!(
+            refusal(set("exp", serde_json::json!(1e30))),
+            "the token's `exp` claim must be a number of seconds since 1970 that a clock can reach: it is negative or far too large"
+        );
+        assert_eq!(
+            refusal(set("sub", serde_json::json!(["a"]))),
+            "the token's `sub` claim must be a non-empty string naming the caller"
+        );
+        assert_eq!(
+            refusal(set("exp", serde_json::json!({"at": 1}))),
+            "the token's `exp` claim must be a number of seconds since 1970, written as a JSON number"
+        );
+        assert_eq!(
+            refusal(set("aud", serde_json::json!({"resource": RESOURCE}))),
+            "the token's `aud` claim must be this resource's identifier, as a string or in a list of strings"
+        );
+        assert_eq!(
+            refusal(set("iss", serde_json::json!(7))),
+            TokenError::IssuerNotAString.to_string()
+        );
+    }
+
+    #[test]
+    fn ids_from_a_token_are_printable_and_at_most_256_bytes() {
+        assert_eq!(MAX_ID_BYTES, 256);
+        assert!(ID_TOO_LONG.contains(&MAX_ID_BYTES.to_string()));
+        assert!(ROLE_TOO_LONG.contains(&MAX_ID_BYTES.to_string()));
+        for sub in [
+            "a\nb",
+            "a\u{0}",
+            "a\u{7f}",
+            "a\u{2028}b",
+            "\u{202e}a",
+            "a\u{200b}",
+        ] {
+            let why = refusal(|c| {
+                c.insert("sub".to_owned(), Value::String(sub.to_owned()));
+            });
+            assert!(
+                why.contains("`sub` claim contains control characters"),
+                "{sub:?}: {why}"
+            );
+            assert!(!why.contains(sub), "the value is not echoed");
+        }
+        let verifier = verifier();
+        let keys = rsa_keys();
+        let sub = |sub: String| {
+            token_with(|c| {
+                c.insert("sub".to_owned(), Value::String(sub));
+            })
+        };
+        // 256 bytes of two-byte characters pass; one byte more does not.
+        assert!(verifier.check(&sub("é".repeat(128)), &keys).is_ok());
+        assert_eq!(
+            verifier
+                .check(&sub(format!("{}a", "é".repeat(128))), &keys)
+                .unwrap_err(),
+            bad_claim("sub", ID_TOO_LONG)
+        );
+        // Roles from the roles claim, as a list or as one string.
+        assert_eq!(
+            refusal(|c| {
+                c.insert(
+                    "roles".to_owned(),
+                    serde_json::json!(["reader", "ad\u{0}min"]),
+                );
+            }),
+            "the token's `roles` claim holds a role with control characters (such as NUL or a line break) or invisible formatting characters: the issuer must send printable text"
+        );
+        assert_eq!(
+            verifier
+                .check(
+                    &token_with(|c| {
+                        c.insert("roles".to_owned(), Value::String("x".repeat(257)));
+                    }),
+                    &keys
+                )
+                .unwrap_err(),
+            bad_claim("roles", ROLE_TOO_LONG)
         );
     }
 }

@@ -243,7 +243,7 @@ async fn a_token_without_a_subject_is_refused() {
     let token = provider
         .sign(json!({"aud": RESOURCE, "sub": null}), "provider", None)
         .await;
-    assert_refused(&gateway, &token, "the token lacks a required claim").await;
+    assert_refused(&gateway, &token, "the token has no `sub` claim").await;
 }
 
 #[tokio::test]

@@ -179,3 +179,45 @@ async fn a_reload_while_the_issuer_is_down_keeps_the_cached_keys() {
     let answer = invoke(&gateway, Some(&token), "echo", json!({"text": "x"})).await;
     assert_eq!(answer.status, 200, "{:?}", answer.body);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_after_says_when_the_issuers_keys_are_fetched_again() {
+    // Down when the first token comes, so no keys are cached.
+    let issuer = crate::loopback::Issuer::serve(false).await;
+    let gateway = Gateway::start(&config(
+        &issuer.url,
+        "    refresh_interval: 8s\n    fetch_timeout: 2s\n",
+        "",
+    ));
+    let token = issuer.sign(&issuer.claims());
+    let answer = invoke(&gateway, Some(&token), "echo", json!({"text": "x"})).await;
+    assert_eq!(answer.status, 503, "{:?}", answer.body);
+    let wait: u64 = answer
+        .header("retry-after")
+        .expect("a retry-after")
+        .parse()
+        .expect("whole seconds");
+    assert!(
+        (7..=8).contains(&wait),
+        "the issuer is asked again 8 s after it was asked, not in {wait} s"
+    );
+    assert!(
+        answer
+            .error_message()
+            .contains(&format!("again in {wait} s")),
+        "{}",
+        answer.error_message()
+    );
+    // Asked again within the interval: the same failure, and less time to wait.
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let again = invoke(&gateway, Some(&token), "echo", json!({"text": "x"})).await;
+    assert_eq!(again.status, 503, "{:?}", again.body);
+    let left: u64 = again.header("retry-after").unwrap().parse().unwrap();
+    assert!(left < wait, "{left} s left of {wait} s");
+
+    // The issuer comes back; a client that waits as told gets through at once.
+    issuer.come_back();
+    tokio::time::sleep(Duration::from_secs(left)).await;
+    let answer = invoke(&gateway, Some(&token), "echo", json!({"text": "x"})).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.body);
+}

@@ -1,6 +1,6 @@
 //! Good tokens, routes, scopes, metadata and challenges.
 
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::common::{Answer, Gateway, check, client, key};
 use crate::{MCP_RESOURCE, RESOURCE, config, invoke, mcp_echo, start};
@@ -163,10 +163,11 @@ async fn a_401_without_credentials_points_to_the_metadata_and_scopes() {
     let answer = invoke(&gateway, None, "echo", json!({"text": "x"})).await;
     assert_eq!(answer.status, 401);
     assert_eq!(answer.error_code(), "unauthenticated");
+    // `/v1` requires no scope: the challenge names none.
     assert_eq!(
         answer.header("www-authenticate"),
         Some(
-            "Bearer resource_metadata=\"https://tools.test/.well-known/oauth-protected-resource\", scope=\"tools:admin tools:call\""
+            "Bearer resource_metadata=\"https://tools.test/.well-known/oauth-protected-resource\""
         )
     );
 }
@@ -181,9 +182,17 @@ async fn protected_resource_metadata_names_the_issuer_resource_and_scopes() {
     ) else {
         return;
     };
-    for (path, resource) in [
-        ("/.well-known/oauth-protected-resource", RESOURCE),
-        ("/.well-known/oauth-protected-resource/mcp", MCP_RESOURCE),
+    for (path, resource, scopes) in [
+        (
+            "/.well-known/oauth-protected-resource",
+            RESOURCE,
+            Value::Null,
+        ),
+        (
+            "/.well-known/oauth-protected-resource/mcp",
+            MCP_RESOURCE,
+            json!(["tools:call"]),
+        ),
     ] {
         let answer = Answer::read(
             client()
@@ -199,12 +208,103 @@ async fn protected_resource_metadata_names_the_issuer_resource_and_scopes() {
             answer.body["authorization_servers"],
             json!([provider.issuer])
         );
-        assert_eq!(
-            answer.body["scopes_supported"],
-            json!(["tools:admin", "tools:call"])
-        );
+        assert_eq!(answer.body["scopes_supported"], scopes, "{path}");
         assert_eq!(answer.body["bearer_methods_supported"], json!(["header"]));
     }
+}
+
+/// The `WWW-Authenticate` of a request without a token to `/mcp` and to `/v1`, and the
+/// `scopes_supported` of their metadata.
+async fn what_a_client_is_told(gateway: &Gateway) -> [(Option<String>, Value); 2] {
+    let (status, mcp_challenge, body) = mcp_echo(gateway, None, "x").await;
+    assert_eq!(status, 401, "{body}");
+    let v1 = invoke(gateway, None, "echo", json!({"text": "x"})).await;
+    assert_eq!(v1.status, 401);
+    let metadata = |path: &'static str| async move {
+        let answer = Answer::read(
+            client()
+                .get(gateway.url(path))
+                .send()
+                .await
+                .expect("an answer"),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{path}");
+        answer.body["scopes_supported"].clone()
+    };
+    [
+        (
+            mcp_challenge,
+            metadata("/.well-known/oauth-protected-resource/mcp").await,
+        ),
+        (
+            v1.header("www-authenticate").map(str::to_owned),
+            metadata("/.well-known/oauth-protected-resource").await,
+        ),
+    ]
+}
+
+#[tokio::test]
+async fn the_challenge_names_only_the_scopes_a_route_requires() {
+    // `scope_roles` grants `admin` for `tools:admin` (see `config`); no route requires a
+    // scope. MCP clients ask for the scopes the challenge names, else for the metadata's
+    // `scopes_supported`: neither may steer them to `tools:admin`.
+    let gateway = Gateway::start(&config("http://127.0.0.1:9", "", ""));
+    let [(mcp, mcp_scopes), (v1, v1_scopes)] = what_a_client_is_told(&gateway).await;
+    assert_eq!(
+        mcp.as_deref(),
+        Some(
+            "Bearer resource_metadata=\"https://tools.test/.well-known/oauth-protected-resource/mcp\""
+        )
+    );
+    assert_eq!(
+        v1.as_deref(),
+        Some(
+            "Bearer resource_metadata=\"https://tools.test/.well-known/oauth-protected-resource\""
+        )
+    );
+    assert_eq!((mcp_scopes, v1_scopes), (Value::Null, Value::Null));
+
+    // A scope required on `/mcp` is named there, and only there; a tool's scope is asked
+    // for when the tool is called (403 `insufficient_scope`), not up front.
+    let gateway = Gateway::start(&config(
+        "http://127.0.0.1:9",
+        "    required_scopes: { mcp: [\"tools:call\"], tools: { calculator: [\"tools:calc\"] } }\n",
+        "",
+    ));
+    let [(mcp, mcp_scopes), (v1, v1_scopes)] = what_a_client_is_told(&gateway).await;
+    assert!(
+        mcp.as_deref()
+            .is_some_and(|c| c.ends_with(", scope=\"tools:call\"")),
+        "{mcp:?}"
+    );
+    assert!(
+        v1.as_deref().is_some_and(|c| !c.contains("scope=")),
+        "{v1:?}"
+    );
+    assert_eq!(mcp_scopes, json!(["tools:call"]));
+    assert_eq!(v1_scopes, Value::Null);
+}
+
+#[tokio::test]
+async fn an_operator_advertises_more_scopes_with_scopes_supported_not_in_the_challenge() {
+    let gateway = Gateway::start(&config(
+        "http://127.0.0.1:9",
+        "    required_scopes: { mcp: [\"tools:call\"] }\n    scopes_supported: [\"tools:read\", \"tools:call\"]\n",
+        "",
+    ));
+    let [(mcp, mcp_scopes), (v1, v1_scopes)] = what_a_client_is_told(&gateway).await;
+    assert!(
+        mcp.as_deref()
+            .is_some_and(|c| c.ends_with(", scope=\"tools:call\"")),
+        "{mcp:?}"
+    );
+    assert!(
+        v1.as_deref().is_some_and(|c| !c.contains("scope=")),
+        "{v1:?}"
+    );
+    assert_eq!(mcp_scopes, json!(["tools:read", "tools:call"]));
+    assert_eq!(v1_scopes, json!(["tools:read", "tools:call"]));
 }
 
 #[tokio::test]
