@@ -390,6 +390,16 @@ mod tests {
         assert!(notifications.claim("third").is_some());
     }
 
+    /// A webhook nobody answers at (port 9, discard).
+    fn unreachable_webhook() -> WebhookConfig {
+        WebhookConfig {
+            url: EnvString("http://127.0.0.1:9/hook".into()),
+            secret: EnvString("0123456789abcdef".into()),
+            format: WebhookFormatName::Json,
+            events: WebhookEventName::ALL.to_vec(),
+        }
+    }
+
     /// A call parked through another replica after this one started, as the store keeps
     /// it.
     fn parked_elsewhere(id: &str) -> SuspendedInvocation {
@@ -416,12 +426,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_serving_notifier_takes_in_calls_parked_elsewhere_since_it_started() {
         let notifications = Notifications::new();
-        let webhooks = [WebhookConfig {
-            url: EnvString("http://127.0.0.1:9/hook".into()),
-            secret: EnvString("0123456789abcdef".into()),
-            format: WebhookFormatName::Json,
-            events: WebhookEventName::ALL.to_vec(),
-        }];
+        let webhooks = [unreachable_webhook()];
         let store = Arc::new(InMemorySuspensionStore::default());
         store.save(parked_elsewhere("before")).await.unwrap();
         let notifier = notifications
@@ -440,12 +445,7 @@ mod tests {
     #[tokio::test]
     async fn a_replaced_notifier_ends_its_task() {
         let notifications = Notifications::new();
-        let webhooks = [WebhookConfig {
-            url: EnvString("http://127.0.0.1:9/hook".into()),
-            secret: EnvString("0123456789abcdef".into()),
-            format: WebhookFormatName::Json,
-            events: WebhookEventName::ALL.to_vec(),
-        }];
+        let webhooks = [unreachable_webhook()];
         let store = Arc::new(InMemorySuspensionStore::default());
         let first = notifications
             .start_notifier(&webhooks, store.clone(), 100)

@@ -304,13 +304,12 @@ async fn a_message_too_large_from_a_stdio_upstream_is_answered_at_once() {
     assert_eq!(next.status, 200, "{:?}", next.body);
 }
 
-/// An answer too long to read fails its own call only: a call of another caller waiting
-/// on the same stdio connection gets its answer, and the connection stays.
-#[tokio::test]
-async fn an_answer_too_long_to_read_fails_its_own_call_and_not_the_others_on_its_connection() {
-    let test = "an_answer_too_long_to_read_fails_its_own_call_and_not_the_others_on_its_connection";
+/// A gateway with one stdio upstream (faulty.py) shared by alice and bob; bob's slow call
+/// is waiting on its connection when alice calls `tool`. Bob's call must answer, whatever
+/// alice's did: the gateway and alice's answer. `None` when the test is skipped.
+async fn beside_a_slow_call(test: &str, tool: &str) -> Option<(Gateway, Answer)> {
     if !python_mcp_available(test) {
-        return;
+        return None;
     }
     let gateway = Gateway::start(&format!(
         "server:\n  request_timeout: 120s\nusers:\n{}{}upstreams:\n{}",
@@ -322,27 +321,37 @@ async fn an_answer_too_long_to_read_fails_its_own_call_and_not_the_others_on_its
     let ping = crate::common::invoke(&gateway, "bob", "local_ping", json!({})).await;
     assert_eq!(ping.status, 200, "{:?}", ping.body);
     let slow = crate::common::invoke(&gateway, "bob", "local_slow", json!({"seconds": 3}));
-    let huge = async {
+    let alices = async {
         tokio::time::sleep(Duration::from_millis(300)).await;
-        crate::common::invoke(&gateway, "alice", "local_huge_answer", json!({})).await
+        crate::common::invoke(&gateway, "alice", tool, json!({})).await
     };
-    let (slow, huge) = tokio::join!(slow, huge);
+    let (slow, alices) = tokio::join!(slow, alices);
+    assert_eq!(
+        (
+            slow.status,
+            &slow.body["output"]["structuredContent"]["result"]
+        ),
+        (200, &json!("done")),
+        "bob's call is not alice's: {:?}",
+        slow.body
+    );
+    Some((gateway, alices))
+}
+
+/// An answer too long to read fails its own call only: a call of another caller waiting
+/// on the same stdio connection gets its answer, and the connection stays.
+#[tokio::test]
+async fn an_answer_too_long_to_read_fails_its_own_call_and_not_the_others_on_its_connection() {
+    let test = "an_answer_too_long_to_read_fails_its_own_call_and_not_the_others_on_its_connection";
+    let Some((_gateway, huge)) = beside_a_slow_call(test, "local_huge_answer").await else {
+        return;
+    };
     assert_eq!(huge.status, 502, "{:?}", huge.body);
     assert!(
         huge.error_message()
             .contains("answered with more than 16 MiB"),
         "{:?}",
         huge.body
-    );
-    assert_eq!(
-        slow.status, 200,
-        "bob's call is not alice's: {:?}",
-        slow.body
-    );
-    assert_eq!(
-        slow.body["output"]["structuredContent"]["result"], "done",
-        "{:?}",
-        slow.body
     );
 }
 
@@ -352,34 +361,14 @@ async fn an_answer_too_long_to_read_fails_its_own_call_and_not_the_others_on_its
 #[tokio::test]
 async fn a_notification_too_long_to_read_is_dropped_and_no_call_on_its_connection_fails() {
     let test = "a_notification_too_long_to_read_is_dropped_and_no_call_on_its_connection_fails";
-    if !python_mcp_available(test) {
+    let Some((gateway, logged)) = beside_a_slow_call(test, "local_huge_log").await else {
         return;
-    }
-    let gateway = Gateway::start(&format!(
-        "server:\n  request_timeout: 120s\nusers:\n{}{}upstreams:\n{}",
-        user_yaml("alice", &["admin"]),
-        user_yaml("bob", &["admin"]),
-        stdio_upstream()
-    ));
-    let ping = crate::common::invoke(&gateway, "bob", "local_ping", json!({})).await;
-    assert_eq!(ping.status, 200, "{:?}", ping.body);
-    let slow = crate::common::invoke(&gateway, "bob", "local_slow", json!({"seconds": 3}));
-    let logged = async {
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        crate::common::invoke(&gateway, "alice", "local_huge_log", json!({})).await
     };
-    let (slow, logged) = tokio::join!(slow, logged);
     assert_eq!(logged.status, 200, "{:?}", logged.body);
     assert_eq!(
         logged.body["output"]["structuredContent"]["result"], "logged",
         "{:?}",
         logged.body
-    );
-    assert_eq!(slow.status, 200, "{:?}", slow.body);
-    assert_eq!(
-        slow.body["output"]["structuredContent"]["result"], "done",
-        "{:?}",
-        slow.body
     );
     // The same program serves on: the connection was not restarted.
     let again = crate::common::invoke(&gateway, "alice", "local_huge_log", json!({})).await;
