@@ -1,5 +1,6 @@
 -- Starts the counts every replica shares over: every tool's counts are removed, and the
--- start is now.
+-- start is now — or, when the counts started within this millisecond, the next one: a
+-- replica knows of a reset by the start moving, so it must move.
 --
 -- KEYS[1]  <base>:tools
 -- ARGV     base, how long the (empty) counts outlive the reset (ms)
@@ -10,5 +11,7 @@ for _, tool in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   redis.call('DEL', base .. ':tool:' .. tool)
 end
 redis.call('DEL', KEYS[1])
-redis.call('SET', base .. ':since', now, 'PX', keep)
-return tostring(now)
+local previous = tonumber(redis.call('GET', base .. ':since')) or 0
+local start = string.format('%d', math.max(now, previous + 1))
+redis.call('SET', base .. ':since', start, 'PX', keep)
+return start
