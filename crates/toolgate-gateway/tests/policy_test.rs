@@ -179,7 +179,7 @@ fn a_malformed_table_is_refused_at_its_line_and_column() {
         "stdout:\n{stdout}\nstderr:\n{stderr}"
     );
     assert!(
-        stderr.contains("table.yaml:4:13: `cases[0].expect`: unknown variant `allowed`"),
+        stderr.contains("table.yaml:4:13: `cases[0].expect`: unknown value `allowed`"),
         "{stderr}"
     );
     let dir = fixture(
