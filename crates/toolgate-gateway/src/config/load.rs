@@ -380,6 +380,25 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             as_caller.check(i, upstream.url.is_some(), config.identity.oauth.is_some())?;
         }
     }
+    if let Some(AuditConfig::File {
+        checkpoint_every,
+        rotate_bytes,
+        ..
+    }) = &config.audit
+    {
+        if *checkpoint_every == Some(0) {
+            return Err(ConfigError::invalid(
+                "audit.checkpoint_every",
+                "a checkpoint after every 0 records is none: give at least 1 (the default is 1000)",
+            ));
+        }
+        if rotate_bytes.is_some_and(|size| size.0 == 0) {
+            return Err(ConfigError::invalid(
+                "audit.rotate_bytes",
+                "a file of 0 bytes would be rotated at every record: give a size such as `100MiB`",
+            ));
+        }
+    }
     if config.server.body_limit.0 == 0 {
         return Err(ConfigError::invalid(
             "server.body_limit",
@@ -792,6 +811,13 @@ mod tests {
         }
         let refused = parse("server:\n  body_limit: 0\n").unwrap_err();
         assert_eq!(refused.field(), "server.body_limit");
+        for (setting, field) in [
+            ("checkpoint_every: 0", "audit.checkpoint_every"),
+            ("rotate_bytes: 0", "audit.rotate_bytes"),
+        ] {
+            let yaml = format!("audit:\n  sink: file\n  path: /tmp/a.jsonl\n  {setting}\n");
+            assert_eq!(parse(&yaml).unwrap_err().field(), field);
+        }
         for name in ["''", "\"a\\nwill_authorize x\"", "\"\\e]0;title\\a\""] {
             let yaml = format!("policies:\n  rate_limits:\n    - {{name: {name}, rate: 1/s}}\n");
             let refused = parse(&yaml).unwrap_err();

@@ -369,7 +369,7 @@ impl TokenVerifier {
         // webhook messages quote: printable, bounded text only.
         let sub = match claims.get("sub") {
             None | Some(Value::Null) => return Err(TokenError::NoClaim("sub")),
-            Some(Value::String(sub)) if !sub.is_empty() => sub.as_str(),
+            Some(Value::String(sub)) if !sub.trim().is_empty() => sub.as_str(),
             Some(_) => return Err(bad_claim("sub", SUB_NOT_A_STRING)),
         };
         if let Some(rule) = id_rule(sub) {
@@ -503,7 +503,7 @@ fn claim_problem(claims: &Map<String, Value>) -> Option<TokenError> {
                 "aud" => (!is_strings(value)).then(|| bad_claim(claim, AUD_NOT_STRINGS)),
                 "sub" => value
                     .as_str()
-                    .is_none_or(str::is_empty)
+                    .is_none_or(|sub| sub.trim().is_empty())
                     .then(|| bad_claim(claim, SUB_NOT_A_STRING)),
                 _ => (!is_numeric_date(value)).then(|| bad_claim(claim, date_rule(value))),
             },
@@ -743,6 +743,10 @@ mod tests {
         );
         assert_eq!(
             refusal(set("sub", serde_json::json!(["a"]))),
+            "the token's `sub` claim must be a non-empty string naming the caller"
+        );
+        assert_eq!(
+            refusal(set("sub", serde_json::json!("   "))),
             "the token's `sub` claim must be a non-empty string naming the caller"
         );
         assert_eq!(
