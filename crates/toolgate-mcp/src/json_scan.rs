@@ -1,6 +1,9 @@
-//! Reading the top level of a JSON text without parsing it whole: where a string or a
-//! value ends, so that a message too long (or too deep) to parse can still be read for its
-//! `id` and `method`.
+//! Reading the top level of a JSON object without parsing it whole, so that a message too
+//! long (or too deep) to parse, or the start of one, can still be read for its `id` and
+//! `method`. Values are delimited, not checked (a missing one is empty), objects and arrays
+//! by counting brackets, so any depth costs no stack; the work is linear in the text.
+
+use std::ops::Range;
 
 /// `at`, moved past JSON whitespace in `text`.
 pub(crate) fn skip_space(text: &[u8], mut at: usize) -> usize {
@@ -10,8 +13,61 @@ pub(crate) fn skip_space(text: &[u8], mut at: usize) -> usize {
     at
 }
 
+/// The top-level members of the JSON object `text` starts with (after whitespace); `None`
+/// when it starts with no `{`.
+pub(crate) fn members(text: &[u8]) -> Option<Members<'_>> {
+    let open = skip_space(text, 0);
+    if text.get(open) != Some(&b'{') {
+        return None;
+    }
+    let key = skip_space(text, open + 1);
+    let closed = text.get(key) == Some(&b'}');
+    let key = (!closed).then_some(key);
+    Some(Members { text, key, closed })
+}
+
+/// The members of an object, in order: each key as written between its quotes (escapes not
+/// undone) and where its value is in the text, `None` when the value does not end there
+/// (the text is cut short; it is the last member). They end at the object's closing brace,
+/// or at the first thing that is no next member: a key cut short or not a string, no `:`,
+/// a trailing `,`, junk after a value.
+pub(crate) struct Members<'a> {
+    text: &'a [u8],
+    /// Where the next member's key should start, while there may be one.
+    key: Option<usize>,
+    /// Whether the closing brace was reached: once all members are read, whether the
+    /// object was whole and well-formed at its top level.
+    pub(crate) closed: bool,
+}
+
+impl<'a> Iterator for Members<'a> {
+    type Item = (&'a [u8], Option<Range<usize>>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let text = self.text;
+        let at = self.key.take()?;
+        let key_end = string_end(text, at)?;
+        let colon = skip_space(text, key_end);
+        if text.get(colon) != Some(&b':') {
+            return None;
+        }
+        let key = &text[at + 1..key_end - 1];
+        let start = skip_space(text, colon + 1);
+        let Some(end) = value_end(text, start) else {
+            return Some((key, None));
+        };
+        let after = skip_space(text, end);
+        match text.get(after) {
+            Some(b',') => self.key = Some(skip_space(text, after + 1)),
+            Some(b'}') => self.closed = true,
+            _ => {}
+        }
+        Some((key, Some(start..end)))
+    }
+}
+
 /// Where the string starting at `at` ends (past its closing quote), if it does in `text`.
-pub(crate) fn string_end(text: &[u8], at: usize) -> Option<usize> {
+fn string_end(text: &[u8], at: usize) -> Option<usize> {
     if text.get(at) != Some(&b'"') {
         return None;
     }
@@ -27,7 +83,7 @@ pub(crate) fn string_end(text: &[u8], at: usize) -> Option<usize> {
 }
 
 /// Where the JSON value starting at `at` ends, if it does in `text`.
-pub(crate) fn value_end(text: &[u8], at: usize) -> Option<usize> {
+fn value_end(text: &[u8], at: usize) -> Option<usize> {
     match text.get(at)? {
         b'"' => string_end(text, at),
         b'{' | b'[' => {
@@ -60,5 +116,149 @@ pub(crate) fn value_end(text: &[u8], at: usize) -> Option<usize> {
                     .position(|b| matches!(b, b',' | b'}' | b']') || b.is_ascii_whitespace())?;
             Some(end)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The members of an object, each value as text (`None` when cut), and whether the
+    /// object closed.
+    type Read<'a> = (Vec<(&'a str, Option<&'a str>)>, bool);
+
+    /// What [`members`] reads of `text`.
+    fn read(text: &str) -> Option<Read<'_>> {
+        let mut members = members(text.as_bytes())?;
+        let read = members
+            .by_ref()
+            .map(|(key, value)| {
+                let key = std::str::from_utf8(key).unwrap();
+                (key, value.map(|value| &text[value]))
+            })
+            .collect();
+        Some((read, members.closed))
+    }
+
+    #[test]
+    fn an_object_s_members_come_in_order_with_their_values() {
+        assert_eq!(
+            read(
+                " { \"id\" : 7 ,\"method\":\"ping\",\"params\":{},\"x\":[1, \"]\"],\"y\":null\t}\n"
+            ),
+            Some((
+                vec![
+                    ("id", Some("7")),
+                    ("method", Some("\"ping\"")),
+                    ("params", Some("{}")),
+                    ("x", Some("[1, \"]\"]")),
+                    ("y", Some("null")),
+                ],
+                true
+            ))
+        );
+        assert_eq!(read("{}"), Some((vec![], true)));
+        assert_eq!(read(" {\n} "), Some((vec![], true)));
+        // Duplicate keys come each time: which counts is the caller's to say.
+        assert_eq!(
+            read(r#"{"id":1,"id":2}"#),
+            Some((vec![("id", Some("1")), ("id", Some("2"))], true))
+        );
+    }
+
+    #[test]
+    fn keys_come_as_written_escapes_and_all() {
+        assert_eq!(
+            read(r#"{"i\"d":1,"\u0069d":"a\"}","\\":2}"#),
+            Some((
+                vec![
+                    (r#"i\"d"#, Some("1")),
+                    (r#"\u0069d"#, Some(r#""a\"}""#)),
+                    (r#"\\"#, Some("2")),
+                ],
+                true
+            ))
+        );
+    }
+
+    #[test]
+    fn nested_values_are_skipped_whole() {
+        assert_eq!(
+            read(r#"{"params":{"id":5,"a":[{"method":"}"}]},"id":6}"#),
+            Some((
+                vec![
+                    ("params", Some(r#"{"id":5,"a":[{"method":"}"}]}"#)),
+                    ("id", Some("6"))
+                ],
+                true
+            ))
+        );
+    }
+
+    #[test]
+    fn a_text_cut_short_gives_what_came_before_the_cut() {
+        let cases = [
+            ("{", vec![]),
+            (r#"{"id":1,"#, vec![("id", Some("1"))]),
+            (r#"{"id":1,"meth"#, vec![("id", Some("1"))]),
+            (r#"{"id":1,"method""#, vec![("id", Some("1"))]),
+            (
+                r#"{"id":1,"method":"#,
+                vec![("id", Some("1")), ("method", None)],
+            ),
+            (
+                r#"{"id":1,"method":"pi"#,
+                vec![("id", Some("1")), ("method", None)],
+            ),
+            (r#"{"result":{"id":2,"x":[1,"#, vec![("result", None)]),
+            // A number at the very end may go on past the cut.
+            (
+                r#"{"a":"x","id":12"#,
+                vec![("a", Some("\"x\"")), ("id", None)],
+            ),
+            (r#"{"id":12 "#, vec![("id", Some("12"))]),
+        ];
+        for (text, members) in cases {
+            assert_eq!(read(text), Some((members, false)), "{text}");
+        }
+    }
+
+    #[test]
+    fn malformed_members_end_the_reading_there() {
+        let cases = [
+            // No colon.
+            (r#"{"id" 1,"method":"x"}"#, vec![]),
+            (r#"{"a":1,"id","method":"x"}"#, vec![("a", Some("1"))]),
+            // A trailing comma.
+            (r#"{"a":1,}"#, vec![("a", Some("1"))]),
+            // A key that is no string, and junk after a value.
+            (r#"{id:1}"#, vec![]),
+            (r#"{"a":1 "b":2}"#, vec![("a", Some("1"))]),
+            (r#"{"a":"x"]"#, vec![("a", Some("\"x\""))]),
+            (r#"{,"a":1}"#, vec![]),
+        ];
+        for (text, members) in cases {
+            assert_eq!(read(text), Some((members, false)), "{text}");
+        }
+        // A missing value is an empty one: values are delimited, not checked.
+        assert_eq!(
+            read(r#"{"a":,"b":}"#),
+            Some((vec![("a", Some("")), ("b", Some(""))], true))
+        );
+        for text in ["", "  ", "[{\"id\":1}]", "\"{\"", "7", "x{}"] {
+            assert_eq!(read(text), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn values_of_any_depth_are_skipped_without_recursing() {
+        let deep = format!("{}{}", "[{\"a\":".repeat(200_000), "}]".repeat(200_000));
+        let text = format!(r#"{{"x":{deep},"id":"z"}}"#);
+        let (members, closed) = read(&text).unwrap();
+        assert_eq!(members, [("x", Some(deep.as_str())), ("id", Some("\"z\""))]);
+        assert!(closed);
+        // Cut short at any depth, the value is cut.
+        let cut = &text[..text.len() / 2];
+        assert_eq!(read(cut), Some((vec![("x", None)], false)));
     }
 }

@@ -26,7 +26,7 @@ use rmcp::transport::async_rw::{AsyncRwTransport, DEFAULT_MAX_LINE_LENGTH};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 
-use crate::json_scan::{skip_space, string_end, value_end};
+use crate::json_scan::members;
 
 /// The longest line read from a stdio upstream: rmcp's limit, which is also what its HTTP
 /// client reads of one message, so an answer acceptable over HTTP is acceptable here.
@@ -403,50 +403,26 @@ struct Head {
 /// What `head`, the start of a message, says of it: `None` when it is no JSON object, or
 /// names `id` or `method` twice.
 fn scan_head(head: &[u8]) -> Option<Head> {
-    let mut at = skip_space(head, 0);
-    if head.get(at) != Some(&b'{') {
-        return None;
-    }
     let mut scanned = Head {
         id: None,
         response: false,
         method: None,
     };
-    loop {
-        at = skip_space(head, at + 1);
-        let Some(key_end) = string_end(head, at) else {
-            return Some(scanned);
-        };
-        let key = &head[at..key_end];
-        at = skip_space(head, key_end);
-        if head.get(at) != Some(&b':') {
-            return Some(scanned);
-        }
-        at = skip_space(head, at + 1);
-        match key {
-            b"\"method\"" if scanned.method.is_some() => return None,
-            b"\"method\"" => scanned.method = Some("(cut)".to_owned()),
-            b"\"result\"" | b"\"error\"" => scanned.response = true,
+    for (key, value) in members(head)? {
+        match (key, value) {
+            (b"method", _) if scanned.method.is_some() => return None,
+            (b"method", None) => scanned.method = Some("(cut)".to_owned()),
+            (b"method", Some(value)) => {
+                let name: serde_json::Value = serde_json::from_slice(&head[value]).ok()?;
+                scanned.method = Some(name.as_str().unwrap_or("(not a string)").to_owned());
+            }
+            (b"result" | b"error", _) => scanned.response = true,
+            (b"id", Some(_)) if scanned.id.is_some() => return None,
+            (b"id", Some(value)) => scanned.id = Some(serde_json::from_slice(&head[value]).ok()?),
             _ => {}
         }
-        let Some(value_end) = value_end(head, at) else {
-            return Some(scanned);
-        };
-        if key == b"\"method\"" {
-            let name: serde_json::Value = serde_json::from_slice(&head[at..value_end]).ok()?;
-            scanned.method = Some(name.as_str().unwrap_or("(not a string)").to_owned());
-        }
-        if key == b"\"id\"" {
-            if scanned.id.is_some() {
-                return None;
-            }
-            scanned.id = Some(serde_json::from_slice(&head[at..value_end]).ok()?);
-        }
-        at = skip_space(head, value_end);
-        if head.get(at) != Some(&b',') {
-            return Some(scanned);
-        }
     }
+    Some(scanned)
 }
 
 /// The top-level `id` that `tail`, the end of a message that is one JSON object, names

@@ -30,7 +30,7 @@ use tokio::io::{
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::json_scan::{skip_space, string_end, value_end};
+use crate::json_scan::{members, skip_space};
 
 /// The longest line read from the client, its newline included: rmcp's own limit, so every
 /// line passed on is one rmcp reads whole.
@@ -482,51 +482,23 @@ impl TopLevel {
     /// it is cut short or malformed.
     fn scan(text: &[u8]) -> TopLevel {
         let mut top = TopLevel::default();
-        let mut at = skip_space(text, 0);
-        if text.get(at) != Some(&b'{') {
+        let Some(mut members) = members(text) else {
             return top;
-        }
-        at = skip_space(text, at + 1);
-        if text.get(at) == Some(&b'}') {
-            top.whole = true;
-            return top;
-        }
-        loop {
-            if text.get(at) != Some(&b'"') {
-                return top;
-            }
-            let Some(key_end) = string_end(text, at) else {
-                return top;
-            };
-            let key = &text[at + 1..key_end - 1];
-            at = skip_space(text, key_end);
-            if text.get(at) != Some(&b':') {
-                return top;
-            }
-            let start = skip_space(text, at + 1);
-            let Some(end) = value_end(text, start) else {
-                return top;
-            };
-            match key {
-                b"id" if !top.has_id => {
+        };
+        for (key, value) in members.by_ref() {
+            match (key, value) {
+                (b"id", Some(value)) if !top.has_id => {
                     top.has_id = true;
-                    top.id = serde_json::from_slice::<Value>(&text[start..end])
+                    top.id = serde_json::from_slice::<Value>(&text[value])
                         .ok()
                         .filter(is_request_id);
                 }
-                b"method" => top.has_method = true,
+                (b"method", Some(_)) => top.has_method = true,
                 _ => {}
             }
-            at = skip_space(text, end);
-            match text.get(at) {
-                Some(b',') => at = skip_space(text, at + 1),
-                Some(b'}') => {
-                    top.whole = true;
-                    return top;
-                }
-                _ => return top,
-            }
         }
+        top.whole = members.closed;
+        top
     }
 
     /// Whether it is, as far as it can be told, a notification: a `method`, and no `id`
