@@ -202,4 +202,9 @@ impl SuspensionStore for JsonFileSuspensionStore {
         let now = (self.clock)();
         Ok(self.lock().get(id, now)?.cloned())
     }
+
+    async fn expired_owner(&self, id: &str) -> Result<Option<String>, SuspensionStoreError> {
+        let now = (self.clock)();
+        Ok(self.lock().expired_owner(id, now).map(str::to_owned))
+    }
 }

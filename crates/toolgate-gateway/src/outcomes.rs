@@ -14,7 +14,7 @@ use std::sync::Arc;
 use futures::future::BoxFuture;
 use serde_json::{Value, json};
 use toolgate_core::error::InputViolations;
-use toolgate_core::suspension::SuspensionStore;
+use toolgate_core::suspension::{SuspensionStore, SuspensionStoreError};
 use toolgate_core::tool::{ErasedTool, PreparedInput, ToolAnnotations, ToolDefinition, ToolSource};
 use toolgate_core::{ToolError, ToolInvokeContext};
 use toolgate_hooks::cache::NO_CACHE_TAG;
@@ -80,7 +80,18 @@ impl ErasedTool for OutcomeTool {
                 }
                 return Ok(json!({ "status": "decided", "result": outcome.result }));
             }
-            let waiting = self.suspensions.get(id).await?;
+            let waiting = match self.suspensions.get(id).await {
+                Ok(waiting) => waiting,
+                // Only the caller who made it learns that a call expired: to anyone else
+                // an expired id is as unknown as one never issued.
+                Err(expired @ SuspensionStoreError::Expired { .. }) => {
+                    return match self.suspensions.expired_owner(id).await {
+                        Ok(Some(owner)) if owner == ctx.user().id => Err(expired.into()),
+                        _ => Err(unknown()),
+                    };
+                }
+                Err(other) => return Err(other.into()),
+            };
             match waiting {
                 Some(waiting) if waiting.user.id == ctx.user().id => Ok(json!({
                     "status": "waiting",

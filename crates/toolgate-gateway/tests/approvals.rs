@@ -171,6 +171,62 @@ policies:\n  approval:\n    tools: [sleep]\n    max_pending_per_user: 1\n    exp
 }
 
 #[tokio::test]
+async fn another_user_gets_404_for_an_expired_call_they_do_not_own() {
+    let config = format!(
+        "tools:\n  builtin: [sleep]\n{}\
+policies:\n  approval:\n    tools: [sleep]\n    expire_after: 1s\n",
+        users()
+    );
+    let gateway = Gateway::start(&config);
+    let id = suspension_id(&park(&gateway, "bob").await);
+    assert_eq!(show(&gateway, "dave", &id).await.status, 404, "waiting");
+    eventually("the call expires", Duration::from_secs(30), || async {
+        show(&gateway, "bob", &id).await.status != 200
+    })
+    .await;
+    let never = format!("susp-{}", "0".repeat(32));
+    // Bodies with the id asked for written as `<id>`.
+    let body = |answer: &Answer, id: &str| answer.body.to_string().replace(id, "<id>");
+
+    let others = show(&gateway, "dave", &id).await;
+    let unknown = show(&gateway, "dave", &never).await;
+
+    assert_eq!(others.status, 404, "{}", others.body);
+    assert_eq!(others.error_code(), "unknown_suspension");
+    assert_eq!(
+        body(&others, &id),
+        body(&unknown, &never),
+        "as an id never suspended"
+    );
+    let owners = show(&gateway, "bob", &id).await;
+    assert_eq!(owners.status, 410, "{}", owners.body);
+    assert_eq!(owners.error_code(), "suspension_expired");
+    let approvers = show(&gateway, "carol", &id).await;
+    assert_eq!(approvers.status, 410, "{}", approvers.body);
+
+    // The same over MCP's `toolgate.outcome`.
+    let outcome = |user: &'static str, id: String| {
+        let gateway = &gateway;
+        async move {
+            let session = common::open_session(gateway, user).await;
+            let answer = mcp_call(
+                gateway,
+                user,
+                &session,
+                "toolgate.outcome",
+                json!({"id": id}),
+            )
+            .await;
+            assert_eq!(answer["isError"], true, "{answer}");
+            answer["_meta"]["io.toolgate/error"]["code"].clone()
+        }
+    };
+    assert_eq!(outcome("dave", id.clone()).await, "unknown_suspension");
+    assert_eq!(outcome("dave", never).await, "unknown_suspension");
+    assert_eq!(outcome("bob", id).await, "suspension_expired");
+}
+
+#[tokio::test]
 async fn a_waiting_call_keeps_its_validated_redacted_input_and_runs_with_it() {
     let config = format!(
         "tools:\n  builtin: [echo, sleep]\n{}\

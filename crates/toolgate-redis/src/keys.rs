@@ -24,9 +24,11 @@
 //! |---|---|---|
 //! | waiting calls by expiry | `:calls` | sorted set (id → expiry ms) |
 //! | waiting calls by id | `:ids` | sorted set (id → 0, for `ZRANGEBYLEX`) |
+//! | who made each waiting call | `:owners` | hash (id → user id) |
 //! | a user's waiting calls | `:user:<user id>` | sorted set (id → expiry ms) |
 //! | a waiting call (held a while once taken) | `:call:<id>` | hash (`user`, `value`, `seal`, `at`, `token`, `held_by`) |
 //! | recently expired ids | `:expired` | sorted set (id → expiry ms) |
+//! | who made each recently expired call | `:expired_owners` | hash (id → user id; none for an id an earlier version remembered) |
 //! | approvals for a retry by expiry | `:retries` | sorted set (approval id → expiry ms) |
 //! | a user's approvals | `:retry_user:<user id>` | sorted set (approval id → expiry ms) |
 //! | approvals of one binding | `:retry_key:<binding key>` | sorted set (approval id → kept at ms) |

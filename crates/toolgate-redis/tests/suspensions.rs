@@ -317,6 +317,132 @@ async fn a_call_past_its_expiry_answers_expired_on_every_replica_and_frees_its_p
     );
 }
 
+/// `call`, expiring `ms` from now (past already for 0).
+fn expiring(id: &str, user: &str, ms: u64) -> SuspendedInvocation {
+    let mut suspended = call(id, user);
+    suspended.expires_at = Some(SystemTime::now() + Duration::from_millis(ms));
+    suspended
+}
+
+#[tokio::test]
+async fn an_expired_call_is_remembered_with_who_made_it_on_every_replica_so_only_they_are_told() {
+    let Some((a, b)) = two_replicas(
+        "an_expired_call_is_remembered_with_who_made_it_on_every_replica_so_only_they_are_told",
+        limits(5, 100, HOUR),
+    )
+    .await
+    else {
+        return;
+    };
+    a.save(expiring("looked_up", "ann", 300)).await.unwrap();
+    a.save(expiring("swept", "bob", 300)).await.unwrap();
+    a.save(expiring("waits", "cid", 300_000)).await.unwrap();
+    assert_eq!(b.expired_owner("waits").await, Ok(None), "it waits");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Past their expiry their rows are gone; who made them is not.
+    assert_eq!(b.expired_owner("swept").await, Ok(Some("bob".into())));
+
+    let looked_up = b.get("looked_up").await;
+    // A save removes the expired calls it finds; one saved already past its expiry is
+    // remembered as expired at once.
+    b.save(expiring("born_expired", "dee", 0)).await.unwrap();
+
+    assert_eq!(
+        looked_up,
+        Err(SuspensionStoreError::Expired {
+            id: "looked_up".into()
+        })
+    );
+    for (id, owner) in [
+        ("looked_up", "ann"),
+        ("swept", "bob"),
+        ("born_expired", "dee"),
+    ] {
+        assert!(
+            matches!(a.get(id).await, Err(SuspensionStoreError::Expired { .. })),
+            "{id}"
+        );
+        assert_eq!(a.expired_owner(id).await, Ok(Some(owner.into())), "{id}");
+    }
+    assert_eq!(a.expired_owner("waits").await, Ok(None));
+    assert_eq!(a.expired_owner("never").await, Ok(None));
+}
+
+#[tokio::test]
+async fn who_made_an_expired_call_is_kept_no_longer_and_for_no_more_ids_than_the_id_itself() {
+    let test = "who_made_an_expired_call_is_kept_no_longer_and_for_no_more_ids_than_the_id_itself";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let store = replica(&url, &prefix, limits(5, 2, Duration::from_millis(800))).await;
+    for id in ["e1", "e2", "e3"] {
+        store.save(expiring(id, "ann", 0)).await.unwrap();
+    }
+    let base = store.key_base().to_owned();
+    let mut connection = inspect(&url).await;
+    let remembered: Vec<String> = connection
+        .zrange(format!("{base}:expired"), 0, -1)
+        .await
+        .unwrap();
+    let mut owned: Vec<String> = connection
+        .hkeys(format!("{base}:expired_owners"))
+        .await
+        .unwrap();
+    owned.sort();
+    let zset_ttl: i64 = connection.pttl(format!("{base}:expired")).await.unwrap();
+    let owners_ttl: i64 = connection
+        .pttl(format!("{base}:expired_owners"))
+        .await
+        .unwrap();
+
+    assert_eq!(remembered, ["e2", "e3"], "the most recent max_total ids");
+    assert_eq!(owned, remembered, "their owners, and no others");
+    assert!(
+        owners_ttl > 0 && owners_ttl <= zset_ttl + 50,
+        "{owners_ttl} ms against {zset_ttl} ms"
+    );
+    assert_eq!(store.expired_owner("e1").await, Ok(None), "forgotten");
+    assert_eq!(store.expired_owner("e3").await, Ok(Some("ann".into())));
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    assert_eq!(
+        store.get("e3").await,
+        Ok(None),
+        "forgotten after expire_after"
+    );
+    assert_eq!(store.expired_owner("e3").await, Ok(None));
+    for key in [":expired", ":expired_owners"] {
+        let exists: bool = connection.exists(format!("{base}{key}")).await.unwrap();
+        assert!(!exists, "`{key}` expired with the ids it remembers");
+    }
+}
+
+#[tokio::test]
+async fn an_id_remembered_as_expired_by_an_earlier_version_has_no_owner() {
+    let Some(url) =
+        redis_or_skip("an_id_remembered_as_expired_by_an_earlier_version_has_no_owner").await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let store = replica(&url, &prefix, limits(5, 100, HOUR)).await;
+    // What an earlier version wrote: the id in `:expired`, and nothing about its owner.
+    let mut connection = inspect(&url).await;
+    let expired = format!("{}:expired", store.key_base());
+    let now_ms = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let _: () = connection.zadd(&expired, "old", now_ms).await.unwrap();
+    let _: () = connection.pexpire(&expired, 60_000).await.unwrap();
+
+    assert_eq!(
+        store.get("old").await,
+        Err(SuspensionStoreError::Expired { id: "old".into() })
+    );
+    assert_eq!(store.expired_owner("old").await, Ok(None), "nobody's");
+}
+
 #[tokio::test]
 async fn a_listing_pages_in_id_order_with_filters_and_skips_expired_calls() {
     let Some(url) =
@@ -627,7 +753,9 @@ async fn every_key_the_store_writes_has_an_expiry() {
         ":ids",
         ":user:ann",
         ":call:a1",
+        "}:owners",
         ":expired",
+        ":expired_owners",
         ":retries",
         ":retry_user:ann",
         ":retry_key:",

@@ -15,7 +15,8 @@ use std::time::Duration;
 /// * `expire_after` — how long a call may wait (default 24 h). An expired call no longer
 ///   counts against either cap, is removed, and answers
 ///   [`SuspensionStoreError::Expired`](super::SuspensionStoreError::Expired) for a while
-///   after (the most recent `max_total` expired ids are remembered).
+///   after (the most recent `max_total` expired ids are remembered, each with who made the
+///   call: [`SuspensionStore::expired_owner`](super::SuspensionStore::expired_owner)).
 ///
 /// # Examples
 ///

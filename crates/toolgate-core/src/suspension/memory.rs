@@ -116,6 +116,11 @@ impl SuspensionStore for InMemorySuspensionStore {
         Ok(self.lock().get(id, now)?.cloned())
     }
 
+    async fn expired_owner(&self, id: &str) -> Result<Option<String>, SuspensionStoreError> {
+        let now = (self.clock)();
+        Ok(self.lock().expired_owner(id, now).map(str::to_owned))
+    }
+
     async fn list(
         &self,
         filter: &SuspensionFilter,
@@ -232,6 +237,30 @@ mod tests {
             store.get("second").await.unwrap().unwrap().expires_at,
             Some(SystemTime::UNIX_EPOCH + Duration::from_secs(48 * 3600))
         );
+    }
+
+    #[tokio::test]
+    async fn an_expired_call_is_remembered_with_who_made_it_so_only_they_are_told_it_expired() {
+        let limits = SuspensionLimits {
+            expire_after: Duration::from_secs(60),
+            ..SuspensionLimits::default()
+        };
+        let (store, seconds) = store_with_clock(limits);
+        store.save(call("anns", "ann")).await.unwrap();
+        store.save(call("bobs", "bob")).await.unwrap();
+        assert_eq!(store.expired_owner("anns").await, Ok(None), "it waits");
+
+        seconds.store(60, Ordering::SeqCst);
+        let looked_up = store.get("anns").await;
+        store.remove_expired();
+
+        assert_eq!(
+            looked_up,
+            Err(SuspensionStoreError::Expired { id: "anns".into() })
+        );
+        assert_eq!(store.expired_owner("anns").await, Ok(Some("ann".into())));
+        assert_eq!(store.expired_owner("bobs").await, Ok(Some("bob".into())));
+        assert_eq!(store.expired_owner("never").await, Ok(None));
     }
 
     #[tokio::test]

@@ -251,6 +251,12 @@ impl SuspensionFilter {
 /// caller gets 429 or 503), and answer a look-up of an expired call with
 /// [`SuspensionStoreError::Expired`] (the caller gets 410).
 ///
+/// Whether an id expired is only for those who could see the call while it waited: keep
+/// who made it with the expired id and answer [`expired_owner`](Self::expired_owner), so
+/// that a host (the gateway does) answers anyone else as it answers an unknown id (404).
+/// A store that keeps the default answers no owner, and its expired calls look unknown to
+/// everyone but approvers.
+///
 /// Object safe: the pipeline holds an `Arc<dyn SuspensionStore>`. Write the methods as
 /// `async fn` under [`#[async_trait]`](crate::external::async_trait), re-exported here so that an
 /// implementer needs no dependency of their own; it turns each one into a boxed future,
@@ -344,6 +350,20 @@ pub trait SuspensionStore: Send + Sync + 'static {
     /// The suspended invocation with this id, left in place;
     /// [`SuspensionStoreError::Expired`] when it waited too long.
     async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError>;
+
+    /// Who made the call `id` (their user id), if it expired and the store still answers
+    /// [`SuspensionStoreError::Expired`] for it: for a host to tell that caller it expired
+    /// (410) and anyone else, as for an id it never kept, that it is unknown (404), so that
+    /// nobody learns that another user's call existed.
+    ///
+    /// `None` when `id` did not expire, is no longer remembered as expired, or the store
+    /// does not know who made it (an expired id remembered by an earlier version, which
+    /// kept no owner): a host then treats the call as nobody's. The default, for a store
+    /// that keeps no owners, answers `None`.
+    async fn expired_owner(&self, id: &str) -> Result<Option<String>, SuspensionStoreError> {
+        let _ = id;
+        Ok(None)
+    }
 
     /// Up to `limit` waiting calls that match `filter`, in the order of their ids, starting
     /// after the id `after` (the last one of the previous page) when it is given. Expired

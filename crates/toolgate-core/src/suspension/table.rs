@@ -1,6 +1,6 @@
 //! [`SuspensionTable`]: waiting calls under [`SuspensionLimits`], with the time passed in.
 
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
 use std::time::SystemTime;
 
@@ -10,7 +10,7 @@ use super::{
 };
 
 /// Waiting calls kept under [`SuspensionLimits`]: per-user and total caps, expiry, and a
-/// memory of recently expired ids. Not synchronized and not async: a store wraps it in its
+/// memory of recently expired ids and who made each. Not synchronized and not async: a store wraps it in its
 /// own lock and passes the time of every operation in, so a test can move that time.
 ///
 /// Both built-in stores keep one; a store of your own (a database, a shared cache) can
@@ -160,7 +160,8 @@ impl SuspensionTable {
             suspended.expires_at = suspended.suspended_at.checked_add(self.limits.expire_after);
         }
         if is_expired(&suspended, now) {
-            self.expired.insert(suspended.id, self.limits.max_total);
+            self.expired
+                .insert(suspended.id, suspended.user.id, self.limits.max_total);
         } else {
             self.keep(suspended);
         }
@@ -201,15 +202,16 @@ impl SuspensionTable {
         if self.next_expiry.is_none_or(|at| at > now) {
             return 0;
         }
-        let gone: Vec<String> = self
+        let gone: Vec<(String, String)> = self
             .entries
             .values()
             .filter(|s| is_expired(s, now))
-            .map(|s| s.id.clone())
+            .map(|s| (s.id.clone(), s.user.id.clone()))
             .collect();
-        for id in &gone {
+        for (id, user) in &gone {
             self.forget(id);
-            self.expired.insert(id.clone(), self.limits.max_total);
+            self.expired
+                .insert(id.clone(), user.clone(), self.limits.max_total);
         }
         self.next_expiry = self.entries.values().filter_map(|s| s.expires_at).min();
         gone.len()
@@ -380,12 +382,28 @@ impl SuspensionTable {
         self.retries.len
     }
 
+    /// Who made the call `id`, if it has expired by `now`: while its id is remembered as
+    /// expired (the most recent `max_total` expired ids), or while it waits past its expiry
+    /// not yet removed. `None` for an id that waits, is unknown, or was forgotten: what
+    /// [`SuspensionStore::expired_owner`] answers.
+    ///
+    /// [`SuspensionStore::expired_owner`]: super::SuspensionStore::expired_owner
+    pub fn expired_owner(&self, id: &str, now: SystemTime) -> Option<&str> {
+        match self.entries.get(id) {
+            Some(suspended) if is_expired(suspended, now) => Some(&suspended.user.id),
+            Some(_) => None,
+            None => self.expired.owner(id),
+        }
+    }
+
     /// `Expired` for an id that expired, whether it is still here or was removed.
     fn check(&mut self, id: &str, now: SystemTime) -> Result<(), SuspensionStoreError> {
         let expired = match self.entries.get(id) {
             Some(suspended) if is_expired(suspended, now) => {
+                let user = suspended.user.id.clone();
                 self.forget(id);
-                self.expired.insert(id.to_owned(), self.limits.max_total);
+                self.expired
+                    .insert(id.to_owned(), user, self.limits.max_total);
                 true
             }
             Some(_) => false,
@@ -464,17 +482,20 @@ fn is_expired(suspended: &SuspendedInvocation, now: SystemTime) -> bool {
     suspended.expires_at.is_some_and(|at| at <= now)
 }
 
-/// The most recently expired ids, oldest forgotten first: an expired id answers "expired"
-/// rather than "unknown" for a while, in bounded memory.
+/// The most recently expired ids, oldest forgotten first, each with who made the call: an
+/// expired id answers "expired" rather than "unknown" for a while, in bounded memory (at
+/// most `max` ids, as before owners were kept), and a host answers "expired" to the call's
+/// owner only, "unknown" to anyone else.
 #[derive(Clone, Debug, Default)]
 struct ExpiredIds {
     order: VecDeque<String>,
-    ids: HashSet<String>,
+    /// id → the user id of who made the call.
+    ids: HashMap<String, String>,
 }
 
 impl ExpiredIds {
-    fn insert(&mut self, id: String, max: usize) {
-        if max == 0 || self.ids.contains(&id) {
+    fn insert(&mut self, id: String, owner: String, max: usize) {
+        if max == 0 || self.ids.contains_key(&id) {
             return;
         }
         while self.ids.len() >= max
@@ -482,12 +503,16 @@ impl ExpiredIds {
         {
             self.ids.remove(&oldest);
         }
-        self.ids.insert(id.clone());
+        self.ids.insert(id.clone(), owner);
         self.order.push_back(id);
     }
 
     fn contains(&self, id: &str) -> bool {
-        self.ids.contains(id)
+        self.ids.contains_key(id)
+    }
+
+    fn owner(&self, id: &str) -> Option<&str> {
+        self.ids.get(id).map(String::as_str)
     }
 }
 
@@ -638,6 +663,29 @@ pub(super) mod tests {
             Err(SuspensionStoreError::Expired { .. })
         ));
         assert!(table.expired.ids.len() <= 3);
+    }
+
+    #[test]
+    fn an_expired_id_is_remembered_with_who_made_the_call_and_no_longer_than_before() {
+        let mut table = SuspensionTable::new(limits(5, 2, 60));
+        table.insert(call("looked_up", "ann"), at(0)).unwrap();
+        table.insert(call("swept", "bob"), at(0)).unwrap();
+        assert_eq!(table.expired_owner("looked_up", at(59)), None, "it waits");
+        assert_eq!(
+            table.expired_owner("looked_up", at(60)),
+            Some("ann"),
+            "past its expiry, not yet removed"
+        );
+
+        assert!(table.get("looked_up", at(60)).is_err());
+        assert_eq!(table.remove_expired(at(60)), 1);
+        table.restore(call("restored", "cid"), at(100));
+
+        assert_eq!(table.expired_owner("looked_up", at(100)), None, "forgotten");
+        assert_eq!(table.expired_owner("swept", at(100)), Some("bob"));
+        assert_eq!(table.expired_owner("restored", at(100)), Some("cid"));
+        assert_eq!(table.expired_owner("never", at(100)), None);
+        assert_eq!(table.expired.ids.len(), 2, "still at most max_total");
     }
 
     #[test]

@@ -39,15 +39,37 @@ fn expired(id: &str) -> ApiError {
     ApiError::from(&ToolError::SuspensionExpired { id: id.to_owned() })
 }
 
-/// The waiting call with this id: 404 when there is none, 410 when it expired.
+/// The waiting call with this id: 404 when there is none, 410 when it expired — to those
+/// who could see it while it waited (see [`expired_or_unknown`]).
 async fn waiting(caller: &Caller, id: &str) -> Result<SuspendedInvocation, ApiError> {
-    caller
-        .gateway
-        .pipeline()
-        .suspended(id)
-        .await
-        .map_err(|e| ApiError::from(&e))?
-        .ok_or_else(|| not_found(id))
+    match caller.gateway.pipeline().suspended(id).await {
+        Ok(found) => found.ok_or_else(|| not_found(id)),
+        Err(ToolError::SuspensionExpired { .. }) => Err(expired_or_unknown(caller, id).await),
+        Err(e) => Err(ApiError::from(&e)),
+    }
+}
+
+/// The answer for the expired call `id`: 410 to whoever could see it while it waited — its
+/// caller, or an approver —, and to anyone else exactly the 404 of an id never suspended,
+/// so that nobody learns that another user's call existed and expired.
+///
+/// The store keeps who made an expired call with its id. When it cannot say — an id an
+/// earlier version remembered as expired without its owner, a store that keeps no owners,
+/// or a store that fails now — the call is taken as nobody's: 404 to everyone but
+/// approvers (who may see every call, so 410 tells them nothing they could not see). Its
+/// caller then gets 404 too, which is safe: a 410 to the wrong user would leak.
+async fn expired_or_unknown(caller: &Caller, id: &str) -> ApiError {
+    if caller.gateway.may_approve(&caller.user) {
+        return expired(id);
+    }
+    match caller.gateway.suspensions.expired_owner(id).await {
+        Ok(Some(owner)) if owner == caller.user.id => expired(id),
+        Ok(_) => not_found(id),
+        Err(error) => {
+            tracing::warn!(suspension_id = %id, %error, "who made an expired call could not be read: it is answered as unknown");
+            not_found(id)
+        }
+    }
 }
 
 /// An instant as RFC 3339 text, to the second.
@@ -445,6 +467,7 @@ pub async fn resume(
         .await
         .map_err(|e| match e {
             ResumeError::UnknownSuspension { id } => not_found(&id),
+            // Only approvers resume, and they may see every call: 410 tells them nothing.
             ResumeError::Expired { id } => expired(&id),
             error @ ResumeError::ThreadConfigUnavailable { .. } => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,

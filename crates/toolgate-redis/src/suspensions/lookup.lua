@@ -28,8 +28,7 @@ end
 at = tonumber(at)
 local value = redis.call('HGET', base .. ':call:' .. id, 'value')
 if at <= now or not value then
-  forget(base, id)
-  remember(base, id, at, keep, total)
+  remember(base, id, at, keep, total, forget(base, id))
   return {'expired', false, 0}
 end
 if take then
@@ -43,6 +42,7 @@ if take then
   end
   redis.call('ZREM', KEYS[1], id)
   redis.call('ZREM', base .. ':ids', id)
+  redis.call('HDEL', base .. ':owners', id)
   redis.call('HSET', row, 'held_by', ARGV[7])
   redis.call('PEXPIRE', row, tonumber(ARGV[8]))
 end

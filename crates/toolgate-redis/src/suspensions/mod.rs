@@ -24,6 +24,8 @@ use crate::{RedisError, keys};
 static SAVE: LazyLock<Script> = LazyLock::new(|| script(include_str!("save.lua")));
 static LOOKUP: LazyLock<Script> = LazyLock::new(|| script(include_str!("lookup.lua")));
 static FETCH: LazyLock<Script> = LazyLock::new(|| script(include_str!("fetch.lua")));
+static EXPIRED_OWNER: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("expired_owner.lua")));
 static KEEP_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("keep_retry.lua")));
 static USE_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("use_retry.lua")));
 static KEEP_OUTCOME: LazyLock<Script> = LazyLock::new(|| script(include_str!("keep_outcome.lua")));
@@ -75,7 +77,10 @@ const LONGEST_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 ///   time plus `expire_after`, both on the Redis server's clock (the `expires_at` of a call
 ///   read back is that expiry). An expired call is not listed, frees its place, and answers
 ///   [`SuspensionStoreError::Expired`] for `expire_after` after its expiry (for the most
-///   recent `max_total` ids).
+///   recent `max_total` ids), with who made it kept as long
+///   ([`expired_owner`](SuspensionStore::expired_owner)) so that a host tells only them. An
+///   id remembered as expired by an earlier version, which kept no owner, has none: a host
+///   answers it as unknown to everyone but approvers.
 /// * Outcomes ([`keep_outcome`](SuspensionStore::keep_outcome)) are kept until
 ///   `decided_at` plus `expire_after` (as it was when kept), at most `max_total` of them:
 ///   past that, the soonest to expire go first.

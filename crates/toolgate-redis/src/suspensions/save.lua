@@ -17,8 +17,7 @@ local calls = KEYS[1]
 -- Expired calls leave first (a bounded batch; the counts below skip the rest anyway).
 local gone = redis.call('ZRANGEBYSCORE', calls, '-inf', now, 'WITHSCORES', 'LIMIT', 0, 128)
 for i = 1, #gone, 2 do
-  forget(base, gone[i])
-  remember(base, gone[i], tonumber(gone[i + 1]), keep, total)
+  remember(base, gone[i], tonumber(gone[i + 1]), keep, total, forget(base, gone[i]))
 end
 
 local mine = base .. ':user:' .. user
@@ -36,9 +35,9 @@ if given and given < at then
 end
 -- A call saved again under its id replaces the one before.
 forget(base, id)
-redis.call('ZREM', base .. ':expired', id)
+unremember(base, {id})
 if at <= now then
-  remember(base, id, at, keep, total)
+  remember(base, id, at, keep, total, user)
   return {'ok', at}
 end
 
@@ -47,8 +46,10 @@ redis.call('HSET', row, 'user', user, 'value', value, 'seal', ARGV[10], 'at', at
 redis.call('PEXPIRE', row, at - now)
 redis.call('ZADD', calls, at, id)
 redis.call('ZADD', base .. ':ids', 0, id)
+redis.call('HSET', base .. ':owners', id, user)
 redis.call('ZADD', mine, at, id)
 extend(calls, at - now + keep)
 extend(base .. ':ids', at - now + keep)
+extend(base .. ':owners', at - now + keep)
 extend(mine, at - now)
 return {'ok', at}

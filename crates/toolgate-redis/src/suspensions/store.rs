@@ -9,8 +9,8 @@ use toolgate_core::suspension::{
 
 use super::values::{Place, call_place};
 use super::{
-    FETCH, HOLD_MS, KEEP_OUTCOME, KEEP_RETRY, LATEST_MS, LOOKUP, PAGE, RedisSuspensions, SAVE,
-    USE_RETRY, instant, millis, span_ms, unavailable, unexpected,
+    EXPIRED_OWNER, FETCH, HOLD_MS, KEEP_OUTCOME, KEEP_RETRY, LATEST_MS, LOOKUP, PAGE,
+    RedisSuspensions, SAVE, USE_RETRY, instant, millis, span_ms, unavailable, unexpected,
 };
 
 impl RedisSuspensions {
@@ -184,6 +184,16 @@ impl SuspensionStore for RedisSuspensions {
 
     async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
         self.lookup(id, false).await
+    }
+
+    async fn expired_owner(&self, id: &str) -> Result<Option<String>, SuspensionStoreError> {
+        let mut invocation = EXPIRED_OWNER.prepare_invoke();
+        invocation
+            .key(self.key("expired"))
+            .arg(&*self.base)
+            .arg(id)
+            .arg(span_ms(self.limits().expire_after));
+        self.run(&invocation).await
     }
 
     async fn list(

@@ -28,15 +28,17 @@ local at = tonumber(found[2])
 redis.call('HDEL', row, 'held_by')
 if at <= now then
   forget(base, id)
-  remember(base, id, at, keep, total)
+  remember(base, id, at, keep, total, found[1])
   return 'undone'
 end
 local mine = base .. ':user:' .. found[1]
 redis.call('PEXPIRE', row, at - now)
 redis.call('ZADD', KEYS[1], at, id)
 redis.call('ZADD', base .. ':ids', 0, id)
+redis.call('HSET', base .. ':owners', id, found[1])
 redis.call('ZADD', mine, at, id)
 extend(KEYS[1], at - now + keep)
 extend(base .. ':ids', at - now + keep)
+extend(base .. ':owners', at - now + keep)
 extend(mine, at - now)
 return 'undone'
