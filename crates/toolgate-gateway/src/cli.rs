@@ -11,7 +11,7 @@ use toolgate_agent::format::{anthropic, gemini, mcp, openai};
 use toolgate_core::User;
 
 use crate::Extensions;
-use crate::config::{LogFormat, StateConfig, StateUrl, load_file};
+use crate::config::{LogFormat, StateConfig, StateUrl, io_in_words, load_file};
 use crate::gateway::Gateway;
 use crate::pins::{PinFile, PinStore};
 use crate::process::Process;
@@ -349,6 +349,11 @@ fn configured_user(config: &crate::config::Config, id: Option<&str>) -> Result<U
 
 async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), String> {
     let mut file = load_file(path).map_err(|e| e.to_string())?;
+    file.check_paths()
+        .map_err(|e| e.in_file(path).to_string())?;
+    // The statistics file is the running gateway's: check neither reads it into a gateway
+    // nor moves a damaged one aside.
+    file.stats = None;
     let shared_state = file.state.target() != StateUrl::Memory;
     let state = match file.state.target() {
         StateUrl::Memory => "memory".to_owned(),
@@ -684,7 +689,9 @@ fn audit(action: AuditAction) -> Result<ExitCode, String> {
             // A line at a time: a file of any size, never all of it in memory.
             let mut verifier = Verifier::new(key.as_ref());
             for path in &files {
-                let cannot = |e: std::io::Error| format!("cannot read `{}`: {e}", path.display());
+                let cannot = |e: std::io::Error| {
+                    format!("cannot read `{}`: {}", path.display(), io_in_words(&e))
+                };
                 let file = std::fs::File::open(path).map_err(cannot)?;
                 verifier
                     .read(

@@ -87,6 +87,11 @@ impl From<crate::config::ConfigError> for ServeError {
 /// kept.
 pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let config = load_file(&options.config)?;
+    // What `check` finds on the file system stops the start too: statistics that could
+    // never be saved would otherwise be lost at the first shutdown, said only then.
+    config
+        .check_paths()
+        .map_err(|e| e.in_file(&options.config))?;
     let metrics = prometheus::install();
     // Stops with this function, on every path out of it.
     let _upkeep = metrics

@@ -268,8 +268,9 @@ fn with_tls_files(
     let read = |field: &str, path: &std::path::Path| {
         std::fs::read(path).map_err(|e| {
             StateError::Backend(format!(
-                "`state.tls.{field}`: cannot read `{}` ({e}); give the path of a PEM file",
-                path.display()
+                "`state.tls.{field}`: cannot read `{}` ({}); give the path of a PEM file",
+                path.display(),
+                crate::config::io_in_words(&e)
             ))
         })
     };

@@ -461,3 +461,175 @@ fn check_says_why_an_upstream_could_not_be_reached() {
     );
     assert!(!stderr.contains("retry after"), "{stderr}");
 }
+
+/// Writes `yaml` to a file and runs `toolgate check` on it, expecting a refusal: the file
+/// and `check`'s stderr.
+fn check_refused(yaml: &str) -> (String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let path = path.to_str().unwrap().to_owned();
+    let (status, stdout, stderr) = run(&["check", "--config", &path], "");
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "stdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    assert!(!stdout.contains("OK"), "{stdout}");
+    assert!(!stderr.contains("os error"), "{stderr}");
+    (path, stderr)
+}
+
+#[test]
+fn check_refuses_a_redis_url_that_serve_could_not_use_without_showing_it() {
+    for (state, field, reason) in [
+        (
+            "\"redis://:s3cret-pw@127.0.0.1:99999\"",
+            "`state`",
+            "invalid port number",
+        ),
+        (
+            "{ url: \"redis://:s3cret-pw@127.0.0.1:6379/abc\" }",
+            "`state.url`",
+            "the database after the host is not a number",
+        ),
+        ("\"redis://:s3cret-pw@\"", "`state`", "empty host"),
+        ("{ url: \"redis://\" }", "`state.url`", "it names no host"),
+    ] {
+        let (path, stderr) = check_refused(&format!("tools:\n  builtin: [echo]\nstate: {state}\n"));
+        assert!(stderr.contains(&format!("{path}:3:")), "{stderr}");
+        assert!(stderr.contains(field), "{stderr}");
+        assert!(stderr.contains(reason), "{stderr}");
+        assert!(
+            stderr.contains("the Redis URL (not shown: it may hold a password) cannot be used: ")
+                && stderr.contains("such as `redis://127.0.0.1:6379`"),
+            "{stderr}"
+        );
+        assert!(!stderr.contains("s3cret-pw"), "{stderr}");
+        assert!(!stderr.contains("InvalidClientConfig"), "{stderr}");
+    }
+    // `serve` refuses it the same way, before contacting anything.
+    let (_, stderr) = refused("state: \"redis://127.0.0.1:99999\"\n");
+    assert!(
+        stderr.contains("the Redis URL (not shown: it may hold a password) cannot be used: "),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn check_refuses_a_stats_path_that_is_a_directory_or_cannot_be_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = |path: &std::path::Path| format!("stats:\n  path: {}\n", path.display());
+
+    let (path, stderr) = check_refused(&stats(dir.path()));
+    assert!(
+        stderr.contains(&format!("{path}: `stats.path`: ")),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("is a directory: give the path of a file, such as"),
+        "{stderr}"
+    );
+
+    let missing = dir.path().join("not-made/stats.json");
+    let (_, stderr) = check_refused(&stats(&missing));
+    assert!(stderr.contains("`stats.path`"), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the directory {} does not exist: create it (`mkdir -p {0}`)",
+            dir.path().join("not-made").display()
+        )),
+        "{stderr}"
+    );
+
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        // A directory this user cannot write in; root writes in any, but not in /sys.
+        let locked = dir.path().join("locked");
+        std::fs::create_dir(&locked).unwrap();
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
+        let unwritable = if std::fs::File::create(locked.join("try")).is_err() {
+            Some(locked.clone())
+        } else {
+            std::fs::remove_file(locked.join("try")).unwrap();
+            Some(std::path::PathBuf::from("/sys")).filter(|sys| sys.is_dir())
+        };
+        if let Some(unwritable) = unwritable {
+            let (_, stderr) = check_refused(&stats(&unwritable.join("stats.json")));
+            assert!(stderr.contains("`stats.path`"), "{stderr}");
+            assert!(
+                stderr.contains(&format!(
+                    "the gateway cannot write in the directory {} (permission denied)",
+                    unwritable.display()
+                )),
+                "{stderr}"
+            );
+        }
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    // A file that is there, even damaged, is left as it was, and nothing is added beside it.
+    let kept = dir.path().join("kept");
+    std::fs::create_dir(&kept).unwrap();
+    let file = kept.join("stats.json");
+    std::fs::write(&file, "{ not json").unwrap();
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &config,
+        format!("tools:\n  builtin: [echo]\n{}", stats(&file)),
+    )
+    .unwrap();
+    let (status, stdout, stderr) = run(&["check", "--config", config.to_str().unwrap()], "");
+    assert!(status.success(), "{stdout}\n{stderr}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "{ not json");
+    assert_eq!(
+        std::fs::read_dir(&kept).unwrap().count(),
+        1,
+        "something was left in {kept:?}"
+    );
+}
+
+#[test]
+fn check_refuses_a_redaction_salt_shorter_than_16_bytes_with_how_to_make_one() {
+    let redaction = |salt: &str| {
+        format!(
+            "tools:\n  builtin: [echo]\npolicies:\n  redaction:\n    mode: hash\n    salt: \"{salt}\"\n"
+        )
+    };
+    let (path, stderr) = check_refused(&redaction("pepper"));
+    assert!(
+        stderr.contains(&format!("{path}: `policies.redaction.salt`: ")),
+        "{stderr}"
+    );
+    assert!(stderr.contains("at least 16 bytes"), "{stderr}");
+    assert!(stderr.contains("openssl rand -hex 16"), "{stderr}");
+    assert!(!stderr.contains("pepper"), "{stderr}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(&config, redaction("0123456789abcdef")).unwrap();
+    let (status, _, stderr) = run(&["check", "--config", config.to_str().unwrap()], "");
+    assert!(status.success(), "{stderr}");
+}
+
+#[test]
+fn a_file_that_cannot_be_read_is_said_in_words_without_the_os_error_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.yaml");
+    let (status, _, stderr) = run(&["check", "--config", missing.to_str().unwrap()], "");
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "cannot read config file {}: no such file",
+            missing.display()
+        )),
+        "{stderr}"
+    );
+    let (_, _, stderr) = run(&["check", "--config", dir.path().to_str().unwrap()], "");
+    assert!(stderr.contains(": it is a directory"), "{stderr}");
+    let (status, _, stderr) = run(&["audit", "verify", missing.to_str().unwrap()], "");
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(stderr.contains("no such file"), "{stderr}");
+    assert!(!stderr.contains("os error"), "{stderr}");
+}

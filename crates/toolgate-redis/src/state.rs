@@ -69,6 +69,31 @@ pub struct RedisState {
 }
 
 impl RedisState {
+    /// Checks that `url` is a one-node Redis URL that [`connect`](Self::connect) can use,
+    /// connecting to nothing: for a configuration check before a start.
+    ///
+    /// ```
+    /// use toolgate_redis::{RedisError, RedisState};
+    ///
+    /// assert!(RedisState::check_url("redis://127.0.0.1:6379/0").is_ok());
+    /// let Err(RedisError::InvalidUrl { reason, .. }) = RedisState::check_url("redis://127.0.0.1:99999") else {
+    ///     panic!("a port past 65535 is refused");
+    /// };
+    /// assert_eq!(reason, "invalid port number");
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`RedisError::InvalidUrl`], with the password masked and why in words.
+    pub fn check_url(url: &str) -> Result<(), RedisError> {
+        redis::Client::open(url)
+            .map(drop)
+            .map_err(|error| RedisError::InvalidUrl {
+                url: masked(url),
+                reason: url_problem(url, &error),
+            })
+    }
+
     /// Connects to Redis at `url` and checks that it answers (`PING`) within the
     /// configuration's connect timeout, so that a wrong address shows at start-up.
     ///
@@ -362,7 +387,7 @@ impl RedisState {
 fn client(url: &str, tls: Option<&TlsFiles>) -> Result<redis::Client, RedisError> {
     let invalid = |error: redis::RedisError| RedisError::InvalidUrl {
         url: masked(url),
-        reason: error.to_string(),
+        reason: url_problem(url, &error),
     };
     let Some(tls) = tls else {
         return redis::Client::open(url).map_err(invalid);
@@ -447,5 +472,26 @@ fn unreachable(url: &str, waited: Duration, error: &redis::RedisError) -> RedisE
         url: masked(url),
         waited,
         reason,
+    }
+}
+
+/// Why redis-rs cannot read `url`, in words: the URL parser's own reason (`invalid port
+/// number`, `empty host`) where redis-rs only says that the URL did not parse.
+fn url_problem(url: &str, error: &redis::RedisError) -> String {
+    // redis-rs says `<what> - <its error kind>[: <detail>]`.
+    let said = error.to_string();
+    let said = said.split(" - ").next().unwrap_or_default().trim();
+    match said {
+        "Redis URL did not parse" => match url::Url::parse(url) {
+            Err(e) => e.to_string(),
+            Ok(_) => "it is not a well-formed URL".to_owned(),
+        },
+        "Missing hostname" => "it names no host".to_owned(),
+        "Invalid database number" => {
+            "the database after the host is not a number, as in `redis://127.0.0.1:6379/0`"
+                .to_owned()
+        }
+        "Missing path" => "it names no socket file".to_owned(),
+        other => other.to_lowercase(),
     }
 }

@@ -19,7 +19,7 @@ const MIN_AUDIT_KEY_CHARS: usize = 16;
 #[non_exhaustive]
 pub enum ConfigError {
     /// The file could not be read.
-    #[error("cannot read config file {}: {source}", path.display())]
+    #[error("cannot read config file {}: {}", path.display(), io_in_words(source))]
     Read {
         /// The file.
         path: PathBuf,
@@ -50,6 +50,21 @@ pub enum ConfigError {
         /// What is wrong and how to fix it.
         message: String,
     },
+    /// A file the configuration names cannot be used the way the gateway will use it: a
+    /// directory where a file belongs, or a file in a directory that does not exist or
+    /// cannot be written. Found by looking at the file system ([`Config::check_paths`],
+    /// which `toolgate check` runs), never by reading the text alone.
+    #[error("{}", Located { origin, line: None, column: None, field, message })]
+    Path {
+        /// The file, or `<config>`.
+        origin: String,
+        /// The field path, e.g. `stats.path`.
+        field: String,
+        /// The path the field gives (after `${VAR}` expansion).
+        path: PathBuf,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
 }
 
 impl ConfigError {
@@ -58,7 +73,9 @@ impl ConfigError {
     pub fn field(&self) -> &str {
         match self {
             ConfigError::Read { .. } => "",
-            ConfigError::Parse { field, .. } | ConfigError::Invalid { field, .. } => field,
+            ConfigError::Parse { field, .. }
+            | ConfigError::Invalid { field, .. }
+            | ConfigError::Path { field, .. } => field,
         }
     }
 
@@ -75,7 +92,10 @@ impl ConfigError {
     /// name its fields from the section).
     #[must_use]
     pub(crate) fn within(mut self, prefix: &str) -> Self {
-        if let ConfigError::Parse { field, .. } | ConfigError::Invalid { field, .. } = &mut self {
+        if let ConfigError::Parse { field, .. }
+        | ConfigError::Invalid { field, .. }
+        | ConfigError::Path { field, .. } = &mut self
+        {
             *field = if field.is_empty() {
                 prefix.to_owned()
             } else {
@@ -89,11 +109,45 @@ impl ConfigError {
     /// as a policy naming a tool that does not exist).
     #[must_use]
     pub fn in_file(mut self, file: &Path) -> Self {
-        if let ConfigError::Parse { origin, .. } | ConfigError::Invalid { origin, .. } = &mut self {
+        if let ConfigError::Parse { origin, .. }
+        | ConfigError::Invalid { origin, .. }
+        | ConfigError::Path { origin, .. } = &mut self
+        {
             *origin = file.display().to_string();
         }
         self
     }
+}
+
+/// What the file system said, in words: `no such file`, `permission denied`, `it is a
+/// directory`, … — never Rust's `No such file or directory (os error 2)`. An error made with
+/// a message of its own (`io::Error::other`) is that message.
+pub(crate) fn io_in_words(error: &std::io::Error) -> String {
+    use std::io::ErrorKind;
+    if error.raw_os_error().is_none() {
+        return error.to_string();
+    }
+    let words = match error.kind() {
+        ErrorKind::NotFound => "no such file",
+        ErrorKind::PermissionDenied => "permission denied",
+        ErrorKind::IsADirectory => "it is a directory",
+        ErrorKind::NotADirectory => "a part of the path is not a directory",
+        ErrorKind::ReadOnlyFilesystem => "the file system is read-only",
+        ErrorKind::StorageFull => "the disk is full",
+        _ => {
+            let text = error.to_string();
+            let text = match text.rfind(" (os error ") {
+                Some(at) if text.ends_with(')') => text[..at].to_owned(),
+                _ => text,
+            };
+            let mut chars = text.chars();
+            return match chars.next() {
+                Some(first) => first.to_lowercase().chain(chars).collect(),
+                None => text,
+            };
+        }
+    };
+    words.to_owned()
 }
 
 /// An error at a place of a file: `origin:line:column: `field`: message`.

@@ -8,6 +8,7 @@ mod env;
 mod identity;
 mod load;
 mod origin;
+mod paths;
 mod policies;
 mod telemetry;
 mod upstream;
@@ -26,7 +27,9 @@ pub use identity::{
     OAuthConfig, RequiredScopes, RouteCredentials, TokenExchangeConfig,
 };
 pub use load::{ConfigError, load_file, parse};
-pub(crate) use load::{Located, in_plain_words as yaml_in_plain_words, strip_location};
+pub(crate) use load::{
+    Located, in_plain_words as yaml_in_plain_words, io_in_words, strip_location,
+};
 pub use origin::WebOrigin;
 pub(crate) use policies::describe_budgets;
 pub use policies::{
@@ -382,7 +385,8 @@ impl AuditConfig {
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StatsConfig {
-    /// The file (`${VAR}` references are expanded).
+    /// The file (`${VAR}` references are expanded): not a directory, in a directory that
+    /// exists and that the gateway can write in ([`Config::check_paths`]).
     pub path: EnvPath,
     /// How often to save (default 30 s).
     #[serde(default = "default_autosave", with = "values::duration")]

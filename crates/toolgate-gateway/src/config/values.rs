@@ -327,6 +327,7 @@ impl StateUrl {
             || text.starts_with("rediss://")
             || text.starts_with("redis+unix://")
         {
+            readable_redis_url(text)?;
             Ok(StateUrl::Redis(text.to_owned()))
         } else {
             Err("expected `memory`, a Redis URL such as `redis://127.0.0.1:6379`, or a Redis Cluster's such as `redis+cluster://10.0.0.1:7000,10.0.0.2:7000`".to_owned())
@@ -346,6 +347,20 @@ impl StateUrl {
             ),
         }
     }
+}
+
+/// Refuses a one-node Redis URL that `serve` would refuse at start
+/// ([`RedisState::check_url`](toolgate_redis::RedisState::check_url), which connects to
+/// nothing). The URL is not quoted: it may hold a password.
+fn readable_redis_url(text: &str) -> Result<(), String> {
+    let reason = match toolgate_redis::RedisState::check_url(text) {
+        Ok(()) => return Ok(()),
+        Err(toolgate_redis::RedisError::InvalidUrl { reason, .. }) => reason,
+        Err(other) => other.to_string(),
+    };
+    Err(format!(
+        "the Redis URL (not shown: it may hold a password) cannot be used: {reason}. Write `redis://[user:password@]host[:port][/database]`, such as `redis://127.0.0.1:6379` (`rediss://` for TLS, `redis+unix:///run/redis.sock` for a Unix socket), with a `/`, `?` or `#` in the password written `%2F`, `%3F`, `%23`"
+    ))
 }
 
 /// `state.cluster:` — the URLs of a Redis Cluster's nodes (some or all), all `redis://` or

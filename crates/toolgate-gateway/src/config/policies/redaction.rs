@@ -9,6 +9,11 @@ use super::yes;
 use crate::config::ConfigError;
 use crate::config::values::EnvString;
 
+/// The shortest `salt` accepted: a salt shorter than this is a word, not a secret, and the
+/// few values a detector finds (phone numbers, card numbers) could be found again from
+/// their hashes by trying them all.
+const MIN_SALT_BYTES: usize = 16;
+
 /// `redaction:` — sensitive values found in input and output.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -22,7 +27,8 @@ pub struct RedactionPolicy {
     /// What replaces a value (default `redact`).
     #[serde(default)]
     pub mode: RedactionModeName,
-    /// The salt of `hash` mode.
+    /// The salt of `hash` mode: a secret of at least 16 bytes, from the environment
+    /// (`salt: ${REDACTION_SALT}`, made with `openssl rand -hex 16`).
     pub salt: Option<EnvString>,
     /// Redact the input (default true).
     #[serde(default = "yes")]
@@ -60,12 +66,25 @@ pub enum RedactionModeName {
 }
 
 impl RedactionPolicy {
-    /// Refuses `hash` mode without a salt (field paths relative to the section).
+    /// Refuses `hash` mode without a salt, and a salt too short to be a secret (field
+    /// paths relative to the section).
     pub(super) fn check(&self) -> Result<(), ConfigError> {
         if self.mode == RedactionModeName::Hash && self.salt.is_none() {
             return Err(ConfigError::invalid(
                 "salt",
                 "`hash` mode needs a secret salt: set `salt: ${REDACTION_SALT}`",
+            ));
+        }
+        if let Some(salt) = &self.salt
+            && salt.0.len() < MIN_SALT_BYTES
+        {
+            // The salt is a secret: the message never quotes it.
+            return Err(ConfigError::invalid(
+                "salt",
+                format!(
+                    "the salt is {} bytes long, too short to be a secret: it must be at least {MIN_SALT_BYTES} bytes (32 random hex characters is right); make one with `openssl rand -hex 16` and set it from a secret, `salt: ${{REDACTION_SALT}}`",
+                    salt.0.len()
+                ),
             ));
         }
         Ok(())
@@ -133,8 +152,10 @@ mod tests {
         let error = crate::config::parse("policies:\n  redaction:\n    mode: hash\n").unwrap_err();
         assert_eq!(error.field(), "policies.redaction.salt");
         assert!(error.to_string().contains("REDACTION_SALT"), "{error}");
-        crate::config::parse("policies:\n  redaction:\n    mode: hash\n    salt: pepper\n")
-            .unwrap();
+        crate::config::parse(
+            "policies:\n  redaction:\n    mode: hash\n    salt: 3f9a0c17d2e4b5a68c1e0f7d9b2a4c6e\n",
+        )
+        .unwrap();
     }
 
     #[test]
