@@ -308,6 +308,15 @@ async fn a_hook_that_hangs_in_a_tail_stage_is_abandoned_after_the_tail_timeout_a
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_timeout_too_long_for_the_clock_sets_no_deadline_instead_of_panicking() {
+    let pipeline = crate::recorded(ScriptedTool::returning(TOOL, json!("out")), |h| h).build();
+    let out = pipeline
+        .invoke(TOOL, input(), options().timeout(Duration::MAX))
+        .await;
+    assert_eq!(out, Ok(json!("out")));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_caller_is_answered_at_its_deadline_while_a_tail_hook_hangs_and_the_tail_ends_in_the_background()
  {
     let test = crate::recorded(ScriptedTool::returning(TOOL, json!("out")), |h| {

@@ -95,6 +95,19 @@ async fn entries_expire_after_their_tool_ttl() {
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_ttl_too_long_for_the_clock_caches_for_good_instead_of_panicking() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let p = pipeline(
+        owner_tool("t", runs.clone(), |_| {}),
+        ResultCache::builder().ttl(Duration::MAX).build(),
+    );
+    p.invoke("t", json!(1), as_user("a")).await.unwrap();
+    tokio::time::advance(Duration::from_secs(365 * 24 * 3600)).await;
+    p.invoke("t", json!(1), as_user("a")).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "still a hit a year on");
+}
+
 #[tokio::test]
 async fn only_read_only_tools_from_this_program_are_cached_by_default() {
     type Configure = fn(&mut toolgate_core::tool::ToolDefinition);

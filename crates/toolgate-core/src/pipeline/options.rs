@@ -123,9 +123,12 @@ impl InvokeOptions {
         self
     }
 
-    /// The deadline in force: the earlier of `deadline` and now + `timeout`.
+    /// The deadline in force: the earlier of `deadline` and now + `timeout`. A timeout too
+    /// long for the clock to add (`Duration::MAX`) sets no deadline.
     pub(crate) fn effective_deadline(&self) -> Option<tokio::time::Instant> {
-        let from_timeout = self.timeout.map(|t| tokio::time::Instant::now() + t);
+        let from_timeout = self
+            .timeout
+            .and_then(|t| tokio::time::Instant::now().checked_add(t));
         match (self.deadline, from_timeout) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),

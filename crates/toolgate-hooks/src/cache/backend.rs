@@ -108,7 +108,8 @@ pub trait CacheBackend: Send + Sync + 'static {
 struct Entry {
     value: Arc<Value>,
     ttl: Duration,
-    expires: tokio::time::Instant,
+    /// `None`: a TTL too long for the clock to add (`Duration::MAX`), which never ends.
+    expires: Option<tokio::time::Instant>,
 }
 
 struct PerEntryTtl;
@@ -160,7 +161,7 @@ impl MokaCache {
         let now = tokio::time::Instant::now();
         self.entries
             .iter()
-            .filter(|(_, e)| e.expires > now)
+            .filter(|(_, e)| e.expires.is_none_or(|at| at > now))
             .map(|(_, e)| (*e.value).clone())
             .collect()
     }
@@ -170,7 +171,11 @@ impl MokaCache {
 impl CacheBackend for MokaCache {
     async fn get(&self, key: &CacheKey) -> Result<Option<Value>, CacheError> {
         match self.entries.get(key).await {
-            Some(entry) if entry.expires > tokio::time::Instant::now() => {
+            Some(entry)
+                if entry
+                    .expires
+                    .is_none_or(|at| at > tokio::time::Instant::now()) =>
+            {
                 Ok(Some((*entry.value).clone()))
             }
             Some(_) => {
@@ -185,7 +190,7 @@ impl CacheBackend for MokaCache {
         let entry = Entry {
             value: Arc::new(value),
             ttl,
-            expires: tokio::time::Instant::now() + ttl,
+            expires: tokio::time::Instant::now().checked_add(ttl),
         };
         self.entries.insert(key.clone(), entry).await;
         Ok(())

@@ -116,7 +116,10 @@ impl Hook for Timeout {
         let Some(limit) = self.limit_for(ctx.tool_name()) else {
             return next.run(ctx).await;
         };
-        let expires = tokio::time::Instant::now() + limit;
+        // A limit too long for the clock to add (`Duration::MAX`) is no limit.
+        let Some(expires) = tokio::time::Instant::now().checked_add(limit) else {
+            return next.run(ctx).await;
+        };
         if self.scope == TimeoutScope::Call {
             ctx.narrow_deadline(expires);
         }

@@ -113,6 +113,22 @@ async fn a_tool_limit_overrides_the_default_and_unlisted_tools_run_unbounded() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_limit_too_long_for_the_clock_is_no_limit_instead_of_a_panic() {
+    for scope in [TimeoutScope::Attempt, TimeoutScope::Call] {
+        let (builder, w) = watched_tool(Pipeline::builder(), "a", 1, Duration::from_secs(3));
+        let pipeline = builder
+            .hook(Timeout::only_listed(scope).tool("a", Duration::MAX))
+            .build()
+            .unwrap();
+        let out = pipeline
+            .invoke("a", json!(null), InvokeOptions::new())
+            .await;
+        assert!(out.is_ok(), "{scope:?}: {out:?}");
+        assert_eq!(w.runs.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_timed_out_attempt_of_an_idempotent_tool_is_retried_with_a_fresh_token() {
     let (builder, w) = watched_tool(Pipeline::builder(), "slow", 1, Duration::from_secs(60));
     let pipeline = builder
