@@ -27,7 +27,13 @@ fn marker(original_chars: usize, kept_chars: usize) -> String {
     )
 }
 
+/// The marker of an output cut to a limit too small for [`marker`]: as much of it as fits.
+const SHORT_MARKER: &str = "[truncated]";
+
 /// Cuts `output` to at most `max_chars` characters, marker included.
+///
+/// A limit too small for the marker (under about 70 characters) keeps nothing of the
+/// output: it becomes as much of `[truncated]` as fits, an empty string at a limit of 0.
 ///
 /// A string output is cut as it is. Any other value that is too long is rendered as JSON
 /// text and that text is cut, so the output becomes a string. An output within the limit
@@ -69,7 +75,20 @@ fn cut(text: &str, max_chars: usize) -> (Value, Option<Truncation>) {
     // The marker's own length depends on the number kept; one pass with the widest count
     // is enough, as `kept` only shrinks the marker.
     let marker_len = marker(original_chars, original_chars).chars().count();
-    let kept_chars = max_chars.saturating_sub(marker_len);
+    if marker_len > max_chars {
+        // A limit too small for the marker: as much of a short marker as fits, and nothing
+        // of the output, so the result still stays within the limit.
+        let short: String = SHORT_MARKER.chars().take(max_chars).collect();
+        return (
+            Value::String(short),
+            Some(Truncation {
+                original_chars,
+                kept_chars: 0,
+                limit: max_chars,
+            }),
+        );
+    }
+    let kept_chars = max_chars - marker_len;
     let end = text
         .char_indices()
         .nth(kept_chars)

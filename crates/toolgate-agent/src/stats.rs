@@ -133,7 +133,8 @@ impl UsageStats {
     ///
     /// # Errors
     ///
-    /// [`StatsError`] when the file exists but cannot be read or moved aside.
+    /// [`StatsError`] when the file exists but cannot be read or moved aside, or the path
+    /// is not a regular file (a directory, a pipe, a device).
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, StatsError> {
         let path = path.into();
         let (tools, moved_aside) = match persist::load(&path) {

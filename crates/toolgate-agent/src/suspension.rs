@@ -33,7 +33,9 @@ pub struct FileStoreError {
 /// at the next change; their ids answer "expired" until this process ends (a restart
 /// forgets them, and they answer "unknown" after it).
 ///
-/// A file that cannot be read back is moved aside with a warning and a new one started.
+/// A file that cannot be read back is moved aside with a warning and a new one started. A
+/// new file is readable by its owner only (on Unix); a rewrite keeps the file's mode. One
+/// store owns one file: two stores on the same file overwrite each other's calls.
 /// Writes happen on the calling task, under the store's lock: the file holds only calls
 /// that wait for a person, and the limits keep it small.
 ///
@@ -65,7 +67,8 @@ impl JsonFileSuspensionStore {
     ///
     /// # Errors
     ///
-    /// [`FileStoreError`] when the file exists but cannot be read or moved aside.
+    /// [`FileStoreError`] when the file exists but cannot be read or moved aside, or the
+    /// path is not a regular file (a directory, a pipe, a device).
     pub fn open(
         path: impl Into<PathBuf>,
         limits: SuspensionLimits,

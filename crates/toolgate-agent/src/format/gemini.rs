@@ -140,7 +140,8 @@ pub fn gemini_schema(schema: &Value) -> Value {
 ///
 /// # Errors
 ///
-/// [`FormatError`] when there are no parts or a function call lacks its name.
+/// [`FormatError`] when there are no parts, a function call lacks its name, or its `id`
+/// is there but not a string.
 pub fn parse_function_calls(response: &Value) -> Result<Vec<ToolCall>, FormatError> {
     let content = match response.get("candidates") {
         Some(candidates) => candidates
@@ -160,10 +161,11 @@ pub fn parse_function_calls(response: &Value) -> Result<Vec<ToolCall>, FormatErr
         .map(|(i, function)| {
             let path = format!("parts[{i}].functionCall");
             let name = str_field(function, "name", PROVIDER, &path)?;
-            let id = function
-                .get("id")
-                .and_then(Value::as_str)
-                .map_or_else(|| format!("{SYNTHETIC_ID_PREFIX}{i}"), str::to_owned);
+            let id = match function.get("id") {
+                None | Some(Value::Null) => format!("{SYNTHETIC_ID_PREFIX}{i}"),
+                Some(Value::String(id)) => id.clone(),
+                Some(_) => return Err(shape_error(PROVIDER, format!("{path}.id"), "a string")),
+            };
             Ok(call(id, name, arguments_of(function.get("args"))))
         })
         .collect()

@@ -194,7 +194,12 @@ impl ToolSystem {
                 }
                 results
             }
-            Concurrency::Parallel(bound) => self.run_parallel(&batch, calls, bound.max(1)).await,
+            // A semaphore holds at most `MAX_PERMITS`; a bound past the batch's size changes
+            // nothing, so a bound of `usize::MAX` runs every call at once.
+            Concurrency::Parallel(bound) => {
+                let bound = bound.min(calls.len()).max(1);
+                self.run_parallel(&batch, calls, bound).await
+            }
         }
     }
 
@@ -289,11 +294,18 @@ impl ToolSystem {
             name,
             arguments,
         } = call;
+        let limit = effective_limit(
+            batch.options.result_max_chars,
+            batch.config.result_max_chars,
+            self.inner.result_max_chars,
+        );
         let rejected = |error: ToolError, raw: Option<String>| {
             let mut result = ToolResult::error(id.clone(), name.clone(), &error);
             result.metadata.trace_id = Some(batch.trace_id.to_string());
             result.metadata.mode = self.mode(&name);
-            result.metadata.raw_arguments = raw;
+            // The model's text is kept to the result size limit like an output is: it
+            // never went through the pipeline's input size limit.
+            result.metadata.raw_arguments = raw.map(|raw| cut_text(raw, limit));
             self.finish(&batch.thread, &batch.trace_id, result)
         };
         if self.inner.pipeline.registry().get(&name).is_none() {
@@ -355,11 +367,6 @@ impl ToolSystem {
             .invoke_detailed(&name, input, invoke)
             .await;
         let elapsed = started.elapsed();
-        let limit = effective_limit(
-            batch.options.result_max_chars,
-            batch.config.result_max_chars,
-            self.inner.result_max_chars,
-        );
         let mut result = self.to_result(id, name, invocation, elapsed, limit);
         result.metadata.trace_id = Some(batch.trace_id.to_string());
         self.finish(&batch.thread, &batch.trace_id, result)
@@ -393,9 +400,18 @@ impl ToolSystem {
         result
     }
 
-    /// Records the result (observation and statistics) and hands it back.
+    /// Records the result (observation and statistics) and hands it back. Statistics are
+    /// kept for registered tools only: a name the model made up never becomes an entry of
+    /// the statistics file, whatever the call ended with.
     fn finish(&self, thread: &str, trace_id: &str, result: ToolResult) -> ToolResult {
-        if let Some(stats) = &self.inner.stats {
+        if let Some(stats) = &self.inner.stats
+            && self
+                .inner
+                .pipeline
+                .registry()
+                .get(&result.tool_name)
+                .is_some()
+        {
             stats.record(&result);
         }
         let observation = if result.status == ToolStatus::Suspended {
@@ -415,6 +431,14 @@ impl ToolSystem {
         };
         self.inner.observer.record(observation);
         result
+    }
+}
+
+/// `text` cut to `limit` characters, marker included, as an output would be.
+fn cut_text(text: String, limit: usize) -> String {
+    match truncate_output(serde_json::Value::String(text), limit).0 {
+        serde_json::Value::String(text) => text,
+        other => other.to_string(),
     }
 }
 

@@ -13,7 +13,8 @@ use toolgate_core::{InvokeOptions, User};
 pub enum Concurrency {
     /// One after the other, in call order.
     Sequential,
-    /// At most this many at once (at least 1); results still come back in call order.
+    /// At most this many at once (at least 1; any bound above the batch's size, up to
+    /// `usize::MAX`, means every call at once); results still come back in call order.
     Parallel(usize),
 }
 
@@ -78,7 +79,8 @@ impl ExecuteOptions {
         self
     }
 
-    /// How long each call may take (overrides the system's default).
+    /// How long each call may take (overrides the system's default). A timeout too long for
+    /// the clock to add (`Duration::MAX`) is none.
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
@@ -225,7 +227,8 @@ impl ResumeOptions {
         self
     }
 
-    /// How long the rest of the call may take.
+    /// How long the rest of the call may take. A timeout too long for the clock to add
+    /// (`Duration::MAX`) is none.
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
