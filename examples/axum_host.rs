@@ -8,10 +8,10 @@ use std::time::Duration;
 use axum::extract::{Path, Request, State};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::{Json, Router, routing::post};
+use axum::{Router, routing::post};
 use serde_json::{Value, json};
 use toolgate::prelude::*;
-use toolgate_http::{CallOptions, Caller, HttpError, invocation_response};
+use toolgate_http::{CallOptions, Caller, HttpError, JsonInput, invocation_response};
 
 /// Your authentication: a bearer key names the user.
 async fn authenticate(mut request: Request, next: Next) -> Response {
@@ -39,7 +39,7 @@ async fn invoke(
     State(pipeline): State<Pipeline>,
     Path(tool): Path<String>,
     call: CallOptions,
-    Json(input): Json<Value>,
+    JsonInput(input): JsonInput,
 ) -> Response {
     let options = call.options.timeout(Duration::from_secs(10));
     invocation_response(&pipeline.invoke_detailed(&tool, input, options).await)

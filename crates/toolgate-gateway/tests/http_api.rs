@@ -99,6 +99,35 @@ async fn invoking_the_calculator_answers_its_result() {
 }
 
 #[tokio::test]
+async fn an_x_session_id_sent_twice_or_unusable_is_refused_400_bad_session_id() {
+    let gateway = Gateway::start(&authorized_config());
+    let url = gateway.url("/v1/tools/calculator/invoke");
+    let body = json!({"expression": "6*7"});
+    let (client, bob) = (client(), key("bob"));
+    for headers in [
+        &[("x-session-id", "mine"), ("x-session-id", "yours")][..],
+        &[("x-session-id", "two words")],
+    ] {
+        let refused = post_with(&client, &url, Some(&bob), &body, headers).await;
+        assert_eq!(
+            (refused.status, refused.error_code()),
+            (400, "bad_session_id"),
+            "{headers:?}: {}",
+            refused.body
+        );
+    }
+    let usable = post_with(
+        &client,
+        &url,
+        Some(&bob),
+        &body,
+        &[("x-session-id", "chat-1")],
+    )
+    .await;
+    assert_eq!(usable.status, 200, "{}", usable.body);
+}
+
+#[tokio::test]
 async fn a_tool_without_arguments_is_listed_and_called_with_an_empty_object() {
     let config = format!(
         "tools:\n  builtin: [current_time]\nusers:\n{}",

@@ -16,8 +16,8 @@ pub const X_REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 /// `x-session-id`: the session the call belongs to.
 pub const X_SESSION_ID: HeaderName = HeaderName::from_static("x-session-id");
 
-/// The longest `x-request-id` taken from a client.
-const MAX_REQUEST_ID: usize = 128;
+/// The longest `x-request-id` or `x-session-id` taken from a client.
+const MAX_ID: usize = 128;
 
 /// The `x-request-id` a client sent, when it is usable (not empty, at most 128 bytes,
 /// visible ASCII).
@@ -32,10 +32,86 @@ pub fn request_id(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(X_REQUEST_ID)
         .and_then(|v| v.to_str().ok())
-        .filter(|v| !v.is_empty() && v.len() <= MAX_REQUEST_ID)
+        .filter(|v| is_usable_id(v))
 }
 
-/// The `x-session-id` a client sent, if any.
+/// Whether a client's id is usable: 1 to 128 bytes of visible ASCII (no spaces or tabs).
+fn is_usable_id(id: &str) -> bool {
+    !id.is_empty() && id.len() <= MAX_ID && id.bytes().all(|b| b.is_ascii_graphic())
+}
+
+/// The session of a request for [`CallOptions`]: none without `x-session-id`, 400
+/// `bad_session_id` for one that is not usable or sent more than once.
+fn checked_session_id(headers: &HeaderMap) -> Result<Option<&str>, HttpError> {
+    let mut sent = headers.get_all(X_SESSION_ID).iter();
+    let Some(first) = sent.next() else {
+        return Ok(None);
+    };
+    let bad = |message: &str| {
+        HttpError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_session_id",
+            message.to_owned(),
+        )
+    };
+    if sent.next().is_some() {
+        return Err(bad(
+            "the request carries `x-session-id` more than once: send it once",
+        ));
+    }
+    match first.to_str() {
+        Ok(id) if is_usable_id(id) => Ok(Some(id)),
+        _ => Err(bad(
+            "`x-session-id` must be 1 to 128 visible ASCII characters (letters, digits, `-`, `_`, `.`, …, no spaces): send a usable id, or none",
+        )),
+    }
+}
+
+/// The session a call of `user` belongs to: the client's `x-session-id`, checked (none
+/// without one; 400 `bad_session_id` for one sent twice, empty, over 128 bytes or not
+/// visible ASCII), within `user`'s own sessions. A session id is the client's word, and two
+/// users may send the same one, by chance or to read what another's session holds: so the
+/// session the pipeline sees is the id qualified by the user and their tenant (written as
+/// the JSON array `[tenant, user, id]`, which no other user's can equal), and what a hook
+/// binds for one user's session no other user's call reads. [`CallOptions`] uses it.
+///
+/// ```
+/// use http::HeaderMap;
+/// use toolgate_core::User;
+///
+/// let mut headers = HeaderMap::new();
+/// headers.insert("x-session-id", "chat-42".parse().unwrap());
+/// let ann = toolgate_http::caller_session(&headers, &User::new("ann")).unwrap();
+/// let bob = toolgate_http::caller_session(&headers, &User::new("bob")).unwrap();
+/// assert_eq!(ann.as_deref(), Some(r#"[null,"ann","chat-42"]"#));
+/// assert_ne!(ann, bob);
+/// ```
+///
+/// # Errors
+///
+/// 400 `bad_session_id`, as above.
+pub fn caller_session(headers: &HeaderMap, user: &User) -> Result<Option<String>, HttpError> {
+    Ok(checked_session_id(headers)?.map(|id| session_key(user, id)))
+}
+
+/// The session `user`'s calls with the session id `id` run in: `[tenant, user, id]` as JSON
+/// (see [`caller_session`]). For a host that seeds that session itself, with
+/// [`Pipeline::session`](toolgate_core::Pipeline::session).
+///
+/// ```
+/// use toolgate_core::User;
+///
+/// let mut ann = User::new("ann");
+/// ann.tenant = Some("acme".into());
+/// assert_eq!(toolgate_http::session_key(&ann, "chat-42"), r#"["acme","ann","chat-42"]"#);
+/// ```
+pub fn session_key(user: &User, id: &str) -> String {
+    serde_json::json!([user.tenant, user.id, id]).to_string()
+}
+
+/// The `x-session-id` a client sent, if any: the first one, unchecked and as sent. To run a
+/// call in it, use [`caller_session`] (which [`CallOptions`] does): it refuses an unusable
+/// id and keeps one user's sessions apart from another's.
 ///
 /// ```
 /// use http::HeaderMap;
@@ -79,7 +155,10 @@ impl Caller {
 /// - the user: the [`Caller`] in the request's extensions (a request without one is
 ///   answered 401 `unauthenticated`: put your authentication middleware in front of the
 ///   route);
-/// - the session: `x-session-id`, when sent;
+/// - the session: `x-session-id`, when sent, within the caller's own sessions
+///   ([`caller_session`]: one that is sent twice, is empty, is over 128 bytes or holds
+///   anything but visible ASCII is answered 400 `bad_session_id`, rather than run the call
+///   in no session or in a session the client did not mean);
 /// - the request id: `x-request-id` when usable, a generated one otherwise (it is in
 ///   [`request_id`](Self::request_id) too, to echo in the answer).
 ///
@@ -88,15 +167,14 @@ impl Caller {
 /// [`provide`](InvokeOptions::provide).
 ///
 /// ```
-/// use axum::{Json, extract::State, response::Response};
-/// use serde_json::Value;
+/// use axum::{extract::State, response::Response};
 /// use toolgate_core::Pipeline;
-/// use toolgate_http::{CallOptions, invocation_response};
+/// use toolgate_http::{CallOptions, JsonInput, invocation_response};
 ///
 /// async fn search(
 ///     State(pipeline): State<Pipeline>,
 ///     call: CallOptions,
-///     Json(input): Json<Value>,
+///     JsonInput(input): JsonInput,
 /// ) -> Response {
 ///     let options = call.options.timeout(std::time::Duration::from_secs(5));
 ///     invocation_response(&pipeline.invoke_detailed("search", input, options).await)
@@ -128,7 +206,7 @@ impl<S: Send + Sync> FromRequestParts<S> for CallOptions {
         let mut options = InvokeOptions::new()
             .user(Arc::clone(&caller.0))
             .request_id(request_id.clone());
-        if let Some(session) = session_id(&parts.headers) {
+        if let Some(session) = caller_session(&parts.headers, &caller.0)? {
             options = options.session(session);
         }
         Ok(CallOptions {

@@ -3,7 +3,7 @@
 
 use axum::Json;
 use axum::response::{IntoResponse, Response};
-use http::{HeaderValue, StatusCode, header};
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode, header};
 use serde::Serialize;
 use toolgate_agent::ResultError;
 use toolgate_core::ToolError;
@@ -32,6 +32,9 @@ use toolgate_core::ToolError;
 pub struct HttpError {
     status: StatusCode,
     body: ResultError,
+    /// Headers the answer carries besides its own (boxed: most errors have none, and an
+    /// error is returned in many a `Result`).
+    headers: Option<Box<HeaderMap>>,
 }
 
 /// The body on the wire: the error under `"error"`.
@@ -60,7 +63,20 @@ impl HttpError {
                 violations: Vec::new(),
                 status: Some(status.as_u16()),
             },
+            headers: None,
         }
+    }
+
+    /// The same error, answered with this header too.
+    pub(crate) fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
+        self.headers.get_or_insert_default().insert(name, value);
+        self
+    }
+
+    /// The same error, closing the connection: for an answer given before the request's
+    /// body was read whole, which may still be on its way.
+    pub(crate) fn closing(self) -> Self {
+        self.header(header::CONNECTION, HeaderValue::from_static("close"))
     }
 
     /// The same error, telling the client to wait `delay` before trying again: the body
@@ -99,12 +115,24 @@ impl HttpError {
     }
 }
 
+/// A [`ToolError`] with its own status; 500 for a refusal or retry-after whose hook chose
+/// a status that is not an error's (a 200 would tell the client its call succeeded).
 impl From<&ToolError> for HttpError {
     fn from(error: &ToolError) -> Self {
+        let chosen = matches!(
+            error,
+            ToolError::Aborted { .. } | ToolError::RetryAfter { .. }
+        );
+        let status = StatusCode::from_u16(error.status())
+            .ok()
+            .filter(|status| !chosen || status.is_client_error() || status.is_server_error())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut body = ResultError::from(error);
+        body.status = Some(status.as_u16());
         HttpError {
-            status: StatusCode::from_u16(error.status())
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            body: ResultError::from(error),
+            status,
+            body,
+            headers: None,
         }
     }
 }
@@ -119,6 +147,7 @@ impl From<&ResultError> for HttpError {
                 .and_then(|status| StatusCode::from_u16(status).ok())
                 .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             body: error.clone(),
+            headers: None,
         }
     }
 }
@@ -133,6 +162,9 @@ impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         let status = self.status;
         let mut response = (status, Json(Body { error: &self.body })).into_response();
+        if let Some(headers) = self.headers {
+            response.headers_mut().extend(*headers);
+        }
         if status == StatusCode::REQUEST_TIMEOUT {
             response
                 .headers_mut()

@@ -12,22 +12,23 @@
 //!   request's extensions; the [`CallOptions`] extractor turns the request into
 //!   [`InvokeOptions`](toolgate_core::InvokeOptions) (the caller, `x-session-id`,
 //!   `x-request-id`).
+//! - [`JsonInput`]: the request body as the tool's JSON arguments, each refusal (not JSON,
+//!   compressed, too large, too slow) an [`HttpError`].
 //! - [`PipelineService`]: a tower [`Service`](tower_service::Service) over a pipeline that
 //!   answers [`ToolCall`]s, so it stacks with tower middleware.
 //!
 //! `docs/embedding.md` walks through an axum host end to end.
 //!
 //! ```
-//! use axum::{Json, Router, extract::{Path, State}, response::Response, routing::post};
-//! use serde_json::Value;
+//! use axum::{Router, extract::{Path, State}, response::Response, routing::post};
 //! use toolgate_core::Pipeline;
-//! use toolgate_http::{CallOptions, invocation_response};
+//! use toolgate_http::{CallOptions, JsonInput, invocation_response};
 //!
 //! async fn invoke(
 //!     State(pipeline): State<Pipeline>,
 //!     Path(tool): Path<String>,
 //!     call: CallOptions,
-//!     Json(input): Json<Value>,
+//!     JsonInput(input): JsonInput,
 //! ) -> Response {
 //!     invocation_response(&pipeline.invoke_detailed(&tool, input, call.options).await)
 //! }
@@ -40,11 +41,16 @@
 
 mod call;
 mod error;
+mod input;
 mod response;
 mod service;
 
-pub use call::{CallOptions, Caller, X_REQUEST_ID, X_SESSION_ID, request_id, session_id};
+pub use call::{
+    CallOptions, Caller, X_REQUEST_ID, X_SESSION_ID, caller_session, request_id, session_id,
+    session_key,
+};
 pub use error::HttpError;
+pub use input::{BodyTimeout, DEFAULT_BODY_TIMEOUT, JsonInput, content_coding};
 pub use response::invocation_response;
 pub use service::{PipelineService, ToolCall};
 

@@ -78,7 +78,7 @@ async fn session_and_request_id_headers_reach_the_invocation() {
         .extensions_mut()
         .insert(Caller::new(User::new("bob")));
     let (_, body) = send(request).await;
-    assert_eq!(body["output"]["session"], "chat-9");
+    assert_eq!(body["output"]["session"], r#"[null,"bob","chat-9"]"#);
     assert_eq!(body["output"]["request"], "req-1");
 }
 

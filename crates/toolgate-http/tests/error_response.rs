@@ -80,3 +80,24 @@ async fn a_request_timeout_closes_the_connection() {
     let response = error.into_response();
     assert_eq!(response.headers()["connection"], "close");
 }
+
+#[tokio::test]
+async fn a_refusal_with_a_status_that_is_not_an_error_answers_500() {
+    for status in [200, 204, 302] {
+        let refused = ToolError::abort("not today", "refused", status);
+        let error = HttpError::from(&refused);
+        assert_eq!(error.status(), 500, "{status}");
+        assert_eq!(error.body().status, Some(500));
+        let waiting = ToolError::RetryAfter {
+            delay: Duration::from_secs(1),
+            reason: "later".into(),
+            code: "busy".into(),
+            status,
+        };
+        let response = HttpError::from(&waiting).into_response();
+        assert_eq!(response.status(), 500, "{status}");
+        assert_eq!(response.headers()["retry-after"], "1");
+    }
+    let forbidden = ToolError::abort("no", "forbidden", 403);
+    assert_eq!(HttpError::from(&forbidden).status(), 403);
+}

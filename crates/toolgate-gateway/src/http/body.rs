@@ -59,7 +59,7 @@ pub async fn refuse_unreadable_bodies(
 ) -> Response {
     let headers = request.headers();
     if has_body(headers)
-        && let Some(coding) = content_coding(headers)
+        && let Some(coding) = toolgate_http::content_coding(headers)
     {
         let mut refused = ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
@@ -86,24 +86,6 @@ pub async fn refuse_unreadable_bodies(
         return closing_if(true, too_large().into_response());
     }
     next.run(request).await
-}
-
-/// The first content coding other than `identity` that `headers` name for the body, as it
-/// may be quoted back to the client (at most 32 characters, printable ASCII).
-fn content_coding(headers: &HeaderMap) -> Option<String> {
-    for value in headers.get_all(header::CONTENT_ENCODING) {
-        let Ok(value) = value.to_str() else {
-            return Some("(unreadable)".to_owned());
-        };
-        let coding = value
-            .split(',')
-            .map(str::trim)
-            .find(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case("identity"));
-        if let Some(coding) = coding {
-            return Some(coding.chars().take(32).collect());
-        }
-    }
-    None
 }
 
 /// Parses a request body as JSON of type `T`, or answers 413 for a body over the limit, 408

@@ -90,8 +90,10 @@ pub async fn invoke(
         .request_id(request_id.clone())
         .timeout(request_timeout(&caller.gateway, &headers))
         .cancellation(state.drain.call_token());
-    if let Some(session) = toolgate_http::session_id(&headers) {
-        options = options.session(session);
+    match toolgate_http::caller_session(&headers, &caller.user) {
+        Ok(Some(session)) => options = options.session(session),
+        Ok(None) => {}
+        Err(error) => return error.into_response(),
     }
     if let Some(token) = &caller.token {
         options = options.provide::<CallerAccessToken>(token.clone());
