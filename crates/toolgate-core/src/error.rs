@@ -33,7 +33,8 @@ pub use crate::provider::ProviderError;
 pub enum ToolError {
     /// No tool is registered under this name.
     #[error(
-        "unknown tool `{name}`: list the available tools and call one of them by its exact name"
+        "unknown tool `{}`: list the available tools and call one of them by its exact name",
+        shown_id(name)
     )]
     UnknownTool {
         /// The name that was asked for.
@@ -557,7 +558,18 @@ pub enum BuildError {
 
 #[cfg(test)]
 mod tests {
-    use super::in_json_words;
+    use super::{ToolError, in_json_words};
+
+    #[test]
+    fn an_unknown_tool_s_name_is_repeated_only_up_to_the_length_of_an_id() {
+        let name = "n".repeat(60_000);
+        let message = ToolError::UnknownTool { name }.to_string();
+        assert!(message.len() < 300, "{} bytes", message.len());
+        assert!(
+            message.contains(&format!("`{}…`", "n".repeat(64))),
+            "{message}"
+        );
+    }
 
     #[test]
     fn what_serde_found_and_expected_is_said_in_json_words() {
