@@ -113,6 +113,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let listen = options.listen.unwrap_or(gateway.config.server.listen);
     let grace = gateway.config.server.shutdown_grace;
     let limits = ConnectionLimits::from(&gateway.config.server);
+    let trusted_proxies = gateway.config.server.trusted_proxies.clone();
     let listener = TcpListener::bind(listen)
         .await
         .map_err(|source| ServeError::Io {
@@ -155,6 +156,7 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         listener,
         router(state.clone()),
         limits,
+        trusted_proxies,
         phases,
     ));
     wait_for_stop(term).await;
@@ -288,13 +290,16 @@ async fn reload(path: &Path, process: &Process) -> Result<(), ServeError> {
     if new.listen != old.listen
         || new.body_limit != old.body_limit
         || new.max_connections != old.max_connections
+        || new.max_connections_per_address != old.max_connections_per_address
+        || new.trusted_proxies != old.trusted_proxies
         || new.header_timeout != old.header_timeout
         || new.body_timeout != old.body_timeout
         || new.idle_timeout != old.idle_timeout
     {
         tracing::warn!(
-            "`server.listen`, `body_limit`, `max_connections` and the connection timeouts \
-             take effect on restart only"
+            "`server.listen`, `body_limit`, `max_connections`, `max_connections_per_address` and \
+             the connection timeouts take effect on restart only (and `trusted_proxies`, for \
+             the connections exempt from `max_connections_per_address`)"
         );
     }
     process.reload(config).await.map_err(|e| e.in_file(path))?;

@@ -656,6 +656,12 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             "the gateway needs at least 1 connection to serve anything, e.g. `10000`",
         ));
     }
+    if server.max_connections_per_address == 0 {
+        return Err(ConfigError::invalid(
+            "server.max_connections_per_address",
+            "each client needs at least 1 connection to send anything, e.g. `1000`",
+        ));
+    }
     let sessions = &server.mcp_sessions;
     for (field, bound) in [("per_user", sessions.per_user), ("max", sessions.max)] {
         if bound == 0 {
@@ -792,6 +798,10 @@ mod tests {
             ("server:\n  body_timeout: 0s\n", "server.body_timeout"),
             ("server:\n  idle_timeout: 0ms\n", "server.idle_timeout"),
             ("server:\n  max_connections: 0\n", "server.max_connections"),
+            (
+                "server:\n  max_connections_per_address: 0\n",
+                "server.max_connections_per_address",
+            ),
             (
                 "server:\n  mcp_sessions:\n    per_user: 0\n",
                 "server.mcp_sessions.per_user",

@@ -151,6 +151,11 @@ pub struct ServerConfig {
     /// The most connections open at once (default 10,000); a connection past it is
     /// answered 503 and closed at once.
     pub max_connections: u32,
+    /// The most connections one client address may hold open at once (default 1,000; an
+    /// IPv6 address counts by its /64), so that one host cannot take every connection; a
+    /// connection past it is answered 429 and closed at once. Connections from
+    /// `trusted_proxies` are not counted: a proxy carries many clients.
+    pub max_connections_per_address: u32,
     /// The browser origins (`scheme://host[:port]`) whose pages may call `/mcp`, besides
     /// this host's loopback ones. A request with any other `Origin` header is answered
     /// 403; one without it (not from a browser) passes.
@@ -216,6 +221,7 @@ impl Default for ServerConfig {
             body_timeout: Duration::from_secs(30),
             idle_timeout: Duration::from_secs(60),
             max_connections: 10_000,
+            max_connections_per_address: 1_000,
             mcp_allowed_origins: Vec::new(),
             mcp_state_key: None,
             mcp_sessions: McpSessionLimits::default(),

@@ -1,9 +1,11 @@
 //! Accepting connections and serving HTTP/1.1 on them, with the limits a server facing
 //! careless or hostile clients needs: a cap on open connections, and header, body and
-//! idle timeouts (`server.max_connections`, `header_timeout`, `body_timeout`,
-//! `idle_timeout`).
+//! idle timeouts (`server.max_connections`, `max_connections_per_address`,
+//! `header_timeout`, `body_timeout`, `idle_timeout`).
 //!
 //! - A connection past the cap is answered 503 and closed at once; it costs no task.
+//! - A connection from an address that holds its share of the cap already
+//!   ([`share`]) is answered 429 and closed at once, before it counts against the cap.
 //! - A request whose line and headers do not arrive within the header timeout (from its
 //!   first byte, or from connecting) has its connection closed.
 //! - A body that does not arrive within the body timeout fails where it is read, and the
@@ -21,6 +23,7 @@
 //!   40 ms, so every call on a reused `/mcp` connection took 40 ms more.
 
 mod body;
+mod share;
 mod watchdog;
 
 use std::convert::Infallible;
@@ -40,15 +43,19 @@ use tokio::sync::{Semaphore, watch};
 use tower_service::Service;
 
 use body::{Answering, TimedBody};
+use share::AddressShare;
 use watchdog::{Activity, Expired, InFlight, Watchdog, WatchedIo};
 
-use crate::config::ServerConfig;
+use crate::config::{ServerConfig, TrustedProxy};
 
 /// The limits every connection is held to.
 #[derive(Clone, Copy, Debug)]
 pub struct ConnectionLimits {
     /// The most connections open at once.
     pub max_connections: u32,
+    /// The most connections open at once from one client address (not counting a trusted
+    /// proxy's).
+    pub max_connections_per_address: u32,
     /// How long a request's line and headers may take to arrive.
     pub header_timeout: Duration,
     /// How long a request's body may take to arrive.
@@ -61,6 +68,7 @@ impl From<&ServerConfig> for ConnectionLimits {
     fn from(server: &ServerConfig) -> Self {
         ConnectionLimits {
             max_connections: server.max_connections,
+            max_connections_per_address: server.max_connections_per_address,
             header_timeout: server.header_timeout,
             body_timeout: server.body_timeout,
             idle_timeout: server.idle_timeout,
@@ -73,6 +81,17 @@ static OVER_CAPACITY: LazyLock<Vec<u8>> = LazyLock::new(|| {
     let body = r#"{"error":{"code":"too_many_connections","message":"the gateway has all the connections it takes (`server.max_connections`): retry in a moment"}}"#;
     format!(
         "HTTP/1.1 503 Service Unavailable\r\nconnection: close\r\ncontent-type: application/json\r\n\
+         retry-after: 1\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+});
+
+/// What a connection from an address that holds its share is told before it is closed.
+static OVER_SHARE: LazyLock<Vec<u8>> = LazyLock::new(|| {
+    let body = r#"{"error":{"code":"too_many_connections_from_address","message":"this address holds all the connections the gateway takes from one address (`server.max_connections_per_address`): send requests on the connections it has open (keep-alive), or close some and retry"}}"#;
+    format!(
+        "HTTP/1.1 429 Too Many Requests\r\nconnection: close\r\ncontent-type: application/json\r\n\
          retry-after: 1\r\ncontent-length: {}\r\n\r\n{body}",
         body.len()
     )
@@ -101,14 +120,19 @@ const ACCEPT_BACKOFF: Duration = Duration::from_secs(1);
 /// closing every connection after its answer; once [`Closing`](Phase::Closing), no more
 /// accepting: each connection finishes the answer it is sending (idle ones close at
 /// once), and this returns when every connection is closed.
+///
+/// Connections from the `trusted_proxies` have no share per address.
 pub async fn serve(
     listener: TcpListener,
     router: Router,
     limits: ConnectionLimits,
+    trusted_proxies: Vec<TrustedProxy>,
     mut phase: watch::Receiver<Phase>,
 ) {
     let permits = Arc::new(Semaphore::new(limits.max_connections as usize));
+    let share = AddressShare::new(limits.max_connections_per_address, trusted_proxies);
     let mut last_refusal_logged: Option<tokio::time::Instant> = None;
+    let mut last_share_refusal_logged: Option<tokio::time::Instant> = None;
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
@@ -123,11 +147,22 @@ pub async fn serve(
                 continue;
             }
         };
+        let Ok(slot) = share.enter(peer.ip()) else {
+            refuse(&stream, &OVER_SHARE);
+            metrics::counter!("toolgate_http_connections_refused_total", "reason" => "max_connections_per_address").increment(1);
+            if once_in_10_s(&mut last_share_refusal_logged) {
+                tracing::warn!(
+                    client = %peer.ip(),
+                    max_connections_per_address = limits.max_connections_per_address,
+                    "refusing connections from an address that holds `server.max_connections_per_address`"
+                );
+            }
+            continue;
+        };
         let Ok(permit) = permits.clone().try_acquire_owned() else {
-            refuse(&stream);
-            metrics::counter!("toolgate_http_connections_refused_total").increment(1);
-            if last_refusal_logged.is_none_or(|at| at.elapsed() >= Duration::from_secs(10)) {
-                last_refusal_logged = Some(tokio::time::Instant::now());
+            refuse(&stream, &OVER_CAPACITY);
+            metrics::counter!("toolgate_http_connections_refused_total", "reason" => "max_connections").increment(1);
+            if once_in_10_s(&mut last_refusal_logged) {
                 tracing::warn!(
                     max_connections = limits.max_connections,
                     "refusing connections: `server.max_connections` are open"
@@ -142,7 +177,7 @@ pub async fn serve(
         let phase = phase.clone();
         tokio::spawn(async move {
             serve_connection(stream, peer, router, limits, phase).await;
-            drop(permit);
+            drop((permit, slot));
         });
     }
     drop(listener);
@@ -160,10 +195,20 @@ fn is_connection_error(e: &io::Error) -> bool {
     )
 }
 
-/// Tells a connection past the cap why it is closed, if its socket takes the answer at
+/// Tells a connection refused at once why (`answer`), if its socket takes the answer at
 /// once (a fresh socket's send buffer is empty, so it does), and drops it.
-fn refuse(stream: &TcpStream) {
-    let _ = stream.try_write(&OVER_CAPACITY);
+fn refuse(stream: &TcpStream, answer: &[u8]) {
+    let _ = stream.try_write(answer);
+}
+
+/// Whether a warning last said at `last` may be said again (at most once in 10 s, so that
+/// a flood of refusals is not a flood of log lines); notes the time when it may.
+fn once_in_10_s(last: &mut Option<tokio::time::Instant>) -> bool {
+    let due = last.is_none_or(|at| at.elapsed() >= Duration::from_secs(10));
+    if due {
+        *last = Some(tokio::time::Instant::now());
+    }
+    due
 }
 
 /// Serves one connection until it closes, its watchdog expires, or the server drains or

@@ -68,7 +68,7 @@ fn parse_hop(hop: &[u8]) -> Option<IpAddr> {
 }
 
 /// An IPv4 address written as IPv6 (`::ffff:1.2.3.4`) as the IPv4 address it is.
-fn canonical(address: IpAddr) -> IpAddr {
+pub(crate) fn canonical(address: IpAddr) -> IpAddr {
     match address {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
         v4 => v4,

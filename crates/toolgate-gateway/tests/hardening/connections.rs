@@ -215,6 +215,91 @@ async fn connections_past_the_cap_are_answered_503_and_closed() {
     }
 }
 
+/// A connection to the gateway from `source` (a loopback address: all of 127.0.0.0/8 is
+/// this host's).
+async fn connect_from(gateway: &Gateway, source: [u8; 4]) -> TcpStream {
+    let address = gateway.base.trim_start_matches("http://").parse().unwrap();
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket
+        .bind(std::net::SocketAddr::from((source, 0)))
+        .expect("binding a loopback source address");
+    socket.connect(address).await.expect("connecting")
+}
+
+#[tokio::test]
+async fn one_address_past_its_share_is_answered_429_while_other_addresses_still_connect() {
+    // Loopback is a trusted proxy by default: here it is a client like any other.
+    let gateway = Gateway::start(&config(
+        "  max_connections: 10\n  max_connections_per_address: 2\n  trusted_proxies: [10.9.9.9]\n",
+    ));
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = connect_from(&gateway, [127, 0, 0, 2]).await;
+        stream.write_all(HEALTH).await.unwrap();
+        read_health_answer(&mut stream).await;
+        held.push(stream);
+    }
+    let mut surplus = connect_from(&gateway, [127, 0, 0, 2]).await;
+    let (received, _) = read_until_closed(&mut surplus).await;
+    assert!(
+        received.starts_with("HTTP/1.1 429 Too Many Requests\r\n"),
+        "{received}"
+    );
+    assert!(received.contains("retry-after: 1\r\n"), "{received}");
+    assert!(
+        received.contains(r#""code":"too_many_connections_from_address""#),
+        "{received}"
+    );
+    assert!(
+        received.contains("server.max_connections_per_address"),
+        "{received}"
+    );
+
+    let mut other = connect_from(&gateway, [127, 0, 0, 3]).await;
+    other.write_all(HEALTH).await.unwrap();
+    assert!(
+        read_health_answer(&mut other)
+            .await
+            .starts_with("HTTP/1.1 200")
+    );
+
+    // A closed connection gives its address a place back.
+    drop(held.pop());
+    let deadline = Instant::now() + NEVER;
+    loop {
+        let mut stream = connect_from(&gateway, [127, 0, 0, 2]).await;
+        let _ = stream.write_all(HEALTH).await;
+        let mut first = [0u8; 12];
+        let read = tokio::time::timeout(NEVER, stream.read_exact(&mut first)).await;
+        if matches!(read, Ok(Ok(_))) && &first == b"HTTP/1.1 200" {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no place was given back within {NEVER:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_trusted_proxy_s_connections_have_no_share_per_address() {
+    let gateway = Gateway::start(&config(
+        "  max_connections: 10\n  max_connections_per_address: 1\n",
+    ));
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let mut stream = connect(&gateway).await;
+        stream.write_all(HEALTH).await.unwrap();
+        assert!(
+            read_health_answer(&mut stream)
+                .await
+                .starts_with("HTTP/1.1 200")
+        );
+        held.push(stream);
+    }
+}
+
 /// A request refused before its body is read (no key) is answered with `Connection: close`,
 /// and the connection is closed: a client must not send its retry with a key on it.
 #[tokio::test]
