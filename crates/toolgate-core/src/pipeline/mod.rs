@@ -201,7 +201,9 @@ impl Pipeline {
     }
 
     /// The host's handle on the providers of session `id`: what it binds there, every call
-    /// made with [`InvokeOptions::session`]`(id)` reads. See [`SessionProviders`].
+    /// made with [`InvokeOptions::session`]`(id)` reads, whoever makes it — so seed a
+    /// session whose id no other user can send (see [`InvokeOptions::session`]). See
+    /// [`SessionProviders`].
     pub fn session(&self, id: impl AsRef<str>) -> SessionProviders {
         SessionProviders::new(Arc::clone(&self.inner.scopes), Arc::from(id.as_ref()))
     }

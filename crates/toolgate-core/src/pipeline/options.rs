@@ -41,7 +41,24 @@ impl InvokeOptions {
         Self::default()
     }
 
-    /// The session the call belongs to (its session-scoped providers are shared).
+    /// The session the call belongs to: every call made with the same `id` shares the
+    /// session's providers, whoever makes it.
+    ///
+    /// The id is the host's key, trusted as given: the pipeline does not tie a session to
+    /// a user. Never pass an id a client chose as it is — another user who sends the same
+    /// id would read what the session holds. Qualify it with the caller first, as
+    /// `toolgate_http::session_key` does (`[tenant, user, id]`), or use an id the host
+    /// made itself (an MCP session id, a thread the host keeps per user).
+    ///
+    /// ```
+    /// use toolgate_core::{InvokeOptions, User};
+    ///
+    /// let ann = User::new("ann");
+    /// let sent_by_client = "chat-42";
+    /// // One session per user and id: Bob's "chat-42" is another session.
+    /// let key = serde_json::json!([ann.tenant, ann.id, sent_by_client]).to_string();
+    /// let options = InvokeOptions::new().user(ann).session(key);
+    /// ```
     #[must_use]
     pub fn session(mut self, id: impl AsRef<str>) -> Self {
         self.session_id = Some(Arc::from(id.as_ref()));
