@@ -12,8 +12,8 @@ use common::{Runs, THREAD, Wait, state, system};
 use serde_json::json;
 use toolgate_agent::format::{FormatError, gemini};
 use toolgate_agent::{
-    Concurrency, ExecuteOptions, JsonFileSuspensionStore, ResumeDecision, ResumeOptions,
-    SuspensionLimits, ToolCall, ToolStatus, UsageStats,
+    Concurrency, ExecuteOptions, JsonFileSuspensionStore, ResumeDecision, ResumeError,
+    ResumeOptions, SuspensionLimits, ToolCall, ToolStatus, UsageStats,
 };
 use toolgate_core::{Pipeline, ToolError, User, tool_fn};
 
@@ -139,6 +139,102 @@ fn a_gemini_call_id_that_is_not_a_string_is_a_shape_error_naming_it() {
         "gemini-call-0",
         "a missing or null id still gets a synthetic one"
     );
+}
+
+#[test]
+fn a_gemini_call_id_in_the_synthetic_form_is_refused_so_no_two_calls_share_an_id() {
+    // Sent as is, the first call's id would equal the one made for the second.
+    let response = json!({ "parts": [
+        { "functionCall": { "name": "echo", "args": {}, "id": "gemini-call-1" } },
+        { "functionCall": { "name": "echo", "args": {} } },
+    ]});
+    let error = gemini::parse_function_calls(&response).unwrap_err();
+    assert_eq!(
+        error,
+        FormatError::ReservedId {
+            provider: "gemini",
+            path: "parts[0].functionCall.id".into(),
+            prefix: gemini::SYNTHETIC_ID_PREFIX,
+        }
+    );
+    assert!(
+        error
+            .to_string()
+            .contains("starts with `gemini-call-`, which toolgate keeps"),
+        "{error}"
+    );
+    let fine = json!({ "parts": [
+        { "functionCall": { "name": "echo", "args": {}, "id": "call-gemini-1" } },
+        { "functionCall": { "name": "echo", "args": {} } },
+    ]});
+    let calls = gemini::parse_function_calls(&fine).unwrap();
+    assert_eq!(calls[0].id, "call-gemini-1");
+    assert_eq!(calls[1].id, "gemini-call-1");
+}
+
+#[tokio::test]
+async fn an_approval_given_as_another_user_is_a_typed_error_and_the_call_still_waits() {
+    let runs = Arc::new(Runs::default());
+    let system = system(&runs, state()).build().unwrap();
+    let calls = vec![ToolCall::new("t1", "transfer", json!({ "text": "10 EUR" }))];
+    let ann = ExecuteOptions::new().user(User::new("ann"));
+    let results = system.execute_tools(THREAD, calls, ann).await;
+    let id = results[0].suspension_id().unwrap().to_owned();
+
+    for decision in [
+        ResumeDecision::Approve,
+        ResumeDecision::Complete {
+            output: json!("forged"),
+        },
+    ] {
+        let error = system
+            .resume(&id, decision, ResumeOptions::new().user(User::new("bob")))
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error,
+            ResumeError::NotTheCaller {
+                id: id.clone(),
+                resumed_as: "bob".into(),
+            }
+        );
+        assert!(!error.to_string().contains("ann"), "{error}");
+    }
+    assert_eq!(Runs::of(&runs.transfer), 0);
+
+    let resumed = system
+        .resume(
+            &id,
+            ResumeDecision::Approve,
+            ResumeOptions::new().user(User::new("ann")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resumed.output, Some(json!("transferred 10 EUR")));
+    assert_eq!(Runs::of(&runs.transfer), 1);
+}
+
+#[tokio::test]
+async fn a_rejection_given_as_another_user_ends_the_call() {
+    let runs = Arc::new(Runs::default());
+    let system = system(&runs, state()).build().unwrap();
+    let calls = vec![ToolCall::new("t1", "transfer", json!({ "text": "10 EUR" }))];
+    let ann = ExecuteOptions::new().user(User::new("ann"));
+    let results = system.execute_tools(THREAD, calls, ann).await;
+    let id = results[0].suspension_id().unwrap().to_owned();
+
+    let rejected = system
+        .resume(
+            &id,
+            ResumeDecision::Reject {
+                reason: "not today".into(),
+            },
+            ResumeOptions::new().user(User::new("boss")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(rejected.error_code(), Some("rejected"));
+    assert_eq!(Runs::of(&runs.transfer), 0);
 }
 
 #[tokio::test]

@@ -141,7 +141,8 @@ pub fn gemini_schema(schema: &Value) -> Value {
 /// # Errors
 ///
 /// [`FormatError`] when there are no parts, a function call lacks its name, or its `id`
-/// is there but not a string.
+/// is there but not a string, or starts with [`SYNTHETIC_ID_PREFIX`] (so that a given id
+/// is never taken for a made one, nor two calls share an id).
 pub fn parse_function_calls(response: &Value) -> Result<Vec<ToolCall>, FormatError> {
     let content = match response.get("candidates") {
         Some(candidates) => candidates
@@ -163,6 +164,13 @@ pub fn parse_function_calls(response: &Value) -> Result<Vec<ToolCall>, FormatErr
             let name = str_field(function, "name", PROVIDER, &path)?;
             let id = match function.get("id") {
                 None | Some(Value::Null) => format!("{SYNTHETIC_ID_PREFIX}{i}"),
+                Some(Value::String(id)) if id.starts_with(SYNTHETIC_ID_PREFIX) => {
+                    return Err(FormatError::ReservedId {
+                        provider: PROVIDER,
+                        path: format!("{path}.id"),
+                        prefix: SYNTHETIC_ID_PREFIX,
+                    });
+                }
                 Some(Value::String(id)) => id.clone(),
                 Some(_) => return Err(shape_error(PROVIDER, format!("{path}.id"), "a string")),
             };

@@ -39,6 +39,20 @@ pub enum FormatError {
         /// What was expected there.
         expected: &'static str,
     },
+    /// A call's id starts with the prefix toolgate keeps for the ids it gives calls that
+    /// arrive without one ([`gemini::SYNTHETIC_ID_PREFIX`]): taken as it is, it could be
+    /// confused with one of those, and never be sent back.
+    #[error(
+        "{provider} payload: `{path}` starts with `{prefix}`, which toolgate keeps for the ids it gives calls sent without one; pass the provider's response as it was received"
+    )]
+    ReservedId {
+        /// The provider format.
+        provider: &'static str,
+        /// Where in the payload.
+        path: String,
+        /// The kept prefix.
+        prefix: &'static str,
+    },
 }
 
 pub(crate) fn shape_error(

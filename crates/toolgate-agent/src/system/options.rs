@@ -237,8 +237,8 @@ impl ResumeOptions {
 
     /// The user who made the call, as the host knows them now (their roles or tenant may
     /// have changed while the call waited): an approved or completed call is authorized
-    /// again as them. Must be the same user (id) as the call's; see
-    /// [`Pipeline::resume`](toolgate_core::Pipeline::resume).
+    /// again as them. Must be the same user (id) as the call's: an approval or completion
+    /// as anyone else is [`ResumeError::NotTheCaller`](crate::ResumeError::NotTheCaller).
     #[must_use]
     pub fn user(mut self, user: impl Into<Arc<User>>) -> Self {
         self.user = Some(user.into());

@@ -25,6 +25,19 @@ pub enum ResumeError {
         /// The id asked for.
         id: String,
     },
+    /// The host resumed the call as another user than the one who made it
+    /// ([`ResumeOptions::user`]). A resumed call runs as its maker, so an approval or a
+    /// completion given as someone else is refused; the call still waits. (A rejection is
+    /// always allowed: it only ends the call.)
+    #[error(
+        "the suspended call `{id}` was made by another user than `{resumed_as}`, the user it was resumed as: resume it as the user who made it (or without a user); the call still waits"
+    )]
+    NotTheCaller {
+        /// The id asked for.
+        id: String,
+        /// The user id the host resumed the call as.
+        resumed_as: String,
+    },
     /// The suspension store failed.
     #[error("the suspension store failed: {message}; try again, or check the store's storage")]
     Store {
@@ -58,7 +71,8 @@ impl ToolSystem {
     ///
     /// [`ResumeError::UnknownSuspension`] for an id that never existed or was already
     /// used; [`ResumeError::Expired`] for one that waited too long;
-    /// [`ResumeError::Store`] when the suspension store fails;
+    /// [`ResumeError::NotTheCaller`] for an approval or completion given as another user
+    /// than the call's maker; [`ResumeError::Store`] when the suspension store fails;
     /// [`ResumeError::ThreadConfigUnavailable`] when an approval cannot be checked because
     /// the thread's configuration cannot be loaded (the call keeps waiting).
     pub async fn resume(
@@ -81,6 +95,16 @@ impl ToolSystem {
             .ok_or_else(|| ResumeError::UnknownSuspension {
                 id: suspension_id.to_owned(),
             })?;
+        let rejecting = matches!(decision, ResumeDecision::Reject { .. });
+        if let Some(user) = &options.user
+            && user.id != saved.user.id
+            && !rejecting
+        {
+            return Err(ResumeError::NotTheCaller {
+                id: suspension_id.to_owned(),
+                resumed_as: user.id.clone(),
+            });
+        }
         let thread = saved.session_id.clone().unwrap_or_default();
         let config = self.inner.state.thread_config(&thread).await;
         // Approving runs the tool: only while the thread still enables it. A call made
