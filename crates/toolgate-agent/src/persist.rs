@@ -1,7 +1,9 @@
 //! JSON files that survive a crash: written to a temporary file and renamed over the old
-//! one, and moved aside (never overwritten) when they cannot be read back.
+//! one, moved aside (never overwritten) when they cannot be read back, and claimed by one
+//! owner at a time.
 
-use std::io::Write;
+use std::fs::{File, TryLockError};
+use std::io::{ErrorKind, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
@@ -64,6 +66,72 @@ fn create_new(path: &Path) -> std::io::Result<std::fs::File> {
     #[cfg(unix)]
     std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
     options.open(path)
+}
+
+/// One owner's claim on a file: an exclusive advisory lock on the file beside it named
+/// `<path>.lock`, held until the claim is dropped. A store keeps its claim as long as it
+/// lives, so that two stores (in one process or two) never rewrite the same file over each
+/// other's changes.
+///
+/// The lock file is never removed: removing it would let a later opener lock a new file
+/// while an earlier owner still holds the old one.
+#[derive(Debug)]
+pub(crate) struct Claim {
+    /// The locked lock file, or `None` when its file system cannot lock.
+    _lock: Option<File>,
+}
+
+/// Claims `path` for the caller, before it reads the file.
+///
+/// The lock file is created if missing (readable by its owner only, on Unix) and locked
+/// without waiting. A file system that cannot lock (such as some network file systems) is
+/// logged as a warning and the claim goes on without a lock: the store stays usable, with
+/// one owner per file left to the operator.
+///
+/// # Errors
+///
+/// An error of kind [`ErrorKind::WouldBlock`] when another owner (in this process or
+/// another) holds the claim; the error of opening the lock file when it cannot be opened
+/// or created (a missing or read-only directory).
+pub(crate) fn claim(path: &Path) -> std::io::Result<Claim> {
+    let lock_path = beside(path, ".lock");
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create(true).truncate(false);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let lock = options.open(&lock_path).map_err(|e| {
+        std::io::Error::new(
+            e.kind(),
+            format!("cannot open its lock file {}: {e}", lock_path.display()),
+        )
+    })?;
+    match lock.try_lock() {
+        Ok(()) => Ok(Claim { _lock: Some(lock) }),
+        Err(TryLockError::WouldBlock) => Err(std::io::Error::new(
+            ErrorKind::WouldBlock,
+            format!(
+                "its lock file {} is held by another owner",
+                lock_path.display()
+            ),
+        )),
+        Err(TryLockError::Error(error)) => {
+            tracing::warn!(
+                path = %path.display(),
+                lock = %lock_path.display(),
+                %error,
+                "the file could not be locked for this store alone (its file system may not support locks); \
+                 going on without the lock: make sure no other store uses this file"
+            );
+            Ok(Claim { _lock: None })
+        }
+    }
+}
+
+/// `path` with `suffix` added to its file name.
+fn beside(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
 }
 
 /// What loading a JSON file found.

@@ -1,6 +1,7 @@
 //! Usage statistics per tool, kept in a JSON file that survives a restart.
 
 use std::collections::{BTreeMap, VecDeque};
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
@@ -88,15 +89,42 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
     sorted[rank - 1]
 }
 
-/// Why statistics could not be loaded or saved.
+/// Why statistics could not be loaded or saved: the file is already open in another
+/// [`UsageStats`] ([`is_in_use`](Self::is_in_use)), or the file system refused it.
 #[derive(Debug, thiserror::Error)]
-#[error("usage statistics file {}: {source}; check that its directory exists and is writable", path.display())]
+#[error("{}", describe(.path, .source))]
 pub struct StatsError {
     /// The file.
     pub path: PathBuf,
-    /// What the file system said.
+    /// What the file system said; of kind [`ErrorKind::WouldBlock`] when the file is
+    /// already open in another [`UsageStats`].
     #[source]
     pub source: std::io::Error,
+}
+
+impl StatsError {
+    /// Whether the file is already open in another [`UsageStats`], in this process or
+    /// another (`source.kind()` is [`ErrorKind::WouldBlock`]): give each process its own
+    /// file, or drop the other statistics first.
+    pub fn is_in_use(&self) -> bool {
+        self.source.kind() == ErrorKind::WouldBlock
+    }
+}
+
+/// The message of a [`StatsError`].
+fn describe(path: &Path, source: &std::io::Error) -> String {
+    if source.kind() == ErrorKind::WouldBlock {
+        format!(
+            "another store (in this process or another) already has the usage statistics file {} open: \
+             give each process its own statistics file, or close the other store first",
+            path.display()
+        )
+    } else {
+        format!(
+            "usage statistics file {}: {source}; check that its directory exists and is writable",
+            path.display()
+        )
+    }
 }
 
 /// Usage statistics of every tool, saved to a JSON file.
@@ -105,6 +133,13 @@ pub struct StatsError {
 /// [`save`](Self::save), on an interval by [`autosave`](Self::autosave), and a last time at
 /// [`StatsSaver::shutdown`]. A file that cannot be read is moved aside with a warning and
 /// statistics start afresh: never a crash, never a silent overwrite.
+///
+/// One [`UsageStats`] owns one file: [`open`](Self::open) claims it with a lock on
+/// `<path>.lock` (created beside it and never removed), held until the statistics are
+/// dropped (with every [`Arc`] and [`StatsSaver`] of them). A second one on the same file,
+/// in this process or another, is refused with a [`StatsError`] whose
+/// [`is_in_use`](StatsError::is_in_use) is true, instead of overwriting the first one's
+/// counts. On a file system that cannot lock, they open without the lock, with a warning.
 ///
 /// # Examples
 ///
@@ -117,26 +152,38 @@ pub struct StatsError {
 /// let stats = UsageStats::open(dir.path().join("stats.json"))?;
 /// stats.record(&ToolResult::success("c1", "search", json!([])));
 /// stats.save()?;
+/// assert!(UsageStats::open(dir.path().join("stats.json")).unwrap_err().is_in_use());
+/// drop(stats);
 /// assert_eq!(UsageStats::open(dir.path().join("stats.json"))?.tool("search").unwrap().calls, 1);
 /// # Ok(()) }
 /// ```
 #[derive(Debug)]
 pub struct UsageStats {
     path: PathBuf,
+    /// Held as long as the statistics live: no other [`UsageStats`] opens the file
+    /// meanwhile.
+    _claim: persist::Claim,
     moved_aside: Option<PathBuf>,
     tools: Mutex<BTreeMap<String, ToolUsage>>,
 }
 
 impl UsageStats {
     /// Loads the statistics at `path`, or starts empty when there are none (or they were
-    /// corrupt and moved aside).
+    /// corrupt and moved aside). The file is claimed before it is read, and stays claimed
+    /// until the statistics are dropped.
     ///
     /// # Errors
     ///
-    /// [`StatsError`] when the file exists but cannot be read or moved aside, or the path
+    /// [`StatsError`] when another [`UsageStats`] (in this process or another) has the
+    /// file open ([`StatsError::is_in_use`]), when the lock file beside it cannot be
+    /// created, when the file exists but cannot be read or moved aside, or when the path
     /// is not a regular file (a directory, a pipe, a device).
     pub fn open(path: impl Into<PathBuf>) -> Result<Self, StatsError> {
         let path = path.into();
+        let claim = match persist::claim(&path) {
+            Ok(claim) => claim,
+            Err(source) => return Err(StatsError { path, source }),
+        };
         let (tools, moved_aside) = match persist::load(&path) {
             Ok(Loaded::Found(tools)) => (tools, None),
             Ok(Loaded::Missing) => (BTreeMap::new(), None),
@@ -145,6 +192,7 @@ impl UsageStats {
         };
         Ok(UsageStats {
             path,
+            _claim: claim,
             moved_aside,
             tools: Mutex::new(tools),
         })

@@ -1,6 +1,7 @@
 //! Suspension stores: the core's in-memory one, and a JSON file that survives a restart.
 
 use std::collections::BTreeMap;
+use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
@@ -13,15 +14,42 @@ pub use toolgate_core::suspension::{
 
 use crate::persist::{self, Loaded};
 
-/// Why a file store could not be opened.
+/// Why a file store could not be opened: the file is already open in another store
+/// ([`is_in_use`](Self::is_in_use)), or the file system refused it.
 #[derive(Debug, thiserror::Error)]
-#[error("could not open the suspension file {}: {source}; check that its directory exists and is writable", path.display())]
+#[error("{}", describe(.path, .source))]
 pub struct FileStoreError {
     /// The file.
     pub path: PathBuf,
-    /// What the file system said.
+    /// What the file system said; of kind [`ErrorKind::WouldBlock`] when the file is
+    /// already open in another store.
     #[source]
     pub source: std::io::Error,
+}
+
+impl FileStoreError {
+    /// Whether the file is already open in another store, in this process or another
+    /// (`source.kind()` is [`ErrorKind::WouldBlock`]): give each process its own file, or
+    /// close the other store first.
+    pub fn is_in_use(&self) -> bool {
+        self.source.kind() == ErrorKind::WouldBlock
+    }
+}
+
+/// The message of a [`FileStoreError`].
+fn describe(path: &Path, source: &std::io::Error) -> String {
+    if source.kind() == ErrorKind::WouldBlock {
+        format!(
+            "another store (in this process or another) already has the suspension file {} open: \
+             give each process its own file, or share calls through the Redis store",
+            path.display()
+        )
+    } else {
+        format!(
+            "could not open the suspension file {}: {source}; check that its directory exists and is writable",
+            path.display()
+        )
+    }
 }
 
 /// Suspended calls kept in one JSON file, rewritten atomically (write, then rename) on
@@ -34,8 +62,15 @@ pub struct FileStoreError {
 /// forgets them, and they answer "unknown" after it).
 ///
 /// A file that cannot be read back is moved aside with a warning and a new one started. A
-/// new file is readable by its owner only (on Unix); a rewrite keeps the file's mode. One
-/// store owns one file: two stores on the same file overwrite each other's calls.
+/// new file is readable by its owner only (on Unix); a rewrite keeps the file's mode.
+///
+/// One store owns one file: [`open`](Self::open) claims it with a lock on `<path>.lock`
+/// (created beside it and never removed), held until the store is dropped. A second store
+/// on the same file, in this process or another, is refused with a [`FileStoreError`]
+/// whose [`is_in_use`](FileStoreError::is_in_use) is true, instead of overwriting the
+/// first one's calls; to share calls between processes, use the Redis store. On a file
+/// system that cannot lock, the store opens without the lock, with a warning.
+///
 /// Writes happen on the calling task, under the store's lock: the file holds only calls
 /// that wait for a person, and the limits keep it small.
 ///
@@ -55,6 +90,8 @@ pub struct FileStoreError {
 /// ```
 pub struct JsonFileSuspensionStore {
     path: PathBuf,
+    /// Held as long as the store lives: no other store opens the file meanwhile.
+    _claim: persist::Claim,
     moved_aside: Option<PathBuf>,
     table: Mutex<SuspensionTable>,
     clock: Arc<dyn Fn() -> SystemTime + Send + Sync>,
@@ -65,15 +102,24 @@ impl JsonFileSuspensionStore {
     /// file are kept even past the caps (they were admitted when they were made); those
     /// that expired while the process was down are dropped.
     ///
+    /// The file is claimed before it is read, and stays claimed until the store is
+    /// dropped.
+    ///
     /// # Errors
     ///
-    /// [`FileStoreError`] when the file exists but cannot be read or moved aside, or the
-    /// path is not a regular file (a directory, a pipe, a device).
+    /// [`FileStoreError`] when another store (in this process or another) has the file
+    /// open ([`FileStoreError::is_in_use`]), when the lock file beside it cannot be
+    /// created, when the file exists but cannot be read or moved aside, or when the path is
+    /// not a regular file (a directory, a pipe, a device).
     pub fn open(
         path: impl Into<PathBuf>,
         limits: SuspensionLimits,
     ) -> Result<Self, FileStoreError> {
         let path = path.into();
+        let claim = match persist::claim(&path) {
+            Ok(claim) => claim,
+            Err(source) => return Err(FileStoreError { path, source }),
+        };
         let (entries, moved_aside) = match persist::load(&path) {
             Ok(Loaded::Found(entries)) => (entries, None),
             Ok(Loaded::Missing) => (BTreeMap::new(), None),
@@ -82,6 +128,7 @@ impl JsonFileSuspensionStore {
         };
         let store = JsonFileSuspensionStore {
             path,
+            _claim: claim,
             moved_aside,
             table: Mutex::new(SuspensionTable::new(limits)),
             clock: Arc::new(SystemTime::now),

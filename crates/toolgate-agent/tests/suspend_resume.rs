@@ -172,6 +172,8 @@ async fn suspensions_in_a_json_file_survive_a_restart() {
         ("t1", Some(json!("transferred 10 EUR")))
     );
     assert!(store.is_empty());
+    // Another restart: the store is dropped (with the system that holds it) first.
+    drop((system, store));
     let reopened = JsonFileSuspensionStore::open(&path, SuspensionLimits::default()).unwrap();
     assert!(
         reopened.is_empty(),
@@ -251,6 +253,7 @@ async fn a_file_store_refuses_one_user_past_their_cap_and_other_users_still_park
         (store.waiting_for("mallory"), store.waiting_for("ann")),
         (2, 1)
     );
+    drop((system, store));
     let reopened = JsonFileSuspensionStore::open(&path, limits).unwrap();
     assert_eq!(reopened.len(), 3, "the refused call never reached the file");
     assert_eq!(Runs::of(&runs.transfer), 0);
