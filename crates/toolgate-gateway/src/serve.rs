@@ -97,7 +97,6 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let _upkeep = metrics
         .clone()
         .map(|handle| Upkeep::start(handle, prometheus::UPKEEP_INTERVAL));
-    let autosave = config.stats.as_ref().map(|s| s.autosave);
     // The drain's hook goes with the extensions, so that every configuration has it.
     let drain_state = Drain::new();
     let extensions = options
@@ -124,10 +123,8 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
         what: "reading the listening address".to_owned(),
         source,
     })?;
-    let saver = match (&process.shared().await.stats, autosave) {
-        (Some(stats), Some(interval)) => Some(stats.autosave(interval)),
-        _ => None,
-    };
+    let stop_saving = CancellationToken::new();
+    let saving = tokio::spawn(save_stats(Arc::clone(&process), stop_saving.clone()));
     tracing::info!(
         address = %local,
         tools = gateway.pipeline().registry().len(),
@@ -171,11 +168,9 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     let shared = process.shared().await;
     // Decisions taken during the drain are still told, if their receivers answer soon.
     shared.notifications.shutdown(ANSWER_WAIT).await;
-    if let Some(saver) = saver {
-        if let Err(e) = saver.shutdown().await {
-            tracing::warn!(error = %e, "saving usage statistics at shutdown failed");
-        }
-    } else if let Some(stats) = &shared.stats
+    stop_saving.cancel();
+    let _ = saving.await;
+    if let Some(stats) = &shared.stats
         && let Err(e) = stats.save()
     {
         tracing::warn!(error = %e, "saving usage statistics at shutdown failed");
@@ -279,6 +274,31 @@ async fn share_counters(process: Arc<Process>, stop: CancellationToken) {
         tokio::select! {
             _ = every.tick() => process.current().share_counters().await,
             () = stop.cancelled() => return,
+        }
+    }
+}
+
+/// Saves the usage statistics every `stats.autosave` until `stop`, both as the gateway is
+/// configured now: after a reload that moved `stats.path`, the new file is the one saved
+/// (the old one had its last save when the reload let go of it).
+async fn save_stats(process: Arc<Process>, stop: CancellationToken) {
+    // How soon to look again while statistics are off: a reload may turn them on.
+    const WHILE_OFF: Duration = Duration::from_secs(30);
+    loop {
+        let every = process
+            .current()
+            .config
+            .stats
+            .as_ref()
+            .map_or(WHILE_OFF, |stats| stats.autosave);
+        tokio::select! {
+            () = tokio::time::sleep(every) => {}
+            () = stop.cancelled() => return,
+        }
+        if let Some(stats) = &process.shared().await.stats
+            && let Err(e) = stats.save()
+        {
+            tracing::warn!(error = %e, "saving usage statistics failed; will retry");
         }
     }
 }

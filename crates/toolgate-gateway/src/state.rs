@@ -438,7 +438,15 @@ impl SharedState {
             _ => false,
         };
         if !same_stats {
+            // The old store is saved once more, or its counts since its last save
+            // would be lost; it is closed once the calls still running on the old
+            // configuration end, and a later reload back to its file opens it again.
             next.stats = open_stats(config)?;
+            if let Some(old) = &self.stats
+                && let Err(e) = old.save()
+            {
+                tracing::warn!(error = %e, "saving the usage statistics a reload let go of failed");
+            }
         }
         Ok(next)
     }

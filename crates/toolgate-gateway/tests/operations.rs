@@ -666,3 +666,99 @@ async fn signals_sent_as_soon_as_the_gateway_announces_itself_are_handled() {
         "the reloaded gateway exited"
     );
 }
+
+/// The calls of `tool` a statistics file counts (0 while it does not exist yet).
+fn counted_calls(path: &Path, tool: &str) -> u64 {
+    std::fs::read(path)
+        .ok()
+        .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+        .and_then(|stats| stats[tool]["calls"].as_u64())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_reload_that_moves_the_statistics_file_saves_both_and_can_move_it_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let (first, second) = (dir.path().join("a.json"), dir.path().join("b.json"));
+    let config = |stats: &Path| {
+        format!(
+            "tools:\n  builtin: [echo]\nusers:\n{}stats:\n  path: {}\n  autosave: 200ms\n",
+            user_yaml("alice", &["admin"]),
+            stats.display()
+        )
+    };
+    let echo = || json!({"text": "hi"});
+    let mut gateway = Gateway::start(&config(&first));
+    assert_eq!(invoke(&gateway, "alice", "echo", echo()).await.status, 200);
+
+    std::fs::write(&gateway.config, config(&second)).unwrap();
+    gateway.reload(1).await;
+    assert_eq!(
+        counted_calls(&first, "echo"),
+        1,
+        "the file let go of was saved at the reload"
+    );
+    for _ in 0..2 {
+        assert_eq!(invoke(&gateway, "alice", "echo", echo()).await.status, 200);
+    }
+    eventually(
+        "the new file is saved on the autosave interval",
+        Duration::from_secs(30),
+        || async { counted_calls(&second, "echo") == 2 },
+    )
+    .await;
+
+    // Back to the first file: it is free again, and read back.
+    std::fs::write(&gateway.config, config(&first)).unwrap();
+    gateway.reload(2).await;
+    assert!(!gateway.stderr().contains(REFUSED), "{}", gateway.stderr());
+    assert_eq!(invoke(&gateway, "alice", "echo", echo()).await.status, 200);
+    gateway.signal("TERM");
+    assert_exits_cleanly(&mut gateway, Duration::from_secs(30)).await;
+    assert_eq!(counted_calls(&first, "echo"), 2);
+    assert_eq!(counted_calls(&second, "echo"), 2);
+}
+
+#[tokio::test]
+async fn a_second_gateway_on_the_same_statistics_file_refuses_to_start_instead_of_saving_over_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let stats = dir.path().join("stats.json");
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "tools:\n  builtin: [echo]\nusers:\n{}stats:\n  path: {}\n",
+            user_yaml("alice", &["admin"]),
+            stats.display()
+        ),
+    )
+    .unwrap();
+    let mut first = Gateway::start_file(&config);
+    assert_eq!(
+        invoke(&first, "alice", "echo", json!({"text": "hi"}))
+            .await
+            .status,
+        200
+    );
+
+    let listen = ["--listen", "127.0.0.1:0"];
+    let args = [
+        &["serve", "--config", config.to_str().unwrap()][..],
+        &listen,
+    ]
+    .concat();
+    let (status, _, stderr) = common::run(&args, "");
+    assert!(!status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "another store (in this process or another) already has the usage statistics file {} open",
+            stats.display()
+        )),
+        "{stderr}"
+    );
+
+    // The first one's counts are its own, saved at its shutdown.
+    first.signal("TERM");
+    assert_exits_cleanly(&mut first, Duration::from_secs(30)).await;
+    assert_eq!(counted_calls(&stats, "echo"), 1);
+}
