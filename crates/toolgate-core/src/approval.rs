@@ -23,7 +23,10 @@
 //!   or it is refused with `approval_expired` (410).
 //!
 //! Inputs are compared in their canonical form (RFC 8785, the JSON Canonicalization
-//! Scheme): key order, `7` against `7.0`, and escapes make no difference.
+//! Scheme): key order, `7` against `7.0`, and escapes make no difference. Integers past
+//! 2^53, which that form writes rounded to the nearest double (as JavaScript would), are
+//! compared exactly: an approval to delete account `1234567890123456789` is not one to
+//! delete account `1234567890123456800`.
 //!
 //! ```
 //! use serde_json::json;
@@ -31,6 +34,10 @@
 //!
 //! assert_eq!(digest(&json!({"n": 7, "a": "x"})), digest(&json!({"a": "x", "n": 7.0})));
 //! assert_ne!(digest(&json!({"n": 7})), digest(&json!({"n": "7"})));
+//! assert_ne!(
+//!     digest(&json!({"id": 1234567890123456789u64})),
+//!     digest(&json!({"id": 1234567890123456790u64})),
+//! );
 //! ```
 
 use std::fmt::Write as _;
@@ -139,10 +146,58 @@ pub fn canonical_json(value: &Value) -> String {
 }
 
 /// `sha256:` and the hex SHA-256 of the [canonical form](canonical_json) of `value` (a
-/// [`Value`], or anything that serializes to JSON, such as an arguments map).
+/// [`Value`], or anything that serializes to JSON, such as an arguments map), and of the
+/// exact value of every integer in it past 2^53, which the canonical form rounds.
 pub fn digest<T: serde::Serialize>(value: &T) -> String {
-    let canonical = serde_json_canonicalizer::to_vec(value).unwrap_or_default();
-    format!("sha256:{}", hex(&Sha256::digest(canonical)))
+    // Anything that serializes to JSON makes a `Value`; what cannot hashes as `null`.
+    let value = serde_json::to_value(value).unwrap_or_default();
+    let canonical = serde_json_canonicalizer::to_vec(&value).unwrap_or_default();
+    let mut hasher = Sha256::new();
+    hasher.update(&canonical);
+    let mut exact = String::new();
+    write_rounded_integers(&value, &mut 0, &mut exact);
+    if !exact.is_empty() {
+        // Only inputs that hold such integers hash more than their canonical form, so
+        // every other digest is what it always was.
+        hasher.update(b"\0exact integers:");
+        hasher.update(exact.as_bytes());
+    }
+    format!("sha256:{}", hex(&hasher.finalize()))
+}
+
+/// Writes `position:value;` for every integer of `value` past 2^53 (which a double, and so
+/// the canonical form, does not keep exactly), numbers counted in the canonical form's
+/// order (object members by their keys' UTF-16 code units) from `seen`.
+fn write_rounded_integers(value: &Value, seen: &mut u64, out: &mut String) {
+    const EXACT_IN_A_DOUBLE: u64 = 1 << 53;
+    match value {
+        Value::Number(number) => {
+            *seen += 1;
+            let integer = match (number.as_i64(), number.as_u64()) {
+                (Some(i), _) => Some(i128::from(i)),
+                (None, Some(u)) => Some(i128::from(u)),
+                (None, None) => None,
+            };
+            if let Some(integer) = integer
+                && integer.unsigned_abs() > u128::from(EXACT_IN_A_DOUBLE)
+            {
+                let _ = write!(out, "{seen}:{integer};");
+            }
+        }
+        Value::Array(items) => {
+            for item in items {
+                write_rounded_integers(item, seen, out);
+            }
+        }
+        Value::Object(members) => {
+            let mut members: Vec<_> = members.iter().collect();
+            members.sort_by(|(a, _), (b, _)| a.encode_utf16().cmp(b.encode_utf16()));
+            for (_, member) in members {
+                write_rounded_integers(member, seen, out);
+            }
+        }
+        Value::Null | Value::Bool(_) | Value::String(_) => {}
+    }
 }
 
 /// The digest of a tool's definition: every field, so that a changed description, schema
@@ -191,6 +246,38 @@ mod tests {
         assert_eq!(digest(&a), digest(&b));
         assert_ne!(digest(&a), digest(&json!({"path": "/tmp/é", "depth": 8})));
         assert!(digest(&a).starts_with("sha256:") && digest(&a).len() == 7 + 64);
+    }
+
+    #[test]
+    fn integers_past_2_to_the_53_are_told_apart_where_the_canonical_form_rounds_them() {
+        let id = |n: u64| json!({"account": {"id": n}, "note": "close"});
+        let (a, b) = (1_234_567_890_123_456_789, 1_234_567_890_123_456_790);
+        assert_eq!(
+            canonical_json(&id(a)),
+            canonical_json(&id(b)),
+            "RFC 8785 rounds both"
+        );
+        assert_ne!(digest(&id(a)), digest(&id(b)));
+        assert_eq!(digest(&id(a)), digest(&id(a)));
+        assert_ne!(digest(&json!(i64::MIN)), digest(&json!(i64::MIN + 1)));
+        // The same integer written as a double is another input; so is one moved to
+        // another place among numbers of the same canonical text.
+        assert_ne!(digest(&json!([a])), digest(&json!([a as f64])));
+        assert_ne!(digest(&json!([a, a as f64])), digest(&json!([a as f64, a])));
+        // Integers a double holds exactly hash as their canonical form alone, as before.
+        let small = json!({"n": 9_007_199_254_740_992u64});
+        let canonical = serde_json_canonicalizer::to_vec(&small).unwrap();
+        assert_eq!(
+            digest(&small),
+            format!("sha256:{}", hex(&Sha256::digest(canonical)))
+        );
+    }
+
+    #[test]
+    fn a_map_and_the_value_it_makes_have_one_digest() {
+        let value = json!({"b": 12_345_678_901_234_567_890u64, "a": [1, "x"]});
+        let map = value.as_object().unwrap();
+        assert_eq!(digest(map), digest(&value));
     }
 
     #[test]

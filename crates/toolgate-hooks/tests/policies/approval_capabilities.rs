@@ -198,6 +198,25 @@ async fn a_mismatched_retry_waits_anew_and_leaves_the_approval_in_place() {
 }
 
 #[tokio::test]
+async fn an_approval_for_one_large_id_is_not_used_by_a_neighbouring_one() {
+    // Past 2^53 a double cannot tell these apart, nor can RFC 8785's canonical form.
+    let (approved, neighbour) = (1_234_567_890_123_456_789u64, 1_234_567_890_123_456_800u64);
+    let (pipeline, runs_) = pipeline();
+    let id = wait(&pipeline, "wipe", json!({"disk": approved}), "ann").await;
+    pipeline.approve_retry(&id, Some("boss")).await.unwrap();
+
+    let other = pipeline
+        .invoke("wipe", json!({"disk": neighbour}), as_user("ann"))
+        .await;
+    assert_eq!(other.unwrap_err().code(), "suspended");
+    assert_eq!(runs(&runs_), 0);
+    let real = pipeline
+        .invoke("wipe", json!({"disk": approved}), as_user("ann"))
+        .await;
+    assert_eq!(real, Ok(json!({"wiped": approved})));
+}
+
+#[tokio::test]
 async fn a_retry_under_another_configuration_generation_does_not_use_the_approval() {
     let store: Arc<dyn SuspensionStore> = Arc::new(InMemorySuspensionStore::default());
     let make = |generation: &str| {
