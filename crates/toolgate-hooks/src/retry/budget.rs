@@ -45,10 +45,12 @@ impl RetryBudget {
                 max,
             });
         }
+        let max = i64::from(max) * WHOLE;
         Ok(RetryBudget {
             milli_tokens: Arc::new(AtomicI64::new(i64::from(reserve) * WHOLE)),
-            deposit: (ratio * WHOLE as f64).round() as i64,
-            max: i64::from(max) * WHOLE,
+            // More than the bucket holds fills it, whatever the ratio (`as` saturates).
+            deposit: ((ratio * WHOLE as f64).round() as i64).min(max),
+            max,
         })
     }
 
@@ -71,7 +73,7 @@ impl RetryBudget {
         let _ = self
             .milli_tokens
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |t| {
-                Some((t + self.deposit).min(self.max))
+                Some(t.saturating_add(self.deposit).min(self.max))
             });
     }
 
@@ -92,6 +94,24 @@ impl Default for RetryBudget {
             milli_tokens: Arc::new(AtomicI64::new(10 * WHOLE)),
             deposit: 200,
             max: 100 * WHOLE,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ratio_past_any_count_fills_the_bucket_instead_of_overflowing_it() {
+        for ratio in [1e17, 1e300, f64::MAX] {
+            let budget = RetryBudget::new(ratio, 0, 10).unwrap();
+            for _ in 0..3 {
+                budget.deposit();
+                assert_eq!(budget.available(), 10, "ratio {ratio}");
+            }
+            assert!(budget.withdraw());
+            assert_eq!(budget.available(), 9);
         }
     }
 }
