@@ -436,6 +436,12 @@ pub fn in_json_words(message: &str) -> String {
         other if other.starts_with("enum ") => "one of the values the schema lists",
         other => other,
     };
+    // An array where an object (a struct) is wanted: serde reads it as the struct's fields
+    // in order, and says only that their count is wrong.
+    let head = match head.strip_prefix("invalid length ") {
+        Some(_) if words == "an object" => "invalid type: an array, ".to_owned(),
+        _ => head,
+    };
     format!("{head}expected {words}{position}")
 }
 
@@ -591,6 +597,14 @@ mod tests {
                 "invalid type: true, expected an object",
             ),
             ("missing field `expression`", "missing field `expression`"),
+            (
+                "invalid length 0, expected struct Inner with 1 element",
+                "invalid type: an array, expected an object",
+            ),
+            (
+                "invalid length 1, expected a tuple of size 2",
+                "invalid length 1, expected a tuple of size 2",
+            ),
         ] {
             assert_eq!(in_json_words(serde), json);
         }
