@@ -68,18 +68,48 @@ pub enum RedisError {
     },
 }
 
-/// `url` with any password replaced by `***`, fit for logs and error messages.
+/// `url` with any password replaced by `***`, fit for logs and error messages: the one in
+/// its user information (`redis://user:***@host`, or all of it when it has no `:`, since
+/// some write a bare password there), and the `pass` or `password` of its query (where
+/// `redis+unix://` URLs carry it). Text that is not a URL as written keeps nothing before
+/// its last `@`.
 pub(crate) fn masked(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    match rest.rsplit_once('@') {
-        Some((userinfo, host)) => match userinfo.split_once(':') {
-            Some((user, _password)) => format!("{scheme}://{user}:***@{host}"),
+        return match url.rsplit_once('@') {
+            Some((_, host)) => format!("***@{host}"),
             None => url.to_owned(),
-        },
-        None => url.to_owned(),
+        };
+    };
+    // The user information ends at the last `@` before the query: an `@` in the query is
+    // the query's, and one in a password written unescaped is the password's.
+    let (before_query, query) = match rest.split_once('?') {
+        Some((before, query)) => (before, Some(query)),
+        None => (rest, None),
+    };
+    let mut out = format!("{scheme}://");
+    match before_query.rsplit_once('@') {
+        Some((userinfo, host)) => {
+            match userinfo.split_once(':') {
+                Some((user, _password)) => out.push_str(&format!("{user}:***@")),
+                None => out.push_str("***@"),
+            }
+            out.push_str(host);
+        }
+        None => out.push_str(before_query),
     }
+    if let Some(query) = query {
+        out.push('?');
+        let pairs = query.split('&').map(|pair| match pair.split_once('=') {
+            Some((key, _))
+                if key.eq_ignore_ascii_case("pass") || key.eq_ignore_ascii_case("password") =>
+            {
+                format!("{key}=***")
+            }
+            _ => pair.to_owned(),
+        });
+        out.push_str(&pairs.collect::<Vec<_>>().join("&"));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -94,5 +124,32 @@ mod tests {
         );
         assert_eq!(masked("redis://cache:6379"), "redis://cache:6379");
         assert_eq!(masked("redis://:pw@cache"), "redis://:***@cache");
+    }
+
+    #[test]
+    fn a_password_in_the_query_or_a_malformed_url_is_masked_too() {
+        for (url, shown) in [
+            (
+                "redis+unix:///run/redis.sock?user=app&pass=HUNTER2&db=0",
+                "redis+unix:///run/redis.sock?user=app&pass=***&db=0",
+            ),
+            (
+                "unix:///run/redis.sock?PASSWORD=HUNTER2",
+                "unix:///run/redis.sock?PASSWORD=***",
+            ),
+            ("redis:/:HUNTER2@127.0.0.1:1", "***@127.0.0.1:1"),
+            ("redis://HUNTER2@cache:6379", "redis://***@cache:6379"),
+            ("redis://u:p/HUNTER2@cache/0", "redis://u:***@cache/0"),
+        ] {
+            assert_eq!(masked(url), shown);
+        }
+    }
+
+    #[test]
+    fn an_at_sign_in_the_query_does_not_move_the_host() {
+        assert_eq!(
+            masked("redis://u:HUNTER2@127.0.0.1:1/0?x=a@b"),
+            "redis://u:***@127.0.0.1:1/0?x=a@b"
+        );
     }
 }

@@ -307,7 +307,7 @@ impl Link {
     ) -> Result<T, Failure> {
         let answer = match tokio::time::timeout(self.deadline, call).await {
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(error)) => Err(Failure::Failed(error.to_string())),
+            Ok(Err(error)) => Err(Failure::Failed(said_by_redis(&error))),
             Err(_) => Err(Failure::TimedOut(self.deadline)),
         };
         if answer.is_err()
@@ -352,6 +352,17 @@ impl fmt::Debug for Link {
     }
 }
 
+/// What Redis said, for a caller's error: without the script's SHA and Lua line Redis adds
+/// to an error raised in a script (`… script: 5cfe…, on @user_script:33.`), which tell a
+/// caller nothing and an onlooker how the limits are built.
+fn said_by_redis(error: &redis::RedisError) -> String {
+    let text = error.to_string();
+    match text.find(" script: ") {
+        Some(at) => text[..at].trim_end_matches('.').to_owned(),
+        None => text,
+    }
+}
+
 /// Milliseconds for Redis `PX` / `PEXPIRE`: rounded up, at least 1.
 pub(crate) fn millis_at_least_one(duration: Duration) -> u64 {
     let ms = duration.as_nanos().div_ceil(1_000_000);
@@ -365,6 +376,24 @@ mod tests {
     use super::Health;
 
     const SECOND: Duration = Duration::from_secs(1);
+
+    #[test]
+    fn an_error_raised_in_a_script_is_told_without_the_script_s_sha_and_line() {
+        let reply = b"-OOM command not allowed when used memory > 'maxmemory'. script: 5cfe0c9b77ea3462cc6cfff22c089e94a23d7739, on @user_script:33.\r\n";
+        let error = redis::parse_redis_value(reply)
+            .unwrap()
+            .extract_error()
+            .unwrap_err();
+        let said = super::said_by_redis(&error);
+        assert!(
+            said.contains("command not allowed when used memory > 'maxmemory'"),
+            "{said}"
+        );
+        assert!(
+            !said.contains("5cfe0c9b") && !said.contains("user_script"),
+            "{said}"
+        );
+    }
 
     #[test]
     fn one_unanswered_call_does_not_mark_redis_down() {
