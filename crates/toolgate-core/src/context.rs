@@ -163,6 +163,7 @@ fn to_std_instant(t: ClockInstant) -> Instant {
 pub(crate) struct ToolScope {
     pub definition: ToolDefinition,
     pub scopes: Arc<Scopes>,
+    pub limits: crate::limits::InputLimits,
 }
 
 /// Everything one invocation knows: identity, input and output with their histories, a
@@ -333,6 +334,14 @@ impl ToolInvokeContext {
     /// The definition of the tool being called (name, version, annotations, schemas).
     pub fn tool(&self) -> &ToolDefinition {
         &self.scope.definition
+    }
+
+    /// The bounds the pipeline holds every input to
+    /// ([`PipelineBuilder::input_limits`](crate::PipelineBuilder::input_limits)): the input
+    /// was within them when the call came in. A hook that makes input anew (parses a JSON
+    /// string it was sent, say) keeps what it makes within them too.
+    pub fn input_limits(&self) -> crate::limits::InputLimits {
+        self.scope.limits
     }
 
     /// The name of the tool being called; it is also the tool's id in the registry.

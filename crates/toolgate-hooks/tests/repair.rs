@@ -1,4 +1,5 @@
-//! Argument repair: each repair kind, recorded in metadata; ambiguity is an error.
+//! Argument repair: each repair kind, recorded in metadata; ambiguity is an error; a
+//! repaired input stays within the input depth limit.
 
 mod common;
 
@@ -6,7 +7,8 @@ use garde::Validate;
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use toolgate_core::{InvokeOptions, Pipeline, ToolError, tool_fn};
+use toolgate_core::pipeline::InputLimits;
+use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolError, tool_fn};
 use toolgate_hooks::repair::{ArgumentRepair, REPAIRS_METADATA_KEY, RepairKind};
 use toolgate_hooks::validation::Validation;
 
@@ -198,4 +200,98 @@ async fn typed_tools_are_repaired_before_their_serde_check() {
         .await
         .unwrap();
     assert_eq!(out, json!([["a"], 5, 2]));
+}
+
+/// A pipeline whose tool `t` takes an array `a` and answers how deep what it got nests.
+fn depth_pipeline(repair: ArgumentRepair) -> Pipeline {
+    depth_pipeline_within(repair, InputLimits::default())
+}
+
+fn depth_pipeline_within(repair: ArgumentRepair, limits: InputLimits) -> Pipeline {
+    fn depth(v: &Value) -> usize {
+        match v {
+            Value::Array(a) => 1 + a.iter().map(depth).max().unwrap_or(0),
+            Value::Object(o) => 1 + o.values().map(depth).max().unwrap_or(0),
+            _ => 0,
+        }
+    }
+    let schema = json!({ "type": "object", "properties": { "a": { "type": "array" } } });
+    Pipeline::builder()
+        .tool(JsonTool::new("t", "Measures.", schema, |input, _| {
+            let out = json!(depth(input));
+            Box::pin(async move { Ok::<_, ToolError>(out) })
+        }))
+        .hook(repair)
+        .input_limits(limits)
+        .build()
+        .unwrap()
+}
+
+fn nested_text(levels: usize) -> String {
+    format!("{}{}", "[".repeat(levels), "]".repeat(levels))
+}
+
+#[tokio::test]
+async fn a_json_string_nested_past_the_depth_limit_is_refused_like_direct_input() {
+    let p = depth_pipeline(ArgumentRepair::new());
+    let direct: Value = serde_json::from_str(&nested_text(120)).unwrap();
+    let direct = p
+        .invoke("t", json!({ "a": direct }), InvokeOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(direct.code(), "input_too_deep");
+    // 120 levels parse; 200 are past what parsing allows at all: both are too deep.
+    for levels in [64, 120, 200] {
+        let err = p
+            .invoke(
+                "t",
+                json!({ "a": nested_text(levels) }),
+                InvokeOptions::new(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (err.code(), err.status(), err.to_string()),
+            (direct.code(), direct.status(), direct.to_string()),
+            "{levels} levels"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_json_string_within_the_depth_limit_is_still_repaired() {
+    let p = depth_pipeline(ArgumentRepair::new());
+    for (levels, reached) in [(10, 11), (63, 64)] {
+        let out = p
+            .invoke(
+                "t",
+                json!({ "a": nested_text(levels) }),
+                InvokeOptions::new(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(out, json!(reached), "{levels} levels in the string");
+    }
+}
+
+#[tokio::test]
+async fn the_depth_limit_of_a_repair_follows_the_limits_it_is_given() {
+    let limits = InputLimits {
+        max_depth: 8,
+        ..InputLimits::default()
+    };
+    let p = depth_pipeline_within(ArgumentRepair::new(), limits);
+    let err = p
+        .invoke("t", json!({ "a": nested_text(8) }), InvokeOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "input nests deeper than 8 levels: flatten the arguments"
+    );
+    let out = p
+        .invoke("t", json!({ "a": nested_text(7) }), InvokeOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(out, json!(8));
 }

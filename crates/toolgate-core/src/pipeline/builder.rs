@@ -403,6 +403,7 @@ impl PipelineBuilder {
                     scope: Arc::new(ToolScope {
                         definition: t.definition.clone(),
                         scopes: Arc::clone(&scopes),
+                        limits: self.limits,
                     }),
                     tool: Arc::clone(&t.tool),
                     shared: Arc::clone(&shared),

@@ -4,10 +4,13 @@ use serde_json::Value;
 
 /// What one call costs, in the budget's units.
 ///
-/// Costs are read before the input is validated (capacity comes before the input stages),
-/// so an argument that prices a call is checked here: absent, it counts as zero; present,
-/// it must be a number of zero or more, or the call is refused (`invalid_cost_argument`,
-/// 422) — a caller never makes a call cheaper by sending a string or a negative number.
+/// Costs are read before the input is validated and repaired (capacity comes before the
+/// input stages), so an argument that prices a call is checked here, in every form the
+/// tool can get it in ([`before_repaired_call`](Self::before_repaired_call)): absent, it
+/// counts as zero — even when the tool's schema gives it a default, which is filled later;
+/// present, it must be a number of zero or more, or the call is refused
+/// (`invalid_cost_argument`, 422) — a caller never makes a call cheaper by sending a
+/// string, a JSON string that repair parses, or a negative number.
 #[derive(Clone, Debug, PartialEq)]
 #[non_exhaustive]
 pub enum Cost {
@@ -47,7 +50,11 @@ pub enum CostError {
 }
 
 impl Cost {
-    /// What a call with `arguments` is charged before it runs.
+    /// What a call with `arguments`, as they are, is charged before it runs.
+    ///
+    /// The [`Budget`](super::Budget) hook prices with
+    /// [`before_repaired_call`](Self::before_repaired_call), which also reads the arguments
+    /// as [`ArgumentRepair`](crate::repair::ArgumentRepair) will hand them to the tool.
     ///
     /// # Errors
     ///
@@ -61,21 +68,47 @@ impl Cost {
                 pointer,
                 per_unit,
                 base,
-            } => {
-                let count = match arguments.pointer(pointer) {
-                    None | Some(Value::Null) => 0.0,
-                    Some(value) => value
-                        .as_f64()
-                        .filter(|v| v.is_finite() && *v >= 0.0)
-                        .ok_or_else(|| CostError::NotACount {
-                            pointer: pointer.clone(),
-                        })?,
-                };
-                let units = (count * *per_unit as f64).ceil();
-                // Past u64::MAX the saturating cast keeps the call unaffordable.
-                Ok(base.saturating_add(units as u64))
-            }
+            } => argument_units(pointer, *per_unit, *base, arguments.pointer(pointer)),
         }
+    }
+
+    /// What a call is charged before it runs, for a tool whose input schema is
+    /// `input_schema`: the most that the pricing argument reads in any form the arguments
+    /// can reach the tool in — as sent, and as
+    /// [`ArgumentRepair`](crate::repair::ArgumentRepair) repairs them (a JSON string that
+    /// becomes an object, `"500"` that becomes `500`, a value wrapped in an array). The
+    /// budget charges before the input stages, so without this a caller would buy a cheap
+    /// call by sending `{"options": "{\"pages\": 500}"}`.
+    ///
+    /// # Errors
+    ///
+    /// [`CostError::NotACount`] when the argument, with every repair made, is present but
+    /// not a number of zero or more: that is what the tool would get.
+    pub fn before_repaired_call(
+        &self,
+        arguments: &Value,
+        input_schema: &Value,
+    ) -> Result<u64, CostError> {
+        let Cost::Argument {
+            pointer,
+            per_unit,
+            base,
+        } = self
+        else {
+            return self.before_call(arguments);
+        };
+        let mut most = 0;
+        let mut repaired = Ok(0);
+        crate::repair::readings_at(arguments, input_schema, pointer, &mut |value, fully| {
+            match argument_units(pointer, *per_unit, *base, value) {
+                Ok(units) => most = most.max(units),
+                // A form that is not a count (`"500"` before it becomes `500`) is priced
+                // by the repaired reading; only that one decides a refusal.
+                Err(error) if fully => repaired = Err(error),
+                Err(_) => {}
+            }
+        });
+        repaired.map(|_| most)
     }
 
     /// What the tool reported in `output`, if this cost is reported and the output holds a
@@ -103,6 +136,28 @@ impl Cost {
             }
         }
     }
+}
+
+/// `base + per_unit × value`, rounded up, for a [`Cost::Argument`] whose pointer reads
+/// `value` (`None` when it finds nothing).
+fn argument_units(
+    pointer: &str,
+    per_unit: u64,
+    base: u64,
+    value: Option<&Value>,
+) -> Result<u64, CostError> {
+    let count = match value {
+        None | Some(Value::Null) => 0.0,
+        Some(value) => value
+            .as_f64()
+            .filter(|v| v.is_finite() && *v >= 0.0)
+            .ok_or_else(|| CostError::NotACount {
+                pointer: pointer.to_owned(),
+            })?,
+    };
+    let units = (count * per_unit as f64).ceil();
+    // Past u64::MAX the saturating cast keeps the call unaffordable.
+    Ok(base.saturating_add(units as u64))
 }
 
 #[cfg(test)]
@@ -134,6 +189,22 @@ mod tests {
         ] {
             assert!(rows().before_call(&bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_count_is_read_as_sent_and_as_the_repair_makes_it() {
+        let schema = json!({"type": "object", "properties": {"rows": {"type": "integer"}}});
+        let priced = |input: Value| rows().before_repaired_call(&input, &schema);
+        assert_eq!(priced(json!({"rows": 10})), Ok(21));
+        assert_eq!(priced(json!({"rows": "10"})), Ok(21));
+        assert_eq!(priced(json!("{\"rows\": 10}")), Ok(21));
+        assert!(priced(json!({"rows": "-1"})).is_err());
+        // Without a schema that says it is a number, a string stays a string.
+        assert!(
+            rows()
+                .before_repaired_call(&json!({"rows": "10"}), &json!({}))
+                .is_err()
+        );
     }
 
     #[test]

@@ -268,7 +268,10 @@ impl Hook for Budget {
     }
 
     async fn will_acquire_quota(&self, ctx: &mut ToolInvokeContext) -> HookResult {
-        let cost = match self.cost_of(ctx.tool_name()).before_call(ctx.input()) {
+        let cost = match self
+            .cost_of(ctx.tool_name())
+            .before_repaired_call(ctx.input(), &ctx.tool().input_schema)
+        {
             Ok(cost) => cost,
             Err(error) => {
                 return ctx.abort(

@@ -3,9 +3,9 @@
 use std::collections::HashSet;
 
 use serde_json::Value;
-use toolgate_core::{Hook, HookResult, ToolInvokeContext, hook};
+use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
-use super::walk::{Repair, RepairKind, fill_defaults, repair};
+use super::walk::{Repair, RepairKind, fill_defaults, repair_within};
 
 /// The metadata key under which repairs are listed.
 pub const REPAIRS_METADATA_KEY: &str = "argument_repairs";
@@ -76,13 +76,20 @@ impl Hook for ArgumentRepair {
         let mut made = Vec::new();
         let allowed =
             |kind: RepairKind| kind != RepairKind::DefaultFilled && !self.disabled.contains(&kind);
-        repair(
+        // A JSON string can hold more nesting than the input the pipeline checked: what a
+        // repair makes stays within the pipeline's limits too.
+        let max_depth = ctx.input_limits().max_depth;
+        let within = repair_within(
             &mut input,
             &ctx.tool().input_schema,
-            "",
+            max_depth,
             &allowed,
             &mut made,
         );
+        if within.is_err() {
+            // The same refusal as for the same nesting sent directly.
+            return Err(ToolError::InputTooDeep { limit: max_depth }.into());
+        }
         if !made.is_empty() {
             tracing::debug!(repairs = made.len(), "arguments repaired");
             ctx.set_input(input);

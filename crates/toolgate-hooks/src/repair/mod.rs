@@ -18,6 +18,15 @@
 //! of two real alternatives), nothing is guessed: the value is left as sent and the
 //! checks report it with its path. `null` alternatives (an optional field) do not count.
 //!
+//! A repaired input stays within the input depth limit: a JSON string can hold deeper
+//! nesting than the input the pipeline checked, so a repair that would nest past it is
+//! not made and the call is refused as deep input sent directly is (`input_too_deep`).
+//! The limit is the pipeline's own
+//! ([`ToolInvokeContext::input_limits`](toolgate_core::ToolInvokeContext::input_limits)).
+//!
+//! A [`Budget`](crate::budget::Budget) prices a call before the repair runs, and reads a
+//! priced argument as the repair will leave it too, so a repair never makes a call cheaper.
+//!
 //! Every repair is appended to the invocation metadata under
 //! [`REPAIRS_METADATA_KEY`] as `{"path": "limit", "kind": "string_to_number"}` — the
 //! path and kind only, never the value.
@@ -57,7 +66,10 @@
 //! ```
 
 mod hook;
+mod reading;
 mod walk;
+
+pub(crate) use reading::readings_at;
 
 pub use hook::{ArgumentRepair, ArgumentRepairBuilder, REPAIRS_METADATA_KEY};
 pub use walk::{Repair, RepairKind, fill_defaults, repair};

@@ -2,12 +2,14 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use serde_json::json;
+use serde_json::{Value, json};
+use toolgate_core::tool::ErasedTool;
 use toolgate_core::{JsonTool, Pipeline, ToolError};
 use toolgate_hooks::authorize::{Authorize, Effect, Rule, Rules};
 use toolgate_hooks::budget::{
     Budget, BudgetBackend, Cost, InMemoryBudget, LimitReport, LimitState, Window,
 };
+use toolgate_hooks::repair::ArgumentRepair;
 
 use crate::support::as_user;
 
@@ -283,4 +285,171 @@ async fn the_report_carries_each_limit_for_the_ratelimit_fields() {
     );
     assert_eq!(remaining, Some(9));
     assert!(resets_in.unwrap() <= Duration::from_secs(3600));
+}
+
+/// A tool that records the count at `pointer` in each input it runs with.
+fn recording(
+    name: &str,
+    schema: Value,
+    pointer: &'static str,
+    ran: &Arc<Mutex<Vec<u64>>>,
+) -> Arc<dyn ErasedTool> {
+    let ran = Arc::clone(ran);
+    Arc::new(JsonTool::new(name, "Exports.", schema, move |input, _| {
+        ran.lock()
+            .unwrap()
+            .extend(input.pointer(pointer).and_then(Value::as_u64));
+        Box::pin(async { Ok::<_, ToolError>(json!("done")) })
+    }))
+}
+
+fn per_unit_of(pointer: &str) -> Cost {
+    Cost::Argument {
+        pointer: pointer.into(),
+        per_unit: 1,
+        base: 1,
+    }
+}
+
+/// Tools `export` (priced by `/options/pages`) and `flat` (priced by `/rows`) with input
+/// schemas, behind `ArgumentRepair` and a budget of 100 units a day; the counts they ran
+/// with.
+fn repaired_and_priced() -> (Pipeline, Arc<Mutex<Vec<u64>>>) {
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let export = json!({
+        "type": "object",
+        "properties": {
+            "options": { "type": "object", "properties": { "pages": { "type": "integer" } } }
+        }
+    });
+    let flat = json!({ "type": "object", "properties": { "rows": { "type": "integer" } } });
+    let pipeline = Pipeline::builder()
+        .tool(recording("export", export, "/options/pages", &ran))
+        .tool(recording("flat", flat, "/rows", &ran))
+        .hook(ArgumentRepair::new())
+        .hook(
+            Budget::builder(100, Window::day())
+                .name("exports")
+                .tool_cost("export", per_unit_of("/options/pages"))
+                .tool_cost("flat", per_unit_of("/rows"))
+                .build(),
+        )
+        .build()
+        .unwrap();
+    (pipeline, ran)
+}
+#[tokio::test]
+async fn a_priced_argument_sent_inside_a_json_string_is_charged_what_the_tool_gets() {
+    let (pipeline, ran) = repaired_and_priced();
+    let over = [
+        ("export", json!({"options": {"pages": 500}})),
+        ("export", json!({"options": "{\"pages\": 500}"})),
+        ("flat", json!({"rows": 500})),
+        ("flat", json!("{\"rows\": 500}")),
+    ];
+    for (tool, input) in over {
+        let err = pipeline
+            .invoke(tool, input.clone(), as_user("ann"))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "budget_exhausted", "{input}: {err}");
+        assert!(
+            err.to_string().contains("this call costs 501"),
+            "{input}: {err}"
+        );
+    }
+    assert!(ran.lock().unwrap().is_empty(), "{:?}", ran.lock().unwrap());
+
+    // Within the budget the repaired call runs, charged what it ran with: 41, then 31.
+    pipeline
+        .invoke(
+            "export",
+            json!({"options": "{\"pages\": 40}"}),
+            as_user("ann"),
+        )
+        .await
+        .unwrap();
+    pipeline
+        .invoke("flat", json!("{\"rows\": 30}"), as_user("ann"))
+        .await
+        .unwrap();
+    assert_eq!(*ran.lock().unwrap(), [40, 30]);
+    let err = pipeline
+        .invoke("flat", json!({"rows": 28}), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("28 of 100 units left"), "{err}");
+}
+
+#[tokio::test]
+async fn a_count_sent_as_a_string_is_charged_as_the_number_it_becomes() {
+    let (pipeline, ran) = repaired_and_priced();
+    let err = pipeline
+        .invoke("flat", json!({"rows": "500"}), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("this call costs 501"), "{err}");
+    let err = pipeline
+        .invoke(
+            "export",
+            json!({"options": "{\"pages\": \"500\"}"}),
+            as_user("ann"),
+        )
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("this call costs 501"), "{err}");
+    pipeline
+        .invoke("flat", json!({"rows": "30"}), as_user("ann"))
+        .await
+        .unwrap();
+    assert_eq!(*ran.lock().unwrap(), [30]);
+    // What the tool would get is still checked: a negative count is refused.
+    let err = pipeline
+        .invoke(
+            "export",
+            json!({"options": "{\"pages\": -5}"}),
+            as_user("ann"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!((err.code(), err.status()), ("invalid_cost_argument", 422));
+}
+
+#[tokio::test]
+async fn a_single_item_sent_without_its_array_is_charged_as_the_array_it_becomes() {
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "batches": {
+                "type": "array",
+                "items": { "type": "object", "properties": { "rows": { "type": "integer" } } }
+            }
+        }
+    });
+    let pipeline = Pipeline::builder()
+        .tool(recording("batch", schema, "/batches/0/rows", &ran))
+        .hook(ArgumentRepair::new())
+        .hook(
+            Budget::builder(100, Window::day())
+                .tool_cost("batch", per_unit_of("/batches/0/rows"))
+                .build(),
+        )
+        .build()
+        .unwrap();
+    for input in [
+        json!({"batches": [{"rows": 500}]}),
+        json!({"batches": {"rows": 500}}),
+        json!({"batches": "{\"rows\": 500}"}),
+    ] {
+        let err = pipeline
+            .invoke("batch", input.clone(), as_user("ann"))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("this call costs 501"),
+            "{input}: {err}"
+        );
+    }
+    assert!(ran.lock().unwrap().is_empty(), "{:?}", ran.lock().unwrap());
 }
