@@ -285,3 +285,76 @@ async fn a_call_cut_by_the_hosts_shutdown_is_told_to_call_again() {
     assert!(text.contains("shutting down"), "{text}");
     within(10, "the call to end", served.ended.notified()).await;
 }
+
+/// The text of the one answer in `response` (a JSON body, or the last event of a stream).
+async fn answered_text(response: reqwest::Response) -> String {
+    let body = within(10, "the body", response.text()).await.expect("read");
+    let data = body
+        .lines()
+        .rev()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .map(str::trim)
+        .find(|data| !data.is_empty())
+        .unwrap_or(&body);
+    let message: Value = serde_json::from_str(data).expect("a JSON-RPC answer");
+    message["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("a text answer: {message}"))
+        .to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_2026_request_naming_another_client_s_session_runs_outside_it_and_leaves_it_whole() {
+    let server = McpServer::new(common::counting().build().expect("built"));
+    let service = server.http_service(StreamableHttpServerConfig::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let url = format!("http://{}/mcp", listener.local_addr().expect("bound"));
+    let app = axum::Router::new().nest_service("/mcp", service);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let http = reqwest::Client::new();
+    let count = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "count", "arguments": {}}})
+    };
+
+    // Ann's 2025 session: two calls, counted in it.
+    let ann = common::RawHttp {
+        http: &http,
+        url: &url,
+        version: "2025-06-18",
+        bearer: None,
+    };
+    let session = ann.session(json!({}), "ann").await;
+    for n in 1..=2 {
+        let answer = answered_text(ann.post(Some(&session), &count(n)).await).await;
+        assert_eq!(answer, n.to_string());
+    }
+
+    // Another client names Ann's session on a request of 2026-07-28, which belongs to no
+    // session: its call is counted in a session of its own.
+    let mut stateless = call(7, "count", json!({}));
+    stateless["params"]["arguments"] = json!({});
+    let response = within(
+        10,
+        "the answer",
+        http.post(&url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", VERSION)
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", "count")
+            .header("mcp-session-id", &session)
+            .body(stateless.to_string())
+            .send(),
+    )
+    .await
+    .expect("the server answers");
+    assert_eq!(answered_text(response).await, "1", "not Ann's third call");
+
+    // Ann's session is as she left it, once that request's connection is gone too.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let answer = answered_text(ann.post(Some(&session), &count(3)).await).await;
+    assert_eq!(answer, "3");
+}

@@ -135,23 +135,24 @@ impl Connection {
     }
 
     /// Registers the HTTP session of a request (its `parts`) for its calls to be answered
-    /// in the task of their HTTP request.
+    /// in the task of their HTTP request: only a session rmcp routed the request by.
     fn register(&self, peer: &Peer<RoleServer>, parts: Option<&http::request::Parts>) {
         if let Some(direct) = &self.direct
-            && let Some(id) = parts
-                .and_then(|p| p.headers.get("mcp-session-id"))
-                .and_then(|v| v.to_str().ok())
+            && let Some(id) = routed_session(peer, parts)
         {
             direct.register(id, self, peer);
         }
     }
 
-    /// The MCP session: the `Mcp-Session-Id` of an HTTP session, else this connection.
-    fn session_id(&self, parts: Option<&http::request::Parts>) -> Arc<str> {
-        let id = parts
-            .and_then(|p| p.headers.get("mcp-session-id"))
-            .and_then(|v| v.to_str().ok())
-            .map_or_else(|| Arc::clone(&self.state.own_id), Arc::from);
+    /// The MCP session of a request: the HTTP session rmcp routed it by, else this
+    /// connection (stdio, and every request of 2026-07-28, which belongs to no session).
+    fn session_id(
+        &self,
+        peer: &Peer<RoleServer>,
+        parts: Option<&http::request::Parts>,
+    ) -> Arc<str> {
+        let id =
+            routed_session(peer, parts).map_or_else(|| Arc::clone(&self.state.own_id), Arc::from);
         let mut sessions = self
             .state
             .sessions
@@ -238,7 +239,7 @@ impl Connection {
         // Fires when the client sends `notifications/cancelled`, or when the host cuts
         // the call at shutdown.
         let cancel = context.ct.child_token();
-        let session = self.session_id(parts);
+        let session = self.session_id(&context.peer, parts);
         let no_store = round.is_some();
         // A listen stream subscribes under a key of its own: a session may hold several.
         let subscriber = match &listener {
@@ -640,6 +641,25 @@ fn takes_tasks(context: &RequestContext<RoleServer>) -> bool {
     context
         .client_capabilities()
         .is_some_and(|capabilities| capabilities.supports_tasks())
+}
+
+/// The `Mcp-Session-Id` of a request (its `parts`) served on `peer`, when rmcp routed the
+/// request by it: on a connection that opened a 2025 session with `initialize`, which
+/// rmcp serves only the requests that name that session. A 2026-07-28 request belongs to
+/// no session, and rmcp serves it without looking at the header: there it is only what
+/// the client wrote, and taken as a session it would let one client run calls in
+/// another's session, read what it holds, and end it.
+fn routed_session<'a>(
+    peer: &Peer<RoleServer>,
+    parts: Option<&'a http::request::Parts>,
+) -> Option<&'a str> {
+    let opened_a_session = peer
+        .peer_info()
+        .is_some_and(|info| info.protocol_version < ProtocolVersion::V_2026_07_28);
+    if !opened_a_session {
+        return None;
+    }
+    parts?.headers.get("mcp-session-id")?.to_str().ok()
 }
 
 /// Whether the caller of `context` speaks 2026-07-28 or later, and so takes
