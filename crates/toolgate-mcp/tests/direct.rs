@@ -210,6 +210,29 @@ async fn notifications_cancelled_cancels_a_call_answered_directly() {
 }
 
 #[tokio::test]
+async fn a_call_stays_cancellable_when_another_call_of_its_id_ends_first() {
+    let server = serve(SessionConfig::DEFAULT_KEEP_ALIVE).await;
+    let session = server.session(json!({})).await;
+    let started = server.waiting.notified();
+    let body = json!({"jsonrpc": "2.0", "id": 41, "method": "tools/call",
+        "params": {"name": "wait", "arguments": {}}});
+    let waiting = server.post(Some(&session), &body).await;
+    within(10, "the call starts", started).await;
+    // The client reuses the id while the first call runs; that second call ends at once.
+    assert!(!server.call(&session, 41, "count", None).await.primed);
+
+    let ended = server.ended.notified();
+    let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+        "params": {"requestId": 41}});
+    let response = server.post(Some(&session), &cancel).await;
+    assert!(response.status().is_success(), "{}", response.status());
+    within(10, "the waiting call ends", ended).await;
+    within(10, "its stream ends", waiting.text())
+        .await
+        .expect("read");
+}
+
+#[tokio::test]
 async fn ending_the_session_cancels_its_calls_answered_directly() {
     let server = serve(SessionConfig::DEFAULT_KEEP_ALIVE).await;
     let session = server.session(json!({})).await;

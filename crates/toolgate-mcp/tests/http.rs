@@ -236,3 +236,40 @@ async fn http_a_body_that_is_not_json_is_a_400_json_rpc_parse_error() {
     assert_eq!(answer["id"], Value::Null, "{answer}");
     assert_eq!(answer["error"]["code"], -32700, "{answer}");
 }
+
+#[tokio::test]
+async fn http_an_invalid_request_s_id_is_echoed_only_when_json_rpc_allows_it() {
+    let server = HttpDemo::start("127.0.0.1:0", &[]).await;
+    let http = reqwest::Client::new();
+    for (id, echoed) in [
+        ("7", json!(7)),
+        (r#""seven""#, json!("seven")),
+        ("1.5", Value::Null),
+        ("123456789012345678901234567890", Value::Null),
+        ("{\"an\": \"object\"}", Value::Null),
+    ] {
+        // JSON, but not a JSON-RPC message: `method` is a number.
+        let body = format!(r#"{{"jsonrpc": "2.0", "id": {id}, "method": 5}}"#);
+        let response = within(
+            10,
+            "an invalid request",
+            http.post(&server.url)
+                .header("content-type", "application/json")
+                .header("accept", ACCEPT)
+                .header("authorization", "Bearer raw")
+                .body(body)
+                .send(),
+        )
+        .await
+        .expect("the server answers");
+        assert_eq!(response.status().as_u16(), 400, "id {id}");
+        let answer: Value = serde_json::from_str(
+            &within(10, "the answer", response.text())
+                .await
+                .expect("readable"),
+        )
+        .expect("a JSON answer");
+        assert_eq!(answer["error"]["code"], -32600, "{answer}");
+        assert_eq!(answer["id"], echoed, "id {id}: {answer}");
+    }
+}

@@ -84,8 +84,9 @@ pub(super) struct DirectSession {
     peer: Peer<RoleServer>,
     /// When rmcp last got a message of the session, in milliseconds since `epoch`.
     rmcp_seen: AtomicU64,
-    /// The calls answered here and still running, by JSON-RPC id.
-    running: Mutex<HashMap<RequestId, CancellationToken>>,
+    /// The calls answered here and still running, by JSON-RPC id: each with a number of
+    /// its own, since a client may reuse an id while a call of it still runs.
+    running: Mutex<HashMap<RequestId, Vec<(u64, CancellationToken)>>>,
     /// Cancelled when rmcp drops the session: its calls here are cancelled with it.
     closed: CancellationToken,
 }
@@ -117,7 +118,10 @@ impl DirectCalls {
             && let Some(id) = &cancelled.params.request_id
             && let Some(running) = session.running().get(id)
         {
-            running.cancel();
+            // Every call under that id: which one the client meant, it did not say.
+            for (_, call) in running {
+                call.cancel();
+            }
         }
         Some(session)
     }
@@ -227,7 +231,9 @@ impl DirectSession {
         self.rmcp_seen.store(calls.now(), Ordering::Relaxed);
     }
 
-    fn running(&self) -> std::sync::MutexGuard<'_, HashMap<RequestId, CancellationToken>> {
+    fn running(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<RequestId, Vec<(u64, CancellationToken)>>> {
         self.running.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -386,18 +392,36 @@ impl Body for Answer {
 struct Running<'a> {
     session: &'a DirectSession,
     id: RequestId,
+    /// Which of the calls under `id` this is.
+    number: u64,
 }
 
 impl<'a> Running<'a> {
     fn start(session: &'a DirectSession, id: RequestId, ct: CancellationToken) -> Self {
-        session.running().insert(id.clone(), ct);
-        Running { session, id }
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let number = NEXT.fetch_add(1, Ordering::Relaxed);
+        session
+            .running()
+            .entry(id.clone())
+            .or_default()
+            .push((number, ct));
+        Running {
+            session,
+            id,
+            number,
+        }
     }
 }
 
 impl Drop for Running<'_> {
     fn drop(&mut self) {
-        self.session.running().remove(&self.id);
+        let mut running = self.session.running();
+        if let Some(calls) = running.get_mut(&self.id) {
+            calls.retain(|(number, _)| *number != self.number);
+            if calls.is_empty() {
+                running.remove(&self.id);
+            }
+        }
     }
 }
 

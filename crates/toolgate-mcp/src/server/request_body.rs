@@ -82,7 +82,9 @@ fn not_json_rpc(bytes: &[u8], error: &serde_json::Error) -> http::Response<Guard
     let id = serde_json::from_slice::<Value>(bytes)
         .ok()
         .and_then(|message| message.get("id").cloned())
-        .filter(|id| id.is_string() || id.is_number())
+        // An id JSON-RPC allows, as sent: a string or a whole number (a fraction, or a
+        // number too large to keep exactly, would come back changed).
+        .filter(|id| id.is_string() || id.is_i64() || id.is_u64())
         .unwrap_or(Value::Null);
     rejection(
         StatusCode::BAD_REQUEST,
