@@ -107,8 +107,10 @@ pub type OnWithdrawal = Arc<dyn Fn(&SuspendedInvocation, &User, &str) + Send + S
 /// is the default user (anonymous unless set).
 ///
 /// The MCP session is the pipeline's session scope: the `Mcp-Session-Id` of a streamable
-/// HTTP session, or one id per stdio connection. Its session-scoped providers are dropped
-/// when the connection ends.
+/// HTTP session (2025 revisions, which rmcp checks), or one id per stdio connection. A
+/// request of 2026-07-28 belongs to no session: it runs in a session of its own whatever
+/// `Mcp-Session-Id` it names. Session-scoped providers are dropped when the connection
+/// ends.
 ///
 /// Cheap to clone (one `Arc`).
 ///
