@@ -139,14 +139,7 @@ impl Served {
             .unwrap_or_default();
         let text = within(10, "the body", response.text()).await.expect("read");
         let message = if content_type.starts_with("text/event-stream") {
-            // The answer is the last event; progress notifications may come before it.
-            let data = text
-                .lines()
-                .rev()
-                .filter_map(|line| line.strip_prefix("data:"))
-                .map(str::trim)
-                .find(|data| !data.is_empty())
-                .unwrap_or_else(|| panic!("an event with the answer: {text:?}"));
+            let data = last_event(&text).unwrap_or_else(|| panic!("an event: {text:?}"));
             serde_json::from_str(data).expect("JSON")
         } else {
             serde_json::from_str(&text).unwrap_or(Value::String(text))
@@ -286,16 +279,21 @@ async fn a_call_cut_by_the_hosts_shutdown_is_told_to_call_again() {
     within(10, "the call to end", served.ended.notified()).await;
 }
 
-/// The text of the one answer in `response` (a JSON body, or the last event of a stream).
-async fn answered_text(response: reqwest::Response) -> String {
-    let body = within(10, "the body", response.text()).await.expect("read");
-    let data = body
+/// The data of the last event of an SSE stream: the answer (progress notifications may
+/// come before it).
+fn last_event(stream: &str) -> Option<&str> {
+    stream
         .lines()
         .rev()
         .filter_map(|line| line.strip_prefix("data:"))
         .map(str::trim)
         .find(|data| !data.is_empty())
-        .unwrap_or(&body);
+}
+
+/// The text of the one answer in `response` (a JSON body, or the last event of a stream).
+async fn answered_text(response: reqwest::Response) -> String {
+    let body = within(10, "the body", response.text()).await.expect("read");
+    let data = last_event(&body).unwrap_or(&body);
     let message: Value = serde_json::from_str(data).expect("a JSON-RPC answer");
     message["result"]["content"][0]["text"]
         .as_str()

@@ -68,6 +68,24 @@ async fn read_health_answer(stream: &mut TcpStream) -> String {
 
 const HEALTH: &[u8] = b"GET /healthz HTTP/1.1\r\nhost: gateway\r\n\r\n";
 
+/// Connects with `connect` and asks for `/healthz` until a connection is answered 200 (the
+/// gateway notices a closed connection a moment after the client closed it); panics with
+/// `failure` after [`NEVER`].
+async fn until_served<F: Future<Output = TcpStream>>(connect: impl Fn() -> F, failure: &str) {
+    let deadline = Instant::now() + NEVER;
+    loop {
+        let mut stream = connect().await;
+        let _ = stream.write_all(HEALTH).await;
+        let mut first = [0u8; 12];
+        let read = tokio::time::timeout(NEVER, stream.read_exact(&mut first)).await;
+        if matches!(read, Ok(Ok(_))) && &first == b"HTTP/1.1 200" {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{failure} within {NEVER:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 #[tokio::test]
 async fn a_request_head_that_stops_halfway_is_closed_after_the_header_timeout() {
     let gateway = Gateway::start(&config("  header_timeout: 300ms\n  idle_timeout: 1h\n"));
@@ -198,21 +216,7 @@ async fn connections_past_the_cap_are_answered_503_and_closed() {
 
     // A closed connection makes room for another.
     drop(open.pop());
-    let deadline = Instant::now() + NEVER;
-    loop {
-        let mut stream = connect(&gateway).await;
-        let _ = stream.write_all(HEALTH).await;
-        let mut first = [0u8; 12];
-        let read = tokio::time::timeout(NEVER, stream.read_exact(&mut first)).await;
-        if matches!(read, Ok(Ok(_))) && &first == b"HTTP/1.1 200" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no room was made within {NEVER:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_served(|| connect(&gateway), "no room was made").await;
 }
 
 /// A connection to the gateway from `source` (a loopback address: all of 127.0.0.0/8 is
@@ -265,21 +269,11 @@ async fn one_address_past_its_share_is_answered_429_while_other_addresses_still_
 
     // A closed connection gives its address a place back.
     drop(held.pop());
-    let deadline = Instant::now() + NEVER;
-    loop {
-        let mut stream = connect_from(&gateway, [127, 0, 0, 2]).await;
-        let _ = stream.write_all(HEALTH).await;
-        let mut first = [0u8; 12];
-        let read = tokio::time::timeout(NEVER, stream.read_exact(&mut first)).await;
-        if matches!(read, Ok(Ok(_))) && &first == b"HTTP/1.1 200" {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "no place was given back within {NEVER:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until_served(
+        || connect_from(&gateway, [127, 0, 0, 2]),
+        "no place was given back",
+    )
+    .await;
 }
 
 #[tokio::test]
