@@ -116,6 +116,11 @@ need_gateway() {
 start() {
   local name=${1%%:*} file=${1#*:} pid
   shift
+  # Made here, not by the redirection below: that one runs in the background child, which
+  # may not have opened the file yet when the loop first reads it (a `sed` of a file not
+  # there yet would end this script under `set -e`).
+  : > "$work/$file.out"
+  : > "$work/$file.err"
   "$@" > "$work/$file.out" 2> "$work/$file.err" &
   pid=$!
   pids+=("$pid")
