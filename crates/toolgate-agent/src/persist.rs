@@ -78,13 +78,32 @@ fn create_new(path: &Path) -> std::io::Result<std::fs::File> {
 #[derive(Debug)]
 pub(crate) struct Claim {
     /// The locked lock file, or `None` when its file system cannot lock.
-    _lock: Option<File>,
+    lock: Option<File>,
+}
+
+impl Claim {
+    /// Whether `path`, however it is spelled (`..`, a linked directory, a relative path),
+    /// names the file claimed for `claimed`: its lock file is the very file this claim
+    /// holds. Without a lock (a file system that cannot lock), the two paths are compared
+    /// as written.
+    pub(crate) fn covers(&self, claimed: &Path, path: &Path) -> bool {
+        #[cfg(unix)]
+        if let Some(lock) = &self.lock {
+            use std::os::unix::fs::MetadataExt;
+            let (Ok(held), Ok(named)) = (lock.metadata(), std::fs::metadata(beside(path, ".lock")))
+            else {
+                return false;
+            };
+            return (held.dev(), held.ino()) == (named.dev(), named.ino());
+        }
+        claimed == path
+    }
 }
 
 /// Claims `path` for the caller, before it reads the file.
 ///
 /// The lock file is created if missing (readable by its owner only, on Unix) and locked
-/// without waiting. A file system that cannot lock (such as some network file systems) is
+/// without waiting; on Unix a symbolic link at its name is refused, never followed. A file system that cannot lock (such as some network file systems) is
 /// logged as a warning and the claim goes on without a lock: the store stays usable, with
 /// one owner per file left to the operator.
 ///
@@ -97,16 +116,32 @@ pub(crate) fn claim(path: &Path) -> std::io::Result<Claim> {
     let lock_path = beside(path, ".lock");
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(false);
+    // A symbolic link planted at the lock file's name would have the store open (and
+    // create, or lock) a file of the link's choosing: it is refused instead.
     #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+    }
     let lock = options.open(&lock_path).map_err(|e| {
+        #[cfg(unix)]
+        if e.raw_os_error() == Some(libc::ELOOP) {
+            return std::io::Error::new(
+                e.kind(),
+                format!(
+                    "its lock file {} is a symbolic link: remove the link (the store creates \
+                     its lock file itself)",
+                    lock_path.display()
+                ),
+            );
+        }
         std::io::Error::new(
             e.kind(),
             format!("cannot open its lock file {}: {e}", lock_path.display()),
         )
     })?;
     match lock.try_lock() {
-        Ok(()) => Ok(Claim { _lock: Some(lock) }),
+        Ok(()) => Ok(Claim { lock: Some(lock) }),
         Err(TryLockError::WouldBlock) => Err(std::io::Error::new(
             ErrorKind::WouldBlock,
             format!(
@@ -122,8 +157,29 @@ pub(crate) fn claim(path: &Path) -> std::io::Result<Claim> {
                 "the file could not be locked for this store alone (its file system may not support locks); \
                  going on without the lock: make sure no other store uses this file"
             );
-            Ok(Claim { _lock: None })
+            Ok(Claim { lock: None })
         }
+    }
+}
+
+/// Whether an error of [`claim`] says that another owner holds the file.
+pub(crate) fn in_use(error: &std::io::Error) -> bool {
+    error.kind() == ErrorKind::WouldBlock
+}
+
+/// The message of a store's error about its file: `file` names what the file holds ("the
+/// suspension file"), `in_use` says what to do when another owner holds it.
+pub(crate) fn describe(file: &str, path: &Path, source: &std::io::Error, in_use: &str) -> String {
+    if self::in_use(source) {
+        format!(
+            "another store (in this process or another) already has {file} {} open: {in_use}",
+            path.display()
+        )
+    } else {
+        format!(
+            "{file} {}: {source}; check that its directory exists and is writable",
+            path.display()
+        )
     }
 }
 

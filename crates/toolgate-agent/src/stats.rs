@@ -1,7 +1,6 @@
 //! Usage statistics per tool, kept in a JSON file that survives a restart.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, SystemTime};
@@ -92,38 +91,24 @@ fn percentile(sorted: &[u64], p: usize) -> u64 {
 /// Why statistics could not be loaded or saved: the file is already open in another
 /// [`UsageStats`] ([`is_in_use`](Self::is_in_use)), or the file system refused it.
 #[derive(Debug, thiserror::Error)]
-#[error("{}", describe(.path, .source))]
+#[error("{}", persist::describe("the usage statistics file", .path, .source, "give each process its own statistics file, or close the other store first"))]
 pub struct StatsError {
     /// The file.
     pub path: PathBuf,
-    /// What the file system said; of kind [`ErrorKind::WouldBlock`] when the file is
-    /// already open in another [`UsageStats`].
+    /// What the file system said; of kind
+    /// [`ErrorKind::WouldBlock`](std::io::ErrorKind::WouldBlock) when the file is already open in
+    /// another [`UsageStats`].
     #[source]
     pub source: std::io::Error,
 }
 
 impl StatsError {
     /// Whether the file is already open in another [`UsageStats`], in this process or
-    /// another (`source.kind()` is [`ErrorKind::WouldBlock`]): give each process its own
-    /// file, or drop the other statistics first.
+    /// another (`source.kind()` is
+    /// [`ErrorKind::WouldBlock`](std::io::ErrorKind::WouldBlock)): give each process its own file,
+    /// or drop the other statistics first.
     pub fn is_in_use(&self) -> bool {
-        self.source.kind() == ErrorKind::WouldBlock
-    }
-}
-
-/// The message of a [`StatsError`].
-fn describe(path: &Path, source: &std::io::Error) -> String {
-    if source.kind() == ErrorKind::WouldBlock {
-        format!(
-            "another store (in this process or another) already has the usage statistics file {} open: \
-             give each process its own statistics file, or close the other store first",
-            path.display()
-        )
-    } else {
-        format!(
-            "usage statistics file {}: {source}; check that its directory exists and is writable",
-            path.display()
-        )
+        persist::in_use(&self.source)
     }
 }
 
@@ -162,7 +147,7 @@ pub struct UsageStats {
     path: PathBuf,
     /// Held as long as the statistics live: no other [`UsageStats`] opens the file
     /// meanwhile.
-    _claim: persist::Claim,
+    claim: persist::Claim,
     moved_aside: Option<PathBuf>,
     tools: Mutex<BTreeMap<String, ToolUsage>>,
 }
@@ -192,7 +177,7 @@ impl UsageStats {
         };
         Ok(UsageStats {
             path,
-            _claim: claim,
+            claim,
             moved_aside,
             tools: Mutex::new(tools),
         })
@@ -201,6 +186,23 @@ impl UsageStats {
     /// The file.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Whether `path` names this statistics' file, however it is spelled: through `..`, a
+    /// linked directory, or relative to the working directory. A host that reopens
+    /// statistics when its configuration changes asks this first: opening the same file
+    /// again while these statistics hold it is refused ([`StatsError::is_in_use`]).
+    ///
+    /// ```
+    /// # let dir = tempfile::tempdir().unwrap();
+    /// use toolgate_agent::UsageStats;
+    ///
+    /// let stats = UsageStats::open(dir.path().join("stats.json")).unwrap();
+    /// assert!(stats.is_file(&dir.path().join(".").join("stats.json")));
+    /// assert!(!stats.is_file(&dir.path().join("other.json")));
+    /// ```
+    pub fn is_file(&self, path: &Path) -> bool {
+        self.claim.covers(&self.path, path)
     }
 
     /// Where the file was moved when it could not be read at open, if it was.

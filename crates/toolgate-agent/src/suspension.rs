@@ -1,7 +1,6 @@
 //! Suspension stores: the core's in-memory one, and a JSON file that survives a restart.
 
 use std::collections::BTreeMap;
-use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
@@ -17,38 +16,23 @@ use crate::persist::{self, Loaded};
 /// Why a file store could not be opened: the file is already open in another store
 /// ([`is_in_use`](Self::is_in_use)), or the file system refused it.
 #[derive(Debug, thiserror::Error)]
-#[error("{}", describe(.path, .source))]
+#[error("{}", persist::describe("the suspension file", .path, .source, "give each process its own file, or share calls through the Redis store"))]
 pub struct FileStoreError {
     /// The file.
     pub path: PathBuf,
-    /// What the file system said; of kind [`ErrorKind::WouldBlock`] when the file is
-    /// already open in another store.
+    /// What the file system said; of kind
+    /// [`ErrorKind::WouldBlock`](std::io::ErrorKind::WouldBlock) when the file is already open in
+    /// another store.
     #[source]
     pub source: std::io::Error,
 }
 
 impl FileStoreError {
     /// Whether the file is already open in another store, in this process or another
-    /// (`source.kind()` is [`ErrorKind::WouldBlock`]): give each process its own file, or
-    /// close the other store first.
+    /// (`source.kind()` is [`ErrorKind::WouldBlock`](std::io::ErrorKind::WouldBlock)): give each
+    /// process its own file, or close the other store first.
     pub fn is_in_use(&self) -> bool {
-        self.source.kind() == ErrorKind::WouldBlock
-    }
-}
-
-/// The message of a [`FileStoreError`].
-fn describe(path: &Path, source: &std::io::Error) -> String {
-    if source.kind() == ErrorKind::WouldBlock {
-        format!(
-            "another store (in this process or another) already has the suspension file {} open: \
-             give each process its own file, or share calls through the Redis store",
-            path.display()
-        )
-    } else {
-        format!(
-            "could not open the suspension file {}: {source}; check that its directory exists and is writable",
-            path.display()
-        )
+        persist::in_use(&self.source)
     }
 }
 

@@ -125,6 +125,60 @@ fn a_file_store_error_that_is_not_contention_is_not_in_use() {
     assert!(!error.is_in_use(), "{error:?}");
 }
 
+#[cfg(unix)]
+#[test]
+fn a_symbolic_link_planted_at_the_lock_file_is_refused_and_its_target_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("elsewhere");
+    std::fs::write(&target, "not yours").unwrap();
+    let path = dir.path().join("stats.json");
+    std::os::unix::fs::symlink(&target, dir.path().join("stats.json.lock")).unwrap();
+
+    let refused = UsageStats::open(&path).unwrap_err();
+    assert!(!refused.is_in_use(), "{refused:?}");
+    let message = refused.to_string();
+    assert!(
+        message.contains("stats.json.lock is a symbolic link: remove the link"),
+        "{message}"
+    );
+    let refused =
+        JsonFileSuspensionStore::open(dir.path().join("stats.json"), SuspensionLimits::default())
+            .unwrap_err();
+    assert!(
+        refused.to_string().contains("is a symbolic link"),
+        "{refused}"
+    );
+
+    // A missing target is not created either.
+    std::fs::remove_file(&target).unwrap();
+    UsageStats::open(&path).unwrap_err();
+    assert!(!target.exists(), "the link's target was created");
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "only the link"
+    );
+}
+
+#[cfg(unix)]
+#[test]
+fn statistics_know_their_file_however_its_path_is_spelled() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::os::unix::fs::symlink(&real, dir.path().join("linked")).unwrap();
+    let stats = UsageStats::open(real.join("stats.json")).unwrap();
+
+    assert!(stats.is_file(&real.join("stats.json")));
+    assert!(stats.is_file(&dir.path().join("linked").join("stats.json")));
+    assert!(stats.is_file(&real.join("..").join("real").join("stats.json")));
+    assert!(!stats.is_file(&real.join("other.json")));
+    assert!(!stats.is_file(&dir.path().join("stats.json")));
+    // Each spelling that is the same file would be refused as in use.
+    let again = UsageStats::open(dir.path().join("linked").join("stats.json")).unwrap_err();
+    assert!(again.is_in_use(), "{again:?}");
+}
+
 /// Set (to `<kind>:<path>`) in the child process that holds a store for the parent.
 const HOLD: &str = "TOOLGATE_TEST_HOLD_STORE";
 

@@ -321,12 +321,13 @@ where
         move || {
             let mut lock_path = path.clone().into_os_string();
             lock_path.push(".lock");
-            let lock = std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&lock_path)
-                .map_err(&io)?;
+            let mut options = std::fs::OpenOptions::new();
+            options.create(true).truncate(false).write(true);
+            // A symbolic link planted at the lock file's name is refused, never followed
+            // to create or lock a file of its choosing.
+            #[cfg(unix)]
+            std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
+            let lock = options.open(&lock_path).map_err(&io)?;
             // Held until `lock` is closed, at the end of this closure.
             lock.lock().map_err(&io)?;
             let mut file = PinFile::load(&path)?;
@@ -691,6 +692,25 @@ mod tests {
                 .all(|pin| pin.definition["description"] == "after")
         );
         assert!(all(store.check(&second).await.unwrap(), Verdict::Serve));
+    }
+
+    /// A symbolic link planted at the lock file's name is refused: the pins are not changed
+    /// and the link's target is neither created nor locked.
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_symbolic_link_at_the_pin_file_s_lock_is_refused_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = dir.path().join("elsewhere");
+        std::os::unix::fs::symlink(&target, dir.path().join("pins.json.lock")).unwrap();
+        let store = PinStore::File(dir.path().join("pins.json"));
+
+        let refused = store.check(&[definition("search", "v1")]).await;
+        assert!(refused.is_err(), "{refused:?}");
+        assert!(!target.exists(), "the link's target was created");
+        assert!(
+            !dir.path().join("pins.json").exists(),
+            "the pins were written"
+        );
     }
 
     /// A forgotten pin takes its waiting change with it, is recorded, and the tool is

@@ -433,7 +433,7 @@ impl SharedState {
             next.history = Arc::new(next.backends.decision_history(&config.state)?);
         }
         let same_stats = match (&config.stats, &self.stats) {
-            (Some(c), Some(s)) => c.path.0 == s.path(),
+            (Some(c), Some(s)) => s.is_file(&c.path.0),
             (None, None) => true,
             _ => false,
         };

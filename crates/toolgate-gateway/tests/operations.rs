@@ -719,6 +719,48 @@ async fn a_reload_that_moves_the_statistics_file_saves_both_and_can_move_it_back
     assert_eq!(counted_calls(&second, "echo"), 2);
 }
 
+#[cfg(unix)]
+#[tokio::test]
+async fn a_reload_that_spells_the_statistics_path_another_way_keeps_the_open_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("real");
+    std::fs::create_dir(&real).unwrap();
+    std::os::unix::fs::symlink(&real, dir.path().join("linked")).unwrap();
+    let config = |stats: &Path| {
+        format!(
+            "tools:\n  builtin: [echo]\nusers:\n{}stats:\n  path: {}\n",
+            user_yaml("alice", &["admin"]),
+            stats.display()
+        )
+    };
+    let echo = || json!({"text": "hi"});
+    let mut gateway = Gateway::start(&config(&real.join("stats.json")));
+    assert_eq!(invoke(&gateway, "alice", "echo", echo()).await.status, 200);
+
+    // The same file through a linked directory: not a new file to open (which its own
+    // lock would refuse), but the one already open.
+    std::fs::write(
+        &gateway.config,
+        config(&dir.path().join("linked").join("stats.json")),
+    )
+    .unwrap();
+    gateway.signal("HUP");
+    eventually(
+        "the reload is answered",
+        Duration::from_secs(60),
+        || async {
+            let stderr = gateway.stderr();
+            stderr.contains("configuration reloaded") || stderr.contains(REFUSED)
+        },
+    )
+    .await;
+    assert!(!gateway.stderr().contains(REFUSED), "{}", gateway.stderr());
+    assert_eq!(invoke(&gateway, "alice", "echo", echo()).await.status, 200);
+    gateway.signal("TERM");
+    assert_exits_cleanly(&mut gateway, Duration::from_secs(30)).await;
+    assert_eq!(counted_calls(&real.join("stats.json"), "echo"), 2);
+}
+
 #[tokio::test]
 async fn a_second_gateway_on_the_same_statistics_file_refuses_to_start_instead_of_saving_over_it() {
     let dir = tempfile::tempdir().unwrap();
