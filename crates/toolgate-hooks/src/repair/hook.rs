@@ -5,7 +5,8 @@ use std::collections::HashSet;
 use serde_json::Value;
 use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
-use super::walk::{Repair, RepairKind, fill_defaults, repair_within};
+use super::defaults::fill_defaults;
+use super::walk::{Repair, RepairKind, repair_within};
 
 /// The metadata key under which repairs are listed.
 pub const REPAIRS_METADATA_KEY: &str = "argument_repairs";

@@ -65,11 +65,13 @@
 //! # Ok(()) }
 //! ```
 
+mod defaults;
 mod hook;
 mod reading;
 mod walk;
 
 pub(crate) use reading::readings_at;
 
+pub use defaults::fill_defaults;
 pub use hook::{ArgumentRepair, ArgumentRepairBuilder, REPAIRS_METADATA_KEY};
-pub use walk::{Repair, RepairKind, fill_defaults, repair};
+pub use walk::{Repair, RepairKind, repair};

@@ -1,6 +1,6 @@
-//! The schema-guided walk that repairs values and fills defaults.
+//! The schema-guided walk that repairs values.
 
-use serde_json::{Map, Value};
+use serde_json::Value;
 use toolgate_core::pipeline::InputLimits;
 
 /// One kind of repair.
@@ -62,7 +62,8 @@ pub(super) fn resolve(schema: &Value) -> Option<(&Value, &str)> {
     None
 }
 
-fn join(path: &str, key: &str) -> String {
+/// `path` with the property `key` added, in the core's path style.
+pub(super) fn join(path: &str, key: &str) -> String {
     if path.is_empty() {
         key.to_owned()
     } else {
@@ -264,52 +265,6 @@ impl Walk<'_> {
                 }
             }
             _ => {}
-        }
-    }
-}
-
-/// Fills missing properties that have a schema `default`, recursively through present
-/// objects, pushing a [`RepairKind::DefaultFilled`] for each.
-///
-/// ```
-/// use serde_json::json;
-/// use toolgate_hooks::repair::fill_defaults;
-/// let schema = json!({"type": "object", "properties": {"unit": {"type": "string", "default": "metric"}}});
-/// let mut input = json!({});
-/// let mut made = Vec::new();
-/// fill_defaults(&mut input, &schema, "", &mut made);
-/// assert_eq!(input, json!({"unit": "metric"}));
-/// ```
-pub fn fill_defaults(value: &mut Value, schema: &Value, path: &str, out: &mut Vec<Repair>) {
-    let Some((schema, "object")) = resolve(schema) else {
-        return;
-    };
-    let (Value::Object(map), Some(Value::Object(properties))) = (value, schema.get("properties"))
-    else {
-        return;
-    };
-    fill_object(map, properties, path, out);
-}
-
-fn fill_object(
-    map: &mut Map<String, Value>,
-    properties: &Map<String, Value>,
-    path: &str,
-    out: &mut Vec<Repair>,
-) {
-    for (key, sub) in properties {
-        let here = join(path, key);
-        match map.get_mut(key) {
-            Some(present) => fill_defaults(present, sub, &here, out),
-            None => {
-                if let Some(default) = sub.get("default") {
-                    map.insert(key.clone(), default.clone());
-                    out.push(Repair {
-                        path: here,
-                        kind: RepairKind::DefaultFilled,
-                    });
-                }
-            }
         }
     }
 }
