@@ -287,6 +287,21 @@ fn the_registry_refuses_a_second_tool_with_the_same_name() {
 }
 
 #[test]
+fn a_tool_named_dot_or_dot_dot_is_refused_because_a_url_path_resolves_it_away() {
+    for name in [".", ".."] {
+        let tool = tool_fn(name, "Searches.", |s: Search| async move {
+            Ok::<_, ToolError>(json!({ "query": s.query }))
+        });
+        let err = ToolRegistry::new().register(tool).unwrap_err();
+        assert_eq!(err, RegistryError::InvalidName { name: name.into() });
+        assert!(err.to_string().contains("not `.` or `..` alone"), "{err}");
+    }
+    for name in ["...", ".hidden", "files..read", "v1."] {
+        assert!(ToolRegistry::is_valid_name(name), "{name}");
+    }
+}
+
+#[test]
 fn a_builder_given_a_name_twice_fails_at_build_with_the_registry_error() {
     let err = Pipeline::builder()
         .tool(search_tool())

@@ -524,9 +524,10 @@ pub enum RegistryError {
         /// The name both tools share.
         name: String,
     },
-    /// The name is empty, too long, or has characters model providers refuse.
+    /// The name is empty, too long, has characters model providers refuse, or is `.` or
+    /// `..` alone (which a URL path resolves away).
     #[error(
-        "invalid tool name `{name}`: use 1 to 64 characters from a-z, A-Z, 0-9, `_`, `-` and `.`"
+        "invalid tool name `{name}`: use 1 to 64 characters from a-z, A-Z, 0-9, `_`, `-` and `.`, and not `.` or `..` alone"
     )]
     InvalidName {
         /// The name that was refused.

@@ -133,12 +133,14 @@ impl ToolRegistry {
     }
 
     /// Whether `name` can be a tool's name: 1 to 64 ASCII letters, digits, `_`, `-` and
-    /// `.` (what model providers accept).
+    /// `.` (what model providers accept), and not `.` or `..` alone (which a URL path
+    /// resolves away).
     ///
     /// ```
     /// use toolgate_core::registry::ToolRegistry;
     /// assert!(ToolRegistry::is_valid_name("files.read"));
     /// assert!(!ToolRegistry::is_valid_name("read file"));
+    /// assert!(!ToolRegistry::is_valid_name(".."));
     /// ```
     pub fn is_valid_name(name: &str) -> bool {
         is_valid_name(name)
@@ -174,8 +176,13 @@ impl ToolRegistry {
     }
 }
 
+/// 1 to 64 characters that model providers accept; never `.` or `..` alone, which a
+/// URL path (`/v1/tools/{name}`) takes for "this folder" and "the folder above", so a
+/// browser or proxy would resolve them away before the request arrives.
 fn is_valid_name(name: &str) -> bool {
     (1..=64).contains(&name.len())
+        && name != "."
+        && name != ".."
         && name
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
