@@ -519,6 +519,52 @@ async fn a_chain_or_record_added_after_the_shutdown_checkpoint_is_reported_unsig
 }
 
 #[tokio::test]
+async fn a_chain_id_with_newlines_or_bidi_controls_cannot_forge_a_line_of_the_report() {
+    let (lines, dir) = audit_lines(3).await;
+    let key = public_key(dir.path());
+    // A chain appended by hand, whose id would print an `intact: …` line of its own (and
+    // push the real verdict off the screen), then reverse what follows it.
+    let forged_id = format!(
+        "\nintact: 1 chain(s), 3 record(s), 1 checkpoint(s), every signature valid, every \
+         record covered by a signed checkpoint{}\u{202e}",
+        "\n".repeat(40)
+    );
+    let mut invented: Value = serde_json::from_str(&lines[0]).unwrap();
+    invented["chain"] = forged_id.clone().into();
+    let mut appended = lines.clone();
+    appended.push(serde_json::to_string(&invented).unwrap());
+    let file = write(dir.path(), "forged-id.jsonl", &appended);
+    let (code, stdout, stderr) = verify_code(&[&file], Some(&key));
+    assert_eq!(code, Some(1), "{stdout}{stderr}");
+    // A broken chain of that id: the problem names it on one line too.
+    let mut second = invented.clone();
+    second["seq"] = 3.into();
+    let broken = write(
+        dir.path(),
+        "forged-gap.jsonl",
+        &[
+            serde_json::to_string(&invented).unwrap(),
+            serde_json::to_string(&second).unwrap(),
+        ],
+    );
+    let (gap_code, gap_stdout, gap_stderr) = verify_code(&[&broken], None);
+    assert_eq!(gap_code, Some(2), "{gap_stdout}{gap_stderr}");
+    for (report, lines) in [(&stdout, 3), (&gap_stderr, 1)] {
+        assert!(
+            !report.lines().any(|line| line.starts_with("intact")),
+            "a line of the report was forged: {report}"
+        );
+        assert_eq!(report.lines().count(), lines, "{report}");
+        assert!(
+            !report.contains('\u{202e}')
+                && report.contains(r"\u{a}intact")
+                && report.contains(r"\u{202e}"),
+            "{report}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn an_empty_file_is_not_intact() {
     let dir = tempfile::tempdir().unwrap();
     let key = public_key(dir.path());

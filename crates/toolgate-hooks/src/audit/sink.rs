@@ -1,8 +1,8 @@
 //! Where audit records go: the [`AuditSink`] trait and the tracing, JSON-lines file,
 //! channel and in-memory sinks.
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
+use std::fs::OpenOptions;
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -162,10 +162,73 @@ impl std::fmt::Debug for Tap {
     }
 }
 
+/// What gathers before a buffered sink writes it out.
+const BATCH: usize = 64 * 1024;
+
+/// The most a sink holds while its file takes no writes (a full disk): past it, a record
+/// is not kept, and the chain shows it missing.
+const MAX_WAITING: usize = 16 << 20;
+
+/// The file (or, in tests, a writer that fails as a full disk does), and the bytes not
+/// written to it yet: whole lines, in order.
+///
+/// A write the disk cuts short leaves part of a line in the file; the rest waits here and
+/// is written, before anything else, when the file takes writes again, so the line is
+/// finished rather than the next one glued to its first half (a line no verifier could
+/// read, nor anything after it). A buffered writer that sends a long line straight to the
+/// file forgets the rest of it on an error; this never does.
+struct Lines {
+    file: Box<dyn Write + Send>,
+    waiting: Vec<u8>,
+}
+
+impl std::fmt::Debug for Lines {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lines")
+            .field("waiting", &self.waiting.len())
+            .finish()
+    }
+}
+
+impl Lines {
+    fn new(file: Box<dyn Write + Send>) -> Self {
+        Lines {
+            file,
+            waiting: Vec::with_capacity(BATCH),
+        }
+    }
+
+    /// Takes whole lines, to be written by the next [`flush`](Self::flush). When the file
+    /// has taken nothing for [`MAX_WAITING`] bytes, `lines` are not kept: the error says so.
+    fn push(&mut self, lines: &[u8]) -> std::io::Result<()> {
+        if !self.waiting.is_empty() && self.waiting.len() + lines.len() > MAX_WAITING {
+            self.flush()?;
+        }
+        self.waiting.extend_from_slice(lines);
+        Ok(())
+    }
+
+    /// Writes out what waits; what the file does not take stays, to be written first next
+    /// time.
+    fn flush(&mut self) -> std::io::Result<()> {
+        while !self.waiting.is_empty() {
+            match self.file.write(&self.waiting) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => {
+                    self.waiting.drain(..n);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        self.file.flush()
+    }
+}
+
 /// The file, and the chain its lines carry.
 #[derive(Debug)]
 struct Output {
-    file: BufWriter<File>,
+    file: Lines,
     path: PathBuf,
     chain: Option<ChainWriter>,
     rotation: Option<Rotating>,
@@ -174,23 +237,33 @@ struct Output {
 
 impl Output {
     /// Writes `line` (whole lines) and rotates the file when it is due.
-    fn write(&mut self, line: &[u8], through: bool) -> std::io::Result<()> {
-        self.file.write_all(line)?;
+    ///
+    /// # Errors
+    ///
+    /// [`Written::Lost`] when the line was not kept (the file took nothing for
+    /// [`MAX_WAITING`] bytes), [`Written::Waiting`] when it was kept but not written.
+    fn write(&mut self, line: &[u8], through: bool) -> Result<(), Written> {
+        self.file.push(line).map_err(Written::Lost)?;
         self.tell(line);
         if self.rotation.as_mut().is_some_and(|r| r.wrote(line.len())) {
             let mut checkpoint = Vec::new();
             if let Some(chain) = &mut self.chain {
                 chain.checkpoint(&mut checkpoint);
             }
-            self.file.write_all(&checkpoint)?;
+            self.file.push(&checkpoint).map_err(Written::Waiting)?;
             self.tell(&checkpoint);
-            self.file.flush()?;
+            self.file.flush().map_err(Written::Waiting)?;
             if let Some(rotation) = &mut self.rotation {
-                self.file = BufWriter::with_capacity(64 * 1024, rotation.rotate()?);
+                let file = rotation.rotate().map_err(Written::Waiting)?;
+                self.file = Lines::new(Box::new(file));
             }
             return Ok(());
         }
-        if through { self.file.flush() } else { Ok(()) }
+        if through || self.file.waiting.len() >= BATCH {
+            self.file.flush().map_err(Written::Waiting)
+        } else {
+            Ok(())
+        }
     }
 
     /// Hands each of `lines` (without its newline) to the tap, if there is one.
@@ -203,17 +276,32 @@ impl Output {
     }
 }
 
+/// Why a line is not in the file.
+#[derive(Debug)]
+enum Written {
+    /// It was not kept: the record is lost (the chain shows it missing).
+    Lost(std::io::Error),
+    /// It waits in memory, to be written when the file takes writes again.
+    Waiting(std::io::Error),
+}
+
 impl Drop for Output {
-    /// Signs the chain's last records, so a clean close leaves nothing unsigned.
+    /// Writes out what waits, and signs the chain's last records, so a clean close leaves
+    /// nothing unsigned.
     fn drop(&mut self) {
+        let mut line = Vec::new();
         if let Some(chain) = &mut self.chain {
-            let mut line = Vec::new();
             chain.checkpoint(&mut line);
-            if let Err(e) = self.file.write_all(&line).and_then(|()| self.file.flush()) {
-                tracing::error!(error = %e, "the audit file's last checkpoint could not be written");
-            } else {
-                self.tell(&line);
+        }
+        let written = self.file.push(&line).and_then(|()| self.file.flush());
+        match written {
+            Err(e) if line.is_empty() => {
+                tracing::error!(error = %e, "audit records could not be written to their file");
             }
+            Err(e) => {
+                tracing::error!(error = %e, "the audit file's last checkpoint could not be written");
+            }
+            Ok(()) => self.tell(&line),
         }
     }
 }
@@ -267,16 +355,20 @@ impl JsonLinesSink {
                 path: path.display().to_string(),
                 reason: e.to_string(),
             })?;
-        Ok(JsonLinesSink {
+        Ok(Self::writing_to(Box::new(file), path, buffered))
+    }
+
+    fn writing_to(file: Box<dyn Write + Send>, path: &Path, buffered: bool) -> Self {
+        JsonLinesSink {
             file: Arc::new(Mutex::new(Output {
-                file: BufWriter::with_capacity(64 * 1024, file),
+                file: Lines::new(file),
                 path: path.to_owned(),
                 chain: None,
                 rotation: None,
                 tap: None,
             })),
             buffered,
-        })
+        }
     }
 
     /// Links every line from now on into a new hash chain (`seq`, `chain`, `prev`), with
@@ -340,9 +432,18 @@ impl AuditSink for JsonLinesSink {
                 line
             }
         };
-        output
-            .write(&line, !self.buffered)
-            .map_err(|e| Self::fail(e.to_string()))
+        match output.write(&line, !self.buffered) {
+            Ok(()) => Ok(()),
+            Err(Written::Lost(e)) => Err(Self::fail(format!(
+                "{e}; the file has taken nothing while {} MiB of records waited",
+                MAX_WAITING >> 20
+            ))),
+            Err(Written::Waiting(e)) => {
+                // Kept, and written first when the file takes writes again.
+                tracing::error!(error = %e, "audit records wait in memory: their file takes no writes");
+                Ok(())
+            }
+        }
     }
 
     /// Writes out buffered records and, for a chained sink with a signing key, a
@@ -355,9 +456,9 @@ impl AuditSink for JsonLinesSink {
             chain.checkpoint(&mut checkpoint);
         }
         if !checkpoint.is_empty() {
-            output
-                .write(&checkpoint, false)
-                .map_err(|e| Self::fail(e.to_string()))?;
+            output.write(&checkpoint, false).map_err(|e| match e {
+                Written::Lost(e) | Written::Waiting(e) => Self::fail(e.to_string()),
+            })?;
         }
         output.file.flush().map_err(|e| Self::fail(e.to_string()))
     }
@@ -427,5 +528,92 @@ impl AuditSink for MemorySink {
             .unwrap_or_else(|p| p.into_inner())
             .push(record.clone());
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io;
+
+    use super::*;
+    use crate::audit::ChainOptions;
+    use crate::audit::verify::{AuditFile, verify};
+
+    /// A disk that takes `room` more bytes, cuts the write that passes them short, then
+    /// refuses every write with "no space left" until it is given room again.
+    #[derive(Clone, Default)]
+    struct Disk(Arc<Mutex<(Vec<u8>, usize)>>);
+
+    impl Disk {
+        fn room(&self, bytes: usize) {
+            self.0.lock().unwrap().1 = bytes;
+        }
+
+        fn contents(&self) -> Vec<u8> {
+            self.0.lock().unwrap().0.clone()
+        }
+    }
+
+    impl Write for Disk {
+        fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+            let mut disk = self.0.lock().unwrap();
+            let (written, room) = &mut *disk;
+            if *room == 0 {
+                return Err(io::Error::from_raw_os_error(28));
+            }
+            let n = buf.len().min(*room);
+            written.extend_from_slice(&buf[..n]);
+            *room -= n;
+            Ok(n)
+        }
+
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    fn record(tool: &str, bytes: usize) -> AuditRecord {
+        let mut record: AuditRecord = serde_json::from_value(serde_json::json!({
+            "request_id": "r", "user_id": "ann", "tool": tool, "tool_version": "1",
+            "started_at_ms": 0, "duration_us": 0, "outcome": "success", "status": 200,
+            "attempts": 1, "decisions": [], "stages": [], "input_hash": "h",
+        }))
+        .unwrap();
+        record.input = Some(serde_json::Value::String("x".repeat(bytes)));
+        record
+    }
+
+    #[tokio::test]
+    async fn a_line_the_full_disk_cut_short_is_finished_when_it_has_room_not_glued_to_the_next() {
+        for (buffered, size) in [(false, 100_000), (false, 300), (true, 100_000)] {
+            let disk = Disk::default();
+            disk.room(150_000);
+            let sink = JsonLinesSink::writing_to(
+                Box::new(disk.clone()),
+                Path::new("audit.jsonl"),
+                buffered,
+            )
+            .chained(ChainOptions::default());
+            // The disk fills in the middle of a record; more calls come while it is full.
+            for i in 0..6 {
+                let _ = sink.write(&record(&format!("full{i}"), size)).await;
+                let _ = sink.flush().await;
+            }
+            disk.room(usize::MAX);
+            for i in 0..3 {
+                sink.write(&record(&format!("room{i}"), size))
+                    .await
+                    .unwrap();
+            }
+            sink.flush().await.unwrap();
+            let file = AuditFile::new("audit.jsonl", disk.contents());
+            let verified = verify(&[file], None);
+            let verified =
+                verified.unwrap_or_else(|e| panic!("buffered {buffered}, {size} bytes: {e}"));
+            assert_eq!(
+                verified.records, 9,
+                "buffered {buffered}, {size} bytes: {verified}"
+            );
+        }
     }
 }

@@ -146,7 +146,8 @@ impl fmt::Display for Verified {
 /// Records of one chain that no checkpoint with a valid signature covers.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Unsigned {
-    /// The chain.
+    /// The chain, as reports show it: its control, bidirectional and invisible
+    /// characters escaped (`\u{a}`), which the gateway's ids never have.
     pub chain: String,
     /// The first record not covered.
     pub first_seq: u64,
@@ -346,8 +347,34 @@ enum Found {
     },
 }
 
+/// A chain's id as reports show it: as it is when it is plain text (the gateway's are 32
+/// hex digits), else with its control, bidirectional and invisible characters escaped
+/// (`\n`, `\u{1b}`, `\u{202e}`), so that an id someone wrote into a file cannot start a
+/// line of its own in the report (a forged `intact: …`), move the terminal's cursor, or
+/// reorder what is shown after it.
+fn shown(id: &str) -> String {
+    let plain = |c: char| {
+        !c.is_control()
+            && !matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
+    };
+    if id.chars().all(plain) {
+        id.to_owned()
+    } else {
+        id.chars()
+            .map(|c| {
+                if plain(c) {
+                    c.to_string()
+                } else {
+                    c.escape_unicode().to_string()
+                }
+            })
+            .collect()
+    }
+}
+
 /// Where one chain stands.
 struct ChainState {
+    /// The chain's id, as reports show it ([`shown`]).
     id: String,
     last_seq: u64,
     last_hash: String,
@@ -637,7 +664,7 @@ impl Verifier {
             Some(slot) => *slot,
             None => {
                 self.index.insert(chain.clone(), self.chains.len());
-                self.chains.push(ChainState::new(chain.clone()));
+                self.chains.push(ChainState::new(shown(chain)));
                 self.chains.len() - 1
             }
         };
