@@ -20,8 +20,9 @@
 
 use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -85,6 +86,9 @@ pub struct Live {
     pub principal: Principal,
     /// Its token against cross-site request forgery.
     pub csrf: String,
+    /// When it was opened, in milliseconds since the Unix epoch (0 for a session kept on
+    /// Redis by a version that did not record it).
+    pub opened_ms: u64,
 }
 
 /// A live session as Redis keeps it: JSON, the key's SHA-256 in base64url.
@@ -95,6 +99,8 @@ struct Record {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     token: Option<User>,
     csrf: String,
+    #[serde(default)]
+    opened_ms: u64,
 }
 
 impl Record {
@@ -107,6 +113,7 @@ impl Record {
             key,
             token,
             csrf: live.csrf.clone(),
+            opened_ms: live.opened_ms,
         }
     }
 
@@ -122,6 +129,7 @@ impl Record {
         Some(Live {
             principal,
             csrf: record.csrf,
+            opened_ms: record.opened_ms,
         })
     }
 }
@@ -137,6 +145,9 @@ struct Session {
 /// process, where they outlive reloads, or on Redis, where every replica shares them.
 pub struct ConsoleSessions {
     store: Store,
+    /// Sessions opened before this time (milliseconds since the Unix epoch) are ended:
+    /// see [`end_all`](ConsoleSessions::end_all).
+    ended_before_ms: AtomicU64,
 }
 
 enum Store {
@@ -157,8 +168,16 @@ impl Default for ConsoleSessions {
                 flows: Flows::default(),
                 flows_by_address: FlowsByAddress::default(),
             },
+            ended_before_ms: AtomicU64::new(0),
         }
     }
+}
+
+/// Now, in milliseconds since the Unix epoch.
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// How long a person may take at the issuer.
@@ -292,6 +311,7 @@ impl ConsoleSessions {
     pub fn on_redis(sessions: RedisSessions) -> Self {
         ConsoleSessions {
             store: Store::Redis(sessions),
+            ended_before_ms: AtomicU64::new(0),
         }
     }
 
@@ -317,6 +337,7 @@ impl ConsoleSessions {
         let live = Live {
             principal,
             csrf: csrf.clone(),
+            opened_ms: now_ms(),
         };
         match &self.store {
             Store::Memory { by_id, .. } => {
@@ -374,7 +395,9 @@ impl ConsoleSessions {
             Store::Memory { by_id, .. } => {
                 let mut sessions = by_id.lock().unwrap_or_else(|e| e.into_inner());
                 Ok(match sessions.get(&key) {
-                    Some(s) if s.expires > Instant::now() => Some(s.live.clone()),
+                    Some(s) if s.expires > Instant::now() && !self.was_ended(&s.live) => {
+                        Some(s.live.clone())
+                    }
                     Some(_) => {
                         sessions.remove(&key);
                         None
@@ -389,11 +412,30 @@ impl ConsoleSessions {
                 let live = Record::live(&text);
                 if live.is_none() {
                     tracing::warn!(target: "toolgate::console", "a console session on Redis cannot be read: it is ended");
+                }
+                let live = live.filter(|live| !self.was_ended(live));
+                if live.is_none() {
                     redis.close(&key).await.map_err(unavailable)?;
                 }
                 Ok(live)
             }
         }
+    }
+
+    /// Ends every session open now: the console was turned off, and its sessions must not
+    /// come back when it is turned on again. Sessions kept in this process are dropped;
+    /// those on Redis (which other replicas share) are ended as this gateway finds them,
+    /// and every replica that turns its console back on ends them too.
+    pub fn end_all(&self) {
+        self.ended_before_ms.fetch_max(now_ms(), Ordering::Relaxed);
+        if let Store::Memory { by_id, .. } = &self.store {
+            by_id.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        }
+    }
+
+    /// Whether `live` was opened before [`end_all`](Self::end_all) was last called.
+    fn was_ended(&self, live: &Live) -> bool {
+        live.opened_ms < self.ended_before_ms.load(Ordering::Relaxed)
     }
 
     /// Ends the session with this id (nothing when there is none).
@@ -541,6 +583,31 @@ mod tests {
         tokio::time::advance(Duration::from_secs(61)).await;
         assert!(sessions.live(&opened.id).await.is_none());
         assert_eq!(sessions.held(), 0, "the expired session is dropped");
+    }
+
+    #[tokio::test]
+    async fn sessions_ended_all_at_once_stay_ended_and_new_ones_open() {
+        let sessions = ConsoleSessions::default();
+        let before = sessions
+            .open(key(1), "alice", &limits(10, 2), None)
+            .await
+            .unwrap();
+        sessions.end_all();
+        assert!(sessions.live(&before.id).await.is_none());
+        assert_eq!(sessions.held(), 0);
+
+        let after = sessions
+            .open(key(1), "alice", &limits(10, 2), None)
+            .await
+            .unwrap();
+        assert!(sessions.live(&after.id).await.is_some());
+        // A session recorded as opened before the end (as one on Redis is) is ended.
+        let stale = Live {
+            opened_ms: now_ms() - 1_000,
+            ..sessions.live(&after.id).await.unwrap()
+        };
+        sessions.end_all();
+        assert!(sessions.was_ended(&stale));
     }
 
     #[tokio::test(start_paused = true)]
@@ -720,10 +787,12 @@ mod tests {
             let live = Live {
                 principal,
                 csrf: "c".repeat(64),
+                opened_ms: 1_700_000_000_000,
             };
             let text = serde_json::to_string(&Record::of(&live)).unwrap();
             let back = Record::live(&text).expect("readable");
             assert_eq!(back.csrf, live.csrf);
+            assert_eq!(back.opened_ms, live.opened_ms);
             match (back.principal, live.principal) {
                 (Principal::Key(a), Principal::Key(b)) => assert_eq!(a, b),
                 (Principal::Token(a), Principal::Token(b)) => assert_eq!(a, b),

@@ -97,6 +97,10 @@ impl Process {
         self.serve(&gateway, &next);
         *shared = next;
         let old = self.current.swap(Arc::clone(&gateway));
+        if old.config.console.is_some() && gateway.config.console.is_none() {
+            // Turned off: its sessions end, and do not come back when it is turned on.
+            gateway.console_sessions.end_all();
+        }
         gateway.hand_over_subscriptions(&old).await;
         Ok(())
     }

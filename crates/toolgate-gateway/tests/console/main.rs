@@ -229,6 +229,70 @@ async fn a_rejected_call_tells_its_caller_the_approvers_reason() {
 }
 
 #[tokio::test]
+async fn bidi_controls_in_a_callers_name_and_input_are_shown_as_escapes_not_obeyed() {
+    if !browser::available("bidi_controls_in_a_callers_name_and_input_are_shown_as_escapes") {
+        return;
+    }
+    // U+202E (right-to-left override) shows what follows it reversed: a caller named
+    // `mallory<U+202E>live` would read `malloryevil`, and `report<U+202E>fdp.exe` would
+    // read `reportexe.pdf`. The approver must see what runs, not what it is drawn as.
+    let yaml = format!(
+        "console: {{}}\ntools:\n  builtin: [echo]\nusers:\n{}  - {{ id: \"mallory\\u202Elive\", key_sha256: \"{}\", roles: [analyst] }}\n\
+policies:\n  approval:\n    tools: [echo]\n    approver_roles: [admin]\n    expire_after: 1h\n",
+        user_yaml("alice", &["admin"]),
+        toolgate_gateway::auth::hash_key(&key("mallory")),
+    );
+    let gateway = Gateway::start(&yaml);
+    let parked = invoke(
+        &gateway,
+        "mallory",
+        "echo",
+        json!({"text": "report\u{202e}fdp.exe\u{200b}\u{1b}[2J"}),
+    )
+    .await;
+    assert_eq!(parked.status, 202, "{}", parked.body);
+    let id = parked.body["suspension_id"].as_str().unwrap().to_owned();
+    let browser = Browser::start(1280, 900).await;
+    sign_in(&browser, &gateway, "alice").await;
+
+    let shown = card(&browser, &id).await;
+    for expected in [
+        r"mallory\u202Elive",
+        r#""text": "report\u202Efdp.exe\u200B\u001b[2J""#,
+    ] {
+        assert!(
+            shown.contains(expected),
+            "the card lacks {expected:?}: {shown}"
+        );
+    }
+    for hidden in ['\u{202e}', '\u{200b}', '\u{1b}'] {
+        assert!(
+            !shown.contains(hidden),
+            "{hidden:?} is in the card: {shown}"
+        );
+    }
+    // Its label too, and the history once it is decided.
+    let label = browser
+        .run(
+            "return document.querySelector(arguments[0]).getAttribute('aria-label')",
+            json!([format!("article[data-id=\"{id}\"]")]),
+        )
+        .await;
+    assert_eq!(label, json!(r"echo by mallory\u202Elive"));
+    decide(&browser, &id, "reject", "no\u{202e}ton").await;
+    browser
+        .wait_text("#status", r"Rejected echo for mallory\u202Elive")
+        .await;
+    browser.click("a[href='#history']").await;
+    let history = browser.wait_text("#history tbody", r"no\u202Eton").await;
+    assert!(
+        history.contains(r"mallory\u202Elive") && !history.contains('\u{202e}'),
+        "{history}"
+    );
+    browser.quit().await;
+}
+
+#[tokio::test]
 async fn a_user_without_the_approver_role_sees_no_queue_and_the_api_refuses_them_too() {
     if !browser::available("a_user_without_the_approver_role_sees_no_queue") {
         return;
@@ -1006,6 +1070,62 @@ async fn a_person_signed_in_on_one_replica_uses_the_console_of_another() {
         .await;
     assert!(history.contains("bob"), "{history}");
     browser.quit().await;
+}
+
+/// Signs in as `user` with their key through the sign-in endpoint: the session cookie.
+async fn session_of(gateway: &Gateway, user: &str) -> String {
+    let signed_in = client()
+        .post(gateway.url("/console/session"))
+        .header("content-type", "application/json")
+        .header("origin", gateway.base.as_str())
+        .body(json!({"key": key(user)}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(signed_in.status(), 200);
+    let cookie = signed_in.headers()["set-cookie"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    cookie
+        .strip_prefix("toolgate_console=")
+        .and_then(|rest| rest.split(';').next())
+        .expect("a session cookie")
+        .to_owned()
+}
+
+/// An operator who turns the console off (to end every sign-in at once, say) and on again
+/// later finds no session of before alive: in this process, and on Redis, where replicas
+/// share them.
+#[tokio::test]
+async fn sessions_of_a_console_turned_off_by_a_reload_do_not_come_back_when_it_is_on_again() {
+    let test = "sessions_of_a_console_turned_off_by_a_reload_do_not_come_back_when_it_is_on_again";
+    let redis = redis_or_skip(test);
+    let prefix = format!("tgconsoleoff{}x{:x}", std::process::id(), random_u32());
+    let states = std::iter::once(String::new())
+        .chain(redis.map(|url| format!("state:\n  url: {url}\n  key_prefix: {prefix}\n")));
+    for state in states {
+        let on = format!("{state}{}", config());
+        let off = on.replacen("console: {}\n", "", 1);
+        let mut gateway = Gateway::start(&on);
+        let session = session_of(&gateway, "alice").await;
+        let me = gateway.url("/console/session");
+        let shown = with_cookie(reqwest::Method::GET, &me, &session, &[], None).await;
+        assert_eq!(shown.status, 200, "{state}{}", shown.body);
+
+        std::fs::write(&gateway.config, &off).unwrap();
+        gateway.reload(1).await;
+        std::fs::write(&gateway.config, &on).unwrap();
+        gateway.reload(2).await;
+        let ended = with_cookie(reqwest::Method::GET, &me, &session, &[], None).await;
+        assert_eq!(ended.status, 401, "{state}{}", ended.body);
+
+        // Signing in again works as before.
+        let again = session_of(&gateway, "alice").await;
+        let shown = with_cookie(reqwest::Method::GET, &me, &again, &[], None).await;
+        assert_eq!(shown.status, 200, "{state}{}", shown.body);
+        gateway.signal("TERM");
+    }
 }
 
 /// What `gateway` answers, up to its closing the connection, to `head` then `body` written

@@ -1,18 +1,29 @@
 // toolgate console: plain JavaScript, no build step, no library. Every view reads and
 // writes through the gateway's /v1 JSON API; the session cookie authenticates, and the
 // session's token goes in x-toolgate-csrf on every change. Data is put in the page with
-// textContent only, never as HTML.
+// textContent only, never as HTML, and with the characters that change how text is shown
+// without being seen written out as escapes (visible below).
 'use strict';
 
 const session = { csrf: null, me: null };
 const VIEWS = ['queue', 'history', 'pins', 'tools', 'mine'];
 const $ = (id) => document.getElementById(id);
 
+// Characters a caller, an upstream or a user id could use to make the page say something
+// else than the data: bidirectional controls (U+202E makes `evil` read `live`, a file
+// `x\u202Etxt.exe` read `xexe.txt`), zero-width and other invisible ones, and control
+// characters. They are shown as `\uXXXX`, which in JSON is the same string.
+const HIDDEN = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]/g;
+const visible = (text) => String(text).replace(HIDDEN,
+  (c) => `\\u${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}`);
+
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
   for (const [name, value] of Object.entries(attrs || {})) {
-    if (name === 'text') node.textContent = value;
-    else if (value !== null && value !== undefined && value !== false) node.setAttribute(name, value);
+    if (name === 'text') node.textContent = visible(value);
+    else if (value !== null && value !== undefined && value !== false) {
+      node.setAttribute(name, name === 'aria-label' ? visible(value) : value);
+    }
   }
   for (const child of children) if (child) node.append(child);
   return node;
@@ -20,7 +31,7 @@ function el(tag, attrs, ...children) {
 
 function say(text, isError) {
   const status = $('status');
-  status.textContent = text;
+  status.textContent = visible(text);
   status.className = isError ? 'error' : '';
 }
 
@@ -46,7 +57,7 @@ async function api(method, path, body) {
   return data;
 }
 
-const json = (value) => JSON.stringify(value, null, 2);
+const json = (value) => visible(JSON.stringify(value, null, 2));
 
 function when(text) {
   if (!text) return 'never';
@@ -62,7 +73,7 @@ function signedIn(me) {
   $('view-sign-in').hidden = true;
   $('nav').hidden = false;
   $('account').hidden = false;
-  $('who').textContent = `${me.user}${me.approver ? ' (approver)' : ''}`;
+  $('who').textContent = visible(`${me.user}${me.approver ? ' (approver)' : ''}`);
   for (const link of document.querySelectorAll('#nav [data-approver]')) link.hidden = !me.approver;
   $('not-approver').hidden = me.approver;
   const wanted = location.hash.slice(1);
@@ -212,7 +223,7 @@ $('lookup-form').addEventListener('submit', async (event) => {
     out.textContent = json(call);
     say(`That call is ${call.status}.`);
   } catch (error) {
-    out.textContent = error.message;
+    out.textContent = visible(error.message);
   }
   out.hidden = false;
 });
@@ -302,14 +313,14 @@ const SVG = 'http://www.w3.org/2000/svg';
 function svg(tag, attrs, text) {
   const node = document.createElementNS(SVG, tag);
   for (const [name, value] of Object.entries(attrs)) node.setAttribute(name, value);
-  if (text !== undefined) node.textContent = text;
+  if (text !== undefined) node.textContent = visible(text);
   return node;
 }
 
 async function loadTools() {
   const data = await api('GET', '/v1/admin/stats');
   $('since').textContent = when(data.since);
-  $('counted-by').textContent = data.counted_by || 'this replica';
+  $('counted-by').textContent = visible(data.counted_by || 'this replica');
   const tools = data.tools;
   const chart = $('chart');
   const row = 28;
