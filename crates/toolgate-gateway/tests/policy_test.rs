@@ -243,6 +243,61 @@ cases:
 }
 
 #[test]
+fn a_token_caller_is_made_as_when_serving_its_scopes_grant_roles_and_tool_scopes_apply() {
+    // When serving, a token's scopes grant the roles of `scope_roles`, and a tool's
+    // `required_scopes` hold token callers (not API keys) to them: the table's token
+    // callers are made the same way, or a case would pass where serving decides otherwise.
+    let oauth = "identity:\n  oauth:\n    issuer: http://127.0.0.1:9\n    resource: http://127.0.0.1:8080\n    scope_roles: { \"tools:staff\": [staff] }\n    required_scopes:\n      tools: { sleep: [nap] }\n";
+    let dir = fixture(
+        oauth,
+        r#"config: gateway.yaml
+cases:
+  - name: a scope that grants staff echoes
+    principal: { id: agent, roles: [], claims: { scopes: ["tools:staff"] } }
+    tool: echo
+    arguments: { text: hi }
+    expect: allow
+    policies: [staff-echo]
+  - name: a token without the nap scope does not sleep
+    principal: { id: agent, claims: { scopes: [] } }
+    tool: sleep
+    arguments: { ms: 1 }
+    expect: deny
+    reason: lacks the scope `nap`
+  - name: a token with it does
+    principal: { id: agent, claims: { scopes: "nap other" } }
+    tool: sleep
+    arguments: { ms: 1 }
+    expect: allow
+  - name: an API key is not held to scopes
+    principal: { id: keyed }
+    tool: sleep
+    arguments: { ms: 1 }
+    expect: allow
+"#,
+    );
+    let (status, stdout, stderr) = toolgate(dir.path(), &["policy", "test", "table.yaml"]);
+    assert!(status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("4 cases, 4 passed"), "{stdout}");
+
+    // A claim that never reaches a policy when serving describes no caller that exists.
+    std::fs::write(
+        dir.path().join("table.yaml"),
+        "cases:\n  - { principal: { id: agent, claims: { team: [red] } }, tool: echo, expect: deny }\n",
+    )
+    .unwrap();
+    let (status, _, stderr) = toolgate(
+        dir.path(),
+        &["policy", "test", "table.yaml", "--config", "gateway.yaml"],
+    );
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("claim `team` never reaches a policy"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn no_tool_runs_and_nothing_is_charged() {
     // A one-call-a-minute rate limit, and calls of a tool that would sleep ten minutes.
     let case = "  - principal: { user: alice }\n    tool: sleep\n    arguments: { ms: 600000 }\n    expect: allow\n";

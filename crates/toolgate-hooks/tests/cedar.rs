@@ -8,7 +8,8 @@ use std::sync::{Arc, OnceLock};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 use serde_json::{Value, json};
 use toolgate_core::registry::ToolRegistry;
-use toolgate_core::{InvokeOptions, Pipeline, Stage, ToolError, User};
+use toolgate_core::tool::ErasedTool;
+use toolgate_core::{InvokeOptions, JsonTool, Pipeline, Stage, ToolError, User};
 use toolgate_hooks::audit::{Audit, MemorySink};
 use toolgate_hooks::policy::{CedarPolicies, PolicySource, Verdict};
 use toolgate_hooks::quota::InMemoryQuota;
@@ -510,23 +511,77 @@ async fn a_tool_added_after_the_policies_were_loaded_is_denied() {
     assert!(err.to_string().contains("no policy covers it"), "{err}");
 }
 
+/// A tool that answers `value`, tagged `tags`.
+fn tagged(name: &str, schema: Value, tags: &[&str], value: Value) -> Arc<dyn ErasedTool> {
+    let mut tool = JsonTool::new(name, "A tagged tool.", schema, move |_, _| {
+        let value = value.clone();
+        Box::pin(async move { Ok::<_, ToolError>(value) })
+    });
+    tool.definition_mut().tags = tags.iter().map(|t| (*t).to_owned()).collect();
+    Arc::new(tool)
+}
+
+#[tokio::test]
+async fn an_action_group_takes_tools_by_their_tag_never_by_a_name_an_upstream_chose() {
+    let mut registry = ToolRegistry::new();
+    let schema = || json!({"type": "object"});
+    registry
+        .register_erased(tagged(
+            "prompt.review",
+            schema(),
+            &["mcp-prompt"],
+            json!("prompt"),
+        ))
+        .unwrap();
+    // A plain tool an upstream named as if it were a prompt.
+    registry
+        .register_erased(tagged("prompt.evil", schema(), &[], json!("ran")))
+        .unwrap();
+    let policies = CedarPolicies::builder()
+        .source(PolicySource::new(
+            "prompts.cedar",
+            r#"permit(principal, action in Action::"prompt", resource);"#,
+        ))
+        .action_group("prompt", "mcp-prompt")
+        .build(registry.definitions())
+        .unwrap();
+    let pipeline = Pipeline::builder()
+        .registry(registry)
+        .hook(policies)
+        .build()
+        .unwrap();
+    let anyone = || InvokeOptions::new().user(User::new("mallory"));
+    let prompt = pipeline.invoke("prompt.review", json!({}), anyone()).await;
+    assert_eq!(prompt.unwrap(), json!("prompt"));
+    let evil = pipeline
+        .invoke("prompt.evil", json!({}), anyone())
+        .await
+        .unwrap_err();
+    assert_eq!(evil.code(), "forbidden", "{evil}");
+}
+
 #[tokio::test]
 async fn a_completion_request_is_allowed_where_the_listing_shows_the_tool() {
     let mut registry = ToolRegistry::new();
-    let prompt = ScriptedTool::returning("prompt.review", json!("ok")).input_schema(json!({
-        "type": "object",
-        "required": ["language"],
-        "properties": {"language": {"type": "string"}}
-    }));
-    registry.register_erased(prompt.into_erased()).unwrap();
+    let prompt = tagged(
+        "prompt.review",
+        json!({
+            "type": "object",
+            "required": ["language"],
+            "properties": {"language": {"type": "string"}}
+        }),
+        &["mcp-prompt"],
+        json!("ok"),
+    );
+    registry.register_erased(prompt).unwrap();
     let policies = CedarPolicies::builder()
         .source(PolicySource::new(
             "prompts.cedar",
             r#"permit(principal, action in Action::"prompt", resource)
                when { principal.roles.contains("dev") && context.arguments.language == "rust" };"#,
         ))
-        .action_group("prompt", "prompt.")
-        .completion_requests("complete")
+        .action_group("prompt", "mcp-prompt")
+        .completion_requests("complete", ["mcp-prompt"])
         .build(registry.definitions())
         .unwrap();
     let pipeline = Pipeline::builder()
@@ -562,6 +617,119 @@ async fn a_completion_request_is_allowed_where_the_listing_shows_the_tool() {
         "forbidden",
         "a real call is decided on its arguments"
     );
+}
+
+#[tokio::test]
+async fn a_completion_shaped_input_to_a_tool_that_answers_none_is_decided_on_its_arguments() {
+    // `purge` takes `{"complete": {}}` as its arguments (its schema allows any others): it
+    // would run without a `where`, which the policy forbids. Only a tool that answers
+    // completions (tagged so) has such an input decided as a completion request.
+    let mut registry = ToolRegistry::new();
+    let purge = tagged(
+        "purge",
+        json!({"type": "object", "properties": {"where": {"type": "string"}}}),
+        &[],
+        json!({"deleted": "everything"}),
+    );
+    registry.register_erased(purge).unwrap();
+    let policies = CedarPolicies::builder()
+        .source(PolicySource::new(
+            "purge.cedar",
+            r#"permit(principal, action, resource) when { principal.roles.contains("admin") };
+               @reason("`purge` needs a `where`")
+               forbid(principal, action == Action::"purge", resource)
+               unless { context.arguments has "where" };"#,
+        ))
+        .completion_requests("complete", ["mcp-prompt", "mcp-resources"])
+        .build(registry.definitions())
+        .unwrap();
+    let pipeline = Pipeline::builder()
+        .registry(registry)
+        .hook(policies)
+        .hook(Validation::new())
+        .build()
+        .unwrap();
+    let admin = || InvokeOptions::new().user(User::new("root").with_roles(["admin"]));
+    for input in [
+        json!({"complete": {}}),
+        json!({"complete": {"argument": {"name": "where", "value": ""}}}),
+    ] {
+        let err = pipeline
+            .invoke("purge", input.clone(), admin())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "forbidden", "{input}: {err}");
+        assert!(err.to_string().contains("needs a `where`"), "{err}");
+    }
+    let ok = pipeline
+        .invoke("purge", json!({"where": "id = 3"}), admin())
+        .await;
+    assert_eq!(ok.unwrap(), json!({"deleted": "everything"}));
+}
+
+#[tokio::test]
+async fn a_forbid_that_fails_to_evaluate_denies_every_way_a_call_is_decided() {
+    // The forbid overflows (seconds since 1970 times 10^10 is past 2^63) whoever calls
+    // with whatever arguments: a call, a completion request and a listing all deny, and
+    // the caller is told that access could not be checked, not the forbid's reason nor
+    // that the permit decided.
+    let mut registry = ToolRegistry::new();
+    let prompt = tagged(
+        "prompt.review",
+        json!({"type": "object", "properties": {"language": {"type": "string"}}}),
+        &["mcp-prompt"],
+        json!("ok"),
+    );
+    registry.register_erased(prompt).unwrap();
+    let policies = CedarPolicies::builder()
+        .source(PolicySource::new(
+            "overflow.cedar",
+            r#"@id("everyone")
+               permit(principal, action, resource);
+               @id("overflows")
+               @reason("the clock says no")
+               forbid(principal, action, resource)
+               when { context.time.unix_seconds * 10000000000 > 0 };"#,
+        ))
+        .action_group("prompt", "mcp-prompt")
+        .completion_requests("complete", ["mcp-prompt"])
+        .build(registry.definitions())
+        .unwrap();
+    let audit = MemorySink::new();
+    let pipeline = Pipeline::builder()
+        .registry(registry)
+        .hook(policies.clone())
+        .hook(Audit::builder().sink(audit.clone()).build())
+        .build()
+        .unwrap();
+    let ann = User::new("ann");
+    assert!(
+        policies
+            .visible_tools(&ann, pipeline.definitions())
+            .is_empty(),
+        "a tool every call of which is denied is not listed"
+    );
+    for input in [
+        json!({"language": "rust"}),
+        json!({"complete": {"argument": {"name": "language", "value": "ru"}}}),
+    ] {
+        let err = pipeline
+            .invoke(
+                "prompt.review",
+                input.clone(),
+                InvokeOptions::new().user(ann.clone()),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), "forbidden", "{input}: {err}");
+        let message = err.to_string();
+        assert!(message.contains("could not be checked"), "{message}");
+        assert!(!message.contains("the clock says no"), "{message}");
+        let record = audit.records().pop().unwrap();
+        assert_eq!(record.policies[0].decision, Verdict::Deny);
+        assert_eq!(record.policies[0].determining, ["overflows"], "{input}");
+        assert_eq!(record.policies[0].errored, ["overflows"], "{input}");
+    }
 }
 
 #[tokio::test]

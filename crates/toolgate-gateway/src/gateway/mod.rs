@@ -19,7 +19,7 @@ use crate::outcomes::{OUTCOME_TOOL, OutcomeTool};
 use toolgate_hooks::audit::ClientAddress;
 use toolgate_hooks::policy::{CedarPolicies, PolicyLoadError, PolicySource};
 use toolgate_hooks::{Audit, Authorize};
-use toolgate_mcp::{ListFilter, McpServer, PROMPT_PREFIX, RESOURCES_PREFIX, Upstream};
+use toolgate_mcp::{ListFilter, McpServer, RESOURCES_PREFIX, Upstream};
 use toolgate_redis::{CountersUnavailable, RedisCounters};
 
 use crate::auth::ApiKeys;
@@ -562,9 +562,12 @@ fn cedar_policies(
         return Ok((None, config.generation.clone()));
     };
     let mut builder = CedarPolicies::builder()
-        .action_group("prompt", PROMPT_PREFIX)
-        .action_group("resources", RESOURCES_PREFIX)
-        .completion_requests("complete");
+        .action_group("prompt", toolgate_mcp::PROMPT_TAG)
+        .action_group("resources", toolgate_mcp::RESOURCES_TAG)
+        .completion_requests(
+            "complete",
+            [toolgate_mcp::PROMPT_TAG, toolgate_mcp::RESOURCES_TAG],
+        );
     let mut texts = Vec::new();
     for file in &cedar.files {
         let source = PolicySource::file(file)?;

@@ -133,8 +133,10 @@ impl Transport {
 
 /// Who calls: a user of the configuration (`user: alice`, with its roles and tenant), or
 /// one described in full (`id`, `roles`, `tenant`); `roles` and `tenant` given beside
-/// `user` replace the configured ones, and `claims` (token claims such as `scopes`) are
-/// added either way.
+/// `user` replace the configured ones. With `claims` (`{scopes: [...]}`) the caller comes
+/// with an OAuth token, as when serving: policies see `auth` (`oauth`) and `scopes` as
+/// tags, the scopes grant the roles of `identity.oauth.scope_roles`, and the tools'
+/// `required_scopes` apply.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(try_from = "PrincipalEntry")]
 pub struct Principal {
@@ -142,7 +144,8 @@ pub struct Principal {
     id: String,
     roles: Option<Vec<String>>,
     tenant: Option<String>,
-    claims: Map<String, Value>,
+    /// The token's scopes, for a caller with a token.
+    scopes: Option<Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -179,12 +182,13 @@ impl TryFrom<PrincipalEntry> for Principal {
         if id.trim().is_empty() {
             return Err("a caller's id may not be empty".to_owned());
         }
+        let scopes = token_scopes(&entry.claims)?;
         Ok(Principal {
             configured,
             id,
             roles: entry.roles,
             tenant: entry.tenant,
-            claims: entry.claims,
+            scopes,
         })
     }
 }
@@ -219,9 +223,55 @@ impl Principal {
         if let Some(tenant) = &self.tenant {
             user.tenant = Some(tenant.clone());
         }
-        user.attributes.extend(self.claims.clone());
+        if let Some(scopes) = &self.scopes {
+            // As a token's caller is made when serving (identity/token.rs): its scopes
+            // grant roles, and policies and tool scopes see how it came in.
+            let granted = config
+                .identity
+                .oauth
+                .as_ref()
+                .map(|oauth| &oauth.scope_roles);
+            for scope in scopes {
+                if let Some(roles) = granted.and_then(|g| g.get(scope)) {
+                    user.roles.extend(roles.iter().cloned());
+                }
+            }
+            user.roles.sort();
+            user.roles.dedup();
+            user.attributes
+                .insert("auth".to_owned(), Value::String("oauth".to_owned()));
+            user.attributes.insert(
+                "scopes".to_owned(),
+                Value::Array(scopes.iter().cloned().map(Value::String).collect()),
+            );
+        }
         Ok(user)
     }
+}
+
+/// The scopes of a token caller's `claims`: `None` without claims (a caller with an API
+/// key). A token's claims reach policies only as its scopes (and its roles and tenant,
+/// written as `roles` and `tenant`), so no other claim is accepted: a case could not
+/// describe a caller who exists when serving.
+fn token_scopes(claims: &Map<String, Value>) -> Result<Option<Vec<String>>, String> {
+    if let Some(other) = claims.keys().find(|k| k.as_str() != "scopes") {
+        return Err(format!(
+            "claim `{other}` never reaches a policy when serving: a token's caller has its `scopes` (write `claims: {{ scopes: [...] }}`), and its roles and tenant (write `roles` and `tenant`)"
+        ));
+    }
+    let Some(scopes) = claims.get("scopes") else {
+        return Ok(None);
+    };
+    let scopes = match scopes {
+        Value::String(text) => text.split_whitespace().map(str::to_owned).collect(),
+        Value::Array(items) => items
+            .iter()
+            .map(|v| v.as_str().map(str::to_owned))
+            .collect::<Option<Vec<_>>>()
+            .ok_or("`claims.scopes` is a list of scopes (strings)")?,
+        _ => return Err("`claims.scopes` is a list of scopes (strings)".to_owned()),
+    };
+    Ok(Some(scopes))
 }
 
 /// The table could not be read.

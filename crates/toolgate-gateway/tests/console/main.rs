@@ -1107,7 +1107,7 @@ async fn sessions_of_a_console_turned_off_by_a_reload_do_not_come_back_when_it_i
     for state in states {
         let on = format!("{state}{}", config());
         let off = on.replacen("console: {}\n", "", 1);
-        let mut gateway = Gateway::start(&on);
+        let gateway = Gateway::start(&on);
         let session = session_of(&gateway, "alice").await;
         let me = gateway.url("/console/session");
         let shown = with_cookie(reqwest::Method::GET, &me, &session, &[], None).await;

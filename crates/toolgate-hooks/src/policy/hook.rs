@@ -40,17 +40,37 @@ pub struct CedarPoliciesBuilder {
     sources: Vec<PolicySource>,
     groups: Vec<(String, String)>,
     name: Option<String>,
-    completion_key: Option<String>,
+    completion: Option<Completion>,
+}
+
+/// Which inputs are completion requests: an object with the single key `key`, sent to a
+/// tool with one of `tags`.
+struct Completion {
+    key: String,
+    tags: Vec<String>,
 }
 
 impl CedarPoliciesBuilder {
     /// Treats an input that is an object with the single key `key` (`{"complete": {…}}`,
-    /// as toolgate-mcp sends MCP `completion/complete` to a prompt's tool) as a completion
-    /// request: it carries none of the tool's arguments, so it is allowed exactly when some
-    /// policy could permit the caller to call the tool, as the listing shows it.
+    /// as toolgate-mcp sends MCP `completion/complete` to a prompt's tool), sent to a tool
+    /// with one of `tags`, as a completion request: it carries none of the tool's
+    /// arguments, so it is allowed exactly when some policy could permit the caller to call
+    /// the tool, as the listing shows it.
+    ///
+    /// Only the tools of `tags` — those that answer such an input with completions — are
+    /// decided so: any other tool would run with `{"complete": {…}}` as its arguments, so
+    /// there it is an ordinary call, decided on those arguments (a caller cannot step
+    /// around a policy on the arguments by sending this shape).
     #[must_use]
-    pub fn completion_requests(mut self, key: impl Into<String>) -> Self {
-        self.completion_key = Some(key.into());
+    pub fn completion_requests<T: Into<String>>(
+        mut self,
+        key: impl Into<String>,
+        tags: impl IntoIterator<Item = T>,
+    ) -> Self {
+        self.completion = Some(Completion {
+            key: key.into(),
+            tags: tags.into_iter().map(Into::into).collect(),
+        });
         self
     }
 
@@ -61,12 +81,17 @@ impl CedarPoliciesBuilder {
         self
     }
 
-    /// Puts the action of every tool whose name starts with `prefix` in the action group
-    /// `group` as well as in `Action::"call"`: `.action_group("prompt", "prompt.")` lets a
-    /// policy say `action in Action::"prompt"`.
+    /// Puts the action of every tool tagged `tag` in the action group `group` as well as
+    /// in `Action::"call"`: `.action_group("prompt", "mcp-prompt")` lets a policy say
+    /// `action in Action::"prompt"` of every imported prompt.
+    ///
+    /// A group follows a tag, never a name: an upstream chooses its tools' names, and a
+    /// plain tool it names `prompt.anything` must not join the group a policy grants
+    /// prompts through. The tag is given by whoever made the tool (toolgate-mcp tags the
+    /// prompts and resources it imports).
     #[must_use]
-    pub fn action_group(mut self, group: impl Into<String>, prefix: impl Into<String>) -> Self {
-        self.groups.push((group.into(), prefix.into()));
+    pub fn action_group(mut self, group: impl Into<String>, tag: impl Into<String>) -> Self {
+        self.groups.push((group.into(), tag.into()));
         self
     }
 
@@ -106,7 +131,7 @@ impl CedarPoliciesBuilder {
         Ok(CedarPolicies {
             inner: Arc::new(Inner {
                 name: self.name.unwrap_or_else(|| "policy".to_owned()),
-                completion_key: self.completion_key,
+                completion: self.completion,
                 model,
                 reasons: loaded.reasons.into_iter().collect(),
                 origins: loaded.origins,
@@ -123,7 +148,7 @@ impl CedarPoliciesBuilder {
 
 pub(super) struct Inner {
     name: String,
-    completion_key: Option<String>,
+    completion: Option<Completion>,
     pub(super) model: Model,
     enforced: PolicySet,
     pub(super) all: PolicySet,
@@ -250,6 +275,16 @@ struct Evaluated {
 }
 
 impl Evaluated {
+    /// Denied because the `forbid`s `failed` could not be evaluated (they determine it).
+    fn forbid_failed(failed: Vec<String>, errored: Vec<String>) -> Self {
+        Evaluated {
+            decision: Verdict::Deny,
+            determining: failed,
+            errored,
+            failure: Some("a policy that may forbid it failed to evaluate".to_owned()),
+        }
+    }
+
     fn failed(why: String) -> Self {
         Evaluated {
             decision: Verdict::Deny,
@@ -321,6 +356,16 @@ impl CedarPolicies {
         let response = inner
             .authorizer
             .is_authorized_partial(&request, set, &entities);
+        let mut errored: Vec<String> = response
+            .definitely_errored()
+            .map(ToString::to_string)
+            .collect();
+        errored.sort();
+        // A `forbid` that fails whatever the arguments denies whatever the arguments.
+        let failed = failed_forbids(&errored, set);
+        if !failed.is_empty() {
+            return Ok(Some(Evaluated::forbid_failed(failed, errored)));
+        }
         let Some(decision) = response.decision() else {
             return Ok(None);
         };
@@ -334,11 +379,6 @@ impl CedarPolicies {
             .map(|p| p.id().to_string())
             .collect();
         determining.sort();
-        let mut errored: Vec<String> = response
-            .definitely_errored()
-            .map(ToString::to_string)
-            .collect();
-        errored.sort();
         Ok(Some(Evaluated {
             decision,
             determining,
@@ -347,14 +387,22 @@ impl CedarPolicies {
         }))
     }
 
-    /// Whether `input` is a completion request ([`CedarPoliciesBuilder::completion_requests`]).
-    fn is_completion(&self, input: &Value) -> bool {
-        let Some(key) = &self.inner.completion_key else {
+    /// Whether the call is a completion request
+    /// ([`CedarPoliciesBuilder::completion_requests`]): the shape, sent to a tool that
+    /// answers completions.
+    fn is_completion(&self, ctx: &ToolInvokeContext) -> bool {
+        let Some(completion) = &self.inner.completion else {
             return false;
         };
-        input
-            .as_object()
-            .is_some_and(|o| o.len() == 1 && o.get(key).is_some_and(Value::is_object))
+        let answers = ctx
+            .tool()
+            .tags
+            .iter()
+            .any(|tag| completion.tags.contains(tag));
+        answers
+            && ctx.input().as_object().is_some_and(|o| {
+                o.len() == 1 && o.get(&completion.key).is_some_and(Value::is_object)
+            })
     }
 
     /// A completion request's decision: that of the listing.
@@ -384,7 +432,7 @@ impl CedarPolicies {
     /// Evaluates the call fully, enforced and (with shadow policies) all policies.
     fn evaluate(&self, ctx: &ToolInvokeContext) -> (Evaluated, Option<Evaluated>) {
         let inner = &*self.inner;
-        if self.is_completion(ctx.input()) {
+        if self.is_completion(ctx) {
             return self.evaluate_completion(ctx);
         }
         let run = || -> Result<(Response, Option<Response>), String> {
@@ -434,16 +482,17 @@ impl CedarPolicies {
         let errored = ids(&mut diagnostics.errors().map(|e| match e {
             cedar_policy::AuthorizationError::PolicyEvaluationError(e) => e.policy_id(),
         }));
-        let forbid_failed = errored.iter().any(|id| {
-            set.policy(&PolicyId::new(id.clone()))
-                .is_some_and(|p| p.effect() == Effect::Forbid)
-        });
         for error in diagnostics.errors() {
             tracing::warn!(hook = %self.inner.name, %error, "a policy failed to evaluate");
         }
+        let failed = failed_forbids(&errored, set);
         let decision = match response.decision() {
-            Decision::Allow if !forbid_failed => Verdict::Allow,
-            _ => Verdict::Deny,
+            // Allowed but for a `forbid` that could not say: denied by it (fail closed).
+            Decision::Allow if !failed.is_empty() => {
+                return Evaluated::forbid_failed(failed, errored);
+            }
+            Decision::Allow => Verdict::Allow,
+            Decision::Deny => Verdict::Deny,
         };
         Evaluated {
             decision,
@@ -523,6 +572,18 @@ impl CedarPolicies {
             format!("user `{user}` may not call `{tool}`: {why}")
         }
     }
+}
+
+/// The policies of `errored` that are `forbid`s of `set`.
+fn failed_forbids(errored: &[String], set: &PolicySet) -> Vec<String> {
+    errored
+        .iter()
+        .filter(|id| {
+            set.policy(&PolicyId::new((*id).clone()))
+                .is_some_and(|p| p.effect() == Effect::Forbid)
+        })
+        .cloned()
+        .collect()
 }
 
 /// The call's `context.transport`, when the host bound [`CallTransport`].

@@ -53,8 +53,8 @@ fn strings(values: &[String]) -> RestrictedExpression {
 }
 
 impl Model {
-    /// The model of `tools`, with the action groups of `groups` (group name, tool name
-    /// prefix).
+    /// The model of `tools`, with the action groups of `groups` (group name, the tag of
+    /// its tools).
     pub(crate) fn new<'t>(
         tools: impl IntoIterator<Item = &'t ToolDefinition>,
         groups: &[(String, String)],
@@ -69,11 +69,17 @@ impl Model {
         let mut models = HashMap::new();
         for tool in tools {
             if actions.contains_key(&tool.name) {
+                let rename = match &tool.source {
+                    ToolSource::Mcp { server } => format!(
+                        "give MCP server `{server}` a prefix, so that its tools get other names"
+                    ),
+                    _ => "rename the tool or the group".to_owned(),
+                };
                 return Err(PolicyLoadError::one(
                     "the tools",
                     format!(
-                        "tool `{}` has the name of an action group; rename the tool or the group",
-                        tool.name
+                        "tool `{}` has the name of an action group, which policies name as `Action::\"{}\"`: {rename}",
+                        tool.name, tool.name
                     ),
                 ));
             }
@@ -82,7 +88,7 @@ impl Model {
             member_of.extend(
                 groups
                     .iter()
-                    .filter(|(_, prefix)| tool.name.starts_with(prefix.as_str()))
+                    .filter(|(_, tag)| tool.tags.contains(tag))
                     .map(|(group, _)| json!({"id": group})),
             );
             actions.insert(
