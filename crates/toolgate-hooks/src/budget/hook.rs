@@ -71,6 +71,11 @@ struct Charge {
     window_end_ms: u64,
 }
 
+/// The cost a tool reported, read from its output as it came back (at `did_execute`, or
+/// `did_cache_hit` for a stored one): before redaction, validation and limits change the
+/// output or fail the call. `None` when the output holds no cost.
+struct Reported(Option<u64>);
+
 impl BudgetBuilder {
     /// The policy's name, which namespaces its keys and names it in messages and headers
     /// (default `budget`). Give each budget that shares a backend its own name.
@@ -254,6 +259,20 @@ impl Budget {
     }
 }
 
+impl Budget {
+    /// Keeps the cost the output reports, for a call charged an estimate.
+    fn read_reported(&self, ctx: &mut ToolInvokeContext) {
+        if ctx.held::<Charge>(self).is_none() {
+            return;
+        }
+        let reported = ctx
+            .output()
+            .and_then(|output| self.cost_of(ctx.tool_name()).reported(output));
+        ctx.release::<Reported>(self);
+        ctx.hold(self, Reported(reported));
+    }
+}
+
 fn now_ms() -> u64 {
     let since = SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -322,17 +341,30 @@ impl Hook for Budget {
         }
     }
 
+    /// The tool ran: what it reported is read now, from the output as it returned it. A
+    /// transform later (an output limit that truncates it into text, a redaction that
+    /// refuses it) must not make the call cost only its estimate.
+    fn did_execute(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        self.read_reported(ctx);
+        Ok(())
+    }
+
+    /// A stored output answers: what it reported is read before it is changed, as for a
+    /// call that ran.
+    fn did_cache_hit(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        self.read_reported(ctx);
+        Ok(())
+    }
+
     async fn did_release_quota(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         let Some(charge) = ctx.held::<Charge>(self) else {
             return Ok(());
         };
-        let reported = ctx
-            .output()
-            .filter(|_| ctx.error().is_none())
-            .and_then(|output| self.cost_of(ctx.tool_name()).reported(output));
+        let reported = ctx.held::<Reported>(self).and_then(|r| r.0);
         let (key, charged, window_end_ms) =
             (charge.key.clone(), charge.charged, charge.window_end_ms);
         ctx.release::<Charge>(self);
+        ctx.release::<Reported>(self);
         let Some(actual) = reported else {
             return Ok(());
         };

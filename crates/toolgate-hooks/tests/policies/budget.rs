@@ -9,6 +9,7 @@ use toolgate_hooks::authorize::{Authorize, Effect, Rule, Rules};
 use toolgate_hooks::budget::{
     Budget, BudgetBackend, Cost, InMemoryBudget, LimitReport, LimitState, Window,
 };
+use toolgate_hooks::output_limit::OutputLimit;
 use toolgate_hooks::repair::ArgumentRepair;
 
 use crate::support::as_user;
@@ -188,6 +189,51 @@ async fn a_reported_cost_is_reconciled_after_the_call() {
             .as_millis() as u64,
     );
     assert_eq!(store.adjust(key, window_end, 0).await.unwrap(), Some(30));
+}
+
+#[tokio::test]
+async fn a_reported_cost_is_read_from_what_the_tool_returned_not_what_a_limit_made_of_it() {
+    // A caller who makes the output long (here by sending a long text the tool repeats)
+    // gets it truncated into text by the output limit, where no cost can be read: the call
+    // must still be charged what the tool reported, not only its estimate.
+    let store = InMemoryBudget::default();
+    let pipeline = Pipeline::builder()
+        .tool(JsonTool::new("llm", "Completes.", json!({}), |input, _| {
+            let out = json!({"text": input["text"], "usage": {"units": input["used"]}});
+            Box::pin(async move { Ok::<_, ToolError>(out) })
+        }))
+        .hook(
+            Budget::builder(1000, Window::day())
+                .tool_cost(
+                    "llm",
+                    Cost::Reported {
+                        pointer: "/usage/units".into(),
+                        estimate: 10,
+                    },
+                )
+                .backend(Arc::new(store.clone()))
+                .build(),
+        )
+        .hook(OutputLimit::new().max_bytes(1024))
+        .build()
+        .unwrap();
+    let long = "x".repeat(4096);
+    let out = pipeline
+        .invoke("llm", json!({"text": long, "used": 500}), as_user("ann"))
+        .await
+        .unwrap();
+    assert!(
+        out.as_str().is_some_and(|t| t.contains("[truncated")),
+        "{out}"
+    );
+    let window_end = Window::day().end_after(
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64,
+    );
+    let key = "budget\u{1f}u\u{1f}ann";
+    assert_eq!(store.adjust(key, window_end, 0).await.unwrap(), Some(500));
 }
 
 #[tokio::test]
