@@ -997,6 +997,31 @@ async fn a_decision_is_logged_with_its_approver_decision_and_reason() {
 }
 
 #[tokio::test]
+async fn a_reason_past_two_thousand_characters_is_refused_and_the_call_keeps_waiting() {
+    let gateway = Gateway::start(&sleep_waits());
+    let id = suspension_id(&park(&gateway, "bob").await);
+    for decision in ["approve", "reject"] {
+        let long = json!({"decision": decision, "reason": "é".repeat(2001)});
+        let refused = decide(&gateway, "alice", &id, long).await;
+        assert_eq!(
+            (refused.status, refused.error_code()),
+            (400, "reason_too_long"),
+            "{}",
+            refused.body
+        );
+        assert!(
+            message(&refused).contains("keep it to 2000"),
+            "{}",
+            refused.body
+        );
+    }
+    assert_eq!(show(&gateway, "bob", &id).await.body["status"], "waiting");
+    let at_the_bound = json!({"decision": "approve", "reason": "é".repeat(2000)});
+    let approved = decide(&gateway, "alice", &id, at_the_bound).await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+}
+
+#[tokio::test]
 async fn a_resume_answers_as_invoke_does_and_honours_or_refuses_the_format() {
     let (gateway, bobs, _) = three_of_bobs_and_one_of_daves().await;
     let resume = |id: &str, query: &str| {

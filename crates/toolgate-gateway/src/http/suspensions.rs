@@ -151,6 +151,11 @@ pub struct ListQuery {
     cursor: Option<String>,
 }
 
+/// The longest `reason` an approver may give, in characters: a decision's reason is kept
+/// in the decided history (hundreds of decisions), sent to webhooks and logged, so one
+/// approver's paste must not fill memory or the log.
+pub const MAX_REASON_CHARS: usize = 2000;
+
 fn bad_request(code: &str, message: String) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, code, message)
 }
@@ -404,6 +409,22 @@ pub async fn resume(
         ));
     }
     let decision = json_body::<Decision>(body)?;
+    if let Decision::Approve {
+        reason: Some(reason),
+    }
+    | Decision::Reject {
+        reason: Some(reason),
+    } = &decision
+        && reason.chars().count() > MAX_REASON_CHARS
+    {
+        return Err(bad_request(
+            "reason_too_long",
+            format!(
+                "`reason` is {} characters long; keep it to {MAX_REASON_CHARS} (it is kept in the decided history and every log line of the decision)",
+                reason.chars().count()
+            ),
+        ));
+    }
     // Four eyes: whoever made the call may withdraw it, not wave it through. Checked
     // before anything runs, so the call keeps waiting for another approver.
     let saved = waiting(&caller, &id).await?;
