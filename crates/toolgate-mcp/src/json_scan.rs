@@ -119,6 +119,78 @@ fn value_end(text: &[u8], at: usize) -> Option<usize> {
     }
 }
 
+/// What makes `text` — JSON by its grammar — unreadable as a message, in plain words: a
+/// number too large for a 64-bit float (`1e400`), or a `\u` escape of half a UTF-16
+/// surrogate pair without the other half (`"\ud800"`), which is no Unicode character.
+/// RFC 8259 allows both in JSON text and leaves their meaning to the reader; serde_json
+/// (and so rmcp) refuses them. `None` when neither is in `text`.
+pub(crate) fn unrepresentable(text: &[u8]) -> Option<String> {
+    let mut i = 0;
+    while i < text.len() {
+        match text[i] {
+            b'"' => {
+                i += 1;
+                while i < text.len() && text[i] != b'"' {
+                    if text[i] != b'\\' {
+                        i += 1;
+                        continue;
+                    }
+                    if text.get(i + 1) != Some(&b'u') {
+                        i += 2;
+                        continue;
+                    }
+                    let unit = hex4(text, i + 2);
+                    match unit {
+                        Some(0xD800..=0xDBFF)
+                            if text.get(i + 6..i + 8) == Some(&b"\\u"[..])
+                                && matches!(hex4(text, i + 8), Some(0xDC00..=0xDFFF)) =>
+                        {
+                            i += 12;
+                        }
+                        Some(unit @ 0xD800..=0xDFFF) => {
+                            return Some(format!(
+                                "a string in the message has the escape `\\u{unit:04x}`, half of a UTF-16 surrogate pair without its other half, which is no character: strings must be valid Unicode"
+                            ));
+                        }
+                        _ => i += 6,
+                    }
+                }
+                i += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let end = text[i..]
+                    .iter()
+                    .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+                    .map_or(text.len(), |n| i + n);
+                let literal = std::str::from_utf8(&text[i..end]).unwrap_or_default();
+                if literal.parse::<f64>().is_ok_and(f64::is_infinite) {
+                    let shown: String = literal.chars().take(40).collect();
+                    let cut = if shown.len() < literal.len() {
+                        "…"
+                    } else {
+                        ""
+                    };
+                    return Some(format!(
+                        "a number in the message is too large to read (`{shown}{cut}`): numbers must be within the range of a 64-bit float, about ±1.8e308"
+                    ));
+                }
+                i = end;
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// The four hex digits at `at` in `text`, as a number.
+fn hex4(text: &[u8], at: usize) -> Option<u32> {
+    let digits = std::str::from_utf8(text.get(at..at + 4)?).ok()?;
+    if !digits.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    u32::from_str_radix(digits, 16).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -260,5 +332,22 @@ mod tests {
         // Cut short at any depth, the value is cut.
         let cut = &text[..text.len() / 2];
         assert_eq!(read(cut), Some((vec![("x", None)], false)));
+    }
+
+    #[test]
+    fn numbers_too_large_and_lone_surrogates_are_named() {
+        let said = |text: &str| unrepresentable(text.as_bytes());
+        assert!(said(r#"{"id":1,"x":1e400}"#).unwrap().contains("`1e400`"));
+        assert!(said(r#"{"x":-1E+999}"#).unwrap().contains("too large"));
+        assert!(said(r#"{"x":"\ud800"}"#).unwrap().contains("`\\ud800`"));
+        assert!(said(r#"{"x":"a\udc00b"}"#).unwrap().contains("`\\udc00`"));
+        assert!(said(r#"{"x":"\ud800\u0041"}"#).is_some());
+        // What serde_json reads is not named.
+        assert_eq!(
+            said(r#"{"x":"\ud83d\ude00","y":1e300,"z":-0.5e-400}"#),
+            None
+        );
+        assert_eq!(said(r#"{"x":"1e400 \\ud800","y":"\\"}"#), None);
+        assert_eq!(said(r#"{"x":99999999999999999999}"#), None);
     }
 }

@@ -237,6 +237,97 @@ async fn http_a_body_that_is_not_json_is_a_400_json_rpc_parse_error() {
     assert_eq!(answer["error"]["code"], -32700, "{answer}");
 }
 
+/// The JSON-RPC answers in `body`, a JSON answer or an SSE stream's events.
+fn answers_in(body: &str) -> Vec<Value> {
+    body.lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str::<Value>(d.trim()).ok())
+        .chain(serde_json::from_str::<Value>(body).ok())
+        .filter(|m| m.get("id").is_some())
+        .collect()
+}
+
+#[tokio::test]
+async fn http_a_number_too_large_or_a_lone_surrogate_is_a_400_naming_it_with_the_request_s_id() {
+    let server = HttpDemo::start("127.0.0.1:0", &[]).await;
+    let http = reqwest::Client::new();
+    for (body, id, says) in [
+        (
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"echo","arguments":{"x":1e400}}}"#,
+            json!(3),
+            "a number in the message is too large to read (`1e400`)",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":"s","method":"tools/call","params":{"name":"echo","arguments":{"x":"\ud800"}}}"#,
+            json!("s"),
+            "the escape `\\ud800`, half of a UTF-16 surrogate pair",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1e400,"method":"ping"}"#,
+            Value::Null,
+            "too large to read",
+        ),
+    ] {
+        let response = within(
+            10,
+            "a POST with an unreadable value",
+            http.post(&server.url)
+                .header("content-type", "application/json")
+                .header("accept", ACCEPT)
+                .header("authorization", "Bearer raw")
+                .body(body)
+                .send(),
+        )
+        .await
+        .expect("the server answers");
+        assert_eq!(response.status().as_u16(), 400, "{body}");
+        let text = within(10, "the answer", response.text())
+            .await
+            .expect("readable");
+        let answer: Value = serde_json::from_str(&text).expect("a JSON answer");
+        assert_eq!(answer["id"], id, "{answer}");
+        assert_eq!(answer["error"]["code"], -32600, "{answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(says), "{message:?} does not say {says:?}");
+    }
+}
+
+#[tokio::test]
+async fn http_a_second_initialize_in_a_session_is_refused_and_the_session_goes_on() {
+    let server = HttpDemo::start("127.0.0.1:0", &[]).await;
+    let http = reqwest::Client::new();
+    let session = raw_session(&http, &server.url).await;
+    let again = json!({"jsonrpc": "2.0", "id": 5, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18",
+            "capabilities": {"sampling": {}, "elicitation": {}},
+            "clientInfo": {"name": "someone else", "version": "2"}}});
+    let response = post(&http, &server.url, Some(&session), &again).await;
+    let body = within(10, "the answer", response.text())
+        .await
+        .expect("readable");
+    let answer = answers_in(&body)
+        .into_iter()
+        .find(|m| m["id"] == 5)
+        .unwrap_or_else(|| panic!("no answer to the second initialize: {body}"));
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    let message = answer["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("this connection is already initialized"),
+        "{message}"
+    );
+    let ping = json!({"jsonrpc": "2.0", "id": 6, "method": "ping"});
+    let response = post(&http, &server.url, Some(&session), &ping).await;
+    let body = within(10, "the answer", response.text())
+        .await
+        .expect("readable");
+    assert!(
+        answers_in(&body)
+            .iter()
+            .any(|m| m["id"] == 6 && m["result"].is_object()),
+        "the session goes on: {body}"
+    );
+}
+
 #[tokio::test]
 async fn http_an_invalid_request_s_id_is_echoed_only_when_json_rpc_allows_it() {
     let server = HttpDemo::start("127.0.0.1:0", &[]).await;

@@ -6,8 +6,9 @@ mod common;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWrite, AsyncWriteExt, BufReader, DuplexStream, Lines};
-use toolgate_core::{Pipeline, ToolError, tool_fn};
-use toolgate_mcp::McpServer;
+use toolgate_core::tool::tool_fn_with_context;
+use toolgate_core::{Pipeline, ToolError, ToolInvokeContext, tool_fn};
+use toolgate_mcp::{CallerKey, McpServer};
 
 /// The length of the text of the `big` tool's answer.
 const BIG_ANSWER: usize = 2 * 1024 * 1024;
@@ -156,6 +157,125 @@ async fn an_invalid_request_is_answered_with_its_own_id() {
     let tools = client.next().await;
     assert_eq!(tools["id"], 6, "{tools}");
     assert!(tools["result"]["tools"].is_array(), "{tools}");
+}
+
+#[tokio::test]
+async fn an_id_too_large_for_an_integer_is_answered_that_it_is_out_of_range() {
+    let mut client = Raw::start().await;
+    client
+        .line(r#"{"jsonrpc":"2.0","id":99999999999999999999,"method":"ping"}"#)
+        .await;
+    client
+        .refused(
+            Value::Null,
+            -32600,
+            "`id` is a number out of range: a numeric `id` must be a whole number from -9223372036854775808 to 9223372036854775807",
+        )
+        .await;
+    client
+        .line(r#"{"jsonrpc":"2.0","id":2.5,"method":"ping"}"#)
+        .await;
+    client
+        .refused(
+            Value::Null,
+            -32600,
+            "`id` must be a string or a whole number, not a number with a fractional part",
+        )
+        .await;
+    client.goes_on(3).await;
+}
+
+#[tokio::test]
+async fn a_number_too_large_or_a_lone_surrogate_is_answered_with_the_request_s_id() {
+    let mut client = Raw::start().await;
+    client
+        .line(r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"count","arguments":{"x":1e400}}}"#)
+        .await;
+    client
+        .refused(
+            json!(3),
+            -32600,
+            "a number in the message is too large to read (`1e400`)",
+        )
+        .await;
+    client
+        .line(r#"{"jsonrpc":"2.0","id":"s","method":"tools/call","params":{"name":"count","arguments":{"x":"\ud800"}}}"#)
+        .await;
+    client
+        .refused(
+            json!("s"),
+            -32600,
+            "a string in the message has the escape `\\ud800`, half of a UTF-16 surrogate pair",
+        )
+        .await;
+    // The id itself: nobody's request, answered with a null id.
+    client
+        .line(r#"{"jsonrpc":"2.0","id":1e400,"method":"ping"}"#)
+        .await;
+    client
+        .refused(Value::Null, -32600, "too large to read")
+        .await;
+    // A notification is not answered.
+    client
+        .line(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"\udc00","progress":1}}"#)
+        .await;
+    client.goes_on(4).await;
+}
+
+#[tokio::test]
+async fn a_second_initialize_is_refused_and_the_session_keeps_what_it_declared() {
+    let pipeline = Pipeline::builder()
+        .tool(tool_fn_with_context(
+            "declared",
+            "What the caller declared, as the server holds it.",
+            |_: (), ctx: &ToolInvokeContext| {
+                Box::pin(async move {
+                    let caller = ctx
+                        .try_get::<CallerKey>()
+                        .ok_or_else(|| ToolError::internal("no MCP caller"))?;
+                    Ok::<_, ToolError>(json!({
+                        "sampling": caller.can_sample(),
+                        "elicitation": caller.can_elicit(),
+                        "session": &*caller.session_id,
+                    }))
+                })
+            },
+        ))
+        .build()
+        .expect("built");
+    let mut client = Raw::serving(McpServer::new(pipeline)).await;
+    let declared = async |client: &mut Raw, id: i64| {
+        client
+            .send(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                          "params": {"name": "declared", "arguments": {}}}))
+            .await;
+        let answer = client.next().await;
+        assert_eq!(answer["id"], id, "{answer}");
+        answer["result"]["content"][0]["text"].clone()
+    };
+    let before = declared(&mut client, 2).await;
+    client
+        .send(&json!({
+            "jsonrpc": "2.0", "id": 3, "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {"sampling": {}, "elicitation": {}},
+                "clientInfo": {"name": "someone else", "version": "2"},
+            },
+        }))
+        .await;
+    client
+        .refused(json!(3), -32600, "this connection is already initialized")
+        .await;
+    let after = declared(&mut client, 4).await;
+    assert_eq!(before, after, "the session is as it was set up");
+    assert!(
+        before
+            .as_str()
+            .is_some_and(|text| text.contains(r#""sampling":false"#)),
+        "{before}"
+    );
+    client.goes_on(5).await;
 }
 
 #[tokio::test]

@@ -5,7 +5,7 @@
 // set a level with `logging/setLevel`.
 #![allow(deprecated)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -14,11 +14,12 @@ use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, CancelTaskParams,
     CompleteRequestParams, CompleteResult, ContentBlock, CreateTaskResult, CustomRequest,
     CustomResult, ErrorCode, ErrorData, GetPromptRequestParams, GetPromptResponse, GetTaskParams,
-    GetTaskResult, Implementation, ListPromptsResult, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, LoggingLevel, PaginatedRequestParams, ProtocolVersion,
-    ReadResourceRequestParams, ReadResourceResponse, Reference, ResourcesCapability,
-    ServerCapabilities, ServerConfig, SetLevelRequestParams, SubscribeRequestParams,
-    SubscriptionFilter, TASKS_EXTENSION_ID, UnsubscribeRequestParams, UpdateTaskParams,
+    GetTaskResult, Implementation, InitializeRequestParams, InitializeResult, ListPromptsResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, LoggingLevel,
+    PaginatedRequestParams, ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse,
+    Reference, ResourcesCapability, ServerCapabilities, ServerConfig, SetLevelRequestParams,
+    SubscribeRequestParams, SubscriptionFilter, TASKS_EXTENSION_ID, UnsubscribeRequestParams,
+    UpdateTaskParams,
 };
 use rmcp::service::{
     NotificationContext, Peer, RequestContext, SubscriptionContext, SubscriptionSink,
@@ -89,6 +90,9 @@ struct State {
     /// The level set with `logging/setLevel`: log messages of imported tools' upstreams
     /// at or above it are relayed to this connection's calls.
     log_level: Mutex<Option<LoggingLevel>>,
+    /// Whether the connection answered its `initialize`: another one is refused, and
+    /// leaves what the client declared the first time as it was.
+    initialized: AtomicBool,
 }
 
 impl Connection {
@@ -100,6 +104,7 @@ impl Connection {
                 own_id: Arc::from(format!("mcp-{}-{n}", *PROCESS_ID)),
                 sessions: Mutex::new(Vec::new()),
                 log_level: Mutex::new(None),
+                initialized: AtomicBool::new(false),
             }),
             direct: None,
         }
@@ -731,6 +736,25 @@ impl ServerHandler for Connection {
             Implementation::new(self.server().name.clone(), self.server().version.clone());
         info.instructions = self.server().instructions.clone();
         info
+    }
+
+    /// The lifecycle's first request, once per connection (MCP 2025-11-25, Lifecycle:
+    /// "initialization MUST be the first interaction"). A second `initialize` is an invalid
+    /// request: it would otherwise replace what the client declared — its capabilities,
+    /// its protocol version — in the middle of the session, under calls in flight.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        if self.state.initialized.swap(true, Ordering::AcqRel) {
+            return Err(ErrorData::invalid_request(
+                "this connection is already initialized: `initialize` is sent once, as the first request; the session goes on as it was set up (to start over, open a new connection or session)",
+                None,
+            ));
+        }
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

@@ -72,6 +72,13 @@ where
 /// an invalid request (with the request's id, when it has one) when it is.
 fn not_json_rpc(bytes: &[u8], error: &serde_json::Error) -> http::Response<GuardedBody> {
     if !error.is_data() {
+        // JSON by its grammar, with a value no reader is bound to take (RFC 8259): said
+        // as such, with the request's id when the message is whole at its top level.
+        if let Some(reason) = crate::json_scan::unrepresentable(bytes)
+            && let Some((id, true)) = top_level_id(bytes)
+        {
+            return rejection(StatusCode::BAD_REQUEST, id, INVALID_REQUEST, reason);
+        }
         return rejection(
             StatusCode::BAD_REQUEST,
             Value::Null,
@@ -94,6 +101,25 @@ fn not_json_rpc(bytes: &[u8], error: &serde_json::Error) -> http::Response<Guard
             "the body is JSON but not a valid JSON-RPC request, notification or response: {error}"
         ),
     )
+}
+
+/// The `id` of the JSON object `bytes` holds — a string or a whole number, as JSON-RPC
+/// allows it, else null — and whether the object was read whole at its top level; `None`
+/// when `bytes` holds no object.
+fn top_level_id(bytes: &[u8]) -> Option<(Value, bool)> {
+    let mut members = crate::json_scan::members(bytes)?;
+    let mut id = Value::Null;
+    for (key, value) in members.by_ref() {
+        if key == b"id"
+            && let Some(value) = value
+        {
+            id = serde_json::from_slice::<Value>(&bytes[value])
+                .ok()
+                .filter(|id| id.is_string() || id.is_i64() || id.is_u64())
+                .unwrap_or(Value::Null);
+        }
+    }
+    Some((id, members.closed))
 }
 
 /// Whether the request says its body is JSON (rmcp answers 415 to any other).

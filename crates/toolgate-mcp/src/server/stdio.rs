@@ -30,7 +30,7 @@ use tokio::io::{
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::json_scan::{members, skip_space};
+use crate::json_scan::{members, skip_space, unrepresentable};
 
 /// The longest line read from the client, its newline included: rmcp's own limit, so every
 /// line passed on is one rmcp reads whole.
@@ -309,6 +309,22 @@ fn check(line: &[u8]) -> Checked {
                 ),
             ));
         }
+        // JSON by its grammar, with a value no reader is bound to take (RFC 8259): said
+        // as such, to the request it is, when the message is whole at its top level.
+        let top = TopLevel::scan(text);
+        if top.whole
+            && let Some(reason) = unrepresentable(text)
+        {
+            if top.is_notification() {
+                tracing::warn!("stdio: dropped a notification: {reason}");
+                return Checked::Skip;
+            }
+            return Checked::Answer(Refusal::new(
+                top.id.unwrap_or(Value::Null),
+                INVALID_REQUEST,
+                reason,
+            ));
+        }
         return Checked::Answer(Refusal::new(
             Value::Null,
             PARSE_ERROR,
@@ -385,7 +401,12 @@ fn what_is_wrong(message: &Value) -> String {
     if let Some(id) = fields.get("id")
         && !is_request_id(id)
     {
-        return format!("`id` must be a string or an integer, not {}", kind_of(id));
+        return match id {
+            Value::Number(number) if is_whole(number) => {
+                "`id` is a number out of range: a numeric `id` must be a whole number from -9223372036854775808 to 9223372036854775807; send a smaller one, or a string".into()
+            }
+            _ => format!("`id` must be a string or a whole number, not {}", kind_of(id)),
+        };
     }
     let (result, error) = (fields.get("result"), fields.get("error"));
     if let Some(method) = fields.get("method") {
@@ -430,11 +451,17 @@ fn kind_of(value: &Value) -> &'static str {
         Value::Null => "null",
         Value::Bool(_) => "a boolean",
         Value::Number(number) if number.is_i64() || number.is_u64() => "a number",
-        Value::Number(_) => "a fraction",
+        Value::Number(_) => "a number with a fractional part",
         Value::String(_) => "a string",
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
+}
+
+/// Whether `number` is a whole number (one too large for an `i64` is read as a `u64`, or
+/// as a float without a fractional part).
+fn is_whole(number: &serde_json::Number) -> bool {
+    number.is_u64() || number.as_f64().is_some_and(|f| f.fract() == 0.0)
 }
 
 /// Whether objects and arrays nest in `text` (outside strings) deeper than [`MAX_DEPTH`].
@@ -562,12 +589,27 @@ mod tests {
             (
                 r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
                 Value::Null,
-                "`id` must be a string or an integer, not a fraction",
+                "`id` must be a string or a whole number, not a number with a fractional part",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":99999999999999999999,"method":"ping"}"#,
+                Value::Null,
+                "`id` is a number out of range: a numeric `id` must be a whole number from",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":18446744073709551615,"method":"ping"}"#,
+                Value::Null,
+                "`id` is a number out of range",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":-1e30,"method":"ping"}"#,
+                Value::Null,
+                "`id` is a number out of range",
             ),
             (
                 r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
                 Value::Null,
-                "`id` must be a string or an integer, not null",
+                "`id` must be a string or a whole number, not null",
             ),
             (
                 r#"{"jsonrpc":"2.0","id":{"a":1},"method":"ping"}"#,
