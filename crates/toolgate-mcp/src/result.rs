@@ -43,8 +43,26 @@ pub(crate) fn output_of(result: CallToolResult) -> Value {
         map.remove("isError");
         map.remove("resultType");
         map.entry(CONTENT).or_insert_with(|| json!([]));
+        remove_hop_meta(map);
     }
     output
+}
+
+/// The `_meta` key by which a server of 2026-07-28 names its software on a response.
+const SERVER_INFO: &str = "io.modelcontextprotocol/serverInfo";
+
+/// Takes out of an upstream's result (an object) what described the hop between toolgate
+/// and the upstream, not the answer: the upstream's name for its own software and version
+/// (`_meta["io.modelcontextprotocol/serverInfo"]`). The server a caller talks to is
+/// toolgate, which software runs behind it is not the caller's to learn, and a result kept
+/// (cached, audited) should not carry it either. An emptied `_meta` goes too.
+pub(crate) fn remove_hop_meta(result: &mut Map<String, Value>) {
+    if let Some(Value::Object(meta)) = result.get_mut("_meta") {
+        meta.remove(SERVER_INFO);
+        if meta.is_empty() {
+            result.remove("_meta");
+        }
+    }
 }
 
 /// `output` as an MCP result, when it is an imported tool's output still in result form
@@ -90,4 +108,33 @@ pub(crate) fn upstream_output_schema(definition: &ToolDefinition) -> Option<Opti
             .and_then(|schema| schema.get("properties"))
             .and_then(|properties| properties.get(STRUCTURED_CONTENT)),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::ContentBlock;
+
+    use super::*;
+
+    #[test]
+    fn an_upstream_result_leaves_its_server_info_behind_and_keeps_the_rest_of_its_meta() {
+        let mut meta = rmcp::model::MetaObject::new();
+        meta.insert(
+            SERVER_INFO.to_owned(),
+            json!({"name": "internal-billing", "version": "4.2.0-rc1"}),
+        );
+        meta.insert("com.example/trace".to_owned(), json!("t-1"));
+        let result = CallToolResult::success(vec![ContentBlock::text("ok")]).with_meta(Some(meta));
+        let output = output_of(result);
+        assert_eq!(
+            output["_meta"],
+            json!({"com.example/trace": "t-1"}),
+            "{output}"
+        );
+        assert!(!output.to_string().contains("internal-billing"));
+
+        let mut only_server_info = json!({"messages": [], "_meta": {SERVER_INFO: {"name": "x"}}});
+        remove_hop_meta(only_server_info.as_object_mut().unwrap());
+        assert_eq!(only_server_info, json!({"messages": []}));
+    }
 }

@@ -121,6 +121,7 @@ fn to_output<T: serde::Serialize>(answer: T) -> Result<Value, ToolError> {
         .map_err(|e| ToolError::internal(format!("an upstream answer could not be read: {e}")))?;
     if let Value::Object(map) = &mut output {
         map.remove("resultType");
+        crate::result::remove_hop_meta(map);
     }
     Ok(output)
 }
