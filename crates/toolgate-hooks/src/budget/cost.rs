@@ -7,8 +7,9 @@ use serde_json::Value;
 /// Costs are read before the input is validated and repaired (capacity comes before the
 /// input stages), so an argument that prices a call is checked here, in every form the
 /// tool can get it in ([`before_repaired_call`](Self::before_repaired_call)): absent, it
-/// counts as zero — even when the tool's schema gives it a default, which is filled later;
-/// present, it must be a number of zero or more, or the call is refused
+/// is priced at the default the tool's schema gives it (filled in later, so read ahead),
+/// or counts as zero without one; present, it must be a number of zero or more, or the
+/// call is refused
 /// (`invalid_cost_argument`, 422) — a caller never makes a call cheaper by sending a
 /// string, a JSON string that repair parses, or a negative number.
 #[derive(Clone, Debug, PartialEq)]
@@ -76,9 +77,10 @@ impl Cost {
     /// `input_schema`: the most that the pricing argument reads in any form the arguments
     /// can reach the tool in — as sent, and as
     /// [`ArgumentRepair`](crate::repair::ArgumentRepair) repairs them (a JSON string that
-    /// becomes an object, `"500"` that becomes `500`, a value wrapped in an array). The
-    /// budget charges before the input stages, so without this a caller would buy a cheap
-    /// call by sending `{"options": "{\"pages\": 500}"}`.
+    /// becomes an object, `"500"` that becomes `500`, a value wrapped in an array), and,
+    /// when the caller leaves it out, as the schema's `default` for it. The budget charges
+    /// before the input stages, so without this a caller would buy a cheap call by sending
+    /// `{"options": "{\"pages\": 500}"}`, or nothing where the default is 500.
     ///
     /// # Errors
     ///

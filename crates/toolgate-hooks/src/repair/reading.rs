@@ -52,11 +52,29 @@ pub(crate) fn readings_at(
             Cow::Owned(mut value) => value.pointer_mut(step).map(|v| Cow::Owned(v.take())),
         };
         let Some(child) = child else {
+            // A property left out whose schema gives a default gets it before the tool
+            // runs (ArgumentRepair fills it in; a typed tool's serde default is what its
+            // schema says): that is read too, as a form and not as the full reading, so
+            // a default that is no count refuses nothing.
+            if let Some(default) = default_of(resolved, step) {
+                reading(default.pointer(after), false);
+            }
             return reading(None, true);
         };
         here = child;
         rest = after;
     }
+}
+
+/// The `default` the object schema of `resolved` gives the property that `step` (one
+/// JSON Pointer step, `/name`) names, as [`fill_defaults`](super::fill_defaults) fills it
+/// in: only for a property the schema lists.
+fn default_of<'s>(resolved: Option<(&'s Value, &str)>, step: &str) -> Option<&'s Value> {
+    let (schema, "object") = resolved? else {
+        return None;
+    };
+    let name = step.get(1..)?.replace("~1", "/").replace("~0", "~");
+    schema.get("properties")?.get(&name)?.get("default")
 }
 
 #[cfg(test)]
@@ -159,6 +177,36 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_property_left_out_is_read_as_its_schema_default_too() {
+        let schema = json!({
+            "type": "object",
+            "properties": {
+                "pages": {"type": "integer", "default": 50},
+                "options": {"type": "object", "default": {"rows": 7}},
+                "mode": {"type": "string", "default": "all"}
+            }
+        });
+        assert_eq!(
+            readings(&json!({}), &schema, "/pages"),
+            [(Some(json!(50)), false), (None, true)]
+        );
+        assert_eq!(
+            readings(&json!({}), &schema, "/options/rows"),
+            [(Some(json!(7)), false), (None, true)]
+        );
+        assert_eq!(
+            readings(&json!({}), &schema, "/mode"),
+            [(Some(json!("all")), false), (None, true)]
+        );
+        assert_eq!(
+            readings(&json!({"pages": 3}), &schema, "/pages"),
+            [(Some(json!(3)), true)]
+        );
+        // No default for a property the schema does not list.
+        assert_eq!(readings(&json!({}), &schema, "/other"), [(None, true)]);
     }
 
     #[test]

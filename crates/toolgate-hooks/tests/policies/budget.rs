@@ -428,6 +428,42 @@ async fn a_priced_argument_sent_inside_a_json_string_is_charged_what_the_tool_ge
 }
 
 #[tokio::test]
+async fn a_priced_argument_left_out_is_charged_the_default_the_tool_gets() {
+    let ran = Arc::new(Mutex::new(Vec::new()));
+    let schema = json!({
+        "type": "object",
+        "properties": { "rows": { "type": "integer", "default": 60 } }
+    });
+    let pipeline = Pipeline::builder()
+        .tool(recording("flat", schema, "/rows", &ran))
+        .hook(ArgumentRepair::new())
+        .hook(
+            Budget::builder(100, Window::day())
+                .tool_cost("flat", per_unit_of("/rows"))
+                .build(),
+        )
+        .build()
+        .unwrap();
+    pipeline
+        .invoke("flat", json!({}), as_user("ann"))
+        .await
+        .unwrap();
+    assert_eq!(*ran.lock().unwrap(), [60], "the tool got the default");
+    // 61 spent: a second call left without the argument costs 61 again, more than is left.
+    let err = pipeline
+        .invoke("flat", json!({}), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "budget_exhausted", "{err}");
+    assert!(err.to_string().contains("this call costs 61"), "{err}");
+    // Sent, the argument is priced as sent.
+    pipeline
+        .invoke("flat", json!({"rows": 5}), as_user("ann"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
 async fn a_count_sent_as_a_string_is_charged_as_the_number_it_becomes() {
     let (pipeline, ran) = repaired_and_priced();
     let err = pipeline
