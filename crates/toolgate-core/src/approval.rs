@@ -46,12 +46,17 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use crate::definition::ToolDefinition;
+use crate::user::User;
 
 /// The facts an approval is bound to; see the [module docs](self).
 #[derive(Clone, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct CallBinding {
     /// The caller's user id.
     pub user: String,
+    /// The caller's tenant, when they have one: two users of one id in two tenants are two
+    /// callers, and one's approval is not the other's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     /// The tool's name.
     pub tool: String,
     /// The [`digest`] of the tool's definition when the call waited.
@@ -65,7 +70,7 @@ pub struct CallBinding {
 impl CallBinding {
     /// The binding of a call of the tool `definition` by `user` with `input`, in a pipeline
     /// of configuration `generation`.
-    pub fn of(definition: &ToolDefinition, user: &str, input: &Value, generation: &str) -> Self {
+    pub fn of(definition: &ToolDefinition, user: &User, input: &Value, generation: &str) -> Self {
         Self::with_definition_digest(
             definition,
             definition_digest(definition),
@@ -80,12 +85,13 @@ impl CallBinding {
     pub(crate) fn with_definition_digest(
         definition: &ToolDefinition,
         definition_digest: String,
-        user: &str,
+        user: &User,
         input: &Value,
         generation: &str,
     ) -> Self {
         CallBinding {
-            user: user.to_owned(),
+            user: user.id.clone(),
+            tenant: user.tenant.clone(),
             tool: definition.name.clone(),
             definition: definition_digest,
             input: digest(input),
@@ -97,6 +103,14 @@ impl CallBinding {
     /// are equal. Stores index approvals for a retry by it.
     pub fn key(&self) -> String {
         let mut hasher = Sha256::new();
+        if let Some(tenant) = &self.tenant {
+            // Only a binding with a tenant hashes one, so every key of a caller without one
+            // is what it was before tenants were bound (a caller with one whose approval
+            // for a retry was kept before then waits for a new one).
+            hasher.update(b"tenant\0");
+            hasher.update((tenant.len() as u64).to_be_bytes());
+            hasher.update(tenant.as_bytes());
+        }
         for part in [
             &self.user,
             &self.tool,
@@ -114,7 +128,7 @@ impl CallBinding {
     /// The first fact on which `self` differs from `other`, in words for an error message;
     /// `None` when they are equal.
     pub fn mismatch(&self, other: &CallBinding) -> Option<&'static str> {
-        if self.user != other.user {
+        if self.user != other.user || self.tenant != other.tenant {
             Some("the caller")
         } else if self.tool != other.tool {
             Some("the tool")
@@ -295,22 +309,37 @@ mod tests {
 
     #[test]
     fn bindings_differing_in_any_fact_have_different_keys_and_name_it() {
-        let base = CallBinding::of(&definition("Wipes."), "ann", &json!({"disk": 1}), "g1");
+        let ann = User::new("ann");
+        let base = CallBinding::of(&definition("Wipes."), &ann, &json!({"disk": 1}), "g1");
         let changes = [
             (
-                CallBinding::of(&definition("Wipes."), "bob", &json!({"disk": 1}), "g1"),
+                CallBinding::of(
+                    &definition("Wipes."),
+                    &User::new("bob"),
+                    &json!({"disk": 1}),
+                    "g1",
+                ),
                 "the caller",
             ),
             (
-                CallBinding::of(&definition("Wipes all."), "ann", &json!({"disk": 1}), "g1"),
+                CallBinding::of(
+                    &definition("Wipes."),
+                    &User::new("ann").with_tenant("globex"),
+                    &json!({"disk": 1}),
+                    "g1",
+                ),
+                "the caller",
+            ),
+            (
+                CallBinding::of(&definition("Wipes all."), &ann, &json!({"disk": 1}), "g1"),
                 "the tool's definition",
             ),
             (
-                CallBinding::of(&definition("Wipes."), "ann", &json!({"disk": 2}), "g1"),
+                CallBinding::of(&definition("Wipes."), &ann, &json!({"disk": 2}), "g1"),
                 "the input",
             ),
             (
-                CallBinding::of(&definition("Wipes."), "ann", &json!({"disk": 1}), "g2"),
+                CallBinding::of(&definition("Wipes."), &ann, &json!({"disk": 1}), "g2"),
                 "the configuration generation",
             ),
         ];
@@ -319,7 +348,7 @@ mod tests {
             assert_ne!(base.key(), other.key(), "{what}");
             assert_eq!(other.mismatch(&base), Some(what));
         }
-        let same = CallBinding::of(&definition("Wipes."), "ann", &json!({"disk": 1.0}), "g1");
+        let same = CallBinding::of(&definition("Wipes."), &ann, &json!({"disk": 1.0}), "g1");
         assert_eq!((same.key(), same.mismatch(&base)), (base.key(), None));
     }
 }

@@ -108,6 +108,7 @@ fn approval(user: &str, n: u64, expires_in: Duration) -> RetryApproval {
     RetryApproval {
         binding: CallBinding {
             user: user.into(),
+            tenant: None,
             tool: "launch-rocket".into(),
             definition: "sha256:d".into(),
             input: toolgate_core::approval::digest(&json!({"n": n})),

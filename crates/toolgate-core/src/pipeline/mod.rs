@@ -104,7 +104,7 @@ impl ToolEntry {
     /// The binding of a call of this tool by `user` with `input` (see [`approval`]).
     ///
     /// [`approval`]: crate::approval
-    pub(crate) fn binding(&self, user: &str, input: &Value) -> CallBinding {
+    pub(crate) fn binding(&self, user: &User, input: &Value) -> CallBinding {
         let definition = &self.scope.definition;
         let digest = self
             .definition_digest
@@ -339,14 +339,15 @@ impl Pipeline {
     /// deadline, a cancellation token and request providers. The caller is the suspended
     /// call's, as they were when it waited, unless `options` names a
     /// [`user`](InvokeOptions::user): the same user as the host knows them now, whose roles
-    /// or tenant may have changed while the call waited. A host that can look its users up
+    /// may have changed while the call waited (not their id or tenant, which say who they
+    /// are: `ann` of another tenant is another caller). A host that can look its users up
     /// again should name them, so that a caller demoted while their call waited is
     /// authorized as what they are now. A rejection runs no policy and ignores it.
     ///
     /// # Errors
     ///
     /// An internal error, before anything is taken, when `options` names another user than
-    /// the one who made the call (the call still waits);
+    /// the one who made the call, by id or tenant (the call still waits);
     /// [`ToolError::UnknownSuspension`] for an id that is unknown or already resumed;
     /// [`ToolError::SuspensionExpired`] for one that waited too long;
     /// `unknown_tool` (404) when this pipeline no longer has the tool (the call ends);
@@ -484,7 +485,7 @@ impl Pipeline {
             binding: saved
                 .binding
                 .clone()
-                .unwrap_or_else(|| entry.binding(&saved.user.id, &saved.input)),
+                .unwrap_or_else(|| entry.binding(&saved.user, &saved.input)),
             suspension_id: saved.id.clone(),
             decided_by: decided_by.map(str::to_owned),
             decided_at,
@@ -539,11 +540,12 @@ impl Pipeline {
             // A call whose tool is gone is handed out below and ends.
             let waiting = store.get(suspension_id).await?.ok_or_else(unknown)?;
             if let Some(now) = caller_now
-                && now.id != waiting.user.id
+                && (now.id != waiting.user.id || now.tenant != waiting.user.tenant)
             {
                 return Err(ToolError::internal(format!(
-                    "the call `{suspension_id}` was made by `{}`, and the host resumed it as `{}`: a resumed call runs as the user who made it. The call still waits",
-                    waiting.user.id, now.id
+                    "the call `{suspension_id}` was made by {}, and the host resumed it as {}: a resumed call runs as the user who made it. The call still waits",
+                    who(&waiting.user),
+                    who(now)
                 )));
             }
             if let (Ok(entry), Some(bound)) = (self.entry(&waiting.tool), &waiting.binding) {
@@ -551,7 +553,7 @@ impl Pipeline {
                 // authorized again by the hooks as they are now (`RUN_AGAIN`).
                 let now = CallBinding {
                     generation: bound.generation.clone(),
-                    ..entry.binding(&waiting.user.id, &waiting.input)
+                    ..entry.binding(&waiting.user, &waiting.input)
                 };
                 if let Some(what) = now.mismatch(bound) {
                     tracing::warn!(suspension_id, tool = %waiting.tool, differs = what, "a waiting call was not resumed: its approval is bound to something that changed");
@@ -594,6 +596,14 @@ impl Pipeline {
             .ok_or_else(|| ToolError::UnknownTool {
                 name: tool.to_owned(),
             })
+    }
+}
+
+/// A user as a message names them: `` `ann` ``, or `` `ann` of tenant `acme` ``.
+fn who(user: &User) -> String {
+    match &user.tenant {
+        Some(tenant) => format!("`{}` of tenant `{tenant}`", user.id),
+        None => format!("`{}`", user.id),
     }
 }
 

@@ -328,7 +328,7 @@ async fn suspend(
         payload: request.payload,
         suspended_at: std::time::SystemTime::now(),
         expires_at: None,
-        binding: Some(entry.binding(&ctx.user().id, ctx.input())),
+        binding: Some(entry.binding(ctx.user(), ctx.input())),
     };
     entry.shared.suspensions.save(saved).await?;
     tracing::info!(stage = %stage, suspension_id = %id, "invocation suspended");

@@ -292,7 +292,7 @@ async fn wait_unless_approved(
     request: SuspendRequest,
 ) -> HookResult {
     if ctx.resumed().is_none() {
-        let key = entry.binding(&ctx.user().id, ctx.input()).key();
+        let key = entry.binding(ctx.user(), ctx.input()).key();
         match entry.shared.suspensions.use_retry_approval(&key).await {
             Ok(Some(approval)) => {
                 tracing::info!(suspension_id = %approval.suspension_id, decided_by = approval.decided_by.as_deref().unwrap_or(""), "the call runs on its approval for a retry");

@@ -715,6 +715,7 @@ pub(super) mod tests {
         RetryApproval {
             binding: crate::approval::CallBinding {
                 user: user.into(),
+                tenant: None,
                 tool: "deploy".into(),
                 definition: "sha256:d".into(),
                 input: crate::approval::digest(&input),

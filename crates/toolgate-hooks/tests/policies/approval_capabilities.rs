@@ -198,6 +198,69 @@ async fn a_mismatched_retry_waits_anew_and_leaves_the_approval_in_place() {
 }
 
 #[tokio::test]
+async fn an_approval_for_a_retry_is_not_used_by_the_same_user_id_in_another_tenant() {
+    let (pipeline, runs_) = pipeline();
+    let in_tenant = |tenant: &str| {
+        InvokeOptions::new().user(toolgate_core::User::new("ann").with_tenant(tenant))
+    };
+    let id = match pipeline
+        .invoke("wipe", json!({"disk": 1}), in_tenant("acme"))
+        .await
+    {
+        Err(ToolError::Suspended { suspension_id, .. }) => suspension_id,
+        other => panic!("expected the call to wait, got {other:?}"),
+    };
+    pipeline.approve_retry(&id, Some("boss")).await.unwrap();
+
+    let elsewhere = pipeline
+        .invoke("wipe", json!({"disk": 1}), in_tenant("globex"))
+        .await;
+    assert_eq!(elsewhere.unwrap_err().code(), "suspended");
+    assert_eq!(runs(&runs_), 0);
+    let real = pipeline
+        .invoke("wipe", json!({"disk": 1}), in_tenant("acme"))
+        .await;
+    assert_eq!(real, Ok(json!({"wiped": 1})), "the approval was not burnt");
+}
+
+#[tokio::test]
+async fn a_call_resumed_as_the_same_user_id_of_another_tenant_is_refused_and_still_waits() {
+    let (pipeline, runs_) = pipeline();
+    let ann_of = |tenant: &str| toolgate_core::User::new("ann").with_tenant(tenant);
+    let id = match pipeline
+        .invoke(
+            "wipe",
+            json!({"disk": 1}),
+            InvokeOptions::new().user(ann_of("acme")),
+        )
+        .await
+    {
+        Err(ToolError::Suspended { suspension_id, .. }) => suspension_id,
+        other => panic!("expected the call to wait, got {other:?}"),
+    };
+    let as_other = InvokeOptions::new().user(ann_of("globex"));
+    let refused = pipeline
+        .resume(&id, ResumeDecision::Approve, as_other)
+        .await
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains(
+            "made by `ann` of tenant `acme`, and the host resumed it as `ann` of tenant `globex`"
+        ),
+        "{refused}"
+    );
+    assert_eq!(runs(&runs_), 0);
+    let ran = pipeline
+        .resume(
+            &id,
+            ResumeDecision::Approve,
+            InvokeOptions::new().user(ann_of("acme")),
+        )
+        .await;
+    assert_eq!(ran, Ok(json!({"wiped": 1})), "the call still waited");
+}
+
+#[tokio::test]
 async fn an_approval_for_one_large_id_is_not_used_by_a_neighbouring_one() {
     // Past 2^53 a double cannot tell these apart, nor can RFC 8785's canonical form.
     let (approved, neighbour) = (1_234_567_890_123_456_789u64, 1_234_567_890_123_456_800u64);
