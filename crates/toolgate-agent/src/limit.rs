@@ -64,13 +64,15 @@ pub fn truncate_output(output: Value, max_chars: usize) -> (Value, Option<Trunca
             if json.chars().count() <= max_chars {
                 return (output, None);
             }
-            return cut(&json, max_chars);
+            return cut(&json, max_chars, true);
         }
     };
-    cut(text, max_chars)
+    cut(text, max_chars, false)
 }
 
-fn cut(text: &str, max_chars: usize) -> (Value, Option<Truncation>) {
+/// Cuts `text` to `max_chars`, marker included; `json` when the text is JSON, so that the
+/// cut never splits one of its escapes (`\"`, `\n`, `\u001b`) and leaves half of it.
+fn cut(text: &str, max_chars: usize, json: bool) -> (Value, Option<Truncation>) {
     let original_chars = text.chars().count();
     // The marker's own length depends on the number kept; one pass with the widest count
     // is enough, as `kept` only shrinks the marker.
@@ -88,11 +90,17 @@ fn cut(text: &str, max_chars: usize) -> (Value, Option<Truncation>) {
             }),
         );
     }
-    let kept_chars = max_chars - marker_len;
-    let end = text
+    let mut kept_chars = max_chars - marker_len;
+    let mut end = text
         .char_indices()
         .nth(kept_chars)
         .map_or(text.len(), |(i, _)| i);
+    if json {
+        // An escape is ASCII: moving back over it takes one character per byte.
+        let whole = escape_boundary(text.as_bytes(), end);
+        kept_chars -= end - whole;
+        end = whole;
+    }
     let mut cut = String::with_capacity(end + marker_len);
     cut.push_str(&text[..end]);
     cut.push_str(&marker(original_chars, kept_chars));
@@ -104,6 +112,25 @@ fn cut(text: &str, max_chars: usize) -> (Value, Option<Truncation>) {
             limit: max_chars,
         }),
     )
+}
+
+/// `end`, or the start of the JSON escape that `json[..end]` would cut in two.
+fn escape_boundary(json: &[u8], end: usize) -> usize {
+    // Whether the backslash at `at` starts an escape: an even number of backslashes
+    // before it (each pair is one escaped backslash).
+    let starts_escape =
+        |at: usize| json[..at].iter().rev().take_while(|b| **b == b'\\').count() % 2 == 0;
+    // `\` and its escaped character: cut after the backslash.
+    if end > 0 && json[end - 1] == b'\\' && starts_escape(end - 1) {
+        return end - 1;
+    }
+    // `\uXXXX`: cut within its six bytes.
+    for at in end.saturating_sub(5)..end.saturating_sub(1) {
+        if json[at] == b'\\' && json[at + 1] == b'u' && starts_escape(at) {
+            return at;
+        }
+    }
+    end
 }
 
 /// Picks the limit in force: the call's, else the thread's, else the instance's.
@@ -145,6 +172,15 @@ mod tests {
         let text = out.as_str().unwrap();
         assert!(text.starts_with("{\"items\":[\"x\""));
         assert_eq!(t.unwrap().original_chars, big.to_string().len());
+    }
+
+    #[test]
+    fn an_escape_is_never_cut_in_two() {
+        assert_eq!(escape_boundary(br#"ab\"#, 3), 2);
+        assert_eq!(escape_boundary(br#"ab\\"#, 4), 4);
+        assert_eq!(escape_boundary(br#"ab\u00"#, 6), 2);
+        assert_eq!(escape_boundary(br#"ab\u001f"#, 8), 8);
+        assert_eq!(escape_boundary(br#"ab\\u00"#, 7), 7);
     }
 
     #[test]

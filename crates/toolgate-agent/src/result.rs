@@ -88,7 +88,7 @@ pub struct ResultMetadata {
     /// Where the output came from (documents, URLs), for citations.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sources: Vec<Value>,
-    /// Set when the output was cut to the result size limit.
+    /// Set when the output (or the error message) was cut to the result size limit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub truncation: Option<Truncation>,
     /// The id to resume a suspended call with.

@@ -424,3 +424,175 @@ fn a_suspension_path_that_is_a_pipe_or_a_device_is_refused_instead_of_hanging() 
         "plain words: {message}"
     );
 }
+
+/// Broken before: the check compared user ids only, so the same id in another tenant
+/// approved (and ran as) another tenant's call.
+#[tokio::test]
+async fn an_approval_given_as_the_same_user_id_in_another_tenant_is_refused() {
+    let runs = Arc::new(Runs::default());
+    let system = system(&runs, state()).build().unwrap();
+    let calls = vec![ToolCall::new("t1", "transfer", json!({ "text": "10 EUR" }))];
+    let mut acme_ann = User::new("ann");
+    acme_ann.tenant = Some("acme".into());
+    let results = system
+        .execute_tools(THREAD, calls, ExecuteOptions::new().user(acme_ann.clone()))
+        .await;
+    let id = results[0].suspension_id().unwrap().to_owned();
+
+    let mut other_ann = User::new("ann");
+    other_ann.tenant = Some("globex".into());
+    let error = system
+        .resume(
+            &id,
+            ResumeDecision::Approve,
+            ResumeOptions::new().user(other_ann),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(error, ResumeError::NotTheCaller { .. }), "{error}");
+    assert_eq!(Runs::of(&runs.transfer), 0);
+
+    let resumed = system
+        .resume(
+            &id,
+            ResumeDecision::Approve,
+            ResumeOptions::new().user(acme_ann),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resumed.output, Some(json!("transferred 10 EUR")));
+}
+
+/// Whether `text` (JSON text cut short) ends inside an escape: a lone `\`, or `\u` with
+/// fewer than four hex digits.
+fn ends_inside_an_escape(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    let escapes_at = |at: usize| {
+        bytes[..at]
+            .iter()
+            .rev()
+            .take_while(|b| **b == b'\\')
+            .count()
+            % 2
+            == 0
+    };
+    let n = bytes.len();
+    if n > 0 && bytes[n - 1] == b'\\' && escapes_at(n - 1) {
+        return true;
+    }
+    (n.saturating_sub(5)..n.saturating_sub(1))
+        .any(|at| bytes[at] == b'\\' && bytes[at + 1] == b'u' && escapes_at(at))
+}
+
+/// Broken before: an object output rendered as JSON text was cut on a character boundary
+/// only, so it could end in `\` or `\u00` before the marker.
+#[tokio::test]
+async fn a_json_output_cut_to_the_limit_never_ends_inside_an_escape() {
+    let runs = Arc::new(Runs::default());
+    let system = system(&runs, state()).build().unwrap();
+    for limit in 100..160 {
+        let calls = vec![ToolCall::new(
+            "c1",
+            "show_chart",
+            json!({ "text": "\"\u{1}\\\n".repeat(100) }),
+        )];
+        let options = ExecuteOptions::new()
+            .user(User::new("ann"))
+            .result_max_chars(limit);
+        let results = system.execute_tools(THREAD, calls, options).await;
+        let text = results[0].output.as_ref().unwrap().as_str().unwrap();
+        assert!(text.chars().count() <= limit, "{limit}: {text}");
+        let (kept, _) = text.split_once("\n[truncated").unwrap();
+        assert!(!ends_inside_an_escape(kept), "{limit}: {kept:?}");
+        let truncation = results[0].metadata.truncation.unwrap();
+        assert_eq!(truncation.kept_chars, kept.chars().count(), "{limit}");
+    }
+}
+
+/// Broken before: a tool's error message reached the model whole, whatever the result
+/// size limit.
+#[tokio::test]
+async fn an_error_message_over_the_result_limit_is_cut_with_the_marker() {
+    let pipeline = Pipeline::builder().tool(tool_fn(
+        "fail",
+        "Fails with a long message.",
+        |s: common::Size| async move { Err::<(), _>(ToolError::execution("é".repeat(s.chars))) },
+    ));
+    let state = Arc::new(toolgate_agent::InMemoryStateManager::new());
+    let system = toolgate_agent::ToolSystem::builder(pipeline, state)
+        .result_max_chars(500)
+        .build()
+        .unwrap();
+    let calls = vec![ToolCall::new("c1", "fail", json!({ "chars": 100_000 }))];
+    let results = system
+        .execute_tools("t", calls, ExecuteOptions::new().user(User::new("ann")))
+        .await;
+    let error = results[0].error.as_ref().unwrap();
+    assert_eq!(error.code, "tool_error");
+    assert!(
+        error.message.chars().count() <= 500,
+        "{}",
+        error.message.len()
+    );
+    assert!(
+        error.message.contains("[truncated: the result was"),
+        "{}",
+        error.message
+    );
+    assert!(results[0].metadata.truncation.is_some());
+}
+
+/// Broken before: the id a model wrote became the call's request id as it was — newlines
+/// and terminal escapes into every log line of the call, megabytes into the suspension
+/// store. Now such an id runs under a generated request id and still answers its call,
+/// after a resume too; an id over 1,024 bytes is refused without running the tool.
+#[tokio::test]
+async fn a_call_id_a_model_wrote_is_not_the_request_id_unless_it_is_a_plain_id() {
+    let pipeline = Pipeline::builder().tool(toolgate_core::prelude::tool_fn_with_context(
+        "whoami",
+        "Says its request id.",
+        |_: common::NoArgs, ctx: &toolgate_core::ToolInvokeContext| {
+            let request = ctx.request_id().to_string();
+            Box::pin(async move { Ok::<_, ToolError>(request) })
+        },
+    ));
+    let state = Arc::new(toolgate_agent::InMemoryStateManager::new());
+    let system = toolgate_agent::ToolSystem::builder(pipeline, state)
+        .mode("whoami", toolgate_agent::ExecutionMode::Blocking)
+        .build()
+        .unwrap();
+    let ann = || ExecuteOptions::new().user(User::new("ann"));
+    let hostile = "id\n2026-01-01 INFO forged line \u{1b}[31m";
+    let calls = vec![
+        ToolCall::new("call_plain-1", "whoami", json!({})),
+        ToolCall::new(hostile, "whoami", json!({})),
+        ToolCall::new("x".repeat(2_000), "whoami", json!({})),
+    ];
+    let results = system.execute_tools("t", calls, ann()).await;
+    assert_eq!(results[1].call_id, hostile);
+    assert_eq!(results[2].error_code(), Some("invalid_call_id"));
+    assert_eq!(results[2].call_id.len(), 2_000);
+
+    for (i, expected) in [(0, Some("call_plain-1")), (1, None)] {
+        let id = results[i].suspension_id().unwrap().to_owned();
+        let resumed = system
+            .resume(&id, ResumeDecision::Approve, ResumeOptions::new())
+            .await
+            .unwrap();
+        assert_eq!(resumed.call_id, results[i].call_id);
+        assert!(
+            resumed.metadata.extra.is_empty(),
+            "{:?}",
+            resumed.metadata.extra
+        );
+        let request = resumed.output.unwrap();
+        let request = request.as_str().unwrap();
+        match expected {
+            Some(id) => assert_eq!(request, id),
+            None => assert!(
+                request.bytes().all(|b| b.is_ascii_graphic()) && request != hostile,
+                "{request:?}"
+            ),
+        }
+    }
+}

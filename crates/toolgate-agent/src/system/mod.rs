@@ -308,6 +308,18 @@ impl ToolSystem {
             result.metadata.raw_arguments = raw.map(|raw| cut_text(raw, limit));
             self.finish(&batch.thread, &batch.trace_id, result)
         };
+        if id.len() > trace::MAX_CALL_ID {
+            let error = ToolError::abort(
+                format!(
+                    "the call's id is {} bytes, over the limit of {} bytes: give each call a short id",
+                    id.len(),
+                    trace::MAX_CALL_ID
+                ),
+                "invalid_call_id",
+                400,
+            );
+            return rejected(error, None);
+        }
         if self.inner.pipeline.registry().get(&name).is_none() {
             return rejected(ToolError::UnknownTool { name: name.clone() }, None);
         }
@@ -349,8 +361,13 @@ impl ToolSystem {
             .providers
             .bind(InvokeOptions::new())
             .session(&*batch.thread)
-            .request_id(id.clone())
             .provide::<TraceId>(batch.trace_id.to_string());
+        invoke = match trace::request_id_of(&id) {
+            None => invoke.request_id(id.clone()),
+            Some(request_id) => invoke
+                .request_id(request_id)
+                .provide::<trace::CallId>(id.clone()),
+        };
         if let Some(user) = &batch.options.user {
             invoke = invoke.user(Arc::clone(user));
         }
@@ -384,6 +401,7 @@ impl ToolSystem {
         limit: usize,
     ) -> ToolResult {
         invocation.metadata.remove(AWAITING_PERSON);
+        invocation.metadata.remove(trace::CALL_ID);
         let mut result = match invocation.result {
             Ok(output) => {
                 let (output, truncation) = truncate_output(output, limit);
@@ -391,7 +409,22 @@ impl ToolSystem {
                 result.metadata.truncation = truncation;
                 result
             }
-            Err(error) => ToolResult::error(call_id, tool_name, &error),
+            Err(error) => {
+                let mut result = ToolResult::error(call_id, tool_name, &error);
+                // A tool's or a hook's message reaches the model as an output does: within
+                // the same limit.
+                if let Some(error) = &mut result.error {
+                    let message = std::mem::take(&mut error.message);
+                    let (message, truncation) =
+                        truncate_output(serde_json::Value::String(message), limit);
+                    error.message = match message {
+                        serde_json::Value::String(message) => message,
+                        other => other.to_string(),
+                    };
+                    result.metadata.truncation = truncation;
+                }
+                result
+            }
         };
         result.metadata.mode = self.mode(&result.tool_name);
         result.metadata.duration_ms = u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX);

@@ -26,9 +26,10 @@ pub enum ResumeError {
         id: String,
     },
     /// The host resumed the call as another user than the one who made it
-    /// ([`ResumeOptions::user`]). A resumed call runs as its maker, so an approval or a
-    /// completion given as someone else is refused; the call still waits. (A rejection is
-    /// always allowed: it only ends the call.)
+    /// ([`ResumeOptions::user`]): another id, or the same id in another tenant. A resumed
+    /// call runs as its maker, so an approval or a completion given as someone else is
+    /// refused; the call still waits. (A rejection is always allowed: it only ends the
+    /// call.)
     #[error(
         "the suspended call `{id}` was made by another user than `{resumed_as}`, the user it was resumed as: resume it as the user who made it (or without a user); the call still waits"
     )]
@@ -97,7 +98,7 @@ impl ToolSystem {
             })?;
         let rejecting = matches!(decision, ResumeDecision::Reject { .. });
         if let Some(user) = &options.user
-            && user.id != saved.user.id
+            && (user.id != saved.user.id || user.tenant != saved.user.tenant)
             && !rejecting
         {
             return Err(ResumeError::NotTheCaller {
@@ -176,7 +177,13 @@ impl ToolSystem {
             }
             _ => {}
         }
-        let result = self.to_result(saved.request_id, saved.tool, invocation, elapsed, limit);
+        // The call's id: its request id, unless that had to be another (see
+        // `trace::request_id_of`).
+        let call_id = match saved.metadata.get(super::trace::CALL_ID) {
+            Some(serde_json::Value::String(call_id)) => call_id.clone(),
+            _ => saved.request_id,
+        };
+        let result = self.to_result(call_id, saved.tool, invocation, elapsed, limit);
         if let Some(stats) = &self.inner.stats {
             stats.record(&result);
         }

@@ -15,8 +15,34 @@ impl TypeMapKey for TraceId {
     type Value = String;
 }
 
-/// Copies the call's [`TraceId`] into its metadata, so the trace id is kept with a
-/// suspended call and comes back in the result after a resume.
+/// The provider key under which a call's id is bound when it could not be the call's
+/// request id (see [`request_id_of`]).
+pub(super) struct CallId;
+
+impl TypeMapKey for CallId {
+    type Value = String;
+}
+
+/// The metadata key that keeps a call's id, when it is not its request id, across a
+/// suspension (removed before the metadata reaches a result).
+pub(crate) const CALL_ID: &str = "toolgate_agent.call_id";
+
+/// The longest call id a model may send, in bytes: providers' ids are tens of bytes.
+pub(super) const MAX_CALL_ID: usize = 1024;
+
+/// The request id a call runs under: its id when that is 1 to 128 visible ASCII
+/// characters, a generated one otherwise (an id a model wrote may be empty, long, or hold
+/// newlines and terminal escapes, and a request id reaches logs, audit records and the
+/// suspension store). `None` when the id is the request id.
+pub(super) fn request_id_of(call_id: &str) -> Option<String> {
+    let usable = !call_id.is_empty()
+        && call_id.len() <= 128
+        && call_id.bytes().all(|b| b.is_ascii_graphic());
+    (!usable).then(|| toolgate_core::context::RequestId::generate().to_string())
+}
+
+/// Copies the call's [`TraceId`] (and its [`CallId`], when bound) into its metadata, so
+/// they are kept with a suspended call and come back in the result after a resume.
 pub(super) struct TraceMetadata;
 
 #[hook]
@@ -29,6 +55,10 @@ impl Hook for TraceMetadata {
         if let Some(trace_id) = ctx.try_get::<TraceId>() {
             ctx.metadata_mut()
                 .insert("trace_id".to_owned(), Value::String((*trace_id).clone()));
+        }
+        if let Some(call_id) = ctx.try_get::<CallId>() {
+            ctx.metadata_mut()
+                .insert(CALL_ID.to_owned(), Value::String((*call_id).clone()));
         }
         Ok(())
     }
