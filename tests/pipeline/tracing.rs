@@ -121,6 +121,32 @@ async fn the_invocation_span_names_tool_request_session_and_user() {
 }
 
 #[tokio::test(flavor = "current_thread")]
+async fn a_request_id_or_user_id_with_a_newline_cannot_forge_a_log_line() {
+    let pipeline = TestPipeline::new().tool(ScriptedTool::new(TOOL)).build();
+    let forged = "x\nINFO toolgate: access granted to admin\u{1b}[2K";
+    let call = options()
+        .request_id(forged)
+        .user(User::new("mallory\nINFO forged"));
+    let text = capture(async {
+        let _ = pipeline.invoke(TOOL, json!({}), call).await;
+    })
+    .await;
+    assert!(
+        !text.lines().any(|line| line.starts_with("INFO")),
+        "a line was forged:\n{text}"
+    );
+    assert!(
+        !text.contains('\u{1b}'),
+        "a terminal escape reached the log:\n{text}"
+    );
+    assert!(
+        text.contains(r"request_id=x\nINFO toolgate: access granted to admin\u{1b}[2K"),
+        "{text}"
+    );
+    assert!(text.contains(r"user_id=mallory\nINFO forged"), "{text}");
+}
+
+#[tokio::test(flavor = "current_thread")]
 async fn no_input_value_reaches_any_span_or_event() {
     let text = captured_call(json!({ "card": SECRET_INPUT, "nested": [SECRET_INPUT] })).await;
 

@@ -15,8 +15,9 @@ use serde_json::{Map, Value};
 use tokio::time::Instant;
 use tracing::Instrument;
 
+use super::telemetry::{self, Printable};
 use super::walk::{self, Start};
-use super::{ToolEntry, tail, telemetry};
+use super::{ToolEntry, tail};
 use crate::context::{ContextParts, ToolInvokeContext};
 use crate::control::{Control, HookResult, SuspendRequest};
 use crate::error::ToolError;
@@ -125,9 +126,9 @@ pub(super) async fn run_to_end<R>(
         tracing::info_span!(
             "toolgate.invoke",
             tool = %entry.scope.definition.name,
-            request_id = %parts.request_id,
+            request_id = %Printable(&parts.request_id),
             session_id = parts.session_id.as_deref().unwrap_or(""),
-            user_id = %parts.user.as_deref().unwrap_or(&crate::user::ANONYMOUS).id,
+            user_id = %Printable(&parts.user.as_deref().unwrap_or(&crate::user::ANONYMOUS).id),
         )
     };
     let span = if otel.is_disabled() {

@@ -56,6 +56,31 @@ impl std::fmt::Display for SpanName<'_> {
     }
 }
 
+/// A value that a caller chose (a request id, a user id), as a log line shows it: as it
+/// is, but with control characters escaped (`\n`, `\u{1b}`), so that an id with a newline
+/// or a terminal escape cannot forge a log line or move a reader's cursor. Written as it
+/// streams, without allocating.
+pub(super) struct Printable<T>(pub T);
+
+impl<T: std::fmt::Display> std::fmt::Display for Printable<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        struct Escaping<'a, 'b>(&'a mut std::fmt::Formatter<'b>);
+        impl std::fmt::Write for Escaping<'_, '_> {
+            fn write_str(&mut self, text: &str) -> std::fmt::Result {
+                let mut rest = text;
+                while let Some(at) = rest.find(char::is_control) {
+                    self.0.write_str(&rest[..at])?;
+                    let control = rest[at..].chars().next().unwrap_or_default();
+                    write!(self.0, "{}", control.escape_default())?;
+                    rest = &rest[at + control.len_utf8()..];
+                }
+                self.0.write_str(rest)
+            }
+        }
+        std::fmt::write(&mut Escaping(f), format_args!("{}", self.0))
+    }
+}
+
 /// The invocation's span: `execute_tool {tool}`, kind internal.
 #[inline]
 pub(super) fn invocation_span(tool: &str, description: &str, call_id: &RequestId) -> tracing::Span {
@@ -68,7 +93,7 @@ pub(super) fn invocation_span(tool: &str, description: &str, call_id: &RequestId
         gen_ai.tool.name = tool,
         gen_ai.tool.type = "function",
         gen_ai.tool.description = description,
-        gen_ai.tool.call.id = %call_id,
+        gen_ai.tool.call.id = %Printable(call_id),
         error.type = Empty,
         otel.status_code = Empty,
         gen_ai.tool.call.arguments = Empty,
