@@ -8,7 +8,9 @@
 //!
 //! Export runs on the SDK's batch thread with a bounded queue ([`MAX_QUEUE`] spans): a
 //! collector that is slow or down never slows a call — spans past the bound are dropped
-//! (and counted in the SDK's warning at shutdown) — and memory stays bounded. At shutdown
+//! (and counted in the SDK's warning at shutdown) — and memory stays bounded: each span is
+//! cut to a bounded size on its way into the queue ([`bounds`]), since some of its text
+//! (a tool name asked for, a JSON-RPC id) is a caller's. At shutdown
 //! [`Telemetry::shutdown`] flushes what is queued.
 //!
 //! With `telemetry.logs.audit`, every line of the chained audit file is exported too, as
@@ -24,8 +26,10 @@
 //! `/mcp`; it goes out to imported upstreams in their `tools/call` `_meta`.
 
 pub(crate) mod audit_logs;
+mod bounds;
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
@@ -37,10 +41,15 @@ use opentelemetry_sdk::trace::{
 
 use crate::config::{LogsConfig, OtlpConfig, OtlpProtocol, TelemetryConfig};
 use audit_logs::AuditLogs;
+use bounds::Bounded;
 
 /// The most spans (and, unless `telemetry.logs.max_queue` says otherwise, log records)
 /// waiting for export; past it new ones are dropped.
 pub const MAX_QUEUE: usize = 2048;
+
+/// The longest the exporters are waited for at shutdown (both at once) while they send what
+/// is queued: a collector that is down or never answers delays the exit by this much.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why trace export could not start.
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +99,7 @@ impl Telemetry {
             .with_batch_config(batch)
             .build();
         let provider = SdkTracerProvider::builder()
-            .with_span_processor(processor)
+            .with_span_processor(Bounded::new(processor))
             .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
                 config.sample_ratio,
             ))))
@@ -112,24 +121,26 @@ impl Telemetry {
         self.provider.tracer("toolgate")
     }
 
-    /// Exports what is still queued (waiting at most the export timeout) and stops the
+    /// Exports what is still queued (waiting at most [`SHUTDOWN_TIMEOUT`]) and stops the
     /// exporters' threads. Call it after the gateway has stopped, so that the audit
     /// file's last lines are among what is exported.
     pub async fn shutdown(self) {
         AuditLogs::uninstall();
         let Telemetry { provider, logs } = self;
-        // The SDK waits on its threads: not on a runtime worker.
-        let done = tokio::task::spawn_blocking(move || {
-            (provider.shutdown(), logs.map(|logs| logs.shutdown()))
-        })
-        .await;
-        if let Ok((traces, logs)) = done {
-            if let Err(e) = traces {
-                tracing::warn!(error = %e, "the trace exporter did not shut down cleanly; spans still queued may be lost");
-            }
-            if let Some(Err(e)) = logs {
-                tracing::warn!(error = %e, "the log exporter did not shut down cleanly; audit records still queued were not exported (the audit file has them)");
-            }
+        // The SDK waits on its threads: not on a runtime worker. Both at once, so that a
+        // collector that never answers holds the exit [`SHUTDOWN_TIMEOUT`] once, not twice.
+        let traces =
+            tokio::task::spawn_blocking(move || provider.shutdown_with_timeout(SHUTDOWN_TIMEOUT));
+        let logs = logs.map(|logs| {
+            tokio::task::spawn_blocking(move || logs.shutdown_with_timeout(SHUTDOWN_TIMEOUT))
+        });
+        if let Ok(Err(e)) = traces.await {
+            tracing::warn!(error = %e, "the trace exporter did not shut down cleanly; spans still queued may be lost");
+        }
+        if let Some(logs) = logs
+            && let Ok(Err(e)) = logs.await
+        {
+            tracing::warn!(error = %e, "the log exporter did not shut down cleanly; audit records still queued were not exported (the audit file has them)");
         }
     }
 }

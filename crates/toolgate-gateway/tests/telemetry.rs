@@ -658,3 +658,96 @@ async fn every_audit_line_is_exported_as_a_log_record_that_carries_the_chain() {
     );
     assert!(logs.iter().all(|l| !format!("{l:?}").contains(OTLP_SECRET)));
 }
+
+#[tokio::test]
+async fn a_callers_huge_tool_name_and_request_id_are_exported_cut_to_a_bound() {
+    // What a caller chooses reaches the export queue, which is bounded by a count of spans:
+    // each span must be bounded in size too, or a slow collector holds gigabytes.
+    let (collector, url) = start_collector().await;
+    let gateway = Gateway::start_with_env(&upstream_yaml(&url, false), &ENV);
+    let session = open_session(&gateway, "bob").await;
+    let name = format!("made_up_{}", "n".repeat(200_000));
+    let id = format!("id_{}", "i".repeat(200_000));
+    let call = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                      "params": {"name": name, "arguments": {}}});
+    let (status, _, text) = mcp(&gateway, Method::POST, "bob", Some(&session), Some(call)).await;
+    assert_eq!(status, 200, "the call is answered");
+    assert!(text.contains("\"error\""), "an unknown tool is an error");
+    // A name that is no tool is in no span name or attribute: made-up names would each
+    // become an operation of their own in the tracing backend.
+    let server_span = || {
+        (collector.spans().into_iter())
+            .find(|s| s.kind == SpanKind::Server as i32 && s.name == "tools/call")
+    };
+    eventually(
+        "the server span is exported",
+        Duration::from_secs(20),
+        || {
+            let found = server_span().is_some();
+            async move { found }
+        },
+    )
+    .await;
+    let span = server_span().unwrap();
+    assert!(
+        span.name.len() <= 256,
+        "a span name of {} bytes",
+        span.name.len()
+    );
+    for (key, value) in &span.attributes {
+        assert!(
+            value.len() <= 4096,
+            "attribute {key} of {} bytes was exported",
+            value.len()
+        );
+    }
+    assert!(
+        span.attr("gen_ai.tool.name").is_none(),
+        "{:?}",
+        span.attributes
+    );
+    let exported_id = span.attr("jsonrpc.request.id").expect("the request id");
+    assert!(
+        exported_id.starts_with("id_iii") && exported_id.ends_with("…[truncated]"),
+        "the id is cut and marked: {}",
+        &exported_id[exported_id.len().saturating_sub(40)..]
+    );
+}
+
+#[tokio::test]
+async fn a_collector_that_never_answers_holds_the_exit_once_not_once_per_exporter() {
+    // Listening but never reading: every export waits for its timeout.
+    let black_hole = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", black_hole.local_addr().unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "{}  logs: {{ audit: true }}\naudit:\n  sink: file\n  path: {}\n  flush_every: 0s\n",
+        upstream_yaml(&url, false),
+        dir.path().join("audit.jsonl").display()
+    );
+    let mut gateway = Gateway::start_with_env(&yaml, &ENV);
+    for i in 0..20 {
+        let answer = post_with(
+            &client(),
+            &gateway.url("/v1/tools/calculator/invoke"),
+            Some(&key("bob")),
+            &json!({"expression": format!("{i}+1")}),
+            &[],
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    gateway.signal("TERM");
+    let started = std::time::Instant::now();
+    let status = gateway.wait_exit(Duration::from_secs(30)).await;
+    assert!(status.is_some_and(|s| s.success()), "{}", gateway.stderr());
+    // The trace and log exporters are waited for together: 5 s, not 5 s and 5 s more.
+    // (The bound is loose for a loaded machine; one after the other took over 10 s.)
+    assert!(
+        started.elapsed() < Duration::from_secs(9),
+        "the exit took {:?}:\n{}",
+        started.elapsed(),
+        gateway.stderr()
+    );
+    drop(black_hole);
+}
