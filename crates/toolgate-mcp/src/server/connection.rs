@@ -788,7 +788,11 @@ impl ServerHandler for Connection {
             &context.peer,
             context.extensions.get::<http::request::Parts>(),
         );
-        let span = span::tools_call(&request.name, &context);
+        let known = || {
+            let user = self.caller(&context);
+            visible(&self.server(), &request.name, &user).is_some_and(is_tool)
+        };
+        let span = span::tools_call(&request.name, known, &context);
         let answer = self
             .answer_call(request, &context)
             .instrument(span.clone())

@@ -12,21 +12,33 @@ use tracing::field::Empty;
 
 use crate::trace_context::remote_context;
 
-/// `tools/call {tool}`: `Display` without a `String` made when nobody reads it.
-struct SpanName<'a>(&'a str);
+/// `tools/call {tool}`, or `tools/call` for a name that is no tool the caller may call:
+/// `Display` without a `String` made when nobody reads it.
+struct SpanName<'a>(Option<&'a str>);
 
 impl std::fmt::Display for SpanName<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "tools/call {}", self.0)
+        match self.0 {
+            Some(tool) => write!(f, "tools/call {tool}"),
+            None => f.write_str("tools/call"),
+        }
     }
 }
 
 /// The span a `tools/call` of `tool` is served in (disabled unless an OpenTelemetry
-/// subscriber wants [`SPAN_TARGET`](toolgate_core::SPAN_TARGET)).
-pub(super) fn tools_call(tool: &str, context: &RequestContext<RoleServer>) -> tracing::Span {
+/// subscriber wants [`SPAN_TARGET`](toolgate_core::SPAN_TARGET)). `is_tool` tells whether
+/// `tool` names a tool the caller may call, asked only when the span is wanted: a name a
+/// caller made up goes into no span name or attribute, so that made-up names do not
+/// become operations in the tracing backend, one per name.
+pub(super) fn tools_call(
+    tool: &str,
+    is_tool: impl FnOnce() -> bool,
+    context: &RequestContext<RoleServer>,
+) -> tracing::Span {
     if !tracing::enabled!(target: toolgate_core::SPAN_TARGET, tracing::Level::TRACE) {
         return tracing::Span::none();
     }
+    let tool = is_tool().then_some(tool);
     // The parent is chosen when the span is made: the `_meta` context, made ambient for
     // that moment only, wins over the transport's.
     let parts = context.extensions.get::<http::request::Parts>();
