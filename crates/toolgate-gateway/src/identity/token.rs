@@ -381,7 +381,7 @@ impl TokenVerifier {
             (_, Some(Value::String(text))) => text.split_whitespace().map(str::to_owned).collect(),
             _ => Vec::new(),
         };
-        let mut roles: Vec<String> = match claims.get(&self.roles_claim) {
+        let roles: Vec<String> = match claims.get(&self.roles_claim) {
             Some(Value::Array(list)) => strings(list),
             Some(Value::String(text)) => text.split_whitespace().map(str::to_owned).collect(),
             _ => Vec::new(),
@@ -393,13 +393,6 @@ impl TokenVerifier {
             };
             return Err(bad_claim(&self.roles_claim, rule));
         }
-        for scope in &scopes {
-            if let Some(granted) = self.scope_roles.get(scope) {
-                roles.extend(granted.iter().cloned());
-            }
-        }
-        roles.sort();
-        roles.dedup();
         let mut user = User::new(sub).with_roles(roles);
         if let Some((claim, tenant)) = self.tenant_claim.as_ref().and_then(|claim| {
             claims
@@ -412,13 +405,7 @@ impl TokenVerifier {
             }
             user = user.with_tenant(tenant);
         }
-        // Policies may look at how the caller came in and what the token granted.
-        user.attributes
-            .insert("auth".to_owned(), Value::String("oauth".to_owned()));
-        user.attributes.insert(
-            "scopes".to_owned(),
-            Value::Array(scopes.iter().cloned().map(Value::String).collect()),
-        );
+        with_token_scopes(&mut user, &scopes, &self.scope_roles);
         let names = |resource: &str| match claims.get("aud") {
             Some(Value::String(aud)) => aud == resource,
             Some(Value::Array(auds)) => auds.iter().any(|a| a.as_str() == Some(resource)),
@@ -435,6 +422,30 @@ impl TokenVerifier {
             audiences,
         })
     }
+}
+
+/// Makes `user` the caller of a token that granted `scopes`: the roles `scope_roles` gives
+/// those scopes are added to theirs, and policies see how they came in (tag `auth`:
+/// `oauth`) and the scopes (tag `scopes`). Serving and `toolgate policy test` both make a
+/// token's caller with it, so the two cannot disagree.
+pub(crate) fn with_token_scopes(
+    user: &mut User,
+    scopes: &[String],
+    scope_roles: &BTreeMap<String, Vec<String>>,
+) {
+    for scope in scopes {
+        if let Some(granted) = scope_roles.get(scope) {
+            user.roles.extend(granted.iter().cloned());
+        }
+    }
+    user.roles.sort();
+    user.roles.dedup();
+    user.attributes
+        .insert("auth".to_owned(), Value::String("oauth".to_owned()));
+    user.attributes.insert(
+        "scopes".to_owned(),
+        Value::Array(scopes.iter().cloned().map(Value::String).collect()),
+    );
 }
 
 /// The longest caller id (`sub`), tenant or role a token may carry, in bytes. Ids are

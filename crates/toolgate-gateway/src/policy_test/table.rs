@@ -224,26 +224,10 @@ impl Principal {
             user.tenant = Some(tenant.clone());
         }
         if let Some(scopes) = &self.scopes {
-            // As a token's caller is made when serving (identity/token.rs): its scopes
-            // grant roles, and policies and tool scopes see how it came in.
-            let granted = config
-                .identity
-                .oauth
-                .as_ref()
-                .map(|oauth| &oauth.scope_roles);
-            for scope in scopes {
-                if let Some(roles) = granted.and_then(|g| g.get(scope)) {
-                    user.roles.extend(roles.iter().cloned());
-                }
-            }
-            user.roles.sort();
-            user.roles.dedup();
-            user.attributes
-                .insert("auth".to_owned(), Value::String("oauth".to_owned()));
-            user.attributes.insert(
-                "scopes".to_owned(),
-                Value::Array(scopes.iter().cloned().map(Value::String).collect()),
-            );
+            // As a token's caller is made when serving.
+            let none = Default::default();
+            let scope_roles = (config.identity.oauth.as_ref()).map_or(&none, |o| &o.scope_roles);
+            crate::identity::token::with_token_scopes(&mut user, scopes, scope_roles);
         }
         Ok(user)
     }
