@@ -305,7 +305,7 @@ impl ToolSystem {
             result.metadata.mode = self.mode(&name);
             // The model's text is kept to the result size limit like an output is: it
             // never went through the pipeline's input size limit.
-            result.metadata.raw_arguments = raw.map(|raw| cut_text(raw, limit));
+            result.metadata.raw_arguments = raw.map(|raw| cut_text(raw, limit).0);
             self.finish(&batch.thread, &batch.trace_id, result)
         };
         if id.len() > trace::MAX_CALL_ID {
@@ -415,13 +415,7 @@ impl ToolSystem {
                 // the same limit.
                 if let Some(error) = &mut result.error {
                     let message = std::mem::take(&mut error.message);
-                    let (message, truncation) =
-                        truncate_output(serde_json::Value::String(message), limit);
-                    error.message = match message {
-                        serde_json::Value::String(message) => message,
-                        other => other.to_string(),
-                    };
-                    result.metadata.truncation = truncation;
+                    (error.message, result.metadata.truncation) = cut_text(message, limit);
                 }
                 result
             }
@@ -467,11 +461,12 @@ impl ToolSystem {
     }
 }
 
-/// `text` cut to `limit` characters, marker included, as an output would be.
-fn cut_text(text: String, limit: usize) -> String {
-    match truncate_output(serde_json::Value::String(text), limit).0 {
-        serde_json::Value::String(text) => text,
-        other => other.to_string(),
+/// `text` cut to `limit` characters, marker included, as an output would be, and what was
+/// cut (`None` when nothing was).
+fn cut_text(text: String, limit: usize) -> (String, Option<crate::Truncation>) {
+    match truncate_output(serde_json::Value::String(text), limit) {
+        (serde_json::Value::String(text), truncation) => (text, truncation),
+        (other, truncation) => (other.to_string(), truncation),
     }
 }
 
