@@ -55,8 +55,10 @@ pub(crate) fn readings_at(
             // A property left out whose schema gives a default gets it before the tool
             // runs (ArgumentRepair fills it in; a typed tool's serde default is what its
             // schema says): that is read too, as a form and not as the full reading, so
-            // a default that is no count refuses nothing.
-            if let Some(default) = default_of(resolved, step) {
+            // a default that is no count refuses nothing. `schema` is the property's own,
+            // when the object's schema lists it (as `fill_defaults` requires).
+            let listed = schema.filter(|_| resolved.is_some_and(|(_, ty)| ty == "object"));
+            if let Some(default) = listed.and_then(|property| property.get("default")) {
                 reading(default.pointer(after), false);
             }
             return reading(None, true);
@@ -64,17 +66,6 @@ pub(crate) fn readings_at(
         here = child;
         rest = after;
     }
-}
-
-/// The `default` the object schema of `resolved` gives the property that `step` (one
-/// JSON Pointer step, `/name`) names, as [`fill_defaults`](super::fill_defaults) fills it
-/// in: only for a property the schema lists.
-fn default_of<'s>(resolved: Option<(&'s Value, &str)>, step: &str) -> Option<&'s Value> {
-    let (schema, "object") = resolved? else {
-        return None;
-    };
-    let name = step.get(1..)?.replace("~1", "/").replace("~0", "~");
-    schema.get("properties")?.get(&name)?.get("default")
 }
 
 #[cfg(test)]
