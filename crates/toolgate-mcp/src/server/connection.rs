@@ -501,16 +501,18 @@ impl Connection {
         }
         all
     }
-    /// Answers a `tools/call` (in its span).
+    /// Answers a `tools/call` (in its span) of `definition`, the tool of `server` the
+    /// request names, when `user` may call it.
     async fn answer_call(
         &self,
         request: CallToolRequestParams,
+        server: &ServerInner,
+        user: Arc<User>,
+        definition: Option<&ToolDefinition>,
         context: &RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let name = request.name;
-        let server = self.server();
-        let user = self.caller(context);
-        let Some(definition) = visible(&server, &name, &user).filter(|d| is_tool(d)) else {
+        let Some(definition) = definition else {
             return Err(unknown_tool(&name));
         };
         let target = format!("tools/call {name}");
@@ -788,13 +790,11 @@ impl ServerHandler for Connection {
             &context.peer,
             context.extensions.get::<http::request::Parts>(),
         );
-        let known = || {
-            let user = self.caller(&context);
-            visible(&self.server(), &request.name, &user).is_some_and(is_tool)
-        };
-        let span = span::tools_call(&request.name, known, &context);
+        let (server, user) = (self.server(), self.caller(&context));
+        let definition = visible(&server, &request.name, &user).filter(|d| is_tool(d));
+        let span = span::tools_call(definition.map(|d| d.name.as_str()), &context);
         let answer = self
-            .answer_call(request, &context)
+            .answer_call(request, &server, user, definition, &context)
             .instrument(span.clone())
             .await;
         span::record_answer(&span, &answer);

@@ -26,19 +26,17 @@ impl std::fmt::Display for SpanName<'_> {
 }
 
 /// The span a `tools/call` of `tool` is served in (disabled unless an OpenTelemetry
-/// subscriber wants [`SPAN_TARGET`](toolgate_core::SPAN_TARGET)). `is_tool` tells whether
-/// `tool` names a tool the caller may call, asked only when the span is wanted: a name a
-/// caller made up goes into no span name or attribute, so that made-up names do not
-/// become operations in the tracing backend, one per name.
+/// subscriber wants [`SPAN_TARGET`](toolgate_core::SPAN_TARGET)). `tool` is `None` when
+/// the request names no tool the caller may call: a name a caller made up goes into no
+/// span name or attribute, so that made-up names do not become operations in the tracing
+/// backend, one per name.
 pub(super) fn tools_call(
-    tool: &str,
-    is_tool: impl FnOnce() -> bool,
+    tool: Option<&str>,
     context: &RequestContext<RoleServer>,
 ) -> tracing::Span {
     if !tracing::enabled!(target: toolgate_core::SPAN_TARGET, tracing::Level::TRACE) {
         return tracing::Span::none();
     }
-    let tool = is_tool().then_some(tool);
     // The parent is chosen when the span is made: the `_meta` context, made ambient for
     // that moment only, wins over the transport's.
     let parts = context.extensions.get::<http::request::Parts>();
