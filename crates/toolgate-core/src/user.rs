@@ -64,6 +64,20 @@ impl User {
     pub fn has_role(&self, role: &str) -> bool {
         self.roles.iter().any(|r| r == role)
     }
+
+    /// Whether `other` is the same caller: the same id in the same tenant. Roles and
+    /// attributes may differ, as they change over time; `ann` of another tenant is another
+    /// caller.
+    ///
+    /// ```
+    /// use toolgate_core::User;
+    /// let ann = User::new("ann").with_tenant("acme");
+    /// assert!(ann.is_same_caller(&User::new("ann").with_tenant("acme").with_roles(["admin"])));
+    /// assert!(!ann.is_same_caller(&User::new("ann").with_tenant("globex")));
+    /// ```
+    pub fn is_same_caller(&self, other: &User) -> bool {
+        self.id == other.id && self.tenant == other.tenant
+    }
 }
 
 /// The user of invocations that name none.

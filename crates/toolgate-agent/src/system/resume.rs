@@ -98,7 +98,7 @@ impl ToolSystem {
             })?;
         let rejecting = matches!(decision, ResumeDecision::Reject { .. });
         if let Some(user) = &options.user
-            && (user.id != saved.user.id || user.tenant != saved.user.tenant)
+            && !user.is_same_caller(&saved.user)
             && !rejecting
         {
             return Err(ResumeError::NotTheCaller {

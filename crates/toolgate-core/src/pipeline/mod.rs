@@ -540,7 +540,7 @@ impl Pipeline {
             // A call whose tool is gone is handed out below and ends.
             let waiting = store.get(suspension_id).await?.ok_or_else(unknown)?;
             if let Some(now) = caller_now
-                && (now.id != waiting.user.id || now.tenant != waiting.user.tenant)
+                && !now.is_same_caller(&waiting.user)
             {
                 return Err(ToolError::internal(format!(
                     "the call `{suspension_id}` was made by {}, and the host resumed it as {}: a resumed call runs as the user who made it. The call still waits",
