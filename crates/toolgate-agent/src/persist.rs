@@ -103,9 +103,10 @@ impl Claim {
 /// Claims `path` for the caller, before it reads the file.
 ///
 /// The lock file is created if missing (readable by its owner only, on Unix) and locked
-/// without waiting; on Unix a symbolic link at its name is refused, never followed. A file system that cannot lock (such as some network file systems) is
-/// logged as a warning and the claim goes on without a lock: the store stays usable, with
-/// one owner per file left to the operator.
+/// without waiting; on Unix a symbolic link at its name is refused, never followed. A file
+/// system that cannot lock (such as some network file systems) is logged as a warning and
+/// the claim goes on without a lock: the store stays usable, with one owner per file left
+/// to the operator.
 ///
 /// # Errors
 ///

@@ -155,7 +155,8 @@ pub fn pinned_form(definition: &ToolDefinition) -> (String, Value) {
     (fingerprint(&form), form)
 }
 
-fn now_ms() -> u64 {
+/// Now, in milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

@@ -22,7 +22,7 @@ use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -35,6 +35,7 @@ use toolgate_redis::{FlowBounds, FlowStarted, RedisSessions, SessionBounds, Sess
 
 use crate::config::ConsoleConfig;
 use crate::identity::failures::counted;
+use crate::pins::now_ms;
 
 /// Why a session could not be opened, found or ended.
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -171,13 +172,6 @@ impl Default for ConsoleSessions {
             ended_before_ms: AtomicU64::new(0),
         }
     }
-}
-
-/// Now, in milliseconds since the Unix epoch.
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(SystemTime::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// How long a person may take at the issuer.
