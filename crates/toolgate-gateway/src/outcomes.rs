@@ -75,7 +75,7 @@ impl ErasedTool for OutcomeTool {
             let unknown = || ToolError::UnknownSuspension { id: id.to_owned() };
             let decided = self.suspensions.outcome(id).await?;
             if let Some(outcome) = decided {
-                if outcome.user != ctx.user().id {
+                if !outcome.is_for(ctx.user()) {
                     return Err(unknown());
                 }
                 return Ok(json!({ "status": "decided", "result": outcome.result }));
@@ -93,7 +93,7 @@ impl ErasedTool for OutcomeTool {
                 Err(other) => return Err(other.into()),
             };
             match waiting {
-                Some(waiting) if waiting.user.id == ctx.user().id => Ok(json!({
+                Some(waiting) if waiting.user.is_same_caller(ctx.user()) => Ok(json!({
                     "status": "waiting",
                     "reason": waiting.reason,
                     "suspended_at": humantime::format_rfc3339_seconds(waiting.suspended_at)

@@ -125,6 +125,8 @@ fn decided(id: &str) -> DecidedCall {
     DecidedCall {
         id: id.into(),
         user: "ann".into(),
+        // Kept and read back with the rest.
+        tenant: Some("acme".into()),
         result: json!({"output": format!("done {id}")}),
         decided_at: SystemTime::now(),
     }
@@ -625,6 +627,7 @@ async fn decided_calls_are_listed_across_replicas_in_id_order_filtered_and_paged
     let outcome = |id: &str, user: &str, tool: &str, ago: Duration| DecidedCall {
         id: id.into(),
         user: user.into(),
+        tenant: None,
         result: json!({"tool_name": tool, "status": "success"}),
         decided_at: SystemTime::now() - ago,
     };

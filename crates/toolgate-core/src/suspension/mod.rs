@@ -115,12 +115,47 @@ pub struct RetryApproval {
 pub struct DecidedCall {
     /// The suspension id the call waited under.
     pub id: String,
-    /// Who made the call: the only caller who may read the outcome.
+    /// Who made the call: with [`tenant`](Self::tenant), the only caller who may read the
+    /// outcome ([`is_for`](Self::is_for)).
     pub user: String,
+    /// The tenant of who made the call, if they had one. An outcome kept by an earlier
+    /// version, which kept no tenant, reads as made by a caller without one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     /// The result as the host answers it (the gateway keeps its JSON result).
     pub result: Value,
     /// When it was decided.
     pub decided_at: SystemTime,
+}
+
+impl DecidedCall {
+    /// The outcome of the call `id` that `user` made, decided now.
+    ///
+    /// ```
+    /// use serde_json::json;
+    /// use toolgate_core::User;
+    /// use toolgate_core::suspension::DecidedCall;
+    ///
+    /// let ann = User::new("ann").with_tenant("acme");
+    /// let outcome = DecidedCall::new("s-1", &ann, json!({ "status": "ok" }));
+    /// assert!(outcome.is_for(&ann));
+    /// assert!(!outcome.is_for(&User::new("ann").with_tenant("globex")));
+    /// ```
+    pub fn new(id: impl Into<String>, user: &User, result: Value) -> Self {
+        Self {
+            id: id.into(),
+            user: user.id.clone(),
+            tenant: user.tenant.clone(),
+            result,
+            decided_at: SystemTime::now(),
+        }
+    }
+
+    /// Whether `user` made the call, and so may read its outcome: the same id in the same
+    /// tenant ([`User::is_same_caller`]). `ann` of another tenant is someone else.
+    pub fn is_for(&self, user: &User) -> bool {
+        self.user == user.id && self.tenant == user.tenant
+    }
 }
 
 /// Why a suspension store could not keep or give back a call.
@@ -204,17 +239,41 @@ impl From<SuspensionStoreError> for ToolError {
 
 /// Which waiting calls a listing ([`SuspensionStore::list`]) asks for: every condition
 /// that is set must hold.
+///
+/// ```
+/// use toolgate_core::User;
+/// use toolgate_core::suspension::SuspensionFilter;
+///
+/// // Ann's own calls: hers in her tenant, not those of an `ann` of another one.
+/// let anns = SuspensionFilter::of_caller(&User::new("ann").with_tenant("acme"));
+/// assert_eq!(anns.user.as_deref(), Some("ann"));
+/// assert_eq!(anns.tenant, Some(Some("acme".to_owned())));
+/// ```
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SuspensionFilter {
     /// Only the calls of this tool.
     pub tool: Option<String>,
-    /// Only the calls of this user.
+    /// Only the calls of this user id, in whichever tenant unless [`tenant`](Self::tenant)
+    /// says.
     pub user: Option<String>,
+    /// Only the calls made in this tenant; `Some(None)`: only those of callers without
+    /// one.
+    pub tenant: Option<Option<String>>,
     /// Only the calls suspended at or after this instant.
     pub since: Option<SystemTime>,
 }
 
 impl SuspensionFilter {
+    /// The calls `user` made: the same id in the same tenant
+    /// ([`User::is_same_caller`]).
+    pub fn of_caller(user: &User) -> Self {
+        SuspensionFilter {
+            user: Some(user.id.clone()),
+            tenant: Some(user.tenant.clone()),
+            ..SuspensionFilter::default()
+        }
+    }
+
     /// Whether the decided call `decided` is one of those this filter asks for: its tool
     /// is the `tool_name` of its result, and `since` is about when it was decided.
     pub fn matches_outcome(&self, decided: &DecidedCall) -> bool {
@@ -222,6 +281,7 @@ impl SuspensionFilter {
             .as_ref()
             .is_none_or(|tool| decided.result["tool_name"].as_str() == Some(tool.as_str()))
             && self.user.as_ref().is_none_or(|user| *user == decided.user)
+            && self.tenant.as_ref().is_none_or(|tenant| *tenant == decided.tenant)
             && self.since.is_none_or(|since| decided.decided_at >= since)
     }
 
@@ -234,6 +294,10 @@ impl SuspensionFilter {
                 .user
                 .as_ref()
                 .is_none_or(|user| *user == suspended.user.id)
+            && self
+                .tenant
+                .as_ref()
+                .is_none_or(|tenant| *tenant == suspended.user.tenant)
             && self
                 .since
                 .is_none_or(|since| suspended.suspended_at >= since)

@@ -776,6 +776,7 @@ pub(super) mod tests {
         DecidedCall {
             id: id.into(),
             user: "ann".into(),
+            tenant: None,
             result: json!({"output": id}),
             decided_at: at(secs),
         }
@@ -787,6 +788,7 @@ pub(super) mod tests {
         let outcome = |id: &str, user: &str, tool: &str, secs: u64| DecidedCall {
             id: id.into(),
             user: user.into(),
+            tenant: None,
             result: serde_json::json!({"tool_name": tool}),
             decided_at: at(secs),
         };
@@ -806,7 +808,7 @@ pub(super) mod tests {
         let anns_wipes = SuspensionFilter {
             tool: Some("wipe".into()),
             user: Some("ann".into()),
-            since: None,
+            ..SuspensionFilter::default()
         };
         assert_eq!(
             ids(table.list_outcomes(&anns_wipes, None, 10, at(20))),
@@ -825,6 +827,33 @@ pub(super) mod tests {
             ids(table.list_outcomes(&every, None, 10, at(55))),
             ["a", "b"]
         );
+    }
+
+    #[test]
+    fn a_callers_listing_leaves_out_the_same_user_id_of_another_tenant_or_of_none() {
+        let mut table = SuspensionTable::new(limits(5, 10, 60));
+        let acme = User::new("ann").with_tenant("acme");
+        let globex = User::new("ann").with_tenant("globex");
+        for (id, user) in [("a", &acme), ("g", &globex), ("n", &User::new("ann"))] {
+            let mut waiting = call(id, "ann");
+            waiting.user = user.clone();
+            table.insert(waiting, at(0)).unwrap();
+            table.keep_outcome(DecidedCall::new(format!("d{id}"), user, json!({})), at(0));
+        }
+        let waiting = |user: &User| -> Vec<String> {
+            let filter = SuspensionFilter::of_caller(user);
+            table.list(&filter, None, 10, at(1)).into_iter().map(|s| s.id).collect()
+        };
+        assert_eq!(waiting(&acme), ["a"]);
+        assert_eq!(waiting(&globex), ["g"]);
+        assert_eq!(waiting(&User::new("ann")), ["n"]);
+        let decided = |user: &User| -> Vec<String> {
+            let filter = SuspensionFilter::of_caller(user);
+            let now = SystemTime::now();
+            table.list_outcomes(&filter, None, 10, now).into_iter().map(|d| d.id).collect()
+        };
+        assert_eq!(decided(&acme), ["da"]);
+        assert_eq!(decided(&User::new("ann")), ["dn"]);
     }
 
     #[test]

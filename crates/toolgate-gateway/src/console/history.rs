@@ -26,6 +26,11 @@ pub struct Decided {
     pub tool: String,
     /// Who made the call.
     pub user: String,
+    /// The tenant of who made the call, if any: an approver of one tenant is shown that
+    /// tenant's decisions only. (Decisions kept by an earlier version read as of no
+    /// tenant.)
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
     /// Who decided.
     pub decided_by: String,
     /// `approve`, `reject`, `complete` or `approve_retry`.
@@ -111,6 +116,7 @@ mod tests {
             id: id.to_string(),
             tool: "sleep".into(),
             user: "bob".into(),
+            tenant: None,
             decided_by: "alice".into(),
             decision: "approve".into(),
             reason: None,

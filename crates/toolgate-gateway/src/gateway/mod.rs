@@ -471,6 +471,16 @@ impl Gateway {
         self.approver_roles.iter().any(|role| user.has_role(role))
     }
 
+    /// Whether `approver` may see and decide the calls of callers in `tenant`: an approver
+    /// with a tenant approves within it, one without (an operator) in every tenant.
+    pub(crate) fn may_approve_in(&self, approver: &User, tenant: &Option<String>) -> bool {
+        self.may_approve(approver)
+            && approver
+                .tenant
+                .as_ref()
+                .is_none_or(|own| Some(own) == tenant.as_ref())
+    }
+
     /// Whether an approver is refused when approving or completing their own call
     /// (`policies.approval.four_eyes`, on by default).
     pub(crate) fn four_eyes(&self) -> bool {

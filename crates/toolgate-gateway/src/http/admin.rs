@@ -85,5 +85,10 @@ pub async fn decisions(
             e.to_string(),
         )
     })?;
+    // An approver of one tenant is shown the decisions on that tenant's calls.
+    let decisions: Vec<_> = decisions
+        .into_iter()
+        .filter(|d| caller.gateway.may_approve_in(&caller.user, &d.tenant))
+        .collect();
     Ok(Json(json!({ "decisions": decisions })))
 }

@@ -95,22 +95,28 @@ pub async fn show(
                 .map_err(|e| ApiError::from(&ToolError::from(e)))?;
             return match decided {
                 Some(outcome)
-                    if outcome.user == caller.user.id
-                        || caller.gateway.may_approve(&caller.user) =>
+                    if outcome.is_for(&caller.user)
+                        || (caller.gateway).may_approve_in(&caller.user, &outcome.tenant) =>
                 {
-                    Ok(Json(json!({
-                        "id": id,
-                        "status": "decided",
-                        "user": outcome.user,
-                        "result": outcome.result,
-                    })))
+                    Ok(Json(with_tenant(
+                        &outcome.tenant,
+                        json!({
+                            "id": id,
+                            "status": "decided",
+                            "user": outcome.user,
+                            "result": outcome.result,
+                        }),
+                    )))
                 }
                 _ => Err(not_waiting),
             };
         }
     };
-    // Someone else's suspension is as invisible as a missing one.
-    if saved.user.id != caller.user.id && !caller.gateway.may_approve(&caller.user) {
+    // Someone else's suspension is as invisible as a missing one; so is another tenant's
+    // to an approver of one tenant.
+    if !saved.user.is_same_caller(&caller.user)
+        && !(caller.gateway).may_approve_in(&caller.user, &saved.user.tenant)
+    {
         return Err(not_found(&id));
     }
     Ok(Json(waiting_json(&saved)))
@@ -119,18 +125,30 @@ pub async fn show(
 /// A waiting call as `show` and the listing answer it: the input is the validated and
 /// redacted one the call waits with.
 fn waiting_json(saved: &SuspendedInvocation) -> Value {
-    json!({
-        "id": saved.id,
-        "status": "waiting",
-        "tool": saved.tool,
-        "user": saved.user.id,
-        "reason": saved.reason,
-        "payload": saved.payload,
-        "input": saved.input,
-        "stage": saved.stage,
-        "suspended_at": rfc3339(saved.suspended_at),
-        "expires_at": saved.expires_at.map(rfc3339),
-    })
+    with_tenant(
+        &saved.user.tenant,
+        json!({
+            "id": saved.id,
+            "status": "waiting",
+            "tool": saved.tool,
+            "user": saved.user.id,
+            "reason": saved.reason,
+            "payload": saved.payload,
+            "input": saved.input,
+            "stage": saved.stage,
+            "suspended_at": rfc3339(saved.suspended_at),
+            "expires_at": saved.expires_at.map(rfc3339),
+        }),
+    )
+}
+
+/// `call` with `tenant` beside its `user`, when the caller had one: `ann` of `acme` and
+/// `ann` of `globex` are two callers.
+fn with_tenant(tenant: &Option<String>, mut call: Value) -> Value {
+    if let (Some(tenant), Some(call)) = (tenant, call.as_object_mut()) {
+        call.insert("tenant".to_owned(), Value::from(tenant.as_str()));
+    }
+    call
 }
 
 /// How many waiting calls a page lists unless `limit` says otherwise.
@@ -197,20 +215,24 @@ fn after(cursor: Option<&str>) -> Result<Option<&str>, ApiError> {
 /// A decided call as the listing answers it: who made it, its tool, when it was decided,
 /// and its outcome as `GET /v1/suspensions/{id}` gives it.
 fn decided_json(decided: &DecidedCall) -> Value {
-    json!({
-        "id": decided.id,
-        "status": "decided",
-        "tool": decided.result["tool_name"],
-        "user": decided.user,
-        "decided_at": rfc3339(decided.decided_at),
-        "result": decided.result,
-    })
+    with_tenant(
+        &decided.tenant,
+        json!({
+            "id": decided.id,
+            "status": "decided",
+            "tool": decided.result["tool_name"],
+            "user": decided.user,
+            "decided_at": rfc3339(decided.decided_at),
+            "result": decided.result,
+        }),
+    )
 }
 
 /// The calls that waited for approval, by id, a page at a time: those still waiting
 /// (`status=waiting`, the default) or those decided whose outcome is still kept
-/// (`status=decided`). Approvers see every user's calls; anyone else sees their own, and
-/// asking for another user's is refused (403). Filters: `tool`, `user`, `since` (RFC 3339,
+/// (`status=decided`). Approvers see every user's calls (an approver with a tenant, those
+/// of that tenant); anyone else sees their own, and asking for another user's is refused
+/// (403). Filters: `tool`, `user`, `since` (RFC 3339,
 /// UTC: suspended at or after it for waiting calls, decided at or after it for decided
 /// ones); paging: `limit` (1 to 500, 50 by default) and `cursor` (the `next_cursor` of
 /// the previous page of the same listing).
@@ -247,9 +269,14 @@ pub async fn list(
         .transpose()?;
     let limit = page_size(query.limit.as_deref())?;
     let after = after(query.cursor.as_deref())?;
-    // Anyone but an approver lists their own calls only.
-    let user = if caller.gateway.may_approve(&caller.user) {
-        query.user
+    // Anyone but an approver lists their own calls only, in their own tenant; an approver
+    // of one tenant lists that tenant's calls.
+    let filter = if caller.gateway.may_approve(&caller.user) {
+        SuspensionFilter {
+            user: query.user,
+            tenant: caller.user.tenant.clone().map(Some),
+            ..SuspensionFilter::default()
+        }
     } else {
         match query.user {
             Some(other) if other != caller.user.id => {
@@ -261,13 +288,13 @@ pub async fn list(
                     ),
                 ));
             }
-            _ => Some(caller.user.id.clone()),
+            _ => SuspensionFilter::of_caller(&caller.user),
         }
     };
     let filter = SuspensionFilter {
         tool: query.tool,
-        user,
         since,
+        ..filter
     };
     let failed = |e: SuspensionStoreError| match e {
         SuspensionStoreError::CannotList => {
@@ -426,8 +453,13 @@ pub async fn resume(
         ));
     }
     // Four eyes: whoever made the call may withdraw it, not wave it through. Checked
-    // before anything runs, so the call keeps waiting for another approver.
+    // before anything runs, so the call keeps waiting for another approver. By the user
+    // id alone, in any tenant: one person signed in to another organization keeps their
+    // subject, and must not approve their own call from there.
     let saved = waiting(&caller, &id).await?;
+    if !(caller.gateway).may_approve_in(&caller.user, &saved.user.tenant) {
+        return Err(not_found(&id));
+    }
     let settles = !matches!(decision, Decision::Reject { .. });
     if settles && caller.gateway.four_eyes() && saved.user.id == caller.user.id {
         return Err(ApiError::new(
@@ -594,6 +626,7 @@ async fn remember(
         id: saved.id.clone(),
         tool: saved.tool.clone(),
         user: saved.user.id.clone(),
+        tenant: saved.user.tenant.clone(),
         decided_by: told.decided_by.clone(),
         decision: told.decision.to_owned(),
         reason: told.reason.clone(),
@@ -611,12 +644,7 @@ async fn keep_outcome(
     saved: &SuspendedInvocation,
     result: serde_json::Result<Value>,
 ) {
-    let outcome = DecidedCall {
-        id: id.to_owned(),
-        user: saved.user.id.clone(),
-        result: result.unwrap_or(Value::Null),
-        decided_at: std::time::SystemTime::now(),
-    };
+    let outcome = DecidedCall::new(id, &saved.user, result.unwrap_or(Value::Null));
     if let Err(error) = caller.gateway.suspensions.keep_outcome(outcome).await {
         tracing::error!(suspension_id = %id, %error, "the outcome of a decided call could not be kept: its caller will not find it");
     }

@@ -21,6 +21,7 @@ mod exchange;
 mod keys;
 mod loopback;
 mod sdk_clients;
+mod tenants;
 mod tokens;
 mod upstream;
 

@@ -360,7 +360,7 @@ impl Connection {
         let handle = self
             .server()
             .relayed
-            .insert(&user.id, relayed, ttl)
+            .insert(user, relayed, ttl)
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         task.task_id = handle;
         // Kept no longer than the server keeps it.
@@ -809,7 +809,7 @@ impl ServerHandler for Connection {
         let id = request.task_id;
         let server = self.server();
         let user = self.caller(&context);
-        if let Some(relayed) = server.relayed.get(&id, &user.id) {
+        if let Some(relayed) = server.relayed.get(&id, &user) {
             let input = json!({ "get": id });
             let output = self.relay_task(&id, relayed, input, &context, user).await?;
             let mut answer: GetTaskResult = serde_json::from_value(output).map_err(|e| {
@@ -857,7 +857,7 @@ impl ServerHandler for Connection {
     ) -> Result<(), ErrorData> {
         let id = request.task_id;
         let user = self.caller(&context);
-        if let Some(relayed) = self.server().relayed.get(&id, &user.id) {
+        if let Some(relayed) = self.server().relayed.get(&id, &user) {
             let input = json!({ "cancel": id });
             return self
                 .relay_task(&id, relayed, input, &context, user)
@@ -877,7 +877,7 @@ impl ServerHandler for Connection {
     ) -> Result<(), ErrorData> {
         let id = request.task_id;
         let user = self.caller(&context);
-        let Some(relayed) = self.server().relayed.get(&id, &user.id) else {
+        let Some(relayed) = self.server().relayed.get(&id, &user) else {
             return Err(tasks::unknown(&id));
         };
         let input = json!({ "update": id, "inputResponses": request.input_responses });

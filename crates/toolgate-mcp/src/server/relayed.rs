@@ -5,7 +5,7 @@
 //! is answered a task of toolgate's own: a random handle, which stands for the upstream's
 //! task in this table. A `tasks/get`, `tasks/update` or `tasks/cancel` of the handle is
 //! relayed to the upstream (through its tasks tool, on the caller's own connection) only
-//! for the user the task was made for; to anyone else — whatever the id they send — it is
+//! for the caller the task was made for (the same user id in the same tenant); to anyone else — whatever the id they send — it is
 //! unknown, exactly as an id that never was one. The upstream's own id never reaches the
 //! caller.
 //!
@@ -19,6 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
+use toolgate_core::User;
 
 /// The longest a task is kept when its upstream keeps it longer (or gives no `ttlMs`).
 pub const MAX_AGE: Duration = Duration::from_secs(24 * 60 * 60);
@@ -47,15 +48,36 @@ pub(crate) struct Relayed {
 }
 
 struct Entry {
-    user: String,
+    owner: Owner,
     relayed: Relayed,
     expires: Instant,
 }
 
+/// Who a task was made for: a user id within a tenant, so that `ann` of another tenant
+/// neither reaches nor crowds out this `ann`'s tasks.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct Owner {
+    tenant: Option<String>,
+    id: String,
+}
+
+impl Owner {
+    fn of(user: &User) -> Self {
+        Owner {
+            tenant: user.tenant.clone(),
+            id: user.id.clone(),
+        }
+    }
+
+    fn is(&self, user: &User) -> bool {
+        self.id == user.id && self.tenant == user.tenant
+    }
+}
+
 struct Table {
     entries: HashMap<String, Entry>,
-    /// Each user's handles, oldest first.
-    by_user: HashMap<String, VecDeque<String>>,
+    /// Each caller's handles, oldest first.
+    by_user: HashMap<Owner, VecDeque<String>>,
     per_caller: usize,
     total: usize,
 }
@@ -113,10 +135,12 @@ impl RelayedTasks {
     /// caller.
     pub(crate) fn insert(
         &self,
-        user: &str,
+        user: &User,
         relayed: Relayed,
         ttl: Option<Duration>,
     ) -> Result<String, TableFull> {
+        let owner = Owner::of(user);
+        let user = &owner;
         let now = Instant::now();
         let expires = now + ttl.map_or(MAX_AGE, |ttl| ttl.min(MAX_AGE));
         let mut table = self.table();
@@ -135,33 +159,33 @@ impl RelayedTasks {
         table.entries.insert(
             handle.clone(),
             Entry {
-                user: user.to_owned(),
+                owner: owner.clone(),
                 relayed,
                 expires,
             },
         );
         table
             .by_user
-            .entry(user.to_owned())
+            .entry(owner)
             .or_default()
             .push_back(handle.clone());
         Ok(handle)
     }
 
     /// Where `handle`'s task lives, when it is `user`'s and has not expired.
-    pub(crate) fn get(&self, handle: &str, user: &str) -> Option<Relayed> {
+    pub(crate) fn get(&self, handle: &str, user: &User) -> Option<Relayed> {
         if !handle.starts_with(HANDLE_PREFIX) {
             return None;
         }
         let table = self.table();
         let entry = table.entries.get(handle)?;
-        (entry.user == user && entry.expires > Instant::now()).then(|| entry.relayed.clone())
+        (entry.owner.is(user) && entry.expires > Instant::now()).then(|| entry.relayed.clone())
     }
 }
 
 impl Table {
     /// Forgets `user`'s expired tasks.
-    fn sweep_user(&mut self, user: &str, now: Instant) {
+    fn sweep_user(&mut self, user: &Owner, now: Instant) {
         let Some(handles) = self.by_user.get_mut(user) else {
             return;
         };
@@ -180,14 +204,14 @@ impl Table {
 
     /// Forgets every expired task.
     fn sweep(&mut self, now: Instant) {
-        let users: Vec<String> = self.by_user.keys().cloned().collect();
+        let users: Vec<Owner> = self.by_user.keys().cloned().collect();
         for user in users {
             self.sweep_user(&user, now);
         }
     }
 
     /// Forgets `user`'s oldest task.
-    fn forget_oldest(&mut self, user: &str) {
+    fn forget_oldest(&mut self, user: &Owner) {
         if let Some(handles) = self.by_user.get_mut(user)
             && let Some(oldest) = handles.pop_front()
         {
@@ -221,40 +245,54 @@ mod tests {
     #[test]
     fn a_task_is_found_by_its_handle_for_its_own_user_only() {
         let table = RelayedTasks::default();
-        let handle = table.insert("ann", relayed(1), None).unwrap();
+        let handle = table.insert(&User::new("ann"), relayed(1), None).unwrap();
         assert!(handle.starts_with(HANDLE_PREFIX) && handle.len() == 36);
-        assert_eq!(table.get(&handle, "ann"), Some(relayed(1)));
-        assert_eq!(table.get(&handle, "bob"), None);
+        assert_eq!(table.get(&handle, &User::new("ann")), Some(relayed(1)));
+        assert_eq!(table.get(&handle, &User::new("bob")), None);
         assert_eq!(
-            table.get("up-1", "ann"),
+            table.get("up-1", &User::new("ann")),
             None,
             "the upstream id is no handle"
         );
     }
 
     #[test]
+    fn a_task_is_unknown_to_the_same_user_id_of_another_tenant_whose_flood_spares_it() {
+        let table = RelayedTasks::with_limits(2, 100);
+        let acme = User::new("ann").with_tenant("acme");
+        let globex = User::new("ann").with_tenant("globex");
+        let handle = table.insert(&acme, relayed(1), None).unwrap();
+        assert_eq!(table.get(&handle, &globex), None);
+        assert_eq!(table.get(&handle, &User::new("ann")), None, "nor without one");
+        for n in 2..6 {
+            table.insert(&globex, relayed(n), None).unwrap();
+        }
+        assert_eq!(table.get(&handle, &acme), Some(relayed(1)));
+    }
+
+    #[test]
     fn a_flood_from_one_user_forgets_its_own_oldest_and_no_one_elses() {
         let table = RelayedTasks::with_limits(3, 100);
-        let bobs = table.insert("bob", relayed(0), None).unwrap();
+        let bobs = table.insert(&User::new("bob"), relayed(0), None).unwrap();
         let anns: Vec<String> = (1..=10)
-            .map(|n| table.insert("ann", relayed(n), None).unwrap())
+            .map(|n| table.insert(&User::new("ann"), relayed(n), None).unwrap())
             .collect();
         assert_eq!(table.len(), 4);
-        assert!(anns[..7].iter().all(|h| table.get(h, "ann").is_none()));
-        assert!(anns[7..].iter().all(|h| table.get(h, "ann").is_some()));
-        assert_eq!(table.get(&bobs, "bob"), Some(relayed(0)));
+        assert!(anns[..7].iter().all(|h| table.get(h, &User::new("ann")).is_none()));
+        assert!(anns[7..].iter().all(|h| table.get(h, &User::new("ann")).is_some()));
+        assert_eq!(table.get(&bobs, &User::new("bob")), Some(relayed(0)));
     }
 
     #[test]
     fn past_the_total_a_new_task_is_refused_until_one_expires() {
         let table = RelayedTasks::with_limits(10, 2);
         table
-            .insert("ann", relayed(1), Some(Duration::ZERO))
+            .insert(&User::new("ann"), relayed(1), Some(Duration::ZERO))
             .unwrap();
-        table.insert("bob", relayed(2), None).unwrap();
+        table.insert(&User::new("bob"), relayed(2), None).unwrap();
         // Ann's expired task is swept to make room.
-        table.insert("cat", relayed(3), None).unwrap();
-        assert!(table.insert("dan", relayed(4), None).is_err());
+        table.insert(&User::new("cat"), relayed(3), None).unwrap();
+        assert!(table.insert(&User::new("dan"), relayed(4), None).is_err());
         assert_eq!(table.len(), 2);
     }
 
@@ -262,8 +300,8 @@ mod tests {
     fn an_expired_task_is_unknown() {
         let table = RelayedTasks::default();
         let handle = table
-            .insert("ann", relayed(1), Some(Duration::ZERO))
+            .insert(&User::new("ann"), relayed(1), Some(Duration::ZERO))
             .unwrap();
-        assert_eq!(table.get(&handle, "ann"), None);
+        assert_eq!(table.get(&handle, &User::new("ann")), None);
     }
 }

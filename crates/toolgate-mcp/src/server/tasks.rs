@@ -85,9 +85,9 @@ pub(super) async fn withdraw(
         Err(ToolError::SuspensionExpired { .. }) => return Ok(()),
         Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
     };
-    let Some(waiting) = waiting.filter(|w| w.user.id == user.id) else {
+    let Some(waiting) = waiting.filter(|w| w.user.is_same_caller(user)) else {
         return match store.outcome(id).await.map_err(failed)? {
-            Some(decided) if decided.user == user.id => Ok(()),
+            Some(decided) if decided.is_for(user) => Ok(()),
             _ => Err(unknown(id)),
         };
     };
@@ -112,16 +112,15 @@ pub(super) async fn withdraw(
         Err(ToolError::UnknownSuspension { .. }) => {}
         Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
     }
-    let outcome = DecidedCall {
-        id: id.to_owned(),
-        user: user.id.clone(),
-        result: serde_json::json!({
+    let outcome = DecidedCall::new(
+        id,
+        user,
+        serde_json::json!({
             "tool_name": waiting.tool,
             "status": "error",
             "error": { "code": WITHDRAWN, "message": reason },
         }),
-        decided_at: SystemTime::now(),
-    };
+    );
     store.keep_outcome(outcome).await.map_err(failed)
 }
 
