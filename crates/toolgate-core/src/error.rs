@@ -152,19 +152,37 @@ pub enum ToolError {
 pub const MAX_SHOWN_ID: usize = 64;
 
 /// An id a caller sent, as a message repeats it: its first [`MAX_SHOWN_ID`] characters,
-/// then `…` when it is longer — so that a megabyte of id is not sent back.
+/// then `…` when it is longer — so that a megabyte of id is not sent back —, with control
+/// characters escaped (`\n`, `\u{1b}`), so that the message carries nothing a terminal
+/// or a log would act on.
 ///
 /// ```
 /// use toolgate_core::error::shown_id;
 ///
 /// assert_eq!(shown_id("susp-1"), "susp-1");
 /// assert_eq!(shown_id(&"x".repeat(1000)), format!("{}…", "x".repeat(64)));
+/// assert_eq!(shown_id("t-1\n\u{1b}[2J"), "t-1\\n\\u{1b}[2J");
 /// ```
 pub fn shown_id(id: &str) -> std::borrow::Cow<'_, str> {
-    match id.char_indices().nth(MAX_SHOWN_ID) {
-        Some((end, _)) => format!("{}…", &id[..end]).into(),
-        None => id.into(),
+    let (kept, cut) = match id.char_indices().nth(MAX_SHOWN_ID) {
+        Some((end, _)) => (&id[..end], true),
+        None => (id, false),
+    };
+    if !cut && !kept.contains(char::is_control) {
+        return id.into();
     }
+    let mut shown = String::with_capacity(kept.len() + 3);
+    for c in kept.chars() {
+        if c.is_control() {
+            shown.extend(c.escape_default());
+        } else {
+            shown.push(c);
+        }
+    }
+    if cut {
+        shown.push('…');
+    }
+    shown.into()
 }
 
 /// `error` and each of its causes, `: `-separated: what a log line or a message says of

@@ -30,8 +30,10 @@
 //!   rmcp and renews it.
 //!
 //! `notifications/cancelled` for a call answered here cancels it (and goes on to rmcp,
-//! which ignores an id it does not know); a session rmcp closes cancels its calls here, as
-//! rmcp cancels its own.
+//! which ignores an id it does not know), and the call is not answered: its stream ends
+//! without an event, as rmcp ends the stream of a call it was told to cancel (MCP,
+//! cancellation: the receiver SHOULD NOT answer a cancelled request). A session rmcp
+//! closes cancels its calls here, as rmcp cancels its own; those are answered.
 
 use std::collections::HashMap;
 use std::convert::Infallible;
@@ -239,8 +241,8 @@ impl DirectSession {
 
     /// The call `message` (a request, as [`DirectCalls::eligible`] found), run through
     /// rmcp's dispatch on the session's handler; it resolves to the SSE event carrying its
-    /// answer, as rmcp would have sent it. It runs where it is polled: in the task of the
-    /// HTTP connection.
+    /// answer, as rmcp would have sent it, or to none when the client cancelled it. It
+    /// runs where it is polled: in the task of the HTTP connection.
     pub(super) fn answer(
         self: Arc<Self>,
         parts: http::request::Parts,
@@ -257,7 +259,7 @@ impl DirectSession {
             let mut extensions = Extensions::new();
             extensions.insert(parts);
             let mut context = RequestContext::new(id.clone(), self.peer.clone());
-            context.ct = ct;
+            context.ct = ct.clone();
             context.meta = meta;
             context.extensions = extensions;
             let answer = match self
@@ -268,7 +270,13 @@ impl DirectSession {
                 Ok(result) => ServerJsonRpcMessage::response(result, id.clone()),
                 Err(error) => ServerJsonRpcMessage::error(error, Some(id.clone())),
             };
-            event(&answer, id)
+            // Only `notifications/cancelled` cancels `ct` while the session is open: the
+            // client withdrew the request, and an answer would be to nothing it waits on.
+            if withdrawn_by_client(&ct, &self.closed) {
+                tracing::debug!(%id, "the client cancelled the call; it is not answered");
+                return None;
+            }
+            Some(event(&answer, id))
         })
     }
 }
@@ -286,8 +294,15 @@ pub(super) fn event_stream_headers(headers: &mut HeaderMap) {
     headers.insert("x-accel-buffering", http::HeaderValue::from_static("no"));
 }
 
-/// A call answered here: it resolves to the SSE event carrying its answer.
-pub(super) type Call = Pin<Box<dyn Future<Output = Bytes> + Send>>;
+/// Whether the token `ct` of a call of a session was cancelled by the client's
+/// `notifications/cancelled` rather than by the session's end (`closed`).
+fn withdrawn_by_client(ct: &CancellationToken, closed: &CancellationToken) -> bool {
+    ct.is_cancelled() && !closed.is_cancelled()
+}
+
+/// A call answered here: it resolves to the SSE event carrying its answer, or to none for
+/// a call its client cancelled.
+pub(super) type Call = Pin<Box<dyn Future<Output = Option<Bytes>> + Send>>;
 
 /// The SSE event carrying `answer`, the answer to request `id`.
 pub(super) fn event(answer: &ServerJsonRpcMessage, id: RequestId) -> Bytes {
@@ -318,10 +333,10 @@ pub(super) fn write_answer(out: &mut Vec<u8>, answer: &ServerJsonRpcMessage, id:
 /// call still running then goes on as the body of the SSE stream whose headers go out now.
 pub(super) async fn run(mut call: Call, keep_alive: Option<Duration>) -> Answer {
     let Some(every) = keep_alive else {
-        return Answer::Ended(Some(call.await));
+        return Answer::Ended(call.await);
     };
     match tokio::time::timeout(every, &mut call).await {
-        Ok(event) => Answer::Ended(Some(event)),
+        Ok(event) => Answer::Ended(event),
         Err(_) => Answer::Running {
             call: SyncWrapper::new(call),
             every,
@@ -330,12 +345,13 @@ pub(super) async fn run(mut call: Call, keep_alive: Option<Duration>) -> Answer 
     }
 }
 
-/// The body of a call answered here: one SSE event with the JSON-RPC answer, preceded, for
+/// The body of a call answered here: one SSE event with the JSON-RPC answer (none for a
+/// call its client cancelled), preceded, for
 /// a call that outlasts the keep-alive interval, by a comment every interval while it runs
 /// (rmcp's stream does the same: proxies do not time the connection out, and a client that
 /// left is noticed).
 pub(super) enum Answer {
-    /// The call ended: its event, until it is sent.
+    /// The call ended: its event (if it is answered), until it is sent.
     Ended(Option<Bytes>),
     /// The call runs as the body is polled.
     Running {
@@ -360,7 +376,7 @@ impl Body for Answer {
             Answer::Running { call, every, ping } => {
                 if let Poll::Ready(event) = call.get_mut().as_mut().poll(cx) {
                     *this = Answer::Ended(None);
-                    return Poll::Ready(Some(Ok(Frame::data(event))));
+                    return Poll::Ready(event.map(|event| Ok(Frame::data(event))));
                 }
                 let ping = ping.get_or_insert_with(|| Box::pin(tokio::time::sleep(*every)));
                 if ping.as_mut().poll(cx).is_ready() {
