@@ -281,7 +281,10 @@ impl SuspensionFilter {
             .as_ref()
             .is_none_or(|tool| decided.result["tool_name"].as_str() == Some(tool.as_str()))
             && self.user.as_ref().is_none_or(|user| *user == decided.user)
-            && self.tenant.as_ref().is_none_or(|tenant| *tenant == decided.tenant)
+            && self
+                .tenant
+                .as_ref()
+                .is_none_or(|tenant| *tenant == decided.tenant)
             && self.since.is_none_or(|since| decided.decided_at >= since)
     }
 

@@ -842,7 +842,11 @@ pub(super) mod tests {
         }
         let waiting = |user: &User| -> Vec<String> {
             let filter = SuspensionFilter::of_caller(user);
-            table.list(&filter, None, 10, at(1)).into_iter().map(|s| s.id).collect()
+            table
+                .list(&filter, None, 10, at(1))
+                .into_iter()
+                .map(|s| s.id)
+                .collect()
         };
         assert_eq!(waiting(&acme), ["a"]);
         assert_eq!(waiting(&globex), ["g"]);
@@ -850,7 +854,11 @@ pub(super) mod tests {
         let decided = |user: &User| -> Vec<String> {
             let filter = SuspensionFilter::of_caller(user);
             let now = SystemTime::now();
-            table.list_outcomes(&filter, None, 10, now).into_iter().map(|d| d.id).collect()
+            table
+                .list_outcomes(&filter, None, 10, now)
+                .into_iter()
+                .map(|d| d.id)
+                .collect()
         };
         assert_eq!(decided(&acme), ["da"]);
         assert_eq!(decided(&User::new("ann")), ["dn"]);

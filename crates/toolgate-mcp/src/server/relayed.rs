@@ -263,7 +263,11 @@ mod tests {
         let globex = User::new("ann").with_tenant("globex");
         let handle = table.insert(&acme, relayed(1), None).unwrap();
         assert_eq!(table.get(&handle, &globex), None);
-        assert_eq!(table.get(&handle, &User::new("ann")), None, "nor without one");
+        assert_eq!(
+            table.get(&handle, &User::new("ann")),
+            None,
+            "nor without one"
+        );
         for n in 2..6 {
             table.insert(&globex, relayed(n), None).unwrap();
         }
@@ -278,8 +282,16 @@ mod tests {
             .map(|n| table.insert(&User::new("ann"), relayed(n), None).unwrap())
             .collect();
         assert_eq!(table.len(), 4);
-        assert!(anns[..7].iter().all(|h| table.get(h, &User::new("ann")).is_none()));
-        assert!(anns[7..].iter().all(|h| table.get(h, &User::new("ann")).is_some()));
+        assert!(
+            anns[..7]
+                .iter()
+                .all(|h| table.get(h, &User::new("ann")).is_none())
+        );
+        assert!(
+            anns[7..]
+                .iter()
+                .all(|h| table.get(h, &User::new("ann")).is_some())
+        );
         assert_eq!(table.get(&bobs, &User::new("bob")), Some(relayed(0)));
     }
 
