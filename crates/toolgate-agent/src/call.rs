@@ -9,22 +9,28 @@ use serde_json::Value;
 pub enum Arguments {
     /// Parsed JSON arguments.
     Json {
-        /// The arguments.
+        /// The arguments. Read from JSON, an object in them that names a key twice is
+        /// refused, as [`Arguments::from_json_str`] refuses it.
+        #[serde(deserialize_with = "toolgate_core::json::unique_keys")]
         value: Value,
     },
-    /// Arguments that did not parse as JSON, kept as sent. The call is answered with an
-    /// `invalid_input` error result quoting the parse error, so the model can correct it.
+    /// Arguments that did not parse as JSON, or whose JSON names a key twice in one object,
+    /// kept as sent. The call is answered with an `invalid_input` error result quoting
+    /// the error, so the model can correct it.
     Unparseable {
         /// The text as the model sent it.
         raw: String,
-        /// Why it is not JSON.
+        /// Why it was refused.
         error: String,
     },
 }
 
 impl Arguments {
     /// Parses arguments that arrive as JSON text (OpenAI's `arguments` string). Empty or
-    /// blank text means no arguments: `{}`.
+    /// blank text means no arguments: `{}`. An object that names a key twice is refused
+    /// (serde_json would keep the last value silently, and a policy and the tool could
+    /// read different ones): the arguments are [`Unparseable`](Arguments::Unparseable),
+    /// saying which key, so that the model sends them again.
     ///
     /// ```
     /// use serde_json::json;
@@ -32,6 +38,13 @@ impl Arguments {
     ///
     /// assert_eq!(Arguments::from_json_str(r#"{"city":"Paris"}"#), Arguments::Json { value: json!({"city": "Paris"}) });
     /// assert!(matches!(Arguments::from_json_str(r#"{"city":"Par"#), Arguments::Unparseable { .. }));
+    ///
+    /// let Arguments::Unparseable { error, .. } =
+    ///     Arguments::from_json_str(r#"{"city":"Paris","city":"Rome"}"#)
+    /// else {
+    ///     panic!()
+    /// };
+    /// assert_eq!(error, "the key `city` appears twice in the top-level object: send each key once");
     /// ```
     pub fn from_json_str(text: &str) -> Self {
         if text.trim().is_empty() {
@@ -39,7 +52,7 @@ impl Arguments {
                 value: Value::Object(serde_json::Map::new()),
             };
         }
-        match serde_json::from_str(text) {
+        match toolgate_core::json::from_str(text) {
             Ok(value) => Arguments::Json { value },
             Err(e) => Arguments::Unparseable {
                 raw: text.to_owned(),

@@ -151,10 +151,9 @@ pub enum ToolError {
 /// The longest id a message repeats whole.
 pub const MAX_SHOWN_ID: usize = 64;
 
-/// An id a caller sent, as a message repeats it: its first [`MAX_SHOWN_ID`] characters,
-/// then `…` when it is longer — so that a megabyte of id is not sent back —, with control
-/// characters escaped (`\n`, `\u{1b}`), so that the message carries nothing a terminal
-/// or a log would act on.
+/// An id a caller sent, as a message repeats it: [`shown_text`] of its first
+/// [`MAX_SHOWN_ID`] characters — so that a megabyte of id is not sent back, and the
+/// message carries nothing a terminal or a log would act on.
 ///
 /// ```
 /// use toolgate_core::error::shown_id;
@@ -164,16 +163,33 @@ pub const MAX_SHOWN_ID: usize = 64;
 /// assert_eq!(shown_id("t-1\n\u{1b}[2J"), "t-1\\n\\u{1b}[2J");
 /// ```
 pub fn shown_id(id: &str) -> std::borrow::Cow<'_, str> {
-    let (kept, cut) = match id.char_indices().nth(MAX_SHOWN_ID) {
-        Some((end, _)) => (&id[..end], true),
-        None => (id, false),
+    shown_text(id, MAX_SHOWN_ID)
+}
+
+/// Text a sender chose (an id, a key), as a message repeats it: its first `max_chars`
+/// characters, then `…` when it is longer; control characters, and those that break lines
+/// or turn text around (U+2028, U+2029, the bidirectional marks and overrides), escaped as
+/// `\n`, `\u{202e}` — so that the text can neither forge a log line nor disguise what
+/// follows it. Borrowed when there is nothing to change.
+///
+/// ```
+/// use toolgate_core::error::shown_text;
+///
+/// assert_eq!(shown_text("path", 8), "path");
+/// assert_eq!(shown_text("abcdefgh", 4), "abcd…");
+/// assert_eq!(shown_text("a\u{202e}b\r", 8), "a\\u{202e}b\\r");
+/// ```
+pub fn shown_text(text: &str, max_chars: usize) -> std::borrow::Cow<'_, str> {
+    let (kept, cut) = match text.char_indices().nth(max_chars) {
+        Some((end, _)) => (&text[..end], true),
+        None => (text, false),
     };
-    if !cut && !kept.contains(char::is_control) {
-        return id.into();
+    if !cut && !kept.contains(hides_text) {
+        return text.into();
     }
     let mut shown = String::with_capacity(kept.len() + 3);
     for c in kept.chars() {
-        if c.is_control() {
+        if hides_text(c) {
             shown.extend(c.escape_default());
         } else {
             shown.push(c);
@@ -183,6 +199,15 @@ pub fn shown_id(id: &str) -> std::borrow::Cow<'_, str> {
         shown.push('…');
     }
     shown.into()
+}
+
+/// Whether `c`, shown as it is, could forge a line or disguise the text around it.
+fn hides_text(c: char) -> bool {
+    c.is_control()
+        || matches!(
+            c,
+            '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+        )
 }
 
 /// `error` and each of its causes, `: `-separated: what a log line or a message says of

@@ -34,6 +34,7 @@
 //! | [`approval`] | what an approval is bound to: the call's binding and its canonical digest |
 //! | [`registry`] | the tool registry and typed handles |
 //! | [`secret`] | secrets that never print |
+//! | [`json`] | JSON read strictly: an object that names a key twice is refused |
 //! | [`error`] | every error type |
 //! | [`external`] | the types of other crates that appear in this one's API |
 //!
@@ -93,6 +94,7 @@ pub mod control;
 mod definition;
 pub mod error;
 pub mod hook;
+pub mod json;
 mod limits;
 pub mod pipeline;
 mod plan;

@@ -6,6 +6,7 @@ use axum::body::Bytes;
 use axum::extract::{FromRequest, Request};
 use http::{HeaderMap, HeaderValue, StatusCode, header};
 use serde_json::Value;
+use toolgate_core::json::JsonError;
 
 use crate::HttpError;
 
@@ -33,7 +34,9 @@ pub struct BodyTimeout(pub Duration);
 /// - 408 `body_timeout` for a body that did not arrive whole within its [`BodyTimeout`]
 ///   (30 seconds by default);
 /// - 400 `bad_body` for a body that could not be read, and 400 `bad_json` for one that is
-///   empty or not JSON (nested deeper than 128 levels, say).
+///   empty or not JSON (nested deeper than 128 levels, say), or that names a key twice in
+///   one object (`{"path": "/etc/passwd", "path": "/tmp/x"}`): the message says which key
+///   and where, and no reader downstream gets to pick a different one of its values.
 ///
 /// A refusal sent before the body was read whole also closes the connection.
 ///
@@ -121,17 +124,19 @@ impl<S: Send + Sync> FromRequest<S> for JsonInput {
                 "the request body is empty: send the tool's arguments as JSON (`{}` or `null` when it takes none)",
             ));
         }
-        serde_json::from_slice(&bytes)
+        toolgate_core::json::from_slice(&bytes)
             .map(JsonInput)
             .map_err(|error| {
-                HttpError::new(
-                    StatusCode::BAD_REQUEST,
-                    "bad_json",
-                    format!(
+                let message = match error {
+                    JsonError::RepeatedKey(repeated) => {
+                        format!("the request body is refused: {repeated}")
+                    }
+                    other => format!(
                         "the request body is not JSON: {}",
-                        toolgate_core::error::in_json_words(&error.to_string())
+                        toolgate_core::error::in_json_words(&other.to_string())
                     ),
-                )
+                };
+                HttpError::new(StatusCode::BAD_REQUEST, "bad_json", message)
             })
     }
 }

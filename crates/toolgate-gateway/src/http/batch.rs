@@ -14,7 +14,7 @@ use toolgate_agent::{ExecuteOptions, ToolCall, ToolResult};
 use toolgate_hooks::audit::ClientAddress;
 use toolgate_mcp::CallerAccessToken;
 
-use super::body::json_body;
+use super::body::json_value;
 use super::{ApiError, AppState, Caller, request_timeout};
 
 /// `?format=` and `?thread=` of a batch.
@@ -46,7 +46,7 @@ pub async fn tool_calls(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
-    let message: Value = json_body(body)?;
+    let message = json_value(body)?;
     let format = query.format.as_deref().unwrap_or("openai");
     let calls: Vec<ToolCall> = match format {
         "openai" => openai::parse_chat_tool_calls(&message),

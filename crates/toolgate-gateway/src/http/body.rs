@@ -7,6 +7,8 @@ use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde::de::DeserializeOwned;
+use serde_json::Value;
+use toolgate_core::json::JsonError;
 
 // As `super::ApiError`, named where it is made: the console reads bodies here too.
 use toolgate_http::HttpError as ApiError;
@@ -96,6 +98,21 @@ pub fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Re
     // The common case, a body that parses, goes straight through serde_json; only a body
     // that does not is parsed again, tracking the path, to say where it went wrong.
     serde_json::from_slice(&bytes).map_err(|error| explain::<T>(&bytes, error))
+}
+
+/// Parses a request body as any JSON value, as [`json_body`] does, but refusing an object
+/// that names a key twice (400 `bad_json` naming the key and its object): the caller's
+/// arguments and messages, which a policy and a tool must read alike.
+pub fn json_value(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
+    let bytes = whole_body(body)?;
+    toolgate_core::json::from_slice(&bytes).map_err(|error| match error {
+        JsonError::Malformed(error) => explain::<Value>(&bytes, error),
+        repeated => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_json",
+            format!("the request body is refused: {repeated}"),
+        ),
+    })
 }
 
 /// A request body read whole, or 413 for a body over the limit, 408 for one that did not

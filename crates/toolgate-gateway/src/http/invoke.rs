@@ -19,7 +19,7 @@ use toolgate_hooks::budget::LimitReport;
 use toolgate_http::{X_REQUEST_ID, invocation_response};
 use toolgate_mcp::CallerAccessToken;
 
-use super::body::json_body;
+use super::body::json_value;
 use super::{ApiError, AppState, Caller, request_timeout};
 use crate::identity::scopes::INSUFFICIENT_SCOPE;
 use crate::identity::{Route, metadata};
@@ -78,7 +78,7 @@ pub async fn invoke(
     let headers = std::mem::take(&mut parts.headers);
     let client = caller.gateway.audited_client(&parts.extensions, &headers);
     let body = Bytes::from_request(Request::from_parts(parts, body), &()).await;
-    let input: Value = match json_body(body) {
+    let input = match json_value(body) {
         Ok(input) => input,
         Err(error) => return error.into_response(),
     };

@@ -356,7 +356,8 @@ pub enum Decision {
     },
     /// Answer it without running the tool.
     Complete {
-        /// The output.
+        /// The output (an object naming a key twice is refused, as in a call's input).
+        #[serde(deserialize_with = "toolgate_core::json::unique_keys")]
         output: Value,
     },
     /// Approve it for its caller to make again: the call ends, and the caller's next

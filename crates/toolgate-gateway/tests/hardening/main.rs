@@ -17,4 +17,5 @@ mod mcp_sessions;
 mod metrics;
 mod pins;
 mod redis_outage;
+mod repeated_keys;
 mod upstream_secrets;

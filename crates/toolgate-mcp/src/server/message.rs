@@ -9,6 +9,15 @@
 //! `tools/call` request, is read here in one pass straight into its parts ([`WireCall`]).
 //! Anything else, and a `tools/call` that does not read as one, is read as rmcp reads it,
 //! so the outcome — the message or the error — is rmcp's own.
+//!
+//! One refusal is toolgate's: a message that names a key twice in one object, anywhere in
+//! it, is refused with an error (of serde's data kind, so that it is answered `-32600`
+//! with the message's `id`) saying which key and where. serde_json, and so rmcp, would
+//! keep the last value silently, and a policy and the tool could read different ones. The
+//! check is the lookup that places each key in its object anyway: [`WireCall`]'s
+//! objects are read by `toolgate_core::json`, its named keys are serde's (which refuses
+//! one given twice), and any other key sends the message to the other reading; that one
+//! reads the message with `toolgate_core::json` into the value rmcp's types are read from.
 
 use std::borrow::Cow;
 
@@ -18,7 +27,9 @@ use rmcp::model::{
     RequestMetaObject,
 };
 use serde::Deserialize;
-use serde::de::IgnoredAny;
+use serde::de::{Deserializer, Error as _, IgnoredAny};
+use serde_json::Value;
+use toolgate_core::json::JsonError;
 
 /// The JSON-RPC message `bytes` holds, as rmcp would read it. Other messages are told from
 /// a `tools/call` by a search for the method's name, which costs them next to nothing.
@@ -28,13 +39,24 @@ pub(crate) fn read(bytes: &[u8]) -> Result<ClientJsonRpcMessage, serde_json::Err
     {
         return Ok(call.into_message());
     }
-    serde_json::from_slice(bytes)
+    match toolgate_core::json::from_slice(bytes) {
+        // rmcp's types read from the value as from the text; should one not, the text is
+        // read again, for rmcp's own outcome.
+        Ok(value) => {
+            ClientJsonRpcMessage::deserialize(value).or_else(|_| serde_json::from_slice(bytes))
+        }
+        Err(JsonError::RepeatedKey(repeated)) => Err(serde_json::Error::custom(repeated)),
+        // Not JSON: rmcp's reading says how, in its words.
+        Err(_) => serde_json::from_slice(bytes),
+    }
 }
 
 /// A `tools/call` request as it is written: what rmcp reads into a
 /// `JsonRpcRequest<CallToolRequest>`, without the flattened layers that make serde buffer
-/// it. Keys it does not name are skipped, as rmcp skips them; a key given twice fails it.
+/// it. A key it does not name, or one given twice, fails it: the other reading then has
+/// the message (and refuses a key given twice).
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct WireCall {
     jsonrpc: JsonRpcVersion2_0,
     id: RequestId,
@@ -50,14 +72,28 @@ struct WireCall {
 /// The parameters of a `tools/call`, `_meta` among them: rmcp keeps `_meta` in the
 /// request's extensions, not in the parameters.
 #[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct WireParams {
-    #[serde(rename = "_meta")]
+    #[serde(rename = "_meta", default, deserialize_with = "unique_object")]
     meta: Option<JsonObject>,
     name: Cow<'static, str>,
+    #[serde(default, deserialize_with = "unique_object")]
     arguments: Option<JsonObject>,
-    input_responses: Option<InputResponses>,
+    #[serde(default, deserialize_with = "unique_object")]
+    input_responses: Option<JsonObject>,
     request_state: Option<String>,
+}
+
+/// An object (or null), read refusing a key it names twice; anything else fails the read,
+/// for the other reading to say what is wrong.
+fn unique_object<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<JsonObject>, D::Error> {
+    match toolgate_core::json::unique_keys(deserializer)? {
+        Value::Object(object) => Ok(Some(object)),
+        Value::Null => Ok(None),
+        _ => Err(D::Error::custom("not an object")),
+    }
 }
 
 impl WireCall {
@@ -79,7 +115,8 @@ impl WireCall {
         } = self.params;
         let mut params = CallToolRequestParams::new(name);
         params.arguments = arguments;
-        params.input_responses = input_responses;
+        params.input_responses =
+            input_responses.map(|responses| responses.into_iter().collect::<InputResponses>());
         params.request_state = request_state;
         let mut request = CallToolRequest::new(params);
         if let Some(meta) = meta {
@@ -133,23 +170,49 @@ mod tests {
 
     #[test]
     fn a_tool_call_reads_as_rmcp_reads_it() {
+        // Whether toolgate's own reading takes it: a key it does not name sends a call to
+        // rmcp's reading.
         let calls = [
-            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            (
+                serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
                 "params": {"name": "echo", "arguments": {"text": "hi"}}}),
-            serde_json::json!({"jsonrpc": "2.0", "id": "a-1", "method": "tools/call",
+                true,
+            ),
+            (
+                serde_json::json!({"jsonrpc": "2.0", "id": "a-1", "method": "tools/call",
                 "params": {"name": "echo", "_meta": {"progressToken": "p", "x": [1, 2]}}}),
-            serde_json::json!({"params": {"name": "n"}, "method": "tools/call", "id": 7, "jsonrpc": "2.0",
+                true,
+            ),
+            (
+                serde_json::json!({"params": {"name": "n"}, "method": "tools/call", "id": 7, "jsonrpc": "2.0",
                 "extra": true}),
-            serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                false,
+            ),
+            (
+                serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
                 "params": {"name": "a \"quoted\" tool", "_meta": null, "unknown": {"deep": [null]},
                     "arguments": {"big": 18446744073709551615u64, "neg": -9007199254740993i64,
                         "float": 1.5e300, "nested": {"a": [1, "two", false, null]}},
                     "inputResponses": {"ask-1": {"action": "accept"}},
                     "requestState": "opaque"}}),
-            serde_json::json!({"jsonrpc": "2.0", "id": -3, "method": "tools/call",
+                false,
+            ),
+            (
+                serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                "params": {"name": "a \"quoted\" tool", "_meta": null,
+                    "arguments": {"big": 18446744073709551615u64, "neg": -9007199254740993i64,
+                        "float": 1.5e300, "nested": {"a": [1, "two", false, null]}},
+                    "inputResponses": {"ask-1": {"action": "accept"}},
+                    "requestState": "opaque"}}),
+                true,
+            ),
+            (
+                serde_json::json!({"jsonrpc": "2.0", "id": -3, "method": "tools/call",
                 "params": {"name": "", "arguments": {}, "_meta": {}}}),
+                true,
+            ),
         ];
-        for call in calls {
+        for (call, own) in calls {
             let (fast, rmcp) = both(&call);
             assert!(fast.is_ok(), "{call}: {fast:?}");
             assert_eq!(fast, rmcp, "{call}");
@@ -158,9 +221,10 @@ mod tests {
                 read(&bytes).unwrap(),
                 serde_json::from_slice::<ClientJsonRpcMessage>(&bytes).unwrap(),
             );
-            assert!(
+            assert_eq!(
                 WireCall::read(&bytes).is_some(),
-                "{call} is read by toolgate's own reading"
+                own,
+                "{call} is read by toolgate's own reading: {own}"
             );
             assert!(meta_of(&fast).is_some(), "{call}");
             assert_eq!(meta_of(&fast), meta_of(&rmcp), "{call}");
@@ -229,23 +293,100 @@ mod tests {
     }
 
     #[test]
-    fn escaped_keys_and_keys_given_twice_read_as_rmcp_reads_them() {
-        let texts: [&[u8]; 5] = [
+    fn escaped_keys_read_as_rmcp_reads_them() {
+        let texts: [&[u8]; 2] = [
             br#"{"jsonrpc":"2.0","id":2,"method":"tools\/call","params":{"name":"e"}}"#,
             br#"{"jsonrpc":"2.0","id":3,"method":"tools/call","par\u0061ms":{"n\u0061me":"e","_met\u0061":{"k":1}}}"#,
-            br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"a","name":"b"}}"#,
-            br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/list","params":{"name":"e"}}"#,
-            br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"e"}}"#,
         ];
         for text in texts {
             let fast = read(text).map(|m| serde_json::to_value(m).unwrap());
             let rmcp = serde_json::from_slice::<ClientJsonRpcMessage>(text)
                 .map(|m| serde_json::to_value(m).unwrap());
+            assert!(fast.is_ok(), "{}", String::from_utf8_lossy(text));
             assert_eq!(
                 fast.map_err(|e| e.to_string()),
                 rmcp.map_err(|e| e.to_string()),
                 "{}",
                 String::from_utf8_lossy(text)
+            );
+        }
+    }
+
+    #[test]
+    fn a_key_given_twice_anywhere_in_a_message_is_refused_naming_it_and_its_object() {
+        let cases: [(&[u8], &str, &str); 12] = [
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"e","arguments":{"path":"/etc/passwd","path":"/tmp/x"}}}"#,
+                "path",
+                "in the object at `/params/arguments`",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"e","arguments":{"o":{"a":[{},{"b":1,"b":2}]}}}}"#,
+                "b",
+                "in the object at `/params/arguments/o/a/1`",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"e","_meta":{"progressToken":1,"progressToken":2}}}"#,
+                "progressToken",
+                "in the object at `/params/_meta`",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"e","inputResponses":{"ask":{},"ask":{}}}}"#,
+                "ask",
+                "in the object at `/params/inputResponses`",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"a","name":"b"}}"#,
+                "name",
+                "in the object at `/params`",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","method":"tools/list","params":{"name":"e"}}"#,
+                "method",
+                "in the top-level object",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"id":2,"method":"tools/call","params":{"name":"e"}}"#,
+                "id",
+                "in the top-level object",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"e"},"x":1,"x":2}"#,
+                "x",
+                "in the top-level object",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"e","other":{"k":1,"k":1}}}"#,
+                "k",
+                "in the object at `/params/other`",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{"cursor":"a","cursor":"b"}}"#,
+                "cursor",
+                "in the object at `/params`",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","method":"notifications/initialized","params":{"_meta":{"a":1,"a":1}}}"#,
+                "a",
+                "in the object at `/params/_meta`",
+            ),
+            (
+                br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"content":[]}}"#,
+                "content",
+                "in the object at `/result`",
+            ),
+        ];
+        for (text, key, place) in cases {
+            let shown = String::from_utf8_lossy(text);
+            let Err(error) = read(text) else {
+                panic!("{shown} is read")
+            };
+            // Answered `-32600` with the message's id, not `-32700`.
+            assert!(error.is_data(), "{shown}: {error}");
+            assert_eq!(
+                error.to_string(),
+                format!("the key `{key}` appears twice {place}: send each key once"),
+                "{shown}"
             );
         }
     }

@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
 use serde_json::Value;
+use toolgate_core::json::JsonError;
 // `duplex` and the `*Ext` traits are tokio's `io-util`, which rmcp's `transport-io`
 // (serving over a byte stream at all) turns on.
 use tokio::io::{
@@ -340,7 +341,15 @@ fn check(line: &[u8]) -> Checked {
             "the message is not a valid JSON-RPC request, notification or response",
         ));
     };
-    let reason = what_is_wrong(&message);
+    // A key named twice is toolgate's refusal (see `message`): said as such. A request
+    // whose `id` is named twice has no id to answer to.
+    let (reason, id_repeated) = match toolgate_core::json::from_slice(text) {
+        Err(JsonError::RepeatedKey(repeated)) => (
+            repeated.to_string(),
+            repeated.key() == "id" && repeated.pointer().is_empty(),
+        ),
+        _ => (what_is_wrong(&message), false),
+    };
     let Value::Object(fields) = &message else {
         return Checked::Answer(Refusal::new(Value::Null, INVALID_REQUEST, reason));
     };
@@ -350,7 +359,7 @@ fn check(line: &[u8]) -> Checked {
     }
     let id = fields
         .get("id")
-        .filter(|id| is_request_id(id))
+        .filter(|id| !id_repeated && is_request_id(id))
         .cloned()
         .unwrap_or(Value::Null);
     Checked::Answer(Refusal::new(id, INVALID_REQUEST, reason))
