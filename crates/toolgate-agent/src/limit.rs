@@ -3,6 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use toolgate_core::ToolError;
+use toolgate_core::error::InputViolations;
+
+use crate::ResultError;
 
 /// The limit when neither the instance, the thread nor the call sets one: 60,000
 /// characters.
@@ -133,6 +137,100 @@ fn escape_boundary(json: &[u8], end: usize) -> usize {
     end
 }
 
+/// Cuts an error's message to `max_chars` characters, as an output would be, and answers
+/// what was cut (`None` when nothing was).
+///
+/// The message of an invalid-input error lists its violations. Cut, it keeps the first
+/// ones that fit whole and says how many it leaves out (`… and 9,990 more`), and the
+/// error's list keeps the same ones: a model that sends 10,000 bad fields reads the first
+/// of them whole, within the limit, in every format. When not even the first one fits,
+/// the message is cut like any other and the list keeps none.
+pub(crate) fn cut_error(error: &mut ResultError, max_chars: usize) -> Option<Truncation> {
+    let original_chars = error.message.chars().count();
+    if original_chars <= max_chars {
+        return None;
+    }
+    if let Some((message, kept, kept_chars)) = fit_violations(error, max_chars) {
+        error.message = message;
+        error.violations.truncate(kept);
+        return Some(Truncation {
+            original_chars,
+            kept_chars,
+            limit: max_chars,
+        });
+    }
+    error.violations.clear();
+    match truncate_output(Value::String(std::mem::take(&mut error.message)), max_chars) {
+        (Value::String(message), truncation) => {
+            error.message = message;
+            truncation
+        }
+        (other, truncation) => {
+            error.message = other.to_string();
+            truncation
+        }
+    }
+}
+
+/// The message of `error` listing as many of its violations as fit in `max_chars` with
+/// the count of the others, how many it lists (at least one) and the characters kept from
+/// the original message; `None` when the message is not the error's list of violations or
+/// not even one of them fits.
+fn fit_violations(error: &ResultError, max_chars: usize) -> Option<(String, usize, usize)> {
+    if error.violations.is_empty() {
+        return None;
+    }
+    // The message as the error renders it: the list, and the words before it.
+    let rendered =
+        ToolError::InvalidInput(InputViolations(error.violations.clone())).caller_message();
+    if rendered != error.message {
+        return None;
+    }
+    let total = error.violations.len();
+    // With `kept` of them: the message, and its length with the count of the others. The
+    // length grows with `kept` (an entry and its separator take two characters or more;
+    // the count loses one digit at most), so the most that fit are found by bisection.
+    let with = |kept: usize| {
+        let listed = ToolError::InvalidInput(InputViolations(error.violations[..kept].to_vec()))
+            .caller_message();
+        let more = format!("; … and {} more", grouped(total - kept));
+        let chars = listed.chars().count();
+        (listed, more, chars)
+    };
+    let fits = |kept: usize| {
+        let (_, more, chars) = with(kept);
+        chars + more.chars().count() <= max_chars
+    };
+    if !fits(1) {
+        return None;
+    }
+    // `fits(low)` holds, and every count past `high` is the whole list, which does not fit.
+    let (mut low, mut high) = (1, total - 1);
+    while low < high {
+        let mid = low + (high - low).div_ceil(2);
+        if fits(mid) {
+            low = mid;
+        } else {
+            high = mid - 1;
+        }
+    }
+    let (listed, more, chars) = with(low);
+    Some((listed + &more, low, chars))
+}
+
+/// `n` with its digits grouped by thousands: `9,990`.
+fn grouped(n: usize) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
 /// Picks the limit in force: the call's, else the thread's, else the instance's.
 pub(crate) fn effective_limit(
     call: Option<usize>,
@@ -181,6 +279,15 @@ mod tests {
         assert_eq!(escape_boundary(br#"ab\u00"#, 6), 2);
         assert_eq!(escape_boundary(br#"ab\u001f"#, 8), 8);
         assert_eq!(escape_boundary(br#"ab\\u00"#, 7), 7);
+    }
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        assert_eq!(grouped(7), "7");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1_000), "1,000");
+        assert_eq!(grouped(9_990), "9,990");
+        assert_eq!(grouped(1_234_567), "1,234,567");
     }
 
     #[test]

@@ -18,7 +18,7 @@ pub use options::{Concurrency, ExecuteOptions, ResumeOptions};
 pub use resume::ResumeError;
 pub use trace::TraceId;
 
-use crate::limit::effective_limit;
+use crate::limit::{cut_error, effective_limit};
 use crate::modes::AWAITING_PERSON;
 use crate::{
     Arguments, ExecutionMode, Observation, ObservationStream, Observer, StateManager, ThreadConfig,
@@ -412,10 +412,9 @@ impl ToolSystem {
             Err(error) => {
                 let mut result = ToolResult::error(call_id, tool_name, &error);
                 // A tool's or a hook's message reaches the model as an output does: within
-                // the same limit.
+                // the same limit, and so do the violations of invalid input.
                 if let Some(error) = &mut result.error {
-                    let message = std::mem::take(&mut error.message);
-                    (error.message, result.metadata.truncation) = cut_text(message, limit);
+                    result.metadata.truncation = cut_error(error, limit);
                 }
                 result
             }

@@ -10,12 +10,23 @@
 //! current one (a global recorder installed after the first call, a test's local
 //! recorder), the table starts again.
 //!
-//! The number of series has a hard bound: past [`MAX_TOOLS`] tools, calls are counted under
-//! `tool="other"`, and past [`MAX_CODES`] error codes of one tool, under `code="other"`.
+//! The number of series has a hard bound: the table keeps at most [`MAX_TOOLS`] tools, and
+//! past [`MAX_CODES`] error codes of one tool, calls are counted under `code="other"`. A
+//! full table makes room for a new tool by forgetting the tools not called for
+//! [`FORGET_AFTER`]: the tool set of a long-running host changes (a reload, an upstream
+//! server's new tool list), and a table that kept every tool it ever saw would count every
+//! later one under `tool="other"`. Until room is made, a new tool's calls are counted under
+//! `tool="other"`.
+//!
+//! Forgetting drops the handles, not the series: the facade cannot remove a series from a
+//! recorder. A forgotten tool that is called again registers its series again, and the
+//! recorder hands back the same ones, still counting. Removing the series of tools that
+//! are gone is the recorder's work (an exporter's idle timeout).
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use super::PerRecorder;
 
@@ -98,6 +109,8 @@ pub(super) struct Observation<'a> {
 /// recorder has seen appears in its output, so none is registered ahead of use).
 #[derive(Clone, Default)]
 struct ToolHandles {
+    /// Whether the tool was called since the table's last sweep.
+    called: Called,
     success: Option<(Counter, Histogram)>,
     suspended: Option<(Counter, Histogram)>,
     input_required: Option<(Counter, Histogram)>,
@@ -179,6 +192,7 @@ impl ToolHandles {
         if let Some(counter) = rate_limited {
             counter.increment(1);
         }
+        self.called.mark();
         true
     }
 
@@ -261,10 +275,46 @@ impl ToolHandles {
     }
 }
 
-/// How many tools get series of their own; the calls of any further tool are counted under
-/// `tool="other"`. Tool names come from the registry, but a registry fed by upstream
-/// servers has no bound of its own.
+/// Whether a tool was called since the last sweep of its table. The hot path reads it and
+/// writes it only when it is unset, once per tool and sweep, so that the calls of a busy
+/// tool do not contend for it.
+#[derive(Default)]
+struct Called(AtomicBool);
+
+impl Called {
+    fn mark(&self) {
+        if !self.0.load(Ordering::Relaxed) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the tool was called, unset for the next sweep.
+    fn take(&self) -> bool {
+        self.0.swap(false, Ordering::Relaxed)
+    }
+}
+
+/// A copy of the table (for an update) keeps the marks. A call that marks the table being
+/// replaced may be missed by the copy; the tool is then forgotten at the next sweep and
+/// registers its series again at its next call, losing nothing.
+impl Clone for Called {
+    fn clone(&self) -> Self {
+        Called(AtomicBool::new(self.0.load(Ordering::Relaxed)))
+    }
+}
+
+/// How many tools get series of their own at once; when the table is full, the calls of a
+/// further tool are counted under `tool="other"` until tools not called for
+/// [`FORGET_AFTER`] make room. Tool names come from the registry, but a registry fed by
+/// upstream servers has no bound of its own.
 const MAX_TOOLS: usize = 4096;
+/// How long a tool goes uncalled before a full table may forget it. When a tool it lacks is
+/// called, a full table sweeps out the tools not called since its previous sweep, at most
+/// once this long: a tool uncalled for less than this is never forgotten, and one uncalled
+/// for twice as long is gone at the next sweep. A forgotten tool that comes back costs one
+/// registration, so the bound is short: after a reload, the new tools wait under
+/// `tool="other"` for two minutes at most.
+const FORGET_AFTER: Duration = Duration::from_secs(60);
 /// How many error codes of one tool get series of their own; further codes are counted
 /// under `code="other"`. Codes come from tools and hooks, which may make them up.
 const MAX_CODES: usize = 64;
@@ -280,17 +330,43 @@ pub(super) struct Handles {
 struct Table {
     tools: HashMap<Box<str>, ToolHandles, foldhash::fast::RandomState>,
     other: ToolHandles,
+    /// When the table last swept out the tools not called since the sweep before, or first
+    /// became full; `None` until then.
+    swept: Option<Instant>,
 }
 
 impl Table {
     /// The handles `tool` records into: its own, or the bucket of the tools past the bound
-    /// once the table is full; `None` for a tool not seen yet while there is room.
-    fn get(&self, tool: &str) -> Option<&ToolHandles> {
+    /// while the table is full and a sweep is not due; `None` when the tool needs a place
+    /// (there is room, or a sweep may make some). `now` is read only for a tool the full
+    /// table lacks.
+    fn get(&self, tool: &str, now: impl FnOnce() -> Instant) -> Option<&ToolHandles> {
         match self.tools.get(tool) {
             Some(handles) => Some(handles),
-            None if self.tools.len() >= MAX_TOOLS => Some(&self.other),
+            None if self.tools.len() >= MAX_TOOLS && !self.sweep_due(now()) => Some(&self.other),
             None => None,
         }
+    }
+
+    fn sweep_due(&self, now: Instant) -> bool {
+        self.swept
+            .is_none_or(|swept| now.saturating_duration_since(swept) >= FORGET_AFTER)
+    }
+
+    /// Forgets the tools not called since the last sweep, and starts the next period.
+    fn sweep(&mut self, now: Instant) {
+        self.tools.retain(|_, handles| handles.called.take());
+        self.swept = Some(now);
+    }
+
+    /// Starts the first period, when the table becomes full: the tools called from now on
+    /// are those the first sweep keeps, so that tools idle since long before are not kept
+    /// a period longer.
+    fn start_sweeping(&mut self, now: Instant) {
+        for handles in self.tools.values() {
+            handles.called.take();
+        }
+        self.swept = Some(now);
     }
 }
 
@@ -308,9 +384,21 @@ impl std::fmt::Debug for Handles {
 impl Handles {
     /// Records one call of `tool`.
     pub(super) fn record(&self, names: &Names, tool: &str, observation: &Observation<'_>) {
+        self.record_at(names, tool, observation, Instant::now);
+    }
+
+    /// Records one call of `tool`, reading the time from `now`, which only a tool the full
+    /// table lacks needs.
+    fn record_at(
+        &self,
+        names: &Names,
+        tool: &str,
+        observation: &Observation<'_>,
+        now: impl Fn() -> Instant,
+    ) {
         let recorded = self.tools.with_current(|table| {
             table
-                .and_then(|table| table.get(tool))
+                .and_then(|table| table.get(tool, &now))
                 .is_some_and(|handles| handles.record(observation))
         });
         if recorded {
@@ -320,17 +408,31 @@ impl Handles {
         // (the update may run more than once; registering a series twice gives the same
         // series).
         self.tools.update(|table| {
+            if !table.tools.contains_key(tool) && table.tools.len() >= MAX_TOOLS {
+                let now = now();
+                if table.sweep_due(now) {
+                    table.sweep(now);
+                }
+            }
             let (handles, label) = if let Some(handles) = table.tools.get_mut(tool) {
                 (handles, tool)
             } else if table.tools.len() >= MAX_TOOLS {
                 (&mut table.other, OTHER)
             } else {
+                if table.tools.len() + 1 == MAX_TOOLS && table.swept.is_none() {
+                    table.start_sweeping(now());
+                }
                 (table.tools.entry(tool.into()).or_default(), tool)
             };
             handles.register(names, label, observation);
         });
         self.tools.with_current(|table| {
-            if let Some(handles) = table.and_then(|table| table.get(tool)) {
+            let handles = table.and_then(|table| match table.tools.get(tool) {
+                Some(handles) => Some(handles),
+                None if table.tools.len() >= MAX_TOOLS => Some(&table.other),
+                None => None,
+            });
+            if let Some(handles) = handles {
                 let recorded = handles.record(observation);
                 debug_assert!(recorded, "every handle needed was just registered");
             }
@@ -529,5 +631,106 @@ mod tests {
         assert_eq!(calls(&found, &["tool=other", "code=made_up"]), Some(3));
         let series = found.iter().filter(|(name, ..)| name == "calls").count();
         assert_eq!(series, MAX_TOOLS + 2);
+    }
+
+    /// A clock the test moves.
+    struct Clock(std::cell::Cell<Instant>);
+
+    impl Clock {
+        fn new() -> Clock {
+            Clock(std::cell::Cell::new(Instant::now()))
+        }
+
+        fn now(&self) -> Instant {
+            self.0.get()
+        }
+
+        fn advance(&self, by: Duration) {
+            self.0.set(self.0.get() + by);
+        }
+    }
+
+    #[test]
+    fn a_churned_tool_set_keeps_getting_its_own_series() {
+        let names = names();
+        let handles = Handles::default();
+        let recorder = DebuggingRecorder::new();
+        let clock = Clock::new();
+        let generation = |g: usize| -> Vec<String> {
+            (0..MAX_TOOLS).map(|i| format!("gen{g}_tool_{i}")).collect()
+        };
+        let (generations, rounds) = (3_u64, 4_u64);
+        ::metrics::with_local_recorder(&recorder, || {
+            // Each generation replaces the whole tool set, as a reload that renames every
+            // tool would; its tools are called once a period.
+            for g in 0..generations as usize {
+                for _ in 0..rounds {
+                    for tool in &generation(g) {
+                        let success = observation(Outcome::Success, None);
+                        handles.record_at(&names, tool, &success, || clock.now());
+                    }
+                    clock.advance(FORGET_AFTER);
+                }
+                clock.advance(10 * FORGET_AFTER);
+            }
+        });
+        let found = read(&recorder);
+        let mut own = 0;
+        for g in 0..generations as usize {
+            for tool in &generation(g) {
+                let label = format!("tool={tool}");
+                let calls = calls(&found, &[&label, "code=ok"]).unwrap_or(0);
+                // Counted under `other` for two periods at most after the reload.
+                assert!(calls >= rounds - 2, "{tool} has {calls} calls of its own");
+                own += calls;
+            }
+        }
+        let other = calls(&found, &["tool=other", "code=ok"]).unwrap_or(0);
+        assert_eq!(own + other, generations * rounds * MAX_TOOLS as u64);
+    }
+
+    #[test]
+    fn new_tools_wait_under_other_until_the_old_ones_were_idle_long_enough() {
+        let names = names();
+        let handles = Handles::default();
+        let recorder = DebuggingRecorder::new();
+        let clock = Clock::new();
+        let success = observation(Outcome::Success, None);
+        let old: Vec<String> = (0..MAX_TOOLS).map(|i| format!("old_{i}")).collect();
+        ::metrics::with_local_recorder(&recorder, || {
+            for tool in &old {
+                handles.record_at(&names, tool, &success, || clock.now());
+            }
+            // Still in use: the table is full of tools called within the period.
+            clock.advance(FORGET_AFTER / 2);
+            for tool in &old[..10] {
+                handles.record_at(&names, tool, &success, || clock.now());
+            }
+            handles.record_at(&names, "new", &success, || clock.now());
+            // A period later, the tools not called since are forgotten, the ten called
+            // are kept; the new tool gets its own series.
+            clock.advance(FORGET_AFTER);
+            handles.record_at(&names, "new", &success, || clock.now());
+            handles.record_at(&names, "newer", &success, || clock.now());
+            // A forgotten tool that comes back finds its series where it was.
+            handles.record_at(&names, "old_4000", &success, || clock.now());
+        });
+        let found = read(&recorder);
+        assert_eq!(calls(&found, &["tool=other", "code=ok"]), Some(1));
+        assert_eq!(calls(&found, &["tool=new", "code=ok"]), Some(1));
+        assert_eq!(calls(&found, &["tool=newer", "code=ok"]), Some(1));
+        assert_eq!(calls(&found, &["tool=old_0", "code=ok"]), Some(2));
+        assert_eq!(calls(&found, &["tool=old_4000", "code=ok"]), Some(2));
+        let kept = ::metrics::with_local_recorder(&recorder, || {
+            handles.tools.with_current(|table| {
+                let table = table.expect("the table of this recorder");
+                (0..10).all(|i| table.tools.contains_key(format!("old_{i}").as_str()))
+                    && !table.tools.contains_key("old_10")
+            })
+        });
+        assert!(
+            kept,
+            "the tools called in the period are kept, the others forgotten"
+        );
     }
 }

@@ -13,8 +13,12 @@
 //!
 //! Labels are tool names, stage and hook names and error codes only — never user ids,
 //! arguments or outputs, which would leak data and explode cardinality. The number of
-//! series is bounded: past 4,096 tools, further tools are counted under `tool="other"`,
-//! and past 64 error codes of one tool, further codes under `code="other"`.
+//! series is bounded: the hook keeps the series of 4,096 tools at once, and past 64 error
+//! codes of one tool, further codes are counted under `code="other"`. When a new tool
+//! finds no room, the tools not called for a minute or more make room for it (a host's
+//! tool set changes with reloads and upstream servers); until then it is counted under
+//! `tool="other"`. A forgotten tool's series stays with the recorder, which alone can
+//! remove it (an exporter's idle timeout).
 //!
 //! # Examples
 //!
