@@ -3,8 +3,18 @@
 
 use axum::http::{HeaderMap, Method, header};
 
-/// The name of the session cookie.
+/// The name of the session cookie on a loopback host, over plain HTTP.
 pub const COOKIE: &str = "toolgate_console";
+
+/// The name of the session cookie everywhere else: a browser takes a cookie of this name
+/// only with `Secure`, `Path=/` and no `Domain`, so a page of a sibling subdomain, or one
+/// served over plain HTTP, cannot plant a session of its choosing in its place.
+pub const SECURE_COOKIE: &str = "__Host-toolgate_console";
+
+/// The session cookie's name: [`SECURE_COOKIE`] when it is sent `Secure`.
+pub fn cookie_name(secure: bool) -> &'static str {
+    if secure { SECURE_COOKIE } else { COOKIE }
+}
 
 /// The header a state-changing request carries its session's token in.
 pub const CSRF_HEADER: &str = "x-toolgate-csrf";
@@ -24,9 +34,10 @@ pub enum Forgery {
     BadToken,
 }
 
-/// The value of the session cookie, if the request has one.
-pub fn session_cookie(headers: &HeaderMap) -> Option<&str> {
-    cookie(headers, COOKIE)
+/// The value of the session cookie, if the request has one: of the name [`set_cookie`]
+/// gives it when `secure`, and no other.
+pub fn session_cookie(headers: &HeaderMap, secure: bool) -> Option<&str> {
+    cookie(headers, cookie_name(secure))
 }
 
 /// The value of the cookie `name`, if the request has one that is not empty.
@@ -89,11 +100,12 @@ pub fn is_loopback_host(host: &str) -> bool {
 }
 
 /// The `Set-Cookie` value of a session: `HttpOnly`, `SameSite=Strict`, the whole site
-/// (the console's pages call `/v1`), `Secure` unless served on loopback. `max_age_s` 0
-/// deletes it.
+/// (the console's pages call `/v1`), `Secure` and named [`SECURE_COOKIE`] unless served on
+/// loopback. `max_age_s` 0 deletes it.
 pub fn set_cookie(value: &str, max_age_s: u64, secure: bool) -> String {
     format!(
-        "{COOKIE}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_s}{}",
+        "{}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_s}{}",
+        cookie_name(secure),
         if secure { "; Secure" } else { "" }
     )
 }
@@ -115,16 +127,39 @@ mod tests {
     #[test]
     fn the_session_cookie_is_found_among_others() {
         let h = headers(&[("cookie", "a=1; toolgate_console=abc ; b=2")]);
-        assert_eq!(session_cookie(&h), Some("abc"));
+        assert_eq!(session_cookie(&h, false), Some("abc"));
         assert_eq!(
-            session_cookie(&headers(&[("cookie", "toolgate_consoleX=1")])),
+            session_cookie(&headers(&[("cookie", "toolgate_consoleX=1")]), false),
             None
         );
         assert_eq!(
-            session_cookie(&headers(&[("cookie", "toolgate_console=")])),
+            session_cookie(&headers(&[("cookie", "toolgate_console=")]), false),
             None
         );
-        assert_eq!(session_cookie(&HeaderMap::new()), None);
+        assert_eq!(session_cookie(&HeaderMap::new(), false), None);
+    }
+
+    #[test]
+    fn served_securely_the_session_is_read_from_the_host_prefixed_cookie_only() {
+        // A sibling subdomain or a plain-HTTP page can set `toolgate_console` for this
+        // host, never `__Host-toolgate_console`.
+        let planted = headers(&[("cookie", "toolgate_console=planted")]);
+        assert_eq!(session_cookie(&planted, true), None);
+        let both = headers(&[(
+            "cookie",
+            "toolgate_console=planted; __Host-toolgate_console=own",
+        )]);
+        assert_eq!(session_cookie(&both, true), Some("own"));
+        let set = set_cookie("own", 60, true);
+        assert!(
+            set.starts_with("__Host-toolgate_console=own; Path=/;"),
+            "{set}"
+        );
+        assert!(
+            set.ends_with("; Secure") && !set.contains("Domain"),
+            "{set}"
+        );
+        assert!(set_cookie("own", 60, false).starts_with("toolgate_console=own;"));
     }
 
     #[test]

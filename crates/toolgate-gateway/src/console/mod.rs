@@ -282,7 +282,7 @@ async fn current(
     if gateway.config.console.is_none() {
         return Err(console_off().into_response());
     }
-    let Some(id) = guard::session_cookie(headers) else {
+    let Some(id) = guard::session_cookie(headers, secure(headers)) else {
         return Err(session_ended().into_response());
     };
     let limit = &gateway.credential_limit;
@@ -381,7 +381,7 @@ fn check_change(headers: &HeaderMap, live: &Live) -> Result<(), Forgery> {
 pub(crate) fn comes_with_session(gateway: &Gateway, headers: &HeaderMap) -> bool {
     gateway.config.console.is_some()
         && !headers.contains_key(header::AUTHORIZATION)
-        && guard::session_cookie(headers).is_some()
+        && guard::session_cookie(headers, secure(headers)).is_some()
 }
 
 /// The caller of a `/v1` request that [comes with a session](comes_with_session): the

@@ -7,6 +7,7 @@ mod common;
 
 mod audit_records;
 mod connections;
+mod console_cookie;
 mod failed_credentials;
 mod imported_tools;
 mod logs;
