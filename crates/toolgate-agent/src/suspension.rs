@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
+use toolgate_core::User;
 pub use toolgate_core::suspension::{
     InMemorySuspensionStore, SuspendedInvocation, SuspensionLimits, SuspensionStore,
     SuspensionStoreError, SuspensionTable,
@@ -40,7 +41,8 @@ impl FileStoreError {
 /// every change, so that calls waiting for a person survive a restart of the process.
 ///
 /// It keeps the same [`SuspensionLimits`] as the in-memory store, with a
-/// [`SuspensionTable`]: at most `max_per_user` calls per user and `max_total` in all, each
+/// [`SuspensionTable`]: at most `max_per_user` calls per caller (a user id in a tenant:
+/// `ann` of `globex` never takes the places of `ann` of `acme`) and `max_total` in all, each
 /// expiring `expire_after` after it was suspended. Expired calls are removed from the file
 /// at the next change; their ids answer "expired" until this process ends (a restart
 /// forgets them, and they answer "unknown" after it).
@@ -155,8 +157,8 @@ impl JsonFileSuspensionStore {
         self.len() == 0
     }
 
-    /// How many calls of `user` wait.
-    pub fn waiting_for(&self, user: &str) -> usize {
+    /// How many calls of the caller `user` (its id in its tenant) wait.
+    pub fn waiting_for(&self, user: &User) -> usize {
         self.lock().waiting_for(user)
     }
 
@@ -237,8 +239,99 @@ impl SuspensionStore for JsonFileSuspensionStore {
         Ok(self.lock().get(id, now)?.cloned())
     }
 
-    async fn expired_owner(&self, id: &str) -> Result<Option<String>, SuspensionStoreError> {
+    async fn expired_owner(&self, id: &str) -> Result<Option<User>, SuspensionStoreError> {
         let now = (self.clock)();
-        Ok(self.lock().expired_owner(id, now).map(str::to_owned))
+        Ok(self.lock().expired_owner(id, now))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::{Map, json};
+    use toolgate_core::Stage;
+
+    use super::*;
+
+    fn call_by(id: &str, user: &User) -> SuspendedInvocation {
+        SuspendedInvocation {
+            id: id.into(),
+            tool: "transfer".into(),
+            tool_version: "1".into(),
+            session_id: None,
+            request_id: id.into(),
+            user: user.clone(),
+            input: json!({"amount": 10}),
+            output: None,
+            metadata: Map::new(),
+            stage: Stage::WillCheckConsent,
+            reason: "needs approval".into(),
+            payload: json!(null),
+            suspended_at: SystemTime::now(),
+            expires_at: None,
+            binding: None,
+        }
+    }
+
+    fn limits(max_per_user: usize) -> SuspensionLimits {
+        SuspensionLimits {
+            max_per_user,
+            expire_after: Duration::from_secs(60),
+            ..SuspensionLimits::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_flood_from_ann_of_globex_does_not_take_the_places_of_ann_of_acme_across_a_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let globex = User::new("ann").with_tenant("globex");
+        let acme = User::new("ann").with_tenant("acme");
+        let store = JsonFileSuspensionStore::open(&path, limits(2)).unwrap();
+        for i in 0..2 {
+            store
+                .save(call_by(&format!("g{i}"), &globex))
+                .await
+                .unwrap();
+        }
+        let flood = store.save(call_by("g2", &globex)).await;
+        store.save(call_by("a0", &acme)).await.unwrap();
+        drop(store);
+
+        let reopened = JsonFileSuspensionStore::open(&path, limits(2)).unwrap();
+        let after_reopen = reopened.save(call_by("g3", &globex)).await;
+        reopened.save(call_by("a1", &acme)).await.unwrap();
+
+        let refused = Err(SuspensionStoreError::user_full(&globex, 2));
+        assert_eq!((&flood, &after_reopen), (&refused, &refused));
+        assert_eq!(reopened.waiting_for(&acme), 2);
+        assert_eq!(reopened.waiting_for(&User::new("ann")), 0);
+    }
+
+    #[tokio::test]
+    async fn an_expired_call_is_told_expired_to_its_own_caller_only_not_to_ann_of_another_tenant() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let acme = User::new("ann").with_tenant("acme");
+        let store = JsonFileSuspensionStore::open(&path, limits(5)).unwrap();
+        store.save(call_by("anns", &acme)).await.unwrap();
+        assert_eq!(store.expired_owner("anns").await, Ok(None), "it waits");
+        drop(store);
+        // Read back from the file, then looked up a minute later.
+        let later = SystemTime::now() + Duration::from_secs(61);
+        let reopened = JsonFileSuspensionStore::open(&path, limits(5))
+            .unwrap()
+            .with_clock(move || later);
+        let expired = SuspensionStoreError::Expired { id: "anns".into() };
+        assert_eq!(reopened.get("anns").await, Err(expired));
+
+        let owner = reopened.expired_owner("anns").await.unwrap();
+
+        // What a host answers 410 to; anyone else gets the 404 of an unknown id.
+        let told = |asking: &User| owner.as_ref().is_some_and(|o| o.is_same_caller(asking));
+        assert!(told(&acme.clone().with_roles(["ops"])));
+        assert!(!told(&User::new("ann").with_tenant("globex")));
+        assert!(!told(&User::new("ann")));
     }
 }

@@ -250,7 +250,10 @@ async fn a_file_store_refuses_one_user_past_their_cap_and_other_users_still_park
         "other users are unaffected"
     );
     assert_eq!(
-        (store.waiting_for("mallory"), store.waiting_for("ann")),
+        (
+            store.waiting_for(&User::new("mallory")),
+            store.waiting_for(&User::new("ann"))
+        ),
         (2, 1)
     );
     drop((system, store));

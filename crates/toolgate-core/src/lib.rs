@@ -119,6 +119,7 @@ pub use tool::{JsonTool, Tool, tool_fn};
 /// Writes a hook's `stages()` (and `required_providers()`) from its stage methods, and lets
 /// them be written as plain or `async fn`s: see [`Hook`].
 pub use toolgate_macros::hook;
+pub use user::CallerId;
 
 /// `__stage_methods!(callback)` expands to `callback! { method => Variant, … }` with every
 /// stage method that takes only the context, in pipeline order: for a hook that writes one

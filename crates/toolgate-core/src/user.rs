@@ -80,6 +80,50 @@ impl User {
     }
 }
 
+/// Who a caller is, and no more: a user id in a tenant, as [`User::is_same_caller`]
+/// compares users. A key for what is counted or kept per caller — roles and attributes
+/// change over time and are left out; `ann` of `globex` is not `ann` of `acme`.
+///
+/// ```
+/// use toolgate_core::{CallerId, User};
+///
+/// let ann = User::new("ann").with_tenant("acme");
+/// let id = CallerId::of(&ann);
+/// assert!(id.is(&ann.clone().with_roles(["admin"])));
+/// assert!(!id.is(&User::new("ann").with_tenant("globex")));
+/// assert!(id.to_user().is_same_caller(&ann));
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CallerId {
+    /// The user id.
+    pub id: String,
+    /// The tenant, if the caller has one.
+    pub tenant: Option<String>,
+}
+
+impl CallerId {
+    /// The caller `user` is.
+    pub fn of(user: &User) -> Self {
+        CallerId {
+            id: user.id.clone(),
+            tenant: user.tenant.clone(),
+        }
+    }
+
+    /// Whether `user` is this caller.
+    pub fn is(&self, user: &User) -> bool {
+        self.id == user.id && self.tenant == user.tenant
+    }
+
+    /// This caller as a [`User`] with no roles or attributes.
+    pub fn to_user(&self) -> User {
+        User {
+            tenant: self.tenant.clone(),
+            ..User::new(self.id.clone())
+        }
+    }
+}
+
 /// The user of invocations that name none.
 pub(crate) static ANONYMOUS: LazyLock<Arc<User>> =
     LazyLock::new(|| Arc::new(User::new("anonymous")));

@@ -86,7 +86,7 @@ impl ErasedTool for OutcomeTool {
                 // an expired id is as unknown as one never issued.
                 Err(expired @ SuspensionStoreError::Expired { .. }) => {
                     return match self.suspensions.expired_owner(id).await {
-                        Ok(Some(owner)) if owner == ctx.user().id => Err(expired.into()),
+                        Ok(Some(owner)) if owner.is_same_caller(ctx.user()) => Err(expired.into()),
                         _ => Err(unknown()),
                     };
                 }

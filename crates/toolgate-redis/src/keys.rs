@@ -24,17 +24,21 @@
 //! |---|---|---|
 //! | waiting calls by expiry | `:calls` | sorted set (id → expiry ms) |
 //! | waiting calls by id | `:ids` | sorted set (id → 0, for `ZRANGEBYLEX`) |
-//! | who made each waiting call | `:owners` | hash (id → user id) |
-//! | a user's waiting calls | `:user:<user id>` | sorted set (id → expiry ms) |
+//! | who made each waiting call | `:owners` | hash (id → caller) |
+//! | a caller's waiting calls | `:user:<caller>` | sorted set (id → expiry ms) |
 //! | a waiting call (held a while once taken) | `:call:<id>` | hash (`user`, `value`, `seal`, `at`, `token`, `held_by`) |
 //! | recently expired ids | `:expired` | sorted set (id → expiry ms) |
-//! | who made each recently expired call | `:expired_owners` | hash (id → user id; none for an id an earlier version remembered) |
+//! | who made each recently expired call | `:expired_owners` | hash (id → caller; none for an id an earlier version remembered) |
 //! | approvals for a retry by expiry | `:retries` | sorted set (approval id → expiry ms) |
-//! | a user's approvals | `:retry_user:<user id>` | sorted set (approval id → expiry ms) |
+//! | a caller's approvals | `:retry_user:<caller>` | sorted set (approval id → expiry ms) |
 //! | approvals of one binding | `:retry_key:<binding key>` | sorted set (approval id → kept at ms) |
 //! | an approval | `:retry:<approval id>` | hash (`user`, `value`, `seal`) |
 //! | outcomes by expiry | `:outcomes` | sorted set (id → expiry ms) |
 //! | an outcome | `:outcome:<id>` | string |
+//!
+//! A `<caller>` is the user id for a caller without a tenant (as every earlier version
+//! wrote it), and the bytes `0xFF <tenant> 0xFF <user id>` for one with a tenant: never
+//! UTF-8, so never an id.
 //!
 //! The session store's keys share one base the same way, `<prefix>:{<prefix>:sessions}`:
 //!

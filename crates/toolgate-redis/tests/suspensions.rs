@@ -48,6 +48,14 @@ fn call(id: &str, user: &str) -> SuspendedInvocation {
     }
 }
 
+/// A call of the caller `user` (an id in a tenant, or in none) waiting for approval.
+fn call_by(id: &str, user: &User) -> SuspendedInvocation {
+    SuspendedInvocation {
+        user: user.clone(),
+        ..call(id, &user.id)
+    }
+}
+
 fn limits(per_user: usize, total: usize, expire_after: Duration) -> SuspensionLimits {
     SuspensionLimits {
         max_per_user: per_user,
@@ -193,7 +201,7 @@ async fn concurrent_saves_from_two_replicas_keep_exactly_the_per_user_cap() {
     let refused = answers
         .iter()
         .filter(|answer| {
-            matches!(answer, Err(SuspensionStoreError::UserFull { user, max: 5 }) if user == "mallory")
+            matches!(answer, Err(SuspensionStoreError::UserFull { user, max: 5, .. }) if user == "mallory")
         })
         .count();
     assert_eq!((kept, refused), (5, 35), "{answers:?}");
@@ -205,6 +213,115 @@ async fn concurrent_saves_from_two_replicas_keep_exactly_the_per_user_cap() {
     a.save(call("ann-1", "ann"))
         .await
         .expect("other users still park");
+}
+
+#[tokio::test]
+async fn a_flood_from_ann_of_globex_does_not_take_the_places_of_ann_of_acme_on_any_replica() {
+    let test = "a_flood_from_ann_of_globex_does_not_take_the_places_of_ann_of_acme_on_any_replica";
+    let Some((a, b)) = two_replicas(test, limits(3, 1000, HOUR)).await else {
+        return;
+    };
+    let globex = User::new("ann").with_tenant("globex");
+    let acme = User::new("ann").with_tenant("acme");
+    let nobodys = User::new("ann");
+
+    let flood = alternately(&a, &b, 10, |i, store| {
+        let globex = globex.clone();
+        async move { store.save(call_by(&format!("g{i}"), &globex)).await }
+    })
+    .await;
+
+    let refused = SuspensionStoreError::user_full(&globex, 3);
+    assert_eq!(flood.iter().filter(|saved| saved.is_ok()).count(), 3);
+    assert!(
+        flood
+            .iter()
+            .flat_map(|saved| saved.as_ref().err())
+            .all(|e| *e == refused)
+    );
+    assert!(
+        refused
+            .to_string()
+            .starts_with("user `ann` of tenant `globex` already has 3")
+    );
+    for i in 0..3 {
+        b.save(call_by(&format!("a{i}"), &acme))
+            .await
+            .expect("acme's ann still parks");
+        a.save(call_by(&format!("n{i}"), &nobodys))
+            .await
+            .expect("so does the ann of none");
+    }
+    let listed = |user: &User| {
+        let filter = SuspensionFilter::of_caller(user);
+        let store = a.clone();
+        async move { ids(&store.list(&filter, None, 100).await.unwrap()).join(" ") }
+    };
+    assert_eq!(listed(&acme).await, "a0 a1 a2");
+    assert_eq!(listed(&nobodys).await, "n0 n1 n2");
+    assert_eq!(listed(&globex).await.split(' ').count(), 3);
+    // The index of the ann of no tenant is the key every earlier version wrote for `ann`.
+    let mut connection = inspect(&common::redis_url()).await;
+    let index: Vec<String> = connection
+        .zrange(format!("{}:user:ann", a.key_base()), 0, -1)
+        .await
+        .unwrap();
+    assert_eq!(index, ["n0", "n1", "n2"]);
+}
+
+#[tokio::test]
+async fn retry_approvals_of_ann_of_globex_do_not_take_the_places_of_ann_of_acme() {
+    let test = "retry_approvals_of_ann_of_globex_do_not_take_the_places_of_ann_of_acme";
+    let Some((a, b)) = two_replicas(test, limits(2, 1000, HOUR)).await else {
+        return;
+    };
+    let of = |tenant: Option<&str>, n: u64| {
+        let mut approval = approval("ann", n, HOUR);
+        approval.binding.tenant = tenant.map(str::to_owned);
+        approval
+    };
+    for n in 0..2 {
+        a.keep_retry_approval(of(Some("globex"), n)).await.unwrap();
+    }
+
+    let flood = b.keep_retry_approval(of(Some("globex"), 2)).await;
+
+    let globex = User::new("ann").with_tenant("globex");
+    assert_eq!(flood, Err(SuspensionStoreError::user_full(&globex, 2)));
+    for n in 0..2 {
+        b.keep_retry_approval(of(Some("acme"), n)).await.unwrap();
+        a.keep_retry_approval(of(None, n)).await.unwrap();
+    }
+    let acmes = of(Some("acme"), 0).binding.key();
+    assert!(a.use_retry_approval(&acmes).await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn an_expired_call_is_told_expired_to_its_own_caller_only_not_to_ann_of_another_tenant() {
+    let test =
+        "an_expired_call_is_told_expired_to_its_own_caller_only_not_to_ann_of_another_tenant";
+    let Some((a, b)) = two_replicas(test, limits(5, 100, HOUR)).await else {
+        return;
+    };
+    let acme = User::new("ann").with_tenant("acme");
+    let mut swept = call_by("swept", &acme);
+    swept.expires_at = Some(SystemTime::now() + Duration::from_millis(300));
+    a.save(swept).await.unwrap();
+    let mut looked_up = call_by("looked_up", &acme);
+    looked_up.expires_at = Some(SystemTime::now() + Duration::from_millis(300));
+    a.save(looked_up).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(b.get("looked_up").await.is_err());
+
+    for id in ["swept", "looked_up"] {
+        let owner = b.expired_owner(id).await.unwrap().expect(id);
+
+        // What a host answers 410 to; anyone else gets the 404 of an unknown id.
+        let told = |asking: &User| owner.is_same_caller(asking);
+        assert!(told(&acme.clone().with_roles(["ops"])), "{id}: {owner:?}");
+        assert!(!told(&User::new("ann").with_tenant("globex")), "{id}");
+        assert!(!told(&User::new("ann")), "{id}");
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -343,7 +460,7 @@ async fn an_expired_call_is_remembered_with_who_made_it_on_every_replica_so_only
     assert_eq!(b.expired_owner("waits").await, Ok(None), "it waits");
     tokio::time::sleep(Duration::from_millis(500)).await;
     // Past their expiry their rows are gone; who made them is not.
-    assert_eq!(b.expired_owner("swept").await, Ok(Some("bob".into())));
+    assert_eq!(b.expired_owner("swept").await, Ok(Some(User::new("bob"))));
 
     let looked_up = b.get("looked_up").await;
     // A save removes the expired calls it finds; one saved already past its expiry is
@@ -365,7 +482,11 @@ async fn an_expired_call_is_remembered_with_who_made_it_on_every_replica_so_only
             matches!(a.get(id).await, Err(SuspensionStoreError::Expired { .. })),
             "{id}"
         );
-        assert_eq!(a.expired_owner(id).await, Ok(Some(owner.into())), "{id}");
+        assert_eq!(
+            a.expired_owner(id).await,
+            Ok(Some(User::new(owner))),
+            "{id}"
+        );
     }
     assert_eq!(a.expired_owner("waits").await, Ok(None));
     assert_eq!(a.expired_owner("never").await, Ok(None));
@@ -406,7 +527,7 @@ async fn who_made_an_expired_call_is_kept_no_longer_and_for_no_more_ids_than_the
         "{owners_ttl} ms against {zset_ttl} ms"
     );
     assert_eq!(store.expired_owner("e1").await, Ok(None), "forgotten");
-    assert_eq!(store.expired_owner("e3").await, Ok(Some("ann".into())));
+    assert_eq!(store.expired_owner("e3").await, Ok(Some(User::new("ann"))));
     tokio::time::sleep(Duration::from_millis(1000)).await;
     assert_eq!(
         store.get("e3").await,

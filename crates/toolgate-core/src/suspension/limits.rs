@@ -5,10 +5,11 @@ use std::time::Duration;
 /// The bounds of a suspension store: no caller can fill it for everyone, and no call waits
 /// for ever (DESIGN.md §10).
 ///
-/// * `max_per_user` — calls one user may have waiting at once (default 100). Past it, that
-///   user's next call that needs approval is refused with
-///   [`SuspensionStoreError::UserFull`](super::SuspensionStoreError::UserFull); other users
-///   are unaffected.
+/// * `max_per_user` — calls one caller may have waiting at once (default 100): a caller is
+///   a user id in a tenant, so `ann` of `globex` and `ann` of `acme` each have their own
+///   places. Past it, that caller's next call that needs approval is refused with
+///   [`SuspensionStoreError::UserFull`](super::SuspensionStoreError::UserFull); other
+///   callers are unaffected.
 /// * `max_total` — calls waiting in all (default 10 000), the backstop for memory: with
 ///   inputs bounded at `b` bytes a store holds at most `max_per_user × b` for one user and
 ///   `max_total × b` in all.
@@ -34,7 +35,7 @@ use std::time::Duration;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SuspensionLimits {
-    /// Calls one user may have waiting at once.
+    /// Calls one caller (a user id in a tenant) may have waiting at once.
     pub max_per_user: usize,
     /// Calls waiting in all.
     pub max_total: usize,

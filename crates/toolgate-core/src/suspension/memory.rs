@@ -9,12 +9,13 @@ use super::{
     DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionLimits,
     SuspensionStore, SuspensionStoreError, SuspensionTable,
 };
+use crate::user::User;
 
 /// The wall clock a store stamps and checks expiry with.
 type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
-/// The default store: in this process, under [`SuspensionLimits`] — per-user and total
-/// caps, and expiry.
+/// The default store: in this process, under [`SuspensionLimits`] — per-caller (a user id
+/// in a tenant) and total caps, and expiry.
 ///
 /// # Examples
 ///
@@ -67,8 +68,8 @@ impl InMemorySuspensionStore {
         self.len() == 0
     }
 
-    /// How many calls of `user` wait.
-    pub fn waiting_for(&self, user: &str) -> usize {
+    /// How many calls of the caller `user` (its id in its tenant) wait.
+    pub fn waiting_for(&self, user: &User) -> usize {
         self.lock().waiting_for(user)
     }
 
@@ -116,9 +117,9 @@ impl SuspensionStore for InMemorySuspensionStore {
         Ok(self.lock().get(id, now)?.cloned())
     }
 
-    async fn expired_owner(&self, id: &str) -> Result<Option<String>, SuspensionStoreError> {
+    async fn expired_owner(&self, id: &str) -> Result<Option<User>, SuspensionStoreError> {
         let now = (self.clock)();
-        Ok(self.lock().expired_owner(id, now).map(str::to_owned))
+        Ok(self.lock().expired_owner(id, now))
     }
 
     async fn list(
@@ -175,7 +176,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::suspension::table::tests::call;
+    use crate::suspension::table::tests::{call, call_by};
 
     /// A store whose clock stands still until the returned counter of seconds moves it.
     fn store_with_clock(limits: SuspensionLimits) -> (InMemorySuspensionStore, Arc<AtomicU64>) {
@@ -206,7 +207,10 @@ mod tests {
         ));
         store.save(call("a0", "ann")).await.unwrap();
         assert_eq!(
-            (store.waiting_for("mallory"), store.waiting_for("ann")),
+            (
+                store.waiting_for(&User::new("mallory")),
+                store.waiting_for(&User::new("ann"))
+            ),
             (3, 1)
         );
         assert!(store.get("m3").await.unwrap().is_none());
@@ -258,9 +262,68 @@ mod tests {
             looked_up,
             Err(SuspensionStoreError::Expired { id: "anns".into() })
         );
-        assert_eq!(store.expired_owner("anns").await, Ok(Some("ann".into())));
-        assert_eq!(store.expired_owner("bobs").await, Ok(Some("bob".into())));
+        assert_eq!(
+            store.expired_owner("anns").await,
+            Ok(Some(User::new("ann")))
+        );
+        assert_eq!(
+            store.expired_owner("bobs").await,
+            Ok(Some(User::new("bob")))
+        );
         assert_eq!(store.expired_owner("never").await, Ok(None));
+    }
+
+    #[tokio::test]
+    async fn a_flood_from_ann_of_globex_does_not_take_the_places_of_ann_of_acme() {
+        let limits = SuspensionLimits {
+            max_per_user: 3,
+            ..SuspensionLimits::default()
+        };
+        let store = InMemorySuspensionStore::new(limits);
+        let globex = User::new("ann").with_tenant("globex");
+        let acme = User::new("ann").with_tenant("acme");
+        for i in 0..3 {
+            store
+                .save(call_by(&format!("g{i}"), &globex))
+                .await
+                .unwrap();
+        }
+
+        let flood = store.save(call_by("g3", &globex)).await;
+
+        assert_eq!(flood, Err(SuspensionStoreError::user_full(&globex, 3)));
+        for i in 0..3 {
+            store.save(call_by(&format!("a{i}"), &acme)).await.unwrap();
+        }
+        assert_eq!(
+            (store.waiting_for(&globex), store.waiting_for(&acme)),
+            (3, 3)
+        );
+    }
+
+    #[tokio::test]
+    async fn an_expired_call_is_told_expired_to_its_own_caller_only_not_to_ann_of_another_tenant() {
+        let limits = SuspensionLimits {
+            expire_after: Duration::from_secs(60),
+            ..SuspensionLimits::default()
+        };
+        let (store, seconds) = store_with_clock(limits);
+        let acme = User::new("ann").with_tenant("acme");
+        store.save(call_by("anns", &acme)).await.unwrap();
+        seconds.store(60, Ordering::SeqCst);
+        assert!(store.get("anns").await.is_err());
+
+        let owner = store
+            .expired_owner("anns")
+            .await
+            .unwrap()
+            .expect("an owner");
+
+        // What a host answers 410 to; anyone else gets the 404 of an unknown id.
+        let told = |asking: &User| owner.is_same_caller(asking);
+        assert!(told(&acme.clone().with_roles(["ops"])));
+        assert!(!told(&User::new("ann").with_tenant("globex")));
+        assert!(!told(&User::new("ann")));
     }
 
     #[tokio::test]

@@ -1,8 +1,8 @@
 //! Suspended invocations: what is kept while a call waits for a person, how long it may
-//! wait, how many calls one user may park, and how it resumes.
+//! wait, how many calls one caller (a user id in a tenant) may park, and how it resumes.
 //!
 //! * [`SuspensionStore`] — where calls wait; [`InMemorySuspensionStore`] is the default.
-//! * [`SuspensionLimits`] — the bounds every built-in store keeps: calls per user, calls in
+//! * [`SuspensionLimits`] — the bounds every built-in store keeps: calls per caller, calls in
 //!   all, and how long a call waits before it expires.
 //! * [`SuspensionTable`] — those bounds as a plain table, for a store of your own.
 
@@ -162,14 +162,18 @@ impl DecidedCall {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SuspensionStoreError {
-    /// This user already has as many calls waiting as one user may.
+    /// This caller — a user id in a tenant ([`User::is_same_caller`]) — already has as
+    /// many calls waiting as one caller may. `ann` of another tenant has places of her own.
     #[error(
-        "user `{user}` already has {max} calls waiting for approval: wait until an approver decides on some of them, or ask one to, before making more"
+        "{} already has {max} calls waiting for approval: wait until an approver decides on some of them, or ask one to, before making more",
+        caller_in_words(user, tenant.as_deref())
     )]
     UserFull {
-        /// The user.
+        /// The caller's user id.
         user: String,
-        /// How many calls one user may park.
+        /// The caller's tenant, if they have one.
+        tenant: Option<String>,
+        /// How many calls one caller may park.
         max: usize,
     },
     /// The store holds as many waiting calls as it may.
@@ -210,6 +214,25 @@ pub enum SuspensionStoreError {
         "the configured suspension store cannot list waiting calls: look a call up by its id, or configure a store that can list them (the in-memory store can)"
     )]
     CannotList,
+}
+
+impl SuspensionStoreError {
+    /// [`UserFull`](Self::UserFull) for `user`, who already has `max` calls waiting.
+    pub fn user_full(user: &User, max: usize) -> Self {
+        SuspensionStoreError::UserFull {
+            user: user.id.clone(),
+            tenant: user.tenant.clone(),
+            max,
+        }
+    }
+}
+
+/// A caller as a person reads it: "user `ann`", or "user `ann` of tenant `acme`".
+fn caller_in_words(user: &str, tenant: Option<&str>) -> String {
+    match tenant {
+        Some(tenant) => format!("user `{user}` of tenant `{tenant}`"),
+        None => format!("user `{user}`"),
+    }
 }
 
 /// A store's refusal as the caller sees it: a user over their cap of waiting calls is
@@ -311,7 +334,9 @@ impl SuspensionFilter {
 /// adds one that survives a restart, and a shared store (a database table, Redis) lets any
 /// replica resume a call that another one suspended.
 ///
-/// A store bounds what it keeps (DESIGN.md §10): the calls of one user, the calls in all,
+/// A store bounds what it keeps (DESIGN.md §10): the calls of one caller (a user id in a
+/// tenant, as [`User::is_same_caller`] compares them: `ann` of `globex` never takes the
+/// places of `ann` of `acme`), the calls in all,
 /// and how long a call waits. The built-in stores keep [`SuspensionLimits`] with a
 /// [`SuspensionTable`]; a store of your own can use the table too. Refuse a call past a
 /// bound with [`SuspensionStoreError::UserFull`] or [`SuspensionStoreError::Full`] (the
@@ -319,8 +344,9 @@ impl SuspensionFilter {
 /// [`SuspensionStoreError::Expired`] (the caller gets 410).
 ///
 /// Whether an id expired is only for those who could see the call while it waited: keep
-/// who made it with the expired id and answer [`expired_owner`](Self::expired_owner), so
-/// that a host (the gateway does) answers anyone else as it answers an unknown id (404).
+/// who made it (id and tenant) with the expired id and answer
+/// [`expired_owner`](Self::expired_owner), so that a host (the gateway does) answers anyone
+/// else — `ann` of another tenant included — as it answers an unknown id (404).
 /// A store that keeps the default answers no owner, and its expired calls look unknown to
 /// everyone but approvers.
 ///
@@ -418,16 +444,30 @@ pub trait SuspensionStore: Send + Sync + 'static {
     /// [`SuspensionStoreError::Expired`] when it waited too long.
     async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError>;
 
-    /// Who made the call `id` (their user id), if it expired and the store still answers
+    /// Who made the call `id`, if it expired and the store still answers
     /// [`SuspensionStoreError::Expired`] for it: for a host to tell that caller it expired
     /// (410) and anyone else, as for an id it never kept, that it is unknown (404), so that
-    /// nobody learns that another user's call existed.
+    /// nobody learns that another caller's call existed.
+    ///
+    /// The owner is a [`User`] with the id and tenant of who made the call (roles and
+    /// attributes are not kept: leave them empty); a host compares it with
+    /// [`User::is_same_caller`], so that `ann` of another tenant is not told. A store that
+    /// keeps an owner's id only must answer `None` for a caller with a tenant, never a
+    /// `User` without one.
     ///
     /// `None` when `id` did not expire, is no longer remembered as expired, or the store
     /// does not know who made it (an expired id remembered by an earlier version, which
     /// kept no owner): a host then treats the call as nobody's. The default, for a store
     /// that keeps no owners, answers `None`.
-    async fn expired_owner(&self, id: &str) -> Result<Option<String>, SuspensionStoreError> {
+    ///
+    /// ```
+    /// # use toolgate_core::User;
+    /// // How a host answers: 410 to the owner, 404 to anyone else.
+    /// let owner = Some(User::new("ann").with_tenant("acme"));
+    /// let asking = User::new("ann").with_tenant("globex");
+    /// assert!(!owner.is_some_and(|owner| owner.is_same_caller(&asking)));
+    /// ```
+    async fn expired_owner(&self, id: &str) -> Result<Option<User>, SuspensionStoreError> {
         let _ = id;
         Ok(None)
     }
@@ -449,7 +489,7 @@ pub trait SuspensionStore: Send + Sync + 'static {
     }
 
     /// Keeps an approval for a retry until its `expires_at`, under the same bounds as
-    /// waiting calls (per user and in all).
+    /// waiting calls (per caller — the binding's user id and tenant — and in all).
     ///
     /// A store that cannot keeps this default, which answers
     /// [`SuspensionStoreError::CannotApproveRetries`]; calls then only resume.

@@ -8,10 +8,14 @@ use super::{
     DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionLimits,
     SuspensionStoreError,
 };
+use crate::approval::CallBinding;
+use crate::user::{CallerId as Caller, User};
 
-/// Waiting calls kept under [`SuspensionLimits`]: per-user and total caps, expiry, and a
-/// memory of recently expired ids and who made each. Not synchronized and not async: a store wraps it in its
-/// own lock and passes the time of every operation in, so a test can move that time.
+/// Waiting calls kept under [`SuspensionLimits`]: per-caller and total caps, expiry, and a
+/// memory of recently expired ids and who made each. A caller is a user id in a tenant
+/// ([`User::is_same_caller`]): `ann` of `globex` counts apart from `ann` of `acme`. Not
+/// synchronized and not async: a store wraps it in its own lock and passes the time of
+/// every operation in, so a test can move that time.
 ///
 /// Both built-in stores keep one; a store of your own (a database, a shared cache) can
 /// too, to enforce the same bounds.
@@ -55,6 +59,10 @@ use super::{
 /// let refused = table.insert(call("b", "ann"), noon).unwrap_err();
 /// assert!(matches!(refused, SuspensionStoreError::UserFull { max: 1, .. }));
 /// table.insert(call("c", "bob"), noon)?; // other users are unaffected
+/// let mut of_acme = call("e", "ann");
+/// of_acme.user = User::new("ann").with_tenant("acme");
+/// table.insert(of_acme, noon)?; // and so is the `ann` of a tenant
+/// assert_eq!(table.waiting_for(&User::new("ann")), 1);
 ///
 /// let later = noon + Duration::from_secs(61);
 /// table.insert(call("d", "ann"), later)?; // ann's first call expired and no longer counts
@@ -65,7 +73,7 @@ use super::{
 pub struct SuspensionTable {
     limits: SuspensionLimits,
     entries: BTreeMap<String, SuspendedInvocation>,
-    per_user: HashMap<String, usize>,
+    per_caller: HashMap<Caller, usize>,
     /// The earliest expiry among the entries: until then, nothing needs removing.
     next_expiry: Option<SystemTime>,
     expired: ExpiredIds,
@@ -87,8 +95,16 @@ struct Outcomes {
 #[derive(Clone, Debug, Default)]
 struct RetryApprovals {
     by_key: BTreeMap<String, VecDeque<RetryApproval>>,
-    per_user: HashMap<String, usize>,
+    per_caller: HashMap<Caller, usize>,
     len: usize,
+}
+
+/// Who a cap counts and an expired id remembers: the caller a call or an approval is for.
+fn caller_of_binding(binding: &CallBinding) -> Caller {
+    Caller {
+        id: binding.user.clone(),
+        tenant: binding.tenant.clone(),
+    }
 }
 
 impl SuspensionTable {
@@ -97,7 +113,7 @@ impl SuspensionTable {
         SuspensionTable {
             limits,
             entries: BTreeMap::new(),
-            per_user: HashMap::new(),
+            per_caller: HashMap::new(),
             next_expiry: None,
             expired: ExpiredIds::default(),
             retries: RetryApprovals::default(),
@@ -122,8 +138,8 @@ impl SuspensionTable {
     ///
     /// # Errors
     ///
-    /// [`SuspensionStoreError::UserFull`] when the call's user already has
-    /// `max_per_user` calls waiting; [`SuspensionStoreError::Full`] when `max_total` calls
+    /// [`SuspensionStoreError::UserFull`] when the call's caller (its user id in its
+    /// tenant) already has `max_per_user` calls waiting; [`SuspensionStoreError::Full`] when `max_total` calls
     /// wait. The table is unchanged then.
     pub fn insert(
         &mut self,
@@ -131,12 +147,9 @@ impl SuspensionTable {
         now: SystemTime,
     ) -> Result<(), SuspensionStoreError> {
         self.remove_expired(now);
-        let waiting = self.waiting_for(&suspended.user.id);
-        if waiting >= self.limits.max_per_user {
-            return Err(SuspensionStoreError::UserFull {
-                user: suspended.user.id.clone(),
-                max: self.limits.max_per_user,
-            });
+        if self.waiting_for(&suspended.user) >= self.limits.max_per_user {
+            let max = self.limits.max_per_user;
+            return Err(SuspensionStoreError::user_full(&suspended.user, max));
         }
         if self.entries.len() >= self.limits.max_total {
             return Err(SuspensionStoreError::Full {
@@ -160,8 +173,9 @@ impl SuspensionTable {
             suspended.expires_at = suspended.suspended_at.checked_add(self.limits.expire_after);
         }
         if is_expired(&suspended, now) {
+            let owner = Caller::of(&suspended.user);
             self.expired
-                .insert(suspended.id, suspended.user.id, self.limits.max_total);
+                .insert(suspended.id, owner, self.limits.max_total);
         } else {
             self.keep(suspended);
         }
@@ -202,24 +216,25 @@ impl SuspensionTable {
         if self.next_expiry.is_none_or(|at| at > now) {
             return 0;
         }
-        let gone: Vec<(String, String)> = self
+        let gone: Vec<(String, Caller)> = self
             .entries
             .values()
             .filter(|s| is_expired(s, now))
-            .map(|s| (s.id.clone(), s.user.id.clone()))
+            .map(|s| (s.id.clone(), Caller::of(&s.user)))
             .collect();
-        for (id, user) in &gone {
-            self.forget(id);
-            self.expired
-                .insert(id.clone(), user.clone(), self.limits.max_total);
+        let count = gone.len();
+        for (id, owner) in gone {
+            self.forget(&id);
+            self.expired.insert(id, owner, self.limits.max_total);
         }
         self.next_expiry = self.entries.values().filter_map(|s| s.expires_at).min();
-        gone.len()
+        count
     }
 
-    /// How many calls of `user` wait (expired ones that were not removed yet included).
-    pub fn waiting_for(&self, user: &str) -> usize {
-        self.per_user.get(user).copied().unwrap_or(0)
+    /// How many calls of the caller `user` wait — its id in its tenant, whatever its roles
+    /// (expired ones that were not removed yet included).
+    pub fn waiting_for(&self, user: &User) -> usize {
+        self.per_caller.get(&Caller::of(user)).copied().unwrap_or(0)
     }
 
     /// How many calls wait.
@@ -262,8 +277,9 @@ impl SuspensionTable {
     }
 
     /// Keeps an approval for a retry until its `expires_at`, under the caps on waiting
-    /// calls (`max_per_user` approvals per user, `max_total` in all, counted apart from
-    /// the calls that wait). Expired approvals are removed first.
+    /// calls (`max_per_user` approvals per caller — the binding's user id and tenant —,
+    /// `max_total` in all, counted apart from the calls that wait). Expired approvals are
+    /// removed first.
     ///
     /// # Errors
     ///
@@ -274,19 +290,18 @@ impl SuspensionTable {
         now: SystemTime,
     ) -> Result<(), SuspensionStoreError> {
         self.retries.remove_expired(now);
-        let user = &approval.binding.user;
-        if self.retries.per_user.get(user).copied().unwrap_or(0) >= self.limits.max_per_user {
-            return Err(SuspensionStoreError::UserFull {
-                user: user.clone(),
-                max: self.limits.max_per_user,
-            });
+        let caller = caller_of_binding(&approval.binding);
+        let kept = self.retries.per_caller.get(&caller).copied().unwrap_or(0);
+        if kept >= self.limits.max_per_user {
+            let max = self.limits.max_per_user;
+            return Err(SuspensionStoreError::user_full(&caller.to_user(), max));
         }
         if self.retries.len >= self.limits.max_total {
             return Err(SuspensionStoreError::Full {
                 max: self.limits.max_total,
             });
         }
-        *self.retries.per_user.entry(user.clone()).or_default() += 1;
+        *self.retries.per_caller.entry(caller).or_default() += 1;
         self.retries.len += 1;
         self.retries
             .by_key
@@ -301,10 +316,10 @@ impl SuspensionTable {
     pub fn use_retry_approval(&mut self, key: &str, now: SystemTime) -> Option<RetryApproval> {
         let queue = self.retries.by_key.get_mut(key)?;
         let mut found = None;
-        let mut gone: Vec<String> = Vec::new();
+        let mut gone: Vec<Caller> = Vec::new();
         while let Some(approval) = queue.pop_front() {
             let live = approval.expires_at > now;
-            gone.push(approval.binding.user.clone());
+            gone.push(caller_of_binding(&approval.binding));
             if live {
                 found = Some(approval);
                 break;
@@ -313,8 +328,8 @@ impl SuspensionTable {
         if queue.is_empty() {
             self.retries.by_key.remove(key);
         }
-        for user in gone {
-            self.retries.forget_one(&user);
+        for caller in &gone {
+            self.retries.forget_one(caller);
         }
         found
     }
@@ -382,17 +397,20 @@ impl SuspensionTable {
         self.retries.len
     }
 
-    /// Who made the call `id`, if it has expired by `now`: while its id is remembered as
-    /// expired (the most recent `max_total` expired ids), or while it waits past its expiry
-    /// not yet removed. `None` for an id that waits, is unknown, or was forgotten: what
+    /// Who made the call `id` — a [`User`] with its id and tenant, no roles —, if it has
+    /// expired by `now`: while its id is remembered as expired (the most recent
+    /// `max_total` expired ids), or while it waits past its expiry not yet removed. `None`
+    /// for an id that waits, is unknown, or was forgotten: what
     /// [`SuspensionStore::expired_owner`] answers.
     ///
     /// [`SuspensionStore::expired_owner`]: super::SuspensionStore::expired_owner
-    pub fn expired_owner(&self, id: &str, now: SystemTime) -> Option<&str> {
+    pub fn expired_owner(&self, id: &str, now: SystemTime) -> Option<User> {
         match self.entries.get(id) {
-            Some(suspended) if is_expired(suspended, now) => Some(&suspended.user.id),
+            Some(suspended) if is_expired(suspended, now) => {
+                Some(Caller::of(&suspended.user).to_user())
+            }
             Some(_) => None,
-            None => self.expired.owner(id),
+            None => self.expired.owner(id).map(Caller::to_user),
         }
     }
 
@@ -400,10 +418,10 @@ impl SuspensionTable {
     fn check(&mut self, id: &str, now: SystemTime) -> Result<(), SuspensionStoreError> {
         let expired = match self.entries.get(id) {
             Some(suspended) if is_expired(suspended, now) => {
-                let user = suspended.user.id.clone();
+                let owner = Caller::of(&suspended.user);
                 self.forget(id);
                 self.expired
-                    .insert(id.to_owned(), user, self.limits.max_total);
+                    .insert(id.to_owned(), owner, self.limits.max_total);
                 true
             }
             Some(_) => false,
@@ -417,7 +435,10 @@ impl SuspensionTable {
 
     fn keep(&mut self, suspended: SuspendedInvocation) {
         self.forget(&suspended.id);
-        *self.per_user.entry(suspended.user.id.clone()).or_default() += 1;
+        *self
+            .per_caller
+            .entry(Caller::of(&suspended.user))
+            .or_default() += 1;
         if let Some(at) = suspended.expires_at {
             self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
         }
@@ -426,10 +447,11 @@ impl SuspensionTable {
 
     fn forget(&mut self, id: &str) -> Option<SuspendedInvocation> {
         let suspended = self.entries.remove(id)?;
-        if let Some(count) = self.per_user.get_mut(&suspended.user.id) {
+        let caller = Caller::of(&suspended.user);
+        if let Some(count) = self.per_caller.get_mut(&caller) {
             *count -= 1;
             if *count == 0 {
-                self.per_user.remove(&suspended.user.id);
+                self.per_caller.remove(&caller);
             }
         }
         Some(suspended)
@@ -451,28 +473,28 @@ impl Outcomes {
 
 impl RetryApprovals {
     fn remove_expired(&mut self, now: SystemTime) {
-        let mut gone: Vec<String> = Vec::new();
+        let mut gone: Vec<Caller> = Vec::new();
         self.by_key.retain(|_, queue| {
             queue.retain(|approval| {
                 let live = approval.expires_at > now;
                 if !live {
-                    gone.push(approval.binding.user.clone());
+                    gone.push(caller_of_binding(&approval.binding));
                 }
                 live
             });
             !queue.is_empty()
         });
-        for user in gone {
-            self.forget_one(&user);
+        for caller in &gone {
+            self.forget_one(caller);
         }
     }
 
-    fn forget_one(&mut self, user: &str) {
+    fn forget_one(&mut self, caller: &Caller) {
         self.len -= 1;
-        if let Some(count) = self.per_user.get_mut(user) {
+        if let Some(count) = self.per_caller.get_mut(caller) {
             *count -= 1;
             if *count == 0 {
-                self.per_user.remove(user);
+                self.per_caller.remove(caller);
             }
         }
     }
@@ -489,12 +511,12 @@ fn is_expired(suspended: &SuspendedInvocation, now: SystemTime) -> bool {
 #[derive(Clone, Debug, Default)]
 struct ExpiredIds {
     order: VecDeque<String>,
-    /// id → the user id of who made the call.
-    ids: HashMap<String, String>,
+    /// id → who made the call.
+    ids: HashMap<String, Caller>,
 }
 
 impl ExpiredIds {
-    fn insert(&mut self, id: String, owner: String, max: usize) {
+    fn insert(&mut self, id: String, owner: Caller, max: usize) {
         if max == 0 || self.ids.contains_key(&id) {
             return;
         }
@@ -511,8 +533,8 @@ impl ExpiredIds {
         self.ids.contains_key(id)
     }
 
-    fn owner(&self, id: &str) -> Option<&str> {
-        self.ids.get(id).map(String::as_str)
+    fn owner(&self, id: &str) -> Option<&Caller> {
+        self.ids.get(id)
     }
 }
 
@@ -547,6 +569,14 @@ pub(super) mod tests {
         }
     }
 
+    /// A call of the caller `user` (an id in a tenant, or in none) waiting for approval.
+    pub(in crate::suspension) fn call_by(id: &str, user: &User) -> SuspendedInvocation {
+        SuspendedInvocation {
+            user: user.clone(),
+            ..call(id, &user.id)
+        }
+    }
+
     fn at(secs: u64) -> SystemTime {
         SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
     }
@@ -570,6 +600,7 @@ pub(super) mod tests {
             refused,
             SuspensionStoreError::UserFull {
                 user: "ann".into(),
+                tenant: None,
                 max: 2
             }
         );
@@ -579,11 +610,59 @@ pub(super) mod tests {
                 .contains("wait until an approver decides")
         );
         table.insert(call("b1", "bob"), at(0)).unwrap();
-        assert_eq!((table.waiting_for("ann"), table.waiting_for("bob")), (2, 1));
+        let waiting = |id: &str| table.waiting_for(&User::new(id));
+        assert_eq!((waiting("ann"), waiting("bob")), (2, 1));
 
         // A decision frees a place.
         table.take("a1", at(1)).unwrap().expect("a1 waits");
         table.insert(call("a3", "ann"), at(1)).unwrap();
+    }
+
+    #[test]
+    fn a_flood_from_ann_of_globex_does_not_take_the_places_of_ann_of_acme() {
+        let mut table = SuspensionTable::new(limits(2, 100, 60));
+        let globex = User::new("ann").with_tenant("globex");
+        let acme = User::new("ann").with_tenant("acme");
+        for i in 0..2 {
+            table
+                .insert(call_by(&format!("g{i}"), &globex), at(0))
+                .unwrap();
+        }
+
+        let flood = table.insert(call_by("g2", &globex), at(0)).unwrap_err();
+
+        assert_eq!(flood, SuspensionStoreError::user_full(&globex, 2));
+        assert!(
+            flood
+                .to_string()
+                .starts_with("user `ann` of tenant `globex` already has 2 calls waiting"),
+            "{flood}"
+        );
+        table.insert(call_by("a0", &acme), at(0)).unwrap();
+        table.insert(call_by("a1", &acme), at(0)).unwrap();
+        table.insert(call("n0", "ann"), at(0)).unwrap();
+        let waiting = [&globex, &acme, &User::new("ann")].map(|u| table.waiting_for(u));
+        assert_eq!(waiting, [2, 2, 1]);
+        let roles_differ = acme.clone().with_roles(["admin"]);
+        assert_eq!(table.waiting_for(&roles_differ), 2, "the same caller");
+    }
+
+    #[test]
+    fn an_expired_call_is_owned_by_its_caller_in_its_tenant_not_by_ann_of_another() {
+        let mut table = SuspensionTable::new(limits(5, 10, 60));
+        let acme = User::new("ann").with_tenant("acme").with_roles(["ops"]);
+        table.insert(call_by("swept", &acme), at(0)).unwrap();
+        assert_eq!(table.remove_expired(at(60)), 1);
+        table.insert(call_by("waits_past", &acme), at(50)).unwrap();
+        table.restore(call_by("restored", &acme), at(100));
+
+        for id in ["swept", "waits_past", "restored"] {
+            let owner = table.expired_owner(id, at(110)).expect(id);
+            assert!(owner.is_same_caller(&acme), "{id}: {owner:?}");
+            assert!(!owner.is_same_caller(&User::new("ann").with_tenant("globex")));
+            assert!(!owner.is_same_caller(&User::new("ann")), "{id}");
+            assert!(owner.roles.is_empty(), "roles are not kept");
+        }
     }
 
     #[test]
@@ -642,7 +721,7 @@ pub(super) mod tests {
             table.take("a", at(60)),
             Err(SuspensionStoreError::Expired { id: "a".into() })
         );
-        assert_eq!((table.len(), table.waiting_for("ann")), (0, 0));
+        assert_eq!((table.len(), table.waiting_for(&User::new("ann"))), (0, 0));
     }
 
     #[test]
@@ -673,7 +752,7 @@ pub(super) mod tests {
         assert_eq!(table.expired_owner("looked_up", at(59)), None, "it waits");
         assert_eq!(
             table.expired_owner("looked_up", at(60)),
-            Some("ann"),
+            Some(User::new("ann")),
             "past its expiry, not yet removed"
         );
 
@@ -682,8 +761,14 @@ pub(super) mod tests {
         table.restore(call("restored", "cid"), at(100));
 
         assert_eq!(table.expired_owner("looked_up", at(100)), None, "forgotten");
-        assert_eq!(table.expired_owner("swept", at(100)), Some("bob"));
-        assert_eq!(table.expired_owner("restored", at(100)), Some("cid"));
+        assert_eq!(
+            table.expired_owner("swept", at(100)),
+            Some(User::new("bob"))
+        );
+        assert_eq!(
+            table.expired_owner("restored", at(100)),
+            Some(User::new("cid"))
+        );
         assert_eq!(table.expired_owner("never", at(100)), None);
         assert_eq!(table.expired.ids.len(), 2, "still at most max_total");
     }
@@ -709,6 +794,29 @@ pub(super) mod tests {
             table.get("stale", at(100)),
             Err(SuspensionStoreError::Expired { id: "stale".into() })
         );
+    }
+
+    #[test]
+    fn retry_approvals_of_ann_of_globex_do_not_take_the_places_of_ann_of_acme() {
+        let mut table = SuspensionTable::new(limits(1, 10, 60));
+        let of = |tenant: Option<&str>| {
+            let mut approval = retry_approval("ann", json!(tenant), 30);
+            approval.binding.tenant = tenant.map(str::to_owned);
+            approval
+        };
+        table
+            .keep_retry_approval(of(Some("globex")), at(0))
+            .unwrap();
+
+        let flood = table.keep_retry_approval(of(Some("globex")), at(0));
+
+        let globex = User::new("ann").with_tenant("globex");
+        assert_eq!(flood, Err(SuspensionStoreError::user_full(&globex, 1)));
+        assert_eq!(table.keep_retry_approval(of(Some("acme")), at(0)), Ok(()));
+        assert_eq!(table.keep_retry_approval(of(None), at(0)), Ok(()));
+        let used = of(Some("acme")).binding.key();
+        assert!(table.use_retry_approval(&used, at(1)).is_some());
+        assert_eq!(table.keep_retry_approval(of(Some("acme")), at(1)), Ok(()));
     }
 
     fn retry_approval(user: &str, input: serde_json::Value, expires: u64) -> RetryApproval {

@@ -63,7 +63,7 @@ async fn expired_or_unknown(caller: &Caller, id: &str) -> ApiError {
         return expired(id);
     }
     match caller.gateway.suspensions.expired_owner(id).await {
-        Ok(Some(owner)) if owner == caller.user.id => expired(id),
+        Ok(Some(owner)) if owner.is_same_caller(&caller.user) => expired(id),
         Ok(_) => not_found(id),
         Err(error) => {
             tracing::warn!(suspension_id = %id, %error, "who made an expired call could not be read: it is answered as unknown");

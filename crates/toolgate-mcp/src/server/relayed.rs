@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::time::Instant;
-use toolgate_core::User;
+use toolgate_core::{CallerId as Owner, User};
 
 /// The longest a task is kept when its upstream keeps it longer (or gives no `ttlMs`).
 pub const MAX_AGE: Duration = Duration::from_secs(24 * 60 * 60);
@@ -51,27 +51,6 @@ struct Entry {
     owner: Owner,
     relayed: Relayed,
     expires: Instant,
-}
-
-/// Who a task was made for: a user id within a tenant, so that `ann` of another tenant
-/// neither reaches nor crowds out this `ann`'s tasks.
-#[derive(Clone, PartialEq, Eq, Hash)]
-struct Owner {
-    tenant: Option<String>,
-    id: String,
-}
-
-impl Owner {
-    fn of(user: &User) -> Self {
-        Owner {
-            tenant: user.tenant.clone(),
-            id: user.id.clone(),
-        }
-    }
-
-    fn is(&self, user: &User) -> bool {
-        self.id == user.id && self.tenant == user.tenant
-    }
 }
 
 struct Table {

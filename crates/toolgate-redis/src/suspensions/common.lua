@@ -11,7 +11,7 @@ end
 
 -- Remembers that `id` expired at `at`, so that it answers "expired" rather than "unknown"
 -- for `keep` ms after, and at most `max` such ids (the oldest go first). `user`, who made
--- the call, is kept with it (in `:expired_owners`, which holds the same ids as `:expired`
+-- the call (the caller as save.lua keeps it), is kept with it (in `:expired_owners`, which holds the same ids as `:expired`
 -- and expires with it), so that only they are told it expired; `false` when not known.
 -- An id in `:expired` without an owner (remembered by an earlier version, which kept none)
 -- is nobody's: everyone but an approver is told it is unknown.

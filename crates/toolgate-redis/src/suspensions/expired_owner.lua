@@ -4,7 +4,7 @@
 --
 -- KEYS[1]  <base>:expired
 -- ARGV     base, id, how long expired ids are remembered (ms)
--- returns  the user id, or false: the call did not expire, its id is no longer remembered,
+-- returns  the caller as save.lua kept it, or false: the call did not expire, its id is no longer remembered,
 --          or nobody knows who made it (an id remembered by an earlier version, which kept
 --          no owner: the caller then treats it as nobody's)
 

@@ -2,7 +2,7 @@
 -- apart from them.
 --
 -- KEYS[1]  <base>:retries
--- ARGV     base, approval id, user id, binding key, value, expiry ms, max_per_user,
+-- ARGV     base, approval id, the caller (as in save.lua), binding key, value, expiry ms, max_per_user,
 --          max_total, the fingerprint of the key that sealed the value
 -- returns  'ok' | 'user_full' | 'full'
 

@@ -71,16 +71,27 @@ const LONGEST_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 ///
 /// * `max_per_user` and `max_total` — each save is one Lua script that counts the calls
 ///   not expired on the Redis server's clock and adds the call, atomically: 40 saves at
-///   once from two replicas at a cap of 5 keep exactly 5. Approvals for a retry are capped the same
-///   way, counted apart.
+///   once from two replicas at a cap of 5 keep exactly 5. A caller is a user id in a
+///   tenant, each with an index of their own: `ann` of `globex` never takes the places of
+///   `ann` of `acme`. Approvals for a retry are capped the same way, counted apart.
 /// * `expire_after` — a call expires at the sooner of its own `expires_at` and the save's
 ///   time plus `expire_after`, both on the Redis server's clock (the `expires_at` of a call
 ///   read back is that expiry). An expired call is not listed, frees its place, and answers
 ///   [`SuspensionStoreError::Expired`] for `expire_after` after its expiry (for the most
-///   recent `max_total` ids), with who made it kept as long
+///   recent `max_total` ids), with who made it (id and tenant) kept as long
 ///   ([`expired_owner`](SuspensionStore::expired_owner)) so that a host tells only them. An
 ///   id remembered as expired by an earlier version, which kept no owner, has none: a host
 ///   answers it as unknown to everyone but approvers.
+///
+/// # Callers in keys
+///
+/// A caller without a tenant is written in key names and fields as their user id, as every
+/// earlier version wrote every caller, so that what those versions kept is counted, listed
+/// and taken as before; a caller with a tenant as `0xFF <tenant> 0xFF <user id>`, bytes that
+/// no user id (UTF-8 text) can be. A call an earlier version kept for a caller with a
+/// tenant stays in the index of the id alone until it is decided or expires: it counts
+/// against the `ann` of no tenant meanwhile, is listed to its own caller still, and, once
+/// expired, its owner reads as the `ann` of no tenant (that version kept no tenant).
 /// * Outcomes ([`keep_outcome`](SuspensionStore::keep_outcome)) are kept until
 ///   `decided_at` plus `expire_after` (as it was when kept), at most `max_total` of them:
 ///   past that, the soonest to expire go first.
@@ -94,8 +105,8 @@ const LONGEST_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 /// the tool would run with (never the raw input), the payload for the approver, the
 /// binding. With an [encryption key](Self::with_encryption_key) that JSON — and the JSON of
 /// approvals for a retry and of outcomes — is sealed with AES-256-GCM. What stays in clear,
-/// because the caps and the look-ups need it: call ids, user ids (in key names and as
-/// fields), binding keys (SHA-256 digests), expiry times, random tokens of the saves and
+/// because the caps and the look-ups need it: call ids, user ids and tenants (in key names
+/// and as fields), binding keys (SHA-256 digests), expiry times, random tokens of the saves and
 /// takes, and a fingerprint of the key (so that a replica with another key leaves calls it
 /// cannot read in place).
 ///

@@ -2,7 +2,8 @@
 -- time and every count is of the calls not expired by the server's clock.
 --
 -- KEYS[1]  <base>:calls
--- ARGV     base, id, user id, value, the call's own expiry in ms ('' for none),
+-- ARGV     base, id, the caller (its user id, or with a tenant the bytes values.rs's
+--          caller_key writes), value, the call's own expiry in ms ('' for none),
 --          expire_after ms, max_per_user, max_total, how long expired ids are remembered (ms),
 --          the fingerprint of the key that sealed the value, a token of this save (for
 --          undo.lua)

@@ -1,13 +1,14 @@
 //! The operations of the store ([`SuspensionStore`]): each one Lua script, or one
 //! command, under the deadline.
 
+use toolgate_core::User;
 use toolgate_core::external::async_trait;
 use toolgate_core::suspension::{
     DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionStore,
     SuspensionStoreError,
 };
 
-use super::values::{Place, call_place};
+use super::values::{Place, call_place, caller_key, caller_of};
 use super::{
     EXPIRED_OWNER, FETCH, HOLD_MS, KEEP_OUTCOME, KEEP_RETRY, LATEST_MS, LOOKUP, PAGE,
     RedisSuspensions, SAVE, USE_RETRY, instant, millis, span_ms, unavailable, unexpected,
@@ -116,13 +117,13 @@ impl RedisSuspensions {
             .map_err(unavailable)
     }
 
-    /// The ids of `user`'s calls (expired ones not yet removed included), in id order.
-    async fn ids_of(&self, user: &str) -> Result<Vec<String>, SuspensionStoreError> {
+    /// The ids in the index of the caller written as `caller` ([`caller_key`]), expired
+    /// ones not yet removed included, in id order.
+    async fn ids_of(&self, caller: &[u8]) -> Result<Vec<String>, SuspensionStoreError> {
+        let mut index = self.key("user:").into_bytes();
+        index.extend_from_slice(caller);
         let mut command = redis::cmd("ZRANGE");
-        command
-            .arg(self.key(&format!("user:{user}")))
-            .arg(0)
-            .arg(-1);
+        command.arg(index).arg(0).arg(-1);
         let mut connection = self.link.connection();
         let mut ids: Vec<String> = self
             .link
@@ -149,7 +150,10 @@ impl SuspensionStore for RedisSuspensions {
             .key(self.key("calls"))
             .arg(&*self.base)
             .arg(&suspended.id)
-            .arg(&suspended.user.id)
+            .arg(caller_key(
+                &suspended.user.id,
+                suspended.user.tenant.as_deref(),
+            ))
             .arg(value)
             .arg(given)
             .arg(span_ms(limits.expire_after))
@@ -167,10 +171,10 @@ impl SuspensionStore for RedisSuspensions {
         };
         match status.as_str() {
             "ok" => Ok(()),
-            "user_full" => Err(SuspensionStoreError::UserFull {
-                user: suspended.user.id,
-                max: limits.max_per_user,
-            }),
+            "user_full" => Err(SuspensionStoreError::user_full(
+                &suspended.user,
+                limits.max_per_user,
+            )),
             "full" => Err(SuspensionStoreError::Full {
                 max: limits.max_total,
             }),
@@ -186,14 +190,18 @@ impl SuspensionStore for RedisSuspensions {
         self.lookup(id, false).await
     }
 
-    async fn expired_owner(&self, id: &str) -> Result<Option<String>, SuspensionStoreError> {
+    /// The owner is kept as the store writes a caller (the user id, or the tenant and the id
+    /// for a caller with a tenant: see the crate's `keys` module). One kept by an earlier version, which
+    /// wrote the id alone, reads as a caller without a tenant.
+    async fn expired_owner(&self, id: &str) -> Result<Option<User>, SuspensionStoreError> {
         let mut invocation = EXPIRED_OWNER.prepare_invoke();
         invocation
             .key(self.key("expired"))
             .arg(&*self.base)
             .arg(id)
             .arg(span_ms(self.limits().expire_after));
-        self.run(&invocation).await
+        let owner: Option<Vec<u8>> = self.run(&invocation).await?;
+        Ok(owner.as_deref().and_then(caller_of))
     }
 
     async fn list(
@@ -206,10 +214,17 @@ impl SuspensionStore for RedisSuspensions {
         if limit == 0 {
             return Ok(listed);
         }
-        if let Some(user) = &filter.user {
-            // At most `max_per_user` ids (plus expired ones not yet removed): the user's
-            // own index, not a scan of everyone's.
-            let mut ids = self.ids_of(user).await?;
+        if let (Some(user), Some(tenant)) = (&filter.user, &filter.tenant) {
+            // At most `max_per_user` ids (plus expired ones not yet removed): the caller's
+            // own index, not a scan of everyone's. A caller with a tenant also reads the
+            // index of their id alone, where an earlier version kept their calls; `fetch`
+            // leaves out those of other tenants.
+            let mut ids = self.ids_of(&caller_key(user, tenant.as_deref())).await?;
+            if tenant.is_some() {
+                ids.extend(self.ids_of(user.as_bytes()).await?);
+                ids.sort_unstable();
+                ids.dedup();
+            }
             ids.retain(|id| after.is_none_or(|after| id.as_str() > after));
             for page in ids.chunks(PAGE) {
                 listed.extend(self.fetch(page, filter).await?);
@@ -218,6 +233,8 @@ impl SuspensionStore for RedisSuspensions {
                 }
             }
         } else {
+            // Every call, or one user id in every tenant: the callers' indexes are per
+            // tenant, so the calls are walked in id order and `fetch` filters them.
             let mut cursor = after.map_or_else(|| "-".to_owned(), |after| format!("({after}"));
             loop {
                 let ids = self.ids_after(&cursor).await?;
@@ -250,7 +267,10 @@ impl SuspensionStore for RedisSuspensions {
             .key(self.key("retries"))
             .arg(&*self.base)
             .arg(self.link.unique_id())
-            .arg(&approval.binding.user)
+            .arg(caller_key(
+                &approval.binding.user,
+                approval.binding.tenant.as_deref(),
+            ))
             .arg(&key)
             .arg(value)
             .arg(millis(approval.expires_at).min(LATEST_MS))
@@ -262,6 +282,7 @@ impl SuspensionStore for RedisSuspensions {
             "ok" => Ok(()),
             "user_full" => Err(SuspensionStoreError::UserFull {
                 user: approval.binding.user,
+                tenant: approval.binding.tenant,
                 max: limits.max_per_user,
             }),
             "full" => Err(SuspensionStoreError::Full {
