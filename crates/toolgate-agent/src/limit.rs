@@ -4,7 +4,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use toolgate_core::ToolError;
-use toolgate_core::error::InputViolations;
+use toolgate_core::error::{InputViolations, grouped};
 
 use crate::ResultError;
 
@@ -193,7 +193,7 @@ fn fit_violations(error: &ResultError, max_chars: usize) -> Option<(String, usiz
     let with = |kept: usize| {
         let listed = ToolError::InvalidInput(InputViolations(error.violations[..kept].to_vec()))
             .caller_message();
-        let more = format!("; … and {} more", grouped(total - kept));
+        let more = format!("; … and {} more", grouped((total - kept) as u64));
         let chars = listed.chars().count();
         (listed, more, chars)
     };
@@ -216,19 +216,6 @@ fn fit_violations(error: &ResultError, max_chars: usize) -> Option<(String, usiz
     }
     let (listed, more, chars) = with(low);
     Some((listed + &more, low, chars))
-}
-
-/// `n` with its digits grouped by thousands: `9,990`.
-fn grouped(n: usize) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, digit) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(digit);
-    }
-    out
 }
 
 /// Picks the limit in force: the call's, else the thread's, else the instance's.
@@ -279,15 +266,6 @@ mod tests {
         assert_eq!(escape_boundary(br#"ab\u00"#, 6), 2);
         assert_eq!(escape_boundary(br#"ab\u001f"#, 8), 8);
         assert_eq!(escape_boundary(br#"ab\\u00"#, 7), 7);
-    }
-
-    #[test]
-    fn counts_are_grouped_by_thousands() {
-        assert_eq!(grouped(7), "7");
-        assert_eq!(grouped(999), "999");
-        assert_eq!(grouped(1_000), "1,000");
-        assert_eq!(grouped(9_990), "9,990");
-        assert_eq!(grouped(1_234_567), "1,234,567");
     }
 
     #[test]

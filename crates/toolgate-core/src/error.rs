@@ -201,6 +201,27 @@ pub fn shown_text(text: &str, max_chars: usize) -> std::borrow::Cow<'_, str> {
     shown.into()
 }
 
+/// A count as people read it in a message, its thousands separated by commas.
+///
+/// ```
+/// use toolgate_core::error::grouped;
+///
+/// assert_eq!(grouped(999), "999");
+/// assert_eq!(grouped(9_990), "9,990");
+/// assert_eq!(grouped(1_234_567), "1,234,567");
+/// ```
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, digit) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(digit);
+    }
+    out
+}
+
 /// Whether `c`, shown as it is, could forge a line or disguise the text around it.
 fn hides_text(c: char) -> bool {
     c.is_control()

@@ -163,9 +163,10 @@ pub enum AuditAction {
     /// With `--key`, a record counts as the gateway's only when a checkpoint with a valid
     /// signature covers it; records no signed checkpoint covers are listed, with exit 1
     /// (a running gateway signs its latest records within `checkpoint_after`). Exit 1 too
-    /// when the files hold no record; 0 when every record is signed (or, without `--key`,
-    /// when the hashes link up). Files are read a line at a time; a line longer than
-    /// 64 MiB is refused.
+    /// when the files hold no record. Records the gateway could not write (a full disk)
+    /// and declared by a gap marker in the chain are listed, with exit 3 when nothing
+    /// else is wrong. 0 when every record is signed (or, without `--key`, when the hashes
+    /// link up). Files are read a line at a time; a line longer than 64 MiB is refused.
     Verify {
         /// The files, a rotated series oldest first.
         #[arg(required = true)]
@@ -675,8 +676,9 @@ async fn pins(path: &std::path::Path, action: Option<PinsAction>) -> Result<(), 
 
 /// `toolgate audit`. `verify` exits 0 when the chains are unbroken (and, with `--key`,
 /// every record is covered by a signed checkpoint), 1 when they are unbroken but records
-/// are left unsigned or there are none, 2 (an error) when a record was changed, removed,
-/// reordered or cut, or a file cannot be read.
+/// are left unsigned or there are none, 3 when they are unbroken and signed but hold gaps
+/// the gateway declared (records lost to a full disk), 2 (an error) when a record was
+/// changed, removed, reordered or cut, a gap marker was forged, or a file cannot be read.
 fn audit(action: AuditAction) -> Result<ExitCode, String> {
     use toolgate_hooks::audit::CheckpointPublicKey;
     use toolgate_hooks::audit::verify::Verifier;
@@ -704,6 +706,8 @@ fn audit(action: AuditAction) -> Result<ExitCode, String> {
             say(format_args!("{verified}"));
             Ok(if verified.records == 0 || !verified.unsigned.is_empty() {
                 ExitCode::FAILURE
+            } else if !verified.gaps.is_empty() {
+                ExitCode::from(3)
             } else {
                 ExitCode::SUCCESS
             })

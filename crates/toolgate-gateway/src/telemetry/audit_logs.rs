@@ -8,8 +8,10 @@
 //! `toolgate.audit.hash` (this line's SHA-256), and for a call `toolgate.audit.request_id`,
 //! `enduser.id`, `gen_ai.tool.name`, `toolgate.audit.outcome`, `toolgate.audit.code` and
 //! `http.response.status_code`. The event name says which kind of line it is:
-//! `toolgate.audit.record` or `toolgate.audit.checkpoint`. A record written while its
-//! call's span is being traced carries the span's trace and span ids.
+//! `toolgate.audit.record`, `toolgate.audit.checkpoint`, or `toolgate.audit.gap` for the
+//! marker of records the sink could not write (with `toolgate.audit.gap.records`). A
+//! record written while its call's span is being traced carries the span's trace and span
+//! ids.
 
 use std::sync::{Arc, LazyLock};
 use std::time::SystemTime;
@@ -84,7 +86,15 @@ impl AuditLogs {
                 record.add_attribute("toolgate.audit.seq", seq);
             }
         } else {
-            record.set_event_name("toolgate.audit.record");
+            match parsed.get("gap") {
+                Some(gap) => {
+                    record.set_event_name("toolgate.audit.gap");
+                    if let Some(records) = gap.get("records").and_then(Value::as_i64) {
+                        record.add_attribute("toolgate.audit.gap.records", records);
+                    }
+                }
+                None => record.set_event_name("toolgate.audit.record"),
+            }
             if let Some(seq) = parsed.get("seq").and_then(Value::as_i64) {
                 record.add_attribute("toolgate.audit.seq", seq);
             }

@@ -14,7 +14,10 @@
 //! `chain` and the SHA-256 of the line before it, and a [`CheckpointKey`] signs
 //! checkpoints of the chain; [`JsonLinesSink::rotated`] starts new files by size or age,
 //! the chain carried across them; [`verify`] checks it all and names the first changed,
-//! missing, reordered or cut record.
+//! missing, reordered or cut record. Records the sink had to drop (its file took no
+//! writes while 16 MiB waited: a full disk) are declared in the chain by a
+//! [gap marker](Gap), which [`verify`] reports as a gap the gateway declared, not as
+//! tampering.
 //!
 //! A record holds only redacted values. The record phase runs after the input was
 //! redacted and the output was redacted and scrubbed, and on the error path after
@@ -48,6 +51,7 @@
 //! ```
 
 mod chain;
+mod gap;
 mod hook;
 mod record;
 mod rotation;
@@ -55,6 +59,7 @@ mod sink;
 pub mod verify;
 
 pub use chain::{ChainOptions, CheckpointKey, CheckpointPublicKey, KeyError, line_hash};
+pub use gap::{Gap, GapReason};
 pub use hook::{Audit, AuditBuilder};
 pub use record::{ApprovalEntry, AuditRecord, ClientAddress, DecisionEntry, Outcome, TimingEntry};
 pub use rotation::Rotation;

@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::AuditRecord;
 use super::chain::{ChainOptions, ChainWriter};
+use super::gap::Gap;
 use super::rotation::{Rotating, Rotation};
 
 /// An audit sink failed to take a record.
@@ -143,6 +144,12 @@ impl AuditSink for TracingSink {
 ///
 /// [`chained`](Self::chained) links the lines into a hash chain with signed checkpoints
 /// (see [`verify`](super::verify)).
+///
+/// While the file takes no writes (a full disk), up to 16 MiB of lines wait in memory and
+/// are written, in order, when it has room. A record past that is dropped (its `write`
+/// fails) before it is linked, and the next line the sink writes is a
+/// [gap marker](super::Gap) declaring what was dropped, linked where the records would
+/// have been — also written by a [`flush`](AuditSink::flush) and the close.
 #[derive(Clone, Debug)]
 pub struct JsonLinesSink {
     file: Arc<Mutex<Output>>,
@@ -166,8 +173,13 @@ impl std::fmt::Debug for Tap {
 const BATCH: usize = 64 * 1024;
 
 /// The most a sink holds while its file takes no writes (a full disk): past it, a record
-/// is not kept, and the chain shows it missing.
+/// is dropped before it is linked into the chain, and a [gap marker](super::Gap) in its
+/// place declares it when the sink has room again.
 const MAX_WAITING: usize = 16 << 20;
+
+/// What a record's line may take beyond its JSON: the chain's link (`seq`, `chain`,
+/// `prev`), the newline and a checkpoint after it.
+const LINK_ROOM: usize = 1024;
 
 /// The file (or, in tests, a writer that fails as a full disk does), and the bytes not
 /// written to it yet: whole lines, in order.
@@ -198,14 +210,31 @@ impl Lines {
         }
     }
 
-    /// Takes whole lines, to be written by the next [`flush`](Self::flush). When the file
-    /// has taken nothing for [`MAX_WAITING`] bytes, `lines` are not kept: the error says so.
-    fn push(&mut self, lines: &[u8]) -> std::io::Result<()> {
-        if !self.waiting.is_empty() && self.waiting.len() + lines.len() > MAX_WAITING {
-            self.flush()?;
+    /// Whether `bytes` more may wait: always when nothing waits, else when they stay
+    /// within [`MAX_WAITING`], after writing out what the file takes now.
+    ///
+    /// # Errors
+    ///
+    /// The file's error when it took too little: the lines must not be kept.
+    fn room(&mut self, bytes: usize) -> std::io::Result<()> {
+        let fits =
+            |lines: &Lines| lines.waiting.is_empty() || lines.waiting.len() + bytes <= MAX_WAITING;
+        if fits(self) {
+            return Ok(());
         }
+        let flushed = self.flush();
+        if fits(self) {
+            return Ok(());
+        }
+        Err(flushed
+            .err()
+            .unwrap_or_else(|| std::io::ErrorKind::WriteZero.into()))
+    }
+
+    /// Takes whole lines, to be written by the next [`flush`](Self::flush). Ask for
+    /// [`room`](Self::room) first: this keeps them whatever the bound.
+    fn push(&mut self, lines: &[u8]) {
         self.waiting.extend_from_slice(lines);
-        Ok(())
     }
 
     /// Writes out what waits; what the file does not take stays, to be written first next
@@ -233,24 +262,95 @@ struct Output {
     chain: Option<ChainWriter>,
     rotation: Option<Rotating>,
     tap: Option<Tap>,
+    /// The records dropped since the last line the file was given, to be declared by a
+    /// marker before the next.
+    dropped: Option<Gap>,
 }
 
 impl Output {
-    /// Writes `line` (whole lines) and rotates the file when it is due.
+    /// Links `record` (one JSON object) into the chain and writes it — after the marker
+    /// of the records dropped before it, if any, so that the marker stands where they
+    /// would have.
     ///
     /// # Errors
     ///
-    /// [`Written::Lost`] when the line was not kept (the file took nothing for
-    /// [`MAX_WAITING`] bytes), [`Written::Waiting`] when it was kept but not written.
+    /// [`Written::Lost`] when the record was dropped (the file took nothing while
+    /// [`MAX_WAITING`] bytes waited): it was not linked, and counts in the next marker.
+    /// [`Written::Waiting`] when it was kept but not written.
+    fn record(&mut self, record: &[u8], through: bool) -> Result<(), Written> {
+        let marker = self.dropped.as_ref().map(Gap::marker);
+        let needed = record.len() + marker.as_ref().map_or(0, |m| m.len() + LINK_ROOM) + LINK_ROOM;
+        if let Err(e) = self.file.room(needed) {
+            match &mut self.dropped {
+                Some(gap) => gap.add(record.len()),
+                None => self.dropped = Some(Gap::begin(record.len(), &e)),
+            }
+            return Err(Written::Lost(e));
+        }
+        let mut lines = Vec::with_capacity(needed);
+        if let Some(marker) = marker {
+            self.declare(&marker, &mut lines);
+        }
+        self.link(record, &mut lines);
+        self.write(&lines, through)
+    }
+
+    /// Appends to `out` the line of `record`, linked into the chain if there is one.
+    fn link(&mut self, record: &[u8], out: &mut Vec<u8>) {
+        match &mut self.chain {
+            Some(chain) => chain.append(record, out),
+            None => {
+                out.extend_from_slice(record);
+                out.push(b'\n');
+            }
+        }
+    }
+
+    /// Appends to `out` the gap marker `marker` of the records dropped, linked as a record
+    /// is, and forgets them.
+    fn declare(&mut self, marker: &[u8], out: &mut Vec<u8>) {
+        if let Some(gap) = self.dropped.take() {
+            tracing::warn!(
+                target: "toolgate::audit",
+                records = gap.records,
+                bytes = gap.bytes,
+                reason = ?gap.reason,
+                "audit records were lost while the file took no writes; a gap marker in the chain declares them"
+            );
+        }
+        self.link(marker, out);
+    }
+
+    /// What a flush or the close adds: the marker of records dropped, when there is
+    /// room for it now, and the chain's checkpoint.
+    fn closing_lines(&mut self) -> Vec<u8> {
+        let mut lines = Vec::new();
+        if let Some(marker) = self.dropped.as_ref().map(Gap::marker)
+            && self.file.room(marker.len() + LINK_ROOM).is_ok()
+        {
+            self.declare(&marker, &mut lines);
+        }
+        if let Some(chain) = &mut self.chain {
+            chain.checkpoint(&mut lines);
+        }
+        lines
+    }
+
+    /// Writes `line` (whole lines, given [`room`](Lines::room)) and rotates the file when
+    /// it is due.
+    ///
+    /// # Errors
+    ///
+    /// [`Written::Waiting`] when the lines were kept but not written.
     fn write(&mut self, line: &[u8], through: bool) -> Result<(), Written> {
-        self.file.push(line).map_err(Written::Lost)?;
+        self.file.push(line);
         self.tell(line);
         if self.rotation.as_mut().is_some_and(|r| r.wrote(line.len())) {
             let mut checkpoint = Vec::new();
             if let Some(chain) = &mut self.chain {
                 chain.checkpoint(&mut checkpoint);
             }
-            self.file.push(&checkpoint).map_err(Written::Waiting)?;
+            self.file.push(&checkpoint);
             self.tell(&checkpoint);
             self.file.flush().map_err(Written::Waiting)?;
             if let Some(rotation) = &mut self.rotation {
@@ -279,21 +379,25 @@ impl Output {
 /// Why a line is not in the file.
 #[derive(Debug)]
 enum Written {
-    /// It was not kept: the record is lost (the chain shows it missing).
+    /// It was not kept: the record is lost (a gap marker will say so).
     Lost(std::io::Error),
     /// It waits in memory, to be written when the file takes writes again.
     Waiting(std::io::Error),
 }
 
 impl Drop for Output {
-    /// Writes out what waits, and signs the chain's last records, so a clean close leaves
-    /// nothing unsigned.
+    /// Writes out what waits, declares records dropped, and signs the chain's last
+    /// records, so a clean close leaves nothing unsigned or undeclared.
     fn drop(&mut self) {
-        let mut line = Vec::new();
-        if let Some(chain) = &mut self.chain {
-            chain.checkpoint(&mut line);
+        let line = self.closing_lines();
+        if let Some(gap) = &self.dropped {
+            tracing::error!(
+                records = gap.records,
+                "audit records were lost and no gap marker could declare them: the file took no writes until the sink closed"
+            );
         }
-        let written = self.file.push(&line).and_then(|()| self.file.flush());
+        self.file.push(&line);
+        let written = self.file.flush();
         match written {
             Err(e) if line.is_empty() => {
                 tracing::error!(error = %e, "audit records could not be written to their file");
@@ -366,6 +470,7 @@ impl JsonLinesSink {
                 chain: None,
                 rotation: None,
                 tap: None,
+                dropped: None,
             })),
             buffered,
         }
@@ -421,21 +526,12 @@ impl AuditSink for JsonLinesSink {
         serde_json::to_writer(&mut line, record).map_err(|e| Self::fail(e.to_string()))?;
         let mut output = self.file.lock().unwrap_or_else(|p| p.into_inner());
         // The chain's link is made under the lock: lines reach the file in seq order.
-        let line = match &mut output.chain {
-            Some(chain) => {
-                let mut linked = Vec::with_capacity(line.len() + 160);
-                chain.append(&line, &mut linked);
-                linked
-            }
-            None => {
-                line.push(b'\n');
-                line
-            }
-        };
-        match output.write(&line, !self.buffered) {
+        match output.record(&line, !self.buffered) {
             Ok(()) => Ok(()),
             Err(Written::Lost(e)) => Err(Self::fail(format!(
-                "{e}; the file has taken nothing while {} MiB of records waited",
+                "{e}; the file has taken nothing while {} MiB of records waited, so this one \
+                 is dropped, and a gap marker in the chain will declare it when the file takes \
+                 writes again",
                 MAX_WAITING >> 20
             ))),
             Err(Written::Waiting(e)) => {
@@ -446,17 +542,15 @@ impl AuditSink for JsonLinesSink {
         }
     }
 
-    /// Writes out buffered records and, for a chained sink with a signing key, a
-    /// checkpoint of the records not yet signed: what is durable is signed too (at
-    /// shutdown, before anything that ships the lines stops).
+    /// Writes out buffered records, the gap marker of records dropped since the last one
+    /// written and, for a chained sink with a signing key, a checkpoint of the records not
+    /// yet signed: what is durable is signed too (at shutdown, before anything that ships
+    /// the lines stops).
     async fn flush(&self) -> Result<(), AuditError> {
         let mut output = self.file.lock().unwrap_or_else(|p| p.into_inner());
-        let mut checkpoint = Vec::new();
-        if let Some(chain) = &mut output.chain {
-            chain.checkpoint(&mut checkpoint);
-        }
-        if !checkpoint.is_empty() {
-            output.write(&checkpoint, false).map_err(|e| match e {
+        let lines = output.closing_lines();
+        if !lines.is_empty() {
+            output.write(&lines, false).map_err(|e| match e {
                 Written::Lost(e) | Written::Waiting(e) => Self::fail(e.to_string()),
             })?;
         }
@@ -615,5 +709,78 @@ mod tests {
                 "buffered {buffered}, {size} bytes: {verified}"
             );
         }
+    }
+
+    /// Fills a full disk's sink past what it holds: how many records it took and how
+    /// many it dropped.
+    async fn overflow(sink: &JsonLinesSink) -> (u64, u64) {
+        let (mut kept, mut dropped) = (0, 0);
+        for i in 0..20 {
+            match sink.write(&record(&format!("full{i}"), 1 << 20)).await {
+                Ok(()) => kept += 1,
+                Err(_) => dropped += 1,
+            }
+        }
+        (kept, dropped)
+    }
+
+    #[tokio::test]
+    async fn records_dropped_past_the_bound_are_declared_by_a_marker_in_the_chain() {
+        for (buffered, then_records) in [(false, 2), (true, 2), (false, 0)] {
+            let case = format!("buffered {buffered}, {then_records} record(s) after");
+            let disk = Disk::default();
+            disk.room(1000);
+            let sink =
+                JsonLinesSink::writing_to(Box::new(disk.clone()), Path::new("a.jsonl"), buffered)
+                    .chained(ChainOptions::default());
+            let (kept, dropped) = overflow(&sink).await;
+            assert!(
+                kept >= 15 && dropped >= 1,
+                "{case}: {kept} kept, {dropped} dropped"
+            );
+            disk.room(usize::MAX);
+            for i in 0..then_records {
+                sink.write(&record(&format!("room{i}"), 10)).await.unwrap();
+            }
+            // With no record after the gap, the flush (shutdown, reload) declares it.
+            sink.flush().await.unwrap();
+            let file = AuditFile::new("a.jsonl", disk.contents());
+            let verified = verify(&[file], None).unwrap_or_else(|e| panic!("{case}: {e}"));
+            assert_eq!(verified.gaps.len(), 1, "{case}: {verified}");
+            let gap = &verified.gaps[0].gap;
+            assert_eq!(
+                (gap.records, gap.reason),
+                (dropped, crate::audit::GapReason::DiskFull),
+                "{case}"
+            );
+            assert!(gap.bytes > dropped << 20, "{case}: {gap:?}");
+            assert_eq!(
+                verified.gaps[0].seq,
+                kept + 1,
+                "{case}: the marker follows the last record kept"
+            );
+            assert_eq!(verified.records, kept + 1 + then_records, "{case}");
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unchained_file_gets_the_marker_too() {
+        let disk = Disk::default();
+        disk.room(1000);
+        let sink = JsonLinesSink::writing_to(Box::new(disk.clone()), Path::new("a"), false);
+        let (_, dropped) = overflow(&sink).await;
+        disk.room(usize::MAX);
+        sink.write(&record("room", 10)).await.unwrap();
+        let contents = String::from_utf8(disk.contents()).unwrap();
+        let markers: Vec<&str> = contents
+            .lines()
+            .filter(|l| l.starts_with(r#"{"gap":"#))
+            .collect();
+        assert_eq!(markers.len(), 1);
+        assert!(
+            markers[0].contains(&format!(r#""records":{dropped},"#)),
+            "{}",
+            markers[0]
+        );
     }
 }

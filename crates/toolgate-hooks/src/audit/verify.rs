@@ -8,6 +8,14 @@
 //! copied, or a line that is not a record (cut short, not JSON, or longer than
 //! [`MAX_LINE_BYTES`]). [`verify`] does the same for files already in memory.
 //!
+//! Records the gateway itself had to drop (its file took no writes while 16 MiB waited:
+//! a full disk) are not a break: the sink declared them by a [gap marker](super::Gap)
+//! linked into the chain where they would have been, and they are listed in
+//! [`Verified::gaps`]. A marker is checked as a record is (its link, the checkpoints
+//! after it), and also for what only the gateway writes: a marker with a field too many
+//! or too few, numbers that do not add up, or as a chain's first record is
+//! [`Problem::ForgedGap`].
+//!
 //! With a key, a record is shown to be the gateway's only when a checkpoint of its chain
 //! with a valid signature covers it: one at its seq or after, whose hash is the chain's.
 //! Anyone can rewrite every record and recompute the hashes, or add records or whole
@@ -80,6 +88,9 @@ pub struct Verified {
     /// With a key, the records no checkpoint with a valid signature covers, a run per
     /// chain: nothing shows that the gateway wrote them. Empty without a key.
     pub unsigned: Vec<Unsigned>,
+    /// The gaps the gateway declared: records it could not write, in file order. Their
+    /// markers count among [`records`](Self::records).
+    pub gaps: Vec<DeclaredGap>,
 }
 
 impl Verified {
@@ -98,8 +109,31 @@ impl fmt::Display for Verified {
             return f
                 .write_str("no records: the files hold no audit record, so nothing was verified");
         }
+        if !self.gaps.is_empty() {
+            let lost: u64 = self.gaps.iter().map(|g| g.gap.records).sum();
+            write!(
+                f,
+                "gaps the gateway declared: {lost} record(s) lost in {} gap(s), each declared by \
+                 a marker the gateway linked into its chain where the records would have been \
+                 (not tampering):",
+                self.gaps.len()
+            )?;
+            for gap in &self.gaps {
+                write!(f, "\n  {gap}")?;
+            }
+            f.write_str(
+                "\nThe gateway could not write these records (its file took no writes while \
+                 16 MiB of records waited in memory) and declared them when it could write \
+                 again. A record deleted, changed or added, or a marker edited, is reported as \
+                 tampering instead.\nApart from them, ",
+            )?;
+        }
+        let markers = match self.gaps.len() {
+            0 => String::new(),
+            n => format!(" ({n} of them gap marker(s))"),
+        };
         let counts = format!(
-            "{} chain(s), {} record(s), {} checkpoint(s)",
+            "{} chain(s), {} record(s){markers}, {} checkpoint(s)",
             self.chains, self.records, self.checkpoints
         );
         if !self.signatures_checked {
@@ -186,6 +220,48 @@ impl fmt::Display for Unsigned {
                 ": after the chain's last signed checkpoint, of seq {seq}"
             ),
             None => f.write_str(": the chain has no signed checkpoint"),
+        }
+    }
+}
+
+/// Records the gateway declared lost: a gap marker its sink linked into the chain.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeclaredGap {
+    /// The chain, as reports show it (see [`Unsigned::chain`]).
+    pub chain: String,
+    /// The marker's seq.
+    pub seq: u64,
+    /// The marker's file and line.
+    pub at: (String, usize),
+    /// What it declares.
+    pub gap: super::Gap,
+    /// With a key, whether a checkpoint with a valid signature covers the marker (when it
+    /// does not, the marker is among [`Verified::unsigned`] too).
+    pub signed: Option<bool>,
+}
+
+impl fmt::Display for DeclaredGap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use super::gap::{size, utc};
+        let gap = &self.gap;
+        write!(
+            f,
+            "chain {} seq {}, file {} line {}: {} record(s) ({}) lost to {} between {} and {} ({})",
+            self.chain,
+            self.seq,
+            self.at.0,
+            self.at.1,
+            gap.records,
+            size(gap.bytes),
+            gap.reason,
+            utc(gap.from_ms),
+            utc(gap.to_ms),
+            shown(&gap.error),
+        )?;
+        match self.signed {
+            Some(true) => f.write_str("; a signed checkpoint covers the marker"),
+            Some(false) => f.write_str("; no signed checkpoint covers the marker (see below)"),
+            None => Ok(()),
         }
     }
 }
@@ -280,6 +356,18 @@ pub enum Problem {
         /// Its line.
         first_line: usize,
     },
+    /// A record that reads as a gap marker is not one the gateway wrote: a field too many
+    /// or too few, numbers that do not add up, or the first record of its chain (the
+    /// gateway drops records only while it holds earlier ones it could not write).
+    #[error("record seq {seq} of chain {chain} is not a gap marker the gateway wrote: {reason}")]
+    ForgedGap {
+        /// The chain.
+        chain: String,
+        /// The marker's seq.
+        seq: u64,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// The line is neither a chained record nor a checkpoint.
     #[error("{reason}")]
     Unreadable {
@@ -302,6 +390,22 @@ struct Link {
     seq: u64,
     chain: String,
     prev: String,
+    /// Present on a gap marker (an audit record has no `gap`).
+    #[serde(default)]
+    gap: Option<serde::de::IgnoredAny>,
+}
+
+/// A gap marker as the sink writes it: the link and the `gap`, nothing else.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MarkerLine {
+    #[serde(rename = "seq")]
+    _seq: serde::de::IgnoredAny,
+    #[serde(rename = "chain")]
+    _chain: serde::de::IgnoredAny,
+    #[serde(rename = "prev")]
+    _prev: serde::de::IgnoredAny,
+    gap: super::Gap,
 }
 
 #[derive(Deserialize)]
@@ -319,7 +423,12 @@ struct Checkpoint {
 }
 
 enum Entry {
-    Record { link: Link, hash: String },
+    Record {
+        link: Link,
+        hash: String,
+        /// For a gap marker, what it declares, or why it is not one the gateway wrote.
+        gap: Option<Result<super::Gap, String>>,
+    },
     Checkpoint(Checkpoint),
 }
 
@@ -385,6 +494,8 @@ struct ChainState {
     last_checkpoint: Option<(u64, Place)>,
     /// The first record no checkpoint has covered yet.
     first_unsigned: Option<(u64, Place)>,
+    /// The gap markers that passed: seq, place, what they declare.
+    gaps: Vec<(u64, Place, super::Gap)>,
     found: Option<Found>,
 }
 
@@ -399,11 +510,18 @@ impl ChainState {
             checkpoints: 0,
             last_checkpoint: None,
             first_unsigned: None,
+            gaps: Vec::new(),
             found: None,
         }
     }
 
-    fn record(&mut self, at: Place, link: Link, hash: String) {
+    fn record(
+        &mut self,
+        at: Place,
+        link: Link,
+        hash: String,
+        gap: Option<Result<super::Gap, String>>,
+    ) {
         if let Some(found) = &self.found {
             // Only what settles the problem found matters now.
             self.found = match found {
@@ -466,6 +584,28 @@ impl ChainState {
                 previous: self.last_at,
             });
             return;
+        }
+        // A marker linked where it stands: is it one the gateway wrote?
+        let gap = gap.map(|gap| {
+            let gap = gap?;
+            if link.seq == 1 {
+                return Err(
+                    "it is the first record of its chain, and the gateway drops \
+                            records only while it holds earlier ones it could not write"
+                        .to_owned(),
+                );
+            }
+            gap.inconsistency().map_or(Ok(gap), Err)
+        });
+        match gap {
+            Some(Err(reason)) => {
+                let chain = self.id.clone();
+                let seq = link.seq;
+                self.found = Some(Found::Known(at, Problem::ForgedGap { chain, seq, reason }));
+                return;
+            }
+            Some(Ok(gap)) => self.gaps.push((link.seq, at, gap)),
+            None => {}
         }
         self.last_seq = link.seq;
         self.last_hash = hash;
@@ -670,7 +810,7 @@ impl Verifier {
         };
         let state = &mut self.chains[slot];
         match entry {
-            Entry::Record { link, hash } => state.record((file, number), link, hash),
+            Entry::Record { link, hash, gap } => state.record((file, number), link, hash, gap),
             Entry::Checkpoint(checkpoint) => {
                 state.checkpoint((file, number), checkpoint, self.key.as_ref(), &self.files);
             }
@@ -717,12 +857,32 @@ impl Verifier {
         } else {
             Vec::new()
         };
+        let mut gaps: Vec<(Place, DeclaredGap)> = Vec::new();
+        for chain in &self.chains {
+            for (seq, at, gap) in &chain.gaps {
+                let signed = self.key.as_ref().map(|_| {
+                    chain
+                        .last_checkpoint
+                        .is_some_and(|(signed, _)| signed >= *seq)
+                });
+                let declared = DeclaredGap {
+                    chain: chain.id.clone(),
+                    seq: *seq,
+                    at: place(*at),
+                    gap: gap.clone(),
+                    signed,
+                };
+                gaps.push((*at, declared));
+            }
+        }
+        gaps.sort_by_key(|(at, _)| *at);
         Ok(Verified {
             chains: self.chains.len(),
             records: self.chains.iter().map(|c| c.records).sum(),
             checkpoints: self.chains.iter().map(|c| c.checkpoints).sum(),
             signatures_checked: self.key.is_some(),
             unsigned,
+            gaps: gaps.into_iter().map(|(_, gap)| gap).collect(),
         })
     }
 }
@@ -795,9 +955,15 @@ fn parse(line: &[u8], ended: bool) -> Result<Entry, String> {
             .map_err(|e| explain(line, ended, &e));
     }
     let link: Link = serde_json::from_slice(line).map_err(|e| explain(line, ended, &e))?;
+    let gap = link.gap.is_some().then(|| {
+        serde_json::from_slice::<MarkerLine>(line)
+            .map(|marker| marker.gap)
+            .map_err(|e| plain(&e))
+    });
     Ok(Entry::Record {
         link,
         hash: line_hash(line),
+        gap,
     })
 }
 
@@ -1430,5 +1596,100 @@ mod tests {
             .as_str()
             .unwrap()
             .to_owned()
+    }
+
+    /// A chain of records 1-2, a gap marker of 3 records lost, records 4-5 (no key).
+    fn chain_with_a_gap(marker: &[u8]) -> Vec<String> {
+        let mut writer = ChainWriter::new(ChainOptions::default());
+        let mut out = Vec::new();
+        for fields in [
+            &br#"{"tool":"t1"}"#[..],
+            br#"{"tool":"t2"}"#,
+            marker,
+            br#"{"tool":"t4"}"#,
+            br#"{"tool":"t5"}"#,
+        ] {
+            writer.append(fields, &mut out);
+        }
+        String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn gap_of(records: u64) -> crate::audit::Gap {
+        let mut gap = crate::audit::Gap::begin(300, &std::io::Error::from_raw_os_error(28));
+        for _ in 1..records {
+            gap.add(300);
+        }
+        gap
+    }
+
+    #[test]
+    fn a_declared_gap_verifies_and_is_listed_not_called_intact() {
+        let lines = chain_with_a_gap(&gap_of(3).marker());
+        let verified = check(&lines, false).unwrap();
+        assert_eq!(verified.gaps.len(), 1);
+        assert_eq!((verified.gaps[0].seq, verified.gaps[0].gap.records), (3, 3));
+        let report = verified.to_string();
+        assert!(
+            report.starts_with("gaps the gateway declared: 3 record(s) lost in 1 gap(s)")
+                && report.contains("900 bytes) lost to a full disk between"),
+            "{report}"
+        );
+        // A record deleted elsewhere is still missing.
+        let mut deleted = lines.clone();
+        deleted.remove(3);
+        let found = check(&deleted, false).unwrap_err();
+        assert!(
+            matches!(found.problem, Problem::Missing { expected: 4, .. }),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn a_marker_the_gateway_would_not_write_is_a_forged_gap() {
+        let marker = String::from_utf8(gap_of(3).marker()).unwrap();
+        let cases = [
+            (
+                marker.replace(r#""records":3"#, r#""records":0"#),
+                "no record lost",
+            ),
+            (
+                marker.replace(r#""bytes":900"#, r#""bytes":1"#),
+                "fewer than the smallest",
+            ),
+            (
+                marker.replace(r#""disk_full""#, r#""cosmic_ray""#),
+                "unknown value `cosmic_ray`",
+            ),
+            (
+                marker.replace(r#"{"gap":"#, r#"{"tool":"x","gap":"#),
+                "unknown field `tool`",
+            ),
+            (
+                marker.replace(r#","error":"#, r#","error_":"#),
+                "unknown field `error_`",
+            ),
+        ];
+        for (forged, why) in cases {
+            let found = check(&chain_with_a_gap(forged.as_bytes()), false).unwrap_err();
+            assert_eq!(found.line, 3, "{forged}: {found}");
+            assert!(
+                matches!(&found.problem, Problem::ForgedGap { seq: 3, reason, .. } if reason.contains(why)),
+                "{forged}: {found}"
+            );
+        }
+        // As the first record of a chain.
+        let mut writer = ChainWriter::new(ChainOptions::default());
+        let mut first = Vec::new();
+        writer.append(marker.as_bytes(), &mut first);
+        let first = String::from_utf8(first).unwrap().trim_end().to_owned();
+        let found = check(&[first], false).unwrap_err();
+        assert!(
+            matches!(&found.problem, Problem::ForgedGap { seq: 1, reason, .. } if reason.contains("first record")),
+            "{found}"
+        );
     }
 }

@@ -7,13 +7,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
-use super::window::{grouped, utc_time};
+use super::window::utc_time;
 use super::{
     BudgetBackend, BudgetBackendError, BudgetDecision, BudgetRequest, BudgetState, Cost,
     InMemoryBudget, LimitReport, LimitState, Window,
 };
 use crate::partition::Partition;
 use crate::quota::OnBackendError;
+use toolgate_core::error::grouped;
 
 /// A cost per call charged against an allowance per [`Partition`] key and [`Window`], at
 /// `will_acquire_quota` — after authorization, so a refused call costs nothing.

@@ -94,36 +94,9 @@ pub(crate) fn utc_time(at_ms: u64, now_ms: u64) -> String {
     if at_ms.saturating_sub(now_ms) <= 86_400_000 {
         return clock;
     }
-    let (y, m, d) = civil_from_days(days as i64);
-    format!("{y:04}-{m:02}-{d:02} {clock}")
-}
-
-/// The proleptic Gregorian date of a day count since 1970-01-01 (Howard Hinnant's
-/// `civil_from_days`).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-/// `1,000` for 1000: thousands separated by commas, as people read amounts.
-pub(crate) fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
+    let midnight = std::time::UNIX_EPOCH + std::time::Duration::from_secs(days * 86_400);
+    let date = humantime::format_rfc3339_seconds(midnight).to_string();
+    format!("{} {clock}", &date[..10])
 }
 
 #[cfg(test)]
@@ -146,13 +119,6 @@ mod tests {
         let week = Window::new(Duration::from_secs(7 * 86_400)).unwrap();
         // The epoch began on a Thursday, so weeks do.
         assert_eq!(utc_time(week.end_after(now), now), "2026-12-03 00:00 UTC");
-    }
-
-    #[test]
-    fn amounts_are_grouped_by_thousands() {
-        assert_eq!(grouped(12), "12");
-        assert_eq!(grouped(1000), "1,000");
-        assert_eq!(grouped(1_234_567), "1,234,567");
     }
 
     #[test]
