@@ -12,7 +12,7 @@ mod common;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{RawHttp, wait_tool, within};
+use common::{RawHttp, serve_on_loopback, wait_tool, within};
 use rmcp::transport::StreamableHttpServerConfig;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, DuplexStream, Lines};
@@ -158,12 +158,8 @@ impl OverHttp {
         let mut config = StreamableHttpServerConfig::default();
         config.sse_keep_alive = Some(Duration::from_millis(200));
         let service = server.http_service(config);
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("a port");
-        let url = format!("http://{}/mcp", listener.local_addr().expect("bound"));
         let app = axum::Router::new().nest_service("/mcp", service);
-        tokio::spawn(async move { axum::serve(listener, app).await });
+        let url = format!("{}/mcp", serve_on_loopback(app).await);
         OverHttp {
             url,
             http: reqwest::Client::new(),

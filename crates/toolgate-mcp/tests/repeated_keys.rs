@@ -39,13 +39,7 @@ async fn http_a_message_with_a_repeated_key_is_refused_invalid_request_with_its_
     let pipeline = common::counting().build().expect("built");
     let service = McpServer::new(pipeline).http_service(StreamableHttpServerConfig::default());
     let app = axum::Router::new().nest_service("/mcp", service);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let url = format!("http://{}/mcp", listener.local_addr().expect("bound"));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let url = format!("{}/mcp", common::serve_on_loopback(app).await);
     let http = reqwest::Client::new();
     for (body, id, says) in REPEATED {
         let response = common::within(
@@ -69,6 +63,19 @@ async fn http_a_message_with_a_repeated_key_is_refused_invalid_request_with_its_
         let message = answer["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains(says), "{message:?} does not say {says:?}");
     }
+    // A request whose `id` is named twice has no id to be answered with.
+    let response = http
+        .post(&url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(r#"{"jsonrpc":"2.0","id":11,"id":12,"method":"ping"}"#)
+        .send()
+        .await
+        .expect("the server answers");
+    let answer: Value =
+        serde_json::from_str(&response.text().await.expect("readable")).expect("JSON");
+    assert_eq!(answer["id"], Value::Null, "{answer}");
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
 }
 
 #[tokio::test]

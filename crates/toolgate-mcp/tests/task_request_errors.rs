@@ -32,12 +32,8 @@ async fn serve() -> Served {
     let service = McpServer::new(pipeline)
         .outcome_tool("outcome")
         .http_service(StreamableHttpServerConfig::default());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let url = format!("http://{}/mcp", listener.local_addr().expect("bound"));
     let app = axum::Router::new().nest_service("/mcp", service);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = format!("{}/mcp", common::serve_on_loopback(app).await);
     Served {
         url,
         http: reqwest::Client::new(),

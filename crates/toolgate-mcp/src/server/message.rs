@@ -29,7 +29,7 @@ use rmcp::model::{
 use serde::Deserialize;
 use serde::de::{Deserializer, Error as _, IgnoredAny};
 use serde_json::Value;
-use toolgate_core::json::JsonError;
+use toolgate_core::json::{JsonError, RepeatedKey};
 
 /// The JSON-RPC message `bytes` holds, as rmcp would read it. Other messages are told from
 /// a `tools/call` by a search for the method's name, which costs them next to nothing.
@@ -49,6 +49,21 @@ pub(crate) fn read(bytes: &[u8]) -> Result<ClientJsonRpcMessage, serde_json::Err
         // Not JSON: rmcp's reading says how, in its words.
         Err(_) => serde_json::from_slice(bytes),
     }
+}
+
+/// The key `bytes` names twice in one object, when it is why [`read`] refused it; for
+/// the answer to say so, with no id when the key is the request's `id`.
+pub(crate) fn repeated_key(bytes: &[u8]) -> Option<RepeatedKey> {
+    match toolgate_core::json::from_slice(bytes) {
+        Err(JsonError::RepeatedKey(repeated)) => Some(repeated),
+        _ => None,
+    }
+}
+
+/// Whether `repeated` is the request's own `id`, named twice: then the request has no id
+/// an answer could carry.
+pub(crate) fn is_id(repeated: &RepeatedKey) -> bool {
+    repeated.key() == "id" && repeated.pointer().is_empty()
 }
 
 /// A `tools/call` request as it is written: what rmcp reads into a

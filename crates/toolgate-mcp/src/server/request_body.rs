@@ -86,8 +86,12 @@ fn not_json_rpc(bytes: &[u8], error: &serde_json::Error) -> http::Response<Guard
             format!("the body is not valid JSON: {error}"),
         );
     }
+    // A request whose `id` is named twice has no id to answer to.
+    let id_repeated =
+        super::message::repeated_key(bytes).is_some_and(|r| super::message::is_id(&r));
     let id = serde_json::from_slice::<Value>(bytes)
         .ok()
+        .filter(|_| !id_repeated)
         .and_then(|message| message.get("id").cloned())
         // An id JSON-RPC allows, as sent: a string or a whole number (a fraction, or a
         // number too large to keep exactly, would come back changed).

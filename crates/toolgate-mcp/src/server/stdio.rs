@@ -22,7 +22,6 @@ use std::time::Duration;
 
 use rmcp::transport::async_rw::DEFAULT_MAX_LINE_LENGTH;
 use serde_json::Value;
-use toolgate_core::json::JsonError;
 // `duplex` and the `*Ext` traits are tokio's `io-util`, which rmcp's `transport-io`
 // (serving over a byte stream at all) turns on.
 use tokio::io::{
@@ -343,12 +342,9 @@ fn check(line: &[u8]) -> Checked {
     };
     // A key named twice is toolgate's refusal (see `message`): said as such. A request
     // whose `id` is named twice has no id to answer to.
-    let (reason, id_repeated) = match toolgate_core::json::from_slice(text) {
-        Err(JsonError::RepeatedKey(repeated)) => (
-            repeated.to_string(),
-            repeated.key() == "id" && repeated.pointer().is_empty(),
-        ),
-        _ => (what_is_wrong(&message), false),
+    let (reason, id_repeated) = match super::message::repeated_key(text) {
+        Some(repeated) => (repeated.to_string(), super::message::is_id(&repeated)),
+        None => (what_is_wrong(&message), false),
     };
     let Value::Object(fields) = &message else {
         return Checked::Answer(Refusal::new(Value::Null, INVALID_REQUEST, reason));

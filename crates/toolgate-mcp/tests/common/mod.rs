@@ -109,6 +109,17 @@ pub async fn imported(config: toolgate_mcp::UpstreamConfig) -> (toolgate_mcp::Up
 /// The demo server binary built with this crate.
 pub const DEMO: &str = env!("CARGO_BIN_EXE_toolgate-mcp-demo");
 
+/// Serves `app` on a free loopback port for the rest of the test; its base URL
+/// (`http://127.0.0.1:<port>`).
+pub async fn serve_on_loopback(app: axum::Router) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let url = format!("http://{}", listener.local_addr().expect("bound"));
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
 /// Fails the test instead of hanging when `future` takes longer than `secs`.
 pub async fn within<T>(secs: u64, what: &str, future: impl Future<Output = T>) -> T {
     tokio::time::timeout(Duration::from_secs(secs), future)
