@@ -69,7 +69,8 @@ async fn a_second_suspension_store_on_the_same_file_is_refused_until_the_first_i
     assert_eq!(first.len(), 2, "the refused store changed nothing");
 
     drop(first);
-    let second = JsonFileSuspensionStore::open(&path, SuspensionLimits::default()).unwrap();
+    let second =
+        once_released(|| JsonFileSuspensionStore::open(&path, SuspensionLimits::default()));
     assert_eq!(second.len(), 2, "the first store's calls are in the file");
     for id in &ids {
         assert!(
@@ -106,7 +107,7 @@ fn a_second_statistics_store_on_the_same_file_is_refused_until_the_first_is_drop
     );
 
     drop(first);
-    let second = UsageStats::open(&path).unwrap();
+    let second = once_released(|| UsageStats::open(&path));
     assert_eq!(second.tool("search").unwrap().calls, 1);
 }
 
@@ -270,6 +271,22 @@ fn read_until_ready(stdout: ChildStdout, ready: &mpsc::Sender<bool>) {
         }
     }
     let _ = ready.send(false);
+}
+
+/// `open` once the lock a dropped store held is free. A test of this binary that starts a
+/// child process can hold a copy of the lock file's descriptor between the fork and the
+/// exec (which closes it): a moment, but one a loaded machine can stretch.
+fn once_released<T, E: std::fmt::Debug>(open: impl Fn() -> Result<T, E>) -> T {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        match open() {
+            Ok(store) => return store,
+            Err(error) if std::time::Instant::now() > deadline => {
+                panic!("the lock was not released: {error:?}")
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
 }
 
 fn suspension_file(dir: &tempfile::TempDir) -> PathBuf {
