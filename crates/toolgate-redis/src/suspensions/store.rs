@@ -191,8 +191,8 @@ impl SuspensionStore for RedisSuspensions {
     }
 
     /// The owner is kept as the store writes a caller (the user id, or the tenant and the id
-    /// for a caller with a tenant: see the crate's `keys` module). One kept by an earlier version, which
-    /// wrote the id alone, reads as a caller without a tenant.
+    /// for a caller with a tenant: see the crate's `keys` module). One kept by an earlier
+    /// version, which wrote the id alone, reads as a caller without a tenant.
     async fn expired_owner(&self, id: &str) -> Result<Option<User>, SuspensionStoreError> {
         let mut invocation = EXPIRED_OWNER.prepare_invoke();
         invocation
