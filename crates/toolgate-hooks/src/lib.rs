@@ -57,6 +57,7 @@ pub mod repair;
 pub mod secrets;
 pub mod validation;
 
+mod clock;
 mod json;
 
 pub use audit::Audit;

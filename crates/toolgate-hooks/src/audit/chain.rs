@@ -234,10 +234,7 @@ impl ChainWriter {
         if self.unsigned == 0 {
             return;
         }
-        let at_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap_or_default()
-            .as_millis() as u64;
+        let at_ms = crate::clock::now_ms();
         let signature = key.sign(&checkpoint_message(&self.id, self.seq, &self.prev, at_ms));
         out.extend_from_slice(
             format!(

@@ -20,9 +20,10 @@
 
 use std::fmt;
 use std::io;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+
+use crate::clock::now_ms;
 
 /// Why records were lost: what the file answered the sink's writes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,12 +84,6 @@ pub struct Gap {
 
 /// The longest `error` a sink writes (an OS error's text is far shorter).
 const MAX_ERROR: usize = 200;
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 impl Gap {
     /// The gap that a record of `bytes` dropped now, for `error`, begins.

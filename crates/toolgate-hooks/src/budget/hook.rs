@@ -3,7 +3,6 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
@@ -12,6 +11,7 @@ use super::{
     BudgetBackend, BudgetBackendError, BudgetDecision, BudgetRequest, BudgetState, Cost,
     InMemoryBudget, LimitReport, LimitState, Window,
 };
+use crate::clock::now_ms;
 use crate::partition::Partition;
 use crate::quota::OnBackendError;
 use toolgate_core::error::grouped;
@@ -272,13 +272,6 @@ impl Budget {
         ctx.release::<Reported>(self);
         ctx.hold(self, Reported(reported));
     }
-}
-
-fn now_ms() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[hook]

@@ -426,13 +426,10 @@ impl Handles {
             };
             handles.register(names, label, observation);
         });
+        // The update placed the tool, or, in a full table that could make no room, swept
+        // just now: no sweep is due, and the look-up finds where it records.
         self.tools.with_current(|table| {
-            let handles = table.and_then(|table| match table.tools.get(tool) {
-                Some(handles) => Some(handles),
-                None if table.tools.len() >= MAX_TOOLS => Some(&table.other),
-                None => None,
-            });
-            if let Some(handles) = handles {
+            if let Some(handles) = table.and_then(|table| table.get(tool, &now)) {
                 let recorded = handles.record(observation);
                 debug_assert!(recorded, "every handle needed was just registered");
             }
