@@ -67,6 +67,32 @@ impl HttpError {
         }
     }
 
+    /// 400 `bad_json` for a request body that names a key twice in one object, saying which
+    /// key and where: what [`JsonInput`](crate::JsonInput) answers, and a host that reads
+    /// its own bodies with [`toolgate_core::json`].
+    ///
+    /// ```
+    /// use toolgate_core::json::{self, JsonError};
+    /// use toolgate_http::HttpError;
+    ///
+    /// let Err(JsonError::RepeatedKey(repeated)) = json::from_str(r#"{"a": 1, "a": 2}"#) else {
+    ///     panic!()
+    /// };
+    /// let error = HttpError::repeated_key(&repeated);
+    /// assert_eq!(error.code(), "bad_json");
+    /// assert_eq!(
+    ///     error.body().message,
+    ///     "the request body is refused: the key `a` appears twice in the top-level object: send each key once"
+    /// );
+    /// ```
+    pub fn repeated_key(repeated: &toolgate_core::json::RepeatedKey) -> Self {
+        HttpError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_json",
+            format!("the request body is refused: {repeated}"),
+        )
+    }
+
     /// The same error, answered with this header too.
     pub(crate) fn header(mut self, name: HeaderName, value: HeaderValue) -> Self {
         self.headers.get_or_insert_default().insert(name, value);

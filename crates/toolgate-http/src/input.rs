@@ -126,17 +126,16 @@ impl<S: Send + Sync> FromRequest<S> for JsonInput {
         }
         toolgate_core::json::from_slice(&bytes)
             .map(JsonInput)
-            .map_err(|error| {
-                let message = match error {
-                    JsonError::RepeatedKey(repeated) => {
-                        format!("the request body is refused: {repeated}")
-                    }
-                    other => format!(
+            .map_err(|error| match error {
+                JsonError::RepeatedKey(repeated) => HttpError::repeated_key(&repeated),
+                other => HttpError::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_json",
+                    format!(
                         "the request body is not JSON: {}",
                         toolgate_core::error::in_json_words(&other.to_string())
                     ),
-                };
-                HttpError::new(StatusCode::BAD_REQUEST, "bad_json", message)
+                ),
             })
     }
 }

@@ -106,12 +106,9 @@ pub fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Re
 pub fn json_value(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
     let bytes = whole_body(body)?;
     toolgate_core::json::from_slice(&bytes).map_err(|error| match error {
+        JsonError::RepeatedKey(repeated) => ApiError::repeated_key(&repeated),
         JsonError::Malformed(error) => explain::<Value>(&bytes, error),
-        repeated => ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_json",
-            format!("the request body is refused: {repeated}"),
-        ),
+        other => ApiError::new(StatusCode::BAD_REQUEST, "bad_json", other.to_string()),
     })
 }
 
