@@ -147,6 +147,28 @@ async fn a_request_id_or_user_id_with_a_newline_cannot_forge_a_log_line() {
 }
 
 #[tokio::test(flavor = "current_thread")]
+async fn a_bidi_override_or_line_separator_in_an_id_is_escaped_in_the_log() {
+    let pipeline = TestPipeline::new().tool(ScriptedTool::new(TOOL)).build();
+    // Obeyed, U+202E shows the rest of the line backwards, and U+2028 breaks it in a viewer.
+    let call = options()
+        .request_id("req-\u{202e}exe.txt")
+        .user(User::new("mallory\u{2028}INFO forged"));
+    let text = capture(async {
+        let _ = pipeline.invoke(TOOL, json!({}), call).await;
+    })
+    .await;
+    assert!(
+        !text.contains(['\u{202e}', '\u{2028}']),
+        "a bidi control or line separator reached the log:\n{text}"
+    );
+    assert!(text.contains(r"request_id=req-\u{202e}exe.txt"), "{text}");
+    assert!(
+        text.contains(r"user_id=mallory\u{2028}INFO forged"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "current_thread")]
 async fn no_input_value_reaches_any_span_or_event() {
     let text = captured_call(json!({ "card": SECRET_INPUT, "nested": [SECRET_INPUT] })).await;
 

@@ -222,12 +222,15 @@ pub fn grouped(n: u64) -> String {
     out
 }
 
-/// Whether `c`, shown as it is, could forge a line or disguise the text around it.
-fn hides_text(c: char) -> bool {
+/// Whether `c`, shown as it is, could forge a line or disguise the text around it: a
+/// control character, a line or paragraph separator, or a bidirectional mark, embedding,
+/// override or isolate. The one list of what must be escaped, both in what a message
+/// repeats ([`shown_text`]) and in what a log line shows (the pipeline's log spans).
+pub(crate) fn hides_text(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
         )
 }
 

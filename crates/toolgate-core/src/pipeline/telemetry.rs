@@ -14,6 +14,7 @@ use serde_json::Value;
 use tracing::field::Empty;
 
 use crate::context::{RequestId, ToolInvokeContext};
+use crate::error::hides_text;
 use crate::stage::Stage;
 
 /// The target of every span made for OpenTelemetry.
@@ -57,9 +58,11 @@ impl std::fmt::Display for SpanName<'_> {
 }
 
 /// A value that a caller chose (a request id, a user id), as a log line shows it: as it
-/// is, but with control characters escaped (`\n`, `\u{1b}`), so that an id with a newline
-/// or a terminal escape cannot forge a log line or move a reader's cursor. Written as it
-/// streams, without allocating.
+/// is, but with the characters a message escapes ([`shown_text`](crate::error::shown_text))
+/// escaped here too — control characters (`\n`, `\u{1b}`), the line and paragraph
+/// separators and the bidirectional controls (`\u{2028}`, `\u{202e}`) — so that an id
+/// cannot forge a log line, move a reader's cursor or make the line read backwards. Written
+/// as it streams, without allocating.
 pub(super) struct Printable<T>(pub T);
 
 impl<T: std::fmt::Display> std::fmt::Display for Printable<T> {
@@ -68,11 +71,11 @@ impl<T: std::fmt::Display> std::fmt::Display for Printable<T> {
         impl std::fmt::Write for Escaping<'_, '_> {
             fn write_str(&mut self, text: &str) -> std::fmt::Result {
                 let mut rest = text;
-                while let Some(at) = rest.find(char::is_control) {
+                while let Some(at) = rest.find(hides_text) {
                     self.0.write_str(&rest[..at])?;
-                    let control = rest[at..].chars().next().unwrap_or_default();
-                    write!(self.0, "{}", control.escape_default())?;
-                    rest = &rest[at + control.len_utf8()..];
+                    let hiding = rest[at..].chars().next().unwrap_or_default();
+                    write!(self.0, "{}", hiding.escape_default())?;
+                    rest = &rest[at + hiding.len_utf8()..];
                 }
                 self.0.write_str(rest)
             }
@@ -164,5 +167,54 @@ mod tests {
         assert!(text.ends_with("…[truncated]"));
         assert!(text.len() <= MAX_VALUE_BYTES + "…[truncated]".len());
         assert_eq!(bounded_json(&Value::from(7)), "7");
+    }
+
+    fn logged(text: &str) -> String {
+        Printable(text).to_string()
+    }
+
+    #[test]
+    fn a_bidi_override_in_a_request_id_is_escaped_in_the_log() {
+        // Shown as is, U+202E would make the rest of the line read backwards: `txt.exe`.
+        assert_eq!(logged("req-\u{202e}exe.txt"), r"req-\u{202e}exe.txt");
+        for bidi in [
+            '\u{061c}', '\u{200e}', '\u{200f}', '\u{202a}', '\u{202b}', '\u{202c}', '\u{202d}',
+            '\u{202e}', '\u{2066}', '\u{2067}', '\u{2068}', '\u{2069}',
+        ] {
+            assert_eq!(
+                logged(&format!("a{bidi}b")),
+                format!("a\\u{{{:x}}}b", u32::from(bidi))
+            );
+        }
+    }
+
+    #[test]
+    fn a_line_separator_in_a_user_id_is_escaped_in_the_log() {
+        assert_eq!(
+            logged("mallory\u{2028}INFO forged\u{2029}"),
+            r"mallory\u{2028}INFO forged\u{2029}"
+        );
+    }
+
+    #[test]
+    fn ordinary_text_and_control_characters_are_logged_as_before() {
+        assert_eq!(logged("call-7 é 中 🙂"), "call-7 é 中 🙂");
+        assert_eq!(
+            logged("x\nINFO\r\t\u{1b}[2K\u{7f}\u{85}"),
+            r"x\nINFO\r\t\u{1b}[2K\u{7f}\u{85}"
+        );
+    }
+
+    #[test]
+    fn the_log_escapes_exactly_the_characters_a_message_escapes() {
+        for c in '\0'..=char::MAX {
+            let text = c.to_string();
+            assert_eq!(
+                logged(&text),
+                crate::error::shown_text(&text, 1),
+                "U+{:04X}",
+                u32::from(c)
+            );
+        }
     }
 }
