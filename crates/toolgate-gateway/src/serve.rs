@@ -92,11 +92,12 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     config
         .check_paths()
         .map_err(|e| e.in_file(&options.config))?;
-    let metrics = prometheus::install();
+    let idle_timeout = config.server.metrics_idle_timeout;
+    let metrics = prometheus::install(idle_timeout);
     // Stops with this function, on every path out of it.
     let _upkeep = metrics
         .clone()
-        .map(|handle| Upkeep::start(handle, prometheus::UPKEEP_INTERVAL));
+        .map(|handle| Upkeep::start(handle, prometheus::UPKEEP_INTERVAL, idle_timeout));
     // The drain's hook goes with the extensions, so that every configuration has it.
     let drain_state = Drain::new();
     let extensions = options

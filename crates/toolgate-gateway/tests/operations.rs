@@ -261,6 +261,83 @@ policies:\n  timeouts:\n    tools: {{ sleep: 50ms }}\n",
     assert_eq!(requests("401"), 1.0, "{text}");
 }
 
+/// The series of `/metrics` that name `tool`.
+fn series_of<'a>(text: &'a str, tool: &str) -> Vec<&'a str> {
+    let label = format!("tool=\"{tool}\"");
+    text.lines()
+        .filter(|line| !line.starts_with('#') && line.contains(&label))
+        .collect()
+}
+
+#[tokio::test]
+async fn series_left_idle_leave_metrics_and_count_again_from_zero_when_called() {
+    let config = |tools: &str| {
+        format!(
+            "server:\n  metrics_idle_timeout: 1s\ntools:\n  builtin: [{tools}]\nusers:\n{}",
+            user_yaml("alice", &["admin"])
+        )
+    };
+    let gateway = Gateway::start(&config("calculator, echo"));
+    let add = || {
+        invoke(
+            &gateway,
+            "alice",
+            "calculator",
+            json!({"expression": "1+1"}),
+        )
+    };
+    let echo = invoke(&gateway, "alice", "echo", json!({"text": "hi"})).await;
+    assert_eq!(echo.status, 200, "{}", echo.body);
+    assert_eq!(add().await.status, 200);
+    let text = gateway.metrics().await;
+    assert!(!series_of(&text, "echo").is_empty(), "{text}");
+
+    // The reload removes `echo`; `calculator`, called after it, has its handles kept by
+    // the new configuration's hook.
+    std::fs::write(&gateway.config, config("calculator")).unwrap();
+    gateway.reload(1).await;
+    assert_eq!(add().await.status, 200);
+    let calls = |text: &str| {
+        metric(
+            text,
+            "toolgate_calls_total",
+            &[("tool", "calculator"), ("outcome", "success")],
+        )
+    };
+    let invokes = |text: &str| {
+        metric(
+            text,
+            "toolgate_http_requests_total",
+            &[("route", "/v1/tools/{name}/invoke"), ("status", "200")],
+        )
+    };
+    let text = gateway.metrics().await;
+    assert_eq!((calls(&text), invokes(&text)), (2.0, 3.0), "{text}");
+
+    // Idle for a second, every series of a call goes: the removed tool's and the kept one's.
+    eventually(
+        "the idle series leave /metrics",
+        Duration::from_secs(30),
+        || async {
+            let text = gateway.metrics().await;
+            series_of(&text, "echo").is_empty()
+                && series_of(&text, "calculator").is_empty()
+                && invokes(&text) == 0.0
+        },
+    )
+    .await;
+
+    // Called again, the tool shows again, counting from zero, and so does its route.
+    assert_eq!(add().await.status, 200);
+    let text = gateway.metrics().await;
+    assert_eq!(
+        (calls(&text), invokes(&text)),
+        (1.0, 1.0),
+        "a call after its series left /metrics must show in a new series:\n{text}"
+    );
+    assert!(series_of(&text, "echo").is_empty(), "{text}");
+}
+
 // ---------------------------------------------------------------------------------------
 // SIGTERM: drain
 

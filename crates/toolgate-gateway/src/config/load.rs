@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use super::{AuditConfig, Config};
 
@@ -677,6 +678,12 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             "an MCP session must be kept longer than zero between requests, e.g. `5m`",
         ));
     }
+    if server.metrics_idle_timeout < Duration::from_secs(1) {
+        return Err(ConfigError::invalid(
+            "server.metrics_idle_timeout",
+            "a series must be kept at least `1s` without updates, and longer than Prometheus scrapes, e.g. `1h`",
+        ));
+    }
     Ok(())
 }
 
@@ -813,6 +820,10 @@ mod tests {
             (
                 "server:\n  mcp_sessions:\n    idle_timeout: 0s\n",
                 "server.mcp_sessions.idle_timeout",
+            ),
+            (
+                "server:\n  metrics_idle_timeout: 500ms\n",
+                "server.metrics_idle_timeout",
             ),
         ] {
             assert_eq!(parse(text).unwrap_err().field(), field, "{text}");

@@ -173,6 +173,13 @@ pub struct ServerConfig {
     /// request they pass on (default: this host's loopback addresses). A client's address
     /// is what `identity.failed_credentials` counts by.
     pub trusted_proxies: Vec<TrustedProxy>,
+    /// How long a counter or histogram of `/metrics` may go without an update before it
+    /// leaves `/metrics` (default `1h`, at least `1s`; read at start): the series of tools
+    /// a reload or an upstream removed do not pile up. A series that leaves and is updated
+    /// again comes back counting from zero, which Prometheus reads as a counter reset.
+    /// Gauges stay.
+    #[serde(with = "values::duration")]
+    pub metrics_idle_timeout: Duration,
 }
 
 /// `server.mcp_sessions:` — the bounds of the MCP sessions of `/mcp`.
@@ -226,6 +233,7 @@ impl Default for ServerConfig {
             mcp_state_key: None,
             mcp_sessions: McpSessionLimits::default(),
             trusted_proxies: TrustedProxy::loopback(),
+            metrics_idle_timeout: Duration::from_secs(60 * 60),
         }
     }
 }

@@ -161,7 +161,6 @@ impl Gateway {
         format!("{}{path}", self.base)
     }
 
-    /// The process id, for signals.
     /// What `GET /metrics` answers now.
     pub async fn metrics(&self) -> String {
         client()
@@ -174,6 +173,7 @@ impl Gateway {
             .expect("the metrics")
     }
 
+    /// The process id, for signals.
     pub fn pid(&self) -> u32 {
         self.child.id()
     }

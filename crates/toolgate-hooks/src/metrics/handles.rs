@@ -21,7 +21,9 @@
 //! Forgetting drops the handles, not the series: the facade cannot remove a series from a
 //! recorder. A forgotten tool that is called again registers its series again, and the
 //! recorder hands back the same ones, still counting. Removing the series of tools that
-//! are gone is the recorder's work (an exporter's idle timeout).
+//! are gone is the recorder's work (an exporter's idle timeout), and the whole table starts
+//! again after [`renew_handles`](super::renew_handles), so that no handle outlives the
+//! series it updates.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -18,7 +18,9 @@
 //! finds no room, the tools not called for a minute or more make room for it (a host's
 //! tool set changes with reloads and upstream servers); until then it is counted under
 //! `tool="other"`. A forgotten tool's series stays with the recorder, which alone can
-//! remove it (an exporter's idle timeout).
+//! remove it: a recorder that removes idle series (the Prometheus exporter's
+//! `idle_timeout`) needs [`renew_handles`] called at least once every idle timeout, or the
+//! hook's kept handles would go on updating series it no longer shows.
 //!
 //! # Examples
 //!
@@ -36,4 +38,4 @@ mod hook;
 mod per_recorder;
 
 pub use hook::{Metrics, MetricsBuilder};
-pub use per_recorder::PerRecorder;
+pub use per_recorder::{PerRecorder, renew_handles};
