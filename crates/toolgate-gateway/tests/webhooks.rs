@@ -166,17 +166,26 @@ fn start_gateway_with_state(url: &str, extra: &str, state: &str) -> Gateway {
 
 /// [`start_gateway_with_state`] telling each of `urls`, in this order.
 fn start_gateway_with_webhooks(urls: &[&str], extra: &str, state: &str) -> Gateway {
+    let users = user_yaml("alice", &["admin"]) + &user_yaml("bob", &["analyst"]);
+    start_gateway_for(&users, urls, extra, state)
+}
+
+/// [`start_gateway_with_webhooks`] for `users`, the configuration's `users:` entries.
+fn start_gateway_for(users: &str, urls: &[&str], extra: &str, state: &str) -> Gateway {
     let webhooks: String = urls
         .iter()
         .map(|url| format!("      - url: \"{url}\"\n        secret: ${{HOOK_SECRET}}\n"))
         .collect();
     let config = format!(
-        "{state}tools:\n  builtin: [echo, sleep]\nusers:\n{}{}\
+        "{state}tools:\n  builtin: [echo, sleep]\nusers:\n{users}\
 policies:\n  approval:\n    tools: [echo, sleep]\n{extra}    webhooks:\n{webhooks}",
-        user_yaml("alice", &["admin"]),
-        user_yaml("bob", &["analyst"]),
     );
     Gateway::start_with_env(&config, &[("HOOK_SECRET", SECRET)])
+}
+
+/// A `users:` entry for `id` with `roles`, in `tenant`.
+fn user_in_tenant(id: &str, roles: &[&str], tenant: &str) -> String {
+    user_yaml(id, roles).replacen(" }\n", &format!(", tenant: {tenant} }}\n"), 1)
 }
 
 /// The suspension id of a 202 answer.
@@ -233,6 +242,10 @@ async fn a_waiting_call_sends_a_signed_event_that_carries_no_input() {
     assert_eq!(body["id"], waiting.id());
     assert_eq!(body["suspension"]["tool"], "echo");
     assert_eq!(body["suspension"]["user"], "bob");
+    assert!(
+        body["suspension"].get("tenant").is_none(),
+        "bob has no tenant: {body}"
+    );
     assert!(body["suspension"]["expires_at"].is_string(), "{body}");
     assert!(body["occurred_at"].is_string(), "{body}");
     assert!(body.get("decision").is_none(), "{body}");
@@ -306,6 +319,30 @@ async fn a_decision_is_told_with_who_decided_and_a_rejection_with_its_reason() {
     )
     .into_owned();
     assert!(!everything.contains(CANARY), "{everything}");
+}
+
+#[tokio::test]
+async fn the_events_of_a_tenants_call_name_the_callers_and_the_approvers_tenant() {
+    let (receiver, url) = Receiver::start(&[]).await;
+    let users =
+        user_in_tenant("alice", &["admin"], "acme") + &user_in_tenant("bob", &["analyst"], "acme");
+    let gateway = start_gateway_for(&users, &[&url], "", "");
+    let id = park(&gateway).await;
+
+    let waiting = receiver.wait_for("suspension.waiting", &id).await;
+    assert_eq!(waiting.verify(SystemTime::now()), Ok(()));
+    let body = waiting.json();
+    assert_eq!(body["suspension"]["user"], "bob", "{body}");
+    assert_eq!(body["suspension"]["tenant"], "acme", "{body}");
+
+    let answer = decide(&gateway, &id, json!({"decision": "approve"})).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let decided = receiver.wait_for("suspension.decided", &id).await.json();
+    assert_eq!(decided["suspension"]["tenant"], "acme", "{decided}");
+    assert_eq!(
+        decided["decision"],
+        json!({"decision": "approve", "decided_by": "alice", "decided_by_tenant": "acme", "reason": null})
+    );
 }
 
 #[tokio::test]

@@ -260,11 +260,11 @@ impl Gateway {
                 let notifications = shared.notifications.clone();
                 server = server.on_withdrawal(move |call, user, reason| {
                     tracing::info!(suspension_id = %call.id, tool = %call.tool, user = %call.user.id, approver = %user.id, decision = "reject", reason, "a waiting call was decided");
-                    notifications.decided(call, crate::webhooks::DecisionSummary {
-                        decision: "reject",
-                        decided_by: user.id.clone(),
-                        reason: Some(reason.to_owned()),
-                    });
+                    notifications.decided(call, crate::webhooks::DecisionSummary::by(
+                        "reject",
+                        user,
+                        Some(reason.to_owned()),
+                    ));
                 });
                 server = server.outcome_tool(OUTCOME_TOOL).instructions(format!(
                     "Some calls wait for a person's approval: they answer at once with a suspension id. Call `{OUTCOME_TOOL}` with that id to learn whether the call was decided, and its result."

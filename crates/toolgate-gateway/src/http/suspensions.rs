@@ -501,7 +501,7 @@ pub async fn resume(
         },
         Decision::Complete { output } => ResumeDecision::Complete { output },
     };
-    let mut told = DecisionSummary::of(&decision, &caller.user.id);
+    let mut told = DecisionSummary::of(&decision, &caller.user);
     let mut options = ResumeOptions::new();
     if let Some(user) = caller_now {
         options = options.user(user);
@@ -587,11 +587,7 @@ async fn approve_retry(
         decision = "approve_retry",
         "a waiting call was decided"
     );
-    let told = DecisionSummary {
-        decision: "approve_retry",
-        decided_by: caller.user.id.clone(),
-        reason: None,
-    };
+    let told = DecisionSummary::by("approve_retry", &caller.user, None);
     remember(caller, saved, &told, "approved_for_retry").await;
     caller.gateway.notifications.decided(saved, told);
     let told = ToolError::abort(

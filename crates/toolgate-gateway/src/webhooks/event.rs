@@ -1,15 +1,16 @@
 //! What a webhook says: the event, and its body in each format.
 //!
 //! An event carries the facts an approver needs to find the call — its suspension id, tool,
-//! caller, reason and times — and, once decided, who decided what. Never the call's input
-//! (not even the redacted one), its payload, or anything secret: a receiver that needs the
-//! input reads it with `GET /v1/suspensions/{id}`, as an approver, over the gateway's own
-//! authentication.
+//! caller (a user id, and their tenant when they have one), reason and times — and, once
+//! decided, who decided what. Never the call's input (not even the redacted one), its
+//! payload, or anything secret: a receiver that needs the input reads it with
+//! `GET /v1/suspensions/{id}`, as an approver, over the gateway's own authentication.
 
 use std::sync::Arc;
 use std::time::SystemTime;
 
 use serde_json::{Value, json};
+use toolgate_core::User;
 use toolgate_core::suspension::{ResumeDecision, SuspendedInvocation};
 
 use crate::config::{WebhookEventName, WebhookFormatName};
@@ -23,6 +24,9 @@ pub struct CallSummary {
     pub tool: String,
     /// Who made the call (their user id).
     pub user: String,
+    /// The tenant of who made the call, if they have one: `ann` of `acme` and `ann` of
+    /// `globex` are two callers.
+    pub tenant: Option<String>,
     /// What the call waits for.
     pub reason: String,
     /// When it started to wait.
@@ -39,6 +43,7 @@ impl CallSummary {
             id: call.id.clone(),
             tool: call.tool.clone(),
             user: call.user.id.clone(),
+            tenant: call.user.tenant.clone(),
             reason: call.reason.clone(),
             suspended_at: call.suspended_at,
             expires_at: call.expires_at,
@@ -53,21 +58,30 @@ pub struct DecisionSummary {
     pub decision: &'static str,
     /// The approver's user id.
     pub decided_by: String,
+    /// The approver's tenant, if they have one.
+    pub decided_by_tenant: Option<String>,
     /// The reason given: a rejection's, or an approval's when the approver gave one.
     pub reason: Option<String>,
 }
 
 impl DecisionSummary {
     /// The summary of `decision` taken by `decided_by`: a completion's output is left out.
-    pub fn of(decision: &ResumeDecision, decided_by: &str) -> Self {
+    pub fn of(decision: &ResumeDecision, decided_by: &User) -> Self {
         let (decision, reason) = match decision {
             ResumeDecision::Approve => ("approve", None),
             ResumeDecision::Reject { reason } => ("reject", Some(reason.clone())),
             ResumeDecision::Complete { .. } => ("complete", None),
         };
+        DecisionSummary::by(decision, decided_by, reason)
+    }
+
+    /// `decision` (its name, as [`decision`](Self::decision) holds it) taken by
+    /// `decided_by` for `reason`.
+    pub fn by(decision: &'static str, decided_by: &User, reason: Option<String>) -> Self {
         DecisionSummary {
             decision,
-            decided_by: decided_by.to_owned(),
+            decided_by: decided_by.id.clone(),
+            decided_by_tenant: decided_by.tenant.clone(),
             reason,
         }
     }
@@ -129,7 +143,9 @@ impl Event {
         serde_json::to_vec(&value).unwrap_or_default()
     }
 
-    /// The `json` format.
+    /// The `json` format. A caller's `tenant` (and an approver's `decided_by_tenant`) is
+    /// there only when they have one, as in the rest of the API: the body of a gateway
+    /// without tenants is what it was before tenants were told.
     pub fn json(&self) -> Value {
         let call = &self.call;
         let mut body = json!({
@@ -145,28 +161,35 @@ impl Event {
                 "expires_at": call.expires_at.map(rfc3339),
             },
         });
+        if let Some(tenant) = &call.tenant {
+            body["suspension"]["tenant"] = json!(tenant);
+        }
         if let Some(decision) = &self.decision {
             body["decision"] = json!({
                 "decision": decision.decision,
                 "decided_by": decision.decided_by,
                 "reason": decision.reason,
             });
+            if let Some(tenant) = &decision.decided_by_tenant {
+                body["decision"]["decided_by_tenant"] = json!(tenant);
+            }
         }
         body
     }
 
     /// The `slack` format: one line of `text` (what notifications show) and blocks with
-    /// the same facts.
+    /// the same facts. A caller or approver with a tenant is named `ann of acme`.
     pub fn slack(&self) -> Value {
         let call = &self.call;
-        let (tool, user, id) = (slack_escape(&call.tool), slack_escape(&call.user), &call.id);
+        let (tool, id) = (slack_escape(&call.tool), &call.id);
+        let user = slack_caller(&call.user, call.tenant.as_deref());
         let headline = match (&self.kind, &self.decision) {
             (WebhookEventName::Waiting, _) => {
                 format!("A call of `{tool}` by {user} waits for approval ({id})")
             }
             (WebhookEventName::Decided, Some(d)) => format!(
                 "{} decided `{}` on the call of `{tool}` by {user} ({id})",
-                slack_escape(&d.decided_by),
+                slack_caller(&d.decided_by, d.decided_by_tenant.as_deref()),
                 d.decision
             ),
             (WebhookEventName::Decided, None) => {
@@ -192,6 +215,14 @@ impl Event {
                 { "type": "context", "elements": [ { "type": "mrkdwn", "text": context } ] },
             ],
         })
+    }
+}
+
+/// A caller as Slack text: `ann`, or `ann of acme` when they have a tenant, escaped.
+fn slack_caller(user: &str, tenant: Option<&str>) -> String {
+    match tenant {
+        Some(tenant) => format!("{} of {}", slack_escape(user), slack_escape(tenant)),
+        None => slack_escape(user),
     }
 }
 
@@ -245,6 +276,7 @@ mod tests {
             id: "susp-1".into(),
             tool: "deploy".into(),
             user: "bob".into(),
+            tenant: None,
             reason: "tool `deploy` needs approval".into(),
             suspended_at: SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000),
             expires_at: Some(SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_086_400)),
@@ -268,7 +300,8 @@ mod tests {
     #[test]
     fn a_decided_event_names_the_approver_and_leaves_a_completion_output_out() {
         let output = json!({"secret_output": "do-not-send"});
-        let decision = DecisionSummary::of(&ResumeDecision::Complete { output }, "alice");
+        let decision =
+            DecisionSummary::of(&ResumeDecision::Complete { output }, &User::new("alice"));
         let event = Event::new(
             WebhookEventName::Decided,
             SystemTime::UNIX_EPOCH,
@@ -290,6 +323,72 @@ mod tests {
             "{}",
             event.id
         );
+    }
+
+    #[test]
+    fn a_callers_and_an_approvers_tenants_are_told_beside_their_ids_and_absent_without_one() {
+        let mut of_acme = (*call()).clone();
+        of_acme.user = "ann".into();
+        of_acme.tenant = Some("acme".into());
+        let approver = User::new("alice").with_tenant("acme");
+        let decision = DecisionSummary::of(&ResumeDecision::Approve, &approver);
+        let decided = |call| {
+            Event::new(
+                WebhookEventName::Decided,
+                SystemTime::UNIX_EPOCH,
+                call,
+                Some(decision.clone()),
+            )
+        };
+
+        let json = decided(Arc::new(of_acme)).json();
+
+        assert_eq!(json["suspension"]["user"], "ann");
+        assert_eq!(json["suspension"]["tenant"], "acme");
+        assert_eq!(json["decision"]["decided_by_tenant"], "acme");
+        let without = Event::new(
+            WebhookEventName::Waiting,
+            SystemTime::UNIX_EPOCH,
+            call(),
+            None,
+        );
+        let json = without.json();
+        assert!(json["suspension"].get("tenant").is_none(), "{json}");
+        let by_operator = DecisionSummary::of(&ResumeDecision::Approve, &User::new("root"));
+        let json = Event::new(
+            WebhookEventName::Decided,
+            SystemTime::UNIX_EPOCH,
+            call(),
+            Some(by_operator),
+        )
+        .json();
+        assert_eq!(
+            json["decision"],
+            json!({"decision": "approve", "decided_by": "root", "reason": null})
+        );
+    }
+
+    #[test]
+    fn the_slack_text_names_a_caller_and_an_approver_with_their_tenants() {
+        let mut of_acme = (*call()).clone();
+        of_acme.user = "ann".into();
+        of_acme.tenant = Some("<acme>".into());
+        let approver = User::new("alice").with_tenant("globex");
+        let event = Event::new(
+            WebhookEventName::Decided,
+            SystemTime::UNIX_EPOCH,
+            Arc::new(of_acme),
+            Some(DecisionSummary::of(&ResumeDecision::Approve, &approver)),
+        );
+
+        let slack = event.slack();
+
+        let text = slack["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("alice of globex decided `approve`"),
+            "{text}"
+        );
+        assert!(text.contains("by ann of &lt;acme&gt; ("), "{text}");
     }
 
     #[test]

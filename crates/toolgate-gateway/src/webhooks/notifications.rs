@@ -351,6 +351,7 @@ mod tests {
             id: id.into(),
             tool: "deploy".into(),
             user: "bob".into(),
+            tenant: None,
             reason: "needs approval".into(),
             suspended_at: now,
             expires_at: Some(now + Duration::from_secs(expires_in)),

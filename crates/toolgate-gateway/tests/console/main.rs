@@ -293,6 +293,55 @@ policies:\n  approval:\n    tools: [echo]\n    approver_roles: [admin]\n    expi
 }
 
 #[tokio::test]
+async fn a_callers_tenant_is_shown_beside_their_id_in_the_queue_and_the_history() {
+    if !browser::available("a_callers_tenant_is_shown_beside_their_id") {
+        return;
+    }
+    // ann of acme is not ann of globex: the approver must see which one waits. The
+    // tenant is caller-chosen text too (a token's claim), shown escaped like the rest.
+    let yaml = format!(
+        "console: {{}}\ntools:\n  builtin: [sleep]\nusers:\n{}  - {{ id: ann, key_sha256: \"{}\", roles: [analyst], tenant: \"acme\\u202Eevil\" }}\n\
+policies:\n  approval:\n    tools: [sleep]\n    approver_roles: [admin]\n    expire_after: 1h\n",
+        user_yaml("alice", &["admin"]),
+        toolgate_gateway::auth::hash_key(&key("ann")),
+    );
+    let gateway = Gateway::start(&yaml);
+    let browser = Browser::start(1280, 900).await;
+    sign_in(&browser, &gateway, "alice").await;
+    let id = park(&gateway, "ann", 1).await;
+
+    let shown = card(&browser, &id).await;
+    assert!(
+        shown.contains(r"ann · acme\u202Eevil"),
+        "the card names the caller with their tenant: {shown}"
+    );
+    assert!(!shown.contains('\u{202e}'), "{shown}");
+    let tenant = browser
+        .text_of(&format!("article[data-id=\"{id}\"] .caller .tenant"))
+        .await;
+    assert_eq!(tenant, r"· acme\u202Eevil");
+    let label = browser
+        .run(
+            "return document.querySelector(arguments[0]).getAttribute('aria-label')",
+            json!([format!("article[data-id=\"{id}\"]")]),
+        )
+        .await;
+    assert_eq!(label, json!(r"sleep by ann · acme\u202Eevil"));
+
+    decide(&browser, &id, "approve", "checked").await;
+    browser
+        .wait_text("#status", r"Approved sleep for ann · acme\u202Eevil")
+        .await;
+    browser.click("a[href='#history']").await;
+    let history = browser.wait_text("#history tbody", "checked").await;
+    assert!(
+        history.contains(r"ann · acme\u202Eevil") && !history.contains('\u{202e}'),
+        "the history names the caller with their tenant: {history}"
+    );
+    browser.quit().await;
+}
+
+#[tokio::test]
 async fn a_user_without_the_approver_role_sees_no_queue_and_the_api_refuses_them_too() {
     if !browser::available("a_user_without_the_approver_role_sees_no_queue") {
         return;

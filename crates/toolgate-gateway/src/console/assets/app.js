@@ -147,14 +147,23 @@ async function load(view) {
   }
 }
 
+// A caller is a user id in a tenant: ann of acme and ann of globex are two people. Named
+// in a sentence or a label as `ann · acme`; shown in a card or a row as the id with the
+// tenant beside it, set apart.
+const named = (user, tenant) => (tenant ? `${user} · ${tenant}` : user);
+function caller(tag, attrs, user, tenant) {
+  return el(tag, attrs, el('span', { class: 'user', text: user }),
+    tenant ? el('span', { class: 'tenant', text: ` · ${tenant}` }) : null);
+}
+
 function waitingCard(call, decide) {
   const facts = el('dl', {},
-    el('dt', { text: 'Caller' }), el('dd', { class: 'user', text: call.user }),
+    el('dt', { text: 'Caller' }), caller('dd', { class: 'caller' }, call.user, call.tenant),
     el('dt', { text: 'Why it waits' }), el('dd', { class: 'reason', text: call.reason || call.stage || 'approval' }),
     el('dt', { text: 'Waiting since' }), el('dd', { text: when(call.suspended_at) }),
     el('dt', { text: 'Expires' }), el('dd', { class: 'expires', text: when(call.expires_at) }),
     el('dt', { text: 'Id' }), el('dd', { class: 'id', text: call.id }));
-  const card = el('article', { class: 'card', 'data-id': call.id, 'aria-label': `${call.tool} by ${call.user}` },
+  const card = el('article', { class: 'card', 'data-id': call.id, 'aria-label': `${call.tool} by ${named(call.user, call.tenant)}` },
     el('h3', { text: call.tool }), facts,
     el('p', { class: 'label', text: 'Input (as it will run, redacted)' }),
     el('pre', { class: 'json input', tabindex: '0', text: json(call.input) }));
@@ -171,6 +180,7 @@ function decisionForm(call) {
     el('label', { for: id, text: 'Reason' }), reason, el('div', { class: 'buttons' }, approve, reject));
   // Enter in the reason field decides nothing: a decision is a press of its own button.
   form.addEventListener('submit', (event) => event.preventDefault());
+  const who = named(call.user, call.tenant);
   const decide = async (decision) => {
     const body = { decision };
     if (reason.value.trim()) body.reason = reason.value.trim();
@@ -179,11 +189,11 @@ function decisionForm(call) {
     try {
       const result = await api('POST', `/v1/suspensions/${encodeURIComponent(call.id)}/resume`, body);
       say(decision === 'approve'
-        ? `Approved ${call.tool} for ${call.user}: it ran${result && result.output !== undefined ? ' and answered' : ''}.`
-        : `Rejected ${call.tool} for ${call.user}.`);
+        ? `Approved ${call.tool} for ${who}: it ran${result && result.output !== undefined ? ' and answered' : ''}.`
+        : `Rejected ${call.tool} for ${who}.`);
     } catch (error) {
       // A rejected call answers as its caller is told: 403 `rejected`.
-      if (decision === 'reject' && error.code === 'rejected') say(`Rejected ${call.tool} for ${call.user}.`);
+      if (decision === 'reject' && error.code === 'rejected') say(`Rejected ${call.tool} for ${who}.`);
       else say(`${call.tool}: ${error.message}`, true);
     }
     await load('queue');
@@ -231,7 +241,7 @@ $('lookup-form').addEventListener('submit', async (event) => {
 async function loadHistory() {
   const data = await api('GET', '/v1/admin/decisions?limit=100');
   const rows = data.decisions.map((d) => el('tr', { class: d.decision },
-    el('td', { text: when(d.decided_at) }), el('td', { text: d.tool }), el('td', { text: d.user }),
+    el('td', { text: when(d.decided_at) }), el('td', { text: d.tool }), caller('td', { class: 'caller' }, d.user, d.tenant),
     el('td', { text: d.decided_by }), el('td', { class: 'decision', text: d.decision }),
     el('td', { class: 'reason', text: d.reason || '' }), el('td', { text: d.outcome })));
   $('history').tBodies[0].replaceChildren(...rows);
