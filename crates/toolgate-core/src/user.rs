@@ -78,6 +78,46 @@ impl User {
     pub fn is_same_caller(&self, other: &User) -> bool {
         self.id == other.id && self.tenant == other.tenant
     }
+
+    /// One text naming this caller — the id in its tenant — and no other: a key for what is
+    /// counted or kept per caller in a string (a rate limit's budget, a cached result's
+    /// scope, a remembered consent), where `ann` of `acme` and `ann` of `globex` must not
+    /// meet.
+    ///
+    /// It is the id as it is for a caller without a tenant (so keys made before tenants
+    /// counted are still found), unless the id starts with U+0000. Otherwise it starts
+    /// with U+0000, then the tenant's length in bytes, `:` and the tenant (or `-` for no
+    /// tenant), then U+0000 and the id: two different callers never have the same key,
+    /// whatever their ids and tenants hold.
+    ///
+    /// ```
+    /// use toolgate_core::User;
+    /// assert_eq!(User::new("ann").caller_key(), "ann");
+    /// assert_eq!(User::new("ann").with_tenant("acme").caller_key(), "\u{0}4:acme\u{0}ann");
+    /// assert_ne!(
+    ///     User::new("ann").with_tenant("acme").caller_key(),
+    ///     User::new("ann").with_tenant("globex").caller_key()
+    /// );
+    /// ```
+    pub fn caller_key(&self) -> std::borrow::Cow<'_, str> {
+        use std::fmt::Write;
+        match &self.tenant {
+            None if !self.id.starts_with('\0') => std::borrow::Cow::Borrowed(&self.id),
+            tenant => {
+                let mut key = String::with_capacity(self.id.len() + 24);
+                key.push('\0');
+                match tenant {
+                    Some(tenant) => {
+                        let _ = write!(key, "{}:{tenant}", tenant.len());
+                    }
+                    None => key.push('-'),
+                }
+                key.push('\0');
+                key.push_str(&self.id);
+                std::borrow::Cow::Owned(key)
+            }
+        }
+    }
 }
 
 /// Who a caller is, and no more: a user id in a tenant, as [`User::is_same_caller`]
@@ -127,3 +167,41 @@ impl CallerId {
 /// The user of invocations that name none.
 pub(crate) static ANONYMOUS: LazyLock<Arc<User>> =
     LazyLock::new(|| Arc::new(User::new("anonymous")));
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_callers_never_share_a_caller_key_whatever_their_ids_and_tenants_hold() {
+        let callers = [
+            User::new("ann"),
+            User::new("ann").with_tenant("acme"),
+            User::new("ann").with_tenant("globex"),
+            User::new("ann").with_tenant(""),
+            User::new("4:acme\u{0}ann"),
+            User::new("\u{0}4:acme\u{0}ann"),
+            User::new("\u{0}-\u{0}ann"),
+            User::new("acme\u{0}ann").with_tenant(""),
+            User::new("ann").with_tenant("acme\u{0}"),
+            User::new("").with_tenant("acme\u{0}ann"),
+            User::new("\u{0}"),
+        ];
+        for (i, a) in callers.iter().enumerate() {
+            for b in &callers[i + 1..] {
+                assert_ne!(a.caller_key(), b.caller_key(), "{a:?} and {b:?}");
+            }
+            let same = a.clone().with_roles(["admin"]);
+            assert_eq!(a.caller_key(), same.caller_key());
+        }
+    }
+
+    #[test]
+    fn a_caller_without_a_tenant_is_keyed_by_its_id_as_before() {
+        assert!(matches!(
+            User::new("ann").caller_key(),
+            std::borrow::Cow::Borrowed("ann")
+        ));
+        assert_eq!(User::new("\u{0}x").caller_key(), "\u{0}-\u{0}\u{0}x");
+    }
+}
