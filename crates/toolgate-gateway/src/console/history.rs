@@ -33,6 +33,9 @@ pub struct Decided {
     pub tenant: Option<String>,
     /// Who decided.
     pub decided_by: String,
+    /// The tenant of who decided, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by_tenant: Option<String>,
     /// `approve`, `reject`, `complete` or `approve_retry`.
     pub decision: String,
     /// The reason the approver gave, if any.
@@ -118,6 +121,7 @@ mod tests {
             user: "bob".into(),
             tenant: None,
             decided_by: "alice".into(),
+            decided_by_tenant: None,
             decision: "approve".into(),
             reason: None,
             decided_at: "2026-11-28T08:00:00Z".into(),

@@ -625,6 +625,7 @@ async fn remember(
         user: saved.user.id.clone(),
         tenant: saved.user.tenant.clone(),
         decided_by: told.decided_by.clone(),
+        decided_by_tenant: told.decided_by_tenant.clone(),
         decision: told.decision.to_owned(),
         reason: told.reason.clone(),
         decided_at: rfc3339(std::time::SystemTime::now()),

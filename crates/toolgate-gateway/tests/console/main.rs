@@ -299,11 +299,18 @@ async fn a_callers_tenant_is_shown_beside_their_id_in_the_queue_and_the_history(
     }
     // ann of acme is not ann of globex: the approver must see which one waits. The
     // tenant is caller-chosen text too (a token's claim), shown escaped like the rest.
+    // The approver is of the same tenant, as one of a tenant sees that tenant's calls only.
+    let member = |id: &str, role: &str| {
+        format!(
+            "  - {{ id: {id}, key_sha256: \"{}\", roles: [{role}], tenant: \"acme\\u202Eevil\" }}\n",
+            toolgate_gateway::auth::hash_key(&key(id)),
+        )
+    };
     let yaml = format!(
-        "console: {{}}\ntools:\n  builtin: [sleep]\nusers:\n{}  - {{ id: ann, key_sha256: \"{}\", roles: [analyst], tenant: \"acme\\u202Eevil\" }}\n\
+        "console: {{}}\ntools:\n  builtin: [sleep]\nusers:\n{}{}\
 policies:\n  approval:\n    tools: [sleep]\n    approver_roles: [admin]\n    expire_after: 1h\n",
-        user_yaml("alice", &["admin"]),
-        toolgate_gateway::auth::hash_key(&key("ann")),
+        member("alice", "admin"),
+        member("ann", "analyst"),
     );
     let gateway = Gateway::start(&yaml);
     let browser = Browser::start(1280, 900).await;
@@ -337,6 +344,11 @@ policies:\n  approval:\n    tools: [sleep]\n    approver_roles: [admin]\n    exp
     assert!(
         history.contains(r"ann · acme\u202Eevil") && !history.contains('\u{202e}'),
         "the history names the caller with their tenant: {history}"
+    );
+    let approver = browser.text_of("#history tbody .approver").await;
+    assert_eq!(
+        approver, r"alice · acme\u202Eevil",
+        "and the approver with theirs"
     );
     browser.quit().await;
 }

@@ -242,7 +242,7 @@ async function loadHistory() {
   const data = await api('GET', '/v1/admin/decisions?limit=100');
   const rows = data.decisions.map((d) => el('tr', { class: d.decision },
     el('td', { text: when(d.decided_at) }), el('td', { text: d.tool }), caller('td', { class: 'caller' }, d.user, d.tenant),
-    el('td', { text: d.decided_by }), el('td', { class: 'decision', text: d.decision }),
+    caller('td', { class: 'approver' }, d.decided_by, d.decided_by_tenant), el('td', { class: 'decision', text: d.decision }),
     el('td', { class: 'reason', text: d.reason || '' }), el('td', { text: d.outcome })));
   $('history').tBodies[0].replaceChildren(...rows);
   if (!rows.length) $('history').tBodies[0].append(el('tr', {}, el('td', { colspan: '7', text: 'Nothing decided yet.' })));
