@@ -1,7 +1,8 @@
 //! Secrets never leak: a full invocation suite with canary secrets, tracing at TRACE
 //! captured into a buffer and a recording metrics recorder. Each canary — raw, base64
 //! and URL-encoded — must occur zero times in logs, spans, audit records, metric names
-//! and labels, errors, cache entries, suspended calls and outputs.
+//! and labels, errors, cache entries, suspended calls and outputs. A second test has the
+//! tool echo its canaries upper- and lower-cased: in no case may they be found again.
 
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -313,6 +314,134 @@ fn no_canary_secret_reaches_any_output_log_span_record_metric_error_or_cache_ent
             let count = text.matches(form.as_str()).count();
             if count > 0 {
                 leaks.push(format!("{count} x {form:?} in {place}"));
+            }
+        }
+    }
+    assert!(leaks.is_empty(), "secrets leaked: {leaks:#?}");
+}
+
+/// A tool that echoes its secrets re-cased, as one that upper-cases its output does.
+fn shouting_tool() -> Arc<dyn ErasedTool> {
+    let mut tool = JsonTool::new(
+        "shouting",
+        "Echoes its secrets in upper and lower case.",
+        json!({ "type": "object", "properties": { "mode": { "type": "string" } }, "required": ["mode"] }),
+        move |input, ctx| {
+            let key = ctx
+                .secrets()
+                .get("api-key")
+                .map(|s| s.expose().to_owned())
+                .unwrap_or_default();
+            let password = ctx
+                .secrets()
+                .get("db-password")
+                .map(|s| s.expose().to_owned())
+                .unwrap_or_default();
+            let mode = input["mode"].as_str().unwrap_or_default().to_owned();
+            Box::pin(async move {
+                match mode.as_str() {
+                    "upper" => Ok(json!({
+                        "env": format!("API_KEY={}", key.to_uppercase()),
+                        "dsn": format!("https://x.test/?pw={}", url_encode(&password.to_uppercase())),
+                        key.to_uppercase(): "as a key",
+                    })),
+                    "lower" => Err(ToolError::execution(format!(
+                        "login failed for {} / {}",
+                        key.to_lowercase(),
+                        password.to_lowercase()
+                    ))),
+                    _ => Ok(json!("plain")),
+                }
+            })
+        },
+    );
+    tool.definition_mut().tags = vec!["secret:api-key".into(), "secret:db-password".into()];
+    tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
+    Arc::new(tool)
+}
+
+#[test]
+fn a_tool_echoing_its_secrets_in_another_case_leaks_them_nowhere() {
+    let logs = Buffer::default();
+    let writer = logs.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::TRACE)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _guard = tracing::subscriber::set_default(subscriber);
+    let audit = MemorySink::new();
+    let cache = Arc::new(MokaCache::default());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let (output, error) = rt.block_on(async {
+        let p = Pipeline::builder()
+            .tool(shouting_tool())
+            .hook(
+                SecretInjection::builder()
+                    .source(
+                        InMemorySecrets::new()
+                            .with("api-key", API_KEY)
+                            .with("db-password", DB_PASSWORD),
+                    )
+                    .build(),
+            )
+            .hook(ResultCache::builder().shared_backend(cache.clone()).build())
+            .hook(
+                Audit::builder()
+                    .include_values(true)
+                    .sink(audit.clone())
+                    .sink(TracingSink)
+                    .build(),
+            )
+            .build()
+            .unwrap();
+        let output = p
+            .invoke("shouting", json!({ "mode": "upper" }), InvokeOptions::new())
+            .await
+            .unwrap();
+        let error = p
+            .invoke("shouting", json!({ "mode": "lower" }), InvokeOptions::new())
+            .await
+            .unwrap_err();
+        (output, error)
+    });
+
+    assert_eq!(
+        output["env"], "API_KEY=[REDACTED:secret]",
+        "the upper-cased key was replaced where it stood"
+    );
+    assert_eq!(output["dsn"], "https://x.test/?pw=[REDACTED:secret]");
+    assert_eq!(output["[REDACTED:secret]"], "as a key");
+    let haystacks = [
+        ("output", output.to_string()),
+        ("error", format!("{error} {error:?}")),
+        (
+            "audit records",
+            serde_json::to_string(&audit.records()).unwrap(),
+        ),
+        (
+            "cache entries",
+            serde_json::to_string(&cache.values()).unwrap(),
+        ),
+        (
+            "logs",
+            String::from_utf8(logs.0.lock().unwrap().clone()).unwrap(),
+        ),
+    ];
+    assert_eq!(audit.records().len(), 2);
+    // Compared without case: whatever case it is written in, the secret must be gone.
+    let mut leaks = Vec::new();
+    for (place, text) in &haystacks {
+        let text = text.to_lowercase();
+        for secret in [API_KEY, DB_PASSWORD] {
+            let secret = secret.to_lowercase();
+            for form in [secret.clone(), url_encode(&secret).to_lowercase()] {
+                if text.contains(&form) {
+                    leaks.push(format!("{form:?} (in some case) in {place}"));
+                }
             }
         }
     }

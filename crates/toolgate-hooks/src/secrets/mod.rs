@@ -33,6 +33,16 @@
 //! base64 (standard and URL-safe), also inside the base64 of a longer text such as an HTTP
 //! Basic `user:secret` (see [`Scrubber`] for which secrets are long enough for that).
 //!
+//! The raw, URL-encoded and escaped forms are found whatever the case of their ASCII
+//! letters: a hex key echoed in upper case, or a secret in the output of a tool that
+//! upper-cases what it prints, is the same secret once the case is guessed. Text that
+//! differs from a secret only in case is therefore replaced too; that over-redaction is
+//! the price. Base64 is matched exactly, since its case carries bits: the base64 of the
+//! secret as it is is found, but the base64 of a re-cased secret is a different text and
+//! is not — a re-cased secret is caught raw or escaped, never inside base64. The same
+//! [`Scrubber`] does all the scrubbing (tool outputs and errors, audit records, the MCP
+//! relay's upstream frames and stderr, the gateway's log lines), so all of it behaves so.
+//!
 //! # Examples
 //!
 //! ```

@@ -29,7 +29,7 @@ const MIN_BASE64_CORE: usize = 8;
 ///
 /// - the raw value, and every mix of raw and percent-escaped bytes of it — `%2F` or `%2f`,
 ///   escaped in full (`%73%6B…`), in part (`urllib.parse.quote` leaves `/` raw), or with
-///   `+` for a space, as a form body writes it;
+///   `+` for a space, as a form body writes it — in any ASCII case (see below);
 /// - its base64, standard and URL-safe, padded or not, also inside the base64 of a longer
 ///   text that holds the secret at any offset (an HTTP Basic `user:secret`, a
 ///   `Bearer secret` header encoded whole): the characters that only the secret's bits
@@ -38,7 +38,18 @@ const MIN_BASE64_CORE: usize = 8;
 ///   carry some of its bits. Those characters must be at least 8 (48 bits, so that other
 ///   base64 does not hold them by chance): a secret of 7 bytes or more is found at every
 ///   offset, a shorter one is sure to be found only as the encoding of its whole value;
-/// - the escaped forms a JSON document or a `{:?}`-formatted log field gives it.
+/// - the escaped forms a JSON document or a `{:?}`-formatted log field gives it, in any
+///   ASCII case too.
+///
+/// The raw, percent-escaped and JSON or log-escaped forms are matched **regardless of ASCII
+/// case**: a hex key echoed in upper case (`9F86D0…` for `9f86d0…`) is the same key to
+/// whatever reads it, and a tool that upper-cases its output (`TOKEN=SK-LIVE-123`) leaves
+/// little to guess. An escaped letter may be either case's byte (`%55` or `%75` for `U`).
+/// The price is over-redaction: text that differs from a secret only in the case of its
+/// letters is replaced too. Base64 is matched **exactly**, since its case is part of what
+/// it says: the base64 of the exact secret is found, but the base64 of a re-cased secret
+/// is another text altogether and is not (a re-cased secret is caught raw or escaped, not
+/// inside base64). Only ASCII letters are folded; other characters must match as they are.
 ///
 /// The matchers are built once, when the scrubber is (the percent-escape regex, slower to
 /// build, on the first text with a `%` in it); each search is linear in the text.
@@ -59,6 +70,11 @@ const MIN_BASE64_CORE: usize = 8;
 /// );
 /// // percent-escaped, in part and in lower case:
 /// assert_eq!(scrubber.scrub_text("?k=sk%2dlive-12%33").as_deref(), Some("?k=[REDACTED:secret]"));
+/// // echoed in another case, raw or escaped:
+/// assert_eq!(scrubber.scrub_text("KEY=SK-LIVE-123").as_deref(), Some("KEY=[REDACTED:secret]"));
+/// assert_eq!(scrubber.scrub_text("?k=SK%2DLIVE-123").as_deref(), Some("?k=[REDACTED:secret]"));
+/// // but base64 only as the exact secret's: this is `SK-LIVE-123`'s.
+/// assert_eq!(scrubber.scrub_text("U0stTElWRS0xMjM="), None);
 /// assert_eq!(scrubber.scrub_text("nothing to see"), None);
 /// ```
 #[derive(Clone, Default)]
@@ -71,20 +87,23 @@ pub struct Scrubber {
 
 /// The searches of a [`Scrubber`], built once for its set of secrets.
 struct Matchers {
-    /// Every form searched for as it is (`None` if it could not be built): the raw values,
-    /// `+` for their spaces, their escaped forms in JSON and `{:?}`, the base64 of whole
-    /// secrets too short to have a [core](base64_cores), and the base64 cores.
-    finder: Option<AhoCorasick>,
-    /// Per pattern of `finder`: whether it is a base64 core, whose match stands for the
-    /// base64 run around it.
+    /// The [`literal_forms`], searched for in any ASCII case (`None` if it could not be
+    /// built).
+    forms: Option<AhoCorasick>,
+    /// The base64 forms, searched for exactly (`None` if there are none or it could not be
+    /// built): the base64 of whole secrets too short to have a [core](base64_cores), and
+    /// the base64 cores.
+    base64: Option<AhoCorasick>,
+    /// Per pattern of `base64`: whether it is a core, whose match stands for the base64 run
+    /// around it.
     core: Vec<bool>,
     /// Per secret, longest first: the [`escaped_pattern`].
     patterns: Vec<String>,
-    /// Every mix of raw and percent-escaped bytes of every secret: one regex for all
-    /// secrets, or one per secret should that one not build. A regex takes much longer
-    /// to build than the automaton (and a scrubber is built for each call of a tool with
-    /// secrets), so it is built the first time a text may need it: one with a `%`, or with
-    /// a `+` if a secret has a space.
+    /// Every mix of raw and percent-escaped bytes of every secret, in any ASCII case: one
+    /// regex for all secrets, or one per secret should that one not build. A regex takes
+    /// much longer to build than the automata (and a scrubber is built for each call of a
+    /// tool with secrets), so it is built the first time a text may need it: one with a
+    /// `%`, or with a `+` if a secret has a space.
     escaped: OnceLock<Vec<Regex>>,
     /// Whether some secret has a space (which a form body writes `+`).
     spaces: bool,
@@ -96,7 +115,7 @@ impl fmt::Debug for Scrubber {
     }
 }
 
-/// The forms of `raw` searched for as they are.
+/// The forms of `raw` searched for as they are, but for the case of their ASCII letters.
 fn literal_forms(raw: &str) -> Vec<String> {
     let mut forms = vec![raw.to_owned(), raw.replace(' ', "+")];
     // Inside a JSON string (an audit line, a JSON log) and a `{:?}`-formatted log field.
@@ -104,34 +123,33 @@ fn literal_forms(raw: &str) -> Vec<String> {
         forms.push(json[1..json.len() - 1].to_owned());
     }
     forms.push(raw.escape_debug().to_string());
-    // A secret too short to have a core at the first alignment is found in base64 only as
-    // the encoding of the whole value, as it stands (not the run around it).
-    if 4 * raw.len() / 3 < MIN_BASE64_CORE {
-        for engine in [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE, &URL_SAFE_NO_PAD] {
-            forms.push(engine.encode(raw));
-        }
-    }
     forms
 }
 
-/// A regex (bytes, Unicode off) for every mix of raw and percent-escaped bytes of `raw`:
-/// each byte either as it is or as `%XX` with hex digits of either case; a space also as
-/// `+`.
-fn escaped_pattern(raw: &str) -> String {
-    fn hex_digit(pattern: &mut String, digit: u8) {
-        let upper = b"0123456789ABCDEF"[usize::from(digit)];
-        if upper.is_ascii_digit() {
-            pattern.push(char::from(upper));
-        } else {
-            let lower = upper.to_ascii_lowercase();
-            let _ = write!(pattern, "[{}{}]", char::from(upper), char::from(lower));
-        }
+/// The base64 of `raw` whole, searched for exactly, if `raw` is too short to have a core
+/// at the first alignment: then that is the only base64 it is found in, as it stands (not
+/// the run around it).
+fn whole_base64(raw: &str) -> Vec<String> {
+    if 4 * raw.len() / 3 >= MIN_BASE64_CORE {
+        return Vec::new();
     }
+    [&STANDARD, &STANDARD_NO_PAD, &URL_SAFE, &URL_SAFE_NO_PAD]
+        .into_iter()
+        .map(|engine| engine.encode(raw))
+        .collect()
+}
+
+/// A regex for every mix of raw and percent-escaped bytes of `raw`, to be built by
+/// [`escaped_regex`] (bytes, Unicode off, ASCII case folded): each byte either as it is or
+/// as `%XX`, a letter as either case's byte (`%55` or `%75` for `U`, folding gives the case
+/// of the raw letter and of the hex digits); a space also as `+`.
+fn escaped_pattern(raw: &str) -> String {
     let mut pattern = String::with_capacity(raw.len() * 20);
     for byte in raw.bytes() {
-        let _ = write!(pattern, "(?:\\x{byte:02X}|%");
-        hex_digit(&mut pattern, byte >> 4);
-        hex_digit(&mut pattern, byte & 0xF);
+        let _ = write!(pattern, "(?:\\x{byte:02X}|%{byte:02X}");
+        if byte.is_ascii_alphabetic() {
+            let _ = write!(pattern, "|%{:02X}", byte ^ 0x20);
+        }
         if byte == b' ' {
             pattern.push_str("|\\+");
         }
@@ -188,9 +206,27 @@ fn base64_run(hay: &[u8], found: Range<usize>) -> Range<usize> {
     start..end
 }
 
+/// An automaton for `needles`, matching them in any ASCII case if `any_case`.
+fn automaton<I, P>(needles: I, any_case: bool) -> Option<AhoCorasick>
+where
+    I: IntoIterator<Item = P>,
+    P: AsRef<[u8]>,
+{
+    // A contiguous NFA is quick to build: per-call scrubbers are built on every call.
+    // Every match is reported, overlapping ones too, so that no base64 core is hidden by
+    // another found at the same place.
+    AhoCorasick::builder()
+        .match_kind(MatchKind::Standard)
+        .kind(Some(AhoCorasickKind::ContiguousNFA))
+        .ascii_case_insensitive(any_case)
+        .build(needles)
+        .ok()
+}
+
 fn escaped_regex(pattern: &str) -> Option<Regex> {
     RegexBuilder::new(&format!("(?-u:{pattern})"))
         .unicode(false)
+        .case_insensitive(true)
         .build()
         .ok()
 }
@@ -200,30 +236,34 @@ impl Matchers {
         if values.is_empty() {
             return None;
         }
-        // Each needle, and whether it is a core (a needle both a form and a core is a core).
+        // Two automata, since case-insensitive matching is a property of the whole
+        // automaton, and base64 must not have it: folding its case would find text that
+        // decodes to other bytes, and would cost the base64 search its fastest prefilter.
+        let mut forms: Vec<String> = values.iter().flat_map(|raw| literal_forms(raw)).collect();
+        forms.sort_unstable();
+        forms.dedup();
+        // Each base64 needle, and whether it is a core (one both whole and a core is a core).
         let mut needles: Vec<(String, bool)> = Vec::new();
         for raw in values {
-            needles.extend(literal_forms(raw).into_iter().map(|form| (form, false)));
+            needles.extend(whole_base64(raw).into_iter().map(|whole| (whole, false)));
             needles.extend(base64_cores(raw.as_bytes()).into_iter().map(|c| (c, true)));
         }
         needles.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         needles.dedup_by(|a, b| a.0 == b.0);
         let core = needles.iter().map(|(_, core)| *core).collect();
-        // A contiguous NFA is quick to build: per-call scrubbers are built on every call.
-        // Every match is reported, overlapping ones too, so that no base64 core is hidden
-        // by a form found at the same place.
-        let finder = AhoCorasick::builder()
-            .match_kind(MatchKind::Standard)
-            .kind(Some(AhoCorasickKind::ContiguousNFA))
-            .build(needles.iter().map(|(needle, _)| needle))
-            .ok();
+        let base64 = if needles.is_empty() {
+            None
+        } else {
+            automaton(needles.iter().map(|(needle, _)| needle), false)
+        };
         // Longer secrets first, so that of two secrets found at the same place the longer
         // is replaced whole.
         let mut values = values.to_vec();
         values.sort_unstable_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
         values.dedup();
         Some(Matchers {
-            finder,
+            forms: automaton(&forms, true),
+            base64,
             core,
             patterns: values.iter().map(|raw| escaped_pattern(raw)).collect(),
             escaped: OnceLock::new(),
@@ -248,7 +288,10 @@ impl Matchers {
     }
 
     fn occurs_in(&self, hay: &[u8]) -> bool {
-        self.finder.as_ref().is_some_and(|ac| ac.is_match(hay))
+        [&self.forms, &self.base64]
+            .into_iter()
+            .flatten()
+            .any(|ac| ac.is_match(hay))
             || self.escaped(hay).iter().any(|re| re.is_match(hay))
     }
 
@@ -256,7 +299,10 @@ impl Matchers {
     /// merged (touching ones are not, so a secret written twice is replaced twice).
     fn find(&self, hay: &[u8]) -> Vec<Range<usize>> {
         let mut found: Vec<Range<usize>> = Vec::new();
-        if let Some(ac) = &self.finder {
+        if let Some(ac) = &self.forms {
+            found.extend(ac.find_overlapping_iter(hay).map(|m| m.range()));
+        }
+        if let Some(ac) = &self.base64 {
             // The end of the last base64 run replaced: a core that ends within it is in it.
             let mut run_end = 0;
             for m in ac.find_overlapping_iter(hay) {
@@ -349,7 +395,8 @@ impl Scrubber {
     pub fn scrub_text(&self, text: &str) -> Option<String> {
         let clean = self.scrub_bytes(text.as_bytes())?;
         // Every match begins and ends on a character boundary (the forms are whole
-        // characters, and base64 runs are ASCII), so this is valid UTF-8.
+        // characters, only ASCII letters are matched in another case, and base64 runs are
+        // ASCII), so this is valid UTF-8.
         Some(
             String::from_utf8(clean)
                 .unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned()),
@@ -648,6 +695,93 @@ mod tests {
             scrubbed(&scrubber, "k=t%6fk%31&b=dG9rMQ== x"),
             format!("k={SCRUBBED}&b={SCRUBBED} x")
         );
+    }
+
+    #[test]
+    fn a_hex_secret_echoed_in_upper_case_is_scrubbed() {
+        let scrubber = Scrubber::for_values(["9f86d081884c7d659a2feaa0c55ad015"]);
+        let upper = "9F86D081884C7D659A2FEAA0C55AD015";
+        assert_eq!(
+            scrubbed(&scrubber, &format!("X-Api-Key: {upper}\r\n")),
+            format!("X-Api-Key: {SCRUBBED}\r\n")
+        );
+        // Each letter in either case, as a tool that re-cases part of its output gives it.
+        let mixed = "9F86d081884C7d659a2FEAA0c55aD015";
+        assert_eq!(
+            scrubbed(&scrubber, &format!("[{mixed}]")),
+            format!("[{SCRUBBED}]")
+        );
+    }
+
+    #[test]
+    fn a_secret_echoed_in_another_case_is_scrubbed_where_json_or_a_log_escapes_it() {
+        let scrubber = Scrubber::for_values(["Quote\"me\tplease"]);
+        let upper = "QUOTE\"ME\tPLEASE";
+        let json = serde_json::to_string(upper).unwrap();
+        assert_eq!(
+            scrubbed(&scrubber, &format!(r#"{{"echo":{json}}}"#)),
+            format!(r#"{{"echo":"{SCRUBBED}"}}"#)
+        );
+        assert_eq!(
+            scrubbed(&scrubber, &format!("echo={:?}", upper.to_lowercase())),
+            format!("echo=\"{SCRUBBED}\"")
+        );
+    }
+
+    #[test]
+    fn a_secret_echoed_in_lower_case_inside_a_url_encoded_form_is_scrubbed() {
+        let lower = SECRET.to_lowercase();
+        // In part (`/` raw), with upper and lower case hex digits, and in full.
+        let partly = format!("{}/%2B%3D", &lower[..lower.len() - 3]);
+        let partly_lower_hex = format!("{}%2f%2b%3d", &lower[..lower.len() - 3]);
+        let fully: String = lower.bytes().map(|b| format!("%{b:02x}")).collect();
+        for escaped in [partly, partly_lower_hex, fully] {
+            assert_eq!(
+                scrubbed(&scrubber(), &format!("?token={escaped}&next=1")),
+                format!("?token={SCRUBBED}&next=1"),
+                "{escaped}"
+            );
+        }
+        // A letter escaped after the text was re-cased: `%75` is `u`, the secret has `U`.
+        assert_eq!(
+            scrubbed(&scrubber(), "t=http-%75pstream-Secret-zyxw9876%2F%2B%3D"),
+            format!("t={SCRUBBED}")
+        );
+    }
+
+    #[test]
+    fn base64_is_matched_exactly_while_the_raw_value_is_matched_in_any_case() {
+        let scrubber = scrubber();
+        // The base64 of the exact secret, whole and inside a longer text, is still found.
+        let basic = STANDARD.encode(format!("user:{SECRET}"));
+        let state = URL_SAFE_NO_PAD.encode(format!("Bearer {SECRET}; more"));
+        for encoded in [
+            STANDARD.encode(SECRET),
+            URL_SAFE.encode(SECRET),
+            basic,
+            state,
+        ] {
+            assert_eq!(
+                scrubbed(&scrubber, &format!("<{encoded}>")),
+                format!("<{SCRUBBED}>"),
+                "{encoded}"
+            );
+        }
+        // Case is part of what base64 says: its text with the case of its letters swapped
+        // decodes to other bytes, and is left alone.
+        let swapped: String = STANDARD
+            .encode(format!("user:{SECRET}"))
+            .chars()
+            .map(|c| match c {
+                'a'..='z' => c.to_ascii_uppercase(),
+                _ => c.to_ascii_lowercase(),
+            })
+            .collect();
+        assert_ne!(
+            STANDARD.decode(&swapped).ok(),
+            Some(format!("user:{SECRET}").into_bytes())
+        );
+        assert_eq!(scrubber.scrub_text(&format!("Basic {swapped}")), None);
     }
 
     #[test]
