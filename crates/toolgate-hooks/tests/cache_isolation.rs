@@ -96,3 +96,51 @@ async fn canary_values_are_only_ever_read_by_their_owner() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_cached_private_result_of_ann_of_acme_is_not_served_to_ann_of_globex() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&runs);
+    let mut tool = JsonTool::new(
+        "profile",
+        "Returns the caller's profile.",
+        json!({}),
+        move |_, ctx| {
+            seen.fetch_add(1, Ordering::SeqCst);
+            let out = json!({ "id": ctx.user().id, "tenant": ctx.user().tenant });
+            Box::pin(async move { Ok::<_, ToolError>(out) })
+        },
+    );
+    tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
+    let pipeline = Pipeline::builder()
+        .tool(tool)
+        .hook(ResultCache::builder().build())
+        .build()
+        .unwrap();
+    let call = |tenant: Option<&str>| {
+        let mut ann = User::new("ann");
+        ann.tenant = tenant.map(str::to_owned);
+        pipeline.invoke("profile", json!({}), InvokeOptions::new().user(ann))
+    };
+
+    let acme = call(Some("acme")).await.unwrap();
+    assert_eq!(acme, json!({"id": "ann", "tenant": "acme"}));
+    assert_eq!(
+        call(Some("acme")).await.unwrap(),
+        acme,
+        "her own result is cached"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+
+    assert_eq!(
+        call(Some("globex")).await.unwrap(),
+        json!({"id": "ann", "tenant": "globex"}),
+        "ann of globex gets a result of her own"
+    );
+    assert_eq!(
+        call(None).await.unwrap(),
+        json!({"id": "ann", "tenant": null}),
+        "so does the ann without a tenant"
+    );
+    assert_eq!(runs.load(Ordering::SeqCst), 3);
+}

@@ -183,3 +183,45 @@ async fn a_budget_key_expires_once_its_budget_is_full_again() {
     let exists: bool = connection.exists(backend.redis_key("k")).await.unwrap();
     assert!(!exists, "the key outlived its use");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_from_ann_of_globex_does_not_spend_the_rate_limit_of_ann_of_acme() {
+    let test = "a_flood_from_ann_of_globex_does_not_spend_the_rate_limit_of_ann_of_acme";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let rate = Rate::per_hour(2).unwrap();
+    // Two replicas on one Redis: the flood and ann of acme meet on either.
+    let globex_replica = limited(connect(&url, config(&prefix)).await.quota(), rate);
+    let state = connect(&url, config(&prefix)).await;
+    let backend = state.quota();
+    let acme_replica = limited(state.quota(), rate);
+    let caller = |tenant: &str| InvokeOptions::new().user(User::new("ann").with_tenant(tenant));
+
+    for _ in 0..2 {
+        let globex = globex_replica.invoke("ping", json!(null), caller("globex"));
+        globex.await.unwrap();
+    }
+    for _ in 0..10 {
+        let flood = globex_replica.invoke("ping", json!(null), caller("globex"));
+        assert_eq!(flood.await.unwrap_err().code(), "rate_limited");
+    }
+    for _ in 0..2 {
+        let acme = acme_replica.invoke("ping", json!(null), caller("acme"));
+        assert!(acme.await.is_ok(), "ann of acme has her own budget");
+    }
+    acme_replica
+        .invoke("ping", json!(null), ann())
+        .await
+        .unwrap();
+
+    // The ann without a tenant keeps the key she had, so her budget carries over.
+    let mut connection = inspect(&url).await;
+    let kept: bool = connection
+        .exists(backend.redis_key("quota\u{1f}ut\u{1f}ping\u{1f}ann"))
+        .await
+        .unwrap();
+    assert!(kept, "the key of a caller without a tenant is what it was");
+    assert_every_key_expires(&url, &prefix).await;
+}

@@ -11,7 +11,8 @@ use crate::fingerprint::{canonical_json, sha256_hex};
 /// Whose results a cached entry may be served to.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum KeyScope {
-    /// Only the same user (by id).
+    /// Only the same caller: a user id in its tenant, written as its
+    /// [`caller_key`](User::caller_key) (the id for a caller without a tenant).
     User(String),
     /// Every user of the same tenant.
     Tenant(String),
@@ -152,7 +153,8 @@ fn key_of(
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ScopeBy {
-    /// Per user id. The default.
+    /// Per caller: a user id in its tenant, so `ann` of `acme` is never served what `ann`
+    /// of `globex` was. The default.
     #[default]
     User,
     /// Per tenant for users that have one, per user id for those that do not.
@@ -164,7 +166,26 @@ impl ScopeBy {
     pub fn scope_of(self, user: &User) -> KeyScope {
         match (self, &user.tenant) {
             (ScopeBy::Tenant, Some(tenant)) => KeyScope::Tenant(tenant.clone()),
-            _ => KeyScope::User(user.id.clone()),
+            _ => KeyScope::User(user.caller_key().into_owned()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_caller_without_a_tenant_keeps_the_scope_and_so_the_entries_it_had() {
+        for scope_by in [ScopeBy::User, ScopeBy::Tenant] {
+            assert_eq!(
+                scope_by.scope_of(&User::new("ann")),
+                KeyScope::User("ann".to_owned())
+            );
+        }
+        assert_ne!(
+            ScopeBy::User.scope_of(&User::new("ann").with_tenant("acme")),
+            ScopeBy::User.scope_of(&User::new("ann").with_tenant("globex"))
+        );
     }
 }

@@ -10,10 +10,12 @@ use super::{ApprovalStore, ApprovalStoreError, Grant};
 
 /// The approval API: what a person (or the UI in front of them) calls.
 ///
-/// * Before a call: [`grant`](Self::grant) one-shot or "always allow" approvals per user
-///   and tool, [`revoke`](Self::revoke) them.
+/// * Before a call: [`grant`](Self::grant) one-shot or "always allow" approvals per caller
+///   and tool, [`revoke`](Self::revoke) them. A caller is named by its
+///   [`caller_key`](toolgate_core::User::caller_key): the user id for a caller without a
+///   tenant, the id in its tenant otherwise.
 /// * For a suspended call: [`approve`](Self::approve) (optionally remembering the approval
-///   for this user and tool) or [`reject`](Self::reject); both resume it through the
+///   for this caller and tool) or [`reject`](Self::reject); both resume it through the
 ///   pipeline and return its outcome. Or [`approve_retry`](Self::approve_retry): the call
 ///   ends, and its caller's next identical call runs once.
 ///
@@ -29,7 +31,8 @@ impl Approvals {
         Approvals { store }
     }
 
-    /// Records an approval for `user` calling `tool`.
+    /// Records an approval for the caller `user` calling `tool`: `user` is the caller's
+    /// [`caller_key`](toolgate_core::User::caller_key) (its id, when it has no tenant).
     ///
     /// # Errors
     ///
@@ -43,7 +46,9 @@ impl Approvals {
         self.store.grant(user, tool, grant).await
     }
 
-    /// Removes the approval for `user` calling `tool`; whether there was one.
+    /// Removes the approval for the caller `user` (its
+    /// [`caller_key`](toolgate_core::User::caller_key)) calling `tool`; whether there was
+    /// one.
     ///
     /// # Errors
     ///
@@ -66,7 +71,8 @@ impl Approvals {
     }
 
     /// Approves a suspended call and runs it to its end. With `remember`, later calls of
-    /// the same user to the same tool are approved too (an "always allow" grant).
+    /// the same caller — the same user id in the same tenant — to the same tool are
+    /// approved too (an "always allow" grant).
     ///
     /// # Errors
     ///
@@ -87,7 +93,7 @@ impl Approvals {
                 }
             })?;
             self.store
-                .grant(&pending.user.id, &pending.tool, Grant::Always)
+                .grant(&pending.user.caller_key(), &pending.tool, Grant::Always)
                 .await
                 .map_err(|e| {
                     ToolError::internal(format!(

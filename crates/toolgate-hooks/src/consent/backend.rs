@@ -8,7 +8,7 @@ use async_trait::async_trait;
 pub enum Grant {
     /// For the next call only: using it consumes it.
     Once,
-    /// For every call of this user to this tool, until revoked ("always allow").
+    /// For every call of this caller to this tool, until revoked ("always allow").
     Always,
 }
 
@@ -28,8 +28,14 @@ pub enum ApprovalStoreError {
     Unavailable(String),
 }
 
-/// Where approvals per user and tool live. [`InMemoryApprovals`](super::InMemoryApprovals)
+/// Where approvals per caller and tool live. [`InMemoryApprovals`](super::InMemoryApprovals)
 /// is the default; a shared store implements the same trait.
+///
+/// A caller is a user id in its tenant, and every `user` given to a store is the caller's
+/// [`caller_key`](toolgate_core::User::caller_key): one text per caller, so a store keeps
+/// it as it is and `ann` of `acme` never meets `ann` of `globex`. For a caller without a
+/// tenant it is the user id, as it was before tenants counted, so approvals remembered
+/// then are still found.
 ///
 /// Object safe: the [`Consent`](super::Consent) hook holds an `Arc<dyn ApprovalStore>`.
 /// Write the methods as `async fn` under [`#[async_trait]`](crate::async_trait),
@@ -37,7 +43,7 @@ pub enum ApprovalStoreError {
 ///
 /// # Examples
 ///
-/// Approvals in a map keyed by user and tool, standing in for a database table:
+/// Approvals in a map keyed by caller and tool, standing in for a database table:
 ///
 /// ```
 /// use std::collections::HashMap;

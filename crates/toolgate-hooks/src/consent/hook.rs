@@ -19,10 +19,11 @@ use super::{ApprovalStore, Approvals, InMemoryApprovals};
 /// (whatever its source: for consent, a remote server's word that a tool is destructive is
 /// reason enough to ask).
 ///
-/// For such a tool the hook uses a recorded approval for this user and tool (a one-shot
-/// approval is consumed, an "always" one stays). With none, the call asks to wait: the
-/// pipeline lets it go on through the capacity and input stages first — it takes its quota
-/// unit, and its input is checked and redacted — and suspends it at the end of
+/// For such a tool the hook uses a recorded approval for this caller and tool (a one-shot
+/// approval is consumed, an "always" one stays). A caller is a user id in its tenant: an
+/// approval of `ann` of `acme` is not one of `ann` of `globex`. With none, the call asks to
+/// wait: the pipeline lets it go on through the capacity and input stages first — it takes
+/// its quota unit, and its input is checked and redacted — and suspends it at the end of
 /// `will_redact_input`, so that what waits is the call the tool would run. A call over its
 /// rate limit or with invalid input fails then instead of waiting. The caller gets
 /// [`ToolError::Suspended`] with a `suspension_id`, and [`Approvals::approve`] or
@@ -138,7 +139,11 @@ impl Hook for Consent {
     }
 
     async fn will_check_consent(&self, ctx: &mut ToolInvokeContext) -> HookResult {
-        match self.store.consume(&ctx.user().id, ctx.tool_name()).await {
+        match self
+            .store
+            .consume(&ctx.user().caller_key(), ctx.tool_name())
+            .await
+        {
             Ok(Some(_)) => Ok(()),
             Ok(None) => {
                 let request = SuspendRequest::new(format!(

@@ -1,6 +1,6 @@
 //! Consent (human approval) at `will_check_consent`: some tools run only with a recorded
-//! approval per user and tool; without one the call is suspended until a person approves
-//! or rejects it.
+//! approval per caller (a user id in its tenant) and tool; without one the call is
+//! suspended until a person approves or rejects it.
 //!
 //! * [`Consent`] — the hook, built with [`Consent::builder`].
 //! * [`Approvals`] — grant, revoke, approve, reject.

@@ -3,7 +3,7 @@
 use std::fmt;
 use std::sync::Arc;
 
-use toolgate_core::ToolInvokeContext;
+use toolgate_core::{ToolInvokeContext, User};
 
 /// How a limit (a [quota](crate::quota) or a [concurrency](crate::concurrency) cap) splits
 /// calls into separate budgets. Each distinct key gets its own budget.
@@ -20,11 +20,12 @@ use toolgate_core::ToolInvokeContext;
 pub enum Partition {
     /// One budget shared by every call the hook sees.
     Global,
-    /// One budget per user id.
+    /// One budget per caller: a user id in its tenant (`ann` of `acme` and `ann` of
+    /// `globex` have one each).
     User,
     /// One budget per tool.
     Tool,
-    /// One budget per user and tool pair (the default).
+    /// One budget per caller (as [`User`](Partition::User)) and tool pair (the default).
     #[default]
     UserTool,
     /// One budget per key this function returns.
@@ -39,14 +40,16 @@ impl Partition {
 
     /// The key of this call, prefixed with `namespace` so that two policies sharing a
     /// backend never share a budget. Parts are separated by a unit separator (U+001F), which
-    /// does not occur in tool names, so `a` + `b:c` and `a:b` + `c` stay distinct.
+    /// does not occur in tool names, so `a` + `b:c` and `a:b` + `c` stay distinct. The
+    /// caller, always the last part, is its [`caller_key`](User::caller_key): the user id
+    /// for a caller without a tenant, as keys were before tenants counted.
     pub fn key(&self, namespace: &str, ctx: &ToolInvokeContext) -> String {
         match self {
-            Partition::Global => joined(&[namespace, "*"]),
-            Partition::User => joined(&[namespace, "u", &ctx.user().id]),
-            Partition::Tool => joined(&[namespace, "t", ctx.tool_name()]),
-            Partition::UserTool => joined(&[namespace, "ut", ctx.tool_name(), &ctx.user().id]),
-            Partition::Custom(f) => joined(&[namespace, "c", &f(ctx)]),
+            Partition::Global => joined(&[namespace, "*"], None),
+            Partition::User => joined(&[namespace, "u"], Some(ctx.user())),
+            Partition::Tool => joined(&[namespace, "t", ctx.tool_name()], None),
+            Partition::UserTool => joined(&[namespace, "ut", ctx.tool_name()], Some(ctx.user())),
+            Partition::Custom(f) => joined(&[namespace, "c", &f(ctx)], None),
         }
     }
 
@@ -62,15 +65,22 @@ impl Partition {
     }
 }
 
-/// `parts` separated by U+001F, built in one allocation (this runs on every limited call).
-fn joined(parts: &[&str]) -> String {
+/// `parts`, then the caller's key if there is one, separated by U+001F, built in one
+/// allocation (this runs on every limited call).
+fn joined(parts: &[&str], caller: Option<&User>) -> String {
     const SEP: char = '\u{1f}';
-    let mut key = String::with_capacity(parts.iter().map(|p| p.len() + 1).sum());
+    let caller_len = caller.map_or(0, |user| SEP.len_utf8() + user.caller_key_len());
+    let mut key =
+        String::with_capacity(parts.iter().map(|p| p.len() + 1).sum::<usize>() + caller_len);
     for (i, part) in parts.iter().enumerate() {
         if i > 0 {
             key.push(SEP);
         }
         key.push_str(part);
+    }
+    if let Some(user) = caller {
+        key.push(SEP);
+        user.push_caller_key(&mut key);
     }
     key
 }

@@ -8,7 +8,7 @@ use toolgate_hooks::concurrency::{
 };
 use toolgate_hooks::partition::Partition;
 
-use crate::support::as_user;
+use crate::support::{as_caller, as_user};
 
 fn sleeper(builder: PipelineBuilder, name: &str, ms: u64) -> PipelineBuilder {
     builder.tool(tool_fn(name, "Sleeps.", move |_: ()| async move {
@@ -161,6 +161,26 @@ async fn a_per_user_limit_lets_different_users_run_side_by_side() {
     assert!(a.is_ok() && b.is_ok());
     assert_eq!(c.unwrap_err().code(), "overloaded");
     assert_eq!(backend.key_count(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn ann_of_globex_does_not_take_the_concurrency_slot_of_ann_of_acme() {
+    for partition in [Partition::User, Partition::UserTool] {
+        let (pipeline, backend) = capped(1, |b| b.partition(partition.clone()));
+        let (globex, acme, globex_again) = tokio::join!(
+            pipeline.invoke("slow", json!(null), as_caller("ann", "globex")),
+            pipeline.invoke("slow", json!(null), as_caller("ann", "acme")),
+            pipeline.invoke("slow", json!(null), as_caller("ann", "globex")),
+        );
+        assert!(globex.is_ok(), "{partition:?}");
+        assert!(acme.is_ok(), "{partition:?}: ann of acme has her own slot");
+        assert_eq!(
+            globex_again.unwrap_err().code(),
+            "overloaded",
+            "{partition:?}"
+        );
+        assert_eq!(backend.key_count(), 0);
+    }
 }
 
 #[test]

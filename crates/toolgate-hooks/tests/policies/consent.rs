@@ -6,7 +6,7 @@ use toolgate_hooks::consent::{Approvals, Consent, Grant};
 use toolgate_hooks::partition::Partition;
 use toolgate_hooks::quota::{InMemoryQuota, Quota, Rate};
 
-use crate::support::{as_user, counting_tool, ok_tool, runs};
+use crate::support::{as_caller, as_user, counting_tool, ok_tool, runs};
 
 fn suspension_id(err: ToolError) -> String {
     match err {
@@ -155,6 +155,46 @@ async fn a_remembered_approval_lets_later_calls_of_that_user_through() {
             .unwrap_err()
             .code(),
         "suspended"
+    );
+}
+
+#[tokio::test]
+async fn a_consent_ann_of_acme_remembered_does_not_let_ann_of_globex_skip_hers() {
+    let (pipeline, approvals, runs_) = pipeline_with(Consent::builder().tool("wipe").build());
+    let id = suspension_id(
+        pipeline
+            .invoke("wipe", json!(null), as_caller("ann", "acme"))
+            .await
+            .unwrap_err(),
+    );
+    approvals
+        .approve(&pipeline, &id, true, Default::default())
+        .await
+        .unwrap();
+    assert!(
+        pipeline
+            .invoke("wipe", json!(null), as_caller("ann", "acme"))
+            .await
+            .is_ok(),
+        "ann of acme's choice is remembered"
+    );
+    assert_eq!(runs(&runs_), 2);
+    for other in [as_caller("ann", "globex"), as_user("ann")] {
+        let err = pipeline.invoke("wipe", json!(null), other).await;
+        assert_eq!(err.unwrap_err().code(), "suspended", "another ann is asked");
+    }
+    assert_eq!(runs(&runs_), 2);
+
+    // A grant given by the caller's key is hers alone too.
+    let globex = toolgate_core::User::new("ann").with_tenant("globex");
+    let key = globex.caller_key();
+    approvals.grant(&key, "wipe", Grant::Once).await.unwrap();
+    assert!(!approvals.revoke("ann", "wipe").await.unwrap());
+    assert!(
+        pipeline
+            .invoke("wipe", json!(null), as_caller("ann", "globex"))
+            .await
+            .is_ok()
     );
 }
 

@@ -1,14 +1,17 @@
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
 use toolgate_core::{InvokeOptions, Pipeline, ToolError, tool_fn};
 use toolgate_hooks::OnBackendError;
 use toolgate_hooks::partition::Partition;
-use toolgate_hooks::quota::{InMemoryQuota, Quota, Rate, RateError};
+use toolgate_hooks::quota::{
+    InMemoryQuota, Quota, QuotaBackend, QuotaBackendError, QuotaDecision, QuotaLease, QuotaRequest,
+    Rate, RateError,
+};
 use toolgate_hooks::retry::{Retry, RetryBudget};
 
-use crate::support::{IDEMPOTENT, as_user, counting_tool, ok_tool, runs};
+use crate::support::{IDEMPOTENT, as_caller, as_user, counting_tool, ok_tool, runs};
 
 fn limited(rate: Rate, partition: Partition, backend: &InMemoryQuota) -> Pipeline {
     let (builder, _) = ok_tool(Pipeline::builder(), "a");
@@ -57,6 +60,108 @@ async fn over_the_limit_is_a_retry_after_with_the_exact_wait() {
             .invoke("a", json!(null), as_user("ann"))
             .await
             .is_ok()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_flood_from_ann_of_globex_does_not_spend_the_rate_limit_of_ann_of_acme() {
+    let backend = InMemoryQuota::default();
+    // The default partition: per caller and tool.
+    let pipeline = limited(Rate::per_hour(2).unwrap(), Partition::default(), &backend);
+    for _ in 0..2 {
+        pipeline
+            .invoke("a", json!(null), as_caller("ann", "globex"))
+            .await
+            .unwrap();
+    }
+    for _ in 0..10 {
+        let flood = pipeline.invoke("a", json!(null), as_caller("ann", "globex"));
+        assert_eq!(flood.await.unwrap_err().code(), "rate_limited");
+    }
+    for _ in 0..2 {
+        let acme = pipeline.invoke("a", json!(null), as_caller("ann", "acme"));
+        assert!(acme.await.is_ok(), "ann of acme has her own budget");
+    }
+    assert!(
+        pipeline
+            .invoke("a", json!(null), as_user("ann"))
+            .await
+            .is_ok(),
+        "so does the ann without a tenant"
+    );
+
+    let per_user = limited(
+        Rate::per_hour(1).unwrap(),
+        Partition::User,
+        &InMemoryQuota::default(),
+    );
+    per_user
+        .invoke("a", json!(null), as_caller("ann", "globex"))
+        .await
+        .unwrap();
+    assert!(
+        per_user
+            .invoke("b", json!(null), as_caller("ann", "acme"))
+            .await
+            .is_ok(),
+        "per user: ann of acme has her own budget"
+    );
+}
+
+/// A quota backend that grants every call and keeps the keys it was asked for.
+#[derive(Clone, Default)]
+struct KeysAsked(Arc<Mutex<Vec<String>>>);
+
+#[toolgate_hooks::async_trait]
+impl QuotaBackend for KeysAsked {
+    async fn acquire(&self, request: QuotaRequest<'_>) -> Result<QuotaDecision, QuotaBackendError> {
+        self.0.lock().unwrap().push(request.key.to_owned());
+        Ok(QuotaDecision::Granted(QuotaLease::settled()))
+    }
+}
+
+impl KeysAsked {
+    /// The keys `pipeline` asks for when `options`' caller calls tool `a`, per user and
+    /// per user and tool.
+    async fn of(options: impl Fn() -> InvokeOptions) -> Vec<String> {
+        let keys = KeysAsked::default();
+        let (builder, _) = ok_tool(Pipeline::builder(), "a");
+        let pipeline = builder
+            .hook(
+                Quota::builder(Rate::per_hour(1).unwrap())
+                    .name("per-user")
+                    .partition(Partition::User)
+                    .backend(Arc::new(keys.clone()))
+                    .build(),
+            )
+            .hook(
+                Quota::builder(Rate::per_hour(1).unwrap())
+                    .backend(Arc::new(keys.clone()))
+                    .build(),
+            )
+            .build()
+            .unwrap();
+        pipeline.invoke("a", json!(null), options()).await.unwrap();
+        keys.0.lock().unwrap().clone()
+    }
+}
+
+#[tokio::test]
+async fn the_budget_keys_of_a_caller_without_a_tenant_are_what_they_were() {
+    assert_eq!(
+        KeysAsked::of(|| as_user("ann")).await,
+        ["per-user\u{1f}u\u{1f}ann", "quota\u{1f}ut\u{1f}a\u{1f}ann"]
+    );
+}
+
+#[tokio::test]
+async fn the_budget_keys_of_a_caller_in_a_tenant_name_the_tenant() {
+    assert_eq!(
+        KeysAsked::of(|| as_caller("ann", "acme")).await,
+        [
+            "per-user\u{1f}u\u{1f}\u{0}4:acme\u{0}ann",
+            "quota\u{1f}ut\u{1f}a\u{1f}\u{0}4:acme\u{0}ann"
+        ]
     );
 }
 

@@ -12,6 +12,11 @@ pub fn as_user(id: &str) -> InvokeOptions {
     InvokeOptions::new().user(User::new(id))
 }
 
+/// Options for a call by `id` of `tenant`.
+pub fn as_caller(id: &str, tenant: &str) -> InvokeOptions {
+    InvokeOptions::new().user(User::new(id).with_tenant(tenant))
+}
+
 /// Registers a tool named `name` that counts its runs and answers with `behaviour(run)`
 /// (runs count from 0); returns the builder and the counter.
 pub fn counting_tool(
