@@ -226,12 +226,7 @@ async fn open_session(
     };
     let opened = gateway
         .console_sessions
-        .open(
-            Principal::Key(key_digest(key.trim())),
-            &user.id,
-            limits,
-            None,
-        )
+        .open(Principal::Key(key_digest(key.trim())), &user, limits, None)
         .await
         .map_err(session_error)?;
     tracing::info!(target: "toolgate::console", user = %user.id, "console sign-in");

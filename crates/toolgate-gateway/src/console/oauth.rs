@@ -386,12 +386,7 @@ pub(super) async fn callback(
         })?;
     let opened = gateway
         .console_sessions
-        .open(
-            Principal::Token(user.clone()),
-            &user.id,
-            console,
-            Some(within),
-        )
+        .open(Principal::Token(user.clone()), &user, console, Some(within))
         .await
         .map_err(super::session_error)?;
     let ttl = within.min(console.session_ttl);

@@ -309,9 +309,11 @@ impl ConsoleSessions {
         }
     }
 
-    /// Opens a session for `user`, who signed in as `principal`, under the bounds of
+    /// Opens a session for `caller`, who signed in as `principal`, under the bounds of
     /// `limits`, for `session_ttl` or `within`, whichever is shorter. Expired sessions are
-    /// dropped first; past the bound per user, the user's oldest session ends.
+    /// dropped first; past the bound per user, the caller's oldest session ends. A caller
+    /// is a user id in its tenant: `ann` of `acme` signing in never ends a session of `ann`
+    /// of `globex`.
     ///
     /// # Errors
     ///
@@ -321,10 +323,12 @@ impl ConsoleSessions {
     pub async fn open(
         &self,
         principal: Principal,
-        user: &str,
+        caller: &User,
         limits: &ConsoleConfig,
         within: Option<Duration>,
     ) -> Result<Opened, SessionError> {
+        let key = caller.caller_key();
+        let user: &str = &key;
         let id = random_hex(32)?;
         let csrf = random_hex(32)?;
         let ttl = within.map_or(limits.session_ttl, |w| w.min(limits.session_ttl));
@@ -566,7 +570,7 @@ mod tests {
     async fn a_session_is_found_by_its_id_until_it_expires() {
         let sessions = ConsoleSessions::default();
         let opened = sessions
-            .open(key(1), "alice", &limits(10, 2), None)
+            .open(key(1), &User::new("alice"), &limits(10, 2), None)
             .await
             .unwrap();
         let live = sessions.live(&opened.id).await.expect("live");
@@ -583,7 +587,7 @@ mod tests {
     async fn sessions_ended_all_at_once_stay_ended_and_new_ones_open() {
         let sessions = ConsoleSessions::default();
         let before = sessions
-            .open(key(1), "alice", &limits(10, 2), None)
+            .open(key(1), &User::new("alice"), &limits(10, 2), None)
             .await
             .unwrap();
         sessions.end_all();
@@ -591,7 +595,7 @@ mod tests {
         assert_eq!(sessions.held(), 0);
 
         let after = sessions
-            .open(key(1), "alice", &limits(10, 2), None)
+            .open(key(1), &User::new("alice"), &limits(10, 2), None)
             .await
             .unwrap();
         assert!(sessions.live(&after.id).await.is_some());
@@ -608,7 +612,9 @@ mod tests {
     async fn signing_in_past_the_bound_per_user_ends_that_users_oldest_session_only() {
         let sessions = ConsoleSessions::default();
         let open = async |principal, user| {
-            let opened = sessions.open(principal, user, &limits(10, 2), None).await;
+            let opened = sessions
+                .open(principal, &User::new(user), &limits(10, 2), None)
+                .await;
             tokio::time::advance(Duration::from_secs(1)).await;
             opened.unwrap()
         };
@@ -624,11 +630,31 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn signing_in_past_the_bound_spares_the_sessions_of_the_same_id_in_another_tenant() {
+        let sessions = ConsoleSessions::default();
+        let open = async |principal, user: &User| {
+            let opened = sessions.open(principal, user, &limits(10, 2), None).await;
+            tokio::time::advance(Duration::from_secs(1)).await;
+            opened.unwrap()
+        };
+        let of_acme = User::new("ann").with_tenant("acme");
+        let of_globex = User::new("ann").with_tenant("globex");
+        let first = open(key(1), &of_acme).await;
+        let second = open(key(1), &of_acme).await;
+        for _ in 0..3 {
+            open(key(2), &of_globex).await;
+        }
+
+        assert!(sessions.live(&first.id).await.is_some());
+        assert!(sessions.live(&second.id).await.is_some());
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_full_store_refuses_a_sign_in_until_a_session_expires() {
         let sessions = ConsoleSessions::default();
         let open = async |byte, user| {
             sessions
-                .open(key(byte), user, &limits(2, 5), None)
+                .open(key(byte), &User::new(user), &limits(2, 5), None)
                 .await
                 .map(drop)
         };
@@ -647,7 +673,7 @@ mod tests {
         let opened = sessions
             .open(
                 Principal::Token(user),
-                "carol",
+                &User::new("carol"),
                 &limits(10, 2),
                 Some(Duration::from_secs(5)),
             )
@@ -663,11 +689,11 @@ mod tests {
     async fn a_closed_session_is_gone_and_tokens_differ_per_session() {
         let sessions = ConsoleSessions::default();
         let one = sessions
-            .open(key(1), "alice", &limits(10, 5), None)
+            .open(key(1), &User::new("alice"), &limits(10, 5), None)
             .await
             .unwrap();
         let two = sessions
-            .open(key(1), "alice", &limits(10, 5), None)
+            .open(key(1), &User::new("alice"), &limits(10, 5), None)
             .await
             .unwrap();
         assert_ne!(one.id, two.id);

@@ -251,14 +251,23 @@ impl From<&BudgetPartition> for Partition {
             BudgetPartition::UserTool => Partition::UserTool,
             BudgetPartition::Tenant => Partition::custom(|ctx| match &ctx.user().tenant {
                 Some(tenant) => format!("tenant\u{1f}{tenant}"),
-                None => format!("user\u{1f}{}", ctx.user().id),
+                // Only a caller without a tenant comes here: its key is its id.
+                None => format!("user\u{1f}{}", ctx.user().caller_key()),
             }),
             BudgetPartition::Attribute(name) => {
                 let name = name.clone();
-                Partition::custom(move |ctx| match ctx.user().attributes.get(&name) {
-                    Some(serde_json::Value::String(value)) => format!("attr\u{1f}{value}"),
-                    Some(value) if !value.is_null() => format!("attr\u{1f}{value}"),
-                    _ => format!("user\u{1f}{}", ctx.user().id),
+                Partition::custom(move |ctx| {
+                    let user = ctx.user();
+                    let value = match user.attributes.get(&name) {
+                        Some(serde_json::Value::String(value)) => value.clone(),
+                        Some(value) if !value.is_null() => value.to_string(),
+                        _ => return format!("user\u{1f}{}", user.caller_key()),
+                    };
+                    // A value is the tenant's own: team `web` of acme is not globex's.
+                    match &user.tenant {
+                        None => format!("attr\u{1f}{value}"),
+                        Some(tenant) => format!("attr\u{1f}{}:{tenant}\u{1f}{value}", tenant.len()),
+                    }
                 })
             }
         }
@@ -339,7 +348,81 @@ pub(crate) fn describe_for_tool(budgets: &[BudgetPolicy], tool: &str) -> Vec<Str
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use futures::future::BoxFuture;
+    use serde_json::json;
+    use toolgate_core::tool::tool_fn_with_context;
+    use toolgate_core::{InvokeOptions, Pipeline, ToolError, ToolInvokeContext, User};
+    use toolgate_hooks::partition::Partition;
+
+    use super::BudgetPartition;
     use crate::config::parse;
+
+    /// The key `partition` gives each of `users`' calls.
+    async fn keys_of(partition: &BudgetPartition, users: Vec<User>) -> Vec<String> {
+        let partition = Arc::new(Partition::from(partition));
+        let tool = tool_fn_with_context(
+            "key",
+            "Answers its call's budget key.",
+            move |_: (), ctx: &ToolInvokeContext| -> BoxFuture<'_, Result<String, ToolError>> {
+                let key = partition.key("daily", ctx);
+                Box::pin(async move { Ok(key) })
+            },
+        );
+        let pipeline = Pipeline::builder().tool(tool).build().unwrap();
+        let mut keys = Vec::new();
+        for user in users {
+            let options = InvokeOptions::new().user(user);
+            let key = pipeline.invoke("key", json!(null), options).await.unwrap();
+            keys.push(key.as_str().unwrap().to_owned());
+        }
+        keys
+    }
+
+    fn with_team(user: User, team: &str) -> User {
+        let mut user = user;
+        user.attributes.insert("team".into(), json!(team));
+        user
+    }
+
+    #[tokio::test]
+    async fn an_attribute_budget_is_the_tenants_own_and_one_without_it_the_callers_own() {
+        let team = BudgetPartition::Attribute("team".into());
+        let keys = keys_of(
+            &team,
+            vec![
+                with_team(User::new("ann").with_tenant("acme"), "web"),
+                with_team(User::new("bob").with_tenant("acme"), "web"),
+                with_team(User::new("ann").with_tenant("globex"), "web"),
+                User::new("ann").with_tenant("acme"),
+                User::new("ann").with_tenant("globex"),
+                with_team(User::new("carol"), "web"),
+                User::new("carol"),
+            ],
+        )
+        .await;
+        // One team of acme shares one budget; globex's team of that name has its own.
+        assert_eq!(keys[0], keys[1]);
+        assert_ne!(keys[0], keys[2]);
+        // Without the attribute, ann of acme and ann of globex each spend their own.
+        assert_ne!(keys[3], keys[4]);
+        // Callers without a tenant keep the keys they had.
+        assert_eq!(keys[5], "daily\u{1f}c\u{1f}attr\u{1f}web");
+        assert_eq!(keys[6], "daily\u{1f}c\u{1f}user\u{1f}carol");
+        let tenant = keys_of(
+            &BudgetPartition::Tenant,
+            vec![User::new("carol"), User::new("ann").with_tenant("acme")],
+        )
+        .await;
+        assert_eq!(
+            tenant,
+            [
+                "daily\u{1f}c\u{1f}user\u{1f}carol",
+                "daily\u{1f}c\u{1f}tenant\u{1f}acme"
+            ]
+        );
+    }
 
     #[test]
     fn limits_windows_and_costs_out_of_range_are_refused_where_they_are_written() {
