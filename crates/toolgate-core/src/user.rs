@@ -79,6 +79,17 @@ impl User {
         self.id == other.id && self.tenant == other.tenant
     }
 
+    /// This caller as a message names them: `` `ann` ``, or `` `ann` of tenant `acme` ``.
+    ///
+    /// ```
+    /// use toolgate_core::User;
+    /// assert_eq!(User::new("ann").named(), "`ann`");
+    /// assert_eq!(User::new("ann").with_tenant("acme").named(), "`ann` of tenant `acme`");
+    /// ```
+    pub fn named(&self) -> String {
+        named(&self.id, self.tenant.as_deref())
+    }
+
     /// One text naming this caller — the id in its tenant — and no other: a key for what is
     /// counted or kept per caller in a string (a rate limit's budget, a cached result's
     /// scope, a remembered consent), where `ann` of `acme` and `ann` of `globex` must not
@@ -151,6 +162,14 @@ impl User {
             }
         }
         key.push_str(&self.id);
+    }
+}
+
+/// A caller, by id and tenant, as a message names them ([`User::named`]).
+pub(crate) fn named(id: &str, tenant: Option<&str>) -> String {
+    match tenant {
+        Some(tenant) => format!("`{id}` of tenant `{tenant}`"),
+        None => format!("`{id}`"),
     }
 }
 

@@ -128,6 +128,47 @@ async fn an_x_session_id_sent_twice_or_unusable_is_refused_400_bad_session_id() 
 }
 
 #[tokio::test]
+async fn a_batch_thread_id_sent_twice_or_unusable_is_refused_400_bad_thread_id() {
+    let gateway = Gateway::start(&authorized_config());
+    let message = json!({"role": "assistant", "content": null, "tool_calls": [{
+        "id": "call_1", "type": "function",
+        "function": {"name": "calculator", "arguments": "{\"expression\": \"6*7\"}"},
+    }]});
+    let (client, bob) = (client(), key("bob"));
+    let url = |query: &str| gateway.url(&format!("/v1/tool-calls?format=openai{query}"));
+    let long = format!("&thread={}", "t".repeat(129));
+    for (query, headers) in [
+        ("", &[("x-thread-id", "mine"), ("x-thread-id", "yours")][..]),
+        ("", &[("x-thread-id", "two words")]),
+        ("&thread=", &[]),
+        ("&thread=two%20words", &[]),
+        ("&thread=%01", &[]),
+        (long.as_str(), &[]),
+    ] {
+        let refused = post_with(&client, &url(query), Some(&bob), &message, headers).await;
+        assert_eq!(
+            (refused.status, refused.error_code()),
+            (400, "bad_thread_id"),
+            "{query} {headers:?}: {}",
+            refused.body
+        );
+    }
+    for (query, headers) in [
+        ("&thread=chat-1", &[][..]),
+        ("", &[("x-thread-id", "chat-1")]),
+        ("", &[]),
+    ] {
+        let usable = post_with(&client, &url(query), Some(&bob), &message, headers).await;
+        assert_eq!(usable.status, 200, "{query} {headers:?}: {}", usable.body);
+        assert_eq!(
+            usable.body["results"][0]["status"], "success",
+            "{}",
+            usable.body
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_tool_without_arguments_is_listed_and_called_with_an_empty_object() {
     let config = format!(
         "tools:\n  builtin: [current_time]\nusers:\n{}",

@@ -35,8 +35,18 @@ pub fn request_id(headers: &HeaderMap) -> Option<&str> {
         .filter(|v| is_usable_id(v))
 }
 
-/// Whether a client's id is usable: 1 to 128 bytes of visible ASCII (no spaces or tabs).
-fn is_usable_id(id: &str) -> bool {
+/// Whether an id a client chose is usable as a request or session id: 1 to 128 bytes of
+/// visible ASCII (no spaces, tabs or control characters). The rule `x-request-id` and
+/// `x-session-id` are held to, for a host that takes such an id from elsewhere (a query
+/// parameter, another header) before it qualifies it with [`session_key`].
+///
+/// ```
+/// assert!(toolgate_http::is_usable_id("chat-42"));
+/// assert!(!toolgate_http::is_usable_id(""));
+/// assert!(!toolgate_http::is_usable_id("chat 42"));
+/// assert!(!toolgate_http::is_usable_id(&"x".repeat(129)));
+/// ```
+pub fn is_usable_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= MAX_ID && id.bytes().all(|b| b.is_ascii_graphic())
 }
 

@@ -153,6 +153,13 @@ impl ToolSystem {
     /// loadable, unknown or disabled tool, unparseable or invalid arguments, a tool error,
     /// a panic, a timeout) is that call's error result; a call that waits for a person is
     /// a suspended result, to [`resume`](Self::resume) later.
+    ///
+    /// `thread` is also the calls' session id, trusted as given
+    /// ([`InvokeOptions::session`](toolgate_core::InvokeOptions::session)): every batch
+    /// run in one thread shares its session, whoever sends it. Pass a thread the host made
+    /// for this user, or qualify one a client named with the caller first (as
+    /// `toolgate_http::session_key` does, `[tenant, user, id]`) — never the client's id as
+    /// it is.
     pub async fn execute_tools(
         &self,
         thread: &str,

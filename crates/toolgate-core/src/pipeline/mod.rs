@@ -544,8 +544,8 @@ impl Pipeline {
             {
                 return Err(ToolError::internal(format!(
                     "the call `{suspension_id}` was made by {}, and the host resumed it as {}: a resumed call runs as the user who made it. The call still waits",
-                    who(&waiting.user),
-                    who(now)
+                    waiting.user.named(),
+                    now.named()
                 )));
             }
             if let (Ok(entry), Some(bound)) = (self.entry(&waiting.tool), &waiting.binding) {
@@ -596,14 +596,6 @@ impl Pipeline {
             .ok_or_else(|| ToolError::UnknownTool {
                 name: tool.to_owned(),
             })
-    }
-}
-
-/// A user as a message names them: `` `ann` ``, or `` `ann` of tenant `acme` ``.
-fn who(user: &User) -> String {
-    match &user.tenant {
-        Some(tenant) => format!("`{}` of tenant `{tenant}`", user.id),
-        None => format!("`{}`", user.id),
     }
 }
 

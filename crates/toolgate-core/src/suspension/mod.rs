@@ -229,10 +229,7 @@ impl SuspensionStoreError {
 
 /// A caller as a person reads it: "user `ann`", or "user `ann` of tenant `acme`".
 fn caller_in_words(user: &str, tenant: Option<&str>) -> String {
-    match tenant {
-        Some(tenant) => format!("user `{user}` of tenant `{tenant}`"),
-        None => format!("user `{user}`"),
-    }
+    format!("user {}", crate::user::named(user, tenant))
 }
 
 /// A store's refusal as the caller sees it: a user over their cap of waiting calls is

@@ -11,11 +11,15 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_agent::format::{anthropic, gemini, openai};
 use toolgate_agent::{ExecuteOptions, ToolCall, ToolResult};
+use toolgate_core::User;
 use toolgate_hooks::audit::ClientAddress;
 use toolgate_mcp::CallerAccessToken;
 
 use super::body::json_value;
 use super::{ApiError, AppState, Caller, request_timeout};
+
+/// The header naming a batch's thread, when `?thread=` does not.
+const X_THREAD_ID: &str = "x-thread-id";
 
 /// `?format=` and `?thread=` of a batch.
 #[derive(Deserialize)]
@@ -35,6 +39,10 @@ pub struct BatchQuery {
 ///
 /// Each call carries the caller's access token, when it presented one, like a single
 /// call (`/v1/tools/{name}/invoke`) does.
+///
+/// The calls run in the session of the batch's thread within the caller's own sessions
+/// (see [`thread_session`]): a thread id is the client's word, and another user who sends
+/// the same one never shares what is bound in it.
 ///
 /// Calls still running when the shutdown grace ends are cancelled; their results are
 /// errors with code `shutting_down`, and the calls that finished keep theirs.
@@ -71,15 +79,7 @@ pub async fn tool_calls(
             ),
         ));
     }
-    let thread = query
-        .thread
-        .or_else(|| {
-            headers
-                .get("x-thread-id")
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_owned)
-        })
-        .unwrap_or_else(|| caller.user.id.clone());
+    let thread = thread_session(query.thread.as_deref(), &headers, &caller.user)?;
     let mut options = ExecuteOptions::new()
         .user(caller.user.clone())
         .timeout(request_timeout(&caller.gateway, &headers))
@@ -101,6 +101,46 @@ pub async fn tool_calls(
         state.drain.explain_result(result);
     }
     Ok(Json(render(format, &results)))
+}
+
+/// The session the calls of `user`'s batch run in, and the thread the agent layer runs
+/// them in: the thread the client named (`?thread=`, else `x-thread-id`, else the user's
+/// id), qualified by the user and their tenant as `x-session-id` is on a single call
+/// ([`toolgate_http::session_key`], `[tenant, user, thread]`). Without it, `ann` of another
+/// tenant, or any user who sends `?thread=alice` (alice's default), would run in alice's
+/// session: read what a hook binds for it, and appear in it in the audit trail.
+///
+/// # Errors
+///
+/// 400 `bad_thread_id` for a thread id that is empty, over 128 bytes or holds anything but
+/// visible ASCII, or an `x-thread-id` sent twice.
+fn thread_session(
+    query: Option<&str>,
+    headers: &HeaderMap,
+    user: &User,
+) -> Result<String, ApiError> {
+    let bad = |message: &str| ApiError::new(StatusCode::BAD_REQUEST, "bad_thread_id", message);
+    let unusable = "the thread id (`?thread=` or `x-thread-id`) must be 1 to 128 visible ASCII characters (letters, digits, `-`, `_`, `.`, …, no spaces): send a usable id, or none to use your own thread";
+    let named = match query {
+        Some(thread) => Some(thread),
+        None => {
+            let mut sent = headers.get_all(X_THREAD_ID).iter();
+            match (sent.next(), sent.next()) {
+                (None, _) => None,
+                (Some(_), Some(_)) => {
+                    return Err(bad(
+                        "the request carries `x-thread-id` more than once: send it once",
+                    ));
+                }
+                (Some(thread), None) => Some(thread.to_str().map_err(|_| bad(unusable))?),
+            }
+        }
+    };
+    match named {
+        Some(thread) if !toolgate_http::is_usable_id(thread) => Err(bad(unusable)),
+        Some(thread) => Ok(toolgate_http::session_key(user, thread)),
+        None => Ok(toolgate_http::session_key(user, &user.id)),
+    }
 }
 
 /// The results in the provider's format, with the results themselves alongside.

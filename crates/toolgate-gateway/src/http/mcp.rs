@@ -60,9 +60,10 @@ fn step_up(caller: &Caller, request: &Request) -> Option<Response> {
 /// within `server.body_limit` (413 past it) and answers a body that is not JSON-RPC with
 /// 400 and a JSON-RPC error.
 ///
-/// Each session belongs to the user who opened it: a request with another user's
-/// `Mcp-Session-Id`, or with an id the gateway never issued, is answered 404 as for an
-/// unknown session. A `DELETE` that ends a session is answered 204.
+/// Each session belongs to the user who opened it (the same id in the same tenant: `ann`
+/// of another tenant is another user): a request with another user's `Mcp-Session-Id`, or
+/// with an id the gateway never issued, is answered 404 as for an unknown session. A
+/// `DELETE` that ends a session is answered 204.
 ///
 /// A request from a browser page (with an `Origin` header) is answered 403 unless the page
 /// is served from this host's loopback interface or its origin is in
@@ -102,7 +103,8 @@ pub async fn endpoint(
         return step_up;
     }
     let (mut service, sessions) = (served.service.clone(), &served.sessions);
-    let user = caller.user.id.as_str();
+    // A session is the caller's: the user id in its tenant.
+    let user = &*caller.user;
     let session = match request.headers().get(MCP_SESSION_ID) {
         None => None,
         Some(id) => match id.to_str().ok().and_then(|id| {

@@ -1,6 +1,10 @@
 //! Which user opened each MCP session, so that nobody else can use or end it — and how
 //! many sessions each user may hold.
 //!
+//! A user is a caller: an id in a tenant ([`CallerId`]). `ann` of tenant `globex` is not
+//! `ann` of tenant `acme`: she can neither use a session `ann` of `acme` opened nor take
+//! her places.
+//!
 //! rmcp issues an `Mcp-Session-Id` at `initialize` and accepts it from anyone who sends it
 //! back. The `/mcp` endpoint records the user behind each new id here and refuses the id
 //! from every other user as if it were unknown (404), so a session's existence is not
@@ -24,6 +28,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use toolgate_core::{CallerId, User};
 use toolgate_mcp::McpHttpService;
 
 use crate::config::McpSessionLimits;
@@ -43,7 +48,8 @@ struct Table {
 }
 
 struct Entry {
-    user: Arc<str>,
+    /// Who opened it.
+    caller: CallerId,
     /// When its last request ended (or it was opened).
     last_used: Instant,
     /// Requests whose response is still being sent: a session streaming to its client is
@@ -68,9 +74,11 @@ impl Entry {
 pub(crate) enum Refused {
     /// The user already holds as many sessions as one user may.
     #[error(
-        "you have {limit} MCP sessions open, the most one user may hold: reuse one of them, or end one you no longer need with `DELETE /mcp` and its `Mcp-Session-Id`; a session unused for {idle} ends by itself"
+        "you ({who}) have {limit} MCP sessions open, the most one user may hold: reuse one of them, or end one you no longer need with `DELETE /mcp` and its `Mcp-Session-Id`; a session unused for {idle} ends by itself"
     )]
     PerUser {
+        /// The user, as the message names them.
+        who: String,
         /// `per_user`.
         limit: usize,
         /// The idle time after which a session ends, as written in the message.
@@ -175,11 +183,11 @@ impl McpSessions {
 
     /// Records that `user` opened the session `id`, or refuses it — and then closes it,
     /// since rmcp opened it already.
-    pub(crate) fn bind(&self, id: &str, user: &str) -> Result<(), Refused> {
+    pub(crate) fn bind(&self, id: &str, user: &User) -> Result<(), Refused> {
         self.bind_at(id, user, Instant::now())
     }
 
-    fn bind_at(&self, id: &str, user: &str, now: Instant) -> Result<(), Refused> {
+    fn bind_at(&self, id: &str, user: &User, now: Instant) -> Result<(), Refused> {
         let mut table = self.lock();
         let mut closing = table.remove_expired(now);
         let kept = table.admit(id, user, now);
@@ -198,17 +206,18 @@ impl McpSessions {
         kept
     }
 
-    /// Whether `user` opened the session `id` and it has not expired; if so, the request
-    /// holds it in use until the returned guard is dropped. An expired session is closed.
-    pub(crate) fn claim(self: &Arc<Self>, id: &str, user: &str) -> Option<InUse> {
+    /// Whether `user` (the same id in the same tenant) opened the session `id` and it has
+    /// not expired; if so, the request holds it in use until the returned guard is
+    /// dropped. An expired session is closed.
+    pub(crate) fn claim(self: &Arc<Self>, id: &str, user: &User) -> Option<InUse> {
         self.claim_at(id, user, Instant::now())
     }
 
-    fn claim_at(self: &Arc<Self>, id: &str, user: &str, now: Instant) -> Option<InUse> {
+    fn claim_at(self: &Arc<Self>, id: &str, user: &User, now: Instant) -> Option<InUse> {
         let mut table = self.lock();
         let idle = table.limits.idle_timeout;
         let (key, entry) = table.entries.get_key_value(id)?;
-        if &*entry.user != user {
+        if !entry.caller.is(user) {
             return None;
         }
         let key = Arc::clone(key);
@@ -296,7 +305,7 @@ impl Table {
 
     /// Keeps `id` for `user` if both the user's and the total bound allow it. Expects the
     /// expired entries gone.
-    fn admit(&mut self, id: &str, user: &str, now: Instant) -> Result<(), Refused> {
+    fn admit(&mut self, id: &str, user: &User, now: Instant) -> Result<(), Refused> {
         let McpSessionLimits {
             per_user,
             max,
@@ -305,7 +314,7 @@ impl Table {
         let first_expiry = |of_user: bool| {
             self.entries
                 .values()
-                .filter(|entry| !of_user || &*entry.user == user)
+                .filter(|entry| !of_user || entry.caller.is(user))
                 .filter_map(|entry| entry.expires_in(now, idle))
                 .min()
                 // Every session is streaming: one may end at any time; say the idle time.
@@ -314,10 +323,11 @@ impl Table {
         let held = self
             .entries
             .values()
-            .filter(|entry| &*entry.user == user)
+            .filter(|entry| entry.caller.is(user))
             .count();
         if held >= per_user {
             return Err(Refused::PerUser {
+                who: user.named(),
                 limit: per_user,
                 idle: humantime::format_duration(idle).to_string(),
                 retry_after: first_expiry(true),
@@ -333,7 +343,7 @@ impl Table {
         self.entries.insert(
             Arc::from(id),
             Entry {
-                user: Arc::from(user),
+                caller: CallerId::of(user),
                 last_used: now,
                 in_flight: 0,
             },
@@ -347,10 +357,16 @@ mod tests {
     use std::sync::{Arc, Mutex};
     use std::time::{Duration, Instant};
 
+    use toolgate_core::User;
+
     use super::{McpSessions, Refused};
     use crate::config::McpSessionLimits;
 
     const IDLE: Duration = Duration::from_secs(60);
+
+    fn user(id: &str) -> User {
+        User::new(id)
+    }
 
     /// A table with these bounds, and the ids its closer was handed.
     fn table(per_user: usize, max: usize) -> (Arc<McpSessions>, Arc<Mutex<Vec<String>>>) {
@@ -370,12 +386,12 @@ mod tests {
     #[test]
     fn a_session_belongs_only_to_the_user_who_opened_it() {
         let (sessions, closed) = table(10, 100);
-        sessions.bind("s1", "alice").unwrap();
-        assert!(sessions.claim("s1", "alice").is_some());
-        assert!(sessions.claim("s1", "bob").is_none());
-        assert!(sessions.claim("s2", "alice").is_none());
+        sessions.bind("s1", &user("alice")).unwrap();
+        assert!(sessions.claim("s1", &user("alice")).is_some());
+        assert!(sessions.claim("s1", &user("bob")).is_none());
+        assert!(sessions.claim("s2", &user("alice")).is_none());
         sessions.unbind("s1");
-        assert!(sessions.claim("s1", "alice").is_none());
+        assert!(sessions.claim("s1", &user("alice")).is_none());
         assert_eq!(
             *closed.lock().unwrap(),
             ["s1"],
@@ -384,12 +400,32 @@ mod tests {
     }
 
     #[test]
+    fn a_user_is_an_id_in_a_tenant_for_sessions_and_their_cap() {
+        let (sessions, _) = table(1, 100);
+        let (acme, globex) = (
+            user("ann").with_tenant("acme"),
+            user("ann").with_tenant("globex"),
+        );
+        sessions.bind("acme", &acme).unwrap();
+        assert!(sessions.claim("acme", &globex).is_none());
+        assert!(sessions.claim("acme", &user("ann")).is_none());
+        assert!(
+            sessions
+                .claim("acme", &acme.clone().with_roles(["admin"]))
+                .is_some()
+        );
+        sessions.bind("globex", &globex).unwrap();
+        let refused = sessions.bind("more", &acme).unwrap_err().to_string();
+        assert!(refused.contains("`ann` of tenant `acme`"), "{refused}");
+    }
+
+    #[test]
     fn past_their_cap_a_user_is_refused_and_keeps_every_session() {
         let (sessions, closed) = table(3, 100);
         for id in ["a1", "a2", "a3"] {
-            sessions.bind(id, "alice").unwrap();
+            sessions.bind(id, &user("alice")).unwrap();
         }
-        let refused = sessions.bind("a4", "alice").unwrap_err();
+        let refused = sessions.bind("a4", &user("alice")).unwrap_err();
         assert!(
             matches!(refused, Refused::PerUser { limit: 3, .. }),
             "{refused:?}"
@@ -397,9 +433,12 @@ mod tests {
         let message = refused.to_string();
         assert!(message.contains("DELETE /mcp"), "{message}");
         for id in ["a1", "a2", "a3"] {
-            assert!(sessions.claim(id, "alice").is_some(), "{id} was closed");
+            assert!(
+                sessions.claim(id, &user("alice")).is_some(),
+                "{id} was closed"
+            );
         }
-        assert!(sessions.claim("a4", "alice").is_none());
+        assert!(sessions.claim("a4", &user("alice")).is_none());
         assert_eq!(
             *closed.lock().unwrap(),
             ["a4"],
@@ -410,26 +449,36 @@ mod tests {
     #[test]
     fn one_users_flood_leaves_another_users_session_alone() {
         let (sessions, _) = table(4, 8);
-        sessions.bind("alice", "alice").unwrap();
+        sessions.bind("alice", &user("alice")).unwrap();
         let refused = (0..1000)
-            .filter(|i| sessions.bind(&format!("b{i}"), "bob").is_err())
+            .filter(|i| sessions.bind(&format!("b{i}"), &user("bob")).is_err())
             .count();
         assert_eq!(refused, 996, "bob keeps his 4");
-        assert!(sessions.claim("alice", "alice").is_some());
+        assert!(sessions.claim("alice", &user("alice")).is_some());
     }
 
     #[test]
     fn past_the_total_cap_newcomers_are_refused_and_nobody_is_evicted() {
         let (sessions, closed) = table(2, 4);
-        for (id, user) in [("a1", "a"), ("a2", "a"), ("b1", "b"), ("c1", "c")] {
+        for (id, user) in [
+            ("a1", &user("a")),
+            ("a2", &user("a")),
+            ("b1", &user("b")),
+            ("c1", &user("c")),
+        ] {
             sessions.bind(id, user).unwrap();
         }
-        let refused = sessions.bind("d1", "d").unwrap_err();
+        let refused = sessions.bind("d1", &user("d")).unwrap_err();
         assert!(
             matches!(refused, Refused::Full { limit: 4, .. }),
             "{refused:?}"
         );
-        for (id, user) in [("a1", "a"), ("a2", "a"), ("b1", "b"), ("c1", "c")] {
+        for (id, user) in [
+            ("a1", &user("a")),
+            ("a2", &user("a")),
+            ("b1", &user("b")),
+            ("c1", &user("c")),
+        ] {
             assert!(sessions.claim(id, user).is_some(), "{id} was evicted");
         }
         assert_eq!(*closed.lock().unwrap(), ["d1"]);
@@ -439,17 +488,23 @@ mod tests {
     fn an_idle_session_expires_frees_its_slot_and_is_closed() {
         let (sessions, closed) = table(1, 100);
         let start = Instant::now();
-        sessions.bind_at("a1", "alice", start).unwrap();
+        sessions.bind_at("a1", &user("alice"), start).unwrap();
         let refused = sessions
-            .bind_at("a2", "alice", start + IDLE / 2)
+            .bind_at("a2", &user("alice"), start + IDLE / 2)
             .unwrap_err();
         assert_eq!(
             refused.retry_after(),
             IDLE / 2,
             "a1 expires in half the time"
         );
-        sessions.bind_at("a3", "alice", start + IDLE).unwrap();
-        assert!(sessions.claim_at("a1", "alice", start + IDLE).is_none());
+        sessions
+            .bind_at("a3", &user("alice"), start + IDLE)
+            .unwrap();
+        assert!(
+            sessions
+                .claim_at("a1", &user("alice"), start + IDLE)
+                .is_none()
+        );
         assert_eq!(*closed.lock().unwrap(), ["a2", "a1"]);
     }
 
@@ -457,10 +512,14 @@ mod tests {
     fn a_claim_after_the_idle_time_is_refused_and_closes_the_session() {
         let (sessions, closed) = table(4, 100);
         let start = Instant::now();
-        sessions.bind_at("a1", "alice", start).unwrap();
+        sessions.bind_at("a1", &user("alice"), start).unwrap();
         assert!(
             sessions
-                .claim_at("a1", "alice", start + IDLE + Duration::from_millis(1))
+                .claim_at(
+                    "a1",
+                    &user("alice"),
+                    start + IDLE + Duration::from_millis(1)
+                )
                 .is_none()
         );
         assert_eq!(*closed.lock().unwrap(), ["a1"]);
@@ -470,11 +529,11 @@ mod tests {
     fn a_session_with_a_response_in_flight_does_not_expire() {
         let (sessions, closed) = table(1, 100);
         let start = Instant::now();
-        sessions.bind_at("a1", "alice", start).unwrap();
-        let streaming = sessions.claim_at("a1", "alice", start).unwrap();
+        sessions.bind_at("a1", &user("alice"), start).unwrap();
+        let streaming = sessions.claim_at("a1", &user("alice"), start).unwrap();
         let later = start + IDLE * 10;
-        assert!(sessions.bind_at("a2", "alice", later).is_err());
-        assert!(sessions.claim_at("a1", "alice", later).is_some());
+        assert!(sessions.bind_at("a2", &user("alice"), later).is_err());
+        assert!(sessions.claim_at("a1", &user("alice"), later).is_some());
         drop(streaming);
         assert!(
             closed.lock().unwrap().iter().all(|id| id != "a1"),
@@ -486,11 +545,11 @@ mod tests {
     fn a_sweep_closes_only_expired_sessions() {
         let (sessions, closed) = table(4, 100);
         let start = Instant::now();
-        sessions.bind_at("old", "alice", start).unwrap();
+        sessions.bind_at("old", &user("alice"), start).unwrap();
         let later = start + IDLE;
-        sessions.bind_at("new", "bob", later).unwrap();
+        sessions.bind_at("new", &user("bob"), later).unwrap();
         sessions.sweep_at(later);
         assert_eq!(*closed.lock().unwrap(), ["old"]);
-        assert!(sessions.claim_at("new", "bob", later).is_some());
+        assert!(sessions.claim_at("new", &user("bob"), later).is_some());
     }
 }

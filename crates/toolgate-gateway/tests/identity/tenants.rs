@@ -2,11 +2,15 @@
 //! signed in to another organization, or another issuer's user of the same name) neither
 //! sees a call waiting for approval nor reads its outcome, over `/v1` and over MCP's
 //! `toolgate.outcome`; an approver with a tenant lists, sees and decides only the calls of
-//! that tenant, one without (an operator) those of every tenant.
+//! that tenant, one without (an operator) those of every tenant. Nor does that subject use
+//! or crowd out the other's MCP sessions, or run in the other's session when a batch names
+//! the same thread.
 
 use serde_json::{Value, json};
 
-use crate::common::{Answer, Gateway, client, get, post};
+use std::time::Duration;
+
+use crate::common::{Answer, Gateway, client, eventually, get, post, post_with};
 use crate::loopback::Issuer;
 use crate::{MCP_RESOURCE, RESOURCE, config, invoke, mcp_call};
 
@@ -197,4 +201,158 @@ async fn a_waiting_call_and_its_outcome_stay_within_their_tenant_for_callers_and
             .status,
         200
     );
+}
+
+/// Sends `body` to `/mcp` (MCP 2025-06-18, sessions) with `token`, in `session` if given:
+/// the status, the session id the answer carries and the answer's text.
+async fn mcp_with(
+    gateway: &Gateway,
+    token: &str,
+    session: Option<&str>,
+    body: Value,
+) -> (u16, Option<String>, String) {
+    let mut request = client()
+        .post(gateway.url("/mcp"))
+        .bearer_auth(token)
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2025-06-18")
+        .body(body.to_string());
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    let response = request.send().await.expect("the gateway answers");
+    let status = response.status().as_u16();
+    let issued = response
+        .headers()
+        .get("mcp-session-id")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    (status, issued, response.text().await.expect("a body"))
+}
+
+/// `initialize` with `token`: the status and the session it opened, if any.
+async fn initialize(gateway: &Gateway, token: &str) -> (u16, Option<String>) {
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                   "clientInfo": {"name": "tenants", "version": "0"}}
+    });
+    let (status, session, _) = mcp_with(gateway, token, None, initialize).await;
+    (status, session)
+}
+
+/// `ping` with `token` in `session`: the status and the answer's text.
+async fn ping(gateway: &Gateway, token: &str, session: &str) -> (u16, String) {
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    let (status, _, text) = mcp_with(gateway, token, Some(session), ping).await;
+    (status, text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_session_of_ann_of_acme_is_unknown_to_ann_of_globex() {
+    let issuer = Issuer::serve(true).await;
+    let gateway = Gateway::start(&config(&issuer.url, "", ""));
+    let ((_, acme), (_, globex)) = (ann_of(&issuer, "acme"), ann_of(&issuer, "globex"));
+
+    let (status, session) = initialize(&gateway, &acme).await;
+    assert_eq!(status, 200);
+    let session = session.expect("initialize opens a session");
+    let (status, text) = ping(&gateway, &globex, &session).await;
+    assert_eq!(status, 404, "{text}");
+    assert!(text.contains("unknown_session"), "{text}");
+    let (status, text) = ping(&gateway, &acme, &session).await;
+    assert_eq!(status, 200, "its opener still uses it: {text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_sessions_from_ann_of_globex_leaves_the_places_of_ann_of_acme() {
+    let issuer = Issuer::serve(true).await;
+    let yaml = format!(
+        "server:\n  mcp_sessions: {{ per_user: 2 }}\n{}",
+        config(&issuer.url, "", "")
+    );
+    let gateway = Gateway::start(&yaml);
+    let ((_, acme), (_, globex)) = (ann_of(&issuer, "acme"), ann_of(&issuer, "globex"));
+
+    assert_eq!(initialize(&gateway, &acme).await.0, 200);
+    let mut statuses = Vec::new();
+    for _ in 0..5 {
+        statuses.push(initialize(&gateway, &globex).await.0);
+    }
+    assert_eq!(
+        statuses,
+        [200, 200, 429, 429, 429],
+        "globex's ann has 2 places"
+    );
+    let (status, session) = initialize(&gateway, &acme).await;
+    assert_eq!(status, 200, "acme's ann still has her second place");
+    assert!(session.is_some());
+    assert_eq!(initialize(&gateway, &acme).await.0, 429);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_naming_the_same_batch_thread_run_in_sessions_of_their_own() {
+    let issuer = Issuer::serve(true).await;
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let audit = dir.path().join("audit.jsonl");
+    let yaml = format!(
+        "{}audit:\n  sink: file\n  path: {}\n  flush_every: 0s\n",
+        config(&issuer.url, "", ""),
+        audit.display()
+    );
+    let gateway = Gateway::start(&yaml);
+    let ((acme, _), (globex, _)) = (ann_of(&issuer, "acme"), ann_of(&issuer, "globex"));
+    let alice = crate::common::key("alice");
+
+    let message = |id: &str| {
+        json!({"role": "assistant", "content": null, "tool_calls": [{
+            "id": id, "type": "function",
+            "function": {"name": "echo", "arguments": json!({"text": id}).to_string()},
+        }]})
+    };
+    let url = |thread: &str| gateway.url(&format!("/v1/tool-calls?format=openai{thread}"));
+    // The same thread named in the query and in the header, and the thread a caller
+    // without one gets (their user id) named by another.
+    let batches = [
+        (&acme, "call_acme", url("&thread=t1"), &[][..]),
+        (
+            &globex,
+            "call_globex",
+            url(""),
+            &[("x-thread-id", "t1")][..],
+        ),
+        (&acme, "call_acme_default", url(""), &[][..]),
+        (&alice, "call_alice", url("&thread=ann"), &[][..]),
+    ];
+    for (token, id, url, headers) in &batches {
+        let answer = post_with(&client(), url, Some(token), &message(id), headers).await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        assert_eq!(
+            answer.body["results"][0]["status"], "success",
+            "{}",
+            answer.body
+        );
+    }
+
+    let sessions = || {
+        let text = std::fs::read_to_string(&audit).unwrap_or_default();
+        text.lines()
+            .map(|line| serde_json::from_str::<Value>(line).expect("an audit record"))
+            .filter(|record| record["tool"] == "echo")
+            .map(|record| record["session_id"].as_str().unwrap_or_default().to_owned())
+            .collect::<Vec<_>>()
+    };
+    eventually("every call is audited", Duration::from_secs(10), || async {
+        sessions().len() == batches.len()
+    })
+    .await;
+    let sessions = sessions();
+    for (i, session) in sessions.iter().enumerate() {
+        assert!(!session.is_empty(), "{sessions:?}");
+        assert!(
+            sessions[i + 1..].iter().all(|other| other != session),
+            "two callers share a session: {sessions:?}"
+        );
+    }
 }

@@ -10,8 +10,9 @@
 //! The upstream trusts its own `requestState` (it may hold anything: a step, a name the
 //! user gave). A caller must not be able to forge one, or replay one it was given for
 //! another call or that another user was given: toolgate seals the upstream's state with
-//! HMAC-SHA256 under the server's key, bound to the user and the tool or prompt, with an
-//! expiry ([`STATE_TTL`]). A retry whose state does not open is refused (JSON-RPC
+//! HMAC-SHA256 under the server's key, bound to the caller (the user id in its tenant:
+//! `ann` of another tenant is another caller) and the tool or prompt, with an expiry
+//! ([`STATE_TTL`]). A retry whose state does not open is refused (JSON-RPC
 //! `invalid params`) and never reaches the upstream.
 
 use rmcp::model::{
@@ -75,11 +76,26 @@ impl StateSeal {
         Ok(StateSeal { codec })
     }
 
-    /// What a state is bound to: who asked, and what (`tools/call NAME`, `prompts/get
-    /// NAME`).
+    /// What a state is bound to: who asked — the caller, an id in a tenant — and what
+    /// (`tools/call NAME`, `prompts/get NAME`).
+    ///
+    /// For a caller without a tenant it is the id, a 0 byte and the target, the bytes
+    /// states were sealed with before tenants counted, so those still open. For a caller
+    /// with a tenant it is a 0 byte, the length of their [caller
+    /// key](User::caller_key) in bytes and `:`, the key, a 0 byte and the target. A
+    /// caller key holds 0 bytes of its own, and the length says where it ends, so the
+    /// key and the target are read back from the context one way only; and no caller
+    /// without a tenant makes such a context: their key is their id, which does not start
+    /// with a 0 byte, or else a 0 byte and `-` (never a digit).
     fn context(user: &User, target: &str) -> Vec<u8> {
-        let mut context = Vec::with_capacity(user.id.len() + target.len() + 1);
-        context.extend_from_slice(user.id.as_bytes());
+        let key = user.caller_key();
+        let mut context = Vec::with_capacity(key.len() + target.len() + 24);
+        if user.tenant.is_some() {
+            context.push(0);
+            context.extend_from_slice(key.len().to_string().as_bytes());
+            context.push(b':');
+        }
+        context.extend_from_slice(key.as_bytes());
         context.push(0);
         context.extend_from_slice(target.as_bytes());
         context
@@ -262,6 +278,67 @@ mod tests {
             refused(state, alice(), "tools/call y"),
             rmcp::model::ErrorCode::INVALID_PARAMS
         );
+    }
+
+    #[test]
+    fn a_request_state_sealed_for_ann_of_acme_does_not_open_for_ann_of_globex() {
+        let seal = StateSeal::random();
+        let acme = User::new("ann").with_tenant("acme");
+        let state = sealed(&seal, &acme, "tools/call x");
+        for other in [
+            User::new("ann").with_tenant("globex"),
+            User::new("ann"),
+            User::new("ann").with_tenant(""),
+        ] {
+            let refused = seal.retry(None, Some(state.clone()), &other, "tools/call x");
+            assert!(refused.is_err(), "{other:?}: {refused:?}");
+        }
+        let same = acme.with_roles(["admin"]);
+        let retry = seal.retry(None, Some(state), &same, "tools/call x");
+        assert!(matches!(retry, Ok(Some(Retry::Round(_)))), "{retry:?}");
+    }
+
+    #[test]
+    fn a_caller_without_a_tenant_binds_a_state_to_the_bytes_it_did_before_tenants() {
+        assert_eq!(
+            StateSeal::context(&User::new("ann"), "tools/call x"),
+            b"ann\0tools/call x"
+        );
+    }
+
+    #[test]
+    fn a_caller_with_a_tenant_binds_a_state_to_a_context_of_its_own() {
+        let callers = [
+            User::new("ann"),
+            User::new("ann").with_tenant("acme"),
+            User::new("ann").with_tenant("globex"),
+            User::new("ann").with_tenant(""),
+            User::new("ann\0x").with_tenant("acme"),
+            User::new("ann").with_tenant("acme\0ann"),
+            User::new("\u{0}4:acme\u{0}ann"),
+            User::new("\u{0}12:\u{0}4:acme\u{0}ann"),
+            User::new("\u{0}12:\u{0}4:acme\u{0}ann\u{0}x"),
+            User::new("12:\u{0}4:acme\u{0}ann"),
+        ];
+        let targets = ["x", "x\0x", "\0x", ""];
+        let bound: Vec<_> = callers
+            .iter()
+            .flat_map(|caller| targets.map(|target| (caller, target)))
+            .map(|(caller, target)| (caller, target, StateSeal::context(caller, target)))
+            .collect();
+        for (i, (caller, target, context)) in bound.iter().enumerate() {
+            for (other, other_target, other_context) in &bound[i + 1..] {
+                // Without tenants, an id and a target holding 0 bytes could always be
+                // read two ways; those bytes are kept as they were.
+                if caller.tenant.is_none() && other.tenant.is_none() {
+                    continue;
+                }
+                assert_ne!(
+                    context, other_context,
+                    "{caller:?} on {target:?} and {other:?} on {other_target:?}"
+                );
+            }
+        }
     }
 
     #[test]
