@@ -1,5 +1,6 @@
 //! What the input/output policies cost: a cache-hit invocation with redaction, audit and
-//! metrics, next to the pipeline with no hooks. Run with `cargo bench --bench
+//! metrics, and a call of a tool given two secrets (fetched, injected, scrubbed from its
+//! output), next to the pipeline with no hooks. Run with `cargo bench --bench
 //! io_policies`; the figures are in `docs/performance.md`.
 //!
 //! The tool returns a small object with a sentence of text (about 120 bytes of JSON), so
@@ -19,6 +20,7 @@ use toolgate::hooks::audit::{Audit, AuditError, AuditRecord, AuditSink};
 use toolgate::hooks::cache::ResultCache;
 use toolgate::hooks::metrics::Metrics;
 use toolgate::hooks::redaction::Redaction;
+use toolgate::hooks::secrets::{InMemorySecrets, SecretInjection};
 use toolgate::prelude::*;
 
 /// Takes records and drops them.
@@ -36,6 +38,11 @@ impl AuditSink for DropSink {
 }
 
 fn forecast() -> Arc<dyn ErasedTool> {
+    forecast_tagged(&[])
+}
+
+/// `forecast`, with these tags.
+fn forecast_tagged(tags: &[&str]) -> Arc<dyn ErasedTool> {
     let mut tool = JsonTool::new(
         "forecast",
         "Tomorrow's weather.",
@@ -52,11 +59,25 @@ fn forecast() -> Arc<dyn ErasedTool> {
         },
     );
     tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
+    tool.definition_mut().tags = tags.iter().map(|&tag| tag.to_owned()).collect();
     Arc::new(tool)
 }
 
 fn pipeline(configure: impl FnOnce(PipelineBuilder) -> PipelineBuilder) -> Pipeline {
     configure(Pipeline::builder().tool(forecast()))
+        .build()
+        .expect("the pipeline builds")
+}
+
+/// `forecast`, declaring two secrets: an API key and a database password.
+fn forecast_with_secrets() -> Pipeline {
+    let tool = forecast_tagged(&["secret:api-key", "secret:db-password"]);
+    let secrets = InMemorySecrets::new()
+        .with("api-key", "sk-live-4f1d9b7c2a8e6d3f0b5a9c1e")
+        .with("db-password", "correct horse battery staple");
+    Pipeline::builder()
+        .tool(tool)
+        .hook(SecretInjection::builder().source(secrets).build())
         .build()
         .expect("the pipeline builds")
 }
@@ -91,6 +112,7 @@ fn io_policies(c: &mut Criterion) {
             .hook(Audit::builder().sink(DropSink).build())
             .hook(Metrics::new())
     });
+    let secrets = forecast_with_secrets();
     // Warm the caches so every timed call is a hit.
     runtime.block_on(async {
         invoke(&cache_only, input()).await;
@@ -106,6 +128,7 @@ fn io_policies(c: &mut Criterion) {
         ("cache_hit", &cache_only),
         ("cache_hit_redaction_audit_metrics", &policies),
         ("executed_redaction_audit_metrics", &policies_no_cache),
+        ("two_secrets_injected_and_scrubbed", &secrets),
     ] {
         group.bench_function(name, |b| {
             b.to_async(&runtime)

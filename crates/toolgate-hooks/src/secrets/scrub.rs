@@ -3,13 +3,15 @@
 use std::fmt;
 use std::fmt::Write as _;
 use std::ops::Range;
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, LazyLock, OnceLock};
+use std::time::Duration;
 
 use aho_corasick::{AhoCorasick, AhoCorasickKind, MatchKind};
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD, URL_SAFE, URL_SAFE_NO_PAD};
 use regex::bytes::{Regex, RegexBuilder};
 use serde_json::Value;
+use sha2::{Digest, Sha256};
 
 use crate::json::unique_key;
 use toolgate_core::ToolError;
@@ -24,6 +26,37 @@ pub const SCRUBBED: &str = "[REDACTED:secret]";
 /// long at each of the three alignments, a 6-byte one at the first alignment only; a
 /// shorter secret is found in base64 only as the encoding of the whole value.
 const MIN_BASE64_CORE: usize = 8;
+
+/// How many sets of secrets keep their matchers built ([`BUILT`]).
+const BUILT_MAX: u64 = 256;
+/// How long the matchers of a set of secrets no scrubber was made for stay built: a
+/// rotated secret's set is dropped this long after its last use.
+const BUILT_IDLE: Duration = Duration::from_secs(10 * 60);
+
+/// The matchers of the sets of secrets scrubbed lately, by the digest of the set
+/// ([`set_digest`]). A tool with secrets is given the same ones call after call, and
+/// building the matchers of even two secrets costs far more than the rest of the call
+/// (about 100 µs, `benches/io_policies.rs`): each set's are built once and shared by every
+/// scrubber made for it until the set goes unused for [`BUILT_IDLE`]. The matchers hold
+/// the secrets' patterns, as long as a source holds the secrets themselves, or that long
+/// after.
+static BUILT: LazyLock<moka::sync::Cache<[u8; 32], Arc<Matchers>>> = LazyLock::new(|| {
+    moka::sync::Cache::builder()
+        .max_capacity(BUILT_MAX)
+        .time_to_idle(BUILT_IDLE)
+        .build()
+});
+
+/// The SHA-256 of a sorted set of secrets, each preceded by its length, so that no two
+/// sets share a digest.
+fn set_digest(values: &[&str]) -> [u8; 32] {
+    let mut hasher = Sha256::new();
+    for value in values {
+        hasher.update((value.len() as u64).to_le_bytes());
+        hasher.update(value.as_bytes());
+    }
+    hasher.finalize().into()
+}
 
 /// Finds and replaces every known form of a set of secrets:
 ///
@@ -354,12 +387,22 @@ impl Scrubber {
         Self::for_values(secrets.into_iter().map(Secret::expose))
     }
 
-    /// A scrubber for these values (empty ones are skipped).
+    /// A scrubber for these values (empty ones are skipped). Its matchers are built once
+    /// per set of values and shared by the scrubbers made for the same set while it is in
+    /// use (up to 256 sets, each kept ten minutes past its last use).
     pub fn for_values<'a>(values: impl IntoIterator<Item = &'a str>) -> Self {
-        let values: Vec<&str> = values.into_iter().filter(|v| !v.is_empty()).collect();
+        let mut values: Vec<&str> = values.into_iter().filter(|v| !v.is_empty()).collect();
+        let count = values.len();
+        values.sort_unstable();
+        values.dedup();
+        let matchers = if values.is_empty() {
+            None
+        } else {
+            BUILT.optionally_get_with(set_digest(&values), || Matchers::new(&values).map(Arc::new))
+        };
         Scrubber {
-            matchers: Matchers::new(&values).map(Arc::new),
-            values: values.len(),
+            matchers,
+            values: count,
         }
     }
 
@@ -505,6 +548,24 @@ mod tests {
         let bytes = scrubber.scrub_bytes(text.as_bytes()).expect("found");
         assert_eq!(clean.as_bytes(), bytes);
         clean
+    }
+
+    #[test]
+    fn scrubbers_for_one_set_of_secrets_share_matchers_built_once_whatever_the_order() {
+        let matchers = |scrubber: &Scrubber| scrubber.matchers.clone().expect("secrets");
+        let first = Scrubber::for_values(["tok-alpha-0001", "tok-beta-0002"]);
+        let again = Scrubber::for_values(["tok-beta-0002", "", "tok-alpha-0001"]);
+        assert!(Arc::ptr_eq(&matchers(&first), &matchers(&again)));
+        // Another set, even one holding the first's secrets, has matchers of its own, and
+        // finds its own secrets.
+        let more = Scrubber::for_values(["tok-alpha-0001", "tok-beta-0002", "tok-gamma-0003"]);
+        assert!(!Arc::ptr_eq(&matchers(&first), &matchers(&more)));
+        assert!(more.occurs_in("x tok-gamma-0003 y"));
+        assert!(!first.occurs_in("x tok-gamma-0003 y"));
+        // Sets whose values run together the same way are told apart.
+        let split = Scrubber::for_values(["tok-alpha-0001tok", "-beta-0002"]);
+        assert!(!Arc::ptr_eq(&matchers(&first), &matchers(&split)));
+        assert!(!split.occurs_in("tok-alpha-0001 alone"));
     }
 
     #[test]
