@@ -134,9 +134,9 @@ struct Matchers {
     patterns: Vec<String>,
     /// Every mix of raw and percent-escaped bytes of every secret, in any ASCII case: one
     /// regex for all secrets, or one per secret should that one not build. A regex takes
-    /// much longer to build than the automata (and a scrubber is built for each call of a
-    /// tool with secrets), so it is built the first time a text may need it: one with a
-    /// `%`, or with a `+` if a secret has a space.
+    /// much longer to build than the automata (which a set's first call waits for), so it
+    /// is built the first time a text may need it: one with a `%`, or with a `+` if a
+    /// secret has a space.
     escaped: OnceLock<Vec<Regex>>,
     /// Whether some secret has a space (which a form body writes `+`).
     spaces: bool,
@@ -245,7 +245,7 @@ where
     I: IntoIterator<Item = P>,
     P: AsRef<[u8]>,
 {
-    // A contiguous NFA is quick to build: per-call scrubbers are built on every call.
+    // A contiguous NFA is quick to build: a set of secrets is built at its first call.
     // Every match is reported, overlapping ones too, so that no base64 core is hidden by
     // another found at the same place.
     AhoCorasick::builder()
