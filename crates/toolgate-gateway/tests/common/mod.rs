@@ -455,9 +455,20 @@ pub async fn mcp(
     session: Option<&str>,
     body: Option<Value>,
 ) -> (u16, Option<String>, String) {
+    mcp_with(gateway, method, &key(user), session, body).await
+}
+
+/// [`mcp`] with `bearer` (an API key or an access token) as the credential.
+pub async fn mcp_with(
+    gateway: &Gateway,
+    method: Method,
+    bearer: &str,
+    session: Option<&str>,
+    body: Option<Value>,
+) -> (u16, Option<String>, String) {
     let mut request = client()
         .request(method, gateway.url("/mcp"))
-        .bearer_auth(key(user))
+        .bearer_auth(bearer)
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2025-06-18");
     if let Some(session) = session {

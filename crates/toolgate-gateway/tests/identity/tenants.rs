@@ -6,11 +6,12 @@
 //! or crowd out the other's MCP sessions, or run in the other's session when a batch names
 //! the same thread.
 
+use reqwest::Method;
 use serde_json::{Value, json};
 
 use std::time::Duration;
 
-use crate::common::{Answer, Gateway, client, eventually, get, post, post_with};
+use crate::common::{Answer, Gateway, client, eventually, get, mcp_with, post, post_with};
 use crate::loopback::Issuer;
 use crate::{MCP_RESOURCE, RESOURCE, config, invoke, mcp_call};
 
@@ -203,34 +204,6 @@ async fn a_waiting_call_and_its_outcome_stay_within_their_tenant_for_callers_and
     );
 }
 
-/// Sends `body` to `/mcp` (MCP 2025-06-18, sessions) with `token`, in `session` if given:
-/// the status, the session id the answer carries and the answer's text.
-async fn mcp_with(
-    gateway: &Gateway,
-    token: &str,
-    session: Option<&str>,
-    body: Value,
-) -> (u16, Option<String>, String) {
-    let mut request = client()
-        .post(gateway.url("/mcp"))
-        .bearer_auth(token)
-        .header("accept", "application/json, text/event-stream")
-        .header("content-type", "application/json")
-        .header("mcp-protocol-version", "2025-06-18")
-        .body(body.to_string());
-    if let Some(session) = session {
-        request = request.header("mcp-session-id", session);
-    }
-    let response = request.send().await.expect("the gateway answers");
-    let status = response.status().as_u16();
-    let issued = response
-        .headers()
-        .get("mcp-session-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_owned);
-    (status, issued, response.text().await.expect("a body"))
-}
-
 /// `initialize` with `token`: the status and the session it opened, if any.
 async fn initialize(gateway: &Gateway, token: &str) -> (u16, Option<String>) {
     let initialize = json!({
@@ -238,14 +211,14 @@ async fn initialize(gateway: &Gateway, token: &str) -> (u16, Option<String>) {
         "params": {"protocolVersion": "2025-06-18", "capabilities": {},
                    "clientInfo": {"name": "tenants", "version": "0"}}
     });
-    let (status, session, _) = mcp_with(gateway, token, None, initialize).await;
+    let (status, session, _) = mcp_with(gateway, Method::POST, token, None, Some(initialize)).await;
     (status, session)
 }
 
 /// `ping` with `token` in `session`: the status and the answer's text.
 async fn ping(gateway: &Gateway, token: &str, session: &str) -> (u16, String) {
     let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
-    let (status, _, text) = mcp_with(gateway, token, Some(session), ping).await;
+    let (status, _, text) = mcp_with(gateway, Method::POST, token, Some(session), Some(ping)).await;
     (status, text)
 }
 
