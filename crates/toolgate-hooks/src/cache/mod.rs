@@ -6,8 +6,9 @@
 //! at `will_write_cache` (errors never get there, so they are never cached).
 //!
 //! * **Keys** ([`cache_key`]): tool name + tool version + caller scope (the caller, a user
-//!   id in its tenant, or the tenant with [`ScopeBy::Tenant`]) + the normalized input. The scope is left out only for
-//!   tools that declare their results public ([`PUBLIC_RESULTS_TAG`]).
+//!   id in its tenant, or the tenant with [`ScopeBy::Tenant`]) + the normalized input. The
+//!   scope is left out only for tools that declare their results public
+//!   ([`PUBLIC_RESULTS_TAG`]).
 //! * **What is cached**: read-only tools from this program by default; per-tool
 //!   [`include`](ResultCacheBuilder::include), [`exclude`](ResultCacheBuilder::exclude)
 //!   and [TTL](ResultCacheBuilder::tool_ttl). Never a call made with
