@@ -20,6 +20,7 @@ use crate::random::random_u64;
 use crate::secret::SecretSlot;
 use crate::stage::Stage;
 use crate::suspension::ResumeDecision;
+use crate::user::CallerId;
 pub use crate::user::User;
 
 /// The id of one invocation: given by the caller, or generated (unique per process, and
@@ -216,7 +217,7 @@ pub(crate) struct Trail {
     metadata: Map<String, Value>,
     pub(crate) decisions: Vec<Decision>,
     pub(crate) resumed: Option<ResumeDecision>,
-    pub(crate) decided_by: Option<String>,
+    pub(crate) decided_by: Option<CallerId>,
     pub(crate) decision_reason: Option<String>,
     /// The instant an approved call must reach execution by.
     pub(crate) run_by: Option<tokio::time::Instant>,
@@ -243,7 +244,7 @@ pub(crate) struct Restored {
     pub output: Option<Value>,
     pub metadata: Map<String, Value>,
     pub decision: ResumeDecision,
-    pub decided_by: Option<String>,
+    pub decided_by: Option<CallerId>,
     pub decision_reason: Option<String>,
     pub run_by: Option<tokio::time::Instant>,
     pub retry_of: Option<String>,
@@ -316,7 +317,10 @@ impl ToolInvokeContext {
             output: None,
             metadata,
             decision: ResumeDecision::Approve,
-            decided_by: approval.decided_by,
+            decided_by: approval.decided_by.map(|id| CallerId {
+                id,
+                tenant: approval.decided_by_tenant,
+            }),
             decision_reason: None,
             run_by: Some(tokio::time::Instant::now() + left),
             retry_of: Some(approval.suspension_id),
@@ -673,7 +677,12 @@ impl ToolInvokeContext {
     /// Who decided on this resumed invocation (an approver's user id), when the resume
     /// said ([`InvokeOptions::decided_by`](crate::InvokeOptions::decided_by)).
     pub fn decided_by(&self) -> Option<&str> {
-        self.trail.as_ref()?.decided_by.as_deref()
+        Some(&self.trail.as_ref()?.decided_by.as_ref()?.id)
+    }
+
+    /// The tenant of who decided on this resumed invocation, when they have one.
+    pub fn decided_by_tenant(&self) -> Option<&str> {
+        self.trail.as_ref()?.decided_by.as_ref()?.tenant.as_deref()
     }
 
     /// Why the approver decided as they did, when the resume said

@@ -217,6 +217,30 @@ impl CallerId {
     }
 }
 
+/// A user id alone names the caller of that id without a tenant.
+impl From<&str> for CallerId {
+    fn from(id: &str) -> Self {
+        CallerId {
+            id: id.to_owned(),
+            tenant: None,
+        }
+    }
+}
+
+/// A user id alone names the caller of that id without a tenant.
+impl From<String> for CallerId {
+    fn from(id: String) -> Self {
+        CallerId { id, tenant: None }
+    }
+}
+
+/// The caller `user` is: their id in their tenant.
+impl From<&User> for CallerId {
+    fn from(user: &User) -> Self {
+        CallerId::of(user)
+    }
+}
+
 /// The user of invocations that name none.
 pub(crate) static ANONYMOUS: LazyLock<Arc<User>> =
     LazyLock::new(|| Arc::new(User::new("anonymous")));

@@ -394,7 +394,9 @@ async fn a_call_run_on_an_approval_for_a_retry_records_the_approver_and_the_appr
     let toolgate_core::ToolError::Suspended { suspension_id, .. } = waiting else {
         panic!("{waiting}")
     };
-    p.approve_retry(&suspension_id, Some("boss")).await.unwrap();
+    p.approve_retry(&suspension_id, Some("boss".into()))
+        .await
+        .unwrap();
 
     p.invoke("lookup", json!({"q": 1}), ann()).await.unwrap();
 
@@ -404,6 +406,72 @@ async fn a_call_run_on_an_approval_for_a_retry_records_the_approver_and_the_appr
     assert_eq!(approval.decision, "approve");
     assert_eq!(approval.decided_by.as_deref(), Some("boss"));
     assert_eq!(approval.retry_of.as_deref(), Some(suspension_id.as_str()));
+}
+
+#[tokio::test]
+async fn an_approvers_tenant_is_recorded_beside_their_id_on_a_resume_and_on_a_retry() {
+    let (audit, sink) = common::memory_audit();
+    let p = Pipeline::builder()
+        .tool(common::read_only("lookup", |input| {
+            Ok(json!({ "found": input["q"] }))
+        }))
+        .hook(
+            toolgate_hooks::consent::Consent::builder()
+                .tool("lookup")
+                .build(),
+        )
+        .hook(audit)
+        .build()
+        .unwrap();
+    let ann = || InvokeOptions::new().user(User::new("ann").with_tenant("acme"));
+    let boss = User::new("boss").with_tenant("acme");
+    let suspended = |error: toolgate_core::ToolError| match error {
+        toolgate_core::ToolError::Suspended { suspension_id, .. } => suspension_id,
+        other => panic!("{other}"),
+    };
+
+    // Resumed: approved by boss of acme.
+    let waiting = suspended(
+        p.invoke("lookup", json!({"q": 1}), ann())
+            .await
+            .unwrap_err(),
+    );
+    p.resume(
+        &waiting,
+        toolgate_core::suspension::ResumeDecision::Approve,
+        InvokeOptions::new().decided_by(&boss),
+    )
+    .await
+    .unwrap();
+    // Approved for a retry by boss of acme, then called again.
+    let retried = suspended(
+        p.invoke("lookup", json!({"q": 2}), ann())
+            .await
+            .unwrap_err(),
+    );
+    p.approve_retry(&retried, Some(toolgate_core::CallerId::of(&boss)))
+        .await
+        .unwrap();
+    p.invoke("lookup", json!({"q": 2}), ann()).await.unwrap();
+
+    let approvals: Vec<_> = sink
+        .records()
+        .into_iter()
+        .filter_map(|record| record.approval)
+        .map(|approval| (approval.decided_by, approval.decided_by_tenant))
+        .collect();
+    let by_boss_of_acme = (Some("boss".to_owned()), Some("acme".to_owned()));
+    assert_eq!(approvals, [by_boss_of_acme.clone(), by_boss_of_acme]);
+    // An approver without a tenant is recorded as before, without the field.
+    let line = serde_json::to_value(toolgate_hooks::audit::ApprovalEntry {
+        decision: "approve".into(),
+        decided_by: Some("boss".into()),
+        decided_by_tenant: None,
+        reason: None,
+        retry_of: None,
+    })
+    .unwrap();
+    assert_eq!(line, json!({"decision": "approve", "decided_by": "boss"}));
 }
 
 /// The audit files in `dir` in the order they were written: rotated ones by their

@@ -124,6 +124,7 @@ fn approval(user: &str, n: u64, expires_in: Duration) -> RetryApproval {
         },
         suspension_id: format!("s{n}"),
         decided_by: Some("boss".into()),
+        decided_by_tenant: None,
         decided_at: SystemTime::now(),
         expires_at: SystemTime::now() + expires_in,
     }
@@ -1069,7 +1070,7 @@ async fn a_call_parked_by_one_pipeline_is_decided_on_another_and_a_retry_runs_on
     assert!(c.suspended(&first).await.unwrap().is_none(), "decided once");
 
     let second = park(&a, 2).await;
-    b.approve_retry(&second, Some("boss")).await.unwrap();
+    b.approve_retry(&second, Some("boss".into())).await.unwrap();
     assert_eq!(
         c.invoke("wipe", json!({"disk": 2}), ann()).await.unwrap(),
         json!({"wiped": 2}),

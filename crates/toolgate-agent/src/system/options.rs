@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use toolgate_core::external::TypeMapKey;
-use toolgate_core::{InvokeOptions, User};
+use toolgate_core::{CallerId, InvokeOptions, User};
 
 /// How the calls of a batch run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,7 +210,7 @@ pub struct ResumeOptions {
     pub(crate) result_max_chars: Option<usize>,
     pub(crate) timeout: Option<Duration>,
     pub(crate) cancellation: Option<CancellationToken>,
-    pub(crate) decided_by: Option<String>,
+    pub(crate) decided_by: Option<CallerId>,
     pub(crate) reason: Option<String>,
 }
 
@@ -245,11 +245,12 @@ impl ResumeOptions {
         self
     }
 
-    /// Who decides (an approver's user id): kept with the decision, for the audit record
-    /// and hooks ([`InvokeOptions::decided_by`](toolgate_core::InvokeOptions::decided_by)).
+    /// Who decides — an approver's user id, or the approver (`&User`) with their tenant:
+    /// kept with the decision, for the audit record and hooks
+    /// ([`InvokeOptions::decided_by`](toolgate_core::InvokeOptions::decided_by)).
     #[must_use]
-    pub fn decided_by(mut self, user_id: impl Into<String>) -> Self {
-        self.decided_by = Some(user_id.into());
+    pub fn decided_by(mut self, approver: impl Into<CallerId>) -> Self {
+        self.decided_by = Some(approver.into());
         self
     }
 

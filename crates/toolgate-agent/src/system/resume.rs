@@ -148,8 +148,8 @@ impl ToolSystem {
         if let Some(reason) = options.reason {
             invoke = invoke.decision_reason(reason);
         }
-        if let Some(user_id) = options.decided_by {
-            invoke = invoke.decided_by(user_id);
+        if let Some(approver) = options.decided_by {
+            invoke = invoke.decided_by(approver);
         }
         if let Some(user) = options.user {
             invoke = invoke.user(user);

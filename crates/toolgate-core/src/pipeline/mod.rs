@@ -33,7 +33,7 @@ use crate::suspension::{
     SuspensionStoreError,
 };
 use crate::tool::ErasedTool;
-use crate::user::User;
+use crate::user::{CallerId, User};
 use walk::Start;
 
 /// The whole outcome of one invocation, from [`Pipeline::invoke_detailed`]: the output or
@@ -422,7 +422,8 @@ impl Pipeline {
     /// redacted, same configuration generation — runs once without waiting, if it comes
     /// within [`approval_run_within`](PipelineBuilder::approval_run_within). Any other call
     /// waits as usual and leaves the approval in place. `decided_by` names the approver for
-    /// the record.
+    /// the record: their user id (`"boss".into()`), or `CallerId::of(&approver)` with
+    /// their tenant.
     ///
     /// For callers that answer "needs approval" by calling again once a person has said
     /// yes, as agent frameworks do. The approval carries no id for the caller to replay: a
@@ -463,7 +464,7 @@ impl Pipeline {
     ///
     /// let waiting = pipeline.invoke("wipe", json!({"disk": 1}), ann()).await.unwrap_err();
     /// let ToolError::Suspended { suspension_id, .. } = waiting else { panic!("{waiting}") };
-    /// pipeline.approve_retry(&suspension_id, Some("boss")).await?;
+    /// pipeline.approve_retry(&suspension_id, Some("boss".into())).await?;
     ///
     /// // Another disk is another call: it waits for its own approval.
     /// let other = pipeline.invoke("wipe", json!({"disk": 2}), ann()).await.unwrap_err();
@@ -477,7 +478,7 @@ impl Pipeline {
     pub async fn approve_retry(
         &self,
         suspension_id: &str,
-        decided_by: Option<&str>,
+        decided_by: Option<CallerId>,
     ) -> Result<RetryApproval, ToolError> {
         let (entry, saved) = self.take_suspended(suspension_id, true, None).await?;
         let decided_at = SystemTime::now();
@@ -487,7 +488,8 @@ impl Pipeline {
                 .clone()
                 .unwrap_or_else(|| entry.binding(&saved.user, &saved.input)),
             suspension_id: saved.id.clone(),
-            decided_by: decided_by.map(str::to_owned),
+            decided_by_tenant: decided_by.as_ref().and_then(|d| d.tenant.clone()),
+            decided_by: decided_by.map(|d| d.id),
             decided_at,
             expires_at: decided_at + self.inner.shared.approval_run_within,
         };
@@ -499,7 +501,7 @@ impl Pipeline {
             }
             return Err(error.into());
         }
-        tracing::info!(suspension_id, tool = %approval.binding.tool, user = %approval.binding.user, decided_by = decided_by.unwrap_or(""), "call approved for a retry");
+        tracing::info!(suspension_id, tool = %approval.binding.tool, user = %approval.binding.user, decided_by = approval.decided_by.as_deref().unwrap_or(""), "call approved for a retry");
         Ok(approval)
     }
 

@@ -7,7 +7,7 @@ use tokio_util::sync::CancellationToken;
 use typemap_rev::TypeMapKey;
 
 use crate::provider::Providers;
-use crate::user::User;
+use crate::user::{CallerId, User};
 
 /// The options of one invocation.
 ///
@@ -31,7 +31,7 @@ pub struct InvokeOptions {
     pub(crate) cancellation: Option<CancellationToken>,
     pub(crate) providers: Providers,
     pub(crate) no_store: bool,
-    pub(crate) decided_by: Option<String>,
+    pub(crate) decided_by: Option<CallerId>,
     pub(crate) decision_reason: Option<String>,
 }
 
@@ -87,14 +87,14 @@ impl InvokeOptions {
         self
     }
 
-    /// On a resume: who decided on the call (an approver's user id), kept with the
-    /// decision for hooks to read ([`ToolInvokeContext::decided_by`], the audit record).
-    /// A fresh call ignores it.
+    /// On a resume: who decided on the call — an approver's user id, or the approver
+    /// (`&User`) with their tenant — kept with the decision for hooks to read
+    /// ([`ToolInvokeContext::decided_by`], the audit record). A fresh call ignores it.
     ///
     /// [`ToolInvokeContext::decided_by`]: crate::ToolInvokeContext::decided_by
     #[must_use]
-    pub fn decided_by(mut self, user_id: impl Into<String>) -> Self {
-        self.decided_by = Some(user_id.into());
+    pub fn decided_by(mut self, approver: impl Into<CallerId>) -> Self {
+        self.decided_by = Some(approver.into());
         self
     }
 

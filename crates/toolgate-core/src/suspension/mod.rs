@@ -100,9 +100,12 @@ pub struct RetryApproval {
     pub binding: CallBinding,
     /// The waiting call it was given on.
     pub suspension_id: String,
-    /// Who approved, when the decision said.
+    /// Who approved (their user id), when the decision said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<String>,
+    /// The tenant of who approved, when they have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by_tenant: Option<String>,
     /// When it was given.
     pub decided_at: SystemTime,
     /// Past this instant it is void.

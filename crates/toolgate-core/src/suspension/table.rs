@@ -831,6 +831,7 @@ pub(super) mod tests {
             },
             suspension_id: "s".into(),
             decided_by: Some("boss".into()),
+            decided_by_tenant: None,
             decided_at: at(0),
             expires_at: at(expires),
         }

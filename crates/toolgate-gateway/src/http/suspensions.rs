@@ -14,10 +14,10 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_agent::{ResumeError, ResumeOptions, ToolResult, ToolStatus};
-use toolgate_core::ToolError;
 use toolgate_core::suspension::{
     DecidedCall, ResumeDecision, SuspendedInvocation, SuspensionFilter, SuspensionStoreError,
 };
+use toolgate_core::{CallerId, ToolError};
 
 use super::body::json_body;
 use super::{ApiError, AppState, Caller, request_timeout};
@@ -511,7 +511,7 @@ pub async fn resume(
         told.reason = Some(reason);
     }
     let options = options
-        .decided_by(caller.user.id.clone())
+        .decided_by(&*caller.user)
         .timeout(request_timeout(&caller.gateway, &headers))
         .cancellation(state.drain.call_token());
     let mut result = caller
@@ -572,7 +572,7 @@ async fn approve_retry(
 ) -> Result<Response, ApiError> {
     let pipeline = caller.gateway.system.pipeline();
     let approval = pipeline
-        .approve_retry(id, Some(&caller.user.id))
+        .approve_retry(id, Some(CallerId::of(&caller.user)))
         .await
         .map_err(|error| ApiError::from(&error))?;
     let within = approval

@@ -89,6 +89,9 @@ pub struct ApprovalEntry {
     /// Who decided (an approver's user id), when the resume said.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decided_by: Option<String>,
+    /// The tenant of who decided, when they have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decided_by_tenant: Option<String>,
     /// Why: a rejection's reason, or the one an approver gave with an approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
@@ -285,6 +288,7 @@ impl AuditRecord {
                 ApprovalEntry {
                     decision: decision.to_owned(),
                     decided_by: ctx.decided_by().map(str::to_owned),
+                    decided_by_tenant: ctx.decided_by_tenant().map(str::to_owned),
                     reason: reason
                         .map(String::as_str)
                         .or(ctx.decision_reason())

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use toolgate_core::suspension::{ResumeDecision, RetryApproval, SuspendedInvocation};
-use toolgate_core::{InvokeOptions, Pipeline, ToolError};
+use toolgate_core::{CallerId, InvokeOptions, Pipeline, ToolError};
 
 use super::{ApprovalStore, ApprovalStoreError, Grant};
 
@@ -119,7 +119,7 @@ impl Approvals {
         &self,
         pipeline: &Pipeline,
         suspension_id: &str,
-        decided_by: Option<&str>,
+        decided_by: Option<CallerId>,
     ) -> Result<RetryApproval, ToolError> {
         pipeline.approve_retry(suspension_id, decided_by).await
     }

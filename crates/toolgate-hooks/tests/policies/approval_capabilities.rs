@@ -97,7 +97,10 @@ async fn an_approval_covers_the_validated_defaulted_input_not_the_raw_json() {
         ("ann", "wipe")
     );
 
-    pipeline.approve_retry(&id, Some("boss")).await.unwrap();
+    pipeline
+        .approve_retry(&id, Some("boss".into()))
+        .await
+        .unwrap();
     // Written another way — key order, the default spelled out, a number — it is the
     // same call, and it uses the approval.
     let out = pipeline
@@ -152,7 +155,7 @@ async fn an_approved_call_that_fails_has_used_its_approval() {
         .resume(&resumed, ResumeDecision::Approve, decided_by("boss"))
         .await;
     pipeline
-        .approve_retry(&retried, Some("boss"))
+        .approve_retry(&retried, Some("boss".into()))
         .await
         .unwrap();
     let retry_failed = pipeline
@@ -173,7 +176,10 @@ async fn an_approved_call_that_fails_has_used_its_approval() {
 async fn a_mismatched_retry_waits_anew_and_leaves_the_approval_in_place() {
     let (pipeline, runs_) = pipeline();
     let id = wait(&pipeline, "wipe", json!({"disk": 1}), "ann").await;
-    pipeline.approve_retry(&id, Some("boss")).await.unwrap();
+    pipeline
+        .approve_retry(&id, Some("boss".into()))
+        .await
+        .unwrap();
 
     let mismatches = [
         ("wipe", json!({"disk": 2}), "ann"),
@@ -210,7 +216,10 @@ async fn an_approval_for_a_retry_is_not_used_by_the_same_user_id_in_another_tena
         Err(ToolError::Suspended { suspension_id, .. }) => suspension_id,
         other => panic!("expected the call to wait, got {other:?}"),
     };
-    pipeline.approve_retry(&id, Some("boss")).await.unwrap();
+    pipeline
+        .approve_retry(&id, Some("boss".into()))
+        .await
+        .unwrap();
 
     let elsewhere = pipeline
         .invoke("wipe", json!({"disk": 1}), in_tenant("globex"))
@@ -266,7 +275,10 @@ async fn an_approval_for_one_large_id_is_not_used_by_a_neighbouring_one() {
     let (approved, neighbour) = (1_234_567_890_123_456_789u64, 1_234_567_890_123_456_800u64);
     let (pipeline, runs_) = pipeline();
     let id = wait(&pipeline, "wipe", json!({"disk": approved}), "ann").await;
-    pipeline.approve_retry(&id, Some("boss")).await.unwrap();
+    pipeline
+        .approve_retry(&id, Some("boss".into()))
+        .await
+        .unwrap();
 
     let other = pipeline
         .invoke("wipe", json!({"disk": neighbour}), as_user("ann"))
@@ -398,8 +410,14 @@ async fn an_approval_for_a_retry_is_void_once_run_within_has_passed() {
         .unwrap();
     let first = wait(&pipeline, "wipe", json!({"disk": 1}), "ann").await;
     let second = wait(&pipeline, "wipe", json!({"disk": 2}), "ann").await;
-    let one = pipeline.approve_retry(&first, Some("boss")).await.unwrap();
-    pipeline.approve_retry(&second, Some("boss")).await.unwrap();
+    let one = pipeline
+        .approve_retry(&first, Some("boss".into()))
+        .await
+        .unwrap();
+    pipeline
+        .approve_retry(&second, Some("boss".into()))
+        .await
+        .unwrap();
 
     seconds.store(599, Ordering::SeqCst);
     let within = pipeline
@@ -485,7 +503,10 @@ async fn a_call_run_on_an_approval_for_a_retry_records_who_approved_it() {
         .build()
         .unwrap();
     let id = wait(&pipeline, "wipe", json!({"disk": 1}), "ann").await;
-    pipeline.approve_retry(&id, Some("boss")).await.unwrap();
+    pipeline
+        .approve_retry(&id, Some("boss".into()))
+        .await
+        .unwrap();
 
     pipeline
         .invoke("wipe", json!({"disk": 1}), as_user("ann"))

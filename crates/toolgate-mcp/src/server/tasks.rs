@@ -98,7 +98,7 @@ pub(super) async fn withdraw(
             ResumeDecision::Reject {
                 reason: reason.clone(),
             },
-            InvokeOptions::new().decided_by(user.id.clone()),
+            InvokeOptions::new().decided_by(user),
         )
         .await;
     match withdrawn {
