@@ -50,6 +50,9 @@ pub struct Gateway {
     /// The configuration file it was started with (rewrite it and send SIGHUP to reload).
     pub config: PathBuf,
     stderr: Arc<Mutex<String>>,
+    /// The thread reading stderr: done once the process and every copy of its stderr are
+    /// closed.
+    stderr_reader: std::thread::JoinHandle<()>,
     _dir: Option<tempfile::TempDir>,
 }
 
@@ -109,7 +112,7 @@ impl Gateway {
             .spawn()
             .expect("starting the toolgate binary");
         let stderr = Arc::new(Mutex::new(String::new()));
-        collect(child.stderr.take().expect("piped stderr"), stderr.clone());
+        let stderr_reader = collect(child.stderr.take().expect("piped stderr"), stderr.clone());
         let (lines_tx, lines) = mpsc::channel();
         let stdout = child.stdout.take().expect("piped stdout");
         std::thread::spawn(move || {
@@ -125,6 +128,7 @@ impl Gateway {
             base: String::new(),
             config: path.to_owned(),
             stderr,
+            stderr_reader,
             _dir: None,
         };
         match lines.recv_timeout(STARTUP) {
@@ -188,11 +192,17 @@ impl Gateway {
         send_signal(self.pid(), signal);
     }
 
-    /// Waits up to `limit` for the process to exit.
+    /// Waits up to `limit` for the process to exit, and then (a few seconds at most) for
+    /// its last stderr lines to be read: a loaded machine may run the reading thread well
+    /// after the process ended.
     pub async fn wait_exit(&mut self, limit: Duration) -> Option<ExitStatus> {
         let deadline = Instant::now() + limit;
         loop {
             if let Some(status) = self.child.try_wait().expect("waiting for toolgate") {
+                let read_by = Instant::now() + Duration::from_secs(10);
+                while !self.stderr_reader.is_finished() && Instant::now() < read_by {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
                 return Some(status);
             }
             if Instant::now() >= deadline {
@@ -231,7 +241,10 @@ impl Drop for Gateway {
     }
 }
 
-fn collect(mut from: impl Read + Send + 'static, into: Arc<Mutex<String>>) {
+fn collect(
+    mut from: impl Read + Send + 'static,
+    into: Arc<Mutex<String>>,
+) -> std::thread::JoinHandle<()> {
     std::thread::spawn(move || {
         let mut buffer = [0u8; 4096];
         while let Ok(n) = from.read(&mut buffer) {
@@ -242,7 +255,7 @@ fn collect(mut from: impl Read + Send + 'static, into: Arc<Mutex<String>>) {
                 .unwrap()
                 .push_str(&String::from_utf8_lossy(&buffer[..n]));
         }
-    });
+    })
 }
 
 /// `toolgate check` of the configuration `yaml` (written to a temporary file); (status,
