@@ -50,31 +50,62 @@ pub fn is_usable_id(id: &str) -> bool {
     !id.is_empty() && id.len() <= MAX_ID && id.bytes().all(|b| b.is_ascii_graphic())
 }
 
-/// The session of a request for [`CallOptions`]: none without `x-session-id`, 400
-/// `bad_session_id` for one that is not usable or sent more than once.
-fn checked_session_id(headers: &HeaderMap) -> Result<Option<&str>, HttpError> {
-    let mut sent = headers.get_all(X_SESSION_ID).iter();
+/// Why the id a client sent in a header cannot be used ([`header_id`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum UnusableId {
+    /// The header was sent more than once.
+    SentTwice,
+    /// Its value is not a usable id ([`is_usable_id`]).
+    NotAnId,
+}
+
+/// The id a client sent in `header`, if it sent one: once, and usable ([`is_usable_id`]).
+/// The rule `x-session-id` is held to, for a host's own header of a client-chosen id; the
+/// host words the refusal.
+///
+/// ```
+/// use http::HeaderMap;
+/// use toolgate_http::{UnusableId, header_id};
+///
+/// let mut headers = HeaderMap::new();
+/// assert_eq!(header_id(&headers, "x-thread-id"), Ok(None));
+/// headers.append("x-thread-id", "t-1".parse().unwrap());
+/// assert_eq!(header_id(&headers, "x-thread-id"), Ok(Some("t-1")));
+/// headers.append("x-thread-id", "t-2".parse().unwrap());
+/// assert_eq!(header_id(&headers, "x-thread-id"), Err(UnusableId::SentTwice));
+/// ```
+///
+/// # Errors
+///
+/// [`UnusableId`], as above.
+pub fn header_id<'a>(headers: &'a HeaderMap, header: &str) -> Result<Option<&'a str>, UnusableId> {
+    let mut sent = headers.get_all(header).iter();
     let Some(first) = sent.next() else {
         return Ok(None);
     };
-    let bad = |message: &str| {
-        HttpError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_session_id",
-            message.to_owned(),
-        )
-    };
     if sent.next().is_some() {
-        return Err(bad(
-            "the request carries `x-session-id` more than once: send it once",
-        ));
+        return Err(UnusableId::SentTwice);
     }
     match first.to_str() {
         Ok(id) if is_usable_id(id) => Ok(Some(id)),
-        _ => Err(bad(
-            "`x-session-id` must be 1 to 128 visible ASCII characters (letters, digits, `-`, `_`, `.`, …, no spaces): send a usable id, or none",
-        )),
+        _ => Err(UnusableId::NotAnId),
     }
+}
+
+/// The session of a request for [`CallOptions`]: none without `x-session-id`, 400
+/// `bad_session_id` for one that is not usable or sent more than once.
+fn checked_session_id(headers: &HeaderMap) -> Result<Option<&str>, HttpError> {
+    header_id(headers, X_SESSION_ID.as_str()).map_err(|unusable| {
+        let message = match unusable {
+            UnusableId::SentTwice => {
+                "the request carries `x-session-id` more than once: send it once"
+            }
+            UnusableId::NotAnId => {
+                "`x-session-id` must be 1 to 128 visible ASCII characters (letters, digits, `-`, `_`, `.`, …, no spaces): send a usable id, or none"
+            }
+        };
+        HttpError::new(StatusCode::BAD_REQUEST, "bad_session_id", message.to_owned())
+    })
 }
 
 /// The session a call of `user` belongs to: the client's `x-session-id`, checked (none

@@ -46,8 +46,8 @@ mod response;
 mod service;
 
 pub use call::{
-    CallOptions, Caller, X_REQUEST_ID, X_SESSION_ID, caller_session, is_usable_id, request_id,
-    session_id, session_key,
+    CallOptions, Caller, UnusableId, X_REQUEST_ID, X_SESSION_ID, caller_session, header_id,
+    is_usable_id, request_id, session_id, session_key,
 };
 pub use error::HttpError;
 pub use input::{BodyTimeout, DEFAULT_BODY_TIMEOUT, JsonInput, content_coding};

@@ -13,6 +13,7 @@ use toolgate_agent::format::{anthropic, gemini, openai};
 use toolgate_agent::{ExecuteOptions, ToolCall, ToolResult};
 use toolgate_core::User;
 use toolgate_hooks::audit::ClientAddress;
+use toolgate_http::UnusableId;
 use toolgate_mcp::CallerAccessToken;
 
 use super::body::json_value;
@@ -122,25 +123,16 @@ fn thread_session(
     let bad = |message: &str| ApiError::new(StatusCode::BAD_REQUEST, "bad_thread_id", message);
     let unusable = "the thread id (`?thread=` or `x-thread-id`) must be 1 to 128 visible ASCII characters (letters, digits, `-`, `_`, `.`, …, no spaces): send a usable id, or none to use your own thread";
     let named = match query {
+        Some(thread) if !toolgate_http::is_usable_id(thread) => return Err(bad(unusable)),
         Some(thread) => Some(thread),
-        None => {
-            let mut sent = headers.get_all(X_THREAD_ID).iter();
-            match (sent.next(), sent.next()) {
-                (None, _) => None,
-                (Some(_), Some(_)) => {
-                    return Err(bad(
-                        "the request carries `x-thread-id` more than once: send it once",
-                    ));
-                }
-                (Some(thread), None) => Some(thread.to_str().map_err(|_| bad(unusable))?),
+        None => toolgate_http::header_id(headers, X_THREAD_ID).map_err(|why| match why {
+            UnusableId::SentTwice => {
+                bad("the request carries `x-thread-id` more than once: send it once")
             }
-        }
+            UnusableId::NotAnId => bad(unusable),
+        })?,
     };
-    match named {
-        Some(thread) if !toolgate_http::is_usable_id(thread) => Err(bad(unusable)),
-        Some(thread) => Ok(toolgate_http::session_key(user, thread)),
-        None => Ok(toolgate_http::session_key(user, &user.id)),
-    }
+    Ok(toolgate_http::session_key(user, named.unwrap_or(&user.id)))
 }
 
 /// The results in the provider's format, with the results themselves alongside.
