@@ -16,11 +16,8 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use common::{Gateway, invoke, run, user_yaml};
+use common::{AUDIT_SEED, Gateway, audit_public_key, invoke, run, user_yaml};
 use serde_json::{Value, json};
-
-/// A 32-byte Ed25519 seed in base64, as `openssl rand -base64 32` makes.
-const SEED: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
 /// A tmpfs mounted on a temporary directory; unmounted on drop.
 struct Tmpfs {
@@ -110,7 +107,7 @@ include_values: true\n  signing_key: ${{AUDIT_SIGNING_KEY}}\n  checkpoint_every:
         user_yaml("alice", &["admin"]),
         path.display()
     );
-    let mut gateway = Gateway::start_with_env(&yaml, &[("AUDIT_SIGNING_KEY", SEED)]);
+    let mut gateway = Gateway::start_with_env(&yaml, &[("AUDIT_SIGNING_KEY", AUDIT_SEED)]);
     let mut calls = 0;
     let call = async |gateway: &Gateway, text: String| {
         let answer = invoke(gateway, "alice", "echo", json!({ "text": text })).await;
@@ -143,28 +140,8 @@ include_values: true\n  signing_key: ${{AUDIT_SIGNING_KEY}}\n  checkpoint_every:
         lines: text.lines().map(str::to_owned).collect(),
         calls,
         lost,
-        key: public_key(),
+        key: audit_public_key(tempfile::tempdir().unwrap().path()),
     })
-}
-
-/// The public key `toolgate audit public-key` prints for [`SEED`].
-fn public_key() -> String {
-    let dir = tempfile::tempdir().unwrap();
-    let config = dir.path().join("key.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "tools:\n  builtin: [echo]\naudit:\n  sink: file\n  path: {}\n  signing_key: {SEED}\n",
-            dir.path().join("unused.jsonl").display()
-        ),
-    )
-    .unwrap();
-    let (status, stdout, stderr) = run(
-        &["audit", "public-key", "--config", config.to_str().unwrap()],
-        "",
-    );
-    assert!(status.success(), "{stderr}");
-    stdout.trim().to_owned()
 }
 
 /// `toolgate audit verify` of `lines` written to a file: (exit code, stdout, stderr).

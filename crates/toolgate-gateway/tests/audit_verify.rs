@@ -9,11 +9,8 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{Gateway, invoke, run, user_yaml};
+use common::{AUDIT_SEED, Gateway, audit_public_key, invoke, run, user_yaml};
 use serde_json::{Value, json};
-
-/// A 32-byte Ed25519 seed in base64, as `openssl rand -base64 32` makes.
-const SEED: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
 
 /// One replica's audit file after `calls` echo calls, with a checkpoint every 3 records;
 /// its lines, and the directory that holds it.
@@ -26,7 +23,7 @@ signing_key: ${{AUDIT_SIGNING_KEY}}\n  checkpoint_every: 3\n",
         user_yaml("alice", &["admin"]),
         path.display()
     );
-    let gateway = Gateway::start_with_env(&yaml, &[("AUDIT_SIGNING_KEY", SEED)]);
+    let gateway = Gateway::start_with_env(&yaml, &[("AUDIT_SIGNING_KEY", AUDIT_SEED)]);
     for i in 0..calls {
         let answer = invoke(
             &gateway,
@@ -40,25 +37,6 @@ signing_key: ${{AUDIT_SIGNING_KEY}}\n  checkpoint_every: 3\n",
     drop(gateway);
     let text = std::fs::read_to_string(&path).unwrap();
     (text.lines().map(str::to_owned).collect(), dir)
-}
-
-/// The public key `toolgate audit public-key` prints for [`SEED`].
-fn public_key(dir: &Path) -> String {
-    let config = dir.join("key.yaml");
-    std::fs::write(
-        &config,
-        format!(
-            "tools:\n  builtin: [echo]\naudit:\n  sink: file\n  path: {}\n  signing_key: {SEED}\n",
-            dir.join("unused.jsonl").display()
-        ),
-    )
-    .unwrap();
-    let (status, stdout, stderr) = run(
-        &["audit", "public-key", "--config", config.to_str().unwrap()],
-        "",
-    );
-    assert!(status.success(), "{stderr}");
-    stdout.trim().to_owned()
 }
 
 /// Writes `lines` to `name` in `dir`.
@@ -103,7 +81,7 @@ async fn an_intact_file_verifies_with_the_published_key_and_without_one() {
     assert_eq!(field(&lines[0], "tool"), "echo");
     assert!(lines[3].starts_with(r#"{"checkpoint":"#), "{}", lines[3]);
     let file = write(dir.path(), "intact.jsonl", &lines);
-    let key = public_key(dir.path());
+    let key = audit_public_key(dir.path());
 
     let (ok, stdout, stderr) = verify(&[&file], Some(&key));
     assert!(ok, "{stderr}");
@@ -165,7 +143,7 @@ async fn a_tail_cut_below_a_checkpoint_is_reported_truncated() {
     assert_eq!(field(&lines[6], "seq"), 6);
     lines.drain(5..7);
     let file = write(dir.path(), "cut.jsonl", &lines);
-    let key = public_key(dir.path());
+    let key = audit_public_key(dir.path());
     let (ok, _, stderr) = verify(&[&file], Some(&key));
     assert!(!ok);
     assert!(
@@ -209,7 +187,7 @@ async fn lines_spliced_from_two_replicas_are_reported() {
 #[tokio::test]
 async fn a_forged_checkpoint_fails_under_the_key_and_the_chain_is_checked_without_one() {
     let (mut lines, dir) = audit_lines(3).await;
-    let key = public_key(dir.path());
+    let key = audit_public_key(dir.path());
     // An edited last record with its checkpoint's hash "fixed" to match: only the
     // signature can tell.
     let edited = lines[2].replace(r#""user_id":"alice""#, r#""user_id":"mallory""#);
@@ -256,7 +234,7 @@ signing_key: ${{AUDIT_SIGNING_KEY}}\n  rotate_bytes: 1KiB\n",
         user_yaml("alice", &["admin"]),
         path.display()
     );
-    let gateway = Gateway::start_with_env(&yaml, &[("AUDIT_SIGNING_KEY", SEED)]);
+    let gateway = Gateway::start_with_env(&yaml, &[("AUDIT_SIGNING_KEY", AUDIT_SEED)]);
     // Eight calls at least, and as many more as leave a record in the file being written
     // (a call whose record fills a file leaves the next one empty), whatever a record's
     // size.
@@ -293,7 +271,7 @@ signing_key: ${{AUDIT_SIGNING_KEY}}\n  rotate_bytes: 1KiB\n",
     assert!(std::fs::metadata(&path).unwrap().len() > 0, "{rotated:?}");
     let mut series: Vec<&Path> = rotated.iter().map(PathBuf::as_path).collect();
     series.push(&path);
-    let key = public_key(dir.path());
+    let key = audit_public_key(dir.path());
 
     let (ok, stdout, stderr) = verify(&series, Some(&key));
     assert!(ok, "{stderr}");
@@ -319,7 +297,7 @@ signing_key: ${{AUDIT_SIGNING_KEY}}\n",
         user_yaml("alice", &["admin"]),
         path.display()
     );
-    let mut gateway = Gateway::start_with_env(&yaml, &[("AUDIT_SIGNING_KEY", SEED)]);
+    let mut gateway = Gateway::start_with_env(&yaml, &[("AUDIT_SIGNING_KEY", AUDIT_SEED)]);
     for i in 0..2 {
         let answer = invoke(
             &gateway,
@@ -364,7 +342,7 @@ signing_key: ${{AUDIT_SIGNING_KEY}}\n",
         gateway.stderr()
     );
 
-    let key = public_key(dir.path());
+    let key = audit_public_key(dir.path());
     let (ok, stdout, stderr) = verify(&[&path], Some(&key));
     assert!(ok, "{stderr}");
     assert!(
@@ -398,7 +376,7 @@ async fn with_a_key_records_no_signed_checkpoint_covers_are_reported_not_called_
     assert_eq!(lines.len(), 5, "{lines:#?}");
     assert!(is_checkpoint(&lines[3]) && !is_checkpoint(&lines[4]));
     let file = write(dir.path(), "running.jsonl", &lines);
-    let key = public_key(dir.path());
+    let key = audit_public_key(dir.path());
     let (code, stdout, stderr) = verify_code(&[&file], Some(&key));
     assert_eq!(code, Some(1), "{stdout}{stderr}");
     let chain = field(&lines[0], "chain");
@@ -418,7 +396,7 @@ async fn with_a_key_records_no_signed_checkpoint_covers_are_reported_not_called_
 #[tokio::test]
 async fn a_file_with_every_checkpoint_removed_is_not_signed() {
     let (lines, dir) = audit_lines(6).await;
-    let key = public_key(dir.path());
+    let key = audit_public_key(dir.path());
     // Every record rewritten and relinked, every checkpoint gone: the hashes link up.
     let mut prev = "genesis".to_owned();
     let forged: Vec<String> = lines
@@ -465,7 +443,7 @@ async fn a_file_with_every_checkpoint_removed_is_not_signed() {
 async fn a_chain_or_record_added_after_the_shutdown_checkpoint_is_reported_unsigned() {
     let (lines, dir) = audit_lines(6).await;
     assert!(is_checkpoint(lines.last().unwrap()));
-    let key = public_key(dir.path());
+    let key = audit_public_key(dir.path());
     let last = &lines[lines.len() - 2];
     // The next record of the chain, linked to the last one.
     let mut next: Value = serde_json::from_str(last).unwrap();
@@ -521,7 +499,7 @@ async fn a_chain_or_record_added_after_the_shutdown_checkpoint_is_reported_unsig
 #[tokio::test]
 async fn a_chain_id_with_newlines_or_bidi_controls_cannot_forge_a_line_of_the_report() {
     let (lines, dir) = audit_lines(3).await;
-    let key = public_key(dir.path());
+    let key = audit_public_key(dir.path());
     // A chain appended by hand, whose id would print an `intact: …` line of its own (and
     // push the real verdict off the screen), then reverse what follows it.
     let forged_id = format!(
@@ -567,7 +545,7 @@ async fn a_chain_id_with_newlines_or_bidi_controls_cannot_forge_a_line_of_the_re
 #[tokio::test]
 async fn an_empty_file_is_not_intact() {
     let dir = tempfile::tempdir().unwrap();
-    let key = public_key(dir.path());
+    let key = audit_public_key(dir.path());
     for (name, contents) in [("empty.jsonl", ""), ("blank.jsonl", "\n")] {
         let file = dir.path().join(name);
         std::fs::write(&file, contents).unwrap();
@@ -588,7 +566,7 @@ async fn a_duplicated_checkpoint_line_is_reported() {
     assert!(is_checkpoint(&lines[3]));
     lines.insert(4, lines[3].clone());
     let file = write(dir.path(), "dup.jsonl", &lines);
-    let key = public_key(dir.path());
+    let key = audit_public_key(dir.path());
     let (code, stdout, stderr) = verify_code(&[&file], Some(&key));
     assert_eq!(code, Some(2), "{stdout}{stderr}");
     assert!(

@@ -371,10 +371,10 @@ async fn a_call_waiting_for_its_callers_input_is_recorded_as_such_not_as_a_failu
     );
 }
 
-#[tokio::test]
-async fn a_call_run_on_an_approval_for_a_retry_records_the_approver_and_the_approved_call() {
+/// A pipeline whose `lookup` waits for consent, audited into the returned sink.
+fn lookup_needing_consent() -> (Pipeline, toolgate_hooks::audit::MemorySink) {
     let (audit, sink) = common::memory_audit();
-    let p = Pipeline::builder()
+    let pipeline = Pipeline::builder()
         .tool(common::read_only("lookup", |input| {
             Ok(json!({ "found": input["q"] }))
         }))
@@ -386,6 +386,12 @@ async fn a_call_run_on_an_approval_for_a_retry_records_the_approver_and_the_appr
         .hook(audit)
         .build()
         .unwrap();
+    (pipeline, sink)
+}
+
+#[tokio::test]
+async fn a_call_run_on_an_approval_for_a_retry_records_the_approver_and_the_approved_call() {
+    let (p, sink) = lookup_needing_consent();
     let ann = || InvokeOptions::new().user(User::new("ann"));
     let waiting = p
         .invoke("lookup", json!({"q": 1}), ann())
@@ -410,19 +416,7 @@ async fn a_call_run_on_an_approval_for_a_retry_records_the_approver_and_the_appr
 
 #[tokio::test]
 async fn an_approvers_tenant_is_recorded_beside_their_id_on_a_resume_and_on_a_retry() {
-    let (audit, sink) = common::memory_audit();
-    let p = Pipeline::builder()
-        .tool(common::read_only("lookup", |input| {
-            Ok(json!({ "found": input["q"] }))
-        }))
-        .hook(
-            toolgate_hooks::consent::Consent::builder()
-                .tool("lookup")
-                .build(),
-        )
-        .hook(audit)
-        .build()
-        .unwrap();
+    let (p, sink) = lookup_needing_consent();
     let ann = || InvokeOptions::new().user(User::new("ann").with_tenant("acme"));
     let boss = User::new("boss").with_tenant("acme");
     let suspended = |error: toolgate_core::ToolError| match error {

@@ -53,6 +53,14 @@ fn forbidden() -> Vec<String> {
     forms
 }
 
+/// The secret `name` injected into the call, as the tool reads it (empty when missing).
+fn exposed(ctx: &ToolInvokeContext, name: &str) -> String {
+    ctx.secrets()
+        .get(name)
+        .map(|s| s.expose().to_owned())
+        .unwrap_or_default()
+}
+
 /// What the tool does with its secrets, by the `mode` argument.
 fn leaky_tool(seen: Arc<AtomicUsize>) -> Arc<dyn ErasedTool> {
     let mut tool = JsonTool::new(
@@ -60,16 +68,7 @@ fn leaky_tool(seen: Arc<AtomicUsize>) -> Arc<dyn ErasedTool> {
         "Uses two secrets and echoes them in every way it can.",
         json!({ "type": "object", "properties": { "mode": { "type": "string" }, "n": { "type": "integer" } }, "required": ["mode"] }),
         move |input, ctx| {
-            let key = ctx
-                .secrets()
-                .get("api-key")
-                .map(|s| s.expose().to_owned())
-                .unwrap_or_default();
-            let password = ctx
-                .secrets()
-                .get("db-password")
-                .map(|s| s.expose().to_owned())
-                .unwrap_or_default();
+            let (key, password) = (exposed(ctx, "api-key"), exposed(ctx, "db-password"));
             if !key.is_empty() && !password.is_empty() {
                 seen.fetch_add(1, Ordering::SeqCst);
             }
@@ -327,16 +326,7 @@ fn shouting_tool() -> Arc<dyn ErasedTool> {
         "Echoes its secrets in upper and lower case.",
         json!({ "type": "object", "properties": { "mode": { "type": "string" } }, "required": ["mode"] }),
         move |input, ctx| {
-            let key = ctx
-                .secrets()
-                .get("api-key")
-                .map(|s| s.expose().to_owned())
-                .unwrap_or_default();
-            let password = ctx
-                .secrets()
-                .get("db-password")
-                .map(|s| s.expose().to_owned())
-                .unwrap_or_default();
+            let (key, password) = (exposed(ctx, "api-key"), exposed(ctx, "db-password"));
             let mode = input["mode"].as_str().unwrap_or_default().to_owned();
             Box::pin(async move {
                 match mode.as_str() {

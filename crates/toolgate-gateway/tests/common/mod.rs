@@ -258,6 +258,29 @@ fn collect(
     })
 }
 
+/// The audit signing key (its 32-byte seed, base64) the audit tests sign with.
+pub const AUDIT_SEED: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+/// The public key `toolgate audit public-key` prints for [`AUDIT_SEED`], asked with a
+/// configuration written into `dir`.
+pub fn audit_public_key(dir: &Path) -> String {
+    let config = dir.join("key.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "tools:\n  builtin: [echo]\naudit:\n  sink: file\n  path: {}\n  signing_key: {AUDIT_SEED}\n",
+            dir.join("unused.jsonl").display()
+        ),
+    )
+    .unwrap();
+    let (status, stdout, stderr) = run(
+        &["audit", "public-key", "--config", config.to_str().unwrap()],
+        "",
+    );
+    assert!(status.success(), "{stderr}");
+    stdout.trim().to_owned()
+}
+
 /// `toolgate check` of the configuration `yaml` (written to a temporary file); (status,
 /// stdout, stderr).
 pub fn check(yaml: &str) -> (ExitStatus, String, String) {
