@@ -111,12 +111,7 @@ impl User {
     /// );
     /// ```
     pub fn caller_key(&self) -> std::borrow::Cow<'_, str> {
-        if self.tenant.is_none() && !self.id.starts_with('\0') {
-            return std::borrow::Cow::Borrowed(&self.id);
-        }
-        let mut key = String::with_capacity(self.caller_key_len());
-        self.push_caller_key(&mut key);
-        std::borrow::Cow::Owned(key)
+        caller_key(&self.id, self.tenant.as_deref())
     }
 
     /// The length in bytes of [`caller_key`](Self::caller_key), without making it: to size
@@ -128,16 +123,7 @@ impl User {
     /// assert_eq!(ann.caller_key_len(), ann.caller_key().len());
     /// ```
     pub fn caller_key_len(&self) -> usize {
-        match &self.tenant {
-            None if !self.id.starts_with('\0') => self.id.len(),
-            // U+0000, `-`, U+0000, the id.
-            None => 3 + self.id.len(),
-            Some(tenant) => {
-                let digits = tenant.len().checked_ilog10().map_or(1, |d| d as usize + 1);
-                // U+0000, the length, `:`, the tenant, U+0000, the id.
-                1 + digits + 1 + tenant.len() + 1 + self.id.len()
-            }
-        }
+        caller_key_len(&self.id, self.tenant.as_deref())
     }
 
     /// Appends [`caller_key`](Self::caller_key) to `key`: for a key with more parts than
@@ -152,17 +138,46 @@ impl User {
     /// assert_eq!(key, format!("rate:{}", ann.caller_key()));
     /// ```
     pub fn push_caller_key(&self, key: &mut String) {
-        use std::fmt::Write;
-        match &self.tenant {
-            None if !self.id.starts_with('\0') => {}
-            None => key.push_str("\0-\0"),
-            Some(tenant) => {
-                // Writing to a `String` cannot fail.
-                let _ = write!(key, "\0{}:{tenant}\0", tenant.len());
-            }
-        }
-        key.push_str(&self.id);
+        push_caller_key(&self.id, self.tenant.as_deref(), key);
     }
+}
+
+/// [`User::caller_key`] of the caller `id` in `tenant`.
+fn caller_key<'a>(id: &'a str, tenant: Option<&str>) -> std::borrow::Cow<'a, str> {
+    if tenant.is_none() && !id.starts_with('\0') {
+        return std::borrow::Cow::Borrowed(id);
+    }
+    let mut key = String::with_capacity(caller_key_len(id, tenant));
+    push_caller_key(id, tenant, &mut key);
+    std::borrow::Cow::Owned(key)
+}
+
+/// [`User::caller_key_len`] of the caller `id` in `tenant`.
+fn caller_key_len(id: &str, tenant: Option<&str>) -> usize {
+    match tenant {
+        None if !id.starts_with('\0') => id.len(),
+        // U+0000, `-`, U+0000, the id.
+        None => 3 + id.len(),
+        Some(tenant) => {
+            let digits = tenant.len().checked_ilog10().map_or(1, |d| d as usize + 1);
+            // U+0000, the length, `:`, the tenant, U+0000, the id.
+            1 + digits + 1 + tenant.len() + 1 + id.len()
+        }
+    }
+}
+
+/// [`User::push_caller_key`] of the caller `id` in `tenant`.
+fn push_caller_key(id: &str, tenant: Option<&str>, key: &mut String) {
+    use std::fmt::Write;
+    match tenant {
+        None if !id.starts_with('\0') => {}
+        None => key.push_str("\0-\0"),
+        Some(tenant) => {
+            // Writing to a `String` cannot fail.
+            let _ = write!(key, "\0{}:{tenant}\0", tenant.len());
+        }
+    }
+    key.push_str(id);
 }
 
 /// A caller, by id and tenant, as a message names them ([`User::named`]).
@@ -206,6 +221,19 @@ impl CallerId {
     /// Whether `user` is this caller.
     pub fn is(&self, user: &User) -> bool {
         self.id == user.id && self.tenant == user.tenant
+    }
+
+    /// This caller's [`User::caller_key`]: the key of what is kept per caller.
+    ///
+    /// ```
+    /// use toolgate_core::{CallerId, User};
+    ///
+    /// let ann = User::new("ann").with_tenant("acme");
+    /// assert_eq!(CallerId::of(&ann).caller_key(), ann.caller_key());
+    /// assert_eq!(CallerId::from("ann").caller_key(), "ann");
+    /// ```
+    pub fn caller_key(&self) -> std::borrow::Cow<'_, str> {
+        caller_key(&self.id, self.tenant.as_deref())
     }
 
     /// This caller as a [`User`] with no roles or attributes.

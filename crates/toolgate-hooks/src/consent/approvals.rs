@@ -11,9 +11,7 @@ use super::{ApprovalStore, ApprovalStoreError, Grant};
 /// The approval API: what a person (or the UI in front of them) calls.
 ///
 /// * Before a call: [`grant`](Self::grant) one-shot or "always allow" approvals per caller
-///   and tool, [`revoke`](Self::revoke) them. A caller is named by its
-///   [`caller_key`](toolgate_core::User::caller_key): the user id for a caller without a
-///   tenant, the id in its tenant otherwise.
+///   (the user id in its tenant) and tool, [`revoke`](Self::revoke) them.
 /// * For a suspended call: [`approve`](Self::approve) (optionally remembering the approval
 ///   for this caller and tool) or [`reject`](Self::reject); both resume it through the
 ///   pipeline and return its outcome. Or [`approve_retry`](Self::approve_retry): the call
@@ -31,30 +29,52 @@ impl Approvals {
         Approvals { store }
     }
 
-    /// Records an approval for the caller `user` calling `tool`: `user` is the caller's
-    /// [`caller_key`](toolgate_core::User::caller_key) (its id, when it has no tenant).
+    /// Records an approval for `caller` calling `tool`: a [`&User`](toolgate_core::User)
+    /// or a [`CallerId`] names the caller in their tenant; a bare user id (`"ann"`) names
+    /// the caller of that id *without* a tenant, never `ann` of some tenant.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// use std::sync::Arc;
+    /// use toolgate_core::User;
+    /// use toolgate_hooks::consent::{Approvals, Grant, InMemoryApprovals};
+    ///
+    /// let approvals = Approvals::new(Arc::new(InMemoryApprovals::default()));
+    /// let ann = User::new("ann").with_tenant("acme");
+    /// approvals.grant(&ann, "wipe", Grant::Always).await?;
+    /// // Ann of acme's grant: not the one of the `ann` without a tenant.
+    /// assert!(!approvals.revoke("ann", "wipe").await?);
+    /// assert!(approvals.revoke(&ann, "wipe").await?);
+    /// # Ok(()) }
+    /// ```
     ///
     /// # Errors
     ///
     /// [`ApprovalStoreError`] when the store fails or is full.
     pub async fn grant(
         &self,
-        user: &str,
+        caller: impl Into<CallerId>,
         tool: &str,
         grant: Grant,
     ) -> Result<(), ApprovalStoreError> {
-        self.store.grant(user, tool, grant).await
+        let caller = caller.into();
+        self.store.grant(&caller.caller_key(), tool, grant).await
     }
 
-    /// Removes the approval for the caller `user` (its
-    /// [`caller_key`](toolgate_core::User::caller_key)) calling `tool`; whether there was
-    /// one.
+    /// Removes the approval for `caller` (named as in [`grant`](Self::grant)) calling
+    /// `tool`; whether there was one.
     ///
     /// # Errors
     ///
     /// [`ApprovalStoreError`] when the store fails.
-    pub async fn revoke(&self, user: &str, tool: &str) -> Result<bool, ApprovalStoreError> {
-        self.store.revoke(user, tool).await
+    pub async fn revoke(
+        &self,
+        caller: impl Into<CallerId>,
+        tool: &str,
+    ) -> Result<bool, ApprovalStoreError> {
+        let caller = caller.into();
+        self.store.revoke(&caller.caller_key(), tool).await
     }
 
     /// The suspended call with this id, for showing to the approver.

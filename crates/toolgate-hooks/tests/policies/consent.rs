@@ -185,10 +185,10 @@ async fn a_consent_ann_of_acme_remembered_does_not_let_ann_of_globex_skip_hers()
     }
     assert_eq!(runs(&runs_), 2);
 
-    // A grant given by the caller's key is hers alone too.
+    // A grant given to a caller in a tenant is hers alone too: not the `ann` without
+    // a tenant's, whom a bare id names.
     let globex = toolgate_core::User::new("ann").with_tenant("globex");
-    let key = globex.caller_key();
-    approvals.grant(&key, "wipe", Grant::Once).await.unwrap();
+    approvals.grant(&globex, "wipe", Grant::Once).await.unwrap();
     assert!(!approvals.revoke("ann", "wipe").await.unwrap());
     assert!(
         pipeline
