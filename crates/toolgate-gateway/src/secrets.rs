@@ -3,9 +3,9 @@
 //!
 //! What the gateway holds: each upstream's credential (`credential_env`) and per-caller
 //! credentials (`as_caller`: the token exchange's client secret, fixed credentials), the
-//! upstream
-//! environment values and URL parts named like credentials
-//! ([`UpstreamConfig::secrets`](toolgate_mcp::UpstreamConfig::secrets)), the redaction
+//! credentials an upstream's configuration holds by name or by shape (environment values
+//! and program arguments, passwords in URLs and connection strings:
+//! [`UpstreamConfig::secrets`](toolgate_mcp::UpstreamConfig::secrets)), the redaction
 //! salt, the audit hash key, the approval webhooks' secrets and addresses, the password of the Redis URL and the OTLP exporter's
 //! header values and endpoint password. Imported tools scrub their
 //! own upstream's credentials from results and errors before the pipeline sees them; the

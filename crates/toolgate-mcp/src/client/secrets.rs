@@ -39,11 +39,41 @@ pub fn is_credential_name(name: &str) -> bool {
 
 impl UpstreamConfig {
     /// Every credential this configuration holds, which the upstream must never get to
-    /// echo back through toolgate: the value of [`credential_env`](Self::credential_env)
-    /// (read from the environment now), the stdio program's environment variables whose
-    /// names mark them as credentials ([`is_credential_name`]), and the URL's password
-    /// and query parameters named like credentials. Values guessed by name count from
-    /// [`MIN_GUESSED_SECRET_LEN`] characters.
+    /// echo back through toolgate. Recognised:
+    ///
+    /// - the value of [`credential_env`](Self::credential_env), read from the environment
+    ///   now, whatever its length;
+    /// - by name, the whole value of each of the stdio program's environment variables
+    ///   whose name marks it as a credential ([`is_credential_name`]: `GITHUB_TOKEN`,
+    ///   `DB_PASSWORD`…);
+    /// - by shape, in every environment value whatever its variable's name
+    ///   (`DATABASE_URL`, `DSN`…):
+    ///   - a URL's password (`postgres://app:s3cr3t@db/app`), both as it is written in the
+    ///     URL (percent-encoded) and decoded, and its query parameters named like
+    ///     credentials (`…?password=s3cr3t`, `…?api_key=…`), as written and decoded;
+    ///   - in a key=value connection string, the value of each key named like a
+    ///     credential, or called `PWD`: libpq style (`host=db user=app password=s3cr3t`,
+    ///     pairs separated by whitespace, `key = value` allowed, values optionally in
+    ///     single quotes with backslash escapes) and ODBC/ADO.NET style
+    ///     (`Server=db;Uid=app;Pwd=s3cr3t;`, pairs separated by `;`, values optionally in
+    ///     `{…}` or quotes). Keys are words (ASCII letters, digits, `_`, `-`, `.`, and
+    ///     spaces in the ODBC style), so a URL's `?a=b` is not read as a key; any such
+    ///     pair counts, wherever it is in the value (`--db-password=…` in an option
+    ///     string too);
+    /// - the stdio program's arguments by the same shapes (`postgres://app:s3cr3t@db/app`,
+    ///   `--db-password=s3cr3t`), and the argument after an option named like a
+    ///   credential (`--password s3cr3t`, `--api-key …`);
+    /// - the password of an HTTP upstream's URL and its query parameters named like
+    ///   credentials, the same way.
+    ///
+    /// Values guessed by name or shape count from [`MIN_GUESSED_SECRET_LEN`] characters.
+    ///
+    /// Not recognised: a secret under any other shape in a variable not named like a
+    /// credential — inside a JSON or YAML blob, a base64-encoded document, a bearer
+    /// header spelled out in text, a URL's user name, a URL inside a longer text (only a
+    /// value that is a URL as a whole is read as one), a file the value points to. Name
+    /// such a variable like a credential, or pass the secret through
+    /// [`credential_env`](Self::credential_env).
     ///
     /// The tools [`Upstream`](crate::Upstream) imports scrub these from every result and
     /// error before the pipeline sees them; a host adds them to its log and audit
@@ -59,21 +89,26 @@ impl UpstreamConfig {
         }
         let mut guessed = Vec::new();
         match &self.transport {
-            UpstreamTransport::Stdio { env, .. } => {
-                guessed.extend(
-                    env.iter()
-                        .filter(|(name, _)| is_credential_name(name))
-                        .map(|(_, value)| value.clone()),
-                );
+            UpstreamTransport::Stdio { args, env, .. } => {
+                for (name, value) in env {
+                    if is_credential_name(name) {
+                        guessed.push(value.clone());
+                    }
+                    secrets_by_shape(value, &mut guessed);
+                }
+                for (at, arg) in args.iter().enumerate() {
+                    secrets_by_shape(arg, &mut guessed);
+                    if let Some(value) = args.get(at + 1)
+                        && is_credential_option(arg)
+                        && !value.starts_with('-')
+                    {
+                        guessed.push(value.clone());
+                    }
+                }
             }
             UpstreamTransport::Http { url } => {
                 if let Ok(url) = url::Url::parse(url) {
-                    guessed.extend(url.password().map(str::to_owned));
-                    guessed.extend(
-                        url.query_pairs()
-                            .filter(|(name, _)| is_credential_name(name))
-                            .map(|(_, value)| value.into_owned()),
-                    );
+                    url_secrets(&url, &mut guessed);
                 }
             }
         }
@@ -90,5 +125,378 @@ impl UpstreamConfig {
     /// A scrubber for [`secrets`](Self::secrets).
     pub(crate) fn scrubber(&self) -> Scrubber {
         Scrubber::for_secrets(&self.secrets())
+    }
+}
+
+/// The secrets `value` holds by its shape, whatever its variable's name: a URL's password
+/// and credential query parameters, a connection string's credential values.
+fn secrets_by_shape(value: &str, out: &mut Vec<String>) {
+    if let Ok(url) = url::Url::parse(value) {
+        url_secrets(&url, out);
+    }
+    let pairs = libpq_pairs(value).into_iter().chain(odbc_pairs(value));
+    out.extend(
+        pairs
+            .filter(|(key, _)| is_credential_key(key))
+            .map(|(_, value)| value),
+    );
+}
+
+/// `url`'s password and its query values named like credentials, each as written in the
+/// URL and decoded (when that differs): an upstream may echo either.
+fn url_secrets(url: &url::Url, out: &mut Vec<String>) {
+    if let Some(password) = url.password() {
+        out.push(password.to_owned());
+        out.push(percent_decode(password));
+    }
+    for pair in url.query().unwrap_or_default().split('&') {
+        let Some((name, value)) = url::form_urlencoded::parse(pair.as_bytes()).next() else {
+            continue;
+        };
+        if is_credential_name(&name) {
+            out.push(pair.split_once('=').map_or("", |(_, raw)| raw).to_owned());
+            out.push(value.into_owned());
+        }
+    }
+}
+
+/// `text` percent-decoded (`%40` is `@`; a `%` not followed by two hex digits stays), as
+/// UTF-8 with invalid sequences replaced.
+fn percent_decode(text: &str) -> String {
+    percent_encoding::percent_decode_str(text)
+        .decode_utf8_lossy()
+        .into_owned()
+}
+
+/// Whether a program's argument is an option named like a credential whose value is the
+/// next argument: `--password`, `--api-key`, `-token` (not `--password=…`, read as a pair).
+/// A next argument that starts with `-` is taken for another option, not a value.
+fn is_credential_option(arg: &str) -> bool {
+    let name = arg.trim_start_matches('-');
+    name.len() < arg.len() && !name.contains('=') && is_credential_key(name)
+}
+
+/// Whether a connection string's key names a credential: named like one, or ODBC's `PWD`
+/// (not a credential name on its own: `PWD` is also the working directory's variable).
+fn is_credential_key(key: &str) -> bool {
+    let is_word = key
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.' | ' '));
+    !key.is_empty() && is_word && (is_credential_name(key) || key.eq_ignore_ascii_case("pwd"))
+}
+
+/// The key=value pairs of a libpq-style connection string: `host=db password='a b\'c'`.
+/// Words without `=` are skipped; nothing is rejected.
+fn libpq_pairs(text: &str) -> Vec<(String, String)> {
+    let mut pairs = Vec::new();
+    let mut chars = text.chars().peekable();
+    let skip_spaces = |chars: &mut std::iter::Peekable<std::str::Chars<'_>>| {
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+    };
+    loop {
+        skip_spaces(&mut chars);
+        if chars.peek().is_none() {
+            return pairs;
+        }
+        let mut key = String::new();
+        while let Some(c) = chars.next_if(|c| !c.is_whitespace() && *c != '=') {
+            key.push(c);
+        }
+        skip_spaces(&mut chars);
+        if chars.next_if_eq(&'=').is_none() {
+            continue;
+        }
+        skip_spaces(&mut chars);
+        let mut value = String::new();
+        if chars.next_if_eq(&'\'').is_some() {
+            while let Some(c) = chars.next() {
+                match c {
+                    '\\' => value.extend(chars.next()),
+                    '\'' => break,
+                    c => value.push(c),
+                }
+            }
+        } else {
+            while let Some(c) = chars.next_if(|c| !c.is_whitespace()) {
+                value.push(c);
+            }
+        }
+        pairs.push((key, value));
+    }
+}
+
+/// The key=value pairs of an ODBC/ADO.NET-style connection string:
+/// `Server=db;Uid=app;Pwd={a;b}};c};`. Keys and unquoted values are trimmed; a value may be
+/// in braces (`}}` for `}`) or in single or double quotes (doubled to escape).
+fn odbc_pairs(text: &str) -> Vec<(String, String)> {
+    let mut pairs = Vec::new();
+    let mut chars = text.chars().peekable();
+    loop {
+        while chars.next_if(|c| c.is_whitespace() || *c == ';').is_some() {}
+        if chars.peek().is_none() {
+            return pairs;
+        }
+        let mut key = String::new();
+        while let Some(c) = chars.next_if(|c| *c != '=' && *c != ';') {
+            key.push(c);
+        }
+        if chars.next_if_eq(&'=').is_none() {
+            continue;
+        }
+        while chars.next_if(|c| c.is_whitespace()).is_some() {}
+        let close = match chars.peek() {
+            Some('{') => Some('}'),
+            Some(q @ ('\'' | '"')) => Some(*q),
+            _ => None,
+        };
+        let mut value = String::new();
+        if let Some(close) = close {
+            chars.next();
+            while let Some(c) = chars.next() {
+                if c == close && chars.next_if_eq(&close).is_none() {
+                    break;
+                }
+                value.push(c);
+            }
+            // Whatever follows the closing brace or quote up to the next `;` is not part
+            // of the value.
+            while chars.next_if(|c| *c != ';').is_some() {}
+        } else {
+            while let Some(c) = chars.next_if(|c| *c != ';') {
+                value.push(c);
+            }
+            value.truncate(value.trim_end().len());
+        }
+        pairs.push((key.trim().to_owned(), value));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The secrets of a stdio upstream with this environment, exposed and sorted.
+    fn env_secrets(env: &[(&str, &str)]) -> Vec<String> {
+        let config = env.iter().fold(
+            UpstreamConfig::stdio("db", "server", Vec::<String>::new()),
+            |config, (name, value)| config.env(*name, *value),
+        );
+        exposed(&config)
+    }
+
+    fn exposed(config: &UpstreamConfig) -> Vec<String> {
+        let secrets = config.secrets();
+        secrets.iter().map(|s| s.expose().to_owned()).collect()
+    }
+
+    #[test]
+    fn a_urls_password_is_a_secret_whatever_the_variables_name() {
+        assert_eq!(
+            env_secrets(&[("DATABASE_URL", "postgres://app:s3cr3t-pa55word@db/app")]),
+            ["s3cr3t-pa55word"]
+        );
+        assert_eq!(
+            env_secrets(&[("REDIS", "redis://:another-s3cret@cache:6379/0")]),
+            ["another-s3cret"]
+        );
+    }
+
+    #[test]
+    fn a_percent_encoded_password_is_a_secret_as_written_and_decoded() {
+        assert_eq!(
+            env_secrets(&[("DATABASE_URL", "postgres://app:p%40ss%2Fw0rd%3A@db/app")]),
+            ["p%40ss%2Fw0rd%3A", "p@ss/w0rd:"]
+        );
+        // Written unencoded, the URL parser encodes it: both forms again.
+        assert_eq!(
+            env_secrets(&[("DATABASE_URL", "mysql://app:p@ss w0rd!@db/app")]),
+            ["p%40ss%20w0rd!", "p@ss w0rd!"]
+        );
+    }
+
+    #[test]
+    fn a_urls_credential_query_parameters_are_secrets() {
+        assert_eq!(
+            env_secrets(&[(
+                "JDBC",
+                "jdbc:postgresql://db/app?user=app&password=s3cr3t%2B42&ssl=true"
+            )]),
+            ["s3cr3t%2B42", "s3cr3t+42"]
+        );
+        let http = UpstreamConfig::http(
+            "remote",
+            "https://user:pa%24%24word@mcp.example/mcp?api_key=k3y%2Fvalue+1&page=12345678",
+        );
+        assert_eq!(
+            exposed(&http),
+            ["k3y%2Fvalue+1", "k3y/value 1", "pa$$word", "pa%24%24word"]
+        );
+    }
+
+    #[test]
+    fn the_programs_arguments_give_up_their_secrets_by_the_same_shapes() {
+        let config = UpstreamConfig::stdio(
+            "db",
+            "server",
+            [
+                "--db",
+                "postgres://app:s3cr3t-in-url@db/app",
+                "--api-key",
+                "k3y-after-option",
+                "--auth-token=t0ken-in-pair",
+                "--password",
+                "--verbose",
+                "--log-level",
+                "debug-verbose",
+            ],
+        );
+        let mut secrets = exposed(&config);
+        secrets.sort();
+        // `--password` followed by another option has no value (a flag asking for one).
+        assert_eq!(
+            secrets,
+            ["k3y-after-option", "s3cr3t-in-url", "t0ken-in-pair"]
+        );
+        // A last option has no value to take; a bare dash is no option.
+        let config = UpstreamConfig::stdio("db", "server", ["-", "--token"]);
+        assert!(exposed(&config).is_empty());
+    }
+
+    #[test]
+    fn a_libpq_connection_strings_credential_values_are_secrets() {
+        assert_eq!(
+            env_secrets(&[("PG_DSN", "host=db port=5432 user=app password=s3cr3t-pa55")]),
+            ["s3cr3t-pa55"]
+        );
+        assert_eq!(
+            env_secrets(&[(
+                "PG_DSN",
+                r"host=db password = 'it\'s a s3cret' sslpassword='key-pass-99'"
+            )]),
+            ["it's a s3cret", "key-pass-99"]
+        );
+        // An option string is read the same way.
+        assert_eq!(
+            env_secrets(&[("SERVER_OPTS", "--verbose --db-password=hunter2-hunter2")]),
+            ["hunter2-hunter2"]
+        );
+    }
+
+    #[test]
+    fn an_odbc_connection_strings_credential_values_are_secrets() {
+        assert_eq!(
+            env_secrets(&[("MSSQL", "Server=tcp:db,1433;Password=s3cr3t-pa55;")]),
+            ["s3cr3t-pa55"]
+        );
+        assert_eq!(
+            env_secrets(&[(
+                "ODBC",
+                "Driver={ODBC Driver 18};Server=db;UID=app;PWD={s3c;r}}3t pw};Encrypt=yes"
+            )]),
+            ["s3c;r}3t pw"]
+        );
+        assert_eq!(
+            env_secrets(&[(
+                "STORAGE",
+                "DefaultEndpointsProtocol=https;AccountName=acct;AccountKey=bXlrZXk9PQ==;EndpointSuffix=core.windows.net"
+            )]),
+            ["bXlrZXk9PQ=="]
+        );
+        // (The libpq reading, which knows no double quotes, adds the quoted text too.)
+        assert!(
+            env_secrets(&[(
+                "ADO",
+                "Data Source=db; User ID=app; Password=\"a;b\"\"c-d-e\""
+            )])
+            .contains(&"a;b\"c-d-e".to_owned())
+        );
+    }
+
+    #[test]
+    fn values_without_a_credential_are_no_secrets() {
+        assert!(
+            env_secrets(&[
+                ("DATABASE_URL", "postgres://app@db:5432/app?sslmode=require"),
+                (
+                    "UPSTREAM",
+                    "https://auth.example.com/path?client=web-frontend"
+                ),
+                ("PG_DSN", "host=db port=5432 dbname=application"),
+                (
+                    "MSSQL",
+                    "Server=db;Database=application;Trusted_Connection=yes"
+                ),
+                ("GREETING", "hello=world; see https://example.com/?a=b"),
+                ("PWD", "/home/app/workdir"),
+                ("LOG_LEVEL", "debug"),
+            ])
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn short_guessed_values_are_no_secrets() {
+        assert!(
+            env_secrets(&[
+                ("DATABASE_URL", "postgres://app:short@db/app"),
+                ("PG_DSN", "host=db password=short"),
+                ("MSSQL", "Server=db;Pwd=short;"),
+            ])
+            .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_credential_named_variable_stays_a_secret_whole() {
+        assert_eq!(
+            env_secrets(&[("DB_PASSWORD", "host=db password=inner-s3cret")]),
+            ["host=db password=inner-s3cret", "inner-s3cret"]
+        );
+    }
+
+    #[test]
+    fn hostile_values_neither_panic_nor_make_secrets() {
+        let long = "password=".repeat(10_000) + &"=;'{\\".repeat(10_000);
+        let hostile = [
+            "",
+            "=",
+            "==",
+            ";",
+            "'",
+            "{",
+            "password=",
+            "password='",
+            "password='\\",
+            "pwd={",
+            "pwd={}}",
+            "Password=\"",
+            " = ; = ",
+            "%",
+            "%zz%4",
+            "postgres://:@",
+            "postgres://u:%@h",
+            "postgres://u:%F0%9F@h",
+            "x://u:p%ZZ@h?password&=&&token=%",
+            long.as_str(),
+            "mot de passe=pässwörd-ünïcode password=пароль-секрет",
+            "Server=db;Password=🔑🔑🔑🔑🔑🔑🔑🔑;",
+        ];
+        for value in hostile {
+            let _ = env_secrets(&[("VALUE", value)]);
+            let _ = exposed(&UpstreamConfig::http("remote", value));
+        }
+        assert_eq!(
+            env_secrets(&[(
+                "DSN",
+                "mot de passe=pässwörd-ünïcode password=пароль-секрет"
+            )]),
+            ["пароль-секрет"]
+        );
+        assert_eq!(
+            env_secrets(&[("DSN", "Server=db;Password=🔑🔑🔑🔑🔑🔑🔑🔑;")]),
+            ["🔑🔑🔑🔑🔑🔑🔑🔑"]
+        );
+        assert_eq!(percent_decode("%F0%9F"), "\u{FFFD}");
+        assert_eq!(percent_decode("%+1%4"), "%+1%4");
     }
 }
