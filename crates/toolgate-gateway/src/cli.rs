@@ -260,6 +260,9 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
                 telemetry.as_ref().map(Telemetry::tracer),
             );
             let user = configured_user(&file, user.as_deref())?;
+            for warning in file.warnings() {
+                tracing::warn!("{warning}");
+            }
             let gateway = Process::start(file, extensions)
                 .await
                 .map_err(|e| e.in_file(&config).to_string())?
@@ -352,6 +355,7 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
     let mut file = load_file(path).map_err(|e| e.to_string())?;
     file.check_paths()
         .map_err(|e| e.in_file(path).to_string())?;
+    let warnings = file.warnings();
     // The statistics file is the running gateway's: check neither reads it into a gateway
     // nor moves a damaged one aside.
     file.stats = None;
@@ -412,6 +416,9 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
         out.push_str(&crate::policy_test::check_lines(&gateway, &tool));
     }
     say(format_args!("{}", out.trim_end_matches('\n')));
+    for warning in warnings {
+        complain(format_args!("warning: {warning}"));
+    }
     Ok(())
 }
 
@@ -562,15 +569,19 @@ fn identity_summary(gateway: &Gateway, shared_state: bool) -> String {
         let credential = match upstream.as_caller.as_ref() {
             None => format!("{shared}, the same for every caller"),
             Some(as_caller) => {
-                let each = match (&as_caller.token_exchange, &as_caller.credentials) {
-                    (Some(exchange), _) => format!(
+                let each = match &as_caller.token_exchange {
+                    Some(exchange) => format!(
                         "the caller's token exchanged at the issuer for one with audience {}",
                         exchange.audience.0
                     ),
-                    (None, credentials) => format!(
-                        "a fixed credential per user ({} users; others are refused)",
-                        credentials.as_ref().map_or(0, |c| c.len())
-                    ),
+                    None => {
+                        let fixed: Vec<_> = as_caller.fixed_credentials().collect();
+                        let tenanted = fixed.iter().filter(|(t, _, _)| t.is_some()).count();
+                        format!(
+                            "a fixed credential per user ({} users, {tenanted} of them in a tenant; a caller gets only an entry of its own tenant, others are refused)",
+                            fixed.len()
+                        )
+                    }
                 };
                 format!(
                     "as each caller: {each}, on a connection per caller; discovery with {shared}"

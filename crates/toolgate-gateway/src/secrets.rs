@@ -30,8 +30,8 @@ pub fn held(config: &Config) -> Vec<Secret> {
         if let Some(as_caller) = &entry.as_caller {
             let exchange = as_caller.token_exchange.iter();
             held.extend(exchange.map(|e| Secret::new(e.client_secret.0.clone())));
-            let fixed = as_caller.credentials.iter().flatten();
-            held.extend(fixed.map(|(_, credential)| Secret::new(credential.0.clone())));
+            let fixed = as_caller.fixed_credentials();
+            held.extend(fixed.map(|(_, _, credential)| Secret::new(credential.0.clone())));
         }
     }
     if let Some(salt) = config

@@ -92,6 +92,9 @@ pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
     config
         .check_paths()
         .map_err(|e| e.in_file(&options.config))?;
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     let idle_timeout = config.server.metrics_idle_timeout;
     let metrics = prometheus::install(idle_timeout);
     // Stops with this function, on every path out of it.
@@ -307,6 +310,9 @@ async fn save_stats(process: Arc<Process>, stop: CancellationToken) {
 /// Reads the file at `path` again, and swaps in the gateway built from it.
 async fn reload(path: &Path, process: &Process) -> Result<(), ServeError> {
     let config = load_file(path)?;
+    for warning in config.warnings() {
+        tracing::warn!("{warning}");
+    }
     let (new, old) = (&config.server, &process.current().config.server);
     if new.listen != old.listen
         || new.body_limit != old.body_limit

@@ -782,3 +782,32 @@ async fn call_on(pipeline: &Pipeline, tool: &str, input: Value) -> Result<Value,
         .invoke(tool, input, InvokeOptions::new().user(analyst("acme")))
         .await
 }
+
+#[tokio::test]
+async fn a_policy_naming_a_user_id_and_a_tenant_admits_that_caller_only() {
+    // `User::"ann"` alone is the id `ann` in every tenant; the tenant narrows it to one.
+    let f = fixture(
+        r#"permit(principal, action == Action::"list_rows", resource)
+when { principal == User::"ann" && principal has tenant && principal.tenant == "acme" };"#,
+    );
+    let list = |user: User| call(&f, user, "list_rows", json!({}));
+    assert_eq!(list(analyst("acme")).await.unwrap(), json!([]));
+    for other in [
+        analyst("globex"),
+        User::new("ann"),
+        User::new("bob").with_tenant("acme"),
+    ] {
+        let err = list(other.clone()).await.unwrap_err();
+        assert_eq!(err.code(), "forbidden", "{other:?}: {err}");
+    }
+
+    // The tenant is optional: a policy that reads it without `has` does not load.
+    let unguarded = r#"permit(principal, action, resource)
+when { principal == User::"ann" && principal.tenant == "acme" };"#;
+    let err = CedarPolicies::builder()
+        .source(PolicySource::new("ann.cedar", unguarded))
+        .build(tools().definitions())
+        .err()
+        .expect("an unguarded optional attribute does not load");
+    assert!(err.to_string().contains("tenant"), "{err}");
+}

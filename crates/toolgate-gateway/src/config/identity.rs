@@ -415,8 +415,13 @@ mod tests {
 
 /// `upstreams[].as_caller:` — call an HTTP upstream as each caller, with a credential of
 /// the caller's own, instead of the one `credential_env` names (which still serves to
-/// discover the upstream's tools at start-up). Exactly one of `token_exchange` and
-/// `credentials`.
+/// discover the upstream's tools at start-up). Either `token_exchange`, or fixed
+/// credentials: `credentials` (callers without a tenant, by user id) and/or
+/// `tenant_credentials` (callers of a tenant, by tenant and then user id).
+///
+/// A caller gets only the fixed credential of its own tenant: `ann` of tenant `globex`
+/// never gets the one of `ann` of `acme`, nor the one of `ann` under `credentials`, which
+/// serves only callers without a tenant.
 ///
 /// ```yaml
 /// upstreams:
@@ -428,6 +433,16 @@ mod tests {
 ///         audience: https://crm.example/mcp
 ///         client_id: toolgate
 ///         client_secret: ${TOOLGATE_CLIENT_SECRET}
+///   - name: tickets
+///     url: https://tickets.example/mcp
+///     as_caller:
+///       credentials:                   # callers without a tenant
+///         ops: ${OPS_TICKETS_TOKEN}
+///       tenant_credentials:            # callers of a tenant
+///         acme:
+///           ann: ${ACME_ANN_TICKETS_TOKEN}
+///         globex:
+///           ann: ${GLOBEX_ANN_TICKETS_TOKEN}
 /// ```
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -435,9 +450,13 @@ pub struct AsCallerConfig {
     /// Trade the caller's access token at `identity.oauth.issuer` for one whose audience
     /// is the upstream (RFC 8693). Callers with an API key cannot call the upstream.
     pub token_exchange: Option<TokenExchangeConfig>,
-    /// A fixed credential per user id (`ann: ${ANN_CRM_TOKEN}`); a user without one
-    /// cannot call the upstream.
+    /// A fixed credential per user id of callers *without* a tenant
+    /// (`ann: ${ANN_CRM_TOKEN}`); a caller without one cannot call the upstream. A caller
+    /// with a tenant never gets one of these: see `tenant_credentials`.
     pub credentials: Option<BTreeMap<String, EnvString>>,
+    /// A fixed credential per user id of the callers of each tenant
+    /// (`acme: { ann: ${ACME_ANN_CRM_TOKEN} }`); only callers of that tenant get them.
+    pub tenant_credentials: Option<BTreeMap<String, BTreeMap<String, EnvString>>>,
     /// The most connections to the upstream kept open, one per caller credential
     /// (default 1000; past it one is closed, callers seen often keeping theirs).
     pub max_sessions: Option<u64>,
@@ -472,6 +491,20 @@ pub struct TokenExchangeConfig {
 }
 
 impl AsCallerConfig {
+    /// The fixed credentials, if any: those of `credentials` for callers without a
+    /// tenant, and those of `tenant_credentials` for the callers of each tenant.
+    pub fn fixed_credentials(&self) -> impl Iterator<Item = (Option<&str>, &str, &EnvString)> {
+        let untenanted = self.credentials.iter().flatten();
+        let tenanted = self.tenant_credentials.iter().flatten();
+        untenanted
+            .map(|(user, credential)| (None, user.as_str(), credential))
+            .chain(tenanted.flat_map(|(tenant, users)| {
+                users.iter().map(move |(user, credential)| {
+                    (Some(tenant.as_str()), user.as_str(), credential)
+                })
+            }))
+    }
+
     /// Checks the section of upstream `index`; `oauth` is whether tokens are accepted.
     pub(crate) fn check(&self, index: usize, http: bool, oauth: bool) -> Result<(), ConfigError> {
         let field = |name: &str| format!("upstreams[{index}].as_caller{name}");
@@ -481,14 +514,15 @@ impl AsCallerConfig {
                 "only an HTTP upstream (`url`) can be called as each caller: a stdio program would be one process per caller",
             ));
         }
-        match (&self.token_exchange, &self.credentials) {
-            (Some(_), Some(_)) | (None, None) => {
+        let fixed = self.credentials.is_some() || self.tenant_credentials.is_some();
+        match (&self.token_exchange, fixed) {
+            (Some(_), true) | (None, false) => {
                 return Err(ConfigError::invalid(
                     field(""),
-                    "set exactly one of `token_exchange` (trade the caller's token at the identity provider) or `credentials` (a fixed credential per user id)",
+                    "set exactly one of `token_exchange` (trade the caller's token at the identity provider) or fixed credentials: `credentials` (per user id, for callers without a tenant) and/or `tenant_credentials` (per tenant and user id)",
                 ));
             }
-            (Some(exchange), None) => {
+            (Some(exchange), false) => {
                 if !oauth {
                     return Err(ConfigError::invalid(
                         field(".token_exchange"),
@@ -514,10 +548,21 @@ impl AsCallerConfig {
                     ));
                 }
             }
-            (None, Some(credentials)) => {
-                if let Some((user, _)) = credentials.iter().find(|(_, v)| v.0.is_empty()) {
+            (None, true) => {
+                let untenanted = self.credentials.iter().flatten();
+                let empty = untenanted
+                    .filter(|(_, v)| v.0.is_empty())
+                    .map(|(user, _)| format!(".credentials.{user}"));
+                let tenanted = self.tenant_credentials.iter().flatten();
+                let mut empty = empty.chain(tenanted.flat_map(|(tenant, users)| {
+                    users
+                        .iter()
+                        .filter(|(_, v)| v.0.is_empty())
+                        .map(move |(user, _)| format!(".tenant_credentials.{tenant}.{user}"))
+                }));
+                if let Some(path) = empty.next() {
                     return Err(ConfigError::invalid(
-                        field(&format!(".credentials.{user}")),
+                        field(&path),
                         "the credential is empty: is its variable set?",
                     ));
                 }
@@ -536,5 +581,109 @@ impl AsCallerConfig {
             ));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod as_caller_tests {
+    use crate::config::parse;
+
+    fn upstream(as_caller: &str) -> String {
+        format!(
+            "upstreams:\n  - {{ name: crm, url: \"http://127.0.0.1:9/mcp\", as_caller: {as_caller} }}\n"
+        )
+    }
+
+    #[test]
+    fn tenant_credentials_are_fixed_credentials_beside_or_instead_of_credentials() {
+        let both = "{ credentials: { ops: t1 }, tenant_credentials: { acme: { ann: t2 }, globex: { ann: t3, bob: t4 } } }";
+        let config = parse(&upstream(both)).expect("both kinds of fixed credentials");
+        let as_caller = config.upstreams[0].as_caller.as_ref().expect("as_caller");
+        let fixed: Vec<_> = as_caller
+            .fixed_credentials()
+            .map(|(tenant, user, credential)| (tenant, user, credential.0.as_str()))
+            .collect();
+        assert_eq!(
+            fixed,
+            [
+                (None, "ops", "t1"),
+                (Some("acme"), "ann", "t2"),
+                (Some("globex"), "ann", "t3"),
+                (Some("globex"), "bob", "t4"),
+            ]
+        );
+        parse(&upstream("{ tenant_credentials: { acme: { ann: t } } }"))
+            .expect("tenant credentials alone");
+        // The held credentials, scrubbed from logs and audit records, include them.
+        let held = crate::secrets::held(&config);
+        for credential in ["t1", "t2", "t3", "t4"] {
+            assert!(
+                held.iter().any(|s| s.expose() == credential),
+                "{credential} is not held"
+            );
+        }
+    }
+
+    #[test]
+    fn credentials_for_callers_without_a_tenant_are_warned_of_where_callers_have_tenants() {
+        let users = |tenant: &str| {
+            format!(
+                "users:\n  - {{ id: ops, key_sha256: \"{}\"{tenant} }}\n",
+                "a".repeat(64)
+            )
+        };
+        let fixed = upstream("{ credentials: { ops: t1 } }");
+        let warned = |text: String| parse(&text).unwrap().warnings();
+        assert!(warned(format!("{}{fixed}", users(""))).is_empty());
+        let warnings = warned(format!("{}{fixed}", users(", tenant: acme")));
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("`upstreams[0].as_caller.credentials` are the credentials of callers without a tenant")
+                && warnings[0].contains("tenant_credentials"),
+            "{}",
+            warnings[0]
+        );
+        let tenanted = upstream("{ tenant_credentials: { acme: { ops: t1 } } }");
+        assert!(warned(format!("{}{tenanted}", users(", tenant: acme"))).is_empty());
+    }
+
+    #[test]
+    fn tenant_credentials_are_checked_like_credentials() {
+        let oauth = "identity:\n  oauth: { issuer: \"https://id.example\", resource: \"https://tools.example\" }\n";
+        let exchange =
+            "token_exchange: { audience: \"https://crm\", client_id: gw, client_secret: s }";
+        let cases = [
+            (
+                upstream(&format!(
+                    "{{ {exchange}, tenant_credentials: {{ acme: {{ ann: t }} }} }}"
+                )),
+                "upstreams[0].as_caller",
+                "exactly one",
+            ),
+            (
+                upstream(&format!(
+                    "{{ {exchange}, credentials: {{ ops: t }}, tenant_credentials: {{ acme: {{ ann: t }} }} }}"
+                )),
+                "upstreams[0].as_caller",
+                "tenant_credentials",
+            ),
+            (
+                upstream("{ tenant_credentials: { acme: { ann: \"\" } } }"),
+                "upstreams[0].as_caller.tenant_credentials.acme.ann",
+                "empty",
+            ),
+            (
+                upstream(
+                    "{ credentials: { ops: t }, tenant_credentials: { acme: { ann: t, bob: \"\" } } }",
+                ),
+                "upstreams[0].as_caller.tenant_credentials.acme.bob",
+                "empty",
+            ),
+        ];
+        for (text, field, words) in cases {
+            let error = parse(&format!("{oauth}{text}")).unwrap_err();
+            assert_eq!(error.field(), field, "{text}");
+            assert!(error.to_string().contains(words), "{error}");
+        }
     }
 }

@@ -323,6 +323,32 @@ impl UserEntry {
     }
 }
 
+impl Config {
+    /// What is allowed but likely a mistake, one message per finding, in plain words that
+    /// say what to change: `toolgate check` prints them and the gateway logs them when it
+    /// starts or reloads. None stops the gateway.
+    pub fn warnings(&self) -> Vec<String> {
+        let callers_have_tenants = self.users.iter().any(|u| u.tenant.is_some())
+            || (self.identity.oauth.as_ref()).is_some_and(|o| o.tenant_claim.is_some());
+        let mut warnings = (self.policies.authorization.as_ref())
+            .map(|a| a.warnings(callers_have_tenants))
+            .unwrap_or_default();
+        if callers_have_tenants {
+            let untenanted = self.upstreams.iter().enumerate().filter(|(_, upstream)| {
+                (upstream.as_caller.as_ref())
+                    .and_then(|a| a.credentials.as_ref())
+                    .is_some_and(|c| !c.is_empty())
+            });
+            warnings.extend(untenanted.map(|(i, _)| {
+                format!(
+                    "`upstreams[{i}].as_caller.credentials` are the credentials of callers without a tenant, while callers here have tenants (a user has `tenant:`, or `identity.oauth.tenant_claim` is set): a caller with a tenant gets only an entry of `tenant_credentials` (`tenant_credentials: {{ acme: {{ ann: ... }} }}`) and is refused the upstream otherwise"
+                )
+            }));
+        }
+        warnings
+    }
+}
+
 /// Where audit records go.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, tag = "sink", rename_all = "snake_case")]

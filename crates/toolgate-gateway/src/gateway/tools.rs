@@ -219,8 +219,8 @@ pub(super) fn check_tool_names(
 
 /// Where the upstream `name`, called as each caller, gets each caller's credential.
 fn per_caller(name: &str, config: &AsCallerConfig, keys: Option<&Arc<KeyStore>>) -> PerCaller {
-    let mut per_caller = PerCaller::new(match (&config.token_exchange, &config.credentials) {
-        (Some(exchange), _) => Arc::new(ExchangedCredentials::new(
+    let mut per_caller = PerCaller::new(match &config.token_exchange {
+        Some(exchange) => Arc::new(ExchangedCredentials::new(
             name,
             ExchangeSettings {
                 token_endpoint: exchange
@@ -240,12 +240,24 @@ fn per_caller(name: &str, config: &AsCallerConfig, keys: Option<&Arc<KeyStore>>)
             },
             keys.cloned(),
         )),
-        (None, credentials) => Arc::new(StaticCallerCredentials::new(
-            credentials
-                .iter()
-                .flatten()
-                .map(|(user, credential)| (user.clone(), Secret::new(credential.0.clone()))),
-        )),
+        None => {
+            // Each caller gets the entry of its own tenant only (`credentials`: callers
+            // without a tenant).
+            let secret = |credential: &crate::config::EnvString| Secret::new(credential.0.clone());
+            let untenanted = config.credentials.iter().flatten();
+            let mut fixed = StaticCallerCredentials::new(
+                untenanted.map(|(user, credential)| (user.clone(), secret(credential))),
+            );
+            for (tenant, users) in config.tenant_credentials.iter().flatten() {
+                fixed = fixed.tenant(
+                    tenant.clone(),
+                    users
+                        .iter()
+                        .map(|(user, credential)| (user.clone(), secret(credential))),
+                );
+            }
+            Arc::new(fixed)
+        }
     });
     if let Some(max) = config.max_sessions {
         per_caller.max_sessions = max;

@@ -57,7 +57,7 @@ impl CallerTokenCannotWait {
             let tools: Vec<&str> = refused.keys().map(String::as_str).collect();
             tracing::warn!(
                 tools = %tools.join(", "),
-                "these tools need approval (`policies.approval`) and are called as each caller with the caller's token exchanged (`as_caller.token_exchange`): a waiting call keeps no token, so their calls are refused with upstream_credential_missing; exempt them from approval or give their upstream fixed per-user credentials (`as_caller.credentials`)"
+                "these tools need approval (`policies.approval`) and are called as each caller with the caller's token exchanged (`as_caller.token_exchange`): a waiting call keeps no token, so their calls are refused with upstream_credential_missing; exempt them from approval or give their upstream fixed per-user credentials (`as_caller.credentials`, or `as_caller.tenant_credentials` for callers of a tenant)"
             );
         }
         refused

@@ -14,6 +14,7 @@ mod common;
 mod provider;
 
 mod approval;
+mod authorization_tenants;
 mod bad_tokens;
 mod batch;
 mod claims;
@@ -21,6 +22,7 @@ mod exchange;
 mod keys;
 mod loopback;
 mod sdk_clients;
+mod tenant_credentials;
 mod tenants;
 mod tokens;
 mod upstream;

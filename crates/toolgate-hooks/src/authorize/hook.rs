@@ -144,13 +144,67 @@ impl Hook for Authorize {
             Verdict::Allow => Ok(()),
             Verdict::Deny { reason } if ctx.resumed().is_some() => {
                 let reason = format!(
-                    "user `{}` may no longer call `{}`: access changed while the call waited for approval, so it did not run ({reason})",
-                    ctx.user().id,
+                    "user {} may no longer call `{}`: access changed while the call waited for approval, so it did not run ({reason})",
+                    ctx.user().named(),
                     ctx.tool_name()
                 );
                 ctx.abort(reason, "forbidden", 403)
             }
             Verdict::Deny { reason } => ctx.abort(reason, "forbidden", 403),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use serde_json::json;
+    use toolgate_core::{InvokeOptions, Pipeline, ToolError, tool_fn};
+
+    use super::*;
+    use crate::consent::Consent;
+
+    #[tokio::test]
+    async fn a_resumed_call_refused_names_its_caller_with_the_tenant() {
+        let revoked = Arc::new(AtomicBool::new(false));
+        let gate = Arc::clone(&revoked);
+        let auth = Authorize::new(move |_: &User, _: &ToolDefinition| {
+            Ok(if gate.load(Ordering::SeqCst) {
+                Verdict::deny("access was withdrawn")
+            } else {
+                Verdict::Allow
+            })
+        });
+        let consent = Consent::builder().tool("wipe").build();
+        let approvals = consent.approvals();
+        let pipeline = Pipeline::builder()
+            .tool(tool_fn("wipe", "Wipes.", |_: ()| async {
+                Ok::<_, ToolError>("wiped")
+            }))
+            .hook(auth)
+            .hook(consent)
+            .build()
+            .unwrap();
+        let bob = User::new("bob").with_tenant("acme");
+        let waiting = pipeline
+            .invoke("wipe", json!(null), InvokeOptions::new().user(bob))
+            .await
+            .unwrap_err();
+        let ToolError::Suspended { suspension_id, .. } = waiting else {
+            panic!("expected a suspension, got {waiting:?}");
+        };
+
+        revoked.store(true, Ordering::SeqCst);
+        let err = approvals
+            .approve(&pipeline, &suspension_id, false, InvokeOptions::new())
+            .await
+            .unwrap_err();
+        assert_eq!((err.code(), err.status()), ("forbidden", 403));
+        assert!(
+            err.to_string()
+                .starts_with("user `bob` of tenant `acme` may no longer call `wipe`"),
+            "{err}"
+        );
     }
 }

@@ -1,5 +1,5 @@
-//! Authorization at `will_authorize`: allow and deny rules over user id, roles, tool name
-//! and tags (deny wins, a configurable default), failing closed; the same decision filters
+//! Authorization at `will_authorize`: allow and deny rules over user id, tenant, roles, tool
+//! name and tags (deny wins, a configurable default), failing closed; the same decision filters
 //! tool listings.
 //!
 //! * [`Authorize`] — the hook; [`Authorize::visible_tools`] filters listings.

@@ -546,10 +546,10 @@ impl CedarPolicies {
         record: &PolicyDecision,
         failure: Option<String>,
     ) -> String {
-        let user = &ctx.user().id;
+        let user = ctx.user();
         let tool = ctx.tool_name();
         let why = if let Some(failure) = failure {
-            tracing::warn!(hook = %self.inner.name, %user, %tool, %failure, "the policies could not be evaluated; denying (fail closed)");
+            tracing::warn!(hook = %self.inner.name, user = %user.id, %tool, %failure, "the policies could not be evaluated; denying (fail closed)");
             format!("access could not be checked ({failure}), so it is denied")
         } else if let Some(reason) = record
             .determining
@@ -564,12 +564,13 @@ impl CedarPolicies {
         } else {
             "a policy forbids it".to_owned()
         };
+        let user = user.named();
         if ctx.resumed().is_some() {
             format!(
-                "user `{user}` may no longer call `{tool}`: access changed while the call waited for approval, so it did not run ({why})"
+                "user {user} may no longer call `{tool}`: access changed while the call waited for approval, so it did not run ({why})"
             )
         } else {
-            format!("user `{user}` may not call `{tool}`: {why}")
+            format!("user {user} may not call `{tool}`: {why}")
         }
     }
 }

@@ -24,7 +24,7 @@ use async_trait::async_trait;
 use sha2::{Digest, Sha256};
 use toolgate_core::external::TypeMapKey;
 use toolgate_core::secret::Secret;
-use toolgate_core::{ToolError, ToolInvokeContext};
+use toolgate_core::{ToolError, ToolInvokeContext, User};
 
 use super::UpstreamConfig;
 
@@ -120,16 +120,22 @@ pub trait CallerCredentials: Send + Sync + 'static {
     /// without the token (a waiting call never keeps one), so a host refuses those calls
     /// instead of parking them ([`MissingCredential::WouldWait`]).
     ///
-    /// The default, `false`, is for a source that finds the credential from the user id
-    /// alone, as [`StaticCallerCredentials`] does.
+    /// The default, `false`, is for a source that finds the credential from the caller
+    /// alone (its user id and tenant), as [`StaticCallerCredentials`] does.
     fn needs_caller_token(&self) -> bool {
         false
     }
 }
 
-/// A fixed credential per user id, e.g. from a secret store at start-up.
+/// A fixed credential per caller — a user id, within a tenant or without one — e.g. from
+/// a secret store at start-up.
 ///
-/// A caller without an entry is refused with a 403 `upstream_credential_missing`.
+/// [`new`](Self::new) gives the credentials of callers without a tenant, by user id;
+/// [`tenant`](Self::tenant) adds those of the users of one tenant. A caller gets only the
+/// entry of its own tenant: `ann` of tenant `globex` never gets the credential of `ann`
+/// of tenant `acme`, nor that of `ann` without a tenant (and `ann` without a tenant never
+/// gets one of a tenant's). A caller without an entry is refused with a 403
+/// `upstream_credential_missing`, and the call never reaches the upstream.
 ///
 /// ```
 /// use toolgate_core::secret::Secret;
@@ -138,52 +144,122 @@ pub trait CallerCredentials: Send + Sync + 'static {
 /// let credentials = StaticCallerCredentials::new([
 ///     ("ann", Secret::new("token-of-ann")),
 ///     ("bob", Secret::new("token-of-bob")),
-/// ]);
+/// ])
+/// .tenant("acme", [("ann", Secret::new("token-of-ann-of-acme"))])
+/// .tenant("globex", [("ann", Secret::new("token-of-ann-of-globex"))]);
+/// assert_eq!(credentials.len(), 4);
 /// let crm = UpstreamConfig::http("crm", "https://crm.example/mcp")
 ///     .credentials_per_caller(credentials);
 /// # let _ = crm;
 /// ```
+///
+/// Only the users of tenants:
+///
+/// ```
+/// use toolgate_core::secret::Secret;
+/// use toolgate_mcp::StaticCallerCredentials;
+///
+/// let credentials = StaticCallerCredentials::default()
+///     .tenant("acme", [("ann", Secret::new("token-of-ann-of-acme"))]);
+/// assert_eq!(credentials.len(), 1);
+/// ```
+#[derive(Default)]
 pub struct StaticCallerCredentials {
-    by_user: HashMap<String, Secret>,
+    /// By tenant (`None`: callers without one), then by user id.
+    by_tenant: HashMap<Option<String>, HashMap<String, Secret>>,
 }
 
 impl StaticCallerCredentials {
-    /// The credentials of these users, by id.
+    /// The credentials of these users, by id: callers *without* a tenant. A caller with a
+    /// tenant gets none of these; give theirs with [`tenant`](Self::tenant).
     pub fn new<I, S>(entries: I) -> Self
     where
         I: IntoIterator<Item = (S, Secret)>,
         S: Into<String>,
     {
-        StaticCallerCredentials {
-            by_user: entries.into_iter().map(|(k, v)| (k.into(), v)).collect(),
-        }
+        let mut credentials = StaticCallerCredentials::default();
+        credentials.add(None, entries);
+        credentials
     }
 
-    /// How many users have a credential.
+    /// The same credentials, and these of the users of `tenant`, by id: only callers of
+    /// that tenant get them. Given twice for one tenant, the entries add up (a user given
+    /// twice keeps the last).
+    ///
+    /// ```
+    /// use toolgate_core::secret::Secret;
+    /// use toolgate_mcp::StaticCallerCredentials;
+    ///
+    /// let credentials = StaticCallerCredentials::new([("ann", Secret::new("token-of-ann"))])
+    ///     .tenant("acme", [("ann", Secret::new("token-of-ann-of-acme"))]);
+    /// assert_eq!(credentials.len(), 2);
+    /// ```
+    #[must_use]
+    pub fn tenant<I, S>(mut self, tenant: impl Into<String>, entries: I) -> Self
+    where
+        I: IntoIterator<Item = (S, Secret)>,
+        S: Into<String>,
+    {
+        self.add(Some(tenant.into()), entries);
+        self
+    }
+
+    fn add<I, S>(&mut self, tenant: Option<String>, entries: I)
+    where
+        I: IntoIterator<Item = (S, Secret)>,
+        S: Into<String>,
+    {
+        self.by_tenant
+            .entry(tenant)
+            .or_default()
+            .extend(entries.into_iter().map(|(k, v)| (k.into(), v)));
+    }
+
+    /// How many callers have a credential, in every tenant and without one.
     pub fn len(&self) -> usize {
-        self.by_user.len()
+        self.by_tenant.values().map(HashMap::len).sum()
     }
 
-    /// Whether no user has one.
+    /// Whether no caller has one.
     pub fn is_empty(&self) -> bool {
-        self.by_user.is_empty()
+        self.len() == 0
+    }
+
+    /// The credential of `user`: the entry of its id in its own tenant (or without a
+    /// tenant, for a caller without one), and no other.
+    fn of(&self, user: &User) -> Result<&Secret, MissingCredential> {
+        self.by_tenant
+            .get(&user.tenant)
+            .and_then(|users| users.get(&user.id))
+            .ok_or_else(|| MissingCredential::NoEntry {
+                user: user.id.clone(),
+                tenant: user.tenant.clone(),
+            })
     }
 }
 
 #[async_trait]
 impl CallerCredentials for StaticCallerCredentials {
     async fn credential(&self, ctx: &ToolInvokeContext) -> Result<Secret, ToolError> {
-        let user = ctx.user();
-        self.by_user.get(&user.id).cloned().ok_or_else(|| {
-            MissingCredential::NoEntry {
-                user: user.id.clone(),
-            }
-            .into()
-        })
+        Ok(self.of(ctx.user())?.clone())
     }
 
     fn describe(&self) -> String {
-        format!("a fixed credential per user ({} users)", self.by_user.len())
+        let count = |n: usize, what: &str| match n {
+            1 => format!("1 {what}"),
+            n => format!("{n} {what}s"),
+        };
+        let total = count(self.len(), "user");
+        let tenants = self.by_tenant.keys().filter(|t| t.is_some()).count();
+        if tenants == 0 {
+            return format!("a fixed credential per user ({total})");
+        }
+        let without = self.by_tenant.get(&None).map_or(0, HashMap::len);
+        format!(
+            "a fixed credential per user ({total}: {} in {}, {without} without a tenant)",
+            self.len() - without,
+            count(tenants, "tenant"),
+        )
     }
 }
 
@@ -216,13 +292,14 @@ pub fn missing_credential(message: impl Into<String>) -> ToolError {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum MissingCredential {
-    /// A fixed credential per user, and none for this user.
-    #[error(
-        "user `{user}` has no credential for this upstream: add one to its per-user credentials"
-    )]
+    /// A fixed credential per caller, and none for this caller: none for its id in its
+    /// own tenant (or without a tenant, for a caller without one).
+    #[error("{}", no_entry(.user, .tenant.as_deref()))]
     NoEntry {
-        /// The caller.
+        /// The caller's user id.
         user: String,
+        /// The caller's tenant, if it has one.
+        tenant: Option<String>,
     },
     /// The source trades the caller's access token, and the caller presented none.
     #[error(
@@ -236,7 +313,7 @@ pub enum MissingCredential {
     /// token exchanged, which is not kept while a call waits: the call is refused at once
     /// rather than parked for an approval that could never let it run.
     #[error(
-        "`{tool}` needs a person's approval, and a call waiting for approval cannot be made as its caller through a token-exchange upstream (`{upstream}`): the caller's access token is not kept while a call waits, so it could not be exchanged once the call is approved. The call was refused instead of waiting; ask an operator to exempt `{tool}` from `policies.approval`, or to give `{upstream}` fixed per-user credentials (`as_caller.credentials`)"
+        "`{tool}` needs a person's approval, and a call waiting for approval cannot be made as its caller through a token-exchange upstream (`{upstream}`): the caller's access token is not kept while a call waits, so it could not be exchanged once the call is approved. The call was refused instead of waiting; ask an operator to exempt `{tool}` from `policies.approval`, or to give `{upstream}` fixed per-user credentials (`as_caller.credentials`) or per-tenant ones (`as_caller.tenant_credentials`)"
     )]
     WouldWait {
         /// The tool called.
@@ -248,7 +325,7 @@ pub enum MissingCredential {
     /// the caller's token exchanged, which a waiting call does not keep: there is none
     /// to exchange now, and the call did not run.
     #[error(
-        "`{tool}` waited for approval, and a call waiting for approval cannot be made as its caller through a token-exchange upstream (`{upstream}`): the caller's access token is not kept while a call waits, so there was none to exchange when it was approved, and the call did not run. For it to run, an operator must exempt `{tool}` from `policies.approval` or give `{upstream}` fixed per-user credentials (`as_caller.credentials`); its caller can then make the call again"
+        "`{tool}` waited for approval, and a call waiting for approval cannot be made as its caller through a token-exchange upstream (`{upstream}`): the caller's access token is not kept while a call waits, so there was none to exchange when it was approved, and the call did not run. For it to run, an operator must exempt `{tool}` from `policies.approval` or give `{upstream}` fixed per-user credentials (`as_caller.credentials`) or per-tenant ones (`as_caller.tenant_credentials`); its caller can then make the call again"
     )]
     Waited {
         /// The tool called.
@@ -256,6 +333,18 @@ pub enum MissingCredential {
         /// The upstream it belongs to.
         upstream: String,
     },
+}
+
+/// The message of [`MissingCredential::NoEntry`].
+fn no_entry(user: &str, tenant: Option<&str>) -> String {
+    match tenant {
+        Some(tenant) => format!(
+            "user `{user}` of tenant `{tenant}` has no credential for this upstream, which gives each caller a fixed credential of its own (an entry without a tenant, or of another tenant, is never used for a caller of a tenant): ask an operator to add one for user `{user}` of tenant `{tenant}` (in a gateway configuration, `as_caller.tenant_credentials.{tenant}.{user}`)"
+        ),
+        None => format!(
+            "user `{user}` has no credential for this upstream, which gives each caller a fixed credential of its own: ask an operator to add one for user `{user}` (in a gateway configuration, `as_caller.credentials.{user}`)"
+        ),
+    }
 }
 
 impl From<MissingCredential> for ToolError {
@@ -358,5 +447,104 @@ impl<L: Send + Sync + 'static> CallerLinks<L> {
     pub fn held(&self) -> u64 {
         self.links.run_pending_tasks();
         self.links.entry_count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// ann and bob without a tenant, ann of `acme`.
+    fn credentials() -> StaticCallerCredentials {
+        StaticCallerCredentials::new([
+            ("ann", Secret::new("token-of-ann")),
+            ("bob", Secret::new("token-of-bob")),
+        ])
+        .tenant("acme", [("ann", Secret::new("token-of-ann-of-acme"))])
+    }
+
+    fn ann_of(tenant: &str) -> User {
+        User::new("ann").with_tenant(tenant)
+    }
+
+    #[test]
+    fn a_caller_of_a_tenant_gets_the_entry_of_that_tenant() {
+        let credentials = credentials();
+        let got = credentials
+            .of(&ann_of("acme"))
+            .expect("ann of acme has one");
+        assert_eq!(got.expose(), "token-of-ann-of-acme");
+    }
+
+    #[test]
+    fn a_caller_of_another_tenant_is_refused_naming_the_tenant() {
+        let credentials = credentials();
+        // Neither acme's ann nor the ann without a tenant.
+        let Err(missing) = credentials.of(&ann_of("globex")) else {
+            panic!("ann of globex has none");
+        };
+        assert_eq!(
+            missing,
+            MissingCredential::NoEntry {
+                user: "ann".to_owned(),
+                tenant: Some("globex".to_owned()),
+            }
+        );
+        let error = ToolError::from(missing);
+        assert_eq!(error.code(), CREDENTIAL_MISSING);
+        assert_eq!(error.status(), 403);
+        let message = error.to_string();
+        for words in [
+            "user `ann` of tenant `globex` has no credential for this upstream",
+            "`as_caller.tenant_credentials.globex.ann`",
+        ] {
+            assert!(message.contains(words), "{message}");
+        }
+        assert!(!message.contains("token-of"), "{message}");
+        // bob has an entry without a tenant only.
+        let bob = User::new("bob").with_tenant("acme");
+        assert!(credentials.of(&bob).is_err());
+    }
+
+    #[test]
+    fn a_caller_without_a_tenant_gets_the_entry_without_one_never_a_tenants() {
+        let credentials = credentials();
+        let got = credentials.of(&User::new("ann")).expect("ann has one");
+        assert_eq!(got.expose(), "token-of-ann");
+
+        let only_tenants = StaticCallerCredentials::default()
+            .tenant("acme", [("ann", Secret::new("token-of-ann-of-acme"))]);
+        let Err(missing) = only_tenants.of(&User::new("ann")) else {
+            panic!("no entry without a tenant");
+        };
+        let message = missing.to_string();
+        assert!(
+            message.starts_with("user `ann` has no credential for this upstream"),
+            "{message}"
+        );
+        assert!(message.contains("`as_caller.credentials.ann`"), "{message}");
+    }
+
+    #[test]
+    fn len_counts_every_tenant_and_describe_holds_no_credential() {
+        let credentials = credentials().tenant(
+            "globex",
+            [
+                ("ann", Secret::new("token-of-ann-of-globex")),
+                ("cy", Secret::new("token-of-cy-of-globex")),
+            ],
+        );
+        assert_eq!(credentials.len(), 5);
+        assert!(!credentials.is_empty());
+        assert!(StaticCallerCredentials::default().is_empty());
+        let described = credentials.describe();
+        assert_eq!(
+            described,
+            "a fixed credential per user (5 users: 3 in 2 tenants, 2 without a tenant)"
+        );
+        assert_eq!(
+            StaticCallerCredentials::new([("ann", Secret::new("t"))]).describe(),
+            "a fixed credential per user (1 user)"
+        );
     }
 }
