@@ -811,3 +811,35 @@ when { principal == User::"ann" && principal.tenant == "acme" };"#;
         .expect("an unguarded optional attribute does not load");
     assert!(err.to_string().contains("tenant"), "{err}");
 }
+
+#[tokio::test]
+async fn a_caller_is_in_its_tenant_so_a_policy_scoped_to_a_tenant_admits_its_callers_only() {
+    let f =
+        fixture(r#"permit(principal in Tenant::"acme", action == Action::"list_rows", resource);"#);
+    let list = |user: User| call(&f, user, "list_rows", json!({}));
+    assert_eq!(list(analyst("acme")).await.unwrap(), json!([]));
+    assert_eq!(
+        list(User::new("bob").with_tenant("acme")).await.unwrap(),
+        json!([])
+    );
+    for other in [analyst("globex"), User::new("ann")] {
+        let err = list(other.clone()).await.unwrap_err();
+        assert_eq!(err.code(), "forbidden", "{other:?}: {err}");
+    }
+
+    // One id in one tenant, as the docs write it.
+    let f = fixture(
+        r#"permit(principal, action == Action::"list_rows", resource)
+when { principal == User::"ann" && principal in Tenant::"acme" };"#,
+    );
+    let list = |user: User| call(&f, user, "list_rows", json!({}));
+    assert_eq!(list(analyst("acme")).await.unwrap(), json!([]));
+    for other in [
+        analyst("globex"),
+        User::new("ann"),
+        User::new("bob").with_tenant("acme"),
+    ] {
+        let err = list(other.clone()).await.unwrap_err();
+        assert_eq!(err.code(), "forbidden", "{other:?}: {err}");
+    }
+}

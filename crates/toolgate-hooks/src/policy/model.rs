@@ -43,7 +43,7 @@ pub(crate) struct Model {
 }
 
 fn uid(kind: &str, id: &str) -> EntityUid {
-    // Both type names are fixed, valid identifiers.
+    // Every type name is fixed, a valid identifier.
     let kind: EntityTypeName = kind.parse().expect("a valid entity type name");
     EntityUid::from_type_name_and_id(kind, EntityId::new(id))
 }
@@ -176,7 +176,9 @@ impl Model {
         let boolean = json!({"type": "Boolean"});
         let schema_json = json!({"": {
             "entityTypes": {
+                "Tenant": {},
                 "User": {
+                    "memberOfTypes": ["Tenant"],
                     "shape": {"type": "Record", "attributes": {
                         "roles": strings_type,
                         "tenant": {"type": "String", "required": false},
@@ -214,7 +216,8 @@ impl Model {
         })
     }
 
-    /// The entity of `user`: roles, tenant, and each attribute as a tag of strings.
+    /// The entity of `user`: roles, tenant, and each attribute as a tag of strings; a member
+    /// of its tenant's `Tenant` entity (`principal in Tenant::"acme"`).
     pub(crate) fn principal(user: &User) -> Result<Entity, String> {
         let attrs = [("roles".to_owned(), strings(&user.roles))]
             .into_iter()
@@ -235,7 +238,8 @@ impl Model {
             };
             Some((key.clone(), strings(&values)))
         });
-        Entity::new_with_tags(uid("User", &user.id), attrs, [], tags).map_err(|e| e.to_string())
+        let tenant = user.tenant.iter().map(|t| uid("Tenant", t));
+        Entity::new_with_tags(uid("User", &user.id), attrs, tenant, tags).map_err(|e| e.to_string())
     }
 
     /// The entities of a call: the user and the tool (the schema adds the actions).
