@@ -316,6 +316,7 @@ async fn reload(path: &Path, process: &Process) -> Result<(), ServeError> {
     let (new, old) = (&config.server, &process.current().config.server);
     if new.listen != old.listen
         || new.body_limit != old.body_limit
+        || new.max_header_bytes != old.max_header_bytes
         || new.max_connections != old.max_connections
         || new.max_connections_per_address != old.max_connections_per_address
         || new.trusted_proxies != old.trusted_proxies
@@ -324,9 +325,10 @@ async fn reload(path: &Path, process: &Process) -> Result<(), ServeError> {
         || new.idle_timeout != old.idle_timeout
     {
         tracing::warn!(
-            "`server.listen`, `body_limit`, `max_connections`, `max_connections_per_address` and \
-             the connection timeouts take effect on restart only (and `trusted_proxies`, for \
-             the connections exempt from `max_connections_per_address`)"
+            "`server.listen`, `body_limit`, `max_header_bytes`, `max_connections`, \
+             `max_connections_per_address` and the connection timeouts take effect on \
+             restart only (and `trusted_proxies`, for the connections exempt from \
+             `max_connections_per_address`)"
         );
     }
     process.reload(config).await.map_err(|e| e.in_file(path))?;

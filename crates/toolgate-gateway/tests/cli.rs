@@ -216,6 +216,15 @@ fn serve_refuses_a_host_name_as_listen_address_with_an_example() {
 }
 
 #[test]
+fn serve_refuses_a_header_limit_out_of_range_naming_the_field() {
+    for size in ["512", "1MiB"] {
+        let (_, stderr) = refused(&format!("server:\n  max_header_bytes: {size}\n"));
+        assert!(stderr.contains("server.max_header_bytes"), "{stderr}");
+        assert!(stderr.contains("from `1KiB` to `256KiB`"), "{stderr}");
+    }
+}
+
+#[test]
 fn hash_key_prints_the_sha256_of_the_key_on_stdin() {
     let (status, stdout, stderr) = run(&["hash-key"], "tg_demo_bob_analyst_key\n");
     assert!(status.success(), "{stderr}");

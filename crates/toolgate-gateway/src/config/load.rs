@@ -454,6 +454,12 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
+    if !super::MAX_HEADER_BYTES_RANGE.contains(&config.server.max_header_bytes.0) {
+        return Err(ConfigError::invalid(
+            "server.max_header_bytes",
+            "the headers' limit must be from `1KiB` to `256KiB`, e.g. `64KiB` (the default)",
+        ));
+    }
     if config.server.body_limit.0 == 0 {
         return Err(ConfigError::invalid(
             "server.body_limit",
@@ -873,6 +879,20 @@ mod tests {
         {
             let refused = load_file(Path::new("/dev/zero")).unwrap_err().to_string();
             assert!(refused.contains("over 16 MiB"), "{refused}");
+        }
+    }
+
+    #[test]
+    fn a_header_limit_out_of_range_is_refused_with_its_field() {
+        for size in ["1023", "257KiB", "1MiB", "0"] {
+            let yaml = format!("server:\n  max_header_bytes: {size}\n");
+            let refused = parse(&yaml).unwrap_err();
+            assert_eq!(refused.field(), "server.max_header_bytes", "{size}");
+            assert!(refused.to_string().contains("`256KiB`"), "{refused}");
+        }
+        for size in ["1KiB", "128KiB", "256KiB"] {
+            let yaml = format!("server:\n  max_header_bytes: {size}\n");
+            assert!(parse(&yaml).is_ok(), "{size}");
         }
     }
 

@@ -114,6 +114,14 @@ pub struct PinsConfig {
     pub shared: bool,
 }
 
+/// The default of `server.max_header_bytes`: 64 KiB, far more than ordinary requests carry
+/// (a few KiB, with cookies and tokens) and within what proxies in front of the gateway
+/// commonly pass.
+pub const DEFAULT_MAX_HEADER_BYTES: usize = 64 * 1024;
+
+/// The bounds of `server.max_header_bytes`: at least 1 KiB, at most 256 KiB.
+pub const MAX_HEADER_BYTES_RANGE: std::ops::RangeInclusive<usize> = 1024..=256 * 1024;
+
 /// `server:` — listening address, limits and shutdown.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -122,6 +130,10 @@ pub struct ServerConfig {
     pub listen: SocketAddr,
     /// The largest request body accepted (default `1MiB`); larger bodies get 413.
     pub body_limit: ByteSize,
+    /// The most bytes of headers a request may carry (default `64KiB`, from `1KiB` to
+    /// `256KiB`; read at start), counted as each field's name and value plus 4 bytes; a
+    /// request with more is answered 431 `headers_too_large`.
+    pub max_header_bytes: ByteSize,
     /// The deadline of every call (default `30s`); a client may ask for less with the
     /// `x-toolgate-timeout-ms` header, never more.
     #[serde(with = "values::duration")]
@@ -219,6 +231,7 @@ impl Default for ServerConfig {
         ServerConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             body_limit: ByteSize(1024 * 1024),
+            max_header_bytes: ByteSize(DEFAULT_MAX_HEADER_BYTES),
             request_timeout: Duration::from_secs(30),
             shutdown_grace: Duration::from_secs(10),
             mcp: true,

@@ -16,6 +16,10 @@
 //!   the answer they are sending is sent (idle ones at once), and every answer on a
 //!   connection opened during the drain carries `Connection: close`. The cap and the
 //!   timeouts hold as before.
+//! - hyper buffers a request's head up to twice the gateway's own limit on headers
+//!   (`server.max_header_bytes`) at least, so that a request over it reaches the router
+//!   and is answered 431 with a JSON error that says so (`crate::http`), not with hyper's
+//!   empty 431. See [`head_buffer`].
 //! - Sockets are set to `TCP_NODELAY`. An answer written in pieces (a streamed MCP
 //!   answer: its head and first event, the next event, the end of the stream) must not
 //!   hold a piece back until the client acknowledges the previous one (Nagle's
@@ -62,6 +66,9 @@ pub struct ConnectionLimits {
     pub body_timeout: Duration,
     /// How long a kept-alive connection may wait for its next request.
     pub idle_timeout: Duration,
+    /// The most bytes of headers the gateway takes in a request (its router answers 431
+    /// past it); hyper is let buffer more, see [`head_buffer`].
+    pub max_header_bytes: usize,
 }
 
 impl From<&ServerConfig> for ConnectionLimits {
@@ -72,8 +79,30 @@ impl From<&ServerConfig> for ConnectionLimits {
             header_timeout: server.header_timeout,
             body_timeout: server.body_timeout,
             idle_timeout: server.idle_timeout,
+            max_header_bytes: server.max_header_bytes.0,
         }
     }
+}
+
+/// hyper's own bound on the bytes of a connection it buffers (`max_buf_size`, about
+/// 408 KiB), which also bounds a request's head: past it hyper answers an empty 431
+/// itself.
+const HYPER_MAX_BUF_SIZE: usize = 8192 + 4096 * 100;
+
+/// The most bytes hyper buffers of a connection (`max_buf_size`), and so of a request's
+/// head: twice the gateway's own `max_header_bytes`, and never less than hyper's default,
+/// so that a request in the ordinary range over the gateway's limit reaches the router
+/// and is answered 431 with a JSON error that says so. Past this hyper still answers its
+/// own empty 431 while parsing, before any of the gateway's code runs; so it does past
+/// 100 header fields, its default, which is left as it is: a higher one would make hyper
+/// parse every head into arrays on the heap instead of the stack.
+///
+/// It costs no memory up front: hyper's read buffer starts at 8 KiB and grows as a head or
+/// body needs it, up to this bound, so a connection takes about that much at worst
+/// (408 KiB with the default `max_header_bytes`, 512 KiB at its 256 KiB bound), times
+/// `max_connections` for all of them.
+fn head_buffer(max_header_bytes: usize) -> usize {
+    (max_header_bytes * 2).max(HYPER_MAX_BUF_SIZE)
 }
 
 /// What a connection past the cap is told before it is closed.
@@ -236,6 +265,7 @@ async fn serve_connection(
     let mut builder = hyper::server::conn::http1::Builder::new();
     // The watchdog keeps the header and idle timeouts; hyper's would be both at once.
     builder.header_read_timeout(None);
+    builder.max_buf_size(head_buffer(limits.max_header_bytes));
     let connection = builder.serve_connection(io, service);
     let mut connection = std::pin::pin!(connection);
     let mut watchdog = Watchdog::new(activity, limits.header_timeout, limits.idle_timeout);
@@ -302,5 +332,23 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnectionService {
             in_flight: Some(in_flight),
             close_connection: self.close_after_answer,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hyper_takes_heads_well_past_the_gateways_limit() {
+        for bytes in [1024, 64 * 1024, 200 * 1024, 256 * 1024] {
+            let buffer = head_buffer(bytes);
+            // hyper panics below 8 KiB, and the head must fit with room to spare.
+            assert!(
+                buffer >= HYPER_MAX_BUF_SIZE && buffer >= 2 * bytes,
+                "{bytes}"
+            );
+        }
+        assert_eq!(head_buffer(256 * 1024), 512 * 1024);
     }
 }

@@ -24,6 +24,10 @@
 //! `/v1` also takes a console session's cookie (see [`crate::console`]). Once the
 //! gateway drains for shutdown, both refuse new requests with 503 `shutting_down` (see
 //! [`crate::drain`]); `/healthz`, `/readyz` and `/metrics` keep answering.
+//!
+//! Before any of that, a request with more than 100 header fields or more than
+//! `server.max_header_bytes` of headers is answered 431 `headers_too_large` (see
+//! [`header_limits`]).
 
 mod admin;
 mod admission;
@@ -32,6 +36,7 @@ mod authenticate;
 mod batch;
 pub(crate) mod body;
 mod error;
+mod header_limits;
 mod health;
 mod invoke;
 mod mcp;
@@ -57,6 +62,7 @@ use admission::AdmitLayer;
 pub use app_state::AppState;
 use authenticate::AuthenticateLayer;
 pub use error::ApiError;
+use header_limits::HeaderLimitsLayer;
 use plain_errors::JsonErrorsLayer;
 use request_metrics::RecordRequestsLayer;
 
@@ -86,6 +92,7 @@ pub struct Caller {
 /// peer's address no client can be told apart, and the limit does not apply.
 pub fn router(state: AppState) -> Router {
     let body_limit = state.current.load().config.server.body_limit.0;
+    let max_header_bytes = state.current.load().config.server.max_header_bytes.0;
     let traced = state.current.load().config.telemetry.is_some();
     let authenticated = Router::new()
         .route("/v1/tools", get(invoke::list_tools))
@@ -138,6 +145,8 @@ pub fn router(state: AppState) -> Router {
             body::refuse_unreadable_bodies,
         ))
         .layer(JsonErrorsLayer)
+        // Before everything but the request metrics, so that refusals are counted.
+        .layer(HeaderLimitsLayer::new(max_header_bytes))
         .layer(RecordRequestsLayer::default())
         // Every request clones the state of its route: one shared pointer, not each field.
         .with_state(Arc::new(state))

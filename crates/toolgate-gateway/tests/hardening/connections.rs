@@ -1,5 +1,5 @@
-//! Slow, idle and surplus connections, on raw sockets: the header, body and idle timeouts
-//! and the connection cap of `server:`.
+//! Slow, idle and surplus connections, on raw sockets: the header, body and idle timeouts,
+//! the connection cap and the limits on headers of `server:`.
 
 use std::time::{Duration, Instant};
 
@@ -376,4 +376,63 @@ async fn refusals_made_before_any_handler_are_json_errors_that_close_a_connectio
     assert_eq!(body["error"]["code"], "bad_query", "{body}");
     let message = body["error"]["message"].as_str().unwrap();
     assert!(message.contains("`format`"), "{message}");
+}
+
+/// A request to `/healthz` with `fields` headers of `value_len` bytes each besides `Host`
+/// (and `Connection: close`, so that the gateway closes the connection after its answer).
+fn health_with_headers(fields: usize, value_len: usize, body: bool) -> String {
+    let value = "v".repeat(value_len);
+    let mut request = String::from(if body {
+        "POST /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n"
+    } else {
+        "GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n"
+    });
+    for i in 0..fields {
+        request.push_str(&format!("x-h{i}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request
+}
+
+/// A head over the gateway's 64 KiB of headers is answered 431 with a JSON error that
+/// names the limit (not hyper's empty 431), and a connection whose body was not read is
+/// closed. Over 100 fields, hyper's own bound, hyper answers its empty 431.
+#[tokio::test]
+async fn headers_over_the_gateways_limits_are_answered_431_with_a_json_error() {
+    let gateway = Gateway::start(&config(""));
+
+    let (head, body) = answer_to(&gateway, &health_with_headers(1, 70 * 1024, false)).await;
+    assert!(head.starts_with("http/1.1 431"), "{head}");
+    assert!(
+        head.contains("\r\ncontent-type: application/json"),
+        "{head}"
+    );
+    assert_eq!(body["error"]["code"], "headers_too_large", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("limit of 64 KiB"), "{message}");
+    assert!(message.contains("are 71 KiB"), "{message}");
+    assert!(message.contains("`server.max_header_bytes`"), "{message}");
+
+    // With a body still to come, the connection is closed after the answer.
+    let (head, body) = answer_to(&gateway, &health_with_headers(1, 70 * 1024, true)).await;
+    assert!(head.starts_with("http/1.1 431"), "{head}");
+    assert!(head.contains("\r\nconnection: close"), "{head}");
+    assert_eq!(body["error"]["code"], "headers_too_large", "{body}");
+}
+
+/// A head just under both limits is served; `server.max_header_bytes` lets larger ones
+/// through.
+#[tokio::test]
+async fn headers_under_the_limits_are_served_and_the_byte_limit_can_be_raised() {
+    let gateway = Gateway::start(&config(""));
+    // 100 fields in all: `Host`, `Connection` and 98 more, 64 KiB less a little in all.
+    let value_len = (64 * 1024 - 200) / 98 - "x-h00: \r\n".len();
+    let (head, body) = answer_to(&gateway, &health_with_headers(98, value_len, false)).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert_eq!(body["status"], "ok", "{body}");
+
+    let gateway = Gateway::start(&config("  max_header_bytes: 128KiB\n"));
+    let (head, body) = answer_to(&gateway, &health_with_headers(1, 70 * 1024, false)).await;
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert_eq!(body["status"], "ok", "{body}");
 }
