@@ -71,8 +71,18 @@ fn set_digest(values: &[&str]) -> [u8; 32] {
 ///   carry some of its bits. Those characters must be at least 8 (48 bits, so that other
 ///   base64 does not hold them by chance): a secret of 7 bytes or more is found at every
 ///   offset, a shorter one is sure to be found only as the encoding of its whole value;
+/// - that standard base64 (whole or inside a longer text) as a URL query or a form body
+///   writes it: its `+`, `/` and `=` as `%2B`, `%2F` and `%3D` (hex digits of either case),
+///   all of them, some, or none. The base64 search reads the text with those three escapes
+///   unescaped, and the run it replaces counts them as part of it;
 /// - the escaped forms a JSON document or a `{:?}`-formatted log field gives it, in any
 ///   ASCII case too.
+///
+/// Other encodings stacked on one another are not followed: the base64 of a
+/// percent-escaped or JSON-escaped secret, a secret or its base64 escaped twice (`%252B`),
+/// base64 with other characters escaped (`%41` for `A`, or `\/` for `/` in a JSON string,
+/// as PHP writes it), or base64 of base64. Such a text is caught only where one of its
+/// layers leaves the secret in a form above.
 ///
 /// The raw, percent-escaped and JSON or log-escaped forms are matched **regardless of ASCII
 /// case**: a hex key echoed in upper case (`9F86D0…` for `9f86d0…`) is the same key to
@@ -85,7 +95,8 @@ fn set_digest(values: &[&str]) -> [u8; 32] {
 /// inside base64). Only ASCII letters are folded; other characters must match as they are.
 ///
 /// The matchers are built once, when the scrubber is (the percent-escape regex, slower to
-/// build, on the first text with a `%` in it); each search is linear in the text.
+/// build, on the first text with a `%` in it); each search is linear in the text (a text
+/// with an escaped base64 character is also copied once, unescaped, for the base64 search).
 /// Overlapping matches are replaced by one [`SCRUBBED`]. Cloning is cheap (the matchers
 /// are shared), and its `Debug` output shows how many values it holds, never the values.
 ///
@@ -100,6 +111,11 @@ fn set_digest(values: &[&str]) -> [u8; 32] {
 /// assert_eq!(
 ///     scrubber.scrub_text("Authorization: Basic dXNlcjpzay1saXZlLTEyMw==").as_deref(),
 ///     Some("Authorization: Basic [REDACTED:secret]"),
+/// );
+/// // the same in a URL query, its padding escaped:
+/// assert_eq!(
+///     scrubber.scrub_text("/cb?a=dXNlcjpzay1saXZlLTEyMw%3D%3D&b=1").as_deref(),
+///     Some("/cb?a=[REDACTED:secret]&b=1"),
 /// );
 /// // percent-escaped, in part and in lower case:
 /// assert_eq!(scrubber.scrub_text("?k=sk%2dlive-12%33").as_deref(), Some("?k=[REDACTED:secret]"));
@@ -125,7 +141,8 @@ struct Matchers {
     forms: Option<AhoCorasick>,
     /// The base64 forms, searched for exactly (`None` if there are none or it could not be
     /// built): the base64 of whole secrets too short to have a [core](base64_cores), and
-    /// the base64 cores.
+    /// the base64 cores. A text with `%2B`, `%2F` or `%3D` in it is searched [with them
+    /// unescaped](Unescaped).
     base64: Option<AhoCorasick>,
     /// Per pattern of `base64`: whether it is a core, whose match stands for the base64 run
     /// around it.
@@ -239,6 +256,67 @@ fn base64_run(hay: &[u8], found: Range<usize>) -> Range<usize> {
     start..end
 }
 
+/// The character a URL query or a form body writes as `%2B`, `%2F` or `%3D` (hex digits of
+/// either case) at `at` in `hay`: standard base64's `+`, `/` and `=`.
+fn base64_escape(hay: &[u8], at: usize) -> Option<u8> {
+    match hay.get(at..at + 3)? {
+        [b'%', b'2', b'B' | b'b'] => Some(b'+'),
+        [b'%', b'2', b'F' | b'f'] => Some(b'/'),
+        [b'%', b'3', b'D' | b'd'] => Some(b'='),
+        _ => None,
+    }
+}
+
+/// A text with its [escaped base64 characters](base64_escape) unescaped, for the base64
+/// search: standard base64 put in a URL query or a form body is found as it was before it
+/// was escaped, and the run around it is replaced in the text as it is.
+struct Unescaped {
+    text: Vec<u8>,
+    /// Where each escape was unescaped, in `text`, in order.
+    escapes: Vec<usize>,
+}
+
+impl Unescaped {
+    /// `hay` unescaped, or `None` if it has nothing to unescape (it is searched as it is).
+    /// Only texts with a `%` come here: kept out of line, off the path of the others.
+    #[inline(never)]
+    fn new(hay: &[u8]) -> Option<Self> {
+        let mut text = Vec::new();
+        let mut escapes = Vec::new();
+        // The start of what is not yet copied to `text`.
+        let mut copied = 0;
+        let mut at = 0;
+        while let Some(next) = memchr::memchr(b'%', &hay[at..]) {
+            at += next;
+            match base64_escape(hay, at) {
+                Some(unescaped) => {
+                    if escapes.is_empty() {
+                        text.reserve(hay.len());
+                    }
+                    text.extend_from_slice(&hay[copied..at]);
+                    escapes.push(text.len());
+                    text.push(unescaped);
+                    at += 3;
+                    copied = at;
+                }
+                None => at += 1,
+            }
+        }
+        if escapes.is_empty() {
+            return None;
+        }
+        text.extend_from_slice(&hay[copied..]);
+        Some(Unescaped { text, escapes })
+    }
+
+    /// The place in the escaped text of `range` of the unescaped one.
+    fn escaped(&self, range: Range<usize>) -> Range<usize> {
+        // Each escape before a position moved it by two.
+        let at = |i: usize| i + 2 * self.escapes.partition_point(|&e| e < i);
+        at(range.start)..at(range.end)
+    }
+}
+
 /// An automaton for `needles`, matching them in any ASCII case if `any_case`.
 fn automaton<I, P>(needles: I, any_case: bool) -> Option<AhoCorasick>
 where
@@ -304,9 +382,10 @@ impl Matchers {
         })
     }
 
-    /// The regexes of the escaped forms, if `hay` may hold one the automaton does not find.
-    fn escaped(&self, hay: &[u8]) -> &[Regex] {
-        if !(hay.contains(&b'%') || self.spaces && hay.contains(&b'+')) {
+    /// The regexes of the escaped forms, if `hay` (which has a `%` if `percent`) may hold
+    /// one the automaton does not find.
+    fn escaped(&self, hay: &[u8], percent: bool) -> &[Regex] {
+        if !(percent || self.spaces && hay.contains(&b'+')) {
             return &[];
         }
         self.escaped
@@ -321,11 +400,18 @@ impl Matchers {
     }
 
     fn occurs_in(&self, hay: &[u8]) -> bool {
+        let percent = hay.contains(&b'%');
         [&self.forms, &self.base64]
             .into_iter()
             .flatten()
             .any(|ac| ac.is_match(hay))
-            || self.escaped(hay).iter().any(|re| re.is_match(hay))
+            || self.escaped(hay, percent).iter().any(|re| re.is_match(hay))
+            // Escaped standard base64, only in a text with a `%` (what the search of the
+            // text as it is found, it finds again).
+            || percent
+                && self.base64.as_ref().is_some_and(|ac| {
+                    Unescaped::new(hay).is_some_and(|unescaped| ac.is_match(&unescaped.text))
+                })
     }
 
     /// Every place in `hay` a form of a secret occurs, in order; overlapping places are
@@ -335,20 +421,32 @@ impl Matchers {
         if let Some(ac) = &self.forms {
             found.extend(ac.find_overlapping_iter(hay).map(|m| m.range()));
         }
+        let percent = hay.contains(&b'%');
         if let Some(ac) = &self.base64 {
+            // Standard base64 in a URL query or a form body is searched for unescaped (every
+            // match of the text as it is is also one of it unescaped), and each place found
+            // is moved back to the text as it is.
+            let unescaped = percent.then(|| Unescaped::new(hay)).flatten();
+            let text = unescaped.as_ref().map_or(hay, |u| u.text.as_slice());
+            let start = found.len();
             // The end of the last base64 run replaced: a core that ends within it is in it.
             let mut run_end = 0;
-            for m in ac.find_overlapping_iter(hay) {
+            for m in ac.find_overlapping_iter(text) {
                 if !self.core[m.pattern().as_usize()] {
                     found.push(m.range());
                 } else if m.end() > run_end {
-                    let run = base64_run(hay, m.range());
+                    let run = base64_run(text, m.range());
                     run_end = run.end;
                     found.push(run);
                 }
             }
+            if let Some(unescaped) = &unescaped {
+                for range in &mut found[start..] {
+                    *range = unescaped.escaped(range.clone());
+                }
+            }
         }
-        for re in self.escaped(hay) {
+        for re in self.escaped(hay, percent) {
             found.extend(re.find_iter(hay).map(|m| m.range()));
         }
         found.sort_unstable_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
@@ -843,6 +941,167 @@ mod tests {
             Some(format!("user:{SECRET}").into_bytes())
         );
         assert_eq!(scrubber.scrub_text(&format!("Basic {swapped}")), None);
+    }
+
+    /// A secret whose standard base64 after `user:` has a `+` and a `/`.
+    const PLUS_SLASH: &str = "tok~>>?ver-Secret";
+
+    /// `encoded` with its `+`, `/` and `=` percent-escaped, in upper or lower case hex.
+    fn url_escaped(encoded: &str, upper: bool) -> String {
+        let escaped = encoded
+            .replace('+', "%2B")
+            .replace('/', "%2F")
+            .replace('=', "%3D");
+        if upper {
+            escaped
+        } else {
+            escaped
+                .replace("%2B", "%2b")
+                .replace("%2F", "%2f")
+                .replace("%3D", "%3d")
+        }
+    }
+
+    #[test]
+    fn standard_base64_percent_escaped_in_a_url_query_is_redacted() {
+        let scrubber = Scrubber::for_values([PLUS_SLASH]);
+        let basic = STANDARD.encode(format!("user:{PLUS_SLASH}"));
+        assert_eq!(basic, "dXNlcjp0b2t+Pj4/dmVyLVNlY3JldA==");
+        for upper in [true, false] {
+            let escaped = url_escaped(&basic, upper);
+            assert_eq!(
+                scrubbed(
+                    &scrubber,
+                    &format!("https://x.test/cb?auth={escaped}&next=%2Fhome#top")
+                ),
+                format!("https://x.test/cb?auth={SCRUBBED}&next=%2Fhome#top"),
+                "{escaped}"
+            );
+        }
+        // At the other alignments, padded or not, its `+` escaped.
+        for lead in ["Bearer ", "ab:"] {
+            let text = format!("{lead}{PLUS_SLASH}");
+            for encoded in [STANDARD.encode(&text), STANDARD_NO_PAD.encode(&text)] {
+                assert!(encoded.contains('+'), "{encoded}");
+                let escaped = url_escaped(&encoded, true);
+                assert_eq!(
+                    scrubbed(&scrubber, &format!("/cb?state={escaped}&y=1")),
+                    format!("/cb?state={SCRUBBED}&y=1"),
+                    "after {lead:?}"
+                );
+            }
+        }
+        // The base64 of a secret too short for a core, whole.
+        let short = Scrubber::for_values(["~>?~>"]);
+        assert_eq!(STANDARD.encode("~>?~>"), "fj4/fj4=");
+        assert_eq!(
+            scrubbed(&short, "/cb?k=fj4%2ffj4%3D&x=1"),
+            format!("/cb?k={SCRUBBED}&x=1")
+        );
+    }
+
+    #[test]
+    fn partly_escaped_standard_base64_is_redacted() {
+        let scrubber = Scrubber::for_values([PLUS_SLASH]);
+        // A form body that escapes `+` only; one that escapes `/` and one of the `=`, in
+        // lower case; raw all along but the last `=`.
+        for escaped in [
+            "dXNlcjp0b2t%2BPj4/dmVyLVNlY3JldA==",
+            "dXNlcjp0b2t+Pj4%2fdmVyLVNlY3JldA=%3d",
+            "dXNlcjp0b2t+Pj4/dmVyLVNlY3JldA=%3D",
+        ] {
+            assert_eq!(
+                scrubbed(&scrubber, &format!("user=ann&auth={escaped}&x=1")),
+                format!("user=ann&auth={SCRUBBED}&x=1"),
+                "{escaped}"
+            );
+        }
+    }
+
+    #[test]
+    fn escaped_base64_next_to_other_escapes_is_redacted_and_they_are_kept() {
+        let scrubber = Scrubber::for_values([PLUS_SLASH]);
+        let escaped = url_escaped(&STANDARD.encode(format!("user:{PLUS_SLASH}")), true);
+        // A callback address escaped whole in another's query: its `%3D` before the base64
+        // and `%26` after it are not base64, and stay.
+        let text =
+            format!("/login?next=https%3A%2F%2Fx.test%2Fcb%3Fauth%3D{escaped}%26y%3D1%20ok&z=%2B");
+        assert_eq!(
+            scrubbed(&scrubber, &text),
+            format!("/login?next=https%3A%2F%2Fx.test%2Fcb%3Fauth%3D{SCRUBBED}%26y%3D1%20ok&z=%2B")
+        );
+        // With the raw secret and its percent-escaped form between two escaped encodings:
+        // each place found in the unescaped text is put back where it is.
+        let text = format!("a={escaped}&b={PLUS_SLASH}&c=tok%7E%3E%3E%3Fver-Secret&d={escaped}");
+        assert_eq!(
+            scrubbed(&scrubber, &text),
+            format!("a={SCRUBBED}&b={SCRUBBED}&c={SCRUBBED}&d={SCRUBBED}")
+        );
+    }
+
+    #[test]
+    fn percent_escaped_text_without_a_secret_is_left_exactly_as_it_was() {
+        let scrubber = Scrubber::for_values([PLUS_SLASH]);
+        let near_miss = "tok~>>?ver-Sekret";
+        let texts = [
+            "https%3A%2F%2Fx.test%2Fa%2Fb%3Fq%3D1%2B2%3D3%26r%3D%2f%2b%3d".to_owned(),
+            format!(
+                "/cb?auth={}",
+                url_escaped(&STANDARD.encode(format!("user:{near_miss}")), true)
+            ),
+            format!(
+                "img={}",
+                url_escaped(&STANDARD.encode((0..=255).collect::<Vec<u8>>()), false)
+            ),
+            "%%2B%2%3Z%2F%".to_owned(),
+        ];
+        for text in texts {
+            assert!(!scrubber.occurs_in(&text), "{text}");
+            assert_eq!(scrubber.scrub_text(&text), None, "{text}");
+            assert_eq!(scrubber.scrub_bytes(text.as_bytes()), None, "{text}");
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 128,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Any secret of 7 bytes or more, after any text, in standard base64 with each of its
+        /// `+`, `/` and `=` raw or escaped in either case: the run is replaced whole and the
+        /// query around it kept.
+        #[test]
+        fn standard_base64_with_any_mix_of_escapes_is_redacted(
+            secret in "[ -~]{7,32}",
+            lead in "[ -~]{0,8}",
+            choices in proptest::collection::vec(0u8..3, 1..16),
+        ) {
+            let encoded = STANDARD.encode(format!("{lead}{secret}"));
+            let mut choices = choices.iter().cycle();
+            let escaped: String = encoded
+                .chars()
+                .map(|c| {
+                    let hex = match c {
+                        '+' => "2B",
+                        '/' => "2F",
+                        '=' => "3D",
+                        _ => return c.to_string(),
+                    };
+                    match choices.next() {
+                        Some(0) => c.to_string(),
+                        Some(1) => format!("%{}", hex.to_lowercase()),
+                        _ => format!("%{hex}"),
+                    }
+                })
+                .collect();
+            let scrubber = Scrubber::for_values([secret.as_str()]);
+            proptest::prop_assert_eq!(
+                scrubbed(&scrubber, &format!("/cb?a={escaped}&b=1")),
+                format!("/cb?a={SCRUBBED}&b=1"),
+                "{}", escaped
+            );
+        }
     }
 
     #[test]
