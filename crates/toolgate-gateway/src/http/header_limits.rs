@@ -169,7 +169,7 @@ mod tests {
     }
 
     #[test]
-    fn headers_within_both_limits_pass() {
+    fn headers_within_the_limit_pass() {
         assert!(over_limits(&headers(100, 10), 64 * 1024).is_none());
         // One field of exactly the limit: name, value and 4 bytes.
         assert!(over_limits(&headers(1, 1024 - 4 - 4), 1024).is_none());
