@@ -19,13 +19,12 @@
 //! any handler. It walks the header map once per request, without allocating; only a
 //! refusal allocates.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use axum::extract::Request;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures::future::Either;
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -67,11 +66,10 @@ pub(super) struct HeaderLimits<S> {
 impl<S> Service<Request> for HeaderLimits<S>
 where
     S: Service<Request, Response = Response>,
-    S::Future: Unpin,
 {
     type Response = Response;
     type Error = S::Error;
-    type Future = Checked<S::Future>;
+    type Future = Either<S::Future, std::future::Ready<Result<Response, S::Error>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -79,33 +77,11 @@ where
 
     fn call(&mut self, request: Request) -> Self::Future {
         match over_limits(request.headers(), self.max_bytes) {
-            None => Checked::Passed(self.inner.call(request)),
-            Some(refused) => Checked::Refused(Some(closing_if(
+            None => Either::Left(self.inner.call(request)),
+            Some(refused) => Either::Right(std::future::ready(Ok(closing_if(
                 has_body(request.headers()),
                 refused.into_response(),
-            ))),
-        }
-    }
-}
-
-/// The answer of [`HeaderLimits`]: the route's, or the refusal.
-pub(super) enum Checked<F> {
-    Passed(F),
-    Refused(Option<Response>),
-}
-
-impl<F, E> Future for Checked<F>
-where
-    F: Future<Output = Result<Response, E>> + Unpin,
-{
-    type Output = F::Output;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        match &mut *self {
-            Checked::Passed(future) => Pin::new(future).poll(cx),
-            Checked::Refused(refused) => Poll::Ready(Ok(refused
-                .take()
-                .expect("a refusal is polled again after it was ready"))),
+            )))),
         }
     }
 }
