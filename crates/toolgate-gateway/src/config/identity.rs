@@ -549,18 +549,12 @@ impl AsCallerConfig {
                 }
             }
             (None, true) => {
-                let untenanted = self.credentials.iter().flatten();
-                let empty = untenanted
-                    .filter(|(_, v)| v.0.is_empty())
-                    .map(|(user, _)| format!(".credentials.{user}"));
-                let tenanted = self.tenant_credentials.iter().flatten();
-                let mut empty = empty.chain(tenanted.flat_map(|(tenant, users)| {
-                    users
-                        .iter()
-                        .filter(|(_, v)| v.0.is_empty())
-                        .map(move |(user, _)| format!(".tenant_credentials.{tenant}.{user}"))
-                }));
-                if let Some(path) = empty.next() {
+                let empty = self.fixed_credentials().find(|(_, _, v)| v.0.is_empty());
+                if let Some((tenant, user, _)) = empty {
+                    let path = match tenant {
+                        Some(tenant) => format!(".tenant_credentials.{tenant}.{user}"),
+                        None => format!(".credentials.{user}"),
+                    };
                     return Err(ConfigError::invalid(
                         field(&path),
                         "the credential is empty: is its variable set?",
