@@ -3,7 +3,7 @@ use toolgate_core::tool::ToolAnnotations;
 use toolgate_core::{Pipeline, ToolError, User, tool_fn};
 use toolgate_hooks::authorize::{Authorize, AuthorizeError, Effect, Rule, Rules, Verdict};
 
-use crate::support::{as_user, ok_tool, runs};
+use crate::support::{as_caller, as_user, ok_tool, runs};
 
 fn tagged_pipeline(auth: Authorize) -> Pipeline {
     Pipeline::builder()
@@ -188,40 +188,45 @@ async fn an_approved_call_whose_caller_lost_access_while_it_waited_is_refused_an
     use std::sync::atomic::{AtomicBool, Ordering};
     use toolgate_hooks::consent::Consent;
 
-    let revoked = Arc::new(AtomicBool::new(false));
-    let gate = Arc::clone(&revoked);
-    let auth = Authorize::new(
-        move |user: &User, _: &toolgate_core::tool::ToolDefinition| {
-            Ok(if gate.load(Ordering::SeqCst) {
-                Verdict::deny(format!("user `{}` may not call this", user.id))
-            } else {
-                Verdict::Allow
-            })
-        },
-    );
-    let consent = Consent::builder().tool("wipe").build();
-    let approvals = consent.approvals();
-    let (builder, wiped) = ok_tool(Pipeline::builder(), "wipe");
-    let pipeline = builder.hook(auth).hook(consent).build().unwrap();
-    let waiting = pipeline
-        .invoke("wipe", json!(null), as_user("bob"))
-        .await
-        .unwrap_err();
-    let ToolError::Suspended { suspension_id, .. } = waiting else {
-        panic!("expected a suspension, got {waiting:?}");
-    };
+    // The refusal names the caller, with the tenant if it has one.
+    for (caller, refused) in [
+        (as_user("bob"), "user `bob` may no longer call `wipe`"),
+        (
+            as_caller("bob", "acme"),
+            "user `bob` of tenant `acme` may no longer call `wipe`",
+        ),
+    ] {
+        let revoked = Arc::new(AtomicBool::new(false));
+        let gate = Arc::clone(&revoked);
+        let auth = Authorize::new(
+            move |user: &User, _: &toolgate_core::tool::ToolDefinition| {
+                Ok(if gate.load(Ordering::SeqCst) {
+                    Verdict::deny(format!("user `{}` may not call this", user.id))
+                } else {
+                    Verdict::Allow
+                })
+            },
+        );
+        let consent = Consent::builder().tool("wipe").build();
+        let approvals = consent.approvals();
+        let (builder, wiped) = ok_tool(Pipeline::builder(), "wipe");
+        let pipeline = builder.hook(auth).hook(consent).build().unwrap();
+        let waiting = pipeline
+            .invoke("wipe", json!(null), caller)
+            .await
+            .unwrap_err();
+        let ToolError::Suspended { suspension_id, .. } = waiting else {
+            panic!("expected a suspension, got {waiting:?}");
+        };
 
-    revoked.store(true, Ordering::SeqCst);
-    let err = approvals
-        .approve(&pipeline, &suspension_id, false, Default::default())
-        .await
-        .unwrap_err();
+        revoked.store(true, Ordering::SeqCst);
+        let err = approvals
+            .approve(&pipeline, &suspension_id, false, Default::default())
+            .await
+            .unwrap_err();
 
-    assert_eq!((err.code(), err.status()), ("forbidden", 403));
-    assert!(
-        err.to_string()
-            .starts_with("user `bob` may no longer call `wipe`"),
-        "{err}"
-    );
-    assert_eq!(runs(&wiped), 0);
+        assert_eq!((err.code(), err.status()), ("forbidden", 403));
+        assert!(err.to_string().starts_with(refused), "{err}");
+        assert_eq!(runs(&wiped), 0);
+    }
 }
