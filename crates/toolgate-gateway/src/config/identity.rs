@@ -122,7 +122,9 @@ pub struct OAuthConfig {
     /// string (default `roles`; a missing claim means no roles from it).
     #[serde(default = "default_roles_claim")]
     pub roles_claim: String,
-    /// The claim holding the caller's tenant (none when absent).
+    /// The claim holding the caller's tenant, a non-empty string. A token without it (or
+    /// with `null`) is a caller of no tenant; a token whose claim is another shape (a list,
+    /// a number, an empty string) is refused, never read as "no tenant".
     #[serde(default)]
     pub tenant_claim: Option<String>,
     /// Roles granted by scopes (`scope` claim, space-separated, or `scp` list), e.g.

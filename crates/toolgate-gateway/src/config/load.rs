@@ -394,6 +394,16 @@ fn check(config: &Config) -> Result<(), ConfigError> {
                 "a user id is at most 256 bytes, without control characters (a line break, an escape): it is written in logs, audit records and messages",
             ));
         }
+        if let Some(tenant) = &user.tenant
+            && (tenant.trim().is_empty()
+                || tenant.chars().any(char::is_control)
+                || tenant.len() > 256)
+        {
+            return Err(ConfigError::invalid(
+                format!("users[{i}].tenant"),
+                "a tenant is a name of at most 256 bytes, not empty and without control characters (a line break, an escape): it is written in logs, audit records and messages; leave `tenant:` out for a user of no tenant",
+            ));
+        }
         if !ids.insert(user.id.as_str()) {
             return Err(ConfigError::invalid(
                 format!("users[{i}].id"),
@@ -923,6 +933,31 @@ mod tests {
             let yaml = format!("users:\n  - id: {id}\n    key_sha256: {hash}\n");
             assert_eq!(parse(&yaml).unwrap_err().field(), "users[0].id", "{id}");
         }
+    }
+
+    #[test]
+    fn a_users_tenant_is_a_printable_name_or_left_out() {
+        let hash = "ab".repeat(32);
+        for tenant in [
+            "''",
+            "\"  \"",
+            "\"acme\\nwill_authorize x\"",
+            &"t".repeat(257),
+        ] {
+            let yaml =
+                format!("users:\n  - id: ann\n    key_sha256: {hash}\n    tenant: {tenant}\n");
+            let refused = parse(&yaml).unwrap_err();
+            assert_eq!(refused.field(), "users[0].tenant", "{tenant}");
+            assert!(
+                refused.to_string().contains("leave `tenant:` out"),
+                "{refused}"
+            );
+        }
+        let yaml = format!("users:\n  - id: ann\n    key_sha256: {hash}\n    tenant: acme\n");
+        assert_eq!(
+            parse(&yaml).expect("a tenant").users[0].tenant.as_deref(),
+            Some("acme")
+        );
     }
 
     #[test]

@@ -394,16 +394,19 @@ impl TokenVerifier {
             return Err(bad_claim(&self.roles_claim, rule));
         }
         let mut user = User::new(sub).with_roles(roles);
-        if let Some((claim, tenant)) = self.tenant_claim.as_ref().and_then(|claim| {
-            claims
-                .get(claim)
-                .and_then(Value::as_str)
-                .map(|tenant| (claim, tenant))
-        }) {
-            if let Some(rule) = id_rule(tenant) {
-                return Err(bad_claim(claim, rule));
+        // The tenant is part of who the caller is: a claim that is there but says no
+        // tenant plainly is refused, never read as "no tenant".
+        if let Some(claim) = &self.tenant_claim {
+            match claims.get(claim) {
+                None | Some(Value::Null) => {}
+                Some(Value::String(tenant)) if !tenant.trim().is_empty() => {
+                    if let Some(rule) = id_rule(tenant) {
+                        return Err(bad_claim(claim, rule));
+                    }
+                    user = user.with_tenant(tenant.as_str());
+                }
+                Some(_) => return Err(bad_claim(claim, TENANT_NOT_A_STRING)),
             }
-            user = user.with_tenant(tenant);
         }
         with_token_scopes(&mut user, &scopes, &self.scope_roles);
         let names = |resource: &str| match claims.get("aud") {
@@ -455,6 +458,8 @@ pub const MAX_ID_BYTES: usize = 256;
 
 /// The rule a `sub` that is not a non-empty string breaks.
 const SUB_NOT_A_STRING: &str = "must be a non-empty string naming the caller";
+/// The rule a tenant claim of another shape breaks.
+const TENANT_NOT_A_STRING: &str = "must be a non-empty string naming the caller's tenant, or be left out for a caller of no tenant";
 /// The rule an id longer than [`MAX_ID_BYTES`] breaks.
 const ID_TOO_LONG: &str = "is longer than 256 bytes, the most this resource takes for an id";
 /// The rule an id with control or invisible formatting characters breaks.
@@ -607,6 +612,7 @@ fn token_names_an_algorithm(token: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use jsonwebtoken::{DecodingKey, EncodingKey, Header};
+    use serde_json::json;
 
     use super::*;
     use crate::identity::SigningKey;
@@ -771,6 +777,51 @@ mod tests {
         assert_eq!(
             refusal(set("iss", serde_json::json!(7))),
             TokenError::IssuerNotAString.to_string()
+        );
+    }
+
+    #[test]
+    fn a_tenant_claim_that_is_not_a_tenant_is_refused_never_read_as_no_tenant() {
+        let config = crate::config::parse(&format!(
+            "identity:\n  oauth:\n    issuer: {ISSUER}\n    resource: {RESOURCE}\n    tenant_claim: org\n"
+        ))
+        .expect("the test config");
+        let verifier = TokenVerifier::new(config.identity.oauth.as_ref().expect("oauth"));
+        let keys = rsa_keys();
+        let with_org = |org: Option<Value>| {
+            verifier.check(
+                &token_with(|c| {
+                    if let Some(org) = org {
+                        c.insert("org".to_owned(), org);
+                    }
+                }),
+                &keys,
+            )
+        };
+        let tenant = |org| with_org(org).map(|v| v.user.tenant.clone());
+        assert_eq!(tenant(Some(json!("acme"))), Ok(Some("acme".to_owned())));
+        // Left out or null: a caller of no tenant.
+        assert_eq!(tenant(None), Ok(None));
+        assert_eq!(tenant(Some(Value::Null)), Ok(None));
+        // A list of organizations, a number, an empty name: which tenant is meant is not
+        // said, and a caller of no tenant would be another caller.
+        for org in [
+            json!(["acme"]),
+            json!(42),
+            json!(""),
+            json!("  "),
+            json!({"id": "acme"}),
+        ] {
+            let refused = with_org(Some(org.clone())).map(|_| ()).unwrap_err();
+            assert_eq!(refused, bad_claim("org", TENANT_NOT_A_STRING), "{org}");
+            assert_eq!(
+                refused.to_string(),
+                "the token's `org` claim must be a non-empty string naming the caller's tenant, or be left out for a caller of no tenant"
+            );
+        }
+        assert_eq!(
+            with_org(Some(json!("ac\nme"))).map(|_| ()).unwrap_err(),
+            bad_claim("org", ID_NOT_PRINTABLE)
         );
     }
 
