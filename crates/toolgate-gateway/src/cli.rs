@@ -376,10 +376,10 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
         .current();
     let mut out = String::new();
     out.push_str(&format!(
-        "{}: OK — {} tools, {} users, state: {state}\n",
+        "{}: OK — {}, {}, state: {state}\n",
         path.display(),
-        gateway.pipeline().registry().len(),
-        gateway.keys.len()
+        counted(gateway.pipeline().registry().len(), "tool"),
+        counted(gateway.keys.len(), "user")
     ));
     out.push_str(&pins);
     out.push_str(&identity_summary(&gateway, shared_state));
@@ -507,6 +507,14 @@ fn console_summary(gateway: &Gateway, shared_state: bool) -> String {
     )
 }
 
+/// `count` and `noun`, plural unless it is one: "1 user", "2 users", "0 users".
+fn counted(count: usize, noun: &str) -> String {
+    match count {
+        1 => format!("1 {noun}"),
+        _ => format!("{count} {noun}s"),
+    }
+}
+
 /// Which credentials each route accepts, and what each upstream receives: the identity
 /// part of `toolgate check` (`shared_state`: the configuration's `state` is on Redis).
 fn identity_summary(gateway: &Gateway, shared_state: bool) -> String {
@@ -524,7 +532,10 @@ fn identity_summary(gateway: &Gateway, shared_state: bool) -> String {
         for kind in identity.accepted(route) {
             match (kind, identity.oauth()) {
                 (CredentialKind::ApiKey, _) => {
-                    kinds.push(format!("API keys ({} users)", gateway.keys.len()));
+                    kinds.push(format!(
+                        "API keys ({})",
+                        counted(gateway.keys.len(), "user")
+                    ));
                 }
                 (CredentialKind::Oauth, Some(oauth)) => {
                     let required = match route {
@@ -578,8 +589,8 @@ fn identity_summary(gateway: &Gateway, shared_state: bool) -> String {
                         let fixed: Vec<_> = as_caller.fixed_credentials().collect();
                         let tenanted = fixed.iter().filter(|(t, _, _)| t.is_some()).count();
                         format!(
-                            "a fixed credential per user ({} users, {tenanted} of them in a tenant; a caller gets only an entry of its own tenant, others are refused)",
-                            fixed.len()
+                            "a fixed credential per user ({}, {tenanted} of them in a tenant; a caller gets only an entry of its own tenant, others are refused)",
+                            counted(fixed.len(), "user")
                         )
                     }
                 };

@@ -403,6 +403,7 @@ impl CallerCredentials for ExchangedCredentials {
             } else {
                 MissingCredential::NoAccessToken {
                     user: ctx.user().id.clone(),
+                    tenant: ctx.user().tenant.clone(),
                 }
             };
             return Err(missing.into());

@@ -358,10 +358,10 @@ fn check_prints_which_identity_each_route_and_upstream_uses() {
     );
     let (status, out, err) = check(&text);
     assert!(status.success(), "{err}");
-    assert!(out.contains("  /v1    API keys (1 users)\n"), "{out}");
+    assert!(out.contains("  /v1    API keys (1 user)\n"), "{out}");
     assert!(
         out.contains(
-            "  /mcp   API keys (1 users); or OAuth tokens from http://127.0.0.1:9 for https://tools.test/mcp (RS256), scopes required: tools:call\n"
+            "  /mcp   API keys (1 user); or OAuth tokens from http://127.0.0.1:9 for https://tools.test/mcp (RS256), scopes required: tools:call\n"
         ),
         "{out}"
     );

@@ -199,6 +199,11 @@ async fn an_upstream_called_as_the_caller_gets_a_token_exchanged_for_that_caller
     let answer = invoke(&gateway, Some(&key("alice")), "whoami", json!({})).await;
     assert_eq!(answer.status, 403, "{:?}", answer.body);
     assert_eq!(answer.body["error"]["code"], "upstream_credential_missing");
+    let message = answer.body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("user `alice` did not present an access token"),
+        "{message}"
+    );
 
     let log = gateway.stderr();
     for secret in [signature, "gateway-secret"] {

@@ -302,12 +302,12 @@ pub enum MissingCredential {
         tenant: Option<String>,
     },
     /// The source trades the caller's access token, and the caller presented none.
-    #[error(
-        "this upstream is called as the caller, with the caller's OAuth access token exchanged for one of its own; `{user}` did not present an access token (an API key cannot be exchanged): call again with an access token from the identity provider"
-    )]
+    #[error("{}", no_access_token(.user, .tenant.as_deref()))]
     NoAccessToken {
-        /// The caller.
+        /// The caller's user id.
         user: String,
+        /// The caller's tenant, if it has one.
+        tenant: Option<String>,
     },
     /// The call needs a person's approval, and the upstream's credential is the caller's
     /// token exchanged, which is not kept while a call waits: the call is refused at once
@@ -345,6 +345,17 @@ fn no_entry(user: &str, tenant: Option<&str>) -> String {
             "user `{user}` has no credential for this upstream, which gives each caller a fixed credential of its own: ask an operator to add one for user `{user}` (in a gateway configuration, `as_caller.credentials.{user}`)"
         ),
     }
+}
+
+/// The message of [`MissingCredential::NoAccessToken`].
+fn no_access_token(user: &str, tenant: Option<&str>) -> String {
+    let caller = match tenant {
+        Some(tenant) => format!("user `{user}` of tenant `{tenant}`"),
+        None => format!("user `{user}`"),
+    };
+    format!(
+        "this upstream is called as the caller, with the caller's OAuth access token exchanged for one of its own; {caller} did not present an access token (an API key cannot be exchanged): call again with an access token from the identity provider"
+    )
 }
 
 impl From<MissingCredential> for ToolError {
@@ -465,6 +476,27 @@ mod tests {
 
     fn ann_of(tenant: &str) -> User {
         User::new("ann").with_tenant(tenant)
+    }
+
+    #[test]
+    fn a_caller_without_an_access_token_is_named_with_their_tenant() {
+        let of = |tenant: Option<&str>| {
+            ToolError::from(MissingCredential::NoAccessToken {
+                user: "ann".to_owned(),
+                tenant: tenant.map(str::to_owned),
+            })
+            .to_string()
+        };
+        let message = of(Some("acme"));
+        assert!(
+            message.contains("user `ann` of tenant `acme` did not present an access token"),
+            "{message}"
+        );
+        let message = of(None);
+        assert!(
+            message.contains("; user `ann` did not present an access token"),
+            "{message}"
+        );
     }
 
     #[test]
