@@ -75,14 +75,23 @@ fn set_digest(values: &[&str]) -> [u8; 32] {
 ///   writes it: its `+`, `/` and `=` as `%2B`, `%2F` and `%3D` (hex digits of either case),
 ///   all of them, some, or none. The base64 search reads the text with those three escapes
 ///   unescaped, and the run it replaces counts them as part of it;
+/// - that standard base64 as a JSON string written by another serializer than serde_json
+///   holds it: its `/` as `\/` (PHP's `json_encode`), its `+`, `/` and `=` as `\u002B`,
+///   `\u002F` and `\u003D` (.NET's System.Text.Json writes `+` so; hex digits of either
+///   case), in any mix with the `%` escapes above. Tool outputs often carry such a
+///   document inside a text, where no JSON parser has unescaped it;
 /// - the escaped forms a JSON document or a `{:?}`-formatted log field gives it, in any
-///   ASCII case too.
+///   ASCII case too; and every mix of raw and JSON-escaped characters of it, whichever
+///   serializer wrote them: `\/` for `/`, `\uXXXX` (either case of hex digits) for any
+///   character (the UTF-16 code units of one outside ASCII), the short escapes (`\"`,
+///   `\\`, `\n`, `\t`…), also mixed with percent escapes.
 ///
 /// Other encodings stacked on one another are not followed: the base64 of a
-/// percent-escaped or JSON-escaped secret, a secret or its base64 escaped twice (`%252B`),
-/// base64 with other characters escaped (`%41` for `A`, or `\/` for `/` in a JSON string,
-/// as PHP writes it), or base64 of base64. Such a text is caught only where one of its
-/// layers leaves the secret in a form above.
+/// percent-escaped or JSON-escaped secret, a secret or its base64 escaped twice (`%252B`,
+/// `\\/` in JSON inside JSON), base64 with other characters escaped (`%41` or `\u0041`
+/// for `A`), base64 of base64, or a secret in `{:?}`'s escapes mixed with others (`\u{301}`
+/// is Rust's, not JSON's). Such a text is caught only where one of its layers leaves the
+/// secret in a form above.
 ///
 /// The raw, percent-escaped and JSON or log-escaped forms are matched **regardless of ASCII
 /// case**: a hex key echoed in upper case (`9F86D0…` for `9f86d0…`) is the same key to
@@ -94,9 +103,10 @@ fn set_digest(values: &[&str]) -> [u8; 32] {
 /// is another text altogether and is not (a re-cased secret is caught raw or escaped, not
 /// inside base64). Only ASCII letters are folded; other characters must match as they are.
 ///
-/// The matchers are built once, when the scrubber is (the percent-escape regex, slower to
-/// build, on the first text with a `%` in it); each search is linear in the text (a text
+/// The matchers are built once, when the scrubber is (the escape regex, slower to build, on
+/// the first text with a `%` or a `\` in it); each search is linear in the text (a text
 /// with an escaped base64 character is also copied once, unescaped, for the base64 search).
+/// A text with neither a `%` nor a `\` is searched by the automata alone.
 /// Overlapping matches are replaced by one [`SCRUBBED`]. Cloning is cheap (the matchers
 /// are shared), and its `Debug` output shows how many values it holds, never the values.
 ///
@@ -119,6 +129,11 @@ fn set_digest(values: &[&str]) -> [u8; 32] {
 /// );
 /// // percent-escaped, in part and in lower case:
 /// assert_eq!(scrubber.scrub_text("?k=sk%2dlive-12%33").as_deref(), Some("?k=[REDACTED:secret]"));
+/// // JSON-escaped by another serializer, inside a text:
+/// assert_eq!(
+///     scrubber.scrub_text(r#"{"k":"sk\u002Dlive-\u0031\u00323"}"#).as_deref(),
+///     Some(r#"{"k":"[REDACTED:secret]"}"#),
+/// );
 /// // echoed in another case, raw or escaped:
 /// assert_eq!(scrubber.scrub_text("KEY=SK-LIVE-123").as_deref(), Some("KEY=[REDACTED:secret]"));
 /// assert_eq!(scrubber.scrub_text("?k=SK%2DLIVE-123").as_deref(), Some("?k=[REDACTED:secret]"));
@@ -141,19 +156,19 @@ struct Matchers {
     forms: Option<AhoCorasick>,
     /// The base64 forms, searched for exactly (`None` if there are none or it could not be
     /// built): the base64 of whole secrets too short to have a [core](base64_cores), and
-    /// the base64 cores. A text with `%2B`, `%2F` or `%3D` in it is searched [with them
-    /// unescaped](Unescaped).
+    /// the base64 cores. A text with escapes of `+`, `/` or `=` in it (`%2F`, `\/`,
+    /// `\u002F`…) is searched [with them unescaped](Unescaped).
     base64: Option<AhoCorasick>,
     /// Per pattern of `base64`: whether it is a core, whose match stands for the base64 run
     /// around it.
     core: Vec<bool>,
     /// Per secret, longest first: the [`escaped_pattern`].
     patterns: Vec<String>,
-    /// Every mix of raw and percent-escaped bytes of every secret, in any ASCII case: one
-    /// regex for all secrets, or one per secret should that one not build. A regex takes
-    /// much longer to build than the automata (which a set's first call waits for), so it
-    /// is built the first time a text may need it: one with a `%`, or with a `+` if a
-    /// secret has a space.
+    /// Every mix of raw, percent-escaped and JSON-escaped characters of every secret, in
+    /// any ASCII case: one regex for all secrets, or one per secret should that one not
+    /// build. A regex takes much longer to build than the automata (which a set's first
+    /// call waits for), so it is built the first time a text may need it: one with a `%`
+    /// or a `\`, or with a `+` if a secret has a space.
     escaped: OnceLock<Vec<Regex>>,
     /// Whether some secret has a space (which a form body writes `+`).
     spaces: bool,
@@ -189,23 +204,53 @@ fn whole_base64(raw: &str) -> Vec<String> {
         .collect()
 }
 
-/// A regex for every mix of raw and percent-escaped bytes of `raw`, to be built by
-/// [`escaped_regex`] (bytes, Unicode off, ASCII case folded): each byte either as it is or
-/// as `%XX`, a letter as either case's byte (`%55` or `%75` for `U`, folding gives the case
-/// of the raw letter and of the hex digits); a space also as `+`.
+/// A regex for every mix of raw, percent-escaped and JSON-escaped characters of `raw`, to
+/// be built by [`escaped_regex`] (bytes, Unicode off, ASCII case folded): each byte either
+/// as it is or as `%XX`; each ASCII character also as `\u00XX` and as JSON's short escape
+/// if it has one ([`JSON_SHORT`]: `\/`, `\"`, `\n`…), a letter as either case's byte
+/// (`%55` or `%75`, `\u0055` or `\u0075` for `U`; folding gives the case of the raw letter
+/// and of the hex digits); a space also as `+`; any other character also as the `\uXXXX`
+/// of its UTF-16 code units.
 fn escaped_pattern(raw: &str) -> String {
-    let mut pattern = String::with_capacity(raw.len() * 20);
-    for byte in raw.bytes() {
-        let _ = write!(pattern, "(?:\\x{byte:02X}|%{byte:02X}");
-        if byte.is_ascii_alphabetic() {
-            let _ = write!(pattern, "|%{:02X}", byte ^ 0x20);
+    let mut pattern = String::with_capacity(raw.len() * 48);
+    for c in raw.chars() {
+        if c.is_ascii() {
+            push_byte_pattern(&mut pattern, c as u8);
+            continue;
         }
-        if byte == b' ' {
-            pattern.push_str("|\\+");
+        pattern.push_str("(?:");
+        for byte in c.encode_utf8(&mut [0; 4]).bytes() {
+            push_byte_pattern(&mut pattern, byte);
+        }
+        pattern.push('|');
+        for unit in c.encode_utf16(&mut [0; 2]) {
+            let _ = write!(pattern, "\\x5C(?-i:u){unit:04X}");
         }
         pattern.push(')');
     }
     pattern
+}
+
+/// The alternatives of [`escaped_pattern`] for one byte. The letter of a JSON escape is
+/// matched in its case only: `\N` is not `\n`. The escapes come before the raw byte, so
+/// that of the readings of a secret with a `\` or a `%` in it the longest is preferred:
+/// `\u005C` is all of the secret `\`, not it and `u005C`.
+fn push_byte_pattern(pattern: &mut String, byte: u8) {
+    pattern.push_str("(?:");
+    let other_case = byte.is_ascii_alphabetic().then_some(byte ^ 0x20);
+    for case in std::iter::once(byte).chain(other_case) {
+        let _ = write!(pattern, "%{case:02X}|");
+        if case.is_ascii() {
+            let _ = write!(pattern, "\\x5C(?-i:u)00{case:02X}|");
+        }
+    }
+    if let Some(&(_, letter)) = JSON_SHORT.iter().find(|(raw, _)| *raw == byte) {
+        let _ = write!(pattern, "\\x5C(?-i:\\x{letter:02X})|");
+    }
+    if byte == b' ' {
+        pattern.push_str("\\+|");
+    }
+    let _ = write!(pattern, "\\x{byte:02X})");
 }
 
 /// The base64 characters (standard and URL-safe) that only `raw`'s bytes determine, at
@@ -238,11 +283,16 @@ fn is_base64(byte: u8) -> bool {
 }
 
 /// The base64 run of `hay` around `found`: every base64 character either side, and up to
-/// two `=` of padding after.
+/// two `=` of padding after; but not the end of an [escape](escape_at) just before it (the
+/// `n` of `\n`, the `u0026` of `\u0026`), which stands for another character.
 fn base64_run(hay: &[u8], found: Range<usize>) -> Range<usize> {
     let mut start = found.start;
     while start > 0 && is_base64(hay[start - 1]) {
         start -= 1;
+    }
+    // An escape begins with a `%` or a `\`, which are not base64: right before the run.
+    if let Some((_, len)) = start.checked_sub(1).and_then(|at| escape_at(hay, at)) {
+        start = (start - 1 + len).min(found.start);
     }
     let mut end = found.end;
     while end < hay.len() && is_base64(hay[end]) {
@@ -256,49 +306,88 @@ fn base64_run(hay: &[u8], found: Range<usize>) -> Range<usize> {
     start..end
 }
 
-/// The character a URL query or a form body writes as `%2B`, `%2F` or `%3D` (hex digits of
-/// either case) at `at` in `hay`: standard base64's `+`, `/` and `=`.
-fn base64_escape(hay: &[u8], at: usize) -> Option<u8> {
-    match hay.get(at..at + 3)? {
-        [b'%', b'2', b'B' | b'b'] => Some(b'+'),
-        [b'%', b'2', b'F' | b'f'] => Some(b'/'),
-        [b'%', b'3', b'D' | b'd'] => Some(b'='),
+/// JSON's short escapes: each character, and the letter a backslash before it stands for.
+/// `\/` is optional in JSON (PHP's `json_encode` writes it, serde_json does not).
+const JSON_SHORT: [(u8, u8); 8] = [
+    (b'"', b'"'),
+    (b'\\', b'\\'),
+    (b'/', b'/'),
+    (0x08, b'b'),
+    (0x0C, b'f'),
+    (b'\n', b'n'),
+    (b'\r', b'r'),
+    (b'\t', b't'),
+];
+
+/// Whether `hay` has a `%` or a `\`: a text without either holds no escape, and pays for no
+/// search of one.
+fn may_be_escaped(hay: &[u8]) -> bool {
+    memchr::memchr2(b'%', b'\\', hay).is_some()
+}
+
+/// The escape at `at` in `hay`, if there is one: the ASCII character it stands for and its
+/// length. A URL's `%XX`, JSON's `\uXXXX` (of an ASCII character) and its [short
+/// escapes](JSON_SHORT); the hex digits in either case.
+fn escape_at(hay: &[u8], at: usize) -> Option<(u8, usize)> {
+    let hex = |digits: &[u8]| {
+        let [high, low] = digits else { return None };
+        let digit = |d: u8| char::from(d).to_digit(16);
+        u8::try_from(digit(*high)? * 16 + digit(*low)?).ok()
+    };
+    match hay.get(at..)? {
+        [b'%', rest @ ..] => Some((hex(rest.get(..2)?)?, 3)),
+        [b'\\', b'u', b'0', b'0', rest @ ..] => {
+            Some((hex(rest.get(..2)?)?, 6)).filter(|(c, _)| c.is_ascii())
+        }
+        [b'\\', letter, ..] => JSON_SHORT
+            .iter()
+            .find(|(_, l)| l == letter)
+            .map(|&(c, _)| (c, 2)),
         _ => None,
     }
 }
 
-/// A text with its [escaped base64 characters](base64_escape) unescaped, for the base64
-/// search: standard base64 put in a URL query or a form body is found as it was before it
-/// was escaped, and the run around it is replaced in the text as it is.
+/// A text with the escapes of standard base64's `+`, `/` and `=` unescaped, for the base64
+/// search: `%2B`, `%2F` and `%3D`, as a URL query or a form body writes them, and
+/// `\u002B`, `\u002F`, `\u003D` and `\/`, as JSON serializers other than serde_json write
+/// them (.NET, PHP). Standard base64 so escaped is found as it was before, and the run
+/// around it is replaced in the text as it is.
 struct Unescaped {
     text: Vec<u8>,
-    /// Where each escape was unescaped, in `text`, in order.
-    escapes: Vec<usize>,
+    /// Per escape unescaped, in order: where its character is in `text`, and how much
+    /// shorter `text` is than the escaped text up to and including it.
+    escapes: Vec<(usize, usize)>,
 }
 
 impl Unescaped {
     /// `hay` unescaped, or `None` if it has nothing to unescape (it is searched as it is).
-    /// Only texts with a `%` come here: kept out of line, off the path of the others.
+    /// Only texts with a `%` or a `\` come here: kept out of line, off the path of the
+    /// others.
     #[inline(never)]
     fn new(hay: &[u8]) -> Option<Self> {
         let mut text = Vec::new();
         let mut escapes = Vec::new();
-        // The start of what is not yet copied to `text`.
+        // The start of what is not yet copied to `text`, and how many bytes the escapes
+        // so far are longer than their characters.
         let mut copied = 0;
+        let mut shrunk = 0;
         let mut at = 0;
-        while let Some(next) = memchr::memchr(b'%', &hay[at..]) {
+        while let Some(next) = memchr::memchr2(b'%', b'\\', &hay[at..]) {
             at += next;
-            match base64_escape(hay, at) {
-                Some(unescaped) => {
+            match escape_at(hay, at) {
+                Some((unescaped @ (b'+' | b'/' | b'='), len)) => {
                     if escapes.is_empty() {
                         text.reserve(hay.len());
                     }
                     text.extend_from_slice(&hay[copied..at]);
-                    escapes.push(text.len());
+                    shrunk += len - 1;
+                    escapes.push((text.len(), shrunk));
                     text.push(unescaped);
-                    at += 3;
+                    at += len;
                     copied = at;
                 }
+                // Other escapes are passed whole: `\\/` is a backslash and a raw `/`.
+                Some((_, len)) => at += len,
                 None => at += 1,
             }
         }
@@ -311,8 +400,11 @@ impl Unescaped {
 
     /// The place in the escaped text of `range` of the unescaped one.
     fn escaped(&self, range: Range<usize>) -> Range<usize> {
-        // Each escape before a position moved it by two.
-        let at = |i: usize| i + 2 * self.escapes.partition_point(|&e| e < i);
+        // Each escape before a position moved it by the escape's length less one.
+        let at = |i: usize| match self.escapes.partition_point(|&(e, _)| e < i) {
+            0 => i,
+            before => i + self.escapes[before - 1].1,
+        };
         at(range.start)..at(range.end)
     }
 }
@@ -382,10 +474,10 @@ impl Matchers {
         })
     }
 
-    /// The regexes of the escaped forms, if `hay` (which has a `%` if `percent`) may hold
-    /// one the automaton does not find.
-    fn escaped(&self, hay: &[u8], percent: bool) -> &[Regex] {
-        if !(percent || self.spaces && hay.contains(&b'+')) {
+    /// The regexes of the escaped forms, if `hay` (which has a `%` or a `\` if `escapes`,
+    /// see [`may_be_escaped`]) may hold one the automaton does not find.
+    fn escaped(&self, hay: &[u8], escapes: bool) -> &[Regex] {
+        if !(escapes || self.spaces && hay.contains(&b'+')) {
             return &[];
         }
         self.escaped
@@ -400,15 +492,15 @@ impl Matchers {
     }
 
     fn occurs_in(&self, hay: &[u8]) -> bool {
-        let percent = hay.contains(&b'%');
+        let escapes = may_be_escaped(hay);
         [&self.forms, &self.base64]
             .into_iter()
             .flatten()
             .any(|ac| ac.is_match(hay))
-            || self.escaped(hay, percent).iter().any(|re| re.is_match(hay))
-            // Escaped standard base64, only in a text with a `%` (what the search of the
-            // text as it is found, it finds again).
-            || percent
+            || self.escaped(hay, escapes).iter().any(|re| re.is_match(hay))
+            // Escaped standard base64, only in a text with a `%` or a `\` (what the search
+            // of the text as it is found, it finds again).
+            || escapes
                 && self.base64.as_ref().is_some_and(|ac| {
                     Unescaped::new(hay).is_some_and(|unescaped| ac.is_match(&unescaped.text))
                 })
@@ -421,12 +513,12 @@ impl Matchers {
         if let Some(ac) = &self.forms {
             found.extend(ac.find_overlapping_iter(hay).map(|m| m.range()));
         }
-        let percent = hay.contains(&b'%');
+        let escapes = may_be_escaped(hay);
         if let Some(ac) = &self.base64 {
-            // Standard base64 in a URL query or a form body is searched for unescaped (every
-            // match of the text as it is is also one of it unescaped), and each place found
-            // is moved back to the text as it is.
-            let unescaped = percent.then(|| Unescaped::new(hay)).flatten();
+            // Standard base64 in a URL query, a form body or a JSON string is searched for
+            // unescaped (every match of the text as it is is also one of it unescaped), and
+            // each place found is moved back to the text as it is.
+            let unescaped = escapes.then(|| Unescaped::new(hay)).flatten();
             let text = unescaped.as_ref().map_or(hay, |u| u.text.as_slice());
             let start = found.len();
             // The end of the last base64 run replaced: a core that ends within it is in it.
@@ -446,7 +538,7 @@ impl Matchers {
                 }
             }
         }
-        for re in self.escaped(hay, percent) {
+        for re in self.escaped(hay, escapes) {
             found.extend(re.find_iter(hay).map(|m| m.range()));
         }
         found.sort_unstable_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
@@ -1099,6 +1191,230 @@ mod tests {
             proptest::prop_assert_eq!(
                 scrubbed(&scrubber, &format!("/cb?a={escaped}&b=1")),
                 format!("/cb?a={SCRUBBED}&b=1"),
+                "{}", escaped
+            );
+        }
+    }
+
+    /// An AWS-style secret key: its `/` is what PHP's `json_encode` escapes.
+    const AWS_KEY: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+
+    #[test]
+    fn a_key_echoed_inside_a_text_by_php_with_escaped_slashes_is_redacted() {
+        let scrubber = Scrubber::for_values([AWS_KEY]);
+        let php = r#"{"aws_secret_access_key":"wJalrXUtnFEMI\/K7MDENG\/bPxRfiCYEXAMPLEKEY","path":"\/etc"}"#;
+        assert_eq!(
+            scrubbed(&scrubber, php),
+            r#"{"aws_secret_access_key":"[REDACTED:secret]","path":"\/etc"}"#
+        );
+        // In a tool's text result, as serde_json then escapes it again for the wire: the
+        // parsed string is the PHP document.
+        let mut value = serde_json::json!({ "content": [{ "type": "text", "text": php }] });
+        assert_eq!(scrubber.scrub_value(&mut value), 1);
+        assert_eq!(
+            value["content"][0]["text"],
+            r#"{"aws_secret_access_key":"[REDACTED:secret]","path":"\/etc"}"#
+        );
+        // Echoed in upper case, one `/` raw.
+        assert_eq!(
+            scrubbed(&scrubber, r"KEY=WJALRXUTNFEMI\/K7MDENG/BPXRFICYEXAMPLEKEY;"),
+            format!("KEY={SCRUBBED};")
+        );
+    }
+
+    #[test]
+    fn standard_base64_written_by_dotnet_with_its_plus_escaped_is_redacted() {
+        let scrubber = Scrubber::for_values([PLUS_SLASH]);
+        // System.Text.Json writes `+` as `\u002B`, and `/` and `=` raw.
+        let text =
+            r#"{"Authorization":"Basic dXNlcjp0b2t\u002BPj4/dmVyLVNlY3JldA==","Via":"a\u0026b"}"#;
+        assert_eq!(
+            scrubbed(&scrubber, text),
+            r#"{"Authorization":"Basic [REDACTED:secret]","Via":"a\u0026b"}"#
+        );
+        // An encoder that escapes all three.
+        let text = r"auth=dXNlcjp0b2t\u002BPj4\u002FdmVyLVNlY3JldA\u003D\u003D;";
+        assert_eq!(scrubbed(&scrubber, text), format!("auth={SCRUBBED};"));
+    }
+
+    #[test]
+    fn json_unicode_escapes_with_lower_or_mixed_case_hex_are_redacted() {
+        let plus_slash = Scrubber::for_values([PLUS_SLASH]);
+        for escaped in [
+            r"dXNlcjp0b2t\u002bPj4/dmVyLVNlY3JldA==",
+            r"dXNlcjp0b2t\u002bPj4\u002fdmVyLVNlY3JldA\u003d\u003D",
+        ] {
+            assert_eq!(
+                scrubbed(&plus_slash, &format!("<{escaped}>")),
+                format!("<{SCRUBBED}>"),
+                "{escaped}"
+            );
+        }
+        // The raw secret with some characters escaped, hex in either case, letters as
+        // either case's code (`\u0075` is `u`, the secret has `U`).
+        let text = r#""http-\u0075pstream-Secret-zyxw98\u00376\/\u002b\u003D""#;
+        assert_eq!(scrubbed(&scrubber(), text), format!("\"{SCRUBBED}\""));
+        // A secret ending in `\`, escaped: all of the escape is the secret's.
+        let backslash = Scrubber::for_values(["pass\\"]);
+        assert_eq!(
+            scrubbed(&backslash, r#"{"p":"pass\u005C"}"#),
+            format!(r#"{{"p":"{SCRUBBED}"}}"#)
+        );
+    }
+
+    #[test]
+    fn base64_of_user_and_secret_written_by_php_is_redacted() {
+        let scrubber = Scrubber::for_values([PLUS_SLASH]);
+        // `dXNlcjp0b2t+Pj4/dmVyLVNlY3JldA==`, its `/` escaped as PHP does.
+        let text = r#"{"headers":{"Authorization":"Basic dXNlcjp0b2t+Pj4\/dmVyLVNlY3JldA=="}}"#;
+        assert_eq!(
+            scrubbed(&scrubber, text),
+            r#"{"headers":{"Authorization":"Basic [REDACTED:secret]"}}"#
+        );
+        // The base64 of a secret too short for a core, whole.
+        let short = Scrubber::for_values(["~>?~>"]);
+        assert_eq!(
+            scrubbed(&short, r#"{"k":"fj4\/fj4="}"#),
+            format!(r#"{{"k":"{SCRUBBED}"}}"#)
+        );
+    }
+
+    #[test]
+    fn a_secret_outside_ascii_is_redacted_with_its_characters_as_utf16_escapes() {
+        let scrubber = Scrubber::for_values(["pässwörd-€-𝄞"]);
+        let text = r#"{"p":"p\u00e4ssw\u00F6rd-\u20ac-\uD834\uDD1E"}"#;
+        assert_eq!(
+            scrubbed(&scrubber, text),
+            format!(r#"{{"p":"{SCRUBBED}"}}"#)
+        );
+    }
+
+    #[test]
+    fn a_base64_run_right_after_a_json_escape_leaves_the_escape_whole() {
+        let scrubber = Scrubber::for_values([PLUS_SLASH]);
+        let basic = STANDARD.encode(format!("user:{PLUS_SLASH}"));
+        for escape in [r"\n", r"\u0026", r"\t"] {
+            assert_eq!(
+                scrubbed(&scrubber, &format!("{{\"a\":\"x{escape}{basic}\"}}")),
+                format!("{{\"a\":\"x{escape}{SCRUBBED}\"}}"),
+                "{escape}"
+            );
+        }
+    }
+
+    #[test]
+    fn json_escaped_text_without_a_secret_is_left_exactly_as_it_was() {
+        let scrubber = Scrubber::for_values([AWS_KEY, PLUS_SLASH]);
+        let texts = [
+            r#"{"path":"C:\\Users\\ann","url":"https:\/\/x.test\/a?b=1\u0026c=2"}"#.to_owned(),
+            r#"{"html":"\u003Cb\u003Ebold\u003c/b\u003e","q":"it\u0027s \"so\"\n\ttabbed"}"#
+                .to_owned(),
+            r"wJalrXUtnFEMI\/K7MDENG\/bPxRfiCYEXAMPLEKEZ wJalrXUtnFEMI\\/K7MDENG/bPxRfiCYEXAMPLEKEY"
+                .to_owned(),
+            STANDARD
+                .encode("user:tok~>>?ver-Sekret")
+                .replace('/', r"\/")
+                .replace('+', r"\u002B"),
+            STANDARD
+                .encode((0..=255).collect::<Vec<u8>>())
+                .replace('/', r"\/")
+                .replace('+', r"\u002b"),
+            r"\u00zz \u12 \uD834 \\\\ \x41 %\".to_owned(),
+        ];
+        for text in texts {
+            assert!(!scrubber.occurs_in(&text), "{text}");
+            assert_eq!(scrubber.scrub_text(&text), None, "{text}");
+            assert_eq!(scrubber.scrub_bytes(text.as_bytes()), None, "{text}");
+        }
+    }
+
+    #[test]
+    fn a_truncated_json_escape_at_the_end_of_a_text_does_not_panic() {
+        let scrubber = Scrubber::for_values([AWS_KEY, PLUS_SLASH]);
+        for tail in [r"\", r"\u", r"\u0", r"\u00", r"\u002", r"%", r"%2"] {
+            assert_eq!(scrubber.scrub_text(&format!("ok{tail}")), None, "{tail}");
+            let text = format!(r"wJalrXUtnFEMI\/K7MDENG\/bPxRfiCYEXAMPLEKEY{tail}");
+            assert_eq!(scrubbed(&scrubber, &text), format!("{SCRUBBED}{tail}"));
+            let text = format!(r"dXNlcjp0b2t\u002BPj4\/dmVyLVNlY3JldA=={tail}");
+            assert_eq!(scrubbed(&scrubber, &text), format!("{SCRUBBED}{tail}"));
+        }
+    }
+
+    /// `c` as JSON may write it, by `choice`: raw, in the other ASCII case, as `\u00XX` in
+    /// upper or lower case hex, or by its short escape (`\u00XX` if it has none).
+    fn json_escaped(c: char, choice: u8) -> String {
+        let short = JSON_SHORT
+            .iter()
+            .find(|(raw, _)| u32::from(*raw) == u32::from(c));
+        match (choice, short) {
+            (0, _) => c.to_string(),
+            (1, _) if c.is_ascii_uppercase() => c.to_ascii_lowercase().to_string(),
+            (1, _) => c.to_ascii_uppercase().to_string(),
+            (2, _) => format!("\\u{:04X}", u32::from(c)),
+            (3, _) => format!("\\u{:04x}", u32::from(c)),
+            (_, Some((_, letter))) => format!("\\{}", char::from(*letter)),
+            (_, None) => format!("\\u{:04X}", u32::from(c)),
+        }
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig {
+            cases: 128,
+            ..proptest::prelude::ProptestConfig::default()
+        })]
+
+        /// Any printable ASCII secret with each character raw, re-cased or JSON-escaped at
+        /// random: all of it is replaced (a secret that reads as two copies of a shorter
+        /// run of itself, `\\` escaped as `\\\\`, may be replaced as two), and the text
+        /// around it kept.
+        #[test]
+        fn a_secret_with_any_mix_of_json_escapes_is_redacted(
+            secret in "[ -~]{1,32}",
+            choices in proptest::collection::vec(0u8..5, 1..16),
+        ) {
+            let mut choices = choices.iter().cycle();
+            let escaped: String = secret
+                .chars()
+                .map(|c| json_escaped(c, *choices.next().unwrap_or(&0)))
+                .collect();
+            let scrubber = Scrubber::for_values([secret.as_str()]);
+            let clean = scrubbed(&scrubber, &format!("«{escaped}»"));
+            let inner = clean.strip_prefix('«').and_then(|c| c.strip_suffix('»'));
+            proptest::prop_assert!(
+                inner.is_some_and(|i| !i.is_empty() && i.replace(SCRUBBED, "").is_empty()),
+                "{} gave {}", escaped, clean
+            );
+        }
+
+        /// Any secret of 7 bytes or more, after any text, in standard base64 with each of its
+        /// `+`, `/` and `=` raw, as `\/` (for `/`), `\u00XX` in either case or `%XX`: the run
+        /// is replaced whole and the JSON around it kept.
+        #[test]
+        fn standard_base64_with_any_mix_of_json_escapes_is_redacted(
+            secret in "[ -~]{7,32}",
+            lead in "[ -~]{0,8}",
+            choices in proptest::collection::vec(0u8..5, 1..16),
+        ) {
+            let encoded = STANDARD.encode(format!("{lead}{secret}"));
+            let mut choices = choices.iter().cycle();
+            let escaped: String = encoded
+                .chars()
+                .map(|c| {
+                    if !matches!(c, '+' | '/' | '=') {
+                        return c.to_string();
+                    }
+                    match choices.next() {
+                        Some(4) if c == '/' => r"\/".to_owned(),
+                        Some(4) => format!("%{:02X}", u32::from(c)),
+                        Some(&choice) => json_escaped(c, choice),
+                        None => c.to_string(),
+                    }
+                })
+                .collect();
+            let scrubber = Scrubber::for_values([secret.as_str()]);
+            proptest::prop_assert_eq!(
+                scrubbed(&scrubber, &format!(r#"{{"a":"{escaped}","b":1}}"#)),
+                format!(r#"{{"a":"{SCRUBBED}","b":1}}"#),
                 "{}", escaped
             );
         }
