@@ -1,7 +1,7 @@
-//! A stdio upstream that echoes its connection settings — `DATABASE_URL` and a libpq
-//! `PG_DSN`, variables not named like credentials — in an error, in a result and on its
-//! stderr: the passwords in them reach neither the caller (over `/v1` and `/mcp`), nor the
-//! audit file, nor the log. The rest of the settings comes through.
+//! A stdio upstream that echoes its connection settings — `DATABASE_URL`, a libpq
+//! `PG_DSN` and a JSON `APP_CONFIG`, variables not named like credentials — in an error, in
+//! a result and on its stderr: the passwords in them reach neither the caller (over `/v1`
+//! and `/mcp`), nor the audit file, nor the log. The rest of the settings comes through.
 
 mod common;
 
@@ -15,6 +15,8 @@ const URL_PASSWORD: &str = "s3cr3t%40pa55word";
 const URL_PASSWORD_DECODED: &str = "s3cr3t@pa55word";
 /// The password in `PG_DSN`, single-quoted there.
 const DSN_PASSWORD: &str = "dsn s3cret+99";
+/// The password nested in the JSON blob `APP_CONFIG`.
+const JSON_PASSWORD: &str = "js0n-pa55word";
 
 fn config(audit: &std::path::Path) -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/echoes_env.py");
@@ -22,7 +24,8 @@ fn config(audit: &std::path::Path) -> String {
         "logging:\n  level: debug\n\
 upstreams:\n  - name: db\n    command: {python}\n    args: [\"{script}\"]\n    env:\n      \
 DATABASE_URL: \"postgres://app:{URL_PASSWORD}@db:5432/app\"\n      \
-PG_DSN: \"host=db port=5432 user=app password='{DSN_PASSWORD}'\"\n\
+PG_DSN: \"host=db port=5432 user=app password='{DSN_PASSWORD}'\"\n      \
+APP_CONFIG: '{{\"db\": {{\"host\": \"db\", \"password\": \"{JSON_PASSWORD}\"}}}}'\n\
 audit:\n  sink: file\n  path: {audit}\n  flush_every: 0s\n  include_values: true\n\
 users:\n{alice}",
         python = python(),
@@ -36,6 +39,8 @@ fn assert_no_password(what: &str, text: &str) {
         URL_PASSWORD,
         URL_PASSWORD_DECODED,
         DSN_PASSWORD,
+        JSON_PASSWORD,
+        "pa55word",
         "s3cr3t",
         "s3cret",
     ] {
@@ -73,6 +78,9 @@ async fn an_upstream_that_echoes_its_database_url_leaks_the_password_nowhere() {
         "postgres://app:[REDACTED:secret]@db:5432/app",
         "host=db port=5432 user=app password='[REDACTED:secret]'",
         "logging in with [REDACTED:secret]",
+        "and with [REDACTED:secret]",
+        // The blob, a JSON string in the result's JSON text.
+        r#"{\\\"db\\\": {\\\"host\\\": \\\"db\\\", \\\"password\\\": \\\"[REDACTED:secret]\\\"}}"#,
     ] {
         assert!(output.contains(scrubbed), "{scrubbed} in {output}");
     }
@@ -96,5 +104,6 @@ async fn an_upstream_that_echoes_its_database_url_leaks_the_password_nowhere() {
     assert_no_password("the audit file", &records);
     let log = gateway.stderr();
     assert!(log.contains("connecting to postgres://app:"), "{log}");
+    assert!(log.contains("with config {"), "{log}");
     assert_no_password("the log", &log);
 }

@@ -47,10 +47,17 @@ impl UpstreamConfig {
     ///   whose name marks it as a credential ([`is_credential_name`]: `GITHUB_TOKEN`,
     ///   `DB_PASSWORD`…);
     /// - by shape, in every environment value whatever its variable's name
-    ///   (`DATABASE_URL`, `DSN`…):
+    ///   (`DATABASE_URL`, `DSN`, `OPTS`…):
     ///   - a URL's password (`postgres://app:s3cr3t@db/app`), both as it is written in the
     ///     URL (percent-encoded) and decoded, and its query parameters named like
     ///     credentials (`…?password=s3cr3t`, `…?api_key=…`), as written and decoded;
+    ///     its user name too when that looks like a token — 20 characters or more of
+    ///     ASCII letters, digits, `_`, `-`, `.`, with a letter and a digit
+    ///     (`https://ghp_…@github.com/org/repo.git`, with or without a password: git
+    ///     URLs carry tokens there), never a role such as `app` or `x-access-token`;
+    ///   - such a URL inside a longer text (`--dsn=postgres://…`, `-x 1 --db
+    ///     postgres://… -v`, prose): from each `scheme://` (an RFC 3986 scheme) to the
+    ///     next whitespace or quote, less trailing punctuation (`.`, `)`…);
     ///   - in a key=value connection string, the value of each key named like a
     ///     credential, or called `PWD`: libpq style (`host=db user=app password=s3cr3t`,
     ///     pairs separated by whitespace, `key = value` allowed, values optionally in
@@ -60,19 +67,31 @@ impl UpstreamConfig {
     ///     spaces in the ODBC style), so a URL's `?a=b` is not read as a key; any such
     ///     pair counts, wherever it is in the value (`--db-password=…` in an option
     ///     string too);
+    ///   - in a value that is a JSON object or array (it starts with `{` or `[`, and
+    ///     parses), at any depth up to 32: each string, or integer (`"password":
+    ///     12345678`, as its text), under a key named like a credential or `PWD`
+    ///     (`private_key`, `client_secret`, `{"auth":{"token":…}}`), or in an array under
+    ///     one — except keys naming a location (`token_uri`, `auth_url`: a service
+    ///     account's public endpoints); an object under such a key is read key by key,
+    ///     not taken whole. Every string in it is also read by the shapes above (a URL
+    ///     or a connection string in a JSON string). A private key is held whole, not
+    ///     line by line: an upstream echoes a PEM whole (raw or JSON-escaped, both
+    ///     scrubbed), and its ~25 lines would each be another pattern every answer is
+    ///     searched for;
     /// - the stdio program's arguments by the same shapes (`postgres://app:s3cr3t@db/app`,
-    ///   `--db-password=s3cr3t`), and the argument after an option named like a
-    ///   credential (`--password s3cr3t`, `--api-key …`);
-    /// - the password of an HTTP upstream's URL and its query parameters named like
-    ///   credentials, the same way.
+    ///   `--db-password=s3cr3t`, a JSON blob), and the argument after an option named like
+    ///   a credential (`--password s3cr3t`, `--api-key …`);
+    /// - the password, token-like user name and credential query parameters of an HTTP
+    ///   upstream's URL, the same way.
     ///
     /// Values guessed by name or shape count from [`MIN_GUESSED_SECRET_LEN`] characters.
     ///
     /// Not recognised: a secret under any other shape in a variable not named like a
-    /// credential — inside a JSON or YAML blob, a base64-encoded document, a bearer
-    /// header spelled out in text, a URL's user name, a URL inside a longer text (only a
-    /// value that is a URL as a whole is read as one), a file the value points to. Name
-    /// such a variable like a credential, or pass the secret through
+    /// credential — inside a YAML or TOML blob, JSON nested in a JSON string, a
+    /// base64-encoded document, a bearer header spelled out in text, a URL's user name
+    /// that looks like a person's or role's, a URL without `scheme://` (`user:pw@host`),
+    /// a part of a private key echoed alone, a file the value points to. Name such a
+    /// variable like a credential, or pass the secret through
     /// [`credential_env`](Self::credential_env).
     ///
     /// The tools [`Upstream`](crate::Upstream) imports scrub these from every result and
@@ -128,13 +147,32 @@ impl UpstreamConfig {
     }
 }
 
-/// The secrets `value` holds by its shape, whatever its variable's name: a URL's password
-/// and credential query parameters, a connection string's credential values.
+/// The secrets `value` holds by its shape, whatever its variable's name: in a JSON object
+/// or array, the values under credential-named keys and the secrets of each of its
+/// strings; in any other text, its [`text_secrets`].
 fn secrets_by_shape(value: &str, out: &mut Vec<String>) {
-    if let Ok(url) = url::Url::parse(value) {
-        url_secrets(&url, out);
+    if !json_secrets(value, out) {
+        text_secrets(value, out);
     }
-    let pairs = libpq_pairs(value).into_iter().chain(odbc_pairs(value));
+}
+
+/// The secrets a text holds by its shape: a URL's (the text as a whole, or each URL in
+/// it), a connection string's credential values.
+fn text_secrets(text: &str, out: &mut Vec<String>) {
+    let whole = url::Url::parse(text).ok();
+    if let Some(url) = &whole {
+        url_secrets(url, out);
+    }
+    for (start, candidate) in embedded_urls(text) {
+        // A text that is a URL was read whole above, spaces in its password included.
+        if start == 0 && whole.is_some() {
+            continue;
+        }
+        if let Ok(url) = url::Url::parse(candidate) {
+            url_secrets(&url, out);
+        }
+    }
+    let pairs = libpq_pairs(text).into_iter().chain(odbc_pairs(text));
     out.extend(
         pairs
             .filter(|(key, _)| is_credential_key(key))
@@ -142,9 +180,93 @@ fn secrets_by_shape(value: &str, out: &mut Vec<String>) {
     );
 }
 
+/// How deep [`json_secrets`] reads into nested objects and arrays. serde_json refuses
+/// documents nested deeper than 128 anyway; this bounds the walk on its own.
+const MAX_JSON_DEPTH: usize = 32;
+
+/// If `text` is a JSON object or array, adds its secrets and returns `true`: every string
+/// or integer under a key named like a credential ([`is_credential_key`], except a key
+/// naming a location: `token_uri`, `auth_url`), or in an array under one, at any depth up
+/// to [`MAX_JSON_DEPTH`]; and the [`text_secrets`] of every string in it. A text that is
+/// not (or not valid) JSON returns `false`: only one starting with `{` or `[` is parsed.
+fn json_secrets(text: &str, out: &mut Vec<String>) -> bool {
+    if !text.trim_start().starts_with(['{', '[']) {
+        return false;
+    }
+    let Ok(document) = serde_json::from_str::<serde_json::Value>(text) else {
+        return false;
+    };
+    // An explicit stack rather than recursion: a value's nesting must not be the stack's.
+    let mut stack = vec![(&document, false, 0)];
+    while let Some((value, named, depth)) = stack.pop() {
+        match value {
+            serde_json::Value::String(text) => {
+                if named {
+                    out.push(text.clone());
+                }
+                text_secrets(text, out);
+            }
+            serde_json::Value::Number(number) if named && !number.is_f64() => {
+                out.push(number.to_string());
+            }
+            serde_json::Value::Array(items) if depth < MAX_JSON_DEPTH => {
+                stack.extend(items.iter().map(|item| (item, named, depth + 1)));
+            }
+            serde_json::Value::Object(members) if depth < MAX_JSON_DEPTH => {
+                stack.extend(members.iter().map(|(key, member)| {
+                    let named = is_credential_key(key) && !names_a_location(key);
+                    (member, named, depth + 1)
+                }));
+            }
+            _ => {}
+        }
+    }
+    true
+}
+
+/// Whether a key names where a credential is used rather than the credential:
+/// `token_uri`, `auth_provider_x509_cert_url`, `authUrl`.
+fn names_a_location(key: &str) -> bool {
+    let upper = key.to_ascii_uppercase();
+    upper.ends_with("URL") || upper.ends_with("URI")
+}
+
+/// Each URL in `text`, with where it starts: from a `scheme://` (an RFC 3986 scheme, a
+/// letter then letters, digits, `+`, `-` or `.`) to the next whitespace or quote, or to
+/// the next URL's scheme, without trailing punctuation (`…/app.`, `…/app)`). The URLs do
+/// not overlap, so reading them all is linear in the text.
+fn embedded_urls(text: &str) -> Vec<(usize, &str)> {
+    let is_scheme_char = |c: char| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.');
+    let starts: Vec<(usize, usize)> = text
+        .match_indices("://")
+        .filter_map(|(at, _)| {
+            let run = text[..at].trim_end_matches(is_scheme_char).len();
+            let letter = text[run..at].find(|c: char| c.is_ascii_alphabetic())?;
+            Some((run + letter, at))
+        })
+        .collect();
+    starts
+        .iter()
+        .enumerate()
+        .map(|(i, &(start, at))| {
+            let limit = starts.get(i + 1).map_or(text.len(), |&(next, _)| next);
+            let end = text[at..limit]
+                .find(|c: char| c.is_whitespace() || matches!(c, '"' | '\'' | '`'))
+                .map_or(limit, |stop| at + stop);
+            let url = text[start..end]
+                .trim_end_matches(['.', ',', ';', ':', '!', '?', ')', ']', '}', '>']);
+            (start, url)
+        })
+        .collect()
+}
+
 /// `url`'s password and its query values named like credentials, each as written in the
-/// URL and decoded (when that differs): an upstream may echo either.
+/// URL and decoded (when that differs): an upstream may echo either. Also its user name
+/// if that looks like a token ([`is_token_like`]): `https://ghp_…@github.com/org/repo`.
 fn url_secrets(url: &url::Url, out: &mut Vec<String>) {
+    if is_token_like(url.username()) {
+        out.push(url.username().to_owned());
+    }
     if let Some(password) = url.password() {
         out.push(password.to_owned());
         out.push(percent_decode(password));
@@ -158,6 +280,23 @@ fn url_secrets(url: &url::Url, out: &mut Vec<String>) {
             out.push(value.into_owned());
         }
     }
+}
+
+/// The length from which a URL's user name that [looks like a token](is_token_like) is
+/// one. The shortest common tokens: an AWS access key id (20), a GitLab token (26).
+const MIN_TOKEN_USER_NAME_LEN: usize = 20;
+
+/// Whether a URL's user name looks like a token rather than a person or a role: at
+/// least [`MIN_TOKEN_USER_NAME_LEN`] characters of ASCII letters, digits, `_`, `-` and `.`,
+/// with both a letter and a digit (`ghp_…`, `glpat-…`, an Azure DevOps PAT), where
+/// `app`, `git`, `oauth2` or `x-access-token` are not.
+fn is_token_like(user: &str) -> bool {
+    user.len() >= MIN_TOKEN_USER_NAME_LEN
+        && user
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+        && user.chars().any(|c| c.is_ascii_digit())
+        && user.chars().any(|c| c.is_ascii_alphabetic())
 }
 
 /// `text` percent-decoded (`%40` is `@`; a `%` not followed by two hex digits stays), as
@@ -414,24 +553,216 @@ mod tests {
 
     #[test]
     fn values_without_a_credential_are_no_secrets() {
-        assert!(
-            env_secrets(&[
-                ("DATABASE_URL", "postgres://app@db:5432/app?sslmode=require"),
-                (
-                    "UPSTREAM",
-                    "https://auth.example.com/path?client=web-frontend"
-                ),
-                ("PG_DSN", "host=db port=5432 dbname=application"),
-                (
-                    "MSSQL",
-                    "Server=db;Database=application;Trusted_Connection=yes"
-                ),
-                ("GREETING", "hello=world; see https://example.com/?a=b"),
-                ("PWD", "/home/app/workdir"),
-                ("LOG_LEVEL", "debug"),
-            ])
-            .is_empty()
+        let secrets = env_secrets(&[
+            ("DATABASE_URL", "postgres://app@db:5432/app?sslmode=require"),
+            (
+                "UPSTREAM",
+                "https://auth.example.com/path?client=web-frontend",
+            ),
+            ("PG_DSN", "host=db port=5432 dbname=application"),
+            (
+                "MSSQL",
+                "Server=db;Database=application;Trusted_Connection=yes",
+            ),
+            ("GREETING", "hello=world; see https://example.com/?a=b"),
+            ("PWD", "/home/app/workdir"),
+            ("LOG_LEVEL", "debug"),
+            (
+                "DB_CONFIG",
+                r#"{"host":"db","port":5432,"user":"app","options":{"sslmode":"require"}}"#,
+            ),
+            (
+                "GOOGLE_ENDPOINTS",
+                r#"{"token_uri":"https://oauth2.googleapis.com/token","max_tokens":4096}"#,
+            ),
+            ("LIST", r#"["postgres://app@db/app", "host=db user=app"]"#),
+            (
+                "OPTS",
+                "-x 1 --db postgres://app@db:5432/app?sslmode=require -v",
+            ),
+            (
+                "NOTE",
+                "see https://docs.example.com/guide?page=2. Or ssh://git@github.com/org/repo.git",
+            ),
+            ("READER", "postgres://analytics_readonly_user:@db/app"),
+            ("PUSH", "https://x-access-token@github.com/org/repo.git"),
+        ]);
+        assert!(secrets.is_empty(), "{secrets:?}");
+    }
+
+    #[test]
+    fn a_service_accounts_private_key_in_a_json_blob_is_a_secret() {
+        let key = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC\n-----END PRIVATE KEY-----\n";
+        let account = serde_json::json!({
+            "type": "service_account",
+            "project_id": "my-project-123456",
+            "private_key_id": "0123456789abcdef0123456789abcdef01234567",
+            "private_key": key,
+            "client_email": "svc@my-project-123456.iam.gserviceaccount.com",
+            "client_id": "123456789012345678901",
+            "auth_uri": "https://accounts.google.com/o/oauth2/auth",
+            "token_uri": "https://oauth2.googleapis.com/token",
+            "auth_provider_x509_cert_url": "https://www.googleapis.com/oauth2/v1/certs",
+        });
+        // Held whole, not line by line; the public endpoints under `*_uri`/`*_url` keys
+        // are not credentials.
+        assert_eq!(
+            env_secrets(&[("GCP_SA", &account.to_string())]),
+            [key, "0123456789abcdef0123456789abcdef01234567"]
         );
+        // Pretty-printed, as an argument, the same.
+        let config = UpstreamConfig::stdio(
+            "gcp",
+            "server",
+            ["--account".to_owned(), format!("  {account:#}")],
+        );
+        assert!(exposed(&config).contains(&key.to_owned()));
+    }
+
+    #[test]
+    fn credential_named_keys_at_any_depth_of_a_json_blob_are_secrets() {
+        assert_eq!(
+            env_secrets(&[("UPSTREAM_CONFIG", r#"{"auth":{"token":"t0ken-nested-99"}}"#)]),
+            ["t0ken-nested-99"]
+        );
+        assert_eq!(
+            env_secrets(&[(
+                "DB_CONFIG",
+                r#"{"host":"db","password":"s3cr3t-pass","replicas":[{"host":"r1","pwd":12345678}],
+                   "client_secret":"cl1ent-s3cret","apiKeys":["first-k3y-1","second-k3y-2"]}"#
+            )]),
+            [
+                "12345678",
+                "cl1ent-s3cret",
+                "first-k3y-1",
+                "s3cr3t-pass",
+                "second-k3y-2"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_strings_of_a_json_blob_are_read_by_shape() {
+        assert_eq!(
+            env_secrets(&[(
+                "SETTINGS",
+                r#"[{"db":{"url":"postgres://app:json-s3cr3t@db/app"}},"host=db password=libpq-in-json"]"#
+            )]),
+            ["json-s3cr3t", "libpq-in-json"]
+        );
+    }
+
+    #[test]
+    fn a_url_inside_a_longer_argument_is_read() {
+        let config = UpstreamConfig::stdio(
+            "db",
+            "server",
+            [
+                "--dsn=postgres://app:dsn-s3cr3t@db/app",
+                "-x 1 --db postgres://app:opts-s3cr3t@db:5432/app?sslmode=require -v",
+            ],
+        );
+        let mut secrets = exposed(&config);
+        secrets.sort();
+        assert_eq!(secrets, ["dsn-s3cr3t", "opts-s3cr3t"]);
+    }
+
+    #[test]
+    fn a_url_inside_prose_in_an_env_value_is_read() {
+        assert_eq!(
+            env_secrets(&[
+                (
+                    "NOTES",
+                    "cache at redis://:hunter2hunter2@cache:6379/0, primary \"mysql://app:quoted-s3cr3t@db/app\"."
+                ),
+                (
+                    "MIRROR",
+                    "(mirror: https://u:paren-s3cret@m.example/x?token=query-t0ken-1)"
+                ),
+            ]),
+            [
+                "hunter2hunter2",
+                "paren-s3cret",
+                "query-t0ken-1",
+                "quoted-s3cr3t"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_token_like_user_name_is_a_secret() {
+        let token = "ghp_16C7e42F292c6912E7710c838347Ae178B4a";
+        for url in [
+            format!("https://{token}@github.com/org/repo.git"),
+            format!("https://{token}:@api.example/v1"),
+            format!("git clone https://{token}:x-oauth-basic@github.com/org/repo.git"),
+        ] {
+            assert!(
+                env_secrets(&[("REPO", &url)]).contains(&token.to_owned()),
+                "{url}"
+            );
+        }
+        let http = UpstreamConfig::http("remote", format!("https://{token}@mcp.example/mcp"));
+        assert_eq!(exposed(&http), [token]);
+        // A role or a person is no token.
+        assert_eq!(
+            env_secrets(&[(
+                "REPO",
+                "https://x-access-token:ghs_access-t0ken-value@github.com/org/repo.git"
+            )]),
+            ["ghs_access-t0ken-value"]
+        );
+    }
+
+    #[test]
+    fn hostile_json_and_embedded_urls_neither_panic_nor_make_secrets() {
+        let deep = "[".repeat(10_000) + &"]".repeat(10_000);
+        let deep_open = "{\"a\":".repeat(10_000);
+        let huge = serde_json::to_string(
+            &(0..100_000)
+                .map(|i| format!("ordinary value number {i}"))
+                .collect::<Vec<_>>(),
+        )
+        .unwrap();
+        let schemes = "a://".repeat(50_000);
+        let hostile = [
+            deep.as_str(),
+            deep_open.as_str(),
+            huge.as_str(),
+            schemes.as_str(),
+            "{",
+            "[",
+            "{\"password\": \"unterminated-s3cret",
+            "{\"password\": \"ok-s3cret-value\",}",
+            "{\"password\": null, \"token\": true, \"key\": 1.5e300}",
+            "://",
+            "text ending in ://",
+            "postgres://",
+            "1://u:digit-scheme@h",
+            "+://u:plus-scheme1@h",
+            "://u:no-scheme-pw@h",
+            "ünïcode://ü:ü@ü",
+            "«postgres://app:ünï-s3cr3t-ü@db/app» and 🔑://x:🔑🔑🔑🔑🔑🔑🔑🔑@h",
+        ];
+        for value in hostile {
+            let secrets = env_secrets(&[("VALUE", value)]);
+            let _ = exposed(&UpstreamConfig::stdio("x", "server", [value]));
+            if value.starts_with('«') {
+                // Written percent-encoded in the URL, and decoded.
+                assert_eq!(
+                    secrets,
+                    ["%C3%BCn%C3%AF-s3cr3t-%C3%BC", "ünï-s3cr3t-ü"],
+                    "{value}"
+                );
+            } else {
+                assert!(secrets.is_empty(), "{value}: {secrets:?}");
+            }
+        }
+        // Past the depth limit nothing is read, though serde_json parses it.
+        let nested = "[".repeat(40) + "{\"password\":\"too-deep-s3cret\"}" + &"]".repeat(40);
+        assert!(env_secrets(&[("VALUE", &nested)]).is_empty());
+        let shallow = "[".repeat(20) + "{\"password\":\"deep-s3cret\"}" + &"]".repeat(20);
+        assert_eq!(env_secrets(&[("VALUE", &shallow)]), ["deep-s3cret"]);
     }
 
     #[test]
