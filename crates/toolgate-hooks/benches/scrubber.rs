@@ -1,0 +1,110 @@
+//! What searching a tool's output for secrets costs: `Scrubber::scrub_text` and
+//! `Scrubber::occurs_in` over texts of about 2 KB, for one scrubber of two realistic secrets
+//! (an AWS-style secret access key holding `/`, a 40-character base64 token holding `+`),
+//! built once, with its lazily built escape regex built before anything is timed.
+//!
+//! The cases:
+//!
+//! - `plain`: JSON-ish text (a listing of records) with neither a `%` nor a `\`, and no
+//!   secret: the automata alone search it;
+//! - `url_query`: the same records with URLs whose queries carry percent escapes (`%2F`,
+//!   `%3D`, `%20`…), and no secret: the escape regex and the unescaped base64 search run;
+//! - `json_in_text`: a JSON document inside a text, as a tool result carrying PHP output
+//!   holds it (`\"`, `\n`, `\/` in URLs and paths), and no secret;
+//! - `json_in_text_secret`: as `json_in_text`, with the AWS-style key in it written with
+//!   `\/` (as PHP's `json_encode` writes it). A scrubber that does not read JSON's escapes
+//!   does not find it, and returns `None`.
+//!
+//!     cargo bench -p toolgate-hooks --bench scrubber
+//!
+//! (`-- --warm-up-time 1 --measurement-time 3` for a short run.)
+
+use std::hint::black_box;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use toolgate_hooks::secrets::Scrubber;
+
+/// An AWS-style secret access key (AWS's documented example), with `/`.
+const AWS_KEY: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+/// A 40-character base64 token, with `+`.
+const TOKEN: &str = "q8Vt3Xk+Lm2PzR9wYb4NcJ7dHf1GsA6eUi0Ko5Tn";
+
+/// About 2 KB of JSON-ish records, with neither `%` nor `\`.
+fn plain() -> String {
+    let mut text = String::from(r#"{"results":["#);
+    for n in 0..16 {
+        if n > 0 {
+            text.push(',');
+        }
+        text.push_str(&format!(
+            r#"{{"id":{n},"name":"item number {n}","owner":"team-{n}@example.com","url":"https://api.example.com/v2/items/{n}","tags":["alpha","beta"]}}"#
+        ));
+    }
+    text.push_str(r#"],"next":null}"#);
+    text
+}
+
+/// The records of [`plain`] with URL queries that carry percent escapes.
+fn url_query() -> String {
+    let mut text = String::from(r#"{"results":["#);
+    for n in 0..14 {
+        if n > 0 {
+            text.push(',');
+        }
+        text.push_str(&format!(
+            r#"{{"id":{n},"name":"item {n}","url":"https://api.example.com/v2/search?q=items%2F{n}%3Fsort%3Dname&path=%2Fhome%2Fuser%2Fdocs&sig=abc%3D%3D&s=a%20b"}}"#
+        ));
+    }
+    text.push_str(r#"],"next":null}"#);
+    text
+}
+
+/// A JSON document inside a text, as PHP's `json_encode` wrote it and a tool result carries
+/// it unparsed; `secret` is put in one field, written as given.
+fn json_in_text(secret: &str) -> String {
+    let mut text =
+        String::from("Command finished (exit 0). Output:\n{\"status\":\"ok\",\"config\":\"");
+    text.push_str(secret);
+    text.push_str("\",\"log\":[");
+    for n in 0..12 {
+        if n > 0 {
+            text.push(',');
+        }
+        text.push_str(&format!(
+            r#""[{n}] GET https:\/\/shop.example.com\/api\/orders\/{n} -> \"200 OK\"\n  handler: \/var\/www\/app\/src\/Controller\/Order.php:{n}\n\tdone""#
+        ));
+    }
+    text.push_str("]}\nEnd of output.\n");
+    text
+}
+
+fn bench(c: &mut Criterion) {
+    let scrubber = Scrubber::for_values([AWS_KEY, TOKEN]);
+    let escaped_key = AWS_KEY.replace('/', r"\/");
+    let cases = [
+        ("plain", plain()),
+        ("url_query", url_query()),
+        ("json_in_text", json_in_text("region=eu-west-1")),
+        ("json_in_text_secret", json_in_text(&escaped_key)),
+    ];
+    // Build the escape regex (built on the first text with a `%` or a `\`) before timing.
+    for (_, text) in &cases {
+        black_box(scrubber.scrub_text(text));
+        black_box(scrubber.occurs_in(text));
+    }
+
+    let mut group = c.benchmark_group("scrub_text");
+    for (name, text) in &cases {
+        group.bench_function(*name, |b| b.iter(|| scrubber.scrub_text(black_box(text))));
+    }
+    group.finish();
+
+    let mut group = c.benchmark_group("occurs_in");
+    for (name, text) in &cases {
+        group.bench_function(*name, |b| b.iter(|| scrubber.occurs_in(black_box(text))));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
