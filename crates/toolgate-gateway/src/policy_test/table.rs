@@ -182,6 +182,14 @@ impl TryFrom<PrincipalEntry> for Principal {
         if id.trim().is_empty() {
             return Err("a caller's id may not be empty".to_owned());
         }
+        // As the configuration's `users:` and a token's tenant claim: no caller has an
+        // empty tenant when serving.
+        if entry.tenant.as_deref().is_some_and(|t| t.trim().is_empty()) {
+            return Err(
+                "a caller's tenant may not be empty: leave `tenant` out for a caller of no tenant"
+                    .to_owned(),
+            );
+        }
         let scopes = token_scopes(&entry.claims)?;
         Ok(Principal {
             configured,
@@ -363,6 +371,18 @@ mod tests {
             "{error}"
         );
         assert!(error.contains("not both"), "{error}");
+    }
+
+    #[test]
+    fn a_principal_with_an_empty_tenant_is_refused_at_its_case() {
+        let text =
+            "cases:\n  - tool: echo\n    expect: deny\n    principal: { id: ann, tenant: '' }\n";
+        let error = PolicyTable::parse(text, "t.yaml").unwrap_err().to_string();
+        assert!(
+            error.starts_with("t.yaml:2:5: `cases[0].principal`:"),
+            "{error}"
+        );
+        assert!(error.contains("leave `tenant` out"), "{error}");
     }
 
     #[test]
