@@ -167,10 +167,10 @@ pub fn shown_id(id: &str) -> std::borrow::Cow<'_, str> {
 }
 
 /// Text a sender chose (an id, a key), as a message repeats it: its first `max_chars`
-/// characters, then `…` when it is longer; control characters, and those that break lines
-/// or turn text around (U+2028, U+2029, the bidirectional marks and overrides), escaped as
-/// `\n`, `\u{202e}` — so that the text can neither forge a log line nor disguise what
-/// follows it. Borrowed when there is nothing to change.
+/// characters, then `…` when it is longer; control characters, and those that break lines,
+/// turn text around or hide in it ([`hides_text`]), escaped as `\n`, `\u{202e}` — so that
+/// the text can neither forge a log line nor disguise what follows it. Borrowed when there
+/// is nothing to change.
 ///
 /// ```
 /// use toolgate_core::error::shown_text;
@@ -223,14 +223,29 @@ pub fn grouped(n: u64) -> String {
 }
 
 /// Whether `c`, shown as it is, could forge a line or disguise the text around it: a
-/// control character, a line or paragraph separator, or a bidirectional mark, embedding,
-/// override or isolate. The one list of what must be escaped, both in what a message
-/// repeats ([`shown_text`]) and in what a log line shows (the pipeline's log spans).
-pub(crate) fn hides_text(c: char) -> bool {
+/// control character (NUL, a line break, escape), a line or paragraph separator, a
+/// bidirectional mark, embedding, override or isolate, a zero-width or other invisible
+/// formatting character, or the byte-order mark. The one list of what must be escaped, in
+/// what a message repeats ([`shown_text`]) and in what a log line shows (the pipeline's log
+/// spans) — and of what an id may not hold where it is written in logs and records.
+///
+/// ```
+/// use toolgate_core::error::hides_text;
+///
+/// assert!(hides_text('\n') && hides_text('\u{202e}') && hides_text('\u{200b}'));
+/// assert!(!hides_text('a') && !hides_text('é') && !hides_text(' '));
+/// assert!("ann".chars().all(|c| !hides_text(c)));
+/// ```
+pub fn hides_text(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{2028}' | '\u{2029}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'
+            '\u{061c}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
+                | '\u{2060}'..='\u{2064}'
+                | '\u{2066}'..='\u{2069}'
+                | '\u{feff}'
         )
 }
 

@@ -59,10 +59,10 @@ impl std::fmt::Display for SpanName<'_> {
 
 /// A value that a caller chose (a request id, a user id), as a log line shows it: as it
 /// is, but with the characters a message escapes ([`shown_text`](crate::error::shown_text))
-/// escaped here too — control characters (`\n`, `\u{1b}`), the line and paragraph
-/// separators and the bidirectional controls (`\u{2028}`, `\u{202e}`) — so that an id
-/// cannot forge a log line, move a reader's cursor or make the line read backwards. Written
-/// as it streams, without allocating.
+/// escaped here too ([`hides_text`]: control characters such as `\n` and `\u{1b}`, the line
+/// and paragraph separators, the bidirectional controls such as `\u{202e}`, invisible
+/// formatting characters) — so that an id cannot forge a log line, move a reader's cursor
+/// or make the line read backwards. Written as it streams, without allocating.
 pub(super) struct Printable<T>(pub T);
 
 impl<T: std::fmt::Display> std::fmt::Display for Printable<T> {

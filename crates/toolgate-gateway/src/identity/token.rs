@@ -10,6 +10,7 @@ use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, Validation};
 use serde_json::{Map, Value};
 use toolgate_core::User;
+use toolgate_core::error::hides_text;
 
 use super::jwks::SigningKeys;
 use crate::config::OAuthConfig;
@@ -548,26 +549,11 @@ fn is_numeric_date(value: &Value) -> bool {
 fn id_rule(id: &str) -> Option<&'static str> {
     if id.len() > MAX_ID_BYTES {
         Some(ID_TOO_LONG)
-    } else if id.chars().any(is_unprintable) {
+    } else if id.chars().any(hides_text) {
         Some(ID_NOT_PRINTABLE)
     } else {
         None
     }
-}
-
-/// Control characters (NUL, line breaks, escape, …) and the invisible ones that change how
-/// the text around them reads: zero-width marks, line and paragraph separators,
-/// bidirectional overrides and isolates, the byte-order mark.
-fn is_unprintable(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{200B}'..='\u{200F}'
-                | '\u{2028}'..='\u{202E}'
-                | '\u{2060}'..='\u{2064}'
-                | '\u{2066}'..='\u{2069}'
-                | '\u{FEFF}'
-        )
 }
 
 /// The claims of `token`, unverified: read only to say what is wrong with them after the

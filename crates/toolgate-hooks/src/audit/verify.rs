@@ -48,7 +48,7 @@ use std::io::BufRead;
 
 use serde::Deserialize;
 use serde_json::Value;
-use toolgate_core::error::in_json_words;
+use toolgate_core::error::{hides_text, in_json_words};
 
 use super::chain::{CheckpointPublicKey, GENESIS, checkpoint_message, line_hash};
 
@@ -462,23 +462,15 @@ enum Found {
 /// line of its own in the report (a forged `intact: …`), move the terminal's cursor, or
 /// reorder what is shown after it.
 fn shown(id: &str) -> String {
-    let plain = |c: char| {
-        !c.is_control()
-            && !matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2060}'..='\u{2069}' | '\u{feff}')
-    };
-    if id.chars().all(plain) {
-        id.to_owned()
-    } else {
-        id.chars()
-            .map(|c| {
-                if plain(c) {
-                    c.to_string()
-                } else {
-                    c.escape_unicode().to_string()
-                }
-            })
-            .collect()
+    let mut shown = String::with_capacity(id.len());
+    for c in id.chars() {
+        if hides_text(c) {
+            shown.extend(c.escape_unicode());
+        } else {
+            shown.push(c);
+        }
     }
+    shown
 }
 
 /// Where one chain stands.

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 use serde::de;
 use serde::{Deserialize, Deserializer};
+use toolgate_core::error::hides_text;
 use toolgate_hooks::{OnBackendError, Partition};
 
 pub use approval::{ApprovalPolicy, WebhookConfig, WebhookEventName, WebhookFormatName};
@@ -130,10 +131,10 @@ fn unique<'a>(
 ) -> Result<(), ConfigError> {
     let mut seen = BTreeSet::new();
     for (i, name) in names.enumerate() {
-        if name.trim().is_empty() || name.chars().any(char::is_control) {
+        if name.trim().is_empty() || name.chars().any(hides_text) {
             return Err(ConfigError::invalid(
                 format!("{list}[{i}].name"),
-                "a name may not be empty nor hold control characters (a line break, an escape): it names the policy in logs, metrics and answers",
+                "a name may not be empty nor hold control characters (a line break, an escape) or invisible formatting characters (a zero-width space, a bidirectional override): it names the policy in logs, metrics and answers",
             ));
         }
         if !seen.insert(name) {
