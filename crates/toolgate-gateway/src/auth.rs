@@ -60,10 +60,32 @@ impl ApiKeys {
         self.by_hash(&key_digest(key))
     }
 
-    /// The user with this id, if any.
-    pub fn by_id(&self, id: &str) -> Option<Arc<User>> {
+    /// The configured user who is `caller` — the same id in the same tenant
+    /// ([`User::is_same_caller`]) — as the configuration has them now (their roles of now),
+    /// if any. `ann` of `acme` finds neither `ann` of `globex` nor `ann` of no tenant: a
+    /// user id is unique only within its tenant.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use toolgate_core::User;
+    /// use toolgate_gateway::auth::{hash_key, ApiKeys};
+    /// use toolgate_gateway::config::parse;
+    ///
+    /// let config = parse(&format!(
+    ///     "users:\n  - {{id: ann, key_sha256: \"{}\", tenant: acme, roles: [admin]}}\n",
+    ///     hash_key("tg_ann_secret")
+    /// ))?;
+    /// let keys = ApiKeys::new(&config.users);
+    /// let ann = keys.by_caller(&User::new("ann").with_tenant("acme")).unwrap();
+    /// assert!(ann.has_role("admin"));
+    /// assert!(keys.by_caller(&User::new("ann").with_tenant("globex")).is_none());
+    /// assert!(keys.by_caller(&User::new("ann")).is_none());
+    /// # Ok::<(), toolgate_gateway::config::ConfigError>(())
+    /// ```
+    pub fn by_caller(&self, caller: &User) -> Option<Arc<User>> {
         (self.users.iter())
-            .find(|(_, user)| user.id == id)
+            .find(|(_, user)| user.is_same_caller(caller))
             .map(|(_, user)| user.clone())
     }
 
@@ -81,8 +103,12 @@ impl ApiKeys {
         bool::from(found).then(|| self.users[index as usize].1.clone())
     }
 
-    /// Whether a user with this id signs in with an API key.
-    pub fn has_user(&self, id: &str) -> bool {
+    /// Whether a user with this id, in any tenant or in none, signs in with an API key.
+    ///
+    /// Not who a caller is (that is the id in its tenant: [`by_caller`](Self::by_caller)):
+    /// for the checks that compare ids across tenants on purpose, such as refusing a
+    /// token whose subject is an API-key user's id (`subjects_are_api_key_users`).
+    pub fn has_id_in_any_tenant(&self, id: &str) -> bool {
         self.users.iter().any(|(_, user)| user.id == id)
     }
 

@@ -57,6 +57,10 @@ pub enum Command {
         /// The configured user the client acts as (default: anonymous, with no roles).
         #[arg(long)]
         user: Option<String>,
+        /// The tenant of `--user`, when users of several tenants have that id (default: the
+        /// user of no tenant, or the only user of that id).
+        #[arg(long, requires = "user")]
+        tenant: Option<String>,
     },
     /// Check the file and print, for each tool, which hooks run at which stage in order.
     Check {
@@ -75,6 +79,10 @@ pub enum Command {
         /// Only the tools this configured user may call.
         #[arg(long)]
         user: Option<String>,
+        /// The tenant of `--user`, when users of several tenants have that id (default: the
+        /// user of no tenant, or the only user of that id).
+        #[arg(long, requires = "user")]
+        tenant: Option<String>,
     },
     /// Show the pinned tool definitions and the changes waiting (`pins:` in the file: its
     /// pin file, or the pins shared on Redis); `accept NAME…` accepts changes (a running
@@ -251,7 +259,11 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
             }
             served
         }
-        Command::Mcp { config, user } => {
+        Command::Mcp {
+            config,
+            user,
+            tenant,
+        } => {
             let file = load_file(&config).map_err(|e| e.to_string())?;
             let telemetry = start_telemetry(&file)?;
             crate::logging::init(
@@ -259,7 +271,7 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
                 &file.logging.level,
                 telemetry.as_ref().map(Telemetry::tracer),
             );
-            let user = configured_user(&file, user.as_deref())?;
+            let user = configured_user(&file, user.as_deref(), tenant.as_deref())?;
             for warning in file.warnings() {
                 tracing::warn!("{warning}");
             }
@@ -283,12 +295,13 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
             config,
             format,
             user,
+            tenant,
         } => {
             let mut file = load_file(&config).map_err(|e| e.to_string())?;
             // Listing needs no shared state: do not connect to Redis for it.
             file.state = StateConfig::default();
             let user = match user {
-                Some(id) => Some(configured_user(&file, Some(&id))?),
+                Some(id) => Some(configured_user(&file, Some(&id), tenant.as_deref())?),
                 None => None,
             };
             let gateway = Process::start(file, extensions)
@@ -339,16 +352,22 @@ fn start_telemetry(config: &crate::config::Config) -> Result<Option<Telemetry>, 
         .map_err(|e| e.to_string())
 }
 
-fn configured_user(config: &crate::config::Config, id: Option<&str>) -> Result<User, String> {
+/// The user of `--user` and `--tenant`: a user id is unique only within its tenant.
+fn configured_user(
+    config: &crate::config::Config,
+    id: Option<&str>,
+    tenant: Option<&str>,
+) -> Result<User, String> {
     let Some(id) = id else {
         return Ok(User::new("anonymous"));
     };
     config
-        .users
-        .iter()
-        .find(|u| u.id == id)
+        .user_named(id, tenant)
         .map(crate::config::UserEntry::user)
-        .ok_or_else(|| format!("no user `{id}` in the configuration's `users`"))
+        .map_err(|e| match e {
+            crate::config::UserNotFound::Unknown { .. } => e.to_string(),
+            _ => format!("{e} (`--tenant`)"),
+        })
 }
 
 async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), String> {

@@ -7,8 +7,9 @@ mod common;
 
 use std::time::Duration;
 
-use common::{Answer, Gateway, client, eventually, get, invoke, post, user_yaml};
+use common::{Answer, Gateway, client, eventually, get, invoke, key, post, user_yaml};
 use serde_json::{Value, json};
+use toolgate_gateway::auth::hash_key;
 
 /// `users:` with alice and carol (admins) and bob and dave (analysts).
 fn users() -> String {
@@ -378,6 +379,103 @@ async fn an_approved_call_runs_as_its_caller_is_now_and_not_at_all_once_they_are
     assert_eq!(
         show(&gateway, "alice", &second).await.body["status"],
         "decided"
+    );
+}
+
+/// A `users:` entry for `id` in `tenant` with `roles`, whose key is `key(key_name)`.
+fn tenant_user_yaml(id: &str, tenant: &str, key_name: &str, roles: &[&str]) -> String {
+    format!(
+        "  - {{ id: {id}, tenant: {tenant}, key_sha256: \"{}\", roles: [{}] }}\n",
+        hash_key(&key(key_name)),
+        roles.join(", ")
+    )
+}
+
+#[tokio::test]
+async fn an_approved_call_of_ann_of_acme_runs_as_her_and_not_as_ann_of_globex() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    // `ann` of `globex` comes first: a look-up by the id alone finds her.
+    let config = |anns: &str| {
+        format!(
+            "tools:\n  builtin: [sleep]\nusers:\n{}{anns}{}\naudit:\n  sink: file\n  path: {}\n  flush_every: 0s\n",
+            user_yaml("alice", &["admin"]),
+            [
+                "policies:",
+                "  authorization:",
+                "    default: deny",
+                "    rules:",
+                "      - { effect: allow, roles: [admin] }",
+                "      - { effect: allow, roles: [analyst], tools: [sleep] }",
+                "  approval:",
+                "    tools: [sleep]",
+            ]
+            .join("\n"),
+            audit.display()
+        )
+    };
+    let both = format!(
+        "{}{}",
+        tenant_user_yaml("ann", "globex", "ann_globex", &["intern"]),
+        tenant_user_yaml("ann", "acme", "ann_acme", &["analyst"]),
+    );
+    let gateway = Gateway::start(&config(&both));
+    let first = suspension_id(&park(&gateway, "ann_acme").await);
+    let second = suspension_id(&park(&gateway, "ann_acme").await);
+
+    // Run as ann of acme, an analyst: allowed. As ann of globex, an intern, it would be
+    // refused.
+    let approved = approve(&gateway, "alice", &first).await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    assert!(approved.body["output"].is_object(), "{}", approved.body);
+    let mut record = Value::Null;
+    eventually(
+        "the approved call is audited",
+        Duration::from_secs(10),
+        || {
+            record = (std::fs::read_to_string(&audit).unwrap_or_default().lines())
+                .filter_map(|line| serde_json::from_str::<Value>(line).ok())
+                .find(|record| record.get("approval").is_some())
+                .unwrap_or_default();
+            let done = !record.is_null();
+            async move { done }
+        },
+    )
+    .await;
+    assert_eq!(record["user_id"], "ann", "{record}");
+    assert_eq!(record["tenant"], "acme", "{record}");
+    assert_eq!(record["outcome"], "success", "{record}");
+
+    // Ann moves to globex, keeping her key: ann of acme is gone, and her waiting call
+    // cannot run as the ann of globex she is now.
+    std::fs::write(
+        &gateway.config,
+        config(&tenant_user_yaml("ann", "globex", "ann_acme", &["analyst"])),
+    )
+    .unwrap();
+    gateway.signal("HUP");
+    eventually(
+        "the old ann of globex is gone",
+        Duration::from_secs(30),
+        || async {
+            get(&client(), &gateway.url("/v1/tools"), Some("ann_globex"))
+                .await
+                .status
+                == 401
+        },
+    )
+    .await;
+    let refused = approve(&gateway, "alice", &second).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert_eq!(refused.error_code(), "caller_removed", "{}", refused.body);
+    assert!(
+        message(&refused).contains("`ann` of tenant `acme`"),
+        "{}",
+        refused.body
+    );
+    assert_eq!(
+        show(&gateway, "alice", &second).await.body["status"],
+        "waiting"
     );
 }
 

@@ -193,6 +193,49 @@ fn tools_prints_the_definitions_as_anthropic_json() {
 }
 
 #[test]
+fn tools_for_a_user_id_of_two_tenants_lists_what_the_user_of_the_tenant_named_may_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &path,
+        format!(
+            "tools:\n  builtin: [echo, sleep]\nusers:\n  - {{ id: ann, tenant: acme, key_sha256: \"{}\", roles: [analyst] }}\n  - {{ id: ann, tenant: globex, key_sha256: \"{}\", roles: [intern] }}\npolicies:\n  authorization:\n    default: deny\n    rules:\n      - {{ effect: allow, roles: [analyst], tenants: [acme] }}\n      - {{ effect: allow, roles: [intern], tenants: [globex], tools: [echo] }}\n",
+            hash_key("tg_ann_acme"),
+            hash_key("tg_ann_globex"),
+        ),
+    )
+    .unwrap();
+    let path = path.to_str().unwrap();
+    let listed = |tenant: &str| {
+        let args = [
+            "tools", "--config", path, "--format", "mcp", "--user", "ann", "--tenant", tenant,
+        ];
+        let (status, stdout, stderr) = run(&args, "");
+        assert!(status.success(), "{stderr}");
+        let tools: Value = serde_json::from_str(&stdout).expect(&stdout);
+        let mut names: Vec<String> = (tools["tools"].as_array().expect(&stdout).iter())
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(listed("acme"), ["echo", "sleep"]);
+    assert_eq!(listed("globex"), ["echo"]);
+
+    let (status, _, stderr) = run(
+        &[
+            "tools", "--config", path, "--format", "mcp", "--user", "ann",
+        ],
+        "",
+    );
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("tenant `acme` and tenant `globex`") && stderr.contains("`--tenant`"),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn tools_accepts_the_openai_responses_format_in_both_spellings() {
     let mut outputs = Vec::new();
     for spelling in ["openai-responses", "openai_responses"] {

@@ -13,7 +13,11 @@
 //!   holds it (`\"`, `\n`, `\/` in URLs and paths), and no secret;
 //! - `json_in_text_secret`: as `json_in_text`, with the AWS-style key in it written with
 //!   `\/` (as PHP's `json_encode` writes it). A scrubber that does not read JSON's escapes
-//!   does not find it, and returns `None`.
+//!   does not find it, and returns `None`;
+//! - `url_query_base64_secret`: as `url_query`, with one query holding the base64 of
+//!   `Basic ` and the AWS-style key, its padding escaped (`%3D%3D`): the one stretch of
+//!   base64 and escapes long enough to hold a secret, which the base64 search reads
+//!   unescaped (a copy of the text).
 //!
 //!     cargo bench -p toolgate-hooks --bench scrubber
 //!
@@ -28,6 +32,9 @@ use toolgate_hooks::secrets::Scrubber;
 const AWS_KEY: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
 /// A 40-character base64 token, with `+`.
 const TOKEN: &str = "q8Vt3Xk+Lm2PzR9wYb4NcJ7dHf1GsA6eUi0Ko5Tn";
+
+/// The base64 of `Basic ` and [`AWS_KEY`], its padding escaped as a URL query writes it.
+const BASIC_KEY: &str = "QmFzaWMgd0phbHJYVXRuRkVNSS9LN01ERU5HL2JQeFJmaUNZRVhBTVBMRUtFWQ%3D%3D";
 
 /// About 2 KB of JSON-ish records, with neither `%` nor `\`.
 fn plain() -> String {
@@ -86,6 +93,10 @@ fn bench(c: &mut Criterion) {
         ("url_query", url_query()),
         ("json_in_text", json_in_text("region=eu-west-1")),
         ("json_in_text_secret", json_in_text(&escaped_key)),
+        (
+            "url_query_base64_secret",
+            url_query().replacen("sig=abc%3D%3D", &format!("auth={BASIC_KEY}"), 1),
+        ),
     ];
     // Build the escape regex (built on the first text with a `%` or a `\`) before timing.
     for (_, text) in &cases {

@@ -144,7 +144,8 @@ pub struct OAuthConfig {
     #[serde(default = "default_max_token_bytes")]
     pub max_token_bytes: values::ByteSize,
     /// Whether a token whose `sub` is the id of a user in `users:` (an API-key user) is
-    /// that user (default `false`: such a token is refused). Per-user budgets, sessions
+    /// that user (default `false`: such a token is refused, whatever its tenant claim and
+    /// the tenant of that user: the id is compared in every tenant). Per-user budgets, sessions
     /// and cached results follow the id, so a subject the issuer lets someone else choose
     /// must not take over an API-key user's; set this only when the issuer's subjects are
     /// the same people as those ids.

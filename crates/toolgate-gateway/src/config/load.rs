@@ -6,6 +6,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use toolgate_core::error::hides_text;
+
 use super::{AuditConfig, Config};
 
 /// The shortest `server.mcp_state_key` accepted (what the seal needs: 256 bits).
@@ -376,38 +378,53 @@ pub(crate) fn in_plain_words(message: &str) -> String {
     message
 }
 
+/// What is wrong with `name` as a user id or a tenant in `users:`, if anything: the rule a
+/// token's subject and tenant claim meet too (at most 256 bytes, nothing that could forge
+/// or hide text where the name is quoted), and not blank.
+pub(crate) fn name_fault(name: &str) -> Option<&'static str> {
+    if name.trim().is_empty() {
+        Some("may not be empty")
+    } else if name.len() > 256 {
+        Some("is at most 256 bytes")
+    } else if name.chars().any(hides_text) {
+        Some(
+            "may not hold control characters (a line break, an escape) or invisible formatting characters (a zero-width space, a bidirectional override)",
+        )
+    } else {
+        None
+    }
+}
+
 /// Checks that need several fields at once. Tool names are checked later, once the tools
 /// of upstream servers are known.
 fn check(config: &Config) -> Result<(), ConfigError> {
     let mut ids = BTreeSet::new();
     let mut hashes = BTreeSet::new();
     for (i, user) in config.users.iter().enumerate() {
-        if user.id.trim().is_empty() {
+        if let Some(fault) = name_fault(&user.id) {
             return Err(ConfigError::invalid(
                 format!("users[{i}].id"),
-                "a user id may not be empty",
+                format!("a user id {fault}: it is written in logs, audit records and messages"),
             ));
         }
-        if user.id.chars().any(char::is_control) || user.id.len() > 256 {
-            return Err(ConfigError::invalid(
-                format!("users[{i}].id"),
-                "a user id is at most 256 bytes, without control characters (a line break, an escape): it is written in logs, audit records and messages",
-            ));
-        }
-        if let Some(tenant) = &user.tenant
-            && (tenant.trim().is_empty()
-                || tenant.chars().any(char::is_control)
-                || tenant.len() > 256)
-        {
+        if let Some(fault) = user.tenant.as_deref().and_then(name_fault) {
             return Err(ConfigError::invalid(
                 format!("users[{i}].tenant"),
-                "a tenant is a name of at most 256 bytes, not empty and without control characters (a line break, an escape): it is written in logs, audit records and messages; leave `tenant:` out for a user of no tenant",
+                format!(
+                    "a tenant {fault}: it is written in logs, audit records and messages; leave `tenant:` out for a user of no tenant"
+                ),
             ));
         }
-        if !ids.insert(user.id.as_str()) {
+        // Who a caller is, is a user id in a tenant: `ann` of `acme` and `ann` of `globex`
+        // (or of no tenant) are different users, and may both be configured.
+        if !ids.insert((user.tenant.as_deref(), user.id.as_str())) {
+            let user = match &user.tenant {
+                Some(tenant) => format!("user `{}` of tenant `{tenant}`", user.id),
+                None => format!("user `{}`", user.id),
+            };
             return Err(ConfigError::invalid(
                 format!("users[{i}].id"),
-                format!("user `{}` is defined twice: merge the two entries", user.id),
+                format!("{user} is defined twice: merge the two entries"),
             ));
         }
         if !hashes.insert(user.key_sha256.0) {
@@ -811,7 +828,64 @@ mod tests {
         let text = format!(
             "users:\n  - {{id: a, key_sha256: \"{hash}\"}}\n  - {{id: a, key_sha256: \"{other}\"}}\n"
         );
-        assert_eq!(parse(&text).unwrap_err().field(), "users[1].id");
+        let refused = parse(&text).unwrap_err();
+        assert_eq!(refused.field(), "users[1].id");
+        assert!(
+            refused
+                .to_string()
+                .contains("user `a` is defined twice: merge the two entries"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn the_same_user_id_in_two_tenants_is_two_users_each_with_their_own_key() {
+        use crate::auth::{ApiKeys, hash_key};
+        let text = format!(
+            "users:\n  - {{id: ann, key_sha256: \"{}\", tenant: acme, roles: [analyst]}}\n  - {{id: ann, key_sha256: \"{}\", tenant: globex, roles: [intern]}}\n  - {{id: ann, key_sha256: \"{}\", roles: [admin]}}\n",
+            hash_key("tg_ann_acme"),
+            hash_key("tg_ann_globex"),
+            hash_key("tg_ann"),
+        );
+        let config = parse(&text).expect("ann in two tenants and in none");
+        let keys = ApiKeys::new(&config.users);
+        for (key, tenant, role) in [
+            ("tg_ann_acme", Some("acme"), "analyst"),
+            ("tg_ann_globex", Some("globex"), "intern"),
+            ("tg_ann", None, "admin"),
+        ] {
+            let ann = keys.authenticate(key).expect(key);
+            assert_eq!(ann.id, "ann");
+            assert_eq!(ann.tenant.as_deref(), tenant, "{key}");
+            assert_eq!(ann.roles, [role], "{key}");
+        }
+    }
+
+    #[test]
+    fn the_same_user_id_twice_in_one_tenant_is_refused_naming_the_tenant() {
+        let hash = "ab".repeat(32);
+        let other = "cd".repeat(32);
+        let third = "ef".repeat(32);
+        let text = format!(
+            "users:\n  - {{id: ann, key_sha256: \"{hash}\", tenant: acme}}\n  - {{id: ann, key_sha256: \"{other}\", tenant: globex}}\n  - {{id: ann, key_sha256: \"{third}\", tenant: acme}}\n"
+        );
+        let refused = parse(&text).unwrap_err();
+        assert_eq!(refused.field(), "users[2].id");
+        assert!(
+            refused
+                .to_string()
+                .contains("user `ann` of tenant `acme` is defined twice: merge the two entries"),
+            "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_key_stays_unique_across_users_of_different_tenants() {
+        let hash = "ab".repeat(32);
+        let text = format!(
+            "users:\n  - {{id: ann, key_sha256: \"{hash}\", tenant: acme}}\n  - {{id: ann, key_sha256: \"{hash}\", tenant: globex}}\n"
+        );
+        assert_eq!(parse(&text).unwrap_err().field(), "users[1].key_sha256");
     }
 
     #[test]
@@ -923,13 +997,24 @@ mod tests {
             let yaml = format!("audit:\n  sink: file\n  path: /tmp/a.jsonl\n  {setting}\n");
             assert_eq!(parse(&yaml).unwrap_err().field(), field);
         }
-        for name in ["''", "\"a\\nwill_authorize x\"", "\"\\e]0;title\\a\""] {
+        for name in [
+            "''",
+            "\"a\\nwill_authorize x\"",
+            "\"\\e]0;title\\a\"",
+            "\"per\\u200Bcaller\"",
+        ] {
             let yaml = format!("policies:\n  rate_limits:\n    - {{name: {name}, rate: 1/s}}\n");
             let refused = parse(&yaml).unwrap_err();
             assert_eq!(refused.field(), "policies.rate_limits[0].name", "{name}");
         }
         let hash = "ab".repeat(32);
-        for id in ["\"a\\e[31mb\"", &"x".repeat(300)] {
+        for id in [
+            "\"a\\e[31mb\"",
+            &"x".repeat(300),
+            "\"ad\\u200Bmin\"",
+            "\"nna\\u202E\"",
+            "\"\\uFEFFann\"",
+        ] {
             let yaml = format!("users:\n  - id: {id}\n    key_sha256: {hash}\n");
             assert_eq!(parse(&yaml).unwrap_err().field(), "users[0].id", "{id}");
         }
@@ -943,6 +1028,8 @@ mod tests {
             "\"  \"",
             "\"acme\\nwill_authorize x\"",
             &"t".repeat(257),
+            "\"ac\\u200Dme\"",
+            "\"emca\\u202E\"",
         ] {
             let yaml =
                 format!("users:\n  - id: ann\n    key_sha256: {hash}\n    tenant: {tenant}\n");

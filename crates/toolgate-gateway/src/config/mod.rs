@@ -28,7 +28,7 @@ pub use identity::{
 };
 pub use load::{ConfigError, load_file, parse};
 pub(crate) use load::{
-    Located, in_plain_words as yaml_in_plain_words, io_in_words, strip_location,
+    Located, in_plain_words as yaml_in_plain_words, io_in_words, name_fault, strip_location,
 };
 pub use origin::WebOrigin;
 pub(crate) use policies::describe_budgets;
@@ -336,7 +336,100 @@ impl UserEntry {
     }
 }
 
+/// Why [`Config::user_named`] found no one user.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UserNotFound {
+    /// No user of `users:` has the id.
+    #[error("no user `{id}` in the configuration's `users`")]
+    Unknown {
+        /// The id asked for.
+        id: String,
+    },
+    /// Users have the id, none in the tenant asked for.
+    #[error("no user `{id}` of tenant `{tenant}` in the configuration's `users` (`{id}` is a user of {}): name one of those", tenants_named(.tenants))]
+    NotInTenant {
+        /// The id asked for.
+        id: String,
+        /// The tenant asked for.
+        tenant: String,
+        /// The tenants the id is a user of (`None`: a user of no tenant).
+        tenants: Vec<Option<String>>,
+    },
+    /// Users of several tenants have the id, none of no tenant, and no tenant was asked
+    /// for.
+    #[error("`{id}` is a user of {}, each a different caller: name the tenant too", tenants_named(.tenants))]
+    SeveralTenants {
+        /// The id asked for.
+        id: String,
+        /// The tenants the id is a user of.
+        tenants: Vec<Option<String>>,
+    },
+}
+
+/// `tenant `acme` and tenant `globex``, or `no tenant` for `None`.
+fn tenants_named(tenants: &[Option<String>]) -> String {
+    let named: Vec<String> = (tenants.iter())
+        .map(|t| match t {
+            Some(tenant) => format!("tenant `{tenant}`"),
+            None => "no tenant".to_owned(),
+        })
+        .collect();
+    match named.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => named.join(""),
+    }
+}
+
 impl Config {
+    /// The user of `users:` that a command or a test names by id (`toolgate mcp --user`,
+    /// `toolgate tools --user`, a policy test's `user:`). A user id is unique only within
+    /// its tenant, so with `tenant` it is the user of that id in that tenant; without, the
+    /// user of that id and no tenant, or else the only user of that id.
+    ///
+    /// # Errors
+    ///
+    /// [`UserNotFound`] when no user has the id, none has it in `tenant`, or, without
+    /// `tenant`, users of several tenants have it and none of no tenant.
+    ///
+    /// ```
+    /// use toolgate_gateway::config::{UserNotFound, parse};
+    ///
+    /// let config = parse(&format!(
+    ///     "users:\n  - {{id: ann, key_sha256: \"{}\", tenant: acme}}\n  - {{id: ann, key_sha256: \"{}\", tenant: globex}}\n",
+    ///     "ab".repeat(32),
+    ///     "cd".repeat(32),
+    /// ))?;
+    /// let ann = config.user_named("ann", Some("globex")).unwrap();
+    /// assert_eq!(ann.tenant.as_deref(), Some("globex"));
+    /// assert!(matches!(config.user_named("ann", None), Err(UserNotFound::SeveralTenants { .. })));
+    /// # Ok::<(), toolgate_gateway::config::ConfigError>(())
+    /// ```
+    pub fn user_named(&self, id: &str, tenant: Option<&str>) -> Result<&UserEntry, UserNotFound> {
+        let with_id: Vec<&UserEntry> = self.users.iter().filter(|u| u.id == id).collect();
+        if with_id.is_empty() {
+            return Err(UserNotFound::Unknown { id: id.to_owned() });
+        }
+        let tenants = || with_id.iter().map(|u| u.tenant.clone()).collect();
+        match (tenant, with_id.as_slice()) {
+            (Some(tenant), _) => (with_id.iter())
+                .find(|u| u.tenant.as_deref() == Some(tenant))
+                .copied()
+                .ok_or_else(|| UserNotFound::NotInTenant {
+                    id: id.to_owned(),
+                    tenant: tenant.to_owned(),
+                    tenants: tenants(),
+                }),
+            (None, [only]) => Ok(only),
+            (None, several) => (several.iter())
+                .find(|u| u.tenant.is_none())
+                .copied()
+                .ok_or_else(|| UserNotFound::SeveralTenants {
+                    id: id.to_owned(),
+                    tenants: tenants(),
+                }),
+        }
+    }
+
     /// What is allowed but likely a mistake, one message per finding, in plain words that
     /// say what to change: `toolgate check` prints them and the gateway logs them when it
     /// starts or reloads. None stops the gateway.

@@ -140,12 +140,18 @@ fn secure(headers: &HeaderMap) -> bool {
 }
 
 fn who(gateway: &Gateway, user: &User, csrf: &str) -> serde_json::Value {
-    json!({
+    let mut who = json!({
         "user": user.id,
         "roles": user.roles,
         "approver": gateway.may_approve(user),
         "csrf_token": csrf,
-    })
+    });
+    // A user id is unique only within its tenant: `ann` of `acme` is told apart from `ann`
+    // of `globex`. There only when the user has one, as in the suspensions' JSON.
+    if let Some(tenant) = &user.tenant {
+        who["tenant"] = json!(tenant);
+    }
+    who
 }
 
 /// The body of a sign-in.

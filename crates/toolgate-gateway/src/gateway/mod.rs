@@ -456,15 +456,17 @@ impl Gateway {
         }
     }
 
-    /// The user who made a waiting call, as this configuration knows them now: a user of
-    /// `users:` with their roles and tenant of now, `None` when `users:` no longer has
-    /// them. A caller who came with an OAuth token is as the token made them when the call
-    /// waited: the token is not kept, so it cannot be read again.
+    /// The user who made a waiting call, as this configuration knows them now: the user of
+    /// `users:` with the saved caller's id in the saved caller's tenant, with their roles of
+    /// now; `None` when `users:` no longer has that id in that tenant (a user moved to
+    /// another tenant is another caller, and `ann` of `globex` never resumes the call of
+    /// `ann` of `acme`). A caller who came with an OAuth token is as the token made them
+    /// when the call waited: the token is not kept, so it cannot be read again.
     pub(crate) fn caller_now(&self, saved: &User) -> Option<Arc<User>> {
         if saved.attributes.get("auth").and_then(|a| a.as_str()) == Some("oauth") {
             return Some(Arc::new(saved.clone()));
         }
-        self.keys.by_id(&saved.id)
+        self.keys.by_caller(saved)
     }
 
     pub(crate) fn may_approve(&self, user: &User) -> bool {
@@ -592,3 +594,58 @@ fn cedar_policies(
 
 /// The hooks of one tool by stage, in the order they run.
 pub type StagePlan = Vec<(toolgate_core::Stage, Vec<String>)>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::hash_key;
+
+    /// The gateway of `users`, a `users:` list in YAML.
+    async fn gateway(users: &str) -> Gateway {
+        let config = crate::config::parse(&format!("users:\n{users}")).expect("the configuration");
+        let shared = SharedState::new(&config).await.expect("the state");
+        let keys = KeyCache::default();
+        let extensions = Extensions::default();
+        let on = BuildOn {
+            shared: &shared,
+            keys: &keys,
+            extensions: &extensions,
+        };
+        Gateway::build(config, &on).await.expect("the gateway")
+    }
+
+    fn user(id: &str, tenant: &str, roles: &str) -> String {
+        format!(
+            "  - {{id: {id}, key_sha256: \"{}\", tenant: {tenant}, roles: [{roles}]}}\n",
+            hash_key(&format!("tg_{id}_{tenant}"))
+        )
+    }
+
+    #[tokio::test]
+    async fn a_saved_caller_is_found_now_in_their_own_tenant_only() {
+        let both = gateway(&format!(
+            "{}{}",
+            user("ann", "globex", "intern"),
+            user("ann", "acme", "analyst")
+        ))
+        .await;
+        let now = both
+            .caller_now(&User::new("ann").with_tenant("acme"))
+            .expect("ann of acme");
+        assert_eq!(now.tenant.as_deref(), Some("acme"));
+        assert_eq!(now.roles, ["analyst"]);
+    }
+
+    #[tokio::test]
+    async fn a_saved_caller_whose_tenant_no_longer_has_their_id_is_found_no_more() {
+        // Moved to another tenant at a reload: another caller, who does not resume her
+        // calls.
+        let moved = gateway(&user("ann", "globex", "analyst")).await;
+        assert!(
+            moved
+                .caller_now(&User::new("ann").with_tenant("acme"))
+                .is_none()
+        );
+        assert!(moved.caller_now(&User::new("ann")).is_none());
+    }
+}

@@ -480,8 +480,8 @@ pub async fn resume(
                 StatusCode::FORBIDDEN,
                 "caller_removed",
                 format!(
-                    "`{}`, who made this call, is no longer among this gateway's users, so the call cannot run as them: reject it instead; the call keeps waiting",
-                    saved.user.id
+                    "{}, who made this call, is no longer among this gateway's users (a user id counts in its tenant: one moved to another tenant is someone else), so the call cannot run as them: reject it instead; the call keeps waiting",
+                    saved.user.named()
                 ),
             )
         })?;

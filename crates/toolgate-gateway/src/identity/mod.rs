@@ -239,7 +239,11 @@ impl Identity {
         if !verified.audiences.includes(route) {
             return Outcome::Refused(Refusal::InvalidToken(TokenError::OtherRoute));
         }
-        if !oauth.config.subjects_are_api_key_users && keys.has_user(&verified.user.id) {
+        // By the id in any tenant, on purpose (docs/architecture.md, "Who a caller is"):
+        // a subject the issuer lets someone choose, with a tenant claim it lets them
+        // choose too, must not become an API-key user of any tenant.
+        if !oauth.config.subjects_are_api_key_users && keys.has_id_in_any_tenant(&verified.user.id)
+        {
             return Outcome::Refused(Refusal::InvalidToken(TokenError::SubjectIsApiKeyUser));
         }
         let required = required_scopes(&oauth.config, route);

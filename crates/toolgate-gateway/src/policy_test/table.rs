@@ -7,7 +7,9 @@ use serde_json::{Map, Value};
 use toolgate_core::User;
 use toolgate_hooks::policy::Verdict;
 
-use crate::config::{Config, Located, strip_location, yaml_in_plain_words};
+use crate::config::{
+    Config, Located, UserNotFound, name_fault, strip_location, yaml_in_plain_words,
+};
 
 /// A table of policy tests, as written in its YAML file:
 ///
@@ -133,10 +135,11 @@ impl Transport {
 
 /// Who calls: a user of the configuration (`user: alice`, with its roles and tenant), or
 /// one described in full (`id`, `roles`, `tenant`); `roles` and `tenant` given beside
-/// `user` replace the configured ones. With `claims` (`{scopes: [...]}`) the caller comes
-/// with an OAuth token, as when serving: policies see `auth` (`oauth`) and `scopes` as
-/// tags, the scopes grant the roles of `identity.oauth.scope_roles`, and the tools'
-/// `required_scopes` apply.
+/// `user` replace the configured ones, and where `users:` has the id in several tenants,
+/// `tenant` picks the user of that tenant ([`Config::user_named`]). With `claims`
+/// (`{scopes: [...]}`) the caller comes with an OAuth token, as when serving: policies see
+/// `auth` (`oauth`) and `scopes` as tags, the scopes grant the roles of
+/// `identity.oauth.scope_roles`, and the tools' `required_scopes` apply.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(try_from = "PrincipalEntry")]
 pub struct Principal {
@@ -179,16 +182,15 @@ impl TryFrom<PrincipalEntry> for Principal {
                 );
             }
         };
-        if id.trim().is_empty() {
-            return Err("a caller's id may not be empty".to_owned());
+        // The rule of the configuration's `users:` and a token's claims: no caller whose
+        // id or tenant breaks it reaches the policies when serving.
+        if let Some(fault) = name_fault(&id) {
+            return Err(format!("a caller's id {fault}"));
         }
-        // As the configuration's `users:` and a token's tenant claim: no caller has an
-        // empty tenant when serving.
-        if entry.tenant.as_deref().is_some_and(|t| t.trim().is_empty()) {
-            return Err(
-                "a caller's tenant may not be empty: leave `tenant` out for a caller of no tenant"
-                    .to_owned(),
-            );
+        if let Some(fault) = entry.tenant.as_deref().and_then(name_fault) {
+            return Err(format!(
+                "a caller's tenant {fault}: leave `tenant` out for a caller of no tenant"
+            ));
         }
         let scopes = token_scopes(&entry.claims)?;
         Ok(Principal {
@@ -215,12 +217,30 @@ impl Principal {
     pub fn user(&self, config: &Config) -> Result<User, String> {
         let mut user = User::new(self.id.clone());
         if let Some(name) = &self.configured {
-            let entry = config.users.iter().find(|u| &u.id == name).ok_or_else(|| {
-                let known: Vec<&str> = config.users.iter().map(|u| u.id.as_str()).collect();
-                format!(
-                    "no user `{name}` in the configuration's `users` (it has: {}); describe the caller with `id`, `roles` and `tenant` instead",
-                    if known.is_empty() { "none".to_owned() } else { known.join(", ") }
-                )
+            // A user id is unique only within its tenant: `tenant` beside `user` picks the
+            // user of that id in that tenant; when there is none, it replaces the tenant of
+            // the one user of that id (of no tenant, or the only one).
+            let tenant = self.tenant.as_deref();
+            let mut entry = config.user_named(name, tenant);
+            if let Err(UserNotFound::NotInTenant { .. }) = entry
+                && let Ok(only) = config.user_named(name, None)
+            {
+                entry = Ok(only);
+            }
+            let entry = entry.map_err(|e| match e {
+                UserNotFound::Unknown { .. } => {
+                    // Each id once, though it may be a user of several tenants.
+                    let mut seen = std::collections::BTreeSet::new();
+                    let known: Vec<&str> = (config.users.iter())
+                        .map(|u| u.id.as_str())
+                        .filter(|id| seen.insert(*id))
+                        .collect();
+                    format!(
+                        "no user `{name}` in the configuration's `users` (it has: {}); describe the caller with `id`, `roles` and `tenant` instead",
+                        if known.is_empty() { "none".to_owned() } else { known.join(", ") }
+                    )
+                }
+                e => format!("{e} (write `tenant` beside `user`)"),
             })?;
             user.roles.clone_from(&entry.roles);
             user.tenant.clone_from(&entry.tenant);
@@ -374,15 +394,53 @@ mod tests {
     }
 
     #[test]
-    fn a_principal_with_an_empty_tenant_is_refused_at_its_case() {
-        let text =
-            "cases:\n  - tool: echo\n    expect: deny\n    principal: { id: ann, tenant: '' }\n";
+    fn a_principal_with_an_empty_or_unprintable_tenant_is_refused_at_its_case() {
+        for tenant in ["''", "\"ac\\u202Eme\""] {
+            let text = format!(
+                "cases:\n  - tool: echo\n    expect: deny\n    principal: {{ id: ann, tenant: {tenant} }}\n"
+            );
+            let error = PolicyTable::parse(&text, "t.yaml").unwrap_err().to_string();
+            assert!(
+                error.starts_with("t.yaml:2:5: `cases[0].principal`:"),
+                "{error}"
+            );
+            assert!(error.contains("leave `tenant` out"), "{error}");
+        }
+        let text = "cases:\n  - tool: echo\n    expect: deny\n    principal: { id: \"a\\nb\" }\n";
         let error = PolicyTable::parse(text, "t.yaml").unwrap_err().to_string();
+        assert!(error.contains("a caller's id may not hold"), "{error}");
+    }
+
+    #[test]
+    fn a_configured_user_in_several_tenants_is_picked_by_the_cases_tenant() {
+        let config = crate::config::parse(&format!(
+            "users:\n  - {{id: ann, key_sha256: \"{}\", tenant: acme, roles: [analyst]}}\n  - {{id: ann, key_sha256: \"{}\", tenant: globex, roles: [intern]}}\n",
+            "ab".repeat(32),
+            "cd".repeat(32),
+        ))
+        .unwrap();
+        let principal = |yaml: &str| {
+            let text = format!("cases:\n  - tool: echo\n    expect: deny\n    principal: {yaml}\n");
+            PolicyTable::parse(&text, "t.yaml").unwrap().cases[0]
+                .principal
+                .user(&config)
+        };
+        for (tenant, role) in [("acme", "analyst"), ("globex", "intern")] {
+            let ann = principal(&format!("{{ user: ann, tenant: {tenant} }}")).unwrap();
+            assert_eq!(ann.tenant.as_deref(), Some(tenant));
+            assert_eq!(ann.roles, [role]);
+        }
+        let which = principal("{ user: ann }").unwrap_err();
         assert!(
-            error.starts_with("t.yaml:2:5: `cases[0].principal`:"),
-            "{error}"
+            which.contains("tenant `acme` and tenant `globex`")
+                && which.contains("write `tenant` beside `user`"),
+            "{which}"
         );
-        assert!(error.contains("leave `tenant` out"), "{error}");
+        let neither = principal("{ user: ann, tenant: initech }").unwrap_err();
+        assert!(
+            neither.contains("no user `ann` of tenant `initech`"),
+            "{neither}"
+        );
     }
 
     #[test]

@@ -229,15 +229,16 @@ async fn a_rejected_call_tells_its_caller_the_approvers_reason() {
 }
 
 #[tokio::test]
-async fn bidi_controls_in_a_callers_name_and_input_are_shown_as_escapes_not_obeyed() {
-    if !browser::available("bidi_controls_in_a_callers_name_and_input_are_shown_as_escapes") {
+async fn bidi_controls_in_a_calls_input_and_reason_are_shown_as_escapes_not_obeyed() {
+    if !browser::available("bidi_controls_in_a_calls_input_and_reason_are_shown_as_escapes") {
         return;
     }
-    // U+202E (right-to-left override) shows what follows it reversed: a caller named
-    // `mallory<U+202E>live` would read `malloryevil`, and `report<U+202E>fdp.exe` would
-    // read `reportexe.pdf`. The approver must see what runs, not what it is drawn as.
+    // U+202E (right-to-left override) shows what follows it reversed:
+    // `report<U+202E>fdp.exe` would read `reportexe.pdf`. The approver must see what runs,
+    // not what it is drawn as. (A caller's id and tenant cannot hold such characters: the
+    // configuration and the token check refuse them.)
     let yaml = format!(
-        "console: {{}}\ntools:\n  builtin: [echo]\nusers:\n{}  - {{ id: \"mallory\\u202Elive\", key_sha256: \"{}\", roles: [analyst] }}\n\
+        "console: {{}}\ntools:\n  builtin: [echo]\nusers:\n{}  - {{ id: mallory, key_sha256: \"{}\", roles: [analyst] }}\n\
 policies:\n  approval:\n    tools: [echo]\n    approver_roles: [admin]\n    expire_after: 1h\n",
         user_yaml("alice", &["admin"]),
         toolgate_gateway::auth::hash_key(&key("mallory")),
@@ -256,10 +257,7 @@ policies:\n  approval:\n    tools: [echo]\n    approver_roles: [admin]\n    expi
     sign_in(&browser, &gateway, "alice").await;
 
     let shown = card(&browser, &id).await;
-    for expected in [
-        r"mallory\u202Elive",
-        r#""text": "report\u202Efdp.exe\u200B\u001b[2J""#,
-    ] {
+    for expected in ["mallory", r#""text": "report\u202Efdp.exe\u200B\u001b[2J""#] {
         assert!(
             shown.contains(expected),
             "the card lacks {expected:?}: {shown}"
@@ -278,15 +276,15 @@ policies:\n  approval:\n    tools: [echo]\n    approver_roles: [admin]\n    expi
             json!([format!("article[data-id=\"{id}\"]")]),
         )
         .await;
-    assert_eq!(label, json!(r"echo by mallory\u202Elive"));
+    assert_eq!(label, json!("echo by mallory"));
     decide(&browser, &id, "reject", "no\u{202e}ton").await;
     browser
-        .wait_text("#status", r"Rejected echo for mallory\u202Elive")
+        .wait_text("#status", "Rejected echo for mallory")
         .await;
     browser.click("a[href='#history']").await;
     let history = browser.wait_text("#history tbody", r"no\u202Eton").await;
     assert!(
-        history.contains(r"mallory\u202Elive") && !history.contains('\u{202e}'),
+        history.contains("mallory") && !history.contains('\u{202e}'),
         "{history}"
     );
     browser.quit().await;
@@ -298,11 +296,10 @@ async fn a_callers_tenant_is_shown_beside_their_id_in_the_queue_and_the_history(
         return;
     }
     // ann of acme is not ann of globex: the approver must see which one waits. The
-    // tenant is caller-chosen text too (a token's claim), shown escaped like the rest.
-    // The approver is of the same tenant, as one of a tenant sees that tenant's calls only.
+    // approver is of the same tenant, as one of a tenant sees that tenant's calls only.
     let member = |id: &str, role: &str| {
         format!(
-            "  - {{ id: {id}, key_sha256: \"{}\", roles: [{role}], tenant: \"acme\\u202Eevil\" }}\n",
+            "  - {{ id: {id}, key_sha256: \"{}\", roles: [{role}], tenant: acme }}\n",
             toolgate_gateway::auth::hash_key(&key(id)),
         )
     };
@@ -319,37 +316,34 @@ policies:\n  approval:\n    tools: [sleep]\n    approver_roles: [admin]\n    exp
 
     let shown = card(&browser, &id).await;
     assert!(
-        shown.contains(r"ann · acme\u202Eevil"),
+        shown.contains("ann · acme"),
         "the card names the caller with their tenant: {shown}"
     );
     assert!(!shown.contains('\u{202e}'), "{shown}");
     let tenant = browser
         .text_of(&format!("article[data-id=\"{id}\"] .caller .tenant"))
         .await;
-    assert_eq!(tenant, r"· acme\u202Eevil");
+    assert_eq!(tenant, "· acme");
     let label = browser
         .run(
             "return document.querySelector(arguments[0]).getAttribute('aria-label')",
             json!([format!("article[data-id=\"{id}\"]")]),
         )
         .await;
-    assert_eq!(label, json!(r"sleep by ann · acme\u202Eevil"));
+    assert_eq!(label, json!("sleep by ann · acme"));
 
     decide(&browser, &id, "approve", "checked").await;
     browser
-        .wait_text("#status", r"Approved sleep for ann · acme\u202Eevil")
+        .wait_text("#status", "Approved sleep for ann · acme")
         .await;
     browser.click("a[href='#history']").await;
     let history = browser.wait_text("#history tbody", "checked").await;
     assert!(
-        history.contains(r"ann · acme\u202Eevil") && !history.contains('\u{202e}'),
+        history.contains("ann · acme") && !history.contains('\u{202e}'),
         "the history names the caller with their tenant: {history}"
     );
     let approver = browser.text_of("#history tbody .approver").await;
-    assert_eq!(
-        approver, r"alice · acme\u202Eevil",
-        "and the approver with theirs"
-    );
+    assert_eq!(approver, "alice · acme", "and the approver with theirs");
     browser.quit().await;
 }
 

@@ -105,7 +105,8 @@ fn set_digest(values: &[&str]) -> [u8; 32] {
 ///
 /// The matchers are built once, when the scrubber is (the escape regex, slower to build, on
 /// the first text with a `%` or a `\` in it); each search is linear in the text (a text
-/// with an escaped base64 character is also copied once, unescaped, for the base64 search).
+/// with an escaped base64 character in a run long enough to hold a secret's base64 is also
+/// copied once, unescaped, for the base64 search).
 /// A text with neither a `%` nor a `\` is searched by the automata alone.
 /// Overlapping matches are replaced by one [`SCRUBBED`]. Cloning is cheap (the matchers
 /// are shared), and its `Debug` output shows how many values it holds, never the values.
@@ -162,6 +163,9 @@ struct Matchers {
     /// Per pattern of `base64`: whether it is a core, whose match stands for the base64 run
     /// around it.
     core: Vec<bool>,
+    /// The length of the shortest pattern of `base64`: a shorter stretch of a text is not
+    /// [unescaped](Unescaped) for it.
+    shortest: usize,
     /// Per secret, longest first: the [`escaped_pattern`].
     patterns: Vec<String>,
     /// Every mix of raw, percent-escaped and JSON-escaped characters of every secret, in
@@ -278,7 +282,7 @@ fn base64_cores(raw: &[u8]) -> Vec<String> {
 }
 
 /// Whether `byte` is a base64 character, standard or URL-safe (not the padding).
-fn is_base64(byte: u8) -> bool {
+const fn is_base64(byte: u8) -> bool {
     byte.is_ascii_alphanumeric() || matches!(byte, b'+' | b'/' | b'-' | b'_')
 }
 
@@ -318,6 +322,24 @@ const JSON_SHORT: [(u8, u8); 8] = [
     (b'\r', b'r'),
     (b'\t', b't'),
 ];
+
+/// Whether `byte` may be part of a base64 run, unescaped or escaped: a base64 character,
+/// `=`, or the start of an escape (whose other characters are base64 ones but for the `"`
+/// of `\"`).
+fn in_stretch(byte: u8) -> bool {
+    /// Per byte, whether it is one, looked up: stretches are measured byte by byte.
+    static STRETCH: [bool; 256] = {
+        let mut table = [false; 256];
+        let mut byte = 0;
+        while byte < 256 {
+            let b = byte as u8;
+            table[byte] = is_base64(b) || matches!(b, b'=' | b'%' | b'\\');
+            byte += 1;
+        }
+        table
+    };
+    STRETCH[usize::from(byte)]
+}
 
 /// Whether `hay` has a `%` or a `\`: a text without either holds no escape, and pays for no
 /// search of one.
@@ -361,19 +383,44 @@ struct Unescaped {
 
 impl Unescaped {
     /// `hay` unescaped, or `None` if it has nothing to unescape (it is searched as it is).
-    /// Only texts with a `%` or a `\` come here: kept out of line, off the path of the
-    /// others.
+    /// Only the escapes in a stretch of `hay` at least `shortest` bytes long (the shortest
+    /// base64 needle) are unescaped: a stretch of base64 characters, `=`, `%` and `\`
+    /// holds every escape of `+`, `/` and `=` and every base64 run it is part of, unescaped
+    /// or not, so a needle that overlaps an escape is found only in a stretch as long as
+    /// it (an escape is never shorter than its character). A stretch shorter than that is
+    /// searched as it is, where it matches nothing either way: the paths and URL queries
+    /// of ordinary text (`\/var\/www\/app`, `q=a%2Fb%3D1`) are not copied. Only texts
+    /// with a `%` or a `\` come here: kept out of line, off the path of the others.
     #[inline(never)]
-    fn new(hay: &[u8]) -> Option<Self> {
+    fn new(hay: &[u8], shortest: usize) -> Option<Self> {
         let mut text = Vec::new();
         let mut escapes = Vec::new();
         // The start of what is not yet copied to `text`, and how many bytes the escapes
         // so far are longer than their characters.
         let mut copied = 0;
         let mut shrunk = 0;
+        // The end of the stretch of the last escape found: a long one, whose escapes are
+        // read (a short one is skipped whole).
+        let mut stretch_end = 0;
         let mut at = 0;
         while let Some(next) = memchr::memchr2(b'%', b'\\', &hay[at..]) {
             at += next;
+            if at >= stretch_end {
+                let start = hay[..at]
+                    .iter()
+                    .rposition(|&b| !in_stretch(b))
+                    .map_or(0, |before| before + 1);
+                stretch_end = hay[at..]
+                    .iter()
+                    .position(|&b| !in_stretch(b))
+                    .map_or(hay.len(), |after| at + after);
+                if stretch_end - start < shortest {
+                    // Nothing to find here: on past the stretch, whose escapes need not
+                    // be read (one that ends past it is `\"`, whose `"` starts none).
+                    at = stretch_end;
+                    continue;
+                }
+            }
             match escape_at(hay, at) {
                 Some((unescaped @ (b'+' | b'/' | b'='), len)) => {
                     if escapes.is_empty() {
@@ -460,6 +507,7 @@ impl Matchers {
         needles.sort_unstable_by(|a, b| a.0.cmp(&b.0).then(b.1.cmp(&a.1)));
         needles.dedup_by(|a, b| a.0 == b.0);
         let core = needles.iter().map(|(_, core)| *core).collect();
+        let shortest = needles.iter().map(|(needle, _)| needle.len()).min();
         let base64 = if needles.is_empty() {
             None
         } else {
@@ -474,6 +522,7 @@ impl Matchers {
             forms: automaton(&forms, true),
             base64,
             core,
+            shortest: shortest.unwrap_or(0),
             patterns: values.iter().map(|raw| escaped_pattern(raw)).collect(),
             escaped: OnceLock::new(),
             spaces: values.iter().any(|raw| raw.contains(' ')),
@@ -499,17 +548,28 @@ impl Matchers {
 
     fn occurs_in(&self, hay: &[u8]) -> bool {
         let escapes = may_be_escaped(hay);
-        [&self.forms, &self.base64]
-            .into_iter()
-            .flatten()
-            .any(|ac| ac.is_match(hay))
+        // The escape regex before the base64 search: over 2 KB it costs a tenth of an
+        // automaton's pass, and finds an escaped secret without that pass.
+        self.forms.as_ref().is_some_and(|ac| ac.is_match(hay))
             || self.escaped(hay, escapes).iter().any(|re| re.is_match(hay))
-            // Escaped standard base64, only in a text with a `%` or a `\` (what the search
-            // of the text as it is found, it finds again).
-            || escapes
-                && self.base64.as_ref().is_some_and(|ac| {
-                    Unescaped::new(hay).is_some_and(|unescaped| ac.is_match(&unescaped.text))
-                })
+            || self.base64.as_ref().is_some_and(|ac| {
+                ac.is_match(hay)
+                    // Escaped standard base64, only in a text with a `%` or a `\` whose
+                    // escapes may be part of a match (what the search of the text as it is
+                    // found, it would find again): the text as it is first, so that a
+                    // secret in it is found without copying the text.
+                    || self
+                        .unescaped(hay, escapes)
+                        .is_some_and(|unescaped| ac.is_match(&unescaped.text))
+            })
+    }
+
+    /// `hay` with the escapes of standard base64 unescaped, for the base64 search, if it
+    /// has a `%` or a `\` (`escapes`) and some of them may be part of a match.
+    fn unescaped(&self, hay: &[u8], escapes: bool) -> Option<Unescaped> {
+        escapes
+            .then(|| Unescaped::new(hay, self.shortest))
+            .flatten()
     }
 
     /// Every place in `hay` a form of a secret occurs, in order; overlapping places are
@@ -524,7 +584,7 @@ impl Matchers {
             // Standard base64 in a URL query, a form body or a JSON string is searched for
             // unescaped (every match of the text as it is is also one of it unescaped), and
             // each place found is moved back to the text as it is.
-            let unescaped = escapes.then(|| Unescaped::new(hay)).flatten();
+            let unescaped = self.unescaped(hay, escapes);
             let text = unescaped.as_ref().map_or(hay, |u| u.text.as_slice());
             let start = found.len();
             // The end of the last base64 run replaced: a core that ends within it is in it.
@@ -1424,6 +1484,31 @@ mod tests {
                 "{}", escaped
             );
         }
+    }
+
+    #[test]
+    fn only_the_escapes_in_a_stretch_as_long_as_a_needle_are_unescaped() {
+        // `\/var\/www` is 10 bytes between two `"`, `a%2Fb` 5 between `"` and `&`: neither
+        // can hold a needle of 11, and the text is searched as it is.
+        let hay = br#"{"p":"\/var\/www","q":"a%2Fb&c=\"x\""}"#;
+        assert!(Unescaped::new(hay, 11).is_none());
+        // A needle of 10 may overlap the path's escapes, not the query's.
+        let unescaped = Unescaped::new(hay, 10).expect("the path is unescaped");
+        assert_eq!(unescaped.text, br#"{"p":"/var/www","q":"a%2Fb&c=\"x\""}"#);
+        assert_eq!(unescaped.escaped(6..14), 6..16);
+        assert_eq!(unescaped.escaped(21..26), 23..28);
+        let unescaped = Unescaped::new(hay, 5).expect("both are unescaped");
+        assert_eq!(unescaped.text, br#"{"p":"/var/www","q":"a/b&c=\"x\""}"#);
+        // In a scrubber: paths and queries around a base64 credential, escaped by .NET and
+        // in a URL, are kept as they are and the credentials replaced.
+        let scrubber = Scrubber::for_values([PLUS_SLASH]);
+        let text = r#"{"path":"\/a\/b","auth":"Basic dXNlcjp0b2t\u002BPj4\/dmVyLVNlY3JldA==","q":"x%2Fy","cb":"dXNlcjp0b2t%2BPj4%2FdmVyLVNlY3JldA%3D%3D"}"#;
+        assert_eq!(
+            scrubbed(&scrubber, text),
+            format!(
+                r#"{{"path":"\/a\/b","auth":"Basic {SCRUBBED}","q":"x%2Fy","cb":"{SCRUBBED}"}}"#
+            )
+        );
     }
 
     #[test]

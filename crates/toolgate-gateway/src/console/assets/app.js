@@ -73,7 +73,7 @@ function signedIn(me) {
   $('view-sign-in').hidden = true;
   $('nav').hidden = false;
   $('account').hidden = false;
-  $('who').textContent = visible(`${me.user}${me.approver ? ' (approver)' : ''}`);
+  $('who').textContent = visible(`${named(me.user, me.tenant)}${me.approver ? ' (approver)' : ''}`);
   for (const link of document.querySelectorAll('#nav [data-approver]')) link.hidden = !me.approver;
   $('not-approver').hidden = me.approver;
   const wanted = location.hash.slice(1);
@@ -105,7 +105,7 @@ $('sign-in-form').addEventListener('submit', async (event) => {
   try {
     const me = await api('POST', '/console/session', { key: key.value });
     key.value = '';
-    say(`Signed in as ${me.user}.`);
+    say(`Signed in as ${visible(named(me.user, me.tenant))}.`);
     signedIn(me);
   } catch (error) {
     say(error.message, true);
