@@ -7,6 +7,7 @@ use std::time::SystemTime;
 
 use async_trait::async_trait;
 use toolgate_core::User;
+use toolgate_core::suspension::SuspensionFilter;
 pub use toolgate_core::suspension::{
     InMemorySuspensionStore, SuspendedInvocation, SuspensionLimits, SuspensionStore,
     SuspensionStoreError, SuspensionTable,
@@ -46,6 +47,10 @@ impl FileStoreError {
 /// expiring `expire_after` after it was suspended. Expired calls are removed from the file
 /// at the next change; their ids answer "expired" until this process ends (a restart
 /// forgets them, and they answer "unknown" after it).
+///
+/// It lists its waiting calls ([`SuspensionStore::list`]) by every condition of a
+/// [`SuspensionFilter`] (tool, user id, tenant, since), as the in-memory store does; it
+/// keeps no outcomes of decided calls.
 ///
 /// A file that cannot be read back is moved aside with a warning and a new one started. A
 /// new file is readable by its owner only (on Unix); a rewrite keeps the file's mode.
@@ -243,6 +248,18 @@ impl SuspensionStore for JsonFileSuspensionStore {
         let now = (self.clock)();
         Ok(self.lock().expired_owner(id, now))
     }
+
+    /// The calls waiting, read from memory (the file holds the same): every condition of
+    /// `filter` holds, a tenant's included, as in the in-memory store.
+    async fn list(
+        &self,
+        filter: &SuspensionFilter,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
+        let now = (self.clock)();
+        Ok(self.lock().list(filter, after, limit, now))
+    }
 }
 
 #[cfg(test)]
@@ -333,5 +350,41 @@ mod tests {
         assert!(told(&acme.clone().with_roles(["ops"])));
         assert!(!told(&User::new("ann").with_tenant("globex")));
         assert!(!told(&User::new("ann")));
+    }
+
+    #[tokio::test]
+    async fn a_tenant_listing_read_back_from_the_file_has_that_tenants_callers_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let store = JsonFileSuspensionStore::open(&path, limits(5)).unwrap();
+        let callers = [
+            ("a1", User::new("ann").with_tenant("acme")),
+            ("b1", User::new("bob").with_tenant("acme")),
+            ("g1", User::new("ann").with_tenant("globex")),
+            ("n1", User::new("ann")),
+        ];
+        for (id, user) in &callers {
+            store.save(call_by(id, user)).await.unwrap();
+        }
+        drop(store);
+        let reopened = JsonFileSuspensionStore::open(&path, limits(5)).unwrap();
+        let listed = |user: Option<&str>, tenant: Option<Option<&str>>| {
+            let filter = SuspensionFilter {
+                user: user.map(str::to_owned),
+                tenant: tenant.map(|t| t.map(str::to_owned)),
+                ..SuspensionFilter::default()
+            };
+            let reopened = &reopened;
+            async move {
+                let calls = reopened.list(&filter, None, 10).await.unwrap();
+                calls.into_iter().map(|c| c.id).collect::<Vec<_>>()
+            }
+        };
+
+        assert_eq!(listed(None, Some(Some("acme"))).await, ["a1", "b1"]);
+        assert_eq!(listed(Some("ann"), Some(Some("acme"))).await, ["a1"]);
+        assert_eq!(listed(Some("ann"), Some(Some("globex"))).await, ["g1"]);
+        assert_eq!(listed(None, Some(None)).await, ["n1"]);
+        assert_eq!(listed(Some("ann"), None).await, ["a1", "g1", "n1"]);
     }
 }

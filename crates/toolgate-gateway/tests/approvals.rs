@@ -1031,6 +1031,288 @@ async fn decided_calls_are_listed_with_the_filters_paging_and_authorization_of_w
     assert_eq!(daves_for_bob.error_code(), "not_an_approver");
 }
 
+/// A gateway where `sleep` waits for approval, with alice (an operator: an approver of no
+/// tenant), olga (an approver of `acme`), ann of `acme`, ann of `globex`, bob of `globex`
+/// and dave (of no tenant), analysts; their keys are named `alice`, `olga`, `ann_acme`,
+/// `ann_globex`, `bob_globex` and `dave`.
+fn tenants_config() -> String {
+    format!(
+        "tools:\n  builtin: [sleep]\nusers:\n{}{}{}{}{}{}policies:\n  approval:\n    tools: [sleep]\n",
+        user_yaml("alice", &["admin"]),
+        tenant_user_yaml("olga", "acme", "olga", &["admin"]),
+        tenant_user_yaml("ann", "acme", "ann_acme", &["analyst"]),
+        tenant_user_yaml("ann", "globex", "ann_globex", &["analyst"]),
+        tenant_user_yaml("bob", "globex", "bob_globex", &["analyst"]),
+        user_yaml("dave", &["analyst"]),
+    )
+}
+
+/// The waiting calls of [`tenants_config`]'s gateway: two of ann of acme, one each of
+/// ann of globex, bob of globex and dave, each list sorted by id.
+struct Waiting {
+    ann_acme: Vec<String>,
+    ann_globex: Vec<String>,
+    bob_globex: Vec<String>,
+    dave: Vec<String>,
+}
+
+async fn calls_of_three_tenants() -> (Gateway, Waiting) {
+    let gateway = Gateway::start(&tenants_config());
+    let parked = |key: &'static str, n: usize| {
+        let gateway = &gateway;
+        async move {
+            let mut ids = Vec::new();
+            for _ in 0..n {
+                ids.push(suspension_id(&park(gateway, key).await));
+            }
+            ids.sort();
+            ids
+        }
+    };
+    let waiting = Waiting {
+        ann_acme: parked("ann_acme", 2).await,
+        ann_globex: parked("ann_globex", 1).await,
+        bob_globex: parked("bob_globex", 1).await,
+        dave: parked("dave", 1).await,
+    };
+    (gateway, waiting)
+}
+
+fn sorted(lists: &[&[String]]) -> Vec<String> {
+    let mut all = lists.concat();
+    all.sort();
+    all
+}
+
+#[tokio::test]
+async fn an_operator_lists_one_tenants_calls_and_with_user_that_users_in_that_tenant_alone() {
+    let (gateway, w) = calls_of_three_tenants().await;
+    let globex = sorted(&[&w.ann_globex, &w.bob_globex]);
+
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "tenant=acme").await),
+        w.ann_acme
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "tenant=globex").await),
+        globex
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "user=ann&tenant=acme").await),
+        w.ann_acme,
+        "ann of acme's, while ann of globex's waits too"
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "tenant=globex&user=ann").await),
+        w.ann_globex
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "user=ann").await),
+        sorted(&[&w.ann_acme, &w.ann_globex]),
+        "without a tenant, `user=` is that id in every tenant"
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "no_tenant=true").await),
+        w.dave
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "user=ann&no_tenant=true").await),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "tenant=initech").await),
+        Vec::<String>::new()
+    );
+    let paged = list(&gateway, "alice", "tenant=globex&limit=1").await;
+    let cursor = paged.body["next_cursor"].as_str().expect("a next page");
+    let rest = list(
+        &gateway,
+        "alice",
+        &format!("tenant=globex&limit=1&cursor={cursor}"),
+    )
+    .await;
+    assert_eq!([listed_ids(&paged), listed_ids(&rest)].concat(), globex);
+    for item in list(&gateway, "alice", "tenant=acme").await.body["suspensions"]
+        .as_array()
+        .unwrap()
+    {
+        assert_eq!(
+            (item["user"].as_str(), item["tenant"].as_str()),
+            (Some("ann"), Some("acme"))
+        );
+    }
+
+    // Decided calls are filtered alike.
+    for id in [&w.ann_acme[0], &w.ann_globex[0], &w.dave[0]] {
+        assert_eq!(approve(&gateway, "alice", id).await.status, 200);
+    }
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "status=decided&user=ann&tenant=acme").await),
+        w.ann_acme[..1]
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "status=decided&tenant=globex").await),
+        w.ann_globex
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "status=decided&no_tenant=true").await),
+        w.dave
+    );
+}
+
+#[tokio::test]
+async fn an_approver_of_one_tenant_is_refused_another_tenant_and_answered_for_their_own() {
+    let (gateway, w) = calls_of_three_tenants().await;
+
+    for query in ["tenant=globex", "no_tenant=true", "user=ann&tenant=globex"] {
+        let refused = list(&gateway, "olga", query).await;
+        assert_eq!(refused.status, 403, "{query}: {}", refused.body);
+        assert_eq!(
+            refused.error_code(),
+            "not_an_approver_of_tenant",
+            "{query}: {}",
+            refused.body
+        );
+        assert!(
+            message(&refused).contains("leave out `tenant`"),
+            "{query}: {}",
+            refused.body
+        );
+    }
+    assert_eq!(
+        listed_ids(&list(&gateway, "olga", "tenant=acme").await),
+        w.ann_acme
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "olga", "user=ann&tenant=acme").await),
+        w.ann_acme
+    );
+    assert_eq!(listed_ids(&list(&gateway, "olga", "").await), w.ann_acme);
+    assert_eq!(
+        listed_ids(&list(&gateway, "olga", "user=ann").await),
+        w.ann_acme,
+        "ann of globex stays out of an acme approver's listing"
+    );
+}
+
+#[tokio::test]
+async fn a_caller_asking_for_another_tenant_is_refused_and_for_their_own_is_answered() {
+    let (gateway, w) = calls_of_three_tenants().await;
+
+    for (key, query) in [
+        ("ann_globex", "tenant=acme"),
+        ("ann_globex", "no_tenant=true"),
+        ("ann_globex", "user=ann&tenant=acme"),
+        ("dave", "tenant=acme"),
+    ] {
+        let refused = list(&gateway, key, query).await;
+        assert_eq!(refused.status, 403, "{key} {query}: {}", refused.body);
+        assert_eq!(refused.error_code(), "not_an_approver", "{}", refused.body);
+        assert!(
+            message(&refused).contains("leave out `tenant`"),
+            "{}",
+            refused.body
+        );
+    }
+    assert_eq!(
+        listed_ids(&list(&gateway, "ann_globex", "tenant=globex").await),
+        w.ann_globex
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "ann_globex", "user=ann&tenant=globex").await),
+        w.ann_globex
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "dave", "no_tenant=true").await),
+        w.dave
+    );
+}
+
+#[tokio::test]
+async fn ann_of_globex_listing_her_own_calls_never_sees_those_of_ann_of_acme() {
+    let (gateway, w) = calls_of_three_tenants().await;
+
+    assert_eq!(
+        listed_ids(&list(&gateway, "ann_globex", "").await),
+        w.ann_globex
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "ann_globex", "user=ann").await),
+        w.ann_globex,
+        "`user=ann` is her own id: ann of globex, not ann of acme"
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "ann_acme", "user=ann").await),
+        w.ann_acme
+    );
+    // Decided, too.
+    assert_eq!(approve(&gateway, "alice", &w.ann_acme[0]).await.status, 200);
+    assert_eq!(
+        approve(&gateway, "alice", &w.ann_globex[0]).await.status,
+        200
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "ann_globex", "status=decided&user=ann").await),
+        w.ann_globex
+    );
+    assert_eq!(
+        listed_ids(&list(&gateway, "ann_globex", "status=decided").await),
+        w.ann_globex
+    );
+}
+
+#[tokio::test]
+async fn bad_tenant_values_are_refused_with_bad_tenant_and_what_to_send() {
+    let (gateway, _) = calls_of_three_tenants().await;
+    let long = "t".repeat(257);
+
+    for (key, query, words) in [
+        ("alice", "tenant=".to_owned(), "may not be empty"),
+        ("alice", "tenant=%20%20".to_owned(), "may not be empty"),
+        ("alice", format!("tenant={long}"), "at most 256 bytes"),
+        ("alice", "tenant=ac%0Ame".to_owned(), "control characters"),
+        (
+            "alice",
+            "tenant=ac%1B%5B2Jme".to_owned(),
+            "control characters",
+        ),
+        (
+            "alice",
+            "tenant=ac%E2%80%8Bme".to_owned(),
+            "invisible formatting",
+        ),
+        (
+            "alice",
+            "tenant=%E2%80%AEemca".to_owned(),
+            "invisible formatting",
+        ),
+        ("ann_globex", "tenant=".to_owned(), "may not be empty"),
+        ("alice", "no_tenant=yes".to_owned(), "`true`"),
+        ("alice", "tenant=acme&no_tenant=true".to_owned(), "not both"),
+    ] {
+        let refused = list(&gateway, key, &query).await;
+
+        assert_eq!(refused.status, 400, "{query}: {}", refused.body);
+        assert_eq!(
+            refused.error_code(),
+            "bad_tenant",
+            "{query}: {}",
+            refused.body
+        );
+        let message = message(&refused);
+        assert!(message.contains(words), "{query}: {message}");
+        assert!(
+            !message.chars().any(toolgate_core::error::hides_text),
+            "{query}: the value is shown escaped: {message:?}"
+        );
+        assert!(!message.contains(&long), "{query}: cut when shown");
+    }
+    assert_eq!(
+        listed_ids(&list(&gateway, "alice", "tenant=acme&no_tenant=false").await).len(),
+        2
+    );
+}
+
 #[tokio::test]
 async fn bad_filters_limits_and_cursors_are_refused_with_their_code() {
     let (gateway, _, _) = three_of_bobs_and_one_of_daves().await;

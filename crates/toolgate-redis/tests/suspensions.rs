@@ -638,6 +638,73 @@ async fn a_listing_pages_in_id_order_with_filters_and_skips_expired_calls() {
     assert!(store.list(&all, None, 0).await.unwrap().is_empty());
 }
 
+#[tokio::test]
+async fn a_tenant_listing_pages_that_tenants_calls_in_id_order_and_leaves_out_other_tenants() {
+    let test = "a_tenant_listing_pages_that_tenants_calls_in_id_order_and_leaves_out_other_tenants";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let a = replica(&url, &prefix, limits(500, 1000, HOUR)).await;
+    let b = replica(&url, &prefix, limits(500, 1000, HOUR)).await;
+    let ann_acme = User::new("ann").with_tenant("acme");
+    let carol_acme = User::new("carol").with_tenant("acme");
+    let ann_globex = User::new("ann").with_tenant("globex");
+    let ann = User::new("ann");
+    // More than a page of Redis reads of acme's calls, among others' before and after them.
+    let mut acme = Vec::new();
+    for i in 0..210 {
+        let id = format!("c{i:03}");
+        a.save(call_by(&id, &carol_acme)).await.unwrap();
+        acme.push(id);
+    }
+    for id in ["a1", "a2"] {
+        b.save(call_by(id, &ann_acme)).await.unwrap();
+        acme.push(id.to_owned());
+    }
+    acme.sort();
+    for id in ["b1", "d1", "z1"] {
+        a.save(call_by(id, &ann_globex)).await.unwrap();
+    }
+    a.save(call_by("b2", &ann)).await.unwrap();
+    let of_tenant = |tenant: Option<&str>| SuspensionFilter {
+        tenant: Some(tenant.map(str::to_owned)),
+        ..SuspensionFilter::default()
+    };
+    let acme_filter = of_tenant(Some("acme"));
+
+    let listed = b.list(&acme_filter, None, 1000).await.unwrap();
+    let first = a.list(&acme_filter, None, 201).await.unwrap();
+    let rest = b
+        .list(&acme_filter, Some(&first.last().unwrap().id), 1000)
+        .await
+        .unwrap();
+    let anns_of_acme = SuspensionFilter {
+        user: Some("ann".into()),
+        ..acme_filter.clone()
+    };
+
+    assert_eq!(ids(&listed), acme, "acme's calls, in id order, once each");
+    assert_eq!(
+        [ids(&first), ids(&rest)].concat(),
+        acme,
+        "paged by the cursor"
+    );
+    assert_eq!(
+        ids(&a.list(&anns_of_acme, None, 10).await.unwrap()),
+        ["a1", "a2"]
+    );
+    assert_eq!(
+        ids(&a.list(&of_tenant(Some("globex")), None, 10).await.unwrap()),
+        ["b1", "d1", "z1"]
+    );
+    assert_eq!(
+        ids(&b.list(&of_tenant(None), None, 10).await.unwrap()),
+        ["b2"]
+    );
+    assert!((a.list(&of_tenant(Some("initech")), None, 10).await.unwrap()).is_empty());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_retry_approval_is_used_once_across_replicas_under_concurrency() {
     let Some((a, b)) = two_replicas(

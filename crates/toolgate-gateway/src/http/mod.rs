@@ -6,7 +6,7 @@
 //! | `GET /v1/tools?format=toolgate\|openai\|anthropic\|gemini\|mcp` | the tools the caller may call |
 //! | `POST /v1/tools/{name}/invoke` | one call; the body is the tool's arguments |
 //! | `POST /v1/tool-calls?format=openai\|anthropic\|gemini` | a batch of a model's tool calls |
-//! | `GET /v1/suspensions?status=&tool=&user=&since=&limit=&cursor=` | the calls waiting for approval, a page at a time (approvers: everyone's; others: their own) |
+//! | `GET /v1/suspensions?status=&tool=&user=&tenant=&no_tenant=&since=&limit=&cursor=` | the calls waiting for approval, a page at a time (approvers: everyone's, or their tenant's; others: their own) |
 //! | `GET /v1/suspensions/{id}` | a call waiting for approval |
 //! | `POST /v1/suspensions/{id}/resume` | approve, reject or complete it |
 //! | `GET /v1/admin/pins` | pinned tool definitions and changes waiting (approvers) |

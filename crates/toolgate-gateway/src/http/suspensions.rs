@@ -21,6 +21,7 @@ use toolgate_core::{CallerId, ToolError};
 
 use super::body::json_body;
 use super::{ApiError, AppState, Caller, request_timeout};
+use crate::config::name_fault;
 use crate::console::history::Decided;
 use crate::webhooks::DecisionSummary;
 
@@ -164,6 +165,8 @@ pub struct ListQuery {
     status: Option<String>,
     tool: Option<String>,
     user: Option<String>,
+    tenant: Option<String>,
+    no_tenant: Option<String>,
     since: Option<String>,
     limit: Option<String>,
     cursor: Option<String>,
@@ -212,6 +215,57 @@ fn after(cursor: Option<&str>) -> Result<Option<&str>, ApiError> {
     }
 }
 
+/// `tenant=` or `no_tenant=true`: the tenant whose callers' calls a listing asks for
+/// (`Some(None)`: callers of no tenant), or `None` when it asks for no tenant in particular.
+///
+/// A tenant name may be any text a tenant can be (`users:` and token claims meet
+/// [`name_fault`]'s rule), so no value of `tenant=` could stand for "no tenant" without
+/// meaning some tenant too: callers of no tenant are asked for with `no_tenant=true`.
+fn asked_tenant(
+    tenant: Option<&str>,
+    no_tenant: Option<&str>,
+) -> Result<Option<Option<String>>, ApiError> {
+    let no_tenant = match no_tenant {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(bad_request(
+                "bad_tenant",
+                format!(
+                    "`no_tenant` is `true` (only the calls of callers of no tenant) or `false`, not `{}`",
+                    toolgate_core::error::shown_id(other)
+                ),
+            ));
+        }
+    };
+    match (tenant, no_tenant) {
+        (None, false) => Ok(None),
+        (None, true) => Ok(Some(None)),
+        (Some(_), true) => Err(bad_request(
+            "bad_tenant",
+            "pass `tenant=<name>` for the calls of one tenant or `no_tenant=true` for those of callers of no tenant, not both".to_owned(),
+        )),
+        (Some(tenant), false) => match name_fault(tenant) {
+            None => Ok(Some(Some(tenant.to_owned()))),
+            Some(fault) => Err(bad_request(
+                "bad_tenant",
+                format!(
+                    "`tenant` `{}` is not a tenant's name: a tenant {fault}; send the tenant exactly as `users:` or the token names it, or `no_tenant=true` for the calls of callers of no tenant",
+                    toolgate_core::error::shown_id(tenant)
+                ),
+            )),
+        },
+    }
+}
+
+/// A tenant in a message: "tenant `acme`", or "no tenant".
+fn tenant_in_words(tenant: &Option<String>) -> String {
+    match tenant {
+        Some(tenant) => format!("tenant `{}`", toolgate_core::error::shown_id(tenant)),
+        None => "no tenant".to_owned(),
+    }
+}
+
 /// A decided call as the listing answers it: who made it, its tool, when it was decided,
 /// and its outcome as `GET /v1/suspensions/{id}` gives it.
 fn decided_json(decided: &DecidedCall) -> Value {
@@ -232,7 +286,9 @@ fn decided_json(decided: &DecidedCall) -> Value {
 /// (`status=waiting`, the default) or those decided whose outcome is still kept
 /// (`status=decided`). Approvers see every user's calls (an approver with a tenant, those
 /// of that tenant); anyone else sees their own, and asking for another user's is refused
-/// (403). Filters: `tool`, `user`, `since` (RFC 3339,
+/// (403). Filters: `tool`, `user`, `tenant` (or `no_tenant=true` for callers of no
+/// tenant: an operator's filter; an approver of one tenant may name only theirs, anyone
+/// else only their own, else 403), `since` (RFC 3339,
 /// UTC: suspended at or after it for waiting calls, decided at or after it for decided
 /// ones); paging: `limit` (1 to 500, 50 by default) and `cursor` (the `next_cursor` of
 /// the previous page of the same listing).
@@ -269,27 +325,51 @@ pub async fn list(
         .transpose()?;
     let limit = page_size(query.limit.as_deref())?;
     let after = after(query.cursor.as_deref())?;
+    let tenant = asked_tenant(query.tenant.as_deref(), query.no_tenant.as_deref())?;
     // Anyone but an approver lists their own calls only, in their own tenant; an approver
-    // of one tenant lists that tenant's calls.
+    // of one tenant lists that tenant's calls; an operator, those of the tenant asked for.
+    // Asking for what one may not list is refused rather than answered with nothing, as
+    // `user=` is: an empty page would read as "nothing waits there".
+    let own = &caller.user.tenant;
     let filter = if caller.gateway.may_approve(&caller.user) {
+        if own.is_some() && tenant.as_ref().is_some_and(|asked| asked != own) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "not_an_approver_of_tenant",
+                format!(
+                    "you approve the calls of {} only, and may not list those of {}: leave out `tenant` to list your tenant's; an approver without a tenant lists every tenant's",
+                    tenant_in_words(own),
+                    tenant_in_words(tenant.as_ref().unwrap_or(own)),
+                ),
+            ));
+        }
         SuspensionFilter {
             user: query.user,
-            tenant: caller.user.tenant.clone().map(Some),
+            tenant: own.clone().map(Some).or(tenant),
             ..SuspensionFilter::default()
         }
     } else {
-        match query.user {
-            Some(other) if other != caller.user.id => {
-                return Err(ApiError::new(
-                    StatusCode::FORBIDDEN,
-                    "not_an_approver",
-                    format!(
-                        "only approvers (`policies.approval.approver_roles`) may list the calls of `{other}`: leave out `user` to list your own"
-                    ),
-                ));
-            }
-            _ => SuspensionFilter::of_caller(&caller.user),
+        if let Some(other) = query.user.as_ref().filter(|user| **user != caller.user.id) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "not_an_approver",
+                format!(
+                    "only approvers (`policies.approval.approver_roles`) may list the calls of `{}`: leave out `user` to list your own",
+                    toolgate_core::error::shown_id(other)
+                ),
+            ));
         }
+        if let Some(asked) = tenant.as_ref().filter(|asked| *asked != own) {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                "not_an_approver",
+                format!(
+                    "only approvers (`policies.approval.approver_roles`) may list the calls of {}: leave out `tenant` to list your own",
+                    tenant_in_words(asked)
+                ),
+            ));
+        }
+        SuspensionFilter::of_caller(&caller.user)
     };
     let filter = SuspensionFilter {
         tool: query.tool,

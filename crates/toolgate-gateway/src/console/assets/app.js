@@ -219,7 +219,11 @@ async function loadQueue() {
 }
 
 async function loadMine() {
-  const data = await api('GET', `/v1/suspensions?user=${encodeURIComponent(session.me.user)}&limit=100`);
+  // Mine: my id in my tenant. An approver without a tenant named ann would otherwise list
+  // the calls of ann of every tenant.
+  const me = session.me;
+  const tenant = me.tenant ? `tenant=${encodeURIComponent(me.tenant)}` : 'no_tenant=true';
+  const data = await api('GET', `/v1/suspensions?user=${encodeURIComponent(me.user)}&${tenant}&limit=100`);
   const box = $('mine');
   box.replaceChildren(...data.suspensions.map((call) => waitingCard(call, false)));
   if (!data.suspensions.length) box.append(empty('None of your calls is waiting.'));
