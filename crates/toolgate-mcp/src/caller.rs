@@ -56,6 +56,10 @@ pub struct CallerRequest {
     /// (a reload withdrew its access to the resource): a `subscriptions/listen` request
     /// then ends with an error that says so.
     pub subscription_ended: tokio_util::sync::CancellationToken,
+    /// Cancelled when the caller's session (`session_id`'s MCP session or connection)
+    /// ends: the resource subscriptions it made end with it, and an upstream left
+    /// without a subscriber to a resource is unsubscribed from it.
+    pub session_ended: tokio_util::sync::CancellationToken,
     /// Where an upstream that answered the caller's `tools/call` with a task (SEP-2663)
     /// leaves that task for the server, which hands the caller a handle of its own for it.
     pub upstream_task: UpstreamTaskSlot,

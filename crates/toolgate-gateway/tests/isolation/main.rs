@@ -10,4 +10,5 @@ mod errors;
 mod pipeline_paths;
 mod scrubbing;
 mod sessions;
+mod subscriptions;
 mod tokens;

@@ -226,7 +226,7 @@ impl Upstream {
         next: Option<&Upstream>,
         may_read: impl Fn(&User) -> bool + Sync,
     ) -> (usize, usize) {
-        let next = next.map(|n| &*n.link);
+        let next = next.map(|n| &n.link);
         let (moved, mut ended) = self.link.hand_over_subscriptions(next, &may_read).await;
         for link in self.link.held_caller_links() {
             ended += link.end_subscriptions_unless(&may_read).await;

@@ -19,7 +19,7 @@
 // working behind toolgate.
 #![allow(deprecated)]
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -80,6 +80,32 @@ pub(crate) struct Routes {
     connections: AtomicU64,
     /// The callers subscribed to each resource (by URI), with their sessions.
     subscribers: Mutex<HashMap<String, Vec<Subscriber>>>,
+    /// How many resources each subscriber (by key) is subscribed to here, at most
+    /// [`MAX_SUBSCRIPTIONS`]. Only changed with `subscribers` locked.
+    held: Mutex<HashMap<Arc<str>, usize>>,
+    /// The subscribers (by key) whose session's end is watched, to end their
+    /// subscriptions with it ([`watch`](Self::watch)).
+    watched: Mutex<HashSet<Arc<str>>>,
+}
+
+/// How many resources one subscriber — a session, or one `subscriptions/listen` request —
+/// may be subscribed to on one upstream connection: past it a new subscription is refused
+/// ([`TooManySubscriptions`]), so that one key cannot make the gateway and the upstream
+/// hold subscriptions without end (a resource template names resources without end).
+pub(crate) const MAX_SUBSCRIPTIONS: usize = 256;
+
+/// A subscription refused: the subscriber holds [`MAX_SUBSCRIPTIONS`] already.
+#[derive(Debug)]
+pub(crate) struct TooManySubscriptions;
+
+/// Counts one subscription less for subscriber `key`.
+fn release(held: &mut HashMap<Arc<str>, usize>, key: &str) {
+    if let Some(count) = held.get_mut(key) {
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            held.remove(key);
+        }
+    }
 }
 
 struct Route {
@@ -135,6 +161,8 @@ pub(crate) struct Subscriber {
     delivery: Delivery,
     /// Cancelled when its subscription is ended for it (access withdrawn).
     ended: CancellationToken,
+    /// Cancelled when the session it subscribed in ends: its subscriptions end with it.
+    session_ended: CancellationToken,
 }
 
 impl Subscriber {
@@ -151,6 +179,11 @@ impl Subscriber {
     /// Tells whoever waits on the subscription that it was ended for the subscriber.
     pub(crate) fn end(&self) {
         self.ended.cancel();
+    }
+
+    /// Cancelled when the session it subscribed in ends.
+    pub(crate) fn session_ended(&self) -> &CancellationToken {
+        &self.session_ended
     }
 }
 
@@ -264,6 +297,8 @@ impl Routes {
             calls: Mutex::default(),
             connections: AtomicU64::new(0),
             subscribers: Mutex::default(),
+            held: Mutex::default(),
+            watched: Mutex::default(),
         }
     }
 
@@ -360,11 +395,32 @@ impl Routes {
 
     /// Subscribes `caller`'s session, for `user`, to `uri`; whether it is the first
     /// subscriber (then the upstream is to be subscribed).
-    pub(crate) fn subscribe(&self, uri: &str, caller: &CallerRequest, user: Arc<User>) -> bool {
+    ///
+    /// # Errors
+    ///
+    /// [`TooManySubscriptions`] when the session is subscribed to [`MAX_SUBSCRIPTIONS`]
+    /// other resources here already.
+    pub(crate) fn subscribe(
+        &self,
+        uri: &str,
+        caller: &CallerRequest,
+        user: Arc<User>,
+    ) -> Result<bool, TooManySubscriptions> {
         let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        let key = &caller.session_id;
+        let subscribed = subscribers
+            .get(uri)
+            .is_some_and(|sessions| sessions.iter().any(|s| &s.key == key));
+        if !subscribed {
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            if held.get(key).is_some_and(|n| *n >= MAX_SUBSCRIPTIONS) {
+                return Err(TooManySubscriptions);
+            }
+            *held.entry(Arc::clone(key)).or_default() += 1;
+        }
         let sessions = subscribers.entry(uri.to_owned()).or_default();
         let first = sessions.is_empty();
-        if !sessions.iter().any(|s| s.key == caller.session_id) {
+        if !subscribed {
             let delivery = match &caller.listener {
                 Some(sink) => Delivery::Listen(sink.clone()),
                 None => Delivery::Session(caller.peer.clone()),
@@ -374,15 +430,17 @@ impl Routes {
                 user,
                 delivery,
                 ended: caller.subscription_ended.clone(),
+                session_ended: caller.session_ended.clone(),
             });
         }
-        first
+        Ok(first)
     }
 
     /// Every subscription, each resource with its subscribers, taken out: for them to
     /// move to the connection of a new configuration.
     pub(crate) fn take_all(&self) -> Vec<(String, Vec<Subscriber>)> {
         let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
         subscribers.drain().collect()
     }
 
@@ -393,6 +451,9 @@ impl Routes {
         let sessions = subscribers.entry(uri.to_owned()).or_default();
         let first = sessions.is_empty();
         if !sessions.iter().any(|s| s.key == subscriber.key) {
+            // Held already: counted, never refused.
+            let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+            *held.entry(Arc::clone(&subscriber.key)).or_default() += 1;
             sessions.push(subscriber);
         }
         first
@@ -404,12 +465,14 @@ impl Routes {
     /// upstream to be unsubscribed from, and how many subscriptions ended.
     pub(crate) fn end_unless(&self, may_read: &dyn Fn(&User) -> bool) -> (Vec<String>, usize) {
         let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         let mut ended = 0;
         for sessions in subscribers.values_mut() {
             sessions.retain(|s| {
                 let keep = may_read(&s.user);
                 if !keep {
                     s.ended.cancel();
+                    release(&mut held, &s.key);
                     ended += 1;
                 }
                 keep
@@ -448,12 +511,50 @@ impl Routes {
         let Some(sessions) = subscribers.get_mut(uri) else {
             return false;
         };
+        let before = sessions.len();
         sessions.retain(|s| &*s.key != session);
+        if sessions.len() < before {
+            release(
+                &mut self.held.lock().unwrap_or_else(|e| e.into_inner()),
+                session,
+            );
+        }
         let last = sessions.is_empty();
         if last {
             subscribers.remove(uri);
         }
         last
+    }
+
+    /// Whether the end of subscriber `key`'s session is to be watched now: the first
+    /// time it subscribes here, and again only once that end came.
+    pub(crate) fn watch(&self, key: &Arc<str>) -> bool {
+        let mut watched = self.watched.lock().unwrap_or_else(|e| e.into_inner());
+        watched.insert(Arc::clone(key))
+    }
+
+    /// Ends every subscription of subscriber `key`, whose session ended; the URIs left
+    /// without a subscriber (then the upstream is to be unsubscribed from them).
+    pub(crate) fn end_session(&self, key: &str) -> Vec<String> {
+        let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        self.held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        self.watched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        let mut left = Vec::new();
+        subscribers.retain(|uri, sessions| {
+            let before = sessions.len();
+            sessions.retain(|s| &*s.key != key);
+            if sessions.is_empty() && before > 0 {
+                left.push(uri.clone());
+            }
+            !sessions.is_empty()
+        });
+        left
     }
 
     fn subscribers_of(&self, uri: &str) -> Vec<Subscriber> {

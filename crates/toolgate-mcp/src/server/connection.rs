@@ -93,6 +93,9 @@ struct State {
     /// Whether the connection answered its `initialize`: another one is refused, and
     /// leaves what the client declared the first time as it was.
     initialized: AtomicBool,
+    /// Cancelled when the connection closes (its sessions end): the resource
+    /// subscriptions its sessions made end with them.
+    ended: CancellationToken,
 }
 
 impl Connection {
@@ -105,6 +108,7 @@ impl Connection {
                 sessions: Mutex::new(Vec::new()),
                 log_level: Mutex::new(None),
                 initialized: AtomicBool::new(false),
+                ended: CancellationToken::new(),
             }),
             direct: None,
         }
@@ -266,6 +270,7 @@ impl Connection {
             refusal,
             listener,
             subscription_ended,
+            session_ended: self.state.ended.clone(),
             upstream_task,
             relayed_task,
             resource_check,
@@ -692,6 +697,7 @@ impl Drop for Connection {
 
 impl Drop for State {
     fn drop(&mut self) {
+        self.ended.cancel();
         let server = self.current.load_full();
         let sessions = self.sessions.get_mut().unwrap_or_else(|e| e.into_inner());
         for id in sessions.drain(..) {

@@ -9,12 +9,13 @@ use std::sync::Arc;
 
 use rmcp::model::{SubscribeRequestParams, UnsubscribeRequestParams};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use toolgate_core::{ToolError, User};
 
 use super::errors::RESOURCE_NOT_FOUND;
 use super::{Channel, Link};
 use crate::caller::{CallerRequest, ResourceCheck};
-use crate::client::relay::Subscriber;
+use crate::client::relay::{MAX_SUBSCRIPTIONS, Subscriber};
 
 /// The error code of a subscription asked of an upstream that did not declare
 /// `resources.subscribe`: it is not sent there.
@@ -22,12 +23,18 @@ pub(crate) const SUBSCRIPTIONS_UNSUPPORTED: &str = "subscriptions_unsupported";
 /// The error code of an unsubscription from an upstream the caller's session is not
 /// subscribed to the resource on: it is not sent there.
 pub(crate) const NOT_SUBSCRIBED: &str = "not_subscribed";
+/// The error code of a subscription past the most one session may hold on an upstream
+/// ([`MAX_SUBSCRIPTIONS`]): it is not sent there.
+pub(crate) const TOO_MANY_SUBSCRIPTIONS: &str = "too_many_subscriptions";
 
 impl Link {
     /// Subscribes `caller`'s session to resource `uri` (the upstream once, for its first
     /// subscriber); `notifications/resources/updated` for it is relayed to every session
-    /// subscribed. A subscription lasts until unsubscribed, the session ends, or the
-    /// upstream connection is re-established (subscribe again then).
+    /// subscribed. A subscription lasts until unsubscribed, the session ends (then the
+    /// upstream is unsubscribed from a resource nobody else watches), or the upstream
+    /// connection is re-established (subscribe again then). One session holds at most
+    /// [`MAX_SUBSCRIPTIONS`] here: past it, [`TOO_MANY_SUBSCRIPTIONS`], and the upstream
+    /// is not subscribed.
     ///
     /// The upstream is asked only when it declared `resources.subscribe`
     /// ([`SUBSCRIPTIONS_UNSUPPORTED`] otherwise) and has the resource, as the caller's
@@ -35,7 +42,7 @@ impl Link {
     /// [`RESOURCE_NOT_FOUND`] otherwise): no subscription to a URI goes to an upstream
     /// that does not serve it.
     pub async fn subscribe(
-        &self,
+        self: &Arc<Self>,
         uri: &str,
         caller: &CallerRequest,
         user: Arc<User>,
@@ -65,7 +72,18 @@ impl Link {
                 ));
             }
         }
-        if !channel.routes.subscribe(uri, caller, user) {
+        let first = channel.routes.subscribe(uri, caller, user).map_err(|_| {
+            ToolError::abort(
+                format!(
+                    "this session (or `subscriptions/listen` request) is subscribed to {MAX_SUBSCRIPTIONS} resources of MCP server `{}` already, the most one may be: unsubscribe from one it no longer needs, or subscribe in another session",
+                    self.config.name
+                ),
+                TOO_MANY_SUBSCRIPTIONS,
+                429,
+            )
+        })?;
+        self.end_with_session(channel, &caller.session_id, &caller.session_ended);
+        if !first {
             return Ok(());
         }
         let params = SubscribeRequestParams::new(uri.to_owned());
@@ -158,7 +176,7 @@ impl Link {
     /// subscriptions moved, and how many ended.
     pub async fn hand_over_subscriptions(
         &self,
-        next: Option<&Link>,
+        next: Option<&Arc<Link>>,
         may_read: &(dyn Fn(&User) -> bool + Sync),
     ) -> (usize, usize) {
         let (mut moved, mut ended) = (0, 0);
@@ -201,10 +219,13 @@ impl Link {
 
     /// Takes in a subscription to `uri` made on another connection to this upstream,
     /// subscribing the upstream when it is the first; whether it holds.
-    async fn adopt(&self, uri: &str, subscriber: Subscriber) -> bool {
+    async fn adopt(self: &Arc<Self>, uri: &str, subscriber: Subscriber) -> bool {
         let channel = self.subscription_channel();
         let key: Arc<str> = Arc::from(subscriber.key());
-        if !channel.routes.adopt(uri, subscriber) {
+        let session_ended = subscriber.session_ended().clone();
+        let first = channel.routes.adopt(uri, subscriber);
+        self.end_with_session(channel, &key, &session_ended);
+        if !first {
             return true;
         }
         let deadline = Instant::now() + self.config.call_timeout;
@@ -219,6 +240,41 @@ impl Link {
             channel.routes.unsubscribe(uri, &key);
         }
         subscribed.is_ok()
+    }
+
+    /// Ends the subscriptions of subscriber `key` made on `channel` when its session
+    /// ends (`session_ended`): nothing of a session outlives it, and the upstream is
+    /// unsubscribed from a resource nobody else watches. One watch per subscriber while
+    /// it lasts; it holds the link weakly, so that a link replaced on a reload is not
+    /// kept for it.
+    fn end_with_session(
+        self: &Arc<Self>,
+        channel: &Channel,
+        key: &Arc<str>,
+        session_ended: &CancellationToken,
+    ) {
+        if !channel.routes.watch(key) {
+            return;
+        }
+        let link = Arc::downgrade(self);
+        let (key, session_ended) = (Arc::clone(key), session_ended.clone());
+        tokio::spawn(async move {
+            session_ended.cancelled().await;
+            if let Some(link) = link.upgrade() {
+                link.end_session_subscriptions(&key).await;
+            }
+        });
+    }
+
+    /// Ends every subscription of subscriber `key`, whose session ended, unsubscribing
+    /// the upstream from each resource nobody watches any more.
+    async fn end_session_subscriptions(&self, key: &str) {
+        for channel in [&self.current, &self.legacy] {
+            for uri in channel.routes.end_session(key) {
+                tracing::debug!(server = %self.config.name, %uri, "the last session subscribed to a resource ended; unsubscribing the MCP server");
+                self.unsubscribe_upstream(channel, &uri).await;
+            }
+        }
     }
 
     /// Unsubscribes the upstream from `uri` on `channel`, where nobody watches it any
