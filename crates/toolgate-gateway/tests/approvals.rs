@@ -1328,6 +1328,18 @@ async fn bad_filters_limits_and_cursors_are_refused_with_their_code() {
         ),
         ("since=yesterday", "bad_since", "RFC 3339"),
         ("status=bogus", "bad_status", "use `waiting` or `decided`"),
+        // A value the message repeats is shown escaped: it cannot forge a log line or
+        // turn the message around.
+        (
+            "limit=1%0Aok%1B%5B2J",
+            "bad_limit",
+            "not `1\\nok\\u{1b}[2J`",
+        ),
+        (
+            "since=%E2%80%AEyesterday",
+            "bad_since",
+            "not `\\u{202e}yesterday`",
+        ),
     ] {
         let refused = list(&gateway, "alice", query).await;
 
@@ -1335,6 +1347,13 @@ async fn bad_filters_limits_and_cursors_are_refused_with_their_code() {
         assert_eq!(refused.error_code(), code, "{query}: {}", refused.body);
         assert!(
             message(&refused).contains(words),
+            "{query}: {}",
+            refused.body
+        );
+        assert!(
+            !message(&refused)
+                .chars()
+                .any(toolgate_core::error::hides_text),
             "{query}: {}",
             refused.body
         );

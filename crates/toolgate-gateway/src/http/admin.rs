@@ -73,7 +73,8 @@ pub async fn decisions(
                     StatusCode::BAD_REQUEST,
                     "bad_limit",
                     format!(
-                        "`limit` must be a whole number from 1 to {MAX_DECISIONS}, not `{text}`"
+                        "`limit` must be a whole number from 1 to {MAX_DECISIONS}, not `{}`",
+                        toolgate_core::error::shown_id(text)
                     ),
                 )
             })?,

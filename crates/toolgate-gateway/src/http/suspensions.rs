@@ -190,7 +190,10 @@ fn page_size(limit: Option<&str>) -> Result<usize, ApiError> {
         Ok(n) if (1..=MAX_PAGE).contains(&n) => Ok(n),
         _ => Err(bad_request(
             "bad_limit",
-            format!("`limit` must be a whole number from 1 to {MAX_PAGE}, not `{text}`"),
+            format!(
+                "`limit` must be a whole number from 1 to {MAX_PAGE}, not `{}`",
+                toolgate_core::error::shown_id(text)
+            ),
         )),
     }
 }
@@ -317,7 +320,8 @@ pub async fn list(
                 bad_request(
                     "bad_since",
                     format!(
-                        "`since` must be an RFC 3339 instant in UTC, such as `2026-11-28T03:00:00Z`, not `{text}`"
+                        "`since` must be an RFC 3339 instant in UTC, such as `2026-11-28T03:00:00Z`, not `{}`",
+                        toolgate_core::error::shown_id(text)
                     ),
                 )
             })
