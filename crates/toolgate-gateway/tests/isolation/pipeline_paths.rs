@@ -26,7 +26,7 @@ fn paths_upstream(events: &Path) -> String {
 }
 
 /// The lines of the upstream's event file that are exactly `line`.
-fn events_matching(events: &Path, line: &str) -> usize {
+pub(crate) fn events_matching(events: &Path, line: &str) -> usize {
     std::fs::read_to_string(events)
         .unwrap_or_default()
         .lines()
@@ -122,7 +122,11 @@ users:\n{alice}{carol_user}",
 
 /// Reads the standalone SSE stream of MCP `session` (where a 2025-11-25 session's resource
 /// updates arrive) as `user` into a buffer, until the test ends.
-async fn watch_session(gateway: &Gateway, user: &str, session: &str) -> Arc<Mutex<String>> {
+pub(crate) async fn watch_session(
+    gateway: &Gateway,
+    user: &str,
+    session: &str,
+) -> Arc<Mutex<String>> {
     let mut response = reqwest::Client::new()
         .get(gateway.url("/mcp"))
         .bearer_auth(key(user))
@@ -145,7 +149,7 @@ async fn watch_session(gateway: &Gateway, user: &str, session: &str) -> Arc<Mute
     seen
 }
 
-fn updates_in(seen: &Mutex<String>) -> usize {
+pub(crate) fn updates_in(seen: &Mutex<String>) -> usize {
     seen.lock()
         .unwrap()
         .matches("notifications/resources/updated")

@@ -6,15 +6,15 @@
 //! it has open. A session ending never ends another caller's subscription.
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::json;
 
 use crate::common::{
-    Gateway, eventually, key, mcp, mcp_rpc, open_session, python, python_mcp_available, user_yaml,
+    Gateway, eventually, mcp, mcp_rpc, open_session, python, python_mcp_available, user_yaml,
 };
+use crate::pipeline_paths::{events_matching, updates_in, watch_session};
 
 /// The gateway importing `tests/upstreams/paths.py` (which writes every subscribe and
 /// unsubscribe it receives to `events`), alice and bob allowed everything.
@@ -29,15 +29,6 @@ users:\n{alice}{bob}",
         alice = user_yaml("alice", &["analyst"]),
         bob = user_yaml("bob", &["analyst"]),
     ))
-}
-
-/// The lines of the upstream's event file that are exactly `line`.
-fn events_matching(events: &Path, line: &str) -> usize {
-    std::fs::read_to_string(events)
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| *l == line)
-        .count()
 }
 
 /// Subscribes `user`'s `session` to `uri`.
@@ -60,38 +51,6 @@ async fn subscribe(gateway: &Gateway, user: &str, session: &str, uri: &str) {
 async fn end(gateway: &Gateway, user: &str, session: &str) {
     let (status, _, body) = mcp(gateway, Method::DELETE, user, Some(session), None).await;
     assert!((200..300).contains(&status), "({status}) {body}");
-}
-
-/// Reads the standalone SSE stream of `user`'s `session` into a buffer, until the test
-/// ends.
-async fn watch(gateway: &Gateway, user: &str, session: &str) -> Arc<Mutex<String>> {
-    let mut response = reqwest::Client::new()
-        .get(gateway.url("/mcp"))
-        .bearer_auth(key(user))
-        .header("accept", "text/event-stream")
-        .header("mcp-session-id", session)
-        .header("mcp-protocol-version", "2025-06-18")
-        .send()
-        .await
-        .expect("the gateway answers");
-    assert_eq!(response.status(), 200, "the session's stream opens");
-    let seen = Arc::new(Mutex::new(String::new()));
-    let into = Arc::clone(&seen);
-    tokio::spawn(async move {
-        while let Ok(Some(chunk)) = response.chunk().await {
-            into.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&chunk));
-        }
-    });
-    seen
-}
-
-fn updates_in(seen: &Mutex<String>) -> usize {
-    seen.lock()
-        .unwrap()
-        .matches("notifications/resources/updated")
-        .count()
 }
 
 #[tokio::test]
@@ -125,7 +84,7 @@ async fn a_session_that_ends_leaves_no_subscription_behind_and_ends_no_one_elses
     // Bob and alice watch the same resource; alice's session ending leaves bob's
     // subscription whole, and the upstream subscribed for him.
     let bobs = open_session(&gateway, "bob").await;
-    let bob_seen = watch(&gateway, "bob", &bobs).await;
+    let bob_seen = watch_session(&gateway, "bob", &bobs).await;
     subscribe(&gateway, "bob", &bobs, "paths://watched").await;
     let alices = open_session(&gateway, "alice").await;
     subscribe(&gateway, "alice", &alices, "paths://watched").await;
