@@ -1302,6 +1302,10 @@ async fn bad_tenant_values_are_refused_with_bad_tenant_and_what_to_send() {
         let message = message(&refused);
         assert!(message.contains(words), "{query}: {message}");
         assert!(
+            !message.contains("``"),
+            "{query}: nothing quoted: {message}"
+        );
+        assert!(
             !message.chars().any(toolgate_core::error::hides_text),
             "{query}: the value is shown escaped: {message:?}"
         );

@@ -250,13 +250,20 @@ fn asked_tenant(
         )),
         (Some(tenant), false) => match name_fault(tenant) {
             None => Ok(Some(Some(tenant.to_owned()))),
-            Some(fault) => Err(bad_request(
-                "bad_tenant",
-                format!(
-                    "`tenant` `{}` is not a tenant's name: a tenant {fault}; send the tenant exactly as `users:` or the token names it, or `no_tenant=true` for the calls of callers of no tenant",
-                    toolgate_core::error::shown_id(tenant)
-                ),
-            )),
+            Some(fault) => {
+                // A blank value is named as such, not quoted as nothing.
+                let asked = if tenant.trim().is_empty() {
+                    "an empty `tenant`".to_owned()
+                } else {
+                    format!("`tenant` `{}`", toolgate_core::error::shown_id(tenant))
+                };
+                Err(bad_request(
+                    "bad_tenant",
+                    format!(
+                        "{asked} is not a tenant's name: a tenant {fault}; send the tenant exactly as `users:` or the token names it, or `no_tenant=true` for the calls of callers of no tenant"
+                    ),
+                ))
+            }
         },
     }
 }
