@@ -418,13 +418,12 @@ fn check(config: &Config) -> Result<(), ConfigError> {
         // Who a caller is, is a user id in a tenant: `ann` of `acme` and `ann` of `globex`
         // (or of no tenant) are different users, and may both be configured.
         if !ids.insert((user.tenant.as_deref(), user.id.as_str())) {
-            let user = match &user.tenant {
-                Some(tenant) => format!("user `{}` of tenant `{tenant}`", user.id),
-                None => format!("user `{}`", user.id),
-            };
             return Err(ConfigError::invalid(
                 format!("users[{i}].id"),
-                format!("{user} is defined twice: merge the two entries"),
+                format!(
+                    "user {} is defined twice: merge the two entries",
+                    user.user().named()
+                ),
             ));
         }
         if !hashes.insert(user.key_sha256.0) {
