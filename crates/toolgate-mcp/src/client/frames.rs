@@ -30,8 +30,10 @@ use super::relay::{Dropped, RouteTicket, Routes};
 use super::streams::STREAM_KEY;
 
 /// Fields of a result that are the upstream's own opaque state, sent back to it as they
-/// were: scrubbing them would break the upstream's next round or page, and a caller only
-/// ever holds `requestState` sealed by toolgate.
+/// were: scrubbing them would break the upstream's next round or page. A caller never
+/// reads them: it holds `requestState` encrypted and signed by toolgate
+/// (`server/rounds.rs`), and lists are answered to it in full (an upstream's
+/// `nextCursor` is followed by toolgate, never handed on).
 const OPAQUE: [&str; 2] = ["requestState", "nextCursor"];
 
 /// The transport of one upstream connection (number `connection` of its channel), with

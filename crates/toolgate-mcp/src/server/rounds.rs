@@ -14,7 +14,16 @@
 //! `ann` of another tenant is another caller) and the tool or prompt, with an expiry
 //! ([`STATE_TTL`]). A retry whose state does not open is refused (JSON-RPC
 //! `invalid params`) and never reaches the upstream.
+//!
+//! A caller must not be able to read one either: an upstream's state may hold what the
+//! caller may not see (a credential toolgate injected and the upstream echoed, which the
+//! frames leave as they were so that the upstream gets its state back). rmcp's seal only
+//! signs, so the payload is encrypted first (ChaCha20-Poly1305, under a key of its own
+//! derived from the server's key and 32 random bytes the state carries), and the caller
+//! holds bytes that tell nothing but their length.
 
+use ring::aead::{Aad, CHACHA20_POLY1305, LessSafeKey, NONCE_LEN, Nonce, UnboundKey};
+use ring::hkdf;
 use rmcp::model::{
     ErrorData, InputRequests, InputRequiredResult, InputResponses, MetaObject, RequestStateCodec,
     SealOptions,
@@ -34,6 +43,15 @@ pub(crate) const SUSPENSION_META_KEY: &str = "io.toolgate/suspension";
 /// What a sealed state holds: an upstream's state, or the suspension a call waits in.
 const UPSTREAM: &str = "u:";
 const APPROVAL: &str = "a:";
+/// The start of an encrypted payload: then the salt its key was derived with, then the
+/// ciphertext of `u:…` or `a:…` with its tag. A payload without it was sealed by an
+/// earlier version, which only signed: it still opens until it expires.
+const ENCRYPTED: &[u8] = b"x:";
+/// How many random bytes each state's key is derived with.
+const SALT_LEN: usize = 32;
+/// The HKDF salt that derives the encryption secret from the server's key, so that the
+/// same key never signs and encrypts.
+const ENCRYPTION_DOMAIN: &[u8] = b"toolgate requestState encryption";
 
 /// A request that carries what an earlier answer gave its caller.
 #[derive(Debug)]
@@ -53,14 +71,69 @@ pub(crate) enum Retry {
 /// Seals and opens the `requestState` of rounds answered to callers.
 pub(crate) struct StateSeal {
     codec: RequestStateCodec,
+    /// What each state's encryption key is derived from (with the state's own salt).
+    secret: hkdf::Prk,
 }
 
 impl StateSeal {
     /// A seal under a random key: states open on this process only.
     pub(crate) fn random() -> Self {
+        let key = toolgate_hooks::fingerprint::random_key();
         StateSeal {
-            codec: RequestStateCodec::new_unchecked(toolgate_hooks::fingerprint::random_key()),
+            codec: RequestStateCodec::new_unchecked(key.to_vec()),
+            secret: Self::secret(&key),
         }
+    }
+
+    fn secret(key: &[u8]) -> hkdf::Prk {
+        hkdf::Salt::new(hkdf::HKDF_SHA256, ENCRYPTION_DOMAIN).extract(key)
+    }
+
+    /// The key of the state whose salt is `salt`: one key per state, so that a nonce of
+    /// zeros is never used twice under a key.
+    fn state_key(&self, salt: &[u8]) -> LessSafeKey {
+        let info = [salt];
+        let okm = self
+            .secret
+            .expand(&info, &CHACHA20_POLY1305)
+            .expect("32 bytes are within what HKDF-SHA256 derives");
+        LessSafeKey::new(UnboundKey::from(okm))
+    }
+
+    /// `payload` encrypted for `context`: [`ENCRYPTED`], a fresh salt, the ciphertext.
+    fn encrypt(&self, payload: &str, context: &[u8]) -> Vec<u8> {
+        let salt: [u8; SALT_LEN] = toolgate_hooks::fingerprint::random_key();
+        let mut sealed = payload.as_bytes().to_vec();
+        self.state_key(&salt)
+            .seal_in_place_append_tag(
+                Nonce::assume_unique_for_key([0; NONCE_LEN]),
+                Aad::from(context),
+                &mut sealed,
+            )
+            .expect("a state is far shorter than what ChaCha20-Poly1305 encrypts");
+        [ENCRYPTED, &salt, &sealed].concat()
+    }
+
+    /// The payload of an opened state: decrypted when it was encrypted, as it is when an
+    /// earlier version sealed it; `None` when it does not decrypt.
+    fn decrypt(&self, opened: Vec<u8>, context: &[u8]) -> Option<String> {
+        let Some(encrypted) = opened.strip_prefix(ENCRYPTED) else {
+            return String::from_utf8(opened).ok();
+        };
+        if encrypted.len() < SALT_LEN {
+            return None;
+        }
+        let (salt, ciphertext) = encrypted.split_at(SALT_LEN);
+        let mut plain = ciphertext.to_vec();
+        let opened = self
+            .state_key(salt)
+            .open_in_place(
+                Nonce::assume_unique_for_key([0; NONCE_LEN]),
+                Aad::from(context),
+                &mut plain,
+            )
+            .ok()?;
+        String::from_utf8(opened.to_vec()).ok()
     }
 
     /// A seal under `key` (at least 32 bytes), shared by the replicas that serve the same
@@ -73,7 +146,10 @@ impl StateSeal {
                 key.len()
             ))
         })?;
-        Ok(StateSeal { codec })
+        Ok(StateSeal {
+            codec,
+            secret: Self::secret(key),
+        })
     }
 
     /// What a state is bound to: who asked — the caller, an id in a tenant — and what
@@ -135,9 +211,10 @@ impl StateSeal {
         let state = match state {
             None => None,
             Some(sealed) => {
+                let context = Self::context(user, target);
                 let opened = self
                     .codec
-                    .open_with(&sealed, &Self::context(user, target))
+                    .open_with(&sealed, &context)
                     .map_err(|e| {
                         ErrorData::invalid_params(
                             format!(
@@ -146,7 +223,7 @@ impl StateSeal {
                             None,
                         )
                     })?;
-                let opened = String::from_utf8(opened).map_err(|_| not_ours())?;
+                let opened = self.decrypt(opened, &context).ok_or_else(not_ours)?;
                 if let Some(waiting) = opened.strip_prefix(APPROVAL) {
                     let (arguments, id) = waiting.split_once(' ').ok_or_else(not_ours)?;
                     return Ok(Some(Retry::Approval {
@@ -171,7 +248,8 @@ impl StateSeal {
     fn seal(&self, payload: &str, user: &User, target: &str) -> String {
         let context = Self::context(user, target);
         let options = SealOptions::new().ttl(STATE_TTL).associated_data(&context);
-        self.codec.seal_with(payload.as_bytes(), &options)
+        self.codec
+            .seal_with(&self.encrypt(payload, &context), &options)
     }
 
     /// The answer to a 2026-07-28 caller of a call that waits for approval in suspension
@@ -255,6 +333,86 @@ mod tests {
             panic!("a round: {retry:?}");
         };
         assert_eq!(round.state.as_deref(), Some("step=2"));
+    }
+
+    /// Every byte a caller can read out of a sealed state: its sections, as base64url.
+    fn readable(state: &str) -> Vec<u8> {
+        use base64::Engine;
+        state
+            .split('.')
+            .flat_map(|section| {
+                base64::engine::general_purpose::URL_SAFE_NO_PAD
+                    .decode(section)
+                    .unwrap_or_else(|_| section.as_bytes().to_vec())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_caller_cannot_read_the_upstreams_state_out_of_what_it_holds() {
+        let seal = StateSeal::random();
+        let answer = seal
+            .answer(
+                serde_json::json!({}),
+                Some("token=UP-SECRET-1234".to_owned()),
+                &alice(),
+                "tools/call x",
+            )
+            .unwrap();
+        let state = answer.request_state.unwrap();
+        let bytes = readable(&state);
+        assert!(
+            !bytes.windows(9).any(|w| w == b"UP-SECRET"),
+            "the upstream's state reads in the clear: {}",
+            String::from_utf8_lossy(&bytes)
+        );
+        let retry = seal.retry(None, Some(state), &alice(), "tools/call x");
+        let Ok(Some(Retry::Round(round))) = retry else {
+            panic!("a round: {retry:?}");
+        };
+        assert_eq!(round.state.as_deref(), Some("token=UP-SECRET-1234"));
+    }
+
+    #[test]
+    fn a_waiting_calls_suspension_cannot_be_read_out_of_its_state() {
+        let seal = StateSeal::random();
+        let waiting = seal.waiting("susp-1", "sha256:ab", None, &alice(), "tools/call x");
+        let bytes = readable(&waiting.request_state.unwrap());
+        assert!(!bytes.windows(6).any(|w| w == b"susp-1"));
+    }
+
+    #[test]
+    fn a_state_sealed_by_the_version_that_only_signed_still_opens_until_it_expires() {
+        let key = [7; 32];
+        let seal = StateSeal::with_key(&key).unwrap();
+        let context = StateSeal::context(&alice(), "tools/call x");
+        let options = SealOptions::new().ttl(STATE_TTL).associated_data(&context);
+        let earlier = RequestStateCodec::try_new(key.to_vec())
+            .unwrap()
+            .seal_with(b"u:step=2", &options);
+        let retry = seal.retry(None, Some(earlier), &alice(), "tools/call x");
+        let Ok(Some(Retry::Round(round))) = retry else {
+            panic!("a round: {retry:?}");
+        };
+        assert_eq!(round.state.as_deref(), Some("step=2"));
+    }
+
+    #[test]
+    fn an_encrypted_state_signed_again_with_another_callers_context_does_not_open() {
+        // The signature holds the caller's context, and so does the encryption: a state
+        // whose ciphertext was made for alice does not decrypt for mallory even under a
+        // valid signature (as a leaked signing key would allow).
+        let key = [9; 32];
+        let seal = StateSeal::with_key(&key).unwrap();
+        let ciphertext = seal.encrypt("u:step=2", &StateSeal::context(&alice(), "t"));
+        let mallory = User::new("mallory");
+        let resigned = RequestStateCodec::try_new(key.to_vec()).unwrap().seal_with(
+            &ciphertext,
+            &SealOptions::new()
+                .ttl(STATE_TTL)
+                .associated_data(&StateSeal::context(&mallory, "t")),
+        );
+        assert!(seal.retry(None, Some(resigned), &mallory, "t").is_err());
     }
 
     #[test]
@@ -384,7 +542,6 @@ mod tests {
         let waiting = seal.waiting("susp-1", "sha256:ab", None, &alice(), "tools/call x");
         assert!(waiting.input_requests.is_none());
         let state = waiting.request_state.unwrap();
-        assert!(!state.contains("susp-1"), "the state is sealed");
         let retry = seal.retry(None, Some(state.clone()), &alice(), "tools/call x");
         let Ok(Some(Retry::Approval { id, arguments })) = retry else {
             panic!("an approval: {retry:?}");
