@@ -4,15 +4,21 @@
 //! from a resource nobody else watches — so that one key opening, subscribing and ending
 //! session after session holds nothing at the gateway or the upstream past the sessions
 //! it has open. A session ending never ends another caller's subscription.
+//!
+//! What one caller may hold is bounded, and refused past the bound before the upstream is
+//! asked anything: subscriptions per session (or per 2026-07-28 listen request), and
+//! listen requests open at once per user.
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::json;
 
 use crate::common::{
-    Gateway, eventually, mcp, mcp_rpc, open_session, python, python_mcp_available, user_yaml,
+    Gateway, eventually, key, mcp, mcp_rpc, open_session, python, python_mcp_available, rpc_answer,
+    user_yaml,
 };
 use crate::pipeline_paths::{events_matching, updates_in, watch_session};
 
@@ -169,4 +175,194 @@ async fn one_session_holds_a_bounded_number_of_subscriptions_and_another_callers
     .await;
     assert!(answer.get("error").is_none(), "{answer}");
     subscribe(&gateway, "alice", &session, "paths://item/watched-too").await;
+}
+
+#[tokio::test]
+async fn a_session_at_its_cap_is_refused_before_the_upstream_is_asked_anything() {
+    if !python_mcp_available(
+        "a_session_at_its_cap_is_refused_before_the_upstream_is_asked_anything",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events");
+    let gateway = start(&events);
+    let session = open_session(&gateway, "alice").await;
+    for n in 0..MAX_SUBSCRIPTIONS {
+        subscribe(&gateway, "alice", &session, &format!("paths://item/{n}")).await;
+    }
+
+    // Every refused attempt would otherwise cost the upstream a list and a read.
+    let lists = events_matching(&events, "list");
+    for _ in 0..3 {
+        let refused = mcp_rpc(
+            &gateway,
+            "alice",
+            &session,
+            "resources/subscribe",
+            json!({ "uri": "paths://item/new" }),
+        )
+        .await;
+        assert_eq!(
+            refused["error"]["data"]["code"], "too_many_subscriptions",
+            "{refused}"
+        );
+    }
+    assert_eq!(
+        events_matching(&events, "read paths://item/new"),
+        0,
+        "the upstream was asked to read a resource a session at its cap may not subscribe to"
+    );
+    assert_eq!(
+        events_matching(&events, "list"),
+        lists,
+        "the upstream was asked to list its resources for a refused subscription"
+    );
+    // Subscribing again to one it holds is no new subscription.
+    subscribe(&gateway, "alice", &session, "paths://item/0").await;
+}
+
+/// How many `subscriptions/listen` requests one user may have open at once
+/// (`MAX_LISTENS_PER_USER` in `toolgate-mcp`).
+const MAX_LISTENS_PER_USER: usize = 8;
+
+/// An open 2026-07-28 `subscriptions/listen` request: what its stream received so far.
+/// Dropped, the request's connection is closed.
+struct Listening {
+    seen: Arc<Mutex<String>>,
+    reader: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Listening {
+    fn drop(&mut self) {
+        self.reader.abort();
+    }
+}
+
+/// Sends `user`'s `subscriptions/listen` request for `uri`; the request once its stream
+/// relays an update, or the error it was answered with.
+async fn listen(gateway: &Gateway, user: &str, uri: &str) -> Result<Listening, serde_json::Value> {
+    let body = json!({
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "subscriptions/listen",
+        "params": {
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "toolgate-tests", "version": "0"},
+            },
+            "notifications": { "resourceSubscriptions": [uri] },
+        },
+    });
+    let mut response = reqwest::Client::new()
+        .post(gateway.url("/mcp"))
+        .bearer_auth(key(user))
+        .header("accept", "application/json, text/event-stream")
+        .header("content-type", "application/json")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "subscriptions/listen")
+        .body(body.to_string())
+        .send()
+        .await
+        .expect("the gateway answers");
+    let seen = Arc::new(Mutex::new(String::new()));
+    let into = Arc::clone(&seen);
+    let (ended_tx, ended) = tokio::sync::oneshot::channel();
+    let reader = tokio::spawn(async move {
+        while let Ok(Some(chunk)) = response.chunk().await {
+            into.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&chunk));
+        }
+        let _ = ended_tx.send(());
+    });
+    let listening = Listening { seen, reader };
+    let updated = || {
+        listening
+            .seen
+            .lock()
+            .unwrap()
+            .contains("notifications/resources/updated")
+    };
+    let answered = tokio::time::timeout(Duration::from_secs(20), async {
+        let mut ended = ended;
+        while !updated() {
+            tokio::select! {
+                _ = &mut ended => break,
+                () = tokio::time::sleep(Duration::from_millis(50)) => {}
+            }
+        }
+    })
+    .await;
+    assert!(
+        answered.is_ok(),
+        "the listen request neither relayed an update nor ended"
+    );
+    if updated() {
+        return Ok(listening);
+    }
+    // The stream's answer: the message with the request's id (an acknowledgement may
+    // come before it).
+    let text = listening.seen.lock().unwrap().clone();
+    let answer = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter_map(|data| serde_json::from_str::<serde_json::Value>(data.trim()).ok())
+        .find(|message| message.get("id").is_some());
+    Err(answer.unwrap_or_else(|| rpc_answer(&text)))
+}
+
+#[tokio::test]
+async fn a_user_may_hold_a_bounded_number_of_listen_requests_and_one_ending_makes_room() {
+    if !python_mcp_available(
+        "a_user_may_hold_a_bounded_number_of_listen_requests_and_one_ending_makes_room",
+    ) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events");
+    let gateway = start(&events);
+
+    let mut open = Vec::new();
+    for _ in 0..MAX_LISTENS_PER_USER {
+        let listening = listen(&gateway, "alice", "paths://watched").await;
+        open.push(listening.unwrap_or_else(|e| panic!("within the bound: {e}")));
+    }
+    let Err(refused) = listen(&gateway, "alice", "paths://watched").await else {
+        panic!("a listen request past the bound was accepted");
+    };
+    assert_eq!(
+        refused["error"]["data"]["code"], "too_many_listens",
+        "{refused}"
+    );
+    assert_eq!(refused["error"]["data"]["status"], 429, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains(&format!("{MAX_LISTENS_PER_USER} open already"))
+            && message.contains("end one you no longer need"),
+        "{refused}"
+    );
+
+    // Bob is not held back by alice.
+    listen(&gateway, "bob", "paths://watched")
+        .await
+        .unwrap_or_else(|e| panic!("bob listens: {e}"));
+
+    // A client that goes away ends its request, and with it its place.
+    drop(open.pop());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        match listen(&gateway, "alice", "paths://watched").await {
+            Ok(_) => break,
+            Err(refused) if tokio::time::Instant::now() < deadline => {
+                assert_eq!(
+                    refused["error"]["data"]["code"], "too_many_listens",
+                    "{refused}"
+                );
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(refused) => panic!("alice's ended request still counts: {refused}"),
+        }
+    }
 }

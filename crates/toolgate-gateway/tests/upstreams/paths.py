@@ -3,9 +3,10 @@ around `tools/call`: a prompt and a resource template whose argument completions
 email address, and a resource that, once subscribed, is updated every 200 ms for as long
 as the subscription lasts.
 
-Every `resources/subscribe`, `resources/unsubscribe` and `completion/complete` it receives
-is written as one line (`subscribe URI`, `unsubscribe URI`, `complete REF`) to the file
-`PATHS_EVENTS` names, so a test can tell what reached the upstream.
+Every `resources/subscribe`, `resources/unsubscribe`, `resources/list`, `resources/read`
+and `completion/complete` it receives is written as one line (`subscribe URI`,
+`unsubscribe URI`, `list`, `read URI`, `complete REF`) to the file `PATHS_EVENTS` names, so
+a test can tell what reached the upstream.
 """
 
 from __future__ import annotations
@@ -82,6 +83,7 @@ async def complete(ctx: Context, params: types.CompleteRequestParams) -> JSON:
 
 
 async def list_resources(ctx: Context, params: Any) -> JSON:
+    event("list")
     return answer(ctx, {"resources": [{"uri": WATCHED, "name": "watched", "mimeType": "text/plain"}]})
 
 
@@ -92,6 +94,7 @@ async def list_resource_templates(ctx: Context, params: Any) -> JSON:
 
 async def read_resource(ctx: Context, params: types.ReadResourceRequestParams) -> JSON:
     uri = str(params.uri)
+    event(f"read {uri}")
     if uri == WATCHED or uri.startswith("paths://item/"):
         return answer(ctx, {"contents": [{"uri": uri, "mimeType": "text/plain", "text": f"contents of {uri}"}]})
     raise MCPError(code=-32002, message=f"no resource {uri}", data={"uri": uri})

@@ -19,9 +19,10 @@
 // working behind toolgate.
 #![allow(deprecated)]
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, ClientResult, CreateMessageRequest,
@@ -84,8 +85,9 @@ pub(crate) struct Routes {
     /// [`MAX_SUBSCRIPTIONS`]. Only changed with `subscribers` locked.
     held: Mutex<HashMap<Arc<str>, usize>>,
     /// The subscribers (by key) whose session's end is watched, to end their
-    /// subscriptions with it ([`watch`](Self::watch)).
-    watched: Mutex<HashSet<Arc<str>>>,
+    /// subscriptions with it ([`watch`](Self::watch)), each with the token that ends the
+    /// watch once it holds nothing here. Only changed with `held` locked.
+    watched: Mutex<HashMap<Arc<str>, CancellationToken>>,
 }
 
 /// How many resources one subscriber — a session, or one `subscriptions/listen` request —
@@ -97,16 +99,6 @@ pub(crate) const MAX_SUBSCRIPTIONS: usize = 256;
 /// A subscription refused: the subscriber holds [`MAX_SUBSCRIPTIONS`] already.
 #[derive(Debug)]
 pub(crate) struct TooManySubscriptions;
-
-/// Counts one subscription less for subscriber `key`.
-fn release(held: &mut HashMap<Arc<str>, usize>, key: &str) {
-    if let Some(count) = held.get_mut(key) {
-        *count = count.saturating_sub(1);
-        if *count == 0 {
-            held.remove(key);
-        }
-    }
-}
 
 struct Route {
     connection: u64,
@@ -393,6 +385,38 @@ impl Routes {
             .map(|r| r.ticket.0.caller.clone())
     }
 
+    /// Whether subscriber `key` holds [`MAX_SUBSCRIPTIONS`] here already and is not
+    /// subscribed to `uri`: a subscription to it would be refused. Asked before the
+    /// upstream is, so that a subscriber at its cap costs the upstream nothing.
+    pub(crate) fn at_cap(&self, uri: &str, key: &str) -> bool {
+        let subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        let subscribed = subscribers
+            .get(uri)
+            .is_some_and(|sessions| sessions.iter().any(|s| &*s.key == key));
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        !subscribed && held.get(key).is_some_and(|n| *n >= MAX_SUBSCRIPTIONS)
+    }
+
+    /// Counts one subscription less for subscriber `key` (`held` is the locked count);
+    /// when it holds nothing any more, the watch of its session's end ends too.
+    fn release(&self, held: &mut HashMap<Arc<str>, usize>, key: &str) {
+        let Some(count) = held.get_mut(key) else {
+            return;
+        };
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            held.remove(key);
+            let watched = self
+                .watched
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(key);
+            if let Some(watch) = watched {
+                watch.cancel();
+            }
+        }
+    }
+
     /// Subscribes `caller`'s session, for `user`, to `uri`; whether it is the first
     /// subscriber (then the upstream is to be subscribed).
     ///
@@ -440,7 +464,13 @@ impl Routes {
     /// move to the connection of a new configuration.
     pub(crate) fn take_all(&self) -> Vec<(String, Vec<Subscriber>)> {
         let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
-        self.held.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.clear();
+        let watched = std::mem::take(&mut *self.watched.lock().unwrap_or_else(|e| e.into_inner()));
+        for watch in watched.into_values() {
+            watch.cancel();
+        }
+        drop(held);
         subscribers.drain().collect()
     }
 
@@ -472,7 +502,7 @@ impl Routes {
                 let keep = may_read(&s.user);
                 if !keep {
                     s.ended.cancel();
-                    release(&mut held, &s.key);
+                    self.release(&mut held, &s.key);
                     ended += 1;
                 }
                 keep
@@ -514,7 +544,7 @@ impl Routes {
         let before = sessions.len();
         sessions.retain(|s| &*s.key != session);
         if sessions.len() < before {
-            release(
+            self.release(
                 &mut self.held.lock().unwrap_or_else(|e| e.into_inner()),
                 session,
             );
@@ -526,25 +556,39 @@ impl Routes {
         last
     }
 
-    /// Whether the end of subscriber `key`'s session is to be watched now: the first
-    /// time it subscribes here, and again only once that end came.
-    pub(crate) fn watch(&self, key: &Arc<str>) -> bool {
+    /// Whether the end of subscriber `key`'s session is to be watched now — while it
+    /// holds a subscription here and is not watched already — with the token cancelled
+    /// when the watch is no longer needed: it holds nothing here any more (so that a
+    /// subscriber that left, such as a listen request that ended, leaves no watch behind).
+    pub(crate) fn watch(&self, key: &Arc<str>) -> Option<CancellationToken> {
+        let held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        if !held.contains_key(key) {
+            return None;
+        }
         let mut watched = self.watched.lock().unwrap_or_else(|e| e.into_inner());
-        watched.insert(Arc::clone(key))
+        if watched.contains_key(key) {
+            return None;
+        }
+        let watch = CancellationToken::new();
+        watched.insert(Arc::clone(key), watch.clone());
+        Some(watch)
     }
 
     /// Ends every subscription of subscriber `key`, whose session ended; the URIs left
     /// without a subscriber (then the upstream is to be unsubscribed from them).
     pub(crate) fn end_session(&self, key: &str) -> Vec<String> {
         let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
-        self.held
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.remove(key);
+        let watched = self
+            .watched
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .remove(key);
-        self.watched
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
+        if let Some(watch) = watched {
+            watch.cancel();
+        }
+        drop(held);
         let mut left = Vec::new();
         subscribers.retain(|uri, sessions| {
             let before = sessions.len();
@@ -578,9 +622,34 @@ pub(crate) struct UpstreamClient {
     /// Whether it declares sampling and elicitation; without, a request for them is still
     /// refused as it would be for a caller that cannot answer it.
     pub(crate) asks_callers: bool,
+    /// How long the upstream has to answer a request toolgate makes of its own accord
+    /// (an unsubscription from a resource nobody watches any more).
+    pub(crate) call_timeout: Duration,
 }
 
 impl UpstreamClient {
+    /// Unsubscribes the upstream (on the connection `peer` it sent an update on) from
+    /// `uri`, which nobody watches any more, in a task of its own: the handler of the
+    /// upstream's notifications does not wait on the upstream, and the task waits at
+    /// most the call timeout. A failure is only logged (the subscribers are gone either
+    /// way); a subscriber who came meanwhile keeps the upstream subscribed.
+    fn unsubscribe_upstream(&self, peer: Peer<RoleClient>, uri: String) {
+        let (routes, timeout) = (Arc::clone(&self.routes), self.call_timeout);
+        tokio::spawn(async move {
+            if routes.watched(&uri) {
+                return;
+            }
+            tracing::debug!(server = %routes.server, %uri, "the last subscriber to a resource is gone; unsubscribing the MCP server");
+            let params = rmcp::model::UnsubscribeRequestParams::new(uri.clone());
+            let failed = match tokio::time::timeout(timeout, peer.unsubscribe(params)).await {
+                Ok(Ok(())) => return,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {timeout:?}"),
+            };
+            tracing::warn!(server = %routes.server, %uri, error = %failed, "the MCP server could not be unsubscribed from a resource nobody watches on this connection any more");
+        });
+    }
+
     /// The caller an upstream's `what` request is for, if a protocol fact names one that
     /// declared it can answer; else the request is counted and refused.
     fn caller_for(
@@ -642,16 +711,19 @@ impl ClientHandler for UpstreamClient {
     async fn on_resource_updated(
         &self,
         params: ResourceUpdatedNotificationParam,
-        _context: NotificationContext<RoleClient>,
+        context: NotificationContext<RoleClient>,
     ) {
         for subscriber in self.routes.subscribers_of(&params.uri) {
             // Ended while this update was on its way: it is not hers any more.
             if subscriber.ended.is_cancelled() {
                 continue;
             }
-            if subscriber.delivery.send(params.clone()).await.is_err() {
-                // The subscriber's session or listen stream is gone.
-                self.routes.unsubscribe(&params.uri, &subscriber.key);
+            if subscriber.delivery.send(params.clone()).await.is_err()
+                // The subscriber's session or listen stream is gone; the last one leaves
+                // the resource to nobody.
+                && self.routes.unsubscribe(&params.uri, &subscriber.key)
+            {
+                self.unsubscribe_upstream(context.peer.clone(), params.uri.clone());
             }
         }
     }
@@ -688,5 +760,116 @@ impl ClientHandler for UpstreamClient {
             )),
             Err(e) => Err(relay_failed("elicitation", e)),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rmcp::model::{
+        ClientCapabilities, Implementation, InitializeRequestParams, ResourcesCapability,
+        ServerCapabilities, ServerConfig, UnsubscribeRequestParams,
+    };
+    use rmcp::{ErrorData, ServerHandler, ServiceExt};
+
+    use super::*;
+    use crate::caller::ResourceCheck;
+
+    /// An upstream that tells each unsubscription it is sent.
+    struct Upstream(mpsc::UnboundedSender<String>);
+
+    impl ServerHandler for Upstream {
+        fn get_info(&self) -> ServerConfig {
+            let mut capabilities = ServerCapabilities::default();
+            let mut resources = ResourcesCapability::default();
+            resources.subscribe = Some(true);
+            capabilities.resources = Some(resources);
+            ServerConfig::new(capabilities)
+        }
+
+        async fn unsubscribe(
+            &self,
+            request: UnsubscribeRequestParams,
+            _context: RequestContext<RoleServer>,
+        ) -> Result<(), ErrorData> {
+            let _ = self.0.send(request.uri);
+            Ok(())
+        }
+    }
+
+    /// A server that serves nothing, for a caller's connection.
+    struct Nothing;
+
+    impl ServerHandler for Nothing {}
+
+    /// A caller whose connection is closed: what is sent to it fails at once. Its
+    /// session never ends.
+    fn gone_caller(key: &str) -> CallerRequest {
+        let transport = (
+            futures::sink::drain::<rmcp::service::TxJsonRpcMessage<RoleServer>>(),
+            futures::stream::empty(),
+        );
+        let info =
+            InitializeRequestParams::new(ClientCapabilities::default(), Implementation::default());
+        let running = rmcp::service::serve_directly(Nothing, transport, Some(info));
+        CallerRequest {
+            peer: running.peer().clone(),
+            progress_token: None,
+            log_level: None,
+            session_id: Arc::from(key),
+            capabilities: ClientCapabilities::default(),
+            input_required_results: false,
+            round: None,
+            refusal: Default::default(),
+            listener: None,
+            subscription_ended: CancellationToken::new(),
+            session_ended: CancellationToken::new(),
+            upstream_task: Default::default(),
+            relayed_task: None,
+            resource_check: ResourceCheck::default(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_last_subscriber_dropped_after_a_failed_delivery_unsubscribes_the_upstream() {
+        let (unsubscribed, mut unsubscriptions) = mpsc::unbounded_channel();
+        let (upstream_io, client_io) = tokio::io::duplex(64 * 1024);
+        let routes = Arc::new(Routes::new("up"));
+        let client = UpstreamClient {
+            routes: Arc::clone(&routes),
+            connection: 1,
+            asks_callers: false,
+            call_timeout: Duration::from_secs(10),
+        };
+        let (upstream, client) = tokio::join!(
+            Upstream(unsubscribed).serve(upstream_io),
+            client.serve(client_io)
+        );
+        let (upstream, _client) = (upstream.unwrap(), client.unwrap());
+
+        let caller = gone_caller("session-1");
+        let uri = "res://watched";
+        let first = routes
+            .subscribe(uri, &caller, Arc::new(User::new("alice")))
+            .unwrap();
+        assert!(first);
+        let watch = routes.watch(&caller.session_id).expect("a watch to start");
+
+        upstream
+            .peer()
+            .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+            .await
+            .unwrap();
+        let sent = tokio::time::timeout(Duration::from_secs(10), unsubscriptions.recv()).await;
+        assert_eq!(
+            sent.ok().flatten().as_deref(),
+            Some(uri),
+            "the upstream is unsubscribed from the resource nobody watches any more"
+        );
+        assert!(!routes.watched(uri));
+        assert!(routes.held.lock().unwrap().is_empty(), "no count is left");
+        assert!(
+            watch.is_cancelled() && routes.watched.lock().unwrap().is_empty(),
+            "the watch of the gone subscriber's session ends"
+        );
     }
 }

@@ -95,7 +95,10 @@ impl McpHttpService {
     /// on what they started with. (This service's HTTP settings, such as the body limit,
     /// stay.)
     pub fn serve_as(&self, next: &McpHttpService) {
-        self.current.store(next.current.load_full());
+        let next = McpServer {
+            inner: next.current.load_full(),
+        };
+        self.serve(&next);
     }
 
     /// Serves `server` — its pipeline, filter, principals and timeout — from the next
@@ -103,7 +106,10 @@ impl McpHttpService {
     /// host that keeps one endpoint for the life of its process and builds a server for
     /// each configuration.
     pub fn serve(&self, server: &McpServer) {
-        self.current.store(Arc::clone(&server.inner));
+        // The `subscriptions/listen` requests open now still count against their users.
+        let listens = self.current.load().listens.clone();
+        let server = server.clone().counting_listens_in(&listens);
+        self.current.store(server.inner);
     }
 }
 
@@ -227,4 +233,29 @@ fn answered(answer: direct::Answer, guard: DropGuard) -> http::Response<GuardedB
     });
     direct::event_stream_headers(response.headers_mut());
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use toolgate_core::User;
+
+    use super::super::listens::MAX_LISTENS_PER_USER;
+    use super::*;
+
+    #[tokio::test]
+    async fn an_endpoint_serving_a_new_configuration_still_counts_the_listens_open_before() {
+        let server = || McpServer::new(toolgate_core::Pipeline::builder().build().unwrap());
+        let endpoint = server().http_service(Default::default());
+        let alice = User::new("alice");
+        let open: Vec<_> = (0..MAX_LISTENS_PER_USER)
+            .map(|_| endpoint.current.load().listens.open(&alice).unwrap())
+            .collect();
+        endpoint.serve(&server());
+        assert!(
+            endpoint.current.load().listens.open(&alice).is_err(),
+            "a reload frees no place"
+        );
+        drop(open);
+        assert!(endpoint.current.load().listens.open(&alice).is_ok());
+    }
 }

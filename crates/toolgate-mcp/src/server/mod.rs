@@ -6,6 +6,7 @@ mod direct;
 mod features;
 mod held;
 mod http;
+mod listens;
 mod message;
 mod params;
 mod relayed;
@@ -93,6 +94,9 @@ pub(crate) struct ServerInner {
     pub relayed: RelayedTasks,
     /// Told of each waiting call its caller withdrew with `tasks/cancel`.
     pub on_withdrawal: Option<OnWithdrawal>,
+    /// The open `subscriptions/listen` requests of each user: kept by an endpoint across
+    /// the servers it serves in turn.
+    pub listens: listens::Listens,
 }
 
 /// What a host does when a caller withdraws its waiting call: the call, who withdrew it
@@ -150,8 +154,16 @@ impl McpServer {
                 outcome_tool: None,
                 relayed: RelayedTasks::default(),
                 on_withdrawal: None,
+                listens: listens::Listens::default(),
             }),
         }
+    }
+
+    /// This server, counting its open `subscriptions/listen` requests in `listens`: an
+    /// endpoint that serves it next keeps counting those opened before.
+    fn counting_listens_in(self, listens: &listens::Listens) -> Self {
+        let listens = listens.clone();
+        self.edit(|inner| inner.listens = listens)
     }
 
     fn edit(mut self, f: impl FnOnce(&mut ServerInner)) -> Self {
@@ -172,6 +184,7 @@ impl McpServer {
                     outcome_tool: old.outcome_tool.clone(),
                     relayed: old.relayed.clone(),
                     on_withdrawal: old.on_withdrawal.clone(),
+                    listens: old.listens.clone(),
                 };
                 f(&mut inner);
                 self.inner = Arc::new(inner);

@@ -432,6 +432,7 @@ impl Link {
             routes: Arc::clone(&channel.routes),
             connection,
             asks_callers: channel.asks_callers,
+            call_timeout: self.config.call_timeout,
         }
     }
 

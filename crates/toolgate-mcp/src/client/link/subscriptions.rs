@@ -33,8 +33,8 @@ impl Link {
     /// subscribed. A subscription lasts until unsubscribed, the session ends (then the
     /// upstream is unsubscribed from a resource nobody else watches), or the upstream
     /// connection is re-established (subscribe again then). One session holds at most
-    /// [`MAX_SUBSCRIPTIONS`] here: past it, [`TOO_MANY_SUBSCRIPTIONS`], and the upstream
-    /// is not subscribed.
+    /// [`MAX_SUBSCRIPTIONS`] here: past it, [`TOO_MANY_SUBSCRIPTIONS`], before the
+    /// upstream is asked anything (a session at its cap costs the upstream nothing).
     ///
     /// The upstream is asked only when it declared `resources.subscribe`
     /// ([`SUBSCRIPTIONS_UNSUPPORTED`] otherwise) and has the resource, as the caller's
@@ -49,6 +49,11 @@ impl Link {
         deadline: Instant,
     ) -> Result<(), ToolError> {
         let channel = self.subscription_channel();
+        // Refused before the upstream is asked anything; `subscribe` below checks again
+        // as it counts (another subscription of the session may come meanwhile).
+        if channel.routes.at_cap(uri, &caller.session_id) {
+            return Err(self.too_many_subscriptions());
+        }
         // A resource someone here is subscribed to is known to be the upstream's.
         if !channel.routes.watched(uri) {
             if !self.takes_subscriptions(deadline).await? {
@@ -72,16 +77,10 @@ impl Link {
                 ));
             }
         }
-        let first = channel.routes.subscribe(uri, caller, user).map_err(|_| {
-            ToolError::abort(
-                format!(
-                    "this session (or `subscriptions/listen` request) is subscribed to {MAX_SUBSCRIPTIONS} resources of MCP server `{}` already, the most one may be: unsubscribe from one it no longer needs, or subscribe in another session",
-                    self.config.name
-                ),
-                TOO_MANY_SUBSCRIPTIONS,
-                429,
-            )
-        })?;
+        let first = channel
+            .routes
+            .subscribe(uri, caller, user)
+            .map_err(|_| self.too_many_subscriptions())?;
         self.end_with_session(channel, &caller.session_id, &caller.session_ended);
         if !first {
             return Ok(());
@@ -96,6 +95,18 @@ impl Link {
             channel.routes.unsubscribe(uri, &caller.session_id);
         }
         subscribed
+    }
+
+    /// The refusal of a subscription past [`MAX_SUBSCRIPTIONS`].
+    fn too_many_subscriptions(&self) -> ToolError {
+        ToolError::abort(
+            format!(
+                "this session (or `subscriptions/listen` request) is subscribed to {MAX_SUBSCRIPTIONS} resources of MCP server `{}` already, the most one may be: unsubscribe from one it no longer needs, or subscribe in another session",
+                self.config.name
+            ),
+            TOO_MANY_SUBSCRIPTIONS,
+            429,
+        )
     }
 
     /// Unsubscribes `caller`'s session from resource `uri` (the upstream too, when no
@@ -245,21 +256,25 @@ impl Link {
     /// Ends the subscriptions of subscriber `key` made on `channel` when its session
     /// ends (`session_ended`): nothing of a session outlives it, and the upstream is
     /// unsubscribed from a resource nobody else watches. One watch per subscriber while
-    /// it lasts; it holds the link weakly, so that a link replaced on a reload is not
-    /// kept for it.
+    /// it holds a subscription on `channel` (it ends when the subscriber holds nothing
+    /// there any more); it holds the link weakly, so that a link replaced on a reload is
+    /// not kept for it.
     fn end_with_session(
         self: &Arc<Self>,
         channel: &Channel,
         key: &Arc<str>,
         session_ended: &CancellationToken,
     ) {
-        if !channel.routes.watch(key) {
+        let Some(unwatched) = channel.routes.watch(key) else {
             return;
-        }
+        };
         let link = Arc::downgrade(self);
         let (key, session_ended) = (Arc::clone(key), session_ended.clone());
         tokio::spawn(async move {
-            session_ended.cancelled().await;
+            tokio::select! {
+                () = session_ended.cancelled() => {}
+                () = unwatched.cancelled() => return,
+            }
             if let Some(link) = link.upgrade() {
                 link.end_session_subscriptions(&key).await;
             }

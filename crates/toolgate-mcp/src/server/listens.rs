@@ -1,0 +1,114 @@
+//! How many `subscriptions/listen` requests each user has open, at most
+//! [`MAX_LISTENS_PER_USER`].
+//!
+//! A listen request (2026-07-28) is a subscriber of its own: it may hold
+//! [`MAX_SUBSCRIPTIONS`](crate::client::relay::MAX_SUBSCRIPTIONS) on each upstream, and it
+//! belongs to no session, so the per-principal cap on sessions does not bound it. Without a
+//! bound of their own, one key opening listen request after listen request would make the
+//! gateway and its upstreams hold subscriptions without end.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use rmcp::model::{ErrorCode, ErrorData};
+use serde_json::json;
+use toolgate_core::User;
+
+/// How many `subscriptions/listen` requests one user may have open at once, over every
+/// connection of the server: past it a new one is refused (`too_many_listens`, 429) until
+/// one ends — answered, cancelled, or dropped by a client that went away. Eight, as many
+/// as the sessions the gateway gives one user by default: a user may listen at 2026-07-28
+/// to as much as it may subscribe to at 2025-11-25. One request may listen to many
+/// resources, so an application needs no more than one per stream it shows.
+pub(crate) const MAX_LISTENS_PER_USER: usize = 8;
+
+/// Who a listen request counts against: the user's tenant and id.
+type Principal = (Option<String>, String);
+
+/// The open listen requests of each user. Clones share the table; it lives as long as the
+/// server's endpoint, across reloads (a reload does not free a user's open requests).
+#[derive(Clone, Default)]
+pub(crate) struct Listens(Arc<Mutex<HashMap<Principal, usize>>>);
+
+impl Listens {
+    /// Counts a listen request of `user` open until the permit is dropped.
+    ///
+    /// # Errors
+    ///
+    /// [`too_many_listens`] when the user has [`MAX_LISTENS_PER_USER`] open already.
+    pub(crate) fn open(&self, user: &User) -> Result<ListenPermit, ErrorData> {
+        let principal = (user.tenant.clone(), user.id.clone());
+        let mut open = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let count = open.entry(principal.clone()).or_default();
+        if *count >= MAX_LISTENS_PER_USER {
+            return Err(too_many_listens());
+        }
+        *count += 1;
+        Ok(ListenPermit {
+            listens: self.clone(),
+            principal,
+        })
+    }
+}
+
+/// One open listen request, counted against its user until dropped: held by the request's
+/// future, so that it is released however the request ends.
+pub(crate) struct ListenPermit {
+    listens: Listens,
+    principal: Principal,
+}
+
+impl Drop for ListenPermit {
+    fn drop(&mut self) {
+        let mut open = self.listens.0.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = open.get_mut(&self.principal) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                open.remove(&self.principal);
+            }
+        }
+    }
+}
+
+/// The refusal of a listen request past [`MAX_LISTENS_PER_USER`].
+pub(crate) fn too_many_listens() -> ErrorData {
+    ErrorData::new(
+        ErrorCode::INVALID_REQUEST,
+        format!(
+            "too many open `subscriptions/listen` requests: you have {MAX_LISTENS_PER_USER} open already, the most one user may; end one you no longer need, or listen to several resources in one request"
+        ),
+        Some(json!({ "code": "too_many_listens", "status": 429 })),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_user_past_the_bound_is_refused_until_one_of_its_listens_ends_and_others_are_not() {
+        let listens = Listens::default();
+        let alice = User::new("alice");
+        let mut open: Vec<_> = (0..MAX_LISTENS_PER_USER)
+            .map(|_| listens.open(&alice).expect("within the bound"))
+            .collect();
+        let refused = listens.open(&alice).err().expect("past the bound");
+        assert_eq!(refused.data.unwrap()["code"], "too_many_listens");
+        assert!(
+            listens.open(&User::new("bob")).is_ok(),
+            "bob is not held back"
+        );
+        open.pop();
+        assert!(listens.open(&alice).is_ok(), "an ended listen makes room");
+    }
+
+    #[test]
+    fn every_permit_dropped_leaves_nothing_behind() {
+        let listens = Listens::default();
+        let permits: Vec<_> = (0..3)
+            .map(|_| listens.open(&User::new("alice")).unwrap())
+            .collect();
+        drop(permits);
+        assert!(listens.0.lock().unwrap().is_empty());
+    }
+}
