@@ -1,7 +1,8 @@
 //! `GET /v1/admin/stats` and `GET /v1/admin/decisions`: what the console's tool and
-//! history views show, for users with an approver role; `DELETE /v1/admin/stats`, which
-//! starts the statistics over. The statistics and the decisions are every replica's when
-//! the state is on Redis.
+//! history views show, for users with an approver role (the decisions on their tenant's
+//! calls; the statistics, which cover every tenant, for approvers without a tenant only);
+//! `DELETE /v1/admin/stats`, which starts the statistics over. The statistics and the
+//! decisions are every replica's when the state is on Redis.
 
 use axum::Json;
 use axum::extract::{Extension, Query};
@@ -25,19 +26,38 @@ fn approvers_only(caller: &Caller, what: &str) -> Result<(), ApiError> {
     ))
 }
 
+/// For what covers every tenant (the per-tool statistics, the pins): an approver without
+/// a tenant only. An approver of one tenant approves within it, and is refused with 403
+/// `not_an_operator`: the statistics would show other tenants' use of each tool, and a
+/// reset or a pin change would act on theirs.
+pub(super) fn operators_only(caller: &Caller, what: &str) -> Result<(), ApiError> {
+    approvers_only(caller, what)?;
+    match &caller.user.tenant {
+        None => Ok(()),
+        Some(tenant) => Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "not_an_operator",
+            format!(
+                "{what} cover every tenant, so only an approver without a tenant may see or change them; you approve for tenant `{}` only",
+                toolgate_core::error::shown_id(tenant)
+            ),
+        )),
+    }
+}
+
 /// Calls, errors, refusals, waits and latency per tool, from the gateway's own counters
 /// (see [`crate::console::counters`]): since the process started, or, with the state on
 /// Redis, since any replica first counted, summed over every replica (`counted_by` says
 /// which).
 pub async fn stats(Extension(caller): Extension<Caller>) -> Result<Json<Value>, ApiError> {
-    approvers_only(&caller, "the per-tool statistics")?;
+    operators_only(&caller, "the per-tool statistics")?;
     Ok(Json(caller.gateway.tool_statistics().await))
 }
 
 /// Starts the per-tool statistics over: every count is forgotten, and they count from now
 /// — every replica's with the state on Redis. Answers the statistics as `GET` then does.
 pub async fn reset_stats(Extension(caller): Extension<Caller>) -> Result<Json<Value>, ApiError> {
-    approvers_only(&caller, "and reset the per-tool statistics")?;
+    operators_only(&caller, "the per-tool statistics")?;
     let statistics = caller.gateway.reset_tool_statistics().await.map_err(|e| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,

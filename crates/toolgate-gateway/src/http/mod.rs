@@ -9,9 +9,9 @@
 //! | `GET /v1/suspensions?status=&tool=&user=&tenant=&no_tenant=&since=&limit=&cursor=` | the calls waiting for approval, a page at a time (approvers: everyone's, or their tenant's; others: their own) |
 //! | `GET /v1/suspensions/{id}` | a call waiting for approval |
 //! | `POST /v1/suspensions/{id}/resume` | approve, reject or complete it |
-//! | `GET /v1/admin/pins` | pinned tool definitions and changes waiting (approvers) |
-//! | `POST /v1/admin/pins/{tool}/accept` | accept a changed definition (approvers) |
-//! | `GET /v1/admin/stats` | calls, errors, refusals and latency per tool, from the gateway's own counters (approvers) |
+//! | `GET /v1/admin/pins` | pinned tool definitions and changes waiting (approvers without a tenant) |
+//! | `POST /v1/admin/pins/{tool}/accept` | accept a changed definition (approvers without a tenant) |
+//! | `GET /v1/admin/stats` | calls, errors, refusals and latency per tool, from the gateway's own counters (approvers without a tenant) |
 //! | `GET /v1/admin/decisions?limit=` | the last decisions on waiting calls, newest first (approvers) |
 //! | `/console…` | the operator console, when `console:` is set (see [`crate::console`]) |
 //! | `GET /.well-known/oauth-protected-resource[/mcp]` | OAuth protected resource metadata (RFC 9728), when `identity.oauth` is set |

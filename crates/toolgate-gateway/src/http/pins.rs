@@ -1,6 +1,6 @@
 //! `GET /v1/admin/pins`, `POST /v1/admin/pins/{tool}/accept` and
 //! `DELETE /v1/admin/pins/{tool}`: the pinned tool definitions and the changes waiting, for
-//! users with an approver role.
+//! users with an approver role and no tenant (the pins decide what every tenant runs).
 
 use axum::Json;
 use axum::extract::{Extension, Path};
@@ -11,13 +11,7 @@ use super::{ApiError, Caller};
 use crate::pins::{PinError, PinStore};
 
 fn pin_store(caller: &Caller) -> Result<&PinStore, ApiError> {
-    if !caller.gateway.may_approve(&caller.user) {
-        return Err(ApiError::new(
-            StatusCode::FORBIDDEN,
-            "not_an_approver",
-            "only users with an approver role (`policies.approval.approver_roles`) may see, accept or forget pins",
-        ));
-    }
+    super::admin::operators_only(caller, "the pins")?;
     caller.gateway.pins.as_ref().ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,

@@ -57,14 +57,22 @@ async fn waiting(caller: &Caller, id: &str) -> Result<SuspendedInvocation, ApiEr
 /// The store keeps who made an expired call with its id. When it cannot say — an id an
 /// earlier version remembered as expired without its owner, a store that keeps no owners,
 /// or a store that fails now — the call is taken as nobody's: 404 to everyone but
-/// approvers (who may see every call, so 410 tells them nothing they could not see). Its
-/// caller then gets 404 too, which is safe: a 410 to the wrong user would leak.
+/// approvers without a tenant (who may see every call, so 410 tells them nothing they
+/// could not see). Its caller then gets 404 too, which is safe: a 410 to the wrong user
+/// would leak. An approver of a tenant gets 410 for a call of their tenant only: another
+/// tenant's expired call is as unknown to them as its waiting one was.
 async fn expired_or_unknown(caller: &Caller, id: &str) -> ApiError {
-    if caller.gateway.may_approve(&caller.user) {
+    let gateway = &caller.gateway;
+    if gateway.may_approve(&caller.user) && caller.user.tenant.is_none() {
         return expired(id);
     }
-    match caller.gateway.suspensions.expired_owner(id).await {
-        Ok(Some(owner)) if owner.is_same_caller(&caller.user) => expired(id),
+    match gateway.suspensions.expired_owner(id).await {
+        Ok(Some(owner))
+            if owner.is_same_caller(&caller.user)
+                || gateway.may_approve_in(&caller.user, &owner.tenant) =>
+        {
+            expired(id)
+        }
         Ok(_) => not_found(id),
         Err(error) => {
             tracing::warn!(suspension_id = %id, %error, "who made an expired call could not be read: it is answered as unknown");
@@ -429,31 +437,81 @@ pub async fn list(
     })))
 }
 
-/// A person's decision.
+/// A person's decision: the body of `POST /v1/suspensions/{id}/resume`, an object whose
+/// `decision` names it, with `reason` (approve, reject) or `output` (complete) beside it.
 #[derive(Deserialize)]
-#[serde(tag = "decision", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(try_from = "DecisionBody")]
 pub enum Decision {
     /// Run the call.
     Approve {
         /// Why (kept in the decided history and the log).
-        #[serde(default)]
         reason: Option<String>,
     },
     /// Refuse it.
     Reject {
         /// Why (shown to the caller).
-        #[serde(default)]
         reason: Option<String>,
     },
     /// Answer it without running the tool.
     Complete {
         /// The output (an object naming a key twice is refused, as in a call's input).
-        #[serde(deserialize_with = "toolgate_core::json::unique_keys")]
         output: Value,
     },
     /// Approve it for its caller to make again: the call ends, and the caller's next
     /// identical call runs once, within `policies.approval.run_within`.
     ApproveRetry,
+}
+
+/// A decision's body as sent, read field by field so that a wrong value is named by its
+/// field (`decision`, `reason`, `output`) in words a person knows.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecisionBody {
+    decision: String,
+    #[serde(default)]
+    reason: Option<String>,
+    #[serde(default, deserialize_with = "some_with_unique_keys")]
+    output: Option<Value>,
+}
+
+fn some_with_unique_keys<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Value>, D::Error> {
+    toolgate_core::json::unique_keys(deserializer).map(Some)
+}
+
+impl TryFrom<DecisionBody> for Decision {
+    type Error = String;
+
+    fn try_from(body: DecisionBody) -> Result<Self, String> {
+        let DecisionBody {
+            decision,
+            reason,
+            output,
+        } = body;
+        let only = |field: &str, with: &str| {
+            format!("`{field}` goes only with `\"decision\": {with}`: leave it out")
+        };
+        match (decision.as_str(), reason, output) {
+            ("approve" | "reject" | "approve_retry", _, Some(_)) => {
+                Err(only("output", "\"complete\""))
+            }
+            ("complete" | "approve_retry", Some(_), _) => {
+                Err(only("reason", "\"approve\" or \"reject\""))
+            }
+            ("approve", reason, None) => Ok(Decision::Approve { reason }),
+            ("reject", reason, None) => Ok(Decision::Reject { reason }),
+            ("complete", None, Some(output)) => Ok(Decision::Complete { output }),
+            ("complete", None, None) => Err(
+                "`\"decision\": \"complete\"` needs an `output`: what the call answers in place of the tool".to_owned(),
+            ),
+            ("approve_retry", None, None) => Ok(Decision::ApproveRetry),
+            (other, _, _) => Err(format!(
+                "`decision` must be `approve`, `reject`, `complete` or `approve_retry`, not `{}`",
+                toolgate_core::error::shown_id(other)
+            )),
+        }
+    }
 }
 
 /// `?format=` of the answer.

@@ -11,4 +11,5 @@ mod pipeline_paths;
 mod scrubbing;
 mod sessions;
 mod subscriptions;
+mod tenant_approvers;
 mod tokens;

@@ -75,6 +75,8 @@ function signedIn(me) {
   $('account').hidden = false;
   $('who').textContent = visible(`${named(me.user, me.tenant)}${me.approver ? ' (approver)' : ''}`);
   for (const link of document.querySelectorAll('#nav [data-approver]')) link.hidden = !me.approver;
+  // Pins and tool statistics cover every tenant: an approver of one tenant is not shown them.
+  for (const link of document.querySelectorAll('#nav [data-operator]')) link.hidden = !operator(me);
   $('not-approver').hidden = me.approver;
   const wanted = location.hash.slice(1);
   const view = allowed(wanted) ? wanted : (me.approver ? 'queue' : 'mine');
@@ -97,7 +99,10 @@ function signedOut(message) {
   }, () => $('key').focus());
 }
 
-const allowed = (view) => Boolean(session.me) && VIEWS.includes(view) && (session.me.approver || view === 'mine');
+const OPERATOR_VIEWS = ['pins', 'tools'];
+const operator = (me) => me.approver && !me.tenant;
+const allowed = (view) => Boolean(session.me) && VIEWS.includes(view)
+  && (view === 'mine' || (OPERATOR_VIEWS.includes(view) ? operator(session.me) : session.me.approver));
 
 $('sign-in-form').addEventListener('submit', async (event) => {
   event.preventDefault();
