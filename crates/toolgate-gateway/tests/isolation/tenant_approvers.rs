@@ -1,7 +1,8 @@
 //! An approver of one tenant approves within it and sees nothing of another: an expired
 //! call of another tenant is as unknown to them as the waiting call was; what covers every
 //! tenant — the per-tool statistics and the pins — is an operator's (an approver without a
-//! tenant) only. And a decision that is not one is told by its field, in words.
+//! tenant) only. An approver's own call is not theirs to approve, whichever protocol it
+//! was made over. And a decision that is not one is told by its field, in words.
 //!
 //! Users, by API key: `alice` an approver of no tenant (an operator), `olga` an approver of
 //! `acme`, `bob` an analyst of `globex`.
@@ -11,7 +12,9 @@ use std::time::Duration;
 use serde_json::json;
 use toolgate_gateway::auth::hash_key;
 
-use crate::common::{Answer, Gateway, client, eventually, get, invoke, key, post, user_yaml};
+use crate::common::{
+    Answer, Gateway, client, eventually, get, invoke, key, mcp_rpc, open_session, post, user_yaml,
+};
 
 /// A `users:` entry of `id` in `tenant`, with the key of `key_name`.
 fn tenant_user_yaml(id: &str, tenant: &str, key_name: &str, roles: &[&str]) -> String {
@@ -222,4 +225,44 @@ async fn a_decision_that_is_not_one_is_told_by_its_field_in_words() {
     )
     .await;
     assert_eq!(approved.status, 200, "{}", approved.body);
+}
+
+#[tokio::test]
+async fn an_approvers_call_made_over_mcp_is_not_theirs_to_approve_over_v1_nor_another_tenants() {
+    let config = format!(
+        "tools:\n  builtin: [sleep]\n{}policies:\n  approval:\n    tools: [sleep]\n",
+        users()
+    );
+    let gateway = Gateway::start(&config);
+    let session = open_session(&gateway, "alice").await;
+    let params = json!({"name": "sleep", "arguments": {"ms": 1}});
+    let waiting = mcp_rpc(&gateway, "alice", &session, "tools/call", params).await;
+    let id = waiting["_meta"]["io.toolgate/error"]["suspensionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the suspension id: {waiting}"))
+        .to_owned();
+    let url = gateway.url(&format!("/v1/suspensions/{id}/resume"));
+    for decision in ["approve", "approve_retry"] {
+        let own = post(
+            &client(),
+            &url,
+            Some("alice"),
+            &json!({ "decision": decision }),
+        )
+        .await;
+        assert_eq!(
+            (own.status, own.error_code()),
+            (403, "four_eyes"),
+            "{decision}: {}",
+            own.body
+        );
+    }
+    // An approver of acme does not see a call of no tenant, nor does a caller of globex.
+    assert_eq!(reject(&gateway, "olga", &id).await.status, 404);
+    assert_eq!(show(&gateway, "bob", &id).await.status, 404);
+    assert_eq!(
+        show(&gateway, "alice", &id).await.status,
+        200,
+        "it still waits"
+    );
 }
