@@ -4,6 +4,8 @@
 //! approver does not wave their own call through (`policies.approval`).
 
 mod common;
+#[path = "approvals/kept_outcomes.rs"]
+mod kept_outcomes;
 
 use std::time::Duration;
 
@@ -857,6 +859,28 @@ async fn a_caller_that_cancels_its_waiting_task_withdraws_the_call() {
     // The call no longer waits: an approver finds nothing to approve.
     let approved = approve(&gateway, "alice", &id).await;
     assert_eq!(approved.status, 404, "{}", approved.body);
+}
+
+#[tokio::test]
+async fn cancelling_another_callers_expired_task_is_answered_as_for_an_id_never_given() {
+    let config =
+        sleep_waits().replace("tools: [sleep]\n", "tools: [sleep]\n    expire_after: 1s\n");
+    let gateway = Gateway::start(&config);
+    let id = call_as_task(&gateway, "bob").await;
+    eventually("bob's task expires", Duration::from_secs(30), || async {
+        let url = gateway.url(&format!("/v1/suspensions/{id}"));
+        get(&client(), &url, Some("bob")).await.status == 410
+    })
+    .await;
+
+    let never = format!("susp-{}", "0".repeat(32));
+    for (what, id) in [("bob's expired task", &id), ("an id never given", &never)] {
+        let cancelled = task_request(&gateway, "dave", "tasks/cancel", id).await;
+        assert_eq!(cancelled["error"]["code"], -32602, "{what}: {cancelled}");
+    }
+    // To bob, there is nothing left to cancel.
+    let own = task_request(&gateway, "bob", "tasks/cancel", &id).await;
+    assert_eq!(own["result"]["resultType"], "complete", "{own}");
 }
 
 // ---------------------------------------------------------------------------------------

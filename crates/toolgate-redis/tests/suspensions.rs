@@ -802,6 +802,148 @@ async fn an_outcome_kept_on_one_replica_is_read_on_another_replaced_and_capped()
     assert_eq!(b.outcome("never").await.unwrap(), None);
 }
 
+/// The outcome `id` of the caller `user`, decided `ms` milliseconds from now.
+fn decided_by(id: &str, user: &User, ms: u64) -> DecidedCall {
+    DecidedCall {
+        decided_at: SystemTime::now() + Duration::from_millis(ms),
+        ..DecidedCall::new(id, user, json!({"output": format!("done {id}")}))
+    }
+}
+
+async fn outcome_ids_of(store: &RedisSuspensions, user: &User) -> Vec<String> {
+    let filter = SuspensionFilter::of_caller(user);
+    let listed = store.list_outcomes(&filter, None, 100).await.unwrap();
+    listed.into_iter().map(|decided| decided.id).collect()
+}
+
+#[tokio::test]
+async fn a_flood_of_one_callers_outcomes_does_not_evict_another_callers_outcome_on_any_replica() {
+    let test =
+        "a_flood_of_one_callers_outcomes_does_not_evict_another_callers_outcome_on_any_replica";
+    let Some((a, b)) = two_replicas(test, limits(3, 10, HOUR)).await else {
+        return;
+    };
+    let bob = User::new("bob").with_tenant("globex");
+    let acme = User::new("ann").with_tenant("acme");
+    let globex = User::new("ann").with_tenant("globex");
+    let bobs = decided_by("bobs", &bob, 0);
+    a.keep_outcome(bobs.clone()).await.unwrap();
+    a.keep_outcome(decided_by("acmes", &acme, 0)).await.unwrap();
+    b.keep_outcome(decided_by("anns", &User::new("ann"), 0))
+        .await
+        .unwrap();
+
+    for i in 0..30u64 {
+        let store = if i % 2 == 0 { &a } else { &b };
+        let id = format!("g{i:02}");
+        store
+            .keep_outcome(decided_by(&id, &globex, i))
+            .await
+            .unwrap();
+    }
+
+    assert_eq!(
+        b.outcome("bobs").await.unwrap(),
+        Some(bobs),
+        "ann of globex's flood left bob's outcome alone"
+    );
+    assert_eq!(outcome_ids_of(&a, &acme).await, ["acmes"]);
+    assert_eq!(outcome_ids_of(&b, &User::new("ann")).await, ["anns"]);
+    assert_eq!(
+        outcome_ids_of(&a, &globex).await,
+        ["g27", "g28", "g29"],
+        "she lost her own soonest to expire, down to max_per_user"
+    );
+}
+
+/// What an earlier version's `keep_outcome` wrote: the row and the total index, no
+/// per-caller index.
+async fn keep_outcome_as_an_earlier_version(
+    url: &str,
+    store: &RedisSuspensions,
+    decided: &DecidedCall,
+) {
+    let base = store.key_base();
+    let until = decided.decided_at + HOUR;
+    let ms = until
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let mut connection = inspect(url).await;
+    let _: () = redis::pipe()
+        .cmd("SET")
+        .arg(format!("{base}:outcome:{}", decided.id))
+        .arg(serde_json::to_vec(decided).unwrap())
+        .arg("PX")
+        .arg(HOUR.as_millis() as u64)
+        .ignore()
+        .cmd("ZADD")
+        .arg(format!("{base}:outcomes"))
+        .arg(ms)
+        .arg(&decided.id)
+        .ignore()
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+}
+
+/// What an earlier version's eviction past `max_total` does to the outcome `id`.
+async fn evict_as_an_earlier_version(url: &str, store: &RedisSuspensions, id: &str) {
+    let base = store.key_base();
+    let mut connection = inspect(url).await;
+    let _: () = redis::pipe()
+        .cmd("ZREM")
+        .arg(format!("{base}:outcomes"))
+        .arg(id)
+        .ignore()
+        .cmd("DEL")
+        .arg(format!("{base}:outcome:{id}"))
+        .ignore()
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn during_a_rolling_upgrade_outcomes_of_either_version_are_read_and_one_gone_stops_counting()
+{
+    let test =
+        "during_a_rolling_upgrade_outcomes_of_either_version_are_read_and_one_gone_stops_counting";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let new = replica(&url, &prefix, limits(3, 100, HOUR)).await;
+    let ann = User::new("ann").with_tenant("acme");
+    for i in 0..3u64 {
+        new.keep_outcome(decided_by(&format!("a{i}"), &ann, i))
+            .await
+            .unwrap();
+    }
+    let by_earlier = decided_by("earlier", &ann, 5);
+
+    keep_outcome_as_an_earlier_version(&url, &new, &by_earlier).await;
+    evict_as_an_earlier_version(&url, &new, "a1").await;
+    new.keep_outcome(decided_by("a3", &ann, 10)).await.unwrap();
+
+    assert_eq!(
+        new.outcome("earlier").await.unwrap(),
+        Some(by_earlier),
+        "read without the per-caller index"
+    );
+    assert_eq!(
+        outcome_ids_of(&new, &ann).await,
+        ["a0", "a2", "a3", "earlier"],
+        "`a1`, gone, no longer counted: nothing of hers went for `a3`"
+    );
+    new.keep_outcome(decided_by("a4", &ann, 20)).await.unwrap();
+    assert_eq!(
+        outcome_ids_of(&new, &ann).await,
+        ["a2", "a3", "a4", "earlier"],
+        "at her cap again, her soonest to expire of those counted went"
+    );
+}
+
 #[tokio::test]
 async fn decided_calls_are_listed_across_replicas_in_id_order_filtered_and_paged() {
     let Some(url) =
@@ -933,7 +1075,10 @@ async fn every_key_the_store_writes_has_an_expiry() {
         .await
         .unwrap();
     b.use_retry_approval(&retry.binding.key()).await.unwrap();
-    a.keep_outcome(decided("a0")).await.unwrap();
+    // A caller without a tenant: the name of their index is text, read back as it is.
+    a.keep_outcome(decided_by("a0", &User::new("ann"), 0))
+        .await
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(300)).await;
     // The short call expires and is remembered as expired.
     assert!(b.get("short").await.is_err());
@@ -955,6 +1100,7 @@ async fn every_key_the_store_writes_has_an_expiry() {
         ":retry:",
         ":outcomes",
         ":outcome:a0",
+        ":outcome_user:ann",
     ] {
         assert!(
             keys.iter().any(|key| key.contains(kind)),

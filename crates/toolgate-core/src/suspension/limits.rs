@@ -9,10 +9,15 @@ use std::time::Duration;
 ///   a user id in a tenant, so `ann` of `globex` and `ann` of `acme` each have their own
 ///   places. Past it, that caller's next call that needs approval is refused with
 ///   [`SuspensionStoreError::UserFull`](super::SuspensionStoreError::UserFull); other
-///   callers are unaffected.
+///   callers are unaffected. It also caps the outcomes of decided calls kept for one
+///   caller to read ([`SuspensionStore::keep_outcome`](super::SuspensionStore::keep_outcome)):
+///   a caller at it loses their own oldest outcome, never another caller's, so that one
+///   who withdraws calls in a loop (each withdrawal keeps an outcome) cannot push out the
+///   outcomes of everyone else.
 /// * `max_total` — calls waiting in all (default 10 000), the backstop for memory: with
 ///   inputs bounded at `b` bytes a store holds at most `max_per_user × b` for one user and
-///   `max_total × b` in all.
+///   `max_total × b` in all. Outcomes are kept at most `max_total` in all too, the oldest
+///   of anyone's going first past it; one caller holds at most `max_per_user` of them.
 /// * `expire_after` — how long a call may wait (default 24 h). An expired call no longer
 ///   counts against either cap, is removed, and answers
 ///   [`SuspensionStoreError::Expired`](super::SuspensionStoreError::Expired) for a while
@@ -35,9 +40,10 @@ use std::time::Duration;
 /// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SuspensionLimits {
-    /// Calls one caller (a user id in a tenant) may have waiting at once.
+    /// Calls one caller (a user id in a tenant) may have waiting at once, and outcomes
+    /// kept for them.
     pub max_per_user: usize,
-    /// Calls waiting in all.
+    /// Calls waiting in all, and outcomes kept in all.
     pub max_total: usize,
     /// How long a call may wait before it expires.
     pub expire_after: Duration,

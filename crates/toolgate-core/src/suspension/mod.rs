@@ -515,9 +515,16 @@ pub trait SuspensionStore: Send + Sync + 'static {
     }
 
     /// Keeps the outcome of a decided call for its caller to read, for
-    /// [`SuspensionLimits::expire_after`] after the decision and at most
-    /// [`SuspensionLimits::max_total`] of them (the oldest go first). Keeping an outcome
-    /// for an id again replaces it.
+    /// [`SuspensionLimits::expire_after`] after the decision, at most
+    /// [`SuspensionLimits::max_per_user`] of them per caller (the call's user id in its
+    /// tenant) and [`SuspensionLimits::max_total`] in all. Keeping an outcome for an id
+    /// again replaces it.
+    ///
+    /// A caller at their cap loses their own oldest outcome, never another caller's: any
+    /// caller may keep outcomes at will (withdrawing their own waiting calls keeps one
+    /// each), and without a cap per caller one of them would push out everyone's. Past
+    /// `max_total` the oldest of all go, as a last bound on memory. A store of your own
+    /// must keep both caps so; [`SuspensionTable`] does.
     ///
     /// The default, for a store that keeps none, answers
     /// [`SuspensionStoreError::CannotKeepOutcomes`].

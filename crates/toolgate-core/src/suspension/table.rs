@@ -82,12 +82,15 @@ pub struct SuspensionTable {
 }
 
 /// The outcomes of decided calls, by id, and the order they were kept in (each is kept as
-/// long as the others, so the first kept is the first to go).
+/// long as the others, so the first kept is the first to go), in all and per caller.
 #[derive(Clone, Debug, Default)]
 struct Outcomes {
     /// By id, in id order for listings.
     by_id: BTreeMap<String, DecidedCall>,
     order: VecDeque<(String, SystemTime)>,
+    /// Each caller's outcomes in the order of `order`, so that a caller at its cap loses
+    /// its own first kept rather than anyone's; a caller with none has no entry.
+    per_caller: HashMap<Caller, VecDeque<(String, SystemTime)>>,
 }
 
 /// Approvals for a retry, by the key of their binding; several approvals of equal calls
@@ -104,6 +107,14 @@ fn caller_of_binding(binding: &CallBinding) -> Caller {
     Caller {
         id: binding.user.clone(),
         tenant: binding.tenant.clone(),
+    }
+}
+
+/// Whose kept outcomes `outcome` counts among: the caller who made the call.
+fn caller_of_outcome(outcome: &DecidedCall) -> Caller {
+    Caller {
+        id: outcome.user.clone(),
+        tenant: outcome.tenant.clone(),
     }
 }
 
@@ -334,22 +345,194 @@ impl SuspensionTable {
         found
     }
 
+    /// The approvals for a retry that have not expired by `now`, in the order of their
+    /// keys, those under one key in the order they would be used: for a store that writes
+    /// them out, and reads them back with [`restore_retry_approval`](Self::restore_retry_approval).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use toolgate_core::approval::CallBinding;
+    /// use toolgate_core::suspension::{RetryApproval, SuspensionLimits, SuspensionTable};
+    ///
+    /// let noon = SystemTime::UNIX_EPOCH + Duration::from_secs(12 * 3600);
+    /// let approval = |input: &str, good_for: u64| RetryApproval {
+    ///     binding: CallBinding {
+    ///         user: "ann".into(),
+    ///         tenant: None,
+    ///         tool: "deploy".into(),
+    ///         definition: "sha256:d".into(),
+    ///         input: input.into(),
+    ///         generation: "g1".into(),
+    ///     },
+    ///     suspension_id: format!("susp-{input}"),
+    ///     decided_by: Some("boss".into()),
+    ///     decided_by_tenant: None,
+    ///     decided_at: noon,
+    ///     expires_at: noon + Duration::from_secs(good_for),
+    /// };
+    /// let mut table = SuspensionTable::new(SuspensionLimits::default());
+    /// table.keep_retry_approval(approval("prod", 60), noon)?;
+    /// table.keep_retry_approval(approval("test", 10), noon)?;
+    ///
+    /// let later = noon + Duration::from_secs(30);
+    /// let live: Vec<&str> = table
+    ///     .live_retry_approvals(later)
+    ///     .map(|a| a.suspension_id.as_str())
+    ///     .collect();
+    /// assert_eq!(live, ["susp-prod"]); // the approval of `test` expired
+    /// # Ok::<(), toolgate_core::suspension::SuspensionStoreError>(())
+    /// ```
+    pub fn live_retry_approvals(&self, now: SystemTime) -> impl Iterator<Item = &RetryApproval> {
+        self.retries
+            .by_key
+            .values()
+            .flatten()
+            .filter(move |approval| approval.expires_at > now)
+    }
+
+    /// Keeps an approval for a retry that was kept before — read back from a file at
+    /// start-up — without checking the caps (it was admitted when it was given), behind the
+    /// approvals already under its key. One that has expired by `now` is not kept. It
+    /// counts against the caps for the approvals kept from now on.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use toolgate_core::approval::CallBinding;
+    /// use toolgate_core::suspension::{RetryApproval, SuspensionLimits, SuspensionTable};
+    ///
+    /// let noon = SystemTime::UNIX_EPOCH + Duration::from_secs(12 * 3600);
+    /// let approval = |input: &str, good_for: u64| RetryApproval {
+    ///     binding: CallBinding {
+    ///         user: "ann".into(),
+    ///         tenant: None,
+    ///         tool: "deploy".into(),
+    ///         definition: "sha256:d".into(),
+    ///         input: input.into(),
+    ///         generation: "g1".into(),
+    ///     },
+    ///     suspension_id: format!("susp-{input}"),
+    ///     decided_by: None,
+    ///     decided_by_tenant: None,
+    ///     decided_at: noon,
+    ///     expires_at: noon + Duration::from_secs(good_for),
+    /// };
+    /// let limits = SuspensionLimits { max_per_user: 1, ..SuspensionLimits::default() };
+    /// let mut table = SuspensionTable::new(limits);
+    /// let later = noon + Duration::from_secs(30);
+    ///
+    /// table.restore_retry_approval(approval("prod", 60), later);
+    /// table.restore_retry_approval(approval("stage", 60), later); // past `max_per_user`
+    /// table.restore_retry_approval(approval("test", 10), later); // expired: dropped
+    ///
+    /// assert_eq!(table.retry_approvals(), 2);
+    /// let key = approval("prod", 60).binding.key();
+    /// assert!(table.use_retry_approval(&key, later).is_some());
+    /// # Ok::<(), toolgate_core::suspension::SuspensionStoreError>(())
+    /// ```
+    pub fn restore_retry_approval(&mut self, approval: RetryApproval, now: SystemTime) {
+        if approval.expires_at <= now {
+            return;
+        }
+        *self
+            .retries
+            .per_caller
+            .entry(caller_of_binding(&approval.binding))
+            .or_default() += 1;
+        self.retries.len += 1;
+        self.retries
+            .by_key
+            .entry(approval.binding.key())
+            .or_default()
+            .push_back(approval);
+    }
+
     /// Keeps the outcome of a decided call for `expire_after` after its decision, at most
-    /// `max_total` of them: past that the oldest goes.
+    /// `max_per_user` of them per caller — the call's user id in its tenant — and
+    /// `max_total` in all. A caller at its cap loses its own oldest outcome, never another
+    /// caller's: one who withdraws calls in a loop (each withdrawal keeps an outcome) cannot
+    /// push out the outcomes of others. Past `max_total` the oldest of anyone's goes, but
+    /// one caller holds at most `max_per_user` of those places.
     pub fn keep_outcome(&mut self, outcome: DecidedCall, now: SystemTime) {
         let keep = self.limits.expire_after;
         self.outcomes.remove_expired(now, keep);
-        if self.outcomes.by_id.remove(&outcome.id).is_some() {
-            self.outcomes.order.retain(|(id, _)| *id != outcome.id);
-        }
-        while self.outcomes.by_id.len() >= self.limits.max_total.max(1)
-            && let Some((oldest, _)) = self.outcomes.order.pop_front()
-        {
-            self.outcomes.by_id.remove(&oldest);
-        }
+        self.outcomes.remove(&outcome.id);
+        let caller = caller_of_outcome(&outcome);
         self.outcomes
+            .make_room_for(&caller, self.limits.max_per_user.max(1));
+        while self.outcomes.by_id.len() >= self.limits.max_total.max(1)
+            && self.outcomes.remove_oldest()
+        {}
+        let kept = (outcome.id.clone(), outcome.decided_at);
+        self.outcomes
+            .per_caller
+            .entry(caller)
+            .or_default()
+            .push_back(kept.clone());
+        self.outcomes.order.push_back(kept);
+        self.outcomes.by_id.insert(outcome.id.clone(), outcome);
+    }
+
+    /// Keeps the outcome of a call decided before — read back from a file at start-up —
+    /// without checking `max_total` (it was admitted when it was kept), in its place by
+    /// decision time among the others, so that the oldest still go first past the cap. One
+    /// older than `expire_after` at `now` is not kept; one kept for the same id is replaced.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use serde_json::json;
+    /// use toolgate_core::User;
+    /// use toolgate_core::suspension::{DecidedCall, SuspensionLimits, SuspensionTable};
+    ///
+    /// let noon = SystemTime::UNIX_EPOCH + Duration::from_secs(12 * 3600);
+    /// let decided = |id: &str, secs: u64| DecidedCall {
+    ///     decided_at: noon + Duration::from_secs(secs),
+    ///     ..DecidedCall::new(id, &User::new("ann"), json!({ "status": "ok" }))
+    /// };
+    /// let limits = SuspensionLimits {
+    ///     max_total: 1,
+    ///     expire_after: Duration::from_secs(60),
+    ///     ..SuspensionLimits::default()
+    /// };
+    /// let mut table = SuspensionTable::new(limits);
+    /// let later = noon + Duration::from_secs(70);
+    ///
+    /// table.restore_outcome(decided("s-2", 20), later);
+    /// table.restore_outcome(decided("s-1", 15), later); // past `max_total`
+    /// table.restore_outcome(decided("s-0", 0), later); // older than a minute: dropped
+    ///
+    /// assert!(table.outcome("s-1", later).is_some());
+    /// assert!(table.outcome("s-2", later).is_some());
+    /// assert!(table.outcome("s-0", later).is_none());
+    /// ```
+    pub fn restore_outcome(&mut self, outcome: DecidedCall, now: SystemTime) {
+        let expired = outcome
+            .decided_at
+            .checked_add(self.limits.expire_after)
+            .is_none_or(|until| until <= now);
+        if expired {
+            return;
+        }
+        self.outcomes.remove(&outcome.id);
+        let kept = (outcome.id.clone(), outcome.decided_at);
+        // It counts against its caller's cap for the outcomes kept from now on.
+        let mine = self
+            .outcomes
+            .per_caller
+            .entry(caller_of_outcome(&outcome))
+            .or_default();
+        let place = mine.partition_point(|(_, decided_at)| *decided_at <= outcome.decided_at);
+        mine.insert(place, kept.clone());
+        let place = self
+            .outcomes
             .order
-            .push_back((outcome.id.clone(), outcome.decided_at));
+            .partition_point(|(_, decided_at)| *decided_at <= outcome.decided_at);
+        self.outcomes.order.insert(place, kept);
         self.outcomes.by_id.insert(outcome.id.clone(), outcome);
     }
 
@@ -460,13 +643,61 @@ impl SuspensionTable {
 
 impl Outcomes {
     fn remove_expired(&mut self, now: SystemTime, keep: std::time::Duration) {
-        while let Some((id, decided_at)) = self.order.front()
+        while let Some((_, decided_at)) = self.order.front()
             && decided_at
                 .checked_add(keep)
                 .is_none_or(|until| until <= now)
         {
-            self.by_id.remove(id);
-            self.order.pop_front();
+            self.remove_oldest();
+        }
+    }
+
+    /// Removes the outcome `id`, from every order; `false` when none is kept.
+    fn remove(&mut self, id: &str) -> bool {
+        let Some(outcome) = self.by_id.remove(id) else {
+            return false;
+        };
+        if let Some(at) = self.order.iter().position(|(kept, _)| kept == id) {
+            self.order.remove(at);
+        }
+        self.forget_for_caller(&outcome);
+        true
+    }
+
+    /// Removes the first kept of all; `false` when none is.
+    fn remove_oldest(&mut self) -> bool {
+        let Some((id, _)) = self.order.pop_front() else {
+            return false;
+        };
+        if let Some(outcome) = self.by_id.remove(&id) {
+            self.forget_for_caller(&outcome);
+        }
+        true
+    }
+
+    /// Removes the first kept of `caller`'s until they have fewer than `max`.
+    fn make_room_for(&mut self, caller: &Caller, max: usize) {
+        while let Some(mine) = self.per_caller.get(caller)
+            && mine.len() >= max
+            && let Some((oldest, _)) = mine.front().cloned()
+        {
+            if !self.remove(&oldest) {
+                // Not kept any more, so it no longer counts (never met while the orders
+                // agree; guards the loop if they do not).
+                self.per_caller.get_mut(caller).map(VecDeque::pop_front);
+            }
+        }
+    }
+
+    /// Takes `outcome` out of its caller's order (at most their cap of entries, as a rule:
+    /// more only after a restore).
+    fn forget_for_caller(&mut self, outcome: &DecidedCall) {
+        let caller = caller_of_outcome(outcome);
+        if let Some(mine) = self.per_caller.get_mut(&caller) {
+            mine.retain(|(id, _)| *id != outcome.id);
+            if mine.is_empty() {
+                self.per_caller.remove(&caller);
+            }
         }
     }
 }
@@ -988,5 +1219,204 @@ pub(super) mod tests {
         assert_eq!(table.outcome("b", at(69)), Some(&decided("b", 10)));
         assert_eq!(table.outcome("b", at(70)), None, "kept for expire_after");
         assert_eq!(table.outcome("c", at(70)), Some(&decided("c", 20)));
+    }
+
+    /// An outcome of `user`, decided at `secs`.
+    fn decided_by(id: &str, user: &User, secs: u64) -> DecidedCall {
+        DecidedCall {
+            decided_at: at(secs),
+            ..DecidedCall::new(id, user, json!({"output": id}))
+        }
+    }
+
+    fn outcome_ids_of(table: &SuspensionTable, user: &User, now: SystemTime) -> Vec<String> {
+        let filter = SuspensionFilter::of_caller(user);
+        let listed = table.list_outcomes(&filter, None, 100, now);
+        listed.into_iter().map(|d| d.id).collect()
+    }
+
+    #[test]
+    fn a_flood_of_one_callers_outcomes_does_not_evict_another_callers_outcome() {
+        let mut table = SuspensionTable::new(limits(3, 10, 60));
+        let bob = User::new("bob").with_tenant("globex");
+        let dave = User::new("dave");
+        table.keep_outcome(decided_by("bobs", &bob, 0), at(0));
+
+        for i in 0..50 {
+            let secs = 1 + i / 10;
+            table.keep_outcome(decided_by(&format!("d{i:02}"), &dave, secs), at(secs));
+        }
+
+        assert_eq!(
+            table.outcome("bobs", at(10)),
+            Some(&decided_by("bobs", &bob, 0)),
+            "dave's flood left bob's outcome alone"
+        );
+        assert_eq!(
+            outcome_ids_of(&table, &dave, at(10)),
+            ["d47", "d48", "d49"],
+            "dave lost his own oldest, down to max_per_user"
+        );
+    }
+
+    #[test]
+    fn a_flood_of_ann_of_globexs_outcomes_does_not_evict_those_of_ann_of_acme_or_of_none() {
+        let mut table = SuspensionTable::new(limits(2, 10, 60));
+        let acme = User::new("ann").with_tenant("acme");
+        let globex = User::new("ann").with_tenant("globex");
+        let none = User::new("ann");
+        table.keep_outcome(decided_by("acme", &acme, 0), at(0));
+        table.keep_outcome(decided_by("none", &none, 0), at(0));
+
+        for i in 0..20 {
+            table.keep_outcome(decided_by(&format!("g{i:02}"), &globex, 1), at(1));
+        }
+
+        assert_eq!(outcome_ids_of(&table, &acme, at(2)), ["acme"]);
+        assert_eq!(outcome_ids_of(&table, &none, at(2)), ["none"]);
+        assert_eq!(outcome_ids_of(&table, &globex, at(2)), ["g18", "g19"]);
+    }
+
+    #[test]
+    fn past_the_total_cap_the_oldest_outcome_of_anyone_still_goes() {
+        let mut table = SuspensionTable::new(limits(2, 3, 60));
+        let [ann, bob, cid] = ["ann", "bob", "cid"].map(User::new);
+        table.keep_outcome(decided_by("a", &ann, 0), at(0));
+        table.keep_outcome(decided_by("b", &bob, 1), at(1));
+        table.keep_outcome(decided_by("c", &cid, 2), at(2));
+        table.keep_outcome(decided_by("b2", &bob, 3), at(3));
+
+        assert_eq!(table.outcome("a", at(3)), None, "the oldest of all went");
+        assert_eq!(outcome_ids_of(&table, &ann, at(3)), Vec::<String>::new());
+        assert_eq!(outcome_ids_of(&table, &bob, at(3)), ["b", "b2"]);
+        // ann's outcome that went no longer counts against her; bob is at his cap.
+        table.keep_outcome(decided_by("b3", &bob, 4), at(4));
+        assert_eq!(outcome_ids_of(&table, &bob, at(4)), ["b2", "b3"]);
+        assert_eq!(outcome_ids_of(&table, &cid, at(4)), ["c"]);
+    }
+
+    #[test]
+    fn a_replaced_or_expired_outcome_no_longer_counts_against_its_caller() {
+        let mut table = SuspensionTable::new(limits(2, 10, 60));
+        let ann = User::new("ann");
+        table.keep_outcome(decided_by("a", &ann, 0), at(0));
+        table.keep_outcome(decided_by("a", &ann, 1), at(1));
+        table.keep_outcome(decided_by("b", &ann, 2), at(2));
+        assert_eq!(
+            outcome_ids_of(&table, &ann, at(2)),
+            ["a", "b"],
+            "a kept again is one"
+        );
+
+        table.keep_outcome(decided_by("c", &ann, 61), at(61));
+        assert_eq!(
+            outcome_ids_of(&table, &ann, at(61)),
+            ["b", "c"],
+            "`a` expired"
+        );
+        table.keep_outcome(decided_by("d", &ann, 70), at(70));
+        assert_eq!(outcome_ids_of(&table, &ann, at(70)), ["c", "d"]);
+    }
+
+    #[test]
+    fn restored_outcomes_count_against_their_caller_and_the_oldest_go_first() {
+        let mut table = SuspensionTable::new(limits(2, 10, 60));
+        let ann = User::new("ann");
+        let bob = User::new("bob");
+        for (id, secs) in [("r3", 30), ("r1", 10), ("r2", 20)] {
+            table.restore_outcome(decided_by(id, &ann, secs), at(40));
+        }
+        table.restore_outcome(decided_by("bobs", &bob, 5), at(40));
+        assert_eq!(
+            outcome_ids_of(&table, &ann, at(40)),
+            ["r1", "r2", "r3"],
+            "restored over her cap"
+        );
+
+        table.keep_outcome(decided_by("new", &ann, 41), at(41));
+
+        assert_eq!(outcome_ids_of(&table, &ann, at(41)), ["new", "r3"]);
+        assert_eq!(outcome_ids_of(&table, &bob, at(41)), ["bobs"]);
+    }
+
+    #[test]
+    fn live_retry_approvals_are_listed_by_key_each_queue_in_order_without_expired_ones() {
+        let mut table = SuspensionTable::new(limits(5, 10, 60));
+        let first = retry_approval("ann", json!(1), 30);
+        let mut second = retry_approval("ann", json!(1), 40);
+        second.suspension_id = "s-second".into();
+        let expired = retry_approval("ann", json!(2), 10);
+        let bobs = retry_approval("bob", json!(1), 30);
+        for approval in [&first, &expired, &second, &bobs] {
+            table.keep_retry_approval(approval.clone(), at(0)).unwrap();
+        }
+
+        let live: Vec<&RetryApproval> = table.live_retry_approvals(at(10)).collect();
+
+        let mut by_key = vec![
+            (first.binding.key(), vec![&first, &second]),
+            (bobs.binding.key(), vec![&bobs]),
+        ];
+        by_key.sort_by(|a, b| a.0.cmp(&b.0));
+        let expected: Vec<&RetryApproval> = by_key.into_iter().flat_map(|(_, q)| q).collect();
+        assert_eq!(live, expected);
+        assert_eq!(table.retry_approvals(), 4, "listing removes nothing");
+    }
+
+    #[test]
+    fn restored_retry_approvals_skip_the_caps_count_against_new_ones_and_expired_ones_are_dropped()
+    {
+        let mut table = SuspensionTable::new(limits(1, 2, 60));
+        let first = retry_approval("ann", json!(1), 30);
+        let mut second = retry_approval("ann", json!(1), 40);
+        second.suspension_id = "s-second".into();
+        table.restore_retry_approval(first.clone(), at(10));
+        table.restore_retry_approval(second.clone(), at(10));
+        table.restore_retry_approval(retry_approval("bob", json!(1), 30), at(10));
+        table.restore_retry_approval(retry_approval("cat", json!(1), 10), at(10));
+
+        assert_eq!(
+            table.retry_approvals(),
+            3,
+            "admitted before: kept over the caps"
+        );
+        let refused = table.keep_retry_approval(retry_approval("dan", json!(1), 30), at(10));
+        assert_eq!(refused, Err(SuspensionStoreError::Full { max: 2 }));
+        let key = first.binding.key();
+        assert_eq!(table.use_retry_approval(&key, at(10)), Some(first));
+        assert_eq!(table.use_retry_approval(&key, at(10)), Some(second));
+        let cats = retry_approval("cat", json!(1), 10).binding.key();
+        assert_eq!(table.use_retry_approval(&cats, at(5)), None, "not kept");
+        let anns = table.keep_retry_approval(retry_approval("ann", json!(3), 30), at(10));
+        assert_eq!(anns, Ok(()), "ann's used-up approvals freed her place");
+    }
+
+    #[test]
+    fn restored_outcomes_skip_the_cap_take_their_place_by_decision_and_expired_ones_are_dropped() {
+        let mut table = SuspensionTable::new(limits(5, 2, 60));
+        table.restore_outcome(decided("late", 30), at(40));
+        table.restore_outcome(decided("early", 10), at(40));
+        table.restore_outcome(decided("middle", 20), at(40));
+        table.restore_outcome(decided("stale", 0), at(60));
+        let ids = |table: &SuspensionTable| -> Vec<String> {
+            let every = SuspensionFilter::default();
+            let listed = table.list_outcomes(&every, None, 10, at(60));
+            listed.into_iter().map(|d| d.id).collect()
+        };
+
+        assert_eq!(ids(&table), ["early", "late", "middle"], "over the cap");
+        assert_eq!(
+            table.outcome("stale", at(59)),
+            None,
+            "expired when read back"
+        );
+        table.keep_outcome(decided("new", 50), at(50));
+        assert_eq!(
+            ids(&table),
+            ["late", "new"],
+            "the oldest by decision went first"
+        );
+        table.restore_outcome(decided("late", 45), at(50));
+        assert_eq!(table.outcome("late", at(50)), Some(&decided("late", 45)));
     }
 }

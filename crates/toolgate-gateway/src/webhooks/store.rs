@@ -7,6 +7,7 @@
 
 use std::sync::Arc;
 
+use toolgate_core::User;
 use toolgate_core::external::async_trait;
 use toolgate_core::suspension::{
     DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionStore,
@@ -84,6 +85,10 @@ impl SuspensionStore for NotifyingStore {
     async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
         let looked_up = self.inner.get(id).await;
         self.seen(id, looked_up)
+    }
+
+    async fn expired_owner(&self, id: &str) -> Result<Option<User>, SuspensionStoreError> {
+        self.inner.expired_owner(id).await
     }
 
     async fn list(

@@ -81,8 +81,14 @@ pub(super) async fn withdraw(
     let failed = |e: SuspensionStoreError| ErrorData::internal_error(e.to_string(), None);
     let waiting = match pipeline.suspended(id).await {
         Ok(waiting) => waiting,
-        // Ended by its expiry: nothing left to cancel.
-        Err(ToolError::SuspensionExpired { .. }) => return Ok(()),
+        // Ended by its expiry: nothing left to cancel — for its caller. To anyone else it
+        // is as unknown as it was while it waited.
+        Err(ToolError::SuspensionExpired { .. }) => {
+            return match store.expired_owner(id).await.map_err(failed)? {
+                Some(owner) if owner.is_same_caller(user) => Ok(()),
+                _ => Err(unknown(id)),
+            };
+        }
         Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
     };
     let Some(waiting) = waiting.filter(|w| w.user.is_same_caller(user)) else {

@@ -1,26 +1,58 @@
 -- Keeps the outcome of a decided call until its expiry, replacing one kept for the same
--- id, at most max_total of them: past that, the soonest to expire go first.
+-- id, at most max_per_user of them per caller and max_total in all. A caller at its cap
+-- loses its own soonest to expire, never another caller's; past max_total, the soonest
+-- to expire of all go first.
+--
+-- Each caller's outcome ids are in `:outcome_user:<caller>`, scored by expiry. Reading an
+-- outcome never uses that index (only the row, and `:outcomes` for listings): an earlier
+-- version keeps outcomes without it, and they read as any other. An id in it whose
+-- outcome left `:outcomes` another way (past max_total, by this version or an earlier
+-- one) no longer counts: while the caller is at its cap, their first SWEEP ids are
+-- checked and such ids dropped, and whatever is left expires with its score.
 --
 -- KEYS[1]  <base>:outcomes
--- ARGV     base, id, value, expiry ms, max_total
+-- ARGV     base, id, value, expiry ms, max_total, the caller (as in save.lua),
+--          max_per_user
 -- returns  'ok'
+
+local SWEEP = 64
 
 local base, id, value = ARGV[1], ARGV[2], ARGV[3]
 local at, total = tonumber(ARGV[4]), math.max(1, tonumber(ARGV[5]))
+local per_user = math.max(1, tonumber(ARGV[7]))
 local kept = KEYS[1]
+local mine = base .. ':outcome_user:' .. ARGV[6]
 local row = base .. ':outcome:' .. id
 
 redis.call('ZREMRANGEBYSCORE', kept, '-inf', now)
+redis.call('ZREMRANGEBYSCORE', mine, '-inf', now)
 redis.call('ZREM', kept, id)
+redis.call('ZREM', mine, id)
 redis.call('DEL', row)
 if at <= now then
   return 'ok'
+end
+
+if redis.call('ZCARD', mine) >= per_user then
+  for _, other in ipairs(redis.call('ZRANGE', mine, 0, SWEEP - 1)) do
+    if not redis.call('ZSCORE', kept, other) then
+      redis.call('ZREM', mine, other)
+    end
+  end
+end
+while redis.call('ZCARD', mine) >= per_user do
+  local oldest = redis.call('ZPOPMIN', mine)[1]
+  redis.call('ZREM', kept, oldest)
+  redis.call('DEL', base .. ':outcome:' .. oldest)
 end
 while redis.call('ZCARD', kept) >= total do
   local oldest = redis.call('ZPOPMIN', kept)
   redis.call('DEL', base .. ':outcome:' .. oldest[1])
 end
+
 redis.call('SET', row, value, 'PX', at - now)
 redis.call('ZADD', kept, at, id)
 extend(kept, at - now)
+redis.call('ZADD', mine, at, id)
+extend(mine, at - now)
 return 'ok'

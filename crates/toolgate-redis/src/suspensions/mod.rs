@@ -93,8 +93,14 @@ const LONGEST_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 /// against the `ann` of no tenant meanwhile, is listed to its own caller still, and, once
 /// expired, its owner reads as the `ann` of no tenant (that version kept no tenant).
 /// * Outcomes ([`keep_outcome`](SuspensionStore::keep_outcome)) are kept until
-///   `decided_at` plus `expire_after` (as it was when kept), at most `max_total` of them:
-///   past that, the soonest to expire go first.
+///   `decided_at` plus `expire_after` (as it was when kept), at most `max_per_user` per
+///   caller — each with an index of their own, as for waiting calls — and `max_total` in
+///   all. A caller at their cap loses their own soonest to expire, never another caller's;
+///   past `max_total`, the soonest to expire of all go first. During a rolling upgrade,
+///   replicas of an earlier version keep outcomes without the caller's index: those read
+///   and list as any other (reads never use the index) but are not counted against their
+///   caller, and an id left in an index after its outcome went another way stops counting
+///   (`keep_outcome.lua`).
 ///
 /// Every key has an expiry (see `docs/scaling.md`, "Waiting calls on Redis"): nothing stays
 /// once its calls, approvals and outcomes are gone.

@@ -321,6 +321,10 @@ impl SuspensionStore for RedisSuspensions {
         }
     }
 
+    /// Capped per caller as well as in all: a caller's own outcome ids are in an index of
+    /// their own (`:outcome_user:<caller>`, by expiry), so that a caller at `max_per_user`
+    /// loses their own soonest to expire (`keep_outcome.lua`). Reads never use that index:
+    /// outcomes kept by an earlier version, without it, read and list as before.
     async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
         let limits = self.limits();
         let place = Place {
@@ -338,7 +342,9 @@ impl SuspensionStore for RedisSuspensions {
             .arg(&outcome.id)
             .arg(value)
             .arg(until)
-            .arg(limits.max_total);
+            .arg(limits.max_total)
+            .arg(caller_key(&outcome.user, outcome.tenant.as_deref()))
+            .arg(limits.max_per_user);
         let status: String = self.run(&invocation).await?;
         match status.as_str() {
             "ok" => Ok(()),

@@ -111,16 +111,17 @@ pub async fn inspect(url: &str) -> redis::aio::MultiplexedConnection {
         .unwrap()
 }
 
-/// Every key under `prefix`.
+/// Every key under `prefix`. A key that is not UTF-8 (the index of a caller with a tenant
+/// holds 0xFF bytes) is given with those bytes replaced, and so names no key.
 pub async fn keys_under(url: &str, prefix: &str) -> Vec<String> {
     let mut connection = inspect(url).await;
     let mut keys = Vec::new();
     let mut iter = connection
-        .scan_match::<_, String>(format!("{prefix}:*"))
+        .scan_match::<_, Vec<u8>>(format!("{prefix}:*"))
         .await
         .unwrap();
     while let Some(key) = iter.next_item().await {
-        keys.push(key.unwrap());
+        keys.push(String::from_utf8_lossy(&key.unwrap()).into_owned());
     }
     keys
 }
