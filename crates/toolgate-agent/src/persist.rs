@@ -185,7 +185,7 @@ pub(crate) fn describe(file: &str, path: &Path, source: &std::io::Error, in_use:
 }
 
 /// `path` with `suffix` added to its file name.
-fn beside(path: &Path, suffix: &str) -> PathBuf {
+pub(crate) fn beside(path: &Path, suffix: &str) -> PathBuf {
     let mut name = path.as_os_str().to_owned();
     name.push(suffix);
     PathBuf::from(name)

@@ -6,8 +6,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
 use toolgate_core::User;
-use toolgate_core::suspension::SuspensionFilter;
+use toolgate_core::suspension::{DecidedCall, RetryApproval, SuspensionFilter};
 pub use toolgate_core::suspension::{
     InMemorySuspensionStore, SuspendedInvocation, SuspensionLimits, SuspensionStore,
     SuspensionStoreError, SuspensionTable,
@@ -38,8 +39,11 @@ impl FileStoreError {
     }
 }
 
-/// Suspended calls kept in one JSON file, rewritten atomically (write, then rename) on
-/// every change, so that calls waiting for a person survive a restart of the process.
+/// Suspended calls, approvals for a retry and outcomes of decided calls kept in two JSON
+/// files, each rewritten atomically (write, then rename) when it changes, so that they
+/// survive a restart of the process: a call waiting for a person still waits, an approval
+/// for a retry given before the restart is still good (once: one used up is gone from its
+/// file before the call runs), and a caller still reads the outcome of their decided call.
 ///
 /// It keeps the same [`SuspensionLimits`] as the in-memory store, with a
 /// [`SuspensionTable`]: at most `max_per_user` calls per caller (a user id in a tenant:
@@ -48,22 +52,43 @@ impl FileStoreError {
 /// at the next change; their ids answer "expired" until this process ends (a restart
 /// forgets them, and they answer "unknown" after it).
 ///
-/// It lists its waiting calls ([`SuspensionStore::list`]) by every condition of a
-/// [`SuspensionFilter`] (tool, user id, tenant, since), as the in-memory store does; it
-/// keeps no outcomes of decided calls.
+/// Approvals for a retry ([`SuspensionStore::keep_retry_approval`]) and outcomes of decided
+/// calls ([`SuspensionStore::keep_outcome`]) are kept under the same limits as in the
+/// in-memory store: approvals counted per caller and in all apart from the calls, each until
+/// its own expiry; outcomes `expire_after` after the decision, at most `max_total` (the
+/// oldest go first). Those read back at open are kept even past the caps, as calls are;
+/// expired ones are dropped at open and leave the file at its next change.
 ///
-/// A file that cannot be read back is moved aside with a warning and a new one started. A
-/// new file is readable by its owner only (on Unix); a rewrite keeps the file's mode.
+/// It lists its waiting calls ([`SuspensionStore::list`]) and its kept outcomes
+/// ([`SuspensionStore::list_outcomes`]) by every condition of a [`SuspensionFilter`] (tool,
+/// user id, tenant, since), as the in-memory store does.
 ///
-/// One store owns one file: [`open`](Self::open) claims it with a lock on `<path>.lock`
-/// (created beside it and never removed), held until the store is dropped. A second store
-/// on the same file, in this process or another, is refused with a [`FileStoreError`]
-/// whose [`is_in_use`](FileStoreError::is_in_use) is true, instead of overwriting the
-/// first one's calls; to share calls between processes, use the Redis store. On a file
-/// system that cannot lock, the store opens without the lock, with a warning.
+/// # Files
 ///
-/// Writes happen on the calling task, under the store's lock: the file holds only calls
-/// that wait for a person, and the limits keep it small.
+/// - `<path>` (the calls file): an object of the waiting calls by id, exactly as earlier
+///   versions wrote it, so a file of an earlier version opens with all its calls.
+/// - `<path>.decided.json` (e.g. `suspensions.json.decided.json`): an object
+///   `{"retry_approvals": [...], "outcomes": [...]}`. It is created at the first approval or
+///   outcome kept; once it exists it is rewritten (empty when nothing is left) rather than
+///   removed. An earlier version ignores it: opened by that version (a rollback), the
+///   calls file keeps all its waiting calls, and the approvals and outcomes, which that
+///   version cannot use, wait beside it.
+///
+/// A change writes only the file it changes: a call saved or taken, the calls file; an
+/// approval kept or used, or an outcome kept, the other. Either file that cannot be read
+/// back is moved aside with a warning (`<file>.corrupt-<unix ms>`) and the store starts
+/// without what it held; the other file is unaffected. A new file is readable by its owner
+/// only (on Unix); a rewrite keeps the file's mode.
+///
+/// One store owns its files: [`open`](Self::open) claims the pair with a lock on
+/// `<path>.lock` (created beside it and never removed), held until the store is dropped. A
+/// second store on the same path, in this process or another, is refused with a
+/// [`FileStoreError`] whose [`is_in_use`](FileStoreError::is_in_use) is true, instead of
+/// overwriting the first one's calls; to share calls between processes, use the Redis store.
+/// On a file system that cannot lock, the store opens without the lock, with a warning.
+///
+/// Writes happen on the calling task, under the store's lock: the files hold only what
+/// waits for a person or was decided recently, and the limits keep them small.
 ///
 /// # Examples
 ///
@@ -81,27 +106,39 @@ impl FileStoreError {
 /// ```
 pub struct JsonFileSuspensionStore {
     path: PathBuf,
-    /// Held as long as the store lives: no other store opens the file meanwhile.
+    /// `<path>.decided.json`: the approvals for a retry and the outcomes.
+    decided_path: PathBuf,
+    /// Held as long as the store lives: no other store opens either file meanwhile.
     _claim: persist::Claim,
     moved_aside: Option<PathBuf>,
     table: Mutex<SuspensionTable>,
     clock: Arc<dyn Fn() -> SystemTime + Send + Sync>,
 }
 
+/// What `<path>.decided.json` holds.
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct DecidedFile {
+    #[serde(default)]
+    retry_approvals: Vec<RetryApproval>,
+    #[serde(default)]
+    outcomes: Vec<DecidedCall>,
+}
+
 impl JsonFileSuspensionStore {
-    /// Opens (or starts) the store at `path`, under `limits`. Calls read back from the
-    /// file are kept even past the caps (they were admitted when they were made); those
-    /// that expired while the process was down are dropped.
+    /// Opens (or starts) the store at `path` (and `<path>.decided.json` beside it), under
+    /// `limits`. Calls, approvals for a retry and outcomes read back are kept even past the
+    /// caps (they were admitted when they were made); those that expired while the process
+    /// was down are dropped.
     ///
-    /// The file is claimed before it is read, and stays claimed until the store is
+    /// The files are claimed before they are read, and stay claimed until the store is
     /// dropped.
     ///
     /// # Errors
     ///
     /// [`FileStoreError`] when another store (in this process or another) has the file
     /// open ([`FileStoreError::is_in_use`]), when the lock file beside it cannot be
-    /// created, when the file exists but cannot be read or moved aside, or when the path is
-    /// not a regular file (a directory, a pipe, a device).
+    /// created, when either file exists but cannot be read or moved aside, or when its path
+    /// is not a regular file (a directory, a pipe, a device).
     pub fn open(
         path: impl Into<PathBuf>,
         limits: SuspensionLimits,
@@ -111,38 +148,51 @@ impl JsonFileSuspensionStore {
             Ok(claim) => claim,
             Err(source) => return Err(FileStoreError { path, source }),
         };
-        let (entries, moved_aside) = match persist::load(&path) {
-            Ok(Loaded::Found(entries)) => (entries, None),
+        let (calls, moved_aside) = match persist::load(&path) {
+            Ok(Loaded::Found(calls)) => (calls, None),
             Ok(Loaded::Missing) => (BTreeMap::new(), None),
             Ok(Loaded::MovedAside(aside)) => (BTreeMap::new(), Some(aside)),
             Err(source) => return Err(FileStoreError { path, source }),
         };
+        let decided_path = persist::beside(&path, ".decided.json");
+        let decided = match persist::load(&decided_path) {
+            Ok(Loaded::Found(decided)) => decided,
+            // Moved aside: `load` has warned, and the calls read back stay.
+            Ok(Loaded::Missing | Loaded::MovedAside(_)) => DecidedFile::default(),
+            Err(source) => {
+                return Err(FileStoreError {
+                    path: decided_path,
+                    source,
+                });
+            }
+        };
         let store = JsonFileSuspensionStore {
             path,
+            decided_path,
             _claim: claim,
             moved_aside,
             table: Mutex::new(SuspensionTable::new(limits)),
             clock: Arc::new(SystemTime::now),
         };
-        store.restore(entries);
+        store.restore(calls, decided);
         Ok(store)
     }
 
     /// The same store, reading the time from `clock` instead of the system clock: for
-    /// tests that move time forward to see calls expire. Calls read back at open were
-    /// checked against the system clock.
+    /// tests that move time forward to see calls, approvals and outcomes expire. What was
+    /// read back at open was checked against the system clock.
     #[must_use]
     pub fn with_clock(mut self, clock: impl Fn() -> SystemTime + Send + Sync + 'static) -> Self {
         self.clock = Arc::new(clock);
         self
     }
 
-    /// The file.
+    /// The calls file.
     pub fn path(&self) -> &Path {
         &self.path
     }
 
-    /// Where the file was moved when it could not be read at open, if it was.
+    /// Where the calls file was moved when it could not be read at open, if it was.
     pub fn moved_aside(&self) -> Option<&Path> {
         self.moved_aside.as_deref()
     }
@@ -167,11 +217,17 @@ impl JsonFileSuspensionStore {
         self.lock().waiting_for(user)
     }
 
-    fn restore(&self, entries: BTreeMap<String, SuspendedInvocation>) {
+    fn restore(&self, calls: BTreeMap<String, SuspendedInvocation>, decided: DecidedFile) {
         let now = (self.clock)();
         let mut table = self.lock();
-        for (_, suspended) in entries {
+        for (_, suspended) in calls {
             table.restore(suspended, now);
+        }
+        for approval in decided.retry_approvals {
+            table.restore_retry_approval(approval, now);
+        }
+        for outcome in decided.outcomes {
+            table.restore_outcome(outcome, now);
         }
     }
 
@@ -179,15 +235,55 @@ impl JsonFileSuspensionStore {
         self.table.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Writes the table out.
-    fn write(&self, table: &SuspensionTable) -> Result<(), SuspensionStoreError> {
-        persist::write_atomic(&self.path, table.entries()).map_err(|e| {
-            SuspensionStoreError::Unavailable(format!(
-                "could not write {}: {e}; check that its directory is writable and has room",
-                self.path.display()
-            ))
-        })
+    /// Writes the calls file out.
+    fn write_calls(&self, table: &SuspensionTable) -> Result<(), SuspensionStoreError> {
+        persist::write_atomic(&self.path, table.entries())
+            .map_err(|e| could_not_write(&self.path, &e))
     }
+
+    /// Writes `<path>.decided.json` out: the approvals and outcomes not expired by `now`.
+    /// With none, a file that does not exist is not created.
+    fn write_decided(
+        &self,
+        table: &SuspensionTable,
+        now: SystemTime,
+    ) -> Result<(), SuspensionStoreError> {
+        let decided = DecidedFile {
+            retry_approvals: table.live_retry_approvals(now).cloned().collect(),
+            outcomes: table.list_outcomes(&SuspensionFilter::default(), None, usize::MAX, now),
+        };
+        let empty = decided.retry_approvals.is_empty() && decided.outcomes.is_empty();
+        if empty && !self.decided_path.exists() {
+            return Ok(());
+        }
+        persist::write_atomic(&self.decided_path, &decided)
+            .map_err(|e| could_not_write(&self.decided_path, &e))
+    }
+
+    /// Makes `change` to the approvals or outcomes on a copy of the table, writes the
+    /// copy's out and only then keeps it, so that memory and file never disagree when the
+    /// write fails: the table cannot undo keeping an approval (it queues behind equal
+    /// ones) or an outcome (it may push the oldest out).
+    fn change_decided(
+        &self,
+        change: impl FnOnce(&mut SuspensionTable, SystemTime) -> Result<(), SuspensionStoreError>,
+    ) -> Result<(), SuspensionStoreError> {
+        let now = (self.clock)();
+        let mut table = self.lock();
+        let mut changed = table.clone();
+        change(&mut changed, now)?;
+        self.write_decided(&changed, now)?;
+        *table = changed;
+        Ok(())
+    }
+}
+
+/// The error of a write that failed, in words that say what to check.
+fn could_not_write(path: &Path, error: &std::io::Error) -> SuspensionStoreError {
+    SuspensionStoreError::Unavailable(format!(
+        "could not write {}: {error}; check that its directory is writable and has room",
+        path.display()
+    ))
 }
 
 impl std::fmt::Debug for JsonFileSuspensionStore {
@@ -201,7 +297,8 @@ impl std::fmt::Debug for JsonFileSuspensionStore {
 }
 
 // On a failed write the change is undone, so that memory and file never disagree about a
-// call that can still run.
+// call that can still run: a call saved or taken, or an approval used, is undone in place
+// (the table can: take, restore); an approval or an outcome kept is made on a copy.
 #[async_trait]
 impl SuspensionStore for JsonFileSuspensionStore {
     async fn save(&self, suspended: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
@@ -209,7 +306,7 @@ impl SuspensionStore for JsonFileSuspensionStore {
         let mut table = self.lock();
         let id = suspended.id.clone();
         table.insert(suspended, now)?;
-        self.write(&table).inspect_err(|_| {
+        self.write_calls(&table).inspect_err(|_| {
             let _ = table.take(&id, now);
         })
     }
@@ -219,7 +316,7 @@ impl SuspensionStore for JsonFileSuspensionStore {
         let mut table = self.lock();
         let before = table.len();
         match table.take(id, now) {
-            Ok(Some(suspended)) => match self.write(&table) {
+            Ok(Some(suspended)) => match self.write_calls(&table) {
                 Ok(()) => Ok(Some(suspended)),
                 Err(error) => {
                     table.restore(suspended, now);
@@ -230,7 +327,7 @@ impl SuspensionStore for JsonFileSuspensionStore {
             // write fails, the file keeps it until it is dropped as expired at the next
             // open or write.
             expired @ Err(SuspensionStoreError::Expired { .. }) if table.len() < before => {
-                if let Err(error) = self.write(&table) {
+                if let Err(error) = self.write_calls(&table) {
                     tracing::warn!(%error, "an expired suspension stays in the file until the next write");
                 }
                 expired
@@ -259,6 +356,58 @@ impl SuspensionStore for JsonFileSuspensionStore {
     ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
         let now = (self.clock)();
         Ok(self.lock().list(filter, after, limit, now))
+    }
+
+    /// Keeps the approval in memory and in `<path>.decided.json`, before it is reported
+    /// kept.
+    async fn keep_retry_approval(
+        &self,
+        approval: RetryApproval,
+    ) -> Result<(), SuspensionStoreError> {
+        self.change_decided(|table, now| table.keep_retry_approval(approval, now))
+    }
+
+    /// Uses an approval up in `<path>.decided.json` before it is handed out: after a crash
+    /// or restart, it is gone. When the file cannot be written, the approval is not handed
+    /// out and stays kept.
+    async fn use_retry_approval(
+        &self,
+        key: &str,
+    ) -> Result<Option<RetryApproval>, SuspensionStoreError> {
+        let now = (self.clock)();
+        let mut table = self.lock();
+        let Some(approval) = table.use_retry_approval(key, now) else {
+            return Ok(None);
+        };
+        match self.write_decided(&table, now) {
+            Ok(()) => Ok(Some(approval)),
+            Err(error) => {
+                table.restore_retry_approval(approval, now);
+                Err(error)
+            }
+        }
+    }
+
+    async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
+        self.change_decided(|table, now| {
+            table.keep_outcome(outcome, now);
+            Ok(())
+        })
+    }
+
+    async fn outcome(&self, id: &str) -> Result<Option<DecidedCall>, SuspensionStoreError> {
+        let now = (self.clock)();
+        Ok(self.lock().outcome(id, now).cloned())
+    }
+
+    async fn list_outcomes(
+        &self,
+        filter: &SuspensionFilter,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<DecidedCall>, SuspensionStoreError> {
+        let now = (self.clock)();
+        Ok(self.lock().list_outcomes(filter, after, limit, now))
     }
 }
 
@@ -289,6 +438,50 @@ mod tests {
             expires_at: None,
             binding: None,
         }
+    }
+
+    /// An approval for `user` to make the call `input` again, given at `at` and good for
+    /// an hour.
+    fn approval(user: &User, input: &str, at: SystemTime) -> RetryApproval {
+        RetryApproval {
+            binding: toolgate_core::approval::CallBinding {
+                user: user.id.clone(),
+                tenant: user.tenant.clone(),
+                tool: "transfer".into(),
+                definition: "d1".into(),
+                input: input.into(),
+                generation: "g1".into(),
+            },
+            suspension_id: format!("susp-{input}"),
+            decided_by: Some("boss".into()),
+            decided_by_tenant: None,
+            decided_at: at,
+            expires_at: at + Duration::from_secs(3600),
+        }
+    }
+
+    /// The outcome of the call `id` of `user`, decided at `at`.
+    fn outcome_of(id: &str, user: &User, at: SystemTime) -> DecidedCall {
+        let result = json!({ "tool_name": "transfer", "status": "success" });
+        DecidedCall {
+            decided_at: at,
+            ..DecidedCall::new(id, user, result)
+        }
+    }
+
+    /// The file as the version before approvals and outcomes were kept reads it: calls by
+    /// id, each restored into a table, as its `open` did.
+    fn open_as_the_previous_version(path: &Path, limits: SuspensionLimits) -> SuspensionTable {
+        let Ok(Loaded::Found(entries)) =
+            persist::load::<std::collections::BTreeMap<String, SuspendedInvocation>>(path)
+        else {
+            panic!("the previous version could not read the file");
+        };
+        let mut table = SuspensionTable::new(limits);
+        for (_, suspended) in entries {
+            table.restore(suspended, SystemTime::now());
+        }
+        table
     }
 
     fn limits(max_per_user: usize) -> SuspensionLimits {
@@ -386,5 +579,458 @@ mod tests {
         assert_eq!(listed(Some("ann"), Some(Some("globex"))).await, ["g1"]);
         assert_eq!(listed(None, Some(None)).await, ["n1"]);
         assert_eq!(listed(Some("ann"), None).await, ["a1", "g1", "n1"]);
+    }
+
+    #[tokio::test]
+    async fn a_retry_approval_given_before_a_restart_is_used_once_after_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let ann = User::new("ann").with_tenant("acme");
+        let given = approval(&ann, "10 EUR", SystemTime::now());
+        let key = given.binding.key();
+        let store = JsonFileSuspensionStore::open(&path, limits(5)).unwrap();
+        store.keep_retry_approval(given.clone()).await.unwrap();
+        drop(store);
+
+        let restarted = JsonFileSuspensionStore::open(&path, limits(5)).unwrap();
+        let first = restarted.use_retry_approval(&key).await.unwrap();
+        let second = restarted.use_retry_approval(&key).await.unwrap();
+        drop(restarted);
+        let restarted_again = JsonFileSuspensionStore::open(&path, limits(5)).unwrap();
+        let after_another_restart = restarted_again.use_retry_approval(&key).await.unwrap();
+
+        assert_eq!(first, Some(given));
+        assert_eq!(second, None, "an approval is good once");
+        assert_eq!(
+            after_another_restart, None,
+            "an approval used up is gone from the file too"
+        );
+    }
+
+    #[tokio::test]
+    async fn approvals_read_back_keep_their_caps_against_new_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let ann = User::new("ann");
+        let now = SystemTime::now();
+        let store = JsonFileSuspensionStore::open(&path, limits(2)).unwrap();
+        for input in ["1", "2"] {
+            store
+                .keep_retry_approval(approval(&ann, input, now))
+                .await
+                .unwrap();
+        }
+        drop(store);
+
+        let restarted = JsonFileSuspensionStore::open(&path, limits(2)).unwrap();
+        let third = restarted
+            .keep_retry_approval(approval(&ann, "3", now))
+            .await;
+        let bobs = restarted
+            .keep_retry_approval(approval(&User::new("bob"), "1", now))
+            .await;
+
+        assert_eq!(third, Err(SuspensionStoreError::user_full(&ann, 2)));
+        assert_eq!(bobs, Ok(()));
+    }
+
+    #[tokio::test]
+    async fn an_outcome_kept_survives_a_reopen_and_is_listed_by_filter() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let acme = User::new("ann").with_tenant("acme");
+        let globex = User::new("ann").with_tenant("globex");
+        let now = SystemTime::now();
+        let store = JsonFileSuspensionStore::open(&path, limits(5)).unwrap();
+        store
+            .keep_outcome(outcome_of("d1", &acme, now))
+            .await
+            .unwrap();
+        store
+            .keep_outcome(outcome_of("d2", &globex, now))
+            .await
+            .unwrap();
+        drop(store);
+
+        let reopened = JsonFileSuspensionStore::open(&path, limits(5)).unwrap();
+        let listed = |user: &User| {
+            let filter = SuspensionFilter::of_caller(user);
+            let reopened = &reopened;
+            async move {
+                let decided = reopened.list_outcomes(&filter, None, 10).await.unwrap();
+                decided.into_iter().map(|d| d.id).collect::<Vec<_>>()
+            }
+        };
+
+        assert_eq!(
+            reopened.outcome("d1").await.unwrap(),
+            Some(outcome_of("d1", &acme, now))
+        );
+        assert_eq!(listed(&acme).await, ["d1"]);
+        assert_eq!(listed(&globex).await, ["d2"]);
+        assert!(listed(&User::new("ann")).await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn approvals_and_outcomes_expired_while_down_are_gone_after_a_reopen_and_from_their_file_at_its_next_change()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let ann = User::new("ann");
+        // Kept two hours ago, each good for at most an hour.
+        let then = SystemTime::now() - Duration::from_secs(2 * 3600);
+        let lasting = SuspensionLimits {
+            expire_after: Duration::from_secs(3600),
+            ..limits(5)
+        };
+        let given = approval(&ann, "10 EUR", then);
+        let key = given.binding.key();
+        let store = JsonFileSuspensionStore::open(&path, lasting)
+            .unwrap()
+            .with_clock(move || then);
+        store.keep_retry_approval(given).await.unwrap();
+        store
+            .keep_outcome(outcome_of("d1", &ann, then))
+            .await
+            .unwrap();
+        assert!(store.outcome("d1").await.unwrap().is_some());
+        drop(store);
+
+        let reopened = JsonFileSuspensionStore::open(&path, lasting).unwrap();
+        let used = reopened.use_retry_approval(&key).await.unwrap();
+        let outcome = reopened.outcome("d1").await.unwrap();
+        let listed = reopened
+            .list_outcomes(&SuspensionFilter::default(), None, 10)
+            .await
+            .unwrap();
+        reopened
+            .keep_outcome(outcome_of("d2", &ann, SystemTime::now()))
+            .await
+            .unwrap();
+        let written = read_json(&decided_file(&path));
+
+        assert_eq!((used, outcome, listed), (None, None, vec![]));
+        assert_eq!(written["retry_approvals"], json!([]));
+        let ids: Vec<&serde_json::Value> = written["outcomes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| &o["id"])
+            .collect();
+        assert_eq!(
+            ids,
+            ["d2"],
+            "only the outcome kept since is left in the file"
+        );
+    }
+
+    #[tokio::test]
+    async fn approvals_and_outcomes_past_their_expiry_by_the_stores_clock_are_not_given_after_a_reopen()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let ann = User::new("ann");
+        let now = SystemTime::now();
+        let given = approval(&ann, "10 EUR", now);
+        let key = given.binding.key();
+        let store = JsonFileSuspensionStore::open(&path, limits(5)).unwrap();
+        store.keep_retry_approval(given).await.unwrap();
+        store
+            .keep_outcome(outcome_of("d1", &ann, now))
+            .await
+            .unwrap();
+        drop(store);
+
+        // Read back while good, then looked up past the approval's hour and the
+        // outcome's minute.
+        let later = now + Duration::from_secs(3601);
+        let reopened = JsonFileSuspensionStore::open(&path, limits(5))
+            .unwrap()
+            .with_clock(move || later);
+
+        assert_eq!(reopened.use_retry_approval(&key).await, Ok(None));
+        assert_eq!(reopened.outcome("d1").await, Ok(None));
+    }
+
+    /// `<path>.decided.json`, spelled out: the name is part of the format.
+    fn decided_file(path: &Path) -> PathBuf {
+        let mut name = path.as_os_str().to_owned();
+        name.push(".decided.json");
+        PathBuf::from(name)
+    }
+
+    fn read_json(path: &Path) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
+
+    /// A store at `path` with a call waiting, an approval for a retry and an outcome kept.
+    async fn store_with_all_three(
+        path: &Path,
+        ann: &User,
+        now: SystemTime,
+    ) -> JsonFileSuspensionStore {
+        let store = JsonFileSuspensionStore::open(path, limits(5)).unwrap();
+        store.save(call_by("w1", ann)).await.unwrap();
+        store
+            .keep_retry_approval(approval(ann, "10 EUR", now))
+            .await
+            .unwrap();
+        store
+            .keep_outcome(outcome_of("d1", ann, now))
+            .await
+            .unwrap();
+        store
+    }
+
+    /// Puts a directory with a file in it where `path` is, so that no write can replace it.
+    fn block(path: &Path) {
+        let _ = std::fs::remove_file(path);
+        std::fs::create_dir(path).unwrap();
+        std::fs::write(path.join("keep"), "").unwrap();
+    }
+
+    fn unblock(path: &Path) {
+        std::fs::remove_dir_all(path).unwrap();
+    }
+
+    #[tokio::test]
+    async fn a_file_of_the_previous_format_opens_with_its_calls() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let ann = User::new("ann").with_tenant("acme");
+        // What the previous version wrote: the waiting calls by id, and no other file.
+        let previous: BTreeMap<String, SuspendedInvocation> = ["w1", "w2"]
+            .into_iter()
+            .map(|id| (id.to_owned(), call_by(id, &ann)))
+            .collect();
+        persist::write_atomic(&path, &previous).unwrap();
+
+        let store = JsonFileSuspensionStore::open(&path, limits(5)).unwrap();
+
+        assert_eq!(store.moved_aside(), None);
+        assert_eq!(store.waiting_for(&ann), 2);
+        for (id, call) in &previous {
+            let mut kept = call.clone();
+            kept.expires_at = store.get(id).await.unwrap().unwrap().expires_at;
+            assert_eq!(store.get(id).await.unwrap(), Some(kept));
+        }
+        assert!(
+            store
+                .list_outcomes(&SuspensionFilter::default(), None, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(!decided_file(&path).exists());
+    }
+
+    #[tokio::test]
+    async fn the_calls_file_is_written_as_the_previous_version_wrote_it_with_approvals_and_outcomes_beside_it()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let ann = User::new("ann").with_tenant("acme");
+        let now = SystemTime::now();
+        let store = store_with_all_three(&path, &ann, now).await;
+        store.save(call_by("w2", &ann)).await.unwrap();
+
+        let written = std::fs::read(&path).unwrap();
+        let as_before = serde_json::to_vec_pretty(store.lock().entries()).unwrap();
+        let beside = read_json(&dir.path().join("suspensions.json.decided.json"));
+
+        assert_eq!(
+            String::from_utf8(written).unwrap(),
+            String::from_utf8(as_before).unwrap()
+        );
+        let mut keys: Vec<&String> = beside.as_object().unwrap().keys().collect();
+        keys.sort();
+        assert_eq!(keys, ["outcomes", "retry_approvals"]);
+        assert_eq!(
+            beside["retry_approvals"],
+            json!([approval(&ann, "10 EUR", now)])
+        );
+        assert_eq!(beside["outcomes"], json!([outcome_of("d1", &ann, now)]));
+    }
+
+    #[tokio::test]
+    async fn files_with_approvals_and_outcomes_opened_by_the_previous_version_keep_their_calls() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let ann = User::new("ann").with_tenant("acme");
+        let store = store_with_all_three(&path, &ann, SystemTime::now()).await;
+        store.save(call_by("w2", &ann)).await.unwrap();
+        drop(store);
+
+        let rolled_back = open_as_the_previous_version(&path, limits(5));
+
+        assert!(decided_file(&path).exists());
+        let waiting: Vec<&String> = rolled_back.entries().keys().collect();
+        assert_eq!(waiting, ["w1", "w2"]);
+        assert_eq!(rolled_back.waiting_for(&ann), 2);
+    }
+
+    #[tokio::test]
+    async fn a_decided_file_that_cannot_be_read_is_moved_aside_and_the_calls_still_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let ann = User::new("ann");
+        let now = SystemTime::now();
+        drop(store_with_all_three(&path, &ann, now).await);
+        std::fs::write(decided_file(&path), "{ not json").unwrap();
+
+        let reopened = JsonFileSuspensionStore::open(&path, limits(5)).unwrap();
+
+        assert_eq!(reopened.moved_aside(), None, "the calls file was read");
+        assert!(reopened.get("w1").await.unwrap().is_some());
+        let key = approval(&ann, "10 EUR", now).binding.key();
+        assert_eq!(reopened.use_retry_approval(&key).await, Ok(None));
+        assert_eq!(reopened.outcome("d1").await, Ok(None));
+        let aside: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("suspensions.json.decided.json.corrupt-"))
+            .collect();
+        assert_eq!(aside.len(), 1, "{aside:?}");
+        let kept = std::fs::read_to_string(dir.path().join(&aside[0])).unwrap();
+        assert_eq!(kept, "{ not json", "moved aside, not overwritten");
+    }
+
+    #[tokio::test]
+    async fn no_decided_file_is_made_for_calls_alone_and_one_emptied_is_rewritten_empty() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let ann = User::new("ann");
+        let given = approval(&ann, "10 EUR", SystemTime::now());
+        let key = given.binding.key();
+        let store = JsonFileSuspensionStore::open(&path, limits(5)).unwrap();
+        store.save(call_by("w1", &ann)).await.unwrap();
+        let _ = store.take("w1").await.unwrap();
+        assert_eq!(store.use_retry_approval(&key).await, Ok(None));
+        let long_ago = SystemTime::now() - Duration::from_secs(3600);
+        store
+            .keep_outcome(outcome_of("old", &ann, long_ago))
+            .await
+            .unwrap();
+        assert!(
+            !decided_file(&path).exists(),
+            "calls, and an outcome already expired, make no file"
+        );
+
+        store.keep_retry_approval(given.clone()).await.unwrap();
+        let used = store.use_retry_approval(&key).await.unwrap();
+
+        assert_eq!(used, Some(given));
+        assert_eq!(
+            read_json(&decided_file(&path)),
+            json!({ "retry_approvals": [], "outcomes": [] })
+        );
+    }
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_change_rewrites_only_the_file_it_changes() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let ann = User::new("ann");
+        let now = SystemTime::now();
+        let store = store_with_all_three(&path, &ann, now).await;
+        // A rewrite renames a new file over the old one. A second link keeps the old
+        // file, so the new one cannot take its inode number: whether the file at `path` is
+        // still the one linked tells whether it was rewritten.
+        let snapshot = |path: &Path, name: &str| {
+            let link = dir.path().join(name);
+            std::fs::hard_link(path, &link).unwrap();
+            link
+        };
+        let same = |a: &Path, b: &Path| {
+            std::fs::metadata(a).unwrap().ino() == std::fs::metadata(b).unwrap().ino()
+        };
+        let decided = decided_file(&path);
+        let (calls_before, decided_before) = (snapshot(&path, "c0"), snapshot(&decided, "d0"));
+
+        store.save(call_by("w2", &ann)).await.unwrap();
+        let _ = store.take("w1").await.unwrap();
+        let after_calls = (same(&path, &calls_before), same(&decided, &decided_before));
+        let calls_between = snapshot(&path, "c1");
+        store
+            .keep_retry_approval(approval(&ann, "20 EUR", now))
+            .await
+            .unwrap();
+        let key = approval(&ann, "10 EUR", now).binding.key();
+        assert!(store.use_retry_approval(&key).await.unwrap().is_some());
+        store
+            .keep_outcome(outcome_of("d2", &ann, now))
+            .await
+            .unwrap();
+        let after_decided = (same(&path, &calls_between), same(&decided, &decided_before));
+
+        assert_eq!(
+            after_calls,
+            (false, true),
+            "a call rewrites the calls file only"
+        );
+        assert_eq!(
+            after_decided,
+            (true, false),
+            "approvals and outcomes rewrite their file only"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_approval_whose_use_cannot_be_written_is_not_handed_out_and_stays() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let ann = User::new("ann");
+        let given = approval(&ann, "10 EUR", SystemTime::now());
+        let key = given.binding.key();
+        let store = JsonFileSuspensionStore::open(&path, limits(5)).unwrap();
+        store.keep_retry_approval(given.clone()).await.unwrap();
+
+        block(&decided_file(&path));
+        let refused = store.use_retry_approval(&key).await;
+        unblock(&decided_file(&path));
+        let used = store.use_retry_approval(&key).await;
+
+        assert!(
+            matches!(&refused, Err(SuspensionStoreError::Unavailable(m)) if m.contains("could not write")),
+            "{refused:?}"
+        );
+        assert_eq!(used, Ok(Some(given)), "still kept, and good once");
+        assert_eq!(store.use_retry_approval(&key).await, Ok(None));
+    }
+
+    #[tokio::test]
+    async fn an_approval_or_outcome_whose_keeping_cannot_be_written_is_not_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let ann = User::new("ann");
+        let now = SystemTime::now();
+        let given = approval(&ann, "10 EUR", now);
+        let store = JsonFileSuspensionStore::open(&path, limits(5)).unwrap();
+        store.save(call_by("w1", &ann)).await.unwrap();
+
+        block(&decided_file(&path));
+        let approval_kept = store.keep_retry_approval(given.clone()).await;
+        let outcome_kept = store.keep_outcome(outcome_of("d1", &ann, now)).await;
+        unblock(&decided_file(&path));
+
+        assert!(matches!(
+            approval_kept,
+            Err(SuspensionStoreError::Unavailable(_))
+        ));
+        assert!(matches!(
+            outcome_kept,
+            Err(SuspensionStoreError::Unavailable(_))
+        ));
+        assert_eq!(
+            store.use_retry_approval(&given.binding.key()).await,
+            Ok(None)
+        );
+        assert_eq!(store.outcome("d1").await, Ok(None));
+        assert!(
+            store.get("w1").await.unwrap().is_some(),
+            "the call is untouched"
+        );
     }
 }

@@ -525,3 +525,68 @@ async fn an_approval_that_cannot_be_checked_keeps_the_call_waiting() {
     assert_eq!(resumed.output, Some(json!("transferred 10 EUR")));
     assert_eq!(Runs::of(&runs.transfer), 1);
 }
+
+/// A pipeline whose `wipe` calls all wait for a person, over `store`; `runs` counts the
+/// wipes.
+fn wiping_pipeline(
+    store: Arc<JsonFileSuspensionStore>,
+    runs: &Arc<AtomicUsize>,
+) -> toolgate_core::Pipeline {
+    use toolgate_core::hook::hook_fn;
+    use toolgate_core::{Pipeline, Stage, ToolError, tool_fn};
+    let runs = Arc::clone(runs);
+    Pipeline::builder()
+        .generation("config-1")
+        .tool(tool_fn("wipe", "Wipes the disk.", move |_: ()| {
+            let runs = Arc::clone(&runs);
+            async move {
+                runs.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ToolError>("wiped")
+            }
+        }))
+        .hook(hook_fn(Stage::WillCheckConsent, |ctx| {
+            ctx.suspend("a person approves wipes").into()
+        }))
+        .suspension_store(store)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_approval_for_a_retry_given_before_a_restart_lets_the_same_call_run_once_after_it() {
+    use toolgate_core::{InvokeOptions, ToolError};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("suspensions.json");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let ann = || InvokeOptions::new().user(User::new("ann").with_tenant("acme"));
+    {
+        let store =
+            Arc::new(JsonFileSuspensionStore::open(&path, SuspensionLimits::default()).unwrap());
+        let pipeline = wiping_pipeline(store, &runs);
+        let waiting = pipeline
+            .invoke("wipe", json!(null), ann())
+            .await
+            .unwrap_err();
+        let ToolError::Suspended { suspension_id, .. } = waiting else {
+            panic!("{waiting}")
+        };
+        pipeline
+            .approve_retry(&suspension_id, Some("boss".into()))
+            .await
+            .unwrap();
+    }
+
+    // A new process: a new store from the same file, a new pipeline.
+    let store =
+        Arc::new(JsonFileSuspensionStore::open(&path, SuspensionLimits::default()).unwrap());
+    let pipeline = wiping_pipeline(store, &runs);
+    let retried = pipeline.invoke("wipe", json!(null), ann()).await;
+    let again = pipeline
+        .invoke("wipe", json!(null), ann())
+        .await
+        .unwrap_err();
+
+    assert_eq!(retried.unwrap(), json!("wiped"));
+    assert_eq!(again.code(), "suspended", "the approval was good once");
+    assert_eq!(runs.load(Ordering::SeqCst), 1);
+}
