@@ -7,7 +7,7 @@ mod common;
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -17,6 +17,7 @@ use axum::routing::post;
 use common::{Answer, Gateway, client, eventually, invoke, random_u32, redis_or_skip, user_yaml};
 use futures::StreamExt;
 use serde_json::{Value, json};
+use tokio::sync::watch;
 use toolgate_gateway::webhooks::{self, REPLAY_WINDOW, WebhookVerifyError};
 
 /// The webhook secret, given to the gateway through `${HOOK_SECRET}`.
@@ -84,6 +85,21 @@ async fn receive_and_hang(
     std::future::pending().await
 }
 
+/// Keeps the request and answers 200 once `open` is.
+async fn receive_when_open(
+    State((receiver, mut open)): State<(Receiver, watch::Receiver<bool>)>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    receiver
+        .received
+        .lock()
+        .unwrap()
+        .push(Received { headers, body });
+    let _ = open.wait_for(|open| *open).await;
+    StatusCode::OK
+}
+
 impl Receiver {
     /// Starts a receiver answering `script` first; it and its URL.
     async fn start(script: &[u16]) -> (Receiver, String) {
@@ -104,6 +120,18 @@ impl Receiver {
             .with_state(receiver.clone());
         let url = Receiver::serve(app).await;
         (receiver, url)
+    }
+
+    /// Starts a receiver that keeps every request and answers none until its gate is
+    /// opened (`true`), then 200 to each; it, its URL and the gate.
+    async fn start_gated() -> (Receiver, String, watch::Sender<bool>) {
+        let receiver = Receiver::default();
+        let (gate, open) = watch::channel(false);
+        let app = Router::new()
+            .route("/hook", post(receive_when_open))
+            .with_state((receiver.clone(), open));
+        let url = Receiver::serve(app).await;
+        (receiver, url, gate)
     }
 
     /// Serves `app` on a free loopback port; the URL of its `/hook`.
@@ -195,17 +223,54 @@ fn suspension_id(answer: &Answer) -> String {
 }
 
 async fn park(gateway: &Gateway) -> String {
+    park_as(gateway, "bob").await
+}
+
+/// `user` parks a call; its suspension id.
+async fn park_as(gateway: &Gateway, user: &str) -> String {
     let input = json!({"text": format!("deploy with {CANARY}")});
-    suspension_id(&invoke(gateway, "bob", "echo", input).await)
+    suspension_id(&invoke(gateway, user, "echo", input).await)
 }
 
 /// Parks `count` calls, a few at a time; their suspension ids.
 async fn park_many(gateway: &Gateway, count: usize) -> Vec<String> {
-    futures::stream::iter(0..count)
-        .map(|_| park(gateway))
+    let bob = vec!["bob".to_owned(); count];
+    park_many_as(gateway, &bob).await
+}
+
+/// Parks a call as each of `users`, a few at a time; their suspension ids.
+async fn park_many_as(gateway: &Gateway, users: &[String]) -> Vec<String> {
+    futures::stream::iter(users)
+        .map(|user| park_as(gateway, user))
         .buffer_unordered(8)
         .collect()
         .await
+}
+
+/// The `_meta` of a 2026-07-28 caller that takes tasks.
+fn takes_tasks() -> Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {
+            "extensions": {"io.modelcontextprotocol/tasks": {}}
+        },
+        "io.modelcontextprotocol/clientInfo": {"name": "toolgate-tests", "version": "0"},
+    })
+}
+
+/// `user` withdraws their waiting call `id` over MCP: they cancel the task it is (its id
+/// is the suspension id). The HTTP status and the JSON-RPC answer.
+async fn withdraw(gateway: &Gateway, user: &str, id: &str) -> (u16, Value) {
+    let params = json!({"taskId": id, "_meta": takes_tasks()});
+    common::mcp_2026(gateway, user, "tasks/cancel", Some(id), params).await
+}
+
+/// `user` parks a call and withdraws it: a `suspension.waiting` and a
+/// `suspension.decided` event, and nothing left waiting.
+async fn park_and_withdraw(gateway: &Gateway, user: &str) {
+    let id = suspension_id(&invoke(gateway, user, "echo", json!({"text": "deploy"})).await);
+    let (status, ack) = withdraw(gateway, user, &id).await;
+    assert_eq!(status, 200, "{ack}");
 }
 
 async fn decide(gateway: &Gateway, id: &str, decision: Value) -> Answer {
@@ -351,15 +416,7 @@ async fn a_caller_withdrawing_its_waiting_call_with_tasks_cancel_is_told_as_a_re
     let gateway = start_gateway(&url, "");
     let id = park(&gateway).await;
 
-    // Over MCP, bob cancels the task his waiting call is (its id is the suspension id).
-    let params = json!({"taskId": id, "_meta": {
-        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
-        "io.modelcontextprotocol/clientCapabilities": {
-            "extensions": {"io.modelcontextprotocol/tasks": {}}
-        },
-        "io.modelcontextprotocol/clientInfo": {"name": "toolgate-tests", "version": "0"},
-    }});
-    let (status, ack) = common::mcp_2026(&gateway, "bob", "tasks/cancel", Some(&id), params).await;
+    let (status, ack) = withdraw(&gateway, "bob", &id).await;
     assert_eq!(status, 200, "{ack}");
     assert_eq!(ack["result"]["resultType"], "complete", "{ack}");
 
@@ -691,17 +748,25 @@ async fn a_receiver_that_never_answers_delays_no_other_receivers_events() {
 async fn a_full_queue_drops_only_the_events_of_its_own_webhook() {
     let (hanging, hanging_url) = Receiver::start_hanging().await;
     let (healthy, healthy_url) = Receiver::start(&[]).await;
-    let gateway = start_gateway_with_webhooks(
-        &[&hanging_url, &healthy_url],
-        "    max_pending_per_user: 5000\n",
-        "",
-    );
     // What the hanging receiver's webhook can hold (its requests in progress and its
-    // queue), and more.
+    // queue), and more, from enough callers that none of them passes their own share.
     let held = webhooks::IN_FLIGHT + webhooks::QUEUE_CAPACITY;
-    let count = held + 64;
+    let callers: Vec<String> = (0..held / webhooks::CALLER_SHARE + 2)
+        .map(|i| format!("caller{i}"))
+        .collect();
+    let users = user_yaml("alice", &["admin"])
+        + &callers
+            .iter()
+            .map(|caller| user_yaml(caller, &["analyst"]))
+            .collect::<String>();
+    let gateway = start_gateway_for(&users, &[&hanging_url, &healthy_url], "", "");
+    let each: Vec<String> = callers
+        .iter()
+        .flat_map(|caller| vec![caller.clone(); webhooks::CALLER_SHARE])
+        .collect();
+    let count = each.len();
 
-    let parked = park_many(&gateway, count).await;
+    let parked = park_many_as(&gateway, &each).await;
 
     eventually(
         "every event at the healthy receiver",
@@ -726,9 +791,71 @@ async fn a_full_queue_drops_only_the_events_of_its_own_webhook() {
         dropped >= 1.0 && dropped <= (count - held) as f64,
         "{dropped} dropped: {metrics}"
     );
+    let past_share = metric(
+        &metrics,
+        webhooks::DELIVERIES,
+        &[("reason", "caller_share")],
+    );
+    assert_eq!(past_share, 0.0, "nobody passed their share: {metrics}");
     gateway
         .wait_for_log("the webhook queue is full", 1, Duration::from_secs(5))
         .await;
     let log = gateway.stderr();
     assert!(log.contains("policies.approval.webhooks[0]"), "{log}");
+}
+
+/// The reviewer's flood: an ordinary user parks and withdraws calls in a loop (each loop a
+/// `waiting` and a `decided` event) while the receiver is slow, more than the webhook's
+/// queue holds. Another tenant's caller who then parks a call must still be told: the
+/// flooder holds at most [`webhooks::CALLER_SHARE`] of the queue, and only their own
+/// events are dropped past it.
+#[tokio::test]
+async fn one_callers_flood_does_not_crowd_another_callers_events_out_of_the_webhook_queue() {
+    // The receiver answers nothing until the flood is over, so that the flood's events
+    // stay queued however slowly this machine sends them.
+    let (receiver, url, gate) = Receiver::start_gated().await;
+    let users = user_yaml("alice", &["admin"])
+        + &user_in_tenant("dave", &["analyst"], "acme")
+        + &user_in_tenant("bob", &["analyst"], "globex");
+    let gateway = start_gateway_for(&users, &[&url], "", "");
+    // More events than the webhook holds (its deliveries in progress and its queue).
+    let loops = (webhooks::IN_FLIGHT + webhooks::QUEUE_CAPACITY) / 2 + webhooks::CALLER_SHARE;
+    let started = Instant::now();
+
+    futures::stream::iter(0..loops)
+        .map(|_| park_and_withdraw(&gateway, "dave"))
+        .buffer_unordered(6)
+        .collect::<Vec<()>>()
+        .await;
+    let flood_took = started.elapsed();
+    let bobs = suspension_id(&invoke(&gateway, "bob", "echo", json!({"text": "deploy"})).await);
+    gate.send_replace(true);
+
+    let told = receiver.wait_for("suspension.waiting", &bobs).await;
+    assert_eq!(told.verify(SystemTime::now()), Ok(()));
+    assert_eq!(told.json()["suspension"]["tenant"], "globex");
+    let metrics = gateway.metrics().await;
+    let dropped = |reason| {
+        metric(
+            &metrics,
+            webhooks::DELIVERIES,
+            &[("outcome", "dropped"), ("reason", reason)],
+        )
+    };
+    let past_share = dropped("caller_share");
+    assert!(
+        past_share >= 1.0 && past_share <= (2 * loops - webhooks::CALLER_SHARE) as f64,
+        "dave's events past his share are dropped: {metrics}"
+    );
+    assert_eq!(dropped("queue_full"), 0.0, "{metrics}");
+    // Told in the log once in a while, not once per dropped event.
+    let told_in_log = gateway
+        .stderr()
+        .matches("holds as many of this caller's events as one caller may")
+        .count();
+    let windows = flood_took.as_secs() / webhooks::DROPS_LOGGED_EVERY.as_secs() + 2;
+    assert!(
+        (1..=windows as usize).contains(&told_in_log),
+        "{told_in_log} log lines for {past_share} dropped events in {flood_took:?}"
+    );
 }

@@ -4,7 +4,9 @@
 //!
 //! Each webhook has its own queue ([`QUEUE_CAPACITY`]) and its own delivery slots
 //! ([`IN_FLIGHT`]), so that a receiver that is slow, down or never answers fills only its
-//! own: it delays and drops only its own events, never another webhook's.
+//! own: it delays and drops only its own events, never another webhook's. Within a
+//! webhook's queue each caller holds at most [`CALLER_SHARE`] events
+//! ([`admission`](super::admission)), so that one caller's flood drops only their own.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -19,6 +21,7 @@ use tokio_util::sync::CancellationToken;
 use toolgate_core::error::with_causes;
 use toolgate_core::suspension::SuspensionStore;
 
+use super::admission::{CALLER_SHARE, DropLog, Dropped, Held, Shares};
 use super::event::Event;
 use super::signature::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
 use crate::config::{WebhookConfig, WebhookEventName, WebhookFormatName};
@@ -54,7 +57,7 @@ pub(super) struct Watch {
 
 /// Events waiting to be sent to one webhook (each webhook has its own queue, so a
 /// configuration holds at most this many per webhook); past it the newest is dropped for
-/// that webhook only.
+/// that webhook only. One caller holds at most [`CALLER_SHARE`] of it.
 pub const QUEUE_CAPACITY: usize = 1024;
 
 /// Deliveries to one webhook in progress at once, retries included (each webhook has its
@@ -78,7 +81,7 @@ pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 const RETIRED_GRACE: Duration = Duration::from_secs(60);
 
 /// How many deliveries to webhooks ended, by event and outcome (`delivered`, `failed`,
-/// `dropped`).
+/// `dropped`); a `dropped` one by `reason` too (`caller_share`, `queue_full`, `stopped`).
 pub const DELIVERIES: &str = "toolgate_webhook_deliveries_total";
 
 /// How many attempts were made again after a failed one, by event.
@@ -99,13 +102,22 @@ struct Webhook {
 struct Delivery {
     webhook: usize,
     event: Arc<Event>,
+    /// Its place in its caller's share of the queue, freed when the delivery ends.
+    _held: Held,
+}
+
+/// One webhook's bounded queue, what each caller holds of it, and its drops.
+struct Queue {
+    sender: mpsc::Sender<Delivery>,
+    shares: Arc<Shares>,
+    drops: Mutex<DropLog>,
 }
 
 /// The webhooks of one configuration, their queues and their task.
 pub(crate) struct Notifier {
     webhooks: Arc<[Webhook]>,
-    /// One bounded queue per webhook, in the order of `webhooks`.
-    queues: Vec<mpsc::Sender<Delivery>>,
+    /// One queue per webhook, in the order of `webhooks`.
+    queues: Vec<Queue>,
     retired: CancellationToken,
     task: Mutex<Option<JoinHandle<()>>>,
 }
@@ -151,7 +163,12 @@ impl Notifier {
         let retired = CancellationToken::new();
         let (queues, workers): (Vec<_>, Vec<_>) = (0..webhooks.len())
             .map(|webhook| {
-                let (queue, received) = mpsc::channel(QUEUE_CAPACITY);
+                let (sender, received) = mpsc::channel(QUEUE_CAPACITY);
+                let queue = Queue {
+                    sender,
+                    shares: Arc::default(),
+                    drops: Mutex::default(),
+                };
                 let worker = Worker {
                     webhook,
                     received,
@@ -183,31 +200,31 @@ impl Notifier {
     }
 
     /// Queues `event` for every webhook that takes it, each in its own queue, never
-    /// waiting: when a webhook's queue is full the event is dropped for that webhook only,
-    /// counted and logged.
+    /// waiting. It is dropped for a webhook — that webhook only — when its caller holds
+    /// [`CALLER_SHARE`] of that queue already, or the queue is full: counted, and told in
+    /// the log once in a while ([`DROPS_LOGGED_EVERY`](super::DROPS_LOGGED_EVERY)).
     pub(crate) fn enqueue(&self, event: Arc<Event>) {
+        let caller = event.call.caller_key();
         for (i, (webhook, queue)) in self.webhooks.iter().zip(&self.queues).enumerate() {
             if !webhook.events.contains(&event.kind) {
                 continue;
             }
+            let Some(held) = queue.shares.take(&caller) else {
+                dropped(webhook, queue, &event, Dropped::CallerShare);
+                continue;
+            };
             let delivery = Delivery {
                 webhook: i,
                 event: event.clone(),
+                _held: held,
             };
-            if let Err(refused) = queue.try_send(delivery) {
-                let why = match refused {
-                    TrySendError::Full(_) => "the webhook queue is full",
-                    TrySendError::Closed(_) => "the webhook notifier was stopped",
+            // A refused delivery is dropped here, and its place in the share with it.
+            if let Err(refused) = queue.sender.try_send(delivery) {
+                let reason = match refused {
+                    TrySendError::Full(_) => Dropped::QueueFull,
+                    TrySendError::Closed(_) => Dropped::Stopped,
                 };
-                count(&event, "dropped");
-                tracing::warn!(
-                    webhook = %webhook.name,
-                    event = event.type_name(),
-                    event_id = %event.id,
-                    suspension_id = %event.call.id,
-                    capacity = QUEUE_CAPACITY,
-                    "{why}: the event is dropped for this webhook"
-                );
+                dropped(webhook, queue, &event, reason);
             }
         }
     }
@@ -342,7 +359,7 @@ async fn work(mut worker: Worker) {
                 abandon.cancel();
                 // What is still queued is dropped too.
                 while let Ok(delivery) = worker.received.try_recv() {
-                    count(&delivery.event, "dropped");
+                    count_dropped(&delivery.event, Dropped::Stopped);
                 }
             }
             else => break,
@@ -451,6 +468,48 @@ fn count(event: &Event, outcome: &'static str) {
         .increment(1);
 }
 
+fn count_dropped(event: &Event, reason: Dropped) {
+    metrics::counter!(
+        DELIVERIES,
+        "event" => event.kind.as_str(),
+        "outcome" => "dropped",
+        "reason" => reason.label(),
+    )
+    .increment(1);
+}
+
+/// `event` was not queued for `webhook`, for `reason`: counted, and told in the log when
+/// the webhook's [`DropLog`] says so. The caller is named only for their own share's
+/// drops, the one reason that is theirs.
+fn dropped(webhook: &Webhook, queue: &Queue, event: &Event, reason: Dropped) {
+    count_dropped(event, reason);
+    let told = queue
+        .drops
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .dropped(reason, tokio::time::Instant::now());
+    let Some(dropped) = told else { return };
+    let call = &event.call;
+    let (user, tenant) = match reason {
+        Dropped::CallerShare => (Some(&*call.user), call.tenant.as_deref()),
+        Dropped::QueueFull | Dropped::Stopped => (None, None),
+    };
+    tracing::warn!(
+        webhook = %webhook.name,
+        reason = reason.label(),
+        event = event.type_name(),
+        event_id = %event.id,
+        suspension_id = %call.id,
+        user,
+        tenant,
+        dropped,
+        capacity = QUEUE_CAPACITY,
+        caller_share = CALLER_SHARE,
+        "{}",
+        reason.why()
+    );
+}
+
 fn failed(webhook: &Webhook, event: &Event, attempts: u32, why: &str, summary: &str) {
     count(event, "failed");
     tracing::warn!(
@@ -466,7 +525,7 @@ fn failed(webhook: &Webhook, event: &Event, attempts: u32, why: &str, summary: &
 }
 
 fn abandoned(webhook: &Webhook, event: &Event) {
-    count(event, "dropped");
+    count_dropped(event, Dropped::Stopped);
     tracing::warn!(
         webhook = %webhook.name,
         event = event.type_name(),
@@ -477,7 +536,65 @@ fn abandoned(webhook: &Webhook, event: &Event) {
 
 #[cfg(test)]
 mod tests {
+    use toolgate_core::User;
+    use toolgate_core::suspension::InMemorySuspensionStore;
+
     use super::*;
+    use crate::config::EnvString;
+    use crate::webhooks::CallSummary;
+
+    /// A notifier of one webhook that takes every event, its task not yet run.
+    fn notifier() -> (Arc<Notifier>, watch::Sender<()>) {
+        let (wake, wake_ups) = watch::channel(());
+        let watch = Watch {
+            upgrade: Box::new(|| None),
+            wake_ups,
+        };
+        let webhook = WebhookConfig {
+            url: EnvString("http://127.0.0.1:9/hook".into()),
+            secret: EnvString("0123456789abcdef".into()),
+            format: WebhookFormatName::Json,
+            events: WebhookEventName::ALL.to_vec(),
+        };
+        let store = Arc::new(InMemorySuspensionStore::default());
+        let notifier = Notifier::start(&[webhook], watch, store, 10).unwrap();
+        (notifier, wake)
+    }
+
+    /// A `suspension.waiting` event of a call by `user` of `tenant`.
+    fn waiting(user: &str, tenant: &str) -> Arc<Event> {
+        let call = CallSummary {
+            id: "susp-1".into(),
+            tool: "deploy".into(),
+            user: user.into(),
+            tenant: Some(tenant.into()),
+            reason: "needs approval".into(),
+            suspended_at: SystemTime::now(),
+            expires_at: None,
+        };
+        let kind = WebhookEventName::Waiting;
+        Arc::new(Event::new(kind, SystemTime::now(), Arc::new(call), None))
+    }
+
+    #[tokio::test]
+    async fn a_callers_events_past_their_share_are_dropped_and_another_callers_still_queued() {
+        let (notifier, _wake) = notifier();
+
+        // No await: the worker has taken nothing out of the queue yet.
+        for _ in 0..CALLER_SHARE + 10 {
+            notifier.enqueue(waiting("ann", "acme"));
+        }
+        notifier.enqueue(waiting("ann", "globex"));
+
+        let queue = &notifier.queues[0];
+        assert_eq!(
+            QUEUE_CAPACITY - queue.sender.capacity(),
+            CALLER_SHARE + 1,
+            "ann of acme's share, and ann of globex's one event"
+        );
+        let of_acme = User::new("ann").with_tenant("acme");
+        assert_eq!(queue.shares.held_by(&of_acme.caller_key()), CALLER_SHARE);
+    }
 
     #[test]
     fn the_backoff_doubles_up_to_its_bound_with_jitter_of_up_to_half() {

@@ -49,6 +49,14 @@ impl CallSummary {
             expires_at: call.expires_at,
         }
     }
+
+    /// [`User::caller_key`] of who made the call: what their share of a webhook's queue
+    /// is counted by.
+    pub(super) fn caller_key(&self) -> Arc<str> {
+        let mut caller = User::new(self.user.as_str());
+        caller.tenant.clone_from(&self.tenant);
+        caller.caller_key().into()
+    }
 }
 
 /// An approver's decision, as `suspension.decided` tells it.

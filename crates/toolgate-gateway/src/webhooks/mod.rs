@@ -14,8 +14,10 @@
 //!   when full the newest event is dropped for that webhook, never the call held up) by its
 //!   own worker, up to [`IN_FLIGHT`] requests at once, with up to [`MAX_ATTEMPTS`] attempts
 //!   and jittered exponential backoff: a receiver that is slow or never answers delays and
-//!   drops only its own events. Every delivery is counted in [`DELIVERIES`] by outcome, and
-//!   every retry in [`RETRIES`].
+//!   drops only its own events. Within a queue each caller holds at most [`CALLER_SHARE`]
+//!   events, so that one caller's flood drops only their own. Every delivery is counted in
+//!   [`DELIVERIES`] by outcome (and a drop by reason), every retry in [`RETRIES`]; drops are
+//!   logged at most once per [`DROPS_LOGGED_EVERY`] per webhook and reason.
 //!
 //! # Examples
 //!
@@ -36,12 +38,14 @@
 //! # assert_eq!(receive(b"0123456789abcdef", &HeaderMap::new(), b"{}"), 401);
 //! ```
 
+mod admission;
 mod delivery;
 mod event;
 mod notifications;
 mod signature;
 mod store;
 
+pub use admission::{CALLER_SHARE, DROPS_LOGGED_EVERY};
 pub use delivery::{
     ATTEMPT_TIMEOUT, BASE_BACKOFF, DELIVERIES, IN_FLIGHT, MAX_ATTEMPTS, MAX_BACKOFF,
     QUEUE_CAPACITY, RETRIES,
