@@ -16,7 +16,10 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::delivery::QUEUE_CAPACITY;
+/// Events waiting to be sent to one webhook (each webhook has its own queue, so a
+/// configuration holds at most this many per webhook); past it the newest is dropped for
+/// that webhook only. One caller holds at most [`CALLER_SHARE`] of it.
+pub const QUEUE_CAPACITY: usize = 1024;
 
 /// The most events one caller may hold in one webhook's queue at once — queued or being
 /// delivered, retries included; past it that caller's new events are dropped for that

@@ -21,7 +21,7 @@ use tokio_util::sync::CancellationToken;
 use toolgate_core::error::with_causes;
 use toolgate_core::suspension::SuspensionStore;
 
-use super::admission::{CALLER_SHARE, DropLog, Dropped, Held, Shares};
+use super::admission::{CALLER_SHARE, DropLog, Dropped, Held, QUEUE_CAPACITY, Shares};
 use super::event::Event;
 use super::signature::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
 use crate::config::{WebhookConfig, WebhookEventName, WebhookFormatName};
@@ -54,11 +54,6 @@ pub(super) struct Watch {
     /// Wakes the task when a call is watched.
     pub wake_ups: watch::Receiver<()>,
 }
-
-/// Events waiting to be sent to one webhook (each webhook has its own queue, so a
-/// configuration holds at most this many per webhook); past it the newest is dropped for
-/// that webhook only. One caller holds at most [`CALLER_SHARE`] of it.
-pub const QUEUE_CAPACITY: usize = 1024;
 
 /// Deliveries to one webhook in progress at once, retries included (each webhook has its
 /// own, so a receiver that never answers holds only its own).

@@ -45,10 +45,9 @@ mod notifications;
 mod signature;
 mod store;
 
-pub use admission::{CALLER_SHARE, DROPS_LOGGED_EVERY};
+pub use admission::{CALLER_SHARE, DROPS_LOGGED_EVERY, QUEUE_CAPACITY};
 pub use delivery::{
-    ATTEMPT_TIMEOUT, BASE_BACKOFF, DELIVERIES, IN_FLIGHT, MAX_ATTEMPTS, MAX_BACKOFF,
-    QUEUE_CAPACITY, RETRIES,
+    ATTEMPT_TIMEOUT, BASE_BACKOFF, DELIVERIES, IN_FLIGHT, MAX_ATTEMPTS, MAX_BACKOFF, RETRIES,
 };
 pub use event::{CallSummary, DecisionSummary, Event};
 pub use notifications::Notifications;
