@@ -23,7 +23,26 @@ use toolgate_core::external::TypeMapKey;
 /// call — `notifications/progress` with the caller's own token, `notifications/message`
 /// at or above the level the caller set, and `sampling/createMessage` and
 /// `elicitation/create` requests, answered by the caller.
+///
+/// A host that serves MCP itself, and calls a pipeline with imported tools for its own
+/// callers, makes one with [`new`](Self::new) and sets the fields its request has: the
+/// struct is `#[non_exhaustive]`, so that a field added for a new revision of the protocol
+/// does not break the host's code.
+///
+/// ```
+/// use std::sync::Arc;
+///
+/// use toolgate_mcp::CallerRequest;
+/// use toolgate_mcp::rmcp::{RoleServer, model::LoggingLevel, service::Peer};
+///
+/// fn caller_of(peer: Peer<RoleServer>, session: &str) -> CallerRequest {
+///     let mut caller = CallerRequest::new(peer, Arc::from(session));
+///     caller.log_level = Some(LoggingLevel::Warning);
+///     caller
+/// }
+/// ```
 #[derive(Clone, Debug)]
+#[non_exhaustive]
 pub struct CallerRequest {
     /// The caller's connection.
     pub peer: Peer<RoleServer>,
@@ -185,6 +204,32 @@ impl TypeMapKey for CallerKey {
 }
 
 impl CallerRequest {
+    /// The caller on connection `peer`, in MCP session `session_id` (what its resource
+    /// subscriptions belong to; a key of the host's own for a caller without a session),
+    /// that asked for nothing and declared nothing: no progress, no log messages, no
+    /// capabilities (so an upstream asks it nothing), a 2025-11-25 caller, not a round of
+    /// a multi-round call, subscriptions checked as [`ResourceCheck::ListedOrRead`], and
+    /// a session that never ends until the host cancels
+    /// [`session_ended`](Self::session_ended).
+    pub fn new(peer: Peer<RoleServer>, session_id: Arc<str>) -> Self {
+        CallerRequest {
+            peer,
+            progress_token: None,
+            log_level: None,
+            session_id,
+            capabilities: ClientCapabilities::default(),
+            input_required_results: false,
+            round: None,
+            refusal: Refusal::default(),
+            listener: None,
+            subscription_ended: tokio_util::sync::CancellationToken::new(),
+            session_ended: tokio_util::sync::CancellationToken::new(),
+            upstream_task: UpstreamTaskSlot::default(),
+            relayed_task: None,
+            resource_check: ResourceCheck::default(),
+        }
+    }
+
     /// Whether a log message at `level` is for this caller.
     pub fn wants_log(&self, level: LoggingLevel) -> bool {
         self.log_level

@@ -772,7 +772,6 @@ mod tests {
     use rmcp::{ErrorData, ServerHandler, ServiceExt};
 
     use super::*;
-    use crate::caller::ResourceCheck;
 
     /// An upstream that tells each unsubscription it is sent.
     struct Upstream(mpsc::UnboundedSender<String>);
@@ -811,22 +810,7 @@ mod tests {
         let info =
             InitializeRequestParams::new(ClientCapabilities::default(), Implementation::default());
         let running = rmcp::service::serve_directly(Nothing, transport, Some(info));
-        CallerRequest {
-            peer: running.peer().clone(),
-            progress_token: None,
-            log_level: None,
-            session_id: Arc::from(key),
-            capabilities: ClientCapabilities::default(),
-            input_required_results: false,
-            round: None,
-            refusal: Default::default(),
-            listener: None,
-            subscription_ended: CancellationToken::new(),
-            session_ended: CancellationToken::new(),
-            upstream_task: Default::default(),
-            relayed_task: None,
-            resource_check: ResourceCheck::default(),
-        }
+        CallerRequest::new(running.peer().clone(), Arc::from(key))
     }
 
     #[tokio::test]
