@@ -660,6 +660,66 @@ async fn every_audit_line_is_exported_as_a_log_record_that_carries_the_chain() {
 }
 
 #[tokio::test]
+async fn an_exported_audit_record_tells_ann_of_acme_from_ann_of_globex() {
+    let (collector, url) = start_collector().await;
+    let dir = tempfile::tempdir().unwrap();
+    let tenant_user = |tenant: &str| {
+        format!(
+            "  - {{ id: ann, tenant: {tenant}, key_sha256: \"{}\", roles: [admin] }}\n",
+            toolgate_gateway::auth::hash_key(&key(&format!("ann_{tenant}")))
+        )
+    };
+    let yaml = format!(
+        "tools:\n  builtin: [calculator]\nusers:\n{}{}{}{}  logs: {{ audit: true }}\naudit:\n  sink: file\n  path: {}\n  flush_every: 0s\n",
+        tenant_user("acme"),
+        tenant_user("globex"),
+        user_yaml("ann", &["admin"]),
+        telemetry_yaml(&url, "upstream", false),
+        dir.path().join("audit.jsonl").display()
+    );
+    let gateway = Gateway::start_with_env(&yaml, &ENV);
+    for (caller, request) in [
+        ("ann_acme", "acme"),
+        ("ann_globex", "globex"),
+        ("ann", "none"),
+    ] {
+        let answer = post_with(
+            &client(),
+            &gateway.url("/v1/tools/calculator/invoke"),
+            Some(&key(caller)),
+            &json!({"expression": "1+1"}),
+            &[("x-request-id", request)],
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+    let records = || {
+        (collector.logs.lock().unwrap().iter())
+            .filter(|l| l.event_name == "toolgate.audit.record")
+            .cloned()
+            .collect::<Vec<ReceivedLog>>()
+    };
+    eventually(
+        "the three records are exported",
+        Duration::from_secs(20),
+        || {
+            let n = records().len();
+            async move { n >= 3 }
+        },
+    )
+    .await;
+    for record in records() {
+        let tenant = record.attr("toolgate.audit.tenant");
+        let expected = match record.attr("toolgate.audit.request_id") {
+            Some("none") => None,
+            other => other,
+        };
+        assert_eq!(record.attr("enduser.id"), Some("ann"));
+        assert_eq!(tenant, expected, "{record:?}");
+    }
+}
+
+#[tokio::test]
 async fn a_callers_huge_tool_name_and_request_id_are_exported_cut_to_a_bound() {
     // What a caller chooses reaches the export queue, which is bounded by a count of spans:
     // each span must be bounded in size too, or a slow collector holds gigabytes.

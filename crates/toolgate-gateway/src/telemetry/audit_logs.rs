@@ -6,7 +6,8 @@
 //! next record's `prev`. The attributes repeat what a pipeline filters and groups on:
 //! `toolgate.audit.seq`, `toolgate.audit.chain`, `toolgate.audit.prev`,
 //! `toolgate.audit.hash` (this line's SHA-256), and for a call `toolgate.audit.request_id`,
-//! `enduser.id`, `gen_ai.tool.name`, `toolgate.audit.outcome`, `toolgate.audit.code` and
+//! `enduser.id`, `toolgate.audit.tenant` (the user's tenant, when they have one: a user id
+//! is unique only within its tenant), `gen_ai.tool.name`, `toolgate.audit.outcome`, `toolgate.audit.code` and
 //! `http.response.status_code`. The event name says which kind of line it is:
 //! `toolgate.audit.record`, `toolgate.audit.checkpoint`, or `toolgate.audit.gap` for the
 //! marker of records the sink could not write (with `toolgate.audit.gap.records`). A
@@ -103,6 +104,9 @@ impl AuditLogs {
                 ("prev", "toolgate.audit.prev"),
                 ("request_id", "toolgate.audit.request_id"),
                 ("user_id", "enduser.id"),
+                // A user id is unique only within its tenant: `ann` of acme and `ann` of
+                // globex are told apart by this, as the line tells them apart.
+                ("tenant", "toolgate.audit.tenant"),
                 ("tool", "gen_ai.tool.name"),
                 ("outcome", "toolgate.audit.outcome"),
                 ("code", "toolgate.audit.code"),

@@ -263,8 +263,13 @@ impl From<&BudgetPartition> for Partition {
                         Some(value) if !value.is_null() => value.to_string(),
                         _ => return format!("user\u{1f}{}", user.caller_key()),
                     };
-                    // A value is the tenant's own: team `web` of acme is not globex's.
+                    // A value is the tenant's own: team `web` of acme is not globex's. A
+                    // tenant's key starts with a digit after `attr`'s separator, so a value
+                    // without a tenant that holds the separator (`4:acme<US>web`) is set
+                    // apart by a second one: it never reads as acme's `web`, and every
+                    // other value keeps the key it had.
                     match &user.tenant {
+                        None if value.contains('\u{1f}') => format!("attr\u{1f}\u{1f}{value}"),
                         None => format!("attr\u{1f}{value}"),
                         Some(tenant) => format!("attr\u{1f}{}:{tenant}\u{1f}{value}", tenant.len()),
                     }
@@ -410,6 +415,16 @@ mod tests {
         // Callers without a tenant keep the keys they had.
         assert_eq!(keys[5], "daily\u{1f}c\u{1f}attr\u{1f}web");
         assert_eq!(keys[6], "daily\u{1f}c\u{1f}user\u{1f}carol");
+        // A value without a tenant never reads as a tenant's value.
+        let forged = keys_of(
+            &team,
+            vec![
+                with_team(User::new("ann").with_tenant("acme"), "web"),
+                with_team(User::new("mallory"), "4:acme\u{1f}web"),
+            ],
+        )
+        .await;
+        assert_ne!(forged[0], forged[1]);
         let tenant = keys_of(
             &BudgetPartition::Tenant,
             vec![User::new("carol"), User::new("ann").with_tenant("acme")],
