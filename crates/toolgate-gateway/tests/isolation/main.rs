@@ -12,4 +12,5 @@ mod scrubbing;
 mod sessions;
 mod subscriptions;
 mod tenant_approvers;
+mod tenant_state;
 mod tokens;
