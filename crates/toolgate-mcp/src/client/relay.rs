@@ -397,6 +397,19 @@ impl Routes {
         !subscribed && held.get(key).is_some_and(|n| *n >= MAX_SUBSCRIPTIONS)
     }
 
+    /// Ends the watch of subscriber `key`'s session end, if there is one (with `held`
+    /// locked, as the watch is only changed then).
+    fn end_watch(&self, key: &str) {
+        let watched = self
+            .watched
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
+        if let Some(watch) = watched {
+            watch.cancel();
+        }
+    }
+
     /// Counts one subscription less for subscriber `key` (`held` is the locked count);
     /// when it holds nothing any more, the watch of its session's end ends too.
     fn release(&self, held: &mut HashMap<Arc<str>, usize>, key: &str) {
@@ -406,14 +419,7 @@ impl Routes {
         *count = count.saturating_sub(1);
         if *count == 0 {
             held.remove(key);
-            let watched = self
-                .watched
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(key);
-            if let Some(watch) = watched {
-                watch.cancel();
-            }
+            self.end_watch(key);
         }
     }
 
@@ -580,14 +586,7 @@ impl Routes {
         let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
         let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
         held.remove(key);
-        let watched = self
-            .watched
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(key);
-        if let Some(watch) = watched {
-            watch.cancel();
-        }
+        self.end_watch(key);
         drop(held);
         let mut left = Vec::new();
         subscribers.retain(|uri, sessions| {
