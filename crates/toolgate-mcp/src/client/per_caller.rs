@@ -5,10 +5,12 @@
 //! caller (a token obtained by exchange at the identity provider, or one from a static
 //! map: [`StaticCallerCredentials`]). MCP servers bind sessions to whoever opened them,
 //! so each credential gets a connection of its own: the calls of one caller share it,
-//! and callers never share one. The connections are kept in a bounded map, closed when
-//! idle or when the map is full (moka's policy: a flood of one-time callers does not push
-//! out the connections of callers seen often), and a credential that
-//! changes (a renewed token) opens a new one.
+//! and callers never share one. A credential that changes (a renewed token) opens a new
+//! one. Connections are closed when idle, and bounded twice: one caller (a user id in its
+//! tenant) holds at most [`MAX_CALLER_SESSIONS_PER_CALLER`], past which *its own* least
+//! recently used is closed — so a caller presenting many tokens never closes another
+//! caller's connection, nor the upstream session bound to it — and all callers together
+//! hold at most [`PerCaller::max_sessions`], past which moka's policy picks one to close.
 //!
 //! What stays on the upstream's own connection, with [`credential_env`]: discovering
 //! its tools, prompts and resources at start-up, and completions. Tools, prompts and
@@ -17,10 +19,11 @@
 //! [`credential_env`]: UpstreamConfig::credential_env
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use moka::ops::compute::Op;
 use sha2::{Digest, Sha256};
 use toolgate_core::external::TypeMapKey;
 use toolgate_core::secret::Secret;
@@ -372,9 +375,9 @@ impl From<MissingCredential> for ToolError {
 pub struct PerCaller {
     /// Where each caller's credential comes from.
     pub source: Arc<dyn CallerCredentials>,
-    /// The most connections kept open at once (default
+    /// The most connections kept open at once, of all callers (default
     /// [`DEFAULT_MAX_CALLER_SESSIONS`]); past it one is closed (callers seen often keep
-    /// theirs).
+    /// theirs). One caller holds at most [`MAX_CALLER_SESSIONS_PER_CALLER`] of them.
     pub max_sessions: u64,
     /// How long a connection stays open without a call (default
     /// [`DEFAULT_CALLER_SESSION_IDLE`]).
@@ -410,28 +413,130 @@ impl std::fmt::Debug for PerCaller {
     }
 }
 
-/// The per-caller connections of one upstream, keyed by the SHA-256 of the credential
-/// (the credential itself is kept only inside its connection). Generic over the
-/// connection, which the caller of [`CallerLinks::link`] makes, so that this module does
-/// not name the connection type that holds it.
+/// The most connections one caller (a user id in its tenant) holds to one upstream at
+/// once. A caller rarely needs more than one, but a renewed token opens a new connection
+/// while calls on the old one may still be running, and a user may call from two clients,
+/// each with a token of its own: two clients, each in the middle of a renewal, hold four.
+/// Past it the caller's own least recently used connection is closed, never another
+/// caller's, so one caller presenting many tokens cannot close the connections (and the
+/// upstream sessions) of others.
+pub const MAX_CALLER_SESSIONS_PER_CALLER: usize = 4;
+
+/// The per-caller connections of one upstream, keyed by caller and by the SHA-256 of the
+/// credential (the credential itself is kept only inside its connection). Generic over
+/// the connection, which the caller of [`CallerLinks::link`] makes, so that this module
+/// does not name the connection type that holds it.
+///
+/// Two bounds: each caller holds at most [`MAX_CALLER_SESSIONS_PER_CALLER`] (its least
+/// recently used goes first), and all callers together at most `max_sessions` (moka's
+/// policy chooses, the last resort once many callers each hold their few).
 pub(crate) struct CallerLinks<L> {
     source: Arc<dyn CallerCredentials>,
     /// The upstream's configuration without the per-caller part.
     config: UpstreamConfig,
-    links: moka::sync::Cache<[u8; 32], Arc<L>>,
+    links: moka::sync::Cache<LinkKey, Arc<L>>,
+    /// Each caller's connections in `links`; an entry leaves with its connection (the
+    /// eviction listener), so this holds no more than `links` does.
+    by_caller: Arc<ByCaller<L>>,
+}
+
+/// A connection's key: whose it is, and the SHA-256 of its credential.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct LinkKey {
+    caller: String,
+    credential: [u8; 32],
+}
+
+/// One caller's connection, as `by_caller` knows it.
+struct Held<L> {
+    credential: [u8; 32],
+    /// Which connection: a key made again after its connection closed is another one.
+    link: Weak<L>,
+}
+
+impl<L> Held<L> {
+    fn is(&self, credential: &[u8; 32], link: &Arc<L>) -> bool {
+        self.credential == *credential && std::ptr::eq(self.link.as_ptr(), Arc::as_ptr(link))
+    }
+}
+
+/// Each caller's connections, least recently used first.
+///
+/// Never locked while `links` is called: moka calls the eviction listener, which locks
+/// it, from inside its own operations.
+struct ByCaller<L>(Mutex<HashMap<String, Vec<Held<L>>>>);
+
+impl<L> ByCaller<L> {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<Held<L>>>> {
+        // The listener must not panic; what the table holds stays consistent either way.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records `link` as the caller's most recently used, and gives back those of its
+    /// connections past the bound, to be closed.
+    fn add(&self, key: &LinkKey, link: &Arc<L>) -> Vec<Held<L>> {
+        let mut by_caller = self.lock();
+        let held = by_caller.entry(key.caller.clone()).or_default();
+        // One a concurrent call made for the same credential and that closed since.
+        held.retain(|h| h.credential != key.credential);
+        held.push(Held {
+            credential: key.credential,
+            link: Arc::downgrade(link),
+        });
+        let past = held.len().saturating_sub(MAX_CALLER_SESSIONS_PER_CALLER);
+        held.drain(..past).collect()
+    }
+
+    /// Makes `link` the caller's most recently used. Whether the caller still holds it:
+    /// not when it was closed past the bound since it was got.
+    fn touch(&self, key: &LinkKey, link: &Arc<L>) -> bool {
+        let mut by_caller = self.lock();
+        let Some(held) = by_caller.get_mut(&key.caller) else {
+            return false;
+        };
+        let Some(at) = held.iter().position(|h| h.is(&key.credential, link)) else {
+            return false;
+        };
+        let used = held.remove(at);
+        held.push(used);
+        true
+    }
+
+    /// Forgets `link`, closed; a caller left without connections leaves the table.
+    fn remove(&self, key: &LinkKey, link: &Arc<L>) {
+        let mut by_caller = self.lock();
+        if let Some(held) = by_caller.get_mut(&key.caller) {
+            held.retain(|h| !h.is(&key.credential, link));
+            if held.is_empty() {
+                by_caller.remove(&key.caller);
+            }
+        }
+    }
+
+    /// How many callers hold a connection.
+    #[cfg(test)]
+    fn callers(&self) -> usize {
+        self.lock().len()
+    }
 }
 
 impl<L: Send + Sync + 'static> CallerLinks<L> {
     pub fn new(config: &UpstreamConfig, per_caller: &PerCaller) -> Self {
         let mut config = config.clone();
         config.per_caller = None;
+        let by_caller = Arc::new(ByCaller(Mutex::default()));
+        let listener = Arc::clone(&by_caller);
         CallerLinks {
             source: Arc::clone(&per_caller.source),
             config,
             links: moka::sync::Cache::builder()
                 .max_capacity(per_caller.max_sessions.max(1))
                 .time_to_idle(per_caller.idle)
+                .eviction_listener(move |key: Arc<LinkKey>, link: Arc<L>, _| {
+                    listener.remove(&key, &link);
+                })
                 .build(),
+            by_caller,
         }
     }
 
@@ -443,10 +548,44 @@ impl<L: Send + Sync + 'static> CallerLinks<L> {
         make: impl FnOnce(UpstreamConfig, Secret) -> L,
     ) -> Result<Arc<L>, ToolError> {
         let credential = self.source.credential(ctx).await?;
-        let key: [u8; 32] = Sha256::digest(credential.expose().as_bytes()).into();
-        Ok(self
-            .links
-            .get_with(key, || Arc::new(make(self.config.clone(), credential))))
+        let key = LinkKey {
+            caller: ctx.user().caller_key().into_owned(),
+            credential: Sha256::digest(credential.expose().as_bytes()).into(),
+        };
+        let mut past_bound = Vec::new();
+        let link = self.links.get_with(key.clone(), || {
+            let link = Arc::new(make(self.config.clone(), credential));
+            // Recorded before the connection is in `links`, so the listener, which
+            // runs once it has left, always finds it.
+            past_bound = self.by_caller.add(&key, &link);
+            link
+        });
+        for held in past_bound {
+            let Some(link) = held.link.upgrade() else {
+                continue;
+            };
+            let key = LinkKey {
+                credential: held.credential,
+                ..key.clone()
+            };
+            self.close(key, &link);
+        }
+        if !self.by_caller.touch(&key, &link) {
+            // Closed past the bound by the caller's own calls at once: this call still
+            // has it, and the next opens another.
+            self.close(key, &link);
+        }
+        Ok(link)
+    }
+
+    /// Closes `link`, if it is still the one of `key` (not one made again since).
+    fn close(&self, key: LinkKey, link: &Arc<L>) {
+        self.links
+            .entry(key)
+            .and_compute_with(|current| match current {
+                Some(current) if Arc::ptr_eq(current.value(), link) => Op::Remove,
+                _ => Op::Nop,
+            });
     }
 
     /// The per-caller connections held now.
@@ -578,5 +717,209 @@ mod tests {
             StaticCallerCredentials::new([("ann", Secret::new("t"))]).describe(),
             "a fixed credential per user (1 user)"
         );
+    }
+
+    /// A connection made by [`CallerLinks`], named by whose and which it is.
+    struct FakeLink {
+        /// The caller's user id.
+        user: String,
+        /// The credential it was made with.
+        credential: String,
+        /// Its place in the order connections were made: a connection made again gets a
+        /// new one.
+        serial: u64,
+    }
+
+    /// Each caller's credential is the one the test set last: a caller whose credential
+    /// changes on every call presents a flood of distinct ones.
+    #[derive(Default)]
+    struct SetByTest(std::sync::Mutex<HashMap<String, String>>);
+
+    impl SetByTest {
+        fn set(&self, user: &str, credential: impl Into<String>) {
+            self.0
+                .lock()
+                .unwrap()
+                .insert(user.to_owned(), credential.into());
+        }
+    }
+
+    #[async_trait]
+    impl CallerCredentials for SetByTest {
+        async fn credential(&self, ctx: &ToolInvokeContext) -> Result<Secret, ToolError> {
+            let credentials = self.0.lock().unwrap();
+            let credential = credentials.get(&ctx.user().id).expect("set by the test");
+            Ok(Secret::new(credential.clone()))
+        }
+
+        fn describe(&self) -> String {
+            "a credential set by the test".to_owned()
+        }
+    }
+
+    /// The links of an upstream with `per_caller`'s limits, and a pipeline whose tool
+    /// `link` answers with the serial of the caller's connection.
+    struct Harness {
+        source: Arc<SetByTest>,
+        links: Arc<CallerLinks<FakeLink>>,
+        pipeline: toolgate_core::Pipeline,
+    }
+
+    impl Harness {
+        fn new(max_sessions: u64, idle: Duration) -> Self {
+            let source = Arc::new(SetByTest::default());
+            let per_caller = PerCaller {
+                max_sessions,
+                idle,
+                ..PerCaller::new(Arc::clone(&source) as Arc<dyn CallerCredentials>)
+            };
+            let config = UpstreamConfig::http("crm", "https://crm.example/mcp");
+            let links = Arc::new(CallerLinks::new(&config, &per_caller));
+            let made = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let of_tool = Arc::clone(&links);
+            let tool = toolgate_core::tool::tool_fn_with_context(
+                "link",
+                "The serial of the caller's connection.",
+                move |_: (), ctx: &ToolInvokeContext| {
+                    let links = Arc::clone(&of_tool);
+                    let made = Arc::clone(&made);
+                    Box::pin(async move {
+                        let link = links
+                            .link(ctx, |_, credential| FakeLink {
+                                user: ctx.user().id.clone(),
+                                credential: credential.expose().to_owned(),
+                                serial: made.fetch_add(1, std::sync::atomic::Ordering::SeqCst),
+                            })
+                            .await?;
+                        Ok::<_, ToolError>(link.serial)
+                    })
+                },
+            );
+            let pipeline = toolgate_core::Pipeline::builder()
+                .tool(tool)
+                .build()
+                .expect("one tool");
+            Harness {
+                source,
+                links,
+                pipeline,
+            }
+        }
+
+        /// The serial of `user`'s connection for `credential`, made now if it has none.
+        async fn call(&self, user: User, credential: &str) -> u64 {
+            self.source.set(&user.id, credential);
+            let options = toolgate_core::InvokeOptions::new().user(user);
+            let serial = self
+                .pipeline
+                .invoke("link", serde_json::Value::Null, options)
+                .await
+                .expect("the call gets a connection");
+            serial.as_u64().expect("a serial")
+        }
+
+        /// The credentials of the connections `user` holds.
+        fn held_by(&self, user: &str) -> Vec<String> {
+            self.links.held();
+            self.links
+                .held_links()
+                .iter()
+                .filter(|link| link.user == user)
+                .map(|link| link.credential.clone())
+                .collect()
+        }
+    }
+
+    #[tokio::test]
+    async fn one_callers_flood_of_credentials_never_closes_another_callers_connection() {
+        let harness = Harness::new(8, DEFAULT_CALLER_SESSION_IDLE);
+        let ann = harness.call(User::new("ann"), "token-of-ann").await;
+        // mallory presents 100 distinct tokens, each a few times: often enough to pass
+        // an admission policy that keeps callers seen often.
+        for token in 0..100 {
+            for _ in 0..4 {
+                harness
+                    .call(User::new("mallory"), &format!("token-{token}-of-mallory"))
+                    .await;
+            }
+            harness.links.held();
+        }
+        assert_eq!(
+            harness.call(User::new("ann"), "token-of-ann").await,
+            ann,
+            "ann's connection is the one made before the flood, not made again"
+        );
+        assert_eq!(harness.held_by("ann"), ["token-of-ann"]);
+        let mallorys = harness.held_by("mallory");
+        assert!(
+            mallorys.len() <= MAX_CALLER_SESSIONS_PER_CALLER,
+            "mallory holds {} connections: {mallorys:?}",
+            mallorys.len()
+        );
+        assert!(
+            mallorys.contains(&"token-99-of-mallory".to_owned()),
+            "the flooding caller keeps their newest: {mallorys:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_caller_past_the_bound_loses_their_own_least_recently_used_connection() {
+        let harness = Harness::new(100, DEFAULT_CALLER_SESSION_IDLE);
+        let bob = harness.call(User::new("bob"), "token-of-bob").await;
+        let mut serials = Vec::new();
+        for token in 0..MAX_CALLER_SESSIONS_PER_CALLER {
+            serials.push(
+                harness
+                    .call(User::new("ann"), &format!("token-{token}"))
+                    .await,
+            );
+        }
+        // The first is used again, so the second is the least recently used.
+        assert_eq!(harness.call(User::new("ann"), "token-0").await, serials[0]);
+        harness.call(User::new("ann"), "token-new").await;
+
+        let mut held = harness.held_by("ann");
+        held.sort();
+        let mut expected: Vec<String> = (0..MAX_CALLER_SESSIONS_PER_CALLER)
+            .filter(|&token| token != 1)
+            .map(|token| format!("token-{token}"))
+            .chain(["token-new".to_owned()])
+            .collect();
+        expected.sort();
+        assert_eq!(held, expected);
+        assert_eq!(harness.call(User::new("ann"), "token-0").await, serials[0]);
+        assert_ne!(
+            harness.call(User::new("ann"), "token-1").await,
+            serials[1],
+            "the least recently used connection was closed, and is made again"
+        );
+        assert_eq!(harness.call(User::new("bob"), "token-of-bob").await, bob);
+    }
+
+    #[tokio::test]
+    async fn a_caller_leaves_the_table_with_their_last_connection() {
+        let harness = Harness::new(3, Duration::from_millis(50));
+        for user in 0..12 {
+            let user = format!("user-{user}");
+            harness
+                .call(User::new(&user), &format!("token-of-{user}"))
+                .await;
+        }
+        // Past `max_sessions`, callers' connections close, and with them their entries.
+        assert!(harness.links.held() <= 3);
+        let mut holding: Vec<String> = harness
+            .links
+            .held_links()
+            .iter()
+            .map(|link| link.user.clone())
+            .collect();
+        holding.sort();
+        holding.dedup();
+        assert_eq!(harness.links.by_caller.callers(), holding.len());
+
+        // Closed as idle.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert_eq!(harness.links.held(), 0);
+        assert_eq!(harness.links.by_caller.callers(), 0);
     }
 }
