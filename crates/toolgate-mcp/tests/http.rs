@@ -364,3 +364,78 @@ async fn http_an_invalid_request_s_id_is_echoed_only_when_json_rpc_allows_it() {
         assert_eq!(answer["id"], echoed, "id {id}: {answer}");
     }
 }
+
+#[tokio::test]
+async fn http_a_session_is_its_openers_and_anyone_else_is_told_it_does_not_exist() {
+    use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
+    use toolgate_core::User;
+
+    // A host that serves MCP itself, naming the caller by its bearer token, with a
+    // counter kept in each session's scope.
+    let server = toolgate_mcp::McpServer::new(common::counting().build().expect("built")).identify(
+        |parts| {
+            let bearer = parts.headers.get("authorization")?.to_str().ok()?;
+            Some(User::new(bearer.strip_prefix("Bearer ")?))
+        },
+    );
+    let app = axum::Router::new().nest_service(
+        "/mcp",
+        server.http_service(StreamableHttpServerConfig::default()),
+    );
+    let url = format!("{}/mcp", common::serve_on_loopback(app).await);
+    let http = reqwest::Client::new();
+    let as_user = |bearer| RawHttp {
+        http: &http,
+        url: &url,
+        version: VERSION,
+        bearer: Some(bearer),
+    };
+    let (alice, bob) = (as_user("alice"), as_user("bob"));
+    let session = alice.session(json!({}), "alice").await;
+    let count = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "count", "arguments": {}}});
+    let counted = |response: reqwest::Response| async move {
+        assert_eq!(response.status(), 200);
+        let body = within(10, "the answer", response.text())
+            .await
+            .expect("read");
+        answers_in(&body)[0]["result"]["content"][0]["text"].clone()
+    };
+    assert_eq!(counted(alice.post(Some(&session), &count).await).await, "1");
+
+    // Bob, with alice's session id: a call, the stream, the end of the session.
+    let refused = [
+        bob.post(Some(&session), &count).await,
+        http.get(&url)
+            .bearer_auth("bob")
+            .header("accept", "text/event-stream")
+            .header("mcp-session-id", &session)
+            .send()
+            .await
+            .expect("answered"),
+        http.delete(&url)
+            .bearer_auth("bob")
+            .header("mcp-session-id", &session)
+            .send()
+            .await
+            .expect("answered"),
+    ];
+    let never_issued = bob.post(Some("no-such-session"), &count).await;
+    let unknown = (never_issued.status(), never_issued.text().await.unwrap());
+    for response in refused {
+        assert_eq!((response.status(), response.text().await.unwrap()), unknown);
+    }
+    assert_eq!(unknown.0, 404);
+
+    // Alice's session goes on, its count hers alone; once she ends it, it is gone.
+    assert_eq!(counted(alice.post(Some(&session), &count).await).await, "2");
+    let ended = http
+        .delete(&url)
+        .bearer_auth("alice")
+        .header("mcp-session-id", &session)
+        .send()
+        .await
+        .expect("answered");
+    assert!(ended.status().is_success(), "{}", ended.status());
+    assert_eq!(alice.post(Some(&session), &count).await.status(), 404);
+}

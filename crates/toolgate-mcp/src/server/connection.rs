@@ -174,20 +174,27 @@ impl Connection {
     }
 
     fn user(&self, parts: Option<&http::request::Parts>) -> Arc<User> {
-        let Some(parts) = parts else {
-            return Arc::clone(&self.server().default_user);
-        };
-        if let Some(user) = self.server().identify.as_ref().and_then(|f| f(parts)) {
-            return Arc::new(user);
-        }
-        if let Some(user) = parts.extensions.get::<Arc<User>>() {
-            return Arc::clone(user);
-        }
-        if let Some(user) = parts.extensions.get::<User>() {
-            return Arc::new(user.clone());
-        }
-        Arc::clone(&self.server().default_user)
+        user_of(&self.server(), parts)
     }
+}
+
+/// The caller of a request to `server` with HTTP `parts`: who the server's `identify`
+/// finds in them, else the request's `Arc<User>` (or `User`) extension, else the server's
+/// default user (and always the default user without HTTP, over stdio).
+pub(super) fn user_of(server: &ServerInner, parts: Option<&http::request::Parts>) -> Arc<User> {
+    let Some(parts) = parts else {
+        return Arc::clone(&server.default_user);
+    };
+    if let Some(user) = server.identify.as_ref().and_then(|f| f(parts)) {
+        return Arc::new(user);
+    }
+    if let Some(user) = parts.extensions.get::<Arc<User>>() {
+        return Arc::clone(user);
+    }
+    if let Some(user) = parts.extensions.get::<User>() {
+        return Arc::new(user.clone());
+    }
+    Arc::clone(&server.default_user)
 }
 
 impl Connection {

@@ -21,11 +21,14 @@ use arc_swap::ArcSwap;
 
 use super::cancellation::{ClientDisconnected, GuardedBody};
 use super::connection::Connection;
+use super::connection::user_of;
 use super::direct::{self, AllowedHosts, DirectCalls};
 use super::held;
+use super::owners::Owners;
 use super::request_body;
 use super::stateless::StatelessCalls;
 use super::{McpServer, ServerInner};
+use toolgate_core::CallerId;
 
 /// The streamable HTTP endpoint of an [`McpServer`](crate::McpServer), from
 /// [`McpServer::http_service`](crate::McpServer::http_service): a cloneable tower service
@@ -38,6 +41,13 @@ use super::{McpServer, ServerInner};
 /// [`std::io::Error`] of kind `TimedOut`), 400 with `-32700` (parse error) for a body
 /// that is not JSON and 400 with `-32600` (invalid request) for JSON that is not a
 /// JSON-RPC message.
+///
+/// Each session belongs to the caller who opened it (the user the server's
+/// [`identify`](crate::McpServer::identify) finds, or the request's `Arc<User>`
+/// extension: an id in a tenant, so `ann` of another tenant is another caller): a request
+/// that names its `Mcp-Session-Id` with anyone else's credential — a call, a `GET` for its
+/// stream, a `DELETE` — is answered 404 as for an id never issued, and never reaches the
+/// session.
 #[derive(Clone)]
 pub struct McpHttpService {
     endpoint: Arc<Endpoint>,
@@ -55,6 +65,8 @@ struct Endpoint {
     direct: Arc<DirectCalls>,
     /// The `tools/call` requests of 2026-07-28 this service answers itself.
     stateless: StatelessCalls,
+    /// Who opened each session.
+    owners: Owners,
 }
 
 impl McpHttpService {
@@ -73,6 +85,7 @@ impl McpHttpService {
                 hosts,
                 direct,
                 stateless,
+                owners: Owners::default(),
             }),
             current,
         }
@@ -83,6 +96,7 @@ impl McpHttpService {
     /// host that forgets a session (it expired, or was refused) calls this so that the
     /// session does not live on unseen. An id that is not open is ignored.
     pub async fn close_session(&self, id: &str) {
+        self.endpoint.owners.forget(id);
         let id: SessionId = Arc::from(id);
         // The only error is a worker that already stopped: the session is gone either way.
         let _ = self.endpoint.sessions.close_session(&id).await;
@@ -143,6 +157,7 @@ where
         // with an unfinished body (the client left mid-stream): either way, cancel.
         let guard = token.drop_guard();
         let endpoint = Arc::clone(&self.endpoint);
+        let current = Arc::clone(&self.current);
         Box::pin(async move {
             let Endpoint {
                 rmcp,
@@ -150,6 +165,7 @@ where
                 hosts,
                 direct,
                 stateless,
+                owners,
             } = &*endpoint;
             let config = &rmcp.config;
             let limit = config.max_request_body_bytes;
@@ -158,6 +174,14 @@ where
                 Err(rejection) => return Ok(rejection),
             };
             let (parts, body) = request.into_parts();
+            // A session is its opener's: anyone else is told it does not exist.
+            let caller = CallerId::of(&user_of(&current.load(), Some(&parts)));
+            let named = parts.headers.get(SESSION_ID_HEADER).map(|id| id.to_str());
+            let named = match named {
+                None => None,
+                Some(Ok(id)) if owners.may_use(id, &caller) => Some(id.to_owned()),
+                Some(_) => return Ok(unknown_session()),
+            };
             let message = match message {
                 Some(message) if StatelessCalls::eligible(&parts, &message, hosts, sessions) => {
                     let answer = stateless.answer(parts, message, config, guard);
@@ -182,6 +206,7 @@ where
             }
             let session = direct.to_rmcp(&parts.headers, message.as_ref());
             let post = parts.method == http::Method::POST;
+            let delete = parts.method == http::Method::DELETE;
             let one_request = matches!(message, Some(ClientJsonRpcMessage::Request(_)));
             let request = http::Request::from_parts(parts, body);
             let mut rmcp = rmcp.clone();
@@ -192,6 +217,16 @@ where
             })
             .await?;
             let response = tower_service::Service::call(&mut rmcp, request).await?;
+            match &named {
+                Some(id) if delete && response.status().is_success() => owners.forget(id),
+                Some(_) => {}
+                None => {
+                    let issued = response.headers().get(SESSION_ID_HEADER);
+                    if let Some(id) = issued.and_then(|id| id.to_str().ok()) {
+                        owners.record(id, caller, sessions).await;
+                    }
+                }
+            }
             if let Some(session) = session
                 && response.status().is_success()
             {
@@ -211,6 +246,19 @@ where
             ))
         })
     }
+}
+
+/// The header that names a session.
+const SESSION_ID_HEADER: &str = "mcp-session-id";
+
+/// The answer to a request naming a session that is not open for its caller: rmcp's own
+/// answer to an id it never issued, so that the two cannot be told apart.
+fn unknown_session() -> http::Response<GuardedBody> {
+    let mut response = http::Response::new(GuardedBody::complete(Bytes::from_static(
+        b"Not Found: Session not found",
+    )));
+    *response.status_mut() = http::StatusCode::NOT_FOUND;
+    response
 }
 
 /// How long the start of an SSE response is held ([`held`]) when the configuration sets no

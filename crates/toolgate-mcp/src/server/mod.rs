@@ -8,6 +8,7 @@ mod held;
 mod http;
 mod listens;
 mod message;
+mod owners;
 mod params;
 mod relayed;
 mod request_body;
