@@ -787,7 +787,8 @@ impl ToolInvokeContext {
                     .session_id
                     .clone()
                     .ok_or(ProviderError::NoSession { key })?;
-                let scope = self.scope.scopes.sessions.get_or_create(&id);
+                let maker = self.user();
+                let scope = self.scope.scopes.sessions.get_or_create(&id, Some(maker));
                 scope.insert::<K>(Arc::new(value));
                 self.session = OnceLock::from(Some(scope));
                 Ok(())

@@ -7,6 +7,7 @@ use axum::extract::FromRequestParts;
 use http::request::Parts;
 use http::{HeaderMap, HeaderName, StatusCode};
 use toolgate_core::context::RequestId;
+use toolgate_core::provider::bounded_session_id;
 use toolgate_core::{InvokeOptions, User};
 
 use crate::HttpError;
@@ -139,15 +140,29 @@ pub fn caller_session(headers: &HeaderMap, user: &User) -> Result<Option<String>
 /// (see [`caller_session`]). For a host that seeds that session itself, with
 /// [`Pipeline::session`](toolgate_core::Pipeline::session).
 ///
+/// A key longer than 128 bytes (a long id, tenant or user id) is its `sha256:` digest
+/// instead ([`bounded_session_id`](toolgate_core::provider::bounded_session_id)), as the
+/// pipeline would keep it: whatever the client sends, the key stays short, and two
+/// different `(tenant, user, id)` still make two different keys.
+///
 /// ```
 /// use toolgate_core::User;
 ///
 /// let mut ann = User::new("ann");
 /// ann.tenant = Some("acme".into());
 /// assert_eq!(toolgate_http::session_key(&ann, "chat-42"), r#"["acme","ann","chat-42"]"#);
+///
+/// let long = "x".repeat(1 << 20);
+/// let key = toolgate_http::session_key(&ann, &long);
+/// assert!(key.starts_with("sha256:") && key.len() <= 128);
+/// assert_ne!(key, toolgate_http::session_key(&User::new("ann"), &long));
 /// ```
 pub fn session_key(user: &User, id: &str) -> String {
-    serde_json::json!([user.tenant, user.id, id]).to_string()
+    let key = serde_json::json!([user.tenant, user.id, id]).to_string();
+    match bounded_session_id(&key) {
+        std::borrow::Cow::Borrowed(_) => key,
+        std::borrow::Cow::Owned(digest) => digest,
+    }
 }
 
 /// The `x-session-id` a client sent, if any: the first one, unchecked and as sent. To run a

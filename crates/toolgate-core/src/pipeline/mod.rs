@@ -25,7 +25,7 @@ use crate::context::{ContextParts, RequestId, Restored, ToolScope};
 use crate::definition::ToolDefinition;
 use crate::error::{InputViolations, ToolError};
 use crate::plan::ToolPlan;
-use crate::provider::{PerCall, Scopes, SessionProviders};
+use crate::provider::{PerCall, Scopes, SessionProviders, bounded_session_id, kept_session_id};
 use crate::registry::{ToolRef, ToolRegistry};
 use crate::stage::Stage;
 use crate::suspension::{
@@ -195,17 +195,22 @@ impl Pipeline {
         self.inner.scopes.sessions.len()
     }
 
-    /// Drops a session and its providers. Returns whether it existed.
+    /// Drops a session and its providers. Returns whether it existed. `id` is the id as
+    /// given to [`InvokeOptions::session`] (a long one is looked up by its digest, see
+    /// [`bounded_session_id`]).
     pub fn end_session(&self, id: &str) -> bool {
-        self.inner.scopes.sessions.remove(id)
+        self.inner.scopes.sessions.remove(&bounded_session_id(id))
     }
 
     /// The host's handle on the providers of session `id`: what it binds there, every call
     /// made with [`InvokeOptions::session`]`(id)` reads, whoever makes it — so seed a
-    /// session whose id no other user can send (see [`InvokeOptions::session`]). See
-    /// [`SessionProviders`].
+    /// session whose id no other user can send (see [`InvokeOptions::session`]). An id
+    /// longer than [`MAX_SESSION_ID_LEN`](crate::provider::MAX_SESSION_ID_LEN) bytes is
+    /// kept as its digest, as `InvokeOptions::session` keeps it. A session made here
+    /// belongs to the host, not to a caller (see
+    /// [`SessionConfig`](crate::provider::SessionConfig)). See [`SessionProviders`].
     pub fn session(&self, id: impl AsRef<str>) -> SessionProviders {
-        SessionProviders::new(Arc::clone(&self.inner.scopes), Arc::from(id.as_ref()))
+        SessionProviders::new(Arc::clone(&self.inner.scopes), kept_session_id(id.as_ref()))
     }
 
     /// Invokes a tool by name with JSON input.

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 use typemap_rev::TypeMapKey;
 
-use crate::provider::Providers;
+use crate::provider::{Providers, kept_session_id};
 use crate::user::{CallerId, User};
 
 /// The options of one invocation.
@@ -50,6 +50,13 @@ impl InvokeOptions {
     /// `toolgate_http::session_key` does (`[tenant, user, id]`), or use an id the host
     /// made itself (an MCP session id, a thread the host keeps per user).
     ///
+    /// An id longer than [`MAX_SESSION_ID_LEN`](crate::provider::MAX_SESSION_ID_LEN) bytes
+    /// is kept as its digest ([`bounded_session_id`](crate::provider::bounded_session_id)):
+    /// the same id still finds the same session, and a session costs the same memory
+    /// whatever its id's length. The session a call makes belongs to the call's
+    /// [`user`](Self::user), and counts towards that caller's share of sessions
+    /// ([`SessionConfig`](crate::provider::SessionConfig)).
+    ///
     /// ```
     /// use toolgate_core::{InvokeOptions, User};
     ///
@@ -61,7 +68,7 @@ impl InvokeOptions {
     /// ```
     #[must_use]
     pub fn session(mut self, id: impl AsRef<str>) -> Self {
-        self.session_id = Some(Arc::from(id.as_ref()));
+        self.session_id = Some(kept_session_id(id.as_ref()));
         self
     }
 

@@ -36,9 +36,25 @@ pub struct ProviderBinder<K, F> {
 ///   ([`PipelineBuilder::provide`](crate::PipelineBuilder::provide)), never per call: the
 ///   binder fails each call with [`ProviderError::GlobalReadOnly`](super::ProviderError::GlobalReadOnly).
 ///
+/// # What a session value may depend on
+///
+/// A session value is made once, by the session's first call, and every later call of the
+/// session reads it. So make it only from what *keys* the session — the user id and
+/// tenant, when the host keys sessions per caller — never from what may differ between its
+/// calls: the user's roles or attributes, a token, the tool. The same user may call again
+/// in the same session with fewer roles (a down-scoped token handed to an agent) and would
+/// keep the value made for more. A value made from roles or a token is bound in
+/// [`Scope::Request`], made again for every call.
+///
+/// And key the session per caller: the pipeline shares a session among every call with its
+/// id, whoever makes it. A host that takes the id from a client qualifies it with the
+/// caller first (`toolgate_http::session_key` makes `[tenant, user, id]`), so another
+/// user's `"s1"` is another session.
+///
 /// # Examples
 ///
-/// Every session of a user gets that user's allow-list, looked up once per session:
+/// Each user's sessions get that user's home host, made once per session from the user id;
+/// the allow-list that follows the caller's roles is made for every call:
 ///
 /// ```
 /// use serde_json::json;
@@ -47,6 +63,13 @@ pub struct ProviderBinder<K, F> {
 /// use toolgate_core::tool::tool_fn_with_context;
 /// use toolgate_core::{InvokeOptions, Pipeline, ToolError, ToolInvokeContext, User};
 ///
+/// /// Made from the user id alone: the same for every call of the session.
+/// struct HomeHost;
+/// impl TypeMapKey for HomeHost {
+///     type Value = String;
+/// }
+///
+/// /// Made from the roles: may differ between two calls of one session.
 /// struct AllowedHosts;
 /// impl TypeMapKey for AllowedHosts {
 ///     type Value = Vec<String>;
@@ -56,17 +79,31 @@ pub struct ProviderBinder<K, F> {
 /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// let pipeline = Pipeline::builder()
 ///     .tool(tool_fn_with_context("hosts", "Lists the hosts you may fetch.", |_: (), ctx: &ToolInvokeContext| {
-///         let hosts = ctx.get::<AllowedHosts>().map(|h| h.join(","));
+///         let hosts = ctx.get::<HomeHost>().and_then(|home| {
+///             let mut hosts = vec![(*home).clone()];
+///             hosts.extend(ctx.get::<AllowedHosts>()?.iter().cloned());
+///             Ok(hosts.join(","))
+///         });
 ///         Box::pin(async move { hosts.map_err(ToolError::from) })
 ///     }))
-///     .hook(bind_provider::<AllowedHosts, _>(Scope::Session, |ctx| {
-///         Some(vec![format!("{}.example.com", ctx.user().id)])
+///     .hook(bind_provider::<HomeHost, _>(Scope::Session, |ctx| {
+///         Some(format!("{}.example.com", ctx.user().id))
+///     }))
+///     .hook(bind_provider::<AllowedHosts, _>(Scope::Request, |ctx| {
+///         Some(if ctx.user().has_role("admin") { vec!["*".into()] } else { vec![] })
 ///     }))
 ///     .build()?;
 ///
-/// let ann = InvokeOptions::new().user(User::new("ann")).session("s1");
-/// assert_eq!(pipeline.invoke("hosts", json!(null), ann).await?, json!("ann.example.com"));
-/// assert!(pipeline.session("s1").get::<AllowedHosts>().is_some());
+/// // The host keys the client's "s1" by the caller (as `toolgate_http::session_key` does).
+/// let session_of = |user: &User| json!([user.tenant, user.id, "s1"]).to_string();
+/// let admin = User::new("ann").with_roles(["admin"]);
+/// let reader = User::new("ann").with_roles(["reader"]);
+/// let call = |user: &User| InvokeOptions::new().user(user.clone()).session(session_of(user));
+///
+/// assert_eq!(pipeline.invoke("hosts", json!(null), call(&admin)).await?, json!("ann.example.com,*"));
+/// // The same session, fewer roles: the role-made list follows the roles.
+/// assert_eq!(pipeline.invoke("hosts", json!(null), call(&reader)).await?, json!("ann.example.com"));
+/// assert!(pipeline.session(session_of(&reader)).get::<HomeHost>().is_some());
 /// # Ok(()) }
 /// ```
 pub fn bind_provider<K, F>(scope: Scope, make: F) -> ProviderBinder<K, F>

@@ -23,8 +23,8 @@ mod binder;
 mod session;
 
 pub use binder::{ProviderBinder, bind_provider};
-pub use session::{SessionConfig, SessionProviders};
-pub(crate) use session::{SessionScope, SessionStore};
+pub use session::{MAX_SESSION_ID_LEN, SessionConfig, SessionProviders, bounded_session_id};
+pub(crate) use session::{SessionScope, SessionStore, kept_session_id};
 
 use std::any::TypeId;
 use std::marker::PhantomData;
@@ -37,7 +37,13 @@ use typemap_rev::{TypeMap, TypeMapKey};
 pub enum Scope {
     /// This invocation only.
     Request,
-    /// Every invocation with the same session id.
+    /// Every invocation with the same session id, whoever makes it.
+    ///
+    /// A value bound here is made once and read by the session's later calls: make it only
+    /// from what keys the session (the user id and tenant, when the host keys sessions per
+    /// caller), never from the caller's roles, attributes or token, which may differ
+    /// between calls of one session — bind those in [`Request`](Self::Request). See
+    /// [`bind_provider`].
     Session,
     /// The whole pipeline; bound only when the pipeline is built.
     Global,

@@ -1,29 +1,65 @@
 //! The session scope: providers shared by the invocations with one session id, bounded by
-//! an idle expiry and a maximum count; and [`SessionProviders`], the host's handle on one
-//! session.
+//! an idle expiry, a share per caller and a maximum count; and [`SessionProviders`], the
+//! host's handle on one session.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+mod store;
+
+use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
-use dashmap::DashMap;
-// The tokio clock (the system clock outside tests), so that idle expiry follows a paused
-// test clock instead of needing real sleeps.
-use tokio::time::Instant;
+use sha2::{Digest, Sha256};
 use typemap_rev::TypeMapKey;
 
-use super::{Providers, Scopes};
+use super::Scopes;
+pub(crate) use store::{SessionScope, SessionStore};
 
 /// Limits of the session scope.
 ///
-/// A flood of session ids cannot exhaust memory: a session unused for `idle_timeout` is
-/// dropped, and past `max_sessions` the least recently used tenth is evicted at once.
+/// A flood of session ids cannot exhaust memory, nor push out other callers' sessions:
+///
+/// * a session unused for `idle_timeout` is dropped;
+/// * a session made by a call belongs to the call's caller (its user id in its tenant), and
+///   one caller's calls hold at most a tenth of `max_sessions` (at least one): past that,
+///   the least recently used tenth of *their own* is evicted, never another caller's (calls
+///   without a user are one caller, the anonymous user). No single caller fills more than
+///   a tenth of the store, so several must flood together to reach the total, while a
+///   caller with many threads of their own (an agent host fanning out) still has room;
+/// * past `max_sessions` in all, the least recently used tenth of all is evicted.
+///
+/// A session the host makes ([`Pipeline::session`](crate::Pipeline::session)) belongs to
+/// no caller: it counts towards `max_sessions` only. The host chooses when to make one (a
+/// login, a new thread) and is one principal, not a crowd of them; capping its sessions at
+/// one caller's share would evict a host that seeds a session per user at login long
+/// before the store is full.
+///
+/// ```
+/// use std::time::Duration;
+/// use toolgate_core::Pipeline;
+/// use toolgate_core::provider::SessionConfig;
+///
+/// let pipeline = Pipeline::builder()
+///     .sessions(SessionConfig {
+///         max_sessions: 50_000, // one caller's calls keep at most 5 000
+///         ..SessionConfig::default()
+///     })
+///     .build()?;
+/// # Ok::<(), toolgate_core::error::BuildError>(())
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct SessionConfig {
-    /// The most sessions kept at once.
+    /// The most sessions kept at once, whoever made them. Default 10 000.
     pub max_sessions: usize,
-    /// How long an unused session is kept.
+    /// How long an unused session is kept. Default 30 minutes.
     pub idle_timeout: Duration,
+}
+
+impl SessionConfig {
+    /// The most sessions one caller's calls keep at once: a tenth of `max_sessions`, at
+    /// least one.
+    pub(crate) fn caller_share(&self) -> usize {
+        (self.max_sessions / 10).max(1)
+    }
 }
 
 impl Default for SessionConfig {
@@ -35,131 +71,60 @@ impl Default for SessionConfig {
     }
 }
 
-/// The providers of one session.
-pub(crate) struct SessionScope {
-    providers: RwLock<Providers>,
-    last_used_ms: AtomicU64,
+/// The longest session id kept as it is given; a longer one is kept as its digest (see
+/// [`bounded_session_id`]).
+pub const MAX_SESSION_ID_LEN: usize = 128;
+
+/// The session id the pipeline keeps for `id`: `id` itself when it is at most
+/// [`MAX_SESSION_ID_LEN`] bytes; otherwise `sha256:` and the hex SHA-256 of `id` (71
+/// bytes), so that a session costs the same memory whatever the length of its id, and two
+/// different ids stay two sessions.
+///
+/// [`InvokeOptions::session`](crate::InvokeOptions::session),
+/// [`Pipeline::session`](crate::Pipeline::session) and
+/// [`Pipeline::end_session`](crate::Pipeline::end_session) apply it, so a host passes an id
+/// of any length and the same id always finds the same session;
+/// [`ToolInvokeContext::session_id`](crate::ToolInvokeContext::session_id) and
+/// [`SessionProviders::id`] answer the id as kept. Applying it twice changes nothing: the
+/// kept id of a long id, passed back in, names the same session.
+///
+/// ```
+/// use toolgate_core::provider::{MAX_SESSION_ID_LEN, bounded_session_id};
+///
+/// assert_eq!(bounded_session_id("thread-42"), "thread-42");
+/// let long = "x".repeat(10_000);
+/// let kept = bounded_session_id(&long);
+/// assert!(kept.starts_with("sha256:") && kept.len() <= MAX_SESSION_ID_LEN);
+/// assert_ne!(kept, bounded_session_id(&format!("{long}!")));
+/// assert_eq!(bounded_session_id(&kept), kept);
+/// ```
+pub fn bounded_session_id(id: &str) -> Cow<'_, str> {
+    use std::fmt::Write;
+    if id.len() <= MAX_SESSION_ID_LEN {
+        return Cow::Borrowed(id);
+    }
+    let mut kept = String::with_capacity(7 + 64);
+    kept.push_str("sha256:");
+    for byte in Sha256::digest(id.as_bytes()) {
+        // Writing to a `String` cannot fail.
+        let _ = write!(kept, "{byte:02x}");
+    }
+    Cow::Owned(kept)
 }
 
-impl SessionScope {
-    pub(crate) fn get<K: TypeMapKey>(&self) -> Option<Arc<K::Value>> {
-        let guard = self.providers.read().unwrap_or_else(|e| e.into_inner());
-        guard.get::<K>().cloned()
-    }
-
-    pub(crate) fn insert<K: TypeMapKey>(&self, value: Arc<K::Value>) {
-        let mut guard = self.providers.write().unwrap_or_else(|e| e.into_inner());
-        guard.insert_arc::<K>(value);
-    }
-
-    /// Whether `bound` holds of this session's providers.
-    pub(crate) fn holds(&self, bound: fn(&Providers) -> bool) -> bool {
-        bound(&self.providers.read().unwrap_or_else(|e| e.into_inner()))
-    }
-}
-
-/// All live sessions of a pipeline.
-pub(crate) struct SessionStore {
-    sessions: DashMap<Arc<str>, Arc<SessionScope>>,
-    config: SessionConfig,
-    epoch: Instant,
-    last_sweep_ms: AtomicU64,
-}
-
-impl SessionStore {
-    pub(crate) fn new(config: SessionConfig) -> Self {
-        SessionStore {
-            sessions: DashMap::new(),
-            config,
-            epoch: Instant::now(),
-            last_sweep_ms: AtomicU64::new(0),
-        }
-    }
-
-    fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
-    }
-
-    fn is_idle(&self, scope: &SessionScope, now: u64) -> bool {
-        now.saturating_sub(scope.last_used_ms.load(Ordering::Relaxed))
-            > self.config.idle_timeout.as_millis() as u64
-    }
-
-    /// The session's scope if it exists and has not expired; marks it used.
-    pub(crate) fn get(&self, id: &str) -> Option<Arc<SessionScope>> {
-        let now = self.now_ms();
-        let scope = self.sessions.get(id).map(|s| Arc::clone(&s))?;
-        if self.is_idle(&scope, now) {
-            self.sessions.remove_if(id, |_, s| self.is_idle(s, now));
-            return None;
-        }
-        scope.last_used_ms.store(now, Ordering::Relaxed);
-        Some(scope)
-    }
-
-    /// The session's scope, created if needed (which may evict others).
-    pub(crate) fn get_or_create(&self, id: &Arc<str>) -> Arc<SessionScope> {
-        if let Some(scope) = self.get(id) {
-            return scope;
-        }
-        self.make_room();
-        let now = self.now_ms();
-        let entry = self.sessions.entry(Arc::clone(id)).or_insert_with(|| {
-            Arc::new(SessionScope {
-                providers: RwLock::new(Providers::new()),
-                last_used_ms: AtomicU64::new(now),
-            })
-        });
-        Arc::clone(&entry)
-    }
-
-    fn make_room(&self) {
-        let now = self.now_ms();
-        let sweep_every = (self.config.idle_timeout.as_millis() as u64 / 4).max(1);
-        if now.saturating_sub(self.last_sweep_ms.load(Ordering::Relaxed)) >= sweep_every {
-            self.last_sweep_ms.store(now, Ordering::Relaxed);
-            self.sessions.retain(|_, s| !self.is_idle(s, now));
-        }
-        if self.sessions.len() < self.config.max_sessions {
-            return;
-        }
-        // Evict the least recently used tenth in one pass, so that a flood of new ids costs
-        // one scan per many inserts instead of one per insert.
-        let mut ages: Vec<(u64, Arc<str>)> = self
-            .sessions
-            .iter()
-            .map(|e| {
-                (
-                    e.value().last_used_ms.load(Ordering::Relaxed),
-                    Arc::clone(e.key()),
-                )
-            })
-            .collect();
-        let evict = (self.config.max_sessions / 10).max(1).min(ages.len());
-        if evict < ages.len() {
-            ages.select_nth_unstable_by_key(evict, |(t, _)| *t);
-        }
-        for (_, key) in ages.into_iter().take(evict) {
-            self.sessions.remove(&key);
-        }
-    }
-
-    pub(crate) fn len(&self) -> usize {
-        self.sessions.len()
-    }
-
-    pub(crate) fn remove(&self, id: &str) -> bool {
-        self.sessions.remove(id).is_some()
-    }
+/// A kept session id as the store's key.
+pub(crate) fn kept_session_id(id: &str) -> Arc<str> {
+    Arc::from(bounded_session_id(id))
 }
 
 /// The host's handle on the providers of one session, from
 /// [`Pipeline::session`](crate::Pipeline::session): what it binds here, every invocation
 /// with this session id reads (request → **session** → global), hooks and tools alike.
 ///
-/// A session seeded by the host is bounded like every session
-/// ([`SessionConfig`](super::SessionConfig)): unused for the idle timeout, or evicted past
-/// the maximum count, it is gone with its providers, and [`get`](Self::get) says so. Seed
+/// A session seeded by the host is bounded like every session ([`SessionConfig`]): unused
+/// for the idle timeout, or evicted past the maximum count, it is gone with its providers,
+/// and [`get`](Self::get) says so. A session the host makes belongs to no caller, so no
+/// caller's share counts it, and a session a call made before keeps its caller. Seed
 /// it where a session starts (a login, a new agent thread, an MCP `initialize`), and again
 /// if it may have expired since. The handle holds the pipeline's scopes, not the session:
 /// keeping it keeps nothing alive.
@@ -193,14 +158,26 @@ impl SessionProviders {
         SessionProviders { scopes, id }
     }
 
-    /// The session id.
+    /// The session id as the pipeline keeps it: the id given to
+    /// [`Pipeline::session`](crate::Pipeline::session) when it is at most
+    /// [`MAX_SESSION_ID_LEN`] bytes, its `sha256:` digest otherwise
+    /// ([`bounded_session_id`]).
+    ///
+    /// ```
+    /// use toolgate_core::Pipeline;
+    ///
+    /// let pipeline = Pipeline::builder().build()?;
+    /// assert_eq!(pipeline.session("thread-42").id(), "thread-42");
+    /// assert_eq!(pipeline.session("x".repeat(200)).id().len(), 71);
+    /// # Ok::<(), toolgate_core::error::BuildError>(())
+    /// ```
     pub fn id(&self) -> &str {
         &self.id
     }
 
     /// Binds `value` under key `K` for this session, replacing an earlier value. Makes the
-    /// session if it does not exist (which may evict the least recently used sessions past
-    /// the maximum count).
+    /// session if it does not exist, as the host's (which may evict the least recently used
+    /// sessions past the maximum count).
     pub fn provide<K: TypeMapKey>(&self, value: K::Value) -> &Self {
         self.provide_shared::<K>(Arc::new(value))
     }
@@ -209,7 +186,7 @@ impl SessionProviders {
     pub fn provide_shared<K: TypeMapKey>(&self, value: Arc<K::Value>) -> &Self {
         self.scopes
             .sessions
-            .get_or_create(&self.id)
+            .get_or_create(&self.id, None)
             .insert::<K>(value);
         self
     }
@@ -233,3 +210,6 @@ impl std::fmt::Debug for SessionProviders {
             .finish_non_exhaustive()
     }
 }
+
+#[cfg(test)]
+mod tests;
