@@ -7,9 +7,11 @@
 //! and program arguments, passwords in URLs and connection strings:
 //! [`UpstreamConfig::secrets`](toolgate_mcp::UpstreamConfig::secrets)), the redaction
 //! salt, the audit hash key, the approval webhooks' secrets and addresses, the password of the Redis URL and the OTLP exporter's
-//! header values and endpoint password. Imported tools scrub their
-//! own upstream's credentials from results and errors before the pipeline sees them; the
-//! scrubber made here covers every credential in the audit records and in every log line.
+//! header values and endpoint password. Every upstream's answers are
+//! scrubbed of all of them before the pipeline sees them (an upstream may come by another's
+//! credential: [`UpstreamConfig::scrub_also`](toolgate_mcp::UpstreamConfig::scrub_also)),
+//! and the scrubber made here covers every credential in the audit records and in every
+//! log line.
 
 use std::sync::OnceLock;
 

@@ -60,8 +60,11 @@ pub(super) async fn register_tools(
     }
     let mut upstreams = Vec::new();
     let mut imported = Vec::new();
+    // Whatever an upstream came by — another upstream's credential from the environment a
+    // stdio program inherits, another caller's from their calls — it cannot hand on.
+    let held = crate::secrets::held(config);
     for (i, entry) in config.upstreams.iter().enumerate() {
-        let mut upstream_config = entry.upstream_config(i)?;
+        let mut upstream_config = entry.upstream_config(i)?.scrub_also(held.iter().cloned());
         let mut with_caller_token = false;
         if let Some(as_caller) = &entry.as_caller {
             let per_caller = per_caller(&entry.name, as_caller, keys);

@@ -7,6 +7,7 @@ mod common;
 
 mod attribution;
 mod errors;
+mod others_credentials;
 mod pipeline_paths;
 mod scrubbing;
 mod sessions;

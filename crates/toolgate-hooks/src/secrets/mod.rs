@@ -28,12 +28,12 @@
 //! ```
 //!
 //! And when a tool echoes a secret anyway, it is replaced by [`SCRUBBED`] in the output
-//! (before it is cached and before it leaves) and in the error message: raw, URL-encoded
+//! (before it is cached and before it leaves) and in the error message: raw, in hex, URL-encoded
 //! (in full or in part, hex digits of either case), escaped in JSON or a log field, or in
 //! base64 (standard and URL-safe), also inside the base64 of a longer text such as an HTTP
 //! Basic `user:secret` (see [`Scrubber`] for which secrets are long enough for that).
 //!
-//! The raw, URL-encoded and escaped forms are found whatever the case of their ASCII
+//! The raw, hex, URL-encoded and escaped forms are found whatever the case of their ASCII
 //! letters: a hex key echoed in upper case, or a secret in the output of a tool that
 //! upper-cases what it prints, is the same secret once the case is guessed. Text that
 //! differs from a secret only in case is therefore replaced too; that over-redaction is

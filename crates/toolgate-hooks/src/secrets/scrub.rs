@@ -192,6 +192,13 @@ fn literal_forms(raw: &str) -> Vec<String> {
         forms.push(json[1..json.len() - 1].to_owned());
     }
     forms.push(raw.escape_debug().to_string());
+    // Its bytes in hex (the automaton folds case, so upper-case hex too): the encoding a
+    // program reaches for first to pass bytes through text.
+    let mut hex = String::with_capacity(raw.len() * 2);
+    for byte in raw.bytes() {
+        let _ = write!(hex, "{byte:02x}");
+    }
+    forms.push(hex);
     forms
 }
 

@@ -1,10 +1,13 @@
 //! How an upstream MCP server is configured.
 
+use std::sync::Arc;
 use std::time::Duration;
 
+use toolgate_core::secret::Secret;
 use toolgate_core::tool::ToolDefinition;
 
 use super::per_caller::{CallerCredentials, PerCaller};
+use super::secrets::ScrubbedToo;
 
 /// How to reach an upstream MCP server.
 ///
@@ -145,6 +148,9 @@ pub struct UpstreamConfig {
     /// caller rather than with [`credential_env`](Self::credential_env) (HTTP only; see
     /// [`per_caller`](crate::per_caller)).
     pub per_caller: Option<PerCaller>,
+    /// Credentials held elsewhere that what this upstream sends is scrubbed of as well as
+    /// its own ([`scrub_also`](Self::scrub_also)).
+    pub(crate) scrubbed_too: ScrubbedToo,
 }
 
 impl UpstreamConfig {
@@ -161,7 +167,31 @@ impl UpstreamConfig {
             validate_arguments: true,
             discover: true,
             per_caller: None,
+            scrubbed_too: ScrubbedToo::default(),
         }
+    }
+
+    /// Scrubs `secrets` — credentials the host holds for others: other upstreams',
+    /// callers', its own — from everything this upstream sends, as its own
+    /// [`secrets`](Self::secrets) are: results, errors, notifications, its requests to
+    /// callers, the definitions it lists, its stderr. An upstream can come by another's
+    /// credential (a stdio program runs as the host's user and reads its environment; an
+    /// HTTP upstream called as several callers sees each one's); it cannot hand it on.
+    ///
+    /// ```
+    /// use toolgate_core::secret::Secret;
+    /// use toolgate_mcp::UpstreamConfig;
+    ///
+    /// let search_token = Secret::new("srch-T0ken-of-search-77");
+    /// let files = UpstreamConfig::stdio("files", "mcp-files", ["--root", "/srv"])
+    ///     .scrub_also([search_token]);
+    /// ```
+    #[must_use]
+    pub fn scrub_also(mut self, secrets: impl IntoIterator<Item = Secret>) -> Self {
+        let mut held = self.scrubbed_too.0.as_ref().clone();
+        held.extend(secrets);
+        self.scrubbed_too = ScrubbedToo(Arc::new(held));
+        self
     }
 
     /// An upstream started as a program speaking MCP over stdio.

@@ -1,6 +1,8 @@
 //! The credentials an upstream configuration holds, and scrubbing them from whatever
 //! comes back from the upstream.
 
+use std::sync::Arc;
+
 use toolgate_core::secret::Secret;
 use toolgate_hooks::secrets::Scrubber;
 
@@ -141,9 +143,31 @@ impl UpstreamConfig {
         found.into_iter().map(Secret::new).collect()
     }
 
-    /// A scrubber for [`secrets`](Self::secrets).
-    pub(crate) fn scrubber(&self) -> Scrubber {
-        Scrubber::for_secrets(&self.secrets())
+    /// A scrubber for [`secrets`](Self::secrets), and what the host asked to be scrubbed
+    /// too ([`scrub_also`](Self::scrub_also)), and `extra`.
+    pub(crate) fn scrubber(&self, extra: Option<&Secret>) -> Scrubber {
+        let own = self.secrets();
+        let held = own.iter().chain(self.scrubbed_too.0.iter()).chain(extra);
+        Scrubber::for_secrets(held)
+    }
+}
+
+/// Credentials held elsewhere that an upstream's answers are scrubbed of too
+/// ([`UpstreamConfig::scrub_also`]). Shown by count only; equal when they hold the same
+/// values.
+#[derive(Clone, Default)]
+pub(crate) struct ScrubbedToo(pub(crate) Arc<Vec<Secret>>);
+
+impl std::fmt::Debug for ScrubbedToo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ScrubbedToo({} secrets)", self.0.len())
+    }
+}
+
+impl PartialEq for ScrubbedToo {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.len() == other.0.len()
+            && (self.0.iter().zip(other.0.iter())).all(|(a, b)| a.expose() == b.expose())
     }
 }
 

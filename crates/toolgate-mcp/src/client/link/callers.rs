@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use toolgate_core::secret::Secret;
 use toolgate_core::{ToolError, ToolInvokeContext};
-use toolgate_hooks::secrets::Scrubber;
 
 use super::Link;
 use crate::client::UpstreamConfig;
@@ -14,10 +13,9 @@ impl Link {
     /// The link of one caller, with `credential`: scrubbed from what comes back as well
     /// as the configuration's own credentials.
     pub fn for_caller(config: UpstreamConfig, credential: Secret) -> Self {
-        let mut secrets = config.secrets();
-        secrets.push(credential.clone());
+        let scrubber = config.scrubber(Some(&credential));
         let mut link = Link::new(config, Some(credential.expose().to_owned()));
-        link.scrubber = Scrubber::for_secrets(&secrets);
+        link.scrubber = scrubber;
         link
     }
 

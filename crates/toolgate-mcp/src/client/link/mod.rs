@@ -151,7 +151,7 @@ impl Link {
         // Only a request on a call's own response stream names the caller it is for.
         let relays_requests = matches!(config.transport, UpstreamTransport::Http { .. });
         Link {
-            scrubber: config.scrubber(),
+            scrubber: config.scrubber(None),
             config,
             credential,
             current: Channel::new(&name, false, relays_requests),
