@@ -54,7 +54,7 @@ impl InvokeOptions {
     /// is kept as its digest ([`bounded_session_id`](crate::provider::bounded_session_id)):
     /// the same id still finds the same session, and a session costs the same memory
     /// whatever its id's length. The session a call makes belongs to the call's
-    /// [`user`](Self::user), and counts towards that caller's share of sessions
+    /// [`user`](Self::user): when the store is full, the caller holding the most pays first
     /// ([`SessionConfig`](crate::provider::SessionConfig)).
     ///
     /// ```

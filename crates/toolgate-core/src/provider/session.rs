@@ -1,5 +1,5 @@
 //! The session scope: providers shared by the invocations with one session id, bounded by
-//! an idle expiry, a share per caller and a maximum count; and [`SessionProviders`], the
+//! an idle expiry and a maximum count that the heaviest caller pays for; and [`SessionProviders`], the
 //! host's handle on one session.
 
 mod store;
@@ -19,19 +19,14 @@ pub(crate) use store::{SessionScope, SessionStore};
 /// A flood of session ids cannot exhaust memory, nor push out other callers' sessions:
 ///
 /// * a session unused for `idle_timeout` is dropped;
-/// * a session made by a call belongs to the call's caller (its user id in its tenant), and
-///   one caller's calls hold at most a tenth of `max_sessions` (at least one): past that,
-///   the least recently used tenth of *their own* is evicted, never another caller's (calls
-///   without a user are one caller, the anonymous user). No single caller fills more than
-///   a tenth of the store, so several must flood together to reach the total, while a
-///   caller with many threads of their own (an agent host fanning out) still has room;
-/// * past `max_sessions` in all, the least recently used tenth of all is evicted.
+/// * past `max_sessions`, a tenth of them (at least one) is evicted at once: the least
+///   recently used sessions of the caller whose calls made the most (a caller is a user id
+///   in a tenant; calls without a user are one caller, the anonymous user), if they hold
+///   more than a tenth of `max_sessions` — the one flooding pays, never a caller under
+///   that share — and otherwise the least recently used of all.
 ///
 /// A session the host makes ([`Pipeline::session`](crate::Pipeline::session)) belongs to
-/// no caller: it counts towards `max_sessions` only. The host chooses when to make one (a
-/// login, a new thread) and is one principal, not a crowd of them; capping its sessions at
-/// one caller's share would evict a host that seeds a session per user at login long
-/// before the store is full.
+/// no caller: it is evicted only when no caller holds more than their share.
 ///
 /// ```
 /// use std::time::Duration;
@@ -40,7 +35,7 @@ pub(crate) use store::{SessionScope, SessionStore};
 ///
 /// let pipeline = Pipeline::builder()
 ///     .sessions(SessionConfig {
-///         max_sessions: 50_000, // one caller's calls keep at most 5 000
+///         max_sessions: 50_000,
 ///         ..SessionConfig::default()
 ///     })
 ///     .build()?;
@@ -55,8 +50,8 @@ pub struct SessionConfig {
 }
 
 impl SessionConfig {
-    /// The most sessions one caller's calls keep at once: a tenth of `max_sessions`, at
-    /// least one.
+    /// The most sessions one caller's calls hold before, once the store is full, theirs
+    /// are the ones evicted: a tenth of `max_sessions`, at least one.
     pub(crate) fn caller_share(&self) -> usize {
         (self.max_sessions / 10).max(1)
     }
@@ -124,7 +119,7 @@ pub(crate) fn kept_session_id(id: &str) -> Arc<str> {
 /// A session seeded by the host is bounded like every session ([`SessionConfig`]): unused
 /// for the idle timeout, or evicted past the maximum count, it is gone with its providers,
 /// and [`get`](Self::get) says so. A session the host makes belongs to no caller, so no
-/// caller's share counts it, and a session a call made before keeps its caller. Seed
+/// caller's count holds it, and a session a call made before keeps its caller. Seed
 /// it where a session starts (a login, a new agent thread, an MCP `initialize`), and again
 /// if it may have expired since. The handle holds the pipeline's scopes, not the session:
 /// keeping it keeps nothing alive.

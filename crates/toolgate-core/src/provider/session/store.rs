@@ -106,14 +106,14 @@ impl SessionStore {
     }
 
     /// The session's scope, made if needed for `maker` — the caller whose call makes it,
-    /// or `None` for the host — which may evict the maker's own least recently used
-    /// sessions past their share, then anyone's past the total.
+    /// or `None` for the host — which may evict others when the store is full
+    /// ([`make_room`](Self::make_room)).
     pub(crate) fn get_or_create(&self, id: &Arc<str>, maker: Option<&User>) -> Arc<SessionScope> {
         if let Some(scope) = self.get(id) {
             return scope;
         }
         let maker: Option<Arc<str>> = maker.map(|user| Arc::from(user.caller_key()));
-        self.make_room(maker.as_ref());
+        self.make_room();
         let now = self.now_ms();
         let entry = self.sessions.entry(Arc::clone(id)).or_insert_with(|| {
             let scope = Arc::new(SessionScope {
@@ -135,7 +135,13 @@ impl SessionStore {
         Arc::clone(&entry)
     }
 
-    fn make_room(&self, maker: Option<&Arc<str>>) {
+    /// Drops idle sessions now and then; and when the store is full, evicts a tenth of its
+    /// maximum (at least one session) in one pass, so that a flood of new ids costs one
+    /// scan per many inserts: the least recently used sessions of the caller whose calls
+    /// hold the most, if they hold more than their share (a tenth of the maximum) — the
+    /// one flooding pays, never the callers under their share — and otherwise the least
+    /// recently used of all.
+    fn make_room(&self) {
         let now = self.now_ms();
         let sweep_every = (self.config.idle_timeout.as_millis() as u64 / 4).max(1);
         if now.saturating_sub(self.last_sweep_ms.load(Ordering::Relaxed)) >= sweep_every {
@@ -152,42 +158,29 @@ impl SessionStore {
                 self.unindex(&id, &scope);
             }
         }
-        if let Some(maker) = maker {
-            self.make_room_for(maker);
-        }
         if self.sessions.len() < self.config.max_sessions {
             return;
         }
-        // Evict the least recently used tenth in one pass, so that a flood of new ids costs
-        // one scan per many inserts instead of one per insert.
-        let aged: Vec<Aged> = self
-            .sessions
-            .iter()
-            .map(|e| {
-                let scope = e.value();
-                let last_use = scope.last_use.load(Ordering::Relaxed);
-                (last_use, Arc::clone(e.key()), Arc::clone(scope))
-            })
-            .collect();
-        self.evict_oldest(aged, self.config.max_sessions / 10);
-    }
-
-    /// Keeps `maker`'s sessions under their share: past it, their own least recently used
-    /// tenth of the share goes, in one pass over their sessions alone.
-    fn make_room_for(&self, maker: &Arc<str>) {
-        let share = self.config.caller_share();
-        let aged: Vec<Aged> = match self.by_caller.get(maker) {
-            Some(held) if held.len() >= share => held
-                .iter()
-                .map(|(id, s)| {
-                    let last_use = s.last_use.load(Ordering::Relaxed);
-                    (last_use, Arc::clone(id), Arc::clone(s))
-                })
-                .collect(),
-            _ => return,
+        let evict = self.config.max_sessions / 10;
+        let aged = |(id, s): (&Arc<str>, &Arc<SessionScope>)| -> Aged {
+            let last_use = s.last_use.load(Ordering::Relaxed);
+            (last_use, Arc::clone(id), Arc::clone(s))
         };
-        let over = aged.len() + 1 - share;
-        self.evict_oldest(aged, over.max(share / 10));
+        let heaviest = self
+            .by_caller
+            .iter()
+            .filter(|held| held.len() > self.config.caller_share())
+            .max_by_key(|held| held.len())
+            .map(|held| held.iter().map(aged).collect::<Vec<_>>());
+        let aged = match heaviest {
+            Some(theirs) => theirs,
+            None => self
+                .sessions
+                .iter()
+                .map(|e| aged((e.key(), e.value())))
+                .collect(),
+        };
+        self.evict_oldest(aged, evict);
     }
 
     /// Removes the `count` (at least one) least recently used of `aged`.

@@ -83,36 +83,53 @@ async fn one_callers_flood_of_session_ids_evicts_only_their_own_sessions() {
     assert_eq!(turn(&pipeline, &ann, &chat).await, json!(6));
     let seeded = pipeline.session("host-thread").get::<Turns>();
     assert_eq!(seeded.unwrap().load(Ordering::SeqCst), 100);
-    // Mallory holds at most her share, a tenth of the maximum by default.
-    assert!(pipeline.session_count() <= max / 10 + 2);
+    assert!(pipeline.session_count() <= max);
     // Her latest session is kept: she loses her own oldest first.
     let last = keyed(&mallory, &format!("x{}", 5 * max - 1));
     assert_eq!(turn(&pipeline, &mallory, &last).await, json!(2));
 }
 
 #[tokio::test(start_paused = true)]
-async fn a_caller_past_their_share_loses_their_least_recently_used_session() {
-    // A share of 10 (a tenth of 100); past it, a tenth of the share (one session) goes.
-    let pipeline = counting_pipeline(config(100));
-    let ann = User::new("ann");
-    for i in 0..10 {
+async fn at_the_maximum_the_caller_holding_the_most_loses_their_least_recently_used_session() {
+    // At most 10 sessions; a caller's share is one.
+    let pipeline = counting_pipeline(config(10));
+    let (ann, bob) = (User::new("ann"), User::new("bob"));
+    turn(&pipeline, &bob, "b0").await;
+    for i in 0..9 {
         turn(&pipeline, &ann, &format!("a{i}")).await;
     }
     // The clock stands still: only the order of use can tell a0 from a1.
     turn(&pipeline, &ann, "a0").await;
-    turn(&pipeline, &ann, "a10").await;
+    turn(&pipeline, &ann, "a9").await;
 
     assert_eq!(pipeline.session_count(), 10);
     assert_eq!(
+        turn(&pipeline, &bob, "b0").await,
+        json!(2),
+        "bob's older session stays"
+    );
+    assert_eq!(
         turn(&pipeline, &ann, "a0").await,
         json!(3),
-        "a0 was used last"
+        "a0 was used lately"
     );
     assert_eq!(
         turn(&pipeline, &ann, "a1").await,
         json!(1),
         "a1 was evicted"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn under_the_maximum_a_caller_keeps_every_session_they_make() {
+    // A single-user host (every thread one user's) keeps up to the maximum, as before.
+    let pipeline = counting_pipeline(config(100));
+    let ann = User::new("ann");
+    for i in 0..100 {
+        turn(&pipeline, &ann, &format!("a{i}")).await;
+    }
+    assert_eq!(pipeline.session_count(), 100);
+    assert_eq!(turn(&pipeline, &ann, "a0").await, json!(2));
 }
 
 #[tokio::test(start_paused = true)]
