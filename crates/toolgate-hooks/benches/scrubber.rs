@@ -19,6 +19,11 @@
 //!   base64 and escapes long enough to hold a secret, which the base64 search reads
 //!   unescaped (a copy of the text).
 //!
+//! And `held`: the same `plain` and `json_in_text` texts through that scrubber of two
+//! secrets and through one of twelve (the two and ten 32-character tokens), as a gateway
+//! with several upstreams and callers' credentials gives every upstream's answers since
+//! each is scrubbed of every credential it holds.
+//!
 //!     cargo bench -p toolgate-hooks --bench scrubber
 //!
 //! (`-- --warm-up-time 1 --measurement-time 3` for a short run.)
@@ -113,6 +118,32 @@ fn bench(c: &mut Criterion) {
     let mut group = c.benchmark_group("occurs_in");
     for (name, text) in &cases {
         group.bench_function(*name, |b| b.iter(|| scrubber.occurs_in(black_box(text))));
+    }
+    group.finish();
+
+    let more: Vec<String> = (0..10)
+        .map(|n| format!("tg-held-{n:02}-Zq8Vt3Xk9Lm2PzR9wYb4NcJ7"))
+        .collect();
+    let twelve = Scrubber::for_values(
+        [AWS_KEY, TOKEN]
+            .into_iter()
+            .chain(more.iter().map(String::as_str)),
+    );
+    let texts = [
+        ("plain", plain()),
+        ("json_in_text", json_in_text("region=eu-west-1")),
+    ];
+    for (_, text) in &texts {
+        black_box(twelve.scrub_text(text));
+    }
+    let mut group = c.benchmark_group("held");
+    for (name, text) in &texts {
+        group.bench_function(format!("two_secrets/{name}"), |b| {
+            b.iter(|| scrubber.scrub_text(black_box(text)))
+        });
+        group.bench_function(format!("twelve_secrets/{name}"), |b| {
+            b.iter(|| twelve.scrub_text(black_box(text)))
+        });
     }
     group.finish();
 }
