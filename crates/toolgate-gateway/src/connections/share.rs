@@ -7,9 +7,10 @@
 //! one of `server.trusted_proxies` have no share: a proxy carries many clients, and a
 //! cap on it would be a cap on all of them.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
+
+use toolgate_hooks::concurrency::{KeyedShare, SharePlace};
 
 use crate::config::TrustedProxy;
 use crate::identity::address::canonical;
@@ -18,10 +19,9 @@ use crate::identity::failures::counted;
 /// How many connections each client address holds, and how many it may.
 #[derive(Debug)]
 pub(crate) struct AddressShare {
-    max: u32,
     exempt: Vec<TrustedProxy>,
     /// Only addresses with an open connection: at most as many as the connections.
-    open: Mutex<HashMap<IpAddr, u32>>,
+    open: Arc<KeyedShare<IpAddr>>,
 }
 
 /// An address holds its whole share.
@@ -29,19 +29,14 @@ pub(crate) struct AddressShare {
 pub(crate) struct ShareTaken;
 
 /// One connection's place in its address's share, given back when dropped.
-#[derive(Debug)]
-pub(crate) struct AddressSlot {
-    share: Arc<AddressShare>,
-    key: IpAddr,
-}
+pub(crate) type AddressSlot = SharePlace<IpAddr>;
 
 impl AddressShare {
     /// At most `max` connections per address, none counted for the `exempt` proxies.
     pub(crate) fn new(max: u32, exempt: Vec<TrustedProxy>) -> Arc<Self> {
         Arc::new(AddressShare {
-            max,
             exempt,
-            open: Mutex::new(HashMap::new()),
+            open: KeyedShare::new(max as usize),
         })
     }
 
@@ -51,44 +46,18 @@ impl AddressShare {
     /// # Errors
     ///
     /// [`ShareTaken`] when the address already holds `max` connections.
-    pub(crate) fn enter(self: &Arc<Self>, peer: IpAddr) -> Result<Option<AddressSlot>, ShareTaken> {
+    pub(crate) fn enter(&self, peer: IpAddr) -> Result<Option<AddressSlot>, ShareTaken> {
         let peer = canonical(peer);
         if self.exempt.iter().any(|proxy| proxy.contains(peer)) {
             return Ok(None);
         }
-        let key = counted(peer);
-        let mut open = self.lock();
-        let held = open.entry(key).or_insert(0);
-        if *held >= self.max {
-            return Err(ShareTaken);
-        }
-        *held += 1;
-        Ok(Some(AddressSlot {
-            share: Arc::clone(self),
-            key,
-        }))
+        self.open.take(counted(peer)).map(Some).ok_or(ShareTaken)
     }
 
     /// How many addresses hold a connection now.
     #[cfg(test)]
     fn addresses(&self) -> usize {
-        self.lock().len()
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<IpAddr, u32>> {
-        self.open.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl Drop for AddressSlot {
-    fn drop(&mut self) {
-        let mut open = self.share.lock();
-        if let Some(held) = open.get_mut(&self.key) {
-            *held -= 1;
-            if *held == 0 {
-                open.remove(&self.key);
-            }
-        }
+        self.open.keys()
     }
 }
 

@@ -1,5 +1,6 @@
 //! Who may add an event to a webhook's queue: each caller up to a fair share of it
-//! ([`Shares`]), and the events refused, counted and told in the log once in a while
+//! ([`CALLER_SHARE`], counted by a [`KeyedShare`](toolgate_hooks::concurrency::KeyedShare)
+//! per queue), and the events refused, counted and told in the log once in a while
 //! ([`DropLog`]).
 //!
 //! A webhook's queue is shared by every caller of every tenant, and a caller makes events
@@ -10,8 +11,6 @@
 //! dropped past [`CALLER_SHARE`], and everyone else's still get in while the queue has
 //! room.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -85,64 +84,6 @@ impl Dropped {
     }
 }
 
-/// How many events each caller holds in one webhook's queue. Only callers holding some
-/// have an entry, so it has at most as many as the queue and its deliveries hold events.
-#[derive(Default)]
-pub(super) struct Shares {
-    held: Mutex<HashMap<Arc<str>, usize>>,
-}
-
-impl Shares {
-    /// A place in the queue for one more event of `caller` (their
-    /// [`caller_key`](toolgate_core::User::caller_key)), held until the [`Held`] is
-    /// dropped; none when they hold [`CALLER_SHARE`] already.
-    pub(super) fn take(self: &Arc<Self>, caller: &Arc<str>) -> Option<Held> {
-        let mut held = self.lock();
-        let count = held.entry(caller.clone()).or_default();
-        if *count >= CALLER_SHARE {
-            return None;
-        }
-        *count += 1;
-        Some(Held {
-            shares: self.clone(),
-            caller: caller.clone(),
-        })
-    }
-
-    #[cfg(test)]
-    pub(super) fn held_by(&self, caller: &str) -> usize {
-        self.lock().get(caller).copied().unwrap_or_default()
-    }
-
-    #[cfg(test)]
-    pub(super) fn callers(&self) -> usize {
-        self.lock().len()
-    }
-
-    fn lock(&self) -> MutexGuard<'_, HashMap<Arc<str>, usize>> {
-        self.held.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// One event's place in its caller's share. It travels with the event and frees the place
-/// when dropped — delivered, failed, abandoned or never queued alike.
-pub(super) struct Held {
-    shares: Arc<Shares>,
-    caller: Arc<str>,
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        let mut held = self.shares.lock();
-        if let Some(count) = held.get_mut(&self.caller) {
-            *count -= 1;
-            if *count == 0 {
-                held.remove(&self.caller);
-            }
-        }
-    }
-}
-
 /// When the drops of one webhook were last told in the log, and how many since, by reason.
 #[derive(Default)]
 pub(super) struct DropLog {
@@ -167,30 +108,6 @@ impl DropLog {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_caller_holds_at_most_its_share_and_another_caller_still_gets_in() {
-        let shares = Arc::new(Shares::default());
-        let (dave, bob): (Arc<str>, Arc<str>) = ("dave".into(), "bob".into());
-
-        let mut daves: Vec<Held> = (0..CALLER_SHARE)
-            .map(|_| shares.take(&dave).expect("within dave's share"))
-            .collect();
-
-        assert!(shares.take(&dave).is_none(), "past dave's share");
-        let bobs = shares.take(&bob).expect("bob's own share");
-        assert_eq!(shares.held_by("dave"), CALLER_SHARE);
-        // One of dave's is delivered: he may queue one more.
-        daves.pop();
-        assert!(shares.take(&dave).is_some());
-        assert_eq!(
-            shares.held_by("dave"),
-            CALLER_SHARE - 1,
-            "refused, not held"
-        );
-        drop((daves, bobs));
-        assert_eq!(shares.callers(), 0, "a caller holding nothing has no entry");
-    }
 
     #[test]
     fn drops_are_told_once_per_window_with_how_many_were_dropped_since() {

@@ -20,8 +20,9 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 use toolgate_core::error::with_causes;
 use toolgate_core::suspension::SuspensionStore;
+use toolgate_hooks::concurrency::{KeyedShare, SharePlace};
 
-use super::admission::{CALLER_SHARE, DropLog, Dropped, Held, QUEUE_CAPACITY, Shares};
+use super::admission::{CALLER_SHARE, DropLog, Dropped, QUEUE_CAPACITY};
 use super::event::Event;
 use super::signature::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
 use crate::config::{WebhookConfig, WebhookEventName, WebhookFormatName};
@@ -98,13 +99,13 @@ struct Delivery {
     webhook: usize,
     event: Arc<Event>,
     /// Its place in its caller's share of the queue, freed when the delivery ends.
-    _held: Held,
+    _held: SharePlace<Arc<str>>,
 }
 
 /// One webhook's bounded queue, what each caller holds of it, and its drops.
 struct Queue {
     sender: mpsc::Sender<Delivery>,
-    shares: Arc<Shares>,
+    shares: Arc<KeyedShare<Arc<str>>>,
     drops: Mutex<DropLog>,
 }
 
@@ -161,7 +162,7 @@ impl Notifier {
                 let (sender, received) = mpsc::channel(QUEUE_CAPACITY);
                 let queue = Queue {
                     sender,
-                    shares: Arc::default(),
+                    shares: KeyedShare::new(CALLER_SHARE),
                     drops: Mutex::default(),
                 };
                 let worker = Worker {
@@ -204,7 +205,7 @@ impl Notifier {
             if !webhook.events.contains(&event.kind) {
                 continue;
             }
-            let Some(held) = queue.shares.take(&caller) else {
+            let Some(held) = queue.shares.take(Arc::clone(&caller)) else {
                 dropped(webhook, queue, &event, Dropped::CallerShare);
                 continue;
             };
@@ -588,7 +589,10 @@ mod tests {
             "ann of acme's share, and ann of globex's one event"
         );
         let of_acme = User::new("ann").with_tenant("acme");
-        assert_eq!(queue.shares.held_by(&of_acme.caller_key()), CALLER_SHARE);
+        assert_eq!(
+            queue.shares.held_by(&Arc::from(of_acme.caller_key())),
+            CALLER_SHARE
+        );
     }
 
     #[test]

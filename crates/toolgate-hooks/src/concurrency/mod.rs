@@ -4,6 +4,8 @@
 //! * [`Concurrency`] — the hook, built with [`Concurrency::builder`].
 //! * [`ConcurrencyBackend`] — where counts live; [`InMemoryConcurrency`] (a tokio semaphore
 //!   per key) is the default.
+//! * [`KeyedShare`] — a cap per key that refuses instead of waiting, for what one client or
+//!   caller may hold of a resource all share.
 //!
 //! # Example
 //!
@@ -34,7 +36,9 @@
 mod backend;
 mod hook;
 mod memory;
+mod share;
 
 pub use backend::{ConcurrencyBackend, ConcurrencyBackendError, Permit, PermitRequest};
 pub use hook::{Concurrency, ConcurrencyBuilder, ConcurrencyConfigError, WhenFull};
 pub use memory::InMemoryConcurrency;
+pub use share::{KeyedShare, SharePlace};

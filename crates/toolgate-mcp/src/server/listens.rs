@@ -7,12 +7,12 @@
 //! bound of their own, one key opening listen request after listen request would make the
 //! gateway and its upstreams hold subscriptions without end.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use rmcp::model::{ErrorCode, ErrorData};
 use serde_json::json;
-use toolgate_core::User;
+use toolgate_core::{CallerId, User};
+use toolgate_hooks::concurrency::{KeyedShare, SharePlace};
 
 /// How many `subscriptions/listen` requests one user may have open at once, over every
 /// connection of the server: past it a new one is refused (`too_many_listens`, 429) until
@@ -22,13 +22,21 @@ use toolgate_core::User;
 /// resources, so an application needs no more than one per stream it shows.
 pub(crate) const MAX_LISTENS_PER_USER: usize = 8;
 
-/// Who a listen request counts against: the user's tenant and id.
-type Principal = (Option<String>, String);
+/// The open listen requests of each user (an id in a tenant). Clones share the table; it
+/// lives as long as the server's endpoint, across reloads (a reload does not free a
+/// user's open requests).
+#[derive(Clone)]
+pub(crate) struct Listens(Arc<KeyedShare<CallerId>>);
 
-/// The open listen requests of each user. Clones share the table; it lives as long as the
-/// server's endpoint, across reloads (a reload does not free a user's open requests).
-#[derive(Clone, Default)]
-pub(crate) struct Listens(Arc<Mutex<HashMap<Principal, usize>>>);
+impl Default for Listens {
+    fn default() -> Self {
+        Listens(KeyedShare::new(MAX_LISTENS_PER_USER))
+    }
+}
+
+/// One open listen request, counted against its user until dropped: held by the request's
+/// future, so that it is released however the request ends.
+pub(crate) type ListenPermit = SharePlace<CallerId>;
 
 impl Listens {
     /// Counts a listen request of `user` open until the permit is dropped.
@@ -37,36 +45,7 @@ impl Listens {
     ///
     /// [`too_many_listens`] when the user has [`MAX_LISTENS_PER_USER`] open already.
     pub(crate) fn open(&self, user: &User) -> Result<ListenPermit, ErrorData> {
-        let principal = (user.tenant.clone(), user.id.clone());
-        let mut open = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        let count = open.entry(principal.clone()).or_default();
-        if *count >= MAX_LISTENS_PER_USER {
-            return Err(too_many_listens());
-        }
-        *count += 1;
-        Ok(ListenPermit {
-            listens: self.clone(),
-            principal,
-        })
-    }
-}
-
-/// One open listen request, counted against its user until dropped: held by the request's
-/// future, so that it is released however the request ends.
-pub(crate) struct ListenPermit {
-    listens: Listens,
-    principal: Principal,
-}
-
-impl Drop for ListenPermit {
-    fn drop(&mut self) {
-        let mut open = self.listens.0.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(count) = open.get_mut(&self.principal) {
-            *count = count.saturating_sub(1);
-            if *count == 0 {
-                open.remove(&self.principal);
-            }
-        }
+        self.0.take(CallerId::of(user)).ok_or_else(too_many_listens)
     }
 }
 
@@ -92,7 +71,7 @@ mod tests {
         let mut open: Vec<_> = (0..MAX_LISTENS_PER_USER)
             .map(|_| listens.open(&alice).expect("within the bound"))
             .collect();
-        let refused = listens.open(&alice).err().expect("past the bound");
+        let refused = listens.open(&alice).expect_err("past the bound");
         assert_eq!(refused.data.unwrap()["code"], "too_many_listens");
         assert!(
             listens.open(&User::new("bob")).is_ok(),
@@ -109,6 +88,6 @@ mod tests {
             .map(|_| listens.open(&User::new("alice")).unwrap())
             .collect();
         drop(permits);
-        assert!(listens.0.lock().unwrap().is_empty());
+        assert_eq!(listens.0.keys(), 0);
     }
 }
