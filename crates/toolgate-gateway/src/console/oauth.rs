@@ -34,6 +34,7 @@ use super::guard;
 use super::sessions::{FLOW_TTL, Principal, SessionError};
 use crate::config::{ConsoleConfig, ConsoleOAuthConfig, CredentialKind, OAuthConfig};
 use crate::gateway::Gateway;
+use crate::identity::answer::read_bounded;
 use crate::identity::{Outcome, Route};
 
 /// The cookie that carries a flow's `state` from its start to its callback.
@@ -92,6 +93,13 @@ struct Discovery {
 
 /// The most discovery documents remembered: the issuer served, and a few before reloads.
 const MAX_DISCOVERED: usize = 8;
+
+/// The largest discovery document read, in bytes (one is a few KiB), as for `/v1`'s tokens.
+const MAX_DOCUMENT_BYTES: usize = 256 * 1024;
+
+/// The largest answer of the token endpoint read, in bytes (one is a few KiB): its refusal
+/// is logged, its token checked and kept in a session.
+const MAX_TOKEN_ANSWER_BYTES: usize = 64 * 1024;
 
 fn discovered() -> &'static Discovered {
     static DISCOVERED: OnceLock<Discovered> = OnceLock::new();
@@ -160,10 +168,10 @@ async fn read_endpoints(oauth: &OAuthConfig, url: &str) -> Result<Endpoints, Str
         .await
         .and_then(reqwest::Response::error_for_status)
         .map_err(|e| e.to_string())?;
-    answer
-        .json()
+    let body = read_bounded(answer, MAX_DOCUMENT_BYTES)
         .await
-        .map_err(|e| format!("it names no endpoints ({e})"))
+        .map_err(|e| e.to_string())?;
+    serde_json::from_slice(&body).map_err(|e| format!("it names no endpoints ({e})"))
 }
 
 fn oauth_off() -> ApiError {
@@ -349,17 +357,18 @@ pub(super) async fn callback(
         .send()
         .await
         .map_err(|e| issuer_trouble("its token endpoint cannot be reached", e))?;
-    if !answer.status().is_success() {
-        let status = answer.status();
-        let body = answer.text().await.unwrap_or_default();
+    let status = answer.status();
+    let body = read_bounded(answer, MAX_TOKEN_ANSWER_BYTES)
+        .await
+        .map_err(|e| issuer_trouble("its token answer cannot be read", e))?;
+    if !status.is_success() {
+        let body = String::from_utf8_lossy(&body);
         tracing::warn!(target: "toolgate::console", %status, body = %body.chars().take(300).collect::<String>(), "the issuer refused the console's code");
         return Err(refused(
             "the issuer refused to trade the code for a token: start again from the console",
         ));
     }
-    let token: TokenAnswer = answer
-        .json()
-        .await
+    let token: TokenAnswer = serde_json::from_slice(&body)
         .map_err(|e| issuer_trouble("its token answer carries no access token", e))?;
     let bearer = format!("Bearer {}", token.access_token);
     let user = match gateway.identity.authenticate(Route::V1, Some(&bearer), &gateway.keys) {

@@ -21,6 +21,7 @@ use toolgate_core::{ToolError, ToolInvokeContext};
 use toolgate_mcp::per_caller::MissingCredential;
 use toolgate_mcp::{CallerAccessToken, CallerCredentials};
 
+use super::answer::{AnswerError, read_bounded};
 use super::jwks::KeyStore;
 
 /// The RFC 8693 grant type.
@@ -71,7 +72,8 @@ impl UpstreamCredential {
         &self.token
     }
 
-    /// When it stops being valid.
+    /// When it stops being valid, or a day after it was asked for when the provider gave
+    /// it a longer life (it is kept no longer).
     pub fn expires_at(&self) -> Instant {
         self.expires_at
     }
@@ -144,6 +146,10 @@ impl std::fmt::Debug for TokenExchange {
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
 /// The longest any credential is kept, whatever its lifetime.
 const MAX_KEPT: Duration = Duration::from_secs(24 * 3600);
+/// The largest answer of the token endpoint read, in bytes: a token response is a few
+/// kilobytes, and what is read is kept (a credential in the cache, a refusal's words in
+/// callers' errors).
+const MAX_ANSWER_BYTES: usize = 64 * 1024;
 /// How much longer than its own deadline a call waits for the shared request. The
 /// request's own deadline, the same instant for the call that made it, must decide: then
 /// its answer ("no answer in time") reaches every call waiting on it, rather than the
@@ -289,10 +295,12 @@ impl TokenExchange {
                 })
             })?;
         let status = response.status();
-        let body = response
-            .bytes()
+        let body = read_bounded(response, MAX_ANSWER_BYTES)
             .await
-            .map_err(|_| unreachable("the answer was cut short".to_owned()))?;
+            .map_err(|error| match error {
+                AnswerError::CutShort(_) => unreachable(error.to_string()),
+                AnswerError::TooLarge(_) => ExchangeError::Malformed(error.to_string()),
+            })?;
         if !status.is_success() {
             return Err(match serde_json::from_slice::<ErrorResponse>(&body) {
                 Ok(e) => ExchangeError::Refused {
@@ -304,9 +312,12 @@ impl TokenExchange {
         }
         let answer: TokenResponse = serde_json::from_slice(&body)
             .map_err(|_| ExchangeError::Malformed("no `access_token` in it".to_owned()))?;
+        // No credential is kept past `MAX_KEPT` anyway; a longer lifetime (up to `u64::MAX`
+        // seconds, as a provider may say) would only overflow the instant it ends at.
         let lifetime = answer
             .expires_in
-            .map_or(DEFAULT_LIFETIME, Duration::from_secs);
+            .map_or(DEFAULT_LIFETIME, Duration::from_secs)
+            .min(MAX_KEPT);
         Ok(UpstreamCredential {
             token: answer.access_token,
             // From when it was asked for: the provider's clock started before the answer.

@@ -15,6 +15,7 @@ use jsonwebtoken::jwk::{AlgorithmParameters, Jwk, PublicKeyUse};
 use jsonwebtoken::{Algorithm, AlgorithmFamily, DecodingKey};
 use serde_json::Value;
 
+use super::answer::{AnswerError, read_bounded};
 use crate::config::OAuthConfig;
 
 /// The largest discovery document or key set read (a key set of a few keys is a few KiB).
@@ -379,7 +380,7 @@ impl KeyStore {
             url: url.to_owned(),
             reason,
         };
-        let mut response = self
+        let response = self
             .client
             .get(url)
             .header(reqwest::header::ACCEPT, "application/json")
@@ -389,20 +390,16 @@ impl KeyStore {
         if !response.status().is_success() {
             return Err(unreachable(format!("it answered {}", response.status())));
         }
-        let mut body = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|e| unreachable(plain_reason(&e)))?
-        {
-            if body.len() + chunk.len() > MAX_DOCUMENT_BYTES {
-                return Err(JwksError::Malformed {
-                    url: url.to_owned(),
-                    reason: format!("it is larger than {MAX_DOCUMENT_BYTES} bytes"),
-                });
-            }
-            body.extend_from_slice(&chunk);
-        }
+        let body =
+            read_bounded(response, MAX_DOCUMENT_BYTES)
+                .await
+                .map_err(|error| match error {
+                    AnswerError::CutShort(e) => unreachable(plain_reason(&e)),
+                    too_large @ AnswerError::TooLarge(_) => JwksError::Malformed {
+                        url: url.to_owned(),
+                        reason: too_large.to_string(),
+                    },
+                })?;
         serde_json::from_slice(&body).map_err(|e| JwksError::Malformed {
             url: url.to_owned(),
             reason: format!("it is not JSON ({e})"),

@@ -11,6 +11,7 @@
 //! The caller's token stays here: it is never forwarded to an upstream, logged, or kept.
 
 pub mod address;
+pub(crate) mod answer;
 pub mod exchange;
 pub mod failures;
 pub mod jwks;

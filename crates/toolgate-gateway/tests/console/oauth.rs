@@ -43,6 +43,8 @@ struct Issuer {
     down: Arc<AtomicBool>,
     /// The `exp` of the last token it issued.
     last_exp: Arc<AtomicU64>,
+    /// Whether its token endpoint pads each token answer out to 4 MiB.
+    oversized: Arc<AtomicBool>,
 }
 
 impl Issuer {
@@ -64,11 +66,13 @@ impl Issuer {
             discovery_reads: Arc::default(),
             down: Arc::default(),
             last_exp: Arc::default(),
+            oversized: Arc::default(),
         };
-        let (reads, down, last_exp) = (
+        let (reads, down, last_exp, oversized) = (
             issuer.discovery_reads.clone(),
             issuer.down.clone(),
             issuer.last_exp.clone(),
+            issuer.oversized.clone(),
         );
         let router = axum::Router::new()
             .route(
@@ -99,7 +103,11 @@ impl Issuer {
                     header.kid = Some(KID.to_owned());
                     let token = jsonwebtoken::encode(&header, &claims, &signing_key())
                         .expect("a signed token");
-                    std::future::ready(Json(json!({"access_token": token, "token_type": "Bearer"})))
+                    let mut answer = json!({"access_token": token, "token_type": "Bearer"});
+                    if oversized.load(Ordering::SeqCst) {
+                        answer["padding"] = json!("x".repeat(4 << 20));
+                    }
+                    std::future::ready(Json(answer))
                 }),
             );
         tokio::spawn(async move {
@@ -407,4 +415,32 @@ async fn while_the_issuer_cannot_be_read_sign_ins_fail_keep_no_place_and_ask_it_
     let (started, refused) = start_until_refused(&gateway, "203.0.113.7", IN_ALL).await;
     assert_eq!(started, PER_ADDRESS, "{}", refused.body);
     assert_eq!(issuer.discovery_reads(), 2);
+}
+
+#[tokio::test]
+async fn a_token_answer_over_the_limit_fails_the_sign_in_unread_and_the_next_one_signs_in() {
+    let issuer = Issuer::serve(300).await;
+    issuer.oversized.store(true, Ordering::SeqCst);
+    let gateway = Gateway::start(&config(&issuer, "", ""));
+    let started = start(&gateway, "203.0.113.7").await;
+    assert_eq!(started.status, 303, "{}", started.body);
+    let failed = call_back(&gateway, &state_of(&started)).await;
+    assert_eq!(
+        (failed.status, failed.error_code()),
+        (502, "issuer_unavailable"),
+        "{}",
+        failed.body
+    );
+    assert!(
+        failed
+            .error_message()
+            .contains("token answer cannot be read"),
+        "{}",
+        failed.body
+    );
+
+    issuer.oversized.store(false, Ordering::SeqCst);
+    let started = start(&gateway, "203.0.113.7").await;
+    let signed_in = call_back(&gateway, &state_of(&started)).await;
+    assert_eq!(signed_in.status, 303, "{}", signed_in.body);
 }

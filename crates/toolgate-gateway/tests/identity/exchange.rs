@@ -303,3 +303,78 @@ async fn calls_waiting_on_a_provider_that_never_answers_give_up_at_the_timeout()
     );
     assert_eq!(exchange.cached().await, 0);
 }
+
+/// A token endpoint of the test's own on loopback that answers every request 200 with
+/// `status` and `body`.
+async fn token_endpoint_answering(status: u16, body: String) -> String {
+    let app = axum::Router::new().route(
+        "/token",
+        axum::routing::post(move || {
+            let body = body.clone();
+            async move {
+                (
+                    axum::http::StatusCode::from_u16(status).expect("a status"),
+                    [(axum::http::header::CONTENT_TYPE, "application/json")],
+                    body,
+                )
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let url = format!(
+        "http://{}/token",
+        listener.local_addr().expect("an address")
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+#[tokio::test]
+async fn a_credential_said_to_live_for_ever_is_kept_no_longer_than_a_day() {
+    for lifetime in [u64::MAX, i64::MAX as u64, 10_u64.pow(12)] {
+        let url = token_endpoint_answering(
+            200,
+            json!({"access_token": "exchanged", "expires_in": lifetime}).to_string(),
+        )
+        .await;
+        let exchange = Arc::new(
+            TokenExchange::new(settings(&url, Duration::from_secs(5))).expect("an exchange"),
+        );
+        let results = at_once(&exchange, "a.caller.token", 1).await;
+        let credential = results[0].0.as_ref().expect("a credential");
+        assert_eq!(credential.bearer(), "exchanged");
+        let kept = credential.expires_at() - Instant::now();
+        assert!(
+            kept <= Duration::from_secs(24 * 3600),
+            "`expires_in: {lifetime}` is kept for {kept:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_token_endpoint_answer_over_the_limit_is_refused_unread() {
+    let long = "t".repeat(8 * 1024 * 1024);
+    for (status, body) in [
+        (200, json!({"access_token": long, "expires_in": 60})),
+        (
+            400,
+            json!({"error": "invalid_grant", "error_description": long}),
+        ),
+    ] {
+        let url = token_endpoint_answering(status, body.to_string()).await;
+        let exchange = Arc::new(
+            TokenExchange::new(settings(&url, Duration::from_secs(5))).expect("an exchange"),
+        );
+        let results = at_once(&exchange, "a.caller.token", 1).await;
+        match &results[0].0 {
+            Err(error @ ExchangeError::Malformed(reason)) => {
+                assert!(reason.contains("larger than"), "{error}");
+                assert!(error.to_string().len() < 300, "{error}");
+            }
+            other => panic!("expected the answer refused as too large, got {other:?}"),
+        }
+        assert_eq!(exchange.cached().await, 0);
+    }
+}

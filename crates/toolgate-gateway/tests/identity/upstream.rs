@@ -6,7 +6,9 @@ use std::process::{Child, Command, Stdio};
 
 use serde_json::json;
 
-use crate::common::{BIN, Gateway, key, python, python_mcp_available, user_yaml};
+use crate::common::{
+    BIN, Gateway, key, key_set, python, python_mcp_available, signing_key, unix_now, user_yaml,
+};
 use crate::provider::Provider;
 use crate::{RESOURCE, config, invoke};
 
@@ -320,4 +322,99 @@ pub fn sha256_hex(text: &str) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// An issuer on a free loopback port — its discovery document, its key set (the public
+/// half of [`signing_key`]) — whose token endpoint answers every exchange 200 with
+/// `answer`; and a token of its own for `agent`, an admin, for [`RESOURCE`].
+async fn issuer_exchanging_with(answer: String) -> (String, String) {
+    use axum::routing::{get, post};
+    const KID: &str = "loopback-exchange";
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let issuer = format!("http://{}", listener.local_addr().expect("an address"));
+    let discovery = json!({"issuer": issuer, "jwks_uri": format!("{issuer}/jwks")});
+    let keys = key_set(KID);
+    let router = axum::Router::new()
+        .route(
+            "/.well-known/openid-configuration",
+            get(move || std::future::ready(axum::Json(discovery.clone()))),
+        )
+        .route(
+            "/jwks",
+            get(move || std::future::ready(axum::Json(keys.clone()))),
+        )
+        .route(
+            "/token",
+            post(move || {
+                let answer = answer.clone();
+                async move { ([("content-type", "application/json")], answer) }
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::RS256);
+    header.kid = Some(KID.to_owned());
+    let claims = json!({
+        "iss": issuer, "aud": RESOURCE, "sub": "agent", "scope": "tools:admin",
+        "iat": unix_now(), "exp": unix_now() + 300,
+    });
+    let token = jsonwebtoken::encode(&header, &claims, &signing_key()).expect("a token");
+    (issuer, token)
+}
+
+#[tokio::test]
+async fn an_exchanged_credential_said_to_live_for_ever_is_used_and_the_gateway_goes_on() {
+    let test = "an_exchanged_credential_said_to_live_for_ever_is_used_and_the_gateway_goes_on";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let answer = json!({"access_token": "exchanged-for-ever", "expires_in": u64::MAX});
+    let (issuer, agent) = issuer_exchanging_with(answer.to_string()).await;
+    let upstream = HeadersUpstream::start();
+    let yaml = as_caller_config(
+        &issuer,
+        &upstream.url,
+        &format!(
+            "{{ token_exchange: {{ audience: \"https://upstream.test/mcp\", client_id: gateway, client_secret: gateway-secret, token_endpoint: \"{issuer}/token\", timeout: 5s }} }}"
+        ),
+    );
+    let gateway = Gateway::start(&yaml);
+    for _ in 0..2 {
+        let answer = invoke(&gateway, Some(&agent), "whoami", json!({})).await;
+        assert_eq!(answer.status, 200, "{:?}", answer.body);
+        assert!(
+            said(&answer).contains("authorization=Bearer [REDACTED"),
+            "{}",
+            said(&answer)
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_token_endpoint_answer_over_the_limit_fails_the_call_with_a_503_saying_so() {
+    let test = "a_token_endpoint_answer_over_the_limit_fails_the_call_with_a_503_saying_so";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let answer = json!({"access_token": "t".repeat(4 * 1024 * 1024), "expires_in": 60});
+    let (issuer, agent) = issuer_exchanging_with(answer.to_string()).await;
+    let upstream = HeadersUpstream::start();
+    let yaml = as_caller_config(
+        &issuer,
+        &upstream.url,
+        &format!(
+            "{{ token_exchange: {{ audience: \"https://upstream.test/mcp\", client_id: gateway, client_secret: gateway-secret, token_endpoint: \"{issuer}/token\", timeout: 5s }} }}"
+        ),
+    );
+    let gateway = Gateway::start(&yaml);
+    let answer = invoke(&gateway, Some(&agent), "whoami", json!({})).await;
+    assert_eq!(answer.status, 503, "{:?}", answer.body);
+    assert_eq!(
+        answer.body["error"]["code"], "identity_provider_unavailable",
+        "{:?}",
+        answer.body
+    );
+    let message = answer.error_message();
+    assert!(message.contains("larger than 65536 bytes"), "{message}");
 }
