@@ -145,10 +145,18 @@ pub fn verify(
         .parse()
         .map_err(|_| WebhookVerifyError::BadTimestamp)?;
     let signatures = header(SIGNATURE_HEADER)?;
-    let sent = SystemTime::UNIX_EPOCH + Duration::from_secs(timestamp);
-    let off_by = match now.duration_since(sent) {
-        Ok(behind) => behind,
-        Err(ahead) => ahead.duration(),
+    let since_epoch = Duration::from_secs(timestamp);
+    // A timestamp past what the clock can hold (`18446744073709551615`, say) is as far
+    // outside the window as a timestamp can be, not a reason to panic.
+    let off_by = match SystemTime::UNIX_EPOCH.checked_add(since_epoch) {
+        Some(sent) => match now.duration_since(sent) {
+            Ok(behind) => behind,
+            Err(ahead) => ahead.duration(),
+        },
+        None => since_epoch.saturating_sub(
+            now.duration_since(SystemTime::UNIX_EPOCH)
+                .unwrap_or_default(),
+        ),
     };
     if off_by > window {
         return Err(WebhookVerifyError::OutsideWindow { off_by });
@@ -249,6 +257,19 @@ mod tests {
             verify(SECRET, &headers, b"x", at(9_000), window),
             Err(WebhookVerifyError::OutsideWindow { .. })
         ));
+    }
+
+    #[test]
+    fn a_timestamp_past_what_a_clock_holds_is_outside_the_window_not_a_panic() {
+        let body = b"{}";
+        for timestamp in [u64::MAX, i64::MAX as u64, u64::MAX / 2] {
+            let headers = signed("evt_1", timestamp, body);
+            let refused = verify(SECRET, &headers, body, at(1_700_000_000), REPLAY_WINDOW);
+            assert!(
+                matches!(refused, Err(WebhookVerifyError::OutsideWindow { off_by }) if off_by > Duration::from_secs(1 << 40)),
+                "{timestamp}: {refused:?}"
+            );
+        }
     }
 
     #[test]
