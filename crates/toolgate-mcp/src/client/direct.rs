@@ -57,7 +57,7 @@ use tokio::sync::mpsc;
 use super::frames::Inbound;
 use super::http_pool::{self, Plain};
 use super::post::{self, PostError};
-use super::relay::RouteTicket;
+use super::relay::{Dropped, RouteTicket};
 use super::streams::{self, PROTOCOL_VERSION, Posted, StreamTagging, Wire};
 
 /// The calls of one connection made from the calling task; see the module.
@@ -336,6 +336,17 @@ impl Direct {
             JsonRpcMessage::Error(error) => error.id.as_ref().is_none_or(|of| of == id),
             _ => false,
         };
+        // An answer on this call's stream to another request — one in flight for another
+        // caller, or one never sent — is nobody's here: handed to rmcp, it would answer
+        // whichever request of the connection has that id.
+        if matches!(
+            message,
+            JsonRpcMessage::Response(_) | JsonRpcMessage::Error(_)
+        ) && !answers_call
+        {
+            self.inbound.dropped(Dropped::Answer);
+            return None;
+        }
         let message = self.inbound.take(message)?;
         match message {
             JsonRpcMessage::Response(response) if answers_call => Some(Ok(response.result)),

@@ -130,6 +130,11 @@ impl Inbound {
         Some(message)
     }
 
+    /// Counts a message of this connection dropped as nobody's.
+    pub(crate) fn dropped(&self, kind: Dropped) {
+        self.routes.dropped(kind);
+    }
+
     /// Registers the route of request `id` (progress token `token`) of this connection.
     pub(crate) fn register(
         &self,

@@ -45,7 +45,7 @@ use crate::caller::CallerRequest;
 /// The counter of messages an upstream sent toward callers that toolgate could not
 /// attribute to one by a protocol fact, and dropped (a request is answered with an
 /// error). Labels: `server` (the upstream's configured name) and `kind` (`progress`,
-/// `log`, `sampling`, `elicitation`, `unreadable`).
+/// `log`, `sampling`, `elicitation`, `unreadable`, `answer`).
 pub const UNATTRIBUTED: &str = "toolgate_mcp_unattributed_total";
 
 /// What kind of message was dropped, for [`UNATTRIBUTED`].
@@ -57,6 +57,8 @@ pub(crate) enum Dropped {
     Elicitation,
     /// A message that could not be scrubbed (it did not read back after scrubbing).
     Unreadable,
+    /// An answer on a call's stream to a request other than that call.
+    Answer,
 }
 
 impl Dropped {
@@ -67,6 +69,7 @@ impl Dropped {
             Dropped::Sampling => "sampling",
             Dropped::Elicitation => "elicitation",
             Dropped::Unreadable => "unreadable",
+            Dropped::Answer => "answer",
         }
     }
 }

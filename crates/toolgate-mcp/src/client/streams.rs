@@ -20,14 +20,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage, RequestId};
+use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
     StreamableHttpResponseLimits,
 };
+use serde::de::IgnoredAny;
 use serde_json::Value;
 
 use super::post::Target;
+use super::relay::{Dropped, Routes};
 
 /// The `_meta` key of a log message that holds the id of the request whose response
 /// stream carried it. Written only by toolgate; never reaches a caller.
@@ -41,16 +43,19 @@ const LOG_METHOD: &str = "notifications/message";
 pub(crate) struct StreamTagging {
     inner: reqwest::Client,
     wire: Arc<Wire>,
+    /// Where an answer dropped from a request's stream is counted ([`only_its_answer`]).
+    routes: Arc<Routes>,
 }
 
 impl StreamTagging {
     /// Over `inner`, the pooled client every HTTP upstream shares
     /// ([`http_pool::shared`](super::http_pool::shared)); one per connection, since its
-    /// [`Wire`] is the connection's.
-    pub(crate) fn over(inner: reqwest::Client) -> Self {
+    /// [`Wire`] is the connection's, whose calls are `routes`.
+    pub(crate) fn over(inner: reqwest::Client, routes: Arc<Routes>) -> Self {
         StreamTagging {
             inner,
             wire: Arc::default(),
+            routes,
         }
     }
 
@@ -229,7 +234,21 @@ impl StreamableHttpClient for StreamTagging {
             .await?;
         Ok(match response {
             StreamableHttpPostResponse::Sse(stream, session) => {
+                let stream = match &origin {
+                    Some(id) => only_its_answer(stream, id, Arc::clone(&self.routes)),
+                    None => stream,
+                };
                 StreamableHttpPostResponse::Sse(tagged(stream, origin), session)
+            }
+            StreamableHttpPostResponse::Json(message, _)
+                if origin
+                    .as_ref()
+                    .is_some_and(|id| is_answer_to_another(&message, id)) =>
+            {
+                self.routes.dropped(Dropped::Answer);
+                return Err(StreamableHttpError::UnexpectedServerResponse(
+                    "the server answered the request with the answer to another request".into(),
+                ));
             }
             other => other,
         })
@@ -301,6 +320,62 @@ pub(crate) fn tagged(stream: SseStream, origin: Option<RequestId>) -> SseStream 
         .boxed()
 }
 
+/// `stream`, the response stream of request `origin`, without the answers (responses and
+/// errors) it carries to any other request: rmcp takes an answer from any stream for
+/// whichever request of the connection has its id, so an upstream that wrote another
+/// call's answer on this stream (or one to a request never sent) would answer another
+/// caller's call with it. Dropped and counted in `routes`. An error without an id is left
+/// to rmcp, which reads it as the answer to no request.
+fn only_its_answer(stream: SseStream, origin: &RequestId, routes: Arc<Routes>) -> SseStream {
+    let origin = origin.clone().into_json_value();
+    stream
+        .filter(move |event| {
+            let another = match event {
+                Ok(sse) => sse
+                    .data
+                    .as_deref()
+                    .is_some_and(|data| answers_another(data, &origin)),
+                Err(_) => false,
+            };
+            if another {
+                routes.dropped(Dropped::Answer);
+            }
+            std::future::ready(!another)
+        })
+        .boxed()
+}
+
+/// Whether `message` is an answer (response or error) to a request other than `origin`.
+fn is_answer_to_another(message: &ServerJsonRpcMessage, origin: &RequestId) -> bool {
+    match message {
+        JsonRpcMessage::Response(response) => response.id != *origin,
+        JsonRpcMessage::Error(error) => error.id.as_ref().is_some_and(|id| id != origin),
+        _ => false,
+    }
+}
+
+/// Whether `data` is a JSON-RPC answer to a request other than the one whose id is
+/// `origin`.
+fn answers_another(data: &str, origin: &Value) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Keys {
+        id: Option<Value>,
+        method: Option<IgnoredAny>,
+        result: Option<IgnoredAny>,
+        error: Option<IgnoredAny>,
+    }
+    // Most events are notifications: only what could be an answer is read (a key written
+    // with escapes, `"\u0072esult"`, could be one too).
+    if !(data.contains("\"result\"") || data.contains("\"error\"") || data.contains("\\u")) {
+        return false;
+    }
+    serde_json::from_str::<Keys>(data).is_ok_and(|keys| {
+        keys.method.is_none()
+            && (keys.result.is_some() || keys.error.is_some())
+            && keys.id.is_some_and(|id| id != *origin)
+    })
+}
+
 /// Writes `origin` under [`STREAM_KEY`] into the `_meta` of a log message in `data` —
 /// and removes whatever the upstream wrote there. Other messages are left as they are
 /// (read only when they could be a log message: most events are not).
@@ -354,6 +429,35 @@ mod tests {
         let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
                               "params": {"progressToken": 1, "progress": 1, "message": "notifications/message"}});
         assert_eq!(tagged_as(progress.clone(), Some(7)), progress);
+    }
+
+    #[test]
+    fn only_an_answer_to_another_request_is_told_apart() {
+        let origin = json!("toolgate-3");
+        let another = |message: Value| answers_another(&message.to_string(), &origin);
+        assert!(another(json!({"jsonrpc": "2.0", "id": 2, "result": {}})));
+        assert!(another(
+            json!({"jsonrpc": "2.0", "id": "toolgate-4", "error": {"code": 1, "message": "x"}})
+        ));
+        assert!(!another(
+            json!({"jsonrpc": "2.0", "id": "toolgate-3", "result": {}})
+        ));
+        // An error without an id, a request and a notification are no other request's answer.
+        assert!(!another(
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": 1, "message": "x"}})
+        ));
+        assert!(!another(
+            json!({"jsonrpc": "2.0", "id": 9, "method": "sampling/createMessage", "params": {"result": 1}})
+        ));
+        assert!(!another(
+            json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 1, "progress": 1}})
+        ));
+        assert!(!answers_another("{not json \"result\"", &origin));
+        // Keys written with escapes are the same keys to rmcp.
+        assert!(answers_another(
+            r#"{"jsonrpc":"2.0","id":2,"\u0072esult":{}}"#,
+            &origin
+        ));
     }
 
     #[test]

@@ -370,7 +370,10 @@ impl Link {
                 if let Some(token) = &self.credential {
                     config = config.auth_header(token.clone());
                 }
-                let http = StreamTagging::over(http_pool::shared().map_err(|e| e.to_string())?);
+                let http = StreamTagging::over(
+                    http_pool::shared().map_err(|e| e.to_string())?,
+                    Arc::clone(&channel.routes),
+                );
                 let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
                 let (frames, side_door) = self.frames(channel, connection, transport, true);
                 let client = self.client(channel, connection);
