@@ -70,8 +70,8 @@ pub use client::{
 pub use convert::{error_to_result, output_to_result, to_mcp_tool};
 pub use error::McpError;
 pub use server::{
-    ClientDisconnected, GuardedBody, HostShutdown, ListFilter, MAX_RELAYED_TASK_AGE,
-    McpHttpService, McpServer, OnWithdrawal, RelayedTasks,
+    ClientDisconnected, DEFAULT_LISTENS_PER_USER, GuardedBody, HostShutdown, ListFilter,
+    MAX_RELAYED_TASK_AGE, McpHttpService, McpServer, OnWithdrawal, RelayedTasks,
 };
 
 pub use rmcp;

@@ -463,6 +463,10 @@ pub struct AsCallerConfig {
     /// The most connections to the upstream kept open, one per caller credential
     /// (default 1000; past it one is closed, callers seen often keeping theirs).
     pub max_sessions: Option<u64>,
+    /// The most of those connections one caller (a user id in its tenant) holds at once
+    /// (default 4: two clients, each renewing its token); past it the caller's own least
+    /// recently used is closed, never another caller's.
+    pub max_sessions_per_caller: Option<usize>,
     /// How long a caller's connection stays open without a call (default `5m`).
     #[serde(default, with = "values::opt_duration")]
     pub idle: Option<Duration>,
@@ -571,6 +575,12 @@ impl AsCallerConfig {
                 "at least one connection must be allowed",
             ));
         }
+        if self.max_sessions_per_caller == Some(0) {
+            return Err(ConfigError::invalid(
+                field(".max_sessions_per_caller"),
+                "must be at least 1, e.g. `4`: each caller needs a connection of their own to call the upstream",
+            ));
+        }
         if self.idle == Some(Duration::ZERO) {
             return Err(ConfigError::invalid(
                 field(".idle"),
@@ -589,6 +599,26 @@ mod as_caller_tests {
         format!(
             "upstreams:\n  - {{ name: crm, url: \"http://127.0.0.1:9/mcp\", as_caller: {as_caller} }}\n"
         )
+    }
+
+    #[test]
+    fn a_bound_per_caller_of_zero_connections_is_refused_saying_at_least_one() {
+        let config = parse(&upstream(
+            "{ credentials: { ann: t }, max_sessions_per_caller: 2 }",
+        ))
+        .expect("a bound of two");
+        let as_caller = config.upstreams[0].as_caller.as_ref().expect("as_caller");
+        assert_eq!(as_caller.max_sessions_per_caller, Some(2));
+
+        let zero = parse(&upstream(
+            "{ credentials: { ann: t }, max_sessions_per_caller: 0 }",
+        ))
+        .unwrap_err();
+        assert_eq!(
+            zero.field(),
+            "upstreams[0].as_caller.max_sessions_per_caller"
+        );
+        assert!(zero.to_string().contains("must be at least 1"), "{zero}");
     }
 
     #[test]

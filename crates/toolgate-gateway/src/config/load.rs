@@ -704,6 +704,12 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
+    if sessions.listens_per_user == 0 {
+        return Err(ConfigError::invalid(
+            "server.mcp_sessions.listens_per_user",
+            "must be at least 1, e.g. `8`: a client listens to resources with one open request per stream it shows",
+        ));
+    }
     if sessions.idle_timeout.is_zero() {
         return Err(ConfigError::invalid(
             "server.mcp_sessions.idle_timeout",
@@ -917,6 +923,18 @@ mod tests {
         ] {
             assert_eq!(parse(text).unwrap_err().field(), field, "{text}");
         }
+    }
+
+    #[test]
+    fn listens_per_user_defaults_to_eight_and_zero_is_refused_saying_at_least_one() {
+        let config = parse("server:\n  mcp_sessions:\n    per_user: 16\n").unwrap();
+        assert_eq!(config.server.mcp_sessions.listens_per_user, 8);
+        let config = parse("server:\n  mcp_sessions:\n    listens_per_user: 2\n").unwrap();
+        assert_eq!(config.server.mcp_sessions.listens_per_user, 2);
+
+        let zero = parse("server:\n  mcp_sessions:\n    listens_per_user: 0\n").unwrap_err();
+        assert_eq!(zero.field(), "server.mcp_sessions.listens_per_user");
+        assert!(zero.to_string().contains("must be at least 1"), "{zero}");
     }
 
     #[test]

@@ -214,6 +214,12 @@ pub struct McpSessionLimits {
     /// after it the session ends and its slot is free.
     #[serde(with = "values::duration")]
     pub idle_timeout: Duration,
+    /// The most `subscriptions/listen` requests (MCP 2026-07-28) one user may have open at
+    /// once (default 8, a quarter of `per_user`). A listen request belongs to no session,
+    /// so `per_user` does not bound it; past it a new one is answered 429
+    /// (`too_many_listens`) until one of the user's ends. A reload applies a new bound at
+    /// once, to the requests open before too.
+    pub listens_per_user: usize,
 }
 
 impl Default for McpSessionLimits {
@@ -222,6 +228,7 @@ impl Default for McpSessionLimits {
             per_user: 32,
             max: 4096,
             idle_timeout: Duration::from_secs(300),
+            listens_per_user: toolgate_mcp::DEFAULT_LISTENS_PER_USER,
         }
     }
 }

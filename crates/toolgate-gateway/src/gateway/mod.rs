@@ -250,9 +250,15 @@ impl Gateway {
             let filter_by = authorize.clone();
             let cedar_by = cedar.clone();
             let scoped_by = tool_scopes.clone();
+            let listens = config.server.mcp_sessions.listens_per_user;
+            let listens = std::num::NonZeroUsize::new(listens).ok_or_else(|| {
+                let field = "server.mcp_sessions.listens_per_user";
+                ConfigError::invalid(field, "must be at least 1")
+            })?;
             let mut server = McpServer::new(system.pipeline().clone())
                 .server_info("toolgate", env!("CARGO_PKG_VERSION"))
                 .call_timeout(config.server.request_timeout)
+                .listens_per_user(listens)
                 .relayed_tasks(shared.relayed_tasks.clone())
                 .request_state_key(&crate::secrets::mcp_state_key(&config))
                 .map_err(|e| ConfigError::invalid("server.mcp_state_key", e.to_string()))?;

@@ -2,6 +2,7 @@
 //! policy mentions checked.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -268,5 +269,32 @@ fn per_caller(name: &str, config: &AsCallerConfig, keys: Option<&Arc<KeyStore>>)
     if let Some(idle) = config.idle {
         per_caller.idle = idle;
     }
+    // Zero is refused at load.
+    if let Some(max) = config.max_sessions_per_caller.and_then(NonZeroUsize::new) {
+        per_caller.max_sessions_per_caller = max;
+    }
     per_caller
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The per-caller settings of `upstreams[0]`, whose `as_caller` is `as_caller`.
+    fn per_caller_of(as_caller: &str) -> PerCaller {
+        let text = format!(
+            "upstreams:\n  - {{ name: crm, url: \"http://127.0.0.1:9/mcp\", as_caller: {as_caller} }}\n"
+        );
+        let config = crate::config::parse(&text).expect("a valid configuration");
+        let as_caller = config.upstreams[0].as_caller.as_ref().expect("as_caller");
+        per_caller("crm", as_caller, None)
+    }
+
+    #[test]
+    fn an_upstreams_bound_per_caller_is_the_one_its_connections_get() {
+        let bound = per_caller_of("{ credentials: { ann: t }, max_sessions_per_caller: 2 }");
+        assert_eq!(bound.max_sessions_per_caller.get(), 2);
+        let default = per_caller_of("{ credentials: { ann: t } }");
+        assert_eq!(default.max_sessions_per_caller.get(), 4, "unless set");
+    }
 }

@@ -310,6 +310,7 @@ impl Table {
             per_user,
             max,
             idle_timeout: idle,
+            ..
         } = self.limits;
         let first_expiry = |of_user: bool| {
             self.entries
@@ -377,6 +378,7 @@ mod tests {
                 per_user,
                 max,
                 idle_timeout: IDLE,
+                ..McpSessionLimits::default()
             },
             Box::new(move |id| record.lock().unwrap().push(id.to_string())),
         );

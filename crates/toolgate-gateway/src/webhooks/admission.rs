@@ -1,15 +1,14 @@
-//! Who may add an event to a webhook's queue: each caller up to a fair share of it
-//! ([`CALLER_SHARE`], counted by a [`KeyedShare`](toolgate_hooks::concurrency::KeyedShare)
-//! per queue), and the events refused, counted and told in the log once in a while
-//! ([`DropLog`]).
+//! Who may add an event to a webhook's queue: each caller up to a fair share of it (the
+//! webhook's `caller_share`, [`CALLER_SHARE`] by default, counted by a
+//! [`KeyedShare`](toolgate_hooks::concurrency::KeyedShare) per queue), and the events
+//! refused, counted and told in the log once in a while ([`DropLog`]).
 //!
 //! A webhook's queue is shared by every caller of every tenant, and a caller makes events
 //! at the pace of their own requests: parking a call and withdrawing it again costs one
 //! user two requests and queues two events. Without a share, one user doing so in a loop
 //! while the receiver is slow fills the queue, and the next caller's `suspension.waiting`
 //! is dropped — their approvers are never told. With one, that user's own new events are
-//! dropped past [`CALLER_SHARE`], and everyone else's still get in while the queue has
-//! room.
+//! dropped past their share, and everyone else's still get in while the queue has room.
 
 use std::time::Duration;
 
@@ -17,12 +16,15 @@ use tokio::time::Instant;
 
 /// Events waiting to be sent to one webhook (each webhook has its own queue, so a
 /// configuration holds at most this many per webhook); past it the newest is dropped for
-/// that webhook only. One caller holds at most [`CALLER_SHARE`] of it.
+/// that webhook only. One caller holds at most the webhook's `caller_share` of it
+/// ([`CALLER_SHARE`] by default), which may not be more than this.
 pub const QUEUE_CAPACITY: usize = 1024;
 
 /// The most events one caller may hold in one webhook's queue at once — queued or being
-/// delivered, retries included; past it that caller's new events are dropped for that
-/// webhook (counted with `reason="caller_share"`), while other callers' still get in.
+/// delivered, retries included — unless the webhook's `caller_share` says otherwise
+/// (`policies.approval.webhooks[i].caller_share`, from 1 to [`QUEUE_CAPACITY`]); past it
+/// that caller's new events are dropped for that webhook (counted with
+/// `reason="caller_share"`), while other callers' still get in.
 ///
 /// A sixteenth of [`QUEUE_CAPACITY`] (64): sixteen callers flooding at once are needed to
 /// fill a queue, and it is still far more than a person's calls leave undelivered while a
@@ -43,7 +45,7 @@ pub const DROPS_LOGGED_EVERY: Duration = Duration::from_secs(10);
 /// `dropped` count.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Dropped {
-    /// Its caller holds [`CALLER_SHARE`] of the queue already.
+    /// Its caller holds their share of the queue already.
     CallerShare,
     /// The queue is full.
     QueueFull,

@@ -5,8 +5,10 @@
 //! Each webhook has its own queue ([`QUEUE_CAPACITY`]) and its own delivery slots
 //! ([`IN_FLIGHT`]), so that a receiver that is slow, down or never answers fills only its
 //! own: it delays and drops only its own events, never another webhook's. Within a
-//! webhook's queue each caller holds at most [`CALLER_SHARE`] events
-//! ([`admission`](super::admission)), so that one caller's flood drops only their own.
+//! webhook's queue each caller holds at most its `caller_share` of events
+//! ([`CALLER_SHARE`](super::CALLER_SHARE) unless configured;
+//! [`admission`](super::admission)), so that one
+//! caller's flood drops only their own.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -22,7 +24,7 @@ use toolgate_core::error::with_causes;
 use toolgate_core::suspension::SuspensionStore;
 use toolgate_hooks::concurrency::{KeyedShare, SharePlace};
 
-use super::admission::{CALLER_SHARE, DropLog, Dropped, QUEUE_CAPACITY};
+use super::admission::{DropLog, Dropped, QUEUE_CAPACITY};
 use super::event::Event;
 use super::signature::{ID_HEADER, SIGNATURE_HEADER, TIMESTAMP_HEADER, sign};
 use crate::config::{WebhookConfig, WebhookEventName, WebhookFormatName};
@@ -92,6 +94,8 @@ struct Webhook {
     secret: Vec<u8>,
     format: WebhookFormatName,
     events: Vec<WebhookEventName>,
+    /// The most events one caller holds in its queue.
+    caller_share: usize,
 }
 
 /// One event for one webhook.
@@ -144,6 +148,7 @@ impl Notifier {
                     secret: w.secret.0.as_bytes().to_vec(),
                     format: w.format,
                     events: w.events.clone(),
+                    caller_share: w.caller_share,
                 })
             })
             .collect::<Result<Vec<_>, String>>()?
@@ -162,7 +167,7 @@ impl Notifier {
                 let (sender, received) = mpsc::channel(QUEUE_CAPACITY);
                 let queue = Queue {
                     sender,
-                    shares: KeyedShare::new(CALLER_SHARE),
+                    shares: KeyedShare::new(webhooks[webhook].caller_share),
                     drops: Mutex::default(),
                 };
                 let worker = Worker {
@@ -197,7 +202,7 @@ impl Notifier {
 
     /// Queues `event` for every webhook that takes it, each in its own queue, never
     /// waiting. It is dropped for a webhook — that webhook only — when its caller holds
-    /// [`CALLER_SHARE`] of that queue already, or the queue is full: counted, and told in
+    /// the webhook's `caller_share` of that queue already, or the queue is full: counted, and told in
     /// the log once in a while ([`DROPS_LOGGED_EVERY`](super::DROPS_LOGGED_EVERY)).
     pub(crate) fn enqueue(&self, event: Arc<Event>) {
         let caller = event.call.caller_key();
@@ -500,7 +505,7 @@ fn dropped(webhook: &Webhook, queue: &Queue, event: &Event, reason: Dropped) {
         tenant,
         dropped,
         capacity = QUEUE_CAPACITY,
-        caller_share = CALLER_SHARE,
+        caller_share = webhook.caller_share,
         "{}",
         reason.why()
     );
@@ -535,12 +540,18 @@ mod tests {
     use toolgate_core::User;
     use toolgate_core::suspension::InMemorySuspensionStore;
 
+    use super::super::admission::CALLER_SHARE;
     use super::*;
     use crate::config::EnvString;
     use crate::webhooks::CallSummary;
 
     /// A notifier of one webhook that takes every event, its task not yet run.
     fn notifier() -> (Arc<Notifier>, watch::Sender<()>) {
+        notifier_sharing(CALLER_SHARE)
+    }
+
+    /// [`notifier`], each caller holding at most `caller_share` events of the queue.
+    fn notifier_sharing(caller_share: usize) -> (Arc<Notifier>, watch::Sender<()>) {
         let (wake, wake_ups) = watch::channel(());
         let watch = Watch {
             upgrade: Box::new(|| None),
@@ -551,6 +562,7 @@ mod tests {
             secret: EnvString("0123456789abcdef".into()),
             format: WebhookFormatName::Json,
             events: WebhookEventName::ALL.to_vec(),
+            caller_share,
         };
         let store = Arc::new(InMemorySuspensionStore::default());
         let notifier = Notifier::start(&[webhook], watch, store, 10).unwrap();
@@ -593,6 +605,26 @@ mod tests {
             queue.shares.held_by(&Arc::from(of_acme.caller_key())),
             CALLER_SHARE
         );
+    }
+
+    #[tokio::test]
+    async fn a_webhook_sharing_two_events_per_caller_drops_a_callers_third() {
+        let (notifier, _wake) = notifier_sharing(2);
+
+        // No await: the worker has taken nothing out of the queue yet.
+        for _ in 0..5 {
+            notifier.enqueue(waiting("ann", "acme"));
+        }
+        notifier.enqueue(waiting("bob", "acme"));
+
+        let queue = &notifier.queues[0];
+        assert_eq!(
+            QUEUE_CAPACITY - queue.sender.capacity(),
+            3,
+            "ann's two, and bob's one"
+        );
+        let ann = User::new("ann").with_tenant("acme");
+        assert_eq!(queue.shares.held_by(&Arc::from(ann.caller_key())), 2);
     }
 
     #[test]

@@ -14,8 +14,9 @@
 //!   when full the newest event is dropped for that webhook, never the call held up) by its
 //!   own worker, up to [`IN_FLIGHT`] requests at once, with up to [`MAX_ATTEMPTS`] attempts
 //!   and jittered exponential backoff: a receiver that is slow or never answers delays and
-//!   drops only its own events. Within a queue each caller holds at most [`CALLER_SHARE`]
-//!   events, so that one caller's flood drops only their own. Every delivery is counted in
+//!   drops only its own events. Within a queue each caller holds at most the webhook's
+//!   `caller_share` of events ([`CALLER_SHARE`] by default), so that one caller's flood
+//!   drops only their own. Every delivery is counted in
 //!   [`DELIVERIES`] by outcome (and a drop by reason), every retry in [`RETRIES`]; drops are
 //!   logged at most once per [`DROPS_LOGGED_EVERY`] per webhook and reason.
 //!

@@ -398,6 +398,7 @@ mod tests {
             secret: EnvString("0123456789abcdef".into()),
             format: WebhookFormatName::Json,
             events: WebhookEventName::ALL.to_vec(),
+            caller_share: crate::webhooks::CALLER_SHARE,
         }
     }
 

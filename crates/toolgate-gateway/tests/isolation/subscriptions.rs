@@ -25,11 +25,16 @@ use crate::pipeline_paths::{events_matching, updates_in, watch_session};
 /// The gateway importing `tests/upstreams/paths.py` (which writes every subscribe and
 /// unsubscribe it receives to `events`), alice and bob allowed everything.
 fn start(events: &Path) -> Gateway {
+    start_with(events, "")
+}
+
+/// [`start`], with `more` added to the configuration.
+fn start_with(events: &Path, more: &str) -> Gateway {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/paths.py");
     Gateway::start(&format!(
         "upstreams:\n  - name: paths\n    command: {python}\n    args: [\"{script}\"]\n    env: {{ PATHS_EVENTS: \"{events}\" }}\n\
 policies:\n  authorization:\n    default: deny\n    rules:\n      - {{ effect: allow, users: [alice, bob] }}\n\
-users:\n{alice}{bob}",
+users:\n{alice}{bob}{more}",
         python = python(),
         events = events.display(),
         alice = user_yaml("alice", &["analyst"]),
@@ -192,9 +197,8 @@ async fn one_session_holds_a_bounded_number_of_subscriptions_and_another_callers
     subscribe(&gateway, "alice", &session, "paths://item/watched-too").await;
 }
 
-/// How many `subscriptions/listen` requests one user may have open at once
-/// (`MAX_LISTENS_PER_USER` in `toolgate-mcp`).
-const MAX_LISTENS_PER_USER: usize = 8;
+/// How many `subscriptions/listen` requests one user may have open at once by default.
+const MAX_LISTENS_PER_USER: usize = toolgate_mcp::DEFAULT_LISTENS_PER_USER;
 
 /// An open 2026-07-28 `subscriptions/listen` request: what its stream received so far.
 /// Dropped, the request's connection is closed.
@@ -335,4 +339,35 @@ async fn a_user_may_hold_a_bounded_number_of_listen_requests_and_one_ending_make
             Err(refused) => panic!("alice's ended request still counts: {refused}"),
         }
     }
+}
+
+#[tokio::test]
+async fn a_configured_bound_of_two_listens_per_user_refuses_the_third() {
+    if !python_mcp_available("a_configured_bound_of_two_listens_per_user_refuses_the_third") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let events = dir.path().join("events");
+    let gateway = start_with(
+        &events,
+        "server:\n  mcp_sessions:\n    listens_per_user: 2\n",
+    );
+
+    let mut open = Vec::new();
+    for _ in 0..2 {
+        let listening = listen(&gateway, "alice", "paths://watched").await;
+        open.push(listening.unwrap_or_else(|e| panic!("within the bound: {e}")));
+    }
+    let Err(refused) = listen(&gateway, "alice", "paths://watched").await else {
+        panic!("a third listen request was accepted under a bound of two");
+    };
+    assert_eq!(
+        refused["error"]["data"]["code"], "too_many_listens",
+        "{refused}"
+    );
+    let message = refused["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("you have 2 open already"), "{refused}");
+    listen(&gateway, "bob", "paths://watched")
+        .await
+        .unwrap_or_else(|e| panic!("bob listens: {e}"));
 }

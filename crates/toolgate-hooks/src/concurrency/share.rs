@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 /// How many places each key holds, at most `max` each: for what one client, caller or user
@@ -24,7 +25,9 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 /// ```
 #[derive(Debug)]
 pub struct KeyedShare<K: Eq + Hash> {
-    max: usize,
+    /// Atomic so that a share held behind its `Arc` can be given a new bound
+    /// ([`set_max`](Self::set_max)).
+    max: AtomicUsize,
     held: Mutex<HashMap<K, usize>>,
 }
 
@@ -39,7 +42,7 @@ impl<K: Eq + Hash + Clone> KeyedShare<K> {
     /// At most `max` places per key.
     pub fn new(max: usize) -> Arc<Self> {
         Arc::new(KeyedShare {
-            max,
+            max: AtomicUsize::new(max),
             held: Mutex::new(HashMap::new()),
         })
     }
@@ -49,7 +52,7 @@ impl<K: Eq + Hash + Clone> KeyedShare<K> {
     pub fn take(self: &Arc<Self>, key: K) -> Option<SharePlace<K>> {
         let mut held = self.lock();
         let count = held.entry(key.clone()).or_insert(0);
-        if *count >= self.max {
+        if *count >= self.max.load(Ordering::Relaxed) {
             return None;
         }
         *count += 1;
@@ -57,6 +60,30 @@ impl<K: Eq + Hash + Clone> KeyedShare<K> {
             share: Arc::clone(self),
             key,
         })
+    }
+
+    /// The most places a key may hold.
+    pub fn max(&self) -> usize {
+        self.max.load(Ordering::Relaxed)
+    }
+
+    /// Bounds each key by `max` from now on, as a reload of a configuration does: the
+    /// places held now stay held, and a key that holds `max` or more already takes no
+    /// other until it is under the new bound.
+    ///
+    /// ```
+    /// use toolgate_hooks::concurrency::KeyedShare;
+    ///
+    /// let share = KeyedShare::new(3);
+    /// let held: Vec<_> = (0..3).map(|_| share.take("ann").unwrap()).collect();
+    /// share.set_max(2);
+    /// assert_eq!(share.held_by(&"ann"), 3, "what ann holds stays hers");
+    /// assert!(share.take("ann").is_none());
+    /// drop(held);
+    /// assert!(share.take("ann").is_some());
+    /// ```
+    pub fn set_max(&self, max: usize) {
+        self.max.store(max, Ordering::Relaxed);
     }
 
     /// How many places `key` holds now.

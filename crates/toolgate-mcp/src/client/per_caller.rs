@@ -7,7 +7,8 @@
 //! so each credential gets a connection of its own: the calls of one caller share it,
 //! and callers never share one. A credential that changes (a renewed token) opens a new
 //! one. Connections are closed when idle, and bounded twice: one caller (a user id in its
-//! tenant) holds at most [`MAX_CALLER_SESSIONS_PER_CALLER`], past which *its own* least
+//! tenant) holds at most [`PerCaller::max_sessions_per_caller`] (by default
+//! [`MAX_CALLER_SESSIONS_PER_CALLER`]), past which *its own* least
 //! recently used is closed — so a caller presenting many tokens never closes another
 //! caller's connection, nor the upstream session bound to it — and all callers together
 //! hold at most [`PerCaller::max_sessions`], past which moka's policy picks one to close.
@@ -19,6 +20,7 @@
 //! [`credential_env`]: UpstreamConfig::credential_env
 
 use std::collections::HashMap;
+use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
 
@@ -370,18 +372,43 @@ impl From<MissingCredential> for ToolError {
 /// A [`CallerCredentials`] source in a configuration, with how many connections it may
 /// hold open and for how long.
 ///
-/// Two configurations are equal when they hold the same source (the same `Arc`).
+/// ```
+/// use std::num::NonZeroUsize;
+/// use std::sync::Arc;
+/// use std::time::Duration;
+///
+/// use toolgate_core::secret::Secret;
+/// use toolgate_mcp::{PerCaller, StaticCallerCredentials};
+///
+/// let credentials = StaticCallerCredentials::new([("ann", Secret::new("token-of-ann"))]);
+/// let per_caller = PerCaller {
+///     max_sessions: 500,
+///     max_sessions_per_caller: NonZeroUsize::new(2).unwrap(),
+///     idle: Duration::from_secs(60),
+///     ..PerCaller::new(Arc::new(credentials))
+/// };
+/// ```
+///
+/// Two configurations are equal when they hold the same source (the same `Arc`) and the
+/// same bounds.
 #[derive(Clone)]
 pub struct PerCaller {
     /// Where each caller's credential comes from.
     pub source: Arc<dyn CallerCredentials>,
     /// The most connections kept open at once, of all callers (default
     /// [`DEFAULT_MAX_CALLER_SESSIONS`]); past it one is closed (callers seen often keep
-    /// theirs). One caller holds at most [`MAX_CALLER_SESSIONS_PER_CALLER`] of them.
+    /// theirs). One caller holds at most
+    /// [`max_sessions_per_caller`](Self::max_sessions_per_caller) of them.
     pub max_sessions: u64,
     /// How long a connection stays open without a call (default
     /// [`DEFAULT_CALLER_SESSION_IDLE`]).
     pub idle: Duration,
+    /// The most connections one caller (a user id in its tenant) holds at once (default
+    /// [`MAX_CALLER_SESSIONS_PER_CALLER`]): past it the caller's own least recently used
+    /// connection is closed, never another caller's. Raise it for callers that use many
+    /// clients at once, each with a token of its own; lower it to hold fewer upstream
+    /// sessions per caller.
+    pub max_sessions_per_caller: NonZeroUsize,
 }
 
 impl PerCaller {
@@ -391,6 +418,7 @@ impl PerCaller {
             source,
             max_sessions: DEFAULT_MAX_CALLER_SESSIONS,
             idle: DEFAULT_CALLER_SESSION_IDLE,
+            max_sessions_per_caller: DEFAULT_PER_CALLER,
         }
     }
 }
@@ -400,6 +428,7 @@ impl PartialEq for PerCaller {
         Arc::ptr_eq(&self.source, &other.source)
             && self.max_sessions == other.max_sessions
             && self.idle == other.idle
+            && self.max_sessions_per_caller == other.max_sessions_per_caller
     }
 }
 
@@ -409,25 +438,31 @@ impl std::fmt::Debug for PerCaller {
             .field("source", &self.source.describe())
             .field("max_sessions", &self.max_sessions)
             .field("idle", &self.idle)
+            .field("max_sessions_per_caller", &self.max_sessions_per_caller)
             .finish()
     }
 }
 
 /// The most connections one caller (a user id in its tenant) holds to one upstream at
-/// once. A caller rarely needs more than one, but a renewed token opens a new connection
-/// while calls on the old one may still be running, and a user may call from two clients,
-/// each with a token of its own: two clients, each in the middle of a renewal, hold four.
-/// Past it the caller's own least recently used connection is closed, never another
-/// caller's, so one caller presenting many tokens cannot close the connections (and the
-/// upstream sessions) of others.
+/// once, unless [`PerCaller::max_sessions_per_caller`] sets another bound (the gateway's
+/// `as_caller.max_sessions_per_caller`). A caller rarely needs more than one, but a
+/// renewed token opens a new connection while calls on the old one may still be running,
+/// and a user may call from two clients, each with a token of its own: two clients, each
+/// in the middle of a renewal, hold four. Past it the caller's own least recently used
+/// connection is closed, never another caller's, so one caller presenting many tokens
+/// cannot close the connections (and the upstream sessions) of others.
 pub const MAX_CALLER_SESSIONS_PER_CALLER: usize = 4;
+
+/// [`MAX_CALLER_SESSIONS_PER_CALLER`], checked not zero when the crate is built.
+const DEFAULT_PER_CALLER: NonZeroUsize = NonZeroUsize::new(MAX_CALLER_SESSIONS_PER_CALLER)
+    .expect("a caller holds at least one connection");
 
 /// The per-caller connections of one upstream, keyed by caller and by the SHA-256 of the
 /// credential (the credential itself is kept only inside its connection). Generic over
 /// the connection, which the caller of [`CallerLinks::link`] makes, so that this module
 /// does not name the connection type that holds it.
 ///
-/// Two bounds: each caller holds at most [`MAX_CALLER_SESSIONS_PER_CALLER`] (its least
+/// Two bounds: each caller holds at most [`PerCaller::max_sessions_per_caller`] (its least
 /// recently used goes first), and all callers together at most `max_sessions` (moka's
 /// policy chooses, the last resort once many callers each hold their few).
 pub(crate) struct CallerLinks<L> {
@@ -460,16 +495,19 @@ impl<L> Held<L> {
     }
 }
 
-/// Each caller's connections, least recently used first.
+/// Each caller's connections, least recently used first, at most `max` each.
 ///
 /// Never locked while `links` is called: moka calls the eviction listener, which locks
 /// it, from inside its own operations.
-struct ByCaller<L>(Mutex<HashMap<String, Vec<Held<L>>>>);
+struct ByCaller<L> {
+    held: Mutex<HashMap<String, Vec<Held<L>>>>,
+    max: usize,
+}
 
 impl<L> ByCaller<L> {
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Vec<Held<L>>>> {
         // The listener must not panic; what the table holds stays consistent either way.
-        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+        self.held.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Records `link` as the caller's most recently used, and gives back those of its
@@ -483,7 +521,7 @@ impl<L> ByCaller<L> {
             credential: key.credential,
             link: Arc::downgrade(link),
         });
-        let past = held.len().saturating_sub(MAX_CALLER_SESSIONS_PER_CALLER);
+        let past = held.len().saturating_sub(self.max);
         held.drain(..past).collect()
     }
 
@@ -524,7 +562,10 @@ impl<L: Send + Sync + 'static> CallerLinks<L> {
     pub fn new(config: &UpstreamConfig, per_caller: &PerCaller) -> Self {
         let mut config = config.clone();
         config.per_caller = None;
-        let by_caller = Arc::new(ByCaller(Mutex::default()));
+        let by_caller = Arc::new(ByCaller {
+            held: Mutex::default(),
+            max: per_caller.max_sessions_per_caller.get(),
+        });
         let listener = Arc::clone(&by_caller);
         CallerLinks {
             source: Arc::clone(&per_caller.source),
@@ -767,12 +808,19 @@ mod tests {
 
     impl Harness {
         fn new(max_sessions: u64, idle: Duration) -> Self {
-            let source = Arc::new(SetByTest::default());
-            let per_caller = PerCaller {
+            Harness::with(|per_caller| PerCaller {
                 max_sessions,
                 idle,
-                ..PerCaller::new(Arc::clone(&source) as Arc<dyn CallerCredentials>)
-            };
+                ..per_caller
+            })
+        }
+
+        /// The links of an upstream with the default limits as `limits` changes them.
+        fn with(limits: impl FnOnce(PerCaller) -> PerCaller) -> Self {
+            let source = Arc::new(SetByTest::default());
+            let per_caller = limits(PerCaller::new(
+                Arc::clone(&source) as Arc<dyn CallerCredentials>
+            ));
             let config = UpstreamConfig::http("crm", "https://crm.example/mcp");
             let links = Arc::new(CallerLinks::new(&config, &per_caller));
             let made = Arc::new(std::sync::atomic::AtomicU64::new(0));
@@ -891,6 +939,32 @@ mod tests {
         assert_ne!(
             harness.call(User::new("ann"), "token-1").await,
             serials[1],
+            "the least recently used connection was closed, and is made again"
+        );
+        assert_eq!(harness.call(User::new("bob"), "token-of-bob").await, bob);
+    }
+
+    #[tokio::test]
+    async fn a_caller_bound_to_two_connections_loses_their_least_recently_used_past_two() {
+        let two = NonZeroUsize::new(2).unwrap();
+        let harness = Harness::with(|per_caller| PerCaller {
+            max_sessions_per_caller: two,
+            ..per_caller
+        });
+        let bob = harness.call(User::new("bob"), "token-of-bob").await;
+        let first = harness.call(User::new("ann"), "token-0").await;
+        let second = harness.call(User::new("ann"), "token-1").await;
+        // The first is used again, so the second is the least recently used.
+        assert_eq!(harness.call(User::new("ann"), "token-0").await, first);
+        harness.call(User::new("ann"), "token-2").await;
+
+        let mut held = harness.held_by("ann");
+        held.sort();
+        assert_eq!(held, ["token-0", "token-2"], "two, the bound, and no more");
+        assert_eq!(harness.call(User::new("ann"), "token-0").await, first);
+        assert_ne!(
+            harness.call(User::new("ann"), "token-1").await,
+            second,
             "the least recently used connection was closed, and is made again"
         );
         assert_eq!(harness.call(User::new("bob"), "token-of-bob").await, bob);

@@ -1091,8 +1091,9 @@ impl ServerHandler for Connection {
     /// stream until the caller ends it, then unsubscribes. A URI the caller may not read,
     /// or that no upstream has, refuses the whole request; a reload that withdraws the
     /// caller's access to one of them ends it with an error saying so. A user has at most
-    /// [`MAX_LISTENS_PER_USER`](super::listens::MAX_LISTENS_PER_USER) listen requests open
-    /// (`too_many_listens` past it): the request counts until it ends, however it ends.
+    /// the server's [`listens_per_user`](crate::McpServer::listens_per_user) listen
+    /// requests open (`too_many_listens` past it): the request counts until it ends,
+    /// however it ends.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         // Held by this future: released when it returns or is dropped (cancelled).
         let _open = self

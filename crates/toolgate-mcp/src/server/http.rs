@@ -287,15 +287,24 @@ fn answered(answer: direct::Answer, guard: DropGuard) -> http::Response<GuardedB
 mod tests {
     use toolgate_core::User;
 
-    use super::super::listens::MAX_LISTENS_PER_USER;
+    use std::num::NonZeroUsize;
+
+    use super::super::listens::DEFAULT_LISTENS_PER_USER;
     use super::*;
+
+    fn server() -> McpServer {
+        McpServer::new(toolgate_core::Pipeline::builder().build().unwrap())
+    }
+
+    fn at_most(max: usize) -> NonZeroUsize {
+        NonZeroUsize::new(max).unwrap()
+    }
 
     #[tokio::test]
     async fn an_endpoint_serving_a_new_configuration_still_counts_the_listens_open_before() {
-        let server = || McpServer::new(toolgate_core::Pipeline::builder().build().unwrap());
         let endpoint = server().http_service(Default::default());
         let alice = User::new("alice");
-        let open: Vec<_> = (0..MAX_LISTENS_PER_USER)
+        let open: Vec<_> = (0..DEFAULT_LISTENS_PER_USER)
             .map(|_| endpoint.current.load().listens.open(&alice).unwrap())
             .collect();
         endpoint.serve(&server());
@@ -305,5 +314,44 @@ mod tests {
         );
         drop(open);
         assert!(endpoint.current.load().listens.open(&alice).is_ok());
+    }
+
+    #[tokio::test]
+    async fn a_server_bound_to_two_listens_per_user_refuses_the_third() {
+        let endpoint = server()
+            .listens_per_user(at_most(2))
+            .http_service(Default::default());
+        let (alice, bob) = (User::new("alice"), User::new("bob"));
+        let listens = endpoint.current.load().listens.clone();
+        let _open = [listens.open(&alice).unwrap(), listens.open(&alice).unwrap()];
+        let refused = listens
+            .open(&alice)
+            .expect_err("the third is past the bound");
+        assert_eq!(refused.data.unwrap()["code"], "too_many_listens");
+        assert!(
+            refused.message.contains("you have 2 open already"),
+            "{}",
+            refused.message
+        );
+        assert!(listens.open(&bob).is_ok(), "bob has a bound of his own");
+    }
+
+    #[tokio::test]
+    async fn an_endpoint_serving_a_new_bound_applies_it_to_the_listens_open_before() {
+        let endpoint = server().http_service(Default::default());
+        let alice = User::new("alice");
+        let open: Vec<_> = (0..2)
+            .map(|_| endpoint.current.load().listens.open(&alice).unwrap())
+            .collect();
+
+        endpoint.serve(&server().listens_per_user(at_most(1)));
+        let refused = endpoint.current.load().listens.open(&alice);
+        assert!(refused.is_err(), "alice holds more than the new bound");
+
+        endpoint.serve(&server().listens_per_user(at_most(3)));
+        let third = endpoint.current.load().listens.open(&alice);
+        assert!(third.is_ok(), "a raised bound makes room at once");
+        assert!(endpoint.current.load().listens.open(&alice).is_err());
+        drop((open, third));
     }
 }

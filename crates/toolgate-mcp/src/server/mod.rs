@@ -19,6 +19,7 @@ mod stdio;
 mod tasks;
 
 use std::fmt;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 
 use arc_swap::ArcSwap;
@@ -35,6 +36,7 @@ use toolgate_core::{Pipeline, User};
 
 pub use self::cancellation::{ClientDisconnected, GuardedBody, HostShutdown};
 pub use self::http::McpHttpService;
+pub use self::listens::DEFAULT_LISTENS_PER_USER;
 pub use self::relayed::{MAX_AGE as MAX_RELAYED_TASK_AGE, RelayedTasks};
 use crate::McpError;
 use connection::{Connection, SessionRegistry};
@@ -95,8 +97,8 @@ pub(crate) struct ServerInner {
     pub relayed: RelayedTasks,
     /// Told of each waiting call its caller withdrew with `tasks/cancel`.
     pub on_withdrawal: Option<OnWithdrawal>,
-    /// The open `subscriptions/listen` requests of each user: kept by an endpoint across
-    /// the servers it serves in turn.
+    /// The open `subscriptions/listen` requests of each user, and how many each may have:
+    /// the table kept by an endpoint across the servers it serves in turn.
     pub listens: listens::Listens,
 }
 
@@ -160,10 +162,10 @@ impl McpServer {
         }
     }
 
-    /// This server, counting its open `subscriptions/listen` requests in `listens`: an
-    /// endpoint that serves it next keeps counting those opened before.
+    /// This server, counting its open `subscriptions/listen` requests in `listens`, under
+    /// its own bound: an endpoint that serves it next keeps counting those opened before.
     fn counting_listens_in(self, listens: &listens::Listens) -> Self {
-        let listens = listens.clone();
+        let listens = listens.bounded_as(&self.inner.listens);
         self.edit(|inner| inner.listens = listens)
     }
 
@@ -237,6 +239,30 @@ impl McpServer {
     #[must_use]
     pub fn call_timeout(self, timeout: Duration) -> Self {
         self.edit(|s| s.call_timeout = Some(timeout))
+    }
+
+    /// How many `subscriptions/listen` requests (MCP 2026-07-28) one user — an id in a
+    /// tenant — may have open at once over every connection of this server (default
+    /// [`DEFAULT_LISTENS_PER_USER`]). Past it a new one is refused with `data.code`
+    /// `too_many_listens` and `data.status` 429 until one of that user's ends.
+    ///
+    /// An endpoint that serves this server in place of another
+    /// ([`McpHttpService::serve`]) keeps counting the requests open before and bounds
+    /// them by this from the next request on: a user with more open than a lowered bound
+    /// keeps them, and opens no other until under it.
+    ///
+    /// ```
+    /// use std::num::NonZeroUsize;
+    /// # use toolgate_core::Pipeline;
+    /// # use toolgate_mcp::McpServer;
+    /// # fn f(pipeline: Pipeline) {
+    /// let server = McpServer::new(pipeline).listens_per_user(NonZeroUsize::new(2).unwrap());
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn listens_per_user(self, max: NonZeroUsize) -> Self {
+        // A table of its own: a server cloned before keeps its own bound.
+        self.edit(|s| s.listens = listens::Listens::new(max))
     }
 
     /// The key that seals the `requestState` of the multi-round calls it answers (MCP

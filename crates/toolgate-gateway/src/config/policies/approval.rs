@@ -73,6 +73,16 @@ pub struct WebhookConfig {
     /// The events sent (default all: `waiting`, `decided`, `expired`).
     #[serde(default = "all_webhook_events")]
     pub events: Vec<WebhookEventName>,
+    /// The most events of one caller (a user id in its tenant) this webhook's queue holds
+    /// at once, queued or being delivered (default 64, a sixteenth of the queue's 1024;
+    /// at most 1024). Past it that caller's new events are dropped for this webhook, so
+    /// that one caller's flood never crowds out another's `waiting`.
+    #[serde(default = "caller_share")]
+    pub caller_share: usize,
+}
+
+fn caller_share() -> usize {
+    crate::webhooks::CALLER_SHARE
 }
 
 /// What a webhook's body looks like.
@@ -238,13 +248,29 @@ fn webhook_secret<'de, D: Deserializer<'de>>(d: D) -> Result<EnvString, D::Error
 }
 
 impl WebhookConfig {
-    /// Refuses an empty list of events (field paths relative to the entry); the address
-    /// and the secret are refused while they are read.
+    /// Refuses an empty list of events and a caller's share that is zero or larger than
+    /// the queue (field paths relative to the entry); the address and the secret are
+    /// refused while they are read.
     fn check(&self) -> Result<(), ConfigError> {
         if self.events.is_empty() {
             return Err(ConfigError::invalid(
                 "events",
                 "lists no event: name some of `waiting`, `decided`, `expired` (or leave `events` out for all three), or remove the webhook",
+            ));
+        }
+        let capacity = crate::webhooks::QUEUE_CAPACITY;
+        if self.caller_share == 0 {
+            return Err(ConfigError::invalid(
+                "caller_share",
+                "must be at least 1, e.g. `64` (the default): with none, no caller's event could be sent",
+            ));
+        }
+        if self.caller_share > capacity {
+            return Err(ConfigError::invalid(
+                "caller_share",
+                format!(
+                    "is larger than the webhook's queue, which holds {capacity} events: give at most {capacity} (the default, 64, leaves room for sixteen callers at once)"
+                ),
             ));
         }
         Ok(())
@@ -294,6 +320,35 @@ mod tests {
         assert_eq!(webhooks[0].events, WebhookEventName::ALL);
         assert_eq!(webhooks[1].format, WebhookFormatName::Slack);
         assert_eq!(webhooks[1].events, [WebhookEventName::Decided]);
+    }
+
+    #[test]
+    fn a_webhooks_caller_share_defaults_to_64_and_may_be_anything_up_to_its_queue() {
+        let webhook = |more: &str| {
+            format!(
+                "policies:\n  approval:\n    webhooks:\n      - {{ url: \"https://hooks.example.com\", secret: 0123456789abcdef0123{more} }}\n"
+            )
+        };
+        let share =
+            |text: &str| parse(text).unwrap().policies.approval.unwrap().webhooks[0].caller_share;
+        assert_eq!(share(&webhook("")), 64);
+        assert_eq!(share(&webhook(", caller_share: 2")), 2);
+        assert_eq!(
+            share(&webhook(", caller_share: 1024")),
+            1024,
+            "the whole queue"
+        );
+
+        let zero = parse(&webhook(", caller_share: 0")).unwrap_err();
+        assert_eq!(zero.field(), "policies.approval.webhooks[0].caller_share");
+        assert!(zero.to_string().contains("must be at least 1"), "{zero}");
+        let past = parse(&webhook(", caller_share: 1025")).unwrap_err();
+        assert_eq!(past.field(), "policies.approval.webhooks[0].caller_share");
+        assert!(
+            past.to_string()
+                .contains("larger than the webhook's queue, which holds 1024 events"),
+            "{past}"
+        );
     }
 
     #[test]
