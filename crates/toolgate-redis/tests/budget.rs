@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use redis::AsyncCommands;
 use serde_json::json;
 use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolError, User};
-use toolgate_hooks::budget::{Budget, BudgetBackend, BudgetRequest, Cost, Window};
+use toolgate_hooks::budget::{Budget, BudgetBackend, BudgetDecision, BudgetRequest, Cost, Window};
 use toolgate_redis::{RedisConfig, RedisState};
 
 use common::cluster::Cluster;
@@ -210,6 +210,63 @@ async fn a_reported_cost_past_any_count_uses_the_budget_up_and_does_not_wrap_it(
         let used: u64 = redis.hget(&key, "used").await.unwrap();
         assert!((100..1 << 53).contains(&used), "{user}: {used}");
     }
+}
+
+/// A count of units spent that no replica writes — below zero, not a number, past any
+/// count — must not lift the budget for the rest of its window: below zero or not a number
+/// reads as nothing spent (as text that is not a number always did), past any count as the
+/// budget used up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_count_no_replica_writes_never_lifts_the_budget_for_its_window() {
+    let test = "a_count_no_replica_writes_never_lifts_the_budget_for_its_window";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let budget = state.budget();
+    let mut redis = inspect(&url).await;
+    let charge = |key: &'static str, cost: u64| {
+        let budget = budget.clone();
+        async move {
+            let request = BudgetRequest {
+                key,
+                cost,
+                limit: 10,
+                window: Window::hour(),
+            };
+            budget.charge(request).await.unwrap()
+        }
+    };
+    for (key, stored) in [("a", "-5"), ("b", "nan"), ("c", "-inf"), ("d", "-1e300")] {
+        assert!(matches!(charge(key, 1).await, BudgetDecision::Charged(_)));
+        let _: () = redis
+            .hset(budget.redis_key(key), "used", stored)
+            .await
+            .unwrap();
+        match charge(key, 10).await {
+            BudgetDecision::Charged(spent) => assert_eq!(spent.used, 10, "{stored}"),
+            refused => panic!("{stored}: {refused:?}"),
+        }
+        let refused = charge(key, 1).await;
+        assert!(
+            matches!(refused, BudgetDecision::Refused(s) if s.used == 10),
+            "{stored}: {refused:?}"
+        );
+    }
+    for (key, stored) in [("e", "inf"), ("f", "1e300")] {
+        assert!(matches!(charge(key, 1).await, BudgetDecision::Charged(_)));
+        let _: () = redis
+            .hset(budget.redis_key(key), "used", stored)
+            .await
+            .unwrap();
+        let refused = charge(key, 1).await;
+        assert!(
+            matches!(refused, BudgetDecision::Refused(s) if (10..1 << 53).contains(&s.used)),
+            "{stored}: {refused:?}"
+        );
+    }
+    assert_every_key_expires(&url, &prefix).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -6,8 +6,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{assert_every_key_expires, namespace, redis_or_skip, remove_keys_under, replica};
+use common::{
+    assert_every_key_expires, inspect, namespace, redis_or_skip, remove_keys_under, replica,
+};
 use futures::future::join_all;
+use redis::AsyncCommands;
 
 const KEEP: Duration = Duration::from_secs(3600);
 
@@ -173,4 +176,53 @@ async fn counters_without_redis_say_so_within_their_deadline() {
         "{error}"
     );
     assert!(counters.read().await.is_err());
+}
+
+/// A count no replica could have written (another writer's text, a count at the largest
+/// number Redis keeps, a key of another type) must not fail the addition half way: the
+/// tools added before it would stay added, and the replica, told the addition failed,
+/// would add them again at its next flush, and again at every one after.
+#[tokio::test]
+async fn an_unreadable_count_neither_fails_an_addition_nor_counts_the_other_tools_twice() {
+    let test = "an_unreadable_count_neither_fails_an_addition_nor_counts_the_other_tools_twice";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let counters = replica(&url, &prefix).await.counters(100, KEEP);
+    let base = format!("{prefix}:{{{prefix}:counters}}");
+    let mut redis = inspect(&url).await;
+    let _: () = redis
+        .hset(format!("{base}:tool:text"), "calls", "not a count")
+        .await
+        .unwrap();
+    let _: () = redis
+        .hset(format!("{base}:tool:full"), "calls", i64::MAX)
+        .await
+        .unwrap();
+    let _: () = redis
+        .set(format!("{base}:tool:string"), "not a hash")
+        .await
+        .unwrap();
+
+    let batch = [
+        ("a", &[("calls", 1)][..]),
+        ("full", &[("calls", 5), ("errors", 1)][..]),
+        ("string", &[("calls", 3)][..]),
+        ("text", &[("calls", 2)][..]),
+        ("z", &[("calls", 1)][..]),
+    ];
+    counters.add(&batch).await.expect("the addition is made");
+    counters.add(&[("a", &[("calls", 1)][..])]).await.unwrap();
+
+    let all = counters.read().await.unwrap();
+    assert_eq!(all.tools["a"]["calls"], 2, "added once each time");
+    assert_eq!(all.tools["z"]["calls"], 1);
+    // The count that cannot grow stays at the largest; the others start over.
+    assert_eq!(all.tools["full"]["calls"], i64::MAX as u64);
+    assert_eq!(all.tools["full"]["errors"], 1);
+    assert_eq!(all.tools["string"]["calls"], 3);
+    assert_eq!(all.tools["text"]["calls"], 2);
+    assert_every_key_expires(&url, &prefix).await;
+    remove_keys_under(&url, &prefix).await;
 }

@@ -225,3 +225,61 @@ async fn a_flood_from_ann_of_globex_does_not_spend_the_rate_limit_of_ann_of_acme
     assert!(kept, "the key of a caller without a tenant is what it was");
     assert_every_key_expires(&url, &prefix).await;
 }
+
+/// A state past a full budget from now — written on a clock ahead of this Redis's (a
+/// failover to a node whose clock is behind), or not a time at all — reads as the latest
+/// state a replica on this clock could have written: the caller waits at most one emission
+/// interval, not for as long as the clocks differ (or forever), and the state is put back
+/// in range for every replica. A value that is not a number reads as no state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_from_a_clock_ahead_never_makes_a_caller_wait_past_one_interval() {
+    let test = "a_state_from_a_clock_ahead_never_makes_a_caller_wait_past_one_interval";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let backend = state.quota();
+    let rate = Rate::per_second(1).unwrap().with_burst(2).unwrap();
+    let mut connection = inspect(&url).await;
+    let an_hour_ahead = (redis_now(&url).await + 3_600_000_000).to_string();
+    for (n, stored) in [an_hour_ahead.as_str(), "1e300", "inf"].iter().enumerate() {
+        let key = format!("ahead{n}");
+        let redis_key = backend.redis_key(&key);
+        let _: () = connection
+            .pset_ex(&redis_key, *stored, 3_600_000)
+            .await
+            .unwrap();
+        let request = QuotaRequest { key: &key, rate };
+        match backend.acquire(request).await.unwrap() {
+            QuotaDecision::Limited { retry_after } => {
+                assert!(
+                    retry_after <= Duration::from_secs(1),
+                    "{stored}: {retry_after:?}"
+                );
+            }
+            QuotaDecision::Granted(_) => panic!("{stored}: the budget read as spent is spent"),
+        }
+        let pttl: i64 = connection.pttl(&redis_key).await.unwrap();
+        assert!((1..=2000).contains(&pttl), "{stored}: PTTL {pttl}");
+    }
+    for (n, stored) in ["nan", "-nan", "not a time"].iter().enumerate() {
+        let key = format!("nan{n}");
+        let _: () = connection
+            .pset_ex(backend.redis_key(&key), *stored, 3_600_000)
+            .await
+            .unwrap();
+        for _ in 0..2 {
+            let request = QuotaRequest { key: &key, rate };
+            let decision = backend.acquire(request).await.unwrap();
+            assert!(matches!(decision, QuotaDecision::Granted(_)), "{stored}");
+        }
+        let request = QuotaRequest { key: &key, rate };
+        let decision = backend.acquire(request).await.unwrap();
+        assert!(
+            matches!(decision, QuotaDecision::Limited { .. }),
+            "{stored}: past the burst"
+        );
+    }
+    assert_every_key_expires(&url, &prefix).await;
+}

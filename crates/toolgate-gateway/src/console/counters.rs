@@ -285,7 +285,8 @@ impl ToolCounters {
         for (tool, unshared) in self.each(Counts::unshared) {
             let values = tools.entry(tool).or_insert([0; FIELDS.len()]);
             for (value, more) in values.iter_mut().zip(unshared) {
-                *value += more;
+                // The shared count was read back from Redis, where anything may be.
+                *value = value.saturating_add(more);
             }
         }
         let since = shared

@@ -14,6 +14,14 @@
 local state = redis.call('HMGET', KEYS[1], 'end', 'used')
 local stored_end = tonumber(state[1])
 local used = tonumber(state[2]) or 0
+-- A count no replica writes (another program's) must not lift the budget for the rest of
+-- its window: below zero or NaN reads as nothing spent, as text always did, and past
+-- 2^53 - 1 as that count (the budget used up).
+if used ~= used or used < 0 then
+  used = 0
+elseif used > 9007199254740991 then
+  used = 9007199254740991
+end
 
 if ARGV[1] == 'adjust' then
   if stored_end ~= tonumber(ARGV[2]) then
