@@ -25,10 +25,14 @@ use toolgate_mcp::UpstreamConfig;
 /// `steal`, sent from the calling task. A call of `hdr` without `mode` is the victim: it is
 /// answered only when released. A call with `mode` `on_stream` writes the victim's answer
 /// on its own stream, then its own answer; one with `mode` `as_json` answers its POST with
-/// the victim's answer as JSON.
+/// the victim's answer as JSON; one with `mode` `on_resume` sends one event with an id and
+/// closes its stream, and writes the victim's answer, then its own, on the stream resumed
+/// from that id (a GET with `Last-Event-ID`).
 #[derive(Default)]
 struct Upstream {
     victim: Mutex<Option<Value>>,
+    /// The id of the call whose stream is to be resumed.
+    resumed: Mutex<Option<Value>>,
     victim_arrived: Notify,
     release_victim: Notify,
 }
@@ -96,6 +100,16 @@ impl Upstream {
                 let victim = self.victim().await;
                 return json_answer(answer(&victim, "stolen"));
             }
+            Some("on_resume") => {
+                *self.resumed.lock().expect("resumed") = Some(id);
+                let log = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                                 "params": {"level": "info", "data": "x"}});
+                let _ = events
+                    .send(format!("id: before-the-break\nretry: 10\n{}", event(&log)))
+                    .await;
+                // Dropping the sender ends the stream.
+                return sse(stream);
+            }
             Some(_) => {
                 tokio::spawn(async move {
                     let victim = self.victim().await;
@@ -108,6 +122,25 @@ impl Upstream {
                 });
             }
         }
+        sse(stream)
+    }
+
+    /// The resumed stream of the call whose mode is `on_resume`.
+    async fn resume(self: Arc<Self>, last_event_id: Option<&str>) -> Response {
+        let resumed = self.resumed.lock().expect("resumed").clone();
+        let (Some("before-the-break"), Some(id)) = (last_event_id, resumed) else {
+            return StatusCode::METHOD_NOT_ALLOWED.into_response();
+        };
+        let (events, stream) = mpsc::channel(4);
+        tokio::spawn(async move {
+            let victim = self.victim().await;
+            let _ = events.send(event(&answer(&victim, "stolen"))).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let _ = events
+                .send(event(&answer(&id, "the thief's own answer")))
+                .await;
+            self.release_victim.notify_waiters();
+        });
         sse(stream)
     }
 
@@ -126,7 +159,12 @@ async fn start() -> (Arc<Upstream>, Arc<Pipeline>) {
     let app = axum::Router::new()
         .route(
             "/mcp",
-            axum::routing::post(posted).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+            axum::routing::post(posted).get(
+                |State(upstream): State<Arc<Upstream>>, headers: axum::http::HeaderMap| async move {
+                    let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+                    upstream.resume(last).await
+                },
+            ),
         )
         .with_state(Arc::clone(&upstream));
     let url = serve_on_loopback(app).await + "/mcp";
@@ -224,4 +262,22 @@ async fn another_calls_answer_as_a_posts_json_answer_fails_only_that_post() {
     // The connection is still everyone's: later calls are answered.
     let (victim, thief) = victim_and_thief(&upstream, &pipeline, "steal", "on_stream").await;
     assert!(victim.is_ok() && thief.is_ok(), "{victim:?} {thief:?}");
+}
+
+#[tokio::test]
+async fn another_calls_answer_on_a_resumed_stream_reaches_neither() {
+    for tool in ["hdr", "steal"] {
+        let (upstream, pipeline) = start().await;
+        let (victim, thief) = victim_and_thief(&upstream, &pipeline, tool, "on_resume").await;
+        assert!(
+            victim
+                .as_ref()
+                .is_ok_and(|v| v.contains("the victim's own")),
+            "{tool}: {victim:?}"
+        );
+        assert!(
+            thief.as_ref().is_ok_and(|t| t.contains("the thief's own")),
+            "{tool}: {thief:?}"
+        );
+    }
 }

@@ -49,8 +49,7 @@ use rmcp::service::{
 use rmcp::transport::DynamicTransportError;
 use rmcp::transport::common::client_side_sse::{ExponentialBackoff, SseRetryPolicy};
 use rmcp::transport::streamable_http_client::{
-    StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
-    StreamableHttpResponseLimits,
+    StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
 use tokio::sync::mpsc;
 
@@ -199,14 +198,7 @@ impl Direct {
             }
             None => self
                 .client
-                .post_message_with_response_limits(
-                    Arc::clone(&posted.uri),
-                    message,
-                    posted.session_id.clone(),
-                    posted.auth_header.clone(),
-                    headers,
-                    limits,
-                )
+                .post_for_call(&id, &posted, message, headers, limits)
                 .await
                 .map_err(failed),
         };
@@ -256,7 +248,7 @@ impl Direct {
             let ended = match stream.next().await {
                 Some(Ok(event)) => {
                     if let Some(retry) = event.retry {
-                        server_retry = Some(Duration::from_millis(retry));
+                        server_retry = Some(Duration::from_millis(capped_retry(retry)));
                     }
                     if event.id.is_some() {
                         last_event_id = event.id;
@@ -300,17 +292,7 @@ impl Direct {
                 .unwrap_or_default();
             resumes += 1;
             tokio::time::sleep(wait).await;
-            stream = match self
-                .client
-                .get_stream(
-                    Arc::clone(&posted.uri),
-                    posted.session_id.clone(),
-                    Some(from),
-                    posted.auth_header.clone(),
-                    posted.headers.clone(),
-                )
-                .await
-            {
+            stream = match self.client.resume_for_call(id, posted, from).await {
                 Ok(stream) => stream,
                 Err(e) => return Err(transport(e)),
             };
@@ -366,6 +348,16 @@ impl Direct {
             }
         }
     }
+}
+
+/// The longest wait before resuming a stream that an upstream's `retry:` is taken at, in
+/// milliseconds: a longer one is cut to it. Resuming is cheap, and a call's time is
+/// better spent trying again than asleep (`u64::MAX` would sleep past any deadline).
+const MAX_SERVER_RETRY_MS: u64 = 30_000;
+
+/// An upstream's `retry:` (milliseconds), cut to [`MAX_SERVER_RETRY_MS`].
+pub(super) fn capped_retry(millis: u64) -> u64 {
+    millis.min(MAX_SERVER_RETRY_MS)
 }
 
 /// How long the rest of a call's stream is read after its answer, for its HTTP
@@ -490,6 +482,13 @@ mod tests {
             &json!({"type": "object", "properties": {
             "text": {"type": "string"}}})
         ));
+    }
+
+    #[test]
+    fn an_upstreams_retry_is_taken_up_to_a_bound() {
+        assert_eq!(capped_retry(1_500), 1_500);
+        assert_eq!(capped_retry(u64::MAX), MAX_SERVER_RETRY_MS);
+        assert!(Duration::from_millis(capped_retry(u64::MAX)) <= Duration::from_secs(30));
     }
 
     #[test]

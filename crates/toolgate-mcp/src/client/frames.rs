@@ -151,10 +151,13 @@ impl<T: Transport<RoleClient>> Transport<RoleClient> for Frames<T> {
 
     fn send(
         &mut self,
-        mut item: TxJsonRpcMessage<RoleClient>,
+        item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        if let JsonRpcMessage::Request(request) = &mut item
-            && let Some(ticket) = request.request.extensions_mut().remove::<RouteTicket>()
+        // The ticket stays with the request: the HTTP client under rmcp holds the
+        // request's response stream only while the call lives
+        // ([`StreamTagging`](super::streams::StreamTagging)).
+        if let JsonRpcMessage::Request(request) = &item
+            && let Some(ticket) = request.request.extensions().get::<RouteTicket>().cloned()
         {
             let token = request.request.get_meta().get_progress_token();
             self.inbound.register(request.id.clone(), token, ticket);

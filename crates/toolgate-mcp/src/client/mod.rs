@@ -12,6 +12,7 @@ mod message;
 pub mod per_caller;
 mod post;
 mod relay;
+mod request_streams;
 mod secrets;
 mod stdio;
 mod streams;

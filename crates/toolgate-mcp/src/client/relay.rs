@@ -113,7 +113,7 @@ struct Route {
 impl Route {
     /// Whether the call still waits for what the upstream sends (its [`Relay`] lives).
     fn live(&self) -> bool {
-        !self.ticket.0.queue.is_closed()
+        !self.ticket.is_over()
     }
 }
 
@@ -128,6 +128,19 @@ pub(crate) enum Relayed {
 /// request id and progress token rmcp gave it.
 #[derive(Clone)]
 pub(crate) struct RouteTicket(Arc<Ticket>);
+
+impl RouteTicket {
+    /// Whether the call is over (its [`Relay`] dropped: answered, failed, timed out or
+    /// cancelled).
+    pub(crate) fn is_over(&self) -> bool {
+        self.0.queue.is_closed()
+    }
+
+    /// Completes when the call is over ([`is_over`](Self::is_over)).
+    pub(crate) async fn over(&self) {
+        self.0.queue.closed().await;
+    }
+}
 
 struct Ticket {
     /// `None` for a call without an MCP caller (`/v1`, an agent): what the upstream sends

@@ -5,10 +5,14 @@
 //! (`InboundStreamOrigin`) but not of a notification. A log message names no request, so
 //! its stream is the only protocol fact that says whose it is. This HTTP client — reqwest,
 //! as rmcp's own — writes the id of the POSTed request into the `_meta` of every
-//! `notifications/message` on that POST's response stream ([`STREAM_KEY`]), and removes
-//! the key from every other one (the standalone stream, a resumed stream): an upstream
-//! cannot name a stream itself. [`Frames`](super::frames::Frames) reads the key, removes
-//! it, and routes the message to the call of that request.
+//! `notifications/message` on that POST's response stream, or a stream resumed from it
+//! ([`STREAM_KEY`]), and removes the key from every other one (the standalone stream):
+//! an upstream cannot name a stream itself. [`Frames`](super::frames::Frames) reads the
+//! key, removes it, and routes the message to the call of that request.
+//!
+//! Each stream of a request is also held only while its call lives, and a stream rmcp
+//! resumes is attributed to the request whose stream it resumes
+//! ([`request_streams`](super::request_streams)).
 //!
 //! It also keeps what rmcp last sent a request of the session with ([`Wire`]): the
 //! session id, the credential and the protocol headers, which
@@ -20,7 +24,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use futures::StreamExt;
 use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
-use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
+use rmcp::model::{
+    ClientJsonRpcMessage, GetExtensions, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+};
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
     StreamableHttpResponseLimits,
@@ -29,7 +35,8 @@ use serde::de::IgnoredAny;
 use serde_json::Value;
 
 use super::post::Target;
-use super::relay::{Dropped, Routes};
+use super::relay::{Dropped, RouteTicket, Routes};
+use super::request_streams::{Owner, RequestStream, Resumable};
 
 /// The `_meta` key of a log message that holds the id of the request whose response
 /// stream carried it. Written only by toolgate; never reaches a caller.
@@ -43,8 +50,10 @@ const LOG_METHOD: &str = "notifications/message";
 pub(crate) struct StreamTagging {
     inner: reqwest::Client,
     wire: Arc<Wire>,
-    /// Where an answer dropped from a request's stream is counted ([`only_its_answer`]).
+    /// Where an answer dropped from a request's stream is counted.
     routes: Arc<Routes>,
+    /// The connection's streams that ended before their answer, for their resume.
+    resumable: Arc<Resumable>,
 }
 
 impl StreamTagging {
@@ -56,6 +65,7 @@ impl StreamTagging {
             inner,
             wire: Arc::default(),
             routes,
+            resumable: Arc::default(),
         }
     }
 
@@ -156,7 +166,7 @@ impl Wire {
     }
 }
 
-type SseStream = BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>;
+pub(crate) type SseStream = BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>;
 
 impl StreamableHttpClient for StreamTagging {
     type Error = reqwest::Error;
@@ -205,15 +215,18 @@ impl StreamableHttpClient for StreamTagging {
     async fn post_message_with_response_limits(
         &self,
         uri: Arc<str>,
-        message: ClientJsonRpcMessage,
+        mut message: ClientJsonRpcMessage,
         session_id: Option<Arc<str>>,
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        let origin = match &message {
-            JsonRpcMessage::Request(request) => Some(request.id.clone()),
-            _ => None,
+        let (origin, ticket) = match &mut message {
+            JsonRpcMessage::Request(request) => (
+                Some(request.id.clone()),
+                request.request.extensions_mut().remove::<RouteTicket>(),
+            ),
+            _ => (None, None),
         };
         self.wire.keep(
             &uri,
@@ -232,25 +245,23 @@ impl StreamableHttpClient for StreamTagging {
                 limits,
             )
             .await?;
-        Ok(match response {
-            StreamableHttpPostResponse::Sse(stream, session) => {
-                let stream = match &origin {
-                    Some(id) => only_its_answer(stream, id, Arc::clone(&self.routes)),
-                    None => stream,
-                };
-                StreamableHttpPostResponse::Sse(tagged(stream, origin), session)
+        Ok(match (response, origin) {
+            (StreamableHttpPostResponse::Sse(stream, session), Some(id)) => {
+                let stream = self.held(stream, Owner::Request(id.clone()), ticket, None);
+                StreamableHttpPostResponse::Sse(tagged(stream, Some(id)), session)
             }
-            StreamableHttpPostResponse::Json(message, _)
-                if origin
-                    .as_ref()
-                    .is_some_and(|id| is_answer_to_another(&message, id)) =>
+            (StreamableHttpPostResponse::Sse(stream, session), None) => {
+                StreamableHttpPostResponse::Sse(tagged(stream, None), session)
+            }
+            (StreamableHttpPostResponse::Json(message, _), Some(id))
+                if is_answer_to_another(&message, &id) =>
             {
                 self.routes.dropped(Dropped::Answer);
                 return Err(StreamableHttpError::UnexpectedServerResponse(
                     "the server answered the request with the answer to another request".into(),
                 ));
             }
-            other => other,
+            (other, _) => other,
         })
     }
 
@@ -274,13 +285,20 @@ impl StreamableHttpClient for StreamTagging {
         auth_header: Option<String>,
         custom_headers: HashMap<HeaderName, HeaderValue>,
     ) -> Result<SseStream, StreamableHttpError<Self::Error>> {
-        let stream = self
-            .inner
-            .get_stream(uri, session_id, last_event_id, auth_header, custom_headers)
-            .await?;
-        Ok(tagged(stream, None))
+        self.get_stream_with_max_sse_event_size(
+            uri,
+            session_id,
+            last_event_id,
+            auth_header,
+            custom_headers,
+            StreamableHttpResponseLimits::default().max_sse_event_size,
+        )
+        .await
     }
 
+    /// The standalone stream (no `last_event_id`), or the resume of a stream that ended
+    /// at `last_event_id`, which is the stream of whichever request that one was
+    /// ([`request_streams`](super::request_streams)).
     async fn get_stream_with_max_sse_event_size(
         &self,
         uri: Arc<str>,
@@ -290,18 +308,101 @@ impl StreamableHttpClient for StreamTagging {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         max_sse_event_size: usize,
     ) -> Result<SseStream, StreamableHttpError<Self::Error>> {
+        let (owner, ticket) = match &last_event_id {
+            Some(event_id) => self.resumable.owner(event_id),
+            None => (Owner::Standalone, None),
+        };
         let stream = self
             .inner
             .get_stream_with_max_sse_event_size(
                 uri,
                 session_id,
-                last_event_id,
+                last_event_id.clone(),
                 auth_header,
                 custom_headers,
                 max_sse_event_size,
             )
             .await?;
-        Ok(tagged(stream, None))
+        let origin = match &owner {
+            Owner::Request(id) => Some(id.clone()),
+            _ => None,
+        };
+        Ok(tagged(
+            self.held(stream, owner, ticket, last_event_id),
+            origin,
+        ))
+    }
+}
+
+impl StreamTagging {
+    /// `stream`, of `owner`, held while the call of `ticket` lives.
+    fn held(
+        &self,
+        stream: SseStream,
+        owner: Owner,
+        ticket: Option<RouteTicket>,
+        resumed_from: Option<String>,
+    ) -> SseStream {
+        RequestStream::new(
+            stream,
+            owner,
+            ticket,
+            resumed_from,
+            Arc::clone(&self.resumable),
+            Arc::clone(&self.routes),
+        )
+        .boxed()
+    }
+
+    /// POSTs the `tools/call` `id` of a call made from the calling task
+    /// ([`Direct`](super::direct::Direct)), which reads the answer, filters it and resumes
+    /// the stream itself: its stream is only tagged as `id`'s.
+    pub(crate) async fn post_for_call(
+        &self,
+        id: &RequestId,
+        posted: &Posted,
+        message: ClientJsonRpcMessage,
+        headers: HashMap<HeaderName, HeaderValue>,
+        limits: StreamableHttpResponseLimits,
+    ) -> Result<StreamableHttpPostResponse, StreamableHttpError<reqwest::Error>> {
+        let response = self
+            .inner
+            .post_message_with_response_limits(
+                Arc::clone(&posted.uri),
+                message,
+                posted.session_id.clone(),
+                posted.auth_header.clone(),
+                headers,
+                limits,
+            )
+            .await?;
+        Ok(match response {
+            StreamableHttpPostResponse::Sse(stream, session) => {
+                StreamableHttpPostResponse::Sse(tagged(stream, Some(id.clone())), session)
+            }
+            other => other,
+        })
+    }
+
+    /// Resumes from `last_event_id` the stream of the call `id` made from the calling
+    /// task, tagged as its.
+    pub(crate) async fn resume_for_call(
+        &self,
+        id: &RequestId,
+        posted: &Posted,
+        last_event_id: String,
+    ) -> Result<SseStream, StreamableHttpError<reqwest::Error>> {
+        let stream = self
+            .inner
+            .get_stream(
+                Arc::clone(&posted.uri),
+                posted.session_id.clone(),
+                Some(last_event_id),
+                posted.auth_header.clone(),
+                posted.headers.clone(),
+            )
+            .await?;
+        Ok(tagged(stream, Some(id.clone())))
     }
 }
 
@@ -320,31 +421,6 @@ pub(crate) fn tagged(stream: SseStream, origin: Option<RequestId>) -> SseStream 
         .boxed()
 }
 
-/// `stream`, the response stream of request `origin`, without the answers (responses and
-/// errors) it carries to any other request: rmcp takes an answer from any stream for
-/// whichever request of the connection has its id, so an upstream that wrote another
-/// call's answer on this stream (or one to a request never sent) would answer another
-/// caller's call with it. Dropped and counted in `routes`. An error without an id is left
-/// to rmcp, which reads it as the answer to no request.
-fn only_its_answer(stream: SseStream, origin: &RequestId, routes: Arc<Routes>) -> SseStream {
-    let origin = origin.clone().into_json_value();
-    stream
-        .filter(move |event| {
-            let another = match event {
-                Ok(sse) => sse
-                    .data
-                    .as_deref()
-                    .is_some_and(|data| answers_another(data, &origin)),
-                Err(_) => false,
-            };
-            if another {
-                routes.dropped(Dropped::Answer);
-            }
-            std::future::ready(!another)
-        })
-        .boxed()
-}
-
 /// Whether `message` is an answer (response or error) to a request other than `origin`.
 fn is_answer_to_another(message: &ServerJsonRpcMessage, origin: &RequestId) -> bool {
     match message {
@@ -354,9 +430,9 @@ fn is_answer_to_another(message: &ServerJsonRpcMessage, origin: &RequestId) -> b
     }
 }
 
-/// Whether `data` is a JSON-RPC answer to a request other than the one whose id is
-/// `origin`.
-fn answers_another(data: &str, origin: &Value) -> bool {
+/// The id of the request `data` answers, when it is a JSON-RPC answer (response or
+/// error) with an id.
+pub(crate) fn answer_id(data: &str) -> Option<Value> {
     #[derive(serde::Deserialize)]
     struct Keys {
         id: Option<Value>,
@@ -367,13 +443,13 @@ fn answers_another(data: &str, origin: &Value) -> bool {
     // Most events are notifications: only what could be an answer is read (a key written
     // with escapes, `"\u0072esult"`, could be one too).
     if !(data.contains("\"result\"") || data.contains("\"error\"") || data.contains("\\u")) {
-        return false;
+        return None;
     }
-    serde_json::from_str::<Keys>(data).is_ok_and(|keys| {
-        keys.method.is_none()
-            && (keys.result.is_some() || keys.error.is_some())
-            && keys.id.is_some_and(|id| id != *origin)
-    })
+    let keys = serde_json::from_str::<Keys>(data).ok()?;
+    if keys.method.is_some() || (keys.result.is_none() && keys.error.is_none()) {
+        return None;
+    }
+    keys.id
 }
 
 /// Writes `origin` under [`STREAM_KEY`] into the `_meta` of a log message in `data` —
@@ -434,6 +510,8 @@ mod tests {
     #[test]
     fn only_an_answer_to_another_request_is_told_apart() {
         let origin = json!("toolgate-3");
+        let answers_another =
+            |data: &str, origin: &Value| answer_id(data).is_some_and(|id| id != *origin);
         let another = |message: Value| answers_another(&message.to_string(), &origin);
         assert!(another(json!({"jsonrpc": "2.0", "id": 2, "result": {}})));
         assert!(another(

@@ -1,0 +1,322 @@
+//! The response streams of what rmcp sends on an HTTP connection, as
+//! [`StreamTagging`](super::streams::StreamTagging) hands them to rmcp: each held only
+//! while its call lives, and each resumed as the stream of the request it was.
+//!
+//! **Let go with the call.** rmcp reads a request's stream until the upstream ends it. When
+//! a call is abandoned (its caller cancelled or went away, its deadline passed) toolgate
+//! tells the upstream (`notifications/cancelled`), and rmcp stops reading; but at
+//! 2025-11-25 it keeps the stream, and the HTTP connection under it, until the
+//! cancellation's POST is answered — and it sends one cancellation at a time, each given
+//! five seconds. An upstream that answers neither the cancellation nor the call would
+//! have the streams of a few hundred abandoned calls held for half an hour. So the stream
+//! of a `tools/call` is dropped [`LET_GO`] after its call is over, whoever still holds it.
+//!
+//! **Resumed as its request's.** rmcp resumes a stream the upstream closed early with a GET
+//! carrying the last event id it read (`Last-Event-ID`); the GET names no request, and the
+//! only fact that says whose the resumed stream is is that event id. When a request's
+//! stream ends before its answer, its last event id is kept here ([`Resumable`]) with the
+//! request; the stream resumed from it is that request's, and carries only its answer —
+//! as the stream it resumes did (an answer to another request is dropped and counted). A
+//! resume from an event id no stream of toolgate's ended with (or two did) is nobody's:
+//! every answer on it is dropped. The standalone stream (a GET with no event id) and its
+//! resumes are left as they are.
+
+use std::collections::VecDeque;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll, Waker, ready};
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use rmcp::model::RequestId;
+use serde_json::Value;
+use tokio::task::AbortHandle;
+
+use super::direct::capped_retry;
+use super::relay::{Dropped, RouteTicket, Routes};
+use super::streams::{SseStream, answer_id};
+
+/// How long a call's stream is still held after the call is over: the time the upstream
+/// has to honour the cancellation (and end the stream itself) before toolgate closes the
+/// connection under it; also time enough for rmcp to POST the cancellation first.
+pub(crate) const LET_GO: Duration = Duration::from_secs(2);
+
+/// How many ended streams a connection remembers the last event id of, for their resume:
+/// past it the oldest is forgotten (and a resume from it is nobody's).
+const MAX_RESUMABLE: usize = 256;
+
+/// Whose a stream is.
+#[derive(Clone, PartialEq)]
+pub(crate) enum Owner {
+    /// The response stream of this request, or one resumed from it.
+    Request(RequestId),
+    /// The standalone stream (a GET without an event id), or one resumed from it.
+    Standalone,
+    /// A resume toolgate cannot attribute: every answer on it is dropped.
+    Nobody,
+}
+
+/// The streams of a connection that ended before their request's answer, by their last
+/// event id, for rmcp's resume of them.
+#[derive(Default)]
+pub(crate) struct Resumable {
+    ended: Mutex<VecDeque<Ended>>,
+}
+
+struct Ended {
+    event_id: String,
+    owner: Owner,
+    ticket: Option<RouteTicket>,
+}
+
+impl Resumable {
+    /// Whose the stream resumed from `event_id` is, and the call it serves.
+    pub(crate) fn owner(&self, event_id: &str) -> (Owner, Option<RouteTicket>) {
+        let ended = self.lock();
+        match ended.iter().find(|e| e.event_id == event_id) {
+            Some(e) => (e.owner.clone(), e.ticket.clone()),
+            None => (Owner::Nobody, None),
+        }
+    }
+
+    /// Remembers that a stream of `owner` ended at `event_id`. An id two owners' streams
+    /// ended at is nobody's. The streams of calls that are over are forgotten.
+    fn ended(&self, event_id: &str, owner: &Owner, ticket: Option<&RouteTicket>) {
+        let mut ended = self.lock();
+        ended.retain(|e| !e.ticket.as_ref().is_some_and(RouteTicket::is_over));
+        if let Some(known) = ended.iter_mut().find(|e| e.event_id == event_id) {
+            if known.owner != *owner {
+                known.owner = Owner::Nobody;
+                known.ticket = None;
+            }
+            return;
+        }
+        if ended.len() == MAX_RESUMABLE {
+            ended.pop_front();
+        }
+        ended.push_back(Ended {
+            event_id: event_id.to_owned(),
+            owner: owner.clone(),
+            ticket: ticket.cloned(),
+        });
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, VecDeque<Ended>> {
+        self.ended.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// What a [`RequestStream`] and the task that lets it go share.
+#[derive(Default)]
+struct Held {
+    /// The stream; `None` once let go.
+    stream: Option<SseStream>,
+    /// Who last waited on the stream: woken when it is let go, to read its end rather
+    /// than wait for ever on a stream that is gone.
+    waker: Option<Waker>,
+}
+
+/// One response stream of `owner`, as the module says.
+pub(crate) struct RequestStream {
+    held: Arc<Mutex<Held>>,
+    /// Lets the stream go once the call is over.
+    watch: Option<AbortHandle>,
+    owner: Owner,
+    /// The request's id as answers carry it (for [`Owner::Request`]).
+    origin: Option<Value>,
+    ticket: Option<RouteTicket>,
+    /// The last event id read (or resumed from): where a resume of it starts.
+    last_event_id: Option<String>,
+    /// Whether the request's answer came on it: nothing left to resume.
+    answered: bool,
+    resumable: Arc<Resumable>,
+    routes: Arc<Routes>,
+}
+
+impl RequestStream {
+    /// `stream`, of `owner` (resumed from `resumed_from`), for the call of `ticket`.
+    pub(crate) fn new(
+        stream: SseStream,
+        owner: Owner,
+        ticket: Option<RouteTicket>,
+        resumed_from: Option<String>,
+        resumable: Arc<Resumable>,
+        routes: Arc<Routes>,
+    ) -> Self {
+        let held = Arc::new(Mutex::new(Held {
+            stream: Some(stream),
+            waker: None,
+        }));
+        let watch = ticket.clone().map(|ticket| {
+            let held = Arc::downgrade(&held);
+            tokio::spawn(async move {
+                ticket.over().await;
+                tokio::time::sleep(LET_GO).await;
+                if let Some(held) = held.upgrade() {
+                    let gone =
+                        std::mem::take(&mut *held.lock().unwrap_or_else(PoisonError::into_inner));
+                    drop(gone.stream);
+                    if let Some(waker) = gone.waker {
+                        waker.wake();
+                    }
+                }
+            })
+            .abort_handle()
+        });
+        let origin = match &owner {
+            Owner::Request(id) => Some(id.clone().into_json_value()),
+            _ => None,
+        };
+        RequestStream {
+            held,
+            watch,
+            owner,
+            origin,
+            ticket,
+            last_event_id: resumed_from,
+            answered: false,
+            resumable,
+            routes,
+        }
+    }
+
+    /// The stream ended (or failed) here: a resume of it is its owner's.
+    fn ended(&self) {
+        if self.answered {
+            return;
+        }
+        if let Some(event_id) = &self.last_event_id {
+            self.resumable
+                .ended(event_id, &self.owner, self.ticket.as_ref());
+        }
+    }
+
+    /// Whether the message `data` is an answer that is not this stream's to carry; notes
+    /// the request's own answer.
+    fn foreign_answer(&mut self, data: &str) -> bool {
+        if self.owner == Owner::Standalone {
+            return false;
+        }
+        let Some(id) = answer_id(data) else {
+            return false;
+        };
+        if self.origin.as_ref() == Some(&id) {
+            self.answered = true;
+            return false;
+        }
+        true
+    }
+}
+
+impl Stream for RequestStream {
+    type Item = Result<sse_stream::Sse, sse_stream::Error>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = &mut *self;
+        let polled = {
+            let mut held = this.held.lock().unwrap_or_else(PoisonError::into_inner);
+            let Held { stream, waker } = &mut *held;
+            // Let go: the call is over.
+            let Some(stream) = stream.as_mut() else {
+                return Poll::Ready(None);
+            };
+            let polled = stream.poll_next_unpin(cx);
+            if polled.is_pending() && !waker.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *waker = Some(cx.waker().clone());
+            }
+            polled
+        };
+        match ready!(polled) {
+            Some(Ok(mut event)) => {
+                if event.id.is_some() {
+                    this.last_event_id.clone_from(&event.id);
+                }
+                event.retry = event.retry.map(capped_retry);
+                // Its id is still read by rmcp, which resumes from the last id it read.
+                if event
+                    .data
+                    .as_deref()
+                    .is_some_and(|data| this.foreign_answer(data))
+                {
+                    this.routes.dropped(Dropped::Answer);
+                    event.data = None;
+                }
+                Poll::Ready(Some(Ok(event)))
+            }
+            Some(Err(e)) => {
+                this.ended();
+                Poll::Ready(Some(Err(e)))
+            }
+            None => {
+                this.ended();
+                Poll::Ready(None)
+            }
+        }
+    }
+}
+
+impl Drop for RequestStream {
+    fn drop(&mut self) {
+        if let Some(watch) = &self.watch {
+            watch.abort();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::relay::Relay;
+    use super::*;
+
+    fn request(n: i64) -> Owner {
+        Owner::Request(RequestId::Number(n))
+    }
+
+    #[test]
+    fn a_resume_is_the_streams_that_ended_at_its_event_id_and_only_that_ones() {
+        let resumable = Resumable::default();
+        resumable.ended("7", &request(1), None);
+        resumable.ended("7", &request(1), None);
+        resumable.ended("8", &Owner::Standalone, None);
+        assert!(resumable.owner("7").0 == request(1));
+        assert!(resumable.owner("8").0 == Owner::Standalone);
+        // An id no stream ended at, or two streams did, is nobody's.
+        assert!(resumable.owner("9").0 == Owner::Nobody);
+        resumable.ended("7", &request(2), None);
+        assert!(resumable.owner("7").0 == Owner::Nobody);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_let_go_while_read_ends_for_its_reader() {
+        let (relay, ticket) = Relay::new(None);
+        let never: SseStream = futures::stream::pending().boxed();
+        let stream = RequestStream::new(
+            never,
+            request(1),
+            Some(ticket),
+            None,
+            Arc::default(),
+            Arc::new(Routes::new("crm")),
+        );
+        let reader = tokio::spawn(async move { stream.collect::<Vec<_>>().await.len() });
+        tokio::task::yield_now().await;
+        drop(relay);
+        let read = tokio::time::timeout(LET_GO * 2, reader).await;
+        assert_eq!(
+            read.expect("the reader sees the end of the stream let go")
+                .unwrap(),
+            0
+        );
+    }
+
+    #[test]
+    fn the_ended_streams_remembered_are_bounded() {
+        let resumable = Resumable::default();
+        for n in 0..=MAX_RESUMABLE {
+            resumable.ended(&n.to_string(), &request(1), None);
+        }
+        assert!(resumable.owner("0").0 == Owner::Nobody);
+        assert!(resumable.owner(&MAX_RESUMABLE.to_string()).0 == request(1));
+        assert_eq!(resumable.lock().len(), MAX_RESUMABLE);
+    }
+}

@@ -1,0 +1,183 @@
+//! A call through rmcp that its caller abandons is cancelled upstream
+//! (`notifications/cancelled`), and its response stream — with the HTTP connection under
+//! it — is let go soon after, even when the upstream ignores the cancellation and never
+//! ends the stream: an upstream cannot make toolgate hold a connection and a task for
+//! every call a caller walked away from.
+
+mod common;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use common::{imported, serve_on_loopback, within};
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+use toolgate_core::{InvokeOptions, Pipeline};
+use toolgate_mcp::UpstreamConfig;
+
+/// A streamable-HTTP upstream at 2025-11-25 with one tool, `hold`, whose argument goes in
+/// a header (`x-mcp-header`), so that its calls go through rmcp. A call's response stream
+/// never ends and carries nothing; `notifications/cancelled` is taken and ignored.
+#[derive(Default)]
+struct Upstream {
+    /// Response streams of calls not yet dropped by the server: their connection is open.
+    open: AtomicUsize,
+    /// How many `notifications/cancelled` came.
+    cancelled: AtomicUsize,
+    /// Notified when a stream opens or closes, or a cancellation comes.
+    changed: Notify,
+    /// Whether a `notifications/cancelled` is never answered either.
+    holds_cancellations: bool,
+}
+
+/// Counts a call's stream open while it lives.
+struct Open(Arc<Upstream>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::SeqCst);
+        self.0.changed.notify_waiters();
+    }
+}
+
+fn json_answer(message: Value) -> Response {
+    Response::builder()
+        .header("content-type", "application/json")
+        .header("mcp-session-id", "s1")
+        .body(Body::from(message.to_string()))
+        .expect("a response")
+}
+
+async fn posted(State(upstream): State<Arc<Upstream>>, body: String) -> Response {
+    let message: Value = serde_json::from_str(&body).expect("JSON");
+    let id = message["id"].clone();
+    match message["method"].as_str().unwrap_or_default() {
+        "initialize" => json_answer(json!({"jsonrpc": "2.0", "id": id, "result": {
+            "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+            "serverInfo": {"name": "deaf", "version": "1"}}})),
+        "tools/list" => json_answer(json!({"jsonrpc": "2.0", "id": id, "result": {"tools": [
+            {"name": "hold", "inputSchema": {"type": "object", "properties": {
+                "region": {"type": "string", "x-mcp-header": "Region"}}}},
+        ]}})),
+        "tools/call" => {
+            upstream.open.fetch_add(1, Ordering::SeqCst);
+            upstream.changed.notify_waiters();
+            let open = Open(Arc::clone(&upstream));
+            let body = futures::stream::unfold(open, |open| async move {
+                std::future::pending::<()>().await;
+                Some((Ok::<_, Infallible>(String::new()), open))
+            });
+            Response::builder()
+                .header("content-type", "text/event-stream")
+                .header("mcp-session-id", "s1")
+                .body(Body::from_stream(body))
+                .expect("a response")
+        }
+        "notifications/cancelled" => {
+            upstream.cancelled.fetch_add(1, Ordering::SeqCst);
+            upstream.changed.notify_waiters();
+            if upstream.holds_cancellations {
+                std::future::pending::<()>().await;
+            }
+            StatusCode::ACCEPTED.into_response()
+        }
+        _ => StatusCode::ACCEPTED.into_response(),
+    }
+}
+
+impl Upstream {
+    /// Waits until `done` holds of the upstream.
+    async fn until(&self, done: impl Fn(&Upstream) -> bool) {
+        loop {
+            let changed = self.changed.notified();
+            if done(self) {
+                return;
+            }
+            // A change notified between the check and here is not missed for long.
+            let _ = tokio::time::timeout(Duration::from_millis(50), changed).await;
+        }
+    }
+}
+
+async fn start(holds_cancellations: bool) -> (Arc<Upstream>, Arc<Pipeline>) {
+    let upstream = Arc::new(Upstream {
+        holds_cancellations,
+        ..Upstream::default()
+    });
+    let app = axum::Router::new()
+        .route(
+            "/mcp",
+            axum::routing::post(posted).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+        )
+        .with_state(Arc::clone(&upstream));
+    let url = serve_on_loopback(app).await + "/mcp";
+    let config = UpstreamConfig::http("deaf", url)
+        .discover(false)
+        .call_timeout(Duration::from_secs(120));
+    let (_, pipeline) = imported(config).await;
+    (upstream, Arc::new(pipeline))
+}
+
+/// Starts `calls` calls of `hold`, and abandons them once their streams are open.
+async fn abandon_calls(upstream: &Upstream, pipeline: &Arc<Pipeline>, calls: usize) {
+    let started: Vec<_> = (0..calls)
+        .map(|_| {
+            let pipeline = Arc::clone(pipeline);
+            tokio::spawn(async move {
+                let _ = pipeline
+                    .invoke("hold", json!({"region": "eu"}), InvokeOptions::new())
+                    .await;
+            })
+        })
+        .collect();
+    within(
+        20,
+        "the calls' streams open",
+        upstream.until(|u| u.open.load(Ordering::SeqCst) == calls),
+    )
+    .await;
+    for call in started {
+        call.abort();
+    }
+}
+
+#[tokio::test]
+async fn an_abandoned_calls_stream_closes_once_its_cancellation_is_sent() {
+    let (upstream, pipeline) = start(false).await;
+    abandon_calls(&upstream, &pipeline, 3).await;
+    within(
+        20,
+        "the cancellations reach the upstream",
+        upstream.until(|u| u.cancelled.load(Ordering::SeqCst) == 3),
+    )
+    .await;
+    within(
+        20,
+        "the abandoned calls' streams close",
+        upstream.until(|u| u.open.load(Ordering::SeqCst) == 0),
+    )
+    .await;
+}
+
+/// rmcp sends one cancellation at a time and gives each five seconds: an upstream that
+/// never answers them would have the last of `CALLS` streams held for `CALLS` × 5 s, and
+/// a few hundred for half an hour. Each is let go a grace after its caller went away.
+#[tokio::test]
+async fn an_abandoned_calls_stream_closes_though_the_upstream_holds_its_cancellation() {
+    const CALLS: usize = 6;
+    let (upstream, pipeline) = start(true).await;
+    abandon_calls(&upstream, &pipeline, CALLS).await;
+    // Without the grace, 30 s; with it, about 2 s (and slack for a loaded machine).
+    within(
+        15,
+        "the abandoned calls' streams close",
+        upstream.until(|u| u.open.load(Ordering::SeqCst) == 0),
+    )
+    .await;
+}
