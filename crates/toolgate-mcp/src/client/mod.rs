@@ -15,6 +15,7 @@ mod relay;
 mod request_streams;
 mod secrets;
 mod stdio;
+mod stdio_input;
 mod streams;
 mod tasks;
 mod tool;

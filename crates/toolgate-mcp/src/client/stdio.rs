@@ -11,6 +11,9 @@
 //! other line too long to read ends the connection: every request in flight on it may have
 //! lost its answer (such a line says nothing readable about whom it was for), and the
 //! [`Oversized`] mark of the connection lets the calls that were waiting say why.
+//!
+//! An upstream that stops reading its stdin ends its connection too, once a write to it
+//! has waited out the call timeout ([`StalledInput`]).
 
 use std::io;
 use std::pin::Pin;
@@ -25,7 +28,9 @@ use rmcp::transport::Transport;
 use rmcp::transport::async_rw::{AsyncRwTransport, DEFAULT_MAX_LINE_LENGTH};
 use tokio::io::{AsyncRead, ReadBuf};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio_util::sync::CancellationToken;
 
+use super::stdio_input::StalledInput;
 use crate::json_scan::members;
 
 /// The longest line read from a stdio upstream: rmcp's limit, which is also what its HTTP
@@ -57,17 +62,21 @@ pub(crate) struct StdioUpstream {
     child: Child,
     generation: u64,
     oversized: Arc<Oversized>,
-    transport: AsyncRwTransport<RoleClient, BoundedLines<ChildStdout>, ChildStdin>,
+    /// Cancelled once the program stopped reading its stdin.
+    stalled: CancellationToken,
+    transport: AsyncRwTransport<RoleClient, BoundedLines<ChildStdout>, StalledInput<ChildStdin>>,
 }
 
 impl StdioUpstream {
     /// Starts `command` with piped stdin, stdout and stderr; the connection it will be is
-    /// `generation`, marked in `oversized` if it ends on a line too long to read. The
-    /// program is killed when the transport is dropped.
+    /// `generation`, marked in `oversized` if it ends on a line too long to read, and
+    /// ended if a write to its stdin waits longer than `stall_limit`. The program is
+    /// killed when the transport is dropped.
     pub(crate) fn start(
         mut command: Command,
         generation: u64,
         oversized: Arc<Oversized>,
+        stall_limit: Duration,
     ) -> io::Result<(Self, Option<ChildStderr>)> {
         command
             .stdin(std::process::Stdio::piped())
@@ -82,11 +91,14 @@ impl StdioUpstream {
         };
         let stderr = child.stderr.take();
         let stdout = BoundedLines::new(stdout, generation, Arc::clone(&oversized));
+        let stalled = CancellationToken::new();
+        let stdin = StalledInput::new(stdin, stall_limit, stalled.clone());
         let transport = AsyncRwTransport::new_client(stdout, stdin);
         let upstream = StdioUpstream {
             child,
             generation,
             oversized,
+            stalled,
             transport,
         };
         Ok((upstream, stderr))
@@ -103,16 +115,27 @@ impl Transport<RoleClient> for StdioUpstream {
         self.transport.send(item)
     }
 
+    /// The program's next message; none (the connection's end) once it stopped reading
+    /// its stdin.
     fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
-        self.transport.receive()
+        let stalled = self.stalled.clone();
+        let receive = self.transport.receive();
+        async move {
+            tokio::select! {
+                biased;
+                () = stalled.cancelled() => None,
+                message = receive => message,
+            }
+        }
     }
 
     /// Closes the program's stdin (the MCP way to end a stdio server), waits a little for
     /// it to exit, then kills it. A program that wrote a line too long to read is killed
     /// at once: it is likely still writing it, into a pipe nobody reads, and the calls
-    /// waiting on the connection are answered only once it is closed.
+    /// waiting on the connection are answered only once it is closed. So is a program
+    /// that stopped reading its stdin: it would not read that it was closed.
     async fn close(&mut self) -> Result<(), Self::Error> {
-        if self.oversized.ended(self.generation) {
+        if self.oversized.ended(self.generation) || self.stalled.is_cancelled() {
             return self.child.kill().await;
         }
         self.transport.close().await?;

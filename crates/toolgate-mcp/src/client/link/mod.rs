@@ -54,6 +54,11 @@ const SPEAKS_2026: u8 = 2;
 /// How long one call may wait for an upstream that is down to come back.
 const MAX_WAIT_PER_CALL: std::time::Duration = std::time::Duration::from_secs(2);
 
+/// A connection that ends sooner than this after it was made counts as a failed attempt:
+/// a program that starts, answers `initialize` and dies at its first call is restarted
+/// with backoff, not once per call.
+const SETTLED: std::time::Duration = std::time::Duration::from_secs(5);
+
 #[derive(Default)]
 struct State {
     session: Option<Session>,
@@ -62,8 +67,11 @@ struct State {
     /// The tools the upstream lists on this connection: known for the legacy one, where
     /// a 2025-11-25 caller's call goes only for a tool the upstream has at 2025-11-25.
     tools: HashSet<String>,
-    /// Consecutive failed connection attempts.
+    /// Consecutive failed connection attempts (a connection that ended before it
+    /// [`SETTLED`] among them).
     failures: u32,
+    /// When the session was made.
+    opened_at: Option<Instant>,
     /// No new attempt before this instant.
     retry_at: Option<Instant>,
     /// Why the latest attempt failed (scrubbed), while attempts fail: told to whoever
@@ -251,8 +259,7 @@ impl Link {
                     });
                 }
                 tracing::warn!(server = %self.config.name, "MCP server connection lost; reconnecting");
-                state.session = None;
-                state.direct = None;
+                self.drop_session(&mut state);
             }
             let now = Instant::now();
             if let Some(retry_at) = state.retry_at.filter(|t| *t > now) {
@@ -272,7 +279,9 @@ impl Link {
                     if state.failures > 0 {
                         tracing::info!(server = %self.config.name, "MCP server reconnected");
                     }
-                    state.failures = 0;
+                    // Failures are forgotten once the connection has settled
+                    // ([`Self::drop_session`]).
+                    state.opened_at = Some(Instant::now());
                     state.retry_at = None;
                     state.last_failure = None;
                     state.session = Some(session);
@@ -347,8 +356,13 @@ impl Link {
                     cmd.env(var, value);
                 }
                 let (transport, stderr) =
-                    StdioUpstream::start(cmd, generation, Arc::clone(&channel.oversized))
-                        .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+                    StdioUpstream::start(
+                        cmd,
+                        generation,
+                        Arc::clone(&channel.oversized),
+                        self.config.call_timeout,
+                    )
+                    .map_err(|e| format!("cannot start `{command}`: {e}"))?;
                 if let Some(stderr) = stderr {
                     tokio::spawn(relay_stderr(
                         self.config.name.clone(),
@@ -443,8 +457,25 @@ impl Link {
     async fn forget(&self, channel: &Channel, generation: u64) {
         let mut state = channel.state.lock().await;
         if state.generation == generation {
-            state.session = None;
-            state.direct = None;
+            self.drop_session(&mut state);
+        }
+    }
+
+    /// Drops the session of `state`, which ended. One that ended before it [`SETTLED`]
+    /// is a failed attempt: the next waits out the backoff. One that had settled ends
+    /// the failures before it.
+    fn drop_session(&self, state: &mut State) {
+        state.session = None;
+        state.direct = None;
+        match state.opened_at.take() {
+            Some(opened) if opened.elapsed() < SETTLED => {
+                state.failures += 1;
+                let wait = self.config.backoff.delay(state.failures);
+                state.retry_at = Some(Instant::now() + wait);
+                tracing::warn!(server = %self.config.name, failures = state.failures, retry_in_ms = wait.as_millis() as u64, "MCP server connection ended soon after it was made");
+            }
+            Some(_) => state.failures = 0,
+            None => {}
         }
     }
 
