@@ -590,3 +590,67 @@ async fn an_approval_for_a_retry_given_before_a_restart_lets_the_same_call_run_o
     assert_eq!(again.code(), "suspended", "the approval was good once");
     assert_eq!(runs.load(Ordering::SeqCst), 1);
 }
+
+#[tokio::test]
+async fn a_call_resumed_after_a_restart_is_cut_to_the_result_limit_of_the_batch_that_made_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("suspensions.json");
+    let runs = Arc::new(Runs::default());
+    let long = |id: &str| ToolCall::new(id, "transfer", json!({ "text": "x".repeat(5_000) }));
+    let ids: Vec<String> = {
+        let store =
+            Arc::new(JsonFileSuspensionStore::open(&path, SuspensionLimits::default()).unwrap());
+        let system = system(&runs, state())
+            .suspension_store(store)
+            .build()
+            .unwrap();
+        let results = system
+            .execute_tools(
+                THREAD,
+                vec![long("t1"), long("t2")],
+                ExecuteOptions::new().result_max_chars(200),
+            )
+            .await;
+        results
+            .iter()
+            .map(|r| r.suspension_id().unwrap().to_owned())
+            .collect()
+    };
+    let store =
+        Arc::new(JsonFileSuspensionStore::open(&path, SuspensionLimits::default()).unwrap());
+    let system = system(&runs, state())
+        .suspension_store(store)
+        .build()
+        .unwrap();
+
+    // Waiting did not lift the batch's limit to the thread's (the default, 60,000).
+    let resumed = system
+        .resume(&ids[0], ResumeDecision::Approve, ResumeOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(resumed.status, ToolStatus::Success);
+    let text = resumed.content_text();
+    assert!(
+        text.chars().count() <= 200,
+        "{} chars",
+        text.chars().count()
+    );
+    let truncation = resumed.metadata.truncation.unwrap();
+    assert_eq!((truncation.original_chars, truncation.limit), (5_012, 200));
+    assert!(
+        resumed.metadata.extra.is_empty(),
+        "the kept limit stays out of the result: {:?}",
+        resumed.metadata.extra
+    );
+
+    // A limit given at resume still wins.
+    let resumed = system
+        .resume(
+            &ids[1],
+            ResumeDecision::Approve,
+            ResumeOptions::new().result_max_chars(1_000),
+        )
+        .await
+        .unwrap();
+    assert_eq!(resumed.metadata.truncation.unwrap().limit, 1_000);
+}

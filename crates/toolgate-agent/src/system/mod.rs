@@ -375,6 +375,9 @@ impl ToolSystem {
                 .request_id(request_id)
                 .provide::<trace::CallId>(id.clone()),
         };
+        if let Some(limit) = batch.options.result_max_chars {
+            invoke = invoke.provide::<trace::ResultLimit>(limit);
+        }
         if let Some(user) = &batch.options.user {
             invoke = invoke.user(Arc::clone(user));
         }
@@ -409,6 +412,7 @@ impl ToolSystem {
     ) -> ToolResult {
         invocation.metadata.remove(AWAITING_PERSON);
         invocation.metadata.remove(trace::CALL_ID);
+        invocation.metadata.remove(trace::RESULT_MAX_CHARS);
         let mut result = match invocation.result {
             Ok(output) => {
                 let (output, truncation) = truncate_output(output, limit);

@@ -215,12 +215,14 @@ pub struct ResumeOptions {
 }
 
 impl ResumeOptions {
-    /// The thread's limit and the system's timeout.
+    /// The result size limit of the call's batch, when the batch set one (else the
+    /// thread's as it is now, or the system's), and the system's timeout.
     pub fn new() -> Self {
         Self::default()
     }
 
-    /// The result size limit; wins over the thread's and the system's.
+    /// The result size limit; wins over the one the call's batch set, the thread's and
+    /// the system's.
     #[must_use]
     pub fn result_max_chars(mut self, max_chars: usize) -> Self {
         self.result_max_chars = Some(max_chars);

@@ -133,8 +133,15 @@ impl ToolSystem {
             }) => result_max_chars,
             Err(_) => None,
         };
+        // The batch's limit, when it set one, was kept with the call: a call that waited
+        // is cut as it would have been had it not.
+        let batch_limit = saved
+            .metadata
+            .get(super::trace::RESULT_MAX_CHARS)
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|limit| usize::try_from(limit).ok());
         let limit = effective_limit(
-            options.result_max_chars,
+            options.result_max_chars.or(batch_limit),
             thread_limit,
             self.inner.result_max_chars,
         );

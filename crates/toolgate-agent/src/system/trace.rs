@@ -27,6 +27,19 @@ impl TypeMapKey for CallId {
 /// suspension (removed before the metadata reaches a result).
 pub(crate) const CALL_ID: &str = "toolgate_agent.call_id";
 
+/// The provider key under which the batch's result size limit is bound, when the batch set
+/// one ([`ExecuteOptions::result_max_chars`](crate::ExecuteOptions::result_max_chars)).
+pub(super) struct ResultLimit;
+
+impl TypeMapKey for ResultLimit {
+    type Value = usize;
+}
+
+/// The metadata key that keeps the batch's result size limit across a suspension, so that
+/// a call resumed later is cut to the limit it was made under (removed before the
+/// metadata reaches a result).
+pub(crate) const RESULT_MAX_CHARS: &str = "toolgate_agent.result_max_chars";
+
 /// The longest call id a model may send, in bytes: providers' ids are tens of bytes.
 pub(super) const MAX_CALL_ID: usize = 1024;
 
@@ -41,8 +54,8 @@ pub(super) fn request_id_of(call_id: &str) -> Option<String> {
     (!usable).then(|| toolgate_core::context::RequestId::generate().to_string())
 }
 
-/// Copies the call's [`TraceId`] (and its [`CallId`], when bound) into its metadata, so
-/// they are kept with a suspended call and come back in the result after a resume.
+/// Copies the call's [`TraceId`] (and its [`CallId`] and [`ResultLimit`], when bound) into
+/// its metadata, so they are kept with a suspended call and hold again after a resume.
 pub(super) struct TraceMetadata;
 
 #[hook]
@@ -59,6 +72,10 @@ impl Hook for TraceMetadata {
         if let Some(call_id) = ctx.try_get::<CallId>() {
             ctx.metadata_mut()
                 .insert(CALL_ID.to_owned(), Value::String((*call_id).clone()));
+        }
+        if let Some(limit) = ctx.try_get::<ResultLimit>() {
+            ctx.metadata_mut()
+                .insert(RESULT_MAX_CHARS.to_owned(), Value::from(*limit));
         }
         Ok(())
     }
