@@ -204,10 +204,19 @@ pub(crate) enum Loaded<T> {
 /// Reads `path` as JSON. A file that does not parse is renamed to
 /// `<path>.corrupt-<unix ms>` so that the next save does not destroy it.
 ///
-/// Only a regular file (or a link to one) is read: a pipe would block the open forever
-/// and a device such as `/dev/zero` would fill memory, so either is an error.
+/// Only a regular file is read: a pipe would block the open forever and a device such as
+/// `/dev/zero` would fill memory, so either is an error. So is a symbolic link: every
+/// change replaces the file (a rename onto its name), which would replace the link with a
+/// file of its own and leave the file it pointed to behind, stale — where a store opened
+/// on that file's own name would find calls already run and run them again.
 pub(crate) fn load<T: DeserializeOwned>(path: &Path) -> std::io::Result<Loaded<T>> {
-    match std::fs::metadata(path) {
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.file_type().is_symlink() => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "it is not a regular file but a symbolic link: give the path of the file itself (the store replaces its file at every change, which would replace the link)",
+            ));
+        }
         Ok(metadata) if !metadata.is_file() => {
             return Err(std::io::Error::new(
                 std::io::ErrorKind::InvalidInput,

@@ -161,6 +161,49 @@ fn a_symbolic_link_planted_at_the_lock_file_is_refused_and_its_target_left_alone
     );
 }
 
+/// Broken before: a store opened through a symbolic link locked beside the link, not the
+/// file, so a second store on the file's own name opened too, and a call approved in both
+/// ran twice; and its first write replaced the link, leaving the file behind, stale.
+#[cfg(unix)]
+#[tokio::test]
+async fn a_store_path_that_is_a_symbolic_link_is_refused_and_the_file_it_names_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let real = dir.path().join("suspensions.json");
+    let store =
+        Arc::new(JsonFileSuspensionStore::open(&real, SuspensionLimits::default()).unwrap());
+    suspend_transfers(&store, 1).await;
+    let saved = std::fs::read(&real).unwrap();
+
+    let link = dir.path().join("linked.json");
+    std::os::unix::fs::symlink(&real, &link).unwrap();
+    let refused = JsonFileSuspensionStore::open(&link, SuspensionLimits::default()).unwrap_err();
+    assert!(!refused.is_in_use(), "{refused:?}");
+    let message = refused.to_string();
+    assert!(
+        message.contains(
+            "is not a regular file but a symbolic link: give the path of the file itself"
+        ),
+        "{message}"
+    );
+    // The statistics' file too.
+    std::os::unix::fs::symlink(&real, dir.path().join("stats.json")).unwrap();
+    let refused = UsageStats::open(dir.path().join("stats.json")).unwrap_err();
+    assert!(refused.to_string().contains("symbolic link"), "{refused}");
+
+    assert!(
+        std::fs::symlink_metadata(&link)
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    assert_eq!(
+        std::fs::read(&real).unwrap(),
+        saved,
+        "the file is untouched"
+    );
+    assert_eq!(store.len(), 1);
+}
+
 #[cfg(unix)]
 #[test]
 fn statistics_know_their_file_however_its_path_is_spelled() {
