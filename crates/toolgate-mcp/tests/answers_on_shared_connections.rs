@@ -209,36 +209,32 @@ async fn victim_and_thief(
     (victim, thief)
 }
 
-#[tokio::test]
-async fn another_calls_answer_on_a_direct_calls_stream_reaches_neither() {
+/// A victim's and a thief's call of `tool` on one connection, the upstream answering the
+/// thief's as `mode` says: each gets its own answer, the victim's never going to the thief,
+/// nor the stolen one to the victim.
+async fn each_gets_its_own(tool: &str, mode: &str) {
     let (upstream, pipeline) = start().await;
-    let (victim, thief) = victim_and_thief(&upstream, &pipeline, "steal", "on_stream").await;
+    let (victim, thief) = victim_and_thief(&upstream, &pipeline, tool, mode).await;
     assert!(
         victim
             .as_ref()
             .is_ok_and(|v| v.contains("the victim's own")),
-        "{victim:?}"
+        "{tool}: {victim:?}"
     );
     assert!(
         thief.as_ref().is_ok_and(|t| t.contains("the thief's own")),
-        "{thief:?}"
+        "{tool}: {thief:?}"
     );
 }
 
 #[tokio::test]
+async fn another_calls_answer_on_a_direct_calls_stream_reaches_neither() {
+    each_gets_its_own("steal", "on_stream").await;
+}
+
+#[tokio::test]
 async fn another_calls_answer_on_the_stream_of_a_call_through_rmcp_reaches_neither() {
-    let (upstream, pipeline) = start().await;
-    let (victim, thief) = victim_and_thief(&upstream, &pipeline, "hdr", "on_stream").await;
-    assert!(
-        victim
-            .as_ref()
-            .is_ok_and(|v| v.contains("the victim's own")),
-        "{victim:?}"
-    );
-    assert!(
-        thief.as_ref().is_ok_and(|t| t.contains("the thief's own")),
-        "{thief:?}"
-    );
+    each_gets_its_own("hdr", "on_stream").await;
 }
 
 #[tokio::test]
@@ -267,17 +263,6 @@ async fn another_calls_answer_as_a_posts_json_answer_fails_only_that_post() {
 #[tokio::test]
 async fn another_calls_answer_on_a_resumed_stream_reaches_neither() {
     for tool in ["hdr", "steal"] {
-        let (upstream, pipeline) = start().await;
-        let (victim, thief) = victim_and_thief(&upstream, &pipeline, tool, "on_resume").await;
-        assert!(
-            victim
-                .as_ref()
-                .is_ok_and(|v| v.contains("the victim's own")),
-            "{tool}: {victim:?}"
-        );
-        assert!(
-            thief.as_ref().is_ok_and(|t| t.contains("the thief's own")),
-            "{tool}: {thief:?}"
-        );
+        each_gets_its_own(tool, "on_resume").await;
     }
 }

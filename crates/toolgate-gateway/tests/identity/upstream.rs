@@ -363,13 +363,10 @@ async fn issuer_exchanging_with(answer: String) -> (String, String) {
     (issuer, token)
 }
 
-#[tokio::test]
-async fn an_exchanged_credential_said_to_live_for_ever_is_used_and_the_gateway_goes_on() {
-    let test = "an_exchanged_credential_said_to_live_for_ever_is_used_and_the_gateway_goes_on";
-    if !python_mcp_available(test) {
-        return;
-    }
-    let answer = json!({"access_token": "exchanged-for-ever", "expires_in": u64::MAX});
+/// A gateway whose upstream (a [`HeadersUpstream`]) is called with a token exchanged at an
+/// issuer that answers every exchange with `answer`; and a token of that issuer's for the
+/// caller.
+async fn gateway_exchanging_with(answer: serde_json::Value) -> (Gateway, HeadersUpstream, String) {
     let (issuer, agent) = issuer_exchanging_with(answer.to_string()).await;
     let upstream = HeadersUpstream::start();
     let yaml = as_caller_config(
@@ -379,7 +376,17 @@ async fn an_exchanged_credential_said_to_live_for_ever_is_used_and_the_gateway_g
             "{{ token_exchange: {{ audience: \"https://upstream.test/mcp\", client_id: gateway, client_secret: gateway-secret, token_endpoint: \"{issuer}/token\", timeout: 5s }} }}"
         ),
     );
-    let gateway = Gateway::start(&yaml);
+    (Gateway::start(&yaml), upstream, agent)
+}
+
+#[tokio::test]
+async fn an_exchanged_credential_said_to_live_for_ever_is_used_and_the_gateway_goes_on() {
+    let test = "an_exchanged_credential_said_to_live_for_ever_is_used_and_the_gateway_goes_on";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let answer = json!({"access_token": "exchanged-for-ever", "expires_in": u64::MAX});
+    let (gateway, _upstream, agent) = gateway_exchanging_with(answer).await;
     for _ in 0..2 {
         let answer = invoke(&gateway, Some(&agent), "whoami", json!({})).await;
         assert_eq!(answer.status, 200, "{:?}", answer.body);
@@ -398,16 +405,7 @@ async fn a_token_endpoint_answer_over_the_limit_fails_the_call_with_a_503_saying
         return;
     }
     let answer = json!({"access_token": "t".repeat(4 * 1024 * 1024), "expires_in": 60});
-    let (issuer, agent) = issuer_exchanging_with(answer.to_string()).await;
-    let upstream = HeadersUpstream::start();
-    let yaml = as_caller_config(
-        &issuer,
-        &upstream.url,
-        &format!(
-            "{{ token_exchange: {{ audience: \"https://upstream.test/mcp\", client_id: gateway, client_secret: gateway-secret, token_endpoint: \"{issuer}/token\", timeout: 5s }} }}"
-        ),
-    );
-    let gateway = Gateway::start(&yaml);
+    let (gateway, _upstream, agent) = gateway_exchanging_with(answer).await;
     let answer = invoke(&gateway, Some(&agent), "whoami", json!({})).await;
     assert_eq!(answer.status, 503, "{:?}", answer.body);
     assert_eq!(

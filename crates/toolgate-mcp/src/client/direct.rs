@@ -57,6 +57,7 @@ use super::frames::Inbound;
 use super::http_pool::{self, Plain};
 use super::post::{self, PostError};
 use super::relay::{Dropped, RouteTicket};
+use super::request_streams::capped_retry;
 use super::streams::{self, PROTOCOL_VERSION, Posted, StreamTagging, Wire};
 
 /// The calls of one connection made from the calling task; see the module.
@@ -350,16 +351,6 @@ impl Direct {
     }
 }
 
-/// The longest wait before resuming a stream that an upstream's `retry:` is taken at, in
-/// milliseconds: a longer one is cut to it. Resuming is cheap, and a call's time is
-/// better spent trying again than asleep (`u64::MAX` would sleep past any deadline).
-const MAX_SERVER_RETRY_MS: u64 = 30_000;
-
-/// An upstream's `retry:` (milliseconds), cut to [`MAX_SERVER_RETRY_MS`].
-pub(super) fn capped_retry(millis: u64) -> u64 {
-    millis.min(MAX_SERVER_RETRY_MS)
-}
-
 /// How long the rest of a call's stream is read after its answer, for its HTTP
 /// connection to go back to the pool (as rmcp does).
 const DRAIN: Duration = Duration::from_millis(50);
@@ -482,13 +473,6 @@ mod tests {
             &json!({"type": "object", "properties": {
             "text": {"type": "string"}}})
         ));
-    }
-
-    #[test]
-    fn an_upstreams_retry_is_taken_up_to_a_bound() {
-        assert_eq!(capped_retry(1_500), 1_500);
-        assert_eq!(capped_retry(u64::MAX), MAX_SERVER_RETRY_MS);
-        assert!(Duration::from_millis(capped_retry(u64::MAX)) <= Duration::from_secs(30));
     }
 
     #[test]

@@ -29,12 +29,47 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use rmcp::model::RequestId;
+use serde::de::IgnoredAny;
 use serde_json::Value;
 use tokio::task::AbortHandle;
 
-use super::direct::capped_retry;
 use super::relay::{Dropped, RouteTicket, Routes};
-use super::streams::{SseStream, answer_id};
+
+/// A response stream as rmcp's HTTP client hands it over.
+pub(crate) type SseStream =
+    futures::stream::BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>;
+
+/// The longest wait before resuming a stream that an upstream's `retry:` is taken at, in
+/// milliseconds: a longer one is cut to it. Resuming is cheap, and a call's time is
+/// better spent trying again than asleep (`u64::MAX` would sleep past any deadline).
+const MAX_SERVER_RETRY_MS: u64 = 30_000;
+
+/// An upstream's `retry:` (milliseconds), cut to [`MAX_SERVER_RETRY_MS`].
+pub(crate) fn capped_retry(millis: u64) -> u64 {
+    millis.min(MAX_SERVER_RETRY_MS)
+}
+
+/// The id of the request `data` answers, when it is a JSON-RPC answer (response or
+/// error) with an id.
+pub(crate) fn answer_id(data: &str) -> Option<Value> {
+    #[derive(serde::Deserialize)]
+    struct Keys {
+        id: Option<Value>,
+        method: Option<IgnoredAny>,
+        result: Option<IgnoredAny>,
+        error: Option<IgnoredAny>,
+    }
+    // Most events are notifications: only what could be an answer is read (a key written
+    // with escapes, `"\u0072esult"`, could be one too).
+    if !(data.contains("\"result\"") || data.contains("\"error\"") || data.contains("\\u")) {
+        return None;
+    }
+    let keys = serde_json::from_str::<Keys>(data).ok()?;
+    if keys.method.is_some() || (keys.result.is_none() && keys.error.is_none()) {
+        return None;
+    }
+    keys.id
+}
 
 /// How long a call's stream is still held after the call is over: the time the upstream
 /// has to honour the cancellation (and end the stream itself) before toolgate closes the
@@ -265,8 +300,48 @@ impl Drop for RequestStream {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::super::relay::Relay;
     use super::*;
+
+    #[test]
+    fn only_an_answer_to_another_request_is_told_apart() {
+        let origin = json!("toolgate-3");
+        let answers_another =
+            |data: &str, origin: &Value| answer_id(data).is_some_and(|id| id != *origin);
+        let another = |message: Value| answers_another(&message.to_string(), &origin);
+        assert!(another(json!({"jsonrpc": "2.0", "id": 2, "result": {}})));
+        assert!(another(
+            json!({"jsonrpc": "2.0", "id": "toolgate-4", "error": {"code": 1, "message": "x"}})
+        ));
+        assert!(!another(
+            json!({"jsonrpc": "2.0", "id": "toolgate-3", "result": {}})
+        ));
+        // An error without an id, a request and a notification are no other request's answer.
+        assert!(!another(
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": 1, "message": "x"}})
+        ));
+        assert!(!another(
+            json!({"jsonrpc": "2.0", "id": 9, "method": "sampling/createMessage", "params": {"result": 1}})
+        ));
+        assert!(!another(
+            json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 1, "progress": 1}})
+        ));
+        assert!(!answers_another("{not json \"result\"", &origin));
+        // Keys written with escapes are the same keys to rmcp.
+        assert!(answers_another(
+            r#"{"jsonrpc":"2.0","id":2,"\u0072esult":{}}"#,
+            &origin
+        ));
+    }
+
+    #[test]
+    fn an_upstreams_retry_is_taken_up_to_a_bound() {
+        assert_eq!(capped_retry(1_500), 1_500);
+        assert_eq!(capped_retry(u64::MAX), MAX_SERVER_RETRY_MS);
+        assert!(Duration::from_millis(capped_retry(u64::MAX)) <= Duration::from_secs(30));
+    }
 
     fn request(n: i64) -> Owner {
         Owner::Request(RequestId::Number(n))

@@ -22,7 +22,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
-use futures::stream::BoxStream;
 use http::{HeaderName, HeaderValue};
 use rmcp::model::{
     ClientJsonRpcMessage, GetExtensions, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
@@ -31,12 +30,11 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
     StreamableHttpResponseLimits,
 };
-use serde::de::IgnoredAny;
 use serde_json::Value;
 
 use super::post::Target;
 use super::relay::{Dropped, RouteTicket, Routes};
-use super::request_streams::{Owner, RequestStream, Resumable};
+use super::request_streams::{Owner, RequestStream, Resumable, SseStream};
 
 /// The `_meta` key of a log message that holds the id of the request whose response
 /// stream carried it. Written only by toolgate; never reaches a caller.
@@ -165,8 +163,6 @@ impl Wire {
         self.last.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
-
-pub(crate) type SseStream = BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>;
 
 impl StreamableHttpClient for StreamTagging {
     type Error = reqwest::Error;
@@ -430,28 +426,6 @@ fn is_answer_to_another(message: &ServerJsonRpcMessage, origin: &RequestId) -> b
     }
 }
 
-/// The id of the request `data` answers, when it is a JSON-RPC answer (response or
-/// error) with an id.
-pub(crate) fn answer_id(data: &str) -> Option<Value> {
-    #[derive(serde::Deserialize)]
-    struct Keys {
-        id: Option<Value>,
-        method: Option<IgnoredAny>,
-        result: Option<IgnoredAny>,
-        error: Option<IgnoredAny>,
-    }
-    // Most events are notifications: only what could be an answer is read (a key written
-    // with escapes, `"\u0072esult"`, could be one too).
-    if !(data.contains("\"result\"") || data.contains("\"error\"") || data.contains("\\u")) {
-        return None;
-    }
-    let keys = serde_json::from_str::<Keys>(data).ok()?;
-    if keys.method.is_some() || (keys.result.is_none() && keys.error.is_none()) {
-        return None;
-    }
-    keys.id
-}
-
 /// Writes `origin` under [`STREAM_KEY`] into the `_meta` of a log message in `data` —
 /// and removes whatever the upstream wrote there. Other messages are left as they are
 /// (read only when they could be a log message: most events are not).
@@ -505,37 +479,6 @@ mod tests {
         let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
                               "params": {"progressToken": 1, "progress": 1, "message": "notifications/message"}});
         assert_eq!(tagged_as(progress.clone(), Some(7)), progress);
-    }
-
-    #[test]
-    fn only_an_answer_to_another_request_is_told_apart() {
-        let origin = json!("toolgate-3");
-        let answers_another =
-            |data: &str, origin: &Value| answer_id(data).is_some_and(|id| id != *origin);
-        let another = |message: Value| answers_another(&message.to_string(), &origin);
-        assert!(another(json!({"jsonrpc": "2.0", "id": 2, "result": {}})));
-        assert!(another(
-            json!({"jsonrpc": "2.0", "id": "toolgate-4", "error": {"code": 1, "message": "x"}})
-        ));
-        assert!(!another(
-            json!({"jsonrpc": "2.0", "id": "toolgate-3", "result": {}})
-        ));
-        // An error without an id, a request and a notification are no other request's answer.
-        assert!(!another(
-            json!({"jsonrpc": "2.0", "id": null, "error": {"code": 1, "message": "x"}})
-        ));
-        assert!(!another(
-            json!({"jsonrpc": "2.0", "id": 9, "method": "sampling/createMessage", "params": {"result": 1}})
-        ));
-        assert!(!another(
-            json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 1, "progress": 1}})
-        ));
-        assert!(!answers_another("{not json \"result\"", &origin));
-        // Keys written with escapes are the same keys to rmcp.
-        assert!(answers_another(
-            r#"{"jsonrpc":"2.0","id":2,"\u0072esult":{}}"#,
-            &origin
-        ));
     }
 
     #[test]

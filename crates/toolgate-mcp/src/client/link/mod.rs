@@ -355,14 +355,13 @@ impl Link {
                 if let (Some(var), Some(value)) = (&self.config.credential_env, &self.credential) {
                     cmd.env(var, value);
                 }
-                let (transport, stderr) =
-                    StdioUpstream::start(
-                        cmd,
-                        generation,
-                        Arc::clone(&channel.oversized),
-                        self.config.call_timeout,
-                    )
-                    .map_err(|e| format!("cannot start `{command}`: {e}"))?;
+                let (transport, stderr) = StdioUpstream::start(
+                    cmd,
+                    generation,
+                    Arc::clone(&channel.oversized),
+                    self.config.call_timeout,
+                )
+                .map_err(|e| format!("cannot start `{command}`: {e}"))?;
                 if let Some(stderr) = stderr {
                     tokio::spawn(relay_stderr(
                         self.config.name.clone(),
