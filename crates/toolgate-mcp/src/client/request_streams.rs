@@ -49,9 +49,21 @@ pub(crate) fn capped_retry(millis: u64) -> u64 {
     millis.min(MAX_SERVER_RETRY_MS)
 }
 
-/// The id of the request `data` answers, when it is a JSON-RPC answer (response or
-/// error) with an id.
-pub(crate) fn answer_id(data: &str) -> Option<Value> {
+/// What an event's data is to the request whose stream carries it.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Carried {
+    /// No answer with an id: a notification, a request, an error without an id.
+    NoAnswer,
+    /// A JSON-RPC answer (response or error) to the request with this id.
+    AnswerTo(Value),
+    /// Something that may be an answer but does not read as one JSON-RPC object (a batch
+    /// array, an object naming a key twice, text that is not JSON): whose it is cannot be
+    /// told, and rmcp might still read an answer out of it.
+    Unreadable,
+}
+
+/// What `data`, an event of a request's stream, carries.
+pub(crate) fn carried(data: &str) -> Carried {
     #[derive(serde::Deserialize)]
     struct Keys {
         id: Option<Value>,
@@ -62,13 +74,17 @@ pub(crate) fn answer_id(data: &str) -> Option<Value> {
     // Most events are notifications: only what could be an answer is read (a key written
     // with escapes, `"\u0072esult"`, could be one too).
     if !(data.contains("\"result\"") || data.contains("\"error\"") || data.contains("\\u")) {
-        return None;
+        return Carried::NoAnswer;
     }
-    let keys = serde_json::from_str::<Keys>(data).ok()?;
-    if keys.method.is_some() || (keys.result.is_none() && keys.error.is_none()) {
-        return None;
+    let Ok(keys) = serde_json::from_str::<Keys>(data) else {
+        return Carried::Unreadable;
+    };
+    match keys.id {
+        Some(id) if keys.method.is_none() && (keys.result.is_some() || keys.error.is_some()) => {
+            Carried::AnswerTo(id)
+        }
+        _ => Carried::NoAnswer,
     }
-    keys.id
 }
 
 /// How long a call's stream is still held after the call is over: the time the upstream
@@ -232,14 +248,14 @@ impl RequestStream {
         if self.owner == Owner::Standalone {
             return false;
         }
-        let Some(id) = answer_id(data) else {
-            return false;
-        };
-        if self.origin.as_ref() == Some(&id) {
-            self.answered = true;
-            return false;
+        match carried(data) {
+            Carried::NoAnswer => false,
+            Carried::AnswerTo(id) if self.origin.as_ref() == Some(&id) => {
+                self.answered = true;
+                false
+            }
+            Carried::AnswerTo(_) | Carried::Unreadable => true,
         }
-        true
     }
 }
 
@@ -308,8 +324,11 @@ mod tests {
     #[test]
     fn only_an_answer_to_another_request_is_told_apart() {
         let origin = json!("toolgate-3");
-        let answers_another =
-            |data: &str, origin: &Value| answer_id(data).is_some_and(|id| id != *origin);
+        let answers_another = |data: &str, origin: &Value| match carried(data) {
+            Carried::AnswerTo(id) => id != *origin,
+            Carried::NoAnswer => false,
+            Carried::Unreadable => panic!("{data} reads"),
+        };
         let another = |message: Value| answers_another(&message.to_string(), &origin);
         assert!(another(json!({"jsonrpc": "2.0", "id": 2, "result": {}})));
         assert!(another(
@@ -328,12 +347,45 @@ mod tests {
         assert!(!another(
             json!({"jsonrpc": "2.0", "method": "notifications/progress", "params": {"progressToken": 1, "progress": 1}})
         ));
-        assert!(!answers_another("{not json \"result\"", &origin));
+        // What may be an answer but does not read as one object cannot be told whose it is.
+        for unreadable in [
+            "{not json \"result\"",
+            r#"[{"jsonrpc":"2.0","id":2,"result":{}}]"#,
+            r#"{"jsonrpc":"2.0","id":"toolgate-3","id":2,"result":{}}"#,
+        ] {
+            assert_eq!(carried(unreadable), Carried::Unreadable, "{unreadable}");
+        }
         // Keys written with escapes are the same keys to rmcp.
         assert!(answers_another(
             r#"{"jsonrpc":"2.0","id":2,"\u0072esult":{}}"#,
             &origin
         ));
+    }
+
+    #[tokio::test]
+    async fn on_a_requests_stream_only_its_own_answer_is_left_whole() {
+        let event = |data: &str| {
+            Ok(sse_stream::Sse {
+                data: Some(data.to_owned()),
+                ..Default::default()
+            })
+        };
+        let events = futures::stream::iter([
+            event(r#"{"jsonrpc":"2.0","id":1,"id":2,"result":{}}"#),
+            event(r#"{"jsonrpc":"2.0","id":2,"result":{}}"#),
+            event(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#),
+            event(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+        ])
+        .boxed();
+        let routes = Arc::new(Routes::new("crm"));
+        let read: Vec<_> =
+            RequestStream::new(events, request(1), None, None, Arc::default(), routes)
+                .map(|event| event.expect("an event").data)
+                .collect()
+                .await;
+        assert_eq!(read[0], None, "unreadable: whose it is cannot be told");
+        assert_eq!(read[1], None, "another request's answer");
+        assert!(read[2].is_some() && read[3].is_some(), "{read:?}");
     }
 
     #[test]
