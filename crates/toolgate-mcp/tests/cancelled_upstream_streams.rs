@@ -6,15 +6,14 @@
 
 mod common;
 
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use axum::body::Body;
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use common::hand_written::{event_stream, initialized, json_answer};
 use common::{imported, serve_on_loopback, within};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -46,21 +45,11 @@ impl Drop for Open {
     }
 }
 
-fn json_answer(message: Value) -> Response {
-    Response::builder()
-        .header("content-type", "application/json")
-        .header("mcp-session-id", "s1")
-        .body(Body::from(message.to_string()))
-        .expect("a response")
-}
-
 async fn posted(State(upstream): State<Arc<Upstream>>, body: String) -> Response {
     let message: Value = serde_json::from_str(&body).expect("JSON");
     let id = message["id"].clone();
     match message["method"].as_str().unwrap_or_default() {
-        "initialize" => json_answer(json!({"jsonrpc": "2.0", "id": id, "result": {
-            "protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
-            "serverInfo": {"name": "deaf", "version": "1"}}})),
+        "initialize" => initialized(&id, "deaf"),
         "tools/list" => json_answer(json!({"jsonrpc": "2.0", "id": id, "result": {"tools": [
             {"name": "hold", "inputSchema": {"type": "object", "properties": {
                 "region": {"type": "string", "x-mcp-header": "Region"}}}},
@@ -69,15 +58,10 @@ async fn posted(State(upstream): State<Arc<Upstream>>, body: String) -> Response
             upstream.open.fetch_add(1, Ordering::SeqCst);
             upstream.changed.notify_waiters();
             let open = Open(Arc::clone(&upstream));
-            let body = futures::stream::unfold(open, |open| async move {
+            event_stream(futures::stream::unfold(open, |open| async move {
                 std::future::pending::<()>().await;
-                Some((Ok::<_, Infallible>(String::new()), open))
-            });
-            Response::builder()
-                .header("content-type", "text/event-stream")
-                .header("mcp-session-id", "s1")
-                .body(Body::from_stream(body))
-                .expect("a response")
+                Some((String::new(), open))
+            }))
         }
         "notifications/cancelled" => {
             upstream.cancelled.fetch_add(1, Ordering::SeqCst);

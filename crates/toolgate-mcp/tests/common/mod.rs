@@ -2,6 +2,7 @@
 //! it, and bounded waits. Every wait has a timeout; every child is killed on drop.
 #![allow(dead_code)]
 
+pub mod hand_written;
 pub mod scenarios;
 
 use std::future::Future;
