@@ -34,7 +34,7 @@ use super::guard;
 use super::sessions::{FLOW_TTL, Principal, SessionError};
 use crate::config::{ConsoleConfig, ConsoleOAuthConfig, CredentialKind, OAuthConfig};
 use crate::gateway::Gateway;
-use crate::identity::answer::read_bounded;
+use crate::identity::answer::{MAX_DOCUMENT_BYTES, MAX_TOKEN_ANSWER_BYTES, read_bounded};
 use crate::identity::{Outcome, Route};
 
 /// The cookie that carries a flow's `state` from its start to its callback.
@@ -93,13 +93,6 @@ struct Discovery {
 
 /// The most discovery documents remembered: the issuer served, and a few before reloads.
 const MAX_DISCOVERED: usize = 8;
-
-/// The largest discovery document read, in bytes (one is a few KiB), as for `/v1`'s tokens.
-const MAX_DOCUMENT_BYTES: usize = 256 * 1024;
-
-/// The largest answer of the token endpoint read, in bytes (one is a few KiB): its refusal
-/// is logged, its token checked and kept in a session.
-const MAX_TOKEN_ANSWER_BYTES: usize = 64 * 1024;
 
 fn discovered() -> &'static Discovered {
     static DISCOVERED: OnceLock<Discovered> = OnceLock::new();

@@ -7,6 +7,15 @@
 
 use thiserror::Error;
 
+/// The largest discovery document or key set read, in bytes (a key set of a few keys is a
+/// few KiB).
+pub(crate) const MAX_DOCUMENT_BYTES: usize = 256 * 1024;
+
+/// The largest answer of a token endpoint read, in bytes: a token response is a few KiB,
+/// and what is read is kept (a credential in a cache or a session, a refusal's words in
+/// callers' errors or the log).
+pub(crate) const MAX_TOKEN_ANSWER_BYTES: usize = 64 * 1024;
+
 /// Why an answer was not read whole.
 #[derive(Debug, Error)]
 pub(crate) enum AnswerError {

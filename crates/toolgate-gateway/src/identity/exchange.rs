@@ -21,7 +21,7 @@ use toolgate_core::{ToolError, ToolInvokeContext};
 use toolgate_mcp::per_caller::MissingCredential;
 use toolgate_mcp::{CallerAccessToken, CallerCredentials};
 
-use super::answer::{AnswerError, read_bounded};
+use super::answer::{AnswerError, MAX_TOKEN_ANSWER_BYTES, read_bounded};
 use super::jwks::KeyStore;
 
 /// The RFC 8693 grant type.
@@ -146,10 +146,6 @@ impl std::fmt::Debug for TokenExchange {
 const DEFAULT_LIFETIME: Duration = Duration::from_secs(300);
 /// The longest any credential is kept, whatever its lifetime.
 const MAX_KEPT: Duration = Duration::from_secs(24 * 3600);
-/// The largest answer of the token endpoint read, in bytes: a token response is a few
-/// kilobytes, and what is read is kept (a credential in the cache, a refusal's words in
-/// callers' errors).
-const MAX_ANSWER_BYTES: usize = 64 * 1024;
 /// How much longer than its own deadline a call waits for the shared request. The
 /// request's own deadline, the same instant for the call that made it, must decide: then
 /// its answer ("no answer in time") reaches every call waiting on it, rather than the
@@ -295,7 +291,7 @@ impl TokenExchange {
                 })
             })?;
         let status = response.status();
-        let body = read_bounded(response, MAX_ANSWER_BYTES)
+        let body = read_bounded(response, MAX_TOKEN_ANSWER_BYTES)
             .await
             .map_err(|error| match error {
                 AnswerError::CutShort(_) => unreachable(error.to_string()),

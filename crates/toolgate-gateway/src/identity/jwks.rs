@@ -15,11 +15,8 @@ use jsonwebtoken::jwk::{AlgorithmParameters, Jwk, PublicKeyUse};
 use jsonwebtoken::{Algorithm, AlgorithmFamily, DecodingKey};
 use serde_json::Value;
 
-use super::answer::{AnswerError, read_bounded};
+use super::answer::{AnswerError, MAX_DOCUMENT_BYTES, read_bounded};
 use crate::config::OAuthConfig;
-
-/// The largest discovery document or key set read (a key set of a few keys is a few KiB).
-const MAX_DOCUMENT_BYTES: usize = 256 * 1024;
 
 /// The signing keys could not be had from the issuer.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -57,7 +57,7 @@ use super::frames::Inbound;
 use super::http_pool::{self, Plain};
 use super::post::{self, PostError};
 use super::relay::{Dropped, RouteTicket};
-use super::request_streams::capped_retry;
+use super::request_streams::{SseStream, capped_retry};
 use super::streams::{self, PROTOCOL_VERSION, Posted, StreamTagging, Wire};
 
 /// The calls of one connection made from the calling task; see the module.
@@ -84,8 +84,6 @@ pub(crate) struct Prepared {
     posted: Arc<Posted>,
     headers: HashMap<HeaderName, HeaderValue>,
 }
-
-type SseStream = futures::stream::BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>;
 
 /// How many times in a row a call's stream is resumed without a message coming on it.
 const MAX_RESUMES: usize = 5;
