@@ -70,7 +70,7 @@ pub struct CallerRequest {
     pub refusal: Refusal,
     /// The stream of the caller's `subscriptions/listen` request (2026-07-28), when the
     /// request subscribes a resource for it: updates go there, not to a session.
-    pub listener: Option<rmcp::service::SubscriptionSink>,
+    pub listener: Option<crate::listen_stream::ListenStream>,
     /// Cancelled when a resource subscription this request makes is ended for the caller
     /// (a reload withdrew its access to the resource): a `subscriptions/listen` request
     /// then ends with an error that says so.

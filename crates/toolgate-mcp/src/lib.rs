@@ -52,6 +52,7 @@ mod client;
 mod convert;
 mod error;
 mod json_scan;
+mod listen_stream;
 pub mod result;
 mod server;
 pub mod trace_context;
@@ -69,6 +70,7 @@ pub use client::{
 };
 pub use convert::{error_to_result, output_to_result, to_mcp_tool};
 pub use error::McpError;
+pub use listen_stream::ListenStream;
 pub use server::{
     ClientDisconnected, DEFAULT_LISTENS_PER_USER, GuardedBody, HostShutdown, ListFilter,
     MAX_RELAYED_TASK_AGE, McpHttpService, McpServer, OnWithdrawal, RelayedTasks,

@@ -18,6 +18,7 @@ mod stdio;
 mod stdio_input;
 mod streams;
 mod tasks;
+mod told;
 mod tool;
 
 use std::sync::Arc;

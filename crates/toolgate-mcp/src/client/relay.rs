@@ -31,16 +31,15 @@ use rmcp::model::{
     ProgressNotificationParam, ProgressToken, RequestId, ResourceUpdatedNotificationParam,
     ServerRequest,
 };
-use rmcp::model::{ResourceUpdatedNotification, ServerNotification};
-use rmcp::service::{
-    InboundStreamOrigin, NotificationContext, Peer, RequestContext, SubscriptionSink,
-};
+use rmcp::service::{InboundStreamOrigin, NotificationContext, Peer, RequestContext};
 use rmcp::{ClientHandler, RoleClient, RoleServer};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::User;
 
+use super::told::Told;
 use crate::caller::CallerRequest;
+use crate::listen_stream::ListenStream;
 
 /// The counter of messages an upstream sent toward callers that toolgate could not
 /// attribute to one by a protocol fact, and dropped (a request is answered with an
@@ -91,6 +90,9 @@ pub(crate) struct Routes {
     /// subscriptions with it ([`watch`](Self::watch)), each with the token that ends the
     /// watch once it holds nothing here. Only changed with `held` locked.
     watched: Mutex<HashMap<Arc<str>, CancellationToken>>,
+    /// What the upstream was last told about each resource, and whose turn it is to tell
+    /// it more: subscriptions and unsubscriptions reach it one at a time, in order.
+    pub(crate) told: Told,
 }
 
 /// How many resources one subscriber — a session, or one `subscriptions/listen` request —
@@ -201,7 +203,7 @@ enum Delivery {
     /// `notifications/resources/updated` on a 2025-11-25 session's connection.
     Session(Peer<RoleServer>),
     /// The stream of a 2026-07-28 `subscriptions/listen` request.
-    Listen(SubscriptionSink),
+    Listen(ListenStream),
 }
 
 impl Delivery {
@@ -209,12 +211,7 @@ impl Delivery {
     async fn send(&self, update: ResourceUpdatedNotificationParam) -> Result<(), ()> {
         match self {
             Delivery::Session(peer) => peer.notify_resource_updated(update).await.map_err(drop),
-            Delivery::Listen(sink) => sink
-                .send(ServerNotification::ResourceUpdatedNotification(
-                    ResourceUpdatedNotification::new(update),
-                ))
-                .await
-                .map_err(drop),
+            Delivery::Listen(stream) => stream.send(update).await.map_err(drop),
         }
     }
 }
@@ -307,6 +304,7 @@ impl Routes {
             subscribers: Mutex::default(),
             held: Mutex::default(),
             watched: Mutex::default(),
+            told: Told::default(),
         }
     }
 
@@ -439,8 +437,10 @@ impl Routes {
         }
     }
 
-    /// Subscribes `caller`'s session, for `user`, to `uri`; whether it is the first
-    /// subscriber (then the upstream is to be subscribed).
+    /// Subscribes `caller`'s session, for `user`, to `uri`; whether it was newly added
+    /// (`false`: it was subscribed already). The upstream is to be brought in line then
+    /// ([`Told`]), whichever it is: the first subscriber's subscription may still be on
+    /// its way, or may have been made on a connection that is gone.
     ///
     /// # Errors
     ///
@@ -465,7 +465,6 @@ impl Routes {
             *held.entry(Arc::clone(key)).or_default() += 1;
         }
         let sessions = subscribers.entry(uri.to_owned()).or_default();
-        let first = sessions.is_empty();
         if !subscribed {
             let delivery = match &caller.listener {
                 Some(sink) => Delivery::Listen(sink.clone()),
@@ -479,7 +478,7 @@ impl Routes {
                 session_ended: caller.session_ended.clone(),
             });
         }
-        Ok(first)
+        Ok(!subscribed)
     }
 
     /// Every subscription, each resource with its subscribers, taken out: for them to
@@ -497,18 +496,19 @@ impl Routes {
     }
 
     /// Takes in `subscriber`'s subscription to `uri`, made on another connection; whether
-    /// it is the first subscriber (then the upstream is to be subscribed).
+    /// it was newly added (`false`: it was subscribed here already). The upstream is to
+    /// be brought in line then, as after [`subscribe`](Self::subscribe).
     pub(crate) fn adopt(&self, uri: &str, subscriber: Subscriber) -> bool {
         let mut subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
         let sessions = subscribers.entry(uri.to_owned()).or_default();
-        let first = sessions.is_empty();
-        if !sessions.iter().any(|s| s.key == subscriber.key) {
+        let added = !sessions.iter().any(|s| s.key == subscriber.key);
+        if added {
             // Held already: counted, never refused.
             let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
             *held.entry(Arc::clone(&subscriber.key)).or_default() += 1;
             sessions.push(subscriber);
         }
-        first
+        added
     }
 
     /// Ends the subscriptions of every subscriber `may_read` refuses: no update reaches
@@ -634,6 +634,9 @@ pub(crate) struct UpstreamClient {
     pub(crate) routes: Arc<Routes>,
     /// The connection this client serves ([`Routes::next_connection`]).
     pub(crate) connection: u64,
+    /// The generation of the channel's connections that this one is, once made (what
+    /// [`Told`] records a subscription on).
+    pub(crate) generation: u64,
     /// Whether it declares sampling and elicitation; without, a request for them is still
     /// refused as it would be for a caller that cannot answer it.
     pub(crate) asks_callers: bool,
@@ -646,17 +649,32 @@ impl UpstreamClient {
     /// Unsubscribes the upstream (on the connection `peer` it sent an update on) from
     /// `uri`, which nobody watches any more, in a task of its own: the handler of the
     /// upstream's notifications does not wait on the upstream, and the task waits at
-    /// most the call timeout. A failure is only logged (the subscribers are gone either
-    /// way); a subscriber who came meanwhile keeps the upstream subscribed.
+    /// most the call timeout, for the resource's turn ([`Told`]) and the answer. A
+    /// subscriber who came before the turn keeps the upstream subscribed (its own
+    /// subscription waits for the turn too, so it is not undone by this one). The
+    /// upstream is recorded unsubscribed when the record named this connection, whatever
+    /// it answers: a subscription too many later is harmless, one missing loses updates.
+    /// A failure is only logged (the subscribers are gone either way).
     fn unsubscribe_upstream(&self, peer: Peer<RoleClient>, uri: String) {
         let (routes, timeout) = (Arc::clone(&self.routes), self.call_timeout);
+        let generation = self.generation;
         tokio::spawn(async move {
+            let deadline = tokio::time::Instant::now() + timeout;
+            let Some(mut told) = routes.told.turn(&uri, deadline).await else {
+                tracing::warn!(server = %routes.server, %uri, "the MCP server could not be unsubscribed from a resource nobody watches on this connection any more: its turn did not come within the call timeout");
+                return;
+            };
             if routes.watched(&uri) {
                 return;
             }
             tracing::debug!(server = %routes.server, %uri, "the last subscriber to a resource is gone; unsubscribing the MCP server");
             let params = rmcp::model::UnsubscribeRequestParams::new(uri.clone());
-            let failed = match tokio::time::timeout(timeout, peer.unsubscribe(params)).await {
+            let answer = tokio::time::timeout_at(deadline, peer.unsubscribe(params)).await;
+            if *told == Some(generation) {
+                *told = None;
+            }
+            drop(told);
+            let failed = match answer {
                 Ok(Ok(())) => return,
                 Ok(Err(e)) => e.to_string(),
                 Err(_) => format!("no answer within {timeout:?}"),
@@ -836,6 +854,7 @@ mod tests {
         let client = UpstreamClient {
             routes: Arc::clone(&routes),
             connection: 1,
+            generation: 1,
             asks_callers: false,
             call_timeout: Duration::from_secs(10),
         };
@@ -847,10 +866,10 @@ mod tests {
 
         let caller = gone_caller("session-1");
         let uri = "res://watched";
-        let first = routes
+        let added = routes
             .subscribe(uri, &caller, Arc::new(User::new("alice")))
             .unwrap();
-        assert!(first);
+        assert!(added);
         let watch = routes.watch(&caller.session_id).expect("a watch to start");
 
         upstream

@@ -21,9 +21,7 @@ use rmcp::model::{
     SubscribeRequestParams, SubscriptionFilter, TASKS_EXTENSION_ID, UnsubscribeRequestParams,
     UpdateTaskParams,
 };
-use rmcp::service::{
-    NotificationContext, Peer, RequestContext, SubscriptionContext, SubscriptionSink,
-};
+use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{RoleServer, ServerHandler};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
@@ -35,6 +33,7 @@ use tracing::Instrument;
 use super::ServerInner;
 use super::cancellation::{ClientDisconnected, HostShutdown};
 use super::features;
+use super::listen_gate::{ListenGate, Subscribed};
 use super::relayed::Relayed;
 use super::rounds::Retry;
 use super::span;
@@ -50,6 +49,7 @@ use crate::client::{
 use crate::convert::{
     InputShape, decided_result, error_to_result, output_to_result, to_mcp_tool, unknown_tool,
 };
+use crate::listen_stream::ListenStream;
 
 static NEXT_CONNECTION: AtomicU64 = AtomicU64::new(1);
 
@@ -199,12 +199,12 @@ pub(super) fn user_of(server: &ServerInner, parts: Option<&http::request::Parts>
 
 impl Connection {
     /// What the connection serves now.
-    fn server(&self) -> Arc<ServerInner> {
+    pub(super) fn server(&self) -> Arc<ServerInner> {
         self.state.current.load_full()
     }
 
     /// The caller of `context`.
-    fn caller(&self, context: &RequestContext<RoleServer>) -> Arc<User> {
+    pub(super) fn caller(&self, context: &RequestContext<RoleServer>) -> Arc<User> {
         self.user(context.extensions.get::<http::request::Parts>())
     }
 
@@ -259,7 +259,7 @@ impl Connection {
         let no_store = round.is_some();
         // A listen stream subscribes under a key of its own: a session may hold several.
         let subscriber = match &listener {
-            Some(sink) => Arc::from(format!("{session}/listen/{}", sink.id())),
+            Some(stream) => Arc::from(format!("{session}/listen/{}", stream.id())),
             None => Arc::clone(&session),
         };
         let caller = CallerRequest {
@@ -434,17 +434,17 @@ impl Connection {
     /// upstream after it that has the resource: it is the answer only when none has it. An
     /// unsubscription goes to the upstream the caller is subscribed on; when it is
     /// subscribed nowhere, there is nothing to do. `listen` is the `subscriptions/listen`
-    /// stream a subscription is for, with the token cancelled when the subscription is
-    /// ended for the caller.
+    /// request a subscription is for: its stream, and the token cancelled when the
+    /// subscription is ended for the caller.
     ///
     /// Each upstream tried is one call of its resources tool through the pipeline (audited
     /// and counted as any), which lists the resources at most once.
-    async fn on_subscription(
+    pub(super) async fn on_subscription(
         &self,
         input: Value,
         uri: &str,
         context: &RequestContext<RoleServer>,
-        listen: Option<(&SubscriptionSink, &CancellationToken)>,
+        listen: Option<&Subscribed>,
     ) -> Result<Value, ErrorData> {
         let unsubscribe = input.get("unsubscribe").is_some();
         let user = self.caller(context);
@@ -464,9 +464,9 @@ impl Connection {
                     resource_check,
                     ..Extras::default()
                 };
-                if let Some((sink, ended)) = listen {
-                    extras.listener = Some(sink.clone());
-                    extras.subscription_ended = ended.clone();
+                if let Some(listen) = listen {
+                    extras.listener = Some(listen.stream.clone());
+                    extras.subscription_ended = listen.ended.clone();
                 }
                 let user = Arc::clone(&user);
                 match self
@@ -621,7 +621,7 @@ struct Extras {
     /// Where an upstream leaves its protocol error about the request.
     refusal: Refusal,
     /// The `subscriptions/listen` stream a resource subscription is for.
-    listener: Option<SubscriptionSink>,
+    listener: Option<ListenStream>,
     /// Cancelled when a subscription the request makes is ended for the caller.
     subscription_ended: CancellationToken,
     /// Where an upstream leaves the task it answered the request with.
@@ -683,7 +683,7 @@ fn routed_session<'a>(
 
 /// Whether the caller of `context` speaks 2026-07-28 or later, and so takes
 /// `input_required` results (older callers are asked each request on their connection).
-fn takes_input_required(context: &RequestContext<RoleServer>) -> bool {
+pub(super) fn takes_input_required(context: &RequestContext<RoleServer>) -> bool {
     context
         .protocol_version()
         .is_some_and(|version| version >= ProtocolVersion::V_2026_07_28)
@@ -1088,56 +1088,38 @@ impl ServerHandler for Connection {
 
     /// Subscribes each URI of the listen request through the pipeline (as
     /// `resources/subscribe`: authorization and audit apply), relays its updates to the
-    /// stream until the caller ends it, then unsubscribes. A URI the caller may not read,
-    /// or that no upstream has, refuses the whole request; a reload that withdraws the
-    /// caller's access to one of them ends it with an error saying so. A user has at most
-    /// the server's [`listens_per_user`](crate::McpServer::listens_per_user) listen
-    /// requests open (`too_many_listens` past it): the request counts until it ends,
-    /// however it ends.
+    /// stream until the caller ends it, then unsubscribes; see [`super::listen`]. Over
+    /// streamable HTTP the request's [`ListenGate`] is then told whether the URIs are
+    /// subscribed: until it is, the endpoint holds the acknowledgment back. Over stdio
+    /// [`Served`](super::listen::Served) has subscribed them before rmcp acknowledged
+    /// the request. A URI the caller may not read, or that no upstream has, refuses the
+    /// whole request; a reload that withdraws the caller's access to one of them ends it
+    /// with an error saying so.
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
-        // Held by this future: released when it returns or is dropped (cancelled).
-        let _open = self
-            .server()
-            .listens
-            .open(&self.caller(context.request_context()))?;
+        let request = context.request_context();
+        if let Some(subscribed) = request.extensions.get::<Subscribed>() {
+            subscribed.stream.open(context.sink().clone()).await;
+            return until_over(&context, &subscribed.ended).await;
+        }
+        let gate = request
+            .extensions
+            .get::<http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<ListenGate>());
         let uris = context
             .accepted()
             .resource_subscriptions
             .clone()
             .unwrap_or_default();
-        let request = context.request_context();
-        let ended = CancellationToken::new();
-        let mut subscribed = Vec::new();
-        let mut refused = None;
-        for uri in &uris {
-            let input = json!({ "subscribe": uri });
-            match self
-                .on_subscription(input, uri, request, Some((context.sink(), &ended)))
-                .await
-            {
-                Ok(_) => subscribed.push(uri),
-                Err(error) => {
-                    refused = Some(error);
-                    break;
-                }
-            }
+        let listening = self.subscribe_listen(&uris, request).await;
+        if let Some(gate) = gate {
+            gate.decide(listening.is_ok());
         }
-        if refused.is_none() {
-            tokio::select! {
-                () = context.cancelled() => {}
-                () = ended.cancelled() => refused = Some(features::access_withdrawn()),
-            }
-        }
-        // The request is over: unsubscribing runs on a token of its own.
-        let mut after = request.clone();
-        after.ct = CancellationToken::new();
-        for uri in subscribed {
-            let input = json!({ "unsubscribe": uri });
-            let _ = self
-                .on_subscription(input, uri, &after, Some((context.sink(), &ended)))
-                .await;
-        }
-        refused.map_or(Ok(()), Err)
+        let listening = listening?;
+        let subscribed = &listening.subscribed;
+        subscribed.stream.open(context.sink().clone()).await;
+        let over = until_over(&context, &subscribed.ended).await;
+        self.unsubscribe_listen(listening, request).await;
+        over
     }
 
     /// Sets the level of the log messages relayed from upstreams to this connection.
@@ -1190,6 +1172,18 @@ impl ServerHandler for Connection {
                 None,
             ),
         })
+    }
+}
+
+/// Waits until listen request `context` is over: ended by the caller (`Ok`), or by a
+/// reload that withdrew the caller's access to one of its resources (`ended`).
+async fn until_over(
+    context: &SubscriptionContext,
+    ended: &CancellationToken,
+) -> Result<(), ErrorData> {
+    tokio::select! {
+        () = context.cancelled() => Ok(()),
+        () = ended.cancelled() => Err(features::access_withdrawn()),
     }
 }
 

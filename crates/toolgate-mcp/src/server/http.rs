@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use http_body::Body;
 use http_body_util::BodyExt;
-use rmcp::model::ClientJsonRpcMessage;
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest};
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::SessionId;
 use rmcp::transport::streamable_http_server::session::SessionManager;
@@ -24,6 +24,7 @@ use super::connection::Connection;
 use super::connection::user_of;
 use super::direct::{self, AllowedHosts, DirectCalls};
 use super::held;
+use super::listen_gate::{self, ListenGate};
 use super::owners::Owners;
 use super::request_body;
 use super::stateless::StatelessCalls;
@@ -205,6 +206,12 @@ where
                 return Ok(answered(answer, guard));
             }
             let session = direct.to_rmcp(&parts.headers, message.as_ref());
+            let mut parts = parts;
+            let listen = is_listen(message.as_ref()).then(|| {
+                let (gate, decision) = ListenGate::new();
+                parts.extensions.insert(gate);
+                decision
+            });
             let post = parts.method == http::Method::POST;
             let delete = parts.method == http::Method::DELETE;
             let one_request = matches!(message, Some(ClientJsonRpcMessage::Request(_)));
@@ -233,6 +240,11 @@ where
                 session.renewed(direct);
             }
             let (head, mut body) = response.into_parts();
+            if let Some(decision) = listen
+                && is_event_stream(&head.headers)
+            {
+                body = listen_gate::acknowledged_once_subscribed(body, decision).await;
+            }
             if post && is_event_stream(&head.headers) {
                 let hold = config.sse_keep_alive.unwrap_or(HOLD_WITHOUT_KEEP_ALIVE);
                 body = held::first_events(body, hold, one_request).await;
@@ -246,6 +258,16 @@ where
             ))
         })
     }
+}
+
+/// Whether `message` is a `subscriptions/listen` request, whose acknowledgment waits for
+/// its resources to be subscribed ([`listen_gate`]).
+fn is_listen(message: Option<&ClientJsonRpcMessage>) -> bool {
+    matches!(
+        message,
+        Some(ClientJsonRpcMessage::Request(request))
+            if matches!(request.request, ClientRequest::SubscriptionsListenRequest(_))
+    )
 }
 
 /// The header that names a session.

@@ -6,6 +6,8 @@ mod direct;
 mod features;
 mod held;
 mod http;
+mod listen;
+mod listen_gate;
 mod listens;
 mod message;
 mod owners;
@@ -41,6 +43,7 @@ pub use self::relayed::{MAX_AGE as MAX_RELAYED_TASK_AGE, RelayedTasks};
 use crate::McpError;
 use connection::{Connection, SessionRegistry};
 use direct::DirectCalls;
+use listen::Served;
 use rounds::StateSeal;
 
 /// Decides which tools `tools/list` shows to a principal — where the authorization
@@ -371,10 +374,12 @@ impl McpServer {
     {
         let (lines, read, write) = stdio::LineFilter::start(read, write);
         let served = async {
-            let running = Connection::new(Arc::new(ArcSwap::new(Arc::clone(&self.inner))))
-                .serve((read, write))
-                .await
-                .map_err(|e| McpError::Transport(e.to_string()))?;
+            let running = Served(Connection::new(Arc::new(ArcSwap::new(Arc::clone(
+                &self.inner,
+            )))))
+            .serve((read, write))
+            .await
+            .map_err(|e| McpError::Transport(e.to_string()))?;
             running
                 .waiting()
                 .await

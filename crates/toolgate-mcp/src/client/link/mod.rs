@@ -372,7 +372,7 @@ impl Link {
                 let (frames, _) =
                     self.frames(channel, connection, transport.into_transport(), false);
                 let session = self
-                    .client(channel, connection)
+                    .client(channel, connection, generation)
                     .serve_with_lifecycle(frames, self.lifecycle(channel))
                     .await
                     .map_err(|e| connect_failure(&e))?;
@@ -389,7 +389,7 @@ impl Link {
                 );
                 let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
                 let (frames, side_door) = self.frames(channel, connection, transport, true);
-                let client = self.client(channel, connection);
+                let client = self.client(channel, connection, generation);
                 let direct = side_door.map(|door| {
                     Arc::new(Direct::new(
                         http,
@@ -443,10 +443,11 @@ impl Link {
         )
     }
 
-    fn client(&self, channel: &Channel, connection: u64) -> UpstreamClient {
+    fn client(&self, channel: &Channel, connection: u64, generation: u64) -> UpstreamClient {
         UpstreamClient {
             routes: Arc::clone(&channel.routes),
             connection,
+            generation,
             asks_callers: channel.asks_callers,
             call_timeout: self.config.call_timeout,
         }
@@ -480,11 +481,21 @@ impl Link {
 
     /// Whether connection `generation` of `channel` is still the channel's, and open.
     async fn still_open(&self, channel: &Channel, generation: u64) -> bool {
+        self.open_peer(channel, generation).await.is_some()
+    }
+
+    /// The peer of connection `generation` of `channel` while it is still the channel's
+    /// and open; `None` once it is gone. Never connects.
+    async fn open_peer(&self, channel: &Channel, generation: u64) -> Option<Peer<RoleClient>> {
         let state = channel.state.lock().await;
-        state.generation == generation
-            && state
-                .session
-                .as_ref()
-                .is_some_and(|session| !session.is_transport_closed() && !session.is_closed())
+        state
+            .session
+            .as_ref()
+            .filter(|session| {
+                state.generation == generation
+                    && !session.is_transport_closed()
+                    && !session.is_closed()
+            })
+            .map(|session| session.peer().clone())
     }
 }

@@ -168,6 +168,24 @@ impl Link {
     {
         let started = Instant::now();
         let (peer, generation) = self.peer(channel, deadline).await?;
+        self.request_on(channel, (peer, generation), started, deadline, send)
+            .await
+    }
+
+    /// [`request`](Self::request) on connection `generation` of `channel`, whose peer is
+    /// `peer`, made at `started`: for a caller that must know which connection answered.
+    pub(super) async fn request_on<T, F, Fut>(
+        &self,
+        channel: &Channel,
+        (peer, generation): (Peer<RoleClient>, u64),
+        started: Instant,
+        deadline: Instant,
+        send: F,
+    ) -> Result<T, ToolError>
+    where
+        F: FnOnce(Peer<RoleClient>) -> Fut,
+        Fut: Future<Output = Result<T, ServiceError>>,
+    {
         match tokio::time::timeout_at(deadline, send(peer)).await {
             Err(_) => Err(self.timed_out(started)),
             Ok(Ok(answer)) => Ok(answer),

@@ -1,5 +1,6 @@
 //! Resource subscriptions: made, ended and handed over to the next configuration's
-//! connection.
+//! connection. Whoever changes the subscribers of a resource then brings the upstream in
+//! line with them ([`Link::sync_upstream`]), one at a time per resource.
 
 // Resource subscriptions are deprecated by SEP-2577 for the 2026-07-28 revision (which
 // listens instead); upstreams and clients on 2025-11-25 subscribe.
@@ -27,12 +28,29 @@ pub(crate) const NOT_SUBSCRIBED: &str = "not_subscribed";
 /// ([`MAX_SUBSCRIPTIONS`]): it is not sent there.
 pub(crate) const TOO_MANY_SUBSCRIPTIONS: &str = "too_many_subscriptions";
 
+/// Why the upstream could not be brought in line with the subscribers of a resource
+/// ([`Link::sync_upstream`]).
+struct Unsynced {
+    /// Whether it was to be subscribed (someone here watches the resource): the error is
+    /// the subscribers'. Otherwise it was to be unsubscribed, or the resource's turn did
+    /// not come in time.
+    subscribing: bool,
+    /// What failed, for whoever waits on the change.
+    error: ToolError,
+}
+
 impl Link {
-    /// Subscribes `caller`'s session to resource `uri` (the upstream once, for its first
-    /// subscriber); `notifications/resources/updated` for it is relayed to every session
-    /// subscribed. A subscription lasts until unsubscribed, the session ends (then the
-    /// upstream is unsubscribed from a resource nobody else watches), or the upstream
-    /// connection is re-established (subscribe again then). One session holds at most
+    /// Subscribes `caller`'s session to resource `uri`; `notifications/resources/updated`
+    /// for it is relayed to every session subscribed. `Ok` once the upstream is
+    /// subscribed on its live connection, for every subscriber, the first or not
+    /// ([`sync_upstream`]): one that comes while the first's subscription is on its way
+    /// is answered after the upstream answered it, and one that comes after the
+    /// connection was made again has the upstream subscribed on the new one. When the
+    /// upstream cannot be subscribed, a session subscribed just now is not subscribed
+    /// here either, and gets the error. A subscription lasts until unsubscribed, or the
+    /// session ends (then the upstream is unsubscribed from a resource nobody else
+    /// watches); after the upstream connection is re-established, no update comes until
+    /// someone subscribes to the resource again. One session holds at most
     /// [`MAX_SUBSCRIPTIONS`] here: past it, [`TOO_MANY_SUBSCRIPTIONS`], before the
     /// upstream is asked anything (a session at its cap costs the upstream nothing).
     ///
@@ -41,6 +59,8 @@ impl Link {
     /// [`ResourceCheck`](crate::ResourceCheck) finds out ([`serves`](Self::serves);
     /// [`RESOURCE_NOT_FOUND`] otherwise): no subscription to a URI goes to an upstream
     /// that does not serve it.
+    ///
+    /// [`sync_upstream`]: Self::sync_upstream
     pub async fn subscribe(
         self: &Arc<Self>,
         uri: &str,
@@ -77,24 +97,18 @@ impl Link {
                 ));
             }
         }
-        let first = channel
+        let added = channel
             .routes
             .subscribe(uri, caller, user)
             .map_err(|_| self.too_many_subscriptions())?;
         self.end_with_session(channel, &caller.session_id, &caller.session_ended);
-        if !first {
+        let Err(unsynced) = self.sync_upstream(channel, uri, deadline).await else {
             return Ok(());
+        };
+        if added {
+            self.withdraw(channel, uri, &caller.session_id);
         }
-        let params = SubscribeRequestParams::new(uri.to_owned());
-        let subscribed = self
-            .request(channel, deadline, |peer| async move {
-                peer.subscribe(params).await
-            })
-            .await;
-        if subscribed.is_err() {
-            channel.routes.unsubscribe(uri, &caller.session_id);
-        }
-        subscribed
+        Err(unsynced.error)
     }
 
     /// The refusal of a subscription past [`MAX_SUBSCRIPTIONS`].
@@ -110,8 +124,12 @@ impl Link {
     }
 
     /// Unsubscribes `caller`'s session from resource `uri` (the upstream too, when no
-    /// session is left); [`NOT_SUBSCRIBED`], and nothing sent, when the session is not
-    /// subscribed to it here.
+    /// session is left, once the resource's turn comes: [`sync_upstream`]);
+    /// [`NOT_SUBSCRIBED`], and nothing sent, when the session is not subscribed to it
+    /// here. An error: the upstream was to be unsubscribed and failed to be (or the turn
+    /// did not come by `deadline`); the session is unsubscribed here either way.
+    ///
+    /// [`sync_upstream`]: Self::sync_upstream
     pub async fn unsubscribe(
         &self,
         uri: &str,
@@ -132,11 +150,118 @@ impl Link {
         if !channel.routes.unsubscribe(uri, &caller.session_id) {
             return Ok(());
         }
-        let params = UnsubscribeRequestParams::new(uri.to_owned());
-        self.request(channel, deadline, |peer| async move {
-            peer.unsubscribe(params).await
-        })
-        .await
+        match self.sync_upstream(channel, uri, deadline).await {
+            Err(unsynced) if !unsynced.subscribing => Err(unsynced.error),
+            // Someone subscribed meanwhile, and the upstream was subscribed (or failed to
+            // be) for them: theirs to hear about.
+            _ => Ok(()),
+        }
+    }
+
+    /// Brings the upstream in line with the subscribers of `uri` on `channel`: subscribed
+    /// on the live connection while anyone here watches the resource, not subscribed
+    /// otherwise. It waits for the resource's turn ([`Told`]) until `deadline`, then
+    /// compares who watches now with what the upstream was last told, and sends at most
+    /// one request: `resources/subscribe` when watched and not subscribed on the live
+    /// connection (never told, unsubscribed since, or subscribed on a connection that is
+    /// gone — connecting again if needed); `resources/unsubscribe` when nobody watches and
+    /// it is subscribed on the live connection. A subscription on a connection that is
+    /// gone is forgotten, and nothing is connected for it.
+    ///
+    /// Whoever changes the subscribers of a resource calls this after the change: each
+    /// call takes the turn after its change and reads who watches within the turn, so the
+    /// call of the last change sees the last state, and one pass each suffices.
+    ///
+    /// # Errors
+    ///
+    /// [`Unsynced`]: the turn did not come by `deadline` (a timeout; nothing was sent), or
+    /// the request sent failed. A failed request leaves the upstream recorded
+    /// unsubscribed, whichever it was: a subscription too many later is harmless, a
+    /// missing one loses updates.
+    ///
+    /// [`Told`]: crate::client::told::Told
+    async fn sync_upstream(
+        &self,
+        channel: &Channel,
+        uri: &str,
+        deadline: Instant,
+    ) -> Result<(), Unsynced> {
+        let started = Instant::now();
+        let Some(mut told) = channel.routes.told.turn(uri, deadline).await else {
+            return Err(Unsynced {
+                subscribing: false,
+                error: self.timed_out(started),
+            });
+        };
+        let watched = channel.routes.watched(uri);
+        let live = match *told {
+            Some(generation) => self
+                .open_peer(channel, generation)
+                .await
+                .map(|peer| (peer, generation)),
+            None => None,
+        };
+        *told = None;
+        match (watched, live) {
+            (true, Some((_, generation))) => {
+                *told = Some(generation);
+                Ok(())
+            }
+            (true, None) => {
+                let subscribed = async {
+                    let connection = self.peer(channel, deadline).await?;
+                    let generation = connection.1;
+                    let params = SubscribeRequestParams::new(uri.to_owned());
+                    self.request_on(channel, connection, started, deadline, |peer| async move {
+                        peer.subscribe(params).await
+                    })
+                    .await?;
+                    Ok::<_, ToolError>(generation)
+                };
+                *told = Some(subscribed.await.map_err(|error| Unsynced {
+                    subscribing: true,
+                    error,
+                })?);
+                Ok(())
+            }
+            (false, Some(connection)) => {
+                let params = UnsubscribeRequestParams::new(uri.to_owned());
+                self.request_on(channel, connection, started, deadline, |peer| async move {
+                    peer.unsubscribe(params).await
+                })
+                .await
+                .map_err(|error| Unsynced {
+                    subscribing: false,
+                    error,
+                })
+            }
+            (false, None) => Ok(()),
+        }
+    }
+
+    /// [`sync_upstream`](Self::sync_upstream) for a change no caller waits on: within the
+    /// call timeout, a failure only logged (whoever it was for is gone, or was told).
+    async fn sync_upstream_unwaited(&self, channel: &Channel, uri: &str) {
+        let deadline = Instant::now() + self.config.call_timeout;
+        if let Err(unsynced) = self.sync_upstream(channel, uri, deadline).await {
+            tracing::warn!(server = %self.config.name, %uri, error = %unsynced.error, "the MCP server could not be brought in line with who watches a resource on this connection");
+        }
+    }
+
+    /// Takes subscriber `key` — added for `uri` just now, for whom the upstream could not
+    /// be subscribed — out of its subscribers again. When it was the last, the upstream
+    /// is brought in line once more, in a task of its own (someone's turn may have
+    /// subscribed it for this subscriber meanwhile).
+    fn withdraw(self: &Arc<Self>, channel: &Channel, uri: &str, key: &str) {
+        if !channel.routes.unsubscribe(uri, key) {
+            return;
+        }
+        let legacy = std::ptr::eq(channel, &self.legacy);
+        let (link, uri) = (Arc::clone(self), uri.to_owned());
+        tokio::spawn(async move {
+            let channel = if legacy { &link.legacy } else { &link.current };
+            link.sync_upstream_unwaited(channel, &uri).await;
+        });
     }
 
     /// Whether the upstream declared `resources.subscribe` (on the connection
@@ -183,8 +308,9 @@ impl Link {
     /// same upstream's connection in the configuration that replaces this one — for the
     /// subscribers `may_read` still allows; the others end (no update reaches them any
     /// more). Nobody is left here, so the upstream is unsubscribed here from every
-    /// resource; on `next`, it is subscribed to each resource someone moved to. How many
-    /// subscriptions moved, and how many ended.
+    /// resource it is subscribed to on the live connection; on `next`, it is subscribed
+    /// to each resource someone moved to. How many subscriptions moved, and how many
+    /// ended.
     pub async fn hand_over_subscriptions(
         &self,
         next: Option<&Arc<Link>>,
@@ -203,7 +329,7 @@ impl Link {
                         }
                     }
                 }
-                self.unsubscribe_upstream(channel, &uri).await;
+                self.sync_upstream_unwaited(channel, &uri).await;
             }
         }
         (moved, ended)
@@ -222,35 +348,32 @@ impl Link {
             let (unsubscribe, n) = channel.routes.end_unless(may_read);
             ended += n;
             for uri in unsubscribe {
-                self.unsubscribe_upstream(channel, &uri).await;
+                self.sync_upstream_unwaited(channel, &uri).await;
             }
         }
         ended
     }
 
     /// Takes in a subscription to `uri` made on another connection to this upstream,
-    /// subscribing the upstream when it is the first; whether it holds.
+    /// and has the upstream subscribed on this one (within the call timeout); whether it
+    /// holds. One taken in just now, for which the upstream could not be subscribed, is
+    /// taken out again; one held here already stays.
     async fn adopt(self: &Arc<Self>, uri: &str, subscriber: Subscriber) -> bool {
         let channel = self.subscription_channel();
         let key: Arc<str> = Arc::from(subscriber.key());
         let session_ended = subscriber.session_ended().clone();
-        let first = channel.routes.adopt(uri, subscriber);
+        let added = channel.routes.adopt(uri, subscriber);
         self.end_with_session(channel, &key, &session_ended);
-        if !first {
+        let deadline = Instant::now() + self.config.call_timeout;
+        let Err(unsynced) = self.sync_upstream(channel, uri, deadline).await else {
+            return true;
+        };
+        if !added {
             return true;
         }
-        let deadline = Instant::now() + self.config.call_timeout;
-        let params = SubscribeRequestParams::new(uri.to_owned());
-        let subscribed = self
-            .request(channel, deadline, |peer| async move {
-                peer.subscribe(params).await
-            })
-            .await;
-        if let Err(e) = &subscribed {
-            tracing::warn!(server = %self.config.name, %uri, error = %e, "a subscription could not be moved to the new configuration's connection; it ended");
-            channel.routes.unsubscribe(uri, &key);
-        }
-        subscribed.is_ok()
+        tracing::warn!(server = %self.config.name, %uri, error = %unsynced.error, "a subscription could not be moved to the new configuration's connection; it ended");
+        self.withdraw(channel, uri, &key);
+        false
     }
 
     /// Ends the subscriptions of subscriber `key` made on `channel` when its session
@@ -287,23 +410,8 @@ impl Link {
         for channel in [&self.current, &self.legacy] {
             for uri in channel.routes.end_session(key) {
                 tracing::debug!(server = %self.config.name, %uri, "the last session subscribed to a resource ended; unsubscribing the MCP server");
-                self.unsubscribe_upstream(channel, &uri).await;
+                self.sync_upstream_unwaited(channel, &uri).await;
             }
-        }
-    }
-
-    /// Unsubscribes the upstream from `uri` on `channel`, where nobody watches it any
-    /// more; a failure is only logged (the subscribers are gone either way).
-    async fn unsubscribe_upstream(&self, channel: &Channel, uri: &str) {
-        let deadline = Instant::now() + self.config.call_timeout;
-        let params = UnsubscribeRequestParams::new(uri.to_owned());
-        let unsubscribed = self
-            .request(channel, deadline, |peer| async move {
-                peer.unsubscribe(params).await
-            })
-            .await;
-        if let Err(e) = unsubscribed {
-            tracing::warn!(server = %self.config.name, %uri, error = %e, "the MCP server could not be unsubscribed from a resource nobody watches on this connection any more");
         }
     }
 }
