@@ -24,6 +24,7 @@ use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use toolgate_hooks::secrets::Scrubber;
 
 use super::relay::{Dropped, RouteTicket, Routes};
@@ -45,6 +46,8 @@ pub(crate) struct Frames<T> {
     /// made from the calling task ([`Direct`](super::direct::Direct)), for rmcp to handle
     /// as if they had come through `inner`: the upstream's requests, which rmcp answers.
     side: Option<mpsc::Receiver<RxJsonRpcMessage<RoleClient>>>,
+    /// Cancels its token when the transport is dropped: rmcp's session over it ended.
+    ended: Option<DropGuard>,
 }
 
 /// What every message of one connection goes through as it comes in: scrubbing, and the
@@ -92,6 +95,7 @@ impl<T> Frames<T> {
                 inner,
                 inbound,
                 side,
+                ended: None,
             },
             sender,
         )
@@ -100,6 +104,12 @@ impl<T> Frames<T> {
     /// What the connection's messages go through as they come in.
     pub(crate) fn inbound(&self) -> &Inbound {
         &self.inbound
+    }
+
+    /// Has `ended` cancelled when the connection ends: rmcp drops its transport when
+    /// the session over it ends, however it ends.
+    pub(crate) fn cancel_on_end(&mut self, ended: CancellationToken) {
+        self.ended = Some(ended.drop_guard());
     }
 }
 

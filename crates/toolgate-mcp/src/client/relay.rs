@@ -548,6 +548,22 @@ impl Routes {
             .is_some_and(|sessions| !sessions.is_empty())
     }
 
+    /// The resources someone is subscribed to here: none when nobody watches anything.
+    pub(crate) fn watched_uris(&self) -> Vec<String> {
+        let subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        subscribers
+            .iter()
+            .filter(|(_, sessions)| !sessions.is_empty())
+            .map(|(uri, _)| uri.clone())
+            .collect()
+    }
+
+    /// Whether anyone is subscribed to any resource here.
+    pub(crate) fn watched_any(&self) -> bool {
+        let subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());
+        subscribers.values().any(|sessions| !sessions.is_empty())
+    }
+
     /// Whether `session` is subscribed to `uri` here.
     pub(crate) fn is_subscribed(&self, uri: &str, session: &str) -> bool {
         let subscribers = self.subscribers.lock().unwrap_or_else(|e| e.into_inner());

@@ -31,6 +31,7 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpResponseLimits,
 };
 use serde_json::Value;
+use tokio_util::sync::CancellationToken;
 
 use super::post::Target;
 use super::relay::{Dropped, RouteTicket, Routes};
@@ -52,18 +53,29 @@ pub(crate) struct StreamTagging {
     routes: Arc<Routes>,
     /// The connection's streams that ended before their answer, for their resume.
     resumable: Arc<Resumable>,
+    /// Cancelled when the upstream answers that it does not know the connection's
+    /// session (HTTP 404 to a POST or to the standalone stream's GET): it has forgotten
+    /// what it was told on it — the resource subscriptions among it — even if rmcp goes on
+    /// in a session it sets up again.
+    forgotten: CancellationToken,
 }
 
 impl StreamTagging {
     /// Over `inner`, the pooled client every HTTP upstream shares
     /// ([`http_pool::shared`](super::http_pool::shared)); one per connection, since its
-    /// [`Wire`] is the connection's, whose calls are `routes`.
-    pub(crate) fn over(inner: reqwest::Client, routes: Arc<Routes>) -> Self {
+    /// [`Wire`] is the connection's, whose calls are `routes`. `forgotten` is cancelled
+    /// once the upstream answers that it does not know the connection's session.
+    pub(crate) fn over(
+        inner: reqwest::Client,
+        routes: Arc<Routes>,
+        forgotten: CancellationToken,
+    ) -> Self {
         StreamTagging {
             inner,
             wire: Arc::default(),
             routes,
             resumable: Arc::default(),
+            forgotten,
         }
     }
 
@@ -240,8 +252,11 @@ impl StreamableHttpClient for StreamTagging {
                 custom_headers,
                 limits,
             )
-            .await?;
-        Ok(match (response, origin) {
+            .await;
+        if matches!(response, Err(StreamableHttpError::SessionExpired)) {
+            self.forgotten.cancel();
+        }
+        Ok(match (response?, origin) {
             (StreamableHttpPostResponse::Sse(stream, session), Some(id)) => {
                 let stream = self.held(stream, Owner::Request(id.clone()), ticket, None);
                 StreamableHttpPostResponse::Sse(tagged(stream, Some(id)), session)
@@ -308,6 +323,7 @@ impl StreamableHttpClient for StreamTagging {
             Some(event_id) => self.resumable.owner(event_id),
             None => (Owner::Standalone, None),
         };
+        let attached = session_id.is_some();
         let stream = self
             .inner
             .get_stream_with_max_sse_event_size(
@@ -318,7 +334,15 @@ impl StreamableHttpClient for StreamTagging {
                 custom_headers,
                 max_sse_event_size,
             )
-            .await?;
+            .await;
+        // rmcp reads a 404 to a GET as any failed GET, and tries again without end.
+        if attached
+            && matches!(owner, Owner::Standalone)
+            && stream.as_ref().err().is_some_and(session_unknown)
+        {
+            self.forgotten.cancel();
+        }
+        let stream = stream?;
         let origin = match &owner {
             Owner::Request(id) => Some(id.clone()),
             _ => None,
@@ -399,6 +423,16 @@ impl StreamTagging {
             )
             .await?;
         Ok(tagged(stream, Some(id.clone())))
+    }
+}
+
+/// Whether `error`, the failure of a GET of a session, is the upstream saying that it
+/// does not know the session (HTTP 404).
+fn session_unknown(error: &StreamableHttpError<reqwest::Error>) -> bool {
+    match error {
+        StreamableHttpError::SessionExpired => true,
+        StreamableHttpError::Client(e) => e.status() == Some(http::StatusCode::NOT_FOUND),
+        _ => false,
     }
 }
 

@@ -4,6 +4,7 @@
 mod callers;
 mod calls;
 mod errors;
+mod keeper;
 mod requests;
 mod scrub;
 mod stderr;
@@ -12,7 +13,7 @@ mod tasks;
 
 use std::collections::HashSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use rmcp::model::ProtocolVersion;
 use rmcp::service::RxJsonRpcMessage;
@@ -23,6 +24,7 @@ use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig
 use rmcp::{ClientHandler, ClientServiceExt, RoleClient};
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use toolgate_core::ToolError;
 use toolgate_hooks::secrets::Scrubber;
 use tracing::Instrument;
@@ -79,6 +81,22 @@ struct State {
     last_failure: Option<String>,
     /// Counts connections, so a failure forgets only the connection it happened on.
     generation: u64,
+    /// Cancelled when the session's connection ends, or (HTTP) the upstream forgets its
+    /// session: what the upstream was told on it is lost ([`Made::ended`]).
+    ended: CancellationToken,
+}
+
+/// A new connection, as [`Link::connect`] makes it.
+struct Made {
+    session: Session,
+    /// Its calls from the calling task (HTTP).
+    direct: Option<Arc<Direct>>,
+    /// The tools the upstream lists on it (the legacy channel).
+    tools: HashSet<String>,
+    /// Cancelled when rmcp's session over the connection ends, however it ends, or when
+    /// the upstream answers that it does not know the connection's HTTP session (rmcp then
+    /// sets one up again on the same connection, without what the upstream was told).
+    ended: CancellationToken,
 }
 
 /// One connection to the upstream, and the calls in flight on it.
@@ -93,6 +111,9 @@ struct Channel {
     state: Mutex<State>,
     /// Which connection (of a stdio upstream) ended on a message too long to read.
     oversized: Arc<Oversized>,
+    /// Whether a task keeps the channel connected for its resource subscriptions
+    /// ([`keeper`]).
+    kept: AtomicBool,
 }
 
 impl Channel {
@@ -103,6 +124,7 @@ impl Channel {
             routes: Arc::new(Routes::new(server)),
             state: Mutex::default(),
             oversized: Arc::default(),
+            kept: AtomicBool::new(false),
         }
     }
 }
@@ -241,7 +263,9 @@ impl Link {
     }
 
     /// The channel's connection, made now if it has none (or lost it), waiting at most
-    /// until `deadline` and [`MAX_WAIT_PER_CALL`] for an upstream that is down.
+    /// until `deadline` and [`MAX_WAIT_PER_CALL`] for an upstream that is down. On a new
+    /// connection of a channel where someone watches a resource, the upstream is
+    /// subscribed again to what is watched ([`resubscribe`](Self::resubscribe)).
     async fn connected(
         &self,
         channel: &Channel,
@@ -275,7 +299,7 @@ impl Link {
                 tracing::info_span!(parent: None, "mcp.connection", server = %self.config.name),
             );
             match tokio::time::timeout_at(attempt_deadline, connect).await {
-                Ok(Ok((session, direct, tools))) => {
+                Ok(Ok(made)) => {
                     if state.failures > 0 {
                         tracing::info!(server = %self.config.name, "MCP server reconnected");
                     }
@@ -284,10 +308,17 @@ impl Link {
                     state.opened_at = Some(Instant::now());
                     state.retry_at = None;
                     state.last_failure = None;
-                    state.session = Some(session);
-                    state.direct = direct;
-                    state.tools = tools;
+                    let peer = made.session.peer().clone();
+                    state.session = Some(made.session);
+                    state.direct = made.direct;
+                    state.tools = made.tools;
+                    state.ended = made.ended;
                     state.generation += 1;
+                    // The upstream knows nothing of what a connection before this one
+                    // was told: whoever watches a resource here has it subscribed again.
+                    if channel.routes.watched_any() {
+                        self.resubscribe(channel, peer, state.generation);
+                    }
                 }
                 failed => {
                     let reason = match failed {
@@ -315,12 +346,15 @@ impl Link {
     /// A new connection on `channel`, which will be its `generation`, with its calls
     /// from the calling task (HTTP); for the legacy channel, with the names of the tools
     /// the upstream lists on it.
-    async fn connect(
-        &self,
-        channel: &Channel,
-        generation: u64,
-    ) -> Result<(Session, Option<Arc<Direct>>, HashSet<String>), String> {
-        let (session, direct) = self.open(channel, generation).await?;
+    async fn connect(&self, channel: &Channel, generation: u64) -> Result<Made, String> {
+        let ended = CancellationToken::new();
+        let (session, direct) = self.open(channel, generation, &ended).await?;
+        let made = |session, tools| Made {
+            session,
+            direct,
+            tools,
+            ended,
+        };
         if !channel.legacy {
             let modern = session
                 .peer()
@@ -328,24 +362,26 @@ impl Link {
                 .is_some_and(|info| info.protocol_version >= ProtocolVersion::V_2026_07_28);
             let revision = if modern { SPEAKS_2026 } else { SPEAKS_2025 };
             self.revision.store(revision, Ordering::Relaxed);
-            return Ok((session, direct, HashSet::new()));
+            return Ok(made(session, HashSet::new()));
         }
         let tools = session
             .peer()
             .list_all_tools()
             .await
             .map_err(|e| request_failure(&e))?;
-        Ok((
+        Ok(made(
             session,
-            direct,
             tools.into_iter().map(|t| t.name.into_owned()).collect(),
         ))
     }
 
+    /// Opens connection `generation` of `channel`; `ended` is cancelled when it ends
+    /// ([`Made::ended`]).
     async fn open(
         &self,
         channel: &Channel,
         generation: u64,
+        ended: &CancellationToken,
     ) -> Result<(Session, Option<Arc<Direct>>), String> {
         let connection = channel.routes.next_connection();
         match &self.config.transport {
@@ -369,8 +405,9 @@ impl Link {
                         stderr,
                     ));
                 }
-                let (frames, _) =
+                let (mut frames, _) =
                     self.frames(channel, connection, transport.into_transport(), false);
+                frames.cancel_on_end(ended.clone());
                 let session = self
                     .client(channel, connection, generation)
                     .serve_with_lifecycle(frames, self.lifecycle(channel))
@@ -386,9 +423,11 @@ impl Link {
                 let http = StreamTagging::over(
                     http_pool::shared().map_err(|e| e.to_string())?,
                     Arc::clone(&channel.routes),
+                    ended.clone(),
                 );
                 let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
-                let (frames, side_door) = self.frames(channel, connection, transport, true);
+                let (mut frames, side_door) = self.frames(channel, connection, transport, true);
+                frames.cancel_on_end(ended.clone());
                 let client = self.client(channel, connection, generation);
                 let direct = side_door.map(|door| {
                     Arc::new(Direct::new(

@@ -49,8 +49,10 @@ impl Link {
     /// upstream cannot be subscribed, a session subscribed just now is not subscribed
     /// here either, and gets the error. A subscription lasts until unsubscribed, or the
     /// session ends (then the upstream is unsubscribed from a resource nobody else
-    /// watches); after the upstream connection is re-established, no update comes until
-    /// someone subscribes to the resource again. One session holds at most
+    /// watches). It outlives the upstream connection: while anyone watches a resource,
+    /// a connection lost is made again without waiting for a request to need it, and the
+    /// upstream is subscribed again on it ([`keeper`](super::keeper)); updates the
+    /// upstream sent in between are lost. One session holds at most
     /// [`MAX_SUBSCRIPTIONS`] here: past it, [`TOO_MANY_SUBSCRIPTIONS`], before the
     /// upstream is asked anything (a session at its cap costs the upstream nothing).
     ///
@@ -102,6 +104,7 @@ impl Link {
             .subscribe(uri, caller, user)
             .map_err(|_| self.too_many_subscriptions())?;
         self.end_with_session(channel, &caller.session_id, &caller.session_ended);
+        self.keep(channel);
         let Err(unsynced) = self.sync_upstream(channel, uri, deadline).await else {
             return Ok(());
         };
@@ -364,6 +367,7 @@ impl Link {
         let session_ended = subscriber.session_ended().clone();
         let added = channel.routes.adopt(uri, subscriber);
         self.end_with_session(channel, &key, &session_ended);
+        self.keep(channel);
         let deadline = Instant::now() + self.config.call_timeout;
         let Err(unsynced) = self.sync_upstream(channel, uri, deadline).await else {
             return true;
