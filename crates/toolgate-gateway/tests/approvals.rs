@@ -6,6 +6,8 @@
 mod common;
 #[path = "approvals/kept_outcomes.rs"]
 mod kept_outcomes;
+#[path = "approvals/lost_answers.rs"]
+mod lost_answers;
 
 use std::time::Duration;
 

@@ -30,6 +30,7 @@ static KEEP_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("keep
 static USE_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("use_retry.lua")));
 static KEEP_OUTCOME: LazyLock<Script> = LazyLock::new(|| script(include_str!("keep_outcome.lua")));
 static UNDO: LazyLock<Script> = LazyLock::new(|| script(include_str!("undo.lua")));
+static UNKEEP_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("unkeep_retry.lua")));
 
 /// A script of the store: the server's clock, what the store's scripts share, then its own
 /// body.
@@ -135,8 +136,10 @@ const LONGEST_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 /// save or take wrote: a call whose caller was told it failed does not wait for an
 /// approver, and a call taken without anyone receiving it waits again. A taken call's row
 /// is held for two minutes for this, out of every index; the undo is tried at once and
-/// over the next half minute. (An approval for a retry used without the answer arriving
-/// is used up: the call waits for approval again.)
+/// over the next half minute. An approval for a retry whose keep was not answered in time
+/// is undone the same way, by its id: its call goes back to wait for a decision, and must
+/// not also run by a retry. (An approval for a retry used without the answer arriving is
+/// used up: the call waits for approval again.)
 ///
 /// Built by [`RedisState::suspensions`](crate::RedisState::suspensions). Cloning is cheap:
 /// clones share the connection and the limits ([`set_limits`](Self::set_limits) on one
@@ -310,9 +313,57 @@ impl RedisSuspensions {
     /// Undoes, in the background, the save or take (`what`) of the call `id` marked with
     /// `token`, whose answer this replica did not get: if Redis did it after all, the call
     /// its caller was told failed is removed, and the call nobody received waits again.
-    /// Tried at once (on the same connection, so after the command if it is still on its
-    /// way) and a few times more over half a minute.
     fn undo_later(&self, id: &str, what: &'static str, token: String) {
+        let call = id.to_owned();
+        self.undo_in_background(id, what, move |store| {
+            let limits = store.limits();
+            let mut invocation = UNDO.prepare_invoke();
+            invocation
+                .key(store.key("calls"))
+                .arg(&*store.base)
+                .arg(&call)
+                .arg(what)
+                .arg(&token)
+                .arg(limits.max_total)
+                .arg(span_ms(limits.expire_after));
+            invocation
+        });
+    }
+
+    /// Undoes, in the background, the keep of the approval for a retry of the call
+    /// `suspension_id` — `approval` its id in the store, for the caller written as
+    /// `caller` and the binding key `binding` — whose answer this replica did not get: the
+    /// call goes back to wait (see `Pipeline::approve_retry`), and if Redis kept the
+    /// approval after all, the call would run twice — by a retry, and again when the call
+    /// waiting again is approved.
+    fn unkeep_retry_later(
+        &self,
+        suspension_id: &str,
+        approval: String,
+        caller: Vec<u8>,
+        binding: String,
+    ) {
+        self.undo_in_background(suspension_id, "keep_retry", move |store| {
+            let mut invocation = UNKEEP_RETRY.prepare_invoke();
+            invocation
+                .key(store.key("retries"))
+                .arg(&*store.base)
+                .arg(&approval)
+                .arg(&caller)
+                .arg(&binding);
+            invocation
+        });
+    }
+
+    /// Runs the undo script that `undo` prepares until it answers `undone` or the tries
+    /// run out: tried at once (on the same connection, so after the command if it is still
+    /// on its way) and a few times more over half a minute.
+    fn undo_in_background(
+        &self,
+        id: &str,
+        what: &'static str,
+        undo: impl Fn(&RedisSuspensions) -> ScriptInvocation<'static> + Send + 'static,
+    ) {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
@@ -321,17 +372,7 @@ impl RedisSuspensions {
         runtime.spawn(async move {
             for pause in UNDO_PAUSES {
                 tokio::time::sleep(pause).await;
-                let limits = store.limits();
-                let mut invocation = UNDO.prepare_invoke();
-                invocation
-                    .key(store.key("calls"))
-                    .arg(&*store.base)
-                    .arg(&id)
-                    .arg(what)
-                    .arg(&token)
-                    .arg(limits.max_total)
-                    .arg(span_ms(limits.expire_after));
-                if let Ok(status) = store.try_run::<String>(&invocation).await
+                if let Ok(status) = store.try_run::<String>(&undo(&store)).await
                     && status == "undone"
                 {
                     tracing::info!(

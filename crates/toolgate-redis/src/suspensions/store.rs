@@ -262,22 +262,29 @@ impl SuspensionStore for RedisSuspensions {
             id: &key,
         };
         let value = self.encode(&place, &approval)?;
+        let id = self.link.unique_id();
+        let caller = caller_key(&approval.binding.user, approval.binding.tenant.as_deref());
         let mut invocation = KEEP_RETRY.prepare_invoke();
         invocation
             .key(self.key("retries"))
             .arg(&*self.base)
-            .arg(self.link.unique_id())
-            .arg(caller_key(
-                &approval.binding.user,
-                approval.binding.tenant.as_deref(),
-            ))
+            .arg(&id)
+            .arg(&caller)
             .arg(&key)
             .arg(value)
             .arg(millis(approval.expires_at).min(LATEST_MS))
             .arg(limits.max_per_user)
             .arg(limits.max_total)
             .arg(&*self.seal_id);
-        let status: String = self.run(&invocation).await?;
+        let status: String = match self.try_run(&invocation).await {
+            Ok(status) => status,
+            Err(failure) => {
+                // Told that it failed, the pipeline puts the call back to wait: an
+                // approval Redis kept all the same must not let it run a second time.
+                self.unkeep_retry_later(&approval.suspension_id, id, caller, key);
+                return Err(unavailable(failure));
+            }
+        };
         match status.as_str() {
             "ok" => Ok(()),
             "user_full" => Err(SuspensionStoreError::UserFull {
