@@ -29,6 +29,7 @@ use std::time::Duration;
 
 use futures::{Stream, StreamExt};
 use rmcp::model::RequestId;
+use rmcp::transport::common::client_side_sse::{ExponentialBackoff, SseRetryPolicy};
 use serde::de::IgnoredAny;
 use serde_json::Value;
 use tokio::task::AbortHandle;
@@ -43,6 +44,18 @@ pub(crate) type SseStream =
 /// milliseconds: a longer one is cut to it. Resuming is cheap, and a call's time is
 /// better spent trying again than asleep (`u64::MAX` would sleep past any deadline).
 const MAX_SERVER_RETRY_MS: u64 = 30_000;
+
+/// How long rmcp waits before it opens again a stream it lost — the standalone stream
+/// among them — when the upstream named no `retry:`: doubling from one second, as rmcp
+/// does, but never longer than [`MAX_SERVER_RETRY_MS`]. rmcp's own doubling has no bound,
+/// so an upstream back after an outage of some minutes would be noticed an hour later, and
+/// with it that it forgot the resource subscriptions it held (the standalone stream's
+/// `GET` answered 404 is what tells).
+pub(crate) fn reconnect_policy() -> Arc<dyn SseRetryPolicy> {
+    let mut policy = ExponentialBackoff::default();
+    policy.max_delay = Some(Duration::from_millis(MAX_SERVER_RETRY_MS));
+    Arc::new(policy)
+}
 
 /// An upstream's `retry:` (milliseconds), cut to [`MAX_SERVER_RETRY_MS`].
 pub(crate) fn capped_retry(millis: u64) -> u64 {
@@ -320,6 +333,16 @@ mod tests {
 
     use super::super::relay::Relay;
     use super::*;
+
+    #[test]
+    fn a_lost_stream_is_opened_again_at_least_every_thirty_seconds() {
+        let policy = reconnect_policy();
+        assert_eq!(policy.retry(0), Some(Duration::from_secs(1)));
+        assert_eq!(policy.retry(3), Some(Duration::from_secs(8)));
+        for tries in [5, 12, 40, usize::MAX] {
+            assert_eq!(policy.retry(tries), Some(Duration::from_secs(30)), "{tries}");
+        }
+    }
 
     #[test]
     fn only_an_answer_to_another_request_is_told_apart() {

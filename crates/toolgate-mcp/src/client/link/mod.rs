@@ -35,6 +35,7 @@ use super::frames::Frames;
 use super::http_pool;
 use super::per_caller::CallerLinks;
 use super::relay::{Routes, UpstreamClient};
+use super::request_streams;
 use super::stdio::{Oversized, StdioUpstream};
 use super::streams::StreamTagging;
 use super::{UpstreamConfig, UpstreamTransport};
@@ -417,6 +418,7 @@ impl Link {
             }
             UpstreamTransport::Http { url } => {
                 let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str());
+                config.retry_config = request_streams::reconnect_policy();
                 if let Some(token) = &self.credential {
                     config = config.auth_header(token.clone());
                 }
