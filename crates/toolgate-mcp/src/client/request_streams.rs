@@ -340,7 +340,11 @@ mod tests {
         assert_eq!(policy.retry(0), Some(Duration::from_secs(1)));
         assert_eq!(policy.retry(3), Some(Duration::from_secs(8)));
         for tries in [5, 12, 40, usize::MAX] {
-            assert_eq!(policy.retry(tries), Some(Duration::from_secs(30)), "{tries}");
+            assert_eq!(
+                policy.retry(tries),
+                Some(Duration::from_secs(30)),
+                "{tries}"
+            );
         }
     }
 
