@@ -3,7 +3,8 @@
 //!
 //! `GET /console/oauth/start` sends the browser to the issuer with a fresh `state` and code
 //! challenge; the `state` also goes into a short-lived cookie (`SameSite=Lax`, so that it
-//! comes back on the issuer's redirect, and scoped to `/console/oauth`). The issuer sends
+//! comes back on the issuer's redirect; named `__Host-` off loopback, so that no other page
+//! can plant one: see [`SECURE_FLOW_COOKIE`]). The issuer sends
 //! the browser back to `GET /console/oauth/callback`, where the `state` must match the
 //! cookie's and a flow this process started (once: it is taken out); the code is traded for
 //! an access token with the verifier, the token is checked exactly as `/v1` checks one, and
@@ -37,8 +38,25 @@ use crate::gateway::Gateway;
 use crate::identity::answer::{MAX_DOCUMENT_BYTES, MAX_TOKEN_ANSWER_BYTES, read_bounded};
 use crate::identity::{Outcome, Route};
 
-/// The cookie that carries a flow's `state` from its start to its callback.
+/// The cookie that carries a flow's `state` from its start to its callback, on a loopback
+/// host over plain HTTP.
 pub const FLOW_COOKIE: &str = "toolgate_console_flow";
+
+/// The flow cookie everywhere else. As with the session cookie
+/// ([`guard::SECURE_COOKIE`]), a browser takes a cookie of this name only with `Secure`,
+/// `Path=/` and no `Domain`: a page of a sibling subdomain, or one served over plain HTTP,
+/// cannot plant the `state` of a sign-in it started, so that the issuer's answer to it
+/// signs this browser in as the planter (login forgery).
+pub const SECURE_FLOW_COOKIE: &str = "__Host-toolgate_console_flow";
+
+/// The flow cookie's name: [`SECURE_FLOW_COOKIE`] when it is sent `Secure`.
+pub fn flow_cookie_name(secure: bool) -> &'static str {
+    if secure {
+        SECURE_FLOW_COOKIE
+    } else {
+        FLOW_COOKIE
+    }
+}
 
 /// The path of the callback.
 pub const CALLBACK: &str = "/console/oauth/callback";
@@ -201,11 +219,16 @@ fn settings(
     Ok((console, client, oauth))
 }
 
+/// The `Set-Cookie` value of a flow's `state`: `HttpOnly`, `SameSite=Lax` (it must come
+/// back on the issuer's redirect); on loopback scoped to `/console/oauth`, elsewhere
+/// `Secure` with the `__Host-` name, which asks for `Path=/`.
 fn flow_cookie(state: &str, max_age_s: u64, secure: bool) -> String {
-    format!(
-        "{FLOW_COOKIE}={state}; Path=/console/oauth; HttpOnly; SameSite=Lax; Max-Age={max_age_s}{}",
-        if secure { "; Secure" } else { "" }
-    )
+    let (name, path, secure) = if secure {
+        (SECURE_FLOW_COOKIE, "/", "; Secure")
+    } else {
+        (FLOW_COOKIE, "/console/oauth", "")
+    };
+    format!("{name}={state}; Path={path}; HttpOnly; SameSite=Lax; Max-Age={max_age_s}{secure}")
 }
 
 fn redirect(to: &str, cookies: &[String]) -> Response {
@@ -231,6 +254,16 @@ pub(super) async fn start(
     peer: Option<&ConnectInfo<SocketAddr>>,
 ) -> Result<Response, ApiError> {
     let (_, client, oauth) = settings(gateway)?;
+    // A sign-in starts from the console's link, or from an address typed or bookmarked
+    // (`none`). Another site's page may not start them in its visitors' browsers: each
+    // would hold one of the few places of the visitor's address until it expires, and so
+    // keep every person behind that address from signing in.
+    let site = headers
+        .get("sec-fetch-site")
+        .map(|v| v.to_str().unwrap_or(""));
+    if site.is_some_and(|site| site != "same-origin" && site != "none") {
+        return Err(super::forged(&guard::Forgery::CrossSite));
+    }
     let sessions = &gateway.console_sessions;
     let (state, verifier) = sessions
         .start_flow(gateway.client_address(peer, headers))
@@ -309,7 +342,7 @@ pub(super) async fn callback(
             "the issuer's answer lacks `code` or `state`: start again from the console",
         ));
     };
-    let cookie = guard::cookie(headers, FLOW_COOKIE);
+    let cookie = guard::cookie(headers, flow_cookie_name(super::secure(headers)));
     if cookie != Some(state.as_str()) {
         return Err(refused(
             "this sign-in was not started in this browser: start again from the console",

@@ -294,6 +294,25 @@ impl Browser {
         }
     }
 
+    /// The address of the page shown now.
+    pub async fn url(&self) -> String {
+        let url = self.call("GET", "/url", None).await;
+        url.as_str().unwrap_or("").to_owned()
+    }
+
+    /// Makes every request to an address matching one of `patterns` (`*` stands for any
+    /// text) fail, as a network that loses them would: through Chromium's DevTools
+    /// protocol, which chromedriver passes on.
+    pub async fn block(&self, patterns: &[&str]) {
+        for (cmd, params) in [
+            ("Network.enable", json!({})),
+            ("Network.setBlockedURLs", json!({"urls": patterns})),
+        ] {
+            let command = json!({"cmd": cmd, "params": params});
+            self.call("POST", "/goog/cdp/execute", Some(command)).await;
+        }
+    }
+
     /// The text of the whole page.
     pub async fn page_text(&self) -> String {
         self.run("return document.body.innerText;", json!([]))

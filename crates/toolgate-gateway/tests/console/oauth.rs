@@ -9,6 +9,8 @@
 //!   `Retry-After`, while other addresses still sign in (in this process and on Redis);
 //! - a flood of starts reads the discovery document once, and starts refused for want of
 //!   places, or while the issuer cannot be read, ask it nothing more.
+//! - off loopback, a `state` planted in a cookie another page could set signs no one in;
+//! - a page of another site cannot start sign-ins in its visitors' browsers (in Chromium).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -443,4 +445,117 @@ async fn a_token_answer_over_the_limit_fails_the_sign_in_unread_and_the_next_one
     let started = start(&gateway, "203.0.113.7").await;
     let signed_in = call_back(&gateway, &state_of(&started)).await;
     assert_eq!(signed_in.status, 303, "{}", signed_in.body);
+}
+
+/// `GET` `path` of `gateway` as sent to the host `host` (not loopback: served securely),
+/// with `cookie`.
+async fn get_on_host(gateway: &Gateway, host: &str, path: &str, cookie: Option<&str>) -> Answer {
+    let mut request = no_redirects()
+        .get(gateway.url(path))
+        .header("host", host)
+        .header("x-forwarded-for", "203.0.113.7");
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    Answer::read(request.send().await.expect("an answer")).await
+}
+
+#[tokio::test]
+async fn off_loopback_a_sign_in_state_planted_by_another_page_signs_no_one_in() {
+    // Login forgery: someone starts a sign-in of their own, stops at the issuer's answer,
+    // plants its `state` in a victim's browser (a sibling subdomain, or a plain-HTTP page,
+    // may set `toolgate_console_flow` for this host) and sends the victim to that answer.
+    // The victim would then work in the console as the planter.
+    let issuer = Issuer::serve(300).await;
+    let gateway = Gateway::start(&config(&issuer, "", ""));
+    let host = "console.gateway.test";
+    let started = get_on_host(&gateway, host, "/console/oauth/start", None).await;
+    assert_eq!(started.status, 303, "{}", started.body);
+    let set = started.header("set-cookie").expect("the flow cookie");
+    assert!(
+        set.starts_with("__Host-toolgate_console_flow=") && set.contains("; Path=/;"),
+        "{set}"
+    );
+    assert!(
+        set.ends_with("; Secure") && !set.contains("Domain"),
+        "{set}"
+    );
+    let state = set
+        .strip_prefix("__Host-toolgate_console_flow=")
+        .and_then(|rest| rest.split(';').next())
+        .expect("the state")
+        .to_owned();
+    let answer = format!("/console/oauth/callback?code=planters&state={state}");
+
+    let planted = format!("toolgate_console_flow={state}");
+    let forged = get_on_host(&gateway, host, &answer, Some(&planted)).await;
+    assert_eq!(
+        (forged.status, forged.error_code()),
+        (401, "sign_in_refused"),
+        "{}",
+        forged.body
+    );
+    assert_eq!(
+        forged.header("set-cookie"),
+        None,
+        "no session: {}",
+        forged.body
+    );
+
+    // The browser that started it, which holds the cookie only this host could set,
+    // signs in.
+    let own = format!("__Host-toolgate_console_flow={state}");
+    let signed_in = get_on_host(&gateway, host, &answer, Some(&own)).await;
+    assert_eq!(signed_in.status, 303, "{}", signed_in.body);
+    let session = signed_in.header("set-cookie").expect("the session cookie");
+    assert!(session.starts_with("__Host-toolgate_console="), "{session}");
+}
+
+#[tokio::test]
+async fn a_page_of_another_site_cannot_use_up_the_sign_ins_of_its_visitors_address() {
+    if !crate::browser::available("a_page_of_another_site_cannot_use_up_the_sign_ins") {
+        return;
+    }
+    // A page anyone may publish, with more images pointing at the start of a sign-in than
+    // one address may have waiting: each would hold a place of the visitor's address (and
+    // of everyone behind it) for ten minutes, renewed while the page stays open.
+    let issuer = Issuer::serve(300).await;
+    let gateway = Gateway::start(&config(&issuer, "", ""));
+    let start_url = gateway.url("/console/oauth/start");
+    let images: String = (0..PER_ADDRESS + 4)
+        .map(|i| format!("<img src=\"{start_url}?n={i}\">"))
+        .collect();
+    // Served from `localhost`: another site than `127.0.0.1`, on this machine.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a loopback port");
+    let page_url = format!(
+        "http://localhost:{}/",
+        listener.local_addr().unwrap().port()
+    );
+    let router = axum::Router::new().route(
+        "/",
+        get(move || std::future::ready(axum::response::Html(images.clone()))),
+    );
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let browser = crate::browser::Browser::start(800, 600).await;
+    browser.go(&page_url).await;
+    let deadline = std::time::Instant::now() + crate::browser::WAIT;
+    let loaded = "return [...document.images].every((image) => image.complete)";
+    while browser.run(loaded, json!([])).await != json!(true) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the images never loaded"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    browser.quit().await;
+
+    // The visitor, from that address, still signs in.
+    let started = start(&gateway, "127.0.0.1").await;
+    assert_eq!(started.status, 303, "{}", started.body);
+    let signed_in = call_back(&gateway, &state_of(&started)).await;
+    assert_eq!(signed_in.status, 303, "{}", signed_in.body);
+    let (started, refused) = start_until_refused(&gateway, "127.0.0.1", IN_ALL).await;
+    assert_eq!(started, PER_ADDRESS, "{}", refused.body);
 }

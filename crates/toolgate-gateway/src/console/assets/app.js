@@ -11,11 +11,15 @@ const $ = (id) => document.getElementById(id);
 
 // Characters a caller, an upstream or a user id could use to make the page say something
 // else than the data: bidirectional controls (U+202E makes `evil` read `live`, a file
-// `x\u202Etxt.exe` read `xexe.txt`), zero-width and other invisible ones, and control
-// characters. They are shown as `\uXXXX`, which in JSON is the same string.
-const HIDDEN = /[\u0000-\u0008\u000b\u000c\u000e-\u001f\u007f-\u009f\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]/g;
-const visible = (text) => String(text).replace(HIDDEN,
-  (c) => `\\u${c.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}`);
+// `x\u202Etxt.exe` read `xexe.txt`), control characters (but tab and line breaks), and
+// every character Unicode draws as nothing: zero-width ones, the soft hyphen, the tag
+// characters (U+E0000 to U+E007F, which spell ASCII unseen, so an instruction to a model
+// can ride in text the approver reads as harmless) and variation selectors (which can
+// carry any bytes behind one emoji). Each is shown as `\uXXXX`, one per UTF-16 unit,
+// which in JSON is the same string.
+const HIDDEN = /(?![\t\n\r])[\p{Cc}\p{Cf}\p{Zl}\p{Zp}\p{Default_Ignorable_Code_Point}]/gu;
+const visible = (text) => String(text).replace(HIDDEN, (c) => c.split('').map(
+  (unit) => `\\u${unit.charCodeAt(0).toString(16).toUpperCase().padStart(4, '0')}`).join(''));
 
 function el(tag, attrs, ...children) {
   const node = document.createElement(tag);
