@@ -19,7 +19,7 @@ use toolgate_core::secret::Secret;
 use toolgate_hooks::fingerprint::random_key;
 use toolgate_hooks::secrets::Scrubber;
 
-use crate::config::{Config, StateUrl};
+use crate::config::{Config, StateUrl, TelemetryConfig};
 
 /// Every credential `config` holds (read from the environment where the configuration
 /// names a variable).
@@ -56,12 +56,7 @@ pub fn held(config: &Config) -> Vec<Secret> {
         held.push(Secret::new(key.0.clone()));
     }
     if let Some(telemetry) = &config.telemetry {
-        held.extend((telemetry.otlp.headers.values()).map(|value| Secret::new(value.0.clone())));
-        if let Ok(url) = url::Url::parse(&telemetry.otlp.endpoint.0)
-            && let Some(password) = url.password()
-        {
-            held.push(Secret::new(password.to_owned()));
-        }
+        held.extend(exporter_held(telemetry));
     }
     let redis_urls = match config.state.target() {
         StateUrl::Memory => Vec::new(),
@@ -74,6 +69,21 @@ pub fn held(config: &Config) -> Vec<Secret> {
         {
             held.push(Secret::new(password.to_owned()));
         }
+    }
+    held
+}
+
+/// The credentials of the OTLP exporter `telemetry` starts: its headers' values and its
+/// endpoint's password. The exporter runs for the whole process, so a reload that changes
+/// or removes `telemetry` leaves these in use (and in the exporter's own log lines).
+pub fn exporter_held(telemetry: &TelemetryConfig) -> Vec<Secret> {
+    let mut held: Vec<Secret> = (telemetry.otlp.headers.values())
+        .map(|value| Secret::new(value.0.clone()))
+        .collect();
+    if let Ok(url) = url::Url::parse(&telemetry.otlp.endpoint.0)
+        && let Some(password) = url.password()
+    {
+        held.push(Secret::new(password.to_owned()));
     }
     held
 }

@@ -331,6 +331,17 @@ async fn reload(path: &Path, process: &Process) -> Result<(), ServeError> {
              `max_connections_per_address`)"
         );
     }
+    let exports_alike = match (process.exporting(), &config.telemetry) {
+        (Some(running), Some(new)) => running.exports_like(new),
+        (running, new) => running.is_none() && new.is_none(),
+    };
+    if !exports_alike {
+        tracing::warn!(
+            "`telemetry` takes effect on restart only, but for `capture_arguments`, \
+             `capture_results` and `stage_spans`: traces and audit logs are still exported \
+             as the gateway started (collector, headers, sampling, `logs`)"
+        );
+    }
     process.reload(config).await.map_err(|e| e.in_file(path))?;
     Ok(())
 }

@@ -473,6 +473,56 @@ async fn calls_go_on_while_the_collector_is_down_and_the_failed_exports_are_logg
     );
 }
 
+#[tokio::test]
+async fn a_reload_that_rotates_the_collectors_credentials_warns_and_keeps_the_running_ones_scrubbed()
+ {
+    // The exporter runs for the process, with the credentials it started with; at debug
+    // level it logs the URL of every export that fails, password included.
+    const OLD_PASSWORD: &str = "old-otlp-password-6b1f";
+    const NEW_PASSWORD: &str = "new-otlp-password-93ce";
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap()
+    };
+    let yaml = |password: &str| {
+        format!(
+            "logging:\n  level: debug\n{}",
+            upstream_yaml(&format!("http://otel:{password}@{closed}"), false)
+        )
+    };
+    let gateway = Gateway::start_with_env(&yaml(OLD_PASSWORD), &ENV);
+    std::fs::write(&gateway.config, yaml(NEW_PASSWORD)).unwrap();
+    gateway.reload(1).await;
+    assert!(
+        gateway
+            .stderr()
+            .contains("`telemetry` takes effect on restart only"),
+        "a reload that changes the collector must say it is not applied:\n{}",
+        gateway.stderr()
+    );
+    let exported_before = gateway.stderr().matches("HttpClient.NetworkError").count();
+    let answer = post_with(
+        &client(),
+        &gateway.url("/v1/tools/calculator/invoke"),
+        Some(&key("bob")),
+        &json!({"expression": "6*7"}),
+        &[],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    // The failed export of that call's span, after the reload, logs the running URL.
+    gateway
+        .wait_for_log(
+            "HttpClient.NetworkError",
+            exported_before + 1,
+            Duration::from_secs(30),
+        )
+        .await;
+    let log = gateway.stderr();
+    assert!(log.contains("otel:[REDACTED"), "{log}");
+    assert!(!log.contains(OLD_PASSWORD), "{log}");
+}
+
 /// A `tools/call` of the calculator to `/mcp` in `session`, with these HTTP headers and
 /// this `_meta`.
 async fn mcp_call_with(

@@ -9,6 +9,10 @@ use super::values::{self, EnvString};
 
 /// `telemetry:` — traces exported over OTLP. Off when the section is absent: nothing is
 /// exported and no exporter thread runs.
+///
+/// The exporter is started once, with the process: a reload applies the span settings
+/// (`capture_arguments`, `capture_results`, `stage_spans`) and nothing else of this section
+/// ([`exports_like`](Self::exports_like)).
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TelemetryConfig {
@@ -42,7 +46,7 @@ pub struct TelemetryConfig {
 /// `telemetry.logs:` — log records exported over OTLP/HTTP to the same collector as the
 /// traces (`/v1/logs`), with the same headers and timeout (docs/gateway.md, "Tracing with
 /// OpenTelemetry").
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct LogsConfig {
     /// Export every line of the audit file (`audit: { sink: file }`) — each record with
@@ -56,12 +60,24 @@ pub struct LogsConfig {
     pub max_queue: usize,
 }
 
+impl TelemetryConfig {
+    /// Whether an exporter started from `self` exports as one started from `other` would:
+    /// the same collector, headers, timeout, resource, sampling and log export. What
+    /// differs takes effect on restart only.
+    pub fn exports_like(&self, other: &TelemetryConfig) -> bool {
+        self.otlp == other.otlp
+            && self.service_name == other.service_name
+            && self.sample_ratio == other.sample_ratio
+            && self.logs == other.logs
+    }
+}
+
 fn default_max_queue() -> usize {
     crate::telemetry::MAX_QUEUE
 }
 
 /// `telemetry.otlp:` — the collector.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct OtlpConfig {
     /// The collector's OTLP/HTTP base URL (`http://collector:4318`); `/v1/traces` is

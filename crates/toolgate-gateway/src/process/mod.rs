@@ -16,8 +16,9 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use tokio::sync::Mutex;
+use toolgate_hooks::secrets::Scrubber;
 
-use crate::config::Config;
+use crate::config::{Config, TelemetryConfig};
 use crate::extensions::Extensions;
 use crate::gateway::{BuildOn, Gateway, GatewayError};
 use crate::identity::KeyCache;
@@ -38,6 +39,9 @@ pub struct Process {
     keys: KeyCache,
     /// Hooks of your own beside the configured policies, in every configuration.
     extensions: Extensions,
+    /// The `telemetry` section the process started with: its exporter runs, with its
+    /// credentials, until the process ends, whatever a reload says.
+    exporting: Option<TelemetryConfig>,
 }
 
 impl std::fmt::Debug for Process {
@@ -59,6 +63,7 @@ impl Process {
         // Before anything can log: the log lines of a failed start are scrubbed too.
         crate::logging::scrub_secrets(crate::secrets::scrubber(&config));
         let shared = SharedState::new(&config).await?;
+        let exporting = config.telemetry.clone();
         let keys = KeyCache::default();
         let on = BuildOn {
             shared: &shared,
@@ -72,6 +77,7 @@ impl Process {
             mcp: McpEndpoint::default(),
             keys,
             extensions,
+            exporting,
         };
         process.serve(&gateway, &*process.shared.lock().await);
         Ok(process)
@@ -93,7 +99,15 @@ impl Process {
             extensions: &self.extensions,
         };
         let gateway = Arc::new(Gateway::build(config, &on).await?);
-        crate::logging::scrub_secrets(crate::secrets::scrubber(&gateway.config));
+        // The exporter started with the process still holds its credentials, and logs
+        // its URL when an export fails: they stay scrubbed after a reload that changed them.
+        let mut held = crate::secrets::held(&gateway.config);
+        held.extend(
+            self.exporting
+                .iter()
+                .flat_map(crate::secrets::exporter_held),
+        );
+        crate::logging::scrub_secrets(Scrubber::for_secrets(&held));
         self.serve(&gateway, &next);
         *shared = next;
         let old = self.current.swap(Arc::clone(&gateway));
@@ -128,6 +142,11 @@ impl Process {
     /// The current gateway, as the HTTP layer reads it on each request.
     pub(crate) fn serving(&self) -> Arc<ArcSwap<Gateway>> {
         Arc::clone(&self.current)
+    }
+
+    /// The `telemetry` section the process started with, which its exporter follows.
+    pub(crate) fn exporting(&self) -> Option<&TelemetryConfig> {
+        self.exporting.as_ref()
     }
 
     /// The `/mcp` endpoint.
