@@ -49,17 +49,19 @@ impl StateStore for KeyStates {
     }
 }
 
+/// The theoretical arrival time a key's cell holds, if any, read without changing it: the
+/// closure refuses and hands the value out.
+fn arrival(state: &InMemoryState) -> Option<Nanos> {
+    state
+        .measure_and_replace(&NotKeyed::NonKey, Err::<((), Nanos), Option<Nanos>>)
+        .err()
+        .flatten()
+}
+
 impl ShrinkableKeyedStateStore<String> for KeyStates {
     fn retain_recent(&self, drop_below: Nanos) {
-        // Reading a cell without changing it: the closure refuses and hands the value out.
-        let tat = |state: &InMemoryState| {
-            state
-                .measure_and_replace(&NotKeyed::NonKey, Err::<((), Nanos), Option<Nanos>>)
-                .err()
-                .flatten()
-        };
         self.0
-            .retain(|_, state| tat(state).is_some_and(|t| t > drop_below));
+            .retain(|_, state| arrival(state).is_some_and(|t| t > drop_below));
     }
 
     fn shrink_to_fit(&self) {
@@ -78,6 +80,8 @@ impl ShrinkableKeyedStateStore<String> for KeyStates {
 struct Table {
     limiter: RateLimiter<String, KeyStates, TokioClock, NoOpMiddleware<Nanos>>,
     states: KeyStates,
+    /// When the limiter started, on the clock: its states' arrival times count from it.
+    start: Nanos,
 }
 
 struct Inner {
@@ -225,19 +229,61 @@ impl InMemoryQuota {
         }
         let table = self.inner.tables.entry(rate).or_insert_with(|| {
             let states = KeyStates::default();
+            // The limiter reads its start from the clock as it is made, within a moment
+            // of this reading.
+            let start = self.inner.clock.now();
             Arc::new(Table {
                 limiter: RateLimiter::new(rate.to_governor(), states.clone(), self.inner.clock),
                 states,
+                start,
             })
         });
         Arc::clone(&table)
+    }
+
+    /// Moves `key`'s state to `table` (of `rate`) from the table of another rate, if one
+    /// has it: the policy whose key it is now limits at `rate` (a reload changed its
+    /// rate). Its theoretical arrival time moves as it is, so that what the key spent
+    /// still counts at the new rate — lowering a limit in the middle of abuse must not
+    /// hand every caller a full budget — as it does on Redis, which keeps one state per
+    /// key whatever the rate.
+    fn carry_over(&self, table: &Table, rate: Rate, key: &str) {
+        if self.inner.tables.len() < 2 {
+            return;
+        }
+        let others: Vec<Arc<Table>> = self
+            .inner
+            .tables
+            .iter()
+            .filter(|other| *other.key() != rate)
+            .map(|other| Arc::clone(other.value()))
+            .collect();
+        for other in others {
+            let Some((_, state)) = other.states.0.remove(key) else {
+                continue;
+            };
+            let Some(tat) = arrival(&state) else {
+                continue;
+            };
+            let at = (other.start.as_u64().saturating_add(tat.as_u64()))
+                .saturating_sub(table.start.as_u64());
+            let moved = InMemoryState::default();
+            let _ = moved
+                .measure_and_replace(&NotKeyed::NonKey, |_| Ok::<_, ()>(((), Nanos::from(at))));
+            table.states.0.entry(key.to_owned()).or_insert(moved);
+            return;
+        }
     }
 
     fn decide(&self, request: QuotaRequest<'_>) -> Result<QuotaDecision, QuotaBackendError> {
         self.sweep_if_due(self.inner.sweep_interval);
         let table = self.table(request.rate);
         let key = request.key.to_owned();
-        if !table.states.0.contains_key(&key) && self.key_count() >= self.inner.max_keys {
+        let new = !table.states.0.contains_key(&key) && {
+            self.carry_over(&table, request.rate, &key);
+            !table.states.0.contains_key(&key)
+        };
+        if new && self.key_count() >= self.inner.max_keys {
             // Under a flood the sweep itself must not become the work: at most one per
             // second, or per sweep interval when that is shorter.
             self.sweep_if_due(self.inner.sweep_interval.min(Duration::from_secs(1)));

@@ -64,6 +64,53 @@ async fn over_the_limit_is_a_retry_after_with_the_exact_wait() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn a_rate_changed_by_a_reload_keeps_what_each_caller_spent() {
+    // The same backend serves the pipeline of each configuration, as the gateway's does.
+    let backend = InMemoryQuota::default();
+    let before = limited(Rate::per_minute(3).unwrap(), Partition::User, &backend);
+    for _ in 0..3 {
+        before
+            .invoke("a", json!(null), as_user("ann"))
+            .await
+            .unwrap();
+    }
+    // The operator lowers the limit in the middle of ann's flood.
+    let after = limited(Rate::per_minute(2).unwrap(), Partition::User, &backend);
+    let err = after
+        .invoke("a", json!(null), as_user("ann"))
+        .await
+        .expect_err("what ann spent at the old rate still counts at the new one");
+    assert_eq!((err.code(), err.status()), ("rate_limited", 429));
+    // Someone who spent nothing has the new rate's whole budget.
+    for _ in 0..2 {
+        after
+            .invoke("a", json!(null), as_user("bob"))
+            .await
+            .unwrap();
+    }
+    // Raising it back counts what was spent meanwhile too.
+    tokio::time::advance(err.retry_after_delay().unwrap()).await;
+    after
+        .invoke("a", json!(null), as_user("ann"))
+        .await
+        .unwrap();
+    let again = limited(Rate::per_minute(3).unwrap(), Partition::User, &backend);
+    assert_eq!(
+        again
+            .invoke("a", json!(null), as_user("ann"))
+            .await
+            .unwrap_err()
+            .code(),
+        "rate_limited"
+    );
+    assert_eq!(
+        backend.key_count(),
+        2,
+        "one state per key, whatever the rate"
+    );
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_flood_from_ann_of_globex_does_not_spend_the_rate_limit_of_ann_of_acme() {
     let backend = InMemoryQuota::default();
     // The default partition: per caller and tool.
