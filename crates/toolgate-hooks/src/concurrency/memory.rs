@@ -1,6 +1,7 @@
 //! [`InMemoryConcurrency`]: a tokio semaphore per key, dropped when idle.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use async_trait::async_trait;
 use dashmap::DashMap;
@@ -8,9 +9,61 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::{ConcurrencyBackend, ConcurrencyBackendError, Permit, PermitRequest};
 
+/// The semaphore of one key. It holds `limit + debt` permits in all: when a request
+/// brings a lower limit than the slot's (a reload lowered it) while more calls are in
+/// flight than the new limit allows, the permits it could not take back at once are owed,
+/// and the next ones to come back are forgotten instead of given back.
 struct Slot {
     semaphore: Arc<Semaphore>,
     limit: u32,
+    /// Permits to forget as they come back; only ever above zero while calls are in flight.
+    debt: AtomicU32,
+}
+
+impl Slot {
+    fn new(limit: u32) -> Self {
+        Slot {
+            semaphore: Arc::new(Semaphore::new(limit as usize)),
+            limit,
+            debt: AtomicU32::new(0),
+        }
+    }
+
+    /// Every permit the semaphore holds, out or not.
+    fn total(&self) -> usize {
+        self.limit as usize + self.debt.load(Ordering::Relaxed) as usize
+    }
+
+    /// How many permits are out.
+    fn out(&self) -> usize {
+        self.total()
+            .saturating_sub(self.semaphore.available_permits())
+    }
+
+    /// Makes `limit` the slot's limit, the calls in flight counting against it: a raise
+    /// pays the debt first and frees the rest; a cut takes back free permits and owes the
+    /// rest.
+    fn set_limit(&mut self, limit: u32) {
+        let debt = self.debt.get_mut();
+        if limit < self.limit {
+            let cut = self.limit - limit;
+            let taken = self.semaphore.forget_permits(cut as usize) as u32;
+            *debt += cut - taken;
+        } else {
+            let raise = limit - self.limit;
+            let paid = raise.min(*debt);
+            *debt -= paid;
+            self.semaphore.add_permits((raise - paid) as usize);
+        }
+        self.limit = limit;
+    }
+
+    /// Whether a permit coming back is owed (and so is to be forgotten); counts it paid.
+    fn pay_debt(&self) -> bool {
+        self.debt
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |d| d.checked_sub(1))
+            .is_ok()
+    }
 }
 
 type Slots = DashMap<String, Slot>;
@@ -20,6 +73,10 @@ type Slots = DashMap<String, Slot>;
 /// A key exists only while calls with it are in flight or waiting: the last permit to come
 /// back removes it, so memory follows the number of calls in flight, and `max_keys` caps
 /// it (a new key past the cap gets [`ConcurrencyBackendError::Full`]).
+///
+/// Each request's `limit` holds for the calls in flight with its key, whatever limit they
+/// came with: a backend kept across a reload applies the new limit at once, and a lowered
+/// one admits nothing more until the calls in flight are under it.
 ///
 /// ```
 /// use toolgate_hooks::concurrency::InMemoryConcurrency;
@@ -57,8 +114,17 @@ struct MemoryPermit {
 
 impl Drop for MemoryPermit {
     fn drop(&mut self) {
-        drop(self.permit.take());
-        remove_if_idle(&self.slots, &self.key);
+        let mut permit = self.permit.take();
+        // Under the key's shard lock, so the debt is read as `set_limit` left it: an owed
+        // permit is forgotten rather than given back.
+        self.slots.remove_if(&self.key, |_, slot| {
+            // Given back (or forgotten) before the slot is checked for being idle.
+            match permit.take() {
+                Some(owed) if slot.pay_debt() => owed.forget(),
+                given_back => drop(given_back),
+            }
+            is_idle(slot)
+        });
     }
 }
 
@@ -78,10 +144,12 @@ impl Drop for Cleanup<'_> {
 /// checked under the map's shard lock, and acquirers clone the semaphore under the same
 /// lock, so a waiter never loses its semaphore.
 fn remove_if_idle(slots: &Slots, key: &str) {
-    slots.remove_if(key, |_, slot| {
-        Arc::strong_count(&slot.semaphore) == 1
-            && slot.semaphore.available_permits() == slot.limit as usize
-    });
+    slots.remove_if(key, |_, slot| is_idle(slot));
+}
+
+/// No permit is out and nobody else holds the slot's semaphore.
+fn is_idle(slot: &Slot) -> bool {
+    Arc::strong_count(&slot.semaphore) == 1 && slot.out() == 0
 }
 
 impl InMemoryConcurrency {
@@ -100,17 +168,12 @@ impl InMemoryConcurrency {
 
     /// How many permits are out, over every key.
     pub fn in_flight(&self) -> usize {
-        self.slots
-            .iter()
-            .map(|s| (s.limit as usize).saturating_sub(s.semaphore.available_permits()))
-            .sum()
+        self.slots.iter().map(|s| s.out()).sum()
     }
 
     /// How many permits are out for `key` (as built by the policy, namespace included).
     pub fn in_flight_for(&self, key: &str) -> usize {
-        self.slots.get(key).map_or(0, |s| {
-            (s.limit as usize).saturating_sub(s.semaphore.available_permits())
-        })
+        self.slots.get(key).map_or(0, |s| s.out())
     }
 
     fn semaphore(
@@ -118,20 +181,22 @@ impl InMemoryConcurrency {
         request: &PermitRequest<'_>,
     ) -> Result<Arc<Semaphore>, ConcurrencyBackendError> {
         if let Some(slot) = self.slots.get(request.key) {
-            return Ok(Arc::clone(&slot.semaphore));
-        }
-        if self.slots.len() >= self.max_keys {
+            if slot.limit == request.limit {
+                return Ok(Arc::clone(&slot.semaphore));
+            }
+        } else if self.slots.len() >= self.max_keys {
             return Err(ConcurrencyBackendError::Full {
                 max_keys: self.max_keys,
             });
         }
-        let slot = self
+        // A new key, or a limit that changed (a reload): under the shard's write lock.
+        let mut slot = self
             .slots
             .entry(request.key.to_owned())
-            .or_insert_with(|| Slot {
-                semaphore: Arc::new(Semaphore::new(request.limit as usize)),
-                limit: request.limit,
-            });
+            .or_insert_with(|| Slot::new(request.limit));
+        if slot.limit != request.limit {
+            slot.set_limit(request.limit);
+        }
         Ok(Arc::clone(&slot.semaphore))
     }
 

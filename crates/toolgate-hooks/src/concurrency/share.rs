@@ -50,9 +50,14 @@ impl<K: Eq + Hash + Clone> KeyedShare<K> {
     /// A place for `key`, held until the returned [`SharePlace`] is dropped; `None` when
     /// `key` holds `max` places already.
     pub fn take(self: &Arc<Self>, key: K) -> Option<SharePlace<K>> {
+        let max = self.max.load(Ordering::Relaxed);
+        if max == 0 {
+            // Refused before an entry is made: a key holding nothing has none.
+            return None;
+        }
         let mut held = self.lock();
         let count = held.entry(key.clone()).or_insert(0);
-        if *count >= self.max.load(Ordering::Relaxed) {
+        if *count >= max {
             return None;
         }
         *count += 1;
@@ -136,5 +141,14 @@ mod tests {
         assert_eq!(share.held_by(&"dave"), 2, "refused, not held");
         drop((daves, bobs));
         assert_eq!(share.keys(), 0, "a key holding nothing has no entry");
+    }
+
+    #[test]
+    fn a_share_of_zero_refuses_every_key_and_keeps_none() {
+        let share = KeyedShare::new(0);
+        for key in 0..1_000 {
+            assert!(share.take(key).is_none());
+        }
+        assert_eq!(share.keys(), 0, "refused keys leave no entry");
     }
 }

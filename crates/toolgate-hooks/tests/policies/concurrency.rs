@@ -190,3 +190,98 @@ fn a_zero_limit_is_a_typed_error() {
         Some(ConcurrencyConfigError::ZeroLimit)
     );
 }
+
+/// The pipeline of a configuration whose `slow` tool is capped at `limit` calls in flight,
+/// over the process's `backend` (kept across reloads, as the gateway keeps its state).
+fn configured(limit: u32, backend: &InMemoryConcurrency) -> Pipeline {
+    let hook = Concurrency::builder(limit)
+        .unwrap()
+        .backend(Arc::new(backend.clone()))
+        .build();
+    sleeper(Pipeline::builder(), "slow", 100)
+        .hook(hook)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_limit_lowered_by_a_reload_holds_while_calls_are_still_in_flight() {
+    let backend = InMemoryConcurrency::default();
+    let before = configured(3, &backend);
+    let after = configured(1, &backend);
+    // Two calls of the old configuration are in flight when the new one, allowing one,
+    // takes over: nothing more runs until they are down to none.
+    let (a, b, c) = tokio::join!(
+        before.invoke("slow", json!(null), as_user("ann")),
+        before.invoke("slow", json!(null), as_user("bob")),
+        async {
+            tokio::task::yield_now().await;
+            assert_eq!(backend.in_flight_for("concurrency\u{1f}t\u{1f}slow"), 2);
+            after.invoke("slow", json!(null), as_user("cid")).await
+        },
+    );
+    assert!(a.is_ok() && b.is_ok());
+    assert_eq!(c.unwrap_err().code(), "overloaded", "over the new limit");
+
+    let (d, e) = tokio::join!(
+        after.invoke("slow", json!(null), as_user("dan")),
+        after.invoke("slow", json!(null), as_user("eve")),
+    );
+    assert!(d.is_ok());
+    assert_eq!(e.unwrap_err().code(), "overloaded", "one at a time now");
+    assert_eq!(backend.key_count(), 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_limit_raised_by_a_reload_applies_while_calls_are_still_in_flight() {
+    let backend = InMemoryConcurrency::default();
+    let before = configured(1, &backend);
+    let after = configured(3, &backend);
+    let (a, b, c) = tokio::join!(
+        before.invoke("slow", json!(null), as_user("ann")),
+        async {
+            tokio::task::yield_now().await;
+            after.invoke("slow", json!(null), as_user("bob")).await
+        },
+        async {
+            tokio::task::yield_now().await;
+            after.invoke("slow", json!(null), as_user("cid")).await
+        },
+    );
+    assert!(a.is_ok());
+    assert!(b.is_ok() && c.is_ok(), "three may run now: {b:?} {c:?}");
+    assert_eq!(backend.key_count(), 0);
+}
+
+#[tokio::test]
+async fn a_limit_cut_then_raised_while_calls_run_counts_every_call_in_flight() {
+    use toolgate_hooks::concurrency::{ConcurrencyBackend, PermitRequest};
+
+    let backend = InMemoryConcurrency::default();
+    let asking = |limit| PermitRequest {
+        key: "k",
+        limit,
+        wait: Duration::ZERO,
+    };
+    let take = |limit| {
+        let backend = backend.clone();
+        async move { backend.acquire(asking(limit)).await.unwrap() }
+    };
+    let mut out: Vec<_> = Vec::new();
+    for _ in 0..3 {
+        out.push(take(3).await.expect("within 3"));
+    }
+    assert!(take(1).await.is_none(), "3 out, 1 allowed");
+    drop(out.pop());
+    assert!(take(1).await.is_none(), "2 out, 1 allowed");
+    // Raised to 4 while 2 are out: two more, not three.
+    out.push(take(4).await.expect("3 of 4"));
+    out.push(take(4).await.expect("4 of 4"));
+    assert!(take(4).await.is_none(), "4 out, 4 allowed");
+    assert_eq!(backend.in_flight(), 4);
+    out.clear();
+    assert_eq!((backend.in_flight(), backend.key_count()), (0, 0));
+    // Nothing owed is left behind: a fresh start at 2 admits exactly 2.
+    let (a, b) = (take(2).await, take(2).await);
+    assert!(a.is_some() && b.is_some() && take(2).await.is_none());
+}
