@@ -1098,7 +1098,7 @@ async fn a_sign_in_through_the_issuer_started_on_one_replica_is_finished_on_anot
     };
     let prefix = format!("tgflows{}x{:x}", std::process::id(), random_u32());
     let yaml = format!(
-        "state:\n  url: {redis}\n  key_prefix: {prefix}\n\
+        "state:\n  url: {redis}\n  key_prefix: {prefix}\n  deadline: 2s\n\
 console:\n  oauth:\n    client_id: console\n    client_secret: console-secret\n\
 tools:\n  builtin: [echo]\nusers:\n{bob}\
 identity:\n  oauth:\n    issuer: {issuer}\n    resource: https://tools.test\n",
@@ -1174,8 +1174,10 @@ async fn a_person_signed_in_on_one_replica_uses_the_console_of_another() {
         return;
     };
     let prefix = format!("tgconsole{}x{:x}", std::process::id(), random_u32());
+    // Redis's deadline is raised from its 100 ms: a browser, two gateways and the other
+    // tests share two cores, and what is tested here is the console across replicas.
     let yaml = format!(
-        "state:\n  url: {redis}\n  key_prefix: {prefix}\n{}",
+        "state:\n  url: {redis}\n  key_prefix: {prefix}\n  deadline: 2s\n{}",
         config()
     );
     let (a, b) = (Gateway::start(&yaml), Gateway::start(&yaml));
@@ -1231,8 +1233,9 @@ async fn sessions_of_a_console_turned_off_by_a_reload_do_not_come_back_when_it_i
     let test = "sessions_of_a_console_turned_off_by_a_reload_do_not_come_back_when_it_is_on_again";
     let redis = redis_or_skip(test);
     let prefix = format!("tgconsoleoff{}x{:x}", std::process::id(), random_u32());
-    let states = std::iter::once(String::new())
-        .chain(redis.map(|url| format!("state:\n  url: {url}\n  key_prefix: {prefix}\n")));
+    let states = std::iter::once(String::new()).chain(
+        redis.map(|url| format!("state:\n  url: {url}\n  key_prefix: {prefix}\n  deadline: 2s\n")),
+    );
     for state in states {
         let on = format!("{state}{}", config());
         let off = on.replacen("console: {}\n", "", 1);
