@@ -5,14 +5,14 @@ use std::sync::Arc;
 
 use rmcp::RoleClient;
 use rmcp::model::{
-    CallToolRequest, CallToolRequestParams, CallToolResult, CancelledNotificationParam,
-    ClientCapabilities, ClientRequest, ErrorCode, GetExtensions, JsonObject, ProtocolVersion,
-    RequestId, RequestMetaObject, ServerResult,
+    CallToolRequest, CallToolRequestParams, CallToolResult, ClientCapabilities, ClientRequest,
+    ErrorCode, GetExtensions, JsonObject, ProtocolVersion, RequestMetaObject, ServerResult,
 };
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use tokio::time::Instant;
 use toolgate_core::{ToolError, ToolInvokeContext};
 
+use super::abandoned::CancelOnDrop;
 use super::errors::{input_required, is_oversized_answer};
 use super::{Channel, Link};
 use crate::caller::{CallerKey, CallerRequest, InputRound, UPSTREAM_TASK, UpstreamTask};
@@ -156,10 +156,7 @@ impl Link {
                     Some((direct, prepared))
                 });
             if let Some((direct, prepared)) = prepared {
-                let mut cancel = CancelOnDrop {
-                    peer: peer.clone(),
-                    id: Some(prepared.id.clone()),
-                };
+                let mut cancel = CancelOnDrop::new(peer.clone(), prepared.id.clone());
                 let answered = tokio::time::timeout_at(
                     deadline,
                     relayed(&mut relay, direct.send(prepared, ticket.clone())),
@@ -169,13 +166,13 @@ impl Link {
                 // new one.
                 if let Some(answered) = answered.transpose() {
                     if answered.is_ok() {
-                        cancel.id = None;
+                        cancel.answered();
                     }
                     return self
                         .answer(channel, generation, caller, answered, (started, deadline))
                         .await;
                 }
-                cancel.id = None;
+                cancel.answered();
             }
             let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(call.params()));
             request.extensions_mut().insert(ticket);
@@ -193,15 +190,12 @@ impl Link {
                 }
                 Ok(Err(e)) => return Err(self.broken(channel, generation, e)),
             };
-            let mut cancel = CancelOnDrop {
-                peer: peer.clone(),
-                id: Some(handle.id.clone()),
-            };
+            let mut cancel = CancelOnDrop::new(peer.clone(), handle.id.clone());
             let answered =
                 tokio::time::timeout_at(deadline, relayed(&mut relay, handle.await_response()))
                     .await;
             if answered.is_ok() {
-                cancel.id = None;
+                cancel.answered();
             }
             return self
                 .answer(channel, generation, caller, answered, (started, deadline))
@@ -331,33 +325,6 @@ async fn relayed<T>(relay: &mut Relay, answer: impl Future<Output = T>) -> T {
                 return answer;
             }
             relayed = relay.next() => relay.relay(relayed).await,
-        }
-    }
-}
-
-/// Tells the upstream a call was abandoned (deadline, cancellation, the caller gone) when
-/// dropped before its answer came.
-struct CancelOnDrop {
-    peer: Peer<RoleClient>,
-    /// `None` once answered.
-    id: Option<RequestId>,
-}
-
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        let Some(id) = self.id.take() else {
-            return;
-        };
-        let peer = self.peer.clone();
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(async move {
-                let _ = peer
-                    .notify_cancelled(CancelledNotificationParam::new(
-                        Some(id),
-                        Some("the call was cancelled at toolgate".to_owned()),
-                    ))
-                    .await;
-            });
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The connection to one upstream: established on demand, re-established with backoff
 //! when the upstream dies.
 
+mod abandoned;
 mod callers;
 mod calls;
 mod errors;

@@ -1,16 +1,20 @@
 //! The upstream's requests other than `tools/call`, `tasks/*` and subscriptions: listing,
-//! prompts, resources, completion, and the one request they all make.
+//! prompts, resources, completion, and the one request they all make. A caller's prompt,
+//! read and completion are cancelled upstream when the caller gives them up
+//! ([`abandoned`](super::abandoned)).
 
 use rmcp::RoleClient;
 use rmcp::model::{
-    ClientRequest, CompleteRequestParams, CompleteResult, GetPromptRequest, GetPromptRequestParams,
-    GetPromptResult, JsonObject, Prompt, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, Resource, ResourceTemplate, ServerCapabilities, ServerResult, Tool,
+    ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest,
+    GetPromptRequestParams, GetPromptResult, JsonObject, Prompt, ReadResourceRequest,
+    ReadResourceRequestParams, ReadResourceResult, Resource, ResourceTemplate, ServerCapabilities,
+    ServerResult, Tool,
 };
-use rmcp::service::{Peer, ServiceError};
+use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use tokio::time::Instant;
 use toolgate_core::{ToolError, ToolInvokeContext};
 
+use super::abandoned::cancellable;
 use super::errors::{RESOURCE_NOT_FOUND, input_required};
 use super::{Channel, Link};
 use crate::caller::{CallerKey, CallerRequest};
@@ -67,10 +71,7 @@ impl Link {
                         let options = Self::options_for(&peer, caller.as_deref());
                         let request =
                             ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
-                        peer.send_request_with_option(request, options)
-                            .await?
-                            .await_response()
-                            .await
+                        cancellable(&peer, request, options).await
                     })
                     .await?;
                 match answer {
@@ -118,14 +119,22 @@ impl Link {
         caller: Option<&CallerRequest>,
         deadline: Instant,
     ) -> Result<ReadResourceResult, ToolError> {
-        let params = ReadResourceRequestParams::new(uri.to_owned());
+        let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(
+            ReadResourceRequestParams::new(uri.to_owned()),
+        ));
         self.request(self.channel_for(caller), deadline, |peer| async move {
-            peer.read_resource_once(params).await
+            // An answer of another kind is a failure of the connection, as rmcp's
+            // `read_resource_once` has it.
+            match cancellable(&peer, request, PeerRequestOptions::no_options()).await? {
+                answer @ (ServerResult::ReadResourceResult(_)
+                | ServerResult::InputRequiredResult(_)) => Ok(answer),
+                _ => Err(ServiceError::UnexpectedResponse),
+            }
         })
         .await
         .and_then(|answer| match answer {
-            ReadResourceResponse::Complete(result) => Ok(result),
-            ReadResourceResponse::InputRequired(asked) => Err(input_required(asked)),
+            ServerResult::ReadResourceResult(result) => Ok(result),
+            ServerResult::InputRequiredResult(asked) => Err(input_required(asked)),
             _ => Err(ToolError::execution(format!(
                 "MCP server `{}` answered `resources/read` with something other than contents",
                 self.config.name
@@ -148,8 +157,14 @@ impl Link {
         request: CompleteRequestParams,
         deadline: Instant,
     ) -> Result<CompleteResult, ToolError> {
+        let request = ClientRequest::CompleteRequest(CompleteRequest::new(request));
         self.request(&self.current, deadline, |peer| async move {
-            peer.complete(request).await
+            // An answer of another kind is a failure of the connection, as rmcp's
+            // `complete` has it.
+            match cancellable(&peer, request, PeerRequestOptions::no_options()).await? {
+                ServerResult::CompleteResult(result) => Ok(result),
+                _ => Err(ServiceError::UnexpectedResponse),
+            }
         })
         .await
     }

@@ -16,23 +16,22 @@ use tokio::time::Instant;
 use toolgate_core::ToolError;
 
 use super::Link;
+use super::abandoned::cancellable;
 
 /// The shortest and longest wait between two `tasks/get` of a task toolgate polls itself.
 const POLL_BOUNDS: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
 
 impl Link {
     /// `request` (a `tasks/*` request) to the upstream, declaring the tasks extension in
-    /// its `_meta`, as the extension requires of every `tasks/*` request.
+    /// its `_meta`, as the extension requires of every `tasks/*` request. Cancelled
+    /// upstream when given up before its answer ([`cancellable`]).
     async fn task_request(
         &self,
         request: ClientRequest,
         deadline: Instant,
     ) -> Result<ServerResult, ToolError> {
         self.request(&self.current, deadline, |peer| async move {
-            peer.send_request_with_option(request, tasks_options())
-                .await?
-                .await_response()
-                .await
+            cancellable(&peer, request, tasks_options()).await
         })
         .await
     }
