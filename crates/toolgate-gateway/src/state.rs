@@ -21,7 +21,9 @@ use toolgate_redis::{
 
 use crate::config::{Config, OnBackendErrorName, PinsConfig, RedisTlsFiles, StateConfig, StateUrl};
 use crate::console::counters::{MAX_TOOLS, SHARED_KEEP, ToolCounters};
-use crate::console::history::{DecisionHistory, KEEP_ON_REDIS, MAX_DECISIONS};
+use crate::console::history::{
+    DecisionHistory, KEEP_ON_REDIS, MAX_DECISIONS, MAX_TENANTS, OnRedis,
+};
 use crate::console::sessions::ConsoleSessions;
 use crate::identity::failures::FailedCredentials;
 use crate::pins::{PinError, PinStore};
@@ -173,13 +175,26 @@ impl Backends {
         Ok(match self {
             Backends::Memory { .. } => DecisionHistory::default(),
             Backends::Redis(redis) => {
-                let mut history = redis.history("decisions", MAX_DECISIONS, KEEP_ON_REDIS);
+                let mut tenants = redis.parted_history(
+                    "decisions_by_tenant",
+                    MAX_DECISIONS,
+                    MAX_TENANTS,
+                    KEEP_ON_REDIS,
+                );
+                let mut untenanted =
+                    redis.history("decisions_of_no_tenant", MAX_DECISIONS, KEEP_ON_REDIS);
+                let mut earlier = redis.history("decisions", MAX_DECISIONS, KEEP_ON_REDIS);
                 if let Some(key) = &state.suspensions_key {
-                    history = history
-                        .with_encryption_key(key.0.as_bytes())
-                        .map_err(refused_key)?;
+                    let key = key.0.as_bytes();
+                    tenants = tenants.with_encryption_key(key).map_err(refused_key)?;
+                    untenanted = untenanted.with_encryption_key(key).map_err(refused_key)?;
+                    earlier = earlier.with_encryption_key(key).map_err(refused_key)?;
                 }
-                DecisionHistory::Redis(history)
+                DecisionHistory::Redis(Box::new(OnRedis {
+                    tenants,
+                    untenanted,
+                    earlier,
+                }))
             }
         })
     }

@@ -13,6 +13,7 @@
 //! | waiting calls, approvals for a retry, outcomes | `<prefix>:{<prefix>:susp}:…` (see below) | each its own |
 //! | sign-in sessions, sign-ins waiting for a callback | `<prefix>:{<prefix>:sessions}:…` (see below) | each its own |
 //! | a history (the newest entries of a record) | `<prefix>:history:<name>` (list) | its `keep` after the newest entry |
+//! | a history bounded per part | `<prefix>:{<prefix>:history:<name>}:parts` (sorted set: part → newest ms), `…:part:<part>` and `…:other` (lists) | each its `keep` after its newest entry |
 //! | pinned tool definitions, changes waiting, their history | `<prefix>:{<prefix>:pins}:…` (see below) | never |
 //! | per-tool counts of every replica | `<prefix>:{<prefix>:counters}:…` (see below) | `keep` after the last addition |
 //!
@@ -82,6 +83,7 @@
 //! | the pin store's scripts and commands | keys under its base |
 //! | the shared counters' scripts | keys under their base |
 //! | `record.lua`, `LRANGE` | the history's list |
+//! | `record_part.lua`, `ZRANGE`, `LRANGE` | keys under a parted history's base |
 
 use toolgate_hooks::cache::CacheKey;
 
@@ -115,6 +117,12 @@ pub(crate) fn sessions(prefix: &str) -> String {
 /// builds its own.
 pub(crate) fn pins(prefix: &str) -> String {
     store_base(prefix, "pins")
+}
+
+/// The base of every key of the parted history `name`:
+/// `<prefix>:{<prefix>:history:<name>}`, as [`suspensions`] builds its own.
+pub(crate) fn parted_history(prefix: &str, name: &str) -> String {
+    store_base(prefix, &format!("history:{name}"))
 }
 
 pub(crate) fn counters(prefix: &str) -> String {

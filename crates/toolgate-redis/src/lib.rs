@@ -21,7 +21,7 @@
 //! ([`SuspensionStore`](toolgate_core::suspension::SuspensionStore)) — shared by every
 //! replica and kept across restarts, under exact per-user and total caps, optionally
 //! encrypted at rest — sign-in sessions, [`RedisSessions`], bounded in all and per user
-//! and found through every replica, bounded histories, [`RedisHistory`], the pinned
+//! and found through every replica, bounded histories, [`RedisHistory`] (and [`RedisPartedHistory`], bounded per part), the pinned
 //! definitions of imported tools, [`RedisPins`], and per-tool counts summed over every
 //! replica, [`RedisCounters`].
 //!
@@ -99,7 +99,7 @@ pub use concurrency::{ConcurrencyFailurePolicy, LEASES_LOST, RedisConcurrency};
 pub use config::{RedisConfig, RedisConfigBuilder};
 pub use counters::{CountersUnavailable, RedisCounters, SharedCounts};
 pub use error::RedisError;
-pub use history::{HistoryUnavailable, RedisHistory};
+pub use history::{HistoryUnavailable, RedisHistory, RedisPartedHistory};
 pub use link::REDIS_UP;
 pub use pins::{PIN_HISTORY, PinCheck, PinsUnavailable, RedisPins, StoredPin, StoredPins};
 pub use quota::{QuotaFailurePolicy, RedisQuota};

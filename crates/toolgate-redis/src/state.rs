@@ -14,7 +14,8 @@ use toolgate_core::suspension::SuspensionLimits;
 
 use crate::{
     ClusterNodes, RedisBudget, RedisCache, RedisConcurrency, RedisConfig, RedisCounters,
-    RedisError, RedisHistory, RedisPins, RedisQuota, RedisSessions, RedisSuspensions,
+    RedisError, RedisHistory, RedisPartedHistory, RedisPins, RedisQuota, RedisSessions,
+    RedisSuspensions,
 };
 
 /// How often the cluster client tries a command again after a redirect (`MOVED`, `ASK`),
@@ -353,6 +354,19 @@ impl RedisState {
     /// Redis and kept `keep` after the newest; see [`RedisHistory`].
     pub fn history(&self, name: &str, max: usize, keep: Duration) -> RedisHistory {
         RedisHistory::new(self.link.clone(), name, max, keep)
+    }
+
+    /// The newest `max` entries of each part of the record `name` — at most `max_parts`
+    /// parts apart, the others sharing one more list — shared by every replica on this
+    /// Redis and kept `keep` after the newest; see [`RedisPartedHistory`].
+    pub fn parted_history(
+        &self,
+        name: &str,
+        max: usize,
+        max_parts: usize,
+        keep: Duration,
+    ) -> RedisPartedHistory {
+        RedisPartedHistory::new(self.link.clone(), name, max, max_parts, keep)
     }
 
     /// The pinned definitions of imported tools, shared by every replica on this Redis;

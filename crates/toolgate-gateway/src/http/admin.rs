@@ -11,7 +11,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::{ApiError, Caller};
-use crate::console::history::MAX_DECISIONS;
+use crate::console::history::{MAX_DECISIONS, Viewer};
 
 fn approvers_only(caller: &Caller, what: &str) -> Result<(), ApiError> {
     if caller.gateway.may_approve(&caller.user) {
@@ -99,13 +99,22 @@ pub async fn decisions(
                 )
             })?,
     };
-    let decisions = caller.gateway.history.newest(limit).await.map_err(|e| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "history_unavailable",
-            e.to_string(),
-        )
-    })?;
+    let viewer = match &caller.user.tenant {
+        Some(tenant) => Viewer::Tenant(tenant),
+        None => Viewer::Everyone,
+    };
+    let decisions = caller
+        .gateway
+        .history
+        .newest(viewer, limit)
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "history_unavailable",
+                e.to_string(),
+            )
+        })?;
     // An approver of one tenant is shown the decisions on that tenant's calls.
     let decisions: Vec<_> = decisions
         .into_iter()

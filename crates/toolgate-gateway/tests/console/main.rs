@@ -748,6 +748,64 @@ pins:\n  path: {pins}\nusers:\n{alice}",
 }
 
 #[tokio::test]
+async fn two_very_long_definitions_of_a_tool_are_diffed_within_a_bounded_wait_and_said_to_be_cut() {
+    let test = "two_very_long_definitions_of_a_tool_are_diffed_within_a_bounded_wait";
+    if !browser::available(test) {
+        return;
+    }
+    // A pinned tool whose upstream now offers another definition, as the gateway keeps
+    // them in the pin file: both 20,000 properties long (60,000 lines of JSON each).
+    // Matched line by line, that is a table of 3.6 × 10^9 cells.
+    let long = |word: &str| {
+        let properties: serde_json::Map<_, _> = (0..20_000)
+            .map(|n| (format!("{word}{n}"), json!({"type": "string"})))
+            .collect();
+        json!({"name": "long", "inputSchema": {"type": "object", "properties": properties}})
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let pins = dir.path().join("pins.json");
+    let file = json!({
+        "pins": {"long": {"fingerprint": "sha256:01", "definition": long("old")}},
+        "pending": {"long": {"pinned": "sha256:01", "offered": "sha256:02", "definition": long("new")}},
+    });
+    std::fs::write(&pins, file.to_string()).unwrap();
+    let yaml = format!(
+        "console: {{}}\npins:\n  path: {pins}\nusers:\n{alice}",
+        pins = pins.display(),
+        alice = user_yaml("alice", &["admin"]),
+    );
+    let gateway = Gateway::start(&yaml);
+
+    let browser = Browser::start(1280, 900).await;
+    sign_in(&browser, &gateway, "alice").await;
+    browser.click("a[href='#pins']").await;
+    let bound = std::time::Duration::from_secs(20);
+    let shown = tokio::time::timeout(bound, async {
+        let cut = browser
+            .wait_text("article[data-tool=long] p.cut", "The diff is cut")
+            .await;
+        let added = browser
+            .wait_text("article[data-tool=long] pre.diff .add", "new0")
+            .await;
+        (cut, added)
+    })
+    .await;
+    let Ok((cut, added)) = shown else {
+        panic!("the pins view did not show the diff within {bound:?}");
+    };
+    assert!(cut.contains("more lines are not shown"), "{cut}");
+    assert!(added.starts_with('+'), "{added}");
+    let lines = browser
+        .run(
+            "return document.querySelectorAll('article[data-tool=long] pre.diff span').length",
+            json!([]),
+        )
+        .await;
+    assert!(lines.as_u64().is_some_and(|n| n <= 4_000), "{lines}");
+    browser.quit().await;
+}
+
+#[tokio::test]
 async fn the_console_page_is_small_renders_fast_and_forbids_inline_code_and_frames() {
     if !browser::available("the_console_page_is_small_renders_fast") {
         return;

@@ -1,4 +1,9 @@
-//! [`RedisHistory`]: the newest entries of a record shared by every replica.
+//! [`RedisHistory`]: the newest entries of a record shared by every replica, and
+//! [`RedisPartedHistory`], the same bounded per part.
+
+mod parts;
+
+pub use parts::RedisPartedHistory;
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -14,7 +19,7 @@ static RECORD: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rec
 /// Redis gave no answer in time, or failed: nothing was kept or read.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error("the history kept on Redis cannot be reached ({0}); try again once Redis answers")]
-pub struct HistoryUnavailable(String);
+pub struct HistoryUnavailable(pub(crate) String);
 
 /// The newest entries of one record (the decisions on waiting calls, say), shared by every
 /// replica on the same Redis (and [key prefix](crate::RedisConfigBuilder::key_prefix)): an

@@ -261,27 +261,59 @@ async function loadHistory() {
   if (!rows.length) $('history').tBodies[0].append(el('tr', {}, el('td', { colspan: '7', text: 'Nothing decided yet.' })));
 }
 
-// A line diff (longest common subsequence) of two JSON texts.
+// A line diff of two JSON texts: the lines alike at both ends, and between them a longest
+// common subsequence — when the changed lines are few enough. An upstream is not trusted:
+// two long definitions would make the table n×m, and hang the tab. Past DIFF_CELLS the
+// changed lines are shown removed, then added, unmatched, and `cut` says so.
+const DIFF_CELLS = 1000000;
+const DIFF_SHOWN = 4000;
+
 function diff(before, after) {
   const a = before.split('\n');
   const b = after.split('\n');
-  const n = a.length;
-  const m = b.length;
-  const lcs = Array.from({ length: n + 1 }, () => new Array(m + 1).fill(0));
-  for (let i = n - 1; i >= 0; i--) {
-    for (let j = m - 1; j >= 0; j--) {
-      lcs[i][j] = a[i] === b[j] ? lcs[i + 1][j + 1] + 1 : Math.max(lcs[i + 1][j], lcs[i][j + 1]);
+  let start = 0;
+  while (start < a.length && start < b.length && a[start] === b[start]) start++;
+  let end = 0;
+  while (end < a.length - start && end < b.length - start && a[a.length - 1 - end] === b[b.length - 1 - end]) end++;
+  const lines = a.slice(0, start).map((line) => [' ', line]);
+  const n = a.length - start - end;
+  const m = b.length - start - end;
+  let cut = null;
+  let hidden = 0;
+  if ((n + 1) * (m + 1) > DIFF_CELLS) {
+    // Half of what is shown for each side, so that the new lines are seen too.
+    cut = `${n} lines changed into ${m}, too many to match: the old ones are shown removed, then the new ones added`;
+    const half = DIFF_SHOWN / 2;
+    for (let i = 0; i < Math.min(n, half); i++) lines.push(['-', a[start + i]]);
+    for (let j = 0; j < Math.min(m, half); j++) lines.push(['+', b[start + j]]);
+    hidden = Math.max(n - half, 0) + Math.max(m - half, 0);
+  } else {
+    const width = m + 1;
+    const lcs = new Int32Array((n + 1) * width);
+    for (let i = n - 1; i >= 0; i--) {
+      for (let j = m - 1; j >= 0; j--) {
+        lcs[i * width + j] = a[start + i] === b[start + j]
+          ? lcs[(i + 1) * width + j + 1] + 1
+          : Math.max(lcs[(i + 1) * width + j], lcs[i * width + j + 1]);
+      }
+    }
+    let i = 0;
+    let j = 0;
+    while (i < n || j < m) {
+      if (i < n && j < m && a[start + i] === b[start + j]) { lines.push([' ', a[start + i]]); i++; j++; }
+      else if (i < n && (j === m || lcs[(i + 1) * width + j] >= lcs[i * width + j + 1])) { lines.push(['-', a[start + i]]); i++; }
+      else { lines.push(['+', b[start + j]]); j++; }
     }
   }
-  const lines = [];
-  let i = 0;
-  let j = 0;
-  while (i < n || j < m) {
-    if (i < n && j < m && a[i] === b[j]) { lines.push([' ', a[i]]); i++; j++; }
-    else if (i < n && (j === m || lcs[i + 1][j] >= lcs[i][j + 1])) { lines.push(['-', a[i]]); i++; }
-    else { lines.push(['+', b[j]]); j++; }
+  for (let k = a.length - end; k < a.length; k++) lines.push([' ', a[k]]);
+  if (lines.length > DIFF_SHOWN) {
+    hidden += lines.length - DIFF_SHOWN;
+    lines.length = DIFF_SHOWN;
   }
-  return lines;
+  if (hidden) {
+    cut = `${cut ? `${cut}; ` : ''}${hidden} more lines are not shown (the whole definitions: GET /v1/admin/pins)`;
+  }
+  return { lines, cut };
 }
 
 async function loadPins() {
@@ -290,9 +322,11 @@ async function loadPins() {
   const cards = Object.entries(data.pending).map(([tool, change]) => {
     const pinned = data.pins[tool] ? data.pins[tool].definition : null;
     const pre = el('pre', { class: 'diff', tabindex: '0', 'aria-label': `changes to ${tool}` });
-    for (const [mark, line] of diff(json(pinned), json(change.definition))) {
+    const { lines, cut } = diff(json(pinned), json(change.definition));
+    for (const [mark, line] of lines) {
       pre.append(el('span', { class: mark === '+' ? 'add' : mark === '-' ? 'del' : 'same', text: `${mark} ${line}\n` }));
     }
+    const note = cut ? [el('p', { class: 'cut', role: 'note', text: `The diff is cut: ${cut}.` })] : [];
     const accept = el('button', { type: 'button', class: 'accept', text: `Accept the new ${tool}` });
     accept.addEventListener('click', async () => {
       accept.disabled = true;
@@ -307,7 +341,7 @@ async function loadPins() {
     return el('article', { class: 'card', 'data-tool': tool },
       el('h3', { text: tool }),
       el('p', { class: 'label', text: `pinned ${change.pinned}, offered ${change.offered}` }),
-      pre, accept);
+      ...note, pre, accept);
   });
   // Pins of tools no upstream offers any more: kept (pins never expire) until forgotten.
   const gone = (data.gone || []).map((tool) => {
