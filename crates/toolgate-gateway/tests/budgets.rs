@@ -84,6 +84,42 @@ async fn a_rate_limit_refusal_carries_the_ratelimit_fields() {
 }
 
 #[tokio::test]
+async fn a_call_a_cedar_policy_refuses_for_its_arguments_costs_nothing() {
+    // The budget is charged before the input stages, where a policy on the arguments
+    // decides: a call it refuses never runs and must not spend the tenant's budget.
+    let dir = tempfile::tempdir().unwrap();
+    let policies = dir.path().join("sleep.cedar");
+    std::fs::write(
+        &policies,
+        "permit(principal, action, resource);\n\
+@id(\"short-naps\")\n\
+forbid(principal, action == Action::\"sleep\", resource)\n\
+when { context.arguments.ms > 100 };\n",
+    )
+    .unwrap();
+    let budget = "    - name: daily\n      limit: 1000\n      partition: tenant\n      cost: 0\n      tools:\n        sleep: { argument: /ms, per_unit: 1 }\n";
+    let yaml = config(budget)
+        .replace("roles: [admin] }", "roles: [admin], tenant: acme }")
+        .replace(
+            "policies:\n",
+            &format!("policies:\n  cedar:\n    files: [{}]\n", policies.display()),
+        );
+    let gateway = Gateway::start(&yaml);
+    // Bob may not sleep 990 ms; had the refusal been charged, it would leave acme 10 units.
+    let refused = invoke(&gateway, "bob", "sleep", json!({"ms": 990})).await;
+    assert_eq!(
+        (refused.status, refused.error_code()),
+        (403, "forbidden"),
+        "{}",
+        refused.body
+    );
+    let nap = invoke(&gateway, "alice", "sleep", json!({"ms": 100})).await;
+    assert_eq!(nap.status, 200, "{}", nap.body);
+    let left = nap.header("ratelimit").expect("RateLimit");
+    assert!(left.starts_with("\"daily\";r=900;"), "{left}");
+}
+
+#[tokio::test]
 async fn a_tenant_budget_spent_on_mcp_refuses_the_tenant_everywhere() {
     let yaml = config("    - name: daily\n      limit: 1\n      partition: tenant\n")
         .replace("roles: [admin] }", "roles: [admin], tenant: acme }");

@@ -311,6 +311,21 @@ fn no_tool_runs_and_nothing_is_charged() {
 }
 
 #[test]
+fn a_budget_neither_decides_a_case_nor_is_spent_by_the_table() {
+    // A budget of one unit a day per user: were it in the table's pipeline, the first case
+    // would spend it and every later case of that user would end `budget_exhausted`,
+    // undecided, whatever the policies say.
+    let case = "  - principal: { user: alice }\n    tool: echo\n    arguments: { text: hi }\n    expect: allow\n    policies: [staff-echo]\n";
+    let dir = fixture(
+        "  budgets:\n    - { name: daily, limit: 1, window: 1d, partition: user }\n",
+        &format!("config: gateway.yaml\ncases:\n{}", case.repeat(3)),
+    );
+    let (status, stdout, stderr) = toolgate(dir.path(), &["policy", "test", "table.yaml"]);
+    assert!(status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    assert!(stdout.contains("3 cases, 3 passed"), "{stdout}");
+}
+
+#[test]
 fn check_prints_the_cedar_policies_that_could_apply_to_each_tool() {
     let dir = fixture("", "cases: []\n");
     let (status, stdout, stderr) = toolgate(dir.path(), &["check", "--config", "gateway.yaml"]);

@@ -494,6 +494,27 @@ fn syntax_errors_unknown_modes_and_duplicate_ids_are_load_errors() {
     );
 }
 
+#[test]
+fn a_template_is_a_load_error_not_a_forbid_that_never_applies() {
+    // Nothing links a template to a principal or a resource, so Cedar never evaluates it:
+    // loaded, this `forbid` would read as a rule and forbid nothing.
+    let registry = tools();
+    let err = CedarPolicies::builder()
+        .source(PolicySource::new(
+            "p.cedar",
+            "permit(principal, action, resource);\n@id(\"no-delete\")\nforbid(principal == ?principal, action == Action::\"delete_rows\", resource);",
+        ))
+        .build(registry.definitions())
+        .err()
+        .map(|e| e.to_string())
+        .expect("a template does not load");
+    assert!(
+        err.starts_with("p.cedar: policy `no-delete` is a template"),
+        "{err}"
+    );
+    assert!(err.contains("?principal"), "{err}");
+}
+
 #[tokio::test]
 async fn a_tool_added_after_the_policies_were_loaded_is_denied() {
     let registry = tools();

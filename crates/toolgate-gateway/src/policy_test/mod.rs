@@ -7,7 +7,7 @@
 //! your own hooks ([`Extensions`]), the tool's own check of its arguments against its
 //! schema — up to the cache stage, where the call is answered without running the tool.
 //! What does not decide *whether* a call is allowed is left out of the pipeline the table
-//! runs against: rate limits, concurrency caps, the result cache, audit, statistics,
+//! runs against: rate limits, budgets, concurrency caps, the result cache, audit, statistics,
 //! webhooks and shared state (in memory, so nothing is charged or written anywhere).
 
 mod table;
@@ -123,6 +123,9 @@ pub async fn run_table(
     // sent.
     file.state = StateConfig::default();
     file.policies.rate_limits.clear();
+    // A budget decides how much, not whether: spent by one case, it would end the next
+    // ones `budget_exhausted`, undecided, whatever the policies say.
+    file.policies.budgets.clear();
     file.policies.concurrency.clear();
     file.policies.cache = None;
     if let Some(approval) = &mut file.policies.approval {

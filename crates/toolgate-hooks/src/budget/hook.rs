@@ -27,7 +27,8 @@ use toolgate_core::error::grouped;
 ///   the difference to the estimate is charged or given back, in the window that was
 ///   charged.
 /// * The charge stands when the call fails: the budget counts calls made, as a rate limit
-///   does.
+///   does. A call refused after the charge (`forbidden`: a policy on its arguments, decided
+///   at the input stages) was never made: its charge is given back at `did_release_quota`.
 /// * When the backend fails, [`OnBackendError`] decides (fail closed by default:
 ///   `budget_unavailable`, HTTP 503).
 ///
@@ -359,8 +360,13 @@ impl Hook for Budget {
             (charge.key.clone(), charge.charged, charge.window_end_ms);
         ctx.release::<Charge>(self);
         ctx.release::<Reported>(self);
-        let Some(actual) = reported else {
-            return Ok(());
+        // Refused after the charge (a policy on the arguments decides at the input
+        // stages) and never run: a refused call costs nothing, so all of it comes back.
+        let refused = ctx.runs() == 0 && ctx.error().is_some_and(|e| e.code() == "forbidden");
+        let actual = match reported {
+            _ if refused => 0,
+            Some(actual) => actual,
+            None => return Ok(()),
         };
         // A cost past what any count keeps exactly is "all of it".
         let actual = actual.min(super::MAX_UNITS);

@@ -165,6 +165,25 @@ pub(crate) fn load(sources: &[PolicySource], schema: &Schema) -> Result<Loaded, 
                 continue;
             }
         };
+        // Nothing links a template to a principal or a resource, so Cedar would never
+        // evaluate it: a `forbid` written as one would forbid nothing.
+        for template in set.templates() {
+            let id = template.annotation("id").map_or_else(
+                || {
+                    let n = template.id().to_string();
+                    let n = n.trim_start_matches("policy").parse::<usize>().unwrap_or(0);
+                    format!("{}#{}", source.name, n + 1)
+                },
+                str::to_owned,
+            );
+            problems.push(Problem {
+                source: source.name.clone(),
+                at: None,
+                message: format!(
+                    "policy `{id}` is a template (it has `?principal` or `?resource`), which nothing links, so it would never apply: write the user, tenant or tool it is for in place of the slot"
+                ),
+            });
+        }
         // Cedar numbers the policies of a text `policy0`, `policy1`… in order.
         let mut policies: Vec<_> = set.policies().collect();
         policies.sort_by_key(|p| {
