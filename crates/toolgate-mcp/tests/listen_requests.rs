@@ -17,20 +17,17 @@ use common::within;
 use rmcp::model::{
     ClientConfig, ListResourcesResult, PaginatedRequestParams, ProtocolVersion,
     ReadResourceRequestParams, ReadResourceResponse, ReadResourceResult, Resource,
-    ResourceContents, ResourceUpdatedNotificationParam, ResourcesCapability, ServerCapabilities,
-    ServerConfig, ServerNotification, SubscribeRequestParams, SubscriptionFilter,
-    UnsubscribeRequestParams,
+    ResourceContents, ResourceUpdatedNotificationParam, ServerConfig, ServerNotification,
+    SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
 use rmcp::service::{
     ClientLifecycleMode, ClientServiceExt, Peer, RequestContext, RunningService, ServiceError,
     Subscription,
 };
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::{ErrorData, RoleClient, RoleServer, ServerHandler};
 use toolgate_core::Pipeline;
-use toolgate_core::registry::ToolRegistry;
 use toolgate_mcp::{McpServer, UpstreamConfig};
 
 const WATCHED: &str = "watched://x";
@@ -62,24 +59,14 @@ impl Upstream {
 
     /// Serves it over streamable HTTP on a loopback port; its `/mcp` URL.
     async fn serve(&self) -> String {
-        let upstream = self.clone();
-        let service = StreamableHttpService::new(
-            move || Ok(upstream.clone()),
-            LocalSessionManager::default().into(),
-            StreamableHttpServerConfig::default(),
-        );
-        serve(axum::Router::new().nest_service("/mcp", service)).await
+        common::rmcp_upstream::serve(self.clone()).await
     }
 }
 
 #[allow(deprecated)]
 impl ServerHandler for Upstream {
     fn get_info(&self) -> ServerConfig {
-        let mut capabilities = ServerCapabilities::builder().enable_tools().build();
-        let mut resources = ResourcesCapability::default();
-        resources.subscribe = Some(true);
-        capabilities.resources = Some(resources);
-        ServerConfig::new(capabilities)
+        common::rmcp_upstream::takes_subscriptions()
     }
 
     async fn list_resources(
@@ -130,31 +117,22 @@ impl ServerHandler for Upstream {
     }
 }
 
-/// Serves `app` on a loopback port; its `/mcp` URL.
-async fn serve(app: axum::Router) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let addr = listener.local_addr().expect("bound");
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    format!("http://{addr}/mcp")
+/// `upstream`, served, imported into a pipeline.
+async fn imported(upstream: &Upstream) -> (toolgate_mcp::Upstream, Pipeline) {
+    let config =
+        UpstreamConfig::http("up", upstream.serve().await).call_timeout(Duration::from_secs(20));
+    common::imported(config).await
 }
 
 /// toolgate serving `upstream`'s resources over streamable HTTP: its `/mcp` URL, and the
 /// imported upstream (dropped, it disconnects).
 async fn toolgate_before(upstream: &Upstream) -> (String, toolgate_mcp::Upstream) {
-    let config =
-        UpstreamConfig::http("up", upstream.serve().await).call_timeout(Duration::from_secs(20));
-    let imported = within(30, "import", toolgate_mcp::Upstream::connect(config))
-        .await
-        .expect("imported");
-    let mut tools = ToolRegistry::new();
-    imported.register(&mut tools).expect("registered");
-    let pipeline = Pipeline::builder().registry(tools).build().expect("built");
+    let (imported, pipeline) = imported(upstream).await;
     let service = McpServer::new(pipeline).http_service(StreamableHttpServerConfig::default());
-    let url = serve(axum::Router::new().nest_service("/mcp", service)).await;
+    let url = format!(
+        "{}/mcp",
+        common::serve_on_loopback(axum::Router::new().nest_service("/mcp", service)).await
+    );
     (url, imported)
 }
 
@@ -166,14 +144,7 @@ async fn stdio_client_of(
     RunningService<RoleClient, ClientConfig>,
     toolgate_mcp::Upstream,
 ) {
-    let config =
-        UpstreamConfig::http("up", upstream.serve().await).call_timeout(Duration::from_secs(20));
-    let imported = within(30, "import", toolgate_mcp::Upstream::connect(config))
-        .await
-        .expect("imported");
-    let mut tools = ToolRegistry::new();
-    imported.register(&mut tools).expect("registered");
-    let pipeline = Pipeline::builder().registry(tools).build().expect("built");
+    let (imported, pipeline) = imported(upstream).await;
     let (client_end, server_end) = tokio::io::duplex(64 * 1024);
     let (server_read, server_write) = tokio::io::split(server_end);
     tokio::spawn(async move {

@@ -14,13 +14,13 @@ use std::time::Duration;
 use common::within;
 use rmcp::model::{
     ClientConfig, ListResourcesResult, PaginatedRequestParams, ResourceUpdatedNotificationParam,
-    ResourcesCapability, ServerCapabilities, ServerConfig, SubscribeRequestParams,
+    ServerConfig, SubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext};
 use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ClientHandler, ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use tokio::sync::mpsc;
 use toolgate_mcp::{McpServer, UpstreamConfig};
@@ -37,11 +37,7 @@ struct Upstream {
 #[allow(deprecated)]
 impl ServerHandler for Upstream {
     fn get_info(&self) -> ServerConfig {
-        let mut capabilities = ServerCapabilities::builder().enable_tools().build();
-        let mut resources = ResourcesCapability::default();
-        resources.subscribe = Some(true);
-        capabilities.resources = Some(resources);
-        ServerConfig::new(capabilities)
+        common::rmcp_upstream::takes_subscriptions()
     }
 
     async fn list_resources(
@@ -88,15 +84,7 @@ async fn a_subscription_is_made_again_by_itself_after_the_upstream_forgot_the_se
     let (subscribed, mut subscriptions) = mpsc::unbounded_channel();
     let upstream = Upstream { subscribed };
     let sessions = Arc::new(LocalSessionManager::default());
-    let service = StreamableHttpService::new(
-        move || Ok(upstream.clone()),
-        Arc::clone(&sessions),
-        StreamableHttpServerConfig::default(),
-    );
-    let upstream_url = format!(
-        "{}/mcp",
-        common::serve_on_loopback(axum::Router::new().nest_service("/mcp", service)).await
-    );
+    let upstream_url = common::rmcp_upstream::serve_with(upstream, Arc::clone(&sessions)).await;
 
     let config = UpstreamConfig::http("kept", upstream_url).call_timeout(Duration::from_secs(20));
     let (_connected, pipeline) = common::imported(config).await;

@@ -18,13 +18,12 @@ use std::time::Duration;
 use common::within;
 use rmcp::model::{
     ClientConfig, ErrorCode, ListResourcesResult, PaginatedRequestParams,
-    ResourceUpdatedNotificationParam, ResourcesCapability, ServerCapabilities, ServerConfig,
-    SubscribeRequestParams, UnsubscribeRequestParams,
+    ResourceUpdatedNotificationParam, ServerConfig, SubscribeRequestParams,
+    UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, Peer, RequestContext, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use rmcp::{ClientHandler, ErrorData, RoleClient, RoleServer, ServerHandler, ServiceExt};
 use tokio::sync::Notify;
 use toolgate_mcp::{McpServer, UpstreamConfig};
@@ -61,14 +60,7 @@ struct Upstream {
 impl Upstream {
     /// Serves it over streamable HTTP on a loopback port; its `/mcp` URL.
     async fn serve(&self) -> String {
-        let upstream = self.clone();
-        let service = StreamableHttpService::new(
-            move || Ok(upstream.clone()),
-            LocalSessionManager::default().into(),
-            StreamableHttpServerConfig::default(),
-        );
-        let app = axum::Router::new().nest_service("/mcp", service);
-        format!("{}/mcp", common::serve_on_loopback(app).await)
+        common::rmcp_upstream::serve(self.clone()).await
     }
 
     fn is_subscribed(&self) -> bool {
@@ -88,11 +80,7 @@ impl Upstream {
 #[allow(deprecated)]
 impl ServerHandler for Upstream {
     fn get_info(&self) -> ServerConfig {
-        let mut capabilities = ServerCapabilities::builder().enable_tools().build();
-        let mut resources = ResourcesCapability::default();
-        resources.subscribe = Some(true);
-        capabilities.resources = Some(resources);
-        ServerConfig::new(capabilities)
+        common::rmcp_upstream::takes_subscriptions()
     }
 
     async fn list_resources(

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod hand_written;
+pub mod rmcp_upstream;
 pub mod scenarios;
 
 use std::future::Future;
