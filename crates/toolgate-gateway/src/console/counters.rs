@@ -446,25 +446,8 @@ mod tests {
     /// the test's own whose keys expire within a minute; `None` (said on stderr) without
     /// Redis outside CI.
     async fn shared_or_skip(test: &str) -> Option<RedisCounters> {
-        use std::io::Write;
-        use toolgate_redis::{RedisConfig, RedisState};
-        let url =
-            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-        let prefix = format!("tgcount{}x{}", std::process::id(), fastrand::u32(..));
-        let config = RedisConfig::builder().key_prefix(prefix).build();
-        match RedisState::connect(&url, config).await {
-            Ok(state) => Some(state.counters(MAX_TOOLS, Duration::from_secs(60))),
-            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-                panic!("{test}: Redis at {url} is required in CI ({e})")
-            }
-            Err(e) => {
-                let _ = writeln!(
-                    std::io::stderr().lock(),
-                    "SKIPPED {test}: no Redis at {url} ({e})"
-                );
-                None
-            }
-        }
+        let redis = super::super::redis_or_skip(test, "tgcount").await?;
+        Some(redis.counters(MAX_TOOLS, Duration::from_secs(60)))
     }
 
     #[tokio::test]

@@ -367,35 +367,13 @@ mod tests {
     /// test's own whose keys expire within a minute; `None` (said on stderr) without Redis
     /// outside CI.
     async fn on_redis_or_skip(test: &str) -> Option<DecisionHistory> {
-        use std::io::Write;
-        use toolgate_redis::{RedisConfig, RedisState};
-        let url =
-            std::env::var("REDIS_URL").unwrap_or_else(|_| "redis://127.0.0.1:6379".to_owned());
-        let prefix = format!("tghist{}x{}", std::process::id(), fastrand::u32(..));
-        let config = RedisConfig::builder().key_prefix(prefix).build();
+        let redis = super::super::redis_or_skip(test, "tghist").await?;
         let keep = Duration::from_secs(60);
-        match RedisState::connect(&url, config).await {
-            Ok(redis) => Some(DecisionHistory::Redis(Box::new(OnRedis {
-                tenants: redis.parted_history(
-                    "decisions_by_tenant",
-                    MAX_DECISIONS,
-                    MAX_TENANTS,
-                    keep,
-                ),
-                untenanted: redis.history("decisions_of_no_tenant", MAX_DECISIONS, keep),
-                earlier: redis.history("decisions", MAX_DECISIONS, keep),
-            }))),
-            Err(e) if std::env::var("CI").is_ok_and(|v| v == "true") => {
-                panic!("{test}: Redis at {url} is required in CI ({e})")
-            }
-            Err(e) => {
-                let _ = writeln!(
-                    std::io::stderr().lock(),
-                    "SKIPPED {test}: no Redis at {url} ({e})"
-                );
-                None
-            }
-        }
+        Some(DecisionHistory::Redis(Box::new(OnRedis {
+            tenants: redis.parted_history("decisions_by_tenant", MAX_DECISIONS, MAX_TENANTS, keep),
+            untenanted: redis.history("decisions_of_no_tenant", MAX_DECISIONS, keep),
+            earlier: redis.history("decisions", MAX_DECISIONS, keep),
+        })))
     }
 
     #[tokio::test]
