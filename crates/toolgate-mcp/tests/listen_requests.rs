@@ -124,60 +124,57 @@ async fn imported(upstream: &Upstream) -> (toolgate_mcp::Upstream, Pipeline) {
     common::imported(config).await
 }
 
-/// toolgate serving `upstream`'s resources over streamable HTTP: its `/mcp` URL, and the
-/// imported upstream (dropped, it disconnects).
-async fn toolgate_before(upstream: &Upstream) -> (String, toolgate_mcp::Upstream) {
-    let (imported, pipeline) = imported(upstream).await;
-    let service = McpServer::new(pipeline).http_service(StreamableHttpServerConfig::default());
-    let url = format!(
-        "{}/mcp",
-        common::serve_on_loopback(axum::Router::new().nest_service("/mcp", service)).await
-    );
-    (url, imported)
+/// How a client reaches toolgate.
+#[derive(Clone, Copy, Debug)]
+enum Front {
+    /// Streamable HTTP, where the endpoint holds the acknowledgment back.
+    Http,
+    /// stdio (a pipe pair), where the connection subscribes before rmcp acknowledges.
+    Stdio,
 }
 
-/// toolgate serving `upstream`'s resources over stdio (a pipe pair): a 2026-07-28 client
-/// of it, and the imported upstream.
-async fn stdio_client_of(
+/// toolgate serving `upstream`'s resources through `front`: a 2026-07-28 client of it,
+/// and the imported upstream (dropped, it disconnects).
+async fn client_of(
     upstream: &Upstream,
+    front: Front,
 ) -> (
     RunningService<RoleClient, ClientConfig>,
     toolgate_mcp::Upstream,
 ) {
     let (imported, pipeline) = imported(upstream).await;
-    let (client_end, server_end) = tokio::io::duplex(64 * 1024);
-    let (server_read, server_write) = tokio::io::split(server_end);
-    tokio::spawn(async move {
-        let _ = McpServer::new(pipeline)
-            .serve_io(server_read, server_write)
-            .await;
-    });
+    let server = McpServer::new(pipeline);
     let lifecycle = ClientLifecycleMode::Discover {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
     };
-    let client = within(
-        20,
-        "the 2026-07-28 handshake over stdio",
-        ClientConfig::default().serve_with_lifecycle(tokio::io::split(client_end), lifecycle),
-    )
-    .await
-    .expect("the client connects");
-    (client, imported)
-}
-
-/// A 2026-07-28 client of toolgate at `url`.
-async fn client(url: &str) -> RunningService<RoleClient, ClientConfig> {
-    let transport = StreamableHttpClientTransport::from_uri(url.to_owned());
-    let lifecycle = ClientLifecycleMode::Discover {
-        preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+    let client = ClientConfig::default();
+    let connected = match front {
+        Front::Http => {
+            let service = server.http_service(StreamableHttpServerConfig::default());
+            let app = axum::Router::new().nest_service("/mcp", service);
+            let url = format!("{}/mcp", common::serve_on_loopback(app).await);
+            let transport = StreamableHttpClientTransport::from_uri(url);
+            within(
+                20,
+                "the handshake",
+                client.serve_with_lifecycle(transport, lifecycle),
+            )
+            .await
+        }
+        Front::Stdio => {
+            let (client_end, server_end) = tokio::io::duplex(64 * 1024);
+            let (server_read, server_write) = tokio::io::split(server_end);
+            tokio::spawn(async move { server.serve_io(server_read, server_write).await });
+            let transport = tokio::io::split(client_end);
+            within(
+                20,
+                "the handshake",
+                client.serve_with_lifecycle(transport, lifecycle),
+            )
+            .await
+        }
     };
-    within(
-        20,
-        "the 2026-07-28 handshake",
-        ClientConfig::default().serve_with_lifecycle(transport, lifecycle),
-    )
-    .await
-    .expect("the client connects")
+    (connected.expect("the client connects"), imported)
 }
 
 /// Listens to `uri` through toolgate; the subscription once acknowledged, or the error
@@ -208,108 +205,71 @@ async fn next_update(subscription: &mut Subscription) -> String {
 
 #[tokio::test]
 async fn a_listen_request_is_acknowledged_only_once_the_upstream_is_subscribed() {
-    // The upstream takes its time to subscribe: an acknowledgment sent before it answers
-    // would reach the client while the upstream has nobody to tell of a change.
-    let upstream = Upstream {
-        subscribe_takes: Duration::from_millis(400),
-        ..Upstream::default()
-    };
-    let (url, _imported) = toolgate_before(&upstream).await;
-    let client = client(&url).await;
-    let mut subscription = listen(&client, WATCHED).await.expect("acknowledged");
-    assert_eq!(
-        subscription.acknowledged().resource_subscriptions,
-        Some(vec![WATCHED.to_owned()])
-    );
-    // The resource changes as soon as the client is told it is watched.
-    assert!(
-        upstream.update().await,
-        "the upstream was subscribed when toolgate acknowledged the listen request"
-    );
-    assert_eq!(next_update(&mut subscription).await, WATCHED);
-    client.cancel().await.expect("the client closes");
+    for front in [Front::Http, Front::Stdio] {
+        // The upstream takes its time to subscribe: an acknowledgment sent before it
+        // answers would reach the client while the upstream has nobody to tell of a change.
+        let upstream = Upstream {
+            subscribe_takes: Duration::from_millis(400),
+            ..Upstream::default()
+        };
+        let (client, _imported) = client_of(&upstream, front).await;
+        let mut subscription = listen(&client, WATCHED).await.expect("acknowledged");
+        assert_eq!(
+            subscription.acknowledged().resource_subscriptions,
+            Some(vec![WATCHED.to_owned()]),
+            "{front:?}"
+        );
+        // The resource changes as soon as the client is told it is watched.
+        assert!(
+            upstream.update().await,
+            "{front:?}: the upstream was subscribed when toolgate acknowledged the listen request"
+        );
+        assert_eq!(next_update(&mut subscription).await, WATCHED, "{front:?}");
+        client.cancel().await.expect("the client closes");
+    }
 }
 
 #[tokio::test]
 async fn an_update_the_upstream_sends_before_the_acknowledgment_follows_it() {
-    // The update reaches toolgate while the subscription is being made: before there is
-    // an acknowledged stream to send it on.
-    let upstream = Upstream {
-        updates_at_once: true,
-        subscribe_takes: Duration::from_millis(400),
-        ..Upstream::default()
-    };
-    let (url, _imported) = toolgate_before(&upstream).await;
-    let client = client(&url).await;
-    let mut subscription = listen(&client, WATCHED).await.expect("acknowledged");
-    assert_eq!(next_update(&mut subscription).await, WATCHED);
-    client.cancel().await.expect("the client closes");
+    for front in [Front::Http, Front::Stdio] {
+        // The update reaches toolgate while the subscription is being made: before there
+        // is an acknowledged stream to send it on.
+        let upstream = Upstream {
+            updates_at_once: true,
+            subscribe_takes: Duration::from_millis(400),
+            ..Upstream::default()
+        };
+        let (client, _imported) = client_of(&upstream, front).await;
+        let mut subscription = listen(&client, WATCHED).await.expect("acknowledged");
+        assert_eq!(next_update(&mut subscription).await, WATCHED, "{front:?}");
+        client.cancel().await.expect("the client closes");
+    }
 }
 
 #[tokio::test]
 async fn a_listen_request_for_a_resource_no_upstream_has_is_refused_unacknowledged() {
-    let upstream = Upstream::default();
-    let (url, _imported) = toolgate_before(&upstream).await;
-    let client = client(&url).await;
-    // Acknowledged first, the client's `listen` would return a subscription whose stream
-    // then ends in an error; refused first, it returns the error.
-    let refused = match listen(&client, "missing://y").await {
-        Err(ServiceError::McpError(error)) => error,
-        Ok(subscription) => panic!(
-            "acknowledged, honouring {:?}",
-            subscription.acknowledged().resource_subscriptions
-        ),
-        Err(other) => panic!("a JSON-RPC error, not {other}"),
-    };
-    assert!(
-        refused.message.contains("missing://y"),
-        "the refusal names the resource: {}",
-        refused.message
-    );
-    assert!(
-        upstream.subscriber.lock().unwrap().is_none(),
-        "nothing was subscribed upstream"
-    );
-    client.cancel().await.expect("the client closes");
-}
-
-#[tokio::test]
-async fn over_stdio_a_listen_request_is_acknowledged_only_once_the_upstream_is_subscribed() {
-    let upstream = Upstream {
-        subscribe_takes: Duration::from_millis(400),
-        ..Upstream::default()
-    };
-    let (client, _imported) = stdio_client_of(&upstream).await;
-    let mut subscription = listen(&client, WATCHED).await.expect("acknowledged");
-    assert!(
-        upstream.update().await,
-        "the upstream was subscribed when toolgate acknowledged the listen request"
-    );
-    assert_eq!(next_update(&mut subscription).await, WATCHED);
-    client.cancel().await.expect("the client closes");
-}
-
-#[tokio::test]
-async fn over_stdio_an_update_sent_before_the_acknowledgment_follows_it() {
-    let upstream = Upstream {
-        updates_at_once: true,
-        subscribe_takes: Duration::from_millis(400),
-        ..Upstream::default()
-    };
-    let (client, _imported) = stdio_client_of(&upstream).await;
-    let mut subscription = listen(&client, WATCHED).await.expect("acknowledged");
-    assert_eq!(next_update(&mut subscription).await, WATCHED);
-    client.cancel().await.expect("the client closes");
-}
-
-#[tokio::test]
-async fn over_stdio_a_listen_request_for_a_resource_no_upstream_has_is_refused_unacknowledged() {
-    let upstream = Upstream::default();
-    let (client, _imported) = stdio_client_of(&upstream).await;
-    match listen(&client, "missing://y").await {
-        Err(ServiceError::McpError(error)) => assert!(error.message.contains("missing://y")),
-        Ok(_) => panic!("acknowledged"),
-        Err(other) => panic!("a JSON-RPC error, not {other}"),
+    for front in [Front::Http, Front::Stdio] {
+        let upstream = Upstream::default();
+        let (client, _imported) = client_of(&upstream, front).await;
+        // Acknowledged first, the client's `listen` would return a subscription whose
+        // stream then ends in an error; refused first, it returns the error.
+        let refused = match listen(&client, "missing://y").await {
+            Err(ServiceError::McpError(error)) => error,
+            Ok(subscription) => panic!(
+                "{front:?}: acknowledged, honouring {:?}",
+                subscription.acknowledged().resource_subscriptions
+            ),
+            Err(other) => panic!("{front:?}: a JSON-RPC error, not {other}"),
+        };
+        assert!(
+            refused.message.contains("missing://y"),
+            "{front:?}: the refusal names the resource: {}",
+            refused.message
+        );
+        assert!(
+            upstream.subscriber.lock().unwrap().is_none(),
+            "{front:?}: nothing was subscribed upstream"
+        );
+        client.cancel().await.expect("the client closes");
     }
-    client.cancel().await.expect("the client closes");
 }
