@@ -446,7 +446,7 @@ mod tests {
     /// the test's own whose keys expire within a minute; `None` (said on stderr) without
     /// Redis outside CI.
     async fn shared_or_skip(test: &str) -> Option<RedisCounters> {
-        let redis = super::super::redis_or_skip(test, "tgcount").await?;
+        let redis = super::super::test_redis::redis_or_skip(test, "tgcount").await?;
         Some(redis.counters(MAX_TOOLS, Duration::from_secs(60)))
     }
 

@@ -367,7 +367,7 @@ mod tests {
     /// test's own whose keys expire within a minute; `None` (said on stderr) without Redis
     /// outside CI.
     async fn on_redis_or_skip(test: &str) -> Option<DecisionHistory> {
-        let redis = super::super::redis_or_skip(test, "tghist").await?;
+        let redis = super::super::test_redis::redis_or_skip(test, "tghist").await?;
         let keep = Duration::from_secs(60);
         Some(DecisionHistory::Redis(Box::new(OnRedis {
             tenants: redis.parted_history("decisions_by_tenant", MAX_DECISIONS, MAX_TENANTS, keep),
