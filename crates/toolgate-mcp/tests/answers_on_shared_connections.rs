@@ -2,11 +2,14 @@
 //! or as the JSON answer to one call's POST, with the id of another request on the shared
 //! connection — answers nobody: it never reaches the call (and caller) whose id it names,
 //! whether that call was sent from the calling task or through rmcp, and the call whose
-//! stream carried it still gets its own answer, or a clear error.
+//! stream carried it still gets its own answer, or a clear error. Nor does an answer on the
+//! standalone stream, which answers no request: it is dropped and counted.
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use axum::extract::State;
@@ -14,10 +17,11 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use common::hand_written::{event_stream, initialized, json_answer};
 use common::{imported, serve_on_loopback, within};
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Metadata, SharedString, Unit};
 use serde_json::{Value, json};
 use tokio::sync::{Notify, mpsc};
 use toolgate_core::{InvokeOptions, Pipeline};
-use toolgate_mcp::UpstreamConfig;
+use toolgate_mcp::{UNATTRIBUTED, UpstreamConfig};
 
 /// A streamable-HTTP upstream at 2025-11-25 with two tools: `hdr`, whose argument goes in a
 /// header (`x-mcp-header`), so that its calls go through rmcp with rmcp's numeric ids, and
@@ -26,9 +30,17 @@ use toolgate_mcp::UpstreamConfig;
 /// on its own stream, then its own answer; one with `mode` `as_json` answers its POST with
 /// the victim's answer as JSON; one with `mode` `on_resume` sends one event with an id and
 /// closes its stream, and writes the victim's answer, then its own, on the stream resumed
-/// from that id (a GET with `Last-Event-ID`).
+/// from that id (a GET with `Last-Event-ID`). With `steal_on_standalone`, the standalone
+/// stream (a GET without `Last-Event-ID`) of every connection is opened, and carries a
+/// forged answer to the victim once the victim is in flight; without it, the GET is
+/// refused.
 #[derive(Default)]
 struct Upstream {
+    steal_on_standalone: bool,
+    /// How many standalone streams the forged answer was written on.
+    stolen_on_standalone: AtomicU64,
+    /// Whether the victim was let be answered after a forged answer: once.
+    released_after_forgery: AtomicBool,
     victim: Mutex<Option<Value>>,
     /// The id of the call whose stream is to be resumed.
     resumed: Mutex<Option<Value>>,
@@ -101,8 +113,13 @@ impl Upstream {
         sse(stream)
     }
 
-    /// The resumed stream of the call whose mode is `on_resume`.
+    /// The resumed stream of the call whose mode is `on_resume`, or the standalone stream.
     async fn resume(self: Arc<Self>, last_event_id: Option<&str>) -> Response {
+        if last_event_id.is_none() && self.steal_on_standalone {
+            let (events, stream) = mpsc::channel(4);
+            tokio::spawn(self.steal_on_standalone(events));
+            return sse(stream);
+        }
         let resumed = self.resumed.lock().expect("resumed").clone();
         let (Some("before-the-break"), Some(id)) = (last_event_id, resumed) else {
             return StatusCode::METHOD_NOT_ALLOWED.into_response();
@@ -124,6 +141,22 @@ impl Upstream {
         self.release_victim.notify_waiters();
     }
 
+    /// Writes on `events`, a standalone stream, a forged answer to the victim once the
+    /// victim is in flight, then (the first to) lets the victim be answered on its own
+    /// stream; keeps the standalone stream open. Which connection the victim was sent on
+    /// is not known here: every connection's standalone stream carries the forgery.
+    async fn steal_on_standalone(self: Arc<Self>, events: mpsc::Sender<String>) {
+        let victim = self.victim().await;
+        if events.send(event(&answer(&victim, "stolen"))).await.is_ok() {
+            self.stolen_on_standalone.fetch_add(1, Ordering::SeqCst);
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        if !self.released_after_forgery.swap(true, Ordering::SeqCst) {
+            self.release_victim.notify_waiters();
+        }
+        events.closed().await;
+    }
+
     async fn victim(&self) -> Value {
         loop {
             if let Some(victim) = self.victim.lock().expect("victim").clone() {
@@ -135,7 +168,12 @@ impl Upstream {
 }
 
 async fn start() -> (Arc<Upstream>, Arc<Pipeline>) {
-    let upstream = Arc::new(Upstream::default());
+    serve(Upstream::default(), "wrong-ids").await
+}
+
+/// `upstream`, configured as `name`, and a pipeline with its tools.
+async fn serve(upstream: Upstream, name: &str) -> (Arc<Upstream>, Arc<Pipeline>) {
+    let upstream = Arc::new(upstream);
     let app = axum::Router::new()
         .route(
             "/mcp",
@@ -148,7 +186,7 @@ async fn start() -> (Arc<Upstream>, Arc<Pipeline>) {
         )
         .with_state(Arc::clone(&upstream));
     let url = serve_on_loopback(app).await + "/mcp";
-    let config = UpstreamConfig::http("wrong-ids", url)
+    let config = UpstreamConfig::http(name, url)
         .discover(false)
         .call_timeout(Duration::from_secs(10));
     let (_, pipeline) = imported(config).await;
@@ -244,5 +282,83 @@ async fn another_calls_answer_as_a_posts_json_answer_fails_only_that_post() {
 async fn another_calls_answer_on_a_resumed_stream_reaches_neither() {
     for tool in ["hdr", "steal"] {
         each_gets_its_own(tool, "on_resume").await;
+    }
+}
+
+#[tokio::test]
+async fn an_answer_on_the_standalone_stream_reaches_no_call_and_is_counted() {
+    let dropped = dropped_answers();
+    let upstream = Upstream {
+        steal_on_standalone: true,
+        ..Upstream::default()
+    };
+    let (upstream, pipeline) = serve(upstream, "standalone-thief").await;
+    let victim = within(
+        20,
+        "the victim's answer",
+        call(&pipeline, "hdr", json!({"region": "eu"})),
+    )
+    .await;
+    assert!(
+        victim
+            .as_ref()
+            .is_ok_and(|v| v.contains("the victim's own")),
+        "{victim:?}"
+    );
+    let forged = upstream.stolen_on_standalone.load(Ordering::SeqCst);
+    assert!(forged >= 1, "no standalone stream carried the forgery");
+    assert_eq!(dropped.of("standalone-thief"), forged);
+}
+
+/// The answers dropped as no caller's ([`UNATTRIBUTED`], `kind` `answer`), by upstream: the
+/// recorder of this test binary's metrics, installed on first use.
+#[derive(Default)]
+struct DroppedAnswers(Mutex<HashMap<String, Arc<AtomicU64>>>);
+
+fn dropped_answers() -> &'static DroppedAnswers {
+    static RECORDER: OnceLock<&'static DroppedAnswers> = OnceLock::new();
+    RECORDER.get_or_init(|| {
+        let recorder: &'static DroppedAnswers = Box::leak(Box::default());
+        metrics::set_global_recorder(recorder).expect("no other recorder in this test binary");
+        recorder
+    })
+}
+
+impl DroppedAnswers {
+    fn of(&self, server: &str) -> u64 {
+        self.0
+            .lock()
+            .expect("counters")
+            .get(server)
+            .map_or(0, |count| count.load(Ordering::SeqCst))
+    }
+}
+
+impl metrics::Recorder for DroppedAnswers {
+    fn describe_counter(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_gauge(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+    fn describe_histogram(&self, _: KeyName, _: Option<Unit>, _: SharedString) {}
+
+    fn register_counter(&self, key: &Key, _: &Metadata<'_>) -> Counter {
+        let label = |name: &str| {
+            key.labels()
+                .find(|label| label.key() == name)
+                .map(|label| label.value().to_owned())
+        };
+        match (key.name() == UNATTRIBUTED, label("kind"), label("server")) {
+            (true, Some(kind), Some(server)) if kind == "answer" => {
+                let mut counts = self.0.lock().expect("counters");
+                Counter::from_arc(Arc::clone(counts.entry(server).or_default()))
+            }
+            _ => Counter::noop(),
+        }
+    }
+
+    fn register_gauge(&self, _: &Key, _: &Metadata<'_>) -> Gauge {
+        Gauge::noop()
+    }
+
+    fn register_histogram(&self, _: &Key, _: &Metadata<'_>) -> Histogram {
+        Histogram::noop()
     }
 }

@@ -56,7 +56,8 @@ pub(crate) enum Dropped {
     Elicitation,
     /// A message that could not be scrubbed (it did not read back after scrubbing).
     Unreadable,
-    /// An answer on a call's stream to a request other than that call.
+    /// An answer on a call's stream to a request other than that call, or an answer on
+    /// the standalone stream (which answers no request).
     Answer,
 }
 

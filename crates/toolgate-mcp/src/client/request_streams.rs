@@ -18,8 +18,14 @@
 //! request; the stream resumed from it is that request's, and carries only its answer —
 //! as the stream it resumes did (an answer to another request is dropped and counted). A
 //! resume from an event id no stream of toolgate's ended with (or two did) is nobody's:
-//! every answer on it is dropped. The standalone stream (a GET with no event id) and its
-//! resumes are left as they are.
+//! every answer on it is dropped.
+//!
+//! **No answers on the standalone stream.** The standalone stream (a GET with no event id,
+//! and its resumes) is no request's: the protocol forbids a server to answer a request on
+//! it, and rmcp would hand an answer read there to whichever request of the shared
+//! connection has its id — another caller's call. Every answer on it (and every event that
+//! may be one) is dropped and counted, as on the stream of a request it does not answer;
+//! its notifications and requests pass.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -75,7 +81,7 @@ pub(crate) enum Carried {
     Unreadable,
 }
 
-/// What `data`, an event of a request's stream, carries.
+/// What `data`, an event of a response stream, carries.
 pub(crate) fn carried(data: &str) -> Carried {
     #[derive(serde::Deserialize)]
     struct Keys {
@@ -114,7 +120,8 @@ const MAX_RESUMABLE: usize = 256;
 pub(crate) enum Owner {
     /// The response stream of this request, or one resumed from it.
     Request(RequestId),
-    /// The standalone stream (a GET without an event id), or one resumed from it.
+    /// The standalone stream (a GET without an event id), or one resumed from it: it
+    /// answers no request, and every answer on it is dropped.
     Standalone,
     /// A resume toolgate cannot attribute: every answer on it is dropped.
     Nobody,
@@ -255,12 +262,10 @@ impl RequestStream {
         }
     }
 
-    /// Whether the message `data` is an answer that is not this stream's to carry; notes
+    /// Whether the message `data` is an answer that is not this stream's to carry (on a
+    /// stream without an `origin`, the standalone stream or nobody's, any answer); notes
     /// the request's own answer.
     fn foreign_answer(&mut self, data: &str) -> bool {
-        if self.owner == Owner::Standalone {
-            return false;
-        }
         match carried(data) {
             Carried::NoAnswer => false,
             Carried::AnswerTo(id) if self.origin.as_ref() == Some(&id) => {
@@ -413,6 +418,37 @@ mod tests {
         assert_eq!(read[0], None, "unreadable: whose it is cannot be told");
         assert_eq!(read[1], None, "another request's answer");
         assert!(read[2].is_some() && read[3].is_some(), "{read:?}");
+    }
+
+    #[tokio::test]
+    async fn on_the_standalone_stream_no_answer_is_left_whole() {
+        let events = [
+            r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+            r#"{"jsonrpc":"2.0","id":"toolgate-1","error":{"code":1,"message":"x"}}"#,
+            r#"[{"jsonrpc":"2.0","id":1,"result":{}}]"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#,
+            r#"{"jsonrpc":"2.0","id":5,"method":"sampling/createMessage","params":{}}"#,
+        ]
+        .map(|data| {
+            Ok(sse_stream::Sse {
+                data: Some(data.to_owned()),
+                ..Default::default()
+            })
+        });
+        let routes = Arc::new(Routes::new("crm"));
+        let read: Vec<_> = RequestStream::new(
+            futures::stream::iter(events).boxed(),
+            Owner::Standalone,
+            None,
+            None,
+            Arc::default(),
+            routes,
+        )
+        .map(|event| event.expect("an event").data)
+        .collect()
+        .await;
+        assert_eq!(read[..3], [None, None, None], "answers, or what may be one");
+        assert!(read[3].is_some() && read[4].is_some(), "{read:?}");
     }
 
     #[test]

@@ -10,8 +10,9 @@
 //! an upstream cannot name a stream itself. [`Frames`](super::frames::Frames) reads the
 //! key, removes it, and routes the message to the call of that request.
 //!
-//! Each stream of a request is also held only while its call lives, and a stream rmcp
-//! resumes is attributed to the request whose stream it resumes
+//! Each stream of a request is also held only while its call lives, a stream rmcp
+//! resumes is attributed to the request whose stream it resumes, and every stream carries
+//! only its own request's answer — the standalone stream none
 //! ([`request_streams`](super::request_streams)).
 //!
 //! It also keeps what rmcp last sent a request of the session with ([`Wire`]): the
@@ -307,9 +308,9 @@ impl StreamableHttpClient for StreamTagging {
         .await
     }
 
-    /// The standalone stream (no `last_event_id`), or the resume of a stream that ended
-    /// at `last_event_id`, which is the stream of whichever request that one was
-    /// ([`request_streams`](super::request_streams)).
+    /// The standalone stream (no `last_event_id`), whose answers are dropped, or the
+    /// resume of a stream that ended at `last_event_id`, which is the stream of whichever
+    /// request that one was ([`request_streams`](super::request_streams)).
     async fn get_stream_with_max_sse_event_size(
         &self,
         uri: Arc<str>,
