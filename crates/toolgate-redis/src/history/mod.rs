@@ -125,18 +125,29 @@ impl RedisHistory {
             .within(command.query_async::<Vec<Vec<u8>>>(&mut connection))
             .await
             .map_err(|failure| HistoryUnavailable(failure.to_string()))?;
-        let place = self.place();
-        let mut entries = Vec::with_capacity(stored.len());
         let mut unreadable = None;
-        for entry in stored {
-            match seal::read_text(self.seal.as_deref(), &place, &entry) {
-                Ok(entry) => entries.push(entry),
-                Err(why) => unreadable = Some(why),
-            }
-        }
+        let entries = opened(self.seal.as_deref(), &self.place(), stored, &mut unreadable);
         if let Some(why) = unreadable {
             tracing::warn!(history = %self.key, "an entry on Redis {why}; it is left out");
         }
         Ok(entries)
     }
+}
+
+/// The entries of `stored` that open under `seal` at `place`, in their order; why the last
+/// one that did not open was left out goes into `unreadable`.
+fn opened(
+    seal: Option<&Seal>,
+    place: &[u8],
+    stored: Vec<Vec<u8>>,
+    unreadable: &mut Option<String>,
+) -> Vec<String> {
+    let mut entries = Vec::with_capacity(stored.len());
+    for entry in stored {
+        match seal::read_text(seal, place, &entry) {
+            Ok(entry) => entries.push(entry),
+            Err(why) => *unreadable = Some(why),
+        }
+    }
+    entries
 }

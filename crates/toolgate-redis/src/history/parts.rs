@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use redis::Script;
 
-use super::HistoryUnavailable;
+use super::{HistoryUnavailable, opened};
 use crate::RedisError;
 use crate::link::{Link, millis_at_least_one};
 use crate::seal::{self, Seal};
@@ -175,16 +175,7 @@ impl RedisPartedHistory {
         let mut unreadable = None;
         let lists = lists
             .into_iter()
-            .map(|stored| {
-                let mut entries = Vec::with_capacity(stored.len());
-                for entry in stored {
-                    match seal::read_text(self.seal.as_deref(), &place, &entry) {
-                        Ok(entry) => entries.push(entry),
-                        Err(why) => unreadable = Some(why),
-                    }
-                }
-                entries
-            })
+            .map(|stored| opened(self.seal.as_deref(), &place, stored, &mut unreadable))
             .collect();
         if let Some(why) = unreadable {
             tracing::warn!(history = %self.base, "an entry on Redis {why}; it is left out");
