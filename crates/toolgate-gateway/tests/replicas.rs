@@ -393,7 +393,7 @@ fn shared_pins_config(redis: &str, prefix: &str) -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/shapes.py");
     format!(
         "state:\n  url: {redis}\n  key_prefix: {prefix}\n\
-upstreams:\n  - name: shapes\n    command: {python}\n    args: [\"{script}\"]\n\
+upstreams:\n  - name: shapes\n    command: {python}\n    args: [\"{script}\"]\n    inherit_env: [SHAPES_ADD_DESCRIPTION_FILE]\n\
 pins:\n  shared: true\nusers:\n{alice}",
         python = common::python(),
         alice = user_yaml("alice", &["admin"]),

@@ -21,13 +21,15 @@ use toolgate_core::{InvokeOptions, Pipeline};
 use toolgate_mcp::UpstreamConfig;
 
 /// A streamable-HTTP upstream at 2025-11-25 with resources and one prompt, `slow`. A read
-/// of `slow://kept` is answered once [`released`](Self::released); any other read, and
-/// every `prompts/get`, gets a response stream that never ends and carries nothing.
+/// of `slow://kept` is answered once [`released`](Self::released); any other read, every
+/// `prompts/get` and every `resources/list` (asked as `list <its id>`) gets a response
+/// stream that never ends and carries nothing.
 /// `notifications/cancelled` is recorded and ignored, and never answered if
 /// `holds_cancellations`.
 #[derive(Default)]
 struct Upstream {
-    /// The id of each read or prompt asked, by what it asked (its URI, or `prompt`).
+    /// The id of each read, prompt or list asked, by what it asked (its URI, `prompt`, or
+    /// `list <its id>`).
     asked: Mutex<HashMap<String, Value>>,
     /// The ids of the requests whose response stream the server still holds open.
     open: Mutex<HashSet<String>>,
@@ -66,6 +68,13 @@ impl Upstream {
     /// The id of the request that asked for `what`, once asked.
     fn id_of(&self, what: &str) -> Option<Value> {
         self.asked.lock().unwrap().get(what).cloned()
+    }
+
+    /// The ids of the lists asked.
+    fn lists(&self) -> Vec<Value> {
+        let asked = self.asked.lock().unwrap();
+        let lists = asked.iter().filter(|(what, _)| what.starts_with("list "));
+        lists.map(|(_, id)| id.clone()).collect()
     }
 
     fn is_open(&self, id: &Value) -> bool {
@@ -124,6 +133,7 @@ async fn posted(State(upstream): State<Arc<Upstream>>, body: String) -> Response
             never_ending(upstream.asked(uri, &id))
         }
         "prompts/get" => never_ending(upstream.asked("prompt", &id)),
+        "resources/list" => never_ending(upstream.asked(&format!("list {id}"), &id)),
         "notifications/cancelled" => {
             let named = message["params"]["requestId"].clone();
             upstream.cancelled.lock().unwrap().push(named);
@@ -309,6 +319,61 @@ async fn abandoned_reads_streams_close_though_the_upstream_holds_their_cancellat
     within(
         15,
         "the abandoned reads' streams close",
+        upstream.until(|u| ids.iter().all(|id| !u.is_open(id))),
+    )
+    .await;
+    let kept_id = upstream.id_of("slow://kept").unwrap();
+    assert!(
+        upstream.is_open(&kept_id) && !upstream.was_cancelled(&kept_id),
+        "the other caller's read goes on"
+    );
+    upstream.released.cancel();
+    let read = within(20, "the other caller's read is answered", kept)
+        .await
+        .unwrap()
+        .expect("the other caller's read");
+    assert_eq!(read["contents"][0]["text"], "kept", "{read}");
+}
+
+/// Lists, like reads, are cancelled upstream and their streams let go a grace after their
+/// caller went away, though the upstream holds the cancellations (rmcp's own lists let
+/// each go only once its cancellation is sent, one at a time, five seconds each).
+#[tokio::test]
+async fn abandoned_lists_streams_close_though_the_upstream_holds_their_cancellations() {
+    const LISTS: usize = 6;
+    let (upstream, pipeline) = start(true).await;
+    let kept = read_kept(&pipeline);
+    let abandoned: Vec<_> = (0..LISTS)
+        .map(|_| {
+            let pipeline = Arc::clone(&pipeline);
+            tokio::spawn(async move {
+                let input = json!({"list": "resources"});
+                let _ = pipeline
+                    .invoke("resources.deaf", input, InvokeOptions::new())
+                    .await;
+            })
+        })
+        .collect();
+    within(
+        20,
+        "every list and the read reach the upstream",
+        upstream.until(|u| u.lists().len() == LISTS && u.id_of("slow://kept").is_some()),
+    )
+    .await;
+    let ids = upstream.lists();
+    for list in abandoned {
+        list.abort();
+    }
+    within(
+        20,
+        "a cancellation reaches the upstream",
+        upstream.until(|u| ids.iter().any(|id| u.was_cancelled(id))),
+    )
+    .await;
+    // Without the grace, 30 s; with it, about 2 s (and slack for a loaded machine).
+    within(
+        15,
+        "the abandoned lists' streams close",
         upstream.until(|u| ids.iter().all(|id| !u.is_open(id))),
     )
     .await;

@@ -457,6 +457,7 @@ fn check(config: &Config) -> Result<(), ConfigError> {
                 "the address of a streamable HTTP MCP server is a URL that starts with `http://` or `https://`, such as `https://mcp.example.com/mcp`",
             ));
         }
+        upstream.check(i)?;
         if let Some(as_caller) = &upstream.as_caller {
             as_caller.check(i, upstream.url.is_some(), config.identity.oauth.is_some())?;
         }

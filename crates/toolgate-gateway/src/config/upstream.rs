@@ -19,9 +19,17 @@ pub struct UpstreamEntry {
     /// Its arguments.
     #[serde(default)]
     pub args: Vec<String>,
-    /// Environment for the program.
+    /// Environment variables set for the program. It starts with a cleared environment:
+    /// it gets only these, the few any program needs
+    /// ([`STDIO_PASSED_ENV`](toolgate_mcp::STDIO_PASSED_ENV): `PATH`, `HOME`, the locale…),
+    /// those `inherit_env` names, and the `credential_env` variable.
     #[serde(default)]
     pub env: BTreeMap<String, EnvString>,
+    /// Variables of the gateway's own environment passed on to the program, when set
+    /// (e.g. `[GITHUB_TOKEN]`): nothing else of it is, so that a third party's server
+    /// does not read the gateway's secrets.
+    #[serde(default)]
+    pub inherit_env: Vec<String>,
     /// The URL of a streamable HTTP server.
     pub url: Option<EnvString>,
     /// The environment variable holding the bearer credential sent upstream.
@@ -48,6 +56,33 @@ pub struct UpstreamEntry {
 }
 
 impl UpstreamEntry {
+    /// Checks what can be checked of the entry alone, `index` being its place under
+    /// `upstreams` (for errors).
+    ///
+    /// # Errors
+    ///
+    /// [`ConfigError`] when a name under `inherit_env` cannot be a variable's, or
+    /// `inherit_env` is set for an HTTP server.
+    pub(crate) fn check(&self, index: usize) -> Result<(), ConfigError> {
+        if self.url.is_some() && !self.inherit_env.is_empty() {
+            return Err(ConfigError::invalid(
+                format!("upstreams[{index}].inherit_env"),
+                "only a program started over stdio (`command`) gets environment variables: remove `inherit_env` from an HTTP server",
+            ));
+        }
+        for (at, name) in self.inherit_env.iter().enumerate() {
+            if !toolgate_mcp::is_env_name(name) {
+                return Err(ConfigError::invalid(
+                    format!("upstreams[{index}].inherit_env[{at}]"),
+                    format!(
+                        "`{name}` is not an environment variable's name: use letters, digits and `_`, not starting with a digit"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// The upstream's settings for the MCP client, `index` being its place under
     /// `upstreams` (for errors). Without the per-caller part, which needs the identity
     /// provider's keys.
@@ -71,6 +106,7 @@ impl UpstreamEntry {
         for (key, value) in &self.env {
             config = config.env(key.clone(), value.0.clone());
         }
+        config = config.inherit_env(self.inherit_env.iter().cloned());
         if let Some(var) = &self.credential_env {
             config = config.credential_env(var.clone());
         }
@@ -86,5 +122,46 @@ impl UpstreamEntry {
         Ok(config
             .validate_arguments(self.validate_arguments)
             .discover(self.discover))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{ConfigError, parse};
+
+    fn refused(yaml: &str) -> ConfigError {
+        parse(yaml).expect_err("refused")
+    }
+
+    #[test]
+    fn variables_to_pass_on_are_given_to_the_stdio_program() {
+        let config =
+            parse("upstreams:\n  - { name: gh, command: npx, inherit_env: [GITHUB_TOKEN, _X1] }\n")
+                .unwrap();
+        let upstream = config.upstreams[0].upstream_config(0).unwrap();
+        assert!(
+            matches!(&upstream.transport, toolgate_mcp::UpstreamTransport::Stdio { inherit_env, .. } if inherit_env == &["GITHUB_TOKEN", "_X1"])
+        );
+    }
+
+    #[test]
+    fn a_name_to_pass_on_that_cannot_be_a_variables_is_refused_in_plain_words() {
+        for name in ["\"A=B\"", "\"1X\"", "\"\"", "\"TWO WORDS\""] {
+            let yaml = format!(
+                "upstreams:\n  - {{ name: gh, command: npx, inherit_env: [OK, {name}] }}\n"
+            );
+            let error = refused(&yaml);
+            assert_eq!(error.field(), "upstreams[0].inherit_env[1]", "{error}");
+            assert!(
+                error
+                    .to_string()
+                    .contains("not an environment variable's name"),
+                "{error}"
+            );
+        }
+        let error = refused(
+            "upstreams:\n  - { name: gh, url: \"http://127.0.0.1:1/mcp\", inherit_env: [X] }\n",
+        );
+        assert_eq!(error.field(), "upstreams[0].inherit_env", "{error}");
     }
 }

@@ -680,7 +680,7 @@ async fn a_changed_tool_definition_is_shown_with_its_diff_and_accepted_and_a_gon
     std::fs::write(&description, "Adds two whole numbers.").unwrap();
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/shapes.py");
     let yaml = format!(
-        "console: {{}}\nupstreams:\n  - name: shapes\n    command: {python}\n    args: [\"{script}\"]\n\
+        "console: {{}}\nupstreams:\n  - name: shapes\n    command: {python}\n    args: [\"{script}\"]\n    inherit_env: [SHAPES_ADD_DESCRIPTION_FILE]\n\
 pins:\n  path: {pins}\nusers:\n{alice}",
         python = python(),
         pins = pins.display(),

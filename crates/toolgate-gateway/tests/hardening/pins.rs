@@ -14,7 +14,7 @@ use crate::common::{
 fn config(pins: &std::path::Path) -> String {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/shapes.py");
     format!(
-        "upstreams:\n  - name: shapes\n    command: {python}\n    args: [\"{script}\"]\n\
+        "upstreams:\n  - name: shapes\n    command: {python}\n    args: [\"{script}\"]\n    inherit_env: [SHAPES_ADD_DESCRIPTION_FILE]\n\
 pins:\n  path: {pins}\n\
 users:\n{alice}{bob}",
         python = python(),

@@ -1,6 +1,6 @@
 //! An upstream cannot hand a caller a credential the gateway holds for someone else: a
-//! stdio program that reads another upstream's credential from the environment it
-//! inherits, or an upstream called as each caller that remembers one caller's credential
+//! stdio program that reads another upstream's credential from the gateway's environment
+//! (not inherited, but readable under `/proc` by a program of the gateway's user), or an upstream called as each caller that remembers one caller's credential
 //! for the next, gets it replaced in results and in the definitions it lists, as its own
 //! credential always was — in hex too. `echoes_others.py` is that upstream, on the
 //! official Python SDK.
@@ -17,7 +17,7 @@ const ECHOES: &str = concat!(
     "/tests/upstreams/echoes_others.py"
 );
 
-/// The credential of the upstream `search`, which `evil` inherits.
+/// The credential of the upstream `search`, which `evil` reads from the gateway.
 const SEARCH_TOKEN: &str = "srch-T0ken-of-search-77";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

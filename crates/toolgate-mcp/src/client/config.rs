@@ -23,8 +23,13 @@ pub enum UpstreamTransport {
         command: String,
         /// Its arguments.
         args: Vec<String>,
-        /// Extra environment variables (the rest is inherited).
+        /// Environment variables set for the program. It inherits nothing of the host's
+        /// environment but [`STDIO_PASSED_ENV`](crate::STDIO_PASSED_ENV) and
+        /// `inherit_env`; these override both.
         env: Vec<(String, String)>,
+        /// Further variables of the host's environment passed on to the program, when
+        /// set (see [`UpstreamConfig::inherit_env`]).
+        inherit_env: Vec<String>,
     },
     /// Connect to a streamable HTTP endpoint (plain HTTP; meant for loopback or a
     /// TLS-terminating sidecar).
@@ -37,11 +42,17 @@ pub enum UpstreamTransport {
 impl std::fmt::Debug for UpstreamTransport {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            UpstreamTransport::Stdio { command, args, env } => f
+            UpstreamTransport::Stdio {
+                command,
+                args,
+                env,
+                inherit_env,
+            } => f
                 .debug_struct("Stdio")
                 .field("command", command)
                 .field("args", args)
                 .field("env", &env.iter().map(|(k, _)| k).collect::<Vec<_>>())
+                .field("inherit_env", inherit_env)
                 .finish(),
             UpstreamTransport::Http { url } => {
                 let shown = match url::Url::parse(url) {
@@ -120,7 +131,8 @@ pub struct UpstreamConfig {
     pub transport: UpstreamTransport,
     /// The environment variable holding the credential toolgate presents to the
     /// upstream: sent as `Authorization: Bearer …` over HTTP, passed to a stdio program
-    /// in the same variable. The inbound caller's own token is never forwarded.
+    /// in the same variable (whatever [`UpstreamConfig::inherit_env`] names). The inbound
+    /// caller's own token is never forwarded.
     pub credential_env: Option<String>,
     /// Prepended to every imported tool's name. Without one, an imported tool whose name
     /// is taken is refused ([`McpError::Collision`](crate::McpError::Collision)).
@@ -206,6 +218,7 @@ impl UpstreamConfig {
                 command: command.into(),
                 args: args.into_iter().map(Into::into).collect(),
                 env: Vec::new(),
+                inherit_env: Vec::new(),
             },
         )
     }
@@ -216,10 +229,46 @@ impl UpstreamConfig {
     }
 
     /// Adds an environment variable for a stdio program (ignored over HTTP).
+    ///
+    /// The program inherits nothing else of the host's environment but
+    /// [`STDIO_PASSED_ENV`](crate::STDIO_PASSED_ENV) and what
+    /// [`inherit_env`](Self::inherit_env) names; a variable set here overrides those.
     #[must_use]
     pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
         if let UpstreamTransport::Stdio { env, .. } = &mut self.transport {
             env.push((key.into(), value.into()));
+        }
+        self
+    }
+
+    /// Passes these variables of the host's environment on to a stdio program, when set
+    /// (ignored over HTTP).
+    ///
+    /// A stdio program starts with a cleared environment: only
+    /// [`STDIO_PASSED_ENV`](crate::STDIO_PASSED_ENV) (`PATH`, `HOME`, the locale…), the
+    /// variables named here, those set with [`env`](Self::env) and the
+    /// [`credential_env`](Self::credential_env) variable reach it, so that a third
+    /// party's server does not read the host's own secrets. A value is read each time the
+    /// program is started. A name that is not one of letters, digits and `_` (not
+    /// starting with a digit) is refused by [`Upstream::connect`](crate::Upstream::connect).
+    /// A variable named like a credential (see
+    /// [`is_credential_name`](crate::is_credential_name)) is scrubbed from what the
+    /// upstream sends, as its configured credential is.
+    ///
+    /// ```
+    /// use toolgate_mcp::UpstreamConfig;
+    ///
+    /// let github = UpstreamConfig::stdio("github", "npx", ["-y", "@modelcontextprotocol/server-github"])
+    ///     .inherit_env(["GITHUB_TOKEN", "HTTPS_PROXY"]);
+    /// ```
+    #[must_use]
+    pub fn inherit_env<I, S>(mut self, names: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        if let UpstreamTransport::Stdio { inherit_env, .. } = &mut self.transport {
+            inherit_env.extend(names.into_iter().map(Into::into));
         }
         self
     }

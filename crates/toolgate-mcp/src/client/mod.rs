@@ -11,10 +11,12 @@ mod link;
 mod message;
 pub mod per_caller;
 mod post;
+mod process_group;
 mod relay;
 mod request_streams;
 mod secrets;
 mod stdio;
+mod stdio_env;
 mod stdio_input;
 mod streams;
 mod tasks;
@@ -38,6 +40,7 @@ pub use features::{
 pub use per_caller::{CallerAccessToken, CallerCredentials, PerCaller, StaticCallerCredentials};
 pub use relay::UNATTRIBUTED;
 pub use secrets::{MIN_GUESSED_SECRET_LEN, is_credential_name};
+pub use stdio_env::{STDIO_PASSED_ENV, is_env_name};
 pub use tasks::ImportedTasks;
 pub use tool::ImportedTool;
 
@@ -89,7 +92,8 @@ impl Upstream {
     /// [`McpError::MissingCredential`] when the credential's variable is not set;
     /// [`McpError::Connect`] / [`McpError::Discovery`] when the upstream cannot be
     /// reached or listed and no tools are declared; [`McpError::Config`] for an empty
-    /// name, or for per-caller credentials on a stdio server.
+    /// name, for per-caller credentials on a stdio server, or for a name in
+    /// [`inherit_env`](UpstreamConfig::inherit_env) that cannot be a variable's.
     pub async fn connect(config: UpstreamConfig) -> Result<Upstream, McpError> {
         if config.name.is_empty() {
             return Err(McpError::Config(
@@ -101,6 +105,14 @@ impl Upstream {
         {
             return Err(McpError::Config(format!(
                 "MCP server `{}` is a program started over stdio: it cannot be called as each caller (that needs an HTTP server); remove the per-caller credentials or use its HTTP endpoint",
+                config.name
+            )));
+        }
+        if let UpstreamTransport::Stdio { inherit_env, .. } = &config.transport
+            && let Some(name) = stdio_env::first_invalid(inherit_env)
+        {
+            return Err(McpError::Config(format!(
+                "MCP server `{}`: `{name}` in the variables to pass on from the environment is not a variable's name: use letters, digits and `_`, not starting with a digit",
                 config.name
             )));
         }

@@ -110,12 +110,21 @@ impl UpstreamConfig {
         }
         let mut guessed = Vec::new();
         match &self.transport {
-            UpstreamTransport::Stdio { args, env, .. } => {
-                for (name, value) in env {
-                    if is_credential_name(name) {
-                        guessed.push(value.clone());
+            UpstreamTransport::Stdio {
+                args,
+                env,
+                inherit_env,
+                ..
+            } => {
+                // Passed on from the host's environment: as much the program's as `env`.
+                let inherited = inherit_env
+                    .iter()
+                    .filter_map(|name| Some((name.clone(), std::env::var(name).ok()?)));
+                for (name, value) in env.iter().cloned().chain(inherited) {
+                    secrets_by_shape(&value, &mut guessed);
+                    if is_credential_name(&name) {
+                        guessed.push(value);
                     }
-                    secrets_by_shape(value, &mut guessed);
                 }
                 for (at, arg) in args.iter().enumerate() {
                     secrets_by_shape(arg, &mut guessed);

@@ -14,6 +14,9 @@
 //!
 //! An upstream that stops reading its stdin ends its connection too, once a write to it
 //! has waited out the call timeout ([`StalledInput`]).
+//!
+//! The program leads a process group of its own ([`ProcessGroup`]), and what is left of
+//! the group is ended with the connection: a launcher's child goes with the launcher.
 
 use std::io;
 use std::pin::Pin;
@@ -30,6 +33,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio_util::sync::CancellationToken;
 
+use super::process_group::{self, ProcessGroup};
 use super::stdio_input::StalledInput;
 use crate::json_scan::members;
 
@@ -37,8 +41,8 @@ use crate::json_scan::members;
 /// client reads of one message, so an answer acceptable over HTTP is acceptable here.
 pub(crate) const MAX_MESSAGE_BYTES: usize = DEFAULT_MAX_LINE_LENGTH;
 
-/// How long a closed upstream may take to exit once its stdin is closed, before it is
-/// killed.
+/// How long a closed upstream (and what it started) may take to exit once its stdin is
+/// closed, before it is killed.
 const EXIT_GRACE: Duration = Duration::from_secs(3);
 
 /// Which connection of a channel, by generation, last ended on a line over
@@ -59,6 +63,9 @@ impl Oversized {
 
 /// A started stdio upstream, as an rmcp transport.
 pub(crate) struct StdioUpstream {
+    /// Before `child`, so dropped first: the group is killed before the child is handed
+    /// to tokio to kill and reap, after which its id may no longer be the group's.
+    group: ProcessGroup,
     child: Child,
     generation: u64,
     oversized: Arc<Oversized>,
@@ -70,8 +77,8 @@ pub(crate) struct StdioUpstream {
 impl StdioUpstream {
     /// Starts `command` with piped stdin, stdout and stderr; the connection it will be is
     /// `generation`, marked in `oversized` if it ends on a line too long to read, and
-    /// ended if a write to its stdin waits longer than `stall_limit`. The program is
-    /// killed when the transport is dropped.
+    /// ended if a write to its stdin waits longer than `stall_limit`. The program leads a
+    /// process group of its own; the group is killed when the transport is dropped.
     pub(crate) fn start(
         mut command: Command,
         generation: u64,
@@ -83,7 +90,9 @@ impl StdioUpstream {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
+        process_group::lead_own_group(&mut command);
         let mut child = command.spawn()?;
+        let group = ProcessGroup::of(&child);
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(io::Error::other(
                 "the program's stdin or stdout is not piped",
@@ -95,6 +104,7 @@ impl StdioUpstream {
         let stdin = StalledInput::new(stdin, stall_limit, stalled.clone());
         let transport = AsyncRwTransport::new_client(stdout, stdin);
         let upstream = StdioUpstream {
+            group,
             child,
             generation,
             oversized,
@@ -134,15 +144,24 @@ impl Transport<RoleClient> for StdioUpstream {
     /// at once: it is likely still writing it, into a pipe nobody reads, and the calls
     /// waiting on the connection are answered only once it is closed. So is a program
     /// that stopped reading its stdin: it would not read that it was closed.
+    ///
+    /// What the program started in its process group goes with it: killed with it, or,
+    /// when the program exited in time, asked to stop (`SIGTERM`) and killed once the
+    /// grace is over.
     async fn close(&mut self) -> Result<(), Self::Error> {
         if self.oversized.ended(self.generation) || self.stalled.is_cancelled() {
+            self.group.kill();
             return self.child.kill().await;
         }
         self.transport.close().await?;
-        if tokio::time::timeout(EXIT_GRACE, self.child.wait())
+        let deadline = tokio::time::Instant::now() + EXIT_GRACE;
+        if tokio::time::timeout_at(deadline, self.child.wait())
             .await
-            .is_err()
+            .is_ok()
         {
+            self.group.end(deadline).await;
+        } else {
+            self.group.kill();
             self.child.kill().await?;
         }
         Ok(())

@@ -8,7 +8,8 @@ first argument says, for the stdio upstream tests:
 - anything else: serves as it should.
 
 Every start appends the process id to the file named by `WAYWARD_STARTS`, when set.
-Only `tools/call` of `echo` is served.
+Two tools are served: `echo`, which answers its arguments, and `env`, which answers the
+process's environment as a JSON object.
 """
 
 import json
@@ -29,7 +30,10 @@ def send(message):
     sys.stdout.flush()
 
 
-TOOLS = [{"name": "echo", "inputSchema": {"type": "object"}}]
+TOOLS = [
+    {"name": "echo", "inputSchema": {"type": "object"}},
+    {"name": "env", "inputSchema": {"type": "object"}},
+]
 
 for line in sys.stdin:
     message = json.loads(line)
@@ -54,7 +58,10 @@ for line in sys.stdin:
     elif method == "tools/call":
         if MODE == "dies-after-init":
             sys.exit(0)
-        text = json.dumps(message["params"].get("arguments", {}))
+        if message["params"].get("name") == "env":
+            text = json.dumps(dict(os.environ))
+        else:
+            text = json.dumps(message["params"].get("arguments", {}))
         send({
             "jsonrpc": "2.0",
             "id": message["id"],

@@ -38,6 +38,7 @@ use super::per_caller::CallerLinks;
 use super::relay::{Routes, UpstreamClient};
 use super::request_streams;
 use super::stdio::{Oversized, StdioUpstream};
+use super::stdio_env;
 use super::streams::StreamTagging;
 use super::{UpstreamConfig, UpstreamTransport};
 use crate::caller::CallerRequest;
@@ -366,11 +367,9 @@ impl Link {
             self.revision.store(revision, Ordering::Relaxed);
             return Ok(made(session, HashSet::new()));
         }
-        let tools = session
-            .peer()
-            .list_all_tools()
+        let tools = requests::list_all::<rmcp::model::Tool>(session.peer(), &self.config.name)
             .await
-            .map_err(|e| request_failure(&e))?;
+            .map_err(|e| request_failure(&e))??;
         Ok(made(
             session,
             tools.into_iter().map(|t| t.name.into_owned()).collect(),
@@ -387,9 +386,13 @@ impl Link {
     ) -> Result<(Session, Option<Arc<Direct>>), String> {
         let connection = channel.routes.next_connection();
         match &self.config.transport {
-            UpstreamTransport::Stdio { command, args, env } => {
-                let mut cmd = tokio::process::Command::new(command);
-                cmd.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+            UpstreamTransport::Stdio {
+                command,
+                args,
+                env,
+                inherit_env,
+            } => {
+                let mut cmd = stdio_env::command(command, args, env, inherit_env);
                 if let (Some(var), Some(value)) = (&self.config.credential_env, &self.credential) {
                     cmd.env(var, value);
                 }

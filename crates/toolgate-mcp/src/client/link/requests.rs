@@ -1,17 +1,31 @@
 //! The upstream's requests other than `tools/call`, `tasks/*` and subscriptions: listing,
-//! prompts, resources, completion, and the one request they all make. A caller's prompt,
-//! read and completion are cancelled upstream when the caller gives them up
+//! prompts, resources, completion, and the one request they all make. A caller's list,
+//! prompt, read and completion are cancelled upstream when the caller gives them up
 //! ([`abandoned`](super::abandoned)).
+//!
+//! Lists are asked page by page here ([`list_all`]), not through rmcp's `list_all_*`: those
+//! follow `nextCursor` for as long as the upstream gives one, keeping every page, and
+//! answer from rmcp's response cache. An upstream that always gives a cursor (a buggy or
+//! hostile one) made the gateway ask until the deadline, holding every page; and the cache,
+//! one per connection, served a caller a list another caller was answered earlier on the
+//! shared connection (for as long as the upstream's `ttlMs` said, up to a day), or an
+//! expired one when the upstream failed. Each list is now asked of the upstream, at most
+//! [`MAX_LIST_PAGES`] pages and [`MAX_LISTED`] items of it.
+
+use std::collections::HashSet;
+use std::hash::{BuildHasher, RandomState};
 
 use rmcp::RoleClient;
 use rmcp::model::{
     ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest,
-    GetPromptRequestParams, GetPromptResult, JsonObject, Prompt, ReadResourceRequest,
-    ReadResourceRequestParams, ReadResourceResult, Resource, ResourceTemplate, ServerCapabilities,
-    ServerResult, Tool,
+    GetPromptRequestParams, GetPromptResult, JsonObject, ListPromptsRequest,
+    ListResourceTemplatesRequest, ListResourcesRequest, ListToolsRequest, PaginatedRequestParams,
+    Prompt, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResult, Resource,
+    ResourceTemplate, ServerCapabilities, ServerResult, Tool,
 };
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use tokio::time::Instant;
+use toolgate_core::error::grouped;
 use toolgate_core::{ToolError, ToolInvokeContext};
 
 use super::abandoned::cancellable;
@@ -19,17 +33,19 @@ use super::errors::{RESOURCE_NOT_FOUND, input_required};
 use super::{Channel, Link};
 use crate::caller::{CallerKey, CallerRequest};
 
+/// The most pages toolgate asks for to list one of an upstream's lists (its tools, prompts,
+/// resources or resource templates): an upstream that gives a next page after this many
+/// fails the listing, rather than being asked until the deadline.
+pub(crate) const MAX_LIST_PAGES: usize = 1_000;
+
+/// The most items toolgate takes in one of an upstream's lists, over all its pages: an
+/// upstream that lists more fails the listing, rather than filling the gateway's memory.
+pub(crate) const MAX_LISTED: usize = 100_000;
+
 impl Link {
     /// Every tool the upstream lists.
     pub async fn list_tools(&self, deadline: Instant) -> Result<Vec<Tool>, ToolError> {
-        let (peer, generation) = self.peer(&self.current, deadline).await?;
-        match tokio::time::timeout_at(deadline, peer.list_all_tools()).await {
-            Ok(Ok(tools)) => Ok(tools),
-            Ok(Err(e)) => Err(self.failed(&self.current, generation, e).await),
-            Err(_) => Err(ToolError::Timeout {
-                after: self.config.connect_timeout,
-            }),
-        }
+        self.list(&self.current, deadline).await
     }
 
     /// The upstream's capabilities, once connected.
@@ -40,10 +56,7 @@ impl Link {
 
     /// Every prompt the upstream lists.
     pub async fn list_prompts(&self, deadline: Instant) -> Result<Vec<Prompt>, ToolError> {
-        self.request(&self.current, deadline, |peer| async move {
-            peer.list_all_prompts().await
-        })
-        .await
+        self.list(&self.current, deadline).await
     }
 
     /// Gets a prompt by its upstream name, for the invocation `ctx`: an `input_required`
@@ -93,10 +106,7 @@ impl Link {
         caller: Option<&CallerRequest>,
         deadline: Instant,
     ) -> Result<Vec<Resource>, ToolError> {
-        self.request(self.channel_for(caller), deadline, |peer| async move {
-            peer.list_all_resources().await
-        })
-        .await
+        self.list(self.channel_for(caller), deadline).await
     }
 
     /// Every resource template the upstream lists, to `caller`.
@@ -105,10 +115,7 @@ impl Link {
         caller: Option<&CallerRequest>,
         deadline: Instant,
     ) -> Result<Vec<ResourceTemplate>, ToolError> {
-        self.request(self.channel_for(caller), deadline, |peer| async move {
-            peer.list_all_resource_templates().await
-        })
-        .await
+        self.list(self.channel_for(caller), deadline).await
     }
 
     /// Reads a resource. An upstream that answers `input_required` for a resource gets
@@ -169,6 +176,20 @@ impl Link {
         .await
     }
 
+    /// Every item of one of the upstream's lists, on `channel` ([`list_all`]).
+    async fn list<T: Listed>(
+        &self,
+        channel: &Channel,
+        deadline: Instant,
+    ) -> Result<Vec<T>, ToolError> {
+        let server = &self.config.name;
+        self.request(channel, deadline, |peer| async move {
+            list_all(&peer, server).await
+        })
+        .await?
+        .map_err(ToolError::execution)
+    }
+
     /// One request other than `tools/call`, with the deadline and the upstream's refusals
     /// as errors a caller can act on. Not sent again: these are cheap to ask again.
     pub(super) async fn request<T, F, Fut>(
@@ -208,4 +229,130 @@ impl Link {
             Ok(Err(e)) => Err(self.failed(channel, generation, e).await),
         }
     }
+}
+
+/// One of the lists an upstream gives page by page, as [`list_all`] asks for it.
+pub(super) trait Listed: Sized {
+    /// What is listed, for errors: `tools`, `prompts`, ...
+    const WHAT: &'static str;
+
+    /// The request for the page `params` names.
+    fn request(params: PaginatedRequestParams) -> ClientRequest;
+
+    /// An answer's items and the cursor of its next page; `None` for an answer of
+    /// another kind.
+    fn page(answer: ServerResult) -> Option<(Vec<Self>, Option<String>)>;
+}
+
+impl Listed for Tool {
+    const WHAT: &'static str = "tools";
+
+    fn request(params: PaginatedRequestParams) -> ClientRequest {
+        ClientRequest::ListToolsRequest(ListToolsRequest::with_param(params))
+    }
+
+    fn page(answer: ServerResult) -> Option<(Vec<Self>, Option<String>)> {
+        match answer {
+            ServerResult::ListToolsResult(page) => Some((page.tools, page.next_cursor)),
+            _ => None,
+        }
+    }
+}
+
+impl Listed for Prompt {
+    const WHAT: &'static str = "prompts";
+
+    fn request(params: PaginatedRequestParams) -> ClientRequest {
+        ClientRequest::ListPromptsRequest(ListPromptsRequest::with_param(params))
+    }
+
+    fn page(answer: ServerResult) -> Option<(Vec<Self>, Option<String>)> {
+        match answer {
+            ServerResult::ListPromptsResult(page) => Some((page.prompts, page.next_cursor)),
+            _ => None,
+        }
+    }
+}
+
+impl Listed for Resource {
+    const WHAT: &'static str = "resources";
+
+    fn request(params: PaginatedRequestParams) -> ClientRequest {
+        ClientRequest::ListResourcesRequest(ListResourcesRequest::with_param(params))
+    }
+
+    fn page(answer: ServerResult) -> Option<(Vec<Self>, Option<String>)> {
+        match answer {
+            ServerResult::ListResourcesResult(page) => Some((page.resources, page.next_cursor)),
+            _ => None,
+        }
+    }
+}
+
+impl Listed for ResourceTemplate {
+    const WHAT: &'static str = "resource templates";
+
+    fn request(params: PaginatedRequestParams) -> ClientRequest {
+        ClientRequest::ListResourceTemplatesRequest(ListResourceTemplatesRequest::with_param(
+            params,
+        ))
+    }
+
+    fn page(answer: ServerResult) -> Option<(Vec<Self>, Option<String>)> {
+        match answer {
+            ServerResult::ListResourceTemplatesResult(page) => {
+                Some((page.resource_templates, page.next_cursor))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Every item of one of the lists of `server`, whose connection is `peer`: asked page by
+/// page, each page's request [`cancellable`] (given up, the upstream is told and its
+/// stream let go), none answered from rmcp's response cache.
+///
+/// # Errors
+///
+/// Outside, a request that failed (as [`cancellable`]; an answer of another kind is
+/// [`ServiceError::UnexpectedResponse`], as rmcp has it). Inside, in plain words, an
+/// upstream that lists wrong: that gives a cursor it gave before (its list would never end), more than
+/// [`MAX_LIST_PAGES`] pages or more than [`MAX_LISTED`] items.
+pub(super) async fn list_all<T: Listed>(
+    peer: &Peer<RoleClient>,
+    server: &str,
+) -> Result<Result<Vec<T>, String>, ServiceError> {
+    let mut items = Vec::new();
+    // The cursors given, by their hash: a cursor can be as long as a page.
+    let hasher = RandomState::new();
+    let mut cursors = HashSet::new();
+    let mut cursor = None;
+    for _ in 0..MAX_LIST_PAGES {
+        let params = PaginatedRequestParams::default().with_cursor(cursor);
+        let answer = cancellable(peer, T::request(params), PeerRequestOptions::no_options());
+        let (page, next) = T::page(answer.await?).ok_or(ServiceError::UnexpectedResponse)?;
+        if page.len() > MAX_LISTED - items.len() {
+            return Ok(Err(format!(
+                "MCP server `{server}` lists more than {} {}, more than toolgate takes: it cannot be listed",
+                grouped(MAX_LISTED as u64),
+                T::WHAT
+            )));
+        }
+        items.extend(page);
+        let Some(next) = next else {
+            return Ok(Ok(items));
+        };
+        if !cursors.insert(hasher.hash_one(&next)) {
+            return Ok(Err(format!(
+                "MCP server `{server}` gave the same next-page cursor twice while listing its {}: its list would never end",
+                T::WHAT
+            )));
+        }
+        cursor = Some(next);
+    }
+    Ok(Err(format!(
+        "MCP server `{server}` lists its {} in more than {} pages, more than toolgate asks for: it cannot be listed",
+        T::WHAT,
+        grouped(MAX_LIST_PAGES as u64)
+    )))
 }

@@ -1,0 +1,158 @@
+//! What a stdio upstream's program gets from toolgate, and what it leaves behind
+//! (`tests/python/wayward_stdio.py`): it starts with none of the host's environment but
+//! what any program needs and what its configuration names, and what it starts ends
+//! with its connection.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use common::within;
+use serde_json::{Value, json};
+use toolgate_core::registry::ToolRegistry;
+use toolgate_core::{InvokeOptions, Pipeline};
+use toolgate_mcp::{McpError, Upstream, UpstreamConfig};
+
+const WAYWARD: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python/wayward_stdio.py");
+
+async fn pipeline(config: UpstreamConfig) -> (Upstream, Pipeline) {
+    let upstream = within(30, "import", Upstream::connect(config))
+        .await
+        .expect("imported");
+    let mut tools = ToolRegistry::new();
+    upstream.register(&mut tools).expect("registered");
+    let pipeline = Pipeline::builder().registry(tools).build().expect("built");
+    (upstream, pipeline)
+}
+
+async fn call(pipeline: &Pipeline, tool: &str) -> Value {
+    within(
+        30,
+        "a call",
+        pipeline.invoke(tool, json!({}), InvokeOptions::new()),
+    )
+    .await
+    .expect("answered")
+}
+
+/// The environment the program of `config` was started with, as its `env` tool answers.
+async fn environment_of(config: UpstreamConfig) -> String {
+    let (_upstream, pipeline) = pipeline(config).await;
+    call(&pipeline, "env").await.to_string()
+}
+
+#[tokio::test]
+async fn a_stdio_upstream_gets_a_variable_of_the_hosts_environment_only_when_named() {
+    // Cargo sets it in this test's environment: it stands for the host's own secrets.
+    let secret = "CARGO_MANIFEST_DIR";
+    let wayward = || UpstreamConfig::stdio("wayward", "python3", [WAYWARD, "serve"]);
+
+    let plain = environment_of(wayward().env("SET_FOR_IT", "yes")).await;
+    assert!(
+        !plain.contains(secret),
+        "the host's variable leaked: {plain}"
+    );
+    assert!(plain.contains("SET_FOR_IT"), "{plain}");
+    assert!(plain.contains("PATH"), "{plain}");
+
+    let named = environment_of(wayward().inherit_env([secret])).await;
+    assert!(named.contains(secret), "{named}");
+    assert!(named.contains(env!("CARGO_MANIFEST_DIR")), "{named}");
+}
+
+#[tokio::test]
+async fn a_name_to_pass_on_that_cannot_be_a_variables_is_refused() {
+    let config = UpstreamConfig::stdio("wayward", "python3", [WAYWARD, "serve"])
+        .inherit_env(["GITHUB_TOKEN", "NOT A NAME"]);
+    let Err(refused) = Upstream::connect(config).await else {
+        panic!("connected");
+    };
+    assert!(matches!(refused, McpError::Config(_)), "{refused}");
+    assert!(refused.to_string().contains("`NOT A NAME`"), "{refused}");
+}
+
+/// Whether process `pid` is still running (a zombie nobody reaps is not).
+fn running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command's name, which is in parentheses.
+    let state = stat.rsplit_once(") ").map(|(_, rest)| rest.trim_start());
+    !state.is_some_and(|s| s.starts_with('Z'))
+}
+
+/// A launcher that starts a long-lived process of its own (whose id it writes to
+/// `pid_file`), then the fixture in `mode` in its place. The process does not hold the
+/// server's stdout, so the connection ends when the server exits.
+fn launcher(mode: &str, pid_file: &Path) -> UpstreamConfig {
+    let script = format!(
+        "sleep 1000 > /dev/null 2>&1 & echo $! > '{}'; exec python3 '{WAYWARD}' {mode}",
+        pid_file.display()
+    );
+    UpstreamConfig::stdio("launched", "sh", ["-c", script.as_str()]).discover(false)
+}
+
+/// A file of this test's own for the launcher to write its child's id in.
+fn pid_file(test: &str) -> PathBuf {
+    let path = std::env::temp_dir().join(format!("launched-{}-{test}", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    path
+}
+
+/// The id of the process the launcher started, once it is running.
+fn launched(pid_file: &Path) -> u32 {
+    let pid = std::fs::read_to_string(pid_file)
+        .expect("the launcher wrote its child's id")
+        .trim()
+        .parse()
+        .expect("a process id");
+    assert!(running(pid), "the launcher's child runs");
+    pid
+}
+
+/// Waits (10 s at most: the machine may be loaded) for process `pid` to end.
+async fn ends(pid: u32, what: &str) {
+    within(10, what, async {
+        while running(pid) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn what_a_launcher_started_ends_when_its_connection_is_dropped() {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let pid_file = pid_file("dropped");
+    let (upstream, pipeline) = pipeline(launcher("serve", &pid_file)).await;
+    call(&pipeline, "echo").await;
+    let launched = launched(&pid_file);
+
+    drop(pipeline);
+    drop(upstream);
+    ends(launched, "the launcher's child ends with its connection").await;
+    let _ = std::fs::remove_file(&pid_file);
+}
+
+#[tokio::test]
+async fn what_a_launcher_started_ends_when_the_launched_server_exits() {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let pid_file = pid_file("exits");
+    let (_upstream, pipeline) = pipeline(launcher("dies-after-init", &pid_file)).await;
+    let launched = launched(&pid_file);
+    let died = within(
+        30,
+        "a call",
+        pipeline.invoke("echo", json!({}), InvokeOptions::new()),
+    )
+    .await;
+    assert!(died.is_err(), "the server exits at its first call");
+    // The upstream is still held: the connection that ended is closed, not dropped.
+    ends(launched, "the launcher's child ends with the connection").await;
+    let _ = std::fs::remove_file(&pid_file);
+}
