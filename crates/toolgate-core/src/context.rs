@@ -746,7 +746,7 @@ impl ToolInvokeContext {
 
     #[inline]
     fn note_tool_read<K: TypeMapKey>(&self) {
-        if self.progress.in_tool {
+        if self.progress.in_tool.load(Ordering::Relaxed) {
             self.note_read(ProviderRequirement::of::<K>());
         }
     }

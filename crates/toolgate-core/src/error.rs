@@ -6,6 +6,26 @@ use std::time::Duration;
 
 pub use crate::provider::ProviderError;
 
+/// The longest wait a retry-after tells its caller: one day. A longer
+/// [`delay`](ToolError::RetryAfter::delay) — a hook's arithmetic that overflowed to
+/// [`Duration::MAX`], a window that ends far away — is told as this, in
+/// [`retry_after_delay`](ToolError::retry_after_delay), in the message, and so in an HTTP
+/// `Retry-After`, a JSON `retry_after_ms` and an MCP `retryAfterMs`: a caller asked to wait
+/// longer than a day is better told to come back tomorrow than to wait for ever, and a
+/// count of milliseconds past 2^53 is not exact in JavaScript. (A wait an upstream server
+/// asks for is cut shorter still, where the MCP client reads it.)
+///
+/// ```
+/// use std::time::Duration;
+/// use toolgate_core::ToolError;
+/// use toolgate_core::error::MAX_RETRY_AFTER;
+///
+/// let err = ToolError::retry_after(Duration::MAX, "the window never ends");
+/// assert_eq!(err.retry_after_delay(), Some(MAX_RETRY_AFTER));
+/// assert_eq!(err.to_string(), "the window never ends, retry after 86400000 ms");
+/// ```
+pub const MAX_RETRY_AFTER: Duration = Duration::from_secs(24 * 60 * 60);
+
 /// Why an invocation did not produce an output.
 ///
 /// Every variant has a stable machine [`code`](ToolError::code), an HTTP
@@ -68,9 +88,9 @@ pub enum ToolError {
         status: u16,
     },
     /// The call may succeed later: wait `delay` before trying again.
-    #[error("{reason}, retry after {} ms", delay.as_millis())]
+    #[error("{reason}, retry after {} ms", delay.min(&MAX_RETRY_AFTER).as_millis())]
     RetryAfter {
-        /// How long to wait.
+        /// How long to wait; told to the caller as at most [`MAX_RETRY_AFTER`].
         delay: Duration,
         /// Why, for the reader.
         reason: String,
@@ -379,10 +399,11 @@ impl ToolError {
         }
     }
 
-    /// How long to wait before trying again, for a retry-after.
+    /// How long to wait before trying again, for a retry-after: its delay, at most
+    /// [`MAX_RETRY_AFTER`].
     pub fn retry_after_delay(&self) -> Option<Duration> {
         match self {
-            ToolError::RetryAfter { delay, .. } => Some(*delay),
+            ToolError::RetryAfter { delay, .. } => Some((*delay).min(MAX_RETRY_AFTER)),
             _ => None,
         }
     }

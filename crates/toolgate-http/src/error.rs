@@ -107,6 +107,8 @@ impl HttpError {
 
     /// The same error, telling the client to wait `delay` before trying again: the body
     /// carries `retry_after_ms`, and the answer `Retry-After` in whole seconds, rounded up.
+    /// A delay past [`MAX_RETRY_AFTER`](toolgate_core::error::MAX_RETRY_AFTER) (a day) is
+    /// told as that.
     ///
     /// ```
     /// use std::time::Duration;
@@ -121,6 +123,7 @@ impl HttpError {
     /// ```
     #[must_use]
     pub fn retry_after(mut self, delay: std::time::Duration) -> Self {
+        let delay = delay.min(toolgate_core::error::MAX_RETRY_AFTER);
         self.body.retry_after_ms = Some(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
         self
     }
@@ -197,7 +200,9 @@ impl IntoResponse for HttpError {
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         if let Some(ms) = self.body.retry_after_ms {
-            // Whole seconds, rounded up: a client that waits this long is admitted.
+            // Whole seconds, rounded up: a client that waits this long is admitted. A body
+            // made by hand or read back from JSON may ask for longer than any wait is told.
+            let ms = ms.min(MAX_RETRY_AFTER_MS);
             response.headers_mut().insert(
                 header::RETRY_AFTER,
                 HeaderValue::from(ms.div_ceil(1000).max(1)),
@@ -206,6 +211,9 @@ impl IntoResponse for HttpError {
         response
     }
 }
+
+/// [`MAX_RETRY_AFTER`](toolgate_core::error::MAX_RETRY_AFTER) in milliseconds.
+const MAX_RETRY_AFTER_MS: u64 = toolgate_core::error::MAX_RETRY_AFTER.as_secs() * 1000;
 
 impl std::fmt::Display for HttpError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -101,3 +101,28 @@ async fn a_refusal_with_a_status_that_is_not_an_error_answers_500() {
     let forbidden = ToolError::abort("no", "forbidden", 403);
     assert_eq!(HttpError::from(&forbidden).status(), 403);
 }
+
+#[tokio::test]
+async fn an_enormous_retry_after_is_told_as_one_day() {
+    let one_day = Duration::from_secs(24 * 60 * 60);
+    let error = ToolError::RetryAfter {
+        delay: Duration::MAX,
+        reason: "a hook's arithmetic overflowed".into(),
+        code: "rate_limited".into(),
+        status: 429,
+    };
+    assert_eq!(error.retry_after_delay(), Some(one_day));
+    assert!(
+        error.to_string().ends_with("retry after 86400000 ms"),
+        "{error}"
+    );
+    let response = HttpError::from(&error).into_response();
+    assert_eq!(response.headers()["retry-after"], "86400");
+    assert_eq!(body(response).await["error"]["retry_after_ms"], 86_400_000);
+
+    // A route's own wait is told the same way.
+    let own = HttpError::new(http::StatusCode::TOO_MANY_REQUESTS, "slow_down", "wait")
+        .retry_after(Duration::from_millis(u64::MAX));
+    assert_eq!(own.body().retry_after_ms, Some(86_400_000));
+    assert_eq!(own.into_response().headers()["retry-after"], "86400");
+}

@@ -275,7 +275,7 @@ fn main_outcome(
     ended: MainEnd,
     timed: Option<(Instant, Instant)>,
 ) -> HookResult {
-    let in_tool = std::mem::take(&mut ctx.progress.in_tool);
+    let in_tool = std::mem::take(ctx.progress.in_tool.get_mut());
     match ended {
         MainEnd::Done(result) => result,
         MainEnd::Panicked => {

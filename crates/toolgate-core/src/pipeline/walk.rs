@@ -14,6 +14,7 @@ use crate::control::{Control, HookResult, SuspendRequest};
 use crate::error::{InputViolations, ToolError};
 use crate::hook::{ExecutionChain, Hook, HookFuture, Next, Step};
 use crate::prepared::PreparedInput;
+use crate::progress::LeftTool;
 use crate::stage::{Stage, StageSet};
 use crate::suspension::ResumeDecision;
 
@@ -166,7 +167,9 @@ pub(super) async fn walk(
                     ctx.stage = Stage::WillExecute;
                     ctx.attempt += 1;
                     let prepared = enter_tool(ctx);
+                    let left = LeftTool(&ctx.progress.in_tool);
                     let output = entry.tool.call(prepared, ctx).await;
+                    left.returned();
                     leave_tool(ctx, output)?;
                     true
                 } else {
@@ -414,7 +417,10 @@ async fn attempt(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
         stages::run_stage(entry, ctx, Stage::WillExecute, 0, Phase::Main).await?;
     }
     let prepared = enter_tool(ctx);
+    // Cleared on a drop too: a wrapper's timeout may drop this attempt while the tool runs.
+    let left = LeftTool(&ctx.progress.in_tool);
     let output = entry.tool.call(prepared, ctx).await;
+    left.returned();
     leave_tool(ctx, output)?;
     ctx.stage = Stage::DidExecute;
     if !entry.plan.has(Stage::DidExecute) {
@@ -431,7 +437,7 @@ async fn attempt(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
 /// since.
 #[inline]
 fn enter_tool(ctx: &mut ToolInvokeContext) -> Option<PreparedInput> {
-    ctx.progress.in_tool = true;
+    *ctx.progress.in_tool.get_mut() = true;
     ctx.runs += 1;
     match ctx.prepared.take() {
         Some((version, prepared)) if version == ctx.input_version => Some(prepared),
@@ -442,7 +448,7 @@ fn enter_tool(ctx: &mut ToolInvokeContext) -> Option<PreparedInput> {
 /// The tool ran: its output is kept, or its error ends the attempt.
 #[inline]
 fn leave_tool(ctx: &mut ToolInvokeContext, output: Result<Value, ToolError>) -> HookResult {
-    ctx.progress.in_tool = false;
+    *ctx.progress.in_tool.get_mut() = false;
     ctx.set_output(output?);
     Ok(())
 }

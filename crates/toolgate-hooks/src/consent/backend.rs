@@ -105,7 +105,9 @@ pub trait ApprovalStore: Send + Sync + 'static {
     async fn grant(&self, user: &str, tool: &str, grant: Grant) -> Result<(), ApprovalStoreError>;
 
     /// Uses an approval for `user` calling `tool`: a `Once` is removed, an `Always` stays.
-    /// `None` when there is none.
+    /// `None` when there is none. The [`Consent`](super::Consent) hook gives a `Once` back
+    /// with [`grant`](Self::grant) when the call that used it is refused before its tool
+    /// runs: a store needs nothing more for that.
     async fn consume(&self, user: &str, tool: &str) -> Result<Option<Grant>, ApprovalStoreError>;
 
     /// Removes the approval for `user` calling `tool`; whether there was one.

@@ -9,7 +9,7 @@ use toolgate_core::hook::Interest;
 use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Control, Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
-use super::{ApprovalStore, Approvals, InMemoryApprovals};
+use super::{ApprovalStore, Approvals, Grant, InMemoryApprovals};
 
 /// Requires a person's approval before some tools run.
 ///
@@ -20,7 +20,12 @@ use super::{ApprovalStore, Approvals, InMemoryApprovals};
 /// reason enough to ask).
 ///
 /// For such a tool the hook uses a recorded approval for this caller and tool (a one-shot
-/// approval is consumed, an "always" one stays). A caller is a user id in its tenant: an
+/// approval is consumed, an "always" one stays). A one-shot approval is spent only by a
+/// call that goes on to run the tool, or that ends answered or waiting: a call refused
+/// before the tool ran — over its rate limit, with invalid input, cancelled — gives it
+/// back at `will_finalize_invoke`, so that its caller need not be approved again. (Between
+/// the two, the approval is taken: another call of the same caller to the same tool at
+/// that moment is asked to wait.) A caller is a user id in its tenant: an
 /// approval of `ann` of `acme` is not one of `ann` of `globex`. With none, the call asks to
 /// wait: the pipeline lets it go on through the capacity and input stages first — it takes
 /// its quota unit, and its input is checked and redacted — and suspends it at the end of
@@ -127,6 +132,11 @@ impl Consent {
     }
 }
 
+/// The one-shot approval this call used, held until `will_finalize_invoke`.
+struct UsedOnce {
+    caller: String,
+}
+
 #[hook]
 impl Hook for Consent {
     fn name(&self) -> &str {
@@ -139,12 +149,14 @@ impl Hook for Consent {
     }
 
     async fn will_check_consent(&self, ctx: &mut ToolInvokeContext) -> HookResult {
-        match self
-            .store
-            .consume(&ctx.user().caller_key(), ctx.tool_name())
-            .await
-        {
-            Ok(Some(_)) => Ok(()),
+        let caller = ctx.user().caller_key();
+        match self.store.consume(&caller, ctx.tool_name()).await {
+            Ok(Some(Grant::Once)) => {
+                let caller = caller.into_owned();
+                ctx.hold(self, UsedOnce { caller });
+                Ok(())
+            }
+            Ok(Some(Grant::Always)) => Ok(()),
             Ok(None) => {
                 let request = SuspendRequest::new(format!(
                     "`{}` needs a person's approval before it runs for user `{}`",
@@ -170,5 +182,27 @@ impl Hook for Consent {
                 .into())
             }
         }
+    }
+
+    /// A call that used a one-shot approval and failed before the tool ran gives it back.
+    /// A call that waits keeps it: when it is resumed, consent is not asked again.
+    async fn will_finalize_invoke(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        let Some(used) = ctx.held::<UsedOnce>(self) else {
+            return Ok(());
+        };
+        let caller = used.caller.clone();
+        ctx.release::<UsedOnce>(self);
+        let refused = ctx.runs() == 0 && ctx.error().is_some_and(|e| !e.is_waiting());
+        if !refused {
+            return Ok(());
+        }
+        if let Err(error) = self
+            .store
+            .grant(&caller, ctx.tool_name(), Grant::Once)
+            .await
+        {
+            tracing::warn!(tool = ctx.tool_name(), user = %ctx.user().id, %error, "a one-shot approval of a call that did not run could not be given back; the caller must be approved again");
+        }
+        Ok(())
     }
 }

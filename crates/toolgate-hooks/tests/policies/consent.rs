@@ -1,3 +1,5 @@
+use std::time::Duration;
+
 use serde_json::json;
 use toolgate_core::tool::ToolAnnotations;
 use toolgate_core::{Pipeline, Stage, ToolError, tool_fn};
@@ -406,4 +408,54 @@ async fn a_waiting_call_keeps_its_validated_redacted_input_not_the_raw_one() {
         json!("mail [REDACTED:email]"),
         "what the tool ran with"
     );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_one_shot_grant_outlives_a_call_the_quota_refused_and_is_spent_by_the_call_that_runs() {
+    let consent = Consent::builder().tool("wipe").build();
+    let approvals = consent.approvals();
+    let (builder, wiped) = ok_tool(Pipeline::builder(), "wipe");
+    let (builder, _) = ok_tool(builder, "read");
+    let pipeline = builder
+        .hook(consent)
+        .hook(
+            Quota::builder(Rate::per_minute(1).unwrap())
+                .partition(Partition::User)
+                .build(),
+        )
+        .build()
+        .unwrap();
+    // Ann's one call a minute goes to another tool.
+    assert!(
+        pipeline
+            .invoke("read", json!(null), as_user("ann"))
+            .await
+            .is_ok()
+    );
+    approvals.grant("ann", "wipe", Grant::Once).await.unwrap();
+
+    let refused = pipeline
+        .invoke("wipe", json!(null), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!((refused.code(), refused.status()), ("rate_limited", 429));
+    assert_eq!(runs(&wiped), 0);
+
+    tokio::time::advance(refused.retry_after_delay().unwrap()).await;
+    assert_eq!(
+        pipeline
+            .invoke("wipe", json!(null), as_user("ann"))
+            .await
+            .unwrap(),
+        json!("ok"),
+        "the approval still stands: the refused call never ran"
+    );
+    assert_eq!(runs(&wiped), 1);
+
+    tokio::time::advance(Duration::from_secs(60)).await;
+    let again = pipeline
+        .invoke("wipe", json!(null), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!(again.code(), "suspended", "the call that ran spent it");
 }

@@ -1,11 +1,13 @@
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::json;
-use toolgate_core::external::CancellationToken;
+use toolgate_core::external::{CancellationToken, TypeMapKey};
 use toolgate_core::tool::tool_fn_with_context;
-use toolgate_core::{InvokeOptions, Pipeline, PipelineBuilder, ToolError, ToolInvokeContext};
+use toolgate_core::{
+    Hook, HookResult, InvokeOptions, Pipeline, PipelineBuilder, ToolError, ToolInvokeContext, hook,
+};
 use toolgate_hooks::retry::{Retry, RetryBudget};
 use toolgate_hooks::timeout::{Timeout, TimeoutScope};
 
@@ -222,4 +224,84 @@ async fn the_callers_cancellation_still_reaches_a_tool_under_a_timeout() {
     assert_eq!(err.code(), "cancelled");
     tokio::task::yield_now().await;
     assert!(w.saw_cancel.load(Ordering::SeqCst));
+}
+
+/// A key no scope binds: looking it up counts as a provider read of the tool when the tool
+/// is the one looking.
+struct Unbound;
+impl TypeMapKey for Unbound {
+    type Value = String;
+}
+
+/// At `on_retry`, after a timed-out attempt: looks up a provider, or panics.
+struct AfterTimeout {
+    panic: bool,
+    reads_seen: Arc<Mutex<Option<usize>>>,
+}
+
+#[hook]
+impl Hook for AfterTimeout {
+    fn on_retry(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        assert!(!self.panic, "a hook's own bug");
+        let _ = ctx.try_get::<Unbound>();
+        Ok(())
+    }
+
+    fn did_execute(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        *self.reads_seen.lock().unwrap() = Some(ctx.tool_provider_reads().len());
+        Ok(())
+    }
+}
+
+fn retried_after_a_timeout(hook: AfterTimeout) -> Pipeline {
+    let (builder, _) = watched_tool(Pipeline::builder(), "slow", 1, Duration::from_secs(60));
+    builder
+        .hook(Timeout::per_attempt(Duration::from_secs(1)))
+        .hook(
+            Retry::builder()
+                .max_attempts(2)
+                .budget(RetryBudget::unlimited())
+                .build()
+                .unwrap(),
+        )
+        .hook(hook)
+        .build()
+        .unwrap()
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hook_that_panics_after_a_timed_out_attempt_is_named_not_the_tool() {
+    let pipeline = retried_after_a_timeout(AfterTimeout {
+        panic: true,
+        reads_seen: Arc::default(),
+    });
+    let err = pipeline
+        .invoke("slow", json!(null), InvokeOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "internal");
+    assert!(
+        err.to_string()
+            .contains("a hook panicked at stage `on_retry`"),
+        "{err}"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hooks_lookup_after_a_timed_out_attempt_is_not_counted_as_the_tools() {
+    let reads_seen = Arc::default();
+    let pipeline = retried_after_a_timeout(AfterTimeout {
+        panic: false,
+        reads_seen: Arc::clone(&reads_seen),
+    });
+    let out = pipeline
+        .invoke("slow", json!(null), InvokeOptions::new())
+        .await
+        .unwrap();
+    assert_eq!(out, json!("done"));
+    assert_eq!(
+        *reads_seen.lock().unwrap(),
+        Some(0),
+        "the tool read no provider: only a hook did, between the attempts"
+    );
 }
