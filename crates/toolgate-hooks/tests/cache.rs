@@ -354,3 +354,96 @@ async fn a_tool_whose_results_are_not_cached_has_no_cache_in_its_plan() {
     }
     assert_eq!(runs.load(Ordering::SeqCst), 2);
 }
+
+/// Key `n` of a tool `big`, for filling a backend directly.
+fn nth_key(n: usize) -> toolgate_hooks::cache::CacheKey {
+    let tool: toolgate_core::tool::ToolDefinition = serde_json::from_value(json!({
+        "name": "big", "description": "", "version": "1", "input_schema": {}
+    }))
+    .unwrap();
+    let scope = toolgate_hooks::cache::KeyScope::User("ann".into());
+    toolgate_hooks::cache::cache_key(&tool, &scope, &json!({ "n": n }))
+}
+
+#[tokio::test]
+async fn the_memory_cache_is_bounded_in_bytes_however_large_the_results() {
+    use toolgate_hooks::cache::CacheBackend;
+    const MIB: usize = 1024 * 1024;
+    let cache = MokaCache::default();
+    let hour = Duration::from_secs(3600);
+    // 100 results of 1 MiB: far fewer entries than a count would allow, and 100 MiB.
+    let large = json!("x".repeat(MIB));
+    for n in 0..100 {
+        cache.put(&nth_key(n), large.clone(), hour).await.unwrap();
+    }
+    cache.run_pending_tasks().await;
+    let held = cache.values().len();
+    assert!(
+        held * MIB <= 64 * MIB,
+        "{held} results of 1 MiB held, past 64 MiB"
+    );
+    assert!(held > 0, "results of 1 MiB are still cached");
+    assert!(cache.weighted_size() <= MokaCache::DEFAULT_MAX_BYTES);
+    // Small results are still cached next to them.
+    cache
+        .put(&nth_key(1000), json!({"small": true}), hour)
+        .await
+        .unwrap();
+    cache.run_pending_tasks().await;
+    assert_eq!(
+        cache.get(&nth_key(1000)).await.unwrap(),
+        Some(json!({"small": true}))
+    );
+}
+
+#[tokio::test]
+async fn a_result_larger_than_the_largest_entry_is_not_stored() {
+    use toolgate_hooks::cache::CacheBackend;
+    let cache = MokaCache::builder()
+        .max_bytes(64 * 1024)
+        .max_entry_bytes(8 * 1024)
+        .build();
+    let hour = Duration::from_secs(3600);
+    cache.put(&nth_key(1), json!("small"), hour).await.unwrap();
+    cache
+        .put(&nth_key(2), json!("x".repeat(16 * 1024)), hour)
+        .await
+        .unwrap();
+    assert_eq!(cache.get(&nth_key(1)).await.unwrap(), Some(json!("small")));
+    assert_eq!(cache.get(&nth_key(2)).await.unwrap(), None);
+    assert_eq!(cache.oversize_skipped(), 1);
+    // A larger result under a key drops the older one: it would be served in its place.
+    cache
+        .put(&nth_key(1), json!("x".repeat(16 * 1024)), hour)
+        .await
+        .unwrap();
+    assert_eq!(cache.get(&nth_key(1)).await.unwrap(), None);
+    // Filled with entries of 4 KiB, the cache stays within its 64 KiB.
+    for n in 10..100 {
+        cache
+            .put(&nth_key(n), json!("x".repeat(4 * 1024)), hour)
+            .await
+            .unwrap();
+    }
+    cache.run_pending_tasks().await;
+    assert!(
+        cache.weighted_size() <= 64 * 1024,
+        "{}",
+        cache.weighted_size()
+    );
+    assert!(cache.entry_count() >= 8, "{}", cache.entry_count());
+}
+
+#[tokio::test]
+async fn a_cache_by_entry_count_keeps_its_count_and_the_default_bytes() {
+    use toolgate_hooks::cache::CacheBackend;
+    let cache = MokaCache::new(3);
+    assert_eq!(cache.max_bytes(), MokaCache::DEFAULT_MAX_BYTES);
+    let hour = Duration::from_secs(3600);
+    for n in 0..10 {
+        cache.put(&nth_key(n), json!(n), hour).await.unwrap();
+    }
+    cache.run_pending_tasks().await;
+    assert!(cache.entry_count() <= 3, "{}", cache.entry_count());
+    assert!(cache.entry_count() > 0);
+}

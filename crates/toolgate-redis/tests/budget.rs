@@ -307,3 +307,66 @@ async fn four_replicas_on_a_cluster_admit_exactly_the_budget() {
     }
     cluster.assert_every_key_expires(&prefix);
 }
+
+#[tokio::test]
+async fn a_call_whose_tool_never_ran_costs_nothing_on_redis() {
+    let Some(url) = redis_or_skip("a_call_whose_tool_never_ran_costs_nothing_on_redis").await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let echo = JsonTool::new("flat", "Answers.", json!({}), |input, _| {
+        let out = json!({ "echo": input });
+        Box::pin(async move { Ok::<_, ToolError>(out) })
+    });
+    let pipeline = Pipeline::builder()
+        .tool(echo)
+        .hook(toolgate_core::hook::hook_fn_sync(
+            toolgate_core::Stage::WillCheckConsent,
+            |ctx| match ctx.input()["wait"].as_bool() {
+                Some(true) => ctx.suspend("a person approves this"),
+                _ => Ok(()),
+            },
+        ))
+        .hook(
+            Budget::builder(100, Window::day())
+                .name("daily")
+                .tool_cost("flat", Cost::Fixed(5))
+                .backend(Arc::new(state.budget().deadline(Duration::from_secs(10))))
+                .build(),
+        )
+        .hook(
+            toolgate_hooks::cache::ResultCache::builder()
+                .include("flat")
+                .build(),
+        )
+        .build()
+        .unwrap();
+    // One run, then answers from the cache: 5 units.
+    for _ in 0..3 {
+        pipeline
+            .invoke("flat", json!({"q": 1}), as_user("ann"))
+            .await
+            .unwrap();
+    }
+    // A call that waits and is rejected: nothing more.
+    let waiting = pipeline
+        .invoke("flat", json!({"wait": true}), as_user("ann"))
+        .await
+        .unwrap_err();
+    let ToolError::Suspended { suspension_id, .. } = waiting else {
+        panic!("{waiting}")
+    };
+    let reject = toolgate_core::suspension::ResumeDecision::Reject {
+        reason: "no".into(),
+    };
+    let err = pipeline
+        .resume(&suspension_id, reject, as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "rejected");
+    let key = state.budget().redis_key("daily\u{1f}u\u{1f}ann");
+    let used: u64 = inspect(&url).await.hget(&key, "used").await.unwrap();
+    assert_eq!(used, 5);
+}

@@ -4,6 +4,8 @@ use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use toolgate_core::hook::HookFuture;
+use toolgate_core::suspension::ResumeDecision;
 use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
 use super::window::utc_time;
@@ -26,9 +28,17 @@ use toolgate_core::error::grouped;
 /// * A cost the tool reports ([`Cost::Reported`]) is reconciled at `did_release_quota`:
 ///   the difference to the estimate is charged or given back, in the window that was
 ///   charged.
-/// * The charge stands when the call fails: the budget counts calls made, as a rate limit
-///   does. A call refused after the charge (`forbidden`: a policy on its arguments, decided
-///   at the input stages) was never made: its charge is given back at `did_release_quota`.
+/// * A budget meters what the tool spends, so a call whose tool never ran costs nothing:
+///   its charge is given back at `did_release_quota`. That is a call answered from the
+///   [result cache](crate::cache::ResultCache) (a stored answer is not charged again, nor
+///   the cost it reported), a call refused after the charge (`forbidden`: a policy on its
+///   arguments, decided at the input stages; invalid input; a later limit), and a call
+///   that waits for approval.
+/// * A call that waits for approval holds none of the budget while it waits. Resumed with
+///   an approval, it is charged again as its policies are checked again (at
+///   `will_check_feature_flags`), and refused there when the budget no longer has room;
+///   rejected, completed by a person or refused on resume, it costs nothing.
+/// * The charge stands when the tool ran, whether or not the call then failed.
 /// * When the backend fails, [`OnBackendError`] decides (fail closed by default:
 ///   `budget_unavailable`, HTTP 503).
 ///
@@ -66,16 +76,17 @@ pub struct BudgetBuilder {
     budget: Budget,
 }
 
-/// What a call was charged, held until `did_release_quota` for the reconciliation.
+/// What a call was charged, held until `did_release_quota` (or, for a resumed call, which
+/// does not reach that stage, `will_finalize_invoke`) for the reconciliation.
 struct Charge {
     key: String,
     charged: u64,
     window_end_ms: u64,
 }
 
-/// The cost a tool reported, read from its output as it came back (at `did_execute`, or
-/// `did_cache_hit` for a stored one): before redaction, validation and limits change the
-/// output or fail the call. `None` when the output holds no cost.
+/// The cost a tool reported, read from its output as it came back (at `did_execute`):
+/// before redaction, validation and limits change the output or fail the call. `None`
+/// when the output holds no cost.
 struct Reported(Option<u64>);
 
 impl BudgetBuilder {
@@ -282,6 +293,48 @@ impl Hook for Budget {
     }
 
     async fn will_acquire_quota(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        self.charge(ctx).await
+    }
+
+    /// A call resumed with an approval is charged again here, with the policies that are
+    /// checked again as it resumes: it gave its charge back when it began to wait. A call
+    /// whose output is already there (it waited after the tool ran, and kept its charge)
+    /// or was given by a person is not charged.
+    fn will_check_feature_flags<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        let resumed = matches!(ctx.resumed(), Some(ResumeDecision::Approve));
+        if !resumed || ctx.output().is_some() || ctx.held::<Charge>(self).is_some() {
+            return HookFuture::ok();
+        }
+        HookFuture::new(self.charge(ctx))
+    }
+
+    /// The tool ran: what it reported is read now, from the output as it returned it. A
+    /// transform later (an output limit that truncates it into text, a redaction that
+    /// refuses it) must not make the call cost only its estimate.
+    fn did_execute(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        self.read_reported(ctx);
+        Ok(())
+    }
+
+    async fn did_release_quota(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        self.settle(ctx).await
+    }
+
+    /// A resumed call does not reach `did_release_quota` (its quota was taken before it
+    /// waited): the charge it took as it resumed is settled here, the last stage of every
+    /// call.
+    fn will_finalize_invoke<'a>(&'a self, ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+        if ctx.held::<Charge>(self).is_none() {
+            return HookFuture::ok();
+        }
+        HookFuture::new(self.settle(ctx))
+    }
+}
+
+impl Budget {
+    /// Charges the call what it costs before it runs, and holds the charge until it is
+    /// settled.
+    async fn charge(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         let cost = match self
             .cost_of(ctx.tool_name())
             .before_repaired_call(ctx.input(), &ctx.tool().input_schema)
@@ -336,22 +389,9 @@ impl Hook for Budget {
         }
     }
 
-    /// The tool ran: what it reported is read now, from the output as it returned it. A
-    /// transform later (an output limit that truncates it into text, a redaction that
-    /// refuses it) must not make the call cost only its estimate.
-    fn did_execute(&self, ctx: &mut ToolInvokeContext) -> HookResult {
-        self.read_reported(ctx);
-        Ok(())
-    }
-
-    /// A stored output answers: what it reported is read before it is changed, as for a
-    /// call that ran.
-    fn did_cache_hit(&self, ctx: &mut ToolInvokeContext) -> HookResult {
-        self.read_reported(ctx);
-        Ok(())
-    }
-
-    async fn did_release_quota(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+    /// Settles the charge the call holds: given back whole when the tool never ran,
+    /// reconciled with the cost it reported when it did.
+    async fn settle(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         let Some(charge) = ctx.held::<Charge>(self) else {
             return Ok(());
         };
@@ -360,11 +400,10 @@ impl Hook for Budget {
             (charge.key.clone(), charge.charged, charge.window_end_ms);
         ctx.release::<Charge>(self);
         ctx.release::<Reported>(self);
-        // Refused after the charge (a policy on the arguments decides at the input
-        // stages) and never run: a refused call costs nothing, so all of it comes back.
-        let refused = ctx.runs() == 0 && ctx.error().is_some_and(|e| e.code() == "forbidden");
+        // The tool never ran — answered from the cache, refused after the charge, waiting
+        // for approval, completed by a person: it spent nothing, so all of it comes back.
         let actual = match reported {
-            _ if refused => 0,
+            _ if ctx.runs() == 0 => 0,
             Some(actual) => actual,
             None => return Ok(()),
         };
@@ -390,7 +429,7 @@ impl Hook for Budget {
                 );
             }
             Ok(None) => {}
-            // The call has run: a failed reconciliation is logged, never the call's outcome.
+            // The call is over: a failed reconciliation is logged, never the call's outcome.
             Err(error) => {
                 tracing::warn!(policy = %self.name, %error, delta, "budget reconciliation failed; the estimate stands");
             }

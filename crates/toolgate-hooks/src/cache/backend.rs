@@ -1,6 +1,7 @@
 //! Where cached results live: the [`CacheBackend`] trait and the in-memory [`MokaCache`].
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -110,6 +111,8 @@ struct Entry {
     ttl: Duration,
     /// `None`: a TTL too long for the clock to add (`Duration::MAX`), which never ends.
     expires: Option<tokio::time::Instant>,
+    /// What the entry counts against the capacity ([`MokaCache::weight_of`]).
+    weight: u32,
 }
 
 struct PerEntryTtl;
@@ -125,35 +128,183 @@ impl moka::Expiry<CacheKey, Entry> for PerEntryTtl {
     }
 }
 
-/// The in-memory backend, on `moka`: bounded by entry count, TTL per entry.
+/// What an entry costs beyond its key and value: the entry, moka's bookkeeping, the
+/// allocations' headers. Counted so that many tiny results do not hold far more memory
+/// than the capacity says.
+const ENTRY_OVERHEAD: u64 = 256;
+
+/// The in-memory backend, on `moka`: bounded in bytes, with a TTL per entry.
+///
+/// * **Capacity in bytes** ([`MokaCacheBuilder::max_bytes`], default
+///   [`DEFAULT_MAX_BYTES`](Self::DEFAULT_MAX_BYTES), 64 MiB): each entry weighs its key,
+///   its result as JSON text and a fixed overhead, and the least useful entries are
+///   evicted when the weights pass the capacity. JSON text approximates what a value
+///   holds in memory (it understates values made of very many small items).
+/// * **Largest entry** ([`MokaCacheBuilder::max_entry_bytes`], default a sixteenth of
+///   the capacity, 4 MiB by default): a larger result is not stored (and an older entry
+///   under its key is dropped); the call succeeds all the same. One caller asking for
+///   large results cannot push everyone else's entries out or exhaust memory.
+/// * **Entry count** ([`MokaCacheBuilder::max_entries`], [`MokaCache::new`]): optional,
+///   on top of the bytes.
 ///
 /// Expiry is checked against tokio's clock (so tests with paused time see entries
-/// expire), and moka drops expired entries from memory on its own schedule.
+/// expire), and moka drops expired entries from memory on its own schedule. Counts and
+/// sizes settle lazily too: [`run_pending_tasks`](Self::run_pending_tasks) settles them
+/// now.
+///
+/// # Examples
+///
+/// ```
+/// use toolgate_hooks::cache::{MokaCache, ResultCache};
+///
+/// // 256 MiB of results, none larger than 8 MiB.
+/// let backend = MokaCache::builder()
+///     .max_bytes(256 * 1024 * 1024)
+///     .max_entry_bytes(8 * 1024 * 1024)
+///     .build();
+/// assert_eq!(backend.max_bytes(), 256 * 1024 * 1024);
+/// let cache = ResultCache::builder().backend(backend).build();
+/// # let _ = cache;
+/// ```
 #[derive(Clone)]
 pub struct MokaCache {
     entries: moka::future::Cache<CacheKey, Entry>,
+    max_bytes: u64,
+    max_entry_bytes: u64,
+    /// The least weight of an entry: `max_bytes / max_entries`, or 0 without a count cap.
+    least_weight: u64,
+    oversize_skipped: Arc<AtomicU64>,
+}
+
+/// Builds a [`MokaCache`]: [`MokaCache::builder`].
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct MokaCacheBuilder {
+    max_bytes: u64,
+    max_entry_bytes: Option<u64>,
+    max_entries: Option<u64>,
 }
 
 impl Default for MokaCache {
+    /// A cache of [`MokaCache::DEFAULT_MAX_BYTES`] (64 MiB), no entry larger than 4 MiB.
     fn default() -> Self {
-        MokaCache::new(10_000)
+        MokaCache::builder().build()
+    }
+}
+
+impl std::fmt::Debug for MokaCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MokaCache")
+            .field("max_bytes", &self.max_bytes)
+            .field("max_entry_bytes", &self.max_entry_bytes)
+            .field("weighted_size", &self.weighted_size())
+            .finish()
+    }
+}
+
+impl MokaCacheBuilder {
+    /// The capacity: the most bytes the entries weigh together (default
+    /// [`MokaCache::DEFAULT_MAX_BYTES`], 64 MiB; at least 1).
+    pub fn max_bytes(mut self, bytes: u64) -> Self {
+        self.max_bytes = bytes.max(1);
+        self
+    }
+
+    /// The most one entry may weigh: a larger result is not stored (default: a sixteenth
+    /// of [`max_bytes`](Self::max_bytes); never more than it).
+    pub fn max_entry_bytes(mut self, bytes: u64) -> Self {
+        self.max_entry_bytes = Some(bytes);
+        self
+    }
+
+    /// At most this many entries as well as the bytes (default: no count of its own).
+    pub fn max_entries(mut self, entries: u64) -> Self {
+        self.max_entries = Some(entries.max(1));
+        self
+    }
+
+    /// The cache.
+    pub fn build(self) -> MokaCache {
+        let max_entry_bytes = self
+            .max_entry_bytes
+            .unwrap_or(self.max_bytes / 16)
+            .min(self.max_bytes);
+        // With an entry cap, every entry weighs at least its share of the capacity: no
+        // more than `max_entries` fit, and the bytes still bound larger ones.
+        let least_weight = self.max_entries.map_or(0, |n| self.max_bytes / n);
+        MokaCache {
+            entries: moka::future::Cache::builder()
+                .max_capacity(self.max_bytes)
+                .weigher(|_key: &CacheKey, entry: &Entry| entry.weight)
+                .expire_after(PerEntryTtl)
+                .build(),
+            max_bytes: self.max_bytes,
+            max_entry_bytes,
+            least_weight,
+            oversize_skipped: Arc::default(),
+        }
     }
 }
 
 impl MokaCache {
-    /// A cache holding at most `max_entries` entries.
+    /// The capacity of [`MokaCache::default`]: 64 MiB.
+    pub const DEFAULT_MAX_BYTES: u64 = 64 * 1024 * 1024;
+
+    /// A cache of at most `max_entries` entries, within
+    /// [`DEFAULT_MAX_BYTES`](Self::DEFAULT_MAX_BYTES) (64 MiB) all the same: the
+    /// [builder](Self::builder) sets the bytes.
+    ///
+    /// ```
+    /// use toolgate_hooks::cache::MokaCache;
+    ///
+    /// let cache = MokaCache::new(10_000);
+    /// assert_eq!(cache.max_bytes(), MokaCache::DEFAULT_MAX_BYTES);
+    /// ```
     pub fn new(max_entries: u64) -> Self {
-        MokaCache {
-            entries: moka::future::Cache::builder()
-                .max_capacity(max_entries)
-                .expire_after(PerEntryTtl)
-                .build(),
+        MokaCache::builder().max_entries(max_entries).build()
+    }
+
+    /// A builder, with the defaults of [`MokaCache::default`].
+    pub fn builder() -> MokaCacheBuilder {
+        MokaCacheBuilder {
+            max_bytes: Self::DEFAULT_MAX_BYTES,
+            max_entry_bytes: None,
+            max_entries: None,
         }
+    }
+
+    /// The capacity in bytes.
+    pub fn max_bytes(&self) -> u64 {
+        self.max_bytes
+    }
+
+    /// The most one entry may weigh.
+    pub fn max_entry_bytes(&self) -> u64 {
+        self.max_entry_bytes
     }
 
     /// How many entries are held (approximate: moka settles counts lazily).
     pub fn entry_count(&self) -> u64 {
         self.entries.entry_count()
+    }
+
+    /// What the entries held weigh together, in bytes (approximate: moka settles it
+    /// lazily; [`run_pending_tasks`](Self::run_pending_tasks) settles it now).
+    pub fn weighted_size(&self) -> u64 {
+        self.entries.weighted_size()
+    }
+
+    /// How many results were not stored because they weigh more than
+    /// [`max_entry_bytes`](Self::max_entry_bytes).
+    pub fn oversize_skipped(&self) -> u64 {
+        self.oversize_skipped.load(Ordering::Relaxed)
+    }
+
+    /// Applies the evictions and counts moka has pending, so that
+    /// [`entry_count`](Self::entry_count) and [`weighted_size`](Self::weighted_size) are
+    /// exact (for tests and inspection).
+    pub async fn run_pending_tasks(&self) {
+        self.entries.run_pending_tasks().await;
     }
 
     /// Every live entry's value (for tests and inspection).
@@ -164,6 +315,32 @@ impl MokaCache {
             .filter(|(_, e)| e.expires.is_none_or(|at| at > now))
             .map(|(_, e)| (*e.value).clone())
             .collect()
+    }
+
+    /// The weight of `value` under `key`: the key, the value as JSON text, and the
+    /// overhead of an entry.
+    fn weight_of(key: &CacheKey, value: &Value) -> u64 {
+        let mut text = ByteCount(0);
+        // Writing to a counter cannot fail; a value that cannot be written weighs nothing
+        // more than its key.
+        let _ = serde_json::to_writer(&mut text, value);
+        (key.as_str().len() as u64)
+            .saturating_add(text.0)
+            .saturating_add(ENTRY_OVERHEAD)
+    }
+}
+
+/// Counts the bytes written to it.
+struct ByteCount(u64);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0 = self.0.saturating_add(bytes.len() as u64);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 
@@ -187,10 +364,24 @@ impl CacheBackend for MokaCache {
     }
 
     async fn put(&self, key: &CacheKey, value: Value, ttl: Duration) -> Result<(), CacheError> {
+        let weight = Self::weight_of(key, &value);
+        if weight > self.max_entry_bytes {
+            self.oversize_skipped.fetch_add(1, Ordering::Relaxed);
+            tracing::debug!(
+                %key,
+                bytes = weight,
+                max = self.max_entry_bytes,
+                "result too large to cache; not stored"
+            );
+            // An older, smaller result under this key is not newer than this one.
+            self.entries.invalidate(key).await;
+            return Ok(());
+        }
         let entry = Entry {
             value: Arc::new(value),
             ttl,
             expires: tokio::time::Instant::now().checked_add(ttl),
+            weight: u32::try_from(weight.max(self.least_weight)).unwrap_or(u32::MAX),
         };
         self.entries.insert(key.clone(), entry).await;
         Ok(())

@@ -62,9 +62,10 @@ pub struct ResultCache {
     in_flight: InFlight,
 }
 
-/// Builds a [`ResultCache`]. Defaults: the in-memory [`MokaCache`] (10,000 entries), a TTL
-/// of 5 minutes, read-only tools from this program cached, results scoped per user,
-/// concurrent identical misses coalesced, followers waiting at most 30 s for a leader.
+/// Builds a [`ResultCache`]. Defaults: the in-memory [`MokaCache`] (64 MiB, no result
+/// larger than 4 MiB stored), a TTL of 5 minutes, read-only tools from this program
+/// cached, results scoped per user, concurrent identical misses coalesced, followers
+/// waiting at most 30 s for a leader.
 pub struct ResultCacheBuilder {
     backend: Arc<dyn CacheBackend>,
     ttl: Duration,

@@ -31,7 +31,7 @@
 //!   (an RAII guard in its context), and the waiting calls look again — one becomes the
 //!   next leader, so after an error the next call executes.
 //! * **Backends** ([`CacheBackend`]): small, async and object-safe; [`MokaCache`] in memory
-//!   by default, Redis in `toolgate-redis`.
+//!   by default (64 MiB, no result larger than 4 MiB), Redis in `toolgate-redis`.
 //!
 //! Output redaction and secret scrubbing run at `will_write_cache` before the cache (their
 //! priorities are higher), so what is stored is what the caller may see.
@@ -87,7 +87,7 @@ mod hook;
 mod key;
 mod providers;
 
-pub use backend::{CacheBackend, CacheError, MokaCache};
+pub use backend::{CacheBackend, CacheError, MokaCache, MokaCacheBuilder};
 pub use hook::{
     CACHE_METADATA_KEY, NO_CACHE_TAG, PUBLIC_RESULTS_TAG, ResultCache, ResultCacheBuilder,
 };

@@ -3,12 +3,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde_json::{Value, json};
+use toolgate_core::hook::hook_fn_sync;
+use toolgate_core::suspension::ResumeDecision;
 use toolgate_core::tool::ErasedTool;
-use toolgate_core::{JsonTool, Pipeline, ToolError};
+use toolgate_core::{JsonTool, Pipeline, PipelineBuilder, Stage, ToolError};
 use toolgate_hooks::authorize::{Authorize, Effect, Rule, Rules};
 use toolgate_hooks::budget::{
     Budget, BudgetBackend, Cost, InMemoryBudget, LimitReport, LimitState, Window,
 };
+use toolgate_hooks::cache::ResultCache;
 use toolgate_hooks::output_limit::OutputLimit;
 use toolgate_hooks::repair::ArgumentRepair;
 
@@ -24,6 +27,11 @@ fn clock_at(seconds: Arc<AtomicU64>) -> impl Fn() -> SystemTime + Send + Sync + 
 /// Tools `search` (echoes its arguments) and `llm` (answers the usage its caller asked to
 /// report), under `budget`.
 fn priced(budget: Budget) -> Pipeline {
+    priced_tools().hook(budget).build().unwrap()
+}
+
+/// The tools of [`priced`], without a hook.
+fn priced_tools() -> PipelineBuilder {
     Pipeline::builder()
         .tool(JsonTool::new(
             "search",
@@ -38,9 +46,143 @@ fn priced(budget: Budget) -> Pipeline {
             let out = json!({"text": "…", "usage": {"units": input["used"]}});
             Box::pin(async move { Ok::<_, ToolError>(out) })
         }))
-        .hook(budget)
+}
+
+/// What `user` has spent of the default budget (`budget`) today, in `store`.
+async fn spent(store: &InMemoryBudget, user: &str) -> Option<u64> {
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
+    let end = Window::day().end_after(now.as_millis() as u64);
+    let key = format!("budget\u{1f}u\u{1f}{user}");
+    store.adjust(&key, end, 0).await.unwrap()
+}
+
+/// `search` costs 4 and `llm` is charged what it reports (estimate 2), out of 10 a day,
+/// both behind a result cache.
+fn cached(store: &InMemoryBudget) -> Pipeline {
+    priced_tools()
+        .hook(
+            Budget::builder(10, Window::day())
+                .tool_cost("search", Cost::Fixed(4))
+                .tool_cost(
+                    "llm",
+                    Cost::Reported {
+                        pointer: "/usage/units".into(),
+                        estimate: 2,
+                    },
+                )
+                .backend(Arc::new(store.clone()))
+                .build(),
+        )
+        .hook(
+            ResultCache::builder()
+                .include("search")
+                .include("llm")
+                .build(),
+        )
         .build()
         .unwrap()
+}
+
+#[tokio::test]
+async fn a_cached_answer_costs_nothing() {
+    let store = InMemoryBudget::default();
+    let pipeline = cached(&store);
+    // 4 units for the call that runs; the hits after it are free, so all fit in 10.
+    for _ in 0..5 {
+        pipeline
+            .invoke("search", json!({"q": "rust"}), as_user("ann"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(spent(&store, "ann").await, Some(4));
+    // A stored output that reports a cost is not charged that cost again.
+    for _ in 0..3 {
+        pipeline
+            .invoke("llm", json!({"used": 6}), as_user("bob"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(spent(&store, "bob").await, Some(6));
+}
+
+fn suspension_id(err: ToolError) -> String {
+    match err {
+        ToolError::Suspended { suspension_id, .. } => suspension_id,
+        other => panic!("expected a suspension, got {other:?}"),
+    }
+}
+
+/// `search` (4 units of 10) waits for approval; on resume, a call by `eve` is refused at
+/// `will_authorize` (her access was revoked while it waited).
+fn approved(store: &InMemoryBudget) -> Pipeline {
+    priced_tools()
+        .hook(hook_fn_sync(Stage::WillCheckConsent, |ctx| {
+            ctx.suspend("a person approves searches")
+        }))
+        .hook(hook_fn_sync(Stage::WillAuthorize, |ctx| {
+            if ctx.resumed().is_some() && ctx.user().id == "eve" {
+                return ctx.abort("eve's access was revoked", "revoked", 403);
+            }
+            Ok(())
+        }))
+        .hook(
+            Budget::builder(10, Window::day())
+                .tool_cost("search", Cost::Fixed(4))
+                .backend(Arc::new(store.clone()))
+                .build(),
+        )
+        .build()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn a_call_refused_on_resume_is_given_its_charge_back() {
+    let store = InMemoryBudget::default();
+    let pipeline = approved(&store);
+    let wait = |user: &'static str| {
+        let pipeline = pipeline.clone();
+        async move {
+            suspension_id(
+                pipeline
+                    .invoke("search", json!({}), as_user(user))
+                    .await
+                    .unwrap_err(),
+            )
+        }
+    };
+    // Rejected by the approver: the tool never ran.
+    let id = wait("ann").await;
+    let reject = ResumeDecision::Reject {
+        reason: "no".into(),
+    };
+    let err = pipeline
+        .resume(&id, reject, as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "rejected");
+    assert_eq!(spent(&store, "ann").await.unwrap_or(0), 0);
+    // Approved, then refused by a policy as it resumes.
+    let id = wait("eve").await;
+    let err = pipeline
+        .resume(&id, ResumeDecision::Approve, as_user("eve"))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "revoked");
+    assert_eq!(spent(&store, "eve").await.unwrap_or(0), 0);
+    // Completed by a person: the tool never ran either.
+    let id = wait("bob").await;
+    let done = ResumeDecision::Complete {
+        output: json!("by hand"),
+    };
+    pipeline.resume(&id, done, as_user("bob")).await.unwrap();
+    assert_eq!(spent(&store, "bob").await.unwrap_or(0), 0);
+    // Approved and run: charged once.
+    let id = wait("bob").await;
+    pipeline
+        .resume(&id, ResumeDecision::Approve, as_user("bob"))
+        .await
+        .unwrap();
+    assert_eq!(spent(&store, "bob").await, Some(4));
 }
 
 #[tokio::test]
