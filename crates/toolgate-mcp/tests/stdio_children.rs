@@ -72,6 +72,25 @@ async fn a_name_to_pass_on_that_cannot_be_a_variables_is_refused() {
     assert!(refused.to_string().contains("`NOT A NAME`"), "{refused}");
 }
 
+#[tokio::test]
+async fn a_variable_to_set_whose_name_cannot_be_a_variables_is_refused() {
+    // `A=B` would set `A` to `B=…` in the program's environment; an empty name sets none.
+    for name in ["PATH=/tmp/elsewhere", "", "TWO WORDS"] {
+        let config = UpstreamConfig::stdio("wayward", "python3", [WAYWARD, "serve"])
+            .discover(false)
+            .env("OK", "yes")
+            .env(name, "x");
+        let Err(refused) = within(30, "refused", Upstream::connect(config)).await else {
+            panic!("connected with `{name}` to set");
+        };
+        assert!(matches!(refused, McpError::Config(_)), "{refused}");
+        assert!(
+            refused.to_string().contains(&format!("`{name}`")),
+            "{refused}"
+        );
+    }
+}
+
 /// Whether process `pid` is still running (a zombie nobody reaps is not).
 fn running(pid: u32) -> bool {
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {

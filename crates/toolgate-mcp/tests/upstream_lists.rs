@@ -22,6 +22,10 @@ use toolgate_mcp::UpstreamConfig;
 const MAX_LIST_PAGES: usize = 1_000;
 /// `MAX_LISTED` of toolgate's MCP client.
 const MAX_LISTED: usize = 100_000;
+/// `MAX_LISTED_BYTES` of toolgate's MCP client.
+const MAX_LISTED_BYTES: usize = 64 * 1024 * 1024;
+/// The length of the description of each item [`Lists::Heavy`] lists.
+const HEAVY: usize = 4 * 1024 * 1024 - 1024;
 
 /// How the upstream lists (its tools when [`Upstream::tools`], else its resources).
 #[derive(Clone, Copy)]
@@ -32,6 +36,9 @@ enum Lists {
     Circular,
     /// Pages of 10,000 items, eleven of them.
     Huge,
+    /// Pages of one item with a description of [`HEAVY`] bytes, twenty of them: each
+    /// within what a message can be, all of them more than toolgate takes.
+    Heavy,
     /// One page with one resource named after how many lists were asked, good for an
     /// hour as the upstream says (`ttlMs`), for anyone (`cacheScope`).
     Counted,
@@ -63,6 +70,13 @@ impl Upstream {
                 match n {
                     1..11 => json!({what: items, "nextCursor": format!("page-{n}")}),
                     _ => json!({what: items}),
+                }
+            }
+            Lists::Heavy => {
+                let item = json!({"uri": format!("r://{n}"), "name": "r", "description": "d".repeat(HEAVY)});
+                match n {
+                    1..20 => json!({what: [item], "nextCursor": format!("page-{n}")}),
+                    _ => json!({what: [item]}),
                 }
             }
             Lists::Counted => json!({what: [item(0)], "ttlMs": 3_600_000, "cacheScope": "public"}),
@@ -169,6 +183,19 @@ async fn an_upstream_that_lists_too_many_items_fails_the_listing() {
     // Ten pages of 10,000 are taken; the eleventh would go past the bound.
     const { assert!(10 * 10_000 <= MAX_LISTED && 11 * 10_000 > MAX_LISTED) };
     assert_eq!(asked, 11, "pages asked");
+}
+
+#[tokio::test]
+async fn an_upstream_that_lists_too_many_bytes_fails_the_listing() {
+    let (listed, asked) = list_resources(Lists::Heavy).await;
+    let error = failure(listed);
+    assert!(
+        error.contains("MCP server `lister`") && error.contains("more than 64 MiB of resources"),
+        "{error}"
+    );
+    // Sixteen pages are taken; the seventeenth would go past the bound.
+    const { assert!(16 * (HEAVY + 100) <= MAX_LISTED_BYTES && 17 * HEAVY > MAX_LISTED_BYTES) };
+    assert_eq!(asked, 17, "pages asked");
 }
 
 #[tokio::test]

@@ -61,8 +61,9 @@ impl UpstreamEntry {
     ///
     /// # Errors
     ///
-    /// [`ConfigError`] when a name under `inherit_env` cannot be a variable's, or
-    /// `inherit_env` is set for an HTTP server.
+    /// [`ConfigError`] when a name under `inherit_env` or `env`, or a `command`'s
+    /// `credential_env`, cannot be a variable's, or `inherit_env` is set for an HTTP
+    /// server.
     pub(crate) fn check(&self, index: usize) -> Result<(), ConfigError> {
         if self.url.is_some() && !self.inherit_env.is_empty() {
             return Err(ConfigError::invalid(
@@ -70,15 +71,38 @@ impl UpstreamEntry {
                 "only a program started over stdio (`command`) gets environment variables: remove `inherit_env` from an HTTP server",
             ));
         }
+        let not_a_name = |field: String, name: &str| {
+            ConfigError::invalid(
+                field,
+                format!(
+                    "`{name}` is not an environment variable's name: use letters, digits and `_`, not starting with a digit"
+                ),
+            )
+        };
         for (at, name) in self.inherit_env.iter().enumerate() {
             if !toolgate_mcp::is_env_name(name) {
-                return Err(ConfigError::invalid(
+                return Err(not_a_name(
                     format!("upstreams[{index}].inherit_env[{at}]"),
-                    format!(
-                        "`{name}` is not an environment variable's name: use letters, digits and `_`, not starting with a digit"
-                    ),
+                    name,
                 ));
             }
+        }
+        // `A=B: x` would set `A` to `B=x` in the program's environment.
+        if let Some(name) = self
+            .env
+            .keys()
+            .find(|name| !toolgate_mcp::is_env_name(name))
+        {
+            return Err(not_a_name(format!("upstreams[{index}].env"), name));
+        }
+        if self.command.is_some()
+            && let Some(name) = &self.credential_env
+            && !toolgate_mcp::is_env_name(name)
+        {
+            return Err(not_a_name(
+                format!("upstreams[{index}].credential_env"),
+                name,
+            ));
         }
         Ok(())
     }
@@ -152,6 +176,21 @@ mod tests {
             );
             let error = refused(&yaml);
             assert_eq!(error.field(), "upstreams[0].inherit_env[1]", "{error}");
+            assert!(
+                error
+                    .to_string()
+                    .contains("not an environment variable's name"),
+                "{error}"
+            );
+        }
+        for (entry, field) in [
+            ("env: { OK: x, \"A=B\": y }", "upstreams[0].env"),
+            ("env: { \"\": y }", "upstreams[0].env"),
+            ("credential_env: \"A=B\"", "upstreams[0].credential_env"),
+        ] {
+            let yaml = format!("upstreams:\n  - {{ name: gh, command: npx, {entry} }}\n");
+            let error = refused(&yaml);
+            assert_eq!(error.field(), field, "{error}");
             assert!(
                 error
                     .to_string()

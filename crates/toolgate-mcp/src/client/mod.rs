@@ -93,7 +93,9 @@ impl Upstream {
     /// [`McpError::Connect`] / [`McpError::Discovery`] when the upstream cannot be
     /// reached or listed and no tools are declared; [`McpError::Config`] for an empty
     /// name, for per-caller credentials on a stdio server, or for a name in
-    /// [`inherit_env`](UpstreamConfig::inherit_env) that cannot be a variable's.
+    /// [`inherit_env`](UpstreamConfig::inherit_env) or [`env`](UpstreamConfig::env), or
+    /// a stdio server's [`credential_env`](UpstreamConfig::credential_env), that cannot be
+    /// a variable's.
     pub async fn connect(config: UpstreamConfig) -> Result<Upstream, McpError> {
         if config.name.is_empty() {
             return Err(McpError::Config(
@@ -108,11 +110,14 @@ impl Upstream {
                 config.name
             )));
         }
-        if let UpstreamTransport::Stdio { inherit_env, .. } = &config.transport
-            && let Some(name) = stdio_env::first_invalid(inherit_env)
+        if let UpstreamTransport::Stdio {
+            inherit_env, env, ..
+        } = &config.transport
+            && let Some(why) =
+                stdio_env::refused_name(inherit_env, env, config.credential_env.as_deref())
         {
             return Err(McpError::Config(format!(
-                "MCP server `{}`: `{name}` in the variables to pass on from the environment is not a variable's name: use letters, digits and `_`, not starting with a digit",
+                "MCP server `{}`: {why}",
                 config.name
             )));
         }

@@ -68,11 +68,29 @@ pub fn is_env_name(name: &str) -> bool {
 }
 
 /// The first name of `names` that cannot be an environment variable's, if any.
-pub(crate) fn first_invalid(names: &[String]) -> Option<&str> {
-    names
-        .iter()
-        .map(String::as_str)
-        .find(|name| !is_env_name(name))
+pub(crate) fn first_invalid<'a>(names: impl IntoIterator<Item = &'a str>) -> Option<&'a str> {
+    names.into_iter().find(|name| !is_env_name(name))
+}
+
+/// Why the variables of a stdio program named in `inherit`, set in `env` or holding its
+/// credential (`credential`) cannot be given to it, if they cannot: a name that is not
+/// one of letters, digits and `_` (`A=B` would set `A`, an empty one nothing sensible).
+pub(crate) fn refused_name(
+    inherit: &[String],
+    env: &[(String, String)],
+    credential: Option<&str>,
+) -> Option<String> {
+    let plain = "is not a variable's name: use letters, digits and `_`, not starting with a digit";
+    if let Some(name) = first_invalid(inherit.iter().map(String::as_str)) {
+        return Some(format!(
+            "`{name}` in the variables to pass on from the environment {plain}"
+        ));
+    }
+    if let Some(name) = first_invalid(env.iter().map(|(name, _)| name.as_str())) {
+        return Some(format!("`{name}` in the variables to set {plain}"));
+    }
+    let name = first_invalid(credential)?;
+    Some(format!("`{name}`, the credential's variable, {plain}"))
 }
 
 /// `program` with `args`, to start with an environment of [`STDIO_PASSED_ENV`], the
@@ -158,8 +176,14 @@ mod tests {
 
     #[test]
     fn a_name_with_other_than_letters_digits_and_underscores_is_refused() {
-        let names = ["OK_1".to_owned(), "NOT-OK".to_owned()];
-        assert_eq!(first_invalid(&names), Some("NOT-OK"));
-        assert_eq!(first_invalid(&names[..1]), None);
+        let names = ["OK_1", "NOT-OK"];
+        assert_eq!(first_invalid(names), Some("NOT-OK"));
+        assert_eq!(first_invalid(names[..1].iter().copied()), None);
+        let inherit = ["OK".to_owned()];
+        let env = [("A=B".to_owned(), "x".to_owned())];
+        let why = refused_name(&inherit, &env, None).expect("refused");
+        assert!(why.contains("`A=B` in the variables to set"), "{why}");
+        assert!(refused_name(&inherit, &[], Some("")).is_some());
+        assert!(refused_name(&inherit, &[], Some("TOKEN")).is_none());
     }
 }

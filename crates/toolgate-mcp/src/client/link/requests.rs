@@ -10,7 +10,7 @@
 //! one per connection, served a caller a list another caller was answered earlier on the
 //! shared connection (for as long as the upstream's `ttlMs` said, up to a day), or an
 //! expired one when the upstream failed. Each list is now asked of the upstream, at most
-//! [`MAX_LIST_PAGES`] pages and [`MAX_LISTED`] items of it.
+//! [`MAX_LIST_PAGES`] pages, [`MAX_LISTED`] items and [`MAX_LISTED_BYTES`] of it.
 
 use std::collections::HashSet;
 use std::hash::{BuildHasher, RandomState};
@@ -41,6 +41,11 @@ pub(crate) const MAX_LIST_PAGES: usize = 1_000;
 /// The most items toolgate takes in one of an upstream's lists, over all its pages: an
 /// upstream that lists more fails the listing, rather than filling the gateway's memory.
 pub(crate) const MAX_LISTED: usize = 100_000;
+
+/// The most bytes (as JSON) of items toolgate takes in one of an upstream's lists, over all
+/// its pages: an upstream that lists more fails the listing. Without it, [`MAX_LIST_PAGES`]
+/// pages of items as long as a message can be (16 MiB) were held: 16 GiB.
+pub(crate) const MAX_LISTED_BYTES: usize = 64 * 1024 * 1024;
 
 impl Link {
     /// Every tool the upstream lists.
@@ -232,7 +237,7 @@ impl Link {
 }
 
 /// One of the lists an upstream gives page by page, as [`list_all`] asks for it.
-pub(super) trait Listed: Sized {
+pub(super) trait Listed: Sized + serde::Serialize {
     /// What is listed, for errors: `tools`, `prompts`, ...
     const WHAT: &'static str;
 
@@ -317,12 +322,15 @@ impl Listed for ResourceTemplate {
 /// Outside, a request that failed (as [`cancellable`]; an answer of another kind is
 /// [`ServiceError::UnexpectedResponse`], as rmcp has it). Inside, in plain words, an
 /// upstream that lists wrong: that gives a cursor it gave before (its list would never end), more than
-/// [`MAX_LIST_PAGES`] pages or more than [`MAX_LISTED`] items.
+/// [`MAX_LIST_PAGES`] pages, more than [`MAX_LISTED`] items or more than
+/// [`MAX_LISTED_BYTES`] of them.
 pub(super) async fn list_all<T: Listed>(
     peer: &Peer<RoleClient>,
     server: &str,
 ) -> Result<Result<Vec<T>, String>, ServiceError> {
     let mut items = Vec::new();
+    // The length of `items` as JSON.
+    let mut bytes = 0_usize;
     // The cursors given, by their hash: a cursor can be as long as a page.
     let hasher = RandomState::new();
     let mut cursors = HashSet::new();
@@ -335,6 +343,14 @@ pub(super) async fn list_all<T: Listed>(
             return Ok(Err(format!(
                 "MCP server `{server}` lists more than {} {}, more than toolgate takes: it cannot be listed",
                 grouped(MAX_LISTED as u64),
+                T::WHAT
+            )));
+        }
+        bytes = bytes.saturating_add(page.iter().map(json_len).fold(0, usize::saturating_add));
+        if bytes > MAX_LISTED_BYTES {
+            return Ok(Err(format!(
+                "MCP server `{server}` lists more than {} MiB of {}, more than toolgate takes: it cannot be listed",
+                MAX_LISTED_BYTES / (1024 * 1024),
                 T::WHAT
             )));
         }
@@ -355,4 +371,26 @@ pub(super) async fn list_all<T: Listed>(
         T::WHAT,
         grouped(MAX_LIST_PAGES as u64)
     )))
+}
+
+/// The length of `item` as JSON, counted without being written.
+fn json_len(item: &impl serde::Serialize) -> usize {
+    /// Counts what is written to it.
+    struct Counted(usize);
+
+    impl std::io::Write for Counted {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(bytes.len());
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let mut counted = Counted(0);
+    // Writing to it cannot fail, nor can an item read as JSON fail to be written as it.
+    let _ = serde_json::to_writer(&mut counted, item);
+    counted.0
 }
