@@ -199,3 +199,46 @@ async fn a_follower_of_a_hung_leader_ends_at_its_own_deadline() {
     );
     leader.abort();
 }
+
+#[tokio::test(start_paused = true)]
+async fn identical_calls_share_a_result_too_large_to_store_and_the_next_call_runs_again() {
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    let mut tool = JsonTool::new("dump", "A large dump.", json!({}), move |_, _| {
+        counted.fetch_add(1, Ordering::SeqCst);
+        Box::pin(async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            Ok::<_, ToolError>(json!({ "dump": "x".repeat(10_000) }))
+        })
+    });
+    tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
+    // No entry over 4 KiB.
+    let backend = Arc::new(
+        toolgate_hooks::cache::MokaCache::builder()
+            .max_bytes(64 * 1024)
+            .build(),
+    );
+    let cache = Arc::new(
+        ResultCache::builder()
+            .shared_backend(backend.clone())
+            .build(),
+    );
+    let p = Pipeline::builder()
+        .tool(tool)
+        .hook(HookRegistration::shared(cache.clone()))
+        .build()
+        .unwrap();
+
+    let calls = (0..10).map(|_| p.invoke("dump", json!({}), caller()));
+    let outs = join_all(calls).await;
+    assert_eq!(runs.load(Ordering::SeqCst), 1, "one run for ten calls");
+    assert!(outs.iter().all(|o| {
+        o.as_ref()
+            .is_ok_and(|v| v["dump"].as_str().map(str::len) == Some(10_000))
+    }));
+    assert_eq!(cache.in_flight(), 0);
+    assert_eq!(backend.oversize_skipped(), 1);
+
+    p.invoke("dump", json!({}), caller()).await.unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 2, "nothing was stored");
+}

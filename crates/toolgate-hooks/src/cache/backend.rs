@@ -137,9 +137,12 @@ const ENTRY_OVERHEAD: u64 = 256;
 ///
 /// * **Capacity in bytes** ([`MokaCacheBuilder::max_bytes`], default
 ///   [`DEFAULT_MAX_BYTES`](Self::DEFAULT_MAX_BYTES), 64 MiB): each entry weighs its key,
-///   its result as JSON text and a fixed overhead, and the least useful entries are
-///   evicted when the weights pass the capacity. JSON text approximates what a value
-///   holds in memory (it understates values made of very many small items).
+///   what its result holds in memory and a fixed overhead, and the least useful entries
+///   are evicted when the weights pass the capacity. The result's size is estimated from
+///   its shape, not its JSON text: each value weighs its own size (32 bytes, where a `0`
+///   in an array is one byte of text), its strings their bytes, an object's members
+///   their keys and the map's bookkeeping — so a result of very many small items weighs
+///   the memory it takes.
 /// * **Largest entry** ([`MokaCacheBuilder::max_entry_bytes`], default a sixteenth of
 ///   the capacity, 4 MiB by default): a larger result is not stored (and an older entry
 ///   under its key is dropped); the call succeeds all the same. One caller asking for
@@ -317,30 +320,52 @@ impl MokaCache {
             .collect()
     }
 
-    /// The weight of `value` under `key`: the key, the value as JSON text, and the
+    /// The weight of `value` under `key`: the key, what the value holds in memory, and the
     /// overhead of an entry.
     fn weight_of(key: &CacheKey, value: &Value) -> u64 {
-        let mut text = ByteCount(0);
-        // Writing to a counter cannot fail; a value that cannot be written weighs nothing
-        // more than its key.
-        let _ = serde_json::to_writer(&mut text, value);
         (key.as_str().len() as u64)
-            .saturating_add(text.0)
+            .saturating_add(size_in_memory(value))
             .saturating_add(ENTRY_OVERHEAD)
     }
 }
 
-/// Counts the bytes written to it.
-struct ByteCount(u64);
-
-impl std::io::Write for ByteCount {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        self.0 = self.0.saturating_add(bytes.len() as u64);
-        Ok(bytes.len())
+/// What a JSON value holds in memory, estimated: each value's own size (a number or a
+/// `null` weighs that much, not the byte or two of its text), the bytes of its strings,
+/// and for an object's members their keys and the map's bookkeeping. Walked without
+/// recursion, so that no depth of nesting overflows the stack.
+fn size_in_memory(value: &Value) -> u64 {
+    // A member's key (a `String`) and what the map keeps beside it.
+    const MEMBER: u64 = std::mem::size_of::<String>() as u64 + 16;
+    let mut total = 0;
+    let mut containers = Vec::new();
+    count_value(value, &mut total, &mut containers);
+    while let Some(container) = containers.pop() {
+        match container {
+            Value::Array(items) => {
+                for item in items {
+                    count_value(item, &mut total, &mut containers);
+                }
+            }
+            Value::Object(members) => {
+                for (key, member) in members {
+                    total = total.saturating_add(MEMBER + key.len() as u64);
+                    count_value(member, &mut total, &mut containers);
+                }
+            }
+            _ => {}
+        }
     }
+    total
+}
 
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
+/// Counts `value` itself (and a string's bytes); an array or object is left in
+/// `containers` for its items to be counted.
+fn count_value<'a>(value: &'a Value, total: &mut u64, containers: &mut Vec<&'a Value>) {
+    *total = total.saturating_add(std::mem::size_of::<Value>() as u64);
+    match value {
+        Value::String(text) => *total = total.saturating_add(text.len() as u64),
+        Value::Array(_) | Value::Object(_) => containers.push(value),
+        _ => {}
     }
 }
 

@@ -6,6 +6,7 @@ use serde_json::Value;
 use toolgate_core::suspension::{ResumeDecision, RetryApproval, SuspendedInvocation};
 use toolgate_core::{CallerId, InvokeOptions, Pipeline, ToolError};
 
+use super::taken::TakenOnces;
 use super::{ApprovalStore, ApprovalStoreError, Grant};
 
 /// The approval API: what a person (or the UI in front of them) calls.
@@ -21,12 +22,26 @@ use super::{ApprovalStore, ApprovalStoreError, Grant};
 #[derive(Clone)]
 pub struct Approvals {
     store: Arc<dyn ApprovalStore>,
+    /// The one-shot approvals the hook's calls in flight hold, for those from
+    /// [`Consent::approvals`](super::Consent::approvals).
+    taken: Option<Arc<TakenOnces>>,
 }
 
 impl Approvals {
-    /// The API over `store`.
+    /// The API over `store`. Prefer [`Consent::approvals`](super::Consent::approvals): its
+    /// [`revoke`](Self::revoke) reaches the one-shot approvals the hook's calls in flight
+    /// hold too.
     pub fn new(store: Arc<dyn ApprovalStore>) -> Self {
-        Approvals { store }
+        Approvals { store, taken: None }
+    }
+
+    /// The API of a [`Consent`](super::Consent) hook: over its store and the approvals its
+    /// calls in flight took.
+    pub(super) fn of_hook(store: Arc<dyn ApprovalStore>, taken: Arc<TakenOnces>) -> Self {
+        Approvals {
+            store,
+            taken: Some(taken),
+        }
     }
 
     /// Records an approval for `caller` calling `tool`: a [`&User`](toolgate_core::User)
@@ -63,7 +78,10 @@ impl Approvals {
     }
 
     /// Removes the approval for `caller` (named as in [`grant`](Self::grant)) calling
-    /// `tool`; whether there was one.
+    /// `tool`; whether there was one. A one-shot approval that a call in flight took is
+    /// revoked too (for the approvals of [`Consent::approvals`](super::Consent::approvals)):
+    /// that call goes on, but if it fails before its tool runs it does not give the
+    /// approval back.
     ///
     /// # Errors
     ///
@@ -74,7 +92,12 @@ impl Approvals {
         tool: &str,
     ) -> Result<bool, ApprovalStoreError> {
         let caller = caller.into();
-        self.store.revoke(&caller.caller_key(), tool).await
+        let key = caller.caller_key();
+        // In flight first: a call that gives its approval back after this finds it revoked
+        // (and one that gave it back before, or does so meanwhile, is revoked below).
+        let in_flight = self.taken.as_ref().is_some_and(|t| t.revoke(&key, tool));
+        let stored = self.store.revoke(&key, tool).await?;
+        Ok(stored || in_flight)
     }
 
     /// The suspended call with this id, for showing to the approver.

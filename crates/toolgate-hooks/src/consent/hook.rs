@@ -9,6 +9,7 @@ use toolgate_core::hook::Interest;
 use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Control, Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
+use super::taken::{Claim, TakenOnces};
 use super::{ApprovalStore, Approvals, Grant, InMemoryApprovals};
 
 /// Requires a person's approval before some tools run.
@@ -25,7 +26,8 @@ use super::{ApprovalStore, Approvals, Grant, InMemoryApprovals};
 /// before the tool ran — over its rate limit, with invalid input, cancelled — gives it
 /// back at `will_finalize_invoke`, so that its caller need not be approved again. (Between
 /// the two, the approval is taken: another call of the same caller to the same tool at
-/// that moment is asked to wait.) A caller is a user id in its tenant: an
+/// that moment is asked to wait, and a [revoke](Approvals::revoke) through
+/// [`approvals`](Self::approvals) takes it for good.) A caller is a user id in its tenant: an
 /// approval of `ann` of `acme` is not one of `ann` of `globex`. With none, the call asks to
 /// wait: the pipeline lets it go on through the capacity and input stages first — it takes
 /// its quota unit, and its input is checked and redacted — and suspends it at the end of
@@ -56,6 +58,7 @@ pub struct Consent {
     tags: HashSet<String>,
     destructive: bool,
     store: Arc<dyn ApprovalStore>,
+    taken: Arc<TakenOnces>,
 }
 
 /// Builds a [`Consent`] hook.
@@ -104,6 +107,7 @@ impl ConsentBuilder {
             store: self
                 .store
                 .unwrap_or_else(|| Arc::new(InMemoryApprovals::default())),
+            taken: Arc::default(),
         }
     }
 }
@@ -119,9 +123,10 @@ impl Consent {
         }
     }
 
-    /// The approval API over this hook's store.
+    /// The approval API over this hook's store; its [`revoke`](Approvals::revoke) also
+    /// reaches a one-shot approval that a call in flight took.
     pub fn approvals(&self) -> Approvals {
-        Approvals::new(Arc::clone(&self.store))
+        Approvals::of_hook(Arc::clone(&self.store), Arc::clone(&self.taken))
     }
 
     /// Whether calls of `tool` need approval.
@@ -135,6 +140,7 @@ impl Consent {
 /// The one-shot approval this call used, held until `will_finalize_invoke`.
 struct UsedOnce {
     caller: String,
+    claim: Claim,
 }
 
 #[hook]
@@ -150,10 +156,13 @@ impl Hook for Consent {
 
     async fn will_check_consent(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         let caller = ctx.user().caller_key();
+        // Claimed before it is taken, so that no revoke misses it while the store answers.
+        let claim = self.taken.take(&caller, ctx.tool_name());
         match self.store.consume(&caller, ctx.tool_name()).await {
             Ok(Some(Grant::Once)) => {
+                claim.holds_once();
                 let caller = caller.into_owned();
-                ctx.hold(self, UsedOnce { caller });
+                ctx.hold(self, UsedOnce { caller, claim });
                 Ok(())
             }
             Ok(Some(Grant::Always)) => Ok(()),
@@ -184,24 +193,39 @@ impl Hook for Consent {
         }
     }
 
-    /// A call that used a one-shot approval and failed before the tool ran gives it back.
-    /// A call that waits keeps it: when it is resumed, consent is not asked again.
+    /// A call that used a one-shot approval and failed before the tool ran gives it back,
+    /// unless it was revoked meanwhile. A call that waits keeps it: when it is resumed,
+    /// consent is not asked again.
     async fn will_finalize_invoke(&self, ctx: &mut ToolInvokeContext) -> HookResult {
         let Some(used) = ctx.held::<UsedOnce>(self) else {
             return Ok(());
         };
-        let caller = used.caller.clone();
-        ctx.release::<UsedOnce>(self);
         let refused = ctx.runs() == 0 && ctx.error().is_some_and(|e| !e.is_waiting());
-        if !refused {
+        if !refused || !used.claim.stands() {
+            ctx.release::<UsedOnce>(self);
             return Ok(());
         }
-        if let Err(error) = self
+        let caller = used.caller.clone();
+        let given_back = self
             .store
             .grant(&caller, ctx.tool_name(), Grant::Once)
-            .await
-        {
-            tracing::warn!(tool = ctx.tool_name(), user = %ctx.user().id, %error, "a one-shot approval of a call that did not run could not be given back; the caller must be approved again");
+            .await;
+        // A revoke that came while it was given back may have found the store empty: it is
+        // revoked here in its stead.
+        let revoked = ctx
+            .held::<UsedOnce>(self)
+            .is_some_and(|used| !used.claim.stands());
+        ctx.release::<UsedOnce>(self);
+        match given_back {
+            Err(error) => {
+                tracing::warn!(tool = ctx.tool_name(), user = %ctx.user().id, %error, "a one-shot approval of a call that did not run could not be given back; the caller must be approved again");
+            }
+            Ok(()) if revoked => {
+                if let Err(error) = self.store.revoke(&caller, ctx.tool_name()).await {
+                    tracing::warn!(tool = ctx.tool_name(), user = %ctx.user().id, %error, "a one-shot approval revoked while it was given back could not be revoked again");
+                }
+            }
+            Ok(()) => {}
         }
         Ok(())
     }

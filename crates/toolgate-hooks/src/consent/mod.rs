@@ -37,6 +37,7 @@ mod approvals;
 mod backend;
 mod hook;
 mod memory;
+mod taken;
 
 pub use approvals::Approvals;
 pub use backend::{ApprovalStore, ApprovalStoreError, Grant};

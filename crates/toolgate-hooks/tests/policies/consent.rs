@@ -459,3 +459,69 @@ async fn a_one_shot_grant_outlives_a_call_the_quota_refused_and_is_spent_by_the_
         .unwrap_err();
     assert_eq!(again.code(), "suspended", "the call that ran spent it");
 }
+
+/// Holds the first call at the semaphore stage until `open` is notified, then refuses it
+/// (`busy`, as a full concurrency queue would); `entered` tells that it is held. Later calls
+/// pass.
+struct Gate {
+    entered: std::sync::Arc<tokio::sync::Notify>,
+    open: std::sync::Arc<tokio::sync::Notify>,
+    passed: std::sync::atomic::AtomicBool,
+}
+
+#[toolgate_core::hook]
+impl toolgate_core::Hook for Gate {
+    async fn will_acquire_semaphore(
+        &self,
+        ctx: &mut toolgate_core::ToolInvokeContext,
+    ) -> toolgate_core::HookResult {
+        if self.passed.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Ok(());
+        }
+        self.entered.notify_one();
+        self.open.notified().await;
+        ctx.abort("no permit", "busy", 503)
+    }
+}
+
+#[tokio::test]
+async fn a_one_shot_grant_revoked_while_a_call_holds_it_is_not_given_back_when_the_call_fails() {
+    let consent = Consent::builder().tool("wipe").build();
+    let approvals = consent.approvals();
+    let entered = std::sync::Arc::new(tokio::sync::Notify::new());
+    let open = std::sync::Arc::new(tokio::sync::Notify::new());
+    let (builder, wiped) = ok_tool(Pipeline::builder(), "wipe");
+    let pipeline = builder
+        .hook(consent)
+        .hook(Gate {
+            entered: entered.clone(),
+            open: open.clone(),
+            passed: Default::default(),
+        })
+        .build()
+        .unwrap();
+    approvals.grant("ann", "wipe", Grant::Once).await.unwrap();
+
+    let held = tokio::spawn({
+        let pipeline = pipeline.clone();
+        async move { pipeline.invoke("wipe", json!(null), as_user("ann")).await }
+    });
+    entered.notified().await;
+    assert!(
+        approvals.revoke("ann", "wipe").await.unwrap(),
+        "the approval a call in flight holds is revoked"
+    );
+    open.notify_one();
+    assert_eq!(held.await.unwrap().unwrap_err().code(), "busy");
+    assert_eq!(runs(&wiped), 0);
+
+    let again = pipeline
+        .invoke("wipe", json!(null), as_user("ann"))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        again.code(),
+        "suspended",
+        "the refused call does not bring the revoked approval back"
+    );
+}

@@ -305,3 +305,30 @@ async fn a_hooks_lookup_after_a_timed_out_attempt_is_not_counted_as_the_tools() 
         "the tool read no provider: only a hook did, between the attempts"
     );
 }
+
+#[tokio::test]
+async fn a_tool_that_panics_under_a_per_attempt_timeout_is_named_as_the_tool() {
+    let pipeline = Pipeline::builder()
+        .tool(tool_fn_with_context(
+            "boom",
+            "Panics while it runs.",
+            |_: (), _: &ToolInvokeContext| {
+                Box::pin(async move {
+                    tokio::task::yield_now().await;
+                    if true {
+                        panic!("a bug in the tool");
+                    }
+                    Ok::<_, ToolError>("never")
+                })
+            },
+        ))
+        .hook(Timeout::per_attempt(Duration::from_secs(1)))
+        .build()
+        .unwrap();
+    let err = pipeline
+        .invoke("boom", json!(null), InvokeOptions::new())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "internal");
+    assert!(err.to_string().contains("the tool panicked"), "{err}");
+}
