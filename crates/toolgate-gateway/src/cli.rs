@@ -15,7 +15,7 @@ use crate::config::{LogFormat, StateConfig, StateUrl, io_in_words, load_file};
 use crate::gateway::Gateway;
 use crate::pins::{PinFile, PinStore};
 use crate::process::Process;
-use crate::serve::{ServeOptions, serve};
+use crate::serve::{ServeOptions, serve, stop_signal};
 use crate::state::Backends;
 use crate::telemetry::Telemetry;
 
@@ -237,6 +237,21 @@ pub fn main_with(extensions: Extensions) -> ExitCode {
     }
 }
 
+/// Runs `work` — a command's start of its upstreams, or all of a short command — unless a
+/// stop signal (Ctrl-C, SIGTERM) comes first: then `work` is dropped, with the upstreams
+/// it started and the programs they started (each program's process group ends with its
+/// connection), and the command fails saying so. Without this, the signal's default ended
+/// the process at once, and a stdio upstream's program, in a process group of its own,
+/// was left to notice its stdin closing.
+async fn until_stopped<T, E: std::fmt::Display>(
+    work: impl Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    tokio::select! {
+        done = work => done.map_err(|e| e.to_string()),
+        () = stop_signal() => Err("stopped by a signal before it finished".to_owned()),
+    }
+}
+
 async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
     let done = match cli.command {
         Command::Serve { config, listen } => {
@@ -275,22 +290,30 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
             for warning in file.warnings() {
                 tracing::warn!("{warning}");
             }
-            let gateway = Process::start(file, extensions)
-                .await
-                .map_err(|e| e.in_file(&config).to_string())?
-                .current();
-            let served = toolgate_mcp::McpServer::new(gateway.pipeline().clone())
-                .server_info("toolgate", env!("CARGO_PKG_VERSION"))
-                .default_user(user)
-                .serve_stdio()
-                .await
-                .map_err(|e| e.to_string());
+            let served = async {
+                let gateway = Process::start(file, extensions)
+                    .await
+                    .map_err(|e| e.in_file(&config).to_string())?
+                    .current();
+                toolgate_mcp::McpServer::new(gateway.pipeline().clone())
+                    .server_info("toolgate", env!("CARGO_PKG_VERSION"))
+                    .default_user(user)
+                    .serve_stdio()
+                    .await
+                    .map_err(|e| e.to_string())
+            };
+            // A stop signal ends the server as its client closing stdin does: the
+            // upstreams are dropped, and the programs they started with them.
+            let served = tokio::select! {
+                served = served => served,
+                () = stop_signal() => Ok(()),
+            };
             if let Some(telemetry) = telemetry {
                 telemetry.shutdown().await;
             }
             served
         }
-        Command::Check { config } => check(&config, &extensions).await,
+        Command::Check { config } => until_stopped(check(&config, &extensions)).await,
         Command::Tools {
             config,
             format,
@@ -304,10 +327,12 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
                 Some(id) => Some(configured_user(&file, Some(&id), tenant.as_deref())?),
                 None => None,
             };
-            let gateway = Process::start(file, extensions)
-                .await
-                .map_err(|e| e.in_file(&config).to_string())?
-                .current();
+            let started = async {
+                Process::start(file, extensions)
+                    .await
+                    .map_err(|e| e.in_file(&config).to_string())
+            };
+            let gateway = until_stopped(started).await?.current();
             let tools = match &user {
                 Some(user) => gateway.visible_tools(user),
                 None => gateway.pipeline().definitions().cloned().collect(),

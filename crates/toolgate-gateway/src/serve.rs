@@ -232,6 +232,12 @@ async fn stop(server: JoinHandle<()>, phase: &watch::Sender<Phase>) {
     }
 }
 
+/// Waits for SIGTERM or SIGINT (Ctrl-C), listening for both from its first poll: the
+/// stop of the commands other than `serve` that start upstreams (`mcp`, `tools`, `check`).
+pub(crate) async fn stop_signal() {
+    wait_for_stop(signal(SignalKind::terminate())).await;
+}
+
 async fn wait_for_stop(term: std::io::Result<Signal>) {
     let mut term = match term {
         Ok(s) => s,

@@ -685,3 +685,106 @@ fn a_file_that_cannot_be_read_is_said_in_words_without_the_os_error_number() {
     assert!(stderr.contains("no such file"), "{stderr}");
     assert!(!stderr.contains("os error"), "{stderr}");
 }
+
+/// Whether process `pid` is running (not gone, nor a zombie).
+fn running(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command's name, which is in parentheses.
+    let state = stat.rsplit_once(") ").map(|(_, rest)| rest.trim_start());
+    !state.is_some_and(|s| s.starts_with('Z'))
+}
+
+/// Polls `done` every 50 ms for up to `seconds` (generous: a loaded machine).
+fn eventually(seconds: u64, mut done: impl FnMut() -> bool) -> bool {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+    while std::time::Instant::now() < until {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    done()
+}
+
+/// `toolgate mcp` stopped by Ctrl-C (SIGINT) or SIGTERM ends what its stdio upstreams
+/// started: a launcher's own process, in the program's process group, does not outlive
+/// the gateway. Before, the signal's default ended the gateway at once and left it running.
+#[test]
+fn mcp_stopped_by_a_signal_ends_what_its_stdio_upstreams_started() {
+    use std::process::{Command, Stdio};
+
+    let test = "mcp_stopped_by_a_signal_ends_what_its_stdio_upstreams_started";
+    if !common::python_mcp_available(test) || !std::path::Path::new("/proc/self").exists() {
+        return;
+    }
+    for signal in ["INT", "TERM"] {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("launched.pid");
+        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/shapes.py");
+        // The launcher starts a long-lived process of its own, then becomes the server.
+        let launcher = format!(
+            "sleep 1000 > /dev/null 2>&1 & echo $! > {pid}; exec {python} {script}",
+            pid = pid_file.display(),
+            python = common::python(),
+        );
+        let config = dir.path().join("toolgate.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "upstreams:\n  - name: shapes\n    command: sh\n    args: [\"-c\", {launcher:?}]\n\
+users:\n{alice}",
+                alice = common::user_yaml("alice", &["admin"]),
+            ),
+        )
+        .unwrap();
+        let mut gateway = Command::new(common::BIN)
+            .args([
+                "mcp",
+                "--config",
+                config.to_str().unwrap(),
+                "--user",
+                "alice",
+            ])
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting the toolgate binary");
+        let launched = eventually(60, || {
+            std::fs::read_to_string(&pid_file).is_ok_and(|pid| pid.trim().parse::<u32>().is_ok())
+        });
+        assert!(launched, "SIG{signal}: the launcher never ran");
+        let launched: u32 = std::fs::read_to_string(&pid_file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(running(launched), "SIG{signal}: the launched process runs");
+        // Let the gateway finish starting (its upstream connected), as a client would.
+        std::thread::sleep(std::time::Duration::from_millis(500));
+
+        let sent = Command::new("kill")
+            .args([&format!("-{signal}"), &gateway.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(sent.success(), "kill -{signal}");
+        let stopped = eventually(30, || gateway.try_wait().unwrap().is_some());
+        let gone = eventually(15, || !running(launched));
+        if !gone {
+            let _ = Command::new("kill")
+                .args(["-KILL", &launched.to_string()])
+                .status();
+        }
+        if !stopped {
+            let _ = gateway.kill();
+        }
+        assert!(stopped, "SIG{signal}: toolgate mcp did not stop");
+        assert!(
+            gone,
+            "SIG{signal}: the process the launcher started outlived toolgate mcp"
+        );
+    }
+}
