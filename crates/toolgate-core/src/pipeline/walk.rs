@@ -163,13 +163,13 @@ pub(super) async fn walk(
                     .reach(Stage::DidCacheMiss, quota_taken);
                 ctx.stage = Stage::DidCacheMiss;
                 let ran = if present.intersection(EXECUTION).is_empty() {
-                    // The stage the tool runs at when nothing wraps it.
+                    // The stage the tool runs at when nothing wraps it. Nothing can give up
+                    // on the tool here but the deadline or the caller, which end the main
+                    // phases (`main_outcome` clears `in_tool`): no guard as in `attempt`.
                     ctx.stage = Stage::WillExecute;
                     ctx.attempt += 1;
                     let prepared = enter_tool(ctx);
-                    let left = LeftTool(&ctx.progress.in_tool);
                     let output = entry.tool.call(prepared, ctx).await;
-                    left.returned();
                     leave_tool(ctx, output)?;
                     true
                 } else {
@@ -357,7 +357,7 @@ async fn execution(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Result<boo
     let result = if entry.plan.has(Stage::AroundExecute) {
         through_wrappers(entry, ctx).await
     } else {
-        attempt(entry, ctx).await
+        attempt::<false>(entry, ctx).await
     };
     match result {
         // A wrapper that returns `Ok` without running the tool produced nothing to cache.
@@ -382,7 +382,7 @@ async fn through_wrappers(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Hoo
                 Ok((next, ctx)) => step = next.step(ctx),
                 Err(started) => return started.await,
             },
-            Step::Attempt(ctx) => return attempt(entry, ctx).await,
+            Step::Attempt(ctx) => return attempt::<false>(entry, ctx).await,
         }
     }
 }
@@ -403,7 +403,16 @@ async fn give_up(entry: &ToolEntry, ctx: &mut ToolInvokeContext, error: ToolErro
 }
 
 /// One attempt: `on_retry` (from the second on), `will_execute`, the tool, `did_execute`.
-async fn attempt(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
+///
+/// `WRAPPED`: the attempt runs inside a wrapper's own future, which may give up on it while
+/// the tool runs (a per-attempt timeout) and go on — so `in_tool` is cleared when it is
+/// dropped. Run in place (no wrapper, or only wrappers stepped over), nothing but the
+/// deadline or the caller can give up on it, and those end the main phases
+/// (`main_outcome` clears `in_tool`): no guard to pay for.
+async fn attempt<const WRAPPED: bool>(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+) -> HookResult {
     ctx.attempt += 1;
     if ctx.attempt > 1 {
         stages::run_main_stage(entry, ctx, Stage::OnRetry).await?;
@@ -417,10 +426,14 @@ async fn attempt(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
         stages::run_stage(entry, ctx, Stage::WillExecute, 0, Phase::Main).await?;
     }
     let prepared = enter_tool(ctx);
-    // Cleared on a drop too: a wrapper's timeout may drop this attempt while the tool runs.
-    let left = LeftTool(&ctx.progress.in_tool);
-    let output = entry.tool.call(prepared, ctx).await;
-    left.returned();
+    let output = if WRAPPED {
+        let left = LeftTool(&ctx.progress.in_tool);
+        let output = entry.tool.call(prepared, ctx).await;
+        left.returned();
+        output
+    } else {
+        entry.tool.call(prepared, ctx).await
+    };
     leave_tool(ctx, output)?;
     ctx.stage = Stage::DidExecute;
     if !entry.plan.has(Stage::DidExecute) {
@@ -463,6 +476,6 @@ impl ExecutionChain for ToolEntry {
     }
 
     fn attempt<'c>(&'c self, ctx: &'c mut ToolInvokeContext) -> HookFuture<'c> {
-        HookFuture::new(attempt(self, ctx))
+        HookFuture::new(attempt::<true>(self, ctx))
     }
 }
