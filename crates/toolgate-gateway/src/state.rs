@@ -91,6 +91,12 @@ impl Backends {
         if let Some(ttl) = state.lease_ttl {
             config = config.lease_ttl(ttl);
         }
+        if let Some(bytes) = state.cache_max_bytes_per_caller {
+            config = config.cache_max_bytes_per_caller(bytes.0 as u64);
+        }
+        if let Some(window) = state.cache_caller_window {
+            config = config.cache_caller_window(window);
+        }
         if let Some(prefix) = &state.key_prefix {
             config = config.key_prefix(prefix.clone());
         }

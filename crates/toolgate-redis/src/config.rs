@@ -15,6 +15,7 @@ use std::time::Duration;
 /// | [`key_prefix`](RedisConfigBuilder::key_prefix) | `toolgate` | the first part of every key |
 /// | [`lease_ttl`](RedisConfigBuilder::lease_ttl) | 30 s | how long a dead replica's concurrency permit outlives it |
 /// | [`cache_max_value_bytes`](RedisConfigBuilder::cache_max_value_bytes) | 1 MiB | the largest cached result |
+/// | [`cache_max_bytes_per_caller`](RedisConfigBuilder::cache_max_bytes_per_caller) | 16 MiB per 5 min | what one caller may write to the cache per [window](RedisConfigBuilder::cache_caller_window) |
 /// | [`cache_fill_wait`](RedisConfigBuilder::cache_fill_wait) | off | how long a replica waits for another one filling the same entry |
 /// | [`tls_root_certificate`](RedisConfigBuilder::tls_root_certificate), [`tls_client_certificate`](RedisConfigBuilder::tls_client_certificate) | the system's trust store, no client certificate | a `rediss://` connection |
 ///
@@ -44,6 +45,8 @@ pub struct RedisConfig {
     pub(crate) key_prefix: String,
     pub(crate) lease_ttl: Duration,
     pub(crate) cache_max_value_bytes: usize,
+    pub(crate) cache_max_bytes_per_caller: u64,
+    pub(crate) cache_caller_window: Duration,
     pub(crate) cache_fill_wait: Option<Duration>,
     /// Behind an `Arc`: certificates are large, and every backend's state holds the config.
     pub(crate) tls: Option<std::sync::Arc<TlsFiles>>,
@@ -80,6 +83,8 @@ impl Default for RedisConfig {
             key_prefix: "toolgate".to_owned(),
             lease_ttl: Duration::from_secs(30),
             cache_max_value_bytes: 1024 * 1024,
+            cache_max_bytes_per_caller: RedisConfig::DEFAULT_CACHE_MAX_BYTES_PER_CALLER,
+            cache_caller_window: RedisConfig::DEFAULT_CACHE_CALLER_WINDOW,
             cache_fill_wait: None,
             tls: None,
         }
@@ -172,6 +177,55 @@ impl RedisConfigBuilder {
         self
     }
 
+    /// The most bytes of cache entries one caller may write within a
+    /// [window](Self::cache_caller_window) (default
+    /// [`RedisConfig::DEFAULT_CACHE_MAX_BYTES_PER_CALLER`], 16 MiB; 0 turns the bound off).
+    ///
+    /// The caller is the one whose call stores the entry (a user id in its tenant),
+    /// whatever the entry's scope: a result shared by a tenant or by everyone is charged to
+    /// the caller who stored it, so that one caller's flood uses up only their own share.
+    /// An entry weighs its JSON and its key. A result
+    /// that would take its caller past the bound is not stored (and counted,
+    /// [`CacheStats::over_caller_bound`](crate::CacheStats::over_caller_bound)); the call
+    /// succeeds all the same, and the caller's results are stored again once the window
+    /// is over. So one caller asking for many distinct results makes Redis hold at most
+    /// about this much for the cache per window (twice it at a window's turn, the entries
+    /// of the window before still living) — not the quotas, budgets, leases and sessions
+    /// of everyone else that share the Redis pushed out by eviction, or refused under
+    /// `noeviction`.
+    ///
+    /// Replicas of a version without the bound write without counting, during a rolling
+    /// upgrade.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use toolgate_redis::RedisConfig;
+    ///
+    /// let config = RedisConfig::builder()
+    ///     .cache_max_bytes_per_caller(4 * 1024 * 1024)
+    ///     .cache_caller_window(Duration::from_secs(600))
+    ///     .build();
+    /// assert_eq!(config.cache_max_bytes_per_caller(), 4 * 1024 * 1024);
+    /// ```
+    #[must_use]
+    pub fn cache_max_bytes_per_caller(mut self, bytes: u64) -> Self {
+        self.config.cache_max_bytes_per_caller = bytes;
+        self
+    }
+
+    /// The window of [`cache_max_bytes_per_caller`](Self::cache_max_bytes_per_caller)
+    /// (default [`RedisConfig::DEFAULT_CACHE_CALLER_WINDOW`], 5 minutes, the result cache's
+    /// default TTL): fixed, starting at a caller's first write after the last window
+    /// ended. Give it the longest TTL of your cached tools: entries that live longer than
+    /// the window stay while their caller writes the next window's bytes.
+    #[must_use]
+    pub fn cache_caller_window(mut self, window: Duration) -> Self {
+        self.config.cache_caller_window = window;
+        self
+    }
+
     /// The cross-replica fill lock: with `Some(wait)`, a miss claims the entry for `wait`,
     /// and the same miss on another replica waits up to `wait` for the value instead of
     /// running the tool too. `None` (the default) lets every replica run its own misses.
@@ -210,6 +264,13 @@ impl RedisConfigBuilder {
 }
 
 impl RedisConfig {
+    /// The default of [`RedisConfigBuilder::cache_max_bytes_per_caller`]: 16 MiB.
+    pub const DEFAULT_CACHE_MAX_BYTES_PER_CALLER: u64 = 16 * 1024 * 1024;
+
+    /// The default of [`RedisConfigBuilder::cache_caller_window`]: 5 minutes, the result
+    /// cache's default TTL.
+    pub const DEFAULT_CACHE_CALLER_WINDOW: Duration = Duration::from_secs(300);
+
     /// A builder with the defaults.
     pub fn builder() -> RedisConfigBuilder {
         RedisConfigBuilder::default()
@@ -245,6 +306,16 @@ impl RedisConfig {
         self.cache_max_value_bytes
     }
 
+    /// The most bytes of cache entries one caller may write per window (0: no bound).
+    pub fn cache_max_bytes_per_caller(&self) -> u64 {
+        self.cache_max_bytes_per_caller
+    }
+
+    /// The window of the bound per caller.
+    pub fn cache_caller_window(&self) -> Duration {
+        self.cache_caller_window
+    }
+
     /// The fill-lock wait, if the fill lock is on.
     pub fn cache_fill_wait(&self) -> Option<Duration> {
         self.cache_fill_wait
@@ -265,6 +336,14 @@ impl RedisConfig {
                 "`lease_ttl` of {:?} is too short to renew: use at least 30 ms (30 s is typical)",
                 self.lease_ttl
             ));
+        }
+        if self.cache_max_bytes_per_caller > 0
+            && self.cache_caller_window < Duration::from_millis(1)
+        {
+            return Err(
+                "`cache_caller_window` is shorter than 1 ms, so the bound per caller would never hold: use the cache's TTL (5 min by default)"
+                    .into(),
+            );
         }
         if self.key_prefix.contains(['{', '}']) {
             return Err(format!(

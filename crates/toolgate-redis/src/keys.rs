@@ -10,6 +10,7 @@
 //! | concurrency leases | `<prefix>:{<policy key>}:leases` (sorted set) | the latest lease's expiry |
 //! | cached result | `<prefix>:<tool>:<sha256>` (the `CacheKey`) | the entry's TTL |
 //! | cache fill lock | `<prefix>:fill:{<prefix>:<tool>:<sha256>}` | the fill wait |
+//! | cache bytes written by one caller (or the public results) this window | `<prefix>:cache_bytes:{<sha256 of the caller>}` | the window's end |
 //! | waiting calls, approvals for a retry, outcomes | `<prefix>:{<prefix>:susp}:…` (see below) | each its own |
 //! | sign-in sessions, sign-ins waiting for a callback | `<prefix>:{<prefix>:sessions}:…` (see below) | each its own |
 //! | a history (the newest entries of a record) | `<prefix>:history:<name>` (list) | its `keep` after the newest entry |
@@ -78,6 +79,7 @@
 //! | `acquire.lua`, `renew.lua`, the release (`ZREM`) | the leases key |
 //! | `GET`, `SET … PX`, `DEL` | the entry |
 //! | `claim.lua`, `fill.lua` | the entry and its fill lock |
+//! | `charge.lua` | the caller's cache bytes (a call of its own before the entry's: the two are in different slots) |
 //! | the suspension store's scripts and commands | keys under its base |
 //! | the session store's scripts and commands | keys under its base |
 //! | the pin store's scripts and commands | keys under its base |
@@ -86,6 +88,7 @@
 //! | `record_part.lua`, `ZRANGE`, `LRANGE` | keys under a parted history's base |
 
 use toolgate_hooks::cache::CacheKey;
+use toolgate_hooks::fingerprint::sha256_hex;
 
 pub(crate) fn quota(prefix: &str, key: &str) -> String {
     format!("{prefix}:{{{key}}}:quota")
@@ -143,6 +146,20 @@ pub(crate) fn cache_entry(prefix: &str, key: &CacheKey) -> String {
         Some(rest) => format!("{prefix}:{rest}"),
         None => format!("{prefix}:{key}"),
     }
+}
+
+/// The count of cache bytes `caller` (a user id in its tenant, as
+/// [`caller_key`](toolgate_core::User::caller_key) writes it) wrote in this window:
+/// `<prefix>:cache_bytes:{<sha256>}`. The caller is hashed (length-prefixed) rather than
+/// written out, so a user id with braces cannot break the hash tag, and the key shows no
+/// id.
+pub(crate) fn cache_caller_bytes(prefix: &str, caller: &str) -> String {
+    let mut bytes = Vec::with_capacity(64 + caller.len());
+    for part in ["toolgate-cache-caller-v1", caller] {
+        bytes.extend_from_slice(&(part.len() as u64).to_be_bytes());
+        bytes.extend_from_slice(part.as_bytes());
+    }
+    format!("{prefix}:cache_bytes:{{{}}}", sha256_hex(&bytes))
 }
 
 /// The fill lock of `entry`, in the entry's slot: its hash tag is exactly what Redis
@@ -214,6 +231,21 @@ mod tests {
             super::fill_lock("toolgate", key.as_str()),
             Some(format!("toolgate:fill:{{{key}}}"))
         );
+    }
+
+    #[test]
+    fn a_callers_cache_bytes_are_counted_under_a_hash_whatever_braces_its_id_holds() {
+        let key = super::cache_caller_bytes("toolgate", "{a}}{");
+        let tag = super::hashed_part(&key);
+        assert_eq!(tag.len(), 64, "{key}");
+        assert!(tag.bytes().all(|b| b.is_ascii_hexdigit()), "{key}");
+        assert_eq!(key, format!("toolgate:cache_bytes:{{{tag}}}"));
+        let callers = ["ann", "ann\u{1f}acme", "acme", ""];
+        let keys: std::collections::HashSet<_> = callers
+            .iter()
+            .map(|caller| super::cache_caller_bytes("toolgate", caller))
+            .collect();
+        assert_eq!(keys.len(), callers.len(), "every caller has their own key");
     }
 
     #[test]

@@ -14,8 +14,10 @@
 //!   — leases that are renewed while their call runs, released when it ends however it
 //!   ends, and that expire when their replica dies;
 //! * [`RedisCache`] ([`CacheBackend`](toolgate_hooks::cache::CacheBackend)) — entries with a
-//!   TTL under the hook's scoped [`CacheKey`](toolgate_hooks::cache::CacheKey), size-capped,
-//!   with an optional fill lock so that one replica runs a missed call for all.
+//!   TTL under the hook's scoped [`CacheKey`](toolgate_hooks::cache::CacheKey), size-capped
+//!   and bounded per caller (so one caller's results cannot fill the Redis everyone's
+//!   limits live in), with an optional fill lock so that one replica runs a missed call
+//!   for all.
 //!
 //! It also keeps the calls that wait for a person — [`RedisSuspensions`]
 //! ([`SuspensionStore`](toolgate_core::suspension::SuspensionStore)) — shared by every
@@ -92,7 +94,7 @@ mod suspensions;
 mod topology;
 
 pub use budget::RedisBudget;
-pub use cache::{CACHE_OVERSIZE, CacheStats, RedisCache};
+pub use cache::{CACHE_OVER_CALLER_BOUND, CACHE_OVERSIZE, CacheStats, RedisCache};
 pub use client_log::ClientLogLimit;
 pub use cluster::ClusterNodes;
 pub use concurrency::{ConcurrencyFailurePolicy, LEASES_LOST, RedisConcurrency};

@@ -331,11 +331,7 @@ impl RedisState {
     /// The cache backend. Each call makes a new fill-lock owner: give each
     /// [`ResultCache`](toolgate_hooks::cache::ResultCache) its own.
     pub fn cache(&self) -> RedisCache {
-        RedisCache::new(
-            self.link.clone(),
-            self.config.cache_max_value_bytes,
-            self.config.cache_fill_wait,
-        )
+        RedisCache::new(self.link.clone(), &self.config)
     }
 
     /// The suspension store: calls waiting for approval, approvals for a retry and decided

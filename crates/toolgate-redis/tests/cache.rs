@@ -1,5 +1,5 @@
 //! The shared result cache: one replica's result serves the others, never another user,
-//! every entry with its TTL, and oversize results skipped.
+//! every entry with its TTL, oversize results skipped, and what one caller stores bounded.
 
 mod common;
 
@@ -22,6 +22,16 @@ use common::{
 /// caller's id (and `padding` bytes), and counts its runs in `runs`; fails when the input
 /// says `fail`.
 fn replica(cache: RedisCache, runs: Arc<AtomicUsize>, ms: u64, padding: usize) -> Pipeline {
+    replica_of(ResultCache::builder().backend(cache), runs, ms, padding)
+}
+
+/// As [`replica`], with the cache built from `cache`.
+fn replica_of(
+    cache: toolgate_hooks::cache::ResultCacheBuilder,
+    runs: Arc<AtomicUsize>,
+    ms: u64,
+    padding: usize,
+) -> Pipeline {
     let mut tool = JsonTool::new(
         "profile",
         "Returns the caller's profile.",
@@ -48,12 +58,7 @@ fn replica(cache: RedisCache, runs: Arc<AtomicUsize>, ms: u64, padding: usize) -
     tool.definition_mut().annotations = ToolAnnotations::READ_ONLY;
     let builder = Pipeline::builder().tool(tool);
     builder
-        .hook(
-            ResultCache::builder()
-                .backend(cache)
-                .ttl(Duration::from_secs(60))
-                .build(),
-        )
+        .hook(cache.ttl(Duration::from_secs(60)).build())
         .build()
         .unwrap()
 }
@@ -139,7 +144,7 @@ async fn entries_are_never_served_to_another_user() {
     }
     // One run per user (the first round), hits after that, on either replica.
     assert_eq!(runs.load(Ordering::SeqCst), users.len());
-    assert_eq!(keys_under(&url, &prefix).await.len(), users.len());
+    assert_eq!(entries_under(&url, &prefix).await, users.len());
     assert_every_key_expires(&url, &prefix).await;
 }
 
@@ -161,7 +166,13 @@ async fn every_entry_is_written_with_its_ttl_and_no_fill_claim_is_left() {
         .invoke("profile", json!({"q": 1}), as_user("ann"))
         .await
         .unwrap();
-    let keys = keys_under(&url, &prefix).await;
+    // Beside the entry, only the count of what ann stored this window.
+    let counter = state.cache().caller_bytes_key("ann");
+    let keys: Vec<String> = keys_under(&url, &prefix)
+        .await
+        .into_iter()
+        .filter(|key| *key != counter)
+        .collect();
     assert_eq!(
         keys.len(),
         1,
@@ -236,5 +247,168 @@ async fn a_replica_waits_for_a_failed_fill_no_longer_than_the_fill_wait() {
     assert!(failing.await.unwrap().is_err());
     assert_eq!(runs.load(Ordering::SeqCst), 2);
     assert_eq!(b_cache.stats().fill_waits, 1);
+    assert_every_key_expires(&url, &prefix).await;
+}
+
+/// The entries of the `profile` tool under `prefix`.
+async fn entries_under(url: &str, prefix: &str) -> usize {
+    let entries = format!("{prefix}:profile:");
+    keys_under(url, prefix)
+        .await
+        .iter()
+        .filter(|key| key.starts_with(&entries))
+        .count()
+}
+
+/// With a bound of 4 KiB per caller, three of these results fit (each about 1.2 KB with
+/// its key), a fourth does not.
+const BOUND: u64 = 4096;
+const PADDING: usize = 1000;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_past_the_bound_stores_nothing_more_while_another_caller_still_does() {
+    let Some(url) = redis_or_skip(
+        "a_caller_past_the_bound_stores_nothing_more_while_another_caller_still_does",
+    )
+    .await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix).cache_max_bytes_per_caller(BOUND)).await;
+    let cache = state.cache();
+    let runs = Arc::new(AtomicUsize::new(0));
+    let pipeline = replica(cache.clone(), runs.clone(), 0, PADDING);
+
+    // Mallory floods the cache with distinct inputs: every call succeeds, three are stored.
+    for q in 0..6 {
+        let out = pipeline
+            .invoke("profile", json!({"q": q}), as_user("mallory"))
+            .await
+            .unwrap();
+        assert_eq!(out["owner"], json!("mallory"));
+    }
+    assert_eq!(entries_under(&url, &prefix).await, 3, "the bound held");
+    assert_eq!(cache.stats().over_caller_bound, 3);
+    let counted: u64 = inspect(&url)
+        .await
+        .get(cache.caller_bytes_key("mallory"))
+        .await
+        .unwrap();
+    assert!(counted <= BOUND && counted > BOUND / 2, "{counted} bytes");
+
+    // A result past the bound was not stored: asked again, the tool runs again.
+    pipeline
+        .invoke("profile", json!({"q": 5}), as_user("mallory"))
+        .await
+        .unwrap();
+    assert_eq!(runs.load(Ordering::SeqCst), 7);
+
+    // Ann's results are stored all the same, and served.
+    for _ in 0..2 {
+        pipeline
+            .invoke("profile", json!({"q": 0}), as_user("ann"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(
+        runs.load(Ordering::SeqCst),
+        8,
+        "ann's second call was a hit"
+    );
+    assert_eq!(entries_under(&url, &prefix).await, 4);
+    assert_every_key_expires(&url, &prefix).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callers_count_ends_with_its_window_and_the_caller_stores_again() {
+    let Some(url) =
+        redis_or_skip("a_callers_count_ends_with_its_window_and_the_caller_stores_again").await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let window = Duration::from_secs(2);
+    let state = connect(
+        &url,
+        config(&prefix)
+            .cache_max_bytes_per_caller(BOUND)
+            .cache_caller_window(window),
+    )
+    .await;
+    let cache = state.cache();
+    let pipeline = replica(cache.clone(), Arc::default(), 0, PADDING);
+    let counter = cache.caller_bytes_key("mallory");
+    for q in 0..4 {
+        pipeline
+            .invoke("profile", json!({"q": q}), as_user("mallory"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(cache.stats().over_caller_bound, 1);
+    assert_eq!(entries_under(&url, &prefix).await, 3);
+    let mut connection = inspect(&url).await;
+    let pttl: i64 = connection.pttl(&counter).await.unwrap();
+    assert!((1..=2_000).contains(&pttl), "PTTL {pttl}");
+
+    let late = tokio::time::Instant::now() + Duration::from_secs(10);
+    while connection.exists::<_, bool>(&counter).await.unwrap() {
+        assert!(
+            tokio::time::Instant::now() < late,
+            "the count outlived its window"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A new window: the result the bound refused is stored now.
+    pipeline
+        .invoke("profile", json!({"q": 3}), as_user("mallory"))
+        .await
+        .unwrap();
+    assert_eq!(cache.stats().over_caller_bound, 1);
+    assert_eq!(entries_under(&url, &prefix).await, 4);
+    assert_every_key_expires(&url, &prefix).await;
+}
+
+/// A result shared by everyone is charged to the caller whose call stored it: one
+/// caller's flood of public results uses up their own share, not everyone's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_public_result_is_charged_to_the_caller_who_stored_it() {
+    let Some(url) = redis_or_skip("a_public_result_is_charged_to_the_caller_who_stored_it").await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix).cache_max_bytes_per_caller(BOUND)).await;
+    let cache = state.cache();
+    let public = ResultCache::builder()
+        .backend(cache.clone())
+        .public("profile");
+    let pipeline = replica_of(public, Arc::default(), 0, PADDING);
+    for q in 0..6 {
+        pipeline
+            .invoke("profile", json!({"q": q}), as_user("mallory"))
+            .await
+            .unwrap();
+    }
+    assert_eq!(entries_under(&url, &prefix).await, 3, "mallory's share");
+    assert_eq!(cache.stats().over_caller_bound, 3);
+    pipeline
+        .invoke("profile", json!({"q": 100}), as_user("ann"))
+        .await
+        .unwrap();
+    assert_eq!(
+        entries_under(&url, &prefix).await,
+        4,
+        "ann's public result is stored, on her own share"
+    );
+    assert_eq!(cache.stats().over_caller_bound, 3);
+    let mut connection = inspect(&url).await;
+    for caller in ["mallory", "ann"] {
+        let counter = cache.caller_bytes_key(caller);
+        assert!(
+            connection.exists::<_, bool>(&counter).await.unwrap(),
+            "{caller}"
+        );
+    }
     assert_every_key_expires(&url, &prefix).await;
 }

@@ -557,6 +557,12 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             "must be at least 1 (3 keeps one slow reply from marking Redis down)",
         ));
     }
+    if config.state.cache_caller_window == Some(Duration::ZERO) {
+        return Err(ConfigError::invalid(
+            "state.cache_caller_window",
+            "is zero, so the bound on what each caller caches would never hold: give the longest TTL of the cached tools (default 5m), or turn the bound off with `cache_max_bytes_per_caller: 0`",
+        ));
+    }
     if let Some(key) = config.audit.as_ref().and_then(AuditConfig::hash_key)
         && key.0.chars().count() < MIN_AUDIT_KEY_CHARS
     {
@@ -771,6 +777,24 @@ mod tests {
         assert!(zero.to_string().contains("zero"), "{zero}");
         let never_down = parse("state:\n  url: memory\n  down_after_failures: 0\n").unwrap_err();
         assert_eq!(never_down.field(), "state.down_after_failures");
+    }
+
+    #[test]
+    fn the_bound_on_what_each_caller_caches_is_read_and_its_window_refused_at_zero() {
+        let config = parse(
+            "state:\n  url: redis://127.0.0.1:6379\n  cache_max_bytes_per_caller: 4MiB\n  cache_caller_window: 10m\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.state.cache_max_bytes_per_caller,
+            Some(crate::config::values::ByteSize(4 * 1024 * 1024))
+        );
+        assert_eq!(
+            config.state.cache_caller_window,
+            Some(Duration::from_secs(600))
+        );
+        let never = parse("state:\n  url: memory\n  cache_caller_window: 0s\n").unwrap_err();
+        assert_eq!(never.field(), "state.cache_caller_window");
     }
 
     #[test]

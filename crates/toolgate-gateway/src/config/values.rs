@@ -429,6 +429,14 @@ pub struct StateConfig {
     /// no cross-replica fill lock).
     #[serde(default, with = "opt_duration")]
     pub cache_fill_wait: Option<Duration>,
+    /// The most bytes of cache entries one caller (a user in its tenant; public results
+    /// count as one caller together) may write per `cache_caller_window` (default 16 MiB;
+    /// `0` turns the bound off). A result past it is not stored; the call succeeds.
+    pub cache_max_bytes_per_caller: Option<ByteSize>,
+    /// The window of `cache_max_bytes_per_caller` (default 5 minutes): give it the longest
+    /// TTL of the cached tools.
+    #[serde(default, with = "opt_duration")]
+    pub cache_caller_window: Option<Duration>,
     /// The prefix of every Redis key (default `toolgate`).
     pub key_prefix: Option<String>,
     /// Certificates for a `rediss://` URL (default: the system's trust store, no client

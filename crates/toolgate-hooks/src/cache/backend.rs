@@ -101,6 +101,96 @@ pub trait CacheBackend: Send + Sync + 'static {
     /// Stores `value` under `key` for `ttl`.
     async fn put(&self, key: &CacheKey, value: Value, ttl: Duration) -> Result<(), CacheError>;
 
+    /// Stores `value` under `key` for `ttl`, knowing whose call wrote it: `caller` is that
+    /// caller's [`caller_key`](toolgate_core::User::caller_key) (a user id in its tenant),
+    /// whatever the entry's scope — a result shared by a tenant or by everyone is charged
+    /// to the caller whose call stored it, so that one caller's flood uses up only their
+    /// own share, never the tenant's or everyone's. The [`ResultCache`](super::ResultCache)
+    /// hook stores through this method, so that a shared backend can bound what each
+    /// caller makes it hold (the Redis backend does); the key itself is a hash and does
+    /// not say.
+    ///
+    /// By default it calls [`put`](Self::put): a backend without a bound per caller need
+    /// not write it. A backend that wraps another should pass it on, or the wrapped
+    /// backend never learns the caller.
+    ///
+    /// # Examples
+    ///
+    /// A backend that refuses to hold entries of one caller (a stand-in for a bound that
+    /// is used up), and stores everyone else's through its own `put`:
+    ///
+    /// ```
+    /// use std::collections::HashMap;
+    /// use std::sync::Mutex;
+    /// use std::time::Duration;
+    ///
+    /// use serde_json::{json, Value};
+    /// use toolgate_core::{tool_fn, InvokeOptions, Pipeline, ToolError, User};
+    /// use toolgate_core::tool::ToolAnnotations;
+    /// use toolgate_hooks::async_trait;
+    /// use toolgate_hooks::cache::{CacheBackend, CacheError, CacheKey, ResultCache};
+    ///
+    /// #[derive(Default)]
+    /// struct AllButMallory(Mutex<HashMap<CacheKey, Value>>);
+    ///
+    /// #[async_trait]
+    /// impl CacheBackend for AllButMallory {
+    ///     async fn get(&self, key: &CacheKey) -> Result<Option<Value>, CacheError> {
+    ///         Ok(self.0.lock().unwrap().get(key).cloned())
+    ///     }
+    ///
+    ///     async fn put(&self, key: &CacheKey, value: Value, _ttl: Duration) -> Result<(), CacheError> {
+    ///         self.0.lock().unwrap().insert(key.clone(), value);
+    ///         Ok(())
+    ///     }
+    ///
+    ///     async fn put_for(
+    ///         &self,
+    ///         key: &CacheKey,
+    ///         caller: &str,
+    ///         value: Value,
+    ///         ttl: Duration,
+    ///     ) -> Result<(), CacheError> {
+    ///         if caller == "mallory" {
+    ///             return Ok(()); // not stored; the call succeeds all the same
+    ///         }
+    ///         self.put(key, value, ttl).await
+    ///     }
+    ///
+    ///     async fn remove(&self, key: &CacheKey) -> Result<(), CacheError> {
+    ///         self.0.lock().unwrap().remove(key);
+    ///         Ok(())
+    ///     }
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let backend = std::sync::Arc::new(AllButMallory::default());
+    /// let pipeline = Pipeline::builder()
+    ///     .tool(
+    ///         tool_fn("ping", "Answers pong.", |_: ()| async { Ok::<_, ToolError>("pong") })
+    ///             .annotations(ToolAnnotations::READ_ONLY),
+    ///     )
+    ///     .hook(ResultCache::builder().shared_backend(backend.clone()).build())
+    ///     .build()?;
+    ///
+    /// for user in ["ann", "mallory"] {
+    ///     pipeline.invoke("ping", json!(null), InvokeOptions::new().user(User::new(user))).await?;
+    /// }
+    /// assert_eq!(backend.0.lock().unwrap().len(), 1, "ann's result only");
+    /// # Ok(()) }
+    /// ```
+    async fn put_for(
+        &self,
+        key: &CacheKey,
+        caller: &str,
+        value: Value,
+        ttl: Duration,
+    ) -> Result<(), CacheError> {
+        let _ = caller;
+        self.put(key, value, ttl).await
+    }
+
     /// Removes the entry under `key`.
     async fn remove(&self, key: &CacheKey) -> Result<(), CacheError>;
 }

@@ -377,10 +377,12 @@ impl Hook for ResultCache {
             );
             return HookFuture::ok();
         }
+        // Charged to the caller whose call stores it, whatever the entry's scope.
+        let caller = ctx.user().caller_key().into_owned();
         HookFuture::new(async move {
             if let Err(e) = self
                 .backend
-                .put(&pending.key, output.clone(), pending.ttl)
+                .put_for(&pending.key, &caller, output.clone(), pending.ttl)
                 .await
             {
                 tracing::warn!(error = %e, "cache write failed; the result was not stored");

@@ -10,15 +10,22 @@ use tokio::time::Instant;
 use toolgate_hooks::async_trait;
 use toolgate_hooks::cache::{CacheBackend, CacheError, CacheKey};
 
+use crate::RedisConfig;
 use crate::keys;
 use crate::link::{Failure, Link, millis_at_least_one};
 use crate::stats::UNAVAILABLE_DECISIONS;
 
 static CLAIM: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("claim.lua")));
 static FILL: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("fill.lua")));
+static CHARGE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("charge.lua")));
 
 /// The counter of results too large to cache (not stored; the call itself succeeded).
 pub const CACHE_OVERSIZE: &str = "toolgate_redis_cache_oversize_total";
+
+/// The counter of results not stored because their caller had written
+/// [`cache_max_bytes_per_caller`](crate::RedisConfigBuilder::cache_max_bytes_per_caller)
+/// this window (the call itself succeeded).
+pub const CACHE_OVER_CALLER_BOUND: &str = "toolgate_redis_cache_over_caller_bound_total";
 
 /// The first and the longest pause between two looks while another replica fills an entry.
 const POLL_FIRST: Duration = Duration::from_millis(10);
@@ -58,6 +65,10 @@ pub struct CacheStats {
     pub unavailable_writes: u64,
     /// Results larger than the cap, not stored.
     pub oversize_skipped: u64,
+    /// Results not stored because their caller had written
+    /// [`cache_max_bytes_per_caller`](crate::RedisConfigBuilder::cache_max_bytes_per_caller)
+    /// this window.
+    pub over_caller_bound: u64,
     /// Misses that waited for another replica filling the same entry.
     pub fill_waits: u64,
 }
@@ -67,6 +78,7 @@ struct Counters {
     unavailable_reads: AtomicU64,
     unavailable_writes: AtomicU64,
     oversize_skipped: AtomicU64,
+    over_caller_bound: AtomicU64,
     fill_waits: AtomicU64,
 }
 
@@ -81,6 +93,18 @@ struct Counters {
 ///   [`cache_max_value_bytes`](crate::RedisConfigBuilder::cache_max_value_bytes): a larger
 ///   result is not stored and is counted ([`CacheStats::oversize_skipped`]); the call
 ///   succeeds all the same.
+/// * What one caller makes Redis hold is bounded: at most
+///   [`cache_max_bytes_per_caller`](crate::RedisConfigBuilder::cache_max_bytes_per_caller)
+///   (16 MiB) of entries written per
+///   [window](crate::RedisConfigBuilder::cache_caller_window) (5 minutes), counted under
+///   a key per caller — the one the hook passes to [`put_for`](CacheBackend::put_for),
+///   whose call stored the entry (a user id in its tenant), whatever the entry's scope: a
+///   result shared by a tenant or by everyone is charged to the caller who stored it, so
+///   that one caller's flood cannot use up the share of others. A result past it is not stored and is counted
+///   ([`CacheStats::over_caller_bound`]); the call succeeds all the same. So one caller's
+///   flood of distinct calls cannot fill the Redis that holds everyone's quotas, budgets,
+///   leases and sessions. A plain [`put`](CacheBackend::put), which says no caller, is
+///   not counted.
 /// * A read or write Redis does not answer within the deadline is an error, which the hook
 ///   treats as a miss or as "not stored": a Redis outage makes calls run their tools, it
 ///   does not fail them.
@@ -116,6 +140,9 @@ pub struct RedisCache {
     link: Link,
     owner: Arc<str>,
     max_value_bytes: usize,
+    /// What one caller may write per window; 0: no bound.
+    max_bytes_per_caller: u64,
+    caller_window: Duration,
     fill_wait: Option<Duration>,
     counters: Arc<Counters>,
 }
@@ -125,6 +152,8 @@ impl std::fmt::Debug for RedisCache {
         f.debug_struct("RedisCache")
             .field("link", &self.link)
             .field("max_value_bytes", &self.max_value_bytes)
+            .field("max_bytes_per_caller", &self.max_bytes_per_caller)
+            .field("caller_window", &self.caller_window)
             .field("fill_wait", &self.fill_wait)
             .field("stats", &self.stats())
             .finish()
@@ -132,12 +161,14 @@ impl std::fmt::Debug for RedisCache {
 }
 
 impl RedisCache {
-    pub(crate) fn new(link: Link, max_value_bytes: usize, fill_wait: Option<Duration>) -> Self {
+    pub(crate) fn new(link: Link, config: &RedisConfig) -> Self {
         RedisCache {
             owner: link.unique_id().into(),
             link,
-            max_value_bytes,
-            fill_wait,
+            max_value_bytes: config.cache_max_value_bytes,
+            max_bytes_per_caller: config.cache_max_bytes_per_caller,
+            caller_window: config.cache_caller_window,
+            fill_wait: config.cache_fill_wait,
             counters: Arc::default(),
         }
     }
@@ -164,6 +195,7 @@ impl RedisCache {
             unavailable_reads: c.unavailable_reads.load(Ordering::Relaxed),
             unavailable_writes: c.unavailable_writes.load(Ordering::Relaxed),
             oversize_skipped: c.oversize_skipped.load(Ordering::Relaxed),
+            over_caller_bound: c.over_caller_bound.load(Ordering::Relaxed),
             fill_waits: c.fill_waits.load(Ordering::Relaxed),
         }
     }
@@ -252,12 +284,57 @@ impl RedisCache {
         }
     }
 
-    async fn write(&self, key: &CacheKey, value: Value, ttl: Duration) -> Result<(), CacheError> {
+    /// The Redis key under which the bytes `caller` (a
+    /// [`caller_key`](toolgate_core::User::caller_key)) wrote this window are counted.
+    pub fn caller_bytes_key(&self, caller: &str) -> String {
+        keys::cache_caller_bytes(self.link.prefix(), caller)
+    }
+
+    /// Counts `bytes` against `caller`'s bound, if they fit in it: `false` when the entry
+    /// is not to be stored.
+    async fn charge(&self, entry: &str, caller: &str, bytes: u64) -> Result<bool, Failure> {
+        let counter = self.caller_bytes_key(caller);
+        let mut invocation = CHARGE.prepare_invoke();
+        invocation
+            .key(&counter)
+            .arg(bytes)
+            .arg(self.max_bytes_per_caller)
+            .arg(millis_at_least_one(self.caller_window));
+        let mut connection = self.link.connection();
+        let (fits, used) = self
+            .link
+            .within(invocation.invoke_async::<(u8, u64)>(&mut connection))
+            .await?;
+        if fits == 1 {
+            return Ok(true);
+        }
+        self.counters
+            .over_caller_bound
+            .fetch_add(1, Ordering::Relaxed);
+        metrics::counter!(CACHE_OVER_CALLER_BOUND).increment(1);
+        tracing::debug!(
+            %entry,
+            bytes,
+            written = used,
+            max = self.max_bytes_per_caller,
+            "the caller has written its share of the cache this window; result not stored"
+        );
+        Ok(false)
+    }
+
+    async fn write(
+        &self,
+        key: &CacheKey,
+        caller: Option<&str>,
+        value: Value,
+        ttl: Duration,
+    ) -> Result<(), CacheError> {
         let entry = self.redis_key(key);
         let lock = self
             .fill_wait
             .and_then(|_| keys::fill_lock(self.link.prefix(), &entry));
         let mut text = value.to_string();
+        let mut skip = false;
         if text.len() > self.max_value_bytes {
             self.counters
                 .oversize_skipped
@@ -269,6 +346,16 @@ impl RedisCache {
                 max = self.max_value_bytes,
                 "result too large to cache; not stored"
             );
+            skip = true;
+        } else if let Some(caller) = caller.filter(|_| self.max_bytes_per_caller > 0) {
+            // Two calls, not one script: the count and the entry are in different slots.
+            let bytes = (text.len() + entry.len()) as u64;
+            skip = !self
+                .charge(&entry, caller, bytes)
+                .await
+                .map_err(|failure| self.unavailable("not_stored", &failure))?;
+        }
+        if skip {
             if lock.is_none() {
                 return Ok(());
             }
@@ -305,7 +392,17 @@ impl CacheBackend for RedisCache {
     }
 
     async fn put(&self, key: &CacheKey, value: Value, ttl: Duration) -> Result<(), CacheError> {
-        self.write(key, value, ttl).await
+        self.write(key, None, value, ttl).await
+    }
+
+    async fn put_for(
+        &self,
+        key: &CacheKey,
+        caller: &str,
+        value: Value,
+        ttl: Duration,
+    ) -> Result<(), CacheError> {
+        self.write(key, Some(caller), value, ttl).await
     }
 
     async fn remove(&self, key: &CacheKey) -> Result<(), CacheError> {
