@@ -370,3 +370,62 @@ async fn a_call_whose_tool_never_ran_costs_nothing_on_redis() {
     let used: u64 = inspect(&url).await.hget(&key, "used").await.unwrap();
     assert_eq!(used, 5);
 }
+
+/// The Redis server's clock stepped back into the window before (the stored count names
+/// the next window, as a step back finds it) does not give the caller that window's
+/// allowance afresh; a count stored for a window far ahead (a clock set wrong, then
+/// corrected) is not trusted, and the present window begins whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_stepped_back_on_redis_gives_no_fresh_allowance_and_a_wrong_future_does_not_stick()
+{
+    let test =
+        "a_clock_stepped_back_on_redis_gives_no_fresh_allowance_and_a_wrong_future_does_not_stick";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let budget = state.budget();
+    let mut redis = inspect(&url).await;
+    let charge = |key: &'static str, cost: u64| {
+        let budget = budget.clone();
+        async move {
+            let request = BudgetRequest {
+                key,
+                cost,
+                limit: 10,
+                window: Window::hour(),
+            };
+            budget.charge(request).await.unwrap()
+        }
+    };
+    let hour = 3_600_000;
+    for (key, ahead, refused) in [("next", hour, true), ("far", 24 * hour, false)] {
+        let BudgetDecision::Charged(first) = charge(key, 1).await else {
+            panic!("{key}: the first charge");
+        };
+        // The count as the server would find it had its clock been ahead by `ahead`:
+        // the window then, spent.
+        let end = first.window_end_ms + ahead;
+        let _: () = redis
+            .hset_multiple(
+                budget.redis_key(key),
+                &[("end", end.to_string()), ("used", "10".to_owned())],
+            )
+            .await
+            .unwrap();
+        let decision = charge(key, 1).await;
+        if refused {
+            assert!(
+                matches!(decision, BudgetDecision::Refused(ref s) if s.window_end_ms == end),
+                "{key}: {decision:?}"
+            );
+        } else {
+            assert!(
+                matches!(decision, BudgetDecision::Charged(ref s) if s.used == 1 && s.window_end_ms == first.window_end_ms),
+                "{key}: {decision:?}"
+            );
+        }
+    }
+    assert_every_key_expires(&url, &prefix).await;
+}

@@ -77,9 +77,15 @@ impl BudgetBackend for InMemoryBudget {
             }
         }
         let entry = spent.entry(request.key.to_owned()).or_insert((end, 0));
-        if entry.0 != end {
+        // A later window begins afresh. A clock stepped back by less than a window finds
+        // the next window already charged, and charges that one: going back does not give
+        // a caller a fresh allowance for the window before. Further back (or after a clock
+        // that was set far ahead, then corrected), the stored window is not trusted, and the
+        // present one begins afresh: no budget stays refused for longer than a window.
+        if entry.0 < end || entry.0 - end > request.window.millis() {
             *entry = (end, 0);
         }
+        let end = entry.0;
         let state = |used| BudgetState {
             used,
             window_end_ms: end,

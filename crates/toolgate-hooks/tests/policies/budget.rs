@@ -677,3 +677,38 @@ async fn a_single_item_sent_without_its_array_is_charged_as_the_array_it_becomes
     }
     assert!(ran.lock().unwrap().is_empty(), "{:?}", ran.lock().unwrap());
 }
+
+/// A clock stepped back into the window before (an NTP correction) does not give a caller
+/// that window's allowance afresh: the charge goes on against the window already spent.
+/// A clock set far ahead, then corrected, leaves no budget refused for longer than a
+/// window.
+#[tokio::test]
+async fn a_clock_stepped_back_gives_no_fresh_allowance_and_a_wrong_future_does_not_stick() {
+    // 00:30 of a day: an hourly window.
+    let start = 30 * 60;
+    let seconds = Arc::new(AtomicU64::new(start));
+    let store = InMemoryBudget::default().with_clock(clock_at(seconds.clone()));
+    let pipeline = priced(
+        Budget::builder(10, Window::hour())
+            .tool_cost("search", Cost::Fixed(10))
+            .backend(Arc::new(store))
+            .build(),
+    );
+    let call = || pipeline.invoke("search", json!({}), as_user("ann"));
+    call().await.unwrap();
+    // 01:10: a new window, spent at once.
+    seconds.store(start + 40 * 60, Ordering::SeqCst);
+    call().await.unwrap();
+    // The clock is stepped back to 00:50: the hour before is not whole again.
+    seconds.store(start + 20 * 60, Ordering::SeqCst);
+    let err = call().await.unwrap_err();
+    assert_eq!(err.code(), "budget_exhausted", "{err}");
+
+    // A clock set a year ahead charges a window of then, and is corrected to 02:10.
+    seconds.store(start + 365 * 24 * 3600, Ordering::SeqCst);
+    call().await.unwrap();
+    seconds.store(start + 100 * 60, Ordering::SeqCst);
+    call()
+        .await
+        .expect("the present window's allowance, not the wrong year's");
+}

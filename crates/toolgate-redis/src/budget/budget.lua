@@ -38,7 +38,15 @@ local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local window_end = (math.floor(now / w) + 1) * w
 if stored_end ~= window_end then
-  used = 0
+  if stored_end and stored_end > window_end and stored_end - window_end <= w then
+    -- The server's clock stepped back by less than a window: the window already begun
+    -- is charged, so that going back gives no fresh allowance for the one before.
+    window_end = stored_end
+  else
+    -- A later window, or a stored one further ahead than the next (a clock set far ahead,
+    -- then corrected: it must not keep the budget refused for longer than a window).
+    used = 0
+  end
 end
 if used + cost > limit then
   return {0, used, window_end, window_end - now}
