@@ -975,7 +975,13 @@ async fn each_policy_costs_the_documented_redis_commands_per_call_on_a_cluster()
     // (the only round trip) and what the script did inside.
     let expect = |what: &str, got: &[(String, f64)], want: &[(&str, f64)]| {
         // A script's first use on a primary costs one more EVALSHA (answered NOSCRIPT, then
-        // loaded): allow one such in the run.
+        // loaded): allow one such in the run. So is a command run once in the run only (the
+        // expiry set on a caller's cache count at the first write of its window): left out.
+        let once = 1.0 / CALLS as f64;
+        let got: Vec<_> = got
+            .iter()
+            .filter(|(n, c)| *c > once || want.iter().any(|(m, _)| m == n))
+            .collect();
         let close = got.len() == want.len()
             && got
                 .iter()
@@ -1004,15 +1010,29 @@ async fn each_policy_costs_the_documented_redis_commands_per_call_on_a_cluster()
         ],
     );
     expect(
-        "a cache miss: two reads (the hook's, then again as the leader), one write",
+        "a cache miss: two reads (the hook's, then again as the leader), the caller's count \
+         (one script: GET, INCRBY, PTTL inside), one write",
         &cost[0].1,
-        &[("get", 2.0), ("psetex", 1.0)],
+        &[
+            ("evalsha", 1.0),
+            ("get", 3.0),
+            ("incrby", 1.0),
+            ("psetex", 1.0),
+            ("pttl", 1.0),
+        ],
     );
     expect("a cache hit: one GET", &cost[0].2, &[("get", 1.0)]);
     expect(
-        "a miss with the fill lock: claim, claim again as the leader, fill",
+        "a miss with the fill lock: claim, claim again as the leader, the caller's count, fill",
         &cost[1].1,
-        &[("del", 1.0), ("evalsha", 3.0), ("get", 4.0), ("set", 3.0)],
+        &[
+            ("del", 1.0),
+            ("evalsha", 4.0),
+            ("get", 5.0),
+            ("incrby", 1.0),
+            ("pttl", 1.0),
+            ("set", 3.0),
+        ],
     );
     expect(
         "a hit with the fill lock: one claim script that finds the value",
