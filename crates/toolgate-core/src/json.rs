@@ -23,6 +23,37 @@ use crate::error::{MAX_SHOWN_ID, shown_text};
 /// The longest pointer, in characters, that a message repeats whole.
 const MAX_SHOWN_POINTER: usize = 2 * MAX_SHOWN_ID;
 
+/// The length of `value` as JSON text, in bytes, counted as it would be written without
+/// keeping the text. A value that cannot be written as JSON (a map with keys that are not
+/// strings) counts what was written of it before it failed.
+///
+/// ```
+/// use serde_json::json;
+///
+/// assert_eq!(toolgate_core::json::text_len(&json!({"a": [1, 2]})), 11); // {"a":[1,2]}
+/// assert_eq!(toolgate_core::json::text_len(&"é"), 4);
+/// ```
+pub fn text_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    /// Counts what is written to it.
+    struct Counted(usize);
+
+    impl std::io::Write for Counted {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 = self.0.saturating_add(bytes.len());
+            Ok(bytes.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    let mut counted = Counted(0);
+    // Writing to a counter cannot fail; only the value can.
+    let _ = serde_json::to_writer(&mut counted, value);
+    counted.0
+}
+
 /// Reads `bytes` as one JSON value, refusing an object that names a key twice.
 ///
 /// What reads is exactly what `serde_json::from_slice::<Value>` gives.

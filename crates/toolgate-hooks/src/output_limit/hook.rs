@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 
 use serde_json::{Value, json};
+use toolgate_core::json::text_len;
 use toolgate_core::{Hook, HookResult, ToolInvokeContext, hook};
 
 /// The metadata key of the truncation note.
@@ -85,26 +86,6 @@ impl OutputLimit {
     }
 }
 
-/// Counts the bytes of serialized JSON without keeping them.
-struct ByteCount(usize);
-
-impl std::io::Write for ByteCount {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0 += buf.len();
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// The size of `value` as JSON text.
-fn json_size(value: &Value) -> usize {
-    let mut count = ByteCount(0);
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
-}
-
 /// `text` cut to at most `max` bytes including the marker, on a character boundary.
 fn truncate(text: &str, max: usize) -> String {
     let mut keep = text.len().min(max);
@@ -140,7 +121,7 @@ impl Hook for OutputLimit {
         let Some(output) = ctx.output() else {
             return Ok(());
         };
-        let size = json_size(output);
+        let size = text_len(output);
         if size <= max {
             return Ok(());
         }

@@ -26,6 +26,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use tokio::time::Instant;
 use toolgate_core::error::grouped;
+use toolgate_core::json::text_len;
 use toolgate_core::{ToolError, ToolInvokeContext};
 
 use super::abandoned::cancellable;
@@ -346,7 +347,7 @@ pub(super) async fn list_all<T: Listed>(
                 T::WHAT
             )));
         }
-        bytes = bytes.saturating_add(page.iter().map(json_len).fold(0, usize::saturating_add));
+        bytes = bytes.saturating_add(page.iter().map(text_len).fold(0, usize::saturating_add));
         if bytes > MAX_LISTED_BYTES {
             return Ok(Err(format!(
                 "MCP server `{server}` lists more than {} MiB of {}, more than toolgate takes: it cannot be listed",
@@ -371,26 +372,4 @@ pub(super) async fn list_all<T: Listed>(
         T::WHAT,
         grouped(MAX_LIST_PAGES as u64)
     )))
-}
-
-/// The length of `item` as JSON, counted without being written.
-fn json_len(item: &impl serde::Serialize) -> usize {
-    /// Counts what is written to it.
-    struct Counted(usize);
-
-    impl std::io::Write for Counted {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 = self.0.saturating_add(bytes.len());
-            Ok(bytes.len())
-        }
-
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-
-    let mut counted = Counted(0);
-    // Writing to it cannot fail, nor can an item read as JSON fail to be written as it.
-    let _ = serde_json::to_writer(&mut counted, item);
-    counted.0
 }
