@@ -17,6 +17,17 @@ use toolgate_redis::{RedisConfig, RedisState};
 use common::cluster::Cluster;
 use common::{assert_every_key_expires, config, connect, inspect, namespace, redis_or_skip};
 
+/// Charges `cost` to budget `key` of 10 units an hour, straight on the backend.
+async fn charge_ten_an_hour(budget: &impl BudgetBackend, key: &str, cost: u64) -> BudgetDecision {
+    let request = BudgetRequest {
+        key,
+        cost,
+        limit: 10,
+        window: Window::hour(),
+    };
+    budget.charge(request).await.unwrap()
+}
+
 fn as_user(id: &str) -> InvokeOptions {
     InvokeOptions::new().user(User::new(id))
 }
@@ -226,41 +237,35 @@ async fn a_count_no_replica_writes_never_lifts_the_budget_for_its_window() {
     let state = connect(&url, config(&prefix)).await;
     let budget = state.budget();
     let mut redis = inspect(&url).await;
-    let charge = |key: &'static str, cost: u64| {
-        let budget = budget.clone();
-        async move {
-            let request = BudgetRequest {
-                key,
-                cost,
-                limit: 10,
-                window: Window::hour(),
-            };
-            budget.charge(request).await.unwrap()
-        }
-    };
     for (key, stored) in [("a", "-5"), ("b", "nan"), ("c", "-inf"), ("d", "-1e300")] {
-        assert!(matches!(charge(key, 1).await, BudgetDecision::Charged(_)));
+        assert!(matches!(
+            charge_ten_an_hour(&budget, key, 1).await,
+            BudgetDecision::Charged(_)
+        ));
         let _: () = redis
             .hset(budget.redis_key(key), "used", stored)
             .await
             .unwrap();
-        match charge(key, 10).await {
+        match charge_ten_an_hour(&budget, key, 10).await {
             BudgetDecision::Charged(spent) => assert_eq!(spent.used, 10, "{stored}"),
             refused => panic!("{stored}: {refused:?}"),
         }
-        let refused = charge(key, 1).await;
+        let refused = charge_ten_an_hour(&budget, key, 1).await;
         assert!(
             matches!(refused, BudgetDecision::Refused(s) if s.used == 10),
             "{stored}: {refused:?}"
         );
     }
     for (key, stored) in [("e", "inf"), ("f", "1e300")] {
-        assert!(matches!(charge(key, 1).await, BudgetDecision::Charged(_)));
+        assert!(matches!(
+            charge_ten_an_hour(&budget, key, 1).await,
+            BudgetDecision::Charged(_)
+        ));
         let _: () = redis
             .hset(budget.redis_key(key), "used", stored)
             .await
             .unwrap();
-        let refused = charge(key, 1).await;
+        let refused = charge_ten_an_hour(&budget, key, 1).await;
         assert!(
             matches!(refused, BudgetDecision::Refused(s) if (10..1 << 53).contains(&s.used)),
             "{stored}: {refused:?}"
@@ -387,21 +392,9 @@ async fn a_clock_stepped_back_on_redis_gives_no_fresh_allowance_and_a_wrong_futu
     let state = connect(&url, config(&prefix)).await;
     let budget = state.budget();
     let mut redis = inspect(&url).await;
-    let charge = |key: &'static str, cost: u64| {
-        let budget = budget.clone();
-        async move {
-            let request = BudgetRequest {
-                key,
-                cost,
-                limit: 10,
-                window: Window::hour(),
-            };
-            budget.charge(request).await.unwrap()
-        }
-    };
     let hour = 3_600_000;
     for (key, ahead, refused) in [("next", hour, true), ("far", 24 * hour, false)] {
-        let BudgetDecision::Charged(first) = charge(key, 1).await else {
+        let BudgetDecision::Charged(first) = charge_ten_an_hour(&budget, key, 1).await else {
             panic!("{key}: the first charge");
         };
         // The count as the server would find it had its clock been ahead by `ahead`:
@@ -414,7 +407,7 @@ async fn a_clock_stepped_back_on_redis_gives_no_fresh_allowance_and_a_wrong_futu
             )
             .await
             .unwrap();
-        let decision = charge(key, 1).await;
+        let decision = charge_ten_an_hour(&budget, key, 1).await;
         if refused {
             assert!(
                 matches!(decision, BudgetDecision::Refused(ref s) if s.window_end_ms == end),
