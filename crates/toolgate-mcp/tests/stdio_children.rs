@@ -61,6 +61,46 @@ async fn a_stdio_upstream_gets_a_variable_of_the_hosts_environment_only_when_nam
     assert!(named.contains(env!("CARGO_MANIFEST_DIR")), "{named}");
 }
 
+/// What the host behind a proxy that inspects TLS names its certificates to trust by.
+const TRUST_STORE_PATHS: [&str; 4] = [
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+];
+
+#[tokio::test]
+async fn a_stdio_upstream_gets_the_hosts_paths_of_certificates_to_trust_unnamed() {
+    // Setting a variable of this process's own environment is `unsafe`: the test runs
+    // again, alone, in a process of its own started with them set.
+    let marked = "TOOLGATE_TEST_TRUST_STORE_PATHS";
+    let path = |name: &str| format!("/etc/trusted/{name}");
+    if std::env::var_os(marked).is_none() {
+        let this = std::env::current_exe().expect("the test binary");
+        let again = std::process::Command::new(this)
+            .args([
+                "--exact",
+                "a_stdio_upstream_gets_the_hosts_paths_of_certificates_to_trust_unnamed",
+            ])
+            .env(marked, "1")
+            .envs(TRUST_STORE_PATHS.map(|name| (name, path(name))))
+            .output()
+            .expect("the test runs again");
+        let said = String::from_utf8_lossy(&again.stdout);
+        assert!(again.status.success(), "{said}");
+        assert!(said.contains("1 passed"), "{said}");
+        return;
+    }
+    let wayward = UpstreamConfig::stdio("wayward", "python3", [WAYWARD, "serve"]);
+    let plain = environment_of(wayward).await;
+    for name in TRUST_STORE_PATHS {
+        assert!(
+            plain.contains(&path(name)),
+            "{name} was not passed: {plain}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_name_to_pass_on_that_cannot_be_a_variables_is_refused() {
     let config = UpstreamConfig::stdio("wayward", "python3", [WAYWARD, "serve"])
@@ -174,4 +214,53 @@ async fn what_a_launcher_started_ends_when_the_launched_server_exits() {
     // The upstream is still held: the connection that ended is closed, not dropped.
     ends(launched, "the launcher's child ends with the connection").await;
     let _ = std::fs::remove_file(&pid_file);
+}
+
+#[tokio::test]
+async fn what_a_launcher_started_is_signalled_while_the_exited_launcher_still_holds_the_groups_id()
+{
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    // A process the launcher starts notes, when asked to stop, the state of the launcher
+    // (the group's leader, by then exited): a zombie keeps the group's id the group's; a
+    // leader already reaped has freed it for any new group to take.
+    let ready = pid_file("zombie-ready");
+    let noted = pid_file("zombie-noted");
+    let script = format!(
+        r#"leader=$$
+( trap 'state=$(sed "s/.*) //" /proc/$leader/stat 2>/dev/null | cut -c1); echo "${{state:-reaped}}" > "{noted}"; exit 0' TERM
+  echo ready > "{ready}"; sleep 1000 & wait ) > /dev/null 2>&1 &
+exec python3 '{WAYWARD}' dies-after-init"#,
+        noted = noted.display(),
+        ready = ready.display(),
+    );
+    let config = UpstreamConfig::stdio("launched", "sh", ["-c", script.as_str()]).discover(false);
+    let (_upstream, pipeline) = pipeline(config).await;
+    within(10, "the launcher's child is ready", async {
+        while !ready.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+
+    let died = within(
+        30,
+        "a call",
+        pipeline.invoke("echo", json!({}), InvokeOptions::new()),
+    )
+    .await;
+    assert!(died.is_err(), "the server exits at its first call");
+    let state = within(10, "the launcher's child is asked to stop", async {
+        loop {
+            match std::fs::read_to_string(&noted) {
+                Ok(state) if state.ends_with('\n') => break state,
+                _ => tokio::time::sleep(Duration::from_millis(20)).await,
+            }
+        }
+    })
+    .await;
+    assert_eq!(state.trim(), "Z", "the leader when its group was signalled");
+    let _ = std::fs::remove_file(&ready);
+    let _ = std::fs::remove_file(&noted);
 }

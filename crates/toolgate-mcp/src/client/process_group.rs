@@ -10,10 +10,20 @@
 //! directly. The host's own shutdown ends it instead: closing or dropping the
 //! connection ends the group.
 //!
-//! Once the group is killed it is forgotten, and nothing signals it again: a group id is
-//! a process id, which the system may give to another process once the group is empty.
-//! Off Unix there are no process groups, and this does nothing.
+//! A group id is its leader's process id, which the system gives to another process
+//! once that id is free: once the leader was reaped and nothing else is left in its
+//! group. A signal sent to a freed id may reach a stranger's group. So the leader is
+//! reaped last: on Linux, its exit is awaited without reaping it (`waitid` with
+//! `WNOWAIT`), and while it is an unreaped zombie its id can be nobody else's (POSIX,
+//! "Process ID Reuse": a process group id is not reused until the group's lifetime
+//! ends, and the zombie leader is still in it). The group is signalled in that time,
+//! its live members are looked for in `/proc` (a signal of 0 would find the zombie),
+//! and the group is forgotten before the leader is reaped. Elsewhere the leader's exit
+//! can only be awaited by reaping it; the group is then signalled at once, while its
+//! other members (if any) still hold its id, and is probed until it is empty.
+//! Off Unix there are no process groups, and only the program itself is ended.
 
+use std::io;
 #[cfg(unix)]
 use std::time::Duration;
 
@@ -24,6 +34,10 @@ use tokio::time::Instant;
 /// given the rest of the grace to exit.
 #[cfg(unix)]
 const POLL: Duration = Duration::from_millis(50);
+
+/// How often an exited leader is looked for, without reaping it.
+#[cfg(target_os = "linux")]
+const LEADER_POLL: Duration = Duration::from_millis(10);
 
 /// The process group of one started program: killed when dropped, unless it was ended.
 #[derive(Debug)]
@@ -43,6 +57,9 @@ pub(crate) fn lead_own_group(command: &mut Command) {
 
 impl ProcessGroup {
     /// The group `child`, started by a command made with [`lead_own_group`], leads.
+    ///
+    /// `child` must not be waited for elsewhere: [`ProcessGroup::end`] reaps it, once the
+    /// group was signalled.
     pub(crate) fn of(child: &Child) -> Self {
         #[cfg(unix)]
         {
@@ -59,30 +76,81 @@ impl ProcessGroup {
         }
     }
 
-    /// Ends what is left of the group once its leader exited: asks it to stop
-    /// (`SIGTERM`), waits until `deadline` for it to be gone, then kills it.
-    pub(crate) async fn end(&mut self, deadline: Instant) {
-        #[cfg(unix)]
-        {
-            use nix::sys::signal::{Signal, killpg};
+    /// Waits until `deadline` for `leader`, the group's leader, to exit, then ends what
+    /// is left of the group: asks it to stop (`SIGTERM`), waits until `deadline` for it
+    /// to be gone, then kills it. A leader still running at `deadline` is killed with its
+    /// group. The leader is reaped last.
+    ///
+    /// # Errors
+    ///
+    /// When the leader could not be waited for or killed.
+    pub(crate) async fn end(&mut self, leader: &mut Child, deadline: Instant) -> io::Result<()> {
+        match tokio::time::timeout_at(deadline, self.leader_exit(leader)).await {
+            Ok(Ok(())) => {
+                #[cfg(unix)]
+                self.stop(deadline).await;
+                leader.wait().await.map(drop)
+            }
+            Ok(Err(error)) => {
+                // Whether the group's id is still its own is not known: it is not signalled.
+                self.forget();
+                Err(error)
+            }
+            Err(_) => {
+                self.kill();
+                leader.kill().await
+            }
+        }
+    }
 
-            let Some(id) = self.id else { return };
-            if killpg(id, Signal::SIGTERM).is_err() {
-                // Nothing left in it (`ESRCH`): nothing more to signal, ever.
+    /// Waits for the group's leader to exit. On Linux it is left unreaped, its id still
+    /// the group's; elsewhere it is reaped.
+    ///
+    /// # Errors
+    ///
+    /// When the leader cannot be waited for; on Linux, when it was reaped elsewhere.
+    async fn leader_exit(&mut self, leader: &mut Child) -> io::Result<()> {
+        #[cfg(target_os = "linux")]
+        if let Some(id) = self.id {
+            use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+
+            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+            while waitid(Id::Pid(id), flags)? == WaitStatus::StillAlive {
+                tokio::time::sleep(LEADER_POLL).await;
+            }
+            return Ok(());
+        }
+        leader.wait().await.map(drop)
+    }
+
+    /// Asks what is left of the group to stop, waits until `deadline` for it to be gone,
+    /// then kills it; forgets the group either way.
+    #[cfg(unix)]
+    async fn stop(&mut self, deadline: Instant) {
+        use nix::sys::signal::{Signal, killpg};
+
+        let Some(id) = self.id else { return };
+        if killpg(id, Signal::SIGTERM).is_err() {
+            // Nothing left in it (`ESRCH`): nothing more to signal, ever.
+            self.id = None;
+            return;
+        }
+        while Instant::now() < deadline {
+            tokio::time::sleep(POLL.min(deadline - Instant::now())).await;
+            if !has_live_members(id) {
                 self.id = None;
                 return;
             }
-            while Instant::now() < deadline {
-                tokio::time::sleep(POLL.min(deadline - Instant::now())).await;
-                if killpg(id, None).is_err() {
-                    self.id = None;
-                    return;
-                }
-            }
         }
-        #[cfg(not(unix))]
-        let _ = deadline;
         self.kill();
+    }
+
+    /// Forgets the group: nothing signals it any more.
+    fn forget(&mut self) {
+        #[cfg(unix)]
+        {
+            self.id = None;
+        }
     }
 
     /// Kills every process of the group (`SIGKILL`), and forgets it.
@@ -97,5 +165,59 @@ impl ProcessGroup {
 impl Drop for ProcessGroup {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Whether a process of group `id` is still running: zombies, its exited leader among
+/// them, are not (they cannot be signalled out of the way, and a stray one whose parent
+/// does not reap it would otherwise hold the grace open). Without a readable `/proc`,
+/// the group is taken to be running, and killed once the grace is over.
+#[cfg(target_os = "linux")]
+fn has_live_members(id: nix::unistd::Pid) -> bool {
+    let Ok(processes) = std::fs::read_dir("/proc") else {
+        return true;
+    };
+    processes.flatten().any(|process| {
+        let is_pid = process
+            .file_name()
+            .to_str()
+            .is_some_and(|name| !name.is_empty() && name.bytes().all(|byte| byte.is_ascii_digit()));
+        is_pid
+            && std::fs::read_to_string(process.path().join("stat"))
+                .is_ok_and(|stat| runs_in_group(&stat, id.as_raw()))
+    })
+}
+
+/// Whether the process whose `/proc/<pid>/stat` is `stat` is in group `id` and not a
+/// zombie. The fields after the command's name (in parentheses, and which may hold
+/// anything) are its state, its parent's id and its group's id.
+#[cfg(target_os = "linux")]
+fn runs_in_group(stat: &str, id: i32) -> bool {
+    let Some((_, fields)) = stat.rsplit_once(") ") else {
+        return false;
+    };
+    let mut fields = fields.split_ascii_whitespace();
+    let state = fields.next();
+    let group = fields.nth(1).and_then(|group| group.parse::<i32>().ok());
+    group == Some(id) && state != Some("Z") && state != Some("X")
+}
+
+/// Whether a process of group `id` is still there: a leader already reaped is not.
+#[cfg(all(unix, not(target_os = "linux")))]
+fn has_live_members(id: nix::unistd::Pid) -> bool {
+    nix::sys::signal::killpg(id, None).is_ok()
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::runs_in_group;
+
+    #[test]
+    fn a_process_runs_in_the_group_its_stat_names_unless_it_is_a_zombie() {
+        let stat = "4242 (a (strange) name) S 1 4200 4200 0 -1 4194560";
+        assert!(runs_in_group(stat, 4200));
+        assert!(!runs_in_group(stat, 4242));
+        assert!(!runs_in_group(&stat.replace(") S ", ") Z "), 4200));
+        assert!(!runs_in_group("garbage", 4200));
     }
 }

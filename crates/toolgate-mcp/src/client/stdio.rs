@@ -64,7 +64,8 @@ impl Oversized {
 /// A started stdio upstream, as an rmcp transport.
 pub(crate) struct StdioUpstream {
     /// Before `child`, so dropped first: the group is killed before the child is handed
-    /// to tokio to kill and reap, after which its id may no longer be the group's.
+    /// to tokio to kill and reap, after which its id may no longer be the group's. For
+    /// the same reason `child` is waited for by the group alone ([`ProcessGroup::end`]).
     group: ProcessGroup,
     child: Child,
     generation: u64,
@@ -155,16 +156,7 @@ impl Transport<RoleClient> for StdioUpstream {
         }
         self.transport.close().await?;
         let deadline = tokio::time::Instant::now() + EXIT_GRACE;
-        if tokio::time::timeout_at(deadline, self.child.wait())
-            .await
-            .is_ok()
-        {
-            self.group.end(deadline).await;
-        } else {
-            self.group.kill();
-            self.child.kill().await?;
-        }
-        Ok(())
+        self.group.end(&mut self.child, deadline).await
     }
 }
 

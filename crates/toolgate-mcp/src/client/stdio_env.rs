@@ -15,22 +15,43 @@ use tokio::process::Command;
 use super::UpstreamConfig;
 
 /// The variables of the host's environment every stdio upstream's program gets, when
-/// set: what finding programs, the user's home and files, the language, the time zone
-/// and the place for temporary files need. Anything else is passed on only when named by
-/// [`UpstreamConfig::inherit_env`].
+/// set: what finding programs, the user's home and files, the language, the time zone,
+/// the place for temporary files and the certificates to trust need. Anything else is
+/// passed on only when named by [`UpstreamConfig::inherit_env`].
+///
+/// The certificates to trust are named by paths, not secrets: `SSL_CERT_FILE` and
+/// `SSL_CERT_DIR` (OpenSSL's, which Python's `ssl`, Ruby, curl, Go and Rust's
+/// `rustls-native-certs` read too), `NODE_EXTRA_CA_CERTS` (Node's own: it trusts its
+/// bundled list and that) and `REQUESTS_CA_BUNDLE` (Python `requests`' own: it trusts
+/// `certifi`'s list otherwise). Behind a proxy that inspects TLS, a server cannot reach
+/// its own API without them. The proxy variables (`HTTPS_PROXY`…) are not passed: their
+/// URLs may carry the proxy's password.
 ///
 /// ```
 /// assert!(toolgate_mcp::STDIO_PASSED_ENV.contains(&"PATH"));
 /// ```
 #[cfg(not(windows))]
 pub const STDIO_PASSED_ENV: &[&str] = &[
-    "PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "TZ",
+    "TMPDIR",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
 ];
 
 /// The variables of the host's environment every stdio upstream's program gets, when
 /// set: what finding programs, the user's profile, the system's own directories (without
-/// which many Windows programs cannot start) and the place for temporary files need.
-/// Anything else is passed on only when named by [`UpstreamConfig::inherit_env`].
+/// which many Windows programs cannot start), the place for temporary files and the
+/// certificates to trust (as on other systems) need. Anything else is passed on only
+/// when named by [`UpstreamConfig::inherit_env`].
 #[cfg(windows)]
 pub const STDIO_PASSED_ENV: &[&str] = &[
     "PATH",
@@ -48,6 +69,10 @@ pub const STDIO_PASSED_ENV: &[&str] = &[
     "PROGRAMDATA",
     "TEMP",
     "TMP",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
 ];
 
 /// Whether `name` can be an environment variable's name that toolgate passes on: ASCII
