@@ -262,11 +262,14 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
                 &file.logging.level,
                 telemetry.as_ref().map(Telemetry::tracer),
             );
-            let served = serve(ServeOptions {
-                config,
-                listen,
-                extensions,
-            })
+            let served = serve(
+                file,
+                ServeOptions {
+                    config,
+                    listen,
+                    extensions,
+                },
+            )
             .await
             .map_err(|e| e.to_string());
             if let Some(telemetry) = telemetry {

@@ -13,7 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::Extensions;
-use crate::config::load_file;
+use crate::config::{Config, load_file};
 use crate::connections::{self, ConnectionLimits, Phase};
 use crate::console::counters::FLUSH_EVERY;
 use crate::drain::{Drain, ExplainCut};
@@ -22,10 +22,11 @@ use crate::http::{AppState, router};
 use crate::process::Process;
 use crate::prometheus::{self, Upkeep};
 
-/// What `serve` needs besides the file.
+/// What `serve` needs besides the configuration.
 #[derive(Clone, Debug)]
 pub struct ServeOptions {
-    /// The configuration file (read again on SIGHUP).
+    /// The file the configuration was read from: named in errors, and read again on
+    /// SIGHUP.
     pub config: PathBuf,
     /// Overrides `server.listen`.
     pub listen: Option<SocketAddr>,
@@ -56,7 +57,14 @@ impl From<crate::config::ConfigError> for ServeError {
     }
 }
 
-/// Runs the gateway until SIGTERM or SIGINT, then drains and exits.
+/// Runs the gateway of `config`, read from the file `options.config`, until SIGTERM or
+/// SIGINT, then drains and exits.
+///
+/// The file is not read again before a SIGHUP: the caller reads it once, and starts its
+/// logging and telemetry exporter from the same `config`, so that a file rewritten
+/// during the start (a deploy) cannot give the process its telemetry from one version
+/// and the rest from another — and a file that can be read only once (a pipe, such as
+/// `<(envsubst < gateway.yaml)`) can be served.
 ///
 /// The drain, in order:
 ///
@@ -85,8 +93,7 @@ impl From<crate::config::ConfigError> for ServeError {
 /// [`ServeError`] when the configuration cannot be used at start or the address cannot be
 /// bound. Errors in a configuration read on SIGHUP are logged and the old configuration is
 /// kept.
-pub async fn serve(options: ServeOptions) -> Result<(), ServeError> {
-    let config = load_file(&options.config)?;
+pub async fn serve(config: Config, options: ServeOptions) -> Result<(), ServeError> {
     // What `check` finds on the file system stops the start too: statistics that could
     // never be saved would otherwise be lost at the first shutdown, said only then.
     config

@@ -744,6 +744,26 @@ async fn signals_sent_as_soon_as_the_gateway_announces_itself_are_handled() {
     );
 }
 
+#[tokio::test]
+async fn serve_starts_from_one_read_of_its_file_so_a_pipe_can_be_served() {
+    // A pipe gives its text once: a second read at start (once for the telemetry, once
+    // for the rest) would find it empty. So would a file rewritten between two reads
+    // give its halves of two versions.
+    let config = format!(
+        "tools:\n  builtin: [calculator]\nusers:\n{}",
+        user_yaml("alice", &["admin"])
+    );
+    let gateway = Gateway::start_piped(&config);
+    let answer = invoke(
+        &gateway,
+        "alice",
+        "calculator",
+        json!({"expression": "6*7"}),
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+}
+
 /// The calls of `tool` a statistics file counts (0 while it does not exist yet).
 fn counted_calls(path: &Path, tool: &str) -> u64 {
     std::fs::read(path)

@@ -93,11 +93,21 @@ impl Gateway {
         Gateway::spawn(path, &[])
     }
 
+    /// Serves `yaml` written on a pipe, which can be read once (`--config /dev/stdin`).
+    pub fn start_piped(yaml: &str) -> Gateway {
+        Gateway::spawn_with(Path::new("/dev/stdin"), &[], "127.0.0.1:0", Some(yaml))
+    }
+
     fn spawn(path: &Path, env: &[(&str, &str)]) -> Gateway {
         Gateway::spawn_on(path, env, "127.0.0.1:0")
     }
 
     fn spawn_on(path: &Path, env: &[(&str, &str)], listen: &str) -> Gateway {
+        Gateway::spawn_with(path, env, listen, None)
+    }
+
+    /// Starts the binary; `input`, when given, is written on its stdin, then closed.
+    fn spawn_with(path: &Path, env: &[(&str, &str)], listen: &str, input: Option<&str>) -> Gateway {
         let mut child = Command::new(BIN)
             .args(["serve", "--config"])
             .arg(path)
@@ -106,11 +116,19 @@ impl Gateway {
             .env_remove("TOOLGATE_CONFIG")
             .env_remove("ALICE_KEY_SHA256")
             .envs(env.iter().copied())
-            .stdin(Stdio::null())
+            .stdin(if input.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("starting the toolgate binary");
+        if let (Some(input), Some(mut stdin)) = (input, child.stdin.take()) {
+            use std::io::Write;
+            stdin.write_all(input.as_bytes()).expect("writing stdin");
+        }
         let stderr = Arc::new(Mutex::new(String::new()));
         let stderr_reader = collect(child.stderr.take().expect("piped stderr"), stderr.clone());
         let (lines_tx, lines) = mpsc::channel();
