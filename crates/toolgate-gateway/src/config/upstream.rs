@@ -42,6 +42,12 @@ pub struct UpstreamEntry {
     /// How long connecting may take (default 10 s).
     #[serde(default, with = "values::opt_duration")]
     pub connect_timeout: Option<Duration>,
+    /// The most requests in flight to an HTTP upstream at once, hence the most
+    /// connections used for them (default
+    /// [`DEFAULT_MAX_CONNECTIONS`](toolgate_mcp::DEFAULT_MAX_CONNECTIONS), 256); a call
+    /// past it waits, until its deadline at most
+    /// ([`UpstreamConfig::max_connections`]).
+    pub max_connections: Option<usize>,
     /// Check arguments against each imported tool's input schema before the call leaves
     /// (default true).
     #[serde(default = "policies::yes")]
@@ -62,9 +68,27 @@ impl UpstreamEntry {
     /// # Errors
     ///
     /// [`ConfigError`] when a name under `inherit_env` or `env`, or a `command`'s
-    /// `credential_env`, cannot be a variable's, or `inherit_env` is set for an HTTP
-    /// server.
+    /// `credential_env`, cannot be a variable's, `inherit_env` is set for an HTTP
+    /// server, or `max_connections` is 0 or set for a stdio one.
     pub(crate) fn check(&self, index: usize) -> Result<(), ConfigError> {
+        match self.max_connections {
+            Some(0) => {
+                return Err(ConfigError::invalid(
+                    format!("upstreams[{index}].max_connections"),
+                    format!(
+                        "0 would let no request reach the server: set at least 1, or leave it out for the default ({})",
+                        toolgate_mcp::DEFAULT_MAX_CONNECTIONS
+                    ),
+                ));
+            }
+            Some(_) if self.command.is_some() => {
+                return Err(ConfigError::invalid(
+                    format!("upstreams[{index}].max_connections"),
+                    "a program started over stdio (`command`) is spoken to on one pipe: remove `max_connections`, which bounds an HTTP server's connections",
+                ));
+            }
+            _ => {}
+        }
         if self.url.is_some() && !self.inherit_env.is_empty() {
             return Err(ConfigError::invalid(
                 format!("upstreams[{index}].inherit_env"),
@@ -143,6 +167,9 @@ impl UpstreamEntry {
         if let Some(timeout) = self.connect_timeout {
             config = config.connect_timeout(timeout);
         }
+        if let Some(max) = self.max_connections {
+            config = config.max_connections(max);
+        }
         Ok(config
             .validate_arguments(self.validate_arguments)
             .discover(self.discover))
@@ -155,6 +182,45 @@ mod tests {
 
     fn refused(yaml: &str) -> ConfigError {
         parse(yaml).expect_err("refused")
+    }
+
+    #[test]
+    fn max_connections_is_given_to_an_http_upstream() {
+        let config = parse(
+            "upstreams:\n  - { name: crm, url: \"http://127.0.0.1:1/mcp\", max_connections: 8 }\n",
+        )
+        .unwrap();
+        assert_eq!(
+            config.upstreams[0]
+                .upstream_config(0)
+                .unwrap()
+                .max_connections,
+            8
+        );
+        let config =
+            parse("upstreams:\n  - { name: crm, url: \"http://127.0.0.1:1/mcp\" }\n").unwrap();
+        assert_eq!(
+            config.upstreams[0]
+                .upstream_config(0)
+                .unwrap()
+                .max_connections,
+            toolgate_mcp::DEFAULT_MAX_CONNECTIONS
+        );
+    }
+
+    #[test]
+    fn max_connections_of_0_or_for_a_stdio_program_is_refused_in_plain_words() {
+        let error = refused(
+            "upstreams:\n  - { name: crm, url: \"http://127.0.0.1:1/mcp\", max_connections: 0 }\n",
+        );
+        assert_eq!(error.field(), "upstreams[0].max_connections", "{error}");
+        let text = error.to_string();
+        assert!(
+            text.contains("0 would let no request reach the server") && text.contains("at least 1"),
+            "{text}"
+        );
+        let error = refused("upstreams:\n  - { name: gh, command: npx, max_connections: 4 }\n");
+        assert_eq!(error.field(), "upstreams[0].max_connections", "{error}");
     }
 
     #[test]

@@ -107,6 +107,14 @@ impl Backoff {
     }
 }
 
+/// The most requests in flight to one HTTP upstream at once, by default
+/// ([`UpstreamConfig::max_connections`]): four times the busiest load toolgate is measured
+/// at (64 connections, docs/performance.md), so such a load never waits, and eight times
+/// the idle connections kept per host, while a flood of thousands of callers holds at
+/// most 256 descriptors per upstream — a quarter of the usual 1,024 a process may open
+/// before it raises its limit.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 256;
+
 /// One upstream MCP server whose tools are imported.
 ///
 /// # Examples
@@ -147,6 +155,9 @@ pub struct UpstreamConfig {
     pub connect_timeout: Duration,
     /// Backoff between connection attempts.
     pub backoff: Backoff,
+    /// The most requests in flight to the upstream at once, hence the most connections
+    /// open to it for them (HTTP upstreams; see [`max_connections`](Self::max_connections)).
+    pub max_connections: usize,
     /// Whether arguments are checked against each imported tool's input schema before
     /// the call leaves (on by default): a wrong argument is the caller's `invalid_input`
     /// naming the field, not the upstream's failure.
@@ -176,6 +187,7 @@ impl UpstreamConfig {
             call_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             backoff: Backoff::default(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
             validate_arguments: true,
             discover: true,
             per_caller: None,
@@ -305,6 +317,35 @@ impl UpstreamConfig {
     #[must_use]
     pub fn connect_timeout(mut self, timeout: Duration) -> Self {
         self.connect_timeout = timeout;
+        self
+    }
+
+    /// Sets the most requests in flight to an HTTP upstream at once, all of its
+    /// connections together — the shared one and each caller's own (default
+    /// [`DEFAULT_MAX_CONNECTIONS`]). Over HTTP/1 each request in flight holds a TCP
+    /// connection until its answer's stream is read, so this bounds the connections the
+    /// upstream is sent requests on, as Envoy's per-cluster `max_requests` /
+    /// `max_connections` do. A request past the bound waits for one to end, never past
+    /// its call's deadline: a call still waiting then fails with 503 `upstream_busy`,
+    /// which names the bound and tells the caller to try again.
+    ///
+    /// Counted: every request POSTed to the upstream (calls, lists, reads, `initialize`).
+    /// Not counted: notifications and answers to the upstream's own requests (answered at
+    /// once; an answer a call waits for must never wait behind it), and the long-lived
+    /// streams (GET), which are bounded with the sessions. A stdio upstream has one pipe,
+    /// and no such bound.
+    ///
+    /// 0 is refused by [`Upstream::connect`](crate::Upstream::connect).
+    ///
+    /// ```
+    /// use toolgate_mcp::UpstreamConfig;
+    ///
+    /// let search = UpstreamConfig::http("search", "http://127.0.0.1:9000/mcp").max_connections(64);
+    /// assert_eq!(search.max_connections, 64);
+    /// ```
+    #[must_use]
+    pub fn max_connections(mut self, max: usize) -> Self {
+        self.max_connections = max;
         self
     }
 

@@ -55,6 +55,7 @@ use tokio::sync::mpsc;
 
 use super::frames::Inbound;
 use super::http_pool::{self, Plain};
+use super::places::Place;
 use super::post::{self, PostError};
 use super::relay::{Dropped, RouteTicket};
 use super::request_streams::{SseStream, capped_retry};
@@ -175,11 +176,13 @@ impl Direct {
 
     /// Sends `call`, its route (`ticket`) registered as it goes, and reads the upstream's
     /// answer; `None` when the upstream did not take it (the session expired), and it is
-    /// to go through rmcp.
+    /// to go through rmcp. `place`, the call's among the upstream's requests in flight,
+    /// is held until the answer's stream is done with (drained, or dropped).
     pub(crate) async fn send(
         &self,
         call: Prepared,
         ticket: RouteTicket,
+        place: Place,
     ) -> Option<Result<ServerResult, ServiceError>> {
         let Prepared {
             id,
@@ -229,7 +232,7 @@ impl Direct {
                 )));
             }
         };
-        Some(self.read_stream(&id, &posted, stream).await)
+        Some(self.read_stream(&id, &posted, stream, place).await)
     }
 
     /// Reads the call's SSE stream until its answer, resuming it from the last event id
@@ -239,6 +242,7 @@ impl Direct {
         id: &RequestId,
         posted: &Posted,
         mut stream: futures::stream::BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>,
+        place: Place,
     ) -> Result<ServerResult, ServiceError> {
         let mut last_event_id: Option<String> = None;
         let mut server_retry: Option<Duration> = None;
@@ -262,7 +266,7 @@ impl Direct {
                     };
                     resumes = 0;
                     if let Some(answer) = self.take(id, message).await {
-                        finish(stream);
+                        finish(stream, place);
                         return answer;
                     }
                     continue;
@@ -357,8 +361,9 @@ const DRAIN: Duration = Duration::from_millis(50);
 /// goes back to the pool instead of being closed: what has already come is read now (an
 /// upstream usually ends the stream right after the answer), the rest, if any, by a task
 /// of its own for at most [`DRAIN`], so the answer does not wait for it. What the stream
-/// still carries is dropped, as rmcp drops it.
-fn finish(mut stream: SseStream) {
+/// still carries is dropped, as rmcp drops it. The call's `place` goes with the stream:
+/// its connection is in use until then.
+fn finish(mut stream: SseStream, place: Place) {
     loop {
         match stream.next().now_or_never() {
             Some(Some(_)) => continue,
@@ -368,6 +373,7 @@ fn finish(mut stream: SseStream) {
     }
     tokio::spawn(async move {
         let _ = tokio::time::timeout(DRAIN, async { while stream.next().await.is_some() {} }).await;
+        drop(place);
     });
 }
 

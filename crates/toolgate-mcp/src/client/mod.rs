@@ -10,6 +10,7 @@ mod input;
 mod link;
 mod message;
 pub mod per_caller;
+mod places;
 mod post;
 mod process_group;
 mod relay;
@@ -32,12 +33,13 @@ use toolgate_core::error::RegistryError;
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::tool::{ErasedTool, ToolAnnotations, ToolDefinition, ToolSource};
 
-pub use config::{Backoff, UpstreamConfig, UpstreamTransport};
+pub use config::{Backoff, DEFAULT_MAX_CONNECTIONS, UpstreamConfig, UpstreamTransport};
 pub use features::{
     ImportedPrompt, ImportedResources, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG,
     TASKS_PREFIX, TASKS_TAG, is_tool,
 };
 pub use per_caller::{CallerAccessToken, CallerCredentials, PerCaller, StaticCallerCredentials};
+pub use places::UPSTREAM_WAITS;
 pub use relay::UNATTRIBUTED;
 pub use secrets::{MIN_GUESSED_SECRET_LEN, is_credential_name};
 pub use stdio_env::{STDIO_PASSED_ENV, is_env_name};
@@ -92,7 +94,8 @@ impl Upstream {
     /// [`McpError::MissingCredential`] when the credential's variable is not set;
     /// [`McpError::Connect`] / [`McpError::Discovery`] when the upstream cannot be
     /// reached or listed and no tools are declared; [`McpError::Config`] for an empty
-    /// name, for per-caller credentials on a stdio server, or for a name in
+    /// name, a [`max_connections`](UpstreamConfig::max_connections) of 0, for per-caller
+    /// credentials on a stdio server, or for a name in
     /// [`inherit_env`](UpstreamConfig::inherit_env) or [`env`](UpstreamConfig::env), or
     /// a stdio server's [`credential_env`](UpstreamConfig::credential_env), that cannot be
     /// a variable's.
@@ -107,6 +110,12 @@ impl Upstream {
         {
             return Err(McpError::Config(format!(
                 "MCP server `{}` is a program started over stdio: it cannot be called as each caller (that needs an HTTP server); remove the per-caller credentials or use its HTTP endpoint",
+                config.name
+            )));
+        }
+        if config.max_connections == 0 {
+            return Err(McpError::Config(format!(
+                "MCP server `{}`: `max_connections` is 0, which would let no request reach it; set at least 1 (default {DEFAULT_MAX_CONNECTIONS})",
                 config.name
             )));
         }

@@ -34,6 +34,7 @@ use rmcp::transport::streamable_http_client::{
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::places::{Place, Places, Reserved};
 use super::post::Target;
 use super::relay::{Dropped, RouteTicket, Routes};
 use super::request_streams::{Owner, RequestStream, Resumable, SseStream};
@@ -59,17 +60,22 @@ pub(crate) struct StreamTagging {
     /// what it was told on it — the resource subscriptions among it — even if rmcp goes on
     /// in a session it sets up again.
     forgotten: CancellationToken,
+    /// The upstream's bound on requests in flight: every request POSTed holds a place
+    /// until its response is done with ([`places`](super::places)).
+    places: Arc<Places>,
 }
 
 impl StreamTagging {
     /// Over `inner`, the pooled client every HTTP upstream shares
     /// ([`http_pool::shared`](super::http_pool::shared)); one per connection, since its
     /// [`Wire`] is the connection's, whose calls are `routes`. `forgotten` is cancelled
-    /// once the upstream answers that it does not know the connection's session.
+    /// once the upstream answers that it does not know the connection's session. Its
+    /// requests take their places among the upstream's in `places`.
     pub(crate) fn over(
         inner: reqwest::Client,
         routes: Arc<Routes>,
         forgotten: CancellationToken,
+        places: Arc<Places>,
     ) -> Self {
         StreamTagging {
             inner,
@@ -77,6 +83,7 @@ impl StreamTagging {
             routes,
             resumable: Arc::default(),
             forgotten,
+            places,
         }
     }
 
@@ -230,12 +237,24 @@ impl StreamableHttpClient for StreamTagging {
         custom_headers: HashMap<HeaderName, HeaderValue>,
         limits: StreamableHttpResponseLimits,
     ) -> Result<StreamableHttpPostResponse, StreamableHttpError<Self::Error>> {
-        let (origin, ticket) = match &mut message {
-            JsonRpcMessage::Request(request) => (
-                Some(request.id.clone()),
-                request.request.extensions_mut().remove::<RouteTicket>(),
-            ),
-            _ => (None, None),
+        let (origin, ticket, reserved) = match &mut message {
+            JsonRpcMessage::Request(request) => {
+                let extensions = request.request.extensions_mut();
+                (
+                    Some(request.id.clone()),
+                    extensions.remove::<RouteTicket>(),
+                    extensions.remove::<Reserved>(),
+                )
+            }
+            _ => (None, None, None),
+        };
+        // A request holds a place until its response is done with; a notification or an
+        // answer to the upstream's request takes none (see `places`). Waiting here ends
+        // when rmcp drops the POST: its caller gave up.
+        let place = match (&origin, reserved.and_then(|r| r.take())) {
+            (Some(_), Some(place)) => Some(place),
+            (Some(_), None) => self.places.take(None).await.ok(),
+            (None, _) => None,
         };
         self.wire.keep(
             &uri,
@@ -260,7 +279,7 @@ impl StreamableHttpClient for StreamTagging {
         Ok(match (response?, origin) {
             (StreamableHttpPostResponse::Sse(stream, session), Some(id)) => {
                 let stream = self.held(stream, Owner::Request(id.clone()), ticket, None);
-                StreamableHttpPostResponse::Sse(tagged(stream, Some(id)), session)
+                StreamableHttpPostResponse::Sse(holding(tagged(stream, Some(id)), place), session)
             }
             (StreamableHttpPostResponse::Sse(stream, session), None) => {
                 StreamableHttpPostResponse::Sse(tagged(stream, None), session)
@@ -427,6 +446,20 @@ impl StreamTagging {
     }
 }
 
+/// `stream`, holding `place` until it is dropped: its HTTP connection is in use until
+/// then.
+pub(crate) fn holding(stream: SseStream, place: Option<Place>) -> SseStream {
+    match place {
+        None => stream,
+        Some(place) => stream
+            .map(move |event| {
+                let _held = &place;
+                event
+            })
+            .boxed(),
+    }
+}
+
 /// Whether `error`, the failure of a GET of a session, is the upstream saying that it
 /// does not know the session (HTTP 404).
 fn session_unknown(error: &StreamableHttpError<reqwest::Error>) -> bool {
@@ -514,6 +547,17 @@ mod tests {
         let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
                               "params": {"progressToken": 1, "progress": 1, "message": "notifications/message"}});
         assert_eq!(tagged_as(progress.clone(), Some(7)), progress);
+    }
+
+    #[tokio::test]
+    async fn a_request_holds_its_place_until_its_response_stream_is_dropped() {
+        let places = Places::new("crm", 1);
+        let place = places.take(None).await.expect("a place");
+        let stream = holding(futures::stream::pending().boxed(), Some(place));
+        // The headers are in, the body is not: the connection is still the request's.
+        assert_eq!(places.free(), 0);
+        drop(stream);
+        assert_eq!(places.free(), 1);
     }
 
     #[test]

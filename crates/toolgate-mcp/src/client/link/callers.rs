@@ -36,6 +36,8 @@ impl Link {
                     .link(ctx, |config, credential| {
                         let mut link = Link::for_caller(config, credential);
                         link.tasks_tool = Arc::clone(&self.tasks_tool);
+                        // Another session, the same host: one bound for them all.
+                        link.places = Arc::clone(&self.places);
                         link
                     })
                     .await

@@ -19,6 +19,7 @@ use crate::caller::{CallerKey, CallerRequest, InputRound, UPSTREAM_TASK, Upstrea
 use crate::client::direct::Direct;
 use crate::client::failure::request_failure;
 use crate::client::input::ask_caller;
+use crate::client::places::{Place, Reserved};
 use crate::client::relay::Relay;
 
 /// How many rounds of `input_required` results toolgate fulfils for one call of a caller
@@ -156,10 +157,13 @@ impl Link {
                     Some((direct, prepared))
                 });
             if let Some((direct, prepared)) = prepared {
+                // Nothing is sent yet: a call that finds no place by its deadline was
+                // never the upstream's.
+                let place = self.place(deadline).await?;
                 let mut cancel = CancelOnDrop::new(peer.clone(), prepared.id.clone());
                 let answered = tokio::time::timeout_at(
                     deadline,
-                    relayed(&mut relay, direct.send(prepared, ticket.clone())),
+                    relayed(&mut relay, direct.send(prepared, ticket.clone(), place)),
                 )
                 .await;
                 // `None`: not taken (the session expired); through rmcp, which sets up a
@@ -176,6 +180,9 @@ impl Link {
             }
             let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(call.params()));
             request.extensions_mut().insert(ticket);
+            // Taken here, within the deadline, and handed to the transport with the request.
+            let place = self.place(deadline).await?;
+            request.extensions_mut().insert(Reserved::new(place));
             let sent =
                 tokio::time::timeout_at(deadline, peer.send_request_with_option(request, options))
                     .await;
@@ -205,6 +212,20 @@ impl Link {
             "MCP server `{}` could not be reached; try again",
             self.config.name
         )))
+    }
+
+    /// A place among the upstream's requests in flight for a call, waiting for one until
+    /// `deadline` at most.
+    ///
+    /// # Errors
+    ///
+    /// 503 `upstream_busy` when the deadline comes first
+    /// ([`Busy`](crate::client::places::Busy)).
+    async fn place(&self, deadline: Instant) -> Result<Place, ToolError> {
+        self.places
+            .take(Some(deadline))
+            .await
+            .map_err(|busy| self.busy_upstream(busy))
     }
 
     /// Whether `caller` can answer the upstream's requests on a 2026-07-28 connection:

@@ -13,6 +13,7 @@ use toolgate_core::error::InputViolations;
 use super::{Channel, Link};
 use crate::caller::{CallerRequest, missing_capability};
 use crate::client::failure::{Refusal, is_connection_failure, refusal, request_failure};
+use crate::client::places::Busy;
 use crate::client::stdio::{MAX_MESSAGE_BYTES, OVERSIZED_ANSWER};
 
 /// The error code of a resource the upstream does not have.
@@ -210,6 +211,13 @@ impl Link {
             "MCP server `{}` could not answer: {reason}",
             self.config.name
         ))
+    }
+
+    /// The error of a call that found every place among the upstream's requests in
+    /// flight taken until its deadline: 503 `upstream_busy`, as an upstream limiting
+    /// toolgate's requests is, with the words of [`Busy`] (the bound, and what to do).
+    pub(super) fn busy_upstream(&self, e: Busy) -> ToolError {
+        busy("upstream_busy", self.config.backoff.delay(1), e.to_string())
     }
 
     pub(super) fn unavailable(&self, wait: std::time::Duration) -> ToolError {

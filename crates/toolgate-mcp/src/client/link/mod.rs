@@ -35,6 +35,7 @@ use super::failure::{connect_failure, request_failure};
 use super::frames::Frames;
 use super::http_pool;
 use super::per_caller::CallerLinks;
+use super::places::Places;
 use super::relay::{Routes, UpstreamClient};
 use super::request_streams;
 use super::stdio::{Oversized, StdioUpstream};
@@ -167,6 +168,9 @@ pub(crate) struct Link {
     /// is registered (the upstream advertised the tasks extension at import): only then
     /// is a task the upstream answers with handed to the caller.
     pub(crate) tasks_tool: TasksTool,
+    /// The bound on the requests in flight to the upstream, shared with each caller's
+    /// link ([`places`](crate::client::places)).
+    pub(crate) places: Arc<Places>,
 }
 
 /// The name of an upstream's tasks tool, set once it is registered; shared by the
@@ -181,6 +185,7 @@ impl Link {
             .as_ref()
             .map(|per_caller| CallerLinks::new(&config, per_caller));
         let name = config.name.clone();
+        let places = Places::new(&name, config.max_connections);
         // Only a request on a call's own response stream names the caller it is for.
         let relays_requests = matches!(config.transport, UpstreamTransport::Http { .. });
         Link {
@@ -193,6 +198,7 @@ impl Link {
             revision: AtomicU8::new(UNKNOWN),
             callers,
             tasks_tool,
+            places,
         }
     }
 
@@ -430,6 +436,7 @@ impl Link {
                     http_pool::shared().map_err(|e| e.to_string())?,
                     Arc::clone(&channel.routes),
                     ended.clone(),
+                    Arc::clone(&self.places),
                 );
                 let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
                 let (mut frames, side_door) = self.frames(channel, connection, transport, true);

@@ -1,0 +1,176 @@
+//! The bound on the requests one HTTP upstream has in flight
+//! ([`UpstreamConfig::max_connections`](super::UpstreamConfig::max_connections)).
+//!
+//! Over HTTP/1 a request in flight holds a TCP connection of its own, from its POST until
+//! its response's body (an SSE stream) is read to its end or dropped. Without a bound,
+//! 2,000 callers of one upstream at once are 2,000 connections: the gateway's file
+//! descriptors run out, and the upstream is flooded. Every POST of a JSON-RPC *request*
+//! to the upstream takes a [`Place`] first and holds it, inside the response's stream,
+//! until that stream is done with; a request past the bound waits, in FIFO order, for
+//! one to be given back. One [`Places`] serves every link of the upstream: the shared
+//! one and each caller's own (per-caller credentials), whose sessions differ but whose
+//! host does not.
+//!
+//! What counts, and why:
+//!
+//! - a request's POST (`tools/call`, `initialize`, lists, reads…), whether toolgate
+//!   sends it from the calling task ([`Direct`](super::direct::Direct)) or rmcp does;
+//! - not a POST of a notification or of an answer to the upstream's own request
+//!   (sampling, elicitation): those are answered at once (202), and an answer must never
+//!   wait behind the calls that are waiting for it — that would be a deadlock until their
+//!   deadlines;
+//! - not a GET: the standalone stream (one per session, bounded with the sessions) and
+//!   the resumption of a request's stream, which takes the place of the stream that
+//!   ended. Long-lived streams do not starve calls this way.
+//!
+//! A `tools/call` waits at most until its deadline, and then fails with [`Busy`], which
+//! says so in words (503 `upstream_busy`, to try again). A waiter that is dropped — its
+//! caller gave up — leaves the queue and takes nothing with it. The cost of a call is one
+//! semaphore acquire: no allocation, and no metric unless the call had to wait.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+/// How many times a request to an upstream had to wait for a place, by upstream
+/// (`server`): a counter that climbs says the upstream's `max_connections` is too low
+/// for its load, or the upstream too slow for it.
+pub const UPSTREAM_WAITS: &str = "toolgate_mcp_upstream_waits_total";
+
+/// The places of one upstream's requests in flight; see the module.
+pub(crate) struct Places {
+    server: Arc<str>,
+    max: usize,
+    semaphore: Arc<Semaphore>,
+}
+
+/// A request's place among its upstream's requests in flight, given back when dropped.
+#[derive(Debug)]
+pub(crate) struct Place {
+    _permit: OwnedSemaphorePermit,
+}
+
+/// A request found its upstream with every place taken, and its deadline came before one
+/// was given back.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "MCP server `{server}` already has {max} requests in flight, the most toolgate sends it at once (its `max_connections`); the call waited {waited:.1?} for one of them to end and reached its deadline. Try again, or raise the upstream's `max_connections`"
+)]
+pub(crate) struct Busy {
+    pub server: Arc<str>,
+    pub max: usize,
+    pub waited: Duration,
+}
+
+impl Places {
+    /// At most `max` requests in flight to `server` (at least one).
+    pub(crate) fn new(server: &str, max: usize) -> Arc<Places> {
+        let max = max.clamp(1, Semaphore::MAX_PERMITS);
+        Arc::new(Places {
+            server: Arc::from(server),
+            max,
+            semaphore: Arc::new(Semaphore::new(max)),
+        })
+    }
+
+    /// A place, waiting for one until `deadline` (without one: as long as it takes, or
+    /// until the future is dropped).
+    ///
+    /// # Errors
+    ///
+    /// [`Busy`] when `deadline` comes first.
+    pub(crate) async fn take(&self, deadline: Option<Instant>) -> Result<Place, Busy> {
+        if let Ok(permit) = Arc::clone(&self.semaphore).try_acquire_owned() {
+            return Ok(Place { _permit: permit });
+        }
+        let started = Instant::now();
+        metrics::counter!(UPSTREAM_WAITS, "server" => self.server.to_string()).increment(1);
+        tracing::debug!(server = %self.server, max = self.max, "the MCP server has as many requests in flight as allowed (`max_connections`); the request waits for a place");
+        let waiting = Arc::clone(&self.semaphore).acquire_owned();
+        let permit = match deadline {
+            Some(deadline) => tokio::time::timeout_at(deadline, waiting).await.ok(),
+            None => Some(waiting.await),
+        };
+        // The semaphore is never closed: an error is as good as no place.
+        match permit {
+            Some(Ok(permit)) => Ok(Place { _permit: permit }),
+            _ => {
+                let busy = Busy {
+                    server: Arc::clone(&self.server),
+                    max: self.max,
+                    waited: started.elapsed(),
+                };
+                tracing::warn!(server = %self.server, max = self.max, "a call waited for a place among the MCP server's requests in flight until its deadline (`max_connections`)");
+                Err(busy)
+            }
+        }
+    }
+
+    /// Places free now (for tests).
+    #[cfg(test)]
+    pub(crate) fn free(&self) -> usize {
+        self.semaphore.available_permits()
+    }
+}
+
+/// A place to be taken by the transport that POSTs a request for a call which took it
+/// itself, within the call's deadline: carried in the request's extensions through rmcp
+/// (which clones a request's message, extensions and all, hence the shared cell).
+#[derive(Clone, Debug)]
+pub(crate) struct Reserved(Arc<std::sync::Mutex<Option<Place>>>);
+
+impl Reserved {
+    pub(crate) fn new(place: Place) -> Self {
+        Reserved(Arc::new(std::sync::Mutex::new(Some(place))))
+    }
+
+    /// The place, once: a second POST of the same request (rmcp sends it again after
+    /// setting up an expired session) takes a place of its own.
+    pub(crate) fn take(&self) -> Option<Place> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_past_the_deadline_is_busy_and_says_what_to_do() {
+        let places = Places::new("crm", 2);
+        let _held = (places.take(None).await, places.take(None).await);
+        let deadline = Instant::now() + Duration::from_secs(2);
+        let busy = places.take(Some(deadline)).await.expect_err("busy");
+        let text = busy.to_string();
+        assert!(text.contains("`crm`"), "{text}");
+        assert!(text.contains("already has 2 requests in flight"), "{text}");
+        assert!(
+            text.contains("raise the upstream's `max_connections`"),
+            "{text}"
+        );
+        assert_eq!(busy.waited, Duration::from_secs(2));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_dropped_waiter_leaves_nothing_behind() {
+        let places = Places::new("crm", 1);
+        let held = places.take(None).await.expect("a place");
+        // A waiter whose caller gave up, dropped while queued.
+        let gave_up = tokio::time::timeout(Duration::from_millis(10), places.take(None)).await;
+        assert!(gave_up.is_err());
+        drop(held);
+        assert_eq!(places.free(), 1);
+        let next = places.take(Some(Instant::now())).await;
+        assert!(next.is_ok(), "the next request proceeds");
+    }
+
+    #[test]
+    fn no_bound_below_one() {
+        assert_eq!(Places::new("crm", 0).free(), 1);
+    }
+}

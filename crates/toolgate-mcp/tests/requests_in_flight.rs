@@ -1,0 +1,301 @@
+//! The bound on the requests in flight to one HTTP upstream
+//! ([`UpstreamConfig::max_connections`]), against a real server on loopback that counts
+//! the calls it is running and the TCP connections it accepts: a burst past the bound
+//! waits its turn and is answered, a call still waiting at its deadline fails with 503
+//! `upstream_busy` in words, and a waiting call its caller gave up on was never sent and
+//! holds nothing — for the upstream's shared connection and its callers' own alike.
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use common::{imported, within};
+use serde_json::json;
+use tokio::sync::Semaphore;
+use toolgate_core::secret::Secret;
+use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolError, User};
+use toolgate_mcp::{McpServer, StaticCallerCredentials, UpstreamConfig};
+
+/// What the upstream saw.
+#[derive(Default)]
+struct Seen {
+    /// TCP connections accepted.
+    accepted: AtomicUsize,
+    /// Calls running now.
+    running: AtomicUsize,
+    /// The most calls running at once.
+    most: AtomicUsize,
+    /// Calls started.
+    started: AtomicUsize,
+}
+
+/// A call counted as running while it lives.
+struct Running(Arc<Seen>);
+
+impl Running {
+    fn start(seen: &Arc<Seen>) -> Running {
+        seen.started.fetch_add(1, Ordering::SeqCst);
+        let now = seen.running.fetch_add(1, Ordering::SeqCst) + 1;
+        seen.most.fetch_max(now, Ordering::SeqCst);
+        Running(Arc::clone(seen))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.running.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// An upstream with `work` (runs `ms` milliseconds), `work_in_region` (the same, with an
+/// argument sent in a header too: toolgate leaves such a call to rmcp's client), and
+/// `hold` (runs until `gate` gives it a permit); its URL.
+async fn upstream(seen: &Arc<Seen>, gate: &Arc<Semaphore>) -> String {
+    let any = json!({"type": "object"});
+    let in_region = json!({"type": "object", "properties": {
+        "region": {"type": "string", "x-mcp-header": "Region"}}});
+    let work = |name: &str, schema: serde_json::Value| {
+        let seen = Arc::clone(seen);
+        JsonTool::new(name, "Works `ms` ms.", schema, move |input, _| {
+            let running = Running::start(&seen);
+            let ms = input["ms"].as_u64().unwrap_or(0);
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                drop(running);
+                Ok::<_, ToolError>(json!({"text": "worked"}))
+            })
+        })
+    };
+    let hold = {
+        let (seen, gate) = (Arc::clone(seen), Arc::clone(gate));
+        JsonTool::new("hold", "Runs until released.", any.clone(), move |_, _| {
+            let running = Running::start(&seen);
+            let gate = Arc::clone(&gate);
+            Box::pin(async move {
+                gate.acquire().await.expect("open").forget();
+                drop(running);
+                Ok::<_, ToolError>(json!({"text": "held"}))
+            })
+        })
+    };
+    let pipeline = Pipeline::builder()
+        .tool(work("work", any.clone()))
+        .tool(work("work_in_region", in_region))
+        .tool(hold)
+        .build()
+        .expect("built");
+    let config = rmcp::transport::StreamableHttpServerConfig::default();
+    let app =
+        axum::Router::new().nest_service("/mcp", McpServer::new(pipeline).http_service(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("a port");
+    let url = format!("http://{}/mcp", listener.local_addr().expect("bound"));
+    let seen = Arc::clone(seen);
+    let listener = axum::serve::ListenerExt::tap_io(listener, move |_| {
+        seen.accepted.fetch_add(1, Ordering::SeqCst);
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
+/// The upstream at `url`, at most `max` requests in flight, imported into a pipeline.
+async fn bounded(url: &str, max: usize) -> Pipeline {
+    let config = UpstreamConfig::http("bounded", url)
+        .max_connections(max)
+        .call_timeout(Duration::from_secs(30));
+    imported(config).await.1
+}
+
+/// Waits until the upstream runs `calls` calls.
+async fn until_running(seen: &Seen, calls: usize) {
+    within(10, "the held call to start", async {
+        while seen.running.load(Ordering::SeqCst) < calls {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_past_the_bound_waits_its_turn_and_is_answered() {
+    burst_of("work", json!({"ms": 150})).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_calls_sent_through_rmcp_is_bounded_too() {
+    burst_of("work_in_region", json!({"ms": 150, "region": "eu"})).await;
+}
+
+/// 20 calls at once of `tool` with `arguments`, at most 4 in flight.
+async fn burst_of(tool: &str, arguments: serde_json::Value) {
+    let (seen, gate) = (Arc::default(), Arc::new(Semaphore::new(0)));
+    let url = upstream(&seen, &gate).await;
+    let pipeline = bounded(&url, 4).await;
+    let before = seen.accepted.load(Ordering::SeqCst);
+
+    let calls = (0..20).map(|_| pipeline.invoke(tool, arguments.clone(), InvokeOptions::new()));
+    let answers = within(60, "20 calls", futures::future::join_all(calls)).await;
+    for answer in answers {
+        answer.expect("every call is answered");
+    }
+    let most = seen.most.load(Ordering::SeqCst);
+    assert!(
+        most <= 4,
+        "the upstream ran {most} calls at once; at most 4 requests may be in flight"
+    );
+    // Four connections carry the calls (rmcp's client and toolgate's pool theirs each);
+    // another may open while one of them is still on its way back to its pool.
+    let opened = seen.accepted.load(Ordering::SeqCst) - before;
+    assert!(
+        opened <= 6,
+        "20 calls at most 4 at a time opened {opened} TCP connections to the upstream"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_still_waiting_at_its_deadline_is_told_the_upstream_is_busy() {
+    let (seen, gate) = (Arc::default(), Arc::new(Semaphore::new(0)));
+    let url = upstream(&seen, &gate).await;
+    let pipeline = bounded(&url, 1).await;
+    let held = tokio::spawn({
+        let pipeline = pipeline.clone();
+        async move {
+            pipeline
+                .invoke("hold", json!({}), InvokeOptions::new())
+                .await
+        }
+    });
+    until_running(&seen, 1).await;
+
+    let options = InvokeOptions::new().timeout(Duration::from_millis(400));
+    let e = within(
+        10,
+        "the waiting call",
+        pipeline.invoke("work", json!({}), options),
+    )
+    .await
+    .expect_err("no place before the deadline");
+    assert_eq!((e.status(), e.code()), (503, "upstream_busy"), "{e}");
+    assert!(matches!(e, ToolError::RetryAfter { .. }), "{e:?}");
+    let text = e.to_string();
+    for words in [
+        "`bounded`",
+        "already has 1 requests in flight",
+        "`max_connections`",
+        "Try again",
+    ] {
+        assert!(text.contains(words), "`{words}` not in: {text}");
+    }
+    assert_eq!(
+        seen.started.load(Ordering::SeqCst),
+        1,
+        "the waiting call was sent"
+    );
+
+    gate.add_permits(1);
+    within(10, "the held call", held)
+        .await
+        .expect("joined")
+        .expect("answered");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_call_given_up_is_never_sent_and_holds_no_place() {
+    let (seen, gate) = (Arc::default(), Arc::new(Semaphore::new(0)));
+    let url = upstream(&seen, &gate).await;
+    let pipeline = bounded(&url, 1).await;
+    let held = tokio::spawn({
+        let pipeline = pipeline.clone();
+        async move {
+            pipeline
+                .invoke("hold", json!({}), InvokeOptions::new())
+                .await
+        }
+    });
+    until_running(&seen, 1).await;
+
+    // Its caller gives up while it waits: the future is dropped.
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(300),
+        pipeline.invoke("work", json!({}), InvokeOptions::new()),
+    )
+    .await;
+    assert!(gave_up.is_err(), "the call waits for the held one");
+    gate.add_permits(1);
+    within(10, "the held call", held)
+        .await
+        .expect("joined")
+        .expect("answered");
+
+    within(
+        10,
+        "the next call",
+        pipeline.invoke("work", json!({}), InvokeOptions::new()),
+    )
+    .await
+    .expect("the next call takes the place given back");
+    // The call given up never reached the upstream: it waited, and left nothing behind.
+    assert_eq!(seen.started.load(Ordering::SeqCst), 2);
+    assert_eq!(seen.most.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_bound_of_0_is_refused_in_plain_words() {
+    let config = UpstreamConfig::http("bounded", "http://127.0.0.1:1/mcp").max_connections(0);
+    let e = toolgate_mcp::Upstream::connect(config)
+        .await
+        .expect_err("refused");
+    assert!(matches!(e, toolgate_mcp::McpError::Config(_)), "{e:?}");
+    let text = e.to_string();
+    assert!(
+        text.contains("`bounded`")
+            && text.contains("`max_connections` is 0")
+            && text.contains("at least 1"),
+        "{text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_with_connections_of_their_own_share_the_upstreams_bound() {
+    let (seen, gate) = (Arc::default(), Arc::new(Semaphore::new(0)));
+    let url = upstream(&seen, &gate).await;
+    let credentials = StaticCallerCredentials::new(
+        ["ann", "bob"].map(|user| (user, Secret::new(format!("token-of-{user}")))),
+    );
+    let config = UpstreamConfig::http("bounded", url)
+        .max_connections(2)
+        .call_timeout(Duration::from_secs(30))
+        .credentials_per_caller(credentials);
+    let pipeline = imported(config).await.1;
+    let as_user = |user: &str| InvokeOptions::new().user(User::new(user));
+    let held: Vec<_> = ["ann", "bob"]
+        .map(|user| {
+            let (pipeline, options) = (pipeline.clone(), as_user(user));
+            tokio::spawn(async move { pipeline.invoke("hold", json!({}), options).await })
+        })
+        .into_iter()
+        .collect();
+    until_running(&seen, 2).await;
+
+    // Ann's own connection has one request in flight; the upstream has two.
+    let options = as_user("ann").timeout(Duration::from_millis(400));
+    let e = within(
+        10,
+        "ann's second call",
+        pipeline.invoke("work", json!({}), options),
+    )
+    .await
+    .expect_err("no place before the deadline");
+    assert_eq!((e.status(), e.code()), (503, "upstream_busy"), "{e}");
+
+    gate.add_permits(2);
+    for held in held {
+        within(10, "a held call", held)
+            .await
+            .expect("joined")
+            .expect("answered");
+    }
+}
