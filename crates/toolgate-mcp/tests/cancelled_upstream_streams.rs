@@ -90,6 +90,14 @@ impl Upstream {
 }
 
 async fn start(holds_cancellations: bool) -> (Arc<Upstream>, Arc<Pipeline>) {
+    start_bounded(holds_cancellations, toolgate_mcp::DEFAULT_MAX_CONNECTIONS).await
+}
+
+/// [`start`], at most `max_connections` requests in flight to the upstream.
+async fn start_bounded(
+    holds_cancellations: bool,
+    max_connections: usize,
+) -> (Arc<Upstream>, Arc<Pipeline>) {
     let upstream = Arc::new(Upstream {
         holds_cancellations,
         ..Upstream::default()
@@ -103,6 +111,7 @@ async fn start(holds_cancellations: bool) -> (Arc<Upstream>, Arc<Pipeline>) {
     let url = serve_on_loopback(app).await + "/mcp";
     let config = UpstreamConfig::http("deaf", url)
         .discover(false)
+        .max_connections(max_connections)
         .call_timeout(Duration::from_secs(120));
     let (_, pipeline) = imported(config).await;
     (upstream, Arc::new(pipeline))
@@ -164,4 +173,47 @@ async fn an_abandoned_calls_stream_closes_though_the_upstream_holds_its_cancella
         upstream.until(|u| u.open.load(Ordering::SeqCst) == 0),
     )
     .await;
+}
+
+/// The place an abandoned call held among the upstream's requests in flight
+/// (`max_connections`) goes with its stream, a grace after its caller went away — not
+/// when rmcp is done with its cancellation, one at a time, five seconds each: an
+/// upstream that holds the cancellations would otherwise keep toolgate's calls to it
+/// waiting ("busy") for `CALLS` × 5 s after their connections were closed.
+#[tokio::test]
+async fn an_abandoned_calls_place_is_given_back_with_its_stream() {
+    const CALLS: usize = 6;
+    let (upstream, pipeline) = start_bounded(true, CALLS).await;
+    abandon_calls(&upstream, &pipeline, CALLS).await;
+    within(
+        15,
+        "the abandoned calls' streams close",
+        upstream.until(|u| u.open.load(Ordering::SeqCst) == 0),
+    )
+    .await;
+    // Their places are free: as many calls again reach the upstream at once, at once
+    // (the last place would otherwise come back 30 s after the first cancellation).
+    let next: Vec<_> = (0..CALLS)
+        .map(|_| {
+            let pipeline = Arc::clone(&pipeline);
+            tokio::spawn(async move {
+                let _ = pipeline
+                    .invoke("hold", json!({"region": "eu"}), InvokeOptions::new())
+                    .await;
+            })
+        })
+        .collect();
+    let reached = tokio::time::timeout(
+        Duration::from_secs(5),
+        upstream.until(|u| u.open.load(Ordering::SeqCst) == CALLS),
+    )
+    .await;
+    let open = upstream.open.load(Ordering::SeqCst);
+    for call in next {
+        call.abort();
+    }
+    assert!(
+        reached.is_ok(),
+        "{open} of {CALLS} calls reached the upstream: the abandoned calls still hold places"
+    );
 }

@@ -29,6 +29,8 @@ struct Seen {
     most: AtomicUsize,
     /// Calls started.
     started: AtomicUsize,
+    /// HTTP POSTs received (every request, notification and answer).
+    posts: AtomicUsize,
 }
 
 /// A call counted as running while it lives.
@@ -87,8 +89,17 @@ async fn upstream(seen: &Arc<Seen>, gate: &Arc<Semaphore>) -> String {
         .build()
         .expect("built");
     let config = rmcp::transport::StreamableHttpServerConfig::default();
-    let app =
-        axum::Router::new().nest_service("/mcp", McpServer::new(pipeline).http_service(config));
+    let counted = Arc::clone(seen);
+    let app = axum::Router::new()
+        .nest_service("/mcp", McpServer::new(pipeline).http_service(config))
+        .layer(axum::middleware::from_fn(
+            move |request: axum::extract::Request, next: axum::middleware::Next| {
+                if request.method() == axum::http::Method::POST {
+                    counted.posts.fetch_add(1, Ordering::SeqCst);
+                }
+                next.run(request)
+            },
+        ));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("a port");
@@ -183,7 +194,7 @@ async fn a_call_still_waiting_at_its_deadline_is_told_the_upstream_is_busy() {
     let text = e.to_string();
     for words in [
         "`bounded`",
-        "already has 1 requests in flight",
+        "is sent at most 1 request at once",
         "`max_connections`",
         "Try again",
     ] {
@@ -298,4 +309,107 @@ async fn callers_with_connections_of_their_own_share_the_upstreams_bound() {
             .expect("joined")
             .expect("answered");
     }
+}
+
+/// A caller's first call finds every place taken by another caller's call: its own
+/// connection is not made before the call's deadline. The attempt given up is over — it
+/// does not stay queued for a place and, once one is given back, set up a session
+/// nobody will use (ahead of the calls queued after it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_attempt_given_up_while_every_place_is_taken_sends_nothing() {
+    let (seen, gate) = (Arc::<Seen>::default(), Arc::new(Semaphore::new(0)));
+    let url = upstream(&seen, &gate).await;
+    let credentials = StaticCallerCredentials::new(
+        ["ann", "bob"].map(|user| (user, Secret::new(format!("token-of-{user}")))),
+    );
+    let config = UpstreamConfig::http("bounded", url)
+        .max_connections(1)
+        .call_timeout(Duration::from_secs(30))
+        .credentials_per_caller(credentials);
+    let pipeline = imported(config).await.1;
+    let as_user = |user: &str| InvokeOptions::new().user(User::new(user));
+    let held = tokio::spawn({
+        let (pipeline, options) = (pipeline.clone(), as_user("ann"));
+        async move { pipeline.invoke("hold", json!({}), options).await }
+    });
+    until_running(&seen, 1).await;
+    let posts = seen.posts.load(Ordering::SeqCst);
+
+    // Bob's connection waits for the place Ann's call holds, past his call's deadline.
+    let options = as_user("bob").timeout(Duration::from_millis(400));
+    within(
+        10,
+        "bob's call",
+        pipeline.invoke("work", json!({}), options),
+    )
+    .await
+    .expect_err("no place before the deadline");
+    gate.add_permits(1);
+    within(10, "the held call", held)
+        .await
+        .expect("joined")
+        .expect("answered");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        seen.posts.load(Ordering::SeqCst),
+        posts,
+        "bob's connection attempt, given up, still reached the upstream once a place was free"
+    );
+}
+
+/// Calls past the bound on an upstream that forgot the session (404): rmcp sets up a
+/// new session and sends the refused requests again, and sends nothing else meanwhile.
+/// The calls holding every place wait on that; were the new session's `initialize`, or a
+/// request sent again, to wait for a place too, every call would fail — after rmcp's 5 s
+/// for the recovery, or at its deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_past_the_bound_are_answered_after_the_upstream_forgot_the_session() {
+    use toolgate_mcp::rmcp::transport::streamable_http_server::session::local::SessionConfig;
+    let work = JsonTool::new(
+        "work",
+        "Works `ms` ms.",
+        json!({"type": "object"}),
+        |input, _| {
+            let ms = input["ms"].as_u64().unwrap_or(0);
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Ok::<_, ToolError>(json!({"text": "worked"}))
+            })
+        },
+    );
+    let pipeline = Pipeline::builder().tool(work).build().expect("built");
+    // Sessions (2025-11-25) that end after 300 ms without a message.
+    let mut sessions = SessionConfig::default();
+    sessions.keep_alive = Some(Duration::from_millis(300));
+    let config = rmcp::transport::StreamableHttpServerConfig::default();
+    let app = axum::Router::new().nest_service(
+        "/mcp",
+        McpServer::new(pipeline).http_service_with_sessions(config, sessions),
+    );
+    let url = common::serve_on_loopback(app).await + "/mcp";
+    let config = UpstreamConfig::http("bounded", url)
+        .discover(false)
+        .max_connections(1)
+        .call_timeout(Duration::from_secs(20));
+    let pipeline = imported(config).await.1;
+    within(
+        10,
+        "a first call",
+        pipeline.invoke("work", json!({}), InvokeOptions::new()),
+    )
+    .await
+    .expect("answered");
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+
+    let started = std::time::Instant::now();
+    let calls = (0..3).map(|_| pipeline.invoke("work", json!({"ms": 100}), InvokeOptions::new()));
+    let answers = within(60, "3 calls", futures::future::join_all(calls)).await;
+    for answer in answers {
+        answer.expect("every call is answered on the new session");
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(4),
+        "the calls took {took:?}: a place was waited for behind the calls"
+    );
 }

@@ -331,8 +331,10 @@ impl UpstreamConfig {
     ///
     /// Counted: every request POSTed to the upstream (calls, lists, reads, `initialize`).
     /// Not counted: notifications and answers to the upstream's own requests (answered at
-    /// once; an answer a call waits for must never wait behind it), and the long-lived
-    /// streams (GET), which are bounded with the sessions. A stdio upstream has one pipe,
+    /// once; an answer a call waits for must never wait behind it), a session set up
+    /// again after the upstream forgot it and the requests sent again then, when no place
+    /// is free (the calls holding the places wait on them), and the long-lived streams
+    /// (GET), which are bounded with the sessions. A stdio upstream has one pipe,
     /// and no such bound.
     ///
     /// 0 is refused by [`Upstream::connect`](crate::Upstream::connect).

@@ -19,6 +19,12 @@
 //!   (sampling, elicitation): those are answered at once (202), and an answer must never
 //!   wait behind the calls that are waiting for it — that would be a deadlock until their
 //!   deadlines;
+//! - not, when no place is free, rmcp's setting up again of a session the upstream forgot
+//!   (404) and its sending again of the requests refused then: they stand in for requests
+//!   whose places were just given back, and while rmcp recovers the session it sends
+//!   nothing else, so the calls holding every other place wait on them — counting them
+//!   would fail those calls (after rmcp's five seconds for the recovery, or at their
+//!   deadlines);
 //! - not a GET: the standalone stream (one per session, bounded with the sessions) and
 //!   the resumption of a request's stream, which takes the place of the stream that
 //!   ended. Long-lived streams do not starve calls this way.
@@ -56,7 +62,8 @@ pub(crate) struct Place {
 /// was given back.
 #[derive(Debug, thiserror::Error)]
 #[error(
-    "MCP server `{server}` already has {max} requests in flight, the most toolgate sends it at once (its `max_connections`); the call waited {waited:.1?} for one of them to end and reached its deadline. Try again, or raise the upstream's `max_connections`"
+    "MCP server `{server}` is sent at most {max} {} at once (its `max_connections`), and that many stayed in flight for as long as the call could wait ({waited:.1?}, up to its deadline). Try again, or raise the upstream's `max_connections`",
+    if *.max == 1 { "request" } else { "requests" }
 )]
 pub(crate) struct Busy {
     pub server: Arc<str>,
@@ -75,6 +82,12 @@ impl Places {
         })
     }
 
+    /// A place if one is free now, without waiting.
+    pub(crate) fn try_take(&self) -> Option<Place> {
+        let permit = Arc::clone(&self.semaphore).try_acquire_owned().ok()?;
+        Some(Place { _permit: permit })
+    }
+
     /// A place, waiting for one until `deadline` (without one: as long as it takes, or
     /// until the future is dropped).
     ///
@@ -82,8 +95,8 @@ impl Places {
     ///
     /// [`Busy`] when `deadline` comes first.
     pub(crate) async fn take(&self, deadline: Option<Instant>) -> Result<Place, Busy> {
-        if let Ok(permit) = Arc::clone(&self.semaphore).try_acquire_owned() {
-            return Ok(Place { _permit: permit });
+        if let Some(place) = self.try_take() {
+            return Ok(place);
         }
         let started = Instant::now();
         metrics::counter!(UPSTREAM_WAITS, "server" => self.server.to_string()).increment(1);
@@ -148,7 +161,10 @@ mod tests {
         let busy = places.take(Some(deadline)).await.expect_err("busy");
         let text = busy.to_string();
         assert!(text.contains("`crm`"), "{text}");
-        assert!(text.contains("already has 2 requests in flight"), "{text}");
+        assert!(
+            text.contains("is sent at most 2 requests at once"),
+            "{text}"
+        );
         assert!(
             text.contains("raise the upstream's `max_connections`"),
             "{text}"

@@ -19,13 +19,14 @@
 //! session id, the credential and the protocol headers, which
 //! [`Direct`](super::direct::Direct) sends its `tools/call` with.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
 use http::{HeaderName, HeaderValue};
 use rmcp::model::{
-    ClientJsonRpcMessage, GetExtensions, JsonRpcMessage, RequestId, ServerJsonRpcMessage,
+    ClientJsonRpcMessage, ClientRequest, GetExtensions, JsonRpcMessage, RequestId,
+    ServerJsonRpcMessage,
 };
 use rmcp::transport::streamable_http_client::{
     StreamableHttpClient, StreamableHttpError, StreamableHttpPostResponse,
@@ -42,6 +43,11 @@ use super::request_streams::{Owner, RequestStream, Resumable, SseStream};
 /// The `_meta` key of a log message that holds the id of the request whose response
 /// stream carried it. Written only by toolgate; never reaches a caller.
 pub(crate) const STREAM_KEY: &str = "io.toolgate/stream";
+
+/// How many requests refused with 404 a connection remembers, for their sending again
+/// ([`StreamTagging::sent_again`]): rmcp sends again at most the requests it had in
+/// flight (16 by default).
+const MAX_EXPIRED: usize = 256;
 
 /// The method whose notifications are tagged.
 const LOG_METHOD: &str = "notifications/message";
@@ -63,6 +69,15 @@ pub(crate) struct StreamTagging {
     /// The upstream's bound on requests in flight: every request POSTed holds a place
     /// until its response is done with ([`places`](super::places)).
     places: Arc<Places>,
+    /// The requests of the connection the upstream refused with 404 (it forgot the
+    /// session), which rmcp sends again once it has set up a new one
+    /// ([`StreamTagging::sent_again`]).
+    expired: Arc<Mutex<VecDeque<RequestId>>>,
+    /// Cancelled when the connection's transport is dropped (rmcp's worker token): a
+    /// request still waiting for a place then gives up, rather than wait in the queue
+    /// for a connection nobody will use — rmcp's worker does not stop its `initialize`
+    /// when the attempt that made it gives up.
+    closed: CancellationToken,
 }
 
 impl StreamTagging {
@@ -70,12 +85,14 @@ impl StreamTagging {
     /// ([`http_pool::shared`](super::http_pool::shared)); one per connection, since its
     /// [`Wire`] is the connection's, whose calls are `routes`. `forgotten` is cancelled
     /// once the upstream answers that it does not know the connection's session. Its
-    /// requests take their places among the upstream's in `places`.
+    /// requests take their places among the upstream's in `places`, while `closed`, the
+    /// token of the transport the client is for, is not cancelled.
     pub(crate) fn over(
         inner: reqwest::Client,
         routes: Arc<Routes>,
         forgotten: CancellationToken,
         places: Arc<Places>,
+        closed: CancellationToken,
     ) -> Self {
         StreamTagging {
             inner,
@@ -84,6 +101,32 @@ impl StreamTagging {
             resumable: Arc::default(),
             forgotten,
             places,
+            expired: Arc::default(),
+            closed,
+        }
+    }
+
+    /// Whether `message`, request `id`, is rmcp setting up again the session the upstream
+    /// forgot, or sending again a request refused then. Such a request does not wait for
+    /// a place: it stands in for one refused with 404, whose place was given back, and
+    /// the calls holding every other place may be waiting behind it — rmcp sends nothing
+    /// else while it recovers the session — until their deadlines.
+    fn sent_again(&self, id: &RequestId, message: &ClientJsonRpcMessage) -> bool {
+        if !self.forgotten.is_cancelled() {
+            return false;
+        }
+        let initialize = matches!(
+            message,
+            JsonRpcMessage::Request(request)
+                if matches!(request.request, ClientRequest::InitializeRequest(_))
+        );
+        let mut expired = self.expired.lock().unwrap_or_else(PoisonError::into_inner);
+        match expired.iter().position(|refused| refused == id) {
+            Some(at) => {
+                expired.remove(at);
+                true
+            }
+            None => initialize,
         }
     }
 
@@ -250,10 +293,16 @@ impl StreamableHttpClient for StreamTagging {
         };
         // A request holds a place until its response is done with; a notification or an
         // answer to the upstream's request takes none (see `places`). Waiting here ends
-        // when rmcp drops the POST: its caller gave up.
+        // when rmcp drops the POST (its caller gave up), or the connection is dropped.
         let place = match (&origin, reserved.and_then(|r| r.take())) {
             (Some(_), Some(place)) => Some(place),
-            (Some(_), None) => self.places.take(None).await.ok(),
+            (Some(id), None) if self.sent_again(id, &message) => self.places.try_take(),
+            (Some(_), None) => tokio::select! {
+                place = self.places.take(None) => place.ok(),
+                () = self.closed.cancelled() => {
+                    return Err(StreamableHttpError::TransportChannelClosed);
+                }
+            },
             (None, _) => None,
         };
         self.wire.keep(
@@ -275,11 +324,22 @@ impl StreamableHttpClient for StreamTagging {
             .await;
         if matches!(response, Err(StreamableHttpError::SessionExpired)) {
             self.forgotten.cancel();
+            if let Some(id) = &origin {
+                let mut expired = self.expired.lock().unwrap_or_else(PoisonError::into_inner);
+                if expired.len() == MAX_EXPIRED {
+                    expired.pop_front();
+                }
+                expired.push_back(id.clone());
+            }
         }
         Ok(match (response?, origin) {
             (StreamableHttpPostResponse::Sse(stream, session), Some(id)) => {
+                // The place goes with the connection: when the call's stream is let go
+                // (`request_streams`), not when rmcp is done with it — at 2025-11-25 only
+                // once the call's cancellation is answered, five seconds each.
+                let stream = holding(stream, place);
                 let stream = self.held(stream, Owner::Request(id.clone()), ticket, None);
-                StreamableHttpPostResponse::Sse(holding(tagged(stream, Some(id)), place), session)
+                StreamableHttpPostResponse::Sse(tagged(stream, Some(id)), session)
             }
             (StreamableHttpPostResponse::Sse(stream, session), None) => {
                 StreamableHttpPostResponse::Sse(tagged(stream, None), session)

@@ -20,8 +20,10 @@ use rmcp::model::ProtocolVersion;
 use rmcp::service::RxJsonRpcMessage;
 use rmcp::service::{ClientLifecycleMode, Peer, RunningService};
 use rmcp::transport::IntoTransport;
-use rmcp::transport::StreamableHttpClientTransport;
-use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::WorkerTransport;
+use rmcp::transport::streamable_http_client::{
+    StreamableHttpClientTransportConfig, StreamableHttpClientWorker,
+};
 use rmcp::{ClientHandler, ClientServiceExt, RoleClient};
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
@@ -432,13 +434,20 @@ impl Link {
                 if let Some(token) = &self.credential {
                     config = config.auth_header(token.clone());
                 }
+                // Cancelled when the transport is dropped: a connection attempt given up
+                // takes no place, and sends nothing, after it.
+                let closed = CancellationToken::new();
                 let http = StreamTagging::over(
                     http_pool::shared().map_err(|e| e.to_string())?,
                     Arc::clone(&channel.routes),
                     ended.clone(),
                     Arc::clone(&self.places),
+                    closed.clone(),
                 );
-                let transport = StreamableHttpClientTransport::with_client(http.clone(), config);
+                let transport = WorkerTransport::spawn_with_ct(
+                    StreamableHttpClientWorker::new(http.clone(), config),
+                    closed,
+                );
                 let (mut frames, side_door) = self.frames(channel, connection, transport, true);
                 frames.cancel_on_end(ended.clone());
                 let client = self.client(channel, connection, generation);
