@@ -78,6 +78,10 @@ fn create_new(path: &Path) -> std::io::Result<std::fs::File> {
 #[derive(Debug)]
 pub(crate) struct Claim {
     /// The locked lock file, or `None` when its file system cannot lock.
+    #[cfg_attr(
+        not(unix),
+        allow(dead_code, reason = "held for its lock; read on Unix only")
+    )]
     lock: Option<File>,
 }
 

@@ -12,9 +12,11 @@ use common::{Runs, THREAD, Wait, state, system};
 use serde_json::json;
 use toolgate_agent::format::{FormatError, gemini};
 use toolgate_agent::{
-    Concurrency, ExecuteOptions, JsonFileSuspensionStore, ResumeDecision, ResumeError,
-    ResumeOptions, SuspensionLimits, ToolCall, ToolStatus, UsageStats,
+    Concurrency, ExecuteOptions, ResumeDecision, ResumeError, ResumeOptions, ToolCall, ToolStatus,
+    UsageStats,
 };
+#[cfg(unix)]
+use toolgate_agent::{JsonFileSuspensionStore, SuspensionLimits};
 use toolgate_core::{Pipeline, ToolError, User, tool_fn};
 
 #[tokio::test]

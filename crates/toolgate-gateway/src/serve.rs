@@ -6,7 +6,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(not(unix))]
+use no_unix_signals::{Signal, SignalKind, signal};
 use tokio::net::TcpListener;
+#[cfg(unix)]
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -21,6 +24,36 @@ use crate::gateway::GatewayError;
 use crate::http::{AppState, router};
 use crate::process::Process;
 use crate::prometheus::{self, Upkeep};
+
+/// Where there are no Unix signals (Windows): no SIGTERM or SIGHUP ever arrives, so the
+/// gateway stops on Ctrl-C only, and a new configuration takes a restart.
+#[cfg(not(unix))]
+mod no_unix_signals {
+    /// A signal that never arrives.
+    pub(super) struct Signal;
+
+    impl Signal {
+        pub(super) async fn recv(&mut self) -> Option<()> {
+            std::future::pending().await
+        }
+    }
+
+    pub(super) struct SignalKind;
+
+    impl SignalKind {
+        pub(super) fn terminate() -> Self {
+            Self
+        }
+
+        pub(super) fn hangup() -> Self {
+            Self
+        }
+    }
+
+    pub(super) fn signal(_: SignalKind) -> std::io::Result<Signal> {
+        Ok(Signal)
+    }
+}
 
 /// What `serve` needs besides the configuration.
 #[derive(Clone, Debug)]

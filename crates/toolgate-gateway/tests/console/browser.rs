@@ -3,6 +3,7 @@
 //! need no client library beyond reqwest (see `docs/console.md`).
 
 use std::net::TcpListener;
+#[cfg(unix)]
 use std::os::unix::process::CommandExt as _;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -68,9 +69,11 @@ impl Browser {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let child = Command::new(driver)
+        let mut command = Command::new(driver);
+        #[cfg(unix)]
+        command.process_group(0);
+        let child = command
             .arg(format!("--port={port}"))
-            .process_group(0)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
