@@ -357,6 +357,68 @@ async fn a_connection_attempt_given_up_while_every_place_is_taken_sends_nothing(
     );
 }
 
+/// A caller's connection attempt that runs out of time because every place is taken is
+/// told the upstream is busy (503 `upstream_busy`), not unavailable: the upstream is not
+/// down, and the attempt is no failure — once a place is free, the caller's next call
+/// connects at once, not after a backoff grown by the load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_attempt_out_of_time_for_a_place_is_busy_and_no_failure() {
+    let (seen, gate) = (Arc::<Seen>::default(), Arc::new(Semaphore::new(0)));
+    let url = upstream(&seen, &gate).await;
+    let credentials = StaticCallerCredentials::new(
+        ["ann", "bob"].map(|user| (user, Secret::new(format!("token-of-{user}")))),
+    );
+    // A failed attempt would keep the next one off for 30 s.
+    let backoff = toolgate_mcp::Backoff {
+        initial: Duration::from_secs(30),
+        max: Duration::from_secs(30),
+    };
+    let config = UpstreamConfig::http("bounded", url)
+        .max_connections(1)
+        .call_timeout(Duration::from_secs(30))
+        .backoff(backoff)
+        .credentials_per_caller(credentials);
+    let pipeline = imported(config).await.1;
+    let as_user = |user: &str| InvokeOptions::new().user(User::new(user));
+    let held = tokio::spawn({
+        let (pipeline, options) = (pipeline.clone(), as_user("ann"));
+        async move { pipeline.invoke("hold", json!({}), options).await }
+    });
+    until_running(&seen, 1).await;
+
+    // Bob's own connection waits for the place Ann's call holds, past his call's deadline.
+    let options = as_user("bob").timeout(Duration::from_millis(400));
+    let e = within(
+        10,
+        "bob's call",
+        pipeline.invoke("work", json!({}), options),
+    )
+    .await
+    .expect_err("no place before the deadline");
+    assert_eq!((e.status(), e.code()), (503, "upstream_busy"), "{e}");
+    let text = e.to_string();
+    for words in [
+        "`bounded`",
+        "is sent at most 1 request at once",
+        "`max_connections`",
+    ] {
+        assert!(text.contains(words), "`{words}` not in: {text}");
+    }
+
+    gate.add_permits(1);
+    within(10, "the held call", held)
+        .await
+        .expect("joined")
+        .expect("answered");
+    within(
+        10,
+        "bob's next call",
+        pipeline.invoke("work", json!({}), as_user("bob")),
+    )
+    .await
+    .expect("bob's next call connects: the busy attempt was no failure");
+}
+
 /// Calls past the bound on an upstream that forgot the session (404): rmcp sets up a
 /// new session and sends the refused requests again, and sends nothing else meanwhile.
 /// The calls holding every place wait on that; were the new session's `initialize`, or a
@@ -411,5 +473,135 @@ async fn calls_past_the_bound_are_answered_after_the_upstream_forgot_the_session
     assert!(
         took < Duration::from_secs(4),
         "the calls took {took:?}: a place was waited for behind the calls"
+    );
+}
+
+/// What a polling upstream ([`polling`]) saw.
+#[derive(Default)]
+struct Streams {
+    /// Request streams (a POST's, or one resumed by a GET) open now.
+    open: AtomicUsize,
+    /// The most open at once.
+    most: AtomicUsize,
+    /// Streams resumed.
+    resumed: AtomicUsize,
+    /// Calls, by the event id their stream ended at.
+    calls: std::sync::Mutex<std::collections::HashMap<String, serde_json::Value>>,
+}
+
+/// A request stream of the upstream, counted open while its body lives.
+fn counted(
+    streams: &Arc<Streams>,
+    events: impl futures::Stream<Item = String> + Send + 'static,
+) -> axum::response::Response {
+    use futures::StreamExt;
+    struct Open(Arc<Streams>);
+    impl Drop for Open {
+        fn drop(&mut self) {
+            self.0.open.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+    let now = streams.open.fetch_add(1, Ordering::SeqCst) + 1;
+    streams.most.fetch_max(now, Ordering::SeqCst);
+    let open = Open(Arc::clone(streams));
+    common::hand_written::event_stream(events.map(move |event| {
+        let _open = &open;
+        event
+    }))
+}
+
+/// A streamable-HTTP upstream at 2025-11-25 (session `s1`) that polls (SEP-1699): the
+/// stream of a `tools/call` of `hdr` (whose argument goes in a header, so that the call
+/// goes through rmcp) carries one event with an id and `retry: 10`, and ends; the stream
+/// resumed from that id (a GET with `Last-Event-ID`) answers 300 ms later, and ends.
+async fn polling(streams: &Arc<Streams>) -> String {
+    use axum::extract::State;
+    use axum::http::{HeaderMap, StatusCode};
+    use axum::response::IntoResponse;
+    use common::hand_written::{initialized, json_answer};
+    use serde_json::Value;
+
+    async fn posted(State(streams): State<Arc<Streams>>, body: String) -> axum::response::Response {
+        let message: Value = serde_json::from_str(&body).expect("JSON");
+        let id = message["id"].clone();
+        match message["method"].as_str().unwrap_or_default() {
+            "initialize" => initialized(&id, "polling"),
+            "tools/list" => json_answer(json!({"jsonrpc": "2.0", "id": id, "result": {"tools": [
+                {"name": "hdr", "inputSchema": {"type": "object", "properties": {
+                    "region": {"type": "string", "x-mcp-header": "Region"}}}},
+            ]}})),
+            "tools/call" => {
+                let event_id = format!("call-{id}");
+                streams
+                    .calls
+                    .lock()
+                    .expect("calls")
+                    .insert(event_id.clone(), id);
+                let log = json!({"jsonrpc": "2.0", "method": "notifications/message",
+                                 "params": {"level": "info", "data": "working"}});
+                let event = format!("id: {event_id}\nretry: 10\nevent: message\ndata: {log}\n\n");
+                counted(&streams, futures::stream::iter([event]))
+            }
+            _ => StatusCode::ACCEPTED.into_response(),
+        }
+    }
+
+    async fn resumed(
+        State(streams): State<Arc<Streams>>,
+        headers: HeaderMap,
+    ) -> axum::response::Response {
+        let last = headers.get("last-event-id").and_then(|v| v.to_str().ok());
+        let Some(id) =
+            last.and_then(|last| streams.calls.lock().expect("calls").get(last).cloned())
+        else {
+            // No standalone stream.
+            return StatusCode::METHOD_NOT_ALLOWED.into_response();
+        };
+        streams.resumed.fetch_add(1, Ordering::SeqCst);
+        let answer = json!({"jsonrpc": "2.0", "id": id, "result": {
+            "content": [{"type": "text", "text": "polled"}]}});
+        let events = futures::stream::once(async move {
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            format!("event: message\ndata: {answer}\n\n")
+        });
+        counted(&streams, events)
+    }
+
+    let app = axum::Router::new()
+        .route("/mcp", axum::routing::post(posted).get(resumed))
+        .with_state(Arc::clone(streams));
+    common::serve_on_loopback(app).await + "/mcp"
+}
+
+/// A call through rmcp whose stream the upstream ends before the answer, which it gives
+/// on the stream rmcp resumes (a GET): the request is still in flight, and the resumed
+/// stream holds its place — the upstream never has more request streams open than the
+/// bound, and every call is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_stream_holds_the_place_of_its_request() {
+    let streams = Arc::<Streams>::default();
+    let url = polling(&streams).await;
+    let config = UpstreamConfig::http("polling", url)
+        .discover(false)
+        .max_connections(1)
+        .call_timeout(Duration::from_secs(20));
+    let pipeline = imported(config).await.1;
+
+    let calls =
+        (0..2).map(|_| pipeline.invoke("hdr", json!({"region": "eu"}), InvokeOptions::new()));
+    let answers = within(30, "2 calls", futures::future::join_all(calls)).await;
+    for answer in answers {
+        let answer = answer.expect("every call is answered on its resumed stream");
+        assert!(answer.to_string().contains("polled"), "{answer}");
+    }
+    assert_eq!(
+        streams.resumed.load(Ordering::SeqCst),
+        2,
+        "each stream was resumed"
+    );
+    let most = streams.most.load(Ordering::SeqCst);
+    assert_eq!(
+        most, 1,
+        "the upstream had {most} request streams open at once; at most 1 request may be in flight"
     );
 }

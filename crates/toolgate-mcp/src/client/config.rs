@@ -329,12 +329,20 @@ impl UpstreamConfig {
     /// its call's deadline: a call still waiting then fails with 503 `upstream_busy`,
     /// which names the bound and tells the caller to try again.
     ///
-    /// Counted: every request POSTed to the upstream (calls, lists, reads, `initialize`).
-    /// Not counted: notifications and answers to the upstream's own requests (answered at
-    /// once; an answer a call waits for must never wait behind it), a session set up
-    /// again after the upstream forgot it and the requests sent again then, when no place
-    /// is free (the calls holding the places wait on them), and the long-lived streams
-    /// (GET), which are bounded with the sessions. A stdio upstream has one pipe,
+    /// A call whose connection is being made — a caller's own link's first `initialize`,
+    /// a reconnect — and whose attempt runs out of time while one of its requests still
+    /// waits for a place fails with 503 `upstream_busy` too, and the attempt is not
+    /// counted as a failed one: the upstream is at its bound, not down, and the backoff
+    /// does not grow with the load.
+    ///
+    /// Counted: every request POSTed to the upstream (calls, lists, reads, `initialize`),
+    /// and a request's stream resumed with a GET (`Last-Event-ID`) after the upstream
+    /// ended it before the answer, which keeps the request's place. Not counted:
+    /// notifications and answers to the upstream's own requests (answered at once; an
+    /// answer a call waits for must never wait behind it), a session set up again after
+    /// the upstream forgot it and the requests sent again then, when no place is free
+    /// (the calls holding the places wait on them), and the standalone stream (GET),
+    /// which is long-lived and bounded with the sessions. A stdio upstream has one pipe,
     /// and no such bound.
     ///
     /// 0 is refused by [`Upstream::connect`](crate::Upstream::connect).

@@ -15,6 +15,13 @@
 //!
 //! - a request's POST (`tools/call`, `initialize`, lists, reads…), whether toolgate
 //!   sends it from the calling task ([`Direct`](super::direct::Direct)) or rmcp does;
+//! - the GET that resumes a request's stream the upstream ended before its answer
+//!   (`Last-Event-ID`, as an upstream that polls does, SEP-1699): the request is still in
+//!   flight, and keeps its place from the stream that ended to the one that resumes it —
+//!   [`Direct`](super::direct::Direct) holds it across its own resumes, and for rmcp's
+//!   the place is kept with the ended stream's event id until the GET takes it over
+//!   ([`request_streams`](super::request_streams)); it is given back when the call is
+//!   over, or the connection is, if no resume takes it;
 //! - not a POST of a notification or of an answer to the upstream's own request
 //!   (sampling, elicitation): those are answered at once (202), and an answer must never
 //!   wait behind the calls that are waiting for it — that would be a deadlock until their
@@ -25,16 +32,20 @@
 //!   nothing else, so the calls holding every other place wait on them — counting them
 //!   would fail those calls (after rmcp's five seconds for the recovery, or at their
 //!   deadlines);
-//! - not a GET: the standalone stream (one per session, bounded with the sessions) and
-//!   the resumption of a request's stream, which takes the place of the stream that
-//!   ended. Long-lived streams do not starve calls this way.
+//! - not the standalone stream (a GET without an event id; one per session, bounded with
+//!   the sessions), which is long-lived and answers no request: it does not starve calls.
 //!
 //! A `tools/call` waits at most until its deadline, and then fails with [`Busy`], which
-//! says so in words (503 `upstream_busy`, to try again). A waiter that is dropped — its
-//! caller gave up — leaves the queue and takes nothing with it. The cost of a call is one
-//! semaphore acquire: no allocation, and no metric unless the call had to wait.
+//! says so in words (503 `upstream_busy`, to try again). So does a call whose connection
+//! is being made (a caller's own link's first `initialize`, a reconnect) when the attempt
+//! runs out of time while a request of its own still waits for a place ([`Waiting`]): the
+//! upstream is at its bound, not down, and the attempt is no failed connection — the
+//! backoff does not grow with the load. A waiter that is dropped — its caller gave up —
+//! leaves the queue and takes nothing with it. The cost of a call is one semaphore
+//! acquire: no allocation, and no metric unless the call had to wait.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -95,9 +106,35 @@ impl Places {
     ///
     /// [`Busy`] when `deadline` comes first.
     pub(crate) async fn take(&self, deadline: Option<Instant>) -> Result<Place, Busy> {
+        self.take_noted(deadline, None).await
+    }
+
+    /// A place, as [`take`](Self::take) without a deadline, `waiting` telling meanwhile
+    /// that a request of its connection attempt waits for one.
+    pub(crate) async fn take_for(&self, waiting: &Waiting) -> Option<Place> {
+        self.take_noted(None, Some(waiting)).await.ok()
+    }
+
+    /// [`Busy`] for a connection attempt that waited `waited` for a place, in vain
+    /// ([`Waiting`]).
+    pub(crate) fn busy(&self, waited: Duration) -> Busy {
+        Busy {
+            server: Arc::clone(&self.server),
+            max: self.max,
+            waited,
+        }
+    }
+
+    async fn take_noted(
+        &self,
+        deadline: Option<Instant>,
+        waiting: Option<&Waiting>,
+    ) -> Result<Place, Busy> {
         if let Some(place) = self.try_take() {
             return Ok(place);
         }
+        // Noted only while queued, not while a free place is taken.
+        let _queued = waiting.map(Waiting::queued);
         let started = Instant::now();
         metrics::counter!(UPSTREAM_WAITS, "server" => self.server.to_string()).increment(1);
         tracing::debug!(server = %self.server, max = self.max, "the MCP server has as many requests in flight as allowed (`max_connections`); the request waits for a place");
@@ -110,11 +147,7 @@ impl Places {
         match permit {
             Some(Ok(permit)) => Ok(Place { _permit: permit }),
             _ => {
-                let busy = Busy {
-                    server: Arc::clone(&self.server),
-                    max: self.max,
-                    waited: started.elapsed(),
-                };
+                let busy = self.busy(started.elapsed());
                 tracing::warn!(server = %self.server, max = self.max, "a call waited for a place among the MCP server's requests in flight until its deadline (`max_connections`)");
                 Err(busy)
             }
@@ -125,6 +158,36 @@ impl Places {
     #[cfg(test)]
     pub(crate) fn free(&self) -> usize {
         self.semaphore.available_permits()
+    }
+}
+
+/// Whether a request of one connection attempt is queued for a place now: what tells an
+/// attempt that ran out of time because every place was taken (503 `upstream_busy`, not
+/// a failure of the upstream's) from one the upstream did not answer in time. Only a
+/// request still waiting when the time runs out makes it so: one that got its place, even
+/// late, was the upstream's to answer.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Waiting(Arc<AtomicUsize>);
+
+impl Waiting {
+    /// Whether a request of the attempt is queued for a place now.
+    pub(crate) fn now(&self) -> bool {
+        self.0.load(Ordering::SeqCst) > 0
+    }
+
+    /// Notes a request queued, until the guard is dropped.
+    fn queued(&self) -> Queued<'_> {
+        self.0.fetch_add(1, Ordering::SeqCst);
+        Queued(&self.0)
+    }
+}
+
+/// A request of a [`Waiting`] queued for a place.
+struct Queued<'a>(&'a AtomicUsize);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -183,6 +246,26 @@ mod tests {
         assert_eq!(places.free(), 1);
         let next = places.take(Some(Instant::now())).await;
         assert!(next.is_ok(), "the next request proceeds");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_is_noted_waiting_only_while_it_is_queued() {
+        let places = Places::new("crm", 1);
+        let waiting = Waiting::default();
+        let held = places.take_for(&waiting).await.expect("a place");
+        assert!(!waiting.now(), "a free place is taken without waiting");
+        let queued = places.take_for(&waiting);
+        tokio::pin!(queued);
+        assert!(futures::poll!(queued.as_mut()).is_pending());
+        assert!(waiting.now());
+        drop(held);
+        assert!(queued.await.is_some());
+        assert!(!waiting.now());
+        // A waiter dropped while queued is no longer noted.
+        let _held = places.take(None).await.expect("a place");
+        let gave_up = tokio::time::timeout(Duration::from_millis(10), places.take_for(&waiting));
+        assert!(gave_up.await.is_err());
+        assert!(!waiting.now());
     }
 
     #[test]

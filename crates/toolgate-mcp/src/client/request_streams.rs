@@ -20,6 +20,15 @@
 //! resume from an event id no stream of toolgate's ended with (or two did) is nobody's:
 //! every answer on it is dropped.
 //!
+//! **Its place kept for the resume.** A request's stream holds the request's place among
+//! the upstream's requests in flight ([`places`](super::places)) while it is open. When it
+//! ends before its answer, the place is kept with its last event id, not given back:
+//! rmcp's GET that resumes it is the same request still in flight, and takes the place
+//! over. It is given back when the resumed stream is done with, or — no resume having
+//! taken it — [`LET_GO`] after the call is over (a request without a call: once the wait
+//! rmcp makes before it resumes, and [`LET_GO`] more, have passed), or with the
+//! connection.
+//!
 //! **No answers on the standalone stream.** The standalone stream (a GET with no event id,
 //! and its resumes) is no request's: the protocol forbids a server to answer a request on
 //! it, and rmcp would hand an answer read there to whichever request of the shared
@@ -40,6 +49,7 @@ use serde::de::IgnoredAny;
 use serde_json::Value;
 use tokio::task::AbortHandle;
 
+use super::places::Place;
 use super::relay::{Dropped, RouteTicket, Routes};
 
 /// A response stream as rmcp's HTTP client hands it over.
@@ -138,6 +148,51 @@ struct Ended {
     event_id: String,
     owner: Owner,
     ticket: Option<RouteTicket>,
+    /// The request's place, until the stream resumed from `event_id` takes it.
+    parked: Option<Parked>,
+}
+
+/// The place of a request whose stream ended before its answer, kept for the stream that
+/// resumes it; given back by a task of its own if none does in time (see the module).
+struct Parked {
+    place: Arc<Mutex<Option<Place>>>,
+    watch: AbortHandle,
+}
+
+impl Parked {
+    /// Keeps `place` until it is taken, or the call of `ticket` has been over for
+    /// [`LET_GO`]; without a call, for `retry` (what rmcp waits before it resumes; one
+    /// second when the upstream named none, as rmcp's policy does) and [`LET_GO`] more.
+    fn new(place: Place, ticket: Option<&RouteTicket>, retry: Option<Duration>) -> Self {
+        let place = Arc::new(Mutex::new(Some(place)));
+        let kept = Arc::downgrade(&place);
+        let ticket = ticket.cloned();
+        let watch = tokio::spawn(async move {
+            match ticket {
+                Some(ticket) => ticket.over().await,
+                None => tokio::time::sleep(retry.unwrap_or(Duration::from_secs(1))).await,
+            }
+            tokio::time::sleep(LET_GO).await;
+            if let Some(place) = kept.upgrade() {
+                drop(place.lock().unwrap_or_else(PoisonError::into_inner).take());
+            }
+        })
+        .abort_handle();
+        Parked { place, watch }
+    }
+
+    fn take(&self) -> Option<Place> {
+        self.place
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+    }
+}
+
+impl Drop for Parked {
+    fn drop(&mut self) {
+        self.watch.abort();
+    }
 }
 
 impl Resumable {
@@ -150,15 +205,35 @@ impl Resumable {
         }
     }
 
-    /// Remembers that a stream of `owner` ended at `event_id`. An id two owners' streams
-    /// ended at is nobody's. The streams of calls that are over are forgotten.
-    fn ended(&self, event_id: &str, owner: &Owner, ticket: Option<&RouteTicket>) {
+    /// The place kept for the stream resumed from `event_id` (see the module), once.
+    pub(crate) fn take_place(&self, event_id: &str) -> Option<Place> {
+        let mut ended = self.lock();
+        let known = ended.iter_mut().find(|e| e.event_id == event_id)?;
+        known.parked.take()?.take()
+    }
+
+    /// Remembers that a stream of `owner` ended at `event_id`, with `place`, its request's
+    /// place, kept for its resume (which rmcp makes after `retry`, or its own wait). An id
+    /// two owners' streams ended at is nobody's, and keeps no place. The streams of calls
+    /// that are over are forgotten.
+    fn ended(
+        &self,
+        event_id: &str,
+        owner: &Owner,
+        ticket: Option<&RouteTicket>,
+        place: Option<Place>,
+        retry: Option<Duration>,
+    ) {
+        let parked = place.map(|place| Parked::new(place, ticket, retry));
         let mut ended = self.lock();
         ended.retain(|e| !e.ticket.as_ref().is_some_and(RouteTicket::is_over));
         if let Some(known) = ended.iter_mut().find(|e| e.event_id == event_id) {
             if known.owner != *owner {
                 known.owner = Owner::Nobody;
                 known.ticket = None;
+                known.parked = None;
+            } else if parked.is_some() {
+                known.parked = parked;
             }
             return;
         }
@@ -169,6 +244,7 @@ impl Resumable {
             event_id: event_id.to_owned(),
             owner: owner.clone(),
             ticket: ticket.cloned(),
+            parked,
         });
     }
 
@@ -182,6 +258,9 @@ impl Resumable {
 struct Held {
     /// The stream; `None` once let go.
     stream: Option<SseStream>,
+    /// The place of the stream's request, while it holds one: let go with the stream, or
+    /// kept for its resume when it ends before its answer.
+    place: Option<Place>,
     /// Who last waited on the stream: woken when it is let go, to read its end rather
     /// than wait for ever on a stream that is gone.
     waker: Option<Waker>,
@@ -198,6 +277,8 @@ pub(crate) struct RequestStream {
     ticket: Option<RouteTicket>,
     /// The last event id read (or resumed from): where a resume of it starts.
     last_event_id: Option<String>,
+    /// The last wait before a resume the upstream named on it (`retry:`, capped).
+    retry: Option<Duration>,
     /// Whether the request's answer came on it: nothing left to resume.
     answered: bool,
     resumable: Arc<Resumable>,
@@ -205,17 +286,20 @@ pub(crate) struct RequestStream {
 }
 
 impl RequestStream {
-    /// `stream`, of `owner` (resumed from `resumed_from`), for the call of `ticket`.
+    /// `stream`, of `owner` (resumed from `resumed_from`), for the call of `ticket`,
+    /// holding `place` (see the module).
     pub(crate) fn new(
         stream: SseStream,
         owner: Owner,
         ticket: Option<RouteTicket>,
         resumed_from: Option<String>,
+        place: Option<Place>,
         resumable: Arc<Resumable>,
         routes: Arc<Routes>,
     ) -> Self {
         let held = Arc::new(Mutex::new(Held {
             stream: Some(stream),
+            place,
             waker: None,
         }));
         let watch = ticket.clone().map(|ticket| {
@@ -245,20 +329,33 @@ impl RequestStream {
             origin,
             ticket,
             last_event_id: resumed_from,
+            retry: None,
             answered: false,
             resumable,
             routes,
         }
     }
 
-    /// The stream ended (or failed) here: a resume of it is its owner's.
+    /// The stream ended (or failed) here: a resume of it is its owner's, and takes its
+    /// place over.
     fn ended(&self) {
         if self.answered {
             return;
         }
         if let Some(event_id) = &self.last_event_id {
-            self.resumable
-                .ended(event_id, &self.owner, self.ticket.as_ref());
+            let place = self
+                .held
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .place
+                .take();
+            self.resumable.ended(
+                event_id,
+                &self.owner,
+                self.ticket.as_ref(),
+                place,
+                self.retry,
+            );
         }
     }
 
@@ -284,7 +381,7 @@ impl Stream for RequestStream {
         let this = &mut *self;
         let polled = {
             let mut held = this.held.lock().unwrap_or_else(PoisonError::into_inner);
-            let Held { stream, waker } = &mut *held;
+            let Held { stream, waker, .. } = &mut *held;
             // Let go: the call is over.
             let Some(stream) = stream.as_mut() else {
                 return Poll::Ready(None);
@@ -301,6 +398,9 @@ impl Stream for RequestStream {
                     this.last_event_id.clone_from(&event.id);
                 }
                 event.retry = event.retry.map(capped_retry);
+                if let Some(retry) = event.retry {
+                    this.retry = Some(Duration::from_millis(retry));
+                }
                 // Its id is still read by rmcp, which resumes from the last id it read.
                 if event
                     .data
@@ -336,6 +436,7 @@ impl Drop for RequestStream {
 mod tests {
     use serde_json::json;
 
+    use super::super::places::Places;
     use super::super::relay::Relay;
     use super::*;
 
@@ -411,7 +512,7 @@ mod tests {
         .boxed();
         let routes = Arc::new(Routes::new("crm"));
         let read: Vec<_> =
-            RequestStream::new(events, request(1), None, None, Arc::default(), routes)
+            RequestStream::new(events, request(1), None, None, None, Arc::default(), routes)
                 .map(|event| event.expect("an event").data)
                 .collect()
                 .await;
@@ -441,6 +542,7 @@ mod tests {
             Owner::Standalone,
             None,
             None,
+            None,
             Arc::default(),
             routes,
         )
@@ -465,14 +567,14 @@ mod tests {
     #[test]
     fn a_resume_is_the_streams_that_ended_at_its_event_id_and_only_that_ones() {
         let resumable = Resumable::default();
-        resumable.ended("7", &request(1), None);
-        resumable.ended("7", &request(1), None);
-        resumable.ended("8", &Owner::Standalone, None);
+        resumable.ended("7", &request(1), None, None, None);
+        resumable.ended("7", &request(1), None, None, None);
+        resumable.ended("8", &Owner::Standalone, None, None, None);
         assert!(resumable.owner("7").0 == request(1));
         assert!(resumable.owner("8").0 == Owner::Standalone);
         // An id no stream ended at, or two streams did, is nobody's.
         assert!(resumable.owner("9").0 == Owner::Nobody);
-        resumable.ended("7", &request(2), None);
+        resumable.ended("7", &request(2), None, None, None);
         assert!(resumable.owner("7").0 == Owner::Nobody);
     }
 
@@ -484,6 +586,7 @@ mod tests {
             never,
             request(1),
             Some(ticket),
+            None,
             None,
             Arc::default(),
             Arc::new(Routes::new("crm")),
@@ -499,11 +602,152 @@ mod tests {
         );
     }
 
+    #[tokio::test]
+    async fn a_request_holds_its_place_until_its_response_stream_is_dropped() {
+        let places = Places::new("crm", 1);
+        let place = places.take(None).await.expect("a place");
+        let routes = Arc::new(Routes::new("crm"));
+        let never: SseStream = futures::stream::pending().boxed();
+        let stream = RequestStream::new(
+            never,
+            request(1),
+            None,
+            None,
+            Some(place),
+            Arc::default(),
+            routes,
+        );
+        // The headers are in, the body is not: the connection is still the request's.
+        assert_eq!(places.free(), 0);
+        drop(stream);
+        assert_eq!(places.free(), 1);
+    }
+
+    /// A stream that sends one event with an id (and `retry`), then ends.
+    fn ends_after_an_event(id: &str) -> SseStream {
+        futures::stream::iter([Ok(sse_stream::Sse {
+            id: Some(id.to_owned()),
+            retry: Some(10),
+            data: Some(r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#.into()),
+            ..Default::default()
+        })])
+        .boxed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stream_ended_before_its_answer_keeps_its_place_for_its_resume() {
+        let places = Places::new("crm", 1);
+        let place = places.take(None).await.expect("a place");
+        let (relay, ticket) = Relay::new(None);
+        let resumable = Arc::new(Resumable::default());
+        let routes = Arc::new(Routes::new("crm"));
+        let stream = RequestStream::new(
+            ends_after_an_event("e1"),
+            request(1),
+            Some(ticket.clone()),
+            None,
+            Some(place),
+            Arc::clone(&resumable),
+            Arc::clone(&routes),
+        );
+        assert_eq!(stream.collect::<Vec<_>>().await.len(), 1);
+        // Ended and dropped, without its answer: the request is still in flight.
+        tokio::time::sleep(LET_GO * 10).await;
+        assert_eq!(places.free(), 0, "the place is kept for the resume");
+        let place = resumable.take_place("e1");
+        assert!(place.is_some() && resumable.take_place("e1").is_none());
+        // The resumed stream holds it, and ends before the answer too.
+        let resumed = RequestStream::new(
+            ends_after_an_event("e2"),
+            request(1),
+            Some(ticket),
+            Some("e1".into()),
+            place,
+            Arc::clone(&resumable),
+            routes,
+        );
+        assert_eq!(resumed.collect::<Vec<_>>().await.len(), 1);
+        assert_eq!(places.free(), 0);
+        // Not resumed again, and the call is over: given back once it has been for LET_GO.
+        drop(relay);
+        tokio::time::sleep(LET_GO / 2).await;
+        assert_eq!(places.free(), 0);
+        tokio::time::sleep(LET_GO).await;
+        assert_eq!(
+            places.free(),
+            1,
+            "the place of a call that is over is given back"
+        );
+        assert!(resumable.take_place("e2").is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_kept_place_of_a_request_without_a_call_is_given_back_if_no_resume_takes_it() {
+        let places = Places::new("crm", 1);
+        let place = places.take(None).await.expect("a place");
+        let resumable = Arc::new(Resumable::default());
+        let stream = RequestStream::new(
+            ends_after_an_event("e1"),
+            request(1),
+            None,
+            None,
+            Some(place),
+            Arc::clone(&resumable),
+            Arc::new(Routes::new("crm")),
+        );
+        assert_eq!(stream.collect::<Vec<_>>().await.len(), 1);
+        assert_eq!(places.free(), 0);
+        // The upstream's `retry: 10`, then LET_GO.
+        tokio::time::sleep(LET_GO + Duration::from_millis(20)).await;
+        assert_eq!(places.free(), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_answered_stream_keeps_no_place_and_a_connection_gone_strands_none() {
+        let places = Places::new("crm", 2);
+        let resumable = Arc::new(Resumable::default());
+        let routes = Arc::new(Routes::new("crm"));
+        let answered = futures::stream::iter([Ok(sse_stream::Sse {
+            id: Some("e1".into()),
+            data: Some(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#.into()),
+            ..Default::default()
+        })])
+        .boxed();
+        let place = places.take(None).await.ok();
+        let stream = RequestStream::new(
+            answered,
+            request(1),
+            None,
+            None,
+            place,
+            Arc::clone(&resumable),
+            Arc::clone(&routes),
+        );
+        assert_eq!(stream.collect::<Vec<_>>().await.len(), 1);
+        assert_eq!(places.free(), 2, "answered: nothing to resume");
+        let place = places.take(None).await.ok();
+        let (_relay, ticket) = Relay::new(None);
+        let stream = RequestStream::new(
+            ends_after_an_event("e2"),
+            request(2),
+            Some(ticket),
+            None,
+            place,
+            Arc::clone(&resumable),
+            routes,
+        );
+        assert_eq!(stream.collect::<Vec<_>>().await.len(), 1);
+        assert_eq!(places.free(), 1);
+        // The connection, and what it kept, is gone.
+        drop(resumable);
+        assert_eq!(places.free(), 2);
+    }
+
     #[test]
     fn the_ended_streams_remembered_are_bounded() {
         let resumable = Resumable::default();
         for n in 0..=MAX_RESUMABLE {
-            resumable.ended(&n.to_string(), &request(1), None);
+            resumable.ended(&n.to_string(), &request(1), None, None, None);
         }
         assert!(resumable.owner("0").0 == Owner::Nobody);
         assert!(resumable.owner(&MAX_RESUMABLE.to_string()).0 == request(1));

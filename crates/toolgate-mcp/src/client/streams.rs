@@ -35,7 +35,7 @@ use rmcp::transport::streamable_http_client::{
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use super::places::{Place, Places, Reserved};
+use super::places::{Place, Places, Reserved, Waiting};
 use super::post::Target;
 use super::relay::{Dropped, RouteTicket, Routes};
 use super::request_streams::{Owner, RequestStream, Resumable, SseStream};
@@ -78,6 +78,10 @@ pub(crate) struct StreamTagging {
     /// for a connection nobody will use — rmcp's worker does not stop its `initialize`
     /// when the attempt that made it gives up.
     closed: CancellationToken,
+    /// Tells whether a request of the connection waits for a place now: while the
+    /// connection is being made, whether its attempt is held up by the bound rather than
+    /// by the upstream ([`Waiting`]).
+    waiting: Waiting,
 }
 
 impl StreamTagging {
@@ -86,13 +90,15 @@ impl StreamTagging {
     /// [`Wire`] is the connection's, whose calls are `routes`. `forgotten` is cancelled
     /// once the upstream answers that it does not know the connection's session. Its
     /// requests take their places among the upstream's in `places`, while `closed`, the
-    /// token of the transport the client is for, is not cancelled.
+    /// token of the transport the client is for, is not cancelled; `waiting` tells when
+    /// one of them is queued for its place.
     pub(crate) fn over(
         inner: reqwest::Client,
         routes: Arc<Routes>,
         forgotten: CancellationToken,
         places: Arc<Places>,
         closed: CancellationToken,
+        waiting: Waiting,
     ) -> Self {
         StreamTagging {
             inner,
@@ -103,6 +109,7 @@ impl StreamTagging {
             places,
             expired: Arc::default(),
             closed,
+            waiting,
         }
     }
 
@@ -298,7 +305,7 @@ impl StreamableHttpClient for StreamTagging {
             (Some(_), Some(place)) => Some(place),
             (Some(id), None) if self.sent_again(id, &message) => self.places.try_take(),
             (Some(_), None) => tokio::select! {
-                place = self.places.take(None) => place.ok(),
+                place = self.places.take_for(&self.waiting) => place,
                 () = self.closed.cancelled() => {
                     return Err(StreamableHttpError::TransportChannelClosed);
                 }
@@ -336,9 +343,9 @@ impl StreamableHttpClient for StreamTagging {
             (StreamableHttpPostResponse::Sse(stream, session), Some(id)) => {
                 // The place goes with the connection: when the call's stream is let go
                 // (`request_streams`), not when rmcp is done with it — at 2025-11-25 only
-                // once the call's cancellation is answered, five seconds each.
-                let stream = holding(stream, place);
-                let stream = self.held(stream, Owner::Request(id.clone()), ticket, None);
+                // once the call's cancellation is answered, five seconds each; or, when the
+                // stream ends before its answer, with the stream that resumes it.
+                let stream = self.held(stream, Owner::Request(id.clone()), ticket, None, place);
                 StreamableHttpPostResponse::Sse(tagged(stream, Some(id)), session)
             }
             (StreamableHttpPostResponse::Sse(stream, session), None) => {
@@ -389,7 +396,8 @@ impl StreamableHttpClient for StreamTagging {
 
     /// The standalone stream (no `last_event_id`), whose answers are dropped, or the
     /// resume of a stream that ended at `last_event_id`, which is the stream of whichever
-    /// request that one was ([`request_streams`](super::request_streams)).
+    /// request that one was, and holds the place that one held
+    /// ([`request_streams`](super::request_streams)).
     async fn get_stream_with_max_sse_event_size(
         &self,
         uri: Arc<str>,
@@ -423,31 +431,35 @@ impl StreamableHttpClient for StreamTagging {
             self.forgotten.cancel();
         }
         let stream = stream?;
-        let origin = match &owner {
-            Owner::Request(id) => Some(id.clone()),
-            _ => None,
+        let (origin, place) = match (&owner, &last_event_id) {
+            (Owner::Request(id), Some(event_id)) => {
+                (Some(id.clone()), self.resumable.take_place(event_id))
+            }
+            _ => (None, None),
         };
         Ok(tagged(
-            self.held(stream, owner, ticket, last_event_id),
+            self.held(stream, owner, ticket, last_event_id, place),
             origin,
         ))
     }
 }
 
 impl StreamTagging {
-    /// `stream`, of `owner`, held while the call of `ticket` lives.
+    /// `stream`, of `owner`, held while the call of `ticket` lives, holding `place`.
     fn held(
         &self,
         stream: SseStream,
         owner: Owner,
         ticket: Option<RouteTicket>,
         resumed_from: Option<String>,
+        place: Option<Place>,
     ) -> SseStream {
         RequestStream::new(
             stream,
             owner,
             ticket,
             resumed_from,
+            place,
             Arc::clone(&self.resumable),
             Arc::clone(&self.routes),
         )
@@ -503,20 +515,6 @@ impl StreamTagging {
             )
             .await?;
         Ok(tagged(stream, Some(id.clone())))
-    }
-}
-
-/// `stream`, holding `place` until it is dropped: its HTTP connection is in use until
-/// then.
-pub(crate) fn holding(stream: SseStream, place: Option<Place>) -> SseStream {
-    match place {
-        None => stream,
-        Some(place) => stream
-            .map(move |event| {
-                let _held = &place;
-                event
-            })
-            .boxed(),
     }
 }
 
@@ -607,17 +605,6 @@ mod tests {
         let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
                               "params": {"progressToken": 1, "progress": 1, "message": "notifications/message"}});
         assert_eq!(tagged_as(progress.clone(), Some(7)), progress);
-    }
-
-    #[tokio::test]
-    async fn a_request_holds_its_place_until_its_response_stream_is_dropped() {
-        let places = Places::new("crm", 1);
-        let place = places.take(None).await.expect("a place");
-        let stream = holding(futures::stream::pending().boxed(), Some(place));
-        // The headers are in, the body is not: the connection is still the request's.
-        assert_eq!(places.free(), 0);
-        drop(stream);
-        assert_eq!(places.free(), 1);
     }
 
     #[test]

@@ -37,7 +37,7 @@ use super::failure::{connect_failure, request_failure};
 use super::frames::Frames;
 use super::http_pool;
 use super::per_caller::CallerLinks;
-use super::places::Places;
+use super::places::{Places, Waiting};
 use super::relay::{Routes, UpstreamClient};
 use super::request_streams;
 use super::stdio::{Oversized, StdioUpstream};
@@ -303,13 +303,24 @@ impl Link {
                 }
                 tokio::time::sleep_until(retry_at).await;
             }
-            let attempt_deadline = deadline.min(Instant::now() + self.config.connect_timeout);
+            let attempt_started = Instant::now();
+            let attempt_deadline = deadline.min(attempt_started + self.config.connect_timeout);
+            // Whether the attempt is held up by the bound on requests in flight, not by the
+            // upstream: one of its requests is queued for a place.
+            let waiting = Waiting::default();
             // A connection outlives the call that opened it: its tasks' spans get a root
             // of their own, not the call's (which they would otherwise keep open).
-            let connect = self.connect(channel, state.generation + 1).instrument(
-                tracing::info_span!(parent: None, "mcp.connection", server = %self.config.name),
-            );
-            match tokio::time::timeout_at(attempt_deadline, connect).await {
+            let connect = self
+                .connect(channel, state.generation + 1, &waiting)
+                .instrument(
+                    tracing::info_span!(parent: None, "mcp.connection", server = %self.config.name),
+                );
+            tokio::pin!(connect);
+            let outcome = tokio::time::timeout_at(attempt_deadline, &mut connect).await;
+            // Read while the attempt still lives: once it is dropped, its requests leave
+            // the queue (at once, on another thread).
+            let held_up = outcome.is_err() && waiting.now();
+            match outcome {
                 Ok(Ok(made)) => {
                     if state.failures > 0 {
                         tracing::info!(server = %self.config.name, "MCP server reconnected");
@@ -330,6 +341,18 @@ impl Link {
                     if channel.routes.watched_any() {
                         self.resubscribe(channel, peer, state.generation);
                     }
+                }
+                // Out of time while a request of its own still waited for a place: the
+                // upstream has as many requests in flight as it may be sent, and is not
+                // down. 503 `upstream_busy` at the call's deadline (before it, another
+                // attempt), and no failure: the backoff does not grow with the load.
+                Err(_) if held_up => {
+                    if Instant::now() < deadline {
+                        continue;
+                    }
+                    tracing::warn!(server = %self.config.name, max = self.config.max_connections, "a connection attempt waited for a place among the MCP server's requests in flight until the call's deadline (`max_connections`); the upstream is busy, not down");
+                    let busy = self.places.busy(attempt_started.elapsed());
+                    return Err(self.busy_upstream(busy));
                 }
                 failed => {
                     let reason = match failed {
@@ -357,9 +380,15 @@ impl Link {
     /// A new connection on `channel`, which will be its `generation`, with its calls
     /// from the calling task (HTTP); for the legacy channel, with the names of the tools
     /// the upstream lists on it.
-    async fn connect(&self, channel: &Channel, generation: u64) -> Result<Made, String> {
+    /// `waiting` tells when one of its requests waits for a place (HTTP).
+    async fn connect(
+        &self,
+        channel: &Channel,
+        generation: u64,
+        waiting: &Waiting,
+    ) -> Result<Made, String> {
         let ended = CancellationToken::new();
-        let (session, direct) = self.open(channel, generation, &ended).await?;
+        let (session, direct) = self.open(channel, generation, &ended, waiting).await?;
         let made = |session, tools| Made {
             session,
             direct,
@@ -385,12 +414,13 @@ impl Link {
     }
 
     /// Opens connection `generation` of `channel`; `ended` is cancelled when it ends
-    /// ([`Made::ended`]).
+    /// ([`Made::ended`]); `waiting` tells when a request of it waits for a place.
     async fn open(
         &self,
         channel: &Channel,
         generation: u64,
         ended: &CancellationToken,
+        waiting: &Waiting,
     ) -> Result<(Session, Option<Arc<Direct>>), String> {
         let connection = channel.routes.next_connection();
         match &self.config.transport {
@@ -443,6 +473,7 @@ impl Link {
                     ended.clone(),
                     Arc::clone(&self.places),
                     closed.clone(),
+                    waiting.clone(),
                 );
                 let transport = WorkerTransport::spawn_with_ct(
                     StreamableHttpClientWorker::new(http.clone(), config),
