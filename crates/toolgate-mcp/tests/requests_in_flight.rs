@@ -120,6 +120,33 @@ async fn bounded(url: &str, max: usize) -> Pipeline {
     imported(config).await.1
 }
 
+/// A call of `hold` made with `options`, once the upstream runs it: it holds the only
+/// place of a bound of 1 until [`release`] lets it end.
+async fn holding_the_place(
+    pipeline: &Pipeline,
+    seen: &Seen,
+    options: InvokeOptions,
+) -> tokio::task::JoinHandle<Result<serde_json::Value, ToolError>> {
+    let held = tokio::spawn({
+        let pipeline = pipeline.clone();
+        async move { pipeline.invoke("hold", json!({}), options).await }
+    });
+    until_running(seen, 1).await;
+    held
+}
+
+/// Lets the call of `hold` end, and checks it was answered.
+async fn release(
+    gate: &Semaphore,
+    held: tokio::task::JoinHandle<Result<serde_json::Value, ToolError>>,
+) {
+    gate.add_permits(1);
+    within(10, "the held call", held)
+        .await
+        .expect("joined")
+        .expect("answered");
+}
+
 /// Waits until the upstream runs `calls` calls.
 async fn until_running(seen: &Seen, calls: usize) {
     within(10, "the held call to start", async {
@@ -171,15 +198,7 @@ async fn a_call_still_waiting_at_its_deadline_is_told_the_upstream_is_busy() {
     let (seen, gate) = (Arc::default(), Arc::new(Semaphore::new(0)));
     let url = upstream(&seen, &gate).await;
     let pipeline = bounded(&url, 1).await;
-    let held = tokio::spawn({
-        let pipeline = pipeline.clone();
-        async move {
-            pipeline
-                .invoke("hold", json!({}), InvokeOptions::new())
-                .await
-        }
-    });
-    until_running(&seen, 1).await;
+    let held = holding_the_place(&pipeline, &seen, InvokeOptions::new()).await;
 
     let options = InvokeOptions::new().timeout(Duration::from_millis(400));
     let e = within(
@@ -206,11 +225,7 @@ async fn a_call_still_waiting_at_its_deadline_is_told_the_upstream_is_busy() {
         "the waiting call was sent"
     );
 
-    gate.add_permits(1);
-    within(10, "the held call", held)
-        .await
-        .expect("joined")
-        .expect("answered");
+    release(&gate, held).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -218,15 +233,7 @@ async fn a_waiting_call_given_up_is_never_sent_and_holds_no_place() {
     let (seen, gate) = (Arc::default(), Arc::new(Semaphore::new(0)));
     let url = upstream(&seen, &gate).await;
     let pipeline = bounded(&url, 1).await;
-    let held = tokio::spawn({
-        let pipeline = pipeline.clone();
-        async move {
-            pipeline
-                .invoke("hold", json!({}), InvokeOptions::new())
-                .await
-        }
-    });
-    until_running(&seen, 1).await;
+    let held = holding_the_place(&pipeline, &seen, InvokeOptions::new()).await;
 
     // Its caller gives up while it waits: the future is dropped.
     let gave_up = tokio::time::timeout(
@@ -235,11 +242,7 @@ async fn a_waiting_call_given_up_is_never_sent_and_holds_no_place() {
     )
     .await;
     assert!(gave_up.is_err(), "the call waits for the held one");
-    gate.add_permits(1);
-    within(10, "the held call", held)
-        .await
-        .expect("joined")
-        .expect("answered");
+    release(&gate, held).await;
 
     within(
         10,
@@ -328,11 +331,7 @@ async fn a_connection_attempt_given_up_while_every_place_is_taken_sends_nothing(
         .credentials_per_caller(credentials);
     let pipeline = imported(config).await.1;
     let as_user = |user: &str| InvokeOptions::new().user(User::new(user));
-    let held = tokio::spawn({
-        let (pipeline, options) = (pipeline.clone(), as_user("ann"));
-        async move { pipeline.invoke("hold", json!({}), options).await }
-    });
-    until_running(&seen, 1).await;
+    let held = holding_the_place(&pipeline, &seen, as_user("ann")).await;
     let posts = seen.posts.load(Ordering::SeqCst);
 
     // Bob's connection waits for the place Ann's call holds, past his call's deadline.
@@ -344,11 +343,7 @@ async fn a_connection_attempt_given_up_while_every_place_is_taken_sends_nothing(
     )
     .await
     .expect_err("no place before the deadline");
-    gate.add_permits(1);
-    within(10, "the held call", held)
-        .await
-        .expect("joined")
-        .expect("answered");
+    release(&gate, held).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert_eq!(
         seen.posts.load(Ordering::SeqCst),
@@ -380,11 +375,7 @@ async fn a_connection_attempt_out_of_time_for_a_place_is_busy_and_no_failure() {
         .credentials_per_caller(credentials);
     let pipeline = imported(config).await.1;
     let as_user = |user: &str| InvokeOptions::new().user(User::new(user));
-    let held = tokio::spawn({
-        let (pipeline, options) = (pipeline.clone(), as_user("ann"));
-        async move { pipeline.invoke("hold", json!({}), options).await }
-    });
-    until_running(&seen, 1).await;
+    let held = holding_the_place(&pipeline, &seen, as_user("ann")).await;
 
     // Bob's own connection waits for the place Ann's call holds, past his call's deadline.
     let options = as_user("bob").timeout(Duration::from_millis(400));
@@ -405,11 +396,7 @@ async fn a_connection_attempt_out_of_time_for_a_place_is_busy_and_no_failure() {
         assert!(text.contains(words), "`{words}` not in: {text}");
     }
 
-    gate.add_permits(1);
-    within(10, "the held call", held)
-        .await
-        .expect("joined")
-        .expect("answered");
+    release(&gate, held).await;
     within(
         10,
         "bob's next call",
