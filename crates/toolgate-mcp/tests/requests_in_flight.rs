@@ -114,10 +114,27 @@ async fn upstream(seen: &Arc<Seen>, gate: &Arc<Semaphore>) -> String {
 
 /// The upstream at `url`, at most `max` requests in flight, imported into a pipeline.
 async fn bounded(url: &str, max: usize) -> Pipeline {
-    let config = UpstreamConfig::http("bounded", url)
+    imported(bounded_config(url, max)).await.1
+}
+
+/// The upstream at `url`, at most `max` requests in flight.
+fn bounded_config(url: &str, max: usize) -> UpstreamConfig {
+    UpstreamConfig::http("bounded", url)
         .max_connections(max)
-        .call_timeout(Duration::from_secs(30));
-    imported(config).await.1
+        .call_timeout(Duration::from_secs(30))
+}
+
+/// `config`, called as each caller with a token of their own (ann's and bob's): each
+/// caller on a connection of their own.
+fn as_ann_or_bob(config: UpstreamConfig) -> UpstreamConfig {
+    config.credentials_per_caller(StaticCallerCredentials::new(
+        ["ann", "bob"].map(|user| (user, Secret::new(format!("token-of-{user}")))),
+    ))
+}
+
+/// A call made as `user`.
+fn as_user(user: &str) -> InvokeOptions {
+    InvokeOptions::new().user(User::new(user))
 }
 
 /// A call of `hold` made with `options`, once the upstream runs it: it holds the only
@@ -276,15 +293,8 @@ async fn a_bound_of_0_is_refused_in_plain_words() {
 async fn callers_with_connections_of_their_own_share_the_upstreams_bound() {
     let (seen, gate) = (Arc::default(), Arc::new(Semaphore::new(0)));
     let url = upstream(&seen, &gate).await;
-    let credentials = StaticCallerCredentials::new(
-        ["ann", "bob"].map(|user| (user, Secret::new(format!("token-of-{user}")))),
-    );
-    let config = UpstreamConfig::http("bounded", url)
-        .max_connections(2)
-        .call_timeout(Duration::from_secs(30))
-        .credentials_per_caller(credentials);
+    let config = as_ann_or_bob(bounded_config(&url, 2));
     let pipeline = imported(config).await.1;
-    let as_user = |user: &str| InvokeOptions::new().user(User::new(user));
     let held: Vec<_> = ["ann", "bob"]
         .map(|user| {
             let (pipeline, options) = (pipeline.clone(), as_user(user));
@@ -322,15 +332,8 @@ async fn callers_with_connections_of_their_own_share_the_upstreams_bound() {
 async fn a_connection_attempt_given_up_while_every_place_is_taken_sends_nothing() {
     let (seen, gate) = (Arc::<Seen>::default(), Arc::new(Semaphore::new(0)));
     let url = upstream(&seen, &gate).await;
-    let credentials = StaticCallerCredentials::new(
-        ["ann", "bob"].map(|user| (user, Secret::new(format!("token-of-{user}")))),
-    );
-    let config = UpstreamConfig::http("bounded", url)
-        .max_connections(1)
-        .call_timeout(Duration::from_secs(30))
-        .credentials_per_caller(credentials);
+    let config = as_ann_or_bob(bounded_config(&url, 1));
     let pipeline = imported(config).await.1;
-    let as_user = |user: &str| InvokeOptions::new().user(User::new(user));
     let held = holding_the_place(&pipeline, &seen, as_user("ann")).await;
     let posts = seen.posts.load(Ordering::SeqCst);
 
@@ -360,21 +363,13 @@ async fn a_connection_attempt_given_up_while_every_place_is_taken_sends_nothing(
 async fn a_connection_attempt_out_of_time_for_a_place_is_busy_and_no_failure() {
     let (seen, gate) = (Arc::<Seen>::default(), Arc::new(Semaphore::new(0)));
     let url = upstream(&seen, &gate).await;
-    let credentials = StaticCallerCredentials::new(
-        ["ann", "bob"].map(|user| (user, Secret::new(format!("token-of-{user}")))),
-    );
     // A failed attempt would keep the next one off for 30 s.
     let backoff = toolgate_mcp::Backoff {
         initial: Duration::from_secs(30),
         max: Duration::from_secs(30),
     };
-    let config = UpstreamConfig::http("bounded", url)
-        .max_connections(1)
-        .call_timeout(Duration::from_secs(30))
-        .backoff(backoff)
-        .credentials_per_caller(credentials);
+    let config = as_ann_or_bob(bounded_config(&url, 1).backoff(backoff));
     let pipeline = imported(config).await.1;
-    let as_user = |user: &str| InvokeOptions::new().user(User::new(user));
     let held = holding_the_place(&pipeline, &seen, as_user("ann")).await;
 
     // Bob's own connection waits for the place Ann's call holds, past his call's deadline.
