@@ -435,6 +435,35 @@ async fn a_result_larger_than_the_largest_entry_is_not_stored() {
 }
 
 #[tokio::test]
+async fn a_small_capacity_still_stores_small_results() {
+    use toolgate_hooks::cache::CacheBackend;
+    // A sixteenth of 4 KiB (256 bytes) is less than any entry weighs with its overhead
+    // and key: such a cache stored nothing.
+    let cache = MokaCache::builder().max_bytes(4 * 1024).build();
+    assert_eq!(cache.max_entry_bytes(), 4 * 1024);
+    let hour = Duration::from_secs(3600);
+    cache.put(&nth_key(1), json!("small"), hour).await.unwrap();
+    assert_eq!(cache.get(&nth_key(1)).await.unwrap(), Some(json!("small")));
+    assert_eq!(cache.oversize_skipped(), 0);
+    // Filled, it stays within its 4 KiB.
+    for n in 10..100 {
+        cache.put(&nth_key(n), json!(n), hour).await.unwrap();
+    }
+    cache.run_pending_tasks().await;
+    assert!(
+        cache.weighted_size() <= 4 * 1024,
+        "{}",
+        cache.weighted_size()
+    );
+    assert!(cache.entry_count() > 0);
+    // Below the least default, the largest entry is the whole capacity.
+    let tiny = MokaCache::builder().max_bytes(1024).build();
+    assert_eq!(tiny.max_entry_bytes(), 1024);
+    tiny.put(&nth_key(1), json!(1), hour).await.unwrap();
+    assert_eq!(tiny.get(&nth_key(1)).await.unwrap(), Some(json!(1)));
+}
+
+#[tokio::test]
 async fn a_cache_by_entry_count_keeps_its_count_and_the_default_bytes() {
     use toolgate_hooks::cache::CacheBackend;
     let cache = MokaCache::new(3);

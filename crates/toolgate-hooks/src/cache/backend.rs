@@ -223,6 +223,11 @@ impl moka::Expiry<CacheKey, Entry> for PerEntryTtl {
 /// than the capacity says.
 const ENTRY_OVERHEAD: u64 = 256;
 
+/// The least default [`MokaCacheBuilder::max_entry_bytes`]: a sixteenth of a small capacity
+/// would be smaller than an entry's overhead and its key, and such a cache would store
+/// nothing at all.
+const LEAST_DEFAULT_ENTRY_BYTES: u64 = 4 * 1024;
+
 /// The in-memory backend, on `moka`: bounded in bytes, with a TTL per entry.
 ///
 /// * **Capacity in bytes** ([`MokaCacheBuilder::max_bytes`], default
@@ -234,9 +239,11 @@ const ENTRY_OVERHEAD: u64 = 256;
 ///   their keys and the map's bookkeeping — so a result of very many small items weighs
 ///   the memory it takes.
 /// * **Largest entry** ([`MokaCacheBuilder::max_entry_bytes`], default a sixteenth of
-///   the capacity, 4 MiB by default): a larger result is not stored (and an older entry
-///   under its key is dropped); the call succeeds all the same. One caller asking for
-///   large results cannot push everyone else's entries out or exhaust memory.
+///   the capacity, 4 MiB by default, but at least 4 KiB or the whole capacity when that is
+///   smaller): a larger result is not stored (and an older entry under its key is dropped);
+///   the call succeeds all the same. One caller asking for large results cannot push
+///   everyone else's entries out or exhaust memory. An entry weighs at least 256 bytes and
+///   its key, so a capacity or largest entry below about 512 bytes holds nothing.
 /// * **Entry count** ([`MokaCacheBuilder::max_entries`], [`MokaCache::new`]): optional,
 ///   on top of the bytes.
 ///
@@ -304,7 +311,7 @@ impl MokaCacheBuilder {
     }
 
     /// The most one entry may weigh: a larger result is not stored (default: a sixteenth
-    /// of [`max_bytes`](Self::max_bytes); never more than it).
+    /// of [`max_bytes`](Self::max_bytes), at least 4 KiB; never more than the capacity).
     pub fn max_entry_bytes(mut self, bytes: u64) -> Self {
         self.max_entry_bytes = Some(bytes);
         self
@@ -320,7 +327,7 @@ impl MokaCacheBuilder {
     pub fn build(self) -> MokaCache {
         let max_entry_bytes = self
             .max_entry_bytes
-            .unwrap_or(self.max_bytes / 16)
+            .unwrap_or((self.max_bytes / 16).max(LEAST_DEFAULT_ENTRY_BYTES))
             .min(self.max_bytes);
         // With an entry cap, every entry weighs at least its share of the capacity: no
         // more than `max_entries` fit, and the bytes still bound larger ones.
