@@ -587,3 +587,135 @@ async fn a_resumed_stream_holds_the_place_of_its_request() {
         "the upstream had {most} request streams open at once; at most 1 request may be in flight"
     );
 }
+
+/// An upstream written with rmcp's server that lists one resource, `held://x`, whose
+/// read runs until `gate` gives it a permit (counted in `reading` while it runs).
+#[derive(Clone)]
+struct HeldResource {
+    gate: Arc<Semaphore>,
+    reading: Arc<AtomicUsize>,
+}
+
+const HELD: &str = "held://x";
+
+impl rmcp::ServerHandler for HeldResource {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        common::rmcp_upstream::takes_subscriptions()
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<rmcp::model::PaginatedRequestParams>,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, rmcp::ErrorData> {
+        Ok(rmcp::model::ListResourcesResult::with_all_items(vec![
+            rmcp::model::Resource::new(HELD, HELD),
+        ]))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, rmcp::ErrorData> {
+        self.reading.fetch_add(1, Ordering::SeqCst);
+        self.gate.acquire().await.expect("open").forget();
+        self.reading.fetch_sub(1, Ordering::SeqCst);
+        Ok(rmcp::model::ReadResourceResponse::Complete(
+            rmcp::model::ReadResourceResult::new(vec![rmcp::model::ResourceContents::text(
+                "contents",
+                request.uri,
+            )]),
+        ))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_list_or_read_still_waiting_at_its_deadline_is_told_the_upstream_is_busy() {
+    let upstream = HeldResource {
+        gate: Arc::new(Semaphore::new(0)),
+        reading: Arc::default(),
+    };
+    let url = common::rmcp_upstream::serve(upstream.clone()).await;
+    let pipeline = bounded(&url, 1).await;
+    let resources = "resources.bounded";
+    // A read the upstream holds: the only place is taken.
+    let held = tokio::spawn({
+        let pipeline = pipeline.clone();
+        async move {
+            let input = json!({"uri": HELD});
+            pipeline
+                .invoke(resources, input, InvokeOptions::new())
+                .await
+        }
+    });
+    within(10, "the held read to start", async {
+        while upstream.reading.load(Ordering::SeqCst) < 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+
+    for input in [json!({"list": "resources"}), json!({"uri": HELD})] {
+        let options = InvokeOptions::new().timeout(Duration::from_millis(400));
+        let e = within(
+            10,
+            "the waiting request",
+            pipeline.invoke(resources, input.clone(), options),
+        )
+        .await
+        .expect_err("no place before the deadline");
+        assert_eq!(
+            (e.status(), e.code()),
+            (503, "upstream_busy"),
+            "{input}: {e}"
+        );
+        assert!(matches!(e, ToolError::RetryAfter { .. }), "{input}: {e:?}");
+        let text = e.to_string();
+        for words in [
+            "`bounded`",
+            "is sent at most 1 request at once",
+            "`max_connections`",
+            "Try again",
+        ] {
+            assert!(text.contains(words), "{input}: `{words}` not in: {text}");
+        }
+    }
+    assert_eq!(
+        upstream.reading.load(Ordering::SeqCst),
+        1,
+        "a waiting read was sent"
+    );
+
+    upstream.gate.add_permits(1);
+    within(10, "the held read", held)
+        .await
+        .expect("joined")
+        .expect("answered");
+    let listed = within(
+        10,
+        "a list once the place is free",
+        pipeline.invoke(
+            resources,
+            json!({"list": "resources"}),
+            InvokeOptions::new(),
+        ),
+    )
+    .await
+    .expect("listed");
+    assert!(listed.to_string().contains(HELD), "{listed}");
+}
+
+#[tokio::test]
+async fn a_bound_on_a_stdio_server_is_refused_in_plain_words() {
+    let config = UpstreamConfig::stdio("files", "mcp-files", ["--root", "/srv"]).max_connections(8);
+    let e = toolgate_mcp::Upstream::connect(config)
+        .await
+        .expect_err("refused");
+    assert!(matches!(e, toolgate_mcp::McpError::Config(_)), "{e:?}");
+    let text = e.to_string();
+    for words in ["`files`", "`max_connections`", "HTTP", "one pipe", "remove"] {
+        assert!(text.contains(words), "`{words}` not in: {text}");
+    }
+    assert!(!text.contains("::"), "no Rust names: {text}");
+}

@@ -345,7 +345,8 @@ impl UpstreamConfig {
     /// which is long-lived and bounded with the sessions. A stdio upstream has one pipe,
     /// and no such bound.
     ///
-    /// 0 is refused by [`Upstream::connect`](crate::Upstream::connect).
+    /// 0 is refused by [`Upstream::connect`](crate::Upstream::connect), and so is a bound
+    /// other than the default on a stdio upstream.
     ///
     /// ```
     /// use toolgate_mcp::UpstreamConfig;

@@ -94,8 +94,8 @@ impl Upstream {
     /// [`McpError::MissingCredential`] when the credential's variable is not set;
     /// [`McpError::Connect`] / [`McpError::Discovery`] when the upstream cannot be
     /// reached or listed and no tools are declared; [`McpError::Config`] for an empty
-    /// name, a [`max_connections`](UpstreamConfig::max_connections) of 0, for per-caller
-    /// credentials on a stdio server, or for a name in
+    /// name, a [`max_connections`](UpstreamConfig::max_connections) of 0 or one set on a
+    /// stdio server, for per-caller credentials on a stdio server, or for a name in
     /// [`inherit_env`](UpstreamConfig::inherit_env) or [`env`](UpstreamConfig::env), or
     /// a stdio server's [`credential_env`](UpstreamConfig::credential_env), that cannot be
     /// a variable's.
@@ -110,6 +110,15 @@ impl Upstream {
         {
             return Err(McpError::Config(format!(
                 "MCP server `{}` is a program started over stdio: it cannot be called as each caller (that needs an HTTP server); remove the per-caller credentials or use its HTTP endpoint",
+                config.name
+            )));
+        }
+        // The field has no "unset": a bound other than the default is one set.
+        if config.max_connections != DEFAULT_MAX_CONNECTIONS
+            && matches!(config.transport, UpstreamTransport::Stdio { .. })
+        {
+            return Err(McpError::Config(format!(
+                "MCP server `{}` is a program started over stdio: `max_connections` bounds the requests in flight to a server over HTTP, and a stdio server is one pipe, which it cannot bound; remove `max_connections`",
                 config.name
             )));
         }

@@ -36,7 +36,9 @@
 //!   the sessions), which is long-lived and answers no request: it does not starve calls.
 //!
 //! A `tools/call` waits at most until its deadline, and then fails with [`Busy`], which
-//! says so in words (503 `upstream_busy`, to try again). So does a call whose connection
+//! says so in words (503 `upstream_busy`, to try again); so does any other request of a
+//! caller's — a list, a read, `prompts/get` — which takes its place before it is sent
+//! ([`Seat`]). So does a call whose connection
 //! is being made (a caller's own link's first `initialize`, a reconnect) when the attempt
 //! runs out of time while a request of its own still waits for a place ([`Waiting`]): the
 //! upstream is at its bound, not down, and the attempt is no failed connection — the
@@ -188,6 +190,40 @@ struct Queued<'a>(&'a AtomicUsize);
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// How a request other than a call (a list, a read, `prompts/get`, `tasks/*`…) sent
+/// through rmcp takes its place: from the calling task, before the request is sent, and
+/// handed to the transport with it ([`Reserved`]), noted in a [`Waiting`] of its own while
+/// it waits. At the request's deadline that tells one held up by the bound (503
+/// `upstream_busy`, as a call is) from one the upstream did not answer in time: the
+/// transport's own wait for a place notes the connection's requests together, and ends
+/// at no deadline.
+#[derive(Clone)]
+pub(crate) struct Seat {
+    places: Arc<Places>,
+    waiting: Waiting,
+}
+
+impl Seat {
+    /// A seat among `places` for one request (or the pages of one list, one at a time).
+    pub(crate) fn new(places: Arc<Places>) -> Self {
+        Seat {
+            places,
+            waiting: Waiting::default(),
+        }
+    }
+
+    /// A place for the next request to send, waiting for one as long as it takes (its
+    /// caller's deadline ends the wait, by dropping the future).
+    pub(crate) async fn reserve(&self) -> Option<Reserved> {
+        self.places.take_for(&self.waiting).await.map(Reserved::new)
+    }
+
+    /// Whether a request of the seat is queued for a place now.
+    pub(crate) fn waiting(&self) -> bool {
+        self.waiting.now()
     }
 }
 

@@ -150,6 +150,11 @@ struct Ended {
     ticket: Option<RouteTicket>,
     /// The request's place, until the stream resumed from `event_id` takes it.
     parked: Option<Parked>,
+    /// The places of the requests whose streams ended at `event_id` too (an upstream that
+    /// gave two streams the same id): no resume may take them — whose would it be? — but
+    /// their requests are still in flight, so each is kept as [`Parked`] keeps one, and
+    /// given back as it would be when no resume takes it.
+    stranded: Vec<Parked>,
 }
 
 /// The place of a request whose stream ended before its answer, kept for the stream that
@@ -214,8 +219,9 @@ impl Resumable {
 
     /// Remembers that a stream of `owner` ended at `event_id`, with `place`, its request's
     /// place, kept for its resume (which rmcp makes after `retry`, or its own wait). An id
-    /// two owners' streams ended at is nobody's, and keeps no place. The streams of calls
-    /// that are over are forgotten.
+    /// two owners' streams ended at is nobody's: no resume takes their places, which are
+    /// given back as if none came (their requests are still in flight meanwhile). The
+    /// streams of calls that are over are forgotten.
     fn ended(
         &self,
         event_id: &str,
@@ -231,7 +237,9 @@ impl Resumable {
             if known.owner != *owner {
                 known.owner = Owner::Nobody;
                 known.ticket = None;
-                known.parked = None;
+                known
+                    .stranded
+                    .extend(known.parked.take().into_iter().chain(parked));
             } else if parked.is_some() {
                 known.parked = parked;
             }
@@ -245,6 +253,7 @@ impl Resumable {
             owner: owner.clone(),
             ticket: ticket.cloned(),
             parked,
+            stranded: Vec::new(),
         });
     }
 
@@ -740,6 +749,39 @@ mod tests {
         assert_eq!(places.free(), 1);
         // The connection, and what it kept, is gone.
         drop(resumable);
+        assert_eq!(places.free(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn two_streams_ended_at_the_same_id_keep_their_places_until_their_calls_are_over() {
+        let places = Places::new("crm", 2);
+        let resumable = Arc::new(Resumable::default());
+        let routes = Arc::new(Routes::new("crm"));
+        let mut relays = Vec::new();
+        // An upstream that gives the streams of two requests the same last event id.
+        for id in [1, 2] {
+            let place = places.take(None).await.ok();
+            let (relay, ticket) = Relay::new(None);
+            relays.push(relay);
+            let stream = RequestStream::new(
+                ends_after_an_event("e1"),
+                request(id),
+                Some(ticket),
+                None,
+                place,
+                Arc::clone(&resumable),
+                Arc::clone(&routes),
+            );
+            assert_eq!(stream.collect::<Vec<_>>().await.len(), 1);
+        }
+        assert!(resumable.owner("e1").0 == Owner::Nobody);
+        assert!(resumable.take_place("e1").is_none(), "nobody's to take");
+        // Both requests are still in flight: their places are not free for others.
+        tokio::time::sleep(LET_GO * 10).await;
+        assert_eq!(places.free(), 0);
+        // Their calls over, given back as no resume came.
+        drop(relays);
+        tokio::time::sleep(LET_GO + Duration::from_millis(20)).await;
         assert_eq!(places.free(), 2);
     }
 

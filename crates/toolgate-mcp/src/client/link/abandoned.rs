@@ -18,6 +18,7 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 
+use crate::client::places::Seat;
 use crate::client::relay::Relay;
 
 /// Sends `request` on `peer` with `options` and awaits its answer, as a caller's request:
@@ -28,6 +29,10 @@ use crate::client::relay::Relay;
 /// The request's route has no caller: progress and log messages the upstream sends about
 /// it are its own, and dropped without being counted as unattributed.
 ///
+/// With a `seat` (an HTTP upstream's), the request first takes its place among the
+/// upstream's requests in flight, from here ([`Seat`]); the seat tells whether it still
+/// waits for one when its caller's deadline comes.
+///
 /// # Errors
 ///
 /// As [`Peer::send_request_with_option`] and `RequestHandle::await_response`: what the
@@ -36,7 +41,14 @@ pub(super) async fn cancellable(
     peer: &Peer<RoleClient>,
     mut request: ClientRequest,
     options: PeerRequestOptions,
+    seat: Option<&Seat>,
 ) -> Result<ServerResult, ServiceError> {
+    // Nothing is sent yet: a request given up while it waits was never the upstream's.
+    if let Some(seat) = seat
+        && let Some(reserved) = seat.reserve().await
+    {
+        request.extensions_mut().insert(reserved);
+    }
     // The stream is held while `_relay` lives: until the answer, or this future's drop.
     let (_relay, ticket) = Relay::new(None);
     request.extensions_mut().insert(ticket);

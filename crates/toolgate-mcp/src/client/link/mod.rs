@@ -404,9 +404,10 @@ impl Link {
             self.revision.store(revision, Ordering::Relaxed);
             return Ok(made(session, HashSet::new()));
         }
-        let tools = requests::list_all::<rmcp::model::Tool>(session.peer(), &self.config.name)
-            .await
-            .map_err(|e| request_failure(&e))??;
+        let tools =
+            requests::list_all::<rmcp::model::Tool>(session.peer(), &self.config.name, None)
+                .await
+                .map_err(|e| request_failure(&e))??;
         Ok(made(
             session,
             tools.into_iter().map(|t| t.name.into_owned()).collect(),

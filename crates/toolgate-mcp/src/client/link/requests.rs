@@ -14,6 +14,7 @@
 
 use std::collections::HashSet;
 use std::hash::{BuildHasher, RandomState};
+use std::sync::Arc;
 
 use rmcp::RoleClient;
 use rmcp::model::{
@@ -33,6 +34,8 @@ use super::abandoned::cancellable;
 use super::errors::{RESOURCE_NOT_FOUND, input_required};
 use super::{Channel, Link};
 use crate::caller::{CallerKey, CallerRequest};
+use crate::client::UpstreamTransport;
+use crate::client::places::Seat;
 
 /// The most pages toolgate asks for to list one of an upstream's lists (its tools, prompts,
 /// resources or resource templates): an upstream that gives a next page after this many
@@ -86,11 +89,11 @@ impl Link {
             let caller = caller.clone();
             async move {
                 let answer = self
-                    .request(channel, deadline, |peer| async move {
+                    .request(channel, deadline, |peer, seat| async move {
                         let options = Self::options_for(&peer, caller.as_deref());
                         let request =
                             ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
-                        cancellable(&peer, request, options).await
+                        cancellable(&peer, request, options, seat.as_ref()).await
                     })
                     .await?;
                 match answer {
@@ -135,15 +138,20 @@ impl Link {
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(
             ReadResourceRequestParams::new(uri.to_owned()),
         ));
-        self.request(self.channel_for(caller), deadline, |peer| async move {
-            // An answer of another kind is a failure of the connection, as rmcp's
-            // `read_resource_once` has it.
-            match cancellable(&peer, request, PeerRequestOptions::no_options()).await? {
-                answer @ (ServerResult::ReadResourceResult(_)
-                | ServerResult::InputRequiredResult(_)) => Ok(answer),
-                _ => Err(ServiceError::UnexpectedResponse),
-            }
-        })
+        self.request(
+            self.channel_for(caller),
+            deadline,
+            |peer, seat| async move {
+                // An answer of another kind is a failure of the connection, as rmcp's
+                // `read_resource_once` has it.
+                let options = PeerRequestOptions::no_options();
+                match cancellable(&peer, request, options, seat.as_ref()).await? {
+                    answer @ (ServerResult::ReadResourceResult(_)
+                    | ServerResult::InputRequiredResult(_)) => Ok(answer),
+                    _ => Err(ServiceError::UnexpectedResponse),
+                }
+            },
+        )
         .await
         .and_then(|answer| match answer {
             ServerResult::ReadResourceResult(result) => Ok(result),
@@ -171,10 +179,11 @@ impl Link {
         deadline: Instant,
     ) -> Result<CompleteResult, ToolError> {
         let request = ClientRequest::CompleteRequest(CompleteRequest::new(request));
-        self.request(&self.current, deadline, |peer| async move {
+        self.request(&self.current, deadline, |peer, seat| async move {
             // An answer of another kind is a failure of the connection, as rmcp's
             // `complete` has it.
-            match cancellable(&peer, request, PeerRequestOptions::no_options()).await? {
+            let options = PeerRequestOptions::no_options();
+            match cancellable(&peer, request, options, seat.as_ref()).await? {
                 ServerResult::CompleteResult(result) => Ok(result),
                 _ => Err(ServiceError::UnexpectedResponse),
             }
@@ -189,8 +198,8 @@ impl Link {
         deadline: Instant,
     ) -> Result<Vec<T>, ToolError> {
         let server = &self.config.name;
-        self.request(channel, deadline, |peer| async move {
-            list_all(&peer, server).await
+        self.request(channel, deadline, |peer, seat| async move {
+            list_all(&peer, server, seat.as_ref()).await
         })
         .await?
         .map_err(ToolError::execution)
@@ -198,6 +207,10 @@ impl Link {
 
     /// One request other than `tools/call`, with the deadline and the upstream's refusals
     /// as errors a caller can act on. Not sent again: these are cheap to ask again.
+    ///
+    /// `send` is given the request's [`Seat`] among the upstream's requests in flight (an
+    /// HTTP upstream's; for [`cancellable`]): a request still waiting for a place at
+    /// `deadline` fails with 503 `upstream_busy`, as a call does.
     pub(super) async fn request<T, F, Fut>(
         &self,
         channel: &Channel,
@@ -205,7 +218,7 @@ impl Link {
         send: F,
     ) -> Result<T, ToolError>
     where
-        F: FnOnce(Peer<RoleClient>) -> Fut,
+        F: FnOnce(Peer<RoleClient>, Option<Seat>) -> Fut,
         Fut: Future<Output = Result<T, ServiceError>>,
     {
         let started = Instant::now();
@@ -225,10 +238,21 @@ impl Link {
         send: F,
     ) -> Result<T, ToolError>
     where
-        F: FnOnce(Peer<RoleClient>) -> Fut,
+        F: FnOnce(Peer<RoleClient>, Option<Seat>) -> Fut,
         Fut: Future<Output = Result<T, ServiceError>>,
     {
-        match tokio::time::timeout_at(deadline, send(peer)).await {
+        // Over stdio, one pipe: no bound, no seat.
+        let seat = matches!(self.config.transport, UpstreamTransport::Http { .. })
+            .then(|| Seat::new(Arc::clone(&self.places)));
+        let sent = send(peer, seat.clone());
+        tokio::pin!(sent);
+        let answered = tokio::time::timeout_at(deadline, &mut sent).await;
+        // Read while the request still lives: once it is dropped, it leaves the queue.
+        if answered.is_err() && seat.is_some_and(|seat| seat.waiting()) {
+            tracing::warn!(server = %self.config.name, max = self.config.max_connections, "a request waited for a place among the MCP server's requests in flight until its deadline (`max_connections`)");
+            return Err(self.busy_upstream(self.places.busy(started.elapsed())));
+        }
+        match answered {
             Err(_) => Err(self.timed_out(started)),
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(ServiceError::McpError(e))) => Err(self.refused(e)),
@@ -316,7 +340,8 @@ impl Listed for ResourceTemplate {
 
 /// Every item of one of the lists of `server`, whose connection is `peer`: asked page by
 /// page, each page's request [`cancellable`] (given up, the upstream is told and its
-/// stream let go), none answered from rmcp's response cache.
+/// stream let go), none answered from rmcp's response cache; with a `seat`, each page
+/// takes its place there in turn.
 ///
 /// # Errors
 ///
@@ -328,6 +353,7 @@ impl Listed for ResourceTemplate {
 pub(super) async fn list_all<T: Listed>(
     peer: &Peer<RoleClient>,
     server: &str,
+    seat: Option<&Seat>,
 ) -> Result<Result<Vec<T>, String>, ServiceError> {
     let mut items = Vec::new();
     // The length of `items` as JSON.
@@ -338,7 +364,8 @@ pub(super) async fn list_all<T: Listed>(
     let mut cursor = None;
     for _ in 0..MAX_LIST_PAGES {
         let params = PaginatedRequestParams::default().with_cursor(cursor);
-        let answer = cancellable(peer, T::request(params), PeerRequestOptions::no_options());
+        let options = PeerRequestOptions::no_options();
+        let answer = cancellable(peer, T::request(params), options, seat);
         let (page, next) = T::page(answer.await?).ok_or(ServiceError::UnexpectedResponse)?;
         if page.len() > MAX_LISTED - items.len() {
             return Ok(Err(format!(

@@ -215,9 +215,13 @@ impl Link {
                     let connection = self.peer(channel, deadline).await?;
                     let generation = connection.1;
                     let params = SubscribeRequestParams::new(uri.to_owned());
-                    self.request_on(channel, connection, started, deadline, |peer| async move {
-                        peer.subscribe(params).await
-                    })
+                    self.request_on(
+                        channel,
+                        connection,
+                        started,
+                        deadline,
+                        |peer, _| async move { peer.subscribe(params).await },
+                    )
                     .await?;
                     Ok::<_, ToolError>(generation)
                 };
@@ -229,9 +233,13 @@ impl Link {
             }
             (false, Some(connection)) => {
                 let params = UnsubscribeRequestParams::new(uri.to_owned());
-                self.request_on(channel, connection, started, deadline, |peer| async move {
-                    peer.unsubscribe(params).await
-                })
+                self.request_on(
+                    channel,
+                    connection,
+                    started,
+                    deadline,
+                    |peer, _| async move { peer.unsubscribe(params).await },
+                )
                 .await
                 .map_err(|error| Unsynced {
                     subscribing: false,

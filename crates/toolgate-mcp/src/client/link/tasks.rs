@@ -30,8 +30,8 @@ impl Link {
         request: ClientRequest,
         deadline: Instant,
     ) -> Result<ServerResult, ToolError> {
-        self.request(&self.current, deadline, |peer| async move {
-            cancellable(&peer, request, tasks_options()).await
+        self.request(&self.current, deadline, |peer, seat| async move {
+            cancellable(&peer, request, tasks_options(), seat.as_ref()).await
         })
         .await
     }
