@@ -264,3 +264,134 @@ exec python3 '{WAYWARD}' dies-after-init"#,
     let _ = std::fs::remove_file(&ready);
     let _ = std::fs::remove_file(&noted);
 }
+
+const LEFTOVER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/python/leftover_stdio.py"
+);
+
+/// The server of `tests/python/leftover_stdio.py` in `mode`, which leaves a process behind
+/// holding its stdout (its id written to `pid_file`) and exits at its first call; every
+/// start of it is noted in `starts`.
+fn leftover(mode: &str, pid_file: &Path, starts: &Path) -> UpstreamConfig {
+    let pid_file = pid_file.display().to_string();
+    UpstreamConfig::stdio("leftover", "python3", [LEFTOVER, mode, pid_file.as_str()])
+        .env("LEFTOVER_STARTS", starts.display().to_string())
+        .call_timeout(Duration::from_secs(30))
+        .discover(false)
+}
+
+/// The id of the process the server left behind, once written, and removes its file.
+fn left_behind(pid_file: &Path) -> u32 {
+    let pid = std::fs::read_to_string(pid_file)
+        .expect("the server wrote its leftover's id")
+        .trim()
+        .parse()
+        .expect("a process id");
+    let _ = std::fs::remove_file(pid_file);
+    pid
+}
+
+fn starts_of(starts: &Path) -> usize {
+    std::fs::read_to_string(starts).map_or(0, |text| text.lines().count())
+}
+
+/// Calls `echo` until an answer comes (20 s at most), through the failures of calls that
+/// found their connection closing: what a caller who retries when told to sees.
+async fn answered(pipeline: &Pipeline, input: Value) -> Value {
+    within(20, "an answer", async {
+        loop {
+            match pipeline
+                .invoke("echo", input.clone(), InvokeOptions::new())
+                .await
+            {
+                Ok(answer) => break answer,
+                Err(e) if e.code() == "upstream_unavailable" => {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                Err(e) => panic!("not the connection's failure: {e}"),
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn a_call_fails_at_once_when_the_server_exits_though_a_process_it_left_holds_its_stdout() {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let starts = pid_file("leftover-exits-starts");
+    let pid_file = pid_file("leftover-exits");
+    let (_upstream, pipeline) = pipeline(leftover("exits-at-call", &pid_file, &starts)).await;
+
+    let started = std::time::Instant::now();
+    let failed = within(
+        60,
+        "a call to a server that exits",
+        pipeline.invoke("echo", json!({}), InvokeOptions::new()),
+    )
+    .await
+    .expect_err("the server exits at the call without answering it");
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "the call waited {took:?} (its deadline is 30 s): {failed}"
+    );
+    // What a call on a connection that closed under it is told.
+    assert_eq!(failed.code(), "upstream_unavailable", "{failed}");
+    assert!(failed.is_retryable(), "{failed}");
+    // The process left behind, which held the connection's stdout, goes with it.
+    ends(
+        left_behind(&pid_file),
+        "the process the server left ends with its connection",
+    )
+    .await;
+
+    // The connection is not taken to be alive: the next calls start the server again.
+    within(20, "the server is started again", async {
+        while starts_of(&starts) < 2 {
+            let _ = pipeline
+                .invoke("echo", json!({}), InvokeOptions::new())
+                .await;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await;
+    within(10, "the second leftover's id", async {
+        while !pid_file.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    ends(
+        left_behind(&pid_file),
+        "the process the second server left ends with its connection",
+    )
+    .await;
+    let _ = std::fs::remove_file(&starts);
+}
+
+#[tokio::test]
+async fn a_servers_last_answer_reaches_its_caller_though_a_process_it_left_holds_its_stdout() {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let starts = pid_file("leftover-answers-starts");
+    let pid_file = pid_file("leftover-answers");
+    let (_upstream, pipeline) = pipeline(leftover("answers-then-exits", &pid_file, &starts)).await;
+
+    // Each server answers one call, its connection's last, and exits at once.
+    for attempt in 1..=3 {
+        let answer = answered(&pipeline, json!({ "attempt": attempt })).await;
+        assert!(answer.to_string().contains("attempt"), "{answer}");
+        ends(
+            left_behind(&pid_file),
+            "the process the server left ends with its connection",
+        )
+        .await;
+    }
+    // A server started for a call whose answer was lost would be one more.
+    assert_eq!(starts_of(&starts), 3, "a server an answer");
+    let _ = std::fs::remove_file(&starts);
+}

@@ -22,6 +22,10 @@
 //! can only be awaited by reaping it; the group is then signalled at once, while its
 //! other members (if any) still hold its id, and is probed until it is empty.
 //! Off Unix there are no process groups, and only the program itself is ended.
+//!
+//! While the connection is in use, the leader's exit is watched the same way, without
+//! reaping it ([`LeaderExit`]): a process it started may hold its stdout open after it
+//! exited, and the connection must end all the same.
 
 use std::io;
 #[cfg(unix)]
@@ -38,6 +42,11 @@ const POLL: Duration = Duration::from_millis(50);
 /// How often an exited leader is looked for, without reaping it.
 #[cfg(target_os = "linux")]
 const LEADER_POLL: Duration = Duration::from_millis(10);
+
+/// How often a running connection's program is looked at, to see if it exited
+/// ([`LeaderExit`]).
+#[cfg(target_os = "linux")]
+const EXIT_POLL: Duration = Duration::from_millis(100);
 
 /// The process group of one started program: killed when dropped, unless it was ended.
 #[derive(Debug)]
@@ -73,6 +82,23 @@ impl ProcessGroup {
         {
             let _ = child;
             ProcessGroup {}
+        }
+    }
+
+    /// A watch on the exit of the group's leader, which does not reap it (see
+    /// [`LeaderExit`]).
+    pub(crate) fn watch_leader(&self) -> LeaderExit {
+        #[cfg(target_os = "linux")]
+        {
+            LeaderExit {
+                id: self.id,
+                exited: false,
+                next: Box::pin(tokio::time::sleep(EXIT_POLL)),
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            LeaderExit {}
         }
     }
 
@@ -158,6 +184,65 @@ impl ProcessGroup {
         #[cfg(unix)]
         if let Some(id) = self.id.take() {
             let _ = nix::sys::signal::killpg(id, nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// A watch on the exit of a group's leader, while the connection it serves is in use:
+/// its stdout's end is not enough, as a process it started may hold that open after it
+/// exited.
+///
+/// On Linux the leader is looked at every [`EXIT_POLL`] with `waitid(WNOWAIT)`, which
+/// leaves it unreaped, a zombie holding the group's id for [`ProcessGroup::end`] to
+/// signal the group safely. Elsewhere its exit cannot be seen without reaping it, which
+/// would free the group's id while the group may still be signalled: the watch never
+/// sees an exit there, and the connection ends only when its stdout does.
+#[derive(Debug)]
+pub(crate) struct LeaderExit {
+    /// The leader's id, when it has one to watch.
+    #[cfg(target_os = "linux")]
+    id: Option<nix::unistd::Pid>,
+    /// Whether the leader was seen to have exited.
+    #[cfg(target_os = "linux")]
+    exited: bool,
+    /// When to look at the leader next.
+    #[cfg(target_os = "linux")]
+    next: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+impl LeaderExit {
+    /// Ready once the leader was seen to have exited (or can no longer be waited for:
+    /// it was reaped), and every time after; the leader is left unreaped.
+    pub(crate) fn poll_exited(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<()> {
+        #[cfg(target_os = "linux")]
+        {
+            use nix::errno::Errno;
+            use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+
+            if self.exited {
+                return std::task::Poll::Ready(());
+            }
+            let Some(id) = self.id else {
+                return std::task::Poll::Pending;
+            };
+            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+            loop {
+                std::task::ready!(self.next.as_mut().poll(cx));
+                match waitid(Id::Pid(id), flags) {
+                    Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {
+                        self.next.as_mut().reset(Instant::now() + EXIT_POLL);
+                    }
+                    _ => {
+                        self.exited = true;
+                        return std::task::Poll::Ready(());
+                    }
+                }
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = cx;
+            std::task::Poll::Pending
         }
     }
 }

@@ -17,6 +17,10 @@
 //!
 //! The program leads a process group of its own ([`ProcessGroup`]), and what is left of
 //! the group is ended with the connection: a launcher's child goes with the launcher.
+//!
+//! The connection ends when the program exits, even while something it started still
+//! holds its stdout open ([`ProgramOutput`]): otherwise the connection would look alive,
+//! its calls waiting out their deadlines, and never be made again.
 
 use std::io;
 use std::pin::Pin;
@@ -33,7 +37,7 @@ use tokio::io::{AsyncRead, ReadBuf};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio_util::sync::CancellationToken;
 
-use super::process_group::{self, ProcessGroup};
+use super::process_group::{self, LeaderExit, ProcessGroup};
 use super::stdio_input::StalledInput;
 use crate::json_scan::members;
 
@@ -72,7 +76,7 @@ pub(crate) struct StdioUpstream {
     oversized: Arc<Oversized>,
     /// Cancelled once the program stopped reading its stdin.
     stalled: CancellationToken,
-    transport: AsyncRwTransport<RoleClient, BoundedLines<ChildStdout>, StalledInput<ChildStdin>>,
+    transport: AsyncRwTransport<RoleClient, BoundedLines<ProgramOutput>, StalledInput<ChildStdin>>,
 }
 
 impl StdioUpstream {
@@ -100,6 +104,7 @@ impl StdioUpstream {
             ));
         };
         let stderr = child.stderr.take();
+        let stdout = ProgramOutput::new(stdout, group.watch_leader());
         let stdout = BoundedLines::new(stdout, generation, Arc::clone(&oversized));
         let stalled = CancellationToken::new();
         let stdin = StalledInput::new(stdin, stall_limit, stalled.clone());
@@ -127,7 +132,8 @@ impl Transport<RoleClient> for StdioUpstream {
     }
 
     /// The program's next message; none (the connection's end) once it stopped reading
-    /// its stdin.
+    /// its stdin, or once it exited and what it wrote before was read
+    /// ([`ProgramOutput`]).
     fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
         let stalled = self.stalled.clone();
         let receive = self.transport.receive();
@@ -157,6 +163,102 @@ impl Transport<RoleClient> for StdioUpstream {
         self.transport.close().await?;
         let deadline = tokio::time::Instant::now() + EXIT_GRACE;
         self.group.end(&mut self.child, deadline).await
+    }
+}
+
+/// The longest what is already in the stdout of a program that exited is read, before the
+/// connection ends: a process it left behind holding its stdout may write on.
+const DRAIN: Duration = Duration::from_secs(1);
+
+/// The most of the stdout of a program that exited read before the connection ends: what
+/// the program wrote before it exited is in the pipe, which holds far less.
+const MOST_DRAINED: usize = MAX_MESSAGE_BYTES;
+
+/// A program's stdout, which ends when the program exits.
+///
+/// A process the program started may inherit its stdout and hold it open after the
+/// program exited, so the pipe would never end. Once the program was seen to have exited
+/// ([`LeaderExit`], which leaves it unreaped for [`ProcessGroup::end`]), everything it
+/// wrote is in the pipe: it is read without waiting for more (read from the pipe itself,
+/// as the runtime may not have seen it become readable yet), until the pipe is empty, or
+/// for [`DRAIN`] or [`MOST_DRAINED`] bytes at most, and then the stream ends. A last
+/// answer written just before the program exited reaches its caller; whatever a process
+/// left behind writes later is not read.
+pub(crate) struct ProgramOutput {
+    stdout: ChildStdout,
+    exit: LeaderExit,
+    /// Once the program exited: until when, and how many more bytes, the pipe is read.
+    draining: Option<(tokio::time::Instant, usize)>,
+}
+
+impl ProgramOutput {
+    fn new(stdout: ChildStdout, exit: LeaderExit) -> Self {
+        ProgramOutput {
+            stdout,
+            exit,
+            draining: None,
+        }
+    }
+
+    /// Reads what is in the pipe into `buf` without waiting: nothing (the stream's end)
+    /// once the pipe is empty or the drain is over.
+    fn drain(&mut self, buf: &mut ReadBuf<'_>) -> io::Result<()> {
+        let Some((until, left)) = self.draining.as_mut() else {
+            return Ok(());
+        };
+        if *left == 0 || tokio::time::Instant::now() >= *until {
+            *left = 0;
+            return Ok(());
+        }
+        #[cfg(unix)]
+        loop {
+            use nix::errno::Errno;
+
+            let unfilled = buf.initialize_unfilled();
+            let at_most = unfilled.len().min(*left);
+            // The pipe is non-blocking (the runtime's): an empty one fails with `EAGAIN`.
+            match nix::unistd::read(&self.stdout, &mut unfilled[..at_most]) {
+                Ok(read) => {
+                    buf.advance(read);
+                    *left = if read == 0 { 0 } else { *left - read };
+                    return Ok(());
+                }
+                Err(Errno::EINTR) => {}
+                Err(Errno::EAGAIN) => {
+                    *left = 0;
+                    return Ok(());
+                }
+                Err(error) => return Err(error.into()),
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            // The program's exit is not watched here.
+            let _ = buf;
+            *left = 0;
+            Ok(())
+        }
+    }
+}
+
+impl AsyncRead for ProgramOutput {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = &mut *self;
+        if this.draining.is_none() {
+            if let Poll::Ready(read) = Pin::new(&mut this.stdout).poll_read(cx, buf) {
+                return Poll::Ready(read);
+            }
+            std::task::ready!(this.exit.poll_exited(cx));
+            tracing::debug!(
+                "an MCP server's program exited: its connection ends once what it wrote is read"
+            );
+            this.draining = Some((tokio::time::Instant::now() + DRAIN, MOST_DRAINED));
+        }
+        Poll::Ready(this.drain(buf))
     }
 }
 
@@ -771,6 +873,73 @@ mod tests {
             None,
             "no object's end"
         );
+    }
+
+    /// A program, leading its own group, that leaves `sleep 1000` behind holding its
+    /// stdout, writes the sleep's id and `last`, and exits; its stdout, ended by its exit.
+    #[cfg(target_os = "linux")]
+    fn leaving_a_process_behind() -> (Child, ProcessGroup, ProgramOutput) {
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", "sleep 1000 & echo $!; echo last; exit 0"])
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        process_group::lead_own_group(&mut command);
+        let mut child = command.spawn().expect("sh starts");
+        let group = ProcessGroup::of(&child);
+        let stdout = child.stdout.take().expect("piped");
+        let output = ProgramOutput::new(stdout, group.watch_leader());
+        (child, group, output)
+    }
+
+    /// Reads `output` to its end (10 s at most), then ends the group; the lines read, and
+    /// whether the process left behind is still running after.
+    #[cfg(target_os = "linux")]
+    async fn read_then_end(
+        (mut child, mut group, mut output): (Child, ProcessGroup, ProgramOutput),
+    ) -> (Vec<String>, bool) {
+        let mut read = String::new();
+        tokio::time::timeout(Duration::from_secs(10), output.read_to_string(&mut read))
+            .await
+            .expect("the output ends once the program exited")
+            .expect("read");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(3);
+        group.end(&mut child, deadline).await.expect("ended");
+        let lines: Vec<String> = read.lines().map(str::to_owned).collect();
+        let left = lines.first().expect("the sleep's id");
+        let running = std::fs::read_to_string(format!("/proc/{left}/stat"))
+            .is_ok_and(|stat| !stat.contains(") Z "));
+        (lines, running)
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn a_programs_output_ends_when_it_exits_though_a_process_it_left_holds_it() {
+        let (lines, running) = read_then_end(leaving_a_process_behind()).await;
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[1], "last");
+        assert!(!running, "the process left behind ends with the group");
+    }
+
+    #[cfg(target_os = "linux")]
+    #[tokio::test]
+    async fn what_a_program_wrote_before_it_exited_is_read_from_the_pipe_itself() {
+        let (child, group, mut output) = leaving_a_process_behind();
+        // The output is not read before the program is seen to have exited: all it wrote
+        // is read from the pipe directly, whether or not the runtime saw it readable.
+        let mut exit = group.watch_leader();
+        tokio::time::timeout(
+            Duration::from_secs(10),
+            std::future::poll_fn(|cx| exit.poll_exited(cx)),
+        )
+        .await
+        .expect("the program exits");
+        output.draining = Some((tokio::time::Instant::now() + DRAIN, MOST_DRAINED));
+        let (lines, running) = read_then_end((child, group, output)).await;
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert_eq!(lines[1], "last");
+        assert!(!running, "the process left behind ends with the group");
     }
 
     #[tokio::test]
