@@ -719,3 +719,129 @@ async fn a_bound_on_a_stdio_server_is_refused_in_plain_words() {
     }
     assert!(!text.contains("::"), "no Rust names: {text}");
 }
+
+/// A streamable-HTTP upstream at 2025-11-25 (session `s1`, JSON answers) whose `job` is a
+/// task (SEP-2663) polled every 800 ms that never ends (each call counted in `started`,
+/// each `tasks/get` in `posts`), and whose `hold` runs, counted in `running`, until its
+/// caller lets it go: an upstream that hands a task to a client that did not declare the
+/// extension, as one not written with rmcp may.
+async fn tasking(seen: &Arc<Seen>) -> String {
+    use axum::extract::State;
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    use common::hand_written::{event_stream, initialized, json_answer};
+    use rmcp::model::{
+        CreateTaskResult, DetailedTask, GetTaskResult, ServerResult, Task, TaskPayload,
+    };
+    use serde_json::Value;
+
+    fn task() -> Task {
+        let mut task = Task::new(
+            "task-1",
+            Default::default(),
+            "2026-01-01T00:00:00Z",
+            "2026-01-01T00:00:00Z",
+        );
+        task.poll_interval_ms = Some(800);
+        task
+    }
+
+    fn answer(id: &Value, result: ServerResult) -> axum::response::Response {
+        let result = serde_json::to_value(result).expect("a result");
+        json_answer(json!({"jsonrpc": "2.0", "id": id, "result": result}))
+    }
+
+    async fn posted(State(seen): State<Arc<Seen>>, body: String) -> axum::response::Response {
+        let message: Value = serde_json::from_str(&body).expect("JSON");
+        let id = message["id"].clone();
+        match message["method"].as_str().unwrap_or_default() {
+            "initialize" => initialized(&id, "tasking"),
+            "tools/list" => json_answer(json!({"jsonrpc": "2.0", "id": id, "result": {"tools": [
+                {"name": "job", "inputSchema": {"type": "object"}},
+                {"name": "hold", "inputSchema": {"type": "object"}},
+            ]}})),
+            "tools/call" if message["params"]["name"] == "job" => {
+                seen.started.fetch_add(1, Ordering::SeqCst);
+                answer(
+                    &id,
+                    ServerResult::CreateTaskResult(CreateTaskResult::new(task())),
+                )
+            }
+            "tools/call" => {
+                let running = Running::start(&seen);
+                event_stream(futures::stream::pending::<String>().map(move |event| {
+                    let _running = &running;
+                    event
+                }))
+            }
+            "tasks/get" => {
+                seen.posts.fetch_add(1, Ordering::SeqCst);
+                let task = DetailedTask::new(task(), TaskPayload::Working);
+                answer(&id, ServerResult::GetTaskResult(GetTaskResult::new(task)))
+            }
+            _ => StatusCode::ACCEPTED.into_response(),
+        }
+    }
+
+    use futures::StreamExt;
+    let app = axum::Router::new()
+        .route(
+            "/mcp",
+            axum::routing::post(posted).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+        )
+        .with_state(Arc::clone(seen));
+    common::serve_on_loopback(app).await + "/mcp"
+}
+
+/// A call the upstream made a task of, polled by toolgate (for a caller that does not
+/// take tasks), whose poll still waits for a place at the call's deadline: the call was
+/// sent and its task ran, so it timed out — it is no busy upstream's call never sent,
+/// which a caller may send again (503 `upstream_busy`, `RetryAfter`), running it twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_polled_past_its_deadline_while_every_place_is_taken_is_a_timeout() {
+    let seen = Arc::<Seen>::default();
+    let url = tasking(&seen).await;
+    let config = UpstreamConfig::http("tasking", url)
+        .discover(false)
+        .max_connections(1)
+        .call_timeout(Duration::from_secs(30));
+    let pipeline = imported(config).await.1;
+
+    let job = tokio::spawn({
+        let pipeline = pipeline.clone();
+        async move {
+            let options = InvokeOptions::new().timeout(Duration::from_millis(2_000));
+            pipeline.invoke("job", json!({}), options).await
+        }
+    });
+    within(10, "the job to be sent", async {
+        while seen.started.load(Ordering::SeqCst) < 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    // The only place, taken once the job's task was handed back (before its first poll).
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let held = tokio::spawn({
+        let pipeline = pipeline.clone();
+        async move {
+            pipeline
+                .invoke("hold", json!({}), InvokeOptions::new())
+                .await
+        }
+    });
+    until_running(&seen, 1).await;
+
+    let e = within(10, "the job", job)
+        .await
+        .expect("joined")
+        .expect_err("the task never ends");
+    held.abort();
+    assert_eq!(
+        seen.posts.load(Ordering::SeqCst),
+        0,
+        "no poll found a place"
+    );
+    assert_ne!(e.code(), "upstream_busy", "{e:?}");
+    assert!(matches!(e, ToolError::Timeout { .. }), "{e:?}");
+}

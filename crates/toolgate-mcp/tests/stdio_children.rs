@@ -395,3 +395,59 @@ async fn a_servers_last_answer_reaches_its_caller_though_a_process_it_left_holds
     assert_eq!(starts_of(&starts), 3, "a server an answer");
     let _ = std::fs::remove_file(&starts);
 }
+
+/// A server that stops reading its stdin, leaves a process behind holding it (and its
+/// stdout), and exits: a request written meanwhile waits in the full pipe, which nobody
+/// will read. The connection ends all the same — its calls fail at once, not at the
+/// stall limit (their deadline), and the process left behind ends with it then.
+#[tokio::test]
+async fn a_server_that_exits_with_a_write_to_it_waiting_ends_at_once_with_what_it_left() {
+    if !Path::new("/proc/self").exists() {
+        return;
+    }
+    let starts = pid_file("leftover-unread-starts");
+    let pid_file = pid_file("leftover-unread");
+    let config = leftover("stops-reading-then-exits", &pid_file, &starts);
+    let (_upstream, pipeline) = pipeline(config).await;
+
+    let started = std::time::Instant::now();
+    let first = tokio::spawn({
+        let pipeline = pipeline.clone();
+        async move {
+            pipeline
+                .invoke("echo", json!({}), InvokeOptions::new())
+                .await
+        }
+    });
+    within(10, "the leftover's id", async {
+        while !pid_file.exists() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let leftover = left_behind(&pid_file);
+    // Far more than the pipe holds: its write waits until the connection ends.
+    let big = json!({ "text": "x".repeat(512 * 1024) });
+    let second = tokio::spawn({
+        let pipeline = pipeline.clone();
+        async move { pipeline.invoke("echo", big, InvokeOptions::new()).await }
+    });
+    for call in [first, second] {
+        let failed = within(60, "a call to a server that exits", call)
+            .await
+            .expect("joined")
+            .expect_err("the server exits without answering");
+        assert_eq!(failed.code(), "upstream_unavailable", "{failed}");
+    }
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(10),
+        "the calls waited {took:?} (their deadline is 30 s)"
+    );
+    ends(
+        leftover,
+        "the process the server left ends with its connection",
+    )
+    .await;
+    let _ = std::fs::remove_file(&starts);
+}

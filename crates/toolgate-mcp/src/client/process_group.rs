@@ -102,6 +102,19 @@ impl ProcessGroup {
         }
     }
 
+    /// Whether the group's leader was seen to have exited, now: on Linux, without reaping
+    /// it; elsewhere (where that cannot be seen without reaping it), never.
+    pub(crate) fn leader_exited(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        if let Some(id) = self.id {
+            use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+
+            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+            return waitid(Id::Pid(id), flags).is_ok_and(|status| status != WaitStatus::StillAlive);
+        }
+        false
+    }
+
     /// Waits until `deadline` for `leader`, the group's leader, to exit, then ends what
     /// is left of the group: asks it to stop (`SIGTERM`), waits until `deadline` for it
     /// to be gone, then kills it. A leader still running at `deadline` is killed with its

@@ -160,8 +160,18 @@ impl Transport<RoleClient> for StdioUpstream {
             self.group.kill();
             return self.child.kill().await;
         }
-        self.transport.close().await?;
         let deadline = tokio::time::Instant::now() + EXIT_GRACE;
+        if self.group.leader_exited() {
+            // The program reads nothing more, and what it left behind may hold its stdin
+            // unread: a write waiting on that full pipe holds the transport's writer — and
+            // the connection, whose calls wait on its close — until the stall limit. What
+            // is left of the group is ended first; its stdin's last reader gone, the write
+            // fails, and the stdin is closed at once.
+            let ended = self.group.end(&mut self.child, deadline).await;
+            self.transport.close().await?;
+            return ended;
+        }
+        self.transport.close().await?;
         self.group.end(&mut self.child, deadline).await
     }
 }

@@ -4,7 +4,10 @@ process's id to the file named by its second argument, then exits, as its first 
 says:
 
 - `exits-at-call`: without answering the call;
-- `answers-then-exits`: right after writing the call's answer.
+- `answers-then-exits`: right after writing the call's answer;
+- `stops-reading-then-exits`: a second later, without answering the call or reading
+  its stdin meanwhile (what toolgate writes to it then waits in the pipe, which the
+  process left behind holds open).
 
 Every start appends the process id to the file named by `LEFTOVER_STARTS`, when set.
 One tool is served: `echo`, which answers its arguments.
@@ -14,6 +17,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 MODE = sys.argv[1]
 PID_FILE = sys.argv[2]
@@ -64,6 +68,8 @@ for line in sys.stdin:
                 "id": message["id"],
                 "result": {"content": [{"type": "text", "text": text}]},
             })
+        if MODE == "stops-reading-then-exits":
+            time.sleep(1)
         # Exits at once: no flush or clean-up of the interpreter's to wait for.
         os._exit(0)
     else:

@@ -94,7 +94,8 @@ impl Link {
         let mut interval = created.task.poll_interval_ms;
         // Nobody will ask for the task once this call is given up — at its deadline, or
         // dropped — so the upstream may stop its work.
-        let (peer, _) = self.peer(&self.current, deadline).await?;
+        let connected = self.peer(&self.current, deadline).await;
+        let (peer, _) = connected.map_err(|e| self.sent_already(e, started))?;
         let mut cancel = CancelTaskOnDrop {
             peer,
             id: Some(id.clone()),
@@ -107,7 +108,8 @@ impl Link {
                 return Err(self.timed_out(started));
             }
             tokio::time::sleep(wait).await;
-            let task = self.get_task(&id, deadline).await?.task;
+            let polled = self.get_task(&id, deadline).await;
+            let task = polled.map_err(|e| self.sent_already(e, started))?.task;
             interval = task.task.poll_interval_ms;
             let name = &self.config.name;
             if task.status().is_terminal() {
@@ -139,6 +141,18 @@ impl Link {
                     )));
                 }
             }
+        }
+    }
+
+    /// `e`, the error of a request made for a call that was sent (made at `started`), whose
+    /// task runs: held up by the upstream's bound until the call's deadline, it is the call
+    /// out of time — not an upstream too busy to take the call (503 `upstream_busy`), which
+    /// its caller might send again, and run twice.
+    fn sent_already(&self, e: ToolError, started: Instant) -> ToolError {
+        if e.code() == "upstream_busy" {
+            self.timed_out(started)
+        } else {
+            e
         }
     }
 }
