@@ -44,17 +44,26 @@ impl InputLimits {
     /// # Errors
     ///
     /// [`ToolError::InputTooDeep`] or [`ToolError::InputTooLarge`].
+    #[inline]
     pub fn check(&self, input: &Value) -> Result<(), ToolError> {
         let mut size = 0usize;
         match self.walk(input, 1, &mut size) {
             Ok(()) => Ok(()),
-            Err(Exceeded::Depth) => Err(ToolError::InputTooDeep {
+            Err(exceeded) => Err(self.exceeded(exceeded, size)),
+        }
+    }
+
+    /// The error for an input over a limit (`size`: as far as the walk counted).
+    #[cold]
+    fn exceeded(&self, exceeded: Exceeded, size: usize) -> ToolError {
+        match exceeded {
+            Exceeded::Depth => ToolError::InputTooDeep {
                 limit: self.max_depth,
-            }),
-            Err(Exceeded::Size) => Err(ToolError::InputTooLarge {
+            },
+            Exceeded::Size => ToolError::InputTooLarge {
                 size,
                 limit: self.max_bytes,
-            }),
+            },
         }
     }
 

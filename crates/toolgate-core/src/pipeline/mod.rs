@@ -595,6 +595,7 @@ impl Pipeline {
             .map_err(ToolError::Provider)
     }
 
+    #[inline]
     fn entry(&self, tool: &str) -> Result<&Arc<ToolEntry>, ToolError> {
         self.inner
             .registry

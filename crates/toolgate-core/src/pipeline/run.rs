@@ -50,9 +50,11 @@ impl Details<'_> {
     }
 }
 
-/// How the main phases ended.
-enum MainEnd {
-    Done(HookResult),
+/// How the main phases ended: by themselves (`Ok`), or cut short.
+type MainEnd = Result<HookResult, Cut>;
+
+/// What cut the main phases short.
+enum Cut {
     Panicked,
     TimedOut,
     Cancelled,
@@ -65,23 +67,34 @@ enum MainEnd {
 struct Guard<'a> {
     ctx: Option<ToolInvokeContext>,
     entry: &'a Arc<ToolEntry>,
-    span: tracing::Span,
+    /// The invocation's spans, owned by the invocation future: cloned only when the
+    /// tail goes on in a task of its own.
+    span: &'a tracing::Span,
     /// The OpenTelemetry span of the invocation (disabled unless a subscriber wants it).
-    otel: tracing::Span,
+    otel: &'a tracing::Span,
 }
 
 impl Drop for Guard<'_> {
+    #[inline]
     fn drop(&mut self) {
         // Done, unless dropped while a `will_finalize_invoke` hook ran: the hooks after it
         // still get their turn. A finished context is dropped where it is, not moved.
         if (self.ctx.as_ref()).is_none_or(|ctx| ctx.progress.tail.finished()) {
             return;
         }
-        let mut ctx = self.ctx.take().expect("checked above");
+        self.finish_in_background();
+    }
+}
+
+impl Guard<'_> {
+    /// The invocation future was dropped before its tail was done: a task runs the rest.
+    #[cold]
+    fn finish_in_background(&mut self) {
+        let mut ctx = self.ctx.take().expect("called while the guard holds the context");
         if !ctx.progress.tail.started {
             ctx.error = Some(ToolError::Cancelled);
             ctx.cancel_if_watched();
-            tracing::debug!(parent: &self.span, stage = %ctx.stage, "invocation dropped; finishing its tail in the background");
+            tracing::debug!(parent: self.span, stage = %ctx.stage, "invocation dropped; finishing its tail in the background");
         }
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
@@ -101,7 +114,7 @@ impl Drop for Guard<'_> {
                 );
             }
             Err(_) => {
-                tracing::warn!(parent: &self.span, "invocation dropped outside a tokio runtime: release and finalize hooks did not run (guards in the context were still released)");
+                tracing::warn!(parent: self.span, "invocation dropped outside a tokio runtime: release and finalize hooks did not run (guards in the context were still released)");
             }
         }
     }
@@ -137,8 +150,7 @@ pub(super) async fn run_to_end<R>(
         otel.in_scope(log_span)
     };
     debug_assert!(Arc::ptr_eq(&entry.scope, &parts.scope));
-    let guard_span = span.clone();
-    let guard_otel = otel.clone();
+    let (guard_span, guard_otel) = (&span, &otel);
     let restored = parts.restored.take();
     let run = std::pin::pin!(async move {
         // The context is made here, in the invocation future, where it stays to the end.
@@ -167,7 +179,7 @@ pub(super) async fn run_to_end<R>(
             let main =
                 std::pin::pin!(AssertUnwindSafe(walk::walk(entry, ctx, start)).catch_unwind());
             if deadline.is_none() && cancel.is_none() {
-                main.await.map_or(MainEnd::Panicked, MainEnd::Done)
+                main.await.map_err(|_| Cut::Panicked)
             } else {
                 let expired = async {
                     match deadline {
@@ -183,9 +195,9 @@ pub(super) async fn run_to_end<R>(
                 };
                 tokio::select! {
                     biased;
-                    result = main => result.map_or(MainEnd::Panicked, MainEnd::Done),
-                    () = expired => MainEnd::TimedOut,
-                    () = cancelled => MainEnd::Cancelled,
+                    result = main => result.map_err(|_| Cut::Panicked),
+                    () = expired => Err(Cut::TimedOut),
+                    () = cancelled => Err(Cut::Cancelled),
                 }
             }
         };
@@ -261,15 +273,18 @@ pub(super) async fn run_to_end<R>(
     // poll would do nothing, so the invocation runs without the wrapper.
     match (span.is_disabled(), otel.is_disabled()) {
         (true, true) => run.await,
-        (false, true) => run.instrument(span).await,
-        (true, false) => run.instrument(otel).await,
-        (false, false) => run.instrument(span).instrument(otel).await,
+        (false, true) => run.instrument(span.clone()).await,
+        (true, false) => run.instrument(otel.clone()).await,
+        (false, false) => run.instrument(span.clone()).instrument(otel.clone()).await,
     }
 }
 
 /// What the main phases ended with, as the invocation's outcome: a contained panic, the
 /// deadline (`timed`: the deadline and when the phases started) and cancellation become
 /// errors.
+///
+/// In place, for the phases that ended by themselves; the rest is [`cut_short`].
+#[inline]
 fn main_outcome(
     ctx: &mut ToolInvokeContext,
     ended: MainEnd,
@@ -277,8 +292,24 @@ fn main_outcome(
 ) -> HookResult {
     let in_tool = std::mem::take(ctx.progress.in_tool.get_mut());
     match ended {
-        MainEnd::Done(result) => result,
-        MainEnd::Panicked => {
+        // Written out, so that the common outcome is made, not copied.
+        Ok(Ok(())) => Ok(()),
+        Ok(result) => result,
+        Err(cut) => Err(cut_short(ctx, cut, timed, in_tool)),
+    }
+}
+
+/// The main phases did not end by themselves: a panic (`in_tool`: the tool's), the
+/// deadline or cancellation, as the invocation's error.
+#[cold]
+fn cut_short(
+    ctx: &mut ToolInvokeContext,
+    cut: Cut,
+    timed: Option<(Instant, Instant)>,
+    in_tool: bool,
+) -> Control {
+    match cut {
+        Cut::Panicked => {
             let message = if in_tool {
                 "the tool panicked; the panic was contained".to_owned()
             } else {
@@ -288,16 +319,16 @@ fn main_outcome(
                 )
             };
             tracing::error!(stage = %ctx.stage, "{message}");
-            Err(ToolError::internal(message).into())
+            ToolError::internal(message).into()
         }
-        MainEnd::TimedOut => {
+        Cut::TimedOut => {
             ctx.cancel_if_watched();
             let after = timed.map_or_else(Default::default, |(deadline, started)| {
                 deadline.saturating_duration_since(started)
             });
-            Err(ToolError::Timeout { after }.into())
+            ToolError::Timeout { after }.into()
         }
-        MainEnd::Cancelled => Err(ToolError::Cancelled.into()),
+        Cut::Cancelled => ToolError::Cancelled.into(),
     }
 }
 

@@ -69,6 +69,7 @@ pub(super) fn end_without_hooks(ctx: &mut ToolInvokeContext) {
 }
 
 /// Every tail stage is done: those without hooks, or not due, count as begun and over.
+#[inline]
 fn end(ctx: &mut ToolInvokeContext) {
     ctx.progress.tail.begun = ctx.progress.tail.begun.union(TAIL);
     ctx.stage = Stage::WillFinalizeInvoke;

@@ -118,8 +118,8 @@ pub(super) async fn walk(
             // The tool's check comes right after the `will_validate_input` hooks.
             if !checked && stage > Stage::WillValidateInput {
                 checked = true;
-                before = check_input_at_its_stage(entry, ctx, quota_taken);
-                if before.is_err() {
+                if let Err(control) = check_input_at_its_stage(entry, ctx, quota_taken) {
+                    before = Err(control);
                     break;
                 }
             }
@@ -144,8 +144,13 @@ pub(super) async fn walk(
                 break;
             }
         }
-        if before.is_ok() && !checked {
-            before = check_input_at_its_stage(entry, ctx, quota_taken);
+        // `before` is written only when something fails: it lives across the awaits, in
+        // the walk's future, and most calls pass.
+        if before.is_ok()
+            && !checked
+            && let Err(control) = check_input_at_its_stage(entry, ctx, quota_taken)
+        {
+            before = Err(control);
         }
         if before.is_ok()
             && let Some(request) = held
@@ -153,8 +158,10 @@ pub(super) async fn walk(
             before = wait_unless_approved(entry, ctx, wait_after, request).await;
         }
         // Phase 7, or the short-circuit that took its place.
-        if before.is_ok() {
-            before = check_run_by(ctx);
+        if before.is_ok()
+            && let Some(lapsed) = lapsed_approval(ctx)
+        {
+            before = Err(lapsed);
         }
         match before {
             Ok(()) => {
@@ -313,21 +320,29 @@ async fn wait_unless_approved(
 }
 
 /// An approved call reaches execution within the pipeline's `approval_run_within` of the
-/// decision, or does not run: an approval is not good for ever.
-fn check_run_by(ctx: &ToolInvokeContext) -> HookResult {
+/// decision, or does not run: an approval is not good for ever. The error when its time has
+/// passed; in place, since for a call that was not approved this is one test.
+#[inline]
+fn lapsed_approval(ctx: &ToolInvokeContext) -> Option<Control> {
     match ctx.approval_run_by() {
-        Some(by) if tokio::time::Instant::now() > by => Err(ToolError::abort(
-            "the call was approved but could not start to run soon enough after the decision (it waited for capacity), so the approval has lapsed and the call did not run: make the call again",
-            "approval_expired",
-            410,
-        )
-        .into()),
-        _ => Ok(()),
+        Some(by) if tokio::time::Instant::now() > by => Some(approval_lapsed()),
+        _ => None,
     }
 }
 
+#[cold]
+fn approval_lapsed() -> Control {
+    ToolError::abort(
+        "the call was approved but could not start to run soon enough after the decision (it waited for capacity), so the approval has lapsed and the call did not run: make the call again",
+        "approval_expired",
+        410,
+    )
+    .into()
+}
+
 /// The tool's own check, at the `will_validate_input` stage it belongs to (so the acquire
-/// stages before it count as reached).
+/// stages before it count as reached). In place: every call runs it.
+#[inline(always)]
 fn check_input_at_its_stage(
     entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
@@ -338,16 +353,21 @@ fn check_input_at_its_stage(
         .acquired
         .reach(Stage::WillValidateInput, quota_taken);
     if entry.wants_object && !ctx.input().is_object() {
-        return Err(ToolError::InvalidInput(InputViolations::one(
-            "",
-            "the arguments must be a JSON object",
-        ))
-        .into());
+        return Err(not_an_object());
     }
     if let Some(prepared) = entry.tool.check_input(ctx.input())? {
         ctx.prepared = Some((ctx.input_version, prepared));
     }
     Ok(())
+}
+
+#[cold]
+fn not_an_object() -> Control {
+    ToolError::InvalidInput(InputViolations::one(
+        "",
+        "the arguments must be a JSON object",
+    ))
+    .into()
 }
 
 /// Phase 7 when it has hooks: whether the output comes from a real run of the tool, or the
