@@ -4,6 +4,8 @@ use std::error::Error as StdError;
 use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
@@ -25,15 +27,50 @@ pub(super) struct TimedBody<B> {
     inner: B,
     limit: Duration,
     sleep: Option<Pin<Box<Sleep>>>,
+    /// Set once the body has been read to its end (see [`BodyRead`]).
+    read: BodyRead,
 }
 
-impl<B> TimedBody<B> {
-    pub(super) fn new(inner: B, limit: Duration) -> Self {
-        TimedBody {
+impl<B: HttpBody> TimedBody<B> {
+    /// `inner` with its deadline, and what tells whether it was read to its end.
+    pub(super) fn new(inner: B, limit: Duration) -> (Self, BodyRead) {
+        let read = BodyRead::new(inner.is_end_stream());
+        let body = TimedBody {
             inner,
             limit,
             sleep: None,
+            read: read.clone(),
+        };
+        (body, read)
+    }
+}
+
+/// Whether a request's body has been read to its end, shared by its [`TimedBody`] and the
+/// [`Answering`] of its answer. An answer sent while some of the body is unread — a body
+/// refused part-way (413 past `server.body_limit` on a chunked body, 400 for a broken
+/// chunk) or not read at all — is the connection's last: hyper closes it rather than
+/// read the rest as the next request, and the answer must say so (`Connection: close`),
+/// or a keep-alive client sends its next request on a connection being closed and gets no
+/// answer. A request without a body costs no allocation.
+#[derive(Clone)]
+pub(super) struct BodyRead(Option<Arc<AtomicBool>>);
+
+impl BodyRead {
+    fn new(ended: bool) -> Self {
+        BodyRead((!ended).then(|| Arc::new(AtomicBool::new(false))))
+    }
+
+    fn ended(&self) {
+        if let Some(read) = &self.0 {
+            read.store(true, Ordering::Relaxed);
         }
+    }
+
+    /// Whether the body was read to its end (or there was none).
+    pub(super) fn is_done(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_none_or(|read| read.load(Ordering::Relaxed))
     }
 }
 
@@ -51,6 +88,9 @@ where
     ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
         let this = &mut *self;
         if let Poll::Ready(frame) = Pin::new(&mut this.inner).poll_frame(cx) {
+            if frame.is_none() || this.inner.is_end_stream() {
+                this.read.ended();
+            }
             return Poll::Ready(frame.map(|f| f.map_err(Into::into)));
         }
         let limit = this.limit;
@@ -124,6 +164,9 @@ pub(super) struct Answering<F> {
     /// Whether the answer says `Connection: close` (hyper then closes the connection
     /// once it is sent).
     pub(super) close_connection: bool,
+    /// Whether the request's body was read to its end: when it was not, the answer says
+    /// `Connection: close` too, as hyper closes the connection after it.
+    pub(super) body_read: BodyRead,
 }
 
 impl<F, E> Future for Answering<F>
@@ -135,7 +178,7 @@ where
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = &mut *self;
         let mut response = ready!(Pin::new(&mut this.future).poll(cx))?;
-        if this.close_connection {
+        if this.close_connection || !this.body_read.is_done() {
             response
                 .headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));

@@ -323,7 +323,9 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnectionService {
     fn call(&self, request: http::Request<Incoming>) -> Self::Future {
         let in_flight = InFlight::enter(&self.activity);
         let timeout = self.body_timeout;
-        let mut request = request.map(|body| Body::new(TimedBody::new(body, timeout)));
+        let (parts, body) = request.into_parts();
+        let (body, body_read) = TimedBody::new(body, timeout);
+        let mut request = http::Request::from_parts(parts, Body::new(body));
         request.extensions_mut().insert(self.peer);
         // A router is always ready (`poll_ready` answers `Ready` without looking).
         let future = self.router.clone().call(request);
@@ -331,6 +333,7 @@ impl hyper::service::Service<http::Request<Incoming>> for ConnectionService {
             future,
             in_flight: Some(in_flight),
             close_connection: self.close_after_answer,
+            body_read,
         }
     }
 }

@@ -51,9 +51,15 @@ impl McpEndpoint {
                     RmcpSessionConfig::DEFAULT_KEEP_ALIVE.max(settings.mcp_sessions.idle_timeout),
                 );
                 // Bodies over the limit are answered 413 by the endpoint, as on `/v1`.
+                // Any `Host`: clients name the gateway by whatever reaches it (a DNS name,
+                // a load balancer's), and rmcp's default lets in loopback names only. Pages
+                // that rebind a name to the gateway are refused by their `Origin`
+                // (`server.mcp_allowed_origins`, checked before this endpoint), and every
+                // request needs a credential.
                 let service = server.http_service_with_sessions(
                     StreamableHttpServerConfig::default()
-                        .with_max_request_body_bytes(settings.body_limit.0),
+                        .with_max_request_body_bytes(settings.body_limit.0)
+                        .disable_allowed_hosts(),
                     sessions,
                 );
                 self.0.store(Some(Arc::new(Served {

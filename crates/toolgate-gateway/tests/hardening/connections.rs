@@ -436,3 +436,39 @@ async fn headers_under_the_limits_are_served_and_the_byte_limit_can_be_raised() 
     assert!(head.starts_with("http/1.1 200"), "{head}");
     assert_eq!(body["status"], "ok", "{body}");
 }
+
+/// A body refused part-way leaves the rest of it unread, so hyper closes the connection
+/// after the answer: the answer must say `Connection: close`, or a keep-alive client sends
+/// its next request on a connection being closed and gets no answer at all. A chunked body
+/// declares no length, so `server.body_limit` refuses it (413) only once it is passed, on
+/// `/v1` and on `/mcp` alike.
+#[tokio::test]
+async fn a_chunked_body_refused_part_way_is_answered_connection_close() {
+    let gateway = Gateway::start(&config("  body_limit: 1KiB\n"));
+    let auth = format!("authorization: Bearer {}\r\n", key("alice"));
+    // 4 KiB of a body that goes on: the gateway stops reading past its limit.
+    let chunk = format!("400\r\n{}\r\n", " ".repeat(1024));
+    for (path, extra) in [
+        ("/v1/tools/echo/invoke", ""),
+        ("/v1/tool-calls?format=openai", ""),
+        (
+            "/mcp",
+            "content-type: application/json\r\naccept: application/json, text/event-stream\r\n",
+        ),
+    ] {
+        let mut stream = connect(&gateway).await;
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nhost: gateway\r\n{auth}{extra}transfer-encoding: chunked\r\n\r\n{}",
+            chunk.repeat(4)
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let (received, _) = read_until_closed(&mut stream).await;
+        let head = received
+            .split("\r\n\r\n")
+            .next()
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        assert!(head.starts_with("http/1.1 413"), "{path}: {received}");
+        assert!(head.contains("\r\nconnection: close"), "{path}: {received}");
+    }
+}

@@ -1,6 +1,6 @@
 //! `/mcp` refuses browser pages of other sites (DNS rebinding): only loopback pages and
 //! the origins in `server.mcp_allowed_origins` may call it; clients that send no `Origin`
-//! are not browsers and pass.
+//! are not browsers and pass, whatever host they name the gateway by.
 
 use serde_json::{Value, json};
 
@@ -15,6 +15,15 @@ fn config() -> String {
 
 /// POSTs `initialize` to `/mcp` as alice with `origin`; the status and the answer's text.
 async fn initialize(gateway: &Gateway, origin: Option<&str>) -> (u16, String) {
+    initialize_as(gateway, origin, None).await
+}
+
+/// [`initialize`], naming the gateway `host` (its loopback address when `None`).
+async fn initialize_as(
+    gateway: &Gateway,
+    origin: Option<&str>,
+    host: Option<&str>,
+) -> (u16, String) {
     let mut request = client()
         .post(gateway.url("/mcp"))
         .bearer_auth(key("alice"))
@@ -22,6 +31,9 @@ async fn initialize(gateway: &Gateway, origin: Option<&str>) -> (u16, String) {
         .header("accept", "application/json, text/event-stream");
     if let Some(origin) = origin {
         request = request.header("origin", origin);
+    }
+    if let Some(host) = host {
+        request = request.header("host", host);
     }
     let body = json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
@@ -61,6 +73,25 @@ async fn loopback_pages_configured_origins_and_non_browser_clients_pass() {
         let (status, text) = initialize(&gateway, origin).await;
         assert_eq!(status, 200, "{origin:?}: {text}");
     }
+}
+
+#[tokio::test]
+async fn a_client_that_names_the_gateway_by_another_host_passes_and_a_rebinding_page_does_not() {
+    let gateway = Gateway::start(&config());
+    // Behind a load balancer or a DNS name, the `Host` is not a loopback name.
+    for host in [
+        "gateway.example.com",
+        "gateway.internal:8443",
+        "10.0.0.7:8080",
+    ] {
+        let (status, text) = initialize_as(&gateway, None, Some(host)).await;
+        assert_eq!(status, 200, "{host}: {text}");
+    }
+    // A page that rebound its own name to the gateway names that host and its origin.
+    let (status, text) =
+        initialize_as(&gateway, Some("http://evil.example"), Some("evil.example")).await;
+    assert_eq!(status, 403, "{text}");
+    assert!(text.contains("origin_not_allowed"), "{text}");
 }
 
 #[test]
