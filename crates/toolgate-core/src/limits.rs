@@ -71,6 +71,10 @@ impl InputLimits {
     /// recursion passes no `ToolError` around. Scalars inside a container are counted in
     /// its loop (no call each), and the size is compared once per container: a parsed
     /// input is already in memory, so only the verdict matters, not stopping early.
+    ///
+    /// In place for the input itself, which every call checks; a container inside it is
+    /// walked by [`walk_nested`](Self::walk_nested).
+    #[inline]
     fn walk(&self, value: &Value, depth: usize, size: &mut usize) -> Result<(), Exceeded> {
         match value {
             Value::Array(items) => {
@@ -104,12 +108,18 @@ impl InputLimits {
     #[inline]
     fn walk_item(&self, item: &Value, depth: usize, size: &mut usize) -> Result<(), Exceeded> {
         match item {
-            Value::Array(_) | Value::Object(_) => self.walk(item, depth + 1, size),
+            Value::Array(_) | Value::Object(_) => self.walk_nested(item, depth + 1, size),
             scalar => {
                 *size += scalar_size(scalar);
                 Ok(())
             }
         }
+    }
+
+    /// A container inside another, walked out of line: the walk recurses here.
+    #[inline(never)]
+    fn walk_nested(&self, value: &Value, depth: usize, size: &mut usize) -> Result<(), Exceeded> {
+        self.walk(value, depth, size)
     }
 
     /// Parses JSON text within the limits.

@@ -148,7 +148,9 @@ impl InvokeOptions {
     }
 
     /// The deadline in force: the earlier of `deadline` and now + `timeout`. A timeout too
-    /// long for the clock to add (`Duration::MAX`) sets no deadline.
+    /// long for the clock to add (`Duration::MAX`) sets no deadline. In place: every call
+    /// asks, and most set neither.
+    #[inline]
     pub(crate) fn effective_deadline(&self) -> Option<tokio::time::Instant> {
         let from_timeout = self
             .timeout

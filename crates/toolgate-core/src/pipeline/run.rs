@@ -90,7 +90,10 @@ impl Guard<'_> {
     /// The invocation future was dropped before its tail was done: a task runs the rest.
     #[cold]
     fn finish_in_background(&mut self) {
-        let mut ctx = self.ctx.take().expect("called while the guard holds the context");
+        let mut ctx = self
+            .ctx
+            .take()
+            .expect("called while the guard holds the context");
         if !ctx.progress.tail.started {
             ctx.error = Some(ToolError::Cancelled);
             ctx.cancel_if_watched();
@@ -122,160 +125,166 @@ impl Guard<'_> {
 
 /// Runs one invocation of the tool of `entry` (the one `ctx` was made for) to its end;
 /// `conclude` makes the caller's answer.
-pub(super) async fn run_to_end<R>(
+///
+/// A plain function that hands back its future, not an `async fn`: an `async fn` moves
+/// its arguments into its body when first polled, one more copy of the context's parts.
+#[allow(clippy::manual_async_fn)]
+pub(super) fn run_to_end<R>(
     entry: &Arc<ToolEntry>,
     mut parts: ContextParts,
     start: Start,
     conclude: impl FnOnce(Result<Value, ToolError>, Details<'_>) -> R,
-) -> R {
-    let otel = telemetry::invocation_span(
-        &entry.scope.definition.name,
-        &entry.scope.definition.description,
-        &parts.request_id,
-    );
-    // The log span, inside the OpenTelemetry span when there is one: so that, in any
-    // subscriber, the stage spans (made inside the log span) descend from `execute_tool`.
-    let log_span = || {
-        tracing::info_span!(
-            "toolgate.invoke",
-            tool = %entry.scope.definition.name,
-            request_id = %Printable(&parts.request_id),
-            session_id = parts.session_id.as_deref().unwrap_or(""),
-            user_id = %Printable(&parts.user.as_deref().unwrap_or(&crate::user::ANONYMOUS).id),
-        )
-    };
-    let span = if otel.is_disabled() {
-        log_span()
-    } else {
-        otel.in_scope(log_span)
-    };
-    debug_assert!(Arc::ptr_eq(&entry.scope, &parts.scope));
-    let (guard_span, guard_otel) = (&span, &otel);
-    let restored = parts.restored.take();
-    let run = std::pin::pin!(async move {
-        // The context is made here, in the invocation future, where it stays to the end.
-        let mut guard = Guard {
-            ctx: Some(ToolInvokeContext::new(parts)),
-            entry,
-            span: guard_span,
-            otel: guard_otel,
+) -> impl Future<Output = R> {
+    async move {
+        let otel = telemetry::invocation_span(
+            &entry.scope.definition.name,
+            &entry.scope.definition.description,
+            &parts.request_id,
+        );
+        // The log span, inside the OpenTelemetry span when there is one: so that, in any
+        // subscriber, the stage spans (made inside the log span) descend from `execute_tool`.
+        let log_span = || {
+            tracing::info_span!(
+                "toolgate.invoke",
+                tool = %entry.scope.definition.name,
+                request_id = %Printable(&parts.request_id),
+                session_id = parts.session_id.as_deref().unwrap_or(""),
+                user_id = %Printable(&parts.user.as_deref().unwrap_or(&crate::user::ANONYMOUS).id),
+            )
         };
-        let entry = &**guard.entry;
-        let ctx = guard
-            .ctx
-            .as_mut()
-            .expect("the guard holds the context until the end");
-        if let Some(restored) = restored {
-            ctx.restore(*restored);
-        }
-        ctx.progress.stage_spans = entry.shared.stage_spans && !guard.otel.is_disabled();
-        let deadline = ctx.deadline();
-        let cancel = ctx.cancellation_if_given();
-        // The clock is read only when a deadline needs it (for the `Timeout` error), and
-        // the main future is pinned where it is built: moving it into an `.await` or into
-        // `select!` would copy it, and it is the largest state of the invocation.
-        let started = deadline.map(|_| Instant::now());
-        let ended = {
-            let main =
-                std::pin::pin!(AssertUnwindSafe(walk::walk(entry, ctx, start)).catch_unwind());
-            if deadline.is_none() && cancel.is_none() {
-                main.await.map_err(|_| Cut::Panicked)
-            } else {
-                let expired = async {
-                    match deadline {
-                        Some(d) => tokio::time::sleep_until(d).await,
-                        None => std::future::pending().await,
-                    }
-                };
-                let cancelled = async {
-                    match &cancel {
-                        Some(token) => token.cancelled().await,
-                        None => std::future::pending().await,
-                    }
-                };
-                tokio::select! {
-                    biased;
-                    result = main => result.map_err(|_| Cut::Panicked),
-                    () = expired => Err(Cut::TimedOut),
-                    () = cancelled => Err(Cut::Cancelled),
-                }
-            }
+        let span = if otel.is_disabled() {
+            log_span()
+        } else {
+            otel.in_scope(log_span)
         };
-        let outcome = main_outcome(ctx, ended, deadline.zip(started));
-        ctx.progress.tail.started = true;
-        match outcome {
-            Err(Control::Suspend(request)) => {
-                ctx.error = Some(suspend(entry, ctx, request).await.unwrap_or_else(|e| e));
+        debug_assert!(Arc::ptr_eq(&entry.scope, &parts.scope));
+        let (guard_span, guard_otel) = (&span, &otel);
+        let restored = parts.restored.take();
+        let run = std::pin::pin!(async move {
+            // The context is made here, in the invocation future, where it stays to the end.
+            let mut guard = Guard {
+                ctx: Some(ToolInvokeContext::new(parts)),
+                entry,
+                span: guard_span,
+                otel: guard_otel,
+            };
+            let entry = &**guard.entry;
+            let ctx = guard
+                .ctx
+                .as_mut()
+                .expect("the guard holds the context until the end");
+            if let Some(restored) = restored {
+                ctx.restore(*restored);
             }
-            Ok(()) => {}
-            Err(Control::Respond(value)) => ctx.set_output(value),
-            Err(Control::Error(error)) => {
-                if let ToolError::Provider(wiring) = &error {
-                    // The caller is told only that the server is misconfigured
-                    // (`ToolError::caller_message`): the operator reads what here.
-                    tracing::error!(stage = %ctx.stage, error = %wiring, "a provider the call needs is missing");
-                }
-                ctx.error = Some(error)
-            }
-        }
-        // The tail, but not past the caller's deadline. A tail that finishes at its first
-        // poll never reads the clock for it.
-        let cut = if tail::has_hooks(entry, ctx) {
-            let mut tail = std::pin::pin!(tail::run(entry, ctx));
-            match deadline {
-                Some(deadline) if futures::poll!(tail.as_mut()).is_pending() => {
+            ctx.progress.stage_spans = entry.shared.stage_spans && !guard.otel.is_disabled();
+            let deadline = ctx.deadline();
+            let cancel = ctx.cancellation_if_given();
+            // The clock is read only when a deadline needs it (for the `Timeout` error), and
+            // the main future is pinned where it is built: moving it into an `.await` or into
+            // `select!` would copy it, and it is the largest state of the invocation.
+            let started = deadline.map(|_| Instant::now());
+            let ended = {
+                let main =
+                    std::pin::pin!(AssertUnwindSafe(walk::walk(entry, ctx, start)).catch_unwind());
+                if deadline.is_none() && cancel.is_none() {
+                    main.await.map_err(|_| Cut::Panicked)
+                } else {
+                    let expired = async {
+                        match deadline {
+                            Some(d) => tokio::time::sleep_until(d).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    let cancelled = async {
+                        match &cancel {
+                            Some(token) => token.cancelled().await,
+                            None => std::future::pending().await,
+                        }
+                    };
                     tokio::select! {
                         biased;
-                        () = tail => false,
-                        () = tokio::time::sleep_until(deadline) => true,
+                        result = main => result.map_err(|_| Cut::Panicked),
+                        () = expired => Err(Cut::TimedOut),
+                        () = cancelled => Err(Cut::Cancelled),
                     }
                 }
-                Some(_) => false,
-                None => {
-                    tail.await;
-                    false
+            };
+            let outcome = main_outcome(ctx, ended, deadline.zip(started));
+            ctx.progress.tail.started = true;
+            match outcome {
+                Err(Control::Suspend(request)) => {
+                    ctx.error = Some(suspend(entry, ctx, request).await.unwrap_or_else(|e| e));
+                }
+                Ok(()) => {}
+                Err(Control::Respond(value)) => ctx.set_output(value),
+                Err(Control::Error(error)) => {
+                    if let ToolError::Provider(wiring) = &error {
+                        // The caller is told only that the server is misconfigured
+                        // (`ToolError::caller_message`): the operator reads what here.
+                        tracing::error!(stage = %ctx.stage, error = %wiring, "a provider the call needs is missing");
+                    }
+                    ctx.error = Some(error)
                 }
             }
-        } else {
-            tail::end_without_hooks(ctx);
-            false
-        };
-        if cut {
-            // The caller's deadline passed while a tail hook still worked: the caller is
-            // answered now with a copy, the hook then running is abandoned, and the guard
-            // finishes the rest of the tail in the background.
-            tracing::warn!(
-                "the caller's deadline passed while a tail hook still worked: the caller is answered, that hook is abandoned and the rest of the tail runs in the background"
-            );
-            let result = match &ctx.error {
-                Some(error) => Err(error.clone()),
-                None => Ok(ctx.output().cloned().unwrap_or(Value::Null)),
+            // The tail, but not past the caller's deadline. A tail that finishes at its first
+            // poll never reads the clock for it.
+            let cut = if tail::has_hooks(entry, ctx) {
+                let mut tail = std::pin::pin!(tail::run(entry, ctx));
+                match deadline {
+                    Some(deadline) if futures::poll!(tail.as_mut()).is_pending() => {
+                        tokio::select! {
+                            biased;
+                            () = tail => false,
+                            () = tokio::time::sleep_until(deadline) => true,
+                        }
+                    }
+                    Some(_) => false,
+                    None => {
+                        tail.await;
+                        false
+                    }
+                }
+            } else {
+                tail::end_without_hooks(ctx);
+                false
             };
-            let details = Details::Copied {
-                metadata: ctx.metadata().clone(),
-                runs: ctx.runs,
-                duration: ctx.elapsed(),
+            if cut {
+                // The caller's deadline passed while a tail hook still worked: the caller is
+                // answered now with a copy, the hook then running is abandoned, and the guard
+                // finishes the rest of the tail in the background.
+                tracing::warn!(
+                    "the caller's deadline passed while a tail hook still worked: the caller is answered, that hook is abandoned and the rest of the tail runs in the background"
+                );
+                let result = match &ctx.error {
+                    Some(error) => Err(error.clone()),
+                    None => Ok(ctx.output().cloned().unwrap_or(Value::Null)),
+                };
+                let details = Details::Copied {
+                    metadata: ctx.metadata().clone(),
+                    runs: ctx.runs,
+                    duration: ctx.elapsed(),
+                };
+                // The span's end is recorded by the guard's task, when the tail is done.
+                drop(guard);
+                return conclude(result, details);
+            }
+            if !guard.otel.is_disabled() {
+                telemetry::record_end(guard.otel, ctx, entry.shared.span_values);
+            }
+            let result = match ctx.error.take() {
+                Some(error) => Err(error),
+                None => Ok(ctx.take_output().unwrap_or(Value::Null)),
             };
-            // The span's end is recorded by the guard's task, when the tail is done.
-            drop(guard);
-            return conclude(result, details);
+            conclude(result, Details::Context(ctx))
+        });
+        // A span no subscriber is interested in is disabled for good: entering it on every
+        // poll would do nothing, so the invocation runs without the wrapper.
+        match (span.is_disabled(), otel.is_disabled()) {
+            (true, true) => run.await,
+            (false, true) => run.instrument(span.clone()).await,
+            (true, false) => run.instrument(otel.clone()).await,
+            (false, false) => run.instrument(span.clone()).instrument(otel.clone()).await,
         }
-        if !guard.otel.is_disabled() {
-            telemetry::record_end(&guard.otel, ctx, entry.shared.span_values);
-        }
-        let result = match ctx.error.take() {
-            Some(error) => Err(error),
-            None => Ok(ctx.take_output().unwrap_or(Value::Null)),
-        };
-        conclude(result, Details::Context(ctx))
-    });
-    // A span no subscriber is interested in is disabled for good: entering it on every
-    // poll would do nothing, so the invocation runs without the wrapper.
-    match (span.is_disabled(), otel.is_disabled()) {
-        (true, true) => run.await,
-        (false, true) => run.instrument(span.clone()).await,
-        (true, false) => run.instrument(otel.clone()).await,
-        (false, false) => run.instrument(span.clone()).instrument(otel.clone()).await,
     }
 }
 
