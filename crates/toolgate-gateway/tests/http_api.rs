@@ -426,6 +426,97 @@ async fn a_call_past_the_deadline_the_client_asks_for_times_out_promptly() {
     assert_eq!(quick.body["output"]["slept_ms"], 10);
 }
 
+#[tokio::test]
+async fn a_timeout_header_that_is_not_a_whole_number_of_milliseconds_is_refused_400_bad_timeout() {
+    let gateway = Gateway::start(&format!(
+        "{}policies:\n  approval:\n    tools: [sleep]\n",
+        sleep_config("  request_timeout: 30s\n").replace("[sleep]", "[sleep, echo]")
+    ));
+    let (client, alice) = (client(), key("alice"));
+    let echo = gateway.url("/v1/tools/echo/invoke");
+    let text = json!({"text": "hi"});
+    let refused = |answer: &common::Answer, what: &str| {
+        assert_eq!(
+            (answer.status, answer.error_code()),
+            (400, "bad_timeout"),
+            "{what}: {}",
+            answer.body
+        );
+        let message = answer.error_message();
+        assert!(
+            message.contains("must be a whole number of milliseconds, 1 or more")
+                && message.contains("deadline of 30000 ms is cut to it"),
+            "{what}: {message}"
+        );
+    };
+    for value in [
+        "abc", "-1", "1.5", "+5", "1e3", "", " ", "5000ms", "0", "00",
+    ] {
+        let answer = post_with(
+            &client,
+            &echo,
+            Some(&alice),
+            &text,
+            &[("x-toolgate-timeout-ms", value)],
+        )
+        .await;
+        refused(&answer, &format!("{value:?}"));
+    }
+    let twice = [
+        ("x-toolgate-timeout-ms", "5000"),
+        ("x-toolgate-timeout-ms", "100"),
+    ];
+    let answer = post_with(&client, &echo, Some(&alice), &text, &twice).await;
+    refused(&answer, "sent twice");
+    assert!(
+        answer.error_message().contains("more than once"),
+        "{}",
+        answer.body
+    );
+
+    // A whole number is taken: over the gateway's deadline (even past what 64 bits hold),
+    // it is cut to it.
+    for value in [
+        "1",
+        "5000",
+        "99999999999999999999",
+        "123456789012345678901234567890",
+    ] {
+        let answer = post_with(
+            &client,
+            &echo,
+            Some(&alice),
+            &text,
+            &[("x-toolgate-timeout-ms", value)],
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{value}: {}", answer.body);
+    }
+
+    // A batch and a resume are held to the same rule.
+    let batch = json!({"role": "assistant", "content": null, "tool_calls": [{
+        "id": "call_1", "type": "function",
+        "function": {"name": "echo", "arguments": "{\"text\": \"hi\"}"},
+    }]});
+    let url = gateway.url("/v1/tool-calls?format=openai");
+    let bad = [("x-toolgate-timeout-ms", "1.5")];
+    refused(
+        &post_with(&client, &url, Some(&alice), &batch, &bad).await,
+        "a batch",
+    );
+    let good = [("x-toolgate-timeout-ms", "5000")];
+    let answer = post_with(&client, &url, Some(&alice), &batch, &good).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let resume = gateway.url("/v1/suspensions/nope/resume");
+    let approve = json!({"decision": "approve"});
+    refused(
+        &post_with(&client, &resume, Some(&alice), &approve, &bad).await,
+        "a resume",
+    );
+    let answer = post_with(&client, &resume, Some(&alice), &approve, &good).await;
+    assert_eq!(answer.status, 404, "{}", answer.body);
+}
+
 fn mcp_initialize() -> Value {
     json!({
         "jsonrpc": "2.0",

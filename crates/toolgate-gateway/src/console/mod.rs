@@ -285,6 +285,10 @@ async fn current(
     if gateway.config.console.is_none() {
         return Err(console_off().into_response());
     }
+    // The session's token sent twice: refused before the session is looked up.
+    if let Some(refusal) = crate::identity::repeated_credential(headers) {
+        return Err(refusal.into_response());
+    }
     let Some(id) = guard::session_cookie(headers, secure(headers)) else {
         return Err(session_ended().into_response());
     };

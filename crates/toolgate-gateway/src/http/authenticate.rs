@@ -14,7 +14,7 @@ use std::task::{Context, Poll};
 use arc_swap::{ArcSwap, Guard};
 use axum::extract::Request;
 use axum::http::header;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use futures::future::{BoxFuture, Either};
 use tower_layer::Layer;
 use tower_service::Service;
@@ -99,6 +99,11 @@ fn caller_token(
 fn check(current: &ArcSwap<Gateway>, request: &Request) -> Checked {
     // The configuration is read through a guard; the caller takes a reference to it only
     // when the credential is good.
+    // A credential header sent twice is refused before either value is looked at (and is
+    // not a wrong credential: nothing is counted).
+    if let Some(refusal) = crate::identity::repeated_credential(request.headers()) {
+        return Checked::Refused(refusal.into_response());
+    }
     let gateway = current.load();
     let route = Route::of_path(request.uri().path());
     // A console session: its cookie instead of `Authorization`, on `/v1` only.

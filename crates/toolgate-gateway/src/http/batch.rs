@@ -83,7 +83,7 @@ pub async fn tool_calls(
     let thread = thread_session(query.thread.as_deref(), &headers, &caller.user)?;
     let mut options = ExecuteOptions::new()
         .user(caller.user.clone())
-        .timeout(request_timeout(&caller.gateway, &headers))
+        .timeout(request_timeout(&caller.gateway, &headers)?)
         .cancellation(state.drain.call_token());
     // Every call of the batch carries the caller's token, as a single call does, for the
     // upstreams that exchange it.

@@ -147,31 +147,141 @@ pub fn body_timed_out<'a>(
     None
 }
 
-/// The 400 answer for a body that is not the JSON expected, naming where it went wrong.
+/// The 400 answer for a body that is not the JSON expected, naming where it went wrong: a
+/// body that ends before its JSON does is told so (with where it was cut short), an empty
+/// one too, in place of serde_json's "EOF while parsing".
 #[cold]
 fn explain<T: DeserializeOwned>(bytes: &[u8], error: serde_json::Error) -> ApiError {
     let bad = |at: String, e: serde_json::Error| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_json",
+        let message = if !e.is_eof() {
             format!(
                 "the request body is not the JSON expected{at}: {}",
                 toolgate_core::error::in_json_words(&e.to_string())
-            ),
-        )
+            )
+        } else if bytes.trim_ascii().is_empty() {
+            "the request body is empty: send the JSON expected".to_owned()
+        } else {
+            format!(
+                "the request body ended before its JSON did{at} (line {}, column {}): send the whole JSON",
+                e.line(),
+                e.column()
+            )
+        };
+        ApiError::new(StatusCode::BAD_REQUEST, "bad_json", message)
     };
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     match serde_path_to_error::deserialize::<_, T>(&mut deserializer) {
         Err(e) => {
-            let path = e.path().to_string();
-            let at = if path == "." {
-                String::new()
-            } else {
-                format!(" at `{path}`")
-            };
+            let at = named_path(e.path()).map_or_else(String::new, |path| format!(" at `{path}`"));
             bad(at, e.into_inner())
         }
         // The value parsed, so what failed is what follows it.
         Ok(_) => bad(String::new(), deserializer.end().err().unwrap_or(error)),
+    }
+}
+
+/// Where in the body a value went wrong, as `serde_path_to_error` writes a path (`a.b[2]`),
+/// up to the first place it could not name (the key of an object that was cut short, which
+/// it writes `?`); `None` for the top level, or when not even the first step has a name.
+fn named_path(path: &serde_path_to_error::Path) -> Option<String> {
+    use serde_path_to_error::Segment;
+    let mut named = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Unknown => break,
+            Segment::Seq { index } => named.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                if !named.is_empty() {
+                    named.push('.');
+                }
+                named.push_str(key);
+            }
+        }
+    }
+    (!named.is_empty()).then_some(named)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Call {
+        a: u64,
+        b: Option<Vec<Inner>>,
+    }
+
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Inner {
+        c: u64,
+    }
+
+    fn message(error: ApiError) -> String {
+        assert_eq!(error.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(error.code(), "bad_json");
+        error.body().message.clone()
+    }
+
+    fn typed(body: &str) -> String {
+        message(
+            json_body::<Call>(Ok(Bytes::copy_from_slice(body.as_bytes())))
+                .err()
+                .unwrap(),
+        )
+    }
+
+    fn any(body: &str) -> String {
+        message(json_value(Ok(Bytes::copy_from_slice(body.as_bytes()))).unwrap_err())
+    }
+
+    #[test]
+    fn a_body_cut_short_is_told_so_without_a_placeholder_path() {
+        for explain in [typed, any] {
+            for body in [r#"{"a": 1"#, "{", r#"{"a": 1, "#, r#"{"a""#] {
+                let told = explain(body);
+                assert!(
+                    told.starts_with("the request body ended before its JSON did ("),
+                    "{body}: {told}"
+                );
+                assert!(
+                    !told.contains('?') && !told.contains("EOF"),
+                    "{body}: {told}"
+                );
+                assert!(told.ends_with("send the whole JSON"), "{body}: {told}");
+            }
+            let told = explain("");
+            assert_eq!(told, "the request body is empty: send the JSON expected");
+        }
+    }
+
+    #[test]
+    fn a_body_cut_short_in_a_named_value_names_it() {
+        assert_eq!(
+            typed(r#"{"a":"#),
+            "the request body ended before its JSON did at `a` (line 1, column 5): send the whole JSON"
+        );
+        let told = typed(r#"{"a": 1, "b": [{"c": 1}, {"c":"#);
+        assert!(
+            told.starts_with("the request body ended before its JSON did at `b[1].c` ("),
+            "{told}"
+        );
+    }
+
+    #[test]
+    fn other_errors_keep_their_place_and_words() {
+        assert_eq!(
+            typed(r#"{"a": "x"}"#),
+            "the request body is not the JSON expected at `a`: invalid type: string \"x\", expected a whole number, 0 or more at line 1 column 9"
+        );
+        assert_eq!(
+            typed(r#"{"a": 1, "b": [{"c": -1}]}"#).split(':').next(),
+            Some("the request body is not the JSON expected at `b[0].c`")
+        );
+        assert_eq!(
+            typed(r#"{"a": 1}}"#),
+            "the request body is not the JSON expected: trailing characters at line 1 column 9"
+        );
     }
 }

@@ -85,10 +85,14 @@ pub async fn invoke(
     let request_id = toolgate_http::request_id(&headers)
         .map(str::to_owned)
         .unwrap_or_else(|| RequestId::generate().to_string());
+    let timeout = match request_timeout(&caller.gateway, &headers) {
+        Ok(timeout) => timeout,
+        Err(error) => return error.into_response(),
+    };
     let mut options = InvokeOptions::new()
         .user(caller.user.clone())
         .request_id(request_id.clone())
-        .timeout(request_timeout(&caller.gateway, &headers))
+        .timeout(timeout)
         .cancellation(state.drain.call_token());
     match toolgate_http::caller_session(&headers, &caller.user) {
         Ok(Some(session)) => options = options.session(session),

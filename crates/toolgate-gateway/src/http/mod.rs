@@ -156,13 +156,48 @@ pub fn router(state: AppState) -> Router {
 const X_TOOLGATE_TIMEOUT_MS: HeaderName = HeaderName::from_static("x-toolgate-timeout-ms");
 
 /// The deadline of a request: the server's, or less when the client asks for less with
-/// `x-toolgate-timeout-ms`.
-fn request_timeout(gateway: &Gateway, headers: &axum::http::HeaderMap) -> Duration {
+/// `x-toolgate-timeout-ms` (a whole number of milliseconds, at least 1; more than the
+/// server's is cut to it, however large).
+///
+/// # Errors
+///
+/// 400 `bad_timeout` for a value that is not such a number (`abc`, `-1`, `1.5`, `+5`,
+/// empty), for 0 (no deadline at all: every call would fail at once), and for the header
+/// sent more than once.
+fn request_timeout(
+    gateway: &Gateway,
+    headers: &axum::http::HeaderMap,
+) -> Result<Duration, ApiError> {
     let limit = gateway.config.server.request_timeout;
-    headers
-        .get(X_TOOLGATE_TIMEOUT_MS)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok())
-        .map(|ms| Duration::from_millis(ms).min(limit))
-        .unwrap_or(limit)
+    let mut sent = headers.get_all(X_TOOLGATE_TIMEOUT_MS).iter();
+    let Some(value) = sent.next() else {
+        return Ok(limit);
+    };
+    let bad = |what: &str| {
+        ApiError::new(
+            axum::http::StatusCode::BAD_REQUEST,
+            "bad_timeout",
+            format!(
+                "{what}: `x-toolgate-timeout-ms` must be a whole number of milliseconds, 1 or more (e.g. `5000`; a value over this gateway's deadline of {} ms is cut to it): send one such number, or leave the header out for the gateway's deadline",
+                limit.as_millis()
+            ),
+        )
+    };
+    if sent.next().is_some() {
+        return Err(bad(
+            "the request carries `x-toolgate-timeout-ms` more than once",
+        ));
+    }
+    let digits = value.to_str().unwrap_or("").trim();
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(bad(
+            "the value of `x-toolgate-timeout-ms` is not a whole number",
+        ));
+    }
+    // Only digits: a number too large for `u64` is larger than any deadline, and cut to it.
+    let ms = digits.parse::<u64>().unwrap_or(u64::MAX);
+    if ms == 0 {
+        return Err(bad("a deadline of 0 ms leaves no time for the call"));
+    }
+    Ok(Duration::from_millis(ms).min(limit))
 }

@@ -585,6 +585,8 @@ pub async fn resume(
             "toolgate, openai, anthropic or gemini",
         ));
     }
+    // So is a bad `x-toolgate-timeout-ms`.
+    let timeout = request_timeout(&caller.gateway, &headers)?;
     let decision = json_body::<Decision>(body)?;
     if let Decision::Approve {
         reason: Some(reason),
@@ -661,7 +663,7 @@ pub async fn resume(
     }
     let options = options
         .decided_by(&*caller.user)
-        .timeout(request_timeout(&caller.gateway, &headers))
+        .timeout(timeout)
         .cancellation(state.drain.call_token());
     let mut result = caller
         .gateway

@@ -267,6 +267,36 @@ impl Identity {
     }
 }
 
+/// The headers a request carries a credential in: `Authorization` (`/v1`, `/mcp`) and the
+/// console session's token, `x-toolgate-csrf` (`/v1` with a session cookie, the console's
+/// `/console/session`).
+const CREDENTIAL_HEADERS: [&str; 2] = ["authorization", "x-toolgate-csrf"];
+
+/// The refusal of a request that carries a credential header more than once: 400
+/// `repeated_credential`, naming the header and not which of its values was right. Two
+/// values are an ambiguity a proxy in front may resolve the other way (the gateway would
+/// check one, the proxy log or forward the other), so neither is taken. Checked before any
+/// credential is looked at, and not counted as a wrong one.
+pub(crate) fn repeated_credential(
+    headers: &axum::http::HeaderMap,
+) -> Option<toolgate_http::HttpError> {
+    let name = CREDENTIAL_HEADERS
+        .into_iter()
+        .find(|name| headers.get_all(*name).iter().nth(1).is_some())?;
+    let shown = if name == "authorization" {
+        "Authorization"
+    } else {
+        name
+    };
+    Some(toolgate_http::HttpError::new(
+        axum::http::StatusCode::BAD_REQUEST,
+        "repeated_credential",
+        format!(
+            "the request carries `{shown}` more than once: send one credential, in one `{shown}` header"
+        ),
+    ))
+}
+
 /// The credential of `Authorization: Bearer <credential>`.
 pub(crate) fn bearer(header: &str) -> Option<&str> {
     let (scheme, credential) = header.trim().split_once(' ')?;

@@ -18,5 +18,6 @@ mod mcp_sessions;
 mod metrics;
 mod pins;
 mod redis_outage;
+mod repeated_credentials;
 mod repeated_keys;
 mod upstream_secrets;

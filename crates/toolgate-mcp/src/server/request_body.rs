@@ -5,7 +5,7 @@
 //!
 //! | the body | the answer |
 //! |---|---|
-//! | over the limit (declared so in `Content-Length`: at once, and the connection closed) | 413, JSON-RPC `-32600` (invalid request) |
+//! | over the limit (declared so in `Content-Length`: at once; or in chunks, once past it) | 413 with `Connection: close`, JSON-RPC `-32600` (invalid request) |
 //! | did not arrive in time (an [`io::Error`] of kind `TimedOut` from the body) | 408 with `Connection: close`, `-32600` |
 //! | failed to arrive otherwise | 400, `-32600` |
 //! | not JSON (a `POST` of `application/json`) | 400, `-32700` (parse error) |
@@ -45,13 +45,7 @@ where
     // A body whose declared length is over the limit is refused before it is waited for:
     // it would be refused anyway, and one that never comes would be answered a timeout.
     if body.size_hint().lower() > limit as u64 {
-        let mut answer = too_large(limit);
-        // What it announced may still be on its way: the connection cannot carry
-        // another request.
-        answer
-            .headers_mut()
-            .insert(header::CONNECTION, HeaderValue::from_static("close"));
-        return Err(answer);
+        return Err(too_large(limit));
     }
     let bytes = match Limited::new(body, limit).collect().await {
         Ok(collected) => collected.to_bytes(),
@@ -172,14 +166,20 @@ fn unreadable(
     )
 }
 
-/// The answer to a body over `limit` bytes.
+/// The answer to a body over `limit` bytes, with `Connection: close`: the rest of the body
+/// (announced in `Content-Length`, or chunks past the limit) may still be on its way, so the
+/// connection cannot carry another request.
 fn too_large(limit: usize) -> http::Response<GuardedBody> {
-    rejection(
+    let mut answer = rejection(
         StatusCode::PAYLOAD_TOO_LARGE,
         Value::Null,
         INVALID_REQUEST,
         format!("the request body is over the limit of {limit} bytes: send a smaller message"),
-    )
+    );
+    answer
+        .headers_mut()
+        .insert(header::CONNECTION, HeaderValue::from_static("close"));
+    answer
 }
 
 /// A JSON-RPC error answered with `status`; `id` is null when none could be read.
@@ -201,4 +201,78 @@ fn rejection(
         HeaderValue::from_static("application/json"),
     );
     answer
+}
+
+#[cfg(test)]
+mod tests {
+    use std::convert::Infallible;
+
+    use http_body::Frame;
+    use http_body_util::{BodyExt, StreamBody};
+
+    use super::*;
+
+    const LIMIT: usize = 16;
+
+    fn post<B>(body: B) -> http::Request<B> {
+        http::Request::post("/mcp")
+            .header(header::CONTENT_TYPE, "application/json")
+            .body(body)
+            .unwrap()
+    }
+
+    /// A body of `chunks` chunks of 10 bytes, its length not known ahead (as one sent with
+    /// `Transfer-Encoding: chunked`).
+    fn chunked(
+        chunks: usize,
+    ) -> StreamBody<impl futures::Stream<Item = Result<Frame<Bytes>, Infallible>>> {
+        let frames = (0..chunks).map(|_| Ok(Frame::data(Bytes::from_static(b"[[[[[[[[[["))));
+        StreamBody::new(futures::stream::iter(frames))
+    }
+
+    async fn assert_too_large_and_closing(answer: http::Response<GuardedBody>) {
+        assert_eq!(answer.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(
+            answer
+                .headers()
+                .get(header::CONNECTION)
+                .map(HeaderValue::as_bytes),
+            Some(&b"close"[..]),
+            "a 413 must close the connection: the rest of the body may still be coming"
+        );
+        let body = answer.into_body().collect().await.unwrap().to_bytes();
+        let body: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body["error"]["code"], INVALID_REQUEST);
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("over the limit of 16 bytes"),
+            "{body}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_chunked_body_over_the_limit_is_answered_413_closing_the_connection() {
+        assert_eq!(chunked(2).size_hint().lower(), 0, "no length announced");
+        let answer = read(post(chunked(2)), LIMIT).await.err().unwrap();
+        assert_too_large_and_closing(answer).await;
+    }
+
+    #[tokio::test]
+    async fn a_body_announced_over_the_limit_is_answered_413_closing_the_connection() {
+        let answer = read(post(Full::new(Bytes::from(vec![b' '; LIMIT + 1]))), LIMIT)
+            .await
+            .err()
+            .unwrap();
+        assert_too_large_and_closing(answer).await;
+    }
+
+    #[tokio::test]
+    async fn a_chunked_body_within_the_limit_is_read_whole() {
+        // `[[[[…` is no JSON: a parse error, its whole body read, so the connection is kept.
+        let answer = read(post(chunked(1)), LIMIT).await.err().unwrap();
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
+        assert!(answer.headers().get(header::CONNECTION).is_none());
+    }
 }
