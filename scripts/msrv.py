@@ -63,20 +63,20 @@ def findings(metadata):
     return sorted(rows)
 
 
-def report(rows):
-    """Prints the table; returns how many crates declare too little."""
+def report(rows, say=print):
+    """Says the table line by line (`say`); returns how many crates declare too little."""
     low = 0
     for name, declared, needed, by in rows:
         if declared is None or declared < needed:
             low += 1
-            print(
+            say(
                 "%s declares %s but its locked dependencies need Rust %s (%s): raise its "
                 "rust-version to %s, or pin that dependency lower in Cargo.lock"
                 % (name, shown(declared) if declared else "no rust-version", shown(needed),
                    by, shown(needed))
             )
         else:
-            print("%s: declares %s, its locked dependencies need %s%s"
+            say("%s: declares %s, its locked dependencies need %s%s"
                   % (name, shown(declared), shown(needed), " (%s)" % by if by else ""))
     return low
 
@@ -103,7 +103,9 @@ def self_test():
     # its dev-dependency's 1.99.
     assert rows["app"][2:] == ((1, 90), "lib 1.0.0"), rows["app"]
     assert rows["lib"][2:] == ((1, 89), "uuid 1.0.0"), rows["lib"]
-    assert report(list(rows.values())) == 1
+    said = []
+    assert report(list(rows.values()), said.append) == 1
+    assert said[0].startswith("app declares 1.88 but its locked dependencies need Rust 1.90"), said
     print("self-test passed")
 
 
