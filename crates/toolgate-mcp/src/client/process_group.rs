@@ -107,10 +107,7 @@ impl ProcessGroup {
     pub(crate) fn leader_exited(&self) -> bool {
         #[cfg(target_os = "linux")]
         if let Some(id) = self.id {
-            use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
-
-            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-            return waitid(Id::Pid(id), flags).is_ok_and(|status| status != WaitStatus::StillAlive);
+            return still_running(id).is_ok_and(|running| !running);
         }
         false
     }
@@ -151,10 +148,7 @@ impl ProcessGroup {
     async fn leader_exit(&mut self, leader: &mut Child) -> io::Result<()> {
         #[cfg(target_os = "linux")]
         if let Some(id) = self.id {
-            use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
-
-            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
-            while waitid(Id::Pid(id), flags)? == WaitStatus::StillAlive {
+            while still_running(id)? {
                 tokio::time::sleep(LEADER_POLL).await;
             }
             return Ok(());
@@ -230,7 +224,6 @@ impl LeaderExit {
         #[cfg(target_os = "linux")]
         {
             use nix::errno::Errno;
-            use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 
             if self.exited {
                 return std::task::Poll::Ready(());
@@ -238,11 +231,10 @@ impl LeaderExit {
             let Some(id) = self.id else {
                 return std::task::Poll::Pending;
             };
-            let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
             loop {
                 std::task::ready!(self.next.as_mut().poll(cx));
-                match waitid(Id::Pid(id), flags) {
-                    Ok(WaitStatus::StillAlive) | Err(Errno::EINTR) => {
+                match still_running(id) {
+                    Ok(true) | Err(Errno::EINTR) => {
                         self.next.as_mut().reset(Instant::now() + EXIT_POLL);
                     }
                     _ => {
@@ -258,6 +250,20 @@ impl LeaderExit {
             std::task::Poll::Pending
         }
     }
+}
+
+/// Whether the leader `id` is still running, looked at without reaping it (`waitid` with
+/// `WNOWAIT`): once it exited, it stays a zombie holding the group's id until it is reaped.
+///
+/// # Errors
+///
+/// When it cannot be waited for: `ECHILD` once it was reaped elsewhere.
+#[cfg(target_os = "linux")]
+fn still_running(id: nix::unistd::Pid) -> nix::Result<bool> {
+    use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
+
+    let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+    Ok(waitid(Id::Pid(id), flags)? == WaitStatus::StillAlive)
 }
 
 impl Drop for ProcessGroup {
