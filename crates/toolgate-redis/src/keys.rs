@@ -3,11 +3,18 @@
 //! budget in a hash tag (`{…}`), and a fill lock's hash tag is what Redis hashes of its
 //! entry's key (the whole key, or the entry's own hash tag if it has one).
 //!
+//! A `<policy base>` is `<prefix>:{<policy key>}`, the key written out as its own hash tag,
+//! when the policy key has no `{` or `}` and is not empty (every key the hooks build from
+//! ids and names without braces, as every earlier version wrote it); otherwise
+//! `<prefix>:sha256:{<SHA-256 of the policy key, hex>}`. A policy key holds text callers
+//! choose, and a `}` in it would cut the hash tag short and let a caller pile keys onto one
+//! slot: the digest keeps one hash tag per policy key whatever its bytes.
+//!
 //! | what | key | expiry |
 //! |---|---|---|
-//! | quota state (GCRA TAT) | `<prefix>:{<policy key>}:quota` | when the budget is full again |
-//! | budget (window end, units spent) | `<prefix>:{<policy key>}:budget` (hash) | when its window ends |
-//! | concurrency leases | `<prefix>:{<policy key>}:leases` (sorted set) | the latest lease's expiry |
+//! | quota state (GCRA TAT) | `<policy base>:quota` | when the budget is full again |
+//! | budget (window end, units spent) | `<policy base>:budget` (hash) | when its window ends |
+//! | concurrency leases | `<policy base>:leases` (sorted set) | the latest lease's expiry |
 //! | cached result | `<prefix>:<tool>:<sha256>` (the `CacheKey`) | the entry's TTL |
 //! | cache fill lock | `<prefix>:fill:{<prefix>:<tool>:<sha256>}` | the fill wait |
 //! | cache bytes written by one caller (or the public results) this window | `<prefix>:cache_bytes:{<sha256 of the caller>}` | the window's end |
@@ -90,16 +97,36 @@
 use toolgate_hooks::cache::CacheKey;
 use toolgate_hooks::fingerprint::sha256_hex;
 
+/// The quota state of the policy key `key`: `<prefix>:{<key>}:quota`, or
+/// `<prefix>:sha256:{<hex>}:quota` for a key that cannot be a hash tag (see [`policy_base`]).
 pub(crate) fn quota(prefix: &str, key: &str) -> String {
-    format!("{prefix}:{{{key}}}:quota")
+    format!("{}:quota", policy_base(prefix, key))
 }
 
+/// The budget of the policy key `key`, under the same base as its [`quota`].
 pub(crate) fn budget(prefix: &str, key: &str) -> String {
-    format!("{prefix}:{{{key}}}:budget")
+    format!("{}:budget", policy_base(prefix, key))
 }
 
+/// The concurrency leases of the policy key `key`, under the same base as its [`quota`].
 pub(crate) fn leases(prefix: &str, key: &str) -> String {
-    format!("{prefix}:{{{key}}}:leases")
+    format!("{}:leases", policy_base(prefix, key))
+}
+
+/// `<prefix>:{<key>}`, the key its own hash tag, as every earlier version wrote it; or
+/// `<prefix>:sha256:{<SHA-256 of the key, hex>}` for a key with a brace, or an empty one.
+///
+/// A policy key holds text callers choose (user ids, tenants, labels). Written out, a `}` in
+/// it would end the hash tag early (`x}anything` hashes as `x`), so one caller could put
+/// any number of keys, or many callers', on one slot and one primary; the digest keeps one
+/// tag per key whatever its bytes. The `sha256:` before the tag, where a written-out key
+/// has `{`, keeps the two forms apart: no key's base is another key's digest.
+fn policy_base(prefix: &str, key: &str) -> String {
+    if key.is_empty() || key.contains(['{', '}']) {
+        format!("{prefix}:sha256:{{{}}}", sha256_hex(key.as_bytes()))
+    } else {
+        format!("{prefix}:{{{key}}}")
+    }
 }
 
 /// The base of every key of the suspension store: `<prefix>:{<prefix>:susp}`, braces left
@@ -249,12 +276,67 @@ mod tests {
     }
 
     #[test]
-    fn every_budget_key_is_one_hash_tag() {
+    fn a_policy_key_without_braces_keeps_the_keys_earlier_versions_wrote() {
         assert_eq!(
             super::quota("toolgate", "q\u{1f}*"),
             "toolgate:{q\u{1f}*}:quota"
         );
+        assert_eq!(
+            super::budget("toolgate", "daily\u{1f}u\u{1f}ann"),
+            "toolgate:{daily\u{1f}u\u{1f}ann}:budget"
+        );
         assert_eq!(super::leases("p", "k"), "p:{k}:leases");
+        assert_eq!(
+            super::quota("toolgate", "failed-credentials:2001:db8::/64"),
+            "toolgate:{failed-credentials:2001:db8::/64}:quota"
+        );
+    }
+
+    #[test]
+    fn a_policy_key_with_a_brace_is_hashed_whole_under_its_own_digest() {
+        let keys = [
+            "quota\u{1f}x}anything",
+            "quota\u{1f}x}other",
+            "quota\u{1f}x{",
+            "quota\u{1f}{x}",
+            "}",
+            "{",
+            "{}",
+            "}{",
+            "",
+        ];
+        let mut tags = std::collections::HashSet::new();
+        for key in keys {
+            let quota = super::quota("toolgate", key);
+            let digest = super::sha256_hex(key.as_bytes());
+            assert_eq!(quota, format!("toolgate:sha256:{{{digest}}}:quota"));
+            // The whole key is in the tag, never the text before its first `}`.
+            assert_eq!(super::hashed_part(&quota), digest, "{key:?}");
+            assert_eq!(
+                quota,
+                super::quota("toolgate", key),
+                "the same key, the same tag"
+            );
+            for other in [
+                super::budget("toolgate", key),
+                super::leases("toolgate", key),
+            ] {
+                assert_eq!(super::hashed_part(&other), digest, "{other}");
+            }
+            tags.insert(digest);
+        }
+        assert_eq!(tags.len(), keys.len(), "every key has a tag of its own");
+        assert_ne!(
+            super::slot(&super::quota("toolgate", "quota\u{1f}x}anything")),
+            super::slot(&super::quota("toolgate", "quota\u{1f}x}other")),
+            "keys that differ only after a `}}` land on different slots"
+        );
+        // A key written out that happens to be another key's digest is still its own key.
+        let digest = super::sha256_hex(b"x}y");
+        assert_ne!(
+            super::quota("toolgate", &digest),
+            super::quota("toolgate", "x}y")
+        );
     }
 
     #[test]
@@ -319,10 +401,18 @@ mod tests {
             let policy_key = format!("{policy}\u{1f}{user}");
 
             // Scripts of one key are in one slot by construction; check the key is what
-            // the script is given.
+            // the script is given, and that Redis hashes the whole policy key (written
+            // out, or its digest), so every policy key has a slot of its own.
             let quota = super::quota(prefix, &policy_key);
             let leases = super::leases(prefix, &policy_key);
             assert!(quota.starts_with(prefix) && leases.starts_with(prefix));
+            let hashed = if policy_key.contains(['{', '}']) {
+                super::sha256_hex(policy_key.as_bytes())
+            } else {
+                policy_key.clone()
+            };
+            assert_eq!(super::hashed_part(&quota), hashed, "{quota:?}");
+            assert_eq!(super::slot(&quota), super::slot(&leases), "{leases:?}");
 
             // The cache's two-key scripts: the entry and its fill lock.
             let digest = format!("{:064x}", rng.u128(..));

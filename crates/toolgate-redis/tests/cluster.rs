@@ -178,6 +178,60 @@ async fn four_pipelines_on_a_cluster_admit_exactly_the_limit() {
     cluster.assert_every_key_expires(&prefix);
 }
 
+/// A `}` in a user id would end the hash tag of a written-out policy key, so every id
+/// `mallory}…` would hash as `quota\u{1f}mallory` and one caller could pile any number of
+/// budgets onto one slot; such keys are hashed whole instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn budgets_of_ids_that_differ_after_a_brace_spread_over_slots_and_count_apart() {
+    let test = "budgets_of_ids_that_differ_after_a_brace_spread_over_slots_and_count_apart";
+    let Some(cluster) = Cluster::start_or_skip(test) else {
+        return;
+    };
+    let prefix = namespace();
+    let state = on(&cluster, patient(&prefix)).await;
+    let pipeline = Pipeline::builder()
+        .tool(tool_fn("ping", "Answers pong.", |_: ()| async {
+            Ok::<_, ToolError>("pong")
+        }))
+        .hook(
+            Quota::builder(Rate::per_hour(3).unwrap())
+                .backend(Arc::new(state.quota()))
+                .build(),
+        )
+        .build()
+        .unwrap();
+    let users: Vec<String> = (0..8).map(|n| format!("mallory}}{n}")).collect();
+    let quota = state.quota();
+    let slots: std::collections::BTreeSet<u16> = users
+        .iter()
+        .map(|user| cluster.slot(&quota.redis_key(&format!("quota\u{1f}{user}"))))
+        .collect();
+    assert_eq!(
+        slots.len(),
+        users.len(),
+        "every budget in a slot of its own"
+    );
+    let primaries: std::collections::BTreeSet<u16> = users
+        .iter()
+        .map(|user| cluster.primary_of(&quota.redis_key(&format!("quota\u{1f}{user}"))))
+        .collect();
+    assert!(primaries.len() > 1, "the budgets are spread over primaries");
+
+    for user in &users {
+        let mut admitted = 0;
+        for _ in 0..5 {
+            match pipeline.invoke("ping", json!(null), as_user(user)).await {
+                Ok(_) => admitted += 1,
+                Err(error) => assert_eq!(error.code(), "rate_limited", "{error}"),
+            }
+        }
+        assert_eq!(admitted, 3, "`{user}` has a budget of its own");
+    }
+    let kept = cluster.keys_under(&prefix);
+    assert_eq!(kept.len(), users.len(), "one key per user: {kept:?}");
+    cluster.assert_every_key_expires(&prefix);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_concurrency_cap_holds_across_four_pipelines_on_a_cluster() {
     let Some(cluster) =

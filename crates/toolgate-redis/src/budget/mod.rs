@@ -85,7 +85,8 @@ impl RedisBudget {
     }
 
     /// The Redis key that holds the budget `key` (as the policy builds it, namespace
-    /// included): `<prefix>:{<key>}:budget`.
+    /// included): `<prefix>:{<key>}:budget`, or `<prefix>:sha256:{<SHA-256 of the key>}:budget`
+    /// for a key with a brace (or an empty one), so that every key keeps a hash tag of its own.
     pub fn redis_key(&self, key: &str) -> String {
         keys::budget(self.link.prefix(), key)
     }

@@ -200,7 +200,8 @@ impl RedisConcurrency {
     }
 
     /// The Redis key that holds the leases of `key` (as the policy builds it, namespace
-    /// included): `<prefix>:{<key>}:leases`.
+    /// included): `<prefix>:{<key>}:leases`, or `<prefix>:sha256:{<SHA-256 of the key>}:leases`
+    /// for a key with a brace (or an empty one), so that every key keeps a hash tag of its own.
     pub fn redis_key(&self, key: &str) -> String {
         keys::leases(self.link.prefix(), key)
     }

@@ -156,7 +156,8 @@ impl RedisQuota {
     }
 
     /// The Redis key that holds the budget `key` (as the policy builds it, namespace
-    /// included): `<prefix>:{<key>}:quota`.
+    /// included): `<prefix>:{<key>}:quota`, or `<prefix>:sha256:{<SHA-256 of the key>}:quota`
+    /// for a key with a brace (or an empty one), so that every key keeps a hash tag of its own.
     pub fn redis_key(&self, key: &str) -> String {
         keys::quota(self.link.prefix(), key)
     }
