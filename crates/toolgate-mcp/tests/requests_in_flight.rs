@@ -708,16 +708,23 @@ async fn a_list_or_read_still_waiting_at_its_deadline_is_told_the_upstream_is_bu
 
 #[tokio::test]
 async fn a_bound_on_a_stdio_server_is_refused_in_plain_words() {
-    let config = UpstreamConfig::stdio("files", "mcp-files", ["--root", "/srv"]).max_connections(8);
-    let e = toolgate_mcp::Upstream::connect(config)
-        .await
-        .expect_err("refused");
-    assert!(matches!(e, toolgate_mcp::McpError::Config(_)), "{e:?}");
-    let text = e.to_string();
-    for words in ["`files`", "`max_connections`", "HTTP", "one pipe", "remove"] {
-        assert!(text.contains(words), "`{words}` not in: {text}");
+    // The default's value too: set, it is set where no bound applies.
+    for max in [8, toolgate_mcp::DEFAULT_MAX_CONNECTIONS] {
+        let config =
+            UpstreamConfig::stdio("files", "mcp-files", ["--root", "/srv"]).max_connections(max);
+        let e = toolgate_mcp::Upstream::connect(config)
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(e, toolgate_mcp::McpError::Config(_)),
+            "{max}: {e:?}"
+        );
+        let text = e.to_string();
+        for words in ["`files`", "`max_connections`", "HTTP", "one pipe", "remove"] {
+            assert!(text.contains(words), "{max}: `{words}` not in: {text}");
+        }
+        assert!(!text.contains("::"), "no Rust names: {text}");
     }
-    assert!(!text.contains("::"), "no Rust names: {text}");
 }
 
 /// A streamable-HTTP upstream at 2025-11-25 (session `s1`, JSON answers) whose `job` is a
@@ -844,4 +851,254 @@ async fn a_task_polled_past_its_deadline_while_every_place_is_taken_is_a_timeout
     );
     assert_ne!(e.code(), "upstream_busy", "{e:?}");
     assert!(matches!(e, ToolError::Timeout { .. }), "{e:?}");
+}
+
+/// An upstream written with rmcp's server that takes subscriptions to its one resource,
+/// `held://x`: each list of its resources waits for a permit of `listing` (counted in
+/// `lists` as it starts), each read runs until `gate` gives it a permit (counted in
+/// `reading` while it runs), and each `resources/subscribe` and `resources/unsubscribe`
+/// it is sent is recorded in `told`.
+#[derive(Clone)]
+struct WatchedResource {
+    listing: Arc<Semaphore>,
+    lists: Arc<AtomicUsize>,
+    held: HeldResource,
+    told: Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+impl WatchedResource {
+    /// Its lists answered at once (`listing` open) or not until let go (closed).
+    fn new(listing_open: bool) -> WatchedResource {
+        let permits = if listing_open { 1_000 } else { 0 };
+        WatchedResource {
+            listing: Arc::new(Semaphore::new(permits)),
+            lists: Arc::default(),
+            held: HeldResource {
+                gate: Arc::new(Semaphore::new(0)),
+                reading: Arc::default(),
+            },
+            told: Arc::default(),
+        }
+    }
+
+    fn told(&self) -> Vec<String> {
+        self.told.lock().unwrap().clone()
+    }
+
+    /// The upstream served on loopback, at most one request in flight to it, imported;
+    /// toolgate serving it over MCP with `deadline` for each request made there, and a
+    /// client of that (the session that subscribes); the pipeline too, for the read that
+    /// holds the only place.
+    async fn behind_toolgate(&self, deadline: Duration) -> (Pipeline, common::Client) {
+        let url = common::rmcp_upstream::serve(self.clone()).await;
+        let pipeline = bounded(&url, 1).await;
+        let service = McpServer::new(pipeline.clone())
+            .call_timeout(deadline)
+            .http_service(rmcp::transport::StreamableHttpServerConfig::default());
+        let app = axum::Router::new().nest_service("/mcp", service);
+        let toolgate = format!("{}/mcp", common::serve_on_loopback(app).await);
+        (pipeline, common::http_client(&toolgate, None, None).await)
+    }
+
+    /// A read of `held://x` made through `pipeline` (within the upstream's call timeout,
+    /// 30 s), once the upstream runs it: it holds the only place until `gate` lets it
+    /// end.
+    async fn holding_the_place(
+        &self,
+        pipeline: &Pipeline,
+    ) -> tokio::task::JoinHandle<Result<serde_json::Value, ToolError>> {
+        let held = self.read_queued(pipeline);
+        self.until_read().await;
+        held
+    }
+
+    /// A read of `held://x` made through `pipeline`, started.
+    fn read_queued(
+        &self,
+        pipeline: &Pipeline,
+    ) -> tokio::task::JoinHandle<Result<serde_json::Value, ToolError>> {
+        let pipeline = pipeline.clone();
+        tokio::spawn(async move {
+            let input = json!({"uri": HELD});
+            pipeline
+                .invoke("resources.bounded", input, InvokeOptions::new())
+                .await
+        })
+    }
+
+    /// Waits until the upstream runs a read.
+    async fn until_read(&self) {
+        within(10, "the held read to start", async {
+            while self.held.reading.load(Ordering::SeqCst) < 1 {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+        })
+        .await;
+    }
+
+    /// Lets the held read end, and checks it was answered.
+    async fn release(&self, held: tokio::task::JoinHandle<Result<serde_json::Value, ToolError>>) {
+        self.held.gate.add_permits(1);
+        within(10, "the held read", held)
+            .await
+            .expect("joined")
+            .expect("answered");
+    }
+}
+
+#[allow(deprecated)]
+impl rmcp::ServerHandler for WatchedResource {
+    fn get_info(&self) -> rmcp::model::ServerConfig {
+        common::rmcp_upstream::takes_subscriptions()
+    }
+
+    async fn list_resources(
+        &self,
+        request: Option<rmcp::model::PaginatedRequestParams>,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, rmcp::ErrorData> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        self.listing.acquire().await.expect("open").forget();
+        self.held.list_resources(request, context).await
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, rmcp::ErrorData> {
+        self.held.read_resource(request, context).await
+    }
+
+    async fn subscribe(
+        &self,
+        request: rmcp::model::SubscribeRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<(), rmcp::ErrorData> {
+        self.told
+            .lock()
+            .unwrap()
+            .push(format!("subscribe {}", request.uri));
+        Ok(())
+    }
+
+    async fn unsubscribe(
+        &self,
+        request: rmcp::model::UnsubscribeRequestParams,
+        _context: rmcp::service::RequestContext<rmcp::RoleServer>,
+    ) -> Result<(), rmcp::ErrorData> {
+        self.told
+            .lock()
+            .unwrap()
+            .push(format!("unsubscribe {}", request.uri));
+        Ok(())
+    }
+}
+
+/// Checks that `answer`, to a subscription or an unsubscription, is the upstream's bound
+/// in words: 503 `upstream_busy`, naming the upstream and the bound, to try again.
+fn busy(answer: Result<(), rmcp::service::ServiceError>) {
+    let error = match answer {
+        Err(rmcp::service::ServiceError::McpError(error)) => error,
+        other => panic!("a JSON-RPC error, not {other:?}"),
+    };
+    let data = error.data.clone().unwrap_or_default();
+    assert_eq!(
+        (&data["code"], &data["status"]),
+        (&json!("upstream_busy"), &json!(503)),
+        "{error:?}"
+    );
+    for words in [
+        "`bounded`",
+        "is sent at most 1 request at once",
+        "`max_connections`",
+        "Try again",
+    ] {
+        assert!(error.message.contains(words), "`{words}` not in: {error:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(deprecated)]
+async fn a_subscription_still_waiting_at_its_deadline_is_told_the_upstream_is_busy_and_never_sent()
+{
+    use rmcp::model::SubscribeRequestParams;
+    let upstream = WatchedResource::new(false);
+    let (pipeline, client) = upstream.behind_toolgate(Duration::from_secs(2)).await;
+
+    // The subscription finds out that the upstream has the resource (a list, which takes
+    // the only place); a read queues for the place meanwhile, and takes it next: the
+    // subscription's own request is left waiting.
+    let subscribing = tokio::spawn({
+        let peer = client.peer().clone();
+        async move { peer.subscribe(SubscribeRequestParams::new(HELD)).await }
+    });
+    within(10, "the list to start", async {
+        while upstream.lists.load(Ordering::SeqCst) < 1 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await;
+    let held = upstream.read_queued(&pipeline);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    upstream.listing.add_permits(1_000);
+    upstream.until_read().await;
+
+    busy(
+        within(10, "the subscription", subscribing)
+            .await
+            .expect("joined"),
+    );
+
+    // Once the place is free, nothing of the subscription given up is sent, and nothing
+    // of it is left here: the session subscribes again, and is subscribed.
+    upstream.release(held).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(upstream.told(), Vec::<String>::new(), "sent after all");
+    within(
+        10,
+        "subscribe again",
+        client.subscribe(SubscribeRequestParams::new(HELD)),
+    )
+    .await
+    .expect("subscribed once the place is free");
+    assert_eq!(upstream.told(), [format!("subscribe {HELD}")]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(deprecated)]
+async fn an_unsubscription_still_waiting_at_its_deadline_is_told_the_upstream_is_busy_and_never_sent()
+ {
+    use rmcp::model::{SubscribeRequestParams, UnsubscribeRequestParams};
+    let upstream = WatchedResource::new(true);
+    let (pipeline, client) = upstream.behind_toolgate(Duration::from_secs(2)).await;
+    within(
+        10,
+        "subscribe",
+        client.subscribe(SubscribeRequestParams::new(HELD)),
+    )
+    .await
+    .expect("subscribed");
+    let held = upstream.holding_the_place(&pipeline).await;
+
+    let unsubscribing = client.unsubscribe(UnsubscribeRequestParams::new(HELD));
+    busy(within(10, "the unsubscription", unsubscribing).await);
+
+    upstream.release(held).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        upstream.told(),
+        [format!("subscribe {HELD}")],
+        "the unsubscription given up was sent after all"
+    );
+    // The session is unsubscribed here: it subscribes again, and the upstream, recorded
+    // unsubscribed, is told again.
+    within(
+        10,
+        "subscribe again",
+        client.subscribe(SubscribeRequestParams::new(HELD)),
+    )
+    .await
+    .expect("subscribed once the place is free");
+    assert_eq!(upstream.told(), vec![format!("subscribe {HELD}"); 2]);
 }

@@ -195,15 +195,14 @@ mod tests {
                 .upstream_config(0)
                 .unwrap()
                 .max_connections,
-            8
+            Some(8)
         );
         let config =
             parse("upstreams:\n  - { name: crm, url: \"http://127.0.0.1:1/mcp\" }\n").unwrap();
+        let upstream = config.upstreams[0].upstream_config(0).unwrap();
+        assert_eq!(upstream.max_connections, None, "left at the default");
         assert_eq!(
-            config.upstreams[0]
-                .upstream_config(0)
-                .unwrap()
-                .max_connections,
+            upstream.max_in_flight(),
             toolgate_mcp::DEFAULT_MAX_CONNECTIONS
         );
     }
@@ -219,8 +218,17 @@ mod tests {
             text.contains("0 would let no request reach the server") && text.contains("at least 1"),
             "{text}"
         );
-        let error = refused("upstreams:\n  - { name: gh, command: npx, max_connections: 4 }\n");
-        assert_eq!(error.field(), "upstreams[0].max_connections", "{error}");
+        // The default's value too: set, it is set where no bound applies.
+        for max in [4, toolgate_mcp::DEFAULT_MAX_CONNECTIONS] {
+            let error = refused(&format!(
+                "upstreams:\n  - {{ name: gh, command: npx, max_connections: {max} }}\n"
+            ));
+            assert_eq!(error.field(), "upstreams[0].max_connections", "{error}");
+            assert!(
+                error.to_string().contains("remove `max_connections`"),
+                "{error}"
+            );
+        }
     }
 
     #[test]

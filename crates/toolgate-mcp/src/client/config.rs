@@ -157,7 +157,9 @@ pub struct UpstreamConfig {
     pub backoff: Backoff,
     /// The most requests in flight to the upstream at once, hence the most connections
     /// open to it for them (HTTP upstreams; see [`max_connections`](Self::max_connections)).
-    pub max_connections: usize,
+    /// `None`, the default: [`DEFAULT_MAX_CONNECTIONS`]. A bound set, even to the default,
+    /// is refused for a stdio upstream, which has no such bound.
+    pub max_connections: Option<usize>,
     /// Whether arguments are checked against each imported tool's input schema before
     /// the call leaves (on by default): a wrong argument is the caller's `invalid_input`
     /// naming the field, not the upstream's failure.
@@ -187,7 +189,7 @@ impl UpstreamConfig {
             call_timeout: Duration::from_secs(30),
             connect_timeout: Duration::from_secs(10),
             backoff: Backoff::default(),
-            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections: None,
             validate_arguments: true,
             discover: true,
             per_caller: None,
@@ -345,19 +347,30 @@ impl UpstreamConfig {
     /// which is long-lived and bounded with the sessions. A stdio upstream has one pipe,
     /// and no such bound.
     ///
-    /// 0 is refused by [`Upstream::connect`](crate::Upstream::connect), and so is a bound
-    /// other than the default on a stdio upstream.
+    /// 0 is refused by [`Upstream::connect`](crate::Upstream::connect), and so is any bound
+    /// set on a stdio upstream — [`DEFAULT_MAX_CONNECTIONS`] too: a bound given where none
+    /// applies is a mistake in the configuration, whatever its value.
     ///
     /// ```
-    /// use toolgate_mcp::UpstreamConfig;
+    /// use toolgate_mcp::{DEFAULT_MAX_CONNECTIONS, UpstreamConfig};
     ///
     /// let search = UpstreamConfig::http("search", "http://127.0.0.1:9000/mcp").max_connections(64);
-    /// assert_eq!(search.max_connections, 64);
+    /// assert_eq!(search.max_connections, Some(64));
+    /// assert_eq!(search.max_in_flight(), 64);
+    /// let crm = UpstreamConfig::http("crm", "http://127.0.0.1:9001/mcp");
+    /// assert_eq!(crm.max_connections, None);
+    /// assert_eq!(crm.max_in_flight(), DEFAULT_MAX_CONNECTIONS);
     /// ```
     #[must_use]
     pub fn max_connections(mut self, max: usize) -> Self {
-        self.max_connections = max;
+        self.max_connections = Some(max);
         self
+    }
+
+    /// The most requests in flight to the upstream at once: the bound
+    /// [`max_connections`](Self::max_connections) set, else [`DEFAULT_MAX_CONNECTIONS`].
+    pub fn max_in_flight(&self) -> usize {
+        self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS)
     }
 
     /// Whether arguments are checked against the imported tools' input schemas before a

@@ -113,8 +113,7 @@ impl Upstream {
                 config.name
             )));
         }
-        // The field has no "unset": a bound other than the default is one set.
-        if config.max_connections != DEFAULT_MAX_CONNECTIONS
+        if config.max_connections.is_some()
             && matches!(config.transport, UpstreamTransport::Stdio { .. })
         {
             return Err(McpError::Config(format!(
@@ -122,7 +121,7 @@ impl Upstream {
                 config.name
             )));
         }
-        if config.max_connections == 0 {
+        if config.max_connections == Some(0) {
             return Err(McpError::Config(format!(
                 "MCP server `{}`: `max_connections` is 0, which would let no request reach it; set at least 1 (default {DEFAULT_MAX_CONNECTIONS})",
                 config.name

@@ -37,8 +37,8 @@
 //!
 //! A `tools/call` waits at most until its deadline, and then fails with [`Busy`], which
 //! says so in words (503 `upstream_busy`, to try again); so does any other request of a
-//! caller's — a list, a read, `prompts/get` — which takes its place before it is sent
-//! ([`Seat`]). So does a call whose connection
+//! caller's — a list, a read, `prompts/get`, `resources/subscribe` and
+//! `resources/unsubscribe` — which takes its place before it is sent ([`Seat`]). So does a call whose connection
 //! is being made (a caller's own link's first `initialize`, a reconnect) when the attempt
 //! runs out of time while a request of its own still waits for a place ([`Waiting`]): the
 //! upstream is at its bound, not down, and the attempt is no failed connection — the
@@ -193,7 +193,8 @@ impl Drop for Queued<'_> {
     }
 }
 
-/// How a request other than a call (a list, a read, `prompts/get`, `tasks/*`…) sent
+/// How a request other than a call (a list, a read, `prompts/get`, a subscription,
+/// `tasks/*`…) sent
 /// through rmcp takes its place: from the calling task, before the request is sent, and
 /// handed to the transport with it ([`Reserved`]), noted in a [`Waiting`] of its own while
 /// it waits. At the request's deadline that tells one held up by the bound (503

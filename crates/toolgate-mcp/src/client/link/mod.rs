@@ -187,7 +187,7 @@ impl Link {
             .as_ref()
             .map(|per_caller| CallerLinks::new(&config, per_caller));
         let name = config.name.clone();
-        let places = Places::new(&name, config.max_connections);
+        let places = Places::new(&name, config.max_in_flight());
         // Only a request on a call's own response stream names the caller it is for.
         let relays_requests = matches!(config.transport, UpstreamTransport::Http { .. });
         Link {
@@ -350,7 +350,7 @@ impl Link {
                     if Instant::now() < deadline {
                         continue;
                     }
-                    tracing::warn!(server = %self.config.name, max = self.config.max_connections, "a connection attempt waited for a place among the MCP server's requests in flight until the call's deadline (`max_connections`); the upstream is busy, not down");
+                    tracing::warn!(server = %self.config.name, max = self.config.max_in_flight(), "a connection attempt waited for a place among the MCP server's requests in flight until the call's deadline (`max_connections`); the upstream is busy, not down");
                     let busy = self.places.busy(attempt_started.elapsed());
                     return Err(self.busy_upstream(busy));
                 }

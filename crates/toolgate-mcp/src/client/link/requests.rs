@@ -249,7 +249,7 @@ impl Link {
         let answered = tokio::time::timeout_at(deadline, &mut sent).await;
         // Read while the request still lives: once it is dropped, it leaves the queue.
         if answered.is_err() && seat.is_some_and(|seat| seat.waiting()) {
-            tracing::warn!(server = %self.config.name, max = self.config.max_connections, "a request waited for a place among the MCP server's requests in flight until its deadline (`max_connections`)");
+            tracing::warn!(server = %self.config.name, max = self.config.max_in_flight(), "a request waited for a place among the MCP server's requests in flight until its deadline (`max_connections`)");
             return Err(self.busy_upstream(self.places.busy(started.elapsed())));
         }
         match answered {

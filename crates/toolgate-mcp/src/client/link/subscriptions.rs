@@ -8,14 +8,21 @@
 
 use std::sync::Arc;
 
-use rmcp::model::{SubscribeRequestParams, UnsubscribeRequestParams};
+use rmcp::RoleClient;
+use rmcp::model::{
+    ClientRequest, ServerResult, SubscribeRequest, SubscribeRequestParams, UnsubscribeRequest,
+    UnsubscribeRequestParams,
+};
+use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::{ToolError, User};
 
+use super::abandoned::cancellable;
 use super::errors::RESOURCE_NOT_FOUND;
 use super::{Channel, Link};
 use crate::caller::{CallerRequest, ResourceCheck};
+use crate::client::places::Seat;
 use crate::client::relay::{MAX_SUBSCRIPTIONS, Subscriber};
 
 /// The error code of a subscription asked of an upstream that did not declare
@@ -177,10 +184,11 @@ impl Link {
     ///
     /// # Errors
     ///
-    /// [`Unsynced`]: the turn did not come by `deadline` (a timeout; nothing was sent), or
-    /// the request sent failed. A failed request leaves the upstream recorded
-    /// unsubscribed, whichever it was: a subscription too many later is harmless, a
-    /// missing one loses updates.
+    /// [`Unsynced`]: the turn did not come by `deadline` (a timeout; nothing was sent), the
+    /// request was still waiting for a place among an HTTP upstream's requests in flight
+    /// at `deadline` (503 `upstream_busy`; nothing was sent), or the request sent failed.
+    /// A failed request leaves the upstream recorded unsubscribed, whichever it was: a
+    /// subscription too many later is harmless, a missing one loses updates.
     ///
     /// [`Told`]: crate::client::told::Told
     async fn sync_upstream(
@@ -214,13 +222,15 @@ impl Link {
                 let subscribed = async {
                     let connection = self.peer(channel, deadline).await?;
                     let generation = connection.1;
-                    let params = SubscribeRequestParams::new(uri.to_owned());
+                    let request = ClientRequest::SubscribeRequest(SubscribeRequest::new(
+                        SubscribeRequestParams::new(uri.to_owned()),
+                    ));
                     self.request_on(
                         channel,
                         connection,
                         started,
                         deadline,
-                        |peer, _| async move { peer.subscribe(params).await },
+                        |peer, seat| async move { told_upstream(&peer, request, seat).await },
                     )
                     .await?;
                     Ok::<_, ToolError>(generation)
@@ -232,13 +242,15 @@ impl Link {
                 Ok(())
             }
             (false, Some(connection)) => {
-                let params = UnsubscribeRequestParams::new(uri.to_owned());
+                let request = ClientRequest::UnsubscribeRequest(UnsubscribeRequest::new(
+                    UnsubscribeRequestParams::new(uri.to_owned()),
+                ));
                 self.request_on(
                     channel,
                     connection,
                     started,
                     deadline,
-                    |peer, _| async move { peer.unsubscribe(params).await },
+                    |peer, seat| async move { told_upstream(&peer, request, seat).await },
                 )
                 .await
                 .map_err(|error| Unsynced {
@@ -425,5 +437,24 @@ impl Link {
                 self.sync_upstream_unwaited(channel, &uri).await;
             }
         }
+    }
+}
+
+/// Sends `request` — `resources/subscribe` or `resources/unsubscribe` of a caller's — on
+/// `peer` as every other request of a caller's is sent ([`cancellable`]): with a `seat`
+/// (an HTTP upstream's), it takes its place among the upstream's requests in flight before
+/// it is sent, so that one still waiting at its deadline is told the upstream is busy
+/// (503 `upstream_busy`) and is never sent; given up, the upstream is told so and the
+/// place goes back with the request's stream. An answer other than an empty one is a
+/// failure of the connection, as rmcp's `subscribe` has it.
+async fn told_upstream(
+    peer: &Peer<RoleClient>,
+    request: ClientRequest,
+    seat: Option<Seat>,
+) -> Result<(), ServiceError> {
+    let options = PeerRequestOptions::no_options();
+    match cancellable(peer, request, options, seat.as_ref()).await? {
+        ServerResult::EmptyResult(_) => Ok(()),
+        _ => Err(ServiceError::UnexpectedResponse),
     }
 }
