@@ -11,6 +11,7 @@ use http_body_util::BodyExt;
 use serde_json::json;
 use tower_service::Service;
 
+use super::accept;
 use super::body::{closing_if, has_body};
 use super::{ApiError, AppState, Caller};
 use crate::config::WebOrigin;
@@ -64,6 +65,10 @@ fn step_up(caller: &Caller, request: &Request) -> Option<Response> {
 /// of another tenant is another user): a request with another user's `Mcp-Session-Id`, or
 /// with an id the gateway never issued, is answered 404 as for an unknown session. A
 /// `DELETE` that ends a session is answered 204.
+///
+/// An `Accept` that accepts the types the request is answered with through wildcards
+/// (`*/*`, `application/*, text/*`), or no `Accept` at all, is taken as naming them; one
+/// that refuses one of them (`*/*, text/event-stream;q=0`) is answered 406.
 ///
 /// A request from a browser page (with an `Origin` header) is answered 403 unless the page
 /// is served from this host's loopback interface or its origin is in
@@ -130,6 +135,8 @@ pub async fn endpoint(
     request
         .extensions_mut()
         .insert(state.drain.mcp_shutdown().clone());
+    // The MCP library takes only an `Accept` that names its types; `*/*` accepts them too.
+    accept::name_accepted_types(&mut request);
     let mut response = match service.call(request).await {
         Ok(response) => response.map(Body::new),
         Err(never) => match never {},

@@ -29,6 +29,7 @@
 //! `server.max_header_bytes` of headers is answered 431 `headers_too_large` (see
 //! [`header_limits`]).
 
+mod accept;
 mod admin;
 mod admission;
 pub(crate) mod app_state;

@@ -154,6 +154,22 @@ fn worded(status: StatusCode, text: &str) -> (&'static str, String) {
                 .to_owned(),
         );
     }
+    // The MCP library's refusals of an `Accept` that the gateway could not read as
+    // accepting its types (see `accept`): say what to send instead.
+    if text.starts_with("Not Acceptable: Client must accept both") {
+        return (
+            "not_acceptable",
+            "a POST to `/mcp` is answered with `application/json` or `text/event-stream`, and the `Accept` header does not accept both: send `Accept: application/json, text/event-stream` (or `*/*`, or no `Accept`), without `q=0` on either"
+                .to_owned(),
+        );
+    }
+    if text.starts_with("Not Acceptable: Client must accept text/event-stream") {
+        return (
+            "not_acceptable",
+            "a GET of `/mcp` is answered with `text/event-stream`, and the `Accept` header does not accept it: send `Accept: text/event-stream` (or `*/*`, or no `Accept`), without `q=0` on it"
+                .to_owned(),
+        );
+    }
     let said = |fallback: &str| {
         if text.is_empty() {
             fallback.to_owned()
@@ -242,6 +258,27 @@ mod tests {
             body(as_json(path, false)).await["error"]["code"],
             "bad_path"
         );
+    }
+
+    #[tokio::test]
+    async fn the_mcp_librarys_accept_refusals_say_what_to_send() {
+        for (text, send) in [
+            (
+                "Not Acceptable: Client must accept both application/json and text/event-stream",
+                "`Accept: application/json, text/event-stream`",
+            ),
+            (
+                "Not Acceptable: Client must accept text/event-stream",
+                "`Accept: text/event-stream`",
+            ),
+        ] {
+            let refused = plain(StatusCode::NOT_ACCEPTABLE, text);
+            let error = &body(as_json(refused, false)).await["error"];
+            assert_eq!(error["code"], "not_acceptable");
+            let message = error["message"].as_str().unwrap();
+            assert!(message.contains(send), "{message}");
+            assert!(message.contains("`*/*`"), "{message}");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@ mod console_cookie;
 mod failed_credentials;
 mod imported_tools;
 mod logs;
+mod mcp_accept;
 mod mcp_endpoint;
 mod mcp_latency;
 mod mcp_origin;
