@@ -245,6 +245,90 @@ fn malformed_payloads_are_typed_errors_naming_the_field() {
 }
 
 #[test]
+fn an_openai_payload_that_is_not_a_message_is_refused_naming_what_it_is() {
+    for (payload, found) in [
+        (json!("hello"), "a string"),
+        (json!(42), "a number"),
+        (json!(null), "null"),
+        (json!(false), "true or false"),
+    ] {
+        assert_eq!(
+            openai::parse_chat_tool_calls(&payload).unwrap_err(),
+            FormatError::NotAMessage {
+                provider: "openai chat completions",
+                found
+            }
+        );
+    }
+    let no_message = json!({ "choices": [{ "message": "text" }] });
+    assert!(openai::parse_chat_tool_calls(&no_message).is_err());
+}
+
+#[test]
+fn an_openai_tool_calls_array_on_its_own_is_read_as_the_messages_calls() {
+    let calls = json!([
+        { "id": "a", "type": "function", "function": { "name": "ping", "arguments": "{}" } },
+        { "id": "b", "type": "function", "function": { "name": "pong" } },
+    ]);
+    let parsed = openai::parse_chat_tool_calls(&calls).unwrap();
+    let ids: Vec<_> = parsed
+        .iter()
+        .map(|c| (c.id.as_str(), c.name.as_str()))
+        .collect();
+    assert_eq!(ids, [("a", "ping"), ("b", "pong")]);
+    assert!(
+        openai::parse_chat_tool_calls(&json!([]))
+            .unwrap()
+            .is_empty()
+    );
+    // Each item is still checked.
+    assert_eq!(
+        openai::parse_chat_tool_calls(&json!([{ "type": "function" }])).unwrap_err(),
+        FormatError::Shape {
+            provider: "openai chat completions",
+            path: "tool_calls[0].id".into(),
+            expected: "a string"
+        }
+    );
+}
+
+#[test]
+fn calls_in_another_providers_shape_are_refused_by_openai_not_read_as_none() {
+    let anthropic = json!({ "role": "assistant", "content": [
+        { "type": "text", "text": "…" },
+        { "type": "tool_use", "id": "t", "name": "ping", "input": {} },
+    ] });
+    let gemini_content =
+        json!({ "role": "model", "parts": [{ "functionCall": { "name": "ping" } }] });
+    let gemini_response = json!({ "candidates": [{ "content": gemini_content.clone() }] });
+    for (payload, format) in [
+        (anthropic, "anthropic"),
+        (gemini_content, "gemini"),
+        (gemini_response, "gemini"),
+    ] {
+        let error = openai::parse_chat_tool_calls(&payload).unwrap_err();
+        assert_eq!(
+            error,
+            FormatError::OtherFormat {
+                provider: "openai chat completions",
+                format
+            }
+        );
+        assert!(
+            error.to_string().contains(&format!("?format={format}")),
+            "{error}"
+        );
+    }
+    // Content blocks without calls are a message with no calls.
+    let text_blocks = json!({ "role": "assistant", "content": [{ "type": "text", "text": "hi" }] });
+    assert!(
+        openai::parse_chat_tool_calls(&text_blocks)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
 fn a_message_without_tool_calls_has_no_calls() {
     let message = json!({ "role": "assistant", "content": "Done.", "tool_calls": null });
     assert!(openai::parse_chat_tool_calls(&message).unwrap().is_empty());

@@ -169,6 +169,89 @@ async fn a_batch_thread_id_sent_twice_or_unusable_is_refused_400_bad_thread_id()
 }
 
 #[tokio::test]
+async fn a_batch_in_a_shape_the_format_does_not_read_is_refused_never_answered_with_no_calls() {
+    let gateway = Gateway::start(&authorized_config());
+    let (client, bob) = (client(), key("bob"));
+    let url = gateway.url("/v1/tool-calls?format=openai");
+    let call = json!({
+        "id": "call_1", "type": "function",
+        "function": {"name": "calculator", "arguments": "{\"expression\": \"6*7\"}"},
+    });
+    // The message's `tool_calls` array on its own runs its calls.
+    let bare = post_with(&client, &url, Some(&bob), &json!([call]), &[]).await;
+    assert_eq!(bare.status, 200, "{}", bare.body);
+    assert_eq!(
+        bare.body["results"][0]["status"], "success",
+        "{}",
+        bare.body
+    );
+    assert_eq!(
+        bare.body["results"][0]["output"]["result"], 42,
+        "{}",
+        bare.body
+    );
+    // A payload that is no message at all.
+    for payload in [json!("hello"), json!(42), json!(null), json!(true)] {
+        let refused = post_with(&client, &url, Some(&bob), &payload, &[]).await;
+        assert_eq!(
+            (refused.status, refused.error_code()),
+            (400, "bad_tool_calls"),
+            "{payload}: {}",
+            refused.body
+        );
+        assert!(
+            refused.body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("a message (a JSON object) was expected")),
+            "{}",
+            refused.body
+        );
+    }
+    // Another provider's calls, sent without its format: named, so the caller can ask for it.
+    for (payload, format) in [
+        (
+            json!({"role": "assistant", "content": [
+                {"type": "text", "text": "Let me work it out."},
+                {"type": "tool_use", "id": "t1", "name": "calculator", "input": {"expression": "6*7"}},
+            ]}),
+            "anthropic",
+        ),
+        (
+            json!({"candidates": [{"content": {"role": "model", "parts": [
+                {"functionCall": {"name": "calculator", "args": {"expression": "6*7"}}},
+            ]}}]}),
+            "gemini",
+        ),
+    ] {
+        let refused = post_with(&client, &url, Some(&bob), &payload, &[]).await;
+        assert_eq!(
+            (refused.status, refused.error_code()),
+            (400, "bad_tool_calls"),
+            "{payload}: {}",
+            refused.body
+        );
+        let message = refused.body["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            message.contains(&format!("?format={format}")),
+            "{format}: {message}"
+        );
+        let asked = gateway.url(&format!("/v1/tool-calls?format={format}"));
+        let answered = post_with(&client, &asked, Some(&bob), &payload, &[]).await;
+        assert_eq!(answered.status, 200, "{format}: {}", answered.body);
+        assert_eq!(
+            answered.body["results"][0]["status"], "success",
+            "{format}: {}",
+            answered.body
+        );
+    }
+    // A message with no calls still has none.
+    let none = json!({"role": "assistant", "content": "Nothing to do."});
+    let answered = post_with(&client, &url, Some(&bob), &none, &[]).await;
+    assert_eq!(answered.status, 200, "{}", answered.body);
+    assert_eq!(answered.body["results"], json!([]), "{}", answered.body);
+}
+
+#[tokio::test]
 async fn a_tool_without_arguments_is_listed_and_called_with_an_empty_object() {
     let config = format!(
         "tools:\n  builtin: [current_time]\nusers:\n{}",

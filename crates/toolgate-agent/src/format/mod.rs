@@ -39,6 +39,27 @@ pub enum FormatError {
         /// What was expected there.
         expected: &'static str,
     },
+    /// The payload is not a JSON object (or, where the format takes it, an array).
+    #[error(
+        "{provider} payload: the payload is {found}, where a message (a JSON object) was expected; pass the provider's response as it was received"
+    )]
+    NotAMessage {
+        /// The provider format.
+        provider: &'static str,
+        /// What it is instead, in words: "a string", "a number"…
+        found: &'static str,
+    },
+    /// The payload holds tool calls in another provider's format, which this format would
+    /// read as no calls at all.
+    #[error(
+        "{provider} payload: it holds tool calls in {format}'s format, which {provider} does not read; parse it as {format}'s format (the gateway: `?format={format}`)"
+    )]
+    OtherFormat {
+        /// The provider format asked for.
+        provider: &'static str,
+        /// The format the calls are in: `anthropic` or `gemini`.
+        format: &'static str,
+    },
     /// A call's id starts with the prefix toolgate keeps for the ids it gives calls that
     /// arrive without one ([`gemini::SYNTHETIC_ID_PREFIX`]): taken as it is, it could be
     /// confused with one of those, and never be sent back.

@@ -57,25 +57,104 @@ pub fn responses_tools<'a>(definitions: impl IntoIterator<Item = &'a ToolDefinit
         .collect()
 }
 
-/// The tool calls of a chat completions answer: pass the assistant message, or the whole
-/// response (its first choice's message is read). No `tool_calls` means no calls.
+/// The tool calls of a chat completions answer: pass the assistant message, the whole
+/// response (its first choice's message is read), or the message's `tool_calls` array. A
+/// message without `tool_calls` has no calls.
+///
+/// ```
+/// use serde_json::json;
+/// use toolgate_agent::format::openai::parse_chat_tool_calls;
+///
+/// let call = json!({"id": "c1", "type": "function",
+///                   "function": {"name": "ping", "arguments": "{}"}});
+/// let message = json!({"role": "assistant", "tool_calls": [call.clone()]});
+/// assert_eq!(parse_chat_tool_calls(&message).unwrap()[0].name, "ping");
+/// assert_eq!(parse_chat_tool_calls(&json!([call])).unwrap()[0].id, "c1");
+/// // Calls in another provider's shape are refused, not read as "no calls".
+/// let anthropic = json!({"role": "assistant",
+///                        "content": [{"type": "tool_use", "id": "t", "name": "ping", "input": {}}]});
+/// assert!(parse_chat_tool_calls(&anthropic).is_err());
+/// ```
 ///
 /// # Errors
 ///
-/// [`FormatError`] when a call lacks its id or function name.
+/// [`FormatError`] when the payload is not a JSON object or array, when a call lacks its id
+/// or function name, and when a message without `tool_calls` holds calls in another
+/// provider's shape (Anthropic's `tool_use` blocks, Gemini's `functionCall` parts), which
+/// would otherwise be read as a message with no calls and silently not run.
 pub fn parse_chat_tool_calls(message: &Value) -> Result<Vec<ToolCall>, FormatError> {
-    let message = match message.get("choices") {
-        Some(choices) => choices
-            .get(0)
-            .and_then(|c| c.get("message"))
-            .ok_or_else(|| shape_error(CHAT, "choices[0].message", "an object"))?,
-        None => message,
+    let message = match message {
+        // The message's `tool_calls` array itself.
+        Value::Array(calls) => return chat_calls(calls),
+        Value::Object(object) => match object.get("choices") {
+            Some(choices) => choices
+                .get(0)
+                .and_then(|c| c.get("message"))
+                .filter(|m| m.is_object())
+                .ok_or_else(|| shape_error(CHAT, "choices[0].message", "an object"))?,
+            None => message,
+        },
+        other => {
+            return Err(FormatError::NotAMessage {
+                provider: CHAT,
+                found: json_kind(other),
+            });
+        }
     };
-    let calls = match message.get("tool_calls") {
-        None | Some(Value::Null) => return Ok(Vec::new()),
-        Some(Value::Array(calls)) => calls,
-        Some(_) => return Err(shape_error(CHAT, "tool_calls", "an array")),
+    match message.get("tool_calls") {
+        None | Some(Value::Null) => {
+            if let Some(format) = other_format(message) {
+                return Err(FormatError::OtherFormat {
+                    provider: CHAT,
+                    format,
+                });
+            }
+            Ok(Vec::new())
+        }
+        Some(Value::Array(calls)) => chat_calls(calls),
+        Some(_) => Err(shape_error(CHAT, "tool_calls", "an array")),
+    }
+}
+
+/// The provider whose calls `message`, a chat completions message without `tool_calls`,
+/// holds: Anthropic's `tool_use` content blocks, or Gemini's `functionCall` parts (of a
+/// content, or of a response's first candidate).
+fn other_format(message: &Value) -> Option<&'static str> {
+    let holds = |items: Option<&Value>, test: &dyn Fn(&Value) -> bool| {
+        items
+            .and_then(Value::as_array)
+            .is_some_and(|items| items.iter().any(test))
     };
+    if holds(message.get("content"), &|block| {
+        block.get("type").and_then(Value::as_str) == Some("tool_use")
+    }) {
+        return Some("anthropic");
+    }
+    let content = message
+        .get("candidates")
+        .and_then(|c| c.get(0))
+        .and_then(|c| c.get("content"))
+        .unwrap_or(message);
+    holds(content.get("parts"), &|part| {
+        part.get("functionCall").is_some()
+    })
+    .then_some("gemini")
+}
+
+/// What a JSON value is, in words.
+fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "true or false",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// The calls of a `tool_calls` array.
+fn chat_calls(calls: &[Value]) -> Result<Vec<ToolCall>, FormatError> {
     calls
         .iter()
         .enumerate()
