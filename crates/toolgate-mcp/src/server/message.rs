@@ -145,6 +145,93 @@ impl WireCall {
     }
 }
 
+/// Whether `id` is an `id` rmcp reads: a string or an integer.
+pub(crate) fn is_request_id(id: &Value) -> bool {
+    id.is_string() || id.is_i64()
+}
+
+/// What is wrong with `message`, JSON that rmcp does not read as a JSON-RPC message, in
+/// plain words. `one_at_a_time` tells a client that sent a batch how to send its messages
+/// instead (one per line, one per request).
+pub(crate) fn what_is_wrong(message: &Value, one_at_a_time: &str) -> String {
+    let fields = match message {
+        Value::Object(fields) => fields,
+        Value::Array(_) => return format!("batches are not supported: {one_at_a_time}"),
+        other => {
+            return format!("a message must be a JSON object, not {}", kind_of(other));
+        }
+    };
+    match fields.get("jsonrpc") {
+        None => return "`jsonrpc` is missing: it must be \"2.0\"".into(),
+        Some(version) if version != "2.0" => return "`jsonrpc` must be \"2.0\"".into(),
+        Some(_) => {}
+    }
+    if let Some(id) = fields.get("id")
+        && !is_request_id(id)
+    {
+        return match id {
+            Value::Number(number) if is_whole(number) => {
+                "`id` is a number out of range: a numeric `id` must be a whole number from -9223372036854775808 to 9223372036854775807; send a smaller one, or a string".into()
+            }
+            _ => format!("`id` must be a string or a whole number, not {}", kind_of(id)),
+        };
+    }
+    let (result, error) = (fields.get("result"), fields.get("error"));
+    if let Some(method) = fields.get("method") {
+        if result.is_some() || error.is_some() {
+            return "a request or notification (with a `method`) cannot have a `result` or an `error`".into();
+        }
+        if !method.is_string() {
+            return format!("`method` must be a string, not {}", kind_of(method));
+        }
+        match fields.get("params") {
+            None | Some(Value::Object(_)) => {}
+            Some(params) => {
+                return format!("`params` must be an object, not {}", kind_of(params));
+            }
+        }
+        if let Some(meta) = fields.get("params").and_then(|params| params.get("_meta"))
+            && !meta.is_object()
+        {
+            return format!("`params._meta` must be an object, not {}", kind_of(meta));
+        }
+        return "the message does not read as a JSON-RPC request or notification".into();
+    }
+    match (result, error) {
+        (Some(_), Some(_)) => "a response cannot have both a `result` and an `error`".into(),
+        (None, None) => {
+            "the message has no `method` (a request or notification) and no `result` or `error` (a response)".into()
+        }
+        _ if !fields.contains_key("id") => "a response must have the `id` of its request".into(),
+        (None, Some(error))
+            if !error.get("code").is_some_and(Value::is_i64)
+                || !error.get("message").is_some_and(Value::is_string) =>
+        {
+            "`error` must be an object with an integer `code` and a string `message`".into()
+        }
+        _ => "the message does not read as a JSON-RPC response".into(),
+    }
+}
+
+/// What kind of JSON value `value` is, in words.
+pub(crate) fn kind_of(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(number) if number.is_i64() || number.is_u64() => "a number",
+        Value::Number(_) => "a number with a fractional part",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Whether `number` is a whole number (one too large for an `i64` is read as a `u64`, or
+/// as a float without a fractional part).
+fn is_whole(number: &serde_json::Number) -> bool {
+    number.is_u64() || number.as_f64().is_some_and(|f| f.fract() == 0.0)
+}
+
 #[cfg(test)]
 mod tests {
     use serde_json::Value;

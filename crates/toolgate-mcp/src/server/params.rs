@@ -9,6 +9,8 @@
 use rmcp::model::ErrorData;
 use serde_json::{Map, Value};
 
+use super::message::kind_of;
+
 /// The methods this server serves whose parameters are checked here, with what each takes.
 /// `tools/call` and `tools/list` are answered with their own hints (connection.rs).
 fn fields_of(method: &str) -> Option<&'static [Field]> {
@@ -234,18 +236,6 @@ fn string_problem(outer: &str, key: &str, value: Option<&Value>) -> Option<Strin
 fn listed(names: &[&str]) -> String {
     let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
     quoted.join(" and ")
-}
-
-/// What kind of JSON value `value` is, in words.
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
 }
 
 #[cfg(test)]

@@ -80,11 +80,18 @@ fn not_json_rpc(bytes: &[u8], error: &serde_json::Error) -> http::Response<Guard
             format!("the body is not valid JSON: {error}"),
         );
     }
-    // A request whose `id` is named twice has no id to answer to.
-    let id_repeated =
-        super::message::repeated_key(bytes).is_some_and(|r| super::message::is_id(&r));
-    let id = serde_json::from_slice::<Value>(bytes)
-        .ok()
+    // A key named twice is toolgate's refusal (see `message`), which its error says. A
+    // request whose `id` is named twice has no id to answer to.
+    let repeated = super::message::repeated_key(bytes);
+    let id_repeated = repeated.as_ref().is_some_and(super::message::is_id);
+    let message = serde_json::from_slice::<Value>(bytes).ok();
+    let reason = match (&repeated, &message) {
+        (None, Some(message)) => {
+            super::message::what_is_wrong(message, "send each message in a request of its own")
+        }
+        _ => error.to_string(),
+    };
+    let id = message
         .filter(|_| !id_repeated)
         .and_then(|message| message.get("id").cloned())
         // An id JSON-RPC allows, as sent: a string or a whole number (a fraction, or a
@@ -96,7 +103,7 @@ fn not_json_rpc(bytes: &[u8], error: &serde_json::Error) -> http::Response<Guard
         id,
         INVALID_REQUEST,
         format!(
-            "the body is JSON but not a valid JSON-RPC request, notification or response: {error}"
+            "the body is JSON but not a valid JSON-RPC request, notification or response: {reason}"
         ),
     )
 }
@@ -274,5 +281,61 @@ mod tests {
         let answer = read(post(chunked(1)), LIMIT).await.err().unwrap();
         assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
         assert!(answer.headers().get(header::CONNECTION).is_none());
+    }
+
+    #[tokio::test]
+    async fn json_that_is_no_json_rpc_message_is_answered_with_what_is_wrong_and_its_id() {
+        let cases = [
+            (
+                r#"[{"jsonrpc":"2.0","id":1,"method":"tools/list"}]"#,
+                Value::Null,
+                "batches are not supported: send each message in a request of its own",
+            ),
+            (
+                r#"{"jsonrpc":"1.0","id":7,"method":"tools/list"}"#,
+                json!(7),
+                "`jsonrpc` must be \"2.0\"",
+            ),
+            (
+                r#"{"id":"a","method":"tools/list"}"#,
+                json!("a"),
+                "`jsonrpc` is missing",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":{"a":1},"method":"tools/list"}"#,
+                Value::Null,
+                "`id` must be a string or a whole number, not an object",
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":3,"method":7}"#,
+                json!(3),
+                "`method` must be a string, not a number",
+            ),
+            (
+                r#""tools/list""#,
+                Value::Null,
+                "a message must be a JSON object, not a string",
+            ),
+            // A key named twice is said as such, as before.
+            (
+                r#"{"jsonrpc":"2.0","id":4,"method":"ping","method":"ping"}"#,
+                json!(4),
+                "`method`",
+            ),
+        ];
+        for (body, id, reason) in cases {
+            let answer = read(post(Full::new(Bytes::from(body))), 1 << 16)
+                .await
+                .err()
+                .unwrap();
+            assert_eq!(answer.status(), StatusCode::BAD_REQUEST, "{body}");
+            let answer = answer.into_body().collect().await.unwrap().to_bytes();
+            let answer: Value = serde_json::from_slice(&answer).unwrap();
+            assert_eq!(answer["error"]["code"], INVALID_REQUEST, "{body}");
+            assert_eq!(answer["id"], id, "{body}");
+            let message = answer["error"]["message"].as_str().unwrap();
+            assert!(message.contains(reason), "{body}: {message}");
+            assert!(!message.contains("unrecognized"), "{body}: {message}");
+        }
     }
 }

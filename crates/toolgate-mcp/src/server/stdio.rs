@@ -344,7 +344,10 @@ fn check(line: &[u8]) -> Checked {
     // whose `id` is named twice has no id to answer to.
     let (reason, id_repeated) = match super::message::repeated_key(text) {
         Some(repeated) => (repeated.to_string(), super::message::is_id(&repeated)),
-        None => (what_is_wrong(&message), false),
+        None => (
+            super::message::what_is_wrong(&message, "send one message per line"),
+            false,
+        ),
     };
     let Value::Object(fields) = &message else {
         return Checked::Answer(Refusal::new(Value::Null, INVALID_REQUEST, reason));
@@ -355,7 +358,7 @@ fn check(line: &[u8]) -> Checked {
     }
     let id = fields
         .get("id")
-        .filter(|id| !id_repeated && is_request_id(id))
+        .filter(|id| !id_repeated && super::message::is_request_id(id))
         .cloned()
         .unwrap_or(Value::Null);
     Checked::Answer(Refusal::new(id, INVALID_REQUEST, reason))
@@ -381,92 +384,6 @@ fn oversized(head: &[u8]) -> Refusal {
             format!("{limit} (and it is not JSON)"),
         ),
     }
-}
-
-/// Whether `id` is an `id` rmcp reads: a string or an integer.
-fn is_request_id(id: &Value) -> bool {
-    id.is_string() || id.is_i64()
-}
-
-/// What is wrong with `message`, JSON that rmcp does not read as a JSON-RPC message, in
-/// plain words.
-fn what_is_wrong(message: &Value) -> String {
-    let fields = match message {
-        Value::Object(fields) => fields,
-        Value::Array(_) => return "batches are not supported: send one message per line".into(),
-        other => {
-            return format!("a message must be a JSON object, not {}", kind_of(other));
-        }
-    };
-    match fields.get("jsonrpc") {
-        None => return "`jsonrpc` is missing: it must be \"2.0\"".into(),
-        Some(version) if version != "2.0" => return "`jsonrpc` must be \"2.0\"".into(),
-        Some(_) => {}
-    }
-    if let Some(id) = fields.get("id")
-        && !is_request_id(id)
-    {
-        return match id {
-            Value::Number(number) if is_whole(number) => {
-                "`id` is a number out of range: a numeric `id` must be a whole number from -9223372036854775808 to 9223372036854775807; send a smaller one, or a string".into()
-            }
-            _ => format!("`id` must be a string or a whole number, not {}", kind_of(id)),
-        };
-    }
-    let (result, error) = (fields.get("result"), fields.get("error"));
-    if let Some(method) = fields.get("method") {
-        if result.is_some() || error.is_some() {
-            return "a request or notification (with a `method`) cannot have a `result` or an `error`".into();
-        }
-        if !method.is_string() {
-            return format!("`method` must be a string, not {}", kind_of(method));
-        }
-        match fields.get("params") {
-            None | Some(Value::Object(_)) => {}
-            Some(params) => {
-                return format!("`params` must be an object, not {}", kind_of(params));
-            }
-        }
-        if let Some(meta) = fields.get("params").and_then(|params| params.get("_meta"))
-            && !meta.is_object()
-        {
-            return format!("`params._meta` must be an object, not {}", kind_of(meta));
-        }
-        return "the message does not read as a JSON-RPC request or notification".into();
-    }
-    match (result, error) {
-        (Some(_), Some(_)) => "a response cannot have both a `result` and an `error`".into(),
-        (None, None) => {
-            "the message has no `method` (a request or notification) and no `result` or `error` (a response)".into()
-        }
-        _ if !fields.contains_key("id") => "a response must have the `id` of its request".into(),
-        (None, Some(error))
-            if !error.get("code").is_some_and(Value::is_i64)
-                || !error.get("message").is_some_and(Value::is_string) =>
-        {
-            "`error` must be an object with an integer `code` and a string `message`".into()
-        }
-        _ => "the message does not read as a JSON-RPC response".into(),
-    }
-}
-
-/// What kind of JSON value `value` is, in words.
-fn kind_of(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "a boolean",
-        Value::Number(number) if number.is_i64() || number.is_u64() => "a number",
-        Value::Number(_) => "a number with a fractional part",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
-    }
-}
-
-/// Whether `number` is a whole number (one too large for an `i64` is read as a `u64`, or
-/// as a float without a fractional part).
-fn is_whole(number: &serde_json::Number) -> bool {
-    number.is_u64() || number.as_f64().is_some_and(|f| f.fract() == 0.0)
 }
 
 /// Whether objects and arrays nest in `text` (outside strings) deeper than [`MAX_DEPTH`].
@@ -523,7 +440,7 @@ impl TopLevel {
                     top.has_id = true;
                     top.id = serde_json::from_slice::<Value>(&text[value])
                         .ok()
-                        .filter(is_request_id);
+                        .filter(super::message::is_request_id);
                 }
                 (b"method", Some(_)) => top.has_method = true,
                 _ => {}
