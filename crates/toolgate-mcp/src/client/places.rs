@@ -38,13 +38,13 @@
 //! A `tools/call` waits at most until its deadline, and then fails with [`Busy`], which
 //! says so in words (503 `upstream_busy`, to try again); so does any other request of a
 //! caller's — a list, a read, `prompts/get`, `resources/subscribe` and
-//! `resources/unsubscribe` — which takes its place before it is sent ([`Seat`]). So does a call whose connection
-//! is being made (a caller's own link's first `initialize`, a reconnect) when the attempt
-//! runs out of time while a request of its own still waits for a place ([`Waiting`]): the
-//! upstream is at its bound, not down, and the attempt is no failed connection — the
-//! backoff does not grow with the load. A waiter that is dropped — its caller gave up —
-//! leaves the queue and takes nothing with it. The cost of a call is one semaphore
-//! acquire: no allocation, and no metric unless the call had to wait.
+//! `resources/unsubscribe` — which takes its place before it is sent ([`Seat`]). So does a
+//! call whose connection is being made (a caller's own link's first `initialize`, a
+//! reconnect) when the attempt runs out of time while a request of its own still waits
+//! for a place ([`Waiting`]): the upstream is at its bound, not down, and the attempt is no
+//! failed connection — the backoff does not grow with the load. A waiter that is dropped —
+//! its caller gave up — leaves the queue and takes nothing with it. The cost of a call is
+//! one semaphore acquire: no allocation, and no metric unless the call had to wait.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
