@@ -520,19 +520,8 @@ pub async fn mcp_with(
     session: Option<&str>,
     body: Option<Value>,
 ) -> (u16, Option<String>, String) {
-    let mut request = client()
-        .request(method, gateway.url("/mcp"))
-        .bearer_auth(bearer)
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18");
-    if let Some(session) = session {
-        request = request.header("mcp-session-id", session);
-    }
-    if let Some(body) = body {
-        request = request
-            .header("content-type", "application/json")
-            .body(body.to_string());
-    }
+    let accept = "application/json, text/event-stream";
+    let request = mcp_request(gateway, method, bearer, accept, session, body);
     let response = request.send().await.expect("the gateway answers");
     let status = response.status().as_u16();
     let issued = response
@@ -542,6 +531,32 @@ pub async fn mcp_with(
         .map(str::to_owned);
     let text = response.text().await.expect("the answer's body");
     (status, issued, text)
+}
+
+/// A request to `/mcp` with `bearer`, `accept` and the 2025-06-18 revision's header, in
+/// `session` if given, with the JSON `body` if given.
+pub fn mcp_request(
+    gateway: &Gateway,
+    method: Method,
+    bearer: &str,
+    accept: &str,
+    session: Option<&str>,
+    body: Option<Value>,
+) -> reqwest::RequestBuilder {
+    let mut request = client()
+        .request(method, gateway.url("/mcp"))
+        .bearer_auth(bearer)
+        .header("accept", accept)
+        .header("mcp-protocol-version", "2025-06-18");
+    if let Some(session) = session {
+        request = request.header("mcp-session-id", session);
+    }
+    if let Some(body) = body {
+        request = request
+            .header("content-type", "application/json")
+            .body(body.to_string());
+    }
+    request
 }
 
 /// A request with the console session cookie `session` and these headers.

@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::common::{Answer, Gateway, client, key, rpc_answer, user_yaml};
+use crate::common::{Answer, Gateway, key, mcp_request, rpc_answer, user_yaml};
 
 fn config() -> String {
     format!(
@@ -31,20 +31,10 @@ async fn send(
     session: Option<&str>,
     body: Option<Value>,
 ) -> reqwest::Response {
-    let mut request = client()
-        .request(method, gateway.url("/mcp"))
-        .bearer_auth(key("alice"))
-        .header("accept", accept)
-        .header("mcp-protocol-version", "2025-06-18");
-    if let Some(session) = session {
-        request = request.header("mcp-session-id", session);
-    }
-    if let Some(body) = body {
-        request = request
-            .header("content-type", "application/json")
-            .body(body.to_string());
-    }
-    request.send().await.expect("the gateway answers")
+    mcp_request(gateway, method, &key("alice"), accept, session, body)
+        .send()
+        .await
+        .expect("the gateway answers")
 }
 
 /// POSTs `body` with `accept`: the status, the session id the answer carries, its text.
