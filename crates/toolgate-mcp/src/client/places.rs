@@ -194,10 +194,9 @@ impl Drop for Queued<'_> {
 }
 
 /// How a request other than a call (a list, a read, `prompts/get`, a subscription,
-/// `tasks/*`…) sent
-/// through rmcp takes its place: from the calling task, before the request is sent, and
-/// handed to the transport with it ([`Reserved`]), noted in a [`Waiting`] of its own while
-/// it waits. At the request's deadline that tells one held up by the bound (503
+/// `tasks/*`…) sent through rmcp takes its place: from the calling task, before the
+/// request is sent, and handed to the transport with it ([`Reserved`]), noted in a
+/// [`Waiting`] of its own while it waits. At the request's deadline that tells one held up by the bound (503
 /// `upstream_busy`, as a call is) from one the upstream did not answer in time: the
 /// transport's own wait for a place notes the connection's requests together, and ends
 /// at no deadline.
