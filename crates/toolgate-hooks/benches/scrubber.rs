@@ -17,7 +17,11 @@
 //! - `url_query_base64_secret`: as `url_query`, with one query holding the base64 of
 //!   `Basic ` and the AWS-style key, its padding escaped (`%3D%3D`): the one stretch of
 //!   base64 and escapes long enough to hold a secret, which the base64 search reads
-//!   unescaped (a copy of the text).
+//!   unescaped (a copy of the text);
+//! - `plain_lines`: the records of `plain`, one a line: raw line breaks, none of them in
+//!   base64;
+//! - `wrapped_base64`: 2 KB of base64 wrapped at 76 columns, as MIME writes it, and no
+//!   secret: the base64 search reads it with its line breaks removed (a copy of the text).
 //!
 //! And `held`: the same `plain` and `json_in_text` texts through that scrubber of two
 //! secrets and through one of twelve (the two and ten 32-character tokens), as a gateway
@@ -29,6 +33,8 @@
 //! (`-- --warm-up-time 1 --measurement-time 3` for a short run.)
 
 use std::hint::black_box;
+
+use base64::Engine as _;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use toolgate_hooks::secrets::Scrubber;
@@ -71,6 +77,23 @@ fn url_query() -> String {
     text
 }
 
+/// The records of [`plain`], one a line.
+fn plain_lines() -> String {
+    plain().replace("},{", "},\n{")
+}
+
+/// About 2 KB of base64 (of bytes that hold no secret), wrapped at 76 columns.
+fn wrapped_base64() -> String {
+    let bytes: Vec<u8> = (0..1536u32).map(|n| (n * 7919 % 251) as u8).collect();
+    let encoded = base64::engine::general_purpose::STANDARD.encode(bytes);
+    let lines: Vec<&str> = encoded
+        .as_bytes()
+        .chunks(76)
+        .map(|line| std::str::from_utf8(line).expect("base64 is ASCII"))
+        .collect();
+    lines.join("\n")
+}
+
 /// A JSON document inside a text, as PHP's `json_encode` wrote it and a tool result carries
 /// it unparsed; `secret` is put in one field, written as given.
 fn json_in_text(secret: &str) -> String {
@@ -102,6 +125,8 @@ fn bench(c: &mut Criterion) {
             "url_query_base64_secret",
             url_query().replacen("sig=abc%3D%3D", &format!("auth={BASIC_KEY}"), 1),
         ),
+        ("plain_lines", plain_lines()),
+        ("wrapped_base64", wrapped_base64()),
     ];
     // Build the escape regex (built on the first text with a `%` or a `\`) before timing.
     for (_, text) in &cases {

@@ -6,6 +6,7 @@
 mod common;
 
 mod attribution;
+mod echoed_secrets;
 mod errors;
 mod others_credentials;
 mod pipeline_paths;

@@ -27,6 +27,11 @@ pub const SCRUBBED: &str = "[REDACTED:secret]";
 /// shorter secret is found in base64 only as the encoding of the whole value.
 const MIN_BASE64_CORE: usize = 8;
 
+/// The fewest base64 characters a line must end with for the line break after it to be
+/// read as one that wraps base64 ([`wrapped_line_break`]): fewer than the width base64 is
+/// wrapped at (64 characters in PEM, 76 in MIME and GNU `base64`), more than most words.
+const MIN_WRAPPED_LINE: usize = 32;
+
 /// How many sets of secrets keep their matchers built ([`BUILT`]).
 const BUILT_MAX: u64 = 256;
 /// How long the matchers of a set of secrets no scrubber was made for stay built: a
@@ -71,6 +76,10 @@ fn set_digest(values: &[&str]) -> [u8; 32] {
 ///   carry some of its bits. Those characters must be at least 8 (48 bits, so that other
 ///   base64 does not hold them by chance): a secret of 7 bytes or more is found at every
 ///   offset, a shorter one is sure to be found only as the encoding of its whole value;
+/// - that base64 wrapped, as MIME, PEM and GNU `base64` write it: a line break (`\n` or
+///   `\r\n`, raw or JSON-escaped) after a line that ends with 32 base64 characters or more,
+///   before another base64 character, is read as no character, and the whole wrapped run
+///   is replaced;
 /// - that standard base64 (whole or inside a longer text) as a URL query or a form body
 ///   writes it: its `+`, `/` and `=` as `%2B`, `%2F` and `%3D` (hex digits of either case),
 ///   all of them, some, or none. The base64 search reads the text with those three escapes
@@ -348,6 +357,34 @@ fn in_stretch(byte: u8) -> bool {
     STRETCH[usize::from(byte)]
 }
 
+/// The line break at `at` in `hay` (a raw `\n`, after a raw `\r` or not, or JSON's `\n` or
+/// `\r\n`), if it wraps base64: after at least [`MIN_WRAPPED_LINE`] base64 characters and
+/// before another one. Read as no character by the base64 search, so that a secret whose
+/// base64 a line break cuts is found.
+fn wrapped_line_break(hay: &[u8], at: usize) -> Option<Range<usize>> {
+    let start = if hay[at] == b'\n' && at > 0 && hay[at - 1] == b'\r' {
+        at - 1
+    } else {
+        at
+    };
+    let mut end = at;
+    loop {
+        match hay.get(end..) {
+            Some([b'\r' | b'\n', ..]) => end += 1,
+            Some([b'\\', b'r' | b'n', ..]) => end += 2,
+            _ => break,
+        }
+    }
+    let line = hay[..start]
+        .iter()
+        .rev()
+        .take(MIN_WRAPPED_LINE)
+        .take_while(|&&b| is_base64(b))
+        .count();
+    let wraps = end > at && line == MIN_WRAPPED_LINE && hay.get(end).is_some_and(|&b| is_base64(b));
+    wraps.then_some(start..end)
+}
+
 /// Whether `hay` has a `%` or a `\`: a text without either holds no escape, and pays for no
 /// search of one.
 fn may_be_escaped(hay: &[u8]) -> bool {
@@ -379,12 +416,14 @@ fn escape_at(hay: &[u8], at: usize) -> Option<(u8, usize)> {
 /// A text with the escapes of standard base64's `+`, `/` and `=` unescaped, for the base64
 /// search: `%2B`, `%2F` and `%3D`, as a URL query or a form body writes them, and
 /// `\u002B`, `\u002F`, `\u003D` and `\/`, as JSON serializers other than serde_json write
-/// them (.NET, PHP). Standard base64 so escaped is found as it was before, and the run
-/// around it is replaced in the text as it is.
+/// them (.NET, PHP); and without the [line breaks that wrap base64](wrapped_line_break).
+/// Standard base64 so escaped or wrapped is found as it was before, and the run around it
+/// is replaced in the text as it is.
 struct Unescaped {
     text: Vec<u8>,
-    /// Per escape unescaped, in order: where its character is in `text`, and how much
-    /// shorter `text` is than the escaped text up to and including it.
+    /// Per escape unescaped or line break removed, in order: where its character (or what
+    /// follows the line break) is in `text`, and how much shorter `text` is than the
+    /// escaped text up to and including it.
     escapes: Vec<(usize, usize)>,
 }
 
@@ -410,8 +449,23 @@ impl Unescaped {
         // read (a short one is skipped whole).
         let mut stretch_end = 0;
         let mut at = 0;
-        while let Some(next) = memchr::memchr2(b'%', b'\\', &hay[at..]) {
+        while let Some(next) = memchr::memchr3(b'%', b'\\', b'\n', &hay[at..]) {
             at += next;
+            if let Some(line_break) = wrapped_line_break(hay, at).filter(|b| b.start >= copied) {
+                if escapes.is_empty() {
+                    text.reserve(hay.len());
+                }
+                text.extend_from_slice(&hay[copied..line_break.start]);
+                shrunk += line_break.len();
+                escapes.push((text.len(), shrunk));
+                at = line_break.end;
+                copied = at;
+                continue;
+            }
+            if hay[at] == b'\n' {
+                at += 1;
+                continue;
+            }
             if at >= stretch_end {
                 let start = hay[..at]
                     .iter()
@@ -560,21 +614,21 @@ impl Matchers {
         self.forms.as_ref().is_some_and(|ac| ac.is_match(hay))
             || self.escaped(hay, escapes).iter().any(|re| re.is_match(hay))
             || self.base64.as_ref().is_some_and(|ac| {
-                ac.is_match(hay)
-                    // Escaped standard base64, only in a text with a `%` or a `\` whose
-                    // escapes may be part of a match (what the search of the text as it is
-                    // found, it would find again): the text as it is first, so that a
-                    // secret in it is found without copying the text.
-                    || self
-                        .unescaped(hay, escapes)
-                        .is_some_and(|unescaped| ac.is_match(&unescaped.text))
+                // As `find` searches it: unescaped, with wrapped lines joined, when it has
+                // escapes or line breaks that may be part of a match (what the search of
+                // the text as it is would find, this finds too), in one pass either way.
+                match self.unescaped(hay, escapes) {
+                    Some(unescaped) => ac.is_match(&unescaped.text),
+                    None => ac.is_match(hay),
+                }
             })
     }
 
-    /// `hay` with the escapes of standard base64 unescaped, for the base64 search, if it
-    /// has a `%` or a `\` (`escapes`) and some of them may be part of a match.
+    /// `hay` with the escapes of standard base64 unescaped and the line breaks of wrapped
+    /// base64 removed, for the base64 search, if it has a `%` or a `\` (`escapes`) or a
+    /// line break, and some of them may be part of a match.
     fn unescaped(&self, hay: &[u8], escapes: bool) -> Option<Unescaped> {
-        escapes
+        (escapes || memchr::memchr(b'\n', hay).is_some())
             .then(|| Unescaped::new(hay, self.shortest))
             .flatten()
     }
@@ -1019,6 +1073,33 @@ mod tests {
             scrubbed(&scrubber, "k=t%6fk%31&b=dG9rMQ== x"),
             format!("k={SCRUBBED}&b={SCRUBBED} x")
         );
+    }
+
+    #[test]
+    fn a_secret_in_wrapped_base64_is_scrubbed_with_the_whole_run() {
+        let scrubber = scrubber();
+        // A dump whose base64, wrapped at 76 columns, has the secret cut by a line break
+        // (54 bytes are 72 characters), at each alignment.
+        for lead in 54..57 {
+            let mut dump = vec![b'x'; lead];
+            dump.extend_from_slice(format!("{SECRET} end of dump").as_bytes());
+            let encoded = STANDARD.encode(&dump);
+            let lines: Vec<&str> = (0..encoded.len())
+                .step_by(76)
+                .map(|at| &encoded[at..(at + 76).min(encoded.len())])
+                .collect();
+            for wrapped in [lines.join("\n"), lines.join("\r\n"), lines.join(r"\n")] {
+                assert_eq!(
+                    scrubbed(&scrubber, &format!("data: {wrapped}\n(end)")),
+                    format!("data: {SCRUBBED}\n(end)"),
+                    "{wrapped}"
+                );
+            }
+        }
+        // Nor is a line break after fewer than 32 base64 characters read as none.
+        let encoded = STANDARD.encode(SECRET);
+        let text = format!("{}\n{}", &encoded[..20], &encoded[20..]);
+        assert_eq!(scrubber.scrub_text(&text), None);
     }
 
     #[test]

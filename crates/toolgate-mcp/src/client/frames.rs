@@ -247,10 +247,21 @@ fn scrub(
         return Some(message);
     }
     let text = serde_json::to_string(&message).ok()?;
-    if !scrubber.occurs_in(&text) {
+    // A string with a backslash in it is written with the backslash doubled, and a
+    // credential escaped inside it (a JSON document that PHP or .NET wrote, carried as
+    // text: `\/`, `\u002B`) escaped twice, which a search of the message's text does not
+    // follow: such a message is searched string by string instead.
+    let mut value = if text.contains(r"\\") {
+        let value = serde_json::from_str::<Value>(&text).ok()?;
+        if !scrubber.occurs_in_value(&value) {
+            return Some(message);
+        }
+        value
+    } else if scrubber.occurs_in(&text) {
+        serde_json::from_str::<Value>(&text).ok()?
+    } else {
         return Some(message);
-    }
-    let mut value: Value = serde_json::from_str(&text).ok()?;
+    };
     let opaque: Vec<(&str, Value)> = match value.get_mut("result").and_then(Value::as_object_mut) {
         Some(result) => OPAQUE
             .iter()
@@ -347,6 +358,25 @@ mod tests {
                     ServerRequest::ElicitRequest(_) | ServerRequest::CreateMessageRequest(_)
                 ));
             }
+        }
+    }
+
+    #[test]
+    fn a_credential_escaped_inside_a_string_is_scrubbed() {
+        let scrubber = Scrubber::for_values(["up-s3cret/relay+77"]);
+        // A JSON document PHP wrote (`\/`) and one .NET wrote (`\u002B`), as text.
+        for said in [
+            r#"{"t":"up-s3cret\/relay+77"}"#,
+            r#"{"t":"up-s3cret/relay\u002B77"}"#,
+        ] {
+            let raw = message(json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                "params": {"progressToken": 1, "progress": 1, "message": said}}));
+            let clean = serde_json::to_value(scrub(&scrubber, raw).expect("reads back")).unwrap();
+            assert_eq!(
+                clean["params"]["message"],
+                format!(r#"{{"t":"{}"}}"#, toolgate_hooks::secrets::SCRUBBED),
+                "{said}"
+            );
         }
     }
 
