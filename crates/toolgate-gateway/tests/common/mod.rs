@@ -599,9 +599,14 @@ pub fn session_cookie(answer: &Answer) -> Option<String> {
 
 /// Opens a session as `user`; its id.
 pub async fn open_session(gateway: &Gateway, user: &str) -> String {
+    open_session_declaring(gateway, user, json!({})).await
+}
+
+/// Opens a session as `user` whose client declares `capabilities`; its id.
+pub async fn open_session_declaring(gateway: &Gateway, user: &str, capabilities: Value) -> String {
     let initialize = json!({
         "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+        "params": {"protocolVersion": "2025-06-18", "capabilities": capabilities,
                    "clientInfo": {"name": "test", "version": "0"}}
     });
     let (status, issued, text) = mcp(gateway, Method::POST, user, None, Some(initialize)).await;

@@ -12,7 +12,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Gateway, HttpUpstream, client, get, invoke, mcp, mcp_rpc, python_mcp_available, user_yaml,
+    Gateway, HttpUpstream, client, get, invoke, mcp, mcp_rpc, open_session_declaring,
+    python_mcp_available, user_yaml,
 };
 
 /// The credential: `/` and `+` are what JSON serializers, URL encoders and base64 change.
@@ -157,26 +158,8 @@ fn assert_no_leak(answers: &[(String, Value)]) {
 /// A session of alice's that declares sampling and elicitation, as the clients that
 /// follow an upstream's log and progress messages do.
 async fn open_session_answering(gateway: &Gateway) -> String {
-    let initialize = json!({
-        "jsonrpc": "2.0", "id": 1, "method": "initialize",
-        "params": {"protocolVersion": "2025-06-18",
-                   "capabilities": {"sampling": {}, "elicitation": {}},
-                   "clientInfo": {"name": "test", "version": "0"}}
-    });
-    let (status, issued, text) = mcp(gateway, Method::POST, "alice", None, Some(initialize)).await;
-    assert_eq!(status, 200, "{text}");
-    let session = issued.expect("initialize issues a session id");
-    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-    let (status, _, text) = mcp(
-        gateway,
-        Method::POST,
-        "alice",
-        Some(&session),
-        Some(initialized),
-    )
-    .await;
-    assert!((200..300).contains(&status), "({status}) {text}");
-    session
+    let capabilities = json!({"sampling": {}, "elicitation": {}});
+    open_session_declaring(gateway, "alice", capabilities).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
