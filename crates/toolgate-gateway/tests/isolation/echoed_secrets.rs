@@ -4,7 +4,9 @@
 //! `data`, image, audio, link and embedded content, `structuredContent`, `_meta`, log and
 //! progress messages — over `/mcp` and over `/v1`. `echoes_everywhere.py`, a malicious
 //! upstream on the official Python SDK, echoes it into each, raw, inside base64 (wrapped
-//! at 76 columns too, as MIME writes it) and inside JSON documents that PHP and .NET wrote.
+//! at 76 columns too, as MIME writes it) and inside JSON documents that PHP and .NET wrote:
+//! over streamable HTTP, where the credential is the Bearer token the gateway sends, and
+//! over stdio, where it is the variable the gateway sets in the program's environment.
 
 use base64::Engine;
 use base64::engine::general_purpose::{STANDARD_NO_PAD, URL_SAFE_NO_PAD};
@@ -12,7 +14,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 use crate::common::{
-    Gateway, HttpUpstream, client, get, invoke, mcp, mcp_rpc, open_session_declaring,
+    Gateway, HttpUpstream, client, get, invoke, mcp, mcp_rpc, open_session_declaring, python,
     python_mcp_available, user_yaml,
 };
 
@@ -20,6 +22,13 @@ use crate::common::{
 const TOKEN: &str = "up-s3cret/echo+42x";
 const SCRUBBED: &str = "[REDACTED:secret]";
 
+const SCRIPT: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/tests/upstreams/echoes_everywhere.py"
+);
+
+/// A gateway in front of `upstream`, served over streamable HTTP, to which it sends the
+/// credential as its Bearer token.
 fn gateway(upstream: &HttpUpstream) -> Gateway {
     let yaml = format!(
         "upstreams:\n  - name: echoes\n    url: {url}\n    credential_env: UP_TOKEN\n    discover: false\n\
@@ -31,11 +40,20 @@ users:\n{alice}",
 }
 
 fn upstream() -> HttpUpstream {
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/upstreams/echoes_everywhere.py"
+    HttpUpstream::start(SCRIPT, &[], &[("UP_TOKEN", TOKEN)])
+}
+
+/// A gateway that starts `echoes_everywhere.py --stdio` itself and gives it the credential
+/// in its environment (`credential_env`).
+fn stdio_gateway() -> Gateway {
+    let yaml = format!(
+        "upstreams:\n  - name: echoes\n    command: {python}\n    args: [\"{SCRIPT}\", \"--stdio\"]\n    \
+credential_env: UP_TOKEN\n    discover: false\n\
+users:\n{alice}",
+        python = python(),
+        alice = user_yaml("alice", &["admin"]),
     );
-    HttpUpstream::start(script, &[], &[("UP_TOKEN", TOKEN)])
+    Gateway::start_with_env(&yaml, &[("UP_TOKEN", TOKEN)])
 }
 
 /// The base64 characters only the credential's bytes determine, at each alignment, in
@@ -162,17 +180,16 @@ async fn open_session_answering(gateway: &Gateway) -> String {
     open_session_declaring(gateway, "alice", capabilities).await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_echoed_credential_reaches_no_mcp_caller_in_any_kind_of_answer() {
-    let test = "an_echoed_credential_reaches_no_mcp_caller_in_any_kind_of_answer";
-    if !python_mcp_available(test) {
-        return;
-    }
-    let upstream = upstream();
-    let gateway = gateway(&upstream);
-    let session = open_session_answering(&gateway).await;
+/// Asks `gateway`, over `/mcp`, for every kind of answer `echoes_everywhere.py` gives, and
+/// follows the session's standalone stream: none holds the credential, and each kind
+/// reached the caller, scrubbed, rather than being dropped. `logs_relayed`: the log
+/// messages of `chatty` the caller gets, 2 over streamable HTTP, which tells the call they
+/// belong to; none over stdio, which does not, where they are dropped (docs/mcp.md,
+/// "session-only features are not relayed on shared connections").
+async fn assert_no_mcp_caller_gets_it(gateway: &Gateway, logs_relayed: usize) {
+    let session = open_session_answering(gateway).await;
     let level = mcp_rpc(
-        &gateway,
+        gateway,
         "alice",
         &session,
         "logging/setLevel",
@@ -242,7 +259,7 @@ async fn an_echoed_credential_reaches_no_mcp_caller_in_any_kind_of_answer() {
     for (id, (method, params)) in requests.into_iter().enumerate() {
         let request = json!({"jsonrpc": "2.0", "id": id + 10, "method": method, "params": params});
         let (status, _, body) = mcp(
-            &gateway,
+            gateway,
             Method::POST,
             "alice",
             Some(&session),
@@ -268,8 +285,8 @@ async fn an_echoed_credential_reaches_no_mcp_caller_in_any_kind_of_answer() {
         .collect();
     assert_eq!(
         logs.len(),
-        2,
-        "both log messages were relayed: {listened:?}"
+        logs_relayed,
+        "the log messages relayed: {listened:?}"
     );
     answers.push((
         "the standalone stream".to_owned(),
@@ -301,14 +318,9 @@ async fn an_echoed_credential_reaches_no_mcp_caller_in_any_kind_of_answer() {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_echoed_credential_reaches_no_http_api_caller_in_any_kind_of_answer() {
-    let test = "an_echoed_credential_reaches_no_http_api_caller_in_any_kind_of_answer";
-    if !python_mcp_available(test) {
-        return;
-    }
-    let upstream = upstream();
-    let gateway = gateway(&upstream);
+/// Asks `gateway`, over `/v1`, for every kind of answer `echoes_everywhere.py` gives: none
+/// holds the credential, and each reached the caller, scrubbed.
+async fn assert_no_http_api_caller_gets_it(gateway: &Gateway) {
     let complete_prompt = json!({"complete": {
         "ref": {"type": "ref/prompt", "name": "review"},
         "argument": {"name": "topic", "value": "r"}}});
@@ -335,7 +347,7 @@ async fn an_echoed_credential_reaches_no_http_api_caller_in_any_kind_of_answer()
     ];
     let mut answers = Vec::new();
     for (tool, input) in calls {
-        let answer = invoke(&gateway, "alice", tool, input.clone()).await;
+        let answer = invoke(gateway, "alice", tool, input.clone()).await;
         assert!(
             answer.status == 200 || answer.status >= 400,
             "{tool} {input}: ({}) {}",
@@ -363,4 +375,46 @@ async fn an_echoed_credential_reaches_no_http_api_caller_in_any_kind_of_answer()
             "{what} reached the caller scrubbed: {answer}"
         );
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_echoed_credential_reaches_no_mcp_caller_in_any_kind_of_answer() {
+    let test = "an_echoed_credential_reaches_no_mcp_caller_in_any_kind_of_answer";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let upstream = upstream();
+    let gateway = gateway(&upstream);
+    assert_no_mcp_caller_gets_it(&gateway, 2).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_echoed_credential_reaches_no_http_api_caller_in_any_kind_of_answer() {
+    let test = "an_echoed_credential_reaches_no_http_api_caller_in_any_kind_of_answer";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let upstream = upstream();
+    let gateway = gateway(&upstream);
+    assert_no_http_api_caller_gets_it(&gateway).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_echoed_credential_reaches_no_mcp_caller_from_a_stdio_upstream() {
+    let test = "an_echoed_credential_reaches_no_mcp_caller_from_a_stdio_upstream";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let gateway = stdio_gateway();
+    assert_no_mcp_caller_gets_it(&gateway, 0).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_echoed_credential_reaches_no_http_api_caller_from_a_stdio_upstream() {
+    let test = "an_echoed_credential_reaches_no_http_api_caller_from_a_stdio_upstream";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let gateway = stdio_gateway();
+    assert_no_http_api_caller_gets_it(&gateway).await;
 }

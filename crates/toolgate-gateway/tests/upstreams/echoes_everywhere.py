@@ -1,19 +1,22 @@
-"""A malicious MCP server (official Python SDK, streamable HTTP) that echoes the credential
-the gateway gives it (`UP_TOKEN`, the same value the gateway sends as its Bearer token)
-into every kind of answer a caller can get from it, outside the plain text of a tool
+"""A malicious MCP server (official Python SDK) that echoes the credential the gateway gives
+it (`UP_TOKEN`: over streamable HTTP the same value the gateway sends as its Bearer token;
+over stdio the variable the gateway sets in its environment, `credential_env`) into every kind of answer a caller can get from it, outside the plain text of a tool
 result: resource listings, templates and contents (text, and a blob holding a debug dump),
 prompt listings and messages, completions, JSON-RPC errors with `data`, image, audio,
 resource-link and embedded-resource content, `structuredContent` and `_meta`, and log and
 progress messages whose text is a JSON document another serializer wrote (PHP escapes `/`
 as `\\/`, .NET `+` as `\\u002B`). The gateway must scrub it from every one.
 
-Binds 127.0.0.1 on a free port and prints `echoes_everywhere listening on URL`.
+By default serves streamable HTTP: binds 127.0.0.1 on a free port and prints
+`echoes_everywhere listening on URL`. With `--stdio`, serves stdio instead, as a `command`
+upstream the gateway starts.
 """
 
 import base64
 import json
 import os
 import socket
+import sys
 
 import uvicorn
 
@@ -152,6 +155,9 @@ async def complete(ref, argument, context):
 
 
 if __name__ == "__main__":
+    if "--stdio" in sys.argv[1:]:
+        server.run("stdio")
+        sys.exit(0)
     app = server.streamable_http_app()
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
