@@ -42,33 +42,41 @@ pub struct ToolUsage {
 }
 
 impl ToolUsage {
-    /// Failures of every code.
+    /// Failures of every code (at most `u64::MAX`).
     pub fn failure_count(&self) -> u64 {
-        self.failures.values().sum()
+        self.failures
+            .values()
+            .fold(0, |total, count| total.saturating_add(*count))
     }
 
+    /// Counts one call. The counts come from a file that may have been edited: they stop
+    /// at `u64::MAX` rather than overflow (a panic in a debug build, a count back to zero
+    /// and a mean divided by zero otherwise), and a window of durations longer than
+    /// [`DURATION_WINDOW`] is cut back to it rather than sorted whole at every call.
     fn record(&mut self, status: ToolStatus, code: Option<&str>, duration_ms: u64, now_ms: u64) {
         if self.calls == 0 {
             self.first_used_ms = now_ms;
         }
-        self.calls += 1;
+        self.calls = self.calls.saturating_add(1);
         self.last_used_ms = now_ms;
         match status {
-            ToolStatus::Success => self.successes += 1,
+            ToolStatus::Success => self.successes = self.successes.saturating_add(1),
             ToolStatus::Error => {
-                *self
+                let count = self
                     .failures
                     .entry(code.unwrap_or("unknown").to_owned())
-                    .or_default() += 1
+                    .or_default();
+                *count = count.saturating_add(1);
             }
             ToolStatus::Suspended => {
-                self.suspensions += 1;
+                self.suspensions = self.suspensions.saturating_add(1);
                 return;
             }
         }
-        let finished = self.successes + self.failure_count();
+        // At least 1: one of the two was just counted, and neither wraps.
+        let finished = self.successes.saturating_add(self.failure_count());
         self.mean_ms += (duration_ms as f64 - self.mean_ms) / finished as f64;
-        if self.recent_ms.len() == DURATION_WINDOW {
+        while self.recent_ms.len() >= DURATION_WINDOW {
             self.recent_ms.pop_front();
         }
         self.recent_ms.push_back(duration_ms);

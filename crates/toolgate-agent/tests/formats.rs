@@ -375,3 +375,172 @@ fn a_tool_without_arguments_is_listed_with_an_empty_object_schema_in_every_forma
     );
     assert_eq!(mcp::tools_list(&defs)["tools"][0]["inputSchema"], empty);
 }
+
+/// A chat completions message, a Responses API response and a Gemini content, each
+/// holding one call of `ping`: what a caller holds when they pick the wrong parser.
+fn one_call_in_each_format() -> [(&'static str, Value); 4] {
+    [
+        (
+            "openai",
+            json!({ "role": "assistant",
+                    "content": [{ "type": "text", "text": "Let me check." }],
+                    "tool_calls": [{ "id": "c1", "type": "function",
+                                     "function": { "name": "ping", "arguments": "{}" } }] }),
+        ),
+        (
+            "openai responses",
+            json!({ "object": "response", "output": [
+                { "type": "message", "role": "assistant", "content": [] },
+                { "type": "function_call", "id": "fc_1", "call_id": "c1", "name": "ping", "arguments": "{}" },
+            ] }),
+        ),
+        (
+            "anthropic",
+            json!({ "role": "assistant", "content": [
+                { "type": "tool_use", "id": "toolu_1", "name": "ping", "input": {} },
+            ] }),
+        ),
+        (
+            "gemini",
+            json!({ "candidates": [{ "content": { "role": "model",
+                    "parts": [{ "functionCall": { "name": "ping", "args": {} } }] } }] }),
+        ),
+    ]
+}
+
+#[test]
+fn calls_in_another_providers_shape_are_refused_by_anthropic_not_read_as_none() {
+    for (format, payload) in one_call_in_each_format() {
+        if format == "anthropic" {
+            continue;
+        }
+        assert_eq!(
+            anthropic::parse_tool_uses(&payload).unwrap_err(),
+            FormatError::OtherFormat {
+                provider: "anthropic messages",
+                format
+            },
+            "{payload}"
+        );
+    }
+    assert_eq!(
+        anthropic::parse_tool_uses(&json!("hello")).unwrap_err(),
+        FormatError::NotAMessage {
+            provider: "anthropic messages",
+            found: "a string"
+        }
+    );
+}
+
+#[test]
+fn an_anthropic_content_block_without_a_type_is_refused_not_skipped() {
+    // Bedrock's Converse API: a block holds its call under `toolUse`, with no `type`.
+    let bedrock = json!({ "role": "assistant", "content": [
+        { "text": "Let me check." },
+        { "toolUse": { "toolUseId": "t1", "name": "ping", "input": {} } },
+    ] });
+    assert_eq!(
+        anthropic::parse_tool_uses(&bedrock).unwrap_err(),
+        FormatError::Shape {
+            provider: "anthropic messages",
+            path: "content[0].type".into(),
+            expected: "a string"
+        }
+    );
+}
+
+#[test]
+fn calls_in_another_providers_shape_are_refused_by_gemini_not_read_as_none() {
+    for (format, payload) in one_call_in_each_format() {
+        if format == "gemini" {
+            continue;
+        }
+        assert_eq!(
+            gemini::parse_function_calls(&payload).unwrap_err(),
+            FormatError::OtherFormat {
+                provider: "gemini",
+                format
+            },
+            "{payload}"
+        );
+    }
+    assert_eq!(
+        gemini::parse_function_calls(&json!(42)).unwrap_err(),
+        FormatError::NotAMessage {
+            provider: "gemini",
+            found: "a number"
+        }
+    );
+}
+
+#[test]
+fn gemini_reads_a_function_call_under_its_protocol_buffer_field_name_too() {
+    // As Google's Python SDKs write a response out as a dictionary: snake_case names, and
+    // every field of a part, `null` when unset.
+    let dumped = json!({ "candidates": [{ "content": { "role": "model", "parts": [
+        { "text": "Let me check.", "function_call": null, "functionCall": null },
+        { "text": null, "function_call": { "id": "c1", "name": "ping", "args": { "n": 1 } } },
+    ] } }] });
+    let calls = gemini::parse_function_calls(&dumped).unwrap();
+    assert_eq!(calls, [ToolCall::new("c1", "ping", json!({ "n": 1 }))]);
+
+    let both = json!({ "parts": [{
+        "functionCall": { "name": "ping" },
+        "function_call": { "name": "transfer" },
+    }] });
+    assert!(matches!(
+        gemini::parse_function_calls(&both).unwrap_err(),
+        FormatError::Shape { path, .. } if path == "parts[0]"
+    ));
+}
+
+#[test]
+fn calls_in_another_providers_shape_are_refused_by_openai_responses_not_read_as_none() {
+    for (format, payload) in one_call_in_each_format() {
+        if format == "openai responses" {
+            continue;
+        }
+        assert_eq!(
+            openai::parse_responses_output(&payload).unwrap_err(),
+            FormatError::OtherFormat {
+                provider: "openai responses",
+                format
+            },
+            "{payload}"
+        );
+    }
+    // A chat completions `tool_calls` array on its own is no `output` array either.
+    let tool_calls = one_call_in_each_format()[0].1["tool_calls"].clone();
+    assert_eq!(
+        openai::parse_responses_output(&tool_calls).unwrap_err(),
+        FormatError::OtherFormat {
+            provider: "openai responses",
+            format: "openai"
+        }
+    );
+    // Output without function calls has no calls.
+    let message_only =
+        json!({ "output": [{ "type": "message", "role": "assistant", "content": [] }] });
+    assert!(
+        openai::parse_responses_output(&message_only)
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn a_responses_api_response_is_refused_by_openai_chat_not_read_as_none() {
+    let (_, response) = one_call_in_each_format()[1].clone();
+    let error = openai::parse_chat_tool_calls(&response).unwrap_err();
+    assert_eq!(
+        error,
+        FormatError::OtherFormat {
+            provider: "openai chat completions",
+            format: "openai responses"
+        }
+    );
+    assert!(
+        error.to_string().contains("parse_responses_output"),
+        "{error}"
+    );
+}

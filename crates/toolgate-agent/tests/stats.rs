@@ -143,3 +143,67 @@ fn save_leaves_no_temporary_file_behind() {
         "only the file and its lock file, which is kept"
     );
 }
+
+/// A statistics file for `echo` with `usage` merged into an ordinary entry.
+fn edited_stats_file(dir: &tempfile::TempDir, usage: serde_json::Value) -> std::path::PathBuf {
+    let path = dir.path().join("stats.json");
+    let mut echo = json!({
+        "calls": 1, "successes": 1, "failures": {}, "suspensions": 0,
+        "first_used_ms": 1, "last_used_ms": 1, "mean_ms": 5.0, "p50_ms": 5, "p95_ms": 5,
+        "recent_ms": [5],
+    });
+    for (key, value) in usage.as_object().unwrap() {
+        echo[key] = value.clone();
+    }
+    std::fs::write(&path, json!({ "echo": echo }).to_string()).unwrap();
+    path
+}
+
+#[test]
+fn counts_read_back_at_their_maximum_stay_there_instead_of_overflowing() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = edited_stats_file(
+        &dir,
+        json!({ "calls": u64::MAX, "successes": u64::MAX, "suspensions": u64::MAX,
+                "failures": { "timeout": u64::MAX, "tool_error": u64::MAX } }),
+    );
+    let stats = UsageStats::open(&path).unwrap();
+    let error = toolgate_core::ToolError::Timeout {
+        after: Duration::from_secs(1),
+    };
+    stats.record(&toolgate_agent::ToolResult::success(
+        "a",
+        "echo",
+        json!("x"),
+    ));
+    stats.record(&toolgate_agent::ToolResult::error("b", "echo", &error));
+
+    let echo = stats.tool("echo").unwrap();
+    assert_eq!(
+        (echo.calls, echo.successes, echo.failures["timeout"]),
+        (u64::MAX, u64::MAX, u64::MAX)
+    );
+    assert_eq!(echo.failure_count(), u64::MAX);
+    assert!(echo.mean_ms.is_finite(), "{}", echo.mean_ms);
+    stats.save().unwrap();
+    drop(stats);
+    assert!(
+        UsageStats::open(&path).unwrap().moved_aside().is_none(),
+        "the saved file reads back"
+    );
+}
+
+#[test]
+fn a_duration_window_read_back_longer_than_the_window_is_cut_back_to_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = edited_stats_file(&dir, json!({ "recent_ms": vec![7; 5_000] }));
+    let stats = UsageStats::open(&path).unwrap();
+    stats.record(&toolgate_agent::ToolResult::success(
+        "a",
+        "echo",
+        json!("x"),
+    ));
+    let echo = stats.tool("echo").unwrap();
+    assert_eq!(echo.recent_ms.len(), 1_000);
+    assert_eq!(echo.recent_ms.back(), Some(&0));
+}

@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 use toolgate_core::tool::ToolDefinition;
 
-use super::{FormatError, call, parameters, shape_error, str_field};
+use super::{FormatError, call, calls_format, json_kind, parameters, shape_error, str_field};
 use crate::{Arguments, ToolCall, ToolResult, ToolStatus};
 
 const PROVIDER: &str = "anthropic messages";
@@ -23,29 +23,66 @@ pub fn tools<'a>(definitions: impl IntoIterator<Item = &'a ToolDefinition>) -> V
 }
 
 /// The `tool_use` blocks of an assistant message (the Messages API response is the
-/// message). Other blocks (text, thinking) are skipped.
+/// message). Other blocks (text, thinking, server tools' blocks) are skipped.
+///
+/// ```
+/// use serde_json::json;
+/// use toolgate_agent::format::anthropic::parse_tool_uses;
+///
+/// let message = json!({"role": "assistant", "content": [
+///     {"type": "text", "text": "Let me look."},
+///     {"type": "tool_use", "id": "toolu_1", "name": "ping", "input": {}},
+/// ]});
+/// assert_eq!(parse_tool_uses(&message).unwrap()[0].id, "toolu_1");
+/// // Calls in another provider's shape are refused, not read as "no calls".
+/// let openai = json!({"role": "assistant", "content": [{"type": "text", "text": "…"}],
+///                     "tool_calls": [{"id": "c1", "type": "function",
+///                                     "function": {"name": "ping", "arguments": "{}"}}]});
+/// assert!(parse_tool_uses(&openai).is_err());
+/// ```
 ///
 /// # Errors
 ///
-/// [`FormatError`] when `content` is not an array or a `tool_use` block lacks its id or
-/// name.
+/// [`FormatError`] when the payload is not a JSON object, when `content` is not an array,
+/// when a block has no `type` (every Anthropic block has one: a block without it, such as
+/// Bedrock's `toolUse`, is another format), when a `tool_use` block lacks its id or name,
+/// and when, without a `tool_use` block, the message holds calls in another provider's
+/// shape (OpenAI's `tool_calls`, Gemini's function call parts), which would otherwise be
+/// read as no calls and silently not run.
 pub fn parse_tool_uses(message: &Value) -> Result<Vec<ToolCall>, FormatError> {
-    let blocks = message
-        .get("content")
-        .and_then(Value::as_array)
-        .ok_or_else(|| shape_error(PROVIDER, "content", "an array"))?;
-    blocks
-        .iter()
-        .enumerate()
-        .filter(|(_, b)| b.get("type").and_then(Value::as_str) == Some("tool_use"))
-        .map(|(i, b)| {
-            let path = format!("content[{i}]");
-            let id = str_field(b, "id", PROVIDER, &path)?;
-            let name = str_field(b, "name", PROVIDER, &path)?;
-            let input = b.get("input").cloned().unwrap_or_else(|| json!({}));
-            Ok(call(id, name, Arguments::Json { value: input }))
-        })
-        .collect()
+    if !message.is_object() {
+        return Err(FormatError::NotAMessage {
+            provider: PROVIDER,
+            found: json_kind(message),
+        });
+    }
+    let other_format = || match calls_format(message) {
+        Some(format) if format != super::ANTHROPIC => Err(FormatError::OtherFormat {
+            provider: PROVIDER,
+            format,
+        }),
+        _ => Ok(()),
+    };
+    let Some(blocks) = message.get("content").and_then(Value::as_array) else {
+        other_format()?;
+        return Err(shape_error(PROVIDER, "content", "an array"));
+    };
+    let mut calls = Vec::new();
+    for (i, block) in blocks.iter().enumerate() {
+        let path = format!("content[{i}]");
+        let kind = str_field(block, "type", PROVIDER, &path)?;
+        if kind != "tool_use" {
+            continue;
+        }
+        let id = str_field(block, "id", PROVIDER, &path)?;
+        let name = str_field(block, "name", PROVIDER, &path)?;
+        let input = block.get("input").cloned().unwrap_or_else(|| json!({}));
+        calls.push(call(id, name, Arguments::Json { value: input }));
+    }
+    if calls.is_empty() {
+        other_format()?;
+    }
+    Ok(calls)
 }
 
 /// The `tool_result` block that answers one `tool_use`; `is_error` is set on errors.

@@ -9,7 +9,7 @@
 use serde_json::{Map, Value, json};
 use toolgate_core::tool::ToolDefinition;
 
-use super::{FormatError, arguments_of, call, shape_error, str_field};
+use super::{FormatError, arguments_of, call, calls_format, json_kind, shape_error, str_field};
 use crate::{ToolCall, ToolResult, ToolStatus};
 
 const PROVIDER: &str = "gemini";
@@ -138,12 +138,45 @@ pub fn gemini_schema(schema: &Value) -> Value {
 /// candidate's content is read) or a `Content` object with `parts`. A call without an
 /// `id` gets [`SYNTHETIC_ID_PREFIX`] followed by its position among the parts.
 ///
+/// A part's call is read under `functionCall`, or under `function_call`, its protocol
+/// buffer field name, which Gemini reads as well and Google's Python SDKs write when they
+/// turn a response into a dictionary; a `null` there is no call (a text part, as SDKs
+/// write every field of a part).
+///
+/// ```
+/// use serde_json::json;
+/// use toolgate_agent::format::gemini::parse_function_calls;
+///
+/// let response = json!({"candidates": [{"content": {"role": "model", "parts": [
+///     {"text": "Let me look.", "functionCall": null},
+///     {"function_call": {"id": "c1", "name": "ping", "args": {}}},
+/// ]}}]});
+/// assert_eq!(parse_function_calls(&response).unwrap()[0].id, "c1");
+/// ```
+///
 /// # Errors
 ///
-/// [`FormatError`] when there are no parts, a function call lacks its name, or its `id`
+/// [`FormatError`] when the payload is not a JSON object, when there are no parts, when a
+/// part holds a call under both names, when a function call lacks its name, or its `id`
 /// is there but not a string, or starts with [`SYNTHETIC_ID_PREFIX`] (so that a given id
-/// is never taken for a made one, nor two calls share an id).
+/// is never taken for a made one, nor two calls share an id); and when, without a function
+/// call, the payload holds calls in another provider's shape (OpenAI's `tool_calls` or
+/// `function_call` items, Anthropic's `tool_use` blocks), which would otherwise be read as
+/// no calls and silently not run.
 pub fn parse_function_calls(response: &Value) -> Result<Vec<ToolCall>, FormatError> {
+    if !response.is_object() {
+        return Err(FormatError::NotAMessage {
+            provider: PROVIDER,
+            found: json_kind(response),
+        });
+    }
+    let other_format = || match calls_format(response) {
+        Some(format) if format != super::GEMINI => Err(FormatError::OtherFormat {
+            provider: PROVIDER,
+            format,
+        }),
+        _ => Ok(()),
+    };
     let content = match response.get("candidates") {
         Some(candidates) => candidates
             .get(0)
@@ -151,32 +184,55 @@ pub fn parse_function_calls(response: &Value) -> Result<Vec<ToolCall>, FormatErr
             .ok_or_else(|| shape_error(PROVIDER, "candidates[0].content", "an object"))?,
         None => response,
     };
-    let parts = content
-        .get("parts")
-        .and_then(Value::as_array)
-        .ok_or_else(|| shape_error(PROVIDER, "content.parts", "an array"))?;
-    parts
-        .iter()
-        .enumerate()
-        .filter_map(|(i, part)| part.get("functionCall").map(|f| (i, f)))
-        .map(|(i, function)| {
-            let path = format!("parts[{i}].functionCall");
-            let name = str_field(function, "name", PROVIDER, &path)?;
-            let id = match function.get("id") {
-                None | Some(Value::Null) => format!("{SYNTHETIC_ID_PREFIX}{i}"),
-                Some(Value::String(id)) if id.starts_with(SYNTHETIC_ID_PREFIX) => {
-                    return Err(FormatError::ReservedId {
-                        provider: PROVIDER,
-                        path: format!("{path}.id"),
-                        prefix: SYNTHETIC_ID_PREFIX,
-                    });
-                }
-                Some(Value::String(id)) => id.clone(),
-                Some(_) => return Err(shape_error(PROVIDER, format!("{path}.id"), "a string")),
-            };
-            Ok(call(id, name, arguments_of(function.get("args"))))
-        })
-        .collect()
+    let Some(parts) = content.get("parts").and_then(Value::as_array) else {
+        other_format()?;
+        return Err(shape_error(PROVIDER, "content.parts", "an array"));
+    };
+    let mut calls = Vec::new();
+    for (i, part) in parts.iter().enumerate() {
+        let Some(function) = function_call_of(part) else {
+            continue;
+        };
+        let given = |key| part.get(key).is_some_and(|call: &Value| !call.is_null());
+        if given("functionCall") && given("function_call") {
+            return Err(shape_error(
+                PROVIDER,
+                format!("parts[{i}]"),
+                "a part with one function call (under `functionCall` or `function_call`, not both)",
+            ));
+        }
+        let key = if given("functionCall") {
+            "functionCall"
+        } else {
+            "function_call"
+        };
+        let path = format!("parts[{i}].{key}");
+        let name = str_field(function, "name", PROVIDER, &path)?;
+        let id = match function.get("id") {
+            None | Some(Value::Null) => format!("{SYNTHETIC_ID_PREFIX}{i}"),
+            Some(Value::String(id)) if id.starts_with(SYNTHETIC_ID_PREFIX) => {
+                return Err(FormatError::ReservedId {
+                    provider: PROVIDER,
+                    path: format!("{path}.id"),
+                    prefix: SYNTHETIC_ID_PREFIX,
+                });
+            }
+            Some(Value::String(id)) => id.clone(),
+            Some(_) => return Err(shape_error(PROVIDER, format!("{path}.id"), "a string")),
+        };
+        calls.push(call(id, name, arguments_of(function.get("args"))));
+    }
+    if calls.is_empty() {
+        other_format()?;
+    }
+    Ok(calls)
+}
+
+/// The function call of a part, under either of its names; `null` is no call.
+pub(crate) fn function_call_of(part: &Value) -> Option<&Value> {
+    ["functionCall", "function_call"]
+        .into_iter()
+        .find_map(|key| part.get(key).filter(|call| !call.is_null()))
 }
 
 /// The `functionResponse` part that answers one call, with the call's `id` when Gemini

@@ -52,12 +52,14 @@ pub enum FormatError {
     /// The payload holds tool calls in another provider's format, which this format would
     /// read as no calls at all.
     #[error(
-        "{provider} payload: it holds tool calls in {format}'s format, which {provider} does not read; parse it as {format}'s format (the gateway: `?format={format}`)"
+        "{provider} payload: it holds tool calls in {format}'s format, which {provider} does not read; {}",
+        other_format_hint(.format)
     )]
     OtherFormat {
         /// The provider format asked for.
         provider: &'static str,
-        /// The format the calls are in: `anthropic` or `gemini`.
+        /// The format the calls are in: `openai` (chat completions), `openai responses`,
+        /// `anthropic` or `gemini`.
         format: &'static str,
     },
     /// A call's id starts with the prefix toolgate keeps for the ids it gives calls that
@@ -74,6 +76,84 @@ pub enum FormatError {
         /// The kept prefix.
         prefix: &'static str,
     },
+}
+
+/// What to do with calls in `format`: parse them as that format, with the gateway's name
+/// for it where the gateway's batches take it.
+fn other_format_hint(format: &str) -> String {
+    match format {
+        RESPONSES => "parse it with `format::openai::parse_responses_output` (the gateway's `/v1/tool-calls` takes chat completions messages: send the calls as a `tool_calls` array)".to_owned(),
+        format => format!("parse it as {format}'s format (the gateway: `?format={format}`)"),
+    }
+}
+
+/// The name [`FormatError::OtherFormat`] gives OpenAI's chat completions format.
+pub(crate) const CHAT: &str = "openai";
+/// The name [`FormatError::OtherFormat`] gives OpenAI's Responses API format.
+pub(crate) const RESPONSES: &str = "openai responses";
+/// The name [`FormatError::OtherFormat`] gives Anthropic's Messages API format.
+pub(crate) const ANTHROPIC: &str = "anthropic";
+/// The name [`FormatError::OtherFormat`] gives Gemini's `generateContent` format.
+pub(crate) const GEMINI: &str = "gemini";
+
+/// The format of the tool calls `payload` holds, whichever format it was passed as: a
+/// chat completions message's `tool_calls`, a Responses API response's `function_call`
+/// items, an Anthropic message's `tool_use` blocks, a Gemini content's (or a response's
+/// first candidate's) function call parts; an array is read as a list of such items.
+/// `None` when it holds no calls any of them would read.
+///
+/// Each parser asks this when it found no calls of its own: a payload in another format
+/// would otherwise be read as "no calls", and none of them would run.
+pub(crate) fn calls_format(payload: &Value) -> Option<&'static str> {
+    let any = |items: Option<&Value>| {
+        items
+            .and_then(Value::as_array)
+            .and_then(|items| items.iter().find_map(item_format))
+    };
+    if let Value::Array(items) = payload {
+        return items.iter().find_map(item_format);
+    }
+    if payload
+        .get("tool_calls")
+        .and_then(Value::as_array)
+        .is_some_and(|calls| !calls.is_empty())
+    {
+        return Some(CHAT);
+    }
+    let content = payload
+        .get("candidates")
+        .and_then(|c| c.get(0))
+        .and_then(|c| c.get("content"))
+        .unwrap_or(payload);
+    any(payload.get("output"))
+        .or_else(|| any(payload.get("content")))
+        .or_else(|| any(content.get("parts")))
+}
+
+/// The format of one item of a list of calls, blocks, parts or output items, when it is a
+/// tool call.
+fn item_format(item: &Value) -> Option<&'static str> {
+    if gemini::function_call_of(item).is_some() {
+        return Some(GEMINI);
+    }
+    match item.get("type").and_then(Value::as_str)? {
+        "function" if item.get("function").is_some_and(Value::is_object) => Some(CHAT),
+        "function_call" => Some(RESPONSES),
+        "tool_use" => Some(ANTHROPIC),
+        _ => None,
+    }
+}
+
+/// What a JSON value is, in words.
+pub(crate) fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "true or false",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
 }
 
 pub(crate) fn shape_error(

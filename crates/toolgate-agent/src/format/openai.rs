@@ -4,7 +4,9 @@
 use serde_json::{Value, json};
 use toolgate_core::tool::ToolDefinition;
 
-use super::{FormatError, arguments_of, call, parameters, shape_error, str_field};
+use super::{
+    FormatError, arguments_of, call, calls_format, json_kind, parameters, shape_error, str_field,
+};
 use crate::{ToolCall, ToolResult};
 
 const CHAT: &str = "openai chat completions";
@@ -80,8 +82,9 @@ pub fn responses_tools<'a>(definitions: impl IntoIterator<Item = &'a ToolDefinit
 ///
 /// [`FormatError`] when the payload is not a JSON object or array, when a call lacks its id
 /// or function name, and when a message without `tool_calls` holds calls in another
-/// provider's shape (Anthropic's `tool_use` blocks, Gemini's `functionCall` parts), which
-/// would otherwise be read as a message with no calls and silently not run.
+/// provider's shape (a Responses API response's `function_call` items, Anthropic's
+/// `tool_use` blocks, Gemini's function call parts), which would otherwise be read as a
+/// message with no calls and silently not run.
 pub fn parse_chat_tool_calls(message: &Value) -> Result<Vec<ToolCall>, FormatError> {
     let message = match message {
         // The message's `tool_calls` array itself.
@@ -103,7 +106,7 @@ pub fn parse_chat_tool_calls(message: &Value) -> Result<Vec<ToolCall>, FormatErr
     };
     match message.get("tool_calls") {
         None | Some(Value::Null) => {
-            if let Some(format) = other_format(message) {
+            if let Some(format) = calls_format(message) {
                 return Err(FormatError::OtherFormat {
                     provider: CHAT,
                     format,
@@ -113,43 +116,6 @@ pub fn parse_chat_tool_calls(message: &Value) -> Result<Vec<ToolCall>, FormatErr
         }
         Some(Value::Array(calls)) => chat_calls(calls),
         Some(_) => Err(shape_error(CHAT, "tool_calls", "an array")),
-    }
-}
-
-/// The provider whose calls `message`, a chat completions message without `tool_calls`,
-/// holds: Anthropic's `tool_use` content blocks, or Gemini's `functionCall` parts (of a
-/// content, or of a response's first candidate).
-fn other_format(message: &Value) -> Option<&'static str> {
-    let holds = |items: Option<&Value>, test: &dyn Fn(&Value) -> bool| {
-        items
-            .and_then(Value::as_array)
-            .is_some_and(|items| items.iter().any(test))
-    };
-    if holds(message.get("content"), &|block| {
-        block.get("type").and_then(Value::as_str) == Some("tool_use")
-    }) {
-        return Some("anthropic");
-    }
-    let content = message
-        .get("candidates")
-        .and_then(|c| c.get(0))
-        .and_then(|c| c.get("content"))
-        .unwrap_or(message);
-    holds(content.get("parts"), &|part| {
-        part.get("functionCall").is_some()
-    })
-    .then_some("gemini")
-}
-
-/// What a JSON value is, in words.
-fn json_kind(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "null",
-        Value::Bool(_) => "true or false",
-        Value::Number(_) => "a number",
-        Value::String(_) => "a string",
-        Value::Array(_) => "an array",
-        Value::Object(_) => "an object",
     }
 }
 
@@ -180,20 +146,51 @@ pub fn chat_tool_message(result: &ToolResult) -> Value {
 }
 
 /// The function calls of a Responses API answer: pass the response (its `output` is
-/// read) or the `output` array itself.
+/// read) or the `output` array itself. Other items (messages, reasoning) are skipped.
+///
+/// ```
+/// use serde_json::json;
+/// use toolgate_agent::format::openai::parse_responses_output;
+///
+/// let item = json!({"type": "function_call", "call_id": "c1", "name": "ping", "arguments": "{}"});
+/// assert_eq!(parse_responses_output(&json!({"output": [item.clone()]})).unwrap()[0].id, "c1");
+/// // A chat completions `tool_calls` array is refused, not read as "no calls".
+/// let chat = json!([{"id": "c1", "type": "function", "function": {"name": "ping", "arguments": "{}"}}]);
+/// assert!(parse_responses_output(&chat).is_err());
+/// ```
 ///
 /// # Errors
 ///
-/// [`FormatError`] when `output` is missing or a function call lacks its `call_id` or name.
+/// [`FormatError`] when the payload is not a JSON object or array, when `output` is
+/// missing, when a function call lacks its `call_id` or name, and when, without a
+/// function call, the payload holds calls in another provider's shape (chat completions
+/// `tool_calls`, Anthropic's `tool_use` blocks, Gemini's function call parts), which would
+/// otherwise be read as no calls and silently not run.
 pub fn parse_responses_output(response: &Value) -> Result<Vec<ToolCall>, FormatError> {
+    let other_format = |payload: &Value| match calls_format(payload) {
+        Some(format) if format != super::RESPONSES => Err(FormatError::OtherFormat {
+            provider: RESPONSES,
+            format,
+        }),
+        _ => Ok(()),
+    };
     let items = match response {
         Value::Array(items) => items,
-        _ => response
-            .get("output")
-            .and_then(Value::as_array)
-            .ok_or_else(|| shape_error(RESPONSES, "output", "an array"))?,
+        Value::Object(_) => match response.get("output").and_then(Value::as_array) {
+            Some(items) => items,
+            None => {
+                other_format(response)?;
+                return Err(shape_error(RESPONSES, "output", "an array"));
+            }
+        },
+        other => {
+            return Err(FormatError::NotAMessage {
+                provider: RESPONSES,
+                found: json_kind(other),
+            });
+        }
     };
-    items
+    let calls = items
         .iter()
         .enumerate()
         .filter(|(_, item)| item.get("type").and_then(Value::as_str) == Some("function_call"))
@@ -203,7 +200,11 @@ pub fn parse_responses_output(response: &Value) -> Result<Vec<ToolCall>, FormatE
             let name = str_field(item, "name", RESPONSES, &path)?;
             Ok(call(id, name, arguments_of(item.get("arguments"))))
         })
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    if calls.is_empty() {
+        other_format(response)?;
+    }
+    Ok(calls)
 }
 
 /// The `function_call_output` input item that answers one call in the Responses API.
