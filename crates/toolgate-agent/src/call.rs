@@ -56,7 +56,7 @@ impl Arguments {
             Ok(value) => Arguments::Json { value },
             Err(e) => Arguments::Unparseable {
                 raw: text.to_owned(),
-                error: e.to_string(),
+                error: toolgate_core::error::in_json_words(&e.to_string()),
             },
         }
     }

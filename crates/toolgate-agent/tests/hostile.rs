@@ -12,8 +12,8 @@ use common::{Runs, THREAD, Wait, state, system};
 use serde_json::json;
 use toolgate_agent::format::{FormatError, gemini};
 use toolgate_agent::{
-    Concurrency, ExecuteOptions, ResumeDecision, ResumeError, ResumeOptions, ToolCall, ToolStatus,
-    UsageStats,
+    Arguments, Concurrency, ExecuteOptions, ResumeDecision, ResumeError, ResumeOptions, ToolCall,
+    ToolStatus, UsageStats,
 };
 #[cfg(unix)]
 use toolgate_agent::{JsonFileSuspensionStore, SuspensionLimits};
@@ -597,4 +597,17 @@ async fn a_call_id_a_model_wrote_is_not_the_request_id_unless_it_is_a_plain_id()
             ),
         }
     }
+}
+
+#[test]
+fn arguments_nested_deeper_than_is_read_are_said_so_not_as_a_recursion_limit() {
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let Arguments::Unparseable { error, .. } = Arguments::from_json_str(&deep) else {
+        panic!("200 levels are deeper than is read");
+    };
+    assert!(
+        error.starts_with("arrays and objects nested more than 128 deep at line 1 column"),
+        "{error}"
+    );
+    assert!(!error.contains("recursion"), "{error}");
 }

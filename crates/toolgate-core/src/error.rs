@@ -497,8 +497,18 @@ pub struct InputViolations(pub Vec<InputViolation>);
 ///     in_json_words("unknown variant `calculater`, expected `calculator` or `echo`"),
 ///     "unknown value `calculater`, expected `calculator` or `echo`"
 /// );
+/// // Valid JSON, only deeper than serde_json reads: said so, not "recursion".
+/// assert_eq!(
+///     in_json_words("recursion limit exceeded at line 1 column 129"),
+///     "arrays and objects nested more than 128 deep at line 1 column 129, deeper than is read"
+/// );
 /// ```
 pub fn in_json_words(message: &str) -> String {
+    if let Some(position) = message.strip_prefix("recursion limit exceeded") {
+        return format!(
+            "arrays and objects nested more than 128 deep{position}, deeper than is read"
+        );
+    }
     let message = match message.strip_prefix("unknown variant ") {
         Some(rest) => std::borrow::Cow::Owned(format!("unknown value {rest}")),
         None => std::borrow::Cow::Borrowed(message),
