@@ -53,10 +53,13 @@ pub fn evaluate(expression: &str) -> Result<serde_json::Number, String> {
     }
 }
 
-/// The evaluator's error in words a caller knows: its type errors name its own types
-/// (`Expected a Value::Boolean, but got Int(1)`).
+/// The evaluator's error in words a caller knows: its own messages name its types
+/// (`Expected a Value::Boolean, but got Int(1)`) and its internals ("Variable identifier is
+/// not bound to anything by context", "Error modulating 1 % 0").
 fn in_words(error: &evalexpr::EvalexprError) -> String {
     use evalexpr::EvalexprError as E;
+    use evalexpr::Value;
+    const WRITE: &str = "write an expression of numbers";
     let needed = match error {
         E::ExpectedString { .. } => "text",
         E::ExpectedInt { .. } => "a whole number",
@@ -68,11 +71,46 @@ fn in_words(error: &evalexpr::EvalexprError) -> String {
         | E::ExpectedRangedLengthTuple { .. } => "a list of values",
         E::ExpectedEmpty { .. } => "nothing",
         E::TypeError { .. } | E::WrongTypeCombination { .. } => {
-            return "its operands are of kinds that do not go together: write an expression of numbers".to_owned();
+            return format!("its operands are of kinds that do not go together: {WRITE}");
         }
-        other => return other.to_string(),
+        E::VariableIdentifierNotFound(name) => {
+            return format!(
+                "`{name}` is no number, and the calculator has no value of that name: {WRITE}"
+            );
+        }
+        E::FunctionIdentifierNotFound(name) => {
+            return format!(
+                "the calculator has no function `{name}` (it has `math::sqrt`, `math::ln`, `min`, `max` and the like)"
+            );
+        }
+        E::WrongOperatorArgumentAmount { .. } => {
+            return format!("an operator there is missing an operand: {WRITE}");
+        }
+        E::WrongFunctionArgumentAmount { .. } => {
+            return "a function there is given the wrong number of arguments".to_owned();
+        }
+        E::UnmatchedLBrace => return "a `(` is never closed".to_owned(),
+        E::UnmatchedRBrace => return "a `)` closes nothing".to_owned(),
+        E::UnmatchedDoubleQuote => return "a `\"` is never closed".to_owned(),
+        E::MissingOperatorOutsideOfBrace => {
+            return "an operator is missing next to a parenthesis: write `2 * (3 + 4)`, not `2(3 + 4)`".to_owned();
+        }
+        E::DivisionError { divisor, .. } | E::ModulationError { divisor, .. }
+            if matches!(divisor, Value::Int(0)) =>
+        {
+            return "it divides by zero".to_owned();
+        }
+        E::AdditionError { .. }
+        | E::SubtractionError { .. }
+        | E::NegationError { .. }
+        | E::MultiplicationError { .. }
+        | E::DivisionError { .. }
+        | E::ModulationError { .. } => {
+            return "its value is too large for a whole number: write a number of it with a decimal point (`2.0`) to compute in decimals".to_owned();
+        }
+        _ => return format!("it is not an expression the calculator reads: {WRITE}"),
     };
-    format!("an operand there must be {needed}: write an expression of numbers")
+    format!("an operand there must be {needed}: {WRITE}")
 }
 
 pub(super) fn tool() -> impl Tool {
@@ -119,6 +157,33 @@ mod tests {
                 !error.contains("Value::") && !error.contains("Int(") && !error.contains("Empty"),
                 "{expression}: {error}"
             );
+        }
+    }
+
+    #[test]
+    fn the_evaluators_own_wording_never_reaches_the_caller() {
+        for (expression, said) in [
+            ("a", "`a` is no number"),
+            ("1 % 0", "divides by zero"),
+            ("1 / 0", "divides by zero"),
+            ("9223372036854775807 + 1", "too large for a whole number"),
+            ("(1 + 2", "a `(` is never closed"),
+            ("1 + 2)", "a `)` closes nothing"),
+            ("nope(1)", "no function `nope`"),
+            ("2(3)", "an operator is missing next to a parenthesis"),
+            ("1 +", "missing an operand"),
+        ] {
+            let error = evaluate(expression).unwrap_err();
+            assert!(error.contains(said), "{expression}: {error}");
+            for theirs in [
+                "Variable identifier",
+                "context",
+                "modulating",
+                "Error ",
+                "Found an",
+            ] {
+                assert!(!error.contains(theirs), "{expression}: {error}");
+            }
         }
     }
 }
