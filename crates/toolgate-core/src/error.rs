@@ -502,11 +502,29 @@ pub struct InputViolations(pub Vec<InputViolation>);
 ///     in_json_words("recursion limit exceeded at line 1 column 129"),
 ///     "arrays and objects nested more than 128 deep at line 1 column 129, deeper than is read"
 /// );
+/// // Half of a UTF-16 surrogate pair (`"\ud800"`, `"\udc00"`) is no character.
+/// assert_eq!(
+///     in_json_words("lone leading surrogate in hex escape at line 1 column 16"),
+///     "a `\\u` escape of half a UTF-16 surrogate pair without its other half, which is no character, at line 1 column 16: strings must be valid Unicode"
+/// );
 /// ```
 pub fn in_json_words(message: &str) -> String {
     if let Some(position) = message.strip_prefix("recursion limit exceeded") {
         return format!(
             "arrays and objects nested more than 128 deep{position}, deeper than is read"
+        );
+    }
+    // serde_json's words for a lone surrogate: a high one not followed by its low half, and
+    // a low one alone (which it calls "leading").
+    if let Some(position) = [
+        "unexpected end of hex escape",
+        "lone leading surrogate in hex escape",
+    ]
+    .into_iter()
+    .find_map(|said| message.strip_prefix(said))
+    {
+        return format!(
+            "a `\\u` escape of half a UTF-16 surrogate pair without its other half, which is no character,{position}: strings must be valid Unicode"
         );
     }
     let message = match message.strip_prefix("unknown variant ") {
