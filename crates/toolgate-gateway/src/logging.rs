@@ -138,7 +138,12 @@ const PAYLOAD_TARGETS: [&str; 5] = ["rmcp", "hyper", "hyper_util", "h2", "reqwes
 /// [`SPAN_TARGET`](toolgate_core::SPAN_TARGET) are exported through it as well (spans
 /// only: log events stay in the log).
 pub fn init(format: LogFormat, level: &str, tracer: Option<SdkTracer>) {
-    let filter = filter(std::env::var("RUST_LOG").ok().as_deref(), level);
+    let rust_log = std::env::var("RUST_LOG").ok();
+    let spec = spec(rust_log.as_deref(), level);
+    let filter = filter(spec);
+    // Unless the operator asks for rmcp's lines, its line for every error a request was
+    // answered with goes: the caller was answered, and the line is the caller's to cause.
+    let answered_errors = names(spec, "rmcp");
     let colours = std::io::stderr().is_terminal();
     let fmt = tracing_subscriber::fmt::layer()
         .with_ansi(colours)
@@ -156,7 +161,13 @@ pub fn init(format: LogFormat, level: &str, tracer: Option<SdkTracer>) {
     });
     let redis_client = ClientLogLimit::new(REDIS_CLIENT_LOG_INTERVAL);
     let installed = tracing_subscriber::registry()
-        .with(fmt.with_filter(redis_client.clone()).with_filter(filter))
+        .with(
+            fmt.with_filter(redis_client.clone())
+                .with_filter(filter)
+                .with_filter(filter_fn(move |meta| {
+                    answered_errors || !is_answered_error(meta)
+                })),
+        )
         .with(otel)
         .try_init();
     if installed.is_ok() && tokio::runtime::Handle::try_current().is_ok() {
@@ -165,12 +176,15 @@ pub fn init(format: LogFormat, level: &str, tracer: Option<SdkTracer>) {
     }
 }
 
-/// The filter of `rust_log` (when set and valid) or `level`, with the payload targets it
-/// does not name held at `info`.
-fn filter(rust_log: Option<&str>, level: &str) -> EnvFilter {
-    let spec = rust_log
+/// The filter's directives: `rust_log` when set and valid, else `level`.
+fn spec<'a>(rust_log: Option<&'a str>, level: &'a str) -> &'a str {
+    rust_log
         .filter(|spec| EnvFilter::try_new(spec).is_ok())
-        .unwrap_or(level);
+        .unwrap_or(level)
+}
+
+/// The filter of `spec`, with the payload targets it does not name held at `info`.
+fn filter(spec: &str) -> EnvFilter {
     let mut filter = EnvFilter::try_new(spec).unwrap_or_else(|_| EnvFilter::new("info"));
     for target in PAYLOAD_TARGETS {
         if !names(spec, target)
@@ -180,6 +194,19 @@ fn filter(rust_log: Option<&str>, level: &str) -> EnvFilter {
         }
     }
     filter
+}
+
+/// Whether `meta` is rmcp's line for an error a request was answered with (`response
+/// error`, at `warn`, with the request's `id` and the error in its Rust form,
+/// `ErrorData { code: ErrorCode(-32602), … }`): a caller's mistake (a bad argument, an
+/// unknown method) is answered to the caller, and a warning per mistake would let any
+/// caller fill the log with warnings, in Rust's words.
+fn is_answered_error(meta: &tracing::Metadata<'_>) -> bool {
+    meta.is_event()
+        && *meta.level() == tracing::Level::WARN
+        && meta.target() == "rmcp::service"
+        && meta.fields().field("id").is_some()
+        && meta.fields().field("error").is_some()
 }
 
 /// Whether one of the filter's directives is about `target` or one of its modules.

@@ -54,3 +54,34 @@ async fn logs_to_a_pipe_carry_no_colour_codes() {
         "colour codes on a pipe:\n{stderr:?}"
     );
 }
+
+/// Asks `/mcp` for a prompt that is not there: an error answer to the caller. The log
+/// lines written meanwhile.
+async fn log_of_a_callers_mistake(gateway: &Gateway) -> String {
+    let session = open_session(gateway, "alice").await;
+    let get = json!({"jsonrpc": "2.0", "id": 5, "method": "prompts/get",
+                     "params": {"name": "no-such-prompt"}});
+    let (status, _, text) = mcp(gateway, Method::POST, "alice", Some(&session), Some(get)).await;
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"error\""), "answered with an error: {text}");
+    // Let the last log lines of the request reach the pipe.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    gateway.stderr()
+}
+
+#[tokio::test]
+async fn a_callers_mistake_answered_on_mcp_writes_no_warning_in_rusts_words() {
+    let yaml = format!(
+        "tools:\n  builtin: [echo]\nusers:\n{}",
+        user_yaml("alice", &["admin"])
+    );
+    let gateway = Gateway::start(&yaml);
+    let stderr = log_of_a_callers_mistake(&gateway).await;
+    assert!(!stderr.contains("response error"), "{stderr}");
+    assert!(!stderr.contains("ErrorData"), "{stderr}");
+
+    // An operator who asks for rmcp's lines gets them.
+    let asked = Gateway::start_with_env(&yaml, &[("RUST_LOG", "info,rmcp=warn")]);
+    let stderr = log_of_a_callers_mistake(&asked).await;
+    assert!(stderr.contains("response error"), "{stderr}");
+}
