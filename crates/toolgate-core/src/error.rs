@@ -64,7 +64,9 @@ pub enum ToolError {
     #[error("invalid arguments: {0}")]
     InvalidInput(InputViolations),
     /// The input is larger than the pipeline accepts.
-    #[error("input is {size} bytes, over the limit of {limit} bytes: send less data")]
+    #[error(
+        "the input is too large: about {size} bytes of JSON (counted as read, not as sent), over the limit of {limit} bytes: send less data"
+    )]
     InputTooLarge {
         /// The size of the input in bytes (approximate for already-parsed JSON).
         size: usize,
