@@ -77,7 +77,10 @@ fn not_json_rpc(bytes: &[u8], error: &serde_json::Error) -> http::Response<Guard
             StatusCode::BAD_REQUEST,
             Value::Null,
             PARSE_ERROR,
-            format!("the body is not valid JSON: {error}"),
+            format!(
+                "the body is not valid JSON: {}",
+                toolgate_core::error::in_json_words(&error.to_string())
+            ),
         );
     }
     // A key named twice is toolgate's refusal (see `message`), which its error says. A
@@ -337,5 +340,24 @@ mod tests {
             assert!(message.contains(reason), "{body}: {message}");
             assert!(!message.contains("unrecognized"), "{body}: {message}");
         }
+    }
+
+    #[tokio::test]
+    async fn json_nested_deeper_than_is_read_is_answered_in_words() {
+        let body = format!("{}{}", "[".repeat(200), "]".repeat(200));
+        let answer = read(post(Full::new(Bytes::from(body))), 1 << 16)
+            .await
+            .err()
+            .unwrap();
+        assert_eq!(answer.status(), StatusCode::BAD_REQUEST);
+        let answer = answer.into_body().collect().await.unwrap().to_bytes();
+        let answer: Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(answer["error"]["code"], PARSE_ERROR);
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(
+            message.contains("arrays and objects nested more than 128 deep"),
+            "{message}"
+        );
+        assert!(!message.contains("recursion"), "{message}");
     }
 }
