@@ -293,7 +293,8 @@ async fn a_bound_of_0_is_refused_in_plain_words() {
 async fn callers_with_connections_of_their_own_share_the_upstreams_bound() {
     let (seen, gate) = (Arc::default(), Arc::new(Semaphore::new(0)));
     let url = upstream(&seen, &gate).await;
-    let config = as_ann_or_bob(bounded_config(&url, 2));
+    // Each caller may hold the whole bound: it is the upstream's bound that is shown.
+    let config = as_ann_or_bob(bounded_config(&url, 2).max_connections_per_caller(2));
     let pipeline = imported(config).await.1;
     let held: Vec<_> = ["ann", "bob"]
         .map(|user| {
@@ -704,6 +705,40 @@ async fn a_list_or_read_still_waiting_at_its_deadline_is_told_the_upstream_is_bu
     .await
     .expect("listed");
     assert!(listed.to_string().contains(HELD), "{listed}");
+}
+
+#[tokio::test]
+async fn a_share_per_caller_of_0_above_the_bound_or_on_a_stdio_server_is_refused_in_plain_words() {
+    let http = || UpstreamConfig::http("bounded", "http://127.0.0.1:1/mcp");
+    let stdio = UpstreamConfig::stdio("files", "mcp-files", ["--root", "/srv"]);
+    for (config, words) in [
+        (
+            http().max_connections_per_caller(0),
+            &[
+                "`bounded`",
+                "`max_connections_per_caller` is 0",
+                "at least 1",
+            ][..],
+        ),
+        (
+            http().max_connections(4).max_connections_per_caller(5),
+            &["`bounded`", "is 5, more than the 4 requests", "at most 4"][..],
+        ),
+        (
+            stdio.max_connections_per_caller(2),
+            &["`files`", "one pipe", "remove `max_connections_per_caller`"][..],
+        ),
+    ] {
+        let e = toolgate_mcp::Upstream::connect(config)
+            .await
+            .expect_err("refused");
+        assert!(matches!(e, toolgate_mcp::McpError::Config(_)), "{e:?}");
+        let text = e.to_string();
+        for words in words {
+            assert!(text.contains(words), "`{words}` not in: {text}");
+        }
+        assert!(!text.contains("::"), "no Rust names: {text}");
+    }
 }
 
 #[tokio::test]

@@ -48,6 +48,12 @@ pub struct UpstreamEntry {
     /// past it waits, until its deadline at most
     /// ([`UpstreamConfig::max_connections`]).
     pub max_connections: Option<usize>,
+    /// The most of those requests one caller (an authenticated user, in its tenant) may
+    /// have in flight at once (default: half of `max_connections`, rounded up — 128); a
+    /// caller's request past it waits for one of the caller's own to finish, until its
+    /// deadline at most, and then fails with 503 `upstream_share_used`
+    /// ([`UpstreamConfig::max_connections_per_caller`]).
+    pub max_connections_per_caller: Option<usize>,
     /// Check arguments against each imported tool's input schema before the call leaves
     /// (default true).
     #[serde(default = "policies::yes")]
@@ -69,7 +75,8 @@ impl UpstreamEntry {
     ///
     /// [`ConfigError`] when a name under `inherit_env` or `env`, or a `command`'s
     /// `credential_env`, cannot be a variable's, `inherit_env` is set for an HTTP
-    /// server, or `max_connections` is 0 or set for a stdio one.
+    /// server, or `max_connections` or `max_connections_per_caller` is 0 or set for a stdio
+    /// one, or `max_connections_per_caller` is above `max_connections`.
     pub(crate) fn check(&self, index: usize) -> Result<(), ConfigError> {
         match self.max_connections {
             Some(0) => {
@@ -85,6 +92,32 @@ impl UpstreamEntry {
                 return Err(ConfigError::invalid(
                     format!("upstreams[{index}].max_connections"),
                     "a program started over stdio (`command`) is spoken to on one pipe: remove `max_connections`, which bounds an HTTP server's connections",
+                ));
+            }
+            _ => {}
+        }
+        let max = self
+            .max_connections
+            .unwrap_or(toolgate_mcp::DEFAULT_MAX_CONNECTIONS);
+        match self.max_connections_per_caller {
+            Some(0) => {
+                return Err(ConfigError::invalid(
+                    format!("upstreams[{index}].max_connections_per_caller"),
+                    "0 would let no caller's request reach the server: set at least 1, or leave it out for the default (half of `max_connections`)",
+                ));
+            }
+            Some(_) if self.command.is_some() => {
+                return Err(ConfigError::invalid(
+                    format!("upstreams[{index}].max_connections_per_caller"),
+                    "a program started over stdio (`command`) is spoken to on one pipe: remove `max_connections_per_caller`, which shares out an HTTP server's connections among callers",
+                ));
+            }
+            Some(share) if share > max => {
+                return Err(ConfigError::invalid(
+                    format!("upstreams[{index}].max_connections_per_caller"),
+                    format!(
+                        "{share} is more than the {max} requests in flight `max_connections` allows the server in all: set at most {max} (one caller may then hold every place), or raise `max_connections`"
+                    ),
                 ));
             }
             _ => {}
@@ -170,6 +203,9 @@ impl UpstreamEntry {
         if let Some(max) = self.max_connections {
             config = config.max_connections(max);
         }
+        if let Some(share) = self.max_connections_per_caller {
+            config = config.max_connections_per_caller(share);
+        }
         Ok(config
             .validate_arguments(self.validate_arguments)
             .discover(self.discover))
@@ -229,6 +265,64 @@ mod tests {
                 "{error}"
             );
         }
+    }
+
+    #[test]
+    fn max_connections_per_caller_is_given_to_an_http_upstream_or_defaults_to_half() {
+        let config = parse(
+            "upstreams:\n  - { name: crm, url: \"http://127.0.0.1:1/mcp\", max_connections: 8, max_connections_per_caller: 3 }\n",
+        )
+        .unwrap();
+        let upstream = config.upstreams[0].upstream_config(0).unwrap();
+        assert_eq!(upstream.max_connections_per_caller, Some(3));
+        assert_eq!(upstream.max_in_flight_per_caller(), 3);
+        let config = parse(
+            "upstreams:\n  - { name: crm, url: \"http://127.0.0.1:1/mcp\", max_connections: 5 }\n",
+        )
+        .unwrap();
+        let upstream = config.upstreams[0].upstream_config(0).unwrap();
+        assert_eq!(
+            upstream.max_connections_per_caller, None,
+            "left at the default"
+        );
+        assert_eq!(
+            upstream.max_in_flight_per_caller(),
+            3,
+            "half of 5, rounded up"
+        );
+    }
+
+    #[test]
+    fn max_connections_per_caller_of_0_above_the_bound_or_for_a_stdio_program_is_refused_in_plain_words()
+     {
+        let field = "upstreams[0].max_connections_per_caller";
+        for (entry, words) in [
+            (
+                "url: \"http://127.0.0.1:1/mcp\", max_connections_per_caller: 0",
+                "0 would let no caller's request reach the server",
+            ),
+            (
+                "url: \"http://127.0.0.1:1/mcp\", max_connections: 4, max_connections_per_caller: 5",
+                "5 is more than the 4 requests in flight `max_connections` allows",
+            ),
+            (
+                "url: \"http://127.0.0.1:1/mcp\", max_connections_per_caller: 257",
+                "more than the 256 requests in flight",
+            ),
+            (
+                "command: npx, max_connections_per_caller: 2",
+                "remove `max_connections_per_caller`",
+            ),
+        ] {
+            let error = refused(&format!("upstreams:\n  - {{ name: crm, {entry} }}\n"));
+            assert_eq!(error.field(), field, "{error}");
+            assert!(error.to_string().contains(words), "{words:?} in {error}");
+        }
+        // The whole bound is a share: one caller may hold every place.
+        parse(
+            "upstreams:\n  - { name: crm, url: \"http://127.0.0.1:1/mcp\", max_connections: 4, max_connections_per_caller: 4 }\n",
+        )
+        .unwrap();
     }
 
     #[test]

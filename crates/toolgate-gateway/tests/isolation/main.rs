@@ -16,3 +16,4 @@ mod subscriptions;
 mod tenant_approvers;
 mod tenant_state;
 mod tokens;
+mod upstream_shares;

@@ -160,6 +160,11 @@ pub struct UpstreamConfig {
     /// `None`, the default: [`DEFAULT_MAX_CONNECTIONS`]. A bound set, even to the default,
     /// is refused for a stdio upstream, which has no such bound.
     pub max_connections: Option<usize>,
+    /// The most of the upstream's requests in flight one caller may hold at once (HTTP
+    /// upstreams; see [`max_connections_per_caller`](Self::max_connections_per_caller)).
+    /// `None`, the default: half of [`max_in_flight`](Self::max_in_flight), rounded up.
+    /// Refused for a stdio upstream, as [`max_connections`](Self::max_connections) is.
+    pub max_connections_per_caller: Option<usize>,
     /// Whether arguments are checked against each imported tool's input schema before
     /// the call leaves (on by default): a wrong argument is the caller's `invalid_input`
     /// naming the field, not the upstream's failure.
@@ -190,6 +195,7 @@ impl UpstreamConfig {
             connect_timeout: Duration::from_secs(10),
             backoff: Backoff::default(),
             max_connections: None,
+            max_connections_per_caller: None,
             validate_arguments: true,
             discover: true,
             per_caller: None,
@@ -329,7 +335,8 @@ impl UpstreamConfig {
     /// upstream is sent requests on, as Envoy's per-cluster `max_requests` /
     /// `max_connections` do. A request past the bound waits for one to end, never past
     /// its call's deadline: a call still waiting then fails with 503 `upstream_busy`,
-    /// which names the bound and tells the caller to try again.
+    /// which names the bound and tells the caller to try again. One caller may hold at most
+    /// its share of the bound ([`max_connections_per_caller`](Self::max_connections_per_caller)).
     ///
     /// A call whose connection is being made — a caller's own link's first `initialize`,
     /// a reconnect — and whose attempt runs out of time while one of its requests still
@@ -371,6 +378,55 @@ impl UpstreamConfig {
     /// [`max_connections`](Self::max_connections) set, else [`DEFAULT_MAX_CONNECTIONS`].
     pub fn max_in_flight(&self) -> usize {
         self.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS)
+    }
+
+    /// Sets the most of an HTTP upstream's requests in flight one caller may hold at once
+    /// (default: half of [`max_in_flight`](Self::max_in_flight), rounded up — 128 of the
+    /// default 256). The caller is the invocation's authenticated user
+    /// ([`User::caller_key`](toolgate_core::User::caller_key): the id in its tenant). Without
+    /// a share, one caller — hundreds of calls, or lists and reads — could hold every place
+    /// of [`max_connections`](Self::max_connections), and every other caller of the
+    /// upstream would wait, and fail with 503 `upstream_busy` at its deadline.
+    ///
+    /// A caller's request past its share waits, in order, for one of the caller's own
+    /// requests to finish, holding none of the upstream's places meanwhile, and never past
+    /// its deadline: still waiting then, it fails with 503 `upstream_share_used` (with a
+    /// `Retry-After`), which tells the caller that its own requests hold it up and how many
+    /// it may have. Calls and a caller's other requests — lists, reads, `prompts/get`,
+    /// completions, subscriptions, `tasks/*` — count alike. A request no caller makes (the
+    /// anonymous user's, where nobody is authenticated, or one the gateway makes itself:
+    /// a reconnect's `initialize`, a subscription made again) takes no share. A share equal
+    /// to the bound lets one caller hold every place, as before shares were counted.
+    ///
+    /// 0 is refused by [`Upstream::connect`](crate::Upstream::connect), and so is a share
+    /// above [`max_in_flight`](Self::max_in_flight) or set on a stdio upstream.
+    ///
+    /// ```
+    /// use toolgate_mcp::UpstreamConfig;
+    ///
+    /// let search = UpstreamConfig::http("search", "http://127.0.0.1:9000/mcp")
+    ///     .max_connections(64)
+    ///     .max_connections_per_caller(8);
+    /// assert_eq!(search.max_connections_per_caller, Some(8));
+    /// assert_eq!(search.max_in_flight_per_caller(), 8);
+    /// let crm = UpstreamConfig::http("crm", "http://127.0.0.1:9001/mcp");
+    /// assert_eq!(crm.max_connections_per_caller, None);
+    /// assert_eq!(crm.max_in_flight_per_caller(), 128);
+    /// let small = UpstreamConfig::http("small", "http://127.0.0.1:9002/mcp").max_connections(5);
+    /// assert_eq!(small.max_in_flight_per_caller(), 3);
+    /// ```
+    #[must_use]
+    pub fn max_connections_per_caller(mut self, max: usize) -> Self {
+        self.max_connections_per_caller = Some(max);
+        self
+    }
+
+    /// The most of the upstream's requests in flight one caller may hold at once: the
+    /// share [`max_connections_per_caller`](Self::max_connections_per_caller) set, else
+    /// half of [`max_in_flight`](Self::max_in_flight), rounded up.
+    pub fn max_in_flight_per_caller(&self) -> usize {
+        self.max_connections_per_caller
+            .unwrap_or_else(|| self.max_in_flight().div_ceil(2))
     }
 
     /// Whether arguments are checked against the imported tools' input schemas before a

@@ -28,7 +28,7 @@ use serde_json::{Map, Value, json};
 use tokio::time::Instant;
 use toolgate_core::error::InputViolations;
 use toolgate_core::tool::{ErasedTool, PreparedInput, ToolAnnotations, ToolDefinition, ToolSource};
-use toolgate_core::{ToolError, ToolInvokeContext};
+use toolgate_core::{ToolError, ToolInvokeContext, User};
 
 use super::link::Link;
 use crate::caller::CallerKey;
@@ -217,7 +217,7 @@ impl ErasedTool for ImportedPrompt {
             let deadline = deadline_for(&self.link, ctx);
             let link = self.link.as_caller(ctx).await?;
             if let Some(request) = completion(ctx.input()) {
-                let answer = self.complete(&link, request?, deadline).await;
+                let answer = self.complete(&link, request?, ctx.user(), deadline).await;
                 return link.scrub(answer);
             }
             let arguments = ctx.input().as_object().cloned().unwrap_or_default();
@@ -236,6 +236,7 @@ impl ImportedPrompt {
         &self,
         link: &Link,
         mut request: CompleteRequestParams,
+        user: &User,
         deadline: Instant,
     ) -> Result<Value, ToolError> {
         let Reference::Prompt(prompt) = &mut request.r#ref else {
@@ -245,7 +246,9 @@ impl ImportedPrompt {
             )));
         };
         prompt.name = self.remote_name.clone();
-        link.complete(request, deadline).await.and_then(to_output)
+        link.complete(request, Some(user), deadline)
+            .await
+            .and_then(to_output)
     }
 }
 
@@ -302,35 +305,36 @@ impl ErasedTool for ImportedResources {
             let link = &self.link.as_caller(ctx).await?;
             let caller = ctx.try_get::<CallerKey>();
             let caller = caller.as_deref();
+            let user = ctx.user();
             let answer = match Request::of(ctx.input()) {
                 Some(Request::Read(uri)) => link
-                    .read_resource(uri, caller, deadline)
+                    .read_resource(uri, caller, Some(user), deadline)
                     .await
                     .and_then(to_output),
                 Some(Request::ListTemplates) => link
-                    .list_resource_templates(caller, deadline)
+                    .list_resource_templates(caller, Some(user), deadline)
                     .await
                     .and_then(|t| to_output(json!({ "resourceTemplates": t }))),
                 Some(Request::List) => link
-                    .list_resources(caller, deadline)
+                    .list_resources(caller, Some(user), deadline)
                     .await
                     .and_then(|r| to_output(json!({ "resources": r }))),
                 Some(Request::Subscribe(uri)) => match caller {
                     Some(caller) => link
-                        .subscribe(uri, caller, Arc::new(ctx.user().clone()), deadline)
+                        .subscribe(uri, caller, Arc::new(user.clone()), deadline)
                         .await
                         .map(|()| json!({})),
                     None => Err(no_session()),
                 },
                 Some(Request::Unsubscribe(uri)) => match caller {
                     Some(caller) => link
-                        .unsubscribe(uri, caller, deadline)
+                        .unsubscribe(uri, caller, user, deadline)
                         .await
                         .map(|()| json!({})),
                     None => Err(no_session()),
                 },
                 Some(Request::Complete(request)) => {
-                    complete_template(link, request?, deadline).await
+                    complete_template(link, request?, user, deadline).await
                 }
                 None => Err(ToolError::internal("the input was checked")),
             };
@@ -344,6 +348,7 @@ impl ErasedTool for ImportedResources {
 async fn complete_template(
     link: &Link,
     request: CompleteRequestParams,
+    user: &User,
     deadline: Instant,
 ) -> Result<Value, ToolError> {
     if !matches!(request.r#ref, Reference::Resource(_)) {
@@ -359,7 +364,9 @@ async fn complete_template(
     if !completes {
         return Ok(json!({ "completion": { "values": [] } }));
     }
-    link.complete(request, deadline).await.and_then(to_output)
+    link.complete(request, Some(user), deadline)
+        .await
+        .and_then(to_output)
 }
 
 /// What a call of a resources tool asks for.

@@ -39,7 +39,7 @@ pub use features::{
     TASKS_PREFIX, TASKS_TAG, is_tool,
 };
 pub use per_caller::{CallerAccessToken, CallerCredentials, PerCaller, StaticCallerCredentials};
-pub use places::UPSTREAM_WAITS;
+pub use places::{UPSTREAM_SHARE_WAITS, UPSTREAM_WAITS};
 pub use relay::UNATTRIBUTED;
 pub use secrets::{MIN_GUESSED_SECRET_LEN, is_credential_name};
 pub use stdio_env::{STDIO_PASSED_ENV, is_env_name};
@@ -95,7 +95,8 @@ impl Upstream {
     /// [`McpError::Connect`] / [`McpError::Discovery`] when the upstream cannot be
     /// reached or listed and no tools are declared; [`McpError::Config`] for an empty
     /// name, a [`max_connections`](UpstreamConfig::max_connections) of 0 or one set on a
-    /// stdio server, for per-caller credentials on a stdio server, or for a name in
+    /// stdio server, a [`max_connections_per_caller`](UpstreamConfig::max_connections_per_caller)
+    /// of 0, above the bound or set on a stdio server, for per-caller credentials on a stdio server, or for a name in
     /// [`inherit_env`](UpstreamConfig::inherit_env) or [`env`](UpstreamConfig::env), or
     /// a stdio server's [`credential_env`](UpstreamConfig::credential_env), that cannot be
     /// a variable's.
@@ -126,6 +127,31 @@ impl Upstream {
                 "MCP server `{}`: `max_connections` is 0, which would let no request reach it; set at least 1 (default {DEFAULT_MAX_CONNECTIONS})",
                 config.name
             )));
+        }
+        if config.max_connections_per_caller.is_some()
+            && matches!(config.transport, UpstreamTransport::Stdio { .. })
+        {
+            return Err(McpError::Config(format!(
+                "MCP server `{}` is a program started over stdio: `max_connections_per_caller` shares out the requests in flight to a server over HTTP, and a stdio server is one pipe, which it cannot bound; remove `max_connections_per_caller`",
+                config.name
+            )));
+        }
+        match config.max_connections_per_caller {
+            Some(0) => {
+                return Err(McpError::Config(format!(
+                    "MCP server `{}`: `max_connections_per_caller` is 0, which would let no caller's request reach it; set at least 1 (default: half of `max_connections`)",
+                    config.name
+                )));
+            }
+            Some(share) if share > config.max_in_flight() => {
+                return Err(McpError::Config(format!(
+                    "MCP server `{}`: `max_connections_per_caller` is {share}, more than the {} requests in flight its `max_connections` allows in all; set at most {} (a caller may then hold every place), or raise `max_connections`",
+                    config.name,
+                    config.max_in_flight(),
+                    config.max_in_flight()
+                )));
+            }
+            _ => {}
         }
         if let UpstreamTransport::Stdio {
             inherit_env, env, ..

@@ -613,8 +613,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_holds_its_place_until_its_response_stream_is_dropped() {
-        let places = Places::new("crm", 1);
-        let place = places.take(None).await.expect("a place");
+        let places = Places::new("crm", 1, 1);
+        let place = places.take(None, None).await.expect("a place");
         let routes = Arc::new(Routes::new("crm"));
         let never: SseStream = futures::stream::pending().boxed();
         let stream = RequestStream::new(
@@ -645,8 +645,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_stream_ended_before_its_answer_keeps_its_place_for_its_resume() {
-        let places = Places::new("crm", 1);
-        let place = places.take(None).await.expect("a place");
+        let places = Places::new("crm", 1, 1);
+        let place = places.take(None, None).await.expect("a place");
         let (relay, ticket) = Relay::new(None);
         let resumable = Arc::new(Resumable::default());
         let routes = Arc::new(Routes::new("crm"));
@@ -692,8 +692,8 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_kept_place_of_a_request_without_a_call_is_given_back_if_no_resume_takes_it() {
-        let places = Places::new("crm", 1);
-        let place = places.take(None).await.expect("a place");
+        let places = Places::new("crm", 1, 1);
+        let place = places.take(None, None).await.expect("a place");
         let resumable = Arc::new(Resumable::default());
         let stream = RequestStream::new(
             ends_after_an_event("e1"),
@@ -713,7 +713,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_answered_stream_keeps_no_place_and_a_connection_gone_strands_none() {
-        let places = Places::new("crm", 2);
+        let places = Places::new("crm", 2, 2);
         let resumable = Arc::new(Resumable::default());
         let routes = Arc::new(Routes::new("crm"));
         let answered = futures::stream::iter([Ok(sse_stream::Sse {
@@ -722,7 +722,7 @@ mod tests {
             ..Default::default()
         })])
         .boxed();
-        let place = places.take(None).await.ok();
+        let place = places.take(None, None).await.ok();
         let stream = RequestStream::new(
             answered,
             request(1),
@@ -734,7 +734,7 @@ mod tests {
         );
         assert_eq!(stream.collect::<Vec<_>>().await.len(), 1);
         assert_eq!(places.free(), 2, "answered: nothing to resume");
-        let place = places.take(None).await.ok();
+        let place = places.take(None, None).await.ok();
         let (_relay, ticket) = Relay::new(None);
         let stream = RequestStream::new(
             ends_after_an_event("e2"),
@@ -754,13 +754,13 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn two_streams_ended_at_the_same_id_keep_their_places_until_their_calls_are_over() {
-        let places = Places::new("crm", 2);
+        let places = Places::new("crm", 2, 2);
         let resumable = Arc::new(Resumable::default());
         let routes = Arc::new(Routes::new("crm"));
         let mut relays = Vec::new();
         // An upstream that gives the streams of two requests the same last event id.
         for id in [1, 2] {
-            let place = places.take(None).await.ok();
+            let place = places.take(None, None).await.ok();
             let (relay, ticket) = Relay::new(None);
             relays.push(relay);
             let stream = RequestStream::new(

@@ -130,13 +130,17 @@ impl ErasedTool for ImportedTasks {
             };
             let deadline = deadline_for(&self.link, ctx);
             let link = self.link.as_caller(ctx).await?;
+            let user = Some(ctx.user());
             let answer = match request {
-                Request::Get => link.get_task(&id, deadline).await.and_then(|task| {
+                Request::Get => link.get_task(&id, user, deadline).await.and_then(|task| {
                     serde_json::to_value(task).map_err(|e| ToolError::internal(e.to_string()))
                 }),
-                Request::Cancel => link.cancel_task(&id, deadline).await.map(|()| json!({})),
+                Request::Cancel => link
+                    .cancel_task(&id, user, deadline)
+                    .await
+                    .map(|()| json!({})),
                 Request::Update(responses) => link
-                    .update_task(&id, responses, deadline)
+                    .update_task(&id, responses, user, deadline)
                     .await
                     .map(|()| json!({})),
             };

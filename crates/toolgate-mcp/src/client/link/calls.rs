@@ -10,7 +10,7 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use tokio::time::Instant;
-use toolgate_core::{ToolError, ToolInvokeContext};
+use toolgate_core::{ToolError, ToolInvokeContext, User};
 
 use super::abandoned::CancelOnDrop;
 use super::errors::{input_required, is_oversized_answer};
@@ -49,6 +49,7 @@ impl Link {
                 arguments: &arguments,
                 round,
                 caller: caller.clone(),
+                user: ctx.user(),
                 direct: !arguments_in_headers,
             };
             self.call_once(call, deadline)
@@ -159,7 +160,7 @@ impl Link {
             if let Some((direct, prepared)) = prepared {
                 // Nothing is sent yet: a call that finds no place by its deadline was
                 // never the upstream's.
-                let place = self.place(deadline).await?;
+                let place = self.place(call.user, deadline).await?;
                 let mut cancel = CancelOnDrop::new(peer.clone(), prepared.id.clone());
                 let answered = tokio::time::timeout_at(
                     deadline,
@@ -173,7 +174,13 @@ impl Link {
                         cancel.answered();
                     }
                     return self
-                        .answer(channel, generation, caller, answered, (started, deadline))
+                        .answer(
+                            channel,
+                            generation,
+                            call.asker(),
+                            answered,
+                            (started, deadline),
+                        )
                         .await;
                 }
                 cancel.answered();
@@ -181,7 +188,7 @@ impl Link {
             let mut request = ClientRequest::CallToolRequest(CallToolRequest::new(call.params()));
             request.extensions_mut().insert(ticket);
             // Taken here, within the deadline, and handed to the transport with the request.
-            let place = self.place(deadline).await?;
+            let place = self.place(call.user, deadline).await?;
             request.extensions_mut().insert(Reserved::new(place));
             let sent =
                 tokio::time::timeout_at(deadline, peer.send_request_with_option(request, options))
@@ -205,7 +212,13 @@ impl Link {
                 cancel.answered();
             }
             return self
-                .answer(channel, generation, caller, answered, (started, deadline))
+                .answer(
+                    channel,
+                    generation,
+                    call.asker(),
+                    answered,
+                    (started, deadline),
+                )
                 .await;
         }
         Err(ToolError::transient(format!(
@@ -214,18 +227,20 @@ impl Link {
         )))
     }
 
-    /// A place among the upstream's requests in flight for a call, waiting for one until
-    /// `deadline` at most.
+    /// A place among the upstream's requests in flight for a call of `user`'s — in the
+    /// user's share first — waiting for one until `deadline` at most.
     ///
     /// # Errors
     ///
-    /// 503 `upstream_busy` when the deadline comes first
-    /// ([`Busy`](crate::client::places::Busy)).
-    async fn place(&self, deadline: Instant) -> Result<Place, ToolError> {
+    /// When the deadline comes first: 503 `upstream_share_used` while the call waits for
+    /// its caller's share ([`ShareUsed`](crate::client::places::ShareUsed)), else 503
+    /// `upstream_busy` ([`Busy`](crate::client::places::Busy)).
+    async fn place(&self, user: &User, deadline: Instant) -> Result<Place, ToolError> {
+        let sharer = self.places.sharer(user);
         self.places
-            .take(Some(deadline))
+            .take(sharer.as_ref(), Some(deadline))
             .await
-            .map_err(|busy| self.busy_upstream(busy))
+            .map_err(|e| self.no_place(e))
     }
 
     /// Whether `caller` can answer the upstream's requests on a 2026-07-28 connection:
@@ -246,7 +261,7 @@ impl Link {
         &self,
         channel: &Channel,
         generation: u64,
-        caller: Option<&CallerRequest>,
+        (caller, user): (Option<&CallerRequest>, &User),
         answered: Result<Result<ServerResult, ServiceError>, tokio::time::error::Elapsed>,
         (started, deadline): (Instant, Instant),
     ) -> Result<CallToolResult, ToolError> {
@@ -257,7 +272,7 @@ impl Link {
                     .filter(|c| c.takes_tasks())
                     .zip(self.tasks_tool.get());
                 let Some((caller, tasks_tool)) = relayed else {
-                    return self.await_task(created, started, deadline).await;
+                    return self.await_task(created, user, started, deadline).await;
                 };
                 caller.upstream_task.set(UpstreamTask {
                     tasks_tool: tasks_tool.clone(),
@@ -314,11 +329,18 @@ struct Call<'a> {
     /// The caller's answers to the upstream's last `input_required` round.
     round: Option<InputRound>,
     caller: Option<Arc<CallerRequest>>,
+    /// Who makes it: its place is taken in this user's share.
+    user: &'a User,
     /// Whether it may be sent from the calling task ([`Direct`]).
     direct: bool,
 }
 
 impl Call<'_> {
+    /// Who asks: the caller's request, and the user.
+    fn asker(&self) -> (Option<&CallerRequest>, &User) {
+        (self.caller.as_deref(), self.user)
+    }
+
     fn params(&self) -> CallToolRequestParams {
         let mut params =
             CallToolRequestParams::new(self.name.to_owned()).with_arguments(self.arguments.clone());

@@ -13,7 +13,7 @@ use toolgate_core::error::InputViolations;
 use super::{Channel, Link};
 use crate::caller::{CallerRequest, missing_capability};
 use crate::client::failure::{Refusal, is_connection_failure, refusal, request_failure};
-use crate::client::places::Busy;
+use crate::client::places::{Busy, NoPlace, ShareUsed};
 use crate::client::stdio::{MAX_MESSAGE_BYTES, OVERSIZED_ANSWER};
 
 /// The error code of a resource the upstream does not have.
@@ -218,6 +218,26 @@ impl Link {
     /// toolgate's requests is, with the words of [`Busy`] (the bound, and what to do).
     pub(super) fn busy_upstream(&self, e: Busy) -> ToolError {
         busy("upstream_busy", self.config.backoff.delay(1), e.to_string())
+    }
+
+    /// The error of a request that got no place by its deadline: [`busy_upstream`] for
+    /// the upstream's bound; for its caller's share, 503 `upstream_share_used` with the
+    /// words of [`ShareUsed`] (the caller's own requests hold it up, the share, what to do).
+    ///
+    /// [`busy_upstream`]: Self::busy_upstream
+    pub(super) fn no_place(&self, e: NoPlace) -> ToolError {
+        match e {
+            NoPlace::Busy(e) => self.busy_upstream(e),
+            NoPlace::ShareUsed(e) => self.share_used(e),
+        }
+    }
+
+    fn share_used(&self, e: ShareUsed) -> ToolError {
+        busy(
+            "upstream_share_used",
+            self.config.backoff.delay(1),
+            e.to_string(),
+        )
     }
 
     pub(super) fn unavailable(&self, wait: std::time::Duration) -> ToolError {

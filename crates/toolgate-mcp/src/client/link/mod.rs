@@ -187,7 +187,11 @@ impl Link {
             .as_ref()
             .map(|per_caller| CallerLinks::new(&config, per_caller));
         let name = config.name.clone();
-        let places = Places::new(&name, config.max_in_flight());
+        let places = Places::new(
+            &name,
+            config.max_in_flight(),
+            config.max_in_flight_per_caller(),
+        );
         // Only a request on a call's own response stream names the caller it is for.
         let relays_requests = matches!(config.transport, UpstreamTransport::Http { .. });
         Link {

@@ -18,17 +18,17 @@ use std::sync::Arc;
 
 use rmcp::RoleClient;
 use rmcp::model::{
-    ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, GetPromptRequest,
-    GetPromptRequestParams, GetPromptResult, JsonObject, ListPromptsRequest,
+    ClientRequest, CompleteRequest, CompleteRequestParams, CompleteResult, CustomResult,
+    GetPromptRequest, GetPromptRequestParams, GetPromptResult, JsonObject, ListPromptsRequest,
     ListResourceTemplatesRequest, ListResourcesRequest, ListToolsRequest, PaginatedRequestParams,
     Prompt, ReadResourceRequest, ReadResourceRequestParams, ReadResourceResult, Resource,
     ResourceTemplate, ServerCapabilities, ServerResult, Tool,
 };
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use tokio::time::Instant;
-use toolgate_core::error::grouped;
+use toolgate_core::error::{grouped, shown_id};
 use toolgate_core::json::text_len;
-use toolgate_core::{ToolError, ToolInvokeContext};
+use toolgate_core::{ToolError, ToolInvokeContext, User};
 
 use super::abandoned::cancellable;
 use super::errors::{RESOURCE_NOT_FOUND, input_required};
@@ -52,9 +52,9 @@ pub(crate) const MAX_LISTED: usize = 100_000;
 pub(crate) const MAX_LISTED_BYTES: usize = 64 * 1024 * 1024;
 
 impl Link {
-    /// Every tool the upstream lists.
+    /// Every tool the upstream lists (asked by the gateway itself: in no caller's share).
     pub async fn list_tools(&self, deadline: Instant) -> Result<Vec<Tool>, ToolError> {
-        self.list(&self.current, deadline).await
+        self.list(&self.current, None, deadline).await
     }
 
     /// The upstream's capabilities, once connected.
@@ -63,9 +63,9 @@ impl Link {
         peer.peer_info().map(|info| info.capabilities.clone())
     }
 
-    /// Every prompt the upstream lists.
+    /// Every prompt the upstream lists (asked by the gateway itself: in no caller's share).
     pub async fn list_prompts(&self, deadline: Instant) -> Result<Vec<Prompt>, ToolError> {
-        self.list(&self.current, deadline).await
+        self.list(&self.current, None, deadline).await
     }
 
     /// Gets a prompt by its upstream name, for the invocation `ctx`: an `input_required`
@@ -89,12 +89,17 @@ impl Link {
             let caller = caller.clone();
             async move {
                 let answer = self
-                    .request(channel, deadline, |peer, seat| async move {
-                        let options = Self::options_for(&peer, caller.as_deref());
-                        let request =
-                            ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
-                        cancellable(&peer, request, options, seat.as_ref()).await
-                    })
+                    .request(
+                        channel,
+                        Some(ctx.user()),
+                        deadline,
+                        |peer, seat| async move {
+                            let options = Self::options_for(&peer, caller.as_deref());
+                            let request =
+                                ClientRequest::GetPromptRequest(GetPromptRequest::new(params));
+                            cancellable(&peer, request, options, seat.as_ref()).await
+                        },
+                    )
                     .await?;
                 match answer {
                     ServerResult::GetPromptResult(result) => Ok(result),
@@ -109,30 +114,36 @@ impl Link {
         .await
     }
 
-    /// Every resource the upstream lists, to `caller`.
+    /// Every resource the upstream lists, to `caller`, `user`'s request (in the user's
+    /// share of the upstream's requests in flight; `None`: the gateway's own).
     pub async fn list_resources(
         &self,
         caller: Option<&CallerRequest>,
+        user: Option<&User>,
         deadline: Instant,
     ) -> Result<Vec<Resource>, ToolError> {
-        self.list(self.channel_for(caller), deadline).await
+        self.list(self.channel_for(caller), user, deadline).await
     }
 
-    /// Every resource template the upstream lists, to `caller`.
+    /// Every resource template the upstream lists, to `caller`, `user`'s request (as
+    /// [`list_resources`](Self::list_resources)).
     pub async fn list_resource_templates(
         &self,
         caller: Option<&CallerRequest>,
+        user: Option<&User>,
         deadline: Instant,
     ) -> Result<Vec<ResourceTemplate>, ToolError> {
-        self.list(self.channel_for(caller), deadline).await
+        self.list(self.channel_for(caller), user, deadline).await
     }
 
     /// Reads a resource. An upstream that answers `input_required` for a resource gets
     /// its requests to the caller as an error (rounds of resource reads are not relayed).
+    /// `user`'s request, as [`list_resources`](Self::list_resources).
     pub async fn read_resource(
         &self,
         uri: &str,
         caller: Option<&CallerRequest>,
+        user: Option<&User>,
         deadline: Instant,
     ) -> Result<ReadResourceResult, ToolError> {
         let request = ClientRequest::ReadResourceRequest(ReadResourceRequest::new(
@@ -140,6 +151,7 @@ impl Link {
         ));
         self.request(
             self.channel_for(caller),
+            user,
             deadline,
             |peer, seat| async move {
                 // An answer of another kind is a failure of the connection, as rmcp's
@@ -172,14 +184,16 @@ impl Link {
     }
 
     /// Completion suggestions for an argument (scrubbed by the tool that asks, as every
-    /// answer of the upstream is).
+    /// answer of the upstream is), `user`'s request (as
+    /// [`list_resources`](Self::list_resources)).
     pub async fn complete(
         &self,
         request: CompleteRequestParams,
+        user: Option<&User>,
         deadline: Instant,
     ) -> Result<CompleteResult, ToolError> {
         let request = ClientRequest::CompleteRequest(CompleteRequest::new(request));
-        self.request(&self.current, deadline, |peer, seat| async move {
+        self.request(&self.current, user, deadline, |peer, seat| async move {
             // An answer of another kind is a failure of the connection, as rmcp's
             // `complete` has it.
             let options = PeerRequestOptions::no_options();
@@ -191,14 +205,15 @@ impl Link {
         .await
     }
 
-    /// Every item of one of the upstream's lists, on `channel` ([`list_all`]).
+    /// Every item of one of the upstream's lists, on `channel` ([`list_all`]), for `user`.
     async fn list<T: Listed>(
         &self,
         channel: &Channel,
+        user: Option<&User>,
         deadline: Instant,
     ) -> Result<Vec<T>, ToolError> {
         let server = &self.config.name;
-        self.request(channel, deadline, |peer, seat| async move {
+        self.request(channel, user, deadline, |peer, seat| async move {
             list_all(&peer, server, seat.as_ref()).await
         })
         .await?
@@ -209,11 +224,14 @@ impl Link {
     /// as errors a caller can act on. Not sent again: these are cheap to ask again.
     ///
     /// `send` is given the request's [`Seat`] among the upstream's requests in flight (an
-    /// HTTP upstream's; for [`cancellable`]): a request still waiting for a place at
-    /// `deadline` fails with 503 `upstream_busy`, as a call does.
+    /// HTTP upstream's; for [`cancellable`]), in `user`'s share of them (`None`: a
+    /// request of the gateway's own, in nobody's): a request still waiting for a place at
+    /// `deadline` fails with 503 `upstream_busy`, as a call does — or, while it waits for
+    /// its caller's share, with 503 `upstream_share_used`.
     pub(super) async fn request<T, F, Fut>(
         &self,
         channel: &Channel,
+        user: Option<&User>,
         deadline: Instant,
         send: F,
     ) -> Result<T, ToolError>
@@ -223,7 +241,7 @@ impl Link {
     {
         let started = Instant::now();
         let (peer, generation) = self.peer(channel, deadline).await?;
-        self.request_on(channel, (peer, generation), started, deadline, send)
+        self.request_on(channel, (peer, generation), user, started, deadline, send)
             .await
     }
 
@@ -233,6 +251,7 @@ impl Link {
         &self,
         channel: &Channel,
         (peer, generation): (Peer<RoleClient>, u64),
+        user: Option<&User>,
         started: Instant,
         deadline: Instant,
         send: F,
@@ -242,15 +261,19 @@ impl Link {
         Fut: Future<Output = Result<T, ServiceError>>,
     {
         // Over stdio, one pipe: no bound, no seat.
-        let seat = matches!(self.config.transport, UpstreamTransport::Http { .. })
-            .then(|| Seat::new(Arc::clone(&self.places)));
+        let seat = matches!(self.config.transport, UpstreamTransport::Http { .. }).then(|| {
+            let sharer = user.and_then(|user| self.places.sharer(user));
+            Seat::new(Arc::clone(&self.places), sharer)
+        });
         let sent = send(peer, seat.clone());
         tokio::pin!(sent);
         let answered = tokio::time::timeout_at(deadline, &mut sent).await;
         // Read while the request still lives: once it is dropped, it leaves the queue.
-        if answered.is_err() && seat.is_some_and(|seat| seat.waiting()) {
-            tracing::warn!(server = %self.config.name, max = self.config.max_in_flight(), "a request waited for a place among the MCP server's requests in flight until its deadline (`max_connections`)");
-            return Err(self.busy_upstream(self.places.busy(started.elapsed())));
+        if answered.is_err()
+            && let Some(held_up) = seat.and_then(|seat| seat.held_up(started.elapsed()))
+        {
+            tracing::warn!(server = %self.config.name, reason = %held_up, "a request waited for a place among the MCP server's requests in flight until its deadline");
+            return Err(self.no_place(held_up));
         }
         match answered {
             Err(_) => Err(self.timed_out(started)),
@@ -272,6 +295,14 @@ pub(super) trait Listed: Sized + serde::Serialize {
     /// An answer's items and the cursor of its next page; `None` for an answer of
     /// another kind.
     fn page(answer: ServerResult) -> Option<(Vec<Self>, Option<String>)>;
+
+    /// What is wrong with `raw`, an answer rmcp could not read as a page of this list
+    /// (it keeps such an answer as raw JSON), in an error naming `server`; `None` when
+    /// it does not look like a page of it at all.
+    fn unreadable(raw: &CustomResult, server: &str) -> Option<String> {
+        let _ = (raw, server);
+        None
+    }
 }
 
 impl Listed for Tool {
@@ -286,6 +317,33 @@ impl Listed for Tool {
             ServerResult::ListToolsResult(page) => Some((page.tools, page.next_cursor)),
             _ => None,
         }
+    }
+
+    /// The first tool of the page that is not an MCP tool, and why: one tool whose
+    /// `inputSchema` is a string makes rmcp refuse the whole page, which it reports as
+    /// an answer "of the wrong kind".
+    fn unreadable(raw: &CustomResult, server: &str) -> Option<String> {
+        let listed = raw.0.get("tools")?.as_array()?;
+        let (at, tool) = (listed.iter().enumerate())
+            .find(|(_, tool)| serde_json::from_value::<Tool>((*tool).clone()).is_err())?;
+        let not_object = |field: &str| tool.get(field).is_some_and(|v| !v.is_object());
+        let why = if !tool.get("name").is_some_and(serde_json::Value::is_string) {
+            "its `name` is not a string"
+        } else if tool.get("inputSchema").is_none() {
+            "it has no `inputSchema`"
+        } else if not_object("inputSchema") {
+            "its `inputSchema` is not a JSON object"
+        } else if not_object("outputSchema") && !tool["outputSchema"].is_null() {
+            "its `outputSchema` is not a JSON object"
+        } else {
+            "a field has the wrong type"
+        };
+        let name = tool.get("name").and_then(serde_json::Value::as_str);
+        Some(format!(
+            "MCP server `{server}` lists a tool toolgate cannot read, so none of its tools can be imported: tool {} of the page (`{}`): {why}; the server must fix its definition",
+            at + 1,
+            shown_id(name.unwrap_or_default()),
+        ))
     }
 }
 
@@ -366,7 +424,13 @@ pub(super) async fn list_all<T: Listed>(
         let params = PaginatedRequestParams::default().with_cursor(cursor);
         let options = PeerRequestOptions::no_options();
         let answer = cancellable(peer, T::request(params), options, seat);
-        let (page, next) = T::page(answer.await?).ok_or(ServiceError::UnexpectedResponse)?;
+        let answer = answer.await?;
+        if let ServerResult::CustomResult(raw) = &answer
+            && let Some(why) = T::unreadable(raw, server)
+        {
+            return Ok(Err(why));
+        }
+        let (page, next) = T::page(answer).ok_or(ServiceError::UnexpectedResponse)?;
         if page.len() > MAX_LISTED - items.len() {
             return Ok(Err(format!(
                 "MCP server `{server}` lists more than {} {}, more than toolgate takes: it cannot be listed",

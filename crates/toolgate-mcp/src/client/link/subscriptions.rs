@@ -95,7 +95,7 @@ impl Link {
                     404,
                 ));
             }
-            if !self.serves(uri, caller, deadline).await? {
+            if !self.serves(uri, caller, &user, deadline).await? {
                 return Err(ToolError::abort(
                     self.scrubbed(format!(
                         "MCP server `{}` does not have resource `{uri}`",
@@ -108,11 +108,12 @@ impl Link {
         }
         let added = channel
             .routes
-            .subscribe(uri, caller, user)
+            .subscribe(uri, caller, Arc::clone(&user))
             .map_err(|_| self.too_many_subscriptions())?;
         self.end_with_session(channel, &caller.session_id, &caller.session_ended);
         self.keep(channel);
-        let Err(unsynced) = self.sync_upstream(channel, uri, deadline).await else {
+        let synced = self.sync_upstream(channel, uri, Some(&user), deadline);
+        let Err(unsynced) = synced.await else {
             return Ok(());
         };
         if added {
@@ -144,6 +145,7 @@ impl Link {
         &self,
         uri: &str,
         caller: &CallerRequest,
+        user: &User,
         deadline: Instant,
     ) -> Result<(), ToolError> {
         let channel = self.subscription_channel();
@@ -160,7 +162,7 @@ impl Link {
         if !channel.routes.unsubscribe(uri, &caller.session_id) {
             return Ok(());
         }
-        match self.sync_upstream(channel, uri, deadline).await {
+        match self.sync_upstream(channel, uri, Some(user), deadline).await {
             Err(unsynced) if !unsynced.subscribing => Err(unsynced.error),
             // Someone subscribed meanwhile, and the upstream was subscribed (or failed to
             // be) for them: theirs to hear about.
@@ -180,13 +182,16 @@ impl Link {
     ///
     /// Whoever changes the subscribers of a resource calls this after the change: each
     /// call takes the turn after its change and reads who watches within the turn, so the
-    /// call of the last change sees the last state, and one pass each suffices.
+    /// call of the last change sees the last state, and one pass each suffices. The
+    /// request sent is `user`'s, in the user's share of the upstream's requests in flight
+    /// (`None`: a change no caller waits on, in nobody's).
     ///
     /// # Errors
     ///
     /// [`Unsynced`]: the turn did not come by `deadline` (a timeout; nothing was sent), the
     /// request was still waiting for a place among an HTTP upstream's requests in flight
-    /// at `deadline` (503 `upstream_busy`; nothing was sent), or the request sent failed.
+    /// at `deadline` (503 `upstream_busy`, or `upstream_share_used` while it waits for
+    /// `user`'s share; nothing was sent), or the request sent failed.
     /// A failed request leaves the upstream recorded unsubscribed, whichever it was: a
     /// subscription too many later is harmless, a missing one loses updates.
     ///
@@ -195,6 +200,7 @@ impl Link {
         &self,
         channel: &Channel,
         uri: &str,
+        user: Option<&User>,
         deadline: Instant,
     ) -> Result<(), Unsynced> {
         let started = Instant::now();
@@ -228,6 +234,7 @@ impl Link {
                     self.request_on(
                         channel,
                         connection,
+                        user,
                         started,
                         deadline,
                         |peer, seat| async move { told_upstream(&peer, request, seat).await },
@@ -248,6 +255,7 @@ impl Link {
                 self.request_on(
                     channel,
                     connection,
+                    user,
                     started,
                     deadline,
                     |peer, seat| async move { told_upstream(&peer, request, seat).await },
@@ -266,7 +274,7 @@ impl Link {
     /// call timeout, a failure only logged (whoever it was for is gone, or was told).
     async fn sync_upstream_unwaited(&self, channel: &Channel, uri: &str) {
         let deadline = Instant::now() + self.config.call_timeout;
-        if let Err(unsynced) = self.sync_upstream(channel, uri, deadline).await {
+        if let Err(unsynced) = self.sync_upstream(channel, uri, None, deadline).await {
             tracing::warn!(server = %self.config.name, %uri, error = %unsynced.error, "the MCP server could not be brought in line with who watches a resource on this connection");
         }
     }
@@ -307,12 +315,15 @@ impl Link {
         &self,
         uri: &str,
         caller: &CallerRequest,
+        user: &User,
         deadline: Instant,
     ) -> Result<bool, ToolError> {
         if caller.resource_check != ResourceCheck::Read {
             // An upstream that lists nothing (or fails to) may still serve it from a
             // template.
-            let listed = self.list_resources(Some(caller), deadline).await;
+            let listed = self
+                .list_resources(Some(caller), Some(user), deadline)
+                .await;
             if listed.is_ok_and(|resources| resources.iter().any(|r| r.uri == uri)) {
                 return Ok(true);
             }
@@ -320,7 +331,10 @@ impl Link {
         if caller.resource_check == ResourceCheck::Listed {
             return Ok(false);
         }
-        match self.read_resource(uri, Some(caller), deadline).await {
+        match self
+            .read_resource(uri, Some(caller), Some(user), deadline)
+            .await
+        {
             Ok(_) => Ok(true),
             Err(e) if e.code() == RESOURCE_NOT_FOUND => Ok(false),
             Err(e) => Err(e),
@@ -389,7 +403,7 @@ impl Link {
         self.end_with_session(channel, &key, &session_ended);
         self.keep(channel);
         let deadline = Instant::now() + self.config.call_timeout;
-        let Err(unsynced) = self.sync_upstream(channel, uri, deadline).await else {
+        let Err(unsynced) = self.sync_upstream(channel, uri, None, deadline).await else {
             return true;
         };
         if !added {

@@ -13,7 +13,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, PeerRequestOptions};
 use serde_json::Value;
 use tokio::time::Instant;
-use toolgate_core::ToolError;
+use toolgate_core::{ToolError, User};
 
 use super::Link;
 use super::abandoned::cancellable;
@@ -24,13 +24,15 @@ const POLL_BOUNDS: (Duration, Duration) = (Duration::from_millis(100), Duration:
 impl Link {
     /// `request` (a `tasks/*` request) to the upstream, declaring the tasks extension in
     /// its `_meta`, as the extension requires of every `tasks/*` request. Cancelled
-    /// upstream when given up before its answer ([`cancellable`]).
+    /// upstream when given up before its answer ([`cancellable`]). Its place is taken in
+    /// `user`'s share.
     async fn task_request(
         &self,
         request: ClientRequest,
+        user: Option<&User>,
         deadline: Instant,
     ) -> Result<ServerResult, ToolError> {
-        self.request(&self.current, deadline, |peer, seat| async move {
+        self.request(&self.current, user, deadline, |peer, seat| async move {
             cancellable(&peer, request, tasks_options(), seat.as_ref()).await
         })
         .await
@@ -42,9 +44,14 @@ impl Link {
     ///
     /// The upstream's refusal (`invalid_input` for a task it does not know), or the
     /// request's failure.
-    pub async fn get_task(&self, id: &str, deadline: Instant) -> Result<GetTaskResult, ToolError> {
+    pub async fn get_task(
+        &self,
+        id: &str,
+        user: Option<&User>,
+        deadline: Instant,
+    ) -> Result<GetTaskResult, ToolError> {
         let request = ClientRequest::GetTaskRequest(GetTaskRequest::new(GetTaskParams::new(id)));
-        match self.task_request(request, deadline).await? {
+        match self.task_request(request, user, deadline).await? {
             ServerResult::GetTaskResult(task) => Ok(task),
             _ => Err(self.unexpected("tasks/get")),
         }
@@ -55,10 +62,15 @@ impl Link {
     /// # Errors
     ///
     /// As [`get_task`](Self::get_task).
-    pub async fn cancel_task(&self, id: &str, deadline: Instant) -> Result<(), ToolError> {
+    pub async fn cancel_task(
+        &self,
+        id: &str,
+        user: Option<&User>,
+        deadline: Instant,
+    ) -> Result<(), ToolError> {
         let request =
             ClientRequest::CancelTaskRequest(CancelTaskRequest::new(CancelTaskParams::new(id)));
-        self.task_request(request, deadline).await.map(drop)
+        self.task_request(request, user, deadline).await.map(drop)
     }
 
     /// `tasks/update` of the upstream's task `id`: the caller's answers to what the task
@@ -71,12 +83,13 @@ impl Link {
         &self,
         id: &str,
         responses: InputResponses,
+        user: Option<&User>,
         deadline: Instant,
     ) -> Result<(), ToolError> {
         let request = ClientRequest::UpdateTaskRequest(UpdateTaskRequest::new(
             UpdateTaskParams::new(id, responses),
         ));
-        self.task_request(request, deadline).await.map(drop)
+        self.task_request(request, user, deadline).await.map(drop)
     }
 
     /// The end of the upstream's task `created`, polled with `tasks/get` for a caller
@@ -87,6 +100,7 @@ impl Link {
     pub(super) async fn await_task(
         &self,
         created: CreateTaskResult,
+        user: &User,
         started: Instant,
         deadline: Instant,
     ) -> Result<CallToolResult, ToolError> {
@@ -108,7 +122,7 @@ impl Link {
                 return Err(self.timed_out(started));
             }
             tokio::time::sleep(wait).await;
-            let polled = self.get_task(&id, deadline).await;
+            let polled = self.get_task(&id, Some(user), deadline).await;
             let task = polled.map_err(|e| self.sent_already(e, started))?.task;
             interval = task.task.poll_interval_ms;
             let name = &self.config.name;
