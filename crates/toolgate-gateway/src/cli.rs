@@ -336,6 +336,9 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
                     .map_err(|e| e.in_file(&config).to_string())
             };
             let gateway = until_stopped(started).await?.current();
+            for skipped in gateway.skipped_tools() {
+                complain(format_args!("warning: {skipped}"));
+            }
             let tools = match &user {
                 Some(user) => gateway.visible_tools(user),
                 None => gateway.pipeline().definitions().cloned().collect(),
@@ -402,7 +405,7 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
     let mut file = load_file(path).map_err(|e| e.to_string())?;
     file.check_paths()
         .map_err(|e| e.in_file(path).to_string())?;
-    let warnings = file.warnings();
+    let mut warnings = file.warnings();
     // The statistics file is the running gateway's: check neither reads it into a gateway
     // nor moves a damaged one aside.
     file.stats = None;
@@ -421,6 +424,7 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
         .await
         .map_err(|e| e.in_file(path).to_string())?
         .current();
+    warnings.extend(crate::outcomes::unreadable_outcomes_warning(&gateway));
     let mut out = String::new();
     out.push_str(&format!(
         "{}: OK — {}, {}, state: {state}\n",
@@ -465,6 +469,9 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
     say(format_args!("{}", out.trim_end_matches('\n')));
     for warning in warnings {
         complain(format_args!("warning: {warning}"));
+    }
+    for skipped in gateway.skipped_tools() {
+        complain(format_args!("warning: {skipped}"));
     }
     Ok(())
 }

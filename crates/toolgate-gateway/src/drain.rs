@@ -144,6 +144,19 @@ impl Drain {
         Ok(call)
     }
 
+    /// Counts, until the returned guard is dropped, the work an admitted call hands to a
+    /// task of its own so that it ends whatever becomes of the request (a decided call
+    /// runs and is recorded even when its approver goes away).
+    ///
+    /// Never refused, not even during the drain: the call handing the work off is still
+    /// counted while it does, so the drain cannot have seen no call in flight in between.
+    pub fn hand_off(&self) -> CallInFlight {
+        self.inner.calls.fetch_add(1, SeqCst);
+        CallInFlight {
+            inner: self.inner.clone(),
+        }
+    }
+
     /// How many calls are in flight.
     pub fn calls_in_flight(&self) -> usize {
         self.inner.calls.load(SeqCst)
@@ -248,6 +261,18 @@ mod tests {
         assert_eq!(drain.admit().unwrap_err(), Refused);
         assert_eq!(drain.calls_in_flight(), 1, "a refused call is not counted");
         drop(call);
+        assert_eq!(drain.calls_in_flight(), 0);
+    }
+
+    #[test]
+    fn work_handed_off_during_the_drain_is_counted_until_it_ends() {
+        let drain = Drain::new();
+        let call = drain.admit().unwrap();
+        drain.start();
+        let handed_off = drain.hand_off();
+        drop(call);
+        assert_eq!(drain.calls_in_flight(), 1, "the drain waits for it");
+        drop(handed_off);
         assert_eq!(drain.calls_in_flight(), 0);
     }
 

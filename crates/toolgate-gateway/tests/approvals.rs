@@ -4,10 +4,14 @@
 //! approver does not wave their own call through (`policies.approval`).
 
 mod common;
+#[path = "approvals/gone_approvers.rs"]
+mod gone_approvers;
 #[path = "approvals/kept_outcomes.rs"]
 mod kept_outcomes;
 #[path = "approvals/lost_answers.rs"]
 mod lost_answers;
+#[path = "approvals/reading_tasks.rs"]
+mod reading_tasks;
 
 use std::time::Duration;
 
@@ -864,7 +868,7 @@ async fn a_caller_that_cancels_its_waiting_task_withdraws_the_call() {
 }
 
 #[tokio::test]
-async fn cancelling_another_callers_expired_task_is_answered_as_for_an_id_never_given() {
+async fn an_expired_task_has_ended_for_its_caller_and_is_unknown_to_anyone_else() {
     let config =
         sleep_waits().replace("tools: [sleep]\n", "tools: [sleep]\n    expire_after: 1s\n");
     let gateway = Gateway::start(&config);
@@ -880,9 +884,17 @@ async fn cancelling_another_callers_expired_task_is_answered_as_for_an_id_never_
         let cancelled = task_request(&gateway, "dave", "tasks/cancel", id).await;
         assert_eq!(cancelled["error"]["code"], -32602, "{what}: {cancelled}");
     }
-    // To bob, there is nothing left to cancel.
+    // To bob, there is nothing left to cancel, and his task has ended with the expiry.
     let own = task_request(&gateway, "bob", "tasks/cancel", &id).await;
     assert_eq!(own["result"]["resultType"], "complete", "{own}");
+    let ended = task_request(&gateway, "bob", "tasks/get", &id).await;
+    assert_eq!(ended["result"]["status"], "completed", "{ended}");
+    let result = &ended["result"]["result"];
+    assert_eq!(result["isError"], true, "{ended}");
+    let said = result["content"][0]["text"].as_str().unwrap_or_default();
+    assert!(said.contains("expired"), "{ended}");
+    let stranger = task_request(&gateway, "dave", "tasks/get", &id).await;
+    assert_eq!(stranger["error"]["code"], -32602, "{stranger}");
 }
 
 // ---------------------------------------------------------------------------------------

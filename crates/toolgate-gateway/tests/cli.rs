@@ -176,6 +176,67 @@ fn check_lists_for_each_tool_only_the_hooks_that_run_for_it() {
     );
 }
 
+/// `toolgate check` on `yaml`: its status is success; what it printed on stderr.
+fn check_stderr(yaml: &str) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gateway.yaml");
+    std::fs::write(&path, yaml).unwrap();
+    let (status, stdout, stderr) = run(&["check", "--config", path.to_str().unwrap()], "");
+    assert!(status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
+    stderr
+}
+
+#[test]
+fn check_warns_when_callers_whose_calls_wait_may_not_read_their_outcomes() {
+    let users = format!(
+        "users:\n  - {{ id: alice, key_sha256: \"{}\", roles: [admin] }}\n  \
+         - {{ id: bob, key_sha256: \"{}\", roles: [analyst], tenant: acme }}\n",
+        hash_key("tg_cli_alice_key"),
+        hash_key("tg_cli_bob_key"),
+    );
+    let policies = "policies:\n  approval:\n    tools: [sleep]\n  authorization:\n    rules:\n      \
+         - { effect: allow, roles: [admin] }\n      \
+         - { effect: allow, roles: [analyst], tools: [sleep, echo] }\n";
+    let yaml = format!("tools:\n  builtin: [echo, sleep]\n{users}{policies}");
+
+    let warned = check_stderr(&yaml);
+    let warning = warned
+        .lines()
+        .find(|line| line.contains("`toolgate.outcome` is not allowed"))
+        .unwrap_or_else(|| panic!("no warning about toolgate.outcome:\n{warned}"));
+    assert!(warning.contains("warning: "), "{warning}");
+    // bob, not alice (an admin may call everything), and the tool that waits.
+    assert!(
+        warning.contains(
+            "to user `bob` of tenant `acme`, who may call tools that wait for approval (`sleep`)"
+        ),
+        "{warning}"
+    );
+    assert!(warning.contains("tasks/get"), "{warning}");
+    assert!(
+        warning.contains("`- { effect: allow, tools: [toolgate.outcome] }`"),
+        "what to add: {warning}"
+    );
+
+    // Allowed the outcome tool, or allowed no tool that waits: nothing to warn of.
+    let allowed = yaml.replace(
+        "tools: [sleep, echo]",
+        "tools: [sleep, echo, toolgate.outcome]",
+    );
+    let never_waits = yaml.replace("tools: [sleep, echo]", "tools: [echo]");
+    for yaml in [allowed, never_waits] {
+        let quiet = check_stderr(&yaml);
+        assert!(!quiet.contains("toolgate.outcome"), "{yaml}\n{quiet}");
+    }
+}
+
+#[test]
+fn the_example_configuration_lets_every_caller_whose_calls_wait_read_their_outcomes() {
+    let (status, stdout, stderr) = run(&["check", "--config", EXAMPLE_CONFIG], "");
+    assert!(status.success(), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stdout}\n{stderr}");
+}
+
 #[test]
 fn tools_prints_the_definitions_as_anthropic_json() {
     let (status, stdout, stderr) = run(

@@ -693,9 +693,16 @@ async fn the_example_configuration_serves_the_readme_walkthrough() {
         .expect("listing");
     assert_eq!(listing.status().as_u16(), 200);
     let listing: Value = listing.json().await.unwrap();
+    // `toolgate.outcome` too: bob's `sleep` waits, and he reads its outcome with it.
     assert_eq!(
         listed("openai", &listing),
-        set(&["calculator", "current_time", "echo", "sleep"]),
+        set(&[
+            "calculator",
+            "current_time",
+            "echo",
+            "sleep",
+            "toolgate.outcome"
+        ]),
         "{listing}"
     );
 

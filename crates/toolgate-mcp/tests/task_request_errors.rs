@@ -15,11 +15,20 @@ use toolgate_core::tool::tool_fn;
 use toolgate_core::{Pipeline, ToolError};
 use toolgate_mcp::McpServer;
 
+/// What the outcome tool is asked: `{"id": SUSPENSION_ID}`.
+#[derive(serde::Deserialize, garde::Validate, schemars::JsonSchema)]
+struct Asked {
+    #[garde(skip)]
+    id: String,
+}
+
 /// The outcome tool: it knows no call (every id is unknown).
 fn outcomes() -> impl toolgate_core::tool::IntoTool {
-    tool_fn("outcome", "Outcomes of waiting calls.", |_: ()| async {
-        Err::<Value, _>(ToolError::execution("no such call"))
-    })
+    tool_fn(
+        "outcome",
+        "Outcomes of waiting calls.",
+        |asked: Asked| async move { Err::<Value, _>(ToolError::UnknownSuspension { id: asked.id }) },
+    )
 }
 
 struct Served {

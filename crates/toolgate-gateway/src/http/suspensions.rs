@@ -18,11 +18,13 @@ use toolgate_core::suspension::{
     DecidedCall, ResumeDecision, SuspendedInvocation, SuspensionFilter, SuspensionStoreError,
 };
 use toolgate_core::{CallerId, ToolError};
+use tracing::Instrument;
 
 use super::body::json_body;
 use super::{ApiError, AppState, Caller, request_timeout};
 use crate::config::name_fault;
 use crate::console::history::Decided;
+use crate::drain::Drain;
 use crate::webhooks::DecisionSummary;
 
 fn not_found(id: &str) -> ApiError {
@@ -559,9 +561,10 @@ fn answer(format: &str, result: &ToolResult) -> Response {
     }
 }
 
-/// Resumes a suspended call with an approver's decision and answers with its result. A
-/// resumed call still running when the shutdown grace ends is cancelled; its result is an
-/// error with code `shutting_down`.
+/// Resumes a suspended call with an approver's decision and answers with its result. The
+/// decision holds even if the approver goes away before the answer: the call runs and is
+/// recorded all the same (see [`settle`]). A resumed call still running when the shutdown
+/// grace ends is cancelled; its result is an error with code `shutting_down`.
 pub async fn resume(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
@@ -642,7 +645,13 @@ pub async fn resume(
     };
     let mut approval_reason = None;
     let decision = match decision {
-        Decision::ApproveRetry => return approve_retry(&caller, &id, &saved).await,
+        Decision::ApproveRetry => {
+            let approved = {
+                let id = id.clone();
+                async move { approve_retry(&caller, &id, &saved).await }
+            };
+            return settle(&state.drain, &id, approved).await;
+        }
         Decision::Approve { reason } => {
             approval_reason = reason.filter(|r| !r.trim().is_empty());
             ResumeDecision::Approve
@@ -661,14 +670,69 @@ pub async fn resume(
         options = options.reason(reason.clone());
         told.reason = Some(reason);
     }
+    // The approver's deadline bounds the call; their connection does not (see `settle`).
     let options = options
         .decided_by(&*caller.user)
         .timeout(timeout)
         .cancellation(state.drain.call_token());
+    let decided = {
+        let (id, drain, format) = (id.clone(), state.drain.clone(), format.to_owned());
+        async move {
+            let result = decide(&caller, &id, &saved, decision, options, told, &drain).await?;
+            Ok(answer(&format, &result))
+        }
+    };
+    settle(&state.drain, &id, decided).await
+}
+
+/// Settles the decision on the waiting call `id` in a task of its own, and answers with
+/// what it answers.
+///
+/// Taking the call out of the store is the point of no return: from there on, the call
+/// must run to its end and be recorded — the log line, the decided history, the webhook,
+/// the outcome kept for its caller. Hyper drops a request's future when its client goes
+/// away, so run inside the request, an approver who disconnected would cancel the call
+/// and lose every trace of it. The task is counted by the drain as a call in flight, so
+/// that a shutdown waits for it, and the end of the grace cancels it (through the call's
+/// cancellation token), as it does every other call.
+async fn settle(
+    drain: &Drain,
+    id: &str,
+    decision: impl Future<Output = Result<Response, ApiError>> + Send + 'static,
+) -> Result<Response, ApiError> {
+    let in_flight = drain.hand_off();
+    let settling = tokio::spawn(
+        async move {
+            let _in_flight = in_flight;
+            decision.await
+        }
+        .instrument(tracing::Span::current()),
+    );
+    settling.await.unwrap_or_else(|error| {
+        // Not the panic's message, which may quote the call's input.
+        tracing::error!(suspension_id = %id, panicked = error.is_panic(), "deciding a waiting call failed unexpectedly; the failure was contained");
+        let shown = toolgate_core::error::shown_id(id);
+        Err(ApiError::from(&ToolError::internal(format!(
+            "deciding the call `{shown}` failed unexpectedly (the gateway logged why): it no longer waits, and may or may not have run; read what was kept of its outcome with `GET /v1/suspensions/{shown}`"
+        ))))
+    })
+}
+
+/// Resumes the waiting call `id` with `decision`, and records it: the decided log line,
+/// the decided history, the `decided` webhook and the outcome kept for the caller.
+async fn decide(
+    caller: &Caller,
+    id: &str,
+    saved: &SuspendedInvocation,
+    decision: ResumeDecision,
+    options: ResumeOptions,
+    told: DecisionSummary,
+    drain: &Drain,
+) -> Result<ToolResult, ApiError> {
     let mut result = caller
         .gateway
         .system
-        .resume(&id, decision, options)
+        .resume(id, decision, options)
         .await
         .map_err(|e| match e {
             ResumeError::UnknownSuspension { id } => not_found(&id),
@@ -685,7 +749,7 @@ pub async fn resume(
                 other.to_string(),
             ),
         })?;
-    state.drain.explain_result(&mut result);
+    drain.explain_result(&mut result);
     tracing::info!(
         suspension_id = %id,
         tool = %saved.tool,
@@ -697,8 +761,8 @@ pub async fn resume(
         "a waiting call was decided"
     );
     remember(
-        &caller,
-        &saved,
+        caller,
+        saved,
         &told,
         match result.status {
             ToolStatus::Error => "error",
@@ -707,15 +771,15 @@ pub async fn resume(
         },
     )
     .await;
-    caller.gateway.notifications.decided(&saved, told);
+    caller.gateway.notifications.decided(saved, told);
     // Kept for the caller, who fetches it with `GET /v1/suspensions/{id}` or over MCP.
-    keep_outcome(&caller, &id, &saved, serde_json::to_value(&result)).await;
-    Ok(answer(format, &result))
+    keep_outcome(caller, id, saved, serde_json::to_value(&result)).await;
+    Ok(result)
 }
 
 /// Approves the waiting call `id` for its caller to make again. The approver is answered
 /// with what the approval holds for; the caller, who reads the outcome, is told to call
-/// again with the same arguments.
+/// again with the same arguments. Run by [`settle`], like every decision.
 async fn approve_retry(
     caller: &Caller,
     id: &str,
@@ -796,5 +860,59 @@ async fn keep_outcome(
     let outcome = DecidedCall::new(id, &saved.user, result.unwrap_or(Value::Null));
     if let Err(error) = caller.gateway.suspensions.keep_outcome(outcome).await {
         tracing::error!(suspension_id = %id, %error, "the outcome of a decided call could not be kept: its caller will not find it");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
+
+    use tokio::sync::oneshot;
+
+    use super::*;
+
+    #[tokio::test]
+    async fn a_decision_settles_though_its_request_is_dropped_and_the_drain_waits_for_it() {
+        let drain = Drain::new();
+        let (release, released) = oneshot::channel::<()>();
+        let recorded = Arc::new(AtomicBool::new(false));
+        let decision = {
+            let recorded = recorded.clone();
+            async move {
+                let _ = released.await;
+                recorded.store(true, SeqCst);
+                Ok(StatusCode::OK.into_response())
+            }
+        };
+        let request = tokio::spawn({
+            let drain = drain.clone();
+            async move { settle(&drain, "s-1", decision).await.map(|_| ()) }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(drain.calls_in_flight(), 1, "the decision is counted");
+
+        // The approver goes away: the request's future is dropped.
+        request.abort();
+        assert!(request.await.unwrap_err().is_cancelled());
+        drain.start();
+        release.send(()).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), drain.calls_finished())
+            .await
+            .expect("the drain ends when the decision does");
+        assert!(recorded.load(SeqCst), "the decision ran to its end");
+    }
+
+    #[tokio::test]
+    async fn a_decision_that_panics_is_answered_with_an_internal_error_not_its_message() {
+        let drain = Drain::new();
+        let panicking = async { panic!("index out of bounds: the secret is 42") };
+        let answer = settle(&drain, "s-1", panicking).await.unwrap_err();
+        assert_eq!(answer.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(answer.code(), "internal");
+        let message = &answer.body().message;
+        assert!(message.contains("GET /v1/suspensions/s-1"), "{message}");
+        assert!(!message.contains("secret"), "{message}");
+        assert_eq!(drain.calls_in_flight(), 0);
     }
 }

@@ -323,7 +323,8 @@ impl Connection {
     /// The answer to a 2026-07-28 caller asking again about its call that waits for
     /// approval in suspension `id`: the call's result once decided (by the server's
     /// [`outcome_tool`](super::McpServer::outcome_tool)), `input_required` with the state
-    /// again while it waits.
+    /// again while it waits, and the error that kept the outcome tool from answering when
+    /// it was refused or failed ([`tasks::unreadable`]).
     async fn outcome(
         &self,
         definition: &ToolDefinition,
@@ -351,7 +352,12 @@ impl Connection {
             Ok(_) => Ok(CallToolResponse::InputRequired(
                 server.seal.waiting(id, arguments, None, &user, target),
             )),
-            Err(error) => Ok(error_to_result(&error).into()),
+            // The call's own end: its result.
+            Err(
+                error @ (ToolError::UnknownSuspension { .. } | ToolError::SuspensionExpired { .. }),
+            ) => Ok(error_to_result(&error).into()),
+            // Not the call's end: it may still wait, so no result of it is answered.
+            Err(error) => Err(tasks::unreadable(id, &tool, &error)),
         }
     }
 
@@ -838,16 +844,22 @@ impl ServerHandler for Connection {
         let Some(tool) = server.outcome_tool.clone() else {
             return Err(tasks::unknown(&id));
         };
-        let outcome = self
-            .run_with(
-                &tool,
-                json!({ "id": id }),
-                &context,
-                user,
-                Extras::default(),
-            )
-            .await
-            .map_err(|_| tasks::unknown(&id))?;
+        let asked = json!({ "id": id });
+        let run = self.run_with(&tool, asked, &context, user, Extras::default());
+        let outcome = match run.await {
+            Ok(outcome) => outcome,
+            Err(ToolError::UnknownSuspension { .. }) => return Err(tasks::unknown(&id)),
+            // Ended without a decision: the call's own end, as a decision's would be.
+            Err(expired @ ToolError::SuspensionExpired { .. }) => {
+                let result = error_to_result(&expired);
+                return Ok(GetTaskResult::new(tasks::detailed(
+                    &id,
+                    &Value::Null,
+                    Some(result),
+                )));
+            }
+            Err(error) => return Err(tasks::unreadable(&id, &tool, &error)),
+        };
         if tasks::was_withdrawn(&outcome) {
             return Ok(GetTaskResult::new(tasks::cancelled(&id, &outcome)));
         }

@@ -152,5 +152,5 @@ pub(crate) fn request_error(error: &ToolError) -> ErrorData {
     } else {
         ErrorCode::INTERNAL_ERROR
     };
-    ErrorData::new(code, error.to_string(), Some(data))
+    ErrorData::new(code, error.caller_message(), Some(data))
 }

@@ -296,7 +296,13 @@ impl McpServer {
     /// approval (the gateway's `toolgate.outcome`): called with `{"id": SUSPENSION_ID}`
     /// as the caller, it answers `{"status": "waiting"}` until the call is decided, then
     /// `{"status": "decided", "result": R}`, `R` the call's result in the agent form
-    /// (`status` `success` with `output`, or `error` with `code` and `message`).
+    /// (`status` `success` with `output`, or `error` with `code` and `message`). For an id
+    /// that is not one of the caller's calls it fails with
+    /// [`ToolError::UnknownSuspension`](toolgate_core::ToolError::UnknownSuspension), and
+    /// with [`SuspensionExpired`](toolgate_core::ToolError::SuspensionExpired) for a call of
+    /// theirs that expired; any other error (the authorization policy refusing the tool, a
+    /// rate limit, a store that does not answer) reaches the caller as the error of their
+    /// request, saying what to do — never as an unknown task.
     ///
     /// With one, a call suspended for approval answers a 2026-07-28 caller
     /// `input_required` with only a sealed `requestState` (no requests): the caller calls

@@ -10,6 +10,13 @@
 //! call sees its task. `tasks/cancel` withdraws a waiting call — it is rejected, as by an
 //! approver, and its task is `cancelled` from then on — and is an empty acknowledgement
 //! for a task already ended.
+//!
+//! Reading a task is a call of the outcome tool, so the pipeline's policies apply to it:
+//! when one refuses it (the authorization policy, a rate limit) or the store does not
+//! answer, `tasks/get` says so ([`unreadable`]) — never that the task does not exist, which
+//! would have the caller drop a call that still waits. Withdrawing is not a call of any
+//! tool: a caller may always withdraw their own waiting call, which takes nothing from
+//! anyone.
 
 use std::time::{Duration, SystemTime};
 
@@ -20,6 +27,8 @@ use rmcp::model::{
 use serde_json::Value;
 use toolgate_core::suspension::{DecidedCall, ResumeDecision, SuspensionStoreError};
 use toolgate_core::{InvokeOptions, Pipeline, ToolError, User};
+
+use super::features;
 
 /// How often a caller is asked to poll a waiting call: a person decides in minutes, not
 /// milliseconds.
@@ -159,6 +168,32 @@ pub(super) fn unknown(id: &str) -> ErrorData {
     )
 }
 
+/// The code of a refusal by an authorization policy (rules, Cedar).
+const FORBIDDEN: &str = "forbidden";
+
+/// The error for a caller asking about their waiting call `id` — with `tasks/get`, or
+/// again with its `requestState` — when running the outcome tool `tool` for it failed
+/// with `error` for any reason but the call's own end (an unknown or expired id, answered
+/// apart). Nothing about the call changed: a refusal by the authorization policy says which
+/// tool to have allowed, a rate limit or a busy server keeps its retry delay in `data`, a
+/// store that does not answer is an internal error to try again.
+pub(super) fn unreadable(id: &str, tool: &str, error: &ToolError) -> ErrorData {
+    let shown = toolgate_core::error::shown_id(id);
+    let mut answer = features::request_error(error);
+    answer.message = if error.code() == FORBIDDEN {
+        format!(
+            "the state of waiting call `{shown}` cannot be read: reading it runs the tool `{tool}` as you, and the authorization policy does not allow you that tool; ask an operator to allow `{tool}` to the users whose calls wait for approval (the call itself is unaffected)"
+        )
+    } else {
+        format!(
+            "the state of waiting call `{shown}` could not be read, and the call itself is unaffected: {}",
+            answer.message
+        )
+    }
+    .into();
+    answer
+}
+
 fn waiting_message(reason: &str) -> String {
     if reason.is_empty() {
         "waiting for a person's approval".to_owned()
@@ -211,6 +246,54 @@ mod tests {
         let completed = serde_json::to_value(detailed("susp-1", &json!({}), Some(done))).unwrap();
         assert_eq!(completed["status"], "completed");
         assert_eq!(completed["result"]["content"][0]["text"], "ok");
+    }
+
+    #[test]
+    fn a_refused_or_failed_read_says_why_and_never_that_the_task_is_unknown() {
+        let tool = "toolgate.outcome";
+        let forbidden = unreadable(
+            "susp-1",
+            tool,
+            &ToolError::abort("user bob may not call `toolgate.outcome`", "forbidden", 403),
+        );
+        let said = forbidden.message.to_string();
+        assert!(said.contains("waiting call `susp-1`"), "{said}");
+        assert!(
+            said.contains("authorization policy does not allow you that tool"),
+            "{said}"
+        );
+        assert!(
+            said.contains("ask an operator to allow `toolgate.outcome`"),
+            "{said}"
+        );
+        assert_eq!(forbidden.data.as_ref().unwrap()["code"], "forbidden");
+
+        let limited = unreadable(
+            "susp-1",
+            tool,
+            &ToolError::retry_after(Duration::from_millis(1200), "rate limited"),
+        );
+        assert!(
+            limited
+                .message
+                .ends_with("rate limited, retry after 1200 ms"),
+            "{}",
+            limited.message
+        );
+        assert_eq!(limited.data.as_ref().unwrap()["retryAfterMs"], 1200);
+
+        let store = SuspensionStoreError::Unavailable("redis does not answer".to_owned());
+        let unavailable = unreadable("susp-1", tool, &store.into());
+        assert_eq!(unavailable.code, rmcp::model::ErrorCode::INTERNAL_ERROR);
+        let data = unavailable.data.unwrap();
+        assert_eq!(
+            (data["code"].as_str(), data["status"].as_u64()),
+            (Some("suspension_store_unavailable"), Some(503))
+        );
+        for error in [forbidden.message, limited.message, unavailable.message] {
+            assert!(!error.contains("no task"), "{error}");
+            assert!(error.contains("the call itself is unaffected"), "{error}");
+        }
     }
 
     #[test]
