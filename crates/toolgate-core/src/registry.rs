@@ -176,14 +176,27 @@ impl ToolRegistry {
     }
 }
 
+/// The longest tool name, in characters (all ASCII): what model providers accept.
+pub const MAX_NAME_LEN: usize = 64;
+
+/// Whether a tool name may hold `c`: an ASCII letter or digit, `_`, `-` or `.`, the
+/// characters model providers accept.
+///
+/// ```
+/// use toolgate_core::registry::is_name_character;
+/// assert!("files.read_2-b".chars().all(is_name_character));
+/// assert!(!is_name_character(' ') && !is_name_character('\0') && !is_name_character('é'));
+/// ```
+pub fn is_name_character(c: char) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.')
+}
+
 /// 1 to 64 characters that model providers accept; never `.` or `..` alone, which a
 /// URL path (`/v1/tools/{name}`) takes for "this folder" and "the folder above", so a
 /// browser or proxy would resolve them away before the request arrives.
 fn is_valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
+    (1..=MAX_NAME_LEN).contains(&name.len())
         && name != "."
         && name != ".."
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+        && name.chars().all(is_name_character)
 }

@@ -38,8 +38,11 @@ use crate::state::SharedState;
 use crate::tools_state::AllTools;
 use crate::webhooks::{Notifications, NotifyingStore};
 
+mod imported_names;
 mod policies;
 mod tools;
+
+pub(crate) use imported_names::SkippedTool;
 
 pub(crate) use crate::config::describe_budgets;
 
@@ -146,6 +149,7 @@ pub struct Gateway {
     approver_roles: Vec<String>,
     four_eyes: bool,
     upstreams: Vec<Upstream>,
+    skipped_tools: Vec<SkippedTool>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -180,11 +184,26 @@ impl Gateway {
         let pins = (config.pins.as_ref())
             .map(|p| shared.backends.pin_store(p))
             .transpose()?;
+        // The outcome tool is registered after the upstreams' (keeping its place in
+        // listings), but its name is the gateway's from the start: no upstream takes it.
+        let reserved: &[&str] = if config.policies.approval.is_some() {
+            &[OUTCOME_TOOL]
+        } else {
+            &[]
+        };
         let Registered {
             upstreams,
             mut names,
             needs_caller_token,
-        } = register_tools(&config, identity.key_store(), pins.as_ref(), &mut registry).await?;
+            skipped_tools,
+        } = register_tools(
+            &config,
+            identity.key_store(),
+            pins.as_ref(),
+            reserved,
+            &mut registry,
+        )
+        .await?;
         if config.policies.approval.is_some() {
             // Callers whose calls wait for approval fetch their outcomes with it.
             let tool = OutcomeTool::new(shared.suspensions.store());
@@ -342,7 +361,14 @@ impl Gateway {
             tool_scopes,
             audit,
             upstreams,
+            skipped_tools,
         })
+    }
+
+    /// The tools the upstreams list that are not served, each with the reason (an
+    /// invalid name, one listed twice, a built-in tool's).
+    pub(crate) fn skipped_tools(&self) -> &[SkippedTool] {
+        &self.skipped_tools
     }
 
     /// The address a request came from: the connection's `peer`, or the client its trusted

@@ -12,6 +12,7 @@ use toolgate_core::tool::ErasedTool;
 use toolgate_mcp::{PerCaller, StaticCallerCredentials, Upstream};
 
 use super::GatewayError;
+use super::imported_names::{SkippedTool, TakenNames, invalid_prefix};
 use crate::builtin;
 use crate::config::{AsCallerConfig, Config, ConfigError};
 use crate::identity::exchange::{ExchangeSettings, ExchangedCredentials};
@@ -29,16 +30,21 @@ pub(super) struct Registered {
     /// ([`toolgate_mcp::CallerCredentials::needs_caller_token`]), each with its upstream's
     /// name.
     pub(super) needs_caller_token: BTreeMap<String, String>,
+    /// The upstreams' tools that could not be registered, and why.
+    pub(super) skipped_tools: Vec<SkippedTool>,
 }
 
-/// Registers the built-in and upstream tools in `registry` (where a name taken twice is
-/// refused at once, against the configuration field that brought it). With `pins`, every
-/// imported tool is checked against its pin first, and one whose definition changed is
-/// held back.
+/// Registers the built-in and upstream tools in `registry`. A built-in tool listed twice is
+/// refused, and so is a name two upstreams offer; a tool an upstream lists that cannot be
+/// registered otherwise is skipped with a warning ([`TakenNames`]). `reserved` names the
+/// gateway's own tools registered after these, which no upstream may take either. With
+/// `pins`, every imported tool is checked against its pin first, and one whose definition
+/// changed is held back.
 pub(super) async fn register_tools(
     config: &Config,
     keys: Option<&Arc<KeyStore>>,
     pins: Option<&PinStore>,
+    reserved: &[&str],
     registry: &mut ToolRegistry,
 ) -> Result<Registered, GatewayError> {
     let mut names = BTreeSet::new();
@@ -58,6 +64,11 @@ pub(super) async fn register_tools(
             builtin::tool(*which),
             &format!("tools.builtin[{i}]"),
         )?);
+    }
+    for (i, entry) in config.upstreams.iter().enumerate() {
+        if let Some(why) = entry.prefix.as_deref().and_then(invalid_prefix) {
+            return Err(ConfigError::invalid(format!("upstreams[{i}].prefix"), why).into());
+        }
     }
     let mut upstreams = Vec::new();
     let mut imported = Vec::new();
@@ -87,6 +98,19 @@ pub(super) async fn register_tools(
         imported.extend(tools.map(|tool| (i, with_caller_token, tool)));
         upstreams.push(upstream);
     }
+    // Before pins are checked: a tool skipped is neither pinned nor held back.
+    let mut taken = TakenNames::new(
+        (names.iter().cloned()).chain(reserved.iter().map(|name| (*name).to_owned())),
+    );
+    let mut skipped = Vec::new();
+    let mut admitted = Vec::with_capacity(imported.len());
+    for (i, with_caller_token, tool) in imported {
+        match taken.take(config, i, &tool.definition().name)? {
+            Some(skip) => skipped.push(skip),
+            None => admitted.push((i, with_caller_token, tool)),
+        }
+    }
+    let imported = admitted;
     // Every imported tool checked against its pin at once: one read and write of a pin
     // file, whatever the number of tools.
     let verdicts = match pins {
@@ -111,9 +135,13 @@ pub(super) async fn register_tools(
         upstreams,
         names,
         needs_caller_token,
+        skipped_tools: skipped,
     })
 }
 
+/// Registers `tool` (labelled, when `tools.labels` names it); a name the registry refuses
+/// is an error against `field`. Every upstream tool passed [`TakenNames`] before it comes
+/// here, so only a built-in one can be refused.
 fn add_tool(
     config: &Config,
     registry: &mut ToolRegistry,
@@ -125,12 +153,9 @@ fn add_tool(
         Some(labels) => Arc::new(Labelled::new(tool, labels)) as Arc<dyn ErasedTool>,
         None => tool,
     };
-    registry.register_erased(tool).map_err(|e| {
-        GatewayError::Config(ConfigError::invalid(
-            field,
-            format!("{e}: give the upstream a `prefix` so its tools get distinct names"),
-        ))
-    })?;
+    registry
+        .register_erased(tool)
+        .map_err(|e| GatewayError::Config(ConfigError::invalid(field, e.to_string())))?;
     Ok(name)
 }
 

@@ -22,3 +22,4 @@ mod redis_outage;
 mod repeated_credentials;
 mod repeated_keys;
 mod upstream_secrets;
+mod upstream_tool_names;

@@ -1,0 +1,252 @@
+//! Tool names an upstream lists that toolgate cannot register — too long once prefixed,
+//! listed twice, with a space or a NUL, a built-in tool's — skip those tools, with a
+//! warning that cannot forge a log line, and the gateway serves the rest, at start and on
+//! reload. A name two upstreams both offer is still refused: neither may take the other's
+//! calls. The upstream (`tests/upstreams/odd_names.py`) is a real stdio MCP server.
+
+use std::path::Path;
+use std::time::Duration;
+
+use serde_json::{Value, json};
+
+use crate::common::{
+    Gateway, check, client, get, invoke, mcp_rpc, metric, open_session, python, user_yaml,
+};
+
+const SCRIPT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/odd_names.py");
+
+/// The metric counting skipped tools.
+const SKIPPED: &str = "toolgate_mcp_upstream_tools_skipped_total";
+
+/// Writes the tool names an `odd_names.py` upstream lists at its next start into `file`.
+fn list(file: &Path, names: &[&str]) {
+    std::fs::write(file, serde_json::to_string(names).unwrap()).expect("writing the list");
+}
+
+/// The built-in `echo`; upstream `odd` (prefix `h_`) listing the names of `odd`, and
+/// `plain` (no prefix) those of `plain`.
+fn config(odd: &Path, plain: &Path) -> String {
+    format!(
+        "tools:\n  builtin: [echo]\n\
+upstreams:\n\
+  - {{ name: odd, command: {python}, args: [\"{SCRIPT}\"], prefix: h_, discover: false,\n\
+      env: {{ ODD_NAMES_FILE: \"{odd}\" }} }}\n\
+  - {{ name: plain, command: {python}, args: [\"{SCRIPT}\"], discover: false,\n\
+      env: {{ ODD_NAMES_FILE: \"{plain}\" }} }}\n\
+users:\n{alice}",
+        python = python(),
+        odd = odd.display(),
+        plain = plain.display(),
+        alice = user_yaml("alice", &["admin"]),
+    )
+}
+
+/// A 63-character name: valid in MCP and in toolgate, 65 characters with `h_`.
+fn long_name() -> String {
+    "x".repeat(63)
+}
+
+/// The names of the tools `GET /v1/tools` and MCP `tools/list` give alice, sorted.
+async fn listed(gateway: &Gateway) -> (Vec<String>, Vec<String>) {
+    let names = |tools: &Value| {
+        let mut names: Vec<String> = (tools.as_array().expect("a tool list").iter())
+            .map(|t| t["name"].as_str().expect("a name").to_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let v1 = get(&client(), &gateway.url("/v1/tools"), Some("alice")).await;
+    assert_eq!(v1.status, 200, "{}", v1.body);
+    let session = open_session(gateway, "alice").await;
+    let mcp = mcp_rpc(gateway, "alice", &session, "tools/list", json!({})).await;
+    (names(&v1.body["tools"]), names(&mcp["tools"]))
+}
+
+/// What calling `tool` as alice answers: its text, or the error code.
+async fn call(gateway: &Gateway, tool: &str) -> String {
+    let answer = invoke(gateway, "alice", tool, json!({})).await;
+    if answer.status != 200 {
+        return format!("{} {}", answer.status, answer.error_code());
+    }
+    let text = &answer.body["output"]["content"][0]["text"];
+    text.as_str()
+        .map_or_else(|| answer.body.to_string(), str::to_owned)
+}
+
+/// The odd names, beside `ok`: too long with the prefix, `ok` again, a space, a NUL with a
+/// right-to-left override.
+fn odd_names(long: &str) -> Vec<&str> {
+    vec!["ok", long, "ok", "has space", "nul\u{0}rtl\u{202e}exe.txt"]
+}
+
+#[tokio::test]
+async fn an_upstreams_unregistrable_tool_names_are_skipped_and_its_good_tools_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let (odd, plain) = (dir.path().join("odd.json"), dir.path().join("plain.json"));
+    let long = long_name();
+    list(&odd, &odd_names(&long));
+    list(&plain, &["plain_ok", "echo"]);
+    let gateway = Gateway::start(&config(&odd, &plain));
+
+    let expected = vec!["echo", "h_ok", "plain_ok"];
+    let (v1, mcp) = listed(&gateway).await;
+    assert_eq!(v1, expected, "GET /v1/tools");
+    assert_eq!(mcp, expected, "MCP tools/list");
+    assert_eq!(call(&gateway, "h_ok").await, "called ok");
+    assert_eq!(call(&gateway, "plain_ok").await, "called plain_ok");
+    // The built-in keeps its name: the upstream's `echo` displaces nothing.
+    let echoed = invoke(&gateway, "alice", "echo", json!({"text": "hi"})).await;
+    assert_eq!(echoed.status, 200, "{}", echoed.body);
+    assert!(
+        !echoed.body.to_string().contains("called echo"),
+        "{}",
+        echoed.body
+    );
+
+    let log = gateway.stderr();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("a tool the MCP server lists is not served"))
+        .collect();
+    assert_eq!(warnings.len(), 5, "{log}");
+    let about = |text: &str| {
+        *warnings
+            .iter()
+            .find(|l| l.contains(text))
+            .unwrap_or_else(|| panic!("no warning mentions {text:?}:\n{log}"))
+    };
+    let too_long = about(&format!("h_{long}"));
+    assert!(
+        too_long.contains("65 characters with the prefix `h_`, over the limit of 64")
+            && too_long.contains("shorter `prefix` (or none)")
+            && !too_long.contains("distinct names"),
+        "{too_long}"
+    );
+    assert!(about("h_has space").contains("characters a tool name cannot have"));
+    assert!(about("more than once").contains("h_ok"));
+    let taken = about("a tool of the gateway's own");
+    assert!(taken.contains("plain") && taken.contains("give the upstream a `prefix`"));
+    // The NUL and the override are escaped: a name cannot forge or disguise a log line.
+    assert!(
+        about("h_nul").contains("\\u{0}rtl\\u{202e}exe.txt"),
+        "{log}"
+    );
+    assert!(
+        !log.contains('\u{0}') && !log.contains('\u{202e}'),
+        "{log:?}"
+    );
+
+    let metrics = gateway.metrics().await;
+    for (server, reason, count) in [
+        ("odd", "invalid_name", 3.0),
+        ("odd", "listed_twice", 1.0),
+        ("plain", "taken", 1.0),
+    ] {
+        let labels = [("server", server), ("reason", reason)];
+        assert_eq!(
+            metric(&metrics, SKIPPED, &labels),
+            count,
+            "{server} {reason}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn toolgate_check_names_each_skipped_tool_and_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let (odd, plain) = (dir.path().join("odd.json"), dir.path().join("plain.json"));
+    let long = long_name();
+    list(&odd, &odd_names(&long));
+    list(&plain, &["plain_ok"]);
+    let (status, stdout, stderr) = check(&config(&odd, &plain));
+    assert!(status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("OK — 3 tools"), "{stdout}");
+    assert!(
+        stderr.contains(&format!(
+            "warning: upstream `odd`: tool `h_{long}` is not served: its name is 65 characters"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("warning: upstream `odd`: tool `h_has space` is not served"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_name_two_upstreams_offer_is_refused_at_start_with_the_prefix_advice() {
+    let dir = tempfile::tempdir().unwrap();
+    let (odd, plain) = (dir.path().join("odd.json"), dir.path().join("plain.json"));
+    list(&odd, &["ok"]);
+    list(&plain, &["plain_ok", "h_ok"]);
+    let (status, stdout, stderr) = check(&config(&odd, &plain));
+    assert!(!status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("upstreams `odd` and `plain` both offer a tool named `h_ok`")
+            && stderr.contains("give upstream `plain` a `prefix`"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_reload_skips_the_new_lists_bad_names_and_refuses_a_name_two_upstreams_offer() {
+    let dir = tempfile::tempdir().unwrap();
+    let (odd, plain) = (dir.path().join("odd.json"), dir.path().join("plain.json"));
+    list(&odd, &["ok"]);
+    list(&plain, &["plain_ok"]);
+    let gateway = Gateway::start(&config(&odd, &plain));
+    assert_eq!(call(&gateway, "h_ok").await, "called ok");
+
+    // The upstream's list changed: its new good tool is served, its bad names skipped.
+    let long = long_name();
+    let mut changed = odd_names(&long);
+    changed.push("later");
+    list(&odd, &changed);
+    gateway.reload(1).await;
+    assert_eq!(call(&gateway, "h_later").await, "called later");
+    let (v1, mcp) = listed(&gateway).await;
+    assert_eq!(v1, ["echo", "h_later", "h_ok", "plain_ok"], "GET /v1/tools");
+    assert_eq!(mcp, v1, "MCP tools/list");
+    assert!(
+        gateway
+            .stderr()
+            .contains("a tool the MCP server lists is not served"),
+        "{}",
+        gateway.stderr()
+    );
+
+    // Another upstream now offers `h_later` too: refused as at start; nothing changes.
+    list(&plain, &["plain_ok", "h_later"]);
+    gateway.signal("HUP");
+    gateway
+        .wait_for_log(
+            "both offer a tool named `h_later`",
+            1,
+            Duration::from_secs(60),
+        )
+        .await;
+    assert!(
+        gateway
+            .stderr()
+            .contains("still serving with the previous one"),
+        "{}",
+        gateway.stderr()
+    );
+    assert_eq!(call(&gateway, "h_later").await, "called later");
+    assert_eq!(call(&gateway, "plain_ok").await, "called plain_ok");
+}
+
+#[tokio::test]
+async fn a_tool_whose_input_schema_is_a_string_is_named_in_the_refusal() {
+    let dir = tempfile::tempdir().unwrap();
+    let (odd, plain) = (dir.path().join("odd.json"), dir.path().join("plain.json"));
+    let malformed = json!(["ok", {"name": "bad", "inputSchema": "a string"}]);
+    std::fs::write(&odd, malformed.to_string()).unwrap();
+    list(&plain, &["plain_ok"]);
+    let (status, stdout, stderr) = check(&config(&odd, &plain));
+    assert!(!status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("tool 2 of the page (`bad`): its `inputSchema` is not a JSON object"),
+        "{stderr}"
+    );
+}
