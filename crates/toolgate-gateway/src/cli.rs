@@ -424,7 +424,7 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
         .await
         .map_err(|e| e.in_file(path).to_string())?
         .current();
-    warnings.extend(crate::outcomes::unreadable_outcomes_warning(&gateway));
+    warnings.extend(crate::gateway::unreadable_outcomes_warning(&gateway));
     let mut out = String::new();
     out.push_str(&format!(
         "{}: OK — {}, {}, state: {state}\n",

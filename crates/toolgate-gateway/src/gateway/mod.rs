@@ -14,8 +14,6 @@ use toolgate_core::registry::ToolRegistry;
 use toolgate_core::suspension::SuspensionStore;
 use toolgate_core::tool::{ToolDefinition, ToolSource};
 use toolgate_core::{Pipeline, SpanValues, User};
-
-use crate::outcomes::{OUTCOME_TOOL, OutcomeTool};
 use toolgate_hooks::audit::ClientAddress;
 use toolgate_hooks::policy::{CedarPolicies, PolicyLoadError, PolicySource};
 use toolgate_hooks::{Audit, Authorize};
@@ -33,16 +31,19 @@ use crate::identity::KeyCache;
 use crate::identity::address::client_address;
 use crate::identity::failures::CredentialLimit;
 use crate::identity::scopes::ToolScopes;
+use crate::outcomes::{OUTCOME_TOOL, OutcomeTool};
 use crate::pins::PinStore;
 use crate::state::SharedState;
 use crate::tools_state::AllTools;
 use crate::webhooks::{Notifications, NotifyingStore};
 
 mod imported_names;
+mod outcome_readers;
 mod policies;
 mod tools;
 
 pub(crate) use imported_names::SkippedTool;
+pub(crate) use outcome_readers::unreadable_outcomes_warning;
 
 pub(crate) use crate::config::describe_budgets;
 
