@@ -1,5 +1,6 @@
 //! Stdio upstreams that misbehave (`tests/python/wayward_stdio.py`): one that stops
-//! reading its input, one that dies as soon as it is called. Each is a child process
+//! reading its input, one that dies as soon as it is called, one that answers with
+//! messages that cannot be read. Each is a child process
 //! shared by every caller, so what it does must not hold the others up for long, nor
 //! make toolgate start programs without end.
 
@@ -124,5 +125,49 @@ async fn an_upstream_that_dies_at_every_call_is_started_again_with_backoff_not_a
         }
     })
     .await;
+    let _ = std::fs::remove_file(&starts);
+}
+
+#[tokio::test]
+async fn an_answer_that_cannot_be_read_fails_its_call_at_once_and_the_connection_goes_on() {
+    let starts = starts_file("unreadable-answers");
+    let (_upstream, pipeline) =
+        pipeline(wayward("unreadable-answers", &starts).call_timeout(Duration::from_secs(30)))
+            .await;
+    let cases = [
+        ("number", "a number too large to read"),
+        ("surrogate", "half a UTF-16 surrogate pair"),
+        ("code", "`error.code` must be a whole number"),
+        ("deep", "nested more than 128 deep"),
+    ];
+    // All at once, on the one connection: each fails alone.
+    let calls = cases.map(|(unreadable, _)| {
+        within(
+            60,
+            "a call answered with a message that cannot be read",
+            pipeline.invoke(
+                "echo",
+                json!({ "unreadable": unreadable }),
+                InvokeOptions::new(),
+            ),
+        )
+    });
+    let failed = futures::future::join_all(calls).await;
+    for ((unreadable, why), failed) in cases.iter().zip(failed) {
+        let error = failed.expect_err(unreadable);
+        assert_eq!(error.code(), "tool_error", "{unreadable}: {error}");
+        let message = error.to_string();
+        assert!(
+            message.contains(
+                "MCP server `wayward` answered this call with a message that cannot be read"
+            ) && message.contains(why),
+            "{unreadable}: {message}"
+        );
+    }
+    let answer = echo(&pipeline, json!({"text": "after"}))
+        .await
+        .expect("answered");
+    assert!(answer.to_string().contains("after"), "{answer}");
+    assert_eq!(started(&starts).len(), 1, "one connection throughout");
     let _ = std::fs::remove_file(&starts);
 }

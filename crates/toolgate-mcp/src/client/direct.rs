@@ -60,6 +60,7 @@ use super::post::{self, PostError};
 use super::relay::{Dropped, RouteTicket};
 use super::request_streams::{SseStream, capped_retry};
 use super::streams::{self, PROTOCOL_VERSION, Posted, StreamTagging, Wire};
+use super::unreadable;
 
 /// The calls of one connection made from the calling task; see the module.
 pub(crate) struct Direct {
@@ -260,9 +261,28 @@ impl Direct {
                     let Some(data) = event.data.filter(|_| is_message) else {
                         continue;
                     };
-                    // A message that does not read is skipped, as rmcp skips it.
-                    let Ok(message) = super::message::read(&data) else {
-                        continue;
+                    let message = match super::message::read(&data) {
+                        Ok(message) => message,
+                        // The call's answer, unreadable: answered in its place, so the
+                        // call fails now rather than at its deadline.
+                        Err(e) if unreadable::answered(data.as_bytes()).as_ref() == Some(id) => {
+                            let why = unreadable::why(data.as_bytes(), &e);
+                            self.inbound.dropped(Dropped::Unreadable);
+                            tracing::warn!(
+                                server = %self.inbound.server(),
+                                why,
+                                "an MCP server answered a call with a message that cannot be read: the call fails, the connection goes on"
+                            );
+                            unreadable::in_place_of(id.clone(), &why)
+                        }
+                        // An event with no data (one that primes the stream for a
+                        // resumption) is no message.
+                        Err(_) if data.trim().is_empty() => continue,
+                        // Any other message that does not read is skipped, as rmcp skips it.
+                        Err(_) => {
+                            self.inbound.dropped(Dropped::Unreadable);
+                            continue;
+                        }
                     };
                     resumes = 0;
                     if let Some(answer) = self.take(id, message).await {

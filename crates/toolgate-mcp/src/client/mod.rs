@@ -19,10 +19,12 @@ mod secrets;
 mod stdio;
 mod stdio_env;
 mod stdio_input;
+mod stdio_output;
 mod streams;
 mod tasks;
 mod told;
 mod tool;
+mod unreadable;
 
 use std::sync::Arc;
 

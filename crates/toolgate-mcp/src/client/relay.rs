@@ -54,7 +54,9 @@ pub(crate) enum Dropped {
     Log,
     Sampling,
     Elicitation,
-    /// A message that could not be scrubbed (it did not read back after scrubbing).
+    /// A message that could not be read: it did not read at all (an answer that names
+    /// its request is answered in its place with an error, and counted too), or did not
+    /// read back after scrubbing.
     Unreadable,
     /// An answer on a call's stream to a request other than that call, or an answer on
     /// the standalone stream (which answers no request).
@@ -307,6 +309,11 @@ impl Routes {
             watched: Mutex::default(),
             told: Told::default(),
         }
+    }
+
+    /// The upstream's configured name.
+    pub(crate) fn server(&self) -> &str {
+        &self.server
     }
 
     /// A number for a new connection of the channel, never given before.

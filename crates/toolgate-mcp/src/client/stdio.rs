@@ -12,6 +12,11 @@
 //! lost its answer (such a line says nothing readable about whom it was for), and the
 //! [`Oversized`] mark of the connection lets the calls that were waiting say why.
 //!
+//! A line within the limit is read as a message once ([`Messages`]); an answer that does
+//! not read (a number too large, half a surrogate pair, nested too deep, an error of the
+//! wrong shape) whose `id` it names is answered in its place with an error saying why, as
+//! an answer too long is.
+//!
 //! An upstream that stops reading its stdin ends its connection too, once a write to it
 //! has waited out the call timeout ([`StalledInput`]).
 //!
@@ -33,12 +38,14 @@ use rmcp::RoleClient;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use rmcp::transport::async_rw::{AsyncRwTransport, DEFAULT_MAX_LINE_LENGTH};
-use tokio::io::{AsyncRead, ReadBuf};
+use tokio::io::{AsyncRead, Empty, ReadBuf};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio_util::sync::CancellationToken;
 
 use super::process_group::{self, LeaderExit, ProcessGroup};
+use super::relay::Routes;
 use super::stdio_input::StalledInput;
+use super::stdio_output::{Messages, Next};
 use crate::json_scan::members;
 
 /// The longest line read from a stdio upstream: rmcp's limit, which is also what its HTTP
@@ -76,19 +83,25 @@ pub(crate) struct StdioUpstream {
     oversized: Arc<Oversized>,
     /// Cancelled once the program stopped reading its stdin.
     stalled: CancellationToken,
-    transport: AsyncRwTransport<RoleClient, BoundedLines<ProgramOutput>, StalledInput<ChildStdin>>,
+    /// rmcp's transport, for writing to the program's stdin only: what it writes is
+    /// read by `output`, which reads each line once and answers in place of an answer
+    /// that cannot be read ([`Messages`]).
+    input: AsyncRwTransport<RoleClient, Empty, StalledInput<ChildStdin>>,
+    output: Messages<BoundedLines<ProgramOutput>>,
 }
 
 impl StdioUpstream {
     /// Starts `command` with piped stdin, stdout and stderr; the connection it will be is
     /// `generation`, marked in `oversized` if it ends on a line too long to read, and
-    /// ended if a write to its stdin waits longer than `stall_limit`. The program leads a
-    /// process group of its own; the group is killed when the transport is dropped.
+    /// ended if a write to its stdin waits longer than `stall_limit`; what it writes that
+    /// cannot be read is counted in `routes`. The program leads a process group of its
+    /// own; the group is killed when the transport is dropped.
     pub(crate) fn start(
         mut command: Command,
         generation: u64,
         oversized: Arc<Oversized>,
         stall_limit: Duration,
+        routes: Arc<Routes>,
     ) -> io::Result<(Self, Option<ChildStderr>)> {
         command
             .stdin(std::process::Stdio::piped())
@@ -108,14 +121,14 @@ impl StdioUpstream {
         let stdout = BoundedLines::new(stdout, generation, Arc::clone(&oversized));
         let stalled = CancellationToken::new();
         let stdin = StalledInput::new(stdin, stall_limit, stalled.clone());
-        let transport = AsyncRwTransport::new_client(stdout, stdin);
         let upstream = StdioUpstream {
             group,
             child,
             generation,
             oversized,
             stalled,
-            transport,
+            input: AsyncRwTransport::new_client(tokio::io::empty(), stdin),
+            output: Messages::new(stdout, routes),
         };
         Ok((upstream, stderr))
     }
@@ -128,20 +141,30 @@ impl Transport<RoleClient> for StdioUpstream {
         &mut self,
         item: TxJsonRpcMessage<RoleClient>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
-        self.transport.send(item)
+        self.input.send(item)
     }
 
     /// The program's next message; none (the connection's end) once it stopped reading
     /// its stdin, or once it exited and what it wrote before was read
     /// ([`ProgramOutput`]).
-    fn receive(&mut self) -> impl Future<Output = Option<RxJsonRpcMessage<RoleClient>>> + Send {
-        let stalled = self.stalled.clone();
-        let receive = self.transport.receive();
-        async move {
-            tokio::select! {
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleClient>> {
+        loop {
+            let next = tokio::select! {
                 biased;
-                () = stalled.cancelled() => None,
-                message = receive => message,
+                () = self.stalled.cancelled() => return None,
+                next = self.output.next() => next?,
+            };
+            match next {
+                Next::Message(message) => return Some(message),
+                Next::Refuse(refusal) => {
+                    // Written before reading on, as rmcp does: an upstream that floods
+                    // such lines without reading its stdin is held back, not queued for.
+                    // Should the receive be given up meanwhile, the refusal (which names
+                    // no request) may be lost; it is never written in part.
+                    if let Err(e) = self.input.send(refusal).await {
+                        tracing::debug!("cannot refuse an MCP server's message: {e}");
+                    }
+                }
             }
         }
     }
@@ -168,10 +191,10 @@ impl Transport<RoleClient> for StdioUpstream {
             // is left of the group is ended first; its stdin's last reader gone, the write
             // fails, and the stdin is closed at once.
             let ended = self.group.end(&mut self.child, deadline).await;
-            self.transport.close().await?;
+            self.input.close().await?;
             return ended;
         }
-        self.transport.close().await?;
+        self.input.close().await?;
         self.group.end(&mut self.child, deadline).await
     }
 }
@@ -283,9 +306,10 @@ const MOST_SKIPPED: u64 = 16 * MAX_MESSAGE_BYTES as u64;
 
 /// A stdout whose lines are bounded by [`MAX_MESSAGE_BYTES`] (its line feed included).
 ///
-/// A line that grows past the limit is handed on cut short and ended, so that rmcp reads
-/// it as the unreadable message it is and drops it, and the rest of it is read past, not
-/// handed on. When the line is an answer whose top-level `id` its start or its end names
+/// A line that grows past the limit is handed on cut short and ended, exactly
+/// [`MAX_MESSAGE_BYTES`] long with its line feed, so that it is read as the unreadable
+/// message it is and dropped ([`Messages`] answers in place of no line so long: this does),
+/// and the rest of it is read past, not handed on. When the line is an answer whose top-level `id` its start or its end names
 /// (`{"jsonrpc": "2.0", "id": 7, "result": …` or `{"result": …, "jsonrpc": "2.0", "id":
 /// 7}`), that request alone is answered in its place, with an error saying why: the other
 /// calls on the connection go on. A line whose start names a `method` and no `result` or
@@ -481,8 +505,8 @@ impl<R: AsyncRead + Unpin> AsyncRead for BoundedLines<R> {
             let Some(cut) = this.follow(&buf.filled()[before..]) else {
                 return Poll::Ready(Ok(()));
             };
-            // The line is handed on short of the limit and ended there: rmcp reads it as
-            // unreadable and drops it.
+            // The line is handed on short of the limit and ended there: it is read as
+            // unreadable and dropped.
             let rest = buf.filled()[before + cut..].to_owned();
             buf.set_filled(before + cut);
             buf.put_slice(b"\n");
@@ -536,19 +560,19 @@ pub(crate) const OVERSIZED_ANSWER: &str = "io.toolgate/oversizedAnswer";
 
 /// What the start of a message says of it, read from its top-level keys as far as their
 /// values end within it.
-struct Head {
+pub(super) struct Head {
     /// The `id`, when it came whole.
-    id: Option<serde_json::Value>,
+    pub(super) id: Option<serde_json::Value>,
     /// Whether a `result` or an `error` key came.
-    response: bool,
+    pub(super) response: bool,
     /// The `method`, when that key came (a request or notification): its name, or
     /// `(cut)` when its value did not end within the start.
-    method: Option<String>,
+    pub(super) method: Option<String>,
 }
 
 /// What `head`, the start of a message, says of it: `None` when it is no JSON object, or
 /// names `id` or `method` twice.
-fn scan_head(head: &[u8]) -> Option<Head> {
+pub(super) fn scan_head(head: &[u8]) -> Option<Head> {
     let mut scanned = Head {
         id: None,
         response: false,
@@ -735,6 +759,41 @@ mod tests {
         assert_eq!(answer["error"]["data"][OVERSIZED_ANSWER], MAX_MESSAGE_BYTES);
         assert_eq!(lines[3], b"{\"jsonrpc\":\"2.0\",\"id\":8,\"result\":{}}");
         assert_eq!(lines[4], b"");
+    }
+
+    #[tokio::test]
+    async fn an_answer_past_the_limit_is_answered_in_its_place_once_not_again_as_unreadable() {
+        use rmcp::model::{JsonRpcMessage, RequestId};
+
+        let text = oversized_then_an_answer(
+            b"{\"jsonrpc\": \"2.0\", \"id\": 7, \"result\": {\"text\": \"",
+            b"\"}}",
+        );
+        let pipe = Pipe {
+            text: &text,
+            at_most: 8191,
+        };
+        let lines = BoundedLines::new(pipe, 3, Arc::new(Oversized::default()));
+        let mut messages = Messages::new(lines, Arc::new(Routes::new("x")));
+        let mut read = Vec::new();
+        while let Some(next) = messages.next().await {
+            let Next::Message(message) = next else {
+                panic!("nothing refused");
+            };
+            read.push(message);
+        }
+        assert_eq!(
+            read.len(),
+            2,
+            "the answer in place, and the answer after it"
+        );
+        let JsonRpcMessage::Error(error) = &read[0] else {
+            panic!("an error in place of the answer: {:?}", read[0]);
+        };
+        assert_eq!(error.id, Some(RequestId::Number(7)));
+        let data = error.error.data.as_ref().expect("data");
+        assert_eq!(data[OVERSIZED_ANSWER], MAX_MESSAGE_BYTES);
+        assert!(matches!(&read[1], JsonRpcMessage::Response(r) if r.id == RequestId::Number(42)));
     }
 
     /// The `id` an answer in place of the message of `head` … `tail` would carry.

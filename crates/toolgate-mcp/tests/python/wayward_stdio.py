@@ -5,6 +5,10 @@ first argument says, for the stdio upstream tests:
   again (and never exits), as a wedged server would;
 - `dies-after-init`: answers `initialize` and `tools/list`, then exits on the first
   `tools/call`;
+- `unreadable-answers`: answers a call of `echo` whose arguments name `unreadable`
+  (`number`, `surrogate`, `code`, `deep`) with its own `id` and a message that JSON
+  readers refuse: a number past a 64-bit float, half a surrogate pair, an error whose
+  `code` is a string, or 100 000 levels of nesting;
 - anything else: serves as it should.
 
 Every start appends the process id to the file named by `WAYWARD_STARTS`, when set.
@@ -35,6 +39,15 @@ TOOLS = [
     {"name": "env", "inputSchema": {"type": "object"}},
 ]
 
+# Each with `%s` where the call's id goes.
+UNREADABLE = {
+    "number": '{"jsonrpc":"2.0","id":%s,"result":{"content":[],"structuredContent":{"v":1e999}}}',
+    "surrogate": '{"jsonrpc":"2.0","id":%s,"result":{"content":[{"type":"text","text":"a\\ud800b"}]}}',
+    "code": '{"jsonrpc":"2.0","id":%s,"error":{"code":"notint","message":"no"}}',
+    "deep": '{"jsonrpc":"2.0","id":%s,"result":{"content":[],"structuredContent":'
+    + "[" * 100_000 + "]" * 100_000 + "}}",
+}
+
 for line in sys.stdin:
     message = json.loads(line)
     method = message.get("method")
@@ -58,6 +71,11 @@ for line in sys.stdin:
     elif method == "tools/call":
         if MODE == "dies-after-init":
             sys.exit(0)
+        unreadable = message["params"].get("arguments", {}).get("unreadable")
+        if MODE == "unreadable-answers" and unreadable:
+            sys.stdout.write(UNREADABLE[unreadable] % json.dumps(message["id"]) + "\n")
+            sys.stdout.flush()
+            continue
         if message["params"].get("name") == "env":
             text = json.dumps(dict(os.environ))
         else:

@@ -21,6 +21,7 @@ use crate::client::failure::request_failure;
 use crate::client::input::ask_caller;
 use crate::client::places::{Place, Reserved};
 use crate::client::relay::Relay;
+use crate::client::unreadable;
 
 /// How many rounds of `input_required` results toolgate fulfils for one call of a caller
 /// that cannot take them (2025-11-25), asking it each request, before it gives up.
@@ -296,6 +297,10 @@ impl Link {
             }
             Ok(Err(ServiceError::McpError(e))) if is_oversized_answer(&e) => {
                 Err(self.oversized_answer())
+            }
+            Ok(Err(ServiceError::McpError(e))) if unreadable::why_answered(&e).is_some() => {
+                let why = unreadable::why_answered(&e).unwrap_or_default();
+                Err(self.unreadable_answer("this call", why))
             }
             Ok(Err(ServiceError::McpError(e))) => Err(ToolError::execution(format!(
                 "MCP server `{}` refused the call: {}",

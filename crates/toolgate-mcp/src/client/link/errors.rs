@@ -15,6 +15,7 @@ use crate::caller::{CallerRequest, missing_capability};
 use crate::client::failure::{Refusal, is_connection_failure, refusal, request_failure};
 use crate::client::places::{Busy, NoPlace, ShareUsed};
 use crate::client::stdio::{MAX_MESSAGE_BYTES, OVERSIZED_ANSWER};
+use crate::client::unreadable;
 
 /// The error code of a resource the upstream does not have.
 pub(crate) const RESOURCE_NOT_FOUND: &str = "resource_not_found";
@@ -53,12 +54,25 @@ impl Link {
         ))
     }
 
+    /// The error of a request whose answer could not be read (`why`, in words), answered
+    /// in its place ([`UNREADABLE_ANSWER`](crate::client::unreadable::UNREADABLE_ANSWER)):
+    /// the upstream's failure, and this `request`'s alone (`this call`, `the request`).
+    pub(super) fn unreadable_answer(&self, request: &str, why: &str) -> ToolError {
+        ToolError::execution(self.scrubbed(format!(
+            "MCP server `{}` answered {request} with a message that cannot be read: {why}; its connection stays open for other calls",
+            self.config.name
+        )))
+    }
+
     /// The upstream's JSON-RPC error as a toolgate error: a resource it does not have is
     /// `resource_not_found` (404), a bad parameter `invalid_input` (400), anything else
     /// the upstream's failure.
     pub(super) fn refused(&self, e: ErrorData) -> ToolError {
         if is_oversized_answer(&e) {
             return self.oversized_answer();
+        }
+        if let Some(why) = unreadable::why_answered(&e) {
+            return self.unreadable_answer("the request", why);
         }
         let message = self.scrubbed(format!(
             "MCP server `{}` refused the request: {}",

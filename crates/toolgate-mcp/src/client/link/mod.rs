@@ -444,6 +444,7 @@ impl Link {
                     generation,
                     Arc::clone(&channel.oversized),
                     self.config.call_timeout,
+                    Arc::clone(&channel.routes),
                 )
                 .map_err(|e| format!("cannot start `{command}`: {e}"))?;
                 if let Some(stderr) = stderr {
