@@ -4,14 +4,20 @@
 //! custom one, as it reads a request of a method it does not know.
 //!
 //! Sent over streamable HTTP, in a session, by an rmcp client writing the requests as
-//! they come: a client of any SDK, or none, can send them.
+//! they come: a client of any SDK, or none, can send them. A 2026-07-28 request whose
+//! `_meta` names a log level or a progress token of the wrong kind, and a list request
+//! with a cursor (this server gives none), are answered `-32602` as well.
 
 mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use rmcp::model::{ClientRequest, CustomRequest, ErrorCode, ErrorData};
 use rmcp::service::ServiceError;
 use rmcp::transport::streamable_http_server::StreamableHttpServerConfig;
 use serde_json::{Value, json};
+use toolgate_core::{Pipeline, ToolError, tool_fn};
 use toolgate_mcp::McpServer;
 
 /// toolgate serving the `count` tool over streamable HTTP: its `/mcp` URL.
@@ -106,5 +112,168 @@ async fn a_method_the_server_does_not_serve_is_still_method_not_found() {
     // served, whatever their parameters.
     let tasks = refused(&client, "tasks/get", Some(json!({"taskId": 5}))).await;
     assert_eq!(tasks.code, ErrorCode::METHOD_NOT_FOUND, "{tasks:?}");
+    let _ = client.cancel().await;
+}
+
+/// A request of 2026-07-28 as its client writes it: `_meta` holds the protocol version and
+/// the client's capabilities, plus `meta`.
+fn request_2026(id: u64, method: &str, mut params: Value, meta: Value) -> Value {
+    params["_meta"] = json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    });
+    for (key, value) in meta.as_object().expect("an object") {
+        params["_meta"][key] = value.clone();
+    }
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+/// `body` posted to `url` with a 2026-07-28 client's headers: the status and the JSON-RPC
+/// answer (from a JSON body, or the last event of an SSE stream).
+async fn post_2026(http: &reqwest::Client, url: &str, body: &Value) -> (u16, Value) {
+    let method = body["method"].as_str().expect("a method");
+    let mut request = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method);
+    if let Some(name) = body["params"]["name"].as_str() {
+        request = request.header("mcp-name", name);
+    }
+    let response = common::within(20, method, request.body(body.to_string()).send())
+        .await
+        .expect("answered");
+    let status = response.status().as_u16();
+    let text = common::within(20, "the body", response.text())
+        .await
+        .expect("read");
+    let data = text
+        .lines()
+        .filter_map(|line| line.strip_prefix("data: "))
+        .rfind(|data| !data.is_empty())
+        .unwrap_or(&text);
+    let answer = serde_json::from_str(data).unwrap_or_else(|e| panic!("{e}: {text}"));
+    (status, answer)
+}
+
+#[tokio::test]
+async fn a_log_level_or_progress_token_of_the_wrong_kind_in_meta_is_invalid_params_and_nothing_runs()
+ {
+    let ran = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&ran);
+    let pipeline = Pipeline::builder()
+        .tool(tool_fn("ran", "Counts its runs.", move |_: ()| {
+            let counted = Arc::clone(&counted);
+            async move { Ok::<_, ToolError>(counted.fetch_add(1, Ordering::SeqCst) + 1) }
+        }))
+        .build()
+        .expect("built");
+    let service = McpServer::new(pipeline).http_service(StreamableHttpServerConfig::default());
+    let url = common::serve_on_loopback(axum::Router::new().nest_service("/mcp", service)).await;
+    let url = format!("{url}/mcp");
+    let http = reqwest::Client::new();
+    let call = json!({"name": "ran", "arguments": {}});
+    let levels = "must be one of debug, info, notice, warning, error, critical, alert, emergency";
+    let cases = [
+        (
+            "tools/call",
+            json!({"io.modelcontextprotocol/logLevel": "loud"}),
+            format!("`_meta[\"io.modelcontextprotocol/logLevel\"]` {levels}, not \"loud\""),
+        ),
+        (
+            "tools/call",
+            json!({"io.modelcontextprotocol/logLevel": 7}),
+            format!("{levels}, not a number"),
+        ),
+        (
+            "tools/list",
+            json!({"io.modelcontextprotocol/logLevel": "LOUD"}),
+            format!("{levels}, not \"LOUD\""),
+        ),
+        (
+            "tools/call",
+            json!({"progressToken": true}),
+            "`_meta.progressToken` must be a string or a whole number".to_owned(),
+        ),
+        (
+            "tools/call",
+            json!({"progressToken": {"token": 1}}),
+            "not an object: send one, or leave it out for no progress notifications".to_owned(),
+        ),
+    ];
+    for (id, (method, meta, expected)) in (1..).zip(cases) {
+        let params = if method == "tools/call" {
+            call.clone()
+        } else {
+            json!({})
+        };
+        let (status, answer) =
+            post_2026(&http, &url, &request_2026(id, method, params, meta.clone())).await;
+        assert_eq!(status, 400, "{meta}: {answer}");
+        assert_eq!(answer["id"], id, "{meta}: {answer}");
+        assert_eq!(answer["error"]["code"], -32602, "{meta}: {answer}");
+        let message = answer["error"]["message"].as_str().expect("a message");
+        assert!(
+            message.starts_with(&format!("malformed `{method}` request: ")),
+            "{meta}: {message}"
+        );
+        assert!(message.contains(&expected), "{meta}: {message}");
+        assert!(
+            !message.contains("LoggingLevel") && !message.contains("variant"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        ran.load(Ordering::SeqCst),
+        0,
+        "a refused request does not run"
+    );
+    // A level and a token it can use: the call runs.
+    let usable = json!({"io.modelcontextprotocol/logLevel": "debug", "progressToken": 7});
+    let (status, answer) =
+        post_2026(&http, &url, &request_2026(9, "tools/call", call, usable)).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    assert_eq!(ran.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_list_request_with_a_cursor_is_invalid_params_as_every_list_is_one_page() {
+    let url = server().await;
+    let client = common::http_client(&url, None, None).await;
+    // The first page is asked without a cursor, and it is the only one: no `nextCursor`.
+    let tools = common::within(20, "tools/list", client.peer().list_tools(None))
+        .await
+        .expect("listed");
+    assert!(
+        !tools.tools.is_empty() && tools.next_cursor.is_none(),
+        "{tools:?}"
+    );
+    for method in [
+        "tools/list",
+        "prompts/list",
+        "resources/list",
+        "resources/templates/list",
+    ] {
+        // An empty cursor names no page: it is the first, as some clients ask for it.
+        let request = CustomRequest::new(method, Some(json!({"cursor": ""})));
+        let first = common::within(20, method, client.send_request(request.into())).await;
+        assert!(first.is_ok(), "{method} with an empty cursor: {first:?}");
+        for cursor in ["made-up", " "] {
+            let params = Some(json!({"cursor": cursor}));
+            let error = refused(&client, method, params).await;
+            assert_eq!(error.code, ErrorCode::INVALID_PARAMS, "{method}: {error:?}");
+            assert!(
+                error.message.starts_with("unknown cursor: ")
+                    && error
+                        .message
+                        .contains(&format!("`{method}` takes no `cursor`"))
+                    && error.message.ends_with("send it without one"),
+                "{method}: {}",
+                error.message
+            );
+        }
+    }
     let _ = client.cancel().await;
 }

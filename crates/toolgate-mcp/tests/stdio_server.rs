@@ -505,3 +505,43 @@ async fn a_process_fed_a_100_mb_line_answers_it_and_stays_small() {
         .expect("waited");
     assert!(exited.success(), "{exited}");
 }
+
+#[tokio::test]
+async fn a_log_level_of_the_wrong_kind_in_meta_is_invalid_params_and_the_call_does_not_run() {
+    let mut client = Raw::start().await;
+    let count = |id: i64, meta: Value| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": "count", "arguments": {}, "_meta": meta}})
+    };
+    client.send(&count(2, json!({}))).await;
+    assert_eq!(client.next().await["result"]["content"][0]["text"], "1");
+    client
+        .send(&count(
+            3,
+            json!({"io.modelcontextprotocol/logLevel": "loud"}),
+        ))
+        .await;
+    client
+        .refused(
+            json!(3),
+            -32602,
+            "`_meta[\"io.modelcontextprotocol/logLevel\"]` must be one of debug, info, notice, warning, error, critical, alert, emergency, not \"loud\"",
+        )
+        .await;
+    client.send(&count(4, json!({"progressToken": [1]}))).await;
+    client
+        .refused(
+            json!(4),
+            -32602,
+            "`_meta.progressToken` must be a string or a whole number",
+        )
+        .await;
+    // Neither refused call ran: the session's next call is its second.
+    client
+        .send(&count(
+            5,
+            json!({"io.modelcontextprotocol/logLevel": "error"}),
+        ))
+        .await;
+    assert_eq!(client.next().await["result"]["content"][0]["text"], "2");
+}

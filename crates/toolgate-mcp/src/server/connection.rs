@@ -661,6 +661,24 @@ fn allows(server: &ServerInner, definition: &ToolDefinition, user: &User) -> boo
         .is_none_or(|f| f.allows(definition, user))
 }
 
+/// Refuses a list request of `method` that gives a `cursor`. This server lists everything
+/// in one page and gives no `nextCursor`, so any cursor is one it never gave: MCP has an
+/// invalid cursor answered `-32602`, where serving the first page again would hand a client
+/// that pages the same items twice. A client asks for the first page without one — or,
+/// as some write it, with an empty cursor, which names no page and is read as none.
+fn first_page(method: &str, request: Option<PaginatedRequestParams>) -> Result<(), ErrorData> {
+    match request.and_then(|params| params.cursor) {
+        None => Ok(()),
+        Some(cursor) if cursor.is_empty() => Ok(()),
+        Some(_) => Err(ErrorData::invalid_params(
+            format!(
+                "unknown cursor: this server lists everything in one page and gives no `nextCursor`, so `{method}` takes no `cursor`: send it without one"
+            ),
+            None,
+        )),
+    }
+}
+
 /// Whether the caller of `context` declared the tasks extension (SEP-2663).
 fn takes_tasks(context: &RequestContext<RoleServer>) -> bool {
     context
@@ -787,9 +805,10 @@ impl ServerHandler for Connection {
 
     async fn list_tools(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
+        first_page("tools/list", request)?;
         let (server, user) = (self.server(), self.caller(&context));
         let tools = server
             .pipeline
@@ -913,9 +932,10 @@ impl ServerHandler for Connection {
 
     async fn list_prompts(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, ErrorData> {
+        first_page("prompts/list", request)?;
         let prompts = self
             .visible_of(PROMPT_TAG, &context)
             .iter()
@@ -977,9 +997,10 @@ impl ServerHandler for Connection {
 
     async fn list_resources(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, ErrorData> {
+        first_page("resources/list", request)?;
         let listed = self
             .list_all(json!({"list": "resources"}), "resources", &context)
             .await;
@@ -988,9 +1009,10 @@ impl ServerHandler for Connection {
 
     async fn list_resource_templates(
         &self,
-        _request: Option<PaginatedRequestParams>,
+        request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        first_page("resources/templates/list", request)?;
         let listed = self
             .list_all(json!({"list": "templates"}), "resourceTemplates", &context)
             .await;

@@ -40,8 +40,9 @@ use toolgate_core::CallerId;
 /// with it with its own status and a JSON-RPC error without an id: 413 for a body over
 /// the limit, 408 for one that did not arrive in time (the body failed with an
 /// [`std::io::Error`] of kind `TimedOut`), 400 with `-32700` (parse error) for a body
-/// that is not JSON and 400 with `-32600` (invalid request) for JSON that is not a
-/// JSON-RPC message.
+/// that is not JSON, 400 with `-32600` (invalid request) for JSON that is not a
+/// JSON-RPC message, and 400 with `-32602` (invalid params) and the request's id for a
+/// request whose `_meta` gives a log level or a progress token of the wrong kind.
 ///
 /// Each session belongs to the caller who opened it (the user the server's
 /// [`identify`](crate::McpServer::identify) finds, or the request's `Arc<User>`

@@ -14,6 +14,7 @@ mod owners;
 mod params;
 mod relayed;
 mod request_body;
+mod request_meta;
 mod rounds;
 mod span;
 mod stateless;
@@ -368,7 +369,9 @@ impl McpServer {
     /// the connection goes on: a line that is not JSON `-32700` (parse error); one over
     /// 16 MiB (read past, not held), one nested deeper than 127 levels, a batch or any
     /// other JSON that is not a valid message `-32600` (invalid request), saying what is
-    /// wrong. An invalid notification is dropped unanswered, as JSON-RPC has it.
+    /// wrong; a request whose `_meta` gives a log level or a progress token of the wrong
+    /// kind `-32602` (invalid params), unrun. An invalid notification is dropped
+    /// unanswered, as JSON-RPC has it.
     ///
     /// # Errors
     ///

@@ -62,6 +62,12 @@ pub(crate) const REMOVED_IN_2026_07_28: [&str; 3] = [
 /// The levels `logging/setLevel` takes, in order.
 const LEVELS: &str = "debug, info, notice, warning, error, critical, alert, emergency";
 
+/// What is wrong with `value` as the logging level `name`, the levels it may be named:
+/// `logging/setLevel`'s `level`, or the level a 2026-07-28 request asks in its `_meta`.
+pub(crate) fn level_problem(name: &str, value: &Value) -> Option<String> {
+    Shape::Level.problem(name, value)
+}
+
 /// The answer to a request of `method` that rmcp read as no method it knows, when
 /// `method` is one this server serves (its parameters do not fit): `-32602`, saying what
 /// is wrong. `None` for a method this server does not serve.

@@ -10,6 +10,7 @@
 //! | failed to arrive otherwise | 400, `-32600` |
 //! | not JSON (a `POST` of `application/json`) | 400, `-32700` (parse error) |
 //! | JSON, but not a JSON-RPC message | 400, `-32600`, with the message's `id` if it has one |
+//! | a request whose `_meta` gives a log level or a progress token of the wrong kind (`request_meta.rs`) | 400, `-32602` (invalid params), with the request's `id`, naming the key and what it takes |
 
 use std::error::Error as StdError;
 use std::io;
@@ -53,7 +54,13 @@ where
     };
     let message = if parts.method == http::Method::POST && is_json(&parts.headers) {
         match super::message::read(&bytes) {
-            Ok(message) => Some(message),
+            Ok(message) => {
+                if let Some((id, error)) = super::request_meta::refusal_of(&message) {
+                    let (code, reason) = (error.code.0.into(), error.message.into_owned());
+                    return Err(rejection(StatusCode::BAD_REQUEST, id, code, reason));
+                }
+                Some(message)
+            }
             Err(error) => return Err(not_json_rpc(&bytes, &error)),
         }
     } else {

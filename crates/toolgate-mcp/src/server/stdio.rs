@@ -12,6 +12,7 @@
 //! | nested deeper than [`MAX_DEPTH`] levels | `-32600`, with its `id` if it has one |
 //! | JSON, but not a JSON-RPC message rmcp reads (a batch among them) | `-32600`, with its `id` if it has one, saying what is wrong |
 //! | an invalid notification (a `method`, no `id`) | none (JSON-RPC answers no notification): it is dropped and logged |
+//! | a request whose `_meta` gives a log level or a progress token of the wrong kind (`request_meta.rs`) | `-32602` (invalid params), with its `id`, naming the key and what it takes; the request does not run |
 //!
 //! rmcp's output goes through here too, so that an answer of toolgate's never lands in the
 //! middle of a line of rmcp's: one task writes to the client, whole lines only, copying
@@ -289,7 +290,16 @@ fn check(line: &[u8]) -> Checked {
         return Checked::Skip;
     }
     let error = match super::message::read(text) {
-        Ok(_) => return Checked::Pass,
+        Ok(message) => {
+            return match super::request_meta::refusal_of(&message) {
+                Some((id, error)) => Checked::Answer(Refusal::new(
+                    id,
+                    error.code.0.into(),
+                    error.message.into_owned(),
+                )),
+                None => Checked::Pass,
+            };
+        }
         Err(error) => error,
     };
     if !error.is_data() {
