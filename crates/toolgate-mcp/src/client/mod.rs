@@ -9,6 +9,7 @@ mod http_pool;
 mod input;
 mod link;
 mod message;
+mod message_head;
 pub mod per_caller;
 mod places;
 mod post;

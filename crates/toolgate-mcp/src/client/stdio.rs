@@ -37,20 +37,16 @@ use std::time::Duration;
 use rmcp::RoleClient;
 use rmcp::service::{RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use rmcp::transport::async_rw::{AsyncRwTransport, DEFAULT_MAX_LINE_LENGTH};
+use rmcp::transport::async_rw::AsyncRwTransport;
 use tokio::io::{AsyncRead, Empty, ReadBuf};
 use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
 use tokio_util::sync::CancellationToken;
 
+use super::message_head::{Head, MAX_MESSAGE_BYTES, scan_head};
 use super::process_group::{self, LeaderExit, ProcessGroup};
 use super::relay::Routes;
 use super::stdio_input::StalledInput;
 use super::stdio_output::{Messages, Next};
-use crate::json_scan::members;
-
-/// The longest line read from a stdio upstream: rmcp's limit, which is also what its HTTP
-/// client reads of one message, so an answer acceptable over HTTP is acceptable here.
-pub(crate) const MAX_MESSAGE_BYTES: usize = DEFAULT_MAX_LINE_LENGTH;
 
 /// How long a closed upstream (and what it started) may take to exit once its stdin is
 /// closed, before it is killed.
@@ -557,43 +553,6 @@ fn answer_in_place_of(head: &[u8], tail: &[u8]) -> Option<Vec<u8>> {
 /// The key of the `data` of an error toolgate answers in place of an answer too long to
 /// read.
 pub(crate) const OVERSIZED_ANSWER: &str = "io.toolgate/oversizedAnswer";
-
-/// What the start of a message says of it, read from its top-level keys as far as their
-/// values end within it.
-pub(super) struct Head {
-    /// The `id`, when it came whole.
-    pub(super) id: Option<serde_json::Value>,
-    /// Whether a `result` or an `error` key came.
-    pub(super) response: bool,
-    /// The `method`, when that key came (a request or notification): its name, or
-    /// `(cut)` when its value did not end within the start.
-    pub(super) method: Option<String>,
-}
-
-/// What `head`, the start of a message, says of it: `None` when it is no JSON object, or
-/// names `id` or `method` twice.
-pub(super) fn scan_head(head: &[u8]) -> Option<Head> {
-    let mut scanned = Head {
-        id: None,
-        response: false,
-        method: None,
-    };
-    for (key, value) in members(head)? {
-        match (key, value) {
-            (b"method", _) if scanned.method.is_some() => return None,
-            (b"method", None) => scanned.method = Some("(cut)".to_owned()),
-            (b"method", Some(value)) => {
-                let name: serde_json::Value = serde_json::from_slice(&head[value]).ok()?;
-                scanned.method = Some(name.as_str().unwrap_or("(not a string)").to_owned());
-            }
-            (b"result" | b"error", _) => scanned.response = true,
-            (b"id", Some(_)) if scanned.id.is_some() => return None,
-            (b"id", Some(value)) => scanned.id = Some(serde_json::from_slice(&head[value]).ok()?),
-            _ => {}
-        }
-    }
-    Some(scanned)
-}
 
 /// The top-level `id` that `tail`, the end of a message that is one JSON object, names
 /// among the keys after its last object or array value: `Some(None)` when it names none,

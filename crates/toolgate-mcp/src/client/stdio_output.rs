@@ -20,8 +20,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio_util::bytes::BytesMut;
 use tokio_util::codec::Decoder;
 
+use super::message_head::MAX_MESSAGE_BYTES;
 use super::relay::{Dropped, Routes};
-use super::stdio::MAX_MESSAGE_BYTES;
 use super::{message, unreadable};
 
 /// The most of a line's buffer kept between messages: one message of megabytes does not

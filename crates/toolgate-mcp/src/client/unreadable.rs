@@ -17,7 +17,7 @@
 use rmcp::model::{ErrorCode, ErrorData, JsonRpcMessage, RequestId, ServerJsonRpcMessage};
 use serde_json::Value;
 
-use super::stdio::scan_head;
+use super::message_head::scan_head;
 
 /// The key of the `data` of an error toolgate answers in place of an answer that cannot
 /// be read; its value says why, in words.

@@ -13,8 +13,9 @@ use toolgate_core::error::InputViolations;
 use super::{Channel, Link};
 use crate::caller::{CallerRequest, missing_capability};
 use crate::client::failure::{Refusal, is_connection_failure, refusal, request_failure};
+use crate::client::message_head::MAX_MESSAGE_BYTES;
 use crate::client::places::{Busy, NoPlace, ShareUsed};
-use crate::client::stdio::{MAX_MESSAGE_BYTES, OVERSIZED_ANSWER};
+use crate::client::stdio::OVERSIZED_ANSWER;
 use crate::client::unreadable;
 
 /// The error code of a resource the upstream does not have.
