@@ -3,19 +3,19 @@
 //! twice, or a built-in tool's — skips that tool, with a warning, and the rest are served.
 //! What an upstream lists must never stop the gateway, nor take a name already held.
 //!
-//! One case stays the configuration's to settle: a name two upstreams both offer. Neither
-//! can be served safely in the other's place (whichever came first would get the calls,
-//! arguments and policies meant for the other), so the configuration is refused, at start
-//! and on reload alike, until a `prefix` tells their tools apart.
+//! A name two upstreams both offer is served by neither: whichever came first would get
+//! the calls, arguments and policies meant for the other, and refusing the configuration
+//! would let one upstream stop the gateway from starting or reloading by copying another's
+//! tool name. Each is skipped with a warning naming the other, until a `prefix` tells
+//! their tools apart.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
 use toolgate_core::error::shown_text;
 use toolgate_core::registry::{MAX_NAME_LEN, ToolRegistry, is_name_character};
 
-use super::GatewayError;
-use crate::config::{Config, ConfigError};
+use crate::config::Config;
 
 /// How much of a skipped tool's name a warning repeats (a name can be megabytes long).
 const SHOWN_NAME_CHARS: usize = 100;
@@ -69,6 +69,13 @@ pub(crate) enum SkipReason {
         /// The upstream's prefix, if it has one.
         prefix: Option<String>,
     },
+    /// Other upstreams offer a tool of the same name: none of them serves it.
+    Contested {
+        /// The other upstreams' names.
+        others: Vec<String>,
+        /// The upstream's prefix, if it has one.
+        prefix: Option<String>,
+    },
 }
 
 impl SkipReason {
@@ -82,6 +89,7 @@ impl SkipReason {
             | SkipReason::TooLong { .. } => "invalid_name",
             SkipReason::ListedTwice => "listed_twice",
             SkipReason::Gateway { .. } => "taken",
+            SkipReason::Contested { .. } => "contested",
         }
     }
 }
@@ -127,45 +135,75 @@ impl fmt::Display for SkipReason {
             SkipReason::Gateway { prefix: Some(_) } => f.write_str(
                 "a tool of the gateway's own has this name: give the upstream another `prefix`",
             ),
+            SkipReason::Contested { others, prefix } => {
+                let others = others
+                    .iter()
+                    .map(|name| format!("`{name}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let advice = match prefix {
+                    None => "give the upstream a `prefix`",
+                    Some(_) => "give the upstream another `prefix`",
+                };
+                write!(
+                    f,
+                    "upstream {others} offers a tool of this name too, and which of them should serve it cannot be told, so none does: {advice} (or the other one) so their tools get distinct names"
+                )
+            }
         }
     }
 }
 
 /// The names taken so far, and by whom: the gateway (`None`) or an upstream (its index
-/// under `upstreams`).
-pub(super) struct TakenNames(BTreeMap<String, Option<usize>>);
+/// under `upstreams`); and the names more than one upstream offers, with who offers them.
+pub(super) struct TakenNames {
+    taken: BTreeMap<String, Option<usize>>,
+    contested: BTreeMap<String, BTreeSet<usize>>,
+}
 
 impl TakenNames {
-    /// The names of the gateway's own tools, taken before any upstream's.
-    pub(super) fn new(own: impl IntoIterator<Item = String>) -> TakenNames {
-        TakenNames(own.into_iter().map(|name| (name, None)).collect())
+    /// The names of the gateway's own tools, taken before any upstream's; `offered`, the
+    /// names each upstream offers (by its index), tell the names more than one offers.
+    pub(super) fn new<'a>(
+        own: impl IntoIterator<Item = String>,
+        offered: impl IntoIterator<Item = (usize, &'a str)>,
+    ) -> TakenNames {
+        let mut offers: BTreeMap<&str, BTreeSet<usize>> = BTreeMap::new();
+        for (i, name) in offered {
+            offers.entry(name).or_default().insert(i);
+        }
+        let contested = (offers.into_iter())
+            .filter(|(_, by)| by.len() > 1)
+            .map(|(name, by)| (name.to_owned(), by))
+            .collect();
+        TakenNames {
+            taken: own.into_iter().map(|name| (name, None)).collect(),
+            contested,
+        }
     }
 
-    /// Takes `name`, a tool of `upstreams[i]`, when it can be registered. `Ok(Some)` says
-    /// why it is skipped instead — logged and counted here.
-    ///
-    /// # Errors
-    ///
-    /// A [`ConfigError`] when another upstream took the name first.
-    pub(super) fn take(
-        &mut self,
-        config: &Config,
-        i: usize,
-        name: &str,
-    ) -> Result<Option<SkippedTool>, GatewayError> {
+    /// Takes `name`, a tool of `upstreams[i]`, when it can be registered; `Some` says why
+    /// it is skipped instead — logged and counted here.
+    pub(super) fn take(&mut self, config: &Config, i: usize, name: &str) -> Option<SkippedTool> {
         let entry = &config.upstreams[i];
         let prefix = entry.prefix.clone();
-        let reason = match self.0.get(name) {
+        let reason = match self.taken.get(name) {
             _ if !ToolRegistry::is_valid_name(name) => invalid(name, prefix),
             // An empty name, prefixed: valid here, but no name upstream.
             _ if prefix.as_deref() == Some(name) => SkipReason::Empty,
-            None => {
-                self.0.insert(name.to_owned(), Some(i));
-                return Ok(None);
-            }
-            Some(Some(holder)) if *holder == i => SkipReason::ListedTwice,
             Some(None) => SkipReason::Gateway { prefix },
-            Some(Some(holder)) => return Err(collision(config, *holder, i, name).into()),
+            _ if self.contested.contains_key(name) => SkipReason::Contested {
+                others: (self.contested[name].iter())
+                    .filter(|other| **other != i)
+                    .map(|other| config.upstreams[*other].name.clone())
+                    .collect(),
+                prefix,
+            },
+            None => {
+                self.taken.insert(name.to_owned(), Some(i));
+                return None;
+            }
+            Some(Some(_)) => SkipReason::ListedTwice,
         };
         let skipped = SkippedTool {
             upstream: entry.name.clone(),
@@ -174,13 +212,13 @@ impl TakenNames {
         };
         tracing::warn!(
             server = %skipped.upstream,
-            tool = %skipped.tool,
+            tool = ?skipped.tool,
             reason = %skipped.reason,
             "a tool the MCP server lists is not served"
         );
         metrics::counter!(SKIPPED_TOOLS, "server" => skipped.upstream.clone(), "reason" => skipped.reason.label())
             .increment(1);
-        Ok(Some(skipped))
+        Some(skipped)
     }
 }
 
@@ -198,29 +236,6 @@ fn invalid(name: &str, prefix: Option<String>) -> SkipReason {
     } else {
         SkipReason::DotAlone
     }
-}
-
-/// The error for `name`, offered by both `upstreams[first]` and `upstreams[then]`.
-fn collision(config: &Config, first: usize, then: usize, name: &str) -> ConfigError {
-    let (a, b) = (&config.upstreams[first], &config.upstreams[then]);
-    let advice = match (&a.prefix, &b.prefix) {
-        (_, None) => format!(
-            "give upstream `{}` a `prefix` so its tools get distinct names",
-            b.name
-        ),
-        (None, Some(_)) => format!(
-            "give upstream `{}` a `prefix` too, so their tools get distinct names",
-            a.name
-        ),
-        (Some(_), Some(_)) => "give one of them another `prefix`".to_owned(),
-    };
-    ConfigError::invalid(
-        format!("upstreams[{then}]"),
-        format!(
-            "upstreams `{}` and `{}` both offer a tool named `{name}`, and which of them should serve it cannot be told: {advice}",
-            a.name, b.name
-        ),
-    )
 }
 
 /// Why `prefix`, the prefix of an upstream's tools, can be no part of a tool name; `None`

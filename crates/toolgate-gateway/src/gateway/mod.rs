@@ -213,7 +213,7 @@ impl Gateway {
                 .map_err(|e| GatewayError::Pipeline(e.to_string()))?;
             names.insert(OUTCOME_TOOL.to_owned());
         }
-        check_tool_names(&config, &names)?;
+        check_tool_names(&config, &names, &skipped_tools)?;
         let refused_waiting = refused_waiting(&config, shared, &registry, &needs_caller_token);
         let (cedar, generation) = cedar_policies(&config, &registry)?;
 

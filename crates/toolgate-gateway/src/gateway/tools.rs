@@ -35,8 +35,8 @@ pub(super) struct Registered {
 }
 
 /// Registers the built-in and upstream tools in `registry`. A built-in tool listed twice is
-/// refused, and so is a name two upstreams offer; a tool an upstream lists that cannot be
-/// registered otherwise is skipped with a warning ([`TakenNames`]). `reserved` names the
+/// refused; a tool an upstream lists that cannot be registered — a name two upstreams
+/// offer too — is skipped with a warning ([`TakenNames`]). `reserved` names the
 /// gateway's own tools registered after these, which no upstream may take either. With
 /// `pins`, every imported tool is checked against its pin first, and one whose definition
 /// changed is held back.
@@ -99,13 +99,17 @@ pub(super) async fn register_tools(
         upstreams.push(upstream);
     }
     // Before pins are checked: a tool skipped is neither pinned nor held back.
+    let offered: Vec<(usize, String)> = (imported.iter())
+        .map(|(i, _, tool)| (*i, tool.definition().name))
+        .collect();
     let mut taken = TakenNames::new(
         (names.iter().cloned()).chain(reserved.iter().map(|name| (*name).to_owned())),
+        offered.iter().map(|(i, name)| (*i, name.as_str())),
     );
     let mut skipped = Vec::new();
     let mut admitted = Vec::with_capacity(imported.len());
-    for (i, with_caller_token, tool) in imported {
-        match taken.take(config, i, &tool.definition().name)? {
+    for ((i, with_caller_token, tool), (_, name)) in imported.into_iter().zip(&offered) {
+        match taken.take(config, i, name) {
             Some(skip) => skipped.push(skip),
             None => admitted.push((i, with_caller_token, tool)),
         }
@@ -164,6 +168,7 @@ fn add_tool(
 pub(super) fn check_tool_names(
     config: &Config,
     names: &BTreeSet<String>,
+    skipped: &[SkippedTool],
 ) -> Result<(), ConfigError> {
     let p = &config.policies;
     let list = |field: String, tools: &[String]| -> Vec<(String, String)> {
@@ -232,6 +237,12 @@ pub(super) fn check_tool_names(
         );
     }
     for (field, tool) in all {
+        // An upstream's tool skipped (two upstreams offer it, say) is known, not a typo:
+        // what an upstream lists must not stop the gateway.
+        if let Some(skip) = skipped.iter().find(|skip| skip.tool == tool) {
+            tracing::warn!(%field, tool = ?skip.tool, upstream = %skip.upstream, "a policy names a tool that is not served: {}", skip.reason);
+            continue;
+        }
         if !names.contains(&tool) {
             let known: Vec<&str> = names.iter().map(String::as_str).collect();
             return Err(ConfigError::invalid(

@@ -1,11 +1,11 @@
 //! Tool names an upstream lists that toolgate cannot register — too long once prefixed,
 //! listed twice, with a space or a NUL, a built-in tool's — skip those tools, with a
 //! warning that cannot forge a log line, and the gateway serves the rest, at start and on
-//! reload. A name two upstreams both offer is still refused: neither may take the other's
-//! calls. The upstream (`tests/upstreams/odd_names.py`) is a real stdio MCP server.
+//! reload. A name two upstreams both offer is served by neither (neither may take the
+//! other's calls), and the gateway still starts and reloads: a policy naming it is a
+//! warning. The upstream (`tests/upstreams/odd_names.py`) is a real stdio MCP server.
 
 use std::path::Path;
-use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -126,9 +126,14 @@ async fn an_upstreams_unregistrable_tool_names_are_skipped_and_its_good_tools_se
     assert!(about("more than once").contains("h_ok"));
     let taken = about("a tool of the gateway's own");
     assert!(taken.contains("plain") && taken.contains("give the upstream a `prefix`"));
-    // The NUL and the override are escaped: a name cannot forge or disguise a log line.
+    // The NUL and the override are escaped, and the name quoted: a name can neither forge
+    // or disguise a log line nor add a field to it (`tool="h_a b"`, never `tool=h_a b`).
     assert!(
-        about("h_nul").contains("\\u{0}rtl\\u{202e}exe.txt"),
+        about("h_nul").contains("tool=\"h_nul\\\\u{0}rtl\\\\u{202e}exe.txt\""),
+        "{log}"
+    );
+    assert!(
+        about("h_has space").contains("tool=\"h_has space\""),
         "{log}"
     );
     assert!(
@@ -174,22 +179,45 @@ async fn toolgate_check_names_each_skipped_tool_and_why() {
 }
 
 #[tokio::test]
-async fn a_name_two_upstreams_offer_is_refused_at_start_with_the_prefix_advice() {
+async fn a_name_two_upstreams_offer_is_served_by_neither_and_the_gateway_starts() {
     let dir = tempfile::tempdir().unwrap();
     let (odd, plain) = (dir.path().join("odd.json"), dir.path().join("plain.json"));
     list(&odd, &["ok"]);
     list(&plain, &["plain_ok", "h_ok"]);
-    let (status, stdout, stderr) = check(&config(&odd, &plain));
-    assert!(!status.success(), "{stdout}\n{stderr}");
+    // A policy names the contested tool: known, not a typo, so a warning.
+    let yaml = format!(
+        "{}policies:\n  approval:\n    tools: [h_ok]\n",
+        config(&odd, &plain)
+    );
+    let (status, stdout, stderr) = check(&yaml);
+    assert!(status.success(), "{stdout}\n{stderr}");
     assert!(
-        stderr.contains("upstreams `odd` and `plain` both offer a tool named `h_ok`")
-            && stderr.contains("give upstream `plain` a `prefix`"),
+        stderr.contains("warning: upstream `odd`: tool `h_ok` is not served: upstream `plain` offers a tool of this name too")
+            && stderr.contains("warning: upstream `plain`: tool `h_ok` is not served: upstream `odd` offers a tool of this name too")
+            && stderr.contains("give the upstream a `prefix`"),
         "{stderr}"
+    );
+
+    let gateway = Gateway::start(&yaml);
+    let (v1, mcp) = listed(&gateway).await;
+    assert_eq!(
+        v1,
+        ["echo", "plain_ok", "toolgate.outcome"],
+        "GET /v1/tools"
+    );
+    assert_eq!(mcp, v1, "MCP tools/list");
+    assert_eq!(call(&gateway, "h_ok").await, "404 unknown_tool");
+    assert!(
+        gateway
+            .stderr()
+            .contains("a policy names a tool that is not served"),
+        "{}",
+        gateway.stderr()
     );
 }
 
 #[tokio::test]
-async fn a_reload_skips_the_new_lists_bad_names_and_refuses_a_name_two_upstreams_offer() {
+async fn a_reload_skips_the_new_lists_bad_names_and_a_name_two_upstreams_offer() {
     let dir = tempfile::tempdir().unwrap();
     let (odd, plain) = (dir.path().join("odd.json"), dir.path().join("plain.json"));
     list(&odd, &["ok"]);
@@ -215,24 +243,19 @@ async fn a_reload_skips_the_new_lists_bad_names_and_refuses_a_name_two_upstreams
         gateway.stderr()
     );
 
-    // Another upstream now offers `h_later` too: refused as at start; nothing changes.
+    // Another upstream now offers `h_later` too: the reload goes through, and neither
+    // serves it; the rest is served as before.
     list(&plain, &["plain_ok", "h_later"]);
-    gateway.signal("HUP");
-    gateway
-        .wait_for_log(
-            "both offer a tool named `h_later`",
-            1,
-            Duration::from_secs(60),
-        )
-        .await;
+    gateway.reload(2).await;
     assert!(
         gateway
             .stderr()
-            .contains("still serving with the previous one"),
+            .contains("upstream `plain` offers a tool of this name too"),
         "{}",
         gateway.stderr()
     );
-    assert_eq!(call(&gateway, "h_later").await, "called later");
+    assert_eq!(call(&gateway, "h_later").await, "404 unknown_tool");
+    assert_eq!(call(&gateway, "h_ok").await, "called ok");
     assert_eq!(call(&gateway, "plain_ok").await, "called plain_ok");
 }
 
