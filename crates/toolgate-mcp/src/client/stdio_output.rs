@@ -10,6 +10,7 @@
 //! method rmcp ignores is ignored; anything else is dropped and counted, and one that is
 //! JSON but no message's shape is refused to the upstream as rmcp refuses it.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use rmcp::RoleClient;
@@ -46,7 +47,14 @@ pub(crate) struct Messages<R> {
     line: Vec<u8>,
     /// The upstream's channel, to count what is dropped or answered in place.
     routes: Arc<Routes>,
+    /// When an answer that could not be read was last logged as a warning, and how many
+    /// have come since: an upstream that writes thousands a second (naming ids no request
+    /// has) gets one warning per [`WARN_EVERY`], not one per line.
+    warned: Cell<Option<(tokio::time::Instant, u64)>>,
 }
+
+/// How often an upstream's answers that cannot be read are warned of, at most.
+const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl<R: AsyncRead + Unpin> Messages<R> {
     pub(crate) fn new(read: R, routes: Arc<Routes>) -> Self {
@@ -54,6 +62,7 @@ impl<R: AsyncRead + Unpin> Messages<R> {
             read: BufReader::new(read),
             line: Vec::new(),
             routes,
+            warned: Cell::new(None),
         }
     }
 
@@ -116,11 +125,7 @@ impl<R: AsyncRead + Unpin> Messages<R> {
         };
         self.routes.dropped(Dropped::Unreadable);
         if let Some(id) = unreadable::answered(line) {
-            tracing::warn!(
-                server = %self.routes.server(),
-                why,
-                "an MCP server answered a request with a message that cannot be read: the request is answered with an error, the connection goes on"
-            );
+            self.warn_unreadable(&why);
             return Some(Next::Message(unreadable::in_place_of(id, &why)));
         }
         tracing::debug!(
@@ -135,6 +140,29 @@ impl<R: AsyncRead + Unpin> Messages<R> {
                 None,
             ))
         })
+    }
+}
+
+impl<R> Messages<R> {
+    /// Warns that the upstream answered with a message that cannot be read — once per
+    /// [`WARN_EVERY`], saying how many more came since; the rest at `debug`.
+    fn warn_unreadable(&self, why: &str) {
+        let now = tokio::time::Instant::now();
+        match self.warned.get() {
+            Some((at, since)) if now.duration_since(at) < WARN_EVERY => {
+                self.warned.set(Some((at, since + 1)));
+                tracing::debug!(server = %self.routes.server(), why, "an MCP server answered a request with a message that cannot be read");
+            }
+            warned => {
+                self.warned.set(Some((now, 0)));
+                tracing::warn!(
+                    server = %self.routes.server(),
+                    why,
+                    more_since_last_warning = warned.map_or(0, |(_, since)| since),
+                    "an MCP server answered a request with a message that cannot be read: the request is answered with an error, the connection goes on"
+                );
+            }
+        }
     }
 }
 
@@ -271,5 +299,17 @@ mod tests {
             Next::Message(JsonRpcMessage::Response(_))
         ));
         assert_eq!(unreadable, 5);
+    }
+
+    #[test]
+    fn answers_that_cannot_be_read_are_warned_of_once_an_interval_not_once_a_line() {
+        let text = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"v\":1e999}}\n".repeat(3);
+        let mut messages = Messages::new(&text[..], Arc::new(Routes::new("x")));
+        for _ in 0..3 {
+            let next = messages.next().now_or_never().expect("read at once");
+            assert!(matches!(next, Some(Next::Message(_))), "answered in place");
+        }
+        let (_, since) = messages.warned.get().expect("warned");
+        assert_eq!(since, 2, "one warning; the two after it at debug");
     }
 }
