@@ -571,6 +571,32 @@ impl Reserved {
 mod tests {
     use super::*;
 
+    /// What a place costs without a share and in a caller's share, measured in one run
+    /// (the caller has no other request alive, so its entry is made and dropped each time,
+    /// the dearest case): `cargo test --release -p toolgate-mcp --lib place_cost --
+    /// --ignored --nocapture`.
+    #[tokio::test]
+    #[ignore = "a measurement, not a check: prints what a place costs"]
+    async fn place_cost() {
+        const ROUNDS: u32 = 500_000;
+        let places = Places::new("crm", 256, 128);
+        let user = User::new("ann").with_tenant("acme");
+        for _ in 0..3 {
+            let started = std::time::Instant::now();
+            for _ in 0..ROUNDS {
+                drop(places.take(None, None).await);
+            }
+            let bare = started.elapsed() / ROUNDS;
+            let started = std::time::Instant::now();
+            for _ in 0..ROUNDS {
+                let sharer = places.sharer(&user);
+                drop(places.take(sharer.as_ref(), None).await);
+            }
+            let shared = started.elapsed() / ROUNDS;
+            println!("a place: {bare:?} without a share, {shared:?} in the caller's share");
+        }
+    }
+
     /// A place for `sharer`'s request, now or never.
     async fn now(places: &Places, sharer: Option<&Sharer>) -> Result<Place, NoPlace> {
         places.take(sharer, Some(Instant::now())).await
