@@ -3,7 +3,7 @@
 use serde_json::{Value, json};
 use toolgate_core::tool::ToolDefinition;
 
-use super::{FormatError, call, calls_format, json_kind, parameters, shape_error, str_field};
+use super::{FormatError, call, json_kind, no_other_calls, parameters, shape_error, str_field};
 use crate::{Arguments, ToolCall, ToolResult, ToolStatus};
 
 const PROVIDER: &str = "anthropic messages";
@@ -56,13 +56,7 @@ pub fn parse_tool_uses(message: &Value) -> Result<Vec<ToolCall>, FormatError> {
             found: json_kind(message),
         });
     }
-    let other_format = || match calls_format(message) {
-        Some(format) if format != super::ANTHROPIC => Err(FormatError::OtherFormat {
-            provider: PROVIDER,
-            format,
-        }),
-        _ => Ok(()),
-    };
+    let other_format = || no_other_calls(message, PROVIDER, super::ANTHROPIC);
     let Some(blocks) = message.get("content").and_then(Value::as_array) else {
         other_format()?;
         return Err(shape_error(PROVIDER, "content", "an array"));

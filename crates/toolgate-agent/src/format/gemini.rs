@@ -9,7 +9,7 @@
 use serde_json::{Map, Value, json};
 use toolgate_core::tool::ToolDefinition;
 
-use super::{FormatError, arguments_of, call, calls_format, json_kind, shape_error, str_field};
+use super::{FormatError, arguments_of, call, json_kind, no_other_calls, shape_error, str_field};
 use crate::{ToolCall, ToolResult, ToolStatus};
 
 const PROVIDER: &str = "gemini";
@@ -170,13 +170,7 @@ pub fn parse_function_calls(response: &Value) -> Result<Vec<ToolCall>, FormatErr
             found: json_kind(response),
         });
     }
-    let other_format = || match calls_format(response) {
-        Some(format) if format != super::GEMINI => Err(FormatError::OtherFormat {
-            provider: PROVIDER,
-            format,
-        }),
-        _ => Ok(()),
-    };
+    let other_format = || no_other_calls(response, PROVIDER, super::GEMINI);
     let content = match response.get("candidates") {
         Some(candidates) => candidates
             .get(0)

@@ -96,6 +96,20 @@ pub(crate) const ANTHROPIC: &str = "anthropic";
 /// The name [`FormatError::OtherFormat`] gives Gemini's `generateContent` format.
 pub(crate) const GEMINI: &str = "gemini";
 
+/// Refuses `payload` with [`FormatError::OtherFormat`] when it holds calls in a format other
+/// than `own`: `provider` (whose calls are in `own`) found none of its own in it, and
+/// would otherwise read it as "no calls".
+pub(crate) fn no_other_calls(
+    payload: &Value,
+    provider: &'static str,
+    own: &str,
+) -> Result<(), FormatError> {
+    match calls_format(payload) {
+        Some(format) if format != own => Err(FormatError::OtherFormat { provider, format }),
+        _ => Ok(()),
+    }
+}
+
 /// The format of the tool calls `payload` holds, whichever format it was passed as: a
 /// chat completions message's `tool_calls`, a Responses API response's `function_call`
 /// items, an Anthropic message's `tool_use` blocks, a Gemini content's (or a response's
@@ -104,7 +118,7 @@ pub(crate) const GEMINI: &str = "gemini";
 ///
 /// Each parser asks this when it found no calls of its own: a payload in another format
 /// would otherwise be read as "no calls", and none of them would run.
-pub(crate) fn calls_format(payload: &Value) -> Option<&'static str> {
+fn calls_format(payload: &Value) -> Option<&'static str> {
     let any = |items: Option<&Value>| {
         items
             .and_then(Value::as_array)

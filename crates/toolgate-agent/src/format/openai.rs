@@ -5,7 +5,7 @@ use serde_json::{Value, json};
 use toolgate_core::tool::ToolDefinition;
 
 use super::{
-    FormatError, arguments_of, call, calls_format, json_kind, parameters, shape_error, str_field,
+    FormatError, arguments_of, call, json_kind, no_other_calls, parameters, shape_error, str_field,
 };
 use crate::{ToolCall, ToolResult};
 
@@ -106,12 +106,7 @@ pub fn parse_chat_tool_calls(message: &Value) -> Result<Vec<ToolCall>, FormatErr
     };
     match message.get("tool_calls") {
         None | Some(Value::Null) => {
-            if let Some(format) = calls_format(message) {
-                return Err(FormatError::OtherFormat {
-                    provider: CHAT,
-                    format,
-                });
-            }
+            no_other_calls(message, CHAT, super::CHAT)?;
             Ok(Vec::new())
         }
         Some(Value::Array(calls)) => chat_calls(calls),
@@ -167,13 +162,7 @@ pub fn chat_tool_message(result: &ToolResult) -> Value {
 /// `tool_calls`, Anthropic's `tool_use` blocks, Gemini's function call parts), which would
 /// otherwise be read as no calls and silently not run.
 pub fn parse_responses_output(response: &Value) -> Result<Vec<ToolCall>, FormatError> {
-    let other_format = |payload: &Value| match calls_format(payload) {
-        Some(format) if format != super::RESPONSES => Err(FormatError::OtherFormat {
-            provider: RESPONSES,
-            format,
-        }),
-        _ => Ok(()),
-    };
+    let other_format = |payload: &Value| no_other_calls(payload, RESPONSES, super::RESPONSES);
     let items = match response {
         Value::Array(items) => items,
         Value::Object(_) => match response.get("output").and_then(Value::as_array) {
