@@ -182,11 +182,11 @@ pub(super) fn unreadable(id: &str, tool: &str, error: &ToolError) -> ErrorData {
     let mut answer = features::request_error(error);
     answer.message = if error.code() == FORBIDDEN {
         format!(
-            "the state of waiting call `{shown}` cannot be read: reading it runs the tool `{tool}` as you, and the authorization policy does not allow you that tool; ask an operator to allow `{tool}` to the users whose calls wait for approval (the call itself is unaffected)"
+            "the state of call `{shown}` cannot be read: reading it runs the tool `{tool}` as you, and the authorization policy does not allow you that tool; ask an operator to allow `{tool}` to the users whose calls wait for approval (a call that waits is unaffected)"
         )
     } else {
         format!(
-            "the state of waiting call `{shown}` could not be read, and the call itself is unaffected: {}",
+            "the state of call `{shown}` could not be read (a call that waits is unaffected): {}",
             answer.message
         )
     }
@@ -257,7 +257,7 @@ mod tests {
             &ToolError::abort("user bob may not call `toolgate.outcome`", "forbidden", 403),
         );
         let said = forbidden.message.to_string();
-        assert!(said.contains("waiting call `susp-1`"), "{said}");
+        assert!(said.contains("the state of call `susp-1`"), "{said}");
         assert!(
             said.contains("authorization policy does not allow you that tool"),
             "{said}"
@@ -292,7 +292,7 @@ mod tests {
         );
         for error in [forbidden.message, limited.message, unavailable.message] {
             assert!(!error.contains("no task"), "{error}");
-            assert!(error.contains("the call itself is unaffected"), "{error}");
+            assert!(error.contains("a call that waits is unaffected"), "{error}");
         }
     }
 
