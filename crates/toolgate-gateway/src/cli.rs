@@ -289,7 +289,11 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
                 &file.logging.level,
                 telemetry.as_ref().map(Telemetry::tracer),
             );
-            let user = configured_user(&file, user.as_deref(), tenant.as_deref())?;
+            // Without `--user`, calls are the anonymous user's, as `McpServer` has it.
+            let user = match user.as_deref() {
+                Some(id) => Some(configured_user(&file, id, tenant.as_deref())?),
+                None => None,
+            };
             for warning in file.warnings() {
                 tracing::warn!("{warning}");
             }
@@ -298,12 +302,13 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
                     .await
                     .map_err(|e| e.in_file(&config).to_string())?
                     .current();
-                toolgate_mcp::McpServer::new(gateway.pipeline().clone())
-                    .server_info("toolgate", env!("CARGO_PKG_VERSION"))
-                    .default_user(user)
-                    .serve_stdio()
-                    .await
-                    .map_err(|e| e.to_string())
+                let server = toolgate_mcp::McpServer::new(gateway.pipeline().clone())
+                    .server_info("toolgate", env!("CARGO_PKG_VERSION"));
+                let server = match user {
+                    Some(user) => server.default_user(user),
+                    None => server,
+                };
+                server.serve_stdio().await.map_err(|e| e.to_string())
             };
             // A stop signal ends the server as its client closing stdin does: the
             // upstreams are dropped, and the programs they started with them.
@@ -327,7 +332,7 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
             // Listing needs no shared state: do not connect to Redis for it.
             file.state = StateConfig::default();
             let user = match user {
-                Some(id) => Some(configured_user(&file, Some(&id), tenant.as_deref())?),
+                Some(id) => Some(configured_user(&file, &id, tenant.as_deref())?),
                 None => None,
             };
             let started = async {
@@ -386,12 +391,9 @@ fn start_telemetry(config: &crate::config::Config) -> Result<Option<Telemetry>, 
 /// The user of `--user` and `--tenant`: a user id is unique only within its tenant.
 fn configured_user(
     config: &crate::config::Config,
-    id: Option<&str>,
+    id: &str,
     tenant: Option<&str>,
 ) -> Result<User, String> {
-    let Some(id) = id else {
-        return Ok(User::new("anonymous"));
-    };
     config
         .user_named(id, tenant)
         .map(crate::config::UserEntry::user)
