@@ -64,6 +64,155 @@ pub(crate) fn lead_own_group(command: &mut Command) {
     let _ = command;
 }
 
+/// Starts `command`'s program so that, on Linux, it dies with the host.
+///
+/// A host that closes its connections ends its programs' groups ([`ProcessGroup::end`]);
+/// one killed with `SIGKILL` (or by the out-of-memory killer) closes nothing, and its
+/// programs would run on as orphans, one more set at every restart. So on Linux the
+/// program is started with a parent-death signal (`PR_SET_PDEATHSIG`), `SIGKILL`: nobody
+/// is left to follow a `SIGTERM` the program ignores or is slow to act on, and its chance
+/// to clean up is the orderly close, which this path is not. What the program started
+/// itself is not signalled by the system; it is left with its stdin at its end (the
+/// host's ends of the pipes close with the host), which is how MCP tells a stdio server
+/// to stop. A set-user-ID program loses the signal when it starts (the system clears it).
+///
+/// The signal is sent when the *thread* that started the program ends, not the process:
+/// a tokio worker may end while the host runs on (`block_in_place` hands its place to
+/// another thread, and a thread of the blocking pool ends when idle), and so does the
+/// thread of a runtime made for a while (a test's). So the program is started from one
+/// thread kept for that alone ([`start_thread`]), which ends with the process, within the
+/// caller's runtime.
+///
+/// Elsewhere the program is started as it is; a host that dies leaves it running.
+///
+/// # Errors
+///
+/// When the program cannot be started, or (on Linux) when there is no tokio runtime to
+/// start it within.
+pub(crate) fn spawn_tied_to_host(mut command: Command) -> io::Result<Child> {
+    #[cfg(target_os = "linux")]
+    {
+        die_with_host(&mut command);
+        start_thread::spawn(command)
+    }
+    #[cfg(not(target_os = "linux"))]
+    command.spawn()
+}
+
+/// Makes `command`'s program get `SIGKILL` when the thread that starts it ends — or start
+/// not at all, when the host died before the signal was set (the program would then never
+/// get it: its parent is already another process).
+#[cfg(target_os = "linux")]
+#[allow(unsafe_code)]
+fn die_with_host(command: &mut Command) {
+    use nix::libc;
+
+    let host = std::process::id();
+    let set_signal = move || {
+        // SAFETY: `prctl` is a system call with no memory passed; `PR_SET_PDEATHSIG` takes
+        // an `unsigned long`, passed as one (a variadic `int` may leave its upper half
+        // unset).
+        if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) } == -1 {
+            return Err(io::Error::last_os_error());
+        }
+        if std::os::unix::process::parent_id() != host {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        Ok(())
+    };
+    // SAFETY: the closure runs in the child between `fork` and `exec`, where only what is
+    // async-signal-safe may be done: it makes two system calls (`prctl`, `getppid`) and
+    // builds its error from an error number, allocating nothing and taking no lock.
+    unsafe {
+        command.pre_exec(set_signal);
+    }
+}
+
+/// The one thread stdio programs are started from, on Linux: a program's parent-death
+/// signal is sent when the thread that started it ends ([`spawn_tied_to_host`]), and this
+/// one ends with the process.
+#[cfg(target_os = "linux")]
+mod start_thread {
+    use std::io;
+    use std::sync::mpsc::{self, Sender, SyncSender};
+    use std::sync::{Mutex, PoisonError};
+
+    use tokio::process::{Child, Command};
+    use tokio::runtime::Handle;
+
+    /// A program to start within `runtime`, and where to say how that went.
+    struct Start {
+        command: Command,
+        runtime: Handle,
+        started: SyncSender<io::Result<Child>>,
+    }
+
+    /// Where the thread takes its work from, once it runs. Never dropped, so the thread
+    /// never ends.
+    static STARTS: Mutex<Option<Sender<Start>>> = Mutex::new(None);
+
+    /// Starts `command` from the thread, within the caller's runtime, and waits (as long
+    /// as starting a process takes) for it to be started.
+    pub(super) fn spawn(command: Command) -> io::Result<Child> {
+        let runtime = Handle::try_current().map_err(|_| {
+            io::Error::other(
+                "an MCP server's program is started within a tokio runtime: connect from within one",
+            )
+        })?;
+        let (started, outcome) = mpsc::sync_channel(1);
+        let gone = || io::Error::other("the thread that starts MCP servers' programs has stopped");
+        let start = Start {
+            command,
+            runtime,
+            started,
+        };
+        starts()?.send(start).map_err(|_| gone())?;
+        outcome.recv().map_err(|_| gone())?
+    }
+
+    /// The way to the thread, which is started the first time.
+    fn starts() -> io::Result<Sender<Start>> {
+        let mut starts = STARTS.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(starts) = &*starts {
+            return Ok(starts.clone());
+        }
+        let (sender, work) = mpsc::channel::<Start>();
+        std::thread::Builder::new()
+            .name("toolgate-stdio-start".to_owned())
+            .spawn(move || run(work))
+            .map_err(|e| {
+                io::Error::other(format!(
+                    "cannot start the thread that starts MCP servers' programs: {e}"
+                ))
+            })?;
+        *starts = Some(sender.clone());
+        Ok(sender)
+    }
+
+    /// Starts each program asked for. A start that panics (a runtime made without its
+    /// I/O driver, say) is an error for its caller, not the thread's end: that would
+    /// kill every program it started.
+    fn run(work: mpsc::Receiver<Start>) {
+        for Start {
+            mut command,
+            runtime,
+            started,
+        } in work
+        {
+            let _within = runtime.enter();
+            let spawned =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| command.spawn()))
+                    .unwrap_or_else(|_| {
+                        Err(io::Error::other(
+                            "the program could not be started within the caller's runtime (is its I/O driver enabled?)",
+                        ))
+                    });
+            // A caller that stopped waiting drops the child, which kills it.
+            let _ = started.send(spawned);
+        }
+    }
+}
+
 impl ProcessGroup {
     /// The group `child`, started by a command made with [`lead_own_group`], leads.
     ///

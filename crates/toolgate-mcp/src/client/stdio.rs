@@ -105,7 +105,7 @@ impl StdioUpstream {
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         process_group::lead_own_group(&mut command);
-        let mut child = command.spawn()?;
+        let mut child = process_group::spawn_tied_to_host(command)?;
         let group = ProcessGroup::of(&child);
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(io::Error::other(
@@ -323,8 +323,12 @@ pub(crate) struct BoundedLines<R> {
     line: usize,
     /// The start of the current line, up to [`HEAD_BYTES`].
     head: Vec<u8>,
-    /// While an oversized line is read past: the last bytes read of it (up to
-    /// [`HEAD_BYTES`]), and how many were read past.
+    /// The end of what was handed on of the current line, up to [`HEAD_BYTES`]: the
+    /// start of the end of a line cut short, which may have been handed on before its cut
+    /// (all of it but its last byte, for a line one byte too long).
+    end: Vec<u8>,
+    /// While an oversized line is read past: its last bytes, those handed on before its
+    /// cut and those read past since (up to [`HEAD_BYTES`]), and how many were read past.
     skipping: Option<(Vec<u8>, u64)>,
     /// Bytes to hand on before reading more, and how many of them were.
     pending: (Vec<u8>, usize),
@@ -338,6 +342,7 @@ impl<R> BoundedLines<R> {
             inner,
             line: 0,
             head: Vec::with_capacity(HEAD_BYTES),
+            end: Vec::with_capacity(HEAD_BYTES),
             skipping: None,
             pending: (Vec::new(), 0),
             generation,
@@ -357,16 +362,20 @@ impl<R> BoundedLines<R> {
                 Some(end) if self.line + end < MAX_MESSAGE_BYTES => {
                     self.line = 0;
                     self.head.clear();
+                    self.end.clear();
                     at += end + 1;
                 }
                 None if self.line + rest.len() < MAX_MESSAGE_BYTES => {
                     self.head.extend_from_slice(&rest[..keep]);
+                    keep_last(&mut self.end, rest);
                     self.line += rest.len();
                     at = read.len();
                 }
                 _ => {
                     self.head.extend_from_slice(&rest[..keep]);
-                    return Some(at + (MAX_MESSAGE_BYTES - 1 - self.line));
+                    let cut = MAX_MESSAGE_BYTES - 1 - self.line;
+                    keep_last(&mut self.end, &rest[..cut]);
+                    return Some(at + cut);
                 }
             }
         }
@@ -382,9 +391,7 @@ impl<R> BoundedLines<R> {
         };
         let end = memchr::memchr(b'\n', read);
         let part = &read[..end.unwrap_or(read.len())];
-        tail.extend_from_slice(&part[part.len().saturating_sub(HEAD_BYTES)..]);
-        let excess = tail.len().saturating_sub(HEAD_BYTES);
-        tail.drain(..excess);
+        keep_last(tail, part);
         *skipped += part.len() as u64;
         let Some(end) = end else {
             if *skipped > MOST_SKIPPED {
@@ -421,6 +428,7 @@ impl<R> BoundedLines<R> {
         };
         self.line = 0;
         self.head.clear();
+        self.end.clear();
         let after = &read[end + 1..];
         let (pending, handed) = &mut self.pending;
         pending.drain(..*handed);
@@ -447,7 +455,10 @@ impl<R> BoundedLines<R> {
     /// past, to its end; any other ends the connection at once.
     fn oversized_line(&mut self, rest: &[u8]) {
         if scan_head(&self.head).is_some_and(|head| head.response != head.method.is_some()) {
-            self.skipping = Some((Vec::with_capacity(HEAD_BYTES), 0));
+            // The line's end starts with what was handed on of it: the part read past may
+            // be a byte or two, too little to read an `id`, or the object's end, from.
+            let end = std::mem::replace(&mut self.end, Vec::with_capacity(HEAD_BYTES));
+            self.skipping = Some((end, 0));
             self.skip(rest);
         } else {
             self.end_connection();
@@ -515,6 +526,14 @@ impl<R: AsyncRead + Unpin> AsyncRead for BoundedLines<R> {
             return Poll::Ready(Ok(()));
         }
     }
+}
+
+/// Keeps in `last` its last bytes followed by `bytes`, [`HEAD_BYTES`] of them at most.
+fn keep_last(last: &mut Vec<u8>, bytes: &[u8]) {
+    let bytes = &bytes[bytes.len().saturating_sub(HEAD_BYTES)..];
+    let excess = (last.len() + bytes.len()).saturating_sub(HEAD_BYTES);
+    last.drain(..excess.min(last.len()));
+    last.extend_from_slice(bytes);
 }
 
 /// The error answer to hand on in place of an answer too long to read, which starts with
@@ -979,5 +998,114 @@ mod tests {
         result.unwrap();
         assert_eq!(read, text);
         assert!(!oversized.ended(1));
+    }
+
+    /// A reader that hands on `text` in reads of [`CHUNK`] bytes, also ending a read at
+    /// each offset of `splits`: where a line's end, or its cut, falls is chosen.
+    struct SplitPipe<'a> {
+        text: &'a [u8],
+        at: usize,
+        splits: Vec<usize>,
+    }
+
+    /// An odd size, so that reads do not line up with the limit by themselves.
+    const CHUNK: usize = 1024 * 1024 + 3;
+
+    impl AsyncRead for SplitPipe<'_> {
+        fn poll_read(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            let at = self.at;
+            let next_split = self.splits.iter().copied().find(|split| *split > at);
+            let end = next_split
+                .unwrap_or(usize::MAX)
+                .min(at + CHUNK)
+                .min(self.text.len())
+                .min(at + buf.remaining());
+            buf.put_slice(&self.text[at..end]);
+            self.at = end;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_line_at_the_limit_is_read_and_one_past_it_is_answered_in_place_wherever_reads_split_it()
+     {
+        const BEFORE: &[u8] = b"{\"a\":1}\n";
+        const AFTER: &[u8] = b"{\"jsonrpc\":\"2.0\",\"id\":42,\"result\":{}}\n";
+        // rmcp's and Python's order (the id first), and TypeScript's (the id last).
+        let shapes: [(&[u8], &[u8]); 2] = [
+            (
+                b"{\"jsonrpc\":\"2.0\",\"id\":7,\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"",
+                b"\"}]}}",
+            ),
+            (
+                b"{\"result\":{\"content\":[{\"type\":\"text\",\"text\":\"",
+                b"\"}]},\"jsonrpc\":\"2.0\",\"id\":7}",
+            ),
+        ];
+        for (head, tail) in shapes {
+            // The line's length, its line feed included.
+            for length in MAX_MESSAGE_BYTES - 1..=MAX_MESSAGE_BYTES + 2 {
+                let mut text = BEFORE.to_vec();
+                text.extend_from_slice(head);
+                text.resize(BEFORE.len() + length - 1 - tail.len(), b'x');
+                text.extend_from_slice(tail);
+                text.push(b'\n');
+                text.extend_from_slice(AFTER);
+                let line_feed = BEFORE.len() + length - 1;
+                let cut = BEFORE.len() + MAX_MESSAGE_BYTES - 1;
+                // No chosen split; the line feed read alone, and with the byte before
+                // it; a read ending at the cut, and just past it.
+                let splits = [
+                    vec![],
+                    vec![line_feed, line_feed + 1],
+                    vec![line_feed - 1],
+                    vec![cut],
+                    vec![cut + 1],
+                    vec![cut, line_feed],
+                ];
+                for splits in splits {
+                    let case = format!(
+                        "a line of {length} bytes (the limit {MAX_MESSAGE_BYTES}), reads split at {splits:?}, id {}",
+                        if head.starts_with(b"{\"jsonrpc\"") {
+                            "first"
+                        } else {
+                            "last"
+                        }
+                    );
+                    let oversized = Arc::new(Oversized::default());
+                    let pipe = SplitPipe {
+                        text: &text,
+                        at: 0,
+                        splits,
+                    };
+                    let mut lines = BoundedLines::new(pipe, 1, Arc::clone(&oversized));
+                    let mut read = Vec::new();
+                    let result = lines.read_to_end(&mut read).await;
+                    assert!(result.is_ok(), "{case}: {result:?}");
+                    assert!(!oversized.ended(1), "{case}: the connection goes on");
+                    if length <= MAX_MESSAGE_BYTES {
+                        assert!(read == text, "{case}: read whole");
+                        continue;
+                    }
+                    let after_cut = BEFORE.len() + MAX_MESSAGE_BYTES;
+                    assert_eq!(read[..after_cut - 1], text[..after_cut - 1], "{case}");
+                    assert_eq!(read[after_cut - 1], b'\n', "{case}: cut short and ended");
+                    let rest = &read[after_cut..];
+                    let answer_end = memchr::memchr(b'\n', rest).expect("an answer in place");
+                    let answer: serde_json::Value =
+                        serde_json::from_slice(&rest[..answer_end]).expect("JSON");
+                    assert_eq!(answer["id"], 7, "{case}");
+                    assert_eq!(
+                        answer["error"]["data"][OVERSIZED_ANSWER], MAX_MESSAGE_BYTES,
+                        "{case}"
+                    );
+                    assert_eq!(&rest[answer_end + 1..], AFTER, "{case}: the line after");
+                }
+            }
+        }
     }
 }
