@@ -60,7 +60,7 @@ use super::post::{self, PostError};
 use super::relay::{Dropped, RouteTicket};
 use super::request_streams::{SseStream, capped_retry};
 use super::streams::{self, PROTOCOL_VERSION, Posted, StreamTagging, Wire};
-use super::unreadable;
+use super::unreadable::CameOn;
 
 /// The calls of one connection made from the calling task; see the module.
 pub(crate) struct Direct {
@@ -263,26 +263,20 @@ impl Direct {
                     };
                     let message = match super::message::read(&data) {
                         Ok(message) => message,
-                        // The call's answer, unreadable: answered in its place, so the
-                        // call fails now rather than at its deadline.
-                        Err(e) if unreadable::answered(data.as_bytes()).as_ref() == Some(id) => {
-                            let why = unreadable::why(data.as_bytes(), &e);
-                            self.inbound.dropped(Dropped::Unreadable);
-                            tracing::warn!(
-                                server = %self.inbound.server(),
-                                why,
-                                "an MCP server answered a call with a message that cannot be read: the call fails, the connection goes on"
-                            );
-                            unreadable::in_place_of(id.clone(), &why)
-                        }
                         // An event with no data (one that primes the stream for a
                         // resumption) is no message.
                         Err(_) if data.trim().is_empty() => continue,
-                        // Any other message that does not read is skipped, as rmcp skips it.
-                        Err(_) => {
-                            self.inbound.dropped(Dropped::Unreadable);
-                            continue;
-                        }
+                        // The call's answer, unreadable, is answered in its place, so the
+                        // call fails now rather than at its deadline; any other message
+                        // that does not read is skipped, as rmcp skips it.
+                        Err(e) => match self.client.unreadables().take(
+                            data.as_bytes(),
+                            Some(&e),
+                            CameOn::StreamOf(id),
+                        ) {
+                            Some(answer) => answer,
+                            None => continue,
+                        },
                     };
                     resumes = 0;
                     if let Some(answer) = self.take(id, message).await {

@@ -140,11 +140,6 @@ impl Inbound {
         Some(message)
     }
 
-    /// The upstream's configured name.
-    pub(crate) fn server(&self) -> &str {
-        self.routes.server()
-    }
-
     /// Counts a message of this connection dropped as nobody's.
     pub(crate) fn dropped(&self, kind: Dropped) {
         self.routes.dropped(kind);

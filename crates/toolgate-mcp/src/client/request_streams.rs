@@ -35,6 +35,16 @@
 //! connection has its id — another caller's call. Every answer on it (and every event that
 //! may be one) is dropped and counted, as on the stream of a request it does not answer;
 //! its notifications and requests pass.
+//!
+//! **Its own answer, read or failed.** rmcp skips a message it cannot read (at debug
+//! level), so a request whose answer that was waits out its whole deadline. Every message
+//! of a stream is read here as rmcp reads it first; one that does not read is dropped and
+//! counted, and when it is a response naming the stream's own request, that request is
+//! answered in its place with an error saying why, in words — the request fails at once,
+//! as a `tools/call` toolgate sends itself does ([`unreadable`](super::unreadable)). One
+//! naming another request is not that one's answer (the stream can be another caller's
+//! call's), one naming none is not told to be this one's, and on the standalone stream
+//! none answers anything.
 
 use std::collections::VecDeque;
 use std::pin::Pin;
@@ -50,7 +60,8 @@ use serde_json::Value;
 use tokio::task::AbortHandle;
 
 use super::places::Place;
-use super::relay::{Dropped, RouteTicket, Routes};
+use super::relay::{Dropped, RouteTicket};
+use super::unreadable::{CameOn, Unreadables};
 
 /// A response stream as rmcp's HTTP client hands it over.
 pub(crate) type SseStream =
@@ -291,7 +302,8 @@ pub(crate) struct RequestStream {
     /// Whether the request's answer came on it: nothing left to resume.
     answered: bool,
     resumable: Arc<Resumable>,
-    routes: Arc<Routes>,
+    /// What becomes of a message on it that does not read.
+    unreadables: Arc<Unreadables>,
 }
 
 impl RequestStream {
@@ -304,7 +316,7 @@ impl RequestStream {
         resumed_from: Option<String>,
         place: Option<Place>,
         resumable: Arc<Resumable>,
-        routes: Arc<Routes>,
+        unreadables: Arc<Unreadables>,
     ) -> Self {
         let held = Arc::new(Mutex::new(Held {
             stream: Some(stream),
@@ -341,7 +353,7 @@ impl RequestStream {
             retry: None,
             answered: false,
             resumable,
-            routes,
+            unreadables,
         }
     }
 
@@ -368,18 +380,52 @@ impl RequestStream {
         }
     }
 
-    /// Whether the message `data` is an answer that is not this stream's to carry (on a
-    /// stream without an `origin`, the standalone stream or nobody's, any answer); notes
-    /// the request's own answer.
-    fn foreign_answer(&mut self, data: &str) -> bool {
-        match carried(data) {
-            Carried::NoAnswer => false,
-            Carried::AnswerTo(id) if self.origin.as_ref() == Some(&id) => {
-                self.answered = true;
-                false
+    /// What rmcp is to read of `data`, an event's data (`message`: of an event rmcp reads
+    /// as a message): `data` as it is; nothing, when it is an answer that is not this
+    /// stream's to carry (on a stream without an `origin`, the standalone stream or
+    /// nobody's, any answer) or does not read; or, when the answer of this stream's
+    /// request does not read, the error answered in its place (see the module). Notes the
+    /// request's answer.
+    fn screened(&mut self, data: String, message: bool) -> Option<String> {
+        let carried = carried(&data);
+        let own = match &carried {
+            Carried::NoAnswer | Carried::Unreadable => false,
+            Carried::AnswerTo(id) if self.origin.as_ref() == Some(id) => true,
+            Carried::AnswerTo(_) => return self.dropped_answer(),
+        };
+        // rmcp reads no other event's data as a message, and skips blank data (an event
+        // that primes the stream for its resumption).
+        if !message || data.trim().is_empty() {
+            if carried == Carried::Unreadable {
+                return self.dropped_answer();
             }
-            Carried::AnswerTo(_) | Carried::Unreadable => true,
+            self.answered |= own;
+            return Some(data);
         }
+        let error = match super::message::read(&data) {
+            // Read, but whose answer it may be cannot be told.
+            Ok(_) if carried == Carried::Unreadable => return self.dropped_answer(),
+            Ok(_) => {
+                self.answered |= own;
+                return Some(data);
+            }
+            Err(error) => error,
+        };
+        let came_on = match &self.owner {
+            Owner::Request(id) => CameOn::StreamOf(id),
+            Owner::Standalone | Owner::Nobody => CameOn::NoRequest,
+        };
+        let answer = self
+            .unreadables
+            .take(data.as_bytes(), Some(&error), came_on)?;
+        self.answered = true;
+        serde_json::to_string(&answer).ok()
+    }
+
+    /// Drops an answer that is not this stream's to carry, counted.
+    fn dropped_answer(&self) -> Option<String> {
+        self.unreadables.routes().dropped(Dropped::Answer);
+        None
     }
 }
 
@@ -411,14 +457,8 @@ impl Stream for RequestStream {
                     this.retry = Some(Duration::from_millis(retry));
                 }
                 // Its id is still read by rmcp, which resumes from the last id it read.
-                if event
-                    .data
-                    .as_deref()
-                    .is_some_and(|data| this.foreign_answer(data))
-                {
-                    this.routes.dropped(Dropped::Answer);
-                    event.data = None;
-                }
+                let message = matches!(event.event.as_deref(), None | Some("" | "message"));
+                event.data = event.data.and_then(|data| this.screened(data, message));
                 Poll::Ready(Some(Ok(event)))
             }
             Some(Err(e)) => {
@@ -446,8 +486,13 @@ mod tests {
     use serde_json::json;
 
     use super::super::places::Places;
-    use super::super::relay::Relay;
+    use super::super::relay::{Relay, Routes};
     use super::*;
+
+    /// What becomes of the messages that do not read of a connection to `crm`.
+    fn unreadables() -> Arc<Unreadables> {
+        Arc::new(Unreadables::new(Arc::new(Routes::new("crm"))))
+    }
 
     #[test]
     fn a_lost_stream_is_opened_again_at_least_every_thirty_seconds() {
@@ -519,7 +564,7 @@ mod tests {
             event(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
         ])
         .boxed();
-        let routes = Arc::new(Routes::new("crm"));
+        let routes = unreadables();
         let read: Vec<_> =
             RequestStream::new(events, request(1), None, None, None, Arc::default(), routes)
                 .map(|event| event.expect("an event").data)
@@ -545,7 +590,7 @@ mod tests {
                 ..Default::default()
             })
         });
-        let routes = Arc::new(Routes::new("crm"));
+        let routes = unreadables();
         let read: Vec<_> = RequestStream::new(
             futures::stream::iter(events).boxed(),
             Owner::Standalone,
@@ -560,6 +605,55 @@ mod tests {
         .await;
         assert_eq!(read[..3], [None, None, None], "answers, or what may be one");
         assert!(read[3].is_some() && read[4].is_some(), "{read:?}");
+    }
+
+    /// The data rmcp is given of each of `events` on a stream of `owner`.
+    async fn screened(events: &[&str], owner: Owner) -> Vec<Option<String>> {
+        let events = events.iter().map(|data| {
+            Ok(sse_stream::Sse {
+                data: Some((*data).to_owned()),
+                ..Default::default()
+            })
+        });
+        RequestStream::new(
+            futures::stream::iter(events.collect::<Vec<_>>()).boxed(),
+            owner,
+            None,
+            None,
+            None,
+            Arc::default(),
+            unreadables(),
+        )
+        .map(|event| event.expect("an event").data)
+        .collect()
+        .await
+    }
+
+    #[tokio::test]
+    async fn only_a_requests_own_answer_that_cannot_be_read_is_answered_in_its_place() {
+        let events = [
+            // Another request's answer, a notification and text, none of which reads.
+            r#"{"jsonrpc":"2.0","id":2,"result":{"v":1e999}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":1,"progress":1e999}}"#,
+            "not json",
+            // An answer naming no request.
+            r#"{"jsonrpc":"2.0","result":{"v":1e999}}"#,
+            r#"{"jsonrpc":"2.0","id":1,"result":{"v":1e999}}"#,
+        ];
+        let read = screened(&events, request(1)).await;
+        assert_eq!(read[..4], [None, None, None, None], "{read:?}");
+        let answer = read[4].as_deref().expect("an answer in place");
+        let answer: rmcp::model::ServerJsonRpcMessage =
+            serde_json::from_str(answer).expect("it reads");
+        let rmcp::model::JsonRpcMessage::Error(error) = answer else {
+            panic!("an error: {answer:?}");
+        };
+        assert_eq!(error.id, Some(RequestId::Number(1)));
+        let why = super::super::unreadable::why_answered(&error.error).expect("why");
+        assert!(why.starts_with("a number too large to read"), "{why}");
+        // The standalone stream answers nothing.
+        let read = screened(&events, Owner::Standalone).await;
+        assert!(read.iter().all(Option::is_none), "{read:?}");
     }
 
     #[test]
@@ -598,7 +692,7 @@ mod tests {
             None,
             None,
             Arc::default(),
-            Arc::new(Routes::new("crm")),
+            unreadables(),
         );
         let reader = tokio::spawn(async move { stream.collect::<Vec<_>>().await.len() });
         tokio::task::yield_now().await;
@@ -615,7 +709,7 @@ mod tests {
     async fn a_request_holds_its_place_until_its_response_stream_is_dropped() {
         let places = Places::new("crm", 1, 1);
         let place = places.take(None, None).await.expect("a place");
-        let routes = Arc::new(Routes::new("crm"));
+        let routes = unreadables();
         let never: SseStream = futures::stream::pending().boxed();
         let stream = RequestStream::new(
             never,
@@ -649,7 +743,7 @@ mod tests {
         let place = places.take(None, None).await.expect("a place");
         let (relay, ticket) = Relay::new(None);
         let resumable = Arc::new(Resumable::default());
-        let routes = Arc::new(Routes::new("crm"));
+        let routes = unreadables();
         let stream = RequestStream::new(
             ends_after_an_event("e1"),
             request(1),
@@ -702,7 +796,7 @@ mod tests {
             None,
             Some(place),
             Arc::clone(&resumable),
-            Arc::new(Routes::new("crm")),
+            unreadables(),
         );
         assert_eq!(stream.collect::<Vec<_>>().await.len(), 1);
         assert_eq!(places.free(), 0);
@@ -715,7 +809,7 @@ mod tests {
     async fn an_answered_stream_keeps_no_place_and_a_connection_gone_strands_none() {
         let places = Places::new("crm", 2, 2);
         let resumable = Arc::new(Resumable::default());
-        let routes = Arc::new(Routes::new("crm"));
+        let routes = unreadables();
         let answered = futures::stream::iter([Ok(sse_stream::Sse {
             id: Some("e1".into()),
             data: Some(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#.into()),
@@ -756,7 +850,7 @@ mod tests {
     async fn two_streams_ended_at_the_same_id_keep_their_places_until_their_calls_are_over() {
         let places = Places::new("crm", 2, 2);
         let resumable = Arc::new(Resumable::default());
-        let routes = Arc::new(Routes::new("crm"));
+        let routes = unreadables();
         let mut relays = Vec::new();
         // An upstream that gives the streams of two requests the same last event id.
         for id in [1, 2] {

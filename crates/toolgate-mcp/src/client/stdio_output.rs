@@ -10,7 +10,6 @@
 //! method rmcp ignores is ignored; anything else is dropped and counted, and one that is
 //! JSON but no message's shape is refused to the upstream as rmcp refuses it.
 
-use std::cell::Cell;
 use std::sync::Arc;
 
 use rmcp::RoleClient;
@@ -21,9 +20,10 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio_util::bytes::BytesMut;
 use tokio_util::codec::Decoder;
 
+use super::message;
 use super::message_head::MAX_MESSAGE_BYTES;
-use super::relay::{Dropped, Routes};
-use super::{message, unreadable};
+use super::relay::Routes;
+use super::unreadable::{CameOn, Unreadables};
 
 /// The most of a line's buffer kept between messages: one message of megabytes does not
 /// hold its megabytes for as long as the connection lasts.
@@ -45,24 +45,17 @@ pub(crate) struct Messages<R> {
     /// The line read so far: kept across reads, so a read given up (the transport's
     /// receive is raced against sending) loses nothing.
     line: Vec<u8>,
-    /// The upstream's channel, to count what is dropped or answered in place.
-    routes: Arc<Routes>,
-    /// When an answer that could not be read was last logged as a warning, and how many
-    /// have come since: an upstream that writes thousands a second (naming ids no request
-    /// has) gets one warning per [`WARN_EVERY`], not one per line.
-    warned: Cell<Option<(tokio::time::Instant, u64)>>,
+    /// What becomes of a line that does not read: counted, and answered in place when
+    /// it answers a request.
+    unreadables: Unreadables,
 }
-
-/// How often an upstream's answers that cannot be read are warned of, at most.
-const WARN_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
 impl<R: AsyncRead + Unpin> Messages<R> {
     pub(crate) fn new(read: R, routes: Arc<Routes>) -> Self {
         Messages {
             read: BufReader::new(read),
             line: Vec::new(),
-            routes,
-            warned: Cell::new(None),
+            unreadables: Unreadables::new(routes),
         }
     }
 
@@ -74,7 +67,7 @@ impl<R: AsyncRead + Unpin> Messages<R> {
                 // The end of the stream: what is left is no whole message.
                 Ok(_) => return None,
                 Err(e) => {
-                    tracing::error!(server = %self.routes.server(), "cannot read the MCP server's output: {e}");
+                    tracing::error!(server = %self.unreadables.routes().server(), "cannot read the MCP server's output: {e}");
                     return None;
                 }
             }
@@ -119,20 +112,13 @@ impl<R: AsyncRead + Unpin> Messages<R> {
         if let Ok(None) = codec.decode_eof(&mut BytesMut::from(line)) {
             return None;
         }
-        let why = match &error {
-            Some(error) => unreadable::why(line, error),
-            None => "it is not UTF-8".to_owned(),
-        };
-        self.routes.dropped(Dropped::Unreadable);
-        if let Some(id) = unreadable::answered(line) {
-            self.warn_unreadable(&why);
-            return Some(Next::Message(unreadable::in_place_of(id, &why)));
+        // The output carries the answers of all the upstream's requests.
+        if let Some(answer) = self
+            .unreadables
+            .take(line, error.as_ref(), CameOn::Connection)
+        {
+            return Some(Next::Message(answer));
         }
-        tracing::debug!(
-            server = %self.routes.server(),
-            why,
-            "an MCP server sent a message that cannot be read, and is no answer to tell whose: dropped"
-        );
         // rmcp refuses JSON that is no message's shape with an error without an `id`.
         error.filter(serde_json::Error::is_data).map(|_| {
             Next::Refuse(TxJsonRpcMessage::<RoleClient>::error(
@@ -140,29 +126,6 @@ impl<R: AsyncRead + Unpin> Messages<R> {
                 None,
             ))
         })
-    }
-}
-
-impl<R> Messages<R> {
-    /// Warns that the upstream answered with a message that cannot be read — once per
-    /// [`WARN_EVERY`], saying how many more came since; the rest at `debug`.
-    fn warn_unreadable(&self, why: &str) {
-        let now = tokio::time::Instant::now();
-        match self.warned.get() {
-            Some((at, since)) if now.duration_since(at) < WARN_EVERY => {
-                self.warned.set(Some((at, since + 1)));
-                tracing::debug!(server = %self.routes.server(), why, "an MCP server answered a request with a message that cannot be read");
-            }
-            warned => {
-                self.warned.set(Some((now, 0)));
-                tracing::warn!(
-                    server = %self.routes.server(),
-                    why,
-                    more_since_last_warning = warned.map_or(0, |(_, since)| since),
-                    "an MCP server answered a request with a message that cannot be read: the request is answered with an error, the connection goes on"
-                );
-            }
-        }
     }
 }
 
@@ -176,6 +139,7 @@ mod tests {
 
     use super::*;
     use crate::client::relay::UNATTRIBUTED;
+    use crate::client::unreadable;
 
     /// Counts the messages counted as unreadable ([`UNATTRIBUTED`], `kind` `unreadable`).
     #[derive(Default)]
@@ -299,17 +263,5 @@ mod tests {
             Next::Message(JsonRpcMessage::Response(_))
         ));
         assert_eq!(unreadable, 5);
-    }
-
-    #[test]
-    fn answers_that_cannot_be_read_are_warned_of_once_an_interval_not_once_a_line() {
-        let text = b"{\"jsonrpc\":\"2.0\",\"id\":1,\"result\":{\"v\":1e999}}\n".repeat(3);
-        let mut messages = Messages::new(&text[..], Arc::new(Routes::new("x")));
-        for _ in 0..3 {
-            let next = messages.next().now_or_never().expect("read at once");
-            assert!(matches!(next, Some(Next::Message(_))), "answered in place");
-        }
-        let (_, since) = messages.warned.get().expect("warned");
-        assert_eq!(since, 2, "one warning; the two after it at debug");
     }
 }

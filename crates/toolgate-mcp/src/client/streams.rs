@@ -12,8 +12,8 @@
 //!
 //! Each stream of a request is also held only while its call lives, a stream rmcp
 //! resumes is attributed to the request whose stream it resumes, and every stream carries
-//! only its own request's answer — the standalone stream none
-//! ([`request_streams`](super::request_streams)).
+//! only its own request's answer — the standalone stream none —, answered in its place
+//! with an error when it does not read ([`request_streams`](super::request_streams)).
 //!
 //! It also keeps what rmcp last sent a request of the session with ([`Wire`]): the
 //! session id, the credential and the protocol headers, which
@@ -39,6 +39,7 @@ use super::places::{Place, Places, Reserved, Waiting};
 use super::post::Target;
 use super::relay::{Dropped, RouteTicket, Routes};
 use super::request_streams::{Owner, RequestStream, Resumable, SseStream};
+use super::unreadable::Unreadables;
 
 /// The `_meta` key of a log message that holds the id of the request whose response
 /// stream carried it. Written only by toolgate; never reaches a caller.
@@ -59,6 +60,9 @@ pub(crate) struct StreamTagging {
     wire: Arc<Wire>,
     /// Where an answer dropped from a request's stream is counted.
     routes: Arc<Routes>,
+    /// What becomes of a message of the connection that does not read, on the streams of
+    /// what rmcp sends and of what [`Direct`](super::direct::Direct) sends alike.
+    unreadables: Arc<Unreadables>,
     /// The connection's streams that ended before their answer, for their resume.
     resumable: Arc<Resumable>,
     /// Cancelled when the upstream answers that it does not know the connection's
@@ -103,6 +107,7 @@ impl StreamTagging {
         StreamTagging {
             inner,
             wire: Arc::default(),
+            unreadables: Arc::new(Unreadables::new(Arc::clone(&routes))),
             routes,
             resumable: Arc::default(),
             forgotten,
@@ -140,6 +145,11 @@ impl StreamTagging {
     /// What rmcp last sent a message of this connection with.
     pub(crate) fn wire(&self) -> &Arc<Wire> {
         &self.wire
+    }
+
+    /// What becomes of a message of this connection that does not read.
+    pub(crate) fn unreadables(&self) -> &Unreadables {
+        &self.unreadables
     }
 }
 
@@ -461,7 +471,7 @@ impl StreamTagging {
             resumed_from,
             place,
             Arc::clone(&self.resumable),
-            Arc::clone(&self.routes),
+            Arc::clone(&self.unreadables),
         )
         .boxed()
     }
