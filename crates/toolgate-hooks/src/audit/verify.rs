@@ -342,6 +342,48 @@ pub enum Problem {
         /// The last record before it.
         after: u64,
     },
+    /// A checkpoint stands before the record it signs, with that record (or the ones
+    /// before it) still to come: it was moved up, not the records cut.
+    #[error(
+        "the checkpoint of seq {seq} of chain {chain} stands before seq {before}, ahead of the record it signs: it was moved"
+    )]
+    CheckpointAhead {
+        /// The chain.
+        chain: String,
+        /// The seq it signs.
+        seq: u64,
+        /// The first record after it.
+        before: u64,
+    },
+    /// A record comes a second time, the same bytes as where it first stood.
+    #[error(
+        "record seq {seq} of chain {chain} is there a second time (first at file {first_file} line {first_line}): the gateway writes each record once, so the line was copied"
+    )]
+    DuplicateRecord {
+        /// The chain.
+        chain: String,
+        /// The record.
+        seq: u64,
+        /// The file of the first.
+        first_file: String,
+        /// Its line.
+        first_line: usize,
+    },
+    /// The chain starts again from its first record: the same records are read twice.
+    #[error(
+        "chain {chain} starts again at its first record after seq {after}: the same records come twice, so a file (or its start) was given or copied twice; give each file once, oldest first"
+    )]
+    Repeated {
+        /// The chain.
+        chain: String,
+        /// The last record before it started again.
+        after: u64,
+    },
+    /// The line ends with a carriage return: its line ends were converted.
+    #[error(
+        "the line ends with a carriage return, and the gateway ends its lines with a line feed alone: the file's line ends were converted (by a copy to Windows or an editor), which changes every record's hash; convert them back (`dos2unix`) and verify again"
+    )]
+    LineEnds,
     /// The same checkpoint comes twice: the gateway signs a record once.
     #[error(
         "the checkpoint of seq {seq} of chain {chain} is there a second time (first at file {first_file} line {first_line}): the gateway signs each record once, so the line was copied"
@@ -446,6 +488,9 @@ enum Found {
         expected: u64,
         found: u64,
     },
+    /// The checkpoint at `at` signs `signed`, past the last record: the records were cut,
+    /// unless the next record of the chain comes after it (then it was moved up).
+    Ahead { at: Place, signed: u64 },
     /// Record `seq` at `at` does not link to the one before (`seq - 1`, at `previous`):
     /// it changed if the next record does not link to it either, else the one before did.
     Link {
@@ -480,6 +525,8 @@ struct ChainState {
     last_seq: u64,
     last_hash: String,
     last_at: Option<Place>,
+    /// The hash of the chain's first record, to tell a chain read twice.
+    first_hash: Option<String>,
     records: u64,
     checkpoints: u64,
     /// The seq and place of the last checkpoint that passed.
@@ -498,6 +545,7 @@ impl ChainState {
             last_seq: 0,
             last_hash: GENESIS.to_owned(),
             last_at: None,
+            first_hash: None,
             records: 0,
             checkpoints: 0,
             last_checkpoint: None,
@@ -513,6 +561,7 @@ impl ChainState {
         link: Link,
         hash: String,
         gap: Option<Result<super::Gap, String>>,
+        files: &[String],
     ) {
         if let Some(found) = &self.found {
             // Only what settles the problem found matters now.
@@ -542,6 +591,16 @@ impl ChainState {
                     },
                 )),
                 Found::Link { .. } => Some(self.blame_previous()),
+                Found::Ahead { at: ahead, signed } if link.seq == self.last_seq + 1 => {
+                    Some(Found::Known(
+                        *ahead,
+                        Problem::CheckpointAhead {
+                            chain: self.id.clone(),
+                            seq: *signed,
+                            before: link.seq,
+                        },
+                    ))
+                }
                 _ => return,
             };
             return;
@@ -556,14 +615,28 @@ impl ChainState {
             return;
         }
         if link.seq < expected {
-            self.found = Some(Found::Known(
-                at,
-                Problem::OutOfOrder {
-                    chain: self.id.clone(),
-                    seq: link.seq,
+            let chain = self.id.clone();
+            let seq = link.seq;
+            let problem = match self.last_at {
+                Some((file, line)) if seq == self.last_seq && hash == self.last_hash => {
+                    Problem::DuplicateRecord {
+                        chain,
+                        seq,
+                        first_file: files[file].clone(),
+                        first_line: line,
+                    }
+                }
+                _ if seq == 1 && self.first_hash.as_ref() == Some(&hash) => Problem::Repeated {
+                    chain,
+                    after: self.last_seq,
+                },
+                _ => Problem::OutOfOrder {
+                    chain,
+                    seq,
                     expected,
                 },
-            ));
+            };
+            self.found = Some(Found::Known(at, problem));
             return;
         }
         if link.prev != self.last_hash {
@@ -598,6 +671,9 @@ impl ChainState {
             }
             Some(Ok(gap)) => self.gaps.push((link.seq, at, gap)),
             None => {}
+        }
+        if link.seq == 1 {
+            self.first_hash = Some(hash.clone());
         }
         self.last_seq = link.seq;
         self.last_hash = hash;
@@ -657,11 +733,11 @@ impl ChainState {
                 seq: checkpoint.seq,
             }
         } else if checkpoint.seq > self.last_seq {
-            Problem::Truncated {
-                chain: chain(),
-                last: self.last_seq,
+            self.found = Some(Found::Ahead {
+                at,
                 signed: checkpoint.seq,
-            }
+            });
+            return;
         } else if checkpoint.seq < self.last_seq {
             Problem::CheckpointMoved {
                 chain: chain(),
@@ -707,6 +783,14 @@ impl ChainState {
                     chain: self.id.clone(),
                     expected: *expected,
                     found: *found,
+                },
+            )),
+            Found::Ahead { at, signed } => Some((
+                *at,
+                Problem::Truncated {
+                    chain: self.id.clone(),
+                    last: self.last_seq,
+                    signed: *signed,
                 },
             )),
             Found::Link { .. } => match self.blame_previous() {
@@ -784,6 +868,9 @@ impl Verifier {
     }
 
     fn line(&mut self, file: usize, number: usize, line: &[u8], ended: bool) {
+        if line.ends_with(b"\r") {
+            return self.stop(file, number, Problem::LineEnds);
+        }
         let entry = match parse(line, ended) {
             Ok(entry) => entry,
             Err(reason) => return self.stop(file, number, Problem::Unreadable { reason }),
@@ -802,7 +889,9 @@ impl Verifier {
         };
         let state = &mut self.chains[slot];
         match entry {
-            Entry::Record { link, hash, gap } => state.record((file, number), link, hash, gap),
+            Entry::Record { link, hash, gap } => {
+                state.record((file, number), link, hash, gap, &self.files);
+            }
             Entry::Checkpoint(checkpoint) => {
                 state.checkpoint((file, number), checkpoint, self.key.as_ref(), &self.files);
             }
@@ -1258,6 +1347,69 @@ mod tests {
             ),
             "{found}"
         );
+    }
+
+    #[test]
+    fn a_checkpoint_moved_above_its_record_is_moved_not_cut() {
+        let mut lines = chain_lines(4, 3);
+        let checkpoint = lines.remove(3);
+        lines.insert(1, checkpoint);
+        let found = check(&lines, true).unwrap_err();
+        assert_eq!(found.line, 2);
+        assert!(
+            matches!(
+                found.problem,
+                Problem::CheckpointAhead {
+                    seq: 3,
+                    before: 2,
+                    ..
+                }
+            ),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn a_copied_record_line_is_reported_as_a_copy_of_where_it_first_stood() {
+        let mut lines = chain_lines(5, 100);
+        lines.insert(3, lines[2].clone());
+        let found = check(&lines, false).unwrap_err();
+        assert_eq!(found.line, 4);
+        assert!(
+            matches!(
+                &found.problem,
+                Problem::DuplicateRecord {
+                    seq: 3,
+                    first_line: 3,
+                    ..
+                }
+            ),
+            "{found}"
+        );
+        assert!(found.to_string().contains("copied"), "{found}");
+    }
+
+    #[test]
+    fn a_file_given_twice_is_reported_as_the_chain_starting_again() {
+        for lines in [chain_lines(5, 100), chain_lines(6, 3)] {
+            let twice: Vec<String> = lines.iter().chain(&lines).cloned().collect();
+            let found = check(&twice, true).unwrap_err();
+            assert_eq!(found.line, lines.len() + 1);
+            let last = lines.iter().rev().find(|l| !is_checkpoint(l)).unwrap();
+            assert!(
+                matches!(found.problem, Problem::Repeated { after, .. } if after == seq_of(last)),
+                "{found}"
+            );
+        }
+    }
+
+    #[test]
+    fn line_ends_converted_to_crlf_are_named_as_such_at_the_first_line() {
+        let lines: Vec<String> = chain_lines(4, 3).iter().map(|l| format!("{l}\r")).collect();
+        let found = check(&lines, true).unwrap_err();
+        assert_eq!(found.line, 1);
+        assert_eq!(found.problem, Problem::LineEnds);
+        assert!(found.to_string().contains("dos2unix"), "{found}");
     }
 
     #[test]
