@@ -59,6 +59,7 @@ pub mod validation;
 
 mod clock;
 mod json;
+mod now_and_then;
 
 pub use audit::Audit;
 pub use cache::ResultCache;

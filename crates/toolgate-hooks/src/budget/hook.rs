@@ -14,6 +14,7 @@ use super::{
     InMemoryBudget, LimitReport, LimitState, Window,
 };
 use crate::clock::now_ms;
+use crate::now_and_then::{NowAndThen, backend_failed};
 use crate::partition::Partition;
 use crate::quota::OnBackendError;
 use toolgate_core::error::grouped;
@@ -66,6 +67,8 @@ pub struct Budget {
     costs: HashMap<String, Cost>,
     backend: Arc<dyn BudgetBackend>,
     on_backend_error: OnBackendError,
+    /// Its backend's failures, told now and then.
+    failures: NowAndThen,
 }
 
 /// How a refusal names the caller's budget, decided per call.
@@ -191,6 +194,7 @@ impl Budget {
                 costs: HashMap::new(),
                 backend: Arc::new(InMemoryBudget::default()),
                 on_backend_error: OnBackendError::default(),
+                failures: NowAndThen::default(),
             },
         }
     }
@@ -378,11 +382,11 @@ impl Budget {
             }
             Err(error) => match self.on_backend_error {
                 OnBackendError::FailClosed => {
-                    tracing::error!(policy = %self.name, %error, "budget store failed; call refused (fail closed)");
+                    backend_failed(&self.failures, &self.name, "budget store", &error, true);
                     Err(self.unavailable(&error).into())
                 }
                 OnBackendError::FailOpen => {
-                    tracing::warn!(policy = %self.name, %error, "budget store failed; call let through (fail open)");
+                    backend_failed(&self.failures, &self.name, "budget store", &error, false);
                     Ok(())
                 }
             },

@@ -7,6 +7,7 @@ use std::time::Duration;
 use toolgate_core::{Hook, HookResult, ToolError, ToolInvokeContext, hook};
 
 use super::{ConcurrencyBackend, InMemoryConcurrency, Permit, PermitRequest};
+use crate::now_and_then::{NowAndThen, backend_failed};
 use crate::partition::Partition;
 use crate::quota::OnBackendError;
 
@@ -58,6 +59,8 @@ pub struct Concurrency {
     when_full: WhenFull,
     backend: Arc<dyn ConcurrencyBackend>,
     on_backend_error: OnBackendError,
+    /// Its backend's failures, told now and then.
+    failures: NowAndThen,
 }
 
 /// A [`Concurrency`] limit that cannot be enforced.
@@ -137,6 +140,7 @@ impl ConcurrencyBuilder {
                 .backend
                 .unwrap_or_else(|| Arc::new(InMemoryConcurrency::default())),
             on_backend_error: self.on_backend_error,
+            failures: NowAndThen::default(),
         }
     }
 }
@@ -212,7 +216,13 @@ impl Hook for Concurrency {
             Ok(None) => Err(self.overloaded().into()),
             Err(error) => match self.on_backend_error {
                 OnBackendError::FailClosed => {
-                    tracing::error!(policy = %self.name, %error, "concurrency backend failed; call refused (fail closed)");
+                    backend_failed(
+                        &self.failures,
+                        &self.name,
+                        "concurrency backend",
+                        &error,
+                        true,
+                    );
                     Err(ToolError::abort(
                         format!("the concurrency limiter could not decide ({error}); the call was not run: try again later"),
                         "overloaded",
@@ -221,7 +231,13 @@ impl Hook for Concurrency {
                     .into())
                 }
                 OnBackendError::FailOpen => {
-                    tracing::warn!(policy = %self.name, %error, "concurrency backend failed; call let through (fail open)");
+                    backend_failed(
+                        &self.failures,
+                        &self.name,
+                        "concurrency backend",
+                        &error,
+                        false,
+                    );
                     Ok(())
                 }
             },

@@ -8,6 +8,7 @@ use super::{
     InMemoryQuota, QuotaBackend, QuotaBackendError, QuotaDecision, QuotaLease, QuotaRequest, Rate,
 };
 use crate::budget::{LimitReport, LimitState};
+use crate::now_and_then::{NowAndThen, backend_failed};
 use crate::partition::Partition;
 
 /// What a policy does when its backend cannot decide (unreachable, or full).
@@ -52,6 +53,8 @@ pub struct Quota {
     partition: Partition,
     backend: Arc<dyn QuotaBackend>,
     on_backend_error: OnBackendError,
+    /// Its backend's failures, told now and then.
+    failures: NowAndThen,
 }
 
 /// Builds a [`Quota`] hook.
@@ -108,6 +111,7 @@ impl QuotaBuilder {
                 .backend
                 .unwrap_or_else(|| Arc::new(InMemoryQuota::default())),
             on_backend_error: self.on_backend_error,
+            failures: NowAndThen::default(),
         }
     }
 }
@@ -185,11 +189,11 @@ impl Hook for Quota {
             }
             Err(error) => match self.on_backend_error {
                 OnBackendError::FailClosed => {
-                    tracing::error!(policy = %self.name, %error, "quota backend failed; call refused (fail closed)");
+                    backend_failed(&self.failures, &self.name, "quota backend", &error, true);
                     Err(self.refused(&error).into())
                 }
                 OnBackendError::FailOpen => {
-                    tracing::warn!(policy = %self.name, %error, "quota backend failed; call let through (fail open)");
+                    backend_failed(&self.failures, &self.name, "quota backend", &error, false);
                     Ok(())
                 }
             },
