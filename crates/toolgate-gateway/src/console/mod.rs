@@ -21,6 +21,7 @@ pub mod guard;
 pub mod history;
 pub mod oauth;
 pub mod sessions;
+pub mod sign_in_failed;
 #[cfg(test)]
 mod test_redis;
 
@@ -29,7 +30,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
+use axum::extract::rejection::{BytesRejection, QueryRejection};
 use axum::extract::{ConnectInfo, Query, State};
 use axum::http::{Extensions, HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -146,6 +147,9 @@ fn who(gateway: &Gateway, user: &User, csrf: &str) -> serde_json::Value {
         "user": user.id,
         "roles": user.roles,
         "approver": gateway.may_approve(user),
+        // With four eyes, the page offers no approval of the user's own calls: the
+        // gateway would refuse it (`policies.approval.four_eyes`).
+        "four_eyes": gateway.four_eyes(),
         "csrf_token": csrf,
     });
     // A user id is unique only within its tenant: `ann` of `acme` is told apart from `ann`
@@ -423,7 +427,8 @@ pub async fn sign_in_options(State(state): State<Arc<AppState>>) -> Response {
     })
 }
 
-/// `GET /console/oauth/start`: sign in through the issuer (see [`oauth`]).
+/// `GET /console/oauth/start`: sign in through the issuer (see [`oauth`]). A refusal is a
+/// page to a browser, JSON to anything else (see [`sign_in_failed`]).
 pub async fn oauth_start(
     State(state): State<Arc<AppState>>,
     peer: Extensions,
@@ -432,19 +437,26 @@ pub async fn oauth_start(
     let gateway = state.current.load_full();
     secured(match oauth::start(&gateway, &headers, peer.get()).await {
         Ok(response) => response,
-        Err(e) => e.into_response(),
+        Err(e) => sign_in_failed::refusal(&headers, e),
     })
 }
 
-/// `GET /console/oauth/callback`: where the issuer sends the browser back.
+/// `GET /console/oauth/callback`: where the issuer sends the browser back. A refusal is a
+/// page to a browser, JSON to anything else (see [`sign_in_failed`]).
 pub async fn oauth_callback(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
-    Query(query): Query<oauth::Callback>,
+    query: Result<Query<oauth::Callback>, QueryRejection>,
 ) -> Response {
     let gateway = state.current.load_full();
-    secured(match oauth::callback(&gateway, &headers, query).await {
+    let signed_in = match query {
+        Ok(Query(query)) => oauth::callback(&gateway, &headers, query).await,
+        Err(_) => Err(oauth::refused(
+            "the issuer's answer cannot be read (a field is given twice, or is not text): start again from the console",
+        )),
+    };
+    secured(match signed_in {
         Ok(response) => response,
-        Err(e) => e.into_response(),
+        Err(e) => sign_in_failed::refusal(&headers, e),
     })
 }

@@ -16,6 +16,9 @@
 //! discovery document, read once and kept as its signing keys are
 //! (`identity.oauth.keys_max_age`), and asked for again no more often than
 //! `identity.oauth.refresh_interval`: a flood of starts costs the issuer nothing.
+//!
+//! Both are navigations of a browser: a refusal is a page in words to a browser, JSON to
+//! anything else (see [`super::sign_in_failed`]).
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -307,6 +310,7 @@ pub struct Callback {
     code: Option<String>,
     state: Option<String>,
     error: Option<String>,
+    error_description: Option<String>,
 }
 
 /// The issuer's answer to the code.
@@ -316,7 +320,7 @@ struct TokenAnswer {
     expires_in: Option<u64>,
 }
 
-fn refused(message: &str) -> ApiError {
+pub(super) fn refused(message: &str) -> ApiError {
     ApiError::new(
         StatusCode::UNAUTHORIZED,
         "sign_in_refused",
@@ -332,10 +336,13 @@ pub(super) async fn callback(
 ) -> Result<Response, ApiError> {
     let (console, client, oauth) = settings(gateway)?;
     if let Some(error) = query.error {
-        tracing::info!(target: "toolgate::console", error, "the issuer did not sign the person in");
-        return Err(refused(
-            "the issuer did not sign you in: start again from the console",
-        ));
+        // Anyone can write this address and send a person to it: what it says is quoted,
+        // held to what RFC 6749 allows in it and to a length (see `sign_in_failed`).
+        let said = super::sign_in_failed::issuer_said(&error, query.error_description.as_deref());
+        tracing::info!(target: "toolgate::console", issuer_said = %said, "the issuer did not sign the person in");
+        return Err(refused(&format!(
+            "the issuer did not sign you in (it said {said}): start again from the console"
+        )));
     }
     let (Some(code), Some(state)) = (query.code, query.state) else {
         return Err(refused(

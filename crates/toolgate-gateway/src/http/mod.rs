@@ -65,6 +65,7 @@ use authenticate::AuthenticateLayer;
 pub use error::ApiError;
 use header_limits::HeaderLimitsLayer;
 use plain_errors::JsonErrorsLayer;
+pub(crate) use plain_errors::OwnPage;
 use request_metrics::RecordRequestsLayer;
 
 use crate::console;

@@ -29,6 +29,11 @@ use super::body::{closing_if, has_body};
 /// The most of a plain refusal's text that is read to word its JSON message.
 const MOST_TEXT: usize = 4096;
 
+/// Marks an answer its handler wrote as a page for a person to read (a refused sign-in in
+/// the console): left as it is, whatever its status.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct OwnPage;
+
 /// Wraps routes in [`JsonErrors`].
 #[derive(Clone, Copy, Default)]
 pub(super) struct JsonErrorsLayer;
@@ -92,9 +97,9 @@ where
     }
 }
 
-/// A 4xx answer that is not JSON (nor an event stream).
+/// A 4xx answer that is not JSON (nor an event stream, nor a page of the gateway's own).
 fn is_plain_refusal(response: &Response) -> bool {
-    if !response.status().is_client_error() {
+    if !response.status().is_client_error() || response.extensions().get::<OwnPage>().is_some() {
         return false;
     }
     let kind = response

@@ -12,6 +12,7 @@ mod oauth;
 #[allow(dead_code)]
 #[path = "../identity/provider.rs"]
 mod provider;
+mod queue;
 
 use std::path::PathBuf;
 

@@ -559,3 +559,123 @@ async fn a_page_of_another_site_cannot_use_up_the_sign_ins_of_its_visitors_addre
     let (started, refused) = start_until_refused(&gateway, "127.0.0.1", IN_ALL).await;
     assert_eq!(started, PER_ADDRESS, "{}", refused.body);
 }
+
+/// `GET` `path` as a browser's navigation asks for it (`Accept` naming `text/html`).
+async fn navigate(gateway: &Gateway, path: &str) -> (u16, String, String) {
+    let answer = no_redirects()
+        .get(gateway.url(path))
+        .header(
+            "accept",
+            "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+        )
+        .header("x-forwarded-for", "203.0.113.9")
+        .send()
+        .await
+        .expect("an answer");
+    let status = answer.status().as_u16();
+    let kind = answer
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    (status, kind, answer.text().await.expect("a body"))
+}
+
+#[tokio::test]
+async fn a_refused_sign_in_is_told_to_a_browser_in_words_with_the_issuers_error_escaped() {
+    let issuer = Issuer::serve(300).await;
+    let gateway = Gateway::start(&config(&issuer, "", ""));
+    // Anyone can write the callback's address and send a person to it.
+    let description = format!(
+        "<img src=x onerror=alert(1)> call \u{202E}evil.example{}",
+        "x".repeat(5_000)
+    );
+    let query = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("error", "access_denied")
+        .append_pair("error_description", &description)
+        .finish();
+    let path = format!("/console/oauth/callback?{query}");
+    // A page, and still the refusal it is.
+    let (status, kind, page) = navigate(&gateway, &path).await;
+    assert_eq!((status, kind.as_str()), (401, "text/html; charset=utf-8"));
+    assert!(
+        page.contains("The issuer did not sign you in (it said `access_denied`, &quot;&lt;img src=x onerror=alert(1)&gt; call \\u{202e}evil.example"),
+        "{page}"
+    );
+    assert!(!page.contains("<img"), "{page}");
+    assert!(
+        page.contains("<a class=\"button\" href=\"/console\">"),
+        "{page}"
+    );
+    assert!(page.len() < 2_000, "the issuer's words are cut: {page}");
+
+    // A sign-in this browser did not start, and one the issuer cannot serve, in words too.
+    let stranger = "/console/oauth/callback?code=x&state=0123456789abcdef0123456789abcdef";
+    let (status, _, page) = navigate(&gateway, stranger).await;
+    assert_eq!(status, 401, "{page}");
+    assert!(
+        page.contains("This sign-in was not started in this browser"),
+        "{page}"
+    );
+    // Nothing has read the issuer's discovery document yet: with it down, a start fails.
+    issuer.down.store(true, Ordering::SeqCst);
+    let (status, kind, page) = navigate(&gateway, "/console/oauth/start").await;
+    assert_eq!((status, kind.as_str()), (502, "text/html; charset=utf-8"));
+    assert!(
+        page.contains("Signing in through the issuer failed"),
+        "{page}"
+    );
+    assert!(page.contains("<code>issuer_unavailable</code>"), "{page}");
+
+    // A script, which names no page among what it accepts, still gets the typed error.
+    let answer = no_redirects()
+        .get(gateway.url(&path))
+        .send()
+        .await
+        .expect("an answer");
+    let refused = Answer::read(answer).await;
+    assert_eq!(
+        (refused.status, refused.error_code()),
+        (401, "sign_in_refused"),
+        "{}",
+        refused.body
+    );
+}
+
+#[tokio::test]
+async fn a_person_refused_by_the_issuer_reads_why_in_chromium_and_finds_the_way_back() {
+    if !crate::browser::available("a_person_refused_by_the_issuer_reads_why_in_chromium") {
+        return;
+    }
+    let issuer = Issuer::serve(300).await;
+    let gateway = Gateway::start(&config(&issuer, "", ""));
+    let browser = crate::browser::Browser::start(1024, 768).await;
+    let query = url::form_urlencoded::Serializer::new(String::new())
+        .append_pair("error", "access_denied")
+        .append_pair(
+            "error_description",
+            "<img src=x onerror=\"document.title='owned'\">The user said no",
+        )
+        .finish();
+    browser
+        .go(&gateway.url(&format!("/console/oauth/callback?{query}")))
+        .await;
+    let said = browser.wait_text("#status", "did not sign you in").await;
+    assert!(
+        said.contains("`access_denied`")
+            && said.contains("\"<img src=x onerror=\"document.title='owned'\">The user said no\""),
+        "{said}"
+    );
+    let injected = browser
+        .run(
+            "return document.images.length + document.scripts.length",
+            json!([]),
+        )
+        .await;
+    assert_eq!(injected, json!(0));
+    browser.click("a[href='/console']").await;
+    browser.find("#oauth-sign-in a").await;
+    assert!(browser.url().await.ends_with("/console"));
+    browser.quit().await;
+}

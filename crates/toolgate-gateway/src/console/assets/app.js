@@ -73,6 +73,7 @@ function when(text) {
 
 function signedIn(me) {
   session.me = me;
+  forgetLists();
   session.csrf = me.csrf_token;
   $('view-sign-in').hidden = true;
   $('nav').hidden = false;
@@ -165,6 +166,11 @@ function caller(tag, attrs, user, tenant) {
     tenant ? el('span', { class: 'tenant', text: ` · ${tenant}` }) : null);
 }
 
+// Whether `call` is the signed-in user's own, and so theirs to withdraw but not to approve:
+// with `four_eyes`, the gateway refuses an approval of one's own call (by the user id
+// alone, in any tenant, as it checks it).
+const ownUnderFourEyes = (call) => Boolean(session.me && session.me.four_eyes && call.user === session.me.user);
+
 function waitingCard(call, decide) {
   const facts = el('dl', {},
     el('dt', { text: 'Caller' }), caller('dd', { class: 'caller' }, call.user, call.tenant),
@@ -176,25 +182,28 @@ function waitingCard(call, decide) {
     el('h3', { text: call.tool }), facts,
     el('p', { class: 'label', text: 'Input (as it will run, redacted)' }),
     el('pre', { class: 'json input', tabindex: '0', text: json(call.input) }));
-  if (decide) card.append(decisionForm(call));
+  if (decide) card.append(decisionForm(call, card));
   return card;
 }
 
-function decisionForm(call) {
+function decisionForm(call, card) {
   const id = `reason-${call.id}`;
+  const own = ownUnderFourEyes(call);
   const reason = el('input', { id, name: 'reason', autocomplete: 'off' });
-  const approve = el('button', { type: 'button', class: 'approve', text: 'Approve' });
+  const approve = own ? null : el('button', { type: 'button', class: 'approve', text: 'Approve' });
   const reject = el('button', { type: 'button', class: 'reject', text: 'Reject' });
+  const note = own ? el('p', { class: 'note own', role: 'note', text: 'This is your own call: another approver must approve it (four eyes). You may reject it to withdraw it.' }) : null;
   const form = el('form', { class: 'decide' },
-    el('label', { for: id, text: 'Reason' }), reason, el('div', { class: 'buttons' }, approve, reject));
+    note, el('label', { for: id, text: 'Reason' }), reason, el('div', { class: 'buttons' }, approve, reject));
   // Enter in the reason field decides nothing: a decision is a press of its own button.
   form.addEventListener('submit', (event) => event.preventDefault());
   const who = named(call.user, call.tenant);
+  const buttons = [approve, reject].filter(Boolean);
   const decide = async (decision) => {
     const body = { decision };
     if (reason.value.trim()) body.reason = reason.value.trim();
-    approve.disabled = true;
-    reject.disabled = true;
+    for (const button of buttons) button.disabled = true;
+    let decided = true;
     try {
       const result = await api('POST', `/v1/suspensions/${encodeURIComponent(call.id)}/resume`, body);
       say(decision === 'approve'
@@ -203,11 +212,17 @@ function decisionForm(call) {
     } catch (error) {
       // A rejected call answers as its caller is told: 403 `rejected`.
       if (decision === 'reject' && error.code === 'rejected') say(`Rejected ${call.tool} for ${who}.`);
-      else say(`${call.tool}: ${error.message}`, true);
+      else {
+        decided = false;
+        say(`${call.tool}: ${error.message}`, true);
+      }
     }
+    // Decided here, the card goes at once; otherwise the reload says whether it still waits.
+    if (decided) forgetCard(card);
+    else for (const button of buttons) button.disabled = false;
     await load('queue');
   };
-  approve.addEventListener('click', () => decide('approve'));
+  if (approve) approve.addEventListener('click', () => decide('approve'));
   reject.addEventListener('click', () => decide('reject'));
   return form;
 }
@@ -216,26 +231,151 @@ function empty(text) {
   return el('p', { class: 'empty', text });
 }
 
-async function loadQueue() {
-  const data = await api('GET', '/v1/suspensions?limit=100');
-  const box = $('queue');
-  // The same calls as shown: keep the cards, and any reason being typed into them.
-  const ids = data.suspensions.map((call) => call.id).join(' ');
-  if (box.dataset.ids === ids && box.childElementCount) return;
-  box.dataset.ids = ids;
-  box.replaceChildren(...data.suspensions.map((call) => waitingCard(call, true)));
-  if (!data.suspensions.length) box.append(empty('Nothing is waiting.'));
+// ---- paging: every list says how much of it is shown, and offers more when there is more
+
+// Calls or decisions a page asks for, and the most the queue keeps shown: the API's largest
+// page, so that the queue's refresh every five seconds is one request, however many pages
+// the approver opened.
+const PAGE = 100;
+const MOST_SHOWN = 500;
+
+function counted(view, text, more) {
+  $(`${view}-count`).textContent = text;
+  $(`${view}-more`).hidden = !more;
 }
 
-async function loadMine() {
+const calls = (n) => (n === 1 ? '1 call' : `${n} calls`);
+
+// ---- the queue: kept up to date card by card
+//
+// The queue refreshes itself every five seconds while an approver may be typing a reason
+// into one of its cards: a card is never rebuilt, so what is typed and where the focus is
+// stay. A call that comes is added at the end, so no card moves down under the pointer. A
+// call that goes (another approver decided it, its caller withdrew it, it expired) is
+// marked as gone where it is, and removed at the approver's next action (a decision, a
+// refresh, more calls asked for) — at once when the approver is not in the queue: neither
+// pointer nor focus in it, and nothing typed into the card.
+const queue = { window: PAGE, next: null, cards: new Map(), asked: 0, applied: 0 };
+
+function forgetCard(card) {
+  queue.cards.delete(card.dataset.id);
+  card.remove();
+}
+
+function markGone(card) {
+  if (card.classList.contains('gone')) return;
+  card.classList.add('gone');
+  for (const button of card.querySelectorAll('button')) button.disabled = true;
+  // Read-only rather than disabled: a disabled field would drop the focus.
+  for (const input of card.querySelectorAll('input')) input.readOnly = true;
+  card.append(el('p', { class: 'note gone-note', role: 'note', text: 'No longer waiting: another approver decided it, or its caller withdrew it, or it expired. It goes at your next action.' }));
+}
+
+function tallyQueue() {
+  const box = $('queue');
+  const live = [...queue.cards.values()].filter((card) => !card.classList.contains('gone')).length;
+  const blank = box.querySelector(':scope > p.empty');
+  if (queue.cards.size && blank) blank.remove();
+  if (!queue.cards.size && !blank) box.append(empty('Nothing is waiting.'));
+  if (!queue.next) counted('queue', live ? `${calls(live)} waiting.` : '', false);
+  else if (queue.window < MOST_SHOWN) counted('queue', `${calls(live)} shown; more are waiting.`, true);
+  else counted('queue', `${calls(live)} shown, the most the queue shows at once; more are waiting, and come in as these are decided.`, false);
+}
+
+// `explicit`: the approver asked (a view opened, Refresh, a decision), rather than the timer.
+async function loadQueue(explicit = true) {
+  const asked = ++queue.asked;
+  const data = await api('GET', `/v1/suspensions?limit=${queue.window}`);
+  // An answer overtaken by a later one is not applied over it.
+  if (asked < queue.applied) return;
+  queue.applied = asked;
+  const box = $('queue');
+  const waiting = new Set(data.suspensions.map((call) => call.id));
+  // The listing is by id: past `next_cursor` are the calls beyond the window, which still wait.
+  const beyond = (id) => Boolean(data.next_cursor) && id > data.next_cursor;
+  const present = box.contains(document.activeElement) || box.matches(':hover');
+  for (const [id, card] of queue.cards) {
+    if (waiting.has(id) || beyond(id)) continue;
+    const busy = present || card.querySelector('input[name=reason]').value !== '';
+    if (explicit || !busy) forgetCard(card);
+    else markGone(card);
+  }
+  for (const call of data.suspensions) {
+    if (queue.cards.has(call.id)) continue;
+    const card = waitingCard(call, true);
+    queue.cards.set(call.id, card);
+    box.append(card);
+  }
+  queue.next = data.next_cursor;
+  tallyQueue();
+}
+
+async function moreQueue() {
+  if (!queue.next) return;
+  const asked = ++queue.asked;
+  const data = await api('GET', `/v1/suspensions?limit=${PAGE}&cursor=${encodeURIComponent(queue.next)}`);
+  // A refresh asked before this (for the smaller window) is not applied after it.
+  if (asked < queue.applied) return;
+  queue.applied = asked;
+  queue.window = Math.min(queue.window + PAGE, MOST_SHOWN);
+  for (const card of [...queue.cards.values()]) if (card.classList.contains('gone')) forgetCard(card);
+  for (const call of data.suspensions) {
+    if (queue.cards.has(call.id)) continue;
+    const card = waitingCard(call, true);
+    queue.cards.set(call.id, card);
+    $('queue').append(card);
+  }
+  queue.next = data.next_cursor;
+  tallyQueue();
+}
+
+// What was shown to the previous user of this page is not shown to the next.
+function forgetLists() {
+  queue.cards.clear();
+  Object.assign(queue, { window: PAGE, next: null, applied: queue.asked });
+  decided.window = PAGE;
+  for (const box of ['queue', 'mine']) $(box).replaceChildren();
+  $('history').tBodies[0].replaceChildren();
+  for (const view of ['queue', 'mine', 'history']) counted(view, '', false);
+}
+
+// ---- my calls: a page at a time, following `next_cursor`
+
+const mine = { next: null, shown: 0 };
+
+function mineQuery() {
   // Mine: my id in my tenant. An approver without a tenant named ann would otherwise list
   // the calls of ann of every tenant.
   const me = session.me;
   const tenant = me.tenant ? `tenant=${encodeURIComponent(me.tenant)}` : 'no_tenant=true';
-  const data = await api('GET', `/v1/suspensions?user=${encodeURIComponent(me.user)}&${tenant}&limit=100`);
+  return `/v1/suspensions?user=${encodeURIComponent(me.user)}&${tenant}&limit=${PAGE}`;
+}
+
+function tallyMine() {
+  if (!mine.shown) counted('mine', '', false);
+  else counted('mine', mine.next ? `${calls(mine.shown)} shown; more of yours are waiting.` : `${calls(mine.shown)} waiting.`, Boolean(mine.next));
+}
+
+async function loadMine() {
+  const data = await api('GET', mineQuery());
   const box = $('mine');
   box.replaceChildren(...data.suspensions.map((call) => waitingCard(call, false)));
   if (!data.suspensions.length) box.append(empty('None of your calls is waiting.'));
+  mine.next = data.next_cursor;
+  mine.shown = data.suspensions.length;
+  tallyMine();
+}
+
+async function moreMine() {
+  if (!mine.next) return;
+  const data = await api('GET', `${mineQuery()}&cursor=${encodeURIComponent(mine.next)}`);
+  const box = $('mine');
+  const shown = new Set([...box.querySelectorAll('article')].map((card) => card.dataset.id));
+  const fresh = data.suspensions.filter((call) => !shown.has(call.id));
+  box.append(...fresh.map((call) => waitingCard(call, false)));
+  mine.next = data.next_cursor;
+  mine.shown += fresh.length;
+  tallyMine();
 }
 
 $('lookup-form').addEventListener('submit', async (event) => {
@@ -251,14 +391,26 @@ $('lookup-form').addEventListener('submit', async (event) => {
   out.hidden = false;
 });
 
+// The decided history has no cursor: the newest `limit` (at most 500, all it keeps of a
+// tenant), newest first. One more than shown is asked for, to know whether there is more.
+const decided = { window: PAGE };
+
 async function loadHistory() {
-  const data = await api('GET', '/v1/admin/decisions?limit=100');
-  const rows = data.decisions.map((d) => el('tr', { class: d.decision },
+  const asked = Math.min(decided.window + 1, MOST_SHOWN);
+  const data = await api('GET', `/v1/admin/decisions?limit=${asked}`);
+  const more = data.decisions.length > decided.window;
+  const shown = data.decisions.slice(0, decided.window);
+  const rows = shown.map((d) => el('tr', { class: d.decision },
     el('td', { text: when(d.decided_at) }), el('td', { text: d.tool }), caller('td', { class: 'caller' }, d.user, d.tenant),
     caller('td', { class: 'approver' }, d.decided_by, d.decided_by_tenant), el('td', { class: 'decision', text: d.decision }),
     el('td', { class: 'reason', text: d.reason || '' }), el('td', { text: d.outcome })));
   $('history').tBodies[0].replaceChildren(...rows);
   if (!rows.length) $('history').tBodies[0].append(el('tr', {}, el('td', { colspan: '7', text: 'Nothing decided yet.' })));
+  const decisions = (n) => (n === 1 ? '1 decision' : `${n} decisions`);
+  if (!rows.length) counted('history', '', false);
+  else if (more) counted('history', `The newest ${decisions(rows.length)} shown; older ones are kept.`, true);
+  else if (rows.length >= MOST_SHOWN) counted('history', `The newest ${decisions(rows.length)} shown, the most the console shows; the audit trail has them all.`, false);
+  else counted('history', `${decisions(rows.length)}, all that are kept.`, false);
 }
 
 // A line diff of two JSON texts: the lines alike at both ends, and between them a longest
@@ -444,9 +596,25 @@ $('reset-tools').addEventListener('click', async () => {
 
 const LOADERS = { queue: loadQueue, history: loadHistory, pins: loadPins, tools: loadTools, mine: loadMine };
 
-// The queue refreshes itself while it is shown.
-setInterval(() => {
-  if (session.me && session.me.approver && !$('view-queue').hidden) load('queue');
+$('queue-more').addEventListener('click', async () => {
+  try { await moreQueue(); } catch (error) { say(error.message, true); }
+});
+$('mine-more').addEventListener('click', async () => {
+  try { await moreMine(); } catch (error) { say(error.message, true); }
+});
+$('history-more').addEventListener('click', () => {
+  decided.window = Math.min(decided.window + PAGE, MOST_SHOWN);
+  load('history');
+});
+
+// The queue refreshes itself while it is shown, keeping every card still waiting as it is.
+setInterval(async () => {
+  if (!session.me || !session.me.approver || $('view-queue').hidden) return;
+  try {
+    await loadQueue(false);
+  } catch (error) {
+    say(error.message, true);
+  }
 }, 5000);
 
 // A session that is still open (a reloaded page) signs in by itself.
