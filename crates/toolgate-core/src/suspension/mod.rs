@@ -488,6 +488,31 @@ pub trait SuspensionStore: Send + Sync + 'static {
         Err(SuspensionStoreError::CannotList)
     }
 
+    /// Up to `limit` waiting calls, as their ids and expiries only, in the order of their
+    /// ids, starting after the id `after` when it is given: what a watcher of expiries
+    /// needs to find the calls it does not watch yet, which it then reads one by one with
+    /// [`get`](Self::get). Expired calls are not listed.
+    ///
+    /// A store whose calls may be large (each up to the host's body limit) answers this
+    /// without reading them: a watcher that lists every waiting call again and again must
+    /// not read every caller's inputs each time. The default lists the calls themselves
+    /// ([`list`](Self::list), with no filter) and keeps their ids and expiries, so that a
+    /// store that can list needs nothing more; one that cannot answers
+    /// [`SuspensionStoreError::CannotList`] here too.
+    async fn list_expiries(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Option<SystemTime>)>, SuspensionStoreError> {
+        let calls = self
+            .list(&SuspensionFilter::default(), after, limit)
+            .await?;
+        Ok(calls
+            .into_iter()
+            .map(|call| (call.id, call.expires_at))
+            .collect())
+    }
+
     /// Keeps an approval for a retry until its `expires_at`, under the same bounds as
     /// waiting calls (per caller — the binding's user id and tenant — and in all).
     ///

@@ -15,9 +15,7 @@ use std::time::{Duration, SystemTime};
 use arc_swap::ArcSwapOption;
 use futures::future::BoxFuture;
 use tokio::sync::watch;
-use toolgate_core::suspension::{
-    SuspendedInvocation, SuspensionFilter, SuspensionStore, SuspensionStoreError,
-};
+use toolgate_core::suspension::{SuspendedInvocation, SuspensionStore, SuspensionStoreError};
 
 use super::delivery::{Expiries, Notifier, Watch};
 use super::event::{CallSummary, DecisionSummary, Event};
@@ -158,7 +156,10 @@ impl Notifications {
     /// after a restart, or on a replica that started later. Where two processes watch a
     /// call, both may report its expiry, under one id ([`Event::new`]). At most `cap`
     /// calls are watched in all. How many calls were taken in; a store that cannot list
-    /// takes none.
+    /// takes none. The store is listed in its light form
+    /// ([`list_expiries`](SuspensionStore::list_expiries)), and only the calls not watched
+    /// yet are read, one at a time: a caller's large waiting calls are not read again on
+    /// every round, by every replica.
     ///
     /// # Errors
     ///
@@ -170,30 +171,43 @@ impl Notifications {
         cap: usize,
     ) -> Result<usize, SuspensionStoreError> {
         const PAGE: usize = 256;
-        let filter = SuspensionFilter::default();
         let (mut adopted, mut after) = (0, None::<String>);
         loop {
-            let page = match store.list(&filter, after.as_deref(), PAGE).await {
+            // Ids and expiries only: this runs every `ADOPT_EVERY` on every replica, and
+            // the calls themselves may be large. Only a call not watched yet is read.
+            let page = match store.list_expiries(after.as_deref(), PAGE).await {
                 Err(SuspensionStoreError::CannotList) => return Ok(adopted),
                 page => page?,
             };
-            let full = {
-                let mut watched = self.lock();
-                for call in &page {
-                    let Some(at) = call.expires_at else { continue };
-                    if watched.by_id.len() >= cap {
-                        break;
-                    }
-                    if !watched.by_id.contains_key(&call.id) {
-                        watched.insert(Arc::new(CallSummary::of(call)), at);
-                        adopted += 1;
-                    }
-                }
-                watched.by_id.len() >= cap
+            let unwatched: Vec<&str> = {
+                let watched = self.lock();
+                page.iter()
+                    .filter(|(id, at)| at.is_some() && !watched.by_id.contains_key(id.as_str()))
+                    .map(|(id, _)| id.as_str())
+                    .collect()
             };
+            let mut full = self.lock().by_id.len() >= cap;
+            for id in unwatched {
+                if full {
+                    break;
+                }
+                let call = match store.get(id).await {
+                    Ok(Some(call)) => call,
+                    // Decided or expired since it was listed: nothing to watch.
+                    Ok(None) | Err(SuspensionStoreError::Expired { .. }) => continue,
+                    Err(error) => return Err(error),
+                };
+                let Some(at) = call.expires_at else { continue };
+                let mut watched = self.lock();
+                if watched.by_id.len() < cap && !watched.by_id.contains_key(&call.id) {
+                    watched.insert(Arc::new(CallSummary::of(&call)), at);
+                    adopted += 1;
+                }
+                full = watched.by_id.len() >= cap;
+            }
             self.inner.wake.send_replace(());
             match page.last() {
-                Some(last) if page.len() == PAGE && !full => after = Some(last.id.clone()),
+                Some((last, _)) if page.len() == PAGE && !full => after = Some(last.clone()),
                 _ => return Ok(adopted),
             }
         }
@@ -442,6 +456,74 @@ mod tests {
         store.save(parked_elsewhere("later")).await.unwrap();
         tokio::time::sleep(super::super::delivery::ADOPT_EVERY + Duration::from_secs(1)).await;
         assert_eq!(notifications.watched(), 2);
+    }
+
+    /// A store that counts the calls read in full: by a listing, or one by one.
+    struct CountingReads {
+        inner: InMemorySuspensionStore,
+        listed: std::sync::atomic::AtomicUsize,
+        got: std::sync::atomic::AtomicUsize,
+    }
+
+    #[toolgate_core::external::async_trait]
+    impl SuspensionStore for CountingReads {
+        async fn save(&self, call: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
+            self.inner.save(call).await
+        }
+        async fn take(
+            &self,
+            id: &str,
+        ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+            self.inner.take(id).await
+        }
+        async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+            self.got.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.inner.get(id).await
+        }
+        async fn list(
+            &self,
+            filter: &toolgate_core::suspension::SuspensionFilter,
+            after: Option<&str>,
+            limit: usize,
+        ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
+            self.listed
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            self.inner.list(filter, after, limit).await
+        }
+        async fn list_expiries(
+            &self,
+            after: Option<&str>,
+            limit: usize,
+        ) -> Result<Vec<(String, Option<SystemTime>)>, SuspensionStoreError> {
+            self.inner.list_expiries(after, limit).await
+        }
+    }
+
+    #[tokio::test]
+    async fn adopting_reads_only_the_calls_not_watched_yet_never_a_full_listing() {
+        let notifications = Notifications::new();
+        let store = CountingReads {
+            inner: InMemorySuspensionStore::default(),
+            listed: Default::default(),
+            got: Default::default(),
+        };
+        for id in ["a", "b", "c"] {
+            store.save(parked_elsewhere(id)).await.unwrap();
+        }
+        notifications.waiting(CallSummary::of(&parked_elsewhere("a")), 100);
+
+        assert_eq!(notifications.adopt(&store, 100).await.unwrap(), 2);
+        assert_eq!(notifications.adopt(&store, 100).await.unwrap(), 0);
+        assert_eq!(notifications.watched(), 3);
+        let reads = |count: &std::sync::atomic::AtomicUsize| {
+            count.load(std::sync::atomic::Ordering::SeqCst)
+        };
+        assert_eq!(reads(&store.got), 2, "`b` and `c`, once each");
+        assert_eq!(
+            reads(&store.listed),
+            0,
+            "the calls are never listed in full"
+        );
     }
 
     #[tokio::test]

@@ -6,6 +6,7 @@
 //! them all.
 
 use std::sync::Arc;
+use std::time::SystemTime;
 
 use toolgate_core::User;
 use toolgate_core::external::async_trait;
@@ -98,6 +99,14 @@ impl SuspensionStore for NotifyingStore {
         limit: usize,
     ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
         self.inner.list(filter, after, limit).await
+    }
+
+    async fn list_expiries(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Option<SystemTime>)>, SuspensionStoreError> {
+        self.inner.list_expiries(after, limit).await
     }
 
     async fn keep_retry_approval(

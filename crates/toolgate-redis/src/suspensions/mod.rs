@@ -51,8 +51,20 @@ const UNDO_PAUSES: [Duration; 4] = [
 /// How long a taken call's row is held for an undo (ms).
 const HOLD_MS: u64 = 120_000;
 
-/// How many ids a listing reads from Redis at a time.
+/// How many ids a listing reads from Redis at a time, at most: a listing reads as many as
+/// it still needs plus [`SPARE`].
 const PAGE: usize = 200;
+
+/// The ids a listing reads past those it still needs, for the calls its filter leaves out.
+const SPARE: usize = 8;
+
+/// How many ids one run of `fetch.lua` reads, at most.
+const FETCH_IDS: usize = 16;
+
+/// The bytes of stored calls past which one run of `fetch.lua` stops (after the call that
+/// crosses it): one reply holds at most this plus one call (`body_limit` bounds a call), so
+/// that a caller parking large calls cannot make a listing hold Redis for every replica.
+const FETCH_BYTES: usize = 256 * 1024;
 
 /// The latest instant the store writes, in ms since the epoch (the year 3237): Lua prints
 /// numbers up to 14 digits as integers, and every expiry the scripts compute stays below.

@@ -1,6 +1,8 @@
 //! The operations of the store ([`SuspensionStore`]): each one Lua script, or one
 //! command, under the deadline.
 
+use std::time::SystemTime;
+
 use toolgate_core::User;
 use toolgate_core::external::async_trait;
 use toolgate_core::suspension::{
@@ -10,8 +12,9 @@ use toolgate_core::suspension::{
 
 use super::values::{Place, call_place, caller_key, caller_of};
 use super::{
-    EXPIRED_OWNER, FETCH, HOLD_MS, KEEP_OUTCOME, KEEP_RETRY, LATEST_MS, LOOKUP, PAGE,
-    RedisSuspensions, SAVE, USE_RETRY, instant, millis, span_ms, unavailable, unexpected,
+    EXPIRED_OWNER, FETCH, FETCH_BYTES, FETCH_IDS, HOLD_MS, KEEP_OUTCOME, KEEP_RETRY, LATEST_MS,
+    LOOKUP, PAGE, RedisSuspensions, SAVE, SPARE, USE_RETRY, instant, millis, span_ms, unavailable,
+    unexpected,
 };
 
 impl RedisSuspensions {
@@ -67,20 +70,51 @@ impl RedisSuspensions {
         }
     }
 
-    /// The calls among `ids` still waiting, decoded, that match `filter`; those this
-    /// replica cannot read are left out (and logged).
+    /// The calls among `ids` still waiting, decoded, that match `filter`, in the order of
+    /// `ids`, read until `want` of them are found (the last read may add a few more);
+    /// those this replica cannot read are left out (and logged). Read in bounded runs of
+    /// `fetch.lua` ([`FETCH_IDS`] ids, about [`FETCH_BYTES`]), so that large calls never
+    /// make one reply that holds Redis.
     async fn fetch(
         &self,
         ids: &[String],
         filter: &SuspensionFilter,
+        want: usize,
     ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
-        if ids.is_empty() {
-            return Ok(Vec::new());
+        let mut calls = Vec::new();
+        let mut rest = ids;
+        while !rest.is_empty() && calls.len() < want {
+            let run = &rest[..rest.len().min(FETCH_IDS)];
+            let (read, found) = self.fetch_run(run, FETCH_BYTES).await?;
+            rest = &rest[read.clamp(1, run.len())..];
+            self.decode_found(found, filter, &mut calls);
         }
+        Ok(calls)
+    }
+
+    /// One run of `fetch.lua` over `ids` with `budget` bytes (0: ids and expiries only):
+    /// how many of `ids` it read, and the id, value and expiry of those still waiting.
+    async fn fetch_run(
+        &self,
+        ids: &[String],
+        budget: usize,
+    ) -> Result<(usize, Vec<(String, Vec<u8>, u64)>), SuspensionStoreError> {
         let mut invocation = FETCH.prepare_invoke();
-        invocation.key(self.key("calls")).arg(&*self.base).arg(ids);
-        let found: Vec<(String, Vec<u8>, u64)> = self.run(&invocation).await?;
-        let mut calls = Vec::with_capacity(found.len());
+        invocation
+            .key(self.key("calls"))
+            .arg(&*self.base)
+            .arg(budget)
+            .arg(ids);
+        self.run(&invocation).await
+    }
+
+    /// Decodes the calls `fetch.lua` `found`, and adds to `calls` those that match `filter`.
+    fn decode_found(
+        &self,
+        found: Vec<(String, Vec<u8>, u64)>,
+        filter: &SuspensionFilter,
+        calls: &mut Vec<SuspendedInvocation>,
+    ) {
         for (id, value, at) in found {
             // A call this replica cannot read (another key sealed it, during a key change
             // say) is one it cannot decide either: left out, with the reason in the log,
@@ -97,11 +131,15 @@ impl RedisSuspensions {
                 calls.push(suspended);
             }
         }
-        Ok(calls)
     }
 
-    /// One page of ids from the index `key`, after `cursor` (a `ZRANGEBYLEX` bound).
-    async fn ids_after(&self, cursor: &str) -> Result<Vec<String>, SuspensionStoreError> {
+    /// Up to `count` ids of the index of every call, after `cursor` (a `ZRANGEBYLEX`
+    /// bound).
+    async fn ids_after(
+        &self,
+        cursor: &str,
+        count: usize,
+    ) -> Result<Vec<String>, SuspensionStoreError> {
         let mut command = redis::cmd("ZRANGEBYLEX");
         command
             .arg(self.key("ids"))
@@ -109,7 +147,7 @@ impl RedisSuspensions {
             .arg("+")
             .arg("LIMIT")
             .arg(0)
-            .arg(PAGE);
+            .arg(count);
         let mut connection = self.link.connection();
         self.link
             .within(command.query_async(&mut connection))
@@ -226,21 +264,18 @@ impl SuspensionStore for RedisSuspensions {
                 ids.dedup();
             }
             ids.retain(|id| after.is_none_or(|after| id.as_str() > after));
-            for page in ids.chunks(PAGE) {
-                listed.extend(self.fetch(page, filter).await?);
-                if listed.len() >= limit {
-                    break;
-                }
-            }
+            listed = self.fetch(&ids, filter, limit).await?;
         } else {
             // Every call, or one user id in every tenant: the callers' indexes are per
-            // tenant, so the calls are walked in id order and `fetch` filters them.
+            // tenant, so the calls are walked in id order and `fetch` filters them, a page
+            // of as many ids as are still needed (and a few spare) at a time.
             let mut cursor = after.map_or_else(|| "-".to_owned(), |after| format!("({after}"));
             loop {
-                let ids = self.ids_after(&cursor).await?;
-                listed.extend(self.fetch(&ids, filter).await?);
+                let page = (limit - listed.len()).saturating_add(SPARE).min(PAGE);
+                let ids = self.ids_after(&cursor, page).await?;
+                listed.extend(self.fetch(&ids, filter, limit - listed.len()).await?);
                 match ids.last() {
-                    Some(last) if ids.len() == PAGE && listed.len() < limit => {
+                    Some(last) if ids.len() == page && listed.len() < limit => {
                         cursor = format!("({last}");
                     }
                     _ => break,
@@ -248,6 +283,31 @@ impl SuspensionStore for RedisSuspensions {
             }
         }
         listed.truncate(limit);
+        Ok(listed)
+    }
+
+    /// From the index of every call and their expiries, in pages of at most `PAGE` ids:
+    /// no stored call is read.
+    async fn list_expiries(
+        &self,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<(String, Option<SystemTime>)>, SuspensionStoreError> {
+        let mut listed = Vec::new();
+        let mut cursor = after.map_or_else(|| "-".to_owned(), |after| format!("({after}"));
+        while listed.len() < limit {
+            let page = (limit - listed.len()).min(PAGE);
+            let ids = self.ids_after(&cursor, page).await?;
+            if ids.is_empty() {
+                break;
+            }
+            let (_, found) = self.fetch_run(&ids, 0).await?;
+            listed.extend(found.into_iter().map(|(id, _, at)| (id, Some(instant(at)))));
+            match ids.last() {
+                Some(last) if ids.len() == page => cursor = format!("({last}"),
+                _ => break,
+            }
+        }
         Ok(listed)
     }
 
@@ -376,9 +436,10 @@ impl SuspensionStore for RedisSuspensions {
     }
 
     /// The ids of every kept outcome come from its index (at most `max_total` of them,
-    /// by expiry), sorted here; the outcomes themselves are read a page at a time and
-    /// filtered once opened (who made a call and its tool are sealed). An outcome whose
-    /// row expired meanwhile is not listed.
+    /// by expiry), sorted here; the outcomes themselves are read as many as are still
+    /// needed (and a few spare) at a time, at most `FETCH_IDS`, and filtered once opened
+    /// (who made a call and its tool are sealed). An outcome whose row expired meanwhile
+    /// is not listed.
     async fn list_outcomes(
         &self,
         filter: &SuspensionFilter,
@@ -399,7 +460,11 @@ impl SuspensionStore for RedisSuspensions {
             .map_err(unavailable)?;
         ids.retain(|id| after.is_none_or(|after| id.as_str() > after));
         ids.sort_unstable();
-        for page in ids.chunks(PAGE) {
+        let mut rest = &ids[..];
+        while !rest.is_empty() {
+            let wanted = (limit - listed.len()).saturating_add(SPARE).min(FETCH_IDS);
+            let (page, more) = rest.split_at(wanted.min(rest.len()));
+            rest = more;
             let mut command = redis::cmd("MGET");
             for id in page {
                 command.arg(self.key(&format!("outcome:{id}")));
