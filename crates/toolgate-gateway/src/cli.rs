@@ -341,8 +341,8 @@ async fn run(cli: Cli, extensions: Extensions) -> Result<ExitCode, String> {
                     .map_err(|e| e.in_file(&config).to_string())
             };
             let gateway = until_stopped(started).await?.current();
-            for skipped in gateway.skipped_tools() {
-                complain(format_args!("warning: {skipped}"));
+            for warning in gateway.tool_warnings() {
+                complain(format_args!("warning: {warning}"));
             }
             let tools = match &user {
                 Some(user) => gateway.visible_tools(user),
@@ -472,8 +472,8 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
     for warning in warnings {
         complain(format_args!("warning: {warning}"));
     }
-    for skipped in gateway.skipped_tools() {
-        complain(format_args!("warning: {skipped}"));
+    for warning in gateway.tool_warnings() {
+        complain(format_args!("warning: {warning}"));
     }
     Ok(())
 }

@@ -48,7 +48,7 @@ pub(crate) use outcome_readers::unreadable_outcomes_warning;
 pub(crate) use crate::config::describe_budgets;
 
 use policies::{Installed, install_policies, refused_waiting};
-use tools::{Registered, check_tool_names, register_tools};
+use tools::{Registered, UnlistedTool, check_tool_names, register_tools, served_policies};
 
 /// The gateway could not be built from a configuration.
 #[derive(Debug, thiserror::Error)]
@@ -151,6 +151,7 @@ pub struct Gateway {
     four_eyes: bool,
     upstreams: Vec<Upstream>,
     skipped_tools: Vec<SkippedTool>,
+    unlisted_tools: Vec<UnlistedTool>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -213,7 +214,7 @@ impl Gateway {
                 .map_err(|e| GatewayError::Pipeline(e.to_string()))?;
             names.insert(OUTCOME_TOOL.to_owned());
         }
-        check_tool_names(&config, &names, &skipped_tools)?;
+        let unlisted_tools = check_tool_names(&config, &names, &skipped_tools)?;
         let refused_waiting = refused_waiting(&config, shared, &registry, &needs_caller_token);
         let (cedar, generation) = cedar_policies(&config, &registry)?;
 
@@ -225,7 +226,13 @@ impl Gateway {
                 tool_scopes,
                 audit,
             },
-        ) = install_policies(&config, shared, builder, &refused_waiting, cedar.as_ref())?;
+        ) = install_policies(
+            &served_policies(&config, &names),
+            shared,
+            builder,
+            &refused_waiting,
+            cedar.as_ref(),
+        )?;
         // The most calls the store keeps waiting: the bound of those watched for expiry.
         let max_waiting = crate::state::suspension_limits(&config).max_total;
         let builder = extensions
@@ -363,13 +370,17 @@ impl Gateway {
             audit,
             upstreams,
             skipped_tools,
+            unlisted_tools,
         })
     }
 
-    /// The tools the upstreams list that are not served, each with the reason (an
-    /// invalid name, one listed twice, a built-in tool's).
-    pub(crate) fn skipped_tools(&self) -> &[SkippedTool] {
-        &self.skipped_tools
+    /// What `toolgate check` and `toolgate tools` warn of about the upstreams' tools: those
+    /// the upstreams list that are not served, each with the reason (an invalid name, one
+    /// listed twice, a built-in tool's, one two upstreams offer), then the tools a policy
+    /// names in an upstream's namespace (its `prefix`) that the upstream does not list now.
+    pub(crate) fn tool_warnings(&self) -> impl Iterator<Item = &dyn std::fmt::Display> + '_ {
+        let skipped = (self.skipped_tools.iter()).map(|s| s as &dyn std::fmt::Display);
+        skipped.chain((self.unlisted_tools.iter()).map(|u| u as &dyn std::fmt::Display))
     }
 
     /// The address a request came from: the connection's `peer`, or the client its trusted

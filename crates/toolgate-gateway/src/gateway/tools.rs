@@ -1,15 +1,18 @@
 //! Tools from the configuration: built-in and imported, labelled, and every tool name a
 //! policy mentions checked.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
 use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
+use toolgate_core::error::shown_text;
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::secret::Secret;
 use toolgate_core::tool::ErasedTool;
-use toolgate_mcp::{PerCaller, StaticCallerCredentials, Upstream};
+use toolgate_mcp::{PROMPT_PREFIX, PerCaller, RESOURCES_PREFIX, StaticCallerCredentials, Upstream};
 
 use super::GatewayError;
 use super::imported_names::{SkippedTool, TakenNames, invalid_prefix};
@@ -163,13 +166,87 @@ fn add_tool(
     Ok(name)
 }
 
+/// A tool a policy names that no tool has, in the namespace of an upstream that does not
+/// list it now: a warning, not an error (see [`check_tool_names`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct UnlistedTool {
+    /// The policy field that names it (`policies.approval.tools[0]`).
+    pub field: String,
+    /// The tool's name, shown safely: control characters and the like escaped, cut after
+    /// 100 characters.
+    pub tool: String,
+    /// The upstreams whose namespace holds the name (one, unless prefixes overlap).
+    pub upstreams: Vec<String>,
+}
+
+impl fmt::Display for UnlistedTool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let Self {
+            field,
+            tool,
+            upstreams,
+        } = self;
+        let upstreams: Vec<String> = upstreams.iter().map(|u| format!("`{u}`")).collect();
+        let (who, again) = match upstreams.as_slice() {
+            [one] => (format!("the upstream {one} does not"), "it lists"),
+            more => (
+                format!("none of the upstreams {}", more.join(", ")),
+                "one of them lists",
+            ),
+        };
+        write!(
+            f,
+            "`{field}` names the tool `{tool}`, but {who} list a tool `{tool}` now; the policy takes effect if {again} it again (remove the name from `{field}` if the tool is gone for good)"
+        )
+    }
+}
+
+/// How much of a policy's tool name a warning repeats.
+const SHOWN_NAME_CHARS: usize = 100;
+
+/// The upstreams whose namespace holds the tool name `tool`, attributed by a fact of the
+/// configuration, never by a guess: the name starts with the upstream's `prefix` (a tool
+/// `PREFIXname`, or a prompt `prompt.PREFIXname`), or it is the upstream's resources tool
+/// (`resources.NAME`). An upstream without a `prefix` has no namespace beyond its
+/// resources tool: its tools' names are whatever it lists, and a name it no longer lists
+/// cannot be told from a typo.
+fn namespace_of<'a>(config: &'a Config, tool: &str) -> Vec<&'a str> {
+    let prompt = tool.strip_prefix(PROMPT_PREFIX);
+    (config.upstreams.iter())
+        .filter(|upstream| {
+            let prefixed = (upstream.prefix.as_deref())
+                .filter(|prefix| !prefix.is_empty())
+                .is_some_and(|prefix| {
+                    tool.starts_with(prefix) || prompt.is_some_and(|p| p.starts_with(prefix))
+                });
+            prefixed
+                || tool
+                    .strip_prefix(RESOURCES_PREFIX)
+                    .is_some_and(|name| name == upstream.name)
+        })
+        .map(|upstream| upstream.name.as_str())
+        .collect()
+}
+
 /// Every tool name a policy mentions must exist: a typo would otherwise silently leave a
-/// tool unprotected.
+/// tool unprotected, so a name no tool has stops the gateway from starting or reloading.
+///
+/// What an upstream lists must not stop the gateway, though: an upstream's tool that was
+/// skipped (two upstreams offer it, say) is known, and a name in an upstream's namespace
+/// ([`namespace_of`]: it carries the upstream's `prefix`) that the upstream does not list
+/// now — a new version of it dropped or renamed the tool — is the upstream's, not a typo.
+/// Each is logged as a warning instead, and the names of the latter are returned, for
+/// `toolgate check` to say.
+///
+/// # Errors
+///
+/// A name that no tool has and that is in no upstream's namespace, against the field
+/// that names it.
 pub(super) fn check_tool_names(
     config: &Config,
     names: &BTreeSet<String>,
     skipped: &[SkippedTool],
-) -> Result<(), ConfigError> {
+) -> Result<Vec<UnlistedTool>, ConfigError> {
     let p = &config.policies;
     let list = |field: String, tools: &[String]| -> Vec<(String, String)> {
         tools
@@ -236,6 +313,7 @@ pub(super) fn check_tool_names(
                 .map(|k| (format!("policies.output_limit.tools.{k}"), k.clone())),
         );
     }
+    let mut unlisted = Vec::new();
     for (field, tool) in all {
         // An upstream's tool skipped (two upstreams offer it, say) is known, not a typo:
         // what an upstream lists must not stop the gateway.
@@ -243,18 +321,83 @@ pub(super) fn check_tool_names(
             tracing::warn!(%field, tool = ?skip.tool, upstream = %skip.upstream, "a policy names a tool that is not served: {}", skip.reason);
             continue;
         }
-        if !names.contains(&tool) {
-            let known: Vec<&str> = names.iter().map(String::as_str).collect();
-            return Err(ConfigError::invalid(
-                field,
-                format!(
-                    "no tool is named `{tool}`; the tools are: {}",
-                    known.join(", ")
-                ),
-            ));
+        if names.contains(&tool) {
+            continue;
         }
+        let upstreams = namespace_of(config, &tool);
+        if !upstreams.is_empty() {
+            let unlisted_tool = UnlistedTool {
+                field,
+                tool: shown_text(&tool, SHOWN_NAME_CHARS).into_owned(),
+                upstreams: upstreams.into_iter().map(str::to_owned).collect(),
+            };
+            tracing::warn!(
+                field = %unlisted_tool.field,
+                tool = ?unlisted_tool.tool,
+                upstream = %unlisted_tool.upstreams.join(", "),
+                "a policy names a tool its upstream does not list now: {unlisted_tool}"
+            );
+            unlisted.push(unlisted_tool);
+            continue;
+        }
+        return Err(ConfigError::invalid(
+            field,
+            unknown_tool(config, names, &tool),
+        ));
     }
-    Ok(())
+    Ok(unlisted)
+}
+
+/// `config` with the policies that attach a hook to each tool they list — rate limits and
+/// concurrency caps — cut to the tools served (`names`). A policy may name a tool that is
+/// not served: one an upstream lists but that was skipped, or one its upstream does not
+/// list now ([`check_tool_names`] lets both through with a warning), and the pipeline
+/// refuses a hook for a tool it does not have. An entry none of whose tools is served
+/// applies to no call now, so it is left out: cut to no tools, it would apply to every one.
+pub(super) fn served_policies<'a>(config: &'a Config, names: &BTreeSet<String>) -> Cow<'a, Config> {
+    let served = |tools: &[String]| tools.iter().all(|tool| names.contains(tool));
+    let p = &config.policies;
+    if p.rate_limits.iter().all(|r| served(&r.tools))
+        && p.concurrency.iter().all(|c| served(&c.tools))
+    {
+        return Cow::Borrowed(config);
+    }
+    let mut cut = config.clone();
+    let listed = |tools: &mut Vec<String>| {
+        let some = !tools.is_empty();
+        tools.retain(|tool| names.contains(tool));
+        !some || !tools.is_empty()
+    };
+    cut.policies
+        .rate_limits
+        .retain_mut(|r| listed(&mut r.tools));
+    cut.policies
+        .concurrency
+        .retain_mut(|c| listed(&mut c.tools));
+    Cow::Owned(cut)
+}
+
+/// Why no tool named `tool` is refused, and what to do: the tools there are, and — when an
+/// upstream has no `prefix`, so that its tools' names cannot be told from a typo — how to
+/// make a tool that upstream stops listing not stop the gateway.
+fn unknown_tool(config: &Config, names: &BTreeSet<String>, tool: &str) -> String {
+    let known: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut message = format!(
+        "no tool is named `{}`; the tools are: {}",
+        shown_text(tool, SHOWN_NAME_CHARS),
+        known.join(", ")
+    );
+    let unprefixed: Vec<String> = (config.upstreams.iter().enumerate())
+        .filter(|(_, upstream)| upstream.prefix.as_deref().is_none_or(str::is_empty))
+        .map(|(i, upstream)| format!("`{}` (`upstreams[{i}].prefix`)", upstream.name))
+        .collect();
+    if !unprefixed.is_empty() {
+        message.push_str(&format!(
+            ". Fix the name if it is a typo. If it is a tool an upstream without a `prefix` no longer lists ({}), its name cannot be told from a typo, so it stops the gateway from starting and reloading: remove it from the policy, or give that upstream a `prefix` and name its tools with it — a name carrying an upstream's prefix that the upstream stops listing is a warning, not an error",
+            unprefixed.join(", ")
+        ));
+    }
+    message
 }
 
 /// Where the upstream `name`, called as each caller, gets each caller's credential.

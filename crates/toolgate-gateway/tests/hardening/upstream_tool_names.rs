@@ -273,3 +273,88 @@ async fn a_tool_whose_input_schema_is_a_string_is_named_in_the_refusal() {
         "{stderr}"
     );
 }
+
+/// [`config`] with policies naming `tool` (a timeout, and a rate limit).
+fn naming(odd: &Path, plain: &Path, tool: &str) -> String {
+    format!(
+        "{}policies:\n  timeouts:\n    tools: {{ {tool}: 5s }}\n  rate_limits:\n    - {{ name: few, rate: 100/minute, tools: [{tool}] }}\n",
+        config(odd, plain)
+    )
+}
+
+#[tokio::test]
+async fn a_policy_naming_a_prefixed_tool_its_upstream_no_longer_lists_warns_and_the_gateway_starts_and_reloads()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let (odd, plain) = (dir.path().join("odd.json"), dir.path().join("plain.json"));
+    list(&odd, &["ok", "old"]);
+    list(&plain, &["plain_ok"]);
+    let yaml = naming(&odd, &plain, "h_old");
+    let gateway = Gateway::start(&yaml);
+    assert_eq!(call(&gateway, "h_old").await, "called old");
+
+    // A new version of the upstream no longer lists `old`: the reload goes through, with a
+    // warning naming the field, the tool and the upstream.
+    list(&odd, &["ok"]);
+    gateway.reload(1).await;
+    let log = gateway.stderr();
+    let warning = (log.lines())
+        .find(|l| {
+            l.contains("a policy names a tool its upstream does not list now")
+                && l.contains("field=policies.timeouts.tools.h_old")
+        })
+        .unwrap_or_else(|| panic!("no warning:\n{log}"));
+    assert!(
+        warning.contains("the upstream `odd` does not list a tool `h_old` now")
+            && warning.contains("the policy takes effect if it lists it again"),
+        "{warning}"
+    );
+    assert_eq!(call(&gateway, "h_old").await, "404 unknown_tool");
+    assert_eq!(call(&gateway, "h_ok").await, "called ok");
+
+    // `toolgate check` says so too, and a gateway starts with it.
+    let (status, stdout, stderr) = check(&yaml);
+    assert!(status.success(), "{stdout}\n{stderr}");
+    for field in [
+        "policies.timeouts.tools.h_old",
+        "policies.rate_limits[0].tools[0]",
+    ] {
+        assert!(
+            stderr.contains(&format!(
+                "warning: `{field}` names the tool `h_old`, but the upstream `odd` does not list a tool `h_old` now; the policy takes effect if it lists it again"
+            )),
+            "{field}: {stderr}"
+        );
+    }
+    let restarted = Gateway::start(&yaml);
+    assert_eq!(call(&restarted, "h_ok").await, "called ok");
+
+    // The upstream lists it again: the policy takes effect.
+    list(&odd, &["ok", "old"]);
+    gateway.reload(2).await;
+    assert_eq!(call(&gateway, "h_old").await, "called old");
+}
+
+#[tokio::test]
+async fn a_policy_naming_a_tool_in_no_upstreams_prefix_is_still_refused_and_says_to_give_a_prefix()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let (odd, plain) = (dir.path().join("odd.json"), dir.path().join("plain.json"));
+    list(&odd, &["ok"]);
+    list(&plain, &["plain_ok"]);
+
+    // A typo, or a tool `plain` (no prefix) stopped listing: which, no fact tells.
+    let (status, stdout, stderr) = check(&naming(&odd, &plain, "plain_gone"));
+
+    assert!(!status.success(), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("no tool is named `plain_gone`")
+            && stderr.contains("`plain` (`upstreams[1].prefix`)")
+            && stderr.contains("give that upstream a `prefix`"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("`odd` (`upstreams[0].prefix`)"),
+        "{stderr}"
+    );
+}
