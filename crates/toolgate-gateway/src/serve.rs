@@ -99,6 +99,10 @@ impl From<crate::config::ConfigError> for ServeError {
 /// and the rest from another — and a file that can be read only once (a pipe, such as
 /// `<(envsubst < gateway.yaml)`) can be served.
 ///
+/// Signals are listened for from the start: a SIGHUP that comes while the gateway starts
+/// (connecting to Redis and its upstreams) reloads the file once it has started, and a
+/// SIGTERM or SIGINT then stops the start and returns `Ok`.
+///
 /// The drain, in order:
 ///
 /// 1. **Drain starts.** `/readyz` answers 503 `{"status": "draining"}` so that load
@@ -147,11 +151,21 @@ pub async fn serve(config: Config, options: ServeOptions) -> Result<(), ServeErr
         .extensions
         .clone()
         .hook(ExplainCut(drain_state.clone()));
-    let process = Arc::new(
-        Process::start(config, extensions)
-            .await
-            .map_err(|e| e.in_file(&options.config))?,
-    );
+    // Listen for signals before anything else: a start connects to Redis and to every
+    // upstream, which can take their `connect_timeout`s, and a SIGHUP sent meanwhile (a
+    // configuration push to every replica) must not meet the default action, which ends
+    // the process. It is kept, and reloads the file once the start is done; a SIGTERM
+    // (or Ctrl-C) stops the start.
+    let mut term = signal(SignalKind::terminate());
+    let hangups = signal(SignalKind::hangup());
+    let started = tokio::select! {
+        started = Process::start(config, extensions) => started,
+        () = wait_for_stop(&mut term) => {
+            tracing::info!("stopped while starting");
+            return Ok(());
+        }
+    };
+    let process = Arc::new(started.map_err(|e| e.in_file(&options.config))?);
     let gateway = process.current();
     let listen = options.listen.unwrap_or(gateway.config.server.listen);
     let grace = gateway.config.server.shutdown_grace;
@@ -175,10 +189,6 @@ pub async fn serve(config: Config, options: ServeOptions) -> Result<(), ServeErr
         users = gateway.keys.len(),
         "toolgate gateway listening"
     );
-    // Listen for signals before announcing readiness: a SIGHUP or SIGTERM sent as soon as
-    // the line below appears must not meet the default action, which ends the process.
-    let term = signal(SignalKind::terminate());
-    let hangups = signal(SignalKind::hangup());
     // A stable line on stdout for scripts and tests that start the gateway on port 0.
     println!("toolgate listening on http://{local}");
 
@@ -200,7 +210,7 @@ pub async fn serve(config: Config, options: ServeOptions) -> Result<(), ServeErr
         trusted_proxies,
         phases,
     ));
-    wait_for_stop(term).await;
+    wait_for_stop(&mut term).await;
     drain(&state.drain, &phase, grace).await;
     stop(server, &phase).await;
     reloads.abort();
@@ -275,11 +285,11 @@ async fn stop(server: JoinHandle<()>, phase: &watch::Sender<Phase>) {
 /// Waits for SIGTERM or SIGINT (Ctrl-C), listening for both from its first poll: the
 /// stop of the commands other than `serve` that start upstreams (`mcp`, `tools`, `check`).
 pub(crate) async fn stop_signal() {
-    wait_for_stop(signal(SignalKind::terminate())).await;
+    wait_for_stop(&mut signal(SignalKind::terminate())).await;
 }
 
-async fn wait_for_stop(term: std::io::Result<Signal>) {
-    let mut term = match term {
+async fn wait_for_stop(term: &mut std::io::Result<Signal>) {
+    let term = match term {
         Ok(s) => s,
         Err(e) => {
             tracing::error!(error = %e, "cannot listen for SIGTERM; stopping on Ctrl-C only");

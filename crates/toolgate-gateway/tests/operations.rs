@@ -745,6 +745,77 @@ async fn signals_sent_as_soon_as_the_gateway_announces_itself_are_handled() {
 }
 
 #[tokio::test]
+async fn a_sighup_while_the_gateway_starts_does_not_end_it_and_a_sigterm_stops_the_start() {
+    // An upstream that takes the connection and never answers holds the start for its
+    // `connect_timeout`, as a slow upstream or Redis does; a configuration push may send
+    // SIGHUP to every replica meanwhile.
+    use std::os::unix::process::ExitStatusExt;
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a listener");
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let config = dir.path().join("gateway.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "tools:\n  builtin: [calculator]\nupstreams:\n  - {{ name: silent, url: \"http://{}/mcp\", connect_timeout: 120s }}\nusers:\n{}",
+            silent.local_addr().unwrap(),
+            user_yaml("alice", &["admin"])
+        ),
+    )
+    .expect("writing the config");
+    let mut child = std::process::Command::new(common::BIN)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .args(["--listen", "127.0.0.1:0"])
+        .env_remove("RUST_LOG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("starting the toolgate binary");
+    // It is starting once it has connected to the upstream.
+    let (_held, _) = tokio::task::spawn_blocking(move || silent.accept())
+        .await
+        .unwrap()
+        .expect("the gateway connects to its upstream");
+    let pid = child.id();
+    let send = |name: &str| {
+        let status = std::process::Command::new("kill")
+            .args([format!("-{name}"), pid.to_string()])
+            .status()
+            .expect("running kill");
+        assert!(status.success(), "kill -{name}");
+    };
+    send("HUP");
+    let exited = |child: &mut std::process::Child, limit: Duration| {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            if let Some(status) = child.try_wait().expect("waiting") {
+                return Some(status);
+            }
+            if std::time::Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let after_hup = exited(&mut child, Duration::from_secs(2));
+    assert!(
+        after_hup.is_none(),
+        "a SIGHUP while starting ended the gateway: {after_hup:?}"
+    );
+    send("TERM");
+    let stopped = exited(&mut child, Duration::from_secs(60));
+    let Some(stopped) = stopped else {
+        let _ = child.kill();
+        panic!("still starting a minute after SIGTERM");
+    };
+    assert!(
+        stopped.success(),
+        "a SIGTERM while starting stops the start cleanly: {stopped:?} (signal {:?})",
+        stopped.signal()
+    );
+}
+
+#[tokio::test]
 async fn serve_starts_from_one_read_of_its_file_so_a_pipe_can_be_served() {
     // A pipe gives its text once: a second read at start (once for the telemetry, once
     // for the rest) would find it empty. So would a file rewritten between two reads
