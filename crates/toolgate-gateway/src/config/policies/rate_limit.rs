@@ -20,7 +20,9 @@ pub struct RateLimitPolicy {
     pub name: String,
     /// The rate: `60/minute`, `5/second`, `10/30s`.
     pub rate: RateSpec,
-    /// Extra calls allowed at once on top of the steady rate (default 0).
+    /// The most calls allowed at once, after a quiet spell (default: the rate's count, so
+    /// `60/minute` allows 60 at once, then one a second). Not added to the rate: it
+    /// replaces that allowance, so `burst: 10` with `60/minute` allows 10 at once.
     #[serde(default, deserialize_with = "burst")]
     pub burst: Option<NonZeroU32>,
     /// How calls split into budgets (default `user_tool`).
