@@ -3,6 +3,8 @@
 //! the validated and redacted input, they are authorized again when approved, and an
 //! approver does not wave their own call through (`policies.approval`).
 
+#[path = "approvals/approver_deadlines.rs"]
+mod approver_deadlines;
 mod common;
 #[path = "approvals/gone_approvers.rs"]
 mod gone_approvers;
@@ -12,6 +14,8 @@ mod kept_outcomes;
 mod lost_answers;
 #[path = "approvals/reading_tasks.rs"]
 mod reading_tasks;
+#[path = "approvals/running_calls.rs"]
+mod running_calls;
 
 use std::time::Duration;
 

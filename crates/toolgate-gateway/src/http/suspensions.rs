@@ -1,7 +1,8 @@
 //! `GET /v1/suspensions`, `GET /v1/suspensions/{id}` and `POST /v1/suspensions/{id}/resume`.
 //!
 //! Once decided, a call's outcome stays readable by its caller at
-//! `GET /v1/suspensions/{id}` (`"status": "decided"`), see [`crate::outcomes`].
+//! `GET /v1/suspensions/{id}` (`"status": "decided"`), see [`crate::outcomes`]; while a
+//! decided call still runs, `"status": "running"`.
 
 use std::sync::Arc;
 
@@ -25,6 +26,7 @@ use super::{ApiError, AppState, Caller, request_timeout};
 use crate::config::name_fault;
 use crate::console::history::Decided;
 use crate::drain::Drain;
+use crate::outcomes::{Kept, is_running_record, read, running_record};
 use crate::webhooks::DecisionSummary;
 
 fn not_found(id: &str) -> ApiError {
@@ -109,15 +111,25 @@ pub async fn show(
                     if outcome.is_for(&caller.user)
                         || (caller.gateway).may_approve_in(&caller.user, &outcome.tenant) =>
                 {
-                    Ok(Json(with_tenant(
-                        &outcome.tenant,
+                    // A running record stands for a call that is neither waiting nor
+                    // expired: one left by a decision that did not take the call after
+                    // all is not what the call is.
+                    let taken = not_waiting.status() == StatusCode::NOT_FOUND;
+                    let decided = |result: &Value| {
                         json!({
                             "id": id,
                             "status": "decided",
                             "user": outcome.user,
-                            "result": outcome.result,
-                        }),
-                    )))
+                            "result": result,
+                        })
+                    };
+                    let shown = match read(&outcome, std::time::SystemTime::now()) {
+                        Kept::Ended(result) => decided(result),
+                        Kept::Lost(result) if taken => decided(&result),
+                        Kept::Running(record) if taken => running_json(&outcome, record),
+                        Kept::Lost(_) | Kept::Running(_) => return Err(not_waiting),
+                    };
+                    Ok(Json(with_tenant(&outcome.tenant, shown)))
                 }
                 _ => Err(not_waiting),
             };
@@ -153,6 +165,21 @@ fn waiting_json(saved: &SuspendedInvocation) -> Value {
     )
 }
 
+/// A decided call that still runs, as `show` and the listing answer it: its tool, its
+/// caller, the decision and who took it, since when it runs and its deadline.
+fn running_json(kept: &DecidedCall, record: &Value) -> Value {
+    json!({
+        "id": kept.id,
+        "status": "running",
+        "tool": record["tool_name"],
+        "user": kept.user,
+        "decision": record["decision"],
+        "decided_by": record["decided_by"],
+        "running_since": record["running_since"],
+        "deadline": record["deadline"],
+    })
+}
+
 /// `call` with `tenant` beside its `user`, when the caller had one: `ann` of `acme` and
 /// `ann` of `globex` are two callers.
 fn with_tenant(tenant: &Option<String>, mut call: Value) -> Value {
@@ -186,6 +213,40 @@ pub struct ListQuery {
 /// in the decided history (hundreds of decisions), sent to webhooks and logged, so one
 /// approver's paste must not fill memory or the log.
 pub const MAX_REASON_CHARS: usize = 2000;
+
+/// Refuses an approver's `reason` that is too long ([`MAX_REASON_CHARS`]) or holds a
+/// character that could forge a line or disguise text ([`hides_text`], the rule of ids):
+/// it is repeated as it is in the audit record, the decided history, the log and the
+/// caller's error message.
+///
+/// [`hides_text`]: toolgate_core::error::hides_text
+fn check_reason(reason: &str) -> Result<(), ApiError> {
+    let length = reason.chars().count();
+    if length > MAX_REASON_CHARS {
+        return Err(bad_request(
+            "reason_too_long",
+            format!(
+                "`reason` is {length} characters long; keep it to {MAX_REASON_CHARS} (it is kept in the decided history and every log line of the decision)"
+            ),
+        ));
+    }
+    let hidden = reason
+        .chars()
+        .enumerate()
+        .find(|(_, c)| toolgate_core::error::hides_text(*c));
+    if let Some((at, c)) = hidden {
+        return Err(bad_request(
+            "bad_reason",
+            format!(
+                "`reason` holds `{}` (U+{:04X}) at character {}: a reason may not hold control characters (a line break, an escape) or invisible formatting characters (a zero-width space, a bidirectional override), for it is repeated as it is in the audit record, the decided history and the caller's error message; send it as plain text on one line",
+                c.escape_default(),
+                u32::from(c),
+                at + 1
+            ),
+        ));
+    }
+    Ok(())
+}
 
 fn bad_request(code: &str, message: String) -> ApiError {
     ApiError::new(StatusCode::BAD_REQUEST, code, message)
@@ -287,8 +348,15 @@ fn tenant_in_words(tenant: &Option<String>) -> String {
 }
 
 /// A decided call as the listing answers it: who made it, its tool, when it was decided,
-/// and its outcome as `GET /v1/suspensions/{id}` gives it.
+/// and its outcome as `GET /v1/suspensions/{id}` gives it (`running` while it runs).
 fn decided_json(decided: &DecidedCall) -> Value {
+    let result = match read(decided, std::time::SystemTime::now()) {
+        Kept::Running(record) => {
+            return with_tenant(&decided.tenant, running_json(decided, record));
+        }
+        Kept::Lost(result) => result,
+        Kept::Ended(result) => result.clone(),
+    };
     with_tenant(
         &decided.tenant,
         json!({
@@ -297,9 +365,19 @@ fn decided_json(decided: &DecidedCall) -> Value {
             "tool": decided.result["tool_name"],
             "user": decided.user,
             "decided_at": rfc3339(decided.decided_at),
-            "result": decided.result,
+            "result": result,
         }),
     )
+}
+
+/// Whether the call `id`, whose kept outcome is a running record, still waits (or expired
+/// waiting): a decision that did not take it after all left the record.
+async fn still_waits(caller: &Caller, id: &str) -> bool {
+    match caller.gateway.pipeline().suspended(id).await {
+        Ok(found) => found.is_some(),
+        Err(ToolError::SuspensionExpired { .. }) => true,
+        Err(_) => false,
+    }
 }
 
 /// The calls that waited for approval, by id, a page at a time: those still waiting
@@ -404,17 +482,23 @@ pub async fn list(
         other => ApiError::from(&ToolError::from(other)),
     };
     // One more than the page, to know whether another page follows.
-    let mut listed: Vec<(String, Value)> = if decided {
+    let mut listed: Vec<(String, Option<Value>)> = if decided {
         let outcomes = caller
             .gateway
             .suspensions
             .list_outcomes(&filter, after, limit + 1)
             .await
             .map_err(failed)?;
-        outcomes
-            .iter()
-            .map(|d| (d.id.clone(), decided_json(d)))
-            .collect()
+        let mut listed = Vec::with_capacity(outcomes.len());
+        for outcome in &outcomes {
+            // Left out of the page, though it moves the cursor on: the call is listed
+            // with the waiting ones.
+            let shown = (!is_running_record(&outcome.result)
+                || !still_waits(&caller, &outcome.id).await)
+                .then(|| decided_json(outcome));
+            listed.push((outcome.id.clone(), shown));
+        }
+        listed
     } else {
         let calls = caller
             .gateway
@@ -424,7 +508,7 @@ pub async fn list(
             .map_err(failed)?;
         calls
             .iter()
-            .map(|c| (c.id.clone(), waiting_json(c)))
+            .map(|c| (c.id.clone(), Some(waiting_json(c))))
             .collect()
     };
     let next_cursor = if listed.len() > limit {
@@ -434,7 +518,7 @@ pub async fn list(
         None
     };
     Ok(Json(json!({
-        "suspensions": listed.into_iter().map(|(_, call)| call).collect::<Vec<_>>(),
+        "suspensions": listed.into_iter().filter_map(|(_, call)| call).collect::<Vec<_>>(),
         "next_cursor": next_cursor,
     })))
 }
@@ -462,6 +546,18 @@ pub enum Decision {
     /// Approve it for its caller to make again: the call ends, and the caller's next
     /// identical call runs once, within `policies.approval.run_within`.
     ApproveRetry,
+}
+
+impl Decision {
+    /// The decision's name, as the body gives it.
+    fn name(&self) -> &'static str {
+        match self {
+            Decision::Approve { .. } => "approve",
+            Decision::Reject { .. } => "reject",
+            Decision::Complete { .. } => "complete",
+            Decision::ApproveRetry => "approve_retry",
+        }
+    }
 }
 
 /// A decision's body as sent, read field by field so that a wrong value is named by its
@@ -563,8 +659,11 @@ fn answer(format: &str, result: &ToolResult) -> Response {
 
 /// Resumes a suspended call with an approver's decision and answers with its result. The
 /// decision holds even if the approver goes away before the answer: the call runs and is
-/// recorded all the same (see [`settle`]). A resumed call still running when the shutdown
-/// grace ends is cancelled; its result is an error with code `shutting_down`.
+/// recorded all the same (see [`settle`]). The approver's deadline (`x-toolgate-timeout-ms`,
+/// or `server.request_timeout`) bounds only how long they wait for the answer: a call still
+/// running then is answered 202 `running` ([`still_running`]) and goes on under its own
+/// deadline. A resumed call still running when the shutdown grace ends is cancelled; its
+/// result is an error with code `shutting_down`.
 pub async fn resume(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
@@ -588,8 +687,9 @@ pub async fn resume(
             "toolgate, openai, anthropic or gemini",
         ));
     }
-    // So is a bad `x-toolgate-timeout-ms`.
-    let timeout = request_timeout(&caller.gateway, &headers)?;
+    // So is a bad `x-toolgate-timeout-ms`. It bounds the approver's wait for the answer,
+    // never the call they decide (see `settle`).
+    let answer_within = request_timeout(&caller.gateway, &headers)?;
     let decision = json_body::<Decision>(body)?;
     if let Decision::Approve {
         reason: Some(reason),
@@ -597,15 +697,8 @@ pub async fn resume(
     | Decision::Reject {
         reason: Some(reason),
     } = &decision
-        && reason.chars().count() > MAX_REASON_CHARS
     {
-        return Err(bad_request(
-            "reason_too_long",
-            format!(
-                "`reason` is {} characters long; keep it to {MAX_REASON_CHARS} (it is kept in the decided history and every log line of the decision)",
-                reason.chars().count()
-            ),
-        ));
+        check_reason(reason)?;
     }
     // Four eyes: whoever made the call may withdraw it, not wave it through. Checked
     // before anything runs, so the call keeps waiting for another approver. By the user
@@ -644,13 +737,18 @@ pub async fn resume(
         None
     };
     let mut approval_reason = None;
+    let running = still_running(&id, &saved, decision.name());
+    let decision_name = decision.name();
     let decision = match decision {
         Decision::ApproveRetry => {
             let approved = {
                 let id = id.clone();
-                async move { approve_retry(&caller, &id, &saved).await }
+                async move {
+                    keep_running(&caller, &id, &saved, decision_name).await;
+                    approve_retry(&caller, &id, &saved).await
+                }
             };
-            return settle(&state.drain, &id, approved).await;
+            return settle(&state.drain, &id, answer_within, running, approved).await;
         }
         Decision::Approve { reason } => {
             approval_reason = reason.filter(|r| !r.trim().is_empty());
@@ -670,23 +768,62 @@ pub async fn resume(
         options = options.reason(reason.clone());
         told.reason = Some(reason);
     }
-    // The approver's deadline bounds the call; their connection does not (see `settle`).
+    // The call is its caller's, and runs under the bound of a call, counted from when it
+    // runs: the gateway's deadline for a call (`server.request_timeout`, the most any
+    // request may ask for) and `policies.timeouts` for the tool, which start as the tool
+    // does. Not the approver's deadline, which bounds their wait for the answer only; and
+    // not what was left of the caller's own `x-toolgate-timeout-ms` either: that bounded
+    // their request, answered with 202 when the call began to wait (and is not kept with
+    // it), and a budget spent waiting for a person would leave an approved call no time
+    // to run. Neither connection bounds it (see `settle`).
     let options = options
         .decided_by(&*caller.user)
-        .timeout(timeout)
+        .timeout(caller.gateway.config.server.request_timeout)
         .cancellation(state.drain.call_token());
+    // A rejection ends the call at once and runs nothing; the others may run long.
+    let runs = !matches!(decision, ResumeDecision::Reject { .. });
     let decided = {
         let (id, drain, format) = (id.clone(), state.drain.clone(), format.to_owned());
         async move {
+            if runs {
+                keep_running(&caller, &id, &saved, decision_name).await;
+            }
             let result = decide(&caller, &id, &saved, decision, options, told, &drain).await?;
             Ok(answer(&format, &result))
         }
     };
-    settle(&state.drain, &id, decided).await
+    settle(&state.drain, &id, answer_within, running, decided).await
+}
+
+/// The answer to an approver whose deadline passed while the call they decided still runs
+/// (or its decision is still being recorded): 202 `running`, with where its caller reads
+/// its outcome. Not an error: the decision holds, and the call goes on to its end.
+fn still_running(id: &str, saved: &SuspendedInvocation, decision: &str) -> Response {
+    let shown = toolgate_core::error::shown_id(id);
+    let what = if decision == "approve" {
+        "the call was approved and still runs".to_owned()
+    } else {
+        format!("the decision `{decision}` was taken and is still being recorded")
+    };
+    let body = with_tenant(
+        &saved.user.tenant,
+        json!({
+            "status": "running",
+            "suspension_id": id,
+            "tool": saved.tool,
+            "user": saved.user.id,
+            "decision": decision,
+            "message": format!(
+                "{what} past this request's deadline (`x-toolgate-timeout-ms`, or `server.request_timeout`): it goes on to its end under its own deadline and is recorded as usual; read its outcome with `GET /v1/suspensions/{shown}` (its caller can, or over MCP with `toolgate.outcome`) once it ends"
+            ),
+        }),
+    );
+    (StatusCode::ACCEPTED, Json(body)).into_response()
 }
 
 /// Settles the decision on the waiting call `id` in a task of its own, and answers with
-/// what it answers.
+/// what it answers — or with `running` when that takes longer than `answer_within`, the
+/// approver's deadline: it bounds their wait, not the decision, which goes on to its end.
 ///
 /// Taking the call out of the store is the point of no return: from there on, the call
 /// must run to its end and be recorded — the log line, the decided history, the webhook,
@@ -698,6 +835,8 @@ pub async fn resume(
 async fn settle(
     drain: &Drain,
     id: &str,
+    answer_within: std::time::Duration,
+    running: Response,
     decision: impl Future<Output = Result<Response, ApiError>> + Send + 'static,
 ) -> Result<Response, ApiError> {
     let in_flight = drain.hand_off();
@@ -708,7 +847,12 @@ async fn settle(
         }
         .instrument(tracing::Span::current()),
     );
-    settling.await.unwrap_or_else(|error| {
+    // Past the deadline the task is let go of, not aborted: it runs on, counted by the drain.
+    let Ok(settled) = tokio::time::timeout(answer_within, settling).await else {
+        tracing::info!(suspension_id = %id, "the approver's deadline passed before the decided call ended: they are told it runs, and it goes on");
+        return Ok(running);
+    };
+    settled.unwrap_or_else(|error| {
         // Not the panic's message, which may quote the call's input.
         tracing::error!(suspension_id = %id, panicked = error.is_panic(), "deciding a waiting call failed unexpectedly; the failure was contained");
         let shown = toolgate_core::error::shown_id(id);
@@ -849,6 +993,42 @@ async fn remember(
     caller.gateway.history.record(decided).await;
 }
 
+/// Keeps a running record ([`crate::outcomes`]) as the outcome of the call `id` as the
+/// decision `decision` on it begins, so that from the moment the call leaves the waiting
+/// list until its outcome replaces the record, its caller reads that it runs, and until
+/// when (the deadline of an approved call, `server.request_timeout`), rather than that it
+/// is unknown.
+///
+/// Kept just before the resume takes the call (the take is the pipeline's, inside it), so
+/// that no moment is left between. Readers look for the waiting call first, so a record
+/// kept for a decision that then does not take the call (it no longer matches its
+/// approval, another approver took it) says nothing while the call waits. Never kept over
+/// a real outcome: a decision that got there first ended the call, and this one will find
+/// nothing to take. Failing to keep it is logged; the decision goes on.
+async fn keep_running(caller: &Caller, id: &str, saved: &SuspendedInvocation, decision: &str) {
+    let store = &caller.gateway.suspensions;
+    match store.outcome(id).await {
+        Ok(Some(kept)) if !is_running_record(&kept.result) => return,
+        Ok(_) => {}
+        Err(error) => {
+            tracing::warn!(suspension_id = %id, %error, "whether a decided call has an outcome could not be read: no running record is kept for it");
+            return;
+        }
+    }
+    let record = running_record(
+        id,
+        &saved.user,
+        &saved.tool,
+        decision,
+        &caller.user.id,
+        std::time::SystemTime::now(),
+        caller.gateway.config.server.request_timeout,
+    );
+    if let Err(error) = store.keep_outcome(record).await {
+        tracing::warn!(suspension_id = %id, %error, "a running record could not be kept for a decided call: its caller will not find it until it ends");
+    }
+}
+
 /// Keeps the outcome of the decided call `id` for its caller. The decision stands if it
 /// cannot be kept: that is logged, and the caller's look-up answers 404.
 async fn keep_outcome(
@@ -887,7 +1067,13 @@ mod tests {
         };
         let request = tokio::spawn({
             let drain = drain.clone();
-            async move { settle(&drain, "s-1", decision).await.map(|_| ()) }
+            async move {
+                let wait = std::time::Duration::from_secs(60);
+                let running = StatusCode::ACCEPTED.into_response();
+                settle(&drain, "s-1", wait, running, decision)
+                    .await
+                    .map(|_| ())
+            }
         });
         tokio::task::yield_now().await;
         assert_eq!(drain.calls_in_flight(), 1, "the decision is counted");
@@ -904,10 +1090,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn past_the_approvers_deadline_they_are_told_it_runs_and_the_decision_goes_on() {
+        let drain = Drain::new();
+        let (release, released) = oneshot::channel::<()>();
+        let recorded = Arc::new(AtomicBool::new(false));
+        let decision = {
+            let recorded = recorded.clone();
+            async move {
+                let _ = released.await;
+                recorded.store(true, SeqCst);
+                Ok(StatusCode::OK.into_response())
+            }
+        };
+        let wait = std::time::Duration::from_millis(20);
+        let running = StatusCode::ACCEPTED.into_response();
+
+        let answer = settle(&drain, "s-1", wait, running, decision).await;
+
+        let answer = answer.unwrap_or_else(|_| panic!("answered with an error"));
+        assert_eq!(answer.status(), StatusCode::ACCEPTED, "told it runs");
+        assert_eq!(drain.calls_in_flight(), 1, "the decision still runs");
+        drain.start();
+        release.send(()).unwrap();
+        tokio::time::timeout(std::time::Duration::from_secs(5), drain.calls_finished())
+            .await
+            .expect("the drain ends when the decision does");
+        assert!(recorded.load(SeqCst), "the decision ran to its end");
+    }
+
+    #[tokio::test]
     async fn a_decision_that_panics_is_answered_with_an_internal_error_not_its_message() {
         let drain = Drain::new();
         let panicking = async { panic!("index out of bounds: the secret is 42") };
-        let answer = settle(&drain, "s-1", panicking).await.unwrap_err();
+        let wait = std::time::Duration::from_secs(60);
+        let running = StatusCode::ACCEPTED.into_response();
+        let answer = (settle(&drain, "s-1", wait, running, panicking).await).unwrap_err();
         assert_eq!(answer.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(answer.code(), "internal");
         let message = &answer.body().message;

@@ -74,7 +74,7 @@ async fn an_approval_whose_approver_goes_away_runs_and_is_recorded() {
     eventually(
         "bob reads the outcome of his approved call",
         Duration::from_secs(30),
-        || async { show(&gateway, "bob", &id).await.status != 404 },
+        || async { show(&gateway, "bob", &id).await.body["status"] == "decided" },
     )
     .await;
     let outcome = show(&gateway, "bob", &id).await;

@@ -6,7 +6,10 @@
 //! task handle (`resultType: "task"`) whose id is the call's suspension id, status
 //! `working` with the reason in `statusMessage`; `tasks/get` asks the outcome tool as the
 //! caller and answers `working` while the call waits, then `completed` with the call's
-//! own result (an error result for a rejection or an expiry). Only the caller who made the
+//! own result (an error result for a rejection or an expiry). A call decided and still
+//! running is `working` too, its status message saying who decided it; one whose outcome
+//! was lost (the gateway running it stopped: the outcome tool answers the error code
+//! `outcome_lost`) is `failed`. Only the caller who made the
 //! call sees its task. `tasks/cancel` withdraws a waiting call — it is rejected, as by an
 //! approver, and its task is `cancelled` from then on — and is an empty acknowledgement
 //! for a task already ended.
@@ -44,29 +47,67 @@ pub(super) fn created(id: &str, reason: &str) -> CreateTaskResult {
     )
 }
 
+/// The error code the outcome tool answers for a call decided and begun whose outcome was
+/// never recorded (`toolgate_gateway::outcomes::OUTCOME_LOST`): the gateway running it
+/// stopped.
+const OUTCOME_LOST: &str = "outcome_lost";
+
 /// The task of suspension `id` from the outcome tool's answer `outcome` (`waiting`, with
-/// `reason`, `suspended_at` and `expires_at` when known), or the result it was decided
-/// with, `result`.
+/// `reason`, `suspended_at` and `expires_at` when known; `running`, with `decided_by`
+/// and `running_since`), or the result it was decided with, `result`.
 pub(super) fn detailed(id: &str, outcome: &Value, result: Option<CallToolResult>) -> DetailedTask {
     let now = rfc3339(SystemTime::now());
     let created = outcome["suspended_at"]
         .as_str()
+        .or_else(|| outcome["running_since"].as_str())
         .map_or_else(|| now.clone(), str::to_owned);
     let mut task = Task::new(id, TaskStatus::Working, created, now);
+    let error = &outcome["result"]["error"];
     let payload = match result {
+        // Not the call's result: it never ended as far as anyone recorded.
+        Some(_) if error["code"] == OUTCOME_LOST => {
+            let message = error["message"].as_str().unwrap_or_default();
+            task = task.with_status_message(message);
+            let mut error = JsonObject::new();
+            error.insert("code".to_owned(), Value::from(-32603));
+            error.insert("message".to_owned(), Value::from(message));
+            error.insert(
+                "data".to_owned(),
+                serde_json::json!({ "code": OUTCOME_LOST }),
+            );
+            TaskPayload::Failed { error }
+        }
         Some(result) => TaskPayload::Completed {
             result: as_object(&result),
         },
         None => {
+            let message = if outcome["status"] == "running" {
+                running_message(outcome)
+            } else {
+                waiting_message(outcome["reason"].as_str().unwrap_or_default())
+            };
             task = task
-                .with_status_message(waiting_message(
-                    outcome["reason"].as_str().unwrap_or_default(),
-                ))
+                .with_status_message(message)
                 .with_poll_interval_ms(POLL_INTERVAL.as_millis() as u64);
             TaskPayload::Working
         }
     };
     DetailedTask::new(task, payload)
+}
+
+/// The status message of a call decided and still running: "approved by `alice`;
+/// running since …".
+fn running_message(outcome: &Value) -> String {
+    let by =
+        toolgate_core::error::shown_id(outcome["decided_by"].as_str().unwrap_or("?")).into_owned();
+    let decided = match outcome["decision"].as_str() {
+        Some("approve") | None => format!("approved by `{by}`"),
+        Some(decision) => format!("decided by `{by}` (`{decision}`)"),
+    };
+    match outcome["running_since"].as_str() {
+        Some(since) => format!("{decided}; running since {since}"),
+        None => format!("{decided}; running"),
+    }
 }
 
 /// The code of the outcome of a call its caller withdrew.
@@ -246,6 +287,39 @@ mod tests {
         let completed = serde_json::to_value(detailed("susp-1", &json!({}), Some(done))).unwrap();
         assert_eq!(completed["status"], "completed");
         assert_eq!(completed["result"]["content"][0]["text"], "ok");
+    }
+
+    #[test]
+    fn a_running_call_is_a_working_task_saying_who_approved_it_and_a_lost_one_failed() {
+        let running = json!({
+            "status": "running",
+            "tool_name": "sleep",
+            "decision": "approve",
+            "decided_by": "alice",
+            "running_since": "2026-11-28T05:00:00Z",
+        });
+        let working = serde_json::to_value(detailed("susp-1", &running, None)).unwrap();
+        assert_eq!(working["status"], "working", "{working}");
+        assert_eq!(
+            working["statusMessage"], "approved by `alice`; running since 2026-11-28T05:00:00Z",
+            "{working}"
+        );
+        assert_eq!(working["pollIntervalMs"], 5000, "{working}");
+
+        let said = "the call was approved and began to run at 2026-11-28T05:00:00Z, but no outcome was recorded by its deadline";
+        let lost = json!({
+            "status": "decided",
+            "result": {
+                "tool_name": "sleep",
+                "status": "error",
+                "error": { "code": OUTCOME_LOST, "message": said },
+            },
+        });
+        let as_kept = CallToolResult::error(vec![rmcp::model::ContentBlock::text(said)]);
+        let failed = serde_json::to_value(detailed("susp-1", &lost, Some(as_kept))).unwrap();
+        assert_eq!(failed["status"], "failed", "{failed}");
+        assert_eq!(failed["statusMessage"], said, "{failed}");
+        assert_eq!(failed["error"]["data"]["code"], OUTCOME_LOST, "{failed}");
     }
 
     #[test]

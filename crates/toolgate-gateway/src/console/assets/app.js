@@ -206,9 +206,11 @@ function decisionForm(call, card) {
     let decided = true;
     try {
       const result = await api('POST', `/v1/suspensions/${encodeURIComponent(call.id)}/resume`, body);
-      say(decision === 'approve'
-        ? `Approved ${call.tool} for ${who}: it ran${result && result.output !== undefined ? ' and answered' : ''}.`
-        : `Rejected ${call.tool} for ${who}.`);
+      // Past this request's deadline the call runs on (202 `running`); its caller reads its outcome.
+      const running = result && result.status === 'running';
+      say(decision !== 'approve' ? `Rejected ${call.tool} for ${who}.`
+        : running ? `Approved ${call.tool} for ${who}: it is still running; its caller reads the outcome when it ends.`
+          : `Approved ${call.tool} for ${who}: it ran${result && result.output !== undefined ? ' and answered' : ''}.`);
     } catch (error) {
       // A rejected call answers as its caller is told: 403 `rejected`.
       if (decision === 'reject' && error.code === 'rejected') say(`Rejected ${call.tool} for ${who}.`);
