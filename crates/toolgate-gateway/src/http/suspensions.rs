@@ -1052,9 +1052,12 @@ mod tests {
 
     use super::*;
 
-    #[tokio::test]
-    async fn a_decision_settles_though_its_request_is_dropped_and_the_drain_waits_for_it() {
-        let drain = Drain::new();
+    /// A decision that ends once released, and notes that it ran to its end.
+    fn held_decision() -> (
+        oneshot::Sender<()>,
+        Arc<AtomicBool>,
+        impl Future<Output = Result<Response, ApiError>> + Send + 'static,
+    ) {
         let (release, released) = oneshot::channel::<()>();
         let recorded = Arc::new(AtomicBool::new(false));
         let decision = {
@@ -1065,6 +1068,13 @@ mod tests {
                 Ok(StatusCode::OK.into_response())
             }
         };
+        (release, recorded, decision)
+    }
+
+    #[tokio::test]
+    async fn a_decision_settles_though_its_request_is_dropped_and_the_drain_waits_for_it() {
+        let drain = Drain::new();
+        let (release, recorded, decision) = held_decision();
         let request = tokio::spawn({
             let drain = drain.clone();
             async move {
@@ -1092,16 +1102,7 @@ mod tests {
     #[tokio::test]
     async fn past_the_approvers_deadline_they_are_told_it_runs_and_the_decision_goes_on() {
         let drain = Drain::new();
-        let (release, released) = oneshot::channel::<()>();
-        let recorded = Arc::new(AtomicBool::new(false));
-        let decision = {
-            let recorded = recorded.clone();
-            async move {
-                let _ = released.await;
-                recorded.store(true, SeqCst);
-                Ok(StatusCode::OK.into_response())
-            }
-        };
+        let (release, recorded, decision) = held_decision();
         let wait = std::time::Duration::from_millis(20);
         let running = StatusCode::ACCEPTED.into_response();
 
