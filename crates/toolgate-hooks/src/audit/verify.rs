@@ -488,9 +488,6 @@ enum Found {
         expected: u64,
         found: u64,
     },
-    /// The checkpoint at `at` signs `signed`, past the last record: the records were cut,
-    /// unless the next record of the chain comes after it (then it was moved up).
-    Ahead { at: Place, signed: u64 },
     /// Record `seq` at `at` does not link to the one before (`seq - 1`, at `previous`):
     /// it changed if the next record does not link to it either, else the one before did.
     Link {
@@ -518,6 +515,19 @@ fn shown(id: &str) -> String {
     shown
 }
 
+/// A checkpoint that stands before the record it signs: the records after it were cut —
+/// unless they come after all, and the record it signs with the hash it signed (then the
+/// checkpoint was moved up), or with another (then that record was changed).
+struct Ahead {
+    /// Where the checkpoint stands.
+    at: Place,
+    /// The seq it signs, and the hash it signs for it.
+    seq: u64,
+    hash: String,
+    /// The first record after it.
+    before: Option<u64>,
+}
+
 /// Where one chain stands.
 struct ChainState {
     /// The chain's id, as reports show it ([`shown`]).
@@ -527,6 +537,9 @@ struct ChainState {
     last_at: Option<Place>,
     /// The hash of the chain's first record, to tell a chain read twice.
     first_hash: Option<String>,
+    /// A checkpoint that came before the record it signs ([`Ahead`]), while the chain
+    /// has not reached that record.
+    ahead: Option<Ahead>,
     records: u64,
     checkpoints: u64,
     /// The seq and place of the last checkpoint that passed.
@@ -546,6 +559,7 @@ impl ChainState {
             last_hash: GENESIS.to_owned(),
             last_at: None,
             first_hash: None,
+            ahead: None,
             records: 0,
             checkpoints: 0,
             last_checkpoint: None,
@@ -591,16 +605,6 @@ impl ChainState {
                     },
                 )),
                 Found::Link { .. } => Some(self.blame_previous()),
-                Found::Ahead { at: ahead, signed } if link.seq == self.last_seq + 1 => {
-                    Some(Found::Known(
-                        *ahead,
-                        Problem::CheckpointAhead {
-                            chain: self.id.clone(),
-                            seq: *signed,
-                            before: link.seq,
-                        },
-                    ))
-                }
                 _ => return,
             };
             return;
@@ -675,6 +679,26 @@ impl ChainState {
         if link.seq == 1 {
             self.first_hash = Some(hash.clone());
         }
+        if let Some(ahead) = &mut self.ahead {
+            ahead.before.get_or_insert(link.seq);
+            if ahead.seq == link.seq {
+                let chain = self.id.clone();
+                self.found = Some(if ahead.hash == hash {
+                    let before = ahead.before.unwrap_or(link.seq);
+                    let seq = ahead.seq;
+                    Found::Known(ahead.at, Problem::CheckpointAhead { chain, seq, before })
+                } else {
+                    Found::Known(
+                        at,
+                        Problem::Changed {
+                            chain,
+                            seq: link.seq,
+                        },
+                    )
+                });
+                return;
+            }
+        }
         self.last_seq = link.seq;
         self.last_hash = hash;
         self.last_at = Some(at);
@@ -733,9 +757,12 @@ impl ChainState {
                 seq: checkpoint.seq,
             }
         } else if checkpoint.seq > self.last_seq {
-            self.found = Some(Found::Ahead {
+            // Cut records, or a checkpoint moved up: the records after it tell.
+            self.ahead.get_or_insert(Ahead {
                 at,
-                signed: checkpoint.seq,
+                seq: checkpoint.seq,
+                hash: checkpoint.hash,
+                before: None,
             });
             return;
         } else if checkpoint.seq < self.last_seq {
@@ -771,7 +798,20 @@ impl ChainState {
 
     /// The chain's problem, now that every line has been read.
     fn problem(&self) -> Option<(Place, Problem)> {
-        match self.found.as_ref()? {
+        let Some(found) = &self.found else {
+            // The chain never reached the record a checkpoint signed: cut.
+            let ahead = self.ahead.as_ref()?;
+            let (chain, last, signed) = (self.id.clone(), self.last_seq, ahead.seq);
+            return Some((
+                ahead.at,
+                Problem::Truncated {
+                    chain,
+                    last,
+                    signed,
+                },
+            ));
+        };
+        match found {
             Found::Known(at, problem) => Some((*at, problem.clone())),
             Found::Gap {
                 at,
@@ -783,14 +823,6 @@ impl ChainState {
                     chain: self.id.clone(),
                     expected: *expected,
                     found: *found,
-                },
-            )),
-            Found::Ahead { at, signed } => Some((
-                *at,
-                Problem::Truncated {
-                    chain: self.id.clone(),
-                    last: self.last_seq,
-                    signed: *signed,
                 },
             )),
             Found::Link { .. } => match self.blame_previous() {
@@ -1362,6 +1394,38 @@ mod tests {
                 Problem::CheckpointAhead {
                     seq: 3,
                     before: 2,
+                    ..
+                }
+            ),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn a_checkpoint_above_a_record_that_differs_from_what_it_signed_names_the_record() {
+        let mut lines = chain_lines(4, 3);
+        let checkpoint = lines.remove(3);
+        lines.insert(2, checkpoint);
+        lines[3] = lines[3].replace(r#""tool":"t3""#, r#""tool":"tX""#);
+        let found = check(&lines, true).unwrap_err();
+        assert_eq!(found.line, 4);
+        assert!(
+            matches!(found.problem, Problem::Changed { seq: 3, .. }),
+            "{found}"
+        );
+        // Records after it that never reach the one it signs: cut.
+        let mut lines = chain_lines(6, 6);
+        let checkpoint = lines.remove(6);
+        lines.insert(2, checkpoint);
+        lines.truncate(5);
+        let found = check(&lines, true).unwrap_err();
+        assert_eq!(found.line, 3);
+        assert!(
+            matches!(
+                found.problem,
+                Problem::Truncated {
+                    last: 4,
+                    signed: 6,
                     ..
                 }
             ),
