@@ -246,28 +246,50 @@ pub fn grouped(n: u64) -> String {
 
 /// Whether `c`, shown as it is, could forge a line or disguise the text around it: a
 /// control character (NUL, a line break, escape), a line or paragraph separator, a
-/// bidirectional mark, embedding, override or isolate, a zero-width or other invisible
-/// formatting character, or the byte-order mark. The one list of what must be escaped, in
-/// what a message repeats ([`shown_text`]) and in what a log line shows (the pipeline's log
-/// spans) — and of what an id may not hold where it is written in logs and records.
+/// bidirectional mark, embedding, override or isolate, or a character drawn as nothing —
+/// a zero-width or other invisible formatting character, the byte-order mark, the soft
+/// hyphen, a filler, a variation selector, an interlinear annotation mark, or a tag
+/// character (U+E0000–U+E007F, which spell ASCII unseen: an instruction to a model hidden
+/// in plain sight). Unicode's default-ignorable characters and its format characters, in
+/// short. The one list of what must be escaped, in what a message repeats ([`shown_text`])
+/// and in what a log line shows (the pipeline's log spans) — and of what an id, or an
+/// approver's reason, may not hold where it is written in logs and records.
 ///
 /// ```
 /// use toolgate_core::error::hides_text;
 ///
 /// assert!(hides_text('\n') && hides_text('\u{202e}') && hides_text('\u{200b}'));
-/// assert!(!hides_text('a') && !hides_text('é') && !hides_text(' '));
+/// assert!(hides_text('\u{ad}') && hides_text('\u{e0069}') && hides_text('\u{3164}'));
+/// assert!(!hides_text('a') && !hides_text('é') && !hides_text(' ') && !hides_text('한'));
 /// assert!("ann".chars().all(|c| !hides_text(c)));
 /// ```
 pub fn hides_text(c: char) -> bool {
     c.is_control()
         || matches!(
             c,
-            '\u{061c}'
+            '\u{ad}'
+                | '\u{34f}'
+                | '\u{600}'..='\u{605}'
+                | '\u{61c}'
+                | '\u{6dd}'
+                | '\u{70f}'
+                | '\u{8e2}'
+                | '\u{115f}'..='\u{1160}'
+                | '\u{17b4}'..='\u{17b5}'
+                | '\u{180b}'..='\u{180f}'
                 | '\u{200b}'..='\u{200f}'
                 | '\u{2028}'..='\u{202e}'
-                | '\u{2060}'..='\u{2064}'
-                | '\u{2066}'..='\u{2069}'
+                | '\u{2060}'..='\u{206f}'
+                | '\u{3164}'
+                | '\u{fe00}'..='\u{fe0f}'
                 | '\u{feff}'
+                | '\u{ffa0}'
+                | '\u{fff0}'..='\u{fffb}'
+                | '\u{110bd}'
+                | '\u{110cd}'
+                | '\u{1bca0}'..='\u{1bca3}'
+                | '\u{1d173}'..='\u{1d17a}'
+                | '\u{e0000}'..='\u{e0fff}'
         )
 }
 
