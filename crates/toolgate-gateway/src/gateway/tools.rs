@@ -166,8 +166,9 @@ fn add_tool(
     Ok(name)
 }
 
-/// A tool a policy names that no tool has, in the namespace of an upstream that does not
-/// list it now: a warning, not an error (see [`check_tool_names`]).
+/// A tool a policy that does not protect (a rate limit, a timeout, …) names that no tool
+/// has, in the namespace of an upstream that does not list it now: a warning, not an
+/// error (see [`check_tool_names`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct UnlistedTool {
     /// The policy field that names it (`policies.approval.tools[0]`).
@@ -231,17 +232,19 @@ fn namespace_of<'a>(config: &'a Config, tool: &str) -> Vec<&'a str> {
 /// Every tool name a policy mentions must exist: a typo would otherwise silently leave a
 /// tool unprotected, so a name no tool has stops the gateway from starting or reloading.
 ///
-/// What an upstream lists must not stop the gateway, though: an upstream's tool that was
-/// skipped (two upstreams offer it, say) is known, and a name in an upstream's namespace
-/// ([`namespace_of`]: it carries the upstream's `prefix`) that the upstream does not list
-/// now — a new version of it dropped or renamed the tool — is the upstream's, not a typo.
-/// Each is logged as a warning instead, and the names of the latter are returned, for
-/// `toolgate check` to say.
+/// What an upstream lists should not stop the gateway, though: an upstream's tool that was
+/// skipped (two upstreams offer it, say) is known and not served, and a name in an
+/// upstream's namespace ([`namespace_of`]: it carries the upstream's `prefix`) that the
+/// upstream does not list now may be a tool a new version of it dropped or renamed. Each is
+/// logged as a warning instead, and the names of the latter are returned, for `toolgate
+/// check` to say — except in a policy that protects ([`Protects`]): there such a name may
+/// as well be a typo of a tool that is served (`side.transfer` for `sidetransfer`), which
+/// would run unprotected, so it is refused like any other name no tool has.
 ///
 /// # Errors
 ///
-/// A name that no tool has and that is in no upstream's namespace, against the field
-/// that names it.
+/// A name that no tool has, not skipped, and either in a policy that protects or in no
+/// upstream's namespace, against the field that names it.
 pub(super) fn check_tool_names(
     config: &Config,
     names: &BTreeSet<String>,
@@ -255,28 +258,31 @@ pub(super) fn check_tool_names(
             .map(|(i, t)| (format!("{field}[{i}]"), t.clone()))
             .collect()
     };
-    let mut all: Vec<(String, String)> = Vec::new();
-    for name in config.tools.labels.keys() {
-        all.push((format!("tools.labels.{name}"), name.clone()));
-    }
+    // The policies that protect a tool: who may call it, whether a person approves the
+    // call, which scopes a token needs.
+    let mut protecting: Vec<(String, String)> = Vec::new();
     if let Some(a) = &p.authorization {
         for (i, rule) in a.rules.iter().enumerate() {
-            all.extend(list(
+            protecting.extend(list(
                 format!("policies.authorization.rules[{i}].tools"),
                 &rule.tools,
             ));
         }
     }
     if let Some(a) = &p.approval {
-        all.extend(list("policies.approval.tools".into(), &a.tools));
+        protecting.extend(list("policies.approval.tools".into(), &a.tools));
     }
     if let Some(oauth) = &config.identity.oauth {
-        all.extend(oauth.required_scopes.tools.keys().map(|k| {
+        protecting.extend(oauth.required_scopes.tools.keys().map(|k| {
             (
                 format!("identity.oauth.required_scopes.tools.{k}"),
                 k.clone(),
             )
         }));
+    }
+    let mut all: Vec<(String, String)> = Vec::new();
+    for name in config.tools.labels.keys() {
+        all.push((format!("tools.labels.{name}"), name.clone()));
     }
     for (i, r) in p.rate_limits.iter().enumerate() {
         all.extend(list(format!("policies.rate_limits[{i}].tools"), &r.tools));
@@ -313,8 +319,10 @@ pub(super) fn check_tool_names(
                 .map(|k| (format!("policies.output_limit.tools.{k}"), k.clone())),
         );
     }
+    let protecting = protecting.into_iter().map(|(f, t)| (f, t, Protects::Yes));
+    let all = all.into_iter().map(|(f, t)| (f, t, Protects::No));
     let mut unlisted = Vec::new();
-    for (field, tool) in all {
+    for (field, tool, protects) in protecting.chain(all) {
         // An upstream's tool skipped (two upstreams offer it, say) is known, not a typo:
         // what an upstream lists must not stop the gateway.
         if let Some(skip) = skipped.iter().find(|skip| skip.tool == tool) {
@@ -325,6 +333,12 @@ pub(super) fn check_tool_names(
             continue;
         }
         let upstreams = namespace_of(config, &tool);
+        if protects == Protects::Yes {
+            return Err(ConfigError::invalid(
+                field,
+                unknown_protected_tool(names, &tool, &upstreams),
+            ));
+        }
         if !upstreams.is_empty() {
             let unlisted_tool = UnlistedTool {
                 field,
@@ -375,6 +389,40 @@ pub(super) fn served_policies<'a>(config: &'a Config, names: &BTreeSet<String>) 
         .concurrency
         .retain_mut(|c| listed(&mut c.tools));
     Cow::Owned(cut)
+}
+
+/// Whether a policy field protects the tools it names (authorization, approval, required
+/// scopes) — a name there that no tool has is refused, whatever upstream's namespace holds
+/// it — or shapes their calls (limits, timeouts, the cache, labels).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Protects {
+    /// Authorization rules' `tools`, `policies.approval.tools`, required scopes: fail closed.
+    Yes,
+    /// Everything else: a name its upstream does not list now is a warning.
+    No,
+}
+
+/// Why no tool named `tool` is refused from a policy that protects, and what to do.
+/// `upstreams` are those whose namespace holds the name ([`namespace_of`]).
+fn unknown_protected_tool(names: &BTreeSet<String>, tool: &str, upstreams: &[&str]) -> String {
+    let known: Vec<&str> = names.iter().map(String::as_str).collect();
+    let mut message = format!(
+        "no tool is named `{}`; the tools are: {}",
+        shown_text(tool, SHOWN_NAME_CHARS),
+        known.join(", ")
+    );
+    let whose = match upstreams {
+        [] => String::new(),
+        [one] => format!(" (even one carrying the prefix of the upstream `{one}`)"),
+        more => format!(
+            " (even one carrying the prefix of the upstreams {})",
+            (more.iter().map(|u| format!("`{u}`")).collect::<Vec<_>>()).join(", ")
+        ),
+    };
+    message.push_str(&format!(
+        ". This policy protects the tools it names, so a name no tool has is refused{whose}: a typo would leave the tool it meant unprotected. Fix the name if it is a typo; if an upstream no longer lists the tool, remove the name from the policy — until then the gateway does not start, and a reload is refused and the previous configuration keeps serving"
+    ));
+    message
 }
 
 /// Why no tool named `tool` is refused, and what to do: the tools there are, and — when an

@@ -6,6 +6,7 @@
 //! warning. The upstream (`tests/upstreams/odd_names.py`) is a real stdio MCP server.
 
 use std::path::Path;
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -357,4 +358,102 @@ async fn a_policy_naming_a_tool_in_no_upstreams_prefix_is_still_refused_and_says
         !stderr.contains("`odd` (`upstreams[0].prefix`)"),
         "{stderr}"
     );
+}
+
+/// [`config`] with policies that protect, naming `held` (a person approves its calls) and
+/// `barred` (alice may not call it).
+fn protecting(odd: &Path, plain: &Path, held: &str, barred: &str) -> String {
+    format!(
+        "{}policies:\n  approval:\n    tools: [{held}]\n    destructive_tools: false\n  authorization:\n    default: allow\n    rules:\n      - {{ effect: deny, users: [alice], tools: [{barred}] }}\n",
+        config(odd, plain)
+    )
+}
+
+/// The status calling `tool` as alice answers: 202 for a call that waits for a person.
+async fn status_of(gateway: &Gateway, tool: &str) -> u16 {
+    invoke(gateway, "alice", tool, json!({})).await.status
+}
+
+#[tokio::test]
+async fn a_policy_that_protects_naming_a_prefixed_tool_no_tool_has_is_refused_at_start_and_on_reload()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let (odd, plain) = (dir.path().join("odd.json"), dir.path().join("plain.json"));
+    list(&odd, &["ok", "send", "wire"]);
+    list(&plain, &["plain_ok"]);
+
+    // A typo carrying the upstream's prefix: `h_send` and `h_wire` would run unprotected.
+    for (yaml, field) in [
+        (
+            protecting(&odd, &plain, "h_sned", "h_wire"),
+            "policies.approval.tools[0]",
+        ),
+        (
+            protecting(&odd, &plain, "h_send", "h_wrie"),
+            "policies.authorization.rules[0].tools[0]",
+        ),
+    ] {
+        let (status, stdout, stderr) = check(&yaml);
+        assert!(!status.success(), "{field}: {stdout}\n{stderr}");
+        assert!(
+            stderr.contains(&format!("`{field}`"))
+                && stderr.contains("no tool is named `h_")
+                && stderr.contains("even one carrying the prefix of the upstream `odd`")
+                && stderr.contains("Fix the name if it is a typo")
+                && stderr.contains("remove the name from the policy")
+                && !stderr.contains("give that upstream a `prefix`"),
+            "{field}: {stderr}"
+        );
+    }
+
+    // Spelt right, the policies hold.
+    let yaml = protecting(&odd, &plain, "h_send", "h_wire");
+    let gateway = Gateway::start(&yaml);
+    assert_eq!(
+        status_of(&gateway, "h_send").await,
+        202,
+        "waits for a person"
+    );
+    assert_eq!(status_of(&gateway, "h_wire").await, 403, "refused to alice");
+    assert_eq!(call(&gateway, "h_ok").await, "called ok");
+
+    // A new version of the upstream no longer lists one of them: the reload is refused,
+    // and the previous configuration keeps serving, with its policies.
+    for (times, (listed, field, tool)) in [
+        (["ok", "wire"], "policies.approval.tools[0]", "h_send"),
+        (
+            ["ok", "send"],
+            "policies.authorization.rules[0].tools[0]",
+            "h_wire",
+        ),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        list(&odd, &listed);
+        gateway.signal("HUP");
+        let refused = "the new configuration was refused";
+        (gateway.wait_for_log(refused, times + 1, Duration::from_secs(60))).await;
+        let log = gateway.stderr();
+        let refusal = (log.lines().filter(|l| l.contains(refused)))
+            .nth(times)
+            .unwrap();
+        assert!(
+            refusal.contains(&format!("`{field}`: no tool is named `{tool}`"))
+                && refusal.contains("remove the name from the policy"),
+            "{refusal}"
+        );
+        assert!(!log.contains("configuration reloaded"), "{log}");
+        assert_eq!(status_of(&gateway, "h_send").await, 202, "still waits");
+        assert_eq!(status_of(&gateway, "h_wire").await, 403, "still refused");
+        assert_eq!(call(&gateway, "h_ok").await, "called ok");
+
+        // Nor does a gateway start with it.
+        let (status, stdout, stderr) = check(&yaml);
+        assert!(!status.success(), "{stdout}\n{stderr}");
+        assert!(
+            stderr.contains(&format!("`{field}`: no tool is named `{tool}`")),
+            "{stderr}"
+        );
+    }
 }
