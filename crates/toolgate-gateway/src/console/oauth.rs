@@ -335,26 +335,15 @@ pub(super) async fn callback(
     query: Callback,
 ) -> Result<Response, ApiError> {
     let (console, client, oauth) = settings(gateway)?;
-    if let Some(error) = query.error {
-        // Anyone can write this address and send a person to it: what it says is quoted,
-        // held to what RFC 6749 allows in it and to a length (see `sign_in_failed`).
-        let said = super::sign_in_failed::issuer_said(&error, query.error_description.as_deref());
-        tracing::info!(target: "toolgate::console", issuer_said = %said, "the issuer did not sign the person in");
-        return Err(refused(&format!(
-            "the issuer did not sign you in (it said {said}): start again from the console"
-        )));
-    }
-    let (Some(code), Some(state)) = (query.code, query.state) else {
-        return Err(refused(
-            "the issuer's answer lacks `code` or `state`: start again from the console",
-        ));
-    };
+    // Anyone can write this address and send a person to it: nothing in it is acted on, or
+    // shown, before its `state` is found to be a sign-in this browser started.
     let cookie = guard::cookie(headers, flow_cookie_name(super::secure(headers)));
-    if cookie != Some(state.as_str()) {
+    let state = query.state.filter(|state| cookie == Some(state.as_str()));
+    let Some(state) = state else {
         return Err(refused(
             "this sign-in was not started in this browser: start again from the console",
         ));
-    }
+    };
     // Every `state` this gateway hands out is 32 hex digits: anything else names no sign-in,
     // and is not looked up.
     let ours = state.len() == 32 && state.bytes().all(|b| b.is_ascii_hexdigit());
@@ -366,6 +355,20 @@ pub(super) async fn callback(
     let verifier = verifier.map_err(super::session_error)?.ok_or_else(|| {
         refused("this sign-in has expired or was used already: start again from the console")
     })?;
+    if let Some(error) = query.error {
+        // The issuer's words, for the sign-in it was asked for: quoted, held to what
+        // RFC 6749 allows in them and to a length (see `sign_in_failed`).
+        let said = super::sign_in_failed::issuer_said(&error, query.error_description.as_deref());
+        tracing::info!(target: "toolgate::console", issuer_said = %said, "the issuer did not sign the person in");
+        return Err(refused(&format!(
+            "the issuer did not sign you in (it said {said}): start again from the console"
+        )));
+    }
+    let Some(code) = query.code else {
+        return Err(refused(
+            "the issuer's answer lacks `code`: start again from the console",
+        ));
+    };
     let endpoints = endpoints(oauth).await?;
     let redirect_to = redirect_uri(headers);
     let mut form = vec![

@@ -13,9 +13,10 @@
 //! of plain-text 4xx answers into JSON errors leaves alone.
 //!
 //! The issuer's own `error` and `error_description` come in the callback's address, which
-//! anyone can write and send a person to: they are shown as quoted text, held to the
-//! characters RFC 6749 allows in them (others shown as `\u{…}`) and to a length, and
-//! escaped as HTML.
+//! anyone can write and send a person to: they are shown only for a `state` this browser
+//! started (any other callback gets a fixed page, quoting nothing), and then as quoted
+//! text, held to the characters RFC 6749 allows in them (others shown as `\u{…}`) and to a
+//! length, and escaped as HTML.
 
 use axum::body::Body;
 use axum::http::{HeaderMap, HeaderValue, header};

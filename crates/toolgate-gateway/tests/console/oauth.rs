@@ -560,18 +560,20 @@ async fn a_page_of_another_site_cannot_use_up_the_sign_ins_of_its_visitors_addre
     assert_eq!(started, PER_ADDRESS, "{}", refused.body);
 }
 
-/// `GET` `path` as a browser's navigation asks for it (`Accept` naming `text/html`).
-async fn navigate(gateway: &Gateway, path: &str) -> (u16, String, String) {
-    let answer = no_redirects()
+/// `GET` `path` as a browser's navigation asks for it (`Accept` naming `text/html`),
+/// carrying the `cookie` the browser holds, if any.
+async fn navigate(gateway: &Gateway, path: &str, cookie: Option<&str>) -> (u16, String, String) {
+    let mut request = no_redirects()
         .get(gateway.url(path))
         .header(
             "accept",
             "text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
         )
-        .header("x-forwarded-for", "203.0.113.9")
-        .send()
-        .await
-        .expect("an answer");
+        .header("x-forwarded-for", "203.0.113.9");
+    if let Some(cookie) = cookie {
+        request = request.header("cookie", cookie);
+    }
+    let answer = request.send().await.expect("an answer");
     let status = answer.status().as_u16();
     let kind = answer
         .headers()
@@ -582,22 +584,67 @@ async fn navigate(gateway: &Gateway, path: &str) -> (u16, String, String) {
     (status, kind, answer.text().await.expect("a body"))
 }
 
+/// The callback's path with the issuer's `error`, its `error_description`, and `state`.
+fn refused_callback(description: &str, state: Option<&str>) -> String {
+    let mut query = url::form_urlencoded::Serializer::new(String::new());
+    query
+        .append_pair("error", "access_denied")
+        .append_pair("error_description", description);
+    if let Some(state) = state {
+        query.append_pair("state", state);
+    }
+    format!("/console/oauth/callback?{}", query.finish())
+}
+
 #[tokio::test]
 async fn a_refused_sign_in_is_told_to_a_browser_in_words_with_the_issuers_error_escaped() {
     let issuer = Issuer::serve(300).await;
     let gateway = Gateway::start(&config(&issuer, "", ""));
-    // Anyone can write the callback's address and send a person to it.
+
+    // Anyone can write the callback's address and send a person to it: words of their own,
+    // in the gateway's origin, would pass for the gateway's. Without a sign-in this browser
+    // started, none of them is shown.
+    let spoof = "Your session expired. Call +1 555 0100 or visit https://evil.example";
+    let planted = "0123456789abcdef0123456789abcdef";
+    let flow = format!("toolgate_console_flow={planted}");
+    for (path, cookie) in [
+        (refused_callback(spoof, None), None),
+        (refused_callback(spoof, Some(planted)), None),
+        (refused_callback(spoof, None), Some(flow.as_str())),
+    ] {
+        let (status, kind, page) = navigate(&gateway, &path, cookie).await;
+        assert_eq!((status, kind.as_str()), (401, "text/html; charset=utf-8"));
+        assert!(
+            page.contains("This sign-in was not started in this browser"),
+            "{path}: {page}"
+        );
+        for quoted in ["evil.example", "session expired", "access_denied"] {
+            assert!(!page.contains(quoted), "{path} shows {quoted:?}: {page}");
+        }
+    }
+    // The flow cookie and its `state` alike, but no sign-in waits under it: nothing shown.
+    let (status, _, page) = navigate(
+        &gateway,
+        &refused_callback(spoof, Some(planted)),
+        Some(&flow),
+    )
+    .await;
+    assert_eq!(status, 401, "{page}");
+    assert!(page.contains("This sign-in has expired"), "{page}");
+    assert!(!page.contains("evil.example"), "{page}");
+
+    // A sign-in this browser started, which the issuer refused: its words are quoted.
+    let started = start(&gateway, "203.0.113.9").await;
+    assert_eq!(started.status, 303, "{}", started.body);
+    let state = state_of(&started);
+    let flow = format!("toolgate_console_flow={state}");
     let description = format!(
         "<img src=x onerror=alert(1)> call \u{202E}evil.example{}",
         "x".repeat(5_000)
     );
-    let query = url::form_urlencoded::Serializer::new(String::new())
-        .append_pair("error", "access_denied")
-        .append_pair("error_description", &description)
-        .finish();
-    let path = format!("/console/oauth/callback?{query}");
+    let path = refused_callback(&description, Some(&state));
     // A page, and still the refusal it is.
-    let (status, kind, page) = navigate(&gateway, &path).await;
+    let (status, kind, page) = navigate(&gateway, &path, Some(&flow)).await;
     assert_eq!((status, kind.as_str()), (401, "text/html; charset=utf-8"));
     assert!(
         page.contains("The issuer did not sign you in (it said `access_denied`, &quot;&lt;img src=x onerror=alert(1)&gt; call \\u{202e}evil.example"),
@@ -609,28 +656,24 @@ async fn a_refused_sign_in_is_told_to_a_browser_in_words_with_the_issuers_error_
         "{page}"
     );
     assert!(page.len() < 2_000, "the issuer's words are cut: {page}");
+    // That sign-in is over: the same address again quotes nothing.
+    let (status, _, page) = navigate(&gateway, &path, Some(&flow)).await;
+    assert_eq!(status, 401, "{page}");
+    assert!(page.contains("This sign-in has expired"), "{page}");
+    assert!(!page.contains("evil.example"), "{page}");
 
-    // A sign-in this browser did not start, and one the issuer cannot serve, in words too.
+    // A sign-in this browser did not start, in words too.
     let stranger = "/console/oauth/callback?code=x&state=0123456789abcdef0123456789abcdef";
-    let (status, _, page) = navigate(&gateway, stranger).await;
+    let (status, _, page) = navigate(&gateway, stranger, None).await;
     assert_eq!(status, 401, "{page}");
     assert!(
         page.contains("This sign-in was not started in this browser"),
         "{page}"
     );
-    // Nothing has read the issuer's discovery document yet: with it down, a start fails.
-    issuer.down.store(true, Ordering::SeqCst);
-    let (status, kind, page) = navigate(&gateway, "/console/oauth/start").await;
-    assert_eq!((status, kind.as_str()), (502, "text/html; charset=utf-8"));
-    assert!(
-        page.contains("Signing in through the issuer failed"),
-        "{page}"
-    );
-    assert!(page.contains("<code>issuer_unavailable</code>"), "{page}");
 
     // A script, which names no page among what it accepts, still gets the typed error.
     let answer = no_redirects()
-        .get(gateway.url(&path))
+        .get(gateway.url(&refused_callback(spoof, None)))
         .send()
         .await
         .expect("an answer");
@@ -641,6 +684,24 @@ async fn a_refused_sign_in_is_told_to_a_browser_in_words_with_the_issuers_error_
         "{}",
         refused.body
     );
+    assert!(
+        !refused.body.to_string().contains("evil.example"),
+        "{}",
+        refused.body
+    );
+
+    // One the issuer cannot serve: a gateway that has not read its discovery document yet
+    // fails a start while it is down, with a page.
+    let down = Issuer::serve(300).await;
+    down.down.store(true, Ordering::SeqCst);
+    let gateway = Gateway::start(&config(&down, "", ""));
+    let (status, kind, page) = navigate(&gateway, "/console/oauth/start", None).await;
+    assert_eq!((status, kind.as_str()), (502, "text/html; charset=utf-8"));
+    assert!(
+        page.contains("Signing in through the issuer failed"),
+        "{page}"
+    );
+    assert!(page.contains("<code>issuer_unavailable</code>"), "{page}");
 }
 
 #[tokio::test]
@@ -651,15 +712,26 @@ async fn a_person_refused_by_the_issuer_reads_why_in_chromium_and_finds_the_way_
     let issuer = Issuer::serve(300).await;
     let gateway = Gateway::start(&config(&issuer, "", ""));
     let browser = crate::browser::Browser::start(1024, 768).await;
-    let query = url::form_urlencoded::Serializer::new(String::new())
-        .append_pair("error", "access_denied")
-        .append_pair(
-            "error_description",
-            "<img src=x onerror=\"document.title='owned'\">The user said no",
-        )
-        .finish();
+    let description = "<img src=x onerror=\"document.title='owned'\">The user said no";
+
+    // A link someone crafted, with no sign-in started: none of its words is shown.
     browser
-        .go(&gateway.url(&format!("/console/oauth/callback?{query}")))
+        .go(&gateway.url(&refused_callback(description, None)))
+        .await;
+    let said = browser
+        .wait_text("#status", "not started in this browser")
+        .await;
+    assert!(!said.contains("The user said no"), "{said}");
+
+    // The person starts a sign-in; the issuer (here, its address) sends them back refused.
+    browser.go(&gateway.url("/console/oauth/start")).await;
+    let authorize = url::Url::parse(&browser.url().await).expect("the issuer's address");
+    assert!(authorize.as_str().starts_with(&issuer.url), "{authorize}");
+    let state = (authorize.query_pairs())
+        .find_map(|(name, value)| (name == "state").then(|| value.into_owned()))
+        .expect("a state");
+    browser
+        .go(&gateway.url(&refused_callback(description, Some(&state))))
         .await;
     let said = browser.wait_text("#status", "did not sign you in").await;
     assert!(
