@@ -379,9 +379,10 @@ pub enum Problem {
         /// The last record before it started again.
         after: u64,
     },
-    /// The line ends with a carriage return: its line ends were converted.
+    /// The line ends with a carriage return: it was edited, or the file's line ends were
+    /// converted.
     #[error(
-        "the line ends with a carriage return, and the gateway ends its lines with a line feed alone: the file's line ends were converted (by a copy to Windows or an editor), which changes every record's hash; convert them back (`dos2unix`) and verify again"
+        "the line ends with a carriage return, and the gateway ends its lines with a line feed alone: the line was edited, or the file's line ends were converted (by a copy to Windows or an editor), which changes every record's hash; if they were, convert them back (`dos2unix`) and verify again"
     )]
     LineEnds,
     /// The same checkpoint comes twice: the gateway signs a record once.
