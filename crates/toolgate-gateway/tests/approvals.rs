@@ -12,6 +12,8 @@ mod gone_approvers;
 mod kept_outcomes;
 #[path = "approvals/lost_answers.rs"]
 mod lost_answers;
+#[path = "approvals/not_taken.rs"]
+mod not_taken;
 #[path = "approvals/reading_tasks.rs"]
 mod reading_tasks;
 #[path = "approvals/running_calls.rs"]

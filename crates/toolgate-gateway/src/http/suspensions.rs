@@ -5,6 +5,7 @@
 //! decided call still runs, `"status": "running"`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -16,7 +17,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_agent::{ResumeError, ResumeOptions, ToolResult, ToolStatus};
 use toolgate_core::suspension::{
-    DecidedCall, ResumeDecision, SuspendedInvocation, SuspensionFilter, SuspensionStoreError,
+    DecidedCall, ResumeDecision, SuspendedInvocation, SuspensionFilter, SuspensionStore,
+    SuspensionStoreError,
 };
 use toolgate_core::{CallerId, ToolError};
 use tracing::Instrument;
@@ -800,11 +802,7 @@ pub async fn resume(
 /// its outcome. Not an error: the decision holds, and the call goes on to its end.
 fn still_running(id: &str, saved: &SuspendedInvocation, decision: &str) -> Response {
     let shown = toolgate_core::error::shown_id(id);
-    let what = if decision == "approve" {
-        "the call was approved and still runs".to_owned()
-    } else {
-        format!("the decision `{decision}` was taken and is still being recorded")
-    };
+    let what = format!("your decision `{decision}` is still being carried out");
     let body = with_tenant(
         &saved.user.tenant,
         json!({
@@ -814,7 +812,7 @@ fn still_running(id: &str, saved: &SuspendedInvocation, decision: &str) -> Respo
             "user": saved.user.id,
             "decision": decision,
             "message": format!(
-                "{what} past this request's deadline (`x-toolgate-timeout-ms`, or `server.request_timeout`): it goes on to its end under its own deadline and is recorded as usual; read its outcome with `GET /v1/suspensions/{shown}` (its caller can, or over MCP with `toolgate.outcome`) once it ends"
+                "{what} past this request's deadline (`x-toolgate-timeout-ms`, or `server.request_timeout`), and goes on: a call it took runs to its end under its own deadline and is recorded as usual. Read the call's state with `GET /v1/suspensions/{shown}`: `running`, then its outcome — or still `waiting` if the decision did not take it (another approver decided first, or the call changed since it began to wait)"
             ),
         }),
     );
@@ -893,6 +891,15 @@ async fn decide(
                 other.to_string(),
             ),
         })?;
+    // A decision that did not take the call (its approval is bound to a definition that
+    // changed since, say) leaves it waiting: nothing was decided, so nothing is recorded,
+    // told or kept as its outcome — a caller reading it would drop a call another
+    // approver can still decide.
+    if let (ToolStatus::Error, Some(error)) = (&result.status, &result.error)
+        && matches!(caller.gateway.suspensions.get(id).await, Ok(Some(_)))
+    {
+        return Err(ApiError::from(error));
+    }
     drain.explain_result(&mut result);
     tracing::info!(
         suspension_id = %id,
@@ -1038,8 +1045,36 @@ async fn keep_outcome(
     result: serde_json::Result<Value>,
 ) {
     let outcome = DecidedCall::new(id, &saved.user, result.unwrap_or(Value::Null));
-    if let Err(error) = caller.gateway.suspensions.keep_outcome(outcome).await {
+    let store = Arc::clone(&caller.gateway.suspensions);
+    if let Err(error) = store.keep_outcome(outcome.clone()).await {
         tracing::error!(suspension_id = %id, %error, "the outcome of a decided call could not be kept: its caller will not find it");
+        return;
+    }
+    tokio::spawn(keep_over_running(store, outcome));
+}
+
+/// When a kept outcome is looked at again ([`keep_over_running`]), after it was kept.
+const LOOKED_AT_AGAIN: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(4)];
+
+/// Keeps `outcome` again if a running record stands in its place a moment after it was
+/// kept. An approver who found the call still waiting keeps a running record just before
+/// their own decision, which then finds the call taken by another; read before this
+/// outcome was kept and written after it, that record would stand in for it — a rejected
+/// call read as approved and running, then lost. Such a record lands within the store's
+/// round trips of this outcome being kept (each bounded by `state.deadline`), so it is
+/// looked at again after one second and after five: a running record found then is none
+/// of this decision's, and the outcome is kept over it.
+async fn keep_over_running(store: Arc<dyn SuspensionStore>, outcome: DecidedCall) {
+    for wait in LOOKED_AT_AGAIN {
+        tokio::time::sleep(wait).await;
+        if let Ok(Some(kept)) = store.outcome(&outcome.id).await
+            && is_running_record(&kept.result)
+        {
+            tracing::info!(suspension_id = %outcome.id, "another approver's running record stood in for a decided call's outcome: the outcome is kept again");
+            if let Err(error) = store.keep_outcome(outcome.clone()).await {
+                tracing::error!(suspension_id = %outcome.id, %error, "the outcome of a decided call could not be kept again: its caller will read it as running, then lost");
+            }
+        }
     }
 }
 
@@ -1117,6 +1152,42 @@ mod tests {
             .await
             .expect("the drain ends when the decision does");
         assert!(recorded.load(SeqCst), "the decision ran to its end");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_running_record_kept_over_a_decided_outcome_is_replaced_by_it_again() {
+        use toolgate_core::User;
+        use toolgate_core::suspension::InMemorySuspensionStore;
+
+        let store: Arc<dyn SuspensionStore> = Arc::new(InMemorySuspensionStore::default());
+        let bob = User::new("bob");
+        let rejected = DecidedCall::new("s-1", &bob, json!({"status": "error"}));
+        store.keep_outcome(rejected.clone()).await.unwrap();
+        let watching = tokio::spawn(keep_over_running(Arc::clone(&store), rejected));
+        // A losing approver's record, read before the outcome was kept and written after.
+        let since = std::time::SystemTime::now();
+        let record = running_record(
+            "s-1",
+            &bob,
+            "sleep",
+            "approve",
+            "alice",
+            since,
+            Duration::from_secs(30),
+        );
+        store.keep_outcome(record).await.unwrap();
+        let kept = |store: &Arc<dyn SuspensionStore>| {
+            let store = Arc::clone(store);
+            async move { store.outcome("s-1").await.unwrap().unwrap().result }
+        };
+        assert_eq!(kept(&store).await["status"], "running");
+
+        watching.await.unwrap();
+        assert_eq!(
+            kept(&store).await["status"],
+            "error",
+            "the outcome stands again"
+        );
     }
 
     #[tokio::test]

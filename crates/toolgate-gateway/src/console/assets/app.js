@@ -206,10 +206,10 @@ function decisionForm(call, card) {
     let decided = true;
     try {
       const result = await api('POST', `/v1/suspensions/${encodeURIComponent(call.id)}/resume`, body);
-      // Past this request's deadline the call runs on (202 `running`); its caller reads its outcome.
+      // Past this request's deadline the decision goes on (202 `running`), not yet known to have taken the call.
       const running = result && result.status === 'running';
-      say(decision !== 'approve' ? `Rejected ${call.tool} for ${who}.`
-        : running ? `Approved ${call.tool} for ${who}: it is still running; its caller reads the outcome when it ends.`
+      say(running ? `${call.tool} for ${who}: your decision is still being carried out; if the call is back in the queue, another approver decided first or it changed.`
+        : decision !== 'approve' ? `Rejected ${call.tool} for ${who}.`
           : `Approved ${call.tool} for ${who}: it ran${result && result.output !== undefined ? ' and answered' : ''}.`);
     } catch (error) {
       // A rejected call answers as its caller is told: 403 `rejected`.
