@@ -402,15 +402,21 @@ enum Protects {
     No,
 }
 
-/// Why no tool named `tool` is refused from a policy that protects, and what to do.
-/// `upstreams` are those whose namespace holds the name ([`namespace_of`]).
-fn unknown_protected_tool(names: &BTreeSet<String>, tool: &str, upstreams: &[&str]) -> String {
+/// That no tool is named `tool`, and the tools there are (`names`): how both refusals of
+/// a name start.
+fn no_such_tool(names: &BTreeSet<String>, tool: &str) -> String {
     let known: Vec<&str> = names.iter().map(String::as_str).collect();
-    let mut message = format!(
+    format!(
         "no tool is named `{}`; the tools are: {}",
         shown_text(tool, SHOWN_NAME_CHARS),
         known.join(", ")
-    );
+    )
+}
+
+/// Why no tool named `tool` is refused from a policy that protects, and what to do.
+/// `upstreams` are those whose namespace holds the name ([`namespace_of`]).
+fn unknown_protected_tool(names: &BTreeSet<String>, tool: &str, upstreams: &[&str]) -> String {
+    let mut message = no_such_tool(names, tool);
     let whose = match upstreams {
         [] => String::new(),
         [one] => format!(" (even one carrying the prefix of the upstream `{one}`)"),
@@ -429,12 +435,7 @@ fn unknown_protected_tool(names: &BTreeSet<String>, tool: &str, upstreams: &[&st
 /// upstream has no `prefix`, so that its tools' names cannot be told from a typo — how to
 /// make a tool that upstream stops listing not stop the gateway.
 fn unknown_tool(config: &Config, names: &BTreeSet<String>, tool: &str) -> String {
-    let known: Vec<&str> = names.iter().map(String::as_str).collect();
-    let mut message = format!(
-        "no tool is named `{}`; the tools are: {}",
-        shown_text(tool, SHOWN_NAME_CHARS),
-        known.join(", ")
-    );
+    let mut message = no_such_tool(names, tool);
     let unprefixed: Vec<String> = (config.upstreams.iter().enumerate())
         .filter(|(_, upstream)| upstream.prefix.as_deref().is_none_or(str::is_empty))
         .map(|(i, upstream)| format!("`{}` (`upstreams[{i}].prefix`)", upstream.name))

@@ -372,8 +372,8 @@ fn decided_json(decided: &DecidedCall) -> Value {
     )
 }
 
-/// Whether the call `id`, whose kept outcome is a running record, still waits (or expired
-/// waiting): a decision that did not take it after all left the record.
+/// Whether the call `id` is still in the store, waiting (or expired waiting): a decision
+/// that ended without taking it left it there (and a running record it kept says nothing).
 async fn still_waits(caller: &Caller, id: &str) -> bool {
     match caller.gateway.pipeline().suspended(id).await {
         Ok(found) => found.is_some(),
@@ -739,8 +739,8 @@ pub async fn resume(
         None
     };
     let mut approval_reason = None;
-    let running = still_running(&id, &saved, decision.name());
     let decision_name = decision.name();
+    let running = still_running(&id, &saved, decision_name);
     let decision = match decision {
         Decision::ApproveRetry => {
             let approved = {
@@ -896,7 +896,7 @@ async fn decide(
     // told or kept as its outcome — a caller reading it would drop a call another
     // approver can still decide.
     if let (ToolStatus::Error, Some(error)) = (&result.status, &result.error)
-        && matches!(caller.gateway.suspensions.get(id).await, Ok(Some(_)))
+        && still_waits(caller, id).await
     {
         return Err(ApiError::from(error));
     }
