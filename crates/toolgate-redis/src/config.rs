@@ -154,7 +154,9 @@ impl RedisConfigBuilder {
     }
 
     /// The first part of every key (default `toolgate`). Give deployments that share one
-    /// Redis their own prefix.
+    /// Redis their own prefix. On a Redis Cluster, give one without `{` or `}`: the keys'
+    /// own hash tags follow the prefix, and Redis hashes the first `{…}` of a key, so a
+    /// brace in the prefix would put every key in one slot, or a script's keys in two.
     #[must_use]
     pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
         self.config.key_prefix = prefix.into();

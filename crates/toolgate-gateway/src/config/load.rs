@@ -551,6 +551,15 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             }
         }
     }
+    if let Some(prefix) = &config.state.key_prefix
+        && matches!(config.state.target(), super::StateUrl::Cluster(_))
+        && prefix.contains(['{', '}'])
+    {
+        return Err(ConfigError::invalid(
+            "state.key_prefix",
+            "may not hold `{` or `}` on a Redis Cluster: toolgate gives its keys hash tags of their own after the prefix, so that they spread over the cluster's slots and each script's keys share one; a brace in the prefix would put every key in one slot, or split a script's keys over two. Choose a prefix without braces",
+        ));
+    }
     if config.state.down_after_failures == Some(0) {
         return Err(ConfigError::invalid(
             "state.down_after_failures",
@@ -777,6 +786,24 @@ mod tests {
         assert!(zero.to_string().contains("zero"), "{zero}");
         let never_down = parse("state:\n  url: memory\n  down_after_failures: 0\n").unwrap_err();
         assert_eq!(never_down.field(), "state.down_after_failures");
+    }
+
+    #[test]
+    fn a_key_prefix_with_a_brace_is_refused_on_a_cluster_only() {
+        for prefix in ["'{tg}'", "'tg{'", "'tg}x'"] {
+            let cluster = parse(&format!(
+                "state:\n  url: redis+cluster://127.0.0.1:7000\n  key_prefix: {prefix}\n"
+            ))
+            .unwrap_err();
+            assert_eq!(cluster.field(), "state.key_prefix", "{prefix}");
+            assert!(cluster.to_string().contains("one slot"), "{cluster}");
+            // One Redis has one slot for every key: a brace changes nothing there, and a
+            // prefix kept by an earlier version keeps its state.
+            let one = format!("state:\n  url: redis://127.0.0.1:6379\n  key_prefix: {prefix}\n");
+            assert!(parse(&one).is_ok(), "{prefix}");
+        }
+        let plain = "state:\n  url: redis+cluster://127.0.0.1:7000\n  key_prefix: tg-prod\n";
+        assert!(parse(plain).is_ok());
     }
 
     #[test]

@@ -437,7 +437,8 @@ pub struct StateConfig {
     /// TTL of the cached tools.
     #[serde(default, with = "opt_duration")]
     pub cache_caller_window: Option<Duration>,
-    /// The prefix of every Redis key (default `toolgate`).
+    /// The prefix of every Redis key (default `toolgate`). On a Redis Cluster it may not
+    /// hold `{` or `}`: toolgate's own hash tags follow it.
     pub key_prefix: Option<String>,
     /// Certificates for a `rediss://` URL (default: the system's trust store, no client
     /// certificate).
