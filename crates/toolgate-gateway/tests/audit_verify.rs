@@ -2,7 +2,8 @@
 //! intact and tampered with: an edited field, a deleted record, two swapped, the tail cut
 //! below a checkpoint, lines spliced from two replicas, a forged checkpoint; records no
 //! signed checkpoint covers (a rewritten file without its checkpoints, a record or chain
-//! added after the last one), an empty file, a copied checkpoint, lines that are not
+//! added after the last one), an empty file, a copied checkpoint, a rotated file given
+//! twice, a record deleted where a copy took its place, a blank line, lines that are not
 //! records, and a file with no newline at all.
 
 mod common;
@@ -224,8 +225,10 @@ async fn a_forged_checkpoint_fails_under_the_key_and_the_chain_is_checked_withou
     assert!(!ok && stderr.contains("is missing"), "{stderr}");
 }
 
-#[tokio::test]
-async fn a_rotated_series_verifies_in_order_and_a_lost_file_shows() {
+/// A rotated series that a gateway stopped cleanly wrote (rotating every KiB): its files
+/// oldest first, as `audit.jsonl.* audit.jsonl` expands in a shell, with the directory that
+/// holds them and how many records (calls) they hold in all.
+async fn rotated_series() -> (Vec<PathBuf>, tempfile::TempDir, usize) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("audit.jsonl");
     let yaml = format!(
@@ -256,21 +259,27 @@ signing_key: ${{AUDIT_SIGNING_KEY}}\n  rotate_bytes: 1KiB\n",
     gateway.signal("TERM");
     let status = gateway.wait_exit(std::time::Duration::from_secs(30)).await;
     assert!(status.is_some_and(|s| s.success()), "{}", gateway.stderr());
-    // As `audit.jsonl.* audit.jsonl` expands in a shell: rotated files oldest first.
-    let mut rotated: Vec<PathBuf> = std::fs::read_dir(dir.path())
+    let mut series: Vec<PathBuf> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().path())
         .filter(|p| p.extension().is_some_and(|e| e != "jsonl" && e != "yaml"))
         .collect();
-    rotated.sort();
-    // The file lost below must not hold the last records: that would be a cut tail.
+    series.sort();
+    // A file lost from the series must not hold the last records: that would be a cut
+    // tail.
     assert!(
-        rotated.len() >= 2,
-        "records of ~450 bytes fill 1 KiB every two or three: {rotated:?}"
+        series.len() >= 2,
+        "records of ~450 bytes fill 1 KiB every two or three: {series:?}"
     );
-    assert!(std::fs::metadata(&path).unwrap().len() > 0, "{rotated:?}");
-    let mut series: Vec<&Path> = rotated.iter().map(PathBuf::as_path).collect();
-    series.push(&path);
+    assert!(std::fs::metadata(&path).unwrap().len() > 0, "{series:?}");
+    series.push(path);
+    (series, dir, calls)
+}
+
+#[tokio::test]
+async fn a_rotated_series_verifies_in_order_and_a_lost_file_shows() {
+    let (series, dir, calls) = rotated_series().await;
+    let series: Vec<&Path> = series.iter().map(PathBuf::as_path).collect();
     let key = audit_public_key(dir.path());
 
     let (ok, stdout, stderr) = verify(&series, Some(&key));
@@ -285,6 +294,39 @@ signing_key: ${{AUDIT_SIGNING_KEY}}\n  rotate_bytes: 1KiB\n",
     let (ok, _, stderr) = verify(&lost, Some(&key));
     assert!(!ok);
     assert!(stderr.contains("is missing"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_rotated_file_given_twice_is_named_as_given_twice() {
+    let (series, dir, _) = rotated_series().await;
+    let series: Vec<&Path> = series.iter().map(PathBuf::as_path).collect();
+    let key = audit_public_key(dir.path());
+    // The second file again right after it (its records start past seq 1), and the first
+    // file again at the end.
+    let second = series[1];
+    let first_seq = field(
+        std::fs::read_to_string(second)
+            .unwrap()
+            .lines()
+            .next()
+            .unwrap(),
+        "seq",
+    );
+    assert!(first_seq.as_u64().unwrap() > 1, "{first_seq}");
+    for (files, again) in [
+        ([&series[..2], &[second]].concat(), second),
+        ([&series[..], &[series[0]]].concat(), series[0]),
+    ] {
+        let (code, stdout, stderr) = verify_code(&files, Some(&key));
+        assert_eq!(code, Some(2), "{stdout}{stderr}");
+        let again = again.display();
+        assert!(
+            stderr.contains(&format!("{again} line 1: chain "))
+                && stderr.contains(&format!("records from file {again} line 1 on come twice"))
+                && stderr.contains("given or copied twice"),
+            "{stderr}"
+        );
+    }
 }
 
 #[tokio::test]
@@ -575,6 +617,39 @@ async fn a_duplicated_checkpoint_line_is_reported() {
             && stderr.contains("line 4"),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn a_deleted_record_whose_place_a_copy_of_the_one_before_took_is_reported_as_both() {
+    // Records 1-3, the checkpoint of 3, records 4-6, the checkpoint of 6.
+    let (mut lines, dir) = audit_lines(6).await;
+    assert_eq!(field(&lines[5], "seq"), 5);
+    // Record 5 goes; a copy of record 4 keeps the line count.
+    lines[5] = lines[4].clone();
+    let file = write(dir.path(), "copied.jsonl", &lines);
+    let (code, stdout, stderr) = verify_code(&[&file], Some(&audit_public_key(dir.path())));
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert!(
+        stderr.contains("line 6: record seq 4 of chain")
+            && stderr.contains("is there a second time (first at file")
+            && stderr.contains("record seq 5 is missing after it (found seq 6)"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn a_blank_line_added_between_records_is_reported() {
+    let (mut lines, dir) = audit_lines(3).await;
+    lines.insert(2, String::new());
+    let file = write(dir.path(), "blank-line.jsonl", &lines);
+    for key in [Some(audit_public_key(dir.path())), None] {
+        let (code, stdout, stderr) = verify_code(&[&file], key.as_deref());
+        assert_eq!(code, Some(2), "{stdout}{stderr}");
+        assert!(
+            stderr.contains("line 3: the line is blank, and the gateway writes no blank line"),
+            "{stderr}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -4,9 +4,11 @@
 //! a line at a time, follows each chain by its `seq` and `prev`, and checks each
 //! checkpoint against the record it names and, with a public key, its signature. It
 //! reports the first problem by file and line: a changed record, a missing one, one out of
-//! order, records cut before a checkpoint that signed them, a bad signature, a checkpoint
-//! copied, or a line that is not a record (cut short, not JSON, or longer than
-//! [`MAX_LINE_BYTES`]). [`verify`] does the same for files already in memory.
+//! order, records cut before a checkpoint that signed them, a bad signature, a record or
+//! checkpoint copied (and a record deleted where a copy took its place), a file (or its
+//! start) given or copied twice, a blank line, or a line that is not a record (cut short,
+//! not JSON, or longer than [`MAX_LINE_BYTES`]). [`verify`] does the same for files
+//! already in memory.
 //!
 //! Records the gateway itself had to drop (its file took no writes while 16 MiB waited:
 //! a full disk) are not a break: the sink declared them by a [gap marker](super::Gap)
@@ -369,16 +371,49 @@ pub enum Problem {
         /// Its line.
         first_line: usize,
     },
-    /// The chain starts again from its first record: the same records are read twice.
+    /// A record comes a second time where the chain's records of a file began: the same
+    /// records are read twice, from the start of a file (the chain's first record, or the
+    /// first one of a later file of a rotated series) on.
     #[error(
-        "chain {chain} starts again at its first record after seq {after}: the same records come twice, so a file (or its start) was given or copied twice; give each file once, oldest first"
+        "chain {chain} starts again at seq {seq} after seq {after}: the records from file {first_file} line {first_line} on come twice, so that file (or its start) was given or copied twice; give each file once, oldest first"
     )]
     Repeated {
         /// The chain.
         chain: String,
+        /// The record it starts again at.
+        seq: u64,
         /// The last record before it started again.
         after: u64,
+        /// The file where the records it repeats first stood.
+        first_file: String,
+        /// The line of the record `seq` there.
+        first_line: usize,
     },
+    /// A record comes a second time, the same bytes as the one before it, and the record
+    /// that should follow is missing: a record was deleted and a copy of the one before put
+    /// in its place.
+    #[error(
+        "record seq {seq} of chain {chain} is there a second time (first at file {first_file} line {first_line}), and record seq {missing} is missing after it (found seq {found}): a record was deleted and a copy of the one before it put in its place"
+    )]
+    CopiedOverMissing {
+        /// The chain.
+        chain: String,
+        /// The record copied.
+        seq: u64,
+        /// The file of the first.
+        first_file: String,
+        /// Its line.
+        first_line: usize,
+        /// The first record missing.
+        missing: u64,
+        /// The seq that came after the copy.
+        found: u64,
+    },
+    /// A blank line between a file's lines, or after them: the gateway writes none.
+    #[error(
+        "the line is blank, and the gateway writes no blank line: a line was added to the file, or a record's text removed from its line, so the file is not as the gateway wrote it; if only blank lines were added (by an editor, say), remove them and verify again"
+    )]
+    BlankLine,
     /// The line ends with a carriage return: it was edited, or the file's line ends were
     /// converted.
     #[error(
@@ -497,6 +532,9 @@ enum Found {
         hash: String,
         previous: Option<Place>,
     },
+    /// Record `seq` at `at` is a copy of the one before it (at `first`): a copy alone if
+    /// the next record follows on, else a copy put in place of a record deleted.
+    Copy { at: Place, seq: u64, first: Place },
 }
 
 /// A chain's id as reports show it: as it is when it is plain text (the gateway's are 32
@@ -536,8 +574,9 @@ struct ChainState {
     last_seq: u64,
     last_hash: String,
     last_at: Option<Place>,
-    /// The hash of the chain's first record, to tell a chain read twice.
-    first_hash: Option<String>,
+    /// Where the chain's records began in each file that holds some: the seq, hash and
+    /// place of the first, to tell a file (or its start) read twice. One per file.
+    starts: Vec<(u64, String, Place)>,
     /// A checkpoint that came before the record it signs ([`Ahead`]), while the chain
     /// has not reached that record.
     ahead: Option<Ahead>,
@@ -559,7 +598,7 @@ impl ChainState {
             last_seq: 0,
             last_hash: GENESIS.to_owned(),
             last_at: None,
-            first_hash: None,
+            starts: Vec::new(),
             ahead: None,
             records: 0,
             checkpoints: 0,
@@ -606,6 +645,31 @@ impl ChainState {
                     },
                 )),
                 Found::Link { .. } => Some(self.blame_previous()),
+                Found::Copy { at, seq, first } => {
+                    let (chain, seq) = (self.id.clone(), *seq);
+                    let (first_file, first_line) = (files[first.0].clone(), first.1);
+                    let expected = self.last_seq + 1;
+                    Some(Found::Known(
+                        *at,
+                        if link.seq > expected {
+                            Problem::CopiedOverMissing {
+                                chain,
+                                seq,
+                                first_file,
+                                first_line,
+                                missing: expected,
+                                found: link.seq,
+                            }
+                        } else {
+                            Problem::DuplicateRecord {
+                                chain,
+                                seq,
+                                first_file,
+                                first_line,
+                            }
+                        },
+                    ))
+                }
                 _ => return,
             };
             return;
@@ -622,19 +686,28 @@ impl ChainState {
         if link.seq < expected {
             let chain = self.id.clone();
             let seq = link.seq;
-            let problem = match self.last_at {
-                Some((file, line)) if seq == self.last_seq && hash == self.last_hash => {
-                    Problem::DuplicateRecord {
-                        chain,
-                        seq,
-                        first_file: files[file].clone(),
-                        first_line: line,
-                    }
-                }
-                _ if seq == 1 && self.first_hash.as_ref() == Some(&hash) => Problem::Repeated {
+            // A record where the chain's records of a file began, itself first in its
+            // file or not the copy of the line just before: a file read again.
+            let new_file = self.last_at.is_none_or(|(file, _)| file != at.0);
+            let copy = seq == self.last_seq && hash == self.last_hash;
+            let start = self
+                .starts
+                .iter()
+                .find(|(start, start_hash, _)| *start == seq && *start_hash == hash)
+                .filter(|_| new_file || !copy);
+            let problem = match (start, self.last_at) {
+                (Some((_, _, (file, line))), _) => Problem::Repeated {
                     chain,
+                    seq,
                     after: self.last_seq,
+                    first_file: files[*file].clone(),
+                    first_line: *line,
                 },
+                (None, Some(first)) if copy => {
+                    // Settled by the next record: a deletion after the copy is told too.
+                    self.found = Some(Found::Copy { at, seq, first });
+                    return;
+                }
                 _ => Problem::OutOfOrder {
                     chain,
                     seq,
@@ -677,8 +750,8 @@ impl ChainState {
             Some(Ok(gap)) => self.gaps.push((link.seq, at, gap)),
             None => {}
         }
-        if link.seq == 1 {
-            self.first_hash = Some(hash.clone());
+        if self.last_at.is_none_or(|(file, _)| file != at.0) {
+            self.starts.push((link.seq, hash.clone(), at));
         }
         if let Some(ahead) = &mut self.ahead {
             ahead.before.get_or_insert(link.seq);
@@ -798,7 +871,7 @@ impl ChainState {
     }
 
     /// The chain's problem, now that every line has been read.
-    fn problem(&self) -> Option<(Place, Problem)> {
+    fn problem(&self, files: &[String]) -> Option<(Place, Problem)> {
         let Some(found) = &self.found else {
             // The chain never reached the record a checkpoint signed: cut.
             let ahead = self.ahead.as_ref()?;
@@ -830,6 +903,15 @@ impl ChainState {
                 Found::Known(at, problem) => Some((at, problem)),
                 _ => None,
             },
+            Found::Copy { at, seq, first } => Some((
+                *at,
+                Problem::DuplicateRecord {
+                    chain: self.id.clone(),
+                    seq: *seq,
+                    first_file: files[first.0].clone(),
+                    first_line: first.1,
+                },
+            )),
         }
     }
 }
@@ -843,6 +925,8 @@ pub struct Verifier {
     chains: Vec<ChainState>,
     index: HashMap<String, usize>,
     unreadable: Option<Tampering>,
+    /// The first blank line of a file that holds records or checkpoints too.
+    blank: Option<Place>,
 }
 
 impl Verifier {
@@ -854,11 +938,14 @@ impl Verifier {
             chains: Vec::new(),
             index: HashMap::new(),
             unreadable: None,
+            blank: None,
         }
     }
 
     /// Reads the file `name` from `reader`, line by line (none longer than
-    /// [`MAX_LINE_BYTES`]). After a line that is not a record, nothing more is read.
+    /// [`MAX_LINE_BYTES`]). After a line that is not a record, nothing more is read. A
+    /// blank line is reported ([`Problem::BlankLine`]) in a file that holds a record or a
+    /// checkpoint; a file of blank lines alone holds no record.
     ///
     /// # Errors
     ///
@@ -872,6 +959,7 @@ impl Verifier {
         self.files.push(name.into());
         let mut line = Vec::new();
         let mut number = 0;
+        let (mut blank, mut entries) = (None, false);
         while self.unreadable.is_none() {
             line.clear();
             let ended = match read_line(&mut reader, &mut line)? {
@@ -885,9 +973,15 @@ impl Verifier {
                 ReadLine::Unended => false,
             };
             number += 1;
-            if !line.is_empty() {
+            if line.is_empty() {
+                blank.get_or_insert(number);
+            } else {
+                entries = true;
                 self.line(file, number, &line, ended);
             }
+        }
+        if let Some(line) = blank.filter(|_| entries) {
+            self.blank.get_or_insert((file, line));
         }
         Ok(())
     }
@@ -940,10 +1034,12 @@ impl Verifier {
         if let Some(unreadable) = self.unreadable {
             return Err(unreadable);
         }
+        let blank = self.blank.map(|at| (at, Problem::BlankLine));
         let first = self
             .chains
             .iter()
-            .filter_map(ChainState::problem)
+            .filter_map(|chain| chain.problem(&self.files))
+            .chain(blank)
             .min_by_key(|(at, _)| *at);
         if let Some(((file, line), problem)) = first {
             return Err(Tampering {
@@ -1466,6 +1562,100 @@ mod tests {
                 "{found}"
             );
         }
+    }
+
+    /// `lines` split into files `a.1` (the first `split`) and `a.2`.
+    fn rotated(lines: &[String], split: usize) -> [AuditFile; 2] {
+        let file = |name: &str, lines: &[String]| {
+            AuditFile::new(name, (lines.join("\n") + "\n").into_bytes())
+        };
+        [file("a.1", &lines[..split]), file("a.2", &lines[split..])]
+    }
+
+    #[test]
+    fn a_rotated_file_given_twice_is_named_as_given_twice_wherever_its_records_start() {
+        // Records 1-3 and their checkpoint in `a.1`, records 4-6 and theirs in `a.2`.
+        let lines = chain_lines(6, 3);
+        let [first, second] = rotated(&lines, 4);
+        for (series, seq, after, file) in [
+            ([&first, &second, &second], 4, 6, "a.2"),
+            ([&first, &second, &first], 1, 6, "a.1"),
+            ([&first, &first, &second], 1, 3, "a.1"),
+        ] {
+            let series: Vec<AuditFile> = series.into_iter().cloned().collect();
+            let found = verify(&series, Some(&public())).unwrap_err();
+            assert_eq!((found.file.as_str(), found.line), (file, 1), "{found}");
+            assert_eq!(
+                found.problem,
+                Problem::Repeated {
+                    chain: chain_of(&lines[0]),
+                    seq,
+                    after,
+                    first_file: file.to_owned(),
+                    first_line: 1,
+                },
+            );
+            assert!(
+                found.to_string().contains("given or copied twice"),
+                "{found}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_deleted_record_whose_place_a_copy_took_is_reported_with_the_copy() {
+        let lines = chain_lines(5, 100);
+        let mut tampered = lines.clone();
+        tampered[3] = lines[2].clone();
+        let found = check(&tampered, false).unwrap_err();
+        assert_eq!(
+            (found.line, &found.problem),
+            (
+                4,
+                &Problem::CopiedOverMissing {
+                    chain: chain_of(&lines[0]),
+                    seq: 3,
+                    first_file: "a.jsonl".to_owned(),
+                    first_line: 3,
+                    missing: 4,
+                    found: 5,
+                }
+            )
+        );
+        let report = found.to_string();
+        assert!(
+            report.contains("second time") && report.contains("seq 4 is missing"),
+            "{report}"
+        );
+        // The copy as the chain's last record: a copy, nothing more to tell.
+        let mut copied = lines.clone();
+        copied.push(lines[4].clone());
+        let found = check(&copied, false).unwrap_err();
+        assert!(
+            matches!(found.problem, Problem::DuplicateRecord { seq: 5, .. }),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn a_blank_line_among_records_is_reported_where_it_stands() {
+        let lines = chain_lines(4, 3);
+        for at in [0, 2, lines.len()] {
+            let mut blank = lines.clone();
+            blank.insert(at, String::new());
+            let found = check(&blank, true).unwrap_err();
+            assert_eq!((found.line, &found.problem), (at + 1, &Problem::BlankLine));
+            assert!(found.to_string().contains("blank"), "{found}");
+        }
+        // A problem on an earlier line is told first.
+        let mut both = lines.clone();
+        both[1] = both[1].replace("t2", "tX");
+        both.insert(3, String::new());
+        let found = check(&both, false).unwrap_err();
+        assert!(
+            matches!(found.problem, Problem::Changed { seq: 2, .. }),
+            "{found}"
+        );
     }
 
     #[test]
