@@ -395,6 +395,31 @@ impl SuspensionStore for JsonFileSuspensionStore {
         })
     }
 
+    /// Kept in memory and in `<path>.decided.json` before it is reported kept. Its token
+    /// is not written to the file: a running record read back after a restart stands for
+    /// a call whose decision ended with the process, and only an outcome replaces it.
+    async fn keep_running(
+        &self,
+        record: DecidedCall,
+        token: &str,
+    ) -> Result<bool, SuspensionStoreError> {
+        let mut kept = false;
+        self.change_decided(|table, now| {
+            kept = table.keep_running(record, token, now);
+            Ok(())
+        })?;
+        Ok(kept)
+    }
+
+    async fn remove_running(&self, id: &str, token: &str) -> Result<bool, SuspensionStoreError> {
+        let mut removed = false;
+        self.change_decided(|table, now| {
+            removed = table.remove_running(id, token, now);
+            Ok(())
+        })?;
+        Ok(removed)
+    }
+
     async fn outcome(&self, id: &str) -> Result<Option<DecidedCall>, SuspensionStoreError> {
         let now = (self.clock)();
         Ok(self.lock().outcome(id, now).cloned())

@@ -91,7 +91,7 @@ impl ErasedTool for OutcomeTool {
                     return Err(unknown());
                 }
                 if !is_running_record(&outcome.result) {
-                    return Ok(json!({ "status": "decided", "result": outcome.result }));
+                    return Ok(decided_answer(&outcome, &outcome.result));
                 }
                 // Kept as the decision began; a decision that did not take the call after
                 // all leaves it waiting (or expired), which is what is answered then.
@@ -117,19 +117,33 @@ impl ErasedTool for OutcomeTool {
                         .to_string(),
                 })),
                 Some(_) => Err(unknown()),
-                None => match running.as_ref().map(|r| read(r, SystemTime::now())) {
-                    Some(Kept::Running(record)) => Ok(record.clone()),
-                    Some(Kept::Lost(result)) => {
-                        Ok(json!({ "status": "decided", "result": result }))
+                None => match running.as_ref().map(|r| (r, read(r, SystemTime::now()))) {
+                    Some((kept, Kept::Running(record))) => {
+                        Ok(with_suspended_at(kept, record.clone()))
                     }
-                    Some(Kept::Ended(result)) => {
-                        Ok(json!({ "status": "decided", "result": result }))
-                    }
+                    Some((kept, Kept::Lost(result))) => Ok(decided_answer(kept, &result)),
+                    Some((kept, Kept::Ended(result))) => Ok(decided_answer(kept, result)),
                     None => Err(unknown()),
                 },
             }
         })
     }
+}
+
+/// What the outcome tool answers for the call `kept` is the outcome of, ended with
+/// `result`: `decided`, with when the call began to wait when it was kept.
+fn decided_answer(kept: &DecidedCall, result: &Value) -> Value {
+    with_suspended_at(kept, json!({ "status": "decided", "result": result }))
+}
+
+/// `answer` with `suspended_at`, when the call began to wait, if `kept` says: what MCP
+/// `tasks/get` answers as the task's `createdAt`. An outcome kept by an earlier version
+/// does not say.
+fn with_suspended_at(kept: &DecidedCall, mut answer: Value) -> Value {
+    if let (Some(at), Some(fields)) = (kept.suspended_at, answer.as_object_mut()) {
+        fields.insert("suspended_at".to_owned(), Value::from(rfc3339(at)));
+    }
+    answer
 }
 
 /// The `status` of a [running record](running_record).

@@ -138,6 +138,7 @@ fn decided(id: &str) -> DecidedCall {
         tenant: Some("acme".into()),
         result: json!({"output": format!("done {id}")}),
         decided_at: SystemTime::now(),
+        suspended_at: None,
     }
 }
 
@@ -961,6 +962,7 @@ async fn decided_calls_are_listed_across_replicas_in_id_order_filtered_and_paged
         tenant: None,
         result: json!({"tool_name": tool, "status": "success"}),
         decided_at: SystemTime::now() - ago,
+        suspended_at: None,
     };
     a.keep_outcome(outcome("d", "ann", "launch", Duration::ZERO))
         .await
@@ -1528,4 +1530,100 @@ async fn on_a_cluster_calls_are_saved_listed_taken_capped_in_one_slot_and_outliv
         keys.iter().map(|(key, _)| cluster.slot(key)).collect();
     assert_eq!(slots.len(), 1, "every key in one slot: {keys:?}");
     cluster.assert_every_key_expires(&prefix);
+}
+
+/// A running record of the call `id` of `user`, kept by the decision of `by`.
+fn running_by(id: &str, user: &User, by: &str) -> DecidedCall {
+    DecidedCall::new(id, user, json!({"status": "running", "decided_by": by}))
+}
+
+#[tokio::test]
+async fn a_running_record_is_kept_only_where_nothing_is_and_removed_only_by_its_decision() {
+    let test = "a_running_record_is_kept_only_where_nothing_is_and_removed_only_by_its_decision";
+    let Some((a, b)) = two_replicas(test, limits(2, 10, HOUR)).await else {
+        return;
+    };
+    let bob = User::new("bob").with_tenant("acme");
+    let kept_by = |decided: Option<DecidedCall>| decided.map(|d| d.result["decided_by"].clone());
+
+    // Two approvers at once, on two replicas: the first record stands.
+    assert_eq!(
+        a.keep_running(running_by("x", &bob, "alice"), "alices")
+            .await,
+        Ok(true)
+    );
+    assert_eq!(
+        b.keep_running(running_by("x", &bob, "carol"), "carols")
+            .await,
+        Ok(false)
+    );
+    assert_eq!(
+        b.remove_running("x", "carols").await,
+        Ok(false),
+        "not carol's"
+    );
+    assert_eq!(kept_by(b.outcome("x").await.unwrap()), Some(json!("alice")));
+
+    // The outcome replaces it; a record written late never lands over the outcome, and
+    // the token that kept the record does not remove the outcome.
+    let outcome = DecidedCall::new("x", &bob, json!({"status": "error"}));
+    b.keep_outcome(outcome.clone()).await.unwrap();
+    assert_eq!(
+        a.keep_running(running_by("x", &bob, "carol"), "carols")
+            .await,
+        Ok(false)
+    );
+    assert_eq!(a.remove_running("x", "alices").await, Ok(false));
+    assert_eq!(b.outcome("x").await.unwrap(), Some(outcome));
+
+    // A decision that failed before the take removes its own record, and its place.
+    assert_eq!(
+        a.keep_running(running_by("y", &bob, "alice"), "alices")
+            .await,
+        Ok(true)
+    );
+    assert_eq!(b.remove_running("y", "alices").await, Ok(true));
+    assert_eq!(a.outcome("y").await, Ok(None));
+    assert_eq!(outcome_ids_of(&a, &bob).await, ["x"]);
+    // A record replaced by its outcome counts once: bob's cap of 2 holds both outcomes.
+    assert_eq!(
+        a.keep_running(running_by("z", &bob, "alice"), "alices")
+            .await,
+        Ok(true)
+    );
+    b.keep_outcome(decided_by("z", &bob, 0)).await.unwrap();
+    assert_eq!(outcome_ids_of(&b, &bob).await, ["x", "z"]);
+}
+
+#[tokio::test]
+async fn an_outcome_an_earlier_version_wrote_over_a_running_record_is_not_removed_by_its_token() {
+    let test =
+        "an_outcome_an_earlier_version_wrote_over_a_running_record_is_not_removed_by_its_token";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let store = replica(&url, &namespace(), limits(5, 10, HOUR)).await;
+    let ann = User::new("ann");
+    assert_eq!(
+        store
+            .keep_running(running_by("x", &ann, "alice"), "alices")
+            .await,
+        Ok(true)
+    );
+    // An earlier version keeps its outcome as a plain value over the row, and knows no
+    // mark.
+    let row = format!("{}:outcome:x", store.key_base());
+    let outcome = DecidedCall::new("x", &ann, json!({"status": "success"}));
+    let mut connection = inspect(&url).await;
+    let _: () = redis::cmd("SET")
+        .arg(&row)
+        .arg(serde_json::to_vec(&outcome).unwrap())
+        .arg("PX")
+        .arg(3_600_000)
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+
+    assert_eq!(store.remove_running("x", "alices").await, Ok(false));
+    assert_eq!(store.outcome("x").await, Ok(Some(outcome)));
 }

@@ -132,6 +132,14 @@ impl SuspensionStore for InMemorySuspensionStore {
         Ok(self.lock().list(filter, after, limit, now))
     }
 
+    async fn claim_expired(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
+        let now = (self.clock)();
+        Ok(self.lock().claim_expired(limit, now))
+    }
+
     async fn keep_retry_approval(
         &self,
         approval: RetryApproval,
@@ -152,6 +160,20 @@ impl SuspensionStore for InMemorySuspensionStore {
         let now = (self.clock)();
         self.lock().keep_outcome(outcome, now);
         Ok(())
+    }
+
+    async fn keep_running(
+        &self,
+        record: DecidedCall,
+        token: &str,
+    ) -> Result<bool, SuspensionStoreError> {
+        let now = (self.clock)();
+        Ok(self.lock().keep_running(record, token, now))
+    }
+
+    async fn remove_running(&self, id: &str, token: &str) -> Result<bool, SuspensionStoreError> {
+        let now = (self.clock)();
+        Ok(self.lock().remove_running(id, token, now))
     }
 
     async fn outcome(&self, id: &str) -> Result<Option<DecidedCall>, SuspensionStoreError> {
@@ -393,5 +415,59 @@ mod tests {
         let listed = ByIdOnly.list(&SuspensionFilter::default(), None, 10).await;
 
         assert_eq!(listed, Err(SuspensionStoreError::CannotList));
+    }
+
+    #[tokio::test]
+    async fn an_expired_call_is_claimed_once_without_its_contents_and_a_decided_one_never() {
+        let limits = SuspensionLimits {
+            expire_after: Duration::from_secs(60),
+            ..SuspensionLimits::default()
+        };
+        let (store, seconds) = store_with_clock(limits);
+        store.save(call("forgotten", "ann")).await.unwrap();
+        store.save(call("decided", "ann")).await.unwrap();
+        assert!(store.claim_expired(10).await.unwrap().is_empty());
+        assert!(store.take("decided").await.unwrap().is_some());
+
+        seconds.store(60, Ordering::SeqCst);
+        // Found expired by a look-up first: still there to claim.
+        assert!(store.get("forgotten").await.is_err());
+        let claimed = store.claim_expired(10).await.unwrap();
+
+        let ids: Vec<&str> = claimed.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["forgotten"]);
+        assert_eq!(claimed[0].input, serde_json::Value::Null, "no contents");
+        assert_eq!(claimed[0].tool, "deploy");
+        assert!(store.claim_expired(10).await.unwrap().is_empty(), "once");
+        // Unclaimed for `expire_after` (ten minutes at least) after its expiry: dropped.
+        store.save(call("late", "ann")).await.unwrap();
+        seconds.store(120 + 600, Ordering::SeqCst);
+        assert!(store.claim_expired(10).await.unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn expired_calls_are_claimed_a_page_at_a_time_and_at_most_max_total_are_kept() {
+        let limits = SuspensionLimits {
+            max_total: 3,
+            expire_after: Duration::from_secs(60),
+            ..SuspensionLimits::default()
+        };
+        let (store, seconds) = store_with_clock(limits);
+        for (flood, at) in [("a", 60), ("b", 120)] {
+            for i in 0..3 {
+                store
+                    .save(call(&format!("{flood}{i}"), "ann"))
+                    .await
+                    .unwrap();
+            }
+            seconds.store(at, Ordering::SeqCst);
+        }
+
+        let first = store.claim_expired(2).await.unwrap();
+        let second = store.claim_expired(2).await.unwrap();
+
+        let ids: Vec<&str> = first.iter().chain(&second).map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["b0", "b1", "b2"], "the latest, oldest expiry first");
+        assert!(store.claim_expired(2).await.unwrap().is_empty());
     }
 }

@@ -6,11 +6,12 @@
 //!   all, and how long a call waits before it expires.
 //! * [`SuspensionTable`] — those bounds as a plain table, for a store of your own.
 
+mod decision;
+mod id;
 mod limits;
 mod memory;
 mod table;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 use async_trait::async_trait;
@@ -21,6 +22,8 @@ use crate::error::ToolError;
 use crate::stage::Stage;
 use crate::user::User;
 
+pub use decision::decision_token;
+pub(crate) use id::new_suspension_id;
 pub use limits::SuspensionLimits;
 pub use memory::InMemorySuspensionStore;
 pub use table::SuspensionTable;
@@ -88,6 +91,31 @@ pub struct SuspendedInvocation {
     pub binding: Option<CallBinding>,
 }
 
+impl SuspendedInvocation {
+    /// The call without its input, output, payload and metadata (`null` and empty): who
+    /// made it, of which tool, why and when, as [`SuspensionStore::claim_expired`] gives an
+    /// expired call.
+    ///
+    /// ```
+    /// # use serde_json::json;
+    /// # use toolgate_core::suspension::SuspendedInvocation;
+    /// # fn described(call: SuspendedInvocation) {
+    /// let told = call.without_contents();
+    /// assert_eq!((told.tool, told.input), (call.tool, json!(null)));
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn without_contents(&self) -> Self {
+        SuspendedInvocation {
+            input: Value::Null,
+            output: None,
+            metadata: Map::new(),
+            payload: Value::Null,
+            ..self.clone()
+        }
+    }
+}
+
 /// An approval for a caller to make one call again: the call that waited, turned by
 /// [`Pipeline::approve_retry`](crate::Pipeline::approve_retry) into a capability that the
 /// next call with an equal [`CallBinding`] uses up, once, before `expires_at`.
@@ -129,6 +157,12 @@ pub struct DecidedCall {
     pub result: Value,
     /// When it was decided.
     pub decided_at: SystemTime,
+    /// When the call began to wait ([`SuspendedInvocation::suspended_at`]): when it was
+    /// made, as its caller counts. `None` for an outcome kept by an earlier version, which
+    /// did not keep it, or by a host that does not say
+    /// ([`with_suspended_at`](Self::with_suspended_at)).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended_at: Option<SystemTime>,
 }
 
 impl DecidedCall {
@@ -151,7 +185,26 @@ impl DecidedCall {
             tenant: user.tenant.clone(),
             result,
             decided_at: SystemTime::now(),
+            suspended_at: None,
         }
+    }
+
+    /// The same outcome, saying that the call began to wait at `at`.
+    ///
+    /// ```
+    /// use std::time::{Duration, SystemTime};
+    /// use serde_json::json;
+    /// use toolgate_core::User;
+    /// use toolgate_core::suspension::DecidedCall;
+    ///
+    /// let made = SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000);
+    /// let outcome = DecidedCall::new("s-1", &User::new("ann"), json!({})).with_suspended_at(made);
+    /// assert_eq!(outcome.suspended_at, Some(made));
+    /// ```
+    #[must_use]
+    pub fn with_suspended_at(mut self, at: SystemTime) -> Self {
+        self.suspended_at = Some(at);
+        self
     }
 
     /// Whether `user` made the call, and so may read its outcome: the same id in the same
@@ -160,6 +213,12 @@ impl DecidedCall {
         self.user == user.id && self.tenant == user.tenant
     }
 }
+
+/// The shortest time a store keeps an expired call for
+/// [`claim_expired`](SuspensionStore::claim_expired), however short
+/// [`expire_after`](SuspensionLimits::expire_after): ten minutes, many rounds of the
+/// hosts that claim.
+pub const EXPIRY_TOLD_WITHIN: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Why a suspension store could not keep or give back a call.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -513,6 +572,31 @@ pub trait SuspensionStore: Send + Sync + 'static {
             .collect())
     }
 
+    /// Claims the telling of expiries: up to `limit` calls that expired before anyone
+    /// decided them and whose expiry nobody has claimed yet, oldest expiry first. Each
+    /// expired call is given once, to whichever host asks first, so that of several
+    /// replicas watching one shared store exactly one tells that a call expired — and one
+    /// that never saw the call start tells it too, when the replica that parked it is gone.
+    ///
+    /// A call is given as it waited, but without its input, output, payload and metadata
+    /// (empty, `null`): what telling of it needs. The store keeps an expired call for this
+    /// for [`SuspensionLimits::expire_after`] after its expiry, and
+    /// [`EXPIRY_TOLD_WITHIN`] at least, at most [`SuspensionLimits::max_total`] of them (the
+    /// oldest going first), so a host that claims every few minutes misses none; calls
+    /// nobody claims are dropped then.
+    /// A claimed call is not given again, even if the host that claimed it fails to tell
+    /// it: the telling is at most once, and once as long as the claiming host lives.
+    ///
+    /// The default, for a store that cannot, answers [`SuspensionStoreError::CannotList`];
+    /// a host then tells the expiries of the calls it watches itself.
+    async fn claim_expired(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
+        let _ = limit;
+        Err(SuspensionStoreError::CannotList)
+    }
+
     /// Keeps an approval for a retry until its `expires_at`, under the same bounds as
     /// waiting calls (per caller — the binding's user id and tenant — and in all).
     ///
@@ -543,7 +627,8 @@ pub trait SuspensionStore: Send + Sync + 'static {
     /// [`SuspensionLimits::expire_after`] after the decision, at most
     /// [`SuspensionLimits::max_per_user`] of them per caller (the call's user id in its
     /// tenant) and [`SuspensionLimits::max_total`] in all. Keeping an outcome for an id
-    /// again replaces it.
+    /// again replaces it, and so does keeping one over a running record
+    /// ([`keep_running`](Self::keep_running)), whichever decision kept that record.
     ///
     /// A caller at their cap loses their own oldest outcome, never another caller's: any
     /// caller may keep outcomes at will (withdrawing their own waiting calls keeps one
@@ -556,6 +641,61 @@ pub trait SuspensionStore: Send + Sync + 'static {
     async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
         let _ = outcome;
         Err(SuspensionStoreError::CannotKeepOutcomes)
+    }
+
+    /// Keeps `record` as the outcome of the call `record.id` only if nothing is kept for
+    /// that id yet — no outcome, no running record —, checked and written as one atomic
+    /// step, and tags it with `token`, the token of the decision keeping it
+    /// ([`decision_token`]). `true` when it was kept; `false` when something was kept
+    /// already, which is left as it is.
+    ///
+    /// This is how a host keeps a *running record*: what a decided call's caller reads
+    /// from the moment a decision on it begins — before the decision takes the call from
+    /// the store — until the call ends and its outcome replaces the record. Two approvers
+    /// deciding at once both keep one before either takes the call; written this way, the
+    /// loser's record never lands over the outcome the winner kept (a rejection, which is
+    /// kept at once), and the first record kept stands for the call's run whoever takes
+    /// it. It is counted and capped as an outcome ([`keep_outcome`](Self::keep_outcome)),
+    /// once per id.
+    ///
+    /// Once kept, a running record is replaced by [`keep_outcome`](Self::keep_outcome) —
+    /// whichever decision kept it: only the decision that took the call keeps an
+    /// outcome — and removed by [`remove_running`](Self::remove_running) only with the
+    /// token it was kept with.
+    ///
+    /// The default reads [`outcome`](Self::outcome) and then keeps the record with
+    /// [`keep_outcome`](Self::keep_outcome), without its token: it is not atomic (an
+    /// outcome kept between the two steps is replaced by the record, and a host reads the
+    /// call as running until the record expires or reads as lost), and the default
+    /// [`remove_running`](Self::remove_running) cannot remove what it kept. A store shared
+    /// by replicas, or by decisions running at once, should do both atomically.
+    async fn keep_running(
+        &self,
+        record: DecidedCall,
+        token: &str,
+    ) -> Result<bool, SuspensionStoreError> {
+        let _ = token;
+        if self.outcome(&record.id).await?.is_some() {
+            return Ok(false);
+        }
+        self.keep_outcome(record).await?;
+        Ok(true)
+    }
+
+    /// Removes the running record that the decision `token` kept for the call `id`
+    /// ([`keep_running`](Self::keep_running)), if it is still what is kept: for a decision
+    /// that failed before it took the call, which leaves the call waiting and nothing
+    /// running. Whatever else is kept for `id` — an outcome, a running record another
+    /// decision kept — is left as it is; the check and the removal are one atomic step.
+    /// `true` when the record was removed.
+    ///
+    /// The default, for a store that keeps no tokens, removes nothing and answers `false`:
+    /// the record stays until an outcome replaces it or it expires. Hosts read a running
+    /// record as nothing while its call still waits, so one left behind misleads only
+    /// once another decision takes the call.
+    async fn remove_running(&self, id: &str, token: &str) -> Result<bool, SuspensionStoreError> {
+        let _ = (id, token);
+        Ok(false)
     }
 
     /// The outcome kept for the call `id`, if it is decided and its outcome is still kept.
@@ -582,15 +722,4 @@ pub trait SuspensionStore: Send + Sync + 'static {
         let _ = (filter, after, limit);
         Err(SuspensionStoreError::CannotList)
     }
-}
-
-/// A new suspension id: unguessable enough to be handed to a person, unique per process.
-pub(crate) fn new_suspension_id() -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    format!(
-        "susp-{:016x}{:016x}",
-        crate::random::random_u64() ^ n,
-        crate::random::random_u64()
-    )
 }

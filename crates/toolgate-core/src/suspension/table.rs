@@ -77,6 +77,10 @@ pub struct SuspensionTable {
     /// The earliest expiry among the entries: until then, nothing needs removing.
     next_expiry: Option<SystemTime>,
     expired: ExpiredIds,
+    /// The calls that expired and whose expiry nobody claimed yet
+    /// ([`claim_expired`](Self::claim_expired)), without their contents, oldest expiry
+    /// first: at most `max_total`.
+    untold: VecDeque<SuspendedInvocation>,
     retries: RetryApprovals,
     outcomes: Outcomes,
 }
@@ -91,6 +95,9 @@ struct Outcomes {
     /// Each caller's outcomes in the order of `order`, so that a caller at its cap loses
     /// its own first kept rather than anyone's; a caller with none has no entry.
     per_caller: HashMap<Caller, VecDeque<(String, SystemTime)>>,
+    /// The token of the decision that kept each running record in `by_id`, by id: an id
+    /// here is a running record, one not here an outcome.
+    running: HashMap<String, String>,
 }
 
 /// Approvals for a retry, by the key of their binding; several approvals of equal calls
@@ -127,6 +134,7 @@ impl SuspensionTable {
             per_caller: HashMap::new(),
             next_expiry: None,
             expired: ExpiredIds::default(),
+            untold: VecDeque::new(),
             retries: RetryApprovals::default(),
             outcomes: Outcomes::default(),
         }
@@ -185,6 +193,7 @@ impl SuspensionTable {
         }
         if is_expired(&suspended, now) {
             let owner = Caller::of(&suspended.user);
+            self.untell(&suspended);
             self.expired
                 .insert(suspended.id, owner, self.limits.max_total);
         } else {
@@ -235,7 +244,9 @@ impl SuspensionTable {
             .collect();
         let count = gone.len();
         for (id, owner) in gone {
-            self.forget(&id);
+            if let Some(suspended) = self.forget(&id) {
+                self.untell(&suspended);
+            }
             self.expired.insert(id, owner, self.limits.max_total);
         }
         self.next_expiry = self.entries.values().filter_map(|s| s.expires_at).min();
@@ -476,6 +487,63 @@ impl SuspensionTable {
         self.outcomes.by_id.insert(outcome.id.clone(), outcome);
     }
 
+    /// Keeps `record`, the running record of the decision `token`, as the outcome of its
+    /// call, only when nothing is kept for its id at `now`: what
+    /// [`SuspensionStore::keep_running`] does. Counted and capped as
+    /// [`keep_outcome`](Self::keep_outcome). `true` when it was kept.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::SystemTime;
+    /// use serde_json::json;
+    /// use toolgate_core::User;
+    /// use toolgate_core::suspension::{DecidedCall, SuspensionLimits, SuspensionTable};
+    ///
+    /// let mut table = SuspensionTable::new(SuspensionLimits::default());
+    /// let now = SystemTime::now();
+    /// let ann = User::new("ann");
+    /// let running = |by: &str| DecidedCall::new("s-1", &ann, json!({ "status": "running", "by": by }));
+    ///
+    /// assert!(table.keep_running(running("alice"), "alices", now));
+    /// assert!(!table.keep_running(running("bob"), "bobs", now), "alice's stands");
+    /// assert!(!table.remove_running("s-1", "bobs", now), "not bob's to remove");
+    /// // Alice's decision took the call and it ended: its outcome replaces the record.
+    /// table.keep_outcome(DecidedCall::new("s-1", &ann, json!({ "status": "success" })), now);
+    /// assert!(!table.keep_running(running("bob"), "bobs", now), "never over an outcome");
+    /// assert!(!table.remove_running("s-1", "alices", now), "nor removed with it");
+    /// assert_eq!(table.outcome("s-1", now).unwrap().result["status"], "success");
+    /// ```
+    ///
+    /// [`SuspensionStore::keep_running`]: super::SuspensionStore::keep_running
+    pub fn keep_running(&mut self, record: DecidedCall, token: &str, now: SystemTime) -> bool {
+        if self.outcome(&record.id, now).is_some() {
+            return false;
+        }
+        let id = record.id.clone();
+        self.keep_outcome(record, now);
+        self.outcomes.running.insert(id, token.to_owned());
+        true
+    }
+
+    /// Removes the running record that the decision `token` kept for `id`, if it is still
+    /// kept; anything else kept for `id` stays: what [`SuspensionStore::remove_running`]
+    /// does. `true` when it was removed.
+    ///
+    /// [`SuspensionStore::remove_running`]: super::SuspensionStore::remove_running
+    pub fn remove_running(&mut self, id: &str, token: &str, now: SystemTime) -> bool {
+        self.outcomes.remove_expired(now, self.limits.expire_after);
+        if self
+            .outcomes
+            .running
+            .get(id)
+            .is_none_or(|kept| kept != token)
+        {
+            return false;
+        }
+        self.outcomes.remove(id)
+    }
+
     /// Keeps the outcome of a call decided before — read back from a file at start-up —
     /// without checking `max_total` (it was admitted when it was kept), in its place by
     /// decision time among the others, so that the oldest still go first past the cap. One
@@ -597,12 +665,49 @@ impl SuspensionTable {
         }
     }
 
+    /// Up to `limit` calls that expired by `now` and whose expiry nobody claimed yet,
+    /// without their contents, oldest expiry first; each is given once: what
+    /// [`SuspensionStore::claim_expired`] answers. Calls are kept for this `expire_after`
+    /// after their expiry ([`EXPIRY_TOLD_WITHIN`] at least), at most `max_total` of them.
+    ///
+    /// [`EXPIRY_TOLD_WITHIN`]: super::EXPIRY_TOLD_WITHIN
+    ///
+    /// [`SuspensionStore::claim_expired`]: super::SuspensionStore::claim_expired
+    pub fn claim_expired(&mut self, limit: usize, now: SystemTime) -> Vec<SuspendedInvocation> {
+        self.remove_expired(now);
+        let keep = self.limits.expire_after.max(super::EXPIRY_TOLD_WITHIN);
+        self.untold.retain(|call| {
+            call.expires_at
+                .and_then(|at| at.checked_add(keep))
+                .is_none_or(|until| until > now)
+        });
+        let claimed = limit.min(self.untold.len());
+        self.untold.drain(..claimed).collect()
+    }
+
+    /// Keeps the call `suspended`, which just expired, for [`claim_expired`](Self::claim_expired).
+    fn untell(&mut self, suspended: &SuspendedInvocation) {
+        if self.limits.max_total == 0 {
+            return;
+        }
+        while self.untold.len() >= self.limits.max_total {
+            self.untold.pop_front();
+        }
+        // In the order of expiry: calls found expired late (by a look-up) come among
+        // those found on time.
+        let at = suspended.expires_at;
+        let place = self.untold.partition_point(|call| call.expires_at <= at);
+        self.untold.insert(place, suspended.without_contents());
+    }
+
     /// `Expired` for an id that expired, whether it is still here or was removed.
     fn check(&mut self, id: &str, now: SystemTime) -> Result<(), SuspensionStoreError> {
         let expired = match self.entries.get(id) {
             Some(suspended) if is_expired(suspended, now) => {
                 let owner = Caller::of(&suspended.user);
-                self.forget(id);
+                if let Some(suspended) = self.forget(id) {
+                    self.untell(&suspended);
+                }
                 self.expired
                     .insert(id.to_owned(), owner, self.limits.max_total);
                 true
@@ -654,6 +759,7 @@ impl Outcomes {
 
     /// Removes the outcome `id`, from every order; `false` when none is kept.
     fn remove(&mut self, id: &str) -> bool {
+        self.running.remove(id);
         let Some(outcome) = self.by_id.remove(id) else {
             return false;
         };
@@ -669,6 +775,7 @@ impl Outcomes {
         let Some((id, _)) = self.order.pop_front() else {
             return false;
         };
+        self.running.remove(&id);
         if let Some(outcome) = self.by_id.remove(&id) {
             self.forget_for_caller(&outcome);
         }
@@ -1119,6 +1226,7 @@ pub(super) mod tests {
             tenant: None,
             result: json!({"output": id}),
             decided_at: at(secs),
+            suspended_at: None,
         }
     }
 
@@ -1131,6 +1239,7 @@ pub(super) mod tests {
             tenant: None,
             result: serde_json::json!({"tool_name": tool}),
             decided_at: at(secs),
+            suspended_at: None,
         };
         table.keep_outcome(outcome("c", "ann", "wipe", 0), at(0));
         table.keep_outcome(outcome("a", "bob", "wipe", 10), at(10));

@@ -5,7 +5,6 @@
 //! decided call still runs, `"status": "running"`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::Json;
 use axum::body::Bytes;
@@ -17,8 +16,8 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_agent::{ResumeError, ResumeOptions, ToolResult, ToolStatus};
 use toolgate_core::suspension::{
-    DecidedCall, ResumeDecision, SuspendedInvocation, SuspensionFilter, SuspensionStore,
-    SuspensionStoreError,
+    DecidedCall, ResumeDecision, SuspendedInvocation, SuspensionFilter, SuspensionStoreError,
+    decision_token,
 };
 use toolgate_core::{CallerId, ToolError};
 use tracing::Instrument;
@@ -746,8 +745,8 @@ pub async fn resume(
             let approved = {
                 let id = id.clone();
                 async move {
-                    keep_running(&caller, &id, &saved, decision_name).await;
-                    approve_retry(&caller, &id, &saved).await
+                    let running = keep_running(&caller, &id, &saved, decision_name).await;
+                    approve_retry(&caller, &id, &saved, &running).await
                 }
             };
             return settle(&state.drain, &id, answer_within, running, approved).await;
@@ -787,10 +786,17 @@ pub async fn resume(
     let decided = {
         let (id, drain, format) = (id.clone(), state.drain.clone(), format.to_owned());
         async move {
-            if runs {
-                keep_running(&caller, &id, &saved, decision_name).await;
-            }
-            let result = decide(&caller, &id, &saved, decision, options, told, &drain).await?;
+            let running = match runs {
+                true => Some(keep_running(&caller, &id, &saved, decision_name).await),
+                false => None,
+            };
+            let resumption = Resumption {
+                decision,
+                options,
+                told,
+                running,
+            };
+            let result = decide(&caller, &id, &saved, resumption, &drain).await?;
             Ok(answer(&format, &result))
         }
     };
@@ -860,37 +866,56 @@ async fn settle(
     })
 }
 
-/// Resumes the waiting call `id` with `decision`, and records it: the decided log line,
-/// the decided history, the `decided` webhook and the outcome kept for the caller.
+/// A decision to carry out on a waiting call ([`decide`]).
+struct Resumption {
+    decision: ResumeDecision,
+    options: ResumeOptions,
+    /// What the webhook and the decided history are told.
+    told: DecisionSummary,
+    /// The token of the running record kept as the decision began, if it keeps one (a
+    /// rejection does not: it runs nothing).
+    running: Option<String>,
+}
+
+/// Resumes the waiting call `id` as `resumption` says, and records it: the decided log line,
+/// the decided history, the `decided` webhook and the outcome kept for the caller. A
+/// decision that fails before it takes the call removes the running record it kept.
 async fn decide(
     caller: &Caller,
     id: &str,
     saved: &SuspendedInvocation,
-    decision: ResumeDecision,
-    options: ResumeOptions,
-    told: DecisionSummary,
+    resumption: Resumption,
     drain: &Drain,
 ) -> Result<ToolResult, ApiError> {
-    let mut result = caller
-        .gateway
-        .system
-        .resume(id, decision, options)
-        .await
-        .map_err(|e| match e {
-            ResumeError::UnknownSuspension { id } => not_found(&id),
-            // Only approvers resume, and they may see every call: 410 tells them nothing.
-            ResumeError::Expired { id } => expired(&id),
-            error @ ResumeError::ThreadConfigUnavailable { .. } => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "thread_config_unavailable",
-                error.to_string(),
-            ),
-            other => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "suspension_store",
-                other.to_string(),
-            ),
-        })?;
+    let Resumption {
+        decision,
+        options,
+        told,
+        running,
+    } = resumption;
+    let resumed = caller.gateway.system.resume(id, decision, options).await;
+    if let (Err(error), Some(token)) = (&resumed, &running) {
+        // Another decision took the call: what this one kept stands for that one's run
+        // until its outcome replaces it (the store kept no second record).
+        if !matches!(error, ResumeError::UnknownSuspension { .. }) {
+            remove_running(caller, id, token).await;
+        }
+    }
+    let mut result = resumed.map_err(|e| match e {
+        ResumeError::UnknownSuspension { id } => not_found(&id),
+        // Only approvers resume, and they may see every call: 410 tells them nothing.
+        ResumeError::Expired { id } => expired(&id),
+        error @ ResumeError::ThreadConfigUnavailable { .. } => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "thread_config_unavailable",
+            error.to_string(),
+        ),
+        other => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "suspension_store",
+            other.to_string(),
+        ),
+    })?;
     // A decision that did not take the call (its approval is bound to a definition that
     // changed since, say) leaves it waiting: nothing was decided, so nothing is recorded,
     // told or kept as its outcome — a caller reading it would drop a call another
@@ -898,6 +923,9 @@ async fn decide(
     if let (ToolStatus::Error, Some(error)) = (&result.status, &result.error)
         && still_waits(caller, id).await
     {
+        if let Some(token) = &running {
+            remove_running(caller, id, token).await;
+        }
         return Err(ApiError::from(error));
     }
     drain.explain_result(&mut result);
@@ -930,17 +958,28 @@ async fn decide(
 
 /// Approves the waiting call `id` for its caller to make again. The approver is answered
 /// with what the approval holds for; the caller, who reads the outcome, is told to call
-/// again with the same arguments. Run by [`settle`], like every decision.
+/// again with the same arguments. Run by [`settle`], like every decision; `running` is
+/// the token of the running record kept as it began, removed if the call is not taken.
 async fn approve_retry(
     caller: &Caller,
     id: &str,
     saved: &SuspendedInvocation,
+    running: &str,
 ) -> Result<Response, ApiError> {
     let pipeline = caller.gateway.system.pipeline();
-    let approval = pipeline
+    let approved = pipeline
         .approve_retry(id, Some(CallerId::of(&caller.user)))
-        .await
-        .map_err(|error| ApiError::from(&error))?;
+        .await;
+    let approval = match approved {
+        Ok(approval) => approval,
+        Err(error) => {
+            // As in `decide`: taken by another decision, the call is that one's to record.
+            if !matches!(error, ToolError::UnknownSuspension { .. }) {
+                remove_running(caller, id, running).await;
+            }
+            return Err(ApiError::from(&error));
+        }
+    };
     let within = approval
         .expires_at
         .duration_since(approval.decided_at)
@@ -1004,24 +1043,26 @@ async fn remember(
 /// decision `decision` on it begins, so that from the moment the call leaves the waiting
 /// list until its outcome replaces the record, its caller reads that it runs, and until
 /// when (the deadline of an approved call, `server.request_timeout`), rather than that it
-/// is unknown.
+/// is unknown. Returns the token the record was kept with, for [`remove_running`].
 ///
 /// Kept just before the resume takes the call (the take is the pipeline's, inside it), so
-/// that no moment is left between. Readers look for the waiting call first, so a record
-/// kept for a decision that then does not take the call (it no longer matches its
-/// approval, another approver took it) says nothing while the call waits. Never kept over
-/// a real outcome: a decision that got there first ended the call, and this one will find
-/// nothing to take. Failing to keep it is logged; the decision goes on.
-async fn keep_running(caller: &Caller, id: &str, saved: &SuspendedInvocation, decision: &str) {
-    let store = &caller.gateway.suspensions;
-    match store.outcome(id).await {
-        Ok(Some(kept)) if !is_running_record(&kept.result) => return,
-        Ok(_) => {}
-        Err(error) => {
-            tracing::warn!(suspension_id = %id, %error, "whether a decided call has an outcome could not be read: no running record is kept for it");
-            return;
-        }
-    }
+/// that no moment is left between, and only if nothing is kept for the call yet, in one
+/// step of the store ([`SuspensionStore::keep_running`]): of two approvers deciding at
+/// once, the loser's record never lands over the outcome the winner kept (a rejection is
+/// kept at once), and the first record kept stands for the call's run, whichever decision
+/// takes it, until that decision keeps the outcome over it. Readers look for the waiting
+/// call first, so a record kept for a decision that then does not take the call says
+/// nothing while the call waits, and that decision removes it. Failing to keep it is
+/// logged; the decision goes on.
+///
+/// [`SuspensionStore::keep_running`]: toolgate_core::suspension::SuspensionStore::keep_running
+async fn keep_running(
+    caller: &Caller,
+    id: &str,
+    saved: &SuspendedInvocation,
+    decision: &str,
+) -> String {
+    let token = decision_token();
     let record = running_record(
         id,
         &saved.user,
@@ -1030,53 +1071,55 @@ async fn keep_running(caller: &Caller, id: &str, saved: &SuspendedInvocation, de
         &caller.user.id,
         std::time::SystemTime::now(),
         caller.gateway.config.server.request_timeout,
-    );
-    if let Err(error) = store.keep_outcome(record).await {
-        tracing::warn!(suspension_id = %id, %error, "a running record could not be kept for a decided call: its caller will not find it until it ends");
+    )
+    .with_suspended_at(saved.suspended_at);
+    match caller
+        .gateway
+        .suspensions
+        .keep_running(record, &token)
+        .await
+    {
+        Ok(true) => {}
+        Ok(false) => {
+            tracing::debug!(suspension_id = %id, "a decided call already has an outcome or a running record: this decision keeps none");
+        }
+        Err(error) => {
+            tracing::warn!(suspension_id = %id, %error, "a running record could not be kept for a decided call: its caller will not find it until it ends");
+        }
+    }
+    token
+}
+
+/// Removes the running record that the decision with `token` kept for the call `id`
+/// ([`keep_running`]), when that decision ended without taking the call: the call still
+/// waits (or expired), and nothing runs. A record kept by another decision, or an
+/// outcome, is left. Failing is logged: the record then says nothing while the call
+/// waits, and stands for the run of the decision that takes it later, until its outcome
+/// replaces it.
+async fn remove_running(caller: &Caller, id: &str, token: &str) {
+    if let Err(error) = caller.gateway.suspensions.remove_running(id, token).await {
+        tracing::warn!(suspension_id = %id, %error, "the running record of a decision that did not take its call could not be removed");
     }
 }
 
-/// Keeps the outcome of the decided call `id` for its caller. The decision stands if it
-/// cannot be kept: that is logged, and the caller's look-up answers 404.
+/// Keeps the outcome of the decided call `id` for its caller, over any running record. The
+/// decision stands if it cannot be kept: that is logged, and the caller's look-up answers
+/// 404.
 async fn keep_outcome(
     caller: &Caller,
     id: &str,
     saved: &SuspendedInvocation,
     result: serde_json::Result<Value>,
 ) {
-    let outcome = DecidedCall::new(id, &saved.user, result.unwrap_or(Value::Null));
-    let store = Arc::clone(&caller.gateway.suspensions);
-    if let Err(error) = store.keep_outcome(outcome.clone()).await {
+    let outcome = DecidedCall::new(id, &saved.user, result.unwrap_or(Value::Null))
+        .with_suspended_at(saved.suspended_at);
+    if let Err(error) = caller.gateway.suspensions.keep_outcome(outcome).await {
         tracing::error!(suspension_id = %id, %error, "the outcome of a decided call could not be kept: its caller will not find it");
-        return;
-    }
-    tokio::spawn(keep_over_running(store, outcome));
-}
-
-/// When a kept outcome is looked at again ([`keep_over_running`]), after it was kept.
-const LOOKED_AT_AGAIN: [Duration; 2] = [Duration::from_secs(1), Duration::from_secs(4)];
-
-/// Keeps `outcome` again if a running record stands in its place a moment after it was
-/// kept. An approver who found the call still waiting keeps a running record just before
-/// their own decision, which then finds the call taken by another; read before this
-/// outcome was kept and written after it, that record would stand in for it — a rejected
-/// call read as approved and running, then lost. Such a record lands within the store's
-/// round trips of this outcome being kept (each bounded by `state.deadline`), so it is
-/// looked at again after one second and after five: a running record found then is none
-/// of this decision's, and the outcome is kept over it.
-async fn keep_over_running(store: Arc<dyn SuspensionStore>, outcome: DecidedCall) {
-    for wait in LOOKED_AT_AGAIN {
-        tokio::time::sleep(wait).await;
-        if let Ok(Some(kept)) = store.outcome(&outcome.id).await
-            && is_running_record(&kept.result)
-        {
-            tracing::info!(suspension_id = %outcome.id, "another approver's running record stood in for a decided call's outcome: the outcome is kept again");
-            if let Err(error) = store.keep_outcome(outcome.clone()).await {
-                tracing::error!(suspension_id = %outcome.id, %error, "the outcome of a decided call could not be kept again: its caller will read it as running, then lost");
-            }
-        }
     }
 }
+
+#[cfg(test)]
+mod races;
 
 #[cfg(test)]
 mod tests {
@@ -1152,42 +1195,6 @@ mod tests {
             .await
             .expect("the drain ends when the decision does");
         assert!(recorded.load(SeqCst), "the decision ran to its end");
-    }
-
-    #[tokio::test(start_paused = true)]
-    async fn a_running_record_kept_over_a_decided_outcome_is_replaced_by_it_again() {
-        use toolgate_core::User;
-        use toolgate_core::suspension::InMemorySuspensionStore;
-
-        let store: Arc<dyn SuspensionStore> = Arc::new(InMemorySuspensionStore::default());
-        let bob = User::new("bob");
-        let rejected = DecidedCall::new("s-1", &bob, json!({"status": "error"}));
-        store.keep_outcome(rejected.clone()).await.unwrap();
-        let watching = tokio::spawn(keep_over_running(Arc::clone(&store), rejected));
-        // A losing approver's record, read before the outcome was kept and written after.
-        let since = std::time::SystemTime::now();
-        let record = running_record(
-            "s-1",
-            &bob,
-            "sleep",
-            "approve",
-            "alice",
-            since,
-            Duration::from_secs(30),
-        );
-        store.keep_outcome(record).await.unwrap();
-        let kept = |store: &Arc<dyn SuspensionStore>| {
-            let store = Arc::clone(store);
-            async move { store.outcome("s-1").await.unwrap().unwrap().result }
-        };
-        assert_eq!(kept(&store).await["status"], "running");
-
-        watching.await.unwrap();
-        assert_eq!(
-            kept(&store).await["status"],
-            "error",
-            "the outcome stands again"
-        );
     }
 
     #[tokio::test]

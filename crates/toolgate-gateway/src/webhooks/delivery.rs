@@ -46,7 +46,8 @@ pub(super) trait Expiries: Send + Sync {
 
 /// How often a serving notifier looks in the suspension store for waiting calls it does
 /// not watch yet — those another replica parked since — so that their expiry is reported
-/// even when that replica is gone by then.
+/// even when that replica is gone by then, and claims the expiries nobody told (those of
+/// calls that expired before any replica watching them came to them).
 pub const ADOPT_EVERY: Duration = Duration::from_secs(30);
 
 /// How a notifier's task reaches the [`Expiries`] it watches.

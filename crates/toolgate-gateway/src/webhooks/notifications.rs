@@ -7,8 +7,17 @@
 //! *claimed* out of the table by whoever sees its end first — the resume that takes it
 //! (decided) or the expiry timer, or a look-up that finds it expired (expired) — so a
 //! decided call is never also reported expired, and an expired one is reported once.
+//!
+//! Across replicas sharing a store, the store says who tells an expiry: each expired call
+//! is given to one replica only ([`SuspensionStore::claim_expired`]), which tells it. A
+//! replica claims when a call it watches comes due, when a look-up finds one expired, and
+//! every [`ADOPT_EVERY`](super::delivery::ADOPT_EVERY) — so the expiry of a call whose
+//! replica died before anyone else watched it is told too, at most that much late. A
+//! store that cannot claim leaves each process to tell the expiries of the calls it
+//! watches (several may then tell one, under one event id).
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, SystemTime};
 
@@ -32,6 +41,40 @@ struct Inner {
     current: ArcSwapOption<Notifier>,
     /// Bumped when a call is watched, so that the expiry timer looks again.
     wake: watch::Sender<()>,
+    /// Whether the store claims expiries ([`SuspensionStore::claim_expired`]): one of
+    /// [`CLAIMS_UNKNOWN`], [`CLAIMS`], [`CLAIMS_NOT`], as the last claim found.
+    claims: AtomicU8,
+    /// Expiries are left to claim: a sweep claimed a full page, so another is due at once.
+    more: AtomicBool,
+    /// Every event sent, its kind and call, for tests to count.
+    #[cfg(test)]
+    sent: Mutex<Vec<(WebhookEventName, String)>>,
+}
+
+/// No claim was tried yet.
+const CLAIMS_UNKNOWN: u8 = 0;
+/// The store claims expiries.
+const CLAIMS: u8 = 1;
+/// The store cannot claim expiries: each process tells those of the calls it watches.
+const CLAIMS_NOT: u8 = 2;
+
+/// The most expiries one sweep claims or confirms: a flood of expired calls is told a page
+/// at a time, each page a sweep of its own, so that no sweep holds the store (or this
+/// task) for long.
+const SWEEP_PAGE: usize = 256;
+
+/// How long after its expiry a watched call that the store still keeps waiting (its clock
+/// behind this one's) is looked at again.
+const RECHECK_AFTER: Duration = Duration::from_secs(1);
+
+/// What a round of claims found.
+enum Claimed {
+    /// The store claims expiries; these calls were claimed and told (by id).
+    Told(Vec<String>),
+    /// The store cannot claim: each process tells the expiries of what it watches.
+    Unsupported,
+    /// The store failed: the expiries stay in it, for a later round.
+    Failed,
 }
 
 /// The waiting calls, by id and by expiry.
@@ -56,11 +99,13 @@ impl Watched {
         self.by_id.insert(call.id.clone(), call);
     }
 
-    /// Removes and returns the calls due by `now`.
-    fn take_due(&mut self, now: SystemTime) -> Vec<Arc<CallSummary>> {
+    /// Removes and returns the calls due by `now`, at most `limit` of them (the soonest
+    /// due first).
+    fn take_due(&mut self, now: SystemTime, limit: usize) -> Vec<Arc<CallSummary>> {
         let mut due = Vec::new();
         while let Some((at, _)) = self.by_expiry.first()
             && *at <= now
+            && due.len() < limit
         {
             let (_, id) = self.by_expiry.pop_first().expect("looked at above");
             due.extend(self.by_id.remove(&id));
@@ -92,6 +137,10 @@ impl Notifications {
                 watched: Mutex::new(Watched::default()),
                 current: ArcSwapOption::empty(),
                 wake: watch::channel(()).0,
+                claims: AtomicU8::new(CLAIMS_UNKNOWN),
+                more: AtomicBool::new(false),
+                #[cfg(test)]
+                sent: Mutex::default(),
             }),
         }
     }
@@ -128,7 +177,7 @@ impl Notifications {
                 let mut watched = self.lock();
                 if watched.by_id.len() >= cap {
                     // Due calls are left only when no notifier watches: nobody is told.
-                    watched.take_due(SystemTime::now());
+                    watched.take_due(SystemTime::now(), usize::MAX);
                 }
                 let room = watched.by_id.len() < cap;
                 if room {
@@ -154,7 +203,8 @@ impl Notifications {
     /// told when it started): the calls of a store that outlives the process (Redis) are
     /// then reported when they expire even though this process did not see them start —
     /// after a restart, or on a replica that started later. Where two processes watch a
-    /// call, both may report its expiry, under one id ([`Event::new`]). At most `cap`
+    /// call, the store gives its expiry to one ([`SuspensionStore::claim_expired`]); one
+    /// that cannot claim leaves both to report it, under one id ([`Event::new`]). At most `cap`
     /// calls are watched in all. How many calls were taken in; a store that cannot list
     /// takes none. The store is listed in its light form
     /// ([`list_expiries`](SuspensionStore::list_expiries)), and only the calls not watched
@@ -241,10 +291,56 @@ impl Notifications {
         }
     }
 
-    /// A claimed call expired: `suspension.expired` is sent, as of its expiry.
+    /// A claimed call was found expired (by a look-up): `suspension.expired` is sent, as
+    /// of its expiry — by this process when the store cannot claim expiries, else by the
+    /// one replica the store gives it to: the call is watched again, due at once, so
+    /// that the expiry timer claims it.
     pub(crate) fn expired(&self, call: Arc<CallSummary>) {
+        if self.inner.claims.load(Ordering::Relaxed) == CLAIMS_NOT {
+            self.tell_expired(call);
+        } else {
+            self.unclaim(call);
+        }
+    }
+
+    /// Sends `suspension.expired` for `call`, as of its expiry.
+    fn tell_expired(&self, call: Arc<CallSummary>) {
         let at = call.expires_at.unwrap_or_else(SystemTime::now);
         self.send(WebhookEventName::Expired, at, call, None);
+    }
+
+    /// Claims from `store` up to a page of expiries nobody told yet — of the calls this
+    /// process watches or not: those of a replica gone too — and tells them. A full page
+    /// leaves another sweep due at once.
+    async fn claim_expired(&self, store: &dyn SuspensionStore) -> Claimed {
+        let claimed = match store.claim_expired(SWEEP_PAGE).await {
+            Ok(claimed) => claimed,
+            Err(SuspensionStoreError::CannotList) => {
+                self.inner.claims.store(CLAIMS_NOT, Ordering::Relaxed);
+                return Claimed::Unsupported;
+            }
+            Err(error) => {
+                tracing::warn!(
+                    %error,
+                    "the expired calls of the suspension store could not be claimed: their `suspension.expired` is sent once it can be"
+                );
+                return Claimed::Failed;
+            }
+        };
+        self.inner.claims.store(CLAIMS, Ordering::Relaxed);
+        if claimed.len() >= SWEEP_PAGE {
+            self.inner.more.store(true, Ordering::Relaxed);
+            self.inner.wake.send_replace(());
+        }
+        let mut told = Vec::with_capacity(claimed.len());
+        for call in claimed {
+            let summary = self
+                .claim(&call.id)
+                .unwrap_or_else(|| Arc::new(CallSummary::of(&call)));
+            told.push(call.id);
+            self.tell_expired(summary);
+        }
+        Claimed::Told(told)
     }
 
     fn send(
@@ -254,6 +350,12 @@ impl Notifications {
         call: Arc<CallSummary>,
         decision: Option<DecisionSummary>,
     ) {
+        #[cfg(test)]
+        self.inner
+            .sent
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push((kind, call.id.clone()));
         if let Some(notifier) = self.inner.current.load().as_ref()
             && notifier.subscribes(kind)
         {
@@ -287,28 +389,55 @@ impl Notifications {
         Notifier::start(webhooks, watch, store, cap)
     }
 
-    /// The earliest expiry watched.
+    /// The earliest expiry watched (the epoch when expiries are left to claim).
     fn next_expiry(&self) -> Option<SystemTime> {
+        if self.inner.more.load(Ordering::Relaxed) {
+            return Some(SystemTime::UNIX_EPOCH);
+        }
         self.lock().by_expiry.first().map(|(at, _)| *at)
     }
 
-    /// Reports the calls whose expiry has come, as `store` confirms: one that `store` still
-    /// keeps is watched again for its new expiry; one it no longer knows was decided in
-    /// the meantime, or forgotten — no expiry is claimed for it.
+    /// Reports the calls whose expiry has come, as `store` confirms, a page at a time.
+    /// Where the store claims expiries, it tells which of them (and of other replicas'
+    /// calls) this process tells; a due call it did not give is told by another replica,
+    /// or was decided, unless the store keeps it waiting still (then it is watched again).
+    /// Otherwise each due call is looked up: told if expired; one `store` still keeps is
+    /// watched again for its new expiry; one it no longer knows was decided in the
+    /// meantime, or forgotten — no expiry is claimed for it.
     async fn expire_due(&self, store: &dyn SuspensionStore) {
         let now = SystemTime::now();
-        let due = self.lock().take_due(now);
+        self.inner.more.store(false, Ordering::Relaxed);
+        let due = self.lock().take_due(now, SWEEP_PAGE);
+        if due.len() >= SWEEP_PAGE {
+            self.inner.more.store(true, Ordering::Relaxed);
+        }
+        let claimed = match self.claim_expired(store).await {
+            Claimed::Told(told) => Some(told),
+            Claimed::Unsupported => None,
+            // The store keeps them: the next round claims them, here or elsewhere.
+            Claimed::Failed => return,
+        };
         for call in due {
+            if claimed.as_ref().is_some_and(|told| told.contains(&call.id)) {
+                continue;
+            }
             match store.get(&call.id).await {
-                Err(SuspensionStoreError::Expired { .. }) => self.expired(call),
-                Ok(Some(kept)) => {
-                    if let Some(at) = kept.expires_at.filter(|at| *at > now) {
-                        let mut later = (*call).clone();
-                        later.expires_at = Some(at);
-                        self.unclaim(Arc::new(later));
-                    }
+                Err(SuspensionStoreError::Expired { .. }) if claimed.is_none() => {
+                    self.tell_expired(call);
                 }
-                Ok(None) => {}
+                Ok(Some(kept)) => {
+                    let at = kept.expires_at.filter(|at| *at > now);
+                    let at = match (at, &claimed) {
+                        (Some(at), _) => at,
+                        // Its expiry came here but not yet at the store: looked at again.
+                        (None, Some(_)) => now + RECHECK_AFTER,
+                        (None, None) => continue,
+                    };
+                    let mut later = (*call).clone();
+                    later.expires_at = Some(at);
+                    self.unclaim(Arc::new(later));
+                }
+                Ok(None) | Err(SuspensionStoreError::Expired { .. }) => {}
                 Err(error) => tracing::warn!(
                     suspension_id = %call.id,
                     error = %error,
@@ -337,6 +466,9 @@ impl Expiries for Notifications {
 
     fn adopt_stored<'a>(&'a self, store: &'a dyn SuspensionStore, cap: usize) -> BoxFuture<'a, ()> {
         Box::pin(async move {
+            // The expiries nobody told: of calls that expired before any replica watching
+            // them came to them, their replica gone.
+            self.claim_expired(store).await;
             match self.adopt(store, cap).await {
                 Ok(0) => {}
                 Ok(calls) => tracing::info!(
@@ -383,7 +515,12 @@ mod tests {
             Some("a")
         );
         assert!(notifications.claim("a").is_none(), "claimed once");
-        assert!(notifications.lock().take_due(SystemTime::now()).is_empty());
+        assert!(
+            notifications
+                .lock()
+                .take_due(SystemTime::now(), usize::MAX)
+                .is_empty()
+        );
         assert_eq!(notifications.watched(), 1);
     }
 
@@ -553,5 +690,125 @@ mod tests {
             .await
             .expect("a notifier whose notifications are gone ends its task")
             .unwrap();
+    }
+
+    /// The calls `notifications` told expired, in the order told.
+    fn told_expired(notifications: &Notifications) -> Vec<String> {
+        let sent = notifications.inner.sent.lock().unwrap();
+        sent.iter()
+            .filter(|(kind, _)| *kind == WebhookEventName::Expired)
+            .map(|(_, id)| id.clone())
+            .collect()
+    }
+
+    /// A call parked through a replica, already expired: the store keeps it, and its
+    /// expiry is due.
+    async fn parked_and_expired(store: &InMemorySuspensionStore, id: &str) -> CallSummary {
+        let mut call = parked_elsewhere(id);
+        call.expires_at = Some(SystemTime::now() - Duration::from_millis(1));
+        store.save(call.clone()).await.unwrap();
+        CallSummary::of(&call)
+    }
+
+    #[tokio::test]
+    async fn an_expiry_whose_replica_died_before_anyone_watched_the_call_is_told_once() {
+        let store = InMemorySuspensionStore::default();
+        let parked_on = Notifications::new();
+        parked_on.waiting(parked_and_expired(&store, "orphan").await, 100);
+        // The replica that parked the call dies before it comes to its expiry, and before
+        // any other replica took the call in.
+        drop(parked_on);
+        let (first, second) = (Notifications::new(), Notifications::new());
+
+        // Both replicas' rounds (as every `ADOPT_EVERY`), twice.
+        for _ in 0..2 {
+            first.adopt_stored(&store, 100).await;
+            second.adopt_stored(&store, 100).await;
+        }
+
+        let told = [told_expired(&first), told_expired(&second)].concat();
+        assert_eq!(told, ["orphan"]);
+    }
+
+    #[tokio::test]
+    async fn two_replicas_watching_one_call_tell_its_expiry_once() {
+        let store = InMemorySuspensionStore::default();
+        let call = parked_and_expired(&store, "watched").await;
+        let replicas = [Notifications::new(), Notifications::new()];
+        for replica in &replicas {
+            replica.waiting(call.clone(), 100);
+        }
+
+        for replica in &replicas {
+            assert!(
+                replica
+                    .next_expiry()
+                    .is_some_and(|at| at <= SystemTime::now())
+            );
+            replica.expire_due(&store).await;
+        }
+
+        let told: Vec<String> = replicas.iter().flat_map(told_expired).collect();
+        assert_eq!(told, ["watched"]);
+        assert!(replicas.iter().all(|r| r.watched() == 0));
+    }
+
+    #[tokio::test]
+    async fn a_look_up_that_finds_a_call_expired_leaves_its_telling_to_the_store() {
+        let store = InMemorySuspensionStore::default();
+        let (here, there) = (Notifications::new(), Notifications::new());
+        for replica in [&here, &there] {
+            // A first round, nothing expired yet: the store claims expiries.
+            replica.adopt_stored(&store, 100).await;
+        }
+        let call = parked_and_expired(&store, "looked-up").await;
+        for replica in [&here, &there] {
+            replica.waiting(call.clone(), 100);
+        }
+
+        // As `NotifyingStore` does when a look-up answers that the call expired.
+        let claimed = here.claim("looked-up").unwrap();
+        here.expired(claimed);
+        assert!(told_expired(&here).is_empty(), "left to the timer's claim");
+        there.expire_due(&store).await;
+        here.expire_due(&store).await;
+
+        let told = [told_expired(&here), told_expired(&there)].concat();
+        assert_eq!(told, ["looked-up"]);
+        assert_eq!(here.watched() + there.watched(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_flood_of_expired_calls_is_told_a_page_a_sweep_each_once() {
+        let store = InMemorySuspensionStore::default();
+        let flood = 2 * SWEEP_PAGE + 10;
+        for i in 0..flood {
+            parked_and_expired(&store, &format!("c{i:04}")).await;
+        }
+        let replica = Notifications::new();
+
+        replica.adopt_stored(&store, 10_000).await;
+        assert_eq!(told_expired(&replica).len(), SWEEP_PAGE, "one page a sweep");
+        // The rest is due at once, a page a sweep.
+        let mut sweeps = 1;
+        while replica
+            .next_expiry()
+            .is_some_and(|at| at <= SystemTime::now())
+        {
+            let before = told_expired(&replica).len();
+            replica.expire_due(&store).await;
+            assert!(told_expired(&replica).len() - before <= SWEEP_PAGE);
+            sweeps += 1;
+            assert!(
+                sweeps <= 4,
+                "the flood is drained in a bounded number of sweeps"
+            );
+        }
+
+        let mut told = told_expired(&replica);
+        told.sort();
+        told.dedup();
+        assert_eq!(told.len(), flood, "each call told, once");
+        assert_eq!(told_expired(&replica).len(), flood);
     }
 }

@@ -127,6 +127,18 @@ impl SuspensionStore for NotifyingStore {
         self.inner.keep_outcome(outcome).await
     }
 
+    async fn keep_running(
+        &self,
+        record: DecidedCall,
+        token: &str,
+    ) -> Result<bool, SuspensionStoreError> {
+        self.inner.keep_running(record, token).await
+    }
+
+    async fn remove_running(&self, id: &str, token: &str) -> Result<bool, SuspensionStoreError> {
+        self.inner.remove_running(id, token).await
+    }
+
     async fn outcome(&self, id: &str) -> Result<Option<DecidedCall>, SuspensionStoreError> {
         self.inner.outcome(id).await
     }

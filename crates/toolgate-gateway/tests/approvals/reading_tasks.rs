@@ -99,3 +99,30 @@ async fn a_caller_allowed_the_outcome_tool_reads_a_working_task_under_an_authori
     let said = stranger["error"]["message"].as_str().unwrap_or_default();
     assert!(said.contains("no task"), "{stranger}");
 }
+
+/// An ended task was created when its call was made, not when it is read: the `createdAt`
+/// of a completed or a cancelled task is the one it had while its call waited.
+#[tokio::test]
+async fn an_ended_task_is_created_when_its_call_was_made_not_when_it_is_read() {
+    let gateway = Gateway::start(&sleep_waits());
+    let approved = call_as_task(&gateway, "bob").await;
+    let withdrawn = call_as_task(&gateway, "bob").await;
+    let created = |answer: &Value| answer["result"]["createdAt"].as_str().map(str::to_owned);
+    let when_approved = created(&task_request(&gateway, "bob", "tasks/get", &approved).await);
+    let when_withdrawn = created(&task_request(&gateway, "bob", "tasks/get", &withdrawn).await);
+    assert!(when_approved.is_some() && when_withdrawn.is_some());
+    // `createdAt` is to the second: read in a later one, "now" would differ.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+
+    let decided = approve(&gateway, "alice", &approved).await;
+    assert_eq!(decided.status, 200, "{}", decided.body);
+    let cancel = task_request(&gateway, "bob", "tasks/cancel", &withdrawn).await;
+    assert_eq!(cancel["result"]["resultType"], "complete", "{cancel}");
+
+    let done = task_request(&gateway, "bob", "tasks/get", &approved).await;
+    assert_eq!(done["result"]["status"], "completed", "{done}");
+    assert_eq!(created(&done), when_approved, "{done}");
+    let cancelled = task_request(&gateway, "bob", "tasks/get", &withdrawn).await;
+    assert_eq!(cancelled["result"]["status"], "cancelled", "{cancelled}");
+    assert_eq!(created(&cancelled), when_withdrawn, "{cancelled}");
+}

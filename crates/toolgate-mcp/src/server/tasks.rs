@@ -54,7 +54,10 @@ const OUTCOME_LOST: &str = "outcome_lost";
 
 /// The task of suspension `id` from the outcome tool's answer `outcome` (`waiting`, with
 /// `reason`, `suspended_at` and `expires_at` when known; `running`, with `decided_by`
-/// and `running_since`), or the result it was decided with, `result`.
+/// and `running_since`; `decided`), or the result it was decided with, `result`. The
+/// task was created when the call began to wait: `suspended_at`, which the outcome tool
+/// answers for a call decided too when its outcome says (not one kept by an earlier
+/// version); else since when it runs, else now.
 pub(super) fn detailed(id: &str, outcome: &Value, result: Option<CallToolResult>) -> DetailedTask {
     let now = rfc3339(SystemTime::now());
     let created = outcome["suspended_at"]
@@ -164,8 +167,9 @@ pub(super) async fn withdraw(
                 told(&waiting, user, &reason);
             }
         }
-        // Decided by an approver a moment before: it ended all the same.
-        Err(ToolError::UnknownSuspension { .. }) => {}
+        // Decided by an approver a moment before: it ended all the same, and that
+        // decision keeps its outcome (the call may be running): nothing is kept over it.
+        Err(ToolError::UnknownSuspension { .. }) => return Ok(()),
         Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
     }
     let outcome = DecidedCall::new(
@@ -176,7 +180,8 @@ pub(super) async fn withdraw(
             "status": "error",
             "error": { "code": WITHDRAWN, "message": reason },
         }),
-    );
+    )
+    .with_suspended_at(waiting.suspended_at);
     store.keep_outcome(outcome).await.map_err(failed)
 }
 
@@ -185,14 +190,19 @@ pub(super) fn was_withdrawn(outcome: &Value) -> bool {
     outcome["status"] == "decided" && outcome["result"]["error"]["code"] == WITHDRAWN
 }
 
-/// The task of a call its caller withdrew.
+/// The task of a call its caller withdrew, created when the call began to wait
+/// (`suspended_at` of the outcome tool's answer, now for a withdrawal kept by an earlier
+/// version).
 pub(super) fn cancelled(id: &str, outcome: &Value) -> DetailedTask {
     let now = rfc3339(SystemTime::now());
+    let created = outcome["suspended_at"]
+        .as_str()
+        .map_or_else(|| now.clone(), str::to_owned);
     let message = outcome["result"]["error"]["message"]
         .as_str()
         .unwrap_or_default();
     DetailedTask::new(
-        Task::new(id, TaskStatus::Cancelled, now.clone(), now).with_status_message(message),
+        Task::new(id, TaskStatus::Cancelled, created, now).with_status_message(message),
         TaskPayload::Cancelled,
     )
 }
@@ -320,6 +330,24 @@ mod tests {
         assert_eq!(failed["status"], "failed", "{failed}");
         assert_eq!(failed["statusMessage"], said, "{failed}");
         assert_eq!(failed["error"]["data"]["code"], OUTCOME_LOST, "{failed}");
+    }
+
+    #[test]
+    fn an_ended_task_is_created_when_its_call_began_to_wait() {
+        let made = "2026-11-28T05:00:00Z";
+        let withdrawn = json!({
+            "status": "decided",
+            "suspended_at": made,
+            "result": { "status": "error", "error": { "code": WITHDRAWN, "message": "withdrawn" } },
+        });
+        let task = serde_json::to_value(cancelled("susp-1", &withdrawn)).unwrap();
+        assert_eq!(task["status"], "cancelled", "{task}");
+        assert_eq!(task["createdAt"], made, "{task}");
+
+        let decided = json!({ "status": "decided", "suspended_at": made, "result": {} });
+        let done = CallToolResult::success(vec![rmcp::model::ContentBlock::text("ok")]);
+        let task = serde_json::to_value(detailed("susp-1", &decided, Some(done))).unwrap();
+        assert_eq!(task["createdAt"], made, "{task}");
     }
 
     #[test]

@@ -5,6 +5,7 @@
 -- A taken call leaves every index at once (it no longer waits, counts or lists), but its
 -- row is held a short while, marked with the take's token: if this answer is lost on the
 -- way, the replica that asked puts the call back (undo.lua); otherwise the row expires.
+-- Its expiry notice is held aside as long (a decided call is never told expired).
 --
 -- KEYS[1]  <base>:calls
 -- ARGV     base, id, '1' to take or '0' to read, max_total, how long expired ids are
@@ -45,5 +46,11 @@ if take then
   redis.call('HDEL', base .. ':owners', id)
   redis.call('HSET', row, 'held_by', ARGV[7])
   redis.call('PEXPIRE', row, tonumber(ARGV[8]))
+  local notice = base .. ':notice:' .. id
+  redis.call('ZREM', base .. ':notices', id)
+  if redis.call('EXISTS', notice) == 1 then
+    redis.call('RENAME', notice, base .. ':held_notice:' .. id)
+    redis.call('PEXPIRE', base .. ':held_notice:' .. id, tonumber(ARGV[8]))
+  end
 end
 return {'ok', value, at}

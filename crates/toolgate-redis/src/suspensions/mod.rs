@@ -13,9 +13,9 @@ use std::sync::{Arc, LazyLock, Mutex, PoisonError};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::{FromRedisValue, Script, ScriptInvocation};
+use toolgate_core::suspension::{EXPIRY_TOLD_WITHIN, SuspensionLimits, SuspensionStoreError};
 #[cfg(doc)]
 use toolgate_core::suspension::{SuspendedInvocation, SuspensionStore};
-use toolgate_core::suspension::{SuspensionLimits, SuspensionStoreError};
 
 use crate::link::{Failure, Link};
 use crate::seal::Seal;
@@ -29,6 +29,10 @@ static EXPIRED_OWNER: LazyLock<Script> =
 static KEEP_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("keep_retry.lua")));
 static USE_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("use_retry.lua")));
 static KEEP_OUTCOME: LazyLock<Script> = LazyLock::new(|| script(include_str!("keep_outcome.lua")));
+static REMOVE_RUNNING: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("remove_running.lua")));
+static CLAIM_EXPIRED: LazyLock<Script> =
+    LazyLock::new(|| script(include_str!("claim_expired.lua")));
 static UNDO: LazyLock<Script> = LazyLock::new(|| script(include_str!("undo.lua")));
 static UNKEEP_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("unkeep_retry.lua")));
 
@@ -50,6 +54,13 @@ const UNDO_PAUSES: [Duration; 4] = [
 
 /// How long a taken call's row is held for an undo (ms).
 const HOLD_MS: u64 = 120_000;
+
+/// How long a call's expiry notice is kept past its expiry for a replica to claim (ms),
+/// when calls wait at most `expire_after`: as long as its id is remembered as expired, and
+/// [`EXPIRY_TOLD_WITHIN`] at least.
+fn told_within(expire_after: Duration) -> u64 {
+    span_ms(expire_after.max(EXPIRY_TOLD_WITHIN))
+}
 
 /// How many ids a listing reads from Redis at a time, at most: a listing reads as many as
 /// it still needs plus [`SPARE`].
@@ -114,6 +125,20 @@ const LONGEST_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 ///   and list as any other (reads never use the index) but are not counted against their
 ///   caller, and an id left in an index after its outcome went another way stops counting
 ///   (`keep_outcome.lua`).
+/// * Running records ([`keep_running`](SuspensionStore::keep_running)) are outcomes kept
+///   only when nothing is kept for the id, checked and written in the same script, and
+///   counted as outcomes. Each is marked with its decision's token and a digest of the
+///   value written (`:outcome_run:<id>`, expiring with it), so that
+///   [`remove_running`](SuspensionStore::remove_running) removes only that decision's
+///   record, and never an outcome kept over it — by an earlier version too, which replaces
+///   the value and leaves the mark. During a rolling upgrade, replicas of an earlier
+///   version keep their running records unconditionally, as they did.
+///
+/// * Expiry notices ([`claim_expired`](SuspensionStore::claim_expired)): each saved call
+///   leaves one — the call without its input, output, payload and metadata, sealed as the
+///   call is — kept until `expire_after` after its expiry (ten minutes at least), at most
+///   `max_total` of calls expired. One script claims a notice and removes it, so of every replica asking, one
+///   gets it; a notice of a call decided before it expired is dropped untold.
 ///
 /// Every key has an expiry (see `docs/scaling.md`, "Waiting calls on Redis"): nothing stays
 /// once its calls, approvals and outcomes are gone.
@@ -337,7 +362,8 @@ impl RedisSuspensions {
                 .arg(what)
                 .arg(&token)
                 .arg(limits.max_total)
-                .arg(span_ms(limits.expire_after));
+                .arg(span_ms(limits.expire_after))
+                .arg(told_within(limits.expire_after));
             invocation
         });
     }

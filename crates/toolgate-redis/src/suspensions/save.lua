@@ -6,7 +6,8 @@
 --          caller_key writes), value, the call's own expiry in ms ('' for none),
 --          expire_after ms, max_per_user, max_total, how long expired ids are remembered (ms),
 --          the fingerprint of the key that sealed the value, a token of this save (for
---          undo.lua)
+--          undo.lua), the call without its contents, sealed as the value is (its expiry
+--          notice, for claim_expired.lua), how long a notice is kept past the expiry (ms)
 -- returns  {'ok', expiry ms} | {'user_full', 0} | {'full', 0}
 
 local base, id, user, value = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -37,6 +38,20 @@ end
 -- A call saved again under its id replaces the one before.
 forget(base, id)
 unremember(base, {id})
+-- Its expiry notice, for one replica to claim and tell (claim_expired.lua); a take moves
+-- it aside (lookup.lua). At most `total` notices of calls expired are kept, the oldest
+-- going first.
+local notices, told_within = base .. ':notices', tonumber(ARGV[13])
+redis.call('SET', base .. ':notice:' .. id, ARGV[12], 'PX', math.max(1, at - now + told_within))
+redis.call('ZADD', notices, at, id)
+extend(notices, at - now + told_within)
+local told = redis.call('ZCOUNT', notices, '-inf', now) - total
+if told > 0 then
+  for _, old in ipairs(redis.call('ZRANGE', notices, 0, told - 1)) do
+    redis.call('ZREM', notices, old)
+    redis.call('DEL', base .. ':notice:' .. old)
+  end
+end
 if at <= now then
   remember(base, id, at, keep, total, user)
   return {'ok', at}

@@ -10,11 +10,11 @@ use toolgate_core::suspension::{
     SuspensionStoreError,
 };
 
-use super::values::{Place, call_place, caller_key, caller_of};
+use super::values::{Place, call_place, caller_key, caller_of, notice_place};
 use super::{
-    EXPIRED_OWNER, FETCH, FETCH_BYTES, FETCH_IDS, HOLD_MS, KEEP_OUTCOME, KEEP_RETRY, LATEST_MS,
-    LOOKUP, PAGE, RedisSuspensions, SAVE, SPARE, USE_RETRY, instant, millis, span_ms, unavailable,
-    unexpected,
+    CLAIM_EXPIRED, EXPIRED_OWNER, FETCH, FETCH_BYTES, FETCH_IDS, HOLD_MS, KEEP_OUTCOME, KEEP_RETRY,
+    LATEST_MS, LOOKUP, PAGE, REMOVE_RUNNING, RedisSuspensions, SAVE, SPARE, USE_RETRY, instant,
+    millis, span_ms, told_within, unavailable, unexpected,
 };
 
 impl RedisSuspensions {
@@ -171,6 +171,39 @@ impl RedisSuspensions {
         ids.sort_unstable();
         Ok(ids)
     }
+
+    /// Runs `keep_outcome.lua` for `outcome`: an outcome, or with `token` the running
+    /// record of that decision (kept only when nothing is kept for its id). The script's
+    /// status: `ok`, or `present` for a running record not kept.
+    async fn keep_decided(
+        &self,
+        outcome: DecidedCall,
+        token: Option<&str>,
+    ) -> Result<String, SuspensionStoreError> {
+        let limits = self.limits();
+        let place = Place {
+            kind: "outcome",
+            id: &outcome.id,
+        };
+        let value = self.encode(&place, &outcome)?;
+        let until = millis(outcome.decided_at)
+            .saturating_add(span_ms(limits.expire_after))
+            .min(LATEST_MS);
+        let mut invocation = KEEP_OUTCOME.prepare_invoke();
+        invocation
+            .key(self.key("outcomes"))
+            .arg(&*self.base)
+            .arg(&outcome.id)
+            .arg(value)
+            .arg(until)
+            .arg(limits.max_total)
+            .arg(caller_key(&outcome.user, outcome.tenant.as_deref()))
+            .arg(limits.max_per_user);
+        if let Some(token) = token {
+            invocation.arg(token);
+        }
+        self.run(&invocation).await
+    }
 }
 
 #[async_trait]
@@ -178,6 +211,7 @@ impl SuspensionStore for RedisSuspensions {
     async fn save(&self, suspended: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
         let limits = self.limits();
         let value = self.encode(&call_place(&suspended.id), &suspended)?;
+        let notice = self.encode(&notice_place(&suspended.id), &suspended.without_contents())?;
         let token = self.link.unique_id();
         let given = suspended
             .expires_at
@@ -199,7 +233,9 @@ impl SuspensionStore for RedisSuspensions {
             .arg(limits.max_total)
             .arg(span_ms(limits.expire_after))
             .arg(&*self.seal_id)
-            .arg(&token);
+            .arg(&token)
+            .arg(notice)
+            .arg(told_within(limits.expire_after));
         let (status, _expiry): (String, u64) = match self.try_run(&invocation).await {
             Ok(answer) => answer,
             Err(failure) => {
@@ -311,6 +347,38 @@ impl SuspensionStore for RedisSuspensions {
         Ok(listed)
     }
 
+    /// One script (`claim_expired.lua`) claims the notices `save.lua` left, so that of
+    /// every replica asking, one gets each. A notice this replica cannot open (another key
+    /// sealed it) is lost: logged, not given back.
+    async fn claim_expired(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut invocation = CLAIM_EXPIRED.prepare_invoke();
+        invocation
+            .key(self.key("notices"))
+            .arg(&*self.base)
+            .arg(limit)
+            .arg(told_within(self.limits().expire_after));
+        let claimed: Vec<(String, Vec<u8>, u64)> = self.run(&invocation).await?;
+        let mut calls = Vec::with_capacity(claimed.len());
+        for (id, notice, at) in claimed {
+            match self.decode::<SuspendedInvocation>(&notice_place(&id), &notice) {
+                Ok(mut call) => {
+                    call.expires_at = Some(instant(at));
+                    calls.push(call);
+                }
+                Err(error) => {
+                    tracing::warn!(suspension_id = %id, %error, "the expiry of a call on Redis cannot be told");
+                }
+            }
+        }
+        Ok(calls)
+    }
+
     async fn keep_retry_approval(
         &self,
         approval: RetryApproval,
@@ -393,28 +461,43 @@ impl SuspensionStore for RedisSuspensions {
     /// loses their own soonest to expire (`keep_outcome.lua`). Reads never use that index:
     /// outcomes kept by an earlier version, without it, read and list as before.
     async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
-        let limits = self.limits();
-        let place = Place {
-            kind: "outcome",
-            id: &outcome.id,
-        };
-        let value = self.encode(&place, &outcome)?;
-        let until = millis(outcome.decided_at)
-            .saturating_add(span_ms(limits.expire_after))
-            .min(LATEST_MS);
-        let mut invocation = KEEP_OUTCOME.prepare_invoke();
+        match self.keep_decided(outcome, None).await?.as_str() {
+            "ok" => Ok(()),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// One script, `keep_outcome.lua` with the token: it checks that nothing is kept for
+    /// the id and keeps the record as an outcome is kept, and marks it with the token and
+    /// a digest of what it wrote (`:outcome_run:<id>`, expiring with it). A record whose
+    /// answer did not come in time may still be kept later: it says "running" for a call
+    /// whose decision failed, until an outcome replaces it or it expires.
+    async fn keep_running(
+        &self,
+        record: DecidedCall,
+        token: &str,
+    ) -> Result<bool, SuspensionStoreError> {
+        match self.keep_decided(record, Some(token)).await?.as_str() {
+            "ok" => Ok(true),
+            "present" => Ok(false),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Removes the record only if its mark still names `token` and the row is still the
+    /// one the mark was written for (`remove_running.lua`): an outcome kept over it by an
+    /// earlier version, which leaves the mark, is not removed.
+    async fn remove_running(&self, id: &str, token: &str) -> Result<bool, SuspensionStoreError> {
+        let mut invocation = REMOVE_RUNNING.prepare_invoke();
         invocation
             .key(self.key("outcomes"))
             .arg(&*self.base)
-            .arg(&outcome.id)
-            .arg(value)
-            .arg(until)
-            .arg(limits.max_total)
-            .arg(caller_key(&outcome.user, outcome.tenant.as_deref()))
-            .arg(limits.max_per_user);
+            .arg(id)
+            .arg(token);
         let status: String = self.run(&invocation).await?;
         match status.as_str() {
-            "ok" => Ok(()),
+            "removed" => Ok(true),
+            "no" => Ok(false),
             other => Err(unexpected(other)),
         }
     }

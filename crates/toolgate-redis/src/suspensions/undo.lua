@@ -5,7 +5,7 @@
 --
 -- KEYS[1]  <base>:calls
 -- ARGV     base, id, 'save' or 'take', the token, max_total, how long expired ids are
---          remembered (ms)
+--          remembered (ms), how long an expiry notice is kept past the expiry (ms)
 -- returns  'undone' | 'no' (not there, not yet there, or not that save's or take's)
 
 local base, id, what, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
@@ -18,6 +18,8 @@ if what == 'save' then
     return 'no'
   end
   forget(base, id)
+  redis.call('ZREM', base .. ':notices', id)
+  redis.call('DEL', base .. ':notice:' .. id)
   return 'undone'
 end
 
@@ -26,6 +28,15 @@ if found[4] ~= token then
 end
 local at = tonumber(found[2])
 redis.call('HDEL', row, 'held_by')
+-- The expiry notice the take held aside waits again (to be told if the call expires).
+local held, told_within = base .. ':held_notice:' .. id, tonumber(ARGV[7])
+if redis.call('EXISTS', held) == 1 and at + told_within > now then
+  local notice = base .. ':notice:' .. id
+  redis.call('RENAME', held, notice)
+  redis.call('PEXPIRE', notice, at + told_within - now)
+  redis.call('ZADD', base .. ':notices', at, id)
+  extend(base .. ':notices', at + told_within - now)
+end
 if at <= now then
   forget(base, id)
   remember(base, id, at, keep, total, found[1])

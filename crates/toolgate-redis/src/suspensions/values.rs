@@ -25,6 +25,7 @@ impl Place<'_> {
         match self.kind {
             "call" => format!("the waiting call `{}`", self.id),
             "retry approval" => "an approval for a retry".to_owned(),
+            "expiry notice" => format!("the expiry notice of the call `{}`", self.id),
             _ => format!("the outcome of the call `{}`", self.id),
         }
     }
@@ -32,6 +33,14 @@ impl Place<'_> {
 
 pub(super) fn call_place(id: &str) -> Place<'_> {
     Place { kind: "call", id }
+}
+
+/// Where the expiry notice of the call `id` is kept (see `claim_expired.lua`).
+pub(super) fn notice_place(id: &str) -> Place<'_> {
+    Place {
+        kind: "expiry notice",
+        id,
+    }
 }
 
 impl RedisSuspensions {
