@@ -180,9 +180,9 @@ fn fit_violations(error: &ResultError, max_chars: usize) -> Option<(String, usiz
     if error.violations.is_empty() {
         return None;
     }
-    // The message as the error renders it: the list, and the words before it.
-    let rendered =
-        ToolError::InvalidInput(InputViolations(error.violations.clone())).caller_message();
+    // The message as the error renders it: the list, and the words before it — rendered
+    // whole, as a caller's message is cut to a bound and this is what cuts it.
+    let rendered = ToolError::InvalidInput(InputViolations(error.violations.clone())).to_string();
     if rendered != error.message {
         return None;
     }
@@ -191,8 +191,8 @@ fn fit_violations(error: &ResultError, max_chars: usize) -> Option<(String, usiz
     // length grows with `kept` (an entry and its separator take two characters or more;
     // the count loses one digit at most), so the most that fit are found by bisection.
     let with = |kept: usize| {
-        let listed = ToolError::InvalidInput(InputViolations(error.violations[..kept].to_vec()))
-            .caller_message();
+        let listed =
+            ToolError::InvalidInput(InputViolations(error.violations[..kept].to_vec())).to_string();
         let more = format!("; … and {} more", grouped((total - kept) as u64));
         let chars = listed.chars().count();
         (listed, more, chars)

@@ -49,20 +49,29 @@ pub struct ResultError {
     pub status: Option<u16>,
 }
 
+/// The error as its caller is told it: its message at most
+/// [`MAX_ERROR_CHARS`](toolgate_core::error::MAX_ERROR_CHARS) characters long. An
+/// invalid input's message over it keeps the first violations that fit whole and says
+/// how many it leaves out, and its list keeps the same ones.
 impl From<&ToolError> for ResultError {
     fn from(error: &ToolError) -> Self {
-        ResultError {
+        let (message, violations) = match error {
+            ToolError::InvalidInput(v) => (error.to_string(), v.0.clone()),
+            _ => (error.caller_message(), Vec::new()),
+        };
+        let mut result = ResultError {
             code: error.code().to_owned(),
-            message: error.caller_message(),
+            message,
             retry_after_ms: error
                 .retry_after_delay()
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
-            violations: match error {
-                ToolError::InvalidInput(v) => v.0.clone(),
-                _ => Vec::new(),
-            },
+            violations,
             status: Some(error.status()),
+        };
+        if !result.violations.is_empty() {
+            crate::limit::cut_error(&mut result, toolgate_core::error::MAX_ERROR_CHARS);
         }
+        result
     }
 }
 
@@ -270,5 +279,50 @@ impl ToolResult {
                 self.metadata.suspension_id.as_deref().unwrap_or("unknown")
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use toolgate_core::ToolError;
+    use toolgate_core::error::{InputViolations, MAX_ERROR_CHARS};
+
+    use super::ResultError;
+
+    #[test]
+    fn a_huge_tool_error_reaches_its_caller_within_the_bound() {
+        let error = ToolError::execution("x".repeat(10_000_000));
+        let result = ResultError::from(&error);
+        assert!(result.message.chars().count() <= MAX_ERROR_CHARS);
+        assert!(result.message.starts_with("tool failed: xxx"));
+        assert!(
+            result
+                .message
+                .contains("[cut: the message was 10,000,013 characters")
+        );
+    }
+
+    #[test]
+    fn a_huge_invalid_input_keeps_the_violations_that_fit_in_its_message() {
+        let violations = (0..20_000)
+            .map(|i| toolgate_core::error::InputViolation {
+                path: format!("field{i}"),
+                message: "must be a string".to_owned(),
+            })
+            .collect();
+        let error = ToolError::InvalidInput(InputViolations(violations));
+        let result = ResultError::from(&error);
+        assert!(result.message.chars().count() <= MAX_ERROR_CHARS);
+        assert!(
+            result
+                .message
+                .starts_with("invalid arguments: argument `field0`")
+        );
+        let kept = result.violations.len();
+        assert!((1..20_000).contains(&kept), "{kept}");
+        assert!(result.message.ends_with(&format!(
+            "… and {} more",
+            toolgate_core::error::grouped((20_000 - kept) as u64)
+        )));
     }
 }

@@ -265,6 +265,42 @@ fn an_openai_payload_that_is_not_a_message_is_refused_naming_what_it_is() {
 }
 
 #[test]
+fn an_openai_object_that_is_neither_a_message_nor_a_response_is_refused_not_read_as_no_calls() {
+    let call = json!({"name": "echo", "arguments": {"text": "a"}});
+    for payload in [
+        json!({ "calls": [call] }),
+        json!({ "tool_call": [call] }),
+        json!({ "foo": 1 }),
+        json!({}),
+    ] {
+        let error = openai::parse_chat_tool_calls(&payload).unwrap_err();
+        assert!(
+            matches!(&error, FormatError::Shape { path, .. } if path == "tool_calls"),
+            "{payload}: {error:?}"
+        );
+        let said = error.to_string();
+        assert!(
+            said.contains("an assistant message (an object with `role`)")
+                && said.contains("a chat completion (an object with `choices`)"),
+            "{said}"
+        );
+    }
+    // A message that answers in words, and a response whose message does, have no calls.
+    let words = json!({"role": "assistant", "content": "hi"});
+    assert_eq!(openai::parse_chat_tool_calls(&words).unwrap(), Vec::new());
+    let response = json!({"choices": [{"message": {"role": "assistant", "content": "hi"}}]});
+    assert_eq!(
+        openai::parse_chat_tool_calls(&response).unwrap(),
+        Vec::new()
+    );
+    let null_calls = json!({"role": "assistant", "content": "hi", "tool_calls": null});
+    assert_eq!(
+        openai::parse_chat_tool_calls(&null_calls).unwrap(),
+        Vec::new()
+    );
+}
+
+#[test]
 fn an_openai_tool_calls_array_on_its_own_is_read_as_the_messages_calls() {
     let calls = json!([
         { "id": "a", "type": "function", "function": { "name": "ping", "arguments": "{}" } },

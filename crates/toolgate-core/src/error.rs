@@ -170,6 +170,127 @@ pub enum ToolError {
     },
 }
 
+/// The most characters of an error's message that reach a caller — over `/v1`, over
+/// MCP, in a batch's result — or an audit record: 60,000, the default size of a batch's
+/// result. A longer message is cut on a character boundary and ends with a marker saying
+/// how long it was and how much of it is shown ([`ToolError::caller_message`],
+/// [`ToolError::bounded_message`]). An upstream server, or any tool, can fail with
+/// megabytes of text; a model needs the start of it, and a caller should not have to
+/// read the rest.
+///
+/// ```
+/// use toolgate_core::ToolError;
+/// use toolgate_core::error::MAX_ERROR_CHARS;
+///
+/// let error = ToolError::execution("x".repeat(10_000_000));
+/// let message = error.caller_message();
+/// assert!(message.chars().count() <= MAX_ERROR_CHARS);
+/// assert!(message.ends_with("the message was 10,000,013 characters; the first 59,923 are shown]"));
+/// ```
+pub const MAX_ERROR_CHARS: usize = 60_000;
+
+/// Room an error's message built by [`error_text`] leaves for the words its variant puts
+/// around it (`tool failed: `, `internal error: `), so that the whole message stays
+/// within [`MAX_ERROR_CHARS`] and is never cut a second time.
+const ROOM_FOR_WORDS: usize = 100;
+
+/// The text of an error's message written from `args` — typically with text an upstream
+/// server sent — kept within the bound of [`MAX_ERROR_CHARS`] as it is written: only the
+/// characters that will be shown are ever copied, so ten megabytes of an upstream's
+/// error cost their count, not a second copy. A text cut ends with the marker saying how
+/// long it was.
+///
+/// ```
+/// use toolgate_core::ToolError;
+/// use toolgate_core::error::{MAX_ERROR_CHARS, error_text};
+///
+/// let sent = "x".repeat(10_000_000);
+/// let text = error_text(format_args!("MCP server `raw` refused the call: {sent}"));
+/// assert!(text.starts_with("MCP server `raw` refused the call: xxx"));
+/// assert!(text.ends_with("the message was 10,000,035 characters; the first 59,823 are shown]"));
+/// // Its error's message is within the bound, and not cut again.
+/// assert_eq!(ToolError::execution(text.clone()).caller_message(), format!("tool failed: {text}"));
+/// ```
+pub fn error_text(args: fmt::Arguments<'_>) -> String {
+    bounded(args, MAX_ERROR_CHARS - ROOM_FOR_WORDS)
+}
+
+/// What `args` writes, cut to `max_chars` characters, marker included.
+fn bounded(args: fmt::Arguments<'_>, max_chars: usize) -> String {
+    let mut text = BoundedText {
+        kept: String::new(),
+        kept_chars: 0,
+        total_chars: 0,
+        max_chars,
+    };
+    // Writing to a `String` cannot fail, nor can a `Display` that is not broken.
+    let _ = fmt::write(&mut text, args);
+    text.finish()
+}
+
+/// A text being written that keeps its first characters, up to its bound, and counts
+/// all of them.
+struct BoundedText {
+    kept: String,
+    kept_chars: usize,
+    total_chars: usize,
+    max_chars: usize,
+}
+
+impl fmt::Write for BoundedText {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let room = self.max_chars - self.kept_chars;
+        match s.char_indices().nth(room) {
+            None => {
+                let chars = s.chars().count();
+                self.kept.push_str(s);
+                self.kept_chars += chars;
+                self.total_chars += chars;
+            }
+            Some((end, _)) => {
+                self.kept.push_str(&s[..end]);
+                self.kept_chars = self.max_chars;
+                self.total_chars += room + s[end..].chars().count();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl BoundedText {
+    /// The text, or its start and the marker when it is over the bound.
+    fn finish(mut self) -> String {
+        if self.total_chars <= self.max_chars {
+            return self.kept;
+        }
+        // The marker's length depends on the count kept, which only shrinks it: one pass
+        // with the widest count is enough.
+        let widest = cut_marker(self.total_chars, self.total_chars)
+            .chars()
+            .count();
+        let shown = self.max_chars.saturating_sub(widest);
+        let end = self
+            .kept
+            .char_indices()
+            .nth(shown)
+            .map_or(self.kept.len(), |(i, _)| i);
+        self.kept.truncate(end);
+        if widest <= self.max_chars {
+            self.kept.push_str(&cut_marker(self.total_chars, shown));
+        }
+        self.kept
+    }
+}
+
+/// The marker ending a message cut to its bound.
+fn cut_marker(total_chars: usize, shown_chars: usize) -> String {
+    format!(
+        "\n[cut: the message was {} characters; the first {} are shown]",
+        grouped(total_chars as u64),
+        grouped(shown_chars as u64)
+    )
+}
+
 /// The longest id a message repeats whole.
 pub const MAX_SHOWN_ID: usize = 64;
 
@@ -379,11 +500,30 @@ impl ToolError {
     /// assert!(wiring.to_string().contains("my_app::DbPool"));
     /// assert!(!wiring.caller_message().contains("my_app"));
     /// ```
+    ///
+    /// It is at most [`MAX_ERROR_CHARS`] characters long, cut as
+    /// [`bounded_message`](Self::bounded_message) cuts it.
     pub fn caller_message(&self) -> String {
         match self {
             ToolError::Provider(_) => "this tool cannot run: the server is not configured with something it needs; its operator's log says what".to_owned(),
-            other => other.to_string(),
+            other => other.bounded_message(),
         }
+    }
+
+    /// The error's message (its `Display`) cut to [`MAX_ERROR_CHARS`] characters on a
+    /// character boundary, with a marker saying how long it was: what a record or a log
+    /// line keeps of it. Only the characters shown are copied.
+    ///
+    /// ```
+    /// use toolgate_core::ToolError;
+    ///
+    /// let message = ToolError::execution("é".repeat(100_000)).bounded_message();
+    /// assert!(message.starts_with("tool failed: éé"));
+    /// assert!(message.ends_with("[cut: the message was 100,013 characters; the first 59,929 are shown]"));
+    /// assert_eq!(ToolError::execution("short").bounded_message(), "tool failed: short");
+    /// ```
+    pub fn bounded_message(&self) -> String {
+        bounded(format_args!("{self}"), MAX_ERROR_CHARS)
     }
 
     /// The stable machine code.
@@ -720,7 +860,65 @@ pub enum BuildError {
 
 #[cfg(test)]
 mod tests {
-    use super::{ToolError, in_json_words};
+    use super::{MAX_ERROR_CHARS, ToolError, bounded, error_text, in_json_words};
+
+    #[test]
+    fn a_message_at_the_bound_is_kept_whole_and_one_past_it_is_cut_within_it() {
+        let at = "x".repeat(MAX_ERROR_CHARS);
+        assert_eq!(bounded(format_args!("{at}"), MAX_ERROR_CHARS), at);
+        let past = format!("{at}y");
+        let cut = bounded(format_args!("{past}"), MAX_ERROR_CHARS);
+        assert_eq!(cut.chars().count(), MAX_ERROR_CHARS);
+        assert!(cut.starts_with(&at[..59_931]));
+        assert!(
+            cut.ends_with(
+                "x\n[cut: the message was 60,001 characters; the first 59,931 are shown]"
+            )
+        );
+    }
+
+    #[test]
+    fn a_cut_message_keeps_whole_characters_from_pieces_written_apart() {
+        // Four-byte characters, written in pieces that end past the bound.
+        let piece = "🦀".repeat(40);
+        let cut = bounded(format_args!("ab{piece}{piece}{piece}"), 80);
+        assert!(cut.starts_with("ab🦀🦀🦀"), "{cut}");
+        assert!(
+            cut.ends_with("🦀\n[cut: the message was 122 characters; the first 17 are shown]"),
+            "{cut}"
+        );
+        assert_eq!(cut.chars().count(), 79);
+        // A bound too small for the marker keeps nothing.
+        assert_eq!(bounded(format_args!("{piece}"), 16), "");
+        let whole = bounded(format_args!("ab{piece}"), 200);
+        assert_eq!(whole, format!("ab{piece}"));
+    }
+
+    #[test]
+    fn a_huge_upstream_error_renders_and_records_within_the_bound() {
+        let sent = "x".repeat(10_000_000);
+        let text = error_text(format_args!("MCP server `raw` refused the call: {sent}"));
+        let error = ToolError::execution(text);
+        for message in [error.caller_message(), error.bounded_message()] {
+            assert!(message.chars().count() <= MAX_ERROR_CHARS);
+            assert!(message.starts_with("tool failed: MCP server `raw` refused the call: xx"));
+            assert!(
+                message.ends_with(
+                    "the message was 10,000,035 characters; the first 59,823 are shown]"
+                )
+            );
+            assert_eq!(message.matches("[cut:").count(), 1);
+        }
+        // A tool that builds its error whole is cut where it is rendered.
+        let local = ToolError::Internal {
+            message: "é".repeat(1_000_000),
+        };
+        let message = local.caller_message();
+        assert!(message.chars().count() <= MAX_ERROR_CHARS);
+        assert!(
+            message.ends_with("the message was 1,000,016 characters; the first 59,925 are shown]")
+        );
+    }
 
     #[test]
     fn an_unknown_tool_s_name_is_repeated_only_up_to_the_length_of_an_id() {

@@ -249,6 +249,32 @@ async fn a_batch_in_a_shape_the_format_does_not_read_is_refused_never_answered_w
     let answered = post_with(&client, &url, Some(&bob), &none, &[]).await;
     assert_eq!(answered.status, 200, "{}", answered.body);
     assert_eq!(answered.body["results"], json!([]), "{}", answered.body);
+    // An object that is neither a message nor a response (a typo), in the default format
+    // and in OpenAI's by name: refused naming what was expected, never 200 with nothing run.
+    let default = gateway.url("/v1/tool-calls");
+    let echo = json!({"name": "calculator", "arguments": {"expression": "6*7"}});
+    for payload in [
+        json!({"calls": [echo]}),
+        json!({"tool_call": [echo]}),
+        json!({"foo": 1}),
+    ] {
+        for url in [&url, &default] {
+            let refused = post_with(&client, url, Some(&bob), &payload, &[]).await;
+            assert_eq!(
+                (refused.status, refused.error_code()),
+                (400, "bad_tool_calls"),
+                "{payload} at {url}: {}",
+                refused.body
+            );
+            assert!(
+                refused
+                    .error_message()
+                    .contains("an assistant message (an object with `role`)"),
+                "{}",
+                refused.body
+            );
+        }
+    }
 }
 
 #[tokio::test]

@@ -59,9 +59,13 @@ pub fn responses_tools<'a>(definitions: impl IntoIterator<Item = &'a ToolDefinit
         .collect()
 }
 
+/// What a payload without calls is told it should have been.
+const NO_MESSAGE: &str = "an array of calls, in an assistant message (an object with `role`) or a chat completion (an object with `choices`)";
+
 /// The tool calls of a chat completions answer: pass the assistant message, the whole
 /// response (its first choice's message is read), or the message's `tool_calls` array. A
-/// message without `tool_calls` has no calls.
+/// message (an object with `role`) without `tool_calls` has no calls; an object that is
+/// neither a message nor a response is refused.
 ///
 /// ```
 /// use serde_json::json;
@@ -76,16 +80,26 @@ pub fn responses_tools<'a>(definitions: impl IntoIterator<Item = &'a ToolDefinit
 /// let anthropic = json!({"role": "assistant",
 ///                        "content": [{"type": "tool_use", "id": "t", "name": "ping", "input": {}}]});
 /// assert!(parse_chat_tool_calls(&anthropic).is_err());
+/// // An assistant message that answers in words has no calls; an object that is no
+/// // message at all (a typo) is refused.
+/// let words = json!({"role": "assistant", "content": "hi"});
+/// assert!(parse_chat_tool_calls(&words).unwrap().is_empty());
+/// assert!(parse_chat_tool_calls(&json!({"calls": [call]})).is_err());
 /// ```
 ///
 /// # Errors
 ///
-/// [`FormatError`] when the payload is not a JSON object or array, when a call lacks its id
-/// or function name, and when a message without `tool_calls` holds calls in another
+/// [`FormatError`] when the payload is not a JSON object or array, when an object is
+/// neither a message (no `role`) nor a response (no `choices`) and has no `tool_calls`,
+/// when a call lacks its id or function name, and when a message without `tool_calls` holds calls in another
 /// provider's shape (a Responses API response's `function_call` items, Anthropic's
 /// `tool_use` blocks, Gemini's function call parts), which would otherwise be read as a
 /// message with no calls and silently not run.
 pub fn parse_chat_tool_calls(message: &Value) -> Result<Vec<ToolCall>, FormatError> {
+    // Whether the payload is a message of its own, which may have no calls: an object
+    // that is neither one nor a response (a typo, `calls` for `tool_calls`) is refused,
+    // never read as a message with no calls and answered with nothing run.
+    let mut is_message = true;
     let message = match message {
         // The message's `tool_calls` array itself.
         Value::Array(calls) => return chat_calls(calls),
@@ -95,7 +109,10 @@ pub fn parse_chat_tool_calls(message: &Value) -> Result<Vec<ToolCall>, FormatErr
                 .and_then(|c| c.get("message"))
                 .filter(|m| m.is_object())
                 .ok_or_else(|| shape_error(CHAT, "choices[0].message", "an object"))?,
-            None => message,
+            None => {
+                is_message = object.contains_key("role");
+                message
+            }
         },
         other => {
             return Err(FormatError::NotAMessage {
@@ -107,6 +124,9 @@ pub fn parse_chat_tool_calls(message: &Value) -> Result<Vec<ToolCall>, FormatErr
     match message.get("tool_calls") {
         None | Some(Value::Null) => {
             no_other_calls(message, CHAT, super::CHAT)?;
+            if !is_message {
+                return Err(shape_error(CHAT, "tool_calls", NO_MESSAGE));
+            }
             Ok(Vec::new())
         }
         Some(Value::Array(calls)) => chat_calls(calls),

@@ -424,8 +424,16 @@ impl ToolSystem {
                 let mut result = ToolResult::error(call_id, tool_name, &error);
                 // A tool's or a hook's message reaches the model as an output does: within
                 // the same limit, and so do the violations of invalid input.
-                if let Some(error) = &mut result.error {
-                    result.metadata.truncation = cut_error(error, limit);
+                // The violations are listed whole here and cut once, to the smaller of the
+                // limit and the bound of every error's message, so that their original
+                // size is what the truncation tells.
+                if let Some(cut) = &mut result.error {
+                    if let ToolError::InvalidInput(violations) = &error {
+                        cut.message = error.to_string();
+                        cut.violations = violations.0.clone();
+                    }
+                    let limit = limit.min(toolgate_core::error::MAX_ERROR_CHARS);
+                    result.metadata.truncation = cut_error(cut, limit);
                 }
                 result
             }

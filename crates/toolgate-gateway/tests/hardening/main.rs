@@ -21,5 +21,6 @@ mod pins;
 mod redis_outage;
 mod repeated_credentials;
 mod repeated_keys;
+mod upstream_errors;
 mod upstream_secrets;
 mod upstream_tool_names;

@@ -5,6 +5,7 @@ use std::net::IpAddr;
 use std::time::UNIX_EPOCH;
 
 use serde_json::{Map, Value};
+use toolgate_core::error::error_text;
 use toolgate_core::external::TypeMapKey;
 use toolgate_core::suspension::ResumeDecision;
 use toolgate_core::{Stage, ToolError, ToolInvokeContext};
@@ -189,7 +190,9 @@ pub struct AuditRecord {
     /// The output itself, when values are included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<Value>,
-    /// The error message, when values are included (messages may quote input).
+    /// The error message, when values are included (messages may quote input): at most
+    /// [`MAX_ERROR_CHARS`](toolgate_core::error::MAX_ERROR_CHARS) characters, cut with a
+    /// marker saying how long it was.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// The invocation metadata (argument repairs, redaction counts, cache result,
@@ -275,9 +278,12 @@ impl AuditRecord {
             output_hash: output.as_deref().map(|o| rules.fingerprints.of(o)),
             input: include_values.then(|| input.into_owned()),
             output: output.filter(|_| include_values).map(Cow::into_owned),
-            error: error
-                .filter(|_| include_values)
-                .map(|e| rules.clean_message(e.to_string())),
+            error: error.filter(|_| include_values).map(|e| {
+                // Cleaned whole, then cut to the bound of an error's message: a cut never
+                // leaves half a secret behind.
+                let message = rules.clean_message(e.to_string());
+                error_text(format_args!("{message}"))
+            }),
             metadata: ctx.metadata().clone(),
             approval: ctx.resumed().map(|decision| {
                 let (decision, reason) = match decision {

@@ -61,9 +61,11 @@ pub(crate) async fn ask_caller(
                     });
                 }
                 Ok(Err(rmcp::service::ServiceError::McpError(e))) => {
-                    return Err(ToolError::execution(format!(
-                        "the caller refused the {what} request of MCP server `{server}`: {}",
-                        e.message
+                    return Err(ToolError::execution(toolgate_core::error::error_text(
+                        format_args!(
+                            "the caller refused the {what} request of MCP server `{server}`: {}",
+                            e.message
+                        ),
                     )));
                 }
                 Ok(Err(e)) => {

@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use futures::future::BoxFuture;
 use jsonschema::Validator;
-use rmcp::model::CallToolResult;
+use rmcp::model::{CallToolResult, ContentBlock};
 use serde_json::Value;
 use tokio::time::Instant;
-use toolgate_core::error::InputViolations;
+use toolgate_core::error::{InputViolations, error_text};
 use toolgate_core::tool::{ErasedTool, PreparedInput, ToolDefinition};
 use toolgate_core::{ToolError, ToolInvokeContext};
 use tracing::Instrument;
@@ -119,7 +119,7 @@ impl ErasedTool for ImportedTool {
                 )
                 .instrument(span.clone())
                 .await
-                .and_then(|result| output_from_result(&link.config.name, result));
+                .and_then(|result| output_from_result(&link, result));
             if let Err(error) = &result
                 && !span.is_disabled()
             {
@@ -151,18 +151,41 @@ fn client_span(remote_name: &str, server: &str) -> tracing::Span {
 
 /// An upstream result as a toolgate output: the result itself, in its JSON form (see
 /// [`result`](crate::result)). `isError` results become [`ToolError::Execution`] with the
-/// upstream's text, so that retry, error metrics and audit see a failure.
-fn output_from_result(server: &str, result: CallToolResult) -> Result<Value, ToolError> {
+/// upstream's texts, one a line, scrubbed of its credentials and cut to the bound of an
+/// error's message ([`error_text`]) as they are joined, so that retry, error metrics and
+/// audit see a failure of a size a caller can read.
+fn output_from_result(link: &Link, mut result: CallToolResult) -> Result<Value, ToolError> {
     if result.is_error == Some(true) {
-        let text = result
-            .content
-            .iter()
-            .filter_map(|c| c.as_text().map(|t| t.text.as_str()))
-            .collect::<Vec<_>>()
-            .join("\n");
-        return Err(ToolError::execution(format!(
-            "MCP server `{server}`: {text}"
-        )));
+        for block in &mut result.content {
+            if let ContentBlock::Text(text) = block {
+                // Scrubbed whole, then cut: a cut never leaves half a credential behind.
+                text.text = link.scrubbed(std::mem::take(&mut text.text));
+            }
+        }
+        let texts = Texts(&result.content);
+        return Err(ToolError::execution(error_text(format_args!(
+            "MCP server `{}`: {texts}",
+            link.config.name
+        ))));
     }
     Ok(crate::result::output_of(result))
+}
+
+/// The text blocks of a result, one a line, written without being joined first.
+struct Texts<'a>(&'a [ContentBlock]);
+
+impl std::fmt::Display for Texts<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let texts = self
+            .0
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.as_str()));
+        for (i, text) in texts.enumerate() {
+            if i > 0 {
+                f.write_str("\n")?;
+            }
+            f.write_str(text)?;
+        }
+        Ok(())
+    }
 }

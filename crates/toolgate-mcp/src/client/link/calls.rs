@@ -10,6 +10,7 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, PeerRequestOptions, ServiceError};
 use tokio::time::Instant;
+use toolgate_core::error::error_text;
 use toolgate_core::{ToolError, ToolInvokeContext, User};
 
 use super::abandoned::CancelOnDrop;
@@ -302,10 +303,14 @@ impl Link {
                 let why = unreadable::why_answered(&e).unwrap_or_default();
                 Err(self.unreadable_answer("this call", why))
             }
-            Ok(Err(ServiceError::McpError(e))) => Err(ToolError::execution(format!(
-                "MCP server `{}` refused the call: {}",
-                self.config.name, e.message
-            ))),
+            Ok(Err(ServiceError::McpError(e))) => {
+                // Scrubbed whole, then cut: a cut never leaves half a credential behind.
+                let sent = self.scrubbed(e.message.into_owned());
+                Err(ToolError::execution(error_text(format_args!(
+                    "MCP server `{}` refused the call: {sent}",
+                    self.config.name
+                ))))
+            }
             Ok(Err(e)) => Err(self.failed(channel, generation, e).await),
             Ok(Ok(ServerResult::CallToolResult(result))) => Ok(result),
             Ok(Ok(ServerResult::InputRequiredResult(asked))) => Err(input_required(asked)),

@@ -8,7 +8,7 @@ use rmcp::service::ServiceError;
 use serde_json::Value;
 use tokio::time::Instant;
 use toolgate_core::ToolError;
-use toolgate_core::error::InputViolations;
+use toolgate_core::error::{InputViolations, error_text};
 
 use super::{Channel, Link};
 use crate::caller::{CallerRequest, missing_capability};
@@ -75,12 +75,16 @@ impl Link {
         if let Some(why) = unreadable::why_answered(&e) {
             return self.unreadable_answer("the request", why);
         }
-        let message = self.scrubbed(format!(
-            "MCP server `{}` refused the request: {}",
-            self.config.name, e.message
+        if e.code == ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY {
+            return self.missing_capability(&e, None);
+        }
+        // Scrubbed whole, then cut: a cut never leaves half a credential behind.
+        let sent = self.scrubbed(e.message.into_owned());
+        let message = error_text(format_args!(
+            "MCP server `{}` refused the request: {sent}",
+            self.config.name
         ));
         match e.code {
-            ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY => self.missing_capability(&e, None),
             ErrorCode::RESOURCE_NOT_FOUND => ToolError::abort(message, RESOURCE_NOT_FOUND, 404),
             ErrorCode::INVALID_PARAMS => ToolError::InvalidInput(InputViolations::one("", message)),
             _ => ToolError::execution(message),
