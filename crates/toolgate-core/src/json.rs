@@ -62,7 +62,8 @@ pub fn text_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
 ///
 /// [`JsonError::RepeatedKey`] for an object with a key given twice, anywhere in the
 /// document; [`JsonError::Malformed`] for bytes that are not one JSON value (or that nest
-/// deeper than 128 levels).
+/// deeper than 128 levels); [`JsonError::InexactNumber`] for a whole number no JSON value
+/// here holds exactly.
 ///
 /// # Examples
 ///
@@ -83,7 +84,9 @@ pub fn text_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
 /// # Ok::<(), JsonError>(())
 /// ```
 pub fn from_slice(bytes: &[u8]) -> Result<Value, JsonError> {
-    read(&mut serde_json::Deserializer::from_slice(bytes))
+    let value = read(&mut serde_json::Deserializer::from_slice(bytes))?;
+    check_whole_numbers(bytes)?;
+    Ok(value)
 }
 
 /// Reads `text` as one JSON value, refusing an object that names a key twice: as
@@ -109,7 +112,9 @@ pub fn from_slice(bytes: &[u8]) -> Result<Value, JsonError> {
 /// # Ok::<(), JsonError>(())
 /// ```
 pub fn from_str(text: &str) -> Result<Value, JsonError> {
-    read(&mut serde_json::Deserializer::from_str(text))
+    let value = read(&mut serde_json::Deserializer::from_str(text))?;
+    check_whole_numbers(text.as_bytes())?;
+    Ok(value)
 }
 
 /// A `Value` field of a derived struct, read refusing an object that names a key twice:
@@ -187,6 +192,160 @@ pub enum JsonError {
     /// 128 levels: serde_json's error, with the line and column.
     #[error(transparent)]
     Malformed(#[from] serde_json::Error),
+    /// A whole number past what a JSON value here holds exactly.
+    #[error(transparent)]
+    InexactNumber(#[from] InexactNumber),
+}
+
+/// The least and the greatest whole numbers read exactly: those of a signed and an
+/// unsigned 64-bit integer, as the message of [`InexactNumber`] gives them.
+const EXACT_RANGE: &str = "from -9223372036854775808 to 18446744073709551615";
+
+/// A whole number written without a fraction or an exponent, past the range JSON values
+/// hold exactly here ([`EXACT_RANGE`]'s): read as it is, it would become the nearest
+/// floating-point number — another number than the one sent, which a tool would get, and
+/// which two different numbers could share (one cache entry, one approval).
+///
+/// # Examples
+///
+/// ```
+/// use toolgate_core::json::{self, JsonError};
+///
+/// let Err(JsonError::InexactNumber(found)) = json::from_str(r#"{"id": 18446744073709551616}"#)
+/// else {
+///     panic!()
+/// };
+/// assert_eq!(found.number(), "18446744073709551616");
+/// assert_eq!((found.line(), found.column()), (1, 8));
+/// assert!(json::from_str(r#"{"id": "18446744073709551616", "x": 1.8e19}"#).is_ok());
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the number {number} at line {line} column {column} is a whole number past those kept exactly ({EXACT_RANGE}): it would reach the tool as another number; send it as a string"
+)]
+pub struct InexactNumber {
+    number: String,
+    line: usize,
+    column: usize,
+}
+
+impl InexactNumber {
+    /// The number as sent (its first 64 digits, then `…`).
+    pub fn number(&self) -> &str {
+        &self.number
+    }
+
+    /// Its line, from 1.
+    pub fn line(&self) -> usize {
+        self.line
+    }
+
+    /// The column of its first character, from 1 (counted in bytes, as serde_json counts).
+    pub fn column(&self) -> usize {
+        self.column
+    }
+}
+
+/// Checks that every whole number `bytes` writes without a fraction or an exponent is one
+/// a JSON value here holds exactly ([`InexactNumber`]). `bytes` is JSON already read (or to
+/// be read): what is not JSON is passed over. Runs of digits shorter than 19, which every
+/// number within the range is written with, are passed over without a closer look, so
+/// the check costs a pass over the bytes.
+///
+/// # Errors
+///
+/// [`InexactNumber`] for the first such number.
+///
+/// # Examples
+///
+/// ```
+/// use toolgate_core::json::check_whole_numbers;
+///
+/// assert!(check_whole_numbers(br#"[18446744073709551615, -9223372036854775808, 1e400]"#).is_ok());
+/// assert!(check_whole_numbers(br#"["99999999999999999999"]"#).is_ok());
+/// assert!(check_whole_numbers(br#"[-9223372036854775809]"#).is_err());
+/// ```
+pub fn check_whole_numbers(bytes: &[u8]) -> Result<(), InexactNumber> {
+    if !has_long_digit_run(bytes) {
+        return Ok(());
+    }
+    let mut at = 0;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'"' => {
+                at += 1;
+                while at < bytes.len() && bytes[at] != b'"' {
+                    at += if bytes[at] == b'\\' { 2 } else { 1 };
+                }
+                at += 1;
+            }
+            b'-' | b'0'..=b'9' => {
+                let start = at;
+                at += 1;
+                let mut whole = true;
+                while at < bytes.len() {
+                    match bytes[at] {
+                        b'0'..=b'9' => {}
+                        b'.' | b'e' | b'E' | b'+' | b'-' => whole = false,
+                        _ => break,
+                    }
+                    at += 1;
+                }
+                let number = &bytes[start..at];
+                // Digits alone, at most 20 of them after a sign: anything else is not JSON,
+                // for the reader to refuse.
+                if whole && !fits(number) {
+                    return Err(inexact(bytes, start, number));
+                }
+            }
+            _ => at += 1,
+        }
+    }
+    Ok(())
+}
+
+/// Whether `bytes` has 19 ASCII digits in a row: the fewest a whole number past the exact
+/// range is written with.
+fn has_long_digit_run(bytes: &[u8]) -> bool {
+    let mut run = 0u32;
+    for &byte in bytes {
+        run = if byte.is_ascii_digit() { run + 1 } else { 0 };
+        if run >= 19 {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether the whole number `number` (digits after an optional `-`) is within the range.
+fn fits(number: &[u8]) -> bool {
+    let Ok(text) = std::str::from_utf8(number) else {
+        return true;
+    };
+    text == "-" || text.parse::<u64>().is_ok() || text.parse::<i64>().is_ok()
+}
+
+/// The error for `number`, at byte `start` of `bytes`.
+#[cold]
+fn inexact(bytes: &[u8], start: usize, number: &[u8]) -> InexactNumber {
+    let before = &bytes[..start];
+    let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+    let column = start
+        - before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |at| at + 1)
+        + 1;
+    let text = String::from_utf8_lossy(number);
+    let number = match text.char_indices().nth(64) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.into_owned(),
+    };
+    InexactNumber {
+        number,
+        line,
+        column,
+    }
 }
 
 /// An object that names a key twice: which key, in which object, and where in the text.
@@ -459,7 +618,7 @@ mod tests {
             "-0",
             "18446744073709551615",
             "-9223372036854775808",
-            "18446744073709551616",
+            "1.8446744073709552e19",
             "1.5e300",
             "0.1",
             "2.2250738585072014e-308",
@@ -533,6 +692,48 @@ mod tests {
         assert!(pointer.ends_with("d…"), "{pointer}");
         let text = r#"{"a/b~c": {"b": 1, "b": 2}}"#;
         assert_eq!(repeated(text).pointer(), "/a~1b~0c");
+    }
+
+    #[test]
+    fn a_whole_number_past_the_exact_range_is_refused_where_it_is() {
+        for (text, number, column) in [
+            ("18446744073709551616", "18446744073709551616", 1),
+            ("[-9223372036854775809]", "-9223372036854775809", 2),
+            (
+                "{\"a\": [1, 2, 100000000000000000000000]}",
+                "100000000000000000000000",
+                14,
+            ),
+        ] {
+            let Err(JsonError::InexactNumber(found)) = from_str(text) else {
+                panic!("{text}")
+            };
+            assert_eq!(
+                (found.number(), found.line(), found.column()),
+                (number, 1, column)
+            );
+            assert!(found.to_string().contains("send it as a string"), "{found}");
+        }
+        let long = format!(
+            "{{\n  \"x\": \"1234567890123456789012\",\n  \"y\": {}}}",
+            "9".repeat(100)
+        );
+        let Err(JsonError::InexactNumber(found)) = from_slice(long.as_bytes()) else {
+            panic!()
+        };
+        assert_eq!((found.line(), found.column()), (3, 8));
+        assert_eq!(found.number(), format!("{}…", "9".repeat(64)));
+    }
+
+    #[test]
+    fn numbers_kept_exactly_and_digits_in_strings_pass() {
+        for text in [
+            "[18446744073709551615, -9223372036854775808, 9223372036854775807, 0, -0]",
+            r#"{"card": "4111111111111111111111", "esc": "\"12345678901234567890\""}"#,
+            "[1.8446744073709552e19, 123456789012345678901.5, 1e300, 12345678901234567890e-5]",
+        ] {
+            assert!(from_str(text).is_ok(), "{text}");
+        }
     }
 
     #[test]

@@ -128,6 +128,11 @@ impl<S: Send + Sync> FromRequest<S> for JsonInput {
             .map(JsonInput)
             .map_err(|error| match error {
                 JsonError::RepeatedKey(repeated) => HttpError::repeated_key(&repeated),
+                JsonError::InexactNumber(inexact) => HttpError::new(
+                    StatusCode::BAD_REQUEST,
+                    "bad_json",
+                    format!("the request body is refused: {inexact}"),
+                ),
                 other => HttpError::new(
                     StatusCode::BAD_REQUEST,
                     "bad_json",

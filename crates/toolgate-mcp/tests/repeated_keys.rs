@@ -1,7 +1,9 @@
 //! A client's message that names a key twice in one object — anywhere, `params.arguments`
 //! included — is refused `-32600` (invalid request) with its `id`, as a message that is
 //! JSON but not one toolgate reads: serde_json would keep the last value silently, and a
-//! policy and the tool could read different ones. The session goes on.
+//! policy and the tool could read different ones. So is one with a whole number past
+//! those a JSON value holds exactly, which would reach the tool as another number. The
+//! session goes on.
 
 mod common;
 
@@ -11,7 +13,7 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use toolgate_mcp::McpServer;
 
 /// Messages with a key given twice, the `id` their answer carries, and what it says.
-const REPEATED: [(&str, i64, &str); 4] = [
+const REPEATED: [(&str, i64, &str); 6] = [
     (
         r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"count","arguments":{"path":"/etc/passwd","path":"/tmp/x"}}}"#,
         7,
@@ -31,6 +33,16 @@ const REPEATED: [(&str, i64, &str); 4] = [
         r#"{"jsonrpc":"2.0","id":10,"method":"tools/list","params":{"x":{"y":[{"z":1,"z":1}]}}}"#,
         10,
         "the key `z` appears twice in the object at `/params/x/y/0`",
+    ),
+    (
+        r#"{"jsonrpc":"2.0","id":13,"method":"tools/call","params":{"name":"count","arguments":{"n":18446744073709551616}}}"#,
+        13,
+        "the number 18446744073709551616 at line 1 column 90 is a whole number past those kept exactly",
+    ),
+    (
+        r#"{"jsonrpc":"2.0","id":14,"method":"tools/list","params":{"cursor":-9223372036854775809}}"#,
+        14,
+        "the number -9223372036854775809 at line 1 column 67",
     ),
 ];
 

@@ -101,14 +101,19 @@ pub fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Re
 }
 
 /// Parses a request body as any JSON value, as [`json_body`] does, but refusing an object
-/// that names a key twice (400 `bad_json` naming the key and its object): the caller's
-/// arguments and messages, which a policy and a tool must read alike.
+/// that names a key twice (400 `bad_json` naming the key and its object) and a whole
+/// number past those a value holds exactly (400 `bad_json` naming it): the caller's
+/// arguments and messages, which a policy and a tool must read alike, as sent.
 pub fn json_value(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError> {
     let bytes = whole_body(body)?;
     toolgate_core::json::from_slice(&bytes).map_err(|error| match error {
         JsonError::RepeatedKey(repeated) => ApiError::repeated_key(&repeated),
         JsonError::Malformed(error) => explain::<Value>(&bytes, error),
-        other => ApiError::new(StatusCode::BAD_REQUEST, "bad_json", other.to_string()),
+        other => ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "bad_json",
+            format!("the request body is refused: {other}"),
+        ),
     })
 }
 

@@ -94,3 +94,35 @@ async fn a_body_naming_a_key_twice_is_refused_and_nothing_runs() {
         shown.body
     );
 }
+
+#[tokio::test]
+async fn a_whole_number_past_those_kept_exactly_is_refused_not_rounded() {
+    let gateway = Gateway::start(&config());
+    let refused = post_text(
+        &gateway,
+        "bob",
+        "/v1/tools/echo/invoke",
+        r#"{"text": "x", "n": 18446744073709551617}"#,
+    )
+    .await;
+    assert_refused(
+        &refused,
+        "the request body is refused: the number 18446744073709551617 at line 1 column 20 is a whole number past those kept exactly (from -9223372036854775808 to 18446744073709551615): it would reach the tool as another number; send it as a string",
+    );
+    // In a batch's arguments, the one call is refused.
+    let batch = json!({"role": "assistant", "tool_calls": [{
+        "id": "call_1", "type": "function",
+        "function": {"name": "echo", "arguments": r#"{"text": "a", "n": -9223372036854775809}"#},
+    }]});
+    let answered = post_text(&gateway, "bob", "/v1/tool-calls", &batch.to_string()).await;
+    assert_eq!(answered.status, 200, "{:?}", answered.body);
+    let result = answered.body["results"][0].to_string();
+    assert!(
+        result.contains("the number -9223372036854775809"),
+        "{result}"
+    );
+    // Nothing waits for approval: neither call got that far.
+    let listed =
+        crate::common::get(&client(), &gateway.url("/v1/suspensions"), Some("alice")).await;
+    assert_eq!(listed.body["suspensions"], json!([]), "{:?}", listed.body);
+}

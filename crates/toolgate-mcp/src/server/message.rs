@@ -37,7 +37,11 @@ pub(crate) fn read(bytes: &[u8]) -> Result<ClientJsonRpcMessage, serde_json::Err
     if memchr::memmem::find(bytes, b"\"tools/call\"").is_some()
         && let Some(call) = WireCall::read(bytes)
     {
-        return Ok(call.into_message());
+        // A number the value would not hold exactly is refused, as below.
+        return match toolgate_core::json::check_whole_numbers(bytes) {
+            Ok(()) => Ok(call.into_message()),
+            Err(inexact) => Err(serde_json::Error::custom(inexact)),
+        };
     }
     match toolgate_core::json::from_slice(bytes) {
         // rmcp's types read from the value as from the text; should one not, the text is
@@ -46,6 +50,7 @@ pub(crate) fn read(bytes: &[u8]) -> Result<ClientJsonRpcMessage, serde_json::Err
             ClientJsonRpcMessage::deserialize(value).or_else(|_| serde_json::from_slice(bytes))
         }
         Err(JsonError::RepeatedKey(repeated)) => Err(serde_json::Error::custom(repeated)),
+        Err(JsonError::InexactNumber(inexact)) => Err(serde_json::Error::custom(inexact)),
         // Not JSON: rmcp's reading says how, in its words.
         Err(_) => serde_json::from_slice(bytes),
     }

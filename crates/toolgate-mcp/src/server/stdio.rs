@@ -354,10 +354,14 @@ fn check(line: &[u8]) -> Checked {
     // whose `id` is named twice has no id to answer to.
     let (reason, id_repeated) = match super::message::repeated_key(text) {
         Some(repeated) => (repeated.to_string(), super::message::is_id(&repeated)),
-        None => (
-            super::message::what_is_wrong(&message, "send one message per line"),
-            false,
-        ),
+        // So is a whole number the message would not hold exactly.
+        None => match toolgate_core::json::check_whole_numbers(text) {
+            Err(inexact) => (inexact.to_string(), false),
+            Ok(()) => (
+                super::message::what_is_wrong(&message, "send one message per line"),
+                false,
+            ),
+        },
     };
     let Value::Object(fields) = &message else {
         return Checked::Answer(Refusal::new(Value::Null, INVALID_REQUEST, reason));
