@@ -95,10 +95,12 @@ fn not_json_rpc(bytes: &[u8], error: &serde_json::Error) -> http::Response<Guard
     let repeated = super::message::repeated_key(bytes);
     let id_repeated = repeated.as_ref().is_some_and(super::message::is_id);
     let message = serde_json::from_slice::<Value>(bytes).ok();
-    // A whole number the message would not hold exactly is toolgate's refusal too.
+    // A whole number the message would not hold exactly is toolgate's refusal too — but
+    // for its `id`, whose range JSON-RPC's reading says.
     let inexact = toolgate_core::json::check_whole_numbers(bytes).err();
+    let id_inexact = message.as_ref().is_some_and(|m| m["id"].is_f64());
     let reason = match (&repeated, inexact, &message) {
-        (None, Some(inexact), _) => inexact.to_string(),
+        (None, Some(inexact), _) if !id_inexact => inexact.to_string(),
         (None, None, Some(message)) => {
             super::message::what_is_wrong(message, "send each message in a request of its own")
         }

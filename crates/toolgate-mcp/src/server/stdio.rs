@@ -354,10 +354,11 @@ fn check(line: &[u8]) -> Checked {
     // whose `id` is named twice has no id to answer to.
     let (reason, id_repeated) = match super::message::repeated_key(text) {
         Some(repeated) => (repeated.to_string(), super::message::is_id(&repeated)),
-        // So is a whole number the message would not hold exactly.
+        // So is a whole number the message would not hold exactly — but for its `id`,
+        // whose range JSON-RPC's reading says.
         None => match toolgate_core::json::check_whole_numbers(text) {
-            Err(inexact) => (inexact.to_string(), false),
-            Ok(()) => (
+            Err(inexact) if !message["id"].is_f64() => (inexact.to_string(), false),
+            _ => (
                 super::message::what_is_wrong(&message, "send one message per line"),
                 false,
             ),
