@@ -3,12 +3,19 @@
 //! the parameters of sampling and elicitation requests arrive with it replaced, as results
 //! and errors always did. `echoes_token`, a malicious upstream on the Python SDK, puts the
 //! credential the gateway gives it into each, on the call's own stream.
+//!
+//! Nor does the start of it reach a caller or the log when an upstream prints it in an
+//! error, as servers do to help debugging: `prints_token_start` answers 401 with the first
+//! half of the Bearer token in its body, which goes into the log line of the failure.
+
+use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
+use serde_json::json;
 
 use crate::attribution::client_output;
-use crate::common::{Gateway, HttpUpstream, key, python, python_mcp_available, user_yaml};
+use crate::common::{Gateway, HttpUpstream, invoke, key, python, python_mcp_available, user_yaml};
 
 /// The credential: distinctive, with characters that JSON and URL encoding change.
 const TOKEN: &str = "up-s3cret/relay+77";
@@ -71,5 +78,57 @@ users:\n{bob}",
     assert_eq!(
         seen["logs"][0]["said"], "auth with [REDACTED:secret]",
         "{seen}"
+    );
+}
+
+/// A credential of 24 characters, of which `prints_token_start` prints the first 12.
+const PRINTED_TOKEN: &str = "upsecretZq8vN3kLp2Xw7RtY";
+
+#[tokio::test]
+async fn the_half_of_its_credential_an_upstream_prints_in_a_401_reaches_neither_log_nor_caller() {
+    let test =
+        "the_half_of_its_credential_an_upstream_prints_in_a_401_reaches_neither_log_nor_caller";
+    if !python_mcp_available(test) {
+        return;
+    }
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/upstreams/prints_token_start.py"
+    );
+    let upstream = HttpUpstream::start(script, &[], &[]);
+    let yaml = format!(
+        "upstreams:\n  - {{ name: web, url: \"{url}\", prefix: web_, credential_env: UP_TOKEN }}\n\
+users:\n{alice}",
+        url = upstream.url,
+        alice = user_yaml("alice", &["admin"]),
+    );
+    let gateway = Gateway::start_with_env(&yaml, &[("UP_TOKEN", PRINTED_TOKEN)]);
+    let expired = invoke(&gateway, "alice", "web_expire", json!({})).await;
+    assert_eq!(expired.status, 200, "{:?}", expired.body);
+
+    let refused = invoke(&gateway, "alice", "web_ping", json!({})).await;
+    assert_eq!(refused.status, 502, "{:?}", refused.body);
+    let printed = &PRINTED_TOKEN[..PRINTED_TOKEN.len() / 2];
+    assert!(
+        !refused.body.to_string().contains(printed),
+        "the caller was sent the start of the upstream's credential: {:?}",
+        refused.body
+    );
+    gateway
+        .wait_for_log(
+            "the MCP server failed a request",
+            1,
+            Duration::from_secs(30),
+        )
+        .await;
+    let log = gateway.stderr();
+    assert!(
+        !log.to_lowercase().contains(&printed.to_lowercase()),
+        "the log holds the start of the upstream's credential:\n{log}"
+    );
+    // The upstream's body is still there to read, without it.
+    assert!(
+        log.contains("HTTP 401 Unauthorized: invalid token [REDACTED:secret]..."),
+        "{log}"
     );
 }

@@ -21,7 +21,7 @@ pub const SECRET_PRIORITY: i32 = 200;
 
 /// Injects the secrets a tool declares into the context's secret slot at
 /// `will_inject_secrets`, and scrubs their values (raw, URL-encoded or escaped in any ASCII
-/// case; base64 exactly) from the output at `will_write_cache` and `will_redact_output`, and from the error at
+/// case, their first half too; base64 exactly) from the output at `will_write_cache` and `will_redact_output`, and from the error at
 /// `on_error`. See the [module docs](super).
 pub struct SecretInjection {
     sources: Vec<Arc<dyn SecretSource>>,

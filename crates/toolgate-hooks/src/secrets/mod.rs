@@ -31,7 +31,14 @@
 //! (before it is cached and before it leaves) and in the error message: raw, in hex, URL-encoded
 //! (in full or in part, hex digits of either case), escaped in JSON or a log field, or in
 //! base64 (standard and URL-safe), also inside the base64 of a longer text such as an HTTP
-//! Basic `user:secret` (see [`Scrubber`] for which secrets are long enough for that).
+//! Basic `user:secret` (see [`Scrubber`] for which secrets are long enough for that). Its
+//! start is replaced too, as a server prints it to help debugging (`invalid token
+//! upsecretZq8v...`): its first half, and at least 8 characters, in every form but base64.
+//!
+//! That catches accidents, not intent: a tool that means to leak a secret can write it
+//! reversed, spaced out, in other characters or another encoding, or split across
+//! messages, and no search for known text finds it. Give a tool only the secrets it needs,
+//! scoped to what it does.
 //!
 //! The raw, hex, URL-encoded and escaped forms are found whatever the case of their ASCII
 //! letters: a hex key echoed in upper case, or a secret in the output of a tool that

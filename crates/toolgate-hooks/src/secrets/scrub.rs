@@ -1,5 +1,7 @@
 //! Scrubbing known secret values out of outputs, errors, records and log lines.
 
+mod prefix;
+
 use std::fmt;
 use std::fmt::Write as _;
 use std::ops::Range;
@@ -13,6 +15,7 @@ use regex::bytes::{Regex, RegexBuilder};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
+use self::prefix::{escaped_run, head, reach_in_form};
 use crate::json::unique_key;
 use toolgate_core::ToolError;
 use toolgate_core::secret::{Secret, SecretSlot};
@@ -93,7 +96,22 @@ fn set_digest(values: &[&str]) -> [u8; 32] {
 ///   ASCII case too; and every mix of raw and JSON-escaped characters of it, whichever
 ///   serializer wrote them: `\/` for `/`, `\uXXXX` (either case of hex digits) for any
 ///   character (the UTF-16 code units of one outside ASCII), the short escapes (`\"`,
-///   `\\`, `\n`, `\t`…), also mixed with percent escapes.
+///   `\\`, `\n`, `\t`…), also mixed with percent escapes;
+/// - a **prefix** of the secret in any of the forms above but base64 (raw, hex, percent-
+///   and JSON-escaped, in any ASCII case): its first half, and at least its first 8
+///   characters, with as much of the rest as follows it (`invalid token upsecretZq8v...`
+///   for the 24-character `upsecretZq8vN3kLp2Xw7RtY`). A secret of 8 characters or fewer
+///   is found only whole. Half, not a fixed length, because a credential's first
+///   characters are those it most often shares with others of its kind (a vendor's tag
+///   such as `github_pat_`, a JWT's header): half of it is past them. A shorter prefix, a
+///   suffix or a piece from the middle is not found.
+///
+/// This catches what a server or a library lets slip by accident: a secret echoed,
+/// escaped, encoded once, or its start printed to help debugging. It cannot stop an
+/// upstream that hides a secret on purpose: reversed, spaced out, in other characters
+/// (HTML entities, full-width letters, zero-width joiners), in another encoding (base32,
+/// UTF-16 hex, escaped twice), or split across messages or fields, each part too short
+/// to be told from chance.
 ///
 /// Other encodings stacked on one another are not followed: the base64 of a
 /// percent-escaped or JSON-escaped secret, a secret or its base64 escaped twice (`%252B`,
@@ -150,6 +168,14 @@ fn set_digest(values: &[&str]) -> [u8; 32] {
 /// // but base64 only as the exact secret's: this is `SK-LIVE-123`'s.
 /// assert_eq!(scrubber.scrub_text("U0stTElWRS0xMjM="), None);
 /// assert_eq!(scrubber.scrub_text("nothing to see"), None);
+///
+/// // Its first half (at least 8 characters), as a server prints it to help debugging:
+/// let scrubber = Scrubber::for_values(["upsecretZq8vN3kLp2Xw7RtY"]);
+/// assert_eq!(
+///     scrubber.scrub_text("invalid token upsecretZq8v...").as_deref(),
+///     Some("invalid token [REDACTED:secret]..."),
+/// );
+/// assert_eq!(scrubber.scrub_text("invalid token upsecret..."), None);
 /// ```
 #[derive(Clone, Default)]
 pub struct Scrubber {
@@ -161,9 +187,12 @@ pub struct Scrubber {
 
 /// The searches of a [`Scrubber`], built once for its set of secrets.
 struct Matchers {
-    /// The [`literal_forms`], searched for in any ASCII case (`None` if it could not be
-    /// built).
+    /// The [`literal_forms`] of each secret's [head], searched for in any ASCII case
+    /// (`None` if it could not be built).
     forms: Option<AhoCorasick>,
+    /// Per pattern of `forms`: the same forms of the whole secrets whose head it is, along
+    /// which a match is [carried on](reach_in_form).
+    whole_forms: Vec<Vec<String>>,
     /// The base64 forms, searched for exactly (`None` if there are none or it could not be
     /// built): the base64 of whole secrets too short to have a [core](base64_cores), and
     /// the base64 cores. A text with escapes of `+`, `/` or `=` in it (`%2F`, `\/`,
@@ -175,8 +204,11 @@ struct Matchers {
     /// The length of the shortest pattern of `base64`: a shorter stretch of a text is not
     /// [unescaped](Unescaped) for it.
     shortest: usize,
-    /// Per secret, longest first: the [`escaped_pattern`].
+    /// Per secret, longest first: the [`escaped_pattern`] of its [head].
     patterns: Vec<String>,
+    /// Per secret, longest first: the secret and the length of its [head], along which a
+    /// match of `escaped` is [carried on](escaped_run).
+    secrets: Vec<(String, usize)>,
     /// Every mix of raw, percent-escaped and JSON-escaped characters of every secret, in
     /// any ASCII case: one regex for all secrets, or one per secret should that one not
     /// build. A regex takes much longer to build than the automata (which a set's first
@@ -556,9 +588,25 @@ impl Matchers {
         // Two automata, since case-insensitive matching is a property of the whole
         // automaton, and base64 must not have it: folding its case would find text that
         // decodes to other bytes, and would cost the base64 search its fastest prefilter.
-        let mut forms: Vec<String> = values.iter().flat_map(|raw| literal_forms(raw)).collect();
+        // Each form of a head, and the same form of its whole secret (which starts with
+        // it): the search is for heads, and a match is carried on along the whole.
+        let mut forms: Vec<(String, String)> = values
+            .iter()
+            .flat_map(|raw| literal_forms(head(raw)).into_iter().zip(literal_forms(raw)))
+            .collect();
         forms.sort_unstable();
         forms.dedup();
+        let mut heads: Vec<String> = Vec::with_capacity(forms.len());
+        let mut whole_forms: Vec<Vec<String>> = Vec::with_capacity(forms.len());
+        for (head_form, whole_form) in forms {
+            match whole_forms.last_mut() {
+                Some(wholes) if heads.last() == Some(&head_form) => wholes.push(whole_form),
+                _ => {
+                    heads.push(head_form);
+                    whole_forms.push(vec![whole_form]);
+                }
+            }
+        }
         // Each base64 needle, and whether it is a core (one both whole and a core is a core).
         let mut needles: Vec<(String, bool)> = Vec::new();
         for raw in values {
@@ -580,11 +628,19 @@ impl Matchers {
         values.sort_unstable_by(|a, b| b.len().cmp(&a.len()).then(a.cmp(b)));
         values.dedup();
         Some(Matchers {
-            forms: automaton(&forms, true),
+            forms: automaton(&heads, true),
+            whole_forms,
             base64,
             core,
             shortest: shortest.unwrap_or(0),
-            patterns: values.iter().map(|raw| escaped_pattern(raw)).collect(),
+            patterns: values
+                .iter()
+                .map(|raw| escaped_pattern(head(raw)))
+                .collect(),
+            secrets: values
+                .iter()
+                .map(|raw| ((*raw).to_owned(), head(raw).len()))
+                .collect(),
             escaped: OnceLock::new(),
             spaces: values.iter().any(|raw| raw.contains(' ')),
         })
@@ -638,7 +694,14 @@ impl Matchers {
     fn find(&self, hay: &[u8]) -> Vec<Range<usize>> {
         let mut found: Vec<Range<usize>> = Vec::new();
         if let Some(ac) = &self.forms {
-            found.extend(ac.find_overlapping_iter(hay).map(|m| m.range()));
+            found.extend(ac.find_overlapping_iter(hay).map(|m| {
+                let wholes = &self.whole_forms[m.pattern().as_usize()];
+                let reach = wholes
+                    .iter()
+                    .map(|whole| reach_in_form(hay, m.end(), whole, m.len()))
+                    .max();
+                m.start()..reach.unwrap_or(m.end())
+            }));
         }
         let escapes = may_be_escaped(hay);
         if let Some(ac) = &self.base64 {
@@ -666,7 +729,10 @@ impl Matchers {
             }
         }
         for re in self.escaped(hay, escapes) {
-            found.extend(re.find_iter(hay).map(|m| m.range()));
+            found.extend(
+                re.find_iter(hay)
+                    .map(|m| m.start()..self.escaped_reach(hay, m.start()).max(m.end())),
+            );
         }
         found.sort_unstable_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)));
         let mut merged: Vec<Range<usize>> = Vec::with_capacity(found.len());
@@ -677,6 +743,20 @@ impl Matchers {
             }
         }
         merged
+    }
+
+    /// Where a match of `escaped` that starts at `at` in `hay` ends once carried on: as far
+    /// as `hay` reads, escaped or not, as the longest run of a secret's leading characters
+    /// that holds its [head] (`at` if none does).
+    fn escaped_reach(&self, hay: &[u8], at: usize) -> usize {
+        self.secrets
+            .iter()
+            .filter_map(|(raw, head)| {
+                let (len, read) = escaped_run(hay, at, raw);
+                (read >= *head).then_some(at + len)
+            })
+            .max()
+            .unwrap_or(at)
     }
 
     /// `hay` with every place in `found` replaced by [`SCRUBBED`].
@@ -882,7 +962,7 @@ mod tests {
         // Sets whose values run together the same way are told apart.
         let split = Scrubber::for_values(["tok-alpha-0001tok", "-beta-0002"]);
         assert!(!Arc::ptr_eq(&matchers(&first), &matchers(&split)));
-        assert!(!split.occurs_in("tok-alpha-0001 alone"));
+        assert!(split.occurs_in("x -beta-0002 y") && !first.occurs_in("x -beta-0002 y"));
     }
 
     #[test]
@@ -1038,11 +1118,12 @@ mod tests {
     #[test]
     fn text_without_a_secret_is_left_exactly_as_it_was() {
         let scrubber = scrubber();
-        let near_miss = "http-Upstream-Secret-zyxw9875/+=";
+        // Differs from the secret within its first half, which a prefix must hold.
+        let near_miss = "http-Upstream-Zecret-zyxw9876/+=";
         let texts = [
             "nothing here".to_owned(),
-            "GET /a%2Fb?q=%2f%2b%3d&r=http-Upstream-Secret HTTP/1.1".to_owned(),
-            format!("near {near_miss} and http-Upstream-Secret-zyxw9876%2F%2B"),
+            "GET /a%2Fb?q=%2f%2b%3d&r=http-Upstream-S HTTP/1.1".to_owned(),
+            format!("near {near_miss} and http-Upstream-%53"),
             format!("Basic {}", STANDARD.encode(format!("user:{near_miss}"))),
             format!(
                 "Bearer {}",
@@ -1463,7 +1544,7 @@ mod tests {
             r#"{"path":"C:\\Users\\ann","url":"https:\/\/x.test\/a?b=1\u0026c=2"}"#.to_owned(),
             r#"{"html":"\u003Cb\u003Ebold\u003c/b\u003e","q":"it\u0027s \"so\"\n\ttabbed"}"#
                 .to_owned(),
-            r"wJalrXUtnFEMI\/K7MDENG\/bPxRfiCYEXAMPLEKEZ wJalrXUtnFEMI\\/K7MDENG/bPxRfiCYEXAMPLEKEY"
+            r"wJalrXUtnFEMI\/K7MDEXG\/bPxRfiCYEXAMPLEKEY wJalrXUtnFEMI\\/K7MDENG/bPxRfiCYEXAMPLEKEY"
                 .to_owned(),
             STANDARD
                 .encode("user:tok~>>?ver-Sekret")

@@ -14,8 +14,9 @@ impl Link {
     }
 
     /// A call's result without the upstream's credentials, before the pipeline sees it:
-    /// an upstream that echoes its token (or leaks it in an error) cannot get it to the
-    /// caller, a cache entry, an audit record or a log line.
+    /// an upstream that echoes its token or the start of it (or leaks it in an error), in
+    /// the forms [`Scrubber`](toolgate_hooks::secrets::Scrubber) finds, does not get it to
+    /// the caller, a cache entry, an audit record or a log line.
     pub fn scrub(&self, result: Result<Value, ToolError>) -> Result<Value, ToolError> {
         if self.scrubber.is_empty() {
             return result;
