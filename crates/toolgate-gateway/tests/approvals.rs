@@ -18,6 +18,8 @@ mod not_taken;
 mod reading_tasks;
 #[path = "approvals/running_calls.rs"]
 mod running_calls;
+#[path = "approvals/withdrawn_while_running.rs"]
+mod withdrawn_while_running;
 
 use std::time::Duration;
 

@@ -88,8 +88,32 @@ async fn an_expired_call_is_given_to_one_replica_only_even_after_the_one_that_pa
     );
     assert_eq!((&told.input, &told.payload), (&json!(null), &json!(null)));
     assert!(told.expires_at.is_some_and(|at| at <= SystemTime::now()));
-    // Looking the call up still answers that it expired.
-    assert!(replicas[0].get("forgotten").await.is_err());
+    // The claim removed it from the waiting calls and remembered it as expired, as a
+    // look-up does: with nobody looking it up before a save sweeps it, it still answers
+    // that it expired, not that it is unknown.
+    let base = replicas[0].key_base();
+    let mut redis = common::inspect(&url).await;
+    let waits: Option<f64> = redis::cmd("ZSCORE")
+        .arg(format!("{base}:calls"))
+        .arg("forgotten")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let remembered: Option<f64> = redis::cmd("ZSCORE")
+        .arg(format!("{base}:expired"))
+        .arg("forgotten")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!((waits.is_some(), remembered.is_some()), (false, true));
+    assert!(matches!(
+        replicas[0].get("forgotten").await,
+        Err(toolgate_core::suspension::SuspensionStoreError::Expired { .. })
+    ));
+    assert_eq!(
+        replicas[0].expired_owner("forgotten").await.unwrap(),
+        Some(User::new("ann").with_tenant("acme"))
+    );
     assert!(replicas[1].claim_expired(10).await.unwrap().is_empty());
     assert_every_key_expires(&url, &prefix).await;
 }

@@ -1596,6 +1596,55 @@ async fn a_running_record_is_kept_only_where_nothing_is_and_removed_only_by_its_
 }
 
 #[tokio::test]
+async fn an_end_kept_over_running_replaces_a_running_record_or_nothing_but_never_an_outcome() {
+    let test = "an_end_kept_over_running_replaces_a_running_record_or_nothing_but_never_an_outcome";
+    let Some((a, b)) = two_replicas(test, limits(5, 10, HOUR)).await else {
+        return;
+    };
+    let bob = User::new("bob");
+    let ended = |id: &str, status: &str| DecidedCall::new(id, &bob, json!({"status": status}));
+
+    // Bob withdraws his running call on one replica; its end, kept after on the other,
+    // does not replace the withdrawal.
+    assert_eq!(
+        a.keep_running(running_by("x", &bob, "alice"), "alices")
+            .await,
+        Ok(true)
+    );
+    let withdrawn = ended("x", "withdrawn");
+    assert_eq!(
+        b.keep_outcome_over_running(withdrawn.clone()).await,
+        Ok(true)
+    );
+    assert_eq!(
+        a.keep_outcome_over_running(ended("x", "success")).await,
+        Ok(false)
+    );
+    assert_eq!(a.outcome("x").await, Ok(Some(withdrawn)));
+
+    // Not withdrawn: the end replaces the record, whichever decision kept it, and a
+    // withdrawal after it is refused.
+    assert_eq!(
+        a.keep_running(running_by("y", &bob, "carol"), "carols")
+            .await,
+        Ok(true)
+    );
+    let success = ended("y", "success");
+    assert_eq!(b.keep_outcome_over_running(success.clone()).await, Ok(true));
+    assert_eq!(
+        a.keep_outcome_over_running(ended("y", "withdrawn")).await,
+        Ok(false)
+    );
+    assert_eq!(b.outcome("y").await, Ok(Some(success)));
+    // Over nothing, it keeps; counted once per id.
+    assert_eq!(
+        a.keep_outcome_over_running(ended("z", "success")).await,
+        Ok(true)
+    );
+    assert_eq!(outcome_ids_of(&b, &bob).await, ["x", "y", "z"]);
+}
+
+#[tokio::test]
 async fn an_outcome_an_earlier_version_wrote_over_a_running_record_is_not_removed_by_its_token() {
     let test =
         "an_outcome_an_earlier_version_wrote_over_a_running_record_is_not_removed_by_its_token";

@@ -171,6 +171,14 @@ impl SuspensionStore for InMemorySuspensionStore {
         Ok(self.lock().keep_running(record, token, now))
     }
 
+    async fn keep_outcome_over_running(
+        &self,
+        outcome: DecidedCall,
+    ) -> Result<bool, SuspensionStoreError> {
+        let now = (self.clock)();
+        Ok(self.lock().keep_outcome_over_running(outcome, now))
+    }
+
     async fn remove_running(&self, id: &str, token: &str) -> Result<bool, SuspensionStoreError> {
         let now = (self.clock)();
         Ok(self.lock().remove_running(id, token, now))

@@ -698,6 +698,32 @@ pub trait SuspensionStore: Send + Sync + 'static {
         Ok(false)
     }
 
+    /// Keeps `outcome` as the end of the call `outcome.id` only over a running record
+    /// ([`keep_running`](Self::keep_running)) — whichever decision kept it — or over
+    /// nothing, checked and written as one atomic step; an outcome kept for that id
+    /// already is left as it is. `true` when it was kept.
+    ///
+    /// This is how a host ends a call that ran, and how a caller withdraws one that runs.
+    /// Both replace the running record, so that of the two, the first to land is the
+    /// call's end: a caller's withdrawal stays however the call then ends (it is stopped,
+    /// and what it answers is not kept over the withdrawal), and a withdrawal that comes
+    /// after the call's end is refused. In every other case this keeps as
+    /// [`keep_outcome`](Self::keep_outcome) does: over a running record whichever decision
+    /// kept it — only the decision that took the call ends it —, and over nothing (a record
+    /// that could not be kept, or expired).
+    ///
+    /// The default, for a store that does not tell running records from outcomes, keeps
+    /// `outcome` with [`keep_outcome`](Self::keep_outcome) and answers `true`: whatever
+    /// ends last replaces the other, so a call withdrawn while it ran may read as ended
+    /// with its own result once it ends. The built-in stores do it atomically.
+    async fn keep_outcome_over_running(
+        &self,
+        outcome: DecidedCall,
+    ) -> Result<bool, SuspensionStoreError> {
+        self.keep_outcome(outcome).await?;
+        Ok(true)
+    }
+
     /// The outcome kept for the call `id`, if it is decided and its outcome is still kept.
     ///
     /// The default, for a store that keeps none, answers `None`.

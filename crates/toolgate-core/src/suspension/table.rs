@@ -526,6 +526,43 @@ impl SuspensionTable {
         true
     }
 
+    /// Keeps `outcome` as the end of its call only over a running record — whichever
+    /// decision kept it — or over nothing; an outcome kept already for its id (the call's
+    /// caller withdrew it while it ran) stays as it is: what
+    /// [`SuspensionStore::keep_outcome_over_running`] does. `true` when it was kept.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::SystemTime;
+    /// use serde_json::json;
+    /// use toolgate_core::User;
+    /// use toolgate_core::suspension::{DecidedCall, SuspensionLimits, SuspensionTable};
+    ///
+    /// let mut table = SuspensionTable::new(SuspensionLimits::default());
+    /// let now = SystemTime::now();
+    /// let ann = User::new("ann");
+    /// let kept = |status: &str| DecidedCall::new("s-1", &ann, json!({ "status": status }));
+    ///
+    /// assert!(table.keep_running(kept("running"), "alices", now));
+    /// // Ann withdraws the running call: her withdrawal replaces the record...
+    /// assert!(table.keep_outcome_over_running(kept("withdrawn"), now));
+    /// // ...and the call's own end, which comes after, does not replace her withdrawal.
+    /// assert!(!table.keep_outcome_over_running(kept("success"), now));
+    /// assert_eq!(table.outcome("s-1", now).unwrap().result["status"], "withdrawn");
+    /// ```
+    ///
+    /// [`SuspensionStore::keep_outcome_over_running`]: super::SuspensionStore::keep_outcome_over_running
+    pub fn keep_outcome_over_running(&mut self, outcome: DecidedCall, now: SystemTime) -> bool {
+        let ended = self.outcome(&outcome.id, now).is_some()
+            && !self.outcomes.running.contains_key(&outcome.id);
+        if ended {
+            return false;
+        }
+        self.keep_outcome(outcome, now);
+        true
+    }
+
     /// Removes the running record that the decision `token` kept for `id`, if it is still
     /// kept; anything else kept for `id` stays: what [`SuspensionStore::remove_running`]
     /// does. `true` when it was removed.

@@ -2,7 +2,9 @@
 //!
 //! Once decided, a call's outcome stays readable by its caller at
 //! `GET /v1/suspensions/{id}` (`"status": "decided"`), see [`crate::outcomes`]; while a
-//! decided call still runs, `"status": "running"`.
+//! decided call still runs, `"status": "running"`. A call its caller withdrew while it ran
+//! is `decided` with the error code `withdrawn` from the withdrawal on, whatever it ends
+//! with.
 
 use std::sync::Arc;
 
@@ -14,6 +16,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
 use toolgate_agent::{ResumeError, ResumeOptions, ToolResult, ToolStatus};
 use toolgate_core::suspension::{
     DecidedCall, ResumeDecision, SuspendedInvocation, SuspensionFilter, SuspensionStoreError,
@@ -664,7 +667,9 @@ fn answer(format: &str, result: &ToolResult) -> Response {
 /// or `server.request_timeout`) bounds only how long they wait for the answer: a call still
 /// running then is answered 202 `running` ([`still_running`]) and goes on under its own
 /// deadline. A resumed call still running when the shutdown grace ends is cancelled; its
-/// result is an error with code `shutting_down`.
+/// result is an error with code `shutting_down`. One its caller withdraws while it runs
+/// (MCP `tasks/cancel`, on any replica) is stopped within [`WITHDRAWAL_CHECKED_EVERY`]
+/// and answered 409 `withdrawn`.
 pub async fn resume(
     State(state): State<Arc<AppState>>,
     Extension(caller): Extension<Caller>,
@@ -779,8 +784,9 @@ pub async fn resume(
     // to run. Neither connection bounds it (see `settle`).
     let options = options
         .decided_by(&*caller.user)
-        .timeout(caller.gateway.config.server.request_timeout)
-        .cancellation(state.drain.call_token());
+        .timeout(caller.gateway.config.server.request_timeout);
+    // Cancelled by the drain's cut, and by the call's caller withdrawing it as it runs.
+    let stop = state.drain.call_token();
     // A rejection ends the call at once and runs nothing; the others may run long.
     let runs = !matches!(decision, ResumeDecision::Reject { .. });
     let decided = {
@@ -795,6 +801,7 @@ pub async fn resume(
                 options,
                 told,
                 running,
+                stop,
             };
             let result = decide(&caller, &id, &saved, resumption, &drain).await?;
             Ok(answer(&format, &result))
@@ -875,11 +882,18 @@ struct Resumption {
     /// The token of the running record kept as the decision began, if it keeps one (a
     /// rejection does not: it runs nothing).
     running: Option<String>,
+    /// The call's cancellation token, which `decide` puts in `options`: cancelled when
+    /// its caller withdraws it while it runs ([`stop_when_withdrawn`]), and by the drain.
+    stop: CancellationToken,
 }
 
 /// Resumes the waiting call `id` as `resumption` says, and records it: the decided log line,
 /// the decided history, the `decided` webhook and the outcome kept for the caller. A
 /// decision that fails before it takes the call removes the running record it kept.
+///
+/// A call its caller withdraws while it runs (MCP `tasks/cancel`) is stopped
+/// ([`stop_when_withdrawn`]) and its end is not kept over the withdrawal: the approver is
+/// answered 409 `withdrawn`, and the decided history says `withdrawn`.
 async fn decide(
     caller: &Caller,
     id: &str,
@@ -892,8 +906,14 @@ async fn decide(
         options,
         told,
         running,
+        stop,
     } = resumption;
-    let resumed = caller.gateway.system.resume(id, decision, options).await;
+    let options = options.cancellation(stop.clone());
+    let resuming = caller.gateway.system.resume(id, decision, options);
+    let resumed = match running {
+        Some(_) => stop_when_withdrawn(caller, id, &stop, resuming).await,
+        None => resuming.await,
+    };
     if let (Err(error), Some(token)) = (&resumed, &running) {
         // Another decision took the call: what this one kept stands for that one's run
         // until its outcome replaces it (the store kept no second record).
@@ -929,6 +949,30 @@ async fn decide(
         return Err(ApiError::from(error));
     }
     drain.explain_result(&mut result);
+    // Kept for the caller, who fetches it with `GET /v1/suspensions/{id}` or over MCP —
+    // unless they withdrew the call while it ran.
+    let kept = serde_json::to_value(&result);
+    let withdrawn = match running {
+        Some(_) => !keep_end(caller, id, saved, kept).await,
+        None => {
+            keep_outcome(caller, id, saved, kept).await;
+            false
+        }
+    };
+    if withdrawn {
+        tracing::info!(
+            suspension_id = %id,
+            tool = %saved.tool,
+            user = %saved.user.id,
+            approver = %caller.user.id,
+            decision = told.decision,
+            status = result.status.as_str(),
+            "a decided call was withdrawn by its caller while it ran"
+        );
+        remember(caller, saved, &told, "withdrawn").await;
+        caller.gateway.notifications.decided(saved, told);
+        return Err(withdrawn_while_running(id, saved, &result));
+    }
     tracing::info!(
         suspension_id = %id,
         tool = %saved.tool,
@@ -951,9 +995,71 @@ async fn decide(
     )
     .await;
     caller.gateway.notifications.decided(saved, told);
-    // Kept for the caller, who fetches it with `GET /v1/suspensions/{id}` or over MCP.
-    keep_outcome(caller, id, saved, serde_json::to_value(&result)).await;
     Ok(result)
+}
+
+/// How often a call an approver decided looks, while it runs, whether its caller withdrew
+/// it: a withdrawal on any replica stops the call within this, and the store's answer.
+pub const WITHDRAWAL_CHECKED_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Runs `run`, the decided call `id`, looking every [`WITHDRAWAL_CHECKED_EVERY`] at what
+/// is kept as its outcome: once that is no longer a running record, its caller withdrew it
+/// (on this replica or another: a withdrawal is kept in the shared store, the only place
+/// both see), and `stop`, the call's cancellation token, is cancelled — the tool is
+/// cancelled as when a caller disconnects, and the call ends through its tail of hooks
+/// and audit. One read of one key a second per running call; a read that fails is tried
+/// again at the next look.
+async fn stop_when_withdrawn<T>(
+    caller: &Caller,
+    id: &str,
+    stop: &CancellationToken,
+    run: impl Future<Output = T>,
+) -> T {
+    let watch = async {
+        loop {
+            tokio::time::sleep(WITHDRAWAL_CHECKED_EVERY).await;
+            match caller.gateway.suspensions.outcome(id).await {
+                Ok(Some(kept)) if !is_running_record(&kept.result) => return,
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::debug!(suspension_id = %id, %error, "whether a running call was withdrawn could not be read; looked at again shortly");
+                }
+            }
+        }
+    };
+    tokio::pin!(run);
+    tokio::select! {
+        ended = &mut run => ended,
+        () = watch => {
+            tracing::info!(suspension_id = %id, "the caller withdrew a decided call while it ran: it is stopped");
+            stop.cancel();
+            run.await
+        }
+    }
+}
+
+/// The approver's answer for the call `id` its caller withdrew while it ran, which ended
+/// with `result`: 409 `withdrawn`, saying whether the tool was stopped or ended first.
+fn withdrawn_while_running(id: &str, saved: &SuspendedInvocation, result: &ToolResult) -> ApiError {
+    let stopped = result
+        .error
+        .as_ref()
+        .is_some_and(|error| error.code == ToolError::Cancelled.code());
+    let ended = if stopped {
+        "`{tool}` was stopped"
+    } else {
+        "`{tool}` ended before the stop reached it"
+    }
+    .replace("{tool}", &saved.tool);
+    ApiError::new(
+        StatusCode::CONFLICT,
+        "withdrawn",
+        format!(
+            "{}, who made the call `{}`, withdrew it while it ran after your decision: {ended}, and its caller reads it as withdrawn; nothing more is needed",
+            saved.user.named(),
+            toolgate_core::error::shown_id(id)
+        ),
+    )
 }
 
 /// Approves the waiting call `id` for its caller to make again. The approver is answered
@@ -1099,6 +1205,42 @@ async fn keep_running(
 async fn remove_running(caller: &Caller, id: &str, token: &str) {
     if let Err(error) = caller.gateway.suspensions.remove_running(id, token).await {
         tracing::warn!(suspension_id = %id, %error, "the running record of a decision that did not take its call could not be removed");
+    }
+}
+
+/// Keeps the end of the decided call `id`, which ran, for its caller: over its running
+/// record, whichever decision kept it, but not over its caller's withdrawal
+/// ([`SuspensionStore::keep_outcome_over_running`]). `false` when the caller withdrew the
+/// call. A record that reads as running though the store took it for an outcome (one
+/// kept by an earlier version, unmarked) is replaced as before. Failing to keep it is
+/// logged, as in [`keep_outcome`].
+///
+/// [`SuspensionStore::keep_outcome_over_running`]: toolgate_core::suspension::SuspensionStore::keep_outcome_over_running
+async fn keep_end(
+    caller: &Caller,
+    id: &str,
+    saved: &SuspendedInvocation,
+    result: serde_json::Result<Value>,
+) -> bool {
+    let store = &caller.gateway.suspensions;
+    let outcome = DecidedCall::new(id, &saved.user, result.unwrap_or(Value::Null))
+        .with_suspended_at(saved.suspended_at);
+    match store.keep_outcome_over_running(outcome.clone()).await {
+        Ok(true) => return true,
+        Ok(false) => {}
+        Err(error) => {
+            tracing::error!(suspension_id = %id, %error, "the outcome of a decided call could not be kept: its caller will not find it");
+            return true;
+        }
+    }
+    match store.outcome(id).await {
+        Ok(Some(kept)) if is_running_record(&kept.result) => {
+            if let Err(error) = store.keep_outcome(outcome).await {
+                tracing::error!(suspension_id = %id, %error, "the outcome of a decided call could not be kept: its caller will not find it");
+            }
+            true
+        }
+        _ => false,
     }
 }
 

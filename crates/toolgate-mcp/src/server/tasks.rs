@@ -11,8 +11,12 @@
 //! was lost (the gateway running it stopped: the outcome tool answers the error code
 //! `outcome_lost`) is `failed`. Only the caller who made the
 //! call sees its task. `tasks/cancel` withdraws a waiting call — it is rejected, as by an
-//! approver, and its task is `cancelled` from then on — and is an empty acknowledgement
-//! for a task already ended.
+//! approver, and its task is `cancelled` from then on — and a running one: its withdrawal
+//! is kept over its running record, so that its task is `cancelled` from then on whatever
+//! the call then answers, and the gateway running it stops it (within a second or two,
+//! on whichever replica: see the gateway's suspensions API). Cancelling is eventually
+//! consistent, as SEP-2663 allows: a call that ends before its withdrawal is kept stays
+//! `completed`. For a task already ended, it is an empty acknowledgement.
 //!
 //! Reading a task is a call of the outcome tool, so the pipeline's policies apply to it:
 //! when one refuses it (the authorization policy, a rate limit) or the store does not
@@ -28,7 +32,9 @@ use rmcp::model::{
     TaskStatus,
 };
 use serde_json::Value;
-use toolgate_core::suspension::{DecidedCall, ResumeDecision, SuspensionStoreError};
+use toolgate_core::suspension::{
+    DecidedCall, ResumeDecision, SuspensionStore, SuspensionStoreError,
+};
 use toolgate_core::{InvokeOptions, Pipeline, ToolError, User};
 
 use super::features;
@@ -117,8 +123,9 @@ fn running_message(outcome: &Value) -> String {
 const WITHDRAWN: &str = "withdrawn";
 
 /// `tasks/cancel` of task `id` by `user`: their waiting call is rejected and its outcome
-/// kept as withdrawn; a call of theirs already decided is left as it is (the cancel is
-/// acknowledged, as for any ended task).
+/// kept as withdrawn; a call of theirs decided and running is withdrawn as it runs
+/// ([`withdraw_running`]); one that ended is left as it is (the cancel is acknowledged, as
+/// for any ended task).
 ///
 /// # Errors
 ///
@@ -146,7 +153,9 @@ pub(super) async fn withdraw(
     };
     let Some(waiting) = waiting.filter(|w| w.user.is_same_caller(user)) else {
         return match store.outcome(id).await.map_err(failed)? {
-            Some(decided) if decided.is_for(user) => Ok(()),
+            Some(decided) if decided.is_for(user) => {
+                withdraw_running(&**store, decided, user).await
+            }
             _ => Err(unknown(id)),
         };
     };
@@ -167,9 +176,16 @@ pub(super) async fn withdraw(
                 told(&waiting, user, &reason);
             }
         }
-        // Decided by an approver a moment before: it ended all the same, and that
-        // decision keeps its outcome (the call may be running): nothing is kept over it.
-        Err(ToolError::UnknownSuspension { .. }) => return Ok(()),
+        // Decided by an approver a moment before: that decision keeps its outcome, and a
+        // call it runs is withdrawn as it runs.
+        Err(ToolError::UnknownSuspension { .. }) => {
+            return match store.outcome(id).await.map_err(failed)? {
+                Some(decided) if decided.is_for(user) => {
+                    withdraw_running(&**store, decided, user).await
+                }
+                _ => Ok(()),
+            };
+        }
         Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
     }
     let outcome = DecidedCall::new(
@@ -183,6 +199,53 @@ pub(super) async fn withdraw(
     )
     .with_suspended_at(waiting.suspended_at);
     store.keep_outcome(outcome).await.map_err(failed)
+}
+
+/// The `status` of a running record: what the gateway keeps as the outcome of a decided
+/// call while it runs (`toolgate_gateway::outcomes::RUNNING`).
+const RUNNING: &str = "running";
+
+/// Withdraws the call whose kept outcome is `decided`, by `user` who made it, if it runs:
+/// keeps its withdrawal over its running record, and only over it
+/// ([`SuspensionStore::keep_outcome_over_running`]), so that from then on it reads as
+/// withdrawn — its task `cancelled` — and the call's own end, kept after, does not replace
+/// that. The gateway running the call sees the withdrawal and stops it. A call that ended
+/// first keeps its end, and the cancel is acknowledged all the same.
+///
+/// # Errors
+///
+/// `internal error` when the store fails.
+///
+/// [`SuspensionStore::keep_outcome_over_running`]: toolgate_core::suspension::SuspensionStore::keep_outcome_over_running
+async fn withdraw_running(
+    store: &dyn SuspensionStore,
+    decided: DecidedCall,
+    user: &User,
+) -> Result<(), ErrorData> {
+    if decided.result["status"] != RUNNING {
+        return Ok(());
+    }
+    let by = match decided.result["decided_by"].as_str() {
+        Some(approver) => format!(" after `{approver}` decided it"),
+        None => String::new(),
+    };
+    let withdrawal = serde_json::json!({
+        "tool_name": decided.result["tool_name"],
+        "status": "error",
+        "error": {
+            "code": WITHDRAWN,
+            "message": format!(
+                "withdrawn by `{}`, who made the call, while it ran{by}: the gateway running it stops it, and what it answers is not kept",
+                user.id
+            ),
+        },
+    });
+    let mut outcome = DecidedCall::new(&decided.id, user, withdrawal);
+    outcome.suspended_at = decided.suspended_at;
+    match store.keep_outcome_over_running(outcome).await {
+        Ok(_) => Ok(()),
+        Err(error) => Err(ErrorData::internal_error(error.to_string(), None)),
+    }
 }
 
 /// Whether the outcome tool's answer `outcome` is that of a call its caller withdrew.

@@ -12,6 +12,12 @@
 -- does not know it — is never removed by its token. Without a token the value is an
 -- outcome, and replaces a running record whoever kept it.
 --
+-- With ARGV[9] 'over_running' (and an empty token), the value is an outcome kept only
+-- over a running record — a row whose mark's digest is that of the row as it is now —
+-- or over nothing: 'ended' when an outcome is kept already, which is left as it is. So a
+-- caller's withdrawal of a running call and the call's own end replace the record, and
+-- whichever comes second finds the first and is refused.
+--
 -- Each caller's outcome ids are in `:outcome_user:<caller>`, scored by expiry. Reading an
 -- outcome never uses that index (only the row, and `:outcomes` for listings): an earlier
 -- version keeps outcomes without it, and they read as any other. An id in it whose
@@ -21,8 +27,10 @@
 --
 -- KEYS[1]  <base>:outcomes
 -- ARGV     base, id, value, expiry ms, max_total, the caller (as in save.lua),
---          max_per_user, and for a running record the decision's token
--- returns  'ok' | 'present' (a running record not kept)
+--          max_per_user, and for a running record the decision's token ('' for none),
+--          then 'over_running' for an outcome kept only over a running record
+-- returns  'ok' | 'present' (a running record not kept) | 'ended' (an outcome kept
+--          over_running not kept)
 
 local SWEEP = 64
 
@@ -30,6 +38,9 @@ local base, id, value = ARGV[1], ARGV[2], ARGV[3]
 local at, total = tonumber(ARGV[4]), math.max(1, tonumber(ARGV[5]))
 local per_user = math.max(1, tonumber(ARGV[7]))
 local token = ARGV[8]
+if token == '' then
+  token = nil
+end
 local kept = KEYS[1]
 local mine = base .. ':outcome_user:' .. ARGV[6]
 local row = base .. ':outcome:' .. id
@@ -37,6 +48,12 @@ local run = base .. ':outcome_run:' .. id
 
 if token and redis.call('EXISTS', row) == 1 then
   return 'present'
+end
+if ARGV[9] == 'over_running' then
+  local was = redis.call('GET', row)
+  if was and redis.call('HGET', run, 'digest') ~= redis.sha1hex(was) then
+    return 'ended'
+  end
 end
 
 redis.call('ZREMRANGEBYSCORE', kept, '-inf', now)

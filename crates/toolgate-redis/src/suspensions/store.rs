@@ -172,13 +172,13 @@ impl RedisSuspensions {
         Ok(ids)
     }
 
-    /// Runs `keep_outcome.lua` for `outcome`: an outcome, or with `token` the running
-    /// record of that decision (kept only when nothing is kept for its id). The script's
-    /// status: `ok`, or `present` for a running record not kept.
+    /// Runs `keep_outcome.lua` for `outcome`, kept as `keeping` says. The script's status:
+    /// `ok`, `present` for a running record not kept, `ended` for an outcome not kept over
+    /// another.
     async fn keep_decided(
         &self,
         outcome: DecidedCall,
-        token: Option<&str>,
+        keeping: Keeping<'_>,
     ) -> Result<String, SuspensionStoreError> {
         let limits = self.limits();
         let place = Place {
@@ -199,11 +199,27 @@ impl RedisSuspensions {
             .arg(limits.max_total)
             .arg(caller_key(&outcome.user, outcome.tenant.as_deref()))
             .arg(limits.max_per_user);
-        if let Some(token) = token {
-            invocation.arg(token);
+        match keeping {
+            Keeping::Outcome => {}
+            Keeping::Running(token) => {
+                invocation.arg(token);
+            }
+            Keeping::OverRunning => {
+                invocation.arg("").arg("over_running");
+            }
         }
         self.run(&invocation).await
     }
+}
+
+/// How `keep_outcome.lua` keeps a value.
+enum Keeping<'a> {
+    /// An outcome, over whatever is kept.
+    Outcome,
+    /// The running record of the decision with this token, over nothing.
+    Running(&'a str),
+    /// An outcome, over a running record or nothing.
+    OverRunning,
 }
 
 #[async_trait]
@@ -362,7 +378,9 @@ impl SuspensionStore for RedisSuspensions {
             .key(self.key("notices"))
             .arg(&*self.base)
             .arg(limit)
-            .arg(told_within(self.limits().expire_after));
+            .arg(told_within(self.limits().expire_after))
+            .arg(self.limits().max_total)
+            .arg(span_ms(self.limits().expire_after));
         let claimed: Vec<(String, Vec<u8>, u64)> = self.run(&invocation).await?;
         let mut calls = Vec::with_capacity(claimed.len());
         for (id, notice, at) in claimed {
@@ -461,7 +479,7 @@ impl SuspensionStore for RedisSuspensions {
     /// loses their own soonest to expire (`keep_outcome.lua`). Reads never use that index:
     /// outcomes kept by an earlier version, without it, read and list as before.
     async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
-        match self.keep_decided(outcome, None).await?.as_str() {
+        match self.keep_decided(outcome, Keeping::Outcome).await?.as_str() {
             "ok" => Ok(()),
             other => Err(unexpected(other)),
         }
@@ -477,9 +495,32 @@ impl SuspensionStore for RedisSuspensions {
         record: DecidedCall,
         token: &str,
     ) -> Result<bool, SuspensionStoreError> {
-        match self.keep_decided(record, Some(token)).await?.as_str() {
+        match self
+            .keep_decided(record, Keeping::Running(token))
+            .await?
+            .as_str()
+        {
             "ok" => Ok(true),
             "present" => Ok(false),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// One script, `keep_outcome.lua` over a running record only: the row is replaced when
+    /// it is absent or still the one its running mark was written for (its digest), and
+    /// left when it is an outcome. A running record kept by an earlier version, which
+    /// marks none, reads as an outcome here: its host keeps the end over it as before.
+    async fn keep_outcome_over_running(
+        &self,
+        outcome: DecidedCall,
+    ) -> Result<bool, SuspensionStoreError> {
+        match self
+            .keep_decided(outcome, Keeping::OverRunning)
+            .await?
+            .as_str()
+        {
+            "ok" => Ok(true),
+            "ended" => Ok(false),
             other => Err(unexpected(other)),
         }
     }

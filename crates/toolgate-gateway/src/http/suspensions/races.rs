@@ -139,6 +139,7 @@ fn resumption(
         decision,
         options,
         running,
+        stop: tokio_util::sync::CancellationToken::new(),
     }
 }
 
