@@ -938,8 +938,9 @@ mod tests {
         Scrubber::for_values([SECRET])
     }
 
-    /// `text` scrubbed, checked by both entry points and by `occurs_in`.
-    fn scrubbed(scrubber: &Scrubber, text: &str) -> String {
+    /// `text` scrubbed, checked by both entry points and by `occurs_in` (the prefix tests
+    /// use it too).
+    pub(super) fn scrubbed(scrubber: &Scrubber, text: &str) -> String {
         assert!(scrubber.occurs_in(text), "not found in {text}");
         let clean = scrubber.scrub_text(text).expect("found");
         let bytes = scrubber.scrub_bytes(text.as_bytes()).expect("found");

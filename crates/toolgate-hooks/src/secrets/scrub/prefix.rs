@@ -154,20 +154,12 @@ fn utf16_escape_at(hay: &[u8], at: usize, c: char) -> Option<usize> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::scrubbed;
     use super::super::{SCRUBBED, Scrubber};
     use super::*;
 
     /// The credential of the finding: a server printed its first 12 characters.
     const TOKEN: &str = "upsecretZq8vN3kLp2Xw7RtY";
-
-    /// `text` scrubbed, checked by both entry points and by `occurs_in`.
-    fn scrubbed(scrubber: &Scrubber, text: &str) -> String {
-        assert!(scrubber.occurs_in(text), "not found in {text}");
-        let clean = scrubber.scrub_text(text).expect("found");
-        let bytes = scrubber.scrub_bytes(text.as_bytes()).expect("found");
-        assert_eq!(clean.as_bytes(), bytes);
-        clean
-    }
 
     #[test]
     fn the_half_of_a_credential_a_server_prints_in_its_401_is_scrubbed() {
