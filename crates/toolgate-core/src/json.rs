@@ -202,7 +202,7 @@ pub enum JsonError {
 const EXACT_RANGE: &str = "from -9223372036854775808 to 18446744073709551615";
 
 /// A whole number written without a fraction or an exponent, past the range JSON values
-/// hold exactly here ([`EXACT_RANGE`]'s): read as it is, it would become the nearest
+/// hold exactly here (from -2^63 to 2^64 − 1): read as it is, it would become the nearest
 /// floating-point number — another number than the one sent, which a tool would get, and
 /// which two different numbers could share (one cache entry, one approval).
 ///
