@@ -951,11 +951,11 @@ async fn decide(
     drain.explain_result(&mut result);
     // Kept for the caller, who fetches it with `GET /v1/suspensions/{id}` or over MCP —
     // unless they withdrew the call while it ran.
-    let kept = serde_json::to_value(&result);
+    let kept = outcome_of(id, saved, serde_json::to_value(&result));
     let withdrawn = match running {
-        Some(_) => !keep_end(caller, id, saved, kept).await,
+        Some(_) => !keep_end(caller, kept).await,
         None => {
-            keep_outcome(caller, id, saved, kept).await;
+            keep_outcome(caller, kept).await;
             false
         }
     };
@@ -1046,11 +1046,10 @@ fn withdrawn_while_running(id: &str, saved: &SuspendedInvocation, result: &ToolR
         .as_ref()
         .is_some_and(|error| error.code == ToolError::Cancelled.code());
     let ended = if stopped {
-        "`{tool}` was stopped"
+        format!("`{}` was stopped", saved.tool)
     } else {
-        "`{tool}` ended before the stop reached it"
-    }
-    .replace("{tool}", &saved.tool);
+        format!("`{}` ended before the stop reached it", saved.tool)
+    };
     ApiError::new(
         StatusCode::CONFLICT,
         "withdrawn",
@@ -1112,7 +1111,7 @@ async fn approve_retry(
         409,
     );
     let result = ToolResult::error(id, &saved.tool, &told);
-    keep_outcome(caller, id, saved, serde_json::to_value(result)).await;
+    keep_outcome(caller, outcome_of(id, saved, serde_json::to_value(result))).await;
     Ok(Json(json!({
         "status": "approved_for_retry",
         "suspension_id": id,
@@ -1216,15 +1215,9 @@ async fn remove_running(caller: &Caller, id: &str, token: &str) {
 /// logged, as in [`keep_outcome`].
 ///
 /// [`SuspensionStore::keep_outcome_over_running`]: toolgate_core::suspension::SuspensionStore::keep_outcome_over_running
-async fn keep_end(
-    caller: &Caller,
-    id: &str,
-    saved: &SuspendedInvocation,
-    result: serde_json::Result<Value>,
-) -> bool {
+async fn keep_end(caller: &Caller, outcome: DecidedCall) -> bool {
     let store = &caller.gateway.suspensions;
-    let outcome = DecidedCall::new(id, &saved.user, result.unwrap_or(Value::Null))
-        .with_suspended_at(saved.suspended_at);
+    let id = &outcome.id;
     match store.keep_outcome_over_running(outcome.clone()).await {
         Ok(true) => return true,
         Ok(false) => {}
@@ -1235,26 +1228,28 @@ async fn keep_end(
     }
     match store.outcome(id).await {
         Ok(Some(kept)) if is_running_record(&kept.result) => {
-            if let Err(error) = store.keep_outcome(outcome).await {
-                tracing::error!(suspension_id = %id, %error, "the outcome of a decided call could not be kept: its caller will not find it");
-            }
+            keep_outcome(caller, outcome).await;
             true
         }
         _ => false,
     }
 }
 
-/// Keeps the outcome of the decided call `id` for its caller, over any running record. The
-/// decision stands if it cannot be kept: that is logged, and the caller's look-up answers
-/// 404.
-async fn keep_outcome(
-    caller: &Caller,
+/// The outcome of the decided call `id`, `saved` as it waited, that ended with `result`.
+fn outcome_of(
     id: &str,
     saved: &SuspendedInvocation,
     result: serde_json::Result<Value>,
-) {
-    let outcome = DecidedCall::new(id, &saved.user, result.unwrap_or(Value::Null))
-        .with_suspended_at(saved.suspended_at);
+) -> DecidedCall {
+    DecidedCall::new(id, &saved.user, result.unwrap_or(Value::Null))
+        .with_suspended_at(saved.suspended_at)
+}
+
+/// Keeps `outcome`, of a decided call, for its caller, over any running record. The
+/// decision stands if it cannot be kept: that is logged, and the caller's look-up answers
+/// 404.
+async fn keep_outcome(caller: &Caller, outcome: DecidedCall) {
+    let id = outcome.id.clone();
     if let Err(error) = caller.gateway.suspensions.keep_outcome(outcome).await {
         tracing::error!(suspension_id = %id, %error, "the outcome of a decided call could not be kept: its caller will not find it");
     }
