@@ -124,6 +124,11 @@ fn value_end(text: &[u8], at: usize) -> Option<usize> {
 /// surrogate pair without the other half (`"\ud800"`), which is no Unicode character.
 /// RFC 8259 allows both in JSON text and leaves their meaning to the reader; serde_json
 /// (and so rmcp) refuses them. `None` when neither is in `text`.
+///
+/// Not `toolgate_core::json::check_whole_numbers`, which looks for what serde_json reads
+/// but changes (a whole number past 64 bits, rounded to a float) in every message read; this
+/// looks, only once serde_json has refused a message, for what it cannot read at all — which
+/// takes looking inside strings, at their escapes, where that one only skips them.
 pub(crate) fn unrepresentable(text: &[u8]) -> Option<String> {
     let mut i = 0;
     while i < text.len() {

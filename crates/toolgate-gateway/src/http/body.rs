@@ -92,12 +92,17 @@ pub async fn refuse_unreadable_bodies(
 
 /// Parses a request body as JSON of type `T`, or answers 413 for a body over the limit, 408
 /// for one that did not arrive in time, and 400 for one that is not the JSON expected
-/// (naming where it went wrong).
+/// (naming where it went wrong) or that writes a whole number past those a value holds
+/// exactly (naming it, as [`json_value`] does): serde_json would read it as the nearest
+/// float into a `Value` field — an approver's output for a call they complete — and the
+/// caller would get another number than the one sent.
 pub fn json_body<T: DeserializeOwned>(body: Result<Bytes, BytesRejection>) -> Result<T, ApiError> {
     let bytes = whole_body(body)?;
     // The common case, a body that parses, goes straight through serde_json; only a body
     // that does not is parsed again, tracking the path, to say where it went wrong.
-    serde_json::from_slice(&bytes).map_err(|error| explain::<T>(&bytes, error))
+    let read = serde_json::from_slice(&bytes).map_err(|error| explain::<T>(&bytes, error))?;
+    toolgate_core::json::check_whole_numbers(&bytes).map_err(|inexact| refused(&inexact))?;
+    Ok(read)
 }
 
 /// Parses a request body as any JSON value, as [`json_body`] does, but refusing an object
@@ -109,12 +114,17 @@ pub fn json_value(body: Result<Bytes, BytesRejection>) -> Result<Value, ApiError
     toolgate_core::json::from_slice(&bytes).map_err(|error| match error {
         JsonError::RepeatedKey(repeated) => ApiError::repeated_key(&repeated),
         JsonError::Malformed(error) => explain::<Value>(&bytes, error),
-        other => ApiError::new(
-            StatusCode::BAD_REQUEST,
-            "bad_json",
-            format!("the request body is refused: {other}"),
-        ),
+        other => refused(&other),
     })
+}
+
+/// The 400 answer for a body that is JSON but refused for what it holds.
+fn refused(why: &dyn std::fmt::Display) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "bad_json",
+        format!("the request body is refused: {why}"),
+    )
 }
 
 /// A request body read whole, or 413 for a body over the limit, 408 for one that did not

@@ -254,12 +254,17 @@ async fn run_case(
             } else {
                 "deny"
             };
-            (Verdict::Deny, what.to_owned(), Some(error.to_string()))
+            (
+                Verdict::Deny,
+                what.to_owned(),
+                Some(error.bounded_message()),
+            )
         }
         Outcome::Undecided(error) => {
             return fail(format!(
-                "not decided: the call failed with `{}` before a decision ({error})",
-                error.code()
+                "not decided: the call failed with `{}` before a decision ({})",
+                error.code(),
+                error.bounded_message()
             ));
         }
     };

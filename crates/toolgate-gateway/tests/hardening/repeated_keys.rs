@@ -1,7 +1,8 @@
 //! A body that names a key twice in one object is refused with 400 `bad_json` naming the
 //! key and its object — a call's input, a batch's tool-call arguments, an approver's
 //! output for a call they complete — and nothing runs: read as serde_json reads it, the
-//! last value would win silently, and a policy and a tool could read different ones.
+//! last value would win silently, and a policy and a tool could read different ones. So is
+//! a whole number no value holds exactly, which serde_json would round to a float.
 
 use serde_json::{Value, json};
 
@@ -125,4 +126,27 @@ async fn a_whole_number_past_those_kept_exactly_is_refused_not_rounded() {
     let listed =
         crate::common::get(&client(), &gateway.url("/v1/suspensions"), Some("alice")).await;
     assert_eq!(listed.body["suspensions"], json!([]), "{:?}", listed.body);
+
+    // An approver's output for a call they complete, likewise; the call keeps waiting.
+    let parked = post_text(&gateway, "bob", "/v1/tools/echo/invoke", r#"{"text": "x"}"#).await;
+    assert_eq!(parked.status, 202, "{:?}", parked.body);
+    let id = parked.body["suspension_id"].as_str().expect("an id");
+    let completed = post_text(
+        &gateway,
+        "alice",
+        &format!("/v1/suspensions/{id}/resume"),
+        r#"{"decision": "complete", "output": {"n": 18446744073709551616}}"#,
+    )
+    .await;
+    assert_refused(
+        &completed,
+        "the request body is refused: the number 18446744073709551616 at line 1 column 42 is a whole number past those kept exactly (from -9223372036854775808 to 18446744073709551615): it would reach the tool as another number; send it as a string",
+    );
+    let shown = crate::common::get(
+        &client(),
+        &gateway.url(&format!("/v1/suspensions/{id}")),
+        Some("bob"),
+    )
+    .await;
+    assert_eq!(shown.body["status"], "waiting", "{:?}", shown.body);
 }

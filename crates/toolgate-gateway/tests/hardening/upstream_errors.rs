@@ -1,13 +1,16 @@
 //! An upstream that fails a call with ten megabytes of text — as a JSON-RPC error or as a
 //! result with `isError`, over stdio and over HTTP — reaches no caller whole: `/v1`,
 //! `/mcp`, a batch and the audit file each get the start of it, within the bound of an
-//! error's message, with a marker saying how long it was.
+//! error's message, with a marker saying how long it was. Nor does an upstream that refuses
+//! to list its tools reach a log line or the start-up error whole.
 
 use reqwest::Method;
 use serde_json::{Value, json};
 use toolgate_core::error::MAX_ERROR_CHARS;
 
-use crate::common::{Gateway, HttpUpstream, client, key, mcp, open_session, python, user_yaml};
+use crate::common::{
+    Gateway, HttpUpstream, client, key, mcp, open_session, python, run, user_yaml,
+};
 
 const SCRIPT: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -128,5 +131,51 @@ async fn an_upstream_s_huge_error_reaches_every_caller_and_the_audit_file_cut() 
     assert_eq!(lines.len(), 3 * tools.len());
     for line in lines {
         assert_cut("an audit record", line);
+    }
+}
+
+#[test]
+fn an_upstream_that_refuses_to_list_its_tools_at_start_up_is_logged_and_told_cut_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("gateway.yaml");
+    let yaml = format!(
+        concat!(
+            "upstreams:\n",
+            "  - {{ name: raw, command: {python}, args: [\"{script}\", unlisted], prefix: stdio_, connect_timeout: 2s }}\n",
+            "users:\n{alice}",
+        ),
+        python = python(),
+        script = SCRIPT,
+        alice = user_yaml("alice", &["admin"]),
+    );
+    std::fs::write(&config, yaml).unwrap();
+    let config = config.to_str().unwrap();
+    let (status, _, stderr) = run(
+        &["serve", "--config", config, "--listen", "127.0.0.1:0"],
+        "",
+    );
+    assert!(
+        !status.success(),
+        "the gateway does not start without the tools"
+    );
+    assert!(
+        stderr.contains("MCP server `raw` did not list its tools"),
+        "{}",
+        &stderr[stderr.len().saturating_sub(2_000)..]
+    );
+    assert!(!stderr.contains(END), "stderr carries the end of the error");
+    for line in stderr.lines() {
+        assert!(line.len() <= MOST_BYTES, "a line of {} bytes", line.len());
+    }
+    // Cut once, where the upstream's words were read: a message cut again would say it
+    // was some 60,000 characters long.
+    let markers: Vec<&str> = stderr.split("[cut: the message was ").skip(1).collect();
+    assert!(!markers.is_empty(), "no marker");
+    for marker in markers {
+        assert!(
+            marker.starts_with("10,000,"),
+            "cut twice: {}",
+            &marker[..60]
+        );
     }
 }

@@ -3,7 +3,8 @@ text: `refuse` answers a JSON-RPC error, `fail` a result with `isError`, each en
 `END-OF-THE-ERROR`, which no caller should ever read.
 
 `python loud_errors.py` serves stdio; `python loud_errors.py http` serves plain JSON over
-HTTP on a free loopback port and prints `loud_errors listening on URL`.
+HTTP on a free loopback port and prints `loud_errors listening on URL`;
+`python loud_errors.py unlisted` serves stdio and refuses `tools/list` with the same text.
 """
 
 import http.server
@@ -11,6 +12,7 @@ import json
 import sys
 
 HUGE = "x" * 10_000_000 + " END-OF-THE-ERROR"
+UNLISTED = sys.argv[1:] == ["unlisted"]
 
 TOOLS = [
     {"name": name, "description": f"Fails: {name}.", "inputSchema": {"type": "object"}}
@@ -29,6 +31,8 @@ def answer(message):
             "capabilities": {"tools": {}},
             "serverInfo": {"name": "loud_errors", "version": "1"},
         }
+    elif method == "tools/list" and UNLISTED:
+        return {"jsonrpc": "2.0", "id": ident, "error": {"code": -32000, "message": HUGE}}
     elif method == "tools/list":
         result = {"tools": TOOLS}
     elif method == "tools/call" and message["params"]["name"] == "refuse":

@@ -191,7 +191,7 @@ impl Upstream {
                     // Why the connection failed says more than "unavailable, retry after".
                     let reason = match link.last_failure().await {
                         Some(why) => why,
-                        None => link.scrubbed(e.to_string()),
+                        None => link.scrubbed(e.bounded_message()),
                     };
                     return Err(McpError::Connect {
                         server: config.name.clone(),
@@ -201,7 +201,7 @@ impl Upstream {
                 Err(other) => {
                     return Err(McpError::Discovery {
                         server: config.name.clone(),
-                        reason: link.scrubbed(other.to_string()),
+                        reason: link.scrubbed(other.bounded_message()),
                     });
                 }
             };
@@ -213,7 +213,7 @@ impl Upstream {
             let discovered = match discovered {
                 Ok(tools) => Some(tools),
                 Err(e) => {
-                    let error = link.scrubbed(e.to_string());
+                    let error = link.scrubbed(e.bounded_message());
                     tracing::warn!(server = %config.name, %error, "MCP server not reachable at start-up; registering its declared tools");
                     None
                 }
@@ -418,7 +418,7 @@ async fn discover_features(
                 );
             }
             Err(e) => {
-                let error = link.scrubbed(e.to_string());
+                let error = link.scrubbed(e.bounded_message());
                 tracing::warn!(server = %config.name, %error, "the MCP server's prompts could not be listed; they are not imported");
             }
         }

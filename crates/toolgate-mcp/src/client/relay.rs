@@ -700,7 +700,11 @@ impl UpstreamClient {
             drop(told);
             let failed = match answer {
                 Ok(Ok(())) => return,
-                Ok(Err(e)) => e.to_string(),
+                // The upstream's words, of any length: within the bound of an error's.
+                Ok(Err(e)) => toolgate_core::error::error_text(format_args!(
+                    "{}",
+                    crate::client::failure::request_failure(&e)
+                )),
                 Err(_) => format!("no answer within {timeout:?}"),
             };
             tracing::warn!(server = %routes.server, %uri, error = %failed, "the MCP server could not be unsubscribed from a resource nobody watches on this connection any more");

@@ -513,7 +513,7 @@ impl Connection {
                     }
                 }
                 Err(e) => {
-                    tracing::warn!(tool = %definition.name, error = %e, "an upstream's resources could not be listed")
+                    tracing::warn!(tool = %definition.name, error = %e.bounded_message(), "an upstream's resources could not be listed")
                 }
             }
         }
@@ -851,8 +851,11 @@ impl ServerHandler for Connection {
             let input = json!({ "get": id });
             let output = self.relay_task(&id, relayed, input, &context, user).await?;
             let mut answer: GetTaskResult = serde_json::from_value(output).map_err(|e| {
+                // serde's words quote what the upstream sent: kept within the bound.
                 ErrorData::internal_error(
-                    format!("the upstream's task could not be read: {e}"),
+                    toolgate_core::error::error_text(format_args!(
+                        "the upstream's task could not be read: {e}"
+                    )),
                     None,
                 )
             })?;

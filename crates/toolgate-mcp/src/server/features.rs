@@ -139,7 +139,7 @@ pub(crate) fn request_error(error: &ToolError) -> ErrorData {
     if error.code() == MISSING_CAPABILITY {
         return ErrorData::new(
             ErrorCode::MISSING_REQUIRED_CLIENT_CAPABILITY,
-            error.to_string(),
+            error.caller_message(),
             None,
         );
     }

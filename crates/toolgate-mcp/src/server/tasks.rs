@@ -138,7 +138,7 @@ pub(super) async fn withdraw(
     told: Option<&super::OnWithdrawal>,
 ) -> Result<(), ErrorData> {
     let store = pipeline.suspension_store();
-    let failed = |e: SuspensionStoreError| ErrorData::internal_error(e.to_string(), None);
+    let failed = |e: SuspensionStoreError| store_failed(&e);
     let waiting = match pipeline.suspended(id).await {
         Ok(waiting) => waiting,
         // Ended by its expiry: nothing left to cancel — for its caller. To anyone else it
@@ -149,7 +149,7 @@ pub(super) async fn withdraw(
                 _ => Err(unknown(id)),
             };
         }
-        Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
+        Err(error) => return Err(ErrorData::internal_error(error.caller_message(), None)),
     };
     let Some(waiting) = waiting.filter(|w| w.user.is_same_caller(user)) else {
         return match store.outcome(id).await.map_err(failed)? {
@@ -186,7 +186,7 @@ pub(super) async fn withdraw(
                 _ => Ok(()),
             };
         }
-        Err(error) => return Err(ErrorData::internal_error(error.to_string(), None)),
+        Err(error) => return Err(ErrorData::internal_error(error.caller_message(), None)),
     }
     let outcome = DecidedCall::new(
         id,
@@ -244,8 +244,17 @@ async fn withdraw_running(
     outcome.suspended_at = decided.suspended_at;
     match store.keep_outcome_over_running(outcome).await {
         Ok(_) => Ok(()),
-        Err(error) => Err(ErrorData::internal_error(error.to_string(), None)),
+        Err(error) => Err(store_failed(&error)),
     }
+}
+
+/// The error answered when the suspension store fails, its words kept within the bound of
+/// an error's message: a store's error may quote what it was sent.
+fn store_failed(error: &SuspensionStoreError) -> ErrorData {
+    ErrorData::internal_error(
+        toolgate_core::error::error_text(format_args!("{error}")),
+        None,
+    )
 }
 
 /// Whether the outcome tool's answer `outcome` is that of a call its caller withdrew.
@@ -468,5 +477,70 @@ mod tests {
         assert!(message.len() < 300, "{} bytes", message.len());
         assert!(message.contains(&format!("{}…", "x".repeat(64))));
         assert!(unknown("susp-1").message.contains("`susp-1`"));
+    }
+
+    /// A suspension store that fails with ten megabytes of words — but for the call
+    /// `expired`, which expired, and whose owner it then fails to read.
+    struct LoudStore;
+
+    /// What ends every failure of [`LoudStore`], and must never be read.
+    const END: &str = "END-OF-THE-FAILURE";
+
+    fn loud() -> SuspensionStoreError {
+        SuspensionStoreError::Unavailable(format!("{} {END}", "x".repeat(10_000_000)))
+    }
+
+    #[async_trait::async_trait]
+    impl SuspensionStore for LoudStore {
+        async fn save(
+            &self,
+            _: toolgate_core::suspension::SuspendedInvocation,
+        ) -> Result<(), SuspensionStoreError> {
+            Err(loud())
+        }
+
+        async fn take(
+            &self,
+            _: &str,
+        ) -> Result<Option<toolgate_core::suspension::SuspendedInvocation>, SuspensionStoreError>
+        {
+            Err(loud())
+        }
+
+        async fn get(
+            &self,
+            id: &str,
+        ) -> Result<Option<toolgate_core::suspension::SuspendedInvocation>, SuspensionStoreError>
+        {
+            match id {
+                "expired" => Err(SuspensionStoreError::Expired { id: id.to_owned() }),
+                _ => Err(loud()),
+            }
+        }
+
+        async fn expired_owner(&self, _: &str) -> Result<Option<User>, SuspensionStoreError> {
+            Err(loud())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_store_s_huge_failure_reaches_the_caller_who_withdraws_cut() {
+        let pipeline = Pipeline::builder()
+            .suspension_store(std::sync::Arc::new(LoudStore))
+            .build()
+            .unwrap();
+        let ann = User::new("ann");
+        for id in ["susp-1", "expired"] {
+            let error = withdraw(&pipeline, id, &ann, None).await.unwrap_err();
+            let message = error.message.to_string();
+            assert!(
+                message.chars().count() <= toolgate_core::error::MAX_ERROR_CHARS,
+                "{id}: {} characters",
+                message.chars().count()
+            );
+            assert!(!message.contains(END), "{id}: the end of the failure");
+            assert!(message.contains("the suspension store failed: xxx"), "{id}");
+            assert!(message.contains("the message was 10,000,"), "{id}");
+        }
     }
 }

@@ -18,7 +18,6 @@ use super::errors::{input_required, is_oversized_answer};
 use super::{Channel, Link};
 use crate::caller::{CallerKey, CallerRequest, InputRound, UPSTREAM_TASK, UpstreamTask};
 use crate::client::direct::Direct;
-use crate::client::failure::request_failure;
 use crate::client::input::ask_caller;
 use crate::client::places::{Place, Reserved};
 use crate::client::relay::Relay;
@@ -199,7 +198,7 @@ impl Link {
                 Err(_) => return Err(self.timed_out(started)),
                 Ok(Ok(handle)) => handle,
                 Ok(Err(e)) if attempt == 0 => {
-                    let error = self.scrubbed(request_failure(&e));
+                    let error = self.failure_words(&e);
                     tracing::warn!(server = %self.config.name, %error, "could not send the call; reconnecting");
                     self.forget(channel, generation).await;
                     continue;

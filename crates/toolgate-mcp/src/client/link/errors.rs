@@ -65,6 +65,13 @@ impl Link {
         )))
     }
 
+    /// Why request `e` failed ([`request_failure`]) for a log line: scrubbed whole, then
+    /// cut to the bound of an error's message ([`error_text`]) — the words may carry what
+    /// the upstream answered, of any length.
+    pub(super) fn failure_words(&self, e: &ServiceError) -> String {
+        error_text(format_args!("{}", self.scrubbed(request_failure(e))))
+    }
+
     /// The upstream's JSON-RPC error as a toolgate error: a resource it does not have is
     /// `resource_not_found` (404), a bad parameter `invalid_input` (400), anything else
     /// the upstream's failure.
@@ -119,7 +126,7 @@ impl Link {
         if e.auth_challenge().is_none()
             && let Some(refused) = refusal(&e)
         {
-            let reason = self.scrubbed(request_failure(&e));
+            let reason = self.failure_words(&e);
             tracing::warn!(server = %self.config.name, %reason, "the MCP server failed a request");
             return self.refusal_error(refused);
         }
@@ -200,7 +207,7 @@ impl Link {
     /// too long to read ended its connection, and is the upstream's failure (502). The
     /// transport's own words go to the log, not to the caller.
     pub(super) fn broken(&self, channel: &Channel, generation: u64, e: ServiceError) -> ToolError {
-        let reason = self.scrubbed(request_failure(&e));
+        let reason = self.failure_words(&e);
         tracing::warn!(server = %self.config.name, %reason, "a request to the MCP server failed");
         if channel.oversized.ended(generation) {
             return ToolError::execution(format!(

@@ -139,6 +139,7 @@ impl Link {
                 };
                 let mut failed = failed;
                 scrubber.scrub_string(&mut failed);
+                let failed = toolgate_core::error::error_text(format_args!("{failed}"));
                 tracing::warn!(server = %server, %uri, error = %failed, "the MCP server could not be subscribed again, on its new connection, to a resource watched here; its subscribers hear no update until one subscribes again");
             }
         });

@@ -360,7 +360,12 @@ impl Link {
                 }
                 failed => {
                     let reason = match failed {
-                        Ok(Err(reason)) => self.scrubbed(reason),
+                        // The upstream's words, of any length (an error it answered
+                        // `tools/list` with): scrubbed whole, then cut.
+                        Ok(Err(reason)) => toolgate_core::error::error_text(format_args!(
+                            "{}",
+                            self.scrubbed(reason)
+                        )),
                         _ => "the connection attempt timed out".to_owned(),
                     };
                     state.failures += 1;

@@ -275,7 +275,7 @@ impl Link {
     async fn sync_upstream_unwaited(&self, channel: &Channel, uri: &str) {
         let deadline = Instant::now() + self.config.call_timeout;
         if let Err(unsynced) = self.sync_upstream(channel, uri, None, deadline).await {
-            tracing::warn!(server = %self.config.name, %uri, error = %unsynced.error, "the MCP server could not be brought in line with who watches a resource on this connection");
+            tracing::warn!(server = %self.config.name, %uri, error = %unsynced.error.bounded_message(), "the MCP server could not be brought in line with who watches a resource on this connection");
         }
     }
 
@@ -409,7 +409,7 @@ impl Link {
         if !added {
             return true;
         }
-        tracing::warn!(server = %self.config.name, %uri, error = %unsynced.error, "a subscription could not be moved to the new configuration's connection; it ended");
+        tracing::warn!(server = %self.config.name, %uri, error = %unsynced.error.bounded_message(), "a subscription could not be moved to the new configuration's connection; it ended");
         self.withdraw(channel, uri, &key);
         false
     }

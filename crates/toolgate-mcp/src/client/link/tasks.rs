@@ -13,6 +13,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, PeerRequestOptions};
 use serde_json::Value;
 use tokio::time::Instant;
+use toolgate_core::error::error_text;
 use toolgate_core::{ToolError, User};
 
 use super::Link;
@@ -131,17 +132,21 @@ impl Link {
             }
             match task.payload {
                 TaskPayload::Working => continue,
+                // What the upstream sent (serde's words quote it) is scrubbed whole, then
+                // cut: a cut never leaves half a credential behind.
                 TaskPayload::Completed { result } => {
                     return serde_json::from_value(Value::Object(result)).map_err(|e| {
-                        ToolError::execution(format!(
-                            "MCP server `{name}` ended its task with a result that is not a tool result: {e}"
-                        ))
+                        let why = self.scrubbed(e.to_string());
+                        ToolError::execution(error_text(format_args!(
+                            "MCP server `{name}` ended its task with a result that is not a tool result: {why}"
+                        )))
                     });
                 }
                 TaskPayload::Failed { error } => {
                     let message = error.get("message").and_then(Value::as_str).unwrap_or("");
-                    return Err(ToolError::execution(self.scrubbed(format!(
-                        "MCP server `{name}`: the call's task failed: {message}"
+                    let sent = self.scrubbed(message.to_owned());
+                    return Err(ToolError::execution(error_text(format_args!(
+                        "MCP server `{name}`: the call's task failed: {sent}"
                     ))));
                 }
                 TaskPayload::Cancelled => {
