@@ -364,6 +364,10 @@ pub enum Suspensions {
     Memory(Arc<InMemorySuspensionStore>),
     /// On Redis.
     Redis(Arc<RedisSuspensions>),
+    /// A store a test wraps around one of the others, to hold its steps in the order it
+    /// chooses.
+    #[cfg(test)]
+    Wrapped(Arc<dyn SuspensionStore>),
 }
 
 impl Suspensions {
@@ -399,6 +403,8 @@ impl Suspensions {
         match self {
             Suspensions::Memory(store) => Arc::clone(store) as Arc<dyn SuspensionStore>,
             Suspensions::Redis(store) => Arc::clone(store) as Arc<dyn SuspensionStore>,
+            #[cfg(test)]
+            Suspensions::Wrapped(store) => Arc::clone(store),
         }
     }
 
@@ -407,6 +413,8 @@ impl Suspensions {
         match self {
             Suspensions::Memory(store) => store.set_limits(limits),
             Suspensions::Redis(store) => store.set_limits(limits),
+            #[cfg(test)]
+            Suspensions::Wrapped(_) => {}
         }
     }
 }

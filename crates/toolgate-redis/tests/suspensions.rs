@@ -1596,6 +1596,63 @@ async fn a_running_record_is_kept_only_where_nothing_is_and_removed_only_by_its_
 }
 
 #[tokio::test]
+async fn only_the_decision_that_takes_a_call_keeps_its_running_record_on_any_replica() {
+    let test = "only_the_decision_that_takes_a_call_keeps_its_running_record_on_any_replica";
+    let Some((a, b)) = two_replicas(test, limits(5, 50, HOUR)).await else {
+        return;
+    };
+    let bob = User::new("bob").with_tenant("acme");
+    let kept_by = |decided: Option<DecidedCall>| decided.map(|d| d.result["decided_by"].clone());
+    a.save(call_by("x", &bob)).await.unwrap();
+
+    // carol's record is there first (a decision that failed, or lost, left it); alice's
+    // take on the other replica keeps hers in the call's place all the same.
+    let carols = running_by("x", &bob, "carol");
+    assert_eq!(a.keep_running(carols, "carols").await, Ok(true));
+    let alices = running_by("x", &bob, "alice");
+    let taken = b.take_running("x", alices, "alices").await.unwrap();
+    assert_eq!(taken.map(|t| t.id).as_deref(), Some("x"));
+    assert_eq!(kept_by(a.outcome("x").await.unwrap()), Some(json!("alice")));
+
+    // carol, late, takes nothing and keeps nothing; only alice's token removes the record
+    // (her call went back to wait, say).
+    let late = a.take_running("x", running_by("x", &bob, "carol"), "carols");
+    assert_eq!(late.await, Ok(None));
+    assert_eq!(kept_by(b.outcome("x").await.unwrap()), Some(json!("alice")));
+    assert_eq!(a.remove_running("x", "carols").await, Ok(false));
+    assert_eq!(a.remove_running("x", "alices").await, Ok(true));
+    assert_eq!(b.outcome("x").await, Ok(None));
+
+    // An outcome kept for a waiting call is never replaced by a take's record.
+    a.save(call_by("y", &bob)).await.unwrap();
+    let outcome = DecidedCall::new("y", &bob, json!({"status": "error"}));
+    a.keep_outcome(outcome.clone()).await.unwrap();
+    let taken = b.take_running("y", running_by("y", &bob, "alice"), "alices");
+    assert!(taken.await.unwrap().is_some());
+    assert_eq!(a.outcome("y").await.unwrap(), Some(outcome));
+
+    // Twenty approvers at once on two replicas: one takes the call, and the record is hers.
+    a.save(call_by("z", &bob)).await.unwrap();
+    let answers = alternately(&a, &b, 20, |i, store| {
+        let bob = bob.clone();
+        async move {
+            let record = running_by("z", &bob, &format!("approver-{i}"));
+            let taken = store.take_running("z", record, &format!("token-{i}")).await;
+            (i, taken)
+        }
+    })
+    .await;
+    let winners: Vec<usize> = answers
+        .iter()
+        .filter(|(_, taken)| matches!(taken, Ok(Some(_))))
+        .map(|(i, _)| *i)
+        .collect();
+    assert_eq!(winners.len(), 1, "{answers:?}");
+    let winner = format!("approver-{}", winners[0]);
+    assert_eq!(kept_by(b.outcome("z").await.unwrap()), Some(json!(winner)));
+}
+
+#[tokio::test]
 async fn an_end_kept_over_running_replaces_a_running_record_or_nothing_but_never_an_outcome() {
     let test = "an_end_kept_over_running_replaces_a_running_record_or_nothing_but_never_an_outcome";
     let Some((a, b)) = two_replicas(test, limits(5, 10, HOUR)).await else {

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 use toolgate_core::external::TypeMapKey;
+use toolgate_core::suspension::RunningRecord;
 use toolgate_core::{CallerId, InvokeOptions, User};
 
 /// How the calls of a batch run.
@@ -212,6 +213,7 @@ pub struct ResumeOptions {
     pub(crate) cancellation: Option<CancellationToken>,
     pub(crate) decided_by: Option<CallerId>,
     pub(crate) reason: Option<String>,
+    pub(crate) running: Option<RunningRecord>,
 }
 
 impl ResumeOptions {
@@ -261,6 +263,15 @@ impl ResumeOptions {
     #[must_use]
     pub fn reason(mut self, reason: impl Into<String>) -> Self {
         self.reason = Some(reason.into());
+        self
+    }
+
+    /// The running record to keep for the call as the resume takes it, in the same step
+    /// of the store
+    /// ([`InvokeOptions::running`](toolgate_core::InvokeOptions::running)).
+    #[must_use]
+    pub fn running(mut self, running: RunningRecord) -> Self {
+        self.running = Some(running);
         self
     }
 

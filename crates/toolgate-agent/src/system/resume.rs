@@ -161,6 +161,9 @@ impl ToolSystem {
         if let Some(user) = options.user {
             invoke = invoke.user(user);
         }
+        if let Some(running) = options.running {
+            invoke = invoke.running(running);
+        }
         let decision_label = match &decision {
             ResumeDecision::Approve => "approve",
             ResumeDecision::Reject { .. } => "reject",

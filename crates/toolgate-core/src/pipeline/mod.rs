@@ -29,8 +29,8 @@ use crate::provider::{PerCall, Scopes, SessionProviders, bounded_session_id, kep
 use crate::registry::{ToolRef, ToolRegistry};
 use crate::stage::Stage;
 use crate::suspension::{
-    ResumeDecision, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionStore,
-    SuspensionStoreError,
+    ResumeDecision, RetryApproval, RunningRecord, SuspendedInvocation, SuspensionFilter,
+    SuspensionStore, SuspensionStoreError,
 };
 use crate::tool::ErasedTool;
 use crate::user::{CallerId, User};
@@ -399,8 +399,9 @@ impl Pipeline {
         // A rejection is always allowed: it ends a call that can no longer be approved.
         let check = !matches!(decision, ResumeDecision::Reject { .. });
         let caller_now = options.user.take().filter(|_| check);
+        let running = options.running.take();
         let (entry, saved) = self
-            .take_suspended(suspension_id, check, caller_now.as_deref())
+            .take_suspended(suspension_id, check, caller_now.as_deref(), running)
             .await?;
         options.session_id = saved.session_id.as_deref().map(Arc::from);
         options.request_id = Some(saved.request_id);
@@ -485,7 +486,40 @@ impl Pipeline {
         suspension_id: &str,
         decided_by: Option<CallerId>,
     ) -> Result<RetryApproval, ToolError> {
-        let (entry, saved) = self.take_suspended(suspension_id, true, None).await?;
+        self.approve_retry_keeping(suspension_id, decided_by, None)
+            .await
+    }
+
+    /// Approves a waiting call for a retry, like [`approve_retry`](Self::approve_retry),
+    /// keeping `running` as the call's running record as the approval takes it, in the
+    /// same step of the store ([`SuspensionStore::take_running`]); removed again if the
+    /// call goes back to wait.
+    ///
+    /// # Errors
+    ///
+    /// As [`approve_retry`](Self::approve_retry).
+    ///
+    /// [`SuspensionStore::take_running`]: crate::suspension::SuspensionStore::take_running
+    pub async fn approve_retry_running(
+        &self,
+        suspension_id: &str,
+        decided_by: Option<CallerId>,
+        running: RunningRecord,
+    ) -> Result<RetryApproval, ToolError> {
+        self.approve_retry_keeping(suspension_id, decided_by, Some(running))
+            .await
+    }
+
+    async fn approve_retry_keeping(
+        &self,
+        suspension_id: &str,
+        decided_by: Option<CallerId>,
+        running: Option<RunningRecord>,
+    ) -> Result<RetryApproval, ToolError> {
+        let token = running.as_ref().map(|r| r.token.clone());
+        let (entry, saved) = self
+            .take_suspended(suspension_id, true, None, running)
+            .await?;
         let decided_at = SystemTime::now();
         let approval = RetryApproval {
             binding: saved
@@ -503,6 +537,12 @@ impl Pipeline {
             // Not approved after all: the call goes back to wait for another decision.
             if let Err(lost) = store.save(saved).await {
                 tracing::error!(suspension_id, %lost, "a call whose approval for a retry could not be kept could not be put back to wait either");
+            }
+            // Nothing runs: the record kept as the call was taken goes.
+            if let Some(token) = token
+                && let Err(left) = store.remove_running(suspension_id, &token).await
+            {
+                tracing::warn!(suspension_id, %left, "the running record of a call put back to wait could not be removed");
             }
             return Err(error.into());
         }
@@ -527,6 +567,7 @@ impl Pipeline {
         suspension_id: &str,
         check: bool,
         caller_now: Option<&User>,
+        running: Option<RunningRecord>,
     ) -> Result<(&Arc<ToolEntry>, SuspendedInvocation), ToolError> {
         let store = &self.inner.shared.suspensions;
         let unknown = || ToolError::UnknownSuspension {
@@ -574,7 +615,13 @@ impl Pipeline {
                 }
             }
         }
-        let saved = store.take(suspension_id).await?.ok_or_else(unknown)?;
+        let taken = match running {
+            Some(RunningRecord { record, token }) => {
+                store.take_running(suspension_id, record, &token).await
+            }
+            None => store.take(suspension_id).await,
+        };
+        let saved = taken?.ok_or_else(unknown)?;
         let entry = self.entry(&saved.tool).map_err(|_| gone(&saved.tool))?;
         Ok((entry, saved))
     }

@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 use typemap_rev::TypeMapKey;
 
 use crate::provider::{Providers, kept_session_id};
+use crate::suspension::RunningRecord;
 use crate::user::{CallerId, User};
 
 /// The options of one invocation.
@@ -33,6 +34,7 @@ pub struct InvokeOptions {
     pub(crate) no_store: bool,
     pub(crate) decided_by: Option<CallerId>,
     pub(crate) decision_reason: Option<String>,
+    pub(crate) running: Option<RunningRecord>,
 }
 
 impl InvokeOptions {
@@ -113,6 +115,18 @@ impl InvokeOptions {
     #[must_use]
     pub fn decision_reason(mut self, reason: impl Into<String>) -> Self {
         self.decision_reason = Some(reason.into());
+        self
+    }
+
+    /// On a resume: the running record to keep for the call as the resume takes it, in
+    /// the same step of the store ([`SuspensionStore::take_running`]), so that while the
+    /// call runs its caller reads that it runs, decided by whoever took it. A resume that
+    /// does not take the call keeps nothing. A fresh call ignores it.
+    ///
+    /// [`SuspensionStore::take_running`]: crate::suspension::SuspensionStore::take_running
+    #[must_use]
+    pub fn running(mut self, running: RunningRecord) -> Self {
+        self.running = Some(running);
         self
     }
 

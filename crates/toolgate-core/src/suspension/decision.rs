@@ -4,7 +4,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A new token for one decision on a waiting call, to tag the running record it keeps
-/// ([`SuspensionStore::keep_running`]) and to remove that record only
+/// ([`SuspensionStore::take_running`]) and to remove that record only
 /// ([`SuspensionStore::remove_running`]): unique in this process and, drawn at random,
 /// across replicas.
 ///
@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// assert_ne!(decision_token(), decision_token());
 /// ```
 ///
-/// [`SuspensionStore::keep_running`]: super::SuspensionStore::keep_running
+/// [`SuspensionStore::take_running`]: super::SuspensionStore::take_running
 /// [`SuspensionStore::remove_running`]: super::SuspensionStore::remove_running
 pub fn decision_token() -> String {
     static COUNTER: AtomicU64 = AtomicU64::new(0);

@@ -171,6 +171,16 @@ impl SuspensionStore for InMemorySuspensionStore {
         Ok(self.lock().keep_running(record, token, now))
     }
 
+    async fn take_running(
+        &self,
+        id: &str,
+        record: DecidedCall,
+        token: &str,
+    ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        let now = (self.clock)();
+        self.lock().take_running(id, record, token, now)
+    }
+
     async fn keep_outcome_over_running(
         &self,
         outcome: DecidedCall,

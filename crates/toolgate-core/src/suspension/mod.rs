@@ -214,6 +214,22 @@ impl DecidedCall {
     }
 }
 
+/// The running record a decision keeps for its call as it takes it
+/// ([`SuspensionStore::take_running`]), with the token of that decision
+/// ([`decision_token`]): what a host gives [`InvokeOptions::running`] or
+/// [`Pipeline::approve_retry_running`] so that the pipeline's take keeps it.
+///
+/// [`InvokeOptions::running`]: crate::InvokeOptions::running
+/// [`Pipeline::approve_retry_running`]: crate::Pipeline::approve_retry_running
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunningRecord {
+    /// What the call's caller reads while it runs (its `id` is the call's).
+    pub record: DecidedCall,
+    /// The token of the decision keeping it, for
+    /// [`remove_running`](SuspensionStore::remove_running).
+    pub token: String,
+}
+
 /// The shortest time a store keeps an expired call for
 /// [`claim_expired`](SuspensionStore::claim_expired), however short
 /// [`expire_after`](SuspensionLimits::expire_after): ten minutes, many rounds of the
@@ -649,14 +665,12 @@ pub trait SuspensionStore: Send + Sync + 'static {
     /// ([`decision_token`]). `true` when it was kept; `false` when something was kept
     /// already, which is left as it is.
     ///
-    /// This is how a host keeps a *running record*: what a decided call's caller reads
-    /// from the moment a decision on it begins — before the decision takes the call from
-    /// the store — until the call ends and its outcome replaces the record. Two approvers
-    /// deciding at once both keep one before either takes the call; written this way, the
-    /// loser's record never lands over the outcome the winner kept (a rejection, which is
-    /// kept at once), and the first record kept stands for the call's run whoever takes
-    /// it. It is counted and capped as an outcome ([`keep_outcome`](Self::keep_outcome)),
-    /// once per id.
+    /// A *running record* is what a decided call's caller reads while the call runs, until
+    /// its outcome replaces it. A host keeps one as its decision takes the call, with
+    /// [`take_running`](Self::take_running), so that the record is always that of the
+    /// decision that took the call; this is the second half of that method's default, for
+    /// a store that cannot do both at once. It is counted and capped as an outcome
+    /// ([`keep_outcome`](Self::keep_outcome)), once per id.
     ///
     /// Once kept, a running record is replaced by [`keep_outcome`](Self::keep_outcome) —
     /// whichever decision kept it: only the decision that took the call keeps an
@@ -682,17 +696,55 @@ pub trait SuspensionStore: Send + Sync + 'static {
         Ok(true)
     }
 
+    /// Takes the waiting call `id`, as [`take`](Self::take) does, and when it was taken
+    /// keeps `record` as its running record in its place, tagged with `token`, the token
+    /// of the deciding decision ([`decision_token`]) — one atomic step. The record is kept
+    /// over nothing or over a running record (one a failed decision left behind), never
+    /// over an outcome, which stays; it is counted and capped as an outcome
+    /// ([`keep_outcome`](Self::keep_outcome)).
+    ///
+    /// This is how a host keeps what a decided call's caller reads while it runs: from the
+    /// moment the call leaves the waiting calls, with no moment between in which it reads
+    /// as neither waiting nor running, until its outcome replaces the record. Of two
+    /// approvers deciding at once, only the one whose take wins keeps a record, so the
+    /// caller reads who actually decided, and until when the call runs; the loser keeps
+    /// nothing, and never writes over the outcome of a decision that took the call first
+    /// (a rejection, kept at once).
+    ///
+    /// The default takes the call and then keeps the record with
+    /// [`keep_running`](Self::keep_running): the record is still the taking decision's,
+    /// but in two steps — between them the call reads as neither waiting nor running (a
+    /// caller may be told it is unknown), a record left behind by an earlier decision
+    /// stays in place of this one's, and if keeping the record fails the call is taken
+    /// all the same (the failure is logged) and reads as unknown until it ends. The
+    /// built-in stores do it in one step.
+    async fn take_running(
+        &self,
+        id: &str,
+        record: DecidedCall,
+        token: &str,
+    ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        let Some(taken) = self.take(id).await? else {
+            return Ok(None);
+        };
+        if let Err(error) = self.keep_running(record, token).await {
+            tracing::warn!(suspension_id = id, %error, "a taken call's running record could not be kept: its caller will not find it until it ends");
+        }
+        Ok(Some(taken))
+    }
+
     /// Removes the running record that the decision `token` kept for the call `id`
-    /// ([`keep_running`](Self::keep_running)), if it is still what is kept: for a decision
-    /// that failed before it took the call, which leaves the call waiting and nothing
-    /// running. Whatever else is kept for `id` — an outcome, a running record another
-    /// decision kept — is left as it is; the check and the removal are one atomic step.
-    /// `true` when the record was removed.
+    /// ([`take_running`](Self::take_running), [`keep_running`](Self::keep_running)), if
+    /// it is still what is kept: for a decision that put the call it took back to wait (an
+    /// approval for a retry that could not be kept), which leaves nothing running.
+    /// Whatever else is kept for `id` — an outcome, a running record another decision
+    /// kept — is left as it is; the check and the removal are one atomic step. `true` when
+    /// the record was removed.
     ///
     /// The default, for a store that keeps no tokens, removes nothing and answers `false`:
     /// the record stays until an outcome replaces it or it expires. Hosts read a running
-    /// record as nothing while its call still waits, so one left behind misleads only
-    /// once another decision takes the call.
+    /// record as nothing while its call still waits, and the built-in stores keep the record
+    /// of the next decision to take the call over it ([`take_running`](Self::take_running)).
     async fn remove_running(&self, id: &str, token: &str) -> Result<bool, SuspensionStoreError> {
         let _ = (id, token);
         Ok(false)

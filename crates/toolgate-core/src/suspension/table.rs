@@ -526,6 +526,71 @@ impl SuspensionTable {
         true
     }
 
+    /// Takes the call `id`, as [`take`](Self::take) does, and when it was taken keeps
+    /// `record`, the running record of the decision `token`, in its place: over nothing or
+    /// a running record, never over an outcome. What [`SuspensionStore::take_running`]
+    /// does; the table is one step, under the lock of the store that holds it.
+    ///
+    /// # Errors
+    ///
+    /// As [`take`](Self::take); nothing is kept then.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use std::time::SystemTime;
+    /// use serde_json::{json, Map};
+    /// use toolgate_core::suspension::{
+    ///     DecidedCall, SuspendedInvocation, SuspensionLimits, SuspensionTable,
+    /// };
+    /// use toolgate_core::{Stage, User};
+    ///
+    /// let ann = User::new("ann");
+    /// let mut table = SuspensionTable::new(SuspensionLimits::default());
+    /// let now = SystemTime::now();
+    /// table.insert(SuspendedInvocation {
+    ///     id: "s-1".into(),
+    ///     tool: "deploy".into(),
+    ///     tool_version: "1".into(),
+    ///     session_id: None,
+    ///     request_id: "s-1".into(),
+    ///     user: ann.clone(),
+    ///     input: json!({}),
+    ///     output: None,
+    ///     metadata: Map::new(),
+    ///     stage: Stage::WillRedactInput,
+    ///     reason: "needs approval".into(),
+    ///     payload: json!(null),
+    ///     suspended_at: now,
+    ///     expires_at: None,
+    ///     binding: None,
+    /// }, now)?;
+    /// let running = |by: &str| DecidedCall::new("s-1", &ann, json!({ "status": "running", "by": by }));
+    ///
+    /// // Carol's approval takes the call: her record is kept in its place...
+    /// assert!(table.take_running("s-1", running("carol"), "carols", now)?.is_some());
+    /// // ...and alice, a moment late, takes nothing and keeps nothing.
+    /// assert!(table.take_running("s-1", running("alice"), "alices", now)?.is_none());
+    /// assert_eq!(table.outcome("s-1", now).unwrap().result["by"], "carol");
+    /// # Ok::<(), toolgate_core::suspension::SuspensionStoreError>(())
+    /// ```
+    ///
+    /// [`SuspensionStore::take_running`]: super::SuspensionStore::take_running
+    pub fn take_running(
+        &mut self,
+        id: &str,
+        record: DecidedCall,
+        token: &str,
+        now: SystemTime,
+    ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        let taken = self.take(id, now)?;
+        let kept_as = record.id.clone();
+        if taken.is_some() && self.keep_outcome_over_running(record, now) {
+            self.outcomes.running.insert(kept_as, token.to_owned());
+        }
+        Ok(taken)
+    }
+
     /// Keeps `outcome` as the end of its call only over a running record — whichever
     /// decision kept it — or over nothing; an outcome kept already for its id (the call's
     /// caller withdrew it while it ran) stays as it is: what
@@ -1348,6 +1413,31 @@ pub(super) mod tests {
         };
         assert_eq!(decided(&acme), ["da"]);
         assert_eq!(decided(&User::new("ann")), ["dn"]);
+    }
+
+    #[test]
+    fn a_take_keeps_its_record_over_one_left_behind_but_never_over_an_outcome() {
+        let mut table = SuspensionTable::new(limits(5, 10, 60));
+        let running = |id: &str, by: &str| DecidedCall {
+            result: json!({"status": "running", "by": by}),
+            ..decided(id, 0)
+        };
+        table.insert(call("left", "ann"), at(0)).unwrap();
+        table.insert(call("ended", "ann"), at(0)).unwrap();
+        assert!(table.keep_running(running("left", "carol"), "carols", at(0)));
+        table.keep_outcome(decided("ended", 0), at(0));
+
+        let took = table.take_running("left", running("left", "alice"), "alices", at(1));
+        let ended = table.take_running("ended", running("ended", "alice"), "alices", at(1));
+
+        assert!(took.unwrap().is_some() && ended.unwrap().is_some());
+        assert_eq!(table.outcome("left", at(1)).unwrap().result["by"], "alice");
+        assert!(
+            !table.remove_running("left", "carols", at(1)),
+            "not carol's"
+        );
+        assert_eq!(table.outcome("ended", at(1)), Some(&decided("ended", 0)));
+        assert!(table.remove_running("left", "alices", at(1)));
     }
 
     #[test]

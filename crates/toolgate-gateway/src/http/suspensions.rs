@@ -6,6 +6,7 @@
 //! is `decided` with the error code `withdrawn` from the withdrawal on, whatever it ends
 //! with.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use axum::Json;
@@ -14,13 +15,14 @@ use axum::extract::rejection::BytesRejection;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use futures::FutureExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 use toolgate_agent::{ResumeError, ResumeOptions, ToolResult, ToolStatus};
 use toolgate_core::suspension::{
-    DecidedCall, ResumeDecision, SuspendedInvocation, SuspensionFilter, SuspensionStoreError,
-    decision_token,
+    DecidedCall, ResumeDecision, RunningRecord, SuspendedInvocation, SuspensionFilter,
+    SuspensionStoreError, decision_token,
 };
 use toolgate_core::{CallerId, ToolError};
 use tracing::Instrument;
@@ -744,17 +746,27 @@ pub async fn resume(
     };
     let mut approval_reason = None;
     let decision_name = decision.name();
-    let running = still_running(&id, &saved, decision_name);
+    let told_running = still_running(&id, &saved, decision_name);
+    // A rejection ends the call at once and runs nothing; the others may run long, and
+    // keep a running record meanwhile, which goes if their decision panics.
+    let running = settles.then(|| running_record_of(&caller, &id, &saved, decision_name));
+    let if_it_panics = end_abandoned(&caller, &id, &saved, running.as_ref());
     let decision = match decision {
         Decision::ApproveRetry => {
             let approved = {
                 let id = id.clone();
-                async move {
-                    let running = keep_running(&caller, &id, &saved, decision_name).await;
-                    approve_retry(&caller, &id, &saved, &running).await
-                }
+                async move { approve_retry(&caller, &id, &saved, running).await }
             };
-            return settle(&state.drain, &id, answer_within, running, approved).await;
+            let drain = &state.drain;
+            return settle(
+                drain,
+                &id,
+                answer_within,
+                told_running,
+                approved,
+                if_it_panics,
+            )
+            .await;
         }
         Decision::Approve { reason } => {
             approval_reason = reason.filter(|r| !r.trim().is_empty());
@@ -787,15 +799,9 @@ pub async fn resume(
         .timeout(caller.gateway.config.server.request_timeout);
     // Cancelled by the drain's cut, and by the call's caller withdrawing it as it runs.
     let stop = state.drain.call_token();
-    // A rejection ends the call at once and runs nothing; the others may run long.
-    let runs = !matches!(decision, ResumeDecision::Reject { .. });
     let decided = {
         let (id, drain, format) = (id.clone(), state.drain.clone(), format.to_owned());
         async move {
-            let running = match runs {
-                true => Some(keep_running(&caller, &id, &saved, decision_name).await),
-                false => None,
-            };
             let resumption = Resumption {
                 decision,
                 options,
@@ -807,7 +813,16 @@ pub async fn resume(
             Ok(answer(&format, &result))
         }
     };
-    settle(&state.drain, &id, answer_within, running, decided).await
+    let drain = &state.drain;
+    settle(
+        drain,
+        &id,
+        answer_within,
+        told_running,
+        decided,
+        if_it_panics,
+    )
+    .await
 }
 
 /// The answer to an approver whose deadline passed while the call they decided still runs
@@ -835,6 +850,8 @@ fn still_running(id: &str, saved: &SuspendedInvocation, decision: &str) -> Respo
 /// Settles the decision on the waiting call `id` in a task of its own, and answers with
 /// what it answers — or with `running` when that takes longer than `answer_within`, the
 /// approver's deadline: it bounds their wait, not the decision, which goes on to its end.
+/// A decision that panics is answered with an internal error, and runs `if_it_panics`
+/// first, in its task: what it kept must not outlive it ([`end_abandoned`]).
 ///
 /// Taking the call out of the store is the point of no return: from there on, the call
 /// must run to its end and be recorded — the log line, the decided history, the webhook,
@@ -849,12 +866,19 @@ async fn settle(
     answer_within: std::time::Duration,
     running: Response,
     decision: impl Future<Output = Result<Response, ApiError>> + Send + 'static,
+    if_it_panics: impl Future<Output = ()> + Send + 'static,
 ) -> Result<Response, ApiError> {
     let in_flight = drain.hand_off();
     let settling = tokio::spawn(
         async move {
             let _in_flight = in_flight;
-            decision.await
+            match AssertUnwindSafe(decision).catch_unwind().await {
+                Ok(answer) => answer,
+                Err(panic) => {
+                    if_it_panics.await;
+                    std::panic::resume_unwind(panic)
+                }
+            }
         }
         .instrument(tracing::Span::current()),
     );
@@ -879,17 +903,20 @@ struct Resumption {
     options: ResumeOptions,
     /// What the webhook and the decided history are told.
     told: DecisionSummary,
-    /// The token of the running record kept as the decision began, if it keeps one (a
+    /// The running record the decision keeps as it takes the call, if it keeps one (a
     /// rejection does not: it runs nothing).
-    running: Option<String>,
+    running: Option<RunningRecord>,
     /// The call's cancellation token, which `decide` puts in `options`: cancelled when
     /// its caller withdraws it while it runs ([`stop_when_withdrawn`]), and by the drain.
     stop: CancellationToken,
 }
 
 /// Resumes the waiting call `id` as `resumption` says, and records it: the decided log line,
-/// the decided history, the `decided` webhook and the outcome kept for the caller. A
-/// decision that fails before it takes the call removes the running record it kept.
+/// the decided history, the `decided` webhook and the outcome kept for the caller. The
+/// running record, if the decision keeps one, is kept by the take itself
+/// ([`SuspensionStore::take_running`]): a decision that does not take the call keeps none.
+///
+/// [`SuspensionStore::take_running`]: toolgate_core::suspension::SuspensionStore::take_running
 ///
 /// A call its caller withdraws while it runs (MCP `tasks/cancel`) is stopped
 /// ([`stop_when_withdrawn`]) and its end is not kept over the withdrawal: the approver is
@@ -908,19 +935,16 @@ async fn decide(
         running,
         stop,
     } = resumption;
-    let options = options.cancellation(stop.clone());
-    let resuming = caller.gateway.system.resume(id, decision, options);
-    let resumed = match running {
-        Some(_) => stop_when_withdrawn(caller, id, &stop, resuming).await,
-        None => resuming.await,
-    };
-    if let (Err(error), Some(token)) = (&resumed, &running) {
-        // Another decision took the call: what this one kept stands for that one's run
-        // until its outcome replaces it (the store kept no second record).
-        if !matches!(error, ResumeError::UnknownSuspension { .. }) {
-            remove_running(caller, id, token).await;
-        }
+    let mut options = options.cancellation(stop.clone());
+    let keeps_running = running.is_some();
+    if let Some(running) = running {
+        options = options.running(running);
     }
+    let resuming = caller.gateway.system.resume(id, decision, options);
+    let resumed = match keeps_running {
+        true => stop_when_withdrawn(caller, id, &stop, resuming).await,
+        false => resuming.await,
+    };
     let mut result = resumed.map_err(|e| match e {
         ResumeError::UnknownSuspension { id } => not_found(&id),
         // Only approvers resume, and they may see every call: 410 tells them nothing.
@@ -943,18 +967,15 @@ async fn decide(
     if let (ToolStatus::Error, Some(error)) = (&result.status, &result.error)
         && still_waits(caller, id).await
     {
-        if let Some(token) = &running {
-            remove_running(caller, id, token).await;
-        }
         return Err(ApiError::from(error));
     }
     drain.explain_result(&mut result);
     // Kept for the caller, who fetches it with `GET /v1/suspensions/{id}` or over MCP —
     // unless they withdrew the call while it ran.
     let kept = outcome_of(id, saved, serde_json::to_value(&result));
-    let withdrawn = match running {
-        Some(_) => !keep_end(caller, kept).await,
-        None => {
+    let withdrawn = match keeps_running {
+        true => !keep_end(caller, kept).await,
+        false => {
             keep_outcome(caller, kept).await;
             false
         }
@@ -1064,27 +1085,21 @@ fn withdrawn_while_running(id: &str, saved: &SuspendedInvocation, result: &ToolR
 /// Approves the waiting call `id` for its caller to make again. The approver is answered
 /// with what the approval holds for; the caller, who reads the outcome, is told to call
 /// again with the same arguments. Run by [`settle`], like every decision; `running` is
-/// the token of the running record kept as it began, removed if the call is not taken.
+/// the running record the approval keeps as it takes the call (and removes if the call
+/// goes back to wait).
 async fn approve_retry(
     caller: &Caller,
     id: &str,
     saved: &SuspendedInvocation,
-    running: &str,
+    running: Option<RunningRecord>,
 ) -> Result<Response, ApiError> {
     let pipeline = caller.gateway.system.pipeline();
-    let approved = pipeline
-        .approve_retry(id, Some(CallerId::of(&caller.user)))
-        .await;
-    let approval = match approved {
-        Ok(approval) => approval,
-        Err(error) => {
-            // As in `decide`: taken by another decision, the call is that one's to record.
-            if !matches!(error, ToolError::UnknownSuspension { .. }) {
-                remove_running(caller, id, running).await;
-            }
-            return Err(ApiError::from(&error));
-        }
+    let approver = Some(CallerId::of(&caller.user));
+    let approved = match running {
+        Some(running) => pipeline.approve_retry_running(id, approver, running).await,
+        None => pipeline.approve_retry(id, approver).await,
     };
+    let approval = approved.map_err(|error| ApiError::from(&error))?;
     let within = approval
         .expires_at
         .duration_since(approval.decided_at)
@@ -1111,7 +1126,12 @@ async fn approve_retry(
         409,
     );
     let result = ToolResult::error(id, &saved.tool, &told);
-    keep_outcome(caller, outcome_of(id, saved, serde_json::to_value(result))).await;
+    // Over the running record only, as every end of a call that was taken: a caller who
+    // withdrew the call meanwhile (MCP `tasks/cancel`) keeps reading it as withdrawn.
+    let kept = outcome_of(id, saved, serde_json::to_value(result));
+    if !keep_end(caller, kept).await {
+        tracing::info!(suspension_id = %id, "the caller withdrew a call while it was approved for a retry: its outcome stays withdrawn");
+    }
     Ok(Json(json!({
         "status": "approved_for_retry",
         "suspension_id": id,
@@ -1144,30 +1164,25 @@ async fn remember(
     caller.gateway.history.record(decided).await;
 }
 
-/// Keeps a running record ([`crate::outcomes`]) as the outcome of the call `id` as the
-/// decision `decision` on it begins, so that from the moment the call leaves the waiting
-/// list until its outcome replaces the record, its caller reads that it runs, and until
-/// when (the deadline of an approved call, `server.request_timeout`), rather than that it
-/// is unknown. Returns the token the record was kept with, for [`remove_running`].
+/// The running record ([`crate::outcomes`]) that the decision `decision` on the call `id`
+/// keeps as it takes the call, with a new token of its own: from the moment the call leaves
+/// the waiting calls until its outcome replaces the record, its caller reads that it runs,
+/// who decided, and until when (the deadline of an approved call,
+/// `server.request_timeout`), rather than that it is unknown.
 ///
-/// Kept just before the resume takes the call (the take is the pipeline's, inside it), so
-/// that no moment is left between, and only if nothing is kept for the call yet, in one
-/// step of the store ([`SuspensionStore::keep_running`]): of two approvers deciding at
-/// once, the loser's record never lands over the outcome the winner kept (a rejection is
-/// kept at once), and the first record kept stands for the call's run, whichever decision
-/// takes it, until that decision keeps the outcome over it. Readers look for the waiting
-/// call first, so a record kept for a decision that then does not take the call says
-/// nothing while the call waits, and that decision removes it. Failing to keep it is
-/// logged; the decision goes on.
+/// The take keeps it, in the same step of the store
+/// ([`SuspensionStore::take_running`]): of two approvers deciding at once, only the one
+/// whose take wins keeps a record, so the caller reads the decision that runs their call;
+/// the loser keeps nothing, and never writes over the outcome of a decision that took the
+/// call first (a rejection, kept at once).
 ///
-/// [`SuspensionStore::keep_running`]: toolgate_core::suspension::SuspensionStore::keep_running
-async fn keep_running(
+/// [`SuspensionStore::take_running`]: toolgate_core::suspension::SuspensionStore::take_running
+fn running_record_of(
     caller: &Caller,
     id: &str,
     saved: &SuspendedInvocation,
     decision: &str,
-) -> String {
-    let token = decision_token();
+) -> RunningRecord {
     let record = running_record(
         id,
         &saved.user,
@@ -1178,32 +1193,47 @@ async fn keep_running(
         caller.gateway.config.server.request_timeout,
     )
     .with_suspended_at(saved.suspended_at);
-    match caller
-        .gateway
-        .suspensions
-        .keep_running(record, &token)
-        .await
-    {
-        Ok(true) => {}
-        Ok(false) => {
-            tracing::debug!(suspension_id = %id, "a decided call already has an outcome or a running record: this decision keeps none");
-        }
-        Err(error) => {
-            tracing::warn!(suspension_id = %id, %error, "a running record could not be kept for a decided call: its caller will not find it until it ends");
-        }
+    RunningRecord {
+        record,
+        token: decision_token(),
     }
-    token
 }
 
-/// Removes the running record that the decision with `token` kept for the call `id`
-/// ([`keep_running`]), when that decision ended without taking the call: the call still
-/// waits (or expired), and nothing runs. A record kept by another decision, or an
-/// outcome, is left. Failing is logged: the record then says nothing while the call
-/// waits, and stands for the run of the decision that takes it later, until its outcome
-/// replaces it.
-async fn remove_running(caller: &Caller, id: &str, token: &str) {
-    if let Err(error) = caller.gateway.suspensions.remove_running(id, token).await {
-        tracing::warn!(suspension_id = %id, %error, "the running record of a decision that did not take its call could not be removed");
+/// What the decision on the call `id` that keeps `running` leaves if it panics: its
+/// running record, if the take kept it and nothing has replaced it, is replaced by an
+/// internal error as the call's outcome, so that its caller does not read it as running
+/// until its deadline and then as lost. The record is removed by its token first, which
+/// also tells that this decision took the call: one that panicked before its take leaves
+/// the call waiting, and nothing is kept. An end kept already (the caller's withdrawal)
+/// stays. Failing is logged.
+fn end_abandoned(
+    caller: &Caller,
+    id: &str,
+    saved: &SuspendedInvocation,
+    running: Option<&RunningRecord>,
+) -> impl Future<Output = ()> + Send + 'static {
+    let token = running.map(|running| running.token.clone());
+    let (caller, id, saved) = (caller.clone(), id.to_owned(), saved.clone());
+    async move {
+        let Some(token) = token else { return };
+        match caller.gateway.suspensions.remove_running(&id, &token).await {
+            Ok(true) => {}
+            Ok(false) => return,
+            Err(error) => {
+                tracing::warn!(suspension_id = %id, %error, "the running record of a decision that failed unexpectedly could not be removed: its caller reads the call as running until its deadline");
+                return;
+            }
+        }
+        let shown = toolgate_core::error::shown_id(&id);
+        let failed = ToolError::internal(format!(
+            "deciding the call `{shown}` failed unexpectedly after it was taken (the gateway logged why): it may or may not have run; make the call again if it is still needed"
+        ));
+        let result = ToolResult::error(&id, &saved.tool, &failed);
+        keep_end(
+            &caller,
+            outcome_of(&id, &saved, serde_json::to_value(result)),
+        )
+        .await;
     }
 }
 
@@ -1295,7 +1325,7 @@ mod tests {
             async move {
                 let wait = std::time::Duration::from_secs(60);
                 let running = StatusCode::ACCEPTED.into_response();
-                settle(&drain, "s-1", wait, running, decision)
+                settle(&drain, "s-1", wait, running, decision, async {})
                     .await
                     .map(|_| ())
             }
@@ -1321,7 +1351,7 @@ mod tests {
         let wait = std::time::Duration::from_millis(20);
         let running = StatusCode::ACCEPTED.into_response();
 
-        let answer = settle(&drain, "s-1", wait, running, decision).await;
+        let answer = settle(&drain, "s-1", wait, running, decision, async {}).await;
 
         let answer = answer.unwrap_or_else(|_| panic!("answered with an error"));
         assert_eq!(answer.status(), StatusCode::ACCEPTED, "told it runs");
@@ -1340,7 +1370,7 @@ mod tests {
         let panicking = async { panic!("index out of bounds: the secret is 42") };
         let wait = std::time::Duration::from_secs(60);
         let running = StatusCode::ACCEPTED.into_response();
-        let answer = (settle(&drain, "s-1", wait, running, panicking).await).unwrap_err();
+        let answer = (settle(&drain, "s-1", wait, running, panicking, async {}).await).unwrap_err();
         assert_eq!(answer.status(), StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(answer.code(), "internal");
         let message = &answer.body().message;

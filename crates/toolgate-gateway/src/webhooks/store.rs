@@ -39,7 +39,26 @@ impl NotifyingStore {
         }
     }
 
-    /// Reports the expiry of `id` when its look-up found it expired and nobody had
+    /// Takes the call `id` with `take`, a take of the inner store. Claimed before the store
+    /// is asked, so that the expiry timer cannot report a call that this take is deciding.
+    async fn taking(
+        &self,
+        id: &str,
+        take: impl Future<Output = Result<Option<SuspendedInvocation>, SuspensionStoreError>>,
+    ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        let claimed = self.notifications.claim(id);
+        let taken = take.await;
+        match (&taken, claimed) {
+            (Err(SuspensionStoreError::Expired { .. }), Some(call)) => {
+                self.notifications.expired(call);
+            }
+            // Still waiting (the store failed): watched again.
+            (Err(_), Some(call)) => self.notifications.unclaim(call),
+            _ => {}
+        }
+        taken
+    }
+
     /// reported it yet.
     fn seen<T>(
         &self,
@@ -68,19 +87,17 @@ impl SuspensionStore for NotifyingStore {
     }
 
     async fn take(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
-        // Claimed before the store is asked, so that the expiry timer cannot report a
-        // call that this take is deciding.
-        let claimed = self.notifications.claim(id);
-        let taken = self.inner.take(id).await;
-        match (&taken, claimed) {
-            (Err(SuspensionStoreError::Expired { .. }), Some(call)) => {
-                self.notifications.expired(call);
-            }
-            // Still waiting (the store failed): watched again.
-            (Err(_), Some(call)) => self.notifications.unclaim(call),
-            _ => {}
-        }
-        taken
+        self.taking(id, self.inner.take(id)).await
+    }
+
+    async fn take_running(
+        &self,
+        id: &str,
+        record: DecidedCall,
+        token: &str,
+    ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        self.taking(id, self.inner.take_running(id, record, token))
+            .await
     }
 
     async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {

@@ -7,10 +7,17 @@
 -- way, the replica that asked puts the call back (undo.lua); otherwise the row expires.
 -- Its expiry notice is held aside as long (a decided call is never told expired).
 --
--- KEYS[1]  <base>:calls
+-- A take may keep its decision's running record in the call's place, in the same step
+-- (keep_outcome() in outcome.lua, over nothing or a running record, never over an
+-- outcome), so that only the decision that took the call keeps one; an undone take
+-- removes it again (undo.lua).
+--
+-- KEYS[1]  <base>:calls, and for a running record KEYS[2] <base>:outcomes
 -- ARGV     base, id, '1' to take or '0' to read, max_total, how long expired ids are
 --          remembered (ms), the fingerprint of this replica's key, a token of this take,
---          how long a taken row is held (ms)
+--          how long a taken row is held (ms); for a take that keeps a running record,
+--          then its value, its expiry ms, the caller (as in save.lua), max_per_user and
+--          the decision's token
 -- returns  {'ok', value, expiry ms} | {'expired', false, 0} | {'none', false, 0}, or
 --          {'sealed', value, expiry ms} for a take of a call sealed with another key, which
 --          is left in place
@@ -51,6 +58,11 @@ if take then
   if redis.call('EXISTS', notice) == 1 then
     redis.call('RENAME', notice, base .. ':held_notice:' .. id)
     redis.call('PEXPIRE', base .. ':held_notice:' .. id, tonumber(ARGV[8]))
+  end
+  if ARGV[9] then
+    redis.call('HSET', row, 'running', ARGV[13])
+    keep_outcome(KEYS[2], base, id, ARGV[9], tonumber(ARGV[10]), math.max(1, total),
+      ARGV[11], math.max(1, tonumber(ARGV[12])), ARGV[13], true)
   end
 end
 return {'ok', value, at}

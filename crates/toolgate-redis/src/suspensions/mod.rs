@@ -22,24 +22,35 @@ use crate::seal::Seal;
 use crate::{RedisError, keys};
 
 static SAVE: LazyLock<Script> = LazyLock::new(|| script(include_str!("save.lua")));
-static LOOKUP: LazyLock<Script> = LazyLock::new(|| script(include_str!("lookup.lua")));
+static LOOKUP: LazyLock<Script> = LazyLock::new(|| outcome_script(include_str!("lookup.lua")));
 static FETCH: LazyLock<Script> = LazyLock::new(|| script(include_str!("fetch.lua")));
 static EXPIRED_OWNER: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("expired_owner.lua")));
 static KEEP_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("keep_retry.lua")));
 static USE_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("use_retry.lua")));
-static KEEP_OUTCOME: LazyLock<Script> = LazyLock::new(|| script(include_str!("keep_outcome.lua")));
+static KEEP_OUTCOME: LazyLock<Script> =
+    LazyLock::new(|| outcome_script(include_str!("keep_outcome.lua")));
 static REMOVE_RUNNING: LazyLock<Script> =
-    LazyLock::new(|| script(include_str!("remove_running.lua")));
+    LazyLock::new(|| outcome_script(include_str!("remove_running.lua")));
 static CLAIM_EXPIRED: LazyLock<Script> =
     LazyLock::new(|| script(include_str!("claim_expired.lua")));
-static UNDO: LazyLock<Script> = LazyLock::new(|| script(include_str!("undo.lua")));
+static UNDO: LazyLock<Script> = LazyLock::new(|| outcome_script(include_str!("undo.lua")));
 static UNKEEP_RETRY: LazyLock<Script> = LazyLock::new(|| script(include_str!("unkeep_retry.lua")));
 
 /// A script of the store: the server's clock, what the store's scripts share, then its own
 /// body.
 fn script(body: &str) -> Script {
     crate::server_clock::script(&[include_str!("common.lua"), body])
+}
+
+/// A script of the store that keeps or removes outcomes: as [`script`], with how that is
+/// done (`outcome.lua`) before its own body.
+fn outcome_script(body: &str) -> Script {
+    crate::server_clock::script(&[
+        include_str!("common.lua"),
+        include_str!("outcome.lua"),
+        body,
+    ])
 }
 
 /// When a replica tries to undo a save or a take whose answer it did not get (see
@@ -125,9 +136,12 @@ const LONGEST_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 ///   and list as any other (reads never use the index) but are not counted against their
 ///   caller, and an id left in an index after its outcome went another way stops counting
 ///   (`keep_outcome.lua`).
-/// * Running records ([`keep_running`](SuspensionStore::keep_running)) are outcomes kept
-///   only when nothing is kept for the id, checked and written in the same script, and
-///   counted as outcomes. Each is marked with its decision's token and a digest of the
+/// * Running records are outcomes kept by the take of the call, in the take's script
+///   ([`take_running`](SuspensionStore::take_running): over nothing or a running record,
+///   never over an outcome), or only when nothing is kept for the id
+///   ([`keep_running`](SuspensionStore::keep_running)), checked and written in the same
+///   script, and counted as outcomes. A take whose answer was lost is undone with its
+///   record. Each is marked with its decision's token and a digest of the
 ///   value written (`:outcome_run:<id>`, expiring with it), so that
 ///   [`remove_running`](SuspensionStore::remove_running) removes only that decision's
 ///   record, and never an outcome kept over it — by an earlier version too, which replaces
@@ -357,6 +371,7 @@ impl RedisSuspensions {
             let mut invocation = UNDO.prepare_invoke();
             invocation
                 .key(store.key("calls"))
+                .key(store.key("outcomes"))
                 .arg(&*store.base)
                 .arg(&call)
                 .arg(what)

@@ -18,11 +18,13 @@ use super::{
 };
 
 impl RedisSuspensions {
-    /// Reads, or takes, the call `id`.
+    /// Reads, or takes, the call `id`; a take with `running` keeps that running record
+    /// (with its decision's token) in the call's place, in the same script.
     async fn lookup(
         &self,
         id: &str,
         take: bool,
+        running: Option<(DecidedCall, &str)>,
     ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
         let limits = self.limits();
         let token = self.link.unique_id();
@@ -37,6 +39,16 @@ impl RedisSuspensions {
             .arg(&*self.seal_id)
             .arg(&token)
             .arg(HOLD_MS);
+        if let Some((record, decision)) = running.filter(|_| take) {
+            let (value, until) = self.outcome_row(&record)?;
+            invocation
+                .key(self.key("outcomes"))
+                .arg(value)
+                .arg(until)
+                .arg(caller_key(&record.user, record.tenant.as_deref()))
+                .arg(limits.max_per_user)
+                .arg(decision);
+        }
         let answer = self.try_run(&invocation).await;
         let (status, value, at): (String, Option<Vec<u8>>, u64) = match answer {
             Ok(answer) => answer,
@@ -181,14 +193,7 @@ impl RedisSuspensions {
         keeping: Keeping<'_>,
     ) -> Result<String, SuspensionStoreError> {
         let limits = self.limits();
-        let place = Place {
-            kind: "outcome",
-            id: &outcome.id,
-        };
-        let value = self.encode(&place, &outcome)?;
-        let until = millis(outcome.decided_at)
-            .saturating_add(span_ms(limits.expire_after))
-            .min(LATEST_MS);
+        let (value, until) = self.outcome_row(&outcome)?;
         let mut invocation = KEEP_OUTCOME.prepare_invoke();
         invocation
             .key(self.key("outcomes"))
@@ -209,6 +214,22 @@ impl RedisSuspensions {
             }
         }
         self.run(&invocation).await
+    }
+}
+
+impl RedisSuspensions {
+    /// `outcome` as its row is written (sealed when there is a key), and until when it is
+    /// kept (ms): `expire_after` past its decision.
+    fn outcome_row(&self, outcome: &DecidedCall) -> Result<(Vec<u8>, u64), SuspensionStoreError> {
+        let place = Place {
+            kind: "outcome",
+            id: &outcome.id,
+        };
+        let value = self.encode(&place, outcome)?;
+        let until = millis(outcome.decided_at)
+            .saturating_add(span_ms(self.limits().expire_after))
+            .min(LATEST_MS);
+        Ok((value, until))
     }
 }
 
@@ -273,11 +294,23 @@ impl SuspensionStore for RedisSuspensions {
     }
 
     async fn take(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
-        self.lookup(id, true).await
+        self.lookup(id, true, None).await
+    }
+
+    /// One script, `lookup.lua` taking the call and keeping the record as
+    /// `keep_outcome.lua` keeps one over a running record (`outcome.lua`), marked with
+    /// `token`. A take whose answer is lost is undone later with its record (`undo.lua`).
+    async fn take_running(
+        &self,
+        id: &str,
+        record: DecidedCall,
+        token: &str,
+    ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        self.lookup(id, true, Some((record, token))).await
     }
 
     async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
-        self.lookup(id, false).await
+        self.lookup(id, false, None).await
     }
 
     /// The owner is kept as the store writes a caller (the user id, or the tenant and the id

@@ -1,8 +1,9 @@
 //! Decisions racing on one waiting call, in an order the tests choose: a store that holds
-//! every running-record write until it is let go stands between the decisions and the
-//! gateway's store, so that one approver's record arrives exactly when the test says.
+//! chosen writes until they are let go stands between the decisions and the gateway's
+//! store, so that one approver's step arrives exactly when the test says.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use serde_json::json;
@@ -20,18 +21,30 @@ use crate::identity::KeyCache;
 use crate::state::SharedState;
 use crate::webhooks::DecisionSummary;
 
-/// The gateway's store, holding each write of a running record — kept conditionally or
-/// not — until [`release`](Self::release) lets one go. [`arrived`](Self::arrived) is
-/// told when one waits.
-struct HoldsRunningRecords {
-    inner: Arc<dyn SuspensionStore>,
+/// Where the next [`held`](Self::held) steps wait until the test lets them go (none
+/// unless it says): [`arrived`](Self::arrived) is told when one waits,
+/// [`release`](Self::release) lets one go.
+struct Gate {
+    held: AtomicUsize,
     arrived: Notify,
     released: Semaphore,
 }
 
-impl HoldsRunningRecords {
-    async fn hold(&self, outcome: &DecidedCall) {
-        if is_running_record(&outcome.result) {
+impl Default for Gate {
+    fn default() -> Self {
+        Gate {
+            held: AtomicUsize::new(0),
+            arrived: Notify::new(),
+            released: Semaphore::new(0),
+        }
+    }
+}
+
+impl Gate {
+    async fn hold(&self) {
+        let held =
+            (self.held).fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if held.is_ok() {
             self.arrived.notify_one();
             self.released.acquire().await.expect("open").forget();
         }
@@ -42,68 +55,120 @@ impl HoldsRunningRecords {
     }
 }
 
+/// The gateway's store, holding at [`takes`](Self::takes) takes of a call (with a running
+/// record or not), at [`approvals`](Self::approvals) keeps of an approval for a retry,
+/// and at [`ends`](Self::ends) ends of a decided call kept over its running record.
+#[derive(Default)]
+struct Holds {
+    inner: Option<Arc<dyn SuspensionStore>>,
+    takes: Gate,
+    approvals: Gate,
+    ends: Gate,
+}
+
+impl Holds {
+    fn inner(&self) -> &dyn SuspensionStore {
+        self.inner.as_deref().expect("the gateway's store")
+    }
+}
+
 #[async_trait]
-impl SuspensionStore for HoldsRunningRecords {
+impl SuspensionStore for Holds {
     async fn save(&self, call: SuspendedInvocation) -> Result<(), SuspensionStoreError> {
-        self.inner.save(call).await
+        self.inner().save(call).await
     }
     async fn take(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
-        self.inner.take(id).await
+        self.takes.hold().await;
+        self.inner().take(id).await
+    }
+    async fn take_running(
+        &self,
+        id: &str,
+        record: DecidedCall,
+        token: &str,
+    ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        self.takes.hold().await;
+        self.inner().take_running(id, record, token).await
     }
     async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
-        self.inner.get(id).await
+        self.inner().get(id).await
     }
     async fn expired_owner(&self, id: &str) -> Result<Option<User>, SuspensionStoreError> {
-        self.inner.expired_owner(id).await
+        self.inner().expired_owner(id).await
     }
     async fn keep_retry_approval(
         &self,
         approval: RetryApproval,
     ) -> Result<(), SuspensionStoreError> {
-        self.inner.keep_retry_approval(approval).await
+        self.approvals.hold().await;
+        self.inner().keep_retry_approval(approval).await
     }
     async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
-        self.hold(&outcome).await;
-        self.inner.keep_outcome(outcome).await
+        self.inner().keep_outcome(outcome).await
     }
     async fn keep_running(
         &self,
         record: DecidedCall,
         token: &str,
     ) -> Result<bool, SuspensionStoreError> {
-        self.hold(&record).await;
-        self.inner.keep_running(record, token).await
+        self.inner().keep_running(record, token).await
+    }
+    async fn keep_outcome_over_running(
+        &self,
+        outcome: DecidedCall,
+    ) -> Result<bool, SuspensionStoreError> {
+        self.ends.hold().await;
+        self.inner().keep_outcome_over_running(outcome).await
     }
     async fn remove_running(&self, id: &str, token: &str) -> Result<bool, SuspensionStoreError> {
-        self.inner.remove_running(id, token).await
+        self.inner().remove_running(id, token).await
+    }
+    async fn list(
+        &self,
+        filter: &SuspensionFilter,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
+        self.inner().list(filter, after, limit).await
+    }
+    async fn claim_expired(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<SuspendedInvocation>, SuspensionStoreError> {
+        self.inner().claim_expired(limit).await
+    }
+    async fn use_retry_approval(
+        &self,
+        key: &str,
+    ) -> Result<Option<RetryApproval>, SuspensionStoreError> {
+        self.inner().use_retry_approval(key).await
     }
     async fn outcome(&self, id: &str) -> Result<Option<DecidedCall>, SuspensionStoreError> {
-        self.inner.outcome(id).await
+        self.inner().outcome(id).await
     }
 }
 
-/// A gateway whose `sleep` waits for approval, on the in-memory store, with its outcomes
-/// kept through a [`HoldsRunningRecords`].
-async fn gateway() -> (Arc<Gateway>, Arc<HoldsRunningRecords>) {
+/// A gateway whose `sleep` waits for approval, on the in-memory store, with its calls and
+/// outcomes kept through a [`Holds`], which holds nothing until the test says.
+async fn gateway() -> (Arc<Gateway>, Arc<Holds>) {
     let yaml = format!(
         "tools:\n  builtin: [sleep]\nusers:\n  - {{id: bob, key_sha256: \"{}\"}}\npolicies:\n  approval:\n    tools: [sleep]\n",
         hash_key("tg_bob")
     );
     let config = crate::config::parse(&yaml).expect("the configuration");
-    let shared = SharedState::new(&config).await.expect("the state");
+    let mut shared = SharedState::new(&config).await.expect("the state");
+    let held = Arc::new(Holds {
+        inner: Some(shared.suspensions.store()),
+        ..Holds::default()
+    });
+    shared.suspensions = crate::state::Suspensions::Wrapped(held.clone());
     let (keys, extensions) = (KeyCache::default(), Extensions::default());
     let on = BuildOn {
         shared: &shared,
         keys: &keys,
         extensions: &extensions,
     };
-    let mut gateway = Gateway::build(config, &on).await.expect("the gateway");
-    let held = Arc::new(HoldsRunningRecords {
-        inner: Arc::clone(&gateway.suspensions),
-        arrived: Notify::new(),
-        released: Semaphore::new(0),
-    });
-    gateway.suspensions = held.clone();
+    let gateway = Gateway::build(config, &on).await.expect("the gateway");
     (Arc::new(gateway), held)
 }
 
@@ -132,7 +197,7 @@ fn resumption(
     by: &Caller,
     decision: ResumeDecision,
     options: ResumeOptions,
-    running: Option<String>,
+    running: Option<RunningRecord>,
 ) -> Resumption {
     Resumption {
         told: DecisionSummary::of(&decision, &by.user),
@@ -143,28 +208,40 @@ fn resumption(
     }
 }
 
+/// What `resume` carries out for an approval by `by`, keeping its running record.
+fn approval(
+    by: &Caller,
+    id: &str,
+    saved: &SuspendedInvocation,
+    options: ResumeOptions,
+) -> Resumption {
+    let running = running_record_of(by, id, saved, "approve");
+    resumption(by, ResumeDecision::Approve, options, Some(running))
+}
+
+/// The outcome kept for the call `id`, running record or not.
+async fn kept(gateway: &Gateway, id: &str) -> DecidedCall {
+    let kept = gateway.suspensions.outcome(id).await.expect("the store");
+    kept.expect("something kept")
+}
+
 #[tokio::test]
 async fn a_losing_approvers_running_record_never_lands_over_the_rejection_that_won() {
     let (gateway, held) = gateway().await;
     let saved = waiting_call(&gateway).await;
     let id = saved.id.clone();
     let (alice, carol) = (approver(&gateway, "alice"), approver(&gateway, "carol"));
+    held.takes.held.store(1, Ordering::SeqCst);
 
-    // carol approves: her running record is on its way to the store...
+    // carol approves: her take, with her running record, is on its way to the store...
     let approving = tokio::spawn({
         let (saved, id) = (saved.clone(), id.clone());
         async move {
-            let running = keep_running(&carol, &id, &saved, "approve").await;
-            let approve = resumption(
-                &carol,
-                ResumeDecision::Approve,
-                ResumeOptions::new(),
-                Some(running),
-            );
+            let approve = approval(&carol, &id, &saved, ResumeOptions::new());
             decide(&carol, &id, &saved, approve, &Drain::new()).await
         }
     });
-    held.arrived.notified().await;
+    held.takes.arrived.notified().await;
     // ...when alice's rejection takes the call and keeps its outcome.
     let reason = "not today".to_owned();
     let reject = ResumeDecision::Reject { reason };
@@ -172,51 +249,99 @@ async fn a_losing_approvers_running_record_never_lands_over_the_rejection_that_w
     let rejected = decide(&alice, &id, &saved, rejected, &Drain::new()).await;
     let rejected = rejected.unwrap_or_else(|e| panic!("alice's rejection: {}", e.code()));
     assert!(matches!(rejected.status, ToolStatus::Error));
-    held.release();
+    held.takes.release();
     let lost = approving.await.expect("carol's decision ends");
 
     let lost = lost.expect_err("carol found the call taken");
     assert_eq!(lost.status(), StatusCode::NOT_FOUND);
-    let kept = gateway
-        .suspensions
-        .outcome(&id)
-        .await
-        .unwrap()
-        .expect("an outcome");
+    let kept = kept(&gateway, &id).await;
     assert_eq!(kept.result["status"], "error", "{}", kept.result);
     assert_eq!(kept.result["error"]["code"], "rejected", "{}", kept.result);
     assert_eq!(kept.suspended_at, Some(saved.suspended_at));
 }
 
 #[tokio::test]
-async fn an_approval_that_fails_before_the_take_removes_its_own_running_record_only() {
+async fn while_the_winners_call_runs_its_caller_reads_the_winner_not_the_approver_who_lost() {
     let (gateway, held) = gateway().await;
-    // Nothing is held: three running records are written.
-    for _ in 0..3 {
-        held.release();
-    }
+    let saved = waiting_call(&gateway).await;
+    let id = saved.id.clone();
+    let (alice, carol) = (approver(&gateway, "alice"), approver(&gateway, "carol"));
+    held.takes.held.store(1, Ordering::SeqCst);
+    held.ends.held.store(1, Ordering::SeqCst);
+
+    // carol approves first, but her take waits on its way to the store...
+    let losing = tokio::spawn({
+        let (saved, id) = (saved.clone(), id.clone());
+        async move {
+            let approve = approval(&carol, &id, &saved, ResumeOptions::new());
+            decide(&carol, &id, &saved, approve, &Drain::new()).await
+        }
+    });
+    held.takes.arrived.notified().await;
+    // ...while alice approves with a shorter deadline, takes the call and runs it.
+    let winning = tokio::spawn({
+        let (saved, id) = (saved.clone(), id.clone());
+        let alice = alice.clone();
+        async move {
+            let options = ResumeOptions::new();
+            let approve = resumption(
+                &alice,
+                ResumeDecision::Approve,
+                options,
+                Some(RunningRecord {
+                    record: running_record(
+                        &id,
+                        &saved.user,
+                        "sleep",
+                        "approve",
+                        "alice",
+                        SystemTime::now(),
+                        Duration::from_secs(7),
+                    ),
+                    token: decision_token(),
+                }),
+            );
+            decide(&alice, &id, &saved, approve, &Drain::new()).await
+        }
+    });
+    // Her call ran; its end waits on its way to the store: the caller reads the record.
+    held.ends.arrived.notified().await;
+    let running = kept(&gateway, &id).await;
+    held.ends.release();
+    held.takes.release();
+    let won = winning.await.expect("alice's decision ends");
+    let lost = losing.await.expect("carol's decision ends");
+
+    assert!(is_running_record(&running.result), "{}", running.result);
+    assert_eq!(running.result["decided_by"], "alice", "{}", running.result);
+    let since = running.result["running_since"].as_str().expect("since");
+    let deadline = running.result["deadline"].as_str().expect("a deadline");
+    let since = humantime::parse_rfc3339(since).expect("a time");
+    let deadline = humantime::parse_rfc3339(deadline).expect("a time");
+    assert_eq!(
+        deadline.duration_since(since).ok(),
+        Some(Duration::from_secs(7)),
+        "alice's deadline"
+    );
+    assert!(won.is_ok(), "alice's call ran");
+    assert_eq!(
+        lost.expect_err("carol lost").status(),
+        StatusCode::NOT_FOUND
+    );
+    let ended = kept(&gateway, &id).await;
+    assert_eq!(ended.result["status"], "success", "{}", ended.result);
+}
+
+#[tokio::test]
+async fn an_approval_that_fails_before_the_take_keeps_no_running_record_and_leaves_anothers() {
+    let (gateway, _held) = gateway().await;
     let saved = waiting_call(&gateway).await;
     let id = saved.id.clone();
     let carol = approver(&gateway, "carol");
     // Resumed as someone else than the call's maker: refused before anything is taken.
     let as_mallory = ResumeOptions::new().user(User::new("mallory"));
 
-    let running = keep_running(&carol, &id, &saved, "approve").await;
-    assert!(is_running_record(
-        &gateway
-            .suspensions
-            .outcome(&id)
-            .await
-            .unwrap()
-            .unwrap()
-            .result
-    ));
-    let approve = resumption(
-        &carol,
-        ResumeDecision::Approve,
-        as_mallory.clone(),
-        Some(running),
-    );
+    let approve = approval(&carol, &id, &saved, as_mallory.clone());
     let refused = decide(&carol, &id, &saved, approve, &Drain::new()).await;
 
     assert!(refused.is_err(), "the approval failed");
@@ -224,10 +349,10 @@ async fn an_approval_that_fails_before_the_take_removes_its_own_running_record_o
     assert_eq!(
         gateway.suspensions.outcome(&id).await,
         Ok(None),
-        "her record is gone"
+        "no record"
     );
 
-    // Another decision's record is not hers to remove.
+    // A record another decision left behind is not this one's to remove.
     let theirs = running_record(
         &id,
         &saved.user,
@@ -241,18 +366,84 @@ async fn an_approval_that_fails_before_the_take_removes_its_own_running_record_o
         gateway.suspensions.keep_running(theirs, "alices").await,
         Ok(true)
     );
-    let mine = keep_running(&carol, &id, &saved, "approve").await;
-    let approve = resumption(&carol, ResumeDecision::Approve, as_mallory, Some(mine));
+    let approve = approval(&carol, &id, &saved, as_mallory);
     assert!(
         decide(&carol, &id, &saved, approve, &Drain::new())
             .await
             .is_err()
     );
-    let kept = gateway
-        .suspensions
-        .outcome(&id)
-        .await
-        .unwrap()
-        .expect("alice's record");
+    let kept = kept(&gateway, &id).await;
     assert_eq!(kept.result["decided_by"], "alice", "{}", kept.result);
+}
+
+#[tokio::test]
+async fn a_decision_that_panics_after_its_take_leaves_a_failed_outcome_not_its_running_record() {
+    let (gateway, _held) = gateway().await;
+    let saved = waiting_call(&gateway).await;
+    let id = saved.id.clone();
+    let carol = approver(&gateway, "carol");
+    let running = running_record_of(&carol, &id, &saved, "approve");
+    let if_it_panics = end_abandoned(&carol, &id, &saved, Some(&running));
+    let panicking = {
+        let (gateway, id) = (gateway.clone(), id.clone());
+        async move {
+            let store = &gateway.suspensions;
+            let taken = store
+                .take_running(&id, running.record, &running.token)
+                .await;
+            assert!(taken.expect("the store").is_some(), "carol took the call");
+            panic!("a bug between the take and the end")
+        }
+    };
+
+    let wait = Duration::from_secs(60);
+    let told_running = StatusCode::ACCEPTED.into_response();
+    let answer = settle(
+        &Drain::new(),
+        &id,
+        wait,
+        told_running,
+        panicking,
+        if_it_panics,
+    )
+    .await;
+
+    assert_eq!(answer.unwrap_err().code(), "internal");
+    let kept = kept(&gateway, &id).await;
+    assert!(!is_running_record(&kept.result), "{}", kept.result);
+    assert_eq!(kept.result["error"]["code"], "internal", "{}", kept.result);
+    assert!(!still_waits(&carol, &id).await);
+}
+
+#[tokio::test]
+async fn a_withdrawal_while_a_call_is_approved_for_a_retry_stays_its_outcome() {
+    let (gateway, held) = gateway().await;
+    let saved = waiting_call(&gateway).await;
+    let id = saved.id.clone();
+    let carol = approver(&gateway, "carol");
+    held.approvals.held.store(1, Ordering::SeqCst);
+
+    // carol approves for a retry: the call is taken, and her approval is on its way...
+    let approving = tokio::spawn({
+        let (saved, id) = (saved.clone(), id.clone());
+        async move {
+            let running = running_record_of(&carol, &id, &saved, "approve_retry");
+            approve_retry(&carol, &id, &saved, Some(running)).await
+        }
+    });
+    held.approvals.arrived.notified().await;
+    // ...when bob withdraws it, over its running record, as MCP `tasks/cancel` does.
+    let withdrawn = DecidedCall::new(
+        &id,
+        &saved.user,
+        json!({"status": "error", "error": {"code": "withdrawn"}}),
+    );
+    let store = &gateway.suspensions;
+    assert_eq!(store.keep_outcome_over_running(withdrawn).await, Ok(true));
+    held.approvals.release();
+    let approved = approving.await.expect("carol's decision ends");
+
+    assert!(approved.is_ok(), "the approval for a retry was kept");
+    let kept = kept(&gateway, &id).await;
+    assert_eq!(kept.result["error"]["code"], "withdrawn", "{}", kept.result);
 }
