@@ -357,6 +357,86 @@ async fn a_call_past_its_timeout_is_a_timeout_error_and_others_finish() {
     );
 }
 
+#[tokio::test(start_paused = true)]
+async fn a_batch_ends_at_its_deadline_and_calls_that_never_started_time_out_unrun() {
+    let runs = Arc::new(Runs::default());
+    let system = system(&runs, state()).build().unwrap();
+    // Eight calls of 10 s each, two at a time, each allowed 8 s: without a deadline for the
+    // whole batch this would last four rounds of 8 s.
+    let calls: Vec<ToolCall> = (0..8)
+        .map(|i| ToolCall::new(format!("c{i}"), "sleep", json!({ "ms": 10_000 })))
+        .collect();
+    let started = tokio::time::Instant::now();
+    let results = system
+        .execute_tools(
+            THREAD,
+            calls,
+            ExecuteOptions::new()
+                .concurrency(Concurrency::Parallel(2))
+                .timeout(Duration::from_secs(8))
+                .deadline(started + Duration::from_secs(20)),
+        )
+        .await;
+    assert_eq!(started.elapsed(), Duration::from_secs(20));
+    assert_eq!(results.len(), 8);
+    assert!(
+        results.iter().all(|r| r.error_code() == Some("timeout")),
+        "{results:?}"
+    );
+    // Rounds at 0 s and 8 s run their own 8 s; the third starts at 16 s and has the 4 s the
+    // batch has left; the last never starts.
+    assert_eq!(Runs::of(&runs.sleep), 6);
+    let unrun: Vec<_> = results
+        .iter()
+        .filter(|r| {
+            r.error
+                .as_ref()
+                .is_some_and(|e| e.message.contains("the batch's time ran out"))
+        })
+        .collect();
+    assert_eq!(unrun.len(), 2, "{results:?}");
+    assert_eq!(unrun[0].error.as_ref().unwrap().status, Some(504));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_sequential_batch_past_its_deadline_runs_no_more_calls() {
+    let runs = Arc::new(Runs::default());
+    let system = system(&runs, state()).build().unwrap();
+    let started = tokio::time::Instant::now();
+    let results = system
+        .execute_tools(
+            THREAD,
+            vec![
+                ToolCall::new("first", "sleep", json!({ "ms": 10_000 })),
+                ToolCall::new("second", "sleep", json!({ "ms": 10 })),
+            ],
+            ExecuteOptions::new()
+                .concurrency(Concurrency::Sequential)
+                .deadline(started + Duration::from_secs(1)),
+        )
+        .await;
+    assert_eq!(started.elapsed(), Duration::from_secs(1));
+    assert_eq!(results[0].error_code(), Some("timeout"));
+    assert_eq!(results[1].error_code(), Some("timeout"));
+    assert_eq!(Runs::of(&runs.sleep), 1, "the second call never ran");
+}
+
+#[tokio::test]
+async fn an_unknown_tool_name_longer_than_any_tool_name_is_echoed_only_up_to_that_length() {
+    let runs = Arc::new(Runs::default());
+    let system = system(&runs, state()).build().unwrap();
+    let results = system
+        .execute_tools(
+            THREAD,
+            vec![ToolCall::new("c1", "n".repeat(100_000), json!({}))],
+            ExecuteOptions::new(),
+        )
+        .await;
+    assert_eq!(results[0].error_code(), Some("unknown_tool"));
+    assert_eq!(results[0].tool_name, format!("{}…", "n".repeat(64)));
+    assert!(results[0].error.as_ref().unwrap().message.len() < 300);
+}
+
 #[tokio::test]
 async fn calls_run_with_the_thread_as_session_and_the_call_id_as_request_id() {
     use toolgate_core::tool::tool_fn_with_context;

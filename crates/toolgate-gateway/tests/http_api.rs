@@ -535,6 +535,159 @@ async fn a_call_past_the_deadline_the_client_asks_for_times_out_promptly() {
     assert_eq!(quick.body["output"]["slept_ms"], 10);
 }
 
+/// An OpenAI assistant message with one call per `(id, tool, arguments)`.
+fn openai_calls(calls: &[(&str, &str, Value)]) -> Value {
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|(id, name, arguments)| {
+            json!({"id": id, "type": "function",
+                "function": {"name": name, "arguments": arguments.to_string()}})
+        })
+        .collect();
+    json!({"role": "assistant", "content": null, "tool_calls": calls})
+}
+
+#[tokio::test]
+async fn a_batch_ends_at_the_request_deadline_and_calls_that_never_started_time_out_unrun() {
+    // One call at a time, each allowed the whole second: without a deadline for the whole
+    // batch, six calls that never answer in time would hold the request six seconds.
+    let gateway = Gateway::start(&sleep_config(
+        "  request_timeout: 1s\n  batch_concurrency: 1\n",
+    ));
+    let ids: Vec<String> = (0..6).map(|i| format!("call_{i}")).collect();
+    let calls: Vec<(&str, &str, Value)> = ids
+        .iter()
+        .map(|id| (id.as_str(), "sleep", json!({"ms": 600_000})))
+        .collect();
+    let url = gateway.url("/v1/tool-calls?format=openai");
+    let started = Instant::now();
+    let answer = post_with(
+        &client(),
+        &url,
+        Some(&key("alice")),
+        &openai_calls(&calls),
+        &[],
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let results = answer.body["results"].as_array().unwrap();
+    assert_eq!(results.len(), 6, "{}", answer.body);
+    assert!(
+        results.iter().all(|r| r["error"]["code"] == "timeout"),
+        "{}",
+        answer.body
+    );
+    let unrun = results
+        .iter()
+        .filter(|r| {
+            r["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("the batch's time ran out"))
+        })
+        .count();
+    assert_eq!(unrun, 5, "only the first call started: {}", answer.body);
+    assert!(took < Duration::from_secs(4), "the batch took {took:?}");
+}
+
+#[tokio::test]
+async fn a_batch_with_two_calls_of_one_id_is_refused_400_naming_the_id() {
+    let gateway = Gateway::start(&authorized_config());
+    let (client, alice) = (client(), key("alice"));
+    let echo = json!({"text": "hi"});
+    let openai = openai_calls(&[
+        ("dup", "echo", echo.clone()),
+        ("other", "echo", echo.clone()),
+        ("dup", "echo", echo.clone()),
+    ]);
+    let anthropic = json!({"role": "assistant", "content": [
+        {"type": "tool_use", "id": "toolu_dup", "name": "echo", "input": echo},
+        {"type": "tool_use", "id": "toolu_dup", "name": "echo", "input": echo},
+    ]});
+    for (format, payload, id) in [
+        ("openai", openai, "`dup`"),
+        ("anthropic", anthropic, "`toolu_dup`"),
+    ] {
+        let url = gateway.url(&format!("/v1/tool-calls?format={format}"));
+        let refused = post_with(&client, &url, Some(&alice), &payload, &[]).await;
+        assert_eq!(
+            (refused.status, refused.error_code()),
+            (400, "bad_tool_calls"),
+            "{format}: {}",
+            refused.body
+        );
+        let message = refused.error_message();
+        assert!(
+            message.contains(id) && message.contains("same id"),
+            "{format}: {message}"
+        );
+    }
+    // A long repeated id is named only in part.
+    let long = "d".repeat(200);
+    let payload = openai_calls(&[(&long, "echo", echo.clone()), (&long, "echo", echo)]);
+    let url = gateway.url("/v1/tool-calls?format=openai");
+    let refused = post_with(&client, &url, Some(&alice), &payload, &[]).await;
+    assert_eq!(refused.error_code(), "bad_tool_calls", "{}", refused.body);
+    assert!(refused.error_message().len() < 400, "{}", refused.body);
+}
+
+#[tokio::test]
+async fn a_batch_call_id_over_256_characters_is_refused_and_a_long_unknown_name_is_not_echoed() {
+    let gateway = Gateway::start(&authorized_config());
+    let (client, alice) = (client(), key("alice"));
+    let echo = json!({"text": "hi"});
+    let url = |format: &str| gateway.url(&format!("/v1/tool-calls?format={format}"));
+    let too_long = "i".repeat(257);
+    let openai = openai_calls(&[
+        ("call_1", "echo", echo.clone()),
+        (&too_long, "echo", echo.clone()),
+    ]);
+    let anthropic = json!({"role": "assistant", "content": [
+        {"type": "tool_use", "id": too_long, "name": "echo", "input": echo},
+    ]});
+    for (format, payload) in [("openai", openai), ("anthropic", anthropic)] {
+        let refused = post_with(&client, &url(format), Some(&alice), &payload, &[]).await;
+        assert_eq!(
+            (refused.status, refused.error_code()),
+            (400, "bad_tool_calls"),
+            "{format}: {}",
+            refused.body
+        );
+        let message = refused.error_message();
+        assert!(
+            message.contains("257 characters") && !message.contains(&too_long),
+            "{format}: {message}"
+        );
+    }
+    let at_the_bound = "i".repeat(256);
+    let answer = post_with(
+        &client,
+        &url("openai"),
+        Some(&alice),
+        &openai_calls(&[(&at_the_bound, "echo", echo.clone())]),
+        &[],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    assert_eq!(answer.body["results"][0]["call_id"], at_the_bound.as_str());
+
+    let long_name = "n".repeat(100_000);
+    let answer = post_with(
+        &client,
+        &url("openai"),
+        Some(&alice),
+        &openai_calls(&[("call_1", &long_name, echo)]),
+        &[],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let result = &answer.body["results"][0];
+    assert_eq!(result["error"]["code"], "unknown_tool", "{result}");
+    let shown = result["tool_name"].as_str().unwrap();
+    assert_eq!(shown, format!("{}…", "n".repeat(64)));
+    assert!(answer.body.to_string().len() < 2_000, "{}", answer.body);
+}
+
 #[tokio::test]
 async fn a_timeout_header_that_is_not_a_whole_number_of_milliseconds_is_refused_400_bad_timeout() {
     let gateway = Gateway::start(&format!(

@@ -10,6 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
+use toolgate_core::error::shown_text;
+use toolgate_core::registry::MAX_NAME_LEN;
 use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Invocation, InvokeOptions, Pipeline, PipelineBuilder, ToolError};
 
@@ -228,7 +230,14 @@ impl ToolSystem {
             let batch = batch.clone();
             let permits = Arc::clone(&permits);
             let handle = tasks.spawn(async move {
-                let _permit = permits.acquire_owned().await;
+                // A call still waiting for its turn at the batch's deadline stops waiting:
+                // it is answered at once as out of time (see `run_call`).
+                let _permit = match batch.options.deadline {
+                    Some(deadline) => tokio::time::timeout_at(deadline, permits.acquire_owned())
+                        .await
+                        .ok(),
+                    None => Some(permits.acquire_owned().await),
+                };
                 system.run_guarded(&batch, call).await
             });
             index_of.insert(handle.id(), index);
@@ -328,7 +337,15 @@ impl ToolSystem {
             return rejected(error, None);
         }
         if self.inner.pipeline.registry().get(&name).is_none() {
-            return rejected(ToolError::UnknownTool { name: name.clone() }, None);
+            let error = ToolError::UnknownTool { name: name.clone() };
+            // No tool has a name this long: the result names the call by as much of it as
+            // any tool's name could be, never by all the caller sent.
+            if name.len() > MAX_NAME_LEN {
+                let mut result = rejected(error, None);
+                result.tool_name = shown_text(&name, MAX_NAME_LEN).into_owned();
+                return result;
+            }
+            return rejected(error, None);
         }
         if !batch.config.is_enabled(&name) {
             let enabled: Vec<&str> = batch
@@ -363,6 +380,16 @@ impl ToolSystem {
                 return rejected(error, Some(raw));
             }
         };
+        if let Some(deadline) = batch.options.deadline
+            && tokio::time::Instant::now() >= deadline
+        {
+            let error = ToolError::abort(
+                "the batch's time ran out before this call started, so it did not run: send it again, in a batch of fewer calls or with more time",
+                "timeout",
+                504,
+            );
+            return rejected(error, None);
+        }
         let mut invoke = batch
             .options
             .providers
@@ -383,6 +410,9 @@ impl ToolSystem {
         }
         if let Some(timeout) = batch.options.timeout.or(self.inner.timeout) {
             invoke = invoke.timeout(timeout);
+        }
+        if let Some(deadline) = batch.options.deadline {
+            invoke = invoke.deadline(deadline);
         }
         if let Some(token) = &batch.options.cancellation {
             invoke = invoke.cancellation(token.child_token());

@@ -4,6 +4,7 @@ use std::any::TypeId;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolgate_core::external::TypeMapKey;
 use toolgate_core::suspension::RunningRecord;
@@ -27,6 +28,7 @@ pub struct ExecuteOptions {
     pub(crate) concurrency: Option<Concurrency>,
     pub(crate) result_max_chars: Option<usize>,
     pub(crate) timeout: Option<Duration>,
+    pub(crate) deadline: Option<Instant>,
     pub(crate) cancellation: Option<CancellationToken>,
     pub(crate) providers: BatchProviders,
 }
@@ -47,6 +49,7 @@ impl ExecuteOptions {
             concurrency: None,
             result_max_chars: None,
             timeout: None,
+            deadline: None,
             cancellation: None,
             providers: BatchProviders::default(),
         }
@@ -85,6 +88,17 @@ impl ExecuteOptions {
     #[must_use]
     pub fn timeout(mut self, timeout: Duration) -> Self {
         self.timeout = Some(timeout);
+        self
+    }
+
+    /// When the whole batch must be answered: every call runs under the earlier of this
+    /// deadline and its own [`timeout`](Self::timeout), and a call that has not started by
+    /// then (it waited for its turn under [`Concurrency`]) does not run: its result is a
+    /// `timeout` error saying the batch's time ran out. Without it, a batch lasts as long as
+    /// its rounds of calls take, each round up to the timeout of one call.
+    #[must_use]
+    pub fn deadline(mut self, deadline: Instant) -> Self {
+        self.deadline = Some(deadline);
         self
     }
 

@@ -45,6 +45,10 @@ pub struct BatchQuery {
 /// (see [`thread_session`]): a thread id is the client's word, and another user who sends
 /// the same one never shares what is bound in it.
 ///
+/// The whole batch has the request's deadline (`server.request_timeout`, or a shorter
+/// `x-toolgate-timeout-ms`): a call still running then times out, and one that has not
+/// started by then does not run and is answered as timed out.
+///
 /// Calls still running when the shutdown grace ends are cancelled; their results are
 /// errors with code `shutting_down`, and the calls that finished keep theirs.
 pub async fn tool_calls(
@@ -55,6 +59,9 @@ pub async fn tool_calls(
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    // The batch's time runs from here, once its body has arrived (which `body_timeout`
+    // bounds): parsing, waiting for a turn and running all count.
+    let started = tokio::time::Instant::now();
     let message = json_value(body)?;
     let format = query.format.as_deref().unwrap_or("openai");
     let calls: Vec<ToolCall> = match format {
@@ -80,11 +87,18 @@ pub async fn tool_calls(
             ),
         ));
     }
+    check_call_ids(&calls)?;
     let thread = thread_session(query.thread.as_deref(), &headers, &caller.user)?;
+    let timeout = request_timeout(&caller.gateway, &headers)?;
     let mut options = ExecuteOptions::new()
         .user(caller.user.clone())
-        .timeout(request_timeout(&caller.gateway, &headers)?)
+        .timeout(timeout)
         .cancellation(state.drain.call_token());
+    // The deadline is the whole request's, not each call's: without it a batch would last
+    // one timeout per round of `batch_concurrency` calls.
+    if let Some(deadline) = started.checked_add(timeout) {
+        options = options.deadline(deadline);
+    }
     // Every call of the batch carries the caller's token, as a single call does, for the
     // upstreams that exchange it.
     if let Some(token) = &caller.token {
@@ -102,6 +116,38 @@ pub async fn tool_calls(
         state.drain.explain_result(result);
     }
     Ok(Json(render(format, &results)))
+}
+
+/// The most characters a call's id may have. Providers' ids are about 30 (OpenAI's
+/// `call_…`, Anthropic's `toolu_…`); a longer one is not a model's, and each result repeats
+/// its call's id.
+const MAX_CALL_ID_CHARS: usize = 256;
+
+/// Refuses a batch whose results could not be told apart or would repeat what no model
+/// sends: two calls with one id (the caller could not tell which result is whose, and a
+/// tool would run twice for one answer), or an id over [`MAX_CALL_ID_CHARS`].
+///
+/// # Errors
+///
+/// 400 `bad_tool_calls`, naming the call, and the repeated id as far as an id is shown.
+fn check_call_ids(calls: &[ToolCall]) -> Result<(), ApiError> {
+    let bad = |message: String| ApiError::new(StatusCode::BAD_REQUEST, "bad_tool_calls", message);
+    let mut seen = std::collections::HashMap::with_capacity(calls.len());
+    for (position, call) in calls.iter().enumerate().map(|(i, call)| (i + 1, call)) {
+        let chars = call.id.chars().count();
+        if chars > MAX_CALL_ID_CHARS {
+            return Err(bad(format!(
+                "call {position} has an id of {chars} characters, over the limit of {MAX_CALL_ID_CHARS} (a model's ids are about 30): send the calls with the ids the model gave them; nothing ran"
+            )));
+        }
+        if let Some(first) = seen.insert(call.id.as_str(), position) {
+            return Err(bad(format!(
+                "calls {first} and {position} have the same id `{}`: give each call an id of its own, so that each result can be matched to its call; nothing ran",
+                toolgate_core::error::shown_id(&call.id)
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// The session the calls of `user`'s batch run in, and the thread the agent layer runs
