@@ -2,8 +2,9 @@
 //!
 //! Logs never carry input values. Some dependencies log whole messages at `debug` and
 //! `trace` (rmcp logs every JSON-RPC message with its arguments and results; the HTTP
-//! stacks log headers and bodies), so they stay at `info` whatever the level, unless the
-//! filter names them itself (`rmcp=debug`): an operator who does so asks for payloads.
+//! stacks log headers and bodies), so they stay at `info` whatever the level (rmcp at
+//! `warn`: it logs every notification it receives at `info`, whole), unless the filter
+//! names them itself (`rmcp=debug`): an operator who does so asks for payloads.
 //!
 //! The Redis client's own lines are held to the first about each node every 10 s, with a
 //! summary line for the rest ([`ClientLogLimit`]).
@@ -25,7 +26,7 @@ use arc_swap::ArcSwap;
 use opentelemetry_sdk::trace::SdkTracer;
 use toolgate_hooks::secrets::Scrubber;
 use toolgate_redis::ClientLogLimit;
-use tracing_subscriber::filter::{Directive, filter_fn};
+use tracing_subscriber::filter::{Directive, LevelFilter, filter_fn};
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
 use tracing_subscriber::{EnvFilter, Layer};
@@ -130,8 +131,18 @@ fn colour_sequence(bytes: &[u8]) -> Option<usize> {
 /// summary line per node counts the rest.
 const REDIS_CLIENT_LOG_INTERVAL: Duration = Duration::from_secs(10);
 
-/// The dependencies that log payloads below `info`.
-const PAYLOAD_TARGETS: [&str; 5] = ["rmcp", "hyper", "hyper_util", "h2", "reqwest"];
+/// The dependencies that log payloads, with the level each is held at unless the filter
+/// names it. rmcp logs every message below `info`, and every notification it receives
+/// at `info`, whole and in Rust's form (`received notification
+/// notification=LoggingMessageNotification(…)`): a peer that sends notifications without
+/// end would fill the log with what it chose, so rmcp is held at `warn`.
+const PAYLOAD_TARGETS: [(&str, LevelFilter); 5] = [
+    ("rmcp", LevelFilter::WARN),
+    ("hyper", LevelFilter::INFO),
+    ("hyper_util", LevelFilter::INFO),
+    ("h2", LevelFilter::INFO),
+    ("reqwest", LevelFilter::INFO),
+];
 
 /// Installs the global subscriber: `RUST_LOG` if set, else `level`. Colours only when
 /// stderr is a terminal. With `tracer`, the spans under
@@ -183,17 +194,31 @@ fn spec<'a>(rust_log: Option<&'a str>, level: &'a str) -> &'a str {
         .unwrap_or(level)
 }
 
-/// The filter of `spec`, with the payload targets it does not name held at `info`.
+/// The filter of `spec`, with the payload targets it does not name held at their level
+/// ([`PAYLOAD_TARGETS`]), or at the filter's own level when that is quieter.
 fn filter(spec: &str) -> EnvFilter {
-    let mut filter = EnvFilter::try_new(spec).unwrap_or_else(|_| EnvFilter::new("info"));
-    for target in PAYLOAD_TARGETS {
+    let (mut filter, spec) = match EnvFilter::try_new(spec) {
+        Ok(filter) => (filter, spec),
+        Err(_) => (EnvFilter::new("info"), "info"),
+    };
+    let overall = overall_level(spec);
+    for (target, held) in PAYLOAD_TARGETS {
         if !names(spec, target)
-            && let Ok(directive) = format!("{target}=info").parse::<Directive>()
+            && let Ok(directive) = format!("{target}={}", held.min(overall)).parse::<Directive>()
         {
             filter = filter.add_directive(directive);
         }
     }
     filter
+}
+
+/// The level of what the filter's directives do not name: its last bare level (`warn` in
+/// `warn,toolgate=debug`), else off, as `EnvFilter` has it.
+fn overall_level(spec: &str) -> LevelFilter {
+    spec.split(',')
+        .filter_map(|directive| directive.trim().parse::<LevelFilter>().ok())
+        .next_back()
+        .unwrap_or(LevelFilter::OFF)
 }
 
 /// Whether `meta` is rmcp's line for an error a request was answered with (`response
@@ -223,7 +248,71 @@ fn names(spec: &str, target: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::{escape_controls, names};
+    use std::sync::{Arc, Mutex};
+
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::{Context, SubscriberExt};
+
+    use super::{escape_controls, filter, names};
+
+    /// The events `emit` logs that pass the filter of `spec`, as `target LEVEL`.
+    fn passed(spec: &str, emit: fn()) -> Vec<String> {
+        #[derive(Clone, Default)]
+        struct Kept(Arc<Mutex<Vec<String>>>);
+
+        impl<S: tracing::Subscriber> Layer<S> for Kept {
+            fn on_event(&self, event: &tracing::Event<'_>, _: Context<'_, S>) {
+                let meta = event.metadata();
+                let line = format!("{} {}", meta.target(), meta.level());
+                self.0.lock().unwrap().push(line);
+            }
+        }
+
+        let kept = Kept::default();
+        let subscriber =
+            tracing_subscriber::registry().with(kept.clone().with_filter(filter(spec)));
+        tracing::subscriber::with_default(subscriber, emit);
+        kept.0.lock().unwrap().clone()
+    }
+
+    /// rmcp's line for a notification it received, a warning of rmcp's, and a line of
+    /// the gateway's own.
+    fn lines() {
+        tracing::info!(target: "rmcp::service", notification = "LoggingMessageNotification(…)", "received notification");
+        tracing::warn!(target: "rmcp::service", "serve finished with an error");
+        tracing::info!(target: "toolgate::serve", "listening");
+    }
+
+    #[test]
+    fn rmcps_line_for_every_notification_is_left_out_unless_the_filter_names_rmcp() {
+        let without_notifications = ["rmcp::service WARN", "toolgate::serve INFO"];
+        assert_eq!(passed("info", lines), without_notifications);
+        assert_eq!(passed("debug", lines), without_notifications);
+        assert_eq!(passed("trace,toolgate=debug", lines), without_notifications);
+        assert_eq!(
+            passed("info,rmcp=info", lines),
+            [
+                "rmcp::service INFO",
+                "rmcp::service WARN",
+                "toolgate::serve INFO"
+            ]
+        );
+        assert_eq!(
+            passed("info,rmcp::service=debug", lines),
+            [
+                "rmcp::service INFO",
+                "rmcp::service WARN",
+                "toolgate::serve INFO"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_payload_target_is_never_louder_than_the_filter_itself() {
+        assert!(passed("error", lines).is_empty());
+        assert_eq!(passed("toolgate=info", lines), ["toolgate::serve INFO"]);
+        assert_eq!(passed("warn", lines), ["rmcp::service WARN"]);
+    }
 
     #[test]
     fn control_characters_are_escaped_but_the_line_end_and_colours_stay() {

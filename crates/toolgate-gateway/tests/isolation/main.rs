@@ -16,4 +16,5 @@ mod subscriptions;
 mod tenant_approvers;
 mod tenant_state;
 mod tokens;
+mod upstream_noise;
 mod upstream_shares;

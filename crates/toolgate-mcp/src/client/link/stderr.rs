@@ -1,9 +1,14 @@
 //! A stdio upstream's stderr, relayed into the log.
 
+mod lines;
+
 use tokio::time::Instant;
 use toolgate_hooks::secrets::Scrubber;
 
-/// The longest line of a stdio upstream's stderr relayed whole; longer ones are cut.
+use lines::{StderrLine, StderrLines};
+
+/// The longest line of a stdio upstream's stderr that is relayed; a longer one is left out
+/// (its place is logged), and the lines after it are relayed.
 const MAX_STDERR_LINE: usize = 8 * 1024;
 
 /// How many lines of a stdio upstream's stderr are logged at once, at most: a burst, at
@@ -26,15 +31,17 @@ pub(super) async fn relay_stderr(
     stderr: tokio::process::ChildStderr,
 ) {
     use futures::StreamExt;
-    use tokio_util::codec::{FramedRead, LinesCodec, LinesCodecError};
+    use tokio_util::codec::FramedRead;
 
-    let mut lines = FramedRead::new(stderr, LinesCodec::new_with_max_length(MAX_STDERR_LINE));
+    // Read to the end, whatever the lines hold: a pipe dropped early would fail the
+    // upstream's next write to its stderr (`EPIPE`, or `SIGPIPE` kills it).
+    let mut lines = FramedRead::new(stderr, StderrLines::new(MAX_STDERR_LINE));
     let mut allowance = Allowance::new();
     while let Some(line) = lines.next().await {
         let line = match line {
-            Ok(line) => Some(line),
-            Err(LinesCodecError::MaxLineLengthExceeded) => None,
-            Err(LinesCodecError::Io(_)) => break,
+            Ok(StderrLine::Text(line)) => Some(line),
+            Ok(StderrLine::TooLong) => None,
+            Err(_) => break,
         };
         let Some(left_out) = allowance.take() else {
             continue;
@@ -149,6 +156,12 @@ mod tests {
 
     /// What a program writing `script` (POSIX shell) to its stderr gets logged.
     async fn logged(script: &str) -> Arc<Counting> {
+        logged_and_exit(script).await.0
+    }
+
+    /// What a program writing `script` (POSIX shell) to its stderr gets logged, and how
+    /// it ended.
+    async fn logged_and_exit(script: &str) -> (Arc<Counting>, std::process::ExitStatus) {
         let counting = Arc::new(Counting::default());
         let _default = tracing::subscriber::set_default(Counter(Arc::clone(&counting)));
         let mut child = tokio::process::Command::new("sh")
@@ -164,8 +177,8 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(60), relayed)
             .await
             .expect("the program's stderr ends");
-        child.wait().await.expect("reaped");
-        counting
+        let status = child.wait().await.expect("reaped");
+        (counting, status)
     }
 
     #[tokio::test(flavor = "current_thread")]
@@ -192,6 +205,34 @@ mod tests {
         let messages = counting.messages.lock().unwrap();
         assert_eq!(messages.len(), 150);
         assert_eq!(messages[149], "line 150");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_line_too_long_is_left_out_and_the_pipe_is_read_to_its_end() {
+        // After the long line, more than a pipe holds: the program writes it all only if
+        // the pipe is still read, and dies of SIGPIPE if it was closed.
+        let script = "head -c 9000 /dev/zero | tr '\\0' x >&2; echo >&2
+            i=0; while [ $i -lt 50 ]; do i=$((i + 1)); printf '%04000d\\n' $i >&2; done
+            echo 'after the long line' >&2";
+        let (counting, status) = logged_and_exit(script).await;
+        assert!(status.success(), "the program ended with {status}");
+        let messages = counting.messages.lock().unwrap();
+        assert_eq!(
+            messages[0],
+            format!("(a line of more than {MAX_STDERR_LINE} bytes was left out)")
+        );
+        assert_eq!(messages.len(), 52, "every other line is logged");
+        assert_eq!(messages[51], "after the long line");
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_flood_of_stderr_without_line_ends_is_read_to_its_end() {
+        let (counting, status) =
+            logged_and_exit("head -c 50000000 /dev/zero >&2; echo >&2; echo done >&2").await;
+        assert!(status.success(), "the program ended with {status}");
+        let messages = counting.messages.lock().unwrap();
+        assert_eq!(messages.len(), 2, "{messages:?}");
+        assert_eq!(messages[1], "done");
     }
 
     #[tokio::test(start_paused = true)]
