@@ -1,7 +1,8 @@
 //! A caller's request other than `tools/call` — `resources/read`, `prompts/get` — that its
 //! caller gives up is cancelled upstream (`notifications/cancelled`) and its response
-//! stream let go, even when the upstream ignores the cancellation and never ends the
-//! stream; another caller's request on the same connection goes on and is answered.
+//! stream let go — at the request's deadline at the latest, its place kept until then —
+//! even when the upstream ignores the cancellation and never ends the stream; another
+//! caller's request on the same connection goes on and is answered.
 
 mod common;
 
@@ -166,6 +167,10 @@ async fn start(holds_cancellations: bool) -> (Arc<Upstream>, Arc<Pipeline>) {
     (upstream, Arc::new(pipeline))
 }
 
+/// The deadline of the requests given up here: the upstream never ends their streams, so
+/// their places, and the streams, are held until it.
+const DEADLINE: Duration = Duration::from_secs(4);
+
 /// Starts a read of `slow://kept` by one caller, and `abandoned` by another (given up as
 /// `give_up` has it, once its request is asked); checks that the abandoned request
 /// (`what`, as [`Upstream::asked`] names it) is cancelled upstream and its stream closed,
@@ -181,7 +186,9 @@ async fn abandon_beside_a_read_that_goes_on(
     let cancellation = CancellationToken::new();
     let abandoned = tokio::spawn({
         let pipeline = Arc::clone(&pipeline);
-        let options = InvokeOptions::new().cancellation(cancellation.clone());
+        let options = InvokeOptions::new()
+            .cancellation(cancellation.clone())
+            .timeout(DEADLINE);
         async move { pipeline.invoke(tool, input, options).await }
     });
     within(
@@ -289,9 +296,8 @@ async fn abandoned_reads_streams_close_though_the_upstream_holds_their_cancellat
             let pipeline = Arc::clone(&pipeline);
             let input = json!({"uri": uri(n)});
             tokio::spawn(async move {
-                let _ = pipeline
-                    .invoke("resources.deaf", input, InvokeOptions::new())
-                    .await;
+                let options = InvokeOptions::new().timeout(DEADLINE);
+                let _ = pipeline.invoke("resources.deaf", input, options).await;
             })
         })
         .collect();
@@ -315,7 +321,7 @@ async fn abandoned_reads_streams_close_though_the_upstream_holds_their_cancellat
         upstream.until(|u| ids.iter().any(|id| u.was_cancelled(id))),
     )
     .await;
-    // Without the grace, 30 s; with it, about 2 s (and slack for a loaded machine).
+    // Held by rmcp, 30 s; at their deadlines, 4 s (and slack for a loaded machine).
     within(
         15,
         "the abandoned reads' streams close",
@@ -348,9 +354,8 @@ async fn abandoned_lists_streams_close_though_the_upstream_holds_their_cancellat
             let pipeline = Arc::clone(&pipeline);
             tokio::spawn(async move {
                 let input = json!({"list": "resources"});
-                let _ = pipeline
-                    .invoke("resources.deaf", input, InvokeOptions::new())
-                    .await;
+                let options = InvokeOptions::new().timeout(DEADLINE);
+                let _ = pipeline.invoke("resources.deaf", input, options).await;
             })
         })
         .collect();
@@ -370,7 +375,7 @@ async fn abandoned_lists_streams_close_though_the_upstream_holds_their_cancellat
         upstream.until(|u| ids.iter().any(|id| u.was_cancelled(id))),
     )
     .await;
-    // Without the grace, 30 s; with it, about 2 s (and slack for a loaded machine).
+    // Held by rmcp, 30 s; at their deadlines, 4 s (and slack for a loaded machine).
     within(
         15,
         "the abandoned lists' streams close",

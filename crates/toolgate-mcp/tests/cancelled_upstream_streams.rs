@@ -1,8 +1,11 @@
 //! A call through rmcp that its caller abandons is cancelled upstream
 //! (`notifications/cancelled`), and its response stream — with the HTTP connection under
-//! it — is let go soon after, even when the upstream ignores the cancellation and never
-//! ends the stream: an upstream cannot make toolgate hold a connection and a task for
-//! every call a caller walked away from.
+//! it, and the call's place among the upstream's requests in flight — is closed at the
+//! call's deadline at the latest, even when the upstream ignores the cancellation and
+//! never ends the stream: the upstream may be running the call until then, but it cannot
+//! make toolgate hold a connection and a task for every call a caller walked away from
+//! for longer than the call could have held them unabandoned — nor for as long as rmcp
+//! takes to send the cancellations, one at a time, five seconds each.
 
 mod common;
 
@@ -117,14 +120,20 @@ async fn start_bounded(
     (upstream, Arc::new(pipeline))
 }
 
-/// Starts `calls` calls of `hold`, and abandons them once their streams are open.
+/// The deadline of the calls [`abandon_calls`] makes: what their places and streams are
+/// held for at most, as the upstream never says it stopped them.
+const DEADLINE: Duration = Duration::from_secs(4);
+
+/// Starts `calls` calls of `hold`, each with a deadline of [`DEADLINE`], and abandons them
+/// once their streams are open.
 async fn abandon_calls(upstream: &Upstream, pipeline: &Arc<Pipeline>, calls: usize) {
     let started: Vec<_> = (0..calls)
         .map(|_| {
             let pipeline = Arc::clone(pipeline);
             tokio::spawn(async move {
+                let options = InvokeOptions::new().timeout(DEADLINE);
                 let _ = pipeline
-                    .invoke("hold", json!({"region": "eu"}), InvokeOptions::new())
+                    .invoke("hold", json!({"region": "eu"}), options)
                     .await;
             })
         })
@@ -141,7 +150,7 @@ async fn abandon_calls(upstream: &Upstream, pipeline: &Arc<Pipeline>, calls: usi
 }
 
 #[tokio::test]
-async fn an_abandoned_calls_stream_closes_once_its_cancellation_is_sent() {
+async fn an_abandoned_calls_stream_closes_by_its_deadline_once_its_cancellation_is_sent() {
     let (upstream, pipeline) = start(false).await;
     abandon_calls(&upstream, &pipeline, 3).await;
     within(
@@ -160,13 +169,13 @@ async fn an_abandoned_calls_stream_closes_once_its_cancellation_is_sent() {
 
 /// rmcp sends one cancellation at a time and gives each five seconds: an upstream that
 /// never answers them would have the last of `CALLS` streams held for `CALLS` × 5 s, and
-/// a few hundred for half an hour. Each is let go a grace after its caller went away.
+/// a few hundred for half an hour. Each is closed at its call's deadline at the latest.
 #[tokio::test]
 async fn an_abandoned_calls_stream_closes_though_the_upstream_holds_its_cancellation() {
     const CALLS: usize = 6;
     let (upstream, pipeline) = start(true).await;
     abandon_calls(&upstream, &pipeline, CALLS).await;
-    // Without the grace, 30 s; with it, about 2 s (and slack for a loaded machine).
+    // Held by rmcp, 30 s; at their deadlines, 4 s (and slack for a loaded machine).
     within(
         15,
         "the abandoned calls' streams close",
@@ -176,10 +185,11 @@ async fn an_abandoned_calls_stream_closes_though_the_upstream_holds_its_cancella
 }
 
 /// The place an abandoned call held among the upstream's requests in flight
-/// (`max_connections`) goes with its stream, a grace after its caller went away — not
-/// when rmcp is done with its cancellation, one at a time, five seconds each: an
-/// upstream that holds the cancellations would otherwise keep toolgate's calls to it
-/// waiting ("busy") for `CALLS` × 5 s after their connections were closed.
+/// (`max_connections`) goes with its stream, at the call's deadline when the upstream
+/// never ends it — not when rmcp is done with its cancellation, one at a time, five
+/// seconds each: an upstream that holds the cancellations would otherwise keep
+/// toolgate's calls to it waiting ("busy") for `CALLS` × 5 s after their connections were
+/// closed.
 #[tokio::test]
 async fn an_abandoned_calls_place_is_given_back_with_its_stream() {
     const CALLS: usize = 6;

@@ -52,7 +52,9 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
+use super::cancelled;
 use super::frames::Inbound;
 use super::http_pool::{self, Plain};
 use super::places::Place;
@@ -178,7 +180,9 @@ impl Direct {
     /// Sends `call`, its route (`ticket`) registered as it goes, and reads the upstream's
     /// answer; `None` when the upstream did not take it (the session expired), and it is
     /// to go through rmcp. `place`, the call's among the upstream's requests in flight,
-    /// is held until the answer's stream is done with (drained, or dropped).
+    /// is held until the answer's stream is done with (drained, or dropped); when the
+    /// future is dropped before the answer (the call given up), for as long as the
+    /// upstream may still run the call ([`InFlight`]).
     pub(crate) async fn send(
         &self,
         call: Prepared,
@@ -193,21 +197,42 @@ impl Direct {
             headers,
         } = call;
         self.inbound.register(id.clone(), token, ticket);
+        let mut flight = InFlight {
+            id: &id,
+            place: Some(place),
+            stream: None,
+            closed: self.client.closed(),
+        };
+        let answer = self.exchange(message, &posted, headers, &mut flight).await;
+        flight.settle();
+        answer
+    }
+
+    /// POSTs `message`, the call of `flight`, and reads the upstream's answer (see
+    /// [`send`](Self::send)).
+    async fn exchange(
+        &self,
+        message: ClientJsonRpcMessage,
+        posted: &Arc<Posted>,
+        headers: HashMap<HeaderName, HeaderValue>,
+        flight: &mut InFlight<'_>,
+    ) -> Option<Result<ServerResult, ServiceError>> {
+        let id = flight.id;
         let limits = StreamableHttpResponseLimits::default();
         let response = match &posted.target {
             Some(target) => {
                 let response = post::post(&self.plain, target, &headers, &message, &limits).await;
-                response.map(|answer| tagged(answer, &id)).map_err(failed)
+                response.map(|answer| tagged(answer, id)).map_err(failed)
             }
             None => self
                 .client
-                .post_for_call(&id, &posted, message, headers, limits)
+                .post_for_call(id, posted, message, headers, limits)
                 .await
                 .map_err(failed),
         };
         let stream = match response {
             Err(Failed::Expired) => {
-                self.wire().forget(&posted);
+                self.wire().forget(posted);
                 return None;
             }
             Err(Failed::Other(e)) => return Some(Err(e)),
@@ -217,7 +242,7 @@ impl Direct {
                 )));
             }
             Ok(StreamableHttpPostResponse::Json(message, _)) => {
-                return Some(match self.take(&id, message).await {
+                return Some(match self.take(id, message).await {
                     Some(answer) => answer,
                     // An answer to the POST that is not the call's: not a JSON-RPC
                     // exchange toolgate can go on with.
@@ -233,22 +258,25 @@ impl Direct {
                 )));
             }
         };
-        Some(self.read_stream(&id, &posted, stream, place).await)
+        flight.stream = Some(stream);
+        Some(self.read_stream(posted, flight).await)
     }
 
     /// Reads the call's SSE stream until its answer, resuming it from the last event id
     /// when the upstream closes it first.
     async fn read_stream(
         &self,
-        id: &RequestId,
         posted: &Posted,
-        mut stream: futures::stream::BoxStream<'static, Result<sse_stream::Sse, sse_stream::Error>>,
-        place: Place,
+        flight: &mut InFlight<'_>,
     ) -> Result<ServerResult, ServiceError> {
+        let id = flight.id;
         let mut last_event_id: Option<String> = None;
         let mut server_retry: Option<Duration> = None;
         let mut resumes = 0;
         loop {
+            let Some(stream) = flight.stream.as_mut() else {
+                return Err(unexpected("the call's stream is gone"));
+            };
             let ended = match stream.next().await {
                 Some(Ok(event)) => {
                     if let Some(retry) = event.retry {
@@ -280,7 +308,11 @@ impl Direct {
                     };
                     resumes = 0;
                     if let Some(answer) = self.take(id, message).await {
-                        finish(stream, place);
+                        if let (Some(stream), Some(place)) =
+                            (flight.stream.take(), flight.place.take())
+                        {
+                            finish(stream, place);
+                        }
                         return answer;
                     }
                     continue;
@@ -308,9 +340,11 @@ impl Direct {
                 .or_else(|| ExponentialBackoff::default().retry(resumes))
                 .unwrap_or_default();
             resumes += 1;
+            // The request may still run meanwhile: given up now, it keeps its place.
+            flight.stream = None;
             tokio::time::sleep(wait).await;
-            stream = match self.client.resume_for_call(id, posted, from).await {
-                Ok(stream) => stream,
+            flight.stream = match self.client.resume_for_call(id, posted, from).await {
+                Ok(stream) => Some(stream),
                 Err(e) => return Err(transport(e)),
             };
         }
@@ -363,6 +397,36 @@ impl Direct {
                 let _ = self.side_door.send(other).await;
                 None
             }
+        }
+    }
+}
+
+/// A call's place, and its stream once it has one, while the call is in flight. Dropped
+/// before [`settle`](Self::settle) — the call given up, its future dropped — the place is
+/// kept while the upstream may still run the call, from a task of its own, the rest of the
+/// stream read there ([`cancelled`](super::cancelled)); settled, both are given back.
+struct InFlight<'a> {
+    id: &'a RequestId,
+    place: Option<Place>,
+    stream: Option<SseStream>,
+    /// The connection's token, cancelled when it closes.
+    closed: &'a CancellationToken,
+}
+
+impl InFlight<'_> {
+    /// The call is over with the upstream (answered, failed, or not taken): what it still
+    /// holds is given back.
+    fn settle(&mut self) {
+        self.stream = None;
+        self.place = None;
+    }
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if let Some(place) = self.place.take() {
+            let origin = Some(self.id.clone().into_json_value());
+            cancelled::keep_in_task(place, self.stream.take(), origin, self.closed.clone());
         }
     }
 }

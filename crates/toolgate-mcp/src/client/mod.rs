@@ -1,5 +1,6 @@
 //! Importing the tools of upstream MCP servers.
 
+mod cancelled;
 mod config;
 mod direct;
 mod failure;

@@ -76,6 +76,19 @@
 //! when its caller has no other request alive, making the entry is two allocations (the
 //! entry and its key), and a caller with a tenant allocates its key for the look-up too.
 //! A share equal to the bound is no share: no entry is made.
+//!
+//! # A request given up
+//!
+//! A request its caller gives up before its answer — cancelled, gone, out of time — may
+//! still be running at the upstream, which is told (`notifications/cancelled`) but need not
+//! stop. Its [`Place`], in its caller's share and among the upstream's, is kept until the
+//! upstream is known to be done with it (its answer or the end of its stream, the
+//! connection closed), at most until the request's deadline — never sooner than
+//! [`LET_GO`] after it was given up — or, for a request without one, the upstream's
+//! `call_timeout` after ([`cancelled`](super::cancelled)). Otherwise a caller that starts
+//! and cancels calls in a loop would keep any number of them running at the upstream,
+//! past its share and the bound. The cancel itself returns at once; a request given up
+//! while it waits for a place was never sent, and holds none.
 
 use std::borrow::Borrow;
 use std::collections::HashSet;
@@ -87,6 +100,8 @@ use std::time::Duration;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use toolgate_core::User;
+
+use super::request_streams::LET_GO;
 
 /// How many times a request to an upstream had to wait for a place, by upstream
 /// (`server`): a counter that climbs says the upstream's `max_connections` is too low
@@ -103,6 +118,9 @@ pub const UPSTREAM_SHARE_WAITS: &str = "toolgate_mcp_upstream_share_waits_total"
 pub(crate) struct Places {
     server: Arc<str>,
     max: usize,
+    /// The longest a place of a request without a deadline is kept after the request is
+    /// given up (the upstream's `call_timeout`).
+    hold: Duration,
     semaphore: Arc<Semaphore>,
     shares: Arc<Shares>,
 }
@@ -113,6 +131,30 @@ pub(crate) struct Places {
 pub(crate) struct Place {
     _permit: OwnedSemaphorePermit,
     _share: Option<SharePlace>,
+    /// How long it is kept at most once its request is given up before its answer.
+    limit: HoldLimit,
+}
+
+/// The longest a place is kept after its request was given up (see the module).
+#[derive(Clone, Copy, Debug)]
+enum HoldLimit {
+    /// The request's deadline.
+    Deadline(Instant),
+    /// A request without a deadline: this long after it was given up.
+    After(Duration),
+}
+
+impl Place {
+    /// When the place of a request given up at `given_up` before its answer is given back
+    /// at the latest: its deadline (or, without one, the upstream's `call_timeout` after
+    /// `given_up`), and never sooner than [`LET_GO`] after `given_up`.
+    pub(crate) fn held_until(&self, given_up: Instant) -> Instant {
+        let limit = match self.limit {
+            HoldLimit::Deadline(deadline) => deadline,
+            HoldLimit::After(hold) => given_up + hold,
+        };
+        limit.max(given_up + LET_GO)
+    }
 }
 
 /// A request found its upstream with every place taken, and its deadline came before one
@@ -154,12 +196,15 @@ pub(crate) enum NoPlace {
 
 impl Places {
     /// At most `max` requests in flight to `server` (at least one), at most `share` of
-    /// them (at least one; `max` or more: no share) a caller's.
-    pub(crate) fn new(server: &str, max: usize, share: usize) -> Arc<Places> {
+    /// them (at least one; `max` or more: no share) a caller's; the place of a request
+    /// without a deadline kept at most `hold` (the upstream's `call_timeout`) after the
+    /// request is given up unanswered.
+    pub(crate) fn new(server: &str, max: usize, share: usize, hold: Duration) -> Arc<Places> {
         let max = max.clamp(1, Semaphore::MAX_PERMITS);
         Arc::new(Places {
             server: Arc::from(server),
             max,
+            hold,
             semaphore: Arc::new(Semaphore::new(max)),
             shares: Arc::new(Shares {
                 share: share.clamp(1, max),
@@ -186,6 +231,7 @@ impl Places {
         Some(Place {
             _permit: permit,
             _share: None,
+            limit: HoldLimit::After(self.hold),
         })
     }
 
@@ -244,10 +290,12 @@ impl Places {
             Some(sharer) => Some(self.take_share(sharer, deadline, noted.share).await?),
             None => None,
         };
+        let limit = deadline.map_or(HoldLimit::After(self.hold), HoldLimit::Deadline);
         if let Ok(permit) = Arc::clone(&self.semaphore).try_acquire_owned() {
             return Ok(Place {
                 _permit: permit,
                 _share: share,
+                limit,
             });
         }
         // Noted only while queued, not while a free place is taken.
@@ -265,6 +313,7 @@ impl Places {
             Some(Ok(permit)) => Ok(Place {
                 _permit: permit,
                 _share: share,
+                limit,
             }),
             _ => {
                 tracing::warn!(server = %self.server, max = self.max, "a call waited for a place among the MCP server's requests in flight until its deadline (`max_connections`)");
@@ -504,6 +553,8 @@ impl Drop for Queued<'_> {
 pub(crate) struct Seat {
     places: Arc<Places>,
     sharer: Option<Sharer>,
+    /// The request's deadline: its place's hold limit once it is given up.
+    deadline: Option<Instant>,
     /// Its requests queued for the upstream's place.
     waiting: Waiting,
     /// Its requests queued for a place in the caller's share.
@@ -512,11 +563,16 @@ pub(crate) struct Seat {
 
 impl Seat {
     /// A seat among `places` for one request (or the pages of one list, one at a time),
-    /// in `sharer`'s share when given.
-    pub(crate) fn new(places: Arc<Places>, sharer: Option<Sharer>) -> Self {
+    /// in `sharer`'s share when given, whose caller waits for it until `deadline`.
+    pub(crate) fn new(
+        places: Arc<Places>,
+        sharer: Option<Sharer>,
+        deadline: Option<Instant>,
+    ) -> Self {
         Seat {
             places,
             sharer,
+            deadline,
             waiting: Waiting::default(),
             waiting_share: Waiting::default(),
         }
@@ -530,7 +586,11 @@ impl Seat {
             share: Some(&self.waiting_share),
         };
         let place = self.places.take_noted(self.sharer.as_ref(), None, noted);
-        place.await.ok().map(Reserved::new)
+        let mut place = place.await.ok()?;
+        if let Some(deadline) = self.deadline {
+            place.limit = HoldLimit::Deadline(deadline);
+        }
+        Some(Reserved::new(place))
     }
 
     /// Why a request of the seat, which has waited `waited`, is queued for a place now;
@@ -571,6 +631,9 @@ impl Reserved {
 mod tests {
     use super::*;
 
+    /// The upstream's `call_timeout` in these tests.
+    const HOLD: Duration = Duration::from_secs(30);
+
     /// What a place costs without a share and in a caller's share, measured in one run
     /// (the caller has no other request alive, so its entry is made and dropped each time,
     /// the dearest case): `cargo test --release -p toolgate-mcp --lib place_cost --
@@ -579,7 +642,7 @@ mod tests {
     #[ignore = "a measurement, not a check: prints what a place costs"]
     async fn place_cost() {
         const ROUNDS: u32 = 500_000;
-        let places = Places::new("crm", 256, 128);
+        let places = Places::new("crm", 256, 128, HOLD);
         let user = User::new("ann").with_tenant("acme");
         for _ in 0..3 {
             let started = std::time::Instant::now();
@@ -604,7 +667,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_wait_past_the_deadline_is_busy_and_says_what_to_do() {
-        let places = Places::new("crm", 2, 2);
+        let places = Places::new("crm", 2, 2, HOLD);
         let _held = (places.take(None, None).await, places.take(None, None).await);
         let deadline = Instant::now() + Duration::from_secs(2);
         let Err(NoPlace::Busy(busy)) = places.take(None, Some(deadline)).await else {
@@ -625,7 +688,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_dropped_waiter_leaves_nothing_behind() {
-        let places = Places::new("crm", 1, 1);
+        let places = Places::new("crm", 1, 1, HOLD);
         let held = places.take(None, None).await.expect("a place");
         // A waiter whose caller gave up, dropped while queued.
         let gave_up = tokio::time::timeout(Duration::from_millis(10), places.take(None, None));
@@ -640,7 +703,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_request_is_noted_waiting_only_while_it_is_queued() {
-        let places = Places::new("crm", 1, 1);
+        let places = Places::new("crm", 1, 1, HOLD);
         let waiting = Waiting::default();
         let held = places.take_for(&waiting).await.expect("a place");
         assert!(!waiting.now(), "a free place is taken without waiting");
@@ -660,13 +723,13 @@ mod tests {
 
     #[test]
     fn no_bound_below_one() {
-        assert_eq!(Places::new("crm", 0, 0).free(), 1);
+        assert_eq!(Places::new("crm", 0, 0, HOLD).free(), 1);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_caller_at_its_share_waits_for_it_to_its_deadline_while_another_caller_gets_a_place()
     {
-        let places = Places::new("crm", 4, 2);
+        let places = Places::new("crm", 4, 2, HOLD);
         let bob = places.sharer(&User::new("bob")).expect("a share");
         let _bobs = (
             now(&places, Some(&bob)).await,
@@ -697,7 +760,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_place_given_back_goes_to_the_callers_next_waiter_in_turn() {
-        let places = Places::new("crm", 4, 1);
+        let places = Places::new("crm", 4, 1, HOLD);
         let bob = places.sharer(&User::new("bob")).expect("a share");
         let held = now(&places, Some(&bob)).await.expect("a place");
         let next = places.take(Some(&bob), None);
@@ -709,7 +772,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_dropped_share_waiter_leaves_nothing_behind() {
-        let places = Places::new("crm", 2, 1);
+        let places = Places::new("crm", 2, 1, HOLD);
         let bob = places.sharer(&User::new("bob")).expect("a share");
         let held = now(&places, Some(&bob)).await.expect("a place");
         let gave_up =
@@ -727,7 +790,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_table_is_empty_once_many_distinct_callers_have_come_and_gone() {
-        let places = Places::new("crm", 8, 2);
+        let places = Places::new("crm", 8, 2, HOLD);
         // A flood of distinct callers, each a request through a place and gone.
         for i in 0..10_000 {
             let sharer = places.sharer(&User::new(format!("user-{i}")));
@@ -758,7 +821,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_share_error_says_whose_requests_hold_it_up_and_what_to_do() {
-        let places = Places::new("crm", 4, 2);
+        let places = Places::new("crm", 4, 2, HOLD);
         let bob = places.sharer(&User::new("bob"));
         let _held = (
             now(&places, bob.as_ref()).await,
@@ -783,9 +846,9 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_seat_tells_a_wait_for_the_callers_share_from_one_for_the_upstream() {
-        let places = Places::new("crm", 2, 1);
+        let places = Places::new("crm", 2, 1, HOLD);
         let bob = places.sharer(&User::new("bob"));
-        let seat = Seat::new(Arc::clone(&places), bob.clone());
+        let seat = Seat::new(Arc::clone(&places), bob.clone(), None);
         let held = seat.reserve().await.expect("a place");
         assert!(seat.held_up(Duration::ZERO).is_none());
         {
@@ -801,7 +864,11 @@ mod tests {
         // Alice's request finds the upstream full, not her share.
         let _others = now(&places, None).await.expect("a place");
         let _bobs = seat.reserve().await.expect("bob's place");
-        let alice = Seat::new(Arc::clone(&places), places.sharer(&User::new("alice")));
+        let alice = Seat::new(
+            Arc::clone(&places),
+            places.sharer(&User::new("alice")),
+            None,
+        );
         let queued = alice.reserve();
         tokio::pin!(queued);
         assert!(futures::poll!(queued.as_mut()).is_pending());
@@ -813,10 +880,10 @@ mod tests {
 
     #[test]
     fn the_anonymous_user_and_a_share_of_the_whole_bound_take_no_share() {
-        let places = Places::new("crm", 4, 2);
+        let places = Places::new("crm", 4, 2, HOLD);
         assert!(places.sharer(&User::anonymous()).is_none());
         assert!(places.sharer(&User::new("bob")).is_some());
-        let unshared = Places::new("crm", 4, 4);
+        let unshared = Places::new("crm", 4, 4, HOLD);
         assert!(unshared.sharer(&User::new("bob")).is_none());
     }
 }

@@ -9,7 +9,15 @@
 //! cancellation's POST is answered — and it sends one cancellation at a time, each given
 //! five seconds. An upstream that answers neither the cancellation nor the call would
 //! have the streams of a few hundred abandoned calls held for half an hour. So the stream
-//! of a `tools/call` is dropped [`LET_GO`] after its call is over, whoever still holds it.
+//! of a `tools/call` is taken from rmcp [`LET_GO`] after its call is over, whoever still
+//! holds it.
+//!
+//! **Its place kept while the upstream may run it.** The stream of a request given up
+//! before its answer — let go so, or dropped by rmcp once its call is over — is not
+//! closed: it holds the request's place, and is read to its end by toolgate (what comes on
+//! it is dropped), since its answer or its end is what tells that the upstream is done
+//! with the request; the place is given back then, when the connection closes, or at the
+//! request's hold limit ([`cancelled`](super::cancelled)), whichever comes first.
 //!
 //! **Resumed as its request's.** rmcp resumes a stream the upstream closed early with a GET
 //! carrying the last event id it read (`Last-Event-ID`); the GET names no request, and the
@@ -27,7 +35,8 @@
 //! over. It is given back when the resumed stream is done with, or — no resume having
 //! taken it — [`LET_GO`] after the call is over (a request without a call: once the wait
 //! rmcp makes before it resumes, and [`LET_GO`] more, have passed), or with the
-//! connection.
+//! connection. A stream the upstream ended is taken as the upstream's word that it is done
+//! with the request, unless rmcp resumes it.
 //!
 //! **No answers on the standalone stream.** The standalone stream (a GET with no event id,
 //! and its resumes) is no request's: the protocol forbids a server to answer a request on
@@ -58,7 +67,10 @@ use rmcp::transport::common::client_side_sse::{ExponentialBackoff, SseRetryPolic
 use serde::de::IgnoredAny;
 use serde_json::Value;
 use tokio::task::AbortHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 
+use super::cancelled;
 use super::places::Place;
 use super::relay::{Dropped, RouteTicket};
 use super::unreadable::{CameOn, Unreadables};
@@ -149,10 +161,14 @@ pub(crate) enum Owner {
 }
 
 /// The streams of a connection that ended before their request's answer, by their last
-/// event id, for rmcp's resume of them.
+/// event id, for rmcp's resume of them; and the token that tells its streams the
+/// connection closed.
 #[derive(Default)]
 pub(crate) struct Resumable {
     ended: Mutex<VecDeque<Ended>>,
+    /// Cancelled when the connection's transport is dropped: the place of a request given
+    /// up is kept no longer ([`cancelled`](super::cancelled)).
+    closed: CancellationToken,
 }
 
 struct Ended {
@@ -212,6 +228,14 @@ impl Drop for Parked {
 }
 
 impl Resumable {
+    /// For the connection whose transport cancels `closed` when dropped.
+    pub(crate) fn new(closed: CancellationToken) -> Self {
+        Resumable {
+            ended: Mutex::default(),
+            closed,
+        }
+    }
+
     /// Whose the stream resumed from `event_id` is, and the call it serves.
     pub(crate) fn owner(&self, event_id: &str) -> (Owner, Option<RouteTicket>) {
         let ended = self.lock();
@@ -284,6 +308,13 @@ struct Held {
     /// Who last waited on the stream: woken when it is let go, to read its end rather
     /// than wait for ever on a stream that is gone.
     waker: Option<Waker>,
+    /// Whether the upstream is done with the request, as far as the stream tells: its
+    /// answer came, or the stream ended. Until then, a request given up keeps its place
+    /// ([`cancelled`](super::cancelled)).
+    settled: bool,
+    /// Whether the stream was let go by the task that watches the call: that task keeps
+    /// the place of a request given up, and is not to be stopped with the stream.
+    let_go: bool,
 }
 
 /// One response stream of `owner`, as the module says.
@@ -322,27 +353,38 @@ impl RequestStream {
             stream: Some(stream),
             place,
             waker: None,
+            settled: false,
+            let_go: false,
         }));
-        let watch = ticket.clone().map(|ticket| {
-            let held = Arc::downgrade(&held);
-            tokio::spawn(async move {
-                ticket.over().await;
-                tokio::time::sleep(LET_GO).await;
-                if let Some(held) = held.upgrade() {
-                    let gone =
-                        std::mem::take(&mut *held.lock().unwrap_or_else(PoisonError::into_inner));
-                    drop(gone.stream);
-                    if let Some(waker) = gone.waker {
-                        waker.wake();
-                    }
-                }
-            })
-            .abort_handle()
-        });
         let origin = match &owner {
             Owner::Request(id) => Some(id.clone().into_json_value()),
             _ => None,
         };
+        let watch = ticket.clone().map(|ticket| {
+            let held = Arc::downgrade(&held);
+            let (origin, closed) = (origin.clone(), resumable.closed.clone());
+            tokio::spawn(async move {
+                ticket.over().await;
+                let given_up = Instant::now();
+                tokio::time::sleep(LET_GO).await;
+                let Some(held) = held.upgrade() else {
+                    return;
+                };
+                let (stream, place, settled) = {
+                    let mut held = held.lock().unwrap_or_else(PoisonError::into_inner);
+                    held.let_go = true;
+                    if let Some(waker) = held.waker.take() {
+                        waker.wake();
+                    }
+                    (held.stream.take(), held.place.take(), held.settled)
+                };
+                drop(held);
+                if let (Some(stream), Some(place), false) = (stream, place, settled) {
+                    cancelled::keep(place, Some(stream), origin, closed, given_up).await;
+                }
+            })
+            .abort_handle()
+        });
         RequestStream {
             held,
             watch,
@@ -360,16 +402,14 @@ impl RequestStream {
     /// The stream ended (or failed) here: a resume of it is its owner's, and takes its
     /// place over.
     fn ended(&self) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        held.settled = true;
         if self.answered {
             return;
         }
         if let Some(event_id) = &self.last_event_id {
-            let place = self
-                .held
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .place
-                .take();
+            let place = held.place.take();
+            drop(held);
             self.resumable.ended(
                 event_id,
                 &self.owner,
@@ -458,7 +498,14 @@ impl Stream for RequestStream {
                 }
                 // Its id is still read by rmcp, which resumes from the last id it read.
                 let message = matches!(event.event.as_deref(), None | Some("" | "message"));
+                let answered = this.answered;
                 event.data = event.data.and_then(|data| this.screened(data, message));
+                if this.answered && !answered {
+                    this.held
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .settled = true;
+                }
                 Poll::Ready(Some(Ok(event)))
             }
             Some(Err(e)) => {
@@ -475,8 +522,20 @@ impl Stream for RequestStream {
 
 impl Drop for RequestStream {
     fn drop(&mut self) {
+        let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
+        if held.let_go {
+            // The watch keeps the place of the request given up, if any.
+            return;
+        }
         if let Some(watch) = &self.watch {
             watch.abort();
+        }
+        // Dropped by rmcp once the call is over, before the upstream is done with the
+        // request: the place is kept while it may still run it.
+        let given_up = !held.settled && self.ticket.as_ref().is_some_and(RouteTicket::is_over);
+        if given_up && let (Some(stream), Some(place)) = (held.stream.take(), held.place.take()) {
+            let closed = self.resumable.closed.clone();
+            cancelled::keep_in_task(place, Some(stream), self.origin.take(), closed);
         }
     }
 }
@@ -707,7 +766,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_holds_its_place_until_its_response_stream_is_dropped() {
-        let places = Places::new("crm", 1, 1);
+        let places = Places::new("crm", 1, 1, Duration::from_secs(30));
         let place = places.take(None, None).await.expect("a place");
         let routes = unreadables();
         let never: SseStream = futures::stream::pending().boxed();
@@ -739,7 +798,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_stream_ended_before_its_answer_keeps_its_place_for_its_resume() {
-        let places = Places::new("crm", 1, 1);
+        let places = Places::new("crm", 1, 1, Duration::from_secs(30));
         let place = places.take(None, None).await.expect("a place");
         let (relay, ticket) = Relay::new(None);
         let resumable = Arc::new(Resumable::default());
@@ -786,7 +845,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn the_kept_place_of_a_request_without_a_call_is_given_back_if_no_resume_takes_it() {
-        let places = Places::new("crm", 1, 1);
+        let places = Places::new("crm", 1, 1, Duration::from_secs(30));
         let place = places.take(None, None).await.expect("a place");
         let resumable = Arc::new(Resumable::default());
         let stream = RequestStream::new(
@@ -807,7 +866,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn an_answered_stream_keeps_no_place_and_a_connection_gone_strands_none() {
-        let places = Places::new("crm", 2, 2);
+        let places = Places::new("crm", 2, 2, Duration::from_secs(30));
         let resumable = Arc::new(Resumable::default());
         let routes = unreadables();
         let answered = futures::stream::iter([Ok(sse_stream::Sse {
@@ -848,7 +907,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn two_streams_ended_at_the_same_id_keep_their_places_until_their_calls_are_over() {
-        let places = Places::new("crm", 2, 2);
+        let places = Places::new("crm", 2, 2, Duration::from_secs(30));
         let resumable = Arc::new(Resumable::default());
         let routes = unreadables();
         let mut relays = Vec::new();
@@ -877,6 +936,116 @@ mod tests {
         drop(relays);
         tokio::time::sleep(LET_GO + Duration::from_millis(20)).await;
         assert_eq!(places.free(), 2);
+    }
+
+    /// A stream the test writes to (`data` events), open until the sender is dropped.
+    fn written() -> (
+        futures::channel::mpsc::UnboundedSender<Result<sse_stream::Sse, sse_stream::Error>>,
+        SseStream,
+    ) {
+        let (sender, stream) = futures::channel::mpsc::unbounded();
+        (sender, stream.boxed())
+    }
+
+    fn data(data: &str) -> Result<sse_stream::Sse, sse_stream::Error> {
+        Ok(sse_stream::Sse {
+            data: Some(data.to_owned()),
+            ..Default::default()
+        })
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_given_up_calls_stream_let_go_keeps_its_place_until_the_upstream_answers() {
+        let places = Places::new("crm", 1, 1, Duration::from_secs(30));
+        let place = places.take(None, None).await.expect("a place");
+        let (relay, ticket) = Relay::new(None);
+        let (upstream, stream) = written();
+        let stream = RequestStream::new(
+            stream,
+            request(1),
+            Some(ticket),
+            None,
+            Some(place),
+            Arc::default(),
+            unreadables(),
+        );
+        let reader = tokio::spawn(async move { stream.collect::<Vec<_>>().await.len() });
+        // The call given up: rmcp's reader sees the stream end once it is let go…
+        drop(relay);
+        let read = tokio::time::timeout(LET_GO * 2, reader).await;
+        assert_eq!(read.expect("let go").expect("joined"), 0);
+        // …but the upstream may still run the request: its place is kept.
+        tokio::time::sleep(LET_GO * 10).await;
+        assert_eq!(places.free(), 0);
+        upstream
+            .unbounded_send(data(
+                r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#,
+            ))
+            .expect("read");
+        upstream
+            .unbounded_send(data(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#))
+            .expect("read");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(places.free(), 1, "answered: the upstream is done with it");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_given_up_calls_stream_dropped_by_rmcp_keeps_its_place_until_it_ends() {
+        let places = Places::new("crm", 1, 1, Duration::from_secs(30));
+        let place = places.take(None, None).await.expect("a place");
+        let (relay, ticket) = Relay::new(None);
+        let (upstream, stream) = written();
+        let stream = RequestStream::new(
+            stream,
+            request(1),
+            Some(ticket),
+            None,
+            Some(place),
+            Arc::default(),
+            unreadables(),
+        );
+        drop(relay);
+        // rmcp drops it once the cancellation is answered.
+        drop(stream);
+        tokio::time::sleep(LET_GO * 10).await;
+        assert_eq!(places.free(), 0);
+        drop(upstream);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(places.free(), 1, "the stream ended: given back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_given_up_calls_place_goes_with_its_connection_or_at_the_hold_limit() {
+        let places = Places::new("crm", 2, 2, Duration::from_secs(30));
+        let closed = CancellationToken::new();
+        let resumable = Arc::new(Resumable::new(closed.clone()));
+        let mut upstreams = Vec::new();
+        for deadline in [None, Some(Instant::now() + Duration::from_secs(10))] {
+            let place = places.take(None, deadline).await.expect("a place");
+            let (relay, ticket) = Relay::new(None);
+            let (upstream, stream) = written();
+            upstreams.push(upstream);
+            let stream = RequestStream::new(
+                stream,
+                request(1),
+                Some(ticket),
+                None,
+                Some(place),
+                Arc::clone(&resumable),
+                unreadables(),
+            );
+            drop(relay);
+            drop(stream);
+        }
+        tokio::time::sleep(Duration::from_secs(11)).await;
+        assert_eq!(
+            places.free(),
+            1,
+            "the one with a deadline: given back at it"
+        );
+        closed.cancel();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(places.free(), 2, "the connection closed");
     }
 
     #[test]

@@ -109,7 +109,7 @@ impl StreamTagging {
             wire: Arc::default(),
             unreadables: Arc::new(Unreadables::new(Arc::clone(&routes))),
             routes,
-            resumable: Arc::default(),
+            resumable: Arc::new(Resumable::new(closed.clone())),
             forgotten,
             places,
             expired: Arc::default(),
@@ -150,6 +150,11 @@ impl StreamTagging {
     /// What becomes of a message of this connection that does not read.
     pub(crate) fn unreadables(&self) -> &Unreadables {
         &self.unreadables
+    }
+
+    /// Cancelled when the connection's transport is dropped.
+    pub(crate) fn closed(&self) -> &CancellationToken {
+        &self.closed
     }
 }
 
@@ -354,7 +359,8 @@ impl StreamableHttpClient for StreamTagging {
                 // The place goes with the connection: when the call's stream is let go
                 // (`request_streams`), not when rmcp is done with it — at 2025-11-25 only
                 // once the call's cancellation is answered, five seconds each; or, when the
-                // stream ends before its answer, with the stream that resumes it.
+                // stream ends before its answer, with the stream that resumes it. A call
+                // given up keeps it while the upstream may still run it (`cancelled`).
                 let stream = self.held(stream, Owner::Request(id.clone()), ticket, None, place);
                 StreamableHttpPostResponse::Sse(tagged(stream, Some(id)), session)
             }

@@ -7,9 +7,12 @@
 //! requests and drops them at once makes the gateway hold any number of them, past every
 //! per-caller cap (those are released as the caller's invocation ends). So a request
 //! given up before its answer is cancelled upstream (`notifications/cancelled`), and its
-//! response stream is let go [`LET_GO`](crate::client::request_streams::LET_GO) later,
-//! whether the upstream honours the cancellation or not. `tools/call` is sent this way
-//! ([`calls`](super::calls)), and so is every other request of a caller's through
+//! response stream is taken from rmcp [`LET_GO`](crate::client::request_streams::LET_GO)
+//! later, whether the upstream honours the cancellation or not. Its place among the
+//! upstream's requests in flight, and in its caller's share, is kept while the upstream
+//! may still run it, up to a hold limit ([`cancelled`](crate::client::cancelled)): the
+//! caller's next request does not run beside it past the share. `tools/call` is sent
+//! this way ([`calls`](super::calls)), and so is every other request of a caller's through
 //! [`cancellable`].
 
 use rmcp::RoleClient;
@@ -23,8 +26,9 @@ use crate::client::relay::Relay;
 
 /// Sends `request` on `peer` with `options` and awaits its answer, as a caller's request:
 /// dropped before the answer, the upstream is told the request is cancelled
-/// ([`CancelOnDrop`]), and its response stream is let go a grace later (its
-/// [`RouteTicket`](crate::client::relay::RouteTicket) is over).
+/// ([`CancelOnDrop`]), and its response stream is taken from rmcp a grace later (its
+/// [`RouteTicket`](crate::client::relay::RouteTicket) is over), its place kept while the
+/// upstream may still run it.
 ///
 /// The request's route has no caller: progress and log messages the upstream sends about
 /// it are its own, and dropped without being counted as unattributed.

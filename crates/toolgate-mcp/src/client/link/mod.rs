@@ -191,6 +191,7 @@ impl Link {
             &name,
             config.max_in_flight(),
             config.max_in_flight_per_caller(),
+            config.call_timeout,
         );
         // Only a request on a call's own response stream names the caller it is for.
         let relays_requests = matches!(config.transport, UpstreamTransport::Http { .. });

@@ -263,7 +263,7 @@ impl Link {
         // Over stdio, one pipe: no bound, no seat.
         let seat = matches!(self.config.transport, UpstreamTransport::Http { .. }).then(|| {
             let sharer = user.and_then(|user| self.places.sharer(user));
-            Seat::new(Arc::clone(&self.places), sharer)
+            Seat::new(Arc::clone(&self.places), sharer, Some(deadline))
         });
         let sent = send(peer, seat.clone());
         tokio::pin!(sent);

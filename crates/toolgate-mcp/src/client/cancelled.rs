@@ -1,0 +1,210 @@
+//! The place of a request given up before its answer — its caller cancelled, went away
+//! or ran out of time — among its upstream's requests in flight and in its caller's share
+//! ([`places`](super::places)).
+//!
+//! Giving a request up does not stop it. The upstream is told (`notifications/cancelled`),
+//! but it may finish the work anyway, or take its time to stop; and a connection closed
+//! under a request's stream is no cancellation in MCP. Were the place given back with the
+//! cancel, a caller that starts calls and cancels them in a loop would keep any number of
+//! them running at the upstream, past its share (`max_connections_per_caller`) and the
+//! upstream's bound (`max_connections`): the share would isolate nobody. So the place is
+//! kept, by a task of its own — the caller's cancel returns at once — until the upstream
+//! is known to be done with the request:
+//!
+//! - the request's answer comes on its stream, or the stream ends or fails: what is left
+//!   of the stream is read here for that, and dropped;
+//! - the connection closes (its transport is dropped): the upstream's session, and what
+//!   runs in it, is over for toolgate;
+//! - at the latest, at the hold limit ([`Place::held_until`]): the request's deadline, so
+//!   an upstream that says nothing makes a cancelled request hold its place no longer than
+//!   the request could have held it uncancelled — and never sooner than [`LET_GO`] after
+//!   it was given up. A request without a deadline of its own (one the gateway makes
+//!   itself, whose place rmcp's transport takes) is held at most the upstream's
+//!   `call_timeout` after it was given up.
+//!
+//! A request given up while it waited for its place was never sent, and holds nothing. One
+//! given up while its POST is under way, or between a stream the upstream ended and its
+//! resume, may be running at the upstream with no stream to tell when it ends: its place
+//! is kept until the connection closes or the hold limit.
+//!
+//! Nothing here runs for a request that is answered: it costs a cancelled request one
+//! task, and an answered one nothing.
+
+use futures::StreamExt;
+use serde_json::Value;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::places::Place;
+use super::request_streams::{Carried, SseStream, carried};
+
+/// Keeps `place`, of a request given up at `given_up` before its answer, until the
+/// upstream is done with the request (see the module): the answer to `origin` (the
+/// request's id as answers carry it) or the end of `stream`, the request's stream, when
+/// there is one; `closed`, the connection's token; or the hold limit.
+pub(crate) async fn keep(
+    place: Place,
+    stream: Option<SseStream>,
+    origin: Option<Value>,
+    closed: CancellationToken,
+    given_up: Instant,
+) {
+    let until = place.held_until(given_up);
+    let done = async {
+        match stream {
+            Some(stream) => answered_or_ended(stream, origin.as_ref()).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        () = done => {}
+        () = closed.cancelled() => {}
+        () = tokio::time::sleep_until(until) => {
+            tracing::debug!("a request given up before its answer kept its place among the MCP server's requests in flight until its hold limit, with no word from the server that it stopped");
+        }
+    }
+    drop(place);
+}
+
+/// [`keep`], from a task of its own, given up now; `place` is given back at once when
+/// there is no runtime to run the task (it is shutting down).
+pub(crate) fn keep_in_task(
+    place: Place,
+    stream: Option<SseStream>,
+    origin: Option<Value>,
+    closed: CancellationToken,
+) {
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(keep(place, stream, origin, closed, Instant::now()));
+    }
+}
+
+/// Reads `stream` until the answer to `origin` comes on it, or it ends or fails.
+async fn answered_or_ended(mut stream: SseStream, origin: Option<&Value>) {
+    while let Some(Ok(event)) = stream.next().await {
+        let answered = match (event.data.as_deref(), origin) {
+            (Some(data), Some(origin)) => {
+                matches!(carried(data), Carried::AnswerTo(id) if id == *origin)
+            }
+            _ => false,
+        };
+        if answered {
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::places::Places;
+    use super::super::request_streams::LET_GO;
+    use super::*;
+
+    fn event(data: &str) -> Result<sse_stream::Sse, sse_stream::Error> {
+        Ok(sse_stream::Sse {
+            data: Some(data.to_owned()),
+            ..Default::default()
+        })
+    }
+
+    /// A stream that sends `events`, then stays open until `end` fires.
+    fn stream_until(
+        events: Vec<Result<sse_stream::Sse, sse_stream::Error>>,
+        end: tokio::sync::oneshot::Receiver<()>,
+    ) -> SseStream {
+        let tail = futures::stream::once(async move {
+            let _ = end.await;
+        })
+        .filter_map(|()| async { None });
+        futures::stream::iter(events).chain(tail).boxed()
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_given_up_requests_place_is_kept_until_its_stream_ends() {
+        let places = Places::new("crm", 2, 1, Duration::from_secs(30));
+        let place = places.take(None, None).await.expect("a place");
+        let (end, ended) = tokio::sync::oneshot::channel();
+        let progress = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#;
+        let stream = stream_until(vec![event(progress)], ended);
+        keep_in_task(
+            place,
+            Some(stream),
+            Some(Value::from(1)),
+            CancellationToken::new(),
+        );
+        tokio::time::sleep(LET_GO * 5).await;
+        assert_eq!(places.free(), 1, "the upstream may still run it");
+        drop(end);
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(places.free(), 2, "its stream ended: given back");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_given_up_requests_place_is_given_back_with_its_answer() {
+        let places = Places::new("crm", 2, 1, Duration::from_secs(30));
+        let place = places.take(None, None).await.expect("a place");
+        let (_end, ended) = tokio::sync::oneshot::channel();
+        let events = vec![
+            event(r#"{"jsonrpc":"2.0","id":2,"result":{}}"#),
+            event(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#),
+        ];
+        let task = tokio::spawn(keep(
+            place,
+            Some(stream_until(events, ended)),
+            Some(Value::from(1)),
+            CancellationToken::new(),
+            Instant::now(),
+        ));
+        task.await
+            .expect("done at its answer, another's being no end");
+        assert_eq!(places.free(), 2);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_given_up_requests_place_is_given_back_at_its_deadline_or_with_the_connection() {
+        let places = Places::new("crm", 2, 1, Duration::from_secs(30));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let place = places.take(None, Some(deadline)).await.expect("a place");
+        let (_end, ended) = tokio::sync::oneshot::channel();
+        let silent = stream_until(Vec::new(), ended);
+        keep_in_task(place, Some(silent), None, CancellationToken::new());
+        tokio::time::sleep_until(deadline - Duration::from_millis(1)).await;
+        assert_eq!(places.free(), 1);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(places.free(), 2, "the hold limit: the request's deadline");
+
+        // Past its deadline already: kept for LET_GO, the floor.
+        let place = places
+            .take(None, Some(Instant::now()))
+            .await
+            .expect("a place");
+        keep_in_task(place, None, None, CancellationToken::new());
+        tokio::time::sleep(LET_GO - Duration::from_millis(1)).await;
+        assert_eq!(places.free(), 1);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(places.free(), 2);
+
+        // Without a deadline, no stream to read: until the connection closes.
+        let place = places.take(None, None).await.expect("a place");
+        let closed = CancellationToken::new();
+        keep_in_task(place, None, None, closed.clone());
+        tokio::time::sleep(LET_GO * 5).await;
+        assert_eq!(places.free(), 1);
+        closed.cancel();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(places.free(), 2, "the connection closed");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_deadline_the_hold_limit_is_the_upstreams_call_timeout() {
+        let places = Places::new("crm", 1, 1, Duration::from_secs(30));
+        let place = places.take(None, None).await.expect("a place");
+        keep_in_task(place, None, None, CancellationToken::new());
+        tokio::time::sleep(Duration::from_secs(30) - Duration::from_millis(1)).await;
+        assert_eq!(places.free(), 0);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(places.free(), 1);
+    }
+}
