@@ -440,6 +440,78 @@ async fn a_caller_withdrawing_its_waiting_call_with_tasks_cancel_is_told_as_a_re
 }
 
 #[tokio::test]
+async fn a_caller_withdrawing_its_running_call_is_told_once_as_withdrawn() {
+    let (receiver, url) = Receiver::start(&[]).await;
+    let gateway = start_gateway(&url, "");
+    let id = suspension_id(&invoke(&gateway, "bob", "sleep", json!({"ms": 600_000})).await);
+    let approver = tokio::spawn({
+        let url = gateway.url(&format!("/v1/suspensions/{id}/resume"));
+        async move {
+            let body = json!({"decision": "approve"});
+            let timeout = [("x-toolgate-timeout-ms", "60000")];
+            common::post_with(
+                &client(),
+                &url,
+                Some(&common::key("alice")),
+                &body,
+                &timeout,
+            )
+            .await
+        }
+    });
+    let shown = gateway.url(&format!("/v1/suspensions/{id}"));
+    eventually(
+        "the approved call runs",
+        Duration::from_secs(10),
+        || async { common::get(&client(), &shown, Some("bob")).await.body["status"] == "running" },
+    )
+    .await;
+
+    let (status, ack) = withdraw(&gateway, "bob", &id).await;
+    assert_eq!(status, 200, "{ack}");
+
+    let told = receiver.wait_for("suspension.withdrawn", &id).await;
+    assert_eq!(told.verify(SystemTime::now()), Ok(()));
+    let body = told.json();
+    assert_eq!(body["suspension"]["tool"], "sleep", "{body}");
+    assert_eq!(body["suspension"]["user"], "bob", "{body}");
+    assert!(
+        body["suspension"]["reason"]
+            .as_str()
+            .is_some_and(|r| !r.is_empty()),
+        "{body}"
+    );
+    assert!(body["suspension"]["suspended_at"].is_string(), "{body}");
+    let decision = &body["decision"];
+    assert_eq!(
+        (
+            decision["decision"].as_str(),
+            decision["decided_by"].as_str()
+        ),
+        (Some("withdraw"), Some("bob")),
+        "{body}"
+    );
+    assert!(
+        decision["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("while it ran after `alice` decided it")),
+        "{body}"
+    );
+
+    // A second cancel is acknowledged, and withdraws nothing more.
+    let (status, ack) = withdraw(&gateway, "bob", &id).await;
+    assert_eq!(status, 200, "{ack}");
+    let answered = tokio::time::timeout(Duration::from_secs(20), approver)
+        .await
+        .expect("the approver is answered once the call is stopped")
+        .expect("the request ran");
+    assert_eq!(answered.status, 409, "{}", answered.body);
+    receiver.wait_for("suspension.decided", &id).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(receiver.about("suspension.withdrawn", &id).len(), 1);
+}
+
+#[tokio::test]
 async fn a_receiver_failing_twice_gets_the_same_id_three_times_and_it_counts_as_delivered() {
     let (receiver, url) = Receiver::start(&[500, 503]).await;
     let gateway = start_gateway(&url, "");

@@ -74,7 +74,7 @@ pub use error::McpError;
 pub use listen_stream::ListenStream;
 pub use server::{
     ClientDisconnected, DEFAULT_LISTENS_PER_USER, GuardedBody, HostShutdown, ListFilter,
-    MAX_RELAYED_TASK_AGE, McpHttpService, McpServer, OnWithdrawal, RelayedTasks,
+    MAX_RELAYED_TASK_AGE, McpHttpService, McpServer, OnWithdrawal, RelayedTasks, Withdrawal,
 };
 
 pub use rmcp;

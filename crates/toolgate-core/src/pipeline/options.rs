@@ -120,8 +120,9 @@ impl InvokeOptions {
 
     /// On a resume: the running record to keep for the call as the resume takes it, in
     /// the same step of the store ([`SuspensionStore::take_running`]), so that while the
-    /// call runs its caller reads that it runs, decided by whoever took it. A resume that
-    /// does not take the call keeps nothing. A fresh call ignores it.
+    /// call runs its caller reads that it runs, decided by whoever took it — or, for a
+    /// rejection, the call's end, which its caller then reads from the take on. A resume
+    /// that does not take the call keeps nothing. A fresh call ignores it.
     ///
     /// [`SuspensionStore::take_running`]: crate::suspension::SuspensionStore::take_running
     #[must_use]

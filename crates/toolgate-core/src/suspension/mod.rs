@@ -711,6 +711,11 @@ pub trait SuspensionStore: Send + Sync + 'static {
     /// nothing, and never writes over the outcome of a decision that took the call first
     /// (a rejection, kept at once).
     ///
+    /// A decision that ends the call at once and runs nothing — a rejection, a caller's
+    /// withdrawal — keeps the call's end this way, as `record`: its caller reads the end
+    /// from the take on, never an unknown call in between, and the decision keeps it again
+    /// with [`keep_outcome`](Self::keep_outcome) once recorded, which drops the token.
+    ///
     /// The default takes the call and then keeps the record with
     /// [`keep_running`](Self::keep_running): the record is still the taking decision's,
     /// but in two steps — between them the call reads as neither waiting nor running (a

@@ -937,8 +937,15 @@ async fn decide(
     } = resumption;
     let mut options = options.cancellation(stop.clone());
     let keeps_running = running.is_some();
-    if let Some(running) = running {
-        options = options.running(running);
+    // A rejection's take keeps the rejection itself, so that its caller reads it from the
+    // take on, never an unknown call before its outcome below is kept.
+    let kept_at_take = match (running, &decision) {
+        (Some(running), _) => Some(running),
+        (None, ResumeDecision::Reject { reason }) => Some(rejection_at_take(id, saved, reason)),
+        (None, _) => None,
+    };
+    if let Some(kept) = kept_at_take {
+        options = options.running(kept);
     }
     let resuming = caller.gateway.system.resume(id, decision, options);
     let resumed = match keeps_running {
@@ -1183,7 +1190,7 @@ fn running_record_of(
     saved: &SuspendedInvocation,
     decision: &str,
 ) -> RunningRecord {
-    let record = running_record(
+    let mut record = running_record(
         id,
         &saved.user,
         &saved.tool,
@@ -1193,6 +1200,8 @@ fn running_record_of(
         caller.gateway.config.server.request_timeout,
     )
     .with_suspended_at(saved.suspended_at);
+    // What the call waited for, which the webhook of a withdrawal while it runs repeats.
+    record.result["reason"] = Value::from(saved.reason.as_str());
     RunningRecord {
         record,
         token: decision_token(),
@@ -1273,6 +1282,20 @@ fn outcome_of(
 ) -> DecidedCall {
     DecidedCall::new(id, &saved.user, result.unwrap_or(Value::Null))
         .with_suspended_at(saved.suspended_at)
+}
+
+/// What a rejection of the call `id`, `saved` as it waited, keeps as it takes the call
+/// ([`SuspensionStore::take_running`]): the rejection as its caller will read it, replaced
+/// by the outcome the rejection then keeps ([`keep_outcome`]).
+///
+/// [`SuspensionStore::take_running`]: toolgate_core::suspension::SuspensionStore::take_running
+fn rejection_at_take(id: &str, saved: &SuspendedInvocation, reason: &str) -> RunningRecord {
+    let rejected = ToolError::abort(reason, "rejected", 403);
+    let result = ToolResult::error(id, &saved.tool, &rejected);
+    RunningRecord {
+        record: outcome_of(id, saved, serde_json::to_value(result)),
+        token: decision_token(),
+    }
 }
 
 /// Keeps `outcome`, of a decided call, for its caller, over any running record. The

@@ -62,7 +62,8 @@ impl CallSummary {
 /// An approver's decision, as `suspension.decided` tells it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DecisionSummary {
-    /// `approve`, `reject`, `complete` or `approve_retry`.
+    /// `approve`, `reject`, `complete` or `approve_retry`; `withdraw` for a caller's
+    /// withdrawal of their running call (`suspension.withdrawn`).
     pub decision: &'static str,
     /// The approver's user id.
     pub decided_by: String,
@@ -106,7 +107,8 @@ pub struct Event {
     pub occurred_at: SystemTime,
     /// The call.
     pub call: Arc<CallSummary>,
-    /// The decision, for `decided`.
+    /// The decision, for `decided`; for `withdrawn`, the withdrawal (`withdraw`, by the
+    /// call's caller).
     pub decision: Option<DecisionSummary>,
 }
 
@@ -133,12 +135,14 @@ impl Event {
         }
     }
 
-    /// Its `type`: `suspension.waiting`, `suspension.decided` or `suspension.expired`.
+    /// Its `type`: `suspension.waiting`, `suspension.decided`, `suspension.expired` or
+    /// `suspension.withdrawn`.
     pub fn type_name(&self) -> &'static str {
         match self.kind {
             WebhookEventName::Waiting => "suspension.waiting",
             WebhookEventName::Decided => "suspension.decided",
             WebhookEventName::Expired => "suspension.expired",
+            WebhookEventName::Withdrawn => "suspension.withdrawn",
         }
     }
 
@@ -205,6 +209,9 @@ impl Event {
             }
             (WebhookEventName::Expired, _) => {
                 format!("The call of `{tool}` by {user} expired before anyone decided ({id})")
+            }
+            (WebhookEventName::Withdrawn, _) => {
+                format!("{user} withdrew their call of `{tool}` while it ran ({id})")
             }
         };
         let mut facts = vec![format!("*Reason:* {}", slack_escape(&call.reason))];

@@ -24,7 +24,10 @@ use std::time::{Duration, SystemTime};
 use arc_swap::ArcSwapOption;
 use futures::future::BoxFuture;
 use tokio::sync::watch;
-use toolgate_core::suspension::{SuspendedInvocation, SuspensionStore, SuspensionStoreError};
+use toolgate_core::User;
+use toolgate_core::suspension::{
+    DecidedCall, SuspendedInvocation, SuspensionStore, SuspensionStoreError,
+};
 
 use super::delivery::{Expiries, Notifier, Watch};
 use super::event::{CallSummary, DecisionSummary, Event};
@@ -273,6 +276,31 @@ impl Notifications {
             SystemTime::now(),
             call,
             Some(decision),
+        );
+    }
+
+    /// The caller `by` withdrew the call whose running record is `running` while it ran,
+    /// for `reason`: `suspension.withdrawn` is sent, with the withdrawal as its decision.
+    /// Told by the process that kept the withdrawal, once.
+    pub(crate) fn withdrawn(&self, running: &DecidedCall, by: &User, reason: &str) {
+        let record = &running.result;
+        let text = |field: &str| record[field].as_str().unwrap_or_default().to_owned();
+        let call = CallSummary {
+            id: running.id.clone(),
+            tool: text("tool_name"),
+            user: running.user.clone(),
+            tenant: running.tenant.clone(),
+            reason: text("reason"),
+            suspended_at: running.suspended_at.unwrap_or(running.decided_at),
+            // It no longer waits: nothing of it expires.
+            expires_at: None,
+        };
+        let withdrawal = DecisionSummary::by("withdraw", by, Some(reason.to_owned()));
+        self.send(
+            WebhookEventName::Withdrawn,
+            SystemTime::now(),
+            Arc::new(call),
+            Some(withdrawal),
         );
     }
 

@@ -33,7 +33,7 @@ use rmcp::transport::streamable_http_server::{
     StreamableHttpServerConfig, StreamableHttpService,
     session::local::{LocalSessionManager, SessionConfig},
 };
-use toolgate_core::suspension::SuspendedInvocation;
+use toolgate_core::suspension::{DecidedCall, SuspendedInvocation};
 use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Pipeline, User};
 
@@ -99,16 +99,28 @@ pub(crate) struct ServerInner {
     pub outcome_tool: Option<String>,
     /// The tasks upstreams created for callers, by the handles the callers hold.
     pub relayed: RelayedTasks,
-    /// Told of each waiting call its caller withdrew with `tasks/cancel`.
+    /// Told of each call its caller withdrew with `tasks/cancel`, waiting or running.
     pub on_withdrawal: Option<OnWithdrawal>,
     /// The open `subscriptions/listen` requests of each user, and how many each may have:
     /// the table kept by an endpoint across the servers it serves in turn.
     pub listens: listens::Listens,
 }
 
-/// What a host does when a caller withdraws its waiting call: the call, who withdrew it
-/// (its caller), and the reason it was rejected with.
-pub type OnWithdrawal = Arc<dyn Fn(&SuspendedInvocation, &User, &str) + Send + Sync>;
+/// What a host does when a caller withdraws its call: which call, who withdrew it (its
+/// caller), and the reason it was withdrawn with.
+pub type OnWithdrawal = Arc<dyn Fn(Withdrawal<'_>, &User, &str) + Send + Sync>;
+
+/// A call its caller withdrew with `tasks/cancel`, as [`OnWithdrawal`] is told of it.
+#[derive(Clone, Copy, Debug)]
+pub enum Withdrawal<'a> {
+    /// A call that waited for approval: it was rejected, as by an approver.
+    Waiting(&'a SuspendedInvocation),
+    /// A call an approver decided, which ran: its withdrawal was kept over its running
+    /// record, which this is, and the host running the call stops it. Told once per
+    /// withdrawal, by the process that kept it; a call that ended first, or was withdrawn
+    /// already, is not told again.
+    Running(&'a DecidedCall),
+}
 
 /// A [`Pipeline`] served as an MCP server: every `tools/call` runs through the pipeline.
 ///
@@ -334,13 +346,15 @@ impl McpServer {
         self.edit(|s| s.relayed = table)
     }
 
-    /// Calls `told` each time a caller withdraws its waiting call with `tasks/cancel` (it
-    /// is rejected, as by an approver): how a host tells whoever it tells of decisions —
-    /// the gateway sends its `suspension.decided` webhook.
+    /// Calls `told` each time a caller withdraws its call with `tasks/cancel`: a waiting
+    /// call (it is rejected, as by an approver) or one that runs after an approval (its
+    /// withdrawal is kept over its running record): how a host tells whoever it tells of
+    /// decisions — the gateway sends its `suspension.decided` webhook for the first,
+    /// `suspension.withdrawn` for the second.
     #[must_use]
     pub fn on_withdrawal(
         self,
-        told: impl Fn(&SuspendedInvocation, &User, &str) + Send + Sync + 'static,
+        told: impl Fn(Withdrawal<'_>, &User, &str) + Send + Sync + 'static,
     ) -> Self {
         let told: OnWithdrawal = Arc::new(told);
         self.edit(|s| s.on_withdrawal = Some(told))

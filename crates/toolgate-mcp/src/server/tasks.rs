@@ -33,11 +33,12 @@ use rmcp::model::{
 };
 use serde_json::Value;
 use toolgate_core::suspension::{
-    DecidedCall, ResumeDecision, SuspensionStore, SuspensionStoreError,
+    DecidedCall, ResumeDecision, RunningRecord, SuspensionStore, SuspensionStoreError,
+    decision_token,
 };
 use toolgate_core::{InvokeOptions, Pipeline, ToolError, User};
 
-use super::features;
+use super::{OnWithdrawal, Withdrawal, features};
 
 /// How often a caller is asked to poll a waiting call: a person decides in minutes, not
 /// milliseconds.
@@ -135,7 +136,7 @@ pub(super) async fn withdraw(
     pipeline: &Pipeline,
     id: &str,
     user: &User,
-    told: Option<&super::OnWithdrawal>,
+    told: Option<&OnWithdrawal>,
 ) -> Result<(), ErrorData> {
     let store = pipeline.suspension_store();
     let failed = |e: SuspensionStoreError| store_failed(&e);
@@ -154,40 +155,12 @@ pub(super) async fn withdraw(
     let Some(waiting) = waiting.filter(|w| w.user.is_same_caller(user)) else {
         return match store.outcome(id).await.map_err(failed)? {
             Some(decided) if decided.is_for(user) => {
-                withdraw_running(&**store, decided, user).await
+                withdraw_running(&**store, decided, user, told).await
             }
             _ => Err(unknown(id)),
         };
     };
     let reason = format!("withdrawn by `{}`, who made the call", user.id);
-    let withdrawn = pipeline
-        .resume(
-            id,
-            ResumeDecision::Reject {
-                reason: reason.clone(),
-            },
-            InvokeOptions::new().decided_by(user),
-        )
-        .await;
-    match withdrawn {
-        // Rejected now: told like any decision.
-        Err(ToolError::Aborted { .. }) | Ok(_) => {
-            if let Some(told) = told {
-                told(&waiting, user, &reason);
-            }
-        }
-        // Decided by an approver a moment before: that decision keeps its outcome, and a
-        // call it runs is withdrawn as it runs.
-        Err(ToolError::UnknownSuspension { .. }) => {
-            return match store.outcome(id).await.map_err(failed)? {
-                Some(decided) if decided.is_for(user) => {
-                    withdraw_running(&**store, decided, user).await
-                }
-                _ => Ok(()),
-            };
-        }
-        Err(error) => return Err(ErrorData::internal_error(error.caller_message(), None)),
-    }
     let outcome = DecidedCall::new(
         id,
         user,
@@ -198,6 +171,40 @@ pub(super) async fn withdraw(
         }),
     )
     .with_suspended_at(waiting.suspended_at);
+    // The take keeps the withdrawal at once, so that the caller reads it from then on,
+    // never an unknown call before it is kept again below.
+    let at_take = RunningRecord {
+        record: outcome.clone(),
+        token: decision_token(),
+    };
+    let withdrawn = pipeline
+        .resume(
+            id,
+            ResumeDecision::Reject {
+                reason: reason.clone(),
+            },
+            InvokeOptions::new().decided_by(user).running(at_take),
+        )
+        .await;
+    match withdrawn {
+        // Rejected now: told like any decision.
+        Err(ToolError::Aborted { .. }) | Ok(_) => {
+            if let Some(told) = told {
+                told(Withdrawal::Waiting(&waiting), user, &reason);
+            }
+        }
+        // Decided by an approver a moment before: that decision keeps its outcome, and a
+        // call it runs is withdrawn as it runs.
+        Err(ToolError::UnknownSuspension { .. }) => {
+            return match store.outcome(id).await.map_err(failed)? {
+                Some(decided) if decided.is_for(user) => {
+                    withdraw_running(&**store, decided, user, told).await
+                }
+                _ => Ok(()),
+            };
+        }
+        Err(error) => return Err(ErrorData::internal_error(error.caller_message(), None)),
+    }
     store.keep_outcome(outcome).await.map_err(failed)
 }
 
@@ -209,8 +216,9 @@ const RUNNING: &str = "running";
 /// keeps its withdrawal over its running record, and only over it
 /// ([`SuspensionStore::keep_outcome_over_running`]), so that from then on it reads as
 /// withdrawn — its task `cancelled` — and the call's own end, kept after, does not replace
-/// that. The gateway running the call sees the withdrawal and stops it. A call that ended
-/// first keeps its end, and the cancel is acknowledged all the same.
+/// that. The gateway running the call sees the withdrawal and stops it, and `told` is told
+/// ([`Withdrawal::Running`]) — only when this withdrawal was kept. A call that ended first,
+/// or was withdrawn already, keeps its end, and the cancel is acknowledged all the same.
 ///
 /// # Errors
 ///
@@ -221,6 +229,7 @@ async fn withdraw_running(
     store: &dyn SuspensionStore,
     decided: DecidedCall,
     user: &User,
+    told: Option<&OnWithdrawal>,
 ) -> Result<(), ErrorData> {
     if decided.result["status"] != RUNNING {
         return Ok(());
@@ -229,21 +238,24 @@ async fn withdraw_running(
         Some(approver) => format!(" after `{approver}` decided it"),
         None => String::new(),
     };
+    let reason = format!(
+        "withdrawn by `{}`, who made the call, while it ran{by}: the gateway running it stops it, and what it answers is not kept",
+        user.id
+    );
     let withdrawal = serde_json::json!({
         "tool_name": decided.result["tool_name"],
         "status": "error",
-        "error": {
-            "code": WITHDRAWN,
-            "message": format!(
-                "withdrawn by `{}`, who made the call, while it ran{by}: the gateway running it stops it, and what it answers is not kept",
-                user.id
-            ),
-        },
+        "error": { "code": WITHDRAWN, "message": reason },
     });
     let mut outcome = DecidedCall::new(&decided.id, user, withdrawal);
     outcome.suspended_at = decided.suspended_at;
     match store.keep_outcome_over_running(outcome).await {
-        Ok(_) => Ok(()),
+        Ok(kept) => {
+            if let (true, Some(told)) = (kept, told) {
+                told(Withdrawal::Running(&decided), user, &reason);
+            }
+            Ok(())
+        }
         Err(error) => Err(store_failed(&error)),
     }
 }
@@ -542,5 +554,202 @@ mod tests {
             assert!(message.contains("the suspension store failed: xxx"), "{id}");
             assert!(message.contains("the message was 10,000,"), "{id}");
         }
+    }
+
+    /// The in-memory store, but for what the tests make happen at chosen steps: with
+    /// `approver_first`, an approver's take (carol's, with her running record) lands just
+    /// before each take; at each outcome kept over anything, what a caller reading the id
+    /// then would find is noted in `read_before_kept`.
+    struct Racing {
+        inner: toolgate_core::suspension::InMemorySuspensionStore,
+        approver_first: bool,
+        read_before_kept: std::sync::Mutex<Vec<Option<DecidedCall>>>,
+    }
+
+    impl Racing {
+        fn new(approver_first: bool) -> Self {
+            Racing {
+                inner: toolgate_core::suspension::InMemorySuspensionStore::new(
+                    toolgate_core::suspension::SuspensionLimits::default(),
+                ),
+                approver_first,
+                read_before_kept: std::sync::Mutex::default(),
+            }
+        }
+
+        async fn approver_takes(&self, id: &str) {
+            if !self.approver_first {
+                return;
+            }
+            let carols = json!({
+                "status": RUNNING,
+                "tool_name": "deploy",
+                "decision": "approve",
+                "decided_by": "carol",
+            });
+            let record = DecidedCall::new(id, &User::new("ann"), carols);
+            let taken = self.inner.take_running(id, record, "carols").await;
+            assert!(taken.expect("the store").is_some(), "carol took the call");
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl SuspensionStore for Racing {
+        async fn save(
+            &self,
+            call: toolgate_core::suspension::SuspendedInvocation,
+        ) -> Result<(), SuspensionStoreError> {
+            self.inner.save(call).await
+        }
+
+        async fn take(
+            &self,
+            id: &str,
+        ) -> Result<Option<toolgate_core::suspension::SuspendedInvocation>, SuspensionStoreError>
+        {
+            self.approver_takes(id).await;
+            self.inner.take(id).await
+        }
+
+        async fn take_running(
+            &self,
+            id: &str,
+            record: DecidedCall,
+            token: &str,
+        ) -> Result<Option<toolgate_core::suspension::SuspendedInvocation>, SuspensionStoreError>
+        {
+            self.approver_takes(id).await;
+            self.inner.take_running(id, record, token).await
+        }
+
+        async fn get(
+            &self,
+            id: &str,
+        ) -> Result<Option<toolgate_core::suspension::SuspendedInvocation>, SuspensionStoreError>
+        {
+            self.inner.get(id).await
+        }
+
+        async fn expired_owner(&self, id: &str) -> Result<Option<User>, SuspensionStoreError> {
+            self.inner.expired_owner(id).await
+        }
+
+        async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
+            let read = self.inner.outcome(&outcome.id).await?;
+            self.read_before_kept.lock().unwrap().push(read);
+            self.inner.keep_outcome(outcome).await
+        }
+
+        async fn keep_outcome_over_running(
+            &self,
+            outcome: DecidedCall,
+        ) -> Result<bool, SuspensionStoreError> {
+            self.inner.keep_outcome_over_running(outcome).await
+        }
+
+        async fn outcome(&self, id: &str) -> Result<Option<DecidedCall>, SuspensionStoreError> {
+            self.inner.outcome(id).await
+        }
+    }
+
+    /// A pipeline on `store`, where ann's call `susp-1` of `deploy` waits.
+    async fn ann_waits(store: std::sync::Arc<Racing>) -> Pipeline {
+        let now = SystemTime::now();
+        let call = toolgate_core::suspension::SuspendedInvocation {
+            id: "susp-1".into(),
+            tool: "deploy".into(),
+            tool_version: "1".into(),
+            session_id: None,
+            request_id: "susp-1".into(),
+            user: User::new("ann"),
+            input: json!({}),
+            output: None,
+            metadata: serde_json::Map::new(),
+            stage: toolgate_core::Stage::WillRedactInput,
+            reason: "needs approval".into(),
+            payload: json!(null),
+            suspended_at: now,
+            expires_at: None,
+            binding: None,
+        };
+        store.save(call).await.expect("saved");
+        Pipeline::builder()
+            .suspension_store(store)
+            .build()
+            .expect("the pipeline")
+    }
+
+    /// An [`OnWithdrawal`] that notes each withdrawal it is told of, and the notes.
+    fn noting() -> (OnWithdrawal, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+        let notes = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let told: OnWithdrawal = std::sync::Arc::new({
+            let notes = notes.clone();
+            move |withdrawal, user, _reason| {
+                let note = match withdrawal {
+                    Withdrawal::Waiting(call) => {
+                        format!("{} withdrew waiting {}", user.id, call.id)
+                    }
+                    Withdrawal::Running(record) => {
+                        format!("{} withdrew running {}", user.id, record.id)
+                    }
+                };
+                notes.lock().unwrap().push(note);
+            }
+        });
+        (told, notes)
+    }
+
+    #[tokio::test]
+    async fn a_caller_reads_its_withdrawn_call_as_withdrawn_from_the_take_on_never_unknown() {
+        let store = std::sync::Arc::new(Racing::new(false));
+        let pipeline = ann_waits(store.clone()).await;
+        let (told, notes) = noting();
+
+        withdraw(&pipeline, "susp-1", &User::new("ann"), Some(&told))
+            .await
+            .expect("withdrawn");
+
+        // Between the take and the outcome kept after it, the caller read the withdrawal.
+        let read = store.read_before_kept.lock().unwrap().clone();
+        let [Some(read)] = read.as_slice() else {
+            panic!("between the take and the outcome the call read as unknown: {read:?}");
+        };
+        assert_eq!(read.result["error"]["code"], WITHDRAWN, "{}", read.result);
+        let kept = store.outcome("susp-1").await.unwrap().expect("kept");
+        assert_eq!(kept.result["error"]["code"], WITHDRAWN, "{}", kept.result);
+        assert_eq!(*notes.lock().unwrap(), ["ann withdrew waiting susp-1"]);
+    }
+
+    #[tokio::test]
+    async fn a_cancel_that_finds_its_call_just_taken_by_an_approver_withdraws_it_as_it_runs() {
+        let store = std::sync::Arc::new(Racing::new(true));
+        let pipeline = ann_waits(store.clone()).await;
+        let (told, notes) = noting();
+        let ann = User::new("ann");
+
+        // The call waits as ann cancels; carol's approval takes it just before ann's take.
+        withdraw(&pipeline, "susp-1", &ann, Some(&told))
+            .await
+            .expect("withdrawn");
+
+        // Withdrawn over carol's running record: the gateway running the call stops it.
+        let kept = store.outcome("susp-1").await.unwrap().expect("kept");
+        assert_eq!(kept.result["error"]["code"], WITHDRAWN, "{}", kept.result);
+        let said = kept.result["error"]["message"].as_str().unwrap_or_default();
+        assert!(
+            said.contains("while it ran after `carol` decided it"),
+            "{said}"
+        );
+        assert!(
+            store.read_before_kept.lock().unwrap().is_empty(),
+            "nothing kept over the running record but the withdrawal"
+        );
+        // Told once, as a running call's withdrawal; a second cancel keeps and tells nothing.
+        withdraw(&pipeline, "susp-1", &ann, Some(&told))
+            .await
+            .expect("acknowledged");
+        assert_eq!(*notes.lock().unwrap(), ["ann withdrew running susp-1"]);
+        let still = store.outcome("susp-1").await.unwrap().expect("kept");
+        assert_eq!(still, kept);
     }
 }

@@ -70,7 +70,7 @@ pub struct WebhookConfig {
     /// `json` (default) or `slack`.
     #[serde(default)]
     pub format: WebhookFormatName,
-    /// The events sent (default all: `waiting`, `decided`, `expired`).
+    /// The events sent (default all: `waiting`, `decided`, `expired`, `withdrawn`).
     #[serde(default = "all_webhook_events")]
     pub events: Vec<WebhookEventName>,
     /// The most events of one caller (a user id in its tenant) this webhook's queue holds
@@ -106,22 +106,27 @@ pub enum WebhookEventName {
     Decided,
     /// Nobody decided in time (`suspension.expired`).
     Expired,
+    /// Its caller withdrew it while it ran after an approval (`suspension.withdrawn`).
+    Withdrawn,
 }
 
 impl WebhookEventName {
     /// Every event, in the order a call meets them.
-    pub const ALL: [WebhookEventName; 3] = [
+    pub const ALL: [WebhookEventName; 4] = [
         WebhookEventName::Waiting,
         WebhookEventName::Decided,
         WebhookEventName::Expired,
+        WebhookEventName::Withdrawn,
     ];
 
-    /// Its name in the configuration and in metric labels: `waiting`, `decided`, `expired`.
+    /// Its name in the configuration and in metric labels: `waiting`, `decided`,
+    /// `expired`, `withdrawn`.
     pub fn as_str(self) -> &'static str {
         match self {
             WebhookEventName::Waiting => "waiting",
             WebhookEventName::Decided => "decided",
             WebhookEventName::Expired => "expired",
+            WebhookEventName::Withdrawn => "withdrawn",
         }
     }
 }
@@ -255,7 +260,7 @@ impl WebhookConfig {
         if self.events.is_empty() {
             return Err(ConfigError::invalid(
                 "events",
-                "lists no event: name some of `waiting`, `decided`, `expired` (or leave `events` out for all three), or remove the webhook",
+                "lists no event: name some of `waiting`, `decided`, `expired`, `withdrawn` (or leave `events` out for all four), or remove the webhook",
             ));
         }
         let capacity = crate::webhooks::QUEUE_CAPACITY;

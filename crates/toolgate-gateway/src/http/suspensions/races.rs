@@ -57,13 +57,15 @@ impl Gate {
 
 /// The gateway's store, holding at [`takes`](Self::takes) takes of a call (with a running
 /// record or not), at [`approvals`](Self::approvals) keeps of an approval for a retry,
-/// and at [`ends`](Self::ends) ends of a decided call kept over its running record.
+/// at [`ends`](Self::ends) ends of a decided call kept over its running record, and at
+/// [`outcomes`](Self::outcomes) outcomes kept over anything.
 #[derive(Default)]
 struct Holds {
     inner: Option<Arc<dyn SuspensionStore>>,
     takes: Gate,
     approvals: Gate,
     ends: Gate,
+    outcomes: Gate,
 }
 
 impl Holds {
@@ -104,6 +106,7 @@ impl SuspensionStore for Holds {
         self.inner().keep_retry_approval(approval).await
     }
     async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
+        self.outcomes.hold().await;
         self.inner().keep_outcome(outcome).await
     }
     async fn keep_running(
@@ -446,4 +449,57 @@ async fn a_withdrawal_while_a_call_is_approved_for_a_retry_stays_its_outcome() {
     assert!(approved.is_ok(), "the approval for a retry was kept");
     let kept = kept(&gateway, &id).await;
     assert_eq!(kept.result["error"]["code"], "withdrawn", "{}", kept.result);
+}
+
+#[tokio::test]
+async fn a_rejected_calls_caller_reads_the_rejection_from_its_take_on_never_an_unknown_call() {
+    let (gateway, held) = gateway().await;
+    let saved = waiting_call(&gateway).await;
+    let id = saved.id.clone();
+    let alice = approver(&gateway, "alice");
+    let bob = Caller {
+        user: Arc::new(User::new("bob")),
+        token: None,
+        gateway: Arc::clone(&gateway),
+    };
+    held.outcomes.held.store(1, Ordering::SeqCst);
+
+    // alice rejects: her take is done, and the rejection's outcome is on its way...
+    let rejecting = tokio::spawn({
+        let (saved, id) = (saved.clone(), id.clone());
+        async move {
+            let reject = ResumeDecision::Reject {
+                reason: "not today".to_owned(),
+            };
+            let rejected = resumption(&alice, reject, ResumeOptions::new(), None);
+            decide(&alice, &id, &saved, rejected, &Drain::new()).await
+        }
+    });
+    held.outcomes.arrived.notified().await;
+    // ...when bob reads his call, over HTTP and with the outcome tool.
+    let shown = show(Extension(bob), Path(id.clone())).await;
+    let options = InvokeOptions::new().user(User::new("bob"));
+    let asked = json!({"id": id});
+    let outcome_tool = crate::outcomes::OUTCOME_TOOL;
+    let told = gateway
+        .pipeline()
+        .invoke(outcome_tool, asked, options)
+        .await;
+    held.outcomes.release();
+    let rejected = rejecting.await.expect("alice's decision ends");
+
+    let Json(shown) = shown.unwrap_or_else(|e| panic!("bob was told {}", e.code()));
+    assert_eq!(shown["status"], "decided", "{shown}");
+    assert_eq!(shown["result"]["error"]["code"], "rejected", "{shown}");
+    assert!(
+        shown["result"]["error"]["message"]
+            .as_str()
+            .is_some_and(|said| said.contains("not today")),
+        "{shown}"
+    );
+    let told = told.unwrap_or_else(|e| panic!("the outcome tool told bob {}", e.code()));
+    assert_eq!(told["result"]["error"]["code"], "rejected", "{told}");
+    assert!(rejected.is_ok(), "alice's rejection was recorded");
+    let kept = kept(&gateway, &id).await;
+    assert_eq!(kept.result["error"]["code"], "rejected", "{}", kept.result);
 }
