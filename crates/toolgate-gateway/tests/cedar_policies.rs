@@ -243,3 +243,90 @@ async fn a_typo_in_a_policy_is_refused_by_check_and_by_a_reload_with_its_line_an
     )
     .await;
 }
+
+/// The configuration of `gateway` with its policy file replaced by `file`, written beside
+/// it as `name`.
+fn with_policy_file(gateway: &Gateway, dir: &Path, file: &Path, name: &str) -> std::path::PathBuf {
+    let config = std::fs::read_to_string(&gateway.config).unwrap();
+    let changed = config.replace(
+        &dir.join("echo.cedar").display().to_string(),
+        &file.display().to_string(),
+    );
+    let path = dir.join(name);
+    std::fs::write(&path, changed).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn a_policy_nested_too_deep_is_refused_by_check_and_a_reload_keeps_the_old_set() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = start(dir.path());
+    // Far deeper than Cedar's parser survives on any stack: it would abort the process.
+    let deep = dir.path().join("deep.cedar");
+    std::fs::write(
+        &deep,
+        format!(
+            "permit(principal, action, resource);\nforbid(principal, action, resource) when {{ {}context.arguments.text == \"boom\"{} }};\n",
+            "(".repeat(100_000),
+            ")".repeat(100_000)
+        ),
+    )
+    .unwrap();
+    let config = with_policy_file(&gateway, dir.path(), &deep, "deep.yaml");
+
+    let (status, _, stderr) = run(&["check", "--config", config.to_str().unwrap()], "");
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    let at = format!("{}:2:74: nested more than 32 deep", deep.display());
+    assert!(stderr.contains(&at), "{stderr}");
+    assert!(stderr.contains("write it flatter"), "{stderr}");
+
+    std::fs::copy(&config, &gateway.config).unwrap();
+    gateway.signal("HUP");
+    gateway.wait_for_log(&at, 1, Duration::from_secs(30)).await;
+    gateway
+        .wait_for_log(
+            "still serving with the previous one",
+            1,
+            Duration::from_secs(30),
+        )
+        .await;
+    // The old policies still decide: carol may not echo, SQL that drops is refused.
+    let refused = invoke(&gateway, "alice", "echo", json!({"text": "DROP TABLE t"})).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    let ok = invoke(&gateway, "alice", "echo", json!({"text": "hello"})).await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_pipe_or_a_device_named_as_policy_file_is_refused_without_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = start(dir.path());
+    let fifo = dir.path().join("fifo.cedar");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap();
+    assert!(made.success());
+
+    // A reload with the pipe is refused at once (reading it would wait for a writer for
+    // ever), and the gateway goes on serving with the policies it had.
+    let config = with_policy_file(&gateway, dir.path(), &fifo, "fifo.yaml");
+    let zero = with_policy_file(&gateway, dir.path(), Path::new("/dev/zero"), "zero.yaml");
+    std::fs::copy(&config, &gateway.config).unwrap();
+    gateway.signal("HUP");
+    let refusal = format!("{}: is not a regular file", fifo.display());
+    gateway
+        .wait_for_log(&refusal, 1, Duration::from_secs(30))
+        .await;
+    let refused = invoke(&gateway, "alice", "echo", json!({"text": "DROP TABLE t"})).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+
+    // A device is refused unread (`/dev/zero` would fill memory).
+    let (status, _, stderr) = run(&["check", "--config", zero.to_str().unwrap()], "");
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("/dev/zero: is not a regular file"),
+        "{stderr}"
+    );
+}

@@ -15,9 +15,9 @@ use toolgate_core::suspension::SuspensionStore;
 use toolgate_core::tool::{ToolDefinition, ToolSource};
 use toolgate_core::{Pipeline, SpanValues, User};
 use toolgate_hooks::audit::ClientAddress;
-use toolgate_hooks::policy::{CedarPolicies, PolicyLoadError, PolicySource};
+use toolgate_hooks::policy::{CedarPolicies, PolicyLoadError};
 use toolgate_hooks::{Audit, Authorize};
-use toolgate_mcp::{ListFilter, McpServer, RESOURCES_PREFIX, Upstream};
+use toolgate_mcp::{ListFilter, McpServer, RESOURCES_PREFIX, Upstream, Withdrawal};
 use toolgate_redis::{CountersUnavailable, RedisCounters};
 
 use crate::auth::ApiKeys;
@@ -37,6 +37,7 @@ use crate::state::SharedState;
 use crate::tools_state::AllTools;
 use crate::webhooks::{Notifications, NotifyingStore};
 
+mod cedar;
 mod imported_names;
 mod outcome_readers;
 mod policies;
@@ -216,7 +217,7 @@ impl Gateway {
         }
         let unlisted_tools = check_tool_names(&config, &names, &skipped_tools)?;
         let refused_waiting = refused_waiting(&config, shared, &registry, &needs_caller_token);
-        let (cedar, generation) = cedar_policies(&config, &registry)?;
+        let (cedar, generation) = cedar::cedar_policies(&config, &registry).await?;
 
         let builder = Pipeline::builder().registry(registry);
         let (
@@ -291,13 +292,19 @@ impl Gateway {
                 .map_err(|e| ConfigError::invalid("server.mcp_state_key", e.to_string()))?;
             if config.policies.approval.is_some() {
                 let notifications = shared.notifications.clone();
-                server = server.on_withdrawal(move |call, user, reason| {
-                    tracing::info!(suspension_id = %call.id, tool = %call.tool, user = %call.user.id, approver = %user.id, decision = "reject", reason, "a waiting call was decided");
-                    notifications.decided(call, crate::webhooks::DecisionSummary::by(
-                        "reject",
-                        user,
-                        Some(reason.to_owned()),
-                    ));
+                server = server.on_withdrawal(move |withdrawal, user, reason| match withdrawal {
+                    Withdrawal::Waiting(call) => {
+                        tracing::info!(suspension_id = %call.id, tool = %call.tool, user = %call.user.id, approver = %user.id, decision = "reject", reason, "a waiting call was decided");
+                        notifications.decided(call, crate::webhooks::DecisionSummary::by(
+                            "reject",
+                            user,
+                            Some(reason.to_owned()),
+                        ));
+                    }
+                    Withdrawal::Running(record) => {
+                        tracing::info!(suspension_id = %record.id, user = %user.id, "a caller withdrew its call while it ran");
+                        notifications.withdrawn(record, user, reason);
+                    }
                 });
                 server = server.outcome_tool(OUTCOME_TOOL).instructions(format!(
                     "Some calls wait for a person's approval: they answer at once with a suspension id. Call `{OUTCOME_TOOL}` with that id to learn whether the call was decided, and its result."
@@ -605,35 +612,6 @@ fn serves(
         && authorize.is_none_or(|a| a.can_call(user, tool))
         && cedar.is_none_or(|c| c.could_allow(user, tool))
         && tool_scopes.is_none_or(|s| s.allows(user, tool))
-}
-
-/// The Cedar policies of `policies.cedar`, loaded for the tools of `registry`, and the
-/// configuration generation: that of the `policies:` section, with the policy files'
-/// text folded in, so that approvals for a retry are bound to the policies as they were.
-fn cedar_policies(
-    config: &Config,
-    registry: &ToolRegistry,
-) -> Result<(Option<Arc<CedarPolicies>>, String), GatewayError> {
-    let Some(cedar) = &config.policies.cedar else {
-        return Ok((None, config.generation.clone()));
-    };
-    let mut builder = CedarPolicies::builder()
-        .action_group("prompt", toolgate_mcp::PROMPT_TAG)
-        .action_group("resources", toolgate_mcp::RESOURCES_TAG)
-        .completion_requests(
-            "complete",
-            [toolgate_mcp::PROMPT_TAG, toolgate_mcp::RESOURCES_TAG],
-        );
-    let mut texts = Vec::new();
-    for file in &cedar.files {
-        let source = PolicySource::file(file)?;
-        texts.push(serde_json::json!([source.name, source.text]));
-        builder = builder.source(source);
-    }
-    let policies = builder.build(registry.definitions())?;
-    let generation =
-        toolgate_core::approval::digest(&serde_json::json!([config.generation, texts]));
-    Ok((Some(Arc::new(policies)), generation))
 }
 
 /// The hooks of one tool by stage, in the order they run.

@@ -9,6 +9,13 @@ use std::str::FromStr;
 use cedar_policy::{Effect, PolicyId, PolicySet, Schema, ValidationMode, Validator};
 use miette::Diagnostic;
 
+use super::depth::{MAX_DEPTH, too_deep};
+
+/// The most of a policy file that is read (the bound of a configuration file): far more
+/// than any policies, and little enough that a wrong path (a device such as `/dev/zero`, a
+/// log file) fails at once.
+pub const MAX_POLICY_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
 /// A policy file's text and the name its errors are reported against.
 #[derive(Clone, Debug)]
 pub struct PolicySource {
@@ -19,31 +26,77 @@ pub struct PolicySource {
 }
 
 impl PolicySource {
-    /// Text named `name`.
+    /// Text named `name` (a byte order mark at its start is left out).
     pub fn new(name: impl Into<String>, text: impl Into<String>) -> Self {
+        let mut text = text.into();
+        if text.starts_with('\u{feff}') {
+            text.drain(..'\u{feff}'.len_utf8());
+        }
         PolicySource {
             name: name.into(),
-            text: text.into(),
+            text,
         }
     }
 
     /// The file at `path`, named by its path as given.
     ///
+    /// Only a regular file is read, and at most [`MAX_POLICY_FILE_BYTES`] of it: a pipe
+    /// or a device could keep the reader waiting, or filling memory, for ever.
+    ///
     /// # Errors
     ///
-    /// [`PolicyLoadError`] when it cannot be read.
+    /// [`PolicyLoadError`] when it cannot be read, is not a regular file, is over
+    /// [`MAX_POLICY_FILE_BYTES`] or is not UTF-8 text.
     pub fn file(path: impl AsRef<Path>) -> Result<Self, PolicyLoadError> {
         let path = path.as_ref();
         let name = path.display().to_string();
-        let text = std::fs::read_to_string(path).map_err(|e| PolicyLoadError {
-            problems: vec![Problem {
-                source: name.clone(),
-                at: None,
-                message: format!("cannot be read ({e}): check the path in the configuration"),
-            }],
-        })?;
-        Ok(PolicySource { name, text })
+        let text = read_text(path).map_err(|message| PolicyLoadError::one(&name, message))?;
+        Ok(PolicySource::new(name, text))
     }
+}
+
+/// The text of the regular file at `path`, or what is wrong with it, in a reader's words.
+fn read_text(path: &Path) -> Result<String, String> {
+    use std::io::Read;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    // Opening a pipe waits for a writer; without blocking, it opens at once and is then
+    // refused for what it is.
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let file = options
+        .open(path)
+        .map_err(|e| format!("cannot be read ({e}): check the path in the configuration"))?;
+    // What was opened is what is checked: the path may have been replaced since.
+    let metadata = file
+        .metadata()
+        .map_err(|e| format!("cannot be read ({e}): check the path in the configuration"))?;
+    if !metadata.is_file() {
+        return Err(
+            "is not a regular file (a pipe, a device or a directory): name the policy file itself"
+                .to_owned(),
+        );
+    }
+    let too_big = || {
+        format!(
+            "is over {} MiB, far more than any policies: is this the right file?",
+            MAX_POLICY_FILE_BYTES >> 20
+        )
+    };
+    if metadata.len() > MAX_POLICY_FILE_BYTES {
+        return Err(too_big());
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_POLICY_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("cannot be read ({e}): check the path in the configuration"))?;
+    if bytes.len() as u64 > MAX_POLICY_FILE_BYTES {
+        return Err(too_big());
+    }
+    String::from_utf8(bytes).map_err(|e| {
+        let at = e.utf8_error().valid_up_to();
+        format!("is not UTF-8 text (from byte {at} on): save it as UTF-8")
+    })
 }
 
 /// Where in a file a problem is: 1-based line and column.
@@ -101,7 +154,7 @@ impl PolicyLoadError {
 }
 
 /// The line and column of byte `offset` in `text`.
-fn location(text: &str, offset: usize) -> Location {
+pub(crate) fn location(text: &str, offset: usize) -> Location {
     let mut end = offset.min(text.len());
     while !text.is_char_boundary(end) {
         end -= 1;
@@ -158,6 +211,17 @@ pub(crate) fn load(sources: &[PolicySource], schema: &Schema) -> Result<Loaded, 
     };
     let mut ids = BTreeSet::new();
     for source in sources {
+        // Deeper text would overflow the stack of Cedar's parser, which aborts the process.
+        if let Some(at) = too_deep(&source.text) {
+            problems.push(Problem {
+                source: source.name.clone(),
+                at: Some(at),
+                message: format!(
+                    "nested more than {MAX_DEPTH} deep (brackets, `if`s and operators in a row count): write it flatter, say as several policies or with `&&` and `||`"
+                ),
+            });
+            continue;
+        }
         let set = match PolicySet::from_str(&source.text) {
             Ok(set) => set,
             Err(errors) => {
@@ -264,6 +328,13 @@ pub(crate) fn load(sources: &[PolicySource], schema: &Schema) -> Result<Loaded, 
         }
     }
     if problems.is_empty() {
+        if loaded.enforced.policies().next().is_none() {
+            let files = sources.iter().map(|s| s.name.as_str()).collect::<Vec<_>>();
+            tracing::warn!(
+                policy_files = %files.join(", "),
+                "the policy files hold no enforced policy: every call they decide is denied until a `permit` is added"
+            );
+        }
         Ok(loaded)
     } else {
         Err(PolicyLoadError { problems })
@@ -273,6 +344,133 @@ pub(crate) fn load(sources: &[PolicySource], schema: &Schema) -> Result<Loaded, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn schema() -> Schema {
+        Schema::from_cedarschema_str("action call;")
+            .expect("a schema")
+            .0
+    }
+
+    fn file_problem(path: &Path) -> String {
+        PolicySource::file(path)
+            .expect_err("refused")
+            .problems
+            .into_iter()
+            .map(|p| p.to_string())
+            .collect()
+    }
+
+    #[test]
+    fn a_policy_nested_too_deep_is_refused_at_its_place_before_cedar_parses_it() {
+        // Far deeper than Cedar's parser survives on any stack this test runs on.
+        let text = format!(
+            "permit(principal, action, resource);\nforbid(principal, action, resource) when {{ {}context.x == \"boom\"{} }};\n",
+            "(".repeat(100_000),
+            ")".repeat(100_000)
+        );
+        let source = PolicySource::new("deep.cedar", text);
+        let Err(error) = load(&[source], &schema()) else {
+            panic!("loaded")
+        };
+        let [problem] = &error.problems[..] else {
+            panic!("{error}")
+        };
+        assert_eq!(
+            problem.at,
+            Some(Location {
+                line: 2,
+                column: 74
+            }),
+            "{error}"
+        );
+        assert!(
+            problem.to_string().starts_with(&format!(
+                "deep.cedar:2:74: nested more than {MAX_DEPTH} deep"
+            )),
+            "{error}"
+        );
+        assert!(problem.message.contains("write it flatter"), "{error}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_pipe_or_a_device_is_refused_without_waiting_for_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("policies.cedar");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        for path in [fifo.as_path(), Path::new("/dev/zero"), dir.path()] {
+            let message = file_problem(path);
+            assert!(message.contains("is not a regular file"), "{message}");
+        }
+    }
+
+    #[test]
+    fn a_file_over_the_bound_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big.cedar");
+        // Sparse: nothing is written.
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_POLICY_FILE_BYTES + 1)
+            .unwrap();
+        let message = file_problem(&big);
+        assert!(message.contains("is over 16 MiB"), "{message}");
+    }
+
+    #[test]
+    fn a_byte_order_mark_is_skipped_and_other_encodings_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let bom = dir.path().join("bom.cedar");
+        std::fs::write(&bom, "\u{feff}permit(principal, action, resource);\n").unwrap();
+        let source = PolicySource::file(&bom).expect("read");
+        assert!(source.text.starts_with("permit"));
+        assert!(load(&[source], &schema()).is_ok());
+
+        let latin1 = dir.path().join("latin1.cedar");
+        std::fs::write(
+            &latin1,
+            b"// caf\xe9\npermit(principal, action, resource);\n",
+        )
+        .unwrap();
+        let message = file_problem(&latin1);
+        assert!(message.contains("is not UTF-8 text"), "{message}");
+        assert!(!message.contains("check the path"), "{message}");
+    }
+
+    #[test]
+    fn policy_files_without_a_policy_load_with_a_warning() {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Log(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Log {
+            fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(bytes);
+                Ok(bytes.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let log = Log::default();
+        let writer = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            let sources = [
+                PolicySource::new("empty.cedar", ""),
+                PolicySource::new("comments.cedar", "// nothing yet\n"),
+            ];
+            assert!(load(&sources, &schema()).is_ok());
+        });
+        let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert!(log.contains("hold no enforced policy"), "{log}");
+        assert!(log.contains("empty.cedar, comments.cedar"), "{log}");
+    }
 
     #[test]
     fn offsets_become_lines_and_columns_in_characters() {

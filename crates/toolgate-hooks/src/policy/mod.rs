@@ -20,6 +20,8 @@ mod applicable;
 #[cfg(feature = "cedar")]
 mod arguments;
 #[cfg(feature = "cedar")]
+mod depth;
+#[cfg(feature = "cedar")]
 mod hook;
 #[cfg(feature = "cedar")]
 mod load;
@@ -29,8 +31,10 @@ mod model;
 #[cfg(feature = "cedar")]
 pub use applicable::ApplicablePolicy;
 #[cfg(feature = "cedar")]
+pub use depth::MAX_DEPTH;
+#[cfg(feature = "cedar")]
 pub use hook::{
     CallTransport, CedarPolicies, CedarPoliciesBuilder, DECISIONS_METRIC, DISAGREEMENTS_METRIC,
 };
 #[cfg(feature = "cedar")]
-pub use load::{Location, PolicyLoadError, PolicySource, Problem};
+pub use load::{Location, MAX_POLICY_FILE_BYTES, PolicyLoadError, PolicySource, Problem};
