@@ -212,10 +212,10 @@ pub(crate) fn load(sources: &[PolicySource], schema: &Schema) -> Result<Loaded, 
     let mut ids = BTreeSet::new();
     for source in sources {
         // Deeper text would overflow the stack of Cedar's parser, which aborts the process.
-        if let Some(at) = too_deep(&source.text) {
+        if let Some(offset) = too_deep(&source.text) {
             problems.push(Problem {
                 source: source.name.clone(),
-                at: Some(at),
+                at: Some(location(&source.text, offset)),
                 message: format!(
                     "nested more than {MAX_DEPTH} deep (brackets, `if`s and operators in a row count): write it flatter, say as several policies or with `&&` and `||`"
                 ),

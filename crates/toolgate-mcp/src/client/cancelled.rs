@@ -36,7 +36,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::places::Place;
-use super::request_streams::{Carried, SseStream, carried};
+use super::response_stream::{Carried, SseStream, carried};
 
 /// Keeps `place`, of a request given up at `given_up` before its answer, until the
 /// upstream is done with the request (see the module): the answer to `origin` (the
@@ -99,7 +99,7 @@ mod tests {
     use std::time::Duration;
 
     use super::super::places::Places;
-    use super::super::request_streams::LET_GO;
+    use super::super::response_stream::LET_GO;
     use super::*;
 
     fn event(data: &str) -> Result<sse_stream::Sse, sse_stream::Error> {

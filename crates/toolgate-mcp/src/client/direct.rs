@@ -60,7 +60,8 @@ use super::http_pool::{self, Plain};
 use super::places::Place;
 use super::post::{self, PostError};
 use super::relay::{Dropped, RouteTicket};
-use super::request_streams::{SseStream, capped_retry};
+use super::request_streams::capped_retry;
+use super::response_stream::SseStream;
 use super::streams::{self, PROTOCOL_VERSION, Posted, StreamTagging, Wire};
 use super::unreadable::CameOn;
 

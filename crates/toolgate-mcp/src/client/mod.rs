@@ -17,6 +17,7 @@ mod post;
 mod process_group;
 mod relay;
 mod request_streams;
+mod response_stream;
 mod secrets;
 mod stdio;
 mod stdio_env;

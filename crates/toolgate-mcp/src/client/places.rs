@@ -101,7 +101,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 use toolgate_core::User;
 
-use super::request_streams::LET_GO;
+use super::response_stream::LET_GO;
 
 /// How many times a request to an upstream had to wait for a place, by upstream
 /// (`server`): a counter that climbs says the upstream's `max_connections` is too low

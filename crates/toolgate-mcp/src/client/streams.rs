@@ -38,7 +38,8 @@ use tokio_util::sync::CancellationToken;
 use super::places::{Place, Places, Reserved, Waiting};
 use super::post::Target;
 use super::relay::{Dropped, RouteTicket, Routes};
-use super::request_streams::{Owner, RequestStream, Resumable, SseStream};
+use super::request_streams::{Owner, RequestStream, Resumable};
+use super::response_stream::SseStream;
 use super::unreadable::Unreadables;
 
 /// The `_meta` key of a log message that holds the id of the request whose response

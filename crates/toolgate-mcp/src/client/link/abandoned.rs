@@ -7,7 +7,7 @@
 //! requests and drops them at once makes the gateway hold any number of them, past every
 //! per-caller cap (those are released as the caller's invocation ends). So a request
 //! given up before its answer is cancelled upstream (`notifications/cancelled`), and its
-//! response stream is taken from rmcp [`LET_GO`](crate::client::request_streams::LET_GO)
+//! response stream is taken from rmcp [`LET_GO`](crate::client::response_stream::LET_GO)
 //! later, whether the upstream honours the cancellation or not. Its place among the
 //! upstream's requests in flight, and in its caller's share, is kept while the upstream
 //! may still run it, up to a hold limit ([`cancelled`](crate::client::cancelled)): the
