@@ -187,11 +187,18 @@ pub fn init(format: LogFormat, level: &str, tracer: Option<SdkTracer>) {
     }
 }
 
-/// The filter's directives: `rust_log` when set and valid, else `level`.
+/// The filter's directives: `rust_log` when set, not blank and valid, else `level`, else
+/// (a blank `level`) `info`. A blank filter is valid to `EnvFilter` and logs nothing at
+/// all — audit records written to the log included — which nobody means by leaving it
+/// empty.
 fn spec<'a>(rust_log: Option<&'a str>, level: &'a str) -> &'a str {
     rust_log
-        .filter(|spec| EnvFilter::try_new(spec).is_ok())
-        .unwrap_or(level)
+        .filter(|spec| !spec.trim().is_empty() && EnvFilter::try_new(spec).is_ok())
+        .unwrap_or(if level.trim().is_empty() {
+            "info"
+        } else {
+            level
+        })
 }
 
 /// The filter of `spec`, with the payload targets it does not name held at their level
@@ -253,7 +260,7 @@ mod tests {
     use tracing_subscriber::Layer;
     use tracing_subscriber::layer::{Context, SubscriberExt};
 
-    use super::{escape_controls, filter, names};
+    use super::{escape_controls, filter, names, spec};
 
     /// The events `emit` logs that pass the filter of `spec`, as `target LEVEL`.
     fn passed(spec: &str, emit: fn()) -> Vec<String> {
@@ -342,5 +349,19 @@ mod tests {
         assert!(names("rmcp", "rmcp"));
         assert!(!names("debug", "rmcp"));
         assert!(!names("rmcpx=debug,toolgate=trace", "rmcp"));
+    }
+
+    #[test]
+    fn a_blank_filter_logs_at_info_not_nothing() {
+        assert_eq!(spec(Some(""), "warn"), "warn");
+        assert_eq!(spec(Some("  "), "warn"), "warn");
+        assert_eq!(spec(None, ""), "info");
+        assert_eq!(spec(Some(""), " "), "info");
+        assert_eq!(spec(Some("debug"), ""), "debug");
+        let emit = || tracing::info!(target: "toolgate_gateway::audit", "a record");
+        assert_eq!(
+            passed(spec(Some(""), ""), emit),
+            ["toolgate_gateway::audit INFO"]
+        );
     }
 }

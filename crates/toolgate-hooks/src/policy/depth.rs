@@ -7,11 +7,13 @@
 //! is refused at the place it gets too deep.
 //!
 //! The measure is an upper bound of the depth of the tree Cedar builds: every bracket
-//! (`(`, `[`, `{`) is a level; inside one, every `if` is a level until the bracket closes,
-//! and every operator (`.`, `+`, `-`, `*`, `!`, comparisons, `has`, `like`, `in`, `is`)
-//! is a level until the next `&&`, `||`, `,`, `:`, `then` or `else`, which start a new
-//! operand. `&&` and `||` themselves do not count: Cedar keeps their chains flat. Strings
-//! and `//` comments are skipped.
+//! (`(`, `[`, `{`) is a level; inside one, every `if`, `&&` and `||` is a level until the
+//! bracket closes (Cedar nests a chain of `||` one level a term, and its evaluator and the
+//! drop of a policy set recurse through it: a 31-term `||` already fails to evaluate on a
+//! 2 MiB stack in a debug build, and 20,000 terms overflow a release build's stack when
+//! the set is dropped), and every operator (`.`, `+`, `-`, `*`, `!`, comparisons, `has`,
+//! `like`, `in`, `is`) is a level until the next `&&`, `||`, `,`, `:`, `then` or `else`,
+//! which start a new operand. Strings and `//` comments are skipped.
 
 /// How deep an expression may nest: far more than any policy a person writes, and
 /// little enough that Cedar never comes near the end of a stack.
@@ -20,15 +22,15 @@ pub const MAX_DEPTH: usize = 32;
 /// One open bracket (or the text outside every bracket) and what nests in it so far.
 #[derive(Default)]
 struct Level {
-    /// The `if`s since the bracket opened.
-    ifs: usize,
+    /// The `if`s, `&&`s and `||`s since the bracket opened.
+    joins: usize,
     /// The operators since the operand began.
     operators: usize,
 }
 
 impl Level {
     fn depth(&self) -> usize {
-        1 + self.ifs + self.operators
+        1 + self.joins + self.operators
     }
 }
 
@@ -78,12 +80,14 @@ pub(crate) fn too_deep(text: &str) -> Option<usize> {
                 0
             }
             b'&' | b'|' | b',' | b':' => {
-                if matches!(byte, b'&' | b'|') && bytes.get(i) == Some(&byte) {
+                let joins = matches!(byte, b'&' | b'|') && bytes.get(i) == Some(&byte);
+                if joins {
                     i += 1;
+                    levels[top].joins += 1;
                 }
                 depth -= levels[top].operators;
                 levels[top].operators = 0;
-                0
+                usize::from(joins)
             }
             b'=' | b'!' | b'<' | b'>' => {
                 if bytes.get(i) == Some(&b'=') {
@@ -102,7 +106,7 @@ pub(crate) fn too_deep(text: &str) -> Option<usize> {
                 }
                 match &text[start..i] {
                     "if" => {
-                        levels[top].ifs += 1;
+                        levels[top].joins += 1;
                         1
                     }
                     "then" | "else" => {
@@ -169,7 +173,7 @@ when {
     }
 
     #[test]
-    fn long_chains_of_operators_count_but_and_and_or_do_not() {
+    fn long_chains_of_operators_and_of_and_and_or_count() {
         let chain = |op: &str, n: usize| {
             format!(
                 "permit(principal, action, resource) when {{ {} }};",
@@ -178,8 +182,26 @@ when {
         };
         assert!(too_deep(&chain(" + ", 1000)).is_some());
         assert!(too_deep(&chain(" * ", 1000)).is_some());
-        assert!(too_deep(&chain(" == 1 && 1", 1000)).is_none());
-        assert!(too_deep(&chain(" == 1 || 1", 1000)).is_none());
+        assert!(too_deep(&chain(" == 1 && 1", 1000)).is_some());
+        assert!(too_deep(&chain(" == 1 || 1", 1000)).is_some());
+        // A block list of 29 comparisons joined by `||` is what still loads (the text
+        // outside, the `when` block, 28 joins, and the last comparison's `.` and `==`: 32
+        // levels); one more is refused. A set and `.contains` say the same thing flat.
+        let listed = |n: usize| {
+            let terms: Vec<String> = (0..n).map(|k| format!("context.a == \"v{k}\"")).collect();
+            format!(
+                "permit(principal, action, resource) when {{ {} }};",
+                terms.join(" || ")
+            )
+        };
+        assert!(too_deep(&listed(29)).is_none());
+        assert!(too_deep(&listed(30)).is_some());
+        let set: Vec<String> = (0..1000).map(|k| format!("\"v{k}\"")).collect();
+        let contains = format!(
+            "permit(principal, action, resource) when {{ [{}].contains(context.a) }};",
+            set.join(", ")
+        );
+        assert!(too_deep(&contains).is_none());
         let members = format!(
             "permit(principal, action, resource) when {{ context{} }};",
             ".a".repeat(1000)

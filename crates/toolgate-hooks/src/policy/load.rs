@@ -217,7 +217,7 @@ pub(crate) fn load(sources: &[PolicySource], schema: &Schema) -> Result<Loaded, 
                 source: source.name.clone(),
                 at: Some(location(&source.text, offset)),
                 message: format!(
-                    "nested more than {MAX_DEPTH} deep (brackets, `if`s and operators in a row count): write it flatter, say as several policies or with `&&` and `||`"
+                    "nested more than {MAX_DEPTH} deep (brackets, `if`s, `&&`s and `||`s, and operators in a row count): write it flatter, say with a set and `.contains` in place of a long chain of `||`, or as several policies"
                 ),
             });
             continue;
