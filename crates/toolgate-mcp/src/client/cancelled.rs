@@ -23,14 +23,21 @@
 //!   `call_timeout` after it was given up.
 //!
 //! A request given up while it waited for its place was never sent, and holds nothing. One
-//! given up while its POST is under way, or between a stream the upstream ended and its
-//! resume, may be running at the upstream with no stream to tell when it ends: its place
-//! is kept until the connection closes or the hold limit.
+//! given up while its POST is under way — before the answer's head came — is not dropped
+//! (hyper would close its HTTP connection, and nothing would tell when the upstream is
+//! done): the POST is handed here, and goes on until its answer's head comes, within the
+//! same limits. An answer that is a stream is then read as above; any other — the answer
+//! itself, a failure status, no answer, the connection failing — says the upstream is
+//! done, and the place is given back at once. One given up between a stream the upstream
+//! ended and its resume, or on a POST toolgate does not send itself (reqwest's, rmcp's),
+//! may be running at the upstream with nothing to tell when it ends: its place is kept
+//! until the connection closes or the hold limit.
 //!
 //! Nothing here runs for a request that is answered: it costs a cancelled request one
 //! task, and an answered one nothing.
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -38,23 +45,39 @@ use tokio_util::sync::CancellationToken;
 use super::places::Place;
 use super::response_stream::{Carried, SseStream, carried};
 
+/// What tells when the upstream is done with a request given up (see the module).
+pub(crate) enum Watched {
+    /// Nothing: the place is kept until the connection closes or the hold limit.
+    Nothing,
+    /// The request's stream: until its answer or its end.
+    Stream(SseStream),
+    /// The request's POST, under way: the stream its answer brings, watched as
+    /// [`Stream`](Self::Stream); `None` when the answer brings none (the upstream is done).
+    Posting(BoxFuture<'static, Option<SseStream>>),
+}
+
 /// Keeps `place`, of a request given up at `given_up` before its answer, until the
-/// upstream is done with the request (see the module): the answer to `origin` (the
-/// request's id as answers carry it) or the end of `stream`, the request's stream, when
-/// there is one; `closed`, the connection's token; or the hold limit.
+/// upstream is done with the request (see the module): as `watched` tells — the answer to
+/// `origin` (the request's id as answers carry it) or the end of the request's stream;
+/// `closed`, the connection's token; or the hold limit.
 pub(crate) async fn keep(
     place: Place,
-    stream: Option<SseStream>,
+    watched: Watched,
     origin: Option<Value>,
     closed: CancellationToken,
     given_up: Instant,
 ) {
     let until = place.held_until(given_up);
     let done = async {
-        match stream {
-            Some(stream) => answered_or_ended(stream, origin.as_ref()).await,
-            None => std::future::pending().await,
-        }
+        let stream = match watched {
+            Watched::Nothing => std::future::pending().await,
+            Watched::Stream(stream) => stream,
+            Watched::Posting(posting) => match posting.await {
+                Some(stream) => stream,
+                None => return,
+            },
+        };
+        answered_or_ended(stream, origin.as_ref()).await;
     };
     tokio::select! {
         () = done => {}
@@ -70,12 +93,12 @@ pub(crate) async fn keep(
 /// there is no runtime to run the task (it is shutting down).
 pub(crate) fn keep_in_task(
     place: Place,
-    stream: Option<SseStream>,
+    watched: Watched,
     origin: Option<Value>,
     closed: CancellationToken,
 ) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(keep(place, stream, origin, closed, Instant::now()));
+        runtime.spawn(keep(place, watched, origin, closed, Instant::now()));
     }
 }
 
@@ -130,7 +153,7 @@ mod tests {
         let stream = stream_until(vec![event(progress)], ended);
         keep_in_task(
             place,
-            Some(stream),
+            Watched::Stream(stream),
             Some(Value::from(1)),
             CancellationToken::new(),
         );
@@ -152,7 +175,7 @@ mod tests {
         ];
         let task = tokio::spawn(keep(
             place,
-            Some(stream_until(events, ended)),
+            Watched::Stream(stream_until(events, ended)),
             Some(Value::from(1)),
             CancellationToken::new(),
             Instant::now(),
@@ -169,7 +192,12 @@ mod tests {
         let place = places.take(None, Some(deadline)).await.expect("a place");
         let (_end, ended) = tokio::sync::oneshot::channel();
         let silent = stream_until(Vec::new(), ended);
-        keep_in_task(place, Some(silent), None, CancellationToken::new());
+        keep_in_task(
+            place,
+            Watched::Stream(silent),
+            None,
+            CancellationToken::new(),
+        );
         tokio::time::sleep_until(deadline - Duration::from_millis(1)).await;
         assert_eq!(places.free(), 1);
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -180,7 +208,7 @@ mod tests {
             .take(None, Some(Instant::now()))
             .await
             .expect("a place");
-        keep_in_task(place, None, None, CancellationToken::new());
+        keep_in_task(place, Watched::Nothing, None, CancellationToken::new());
         tokio::time::sleep(LET_GO - Duration::from_millis(1)).await;
         assert_eq!(places.free(), 1);
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -189,7 +217,7 @@ mod tests {
         // Without a deadline, no stream to read: until the connection closes.
         let place = places.take(None, None).await.expect("a place");
         let closed = CancellationToken::new();
-        keep_in_task(place, None, None, closed.clone());
+        keep_in_task(place, Watched::Nothing, None, closed.clone());
         tokio::time::sleep(LET_GO * 5).await;
         assert_eq!(places.free(), 1);
         closed.cancel();
@@ -198,10 +226,80 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
+    async fn a_request_given_up_while_its_post_is_under_way_is_kept_until_its_answer_comes() {
+        let places = Places::new("crm", 2, 1, Duration::from_secs(30));
+
+        // Answered without a stream (JSON, a failure, the connection failing): given
+        // back as the answer comes.
+        let place = places.take(None, None).await.expect("a place");
+        let (answer, answered) = tokio::sync::oneshot::channel::<Option<SseStream>>();
+        let posting = Box::pin(async move { answered.await.ok().flatten() });
+        keep_in_task(
+            place,
+            Watched::Posting(posting),
+            Some(Value::from(1)),
+            CancellationToken::new(),
+        );
+        tokio::time::sleep(LET_GO * 5).await;
+        assert_eq!(places.free(), 1, "no answer yet: the upstream may run it");
+        assert!(answer.send(None).is_ok(), "kept");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(places.free(), 2, "answered: given back");
+
+        // Answered with a stream: kept until the answer comes on it.
+        let place = places.take(None, None).await.expect("a place");
+        let (answer, answered) = tokio::sync::oneshot::channel::<Option<SseStream>>();
+        let posting = Box::pin(async move { answered.await.ok().flatten() });
+        keep_in_task(
+            place,
+            Watched::Posting(posting),
+            Some(Value::from(1)),
+            CancellationToken::new(),
+        );
+        let (events, events_in) = futures::channel::mpsc::unbounded();
+        assert!(answer.send(Some(events_in.boxed())).is_ok(), "kept");
+        tokio::time::sleep(LET_GO * 5).await;
+        assert_eq!(places.free(), 1, "a stream, and no answer on it yet");
+        events
+            .unbounded_send(event(r#"{"jsonrpc":"2.0","id":1,"result":{}}"#))
+            .expect("read");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(places.free(), 2, "its answer came on the stream");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_post_under_way_is_given_up_with_the_connection_or_at_the_hold_limit() {
+        let places = Places::new("crm", 2, 1, Duration::from_secs(30));
+        let place = places.take(None, None).await.expect("a place");
+        let closed = CancellationToken::new();
+        let posting = Box::pin(std::future::pending());
+        keep_in_task(place, Watched::Posting(posting), None, closed.clone());
+        tokio::time::sleep(LET_GO * 5).await;
+        assert_eq!(places.free(), 1);
+        closed.cancel();
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(places.free(), 2, "the connection closed");
+
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let place = places.take(None, Some(deadline)).await.expect("a place");
+        let posting = Box::pin(std::future::pending());
+        keep_in_task(
+            place,
+            Watched::Posting(posting),
+            None,
+            CancellationToken::new(),
+        );
+        tokio::time::sleep_until(deadline - Duration::from_millis(1)).await;
+        assert_eq!(places.free(), 1);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(places.free(), 2, "the hold limit: the request's deadline");
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn without_a_deadline_the_hold_limit_is_the_upstreams_call_timeout() {
         let places = Places::new("crm", 1, 1, Duration::from_secs(30));
         let place = places.take(None, None).await.expect("a place");
-        keep_in_task(place, None, None, CancellationToken::new());
+        keep_in_task(place, Watched::Nothing, None, CancellationToken::new());
         tokio::time::sleep(Duration::from_secs(30) - Duration::from_millis(1)).await;
         assert_eq!(places.free(), 0);
         tokio::time::sleep(Duration::from_millis(2)).await;

@@ -54,11 +54,11 @@ use rmcp::transport::streamable_http_client::{
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::cancelled;
+use super::cancelled::{self, Watched};
 use super::frames::Inbound;
 use super::http_pool::{self, Plain};
 use super::places::Place;
-use super::post::{self, PostError};
+use super::post::{self, PostError, UnderWay};
 use super::relay::{Dropped, RouteTicket};
 use super::request_streams::capped_retry;
 use super::response_stream::SseStream;
@@ -201,6 +201,7 @@ impl Direct {
         let mut flight = InFlight {
             id: &id,
             place: Some(place),
+            under_way: UnderWay::default(),
             stream: None,
             closed: self.client.closed(),
         };
@@ -222,7 +223,9 @@ impl Direct {
         let limits = StreamableHttpResponseLimits::default();
         let response = match &posted.target {
             Some(target) => {
-                let response = post::post(&self.plain, target, &headers, &message, &limits).await;
+                let under_way = &mut flight.under_way;
+                let response =
+                    post::post(&self.plain, target, &headers, &message, &limits, under_way).await;
                 response.map(|answer| tagged(answer, id)).map_err(failed)
             }
             None => self
@@ -402,13 +405,16 @@ impl Direct {
     }
 }
 
-/// A call's place, and its stream once it has one, while the call is in flight. Dropped
-/// before [`settle`](Self::settle) — the call given up, its future dropped — the place is
-/// kept while the upstream may still run the call, from a task of its own, the rest of the
-/// stream read there ([`cancelled`](super::cancelled)); settled, both are given back.
+/// A call's place, its POST while under way, and its stream once it has one, while the
+/// call is in flight. Dropped before [`settle`](Self::settle) — the call given up, its
+/// future dropped — the place is kept while the upstream may still run the call, from a
+/// task of its own, the POST still under way and the rest of the stream read there
+/// ([`cancelled`](super::cancelled)); settled, all are given back.
 struct InFlight<'a> {
     id: &'a RequestId,
     place: Option<Place>,
+    /// Where the call's POST on hyper's client is with the upstream.
+    under_way: UnderWay,
     stream: Option<SseStream>,
     /// The connection's token, cancelled when it closes.
     closed: &'a CancellationToken,
@@ -425,10 +431,21 @@ impl InFlight<'_> {
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        if let Some(place) = self.place.take() {
-            let origin = Some(self.id.clone().into_json_value());
-            cancelled::keep_in_task(place, self.stream.take(), origin, self.closed.clone());
-        }
+        let Some(place) = self.place.take() else {
+            return;
+        };
+        let watched = match (self.stream.take(), self.under_way.take_sent()) {
+            (Some(stream), _) => Watched::Stream(stream),
+            (None, Some(sent)) => Watched::Posting(Box::pin(async move {
+                let limits = StreamableHttpResponseLimits::default();
+                post::stream_of(sent.await.ok()?, &limits)
+            })),
+            // Answered, its answer still being read: the upstream is done with it.
+            (None, None) if self.under_way.answered() => return,
+            (None, None) => Watched::Nothing,
+        };
+        let origin = Some(self.id.clone().into_json_value());
+        cancelled::keep_in_task(place, watched, origin, self.closed.clone());
     }
 }
 

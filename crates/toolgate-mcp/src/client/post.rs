@@ -23,6 +23,7 @@ use http::{HeaderName, HeaderValue, Method, StatusCode};
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
+use hyper_util::client::legacy::ResponseFuture;
 use rmcp::model::{ClientJsonRpcMessage, JsonRpcMessage};
 use rmcp::transport::streamable_http_client::{
     AuthRequiredError, HttpStatusError, InsufficientScopeError, StreamableHttpError,
@@ -32,6 +33,7 @@ use rmcp::transport::streamable_http_client::{
 use toolgate_core::error::with_causes;
 
 use super::http_pool::{MAX_REDIRECTS, Plain};
+use super::response_stream::SseStream;
 
 /// Where and with what a connection's calls are POSTed on hyper's client: made once, when
 /// rmcp's own POST shows them ([`Wire`](super::streams::Wire)).
@@ -97,33 +99,67 @@ pub(crate) enum PostError {
 
 type Posted = Result<StreamableHttpPostResponse, StreamableHttpError<PostError>>;
 
+/// Where a [`post`] is with the upstream, for a caller that gives the POST up before its
+/// answer: the request under way is left here rather than in the POST's future, so that
+/// it can be handed on instead of dropped — dropping it would close its HTTP connection,
+/// and with it what tells when the upstream is done with the request
+/// ([`cancelled`](super::cancelled)). It costs the POST nothing: hyper's request is
+/// already boxed.
+#[derive(Default)]
+pub(crate) struct UnderWay {
+    /// The request sent (or being sent), its answer's head not yet come.
+    sent: Option<ResponseFuture>,
+    /// Whether the upstream answered other than with a stream (JSON, a failure, no
+    /// answer): it is done with the request, whatever is left of the body to read.
+    answered: bool,
+}
+
+impl UnderWay {
+    /// The request sent whose answer's head has not come yet, taken.
+    pub(crate) fn take_sent(&mut self) -> Option<ResponseFuture> {
+        self.sent.take()
+    }
+
+    /// Whether the upstream answered the request other than with a stream.
+    pub(crate) fn answered(&self) -> bool {
+        self.answered
+    }
+}
+
 const EVENT_STREAM: &str = "text/event-stream";
 const JSON: &str = "application/json";
 const SESSION_ID: HeaderName = HeaderName::from_static("mcp-session-id");
 
 /// POSTs `message` to `target` with `headers` on `client`, and reads the answer as rmcp
-/// would (see the module). A `307` or `308` to the same origin is followed, as reqwest
-/// follows it for rmcp ([`http_pool`](super::http_pool)); any other redirect is the
-/// answer.
+/// would (see the module); `under_way` tells meanwhile where the POST is with the
+/// upstream. A `307` or `308` to the same origin is followed, as reqwest follows it for
+/// rmcp ([`http_pool`](super::http_pool)); any other redirect is the answer.
 pub(crate) async fn post(
     client: &Plain,
     target: &Target,
     headers: &HashMap<HeaderName, HeaderValue>,
     message: &ClientJsonRpcMessage,
     limits: &StreamableHttpResponseLimits,
+    under_way: &mut UnderWay,
 ) -> Posted {
     let body = Bytes::from(serde_json::to_vec(message)?);
     let mut uri = target.uri.clone();
     let mut redirects = 0;
     loop {
         let request = request(target, uri.clone(), headers, body.clone());
-        let response = client
-            .request(request)
-            .await
-            .map_err(|e| StreamableHttpError::Client(PostError::Send(e)))?;
+        let response = under_way.sent.insert(client.request(request)).await;
+        under_way.sent = None;
+        let response = response.map_err(|e| {
+            under_way.answered = true;
+            StreamableHttpError::Client(PostError::Send(e))
+        })?;
         match same_origin_redirect(&uri, &response) {
-            None => return read(response, target.session_id.is_some(), limits).await,
+            None => {
+                under_way.answered = !is_event_stream(&response);
+                return read(response, target.session_id.is_some(), limits).await;
+            }
             Some(_) if redirects == MAX_REDIRECTS => {
+                under_way.answered = true;
                 return Err(StreamableHttpError::Client(PostError::Redirects));
             }
             Some(next) => {
@@ -246,9 +282,8 @@ async fn read(
     }
     match content_type.as_deref() {
         Some(ct) if media_type_is(ct, EVENT_STREAM) => {
-            let events =
-                sse_stream::SseStream::new(EventSized::new(body, limits.max_sse_event_size));
-            Ok(StreamableHttpPostResponse::Sse(events.boxed(), session_id))
+            let events = events(body, limits);
+            Ok(StreamableHttpPostResponse::Sse(events, session_id))
         }
         Some(ct) if media_type_is(ct, JSON) => {
             let body = bounded(body, limits.max_json_response_size).await?;
@@ -266,6 +301,33 @@ async fn read(
         }
         _ => Err(StreamableHttpError::UnexpectedContentType(content_type)),
     }
+}
+
+/// Whether `response` is a stream of events the request's answer is to come on, as
+/// [`read`] reads it: a success other than `202` and `204`, of type `text/event-stream`.
+fn is_event_stream(response: &http::Response<Incoming>) -> bool {
+    let status = response.status();
+    status.is_success()
+        && !matches!(status, StatusCode::ACCEPTED | StatusCode::NO_CONTENT)
+        && response
+            .headers()
+            .get(CONTENT_TYPE)
+            .is_some_and(|ct| media_type_is(&String::from_utf8_lossy(ct.as_bytes()), EVENT_STREAM))
+}
+
+/// The events of `body`, each bounded in size.
+fn events(body: Incoming, limits: &StreamableHttpResponseLimits) -> SseStream {
+    sse_stream::SseStream::new(EventSized::new(body, limits.max_sse_event_size)).boxed()
+}
+
+/// The stream of events `response`, the answer to a request given up, brings: `None`
+/// when it brings no stream (the answer itself, a failure, nothing to answer), the
+/// upstream being done with the request. The answer is not read further.
+pub(crate) fn stream_of(
+    response: http::Response<Incoming>,
+    limits: &StreamableHttpResponseLimits,
+) -> Option<SseStream> {
+    is_event_stream(&response).then(|| events(response.into_body(), limits))
 }
 
 /// What a failed answer (`status`) means: a JSON-RPC error in a JSON body is the answer;
@@ -556,7 +618,15 @@ mod tests {
     /// What posting a call to `target` gives, read with `limits`.
     async fn sent_with(target: &Target, limits: StreamableHttpResponseLimits) -> Posted {
         let plain = super::super::http_pool::build_plain();
-        post(&plain, target, &HashMap::new(), &call(), &limits).await
+        post(
+            &plain,
+            target,
+            &HashMap::new(),
+            &call(),
+            &limits,
+            &mut UnderWay::default(),
+        )
+        .await
     }
 
     async fn sent(target: &Target) -> Posted {
@@ -603,6 +673,7 @@ mod tests {
             &headers,
             &call(),
             &limits,
+            &mut UnderWay::default(),
         )
         .await;
         assert!(matches!(
@@ -788,8 +859,18 @@ mod tests {
         for answer in answers {
             let url = server(answer.clone(), Arc::default()).await;
             let target = Target::new(&url, Some("token"), Some("session-1")).expect("a target");
-            let ours =
-                described(post(&plain, &target, &HashMap::new(), &call(), &limits).await).await;
+            let ours = described(
+                post(
+                    &plain,
+                    &target,
+                    &HashMap::new(),
+                    &call(),
+                    &limits,
+                    &mut UnderWay::default(),
+                )
+                .await,
+            )
+            .await;
             let rmcps = described(
                 theirs
                     .post_message_with_response_limits(

@@ -333,7 +333,8 @@ impl RequestStream {
                 };
                 drop(held);
                 if let (Some(stream), Some(place), false) = (stream, place, settled) {
-                    cancelled::keep(place, Some(stream), origin, closed, given_up).await;
+                    let watched = cancelled::Watched::Stream(stream);
+                    cancelled::keep(place, watched, origin, closed, given_up).await;
                 }
             })
             .abort_handle()
@@ -488,7 +489,8 @@ impl Drop for RequestStream {
         let given_up = !held.settled && self.ticket.as_ref().is_some_and(RouteTicket::is_over);
         if given_up && let (Some(stream), Some(place)) = (held.stream.take(), held.place.take()) {
             let closed = self.resumable.closed.clone();
-            cancelled::keep_in_task(place, Some(stream), self.origin.take(), closed);
+            let watched = cancelled::Watched::Stream(stream);
+            cancelled::keep_in_task(place, watched, self.origin.take(), closed);
         }
     }
 }

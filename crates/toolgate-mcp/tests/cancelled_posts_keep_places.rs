@@ -1,0 +1,183 @@
+//! A call its caller gives up while its POST is still under way — before the upstream's
+//! answer's head comes — keeps its place in the caller's share of an HTTP upstream
+//! (`max_connections_per_caller`) while the upstream may run it, and gives it back as soon
+//! as the upstream is known to be done: its answer comes, or its connection closes. Not
+//! at the call's hold limit (its deadline, two minutes here). Against a real upstream on
+//! loopback that holds its answer's head until the test lets it go; every step is told by
+//! the upstream or by a call's outcome, none by the clock.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use common::hand_written::{initialized, json_answer};
+use common::{imported, serve_on_loopback, within};
+use serde_json::{Value, json};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Mutex, mpsc, oneshot, watch};
+use toolgate_core::{InvokeOptions, Pipeline, User};
+use toolgate_mcp::UpstreamConfig;
+
+/// A call that reached the upstream: answered when `answer` is sent.
+type Arrived = oneshot::Sender<()>;
+
+/// The upstream: each `tools/call` is told to the test, and answered (JSON) when the test
+/// says so.
+async fn posted(State(calls): State<mpsc::UnboundedSender<Arrived>>, body: String) -> Response {
+    let message: Value = serde_json::from_str(&body).expect("JSON");
+    let id = message["id"].clone();
+    match message["method"].as_str().unwrap_or_default() {
+        "initialize" => initialized(&id, "slow"),
+        "tools/list" => json_answer(json!({"jsonrpc": "2.0", "id": id, "result": {"tools": [
+            {"name": "work", "inputSchema": {"type": "object"}}]}})),
+        "tools/call" => {
+            let (answer, answered) = oneshot::channel();
+            let _ = calls.send(answer);
+            // Dropped unanswered when the connection closes.
+            let _ = answered.await;
+            json_answer(json!({"jsonrpc": "2.0", "id": id, "result": {
+                "content": [{"type": "text", "text": "worked"}]}}))
+        }
+        _ => StatusCode::ACCEPTED.into_response(),
+    }
+}
+
+/// Forwards every connection on a loopback port to `to`, until `cut` is told: then
+/// every connection open is closed (new ones are forwarded still).
+async fn forwarder(to: String, cut: watch::Receiver<u64>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("a port");
+    let url = format!("http://{}", listener.local_addr().expect("bound"));
+    tokio::spawn(async move {
+        while let Ok((mut inbound, _)) = listener.accept().await {
+            let mut cut = cut.clone();
+            cut.mark_unchanged();
+            let to = to.clone();
+            tokio::spawn(async move {
+                let mut outbound = TcpStream::connect(to).await.expect("the upstream");
+                tokio::select! {
+                    _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                    _ = cut.changed() => {}
+                }
+            });
+        }
+    });
+    url
+}
+
+struct Test {
+    pipeline: Arc<Pipeline>,
+    /// The calls that reach the upstream, in order.
+    calls: Mutex<mpsc::UnboundedReceiver<Arrived>>,
+    /// Closes every connection to the upstream open now.
+    cut: watch::Sender<u64>,
+}
+
+/// The upstream on loopback, behind a forwarder, imported: at most 8 requests in flight
+/// to it, one of them a caller's; a call's deadline two minutes away.
+async fn start() -> Test {
+    let (calls_in, calls) = mpsc::unbounded_channel();
+    let app = axum::Router::new()
+        .route(
+            "/mcp",
+            axum::routing::post(posted).get(|| async { StatusCode::METHOD_NOT_ALLOWED }),
+        )
+        .with_state(calls_in);
+    let upstream = serve_on_loopback(app).await;
+    let (cut, cuts) = watch::channel(0);
+    let url = forwarder(upstream.replace("http://", ""), cuts).await + "/mcp";
+    let config = UpstreamConfig::http("slow", url)
+        .discover(false)
+        .max_connections(8)
+        .max_connections_per_caller(1)
+        .call_timeout(Duration::from_secs(120));
+    let (_, pipeline) = imported(config).await;
+    Test {
+        pipeline: Arc::new(pipeline),
+        calls: Mutex::new(calls),
+        cut,
+    }
+}
+
+impl Test {
+    /// Ann's call of `work`, started, with `timeout`.
+    fn call(&self, timeout: Duration) -> tokio::task::JoinHandle<Result<Value, String>> {
+        let pipeline = Arc::clone(&self.pipeline);
+        let options = InvokeOptions::new().user(User::new("ann")).timeout(timeout);
+        tokio::spawn(async move {
+            pipeline
+                .invoke("work", json!({}), options)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+
+    /// The next call to reach the upstream, its answer's head held.
+    async fn arrived(&self) -> Arrived {
+        within(
+            20,
+            "a call to reach the upstream",
+            self.calls.lock().await.recv(),
+        )
+        .await
+        .expect("the upstream runs")
+    }
+
+    /// Ann starts a call and gives it up once the upstream has its POST, before the
+    /// answer's head: what answers it.
+    async fn given_up_under_way(&self) -> Arrived {
+        let given_up = self.call(Duration::from_secs(120));
+        let answer = self.arrived().await;
+        given_up.abort();
+        let _ = given_up.await;
+        answer
+    }
+
+    /// Ann's share is still taken by the call given up: a call of hers waits for it
+    /// until its deadline, and fails saying so, unsent.
+    async fn share_still_taken(&self) {
+        let refused = within(
+            20,
+            "a call that waits",
+            self.call(Duration::from_millis(300)),
+        )
+        .await
+        .expect("ran");
+        let error = refused.expect_err("no place in ann's share");
+        assert!(
+            error.contains("max_connections_per_caller"),
+            "not refused for her share: {error}"
+        );
+        assert!(self.calls.lock().await.try_recv().is_err(), "never sent");
+    }
+
+    /// Ann's share is hers again: a call of hers, whose deadline (60 s) comes long before
+    /// the hold limit of the call given up (120 s), reaches the upstream and is answered.
+    async fn share_given_back(&self) {
+        let next = self.call(Duration::from_secs(60));
+        let _ = self.arrived().await.send(());
+        let answered = within(60, "ann's next call", next).await.expect("ran");
+        assert!(answered.is_ok(), "ann's next call: {answered:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_given_up_before_the_answers_head_keeps_its_place_until_the_answer_comes() {
+    let test = start().await;
+    let answer = test.given_up_under_way().await;
+    test.share_still_taken().await;
+    let _ = answer.send(());
+    test.share_given_back().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_given_up_before_the_answers_head_keeps_its_place_until_its_connection_closes() {
+    let test = start().await;
+    let _answer = test.given_up_under_way().await;
+    test.share_still_taken().await;
+    test.cut.send_modify(|cuts| *cuts += 1);
+    test.share_given_back().await;
+}
