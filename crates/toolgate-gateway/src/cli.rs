@@ -173,8 +173,12 @@ pub enum AuditAction {
     /// (a running gateway signs its latest records within `checkpoint_after`). Exit 1 too
     /// when the files hold no record. Records the gateway could not write (a full disk)
     /// and declared by a gap marker in the chain are listed, with exit 3 when nothing
-    /// else is wrong. 0 when every record is signed (or, without `--key`, when the hashes
-    /// link up). Files are read a line at a time; a line longer than 64 MiB is refused.
+    /// else is wrong. Files whose chain starts past seq 1 (a rotated-out segment, an
+    /// excerpt) are checked from there on and reported as an excerpt, with the hash of the
+    /// record before that could not be checked, and exit 4 when nothing else is wrong. 0
+    /// when every record is signed (or, without `--key`, when the hashes link up) and
+    /// every chain starts at seq 1. Files are read a line at a time; a line longer than
+    /// 64 MiB is refused.
     Verify {
         /// The files, a rotated series oldest first.
         #[arg(required = true)]
@@ -755,8 +759,10 @@ async fn pins(path: &std::path::Path, action: Option<PinsAction>) -> Result<(), 
 /// `toolgate audit`. `verify` exits 0 when the chains are unbroken (and, with `--key`,
 /// every record is covered by a signed checkpoint), 1 when they are unbroken but records
 /// are left unsigned or there are none, 3 when they are unbroken and signed but hold gaps
-/// the gateway declared (records lost to a full disk), 2 (an error) when a record was
-/// changed, removed, reordered or cut, a gap marker was forged, or a file cannot be read.
+/// the gateway declared (records lost to a full disk), 4 when they are unbroken, signed
+/// and without gaps but some chain starts past seq 1 (an excerpt: its first link not
+/// checked), 2 (an error) when a record was changed, removed, reordered or cut, a gap
+/// marker was forged, or a file cannot be read.
 fn audit(action: AuditAction) -> Result<ExitCode, String> {
     use toolgate_hooks::audit::CheckpointPublicKey;
     use toolgate_hooks::audit::verify::Verifier;
@@ -786,6 +792,8 @@ fn audit(action: AuditAction) -> Result<ExitCode, String> {
                 ExitCode::FAILURE
             } else if !verified.gaps.is_empty() {
                 ExitCode::from(3)
+            } else if !verified.excerpts.is_empty() {
+                ExitCode::from(4)
             } else {
                 ExitCode::SUCCESS
             })

@@ -219,10 +219,21 @@ async fn a_forged_checkpoint_fails_under_the_key_and_the_chain_is_checked_withou
 
     // Without a key, the chain is still checked.
     let mut broken = lines.clone();
-    broken.remove(0);
+    broken.remove(1);
     let file = write(dir.path(), "broken.jsonl", &broken);
-    let (ok, _, stderr) = verify(&[&file], None);
-    assert!(!ok && stderr.contains("is missing"), "{stderr}");
+    let (code, _, stderr) = verify_code(&[&file], None);
+    assert!(code == Some(2) && stderr.contains("is missing"), "{stderr}");
+    // The first record removed: what is left reads as an excerpt from seq 2, never as
+    // the whole chain (exit 4, not 0), its first link named as taken on trust.
+    let mut headless = lines.clone();
+    headless.remove(0);
+    let file = write(dir.path(), "headless.jsonl", &headless);
+    let (code, stdout, stderr) = verify_code(&[&file], None);
+    assert_eq!(code, Some(4), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("starts at seq 2") && stdout.contains("taken on trust"),
+        "{stdout}"
+    );
 }
 
 /// A rotated series that a gateway stopped cleanly wrote (rotating every KiB): its files
@@ -751,4 +762,165 @@ fn sha256_hex(bytes: &[u8]) -> String {
         .iter()
         .map(|b| format!("{b:02x}"))
         .collect()
+}
+
+/// The lines of `path`.
+fn lines_of(path: &Path) -> Vec<String> {
+    std::fs::read_to_string(path)
+        .unwrap()
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_rotated_out_segment_alone_verifies_as_an_excerpt_naming_its_unchecked_first_link() {
+    let (series, dir, calls) = rotated_series().await;
+    let key = audit_public_key(dir.path());
+    let first = lines_of(&series[0]);
+    let second = lines_of(&series[1]);
+    let start = field(&second[0], "seq").as_u64().unwrap();
+    let last_record = first.iter().rev().find(|l| !is_checkpoint(l)).unwrap();
+    assert_eq!(field(last_record, "seq").as_u64().unwrap() + 1, start);
+    let hash = sha256_hex(last_record.as_bytes());
+    assert_eq!(field(&second[0], "prev"), hash.as_str());
+
+    // The second file alone, and every file but the first: an excerpt, exit 4.
+    let rest: Vec<&Path> = series[1..].iter().map(PathBuf::as_path).collect();
+    for files in [&rest[..1], &rest[..]] {
+        let (code, stdout, stderr) = verify_code(files, Some(&key));
+        assert_eq!(code, Some(4), "{stdout}{stderr}");
+        assert!(
+            stdout.starts_with("excerpt: 1 chain(s) start past seq 1")
+                && stdout.contains(&format!(
+                    "starts at seq {start}, file {} line 1: the record before it, seq {} with \
+                     hash {hash}, is not in these files, so the link to it is taken on trust",
+                    series[1].display(),
+                    start - 1
+                ))
+                && stdout.contains("verify again with the file that holds the record before")
+                && stdout.contains("every signature valid"),
+            "{stdout}"
+        );
+    }
+    // With the file before it, the first link is checked: intact, exit 0.
+    let all: Vec<&Path> = series.iter().map(PathBuf::as_path).collect();
+    let (code, stdout, stderr) = verify_code(&all, Some(&key));
+    assert_eq!(code, Some(0), "{stdout}{stderr}");
+    assert!(!stdout.contains("excerpt"), "{stdout}");
+
+    // Segments concatenated into one file verify as one chain: from the start (exit 0) or
+    // from the second (exit 4).
+    let records_from = |from: usize| -> usize {
+        series[from..]
+            .iter()
+            .flat_map(|p| lines_of(p))
+            .filter(|l| !is_checkpoint(l))
+            .count()
+    };
+    assert_eq!(records_from(0), calls);
+    for (from, expected) in [(0, 0), (1, 4)] {
+        let joined: Vec<String> = series[from..].iter().flat_map(|p| lines_of(p)).collect();
+        let file = write(dir.path(), &format!("joined-{from}.txt"), &joined);
+        let (code, stdout, stderr) = verify_code(&[&file], Some(&key));
+        assert_eq!(code, Some(expected), "{stdout}{stderr}");
+        assert!(
+            stdout.contains(&format!("1 chain(s), {} record(s)", records_from(from))),
+            "{stdout}"
+        );
+    }
+
+    // Given newest first: named as such, exit 2.
+    let (code, stdout, stderr) = verify_code(&[&series[1], &series[0]], Some(&key));
+    assert_eq!(code, Some(2), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{} line 1: record seq 1 of chain",
+            series[0].display()
+        )) && stderr.contains(&format!(
+            "comes after the chain's records from seq {start} on"
+        )) && stderr.contains("give them oldest first"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn an_excerpt_cut_from_a_real_log_is_checked_link_by_link() {
+    // Records 1-3, checkpoint 3, records 4-6, checkpoint 6, records 7-9, checkpoint 9.
+    let (lines, dir) = audit_lines(9).await;
+    assert_eq!(lines.len(), 12, "{lines:#?}");
+    assert!(is_checkpoint(&lines[3]) && is_checkpoint(&lines[7]));
+    let key = audit_public_key(dir.path());
+    let chain = field(&lines[0], "chain");
+    let chain = chain.as_str().unwrap();
+
+    // From record 4: the first link taken on trust.
+    let excerpt = write(dir.path(), "from-4.jsonl", &lines[4..]);
+    let (code, stdout, stderr) = verify_code(&[&excerpt], Some(&key));
+    assert_eq!(code, Some(4), "{stdout}{stderr}");
+    assert!(
+        stdout.contains(&format!("chain {chain} starts at seq 4"))
+            && stdout.contains("taken on trust")
+            && stdout.contains("6 record(s), 2 checkpoint(s), every signature valid"),
+        "{stdout}"
+    );
+    // From the checkpoint of 3: the first link checked against it.
+    let anchored = write(dir.path(), "from-checkpoint-3.jsonl", &lines[3..]);
+    let (code, stdout, stderr) = verify_code(&[&anchored], Some(&key));
+    assert_eq!(code, Some(4), "{stdout}{stderr}");
+    assert!(
+        stdout.contains("checked against the checkpoint of seq 3 at file")
+            && stdout.contains("whose signature is valid")
+            && !stdout.contains("taken on trust"),
+        "{stdout}"
+    );
+
+    // Disorder and tampering within the excerpt (records 4, 5, 6, checkpoint 6, 7, 8, 9,
+    // checkpoint 9): exit 2, with the seqs.
+    let excerpt = &lines[4..];
+    let mut swapped = excerpt.to_vec();
+    swapped.swap(1, 2);
+    let mut removed = excerpt.to_vec();
+    removed.remove(4);
+    let mut copied = excerpt.to_vec();
+    copied.insert(5, excerpt[4].clone());
+    let mut first_moved = excerpt.to_vec();
+    first_moved.swap(0, 1);
+    let mut edited = excerpt.to_vec();
+    edited[1] = edited[1].replace(r#""user_id":"alice""#, r#""user_id":"mallory""#);
+    assert_ne!(edited[1], excerpt[1]);
+    for (name, lines, expected) in [
+        (
+            "swapped",
+            swapped,
+            "line 2: record seq 6 of chain {chain} is out of order (expected seq 5)".to_owned(),
+        ),
+        (
+            "removed",
+            removed,
+            "record seq 7 of chain {chain} is missing (expected seq 7, found 8)".to_owned(),
+        ),
+        (
+            "copied",
+            copied,
+            "line 6: record seq 7 of chain {chain} is there a second time (first at file"
+                .to_owned(),
+        ),
+        (
+            "first-moved",
+            first_moved,
+            "line 1: record seq 5 of chain {chain} is out of order (expected seq 4)".to_owned(),
+        ),
+        (
+            "edited",
+            edited,
+            "line 2: record seq 5 of chain {chain} was changed".to_owned(),
+        ),
+    ] {
+        let file = write(dir.path(), &format!("{name}.jsonl"), &lines);
+        let (code, stdout, stderr) = verify_code(&[&file], Some(&key));
+        assert_eq!(code, Some(2), "{name}: {stdout}{stderr}");
+        let expected = expected.replace("{chain}", chain);
+        assert!(stderr.contains(&expected), "{name}: {stderr}");
+    }
 }

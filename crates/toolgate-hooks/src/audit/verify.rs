@@ -10,6 +10,16 @@
 //! not JSON, or longer than [`MAX_LINE_BYTES`]). [`verify`] does the same for files
 //! already in memory.
 //!
+//! A chain whose records start past seq 1 at the top of a file is an excerpt of it (a
+//! rotated-out segment, or lines handed to an auditor), not a break (further down a file,
+//! its first records are missing: lines spliced from another chain): every link from its first record
+//! here on is checked, and it is listed in [`Verified::excerpts`] with the hash its first
+//! record names for the one before. That first link is checked against a checkpoint of
+//! the record before it standing just before the first record (an excerpt cut to keep
+//! it), else taken on trust: give the file that holds the record before first to check
+//! it. A record moved, removed or copied within the excerpt is reported as in any chain,
+//! and one that belongs before its first record is [`Problem::BeforeStart`].
+//!
 //! Records the gateway itself had to drop (its file took no writes while 16 MiB waited:
 //! a full disk) are not a break: the sink declared them by a [gap marker](super::Gap)
 //! linked into the chain where they would have been, and they are listed in
@@ -93,6 +103,11 @@ pub struct Verified {
     /// The gaps the gateway declared: records it could not write, in file order. Their
     /// markers count among [`records`](Self::records).
     pub gaps: Vec<DeclaredGap>,
+    /// The chains whose records here start past seq 1 (a rotated-out segment, or lines
+    /// handed on): every link from their first record here on is checked, the link of that
+    /// first record to the one before it only against a checkpoint just before it, if
+    /// there is one. In file order.
+    pub excerpts: Vec<Excerpt>,
 }
 
 impl Verified {
@@ -110,6 +125,30 @@ impl fmt::Display for Verified {
         if self.records == 0 {
             return f
                 .write_str("no records: the files hold no audit record, so nothing was verified");
+        }
+        if !self.excerpts.is_empty() {
+            write!(
+                f,
+                "excerpt: {} chain(s) start past seq 1 here, so their earlier records are not in \
+                 these files; every link from each chain's first record here on was checked:",
+                self.excerpts.len()
+            )?;
+            for excerpt in &self.excerpts {
+                write!(f, "\n  {excerpt}")?;
+            }
+            if self.excerpts.iter().any(|e| e.anchor.is_none()) {
+                f.write_str(
+                    "\nTo check a first link taken on trust, verify again with the file that \
+                     holds the record before it given first (a rotated series oldest first: \
+                     `audit.jsonl.* audit.jsonl`), or compare the hash above with the `hash` of \
+                     the gateway's `audit checkpoint signed` log line of that chain and seq (a \
+                     rotated file ends with a checkpoint of its last record).",
+                )?;
+            }
+            f.write_str(
+                "\nWhether records before a chain's first one here were removed is beyond what \
+                 these files can show.\n",
+            )?;
         }
         if !self.gaps.is_empty() {
             let lost: u64 = self.gaps.iter().map(|g| g.gap.records).sum();
@@ -222,6 +261,62 @@ impl fmt::Display for Unsigned {
                 ": after the chain's last signed checkpoint, of seq {seq}"
             ),
             None => f.write_str(": the chain has no signed checkpoint"),
+        }
+    }
+}
+
+/// A chain whose records here start past seq 1: an excerpt of it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Excerpt {
+    /// The chain, as reports show it (see [`Unsigned::chain`]).
+    pub chain: String,
+    /// The seq of its first record here.
+    pub first_seq: u64,
+    /// That record's `prev`: the hash of the record before it (seq `first_seq - 1`), as
+    /// reports show it.
+    pub prev: String,
+    /// The file and line of the first record.
+    pub at: (String, usize),
+    /// The file and line of the checkpoint of seq `first_seq - 1` just before the first
+    /// record, whose hash its `prev` matches: the first link checked against it. `None`
+    /// when there is no such checkpoint: the first link is taken on trust.
+    pub anchor: Option<(String, usize)>,
+    /// With a key, whether the anchor's signature was checked (it is valid, or the files
+    /// would not have verified).
+    pub signatures_checked: bool,
+}
+
+impl fmt::Display for Excerpt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let before = self.first_seq - 1;
+        write!(
+            f,
+            "chain {} starts at seq {}, file {} line {}: ",
+            self.chain, self.first_seq, self.at.0, self.at.1
+        )?;
+        match &self.anchor {
+            None => write!(
+                f,
+                "the record before it, seq {before} with hash {}, is not in these files, so the \
+                 link to it is taken on trust",
+                self.prev
+            ),
+            Some((file, line)) => {
+                write!(
+                    f,
+                    "its link to seq {before} (hash {}) was checked against the checkpoint of \
+                     seq {before} at file {file} line {line}",
+                    self.prev
+                )?;
+                if self.signatures_checked {
+                    f.write_str(", whose signature is valid")
+                } else {
+                    f.write_str(
+                        ", whose signature was not checked (give --key): anyone can write a \
+                         checkpoint without one",
+                    )
+                }
+            }
         }
     }
 }
@@ -409,6 +504,41 @@ pub enum Problem {
         /// The seq that came after the copy.
         found: u64,
     },
+    /// A record comes after records of its chain that it should precede, the chain's
+    /// records here having started past seq 1 (an excerpt): a record moved, or segments
+    /// given newest first.
+    #[error(
+        "record seq {seq} of chain {chain} comes after the chain's records from seq {start} on (file {first_file} line {first_line}), which it should precede: a record was moved, or files (or segments of one) were given newer first; give them oldest first"
+    )]
+    BeforeStart {
+        /// The chain.
+        chain: String,
+        /// The record.
+        seq: u64,
+        /// The seq of the chain's first record here.
+        start: u64,
+        /// The file of that first record.
+        first_file: String,
+        /// Its line.
+        first_line: usize,
+    },
+    /// The first record of an excerpt does not link to the checkpoint just before it,
+    /// which signs the record it follows.
+    #[error(
+        "record seq {seq} of chain {chain} does not link to the checkpoint of seq {signed} just before it (file {file} line {line}): the record or the checkpoint was changed"
+    )]
+    Unanchored {
+        /// The chain.
+        chain: String,
+        /// The record.
+        seq: u64,
+        /// The seq the checkpoint signs.
+        signed: u64,
+        /// The checkpoint's file.
+        file: String,
+        /// Its line.
+        line: usize,
+    },
     /// A blank line between a file's lines, or after them: the gateway writes none.
     #[error(
         "the line is blank, and the gateway writes no blank line: a line was added to the file, or a record's text removed from its line, so the file is not as the gateway wrote it; if only blank lines were added (by an editor, say), remove them and verify again"
@@ -567,6 +697,17 @@ struct Ahead {
     before: Option<u64>,
 }
 
+/// Where a chain's records here begin, when past seq 1 ([`Excerpt`]).
+struct Start {
+    seq: u64,
+    /// Its `prev`, as reports show it, and as it is.
+    prev: String,
+    link: String,
+    at: Place,
+    /// The checkpoint of `seq - 1` just before, that the first link was checked against.
+    anchor: Option<Place>,
+}
+
 /// Where one chain stands.
 struct ChainState {
     /// The chain's id, as reports show it ([`shown`]).
@@ -588,6 +729,8 @@ struct ChainState {
     first_unsigned: Option<(u64, Place)>,
     /// The gap markers that passed: seq, place, what they declare.
     gaps: Vec<(u64, Place, super::Gap)>,
+    /// Where the chain's records here begin, when past seq 1.
+    start: Option<Start>,
     found: Option<Found>,
 }
 
@@ -605,6 +748,7 @@ impl ChainState {
             last_checkpoint: None,
             first_unsigned: None,
             gaps: Vec::new(),
+            start: None,
             found: None,
         }
     }
@@ -674,6 +818,13 @@ impl ChainState {
             };
             return;
         }
+        if self.last_at.is_none()
+            && link.seq > 1
+            && let Some(found) = self.begin_excerpt(at, &link, files)
+        {
+            self.found = Some(found);
+            return;
+        }
         let expected = self.last_seq + 1;
         if link.seq > expected {
             self.found = Some(Found::Gap {
@@ -686,6 +837,28 @@ impl ChainState {
         if link.seq < expected {
             let chain = self.id.clone();
             let seq = link.seq;
+            if let Some(first) = self.start.as_ref().filter(|start| seq < start.seq) {
+                // The record the chain's first one here follows, right after it: that
+                // first one is out of order (two records swapped), as in a whole chain.
+                if seq + 1 == first.seq && self.last_seq == first.seq && hash == first.link {
+                    let problem = Problem::OutOfOrder {
+                        chain,
+                        seq: first.seq,
+                        expected: seq,
+                    };
+                    self.found = Some(Found::Known(first.at, problem));
+                    return;
+                }
+                let problem = Problem::BeforeStart {
+                    chain,
+                    seq,
+                    start: first.seq,
+                    first_file: files[first.at.0].clone(),
+                    first_line: first.at.1,
+                };
+                self.found = Some(Found::Known(at, problem));
+                return;
+            }
             // A record where the chain's records of a file began, itself first in its
             // file or not the copy of the line just before: a file read again.
             let new_file = self.last_at.is_none_or(|(file, _)| file != at.0);
@@ -778,6 +951,69 @@ impl ChainState {
         self.last_at = Some(at);
         self.records += 1;
         self.first_unsigned.get_or_insert((link.seq, at));
+    }
+
+    /// The chain's first record here is `link`, past seq 1: when it begins its file, an
+    /// excerpt of the chain, whose first link is checked against a checkpoint of the
+    /// record before it standing just before (then counted), or else taken on trust. The
+    /// problem, if any. Elsewhere in a file, its earlier records are missing.
+    fn begin_excerpt(&mut self, at: Place, link: &Link, files: &[String]) -> Option<Found> {
+        let chain = self.id.clone();
+        if link.prev == GENESIS {
+            // Only a chain's first record links to `genesis`.
+            return Some(Found::Known(
+                at,
+                Problem::Changed {
+                    chain,
+                    seq: link.seq,
+                },
+            ));
+        }
+        // An excerpt begins a file (with the checkpoint before its first record, if kept):
+        // a chain that starts past seq 1 further down lost its first records there, as
+        // when lines of another replica's chain were spliced in.
+        let begins_file = match self.ahead.as_ref().filter(|ahead| ahead.seq < link.seq) {
+            Some(ahead) => ahead.at == (at.0, 1) && at.1 == 2,
+            None => at.1 == 1,
+        };
+        if !begins_file {
+            return None;
+        }
+        let mut anchor = None;
+        // A checkpoint of an earlier seq before it (one of a later seq is moved, or the
+        // records after it cut: told as for any chain).
+        if let Some(ahead) = self.ahead.take_if(|ahead| ahead.seq < link.seq) {
+            if ahead.seq + 1 < link.seq {
+                return Some(Found::Gap {
+                    at,
+                    expected: ahead.seq + 1,
+                    found: link.seq,
+                });
+            }
+            if ahead.hash != link.prev {
+                let problem = Problem::Unanchored {
+                    chain,
+                    seq: link.seq,
+                    signed: ahead.seq,
+                    file: files[ahead.at.0].clone(),
+                    line: ahead.at.1,
+                };
+                return Some(Found::Known(at, problem));
+            }
+            self.checkpoints += 1;
+            self.last_checkpoint = Some((ahead.seq, ahead.at));
+            anchor = Some(ahead.at);
+        }
+        self.start = Some(Start {
+            seq: link.seq,
+            prev: shown(&link.prev),
+            link: link.prev.clone(),
+            at,
+            anchor,
+        });
+        self.last_seq = link.seq - 1;
+        self.last_hash = link.prev.clone();
+        None
     }
 
     /// A broken link blamed on the record before it (or on itself when it is the first).
@@ -1086,6 +1322,23 @@ impl Verifier {
             }
         }
         gaps.sort_by_key(|(at, _)| *at);
+        let mut excerpts: Vec<(Place, Excerpt)> = self
+            .chains
+            .iter()
+            .filter_map(|chain| {
+                let start = chain.start.as_ref()?;
+                let excerpt = Excerpt {
+                    chain: chain.id.clone(),
+                    first_seq: start.seq,
+                    prev: start.prev.clone(),
+                    at: place(start.at),
+                    anchor: start.anchor.map(place),
+                    signatures_checked: self.key.is_some(),
+                };
+                Some((start.at, excerpt))
+            })
+            .collect();
+        excerpts.sort_by_key(|(at, _)| *at);
         Ok(Verified {
             chains: self.chains.len(),
             records: self.chains.iter().map(|c| c.records).sum(),
@@ -1093,6 +1346,7 @@ impl Verifier {
             signatures_checked: self.key.is_some(),
             unsigned,
             gaps: gaps.into_iter().map(|(_, gap)| gap).collect(),
+            excerpts: excerpts.into_iter().map(|(_, excerpt)| excerpt).collect(),
         })
     }
 }
@@ -2090,5 +2344,329 @@ mod tests {
             matches!(&found.problem, Problem::ForgedGap { seq: 1, reason, .. } if reason.contains("first record")),
             "{found}"
         );
+    }
+}
+
+#[cfg(test)]
+mod excerpt_tests {
+    use super::*;
+    use crate::audit::chain::{ChainOptions, ChainWriter, CheckpointKey};
+
+    const SEED: &str = "AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=";
+
+    fn public() -> CheckpointPublicKey {
+        CheckpointPublicKey::from_base64(&CheckpointKey::from_base64(SEED).unwrap().public_key())
+            .unwrap()
+    }
+
+    /// Records 1-3, the checkpoint of 3, records 4-6, the checkpoint of 6, records 7-9,
+    /// the checkpoint of 9: as the writer writes them.
+    fn chain() -> Vec<String> {
+        let key = CheckpointKey::from_base64(SEED).unwrap();
+        let mut writer =
+            ChainWriter::new(ChainOptions::default().signing_key(key).checkpoint_every(3));
+        let mut out = Vec::new();
+        for i in 1..=9 {
+            writer.append(format!(r#"{{"tool":"t{i}"}}"#).as_bytes(), &mut out);
+        }
+        let lines: Vec<String> = String::from_utf8(out)
+            .unwrap()
+            .lines()
+            .map(str::to_owned)
+            .collect();
+        assert_eq!(lines.len(), 12);
+        assert!(lines[3].starts_with(r#"{"checkpoint":{"#) && lines[3].contains(r#""seq":3"#));
+        lines
+    }
+
+    fn files(parts: &[&[String]]) -> Vec<AuditFile> {
+        parts
+            .iter()
+            .enumerate()
+            .map(|(i, lines)| {
+                AuditFile::new(
+                    format!("part{}", i + 1),
+                    (lines.join("\n") + "\n").into_bytes(),
+                )
+            })
+            .collect()
+    }
+
+    fn check(lines: &[String], key: bool) -> Result<Verified, Tampering> {
+        verify(&files(&[lines]), key.then(public).as_ref())
+    }
+
+    fn seq(line: &str) -> u64 {
+        serde_json::from_str::<Value>(line).unwrap()["seq"]
+            .as_u64()
+            .unwrap()
+    }
+
+    #[test]
+    fn an_excerpt_starting_mid_chain_verifies_and_names_the_link_taken_on_trust() {
+        let lines = chain();
+        // From record 4 on: the checkpoint of 3 left out.
+        for key in [true, false] {
+            let verified = check(&lines[4..], key).unwrap();
+            assert_eq!((verified.records, verified.checkpoints), (6, 2));
+            assert!(verified.unsigned.is_empty(), "{verified}");
+            let hash = line_hash(lines[2].as_bytes());
+            assert_eq!(
+                verified.excerpts,
+                [Excerpt {
+                    chain: serde_json::from_str::<Value>(&lines[0]).unwrap()["chain"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned(),
+                    first_seq: 4,
+                    prev: hash.clone(),
+                    at: ("part1".to_owned(), 1),
+                    anchor: None,
+                    signatures_checked: key,
+                }]
+            );
+            let report = verified.to_string();
+            assert!(
+                report.starts_with("excerpt: 1 chain(s) start past seq 1")
+                    && report.contains(&format!(
+                        "starts at seq 4, file part1 line 1: the record before it, seq 3 with \
+                         hash {hash}, is not in these files, so the link to it is taken on trust"
+                    ))
+                    && report.contains("verify again with the file that holds the record before"),
+                "{report}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_excerpt_that_keeps_the_checkpoint_before_it_has_its_first_link_checked() {
+        let lines = chain();
+        let verified = check(&lines[3..], true).unwrap();
+        assert_eq!((verified.records, verified.checkpoints), (6, 3));
+        assert_eq!(verified.excerpts[0].anchor, Some(("part1".to_owned(), 1)));
+        let report = verified.to_string();
+        assert!(
+            report.contains(
+                "checked against the checkpoint of seq 3 at file part1 line 1, whose signature is valid"
+            ) && !report.contains("taken on trust"),
+            "{report}"
+        );
+        // The first record's link changed: it no longer matches the checkpoint.
+        let mut edited = lines[3..].to_vec();
+        edited[1] = edited[1].replacen(r#""prev":""#, r#""prev":"0"#, 1);
+        let found = check(&edited, false).unwrap_err();
+        assert_eq!(found.line, 2, "{found}");
+        assert!(
+            matches!(
+                found.problem,
+                Problem::Unanchored {
+                    seq: 4,
+                    signed: 3,
+                    line: 1,
+                    ..
+                }
+            ),
+            "{found}"
+        );
+        // A forged anchor fails under the key.
+        let mut forged = lines[3..].to_vec();
+        forged[0] = forged[0].replacen(r#""signature":""#, r#""signature":"AA"#, 1);
+        let found = check(&forged, true).unwrap_err();
+        assert!(
+            matches!(found.problem, Problem::BadSignature { seq: 3, .. }),
+            "{found}"
+        );
+        // A checkpoint of an earlier record, then a record past the next one: missing.
+        let mut cut = lines[3..].to_vec();
+        cut.remove(1);
+        let found = check(&cut, false).unwrap_err();
+        assert!(
+            matches!(
+                found.problem,
+                Problem::Missing {
+                    expected: 4,
+                    found: 5,
+                    ..
+                }
+            ),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn disorder_and_tampering_within_an_excerpt_are_reported_with_their_seqs() {
+        let lines = chain();
+        let excerpt = lines[4..].to_vec();
+        assert_eq!(seq(&excerpt[0]), 4);
+        // Records 5 and 6 swapped.
+        let mut swapped = excerpt.clone();
+        swapped.swap(1, 2);
+        let found = check(&swapped, true).unwrap_err();
+        assert_eq!(found.line, 2);
+        assert!(
+            matches!(
+                found.problem,
+                Problem::OutOfOrder {
+                    seq: 6,
+                    expected: 5,
+                    ..
+                }
+            ),
+            "{found}"
+        );
+        // Record 5 removed.
+        let mut removed = excerpt.clone();
+        removed.remove(1);
+        let found = check(&removed, true).unwrap_err();
+        assert!(
+            matches!(
+                found.problem,
+                Problem::Missing {
+                    expected: 5,
+                    found: 6,
+                    ..
+                }
+            ),
+            "{found}"
+        );
+        // Record 5 there twice.
+        let mut copied = excerpt.clone();
+        copied.insert(2, excerpt[1].clone());
+        let found = check(&copied, true).unwrap_err();
+        assert!(
+            matches!(
+                found.problem,
+                Problem::DuplicateRecord {
+                    seq: 5,
+                    first_line: 2,
+                    ..
+                }
+            ),
+            "{found}"
+        );
+        // The first two swapped: record 5 before 4, as in a whole chain.
+        let mut first_two = excerpt.clone();
+        first_two.swap(0, 1);
+        let found = check(&first_two, true).unwrap_err();
+        assert_eq!(found.line, 1);
+        assert!(
+            matches!(
+                found.problem,
+                Problem::OutOfOrder {
+                    seq: 5,
+                    expected: 4,
+                    ..
+                }
+            ),
+            "{found}"
+        );
+        // Record 4 moved further down: after the records it should precede.
+        let mut moved = excerpt.clone();
+        let four = moved.remove(0);
+        moved.insert(2, four);
+        let found = check(&moved, true).unwrap_err();
+        assert_eq!(found.line, 3);
+        assert!(
+            matches!(
+                found.problem,
+                Problem::BeforeStart {
+                    seq: 4,
+                    start: 5,
+                    first_line: 1,
+                    ..
+                }
+            ),
+            "{found}"
+        );
+        // The first record edited: the next one's link tells.
+        let mut edited = excerpt.clone();
+        edited[0] = edited[0].replace(r#""tool":"t4""#, r#""tool":"t0""#);
+        let found = check(&edited, false).unwrap_err();
+        assert_eq!(
+            (found.line, &found.problem),
+            (
+                1,
+                &Problem::Changed {
+                    chain: serde_json::from_str::<Value>(&lines[0]).unwrap()["chain"]
+                        .as_str()
+                        .unwrap()
+                        .to_owned(),
+                    seq: 4
+                }
+            )
+        );
+        // A record past seq 1 that claims to be the chain's first.
+        let mut genesis = excerpt.clone();
+        genesis[0] = genesis[0].replacen(&line_hash(lines[2].as_bytes()), GENESIS, 1);
+        let found = check(&genesis, false).unwrap_err();
+        assert!(
+            matches!(found.problem, Problem::Changed { seq: 4, .. }),
+            "{found}"
+        );
+    }
+
+    #[test]
+    fn a_chain_starting_past_seq_1_further_down_a_file_is_missing_its_first_records() {
+        let lines = chain();
+        let other = chain();
+        // Another chain's records 1-3 and checkpoint, then this one's from record 4: its
+        // records 1-3 are missing, not an excerpt (an excerpt begins a file).
+        let spliced = [&other[..4], &lines[4..]].concat();
+        let found = check(&spliced, true).unwrap_err();
+        assert_eq!(found.line, 5);
+        assert!(
+            matches!(
+                found.problem,
+                Problem::Missing {
+                    expected: 1,
+                    found: 4,
+                    ..
+                }
+            ),
+            "{found}"
+        );
+        // The same lines as two files: each begins its file, so an excerpt.
+        let verified = verify(&files(&[&other[..4], &lines[4..]]), Some(&public())).unwrap();
+        assert_eq!((verified.chains, verified.excerpts.len()), (2, 1));
+    }
+
+    #[test]
+    fn concatenated_segments_verify_as_one_chain_and_newest_first_is_named() {
+        let lines = chain();
+        // Segments 4-6 and 7-9 in one file, and as two files.
+        let verified = check(&lines[4..], true).unwrap();
+        let split = verify(&files(&[&lines[4..8], &lines[8..]]), Some(&public())).unwrap();
+        assert_eq!(verified.records, split.records);
+        assert_eq!(split.excerpts.len(), 1);
+        // From the start: no excerpt.
+        let whole = verify(&files(&[&lines[..4], &lines[4..]]), Some(&public())).unwrap();
+        assert!(whole.excerpts.is_empty(), "{whole}");
+        assert!(
+            whole
+                .to_string()
+                .starts_with("intact: 1 chain(s), 9 record(s)")
+        );
+        // Newest first, in one file or two.
+        let reversed = [&lines[8..], &lines[4..8]].concat();
+        for found in [
+            check(&reversed, true).unwrap_err(),
+            verify(&files(&[&lines[8..], &lines[4..8]]), Some(&public())).unwrap_err(),
+        ] {
+            assert!(
+                matches!(
+                    found.problem,
+                    Problem::BeforeStart {
+                        seq: 4,
+                        start: 7,
+                        ..
+                    }
+                ),
+                "{found}"
+            );
+            assert!(
+                found.to_string().contains("give them oldest first"),
+                "{found}"
+            );
+        }
     }
 }
