@@ -28,10 +28,14 @@
 //! done): the POST is handed here, and goes on until its answer's head comes, within the
 //! same limits. An answer that is a stream is then read as above; any other — the answer
 //! itself, a failure status, no answer, the connection failing — says the upstream is
-//! done, and the place is given back at once. One given up between a stream the upstream
-//! ended and its resume, or on a POST toolgate does not send itself (reqwest's, rmcp's),
-//! may be running at the upstream with nothing to tell when it ends: its place is kept
-//! until the connection closes or the hold limit.
+//! done, and the place is given back at once. One toolgate sends from the calling task,
+//! given up between a stream the upstream ended and its resume, may be running at the
+//! upstream with nothing to tell when it ends: its place is kept until the connection
+//! closes or the hold limit. So is the place of a request rmcp sends (a list, a read, a
+//! call toolgate leaves to rmcp) given up while its POST is under way, or while rmcp's
+//! GET that resumes its stream (`Last-Event-ID`) is: rmcp drops the POST or the GET as
+//! the request is given up, reqwest's request with it, and the place is handed here from
+//! the guard that held it ([`streams`](super::streams)).
 //!
 //! Nothing here runs for a request that is answered: it costs a cancelled request one
 //! task, and an answered one nothing.

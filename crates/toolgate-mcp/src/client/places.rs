@@ -87,8 +87,13 @@
 //! [`LET_GO`] after it was given up — or, for a request without one, the upstream's
 //! `call_timeout` after ([`cancelled`](super::cancelled)). Otherwise a caller that starts
 //! and cancels calls in a loop would keep any number of them running at the upstream,
-//! past its share and the bound. The cancel itself returns at once; a request given up
-//! while it waits for a place was never sent, and holds none.
+//! past its share and the bound. That holds whoever sends the request and wherever it is:
+//! a POST toolgate sends is watched until its answer; one rmcp sends (lists, reads,
+//! `prompts/get`, subscriptions, calls toolgate leaves to rmcp), given up before its
+//! answer's head, and one given up while rmcp's GET that resumes its stream is under way,
+//! are dropped with rmcp's future, and their places are kept until the connection closes
+//! or the hold limit. The cancel itself returns at once; a request given up while it waits
+//! for a place was never sent, and holds none.
 
 use std::borrow::Borrow;
 use std::collections::HashSet;

@@ -32,7 +32,9 @@
 //! the upstream's requests in flight ([`places`](super::places)) while it is open. When it
 //! ends before its answer, the place is kept with its last event id, not given back:
 //! rmcp's GET that resumes it is the same request still in flight, and takes the place
-//! over. It is given back when the resumed stream is done with, or — no resume having
+//! over as it starts (given up while under way, the place is kept as a POST's is:
+//! [`streams`](super::streams)); a GET that fails leaves it here again for rmcp's next
+//! try. It is given back when the resumed stream is done with, or — no resume having
 //! taken it — [`LET_GO`] after the call is over (a request without a call: once the wait
 //! rmcp makes before it resumes, and [`LET_GO`] more, have passed), or with the
 //! connection. A stream the upstream ended is taken as the upstream's word that it is done
@@ -206,11 +208,12 @@ impl Resumable {
     }
 
     /// Remembers that a stream of `owner` ended at `event_id`, with `place`, its request's
-    /// place, kept for its resume (which rmcp makes after `retry`, or its own wait). An id
+    /// place, kept for its resume (which rmcp makes after `retry`, or its own wait) — or
+    /// that a resume from `event_id` failed, the place it took kept for the next. An id
     /// two owners' streams ended at is nobody's: no resume takes their places, which are
     /// given back as if none came (their requests are still in flight meanwhile). The
     /// streams of calls that are over are forgotten.
-    fn ended(
+    pub(crate) fn ended(
         &self,
         event_id: &str,
         owner: &Owner,

@@ -35,6 +35,7 @@ use rmcp::transport::streamable_http_client::{
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::cancelled;
 use super::places::{Place, Places, Reserved, Waiting};
 use super::post::Target;
 use super::relay::{Dropped, RouteTicket, Routes};
@@ -334,6 +335,12 @@ impl StreamableHttpClient for StreamTagging {
             auth_header.as_ref(),
             &custom_headers,
         );
+        // rmcp drops this future when the request is given up (its cancellation token),
+        // and reqwest the POST with it: the place is kept while the upstream may run it.
+        let mut under_way = UnderWay {
+            place,
+            closed: &self.closed,
+        };
         let response = self
             .inner
             .post_message_with_response_limits(
@@ -345,6 +352,9 @@ impl StreamableHttpClient for StreamTagging {
                 limits,
             )
             .await;
+        // Answered — a stream's head came, or the whole of another answer — or failed: the
+        // upstream is done with the request, or its stream holds the place from here.
+        let place = under_way.place.take();
         if matches!(response, Err(StreamableHttpError::SessionExpired)) {
             self.forgotten.cancel();
             if let Some(id) = &origin {
@@ -428,6 +438,17 @@ impl StreamableHttpClient for StreamTagging {
             Some(event_id) => self.resumable.owner(event_id),
             None => (Owner::Standalone, None),
         };
+        // The resume of a request's stream takes its place over as it starts: the request
+        // is in flight at the upstream while the GET is under way, and rmcp drops the GET
+        // when the request is given up.
+        let place = match (&owner, &last_event_id) {
+            (Owner::Request(_), Some(event_id)) => self.resumable.take_place(event_id),
+            _ => None,
+        };
+        let mut under_way = UnderWay {
+            place,
+            closed: &self.closed,
+        };
         let attached = session_id.is_some();
         let stream = self
             .inner
@@ -440,6 +461,7 @@ impl StreamableHttpClient for StreamTagging {
                 max_sse_event_size,
             )
             .await;
+        let place = under_way.place.take();
         // rmcp reads a 404 to a GET as any failed GET, and tries again without end.
         if attached
             && matches!(owner, Owner::Standalone)
@@ -447,17 +469,49 @@ impl StreamableHttpClient for StreamTagging {
         {
             self.forgotten.cancel();
         }
-        let stream = stream?;
-        let (origin, place) = match (&owner, &last_event_id) {
-            (Owner::Request(id), Some(event_id)) => {
-                (Some(id.clone()), self.resumable.take_place(event_id))
+        let stream = match stream {
+            Ok(stream) => stream,
+            Err(error) => {
+                // Kept for rmcp's next try at the resume, as before this one.
+                if let (Some(place), Some(event_id)) = (place, &last_event_id) {
+                    let ticket = ticket.as_ref();
+                    self.resumable
+                        .ended(event_id, &owner, ticket, Some(place), None);
+                }
+                return Err(error);
             }
-            _ => (None, None),
+        };
+        let origin = match &owner {
+            Owner::Request(id) => Some(id.clone()),
+            _ => None,
         };
         Ok(tagged(
             self.held(stream, owner, ticket, last_event_id, place),
             origin,
         ))
+    }
+}
+
+/// The place of a request whose POST rmcp sends, or whose stream it resumes (a GET with
+/// `Last-Event-ID`), while that is under way — its answer's head not yet come. Dropped so
+/// — rmcp gave the request up, and dropped the POST or the GET with it — the place is
+/// kept by a task of its own until the connection closes or the request's hold limit
+/// ([`cancelled`]): reqwest's request went with rmcp's future, and with it all that could
+/// tell when the upstream is done with the request. Taken out of it when the head comes
+/// (or the request fails), it costs an answered request nothing.
+struct UnderWay<'a> {
+    /// `None` once the answer's head came (or the request failed).
+    place: Option<Place>,
+    /// The connection's token, cancelled when it closes.
+    closed: &'a CancellationToken,
+}
+
+impl Drop for UnderWay<'_> {
+    fn drop(&mut self) {
+        if let Some(place) = self.place.take() {
+            let watched = cancelled::Watched::Nothing;
+            cancelled::keep_in_task(place, watched, None, self.closed.clone());
+        }
     }
 }
 
