@@ -108,3 +108,59 @@ impl ToolCall {
         }
     }
 }
+
+/// The most bytes a call's id may have, in the agent layer and in the gateway's
+/// `/v1/tool-calls` alike.
+///
+/// Counted in bytes, not characters: the limit bounds what every result, observation and
+/// suspension record repeats, and bytes are what that costs (256 characters could be
+/// 1 KiB); "characters" would also leave open which ones (code points or what a person
+/// sees). Providers' ids are ASCII of about 30 bytes (OpenAI's `call_…`, Anthropic's
+/// `toolu_…`), where the two counts agree.
+pub const MAX_CALL_ID_BYTES: usize = 256;
+
+/// Why a call's id cannot be used: an id correlates a result with its call, so it must be
+/// there, and be no longer than a model's ids are.
+///
+/// Ids are otherwise opaque: compared byte for byte, never case-folded or normalized, so
+/// `call_A` and `call_a`, or an `é` written as one code point and as `e` plus an accent,
+/// are different ids.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UnusableCallId {
+    /// The id is empty.
+    #[error(
+        "has an empty id, so its result could not be matched to it: send each call with the id the model gave it"
+    )]
+    Empty,
+    /// The id is over [`MAX_CALL_ID_BYTES`].
+    #[error(
+        "has an id of {bytes} bytes, over the limit of {MAX_CALL_ID_BYTES} bytes (a model's ids are about 30): send each call with the id the model gave it"
+    )]
+    TooLong {
+        /// The id's length in bytes.
+        bytes: usize,
+    },
+}
+
+/// Checks that `id` can answer its call: not empty, at most [`MAX_CALL_ID_BYTES`] bytes.
+///
+/// ```
+/// use toolgate_agent::{UnusableCallId, check_call_id};
+///
+/// assert_eq!(check_call_id("call_1"), Ok(()));
+/// assert_eq!(check_call_id(""), Err(UnusableCallId::Empty));
+/// assert_eq!(check_call_id(&"i".repeat(300)), Err(UnusableCallId::TooLong { bytes: 300 }));
+/// ```
+///
+/// # Errors
+///
+/// [`UnusableCallId`] saying which; its message reads after "the call" or "call 2".
+pub fn check_call_id(id: &str) -> Result<(), UnusableCallId> {
+    if id.is_empty() {
+        return Err(UnusableCallId::Empty);
+    }
+    if id.len() > MAX_CALL_ID_BYTES {
+        return Err(UnusableCallId::TooLong { bytes: id.len() });
+    }
+    Ok(())
+}

@@ -77,7 +77,7 @@ mod stats;
 mod suspension;
 mod system;
 
-pub use call::{Arguments, ToolCall};
+pub use call::{Arguments, MAX_CALL_ID_BYTES, ToolCall, UnusableCallId, check_call_id};
 pub use limit::{DEFAULT_RESULT_MAX_CHARS, Truncation, truncate_output};
 pub use modes::ExecutionMode;
 pub use observe::{Observation, ObservationSink, ObservationStream, Observer};

@@ -388,6 +388,52 @@ impl SuspensionStore for JsonFileSuspensionStore {
         }
     }
 
+    /// Takes the call and keeps `record` as its running record in one step, under the
+    /// store's lock: a reader — every one reads memory, under the same lock — finds the
+    /// call waiting until both files are written and running from then on, never neither.
+    /// The change is made on a copy of the table, written out, and only then kept.
+    ///
+    /// The two files are written one after the other: the record first, then the calls
+    /// file without the call. A crash between the two leaves the call waiting beside a
+    /// running record, which reads as waiting (its decision ended with the process) — never
+    /// a call that is neither. When either write fails, nothing is taken or kept (the
+    /// record written first is written away again) and the error is returned.
+    async fn take_running(
+        &self,
+        id: &str,
+        record: DecidedCall,
+        token: &str,
+    ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
+        let now = (self.clock)();
+        let mut table = self.lock();
+        let mut changed = table.clone();
+        match changed.take_running(id, record, token, now) {
+            Ok(Some(suspended)) => {
+                self.write_decided(&changed, now)?;
+                if let Err(error) = self.write_calls(&changed) {
+                    if let Err(undo) = self.write_decided(&table, now) {
+                        tracing::warn!(suspension_id = id, error = %undo, "a running record of a call that still waits stays in the file; it reads as waiting");
+                    }
+                    return Err(error);
+                }
+                *table = changed;
+                Ok(Some(suspended))
+            }
+            Ok(None) => Ok(None),
+            // An expired call was removed from memory: the file forgets it too, as `take`.
+            expired @ Err(SuspensionStoreError::Expired { .. }) => {
+                if changed.len() < table.len()
+                    && let Err(error) = self.write_calls(&changed)
+                {
+                    tracing::warn!(%error, "an expired suspension stays in the file until the next write");
+                }
+                *table = changed;
+                expired
+            }
+            Err(error) => Err(error),
+        }
+    }
+
     async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
         self.change_decided(|table, now| {
             table.keep_outcome(outcome, now);
@@ -1057,5 +1103,104 @@ mod tests {
             store.get("w1").await.unwrap().is_some(),
             "the call is untouched"
         );
+    }
+
+    /// Broken before: the store took the call and kept its running record in two steps,
+    /// each under the lock on its own, and a reader between them found the call neither
+    /// waiting nor running (its caller was told it is unknown). The reader here runs at
+    /// every moment the store lets another task in — each time it reads its clock, which it
+    /// does before taking its lock — and finds the call waiting or running every time.
+    #[tokio::test]
+    async fn a_call_taken_to_run_reads_as_waiting_or_running_at_every_moment_never_neither() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::{OnceLock, Weak};
+
+        use futures::FutureExt;
+
+        let dir = tempfile::tempdir().unwrap();
+        let ann = User::new("ann");
+        let store: Arc<OnceLock<Weak<JsonFileSuspensionStore>>> = Arc::default();
+        let reading = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let clock = {
+            let (store, reading, seen) =
+                (Arc::clone(&store), Arc::clone(&reading), Arc::clone(&seen));
+            move || {
+                // Armed: read the call as another task would, once per moment (the reads
+                // read the clock too, and are not read themselves).
+                if reading.swap(false, Ordering::SeqCst)
+                    && let Some(store) = store.get().and_then(Weak::upgrade)
+                {
+                    let waiting = store.get("w1").now_or_never().unwrap().unwrap().is_some();
+                    let running = store
+                        .outcome("w1")
+                        .now_or_never()
+                        .unwrap()
+                        .unwrap()
+                        .is_some();
+                    seen.lock().unwrap().push((waiting, running));
+                    reading.store(true, Ordering::SeqCst);
+                }
+                SystemTime::now()
+            }
+        };
+        let opened = Arc::new(
+            JsonFileSuspensionStore::open(dir.path().join("suspensions.json"), limits(5))
+                .unwrap()
+                .with_clock(clock),
+        );
+        store.set(Arc::downgrade(&opened)).unwrap();
+        opened.save(call_by("w1", &ann)).await.unwrap();
+
+        let running = DecidedCall::new("w1", &ann, json!({ "status": "running" }));
+        reading.store(true, Ordering::SeqCst);
+        let taken = opened.take_running("w1", running, "t-1").await.unwrap();
+        reading.store(false, Ordering::SeqCst);
+
+        assert_eq!(taken.map(|call| call.id), Some("w1".to_owned()));
+        let seen = seen.lock().unwrap().clone();
+        assert!(!seen.is_empty(), "the reader never ran");
+        assert!(
+            seen.iter().all(|&(waiting, running)| waiting || running),
+            "the call read as neither waiting nor running: {seen:?}"
+        );
+        assert_eq!(opened.get("w1").await, Ok(None));
+        let kept = opened.outcome("w1").await.unwrap().unwrap();
+        assert_eq!(kept.result["status"], "running");
+        let decided = read_json(&decided_file(opened.path()));
+        assert_eq!(decided["outcomes"][0]["id"], "w1", "{decided}");
+        assert_eq!(
+            read_json(opened.path()),
+            json!({}),
+            "the call left the calls file"
+        );
+    }
+
+    /// When the calls file cannot be written, a take to run takes nothing and keeps no
+    /// record, in memory or in the other file: the call still waits.
+    #[tokio::test]
+    async fn a_take_to_run_whose_calls_file_cannot_be_written_leaves_the_call_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("suspensions.json");
+        let ann = User::new("ann");
+        let store = JsonFileSuspensionStore::open(&path, limits(5)).unwrap();
+        store.save(call_by("w1", &ann)).await.unwrap();
+
+        block(&path);
+        let running = DecidedCall::new("w1", &ann, json!({ "status": "running" }));
+        let refused = store.take_running("w1", running, "t-1").await;
+        unblock(&path);
+
+        assert!(
+            matches!(&refused, Err(SuspensionStoreError::Unavailable(m)) if m.contains("could not write")),
+            "{refused:?}"
+        );
+        assert!(
+            store.get("w1").await.unwrap().is_some(),
+            "the call still waits"
+        );
+        assert_eq!(store.outcome("w1").await, Ok(None));
+        let decided = read_json(&decided_file(&path));
+        assert_eq!(decided["outcomes"], json!([]), "{decided}");
     }
 }

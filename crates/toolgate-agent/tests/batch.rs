@@ -593,3 +593,91 @@ async fn a_provider_bound_on_the_batch_reaches_every_call_of_a_parallel_batch() 
             .all(|(_, token)| token.is_none())
     );
 }
+
+/// Records the request id of every call as it enters the pipeline: the first stage.
+struct RecordArrival(std::sync::Mutex<Vec<String>>);
+
+#[toolgate_core::hook]
+impl toolgate_core::Hook for RecordArrival {
+    fn will_create_invoke_context(
+        &self,
+        ctx: &mut toolgate_core::ToolInvokeContext,
+    ) -> toolgate_core::HookResult {
+        self.0.lock().unwrap().push(ctx.request_id().to_string());
+        Ok(())
+    }
+}
+
+/// Runs six calls with at most `bound` at once, from a task on a worker as a server's
+/// handler does, and answers with the order they entered the pipeline in. The tool waits
+/// until `bound` calls are in it: the calls run at once, or the batch never ends.
+async fn arrival_order(bound: usize) -> Vec<String> {
+    use toolgate_core::{Pipeline, ToolError, tool_fn};
+    const CALLS: usize = 6;
+    let together = Arc::new(tokio::sync::Barrier::new(bound));
+    let arrival = Arc::new(RecordArrival(std::sync::Mutex::new(Vec::new())));
+    let pipeline = Pipeline::builder().hook(Arc::clone(&arrival)).tool(tool_fn(
+        "meet",
+        "Waits for the others.",
+        move |_: common::NoArgs| {
+            let together = Arc::clone(&together);
+            async move {
+                together.wait().await;
+                Ok::<_, ToolError>("met")
+            }
+        },
+    ));
+    let state = Arc::new(InMemoryStateManager::new());
+    state.set_config(THREAD, ThreadConfig::enabling(["meet"]));
+    let system = toolgate_agent::ToolSystem::builder(pipeline, state)
+        .build()
+        .unwrap();
+    let calls: Vec<ToolCall> = (0..CALLS)
+        .map(|i| ToolCall::new(format!("c{i}"), "meet", json!({})))
+        .collect();
+    let batch = tokio::spawn(async move {
+        system
+            .execute_tools(
+                THREAD,
+                calls,
+                ExecuteOptions::new().concurrency(Concurrency::Parallel(bound)),
+            )
+            .await
+    });
+    let results = tokio::time::timeout(Duration::from_secs(10), batch)
+        .await
+        .expect("the calls ran at once")
+        .unwrap();
+    let ids: Vec<&str> = results.iter().map(|r| r.call_id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["c0", "c1", "c2", "c3", "c4", "c5"],
+        "answers in order"
+    );
+    assert!(
+        results.iter().all(|r| r.output == Some(json!("met"))),
+        "{results:?}"
+    );
+    arrival.0.lock().unwrap().clone()
+}
+
+// The runtime starts the task a worker spawned last before those it spawned earlier (its
+// "LIFO slot"): calls each spawned at once onto a task would enter the pipeline last-first.
+// One worker makes that certain rather than likely.
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn parallel_calls_enter_the_pipeline_in_batch_order_and_still_run_at_once() {
+    assert_eq!(
+        arrival_order(6).await,
+        ["c0", "c1", "c2", "c3", "c4", "c5"],
+        "calls entered the pipeline out of batch order"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+async fn calls_waiting_for_their_turn_enter_the_pipeline_in_batch_order() {
+    assert_eq!(
+        arrival_order(2).await,
+        ["c0", "c1", "c2", "c3", "c4", "c5"],
+        "calls entered the pipeline out of batch order"
+    );
+}

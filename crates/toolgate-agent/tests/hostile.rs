@@ -333,7 +333,8 @@ async fn a_symlink_planted_at_the_temporary_file_name_is_never_written_through()
     }
 }
 
-/// Held: whatever the ids, each result answers its own call, in call order.
+/// Held: whatever the ids, each result answers its own call, in call order (a call with
+/// the empty id with an `invalid_call_id` error).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn duplicate_empty_and_hostile_call_ids_each_get_their_own_result_in_call_order() {
     let runs = Arc::new(Runs::default());
@@ -353,7 +354,11 @@ async fn duplicate_empty_and_hostile_call_ids_each_get_their_own_result_in_call_
     assert_eq!(results.len(), 2_000);
     for (i, result) in results.iter().enumerate() {
         assert_eq!(result.call_id, ids[i % ids.len()]);
-        assert_eq!(result.output, Some(json!(format!("t{i}"))));
+        if result.call_id.is_empty() {
+            assert_eq!(result.error_code(), Some("invalid_call_id"));
+        } else {
+            assert_eq!(result.output, Some(json!(format!("t{i}"))));
+        }
     }
 }
 
@@ -547,7 +552,7 @@ async fn an_error_message_over_the_result_limit_is_cut_with_the_marker() {
 /// Broken before: the id a model wrote became the call's request id as it was — newlines
 /// and terminal escapes into every log line of the call, megabytes into the suspension
 /// store. Now such an id runs under a generated request id and still answers its call,
-/// after a resume too; an id over 1,024 bytes is refused without running the tool.
+/// after a resume too; an id over 256 bytes is refused without running the tool.
 #[tokio::test]
 async fn a_call_id_a_model_wrote_is_not_the_request_id_unless_it_is_a_plain_id() {
     let pipeline = Pipeline::builder().tool(toolgate_core::prelude::tool_fn_with_context(
@@ -574,6 +579,11 @@ async fn a_call_id_a_model_wrote_is_not_the_request_id_unless_it_is_a_plain_id()
     assert_eq!(results[1].call_id, hostile);
     assert_eq!(results[2].error_code(), Some("invalid_call_id"));
     assert_eq!(results[2].call_id.len(), 2_000);
+    let message = &results[2].error.as_ref().unwrap().message;
+    assert!(
+        message.contains("2000 bytes") && message.contains("256 bytes"),
+        "{message}"
+    );
 
     for (i, expected) in [(0, Some("call_plain-1")), (1, None)] {
         let id = results[i].suspension_id().unwrap().to_owned();
@@ -610,4 +620,47 @@ fn arguments_nested_deeper_than_is_read_are_said_so_not_as_a_recursion_limit() {
         "{error}"
     );
     assert!(!error.contains("recursion"), "{error}");
+}
+
+/// Broken before: a call with the empty id ran, and its result could not be matched to it;
+/// an id of 1,024 bytes passed here while the gateway refused it. Now the empty id is
+/// refused like an over-long one, at the one limit the gateway also keeps (in bytes), and
+/// ids are opaque: ones that differ only in case or Unicode form are different calls.
+#[tokio::test]
+async fn an_empty_call_id_is_refused_and_ids_are_compared_byte_for_byte() {
+    let system = system(&Arc::new(Runs::default()), state()).build().unwrap();
+    let echo = |id: &str| ToolCall::new(id, "echo", json!({ "text": id }));
+    let at_the_bound = "i".repeat(toolgate_agent::MAX_CALL_ID_BYTES);
+    // 65 characters of four bytes each: within 256 characters, over 256 bytes.
+    let wide = "\u{1F600}".repeat(65);
+    let calls = vec![
+        echo(""),
+        echo("call_A"),
+        echo("call_a"),
+        echo("caf\u{e9}"),
+        echo("cafe\u{301}"),
+        echo(&at_the_bound),
+        echo(&wide),
+    ];
+    let results = system
+        .execute_tools(THREAD, calls, ExecuteOptions::new())
+        .await;
+    assert_eq!(results[0].call_id, "");
+    assert_eq!(results[0].error_code(), Some("invalid_call_id"));
+    let message = &results[0].error.as_ref().unwrap().message;
+    assert!(message.contains("empty id"), "{message}");
+    for (i, id) in ["call_A", "call_a", "caf\u{e9}", "cafe\u{301}"]
+        .iter()
+        .enumerate()
+    {
+        assert_eq!(results[i + 1].call_id, *id);
+        assert_eq!(
+            results[i + 1].output,
+            Some(json!(id)),
+            "{:?}",
+            results[i + 1]
+        );
+    }
+    assert_eq!(results[5].status, toolgate_agent::ToolStatus::Success);
+    assert_eq!(results[6].error_code(), Some("invalid_call_id"));
 }

@@ -146,8 +146,9 @@ fn with_suspended_at(kept: &DecidedCall, mut answer: Value) -> Value {
     answer
 }
 
-/// The `status` of a [running record](running_record).
-pub const RUNNING: &str = "running";
+/// The `status` of a [running record](running_record): core's, which the MCP server's
+/// tasks read too.
+pub use toolgate_core::suspension::RUNNING_STATUS as RUNNING;
 
 /// The error code of a call whose running record outlived its deadline by [`LOST_AFTER`]:
 /// it was decided and began, and no outcome was ever recorded. MCP `tasks/get` answers

@@ -631,8 +631,57 @@ async fn a_batch_with_two_calls_of_one_id_is_refused_400_naming_the_id() {
     assert!(refused.error_message().len() < 400, "{}", refused.body);
 }
 
+/// Broken before: a batch of one call with the empty id was run, and its result could not
+/// be matched to it. Ids are otherwise opaque: case and Unicode form tell ids apart.
 #[tokio::test]
-async fn a_batch_call_id_over_256_characters_is_refused_and_a_long_unknown_name_is_not_echoed() {
+async fn a_batch_call_with_an_empty_id_is_refused_and_ids_differing_in_case_or_form_are_distinct() {
+    let gateway = Gateway::start(&authorized_config());
+    let (client, alice) = (client(), key("alice"));
+    let echo = json!({"text": "hi"});
+    let url = |format: &str| gateway.url(&format!("/v1/tool-calls?format={format}"));
+    let anthropic = json!({"role": "assistant", "content": [
+        {"type": "tool_use", "id": "", "name": "echo", "input": echo},
+    ]});
+    for (format, payload) in [
+        ("openai", openai_calls(&[("", "echo", echo.clone())])),
+        ("anthropic", anthropic),
+    ] {
+        let refused = post_with(&client, &url(format), Some(&alice), &payload, &[]).await;
+        assert_eq!(
+            (refused.status, refused.error_code()),
+            (400, "bad_tool_calls"),
+            "{format}: {}",
+            refused.body
+        );
+        let message = refused.error_message();
+        assert!(
+            message.contains("call 1 has an empty id") && message.contains("nothing ran"),
+            "{format}: {message}"
+        );
+    }
+    let ids = ["call_A", "call_a", "caf\u{e9}", "cafe\u{301}"];
+    let calls: Vec<_> = ids.iter().map(|id| (*id, "echo", echo.clone())).collect();
+    let answer = post_with(
+        &client,
+        &url("openai"),
+        Some(&alice),
+        &openai_calls(&calls),
+        &[],
+    )
+    .await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    for (i, id) in ids.iter().enumerate() {
+        assert_eq!(answer.body["results"][i]["call_id"], *id, "{}", answer.body);
+        assert_eq!(
+            answer.body["results"][i]["status"], "success",
+            "{}",
+            answer.body
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_batch_call_id_over_256_bytes_is_refused_and_a_long_unknown_name_is_not_echoed() {
     let gateway = Gateway::start(&authorized_config());
     let (client, alice) = (client(), key("alice"));
     let echo = json!({"text": "hi"});
@@ -655,10 +704,26 @@ async fn a_batch_call_id_over_256_characters_is_refused_and_a_long_unknown_name_
         );
         let message = refused.error_message();
         assert!(
-            message.contains("257 characters") && !message.contains(&too_long),
+            message.contains("257 bytes") && !message.contains(&too_long),
             "{format}: {message}"
         );
     }
+    // 65 characters of four bytes each: the limit counts bytes, as the agent layer's does.
+    let wide = "\u{1F600}".repeat(65);
+    let refused = post_with(
+        &client,
+        &url("openai"),
+        Some(&alice),
+        &openai_calls(&[(&wide, "echo", echo.clone())]),
+        &[],
+    )
+    .await;
+    assert_eq!(refused.error_code(), "bad_tool_calls", "{}", refused.body);
+    assert!(
+        refused.error_message().contains("260 bytes"),
+        "{}",
+        refused.body
+    );
     let at_the_bound = "i".repeat(256);
     let answer = post_with(
         &client,

@@ -7,6 +7,7 @@ mod trace;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
@@ -212,7 +213,18 @@ impl ToolSystem {
         }
     }
 
-    /// Runs calls on their own tasks, at most `bound` at a time.
+    /// Runs calls on their own tasks, at most `bound` at a time, admitted in call order.
+    ///
+    /// Admission is this loop's, one call at a time: it waits for the call's turn (a
+    /// permit; the semaphore hands them out first come, first served), then polls the
+    /// call once here, which runs it into the pipeline up to its first wait — the
+    /// `will_create_invoke_context` hooks and every synchronous stage after them — and only
+    /// then hands it to a task of its own and admits the next call. Spawning every call at
+    /// once and letting each wait for its turn in its task would leave the order to the
+    /// runtime, which runs the last task a worker spawned first: the calls would enter
+    /// the pipeline last-first, or in any order across workers, and a hook that takes a
+    /// quota or writes an audit record would see them so. Only this first poll is one at a
+    /// time; the calls then run at once, up to `bound`.
     async fn run_parallel(
         &self,
         batch: &Batch,
@@ -226,21 +238,26 @@ impl ToolSystem {
         let mut index_of = HashMap::new();
         for (index, call) in calls.into_iter().enumerate() {
             requests.push((call.id.clone(), call.name.clone()));
+            // A call still waiting for its turn at the batch's deadline stops waiting: it
+            // is admitted at once and answered as out of time (see `run_call`).
+            let turn = Arc::clone(&permits).acquire_owned();
+            let permit = match batch.options.deadline {
+                Some(deadline) => tokio::time::timeout_at(deadline, turn).await.ok(),
+                None => Some(turn.await),
+            };
             let system = self.clone();
             let batch = batch.clone();
-            let permits = Arc::clone(&permits);
-            let handle = tasks.spawn(async move {
-                // A call still waiting for its turn at the batch's deadline stops waiting:
-                // it is answered at once as out of time (see `run_call`).
-                let _permit = match batch.options.deadline {
-                    Some(deadline) => tokio::time::timeout_at(deadline, permits.acquire_owned())
-                        .await
-                        .ok(),
-                    None => Some(permits.acquire_owned().await),
-                };
-                system.run_guarded(&batch, call).await
-            });
-            index_of.insert(handle.id(), index);
+            let mut run = Box::pin(async move { system.run_guarded(&batch, call).await });
+            match std::future::poll_fn(|cx| Poll::Ready(run.as_mut().poll(cx))).await {
+                Poll::Ready(result) => results[index] = Some(result),
+                Poll::Pending => {
+                    let handle = tasks.spawn(async move {
+                        let _permit = permit;
+                        run.await
+                    });
+                    index_of.insert(handle.id(), index);
+                }
+            }
         }
         while let Some(joined) = tasks.join_next_with_id().await {
             match joined {
@@ -324,13 +341,9 @@ impl ToolSystem {
             result.metadata.raw_arguments = raw.map(|raw| cut_text(raw, limit).0);
             self.finish(&batch.thread, &batch.trace_id, result)
         };
-        if id.len() > trace::MAX_CALL_ID {
+        if let Err(unusable) = crate::check_call_id(&id) {
             let error = ToolError::abort(
-                format!(
-                    "the call's id is {} bytes, over the limit of {} bytes: give each call a short id",
-                    id.len(),
-                    trace::MAX_CALL_ID
-                ),
+                format!("the call {unusable}; the tool did not run"),
                 "invalid_call_id",
                 400,
             );

@@ -40,11 +40,8 @@ impl TypeMapKey for ResultLimit {
 /// metadata reaches a result).
 pub(crate) const RESULT_MAX_CHARS: &str = "toolgate_agent.result_max_chars";
 
-/// The longest call id a model may send, in bytes: providers' ids are tens of bytes.
-pub(super) const MAX_CALL_ID: usize = 1024;
-
 /// The request id a call runs under: its id when that is 1 to 128 visible ASCII
-/// characters, a generated one otherwise (an id a model wrote may be empty, long, or hold
+/// characters, a generated one otherwise (an id a model wrote may be long, or hold
 /// newlines and terminal escapes, and a request id reaches logs, audit records and the
 /// suspension store). `None` when the id is the request id.
 pub(super) fn request_id_of(call_id: &str) -> Option<String> {

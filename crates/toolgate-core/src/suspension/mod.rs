@@ -230,6 +230,12 @@ pub struct RunningRecord {
     pub token: String,
 }
 
+/// The `status` of a running record: the result a host keeps as the outcome of a decided
+/// call while it runs ([`SuspensionStore::take_running`], [`SuspensionStore::keep_running`]),
+/// until the call's real outcome replaces it. The gateway keeps such records, and the MCP
+/// server's tasks read them (a task `working`): one name, so the two always agree.
+pub const RUNNING_STATUS: &str = "running";
+
 /// The shortest time a store keeps an expired call for
 /// [`claim_expired`](SuspensionStore::claim_expired), however short
 /// [`expire_after`](SuspensionLimits::expire_after): ten minutes, many rounds of the

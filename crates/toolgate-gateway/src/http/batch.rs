@@ -10,7 +10,7 @@ use axum::http::{Extensions, HeaderMap, StatusCode};
 use serde::Deserialize;
 use serde_json::{Value, json};
 use toolgate_agent::format::{anthropic, gemini, openai};
-use toolgate_agent::{ExecuteOptions, ToolCall, ToolResult};
+use toolgate_agent::{ExecuteOptions, ToolCall, ToolResult, check_call_id};
 use toolgate_core::User;
 use toolgate_hooks::audit::ClientAddress;
 use toolgate_http::UnusableId;
@@ -118,14 +118,15 @@ pub async fn tool_calls(
     Ok(Json(render(format, &results)))
 }
 
-/// The most characters a call's id may have. Providers' ids are about 30 (OpenAI's
-/// `call_…`, Anthropic's `toolu_…`); a longer one is not a model's, and each result repeats
-/// its call's id.
-const MAX_CALL_ID_CHARS: usize = 256;
-
 /// Refuses a batch whose results could not be told apart or would repeat what no model
-/// sends: two calls with one id (the caller could not tell which result is whose, and a
-/// tool would run twice for one answer), or an id over [`MAX_CALL_ID_CHARS`].
+/// sends: a call without an id (an empty one: its result could not be matched to it), two
+/// calls with one id (the caller could not tell which result is whose, and a tool would
+/// run twice for one answer), or an id over
+/// [`MAX_CALL_ID_BYTES`](toolgate_agent::MAX_CALL_ID_BYTES) bytes — the agent layer's
+/// check ([`check_call_id`]), so that a batch and the agent refuse the same ids.
+///
+/// Ids are opaque: compared byte for byte, so ids that differ only in case or in how
+/// their Unicode is written are different ids.
 ///
 /// # Errors
 ///
@@ -134,11 +135,8 @@ fn check_call_ids(calls: &[ToolCall]) -> Result<(), ApiError> {
     let bad = |message: String| ApiError::new(StatusCode::BAD_REQUEST, "bad_tool_calls", message);
     let mut seen = std::collections::HashMap::with_capacity(calls.len());
     for (position, call) in calls.iter().enumerate().map(|(i, call)| (i + 1, call)) {
-        let chars = call.id.chars().count();
-        if chars > MAX_CALL_ID_CHARS {
-            return Err(bad(format!(
-                "call {position} has an id of {chars} characters, over the limit of {MAX_CALL_ID_CHARS} (a model's ids are about 30): send the calls with the ids the model gave them; nothing ran"
-            )));
+        if let Err(unusable) = check_call_id(&call.id) {
+            return Err(bad(format!("call {position} {unusable}; nothing ran")));
         }
         if let Some(first) = seen.insert(call.id.as_str(), position) {
             return Err(bad(format!(

@@ -176,7 +176,7 @@ fn waiting_json(saved: &SuspendedInvocation) -> Value {
 fn running_json(kept: &DecidedCall, record: &Value) -> Value {
     json!({
         "id": kept.id,
-        "status": "running",
+        "status": crate::outcomes::RUNNING,
         "tool": record["tool_name"],
         "user": kept.user,
         "decision": record["decision"],
@@ -834,7 +834,7 @@ fn still_running(id: &str, saved: &SuspendedInvocation, decision: &str) -> Respo
     let body = with_tenant(
         &saved.user.tenant,
         json!({
-            "status": "running",
+            "status": crate::outcomes::RUNNING,
             "suspension_id": id,
             "tool": saved.tool,
             "user": saved.user.id,

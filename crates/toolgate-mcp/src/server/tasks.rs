@@ -32,9 +32,11 @@ use rmcp::model::{
     TaskStatus,
 };
 use serde_json::Value;
+// `RUNNING`: the `status` of a running record, which the gateway keeps as the outcome of
+// a decided call while it runs (`toolgate_gateway::outcomes::RUNNING` is the same constant).
 use toolgate_core::suspension::{
-    DecidedCall, ResumeDecision, RunningRecord, SuspensionStore, SuspensionStoreError,
-    decision_token,
+    DecidedCall, RUNNING_STATUS as RUNNING, ResumeDecision, RunningRecord, SuspensionStore,
+    SuspensionStoreError, decision_token,
 };
 use toolgate_core::{InvokeOptions, Pipeline, ToolError, User};
 
@@ -91,7 +93,7 @@ pub(super) fn detailed(id: &str, outcome: &Value, result: Option<CallToolResult>
             result: as_object(&result),
         },
         None => {
-            let message = if outcome["status"] == "running" {
+            let message = if outcome["status"] == RUNNING {
                 running_message(outcome)
             } else {
                 waiting_message(outcome["reason"].as_str().unwrap_or_default())
@@ -207,10 +209,6 @@ pub(super) async fn withdraw(
     }
     store.keep_outcome(outcome).await.map_err(failed)
 }
-
-/// The `status` of a running record: what the gateway keeps as the outcome of a decided
-/// call while it runs (`toolgate_gateway::outcomes::RUNNING`).
-const RUNNING: &str = "running";
 
 /// Withdraws the call whose kept outcome is `decided`, by `user` who made it, if it runs:
 /// keeps its withdrawal over its running record, and only over it
