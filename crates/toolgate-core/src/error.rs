@@ -344,6 +344,25 @@ pub fn shown_text(text: &str, max_chars: usize) -> std::borrow::Cow<'_, str> {
     shown.into()
 }
 
+/// Text from outside toolgate (an upstream's error message, a policy's `@reason`), as an
+/// error or a log line repeats it: every character that could forge a line or disguise
+/// the text around it ([`hides_text`]: control characters, line breaks included,
+/// bidirectional overrides and isolates, invisible marks) escaped as `\n`, `\u{202e}`;
+/// nothing cut. Borrowed when there is nothing to change.
+///
+/// ```
+/// use toolgate_core::error::escaped_text;
+///
+/// assert_eq!(escaped_text("no such table"), "no such table");
+/// assert_eq!(
+///     escaped_text("denied\u{202e}txt.exe\r\nINFO ok\u{1b}[2J\u{85}"),
+///     "denied\\u{202e}txt.exe\\r\\nINFO ok\\u{1b}[2J\\u{85}"
+/// );
+/// ```
+pub fn escaped_text(text: &str) -> std::borrow::Cow<'_, str> {
+    shown_text(text, usize::MAX)
+}
+
 /// A count as people read it in a message, its thousands separated by commas.
 ///
 /// ```

@@ -36,6 +36,7 @@
 //! | [`secret`] | secrets that never print |
 //! | [`json`] | JSON read strictly: an object that names a key twice is refused |
 //! | [`error`] | every error type |
+//! | [`file`] | a text file the operator names, read with bounds |
 //! | [`external`] | the types of other crates that appear in this one's API |
 //!
 //! # Example
@@ -93,6 +94,7 @@ pub mod context;
 pub mod control;
 mod definition;
 pub mod error;
+pub mod file;
 pub mod hook;
 pub mod json;
 mod limits;

@@ -431,6 +431,9 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
         .map_err(|e| e.in_file(path).to_string())?
         .current();
     warnings.extend(crate::gateway::unreadable_outcomes_warning(&gateway));
+    if let Some(cedar) = gateway.cedar_policies() {
+        warnings.extend(cedar.warnings().iter().cloned());
+    }
     let mut out = String::new();
     out.push_str(&format!(
         "{}: OK — {}, {}, state: {state}\n",

@@ -276,7 +276,7 @@ async fn a_policy_nested_too_deep_is_refused_by_check_and_a_reload_keeps_the_old
 
     let (status, _, stderr) = run(&["check", "--config", config.to_str().unwrap()], "");
     assert_eq!(status.code(), Some(2), "{stderr}");
-    let at = format!("{}:2:74: nested more than 32 deep", deep.display());
+    let at = format!("{}:2:75: nested too deep", deep.display());
     assert!(stderr.contains(&at), "{stderr}");
     assert!(stderr.contains("write it flatter"), "{stderr}");
 
@@ -329,4 +329,44 @@ async fn a_pipe_or_a_device_named_as_policy_file_is_refused_without_waiting() {
         stderr.contains("/dev/zero: is not a regular file"),
         "{stderr}"
     );
+}
+
+#[cfg(unix)]
+#[tokio::test]
+async fn a_pipe_in_the_configs_place_is_refused_by_a_reload_without_waiting() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = start(dir.path());
+    std::fs::remove_file(&gateway.config).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(&gateway.config)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    gateway.signal("HUP");
+    gateway
+        .wait_for_log(
+            "it is not a regular file (a pipe, a device or a directory): name the configuration file itself",
+            1,
+            Duration::from_secs(30),
+        )
+        .await;
+    // The gateway was not kept waiting: it goes on serving, with the policies it had.
+    let refused = invoke(&gateway, "alice", "echo", json!({"text": "DROP TABLE t"})).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+}
+
+#[tokio::test]
+async fn check_warns_of_policy_files_with_no_enforced_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let gateway = start(dir.path());
+    let empty = dir.path().join("empty.cedar");
+    std::fs::write(&empty, "// nothing yet\n").unwrap();
+    let config = with_policy_file(&gateway, dir.path(), &empty, "empty.yaml");
+    let (status, _, stderr) = run(&["check", "--config", config.to_str().unwrap()], "");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    let warning = format!(
+        "warning: the policy files ({}) hold no enforced policy: every call they decide is denied until a `permit` is added",
+        empty.display()
+    );
+    assert!(stderr.contains(&warning), "{stderr}");
 }

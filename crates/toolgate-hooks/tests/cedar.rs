@@ -864,3 +864,36 @@ when { principal == User::"ann" && principal in Tenant::"acme" };"#,
         assert_eq!(err.code(), "forbidden", "{other:?}: {err}");
     }
 }
+
+/// A policy whose condition nests `terms` deep (a chain of `&&`, which Cedar nests one
+/// level a term), called on a thread with a runtime worker's 2 MiB of stack: permitted.
+fn deep_condition_is_decided_on_a_workers_stack(terms: usize) {
+    let condition = vec!["principal.roles.contains(\"analyst\")"; terms].join(" && ");
+    let text = format!(
+        "@id(\"deep\")\npermit(principal, action == Action::\"list_rows\", resource) when {{ {condition} }};"
+    );
+    let worker = std::thread::Builder::new().stack_size(2 * 1024 * 1024);
+    let answer = worker
+        .spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async {
+                let f = fixture(&text);
+                call(&f, analyst("acme"), "list_rows", json!({})).await
+            })
+        })
+        .expect("a thread")
+        .join()
+        .expect("no overflow");
+    assert_eq!(answer.expect("permitted"), json!([]), "{terms} terms");
+}
+
+#[test]
+fn a_condition_nested_deeper_than_a_workers_stack_holds_is_still_decided() {
+    // A debug build's evaluator fits about 32 levels in 2 MiB, and fails the policy past
+    // that (Cedar stops short of the stack's end): the permit would deny.
+    for terms in [8, 100, 1_000] {
+        deep_condition_is_decided_on_a_workers_stack(terms);
+    }
+}

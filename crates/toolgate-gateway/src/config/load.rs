@@ -192,26 +192,18 @@ pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
     parse(&text).map_err(|e| e.in_file(path))
 }
 
-/// The most of a configuration file that is read: far more than any configuration, and
-/// little enough that a wrong path (a device such as `/dev/zero`, a log file) fails at once.
-pub const MAX_CONFIG_BYTES: u64 = 16 * 1024 * 1024;
-
-/// The text of the file at `path` (a pipe, such as `<(envsubst < gateway.yaml)`, too), or
-/// why not: over [`MAX_CONFIG_BYTES`], or not UTF-8.
+/// The text of the regular file at `path`, or why not: not a regular file (a pipe or a
+/// device would keep a start or a reload waiting, or filling memory), over
+/// [`MAX_TEXT_FILE_BYTES`](toolgate_core::file::MAX_TEXT_FILE_BYTES), or not UTF-8.
 fn read_text(path: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?
-        .take(MAX_CONFIG_BYTES + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_CONFIG_BYTES {
-        return Err(std::io::Error::other(format!(
-            "it is over {} MiB, far more than a configuration: is this the right file?",
-            MAX_CONFIG_BYTES >> 20
-        )));
-    }
-    String::from_utf8(bytes)
-        .map_err(|_| std::io::Error::other("it is not UTF-8 text: save it as UTF-8"))
+    use toolgate_core::file::{TextFileError, read_text_file};
+    read_text_file(path).map_err(|e| match e {
+        TextFileError::Unreadable(e) => e,
+        TextFileError::NotAFile => std::io::Error::other(
+            "it is not a regular file (a pipe, a device or a directory): name the configuration file itself",
+        ),
+        other => std::io::Error::other(other.to_string()),
+    })
 }
 
 /// How deep a configuration's lists and maps written in flow style (`[a, [b]]`, `{a: {b:
@@ -1028,10 +1020,27 @@ mod tests {
         std::fs::write(&binary, [0xff, 0xfe, 0x00]).unwrap();
         let refused = load_file(&binary).unwrap_err().to_string();
         assert!(refused.contains("not UTF-8"), "{refused}");
-        #[cfg(unix)]
-        {
-            let refused = load_file(Path::new("/dev/zero")).unwrap_err().to_string();
-            assert!(refused.contains("over 16 MiB"), "{refused}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_or_a_device_in_the_configs_place_is_refused_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("gateway.yaml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        for path in [fifo.as_path(), Path::new("/dev/zero")] {
+            let refused = load_file(path).unwrap_err().to_string();
+            assert_eq!(
+                refused,
+                format!(
+                    "cannot read config file {}: it is not a regular file (a pipe, a device or a directory): name the configuration file itself",
+                    path.display()
+                )
+            );
         }
     }
 

@@ -38,9 +38,9 @@ impl CedarPolicies {
             // Nothing could be evaluated: say every policy could apply rather than none.
             return self.all_policies(|_| false);
         };
-        let response = inner
-            .authorizer
-            .is_authorized_partial(&request, &inner.all, &entities);
+        let response = inner.on_enough_stack(|| {
+            (inner.authorizer).is_authorized_partial(&request, &inner.all, &entities)
+        });
         let always: Vec<String> = response
             .definitely_satisfied()
             .map(|p| p.id().to_string())

@@ -1,28 +1,61 @@
 //! How deep a policy file's expressions nest, measured before Cedar parses them.
 //!
-//! Cedar's parser and the walks over what it builds recurse once per level of an
-//! expression, with no limit of their own: about a hundred nested parentheses overflow a
-//! runtime worker's stack, and an overflowing stack aborts the process (a reload would take
-//! the gateway down). So the text is measured first, and text deeper than [`MAX_DEPTH`]
-//! is refused at the place it gets too deep.
+//! Cedar's parser, its evaluator and the drop of what it builds recurse once per level of
+//! an expression, with no limit of their own, and an overflowing stack aborts the process
+//! (a reload would take the gateway down). So the text is measured first, and text that
+//! costs more than [`MAX_DEPTH`] levels is refused at the place it gets too deep.
 //!
-//! The measure is an upper bound of the depth of the tree Cedar builds: every bracket
-//! (`(`, `[`, `{`) is a level; inside one, every `if`, `&&` and `||` is a level until the
-//! bracket closes (Cedar nests a chain of `||` one level a term, and its evaluator and the
-//! drop of a policy set recurse through it: a 31-term `||` already fails to evaluate on a
-//! 2 MiB stack in a debug build, and 20,000 terms overflow a release build's stack when
-//! the set is dropped), and every operator (`.`, `+`, `-`, `*`, `!`, comparisons, `has`,
-//! `like`, `in`, `is`) is a level until the next `&&`, `||`, `,`, `:`, `then` or `else`,
-//! which start a new operand. Strings and `//` comments are skipped.
+//! What a level costs, measured with Cedar 4.14 in a debug build (each construct nested
+//! alone until the stack overflowed):
+//!
+//! | construct                                  | parsed on 2 MiB | parsed on 64 MiB | dropped on 2 MiB | evaluated on 2 MiB |
+//! |--------------------------------------------|-----------------|------------------|------------------|--------------------|
+//! | brackets `(`, `[`, `{a: `                  | 35–37 deep      | 1,150–1,230      | all that parse   | ~33                |
+//! | `if … then … else if …`                    | ~385            | ≥ 11,800         | ~11,800          | ~32                |
+//! | `.a`, `.m(…)`, `+`, `*`, `&&`, `\|\|`, `has` | ≥ 380,000       | ≥ 380,000        | ~11,800          | 31–35              |
+//!
+//! A bracket costs the parser about 56 KiB of stack, an `if` about 5.5 KiB, and everything
+//! else next to nothing: the parser reads chains of operators in a loop. But every
+//! operator, member access, method call, `&&`, `||` and `if` is a level of the tree Cedar
+//! builds, and dropping it costs about 180 bytes of stack a level: on a runtime worker's
+//! 2 MiB (where an old policy set may be dropped after a reload) about 11,800 levels
+//! overflow, whatever the construct. Cedar's evaluator and validator never overflow: they
+//! stop where less than 100 KiB of stack is left, and the policy counts as failed (a call
+//! it would permit is denied, and the failure is logged). In a debug build that is about
+//! 32 levels of any kind on a 2 MiB worker; a release build's frames are far smaller. So
+//! a decision runs where the stack has room for the set's deepest expression
+//! ([`evaluation_stack`]): in place when the calling thread has that much left, on a stack
+//! of its own made for the decision otherwise — only for sets that nest deep.
+//! (`!` and `-` in a row, and relational operators in a row, are refused by Cedar itself.)
+//!
+//! So a bracket counts [`BRACKET`] levels and an `if` [`IF`], everything else one: text
+//! at the limit parses on 2 MiB (the loader has 64 MiB), and its tree is a sixth of what
+//! overflows a worker's stack when it is dropped. A 40-segment member path costs 40 of the
+//! 2,048 levels; a block list of a thousand comparisons joined by `||` loads.
 
-/// How deep an expression may nest: far more than any policy a person writes, and
-/// little enough that Cedar never comes near the end of a stack.
-pub const MAX_DEPTH: usize = 32;
+//! The measure is an upper bound of that cost along any path of the tree: every bracket
+//! is [`BRACKET`] levels; inside one, every `if` is [`IF`] levels and every `&&` and `||`
+//! one, until the bracket closes (Cedar nests a chain of `||` one level a term); every
+//! operator (`.`, `+`, `-`, `*`, `!`, comparisons, `has`, `like`, `in`, `is`) is a level
+//! until the next `&&`, `||`, `,`, `:`, `then` or `else`, which start a new operand.
+//! Strings and `//` comments are skipped.
+
+/// How many levels an expression may cost: far more than any policy a person writes
+/// (32 brackets, 256 `if`s or 2,048 operators), and little enough that Cedar never comes
+/// near the end of a stack.
+pub const MAX_DEPTH: usize = 2048;
+
+/// What a bracket (`(`, `[`, `{`) costs, in levels: Cedar's parser needs about as much
+/// stack for one as for 300 operators.
+pub(crate) const BRACKET: usize = 64;
+
+/// What an `if` costs, in levels.
+pub(crate) const IF: usize = 8;
 
 /// One open bracket (or the text outside every bracket) and what nests in it so far.
 #[derive(Default)]
 struct Level {
-    /// The `if`s, `&&`s and `||`s since the bracket opened.
+    /// The bracket's own cost and that of the `if`s, `&&`s and `||`s since it opened.
     joins: usize,
     /// The operators since the operand began.
     operators: usize,
@@ -30,17 +63,46 @@ struct Level {
 
 impl Level {
     fn depth(&self) -> usize {
-        1 + self.joins + self.operators
+        self.joins + self.operators
     }
 }
 
 /// Where `text` first nests deeper than [`MAX_DEPTH`], if it does: the byte offset of
 /// the bracket, `if` or operator that goes past it.
 pub(crate) fn too_deep(text: &str) -> Option<usize> {
+    scan(text, BRACKET, IF, MAX_DEPTH).err()
+}
+
+/// How many levels of Cedar's evaluator `text`'s deepest expression takes at most: its
+/// nesting with every bracket, `if` and operator one level. What a decision over it needs
+/// of the stack ([`evaluation_stack`]).
+pub(crate) fn evaluation_levels(text: &str) -> usize {
+    scan(text, 1, 1, usize::MAX).unwrap_or(usize::MAX)
+}
+
+/// What Cedar's evaluator needs of the stack, in a debug build (the larger frames), for
+/// each level of an expression: about 2 MiB holds 32 ([the module](self)).
+const EVALUATION_LEVEL_BYTES: usize = 64 * 1024;
+
+/// The stack Cedar's evaluator stops short of (it fails a policy where less than 100 KiB
+/// is left), and a margin for the frames above it.
+const EVALUATION_BASE_BYTES: usize = 256 * 1024;
+
+/// The stack a decision over policies whose deepest expression is `levels` deep needs.
+pub(crate) fn evaluation_stack(levels: usize) -> usize {
+    levels
+        .saturating_mul(EVALUATION_LEVEL_BYTES)
+        .saturating_add(EVALUATION_BASE_BYTES)
+}
+
+/// Measures `text` with a bracket costing `bracket` levels and an `if` `if_cost`: the
+/// deepest it nests, or the offset where it first goes past `limit`.
+fn scan(text: &str, bracket: usize, if_cost: usize, limit: usize) -> Result<usize, usize> {
+    let mut deepest = 0;
     let bytes = text.as_bytes();
     let mut levels = vec![Level::default()];
     // The sum of the open levels' depths, kept as they change.
-    let mut depth = 1;
+    let mut depth = 0;
     let mut i = 0;
     while i < bytes.len() {
         let start = i;
@@ -63,8 +125,11 @@ pub(crate) fn too_deep(text: &str) -> Option<usize> {
                 0
             }
             b'(' | b'[' | b'{' => {
-                levels.push(Level::default());
-                1
+                levels.push(Level {
+                    joins: bracket,
+                    operators: 0,
+                });
+                bracket
             }
             b')' | b']' | b'}' => {
                 if levels.len() > 1
@@ -106,8 +171,8 @@ pub(crate) fn too_deep(text: &str) -> Option<usize> {
                 }
                 match &text[start..i] {
                     "if" => {
-                        levels[top].joins += 1;
-                        1
+                        levels[top].joins += if_cost;
+                        if_cost
                     }
                     "then" | "else" => {
                         depth -= levels[top].operators;
@@ -124,11 +189,12 @@ pub(crate) fn too_deep(text: &str) -> Option<usize> {
             _ => 0,
         };
         depth += added;
-        if depth > MAX_DEPTH {
-            return Some(start);
+        if depth > limit {
+            return Err(start);
         }
+        deepest = deepest.max(depth);
     }
-    None
+    Ok(deepest)
 }
 
 #[cfg(test)]
@@ -141,6 +207,15 @@ mod tests {
             open.repeat(n),
             close.repeat(n)
         )
+    }
+
+    fn when(condition: &str) -> String {
+        format!("permit(principal, action, resource) when {{ {condition} }};")
+    }
+
+    /// `n` copies of `term` joined by `join`.
+    fn chain(term: &str, join: &str, n: usize) -> String {
+        vec![term; n].join(join)
     }
 
     #[test]
@@ -158,62 +233,66 @@ when {
 };
 "#;
         assert_eq!(too_deep(text), None);
-        assert_eq!(too_deep(&nested("(", ")", MAX_DEPTH - 8)), None);
+        assert_eq!(too_deep(&nested("(", ")", 24)), None);
+    }
+
+    #[test]
+    fn a_long_member_path_and_long_chains_of_conditions_are_not_too_deep() {
+        let path = format!("context{} == 1", ".a".repeat(40));
+        assert_eq!(too_deep(&when(&path)), None);
+        let ands = chain("context.a.b.c == 1", " && ", 200);
+        assert_eq!(too_deep(&when(&ands)), None);
+        let else_ifs = format!("{}true", "if context.a == 1 then false else ".repeat(20));
+        assert_eq!(too_deep(&when(&else_ifs)), None);
+        // A block list of comparisons joined by `||`: the `when` block (64), a level a
+        // join, and the last comparison's `.` and `==`.
+        let listed = |n: usize| {
+            let terms: Vec<String> = (0..n).map(|k| format!("context.a == \"v{k}\"")).collect();
+            when(&terms.join(" || "))
+        };
+        let most = MAX_DEPTH - BRACKET - 1;
+        assert!(too_deep(&listed(most)).is_none());
+        assert!(too_deep(&listed(most + 1)).is_some());
     }
 
     #[test]
     fn brackets_deeper_than_the_limit_are_found_where_they_get_too_deep() {
         for (open, close) in [("(", ")"), ("[", "]"), ("{a: ", "}")] {
-            let text = nested(open, close, 10 * MAX_DEPTH);
+            let text = nested(open, close, 10 * MAX_DEPTH / BRACKET);
             let at = too_deep(&text).expect("too deep");
-            // The 32nd opening bracket: the text outside them and `when {` are two levels.
+            // The 32nd bracket, counting the `when` block's.
             let first = text.find("when { ").unwrap() + "when { ".len();
-            assert_eq!(at, first + (MAX_DEPTH - 2) * open.len(), "{open}");
+            assert_eq!(at, first + (MAX_DEPTH / BRACKET - 1) * open.len(), "{open}");
         }
     }
 
     #[test]
-    fn long_chains_of_operators_and_of_and_and_or_count() {
-        let chain = |op: &str, n: usize| {
-            format!(
-                "permit(principal, action, resource) when {{ {} }};",
-                vec!["1"; n].join(op)
-            )
-        };
-        assert!(too_deep(&chain(" + ", 1000)).is_some());
-        assert!(too_deep(&chain(" * ", 1000)).is_some());
-        assert!(too_deep(&chain(" == 1 && 1", 1000)).is_some());
-        assert!(too_deep(&chain(" == 1 || 1", 1000)).is_some());
-        // A block list of 29 comparisons joined by `||` is what still loads (the text
-        // outside, the `when` block, 28 joins, and the last comparison's `.` and `==`: 32
-        // levels); one more is refused. A set and `.contains` say the same thing flat.
-        let listed = |n: usize| {
-            let terms: Vec<String> = (0..n).map(|k| format!("context.a == \"v{k}\"")).collect();
-            format!(
-                "permit(principal, action, resource) when {{ {} }};",
-                terms.join(" || ")
-            )
-        };
-        assert!(too_deep(&listed(29)).is_none());
-        assert!(too_deep(&listed(30)).is_some());
-        let set: Vec<String> = (0..1000).map(|k| format!("\"v{k}\"")).collect();
-        let contains = format!(
-            "permit(principal, action, resource) when {{ [{}].contains(context.a) }};",
-            set.join(", ")
-        );
-        assert!(too_deep(&contains).is_none());
-        let members = format!(
-            "permit(principal, action, resource) when {{ context{} }};",
-            ".a".repeat(1000)
-        );
-        assert!(too_deep(&members).is_some());
-        let else_ifs = format!(
-            "permit(principal, action, resource) when {{ {}true }};",
-            "if false then false else ".repeat(1000)
-        );
-        assert!(too_deep(&else_ifs).is_some());
+    fn long_chains_of_operators_ifs_and_joins_count() {
+        let long = 2 * MAX_DEPTH;
+        for (term, join) in [
+            ("1", " + "),
+            ("1", " * "),
+            ("context.a == 1", " && "),
+            ("context.a == 1", " || "),
+            ("context has a", " && "),
+        ] {
+            assert!(
+                too_deep(&when(&chain(term, join, long))).is_some(),
+                "{join}"
+            );
+        }
+        let members = format!("context{} == 1", ".a".repeat(long));
+        assert!(too_deep(&when(&members)).is_some());
+        let methods = format!("context.s{}", ".contains(1)".repeat(long));
+        assert!(too_deep(&when(&methods)).is_some());
+        let else_ifs = format!("{}true", "if false then false else ".repeat(long / IF));
+        assert!(too_deep(&when(&else_ifs)).is_some());
         // Entity names do not start a new operand.
-        assert!(too_deep(&chain(" + ", 1000).replace('1', "Tool::\"1\"")).is_some());
+        assert!(too_deep(&when(&chain("Tool::\"1\"", " + ", long))).is_some());
+        // A set and `.contains` say what a long `||` says, flat.
+        let set: Vec<String> = (0..10_000).map(|k| format!("\"v{k}\"")).collect();
+        let contains = format!("[{}].contains(context.a)", set.join(", "));
+        assert!(too_deep(&when(&contains)).is_none());
     }
 
     #[test]
@@ -225,22 +304,79 @@ when {
         assert_eq!(too_deep(&text), None);
     }
 
-    #[test]
-    fn text_at_the_limit_parses_on_a_small_stack() {
-        // The smallest stack Cedar could meet: a runtime worker's 2 MiB, in a debug build.
-        let mut depth = 1;
-        while too_deep(&nested("(", ")", depth + 1)).is_none() {
-            depth += 1;
+    /// The longest text `make(n)` makes that is not too deep.
+    fn at_the_limit(make: impl Fn(usize) -> String) -> String {
+        let mut n = 1;
+        while too_deep(&make(n + 1)).is_none() {
+            n += 1;
         }
-        let text = nested("(", ")", depth);
-        std::thread::Builder::new()
-            .stack_size(2 << 20)
-            .spawn(move || {
-                let set: cedar_policy::PolicySet = text.parse().expect("it parses");
-                drop(set);
-            })
-            .unwrap()
-            .join()
-            .expect("no overflow");
+        make(n)
+    }
+
+    #[test]
+    fn text_at_the_limit_parses_evaluates_and_drops_on_a_small_stack() {
+        use cedar_policy::{
+            Authorizer, Context, Entities, EntityUid, PolicySet, Request, RequestBuilder,
+        };
+        use std::str::FromStr;
+        let texts = [
+            at_the_limit(|n| nested("(", ")", n)),
+            at_the_limit(|n| nested("[", "]", n)),
+            at_the_limit(|n| nested("{a: ", "}", n)),
+            at_the_limit(|n| {
+                nested("(", ")", n).replace("context.a", "context.s.contains(context.a)")
+            }),
+            at_the_limit(|n| {
+                when(&format!(
+                    "{}true",
+                    "if context.a == 2 then false else ".repeat(n)
+                ))
+            }),
+            at_the_limit(|n| when(&chain("context.a == 1", " && ", n))),
+            at_the_limit(|n| when(&chain("context.a == 2", " || ", n))),
+            at_the_limit(|n| when(&format!("context{} == 1", ".a".repeat(n)))),
+            at_the_limit(|n| when(&format!("context.s{}", ".contains(1)".repeat(n)))),
+            at_the_limit(|n| when(&(chain("1", " + ", n) + " == 1"))),
+            // Brackets, then as many operators as are left inside them.
+            at_the_limit(|n| {
+                when(&format!(
+                    "{}{}{}",
+                    "(".repeat(16),
+                    chain("context.a == 1", " && ", n),
+                    ")".repeat(16)
+                ))
+            }),
+        ];
+        for text in texts {
+            let shown = text.chars().take(80).collect::<String>();
+            // The smallest stack Cedar could meet: a runtime worker's 2 MiB, in a debug build.
+            std::thread::Builder::new()
+                .stack_size(2 << 20)
+                .spawn(move || {
+                    let set = PolicySet::from_str(&text).expect("it parses");
+                    let uid = |s: &str| EntityUid::from_str(s).unwrap();
+                    let context = Context::from_json_str(r#"{"a": 1, "s": [1]}"#, None).unwrap();
+                    let request = Request::new(
+                        uid("User::\"u\""),
+                        uid("Action::\"call\""),
+                        uid("Tool::\"t\""),
+                        context,
+                        None,
+                    )
+                    .unwrap();
+                    let authorizer = Authorizer::new();
+                    drop(authorizer.is_authorized(&request, &set, &Entities::empty()));
+                    let partial = RequestBuilder::default()
+                        .principal(uid("User::\"u\""))
+                        .action(uid("Action::\"call\""))
+                        .resource(uid("Tool::\"t\""))
+                        .build();
+                    drop(authorizer.is_authorized_partial(&partial, &set, &Entities::empty()));
+                    drop(set);
+                })
+                .unwrap()
+                .join()
+                .unwrap_or_else(|_| panic!("{shown}…"));
+        }
     }
 }

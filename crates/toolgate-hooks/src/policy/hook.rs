@@ -14,6 +14,7 @@ use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Hook, HookResult, Stage, ToolInvokeContext, User, hook};
 
 use super::decision::{PolicyDecision, ShadowDecision, Verdict};
+use super::depth::evaluation_stack;
 use super::load::{self, PolicyLoadError, PolicySource};
 use super::model::Model;
 
@@ -135,11 +136,13 @@ impl CedarPoliciesBuilder {
                 model,
                 reasons: loaded.reasons.into_iter().collect(),
                 origins: loaded.origins,
+                warnings: loaded.warnings,
                 has_shadow: !loaded.shadow.is_empty(),
                 shadow: loaded.shadow,
                 enforced: loaded.enforced,
                 all: loaded.all,
                 by_tool,
+                evaluation_stack: evaluation_stack(loaded.evaluation_levels),
                 authorizer: Authorizer::new(),
             }),
         })
@@ -159,7 +162,11 @@ pub(super) struct Inner {
     reasons: HashMap<String, String>,
     /// Each policy's id and the file it came from, in file order.
     pub(super) origins: Vec<(String, String)>,
+    /// What the operator should know of the policies, which load.
+    warnings: Vec<String>,
     pub(super) authorizer: Authorizer,
+    /// The stack a decision over these policies needs ([`evaluation_stack`]).
+    evaluation_stack: usize,
 }
 
 /// Which policies a decision is over: the enforced ones, or all (the shadow ones too).
@@ -199,6 +206,14 @@ fn narrowed(set: &PolicySet, action: &EntityUid) -> Option<PolicySet> {
 }
 
 impl Inner {
+    /// Runs `decide`, a decision over these policies, where the stack has room for their
+    /// deepest expression: in place when the thread has that much left (policies as
+    /// people write them, on a runtime worker), else on a stack made for it. Cedar's
+    /// evaluator fails a policy, where a permit then denies, rather than go below 100 KiB.
+    pub(super) fn on_enough_stack<R>(&self, decide: impl FnOnce() -> R) -> R {
+        stacker::maybe_grow(self.evaluation_stack, 2 * self.evaluation_stack, decide)
+    }
+
     /// The policies `over` that can apply to calls of `tool`.
     fn policies(&self, tool: &str, over: Over) -> &PolicySet {
         match (self.by_tool.get(tool), over) {
@@ -307,6 +322,12 @@ impl CedarPolicies {
         &self.inner.model.schema_json
     }
 
+    /// What the operator should know of policies that loaded (none of them is enforced,
+    /// say): logged when they load, and printed by `toolgate check`.
+    pub fn warnings(&self) -> &[String] {
+        &self.inner.warnings
+    }
+
     /// The ids of the shadow policies.
     pub fn shadow_policies(&self) -> impl Iterator<Item = &str> {
         self.inner.shadow.iter().map(String::as_str)
@@ -354,8 +375,7 @@ impl CedarPolicies {
         let context = Model::context(RestrictedExpression::new_unknown("arguments"), transport)?;
         let request = Model::partial_request(uid, tool, context);
         let response = inner
-            .authorizer
-            .is_authorized_partial(&request, set, &entities);
+            .on_enough_stack(|| (inner.authorizer).is_authorized_partial(&request, set, &entities));
         let mut errored: Vec<String> = response
             .definitely_errored()
             .map(ToString::to_string)
@@ -448,16 +468,18 @@ impl CedarPolicies {
             let context = Model::context(arguments, transport_of(ctx))?;
             let request = inner.model.request(uid, tool, context)?;
             let name = ctx.tool_name();
-            let enforced = inner.authorizer.is_authorized(
-                &request,
-                inner.policies(name, Over::Enforced),
-                &entities,
-            );
-            let all = inner.has_shadow.then(|| {
-                let all = inner.policies(name, Over::All);
-                inner.authorizer.is_authorized(&request, all, &entities)
-            });
-            Ok((enforced, all))
+            Ok(inner.on_enough_stack(|| {
+                let enforced = inner.authorizer.is_authorized(
+                    &request,
+                    inner.policies(name, Over::Enforced),
+                    &entities,
+                );
+                let all = inner.has_shadow.then(|| {
+                    let all = inner.policies(name, Over::All);
+                    inner.authorizer.is_authorized(&request, all, &entities)
+                });
+                (enforced, all)
+            }))
         };
         match run() {
             Ok((enforced, all)) => (

@@ -8,13 +8,9 @@ use std::str::FromStr;
 
 use cedar_policy::{Effect, PolicyId, PolicySet, Schema, ValidationMode, Validator};
 use miette::Diagnostic;
+use toolgate_core::file::MAX_TEXT_FILE_BYTES;
 
-use super::depth::{MAX_DEPTH, too_deep};
-
-/// The most of a policy file that is read (the bound of a configuration file): far more
-/// than any policies, and little enough that a wrong path (a device such as `/dev/zero`, a
-/// log file) fails at once.
-pub const MAX_POLICY_FILE_BYTES: u64 = 16 * 1024 * 1024;
+use super::depth::{BRACKET, IF, MAX_DEPTH, evaluation_levels, too_deep};
 
 /// A policy file's text and the name its errors are reported against.
 #[derive(Clone, Debug)]
@@ -40,13 +36,13 @@ impl PolicySource {
 
     /// The file at `path`, named by its path as given.
     ///
-    /// Only a regular file is read, and at most [`MAX_POLICY_FILE_BYTES`] of it: a pipe
+    /// Only a regular file is read, and at most [`MAX_TEXT_FILE_BYTES`] of it: a pipe
     /// or a device could keep the reader waiting, or filling memory, for ever.
     ///
     /// # Errors
     ///
     /// [`PolicyLoadError`] when it cannot be read, is not a regular file, is over
-    /// [`MAX_POLICY_FILE_BYTES`] or is not UTF-8 text.
+    /// [`MAX_TEXT_FILE_BYTES`] or is not UTF-8 text.
     pub fn file(path: impl AsRef<Path>) -> Result<Self, PolicyLoadError> {
         let path = path.as_ref();
         let name = path.display().to_string();
@@ -57,45 +53,23 @@ impl PolicySource {
 
 /// The text of the regular file at `path`, or what is wrong with it, in a reader's words.
 fn read_text(path: &Path) -> Result<String, String> {
-    use std::io::Read;
-    let mut options = std::fs::OpenOptions::new();
-    options.read(true);
-    // Opening a pipe waits for a writer; without blocking, it opens at once and is then
-    // refused for what it is.
-    #[cfg(unix)]
-    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
-    let file = options
-        .open(path)
-        .map_err(|e| format!("cannot be read ({e}): check the path in the configuration"))?;
-    // What was opened is what is checked: the path may have been replaced since.
-    let metadata = file
-        .metadata()
-        .map_err(|e| format!("cannot be read ({e}): check the path in the configuration"))?;
-    if !metadata.is_file() {
-        return Err(
+    use toolgate_core::file::{TextFileError, read_text_file};
+    read_text_file(path).map_err(|e| match e {
+        TextFileError::Unreadable(e) => {
+            format!("cannot be read ({e}): check the path in the configuration")
+        }
+        TextFileError::NotAFile => {
             "is not a regular file (a pipe, a device or a directory): name the policy file itself"
-                .to_owned(),
-        );
-    }
-    let too_big = || {
-        format!(
+                .to_owned()
+        }
+        TextFileError::TooLarge => format!(
             "is over {} MiB, far more than any policies: is this the right file?",
-            MAX_POLICY_FILE_BYTES >> 20
-        )
-    };
-    if metadata.len() > MAX_POLICY_FILE_BYTES {
-        return Err(too_big());
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_POLICY_FILE_BYTES + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("cannot be read ({e}): check the path in the configuration"))?;
-    if bytes.len() as u64 > MAX_POLICY_FILE_BYTES {
-        return Err(too_big());
-    }
-    String::from_utf8(bytes).map_err(|e| {
-        let at = e.utf8_error().valid_up_to();
-        format!("is not UTF-8 text (from byte {at} on): save it as UTF-8")
+            MAX_TEXT_FILE_BYTES >> 20
+        ),
+        TextFileError::NotUtf8 { valid_up_to } => {
+            format!("is not UTF-8 text (from byte {valid_up_to} on): save it as UTF-8")
+        }
+        other => other.to_string(),
     })
 }
 
@@ -196,6 +170,11 @@ pub(crate) struct Loaded {
     pub reasons: Vec<(String, String)>,
     /// The source each policy came from, by id.
     pub origins: Vec<(String, String)>,
+    /// What the operator should know of policies that load: `toolgate check` prints it.
+    pub warnings: Vec<String>,
+    /// How many levels of Cedar's evaluator the deepest expression takes
+    /// ([`evaluation_levels`]).
+    pub evaluation_levels: usize,
 }
 
 /// Parses, names, splits and validates the policies of `sources` against `schema`.
@@ -208,6 +187,8 @@ pub(crate) fn load(sources: &[PolicySource], schema: &Schema) -> Result<Loaded, 
         shadow: BTreeSet::new(),
         reasons: Vec::new(),
         origins: Vec::new(),
+        warnings: Vec::new(),
+        evaluation_levels: 0,
     };
     let mut ids = BTreeSet::new();
     for source in sources {
@@ -217,11 +198,12 @@ pub(crate) fn load(sources: &[PolicySource], schema: &Schema) -> Result<Loaded, 
                 source: source.name.clone(),
                 at: Some(location(&source.text, offset)),
                 message: format!(
-                    "nested more than {MAX_DEPTH} deep (brackets, `if`s, `&&`s and `||`s, and operators in a row count): write it flatter, say with a set and `.contains` in place of a long chain of `||`, or as several policies"
+                    "nested too deep: a bracket counts {BRACKET} levels, an `if` {IF}, and each `&&`, `||`, `.` and other operator 1, at most {MAX_DEPTH} in all: write it flatter, say with a set and `.contains` in place of a long chain of `||`, or as several policies"
                 ),
             });
             continue;
         }
+        loaded.evaluation_levels = (loaded.evaluation_levels).max(evaluation_levels(&source.text));
         let set = match PolicySet::from_str(&source.text) {
             Ok(set) => set,
             Err(errors) => {
@@ -314,7 +296,10 @@ pub(crate) fn load(sources: &[PolicySource], schema: &Schema) -> Result<Loaded, 
                 }
             };
             if let (Effect::Forbid, Some(reason)) = (policy.effect(), policy.annotation("reason")) {
-                loaded.reasons.push((id.clone(), reason.to_owned()));
+                // The policy file's words, repeated to a caller: nothing in them may forge
+                // a line or turn the text around.
+                let reason = toolgate_core::error::escaped_text(reason).into_owned();
+                loaded.reasons.push((id.clone(), reason));
             }
             loaded.origins.push((id.clone(), source.name.clone()));
             let policy = policy.new_id(PolicyId::new(id.clone()));
@@ -334,6 +319,10 @@ pub(crate) fn load(sources: &[PolicySource], schema: &Schema) -> Result<Loaded, 
                 policy_files = %files.join(", "),
                 "the policy files hold no enforced policy: every call they decide is denied until a `permit` is added"
             );
+            loaded.warnings.push(format!(
+                "the policy files ({}) hold no enforced policy: every call they decide is denied until a `permit` is added",
+                files.join(", ")
+            ));
         }
         Ok(loaded)
     } else {
@@ -379,14 +368,14 @@ mod tests {
             problem.at,
             Some(Location {
                 line: 2,
-                column: 74
+                column: 75
             }),
             "{error}"
         );
         assert!(
-            problem.to_string().starts_with(&format!(
-                "deep.cedar:2:74: nested more than {MAX_DEPTH} deep"
-            )),
+            problem
+                .to_string()
+                .starts_with("deep.cedar:2:75: nested too deep: a bracket counts 64 levels"),
             "{error}"
         );
         assert!(problem.message.contains("write it flatter"), "{error}");
@@ -415,7 +404,7 @@ mod tests {
         // Sparse: nothing is written.
         std::fs::File::create(&big)
             .unwrap()
-            .set_len(MAX_POLICY_FILE_BYTES + 1)
+            .set_len(MAX_TEXT_FILE_BYTES + 1)
             .unwrap();
         let message = file_problem(&big);
         assert!(message.contains("is over 16 MiB"), "{message}");
@@ -465,11 +454,30 @@ mod tests {
                 PolicySource::new("empty.cedar", ""),
                 PolicySource::new("comments.cedar", "// nothing yet\n"),
             ];
-            assert!(load(&sources, &schema()).is_ok());
+            let loaded = load(&sources, &schema()).expect("loaded");
+            assert_eq!(
+                loaded.warnings,
+                [
+                    "the policy files (empty.cedar, comments.cedar) hold no enforced policy: every call they decide is denied until a `permit` is added"
+                ]
+            );
         });
         let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
         assert!(log.contains("hold no enforced policy"), "{log}");
         assert!(log.contains("empty.cedar, comments.cedar"), "{log}");
+    }
+
+    #[test]
+    fn a_reason_that_could_disguise_the_refusal_is_repeated_escaped() {
+        let text = "@reason(\"no\u{202e}txt.exe\\nINFO allowed \u{1b}[2J\u{85}\")\nforbid(principal, action, resource);\n";
+        let loaded = load(&[PolicySource::new("reason.cedar", text)], &schema()).expect("loaded");
+        assert_eq!(
+            loaded.reasons,
+            [(
+                "reason.cedar#1".to_owned(),
+                "no\\u{202e}txt.exe\\nINFO allowed \\u{1b}[2J\\u{85}".to_owned()
+            )]
+        );
     }
 
     #[test]

@@ -37,4 +37,4 @@ pub use hook::{
     CallTransport, CedarPolicies, CedarPoliciesBuilder, DECISIONS_METRIC, DISAGREEMENTS_METRIC,
 };
 #[cfg(feature = "cedar")]
-pub use load::{Location, MAX_POLICY_FILE_BYTES, PolicyLoadError, PolicySource, Problem};
+pub use load::{Location, PolicyLoadError, PolicySource, Problem};

@@ -304,7 +304,7 @@ impl Link {
             }
             Ok(Err(ServiceError::McpError(e))) => {
                 // Scrubbed whole, then cut: a cut never leaves half a credential behind.
-                let sent = self.scrubbed(e.message.into_owned());
+                let sent = self.scrubbed_sent(e.message.into_owned());
                 Err(ToolError::execution(error_text(format_args!(
                     "MCP server `{}` refused the call: {sent}",
                     self.config.name

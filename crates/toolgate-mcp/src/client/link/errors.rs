@@ -69,7 +69,7 @@ impl Link {
     /// cut to the bound of an error's message ([`error_text`]) — the words may carry what
     /// the upstream answered, of any length.
     pub(super) fn failure_words(&self, e: &ServiceError) -> String {
-        error_text(format_args!("{}", self.scrubbed(request_failure(e))))
+        error_text(format_args!("{}", self.scrubbed_sent(request_failure(e))))
     }
 
     /// The upstream's JSON-RPC error as a toolgate error: a resource it does not have is
@@ -86,7 +86,7 @@ impl Link {
             return self.missing_capability(&e, None);
         }
         // Scrubbed whole, then cut: a cut never leaves half a credential behind.
-        let sent = self.scrubbed(e.message.into_owned());
+        let sent = self.scrubbed_sent(e.message.into_owned());
         let message = error_text(format_args!(
             "MCP server `{}` refused the request: {sent}",
             self.config.name

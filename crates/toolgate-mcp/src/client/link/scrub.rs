@@ -13,6 +13,17 @@ impl Link {
         text
     }
 
+    /// What the upstream sent (an error's message) for a log line or an error message:
+    /// [`scrubbed`](Self::scrubbed), and with what could forge a line or disguise the text
+    /// escaped ([`escaped_text`](toolgate_core::error::escaped_text)).
+    pub fn scrubbed_sent(&self, text: String) -> String {
+        let text = self.scrubbed(text);
+        match toolgate_core::error::escaped_text(&text) {
+            std::borrow::Cow::Borrowed(_) => text,
+            std::borrow::Cow::Owned(escaped) => escaped,
+        }
+    }
+
     /// A call's result without the upstream's credentials, before the pipeline sees it:
     /// an upstream that echoes its token or the start of it (or leaks it in an error), in
     /// the forms [`Scrubber`](toolgate_hooks::secrets::Scrubber) finds, does not get it to

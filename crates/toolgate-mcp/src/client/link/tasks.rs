@@ -136,7 +136,7 @@ impl Link {
                 // cut: a cut never leaves half a credential behind.
                 TaskPayload::Completed { result } => {
                     return serde_json::from_value(Value::Object(result)).map_err(|e| {
-                        let why = self.scrubbed(e.to_string());
+                        let why = self.scrubbed_sent(e.to_string());
                         ToolError::execution(error_text(format_args!(
                             "MCP server `{name}` ended its task with a result that is not a tool result: {why}"
                         )))
@@ -144,7 +144,7 @@ impl Link {
                 }
                 TaskPayload::Failed { error } => {
                     let message = error.get("message").and_then(Value::as_str).unwrap_or("");
-                    let sent = self.scrubbed(message.to_owned());
+                    let sent = self.scrubbed_sent(message.to_owned());
                     return Err(ToolError::execution(error_text(format_args!(
                         "MCP server `{name}`: the call's task failed: {sent}"
                     ))));

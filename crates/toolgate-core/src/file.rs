@@ -1,0 +1,115 @@
+//! Reading a text file the operator names (a configuration, a policy file): only a
+//! regular file, and only up to a bound, so that a wrong path fails at once rather than
+//! hanging or filling memory.
+
+use std::io::Read;
+use std::path::Path;
+
+/// The most of a text file that is read: far more than any configuration or policies,
+/// and little enough that a wrong path (a log file, say) fails at once.
+pub const MAX_TEXT_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// Why a text file could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TextFileError {
+    /// It could not be opened or read.
+    #[error("{0}")]
+    Unreadable(#[source] std::io::Error),
+    /// It is a pipe, a device, a socket or a directory.
+    #[error("it is not a regular file (a pipe, a device or a directory)")]
+    NotAFile,
+    /// It is over [`MAX_TEXT_FILE_BYTES`].
+    #[error("it is over {} MiB: is this the right file?", MAX_TEXT_FILE_BYTES >> 20)]
+    TooLarge,
+    /// It is not UTF-8.
+    #[error("it is not UTF-8 text (from byte {valid_up_to} on): save it as UTF-8")]
+    NotUtf8 {
+        /// How many bytes from its start are UTF-8.
+        valid_up_to: usize,
+    },
+}
+
+/// The text of the regular file at `path`, of at most [`MAX_TEXT_FILE_BYTES`]; a byte
+/// order mark at its start is kept.
+///
+/// The file is opened without waiting (a FIFO with no writer would keep an ordinary open
+/// waiting for ever) and what was opened is checked, not the path, which may have been
+/// replaced since: a pipe, a device such as `/dev/zero` or a directory is refused unread.
+///
+/// # Errors
+///
+/// [`TextFileError`] when it cannot be read, is not a regular file, is over the bound or
+/// is not UTF-8.
+pub fn read_text_file(path: &Path) -> Result<String, TextFileError> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NONBLOCK);
+    let file = options.open(path).map_err(TextFileError::Unreadable)?;
+    let metadata = file.metadata().map_err(TextFileError::Unreadable)?;
+    if !metadata.is_file() {
+        return Err(TextFileError::NotAFile);
+    }
+    if metadata.len() > MAX_TEXT_FILE_BYTES {
+        return Err(TextFileError::TooLarge);
+    }
+    let mut bytes = Vec::new();
+    // The file may grow while it is read.
+    file.take(MAX_TEXT_FILE_BYTES + 1)
+        .read_to_end(&mut bytes)
+        .map_err(TextFileError::Unreadable)?;
+    if bytes.len() as u64 > MAX_TEXT_FILE_BYTES {
+        return Err(TextFileError::TooLarge);
+    }
+    String::from_utf8(bytes).map_err(|e| TextFileError::NotUtf8 {
+        valid_up_to: e.utf8_error().valid_up_to(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_fifo_a_device_or_a_directory_is_refused_without_waiting() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("gateway.yaml");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        for path in [fifo.as_path(), Path::new("/dev/zero"), dir.path()] {
+            let refused = read_text_file(path).unwrap_err();
+            assert!(
+                matches!(refused, TextFileError::NotAFile),
+                "{path:?}: {refused}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_file_over_the_bound_or_not_utf8_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let big = dir.path().join("big");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(MAX_TEXT_FILE_BYTES + 1)
+            .unwrap();
+        assert_eq!(
+            read_text_file(&big).unwrap_err().to_string(),
+            "it is over 16 MiB: is this the right file?"
+        );
+        let latin1 = dir.path().join("latin1");
+        std::fs::write(&latin1, b"caf\xe9").unwrap();
+        assert_eq!(
+            read_text_file(&latin1).unwrap_err().to_string(),
+            "it is not UTF-8 text (from byte 3 on): save it as UTF-8"
+        );
+        let fine = dir.path().join("fine");
+        std::fs::write(&fine, "text").unwrap();
+        assert_eq!(read_text_file(&fine).unwrap(), "text");
+    }
+}
