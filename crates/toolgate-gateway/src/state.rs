@@ -353,6 +353,10 @@ pub struct SharedState {
     /// The tasks of upstream MCP servers handed to callers over MCP (SEP-2663): kept
     /// across reloads, so that a caller can still poll the task it holds.
     pub relayed_tasks: toolgate_mcp::RelayedTasks,
+    /// The bound on the requests in flight to each HTTP upstream (`max_connections`, each
+    /// caller's share): kept across reloads, so that an upstream's calls from before a
+    /// reload and those after it count against one bound, not one each.
+    pub upstream_bounds: toolgate_mcp::UpstreamBounds,
 }
 
 /// Where calls wait for approval, and the outcomes of decided ones are kept: in this
@@ -439,6 +443,7 @@ impl SharedState {
             failed_credentials: Arc::default(),
             counters: Arc::default(),
             relayed_tasks: toolgate_mcp::RelayedTasks::default(),
+            upstream_bounds: toolgate_mcp::UpstreamBounds::new(),
         })
     }
 

@@ -66,8 +66,8 @@ pub use client::{
     ImportedResources, ImportedTasks, ImportedTool, MIN_GUESSED_SECRET_LEN, PROMPT_PREFIX,
     PROMPT_TAG, PerCaller, RESOURCES_PREFIX, RESOURCES_TAG, STDIO_PASSED_ENV,
     StaticCallerCredentials, TASKS_PREFIX, TASKS_TAG, UNATTRIBUTED, UPSTREAM_SHARE_WAITS,
-    UPSTREAM_WAITS, Upstream, UpstreamConfig, UpstreamTransport, is_credential_name, is_env_name,
-    is_tool, per_caller,
+    UPSTREAM_WAITS, Upstream, UpstreamBounds, UpstreamConfig, UpstreamTransport,
+    is_credential_name, is_env_name, is_tool, per_caller,
 };
 pub use convert::{error_to_result, output_to_result, to_mcp_tool};
 pub use error::McpError;

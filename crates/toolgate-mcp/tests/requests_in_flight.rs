@@ -16,7 +16,7 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 use toolgate_core::secret::Secret;
 use toolgate_core::{InvokeOptions, JsonTool, Pipeline, ToolError, User};
-use toolgate_mcp::{McpServer, StaticCallerCredentials, UpstreamConfig};
+use toolgate_mcp::{McpServer, StaticCallerCredentials, UpstreamBounds, UpstreamConfig};
 
 /// What the upstream saw.
 #[derive(Default)]
@@ -1136,4 +1136,35 @@ async fn an_unsubscription_still_waiting_at_its_deadline_is_told_the_upstream_is
     .await
     .expect("subscribed once the place is free");
     assert_eq!(upstream.told(), vec![format!("subscribe {HELD}"); 2]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_connected_again_with_the_same_bounds_shares_the_bound_of_the_one_before() {
+    let (seen, gate) = (Arc::default(), Arc::new(Semaphore::new(0)));
+    let url = upstream(&seen, &gate).await;
+    // A host's reload: the old connection still carries a call, the new one takes the next.
+    let bounds = UpstreamBounds::new();
+    let old = imported(bounded_config(&url, 1).bounds(&bounds)).await.1;
+    let held = holding_the_place(&old, &seen, InvokeOptions::new()).await;
+    let new = imported(bounded_config(&url, 1).bounds(&bounds)).await.1;
+
+    let options = InvokeOptions::new().timeout(Duration::from_millis(400));
+    let e = within(10, "the new call", new.invoke("work", json!({}), options))
+        .await
+        .expect_err("the old connection's call holds the one place");
+    assert_eq!((e.status(), e.code()), (503, "upstream_busy"), "{e}");
+    assert_eq!(
+        seen.started.load(Ordering::SeqCst),
+        1,
+        "the upstream was sent two calls at once past its bound of 1"
+    );
+
+    release(&gate, held).await;
+    within(
+        10,
+        "the new call",
+        new.invoke("work", json!({}), InvokeOptions::new()),
+    )
+    .await
+    .expect("answered once the old call ended");
 }

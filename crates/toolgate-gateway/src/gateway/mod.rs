@@ -201,6 +201,7 @@ impl Gateway {
             skipped_tools,
         } = register_tools(
             &config,
+            &shared.upstream_bounds,
             identity.key_store(),
             pins.as_ref(),
             reserved,

@@ -12,7 +12,9 @@ use toolgate_core::error::shown_text;
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::secret::Secret;
 use toolgate_core::tool::ErasedTool;
-use toolgate_mcp::{PROMPT_PREFIX, PerCaller, RESOURCES_PREFIX, StaticCallerCredentials, Upstream};
+use toolgate_mcp::{
+    PROMPT_PREFIX, PerCaller, RESOURCES_PREFIX, StaticCallerCredentials, Upstream, UpstreamBounds,
+};
 
 use super::GatewayError;
 use super::imported_names::{SkippedTool, TakenNames, invalid_prefix};
@@ -42,9 +44,11 @@ pub(super) struct Registered {
 /// offer too — is skipped with a warning ([`TakenNames`]). `reserved` names the
 /// gateway's own tools registered after these, which no upstream may take either. With
 /// `pins`, every imported tool is checked against its pin first, and one whose definition
-/// changed is held back.
+/// changed is held back. Each upstream's bound on its requests in flight is kept in
+/// `bounds`, shared with the same upstream of the configuration before.
 pub(super) async fn register_tools(
     config: &Config,
+    bounds: &UpstreamBounds,
     keys: Option<&Arc<KeyStore>>,
     pins: Option<&PinStore>,
     reserved: &[&str],
@@ -79,7 +83,9 @@ pub(super) async fn register_tools(
     // stdio program inherits, another caller's from their calls — it cannot hand on.
     let held = crate::secrets::held(config);
     for (i, entry) in config.upstreams.iter().enumerate() {
-        let mut upstream_config = entry.upstream_config(i)?.scrub_also(held.iter().cloned());
+        let mut upstream_config = (entry.upstream_config(i)?)
+            .scrub_also(held.iter().cloned())
+            .bounds(bounds);
         let mut with_caller_token = false;
         if let Some(as_caller) = &entry.as_caller {
             let per_caller = per_caller(&entry.name, as_caller, keys);

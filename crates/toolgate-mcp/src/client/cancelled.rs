@@ -17,7 +17,7 @@
 //!   runs in it, is over for toolgate;
 //! - at the latest, at the hold limit ([`Place::held_until`]): the request's deadline, so
 //!   an upstream that says nothing makes a cancelled request hold its place no longer than
-//!   the request could have held it uncancelled — and never sooner than [`LET_GO`] after
+//!   the request could have held it uncancelled — and never sooner than [`LET_GO`](super::response_stream::LET_GO) after
 //!   it was given up. A request without a deadline of its own (one the gateway makes
 //!   itself, whose place rmcp's transport takes) is held at most the upstream's
 //!   `call_timeout` after it was given up.

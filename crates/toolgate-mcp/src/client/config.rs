@@ -6,6 +6,7 @@ use std::time::Duration;
 use toolgate_core::secret::Secret;
 use toolgate_core::tool::ToolDefinition;
 
+use super::bounds::UpstreamBounds;
 use super::per_caller::{CallerCredentials, PerCaller};
 use super::secrets::ScrubbedToo;
 
@@ -181,6 +182,9 @@ pub struct UpstreamConfig {
     /// Credentials held elsewhere that what this upstream sends is scrubbed of as well as
     /// its own ([`scrub_also`](Self::scrub_also)).
     pub(crate) scrubbed_too: ScrubbedToo,
+    /// Where the bound on its requests in flight is kept across its connections
+    /// ([`bounds`](Self::bounds)).
+    pub(crate) bounds: Option<UpstreamBounds>,
 }
 
 impl UpstreamConfig {
@@ -200,6 +204,7 @@ impl UpstreamConfig {
             discover: true,
             per_caller: None,
             scrubbed_too: ScrubbedToo::default(),
+            bounds: None,
         }
     }
 
@@ -318,6 +323,25 @@ impl UpstreamConfig {
     #[must_use]
     pub fn call_timeout(mut self, timeout: Duration) -> Self {
         self.call_timeout = timeout;
+        self
+    }
+
+    /// Keeps the bound on the requests in flight to this upstream (its
+    /// [`max_connections`](Self::max_connections) and each caller's share) in `bounds`, so
+    /// that an upstream connected again with the same configuration and the same `bounds`
+    /// — a host's reload — shares one bound with this one while both carry requests,
+    /// instead of each having its own ([`UpstreamBounds`]). Without it, each
+    /// [`Upstream::connect`](crate::Upstream::connect) starts a bound of its own.
+    ///
+    /// ```
+    /// use toolgate_mcp::{UpstreamBounds, UpstreamConfig};
+    ///
+    /// let bounds = UpstreamBounds::new();
+    /// let crm = UpstreamConfig::http("crm", "http://127.0.0.1:9001/mcp").bounds(&bounds);
+    /// ```
+    #[must_use]
+    pub fn bounds(mut self, bounds: &UpstreamBounds) -> Self {
+        self.bounds = Some(bounds.clone());
         self
     }
 

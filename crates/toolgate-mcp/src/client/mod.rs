@@ -1,5 +1,6 @@
 //! Importing the tools of upstream MCP servers.
 
+mod bounds;
 mod cancelled;
 mod config;
 mod direct;
@@ -30,6 +31,7 @@ mod tool;
 mod unreadable;
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use jsonschema::Validator;
 use tokio::time::Instant;
@@ -38,6 +40,7 @@ use toolgate_core::error::RegistryError;
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::tool::{ErasedTool, ToolAnnotations, ToolDefinition, ToolSource};
 
+pub use bounds::UpstreamBounds;
 pub use config::{Backoff, DEFAULT_MAX_CONNECTIONS, UpstreamConfig, UpstreamTransport};
 pub use features::{
     ImportedPrompt, ImportedResources, PROMPT_PREFIX, PROMPT_TAG, RESOURCES_PREFIX, RESOURCES_TAG,
@@ -259,6 +262,8 @@ impl Upstream {
         );
         features.extend(resources.map(|r| Arc::new(r) as Arc<dyn ErasedTool>));
         features.extend(tasks.map(|t| Arc::new(t) as Arc<dyn ErasedTool>));
+        // Imported: from now on its requests wait for their places, as every other's.
+        link.importing.store(false, Ordering::Relaxed);
         Ok(Upstream {
             link,
             tools,

@@ -20,6 +20,7 @@
 //! [`Direct`](super::direct::Direct) sends its `tools/call` with.
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use futures::StreamExt;
@@ -88,6 +89,10 @@ pub(crate) struct StreamTagging {
     /// connection is being made, whether its attempt is held up by the bound rather than
     /// by the upstream ([`Waiting`]).
     waiting: Waiting,
+    /// Whether the upstream's tools are being imported over a bound taken over from the
+    /// upstream connected before it ([`Link::importing`](super::link::Link)): a request
+    /// without a place takes one only when one is free.
+    importing: Arc<AtomicBool>,
 }
 
 impl StreamTagging {
@@ -105,6 +110,7 @@ impl StreamTagging {
         places: Arc<Places>,
         closed: CancellationToken,
         waiting: Waiting,
+        importing: Arc<AtomicBool>,
     ) -> Self {
         StreamTagging {
             inner,
@@ -117,6 +123,7 @@ impl StreamTagging {
             expired: Arc::default(),
             closed,
             waiting,
+            importing,
         }
     }
 
@@ -321,6 +328,7 @@ impl StreamableHttpClient for StreamTagging {
         let place = match (&origin, reserved.and_then(|r| r.take())) {
             (Some(_), Some(place)) => Some(place),
             (Some(id), None) if self.sent_again(id, &message) => self.places.try_take(),
+            (Some(_), None) if self.importing.load(Ordering::Relaxed) => self.places.try_take(),
             (Some(_), None) => tokio::select! {
                 place = self.places.take_for(&self.waiting) => place,
                 () = self.closed.cancelled() => {

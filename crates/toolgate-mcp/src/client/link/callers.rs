@@ -38,6 +38,9 @@ impl Link {
                         link.tasks_tool = Arc::clone(&self.tasks_tool);
                         // Another session, the same host: one bound for them all.
                         link.places = Arc::clone(&self.places);
+                        // Its first connection is a caller's, not a reload's: it waits
+                        // for its place.
+                        link.importing = Arc::default();
                         link
                     })
                     .await

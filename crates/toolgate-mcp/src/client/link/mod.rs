@@ -173,6 +173,15 @@ pub(crate) struct Link {
     /// The bound on the requests in flight to the upstream, shared with each caller's
     /// link ([`places`](crate::client::places)).
     pub(crate) places: Arc<Places>,
+    /// Whether the upstream's tools are being imported over a bound taken over from the
+    /// upstream connected before this one alike (a host's reload,
+    /// [`UpstreamBounds`](crate::UpstreamBounds)): until the import ends
+    /// ([`Upstream::connect`](crate::Upstream::connect)), its requests wait for no place —
+    /// each takes one when one is free, and goes without otherwise. The calls of the
+    /// configuration the reload replaces may hold every place for as long as they run, and
+    /// a reload that waited behind them would fail. It is the only way past the bound: an
+    /// import's few requests (its `initialize`, the lists), once per reload.
+    pub(crate) importing: Arc<AtomicBool>,
 }
 
 /// The name of an upstream's tasks tool, set once it is registered; shared by the
@@ -187,12 +196,16 @@ impl Link {
             .as_ref()
             .map(|per_caller| CallerLinks::new(&config, per_caller));
         let name = config.name.clone();
-        let places = Places::new(
-            &name,
-            config.max_in_flight(),
-            config.max_in_flight_per_caller(),
-            config.call_timeout,
-        );
+        let (max, share) = (config.max_in_flight(), config.max_in_flight_per_caller());
+        let url = match &config.transport {
+            UpstreamTransport::Http { url } => Some(url.as_str()),
+            UpstreamTransport::Stdio { .. } => None,
+        };
+        // Shared with the upstream connected before this one alike, when kept.
+        let (places, took_over_bound) = match &config.bounds {
+            Some(bounds) => bounds.places(&name, url, max, share, config.call_timeout),
+            None => (Places::new(&name, max, share, config.call_timeout), false),
+        };
         // Only a request on a call's own response stream names the caller it is for.
         let relays_requests = matches!(config.transport, UpstreamTransport::Http { .. });
         Link {
@@ -206,6 +219,7 @@ impl Link {
             callers,
             tasks_tool,
             places,
+            importing: Arc::new(AtomicBool::new(took_over_bound)),
         }
     }
 
@@ -486,6 +500,7 @@ impl Link {
                     Arc::clone(&self.places),
                     closed.clone(),
                     waiting.clone(),
+                    Arc::clone(&self.importing),
                 );
                 let transport = WorkerTransport::spawn_with_ct(
                     StreamableHttpClientWorker::new(http.clone(), config),

@@ -15,6 +15,7 @@
 use std::collections::HashSet;
 use std::hash::{BuildHasher, RandomState};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use rmcp::RoleClient;
 use rmcp::model::{
@@ -260,8 +261,11 @@ impl Link {
         F: FnOnce(Peer<RoleClient>, Option<Seat>) -> Fut,
         Fut: Future<Output = Result<T, ServiceError>>,
     {
-        // Over stdio, one pipe: no bound, no seat.
-        let seat = matches!(self.config.transport, UpstreamTransport::Http { .. }).then(|| {
+        // Over stdio, one pipe: no bound, no seat. Nor for an import over a bound taken
+        // over: the transport takes a place for it only when one is free.
+        let importing = self.importing.load(Ordering::Relaxed);
+        let http = matches!(self.config.transport, UpstreamTransport::Http { .. });
+        let seat = (http && !importing).then(|| {
             let sharer = user.and_then(|user| self.places.sharer(user));
             Seat::new(Arc::clone(&self.places), sharer, Some(deadline))
         });
