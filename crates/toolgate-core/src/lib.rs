@@ -36,7 +36,7 @@
 //! | [`secret`] | secrets that never print |
 //! | [`json`] | JSON read strictly: an object that names a key twice is refused |
 //! | [`error`] | every error type |
-//! | [`file`] | a text file the operator names, read with bounds |
+//! | [`file`](mod@file) | a text file the operator names, read with bounds |
 //! | [`external`] | the types of other crates that appear in this one's API |
 //!
 //! # Example

@@ -148,12 +148,12 @@ fn with_suspended_at(kept: &DecidedCall, mut answer: Value) -> Value {
 
 /// The `status` of a [running record](running_record): core's, which the MCP server's
 /// tasks read too.
-pub use toolgate_core::suspension::RUNNING_STATUS as RUNNING;
+pub const RUNNING: &str = toolgate_core::suspension::RUNNING_STATUS;
 
 /// The error code of a call whose running record outlived its deadline by [`LOST_AFTER`]:
 /// it was decided and began, and no outcome was ever recorded. MCP `tasks/get` answers
-/// its task `failed` (toolgate-mcp reads this code by its text).
-pub const OUTCOME_LOST: &str = "outcome_lost";
+/// its task `failed`.
+pub const OUTCOME_LOST: &str = toolgate_core::suspension::OUTCOME_LOST;
 
 /// How long past its deadline a running record is still believed: what the end of a
 /// call takes after its deadline cuts it short (its tail of hooks and audit, the decided

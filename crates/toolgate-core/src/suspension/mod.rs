@@ -236,6 +236,12 @@ pub struct RunningRecord {
 /// server's tasks read them (a task `working`): one name, so the two always agree.
 pub const RUNNING_STATUS: &str = "running";
 
+/// The error code of a decided call whose running record outlived its deadline: it began,
+/// and no outcome was ever recorded (the host running it stopped). The gateway answers it
+/// as the call's outcome, and the MCP server's tasks read it (a task `failed`): one name,
+/// so the two always agree.
+pub const OUTCOME_LOST: &str = "outcome_lost";
+
 /// The shortest time a store keeps an expired call for
 /// [`claim_expired`](SuspensionStore::claim_expired), however short
 /// [`expire_after`](SuspensionLimits::expire_after): ten minutes, many rounds of the

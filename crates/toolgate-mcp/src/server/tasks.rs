@@ -35,8 +35,8 @@ use serde_json::Value;
 // `RUNNING`: the `status` of a running record, which the gateway keeps as the outcome of
 // a decided call while it runs (`toolgate_gateway::outcomes::RUNNING` is the same constant).
 use toolgate_core::suspension::{
-    DecidedCall, RUNNING_STATUS as RUNNING, ResumeDecision, RunningRecord, SuspensionStore,
-    SuspensionStoreError, decision_token,
+    DecidedCall, OUTCOME_LOST, RUNNING_STATUS as RUNNING, ResumeDecision, RunningRecord,
+    SuspensionStore, SuspensionStoreError, decision_token,
 };
 use toolgate_core::{InvokeOptions, Pipeline, ToolError, User};
 
@@ -55,11 +55,6 @@ pub(super) fn created(id: &str, reason: &str) -> CreateTaskResult {
             .with_poll_interval_ms(POLL_INTERVAL.as_millis() as u64),
     )
 }
-
-/// The error code the outcome tool answers for a call decided and begun whose outcome was
-/// never recorded (`toolgate_gateway::outcomes::OUTCOME_LOST`): the gateway running it
-/// stopped.
-const OUTCOME_LOST: &str = "outcome_lost";
 
 /// The task of suspension `id` from the outcome tool's answer `outcome` (`waiting`, with
 /// `reason`, `suspended_at` and `expires_at` when known; `running`, with `decided_by`
