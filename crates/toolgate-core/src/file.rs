@@ -16,9 +16,13 @@ pub enum TextFileError {
     /// It could not be opened or read.
     #[error("{0}")]
     Unreadable(#[source] std::io::Error),
-    /// It is a pipe, a device, a socket or a directory.
-    #[error("it is not a regular file (a pipe, a device or a directory)")]
-    NotAFile,
+    /// It is a directory, a pipe, a device or a socket: `what` it is, in words ("a
+    /// directory").
+    #[error("it is {what}, not a regular file")]
+    NotAFile {
+        /// What it is instead, in words: "a directory", "a pipe", "a device", "a socket".
+        what: &'static str,
+    },
     /// It is over [`MAX_TEXT_FILE_BYTES`].
     #[error("it is over {} MiB: is this the right file?", MAX_TEXT_FILE_BYTES >> 20)]
     TooLarge,
@@ -49,7 +53,9 @@ pub fn read_text_file(path: &Path) -> Result<String, TextFileError> {
     let file = options.open(path).map_err(TextFileError::Unreadable)?;
     let metadata = file.metadata().map_err(TextFileError::Unreadable)?;
     if !metadata.is_file() {
-        return Err(TextFileError::NotAFile);
+        return Err(TextFileError::NotAFile {
+            what: what_it_is(&metadata.file_type()),
+        });
     }
     if metadata.len() > MAX_TEXT_FILE_BYTES {
         return Err(TextFileError::TooLarge);
@@ -65,6 +71,27 @@ pub fn read_text_file(path: &Path) -> Result<String, TextFileError> {
     String::from_utf8(bytes).map_err(|e| TextFileError::NotUtf8 {
         valid_up_to: e.utf8_error().valid_up_to(),
     })
+}
+
+/// What a file that is not a regular one is, in words.
+fn what_it_is(kind: &std::fs::FileType) -> &'static str {
+    if kind.is_dir() {
+        return "a directory";
+    }
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if kind.is_fifo() {
+            return "a pipe";
+        }
+        if kind.is_socket() {
+            return "a socket";
+        }
+        if kind.is_char_device() || kind.is_block_device() {
+            return "a device";
+        }
+    }
+    "a special file"
 }
 
 #[cfg(test)]
@@ -84,7 +111,7 @@ mod tests {
         for path in [fifo.as_path(), Path::new("/dev/zero"), dir.path()] {
             let refused = read_text_file(path).unwrap_err();
             assert!(
-                matches!(refused, TextFileError::NotAFile),
+                matches!(refused, TextFileError::NotAFile { .. }),
                 "{path:?}: {refused}"
             );
         }

@@ -790,16 +790,19 @@ fn audit(action: AuditAction) -> Result<ExitCode, String> {
                     .map_err(cannot)?;
             }
             let verified = verifier.finish().map_err(|e| e.to_string())?;
-            say(format_args!("{verified}"));
-            Ok(if verified.records == 0 || !verified.unsigned.is_empty() {
-                ExitCode::FAILURE
+            let code = if verified.records == 0 || !verified.unsigned.is_empty() {
+                1
             } else if !verified.gaps.is_empty() {
-                ExitCode::from(3)
+                3
             } else if !verified.excerpts.is_empty() {
-                ExitCode::from(4)
+                4
             } else {
-                ExitCode::SUCCESS
-            })
+                0
+            };
+            // The verdict is the exit code, whether the report is read to its end or not
+            // (`| head`).
+            say_else_exit(format_args!("{verified}"), code);
+            Ok(ExitCode::from(code))
         }
         AuditAction::PublicKey { config } => {
             let file = load_file(&config).map_err(|e| e.to_string())?;
@@ -865,10 +868,16 @@ fn print_json(value: &Value) -> Result<(), String> {
 /// head`), the command ends there, quietly and successfully, as Unix tools do; when stdout
 /// fails otherwise, it ends with the reason on stderr.
 fn say(text: std::fmt::Arguments<'_>) {
+    say_else_exit(text, 0);
+}
+
+/// [`say`], exiting with `closed` when the reader of the output has gone (a broken pipe):
+/// for a command whose exit code is its answer.
+fn say_else_exit(text: std::fmt::Arguments<'_>, closed: u8) {
     let written = writeln!(std::io::stdout().lock(), "{}", visible(text));
     if let Err(e) = written {
         if e.kind() == std::io::ErrorKind::BrokenPipe {
-            std::process::exit(0);
+            std::process::exit(i32::from(closed));
         }
         complain(format_args!("cannot write the output: {e}"));
         std::process::exit(2);

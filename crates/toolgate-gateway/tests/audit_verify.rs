@@ -924,3 +924,22 @@ async fn an_excerpt_cut_from_a_real_log_is_checked_link_by_link() {
         assert!(stderr.contains(&expected), "{name}: {stderr}");
     }
 }
+
+#[tokio::test]
+async fn the_verdict_is_the_exit_code_when_the_reader_of_the_report_goes_away() {
+    let (lines, dir) = audit_lines(3).await;
+    let key = audit_public_key(dir.path());
+    let unsigned: Vec<String> = lines.into_iter().filter(|l| !is_checkpoint(l)).collect();
+    let file = write(dir.path(), "unsigned.jsonl", &unsigned);
+    // `toolgate audit verify … | head -0`: the report's reader has gone before it is
+    // written, and the unsigned records must still fail the command.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_toolgate"))
+        .args(["audit", "verify", file.to_str().unwrap(), "--key", &key])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(1), "unsigned records read as intact");
+}

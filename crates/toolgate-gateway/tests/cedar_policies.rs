@@ -315,7 +315,7 @@ async fn a_pipe_or_a_device_named_as_policy_file_is_refused_without_waiting() {
     let zero = with_policy_file(&gateway, dir.path(), Path::new("/dev/zero"), "zero.yaml");
     std::fs::copy(&config, &gateway.config).unwrap();
     gateway.signal("HUP");
-    let refusal = format!("{}: is not a regular file", fifo.display());
+    let refusal = format!("{}: is a pipe, not a file", fifo.display());
     gateway
         .wait_for_log(&refusal, 1, Duration::from_secs(30))
         .await;
@@ -326,7 +326,7 @@ async fn a_pipe_or_a_device_named_as_policy_file_is_refused_without_waiting() {
     let (status, _, stderr) = run(&["check", "--config", zero.to_str().unwrap()], "");
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(
-        stderr.contains("/dev/zero: is not a regular file"),
+        stderr.contains("/dev/zero: is a device, not a file"),
         "{stderr}"
     );
 }
@@ -345,7 +345,7 @@ async fn a_pipe_in_the_configs_place_is_refused_by_a_reload_without_waiting() {
     gateway.signal("HUP");
     gateway
         .wait_for_log(
-            "it is not a regular file (a pipe, a device or a directory): name the configuration file itself",
+            "it is a pipe, not a file: name the configuration file itself",
             1,
             Duration::from_secs(30),
         )

@@ -740,7 +740,10 @@ fn a_file_that_cannot_be_read_is_said_in_words_without_the_os_error_number() {
         "{stderr}"
     );
     let (_, _, stderr) = run(&["check", "--config", dir.path().to_str().unwrap()], "");
-    assert!(stderr.contains(": it is a directory"), "{stderr}");
+    assert!(
+        stderr.contains(": it is a directory, not a file"),
+        "{stderr}"
+    );
     let (status, _, stderr) = run(&["audit", "verify", missing.to_str().unwrap()], "");
     assert_eq!(status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("no such file"), "{stderr}");

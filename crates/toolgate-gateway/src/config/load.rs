@@ -199,9 +199,9 @@ fn read_text(path: &Path) -> std::io::Result<String> {
     use toolgate_core::file::{TextFileError, read_text_file};
     read_text_file(path).map_err(|e| match e {
         TextFileError::Unreadable(e) => e,
-        TextFileError::NotAFile => std::io::Error::other(
-            "it is not a regular file (a pipe, a device or a directory): name the configuration file itself",
-        ),
+        TextFileError::NotAFile { what } => std::io::Error::other(format!(
+            "it is {what}, not a file: name the configuration file itself"
+        )),
         other => std::io::Error::other(other.to_string()),
     })
 }
@@ -1032,12 +1032,15 @@ mod tests {
             .status()
             .unwrap();
         assert!(made.success());
-        for path in [fifo.as_path(), Path::new("/dev/zero")] {
+        for (path, what) in [
+            (fifo.as_path(), "a pipe"),
+            (Path::new("/dev/zero"), "a device"),
+        ] {
             let refused = load_file(path).unwrap_err().to_string();
             assert_eq!(
                 refused,
                 format!(
-                    "cannot read config file {}: it is not a regular file (a pipe, a device or a directory): name the configuration file itself",
+                    "cannot read config file {}: it is {what}, not a file: name the configuration file itself",
                     path.display()
                 )
             );

@@ -58,9 +58,8 @@ fn read_text(path: &Path) -> Result<String, String> {
         TextFileError::Unreadable(e) => {
             format!("cannot be read ({e}): check the path in the configuration")
         }
-        TextFileError::NotAFile => {
-            "is not a regular file (a pipe, a device or a directory): name the policy file itself"
-                .to_owned()
+        TextFileError::NotAFile { what } => {
+            format!("is {what}, not a file: name the policy file itself")
         }
         TextFileError::TooLarge => format!(
             "is over {} MiB, far more than any policies: is this the right file?",
