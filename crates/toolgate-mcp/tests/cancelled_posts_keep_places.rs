@@ -115,6 +115,12 @@ struct Test {
 /// The upstream on loopback, behind a forwarder, imported: at most 8 requests in flight
 /// to it, one of them a caller's; a call's deadline two minutes away. Ann calls `tool`.
 async fn start(tool: &'static str) -> Test {
+    start_with(tool, Duration::from_secs(120)).await
+}
+
+/// [`start`], the upstream's `call_timeout` — the hold limit of a call given up —
+/// `call_timeout`.
+async fn start_with(tool: &'static str, call_timeout: Duration) -> Test {
     let (calls_in, calls) = mpsc::unbounded_channel();
     let app = axum::Router::new()
         .route("/mcp", axum::routing::post(posted).get(resumed))
@@ -126,7 +132,7 @@ async fn start(tool: &'static str) -> Test {
         .discover(false)
         .max_connections(8)
         .max_connections_per_caller(1)
-        .call_timeout(Duration::from_secs(120));
+        .call_timeout(call_timeout);
     let (_, pipeline) = imported(config).await;
     Test {
         tool,
@@ -231,16 +237,17 @@ async fn a_call_given_up_before_the_answers_head_keeps_its_place_until_its_conne
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_through_rmcp_given_up_before_the_answers_head_keeps_its_place_until_its_hold_limit()
 {
-    let test = start("work_in_region").await;
-    // Its hold limit (its deadline) comes while the upstream still holds its answer.
+    // Its hold limit (the upstream's `call_timeout` after it was given up) comes while
+    // the upstream still holds its answer.
+    let test = start_with("work_in_region", Duration::from_secs(6)).await;
     let _answer = test.given_up_under_way_within(Duration::from_secs(6)).await;
-    test.share_still_taken().await;
+    test.share_still_taken_for(Duration::from_secs(3)).await;
     test.share_given_back().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_given_up_while_rmcp_resumes_its_stream_keeps_its_place_until_its_hold_limit() {
-    let test = start("polled_in_region").await;
+    let test = start_with("polled_in_region", Duration::from_secs(10)).await;
     let _answer = test
         .given_up_under_way_within(Duration::from_secs(10))
         .await;

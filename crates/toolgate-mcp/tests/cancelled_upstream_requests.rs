@@ -1,8 +1,9 @@
 //! A caller's request other than `tools/call` — `resources/read`, `prompts/get` — that its
 //! caller gives up is cancelled upstream (`notifications/cancelled`) and its response
-//! stream let go — at the request's deadline at the latest, its place kept until then —
-//! even when the upstream ignores the cancellation and never ends the stream; another
-//! caller's request on the same connection goes on and is answered.
+//! stream let go — at the request's deadline at the latest, its place kept longer, until the
+//! upstream's `call_timeout` — even when the upstream ignores the cancellation and never
+//! ends the stream; another caller's request on the same connection goes on and is
+//! answered.
 
 mod common;
 

@@ -13,14 +13,20 @@
 //!
 //! - the request's answer comes on its stream, or the stream ends or fails: what is left
 //!   of the stream is read here for that, and dropped;
-//! - the connection closes (its transport is dropped): the upstream's session, and what
-//!   runs in it, is over for toolgate;
-//! - at the latest, at the hold limit ([`Place::held_until`]): the request's deadline, so
-//!   an upstream that says nothing makes a cancelled request hold its place no longer than
-//!   the request could have held it uncancelled — and never sooner than [`LET_GO`](super::response_stream::LET_GO) after
-//!   it was given up. A request without a deadline of its own (one the gateway makes
-//!   itself, whose place rmcp's transport takes) is held at most the upstream's
-//!   `call_timeout` after it was given up.
+//! - at the latest, at the hold limit ([`Place::held_until`]): the upstream's
+//!   `call_timeout` after the request was given up (its deadline, if later), so an
+//!   upstream that says nothing makes a cancelled request hold its place no longer than
+//!   the upstream may run a request. Not the request's own deadline: a caller chooses
+//!   that, and one that gave its calls 50 ms would keep any number of them running at the
+//!   upstream, a place each given back 2 s later. What is left of its answer (its stream,
+//!   its POST under way) is let go sooner, at its deadline ([`Place::answer_let_go_at`]):
+//!   a server may stop a request whose client has gone, and its connection is not held
+//!   for nothing.
+//!
+//! Not when toolgate's connection to the upstream closes: over HTTP that says nothing of
+//! what the upstream runs. A reload drops the connections of the configuration it
+//! replaces while the upstream still runs their calls, and giving their places back then
+//! let a reload every quarter second send the upstream five times its `max_connections`.
 //!
 //! A request given up while it waited for its place was never sent, and holds nothing. One
 //! given up while its POST is under way — before the answer's head came — is not dropped
@@ -30,8 +36,8 @@
 //! itself, a failure status, no answer, the connection failing — says the upstream is
 //! done, and the place is given back at once. One toolgate sends from the calling task,
 //! given up between a stream the upstream ended and its resume, may be running at the
-//! upstream with nothing to tell when it ends: its place is kept until the connection
-//! closes or the hold limit. So is the place of a request rmcp sends (a list, a read, a
+//! upstream with nothing to tell when it ends: its place is kept until the hold limit.
+//! So is the place of a request rmcp sends (a list, a read, a
 //! call toolgate leaves to rmcp) given up while its POST is under way, or while rmcp's
 //! GET that resumes its stream (`Last-Event-ID`) is: rmcp drops the POST or the GET as
 //! the request is given up, reqwest's request with it, and the place is handed here from
@@ -44,14 +50,13 @@ use futures::StreamExt;
 use futures::future::BoxFuture;
 use serde_json::Value;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::places::Place;
 use super::response_stream::{Carried, SseStream, carried};
 
 /// What tells when the upstream is done with a request given up (see the module).
 pub(crate) enum Watched {
-    /// Nothing: the place is kept until the connection closes or the hold limit.
+    /// Nothing: the place is kept until the hold limit.
     Nothing,
     /// The request's stream: until its answer or its end.
     Stream(SseStream),
@@ -63,15 +68,8 @@ pub(crate) enum Watched {
 /// Keeps `place`, of a request given up at `given_up` before its answer, until the
 /// upstream is done with the request (see the module): as `watched` tells — the answer to
 /// `origin` (the request's id as answers carry it) or the end of the request's stream;
-/// `closed`, the connection's token; or the hold limit.
-pub(crate) async fn keep(
-    place: Place,
-    watched: Watched,
-    origin: Option<Value>,
-    closed: CancellationToken,
-    given_up: Instant,
-) {
-    let until = place.held_until(given_up);
+/// or the hold limit.
+pub(crate) async fn keep(place: Place, watched: Watched, origin: Option<Value>, given_up: Instant) {
     let done = async {
         let stream = match watched {
             Watched::Nothing => std::future::pending().await,
@@ -84,25 +82,22 @@ pub(crate) async fn keep(
         answered_or_ended(stream, origin.as_ref()).await;
     };
     tokio::select! {
-        () = done => {}
-        () = closed.cancelled() => {}
-        () = tokio::time::sleep_until(until) => {
-            tracing::debug!("a request given up before its answer kept its place among the MCP server's requests in flight until its hold limit, with no word from the server that it stopped");
-        }
+        () = done => return,
+        () = tokio::time::sleep_until(place.answer_let_go_at(given_up)) => {}
     }
-    drop(place);
+    // What is left of the answer is let go (a server may stop a request whose client has
+    // gone); the upstream may still run the request, and the place is kept.
+    tokio::time::sleep_until(place.held_until(given_up)).await;
+    tracing::debug!(
+        "a request given up before its answer kept its place among the MCP server's requests in flight until its hold limit, with no word from the server that it stopped"
+    );
 }
 
 /// [`keep`], from a task of its own, given up now; `place` is given back at once when
 /// there is no runtime to run the task (it is shutting down).
-pub(crate) fn keep_in_task(
-    place: Place,
-    watched: Watched,
-    origin: Option<Value>,
-    closed: CancellationToken,
-) {
+pub(crate) fn keep_in_task(place: Place, watched: Watched, origin: Option<Value>) {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(keep(place, watched, origin, closed, Instant::now()));
+        runtime.spawn(keep(place, watched, origin, Instant::now()));
     }
 }
 
@@ -155,12 +150,7 @@ mod tests {
         let (end, ended) = tokio::sync::oneshot::channel();
         let progress = r#"{"jsonrpc":"2.0","method":"notifications/progress","params":{}}"#;
         let stream = stream_until(vec![event(progress)], ended);
-        keep_in_task(
-            place,
-            Watched::Stream(stream),
-            Some(Value::from(1)),
-            CancellationToken::new(),
-        );
+        keep_in_task(place, Watched::Stream(stream), Some(Value::from(1)));
         tokio::time::sleep(LET_GO * 5).await;
         assert_eq!(places.free(), 1, "the upstream may still run it");
         drop(end);
@@ -181,7 +171,6 @@ mod tests {
             place,
             Watched::Stream(stream_until(events, ended)),
             Some(Value::from(1)),
-            CancellationToken::new(),
             Instant::now(),
         ));
         task.await
@@ -190,43 +179,45 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_given_up_requests_place_is_given_back_at_its_deadline_or_with_the_connection() {
+    async fn a_given_up_requests_place_is_given_back_at_the_hold_limit() {
         let places = Places::new("crm", 2, 1, Duration::from_secs(30));
-        let deadline = Instant::now() + Duration::from_secs(10);
+        // A deadline of its caller's, sooner than the upstream's `call_timeout`: the
+        // upstream may still run the request, and the place is held for `call_timeout`.
+        let given_up = Instant::now();
+        let deadline = given_up + Duration::from_millis(50);
         let place = places.take(None, Some(deadline)).await.expect("a place");
         let (_end, ended) = tokio::sync::oneshot::channel();
         let silent = stream_until(Vec::new(), ended);
-        keep_in_task(
-            place,
-            Watched::Stream(silent),
-            None,
-            CancellationToken::new(),
+        keep_in_task(place, Watched::Stream(silent), None);
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(places.free(), 1, "past the caller's deadline: still held");
+        tokio::time::sleep_until(given_up + Duration::from_secs(30) - Duration::from_millis(1))
+            .await;
+        assert_eq!(places.free(), 1);
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert_eq!(
+            places.free(),
+            2,
+            "the hold limit: the upstream's call_timeout"
         );
+
+        // A deadline later than that: held until it.
+        let deadline = Instant::now() + Duration::from_secs(40);
+        let place = places.take(None, Some(deadline)).await.expect("a place");
+        keep_in_task(place, Watched::Nothing, None);
         tokio::time::sleep_until(deadline - Duration::from_millis(1)).await;
         assert_eq!(places.free(), 1);
         tokio::time::sleep(Duration::from_millis(2)).await;
-        assert_eq!(places.free(), 2, "the hold limit: the request's deadline");
+        assert_eq!(places.free(), 2, "the hold limit: its deadline");
 
-        // Past its deadline already: kept for LET_GO, the floor.
-        let place = places
-            .take(None, Some(Instant::now()))
-            .await
-            .expect("a place");
-        keep_in_task(place, Watched::Nothing, None, CancellationToken::new());
+        // A `call_timeout` under LET_GO: kept for LET_GO, the floor.
+        let quick = Places::new("crm", 2, 1, Duration::from_millis(100));
+        let place = quick.take(None, None).await.expect("a place");
+        keep_in_task(place, Watched::Nothing, None);
         tokio::time::sleep(LET_GO - Duration::from_millis(1)).await;
-        assert_eq!(places.free(), 1);
+        assert_eq!(quick.free(), 1);
         tokio::time::sleep(Duration::from_millis(2)).await;
-        assert_eq!(places.free(), 2);
-
-        // Without a deadline, no stream to read: until the connection closes.
-        let place = places.take(None, None).await.expect("a place");
-        let closed = CancellationToken::new();
-        keep_in_task(place, Watched::Nothing, None, closed.clone());
-        tokio::time::sleep(LET_GO * 5).await;
-        assert_eq!(places.free(), 1);
-        closed.cancel();
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(places.free(), 2, "the connection closed");
+        assert_eq!(quick.free(), 2);
     }
 
     #[tokio::test(start_paused = true)]
@@ -238,12 +229,7 @@ mod tests {
         let place = places.take(None, None).await.expect("a place");
         let (answer, answered) = tokio::sync::oneshot::channel::<Option<SseStream>>();
         let posting = Box::pin(async move { answered.await.ok().flatten() });
-        keep_in_task(
-            place,
-            Watched::Posting(posting),
-            Some(Value::from(1)),
-            CancellationToken::new(),
-        );
+        keep_in_task(place, Watched::Posting(posting), Some(Value::from(1)));
         tokio::time::sleep(LET_GO * 5).await;
         assert_eq!(places.free(), 1, "no answer yet: the upstream may run it");
         assert!(answer.send(None).is_ok(), "kept");
@@ -254,12 +240,7 @@ mod tests {
         let place = places.take(None, None).await.expect("a place");
         let (answer, answered) = tokio::sync::oneshot::channel::<Option<SseStream>>();
         let posting = Box::pin(async move { answered.await.ok().flatten() });
-        keep_in_task(
-            place,
-            Watched::Posting(posting),
-            Some(Value::from(1)),
-            CancellationToken::new(),
-        );
+        keep_in_task(place, Watched::Posting(posting), Some(Value::from(1)));
         let (events, events_in) = futures::channel::mpsc::unbounded();
         assert!(answer.send(Some(events_in.boxed())).is_ok(), "kept");
         tokio::time::sleep(LET_GO * 5).await;
@@ -272,38 +253,29 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_post_under_way_is_given_up_with_the_connection_or_at_the_hold_limit() {
+    async fn a_post_under_way_is_given_up_at_the_hold_limit() {
         let places = Places::new("crm", 2, 1, Duration::from_secs(30));
-        let place = places.take(None, None).await.expect("a place");
-        let closed = CancellationToken::new();
-        let posting = Box::pin(std::future::pending());
-        keep_in_task(place, Watched::Posting(posting), None, closed.clone());
-        tokio::time::sleep(LET_GO * 5).await;
-        assert_eq!(places.free(), 1);
-        closed.cancel();
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(places.free(), 2, "the connection closed");
-
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let given_up = Instant::now();
+        let deadline = given_up + Duration::from_secs(10);
         let place = places.take(None, Some(deadline)).await.expect("a place");
         let posting = Box::pin(std::future::pending());
-        keep_in_task(
-            place,
-            Watched::Posting(posting),
-            None,
-            CancellationToken::new(),
-        );
-        tokio::time::sleep_until(deadline - Duration::from_millis(1)).await;
+        keep_in_task(place, Watched::Posting(posting), None);
+        let limit = given_up + Duration::from_secs(30);
+        tokio::time::sleep_until(limit - Duration::from_millis(1)).await;
         assert_eq!(places.free(), 1);
         tokio::time::sleep(Duration::from_millis(2)).await;
-        assert_eq!(places.free(), 2, "the hold limit: the request's deadline");
+        assert_eq!(
+            places.free(),
+            2,
+            "the hold limit: the upstream's call_timeout"
+        );
     }
 
     #[tokio::test(start_paused = true)]
     async fn without_a_deadline_the_hold_limit_is_the_upstreams_call_timeout() {
         let places = Places::new("crm", 1, 1, Duration::from_secs(30));
         let place = places.take(None, None).await.expect("a place");
-        keep_in_task(place, Watched::Nothing, None, CancellationToken::new());
+        keep_in_task(place, Watched::Nothing, None);
         tokio::time::sleep(Duration::from_secs(30) - Duration::from_millis(1)).await;
         assert_eq!(places.free(), 0);
         tokio::time::sleep(Duration::from_millis(2)).await;

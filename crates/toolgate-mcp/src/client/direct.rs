@@ -52,7 +52,6 @@ use rmcp::transport::streamable_http_client::{
     StreamableHttpError, StreamableHttpPostResponse, StreamableHttpResponseLimits,
 };
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
 
 use super::cancelled::{self, Watched};
 use super::frames::Inbound;
@@ -203,7 +202,6 @@ impl Direct {
             place: Some(place),
             under_way: UnderWay::default(),
             stream: None,
-            closed: self.client.closed(),
         };
         let answer = self.exchange(message, &posted, headers, &mut flight).await;
         flight.settle();
@@ -416,8 +414,6 @@ struct InFlight<'a> {
     /// Where the call's POST on hyper's client is with the upstream.
     under_way: UnderWay,
     stream: Option<SseStream>,
-    /// The connection's token, cancelled when it closes.
-    closed: &'a CancellationToken,
 }
 
 impl InFlight<'_> {
@@ -445,7 +441,7 @@ impl Drop for InFlight<'_> {
             (None, None) => Watched::Nothing,
         };
         let origin = Some(self.id.clone().into_json_value());
-        cancelled::keep_in_task(place, watched, origin, self.closed.clone());
+        cancelled::keep_in_task(place, watched, origin);
     }
 }
 

@@ -83,9 +83,10 @@
 //! still be running at the upstream, which is told (`notifications/cancelled`) but need not
 //! stop. Its [`Place`], in its caller's share and among the upstream's, is kept until the
 //! upstream is known to be done with it (its answer or the end of its stream, the
-//! connection closed), at most until the request's deadline — never sooner than
-//! [`LET_GO`] after it was given up — or, for a request without one, the upstream's
-//! `call_timeout` after ([`cancelled`](super::cancelled)). Otherwise a caller that starts
+//! connection closed), at most until the upstream's `call_timeout` after it was given up
+//! (or its deadline, if later): the longest the upstream may run a request, which a
+//! caller cannot shorten with a short deadline of its own ([`cancelled`](super::cancelled)).
+//! Otherwise a caller that starts
 //! and cancels calls in a loop would keep any number of them running at the upstream,
 //! past its share and the bound. That holds whoever sends the request and wherever it is:
 //! a POST toolgate sends is watched until its answer; one rmcp sends (lists, reads,
@@ -136,29 +137,34 @@ pub(crate) struct Places {
 pub(crate) struct Place {
     _permit: OwnedSemaphorePermit,
     _share: Option<SharePlace>,
-    /// How long it is kept at most once its request is given up before its answer.
-    limit: HoldLimit,
-}
-
-/// The longest a place is kept after its request was given up (see the module).
-#[derive(Clone, Copy, Debug)]
-enum HoldLimit {
-    /// The request's deadline.
-    Deadline(Instant),
-    /// A request without a deadline: this long after it was given up.
-    After(Duration),
+    /// The request's deadline, if it has one.
+    deadline: Option<Instant>,
+    /// The upstream's `call_timeout`: how long the upstream may run a request.
+    hold: Duration,
 }
 
 impl Place {
     /// When the place of a request given up at `given_up` before its answer is given back
-    /// at the latest: its deadline (or, without one, the upstream's `call_timeout` after
-    /// `given_up`), and never sooner than [`LET_GO`] after `given_up`.
+    /// at the latest: the upstream's `call_timeout` after `given_up` — the longest the
+    /// upstream may run a request, which a caller's own short deadline does not shorten
+    /// (a caller that gave its calls a deadline of 50 ms would otherwise keep any number of
+    /// them running) — or its deadline if later, and never sooner than [`LET_GO`] after
+    /// `given_up`.
     pub(crate) fn held_until(&self, given_up: Instant) -> Instant {
-        let limit = match self.limit {
-            HoldLimit::Deadline(deadline) => deadline,
-            HoldLimit::After(hold) => given_up + hold,
-        };
-        limit.max(given_up + LET_GO)
+        let limit = given_up + self.hold.max(LET_GO);
+        self.deadline.map_or(limit, |deadline| deadline.max(limit))
+    }
+
+    /// When what is left of the answer to a request given up at `given_up` is let go —
+    /// its stream dropped, its connection closed, which may tell the upstream to stop —
+    /// at the latest: its deadline (without one, [`held_until`](Self::held_until)), never
+    /// sooner than [`LET_GO`] after `given_up`. Its place is kept after, until
+    /// [`held_until`](Self::held_until).
+    pub(crate) fn answer_let_go_at(&self, given_up: Instant) -> Instant {
+        match self.deadline {
+            Some(deadline) => deadline.max(given_up + LET_GO),
+            None => self.held_until(given_up),
+        }
     }
 }
 
@@ -236,7 +242,8 @@ impl Places {
         Some(Place {
             _permit: permit,
             _share: None,
-            limit: HoldLimit::After(self.hold),
+            deadline: None,
+            hold: self.hold,
         })
     }
 
@@ -295,12 +302,12 @@ impl Places {
             Some(sharer) => Some(self.take_share(sharer, deadline, noted.share).await?),
             None => None,
         };
-        let limit = deadline.map_or(HoldLimit::After(self.hold), HoldLimit::Deadline);
         if let Ok(permit) = Arc::clone(&self.semaphore).try_acquire_owned() {
             return Ok(Place {
                 _permit: permit,
                 _share: share,
-                limit,
+                deadline,
+                hold: self.hold,
             });
         }
         // Noted only while queued, not while a free place is taken.
@@ -318,7 +325,8 @@ impl Places {
             Some(Ok(permit)) => Ok(Place {
                 _permit: permit,
                 _share: share,
-                limit,
+                deadline,
+                hold: self.hold,
             }),
             _ => {
                 tracing::warn!(server = %self.server, max = self.max, "a call waited for a place among the MCP server's requests in flight until its deadline (`max_connections`)");
@@ -558,7 +566,7 @@ impl Drop for Queued<'_> {
 pub(crate) struct Seat {
     places: Arc<Places>,
     sharer: Option<Sharer>,
-    /// The request's deadline: its place's hold limit once it is given up.
+    /// The request's deadline: its place is held until then at least once it is given up.
     deadline: Option<Instant>,
     /// Its requests queued for the upstream's place.
     waiting: Waiting,
@@ -593,7 +601,7 @@ impl Seat {
         let place = self.places.take_noted(self.sharer.as_ref(), None, noted);
         let mut place = place.await.ok()?;
         if let Some(deadline) = self.deadline {
-            place.limit = HoldLimit::Deadline(deadline);
+            place.deadline = Some(deadline);
         }
         Some(Reserved::new(place))
     }

@@ -69,7 +69,6 @@ use rmcp::transport::common::client_side_sse::{ExponentialBackoff, SseRetryPolic
 use serde_json::Value;
 use tokio::task::AbortHandle;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use super::cancelled;
 use super::places::Place;
@@ -116,14 +115,10 @@ pub(crate) enum Owner {
 }
 
 /// The streams of a connection that ended before their request's answer, by their last
-/// event id, for rmcp's resume of them; and the token that tells its streams the
-/// connection closed.
+/// event id, for rmcp's resume of them.
 #[derive(Default)]
 pub(crate) struct Resumable {
     ended: Mutex<VecDeque<Ended>>,
-    /// Cancelled when the connection's transport is dropped: the place of a request given
-    /// up is kept no longer ([`cancelled`](super::cancelled)).
-    closed: CancellationToken,
 }
 
 struct Ended {
@@ -183,14 +178,6 @@ impl Drop for Parked {
 }
 
 impl Resumable {
-    /// For the connection whose transport cancels `closed` when dropped.
-    pub(crate) fn new(closed: CancellationToken) -> Self {
-        Resumable {
-            ended: Mutex::default(),
-            closed,
-        }
-    }
-
     /// Whose the stream resumed from `event_id` is, and the call it serves.
     pub(crate) fn owner(&self, event_id: &str) -> (Owner, Option<RouteTicket>) {
         let ended = self.lock();
@@ -318,7 +305,7 @@ impl RequestStream {
         };
         let watch = ticket.clone().map(|ticket| {
             let held = Arc::downgrade(&held);
-            let (origin, closed) = (origin.clone(), resumable.closed.clone());
+            let origin = origin.clone();
             tokio::spawn(async move {
                 ticket.over().await;
                 let given_up = Instant::now();
@@ -337,7 +324,7 @@ impl RequestStream {
                 drop(held);
                 if let (Some(stream), Some(place), false) = (stream, place, settled) {
                     let watched = cancelled::Watched::Stream(stream);
-                    cancelled::keep(place, watched, origin, closed, given_up).await;
+                    cancelled::keep(place, watched, origin, given_up).await;
                 }
             })
             .abort_handle()
@@ -491,9 +478,8 @@ impl Drop for RequestStream {
         // request: the place is kept while it may still run it.
         let given_up = !held.settled && self.ticket.as_ref().is_some_and(RouteTicket::is_over);
         if given_up && let (Some(stream), Some(place)) = (held.stream.take(), held.place.take()) {
-            let closed = self.resumable.closed.clone();
             let watched = cancelled::Watched::Stream(stream);
-            cancelled::keep_in_task(place, watched, self.origin.take(), closed);
+            cancelled::keep_in_task(place, watched, self.origin.take());
         }
     }
 }
@@ -973,12 +959,11 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_given_up_calls_place_goes_with_its_connection_or_at_the_hold_limit() {
+    async fn a_given_up_calls_place_is_kept_until_the_hold_limit_even_past_its_connection() {
         let places = Places::new("crm", 2, 2, Duration::from_secs(30));
-        let closed = CancellationToken::new();
-        let resumable = Arc::new(Resumable::new(closed.clone()));
+        let resumable = Arc::new(Resumable::default());
         let mut upstreams = Vec::new();
-        for deadline in [None, Some(Instant::now() + Duration::from_secs(10))] {
+        for deadline in [None, Some(Instant::now() + Duration::from_secs(40))] {
             let place = places.take(None, deadline).await.expect("a place");
             let (relay, ticket) = Relay::new(None);
             let (upstream, stream) = written();
@@ -995,15 +980,21 @@ mod tests {
             drop(relay);
             drop(stream);
         }
-        tokio::time::sleep(Duration::from_secs(11)).await;
+        // The connection goes (a reload drops the old configuration's): the upstream may
+        // still run both requests.
+        drop(resumable);
+        tokio::time::sleep(Duration::from_secs(31)).await;
         assert_eq!(
             places.free(),
             1,
-            "the one with a deadline: given back at it"
+            "the one without a deadline: given back at the upstream's call_timeout"
         );
-        closed.cancel();
-        tokio::time::sleep(Duration::from_millis(1)).await;
-        assert_eq!(places.free(), 2, "the connection closed");
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        assert_eq!(
+            places.free(),
+            2,
+            "the one with a later deadline: given back at it"
+        );
     }
 
     #[test]

@@ -117,7 +117,7 @@ impl StreamTagging {
             wire: Arc::default(),
             unreadables: Arc::new(Unreadables::new(Arc::clone(&routes))),
             routes,
-            resumable: Arc::new(Resumable::new(closed.clone())),
+            resumable: Arc::default(),
             forgotten,
             places,
             expired: Arc::default(),
@@ -159,11 +159,6 @@ impl StreamTagging {
     /// What becomes of a message of this connection that does not read.
     pub(crate) fn unreadables(&self) -> &Unreadables {
         &self.unreadables
-    }
-
-    /// Cancelled when the connection's transport is dropped.
-    pub(crate) fn closed(&self) -> &CancellationToken {
-        &self.closed
     }
 }
 
@@ -345,10 +340,7 @@ impl StreamableHttpClient for StreamTagging {
         );
         // rmcp drops this future when the request is given up (its cancellation token),
         // and reqwest the POST with it: the place is kept while the upstream may run it.
-        let mut under_way = UnderWay {
-            place,
-            closed: &self.closed,
-        };
+        let mut under_way = UnderWay { place };
         let response = self
             .inner
             .post_message_with_response_limits(
@@ -453,10 +445,7 @@ impl StreamableHttpClient for StreamTagging {
             (Owner::Request(_), Some(event_id)) => self.resumable.take_place(event_id),
             _ => None,
         };
-        let mut under_way = UnderWay {
-            place,
-            closed: &self.closed,
-        };
+        let mut under_way = UnderWay { place };
         let attached = session_id.is_some();
         let stream = self
             .inner
@@ -503,22 +492,19 @@ impl StreamableHttpClient for StreamTagging {
 /// The place of a request whose POST rmcp sends, or whose stream it resumes (a GET with
 /// `Last-Event-ID`), while that is under way — its answer's head not yet come. Dropped so
 /// — rmcp gave the request up, and dropped the POST or the GET with it — the place is
-/// kept by a task of its own until the connection closes or the request's hold limit
+/// kept by a task of its own until the request's hold limit
 /// ([`cancelled`]): reqwest's request went with rmcp's future, and with it all that could
 /// tell when the upstream is done with the request. Taken out of it when the head comes
 /// (or the request fails), it costs an answered request nothing.
-struct UnderWay<'a> {
+struct UnderWay {
     /// `None` once the answer's head came (or the request failed).
     place: Option<Place>,
-    /// The connection's token, cancelled when it closes.
-    closed: &'a CancellationToken,
 }
 
-impl Drop for UnderWay<'_> {
+impl Drop for UnderWay {
     fn drop(&mut self) {
         if let Some(place) = self.place.take() {
-            let watched = cancelled::Watched::Nothing;
-            cancelled::keep_in_task(place, watched, None, self.closed.clone());
+            cancelled::keep_in_task(place, cancelled::Watched::Nothing, None);
         }
     }
 }
