@@ -60,8 +60,33 @@ pub fn read_text_file(path: &Path) -> Result<String, TextFileError> {
     if metadata.len() > MAX_TEXT_FILE_BYTES {
         return Err(TextFileError::TooLarge);
     }
+    bounded_text(file)
+}
+
+/// The text of the regular file or the pipe at `path` (`--config <(envsubst < t.yaml)`), of
+/// at most [`MAX_TEXT_FILE_BYTES`]: for a file read once, at a command's start, where a
+/// pipe is the operator's own choice. A pipe is waited on for its writer; a directory, a
+/// device or a socket is refused unread.
+///
+/// # Errors
+///
+/// As [`read_text_file`].
+pub fn read_text_file_or_pipe(path: &Path) -> Result<String, TextFileError> {
+    let file = std::fs::File::open(path).map_err(TextFileError::Unreadable)?;
+    let metadata = file.metadata().map_err(TextFileError::Unreadable)?;
+    let kind = metadata.file_type();
+    if !metadata.is_file() && what_it_is(&kind) != PIPE {
+        return Err(TextFileError::NotAFile {
+            what: what_it_is(&kind),
+        });
+    }
+    bounded_text(file)
+}
+
+/// What `file` holds, read to its end or past [`MAX_TEXT_FILE_BYTES`] (a file may grow
+/// while it is read, a pipe has no length), as UTF-8 text.
+fn bounded_text(file: std::fs::File) -> Result<String, TextFileError> {
     let mut bytes = Vec::new();
-    // The file may grow while it is read.
     file.take(MAX_TEXT_FILE_BYTES + 1)
         .read_to_end(&mut bytes)
         .map_err(TextFileError::Unreadable)?;
@@ -73,6 +98,9 @@ pub fn read_text_file(path: &Path) -> Result<String, TextFileError> {
     })
 }
 
+/// What [`what_it_is`] calls a pipe.
+const PIPE: &str = "a pipe";
+
 /// What a file that is not a regular one is, in words.
 fn what_it_is(kind: &std::fs::FileType) -> &'static str {
     if kind.is_dir() {
@@ -82,7 +110,7 @@ fn what_it_is(kind: &std::fs::FileType) -> &'static str {
     {
         use std::os::unix::fs::FileTypeExt;
         if kind.is_fifo() {
-            return "a pipe";
+            return PIPE;
         }
         if kind.is_socket() {
             return "a socket";

@@ -16,7 +16,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::Extensions;
-use crate::config::{Config, load_file};
+use crate::config::{Config, reload_file};
 use crate::connections::{self, ConnectionLimits, Phase};
 use crate::console::counters::FLUSH_EVERY;
 use crate::drain::{Drain, ExplainCut};
@@ -365,7 +365,7 @@ async fn save_stats(process: Arc<Process>, stop: CancellationToken) {
 
 /// Reads the file at `path` again, and swaps in the gateway built from it.
 async fn reload(path: &Path, process: &Process) -> Result<(), ServeError> {
-    let config = load_file(path)?;
+    let config = reload_file(path)?;
     for warning in config.warnings() {
         tracing::warn!("{warning}");
     }

@@ -179,31 +179,51 @@ impl fmt::Display for Located<'_> {
     }
 }
 
-/// Reads and checks a configuration file.
+/// Reads and checks a configuration file, at a command's start: a regular file, or a pipe
+/// (`--config <(envsubst < gateway.yaml)`), read once.
 ///
 /// # Errors
 ///
 /// [`ConfigError`] naming the file, field path and (for malformed values) line.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
-    let text = read_text(path).map_err(|source| ConfigError::Read {
+    load_text(path, toolgate_core::file::read_text_file_or_pipe(path))
+}
+
+/// Reads and checks a configuration file again, on a reload: only a regular file. A pipe
+/// read again would wait for a writer for ever (its text was read at the start), and a
+/// device such as `/dev/zero` would fill memory.
+///
+/// # Errors
+///
+/// As [`load_file`].
+pub fn reload_file(path: &Path) -> Result<Config, ConfigError> {
+    load_text(path, toolgate_core::file::read_text_file(path))
+}
+
+/// The configuration in `read`, the text of `path`, or why not.
+fn load_text(
+    path: &Path,
+    read: Result<String, toolgate_core::file::TextFileError>,
+) -> Result<Config, ConfigError> {
+    let text = read.map_err(|e| ConfigError::Read {
         path: path.to_owned(),
-        source,
+        source: read_error(e),
     })?;
     parse(&text).map_err(|e| e.in_file(path))
 }
 
-/// The text of the regular file at `path`, or why not: not a regular file (a pipe or a
-/// device would keep a start or a reload waiting, or filling memory), over
+/// Why a configuration file could not be read, in words: not a regular file (a pipe or a
+/// device would keep a reload waiting, or fill memory), over
 /// [`MAX_TEXT_FILE_BYTES`](toolgate_core::file::MAX_TEXT_FILE_BYTES), or not UTF-8.
-fn read_text(path: &Path) -> std::io::Result<String> {
-    use toolgate_core::file::{TextFileError, read_text_file};
-    read_text_file(path).map_err(|e| match e {
+fn read_error(e: toolgate_core::file::TextFileError) -> std::io::Error {
+    use toolgate_core::file::TextFileError;
+    match e {
         TextFileError::Unreadable(e) => e,
         TextFileError::NotAFile { what } => std::io::Error::other(format!(
             "it is {what}, not a file: name the configuration file itself"
         )),
         other => std::io::Error::other(other.to_string()),
-    })
+    }
 }
 
 /// How deep a configuration's lists and maps written in flow style (`[a, [b]]`, `{a: {b:
@@ -1036,7 +1056,7 @@ mod tests {
             (fifo.as_path(), "a pipe"),
             (Path::new("/dev/zero"), "a device"),
         ] {
-            let refused = load_file(path).unwrap_err().to_string();
+            let refused = reload_file(path).unwrap_err().to_string();
             assert_eq!(
                 refused,
                 format!(

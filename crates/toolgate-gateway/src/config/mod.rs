@@ -26,7 +26,7 @@ pub use identity::{
     AsCallerConfig, CredentialKind, FailedCredentialsConfig, IdentityConfig, JwtAlgorithm,
     OAuthConfig, RequiredScopes, RouteCredentials, TokenExchangeConfig,
 };
-pub use load::{ConfigError, load_file, parse};
+pub use load::{ConfigError, load_file, parse, reload_file};
 pub(crate) use load::{
     Located, in_plain_words as yaml_in_plain_words, io_in_words, name_fault, strip_location,
 };

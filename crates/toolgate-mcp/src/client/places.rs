@@ -82,19 +82,19 @@
 //! A request its caller gives up before its answer — cancelled, gone, out of time — may
 //! still be running at the upstream, which is told (`notifications/cancelled`) but need not
 //! stop. Its [`Place`], in its caller's share and among the upstream's, is kept until the
-//! upstream is known to be done with it (its answer or the end of its stream, the
-//! connection closed), at most until the upstream's `call_timeout` after it was given up
-//! (or its deadline, if later): the longest the upstream may run a request, which a
-//! caller cannot shorten with a short deadline of its own ([`cancelled`](super::cancelled)).
-//! Otherwise a caller that starts
-//! and cancels calls in a loop would keep any number of them running at the upstream,
-//! past its share and the bound. That holds whoever sends the request and wherever it is:
-//! a POST toolgate sends is watched until its answer; one rmcp sends (lists, reads,
-//! `prompts/get`, subscriptions, calls toolgate leaves to rmcp), given up before its
-//! answer's head, and one given up while rmcp's GET that resumes its stream is under way,
-//! are dropped with rmcp's future, and their places are kept until the connection closes
-//! or the hold limit. The cancel itself returns at once; a request given up while it waits
-//! for a place was never sent, and holds none.
+//! upstream is known to be done with it (its answer or the end of its stream), at most
+//! until the upstream's `call_timeout` after it was given up (or its deadline, if later):
+//! the longest the upstream may run a request, which a caller cannot shorten with a short
+//! deadline of its own, nor a reload by closing toolgate's connection
+//! ([`cancelled`](super::cancelled)). Otherwise a caller that starts and cancels calls in
+//! a loop would keep any number of them running at the upstream, past its share and the
+//! bound. That holds whoever sends the request and wherever it is: a POST toolgate sends
+//! is watched until its answer; one rmcp sends (lists, reads, `prompts/get`,
+//! subscriptions, calls toolgate leaves to rmcp), given up before its answer's head, and
+//! one given up while rmcp's GET that resumes its stream is under way, are dropped with
+//! rmcp's future, and their places are kept until the hold limit. The cancel itself
+//! returns at once; a request given up while it waits for a place was never sent, and
+//! holds none.
 
 use std::borrow::Borrow;
 use std::collections::HashSet;

@@ -16,8 +16,8 @@
 //! before its answer — let go so, or dropped by rmcp once its call is over — is not
 //! closed: it holds the request's place, and is read to its end by toolgate (what comes on
 //! it is dropped), since its answer or its end is what tells that the upstream is done
-//! with the request; the place is given back then, when the connection closes, or at the
-//! request's hold limit ([`cancelled`](super::cancelled)), whichever comes first.
+//! with the request; the place is given back then, or at the request's hold limit
+//! ([`cancelled`](super::cancelled)), whichever comes first.
 //!
 //! **Resumed as its request's.** rmcp resumes a stream the upstream closed early with a GET
 //! carrying the last event id it read (`Last-Event-ID`); the GET names no request, and the
