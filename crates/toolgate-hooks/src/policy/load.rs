@@ -390,9 +390,16 @@ mod tests {
             .status()
             .unwrap();
         assert!(made.success());
-        for path in [fifo.as_path(), Path::new("/dev/zero"), dir.path()] {
+        for (path, what) in [
+            (fifo.as_path(), "a pipe"),
+            (Path::new("/dev/zero"), "a device"),
+            (dir.path(), "a directory"),
+        ] {
             let message = file_problem(path);
-            assert!(message.contains("is not a regular file"), "{message}");
+            assert!(
+                message.contains(&format!("is {what}, not a file")),
+                "{message}"
+            );
         }
     }
 
