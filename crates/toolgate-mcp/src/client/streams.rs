@@ -340,7 +340,7 @@ impl StreamableHttpClient for StreamTagging {
         );
         // rmcp drops this future when the request is given up (its cancellation token),
         // and reqwest the POST with it: the place is kept while the upstream may run it.
-        let mut under_way = UnderWay { place };
+        let mut under_way = PlaceUnderWay { place };
         let response = self
             .inner
             .post_message_with_response_limits(
@@ -445,7 +445,7 @@ impl StreamableHttpClient for StreamTagging {
             (Owner::Request(_), Some(event_id)) => self.resumable.take_place(event_id),
             _ => None,
         };
-        let mut under_way = UnderWay { place };
+        let mut under_way = PlaceUnderWay { place };
         let attached = session_id.is_some();
         let stream = self
             .inner
@@ -496,12 +496,12 @@ impl StreamableHttpClient for StreamTagging {
 /// ([`cancelled`]): reqwest's request went with rmcp's future, and with it all that could
 /// tell when the upstream is done with the request. Taken out of it when the head comes
 /// (or the request fails), it costs an answered request nothing.
-struct UnderWay {
+struct PlaceUnderWay {
     /// `None` once the answer's head came (or the request failed).
     place: Option<Place>,
 }
 
-impl Drop for UnderWay {
+impl Drop for PlaceUnderWay {
     fn drop(&mut self) {
         if let Some(place) = self.place.take() {
             cancelled::keep_in_task(place, cancelled::Watched::Nothing, None);

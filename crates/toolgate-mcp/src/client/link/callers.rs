@@ -12,7 +12,10 @@ use crate::client::per_caller::CallerLinks;
 impl Link {
     /// The link of one caller, with `credential`: scrubbed from what comes back as well
     /// as the configuration's own credentials.
-    pub fn for_caller(config: UpstreamConfig, credential: Secret) -> Self {
+    pub fn for_caller(mut config: UpstreamConfig, credential: Secret) -> Self {
+        // Its places are the upstream's link's (set by [`Link::as_caller`]): the shared
+        // bounds are not looked up for a link that would drop what they hand back.
+        config.bounds = None;
         let scrubber = config.scrubber(Some(&credential));
         let mut link = Link::new(config, Some(credential.expose().to_owned()));
         link.scrubber = scrubber;
