@@ -399,9 +399,9 @@ impl Pipeline {
         // A rejection is always allowed: it ends a call that can no longer be approved.
         let check = !matches!(decision, ResumeDecision::Reject { .. });
         let caller_now = options.user.take().filter(|_| check);
-        let running = options.running.take();
+        let resume = *options.resume.take().unwrap_or_default();
         let (entry, saved) = self
-            .take_suspended(suspension_id, check, caller_now.as_deref(), running)
+            .take_suspended(suspension_id, check, caller_now.as_deref(), resume.running)
             .await?;
         options.session_id = saved.session_id.as_deref().map(Arc::from);
         options.request_id = Some(saved.request_id);
@@ -412,8 +412,8 @@ impl Pipeline {
             output: saved.output,
             metadata: saved.metadata,
             decision: decision.clone(),
-            decided_by: options.decided_by.take(),
-            decision_reason: options.decision_reason.take(),
+            decided_by: resume.decided_by,
+            decision_reason: resume.decision_reason,
             run_by: check
                 .then(|| tokio::time::Instant::now() + self.inner.shared.approval_run_within),
             retry_of: None,
