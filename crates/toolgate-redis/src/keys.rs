@@ -14,6 +14,8 @@
 //! |---|---|---|
 //! | quota state (GCRA TAT) | `<policy base>:quota` | when the budget is full again |
 //! | budget (window end, units spent) | `<policy base>:budget` (hash) | when its window ends |
+//! | one budget charge (its window and cost, or that it was cancelled) | `<policy base>:budget:c:<id>` | 30 s |
+//! | one budget correction, made | `<policy base>:budget:a:<id>` | 30 s |
 //! | concurrency leases | `<policy base>:leases` (sorted set) | the latest lease's expiry |
 //! | cached result | `<prefix>:<tool>:<sha256>` (the `CacheKey`) | the entry's TTL |
 //! | cache fill lock | `<prefix>:fill:{<prefix>:<tool>:<sha256>}` | the fill wait |
@@ -82,7 +84,7 @@
 //! | script or command | keys |
 //! |---|---|
 //! | `gcra.lua` | the quota key |
-//! | `budget.lua` | the budget key |
+//! | `budget.lua` | the budget key and the record of one charge or correction (same hash tag) |
 //! | `acquire.lua`, `renew.lua`, the release (`ZREM`) | the leases key |
 //! | `GET`, `SET … PX`, `DEL` | the entry |
 //! | `claim.lua`, `fill.lua` | the entry and its fill lock |

@@ -15,7 +15,10 @@ use toolgate_hooks::budget::{Budget, BudgetBackend, BudgetDecision, BudgetReques
 use toolgate_redis::{RedisConfig, RedisState};
 
 use common::cluster::Cluster;
-use common::{assert_every_key_expires, config, connect, inspect, namespace, redis_or_skip};
+use common::{
+    Proxy, assert_every_key_expires, config, connect, inspect, namespace, redis_or_skip,
+    remove_keys_under,
+};
 
 /// Charges `cost` to budget `key` of 10 units an hour, straight on the backend.
 async fn charge_ten_an_hour(budget: &impl BudgetBackend, key: &str, cost: u64) -> BudgetDecision {
@@ -419,6 +422,252 @@ async fn a_clock_stepped_back_on_redis_gives_no_fresh_allowance_and_a_wrong_futu
                 "{key}: {decision:?}"
             );
         }
+    }
+    assert_every_key_expires(&url, &prefix).await;
+}
+
+/// The budget script itself, to run a cancel and a charge in the order a slow Redis may.
+static BUDGET_SCRIPT: &str = include_str!("../src/budget/budget.lua");
+
+/// A charge whose answer misses the deadline is refused to the caller ("the call was not
+/// run"), so it must cost nothing: once Redis answers again the charge it made late is
+/// given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_charge_that_misses_its_deadline_costs_nothing_once_redis_answers() {
+    let test = "a_charge_that_misses_its_deadline_costs_nothing_once_redis_answers";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let proxy = Proxy::start(&url).await;
+    let prefix = namespace();
+    let state = connect(&proxy.url(), config(&prefix)).await;
+    let budget = state.budget().deadline(Duration::from_millis(50));
+    // Redis knows the script before it is held up (a charge held up while Redis does not
+    // know it would never run at all).
+    assert!(matches!(
+        charge_ten_an_hour(&budget, "warm-up", 1).await,
+        BudgetDecision::Charged(_)
+    ));
+    // Redis is held up: the charge gets no answer in time, and runs once it is let go.
+    proxy.stall();
+    let request = BudgetRequest {
+        key: "ann",
+        cost: 4,
+        limit: 10,
+        window: Window::hour(),
+    };
+    let missed = budget.charge(request).await;
+    assert!(
+        matches!(
+            missed,
+            Err(toolgate_hooks::budget::BudgetBackendError::Unavailable(_))
+        ),
+        "{missed:?}"
+    );
+    proxy.heal();
+    let key = budget.redis_key("ann");
+    let mut redis = inspect(&url).await;
+    let given_back = async {
+        loop {
+            let used: Option<u64> = redis.hget(&key, "used").await.unwrap();
+            if used == Some(0) {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), given_back)
+        .await
+        .expect("the late charge is given back: nothing stays spent");
+    // The whole budget is there.
+    assert!(matches!(
+        charge_ten_an_hour(&budget, "ann", 10).await,
+        BudgetDecision::Charged(s) if s.used == 10
+    ));
+    assert_every_key_expires(&url, &prefix).await;
+}
+
+/// A charge that Redis runs after its cancel (it came late, or it was sent again) charges
+/// nothing and answers refused; a cancel after a charge gives its cost back, once.
+#[tokio::test]
+async fn a_charge_that_runs_after_its_cancel_charges_nothing() {
+    let Some(url) = redis_or_skip("a_charge_that_runs_after_its_cancel_charges_nothing").await
+    else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let key = state.budget().redis_key("ann");
+    let script = redis::Script::new(BUDGET_SCRIPT);
+    let mut redis = inspect(&url).await;
+    let record = |id: &str| format!("{key}:c:{id}");
+    let cancel = |id: &str| {
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&key)
+            .key(record(id))
+            .arg("cancel")
+            .arg(30_000);
+        invocation
+    };
+    let charge = |id: &str, cost: u64| {
+        let mut invocation = script.prepare_invoke();
+        invocation
+            .key(&key)
+            .key(record(id))
+            .arg("charge")
+            .arg(cost)
+            .arg(10)
+            .arg(3_600_000)
+            .arg(30_000);
+        invocation
+    };
+    // Cancelled before it ran: the charge charges nothing, and says so.
+    let cancelled: Vec<u64> = cancel("late").invoke_async(&mut redis).await.unwrap();
+    assert_eq!(cancelled, [0]);
+    let (charged, used, _, _): (u8, u64, u64, u64) =
+        charge("late", 4).invoke_async(&mut redis).await.unwrap();
+    assert_eq!((charged, used), (0, 0), "refused, nothing charged");
+    let stored: Option<u64> = redis.hget(&key, "used").await.unwrap();
+    assert_eq!(stored.unwrap_or(0), 0);
+
+    // Charged, then cancelled: the cost is given back, and a cancel sent again (or the
+    // charge sent again) changes nothing more.
+    let (charged, used, _, _): (u8, u64, u64, u64) =
+        charge("other", 3).invoke_async(&mut redis).await.unwrap();
+    assert_eq!((charged, used), (1, 3));
+    let (charged, used, _, _): (u8, u64, u64, u64) =
+        charge("slow", 4).invoke_async(&mut redis).await.unwrap();
+    assert_eq!((charged, used), (1, 7));
+    let (charged, used, _, _): (u8, u64, u64, u64) =
+        charge("slow", 4).invoke_async(&mut redis).await.unwrap();
+    assert_eq!((charged, used), (1, 7), "a charge sent again is made once");
+    for expected in [[1], [0]] {
+        let cancelled: Vec<u64> = cancel("slow").invoke_async(&mut redis).await.unwrap();
+        assert_eq!(cancelled, expected);
+        let used: u64 = redis.hget(&key, "used").await.unwrap();
+        assert_eq!(used, 3, "the cancelled charge given back once");
+    }
+    let (charged, _, _, _): (u8, u64, u64, u64) =
+        charge("slow", 4).invoke_async(&mut redis).await.unwrap();
+    assert_eq!(charged, 0, "a cancelled charge sent again is refused");
+    // Every record expires soon.
+    for id in ["late", "other", "slow"] {
+        let pttl: i64 = redis.pttl(record(id)).await.unwrap();
+        assert!(pttl > 0 && pttl <= 30_000, "{id}: {pttl}");
+    }
+    assert_every_key_expires(&url, &prefix).await;
+}
+
+/// A reload that makes a budget's window longer keeps what was spent: a used-up hourly
+/// budget made a 30-day one is still used up, and its spending now lasts as long as the
+/// new window (the key's end and expiry move with it).
+#[tokio::test]
+async fn a_window_made_longer_on_redis_keeps_the_spending() {
+    let Some(url) = redis_or_skip("a_window_made_longer_on_redis_keeps_the_spending").await else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let budget = state.budget();
+    // 30 days, a whole number of hours: its window ends with an hour's, or after it.
+    let month = Window::new(Duration::from_secs(30 * 86_400)).unwrap();
+    let BudgetDecision::Charged(spent) = charge_ten_an_hour(&budget, "ann", 10).await else {
+        panic!("the first charge");
+    };
+    let request = BudgetRequest {
+        key: "ann",
+        cost: 1,
+        limit: 10,
+        window: month,
+    };
+    let after_reload = budget.charge(request).await.unwrap();
+    let BudgetDecision::Refused(state) = after_reload else {
+        panic!("a reload gave a fresh allowance: {after_reload:?}");
+    };
+    assert_eq!(state.used, 10);
+    assert!(state.window_end_ms >= spent.window_end_ms);
+    let key = budget.redis_key("ann");
+    let mut redis = inspect(&url).await;
+    let end: u64 = redis.hget(&key, "end").await.unwrap();
+    assert_eq!(
+        end, state.window_end_ms,
+        "the spending counts in the new window"
+    );
+    let pttl: u64 = redis.pttl(&key).await.unwrap();
+    assert!(
+        pttl + 1000 >= state.resets_in.as_millis() as u64,
+        "the key lasts as long as the new window: {pttl} ms"
+    );
+    // The key lives up to 30 days: not in a shared Redis after the test.
+    remove_keys_under(&url, &prefix).await;
+}
+
+/// A correction (here the refund of a call whose tool never ran) whose answer is lost is
+/// sent again in the background once Redis can be reached: the charge is given back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_whose_answer_is_lost_is_sent_again_once_redis_answers() {
+    let test = "a_refund_whose_answer_is_lost_is_sent_again_once_redis_answers";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let proxy = Proxy::start(&url).await;
+    let prefix = namespace();
+    let state = connect(&proxy.url(), config(&prefix)).await;
+    let budget = state.budget().deadline(Duration::from_millis(200));
+    let BudgetDecision::Charged(spent) = charge_ten_an_hour(&budget, "ann", 5).await else {
+        panic!("the first charge");
+    };
+    // The way to Redis is cut: the refund is lost on the way.
+    proxy.cut();
+    let lost = budget.adjust("ann", spent.window_end_ms, -5).await;
+    assert!(lost.is_err(), "{lost:?}");
+    proxy.heal();
+    let key = budget.redis_key("ann");
+    let mut redis = inspect(&url).await;
+    let given_back = async {
+        loop {
+            let used: Option<u64> = redis.hget(&key, "used").await.unwrap();
+            if used == Some(0) {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), given_back)
+        .await
+        .expect("the refund is sent again and made");
+    assert_every_key_expires(&url, &prefix).await;
+}
+
+/// An adjust that arrives twice (sent again after a late answer) changes the budget once.
+#[tokio::test]
+async fn an_adjust_sent_again_changes_the_budget_once() {
+    let Some(url) = redis_or_skip("an_adjust_sent_again_changes_the_budget_once").await else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let budget = state.budget();
+    let BudgetDecision::Charged(spent) = charge_ten_an_hour(&budget, "ann", 8).await else {
+        panic!("the first charge");
+    };
+    let key = budget.redis_key("ann");
+    let script = redis::Script::new(BUDGET_SCRIPT);
+    let mut redis = inspect(&url).await;
+    for _ in 0..2 {
+        let answer: Vec<u64> = script
+            .prepare_invoke()
+            .key(&key)
+            .key(format!("{key}:a:refund"))
+            .arg("adjust")
+            .arg(spent.window_end_ms)
+            .arg(-3)
+            .arg(30_000)
+            .invoke_async(&mut redis)
+            .await
+            .unwrap();
+        assert_eq!(answer, [1, 5], "given back once");
     }
     assert_every_key_expires(&url, &prefix).await;
 }

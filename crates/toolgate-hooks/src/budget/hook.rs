@@ -435,7 +435,7 @@ impl Budget {
             Ok(None) => {}
             // The call is over: a failed reconciliation is logged, never the call's outcome.
             Err(error) => {
-                tracing::warn!(policy = %self.name, %error, delta, "budget reconciliation failed; the estimate stands");
+                tracing::warn!(policy = %self.name, %error, delta, "the budget's correction of this call's charge got no answer in time; a store that sends it again (Redis does, in the background) may still make it, else the charged estimate stands");
             }
         }
         Ok(())

@@ -82,8 +82,17 @@ impl BudgetBackend for InMemoryBudget {
         // a caller a fresh allowance for the window before. Further back (or after a clock
         // that was set far ahead, then corrected), the stored window is not trusted, and the
         // present one begins afresh: no budget stays refused for longer than a window.
-        if entry.0 < end || entry.0 - end > request.window.millis() {
+        //
+        // A stored window that ended after the present one began (the window's length
+        // changed on a reload) holds spending of the present window: it is kept, and counts
+        // until the present window ends, so a reload gives no fresh allowance. A window
+        // made shorter may so carry spending from before the present window began: that
+        // errs on the side of refusing.
+        let begun = end.saturating_sub(request.window.millis());
+        if entry.0 <= begun || entry.0.saturating_sub(end) > request.window.millis() {
             *entry = (end, 0);
+        } else if entry.0 < end {
+            entry.0 = end;
         }
         let end = entry.0;
         let state = |used| BudgetState {

@@ -9,7 +9,8 @@ use toolgate_core::tool::ErasedTool;
 use toolgate_core::{JsonTool, Pipeline, PipelineBuilder, Stage, ToolError};
 use toolgate_hooks::authorize::{Authorize, Effect, Rule, Rules};
 use toolgate_hooks::budget::{
-    Budget, BudgetBackend, Cost, InMemoryBudget, LimitReport, LimitState, Window,
+    Budget, BudgetBackend, BudgetDecision, BudgetRequest, Cost, InMemoryBudget, LimitReport,
+    LimitState, Window,
 };
 use toolgate_hooks::cache::ResultCache;
 use toolgate_hooks::output_limit::OutputLimit;
@@ -711,4 +712,51 @@ async fn a_clock_stepped_back_gives_no_fresh_allowance_and_a_wrong_future_does_n
     call()
         .await
         .expect("the present window's allowance, not the wrong year's");
+}
+
+/// A reload that changes a budget's window keeps what was spent in the present window: a
+/// used-up hourly budget made a two-hour one stays used up until the new window ends (not
+/// when the old hour would have), and only a window that ended before the present one
+/// began starts afresh.
+#[tokio::test]
+async fn a_reload_that_changes_the_window_keeps_the_spending() {
+    let hour = 3600;
+    // 10:30 of a day.
+    let day = 20_000 * 86_400;
+    let seconds = Arc::new(AtomicU64::new(day + 10 * hour + 30 * 60));
+    let store = InMemoryBudget::default().with_clock(clock_at(seconds.clone()));
+    let two_hours = Window::new(Duration::from_secs(2 * hour)).unwrap();
+    let charge = |cost, window| {
+        let store = store.clone();
+        async move {
+            let request = BudgetRequest {
+                key: "ann",
+                cost,
+                limit: 20,
+                window,
+            };
+            store.charge(request).await.unwrap()
+        }
+    };
+    assert!(matches!(
+        charge(20, Window::hour()).await,
+        BudgetDecision::Charged(_)
+    ));
+    // 10:40, reloaded with a window of two hours (10:00 to 12:00): still used up.
+    seconds.store(day + 10 * hour + 40 * 60, Ordering::SeqCst);
+    let refused = charge(2, two_hours).await;
+    let BudgetDecision::Refused(state) = refused else {
+        panic!("a reload gave a fresh allowance: {refused:?}");
+    };
+    assert_eq!(state.used, 20);
+    assert_eq!(state.window_end_ms, (day + 12 * hour) * 1000);
+    // 11:10: the old hour is over, the two-hour window is not.
+    seconds.store(day + 11 * hour + 10 * 60, Ordering::SeqCst);
+    assert!(matches!(charge(2, two_hours).await, BudgetDecision::Refused(s) if s.used == 20));
+    // Back to an hour at 11:20 (11:00 to 12:00): the spending carries (erring on refusing).
+    seconds.store(day + 11 * hour + 20 * 60, Ordering::SeqCst);
+    assert!(matches!(charge(2, Window::hour()).await, BudgetDecision::Refused(s) if s.used == 20));
+    // 12:10: a window that began after the spent one ended starts afresh.
+    seconds.store(day + 12 * hour + 10 * 60, Ordering::SeqCst);
+    assert!(matches!(charge(2, two_hours).await, BudgetDecision::Charged(s) if s.used == 2));
 }

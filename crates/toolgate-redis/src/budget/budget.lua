@@ -1,15 +1,29 @@
--- One budget decision, on the Redis server's clock: a charge, or the reconciliation of a
--- charge. One key, a hash: `end` (the end of the window it counts, ms since the epoch,
--- which also names the window) and `used` (units spent in it). The key expires when its
--- window ends, so no key outlives its use and a new window starts at zero.
+-- One budget decision, on the Redis server's clock: a charge, the cancel of a charge whose
+-- answer came too late, or the reconciliation of a charge. One key, a hash: `end` (the end
+-- of the window it counts, ms since the epoch, which also names the window) and `used`
+-- (units spent in it). The key expires when its window ends, so no key outlives its use
+-- and a new window starts at zero.
+--
+-- Each charge has an id, and a second key in the budget key's hash slot (its hash tag) for
+-- that id: when the charge is made it holds `<end>:<cost>`, so that a cancel can give that
+-- cost back; a cancel leaves `cancelled` there, so that the charge, should Redis run it
+-- after its cancel (it came late, or it was sent again), charges nothing. Both live a
+-- short while (ARGV's expiry), longer than a charge can be late.
 --
 -- Numbers stay below 2^53 (the gateway caps limits at 10^15), exact in a Lua double.
 --
 -- KEYS[1]  the budget
--- charge:  ARGV = {'charge', cost, limit, window ms}
---          returns {1 charged | 0 refused, used, end, ms until end}
--- adjust:  ARGV = {'adjust', end of the charged window, delta}
---          returns {1, used} after the change (never below zero), {0} when that window is over
+-- KEYS[2]  the record of the charge, or of the adjust (optional for an adjust)
+-- charge:  ARGV = {'charge', cost, limit, window ms, record expiry ms}
+--          returns {1 charged | 0 refused, used, end, ms until end}; refused, and nothing
+--          charged, when the charge was cancelled; a charge sent again once it was made
+--          answers charged and charges nothing more
+-- cancel:  ARGV = {'cancel', record expiry ms}
+--          returns {1} when the charge's cost was given back, {0} when there was nothing
+--          to give back (it was not made, or its window is over)
+-- adjust:  ARGV = {'adjust', end of the charged window, delta, record expiry ms}
+--          returns {1, used} after the change (never below zero), {0} when that window is
+--          over; an adjust sent again with the same record changes nothing more
 
 local state = redis.call('HMGET', KEYS[1], 'end', 'used')
 local stored_end = tonumber(state[1])
@@ -27,31 +41,78 @@ if ARGV[1] == 'adjust' then
   if stored_end ~= tonumber(ARGV[2]) then
     return {0}
   end
+  -- An adjust sent again (its answer came too late) is made once: KEYS[2] says it was.
+  if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then
+    return {1, used}
+  end
   -- Never below zero, nor past 2^53 - 1: a count Lua's doubles keep exact.
   used = math.min(9007199254740991, math.max(0, used + tonumber(ARGV[3])))
   redis.call('HSET', KEYS[1], 'used', string.format('%d', used))
+  if KEYS[2] then
+    redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
+  end
   return {1, used}
+end
+
+if ARGV[1] == 'cancel' then
+  local record = redis.call('GET', KEYS[2])
+  -- Whatever was there, the charge is cancelled from now on: run after this (late, or
+  -- again), it charges nothing.
+  redis.call('SET', KEYS[2], 'cancelled', 'PX', ARGV[2])
+  if not record or record == 'cancelled' then
+    return {0}
+  end
+  local charged_end, cost = string.match(record, '^(%d+):(%d+)$')
+  if not charged_end or tonumber(charged_end) ~= stored_end then
+    -- Its window is over (a new one begins afresh anyway): nothing to give back.
+    return {0}
+  end
+  used = math.max(0, used - tonumber(cost))
+  redis.call('HSET', KEYS[1], 'used', string.format('%d', used))
+  return {1}
 end
 
 local cost, limit, w = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local window_end = (math.floor(now / w) + 1) * w
+-- Set when the stored spending is kept but its end moves: written even if refused, so
+-- that the spending lasts as long as the window it now counts in.
+local moved = false
 if stored_end ~= window_end then
   if stored_end and stored_end > window_end and stored_end - window_end <= w then
     -- The server's clock stepped back by less than a window: the window already begun
     -- is charged, so that going back gives no fresh allowance for the one before.
     window_end = stored_end
+  elseif stored_end and stored_end > window_end - w and stored_end < window_end then
+    -- The stored window ended after the present one began: the window's length changed
+    -- (a reload), and what was spent lies in the present window, so it counts there. A
+    -- window made shorter may so carry spending from before the present window began:
+    -- that errs on the side of refusing, never on a fresh allowance.
+    moved = true
   else
     -- A later window, or a stored one further ahead than the next (a clock set far ahead,
     -- then corrected: it must not keep the budget refused for longer than a window).
     used = 0
   end
 end
+
+local record = redis.call('GET', KEYS[2])
+if record == 'cancelled' then
+  return {0, used, window_end, window_end - now}
+elseif record then
+  return {1, used, window_end, window_end - now}
+end
+
 if used + cost > limit then
+  if moved then
+    redis.call('HSET', KEYS[1], 'end', string.format('%d', window_end))
+    redis.call('PEXPIREAT', KEYS[1], string.format('%d', window_end))
+  end
   return {0, used, window_end, window_end - now}
 end
 used = used + cost
 redis.call('HSET', KEYS[1], 'end', string.format('%d', window_end), 'used', string.format('%d', used))
 redis.call('PEXPIREAT', KEYS[1], string.format('%d', window_end))
+redis.call('SET', KEYS[2], string.format('%d:%d', window_end, cost), 'PX', ARGV[5])
 return {1, used, window_end, window_end - now}

@@ -10,10 +10,29 @@ use toolgate_hooks::budget::{
 };
 
 use crate::keys;
-use crate::link::Link;
+use crate::link::{Link, millis_at_least_one};
 use crate::stats::{Counters, Outcome, UnavailableDecisions};
 
 static BUDGET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("budget.lua")));
+
+/// How long Redis keeps the record of one charge (its window and cost, or that it was
+/// cancelled): longer than a charge can sit unanswered in a connection or a slow Redis and
+/// longer than every try to cancel it takes, so that a cancel finds the charge it gives
+/// back and a charge that runs after its cancel finds the cancel; short, so that records
+/// do not pile up (one small key per charge, gone 30 s later).
+const CHARGE_RECORD_TTL: Duration = Duration::from_secs(30);
+
+/// How many times a charge that got no answer in time is cancelled (or an adjust sent
+/// again) before giving up.
+const CANCEL_TRIES: u32 = 3;
+
+/// The pause between two tries to cancel a charge (or to send an adjust again).
+const CANCEL_PAUSE: Duration = Duration::from_millis(200);
+
+/// The least time one try to cancel a charge waits for Redis: Redis was just slow, and
+/// nobody waits for the cancel (it runs in the background), so it may take longer than a
+/// charge. `CANCEL_TRIES` tries with their pauses stay well within `CHARGE_RECORD_TTL`.
+const CANCEL_DEADLINE: Duration = Duration::from_secs(2);
 
 /// The budget backend on Redis: exact across replicas.
 ///
@@ -26,6 +45,10 @@ static BUDGET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("bud
 /// When Redis gives no answer within the deadline the charge fails with
 /// [`BudgetBackendError::Unavailable`], and the [`Budget`] hook's `OnBackendError` decides
 /// (fail closed by default); the decision is counted ([`RedisBudget::unavailable_decisions`]).
+/// Such a charge may still run on Redis after the deadline, so it is cancelled in the
+/// background (a few tries): its cost is given back if it was charged, and it charges
+/// nothing if Redis runs it after the cancel. Each charge has an id for that, and Redis
+/// keeps a small record of it for 30 s, in the budget key's hash slot.
 ///
 /// Built by [`RedisState::budget`](crate::RedisState::budget).
 ///
@@ -91,6 +114,76 @@ impl RedisBudget {
         keys::budget(self.link.prefix(), key)
     }
 
+    /// Cancels the charge whose record is `record` on budget `key`, in the background: a
+    /// few tries, since Redis was just slow.
+    fn cancel_in_background(&self, key: String, record: String, cost: u64) {
+        let link = self
+            .link
+            .with_deadline(self.link.deadline().max(CANCEL_DEADLINE));
+        tokio::spawn(async move {
+            for attempt in 1..=CANCEL_TRIES {
+                let mut invocation = BUDGET.prepare_invoke();
+                invocation
+                    .key(&key)
+                    .key(&record)
+                    .arg("cancel")
+                    .arg(millis_at_least_one(CHARGE_RECORD_TTL));
+                let mut connection = link.connection();
+                match link
+                    .within(invocation.invoke_async::<Vec<u64>>(&mut connection))
+                    .await
+                {
+                    Ok(answer) => {
+                        tracing::debug!(
+                            budget = %key,
+                            given_back = answer.first() == Some(&1),
+                            "a budget charge that got no answer in time was cancelled"
+                        );
+                        return;
+                    }
+                    Err(failure) if attempt == CANCEL_TRIES => {
+                        tracing::warn!(
+                            budget = %key,
+                            cost,
+                            %failure,
+                            "a budget charge that got no answer in time could not be cancelled; \
+                             if Redis made it, its units stay spent until the budget's window \
+                             ends (check that Redis answers in time)"
+                        );
+                    }
+                    Err(_) => tokio::time::sleep(CANCEL_PAUSE).await,
+                }
+            }
+        });
+    }
+
+    /// Sends the adjust whose record is `record` again, in the background, until Redis
+    /// answers (a few tries): the record makes it count once, however many arrive.
+    fn adjust_in_background(&self, key: String, record: String, window_end_ms: u64, delta: i64) {
+        let link = self
+            .link
+            .with_deadline(self.link.deadline().max(CANCEL_DEADLINE));
+        tokio::spawn(async move {
+            for attempt in 1..=CANCEL_TRIES {
+                match adjust_once(&link, &key, &record, window_end_ms, delta).await {
+                    Ok(_) => return,
+                    Err(failure) if attempt == CANCEL_TRIES => {
+                        tracing::warn!(
+                            budget = %key,
+                            delta,
+                            %failure,
+                            "a budget correction (a refund or a reported cost) got no answer \
+                             from Redis in time, even when sent again; if Redis never made it, \
+                             the charged estimate stands until the budget's window ends \
+                             (check that Redis answers in time)"
+                        );
+                    }
+                    Err(_) => tokio::time::sleep(CANCEL_PAUSE).await,
+                }
+            }
+        });
+    }
+
     fn unavailable(&self, failure: impl std::fmt::Display) -> BudgetBackendError {
         self.counters.record("budget", Outcome::FailClosed);
         BudgetBackendError::Unavailable(failure.to_string())
@@ -103,19 +196,31 @@ impl BudgetBackend for RedisBudget {
         &self,
         request: BudgetRequest<'_>,
     ) -> Result<BudgetDecision, BudgetBackendError> {
+        let key = self.redis_key(request.key);
+        let record = charge_record(&key, &self.link.unique_id());
         let mut invocation = BUDGET.prepare_invoke();
         invocation
-            .key(self.redis_key(request.key))
+            .key(&key)
+            .key(&record)
             .arg("charge")
             .arg(request.cost)
             .arg(request.limit)
-            .arg(request.window.millis());
+            .arg(request.window.millis())
+            .arg(millis_at_least_one(CHARGE_RECORD_TTL));
         let mut connection = self.link.connection();
-        let (charged, used, window_end_ms, resets_in) = self
+        let answer = self
             .link
             .within(invocation.invoke_async::<(u8, u64, u64, u64)>(&mut connection))
-            .await
-            .map_err(|failure| self.unavailable(failure))?;
+            .await;
+        let (charged, used, window_end_ms, resets_in) = match answer {
+            Ok(answer) => answer,
+            Err(failure) => {
+                // Redis may run the charge after all (it was slow, not gone): the caller
+                // is told the call was not run, so the charge must cost nothing.
+                self.cancel_in_background(key, record, request.cost);
+                return Err(self.unavailable(failure));
+            }
+        };
         let state = BudgetState {
             used,
             window_end_ms,
@@ -134,21 +239,54 @@ impl BudgetBackend for RedisBudget {
         window_end_ms: u64,
         delta: i64,
     ) -> Result<Option<u64>, BudgetBackendError> {
-        let mut invocation = BUDGET.prepare_invoke();
-        invocation
-            .key(self.redis_key(key))
-            .arg("adjust")
-            .arg(window_end_ms)
-            .arg(delta);
-        let mut connection = self.link.connection();
-        let answer = self
-            .link
-            .within(invocation.invoke_async::<Vec<u64>>(&mut connection))
-            .await
-            .map_err(|failure| self.unavailable(failure))?;
+        let key = self.redis_key(key);
+        let record = adjust_record(&key, &self.link.unique_id());
+        let answer = adjust_once(&self.link, &key, &record, window_end_ms, delta).await;
+        let answer = match answer {
+            Ok(answer) => answer,
+            Err(failure) => {
+                // A refund (a call whose tool never ran) or a reported cost must not be
+                // lost to one slow answer: sent again in the background, made once.
+                self.adjust_in_background(key, record, window_end_ms, delta);
+                return Err(self.unavailable(failure));
+            }
+        };
         Ok(match answer[..] {
             [1, used] => Some(used),
             _ => None,
         })
     }
+}
+
+/// Sends one adjust of the budget at `key`, made once per `record`.
+async fn adjust_once(
+    link: &Link,
+    key: &str,
+    record: &str,
+    window_end_ms: u64,
+    delta: i64,
+) -> Result<Vec<u64>, crate::link::Failure> {
+    let mut invocation = BUDGET.prepare_invoke();
+    invocation
+        .key(key)
+        .key(record)
+        .arg("adjust")
+        .arg(window_end_ms)
+        .arg(delta)
+        .arg(millis_at_least_one(CHARGE_RECORD_TTL));
+    let mut connection = link.connection();
+    link.within(invocation.invoke_async::<Vec<u64>>(&mut connection))
+        .await
+}
+
+/// The key of the record of charge `id` on the budget at `key`: the budget key's hash tag,
+/// so that both are in one slot of a cluster, and one script can use both.
+fn charge_record(key: &str, id: &str) -> String {
+    format!("{key}:c:{id}")
+}
+
+/// The key of the record of adjust `id` on the budget at `key`, in the same slot: it makes
+/// an adjust sent again change the budget once.
+fn adjust_record(key: &str, id: &str) -> String {
+    format!("{key}:a:{id}")
 }
