@@ -7,7 +7,9 @@ mod common;
 
 use serde_json::json;
 
-use common::{Gateway, check, invoke, mcp_rpc, open_session, user_yaml};
+use common::{
+    Gateway, check, invoke, mcp_rpc, open_session, python, python_mcp_available, user_yaml,
+};
 
 fn config(budgets: &str) -> String {
     format!(
@@ -210,6 +212,62 @@ fn check_lists_each_tools_budgets() {
     assert!(
         section("sleep")
             .contains("budget daily: costs 0 + 1 × /ms of 1000 units every day, per user"),
+        "{stdout}"
+    );
+}
+
+/// A budget that reads the cost of `add`, a tool of the `shapes` upstream, at `reported`.
+fn reported_by_an_upstream(reported: &str) -> String {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/upstreams/shapes.py");
+    format!(
+        "upstreams:\n  - name: shapes\n    command: {python}\n    args: [\"{script}\"]\n\
+users:\n{alice}\
+policies:\n  budgets:\n    - name: daily\n      limit: 1000\n      cost: 0\n      tools:\n        add: {{ reported: {reported}, estimate: 10 }}\n",
+        python = python(),
+        alice = user_yaml("alice", &["admin"]),
+    )
+}
+
+#[test]
+fn check_warns_of_a_reported_cost_an_upstreams_tool_never_has_and_says_where_it_is() {
+    if !python_mcp_available(
+        "check_warns_of_a_reported_cost_an_upstreams_tool_never_has_and_says_where_it_is",
+    ) {
+        return;
+    }
+    // The output of an imported tool is the upstream's whole result: what `add` returns
+    // is at `/structuredContent/result`, never at `/result`.
+    let (ok, stdout, stderr) = check_output(&reported_by_an_upstream("/result"));
+    assert!(ok, "a warning does not fail check: {stdout}\n{stderr}");
+    let warning = stderr
+        .lines()
+        .find(|l| l.contains("warning: budget `daily`"))
+        .unwrap_or_else(|| panic!("no warning of the budget: {stderr}"));
+    for says in [
+        "a call of `add` costs at `/result` (`policies.budgets[0].tools.add`)",
+        "`/structuredContent`",
+        "charged the estimate, 10,",
+        "Write `reported: /structuredContent/result`",
+    ] {
+        assert!(warning.contains(says), "{says}: {warning}");
+    }
+    // A place the upstream's output schema rules out is no better: `result` is a number.
+    let (ok, _, stderr) = check_output(&reported_by_an_upstream("/structuredContent/result/units"));
+    assert!(ok, "{stderr}");
+    assert!(
+        stderr.contains("warning: budget `daily` reads what a call of `add` costs at `/structuredContent/result/units`"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("`/structuredContent/result` is integer"),
+        "{stderr}"
+    );
+    // Where the upstream puts it, no warning.
+    let (ok, stdout, stderr) = check_output(&reported_by_an_upstream("/structuredContent/result"));
+    assert!(ok, "{stderr}");
+    assert!(!stderr.contains("budget `daily`"), "{stderr}");
+    assert!(
+        stdout.contains("budget daily: costs reported at /structuredContent/result (estimate 10)"),
         "{stdout}"
     );
 }

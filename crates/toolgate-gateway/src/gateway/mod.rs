@@ -41,6 +41,7 @@ mod cedar;
 mod imported_names;
 mod outcome_readers;
 mod policies;
+mod reported_costs;
 mod tools;
 
 pub(crate) use imported_names::SkippedTool;
@@ -49,6 +50,7 @@ pub(crate) use outcome_readers::unreadable_outcomes_warning;
 pub(crate) use crate::config::describe_budgets;
 
 use policies::{Installed, install_policies, refused_waiting};
+use reported_costs::{UnreadableCost, unreadable_costs};
 use tools::{Registered, UnlistedTool, check_tool_names, register_tools, served_policies};
 
 /// The gateway could not be built from a configuration.
@@ -153,6 +155,7 @@ pub struct Gateway {
     upstreams: Vec<Upstream>,
     skipped_tools: Vec<SkippedTool>,
     unlisted_tools: Vec<UnlistedTool>,
+    unreadable_costs: Vec<UnreadableCost>,
 }
 
 impl std::fmt::Debug for Gateway {
@@ -217,6 +220,10 @@ impl Gateway {
             names.insert(OUTCOME_TOOL.to_owned());
         }
         let unlisted_tools = check_tool_names(&config, &names, &skipped_tools)?;
+        let unreadable_costs = unreadable_costs(&config.policies.budgets, &registry);
+        for unreadable in &unreadable_costs {
+            tracing::warn!("{unreadable}");
+        }
         let refused_waiting = refused_waiting(&config, shared, &registry, &needs_caller_token);
         let (cedar, generation) = cedar::cedar_policies(&config, &registry).await?;
 
@@ -379,16 +386,19 @@ impl Gateway {
             upstreams,
             skipped_tools,
             unlisted_tools,
+            unreadable_costs,
         })
     }
 
     /// What `toolgate check` and `toolgate tools` warn of about the upstreams' tools: those
     /// the upstreams list that are not served, each with the reason (an invalid name, one
     /// listed twice, a built-in tool's, one two upstreams offer), then the tools a policy
-    /// names in an upstream's namespace (its `prefix`) that the upstream does not list now.
+    /// names in an upstream's namespace (its `prefix`) that the upstream does not list now,
+    /// then the budgets that read a tool's cost where its output never has one.
     pub(crate) fn tool_warnings(&self) -> impl Iterator<Item = &dyn std::fmt::Display> + '_ {
         let skipped = (self.skipped_tools.iter()).map(|s| s as &dyn std::fmt::Display);
-        skipped.chain((self.unlisted_tools.iter()).map(|u| u as &dyn std::fmt::Display))
+        (skipped.chain((self.unlisted_tools.iter()).map(|u| u as &dyn std::fmt::Display)))
+            .chain((self.unreadable_costs.iter()).map(|u| u as &dyn std::fmt::Display))
     }
 
     /// The address a request came from: the connection's `peer`, or the client its trusted
