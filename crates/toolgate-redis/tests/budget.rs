@@ -465,18 +465,7 @@ async fn a_charge_that_misses_its_deadline_costs_nothing_once_redis_answers() {
         "{missed:?}"
     );
     proxy.heal();
-    let key = budget.redis_key("ann");
-    let mut redis = inspect(&url).await;
-    let given_back = async {
-        loop {
-            let used: Option<u64> = redis.hget(&key, "used").await.unwrap();
-            if used == Some(0) {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), given_back)
+    spent_comes_back_to_zero(&url, &budget.redis_key("ann"))
         .await
         .expect("the late charge is given back: nothing stays spent");
     // The whole budget is there.
@@ -623,18 +612,7 @@ async fn a_refund_whose_answer_is_lost_is_sent_again_once_redis_answers() {
     let lost = budget.adjust("ann", spent.window_end_ms, -5).await;
     assert!(lost.is_err(), "{lost:?}");
     proxy.heal();
-    let key = budget.redis_key("ann");
-    let mut redis = inspect(&url).await;
-    let given_back = async {
-        loop {
-            let used: Option<u64> = redis.hget(&key, "used").await.unwrap();
-            if used == Some(0) {
-                break;
-            }
-            tokio::task::yield_now().await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(10), given_back)
+    spent_comes_back_to_zero(&url, &budget.redis_key("ann"))
         .await
         .expect("the refund is sent again and made");
     assert_every_key_expires(&url, &prefix).await;
@@ -670,4 +648,20 @@ async fn an_adjust_sent_again_changes_the_budget_once() {
         assert_eq!(answer, [1, 5], "given back once");
     }
     assert_every_key_expires(&url, &prefix).await;
+}
+
+/// Waits (10 s at most) until the budget at `key` has nothing spent: what a replica's
+/// background cancel or correction does once Redis answers again. Polled every 10 ms.
+async fn spent_comes_back_to_zero(url: &str, key: &str) -> Result<(), tokio::time::error::Elapsed> {
+    let mut redis = inspect(url).await;
+    let zero = async {
+        loop {
+            let used: Option<u64> = redis.hget(key, "used").await.unwrap();
+            if used == Some(0) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(10), zero).await
 }
