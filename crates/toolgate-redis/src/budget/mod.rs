@@ -10,7 +10,7 @@ use toolgate_hooks::budget::{
 };
 
 use crate::keys;
-use crate::link::{Link, millis_at_least_one};
+use crate::link::{Failure, Link, millis_at_least_one};
 use crate::stats::{Counters, Outcome, UnavailableDecisions};
 
 static BUDGET: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("budget.lua")));
@@ -117,67 +117,75 @@ impl RedisBudget {
     /// Cancels the charge whose record is `record` on budget `key`, in the background: a
     /// few tries, since Redis was just slow.
     fn cancel_in_background(&self, key: String, record: String, cost: u64) {
-        let link = self
-            .link
-            .with_deadline(self.link.deadline().max(CANCEL_DEADLINE));
-        tokio::spawn(async move {
-            for attempt in 1..=CANCEL_TRIES {
-                let mut invocation = BUDGET.prepare_invoke();
-                invocation
-                    .key(&key)
-                    .key(&record)
-                    .arg("cancel")
-                    .arg(millis_at_least_one(CHARGE_RECORD_TTL));
-                let mut connection = link.connection();
-                match link
-                    .within(invocation.invoke_async::<Vec<u64>>(&mut connection))
-                    .await
-                {
-                    Ok(answer) => {
-                        tracing::debug!(
-                            budget = %key,
-                            given_back = answer.first() == Some(&1),
-                            "a budget charge that got no answer in time was cancelled"
-                        );
-                        return;
-                    }
-                    Err(failure) if attempt == CANCEL_TRIES => {
-                        tracing::warn!(
-                            budget = %key,
-                            cost,
-                            %failure,
-                            "a budget charge that got no answer in time could not be cancelled; \
-                             if Redis made it, its units stay spent until the budget's window \
-                             ends (check that Redis answers in time)"
-                        );
-                    }
-                    Err(_) => tokio::time::sleep(CANCEL_PAUSE).await,
+        let sent_key = key.clone();
+        self.until_answered(
+            move |link| {
+                let (key, record) = (sent_key.clone(), record.clone());
+                async move {
+                    let given_back = cancel_once(&link, &key, &record).await?;
+                    tracing::debug!(
+                        budget = %key,
+                        given_back,
+                        "a budget charge that got no answer in time was cancelled"
+                    );
+                    Ok(())
                 }
-            }
-        });
+            },
+            move |failure| {
+                tracing::warn!(
+                    budget = %key,
+                    cost,
+                    %failure,
+                    "a budget charge that got no answer in time could not be cancelled; \
+                     if Redis made it, its units stay spent until the budget's window \
+                     ends (check that Redis answers in time)"
+                );
+            },
+        );
     }
 
     /// Sends the adjust whose record is `record` again, in the background, until Redis
     /// answers (a few tries): the record makes it count once, however many arrive.
     fn adjust_in_background(&self, key: String, record: String, window_end_ms: u64, delta: i64) {
-        let link = self
-            .link
-            .with_deadline(self.link.deadline().max(CANCEL_DEADLINE));
+        let sent_key = key.clone();
+        self.until_answered(
+            move |link| {
+                let (key, record) = (sent_key.clone(), record.clone());
+                async move {
+                    adjust_once(&link, &key, &record, window_end_ms, delta).await?;
+                    Ok(())
+                }
+            },
+            move |failure| {
+                tracing::warn!(
+                    budget = %key,
+                    delta,
+                    %failure,
+                    "a budget correction (a refund or a reported cost) got no answer \
+                     from Redis in time, even when sent again; if Redis never made it, \
+                     the charged estimate stands until the budget's window ends \
+                     (check that Redis answers in time)"
+                );
+            },
+        );
+    }
+
+    /// Sends what `send` sends in a task of its own until Redis answers: at most
+    /// [`CANCEL_TRIES`] times, [`CANCEL_PAUSE`] apart, each given [`CANCEL_DEADLINE`] at
+    /// least; `gave_up` hears the last failure when none was answered.
+    fn until_answered<Sent>(
+        &self,
+        send: impl Fn(Link) -> Sent + Send + 'static,
+        gave_up: impl FnOnce(Failure) + Send + 'static,
+    ) where
+        Sent: Future<Output = Result<(), Failure>> + Send,
+    {
+        let link = (self.link).with_deadline(self.link.deadline().max(CANCEL_DEADLINE));
         tokio::spawn(async move {
             for attempt in 1..=CANCEL_TRIES {
-                match adjust_once(&link, &key, &record, window_end_ms, delta).await {
-                    Ok(_) => return,
-                    Err(failure) if attempt == CANCEL_TRIES => {
-                        tracing::warn!(
-                            budget = %key,
-                            delta,
-                            %failure,
-                            "a budget correction (a refund or a reported cost) got no answer \
-                             from Redis in time, even when sent again; if Redis never made it, \
-                             the charged estimate stands until the budget's window ends \
-                             (check that Redis answers in time)"
-                        );
-                    }
+                match send(link.clone()).await {
+                    Ok(()) => return,
+                    Err(failure) if attempt == CANCEL_TRIES => return gave_up(failure),
                     Err(_) => tokio::time::sleep(CANCEL_PAUSE).await,
                 }
             }
@@ -258,6 +266,22 @@ impl BudgetBackend for RedisBudget {
     }
 }
 
+/// Sends the cancel of the charge whose record is `record` on the budget at `key`: whether
+/// its cost was given back.
+async fn cancel_once(link: &Link, key: &str, record: &str) -> Result<bool, Failure> {
+    let mut invocation = BUDGET.prepare_invoke();
+    invocation
+        .key(key)
+        .key(record)
+        .arg("cancel")
+        .arg(millis_at_least_one(CHARGE_RECORD_TTL));
+    let mut connection = link.connection();
+    let answer = link
+        .within(invocation.invoke_async::<Vec<u64>>(&mut connection))
+        .await?;
+    Ok(answer.first() == Some(&1))
+}
+
 /// Sends one adjust of the budget at `key`, made once per `record`.
 async fn adjust_once(
     link: &Link,
@@ -265,7 +289,7 @@ async fn adjust_once(
     record: &str,
     window_end_ms: u64,
     delta: i64,
-) -> Result<Vec<u64>, crate::link::Failure> {
+) -> Result<Vec<u64>, Failure> {
     let mut invocation = BUDGET.prepare_invoke();
     invocation
         .key(key)
