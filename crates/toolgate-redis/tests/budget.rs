@@ -592,6 +592,190 @@ async fn a_window_made_longer_on_redis_keeps_the_spending() {
     remove_keys_under(&url, &prefix).await;
 }
 
+/// Charges `cost` to budget `key` of 10 units per `window`, straight on the backend.
+async fn charge_ten(
+    budget: &impl BudgetBackend,
+    key: &str,
+    cost: u64,
+    window: Window,
+) -> BudgetDecision {
+    let request = BudgetRequest {
+        key,
+        cost,
+        limit: 10,
+        window,
+    };
+    budget.charge(request).await.unwrap()
+}
+
+/// A reload that makes a budget's window much shorter keeps what was spent: a used-up
+/// daily budget made an hourly one stays used up until the present hour ends (the spending
+/// was made during a day that holds this hour), and the key's end and expiry move to the
+/// hour's end, so the next hour begins afresh.
+#[tokio::test]
+async fn a_window_made_shorter_on_redis_keeps_the_spending_until_the_present_window_ends() {
+    let test = "a_window_made_shorter_on_redis_keeps_the_spending_until_the_present_window_ends";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let budget = state.budget();
+    let BudgetDecision::Charged(day) = charge_ten(&budget, "ann", 10, Window::day()).await else {
+        panic!("the first charge");
+    };
+    let after_reload = charge_ten(&budget, "ann", 1, Window::hour()).await;
+    let BudgetDecision::Refused(hour) = after_reload else {
+        panic!("a reload gave a fresh allowance: {after_reload:?}");
+    };
+    assert_eq!(hour.used, 10);
+    assert_eq!(hour.window_end_ms % 3_600_000, 0, "an hour's end");
+    assert!(hour.window_end_ms <= day.window_end_ms);
+    assert!(hour.resets_in <= Duration::from_secs(3600), "{hour:?}");
+    let key = budget.redis_key("ann");
+    let mut redis = inspect(&url).await;
+    let (end, len, from): (u64, u64, Option<u64>) = redis::cmd("HMGET")
+        .arg(&key)
+        .arg(&["end", "len", "from"])
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(end, hour.window_end_ms, "the spending counts in the hour");
+    assert_eq!(len, 3_600_000);
+    // (In the last hour of a day, the day and the hour end together: nothing moved.)
+    let moved = (day.window_end_ms != hour.window_end_ms).then_some(day.window_end_ms);
+    assert_eq!(from, moved, "the day it was carried from");
+    let pttl: u64 = redis.pttl(&key).await.unwrap();
+    assert!(
+        pttl <= 3_600_000,
+        "the key lasts until the hour ends, not the day: {pttl} ms"
+    );
+    assert_every_key_expires(&url, &prefix).await;
+}
+
+/// A correction or a cancel of a charge made before a reload carried its window into the
+/// present one names the window it was charged in: that spending now counts in the present
+/// window, so the correction applies there.
+#[tokio::test]
+async fn a_correction_of_a_charge_a_reload_carried_applies_on_redis() {
+    let test = "a_correction_of_a_charge_a_reload_carried_applies_on_redis";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let budget = state.budget();
+    let key = budget.redis_key("ann");
+    let script = redis::Script::new(BUDGET_SCRIPT);
+    let mut redis = inspect(&url).await;
+    // 3 units charged by id (to be cancelled), then 4 and 3 more: the day is used up.
+    let (charged, _, _, _): (u8, u64, u64, u64) = script
+        .prepare_invoke()
+        .key(&key)
+        .key(format!("{key}:c:slow"))
+        .arg("charge")
+        .arg(3)
+        .arg(10)
+        .arg(86_400_000)
+        .arg(30_000)
+        .invoke_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(charged, 1);
+    let BudgetDecision::Charged(day) = charge_ten(&budget, "ann", 4, Window::day()).await else {
+        panic!("the second charge");
+    };
+    assert!(matches!(
+        charge_ten(&budget, "ann", 3, Window::day()).await,
+        BudgetDecision::Charged(s) if s.used == 10
+    ));
+    // Reloaded as an hourly budget: still used up.
+    assert!(matches!(
+        charge_ten(&budget, "ann", 1, Window::hour()).await,
+        BudgetDecision::Refused(s) if s.used == 10
+    ));
+    // The second call reports 1 unit of its 4: 3 come back, in the present hour.
+    assert_eq!(
+        budget.adjust("ann", day.window_end_ms, -3).await,
+        Ok(Some(7))
+    );
+    // The first charge is cancelled: its 3 units come back too.
+    let cancelled: Vec<u64> = script
+        .prepare_invoke()
+        .key(&key)
+        .key(format!("{key}:c:slow"))
+        .arg("cancel")
+        .arg(30_000)
+        .invoke_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(cancelled, [1]);
+    assert!(matches!(
+        charge_ten(&budget, "ann", 6, Window::hour()).await,
+        BudgetDecision::Charged(s) if s.used == 10
+    ));
+    assert_every_key_expires(&url, &prefix).await;
+}
+
+/// A hash an older version wrote (`end` and `used`, no length) is read by the rules it was
+/// written under: the present window counts it, the next one (a clock stepped back) is
+/// charged, one ended after the present one began is carried into it, and one further
+/// ahead than the next (a clock set far ahead, then corrected) is not trusted. Each
+/// charge then writes the window's length, so that a later reload is told apart.
+#[tokio::test]
+async fn a_budget_an_older_version_wrote_on_redis_reads_as_before() {
+    let test = "a_budget_an_older_version_wrote_on_redis_reads_as_before";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let budget = state.budget();
+    let mut redis = inspect(&url).await;
+    let hour = 3_600_000;
+    let BudgetDecision::Charged(probe) = charge_ten_an_hour(&budget, "probe", 1).await else {
+        panic!("the probe");
+    };
+    let now_end = probe.window_end_ms;
+    // (key, stored end, whether refused, the end it is charged in)
+    let cases = [
+        ("present", now_end, true, now_end),
+        ("next", now_end + hour, true, now_end + hour),
+        ("inside", now_end - hour / 2, true, now_end),
+        ("far", now_end + 24 * hour, false, now_end),
+    ];
+    for (key, stored, refused, charged_end) in cases {
+        let redis_key = budget.redis_key(key);
+        let _: () = redis
+            .hset_multiple(
+                &redis_key,
+                &[("end", stored.to_string()), ("used", "10".to_owned())],
+            )
+            .await
+            .unwrap();
+        let _: () = redis.pexpire(&redis_key, 48 * hour as i64).await.unwrap();
+        let decision = charge_ten_an_hour(&budget, key, 1).await;
+        if refused {
+            assert!(
+                matches!(decision, BudgetDecision::Refused(s) if s.used == 10 && s.window_end_ms == charged_end),
+                "{key}: {decision:?}"
+            );
+        } else {
+            assert!(
+                matches!(decision, BudgetDecision::Charged(s) if s.used == 1 && s.window_end_ms == charged_end),
+                "{key}: {decision:?}"
+            );
+        }
+    }
+    // Where the script wrote (a charge, or a refusal that moved the window), the length
+    // is stored with the end.
+    for key in ["inside", "far"] {
+        let len: Option<u64> = redis.hget(budget.redis_key(key), "len").await.unwrap();
+        assert_eq!(len, Some(hour), "{key}");
+    }
+    remove_keys_under(&url, &prefix).await;
+}
+
 /// A correction (here the refund of a call whose tool never ran) whose answer is lost is
 /// sent again in the background once Redis can be reached: the charge is given back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

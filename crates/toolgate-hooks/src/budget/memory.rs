@@ -10,12 +10,38 @@ use super::{BudgetBackend, BudgetBackendError, BudgetDecision, BudgetRequest, Bu
 
 type Clock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
+/// What one budget spent, and in which window (times in milliseconds since the epoch).
+#[derive(Clone, Copy, Debug)]
+struct Spent {
+    /// The end of the window it counts in, which also names that window.
+    end: u64,
+    /// The units spent in it.
+    used: u64,
+    /// The window's length when it was last charged: a reload that changes it is told
+    /// apart from a wrong clock by it.
+    len: u64,
+    /// The end of the window this spending was carried from when a reload changed the
+    /// window's length: a correction of a charge made in that window still applies.
+    carried_from: Option<u64>,
+}
+
+impl Spent {
+    fn fresh(end: u64, len: u64) -> Self {
+        Spent {
+            end,
+            used: 0,
+            len,
+            carried_from: None,
+        }
+    }
+}
+
 /// Budgets in this process, on its wall clock: exact for one replica. Memory is bounded:
 /// budgets of windows that are over are dropped when room is needed, and past `max_keys`
 /// budgets in the current window a charge fails ([`BudgetBackendError::Full`]).
 #[derive(Clone)]
 pub struct InMemoryBudget {
-    spent: Arc<Mutex<HashMap<String, (u64, u64)>>>,
+    spent: Arc<Mutex<HashMap<String, Spent>>>,
     max_keys: usize,
     clock: Clock,
 }
@@ -66,45 +92,64 @@ impl BudgetBackend for InMemoryBudget {
         request: BudgetRequest<'_>,
     ) -> Result<BudgetDecision, BudgetBackendError> {
         let now = self.now_ms();
+        let len = request.window.millis();
         let end = request.window.end_after(now);
         let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
         if !spent.contains_key(request.key) && spent.len() >= self.max_keys {
-            spent.retain(|_, (window_end, _)| *window_end > now);
+            spent.retain(|_, stored| stored.end > now);
             if spent.len() >= self.max_keys {
                 return Err(BudgetBackendError::Full {
                     max_keys: self.max_keys,
                 });
             }
         }
-        let entry = spent.entry(request.key.to_owned()).or_insert((end, 0));
-        // A later window begins afresh. A clock stepped back by less than a window finds
-        // the next window already charged, and charges that one: going back does not give
-        // a caller a fresh allowance for the window before. Further back (or after a clock
-        // that was set far ahead, then corrected), the stored window is not trusted, and the
-        // present one begins afresh: no budget stays refused for longer than a window.
-        //
-        // A stored window that ended after the present one began (the window's length
-        // changed on a reload) holds spending of the present window: it is kept, and counts
-        // until the present window ends, so a reload gives no fresh allowance. A window
-        // made shorter may so carry spending from before the present window began: that
-        // errs on the side of refusing.
-        let begun = end.saturating_sub(request.window.millis());
-        if entry.0 <= begun || entry.0.saturating_sub(end) > request.window.millis() {
-            *entry = (end, 0);
-        } else if entry.0 < end {
-            entry.0 = end;
+        let entry = spent
+            .entry(request.key.to_owned())
+            .or_insert(Spent::fresh(end, len));
+        let begun = end - len;
+        if entry.len == len {
+            // The same length: windows are aligned on the epoch, so the stored one is the
+            // present window, a later one or an earlier one. An earlier window is over,
+            // and the present one begins afresh. A clock stepped back by less than a
+            // window finds the next window already charged, and charges that one: going
+            // back does not give a caller a fresh allowance for the window before.
+            // Further ahead (a clock that was set far ahead, then corrected), the stored
+            // window is not trusted, and the present one begins afresh: no budget stays
+            // refused for longer than a window.
+            if entry.end <= begun || entry.end.saturating_sub(end) > len {
+                *entry = Spent::fresh(end, len);
+            }
+        } else {
+            // The window's length changed (a reload). Spending made in a window that
+            // overlaps the present one was made during the present window, or may have
+            // been: it is carried into the present window and counts until that ends, so
+            // a reload gives no fresh allowance whether the window was made longer
+            // (`1h` to `1d`) or shorter (`1d` to `1h`). Carrying spending from before the
+            // present window began errs on the side of refusing, for at most that window.
+            // A stored window that does not overlap the present one is over, or lies
+            // ahead by a wrong clock: the present window begins afresh.
+            let stored_begun = entry.end.saturating_sub(entry.len);
+            if stored_begun < end && begun < entry.end {
+                if entry.end != end {
+                    entry.carried_from = Some(entry.end);
+                    entry.end = end;
+                }
+                entry.len = len;
+            } else {
+                *entry = Spent::fresh(end, len);
+            }
         }
-        let end = entry.0;
+        let end = entry.end;
         let state = |used| BudgetState {
             used,
             window_end_ms: end,
             resets_in: Duration::from_millis(end - now),
         };
-        let after = entry.1.saturating_add(request.cost);
+        let after = entry.used.saturating_add(request.cost);
         if after > request.limit {
-            return Ok(BudgetDecision::Refused(state(entry.1)));
+            return Ok(BudgetDecision::Refused(state(entry.used)));
         }
-        entry.1 = after;
+        entry.used = after;
         Ok(BudgetDecision::Charged(state(after)))
     }
 
@@ -115,12 +160,149 @@ impl BudgetBackend for InMemoryBudget {
         delta: i64,
     ) -> Result<Option<u64>, BudgetBackendError> {
         let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
+        // A charge made in a window whose spending a reload carried into the present one
+        // counts there: its correction applies there too.
         match spent.get_mut(key) {
-            Some((end, used)) if *end == window_end_ms => {
-                *used = used.saturating_add_signed(delta);
-                Ok(Some(*used))
+            Some(stored)
+                if stored.end == window_end_ms || stored.carried_from == Some(window_end_ms) =>
+            {
+                stored.used = stored.used.saturating_add_signed(delta);
+                Ok(Some(stored.used))
             }
             _ => Ok(None),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+    use crate::budget::Window;
+
+    const HOUR: u64 = 3600;
+    /// 00:00 UTC of a day.
+    const DAY: u64 = 20_000 * 86_400;
+
+    /// A store on a clock at `seconds` since the epoch, and what sets that clock.
+    fn store_at(seconds: u64) -> (InMemoryBudget, Arc<AtomicU64>) {
+        let clock = Arc::new(AtomicU64::new(seconds));
+        let read = clock.clone();
+        let store = InMemoryBudget::default()
+            .with_clock(move || UNIX_EPOCH + Duration::from_secs(read.load(Ordering::SeqCst)));
+        (store, clock)
+    }
+
+    async fn charge(store: &InMemoryBudget, cost: u64, window: Window) -> BudgetDecision {
+        let request = BudgetRequest {
+            key: "ann",
+            cost,
+            limit: 20,
+            window,
+        };
+        store.charge(request).await.unwrap()
+    }
+
+    /// A used-up daily budget reloaded as an hourly one keeps what was spent until the
+    /// present hour ends (the spending was made during a day that holds this hour), and
+    /// the next hour begins afresh.
+    #[tokio::test]
+    async fn a_used_up_day_made_an_hour_stays_refused_until_the_hour_ends() {
+        let (store, clock) = store_at(DAY + 10 * HOUR + 30 * 60);
+        assert!(matches!(
+            charge(&store, 20, Window::day()).await,
+            BudgetDecision::Charged(s) if s.window_end_ms == (DAY + 24 * HOUR) * 1000
+        ));
+        // 10:40, reloaded with a window of an hour (10:00 to 11:00).
+        clock.store(DAY + 10 * HOUR + 40 * 60, Ordering::SeqCst);
+        let refused = charge(&store, 1, Window::hour()).await;
+        let BudgetDecision::Refused(state) = refused else {
+            panic!("a reload gave a fresh allowance: {refused:?}");
+        };
+        assert_eq!(state.used, 20);
+        assert_eq!(state.window_end_ms, (DAY + 11 * HOUR) * 1000);
+        assert_eq!(state.resets_in, Duration::from_secs(20 * 60));
+        // 10:59:59: still the same hour.
+        clock.store(DAY + 11 * HOUR - 1, Ordering::SeqCst);
+        assert!(matches!(
+            charge(&store, 1, Window::hour()).await,
+            BudgetDecision::Refused(s) if s.used == 20
+        ));
+        // 11:00: the next hour begins afresh.
+        clock.store(DAY + 11 * HOUR, Ordering::SeqCst);
+        assert!(matches!(
+            charge(&store, 1, Window::hour()).await,
+            BudgetDecision::Charged(s) if s.used == 1 && s.window_end_ms == (DAY + 12 * HOUR) * 1000
+        ));
+    }
+
+    /// A correction of a charge made before the reload names the window it was charged in:
+    /// that spending now counts in the present window, so the correction applies there.
+    #[tokio::test]
+    async fn a_correction_of_a_charge_carried_by_a_reload_applies_in_the_present_window() {
+        let (store, clock) = store_at(DAY + 10 * HOUR + 30 * 60);
+        let BudgetDecision::Charged(first) = charge(&store, 5, Window::day()).await else {
+            panic!("the first charge");
+        };
+        assert!(matches!(
+            charge(&store, 15, Window::day()).await,
+            BudgetDecision::Charged(s) if s.used == 20
+        ));
+        clock.store(DAY + 10 * HOUR + 40 * 60, Ordering::SeqCst);
+        assert!(matches!(
+            charge(&store, 1, Window::hour()).await,
+            BudgetDecision::Refused(s) if s.used == 20
+        ));
+        // The first call's tool never ran: its 5 units come back, in the present hour.
+        assert_eq!(
+            store.adjust("ann", first.window_end_ms, -5).await,
+            Ok(Some(15))
+        );
+        assert!(matches!(
+            charge(&store, 5, Window::hour()).await,
+            BudgetDecision::Charged(s) if s.used == 20
+        ));
+        // Once the hour is over, so is the day's spending: a late correction changes nothing.
+        clock.store(DAY + 11 * HOUR, Ordering::SeqCst);
+        assert!(matches!(
+            charge(&store, 1, Window::hour()).await,
+            BudgetDecision::Charged(s) if s.used == 1
+        ));
+        assert_eq!(store.adjust("ann", first.window_end_ms, -5).await, Ok(None));
+    }
+
+    /// A stored window that does not overlap the present one starts afresh when the length
+    /// changed, as when it did not: one a clock set far ahead charged, or one that is over.
+    #[tokio::test]
+    async fn a_window_of_another_length_that_does_not_overlap_begins_afresh() {
+        // A clock set a year ahead charges a day of then, and is corrected.
+        let (store, clock) = store_at(DAY + 365 * 86_400 + 10 * HOUR);
+        assert!(matches!(
+            charge(&store, 20, Window::day()).await,
+            BudgetDecision::Charged(_)
+        ));
+        clock.store(DAY + 10 * HOUR, Ordering::SeqCst);
+        assert!(matches!(
+            charge(&store, 1, Window::hour()).await,
+            BudgetDecision::Charged(s) if s.used == 1 && s.window_end_ms == (DAY + 11 * HOUR) * 1000
+        ));
+        // The same length: a clock set far ahead is not trusted either.
+        clock.store(DAY + 365 * 86_400 + 10 * HOUR, Ordering::SeqCst);
+        assert!(matches!(
+            charge(&store, 19, Window::hour()).await,
+            BudgetDecision::Charged(s) if s.used == 19
+        ));
+        clock.store(DAY + 10 * HOUR + 30 * 60, Ordering::SeqCst);
+        assert!(matches!(
+            charge(&store, 20, Window::hour()).await,
+            BudgetDecision::Charged(s) if s.used == 20
+        ));
+        // An hour that ended before the present day began.
+        clock.store(DAY + 86_400 + 5 * HOUR, Ordering::SeqCst);
+        assert!(matches!(
+            charge(&store, 20, Window::day()).await,
+            BudgetDecision::Charged(s) if s.used == 20
+        ));
     }
 }

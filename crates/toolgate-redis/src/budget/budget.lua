@@ -1,8 +1,21 @@
 -- One budget decision, on the Redis server's clock: a charge, the cancel of a charge whose
 -- answer came too late, or the reconciliation of a charge. One key, a hash: `end` (the end
--- of the window it counts, ms since the epoch, which also names the window) and `used`
--- (units spent in it). The key expires when its window ends, so no key outlives its use
+-- of the window it counts, ms since the epoch, which also names the window), `used` (units
+-- spent in it), `len` (the window's length in ms, written wherever `end` is) and, after a
+-- reload changed the window's length, `from` (the end of the window whose spending was
+-- carried into this one). The key expires when its window ends, so no key outlives its use
 -- and a new window starts at zero.
+--
+-- A window of the same length as the stored one (or a hash without `len`, written by an
+-- older version) keeps these rules: a later window begins at zero; a stored window ahead
+-- by at most a window (the clock stepped back) is charged, so going back gives no fresh
+-- allowance; one further ahead (a clock set far ahead, then corrected) is not trusted; an
+-- older version's window that ended after the present one began is carried into it. A
+-- window of another length (a reload changed it) carries the spending of a stored window
+-- that overlaps the present one into the present one, its end moved there: it was spent
+-- during a window that holds now, whether the window was made longer or shorter, and
+-- carrying it errs on the side of refusing. A stored window that does not overlap the
+-- present one is over, or ahead by a wrong clock: the present one begins at zero.
 --
 -- Each charge has an id, and a second key in the budget key's hash slot (its hash tag) for
 -- that id: when the charge is made it holds `<end>:<cost>`, so that a cancel can give that
@@ -24,10 +37,19 @@
 -- adjust:  ARGV = {'adjust', end of the charged window, delta, record expiry ms}
 --          returns {1, used} after the change (never below zero), {0} when that window is
 --          over; an adjust sent again with the same record changes nothing more
+-- A cancel or an adjust of a charge made in the window named by `from` applies to the
+-- present window: that window's spending counts there.
 
-local state = redis.call('HMGET', KEYS[1], 'end', 'used')
+local state = redis.call('HMGET', KEYS[1], 'end', 'used', 'len', 'from')
 local stored_end = tonumber(state[1])
 local used = tonumber(state[2]) or 0
+local stored_len = tonumber(state[3])
+local carried_from = tonumber(state[4])
+-- A length no replica writes (not a positive number) reads as none: the rules of an older
+-- version's hash.
+if stored_len and not (stored_len > 0) then
+  stored_len = nil
+end
 -- A count no replica writes (another program's) must not lift the budget for the rest of
 -- its window: below zero or NaN reads as nothing spent, as text always did, and past
 -- 2^53 - 1 as that count (the budget used up).
@@ -38,7 +60,8 @@ elseif used > 9007199254740991 then
 end
 
 if ARGV[1] == 'adjust' then
-  if stored_end ~= tonumber(ARGV[2]) then
+  local charged_end = tonumber(ARGV[2])
+  if stored_end ~= charged_end and carried_from ~= charged_end then
     return {0}
   end
   -- An adjust sent again (its answer came too late) is made once: KEYS[2] says it was.
@@ -63,7 +86,8 @@ if ARGV[1] == 'cancel' then
     return {0}
   end
   local charged_end, cost = string.match(record, '^(%d+):(%d+)$')
-  if not charged_end or tonumber(charged_end) ~= stored_end then
+  charged_end = tonumber(charged_end)
+  if not charged_end or (charged_end ~= stored_end and charged_end ~= carried_from) then
     -- Its window is over (a new one begins afresh anyway): nothing to give back.
     return {0}
   end
@@ -76,25 +100,62 @@ local cost, limit, w = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local clock = redis.call('TIME')
 local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 local window_end = (math.floor(now / w) + 1) * w
--- Set when the stored spending is kept but its end moves: written even if refused, so
--- that the spending lasts as long as the window it now counts in.
+-- Set when the stored spending is kept but its end or length changes: written even if
+-- refused, so that the spending lasts as long as the window it now counts in.
 local moved = false
-if stored_end ~= window_end then
+if stored_end and stored_len and stored_len ~= w then
+  if stored_end - stored_len < window_end and window_end - w < stored_end then
+    -- The window's length changed (a reload), and the stored window overlaps the present
+    -- one: what was spent was spent during a window that holds now, so it counts in the
+    -- present window until that ends, whether the window was made longer (`1h` to `1d`)
+    -- or shorter (`1d` to `1h`). Spending from before the present window began is so
+    -- carried too: that errs on the side of refusing, never on a fresh allowance.
+    if stored_end ~= window_end then
+      carried_from = stored_end
+    end
+    moved = true
+  else
+    -- A window of another length that does not overlap the present one is over, or lies
+    -- ahead by a wrong clock: the present window begins afresh.
+    used = 0
+    carried_from = nil
+  end
+elseif stored_end ~= window_end then
   if stored_end and stored_end > window_end and stored_end - window_end <= w then
     -- The server's clock stepped back by less than a window: the window already begun
     -- is charged, so that going back gives no fresh allowance for the one before.
     window_end = stored_end
   elseif stored_end and stored_end > window_end - w and stored_end < window_end then
-    -- The stored window ended after the present one began: the window's length changed
-    -- (a reload), and what was spent lies in the present window, so it counts there. A
-    -- window made shorter may so carry spending from before the present window began:
-    -- that errs on the side of refusing, never on a fresh allowance.
+    -- A hash without `len` (an older version's) whose window ended after the present
+    -- one began: the window's length changed, and what was spent lies in the present
+    -- window, so it counts there. A window made shorter may so carry spending from
+    -- before the present window began: that errs on the side of refusing.
+    carried_from = stored_end
     moved = true
   else
     -- A later window, or a stored one further ahead than the next (a clock set far ahead,
     -- then corrected: it must not keep the budget refused for longer than a window).
     used = 0
+    carried_from = nil
   end
+end
+
+-- Writes the window (its end, length and where its spending was carried from), with
+-- `used` when given, and the key's expiry at the window's end.
+local function write_window(spent)
+  local fields = {'end', string.format('%d', window_end), 'len', string.format('%d', w)}
+  if spent then
+    table.insert(fields, 'used')
+    table.insert(fields, string.format('%d', spent))
+  end
+  if carried_from then
+    table.insert(fields, 'from')
+    table.insert(fields, string.format('%d', carried_from))
+  elseif state[4] then
+    redis.call('HDEL', KEYS[1], 'from')
+  end
+  redis.call('HSET', KEYS[1], unpack(fields))
+  redis.call('PEXPIREAT', KEYS[1], string.format('%d', window_end))
 end
 
 local record = redis.call('GET', KEYS[2])
@@ -106,13 +167,11 @@ end
 
 if used + cost > limit then
   if moved then
-    redis.call('HSET', KEYS[1], 'end', string.format('%d', window_end))
-    redis.call('PEXPIREAT', KEYS[1], string.format('%d', window_end))
+    write_window(nil)
   end
   return {0, used, window_end, window_end - now}
 end
 used = used + cost
-redis.call('HSET', KEYS[1], 'end', string.format('%d', window_end), 'used', string.format('%d', used))
-redis.call('PEXPIREAT', KEYS[1], string.format('%d', window_end))
+write_window(used)
 redis.call('SET', KEYS[2], string.format('%d:%d', window_end, cost), 'PX', ARGV[5])
 return {1, used, window_end, window_end - now}

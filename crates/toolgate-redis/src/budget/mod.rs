@@ -37,10 +37,12 @@ const CANCEL_DEADLINE: Duration = Duration::from_secs(2);
 /// The budget backend on Redis: exact across replicas.
 ///
 /// A charge is one Lua script on one key (`<prefix>:{<policy key>}:budget`, a hash of the
-/// window's end and the units spent), run atomically on the Redis server's clock: however
-/// many replicas charge one budget at once, the charged costs of a window never pass its
-/// limit, and every replica sees the window change at the same instant. On a cluster the
-/// key's hash tag keeps it in one slot. The key expires when its window ends.
+/// window's end, its length and the units spent), run atomically on the Redis server's
+/// clock: however many replicas charge one budget at once, the charged costs of a window
+/// never pass its limit, and every replica sees the window change at the same instant. On a
+/// cluster the key's hash tag keeps it in one slot. The key expires when its window ends. A
+/// reload that changes the window's length carries spending whose window overlaps the
+/// present one into it, so it gives no fresh allowance (see `budget.lua`).
 ///
 /// When Redis gives no answer within the deadline the charge fails with
 /// [`BudgetBackendError::Unavailable`], and the [`Budget`] hook's `OnBackendError` decides
