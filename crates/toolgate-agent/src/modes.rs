@@ -83,7 +83,10 @@ impl Hook for BlockingHook {
             "waiting for a person to complete `{}`",
             ctx.tool_name()
         ))
-        .with_payload(json!({ "tool": ctx.tool_name(), "arguments": ctx.input() }));
+        // The arguments are not repeated here: the stored call keeps them once, as its
+        // `input`, which is what the person completes the call from. (Calls an earlier
+        // version kept carry them here too, and resume all the same.)
+        .with_payload(json!({ "tool": ctx.tool_name() }));
         Err(Control::Suspend(request))
     }
 }

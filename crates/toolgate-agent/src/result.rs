@@ -43,16 +43,36 @@ pub struct ResultError {
     /// For invalid input: every failing field with its path.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub violations: Vec<InputViolation>,
-    /// The HTTP status a gateway answers this error with. Not serialized: models and
-    /// batch results never see it, and an error read back from JSON has none.
+    /// The HTTP status a gateway answers this error with: the error's own, except that a
+    /// refusal or retry-after whose hook chose a status that is not an error's (a 200,
+    /// 204 or 302, say) is answered 500, so that no client takes a refused call for a
+    /// successful one. Not serialized: models and batch results never see it, and an
+    /// error read back from JSON has none.
     #[serde(skip)]
     pub status: Option<u16>,
+}
+
+/// The status `error` is answered with: its own, or 500 for a refusal or retry-after whose
+/// hook chose one that is not a client's or a server's error (or no HTTP status at all).
+fn answered_status(error: &ToolError) -> u16 {
+    let status = error.status();
+    let chosen = matches!(
+        error,
+        ToolError::Aborted { .. } | ToolError::RetryAfter { .. }
+    );
+    if chosen && !(400..=599).contains(&status) {
+        500
+    } else {
+        status
+    }
 }
 
 /// The error as its caller is told it: its message at most
 /// [`MAX_ERROR_CHARS`](toolgate_core::error::MAX_ERROR_CHARS) characters long. An
 /// invalid input's message over it keeps the first violations that fit whole and says
-/// how many it leaves out, and its list keeps the same ones.
+/// how many it leaves out, and its list keeps the same ones. Its
+/// [`status`](ResultError::status) is the one its call is answered with (500 for a
+/// refusal whose hook chose a status that is not an error's).
 impl From<&ToolError> for ResultError {
     fn from(error: &ToolError) -> Self {
         let (message, violations) = match error {
@@ -66,7 +86,7 @@ impl From<&ToolError> for ResultError {
                 .retry_after_delay()
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             violations,
-            status: Some(error.status()),
+            status: Some(answered_status(error)),
         };
         if !result.violations.is_empty() {
             crate::limit::cut_error(&mut result, toolgate_core::error::MAX_ERROR_CHARS);
@@ -288,6 +308,25 @@ mod tests {
     use toolgate_core::error::{InputViolations, MAX_ERROR_CHARS};
 
     use super::ResultError;
+
+    #[test]
+    fn a_refusal_whose_hook_chose_a_status_that_is_not_an_error_carries_500() {
+        for status in [200, 204, 302, 99, 600] {
+            let refused = ToolError::abort("not today", "refused", status);
+            assert_eq!(ResultError::from(&refused).status, Some(500), "{status}");
+            let waiting = ToolError::RetryAfter {
+                delay: std::time::Duration::from_secs(1),
+                reason: "later".into(),
+                code: "busy".into(),
+                status,
+            };
+            assert_eq!(ResultError::from(&waiting).status, Some(500), "{status}");
+        }
+        let forbidden = ToolError::abort("no", "forbidden", 403);
+        assert_eq!(ResultError::from(&forbidden).status, Some(403));
+        let unknown = ToolError::execution("boom");
+        assert_eq!(ResultError::from(&unknown).status, Some(502));
+    }
 
     #[test]
     fn a_huge_tool_error_reaches_its_caller_within_the_bound() {

@@ -47,7 +47,10 @@ impl FileStoreError {
 ///
 /// It keeps the same [`SuspensionLimits`] as the in-memory store, with a
 /// [`SuspensionTable`]: at most `max_per_user` calls per caller (a user id in a tenant:
-/// `ann` of `globex` never takes the places of `ann` of `acme`) and `max_total` in all, each
+/// `ann` of `globex` never takes the places of `ann` of `acme`) and `max_total` in all, their
+/// records taking at most `max_bytes_per_user` bytes per caller and `max_bytes_total` in all
+/// (16 MiB and 256 MiB by default: the whole file is rewritten on every change, so these
+/// bound what one rewrite costs, and one caller's large calls cannot slow everyone's), each
 /// expiring `expire_after` after it was suspended. Expired calls are removed from the file
 /// at the next change; their ids answer "expired" until this process ends (a restart
 /// forgets them, and they answer "unknown" after it).
@@ -412,7 +415,7 @@ impl SuspensionStore for JsonFileSuspensionStore {
                 self.write_decided(&changed, now)?;
                 if let Err(error) = self.write_calls(&changed) {
                     if let Err(undo) = self.write_decided(&table, now) {
-                        tracing::warn!(suspension_id = id, error = %undo, "a running record of a call that still waits stays in the file; it reads as waiting");
+                        tracing::warn!(suspension_id = %toolgate_core::error::shown_id(id), error = %undo, "a running record of a call that still waits stays in the file; it reads as waiting");
                     }
                     return Err(error);
                 }

@@ -580,3 +580,171 @@ fn a_responses_api_response_is_refused_by_openai_chat_not_read_as_none() {
         "{error}"
     );
 }
+
+#[tokio::test]
+async fn a_legacy_function_call_of_chat_completions_is_read_as_one_call_answered_by_name() {
+    let message = json!({ "role": "assistant", "content": null, "tool_calls": null,
+        "function_call": { "name": "get_weather", "arguments": "{\"city\":\"Paris\",\"days\":2}" } });
+    let calls = openai::parse_chat_tool_calls(&message).unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(
+        (calls[0].id.as_str(), calls[0].name.as_str()),
+        ("openai-call-0", "get_weather")
+    );
+    assert!(calls[0].id.starts_with(openai::SYNTHETIC_ID_PREFIX));
+    assert_eq!(
+        calls[0].arguments.json(),
+        Some(&json!({ "city": "Paris", "days": 2 }))
+    );
+    // Read the same from the whole response.
+    let response = json!({ "choices": [{ "message": message.clone() }] });
+    assert_eq!(openai::parse_chat_tool_calls(&response).unwrap(), calls);
+
+    // It runs, and is answered by name: OpenAI never issued the id.
+    let system = system();
+    let results = run(&system, calls).await;
+    assert!(results[0].is_success(), "{:?}", results[0].error);
+    let answer = openai::chat_tool_message(&results[0]);
+    assert_eq!(answer["role"], "function");
+    assert_eq!(answer["name"], "get_weather");
+    assert!(answer.get("tool_call_id").is_none(), "{answer}");
+    assert!(
+        answer["content"]
+            .as_str()
+            .unwrap()
+            .contains("\"temp_c\":21"),
+        "{answer}"
+    );
+}
+
+#[tokio::test]
+async fn a_legacy_function_call_with_arguments_that_are_not_json_is_refused_as_invalid_input() {
+    let text = "{\"city\": \"Paris";
+    let legacy = json!({ "role": "assistant",
+        "function_call": { "name": "get_weather", "arguments": text } });
+    let modern = json!({ "role": "assistant", "tool_calls": [{ "id": "c1", "type": "function",
+        "function": { "name": "get_weather", "arguments": text } }] });
+    let legacy = openai::parse_chat_tool_calls(&legacy).unwrap();
+    let modern = openai::parse_chat_tool_calls(&modern).unwrap();
+    assert!(
+        matches!(&legacy[0].arguments, Arguments::Unparseable { raw, .. } if raw == text),
+        "{:?}",
+        legacy[0].arguments
+    );
+    assert_eq!(legacy[0].arguments, modern[0].arguments);
+    let system = system();
+    let legacy = run(&system, legacy).await;
+    let modern = run(&system, modern).await;
+    assert_eq!(legacy[0].error_code(), Some("invalid_input"));
+    assert_eq!(legacy[0].error, modern[0].error);
+}
+
+#[test]
+fn a_chat_message_with_calls_under_both_tool_calls_and_function_call_is_refused() {
+    let both = json!({ "role": "assistant",
+        "tool_calls": [{ "id": "c1", "type": "function", "function": { "name": "ping", "arguments": "{}" } }],
+        "function_call": { "name": "pong", "arguments": "{}" } });
+    assert!(matches!(
+        openai::parse_chat_tool_calls(&both).unwrap_err(),
+        FormatError::Shape { path, .. } if path == "function_call"
+    ));
+    // A legacy call without its name is refused as a modern one is.
+    let nameless = json!({ "role": "assistant", "function_call": { "arguments": "{}" } });
+    assert!(matches!(
+        openai::parse_chat_tool_calls(&nameless).unwrap_err(),
+        FormatError::Shape { path, .. } if path == "function_call.name"
+    ));
+    // An id in the form toolgate gives the legacy call is refused, not taken for one.
+    let reserved = json!([{ "id": "openai-call-0", "type": "function",
+        "function": { "name": "ping", "arguments": "{}" } }]);
+    assert_eq!(
+        openai::parse_chat_tool_calls(&reserved).unwrap_err(),
+        FormatError::ReservedId {
+            provider: "openai chat completions",
+            path: "tool_calls[0].id".into(),
+            prefix: openai::SYNTHETIC_ID_PREFIX,
+        }
+    );
+    // Another parser refuses the legacy message as OpenAI's, not as no calls.
+    let legacy =
+        json!({ "role": "assistant", "function_call": { "name": "ping", "arguments": "{}" } });
+    assert_eq!(
+        openai::parse_responses_output(&legacy).unwrap_err(),
+        FormatError::OtherFormat {
+            provider: "openai responses",
+            format: "openai"
+        }
+    );
+}
+
+#[test]
+fn a_custom_tool_call_is_refused_naming_its_type_not_read_as_no_calls() {
+    let custom =
+        json!({ "type": "custom_tool_call", "call_id": "c1", "name": "echo", "input": "x" });
+    let error = openai::parse_responses_output(&json!({ "output": [custom] })).unwrap_err();
+    assert_eq!(
+        error,
+        FormatError::UnrunnableCall {
+            provider: "openai responses",
+            path: "output[0]".into(),
+            kind: "custom_tool_call",
+        }
+    );
+    let said = error.to_string();
+    assert!(
+        said.contains("`output[0]` is a `custom_tool_call` item")
+            && said.contains("free-form text")
+            && said.contains("declare the tool as a function tool"),
+        "{said}"
+    );
+    // Chat completions' custom tool calls too.
+    let chat = json!({ "role": "assistant", "tool_calls": [
+        { "id": "c1", "type": "custom", "custom": { "name": "echo", "input": "x" } }] });
+    assert_eq!(
+        openai::parse_chat_tool_calls(&chat).unwrap_err(),
+        FormatError::UnrunnableCall {
+            provider: "openai chat completions",
+            path: "tool_calls[0]".into(),
+            kind: "custom",
+        }
+    );
+}
+
+#[test]
+fn responses_items_the_application_must_act_on_are_refused_and_openais_own_calls_skipped() {
+    let function =
+        json!({ "type": "function_call", "call_id": "c1", "name": "ping", "arguments": "{}" });
+    for kind in [
+        "computer_call",
+        "local_shell_call",
+        "shell_call",
+        "apply_patch_call",
+        "mcp_approval_request",
+    ] {
+        let item = json!({ "type": kind, "id": "x1", "call_id": "c2" });
+        // Refused even beside a function call: it would be left unanswered.
+        let output = json!({ "output": [function.clone(), item] });
+        let error = openai::parse_responses_output(&output).unwrap_err();
+        assert!(
+            matches!(&error, FormatError::UnrunnableCall { kind: k, path, .. }
+                if *k == kind && path == "output[1]"),
+            "{kind}: {error:?}"
+        );
+        assert!(error.to_string().contains(&format!("`{kind}`")), "{error}");
+    }
+    // Items that are no calls for the application are skipped.
+    let output = json!({ "output": [
+        { "type": "reasoning", "id": "r1", "summary": [] },
+        { "type": "web_search_call", "id": "ws1", "status": "completed" },
+        { "type": "file_search_call", "id": "fs1", "status": "completed", "queries": [] },
+        { "type": "mcp_call", "id": "m1", "name": "lookup", "arguments": "{}", "server_label": "s", "output": "ok" },
+        { "type": "mcp_list_tools", "id": "ml1", "server_label": "s", "tools": [] },
+        { "type": "code_interpreter_call", "id": "ci1", "status": "completed", "container_id": "k" },
+        { "type": "image_generation_call", "id": "ig1", "status": "completed", "result": "" },
+        { "type": "message", "role": "assistant", "content": [{ "type": "output_text", "text": "hi" }] },
+        function,
+    ] });
+    let calls = openai::parse_responses_output(&output).unwrap();
+    assert_eq!(calls.len(), 1);
+    assert_eq!(calls[0].id, "c1");
+}

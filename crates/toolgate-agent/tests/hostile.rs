@@ -616,7 +616,7 @@ fn arguments_nested_deeper_than_is_read_are_said_so_not_as_a_recursion_limit() {
         panic!("200 levels are deeper than is read");
     };
     assert!(
-        error.starts_with("arrays and objects nested more than 128 deep at line 1 column"),
+        error.starts_with("arrays and objects nested 128 levels deep or more at line 1 column"),
         "{error}"
     );
     assert!(!error.contains("recursion"), "{error}");

@@ -35,9 +35,14 @@ async fn blocking_call_is_suspended_and_completed_with_the_persons_answer() {
         .unwrap()
         .unwrap();
     assert_eq!(
-        saved.payload["arguments"],
+        saved.input,
         json!({ "question": "Deploy?" }),
         "the person sees the question"
+    );
+    assert_eq!(
+        saved.payload,
+        json!({ "tool": "ask_user" }),
+        "the arguments are kept once, as the input"
     );
 
     let resumed = system

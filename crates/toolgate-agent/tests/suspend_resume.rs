@@ -654,3 +654,176 @@ async fn a_call_resumed_after_a_restart_is_cut_to_the_result_limit_of_the_batch_
         .unwrap();
     assert_eq!(resumed.metadata.truncation.unwrap().limit, 1_000);
 }
+
+/// `n` calls of `transfer` whose text is `chars` control characters, each six bytes once
+/// serialized (`\u0001`).
+fn large_transfers(n: usize, chars: usize) -> Vec<ToolCall> {
+    (0..n)
+        .map(|i| {
+            ToolCall::new(
+                format!("t{i}"),
+                "transfer",
+                json!({ "text": "\u{1}".repeat(chars) }),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_file_store_refuses_one_user_past_their_byte_bound_and_other_users_still_park() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = SuspensionLimits {
+        max_bytes_per_user: 1_000_000,
+        ..SuspensionLimits::default()
+    };
+    let path = dir.path().join("s.json");
+    let store = Arc::new(JsonFileSuspensionStore::open(&path, limits).unwrap());
+    let runs = Arc::new(Runs::default());
+    let system = system(&runs, state())
+        .suspension_store(store.clone())
+        .build()
+        .unwrap();
+
+    // 50,000 control characters: 50 KB in memory, 300 KB each once serialized.
+    let alice = system
+        .execute_tools(THREAD, large_transfers(4, 50_000), as_user("alice"))
+        .await;
+    let bob = system
+        .execute_tools(THREAD, transfers(1), as_user("bob"))
+        .await;
+
+    let statuses: Vec<ToolStatus> = alice.iter().map(|result| result.status).collect();
+    assert_eq!(
+        statuses[..3],
+        [ToolStatus::Suspended; 3],
+        "{:?}",
+        alice[0].error
+    );
+    assert_eq!(alice[3].error_code(), Some("too_many_suspended"));
+    let message = &alice[3].error.as_ref().unwrap().message;
+    assert!(
+        message.contains("`alice` waiting for approval would take more than 1000000 bytes")
+            && message.contains("smaller arguments"),
+        "{message}"
+    );
+    assert_eq!(
+        bob[0].status,
+        ToolStatus::Suspended,
+        "other users are unaffected"
+    );
+    assert_eq!(store.waiting_for(&User::new("alice")), 3);
+    let file = std::fs::metadata(&path).unwrap().len();
+    assert!(file < 1_100_000, "the file holds at most the bound: {file}");
+    assert_eq!(Runs::of(&runs.transfer), 0);
+}
+
+#[tokio::test]
+async fn a_blocking_call_keeps_its_arguments_once_in_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.json");
+    let store =
+        Arc::new(JsonFileSuspensionStore::open(&path, SuspensionLimits::default()).unwrap());
+    let runs = Arc::new(Runs::default());
+    let system = system(&runs, state())
+        .suspension_store(store.clone())
+        .build()
+        .unwrap();
+    let question = "Deploy the release named kestrel-4711 today?";
+
+    let results = system
+        .execute_tools(
+            THREAD,
+            vec![ToolCall::new(
+                "q",
+                "ask_user",
+                json!({ "question": question }),
+            )],
+            ExecuteOptions::new(),
+        )
+        .await;
+
+    let id = results[0].suspension_id().unwrap();
+    let file = std::fs::read_to_string(&path).unwrap();
+    assert_eq!(file.matches(question).count(), 1, "{file}");
+    let written: serde_json::Value = serde_json::from_str(&file).unwrap();
+    assert_eq!(written[id]["input"], json!({ "question": question }));
+    assert_eq!(written[id]["payload"], json!({ "tool": "ask_user" }));
+}
+
+#[tokio::test]
+async fn a_blocking_call_an_earlier_version_wrote_with_its_arguments_twice_still_resumes() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.json");
+    let runs = Arc::new(Runs::default());
+    let id = {
+        let store =
+            Arc::new(JsonFileSuspensionStore::open(&path, SuspensionLimits::default()).unwrap());
+        let system = system(&runs, state())
+            .suspension_store(store)
+            .build()
+            .unwrap();
+        let results = system
+            .execute_tools(
+                THREAD,
+                vec![ToolCall::new(
+                    "q",
+                    "ask_user",
+                    json!({ "question": "Deploy?" }),
+                )],
+                ExecuteOptions::new(),
+            )
+            .await;
+        results[0].suspension_id().unwrap().to_owned()
+    };
+    // As an earlier version wrote it: the arguments in the payload too.
+    let mut file: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    file[&id]["payload"] = json!({ "tool": "ask_user", "arguments": { "question": "Deploy?" } });
+    std::fs::write(&path, serde_json::to_vec_pretty(&file).unwrap()).unwrap();
+
+    let store =
+        Arc::new(JsonFileSuspensionStore::open(&path, SuspensionLimits::default()).unwrap());
+    let system = system(&runs, state())
+        .suspension_store(store.clone())
+        .build()
+        .unwrap();
+    let waiting = store.get(&id).await.unwrap().unwrap();
+    let resumed = system
+        .resume(
+            &id,
+            ResumeDecision::Complete {
+                output: json!("yes"),
+            },
+            ResumeOptions::new(),
+        )
+        .await
+        .unwrap();
+
+    assert_eq!(
+        waiting.payload["arguments"],
+        json!({ "question": "Deploy?" })
+    );
+    assert_eq!(resumed.output, Some(json!("yes")));
+    assert!(store.is_empty());
+}
+
+#[tokio::test]
+async fn a_forged_suspension_id_is_repeated_cut_and_escaped() {
+    let runs = Arc::new(Runs::default());
+    let system = system(&runs, state()).build().unwrap();
+    let forged = format!("{}\n\x1b[2J{}", "x".repeat(100), "y".repeat(1_000_000));
+
+    let refused = system
+        .resume(&forged, ResumeDecision::Approve, ResumeOptions::new())
+        .await
+        .unwrap_err();
+
+    let message = refused.to_string();
+    assert!(message.len() < 300, "{} bytes", message.len());
+    assert!(
+        message.contains(&format!("`{}…`", "x".repeat(64))),
+        "{message}"
+    );
+    assert!(!message.chars().any(char::is_control), "{message:?}");
+    assert_eq!(refused, ResumeError::UnknownSuspension { id: forged });
+}

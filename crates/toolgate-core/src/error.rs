@@ -682,8 +682,8 @@ pub struct InputViolations(pub Vec<InputViolation>);
 /// );
 /// // Valid JSON, only deeper than serde_json reads: said so, not "recursion".
 /// assert_eq!(
-///     in_json_words("recursion limit exceeded at line 1 column 129"),
-///     "arrays and objects nested more than 128 deep at line 1 column 129, deeper than is read"
+///     in_json_words("recursion limit exceeded at line 1 column 128"),
+///     "arrays and objects nested 128 levels deep or more at line 1 column 128: send at most 127 levels"
 /// );
 /// // Half of a UTF-16 surrogate pair (`"\ud800"`, `"\udc00"`) is no character.
 /// assert_eq!(
@@ -693,8 +693,9 @@ pub struct InputViolations(pub Vec<InputViolation>);
 /// ```
 pub fn in_json_words(message: &str) -> String {
     if let Some(position) = message.strip_prefix("recursion limit exceeded") {
+        // serde_json refuses a document as it opens its 128th level: 127 are read.
         return format!(
-            "arrays and objects nested more than 128 deep{position}, deeper than is read"
+            "arrays and objects nested 128 levels deep or more{position}: send at most 127 levels"
         );
     }
     // serde_json's words for a lone surrogate: a high one not followed by its low half, and

@@ -62,8 +62,8 @@ pub fn text_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
 ///
 /// [`JsonError::RepeatedKey`] for an object with a key given twice, anywhere in the
 /// document; [`JsonError::Malformed`] for bytes that are not one JSON value (or that nest
-/// deeper than 128 levels); [`JsonError::InexactNumber`] for a whole number no JSON value
-/// here holds exactly.
+/// 128 levels deep or more: at most 127 are read); [`JsonError::InexactNumber`] for a whole
+/// number no JSON value here holds exactly.
 ///
 /// # Examples
 ///
@@ -188,8 +188,8 @@ pub enum JsonError {
     /// An object names a key twice.
     #[error(transparent)]
     RepeatedKey(#[from] RepeatedKey),
-    /// Not one JSON value (cut short, a syntax error, text after it), or nested deeper than
-    /// 128 levels: serde_json's error, with the line and column.
+    /// Not one JSON value (cut short, a syntax error, text after it), or nested 128 levels
+    /// deep or more: serde_json's error, with the line and column.
     #[error(transparent)]
     Malformed(#[from] serde_json::Error),
     /// A whole number past what a JSON value here holds exactly.

@@ -13,7 +13,9 @@ enum Exceeded {
 /// How large and how deep an input may be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InputLimits {
-    /// The most bytes of JSON (exact for text input, estimated for parsed JSON).
+    /// The most bytes of JSON (exact for text input, estimated for parsed JSON: each
+    /// string and key counted as serialized, escapes included — a control character is
+    /// 6 bytes as `\u0001` — and each number as 8 bytes).
     pub max_bytes: usize,
     /// The deepest nesting of arrays and objects.
     pub max_depth: usize,
@@ -28,7 +30,62 @@ impl Default for InputLimits {
     }
 }
 
-/// The estimated JSON size of a scalar.
+/// The bytes an escape adds to a byte of a string when it is serialized: 1 for `"` and
+/// `\` (written `\"`, `\\`) and for the five control characters with a short escape
+/// (`\b`, `\t`, `\n`, `\f`, `\r`), 5 for every other control character (`\u0001`), 0 for
+/// the rest.
+const ESCAPE_EXTRA: [u8; 256] = {
+    let mut extra = [0u8; 256];
+    let mut b = 0;
+    while b < 0x20 {
+        extra[b] = 5;
+        b += 1;
+    }
+    extra[0x08] = 1;
+    extra[0x09] = 1;
+    extra[0x0a] = 1;
+    extra[0x0c] = 1;
+    extra[0x0d] = 1;
+    extra[b'"' as usize] = 1;
+    extra[b'\\' as usize] = 1;
+    extra
+};
+
+/// The bytes the escapes of `s` add when it is serialized (serde_json escapes only control
+/// characters, `"` and `\`). A first pass counts the bytes that need an escape — a
+/// branch-free count the compiler vectorizes — and only text with such bytes is read a
+/// second time to price them.
+fn escapes_in(s: &str) -> usize {
+    let bytes = s.as_bytes();
+    let escaped = bytes
+        .iter()
+        .filter(|&&b| b < 0x20 || b == b'"' || b == b'\\')
+        .count();
+    if escaped == 0 {
+        return 0;
+    }
+    bytes
+        .iter()
+        .map(|&b| usize::from(ESCAPE_EXTRA[usize::from(b)]))
+        .sum()
+}
+
+/// The bytes the escapes of every string and key in `value` add when it is serialized.
+/// Called only on an input the walk passed, so its depth is bounded.
+fn escapes_within(value: &Value) -> usize {
+    match value {
+        Value::String(s) => escapes_in(s),
+        Value::Array(items) => items.iter().map(escapes_within).sum(),
+        Value::Object(fields) => fields
+            .iter()
+            .map(|(key, item)| escapes_in(key) + escapes_within(item))
+            .sum(),
+        _ => 0,
+    }
+}
+
+/// The estimated JSON size of a scalar (a string without its escapes, which
+/// [`InputLimits::check`] adds only where they could matter).
 #[inline]
 fn scalar_size(scalar: &Value) -> usize {
     match scalar {
@@ -48,9 +105,24 @@ impl InputLimits {
     pub fn check(&self, input: &Value) -> Result<(), ToolError> {
         let mut size = 0usize;
         match self.walk(input, 1, &mut size) {
-            Ok(()) => Ok(()),
+            // Escapes add at most five bytes to each byte of a string (`\u0001` for one),
+            // so an estimate under a sixth of the limit passes whatever they are: only a
+            // larger input has them counted.
+            Ok(()) if size.saturating_mul(6) <= self.max_bytes => Ok(()),
+            Ok(()) => self.check_escapes(input, size),
             Err(exceeded) => Err(self.exceeded(exceeded, size)),
         }
+    }
+
+    /// The size check of a large input, with the escapes of its strings and keys counted:
+    /// `size` is the walk's count without them.
+    #[cold]
+    fn check_escapes(&self, input: &Value, size: usize) -> Result<(), ToolError> {
+        let size = size.saturating_add(escapes_within(input));
+        if size > self.max_bytes {
+            return Err(self.exceeded(Exceeded::Size, size));
+        }
+        Ok(())
     }
 
     /// The error for an input over a limit (`size`: as far as the walk counted).
@@ -196,6 +268,49 @@ mod tests {
         ));
         assert!(matches!(
             limits.parse(&big.to_string()),
+            Err(ToolError::InputTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn a_megabyte_of_control_characters_is_refused_under_a_one_mebibyte_limit() {
+        let input = json!({ "v": "\u{1}".repeat(1_000_000) });
+        assert_eq!(serde_json::to_string(&input).unwrap().len(), 6_000_008);
+
+        let refused = InputLimits::default().check(&input);
+
+        assert!(
+            matches!(refused, Err(ToolError::InputTooLarge { size, .. }) if size >= 6_000_000),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn a_string_is_counted_as_serialized_escapes_included_and_a_key_too() {
+        let every_ascii: String = (0u8..=0x7f).map(char::from).collect();
+        let input = json!(format!("{every_ascii}\"\\ plain é ✓"));
+        let serialized = serde_json::to_string(&input).unwrap().len();
+        let key = json!({ "\u{1}".repeat(1000): 1 });
+        let exact = InputLimits {
+            max_bytes: serialized,
+            max_depth: 8,
+        };
+        let one_less = InputLimits {
+            max_bytes: serialized - 1,
+            ..exact
+        };
+
+        assert_eq!(exact.check(&input), Ok(()));
+        assert!(matches!(
+            one_less.check(&input),
+            Err(ToolError::InputTooLarge { .. })
+        ));
+        assert!(matches!(
+            InputLimits {
+                max_bytes: 5000,
+                ..exact
+            }
+            .check(&key),
             Err(ToolError::InputTooLarge { .. })
         ));
     }

@@ -16,7 +16,8 @@ use toolgate_hooks::consent::{ApprovalStore, InMemoryApprovals};
 use toolgate_hooks::quota::{InMemoryQuota, QuotaBackend};
 use toolgate_redis::{
     ConcurrencyFailurePolicy, QuotaFailurePolicy, RedisBudget, RedisCache, RedisConcurrency,
-    RedisConfig, RedisConfigBuilder, RedisCounters, RedisQuota, RedisState, RedisSuspensions,
+    RedisConfig, RedisConfigBuilder, RedisCounters, RedisError, RedisQuota, RedisState,
+    RedisSuspensions,
 };
 
 use crate::config::{Config, OnBackendErrorName, PinsConfig, RedisTlsFiles, StateConfig, StateUrl};
@@ -108,9 +109,7 @@ impl Backends {
             StateUrl::Redis(url) => RedisState::connect(url, config.build()).await,
             StateUrl::Memory => unreachable!("handled above"),
         };
-        connected
-            .map(Backends::Redis)
-            .map_err(|e| StateError::Backend(format!("{e} (check `state` and that Redis runs)")))
+        connected.map(Backends::Redis).map_err(not_connected)
     }
 
     /// The quota backend of one rate-limit policy, failing as it declares; on Redis with
@@ -276,8 +275,24 @@ impl Backends {
     }
 }
 
+/// Why the gateway could not connect to Redis, in the words of its configuration: the
+/// Redis crate's own message for an unreachable Redis speaks to a program using the crate
+/// (it names the call that starts without Redis, which the gateway has no setting for).
+fn not_connected(e: RedisError) -> StateError {
+    match e {
+        RedisError::Unreachable {
+            url,
+            waited,
+            reason,
+        } => StateError::Backend(format!(
+            "Redis at {url} could not be reached within {waited:?} ({reason}): check that it runs, that this replica can reach it and that `state` gives its address; the gateway waits 1s to connect plus `state.deadline` for an answer"
+        )),
+        e => StateError::Backend(format!("{e} (check `state` and that Redis runs)")),
+    }
+}
+
 /// The refusal of `state.suspensions_key` by a store on Redis.
-fn refused_key(e: toolgate_redis::RedisError) -> StateError {
+fn refused_key(e: RedisError) -> StateError {
     StateError::Backend(format!("state.suspensions_key: {e}"))
 }
 
@@ -495,6 +510,7 @@ pub fn suspension_limits(config: &Config) -> SuspensionLimits {
         max_per_user: approval.max_pending_per_user,
         max_total: approval.max_pending,
         expire_after: approval.expire_after,
+        ..SuspensionLimits::default()
     }
 }
 

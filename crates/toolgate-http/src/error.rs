@@ -145,37 +145,29 @@ impl HttpError {
 }
 
 /// A [`ToolError`] with its own status; 500 for a refusal or retry-after whose hook chose
-/// a status that is not an error's (a 200 would tell the client its call succeeded).
+/// a status that is not an error's (a 200 would tell the client its call succeeded): the
+/// status of its [`ResultError`], so that both answer a call alike.
 impl From<&ToolError> for HttpError {
     fn from(error: &ToolError) -> Self {
-        let chosen = matches!(
-            error,
-            ToolError::Aborted { .. } | ToolError::RetryAfter { .. }
-        );
-        let status = StatusCode::from_u16(error.status())
-            .ok()
-            .filter(|status| !chosen || status.is_client_error() || status.is_server_error())
-            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-        let mut body = ResultError::from(error);
-        body.status = Some(status.as_u16());
-        HttpError {
-            status,
-            body,
-            headers: None,
-        }
+        HttpError::from(&ResultError::from(error))
     }
 }
 
 /// The error of a [`ToolResult`](toolgate_agent::ToolResult) as its call would answer
-/// it: with the error's own status, or 500 for one read back from JSON, which has none.
+/// it: with the [`status`](ResultError::status) it carries (which is never a success for
+/// a refused call: 500 stands in for a hook's 200), or 500 for one read back from JSON,
+/// which has none.
 impl From<&ResultError> for HttpError {
     fn from(error: &ResultError) -> Self {
+        let status = error
+            .status
+            .and_then(|status| StatusCode::from_u16(status).ok())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let mut body = error.clone();
+        body.status = Some(status.as_u16());
         HttpError {
-            status: error
-                .status
-                .and_then(|status| StatusCode::from_u16(status).ok())
-                .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            body: error.clone(),
+            status,
+            body,
             headers: None,
         }
     }

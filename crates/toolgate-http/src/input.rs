@@ -34,7 +34,8 @@ pub struct BodyTimeout(pub Duration);
 /// - 408 `body_timeout` for a body that did not arrive whole within its [`BodyTimeout`]
 ///   (30 seconds by default);
 /// - 400 `bad_body` for a body that could not be read, and 400 `bad_json` for one that is
-///   empty or not JSON (nested deeper than 128 levels, say), or that names a key twice in
+///   empty or not JSON (arrays and objects nested 128 levels deep or more, say: at most
+///   127 levels are read), or that names a key twice in
 ///   one object (`{"path": "/etc/passwd", "path": "/tmp/x"}`): the message says which key
 ///   and where, and no reader downstream gets to pick a different one of its values.
 ///

@@ -103,6 +103,40 @@ async fn a_refusal_with_a_status_that_is_not_an_error_answers_500() {
 }
 
 #[tokio::test]
+async fn a_refused_call_of_a_batch_with_a_status_that_is_not_an_error_answers_500() {
+    use std::sync::Arc;
+    use toolgate_agent::{ExecuteOptions, InMemoryStateManager, ToolCall, ToolSystem};
+    use toolgate_core::prelude::*;
+
+    for status in [200, 204, 302] {
+        let tools =
+            Pipeline::builder().tool(tool_fn("refuse", "Refuses.", move |_: ()| async move {
+                Err::<Value, _>(ToolError::abort("not today", "refused", status))
+            }));
+        let system = ToolSystem::builder(tools, Arc::new(InMemoryStateManager::new()))
+            .build()
+            .unwrap();
+        let call = ToolCall::new("c1", "refuse", json!(null));
+        let results = system
+            .execute_tools("t", vec![call], ExecuteOptions::new())
+            .await;
+        let refused = results[0].error.as_ref().expect("the call is refused");
+        assert_eq!(refused.status, Some(500), "{status}");
+        let response = HttpError::from(refused).into_response();
+        assert_eq!(response.status(), 500, "{status}");
+        assert_eq!(body(response).await["error"]["code"], "refused");
+
+        // The same call invoked directly is answered alike.
+        let direct = system
+            .pipeline()
+            .invoke_detailed("refuse", json!(null), InvokeOptions::new())
+            .await;
+        let response = toolgate_http::invocation_response(&direct);
+        assert_eq!(response.status(), 500, "{status}");
+    }
+}
+
+#[tokio::test]
 async fn an_enormous_retry_after_is_told_as_one_day() {
     let one_day = Duration::from_secs(24 * 60 * 60);
     let error = ToolError::RetryAfter {

@@ -85,3 +85,27 @@ async fn a_body_that_is_not_json_is_still_told_so_with_its_position() {
         "the request body is not JSON: EOF while parsing an object at line 1 column 17"
     );
 }
+
+#[tokio::test]
+async fn a_body_nested_127_levels_deep_is_read_and_128_is_refused_saying_so() {
+    let nested = |levels: usize| format!("{}{}", "[".repeat(levels), "]".repeat(levels));
+    let read_whole = read(&nested(127)).await.unwrap();
+    let mut depth = 0;
+    let mut value = &read_whole;
+    while let Some(inner) = value.as_array() {
+        depth += 1;
+        match inner.first() {
+            Some(next) => value = next,
+            None => break,
+        }
+    }
+    assert_eq!(depth, 127);
+
+    let refused = read(&nested(128)).await.unwrap_err();
+    assert_eq!(refused.status(), StatusCode::BAD_REQUEST);
+    assert_eq!(refused.code(), "bad_json");
+    assert_eq!(
+        refused.body().message,
+        "the request body is not JSON: arrays and objects nested 128 levels deep or more at line 1 column 128: send at most 127 levels"
+    );
+}

@@ -138,7 +138,7 @@ async fn an_answer_that_cannot_be_read_fails_its_call_at_once_and_the_connection
         ("number", "a number too large to read"),
         ("surrogate", "half a UTF-16 surrogate pair"),
         ("code", "`error.code` must be a whole number"),
-        ("deep", "nested more than 128 deep"),
+        ("deep", "nested 128 levels deep or more"),
     ];
     // All at once, on the one connection: each fails alone.
     let calls = cases.map(|(unreadable, _)| {

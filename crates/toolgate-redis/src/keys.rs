@@ -46,6 +46,10 @@
 //! | an approval | `:retry:<approval id>` | hash (`user`, `value`, `seal`) |
 //! | outcomes by expiry | `:outcomes` | sorted set (id → expiry ms) |
 //! | an outcome | `:outcome:<id>` | string |
+//! | a caller's outcomes | `:outcome_user:<caller>` | sorted set (id → expiry ms) |
+//! | a running record's mark | `:outcome_run:<id>` | hash (`token`, `digest`, `caller`) |
+//! | who kept each outcome | `:outcome_owners` | hash (id → caller) |
+//! | how many outcomes each caller holds | `:outcome_counts` | sorted set (caller → count) |
 //!
 //! A `<caller>` is the user id for a caller without a tenant (as every earlier version
 //! wrote it), and the bytes `0xFF <tenant> 0xFF <user id>` for one with a tenant: never
@@ -455,7 +459,16 @@ mod tests {
             let stores = [
                 (
                     super::suspensions(&prefix),
-                    &["calls", "user:", "call:", "retry_key:", "outcome:"][..],
+                    &[
+                        "calls",
+                        "user:",
+                        "call:",
+                        "retry_key:",
+                        "outcome:",
+                        "outcome_user:",
+                        "outcome_owners",
+                        "outcome_counts",
+                    ][..],
                 ),
                 (
                     super::sessions(&prefix),

@@ -42,6 +42,7 @@ async fn replica(url: &str, prefix: &str, total: usize) -> RedisSuspensions {
         max_per_user: total,
         max_total: total,
         expire_after: Duration::from_secs(60),
+        ..SuspensionLimits::default()
     };
     common::replica(url, prefix)
         .await

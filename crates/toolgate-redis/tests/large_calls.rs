@@ -81,6 +81,7 @@ async fn large_waiting_calls_are_listed_in_bounded_reads() {
         max_per_user: 100,
         max_total: 1000,
         expire_after: Duration::from_secs(3600),
+        ..SuspensionLimits::default()
     };
     let store = common::replica(&url, &prefix).await.suspensions(limits);
     for n in 0..CALLS {
@@ -153,6 +154,7 @@ async fn a_page_of_decided_calls_reads_what_it_needs_not_every_outcome() {
         max_per_user: 100,
         max_total: 1000,
         expire_after: Duration::from_secs(3600),
+        ..SuspensionLimits::default()
     };
     let store = common::replica(&url, &prefix).await.suspensions(limits);
     let outcome_bytes = 300 * 1024;

@@ -22,7 +22,9 @@ use toolgate_core::{InvokeOptions, JsonTool, Pipeline, Stage, ToolError, User};
 use toolgate_redis::{RedisConfig, RedisState, RedisSuspensions};
 
 use common::cluster::Cluster;
-use common::{Proxy, config, connect, inspect, keys_under, namespace, redis_or_skip};
+use common::{
+    Proxy, assert_every_key_expires, config, connect, inspect, keys_under, namespace, redis_or_skip,
+};
 
 const KEY: &str = "8f3c1e0a9b7d5f2e4c6a8b0d1f3e5a7c9b2d4f6e8a0c1e3b5d7f9a2c4e6b8d0f";
 const OTHER_KEY: &str = "0000000000000000000000000000000000000000000000000000000000000001";
@@ -61,6 +63,7 @@ fn limits(per_user: usize, total: usize, expire_after: Duration) -> SuspensionLi
         max_per_user: per_user,
         max_total: total,
         expire_after,
+        ..SuspensionLimits::default()
     }
 }
 
@@ -857,6 +860,131 @@ async fn a_flood_of_one_callers_outcomes_does_not_evict_another_callers_outcome_
     );
 }
 
+#[tokio::test]
+async fn past_the_total_cap_the_caller_holding_the_most_loses_their_oldest_on_any_replica() {
+    let test = "past_the_total_cap_the_caller_holding_the_most_loses_their_oldest_on_any_replica";
+    let Some((a, b)) = two_replicas(test, limits(100, 5, HOUR)).await else {
+        return;
+    };
+    let erin = User::new("erin").with_tenant("globex");
+    let bob = User::new("bob").with_tenant("acme");
+    let erins = decided_by("erins", &erin, 0);
+    a.keep_outcome(erins.clone()).await.unwrap();
+
+    for i in 0..10u64 {
+        let store = if i % 2 == 0 { &a } else { &b };
+        store
+            .keep_outcome(decided_by(&format!("b{i}"), &bob, 1 + i))
+            .await
+            .unwrap();
+    }
+
+    assert_eq!(
+        b.outcome("erins").await.unwrap(),
+        Some(erins),
+        "bob's withdrawals left erin's outcome alone"
+    );
+    assert_eq!(
+        outcome_ids_of(&a, &bob).await,
+        ["b6", "b7", "b8", "b9"],
+        "bob, who holds the most, lost his own soonest to expire"
+    );
+}
+
+/// Who holds how many outcomes, as the store counts them (`:outcome_counts`), and whose
+/// each outcome is (`:outcome_owners`).
+async fn outcome_counts(url: &str, store: &RedisSuspensions) -> (Vec<(String, u64)>, Vec<String>) {
+    let base = store.key_base();
+    let mut connection = inspect(url).await;
+    let counts: Vec<(String, u64)> = connection
+        .zrange_withscores(format!("{base}:outcome_counts"), 0, -1)
+        .await
+        .unwrap();
+    let mut owned: Vec<String> = connection
+        .hkeys(format!("{base}:outcome_owners"))
+        .await
+        .unwrap();
+    owned.sort();
+    (counts, owned)
+}
+
+#[tokio::test]
+async fn the_count_of_who_holds_outcomes_follows_expiry_and_removal_back_to_empty() {
+    let test = "the_count_of_who_holds_outcomes_follows_expiry_and_removal_back_to_empty";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let store = replica(&url, &prefix, limits(100, 10, HOUR)).await;
+    // Decided so long ago that they expire `ms` from now.
+    let expiring = |id: &str, user: &str, ms: u64| DecidedCall {
+        decided_at: SystemTime::now() - HOUR + Duration::from_millis(ms),
+        ..DecidedCall::new(id, &User::new(user), json!({"output": id}))
+    };
+    store
+        .keep_outcome(expiring("a1", "ann", 300))
+        .await
+        .unwrap();
+    store
+        .keep_outcome(expiring("a2", "ann", 300))
+        .await
+        .unwrap();
+    let running = DecidedCall::new("r", &User::new("bob"), json!({"status": "running"}));
+    assert!(store.keep_running(running, "bobs").await.unwrap());
+    // Kept again for the same id: still one.
+    store
+        .keep_outcome(expiring("a2", "ann", 300))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome_counts(&url, &store).await,
+        (
+            vec![("bob".to_owned(), 1), ("ann".to_owned(), 2)],
+            vec!["a1".to_owned(), "a2".to_owned(), "r".to_owned()]
+        )
+    );
+
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    store
+        .keep_outcome(expiring("c1", "cid", 600))
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome_counts(&url, &store).await,
+        (
+            vec![("bob".to_owned(), 1), ("cid".to_owned(), 1)],
+            vec!["c1".to_owned(), "r".to_owned()]
+        ),
+        "ann's expired: she is no longer counted"
+    );
+
+    assert!(store.remove_running("r", "bobs").await.unwrap());
+    assert_eq!(
+        outcome_counts(&url, &store).await,
+        (vec![("cid".to_owned(), 1)], vec!["c1".to_owned()]),
+        "bob's record removed: he is no longer counted"
+    );
+    assert_every_key_expires(&url, &prefix).await;
+
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // Keeping one expired already only removes those that expired.
+    let born_expired = DecidedCall {
+        decided_at: SystemTime::now() - 2 * HOUR,
+        ..DecidedCall::new("d1", &User::new("dee"), json!({"output": "d1"}))
+    };
+    store.keep_outcome(born_expired).await.unwrap();
+    assert_eq!(
+        outcome_counts(&url, &store).await,
+        (vec![], vec![]),
+        "gone with the last outcome"
+    );
+    let keys = keys_under(&url, &prefix).await;
+    assert!(
+        !keys.iter().any(|key| key.contains(":outcome")),
+        "nothing of the outcomes is left: {keys:?}"
+    );
+}
+
 /// What an earlier version's `keep_outcome` wrote: the row and the total index, no
 /// per-caller index.
 async fn keep_outcome_as_an_earlier_version(
@@ -1103,6 +1231,8 @@ async fn every_key_the_store_writes_has_an_expiry() {
         ":outcomes",
         ":outcome:a0",
         ":outcome_user:ann",
+        ":outcome_owners",
+        ":outcome_counts",
     ] {
         assert!(
             keys.iter().any(|key| key.contains(kind)),

@@ -4,7 +4,7 @@
 //!
 //! | provider | definitions | calls parsed from | results rendered as |
 //! |---|---|---|---|
-//! | [`openai`] chat completions | `tools` | the assistant message's `tool_calls` | `role: "tool"` messages |
+//! | [`openai`] chat completions | `tools` | the assistant message's `tool_calls` (or legacy `function_call`) | `role: "tool"` messages (`role: "function"` for a legacy call) |
 //! | [`openai`] responses | `tools` | `function_call` output items | `function_call_output` items |
 //! | [`anthropic`] messages | `tools` | `tool_use` content blocks | `tool_result` blocks in a user message |
 //! | [`gemini`] generateContent | `functionDeclarations` | `functionCall` parts | `functionResponse` parts |
@@ -76,6 +76,39 @@ pub enum FormatError {
         /// The kept prefix.
         prefix: &'static str,
     },
+    /// The payload holds a call toolgate cannot run: a call of a custom tool, whose input
+    /// is free-form text where toolgate's tools take a JSON object, or an item that asks
+    /// the application itself to act (a computer use, shell or patch call, an approval
+    /// request of a remote MCP server). Read as no call, it would silently not be answered.
+    #[error(
+        "{provider} payload: `{path}` is a `{kind}` item, {}; nothing was run",
+        unrunnable_hint(.kind)
+    )]
+    UnrunnableCall {
+        /// The provider format.
+        provider: &'static str,
+        /// Where in the payload.
+        path: String,
+        /// The item's `type`, as the payload names it: `custom_tool_call`,
+        /// `computer_call`, `local_shell_call`, `shell_call`, `apply_patch_call`,
+        /// `mcp_approval_request`, or `custom` (a chat completions custom tool call).
+        kind: &'static str,
+    },
+}
+
+/// What a call toolgate cannot run is, and what to do with it.
+fn unrunnable_hint(kind: &str) -> &'static str {
+    match kind {
+        "custom_tool_call" | "custom" => {
+            "a call of a custom tool, whose input is free-form text, which toolgate's tools (each taking a JSON object) cannot take: declare the tool as a function tool (`type: \"function\"`), or answer this call yourself"
+        }
+        "mcp_approval_request" => {
+            "a request to approve a call of a remote MCP server, which toolgate does not answer: answer it yourself (with an `mcp_approval_response`) and pass the function calls without it"
+        }
+        _ => {
+            "a call of a tool the application runs itself (computer use, a shell, patches), which toolgate does not run: run it yourself and pass the function calls without it"
+        }
+    }
 }
 
 /// What to do with calls in `format`: parse them as that format, with the gateway's name
@@ -111,7 +144,7 @@ pub(crate) fn no_other_calls(
 }
 
 /// The format of the tool calls `payload` holds, whichever format it was passed as: a
-/// chat completions message's `tool_calls`, a Responses API response's `function_call`
+/// chat completions message's `tool_calls` (or legacy `function_call`), a Responses API response's `function_call`
 /// items, an Anthropic message's `tool_use` blocks, a Gemini content's (or a response's
 /// first candidate's) function call parts; an array is read as a list of such items.
 /// `None` when it holds no calls any of them would read.
@@ -131,6 +164,14 @@ fn calls_format(payload: &Value) -> Option<&'static str> {
         .get("tool_calls")
         .and_then(Value::as_array)
         .is_some_and(|calls| !calls.is_empty())
+    {
+        return Some(CHAT);
+    }
+    // A chat completions message's legacy `function_call` (Gemini's parts name theirs so
+    // too, but carry `args`, and sit in a list).
+    if payload
+        .get("function_call")
+        .is_some_and(|call| call.get("arguments").is_some())
     {
         return Some(CHAT);
     }

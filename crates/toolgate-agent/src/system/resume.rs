@@ -1,5 +1,6 @@
 //! Resuming a suspended call with a person's decision.
 
+use toolgate_core::error::shown_id;
 use toolgate_core::suspension::ResumeDecision;
 use toolgate_core::{InvokeOptions, ToolError};
 
@@ -7,19 +8,26 @@ use super::ToolSystem;
 use crate::limit::effective_limit;
 use crate::{ExecutionMode, Observation, ResumeOptions, ThreadConfig, ToolResult};
 
-/// Why a resume did not run.
+/// Why a resume did not run. A message repeats the id asked for (and the user resumed
+/// as) cut to its first 64 characters, control characters escaped
+/// ([`shown_id`]): a forged id can neither flood nor forge a log line; the fields keep
+/// it whole.
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ResumeError {
     /// No call waits under this id: it never existed or was already resumed.
-    #[error("no suspended call with id `{id}`: it was never suspended or has already been resumed")]
+    #[error(
+        "no suspended call with id `{}`: it was never suspended or has already been resumed",
+        shown_id(id)
+    )]
     UnknownSuspension {
         /// The id asked for.
         id: String,
     },
     /// The call waited longer than its store allows: it will not run.
     #[error(
-        "the suspended call `{id}` expired before anyone decided on it and will not run: make the call again if it is still needed"
+        "the suspended call `{}` expired before anyone decided on it and will not run: make the call again if it is still needed",
+        shown_id(id)
     )]
     Expired {
         /// The id asked for.
@@ -31,7 +39,9 @@ pub enum ResumeError {
     /// refused; the call still waits. (A rejection is always allowed: it only ends the
     /// call.)
     #[error(
-        "the suspended call `{id}` was made by another user than `{resumed_as}`, the user it was resumed as: resume it as the user who made it (or without a user); the call still waits"
+        "the suspended call `{}` was made by another user than `{}`, the user it was resumed as: resume it as the user who made it (or without a user); the call still waits",
+        shown_id(id),
+        shown_id(resumed_as)
     )]
     NotTheCaller {
         /// The id asked for.

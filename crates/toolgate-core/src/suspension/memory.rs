@@ -15,7 +15,8 @@ use crate::user::User;
 type WallClock = Arc<dyn Fn() -> SystemTime + Send + Sync>;
 
 /// The default store: in this process, under [`SuspensionLimits`] — per-caller (a user id
-/// in a tenant) and total caps, and expiry.
+/// in a tenant) and total caps on the number of waiting calls and on their bytes, and
+/// expiry.
 ///
 /// # Examples
 ///

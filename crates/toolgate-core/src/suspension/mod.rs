@@ -26,7 +26,7 @@ pub use decision::decision_token;
 pub(crate) use id::new_suspension_id;
 pub use limits::SuspensionLimits;
 pub use memory::InMemorySuspensionStore;
-pub use table::SuspensionTable;
+pub use table::{SuspensionTable, stored_size};
 
 /// How a person decided on a suspended call.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
@@ -274,6 +274,29 @@ pub enum SuspensionStoreError {
         /// How many calls the store may hold.
         max: usize,
     },
+    /// This caller's waiting calls, with this one, would take more bytes than one caller's
+    /// may ([`SuspensionLimits::max_bytes_per_user`]). Other callers are unaffected.
+    #[error(
+        "the calls of {} waiting for approval would take more than {max_bytes} bytes with this one: wait until an approver decides on some of them, or make the call with smaller arguments",
+        caller_in_words(user, tenant.as_deref())
+    )]
+    UserBytesFull {
+        /// The caller's user id.
+        user: String,
+        /// The caller's tenant, if they have one.
+        tenant: Option<String>,
+        /// How many bytes one caller's waiting calls may take.
+        max_bytes: usize,
+    },
+    /// The waiting calls, with this one, would take more bytes than the store may hold
+    /// ([`SuspensionLimits::max_bytes_total`]).
+    #[error(
+        "the calls waiting for approval would take more than {max_bytes} bytes with this one: try again once approvers have decided on some of them"
+    )]
+    BytesFull {
+        /// How many bytes the store's waiting calls may take.
+        max_bytes: usize,
+    },
     /// The call waited longer than its store allows and can no longer be resumed.
     #[error(
         "the suspended call `{}` expired before anyone decided on it and will not run: make the call again if it is still needed",
@@ -322,8 +345,9 @@ fn caller_in_words(user: &str, tenant: Option<&str>) -> String {
     format!("user {}", crate::user::named(user, tenant))
 }
 
-/// A store's refusal as the caller sees it: a user over their cap of waiting calls is
-/// `too_many_suspended` (429), a full store `suspensions_full` (503), an expired call
+/// A store's refusal as the caller sees it: a user over their cap of waiting calls (in
+/// number or in bytes) is `too_many_suspended` (429), a full store (either way)
+/// `suspensions_full` (503), an expired call
 /// [`ToolError::SuspensionExpired`] (410), a failing store `suspension_store_unavailable`
 /// (503).
 impl From<SuspensionStoreError> for ToolError {
@@ -331,8 +355,12 @@ impl From<SuspensionStoreError> for ToolError {
         use SuspensionStoreError as E;
         match error {
             E::Expired { id } => ToolError::SuspensionExpired { id },
-            e @ E::UserFull { .. } => ToolError::abort(e.to_string(), "too_many_suspended", 429),
-            e @ E::Full { .. } => ToolError::abort(e.to_string(), "suspensions_full", 503),
+            e @ (E::UserFull { .. } | E::UserBytesFull { .. }) => {
+                ToolError::abort(e.to_string(), "too_many_suspended", 429)
+            }
+            e @ (E::Full { .. } | E::BytesFull { .. }) => {
+                ToolError::abort(e.to_string(), "suspensions_full", 503)
+            }
             e @ E::CannotApproveRetries => {
                 ToolError::abort(e.to_string(), "cannot_approve_retries", 501)
             }
@@ -661,8 +689,10 @@ pub trait SuspensionStore: Send + Sync + 'static {
     /// A caller at their cap loses their own oldest outcome, never another caller's: any
     /// caller may keep outcomes at will (withdrawing their own waiting calls keeps one
     /// each), and without a cap per caller one of them would push out everyone's. Past
-    /// `max_total` the oldest of all go, as a last bound on memory. A store of your own
-    /// must keep both caps so; [`SuspensionTable`] does.
+    /// `max_total`, the last bound on memory, the caller who holds the most outcomes loses
+    /// their own oldest, never a caller who holds fewer: many callers together, or one
+    /// whose cap is near `max_total`, cannot push out the outcomes of the others either. A
+    /// store of your own must keep both caps so; [`SuspensionTable`] does.
     ///
     /// The default, for a store that keeps none, answers
     /// [`SuspensionStoreError::CannotKeepOutcomes`].

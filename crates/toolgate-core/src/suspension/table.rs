@@ -1,5 +1,6 @@
 //! [`SuspensionTable`]: waiting calls under [`SuspensionLimits`], with the time passed in.
 
+use std::cmp::Reverse;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::ops::Bound;
 use std::time::SystemTime;
@@ -73,7 +74,12 @@ use crate::user::{CallerId as Caller, User};
 pub struct SuspensionTable {
     limits: SuspensionLimits,
     entries: BTreeMap<String, SuspendedInvocation>,
-    per_caller: HashMap<Caller, usize>,
+    /// What each caller's waiting calls hold: how many, and their bytes.
+    per_caller: HashMap<Caller, Held>,
+    /// Each waiting call's bytes ([`stored_size`]), by id, measured once when it is kept.
+    sizes: HashMap<String, usize>,
+    /// The bytes of all waiting calls.
+    bytes: usize,
     /// The earliest expiry among the entries: until then, nothing needs removing.
     next_expiry: Option<SystemTime>,
     expired: ExpiredIds,
@@ -86,7 +92,8 @@ pub struct SuspensionTable {
 }
 
 /// The outcomes of decided calls, by id, and the order they were kept in (each is kept as
-/// long as the others, so the first kept is the first to go), in all and per caller.
+/// long as the others, so the first kept is the first to go), in all and per caller, and
+/// which caller holds the most.
 #[derive(Clone, Debug, Default)]
 struct Outcomes {
     /// By id, in id order for listings.
@@ -95,10 +102,20 @@ struct Outcomes {
     /// Each caller's outcomes in the order of `order`, so that a caller at its cap loses
     /// its own first kept rather than anyone's; a caller with none has no entry.
     per_caller: HashMap<Caller, VecDeque<(String, SystemTime)>>,
+    /// Every caller of `per_caller` by their [`Rank`], so that the last is the caller who
+    /// holds the most outcomes (of those, the one whose first kept is the oldest): who
+    /// loses one past `max_total`. In step with `per_caller`, which changes only through
+    /// [`Outcomes::change_for`].
+    by_rank: BTreeMap<Rank, Caller>,
     /// The token of the decision that kept each running record in `by_id`, by id: an id
     /// here is a running record, one not here an outcome.
     running: HashMap<String, String>,
 }
+
+/// Where a caller stands among those who hold outcomes: how many they hold, then their
+/// first kept (decided at, id) reversed, so that of callers who hold as many the one whose
+/// first kept is the oldest ranks last. Unique: an id is kept once.
+type Rank = (usize, Reverse<(SystemTime, String)>);
 
 /// Approvals for a retry, by the key of their binding; several approvals of equal calls
 /// queue under one key.
@@ -107,6 +124,40 @@ struct RetryApprovals {
     by_key: BTreeMap<String, VecDeque<RetryApproval>>,
     per_caller: HashMap<Caller, usize>,
     len: usize,
+}
+
+/// What one caller's waiting calls hold.
+#[derive(Clone, Copy, Debug, Default)]
+struct Held {
+    calls: usize,
+    bytes: usize,
+}
+
+/// The bytes a waiting call takes, as the byte bounds of [`SuspensionLimits`] count it: its
+/// record serialized as compact JSON, measured without building the text.
+///
+/// ```
+/// # use serde_json::{json, Map};
+/// # use toolgate_core::suspension::{stored_size, SuspendedInvocation};
+/// # fn sized(call: SuspendedInvocation) {
+/// assert_eq!(stored_size(&call), serde_json::to_vec(&call).unwrap().len());
+/// # }
+/// ```
+pub fn stored_size(suspended: &SuspendedInvocation) -> usize {
+    struct Counter(usize);
+    impl std::io::Write for Counter {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut counter = Counter(0);
+    // Writing to a counter cannot fail, and a record always serializes.
+    let _ = serde_json::to_writer(&mut counter, suspended);
+    counter.0
 }
 
 /// Who a cap counts and an expired id remembers: the caller a call or an approval is for.
@@ -132,6 +183,8 @@ impl SuspensionTable {
             limits,
             entries: BTreeMap::new(),
             per_caller: HashMap::new(),
+            sizes: HashMap::new(),
+            bytes: 0,
             next_expiry: None,
             expired: ExpiredIds::default(),
             untold: VecDeque::new(),
@@ -158,8 +211,11 @@ impl SuspensionTable {
     /// # Errors
     ///
     /// [`SuspensionStoreError::UserFull`] when the call's caller (its user id in its
-    /// tenant) already has `max_per_user` calls waiting; [`SuspensionStoreError::Full`] when `max_total` calls
-    /// wait. The table is unchanged then.
+    /// tenant) already has `max_per_user` calls waiting; [`SuspensionStoreError::Full`] when
+    /// `max_total` calls wait; [`SuspensionStoreError::UserBytesFull`] when the caller's
+    /// waiting calls with this one would take more than `max_bytes_per_user` bytes
+    /// ([`stored_size`]); [`SuspensionStoreError::BytesFull`] when all of them would take
+    /// more than `max_bytes_total`. The table is unchanged then.
     pub fn insert(
         &mut self,
         mut suspended: SuspendedInvocation,
@@ -180,7 +236,21 @@ impl SuspensionTable {
             (Some(given), Some(ours)) => Some(given.min(ours)),
             (given, ours) => given.or(ours),
         };
-        self.keep(suspended);
+        let size = stored_size(&suspended);
+        let held = self.bytes_of(&suspended.user);
+        if held.saturating_add(size) > self.limits.max_bytes_per_user {
+            return Err(SuspensionStoreError::UserBytesFull {
+                user: suspended.user.id.clone(),
+                tenant: suspended.user.tenant.clone(),
+                max_bytes: self.limits.max_bytes_per_user,
+            });
+        }
+        if self.bytes.saturating_add(size) > self.limits.max_bytes_total {
+            return Err(SuspensionStoreError::BytesFull {
+                max_bytes: self.limits.max_bytes_total,
+            });
+        }
+        self.keep_sized(suspended, size);
         Ok(())
     }
 
@@ -256,7 +326,21 @@ impl SuspensionTable {
     /// How many calls of the caller `user` wait — its id in its tenant, whatever its roles
     /// (expired ones that were not removed yet included).
     pub fn waiting_for(&self, user: &User) -> usize {
-        self.per_caller.get(&Caller::of(user)).copied().unwrap_or(0)
+        self.per_caller
+            .get(&Caller::of(user))
+            .map_or(0, |held| held.calls)
+    }
+
+    /// The bytes the waiting calls of the caller `user` take ([`stored_size`] of each).
+    pub fn bytes_of(&self, user: &User) -> usize {
+        self.per_caller
+            .get(&Caller::of(user))
+            .map_or(0, |held| held.bytes)
+    }
+
+    /// The bytes all waiting calls take ([`stored_size`] of each).
+    pub fn bytes(&self) -> usize {
+        self.bytes
     }
 
     /// How many calls wait.
@@ -465,8 +549,10 @@ impl SuspensionTable {
     /// `max_per_user` of them per caller — the call's user id in its tenant — and
     /// `max_total` in all. A caller at its cap loses its own oldest outcome, never another
     /// caller's: one who withdraws calls in a loop (each withdrawal keeps an outcome) cannot
-    /// push out the outcomes of others. Past `max_total` the oldest of anyone's goes, but
-    /// one caller holds at most `max_per_user` of those places.
+    /// push out the outcomes of others. Past `max_total` the caller who holds the most
+    /// outcomes loses their oldest (of callers who hold as many, the one whose oldest is
+    /// the oldest): never a caller who holds fewer than this outcome's caller, so a flood
+    /// only ever pushes out the flooder's own outcomes while they hold the most.
     pub fn keep_outcome(&mut self, outcome: DecidedCall, now: SystemTime) {
         let keep = self.limits.expire_after;
         self.outcomes.remove_expired(now, keep);
@@ -475,14 +561,11 @@ impl SuspensionTable {
         self.outcomes
             .make_room_for(&caller, self.limits.max_per_user.max(1));
         while self.outcomes.by_id.len() >= self.limits.max_total.max(1)
-            && self.outcomes.remove_oldest()
+            && self.outcomes.remove_from_the_most()
         {}
         let kept = (outcome.id.clone(), outcome.decided_at);
         self.outcomes
-            .per_caller
-            .entry(caller)
-            .or_default()
-            .push_back(kept.clone());
+            .change_for(&caller, |mine| mine.push_back(kept.clone()));
         self.outcomes.order.push_back(kept);
         self.outcomes.by_id.insert(outcome.id.clone(), outcome);
     }
@@ -648,8 +731,8 @@ impl SuspensionTable {
 
     /// Keeps the outcome of a call decided before — read back from a file at start-up —
     /// without checking `max_total` (it was admitted when it was kept), in its place by
-    /// decision time among the others, so that the oldest still go first past the cap. One
-    /// older than `expire_after` at `now` is not kept; one kept for the same id is replaced.
+    /// decision time among the others (its caller's and all), so that the oldest still go
+    /// first past the caps. One older than `expire_after` at `now` is not kept; one kept for the same id is replaced.
     ///
     /// # Examples
     ///
@@ -691,13 +774,12 @@ impl SuspensionTable {
         self.outcomes.remove(&outcome.id);
         let kept = (outcome.id.clone(), outcome.decided_at);
         // It counts against its caller's cap for the outcomes kept from now on.
-        let mine = self
-            .outcomes
-            .per_caller
-            .entry(caller_of_outcome(&outcome))
-            .or_default();
-        let place = mine.partition_point(|(_, decided_at)| *decided_at <= outcome.decided_at);
-        mine.insert(place, kept.clone());
+        self.outcomes
+            .change_for(&caller_of_outcome(&outcome), |mine| {
+                let place =
+                    mine.partition_point(|(_, decided_at)| *decided_at <= outcome.decided_at);
+                mine.insert(place, kept.clone());
+            });
         let place = self
             .outcomes
             .order
@@ -824,11 +906,21 @@ impl SuspensionTable {
     }
 
     fn keep(&mut self, suspended: SuspendedInvocation) {
+        let size = stored_size(&suspended);
+        self.keep_sized(suspended, size);
+    }
+
+    /// Keeps a call whose [`stored_size`] is `size`.
+    fn keep_sized(&mut self, suspended: SuspendedInvocation, size: usize) {
         self.forget(&suspended.id);
-        *self
+        let held = self
             .per_caller
             .entry(Caller::of(&suspended.user))
-            .or_default() += 1;
+            .or_default();
+        held.calls += 1;
+        held.bytes += size;
+        self.bytes += size;
+        self.sizes.insert(suspended.id.clone(), size);
         if let Some(at) = suspended.expires_at {
             self.next_expiry = Some(self.next_expiry.map_or(at, |next| next.min(at)));
         }
@@ -837,10 +929,13 @@ impl SuspensionTable {
 
     fn forget(&mut self, id: &str) -> Option<SuspendedInvocation> {
         let suspended = self.entries.remove(id)?;
+        let size = self.sizes.remove(id).unwrap_or(0);
+        self.bytes -= size;
         let caller = Caller::of(&suspended.user);
-        if let Some(count) = self.per_caller.get_mut(&caller) {
-            *count -= 1;
-            if *count == 0 {
+        if let Some(held) = self.per_caller.get_mut(&caller) {
+            held.calls -= 1;
+            held.bytes -= size;
+            if held.calls == 0 {
                 self.per_caller.remove(&caller);
             }
         }
@@ -890,25 +985,72 @@ impl Outcomes {
             && mine.len() >= max
             && let Some((oldest, _)) = mine.front().cloned()
         {
-            if !self.remove(&oldest) {
-                // Not kept any more, so it no longer counts (never met while the orders
-                // agree; guards the loop if they do not).
-                self.per_caller.get_mut(caller).map(VecDeque::pop_front);
-            }
+            self.remove_or_uncount(caller, &oldest);
+        }
+    }
+
+    /// Removes the first kept of the caller who holds the most (of callers who hold as
+    /// many, the one whose first kept is the oldest), or the first kept of all when no
+    /// caller is counted (never met while the orders agree); `false` when none is kept.
+    fn remove_from_the_most(&mut self) -> bool {
+        let Some((_, caller)) = self.by_rank.last_key_value() else {
+            return self.remove_oldest();
+        };
+        let caller = caller.clone();
+        let Some((oldest, _)) = self.per_caller.get(&caller).and_then(|mine| mine.front()) else {
+            return false;
+        };
+        let oldest = oldest.clone();
+        self.remove_or_uncount(&caller, &oldest);
+        true
+    }
+
+    /// Removes the outcome `id`, the first kept of `caller`'s.
+    fn remove_or_uncount(&mut self, caller: &Caller, id: &str) {
+        if !self.remove(id) {
+            // Not kept any more, so it no longer counts (never met while the orders
+            // agree; guards the loops if they do not).
+            self.change_for(caller, |mine| {
+                mine.pop_front();
+            });
         }
     }
 
     /// Takes `outcome` out of its caller's order (at most their cap of entries, as a rule:
     /// more only after a restore).
     fn forget_for_caller(&mut self, outcome: &DecidedCall) {
-        let caller = caller_of_outcome(outcome);
-        if let Some(mine) = self.per_caller.get_mut(&caller) {
+        self.change_for(&caller_of_outcome(outcome), |mine| {
             mine.retain(|(id, _)| *id != outcome.id);
-            if mine.is_empty() {
-                self.per_caller.remove(&caller);
+        });
+    }
+
+    /// Changes `caller`'s order with `change` and keeps their rank in step: the one place
+    /// `per_caller` changes. A caller left with none has no entry in either.
+    fn change_for(
+        &mut self,
+        caller: &Caller,
+        change: impl FnOnce(&mut VecDeque<(String, SystemTime)>),
+    ) {
+        let mine = self.per_caller.entry(caller.clone()).or_default();
+        if let Some(rank) = rank_of(mine) {
+            self.by_rank.remove(&rank);
+        }
+        change(mine);
+        match rank_of(mine) {
+            Some(rank) => {
+                self.by_rank.insert(rank, caller.clone());
+            }
+            None => {
+                self.per_caller.remove(caller);
             }
         }
     }
+}
+
+/// Where a caller whose order is `mine` ranks; `None` when they hold none.
+fn rank_of(mine: &VecDeque<(String, SystemTime)>) -> Option<Rank> {
+    let (id, decided_at) = mine.front()?;
+    Some((mine.len(), Reverse((*decided_at, id.clone()))))
 }
 
 impl RetryApprovals {
@@ -1026,6 +1168,7 @@ pub(super) mod tests {
             max_per_user: per_user,
             max_total: total,
             expire_after: Duration::from_secs(expire_secs),
+            ..SuspensionLimits::default()
         }
     }
 
@@ -1056,6 +1199,81 @@ pub(super) mod tests {
         // A decision frees a place.
         table.take("a1", at(1)).unwrap().expect("a1 waits");
         table.insert(call("a3", "ann"), at(1)).unwrap();
+    }
+
+    /// A call of `user` whose input is a string of `bytes` control characters, each six
+    /// bytes once serialized.
+    fn large_call(id: &str, user: &str, bytes: usize) -> SuspendedInvocation {
+        SuspendedInvocation {
+            input: json!({ "v": "\u{1}".repeat(bytes) }),
+            ..call(id, user)
+        }
+    }
+
+    #[test]
+    fn a_user_past_the_byte_bound_is_refused_and_other_users_still_park() {
+        let mut table = SuspensionTable::new(SuspensionLimits {
+            max_bytes_per_user: 100_000,
+            ..limits(100, 100, 60)
+        });
+        // 10,000 control characters: 10 KB in memory, 60 KB serialized.
+        table
+            .insert(large_call("a1", "ann", 10_000), at(0))
+            .unwrap();
+        let before = table.bytes_of(&User::new("ann"));
+
+        let refused = table
+            .insert(large_call("a2", "ann", 10_000), at(0))
+            .unwrap_err();
+
+        assert!(before > 60_000, "{before}");
+        assert_eq!(
+            refused,
+            SuspensionStoreError::UserBytesFull {
+                user: "ann".into(),
+                tenant: None,
+                max_bytes: 100_000
+            }
+        );
+        assert!(
+            refused.to_string().contains("smaller arguments"),
+            "{refused}"
+        );
+        assert_eq!(crate::ToolError::from(refused).code(), "too_many_suspended");
+        table
+            .insert(large_call("b1", "bob", 10_000), at(0))
+            .unwrap();
+        assert_eq!(table.waiting_for(&User::new("ann")), 1);
+        // A decision frees the bytes.
+        table.take("a1", at(1)).unwrap().expect("a1 waits");
+        assert_eq!(table.bytes_of(&User::new("ann")), 0);
+        table
+            .insert(large_call("a2", "ann", 10_000), at(1))
+            .unwrap();
+        assert_eq!(table.bytes(), 2 * before);
+    }
+
+    #[test]
+    fn the_store_past_its_total_byte_bound_refuses_every_caller() {
+        let mut table = SuspensionTable::new(SuspensionLimits {
+            max_bytes_total: 100_000,
+            ..limits(100, 100, 60)
+        });
+        table
+            .insert(large_call("a1", "ann", 10_000), at(0))
+            .unwrap();
+
+        let refused = table.insert(large_call("b1", "bob", 10_000), at(0));
+
+        assert_eq!(
+            refused,
+            Err(SuspensionStoreError::BytesFull { max_bytes: 100_000 })
+        );
+        assert_eq!(
+            crate::ToolError::from(refused.unwrap_err()).code(),
+            "suspensions_full"
+        );
+        table.insert(call("b2", "bob"), at(0)).unwrap();
     }
 
     #[test]
@@ -1514,7 +1732,7 @@ pub(super) mod tests {
     }
 
     #[test]
-    fn past_the_total_cap_the_oldest_outcome_of_anyone_still_goes() {
+    fn past_the_total_cap_among_callers_holding_as_many_the_oldest_outcome_goes() {
         let mut table = SuspensionTable::new(limits(2, 3, 60));
         let [ann, bob, cid] = ["ann", "bob", "cid"].map(User::new);
         table.keep_outcome(decided_by("a", &ann, 0), at(0));
@@ -1522,13 +1740,46 @@ pub(super) mod tests {
         table.keep_outcome(decided_by("c", &cid, 2), at(2));
         table.keep_outcome(decided_by("b2", &bob, 3), at(3));
 
-        assert_eq!(table.outcome("a", at(3)), None, "the oldest of all went");
+        assert_eq!(
+            table.outcome("a", at(3)),
+            None,
+            "all hold one: the oldest of all went"
+        );
         assert_eq!(outcome_ids_of(&table, &ann, at(3)), Vec::<String>::new());
         assert_eq!(outcome_ids_of(&table, &bob, at(3)), ["b", "b2"]);
         // ann's outcome that went no longer counts against her; bob is at his cap.
         table.keep_outcome(decided_by("b3", &bob, 4), at(4));
         assert_eq!(outcome_ids_of(&table, &bob, at(4)), ["b2", "b3"]);
         assert_eq!(outcome_ids_of(&table, &cid, at(4)), ["c"]);
+    }
+
+    #[test]
+    fn past_the_total_cap_the_caller_holding_the_most_loses_their_oldest_never_another() {
+        let mut table = SuspensionTable::new(limits(100, 5, 60));
+        let erin = User::new("erin").with_tenant("globex");
+        let bob = User::new("bob").with_tenant("acme");
+        table.keep_outcome(decided_by("erins", &erin, 0), at(0));
+
+        for i in 0..10 {
+            table.keep_outcome(decided_by(&format!("b{i}"), &bob, 1 + i), at(1 + i));
+        }
+
+        assert_eq!(
+            table.outcome("erins", at(11)),
+            Some(&decided_by("erins", &erin, 0)),
+            "bob's withdrawals left erin's outcome alone"
+        );
+        assert_eq!(
+            outcome_ids_of(&table, &bob, at(11)),
+            ["b6", "b7", "b8", "b9"],
+            "bob, who holds the most, lost his own oldest"
+        );
+        // Once erin holds the most, her own oldest goes for her next.
+        for i in 0..4 {
+            table.keep_outcome(decided_by(&format!("e{i}"), &erin, 20 + i), at(20 + i));
+        }
+        assert_eq!(outcome_ids_of(&table, &erin, at(23)), ["e1", "e2", "e3"]);
+        assert_eq!(outcome_ids_of(&table, &bob, at(23)), ["b8", "b9"]);
     }
 
     #[test]

@@ -231,7 +231,7 @@ mod tests {
         assert_eq!(why, "`error.code` must be a whole number");
         let (id, why) = answered_in_place(&read[3]);
         assert_eq!(id, Some(RequestId::Number(4)));
-        assert!(why.contains("nested more than 128 deep"), "{why}");
+        assert!(why.contains("nested 128 levels deep or more"), "{why}");
         assert!(
             matches!(&read[4], Next::Message(JsonRpcMessage::Response(r)) if r.id == RequestId::Number(5))
         );

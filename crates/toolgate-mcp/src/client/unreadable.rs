@@ -251,7 +251,7 @@ mod tests {
             "]".repeat(200)
         );
         let deep = why_not(&deep);
-        assert!(deep.contains("nested more than 128 deep"), "{deep}");
+        assert!(deep.contains("nested 128 levels deep or more"), "{deep}");
         assert_eq!(
             why_not(r#"{"jsonrpc":"2.0","id":1,"error":{"code":"secret-x","message":"m"}}"#),
             "`error.code` must be a whole number"
