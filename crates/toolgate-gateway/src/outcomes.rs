@@ -14,7 +14,8 @@
 //! then (a client polling `tasks/get` would drop a call that runs), a [running
 //! record](running_record) is kept as its outcome until the real one replaces it. The
 //! record carries the call's deadline: one still there [`LOST_AFTER`] past it outlived
-//! the gateway that ran the call, and is read as the call's end in error
+//! the gateway that ran the call — or the gateway could not keep the call's end in the
+//! store, though it tried again for as long —, and is read as the call's end in error
 //! ([`OUTCOME_LOST`]), never as running forever.
 
 use std::sync::Arc;
@@ -151,13 +152,15 @@ fn with_suspended_at(kept: &DecidedCall, mut answer: Value) -> Value {
 pub const RUNNING: &str = toolgate_core::suspension::RUNNING_STATUS;
 
 /// The error code of a call whose running record outlived its deadline by [`LOST_AFTER`]:
-/// it was decided and began, and no outcome was ever recorded. MCP `tasks/get` answers
-/// its task `failed`.
+/// it was decided and began, and no outcome was ever recorded — the gateway running it
+/// stopped, or could not keep its end in the store, even when tried again. MCP `tasks/get`
+/// answers its task `failed`.
 pub const OUTCOME_LOST: &str = toolgate_core::suspension::OUTCOME_LOST;
 
 /// How long past its deadline a running record is still believed: what the end of a
 /// call takes after its deadline cuts it short (its tail of hooks and audit, the decided
-/// history, keeping its outcome on a slow store).
+/// history, keeping its outcome on a slow store — or on one that failed, tried again for
+/// as long).
 pub const LOST_AFTER: Duration = Duration::from_secs(60);
 
 /// The longest bound a running record keeps as a deadline; a longer one (a
@@ -242,7 +245,7 @@ fn lost(id: &str, record: &Value) -> Value {
     };
     let error = ToolError::abort(
         format!(
-            "{began}, but no outcome was recorded by its deadline ({deadline}): the gateway running it stopped; run it again if it is still wanted"
+            "{began}, but no outcome was recorded by its deadline ({deadline}): the gateway running it stopped, or could not record how it ended, so it may or may not have run to its end; run it again if it is still wanted and safe to repeat"
         ),
         OUTCOME_LOST,
         500,
@@ -296,7 +299,8 @@ mod tests {
         assert!(
             message.contains("the call was approved and began to run at 2027-01-15T08:00:00Z")
                 && message.contains("no outcome was recorded by its deadline")
-                && message.contains("the gateway running it stopped")
+                && message
+                    .contains("the gateway running it stopped, or could not record how it ended")
                 && message.contains("run it again if it is still wanted"),
             "{message}"
         );

@@ -37,6 +37,21 @@ fn serve_refuses_a_misspelt_field_naming_its_path_and_line() {
 }
 
 #[test]
+fn serve_without_its_redis_says_what_to_check_in_the_configurations_words() {
+    // Port 1: nothing listens there, so the connection is refused at once.
+    let (_, stderr) = refused("state: redis://127.0.0.1:1\ntools:\n  builtin: [echo]\n");
+    assert!(
+        stderr.contains("Redis at redis://127.0.0.1:1 could not be reached within"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("`state`"), "{stderr}");
+    assert!(stderr.contains("`state.deadline`"), "{stderr}");
+    // What a program using the Redis crate would call is no help to a gateway's operator.
+    assert!(!stderr.contains("RedisState"), "{stderr}");
+    assert!(!stderr.contains("connect_lazy"), "{stderr}");
+}
+
+#[test]
 fn serve_refuses_a_policy_naming_an_unknown_tool() {
     let (_, stderr) = refused(
         "tools:\n  builtin: [calculator]\npolicies:\n  approval:\n    tools: [calculater]\n",

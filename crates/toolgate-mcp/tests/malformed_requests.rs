@@ -277,3 +277,79 @@ async fn a_list_request_with_a_cursor_is_invalid_params_as_every_list_is_one_pag
     }
     let _ = client.cancel().await;
 }
+
+/// `body` posted to `url` as a 2026-07-28 client would, but with `mcp-name` as its
+/// `Mcp-Name` header: the status and the JSON-RPC answer.
+async fn post_2026_naming(
+    http: &reqwest::Client,
+    url: &str,
+    body: &Value,
+    mcp_name: &str,
+) -> (u16, Value) {
+    let method = body["method"].as_str().expect("a method");
+    let request = http
+        .post(url)
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", method)
+        .header("mcp-name", mcp_name)
+        .body(body.to_string());
+    let response = common::within(20, method, request.send())
+        .await
+        .expect("answered");
+    let status = response.status().as_u16();
+    let answer = common::within(20, "the body", response.json::<Value>())
+        .await
+        .expect("a JSON body");
+    (status, answer)
+}
+
+#[tokio::test]
+async fn a_name_header_that_does_not_match_the_body_is_refused_with_both_values_cut_and_escaped() {
+    let url = server().await;
+    let http = reqwest::Client::new();
+    let long = "t".repeat(5000);
+    let cases = [
+        (
+            "tasks/get",
+            json!({"taskId": long}),
+            format!("{}…", "t".repeat(64)),
+        ),
+        (
+            "tasks/get",
+            json!({"taskId": "t-1\n\u{1b}[2J\u{202e}"}),
+            "t-1\\n\\u{1b}[2J\\u{202e}".to_owned(),
+        ),
+        (
+            "tools/call",
+            json!({"name": format!("count{long}"), "arguments": {}}),
+            format!("count{}…", "t".repeat(59)),
+        ),
+    ];
+    for (id, (method, params, shown)) in (1..).zip(cases) {
+        let body = request_2026(id, method, params, json!({}));
+        let (status, answer) = post_2026_naming(&http, &url, &body, "x").await;
+        assert_eq!(status, 400, "{method}: {answer}");
+        assert_eq!(answer["id"], id, "{answer}");
+        assert_eq!(answer["error"]["code"], -32020, "{answer}");
+        assert_eq!(
+            answer["error"]["message"],
+            format!("Mcp-Name header `x` does not match body value `{shown}`"),
+            "{method}"
+        );
+    }
+    // The header's own value is shown the same way: a client encodes one that holds such
+    // characters.
+    let body = request_2026(9, "tasks/get", json!({"taskId": "t-1"}), json!({}));
+    let encoded = format!(
+        "=?base64?{}?=",
+        base64::Engine::encode(&base64::prelude::BASE64_STANDARD, "t-2\r\n\u{1b}")
+    );
+    let (status, answer) = post_2026_naming(&http, &url, &body, &encoded).await;
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(
+        answer["error"]["message"],
+        "Mcp-Name header `t-2\\r\\n\\u{1b}` does not match body value `t-1`"
+    );
+}

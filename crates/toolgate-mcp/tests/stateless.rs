@@ -214,7 +214,8 @@ async fn answers_here_are_the_answers_rmcp_gives() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_rmcp_would_refuse_is_left_to_rmcp() {
     let served = serve(false).await;
-    // A name header that does not name the tool: rmcp refuses it as a header mismatch.
+    // A name header that does not name the tool: refused as a header mismatch (by the
+    // endpoint as it reads the body, in rmcp's words).
     let mismatched = served
         .request(&call(1, "task", json!({})), &[])
         .header("mcp-name", "fail");

@@ -75,6 +75,11 @@ fn step_up(caller: &Caller, request: &Request) -> Option<Response> {
 /// `server.mcp_allowed_origins`: a page on another site cannot reach a gateway on
 /// `localhost` by rebinding its own host name to it.
 ///
+/// Every session the MCP server opens is bound to its user here, or closed: the session of
+/// an `initialize` whose client hangs up before the answer is closed inside the MCP server
+/// (see `McpHttpService`), and an answer that reaches this handler is bound (or refused
+/// past the caps, and closed) before anything else can drop it.
+///
 /// A `tools/call` still running when the shutdown grace ends is cancelled through the
 /// pipeline and answered, on the stream its client waits on, with a tool result with
 /// `isError: true` whose `_meta` carries code `shutting_down` and status 503.
@@ -137,6 +142,8 @@ pub async fn endpoint(
         .insert(state.drain.mcp_shutdown().clone());
     // The MCP library takes only an `Accept` that names its types; `*/*` accepts them too.
     accept::name_accepted_types(&mut request);
+    // Nothing is awaited between the answer and the bind below: a session the answer
+    // carries is bound (or refused, and closed) even when its client is gone by now.
     let mut response = match service.call(request).await {
         Ok(response) => response.map(Body::new),
         Err(never) => match never {},

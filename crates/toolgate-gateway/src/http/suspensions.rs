@@ -4,7 +4,8 @@
 //! `GET /v1/suspensions/{id}` (`"status": "decided"`), see [`crate::outcomes`]; while a
 //! decided call still runs, `"status": "running"`. A call its caller withdrew while it ran
 //! is `decided` with the error code `withdrawn` from the withdrawal on, whatever it ends
-//! with.
+//! with. An outcome the store fails to keep as the call ends is kept again in the
+//! background for up to [`KEPT_AGAIN_WITHIN`] ([`keep_again`]).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
@@ -22,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 use toolgate_agent::{ResumeError, ResumeOptions, ToolResult, ToolStatus};
 use toolgate_core::suspension::{
     DecidedCall, ResumeDecision, RunningRecord, SuspendedInvocation, SuspensionFilter,
-    SuspensionStoreError, decision_token,
+    SuspensionStore, SuspensionStoreError, decision_token,
 };
 use toolgate_core::{CallerId, ToolError};
 use tracing::Instrument;
@@ -32,7 +33,7 @@ use super::{ApiError, AppState, Caller, request_timeout};
 use crate::config::name_fault;
 use crate::console::history::Decided;
 use crate::drain::Drain;
-use crate::outcomes::{Kept, is_running_record, read, running_record};
+use crate::outcomes::{Kept, LOST_AFTER, is_running_record, read, running_record};
 use crate::webhooks::DecisionSummary;
 
 fn not_found(id: &str) -> ApiError {
@@ -750,12 +751,12 @@ pub async fn resume(
     // A rejection ends the call at once and runs nothing; the others may run long, and
     // keep a running record meanwhile, which goes if their decision panics.
     let running = settles.then(|| running_record_of(&caller, &id, &saved, decision_name));
-    let if_it_panics = end_abandoned(&caller, &id, &saved, running.as_ref());
+    let if_it_panics = end_abandoned(&caller, &state.drain, &id, &saved, running.as_ref());
     let decision = match decision {
         Decision::ApproveRetry => {
             let approved = {
-                let id = id.clone();
-                async move { approve_retry(&caller, &id, &saved, running).await }
+                let (id, drain) = (id.clone(), state.drain.clone());
+                async move { approve_retry(&caller, &drain, &id, &saved, running).await }
             };
             let drain = &state.drain;
             return settle(
@@ -981,9 +982,9 @@ async fn decide(
     // unless they withdrew the call while it ran.
     let kept = outcome_of(id, saved, serde_json::to_value(&result));
     let withdrawn = match keeps_running {
-        true => !keep_end(caller, kept).await,
+        true => !keep_end(caller, drain, kept).await,
         false => {
-            keep_outcome(caller, kept).await;
+            keep_outcome(caller, drain, kept).await;
             false
         }
     };
@@ -1096,6 +1097,7 @@ fn withdrawn_while_running(id: &str, saved: &SuspendedInvocation, result: &ToolR
 /// goes back to wait).
 async fn approve_retry(
     caller: &Caller,
+    drain: &Drain,
     id: &str,
     saved: &SuspendedInvocation,
     running: Option<RunningRecord>,
@@ -1136,7 +1138,7 @@ async fn approve_retry(
     // Over the running record only, as every end of a call that was taken: a caller who
     // withdrew the call meanwhile (MCP `tasks/cancel`) keeps reading it as withdrawn.
     let kept = outcome_of(id, saved, serde_json::to_value(result));
-    if !keep_end(caller, kept).await {
+    if !keep_end(caller, drain, kept).await {
         tracing::info!(suspension_id = %id, "the caller withdrew a call while it was approved for a retry: its outcome stays withdrawn");
     }
     Ok(Json(json!({
@@ -1217,12 +1219,14 @@ fn running_record_of(
 /// stays. Failing is logged.
 fn end_abandoned(
     caller: &Caller,
+    drain: &Drain,
     id: &str,
     saved: &SuspendedInvocation,
     running: Option<&RunningRecord>,
 ) -> impl Future<Output = ()> + Send + 'static {
     let token = running.map(|running| running.token.clone());
-    let (caller, id, saved) = (caller.clone(), id.to_owned(), saved.clone());
+    let (caller, drain) = (caller.clone(), drain.clone());
+    let (id, saved) = (id.to_owned(), saved.clone());
     async move {
         let Some(token) = token else { return };
         match caller.gateway.suspensions.remove_running(&id, &token).await {
@@ -1240,6 +1244,7 @@ fn end_abandoned(
         let result = ToolResult::error(&id, &saved.tool, &failed);
         keep_end(
             &caller,
+            &drain,
             outcome_of(&id, &saved, serde_json::to_value(result)),
         )
         .await;
@@ -1250,28 +1255,113 @@ fn end_abandoned(
 /// record, whichever decision kept it, but not over its caller's withdrawal
 /// ([`SuspensionStore::keep_outcome_over_running`]). `false` when the caller withdrew the
 /// call. A record that reads as running though the store took it for an outcome (one
-/// kept by an earlier version, unmarked) is replaced as before. Failing to keep it is
-/// logged, as in [`keep_outcome`].
+/// kept by an earlier version, unmarked) is replaced as before. When the store fails, the
+/// end is kept again in the background ([`keep_again`]), the same way, and this answers
+/// `true` at once: the approver's answer does not wait for the store to come back.
 ///
 /// [`SuspensionStore::keep_outcome_over_running`]: toolgate_core::suspension::SuspensionStore::keep_outcome_over_running
-async fn keep_end(caller: &Caller, outcome: DecidedCall) -> bool {
-    let store = &caller.gateway.suspensions;
-    let id = &outcome.id;
-    match store.keep_outcome_over_running(outcome.clone()).await {
-        Ok(true) => return true,
-        Ok(false) => {}
-        Err(error) => {
-            tracing::error!(suspension_id = %id, %error, "the outcome of a decided call could not be kept: its caller will not find it");
-            return true;
+async fn keep_end(caller: &Caller, drain: &Drain, outcome: DecidedCall) -> bool {
+    let store = caller.gateway.suspensions.clone();
+    let failure = match keep_end_once(&*store, &outcome).await {
+        Ok(kept) => return kept,
+        Err(failure) => failure,
+    };
+    let id = outcome.id.clone();
+    keep_again(drain, &id, failure, move || {
+        let (store, outcome) = (store.clone(), outcome.clone());
+        async move {
+            if !keep_end_once(&*store, &outcome).await? {
+                tracing::info!(suspension_id = %outcome.id, "the caller withdrew a decided call before its end could be kept: its outcome stays withdrawn");
+            }
+            Ok(())
         }
+    });
+    true
+}
+
+/// One try of [`keep_end`]: `Ok(false)` when the caller withdrew the call.
+async fn keep_end_once(
+    store: &dyn SuspensionStore,
+    outcome: &DecidedCall,
+) -> Result<bool, SuspensionStoreError> {
+    if store.keep_outcome_over_running(outcome.clone()).await? {
+        return Ok(true);
     }
-    match store.outcome(id).await {
-        Ok(Some(kept)) if is_running_record(&kept.result) => {
-            keep_outcome(caller, outcome).await;
-            true
+    match store.outcome(&outcome.id).await? {
+        Some(kept) if is_running_record(&kept.result) => {
+            store.keep_outcome(outcome.clone()).await?;
+            Ok(true)
         }
-        _ => false,
+        _ => Ok(false),
     }
+}
+
+/// For how long an outcome the store failed to keep is tried again, from the first
+/// failure: [`LOST_AFTER`], the grace a running record is believed past its deadline. A
+/// call's end comes by its deadline (plus its tail), so this reaches about as far as the
+/// caller reads the call as running; an outcome kept later would only come after they were
+/// told it was lost.
+pub const KEPT_AGAIN_WITHIN: std::time::Duration = LOST_AFTER;
+
+/// The pause before the first try again of an outcome the store failed to keep; each
+/// next pause is twice the last, up to [`LONGEST_PAUSE`].
+const FIRST_PAUSE: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// The longest pause between two tries of an outcome the store failed to keep.
+const LONGEST_PAUSE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Tries `keep`, which keeps the outcome of the decided call `id` and failed with `failure`,
+/// again in a task of its own until it succeeds: after [`FIRST_PAUSE`], then pauses twice as
+/// long each time (up to [`LONGEST_PAUSE`]), the last try at [`KEPT_AGAIN_WITHIN`] — a
+/// dozen tries in all. Giving up is logged as an error: its caller reads the call as running
+/// until its deadline, then as lost (`outcome_lost`).
+///
+/// Like the decision that hands it over, the task is counted by the drain as a call in
+/// flight: a shutdown waits for it during its grace, and the cut (the end of the grace)
+/// stops it — an outcome not kept by then is given up, and logged so.
+fn keep_again<Keep, Kept>(drain: &Drain, id: &str, failure: SuspensionStoreError, keep: Keep)
+where
+    Keep: Fn() -> Kept + Send + 'static,
+    Kept: Future<Output = Result<(), SuspensionStoreError>> + Send,
+{
+    tracing::warn!(suspension_id = %id, error = %failure, "the outcome of a decided call could not be kept: it is tried again in the background");
+    let (in_flight, cut, id) = (drain.hand_off(), drain.call_token(), id.to_owned());
+    let given_up_at = tokio::time::Instant::now() + KEPT_AGAIN_WITHIN;
+    tokio::spawn(
+        async move {
+            let _in_flight = in_flight;
+            let (mut pause, mut failure, mut tries) = (FIRST_PAUSE, failure, 1u32);
+            loop {
+                let now = tokio::time::Instant::now();
+                if now >= given_up_at {
+                    tracing::error!(suspension_id = %id, error = %failure, tries, "the outcome of a decided call could not be kept, even when tried again: its caller reads the call as running until its deadline, then as lost");
+                    return;
+                }
+                let trying = keep();
+                let tried = async {
+                    tokio::time::sleep_until((now + pause).min(given_up_at)).await;
+                    trying.await
+                };
+                let tried = tokio::select! {
+                    tried = tried => tried,
+                    () = cut.cancelled() => {
+                        tracing::error!(suspension_id = %id, error = %failure, tries, "the gateway shut down before the outcome of a decided call could be kept: its caller reads the call as running until its deadline, then as lost");
+                        return;
+                    }
+                };
+                tries += 1;
+                match tried {
+                    Ok(()) => {
+                        tracing::info!(suspension_id = %id, tries, "the outcome of a decided call was kept when tried again");
+                        return;
+                    }
+                    Err(again) => failure = again,
+                }
+                pause = (pause * 2).min(LONGEST_PAUSE);
+            }
+        }
+        .instrument(tracing::Span::current()),
+    );
 }
 
 /// The outcome of the decided call `id`, `saved` as it waited, that ended with `result`.
@@ -1299,13 +1389,20 @@ fn rejection_at_take(id: &str, saved: &SuspendedInvocation, reason: &str) -> Run
 }
 
 /// Keeps `outcome`, of a decided call, for its caller, over any running record. The
-/// decision stands if it cannot be kept: that is logged, and the caller's look-up answers
-/// 404.
-async fn keep_outcome(caller: &Caller, outcome: DecidedCall) {
+/// decision stands if it cannot be kept: it is kept again in the background
+/// ([`keep_again`]), the same way, and the caller's look-up answers what the take kept
+/// meanwhile.
+async fn keep_outcome(caller: &Caller, drain: &Drain, outcome: DecidedCall) {
+    let store = caller.gateway.suspensions.clone();
+    let failure = match store.keep_outcome(outcome.clone()).await {
+        Ok(()) => return,
+        Err(failure) => failure,
+    };
     let id = outcome.id.clone();
-    if let Err(error) = caller.gateway.suspensions.keep_outcome(outcome).await {
-        tracing::error!(suspension_id = %id, %error, "the outcome of a decided call could not be kept: its caller will not find it");
-    }
+    keep_again(drain, &id, failure, move || {
+        let (store, outcome) = (store.clone(), outcome.clone());
+        async move { store.keep_outcome(outcome).await }
+    });
 }
 
 #[cfg(test)]

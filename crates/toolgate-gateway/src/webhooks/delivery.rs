@@ -444,13 +444,27 @@ async fn send(client: &reqwest::Client, webhook: &Webhook, event: &Event, body: 
     let status = match sent {
         Ok(response) => response.status(),
         // Without the address: it may hold a token.
-        Err(error) => return Attempt::Retry(with_causes(&error.without_url())),
+        Err(error) => {
+            return Attempt::Retry(without_host(
+                &webhook.url,
+                with_causes(&error.without_url()),
+            ));
+        }
     };
     let code = status.as_u16();
     match code {
         200..=299 => Attempt::Delivered,
         408 | 429 | 500..=599 => Attempt::Retry(format!("answered {status}")),
         _ => Attempt::Refused(format!("answered {status}")),
+    }
+}
+
+/// `why` with the host of `url` left out, should a cause quote it (a certificate not valid
+/// for the name asked, say): logs name a webhook by its field, never by its address.
+fn without_host(url: &reqwest::Url, why: String) -> String {
+    match url.host_str() {
+        Some(host) if why.contains(host) => why.replace(host, "the webhook's host"),
+        _ => why,
     }
 }
 
@@ -512,11 +526,12 @@ fn dropped(webhook: &Webhook, queue: &Queue, event: &Event, reason: Dropped) {
     );
 }
 
+/// `event` was not delivered to `webhook`: counted, and logged with the webhook's field, the
+/// attempts and the last error — never with the webhook's address, which may hold a token.
 fn failed(webhook: &Webhook, event: &Event, attempts: u32, why: &str, summary: &str) {
     count(event, "failed");
     tracing::warn!(
         webhook = %webhook.name,
-        host = webhook.url.host_str().unwrap_or_default(),
         event = event.type_name(),
         event_id = %event.id,
         suspension_id = %event.call.id,
@@ -626,6 +641,18 @@ mod tests {
         );
         let ann = User::new("ann").with_tenant("acme");
         assert_eq!(queue.shares.held_by(&Arc::from(ann.caller_key())), 2);
+    }
+
+    #[test]
+    fn an_attempts_error_quoting_the_webhooks_host_leaves_it_out() {
+        let url = reqwest::Url::parse("https://hooks-token-1234.example/x").unwrap();
+        let why =
+            "invalid peer certificate: certificate not valid for name \"hooks-token-1234.example\"";
+        let shown = without_host(&url, why.to_owned());
+        assert!(!shown.contains("hooks-token-1234"), "{shown}");
+        assert!(shown.contains("certificate not valid for name"), "{shown}");
+        let unrelated = "tcp connect error: Connection refused (os error 111)";
+        assert_eq!(without_host(&url, unrelated.to_owned()), unrelated);
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! The outcomes of decided calls are kept for their callers under a cap per caller: one
 //! ordinary user who withdraws their own calls in a loop (each withdrawal keeps an outcome)
-//! loses their own oldest outcomes, never another caller's, in memory and on Redis.
+//! loses their own oldest outcomes, never another caller's, in memory and on Redis. An
+//! outcome Redis could not keep as the call ended is kept once Redis is back, never lost.
+
+use std::time::Duration;
 
 use serde_json::json;
 
 use super::{show, suspension_id, takes_tasks, tenant_user_yaml};
-use crate::common::{self, Gateway, client, invoke, post, user_yaml};
+use crate::common::{self, Gateway, OwnRedis, client, eventually, invoke, post, user_yaml};
 
 /// alice: admin of no tenant; bob: analyst of globex; dave: analyst of no tenant. At most
 /// 5 calls waiting, or 5 outcomes kept, per caller, and 50 in all. `state`, when given,
@@ -82,4 +85,60 @@ async fn one_callers_withdrawals_do_not_evict_another_tenants_kept_outcome_on_re
     one_callers_withdrawals_leave_another_callers_outcome(&gateway).await;
     drop(gateway);
     common::redis_remove_keys_under(&redis, &prefix);
+}
+
+/// bob's call runs 1.5 s once alice approves it; 0.5 s into the run Redis hangs, so the
+/// end of the call cannot be kept, and it is back a moment after alice has her answer.
+/// bob reads the call's real outcome soon after — not `running` until its deadline and
+/// then `outcome_lost`.
+#[tokio::test]
+async fn an_outcome_redis_could_not_keep_as_the_call_ended_is_kept_once_redis_is_back() {
+    let test = "an_outcome_redis_could_not_keep_as_the_call_ended_is_kept_once_redis_is_back";
+    let Some(redis) = OwnRedis::start_or_skip(test) else {
+        return;
+    };
+    let gateway = Gateway::start(&config(&format!(
+        "state:\n  url: {}\n  deadline: 200ms\n",
+        redis.url
+    )));
+    let id = suspension_id(&invoke(&gateway, "dave", "sleep", json!({"ms": 1500})).await);
+    let url = gateway.url(&format!("/v1/suspensions/{id}/resume"));
+    let approving = tokio::spawn(async move {
+        let decision = json!({"decision": "approve"});
+        post(&client(), &url, Some("alice"), &decision).await
+    });
+
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    redis.hang();
+    let approved = tokio::time::timeout(Duration::from_secs(10), approving)
+        .await
+        .expect("alice is answered while Redis hangs")
+        .expect("alice's request");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    redis.resume();
+
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    assert!(
+        gateway
+            .stderr()
+            .contains("the outcome of a decided call could not be kept"),
+        "the end was not kept at first: {}",
+        gateway.stderr()
+    );
+    eventually(
+        "dave reads the outcome",
+        Duration::from_secs(10),
+        || async {
+            let shown = show(&gateway, "dave", &id).await;
+            shown.status == 200 && shown.body["status"] == "decided"
+        },
+    )
+    .await;
+    let shown = show(&gateway, "dave", &id).await;
+    assert_eq!(shown.body["result"]["status"], "success", "{}", shown.body);
+    let read = invoke(&gateway, "dave", "toolgate.outcome", json!({"id": id})).await;
+    assert_eq!(read.status, 200, "{}", read.body);
+    assert_eq!(read.body["output"]["status"], "decided", "{}", read.body);
+    let result = &read.body["output"]["result"];
+    assert_eq!(result["status"], "success", "{}", read.body);
 }

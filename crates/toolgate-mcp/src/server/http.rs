@@ -25,6 +25,7 @@ use super::connection::user_of;
 use super::direct::{self, AllowedHosts, DirectCalls};
 use super::held;
 use super::listen_gate::{self, ListenGate};
+use super::opening;
 use super::owners::Owners;
 use super::request_body;
 use super::stateless::StatelessCalls;
@@ -41,8 +42,18 @@ use toolgate_core::CallerId;
 /// the limit, 408 for one that did not arrive in time (the body failed with an
 /// [`std::io::Error`] of kind `TimedOut`), 400 with `-32700` (parse error) for a body
 /// that is not JSON, 400 with `-32600` (invalid request) for JSON that is not a
-/// JSON-RPC message, and 400 with `-32602` (invalid params) and the request's id for a
-/// request whose `_meta` gives a log level or a progress token of the wrong kind.
+/// JSON-RPC message, 400 with `-32602` (invalid params) and the request's id for a
+/// request whose `_meta` gives a log level or a progress token of the wrong kind, and 400
+/// with `-32020` (header mismatch) and the request's id for a request of 2026-07-28 whose
+/// `Mcp-Name` header names another value than its body (both values cut to 64 characters
+/// and escaped, where rmcp would repeat them whole). An `initialize` without
+/// `Mcp-Session-Id` whose `params` rmcp cannot read is answered 400 with `-32602` and the
+/// request's id, naming the field that is wrong and what it must be, where rmcp would ask
+/// for a session id.
+///
+/// An `initialize` without `Mcp-Session-Id` is handled in a task of its own, and the
+/// session it opens is closed at once when its client hangs up before the answer is
+/// returned: a host that counts sessions from the answers it sees never misses one.
 ///
 /// Each session belongs to the caller who opened it (the user the server's
 /// [`identify`](crate::McpServer::identify) finds, or the request's `Arc<User>`
@@ -98,10 +109,7 @@ impl McpHttpService {
     /// host that forgets a session (it expired, or was refused) calls this so that the
     /// session does not live on unseen. An id that is not open is ignored.
     pub async fn close_session(&self, id: &str) {
-        self.endpoint.owners.forget(id);
-        let id: SessionId = Arc::from(id);
-        // The only error is a worker that already stopped: the session is gone either way.
-        let _ = self.endpoint.sessions.close_session(&id).await;
+        self.endpoint.close(id).await;
     }
 
     /// Serves what `next` serves — its pipeline, filter, principals and timeout — from
@@ -126,6 +134,16 @@ impl McpHttpService {
         let listens = self.current.load().listens.clone();
         let server = server.clone().counting_listens_in(&listens);
         self.current.store(server.inner);
+    }
+}
+
+impl Endpoint {
+    /// Ends the session `id` (see [`McpHttpService::close_session`]).
+    async fn close(&self, id: &str) {
+        self.owners.forget(id);
+        let id: SessionId = Arc::from(id);
+        // The only error is a worker that already stopped: the session is gone either way.
+        let _ = self.sessions.close_session(&id).await;
     }
 }
 
@@ -184,6 +202,11 @@ where
                 Some(Ok(id)) if owners.may_use(id, &caller) => Some(id.to_owned()),
                 Some(_) => return Ok(unknown_session()),
             };
+            if named.is_none()
+                && let Some(refused) = opening::malformed(message.as_ref())
+            {
+                return Ok(refused);
+            }
             let message = match message {
                 Some(message) if StatelessCalls::eligible(&parts, &message, hosts, sessions) => {
                     let answer = stateless.answer(parts, message, config, guard);
@@ -216,15 +239,31 @@ where
             let post = parts.method == http::Method::POST;
             let delete = parts.method == http::Method::DELETE;
             let one_request = matches!(message, Some(ClientJsonRpcMessage::Request(_)));
+            let opens = named.is_none() && opening::opens_session(message.as_ref());
             let request = http::Request::from_parts(parts, body);
             let mut rmcp = rmcp.clone();
-            std::future::poll_fn(|cx| {
-                tower_service::Service::<http::Request<http_body_util::Full<Bytes>>>::poll_ready(
-                    &mut rmcp, cx,
+            // A session opened for a client that hangs up meanwhile is closed (`opening`).
+            let (response, opening) = if opens {
+                let closing = Arc::clone(&endpoint);
+                let close = move |id: String| {
+                    tokio::spawn(async move { closing.close(&id).await });
+                };
+                match opening::apart(rmcp, request, close).await {
+                    Some((response, opening)) => (response, Some(opening)),
+                    None => return Ok(opening::failed()),
+                }
+            } else {
+                std::future::poll_fn(|cx| {
+                    tower_service::Service::<http::Request<http_body_util::Full<Bytes>>>::poll_ready(
+                        &mut rmcp, cx,
+                    )
+                })
+                .await?;
+                (
+                    tower_service::Service::call(&mut rmcp, request).await?,
+                    None,
                 )
-            })
-            .await?;
-            let response = tower_service::Service::call(&mut rmcp, request).await?;
+            };
             match &named {
                 Some(id) if delete && response.status().is_success() => owners.forget(id),
                 Some(_) => {}
@@ -249,6 +288,10 @@ where
             if post && is_event_stream(&head.headers) {
                 let hold = config.sse_keep_alive.unwrap_or(HOLD_WITHOUT_KEEP_ALIVE);
                 body = held::first_events(body, hold, one_request).await;
+            }
+            // The host has the answer from here on, and takes the session or closes it.
+            if let Some(opening) = opening {
+                opening.answered();
             }
             Ok(http::Response::from_parts(
                 head,

@@ -10,6 +10,8 @@ mod listen;
 mod listen_gate;
 mod listens;
 mod message;
+mod name_header;
+mod opening;
 mod owners;
 mod params;
 mod relayed;

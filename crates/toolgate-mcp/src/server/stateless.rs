@@ -211,7 +211,7 @@ impl StatelessCalls {
 }
 
 /// The one value of header `name`, when it has exactly one, as text.
-fn only<'h>(headers: &'h http::HeaderMap, name: &str) -> Option<&'h str> {
+pub(super) fn only<'h>(headers: &'h http::HeaderMap, name: &str) -> Option<&'h str> {
     let mut values = headers.get_all(name).iter();
     let value = values.next()?;
     if values.next().is_some() {

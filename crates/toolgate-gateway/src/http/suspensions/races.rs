@@ -58,7 +58,9 @@ impl Gate {
 /// The gateway's store, holding at [`takes`](Self::takes) takes of a call (with a running
 /// record or not), at [`approvals`](Self::approvals) keeps of an approval for a retry,
 /// at [`ends`](Self::ends) ends of a decided call kept over its running record, and at
-/// [`outcomes`](Self::outcomes) outcomes kept over anything.
+/// [`outcomes`](Self::outcomes) outcomes kept over anything; and failing the next
+/// [`failing_ends`](Self::failing_ends) ends kept over a running record, as a store that
+/// does not answer.
 #[derive(Default)]
 struct Holds {
     inner: Option<Arc<dyn SuspensionStore>>,
@@ -66,6 +68,7 @@ struct Holds {
     approvals: Gate,
     ends: Gate,
     outcomes: Gate,
+    failing_ends: AtomicUsize,
 }
 
 impl Holds {
@@ -121,6 +124,13 @@ impl SuspensionStore for Holds {
         outcome: DecidedCall,
     ) -> Result<bool, SuspensionStoreError> {
         self.ends.hold().await;
+        let failing = (self.failing_ends)
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        if failing.is_ok() {
+            return Err(SuspensionStoreError::Unavailable(
+                "the store did not answer in time".to_owned(),
+            ));
+        }
         self.inner().keep_outcome_over_running(outcome).await
     }
     async fn remove_running(&self, id: &str, token: &str) -> Result<bool, SuspensionStoreError> {
@@ -386,7 +396,7 @@ async fn a_decision_that_panics_after_its_take_leaves_a_failed_outcome_not_its_r
     let id = saved.id.clone();
     let carol = approver(&gateway, "carol");
     let running = running_record_of(&carol, &id, &saved, "approve");
-    let if_it_panics = end_abandoned(&carol, &id, &saved, Some(&running));
+    let if_it_panics = end_abandoned(&carol, &Drain::new(), &id, &saved, Some(&running));
     let panicking = {
         let (gateway, id) = (gateway.clone(), id.clone());
         async move {
@@ -431,7 +441,7 @@ async fn a_withdrawal_while_a_call_is_approved_for_a_retry_stays_its_outcome() {
         let (saved, id) = (saved.clone(), id.clone());
         async move {
             let running = running_record_of(&carol, &id, &saved, "approve_retry");
-            approve_retry(&carol, &id, &saved, Some(running)).await
+            approve_retry(&carol, &Drain::new(), &id, &saved, Some(running)).await
         }
     });
     held.approvals.arrived.notified().await;
@@ -502,4 +512,80 @@ async fn a_rejected_calls_caller_reads_the_rejection_from_its_take_on_never_an_u
     assert!(rejected.is_ok(), "alice's rejection was recorded");
     let kept = kept(&gateway, &id).await;
     assert_eq!(kept.result["error"]["code"], "rejected", "{}", kept.result);
+}
+
+/// carol approves bob's call, which runs; as it ends, the store fails to keep its end
+/// `failures` times in a row. What carol is answered, and the drain that counts the tries.
+async fn approved_as_the_store_fails(
+    failures: usize,
+) -> (Arc<Gateway>, String, Drain, Result<ToolResult, ApiError>) {
+    let (gateway, held) = gateway().await;
+    let saved = waiting_call(&gateway).await;
+    let id = saved.id.clone();
+    let carol = approver(&gateway, "carol");
+    held.failing_ends.store(failures, Ordering::SeqCst);
+    let drain = Drain::new();
+    let approve = approval(&carol, &id, &saved, ResumeOptions::new());
+    let approved = decide(&carol, &id, &saved, approve, &drain).await;
+    (gateway, id, drain, approved)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_end_the_store_failed_to_keep_is_kept_when_tried_again_without_holding_the_answer() {
+    let (gateway, id, drain, approved) = approved_as_the_store_fails(3).await;
+
+    let approved = approved.unwrap_or_else(|e| panic!("carol was told {}", e.code()));
+    assert_eq!(approved.status.as_str(), "success");
+    let running = kept(&gateway, &id).await;
+    assert!(is_running_record(&running.result), "{}", running.result);
+    assert_eq!(
+        drain.calls_in_flight(),
+        1,
+        "the tries are counted by the drain"
+    );
+
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let ended = kept(&gateway, &id).await;
+    assert_eq!(ended.result["status"], "success", "{}", ended.result);
+    assert_eq!(drain.calls_in_flight(), 0, "the tries ended");
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_end_tried_again_never_lands_over_the_callers_withdrawal_made_meanwhile() {
+    let (gateway, id, drain, approved) = approved_as_the_store_fails(1).await;
+    assert!(approved.is_ok(), "carol's call ran");
+    assert_eq!(drain.calls_in_flight(), 1, "the end is tried again");
+
+    // bob withdraws the call before the end is tried again, as MCP `tasks/cancel` does.
+    let bob = User::new("bob");
+    let withdrawn = json!({"status": "error", "error": {"code": "withdrawn"}});
+    let withdrawn = DecidedCall::new(&id, &bob, withdrawn);
+    let store = &gateway.suspensions;
+    assert_eq!(store.keep_outcome_over_running(withdrawn).await, Ok(true));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    assert_eq!(drain.calls_in_flight(), 0, "the end was tried again");
+    let kept = kept(&gateway, &id).await;
+    assert_eq!(kept.result["error"]["code"], "withdrawn", "{}", kept.result);
+}
+
+#[tokio::test(start_paused = true)]
+async fn tries_of_an_end_stop_within_a_bound_or_at_the_end_of_the_shutdown_grace() {
+    let (_gateway, _id, drain, approved) = approved_as_the_store_fails(usize::MAX).await;
+    assert!(approved.is_ok(), "carol's call ran");
+    assert_eq!(drain.calls_in_flight(), 1, "the end is tried again");
+    drain.start();
+    drain.cut();
+    tokio::time::timeout(Duration::from_secs(1), drain.calls_finished())
+        .await
+        .expect("the cut stops the tries");
+
+    let (_gateway, _id, drain, _) = approved_as_the_store_fails(usize::MAX).await;
+    assert_eq!(drain.calls_in_flight(), 1, "the end is tried again");
+    tokio::time::sleep(KEPT_AGAIN_WITHIN - Duration::from_secs(1)).await;
+    assert_eq!(drain.calls_in_flight(), 1, "still tried");
+    drain.start();
+    tokio::time::timeout(Duration::from_secs(2), drain.calls_finished())
+        .await
+        .expect("the tries are given up once the bound is reached");
 }
