@@ -509,8 +509,9 @@ pub fn suspension_limits(config: &Config) -> SuspensionLimits {
     SuspensionLimits {
         max_per_user: approval.max_pending_per_user,
         max_total: approval.max_pending,
+        max_bytes_per_user: approval.max_pending_bytes_per_user.0,
+        max_bytes_total: approval.max_pending_bytes.0,
         expire_after: approval.expire_after,
-        ..SuspensionLimits::default()
     }
 }
 

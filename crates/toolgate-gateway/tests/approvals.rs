@@ -155,6 +155,39 @@ policies:\n  approval:\n    tools: [sleep]\n    max_pending_per_user: 3\n",
 }
 
 #[tokio::test]
+async fn one_user_past_the_bytes_of_waiting_calls_is_refused_and_others_still_park() {
+    let config = format!(
+        "tools:\n  builtin: [echo]\n{}\
+policies:\n  approval:\n    tools: [echo]\n    max_pending_bytes_per_user: 5KiB\n",
+        users()
+    );
+    let gateway = Gateway::start(&config);
+    // About 2 KiB each once kept (the input, its digest, the reason, the call's binding):
+    // two fit in 5 KiB, a third does not.
+    let large = || json!({"text": "x".repeat(1500)});
+    let mut bobs = Vec::new();
+    for _ in 0..2 {
+        bobs.push(suspension_id(
+            &invoke(&gateway, "bob", "echo", large()).await,
+        ));
+    }
+
+    let third = invoke(&gateway, "bob", "echo", large()).await;
+
+    assert_eq!(third.status, 429, "{}", third.body);
+    assert_eq!(third.error_code(), "too_many_suspended");
+    let text = message(&third);
+    assert!(
+        text.contains("5120 bytes") && text.contains("smaller arguments"),
+        "{text}"
+    );
+    suspension_id(&invoke(&gateway, "dave", "echo", large()).await);
+    let approved = approve(&gateway, "alice", &bobs[0]).await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    suspension_id(&invoke(&gateway, "bob", "echo", large()).await);
+}
+
+#[tokio::test]
 async fn an_expired_call_says_it_expired_never_runs_and_frees_its_place() {
     let config = format!(
         "tools:\n  builtin: [sleep]\n{}\

@@ -220,6 +220,67 @@ async fn concurrent_saves_from_two_replicas_keep_exactly_the_per_user_cap() {
         .expect("other users still park");
 }
 
+/// A call of `user` whose input holds `chars` control characters, six bytes each once
+/// serialized.
+fn large_call(id: &str, user: &str, chars: usize) -> SuspendedInvocation {
+    SuspendedInvocation {
+        input: json!({ "v": "\u{1}".repeat(chars) }),
+        ..call(id, user)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_caller_past_its_bytes_is_refused_on_every_replica_and_others_still_park() {
+    let one = toolgate_core::suspension::stored_size(&large_call("m00", "mallory", 10_000));
+    let Some((a, b)) = two_replicas(
+        "a_caller_past_its_bytes_is_refused_on_every_replica_and_others_still_park",
+        SuspensionLimits {
+            // Room for three of mallory's calls, not four.
+            max_bytes_per_user: 3 * one + one / 2,
+            ..limits(100, 1000, HOUR)
+        },
+    )
+    .await
+    else {
+        return;
+    };
+
+    let answers = alternately(&a, &b, 12, |i, store| async move {
+        store
+            .save(large_call(&format!("m{i:02}"), "mallory", 10_000))
+            .await
+    })
+    .await;
+
+    let kept = answers.iter().filter(|answer| answer.is_ok()).count();
+    let refused: Vec<_> = answers.iter().filter_map(|a| a.as_ref().err()).collect();
+    assert_eq!(kept, 3, "{answers:?}");
+    assert!(
+        refused.iter().all(
+            |e| matches!(e, SuspensionStoreError::UserBytesFull { user, .. } if user == "mallory")
+        ),
+        "{refused:?}"
+    );
+    assert_eq!(
+        toolgate_core::ToolError::from(refused[0].clone()).code(),
+        "too_many_suspended"
+    );
+    b.save(large_call("ann-1", "ann", 10_000))
+        .await
+        .expect("other users still park");
+    // A decision frees mallory's bytes.
+    let mallory = SuspensionFilter {
+        user: Some("mallory".into()),
+        ..SuspensionFilter::default()
+    };
+    let waiting = a.list(&mallory, None, 100).await.unwrap();
+    assert_eq!(waiting.len(), 3);
+    a.take(&waiting[0].id).await.unwrap().expect("it waits");
+    b.save(large_call("m99", "mallory", 10_000))
+        .await
+        .expect("room again after a decision");
+}
+
 #[tokio::test]
 async fn a_flood_from_ann_of_globex_does_not_take_the_places_of_ann_of_acme_on_any_replica() {
     let test = "a_flood_from_ann_of_globex_does_not_take_the_places_of_ann_of_acme_on_any_replica";

@@ -39,7 +39,8 @@ use std::time::Duration;
 ///
 ///   Both byte bounds are kept by the stores built on a
 ///   [`SuspensionTable`](super::SuspensionTable): the in-memory store and the agent's JSON
-///   file store. Calls read back from a file at start-up count towards them but are kept
+///   file store; the Redis store keeps `max_bytes_per_user` (in all, its `max_total`
+///   bounds the calls). Calls read back from a file at start-up count towards them but are kept
 ///   even past them, as past the counts. `usize::MAX` turns a byte bound off.
 /// * `expire_after` — how long a call may wait (default 24 h). An expired call no longer
 ///   counts against either cap, is removed, and answers

@@ -237,9 +237,9 @@ pub struct RunningRecord {
 pub const RUNNING_STATUS: &str = "running";
 
 /// The error code of a decided call whose running record outlived its deadline: it began,
-/// and no outcome was ever recorded (the host running it stopped). The gateway answers it
-/// as the call's outcome, and the MCP server's tasks read it (a task `failed`): one name,
-/// so the two always agree.
+/// and no outcome was ever recorded (the host running it stopped, or could not record how
+/// it ended). The gateway answers it as the call's outcome, and the MCP server's tasks read
+/// it (a task `failed`): one name, so the two always agree.
 pub const OUTCOME_LOST: &str = "outcome_lost";
 
 /// The shortest time a store keeps an expired call for

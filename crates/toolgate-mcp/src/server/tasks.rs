@@ -8,8 +8,8 @@
 //! caller and answers `working` while the call waits, then `completed` with the call's
 //! own result (an error result for a rejection or an expiry). A call decided and still
 //! running is `working` too, its status message saying who decided it; one whose outcome
-//! was lost (the gateway running it stopped: the outcome tool answers the error code
-//! `outcome_lost`) is `failed`. Only the caller who made the
+//! was lost (the gateway running it stopped, or could not record how it ended: the outcome
+//! tool answers the error code `outcome_lost`) is `failed`. Only the caller who made the
 //! call sees its task. `tasks/cancel` withdraws a waiting call — it is rejected, as by an
 //! approver, and its task is `cancelled` from then on — and a running one: its withdrawal
 //! is kept over its running record, so that its task is `cancelled` from then on whatever

@@ -7,8 +7,10 @@
 --          expire_after ms, max_per_user, max_total, how long expired ids are remembered (ms),
 --          the fingerprint of the key that sealed the value, a token of this save (for
 --          undo.lua), the call without its contents, sealed as the value is (its expiry
---          notice, for claim_expired.lua), how long a notice is kept past the expiry (ms)
--- returns  {'ok', expiry ms} | {'user_full', 0} | {'full', 0}
+--          notice, for claim_expired.lua), how long a notice is kept past the expiry (ms),
+--          the call's size in bytes (its record as compact JSON) and the most bytes one
+--          caller's waiting calls may take
+-- returns  {'ok', expiry ms} | {'user_full', 0} | {'user_bytes_full', 0} | {'full', 0}
 
 local base, id, user, value = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local given = tonumber(ARGV[5])
@@ -29,6 +31,18 @@ if redis.call('ZCOUNT', mine, '(' .. now, '+inf') >= per_user then
 end
 if redis.call('ZCOUNT', calls, '(' .. now, '+inf') >= total then
   return {'full', 0}
+end
+-- The caller's bytes: the sizes of its calls not expired (at most `per_user` of them). A
+-- row an older version wrote has no size, and counts nothing.
+local size, per_user_bytes = tonumber(ARGV[14]), tonumber(ARGV[15])
+if size and per_user_bytes then
+  local held = size
+  for _, other in ipairs(redis.call('ZRANGEBYSCORE', mine, '(' .. now, '+inf')) do
+    held = held + (tonumber(redis.call('HGET', base .. ':call:' .. other, 'size')) or 0)
+  end
+  if held > per_user_bytes then
+    return {'user_bytes_full', 0}
+  end
 end
 
 local at = now + expire_after
@@ -58,7 +72,8 @@ if at <= now then
 end
 
 local row = base .. ':call:' .. id
-redis.call('HSET', row, 'user', user, 'value', value, 'seal', ARGV[10], 'at', at, 'token', ARGV[11])
+redis.call('HSET', row, 'user', user, 'value', value, 'seal', ARGV[10], 'at', at, 'token', ARGV[11],
+  'size', ARGV[14] or '0')
 redis.call('PEXPIRE', row, at - now)
 redis.call('ZADD', calls, at, id)
 redis.call('ZADD', base .. ':ids', 0, id)

@@ -7,7 +7,7 @@ use toolgate_core::User;
 use toolgate_core::external::async_trait;
 use toolgate_core::suspension::{
     DecidedCall, RetryApproval, SuspendedInvocation, SuspensionFilter, SuspensionStore,
-    SuspensionStoreError,
+    SuspensionStoreError, stored_size,
 };
 
 use super::values::{Place, call_place, caller_key, caller_of, notice_place};
@@ -272,7 +272,9 @@ impl SuspensionStore for RedisSuspensions {
             .arg(&*self.seal_id)
             .arg(&token)
             .arg(notice)
-            .arg(told_within(limits.expire_after));
+            .arg(told_within(limits.expire_after))
+            .arg(stored_size(&suspended))
+            .arg(limits.max_bytes_per_user);
         let (status, _expiry): (String, u64) = match self.try_run(&invocation).await {
             Ok(answer) => answer,
             Err(failure) => {
@@ -286,6 +288,11 @@ impl SuspensionStore for RedisSuspensions {
                 &suspended.user,
                 limits.max_per_user,
             )),
+            "user_bytes_full" => Err(SuspensionStoreError::UserBytesFull {
+                user: suspended.user.id.clone(),
+                tenant: suspended.user.tenant.clone(),
+                max_bytes: limits.max_bytes_per_user,
+            }),
             "full" => Err(SuspensionStoreError::Full {
                 max: limits.max_total,
             }),

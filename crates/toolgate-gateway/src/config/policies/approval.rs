@@ -5,12 +5,13 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Deserializer};
+use toolgate_core::suspension::SuspensionLimits;
 use toolgate_hooks::Consent;
 use toolgate_hooks::consent::ConsentBuilder;
 
 use super::{checked_duration, yes};
 use crate::config::ConfigError;
-use crate::config::values::{EnvString, parse_env_str};
+use crate::config::values::{ByteSize, EnvString, parse_env_str};
 
 /// The shortest webhook `secret` accepted.
 const MIN_WEBHOOK_SECRET_CHARS: usize = 16;
@@ -41,6 +42,14 @@ pub struct ApprovalPolicy {
     /// Calls waiting in all (default 10 000).
     #[serde(default = "max_pending")]
     pub max_pending: usize,
+    /// The bytes one user's waiting calls may take together, each counted as its record in
+    /// compact JSON (default `16MiB`).
+    #[serde(default = "max_pending_bytes_per_user")]
+    pub max_pending_bytes_per_user: ByteSize,
+    /// The bytes all waiting calls may take together (default `256MiB`; kept by the
+    /// in-memory state, while on Redis the count `max_pending` bounds them).
+    #[serde(default = "max_pending_bytes")]
+    pub max_pending_bytes: ByteSize,
     /// How long a call may wait before it expires (default `24h`).
     #[serde(default = "expire_after", deserialize_with = "waiting_time")]
     pub expire_after: Duration,
@@ -147,6 +156,8 @@ impl Default for ApprovalPolicy {
             four_eyes: true,
             max_pending_per_user: max_pending_per_user(),
             max_pending: max_pending(),
+            max_pending_bytes_per_user: max_pending_bytes_per_user(),
+            max_pending_bytes: max_pending_bytes(),
             expire_after: expire_after(),
             run_within: run_within(),
             webhooks: Vec::new(),
@@ -160,6 +171,14 @@ fn max_pending_per_user() -> usize {
 
 fn max_pending() -> usize {
     10_000
+}
+
+fn max_pending_bytes_per_user() -> ByteSize {
+    ByteSize(SuspensionLimits::default().max_bytes_per_user)
+}
+
+fn max_pending_bytes() -> ByteSize {
+    ByteSize(SuspensionLimits::default().max_bytes_total)
 }
 
 fn waiting_time<'de, D: Deserializer<'de>>(d: D) -> Result<Duration, D::Error> {
@@ -204,6 +223,12 @@ impl ApprovalPolicy {
             return Err(ConfigError::invalid(
                 "",
                 "`max_pending_per_user` and `max_pending` must be at least 1 (to need no approval, leave the tool out of `tools`)",
+            ));
+        }
+        if self.max_pending_bytes_per_user.0 == 0 || self.max_pending_bytes.0 == 0 {
+            return Err(ConfigError::invalid(
+                "",
+                "`max_pending_bytes_per_user` and `max_pending_bytes` must be larger than zero (e.g. `16MiB`): a call that waits takes some bytes",
             ));
         }
         for (i, webhook) in self.webhooks.iter().enumerate() {
@@ -303,6 +328,25 @@ mod tests {
         let also_zero = parse("policies:\n  approval:\n    max_pending: 0\n").unwrap_err();
         assert_eq!(also_zero.field(), "policies.approval");
         assert!(also_zero.to_string().contains("at least 1"), "{also_zero}");
+        assert_eq!(
+            (
+                approval.max_pending_bytes_per_user,
+                approval.max_pending_bytes
+            ),
+            (ByteSize(16 << 20), ByteSize(256 << 20))
+        );
+        let no_bytes = parse("policies:\n  approval:\n    max_pending_bytes: 0\n").unwrap_err();
+        assert_eq!(no_bytes.field(), "policies.approval");
+        assert!(
+            no_bytes.to_string().contains("must be larger than zero"),
+            "{no_bytes}"
+        );
+        let set = parse("policies:\n  approval:\n    max_pending_bytes_per_user: 1MiB\n")
+            .unwrap()
+            .policies
+            .approval
+            .unwrap();
+        assert_eq!(set.max_pending_bytes_per_user, ByteSize(1 << 20));
         let never = parse("policies:\n  approval:\n    expire_after: 0s\n").unwrap_err();
         assert_eq!(never.field(), "policies.approval.expire_after");
         assert!(never.to_string().starts_with("<config>:3:19:"), "{never}");
