@@ -635,12 +635,19 @@ pub struct InputViolation {
     pub message: String,
 }
 
+/// The most characters of a violation's path, and of its message, that its words repeat:
+/// both may hold what a caller sent (a key of its own, an unknown field's name).
+const MAX_SHOWN_PATH: usize = 256;
+const MAX_SHOWN_MESSAGE: usize = 2000;
+
 impl fmt::Display for InputViolation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let message = shown_text(&self.message, MAX_SHOWN_MESSAGE);
         if self.path.is_empty() {
-            f.write_str(&self.message)
+            f.write_str(&message)
         } else {
-            write!(f, "argument `{}`: {}", self.path, self.message)
+            let path = shown_text(&self.path, MAX_SHOWN_PATH);
+            write!(f, "argument `{path}`: {message}")
         }
     }
 }
@@ -880,7 +887,10 @@ pub enum BuildError {
 
 #[cfg(test)]
 mod tests {
-    use super::{MAX_ERROR_CHARS, ToolError, bounded, error_text, in_json_words};
+    use super::{
+        InputViolation, InputViolations, MAX_ERROR_CHARS, ToolError, bounded, error_text,
+        in_json_words,
+    };
 
     #[test]
     fn a_message_at_the_bound_is_kept_whole_and_one_past_it_is_cut_within_it() {
@@ -982,5 +992,24 @@ mod tests {
         ] {
             assert_eq!(in_json_words(serde), json);
         }
+    }
+
+    #[test]
+    fn a_violation_repeats_a_callers_key_cut_and_escaped() {
+        let key = format!("\u{1b}[2J\n\u{202e}{}", "K".repeat(200_000));
+        let violation = InputViolation {
+            path: key.clone(),
+            message: format!("unknown field `{key}`, expected `text`"),
+        };
+
+        let said = ToolError::InvalidInput(InputViolations(vec![violation])).to_string();
+
+        assert!(
+            said.starts_with("invalid arguments: argument `\\u{1b}[2J\\n\\u{202e}KKK"),
+            "{}",
+            &said[..80]
+        );
+        assert!(!said.contains('\u{1b}') && !said.contains('\n'));
+        assert!(said.chars().count() < 2400, "{} characters", said.len());
     }
 }

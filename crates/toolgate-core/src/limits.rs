@@ -13,9 +13,10 @@ enum Exceeded {
 /// How large and how deep an input may be.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct InputLimits {
-    /// The most bytes of JSON (exact for text input, estimated for parsed JSON: each
-    /// string and key counted as serialized, escapes included — a control character is
-    /// 6 bytes as `\u0001` — and each number as 8 bytes).
+    /// The most bytes of JSON: of the text, for text input; of the value as compact JSON,
+    /// for parsed input (escapes as written: a control character is 6 bytes as `\u0001`).
+    /// A parsed input far under the limit is passed on an estimate; one near it or past it
+    /// is measured.
     pub max_bytes: usize,
     /// The deepest nesting of arrays and objects.
     pub max_depth: usize,
@@ -30,62 +31,16 @@ impl Default for InputLimits {
     }
 }
 
-/// The bytes an escape adds to a byte of a string when it is serialized: 1 for `"` and
-/// `\` (written `\"`, `\\`) and for the five control characters with a short escape
-/// (`\b`, `\t`, `\n`, `\f`, `\r`), 5 for every other control character (`\u0001`), 0 for
-/// the rest.
-const ESCAPE_EXTRA: [u8; 256] = {
-    let mut extra = [0u8; 256];
-    let mut b = 0;
-    while b < 0x20 {
-        extra[b] = 5;
-        b += 1;
-    }
-    extra[0x08] = 1;
-    extra[0x09] = 1;
-    extra[0x0a] = 1;
-    extra[0x0c] = 1;
-    extra[0x0d] = 1;
-    extra[b'"' as usize] = 1;
-    extra[b'\\' as usize] = 1;
-    extra
-};
+/// How far the walk's estimate can lie from an input's size as compact JSON, either way: a
+/// string's escapes make it up to 6 times larger than counted (a control character is 6
+/// bytes as `\u0001`), and a number, counted as 8 bytes, is as short as 1. So an estimate
+/// under a sixth of the limit passes, one over 8 times the limit is refused, and in between
+/// the input is measured exactly.
+const STRINGS_GROW_BY: usize = 6;
+const NUMBERS_SHRINK_BY: usize = 8;
 
-/// The bytes the escapes of `s` add when it is serialized (serde_json escapes only control
-/// characters, `"` and `\`). A first pass counts the bytes that need an escape — a
-/// branch-free count the compiler vectorizes — and only text with such bytes is read a
-/// second time to price them.
-fn escapes_in(s: &str) -> usize {
-    let bytes = s.as_bytes();
-    let escaped = bytes
-        .iter()
-        .filter(|&&b| b < 0x20 || b == b'"' || b == b'\\')
-        .count();
-    if escaped == 0 {
-        return 0;
-    }
-    bytes
-        .iter()
-        .map(|&b| usize::from(ESCAPE_EXTRA[usize::from(b)]))
-        .sum()
-}
-
-/// The bytes the escapes of every string and key in `value` add when it is serialized.
-/// Called only on an input the walk passed, so its depth is bounded.
-fn escapes_within(value: &Value) -> usize {
-    match value {
-        Value::String(s) => escapes_in(s),
-        Value::Array(items) => items.iter().map(escapes_within).sum(),
-        Value::Object(fields) => fields
-            .iter()
-            .map(|(key, item)| escapes_in(key) + escapes_within(item))
-            .sum(),
-        _ => 0,
-    }
-}
-
-/// The estimated JSON size of a scalar (a string without its escapes, which
-/// [`InputLimits::check`] adds only where they could matter).
+/// The estimated JSON size of a scalar (a string without its escapes, a number as 8 bytes:
+/// [`InputLimits::check`] measures an input exactly where that could matter).
 #[inline]
 fn scalar_size(scalar: &Value) -> usize {
     match scalar {
@@ -105,20 +60,18 @@ impl InputLimits {
     pub fn check(&self, input: &Value) -> Result<(), ToolError> {
         let mut size = 0usize;
         match self.walk(input, 1, &mut size) {
-            // Escapes add at most five bytes to each byte of a string (`\u0001` for one),
-            // so an estimate under a sixth of the limit passes whatever they are: only a
-            // larger input has them counted.
-            Ok(()) if size.saturating_mul(6) <= self.max_bytes => Ok(()),
-            Ok(()) => self.check_escapes(input, size),
+            // Most inputs are far under the limit: the estimate settles it.
+            Ok(()) if size.saturating_mul(STRINGS_GROW_BY) <= self.max_bytes => Ok(()),
+            Ok(()) => self.check_exactly(input),
             Err(exceeded) => Err(self.exceeded(exceeded, size)),
         }
     }
 
-    /// The size check of a large input, with the escapes of its strings and keys counted:
-    /// `size` is the walk's count without them.
+    /// The size check of an input whose estimate does not settle it: measured as compact
+    /// JSON, escapes and numbers as written.
     #[cold]
-    fn check_escapes(&self, input: &Value, size: usize) -> Result<(), ToolError> {
-        let size = size.saturating_add(escapes_within(input));
+    fn check_exactly(&self, input: &Value) -> Result<(), ToolError> {
+        let size = crate::json::text_len(input);
         if size > self.max_bytes {
             return Err(self.exceeded(Exceeded::Size, size));
         }
@@ -170,7 +123,8 @@ impl InputLimits {
             }
             scalar => *size += scalar_size(scalar),
         }
-        if *size > self.max_bytes {
+        // Past what any input within the limit can be estimated at: refused unmeasured.
+        if *size > self.max_bytes.saturating_mul(NUMBERS_SHRINK_BY) {
             return Err(Exceeded::Size);
         }
         Ok(())
@@ -313,5 +267,24 @@ mod tests {
             .check(&key),
             Err(ToolError::InputTooLarge { .. })
         ));
+    }
+
+    #[test]
+    fn numbers_are_measured_as_written_near_the_limit() {
+        // 480,000 zeros: 960,001 bytes as JSON, estimated at 4.3 MB.
+        let zeros = json!(vec![0; 480_000]);
+        assert_eq!(serde_json::to_string(&zeros).unwrap().len(), 960_001);
+        assert_eq!(InputLimits::default().check(&zeros), Ok(()));
+        // Long numbers, estimated at 8 bytes each: 25 bytes each as written.
+        let long = json!(vec![-1.234_567_890_123_456_7e-300; 50_000]);
+        let size = serde_json::to_string(&long).unwrap().len();
+        assert!(size > 1024 * 1024, "{size}");
+        assert_eq!(
+            InputLimits::default().check(&long),
+            Err(ToolError::InputTooLarge {
+                size,
+                limit: 1024 * 1024
+            })
+        );
     }
 }

@@ -353,3 +353,44 @@ async fn a_name_header_that_does_not_match_the_body_is_refused_with_both_values_
         "Mcp-Name header `t-2\\r\\n\\u{1b}` does not match body value `t-1`"
     );
 }
+
+/// rmcp's own refusals of a request whose headers do not match its body repeat what the
+/// caller sent; they reach the caller escaped and cut.
+#[tokio::test]
+async fn a_refusal_by_rmcp_repeats_what_the_caller_sent_escaped_and_cut() {
+    let url = server().await;
+    let http = reqwest::Client::new();
+    let hostile = format!("\n\u{1b}[2J\u{202e}{}", "Z".repeat(900_000));
+    // The version the body names is not the header's.
+    let mut body = request_2026(1, "tools/list", json!({}), json!({}));
+    body["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] =
+        json!(format!("2026-07-28{hostile}"));
+
+    let (status, answer) = post_2026(&http, &url, &body).await;
+
+    assert_eq!(status, 400, "{answer}");
+    assert_eq!(answer["error"]["code"], -32020, "{answer}");
+    let message = answer["error"]["message"].as_str().expect("a message");
+    assert!(
+        message.contains("2026-07-28\\n\\u{1b}[2J\\u{202e}ZZZ") && message.ends_with('…'),
+        "{message}"
+    );
+    // 256 characters of the message, three of them escaped, and the mark of the cut.
+    assert!(message.chars().count() < 300, "{message}");
+    assert!(!message.contains('\u{1b}') && !message.contains('\n'));
+}
+
+/// 2026-07-28 has no `initialize`: one of that revision is the method not found (404,
+/// `-32601`), as the conformance suite checks, not a malformed `initialize` of 2025.
+#[tokio::test]
+async fn an_initialize_of_2026_is_a_method_not_found_not_a_malformed_initialize() {
+    let url = server().await;
+    let http = reqwest::Client::new();
+    let body = request_2026(500, "initialize", json!({}), json!({}));
+
+    let (status, answer) = post_2026(&http, &url, &body).await;
+
+    assert_eq!(status, 404, "{answer}");
+    assert_eq!(answer["error"]["code"], -32601, "{answer}");
+    assert_eq!(answer["id"], 500, "{answer}");
+}

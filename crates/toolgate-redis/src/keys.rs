@@ -46,7 +46,7 @@
 //! | an approval | `:retry:<approval id>` | hash (`user`, `value`, `seal`) |
 //! | outcomes by expiry | `:outcomes` | sorted set (id → expiry ms) |
 //! | an outcome | `:outcome:<id>` | string |
-//! | a caller's outcomes | `:outcome_user:<caller>` | sorted set (id → expiry ms) |
+//! | a caller's outcomes | `:outcome_user:<caller>` | sorted set (id → when it was kept, ms) |
 //! | a running record's mark | `:outcome_run:<id>` | hash (`token`, `digest`, `caller`) |
 //! | who kept each outcome | `:outcome_owners` | hash (id → caller) |
 //! | how many outcomes each caller holds | `:outcome_counts` | sorted set (caller → count) |

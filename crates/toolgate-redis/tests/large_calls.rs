@@ -81,6 +81,9 @@ async fn large_waiting_calls_are_listed_in_bounded_reads() {
         max_per_user: 100,
         max_total: 1000,
         expire_after: Duration::from_secs(3600),
+        // One caller's calls past the default byte bound: what is read is bounded, not
+        // what is kept.
+        max_bytes_per_user: usize::MAX,
         ..SuspensionLimits::default()
     };
     let store = common::replica(&url, &prefix).await.suspensions(limits);

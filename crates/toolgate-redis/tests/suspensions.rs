@@ -867,6 +867,37 @@ async fn an_outcome_kept_on_one_replica_is_read_on_another_replaced_and_capped()
     assert_eq!(b.outcome("never").await.unwrap(), None);
 }
 
+/// A caller at their cap loses their own oldest outcome even when it expires last: after a
+/// reload made `expire_after` shorter (here a replica configured apart), the outcomes kept
+/// since expire first, and taking the soonest to expire would drop each new one in turn.
+#[tokio::test]
+async fn a_caller_at_the_cap_loses_the_oldest_outcome_though_a_shorter_expiry_came_since() {
+    let test = "a_caller_at_the_cap_loses_the_oldest_outcome_though_a_shorter_expiry_came_since";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let day = replica(&url, &prefix, limits(3, 100, 24 * HOUR)).await;
+    let minute = replica(&url, &prefix, limits(3, 100, Duration::from_secs(60))).await;
+    let ann = User::new("ann");
+    for (i, id) in ["d1", "d2", "d3"].into_iter().enumerate() {
+        day.keep_outcome(decided_by(id, &ann, i as u64))
+            .await
+            .unwrap();
+    }
+
+    for (i, id) in ["m1", "m2", "m3"].into_iter().enumerate() {
+        minute
+            .keep_outcome(decided_by(id, &ann, 10 + i as u64))
+            .await
+            .unwrap();
+    }
+
+    let mut kept = outcome_ids_of(&day, &ann).await;
+    kept.sort();
+    assert_eq!(kept, ["m1", "m2", "m3"], "the day-old outcomes go first");
+}
+
 /// The outcome `id` of the caller `user`, decided `ms` milliseconds from now.
 fn decided_by(id: &str, user: &User, ms: u64) -> DecidedCall {
     DecidedCall {

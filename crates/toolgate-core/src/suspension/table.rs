@@ -144,20 +144,7 @@ struct Held {
 /// # }
 /// ```
 pub fn stored_size(suspended: &SuspendedInvocation) -> usize {
-    struct Counter(usize);
-    impl std::io::Write for Counter {
-        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-            self.0 += buf.len();
-            Ok(buf.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut counter = Counter(0);
-    // Writing to a counter cannot fail, and a record always serializes.
-    let _ = serde_json::to_writer(&mut counter, suspended);
-    counter.0
+    crate::json::text_len(suspended)
 }
 
 /// Who a cap counts and an expired id remembers: the caller a call or an approval is for.

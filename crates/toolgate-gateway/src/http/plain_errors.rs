@@ -31,8 +31,10 @@ use tower_service::Service;
 use super::ApiError;
 use super::body::{closing_if, has_body};
 
-/// The most of a plain refusal's text that is read to word its JSON message.
-const MOST_TEXT: usize = 4096;
+/// The most of a plain refusal's text that is read to word its JSON message: more than the
+/// request's headers can hold (`server.max_header_bytes`, 64 KiB by default), since a
+/// refusal may repeat a header's value whole, and the text is in memory already.
+const MOST_TEXT: usize = 1024 * 1024;
 
 /// How the MCP library starts its refusal of an `MCP-Protocol-Version` header naming a
 /// revision it does not speak; the header's value follows.
@@ -366,6 +368,23 @@ mod tests {
             "cut to 64 characters and escaped"
         );
         assert!(!error["message"].as_str().unwrap().contains('\u{202e}'));
+
+        // As long as a header can be: still the version's refusal, not a generic one.
+        let longest = format!(
+            "Bad Request: Unsupported MCP-Protocol-Version: 2026-07-28\t{}",
+            "P".repeat(60_000)
+        );
+        let mut refused = Response::new(Body::from(longest));
+        *refused.status_mut() = StatusCode::BAD_REQUEST;
+        let error = &body(as_json(refused, false)).await["error"];
+        assert_eq!(error["code"], -32022, "{error}");
+        assert!(
+            error["data"]["requested"]
+                .as_str()
+                .unwrap()
+                .starts_with("2026-07-28\\tPPP"),
+            "{error}"
+        );
     }
 
     #[test]

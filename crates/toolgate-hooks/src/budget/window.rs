@@ -85,12 +85,16 @@ impl fmt::Display for Window {
     }
 }
 
-/// `HH:MM UTC` for an instant (milliseconds since the epoch), with the date in front
+/// `HH:MM UTC` for an instant (milliseconds since the epoch) — `HH:MM:SS UTC` when it is
+/// not on a whole minute (a window of seconds) — with the date in front
 /// (`2026-11-30 00:00 UTC`) when it lies more than a day after `now_ms`.
 pub(crate) fn utc_time(at_ms: u64, now_ms: u64) -> String {
     let seconds = at_ms.div_ceil(1000);
     let (days, in_day) = (seconds / 86_400, seconds % 86_400);
-    let clock = format!("{:02}:{:02} UTC", in_day / 3600, in_day % 3600 / 60);
+    let clock = match in_day % 60 {
+        0 => format!("{:02}:{:02} UTC", in_day / 3600, in_day % 3600 / 60),
+        s => format!("{:02}:{:02}:{s:02} UTC", in_day / 3600, in_day % 3600 / 60),
+    };
     if at_ms.saturating_sub(now_ms) <= 86_400_000 {
         return clock;
     }
@@ -111,6 +115,14 @@ mod tests {
         assert_eq!(end % 86_400_000, 0);
         assert_eq!(utc_time(end, now), "00:00 UTC");
         assert_eq!(utc_time(Window::hour().end_after(now), now), "11:00 UTC");
+    }
+
+    #[test]
+    fn a_window_of_seconds_ends_at_a_time_with_its_seconds() {
+        // 2026-11-28 10:56:42 UTC; a window of 10 seconds ends at 10:56:50.
+        let now = 1_795_863_402_000;
+        let ten = Window::new(Duration::from_secs(10)).unwrap();
+        assert_eq!(utc_time(ten.end_after(now), now), "10:56:50 UTC");
     }
 
     #[test]

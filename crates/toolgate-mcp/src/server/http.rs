@@ -27,6 +27,7 @@ use super::held;
 use super::listen_gate::{self, ListenGate};
 use super::opening;
 use super::owners::Owners;
+use super::refusal_words;
 use super::request_body;
 use super::stateless::StatelessCalls;
 use super::{McpServer, ServerInner};
@@ -203,7 +204,7 @@ where
                 Some(_) => return Ok(unknown_session()),
             };
             if named.is_none()
-                && let Some(refused) = opening::malformed(message.as_ref())
+                && let Some(refused) = opening::malformed(&parts.headers, message.as_ref())
             {
                 return Ok(refused);
             }
@@ -280,6 +281,9 @@ where
                 session.renewed(direct);
             }
             let (head, mut body) = response.into_parts();
+            if refusal_words::may_repeat_the_request(head.status, &head.headers) {
+                body = refusal_words::cut(body);
+            }
             if let Some(decision) = listen
                 && is_event_stream(&head.headers)
             {

@@ -14,6 +14,7 @@ mod name_header;
 mod opening;
 mod owners;
 mod params;
+mod refusal_words;
 mod relayed;
 mod request_body;
 mod request_meta;

@@ -14,8 +14,9 @@
 //!
 //! Only that mismatch is answered here: a request whose `Mcp-Method` header is missing or
 //! names another method, whose `Mcp-Name` is given twice or is not text, or whose encoded
-//! value (`=?base64?…?=`) does not decode, goes to rmcp, which refuses it without repeating
-//! any value. A request without the header costs one look-up in its headers.
+//! value (`=?base64?…?=`) does not decode, goes to rmcp, whose refusals reach the caller
+//! escaped and cut too ([`super::refusal_words`]). A request without the header costs one
+//! look-up in its headers.
 
 use base64::Engine;
 use base64::prelude::BASE64_STANDARD;

@@ -17,11 +17,12 @@ use std::convert::Infallible;
 use std::task::Poll;
 
 use http::StatusCode;
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, ProtocolVersion};
 use serde_json::{Map, Value};
 use tower_service::Service;
 
 use super::cancellation::GuardedBody;
+use super::direct::PROTOCOL_VERSION;
 use super::message::kind_of;
 use super::request_body::rejection;
 
@@ -127,7 +128,12 @@ pub(super) fn failed() -> http::Response<GuardedBody> {
 /// The answer to `message` when it is an `initialize` request whose parameters rmcp
 /// could not read (it reads it as a request of a method it does not know): 400 with
 /// `-32602` and the request's id, naming the first thing wrong.
+///
+/// A request of 2026-07-28 or later (its `MCP-Protocol-Version` header, or the version its
+/// `_meta` names) is left to rmcp: that revision has no `initialize`, which is answered
+/// 404 with `-32601` (method not found), whatever its parameters.
 pub(super) fn malformed(
+    headers: &http::HeaderMap,
     message: Option<&ClientJsonRpcMessage>,
 ) -> Option<http::Response<GuardedBody>> {
     let Some(ClientJsonRpcMessage::Request(request)) = message else {
@@ -136,7 +142,7 @@ pub(super) fn malformed(
     let ClientRequest::CustomRequest(custom) = &request.request else {
         return None;
     };
-    if custom.method != "initialize" {
+    if custom.method != "initialize" || of_a_revision_without_initialize(headers, custom) {
         return None;
     }
     let problem = initialize_problem(custom.params.as_ref()).unwrap_or_else(|| {
@@ -148,6 +154,27 @@ pub(super) fn malformed(
         INVALID_PARAMS,
         format!("malformed `initialize` request: {problem}"),
     ))
+}
+
+/// Whether `request` speaks a revision that has no `initialize` (2026-07-28 on): by its
+/// `MCP-Protocol-Version` header, or by the version its `_meta` names.
+fn of_a_revision_without_initialize(
+    headers: &http::HeaderMap,
+    request: &rmcp::model::CustomRequest,
+) -> bool {
+    let first = ProtocolVersion::STANDARD_HEADERS.as_str();
+    let by_header = headers
+        .get(PROTOCOL_VERSION)
+        .and_then(|version| version.to_str().ok())
+        .is_some_and(|version| version >= first);
+    let by_meta = request
+        .params
+        .as_ref()
+        .and_then(|params| params.get("_meta"))
+        .and_then(|meta| meta.get("io.modelcontextprotocol/protocolVersion"))
+        .and_then(Value::as_str)
+        .is_some_and(|version| version >= first);
+    by_header || by_meta
 }
 
 /// The first thing wrong with `params` as the parameters of `initialize`, in the words of

@@ -130,10 +130,10 @@ const LONGEST_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 /// * Outcomes ([`keep_outcome`](SuspensionStore::keep_outcome)) are kept until
 ///   `decided_at` plus `expire_after` (as it was when kept), at most `max_per_user` per
 ///   caller — each with an index of their own, as for waiting calls — and `max_total` in
-///   all. A caller at their cap loses their own soonest to expire, never another caller's;
-///   past `max_total`, the caller who holds the most outcomes (counted in
-///   `:outcome_counts`; of callers who hold as many, any) loses their own soonest to
-///   expire, never a caller who holds fewer. During a rolling upgrade,
+///   all. A caller at their cap loses their own oldest, never another caller's; past
+///   `max_total`, the caller who holds the most outcomes (counted in `:outcome_counts`; of
+///   callers who hold as many, any) loses their own oldest, never a caller who holds
+///   fewer. During a rolling upgrade,
 ///   replicas of an earlier version keep outcomes without the caller's index: those read
 ///   and list as any other (reads never use the index) but are not counted against their
 ///   caller, and an id left in an index after its outcome went another way stops counting

@@ -46,7 +46,7 @@ local function drop_outcome(kept, base, id)
   unown(base, id, false)
 end
 
--- Removes the first kept (soonest to expire) of the caller who holds the most outcomes:
+-- Removes the oldest outcome of the caller who holds the most outcomes:
 -- of callers who hold as many, whichever `:outcome_counts` ranks last (the caller whose
 -- key sorts last). An id of theirs gone from `kept` another way (by an earlier version)
 -- is dropped from their index instead, and no longer counts. With no caller counted
@@ -73,9 +73,9 @@ end
 
 -- Keeps `value` as the outcome of the call `id` until `at` (ms), replacing one kept for the
 -- same id, at most `per_user` of them for `caller` and `total` in all. A caller at its cap
--- loses its own soonest to expire, never another caller's; past `total`, the caller who
--- holds the most outcomes loses their own soonest to expire (drop_from_the_most()), never
--- a caller who holds fewer than `caller`.
+-- loses its own oldest (the first kept), never another caller's; past `total`, the caller
+-- who holds the most outcomes loses their own oldest (drop_from_the_most()), never a
+-- caller who holds fewer than `caller`.
 --
 -- With a `token`, the value is a running record of the decision with that token, kept only
 -- when nothing is kept for the id (set-if-absent): 'present' when something is, which is
@@ -93,13 +93,17 @@ end
 -- is refused. With a token too, it is the running record of the decision that took the
 -- call (lookup.lua), kept over one a failed decision left behind.
 --
--- Each caller's outcome ids are in `:outcome_user:<caller>`, scored by expiry. Reading an
--- outcome never uses that index (only the row, and `:outcomes` for listings): an earlier
--- version keeps outcomes without it, and they read as any other. An id in it whose
--- outcome left `:outcomes` another way (past total, by an earlier version) no longer
--- counts: while the caller is at its cap, their first SWEEP ids are checked and such ids
--- dropped, past total such an id of the caller who holds the most is dropped before
--- anything of theirs goes, and whatever is left expires with its score.
+-- Each caller's outcome ids are in `:outcome_user:<caller>`, scored by when each was kept
+-- (not by expiry: outcomes kept under different `expire_after`s, across a reload or by
+-- replicas configured apart, expire out of the order they were kept in, and the oldest is
+-- what goes). An outcome that expires leaves it through `:outcome_owners` (drop_outcome()).
+-- Reading an outcome never uses that index (only the row, and `:outcomes` for listings):
+-- an earlier version keeps outcomes without it, and they read as any other. An id in it
+-- whose outcome left `:outcomes` another way (past total, by an earlier version, which
+-- scored it by expiry) no longer counts: while the caller is at its cap, their first SWEEP
+-- ids are checked and such ids dropped, past total such an id of the caller who holds the
+-- most is dropped before anything of theirs goes, and the index expires with the caller's
+-- latest outcome.
 --
 -- `kept` is <base>:outcomes. Returns 'ok' | 'present' | 'ended'.
 local function keep_outcome(kept, base, id, value, at, total, caller, per_user, token, over_running)
@@ -121,7 +125,6 @@ local function keep_outcome(kept, base, id, value, at, total, caller, per_user, 
   for _, gone in ipairs(redis.call('ZRANGEBYSCORE', kept, '-inf', now)) do
     drop_outcome(kept, base, gone)
   end
-  redis.call('ZREMRANGEBYSCORE', mine, '-inf', now)
   drop_outcome(kept, base, id)
   unown(base, id, caller)
   if at <= now then
@@ -151,7 +154,7 @@ local function keep_outcome(kept, base, id, value, at, total, caller, per_user, 
   end
   redis.call('ZADD', kept, at, id)
   extend(kept, at - now)
-  redis.call('ZADD', mine, at, id)
+  redis.call('ZADD', mine, now, id)
   extend(mine, at - now)
   redis.call('HSET', owners, id, caller)
   extend(owners, at - now)

@@ -515,11 +515,11 @@ impl SuspensionStore for RedisSuspensions {
     }
 
     /// Capped per caller as well as in all: a caller's own outcome ids are in an index of
-    /// their own (`:outcome_user:<caller>`, by expiry), so that a caller at `max_per_user`
-    /// loses their own soonest to expire (`keep_outcome.lua`), and each caller's count in
-    /// `:outcome_counts` (with who kept each id in `:outcome_owners`), so that past
-    /// `max_total` the caller who holds the most loses their own soonest to expire, never
-    /// a caller who holds fewer. Reads never use those: outcomes kept by an earlier
+    /// their own (`:outcome_user:<caller>`, by when each was kept), so that a caller at
+    /// `max_per_user` loses their own oldest (`keep_outcome.lua`), and each caller's count
+    /// in `:outcome_counts` (with who kept each id in `:outcome_owners`), so that past
+    /// `max_total` the caller who holds the most loses their own oldest, never a caller who
+    /// holds fewer. Reads never use those: outcomes kept by an earlier
     /// version, without them, read and list as before.
     async fn keep_outcome(&self, outcome: DecidedCall) -> Result<(), SuspensionStoreError> {
         match self.keep_decided(outcome, Keeping::Outcome).await?.as_str() {
