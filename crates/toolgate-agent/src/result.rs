@@ -76,7 +76,12 @@ fn answered_status(error: &ToolError) -> u16 {
 impl From<&ToolError> for ResultError {
     fn from(error: &ToolError) -> Self {
         let (message, violations) = match error {
-            ToolError::InvalidInput(v) => (error.to_string(), v.0.clone()),
+            // The list repeats what the words do: a caller's key of a megabyte is cut in
+            // both.
+            ToolError::InvalidInput(v) => (
+                error.to_string(),
+                v.0.iter().map(InputViolation::cut).collect(),
+            ),
             _ => (error.caller_message(), Vec::new()),
         };
         let mut result = ResultError {

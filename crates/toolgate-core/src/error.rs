@@ -640,6 +640,36 @@ pub struct InputViolation {
 const MAX_SHOWN_PATH: usize = 256;
 const MAX_SHOWN_MESSAGE: usize = 2000;
 
+impl InputViolation {
+    /// This violation with its path cut to its first 256 characters and its message to
+    /// 2,000, each followed by `…` where cut — what its words repeat of them — for a list of
+    /// violations sent back to a caller beside those words. Its words are the same as the
+    /// whole violation's.
+    ///
+    /// ```
+    /// use toolgate_core::error::InputViolation;
+    ///
+    /// let long = InputViolation { path: "k".repeat(10_000), message: "unknown field".into() };
+    /// let cut = long.cut();
+    /// assert_eq!(cut.path.chars().count(), 257);
+    /// assert_eq!(cut.to_string(), long.to_string());
+    /// ```
+    pub fn cut(&self) -> InputViolation {
+        InputViolation {
+            path: first_chars(&self.path, MAX_SHOWN_PATH),
+            message: first_chars(&self.message, MAX_SHOWN_MESSAGE),
+        }
+    }
+}
+
+/// `text`'s first `max_chars` characters, then `…` when it is longer.
+fn first_chars(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_owned(),
+    }
+}
+
 impl fmt::Display for InputViolation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let message = shown_text(&self.message, MAX_SHOWN_MESSAGE);

@@ -11,7 +11,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
-use toolgate_core::error::shown_text;
+use toolgate_core::error::{InputViolation, shown_text};
 use toolgate_core::registry::MAX_NAME_LEN;
 use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Invocation, InvokeOptions, Pipeline, PipelineBuilder, ToolError};
@@ -473,7 +473,7 @@ impl ToolSystem {
                 if let Some(cut) = &mut result.error {
                     if let ToolError::InvalidInput(violations) = &error {
                         cut.message = error.to_string();
-                        cut.violations = violations.0.clone();
+                        cut.violations = violations.0.iter().map(InputViolation::cut).collect();
                     }
                     let limit = limit.min(toolgate_core::error::MAX_ERROR_CHARS);
                     result.metadata.truncation = cut_error(cut, limit);
