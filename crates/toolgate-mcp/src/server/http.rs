@@ -27,6 +27,7 @@ use super::held;
 use super::listen_gate::{self, ListenGate};
 use super::opening;
 use super::owners::Owners;
+use super::plain_errors;
 use super::refusal_words;
 use super::request_body;
 use super::stateless::StatelessCalls;
@@ -43,11 +44,14 @@ use toolgate_core::CallerId;
 /// the limit, 408 for one that did not arrive in time (the body failed with an
 /// [`std::io::Error`] of kind `TimedOut`), 400 with `-32700` (parse error) for a body
 /// that is not JSON, 400 with `-32600` (invalid request) for JSON that is not a
-/// JSON-RPC message, 400 with `-32602` (invalid params) and the request's id for a
-/// request whose `_meta` gives a log level or a progress token of the wrong kind, and 400
-/// with `-32020` (header mismatch) and the request's id for a request of 2026-07-28 whose
-/// `Mcp-Name` header names another value than its body (both values cut to 64 characters
-/// and escaped, where rmcp would repeat them whole). An `initialize` without
+/// JSON-RPC message, and 400 with `-32602` (invalid params) and the request's id for a
+/// request whose `_meta` gives a log level or a progress token of the wrong kind. The MCP
+/// server's own refusals of a request as sent (a header that does not match the body, say)
+/// reach the caller with their message escaped and cut to 256 characters, where rmcp would
+/// repeat what the caller sent whole; an `MCP-Protocol-Version` header that is not visible
+/// ASCII, which rmcp answers in plain text, is a JSON-RPC error (400, `-32022`) naming the
+/// revisions to send, and a `ping` of 2026-07-28 (a revision without it) is answered 404,
+/// `-32601`, in words naming the method and what to send instead. An `initialize` without
 /// `Mcp-Session-Id` whose `params` rmcp cannot read is answered 400 with `-32602` and the
 /// request's id, naming the field that is wrong and what it must be, where rmcp would ask
 /// for a session id.
@@ -280,7 +284,8 @@ where
             {
                 session.renewed(direct);
             }
-            let (head, mut body) = response.into_parts();
+            let (mut head, mut body) = response.into_parts();
+            body = plain_errors::reworded(&mut head, body, message.as_ref());
             if refusal_words::may_repeat_the_request(head.status, &head.headers) {
                 body = refusal_words::cut(body);
             }

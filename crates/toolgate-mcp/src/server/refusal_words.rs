@@ -4,8 +4,9 @@
 //! against its method, `MCP-Protocol-Version` against the version its `_meta` names, an
 //! `Mcp-Param-*` against the argument it names) and refuses a mismatch with `-32020`, its
 //! message repeating both values whole: a header of 50,000 characters, or a version of a
-//! megabyte in the body, comes back as it came, line breaks and terminal escapes included.
-//! toolgate answers the `Mcp-Name` mismatch itself ([`super::name_header`]); every other
+//! megabyte in the body, comes back as it came, line breaks and terminal escapes included;
+//! so does its refusal of an `Mcp-Name` header that names another tool, prompt, resource or
+//! task than the body (both values, the header's decoded when it was `=?base64?…?=`). Every
 //! refusal rmcp answers with a JSON-RPC error passes through [`cut`], which escapes what
 //! hides in its message (control characters, line breaks, marks that turn text around) and
 //! cuts it to [`MOST_CHARS`] characters. A message that needs neither is left as it is.
@@ -24,10 +25,6 @@ use toolgate_core::error::shown_text;
 /// values each cut as toolgate cuts an id.
 const MOST_CHARS: usize = 256;
 
-/// The most bytes of a refusal read to reword it. rmcp's refusals are in memory whole, and
-/// what a caller can make them repeat is bounded by the request's headers and body.
-const MOST_BYTES: usize = 16 * 1024 * 1024;
-
 /// Whether an answer of `status` with `headers` may be one of rmcp's refusals of a request
 /// as sent: a 4xx in JSON.
 pub(super) fn may_repeat_the_request(status: http::StatusCode, headers: &http::HeaderMap) -> bool {
@@ -41,22 +38,28 @@ pub(super) fn may_repeat_the_request(status: http::StatusCode, headers: &http::H
 /// `body`, a refusal rmcp wrote, with its JSON-RPC error's message escaped and cut where it
 /// needs to be; as it was when it is not such a refusal, or not whole in memory.
 pub(super) fn cut(body: BoxBody<Bytes, Infallible>) -> BoxBody<Bytes, Infallible> {
-    // rmcp's refusals are whole in memory, of a known size: a body that is not is passed
-    // on untouched.
-    let whole = body
-        .size_hint()
-        .exact()
-        .is_some_and(|size| size <= MOST_BYTES as u64);
-    if !whole {
-        return body;
-    }
-    let Some(Ok(collected)) = body.collect().now_or_never() else {
-        // Not ready at once after all: nothing of it can be passed on.
-        return Full::new(Bytes::new()).boxed();
+    let bytes = match in_memory(body) {
+        Ok(bytes) => bytes,
+        Err(body) => return body,
     };
-    let bytes = collected.to_bytes();
     let reworded = reworded(&bytes).map_or(bytes, Bytes::from);
     Full::new(reworded).boxed()
+}
+
+/// The bytes of `body` when it is whole in memory, as rmcp's refusals are (of a known size,
+/// ready at once) — whatever their size, since reading them costs no wait and no memory
+/// they do not hold already; `body` itself when it is not.
+pub(super) fn in_memory(
+    body: BoxBody<Bytes, Infallible>,
+) -> Result<Bytes, BoxBody<Bytes, Infallible>> {
+    if body.size_hint().exact().is_none() {
+        return Err(body);
+    }
+    match body.collect().now_or_never() {
+        Some(Ok(collected)) => Ok(collected.to_bytes()),
+        // Not ready at once after all: nothing of it can be passed on.
+        None => Ok(Bytes::new()),
+    }
 }
 
 /// The refusal `bytes` with its message escaped and cut, when it needed to be.
@@ -115,6 +118,31 @@ mod tests {
         assert!(message.chars().count() < 300, "{}", message.len());
         assert_eq!(answered["error"]["code"], -32020);
         assert_eq!(answered["id"], 7);
+    }
+
+    #[test]
+    fn a_refusal_of_more_than_sixteen_mebibytes_is_cut_too() {
+        // A host may take request bodies larger than rmcp's default limit, and a task id as
+        // large as the body.
+        let id = "t".repeat(17 * 1024 * 1024);
+        let refusal = json!({
+            "jsonrpc": "2.0",
+            "id": 7,
+            "error": {
+                "code": -32020,
+                "message": format!("Mcp-Name header `x` does not match body value `{id}`"),
+            },
+        });
+
+        let answered = read(cut(body(&refusal)));
+
+        let message = answered["error"]["message"].as_str().unwrap();
+        assert!(
+            message.chars().count() <= MOST_CHARS + 1,
+            "{}",
+            message.len()
+        );
+        assert!(message.ends_with("ttt…"), "{}", &message[..80]);
     }
 
     #[test]

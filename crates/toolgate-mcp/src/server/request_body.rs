@@ -11,7 +11,6 @@
 //! | not JSON (a `POST` of `application/json`) | 400, `-32700` (parse error) |
 //! | JSON, but not a JSON-RPC message | 400, `-32600`, with the message's `id` if it has one |
 //! | a request whose `_meta` gives a log level or a progress token of the wrong kind (`request_meta.rs`) | 400, `-32602` (invalid params), with the request's `id`, naming the key and what it takes |
-//! | a request of 2026-07-28 whose `Mcp-Name` header names another value than its body (`name_header.rs`) | 400, `-32020` (header mismatch), with the request's `id`, both values cut to 64 characters and escaped |
 
 use std::error::Error as StdError;
 use std::io;
@@ -56,9 +55,7 @@ where
     let message = if parts.method == http::Method::POST && is_json(&parts.headers) {
         match super::message::read(&bytes) {
             Ok(message) => {
-                let refused = super::request_meta::refusal_of(&message)
-                    .or_else(|| super::name_header::mismatch(&parts.headers, &message));
-                if let Some((id, error)) = refused {
+                if let Some((id, error)) = super::request_meta::refusal_of(&message) {
                     let (code, reason) = (error.code.0.into(), error.message.into_owned());
                     return Err(rejection(StatusCode::BAD_REQUEST, id, code, reason));
                 }
