@@ -75,16 +75,28 @@ fn answered_status(error: &ToolError) -> u16 {
 /// refusal whose hook chose a status that is not an error's).
 impl From<&ToolError> for ResultError {
     fn from(error: &ToolError) -> Self {
+        let mut result = ResultError::whole(error);
+        if !result.violations.is_empty() {
+            crate::limit::cut_error(&mut result, toolgate_core::error::MAX_ERROR_CHARS);
+        }
+        result
+    }
+}
+
+impl ResultError {
+    /// The error with its message whole: an invalid input's lists every violation, each
+    /// cut and escaped as in its words (a caller's key of a megabyte is cut in both). The
+    /// caller cuts the whole to its limit ([`crate::limit::cut_error`]), so that the
+    /// truncation tells the original size.
+    pub(crate) fn whole(error: &ToolError) -> Self {
         let (message, violations) = match error {
-            // The list repeats what the words do: a caller's key of a megabyte is cut in
-            // both.
             ToolError::InvalidInput(v) => (
                 error.to_string(),
                 v.0.iter().map(InputViolation::cut).collect(),
             ),
             _ => (error.caller_message(), Vec::new()),
         };
-        let mut result = ResultError {
+        ResultError {
             code: error.code().to_owned(),
             message,
             retry_after_ms: error
@@ -92,11 +104,7 @@ impl From<&ToolError> for ResultError {
                 .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),
             violations,
             status: Some(answered_status(error)),
-        };
-        if !result.violations.is_empty() {
-            crate::limit::cut_error(&mut result, toolgate_core::error::MAX_ERROR_CHARS);
         }
-        result
     }
 }
 

@@ -11,7 +11,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use tokio::task::JoinSet;
-use toolgate_core::error::{InputViolation, shown_text};
+use toolgate_core::error::shown_text;
 use toolgate_core::registry::MAX_NAME_LEN;
 use toolgate_core::tool::ToolDefinition;
 use toolgate_core::{Invocation, InvokeOptions, Pipeline, PipelineBuilder, ToolError};
@@ -24,8 +24,8 @@ pub use trace::TraceId;
 use crate::limit::{cut_error, effective_limit};
 use crate::modes::AWAITING_PERSON;
 use crate::{
-    Arguments, ExecutionMode, Observation, ObservationStream, Observer, StateManager, ThreadConfig,
-    ToolCall, ToolResult, ToolStatus, UsageStats, truncate_output,
+    Arguments, ExecutionMode, Observation, ObservationStream, Observer, ResultError, StateManager,
+    ThreadConfig, ToolCall, ToolResult, ToolStatus, UsageStats, truncate_output,
 };
 
 /// What every clone of a tool system shares.
@@ -467,14 +467,11 @@ impl ToolSystem {
                 let mut result = ToolResult::error(call_id, tool_name, &error);
                 // A tool's or a hook's message reaches the model as an output does: within
                 // the same limit, and so do the violations of invalid input.
-                // The violations are listed whole here and cut once, to the smaller of the
-                // limit and the bound of every error's message, so that their original
-                // size is what the truncation tells.
+                // It is taken whole and cut once, to the smaller of the limit and the bound
+                // of every error's message, so that its original size is what the
+                // truncation tells.
                 if let Some(cut) = &mut result.error {
-                    if let ToolError::InvalidInput(violations) = &error {
-                        cut.message = error.to_string();
-                        cut.violations = violations.0.iter().map(InputViolation::cut).collect();
-                    }
+                    *cut = ResultError::whole(&error);
                     let limit = limit.min(toolgate_core::error::MAX_ERROR_CHARS);
                     result.metadata.truncation = cut_error(cut, limit);
                 }
