@@ -281,6 +281,248 @@ async fn a_caller_past_its_bytes_is_refused_on_every_replica_and_others_still_pa
         .expect("room again after a decision");
 }
 
+/// The size of one call of [`large_call`] with 10 000 characters, as the store counts it.
+fn one_large() -> usize {
+    toolgate_core::suspension::stored_size(&large_call("c00", "u00", 10_000))
+}
+
+/// Bounds with room in all for three calls of `one` bytes (each caller far under their
+/// own), not four.
+fn room_for_three(one: usize) -> SuspensionLimits {
+    SuspensionLimits {
+        max_bytes_total: 3 * one + one / 2,
+        ..limits(100, 1000, HOUR)
+    }
+}
+
+/// The large call `c<i>` of the caller `u<i>`, each caller's first.
+fn large_of(i: usize) -> SuspendedInvocation {
+    large_call(&format!("c{i:02}"), &format!("u{i:02}"), 10_000)
+}
+
+#[tokio::test]
+async fn callers_each_under_their_own_bytes_are_refused_past_the_total_on_every_replica() {
+    let one = one_large();
+    let Some((a, b)) = two_replicas(
+        "callers_each_under_their_own_bytes_are_refused_past_the_total_on_every_replica",
+        room_for_three(one),
+    )
+    .await
+    else {
+        return;
+    };
+    let full = SuspensionStoreError::BytesFull {
+        max_bytes: 3 * one + one / 2,
+    };
+
+    for i in 0..3 {
+        let store = if i % 2 == 0 { &a } else { &b };
+        store.save(large_of(i)).await.expect("room for three");
+    }
+    for i in 3..6 {
+        let store = if i % 2 == 0 { &a } else { &b };
+        assert_eq!(store.save(large_of(i)).await, Err(full.clone()), "u{i:02}");
+    }
+    assert_eq!(
+        toolgate_core::ToolError::from(full.clone()).code(),
+        "suspensions_full"
+    );
+    b.save(call("small", "zed"))
+        .await
+        .expect("a call that fits below the bound still waits");
+    // A decision frees its bytes: a caller refused before now waits, and the bound holds.
+    a.take("c00").await.unwrap().expect("it waits");
+    b.save(large_of(3))
+        .await
+        .expect("room again after a decision");
+    assert_eq!(a.save(large_of(4)).await, Err(full));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_saves_of_many_callers_keep_exactly_the_total_bytes_across_replicas() {
+    let one = one_large();
+    let Some((a, b)) = two_replicas(
+        "concurrent_saves_of_many_callers_keep_exactly_the_total_bytes_across_replicas",
+        room_for_three(one),
+    )
+    .await
+    else {
+        return;
+    };
+
+    let answers = alternately(&a, &b, 12, |i, store| async move {
+        store.save(large_of(i)).await
+    })
+    .await;
+
+    let kept = answers.iter().filter(|answer| answer.is_ok()).count();
+    let refused = answers
+        .iter()
+        .filter(|answer| {
+            matches!(answer, Err(SuspensionStoreError::BytesFull { max_bytes }) if *max_bytes == 3 * one + one / 2)
+        })
+        .count();
+    assert_eq!((kept, refused), (3, 9), "{answers:?}");
+    let waiting = b
+        .list(&SuspensionFilter::default(), None, 100)
+        .await
+        .unwrap();
+    assert_eq!(waiting.len(), 3);
+}
+
+#[tokio::test]
+async fn calls_that_expired_free_their_bytes_however_many_expired_at_once() {
+    let Some(url) =
+        redis_or_skip("calls_that_expired_free_their_bytes_however_many_expired_at_once").await
+    else {
+        return;
+    };
+    let until = SystemTime::now() + Duration::from_millis(1500);
+    let small_of = |i: usize| SuspendedInvocation {
+        expires_at: Some(until),
+        ..call(&format!("e{i:03}"), &format!("u{i:03}"))
+    };
+    let small = toolgate_core::suspension::stored_size(&small_of(0));
+    // Room for 200 of the small calls; the large one fits alone, not beside 72 of them
+    // (what is left after a save's first batch of 128 expired calls leaves).
+    let bound = 200 * small + small / 2;
+    let filler = toolgate_core::suspension::stored_size(&large_call("big", "zed", 0));
+    let big = large_call("big", "zed", (bound - 40 * small - filler) / 6);
+    let size = toolgate_core::suspension::stored_size(&big);
+    assert!(
+        size <= bound && 72 * small + size > bound,
+        "{size} of {bound}"
+    );
+    let prefix = namespace();
+    let bounds = SuspensionLimits {
+        max_bytes_total: bound,
+        ..limits(100, 1000, HOUR)
+    };
+    let a = replica(&url, &prefix, bounds).await;
+    let b = replica(&url, &prefix, bounds).await;
+
+    for i in 0..200 {
+        a.save(small_of(i)).await.expect("room for 200");
+    }
+    assert_eq!(
+        b.save(call("late", "zed")).await,
+        Err(SuspensionStoreError::BytesFull { max_bytes: bound })
+    );
+    let left = until.duration_since(SystemTime::now()).unwrap_or_default();
+    tokio::time::sleep(left + Duration::from_millis(200)).await;
+
+    b.save(big)
+        .await
+        .expect("every expired call freed its bytes");
+    assert_eq!(
+        ids(&a
+            .list(&SuspensionFilter::default(), None, 300)
+            .await
+            .unwrap()),
+        ["big"]
+    );
+}
+
+/// The bytes the store counts its waiting calls at (`<base>:bytes`; none: 0).
+async fn counted_bytes(url: &str, store: &RedisSuspensions) -> u64 {
+    let mut connection = inspect(url).await;
+    let held: Option<u64> = connection
+        .get(format!("{}:bytes", store.key_base()))
+        .await
+        .unwrap();
+    held.unwrap_or(0)
+}
+
+fn sizes(calls: &[&SuspendedInvocation]) -> u64 {
+    calls
+        .iter()
+        .map(|call| toolgate_core::suspension::stored_size(call) as u64)
+        .sum()
+}
+
+#[tokio::test]
+async fn a_count_of_bytes_made_wrong_or_lost_heals_and_refuses_nothing_wrongly() {
+    let Some(url) =
+        redis_or_skip("a_count_of_bytes_made_wrong_or_lost_heals_and_refuses_nothing_wrongly")
+            .await
+    else {
+        return;
+    };
+    let one = one_large();
+    let prefix = namespace();
+    let a = replica(&url, &prefix, room_for_three(one)).await;
+    let b = replica(&url, &prefix, room_for_three(one)).await;
+    let full = Err(SuspensionStoreError::BytesFull {
+        max_bytes: 3 * one + one / 2,
+    });
+    let calls: Vec<_> = (0..4).map(large_of).collect();
+    a.save(calls[0].clone()).await.unwrap();
+    a.save(calls[1].clone()).await.unwrap();
+    assert_eq!(
+        counted_bytes(&url, &a).await,
+        sizes(&[&calls[0], &calls[1]])
+    );
+
+    let bytes = format!("{}:bytes", a.key_base());
+    let mut connection = inspect(&url).await;
+    let (): () = connection
+        .set(&bytes, 1_000_000_000_000_000u64)
+        .await
+        .unwrap();
+    b.save(calls[2].clone())
+        .await
+        .expect("counted again, there is room for a third");
+    let three = sizes(&[&calls[0], &calls[1], &calls[2]]);
+    assert_eq!(counted_bytes(&url, &a).await, three);
+    assert_eq!(a.save(calls[3].clone()).await, full);
+
+    // A count lost (a failover, say) is counted again, and lets nothing past the bound.
+    let (): () = connection.del(&bytes).await.unwrap();
+    assert_eq!(b.save(calls[3].clone()).await, full);
+    assert_eq!(counted_bytes(&url, &a).await, three);
+}
+
+#[tokio::test]
+async fn a_call_an_earlier_version_removed_stops_counting_its_bytes() {
+    let Some(url) =
+        redis_or_skip("a_call_an_earlier_version_removed_stops_counting_its_bytes").await
+    else {
+        return;
+    };
+    let one = one_large();
+    let prefix = namespace();
+    let a = replica(&url, &prefix, room_for_three(one)).await;
+    let calls: Vec<_> = (0..4).map(large_of).collect();
+    for call in &calls[..3] {
+        a.save(call.clone()).await.unwrap();
+    }
+    // An earlier version's take: out of every index and its row gone, its size left.
+    let base = a.key_base();
+    let mut connection = inspect(&url).await;
+    let _: () = redis::pipe()
+        .zrem(format!("{base}:calls"), "c00")
+        .zrem(format!("{base}:ids"), "c00")
+        .zrem(format!("{base}:user:u00"), "c00")
+        .hdel(format!("{base}:owners"), "c00")
+        .del(format!("{base}:call:c00"))
+        .query_async(&mut connection)
+        .await
+        .unwrap();
+
+    a.save(calls[3].clone())
+        .await
+        .expect("the call removed no longer counts");
+    assert_eq!(
+        counted_bytes(&url, &a).await,
+        sizes(&[&calls[1], &calls[2], &calls[3]])
+    );
+    let left: bool = connection
+        .hexists(format!("{base}:sizes"), "c00")
+        .await
+        .unwrap();
+    assert!(!left);
+}
+
 #[tokio::test]
 async fn a_flood_from_ann_of_globex_does_not_take_the_places_of_ann_of_acme_on_any_replica() {
     let test = "a_flood_from_ann_of_globex_does_not_take_the_places_of_ann_of_acme_on_any_replica";
@@ -1314,6 +1556,8 @@ async fn every_key_the_store_writes_has_an_expiry() {
         ":user:ann",
         ":call:a1",
         "}:owners",
+        "}:sizes",
+        "}:bytes",
         ":expired",
         ":expired_owners",
         ":retries",
@@ -1619,7 +1863,8 @@ async fn a_cut_or_hung_redis_answers_unavailable_within_the_deadline_and_loses_n
     .await
     .suspensions(limits(10, 100, HOUR));
     let direct = replica(&url, &prefix, limits(10, 100, HOUR)).await;
-    through_proxy.save(call("before", "ann")).await.unwrap();
+    let waiting = call("before", "ann");
+    through_proxy.save(waiting.clone()).await.unwrap();
 
     for (fault, inject) in [("cut", Proxy::cut as fn(&Proxy)), ("stall", Proxy::stall)] {
         inject(&proxy);
@@ -1672,6 +1917,8 @@ async fn a_cut_or_hung_redis_answers_unavailable_within_the_deadline_and_loses_n
         stalled_save = direct.get("stall").await;
     }
     assert_eq!(stalled_save, Ok(None));
+    // What the undone take and save held counts as before: only the call that waits again.
+    assert_eq!(counted_bytes(&url, &direct).await, sizes(&[&waiting]));
     let mut back = None;
     for _ in 0..50 {
         back = through_proxy.take("before").await.ok();

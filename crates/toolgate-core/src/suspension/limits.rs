@@ -38,10 +38,10 @@ use std::time::Duration;
 ///   `suspensions_full`).
 ///
 ///   Both byte bounds are kept by the stores built on a
-///   [`SuspensionTable`](super::SuspensionTable): the in-memory store and the agent's JSON
-///   file store; the Redis store keeps `max_bytes_per_user` (in all, its `max_total`
-///   bounds the calls). Calls read back from a file at start-up count towards them but are kept
-///   even past them, as past the counts. `usize::MAX` turns a byte bound off.
+///   [`SuspensionTable`](super::SuspensionTable) (the in-memory store and the agent's JSON
+///   file store) and by the Redis store, exactly across its replicas. Calls read back from
+///   a file at start-up count towards them but are kept even past them, as past the
+///   counts. `usize::MAX` turns a byte bound off.
 /// * `expire_after` — how long a call may wait (default 24 h). An expired call no longer
 ///   counts against either cap, is removed, and answers
 ///   [`SuspensionStoreError::Expired`](super::SuspensionStoreError::Expired) for a while

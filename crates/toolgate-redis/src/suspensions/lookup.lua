@@ -49,6 +49,7 @@ if take then
     redis.call('ZREM', base .. ':user:' .. user, id)
   end
   redis.call('ZREM', KEYS[1], id)
+  unsize(base, id)
   redis.call('ZREM', base .. ':ids', id)
   redis.call('HDEL', base .. ':owners', id)
   redis.call('HSET', row, 'held_by', ARGV[7])

@@ -109,6 +109,15 @@ const LONGEST_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 ///   once from two replicas at a cap of 5 keep exactly 5. A caller is a user id in a
 ///   tenant, each with an index of their own: `ann` of `globex` never takes the places of
 ///   `ann` of `acme`. Approvals for a retry are capped the same way, counted apart.
+/// * `max_bytes_per_user` and `max_bytes_total` — the same script sums the sizes
+///   ([`stored_size`](toolgate_core::suspension::stored_size)) of the caller's calls not
+///   expired, and reads those of all waiting calls from a counter (`:bytes`, the sum of
+///   `:sizes`, id → size) that every script adding or removing a call keeps in step.
+///   Before refusing with [`SuspensionStoreError::BytesFull`], the save removes every
+///   expired call and counts the bytes again from the sizes (at most once a second: that
+///   count reads every waiting call's size), so that a counter gone wrong — lost, or left
+///   too high by an earlier version's replicas, which remove calls without their sizes —
+///   heals. A call an earlier version saved has no size there, and counts nothing in all.
 /// * `expire_after` — a call expires at the sooner of its own `expires_at` and the save's
 ///   time plus `expire_after`, both on the Redis server's clock (the `expires_at` of a call
 ///   read back is that expiry). An expired call is not listed, frees its place, and answers
@@ -166,9 +175,9 @@ const LONGEST_MS: u64 = 100 * 365 * 24 * 3600 * 1000;
 /// binding. With an [encryption key](Self::with_encryption_key) that JSON — and the JSON of
 /// approvals for a retry and of outcomes — is sealed with AES-256-GCM. What stays in clear,
 /// because the caps and the look-ups need it: call ids, user ids and tenants (in key names
-/// and as fields), binding keys (SHA-256 digests), expiry times, random tokens of the saves and
-/// takes, and a fingerprint of the key (so that a replica with another key leaves calls it
-/// cannot read in place).
+/// and as fields), binding keys (SHA-256 digests), expiry times, the calls' sizes in bytes,
+/// random tokens of the saves and takes, and a fingerprint of the key (so that a replica
+/// with another key leaves calls it cannot read in place).
 ///
 /// # Redis Cluster
 ///

@@ -8,9 +8,10 @@
 --          the fingerprint of the key that sealed the value, a token of this save (for
 --          undo.lua), the call without its contents, sealed as the value is (its expiry
 --          notice, for claim_expired.lua), how long a notice is kept past the expiry (ms),
---          the call's size in bytes (its record as compact JSON) and the most bytes one
---          caller's waiting calls may take
--- returns  {'ok', expiry ms} | {'user_full', 0} | {'user_bytes_full', 0} | {'full', 0}
+--          the call's size in bytes (its record as compact JSON), the most bytes one
+--          caller's waiting calls may take, and the most all waiting calls may take
+-- returns  {'ok', expiry ms} | {'user_full', 0} | {'user_bytes_full', 0} | {'full', 0} |
+--          {'bytes_full', 0}
 
 local base, id, user, value = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local given = tonumber(ARGV[5])
@@ -42,6 +43,30 @@ if size and per_user_bytes then
   end
   if held > per_user_bytes then
     return {'user_bytes_full', 0}
+  end
+end
+-- All the bytes waiting (`:bytes`, common.lua). Before a refusal every expired call
+-- leaves, and the bytes are counted again from the sizes: a refusal is exact, even after
+-- the counter drifted (an earlier version's replicas remove calls without their sizes).
+-- That count reads every waiting call's size, so it runs at most once a second
+-- (`:bytes_counted`): a flood of calls refused costs Redis no more than the check, and
+-- between counts every script of this version keeps the counter exact.
+local total_bytes = tonumber(ARGV[16])
+if size and total_bytes and held_bytes(base) + size > total_bytes then
+  repeat
+    gone = redis.call('ZRANGEBYSCORE', calls, '-inf', now, 'WITHSCORES', 'LIMIT', 0, 128)
+    for i = 1, #gone, 2 do
+      remember(base, gone[i], tonumber(gone[i + 1]), keep, total, forget(base, gone[i]))
+    end
+  until #gone == 0
+  local held
+  if redis.call('SET', base .. ':bytes_counted', '1', 'PX', 1000, 'NX') then
+    held = recount_bytes(base)
+  else
+    held = held_bytes(base)
+  end
+  if held + size > total_bytes then
+    return {'bytes_full', 0}
   end
 end
 
@@ -83,4 +108,7 @@ extend(calls, at - now + keep)
 extend(base .. ':ids', at - now + keep)
 extend(base .. ':owners', at - now + keep)
 extend(mine, at - now)
+if size and size > 0 then
+  add_size(base, id, size, at - now + keep)
+end
 return {'ok', at}

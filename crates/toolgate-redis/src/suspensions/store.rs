@@ -274,7 +274,8 @@ impl SuspensionStore for RedisSuspensions {
             .arg(notice)
             .arg(told_within(limits.expire_after))
             .arg(stored_size(&suspended))
-            .arg(limits.max_bytes_per_user);
+            .arg(limits.max_bytes_per_user)
+            .arg(limits.max_bytes_total);
         let (status, _expiry): (String, u64) = match self.try_run(&invocation).await {
             Ok(answer) => answer,
             Err(failure) => {
@@ -295,6 +296,9 @@ impl SuspensionStore for RedisSuspensions {
             }),
             "full" => Err(SuspensionStoreError::Full {
                 max: limits.max_total,
+            }),
+            "bytes_full" => Err(SuspensionStoreError::BytesFull {
+                max_bytes: limits.max_bytes_total,
             }),
             other => Err(unexpected(other)),
         }

@@ -12,7 +12,7 @@
 local base, id, what, token = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
 local total, keep = tonumber(ARGV[5]), tonumber(ARGV[6])
 local row = base .. ':call:' .. id
-local found = redis.call('HMGET', row, 'user', 'at', 'token', 'held_by', 'running')
+local found = redis.call('HMGET', row, 'user', 'at', 'token', 'held_by', 'running', 'size')
 
 if what == 'save' then
   if found[3] ~= token or found[4] then
@@ -56,4 +56,9 @@ extend(KEYS[1], at - now + keep)
 extend(base .. ':ids', at - now + keep)
 extend(base .. ':owners', at - now + keep)
 extend(mine, at - now)
+-- Its bytes count again (the take stopped counting them).
+local size = tonumber(found[6])
+if size and size > 0 then
+  add_size(base, id, size, at - now + keep)
+end
 return 'undone'

@@ -46,8 +46,8 @@ pub struct ApprovalPolicy {
     /// compact JSON (default `16MiB`).
     #[serde(default = "max_pending_bytes_per_user")]
     pub max_pending_bytes_per_user: ByteSize,
-    /// The bytes all waiting calls may take together (default `256MiB`; kept by the
-    /// in-memory state, while on Redis the count `max_pending` bounds them).
+    /// The bytes all waiting calls may take together, each counted as its record in
+    /// compact JSON (default `256MiB`; in memory and on Redis alike).
     #[serde(default = "max_pending_bytes")]
     pub max_pending_bytes: ByteSize,
     /// How long a call may wait before it expires (default `24h`).
