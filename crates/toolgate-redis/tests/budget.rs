@@ -178,7 +178,8 @@ async fn a_reported_cost_is_reconciled_on_redis_in_the_charged_window() {
     assert_eq!(
         budget
             .adjust("daily\u{1f}u\u{1f}ann", Window::day().end_after(now), -1000)
-            .await,
+            .await
+            .map(|s| s.map(|s| s.used)),
         Ok(Some(0))
     );
     let charged = budget
@@ -696,7 +697,10 @@ async fn a_correction_of_a_charge_a_reload_carried_applies_on_redis() {
     ));
     // The second call reports 1 unit of its 4: 3 come back, in the present hour.
     assert_eq!(
-        budget.adjust("ann", day.window_end_ms, -3).await,
+        budget
+            .adjust("ann", day.window_end_ms, -3)
+            .await
+            .map(|s| s.map(|s| s.used)),
         Ok(Some(7))
     );
     // The first charge is cancelled: its 3 units come back too.
@@ -715,6 +719,141 @@ async fn a_correction_of_a_charge_a_reload_carried_applies_on_redis() {
         BudgetDecision::Charged(s) if s.used == 10
     ));
     assert_every_key_expires(&url, &prefix).await;
+}
+
+/// Windows of 100 and 99 years: their ends (in 2069 and 2068) differ from a day's and from
+/// each other's whatever the hour a test runs, so a reload between them always moves a
+/// budget's window.
+fn centuries() -> (Window, Window) {
+    let year = 365 * 86_400;
+    (
+        Window::new(Duration::from_secs(100 * year)).unwrap(),
+        Window::new(Duration::from_secs(99 * year)).unwrap(),
+    )
+}
+
+/// A correction of a charge a reload carried answers the window the spending counts in
+/// now: the present window's end and the time until then, not the charged window's.
+#[tokio::test]
+async fn a_correction_of_a_carried_charge_on_redis_names_the_present_window() {
+    let test = "a_correction_of_a_carried_charge_on_redis_names_the_present_window";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let budget = state.budget();
+    let (long, _) = centuries();
+    let BudgetDecision::Charged(day) = charge_ten(&budget, "ann", 4, Window::day()).await else {
+        panic!("the charge in the day");
+    };
+    let BudgetDecision::Charged(present) = charge_ten(&budget, "ann", 1, long).await else {
+        panic!("the charge after the reload");
+    };
+    assert_eq!(present.used, 5, "the day's spending is carried");
+    let corrected = budget.adjust("ann", day.window_end_ms, -4).await.unwrap();
+    let Some(corrected) = corrected else {
+        panic!("the correction of a carried charge was ignored");
+    };
+    assert_eq!(corrected.used, 1);
+    assert_eq!(corrected.window_end_ms, present.window_end_ms);
+    assert!(
+        corrected.resets_in <= present.resets_in
+            && present.resets_in - corrected.resets_in < Duration::from_secs(60),
+        "{corrected:?} after {present:?}"
+    );
+    // The key lives until 2069: not in a shared Redis after the test.
+    remove_keys_under(&url, &prefix).await;
+}
+
+/// A budget carried twice by reloads (a day, then 100 years, then 99) still takes the
+/// correction and the cancel of a charge made in its first window, in the present window;
+/// the correction of a charge made in a window that was over before (the day before) is
+/// still ignored.
+#[tokio::test]
+async fn a_budget_carried_twice_on_redis_takes_corrections_of_charges_made_in_its_first_window() {
+    let test =
+        "a_budget_carried_twice_on_redis_takes_corrections_of_charges_made_in_its_first_window";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let budget = state.budget();
+    let key = budget.redis_key("ann");
+    let script = redis::Script::new(BUDGET_SCRIPT);
+    let mut redis = inspect(&url).await;
+    let (longer, long) = centuries();
+    // In the day: 3 units charged by id (to be cancelled), then 4.
+    let (charged, _, _, _): (u8, u64, u64, u64) = script
+        .prepare_invoke()
+        .key(&key)
+        .key(format!("{key}:c:slow"))
+        .arg("charge")
+        .arg(3)
+        .arg(10)
+        .arg(86_400_000)
+        .arg(30_000)
+        .invoke_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(charged, 1);
+    let BudgetDecision::Charged(day) = charge_ten(&budget, "ann", 4, Window::day()).await else {
+        panic!("the charge in the day");
+    };
+    // Reloaded twice: carried into 100 years, then into 99. In the 100 years, 2 units
+    // charged by id (to be cancelled) and 1 more: the 99 years are used up.
+    let (charged, _, in_longer, _): (u8, u64, u64, u64) = script
+        .prepare_invoke()
+        .key(&key)
+        .key(format!("{key}:c:middle"))
+        .arg("charge")
+        .arg(2)
+        .arg(10)
+        .arg(longer.millis())
+        .arg(30_000)
+        .invoke_async(&mut redis)
+        .await
+        .unwrap();
+    assert_eq!(charged, 1);
+    assert!(matches!(
+        charge_ten(&budget, "ann", 1, longer).await,
+        BudgetDecision::Charged(s) if s.used == 10
+    ));
+    let refused = charge_ten(&budget, "ann", 1, long).await;
+    let BudgetDecision::Refused(present) = refused else {
+        panic!("the spending of both windows is carried: {refused:?}");
+    };
+    assert_eq!(present.used, 10);
+    // The day's second call reports 1 of its 4: 3 come back, in the present window.
+    let corrected = budget.adjust("ann", day.window_end_ms, -3).await.unwrap();
+    assert!(
+        matches!(corrected, Some(s) if s.used == 7 && s.window_end_ms == present.window_end_ms),
+        "the correction of a charge made in the first window: {corrected:?}"
+    );
+    // The charges by id, in the day and in the 100 years, are cancelled: 3 and 2 come back.
+    for id in ["slow", "middle"] {
+        let cancelled: Vec<u64> = script
+            .prepare_invoke()
+            .key(&key)
+            .key(format!("{key}:c:{id}"))
+            .arg("cancel")
+            .arg(30_000)
+            .invoke_async(&mut redis)
+            .await
+            .unwrap();
+        assert_eq!(cancelled, [1], "the cancel of charge `{id}`");
+    }
+    // The 100 years' other charge still counts as well: 1 comes back.
+    let corrected = budget.adjust("ann", in_longer, -1).await.unwrap();
+    assert!(matches!(corrected, Some(s) if s.used == 1), "{corrected:?}");
+    // The day before was over before this spending began: its correction is ignored.
+    let day_before = day.window_end_ms - 86_400_000;
+    assert_eq!(budget.adjust("ann", day_before, -2).await, Ok(None));
+    let from: u64 = redis.hget(&key, "from").await.unwrap();
+    assert_eq!(from, day.window_end_ms, "the earliest end carried from");
+    // The key lives until 2068: not in a shared Redis after the test.
+    remove_keys_under(&url, &prefix).await;
 }
 
 /// A hash an older version wrote (`end` and `used`, no length) is read by the rules it was
@@ -829,7 +968,8 @@ async fn an_adjust_sent_again_changes_the_budget_once() {
             .invoke_async(&mut redis)
             .await
             .unwrap();
-        assert_eq!(answer, [1, 5], "given back once");
+        assert_eq!(answer[..2], [1, 5], "given back once");
+        assert_eq!(answer[2], spent.window_end_ms, "the window it counts in");
     }
     assert_every_key_expires(&url, &prefix).await;
 }

@@ -80,12 +80,17 @@ pub trait BudgetBackend: Send + Sync + 'static {
     ) -> Result<BudgetDecision, BudgetBackendError>;
 
     /// Adds `delta` (negative: gives back) to what `key` spent in the window that ends at
-    /// `window_end_ms`, never going below zero; a window that is over is left alone.
-    /// Answers the spending after the change, or `None` when the window is over.
+    /// `window_end_ms`, never going below zero; a window that is over is left alone. When
+    /// a reload that changed the window's length carried that window's spending into the
+    /// present window, the change applies there.
+    ///
+    /// Answers the budget's state after the change — its spending and the window it counts
+    /// in now, which is the present window when the spending was carried — or `None` when
+    /// the window is over.
     async fn adjust(
         &self,
         key: &str,
         window_end_ms: u64,
         delta: i64,
-    ) -> Result<Option<u64>, BudgetBackendError>;
+    ) -> Result<Option<BudgetState>, BudgetBackendError>;
 }

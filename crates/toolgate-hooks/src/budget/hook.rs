@@ -13,7 +13,6 @@ use super::{
     BudgetBackend, BudgetBackendError, BudgetDecision, BudgetRequest, BudgetState, Cost,
     InMemoryBudget, LimitReport, LimitState, Window,
 };
-use crate::clock::now_ms;
 use crate::now_and_then::{NowAndThen, backend_failed};
 use crate::partition::Partition;
 use crate::quota::OnBackendError;
@@ -28,7 +27,8 @@ use toolgate_core::error::grouped;
 ///   until when, and what the call costs.
 /// * A cost the tool reports ([`Cost::Reported`]) is reconciled at `did_release_quota`:
 ///   the difference to the estimate is charged or given back, in the window that was
-///   charged.
+///   charged — or in the present window, when a reload that changed the window's length
+///   carried that window's spending there (the report then names the present window).
 /// * A budget meters what the tool spends, so a call whose tool never ran costs nothing:
 ///   its charge is given back at `did_release_quota`. That is a call answered from the
 ///   [result cache](crate::cache::ResultCache) (a stored answer is not charged again, nor
@@ -420,18 +420,9 @@ impl Budget {
             return Ok(());
         }
         match self.backend.adjust(&key, window_end_ms, delta).await {
-            Ok(Some(used)) => {
-                let resets_in =
-                    std::time::Duration::from_millis(window_end_ms.saturating_sub(now_ms()));
-                self.report(
-                    ctx,
-                    &BudgetState {
-                        used,
-                        window_end_ms,
-                        resets_in,
-                    },
-                );
-            }
+            // The state names the window the spending counts in now: after a reload carried
+            // it, the present window, not the one that was charged.
+            Ok(Some(state)) => self.report(ctx, &state),
             Ok(None) => {}
             // The call is over: a failed reconciliation is logged, never the call's outcome.
             Err(error) => {

@@ -20,8 +20,10 @@ struct Spent {
     /// The window's length when it was last charged: a reload that changes it is told
     /// apart from a wrong clock by it.
     len: u64,
-    /// The end of the window this spending was carried from when a reload changed the
-    /// window's length: a correction of a charge made in that window still applies.
+    /// The earliest end of a window whose spending a reload (one that changed the
+    /// window's length) carried into this one, however many reloads carried it: a
+    /// correction of a charge made in any window that ended then or later still applies
+    /// (see [`Spent::counts`]).
     carried_from: Option<u64>,
 }
 
@@ -33,6 +35,15 @@ impl Spent {
             len,
             carried_from: None,
         }
+    }
+
+    /// Whether a charge made in the window that ends at `window_end_ms` counts in this
+    /// spending: one made in the present window, or in any window a reload carried into
+    /// it. Those all end at or after the earliest carried-from end: each overlaps the next,
+    /// and the present one holds now. A window that was over before this spending began
+    /// ended at or before the first one's start, so its late corrections stay ignored.
+    fn counts(&self, window_end_ms: u64) -> bool {
+        self.end == window_end_ms || self.carried_from.is_some_and(|from| window_end_ms >= from)
     }
 }
 
@@ -131,7 +142,12 @@ impl BudgetBackend for InMemoryBudget {
             let stored_begun = entry.end.saturating_sub(entry.len);
             if stored_begun < end && begun < entry.end {
                 if entry.end != end {
-                    entry.carried_from = Some(entry.end);
+                    // A budget carried before keeps its earliest carried-from end, so the
+                    // corrections of charges made in its first window still apply.
+                    let from = entry
+                        .carried_from
+                        .map_or(entry.end, |from| from.min(entry.end));
+                    entry.carried_from = Some(from);
                     entry.end = end;
                 }
                 entry.len = len;
@@ -158,16 +174,20 @@ impl BudgetBackend for InMemoryBudget {
         key: &str,
         window_end_ms: u64,
         delta: i64,
-    ) -> Result<Option<u64>, BudgetBackendError> {
+    ) -> Result<Option<BudgetState>, BudgetBackendError> {
+        let now = self.now_ms();
         let mut spent = self.spent.lock().unwrap_or_else(|e| e.into_inner());
         // A charge made in a window whose spending a reload carried into the present one
-        // counts there: its correction applies there too.
+        // counts there: its correction applies there too, and the answer names the
+        // present window.
         match spent.get_mut(key) {
-            Some(stored)
-                if stored.end == window_end_ms || stored.carried_from == Some(window_end_ms) =>
-            {
+            Some(stored) if stored.counts(window_end_ms) => {
                 stored.used = stored.used.saturating_add_signed(delta);
-                Ok(Some(stored.used))
+                Ok(Some(BudgetState {
+                    used: stored.used,
+                    window_end_ms: stored.end,
+                    resets_in: Duration::from_millis(stored.end.saturating_sub(now)),
+                }))
             }
             _ => Ok(None),
         }
@@ -256,7 +276,10 @@ mod tests {
         ));
         // The first call's tool never ran: its 5 units come back, in the present hour.
         assert_eq!(
-            store.adjust("ann", first.window_end_ms, -5).await,
+            store
+                .adjust("ann", first.window_end_ms, -5)
+                .await
+                .map(|s| s.map(|s| s.used)),
             Ok(Some(15))
         );
         assert!(matches!(
@@ -270,6 +293,97 @@ mod tests {
             BudgetDecision::Charged(s) if s.used == 1
         ));
         assert_eq!(store.adjust("ann", first.window_end_ms, -5).await, Ok(None));
+    }
+
+    /// A correction of a charge carried by a reload answers the present window: its end
+    /// and the time left until then, not the window the charge was made in.
+    #[tokio::test]
+    async fn a_correction_of_a_carried_charge_names_the_present_window() {
+        let (store, clock) = store_at(DAY + 10 * HOUR + 30 * 60);
+        let BudgetDecision::Charged(first) = charge(&store, 5, Window::day()).await else {
+            panic!("the first charge");
+        };
+        // 10:40, reloaded with a window of an hour (10:00 to 11:00).
+        clock.store(DAY + 10 * HOUR + 40 * 60, Ordering::SeqCst);
+        assert!(matches!(
+            charge(&store, 1, Window::hour()).await,
+            BudgetDecision::Charged(s) if s.used == 6
+        ));
+        let corrected = store.adjust("ann", first.window_end_ms, -5).await;
+        assert_eq!(
+            corrected,
+            Ok(Some(BudgetState {
+                used: 1,
+                window_end_ms: (DAY + 11 * HOUR) * 1000,
+                resets_in: Duration::from_secs(20 * 60),
+            }))
+        );
+    }
+
+    /// A budget carried twice in one window — a day made an hour, then half an hour —
+    /// still takes the corrections of charges made in each window carried into the
+    /// present one, the first included; a correction of a charge made in a window that was
+    /// over before (the day before) is still ignored.
+    #[tokio::test]
+    async fn a_budget_carried_twice_takes_corrections_of_charges_made_in_its_first_window() {
+        let half_hour = Window::new(Duration::from_secs(30 * 60)).unwrap();
+        let (store, clock) = store_at(DAY + 10 * HOUR + 5 * 60);
+        let BudgetDecision::Charged(in_day) = charge(&store, 5, Window::day()).await else {
+            panic!("the charge in the day");
+        };
+        // 10:10, an hour (10:00 to 11:00): the day's 5 units carried.
+        clock.store(DAY + 10 * HOUR + 10 * 60, Ordering::SeqCst);
+        let BudgetDecision::Charged(in_hour) = charge(&store, 10, Window::hour()).await else {
+            panic!("the charge in the hour");
+        };
+        assert_eq!(in_hour.used, 15);
+        // 10:20, half an hour (10:00 to 10:30): carried again, 5 more.
+        clock.store(DAY + 10 * HOUR + 20 * 60, Ordering::SeqCst);
+        assert!(matches!(
+            charge(&store, 5, half_hour).await,
+            BudgetDecision::Charged(s) if s.used == 20 && s.window_end_ms == (DAY + 10 * HOUR + 30 * 60) * 1000
+        ));
+        // The day's call never ran, and the hour's reported 4 of its 10: both corrections
+        // apply in the present half hour, and name it.
+        let present = (DAY + 10 * HOUR + 30 * 60) * 1000;
+        let corrected = store.adjust("ann", in_day.window_end_ms, -5).await;
+        assert!(
+            matches!(corrected, Ok(Some(s)) if s.used == 15 && s.window_end_ms == present),
+            "{corrected:?}"
+        );
+        let corrected = store.adjust("ann", in_hour.window_end_ms, -6).await;
+        assert!(
+            matches!(corrected, Ok(Some(s)) if s.used == 9 && s.window_end_ms == present),
+            "{corrected:?}"
+        );
+        // The day before was over before this spending began: its correction is ignored.
+        let day_before = in_day.window_end_ms - 86_400_000;
+        assert_eq!(store.adjust("ann", day_before, -5).await, Ok(None));
+        // Back to a day at 10:25: carried a third time, the first window still counts.
+        clock.store(DAY + 10 * HOUR + 25 * 60, Ordering::SeqCst);
+        assert!(matches!(
+            charge(&store, 1, Window::day()).await,
+            BudgetDecision::Charged(s) if s.used == 10
+        ));
+        let corrected = store.adjust("ann", in_hour.window_end_ms, -1).await;
+        assert!(
+            matches!(corrected, Ok(Some(s)) if s.used == 9),
+            "{corrected:?}"
+        );
+        // The next day begins afresh: the corrections of the windows carried are over.
+        clock.store(DAY + 86_400 + HOUR, Ordering::SeqCst);
+        assert!(matches!(
+            charge(&store, 1, Window::day()).await,
+            BudgetDecision::Charged(s) if s.used == 1
+        ));
+        assert_eq!(
+            store.adjust("ann", in_hour.window_end_ms, -1).await,
+            Ok(None)
+        );
+        assert_eq!(
+            store.adjust("ann", in_day.window_end_ms, -1).await,
+            Ok(None)
+        );
     }
 
     /// A stored window that does not overlap the present one starts afresh when the length

@@ -54,7 +54,7 @@ async fn spent(store: &InMemoryBudget, user: &str) -> Option<u64> {
     let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap();
     let end = Window::day().end_after(now.as_millis() as u64);
     let key = format!("budget\u{1f}u\u{1f}{user}");
-    store.adjust(&key, end, 0).await.unwrap()
+    store.adjust(&key, end, 0).await.unwrap().map(|s| s.used)
 }
 
 /// `search` costs 4 and `llm` is charged what it reports (estimate 2), out of 10 a day,
@@ -331,7 +331,14 @@ async fn a_reported_cost_is_reconciled_after_the_call() {
             .unwrap()
             .as_millis() as u64,
     );
-    assert_eq!(store.adjust(key, window_end, 0).await.unwrap(), Some(30));
+    assert_eq!(
+        store
+            .adjust(key, window_end, 0)
+            .await
+            .unwrap()
+            .map(|s| s.used),
+        Some(30)
+    );
 }
 
 #[tokio::test]
@@ -376,7 +383,14 @@ async fn a_reported_cost_is_read_from_what_the_tool_returned_not_what_a_limit_ma
             .as_millis() as u64,
     );
     let key = "budget\u{1f}u\u{1f}ann";
-    assert_eq!(store.adjust(key, window_end, 0).await.unwrap(), Some(500));
+    assert_eq!(
+        store
+            .adjust(key, window_end, 0)
+            .await
+            .unwrap()
+            .map(|s| s.used),
+        Some(500)
+    );
 }
 
 #[tokio::test]
@@ -759,4 +773,73 @@ async fn a_reload_that_changes_the_window_keeps_the_spending() {
     // 12:10: a window that began after the spent one ended starts afresh.
     seconds.store(day + 12 * hour + 10 * 60, Ordering::SeqCst);
     assert!(matches!(charge(2, two_hours).await, BudgetDecision::Charged(s) if s.used == 2));
+}
+
+/// A call charged under a daily budget, whose config is reloaded with an hourly one while
+/// it runs (another call charges the hour), reports its reconciled cost against the
+/// present hour: the report (the `RateLimit` fields) says the budget resets when the hour
+/// ends, not when the day the call was charged in would have.
+#[tokio::test]
+async fn after_a_reload_carried_the_spending_a_reconciled_call_reports_the_present_window() {
+    let hour = 3600;
+    // 10:40 of a day.
+    let day = 20_000 * 86_400;
+    let seconds = Arc::new(AtomicU64::new(day + 10 * hour + 40 * 60));
+    let store = InMemoryBudget::default().with_clock(clock_at(seconds.clone()));
+    let reloaded = store.clone();
+    let pipeline = Pipeline::builder()
+        .tool(JsonTool::new(
+            "llm",
+            "Completes.",
+            json!({}),
+            move |_, _| {
+                let reloaded = reloaded.clone();
+                Box::pin(async move {
+                    // While the tool runs, the config is reloaded and a call of ann's is
+                    // charged 1 unit under the hourly budget: the day's spending is carried
+                    // into the present hour (10:00 to 11:00).
+                    let request = BudgetRequest {
+                        key: "budget\u{1f}u\u{1f}ann",
+                        cost: 1,
+                        limit: 100,
+                        window: Window::hour(),
+                    };
+                    let carried = reloaded.charge(request).await.unwrap();
+                    assert!(
+                        matches!(carried, BudgetDecision::Charged(s) if s.used == 31),
+                        "{carried:?}"
+                    );
+                    Ok::<_, ToolError>(json!({"usage": {"units": 10}}))
+                })
+            },
+        ))
+        .hook(
+            Budget::builder(100, Window::day())
+                .tool_cost(
+                    "llm",
+                    Cost::Reported {
+                        pointer: "/usage/units".into(),
+                        estimate: 30,
+                    },
+                )
+                .backend(Arc::new(store))
+                .build(),
+        )
+        .build()
+        .unwrap();
+    let report = LimitReport::default();
+    pipeline
+        .invoke(
+            "llm",
+            json!({}),
+            as_user("ann").provide::<LimitReport>(report.clone()),
+        )
+        .await
+        .unwrap();
+    // 30 charged, 1 by the reloaded budget, 20 given back: 11 spent, in the present hour.
+    let [state] = &report.states()[..] else {
+        panic!("one limit: {:?}", report.states());
+    };
+    assert_eq!(state.remaining, Some(89));
+    assert_eq!(state.resets_in, Some(Duration::from_secs(20 * 60)));
 }

@@ -2,9 +2,9 @@
 -- answer came too late, or the reconciliation of a charge. One key, a hash: `end` (the end
 -- of the window it counts, ms since the epoch, which also names the window), `used` (units
 -- spent in it), `len` (the window's length in ms, written wherever `end` is) and, after a
--- reload changed the window's length, `from` (the end of the window whose spending was
--- carried into this one). The key expires when its window ends, so no key outlives its use
--- and a new window starts at zero.
+-- reload changed the window's length, `from` (the earliest end of a window whose spending
+-- was carried into this one, however many reloads carried it). The key expires when its
+-- window ends, so no key outlives its use and a new window starts at zero.
 --
 -- A window of the same length as the stored one (or a hash without `len`, written by an
 -- older version) keeps these rules: a later window begins at zero; a stored window ahead
@@ -35,16 +35,26 @@
 --          returns {1} when the charge's cost was given back, {0} when there was nothing
 --          to give back (it was not made, or its window is over)
 -- adjust:  ARGV = {'adjust', end of the charged window, delta, record expiry ms}
---          returns {1, used} after the change (never below zero), {0} when that window is
---          over; an adjust sent again with the same record changes nothing more
--- A cancel or an adjust of a charge made in the window named by `from` applies to the
--- present window: that window's spending counts there.
+--          returns {1, used, end, ms until end} after the change (used never below zero;
+--          end the window the spending counts in now), {0} when that window is over; an
+--          adjust sent again with the same record changes nothing more
+-- A cancel or an adjust of a charge made in a window that ended at or after `from` applies
+-- to the present window: every window whose spending was carried there ended then or
+-- later (each overlaps the next, and the present one holds now), while a window that was
+-- over before the spending began ended at or before the first of them began.
 
 local state = redis.call('HMGET', KEYS[1], 'end', 'used', 'len', 'from')
 local stored_end = tonumber(state[1])
 local used = tonumber(state[2]) or 0
 local stored_len = tonumber(state[3])
 local carried_from = tonumber(state[4])
+
+-- Whether a charge made in the window that ends at `charged_end` counts in the stored
+-- spending: the present window, or one a reload carried into it.
+local function counts(charged_end)
+  return charged_end == stored_end or (carried_from ~= nil and charged_end >= carried_from)
+end
+
 -- A length no replica writes (not a positive number) reads as none: the rules of an older
 -- version's hash.
 if stored_len and not (stored_len > 0) then
@@ -61,12 +71,17 @@ end
 
 if ARGV[1] == 'adjust' then
   local charged_end = tonumber(ARGV[2])
-  if stored_end ~= charged_end and carried_from ~= charged_end then
+  if not stored_end or not counts(charged_end) then
     return {0}
   end
+  -- The answer names the window the spending counts in now (after a reload carried it,
+  -- the present one, not the charged one), and how long until it ends.
+  local clock = redis.call('TIME')
+  local now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
+  local resets_in = math.max(0, stored_end - now)
   -- An adjust sent again (its answer came too late) is made once: KEYS[2] says it was.
   if KEYS[2] and redis.call('EXISTS', KEYS[2]) == 1 then
-    return {1, used}
+    return {1, used, stored_end, resets_in}
   end
   -- Never below zero, nor past 2^53 - 1: a count Lua's doubles keep exact.
   used = math.min(9007199254740991, math.max(0, used + tonumber(ARGV[3])))
@@ -74,7 +89,7 @@ if ARGV[1] == 'adjust' then
   if KEYS[2] then
     redis.call('SET', KEYS[2], '1', 'PX', ARGV[4])
   end
-  return {1, used}
+  return {1, used, stored_end, resets_in}
 end
 
 if ARGV[1] == 'cancel' then
@@ -87,7 +102,7 @@ if ARGV[1] == 'cancel' then
   end
   local charged_end, cost = string.match(record, '^(%d+):(%d+)$')
   charged_end = tonumber(charged_end)
-  if not charged_end or (charged_end ~= stored_end and charged_end ~= carried_from) then
+  if not charged_end or not stored_end or not counts(charged_end) then
     -- Its window is over (a new one begins afresh anyway): nothing to give back.
     return {0}
   end
@@ -111,7 +126,10 @@ if stored_end and stored_len and stored_len ~= w then
     -- or shorter (`1d` to `1h`). Spending from before the present window began is so
     -- carried too: that errs on the side of refusing, never on a fresh allowance.
     if stored_end ~= window_end then
-      carried_from = stored_end
+      -- Carried again (a second reload in one window, or replicas of both lengths during
+      -- a reload): the earliest carried-from end is kept, so that the corrections of
+      -- charges made in the first window still apply.
+      carried_from = math.min(carried_from or stored_end, stored_end)
     end
     moved = true
   else

@@ -248,7 +248,7 @@ impl BudgetBackend for RedisBudget {
         key: &str,
         window_end_ms: u64,
         delta: i64,
-    ) -> Result<Option<u64>, BudgetBackendError> {
+    ) -> Result<Option<BudgetState>, BudgetBackendError> {
         let key = self.redis_key(key);
         let record = adjust_record(&key, &self.link.unique_id());
         let answer = adjust_once(&self.link, &key, &record, window_end_ms, delta).await;
@@ -261,8 +261,14 @@ impl BudgetBackend for RedisBudget {
                 return Err(self.unavailable(failure));
             }
         };
+        // The window the spending counts in now: after a reload carried it, the present
+        // one, not the one that was charged.
         Ok(match answer[..] {
-            [1, used] => Some(used),
+            [1, used, window_end_ms, resets_in] => Some(BudgetState {
+                used,
+                window_end_ms,
+                resets_in: Duration::from_millis(resets_in),
+            }),
             _ => None,
         })
     }
@@ -284,7 +290,8 @@ async fn cancel_once(link: &Link, key: &str, record: &str) -> Result<bool, Failu
     Ok(answer.first() == Some(&1))
 }
 
-/// Sends one adjust of the budget at `key`, made once per `record`.
+/// Sends one adjust of the budget at `key`, made once per `record`: `[1, used, end of the
+/// window it counts in, ms until then]`, or `[0]` when the charged window is over.
 async fn adjust_once(
     link: &Link,
     key: &str,
