@@ -13,7 +13,7 @@
 //! | what | key | expiry |
 //! |---|---|---|
 //! | quota state (GCRA TAT) | `<policy base>:quota` | when the budget is full again |
-//! | budget (window end, units spent, window length, the earliest end of a window its spending was carried from) | `<policy base>:budget` (hash) | when its window ends |
+//! | budget (window end, units spent, window length, the earliest end of a window its spending was carried from) | `<policy base>:budget` (hash) | a day (or a window, when longer) after its window ends |
 //! | one budget charge (its window and cost, or that it was cancelled) | `<policy base>:budget:c:<id>` | 30 s |
 //! | one budget correction, made | `<policy base>:budget:a:<id>` | 30 s |
 //! | concurrency leases | `<policy base>:leases` (sorted set) | the latest lease's expiry |

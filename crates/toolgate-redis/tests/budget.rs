@@ -158,9 +158,10 @@ async fn a_reported_cost_is_reconciled_on_redis_in_the_charged_window() {
     let mut redis = inspect(&url).await;
     let used: u64 = redis.hget(&key, "used").await.unwrap();
     assert_eq!(used, 63);
-    // The key lives until the window ends, and no longer.
+    // The key lives a day past the window's end (for a reload to a longer window), and no
+    // longer.
     let pttl: i64 = redis.pttl(&key).await.unwrap();
-    assert!(pttl > 0 && pttl <= 86_400_000, "{pttl}");
+    assert!(pttl > 86_400_000 && pttl <= 2 * 86_400_000, "{pttl}");
     // A reconciliation that arrives after its window ended changes nothing.
     let budget = state.budget();
     let now = SystemTime::now()
@@ -646,12 +647,83 @@ async fn a_window_made_shorter_on_redis_keeps_the_spending_until_the_present_win
     // (In the last hour of a day, the day and the hour end together: nothing moved.)
     let moved = (day.window_end_ms != hour.window_end_ms).then_some(day.window_end_ms);
     assert_eq!(from, moved, "the day it was carried from");
+    // The key lasts as long as it did: a day past the day's end (a replica still on the
+    // day, during a rolling reload, keeps counting the spending).
     let pttl: u64 = redis.pttl(&key).await.unwrap();
+    let day_kept = day.resets_in.as_millis() as u64 + 86_400_000;
     assert!(
-        pttl <= 3_600_000,
-        "the key lasts until the hour ends, not the day: {pttl} ms"
+        pttl <= day_kept && pttl + 60_000 >= day_kept,
+        "the key lasts a day past the day's end, not the hour's: {pttl} ms"
     );
     assert_every_key_expires(&url, &prefix).await;
+    remove_keys_under(&url, &prefix).await;
+}
+
+/// Waits until the window `state` names has ended, on the Redis server's clock (with a
+/// margin for the clocks of this process and of Redis).
+async fn until_it_ends(state: &toolgate_hooks::budget::BudgetState) {
+    tokio::time::sleep(state.resets_in + Duration::from_millis(100)).await;
+}
+
+/// A reload that makes a window longer after the shorter window ended still counts what was
+/// spent in it: a used-up budget of a second made one of a century stays used up (the
+/// second lies in the present century), as in memory. The key outlived its window.
+#[tokio::test]
+async fn a_window_made_longer_after_the_shorter_one_ended_on_redis_keeps_the_spending() {
+    let test = "a_window_made_longer_after_the_shorter_one_ended_on_redis_keeps_the_spending";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let budget = state.budget();
+    let second = Window::new(Duration::from_secs(1)).unwrap();
+    let (century, _) = centuries();
+    let BudgetDecision::Charged(spent) = charge_ten(&budget, "ann", 10, second).await else {
+        panic!("the first charge");
+    };
+    until_it_ends(&spent).await;
+
+    let after_reload = charge_ten(&budget, "ann", 1, century).await;
+
+    let BudgetDecision::Refused(refused) = after_reload else {
+        panic!("a reload after the window ended gave a fresh allowance: {after_reload:?}");
+    };
+    assert_eq!(refused.used, 10);
+    remove_keys_under(&url, &prefix).await;
+}
+
+/// During a rolling reload, a replica of a shorter window carries a longer window's spending
+/// into its own, even for a call it refuses; when that shorter window ends, a replica of the
+/// longer one still counts the spending: the key is never made to expire sooner.
+#[tokio::test]
+async fn a_refused_call_on_a_replica_of_a_shorter_window_does_not_cut_the_spending_short() {
+    let test = "a_refused_call_on_a_replica_of_a_shorter_window_does_not_cut_the_spending_short";
+    let Some(url) = redis_or_skip(test).await else {
+        return;
+    };
+    let prefix = namespace();
+    let state = connect(&url, config(&prefix)).await;
+    let budget = state.budget();
+    let second = Window::new(Duration::from_secs(1)).unwrap();
+    let (century, _) = centuries();
+    assert!(matches!(
+        charge_ten(&budget, "ann", 10, century).await,
+        BudgetDecision::Charged(_)
+    ));
+    let on_the_other_replica = charge_ten(&budget, "ann", 1, second).await;
+    let BudgetDecision::Refused(carried) = on_the_other_replica else {
+        panic!("the spending was not carried: {on_the_other_replica:?}");
+    };
+    until_it_ends(&carried).await;
+
+    let again = charge_ten(&budget, "ann", 1, century).await;
+
+    let BudgetDecision::Refused(refused) = again else {
+        panic!("the century's spending was cut short: {again:?}");
+    };
+    assert_eq!(refused.used, 10);
+    remove_keys_under(&url, &prefix).await;
 }
 
 /// A correction or a cancel of a charge made before a reload carried its window into the

@@ -3,8 +3,9 @@
 -- of the window it counts, ms since the epoch, which also names the window), `used` (units
 -- spent in it), `len` (the window's length in ms, written wherever `end` is) and, after a
 -- reload changed the window's length, `from` (the earliest end of a window whose spending
--- was carried into this one, however many reloads carried it). The key expires when its
--- window ends, so no key outlives its use and a new window starts at zero.
+-- was carried into this one, however many reloads carried it). The key expires a day (or
+-- a window, when longer) after its window ends: a later window of the same length starts
+-- at zero by these rules, and a reload to a longer window still finds what was spent.
 --
 -- A window of the same length as the stored one (or a hash without `len`, written by an
 -- older version) keeps these rules: a later window begins at zero; a stored window ahead
@@ -158,8 +159,15 @@ elseif stored_end ~= window_end then
   end
 end
 
+-- How long the key outlives its window: a day, or a window when that is longer. A reload
+-- that makes the window longer finds the spending of a window that ended within it and
+-- carries it (`1m` made `1h`: the minute just over counts in the hour).
+local horizon = math.max(w, 86400000)
+
 -- Writes the window (its end, length and where its spending was carried from), with
--- `used` when given, and the key's expiry at the window's end.
+-- `used` when given, and the key's expiry `horizon` after the window's end: never sooner
+-- than it was, so that a replica of a shorter window (during a rolling reload) cannot cut
+-- short the spending of a longer one, even by a refused call.
 local function write_window(spent)
   local fields = {'end', string.format('%d', window_end), 'len', string.format('%d', w)}
   if spent then
@@ -173,7 +181,11 @@ local function write_window(spent)
     redis.call('HDEL', KEYS[1], 'from')
   end
   redis.call('HSET', KEYS[1], unpack(fields))
-  redis.call('PEXPIREAT', KEYS[1], string.format('%d', window_end))
+  local keep_until = window_end + horizon
+  local ttl = redis.call('PTTL', KEYS[1])
+  if ttl < 0 or now + ttl < keep_until then
+    redis.call('PEXPIREAT', KEYS[1], string.format('%d', keep_until))
+  end
 end
 
 local record = redis.call('GET', KEYS[2])

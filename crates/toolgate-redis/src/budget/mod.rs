@@ -40,9 +40,12 @@ const CANCEL_DEADLINE: Duration = Duration::from_secs(2);
 /// window's end, its length and the units spent), run atomically on the Redis server's
 /// clock: however many replicas charge one budget at once, the charged costs of a window
 /// never pass its limit, and every replica sees the window change at the same instant. On a
-/// cluster the key's hash tag keeps it in one slot. The key expires when its window ends. A
-/// reload that changes the window's length carries spending whose window overlaps the
-/// present one into it, so it gives no fresh allowance (see `budget.lua`).
+/// cluster the key's hash tag keeps it in one slot. The key expires a day (or a window, when
+/// longer) after its window ends, and never sooner than it did. A reload that changes the
+/// window's length carries spending whose window overlaps the present one into it, so it
+/// gives no fresh allowance (see `budget.lua`): a window made longer finds the spending of
+/// a window that ended up to that long before, and a replica of a shorter window during a
+/// rolling reload cannot cut short the spending of a longer one.
 ///
 /// When Redis gives no answer within the deadline the charge fails with
 /// [`BudgetBackendError::Unavailable`], and the [`Budget`] hook's `OnBackendError` decides
