@@ -285,8 +285,9 @@ where
                 session.renewed(direct);
             }
             let (mut head, mut body) = response.into_parts();
-            body = plain_errors::reworded(&mut head, body, message.as_ref());
-            if refusal_words::may_repeat_the_request(head.status, &head.headers) {
+            let ours;
+            (body, ours) = plain_errors::reworded(&mut head, body, message.as_ref());
+            if !ours && refusal_words::may_repeat_the_request(head.status, &head.headers) {
                 body = refusal_words::cut(body);
             }
             if let Some(decision) = listen

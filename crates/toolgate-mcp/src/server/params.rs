@@ -8,6 +8,7 @@
 
 use rmcp::model::ErrorData;
 use serde_json::{Map, Value};
+use toolgate_core::error::shown_id;
 
 use super::message::kind_of;
 
@@ -188,7 +189,13 @@ impl Shape {
             (Shape::String, Value::String(_)) | (Shape::Object, Value::Object(_)) => None,
             (Shape::Level, Value::String(level)) => {
                 let known = LEVELS.split(", ").any(|l| l == level);
-                (!known).then(|| format!("`{name}` must be one of {LEVELS}, not \"{level}\""))
+                // The caller's value is repeated cut and escaped, as toolgate repeats an id.
+                (!known).then(|| {
+                    format!(
+                        "`{name}` must be one of {LEVELS}, not \"{}\"",
+                        shown_id(level)
+                    )
+                })
             }
             (Shape::Reference, Value::Object(reference)) => reference_problem(name, reference),
             (Shape::Argument, Value::Object(argument)) => ["name", "value"]
@@ -201,7 +208,8 @@ impl Shape {
                     .find(|(_, v)| !v.is_string())
                     .map(|(key, v)| {
                         format!(
-                            "`{name}.arguments.{key}` must be a string, not {}",
+                            "`{name}.arguments.{}` must be a string, not {}",
+                            shown_id(key),
                             kind_of(v)
                         )
                     }),
@@ -351,5 +359,27 @@ mod tests {
     fn a_method_this_server_does_not_serve_is_left_alone() {
         assert!(malformed("skills/list", Some(&json!({"cursor": 5}))).is_none());
         assert!(malformed("no/such", None).is_none());
+    }
+
+    #[test]
+    fn a_level_or_argument_key_the_caller_sent_is_repeated_cut_and_escaped() {
+        let hostile = format!("\u{202e}\u{1b}[2J\n{}", "Z".repeat(900_000));
+        let level = refused("logging/setLevel", Some(json!({"level": hostile})));
+        assert!(level.len() < 400, "{} bytes", level.len());
+        assert!(level.contains("not \"\\u{202e}\\u{1b}[2J\\nZZZ"), "{level}");
+        assert!(level.ends_with("…\""), "{level}");
+
+        let arguments = json!({ hostile.clone(): 5 });
+        let key = refused(
+            "completion/complete",
+            Some(json!({
+                "ref": {"type": "ref/prompt", "name": "p"},
+                "argument": {"name": "a", "value": "b"},
+                "context": {"arguments": arguments},
+            })),
+        );
+        assert!(key.len() < 400, "{} bytes", key.len());
+        assert!(key.contains("`context.arguments.\\u{202e}"), "{key}");
+        assert!(!key.contains('\u{202e}'), "{key}");
     }
 }

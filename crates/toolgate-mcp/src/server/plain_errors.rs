@@ -24,38 +24,42 @@ use super::refusal_words::in_memory;
 const UNREADABLE_VERSION: &[u8] = b"Bad Request: Invalid MCP-Protocol-Version header encoding";
 
 /// `body`, rmcp's answer of `head` to `message` (the request's JSON-RPC message, when it
-/// had one), in words that say what to do when it is one of the answers the module lists;
-/// as it was otherwise. `head` is changed to fit the new body.
+/// had one), in words that say what to do when it is one of the answers the module lists,
+/// and `true`; as it was otherwise, and `false`. `head` is changed to fit the new body.
+/// The words are toolgate's own, and repeat nothing the caller sent: they are not cut
+/// again ([`super::refusal_words`]).
 pub(super) fn reworded(
     head: &mut http::response::Parts,
     body: BoxBody<Bytes, Infallible>,
     message: Option<&ClientJsonRpcMessage>,
-) -> BoxBody<Bytes, Infallible> {
+) -> (BoxBody<Bytes, Infallible>, bool) {
     if head.status == StatusCode::BAD_REQUEST && !is_json(&head.headers) {
         let bytes = match in_memory(body) {
             Ok(bytes) => bytes,
-            Err(body) => return body,
+            Err(body) => return (body, false),
         };
         if bytes.trim_ascii() != UNREADABLE_VERSION {
-            return Full::new(bytes).boxed();
+            return (Full::new(bytes).boxed(), false);
         }
         head.headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/json"),
         );
         head.headers.remove(header::CONTENT_LENGTH);
-        return Full::new(unreadable_version(id_of(message))).boxed();
+        return (Full::new(unreadable_version(id_of(message))).boxed(), true);
     }
     if head.status == StatusCode::NOT_FOUND && is_json(&head.headers) && is_ping(message) {
         let bytes = match in_memory(body) {
             Ok(bytes) => bytes,
-            Err(body) => return body,
+            Err(body) => return (body, false),
         };
-        let reworded = ping_not_found(&bytes).map_or(bytes, Bytes::from);
         head.headers.remove(header::CONTENT_LENGTH);
-        return Full::new(reworded).boxed();
+        return match ping_not_found(&bytes) {
+            Some(reworded) => (Full::new(Bytes::from(reworded)).boxed(), true),
+            None => (Full::new(bytes).boxed(), false),
+        };
     }
-    body
+    (body, false)
 }
 
 /// The JSON-RPC error for a request (of `id`) whose `MCP-Protocol-Version` header is not
@@ -91,7 +95,7 @@ fn ping_not_found(bytes: &[u8]) -> Option<Vec<u8>> {
         return None;
     }
     error["message"] = Value::String(format!(
-        "method `ping` is not supported at MCP {} and later, the revision this request speaks (there is no session to keep alive): send `server/discover` to see that the server answers, or speak {} in a session to use `ping`",
+        "method `ping` is not part of MCP {} and later, the revision this request speaks: send `server/discover` to see that the server answers, or speak {} (in a session begun with `initialize`) to use `ping`",
         ProtocolVersion::V_2026_07_28.as_str(),
         ProtocolVersion::V_2025_11_25.as_str(),
     ));
@@ -145,7 +149,7 @@ mod tests {
         message: Option<&ClientJsonRpcMessage>,
     ) -> (http::response::Parts, Bytes) {
         let (mut head, body) = answer.into_parts();
-        let body = reworded(&mut head, Full::new(body).boxed(), message);
+        let (body, _) = reworded(&mut head, Full::new(body).boxed(), message);
         let bytes = body
             .collect()
             .now_or_never()
