@@ -212,6 +212,9 @@ where
             {
                 return Ok(refused);
             }
+            if let Some(refused) = opening::mismatched_version(&parts.headers, message.as_ref()) {
+                return Ok(refused);
+            }
             let message = match message {
                 Some(message) if StatelessCalls::eligible(&parts, &message, hosts, sessions) => {
                     let answer = stateless.answer(parts, message, config, guard);

@@ -19,6 +19,7 @@ use std::task::Poll;
 use http::StatusCode;
 use rmcp::model::{ClientJsonRpcMessage, ClientRequest, ProtocolVersion};
 use serde_json::{Map, Value};
+use toolgate_core::error::shown_id;
 use tower_service::Service;
 
 use super::cancellation::GuardedBody;
@@ -29,6 +30,8 @@ use super::request_body::rejection;
 /// The header that names a session.
 const SESSION_ID_HEADER: &str = "mcp-session-id";
 
+/// JSON-RPC: the request is not one the server takes.
+const INVALID_REQUEST: i64 = -32600;
 /// JSON-RPC: the request's parameters do not fit its method.
 const INVALID_PARAMS: i64 = -32602;
 /// JSON-RPC: the server failed.
@@ -153,6 +156,42 @@ pub(super) fn malformed(
         request.id.clone().into_json_value(),
         INVALID_PARAMS,
         format!("malformed `initialize` request: {problem}"),
+    ))
+}
+
+/// The answer to `message` when it is an `initialize` request whose
+/// `MCP-Protocol-Version` header names another revision than its `params.protocolVersion`:
+/// 400 with `-32600` (invalid request) and the request's id, as rmcp refuses it, but with
+/// both values cut and escaped as toolgate repeats an id — rmcp would repeat them whole,
+/// in its answer and in a warning in the log. A header of 2026-07-28 or later (a revision
+/// without `initialize`), or one that is not visible ASCII, is left to rmcp.
+pub(super) fn mismatched_version(
+    headers: &http::HeaderMap,
+    message: Option<&ClientJsonRpcMessage>,
+) -> Option<http::Response<GuardedBody>> {
+    let Some(ClientJsonRpcMessage::Request(request)) = message else {
+        return None;
+    };
+    let ClientRequest::InitializeRequest(initialize) = &request.request else {
+        return None;
+    };
+    let header = headers.get(PROTOCOL_VERSION)?.to_str().ok()?;
+    if header >= ProtocolVersion::STANDARD_HEADERS.as_str() {
+        return None;
+    }
+    let body = initialize.params.protocol_version.as_str();
+    if header == body {
+        return None;
+    }
+    Some(rejection(
+        StatusCode::BAD_REQUEST,
+        request.id.clone().into_json_value(),
+        INVALID_REQUEST,
+        format!(
+            "the MCP-Protocol-Version header (`{}`) does not match `params.protocolVersion` of `initialize` (`{}`): send the same revision in both, or no header",
+            shown_id(header),
+            shown_id(body)
+        ),
     ))
 }
 

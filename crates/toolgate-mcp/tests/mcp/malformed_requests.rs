@@ -13,8 +13,8 @@
 
 use crate::common;
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use rmcp::model::{ClientRequest, CustomRequest, ErrorCode, ErrorData};
 use rmcp::service::ServiceError;
@@ -509,4 +509,73 @@ async fn a_ping_of_2026_is_a_method_not_found_naming_the_method() {
     assert!(message.contains("`ping`"), "{message}");
     assert!(message.contains("2026-07-28"), "{message}");
     assert!(message.ends_with("to use `ping`"), "{message}");
+}
+
+/// An `initialize` whose `MCP-Protocol-Version` header names another revision than its
+/// `params.protocolVersion` is an invalid request, as rmcp answers it, but with both values
+/// cut and escaped: a version of 200 KB holding a mark that turns text around is not
+/// repeated whole (rmcp also wrote it whole into its log).
+#[tokio::test]
+async fn an_initialize_whose_version_header_differs_from_its_params_is_refused_cut_and_escaped() {
+    // What is logged while this test's server answers (a current-thread runtime: every
+    // task of the server runs on this thread).
+    let logged = Arc::new(Mutex::new(Vec::new()));
+    let writer = {
+        let logged = logged.clone();
+        move || LogWriter(logged.clone())
+    };
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_writer(writer)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+    let url = server().await;
+    let http = reqwest::Client::new();
+    let hostile = format!("2025-11-25\u{202e}\n{}", "V".repeat(200_000));
+    let initialize = json!({
+        "jsonrpc": "2.0",
+        "id": 41,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": hostile,
+            "capabilities": {},
+            "clientInfo": {"name": "attacker", "version": "1"},
+        },
+    });
+
+    let (status, kind, text) = post_raw(
+        &http,
+        &url,
+        &[("mcp-protocol-version", b"2025-11-25")],
+        &initialize,
+    )
+    .await;
+
+    assert_eq!(status, 400, "{text}");
+    assert!(kind.starts_with("application/json"), "{kind}");
+    assert!(text.len() < 1_000, "{} bytes", text.len());
+    let answer: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(answer["id"], 41, "{answer}");
+    assert_eq!(answer["error"]["code"], -32600, "{answer}");
+    let message = answer["error"]["message"].as_str().expect("a message");
+    assert!(message.contains("(`2025-11-25`)"), "{message}");
+    assert!(message.contains("2025-11-25\\u{202e}\\nVVV"), "{message}");
+    assert!(!message.contains('\u{202e}'), "{message}");
+    assert!(message.ends_with("or no header"), "{message}");
+    let logged = logged.lock().expect("the log").len();
+    assert!(logged < 10_000, "{logged} bytes logged");
+}
+
+/// Appends what it is given to a shared buffer: a log read back by a test.
+struct LogWriter(Arc<Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("the log").extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
