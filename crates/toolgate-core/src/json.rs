@@ -785,3 +785,6 @@ mod tests {
         );
     }
 }
+
+#[cfg(test)]
+mod properties;

@@ -10,11 +10,14 @@
 //! Anything else, and a `tools/call` that does not read as one, is read as rmcp reads it,
 //! so the outcome — the message or the error — is rmcp's own.
 //!
-//! One refusal is toolgate's: a message that names a key twice in one object, anywhere in
-//! it, is refused with an error (of serde's data kind, so that it is answered `-32600`
-//! with the message's `id`) saying which key and where. serde_json, and so rmcp, would
-//! keep the last value silently, and a policy and the tool could read different ones. The
-//! check is the lookup that places each key in its object anyway: [`WireCall`]'s
+//! Two refusals are toolgate's, each an error of serde's data kind, so that it is answered
+//! `-32600` with the message's `id`. A message that names a key twice in one object,
+//! anywhere in it, is refused saying which key and where: serde_json, and so rmcp, would
+//! keep the last value silently, and a policy and the tool could read different ones. A
+//! whole number a value would not hold exactly (past 64 bits) is refused naming it, where
+//! serde_json would read it as a float, rounded. Property tests (`properties`) hold this
+//! reading to rmcp's on generated and mutated messages. The repeated key is found by the
+//! lookup that places each key in its object anyway: [`WireCall`]'s
 //! objects are read by `toolgate_core::json`, its named keys are serde's (which refuses
 //! one given twice), and any other key sends the message to the other reading; that one
 //! reads the message with `toolgate_core::json` into the value rmcp's types are read from.
@@ -84,9 +87,23 @@ struct WireCall {
     #[allow(dead_code)]
     method: CallToolRequestMethod,
     params: WireParams,
-    /// A request has neither: rmcp refuses a message with a method and either of them.
-    result: Option<IgnoredAny>,
-    error: Option<IgnoredAny>,
+    /// A request has neither: rmcp refuses a message with a method and either of them,
+    /// whatever its value (`null` too).
+    #[serde(default)]
+    result: Present,
+    #[serde(default)]
+    error: Present,
+}
+
+/// Whether a field is in the message, whatever its value: `null` is there too, where an
+/// `Option` would read it as absent.
+#[derive(Default)]
+struct Present(bool);
+
+impl<'de> Deserialize<'de> for Present {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        IgnoredAny::deserialize(deserializer).map(|_| Present(true))
+    }
 }
 
 /// The parameters of a `tools/call`, `_meta` among them: rmcp keeps `_meta` in the
@@ -121,7 +138,7 @@ impl WireCall {
     fn read(bytes: &[u8]) -> Option<WireCall> {
         serde_json::from_slice::<WireCall>(bytes)
             .ok()
-            .filter(|call| call.result.is_none() && call.error.is_none())
+            .filter(|call| !call.result.0 && !call.error.0)
     }
 
     /// The message rmcp would have read.
@@ -400,6 +417,28 @@ mod tests {
     }
 
     #[test]
+    fn a_tool_call_with_a_null_result_or_error_fails_as_rmcp_has_it() {
+        // rmcp refuses a message with a `method` and a `result` or `error` key, whatever
+        // its value: `null` too.
+        for text in [
+            br#"{"jsonrpc":"2.0","id":0,"method":"tools/call","params":{"name":"echo"},"result":null}"#
+                .as_slice(),
+            br#"{"jsonrpc":"2.0","id":0,"method":"tools/call","params":{"name":"echo"},"error":null}"#,
+        ] {
+            let shown = String::from_utf8_lossy(text);
+            let rmcp = serde_json::from_slice::<ClientJsonRpcMessage>(text);
+            assert!(rmcp.is_err(), "{shown}");
+            let fast = read(text);
+            assert!(fast.is_err(), "{shown} is read: {fast:?}");
+            assert_eq!(
+                fast.unwrap_err().to_string(),
+                rmcp.unwrap_err().to_string(),
+                "{shown}"
+            );
+        }
+    }
+
+    #[test]
     fn escaped_keys_read_as_rmcp_reads_them() {
         let texts: [&[u8]; 2] = [
             br#"{"jsonrpc":"2.0","id":2,"method":"tools\/call","params":{"name":"e"}}"#,
@@ -498,3 +537,8 @@ mod tests {
         }
     }
 }
+
+// A path of its own: `benches/message.rs` compiles this file in too, from another place.
+#[cfg(test)]
+#[path = "message/properties.rs"]
+mod properties;
