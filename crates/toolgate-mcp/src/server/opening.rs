@@ -163,8 +163,9 @@ pub(super) fn malformed(
 /// `MCP-Protocol-Version` header names another revision than its `params.protocolVersion`:
 /// 400 with `-32600` (invalid request) and the request's id, as rmcp refuses it, but with
 /// both values cut and escaped as toolgate repeats an id — rmcp would repeat them whole,
-/// in its answer and in a warning in the log. A header of 2026-07-28 or later (a revision
-/// without `initialize`), or one that is not visible ASCII, is left to rmcp.
+/// in its answer and in a warning in the log. A header naming a revision the server does
+/// not speak, or one of 2026-07-28 or later (without `initialize`), or one that is not
+/// visible ASCII, is left to rmcp, which refuses it for that.
 pub(super) fn mismatched_version(
     headers: &http::HeaderMap,
     message: Option<&ClientJsonRpcMessage>,
@@ -176,7 +177,12 @@ pub(super) fn mismatched_version(
         return None;
     };
     let header = headers.get(PROTOCOL_VERSION)?.to_str().ok()?;
-    if header >= ProtocolVersion::STANDARD_HEADERS.as_str() {
+    // A revision the server does not speak is refused as such (`-32022`), and one without
+    // `initialize` as the method not found: both by rmcp, before it compares.
+    let spoken = ProtocolVersion::KNOWN_VERSIONS
+        .iter()
+        .any(|known| known.as_str() == header);
+    if !spoken || header >= ProtocolVersion::STANDARD_HEADERS.as_str() {
         return None;
     }
     let body = initialize.params.protocol_version.as_str();

@@ -564,6 +564,18 @@ async fn an_initialize_whose_version_header_differs_from_its_params_is_refused_c
     assert!(message.ends_with("or no header"), "{message}");
     let logged = logged.lock().expect("the log").len();
     assert!(logged < 10_000, "{logged} bytes logged");
+
+    // A header naming a revision the server does not speak is refused for that, first (in
+    // rmcp's words, which the gateway words as `-32022`).
+    let (status, _, text) = post_raw(
+        &http,
+        &url,
+        &[("mcp-protocol-version", b"1999-01-01")],
+        &initialize,
+    )
+    .await;
+    assert_eq!(status, 400, "{text}");
+    assert!(text.contains("Unsupported MCP-Protocol-Version"), "{text}");
 }
 
 /// Appends what it is given to a shared buffer: a log read back by a test.
