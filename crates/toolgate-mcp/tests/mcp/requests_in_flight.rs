@@ -31,6 +31,8 @@ struct Seen {
     started: AtomicUsize,
     /// HTTP POSTs received (every request, notification and answer).
     posts: AtomicUsize,
+    /// Of those, the ones sent with bob's credentials.
+    bobs_posts: AtomicUsize,
 }
 
 /// A call counted as running while it lives.
@@ -96,6 +98,13 @@ async fn upstream(seen: &Arc<Seen>, gate: &Arc<Semaphore>) -> String {
             move |request: axum::extract::Request, next: axum::middleware::Next| {
                 if request.method() == axum::http::Method::POST {
                     counted.posts.fetch_add(1, Ordering::SeqCst);
+                    let bobs = request
+                        .headers()
+                        .get(axum::http::header::AUTHORIZATION)
+                        .is_some_and(|value| value.as_bytes().ends_with(b"token-of-bob"));
+                    if bobs {
+                        counted.bobs_posts.fetch_add(1, Ordering::SeqCst);
+                    }
                 }
                 next.run(request)
             },
@@ -336,7 +345,6 @@ async fn a_connection_attempt_given_up_while_every_place_is_taken_sends_nothing(
     let config = as_ann_or_bob(bounded_config(&url, 1));
     let pipeline = imported(config).await.1;
     let held = holding_the_place(&pipeline, &seen, as_user("ann")).await;
-    let posts = seen.posts.load(Ordering::SeqCst);
 
     // Bob's connection waits for the place Ann's call holds, past his call's deadline.
     let options = as_user("bob").timeout(Duration::from_millis(400));
@@ -349,11 +357,22 @@ async fn a_connection_attempt_given_up_while_every_place_is_taken_sends_nothing(
     .expect_err("no place before the deadline");
     release(&gate, held).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
+    // Counted by bob's credentials: what Ann's own connection sends once her call ends is
+    // hers.
     assert_eq!(
-        seen.posts.load(Ordering::SeqCst),
-        posts,
+        seen.bobs_posts.load(Ordering::SeqCst),
+        0,
         "bob's connection attempt, given up, still reached the upstream once a place was free"
     );
+    // Bob's next call, with the place free, reaches it: the count sees his requests.
+    within(
+        10,
+        "bob's next call",
+        pipeline.invoke("work", json!({}), as_user("bob")),
+    )
+    .await
+    .expect("answered");
+    assert!(seen.bobs_posts.load(Ordering::SeqCst) > 0);
 }
 
 /// A caller's connection attempt that runs out of time because every place is taken is
