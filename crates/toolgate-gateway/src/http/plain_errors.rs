@@ -3,13 +3,13 @@
 //! A few answers are written before any handler of the gateway runs: axum's refusal of a
 //! path or query string it cannot read, a path no route serves (404) or a method its route
 //! does not take (405), and the MCP library's refusals of a request the MCP server never
-//! sees (a missing session header, an `Accept` or `Content-Type` it does not take, an
-//! `MCP-Protocol-Version` it does not speak). They come as plain text, or with no body at
-//! all. [`JsonErrorsLayer`] makes each of them `{"error": {"code", "message"}}` with its
-//! status and headers kept — but the refusal of an `MCP-Protocol-Version`, which is a
-//! JSON-RPC error (`-32022`) as the MCP library answers it at 2026-07-28 — and marks it
+//! sees (a missing session header, an `Accept` or `Content-Type` it does not take). They
+//! come as plain text, or with no body at all. [`JsonErrorsLayer`] makes each of them
+//! `{"error": {"code", "message"}}` with its status and headers kept, and marks it
 //! `Connection: close` when the request came with a body: none of them reads it, and a
 //! client not told would send its next request on a connection hyper is about to close.
+//! (The MCP endpoint answers an `MCP-Protocol-Version` it does not speak with a JSON-RPC
+//! error of its own, `-32022`, which this layer leaves alone.)
 //!
 //! The layer looks at a request's headers on the way in and at an answer's status and
 //! type on the way out: nothing else, and no allocation, for the answers it leaves alone.
@@ -18,13 +18,10 @@ use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
 
-use axum::Json;
 use axum::extract::Request;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use futures::FutureExt;
-use serde_json::json;
-use toolgate_mcp::rmcp::model::{ErrorCode, ProtocolVersion};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -35,13 +32,6 @@ use super::body::{closing_if, has_body};
 /// request's headers can hold (`server.max_header_bytes`, 64 KiB by default), since a
 /// refusal may repeat a header's value whole, and the text is in memory already.
 const MOST_TEXT: usize = 1024 * 1024;
-
-/// How the MCP library starts its refusal of an `MCP-Protocol-Version` header naming a
-/// revision it does not speak; the header's value follows.
-const UNSUPPORTED_VERSION: &str = "Bad Request: Unsupported MCP-Protocol-Version:";
-
-/// The most characters of a header's value an answer repeats.
-const SHOWN_HEADER_CHARS: usize = 64;
 
 /// Marks an answer its handler wrote as a page for a person to read (a refused sign-in in
 /// the console): left as it is, whatever its status.
@@ -136,45 +126,14 @@ fn as_json(response: Response, has_body: bool) -> Response {
         .and_then(Result::ok)
         .map(|bytes| String::from_utf8_lossy(&bytes).trim().to_owned())
         .unwrap_or_default();
-    let mut json = match text.strip_prefix(UNSUPPORTED_VERSION) {
-        Some(version) => unsupported_version(parts.status, version.trim()),
-        None => {
-            let (code, message) = worded(parts.status, &text);
-            ApiError::new(parts.status, code, message).into_response()
-        }
-    };
+    let (code, message) = worded(parts.status, &text);
+    let mut json = ApiError::new(parts.status, code, message).into_response();
     for (name, value) in &parts.headers {
         if name != header::CONTENT_TYPE && name != header::CONTENT_LENGTH {
             json.headers_mut().append(name, value.clone());
         }
     }
     closing_if(has_body, json)
-}
-
-/// The answer to a request whose `MCP-Protocol-Version` header names `version`, a revision
-/// the MCP server does not speak: the JSON-RPC error the MCP library answers a 2026-07-28
-/// request naming one in its `_meta` with (`-32022`, the versions it speaks in
-/// `data.supported`), saying which to send. The id is null: the body was not read.
-fn unsupported_version(status: StatusCode, version: &str) -> Response {
-    let requested = toolgate_core::error::shown_text(version, SHOWN_HEADER_CHARS);
-    let supported: Vec<&str> = ProtocolVersion::KNOWN_VERSIONS
-        .iter()
-        .map(ProtocolVersion::as_str)
-        .collect();
-    let message = format!(
-        "the `MCP-Protocol-Version` header names `{requested}`, a revision of MCP this server does not speak: send one it speaks ({}) — in a session, the one `initialize` agreed on; on `initialize`, the one in `params.protocolVersion`, or no header",
-        supported.join(", ")
-    );
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {
-            "code": ErrorCode::UNSUPPORTED_PROTOCOL_VERSION.0,
-            "message": message,
-            "data": {"requested": requested, "supported": supported},
-        },
-    });
-    (status, Json(body)).into_response()
 }
 
 /// The code and message of a plain refusal of `status` that said `text`.
@@ -329,62 +288,6 @@ mod tests {
             assert!(message.contains(send), "{message}");
             assert!(message.contains("`*/*`"), "{message}");
         }
-    }
-
-    #[tokio::test]
-    async fn an_unsupported_protocol_version_is_a_json_rpc_error_naming_the_versions_to_send() {
-        let refused = plain(
-            StatusCode::BAD_REQUEST,
-            "Bad Request: Unsupported MCP-Protocol-Version: 1999-01-01",
-        );
-        let json = as_json(refused, true);
-        assert_eq!(json.status(), StatusCode::BAD_REQUEST);
-        assert_eq!(json.headers()[header::CONNECTION], "close");
-        assert_eq!(json.headers()[header::CONTENT_TYPE], "application/json");
-        let answer = body(json).await;
-        assert_eq!(answer["jsonrpc"], "2.0");
-        assert!(answer["id"].is_null(), "{answer}");
-        let error = &answer["error"];
-        assert_eq!(error["code"], -32022, "{answer}");
-        assert_eq!(error["data"]["requested"], "1999-01-01");
-        let supported = error["data"]["supported"].as_array().unwrap();
-        assert!(supported.contains(&"2025-11-25".into()), "{answer}");
-        assert!(supported.contains(&"2026-07-28".into()), "{answer}");
-        let message = error["message"].as_str().unwrap();
-        assert!(message.contains("`1999-01-01`"), "{message}");
-        assert!(message.contains("2025-11-25, 2026-07-28"), "{message}");
-
-        let long = format!(
-            "Bad Request: Unsupported MCP-Protocol-Version: 1\u{202e}{}",
-            "9".repeat(100)
-        );
-        let mut refused = Response::new(Body::from(long));
-        *refused.status_mut() = StatusCode::BAD_REQUEST;
-        let error = &body(as_json(refused, false)).await["error"];
-        let requested = error["data"]["requested"].as_str().unwrap();
-        assert_eq!(
-            requested,
-            format!("1\\u{{202e}}{}…", "9".repeat(62)),
-            "cut to 64 characters and escaped"
-        );
-        assert!(!error["message"].as_str().unwrap().contains('\u{202e}'));
-
-        // As long as a header can be: still the version's refusal, not a generic one.
-        let longest = format!(
-            "Bad Request: Unsupported MCP-Protocol-Version: 2026-07-28\t{}",
-            "P".repeat(60_000)
-        );
-        let mut refused = Response::new(Body::from(longest));
-        *refused.status_mut() = StatusCode::BAD_REQUEST;
-        let error = &body(as_json(refused, false)).await["error"];
-        assert_eq!(error["code"], -32022, "{error}");
-        assert!(
-            error["data"]["requested"]
-                .as_str()
-                .unwrap()
-                .starts_with("2026-07-28\\tPPP"),
-            "{error}"
-        );
     }
 
     #[test]

@@ -296,6 +296,7 @@ async fn an_unsupported_protocol_version_header_is_a_json_rpc_error_naming_the_v
                    "clientInfo": {"name": "x", "version": "1"}}
     });
     for (session, body) in [(Some(&session), tools_list()), (None, initialize)] {
+        let id = body["id"].clone();
         let mut request = client()
             .post(gateway.url("/mcp"))
             .bearer_auth(key("alice"))
@@ -310,6 +311,7 @@ async fn an_unsupported_protocol_version_header_is_a_json_rpc_error_naming_the_v
         assert_eq!(response.status(), 400);
         let answer: serde_json::Value = response.json().await.expect("JSON");
         assert_eq!(answer["jsonrpc"], "2.0", "{answer}");
+        assert_eq!(answer["id"], id, "the request's own id: {answer}");
         let error = &answer["error"];
         assert_eq!(error["code"], -32022, "{answer}");
         assert_eq!(error["data"]["requested"], "1999-01-01", "{answer}");

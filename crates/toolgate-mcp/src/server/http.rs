@@ -29,6 +29,7 @@ use super::opening;
 use super::owners::Owners;
 use super::plain_errors;
 use super::refusal_words;
+use super::repeated_headers;
 use super::request_body;
 use super::stateless::StatelessCalls;
 use super::{McpServer, ServerInner};
@@ -49,9 +50,13 @@ use toolgate_core::CallerId;
 /// server's own refusals of a request as sent (a header that does not match the body, say)
 /// reach the caller with their message escaped and cut to 256 characters, where rmcp would
 /// repeat what the caller sent whole; an `MCP-Protocol-Version` header that is not visible
-/// ASCII, which rmcp answers in plain text, is a JSON-RPC error (400, `-32022`) naming the
-/// revisions to send, and a `ping` of 2026-07-28 (a revision without it) is answered 404,
-/// `-32601`, in words naming the method and what to send instead. An `initialize` without
+/// ASCII or names a revision the server does not speak, which rmcp answers in plain text, is
+/// a JSON-RPC error (400, `-32022`) with the request's id naming the revisions to send; one
+/// of MCP's own headers (`Mcp-Session-Id`, `MCP-Protocol-Version`, `Mcp-Method`, `Mcp-Name`,
+/// `Last-Event-Id`, an `Mcp-Param-*`) sent twice is refused 400 with `-32600` (rmcp would
+/// read the first, a proxy in front may read the last), and a `ping` of 2026-07-28 (a
+/// revision without it) is answered 404, `-32601`, in words naming the method and what to
+/// send instead. An `initialize` without
 /// `Mcp-Session-Id` whose `params` rmcp cannot read is answered 400 with `-32602` and the
 /// request's id, naming the field that is wrong and what it must be, where rmcp would ask
 /// for a session id.
@@ -199,6 +204,9 @@ where
                 Err(rejection) => return Ok(rejection),
             };
             let (parts, body) = request.into_parts();
+            if let Some(refused) = repeated_headers::refusal(&parts.headers, message.as_ref()) {
+                return Ok(refused);
+            }
             // A session is its opener's: anyone else is told it does not exist.
             let caller = CallerId::of(&user_of(&current.load(), Some(&parts)));
             let named = parts.headers.get(SESSION_ID_HEADER).map(|id| id.to_str());

@@ -16,6 +16,7 @@ mod params;
 mod plain_errors;
 mod refusal_words;
 mod relayed;
+mod repeated_headers;
 mod request_body;
 mod request_meta;
 mod rounds;

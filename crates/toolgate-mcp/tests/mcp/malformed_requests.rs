@@ -565,8 +565,7 @@ async fn an_initialize_whose_version_header_differs_from_its_params_is_refused_c
     let logged = logged.lock().expect("the log").len();
     assert!(logged < 10_000, "{logged} bytes logged");
 
-    // A header naming a revision the server does not speak is refused for that, first (in
-    // rmcp's words, which the gateway words as `-32022`).
+    // A header naming a revision the server does not speak is refused for that, first.
     let (status, _, text) = post_raw(
         &http,
         &url,
@@ -575,7 +574,81 @@ async fn an_initialize_whose_version_header_differs_from_its_params_is_refused_c
     )
     .await;
     assert_eq!(status, 400, "{text}");
-    assert!(text.contains("Unsupported MCP-Protocol-Version"), "{text}");
+    let answer: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(answer["error"]["code"], -32022, "{answer}");
+    assert_eq!(
+        answer["error"]["data"]["requested"], "1999-01-01",
+        "{answer}"
+    );
+}
+
+/// A revision the server does not speak is a JSON-RPC error answering the request: its id,
+/// the value sent cut and escaped, and the revisions to send.
+#[tokio::test]
+async fn an_unsupported_protocol_version_is_answered_with_the_requests_id_and_the_revisions_to_send()
+ {
+    let url = server().await;
+    let http = reqwest::Client::new();
+    let list = json!({"jsonrpc": "2.0", "id": "list-1", "method": "tools/list", "params": {}});
+    // A tab is visible ASCII to HTTP, and breaks a line of a log.
+    let hostile = format!("1999-01-01\t{}", "9".repeat(10_000));
+    for (version, requested) in [
+        ("1999-01-01".to_owned(), "1999-01-01".to_owned()),
+        (hostile, format!("1999-01-01\\t{}…", "9".repeat(53))),
+    ] {
+        let (status, kind, text) = post_raw(
+            &http,
+            &url,
+            &[("mcp-protocol-version", version.as_bytes())],
+            &list,
+        )
+        .await;
+        assert_eq!(status, 400, "{text}");
+        assert!(kind.starts_with("application/json"), "{kind}");
+        assert!(text.len() < 1_000, "{} bytes", text.len());
+        let answer: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(answer["id"], "list-1", "{answer}");
+        let error = &answer["error"];
+        assert_eq!(error["code"], -32022, "{answer}");
+        assert_eq!(error["data"]["requested"], requested, "{answer}");
+        let supported = error["data"]["supported"].as_array().expect("revisions");
+        assert!(supported.contains(&json!("2025-11-25")), "{answer}");
+        let message = error["message"].as_str().expect("a message");
+        assert!(message.contains("send one it speaks"), "{message}");
+    }
+}
+
+/// One of MCP's single-valued headers sent twice is refused, naming it, before any session
+/// is looked at: rmcp would act on the first value where a proxy in front may read the last.
+#[tokio::test]
+async fn an_mcp_header_sent_twice_is_refused_naming_it() {
+    let url = server().await;
+    let http = reqwest::Client::new();
+    let list = json!({"jsonrpc": "2.0", "id": 12, "method": "tools/list", "params": {}});
+    for (name, first, second) in [
+        (
+            "mcp-session-id",
+            &b"one-session"[..],
+            &b"another-session"[..],
+        ),
+        ("mcp-protocol-version", b"2025-11-25", b"2025-06-18"),
+        ("mcp-method", b"tools/list", b"tools/list"),
+    ] {
+        let (status, kind, text) =
+            post_raw(&http, &url, &[(name, first), (name, second)], &list).await;
+        assert_eq!(status, 400, "{name}: {text}");
+        assert!(kind.starts_with("application/json"), "{kind}");
+        let answer: Value = serde_json::from_str(&text).expect("JSON");
+        assert_eq!(answer["id"], 12, "{answer}");
+        assert_eq!(answer["error"]["code"], -32600, "{answer}");
+        let message = answer["error"]["message"].as_str().expect("a message");
+        assert!(
+            message
+                .to_lowercase()
+                .contains(&format!("`{name}` header is sent 2 times")),
+            "{message}"
+        );
+    }
 }
 
 /// Appends what it is given to a shared buffer: a log read back by a test.
