@@ -162,6 +162,20 @@ pub enum ToolError {
         /// The id that was asked for.
         id: String,
     },
+    /// The suspension store failed as a decision was taking the waiting call: nothing was
+    /// decided. The call was not handed out, or the store puts it back (a take whose answer
+    /// was lost is undone), and it waits for a decision as before: a host records,
+    /// tells and keeps nothing of this decision, and answers that it may be made again.
+    #[error(
+        "the decision on the waiting call `{}` was not made, because the suspension store failed: {message}. Nothing was decided and the call goes on waiting: decide again once the store answers",
+        shown_id(id)
+    )]
+    NotDecided {
+        /// The waiting call's id.
+        id: String,
+        /// What the store said.
+        message: String,
+    },
     /// Something inside toolgate or a hook went wrong (a panic, a broken invariant).
     #[error("internal error: {message}")]
     Internal {
@@ -561,6 +575,7 @@ impl ToolError {
             ToolError::Provider(e) => e.code(),
             ToolError::UnknownSuspension { .. } => "unknown_suspension",
             ToolError::SuspensionExpired { .. } => "suspension_expired",
+            ToolError::NotDecided { .. } => "suspension_store_unavailable",
             ToolError::Internal { .. } => "internal",
         }
     }
@@ -575,6 +590,7 @@ impl ToolError {
             ToolError::Aborted { status, .. } | ToolError::RetryAfter { status, .. } => *status,
             ToolError::Suspended { .. } => 202,
             ToolError::SuspensionExpired { .. } => 410,
+            ToolError::NotDecided { .. } => 503,
             ToolError::Timeout { .. } => 504,
             ToolError::Cancelled => 499,
             ToolError::Execution { .. } => 502,

@@ -49,8 +49,11 @@ pub enum ResumeError {
         /// The user id the host resumed the call as.
         resumed_as: String,
     },
-    /// The suspension store failed.
-    #[error("the suspension store failed: {message}; try again, or check the store's storage")]
+    /// The suspension store failed, as the call was looked up or as the decision took it:
+    /// nothing was decided, and the call goes on waiting.
+    #[error(
+        "the suspension store failed: {message}; nothing was decided and the call goes on waiting: decide again once the store answers"
+    )]
     Store {
         /// What the store said.
         message: String,
@@ -83,7 +86,9 @@ impl ToolSystem {
     /// [`ResumeError::UnknownSuspension`] for an id that never existed or was already
     /// used; [`ResumeError::Expired`] for one that waited too long;
     /// [`ResumeError::NotTheCaller`] for an approval or completion given as another user
-    /// than the call's maker; [`ResumeError::Store`] when the suspension store fails;
+    /// than the call's maker; [`ResumeError::Store`] when the suspension store fails (as
+    /// the decision takes the call too: nothing was decided then, and the call goes on
+    /// waiting);
     /// [`ResumeError::ThreadConfigUnavailable`] when an approval cannot be checked because
     /// the thread's configuration cannot be loaded (the call keeps waiting).
     pub async fn resume(
@@ -194,6 +199,13 @@ impl ToolSystem {
             // It expired between the look-up and now.
             Err(ToolError::SuspensionExpired { id }) => {
                 return Err(ResumeError::Expired { id: id.clone() });
+            }
+            // The store failed as the decision took the call: nothing was decided, and the
+            // call goes on waiting. No result: a host would record or tell it as decided.
+            Err(ToolError::NotDecided { message, .. }) => {
+                return Err(ResumeError::Store {
+                    message: message.clone(),
+                });
             }
             _ => {}
         }

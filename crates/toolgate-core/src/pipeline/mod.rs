@@ -355,6 +355,8 @@ impl Pipeline {
     /// the one who made the call, by id or tenant (the call still waits);
     /// [`ToolError::UnknownSuspension`] for an id that is unknown or already resumed;
     /// [`ToolError::SuspensionExpired`] for one that waited too long;
+    /// [`ToolError::NotDecided`] (503) when the suspension store fails to look the call up
+    /// or to take it — nothing was decided, and the call goes on waiting;
     /// `unknown_tool` (404) when this pipeline no longer has the tool (the call ends);
     /// otherwise as [`invoke`](Self::invoke).
     pub async fn resume(
@@ -438,7 +440,8 @@ impl Pipeline {
     /// # Errors
     ///
     /// As [`resume`](Self::resume) before the call runs (`unknown_suspension`,
-    /// `suspension_expired`, `approval_mismatch`); `cannot_approve_retries` (501) when the
+    /// `suspension_expired`, `approval_mismatch`, [`ToolError::NotDecided`]);
+    /// `cannot_approve_retries` (501) when the
     /// suspension store cannot keep approvals for a retry, and past its caps the errors of
     /// a store that is full — the call still waits then.
     ///
@@ -586,7 +589,11 @@ impl Pipeline {
             // Checked on a look first, so that a mismatch does not use the call up; the
             // take below is what hands it out once.
             // A call whose tool is gone is handed out below and ends.
-            let waiting = store.get(suspension_id).await?.ok_or_else(unknown)?;
+            let waiting = store
+                .get(suspension_id)
+                .await
+                .map_err(|e| not_decided(suspension_id, e))?
+                .ok_or_else(unknown)?;
             if let Some(now) = caller_now
                 && !now.is_same_caller(&waiting.user)
             {
@@ -621,7 +628,9 @@ impl Pipeline {
             }
             None => store.take(suspension_id).await,
         };
-        let saved = taken?.ok_or_else(unknown)?;
+        let saved = taken
+            .map_err(|e| not_decided(suspension_id, e))?
+            .ok_or_else(unknown)?;
         let entry = self.entry(&saved.tool).map_err(|_| gone(&saved.tool))?;
         Ok((entry, saved))
     }
@@ -663,6 +672,20 @@ fn rejected(error: &ToolError) {
         code = error.code(),
         "invocation rejected before the pipeline"
     );
+}
+
+/// The error of a decision on the waiting call `id` that the store failed to look up or to
+/// take: [`ToolError::NotDecided`], but for a call that expired, which no decision can
+/// take any more.
+#[cold]
+fn not_decided(id: &str, error: SuspensionStoreError) -> ToolError {
+    match error {
+        SuspensionStoreError::Expired { .. } => error.into(),
+        other => ToolError::NotDecided {
+            id: id.to_owned(),
+            message: other.to_string(),
+        },
+    }
 }
 
 /// What the context of an invocation is made of; the context itself is made where it stays

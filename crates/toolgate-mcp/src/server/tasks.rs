@@ -557,6 +557,8 @@ mod tests {
         inner: toolgate_core::suspension::InMemorySuspensionStore,
         approver_first: bool,
         read_before_kept: std::sync::Mutex<Vec<Option<DecidedCall>>>,
+        /// The next take fails as a store past its deadline does, before taking anything.
+        losing_a_take: std::sync::atomic::AtomicBool,
     }
 
     impl Racing {
@@ -567,6 +569,7 @@ mod tests {
                 ),
                 approver_first,
                 read_before_kept: std::sync::Mutex::default(),
+                losing_a_take: std::sync::atomic::AtomicBool::new(false),
             }
         }
 
@@ -612,6 +615,14 @@ mod tests {
         ) -> Result<Option<toolgate_core::suspension::SuspendedInvocation>, SuspensionStoreError>
         {
             self.approver_takes(id).await;
+            if self
+                .losing_a_take
+                .swap(false, std::sync::atomic::Ordering::SeqCst)
+            {
+                return Err(SuspensionStoreError::Unavailable(
+                    "Redis gave no answer in time".to_owned(),
+                ));
+            }
             self.inner.take_running(id, record, token).await
         }
 
@@ -744,5 +755,41 @@ mod tests {
         assert_eq!(*notes.lock().unwrap(), ["ann withdrew running susp-1"]);
         let still = store.outcome("susp-1").await.unwrap().expect("kept");
         assert_eq!(still, kept);
+    }
+
+    /// A withdrawal whose take the store failed withdrew nothing: its caller is told so,
+    /// nothing is told to the host or kept as the call's outcome, and the call waits.
+    #[tokio::test]
+    async fn a_withdrawal_whose_take_failed_withdraws_nothing_and_the_call_waits() {
+        let store = std::sync::Arc::new(Racing::new(false));
+        store
+            .losing_a_take
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let pipeline = ann_waits(store.clone()).await;
+        let (told, notes) = noting();
+
+        let failed = withdraw(&pipeline, "susp-1", &User::new("ann"), Some(&told))
+            .await
+            .expect_err("the take failed");
+
+        assert!(
+            failed.message.contains("Nothing was decided"),
+            "{}",
+            failed.message
+        );
+        assert!(notes.lock().unwrap().is_empty(), "told of a withdrawal");
+        assert_eq!(
+            store.outcome("susp-1").await.unwrap(),
+            None,
+            "an outcome kept"
+        );
+        assert!(
+            store.get("susp-1").await.unwrap().is_some(),
+            "the call waits"
+        );
+        withdraw(&pipeline, "susp-1", &User::new("ann"), Some(&told))
+            .await
+            .expect("withdrawn once the store answers");
+        assert_eq!(*notes.lock().unwrap(), ["ann withdrew waiting susp-1"]);
     }
 }

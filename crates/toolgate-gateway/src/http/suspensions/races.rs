@@ -69,6 +69,10 @@ struct Holds {
     ends: Gate,
     outcomes: Gate,
     failing_ends: AtomicUsize,
+    /// Takes whose answer the store loses: the call is taken (with its running record),
+    /// the take fails as a store past its deadline does, and a moment later the call is
+    /// put back to wait and its record removed — as the Redis store undoes such a take.
+    lost_takes: AtomicUsize,
 }
 
 impl Holds {
@@ -93,7 +97,24 @@ impl SuspensionStore for Holds {
         token: &str,
     ) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
         self.takes.hold().await;
-        self.inner().take_running(id, record, token).await
+        let taken = self.inner().take_running(id, record, token).await;
+        let lost = (self.lost_takes)
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1));
+        match (lost, taken) {
+            (Ok(_), Ok(Some(call))) => {
+                let store = self.inner.clone().expect("the gateway's store");
+                let (id, token) = (id.to_owned(), token.to_owned());
+                tokio::spawn(async move {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    store.save(call).await.expect("put back");
+                    store.remove_running(&id, &token).await.expect("removed");
+                });
+                Err(SuspensionStoreError::Unavailable(
+                    "Redis gave no answer in time".to_owned(),
+                ))
+            }
+            (_, taken) => taken,
+        }
     }
     async fn get(&self, id: &str) -> Result<Option<SuspendedInvocation>, SuspensionStoreError> {
         self.inner().get(id).await
@@ -588,4 +609,49 @@ async fn tries_of_an_end_stop_within_a_bound_or_at_the_end_of_the_shutdown_grace
     tokio::time::timeout(Duration::from_secs(2), drain.calls_finished())
         .await
         .expect("the tries are given up once the bound is reached");
+}
+
+/// An approval whose take the store lost (the Redis store undoes such a take a moment
+/// later): nothing was decided — the approver is told so, and nothing is kept as the
+/// call's outcome, recorded as a decision or told to webhooks — and once the take is
+/// undone the call waits, and the next approval runs it once.
+#[tokio::test(start_paused = true)]
+async fn an_approval_whose_take_the_store_lost_decides_nothing_and_the_call_waits_again() {
+    let (gateway, held) = gateway().await;
+    let saved = waiting_call(&gateway).await;
+    let id = saved.id.clone();
+    let carol = approver(&gateway, "carol");
+    held.lost_takes.store(1, Ordering::SeqCst);
+
+    let approve = approval(&carol, &id, &saved, ResumeOptions::new());
+    let refused = decide(&carol, &id, &saved, approve, &Drain::new()).await;
+    let refused = refused.expect_err("the take failed");
+    assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let told = refused.body().message.clone();
+    assert!(told.contains("nothing was decided"), "{told}");
+
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        gateway.suspensions.outcome(&id).await,
+        Ok(None),
+        "no outcome kept"
+    );
+    let decisions = gateway
+        .history
+        .newest(crate::console::history::Viewer::Everyone, 10)
+        .await
+        .expect("the history");
+    assert!(decisions.is_empty(), "a decision recorded: {decisions:?}");
+    assert!(still_waits(&carol, &id).await, "the call waits again");
+
+    let approve = approval(&carol, &id, &saved, ResumeOptions::new());
+    let approved = decide(&carol, &id, &saved, approve, &Drain::new()).await;
+    let approved = approved.unwrap_or_else(|e| panic!("carol was told {}", e.code()));
+    assert_eq!(approved.status.as_str(), "success");
+    let decisions = gateway
+        .history
+        .newest(crate::console::history::Viewer::Everyone, 10)
+        .await
+        .expect("the history");
+    assert_eq!(decisions.len(), 1, "{decisions:?}");
 }
