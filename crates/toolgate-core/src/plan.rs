@@ -37,6 +37,9 @@ pub(crate) struct PlannedHook {
     /// Whether its [`Hook::filter`] is asked per call: its [interest](Hook::interest) in
     /// the tool was `sometimes`.
     pub filtered: bool,
+    /// Neither filtered nor a hook whose panic is contained (it fails the call): the
+    /// common hook, which the stage runner calls after one test.
+    pub plain: bool,
 }
 
 /// The compiled plan of one tool.
@@ -97,6 +100,7 @@ impl ToolPlan {
                     failure: r.options.failure,
                     synchronous: r.hook.synchronous_stages().contains(stage),
                     filtered,
+                    plain: !filtered && r.options.failure == FailureMode::FailCall,
                 })
                 .collect();
             if stage.is_did() {
@@ -146,6 +150,12 @@ impl ToolPlan {
     #[inline]
     pub fn records_hook_timings(&self) -> bool {
         self.record_hook_timings
+    }
+
+    /// Whether invocations of this tool time nothing: neither stages nor hooks.
+    #[inline]
+    pub fn times_nothing(&self) -> bool {
+        !self.record_durations && !self.record_hook_timings
     }
 
     /// The hooks at `stage`, in the order they run.

@@ -829,6 +829,141 @@ mod tests {
         }
     }
 
+    /// A hook whose methods answer at once and declare it, as `#[hook]` writes them: it
+    /// logs each call, and panics or answers with its name at the stages it is told to.
+    struct AtOnce {
+        name: &'static str,
+        stages: StageSet,
+        panics_at: StageSet,
+        responds_at: StageSet,
+        log: Arc<std::sync::Mutex<Vec<(&'static str, Stage)>>>,
+    }
+
+    impl AtOnce {
+        fn new(
+            name: &'static str,
+            stages: &[Stage],
+            log: &Arc<std::sync::Mutex<Vec<(&'static str, Stage)>>>,
+        ) -> Self {
+            AtOnce {
+                name,
+                stages: StageSet::of(stages),
+                panics_at: StageSet::EMPTY,
+                responds_at: StageSet::EMPTY,
+                log: Arc::clone(log),
+            }
+        }
+
+        fn at(&self, stage: Stage) -> HookFuture<'static> {
+            self.log.lock().unwrap().push((self.name, stage));
+            if self.panics_at.contains(stage) {
+                panic!("{} panics at {stage}", self.name);
+            }
+            if self.responds_at.contains(stage) {
+                return HookFuture::ready(Err(crate::Control::Respond(json!(self.name))));
+            }
+            HookFuture::ok()
+        }
+    }
+
+    impl Hook for AtOnce {
+        fn stages(&self) -> StageSet {
+            self.stages
+        }
+        fn synchronous_stages(&self) -> StageSet {
+            self.stages
+        }
+        fn name(&self) -> &str {
+            self.name
+        }
+        fn will_execute<'a>(&'a self, _ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+            self.at(Stage::WillExecute)
+        }
+        fn did_execute<'a>(&'a self, _ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+            self.at(Stage::DidExecute)
+        }
+        fn did_release_semaphore<'a>(&'a self, _ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+            self.at(Stage::DidReleaseSemaphore)
+        }
+        fn did_release_quota<'a>(&'a self, _ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+            self.at(Stage::DidReleaseQuota)
+        }
+        fn will_finalize_invoke<'a>(&'a self, _ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+            self.at(Stage::WillFinalizeInvoke)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_panic_in_a_tail_run_in_place_skips_no_hook_after_it() {
+        let log = Arc::default();
+        let releases = AtOnce::new(
+            "releases",
+            &[
+                Stage::DidReleaseSemaphore,
+                Stage::DidReleaseQuota,
+                Stage::WillFinalizeInvoke,
+            ],
+            &log,
+        );
+        let panics = AtOnce {
+            panics_at: StageSet::of(&[Stage::DidReleaseSemaphore]),
+            ..AtOnce::new("panics", &[Stage::DidReleaseSemaphore], &log)
+        };
+        // At `did_*` stages the hook registered last runs first: the one that panics.
+        let pipeline = pipeline(|b| b.hook(releases).hook(panics));
+        for _ in 0..2 {
+            log.lock().unwrap().clear();
+            let out = pipeline.invoke("t", json!({}), InvokeOptions::new()).await;
+            assert_eq!(out.unwrap(), json!({}));
+            assert_eq!(
+                *log.lock().unwrap(),
+                [
+                    ("panics", Stage::DidReleaseSemaphore),
+                    ("releases", Stage::DidReleaseSemaphore),
+                    ("releases", Stage::DidReleaseQuota),
+                    ("releases", Stage::WillFinalizeInvoke),
+                ]
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_attempt_run_in_place_takes_its_hooks_answers_as_a_wrapped_one_does() {
+        let log = Arc::default();
+        let before = AtOnce {
+            responds_at: StageSet::of(&[Stage::WillExecute]),
+            ..AtOnce::new("will_execute", &[Stage::WillExecute], &log)
+        };
+        let answering_before = pipeline(|b| b.hook(before));
+        let answered = answering_before
+            .invoke_detailed("t", json!({}), InvokeOptions::new())
+            .await;
+        assert_eq!(answered.result.unwrap(), json!("will_execute"));
+        assert_eq!(answered.attempts, 0, "the tool did not run");
+
+        let after = AtOnce {
+            responds_at: StageSet::of(&[Stage::DidExecute]),
+            ..AtOnce::new(
+                "did_execute",
+                &[Stage::WillExecute, Stage::DidExecute],
+                &log,
+            )
+        };
+        let answering_after = pipeline(|b| b.hook(after));
+        let answered = answering_after
+            .invoke_detailed("t", json!({}), InvokeOptions::new())
+            .await;
+        assert_eq!(answered.result.unwrap(), json!("did_execute"));
+        assert_eq!(answered.attempts, 1);
+        assert_eq!(
+            log.lock().unwrap()[1..],
+            [
+                ("did_execute", Stage::WillExecute),
+                ("did_execute", Stage::DidExecute),
+            ]
+        );
+    }
+
     #[tokio::test]
     async fn a_stage_with_a_method_of_a_hooks_own_is_not_taken_for_synchronous() {
         let pipeline = pipeline(|b| b.hook(KeepsDefaults).hook(OwnMethod));

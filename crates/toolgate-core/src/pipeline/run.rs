@@ -229,19 +229,24 @@ pub(super) fn run_to_end<R>(
             // The tail, but not past the caller's deadline. A tail that finishes at its first
             // poll never reads the clock for it.
             let cut = if tail::has_hooks(entry, ctx) {
-                let mut tail = std::pin::pin!(tail::run(entry, ctx));
-                match deadline {
-                    Some(deadline) if futures::poll!(tail.as_mut()).is_pending() => {
-                        tokio::select! {
-                            biased;
-                            () = tail => false,
-                            () = tokio::time::sleep_until(deadline) => true,
+                // A tail whose hooks all finish at once runs in place: no future for it.
+                if tail::run_in_place(entry, ctx) {
+                    false
+                } else {
+                    let mut tail = std::pin::pin!(tail::run(entry, ctx));
+                    match deadline {
+                        Some(deadline) if futures::poll!(tail.as_mut()).is_pending() => {
+                            tokio::select! {
+                                biased;
+                                () = tail => false,
+                                () = tokio::time::sleep_until(deadline) => true,
+                            }
                         }
-                    }
-                    Some(_) => false,
-                    None => {
-                        tail.await;
-                        false
+                        Some(_) => false,
+                        None => {
+                            tail.await;
+                            false
+                        }
                     }
                 }
             } else {

@@ -35,6 +35,20 @@ pub(super) enum Phase {
     /// hook's code runs under `catch_unwind`, and a pending hook is bounded by the tail
     /// timeout.
     Tail,
+    /// The tail run in place under one `catch_unwind` of its caller's
+    /// ([`tail::run_in_place`](super::tail::run_in_place)), for synchronous stages only: as
+    /// [`Phase::Tail`], except that a fail-call hook's code runs without a `catch_unwind`
+    /// of its own. The hook is marked running before it is called, so that the caller
+    /// contains its panic and goes on with the hook after it.
+    TailInPlace,
+}
+
+impl Phase {
+    /// Whether this is the tail (or `on_give_up`): outcomes are never applied.
+    #[inline]
+    fn is_tail(self) -> bool {
+        self != Phase::Main
+    }
 }
 
 /// Runs the hooks of `stage`, from the one at `from`, in place: for a stage the plan says
@@ -48,11 +62,109 @@ pub(super) fn run_synchronous(
     from: usize,
     phase: Phase,
 ) -> HookResult {
+    if phase != Phase::Tail && entry.plan.times_nothing() && !ctx.progress.stage_spans {
+        return run_plain(entry, ctx, stage, from, phase);
+    }
+    run_timed_or_traced(entry, ctx, stage, from, phase)
+}
+
+/// [`run_synchronous`] when something is timed or traced, or for [`Phase::Tail`]. Out of
+/// line: the common runner, [`run_plain`], is inlined where each stage runs.
+#[inline(never)]
+fn run_timed_or_traced(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    from: usize,
+    phase: Phase,
+) -> HookResult {
     let started = entry.plan.records_durations().then(ClockInstant::now);
     if ctx.progress.stage_spans {
         return run_synchronous_traced(entry, ctx, stage, from, started, phase);
     }
     run_hooks_in_place(entry, ctx, stage, from, started, phase)
+}
+
+/// The hooks of a synchronous stage, from the one at `from`, when nothing is timed or
+/// traced, in the main phases or [`Phase::TailInPlace`]: each hook whose panic fails the
+/// call (the default failure mode) is called and, when it lets the call through, nothing
+/// else is done. The first hook whose panic is contained, or that answers otherwise, goes
+/// on in [`run_hooks_in_place`], out of line.
+#[inline(always)]
+fn run_plain(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    from: usize,
+    phase: Phase,
+) -> HookResult {
+    let hooks = entry.plan.hooks(stage);
+    for (index, planned) in hooks.iter().enumerate().skip(from) {
+        if !planned.plain && planned.failure != FailureMode::FailCall {
+            return run_rest(entry, ctx, stage, index, phase);
+        }
+        if phase == Phase::TailInPlace {
+            ctx.progress.tail.running = Some((stage, index));
+        }
+        // A hook that is not plain here is filtered.
+        if !planned.plain && filtered_out(planned, ctx) {
+            continue;
+        }
+        let future = (planned.call)(&*planned.hook, ctx);
+        if future.is_ready_ok() {
+            continue;
+        }
+        let outcome = match future.into_ready() {
+            Ok(outcome) => outcome,
+            Err(_pending) => Err(not_synchronous(planned, stage)),
+        };
+        return settle_plain(entry, ctx, stage, index, outcome, phase);
+    }
+    if phase.is_tail() {
+        ctx.progress.tail.running = None;
+    }
+    Ok(())
+}
+
+/// Whether the filter of `planned` leaves this call out. Out of line, so that the hook
+/// found behind its `Arc<dyn Hook>` for the filter is not kept across the call for the
+/// method: the common hook has no filter, and the loop stays lean for it.
+#[inline(never)]
+fn filtered_out(planned: &PlannedHook, ctx: &ToolInvokeContext) -> bool {
+    !planned.hook.filter(ctx)
+}
+
+/// [`run_plain`]'s hook at `index` answered with `outcome`, not a plain `Ok`: its failure
+/// mode applies, and the stage goes on after it.
+#[cold]
+#[inline(never)]
+fn settle_plain(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    index: usize,
+    outcome: HookResult,
+    phase: Phase,
+) -> HookResult {
+    let planned = &entry.plan.hooks(stage)[index];
+    if let Err(control) = apply(planned, stage, ctx, None, outcome, phase) {
+        end_stage(entry, ctx, stage, None, phase);
+        return Err(control);
+    }
+    run_rest(entry, ctx, stage, index + 1, phase)
+}
+
+/// The rest of a stage [`run_plain`] began, from the hook at `from`: nothing is timed or
+/// traced.
+#[inline(never)]
+fn run_rest(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    from: usize,
+    phase: Phase,
+) -> HookResult {
+    run_hooks_in_place(entry, ctx, stage, from, None, phase)
 }
 
 /// [`run_synchronous`] inside the stage's span, for an invocation an OpenTelemetry
@@ -93,6 +205,9 @@ fn run_hooks_in_place(
                 Some(outcome) => outcome,
             }
         } else {
+            if phase == Phase::TailInPlace {
+                ctx.progress.tail.running = Some((stage, index));
+            }
             // Found once: reaching the hook behind its `Arc<dyn Hook>` reads the vtable.
             let hook: &dyn Hook = &*planned.hook;
             if planned.filtered && !hook.filter(ctx) {
@@ -128,7 +243,7 @@ fn call_contained(
     phase: Phase,
     index: usize,
 ) -> Option<HookResult> {
-    if phase == Phase::Tail {
+    if phase.is_tail() {
         ctx.progress.tail.running = Some((stage, index));
     }
     let called = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -189,7 +304,7 @@ async fn run_hooks(
         let hook_started = timed.then(ClockInstant::now);
         let contain = contains_panics(planned, phase);
         let future = if contain {
-            if phase == Phase::Tail {
+            if phase.is_tail() {
                 ctx.progress.tail.running = Some((stage, index));
             }
             let Some(called) = call(planned, ctx, true).ok() else {
@@ -259,8 +374,8 @@ pub(super) async fn run_main_stage(
     run_stage(entry, ctx, stage, 0, Phase::Main).await
 }
 
-/// Whether a panic in `planned`'s code is contained (the call goes on) rather than failing
-/// the call.
+/// Whether a panic in `planned`'s code is contained here (the call goes on) rather than
+/// failing the call, or contained by the caller ([`Phase::TailInPlace`]).
 #[inline]
 fn contains_panics(planned: &PlannedHook, phase: Phase) -> bool {
     phase == Phase::Tail || planned.failure != FailureMode::FailCall
@@ -330,7 +445,7 @@ fn end_stage(
     started: Option<ClockInstant>,
     phase: Phase,
 ) {
-    if phase == Phase::Tail {
+    if phase.is_tail() {
         ctx.progress.tail.running = None;
     }
     if let Some(started) = started {
@@ -397,8 +512,13 @@ fn apply(
 
 /// A contained panic: logged and, in the main phases, kept in the decision trace as the
 /// `internal` failure it would have been; the call goes on.
-fn contained_panic(planned: &PlannedHook, stage: Stage, ctx: &mut ToolInvokeContext, phase: Phase) {
-    if phase == Phase::Tail {
+pub(super) fn contained_panic(
+    planned: &PlannedHook,
+    stage: Stage,
+    ctx: &mut ToolInvokeContext,
+    phase: Phase,
+) {
+    if phase.is_tail() {
         tracing::error!(stage = %stage, hook = %planned.name, "a hook panicked; the panic was contained and the outcome kept");
         return;
     }

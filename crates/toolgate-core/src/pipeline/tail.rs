@@ -3,6 +3,8 @@
 //! own — each stage at most once; what its hooks return or how they panic never changes the
 //! outcome.
 
+use std::panic::AssertUnwindSafe;
+
 use super::ToolEntry;
 use super::stages::{self, Phase};
 use crate::context::{ClockInstant, ToolInvokeContext};
@@ -26,10 +28,11 @@ pub(super) fn has_hooks(entry: &ToolEntry, ctx: &ToolInvokeContext) -> bool {
     !entry.plan.present().intersection(TAIL).is_empty() || ctx.progress.tail.running.is_some()
 }
 
-/// Runs the tail's stages that have not begun, from the hook after an interrupted one.
-pub(super) async fn run(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
-    // The stages due that have hooks: `on_error` on the error path, a release stage when
-    // its acquire stage was reached. `on_error`, last in stage order, runs first.
+/// The tail's stages due that have hooks, in the order they run: `on_error` on the error
+/// path, a release stage when its acquire stage was reached. `on_error`, last in stage
+/// order, runs first.
+#[inline]
+fn due(entry: &ToolEntry, ctx: &ToolInvokeContext) -> impl Iterator<Item = Stage> + use<> {
     let mut due = entry.plan.present().intersection(TAIL);
     let failed = ctx.error.as_ref().is_some_and(|e| !e.is_waiting());
     let acquired = ctx.progress.acquired;
@@ -43,7 +46,73 @@ pub(super) async fn run(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
         }
     }
     let on_error = due.intersection(Stage::OnError.into());
-    for stage in on_error.iter().chain(due.difference(on_error).iter()) {
+    on_error.iter().chain(due.difference(on_error).iter())
+}
+
+/// Runs the tail in place, without a future, as long as the hooks of its stages all finish
+/// at once: `true` when it is done, `false` at the first stage due with a hook that may
+/// not, which [`run`] then goes on from (the stages run here have begun: they do not run
+/// again). The tail of most calls: a future of its own costs more than its stages.
+///
+/// The hooks' panics are contained by one `catch_unwind` around the stages rather than one
+/// per hook: the hook that panicked is the one marked running, and the tail goes on after
+/// it as it does after a drop ([`begin`]). Not when stage durations are recorded: a stage
+/// run again from its next hook would record two.
+#[inline]
+pub(super) fn run_in_place(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> bool {
+    if entry.plan.records_durations() {
+        return stages_in_place(entry, ctx, Phase::Tail);
+    }
+    loop {
+        let ran = std::panic::catch_unwind(AssertUnwindSafe(|| {
+            stages_in_place(entry, ctx, Phase::TailInPlace)
+        }));
+        match ran {
+            Ok(done) => return done,
+            Err(panic) => contained_panic(entry, ctx, panic),
+        }
+    }
+}
+
+/// [`run_in_place`]'s stages, from the hook after an interrupted one.
+#[inline]
+fn stages_in_place(entry: &ToolEntry, ctx: &mut ToolInvokeContext, phase: Phase) -> bool {
+    for stage in due(entry, ctx) {
+        if !entry.plan.is_synchronous(stage) {
+            return false;
+        }
+        if stage != Stage::OnError {
+            ctx.finished.get_or_insert_with(ClockInstant::now);
+        }
+        let Some(first) = begin(ctx, stage) else {
+            continue;
+        };
+        // Outcomes in the tail are recorded, never applied.
+        let _ = stages::run_synchronous(entry, ctx, stage, first, phase);
+    }
+    ctx.finished.get_or_insert_with(ClockInstant::now);
+    end(ctx);
+    true
+}
+
+/// A hook of a tail run in place panicked: the one marked running. A panic outside every
+/// hook is the engine's own, and goes on as it would from the tail's future.
+#[cold]
+fn contained_panic(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    panic: Box<dyn std::any::Any + Send>,
+) {
+    let Some((stage, index)) = ctx.progress.tail.running else {
+        std::panic::resume_unwind(panic);
+    };
+    let planned = &entry.plan.hooks(stage)[index];
+    stages::contained_panic(planned, stage, ctx, Phase::Tail);
+}
+
+/// Runs the tail's stages that have not begun, from the hook after an interrupted one.
+pub(super) async fn run(entry: &ToolEntry, ctx: &mut ToolInvokeContext) {
+    for stage in due(entry, ctx) {
         if stage != Stage::OnError {
             ctx.finished.get_or_insert_with(ClockInstant::now);
         }

@@ -2,8 +2,10 @@
 //! the stages before execution, execution, the output stages.
 //!
 //! Stages without hooks cost a bit test: the walk visits only the stages of the tool's plan.
-//! A stage whose hooks are all declared synchronous runs in place; a future is made only for
-//! a stage where some hook may not finish at once, and for execution when it has hooks.
+//! A stage whose hooks all finish at once runs in place, in a plain function; a future is
+//! made only for a stage where some hook may not, and for execution when an
+//! `around_execute` wrapper, or a `will_execute` or `did_execute` hook that may not finish
+//! at once, is in it.
 
 use serde_json::Value;
 
@@ -72,13 +74,29 @@ const RUN_AGAIN: [Stage; 3] = [
 
 /// Phases 1–8: `Ok` with the output set, or the control outcome that ended them. One
 /// function, so that a phase builds no future of its own: only a hook that may not finish
-/// at once, and execution when it has hooks, get one.
+/// at once, and execution when a wrapper or such a hook is in it, get one.
 pub(super) async fn walk(
     entry: &ToolEntry,
     ctx: &mut ToolInvokeContext,
     start: Start,
 ) -> HookResult {
     let present = entry.plan.present();
+    if present.is_empty() && matches!(start, Start::Fresh) {
+        // A fresh call of a tool without hooks: phases 1–6 are the tool's check, 7 the
+        // tool, 8 nothing. Written apart, so that the common call pays for no walk.
+        check_input_at_its_stage(entry, ctx, false)?;
+        if let Some(lapsed) = lapsed_approval(ctx) {
+            return Err(lapsed);
+        }
+        ctx.progress.acquired.reach(Stage::DidCacheMiss, false);
+        // Nothing can give up on the tool here but the deadline or the caller, which end
+        // the main phases (`main_outcome` clears `in_tool`): no guard as in `attempt`.
+        ctx.stage = Stage::WillExecute;
+        ctx.attempt += 1;
+        let prepared = enter_tool(ctx);
+        let output = entry.tool.call(prepared, ctx).await;
+        return leave_tool(ctx, output);
+    }
     let mut output = present
         .intersection(OUTPUT)
         .difference(Stage::DidCacheHit.into());
@@ -98,64 +116,34 @@ pub(super) async fn walk(
         }
     }
     if !output_only {
-        // Phases 1–6, up to a cache miss; for a resumed call, after stage `done`.
-        let mut route = present.intersection(BEFORE_EXECUTION);
-        // A resumed call's quota unit was taken before it waited; its semaphore permit was
-        // given back, so that stage runs again.
-        let quota_taken = done.is_some_and(|d| d >= Stage::WillAcquireQuota);
-        let mut checked = false;
-        if let Some(done) = done {
-            let passed = StageSet::before(done).with(done);
-            route = route.difference(passed.difference(Stage::WillAcquireSemaphore.into()));
-            checked = done >= Stage::WillValidateInput;
-        }
-        // A request to wait from a stage that runs again (the semaphore) waits until the
-        // stages that ran before the suspension are passed again.
-        let wait_after = done.map_or(WAIT_AFTER, |d| WAIT_AFTER.max(d));
-        let mut held: Option<SuspendRequest> = None;
+        // Phases 1–6, up to a cache miss; for a resumed call, after stage `done`. The
+        // stages run in place, in `Before::advance`; the walk's future awaits only a stage
+        // where some hook may not finish at once, and a request to wait.
+        let mut before_walk = Before::new(present, done);
+        let quota_taken = before_walk.quota_taken;
         let mut before = Ok(());
-        for stage in route.iter() {
-            // The tool's check comes right after the `will_validate_input` hooks.
-            if !checked && stage > Stage::WillValidateInput {
-                checked = true;
-                if let Err(control) = check_input_at_its_stage(entry, ctx, quota_taken) {
+        loop {
+            match before_walk.advance(entry, ctx) {
+                Ok(Pause::Passed) => break,
+                Ok(Pause::Stage(stage)) => {
+                    let result = stages::run_stage(entry, ctx, stage, 0, Phase::Main).await;
+                    if let Err(control) = before_walk.settle(ctx, result) {
+                        before = Err(control);
+                        break;
+                    }
+                }
+                Ok(Pause::Wait(request)) => {
+                    let at = before_walk.wait_after;
+                    if let Err(control) = wait_unless_approved(entry, ctx, at, request).await {
+                        before = Err(control);
+                        break;
+                    }
+                }
+                Err(control) => {
                     before = Err(control);
                     break;
                 }
             }
-            if stage > wait_after
-                && let Some(request) = held.take()
-                && let Err(control) = wait_unless_approved(entry, ctx, wait_after, request).await
-            {
-                before = Err(control);
-                break;
-            }
-            ctx.progress.acquired.reach(stage, quota_taken);
-            ctx.stage = stage;
-            let result = if entry.plan.is_synchronous(stage) {
-                stages::run_synchronous(entry, ctx, stage, 0, Phase::Main)
-            } else {
-                stages::run_stage(entry, ctx, stage, 0, Phase::Main).await
-            };
-            if let Err(control) = result
-                && let Some(control) = hold(ctx, &mut held, wait_after, control)
-            {
-                before = Err(control);
-                break;
-            }
-        }
-        // `before` is written only when something fails: it lives across the awaits, in
-        // the walk's future, and most calls pass.
-        if before.is_ok()
-            && !checked
-            && let Err(control) = check_input_at_its_stage(entry, ctx, quota_taken)
-        {
-            before = Err(control);
-        }
-        if before.is_ok()
-            && let Some(request) = held
-        {
-            before = wait_unless_approved(entry, ctx, wait_after, request).await;
         }
         // Phase 7, or the short-circuit that took its place.
         if before.is_ok()
@@ -169,16 +157,24 @@ pub(super) async fn walk(
                     .acquired
                     .reach(Stage::DidCacheMiss, quota_taken);
                 ctx.stage = Stage::DidCacheMiss;
-                let ran = if present.intersection(EXECUTION).is_empty() {
-                    // The stage the tool runs at when nothing wraps it. Nothing can give up
+                let hooks = present.intersection(EXECUTION);
+                let ran = if hooks.is_empty() || attempt_in_place(entry, hooks) {
+                    // The one attempt, run here when nothing wraps the tool and its
+                    // `will_execute` and `did_execute` hooks all finish at once (without a
+                    // wrapper there is no retry: `on_retry` never runs). Nothing can give up
                     // on the tool here but the deadline or the caller, which end the main
                     // phases (`main_outcome` clears `in_tool`): no guard as in `attempt`.
                     ctx.stage = Stage::WillExecute;
                     ctx.attempt += 1;
-                    let prepared = enter_tool(ctx);
-                    let output = entry.tool.call(prepared, ctx).await;
-                    leave_tool(ctx, output)?;
-                    true
+                    if hooks.is_empty() || execution_stage_in_place(entry, ctx, Stage::WillExecute)?
+                    {
+                        let prepared = enter_tool(ctx);
+                        let output = entry.tool.call(prepared, ctx).await;
+                        leave_tool(ctx, output)?;
+                        hooks.is_empty() || execution_stage_in_place(entry, ctx, Stage::DidExecute)?
+                    } else {
+                        false
+                    }
                 } else {
                     execution(entry, ctx).await?
                 };
@@ -199,21 +195,157 @@ pub(super) async fn walk(
             Err(other) => return Err(other),
         }
     }
-    // Phase 8: a respond sets the output and the next stage runs.
-    for stage in output.iter() {
-        ctx.stage = stage;
-        let result = if entry.plan.is_synchronous(stage) {
-            stages::run_synchronous(entry, ctx, stage, 0, Phase::Main)
-        } else {
-            stages::run_stage(entry, ctx, stage, 0, Phase::Main).await
-        };
-        match result {
-            Ok(()) => {}
-            Err(Control::Respond(value)) => ctx.set_output(value),
-            Err(other) => return Err(other),
-        }
+    // Phase 8: a respond sets the output and the next stage runs. The stages run in place;
+    // the walk's future awaits only one where some hook may not finish at once.
+    while let Some(stage) = output_in_place(entry, ctx, &mut output)? {
+        let result = stages::run_stage(entry, ctx, stage, 0, Phase::Main).await;
+        output_outcome(ctx, result)?;
     }
     Ok(())
+}
+
+/// Phase 8's stages from the next one of `output` on, in place while their hooks all
+/// finish at once: `Some(stage)` when `stage`, entered and taken off `output`, has a hook
+/// that may not, for the walk's future to run. A plain function, so that the walk's state
+/// stays in registers.
+#[inline]
+fn output_in_place(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    output: &mut StageSet,
+) -> Result<Option<Stage>, Control> {
+    while let Some(stage) = output.iter().next() {
+        *output = output.difference(stage.into());
+        ctx.stage = stage;
+        if !entry.plan.is_synchronous(stage) {
+            return Ok(Some(stage));
+        }
+        let result = stages::run_synchronous(entry, ctx, stage, 0, Phase::Main);
+        output_outcome(ctx, result)?;
+    }
+    Ok(None)
+}
+
+/// An output stage's result: a respond sets the output and the next stage runs; any other
+/// control outcome ends the main phases.
+#[inline]
+fn output_outcome(ctx: &mut ToolInvokeContext, result: HookResult) -> HookResult {
+    match result {
+        Ok(()) => Ok(()),
+        Err(Control::Respond(value)) => {
+            ctx.set_output(value);
+            Ok(())
+        }
+        Err(other) => Err(other),
+    }
+}
+
+/// The walk through phases 1–6, the stages before execution. Its stages run in place, in
+/// a plain function ([`Before::advance`]), where the walk's state stays in registers: only
+/// a stage where some hook may not finish at once, and a held request to wait, are handed
+/// to the walk's future to await.
+struct Before {
+    /// The stages with hooks still to run, in pipeline order.
+    route: StageSet,
+    /// A resumed call's quota unit was taken before it waited.
+    quota_taken: bool,
+    /// The tool's own check has run, or is not due (a resumed call past it).
+    checked: bool,
+    /// The stage after which a held request to wait takes effect.
+    wait_after: Stage,
+    /// A request to wait from a stage up to `wait_after`, held until then.
+    held: Option<SuspendRequest>,
+}
+
+/// Where [`Before::advance`] stopped.
+enum Pause {
+    /// Every stage before execution passed, the tool's check too.
+    Passed,
+    /// The current stage, entered (`ctx.stage` says which), has a hook that may not finish
+    /// at once: the walk's future runs it with [`stages::run_stage`], then
+    /// [`Before::settle`]s its result.
+    Stage(Stage),
+    /// The held request to wait takes effect now, unless the call was approved for a retry
+    /// ([`wait_unless_approved`]); the walk advances again when it does not.
+    Wait(SuspendRequest),
+}
+
+impl Before {
+    /// The walk of a fresh call (`done` is `None`) or of a resumed one that waited after
+    /// stage `done`.
+    #[inline]
+    fn new(present: StageSet, done: Option<Stage>) -> Before {
+        let mut route = present.intersection(BEFORE_EXECUTION);
+        let mut checked = false;
+        if let Some(done) = done {
+            // A resumed call's semaphore permit was given back when it waited, so that
+            // stage runs again.
+            let passed = StageSet::before(done).with(done);
+            route = route.difference(passed.difference(Stage::WillAcquireSemaphore.into()));
+            checked = done >= Stage::WillValidateInput;
+        }
+        Before {
+            route,
+            // A resumed call's quota unit was taken before it waited.
+            quota_taken: done.is_some_and(|d| d >= Stage::WillAcquireQuota),
+            checked,
+            // A request to wait from a stage that runs again (the semaphore) waits until
+            // the stages that ran before the suspension are passed again.
+            wait_after: done.map_or(WAIT_AFTER, |d| WAIT_AFTER.max(d)),
+            held: None,
+        }
+    }
+
+    /// Runs the stages in place, from the next one, as long as their hooks all finish at
+    /// once; the tool's check right after the `will_validate_input` hooks, and a held
+    /// request to wait once `wait_after` is passed. `Err` with the control outcome that
+    /// ends phases 1–6.
+    #[inline]
+    fn advance(
+        &mut self,
+        entry: &ToolEntry,
+        ctx: &mut ToolInvokeContext,
+    ) -> Result<Pause, Control> {
+        while let Some(stage) = self.route.iter().next() {
+            if !self.checked && stage > Stage::WillValidateInput {
+                self.checked = true;
+                check_input_at_its_stage(entry, ctx, self.quota_taken)?;
+            }
+            if stage > self.wait_after
+                && let Some(request) = self.held.take()
+            {
+                return Ok(Pause::Wait(request));
+            }
+            self.route = self.route.difference(stage.into());
+            ctx.progress.acquired.reach(stage, self.quota_taken);
+            ctx.stage = stage;
+            if !entry.plan.is_synchronous(stage) {
+                return Ok(Pause::Stage(stage));
+            }
+            let result = stages::run_synchronous(entry, ctx, stage, 0, Phase::Main);
+            self.settle(ctx, result)?;
+        }
+        if !self.checked {
+            self.checked = true;
+            check_input_at_its_stage(entry, ctx, self.quota_taken)?;
+        }
+        match self.held.take() {
+            Some(request) => Ok(Pause::Wait(request)),
+            None => Ok(Pause::Passed),
+        }
+    }
+
+    /// What a stage's result does to the walk: `Err` when it ends phases 1–6, see [`hold`].
+    #[inline]
+    fn settle(&mut self, ctx: &mut ToolInvokeContext, result: HookResult) -> HookResult {
+        match result {
+            Ok(()) => Ok(()),
+            Err(control) => match hold(ctx, &mut self.held, self.wait_after, control) {
+                None => Ok(()),
+                Some(control) => Err(control),
+            },
+        }
+    }
 }
 
 /// What a resumed call goes on with.
@@ -368,6 +500,41 @@ fn not_an_object() -> Control {
         "the arguments must be a JSON object",
     ))
     .into()
+}
+
+/// Whether the attempt runs in the walk's future though execution has hooks (`hooks`):
+/// no `around_execute` wrapper, and the `will_execute` and `did_execute` hooks all finish
+/// at once. Otherwise [`execution`] runs it, in a future of its own.
+#[inline]
+fn attempt_in_place(entry: &ToolEntry, hooks: StageSet) -> bool {
+    !hooks.contains(Stage::AroundExecute)
+        && entry.plan.is_synchronous(Stage::WillExecute)
+        && entry.plan.is_synchronous(Stage::DidExecute)
+}
+
+/// `will_execute` or `did_execute` (`stage`) of an attempt run in place: `Ok(true)` to go
+/// on, `Ok(false)` when a hook answered (its value is the output, as a wrapper's would be:
+/// nothing is cached), `Err` with the control outcome that ends the main phases — as
+/// [`execution`] treats the outcome of a first attempt. Out of line: the walk's future
+/// stays small.
+#[inline(never)]
+fn execution_stage_in_place(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+) -> Result<bool, Control> {
+    ctx.stage = stage;
+    if !entry.plan.has(stage) {
+        return Ok(true);
+    }
+    match stages::run_synchronous(entry, ctx, stage, 0, Phase::Main) {
+        Ok(()) => Ok(true),
+        Err(Control::Respond(value)) => {
+            ctx.set_output(value);
+            Ok(false)
+        }
+        Err(other) => Err(other),
+    }
 }
 
 /// Phase 7 when it has hooks: whether the output comes from a real run of the tool, or the
