@@ -328,7 +328,7 @@ impl Direct {
             // Closed before the answer: resumable only from an event id it sent.
             let Some(from) = last_event_id.clone() else {
                 return Err(match ended {
-                    Err(e) => transport(StreamableHttpError::<PostError>::Sse(e)),
+                    Err(e) => broken_off(&e),
                     Ok(()) => unexpected("the server closed the call's stream without answering"),
                 });
             };
@@ -472,7 +472,7 @@ fn finish(mut stream: SseStream, place: Place) {
 /// The error of a call whose stream the upstream wrote wrong: an event longer than
 /// toolgate reads, or lines that are not SSE. It is that call's alone — the connection is
 /// sound — and not resumed, as the upstream would write the same again. `None` when the
-/// body itself failed: the connection's failure.
+/// body itself failed (see [`broken_off`]): resumed when it can be.
 fn stream_fault(e: &sse_stream::Error) -> Option<ServiceError> {
     match e {
         sse_stream::Error::Body(_) if post::event_too_large(e) => Some(transport(
@@ -483,6 +483,18 @@ fn stream_fault(e: &sse_stream::Error) -> Option<ServiceError> {
         sse_stream::Error::Body(_) => None,
         _ => Some(unexpected("the server's stream for the call is not SSE")),
     }
+}
+
+/// The error of a call whose own stream broke off (reading its body failed, after the
+/// response's head came) before its answer, and could not be resumed: as rmcp fails such a
+/// request, as if the connection had closed ([`ServiceError::TransportClosed`]). The
+/// connection is dropped only if it did close: the upstream may have cut this one
+/// response (a tool that failed while writing it, a proxy's read timeout), and the
+/// session is shared by other callers, whose calls go on. The body's error goes to the
+/// log.
+fn broken_off(e: &sse_stream::Error) -> ServiceError {
+    tracing::debug!(error = %e, "an MCP server's stream for a call broke off before its answer");
+    ServiceError::TransportClosed
 }
 
 /// `value` as a header value as it is, when it needs no encoding (SEP-2243 encodes a

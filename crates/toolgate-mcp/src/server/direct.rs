@@ -218,6 +218,23 @@ impl SessionRegistry for DirectCalls {
 }
 
 impl DirectCalls {
+    /// Forgets the session `id`, which the endpoint closed (its client's `DELETE`, or the
+    /// host), cancelling its calls answered here. rmcp drops the session's handler too,
+    /// which forgets it — but the entry holds the session's peer and a handle on its
+    /// handler, and must not be what keeps them, and the session's state, alive.
+    pub(super) fn closed(&self, id: &str) {
+        let removed = self.write().remove(id);
+        if let Some(session) = removed {
+            session.closed.cancel();
+        }
+    }
+
+    /// How many sessions are registered.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.read().len()
+    }
+
     fn read(&self) -> std::sync::RwLockReadGuard<'_, HashMap<Arc<str>, Arc<DirectSession>>> {
         self.sessions.read().unwrap_or_else(|e| e.into_inner())
     }

@@ -151,6 +151,7 @@ impl Endpoint {
     /// Ends the session `id` (see [`McpHttpService::close_session`]).
     async fn close(&self, id: &str) {
         self.owners.forget(id);
+        self.direct.closed(id);
         let id: SessionId = Arc::from(id);
         // The only error is a worker that already stopped: the session is gone either way.
         let _ = self.sessions.close_session(&id).await;
@@ -281,7 +282,10 @@ where
                 )
             };
             match &named {
-                Some(id) if delete && response.status().is_success() => owners.forget(id),
+                Some(id) if delete && response.status().is_success() => {
+                    owners.forget(id);
+                    direct.closed(id);
+                }
                 Some(_) => {}
                 None => {
                     let issued = response.headers().get(SESSION_ID_HEADER);
@@ -440,5 +444,98 @@ mod tests {
         assert!(third.is_ok(), "a raised bound makes room at once");
         assert!(endpoint.current.load().listens.open(&alice).is_err());
         drop((open, third));
+    }
+
+    /// A request to `endpoint` with `body` (JSON), in session `session`; the answer's
+    /// status, its session id header and its whole body.
+    async fn exchange(
+        endpoint: &mut McpHttpService,
+        method: http::Method,
+        session: Option<&str>,
+        body: Option<serde_json::Value>,
+    ) -> (http::StatusCode, Option<String>, Bytes) {
+        let mut request = http::Request::builder()
+            .method(method)
+            .uri("http://localhost/mcp")
+            .header(http::header::HOST, "localhost")
+            .header(http::header::ACCEPT, "application/json, text/event-stream")
+            .header(http::header::CONTENT_TYPE, "application/json");
+        if let Some(session) = session {
+            request = request.header(SESSION_ID_HEADER, session);
+        }
+        let body = body.map_or_else(Bytes::new, |b| Bytes::from(b.to_string()));
+        let request = request
+            .body(http_body_util::Full::new(body))
+            .expect("a request");
+        let response = tower_service::Service::call(endpoint, request)
+            .await
+            .expect("answered");
+        let status = response.status();
+        let issued = response
+            .headers()
+            .get(SESSION_ID_HEADER)
+            .and_then(|id| id.to_str().ok())
+            .map(str::to_owned);
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .expect("read")
+            .to_bytes();
+        (status, issued, body)
+    }
+
+    #[tokio::test]
+    async fn a_session_its_client_deletes_is_no_longer_registered_for_direct_calls() {
+        let mut endpoint = server().http_service(Default::default());
+        for round in 0..3 {
+            let initialize = serde_json::json!({
+                "jsonrpc": "2.0", "id": 1, "method": "initialize",
+                "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                           "clientInfo": {"name": "t", "version": "1"}},
+            });
+            let (status, issued, body) =
+                exchange(&mut endpoint, http::Method::POST, None, Some(initialize)).await;
+            assert!(status.is_success(), "{status}: {body:?}");
+            let session = issued.expect("a session");
+            let initialized =
+                serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+            let (status, _, body) = exchange(
+                &mut endpoint,
+                http::Method::POST,
+                Some(&session),
+                Some(initialized),
+            )
+            .await;
+            assert!(status.is_success(), "{status}: {body:?}");
+            // rmcp hands the notification to the session's handler after the answer.
+            for _ in 0..200 {
+                if endpoint.endpoint.direct.len() == 1 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            assert_eq!(
+                endpoint.endpoint.direct.len(),
+                1,
+                "round {round}: registered"
+            );
+
+            let (status, _, body) =
+                exchange(&mut endpoint, http::Method::DELETE, Some(&session), None).await;
+            assert!(status.is_success(), "{status}: {body:?}");
+            // Given time for anything that would forget it later.
+            for _ in 0..100 {
+                if endpoint.endpoint.direct.len() == 0 {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+            assert_eq!(
+                endpoint.endpoint.direct.len(),
+                0,
+                "round {round}: still registered"
+            );
+        }
     }
 }

@@ -70,7 +70,13 @@ impl Connection {
             uris: Vec::with_capacity(uris.len()),
             _open: open,
         };
+        // A URI named twice is subscribed once: a request naming one URI thousands of
+        // times would otherwise run that many calls through the pipeline (and its audit).
+        let mut named = std::collections::HashSet::with_capacity(uris.len());
         for uri in uris {
+            if !named.insert(uri.as_str()) {
+                continue;
+            }
             let input = json!({ "subscribe": uri });
             let subscribed = Some(&listening.subscribed);
             match self.on_subscription(input, uri, context, subscribed).await {

@@ -143,6 +143,11 @@ async fn client_of(
     toolgate_mcp::Upstream,
 ) {
     let (imported, pipeline) = imported(upstream).await;
+    (client_with(pipeline, front).await, imported)
+}
+
+/// A 2026-07-28 client of toolgate serving `pipeline` through `front`.
+async fn client_with(pipeline: Pipeline, front: Front) -> RunningService<RoleClient, ClientConfig> {
     let server = McpServer::new(pipeline);
     let lifecycle = ClientLifecycleMode::Discover {
         preferred_versions: vec![ProtocolVersion::V_2026_07_28],
@@ -174,7 +179,7 @@ async fn client_of(
             .await
         }
     };
-    (connected.expect("the client connects"), imported)
+    connected.expect("the client connects")
 }
 
 /// Listens to `uri` through toolgate; the subscription once acknowledged, or the error
@@ -272,4 +277,46 @@ async fn a_listen_request_for_a_resource_no_upstream_has_is_refused_unacknowledg
         );
         client.cancel().await.expect("the client closes");
     }
+}
+
+/// A listen request naming one URI a thousand times subscribes it through the pipeline
+/// once (and once through each policy hook and audit), not a thousand times.
+#[tokio::test]
+async fn a_uri_named_many_times_in_one_listen_request_runs_through_the_pipeline_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let upstream = Upstream::default();
+    let config =
+        UpstreamConfig::http("up", upstream.serve().await).call_timeout(Duration::from_secs(20));
+    let imported = within(30, "import", toolgate_mcp::Upstream::connect(config))
+        .await
+        .expect("imported");
+    let mut tools = toolgate_core::registry::ToolRegistry::new();
+    imported.register(&mut tools).expect("registered");
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let pipeline = Pipeline::builder()
+        .registry(tools)
+        .hook(toolgate_core::hook::hook_fn(
+            toolgate_core::Stage::WillAuthorize,
+            move |_| {
+                counted.fetch_add(1, Ordering::SeqCst);
+                Ok(()).into()
+            },
+        ))
+        .build()
+        .expect("built");
+    let client = client_with(pipeline, Front::Http).await;
+
+    let mut filter = SubscriptionFilter::new();
+    filter.resource_subscriptions = Some(vec![WATCHED.to_owned(); 1_000]);
+    let subscription = within(30, "the listen request", client.peer().listen(filter))
+        .await
+        .expect("acknowledged");
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "subscribed through the pipeline once"
+    );
+    drop(subscription);
+    client.cancel().await.expect("the client closes");
 }

@@ -8,7 +8,7 @@
 //! The upstream is toolgate's own MCP server on a loopback port, behind a layer that
 //! answers a call with a failure when its arguments carry a marker (`refuse-413`,
 //! `refuse-429-7`: the status, then `Retry-After`; `garble-text`, `garble-json`, `garble-sse`,
-//! `huge-sse`). Every
+//! `huge-sse`; `break-sse`, a stream whose body breaks off after its head). Every
 //! case runs on both ways a call goes out: from the calling task (`echo`) and through
 //! rmcp's client (`echo_region`, whose argument goes in a header).
 
@@ -22,6 +22,7 @@ use axum::body::Body;
 use axum::extract::Request;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
 use http::{HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -32,14 +33,21 @@ use toolgate_mcp::{McpServer, UpstreamConfig};
 /// the caller.
 const BODY: &str = "upstream-body-text";
 
-/// The upstream: its address, how many sessions were opened on it, and the notifications
-/// of its `hold` tool.
+/// The upstream: its address, how many sessions were opened and deleted on it, and the
+/// notifications of its `hold` tools.
 struct RefusingUpstream {
     addr: SocketAddr,
-    initialized: Arc<AtomicUsize>,
+    counts: Arc<Counts>,
     held: Arc<Notify>,
     released: Arc<Notify>,
     serving: tokio::task::JoinHandle<()>,
+}
+
+/// How many `initialize` requests and `DELETE`s of a session the upstream was sent.
+#[derive(Default)]
+struct Counts {
+    initialized: AtomicUsize,
+    deleted: AtomicUsize,
 }
 
 impl Drop for RefusingUpstream {
@@ -56,21 +64,16 @@ impl RefusingUpstream {
         let with_region = json!({"type": "object", "properties": {
             "text": {"type": "string"},
             "region": {"type": "string", "x-mcp-header": "Region"}}});
-        let hold = {
+        let hold = |name: &str, schema: Value| {
             let (held, released) = (Arc::clone(&held), Arc::clone(&released));
-            JsonTool::new(
-                "hold",
-                "Answers once released.",
-                with_region.clone(),
-                move |_, _| {
-                    let (held, released) = (Arc::clone(&held), Arc::clone(&released));
-                    Box::pin(async move {
-                        held.notify_one();
-                        released.notified().await;
-                        Ok::<_, ToolError>(json!({"text": "held"}))
-                    })
-                },
-            )
+            JsonTool::new(name, "Answers once released.", schema, move |_, _| {
+                let (held, released) = (Arc::clone(&held), Arc::clone(&released));
+                Box::pin(async move {
+                    held.notify_one();
+                    released.notified().await;
+                    Ok::<_, ToolError>(json!({"text": "held"}))
+                })
+            })
         };
         let echo = |name: &str, schema: Value| {
             JsonTool::new(name, "Echoes `text`.", schema, |input, _| {
@@ -79,17 +82,18 @@ impl RefusingUpstream {
             })
         };
         let pipeline = Pipeline::builder()
-            .tool(echo("echo", text))
-            .tool(echo("echo_region", with_region))
-            .tool(hold)
+            .tool(echo("echo", text.clone()))
+            .tool(echo("echo_region", with_region.clone()))
+            .tool(hold("hold", with_region))
+            .tool(hold("hold_here", text))
             .build()
             .expect("built");
         let config = rmcp::transport::StreamableHttpServerConfig::default();
-        let initialized = Arc::new(AtomicUsize::new(0));
+        let counts = Arc::new(Counts::default());
         let app = axum::Router::new()
             .nest_service("/mcp", McpServer::new(pipeline).http_service(config))
             .layer(axum::middleware::from_fn_with_state(
-                Arc::clone(&initialized),
+                Arc::clone(&counts),
                 refuse_marked,
             ));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -101,7 +105,7 @@ impl RefusingUpstream {
         });
         RefusingUpstream {
             addr,
-            initialized,
+            counts,
             held,
             released,
             serving,
@@ -120,24 +124,31 @@ impl RefusingUpstream {
     }
 
     fn sessions(&self) -> usize {
-        self.initialized.load(Ordering::SeqCst)
+        self.counts.initialized.load(Ordering::SeqCst)
+    }
+
+    fn deleted(&self) -> usize {
+        self.counts.deleted.load(Ordering::SeqCst)
     }
 }
 
-/// The upstream's layer: counts `initialize`, and answers a request that carries a marker
-/// with the failure it names instead of passing it on.
+/// The upstream's layer: counts `initialize` and `DELETE`, and answers a request that
+/// carries a marker with the failure it names instead of passing it on.
 async fn refuse_marked(
-    axum::extract::State(initialized): axum::extract::State<Arc<AtomicUsize>>,
+    axum::extract::State(counts): axum::extract::State<Arc<Counts>>,
     request: Request,
     next: Next,
 ) -> Response {
     let (parts, body) = request.into_parts();
+    if parts.method == http::Method::DELETE {
+        counts.deleted.fetch_add(1, Ordering::SeqCst);
+    }
     let bytes = axum::body::to_bytes(body, 1 << 20)
         .await
         .expect("a whole body");
     let text = String::from_utf8_lossy(&bytes);
     if text.contains(r#""method":"initialize""#) {
-        initialized.fetch_add(1, Ordering::SeqCst);
+        counts.initialized.fetch_add(1, Ordering::SeqCst);
     }
     if let Some(marked) = text.split("refuse-").nth(1) {
         let mut numbers = marked.split(['-', '"']);
@@ -166,6 +177,24 @@ async fn refuse_marked(
         return (
             [(header::CONTENT_TYPE, "text/event-stream")],
             "not an event\n\n",
+        )
+            .into_response();
+    }
+    if text.contains("break-sse") {
+        // The head, an event that is no message, and then the body fails: the server
+        // cuts this response off (as a tool that raises while its stream is written does,
+        // or a proxy's read timeout), its connection with it.
+        let events = futures::stream::once(async { Ok(": started\n\n".to_owned()) }).chain(
+            futures::stream::once(async {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                Err(std::io::Error::other(
+                    "the tool failed while writing its stream",
+                ))
+            }),
+        );
+        return (
+            [(header::CONTENT_TYPE, "text/event-stream")],
+            Body::from_stream(events),
         )
             .into_response();
     }
@@ -403,4 +432,44 @@ async fn an_answer_longer_than_toolgate_reads_fails_the_call_alone() {
     }
     answered(&pipeline).await;
     assert_eq!(upstream.sessions(), sessions, "no new session was opened");
+}
+
+#[tokio::test]
+async fn a_call_whose_stream_breaks_off_fails_alone_and_the_session_and_calls_in_flight_go_on() {
+    let upstream = RefusingUpstream::start().await;
+    let pipeline = Arc::new(upstream.import().await);
+    let sessions = upstream.sessions();
+
+    // Other callers' calls, in flight on the shared session: one from the calling task,
+    // one through rmcp's client.
+    let mut holding = Vec::new();
+    for tool in ["hold_here", "hold"] {
+        holding.push(tokio::spawn({
+            let pipeline = Arc::clone(&pipeline);
+            async move { call(&pipeline, tool, "").await }
+        }));
+        within(20, "the held call starts", upstream.held.notified()).await;
+    }
+
+    for tool in TOOLS {
+        let e = refused(&pipeline, tool, "break-sse").await;
+        stream_ended(&e);
+        assert!(e.is_retryable(), "{tool}: {e}");
+    }
+
+    for _ in &holding {
+        upstream.released.notify_one();
+    }
+    for held in holding {
+        let held = within(20, "the held call", held).await.expect("joined");
+        let held = held.expect("the other caller's call was answered");
+        assert!(held.to_string().contains("held"), "{held}");
+    }
+    answered(&pipeline).await;
+    assert_eq!(upstream.deleted(), 0, "the session was not deleted");
+    assert_eq!(
+        upstream.sessions(),
+        sessions,
+        "the broken streams opened no new session: the connection stayed"
+    );
 }

@@ -131,9 +131,10 @@ impl Link {
             return self.refusal_error(refused);
         }
         // rmcp fails a request whose own response stream ended before its answer (an
-        // upstream that wrote it wrong, or cut it) as if the connection had closed: the
-        // connection is dropped only if it did. One that closes later is found closed by
-        // the next call ([`Self::connected`]).
+        // upstream that wrote it wrong, or cut it) as if the connection had closed, and so
+        // does a call from the calling task whose stream broke off (`client/direct.rs`):
+        // the connection is dropped only if it did. One that closes later is found closed
+        // by the next call ([`Self::connected`]).
         if matches!(e, ServiceError::TransportClosed) && self.still_open(channel, generation).await
         {
             tracing::warn!(server = %self.config.name, "the MCP server ended a request's stream before its answer");
