@@ -223,6 +223,8 @@ pub(crate) struct Trail {
     pub(crate) run_by: Option<tokio::time::Instant>,
     /// The waiting call whose approval for a retry this call used.
     pub(crate) retry_of: Option<String>,
+    /// The waiting call this call resumes.
+    pub(crate) resumed_from: Option<String>,
 }
 
 pub(crate) struct ContextParts {
@@ -248,6 +250,8 @@ pub(crate) struct Restored {
     pub decision_reason: Option<String>,
     pub run_by: Option<tokio::time::Instant>,
     pub retry_of: Option<String>,
+    /// The id of the waiting call resumed.
+    pub resumed_from: Option<String>,
 }
 
 impl ToolInvokeContext {
@@ -303,6 +307,7 @@ impl ToolInvokeContext {
         trail.decision_reason = restored.decision_reason;
         trail.run_by = restored.run_by;
         trail.retry_of = restored.retry_of;
+        trail.resumed_from = restored.resumed_from;
     }
 
     /// This fresh call used an approval for a retry: it runs as approved.
@@ -324,6 +329,7 @@ impl ToolInvokeContext {
             decision_reason: None,
             run_by: Some(tokio::time::Instant::now() + left),
             retry_of: Some(approval.suspension_id),
+            resumed_from: None,
         });
     }
 
@@ -696,6 +702,14 @@ impl ToolInvokeContext {
     /// ([`Pipeline::approve_retry`](crate::Pipeline::approve_retry)), if it ran on one.
     pub fn approved_retry_of(&self) -> Option<&str> {
         self.trail.as_ref()?.retry_of.as_deref()
+    }
+
+    /// The id of the waiting call this invocation resumes
+    /// ([`Pipeline::resume`](crate::Pipeline::resume)), if it was resumed: the id its
+    /// suspension was given, not one the caller chose. `None` for a call that runs on an
+    /// approval for a retry ([`approved_retry_of`](Self::approved_retry_of) names that one).
+    pub fn resumed_from(&self) -> Option<&str> {
+        self.trail.as_ref()?.resumed_from.as_deref()
     }
 
     // ----- providers -----

@@ -11,7 +11,7 @@ use toolgate_agent::format::{anthropic, gemini, mcp, openai};
 use toolgate_core::User;
 
 use crate::Extensions;
-use crate::config::{LogFormat, StateConfig, StateUrl, io_in_words, load_file};
+use crate::config::{AuditConfig, LogFormat, StateConfig, StateUrl, io_in_words, load_file};
 use crate::gateway::Gateway;
 use crate::pins::{PinFile, PinStore};
 use crate::process::Process;
@@ -415,6 +415,21 @@ async fn check(path: &std::path::Path, extensions: &Extensions) -> Result<(), St
     // The statistics file is the running gateway's: check neither reads it into a gateway
     // nor moves a damaged one aside.
     file.stats = None;
+    // So is the audit file, which the gateway serving it holds locked: check builds the
+    // audit hook with the same options on the log sink, and never opens the file.
+    if let Some(AuditConfig::File {
+        include_values,
+        stage_timings,
+        hash_key,
+        ..
+    }) = file.audit.take()
+    {
+        file.audit = Some(AuditConfig::Log {
+            include_values,
+            stage_timings,
+            hash_key,
+        });
+    }
     let shared_state = file.state.target() != StateUrl::Memory;
     let state = match file.state.target() {
         StateUrl::Memory => "memory".to_owned(),

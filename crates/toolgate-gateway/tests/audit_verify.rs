@@ -273,7 +273,12 @@ signing_key: ${{AUDIT_SIGNING_KEY}}\n  rotate_bytes: 1KiB\n",
     let mut series: Vec<PathBuf> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e != "jsonl" && e != "yaml"))
+        // Neither the file being written, the configuration, nor the sink's lock file
+        // (`.audit.jsonl.lock`).
+        .filter(|p| {
+            p.extension().is_some_and(|e| e != "jsonl" && e != "yaml")
+                && !p.file_name().unwrap().to_string_lossy().starts_with('.')
+        })
         .collect();
     series.sort();
     // A file lost from the series must not hold the last records: that would be a cut
@@ -942,4 +947,73 @@ async fn the_verdict_is_the_exit_code_when_the_reader_of_the_report_goes_away() 
     drop(child.stdout.take());
     let status = child.wait().unwrap();
     assert_eq!(status.code(), Some(1), "unsigned records read as intact");
+}
+
+#[tokio::test]
+async fn a_second_gateway_on_one_audit_file_stops_at_start_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let yaml = format!(
+        "tools:\n  builtin: [echo]\nusers:\n{}audit:\n  sink: file\n  path: {}\n  \
+flush_every: 0s\n  rotate_bytes: 4KiB\n",
+        user_yaml("alice", &["admin"]),
+        path.display()
+    );
+    let config = dir.path().join("second.yaml");
+    std::fs::write(&config, &yaml).unwrap();
+    let mut first = Gateway::start(&yaml);
+    let answer = invoke(&first, "alice", "echo", json!({"text": "one"})).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+
+    // The second stops at start: it would lose the first's records at its rotations.
+    let mut second = std::process::Command::new(common::BIN)
+        .args(["serve", "--config"])
+        .arg(&config)
+        .args(["--listen", "127.0.0.1:0"])
+        .env_remove("RUST_LOG")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + common::STARTUP;
+    let status = loop {
+        if let Some(status) = second.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() >= deadline {
+            let _ = second.kill();
+            panic!("a second gateway serves the same audit file");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut second.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success());
+    assert!(
+        stderr.contains(&format!("audit file `{}`", path.display()))
+            && stderr.contains("is written by another process")
+            && stderr.contains("its own `audit.path`"),
+        "{stderr}"
+    );
+
+    // The first goes on writing, and once it has stopped the file is free.
+    let answer = invoke(&first, "alice", "echo", json!({"text": "two"})).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    first.signal("TERM");
+    assert!(
+        first
+            .wait_exit(std::time::Duration::from_secs(30))
+            .await
+            .is_some_and(|s| s.success())
+    );
+    let again = Gateway::start_file(&config);
+    let answer = invoke(&again, "alice", "echo", json!({"text": "three"})).await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let records = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .filter(|l| !l.starts_with(r#"{"checkpoint""#))
+        .count();
+    assert_eq!(records, 3, "each gateway's records, none lost");
 }

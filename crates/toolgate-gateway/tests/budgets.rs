@@ -148,6 +148,68 @@ async fn a_tenant_budget_spent_on_mcp_refuses_the_tenant_everywhere() {
     );
 }
 
+/// The `_meta` of a 2026-07-28 request whose client declares the tasks extension.
+fn takes_tasks() -> serde_json::Value {
+    json!({
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {
+            "extensions": {"io.modelcontextprotocol/tasks": {}}
+        },
+        "io.modelcontextprotocol/clientInfo": {"name": "toolgate-tests", "version": "0"},
+    })
+}
+
+#[tokio::test]
+async fn polling_a_waiting_call_costs_nothing_and_leaves_the_budget_whole() {
+    // Every tool costs 1 of 2 units; `sleep` waits for approval.
+    let yaml = format!(
+        "tools:\n  builtin: [calculator, sleep]\nusers:\n{}\
+policies:\n  approval:\n    tools: [sleep]\n  budgets:\n    - {{ name: calls, limit: 2, cost: 1 }}\n",
+        user_yaml("bob", &["analyst"]),
+    );
+    let gateway = Gateway::start(&yaml);
+    let params = json!({"name": "sleep", "arguments": {"ms": 1}, "_meta": takes_tasks()});
+    let (status, created) =
+        common::mcp_2026(&gateway, "bob", "tools/call", Some("sleep"), params).await;
+    assert_eq!(status, 200, "{created}");
+    assert_eq!(created["result"]["resultType"], "task", "{created}");
+    let id = created["result"]["taskId"].as_str().expect("a task id");
+
+    for _ in 0..5 {
+        let params = json!({"taskId": id, "_meta": takes_tasks()});
+        let (status, read) = common::mcp_2026(&gateway, "bob", "tasks/get", Some(id), params).await;
+        assert_eq!(status, 200, "{read}");
+        assert_eq!(read["result"]["status"], "working", "{read}");
+    }
+    for _ in 0..5 {
+        let read = invoke(&gateway, "bob", "toolgate.outcome", json!({"id": id})).await;
+        assert_eq!(read.status, 200, "{}", read.body);
+        assert_eq!(read.body["output"]["status"], "waiting", "{}", read.body);
+        assert!(
+            read.header("ratelimit").is_none(),
+            "{:?}",
+            read.header("ratelimit")
+        );
+    }
+
+    // The budget is whole: two calls, and the third is refused.
+    let sum = json!({"expression": "1+1"});
+    for _ in 0..2 {
+        let charged = invoke(&gateway, "bob", "calculator", sum.clone()).await;
+        assert_eq!(charged.status, 200, "{}", charged.body);
+    }
+    let over = invoke(&gateway, "bob", "calculator", sum).await;
+    assert_eq!(
+        (over.status, over.error_code()),
+        (429, "budget_exhausted"),
+        "{}",
+        over.body
+    );
+    // Still read once the budget is spent.
+    let read = invoke(&gateway, "bob", "toolgate.outcome", json!({"id": id})).await;
+    assert_eq!(read.status, 200, "{}", read.body);
+}
+
 #[tokio::test]
 async fn a_caller_without_a_tenant_is_told_the_budget_is_their_own() {
     // Only alice has a tenant: bob, without one, has a budget of his own, and the refusal

@@ -173,6 +173,10 @@ async fn mcp_calls_get_the_same_decision_and_shadow_policies_only_watch() {
         .iter()
         .find(|r| r["tool"] == "echo" && r["status"] == 200)
         .unwrap_or_else(|| panic!("a record of the allowed call: {records:#?}"));
+    assert!(
+        !allowed.to_string().contains("call_transport"),
+        "the transport a call keeps while it waits is not recorded: {allowed}"
+    );
     let decision = &allowed["policies"][0];
     assert_eq!(decision["decision"], "allow");
     assert_eq!(decision["determining"], json!(["staff-echo"]));
@@ -369,4 +373,105 @@ async fn check_warns_of_policy_files_with_no_enforced_policy() {
         empty.display()
     );
     assert!(stderr.contains(&warning), "{stderr}");
+}
+
+/// `sleep` only over MCP, as the caller's transport says; everyone reads their outcomes.
+const SLEEP_OVER_MCP: &str = r#"@id("sleep-over-mcp")
+permit(principal, action == Action::"sleep", resource)
+when { context has transport && context.transport == "mcp" };
+
+@id("outcomes")
+permit(principal, action == Action::"toolgate.outcome", resource);
+"#;
+
+/// `sleep` anywhere but over MCP.
+const SLEEP_NOT_OVER_MCP: &str = r#"@id("sleep-anywhere")
+permit(principal, action == Action::"sleep", resource);
+
+@id("no-mcp-sleep")
+forbid(principal, action == Action::"sleep", resource)
+when { context has transport && context.transport == "mcp" };
+
+@id("outcomes")
+permit(principal, action == Action::"toolgate.outcome", resource);
+"#;
+
+/// A gateway where `sleep` waits for approval and the policies of `policies` (written to
+/// `dir`) decide: bob calls, carol approves.
+fn start_approving(dir: &Path, policies: &str) -> (Gateway, std::path::PathBuf) {
+    let file = dir.join("sleep.cedar");
+    std::fs::write(&file, policies).unwrap();
+    let yaml = format!(
+        "tools:\n  builtin: [sleep]\nusers:\n{}{}\
+policies:\n  cedar:\n    files: [{}]\n  approval:\n    tools: [sleep]\n",
+        user_yaml("bob", &[]),
+        user_yaml("carol", &["admin"]),
+        file.display(),
+    );
+    (Gateway::start(&yaml), file)
+}
+
+/// Bob's MCP `tools/call` of `sleep`, which waits: its suspension id.
+async fn bobs_mcp_sleep_waits(gateway: &Gateway) -> String {
+    let session = open_session(gateway, "bob").await;
+    let params = json!({"name": "sleep", "arguments": {"ms": 1}});
+    let waiting = mcp_rpc(gateway, "bob", &session, "tools/call", params).await;
+    waiting["_meta"]["io.toolgate/error"]["suspensionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("the call waits: {waiting}"))
+        .to_owned()
+}
+
+async fn approve(gateway: &Gateway, approver: &str, id: &str) -> common::Answer {
+    let url = gateway.url(&format!("/v1/suspensions/{id}/resume"));
+    post(
+        &client(),
+        &url,
+        Some(approver),
+        &json!({"decision": "approve"}),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn an_mcp_call_that_waited_is_decided_on_approval_as_an_mcp_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gateway, _) = start_approving(dir.path(), SLEEP_OVER_MCP);
+    // Over `/v1` no policy permits bob `sleep`.
+    let refused = invoke(&gateway, "bob", "sleep", json!({"ms": 1})).await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+
+    let id = bobs_mcp_sleep_waits(&gateway).await;
+    // Carol approves through `/v1`: the call is still bob's MCP call, which may run.
+    let approved = approve(&gateway, "carol", &id).await;
+    assert_eq!(approved.status, 200, "{}", approved.body);
+    assert_eq!(approved.body["output"]["slept_ms"], 1, "{}", approved.body);
+    let shown = approved.body["metadata"].to_string();
+    assert!(
+        !shown.contains("transport"),
+        "the kept transport is not shown: {shown}"
+    );
+}
+
+#[tokio::test]
+async fn a_reload_that_forbids_mcp_calls_stops_an_mcp_call_waiting_for_approval() {
+    let dir = tempfile::tempdir().unwrap();
+    let (gateway, file) = start_approving(dir.path(), SLEEP_OVER_MCP);
+    let id = bobs_mcp_sleep_waits(&gateway).await;
+
+    std::fs::write(&file, SLEEP_NOT_OVER_MCP).unwrap();
+    gateway.signal("HUP");
+    // Once the new policies decide, bob's `/v1` call of `sleep` is permitted (and waits).
+    eventually("the reload", Duration::from_secs(30), || async {
+        invoke(&gateway, "bob", "sleep", json!({"ms": 1}))
+            .await
+            .status
+            == 202
+    })
+    .await;
+
+    let approved = approve(&gateway, "carol", &id).await;
+    assert_eq!(approved.status, 403, "{}", approved.body);
+    assert_eq!(approved.error_code(), "forbidden", "{}", approved.body);
+    assert!(approved.body.get("output").is_none(), "{}", approved.body);
 }

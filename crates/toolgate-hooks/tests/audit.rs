@@ -474,6 +474,8 @@ fn audit_files(dir: &std::path::Path) -> Vec<toolgate_hooks::audit::verify::Audi
     let mut names: Vec<String> = std::fs::read_dir(dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
+        // The sink's lock file, `.audit.jsonl.lock`, is no part of the series.
+        .filter(|name| !name.starts_with('.'))
         .collect();
     names.sort_by_key(|name| (name == "audit.jsonl", name.clone()));
     names
@@ -617,5 +619,195 @@ async fn flushing_a_chained_sink_signs_its_last_records_once() {
     assert!(
         lines[2].starts_with(r#"{"checkpoint":{"#) && lines[2].contains(r#""seq":2,"#),
         "{lines:#?}"
+    );
+}
+
+/// Run in a child process by [`a_second_process_on_an_audit_file_is_refused_until_the_first_lets_it_go`]:
+/// opens the audit file named by `TOOLGATE_TEST_AUDIT_FILE` and prints what came of it.
+/// Does nothing when run with the other tests.
+#[test]
+fn open_the_audit_file_in_a_child_process() {
+    let Some(path) = std::env::var_os("TOOLGATE_TEST_AUDIT_FILE") else {
+        return;
+    };
+    match JsonLinesSink::open(path) {
+        Ok(_) => println!("child: opened"),
+        Err(e) => println!("child: refused: {e}"),
+    }
+}
+
+/// What opening `path` in another process came to (the line the child printed).
+fn open_in_another_process(path: &std::path::Path) -> String {
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "open_the_audit_file_in_a_child_process",
+            "--exact",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env("TOOLGATE_TEST_AUDIT_FILE", path)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        // The test harness prints the test's name on the same line.
+        .find_map(|line| line.split_once("child: ").map(|(_, said)| said))
+        .unwrap_or_else(|| panic!("{stdout}{}", String::from_utf8_lossy(&out.stderr)))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_second_process_on_an_audit_file_is_refused_until_the_first_lets_it_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let first = JsonLinesSink::open(&path).unwrap();
+    // A reload opens the new configuration's sink while the old one finishes its calls:
+    // sinks of one process share the file, under any spelling of its path.
+    let reloaded = JsonLinesSink::open_buffered(
+        dir.path().join(".").join("audit.jsonl"),
+        Duration::from_secs(1),
+    )
+    .unwrap();
+
+    let refused = open_in_another_process(&path);
+    assert!(
+        refused.starts_with("refused: ")
+            && refused.contains(&path.display().to_string())
+            && refused.contains("another process")
+            && refused.contains("its own `audit.path`"),
+        "{refused}"
+    );
+    assert!(
+        std::fs::read_to_string(&path).unwrap().is_empty(),
+        "the refused process wrote nothing"
+    );
+    // Still held by the reloaded sink.
+    drop(first);
+    assert!(
+        open_in_another_process(&path).starts_with("refused: "),
+        "released before the last sink of the process closed"
+    );
+    drop(reloaded);
+    assert_eq!(open_in_another_process(&path), "opened");
+    // And this process may open it again.
+    JsonLinesSink::open(&path).unwrap();
+}
+
+#[test]
+fn the_refusal_is_a_typed_error_naming_the_lock_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    // Another process's lock: a lock taken on the lock file through another open file.
+    let held = std::fs::File::create(dir.path().join(".audit.jsonl.lock")).unwrap();
+    held.try_lock().unwrap();
+    let refused = JsonLinesSink::open(&path).unwrap_err();
+    let toolgate_hooks::audit::AuditError::InUse { lock, .. } = &refused else {
+        panic!("{refused}")
+    };
+    assert!(lock.ends_with(".audit.jsonl.lock"), "{refused}");
+    assert!(!path.exists(), "the audit file was not even created");
+    held.unlock().unwrap();
+    JsonLinesSink::open(&path).unwrap();
+}
+
+#[test]
+fn two_sinks_rotating_one_file_at_once_lose_no_record() {
+    use toolgate_hooks::audit::{AuditSink, Rotation};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("audit.jsonl");
+    let record: AuditRecord = serde_json::from_value(json!({
+        "request_id": "r", "user_id": "ann", "tool": "lookup", "tool_version": "1",
+        "started_at_ms": 0, "duration_us": 0, "outcome": "success", "status": 200,
+        "attempts": 1, "decisions": [], "stages": [], "input_hash": "h",
+    }))
+    .unwrap();
+    // Every record rotates the file: two sinks on it (a reload's old and new) move it
+    // aside within the same milliseconds.
+    const EACH: usize = 400;
+    std::thread::scope(|threads| {
+        for _ in 0..2 {
+            let sink = JsonLinesSink::open(&path)
+                .unwrap()
+                .rotated(Rotation::new().max_bytes(1));
+            let record = &record;
+            threads.spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                for _ in 0..EACH {
+                    runtime.block_on(sink.write(record)).unwrap();
+                }
+            });
+        }
+    });
+    let mut records = 0;
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let entry = entry.unwrap();
+        if !entry.file_name().to_string_lossy().starts_with('.') {
+            records += std::fs::read_to_string(entry.path())
+                .unwrap()
+                .lines()
+                .count();
+        }
+    }
+    assert_eq!(
+        records,
+        2 * EACH,
+        "records lost to a rotation over another's file"
+    );
+}
+
+#[tokio::test]
+async fn a_suspended_call_and_its_resumed_call_carry_the_same_suspension_id_and_other_records_none()
+{
+    let (p, sink) = lookup_needing_consent();
+    let ann = || InvokeOptions::new().user(User::new("ann"));
+    let waiting = p
+        .invoke("lookup", json!({"q": 1}), ann())
+        .await
+        .unwrap_err();
+    let toolgate_core::ToolError::Suspended { suspension_id, .. } = waiting else {
+        panic!("{waiting}")
+    };
+    let records = sink.records();
+    let suspended = records.last().unwrap();
+    assert_eq!(suspended.outcome, Outcome::Suspended);
+    assert_eq!(
+        suspended.suspension_id.as_deref(),
+        Some(suspension_id.as_str())
+    );
+    let line = serde_json::to_value(suspended).unwrap();
+    assert_eq!(line["suspension_id"], json!(suspension_id));
+
+    // Its resumed call's record carries the same id, whatever request id it ran under.
+    p.resume(
+        &suspension_id,
+        toolgate_core::suspension::ResumeDecision::Approve,
+        InvokeOptions::new(),
+    )
+    .await
+    .unwrap();
+    let resumed = sink.records().last().cloned().unwrap();
+    assert!(resumed.approval.is_some(), "{resumed:?}");
+    assert_eq!(
+        resumed.suspension_id.as_deref(),
+        Some(suspension_id.as_str())
+    );
+
+    // A call that never waited has none, and its line no such field.
+    let (audit, plain) = common::memory_audit();
+    pipeline(audit)
+        .invoke("lookup", json!({"q": 2}), InvokeOptions::new())
+        .await
+        .unwrap();
+    let record = common::only_record(&plain);
+    assert_eq!(record.suspension_id, None);
+    assert!(
+        serde_json::to_value(&record)
+            .unwrap()
+            .get("suspension_id")
+            .is_none()
     );
 }

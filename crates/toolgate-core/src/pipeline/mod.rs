@@ -419,6 +419,7 @@ impl Pipeline {
             run_by: check
                 .then(|| tokio::time::Instant::now() + self.inner.shared.approval_run_within),
             retry_of: None,
+            resumed_from: Some(suspension_id.to_owned()),
         });
         let parts = context_parts(entry, saved.input, options, Some(restored));
         Ok((entry, parts, saved.stage))

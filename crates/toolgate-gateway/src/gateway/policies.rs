@@ -9,7 +9,7 @@ use toolgate_core::provider::Scope;
 use toolgate_core::registry::ToolRegistry;
 use toolgate_core::{Hook, HookResult, PipelineBuilder, ToolInvokeContext, hook};
 use toolgate_hooks::audit::{ChainOptions, CheckpointKey, JsonLinesSink, Rotation};
-use toolgate_hooks::budget::BudgetBuilder;
+use toolgate_hooks::budget::{BudgetBuilder, Cost};
 use toolgate_hooks::cache::ResultCacheBuilder;
 use toolgate_hooks::concurrency::ConcurrencyBuilder;
 use toolgate_hooks::consent::ConsentBuilder;
@@ -24,6 +24,7 @@ use super::GatewayError;
 use crate::config::{ApprovalPolicy, AuditConfig, CachePolicy, Config, ConfigError, Policies};
 use crate::identity::scopes::ToolScopes;
 use crate::identity::waiting::CallerTokenCannotWait;
+use crate::outcomes::OUTCOME_TOOL;
 use crate::state::SharedState;
 use crate::telemetry::audit_logs::AuditLogs;
 
@@ -98,9 +99,19 @@ pub(super) fn install_policies(
 }
 
 /// Tells Cedar policies how a call came in (`context.transport`): `mcp` for a call made
-/// through the MCP endpoint, `http` for one made through `/v1` (a single call, a batch, a
-/// resume).
+/// through the MCP endpoint, `http` for one made through `/v1` (a single call, a batch).
+///
+/// A call that waits for approval is resumed through `/v1` by an approver, yet it is still
+/// the call its caller made: its transport is kept with it, in its metadata under
+/// [`KEPT_TRANSPORT`] (saved with the waiting call, restored on resume), and a resumed call
+/// is decided again with the transport it was made with. The key is dropped again at
+/// `will_audit`, before any result, audit record or metric reads the metadata: callers and
+/// approvers never see it. A call that waited under an earlier version, which kept no
+/// transport, resumes as `http`.
 struct CallTransportOf;
+
+/// The metadata key under which a call keeps its transport while it waits.
+const KEPT_TRANSPORT: &str = "toolgate.call_transport";
 
 #[hook]
 impl Hook for CallTransportOf {
@@ -109,12 +120,29 @@ impl Hook for CallTransportOf {
     }
 
     fn will_bind_providers(&self, ctx: &mut ToolInvokeContext) -> HookResult {
-        if ctx.try_get::<CallTransport>().is_none() {
-            let mcp = ctx.try_get::<toolgate_mcp::CallerKey>().is_some();
-            let transport = if mcp { "mcp" } else { "http" };
-            // Binding in the request scope cannot fail.
-            let _ = ctx.provide::<CallTransport>(transport.to_owned(), Scope::Request);
-        }
+        let kept = ctx
+            .resumed()
+            .and_then(|_| ctx.metadata().get(KEPT_TRANSPORT))
+            .and_then(|t| t.as_str())
+            .map(str::to_owned);
+        let transport = match (kept, ctx.try_get::<CallTransport>()) {
+            (Some(kept), _) => kept,
+            (None, Some(bound)) => bound.as_str().to_owned(),
+            (None, None) => {
+                let mcp = ctx.try_get::<toolgate_mcp::CallerKey>().is_some();
+                (if mcp { "mcp" } else { "http" }).to_owned()
+            }
+        };
+        (ctx.metadata_mut()).insert(KEPT_TRANSPORT.to_owned(), transport.clone().into());
+        // Binding in the request scope cannot fail.
+        let _ = ctx.provide::<CallTransport>(transport, Scope::Request);
+        Ok(())
+    }
+
+    /// The first stage of the tail, after the waiting call was saved with the key and
+    /// before anything shows the metadata.
+    fn will_audit(&self, ctx: &mut ToolInvokeContext) -> HookResult {
+        ctx.metadata_mut().remove(KEPT_TRANSPORT);
         Ok(())
     }
 }
@@ -179,12 +207,17 @@ fn rate_limits(p: &Policies, shared: &SharedState) -> Result<Vec<HookRegistratio
     Ok(hooks)
 }
 
-/// A budget hook for every budget of `p`, each on every tool.
+/// A budget hook for every budget of `p`, each on every tool — but the outcome tool
+/// ([`OUTCOME_TOOL`]), which costs nothing in every budget: it reads the state of a call
+/// that waits (MCP `tasks/get` and asking again with `requestState` read through it) and
+/// spends nothing, and a caller polling a waiting call must not use up their budget — or
+/// their tenant's — and then be refused the reading of their own call.
 fn budgets(p: &Policies, shared: &SharedState) -> Result<Vec<HookRegistration>, ConfigError> {
     (p.budgets.iter().enumerate())
         .map(|(i, b)| {
             let budget = BudgetBuilder::try_from(b)
                 .map_err(|e| e.within(&format!("policies.budgets[{i}]")))?
+                .tool_cost(OUTCOME_TOOL, Cost::Fixed(0))
                 .backend(shared.backends.budget(b.redis_deadline))
                 .build();
             Ok(HookRegistration::shared(Arc::new(budget)))

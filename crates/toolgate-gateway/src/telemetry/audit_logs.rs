@@ -6,6 +6,7 @@
 //! next record's `prev`. The attributes repeat what a pipeline filters and groups on:
 //! `toolgate.audit.seq`, `toolgate.audit.chain`, `toolgate.audit.prev`,
 //! `toolgate.audit.hash` (this line's SHA-256), and for a call `toolgate.audit.request_id`,
+//! `toolgate.audit.suspension_id` (a call that waited, and the call resumed after it),
 //! `enduser.id`, `toolgate.audit.tenant` (the user's tenant, when they have one: a user id
 //! is unique only within its tenant), `gen_ai.tool.name`, `toolgate.audit.outcome`, `toolgate.audit.code` and
 //! `http.response.status_code`. The event name says which kind of line it is:
@@ -103,6 +104,8 @@ impl AuditLogs {
                 ("chain", "toolgate.audit.chain"),
                 ("prev", "toolgate.audit.prev"),
                 ("request_id", "toolgate.audit.request_id"),
+                // Ties a call that waited to the call resumed after the decision.
+                ("suspension_id", "toolgate.audit.suspension_id"),
                 ("user_id", "enduser.id"),
                 // A user id is unique only within its tenant: `ann` of acme and `ann` of
                 // globex are told apart by this, as the line tells them apart.

@@ -1,9 +1,10 @@
 //! Audit: one structured record per invocation, on every path.
 //!
 //! [`Audit`] builds an [`AuditRecord`] at `will_audit` — who (user, tenant, session,
-//! request id, and the [client's address](ClientAddress) when the host binds it), which tool and version, when, the outcome with its code and HTTP status,
-//! the duration, the attempts, and the decision trace (which hook decided what at which
-//! stage, and how long each stage and, with
+//! request id, and the [client's address](ClientAddress) when the host binds it), which
+//! tool and version, when, the outcome with its code and HTTP status (and, for a call that
+//! suspended, the id it waits under), the duration, the attempts, and the decision trace
+//! (which hook decided what at which stage, and how long each stage and, with
 //! [`record_hook_timings`](toolgate_core::PipelineBuilder::record_hook_timings), each hook
 //! took) — and hands it to every [sink](AuditSink): [`TracingSink`], an append-only
 //! [`JsonLinesSink`], a [`ChannelSink`], or [`MemorySink`]. Input and output are recorded
@@ -17,7 +18,9 @@
 //! missing, reordered or cut record. Records the sink had to drop (its file took no
 //! writes while 16 MiB waited: a full disk) are declared in the chain by a
 //! [gap marker](Gap), which [`verify`] reports as a gap the gateway declared, not as
-//! tampering.
+//! tampering. One process writes a file: [`JsonLinesSink::open`] takes a lock on a file
+//! beside it, and opening a file another process writes fails with
+//! [`AuditError::InUse`].
 //!
 //! A record holds only redacted values. The record phase runs after the input was
 //! redacted and the output was redacted and scrubbed, and on the error path after
@@ -51,6 +54,7 @@
 //! ```
 
 mod chain;
+mod claim;
 mod gap;
 mod hook;
 mod record;

@@ -146,6 +146,13 @@ pub struct AuditRecord {
     /// The session, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session_id: Option<String>,
+    /// For a call that suspended to wait (for approval), the id it waits under: the one a
+    /// decision on it names; for the call resumed after the decision, the same id. Given by
+    /// the pipeline, never by the caller (unlike `request_id`, which a caller may choose),
+    /// so it ties the two records together; absent for a call that neither suspended nor
+    /// was resumed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspension_id: Option<String>,
     /// Who called.
     pub user_id: String,
     /// The caller's tenant, if any.
@@ -232,6 +239,10 @@ impl AuditRecord {
         AuditRecord {
             request_id: ctx.request_id().to_string(),
             session_id: ctx.session_id().map(str::to_owned),
+            suspension_id: match error {
+                Some(ToolError::Suspended { suspension_id, .. }) => Some(suspension_id.clone()),
+                _ => ctx.resumed_from().map(str::to_owned),
+            },
             user_id: user.id.clone(),
             tenant: user.tenant.clone(),
             client_address: ctx.try_get::<ClientAddress>().map(|client| client.0),

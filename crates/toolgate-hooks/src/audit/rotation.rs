@@ -68,21 +68,30 @@ impl Rotating {
     }
 
     /// Moves the (flushed) file aside and opens a fresh one at the path.
+    ///
+    /// A name taken is never replaced: the next millisecond's name is tried. The check and
+    /// the rename are one step because nothing else moves the file meanwhile: another
+    /// process does not write it (the sink's claim on it), and the sinks of this process
+    /// on it rotate one at a time (the claim's lock, held by the caller). When the file was
+    /// deleted from the path, a new one is begun.
     pub(crate) fn rotate(&mut self) -> io::Result<File> {
         let mut ms = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or_default()
             .as_millis();
-        let aside = loop {
+        loop {
             let mut name = self.path.as_os_str().to_owned();
             name.push(format!(".{ms:013}"));
             let aside = PathBuf::from(name);
-            if !aside.exists() {
-                break aside;
+            if aside.try_exists()? {
+                ms += 1;
+                continue;
             }
-            ms += 1;
-        };
-        std::fs::rename(&self.path, &aside)?;
+            match std::fs::rename(&self.path, &aside) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => break,
+            }
+        }
         let file = OpenOptions::new()
             .create(true)
             .append(true)

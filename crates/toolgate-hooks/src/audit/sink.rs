@@ -12,6 +12,7 @@ use tokio::sync::mpsc;
 
 use super::AuditRecord;
 use super::chain::{ChainOptions, ChainWriter};
+use super::claim::{Claim, claim};
 use super::gap::Gap;
 use super::rotation::{Rotating, Rotation};
 
@@ -36,6 +37,18 @@ pub enum AuditError {
         path: String,
         /// What went wrong.
         reason: String,
+    },
+    /// Another process writes the file: its lock file is held.
+    #[error(
+        "audit file `{path}` is written by another process (it holds the lock file `{lock}`): \
+         two processes must not write one audit file, so give each gateway (each replica) its \
+         own `audit.path`"
+    )]
+    InUse {
+        /// The audit file.
+        path: String,
+        /// The lock file beside it.
+        lock: String,
     },
 }
 
@@ -150,6 +163,14 @@ impl AuditSink for TracingSink {
 /// fails) before it is linked, and the next line the sink writes is a
 /// [gap marker](super::Gap) declaring what was dropped, linked where the records would
 /// have been — also written by a [`flush`](AuditSink::flush) and the close.
+///
+/// One process writes a file: opening one takes an advisory lock on `.NAME.lock`, a file
+/// left beside it (rotation moves the audit file, not the lock; the name is outside the
+/// `NAME.*` of the rotated files), held until the last sink of the process on that file is
+/// dropped, and another process opening the same path is refused with
+/// [`AuditError::InUse`]. Sinks of one process share the lock (a reload
+/// opens the new sink while the old one finishes its calls). A device or a pipe is not
+/// locked.
 #[derive(Clone, Debug)]
 pub struct JsonLinesSink {
     file: Arc<Mutex<Output>>,
@@ -265,6 +286,9 @@ struct Output {
     /// The records dropped since the last line the file was given, to be declared by a
     /// marker before the next.
     dropped: Option<Gap>,
+    /// This process's claim on the file, held while the sink is open (none in tests that
+    /// write to memory).
+    claim: Option<Claim>,
 }
 
 impl Output {
@@ -354,6 +378,12 @@ impl Output {
             self.tell(&checkpoint);
             self.file.flush().map_err(Written::Waiting)?;
             if let Some(rotation) = &mut self.rotation {
+                // The other sinks of this process on the file (a reload's) wait: two
+                // never move it aside at once. No other process writes it (the claim).
+                let rotations = self.claim.as_ref().map(|c| c.rotations.clone());
+                let _rotating = rotations
+                    .as_ref()
+                    .map(|r| r.lock().unwrap_or_else(|p| p.into_inner()));
                 let file = rotation.rotate().map_err(Written::Waiting)?;
                 self.file = Lines::new(Box::new(file));
             }
@@ -415,7 +445,8 @@ impl JsonLinesSink {
     ///
     /// # Errors
     ///
-    /// [`AuditError::Open`] when the file cannot be opened.
+    /// [`AuditError::Open`] when the file cannot be opened; [`AuditError::InUse`] when
+    /// another process writes it.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, AuditError> {
         Self::open_with(path.as_ref(), false)
     }
@@ -426,7 +457,8 @@ impl JsonLinesSink {
     ///
     /// # Errors
     ///
-    /// [`AuditError::Open`] when the file cannot be opened.
+    /// [`AuditError::Open`] when the file cannot be opened; [`AuditError::InUse`] when
+    /// another process writes it.
     pub fn open_buffered(
         path: impl AsRef<Path>,
         flush_every: Duration,
@@ -451,6 +483,8 @@ impl JsonLinesSink {
     }
 
     fn open_with(path: &Path, buffered: bool) -> Result<Self, AuditError> {
+        // Claimed before it is opened: another process's file is not even created.
+        let claim = claim(path)?;
         let file = OpenOptions::new()
             .create(true)
             .append(true)
@@ -459,7 +493,9 @@ impl JsonLinesSink {
                 path: path.display().to_string(),
                 reason: e.to_string(),
             })?;
-        Ok(Self::writing_to(Box::new(file), path, buffered))
+        let sink = Self::writing_to(Box::new(file), path, buffered);
+        sink.file.lock().unwrap_or_else(|p| p.into_inner()).claim = Some(claim);
+        Ok(sink)
     }
 
     fn writing_to(file: Box<dyn Write + Send>, path: &Path, buffered: bool) -> Self {
@@ -471,6 +507,7 @@ impl JsonLinesSink {
                 rotation: None,
                 tap: None,
                 dropped: None,
+                claim: None,
             })),
             buffered,
         }

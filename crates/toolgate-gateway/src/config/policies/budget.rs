@@ -322,14 +322,15 @@ impl TryFrom<&BudgetPolicy> for BudgetBuilder {
 }
 
 /// One line per budget that charges calls of `tool`: `budget tenant-daily: costs 3 of
-/// 1000 units every day, per tenant`.
+/// 1000 units every day, per tenant`. None charges the outcome tool, which every budget
+/// leaves free.
 pub(crate) fn describe_for_tool(budgets: &[BudgetPolicy], tool: &str) -> Vec<String> {
     budgets
         .iter()
         .filter_map(|b| {
             let spec = b.tools.get(tool).unwrap_or(&b.cost);
             let cost = Cost::from(spec);
-            if cost == Cost::Fixed(0) {
+            if cost == Cost::Fixed(0) || tool == crate::outcomes::OUTCOME_TOOL {
                 return None;
             }
             let window = Window::new(b.window).map_or_else(|e| e.to_string(), |w| w.to_string());
