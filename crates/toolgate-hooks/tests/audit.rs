@@ -389,17 +389,19 @@ fn lookup_needing_consent() -> (Pipeline, toolgate_hooks::audit::MemorySink) {
     (pipeline, sink)
 }
 
+/// The call of `lookup` with `input` on `p`, as `options` say, which waits: its id.
+async fn waiting_lookup(p: &Pipeline, input: serde_json::Value, options: InvokeOptions) -> String {
+    match p.invoke("lookup", input, options).await.unwrap_err() {
+        toolgate_core::ToolError::Suspended { suspension_id, .. } => suspension_id,
+        other => panic!("{other}"),
+    }
+}
+
 #[tokio::test]
 async fn a_call_run_on_an_approval_for_a_retry_records_the_approver_and_the_approved_call() {
     let (p, sink) = lookup_needing_consent();
     let ann = || InvokeOptions::new().user(User::new("ann"));
-    let waiting = p
-        .invoke("lookup", json!({"q": 1}), ann())
-        .await
-        .unwrap_err();
-    let toolgate_core::ToolError::Suspended { suspension_id, .. } = waiting else {
-        panic!("{waiting}")
-    };
+    let suspension_id = waiting_lookup(&p, json!({"q": 1}), ann()).await;
     p.approve_retry(&suspension_id, Some("boss".into()))
         .await
         .unwrap();
@@ -419,17 +421,9 @@ async fn an_approvers_tenant_is_recorded_beside_their_id_on_a_resume_and_on_a_re
     let (p, sink) = lookup_needing_consent();
     let ann = || InvokeOptions::new().user(User::new("ann").with_tenant("acme"));
     let boss = User::new("boss").with_tenant("acme");
-    let suspended = |error: toolgate_core::ToolError| match error {
-        toolgate_core::ToolError::Suspended { suspension_id, .. } => suspension_id,
-        other => panic!("{other}"),
-    };
 
     // Resumed: approved by boss of acme.
-    let waiting = suspended(
-        p.invoke("lookup", json!({"q": 1}), ann())
-            .await
-            .unwrap_err(),
-    );
+    let waiting = waiting_lookup(&p, json!({"q": 1}), ann()).await;
     p.resume(
         &waiting,
         toolgate_core::suspension::ResumeDecision::Approve,
@@ -438,11 +432,7 @@ async fn an_approvers_tenant_is_recorded_beside_their_id_on_a_resume_and_on_a_re
     .await
     .unwrap();
     // Approved for a retry by boss of acme, then called again.
-    let retried = suspended(
-        p.invoke("lookup", json!({"q": 2}), ann())
-            .await
-            .unwrap_err(),
-    );
+    let retried = waiting_lookup(&p, json!({"q": 2}), ann()).await;
     p.approve_retry(&retried, Some(toolgate_core::CallerId::of(&boss)))
         .await
         .unwrap();
@@ -764,13 +754,7 @@ async fn a_suspended_call_and_its_resumed_call_carry_the_same_suspension_id_and_
 {
     let (p, sink) = lookup_needing_consent();
     let ann = || InvokeOptions::new().user(User::new("ann"));
-    let waiting = p
-        .invoke("lookup", json!({"q": 1}), ann())
-        .await
-        .unwrap_err();
-    let toolgate_core::ToolError::Suspended { suspension_id, .. } = waiting else {
-        panic!("{waiting}")
-    };
+    let suspension_id = waiting_lookup(&p, json!({"q": 1}), ann()).await;
     let records = sink.records();
     let suspended = records.last().unwrap();
     assert_eq!(suspended.outcome, Outcome::Suspended);

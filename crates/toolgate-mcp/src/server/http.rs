@@ -485,6 +485,18 @@ mod tests {
         (status, issued, body)
     }
 
+    /// How many sessions `endpoint` registers for direct calls: once `expected`, or after
+    /// `looks` looks 10 ms apart.
+    async fn registered_once(endpoint: &McpHttpService, expected: usize, looks: u32) -> usize {
+        for _ in 0..looks {
+            if endpoint.endpoint.direct.len() == expected {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        endpoint.endpoint.direct.len()
+    }
+
     #[tokio::test]
     async fn a_session_its_client_deletes_is_no_longer_registered_for_direct_calls() {
         let mut endpoint = server().http_service(Default::default());
@@ -509,33 +521,15 @@ mod tests {
             .await;
             assert!(status.is_success(), "{status}: {body:?}");
             // rmcp hands the notification to the session's handler after the answer.
-            for _ in 0..200 {
-                if endpoint.endpoint.direct.len() == 1 {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-            assert_eq!(
-                endpoint.endpoint.direct.len(),
-                1,
-                "round {round}: registered"
-            );
+            let registered = registered_once(&endpoint, 1, 200).await;
+            assert_eq!(registered, 1, "round {round}: registered");
 
             let (status, _, body) =
                 exchange(&mut endpoint, http::Method::DELETE, Some(&session), None).await;
             assert!(status.is_success(), "{status}: {body:?}");
             // Given time for anything that would forget it later.
-            for _ in 0..100 {
-                if endpoint.endpoint.direct.len() == 0 {
-                    break;
-                }
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-            assert_eq!(
-                endpoint.endpoint.direct.len(),
-                0,
-                "round {round}: still registered"
-            );
+            let registered = registered_once(&endpoint, 0, 100).await;
+            assert_eq!(registered, 0, "round {round}: still registered");
         }
     }
 }

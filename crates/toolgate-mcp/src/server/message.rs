@@ -275,8 +275,10 @@ mod tests {
     }
 
     /// Where each reading keeps a call's `_meta`: in the request's extensions (rmcp's
-    /// place) or in its parameters.
-    fn meta_of(message: &ClientJsonRpcMessage) -> Option<(Option<Value>, Option<Value>)> {
+    /// place) or in its parameters. The property tests compare readings by it too.
+    pub(super) fn meta_of(
+        message: &ClientJsonRpcMessage,
+    ) -> Option<(Option<Value>, Option<Value>)> {
         let ClientJsonRpcMessage::Request(JsonRpcRequest {
             request: ClientRequest::CallToolRequest(call),
             ..

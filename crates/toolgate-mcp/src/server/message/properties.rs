@@ -11,11 +11,11 @@
 //! `PROPTEST_CASES=200000 cargo test --release -p toolgate-mcp --lib message::properties`.
 
 use proptest::prelude::*;
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest, JsonRpcRequest, RequestMetaObject};
-use serde_json::Value;
+use rmcp::model::ClientJsonRpcMessage;
 use toolgate_core::json::JsonError;
 
 use super::read;
+use super::tests::meta_of;
 
 /// JSON as it is written: an object may name a key twice, a key or string may be written
 /// with every character escaped, a number or literal is the text given.
@@ -301,23 +301,6 @@ fn mutate(mut bytes: Vec<u8>, mutations: &[(usize, u8, u8)]) -> Vec<u8> {
         }
     }
     bytes
-}
-
-/// Where a call's `_meta` is kept: in the request's extensions (rmcp's place) and in its
-/// parameters.
-fn meta_of(message: &ClientJsonRpcMessage) -> Option<(Option<Value>, Option<Value>)> {
-    let ClientJsonRpcMessage::Request(JsonRpcRequest {
-        request: ClientRequest::CallToolRequest(call),
-        ..
-    }) = message
-    else {
-        return None;
-    };
-    let json = |meta: Option<&RequestMetaObject>| meta.map(|m| serde_json::to_value(m).unwrap());
-    Some((
-        json(call.extensions.get::<RequestMetaObject>()),
-        json(call.params.meta.as_ref()),
-    ))
 }
 
 /// What [`read`] must give for `bytes`: rmcp's message or rmcp's error, or a refusal that
