@@ -1205,7 +1205,10 @@ impl ServerHandler for Connection {
             }
             None => ErrorData::new(
                 ErrorCode::METHOD_NOT_FOUND,
-                format!("method `{method}` is not supported by this server"),
+                format!(
+                    "method `{}` is not supported by this server",
+                    toolgate_core::error::shown_id(&method)
+                ),
                 None,
             ),
         })

@@ -8,6 +8,7 @@ use rmcp::model::{
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 use toolgate_core::ToolError;
+use toolgate_core::error::{MAX_SHOWN_ID, shown_text};
 use toolgate_core::tool::ToolDefinition;
 
 use crate::caller::MISSING_CAPABILITY;
@@ -96,16 +97,23 @@ pub(crate) fn items<T: DeserializeOwned>(listed: Vec<Value>) -> Vec<T> {
 /// A prompt the caller cannot see or that does not exist.
 pub(crate) fn unknown_prompt(name: &str) -> ErrorData {
     ErrorData::invalid_params(
-        format!("unknown prompt `{name}`: list the prompts you may use with prompts/list"),
+        format!(
+            "unknown prompt `{}`: list the prompts you may use with prompts/list",
+            shown_text(name, MAX_SHOWN_ID)
+        ),
         None,
     )
 }
+
+/// The most characters of a URI a message repeats: URIs are longer than ids; `data.uri`
+/// carries the whole one.
+const SHOWN_URI_CHARS: usize = 256;
 
 /// A resource no upstream the caller may read from has.
 pub(crate) fn resource_not_found(uri: &str) -> ErrorData {
     ErrorData::new(
         ErrorCode::RESOURCE_NOT_FOUND,
-        format!("resource not found: `{uri}`"),
+        format!("resource not found: `{}`", shown_text(uri, SHOWN_URI_CHARS)),
         Some(json!({ "uri": uri })),
     )
 }
@@ -132,9 +140,12 @@ pub(crate) fn access_withdrawn() -> ErrorData {
     )
 }
 
-/// A failed prompt or resource request as a JSON-RPC error: the caller's mistake as
-/// invalid parameters, anything else with its code, HTTP status and retry delay in
-/// `data` (as tool errors carry them in `_meta`).
+/// A failed prompt or resource request as a JSON-RPC error, with its code, HTTP status
+/// and retry delay in `data` (as tool errors carry them in `_meta`). The JSON-RPC code
+/// says whose the failure is: the caller's mistake (400) as invalid parameters; any other
+/// refusal of the caller (not allowed, over a rate limit or a bound: a 4xx status) as an
+/// invalid request, as `too_many_listens` is; only a failure of the server or an upstream
+/// as an internal error.
 pub(crate) fn request_error(error: &ToolError) -> ErrorData {
     if error.code() == MISSING_CAPABILITY {
         return ErrorData::new(
@@ -147,10 +158,71 @@ pub(crate) fn request_error(error: &ToolError) -> ErrorData {
     if let Some(delay) = error.retry_after_delay() {
         data["retryAfterMs"] = json!(u64::try_from(delay.as_millis()).unwrap_or(u64::MAX));
     }
-    let code = if error.status() == 400 {
-        ErrorCode::INVALID_PARAMS
-    } else {
-        ErrorCode::INTERNAL_ERROR
+    let code = match error.status() {
+        400 => ErrorCode::INVALID_PARAMS,
+        401..=499 => ErrorCode::INVALID_REQUEST,
+        _ => ErrorCode::INTERNAL_ERROR,
     };
     ErrorData::new(code, error.caller_message(), Some(data))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prompt_name_is_repeated_cut_and_with_its_hiding_characters_escaped() {
+        let turned = unknown_prompt("a\u{202e}b\r\n");
+        assert!(
+            turned
+                .message
+                .starts_with(r"unknown prompt `a\u{202e}b\r\n`: "),
+            "{}",
+            turned.message
+        );
+        let long = unknown_prompt(&"p".repeat(10_000));
+        assert!(
+            long.message
+                .starts_with(&format!("unknown prompt `{}…`: ", "p".repeat(64))),
+            "{}",
+            long.message
+        );
+    }
+
+    #[test]
+    fn a_resource_uri_is_repeated_cut_in_the_message_and_whole_in_its_data() {
+        let uri = format!("file:///\u{1b}[2J{}", "d".repeat(1000));
+        let missing = resource_not_found(&uri);
+        assert!(
+            missing
+                .message
+                .starts_with(r"resource not found: `file:///\u{1b}[2Jddd"),
+            "{}",
+            missing.message
+        );
+        assert!(missing.message.ends_with("…`"), "{}", missing.message);
+        assert!(missing.message.chars().count() < 300, "{}", missing.message);
+        assert_eq!(missing.data, Some(json!({ "uri": uri })));
+    }
+
+    #[test]
+    fn a_refusal_of_the_caller_is_not_an_internal_error() {
+        let crowded = ToolError::abort("subscribed to 64 already", "too_many_subscriptions", 429);
+        let answer = request_error(&crowded);
+        assert_eq!(answer.code, ErrorCode::INVALID_REQUEST);
+        assert_eq!(
+            answer.data,
+            Some(json!({"code": "too_many_subscriptions", "status": 429}))
+        );
+        let forbidden = ToolError::abort("not yours", "forbidden", 403);
+        assert_eq!(request_error(&forbidden).code, ErrorCode::INVALID_REQUEST);
+        let limited = ToolError::retry_after(std::time::Duration::from_millis(1500), "slow down");
+        let answer = request_error(&limited);
+        assert_eq!(answer.code, ErrorCode::INVALID_REQUEST);
+        assert_eq!(answer.data.as_ref().unwrap()["retryAfterMs"], 1500);
+        let malformed = ToolError::abort("no such argument", "invalid_input", 400);
+        assert_eq!(request_error(&malformed).code, ErrorCode::INVALID_PARAMS);
+        let upstream = ToolError::abort("the upstream failed", "upstream_error", 502);
+        assert_eq!(request_error(&upstream).code, ErrorCode::INTERNAL_ERROR);
+    }
 }

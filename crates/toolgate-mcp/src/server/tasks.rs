@@ -200,6 +200,18 @@ pub(super) async fn withdraw(
                 _ => Ok(()),
             };
         }
+        // The store failed as the withdrawal took the call: nothing was withdrawn, and the
+        // call waits as before. In the words of the one who cancelled, not an approver's.
+        Err(ToolError::NotDecided { message, .. }) => {
+            return Err(ErrorData::internal_error(
+                format!(
+                    "call `{}` was not cancelled, because the suspension store failed: {}. Nothing was withdrawn and the call goes on waiting: send `tasks/cancel` again once the store answers",
+                    toolgate_core::error::shown_id(id),
+                    toolgate_core::error::error_text(format_args!("{message}"))
+                ),
+                Some(serde_json::json!({ "code": "suspension_store_unavailable", "status": 503 })),
+            ));
+        }
         Err(error) => return Err(ErrorData::internal_error(error.caller_message(), None)),
     }
     store.keep_outcome(outcome).await.map_err(failed)
@@ -773,9 +785,17 @@ mod tests {
             .expect_err("the take failed");
 
         assert!(
-            failed.message.contains("Nothing was decided"),
+            failed
+                .message
+                .starts_with("call `susp-1` was not cancelled")
+                && failed.message.contains("Nothing was withdrawn")
+                && failed.message.contains("send `tasks/cancel` again"),
             "{}",
             failed.message
+        );
+        assert_eq!(
+            failed.data,
+            Some(serde_json::json!({"code": "suspension_store_unavailable", "status": 503}))
         );
         assert!(notes.lock().unwrap().is_empty(), "told of a withdrawal");
         assert_eq!(

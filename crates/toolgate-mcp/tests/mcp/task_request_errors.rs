@@ -169,3 +169,28 @@ async fn a_tasks_method_the_server_does_not_serve_is_method_not_found_in_words()
         "method `tasks/result` is not supported by this server",
     );
 }
+
+#[tokio::test]
+async fn an_unknown_method_is_repeated_cut_and_with_its_hiding_characters_escaped() {
+    let served = serve().await;
+    let session = served.session().await;
+    let turned = served
+        .error(&session, "evil/\u{202e}gnp.exe\n", json!({}))
+        .await;
+    plain(
+        &turned,
+        -32601,
+        r"method `evil/\u{202e}gnp.exe\n` is not supported by this server",
+    );
+    let long = served
+        .error(&session, &format!("x/{}", "y".repeat(5000)), json!({}))
+        .await;
+    plain(
+        &long,
+        -32601,
+        &format!(
+            "method `x/{}…` is not supported by this server",
+            "y".repeat(62)
+        ),
+    );
+}
