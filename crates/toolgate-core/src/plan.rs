@@ -4,7 +4,7 @@
 use std::any::{Any, TypeId};
 use std::cmp::Reverse;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::definition::ToolDefinition;
 use crate::hook::{FailureMode, Hook, HookOptions};
@@ -52,6 +52,10 @@ pub(crate) struct ToolPlan {
     /// call): they run without a future. A [`StageSet`]'s bits; a stage is only ever
     /// added, and a stale read only makes the stage's future once more.
     synchronous: AtomicU64,
+    /// Every `around_execute` wrapper of the tool was found keeping the trait's default,
+    /// which hands the rest of the chain back unstarted on every call: execution runs as
+    /// if there were no wrapper. Learnt at a call, as a stage is learnt synchronous.
+    wrappers_kept_default: AtomicBool,
     /// How many stages with hooks record a duration (all but `around_execute`).
     timed: usize,
     /// Whether invocations record stage durations: the builder asked for them, or a hook
@@ -126,6 +130,7 @@ impl ToolPlan {
             stages,
             present,
             synchronous: AtomicU64::new(synchronous.bits()),
+            wrappers_kept_default: AtomicBool::new(false),
             timed,
             record_durations,
             record_hook_timings,
@@ -184,6 +189,21 @@ impl ToolPlan {
     pub fn learn_synchronous(&self, stage: Stage) {
         let bits = StageSet::from(stage).bits();
         self.synchronous.fetch_or(bits, Ordering::Relaxed);
+    }
+
+    /// Whether every `around_execute` wrapper of the tool keeps the trait's default, so
+    /// that execution runs as if it had none: learnt at a call
+    /// ([`learn_wrappers_kept_default`](Self::learn_wrappers_kept_default)).
+    #[inline]
+    pub fn wrappers_kept_default(&self) -> bool {
+        self.wrappers_kept_default.load(Ordering::Relaxed)
+    }
+
+    /// Marks the tool's `around_execute` wrappers as all keeping the trait's default: at
+    /// a call, each was called and answered with the default's future, naming its type.
+    #[cold]
+    pub fn learn_wrappers_kept_default(&self) {
+        self.wrappers_kept_default.store(true, Ordering::Relaxed);
     }
 
     /// Whether any hook runs at `stage`.

@@ -81,7 +81,10 @@ macro_rules! forward_hook {
                 ctx: &'a mut ToolInvokeContext,
                 next: Next<'a>,
             ) -> HookFuture<'a> {
-                (**self).around_execute(ctx, next)
+                let inner = &**self;
+                inner
+                    .around_execute(ctx, next)
+                    .forwarded::<Self>(|| Any::type_id(inner))
             }
             toolgate_macros::__stage_methods!(forward_stage_methods);
         }
@@ -161,7 +164,9 @@ impl<H: Hook> Hook for Option<H> {
         next: Next<'a>,
     ) -> HookFuture<'a> {
         match self {
-            Some(hook) => hook.around_execute(ctx, next),
+            Some(hook) => hook
+                .around_execute(ctx, next)
+                .forwarded::<Self>(|| Any::type_id(hook)),
             None => next.run(ctx),
         }
     }

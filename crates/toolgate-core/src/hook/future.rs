@@ -34,8 +34,9 @@ enum Inner<'a> {
     Taken,
     Boxed(Pin<Box<dyn Future<Output = HookResult> + Send + 'a>>),
     /// The rest of the execution chain, started when first polled (or by the pipeline,
-    /// which takes it apart without polling).
-    Next(Next<'a>, &'a mut ToolInvokeContext),
+    /// which takes it apart without polling); with the type it was called on when the
+    /// trait's default `around_execute` made it (as [`DefaultMethod`] names a type).
+    Next(Next<'a>, &'a mut ToolInvokeContext, Option<fn() -> TypeId>),
 }
 
 /// Which default method of [`Hook`] made a future: its stage, and the type it was called
@@ -72,7 +73,7 @@ impl<'a> HookFuture<'a> {
     /// a forwarded answer names no hook it did not come from (an inner hook whose method
     /// hands back a third hook's answer must not make `W` look as if it kept its default).
     #[inline]
-    pub(crate) fn forwarded<W: Hook + ?Sized>(self, inner: impl FnOnce() -> TypeId) -> Self {
+    pub(crate) fn forwarded<W: Hook + ?Sized>(self, inner: impl Fn() -> TypeId) -> Self {
         match self.0 {
             Inner::Default(made) if (made.type_of)() == inner() => {
                 HookFuture(Inner::Default(DefaultMethod {
@@ -81,6 +82,10 @@ impl<'a> HookFuture<'a> {
                 }))
             }
             Inner::Default(_) => HookFuture::ok(),
+            Inner::Next(next, ctx, Some(made)) => {
+                let kept = made() == inner();
+                HookFuture(Inner::Next(next, ctx, kept.then_some(TypeId::of::<W>)))
+            }
             inner => HookFuture(inner),
         }
     }
@@ -89,8 +94,11 @@ impl<'a> HookFuture<'a> {
     /// hook of type `type_id`: proof that such a hook keeps that default.
     #[inline]
     pub(crate) fn is_default_method(&self, stage: Stage, type_id: TypeId) -> bool {
-        matches!(&self.0, Inner::Default(made)
-            if made.stage == stage && (made.type_of)() == type_id)
+        match &self.0 {
+            Inner::Default(made) => made.stage == stage && (made.type_of)() == type_id,
+            Inner::Next(_, _, Some(made)) => stage == Stage::AroundExecute && made() == type_id,
+            _ => false,
+        }
     }
 
     /// A future that is already done with `Ok(())`: let the pipeline continue.
@@ -111,7 +119,21 @@ impl<'a> HookFuture<'a> {
     /// The rest of the execution chain from `next`, not started yet.
     #[inline]
     pub(crate) fn next(next: Next<'a>, ctx: &'a mut ToolInvokeContext) -> Self {
-        HookFuture(Inner::Next(next, ctx))
+        HookFuture(Inner::Next(next, ctx, None))
+    }
+
+    /// What the trait's default `around_execute` returns on `hook`: the rest of the chain
+    /// from `next`, unstarted, naming the hook's type — proof, as for
+    /// [`default_method`](Self::default_method), that the hook keeps that default, which
+    /// hands the rest of the chain back on every call.
+    #[inline]
+    pub(crate) fn default_next<H: Hook + ?Sized>(
+        hook: &H,
+        next: Next<'a>,
+        ctx: &'a mut ToolInvokeContext,
+    ) -> Self {
+        let _ = hook;
+        HookFuture(Inner::Next(next, ctx, Some(TypeId::of::<H>)))
     }
 
     /// The chain and the context, when this future is the rest of an execution chain not
@@ -119,7 +141,7 @@ impl<'a> HookFuture<'a> {
     #[inline]
     pub(crate) fn into_next(self) -> Result<(Next<'a>, &'a mut ToolInvokeContext), Self> {
         match self.0 {
-            Inner::Next(next, ctx) => Ok((next, ctx)),
+            Inner::Next(next, ctx, _) => Ok((next, ctx)),
             inner => Err(HookFuture(inner)),
         }
     }
@@ -165,7 +187,7 @@ impl Future for HookFuture<'_> {
                 other => other,
             };
             // Started now: the next wrapper, or the attempt, takes this place.
-            if let Inner::Next(next, ctx) = unstarted {
+            if let Inner::Next(next, ctx, _) = unstarted {
                 self.0 = next.start(ctx).0;
             }
         }

@@ -482,7 +482,8 @@ pub trait Hook: Any + Send + Sync {
     /// times (retry): each call runs the inner wrappers, then `on_retry` (from the second
     /// attempt on), `will_execute`, the tool and `did_execute`. The default calls it once,
     /// handing back the rest of the chain unstarted: a hook that keeps it allocates nothing
-    /// for it.
+    /// for it, and once a call has found every wrapper of a tool keeping it, the tool's
+    /// calls run as if it had no wrapper.
     ///
     /// What the wrapper returns is the outcome of execution: `Ok(())` with the output in
     /// the context, a respond (the value becomes the output), or an error, which fails the
@@ -493,7 +494,7 @@ pub trait Hook: Any + Send + Sync {
         ctx: &'a mut ToolInvokeContext,
         next: Next<'a>,
     ) -> HookFuture<'a> {
-        next.run(ctx)
+        HookFuture::default_next(self, next, ctx)
     }
 
     /// Phase 7: an attempt after the first is about to start;

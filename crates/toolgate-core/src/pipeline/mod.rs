@@ -830,6 +830,107 @@ mod tests {
         }
     }
 
+    /// A wrapper that keeps the trait's default `around_execute`, counting the calls of
+    /// its `will_execute` (which keeps the default's answer too).
+    struct WrapsByDefault(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Hook for WrapsByDefault {
+        fn stages(&self) -> StageSet {
+            StageSet::of(&[Stage::AroundExecute, Stage::WillExecute])
+        }
+        fn will_execute<'a>(&'a self, _ctx: &'a mut ToolInvokeContext) -> HookFuture<'a> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            HookFuture::ok()
+        }
+    }
+
+    /// A wrapper of its own that hands the rest of the chain back as the default does,
+    /// and counts its calls: nothing proves it always will.
+    struct HandsBack(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Hook for HandsBack {
+        fn stages(&self) -> StageSet {
+            StageSet::of(&[Stage::AroundExecute])
+        }
+        fn around_execute<'a>(
+            &'a self,
+            ctx: &'a mut ToolInvokeContext,
+            next: crate::hook::Next<'a>,
+        ) -> HookFuture<'a> {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            next.run(ctx)
+        }
+    }
+
+    #[tokio::test]
+    async fn wrappers_keeping_the_default_around_execute_are_stepped_over_from_the_second_call() {
+        type Register = Box<dyn FnOnce(PipelineBuilder, WrapsByDefault) -> PipelineBuilder>;
+        let wrapped: [(&str, Register); 4] = [
+            ("the hook", Box::new(|b, h| b.hook(h))),
+            (
+                "Box<dyn Hook>",
+                Box::new(|b, h| b.hook(Box::new(h) as Box<dyn Hook>)),
+            ),
+            ("Arc<Option<_>>", Box::new(|b, h| b.hook(Arc::new(Some(h))))),
+            (
+                "two of them",
+                Box::new(|b, h| {
+                    let other = WrapsByDefault(Arc::clone(&h.0));
+                    b.hook(h).hook(other)
+                }),
+            ),
+        ];
+        for (what, register) in wrapped {
+            let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let hook = WrapsByDefault(Arc::clone(&calls));
+            let pipeline = pipeline(|b| register(b, hook));
+            let plan = &pipeline.entry("t").unwrap().plan;
+            assert!(!plan.wrappers_kept_default(), "{what}");
+            for round in 1..=3 {
+                let output = pipeline
+                    .invoke("t", json!({"round": round}), InvokeOptions::new())
+                    .await
+                    .unwrap();
+                assert_eq!(output, json!({"round": round}), "{what}");
+                assert!(plan.wrappers_kept_default(), "{what}");
+            }
+            let per_call = if what == "two of them" { 2 } else { 1 };
+            assert_eq!(
+                calls.load(std::sync::atomic::Ordering::SeqCst),
+                3 * per_call,
+                "{what}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_wrapper_of_its_own_is_called_on_every_call_even_beside_one_keeping_the_default() {
+        for with_default in [false, true] {
+            let wrapped = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let executed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let own = HandsBack(Arc::clone(&wrapped));
+            let default = WrapsByDefault(Arc::clone(&executed));
+            let pipeline = pipeline(|b| {
+                let b = b.hook(own);
+                if with_default { b.hook(default) } else { b }
+            });
+            for _ in 0..3 {
+                pipeline
+                    .invoke("t", json!({}), InvokeOptions::new())
+                    .await
+                    .unwrap();
+            }
+            let plan = &pipeline.entry("t").unwrap().plan;
+            assert!(
+                !plan.wrappers_kept_default(),
+                "with a default: {with_default}"
+            );
+            assert_eq!(wrapped.load(std::sync::atomic::Ordering::SeqCst), 3);
+            let expected = if with_default { 3 } else { 0 };
+            assert_eq!(executed.load(std::sync::atomic::Ordering::SeqCst), expected);
+        }
+    }
+
     /// A hook whose methods answer at once and declare it, as `#[hook]` writes them: it
     /// logs each call, and panics or answers with its name at the stages it is told to.
     struct AtOnce {

@@ -62,7 +62,30 @@ pub(super) fn run_synchronous(
     from: usize,
     phase: Phase,
 ) -> HookResult {
-    if phase != Phase::Tail && entry.plan.times_nothing() && !ctx.progress.stage_spans {
+    let plain = phase != Phase::Tail && runs_plain(entry, ctx);
+    run_synchronous_as(entry, ctx, stage, from, phase, plain)
+}
+
+/// Whether the stages of the main phases run with [`run_plain`] in this invocation:
+/// nothing is timed or traced. The same for every stage of an invocation, so that a walk
+/// asks once.
+#[inline(always)]
+pub(super) fn runs_plain(entry: &ToolEntry, ctx: &ToolInvokeContext) -> bool {
+    entry.plan.times_nothing() && !ctx.progress.stage_spans
+}
+
+/// [`run_synchronous`] with its choice of runner made beforehand: `plain` when the phase
+/// is not [`Phase::Tail`] and nothing is timed or traced ([`runs_plain`]).
+#[inline(always)]
+pub(super) fn run_synchronous_as(
+    entry: &ToolEntry,
+    ctx: &mut ToolInvokeContext,
+    stage: Stage,
+    from: usize,
+    phase: Phase,
+    plain: bool,
+) -> HookResult {
+    if plain {
         return run_plain(entry, ctx, stage, from, phase);
     }
     run_timed_or_traced(entry, ctx, stage, from, phase)

@@ -32,7 +32,7 @@ pub(super) fn has_hooks(entry: &ToolEntry, ctx: &ToolInvokeContext) -> bool {
 /// path, a release stage when its acquire stage was reached. `on_error`, last in stage
 /// order, runs first.
 #[inline]
-fn due(entry: &ToolEntry, ctx: &ToolInvokeContext) -> impl Iterator<Item = Stage> + use<> {
+fn due(entry: &ToolEntry, ctx: &ToolInvokeContext) -> Due {
     let mut due = entry.plan.present().intersection(TAIL);
     let failed = ctx.error.as_ref().is_some_and(|e| !e.is_waiting());
     let acquired = ctx.progress.acquired;
@@ -45,8 +45,31 @@ fn due(entry: &ToolEntry, ctx: &ToolInvokeContext) -> impl Iterator<Item = Stage
             due = due.difference(stage.into());
         }
     }
-    let on_error = due.intersection(Stage::OnError.into());
-    on_error.iter().chain(due.difference(on_error).iter())
+    Due {
+        on_error: due.contains(Stage::OnError),
+        rest: due.difference(Stage::OnError.into()),
+    }
+}
+
+/// The tail's stages due, in the order they run: `on_error` first, then the rest in stage
+/// order.
+struct Due {
+    on_error: bool,
+    rest: StageSet,
+}
+
+impl Iterator for Due {
+    type Item = Stage;
+
+    #[inline]
+    fn next(&mut self) -> Option<Stage> {
+        if std::mem::take(&mut self.on_error) {
+            return Some(Stage::OnError);
+        }
+        let stage = self.rest.iter().next()?;
+        self.rest = self.rest.difference(stage.into());
+        Some(stage)
+    }
 }
 
 /// Runs the tail in place, without a future, as long as the hooks of its stages all finish
@@ -77,6 +100,7 @@ pub(super) fn run_in_place(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> bo
 /// [`run_in_place`]'s stages, from the hook after an interrupted one.
 #[inline]
 fn stages_in_place(entry: &ToolEntry, ctx: &mut ToolInvokeContext, phase: Phase) -> bool {
+    let plain = phase != Phase::Tail && stages::runs_plain(entry, ctx);
     for stage in due(entry, ctx) {
         if !entry.plan.is_synchronous(stage) {
             return false;
@@ -88,7 +112,7 @@ fn stages_in_place(entry: &ToolEntry, ctx: &mut ToolInvokeContext, phase: Phase)
             continue;
         };
         // Outcomes in the tail are recorded, never applied.
-        let _ = stages::run_synchronous(entry, ctx, stage, first, phase);
+        let _ = stages::run_synchronous_as(entry, ctx, stage, first, phase, plain);
     }
     ctx.finished.get_or_insert_with(ClockInstant::now);
     end(ctx);

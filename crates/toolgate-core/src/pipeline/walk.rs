@@ -119,7 +119,7 @@ pub(super) async fn walk(
         // Phases 1–6, up to a cache miss; for a resumed call, after stage `done`. The
         // stages run in place, in `Before::advance`; the walk's future awaits only a stage
         // where some hook may not finish at once, and a request to wait.
-        let mut before_walk = Before::new(present, done);
+        let mut before_walk = Before::new(present, done, stages::runs_plain(entry, ctx));
         let quota_taken = before_walk.quota_taken;
         let mut before = Ok(());
         loop {
@@ -214,13 +214,14 @@ fn output_in_place(
     ctx: &mut ToolInvokeContext,
     output: &mut StageSet,
 ) -> Result<Option<Stage>, Control> {
+    let plain = stages::runs_plain(entry, ctx);
     while let Some(stage) = output.iter().next() {
         *output = output.difference(stage.into());
         ctx.stage = stage;
         if !entry.plan.is_synchronous(stage) {
             return Ok(Some(stage));
         }
-        let result = stages::run_synchronous(entry, ctx, stage, 0, Phase::Main);
+        let result = stages::run_synchronous_as(entry, ctx, stage, 0, Phase::Main, plain);
         output_outcome(ctx, result)?;
     }
     Ok(None)
@@ -253,6 +254,12 @@ struct Before {
     checked: bool,
     /// The stage after which a held request to wait takes effect.
     wait_after: Stage,
+    /// The first stage whose reach [`Acquired::reach`](crate::progress::Acquired::reach)
+    /// records (an acquire stage, or one after it), until both are passed: each is
+    /// recorded once, at the first stage of the route at or after it.
+    next_acquire: Option<Stage>,
+    /// Nothing is timed or traced ([`stages::runs_plain`]).
+    plain: bool,
     /// A request to wait from a stage up to `wait_after`, held until then.
     held: Option<SuspendRequest>,
 }
@@ -274,7 +281,7 @@ impl Before {
     /// The walk of a fresh call (`done` is `None`) or of a resumed one that waited after
     /// stage `done`.
     #[inline]
-    fn new(present: StageSet, done: Option<Stage>) -> Before {
+    fn new(present: StageSet, done: Option<Stage>, plain: bool) -> Before {
         let mut route = present.intersection(BEFORE_EXECUTION);
         let mut checked = false;
         if let Some(done) = done {
@@ -292,6 +299,8 @@ impl Before {
             // A request to wait from a stage that runs again (the semaphore) waits until
             // the stages that ran before the suspension are passed again.
             wait_after: done.map_or(WAIT_AFTER, |d| WAIT_AFTER.max(d)),
+            next_acquire: Some(Stage::WillAcquireQuota),
+            plain,
             held: None,
         }
     }
@@ -317,12 +326,16 @@ impl Before {
                 return Ok(Pause::Wait(request));
             }
             self.route = self.route.difference(stage.into());
-            ctx.progress.acquired.reach(stage, self.quota_taken);
+            if self.next_acquire.is_some_and(|acquire| stage >= acquire) {
+                ctx.progress.acquired.reach(stage, self.quota_taken);
+                self.next_acquire =
+                    (stage < Stage::WillAcquireSemaphore).then_some(Stage::WillAcquireSemaphore);
+            }
             ctx.stage = stage;
             if !entry.plan.is_synchronous(stage) {
                 return Ok(Pause::Stage(stage));
             }
-            let result = stages::run_synchronous(entry, ctx, stage, 0, Phase::Main);
+            let result = stages::run_synchronous_as(entry, ctx, stage, 0, Phase::Main, self.plain);
             self.settle(ctx, result)?;
         }
         if !self.checked {
@@ -503,11 +516,13 @@ fn not_an_object() -> Control {
 }
 
 /// Whether the attempt runs in the walk's future though execution has hooks (`hooks`):
-/// no `around_execute` wrapper, and the `will_execute` and `did_execute` hooks all finish
-/// at once. Otherwise [`execution`] runs it, in a future of its own.
+/// no `around_execute` wrapper but ones that keep the trait's default (which hands the
+/// rest of the chain back unstarted: no retry, nothing around the tool), and the
+/// `will_execute` and `did_execute` hooks all finish at once. Otherwise [`execution`]
+/// runs it, in a future of its own.
 #[inline]
 fn attempt_in_place(entry: &ToolEntry, hooks: StageSet) -> bool {
-    !hooks.contains(Stage::AroundExecute)
+    (!hooks.contains(Stage::AroundExecute) || entry.plan.wrappers_kept_default())
         && entry.plan.is_synchronous(Stage::WillExecute)
         && entry.plan.is_synchronous(Stage::DidExecute)
 }
@@ -560,16 +575,34 @@ async fn execution(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> Result<boo
 
 /// The `around_execute` wrappers around the attempt. A wrapper that hands back the rest of
 /// the chain unstarted (the trait's default) is stepped over here, and when every wrapper
-/// did so the attempt runs inside this future: nothing is boxed for it.
+/// did so the attempt runs inside this future: nothing is boxed for it. When every wrapper
+/// of the tool was called and each answered with the trait's default method's own future,
+/// the plan learns it, and from the next call on the attempt runs as if there were no
+/// wrapper ([`attempt_in_place`]).
 async fn through_wrappers(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> HookResult {
+    let wrappers = entry.plan.hooks(Stage::AroundExecute);
+    // Wrappers called so far, and whether each of them, in plan order, kept the default:
+    // one skipped by its filter leaves fewer called than there are.
+    let (mut called, mut kept_default) = (0, true);
     let mut step = Next::new(entry).step(ctx);
     loop {
         match step {
-            Step::Wrapper(future) => match future.into_next() {
-                Ok((next, ctx)) => step = next.step(ctx),
-                Err(started) => return started.await,
-            },
-            Step::Attempt(ctx) => return attempt::<false>(entry, ctx).await,
+            Step::Wrapper(future) => {
+                kept_default &= wrappers.get(called).is_some_and(|planned| {
+                    future.is_default_method(Stage::AroundExecute, planned.type_id)
+                });
+                called += 1;
+                match future.into_next() {
+                    Ok((next, ctx)) => step = next.step(ctx),
+                    Err(started) => return started.await,
+                }
+            }
+            Step::Attempt(ctx) => {
+                if kept_default && called == wrappers.len() {
+                    entry.plan.learn_wrappers_kept_default();
+                }
+                return attempt::<false>(entry, ctx).await;
+            }
         }
     }
 }
