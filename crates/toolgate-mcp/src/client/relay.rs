@@ -34,7 +34,7 @@ use rmcp::model::{
 use rmcp::service::{InboundStreamOrigin, NotificationContext, Peer, RequestContext};
 use rmcp::{ClientHandler, RoleClient, RoleServer};
 use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use toolgate_core::User;
 
 use super::told::Told;
@@ -46,6 +46,12 @@ use crate::listen_stream::ListenStream;
 /// error). Labels: `server` (the upstream's configured name) and `kind` (`progress`,
 /// `log`, `sampling`, `elicitation`, `unreadable`, `answer`).
 pub const UNATTRIBUTED: &str = "toolgate_mcp_unattributed_total";
+
+/// The counter of resource subscribers dropped while an update was relayed to them: their
+/// session or listen stream was gone, or they fell [`UPDATE_QUEUE`] updates behind (they
+/// do not read what is sent to them). Labels: `server` (the upstream's configured name) and
+/// `reason` (`gone`, `behind`).
+pub(crate) const SUBSCRIBERS_DROPPED: &str = "toolgate_mcp_subscribers_dropped_total";
 
 /// What kind of message was dropped, for [`UNATTRIBUTED`].
 #[derive(Clone, Copy, Debug)]
@@ -170,8 +176,8 @@ pub(crate) struct Subscriber {
     key: Arc<str>,
     /// Who subscribed: authorized again when the configuration changes.
     user: Arc<User>,
-    /// Where its updates go.
-    delivery: Delivery,
+    /// Where its updates wait to be delivered, in order, by a task of its own.
+    outbox: Arc<Outbox>,
     /// Cancelled when its subscription is ended for it (access withdrawn).
     ended: CancellationToken,
     /// Cancelled when the session it subscribed in ends: its subscriptions end with it.
@@ -215,6 +221,123 @@ impl Delivery {
         match self {
             Delivery::Session(peer) => peer.notify_resource_updated(update).await.map_err(drop),
             Delivery::Listen(stream) => stream.send(update).await.map_err(drop),
+        }
+    }
+}
+
+/// How many resource updates may wait for one subscriber (one resource of one session or
+/// listen request) while the one before is being delivered. A subscriber that falls this
+/// far behind does not read what is sent to it (its stream is stalled): it is dropped,
+/// as one whose session is gone is, so that the updates it does not read neither pile up
+/// in memory nor hold up the upstream's connection and the other subscribers.
+pub(crate) const UPDATE_QUEUE: usize = 64;
+
+/// A subscriber's updates on their way: queued by the handler of the upstream's
+/// notifications, which never waits on a subscriber, and delivered one at a time, in
+/// order, by a task of the subscriber's own ([`deliver`]). The task ends when the
+/// subscriber's session ends, when a delivery fails (the subscriber is dropped then), or
+/// when the last copy of the subscriber goes (unsubscribed, dropped, ended): then this
+/// goes, and stops it.
+struct Outbox {
+    queue: mpsc::Sender<Queued>,
+    _stop: DropGuard,
+}
+
+/// An update queued for a subscriber, with the connection it came on.
+struct Queued {
+    update: ResourceUpdatedNotificationParam,
+    from: Arc<Source>,
+}
+
+/// The upstream connection an update came on: where a subscriber it cannot be delivered
+/// to is dropped, and the upstream unsubscribed when it was the last.
+struct Source {
+    routes: Arc<Routes>,
+    peer: Peer<RoleClient>,
+    generation: u64,
+    call_timeout: Duration,
+}
+
+impl Source {
+    /// Drops subscriber `key` of `uri`, to whom an update could not be delivered (`why`),
+    /// counted and logged; the last one leaves the resource to nobody, and the upstream
+    /// is unsubscribed from it. Nothing when it was dropped already.
+    fn drop_subscriber(&self, uri: &str, key: &str, why: Why) {
+        let routes = &self.routes;
+        if !routes.is_subscribed(uri, key) {
+            return;
+        }
+        metrics::counter!(SUBSCRIBERS_DROPPED, "server" => routes.server.to_string(), "reason" => why.label())
+            .increment(1);
+        match why {
+            Why::Gone => {
+                tracing::debug!(server = %routes.server, %uri, "a subscriber to a resource is gone; dropped");
+            }
+            Why::Behind => {
+                tracing::warn!(server = %routes.server, %uri, behind = UPDATE_QUEUE, "a subscriber to a resource does not read its updates; dropped");
+            }
+        }
+        if routes.unsubscribe(uri, key) {
+            unsubscribe_upstream(
+                Arc::clone(routes),
+                self.peer.clone(),
+                self.generation,
+                self.call_timeout,
+                uri.to_owned(),
+            );
+        }
+    }
+}
+
+impl Outbox {
+    /// The outbox of subscriber `key`, delivering to `delivery`, whose session ends with
+    /// `session_ended`; its task starts.
+    fn new(key: Arc<str>, delivery: Delivery, session_ended: &CancellationToken) -> Arc<Outbox> {
+        let (queue, updates) = mpsc::channel(UPDATE_QUEUE);
+        let stop = session_ended.child_token();
+        tokio::spawn(deliver(key, delivery, updates, stop.clone()));
+        Arc::new(Outbox {
+            queue,
+            _stop: stop.drop_guard(),
+        })
+    }
+}
+
+/// Delivers the `updates` of subscriber `key` to `delivery`, in order, until `stop` or the
+/// end of the queue; an update that cannot be delivered (the subscriber is gone) drops the
+/// subscriber where it came from, and ends the task.
+async fn deliver(
+    key: Arc<str>,
+    delivery: Delivery,
+    mut updates: mpsc::Receiver<Queued>,
+    stop: CancellationToken,
+) {
+    stop.run_until_cancelled(async move {
+        while let Some(Queued { update, from }) = updates.recv().await {
+            let uri = update.uri.clone();
+            if delivery.send(update).await.is_err() {
+                from.drop_subscriber(&uri, &key, Why::Gone);
+                return;
+            }
+        }
+    })
+    .await;
+}
+
+/// Why a subscriber was dropped, for [`SUBSCRIBERS_DROPPED`].
+#[derive(Clone, Copy, Debug)]
+enum Why {
+    /// Its session or listen stream is gone.
+    Gone,
+    /// It fell [`UPDATE_QUEUE`] updates behind.
+    Behind,
+}
+
+impl Why {
+    fn label(self) -> &'static str {
+        match self {
+            Why::Gone => "gone",
+            Why::Behind => "behind",
         }
     }
 }
@@ -481,7 +604,7 @@ impl Routes {
             sessions.push(Subscriber {
                 key: Arc::clone(&caller.session_id),
                 user,
-                delivery,
+                outbox: Outbox::new(Arc::clone(key), delivery, &caller.session_ended),
                 ended: caller.subscription_ended.clone(),
                 session_ended: caller.session_ended.clone(),
             });
@@ -670,47 +793,6 @@ pub(crate) struct UpstreamClient {
 }
 
 impl UpstreamClient {
-    /// Unsubscribes the upstream (on the connection `peer` it sent an update on) from
-    /// `uri`, which nobody watches any more, in a task of its own: the handler of the
-    /// upstream's notifications does not wait on the upstream, and the task waits at
-    /// most the call timeout, for the resource's turn ([`Told`]) and the answer. A
-    /// subscriber who came before the turn keeps the upstream subscribed (its own
-    /// subscription waits for the turn too, so it is not undone by this one). The
-    /// upstream is recorded unsubscribed when the record named this connection, whatever
-    /// it answers: a subscription too many later is harmless, one missing loses updates.
-    /// A failure is only logged (the subscribers are gone either way).
-    fn unsubscribe_upstream(&self, peer: Peer<RoleClient>, uri: String) {
-        let (routes, timeout) = (Arc::clone(&self.routes), self.call_timeout);
-        let generation = self.generation;
-        tokio::spawn(async move {
-            let deadline = tokio::time::Instant::now() + timeout;
-            let Some(mut told) = routes.told.turn(&uri, deadline).await else {
-                tracing::warn!(server = %routes.server, %uri, "the MCP server could not be unsubscribed from a resource nobody watches on this connection any more: its turn did not come within the call timeout");
-                return;
-            };
-            if routes.watched(&uri) {
-                return;
-            }
-            tracing::debug!(server = %routes.server, %uri, "the last subscriber to a resource is gone; unsubscribing the MCP server");
-            let params = rmcp::model::UnsubscribeRequestParams::new(uri.clone());
-            let answer = tokio::time::timeout_at(deadline, peer.unsubscribe(params)).await;
-            if *told == Some(generation) {
-                *told = None;
-            }
-            drop(told);
-            let failed = match answer {
-                Ok(Ok(())) => return,
-                // The upstream's words, of any length: within the bound of an error's.
-                Ok(Err(e)) => toolgate_core::error::error_text(format_args!(
-                    "{}",
-                    crate::client::failure::request_failure(&e)
-                )),
-                Err(_) => format!("no answer within {timeout:?}"),
-            };
-            tracing::warn!(server = %routes.server, %uri, error = %failed, "the MCP server could not be unsubscribed from a resource nobody watches on this connection any more");
-        });
-    }
-
     /// The caller an upstream's `what` request is for, if a protocol fact names one that
     /// declared it can answer; else the request is counted and refused.
     fn caller_for(
@@ -746,6 +828,51 @@ impl UpstreamClient {
     }
 }
 
+/// Unsubscribes the upstream (on the connection `peer`, of `generation`, it sent an update
+/// on) from `uri`, which nobody watches any more, in a task of its own: the handler of the
+/// upstream's notifications does not wait on the upstream, and the task waits at
+/// most the call timeout, for the resource's turn ([`Told`]) and the answer. A
+/// subscriber who came before the turn keeps the upstream subscribed (its own
+/// subscription waits for the turn too, so it is not undone by this one). The
+/// upstream is recorded unsubscribed when the record named this connection, whatever
+/// it answers: a subscription too many later is harmless, one missing loses updates.
+/// A failure is only logged (the subscribers are gone either way).
+fn unsubscribe_upstream(
+    routes: Arc<Routes>,
+    peer: Peer<RoleClient>,
+    generation: u64,
+    timeout: Duration,
+    uri: String,
+) {
+    tokio::spawn(async move {
+        let deadline = tokio::time::Instant::now() + timeout;
+        let Some(mut told) = routes.told.turn(&uri, deadline).await else {
+            tracing::warn!(server = %routes.server, %uri, "the MCP server could not be unsubscribed from a resource nobody watches on this connection any more: its turn did not come within the call timeout");
+            return;
+        };
+        if routes.watched(&uri) {
+            return;
+        }
+        tracing::debug!(server = %routes.server, %uri, "the last subscriber to a resource is gone; unsubscribing the MCP server");
+        let params = rmcp::model::UnsubscribeRequestParams::new(uri.clone());
+        let answer = tokio::time::timeout_at(deadline, peer.unsubscribe(params)).await;
+        if *told == Some(generation) {
+            *told = None;
+        }
+        drop(told);
+        let failed = match answer {
+            Ok(Ok(())) => return,
+            // The upstream's words, of any length: within the bound of an error's.
+            Ok(Err(e)) => toolgate_core::error::error_text(format_args!(
+                "{}",
+                crate::client::failure::request_failure(&e)
+            )),
+            Err(_) => format!("no answer within {timeout:?}"),
+        };
+        tracing::warn!(server = %routes.server, %uri, error = %failed, "the MCP server could not be unsubscribed from a resource nobody watches on this connection any more");
+    });
+}
+
 fn relay_failed(what: &str, e: rmcp::service::ServiceError) -> ErrorData {
     match e {
         rmcp::service::ServiceError::McpError(error) => error,
@@ -774,18 +901,30 @@ impl ClientHandler for UpstreamClient {
         params: ResourceUpdatedNotificationParam,
         context: NotificationContext<RoleClient>,
     ) {
+        let from = Arc::new(Source {
+            routes: Arc::clone(&self.routes),
+            peer: context.peer,
+            generation: self.generation,
+            call_timeout: self.call_timeout,
+        });
+        // Only queued: a subscriber that does not read holds up neither the upstream's
+        // connection nor the other subscribers.
         for subscriber in self.routes.subscribers_of(&params.uri) {
             // Ended while this update was on its way: it is not hers any more.
             if subscriber.ended.is_cancelled() {
                 continue;
             }
-            if subscriber.delivery.send(params.clone()).await.is_err()
-                // The subscriber's session or listen stream is gone; the last one leaves
-                // the resource to nobody.
-                && self.routes.unsubscribe(&params.uri, &subscriber.key)
-            {
-                self.unsubscribe_upstream(context.peer.clone(), params.uri.clone());
-            }
+            let queued = Queued {
+                update: params.clone(),
+                from: Arc::clone(&from),
+            };
+            let why = match subscriber.outbox.queue.try_send(queued) {
+                Ok(()) => continue,
+                // Its delivery ended: its session is gone.
+                Err(mpsc::error::TrySendError::Closed(_)) => Why::Gone,
+                Err(mpsc::error::TrySendError::Full(_)) => Why::Behind,
+            };
+            from.drop_subscriber(&params.uri, &subscriber.key, why);
         }
     }
 
@@ -874,13 +1013,64 @@ mod tests {
         CallerRequest::new(running.peer().clone(), Arc::from(key))
     }
 
-    #[tokio::test]
-    async fn the_last_subscriber_dropped_after_a_failed_delivery_unsubscribes_the_upstream() {
-        let (unsubscribed, mut unsubscriptions) = mpsc::unbounded_channel();
+    /// A caller that never reads what is sent to it: its connection takes one message,
+    /// then stalls. Keep the receiver: dropped, the connection would be gone instead.
+    fn stalled_caller(
+        key: &str,
+    ) -> (
+        CallerRequest,
+        futures::channel::mpsc::Receiver<rmcp::service::TxJsonRpcMessage<RoleServer>>,
+    ) {
+        let (sink, unread) = futures::channel::mpsc::channel(0);
+        (caller_on(sink, key), unread)
+    }
+
+    /// A caller that reads everything sent to it, from the receiver.
+    fn reading_caller(
+        key: &str,
+    ) -> (
+        CallerRequest,
+        futures::channel::mpsc::UnboundedReceiver<rmcp::service::TxJsonRpcMessage<RoleServer>>,
+    ) {
+        let (sink, read) = futures::channel::mpsc::unbounded();
+        (caller_on(sink, key), read)
+    }
+
+    /// A caller whose connection sends to `sink`, and never sends anything itself.
+    fn caller_on<S, E>(sink: S, key: &str) -> CallerRequest
+    where
+        S: futures::Sink<rmcp::service::TxJsonRpcMessage<RoleServer>, Error = E>
+            + Send
+            + Unpin
+            + 'static,
+        E: std::error::Error + Send + Sync + 'static,
+    {
+        let transport = (
+            sink,
+            futures::stream::pending::<rmcp::service::RxJsonRpcMessage<RoleServer>>(),
+        );
+        let info =
+            InitializeRequestParams::new(ClientCapabilities::default(), Implementation::default());
+        let running = rmcp::service::serve_directly(Nothing, transport, Some(info));
+        let peer = running.peer().clone();
+        // The service lives as long as the test.
+        std::mem::forget(running);
+        CallerRequest::new(peer, Arc::from(key))
+    }
+
+    /// An upstream serving `routes`'s client on a connection of its own, which tells each
+    /// unsubscription it is sent.
+    async fn connected(
+        routes: &Arc<Routes>,
+    ) -> (
+        rmcp::service::RunningService<RoleServer, Upstream>,
+        rmcp::service::RunningService<RoleClient, UpstreamClient>,
+        mpsc::UnboundedReceiver<String>,
+    ) {
+        let (unsubscribed, unsubscriptions) = mpsc::unbounded_channel();
         let (upstream_io, client_io) = tokio::io::duplex(64 * 1024);
-        let routes = Arc::new(Routes::new("up"));
         let client = UpstreamClient {
-            routes: Arc::clone(&routes),
+            routes: Arc::clone(routes),
             connection: 1,
             generation: 1,
             asks_callers: false,
@@ -890,7 +1080,135 @@ mod tests {
             Upstream(unsubscribed).serve(upstream_io),
             client.serve(client_io)
         );
-        let (upstream, _client) = (upstream.unwrap(), client.unwrap());
+        (upstream.unwrap(), client.unwrap(), unsubscriptions)
+    }
+
+    /// Whether `message` is a resource update.
+    fn is_update(message: &rmcp::service::TxJsonRpcMessage<RoleServer>) -> bool {
+        serde_json::to_value(message)
+            .is_ok_and(|message| message["method"] == "notifications/resources/updated")
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_subscriber_that_does_not_read_is_dropped_and_holds_up_nobody() {
+        use futures::StreamExt;
+
+        let routes = Arc::new(Routes::new("up"));
+        let (upstream, _client, mut unsubscriptions) = connected(&routes).await;
+        let uri = "res://flooded";
+        // Bob comes first: before, every update waited on him.
+        let (bob, _unread) = stalled_caller("bob");
+        let (alice, mut read) = reading_caller("alice");
+        routes
+            .subscribe(uri, &bob, Arc::new(User::new("bob")))
+            .unwrap();
+        routes
+            .subscribe(uri, &alice, Arc::new(User::new("alice")))
+            .unwrap();
+        let bobs = routes.subscribers_of(uri)[0].outbox.queue.clone();
+        assert_eq!(bobs.max_capacity(), UPDATE_QUEUE, "bob's queue is bounded");
+
+        let updates = 4 * UPDATE_QUEUE;
+        let sent = async {
+            for _ in 0..updates {
+                upstream
+                    .peer()
+                    .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
+                    .await
+                    .unwrap();
+            }
+        };
+        let received = async {
+            let mut received = 0;
+            while received < updates {
+                let Some(message) = read.next().await else {
+                    break;
+                };
+                received += usize::from(is_update(&message));
+            }
+            received
+        };
+        let (_, received) = tokio::time::timeout(Duration::from_secs(60), async {
+            tokio::join!(sent, received)
+        })
+        .await
+        .expect("alice is not held up by bob");
+        assert_eq!(received, updates, "alice gets every update");
+
+        assert!(
+            !routes.is_subscribed(uri, "bob"),
+            "bob, who does not read, is dropped"
+        );
+        assert!(routes.is_subscribed(uri, "alice"));
+        tokio::time::timeout(Duration::from_secs(60), bobs.closed())
+            .await
+            .expect("bob's delivery ends with him, its queue with it");
+        assert_eq!(routes.held.lock().unwrap().get("bob"), None);
+        assert!(
+            unsubscriptions.try_recv().is_err(),
+            "alice still watches the resource: the upstream stays subscribed"
+        );
+    }
+
+    #[tokio::test]
+    async fn subscribing_and_unsubscribing_leaves_no_delivery_behind() {
+        let routes = Arc::new(Routes::new("up"));
+        let (_upstream, client, _unsubscriptions) = connected(&routes).await;
+        let from = Arc::new(Source {
+            routes: Arc::clone(&routes),
+            peer: client.peer().clone(),
+            generation: 1,
+            call_timeout: Duration::from_secs(10),
+        });
+        let uri = "res://churned";
+        let (caller, _unread) = stalled_caller("bob");
+        let user = Arc::new(User::new("bob"));
+        let alive = || {
+            tokio::runtime::Handle::current()
+                .metrics()
+                .num_alive_tasks()
+        };
+        let before = alive();
+        let mut queues = Vec::new();
+        for i in 0..1000 {
+            let mut caller = caller.clone();
+            caller.session_ended = CancellationToken::new();
+            routes.subscribe(uri, &caller, Arc::clone(&user)).unwrap();
+            let queue = routes.subscribers_of(uri)[0].outbox.queue.clone();
+            // Its delivery stalls on a caller that does not read, or waits for more.
+            for _ in 0..(i % 3) {
+                let queued = Queued {
+                    update: ResourceUpdatedNotificationParam::new(uri),
+                    from: Arc::clone(&from),
+                };
+                assert!(queue.try_send(queued).is_ok());
+            }
+            if i % 2 == 0 {
+                assert!(routes.unsubscribe(uri, "bob"));
+            } else {
+                caller.session_ended.cancel();
+                assert_eq!(routes.end_session("bob"), vec![uri.to_owned()]);
+            }
+            queues.push(queue);
+        }
+        tokio::time::timeout(Duration::from_secs(10), async {
+            for queue in &queues {
+                queue.closed().await;
+            }
+            while alive() > before {
+                tokio::task::yield_now().await;
+            }
+        })
+        .await
+        .expect("every delivery ends with its subscriber");
+        assert!(!routes.watched_any());
+        assert!(routes.held.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn the_last_subscriber_dropped_after_a_failed_delivery_unsubscribes_the_upstream() {
+        let routes = Arc::new(Routes::new("up"));
+        let (upstream, _client, mut unsubscriptions) = connected(&routes).await;
 
         let caller = gone_caller("session-1");
         let uri = "res://watched";

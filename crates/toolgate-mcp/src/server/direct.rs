@@ -35,7 +35,7 @@
 //! cancellation: the receiver SHOULD NOT answer a cancelled request). A session rmcp
 //! closes cancels its calls here, as rmcp cancels its own; those are answered.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -87,7 +87,8 @@ pub(super) struct DirectSession {
     /// When rmcp last got a message of the session, in milliseconds since `epoch`.
     rmcp_seen: AtomicU64,
     /// The calls answered here and still running, by JSON-RPC id: each with a number of
-    /// its own, since a client may reuse an id while a call of it still runs.
+    /// its own (the endpoint refuses an id still in flight, [`RequestIds`], so one in
+    /// practice).
     running: Mutex<HashMap<RequestId, Vec<(u64, CancellationToken)>>>,
     /// Cancelled when rmcp drops the session: its calls here are cancelled with it.
     closed: CancellationToken,
@@ -245,6 +246,11 @@ impl DirectCalls {
 }
 
 impl DirectSession {
+    /// The session's id.
+    pub(super) fn id(&self) -> &Arc<str> {
+        &self.id
+    }
+
     /// Notes that rmcp took a message of this session, which renews its keep-alive there.
     pub(super) fn renewed(&self, calls: &DirectCalls) {
         self.rmcp_seen.store(calls.now(), Ordering::Relaxed);
@@ -458,6 +464,122 @@ impl Drop for Running<'_> {
     }
 }
 
+/// The JSON-RPC ids of the requests in flight in the sessions of an endpoint, whichever
+/// way they are answered (here or through rmcp).
+///
+/// MCP forbids a requestor to reuse an id within a session, and rmcp routes a session's
+/// answers by id: a second request with the id of one in flight would get the first one's
+/// answer, and the first one's stream would never end. So the endpoint takes a request's id
+/// before either path sees it, refuses a request whose id is taken ([`IdInFlight`]), and
+/// gives the id back when the request's response ends or is dropped ([`TakenId`]). An
+/// entry lives as long as its request: the set holds only requests in flight.
+#[derive(Default)]
+pub(super) struct RequestIds {
+    taken: Mutex<HashSet<(Arc<str>, RequestId)>>,
+}
+
+/// A request whose id is the id of a request still in flight in its session.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "a request with id `{}` is still in flight in this session: give each request its own id (an id is free again once its request is answered)",
+    shown_request_id(.0)
+)]
+pub(super) struct IdInFlight(pub(super) RequestId);
+
+/// A request id as a message repeats it: a number as it is, a string in quotes (`7` and
+/// `"7"` are different ids), cut and escaped as every id a caller chose.
+fn shown_request_id(id: &RequestId) -> String {
+    match id {
+        RequestId::Number(n) => n.to_string(),
+        RequestId::String(s) => format!("\"{}\"", toolgate_core::error::shown_id(s)),
+    }
+}
+
+impl RequestIds {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<(Arc<str>, RequestId)>> {
+        self.taken.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Takes `id` in `session` until the [`TakenId`] is dropped; an error when a request
+    /// with that id is still in flight there.
+    pub(super) fn take(
+        self: &Arc<Self>,
+        session: Arc<str>,
+        id: &RequestId,
+    ) -> Result<TakenId, IdInFlight> {
+        let key = (session, id.clone());
+        if !self.lock().insert(key.clone()) {
+            return Err(IdInFlight(key.1));
+        }
+        Ok(TakenId {
+            ids: Arc::clone(self),
+            key,
+        })
+    }
+
+    /// Frees every id taken in `session`, which ended (the requests still holding one end
+    /// with it).
+    pub(super) fn closed(&self, session: &str) {
+        self.lock().retain(|(taken, _)| &**taken != session);
+    }
+
+    /// How many ids are taken, in every session.
+    #[cfg(test)]
+    pub(super) fn len(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// A request id taken in its session ([`RequestIds::take`]), free again when dropped.
+pub(super) struct TakenId {
+    ids: Arc<RequestIds>,
+    key: (Arc<str>, RequestId),
+}
+
+impl Drop for TakenId {
+    fn drop(&mut self) {
+        self.ids.lock().remove(&self.key);
+    }
+}
+
+/// A response body holding its request's id ([`TakenId`]) until it ends or is dropped:
+/// until the answer was sent, or the client left.
+pub(super) struct Releasing<B> {
+    inner: B,
+    taken: Option<TakenId>,
+}
+
+impl<B> Releasing<B> {
+    pub(super) fn new(inner: B, taken: Option<TakenId>) -> Self {
+        Releasing { inner, taken }
+    }
+}
+
+impl<B: Body + Unpin> Body for Releasing<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, B::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Poll::Ready(None) = polled {
+            this.taken = None;
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 fn session_id(headers: &HeaderMap) -> Option<&str> {
     headers.get(SESSION_ID).and_then(|v| v.to_str().ok())
 }
@@ -551,6 +673,56 @@ mod tests {
             request = request.header(*name, *value);
         }
         request.body(()).unwrap().into_parts().0
+    }
+
+    #[test]
+    fn a_request_id_is_taken_in_its_session_until_its_request_ends() {
+        let ids = Arc::new(RequestIds::default());
+        let (one, two): (Arc<str>, Arc<str>) = (Arc::from("one"), Arc::from("two"));
+        let seven = RequestId::Number(7);
+        let first = ids.take(Arc::clone(&one), &seven).expect("free");
+        let refused = ids.take(Arc::clone(&one), &seven).err().expect("taken");
+        assert_eq!(
+            refused.to_string(),
+            "a request with id `7` is still in flight in this session: give each request its own id (an id is free again once its request is answered)"
+        );
+        // Another session, and the string "7", are other ids.
+        let other = ids.take(Arc::clone(&two), &seven).expect("another session");
+        let string = RequestId::String(Arc::from("7"));
+        let quoted = ids.take(Arc::clone(&one), &string).expect("a string id");
+        let again = ids.take(Arc::clone(&one), &string).err().expect("taken");
+        assert!(
+            again
+                .to_string()
+                .starts_with("a request with id `\"7\"` is"),
+            "{again}"
+        );
+        drop(first);
+        let _reused = ids.take(Arc::clone(&one), &seven).expect("free again");
+        // A session that ends frees its ids; its requests' guards free nothing else.
+        ids.closed("one");
+        assert_eq!(ids.len(), 1);
+        drop(quoted);
+        drop(other);
+        assert_eq!(ids.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_response_body_frees_its_id_at_its_end_or_when_dropped() {
+        use http_body_util::BodyExt;
+        let ids = Arc::new(RequestIds::default());
+        let session: Arc<str> = Arc::from("s");
+        let id = RequestId::Number(1);
+        let taken = ids.take(Arc::clone(&session), &id).expect("free");
+        let mut body = Releasing::new(http_body_util::Full::new(Bytes::from("x")), Some(taken));
+        assert!(body.frame().await.is_some());
+        assert_eq!(ids.len(), 1, "taken until the body ends");
+        assert!(body.frame().await.is_none());
+        assert_eq!(ids.len(), 0, "free at its end");
+        let taken = ids.take(Arc::clone(&session), &id).expect("free");
+        let body = Releasing::new(http_body_util::Full::new(Bytes::from("x")), Some(taken));
+        drop(body);
+        assert_eq!(ids.len(), 0, "free when dropped");
     }
 
     #[test]

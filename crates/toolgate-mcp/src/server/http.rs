@@ -10,7 +10,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use http_body::Body;
 use http_body_util::BodyExt;
-use rmcp::model::{ClientJsonRpcMessage, ClientRequest};
+use rmcp::model::{ClientJsonRpcMessage, ClientRequest, ErrorCode};
 use rmcp::transport::streamable_http_server::StreamableHttpService;
 use rmcp::transport::streamable_http_server::session::SessionId;
 use rmcp::transport::streamable_http_server::session::SessionManager;
@@ -22,7 +22,7 @@ use arc_swap::ArcSwap;
 use super::cancellation::{ClientDisconnected, GuardedBody};
 use super::connection::Connection;
 use super::connection::user_of;
-use super::direct::{self, AllowedHosts, DirectCalls};
+use super::direct::{self, AllowedHosts, DirectCalls, Releasing, RequestIds, TakenId};
 use super::held;
 use super::listen_gate::{self, ListenGate};
 use super::opening;
@@ -71,6 +71,12 @@ use toolgate_core::CallerId;
 /// that names its `Mcp-Session-Id` with anyone else's credential — a call, a `GET` for its
 /// stream, a `DELETE` — is answered 404 as for an id never issued, and never reaches the
 /// session.
+///
+/// A request whose id is the id of a request of the same session still in flight (not yet
+/// answered, its client still there) is refused 400 with `-32600` and its id, in words
+/// naming the id: MCP forbids reusing an id within a session, and rmcp, which routes a
+/// session's answers by id, would give it the first request's answer and leave the first
+/// request's stream open for good.
 #[derive(Clone)]
 pub struct McpHttpService {
     endpoint: Arc<Endpoint>,
@@ -90,6 +96,8 @@ struct Endpoint {
     stateless: StatelessCalls,
     /// Who opened each session.
     owners: Owners,
+    /// The ids of the requests in flight in each session.
+    ids: Arc<RequestIds>,
 }
 
 impl McpHttpService {
@@ -109,6 +117,7 @@ impl McpHttpService {
                 direct,
                 stateless,
                 owners: Owners::default(),
+                ids: Arc::default(),
             }),
             current,
         }
@@ -152,6 +161,7 @@ impl Endpoint {
     async fn close(&self, id: &str) {
         self.owners.forget(id);
         self.direct.closed(id);
+        self.ids.closed(id);
         let id: SessionId = Arc::from(id);
         // The only error is a worker that already stopped: the session is gone either way.
         let _ = self.sessions.close_session(&id).await;
@@ -197,6 +207,7 @@ where
                 direct,
                 stateless,
                 owners,
+                ids,
             } = &*endpoint;
             let config = &rmcp.config;
             let limit = config.max_request_body_bytes;
@@ -242,11 +253,26 @@ where
             if let Some(session) = session
                 && let Some(message) = message
             {
+                let taken = match take_id(ids, named.as_deref(), Some(session.id()), &message) {
+                    Ok(taken) => taken,
+                    Err(refused) => return Ok(refused),
+                };
                 let call = session.answer(parts, message);
                 let answer = direct::run(call, config.sse_keep_alive).await;
-                return Ok(answered(answer, guard));
+                return Ok(answered(answer, taken, guard));
             }
             let session = direct.to_rmcp(&parts.headers, message.as_ref());
+            // Held until the response ends or is dropped, as this future is.
+            let taken = match &message {
+                Some(message) => {
+                    let known = session.as_ref().map(|session| session.id());
+                    match take_id(ids, named.as_deref(), known, message) {
+                        Ok(taken) => taken,
+                        Err(refused) => return Ok(refused),
+                    }
+                }
+                None => None,
+            };
             let mut parts = parts;
             let listen = is_listen(message.as_ref()).then(|| {
                 let (gate, decision) = ListenGate::new();
@@ -285,6 +311,7 @@ where
                 Some(id) if delete && response.status().is_success() => {
                     owners.forget(id);
                     direct.closed(id);
+                    ids.closed(id);
                 }
                 Some(_) => {}
                 None => {
@@ -313,6 +340,9 @@ where
             if post && is_event_stream(&head.headers) {
                 let hold = config.sse_keep_alive.unwrap_or(HOLD_WITHOUT_KEEP_ALIVE);
                 body = held::first_events(body, hold, one_request).await;
+            }
+            if taken.is_some() {
+                body = Releasing::new(body, taken).boxed();
             }
             // The host has the answer from here on, and takes the session or closes it.
             if let Some(opening) = opening {
@@ -364,10 +394,46 @@ fn is_event_stream(headers: &http::HeaderMap) -> bool {
         .is_some_and(|value| value.starts_with(direct::EVENT_STREAM))
 }
 
-/// A call answered by [`DirectCalls`]: an SSE stream, as rmcp's, its body carrying `guard`.
-fn answered(answer: direct::Answer, guard: DropGuard) -> http::Response<GuardedBody> {
+/// Takes the id of `message` in the session `named` (`known`: the same id, already shared)
+/// while the request is in flight; `None` for what is not a request of a session. A
+/// request whose id is taken is refused: 400, `-32600`, in words naming the id.
+#[expect(
+    clippy::result_large_err,
+    reason = "the refusal is the response, returned at once"
+)]
+fn take_id(
+    ids: &Arc<RequestIds>,
+    named: Option<&str>,
+    known: Option<&Arc<str>>,
+    message: &ClientJsonRpcMessage,
+) -> Result<Option<TakenId>, http::Response<GuardedBody>> {
+    let (Some(named), ClientJsonRpcMessage::Request(request)) = (named, message) else {
+        return Ok(None);
+    };
+    let session = known.map_or_else(|| Arc::from(named), Arc::clone);
+    match ids.take(session, &request.id) {
+        Ok(taken) => Ok(Some(taken)),
+        Err(in_flight) => {
+            let message = in_flight.to_string();
+            Err(request_body::rejection(
+                http::StatusCode::BAD_REQUEST,
+                in_flight.0.into_json_value(),
+                i64::from(ErrorCode::INVALID_REQUEST.0),
+                message,
+            ))
+        }
+    }
+}
+
+/// A call answered by [`DirectCalls`]: an SSE stream, as rmcp's, its body carrying `guard`
+/// and the call's id, `taken` until the body ends.
+fn answered(
+    answer: direct::Answer,
+    taken: Option<TakenId>,
+    guard: DropGuard,
+) -> http::Response<GuardedBody> {
     let mut response = http::Response::new(GuardedBody {
-        inner: answer.boxed(),
+        inner: Releasing::new(answer, taken).boxed(),
         guard: Some(guard),
     });
     direct::event_stream_headers(response.headers_mut());

@@ -208,7 +208,7 @@ async fn notifications_cancelled_cancels_a_call_answered_directly() {
 }
 
 #[tokio::test]
-async fn a_call_stays_cancellable_when_another_call_of_its_id_ends_first() {
+async fn a_call_stays_cancellable_when_a_request_reusing_its_id_is_refused() {
     let server = serve(SessionConfig::DEFAULT_KEEP_ALIVE).await;
     let session = server.session(json!({})).await;
     let started = server.waiting.notified();
@@ -216,8 +216,11 @@ async fn a_call_stays_cancellable_when_another_call_of_its_id_ends_first() {
         "params": {"name": "wait", "arguments": {}}});
     let waiting = server.post(Some(&session), &body).await;
     within(10, "the call starts", started).await;
-    // The client reuses the id while the first call runs; that second call ends at once.
-    assert!(!server.call(&session, 41, "count", None).await.primed);
+    // The client reuses the id while the first call runs: that second call is refused.
+    let reused = json!({"jsonrpc": "2.0", "id": 41, "method": "tools/call",
+        "params": {"name": "count", "arguments": {}}});
+    let refused = server.post(Some(&session), &reused).await;
+    assert_eq!(refused.status(), 400);
 
     let ended = server.ended.notified();
     let cancel = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",

@@ -21,6 +21,7 @@ mod python_sdk;
 mod repeated_keys;
 mod requests_in_flight;
 mod resource_subscriptions;
+mod reused_ids;
 mod session;
 mod stateless;
 mod stdio;
