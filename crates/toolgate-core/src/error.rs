@@ -729,6 +729,11 @@ pub struct InputViolations(pub Vec<InputViolation>);
 ///     in_json_words("invalid value: integer `5000000000`, expected u32"),
 ///     "invalid value: the number 5000000000, expected a whole number from 0 to 4294967295"
 /// );
+/// // A number past 64 bits, as a YAML reader names it.
+/// assert_eq!(
+///     in_json_words("invalid type: integer `99999999999999999999` as u128, expected u64"),
+///     "invalid value: the number 99999999999999999999, expected a whole number from 0 to 18446744073709551615"
+/// );
 /// assert_eq!(
 ///     in_json_words("unknown variant `calculater`, expected `calculator` or `echo`"),
 ///     "unknown value `calculater`, expected `calculator` or `echo`"
@@ -824,6 +829,15 @@ fn found_in_json_words(head: &str) -> String {
     };
     let Some(found) = found.strip_suffix(", ") else {
         return head.to_owned();
+    };
+    // A YAML reader names a number past 64 bits by the type it read it as, and calls it of
+    // the wrong type: it is a number out of range.
+    let (kind, found) = match [" as u128", " as i128"]
+        .into_iter()
+        .find_map(|wide| found.strip_suffix(wide))
+    {
+        Some(number) => ("invalid value: ", number),
+        None => (kind, found),
     };
     let quoted = |prefix: &str| {
         found

@@ -25,10 +25,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use futures::future::BoxFuture;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use toolgate_core::file::TextFileError;
 use toolgate_core::tool::{ErasedTool, PreparedInput, ToolDefinition};
 use toolgate_core::{ToolError, ToolInvokeContext};
 use toolgate_hooks::fingerprint::fingerprint;
 use toolgate_redis::{PinCheck, PinsUnavailable, RedisPins, StoredPin};
+
+use crate::config::io_in_words;
+use crate::config::paths::{open_regular, special_file};
 
 /// The tag of a tool whose definition changed and awaits acceptance.
 pub const CHANGED_TAG: &str = "pin-changed";
@@ -44,6 +48,18 @@ pub enum PinError {
         path: PathBuf,
         /// What failed.
         reason: String,
+    },
+    /// `pins.path`, or a file the gateway keeps beside it (its lock), is a pipe, a device
+    /// or a directory: refused unopened, since opening a pipe waits for its other end and a
+    /// device such as `/dev/zero` never ends.
+    #[error("{}", not_a_file(path, file, what))]
+    NotAFile {
+        /// The pin file (`pins.path`).
+        path: PathBuf,
+        /// The file refused: the pin file, or one beside it.
+        file: PathBuf,
+        /// What it is, in words: "a pipe", "a device", "a directory".
+        what: &'static str,
     },
     /// The file is not a pin file.
     #[error(
@@ -168,17 +184,19 @@ impl PinFile {
     /// # Errors
     ///
     /// [`PinError`] when it cannot be read or is not a pin file.
+    ///
+    /// Read as the configuration file is: only a regular file, opened without waiting,
+    /// of at most [`MAX_TEXT_FILE_BYTES`](toolgate_core::file::MAX_TEXT_FILE_BYTES).
     pub fn load(path: &Path) -> Result<PinFile, PinError> {
-        match std::fs::read(path) {
-            Ok(bytes) => serde_json::from_slice(&bytes).map_err(|e| PinError::Malformed {
+        match toolgate_core::file::read_text_file(path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| PinError::Malformed {
                 path: path.to_owned(),
                 reason: e.to_string(),
             }),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(PinFile::default()),
-            Err(e) => Err(PinError::Io {
-                path: path.to_owned(),
-                reason: e.to_string(),
-            }),
+            Err(TextFileError::Unreadable(e)) if e.kind() == std::io::ErrorKind::NotFound => {
+                Ok(PinFile::default())
+            }
+            Err(e) => Err(refused(path, path, e)),
         }
     }
 
@@ -194,7 +212,12 @@ impl PinFile {
         };
         let text = serde_json::to_vec_pretty(self).map_err(|e| io(std::io::Error::other(e)))?;
         let temporary = path.with_extension("pins.tmp");
-        std::fs::write(&temporary, text).map_err(io)?;
+        let mut options = std::fs::OpenOptions::new();
+        options.write(true).create(true).truncate(true);
+        let mut file = open_regular(&mut options, &temporary, false)
+            .map_err(|e| refused(path, &temporary, e))?;
+        std::io::Write::write_all(&mut file, &text).map_err(io)?;
+        drop(file);
         std::fs::rename(&temporary, path).map_err(io)
     }
 
@@ -320,15 +343,25 @@ where
     let joined = tokio::task::spawn_blocking({
         let io = io.clone();
         move || {
+            // A pipe, a device or a directory named as the pin file is refused before its
+            // lock file is made beside it.
+            if let Some(what) = special_file(&path).map_err(&io)? {
+                return Err(PinError::NotAFile {
+                    path: path.clone(),
+                    file: path.clone(),
+                    what,
+                });
+            }
             let mut lock_path = path.clone().into_os_string();
             lock_path.push(".lock");
+            let lock_path = PathBuf::from(lock_path);
             let mut options = std::fs::OpenOptions::new();
             options.create(true).truncate(false).write(true);
             // A symbolic link planted at the lock file's name is refused, never followed
-            // to create or lock a file of its choosing.
-            #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::custom_flags(&mut options, libc::O_NOFOLLOW);
-            let lock = options.open(&lock_path).map_err(&io)?;
+            // to create or lock a file of its choosing; a pipe there is refused, not
+            // waited on.
+            let lock = open_regular(&mut options, &lock_path, true)
+                .map_err(|e| refused(&path, &lock_path, e))?;
             // Held until `lock` is closed, at the end of this closure.
             lock.lock().map_err(&io)?;
             let mut file = PinFile::load(&path)?;
@@ -341,6 +374,45 @@ where
     })
     .await;
     joined.map_err(|e| io(std::io::Error::other(e)))?
+}
+
+/// The refusal of `file` (the pin file at `path`, or one beside it) as read or opened.
+fn refused(path: &Path, file: &Path, e: TextFileError) -> PinError {
+    match e {
+        TextFileError::NotAFile { what } => PinError::NotAFile {
+            path: path.to_owned(),
+            file: file.to_owned(),
+            what,
+        },
+        TextFileError::Unreadable(e) if file == path => PinError::Io {
+            path: path.to_owned(),
+            reason: io_in_words(&e),
+        },
+        TextFileError::Unreadable(e) => PinError::Io {
+            path: path.to_owned(),
+            reason: format!("{}: {}", file.display(), io_in_words(&e)),
+        },
+        other => PinError::Malformed {
+            path: path.to_owned(),
+            reason: other.to_string(),
+        },
+    }
+}
+
+/// What [`PinError::NotAFile`] says.
+fn not_a_file(path: &Path, file: &Path, what: &str) -> String {
+    if file == path {
+        format!(
+            "`pins.path` ({}) is {what}, not a regular file: name a file the gateway can read and write",
+            path.display()
+        )
+    } else {
+        format!(
+            "`pins.path` ({}): {} beside it is {what}, not a regular file: remove it (the gateway makes it itself)",
+            path.display(),
+            file.display()
+        )
+    }
 }
 
 /// How many definitions are checked against shared pins at once.
@@ -649,6 +721,67 @@ pub fn is_served(definition: &ToolDefinition) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn a_pipe_or_a_device_as_the_pin_file_is_refused_unread_and_no_lock_is_made() {
+        use crate::config::paths::{make_fifo, within};
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("pins.json");
+        make_fifo(&fifo);
+        for path in [fifo.clone(), PathBuf::from("/dev/zero")] {
+            // As a reload checks the tools against the pins.
+            let refused = within("checking against the pins", {
+                let path = path.clone();
+                move || {
+                    let runtime = tokio::runtime::Builder::new_current_thread()
+                        .build()
+                        .unwrap();
+                    runtime.block_on(PinStore::File(path).check(&[definition("a", "b")]))
+                }
+            })
+            .unwrap_err();
+            assert!(matches!(refused, PinError::NotAFile { .. }), "{refused:?}");
+            let refused = within("reading the pins", move || PinFile::load(&path)).unwrap_err();
+            assert!(matches!(refused, PinError::NotAFile { .. }), "{refused:?}");
+        }
+        assert!(!dir.path().join("pins.json.lock").exists());
+        assert!(!Path::new("/dev/zero.lock").exists());
+        assert_eq!(
+            PinFile::load(Path::new("/dev/zero"))
+                .unwrap_err()
+                .to_string(),
+            "`pins.path` (/dev/zero) is a device, not a regular file: name a file the gateway can read and write"
+        );
+
+        // A pipe at the lock's name, or at the name the file is written under first.
+        let pins = dir.path().join("other.json");
+        make_fifo(&dir.path().join("other.json.lock"));
+        let refused = within("locking the pins", {
+            let pins = pins.clone();
+            move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .build()
+                    .unwrap();
+                runtime.block_on(PinStore::File(pins).check(&[definition("a", "b")]))
+            }
+        })
+        .unwrap_err()
+        .to_string();
+        assert!(
+            refused.contains("other.json.lock beside it is a pipe, not a regular file"),
+            "{refused}"
+        );
+        let third = dir.path().join("third.json");
+        make_fifo(&third.with_extension("pins.tmp"));
+        let refused = within("saving the pins", move || PinFile::default().save(&third))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            refused.contains("third.pins.tmp beside it is a pipe"),
+            "{refused}"
+        );
+    }
 
     fn definition(name: &str, description: &str) -> ToolDefinition {
         ToolDefinition {

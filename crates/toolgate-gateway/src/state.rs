@@ -301,14 +301,23 @@ fn with_tls_files(
     mut config: RedisConfigBuilder,
     tls: &RedisTlsFiles,
 ) -> Result<RedisConfigBuilder, StateError> {
+    // As the configuration file is read: only a regular file, opened without waiting (a
+    // pipe is not waited on), of a bounded size (a device such as `/dev/zero` ends).
     let read = |field: &str, path: &std::path::Path| {
-        std::fs::read(path).map_err(|e| {
-            StateError::Backend(format!(
-                "`state.tls.{field}`: cannot read `{}` ({}); give the path of a PEM file",
-                path.display(),
-                crate::config::io_in_words(&e)
-            ))
-        })
+        toolgate_core::file::read_text_file(path)
+            .map(String::into_bytes)
+            .map_err(|e| {
+                let why = match e {
+                    toolgate_core::file::TextFileError::Unreadable(e) => {
+                        crate::config::io_in_words(&e)
+                    }
+                    other => other.to_string(),
+                };
+                StateError::Backend(format!(
+                    "`state.tls.{field}`: cannot read `{}` ({why}); give the path of a PEM file",
+                    path.display(),
+                ))
+            })
     };
     if let Some(ca) = &tls.ca_file {
         config = config.tls_root_certificate(read("ca_file", ca)?);

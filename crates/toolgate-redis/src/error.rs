@@ -54,6 +54,15 @@ pub enum RedisError {
         /// What is wrong with it (never the key itself).
         reason: String,
     },
+    /// Redis answered, and refused the user name or password the URL gives (or asked for
+    /// one where the URL gives none).
+    #[error(
+        "Redis at {url} answered but refused to let toolgate in: the user name or password in its address is wrong, or missing where Redis asks for one; check them (`redis://user:password@host:6379`)"
+    )]
+    Refused {
+        /// The URL, password masked.
+        url: String,
+    },
     /// Redis did not answer in time when connecting.
     #[error(
         "Redis at {url} could not be reached within {waited:?} ({reason}): check that it runs and that this replica can reach it, or start with `RedisState::connect_lazy` to run on the failure policies until it is back"

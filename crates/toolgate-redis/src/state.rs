@@ -469,9 +469,17 @@ fn unusable_certificates(error: redis::RedisError) -> RedisError {
     ))
 }
 
-/// Redis could not be reached: the reason, with what to check when it is the TLS handshake.
+/// Redis could not be reached: the reason, with what to check when it is the TLS handshake;
+/// or Redis refused the credentials ([`RedisError::Refused`]).
 fn unreachable(url: &str, waited: Duration, error: &redis::RedisError) -> RedisError {
     let mut reason = error.to_string();
+    if error.kind() == redis::ErrorKind::AuthenticationFailed
+        || ["WRONGPASS", "NOAUTH"]
+            .iter()
+            .any(|code| reason.contains(code))
+    {
+        return RedisError::Refused { url: masked(url) };
+    }
     let lower = reason.to_lowercase();
     if lower.contains("certificate") || lower.contains("unknownissuer") {
         reason.push_str(

@@ -487,3 +487,38 @@ async fn reconnects_back_off_instead_of_stampeding() {
     .await;
     assert_every_key_expires(&url, &prefix).await;
 }
+
+/// Redis that answers but refuses the credentials in the URL is told apart from Redis that
+/// cannot be reached: the password is what to check, and it is not repeated.
+#[tokio::test]
+async fn wrong_credentials_are_refused_in_words_not_reported_as_unreachable() {
+    let Some(url) = redis_or_skip("wrong_credentials_are_refused_in_words").await else {
+        return;
+    };
+    let Some(host) = url.strip_prefix("redis://").map(|rest| {
+        rest.rsplit_once('@')
+            .map_or(rest, |(_, host)| host)
+            .trim_end_matches('/')
+            .to_owned()
+    }) else {
+        common::report_skip(
+            "wrong_credentials_are_refused_in_words",
+            "REDIS_URL is not a plain redis:// URL",
+        );
+        return;
+    };
+    // An ACL user that does not exist: Redis answers WRONGPASS, with or without a password
+    // of its own configured.
+    let wrong = format!("redis://no-such-user:s3cret-guess@{host}");
+    let error = toolgate_redis::RedisState::connect(&wrong, config(&namespace()).build())
+        .await
+        .expect_err("the credentials are wrong");
+    let message = error.to_string();
+    assert!(
+        matches!(error, toolgate_redis::RedisError::Refused { .. }),
+        "{message}"
+    );
+    assert!(message.contains("refused to let toolgate in"), "{message}");
+    assert!(!message.contains("s3cret-guess"), "{message}");
+    assert!(!message.contains("AuthenticationFailed"), "{message}");
+}

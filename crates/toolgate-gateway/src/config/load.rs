@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use toolgate_core::error::hides_text;
 
+use super::paths::io_in_words;
 use super::{AuditConfig, Config};
 
 /// The shortest `server.mcp_state_key` accepted (what the seal needs: 256 bits).
@@ -122,37 +123,6 @@ impl ConfigError {
     }
 }
 
-/// What the file system said, in words: `no such file`, `permission denied`, `it is a
-/// directory`, … — never Rust's `No such file or directory (os error 2)`. An error made with
-/// a message of its own (`io::Error::other`) is that message.
-pub(crate) fn io_in_words(error: &std::io::Error) -> String {
-    use std::io::ErrorKind;
-    if error.raw_os_error().is_none() {
-        return error.to_string();
-    }
-    let words = match error.kind() {
-        ErrorKind::NotFound => "no such file",
-        ErrorKind::PermissionDenied => "permission denied",
-        ErrorKind::IsADirectory => "it is a directory",
-        ErrorKind::NotADirectory => "a part of the path is not a directory",
-        ErrorKind::ReadOnlyFilesystem => "the file system is read-only",
-        ErrorKind::StorageFull => "the disk is full",
-        _ => {
-            let text = error.to_string();
-            let text = match text.rfind(" (os error ") {
-                Some(at) if text.ends_with(')') => text[..at].to_owned(),
-                _ => text,
-            };
-            let mut chars = text.chars();
-            return match chars.next() {
-                Some(first) => first.to_lowercase().chain(chars).collect(),
-                None => text,
-            };
-        }
-    };
-    words.to_owned()
-}
-
 /// An error at a place of a file: `origin:line:column: `field`: message`.
 pub(crate) struct Located<'a> {
     pub origin: &'a str,
@@ -180,13 +150,80 @@ impl fmt::Display for Located<'_> {
 }
 
 /// Reads and checks a configuration file, at a command's start: a regular file, or a pipe
-/// (`--config <(envsubst < gateway.yaml)`), read once.
+/// that something writes to (`--config <(envsubst < gateway.yaml)`), read once. A pipe
+/// nothing writes to, a device or a directory is refused at once.
 ///
 /// # Errors
 ///
 /// [`ConfigError`] naming the file, field path and (for malformed values) line.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
-    load_text(path, toolgate_core::file::read_text_file_or_pipe(path))
+    load_text(path, read_file_or_pipe(path))
+}
+
+/// The text at `path`: a regular file read as on a reload, or a pipe read by
+/// [`read_pipe`].
+fn read_file_or_pipe(path: &Path) -> Result<String, toolgate_core::file::TextFileError> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo()) {
+            return read_pipe(path);
+        }
+    }
+    toolgate_core::file::read_text_file(path)
+}
+
+/// The text written to the pipe at `path`, up to its end and at most
+/// [`MAX_TEXT_FILE_BYTES`](toolgate_core::file::MAX_TEXT_FILE_BYTES). It is opened without
+/// waiting (an ordinary open waits for a writer, for ever if none comes): a pipe nothing
+/// writes to then ends at once, and is refused; one with a writer is read as its writer
+/// writes.
+#[cfg(unix)]
+fn read_pipe(path: &Path) -> Result<String, toolgate_core::file::TextFileError> {
+    use std::io::{ErrorKind, Read};
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    use toolgate_core::file::{MAX_TEXT_FILE_BYTES, TextFileError};
+
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(TextFileError::Unreadable)?;
+    let kind = file
+        .metadata()
+        .map_err(TextFileError::Unreadable)?
+        .file_type();
+    if !kind.is_fifo() {
+        // Replaced since it was looked at: read as any file.
+        return toolgate_core::file::read_text_file(path);
+    }
+    let mut bytes = Vec::new();
+    let mut chunk = vec![0; 64 * 1024];
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                bytes.extend_from_slice(&chunk[..n]);
+                if bytes.len() as u64 > MAX_TEXT_FILE_BYTES {
+                    return Err(TextFileError::TooLarge);
+                }
+            }
+            // Its writer has not written yet: the pipe is read as it is written.
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(TextFileError::Unreadable(e)),
+        }
+    }
+    if bytes.is_empty() {
+        return Err(TextFileError::Unreadable(std::io::Error::other(
+            "it is a pipe nothing writes to (or whose writer wrote nothing): write the configuration to it first, or name the configuration file itself",
+        )));
+    }
+    String::from_utf8(bytes).map_err(|e| TextFileError::NotUtf8 {
+        valid_up_to: e.utf8_error().valid_up_to(),
+    })
 }
 
 /// Reads and checks a configuration file again, on a reload: only a regular file. A pipe
@@ -711,6 +748,22 @@ fn check(config: &Config) -> Result<(), ConfigError> {
             ));
         }
     }
+    let level = config.logging.level.trim();
+    if !level.is_empty() && tracing_subscriber::EnvFilter::try_new(level).is_err() {
+        return Err(ConfigError::invalid(
+            "logging.level",
+            format!(
+                "`{}` is not a log filter: write a level (`error`, `warn`, `info`, `debug` or `trace`), or directives such as `info,toolgate=debug`",
+                toolgate_core::error::shown_text(level, 64)
+            ),
+        ));
+    }
+    if server.request_timeout.is_zero() {
+        return Err(ConfigError::invalid(
+            "server.request_timeout",
+            "a call's deadline must be longer than zero, e.g. `30s`",
+        ));
+    }
     if server.max_connections == 0 {
         return Err(ConfigError::invalid(
             "server.max_connections",
@@ -963,6 +1016,8 @@ mod tests {
             ("server:\n  header_timeout: 0s\n", "server.header_timeout"),
             ("server:\n  body_timeout: 0s\n", "server.body_timeout"),
             ("server:\n  idle_timeout: 0ms\n", "server.idle_timeout"),
+            ("server:\n  request_timeout: 0s\n", "server.request_timeout"),
+            ("logging:\n  level: \"nope[[[\"\n", "logging.level"),
             ("server:\n  max_connections: 0\n", "server.max_connections"),
             (
                 "server:\n  max_connections_per_address: 0\n",
@@ -987,6 +1042,23 @@ mod tests {
         ] {
             assert_eq!(parse(text).unwrap_err().field(), field, "{text}");
         }
+    }
+
+    #[test]
+    fn a_number_past_64_bits_is_refused_in_words_with_its_range() {
+        let error = parse("server:\n  max_connections: 99999999999999999999\n").unwrap_err();
+        assert_eq!(error.field(), "server.max_connections");
+        let message = error.to_string();
+        assert!(
+            message.contains(
+                "the number 99999999999999999999, expected a whole number from 0 to 4294967295"
+            ),
+            "{message}"
+        );
+        assert!(
+            !message.contains("u128") && !message.contains("`,"),
+            "{message}"
+        );
     }
 
     #[test]
@@ -1065,6 +1137,48 @@ mod tests {
                 )
             );
         }
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn at_start_a_pipe_nothing_writes_to_or_a_device_is_refused_at_once() {
+        use crate::config::paths::{make_fifo, within};
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("gateway.yaml");
+        make_fifo(&fifo);
+        let refused = within("load_file of a pipe", {
+            let fifo = fifo.clone();
+            move || load_file(&fifo).unwrap_err().to_string()
+        });
+        assert_eq!(
+            refused,
+            format!(
+                "cannot read config file {}: it is a pipe nothing writes to (or whose writer wrote nothing): write the configuration to it first, or name the configuration file itself",
+                fifo.display()
+            )
+        );
+        let refused = within("load_file of /dev/zero", || {
+            load_file(Path::new("/dev/zero")).unwrap_err().to_string()
+        });
+        assert!(refused.contains("it is a device, not a file"), "{refused}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn at_start_a_pipe_with_a_writer_is_read_to_its_end() {
+        use crate::config::paths::{make_fifo, within};
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("gateway.yaml");
+        make_fifo(&fifo);
+        // The writer waits in its open until the configuration is read: `cat > fifo`.
+        let writer = std::thread::spawn({
+            let fifo = fifo.clone();
+            move || std::fs::write(&fifo, "tools:\n  builtin: [echo]\n")
+        });
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let config = within("load_file of a written pipe", move || load_file(&fifo));
+        assert_eq!(config.unwrap().tools.builtin.len(), 1);
+        writer.join().unwrap().unwrap();
     }
 
     #[test]

@@ -8,7 +8,7 @@ mod env;
 mod identity;
 mod load;
 mod origin;
-mod paths;
+pub(crate) mod paths;
 mod policies;
 mod telemetry;
 mod upstream;
@@ -27,10 +27,9 @@ pub use identity::{
     OAuthConfig, RequiredScopes, RouteCredentials, TokenExchangeConfig,
 };
 pub use load::{ConfigError, load_file, parse, reload_file};
-pub(crate) use load::{
-    Located, in_plain_words as yaml_in_plain_words, io_in_words, name_fault, strip_location,
-};
+pub(crate) use load::{Located, in_plain_words as yaml_in_plain_words, name_fault, strip_location};
 pub use origin::WebOrigin;
+pub(crate) use paths::io_in_words;
 pub(crate) use policies::describe_budgets;
 pub use policies::{
     ApprovalPolicy, AuthorizationPolicy, BudgetPartition, BudgetPolicy, CachePolicy, CedarPolicy,

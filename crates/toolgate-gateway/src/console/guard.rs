@@ -40,17 +40,31 @@ pub fn session_cookie(headers: &HeaderMap, secure: bool) -> Option<&str> {
     cookie(headers, cookie_name(secure))
 }
 
+/// Whether the request carries the session cookie (of the name read when `secure`) more
+/// than once, in one `Cookie` header or in several. A browser sends two of one name when a
+/// page of another port of the same host, or of a sibling subdomain, set one with another
+/// path: which of them comes first is theirs to choose, so neither is taken.
+pub fn session_cookie_repeated(headers: &HeaderMap, secure: bool) -> bool {
+    let name = cookie_name(secure);
+    pairs(headers).filter(|(n, _)| *n == name).nth(1).is_some()
+}
+
 /// The value of the cookie `name`, if the request has one that is not empty.
 pub fn cookie<'h>(headers: &'h HeaderMap, name: &str) -> Option<&'h str> {
+    pairs(headers)
+        .find(|(n, _)| *n == name)
+        .map(|(_, value)| value.trim())
+        .filter(|value| !value.is_empty())
+}
+
+/// The request's cookies, as name and value, in the order sent.
+fn pairs(headers: &HeaderMap) -> impl Iterator<Item = (&str, &str)> {
     headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .flat_map(|v| v.split(';'))
         .filter_map(|pair| pair.trim().split_once('='))
-        .find(|(n, _)| *n == name)
-        .map(|(_, value)| value.trim())
-        .filter(|value| !value.is_empty())
 }
 
 /// Whether a request with this method may change something (everything but reads).
@@ -225,5 +239,26 @@ mod tests {
         assert!(!changes_state(&Method::HEAD));
         assert!(changes_state(&Method::POST));
         assert!(changes_state(&Method::DELETE));
+    }
+
+    #[test]
+    fn the_session_cookie_sent_twice_is_told_apart_from_other_cookies_and_the_other_name() {
+        let twice = headers(&[("cookie", "toolgate_console=a; x=1; toolgate_console=b")]);
+        assert!(session_cookie_repeated(&twice, false));
+        let in_two_headers = headers(&[
+            ("cookie", "toolgate_console=a"),
+            ("cookie", "toolgate_console=b"),
+        ]);
+        assert!(session_cookie_repeated(&in_two_headers, false));
+        let once = headers(&[("cookie", "toolgate_console=a; toolgate_console_flow=b")]);
+        assert!(!session_cookie_repeated(&once, false));
+        // Served securely, only the `__Host-` cookie is read: a planted plain one is not
+        // the session's, and does not lock its owner out.
+        let planted = headers(&[(
+            "cookie",
+            "toolgate_console=planted; __Host-toolgate_console=mine",
+        )]);
+        assert!(!session_cookie_repeated(&planted, true));
+        assert_eq!(session_cookie(&planted, true), Some("mine"));
     }
 }

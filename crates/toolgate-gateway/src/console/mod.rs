@@ -118,6 +118,20 @@ fn session_ended() -> ApiError {
     )
 }
 
+/// The refusal of a request that carries the session cookie more than once: 400
+/// `repeated_credential`, as for a credential header sent twice. Neither is taken: another
+/// page of the host may have set one, and the order is its to choose.
+fn repeated_session_cookie(secure: bool) -> ApiError {
+    ApiError::new(
+        StatusCode::BAD_REQUEST,
+        "repeated_credential",
+        format!(
+            "the request carries the console's session cookie `{}` more than once (a page of another port or site of this host may have set one): remove this site's cookies in the browser and sign in again",
+            guard::cookie_name(secure)
+        ),
+    )
+}
+
 /// The answer to a cookie that names no live session: 401 `session_ended`, with the cookie
 /// removed, so that the browser sends it no more. A stale cookie (a session that expired,
 /// was signed out elsewhere, or ended with a restart) then counts once against its
@@ -166,6 +180,10 @@ fn who(gateway: &Gateway, user: &User, csrf: &str) -> serde_json::Value {
 struct SignIn {
     key: String,
 }
+
+/// The most bytes a sign-in's body may have (`POST /console/session`, `{"key": …}`):
+/// anyone may send one, so it is held to what a key needs, not to `server.body_limit`.
+pub const SIGN_IN_BODY_LIMIT: usize = 16 * 1024;
 
 /// `POST /console/session`: exchanges an API key for a session. The key is checked as
 /// `/v1` checks it (a route that takes OAuth tokens only takes no key here either); the
@@ -293,7 +311,11 @@ async fn current(
     if let Some(refusal) = crate::identity::repeated_credential(headers) {
         return Err(refusal.into_response());
     }
-    let Some(id) = guard::session_cookie(headers, secure(headers)) else {
+    let secure = secure(headers);
+    if guard::session_cookie_repeated(headers, secure) {
+        return Err(repeated_session_cookie(secure).into_response());
+    }
+    let Some(id) = guard::session_cookie(headers, secure) else {
         return Err(session_ended().into_response());
     };
     let limit = &gateway.credential_limit;

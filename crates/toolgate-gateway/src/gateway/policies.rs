@@ -288,13 +288,20 @@ fn audit(
             if let Some(after) = checkpoint_after {
                 chain = chain.checkpoint_after(*after);
             }
+            // A directory, a socket or a pipe nothing reads is refused before the sink
+            // opens (and waits on) it; the pipe's writing end opened to see it is read is
+            // held until the sink has its own, so that its reader never sees it end.
+            let pipe = crate::config::paths::audit_path(&path.0)?;
             let sink = if every.is_zero() {
                 JsonLinesSink::open(&path.0)
             } else {
                 JsonLinesSink::open_buffered(&path.0, every)
-            }
-            .map_err(|e| GatewayError::Io(format!("audit.path: {e}")))?
-            .chained(chain);
+            };
+            drop(pipe);
+            crate::config::paths::release_audit_pipe(&path.0);
+            let sink = sink
+                .map_err(|e| GatewayError::Io(format!("audit.path: {e}")))?
+                .chained(chain);
             let mut rotation = Rotation::new();
             if let Some(size) = rotate_bytes {
                 rotation = rotation.max_bytes(size.0 as u64);

@@ -37,7 +37,7 @@ fn too_large() -> ApiError {
     ApiError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
         "body_too_large",
-        "the request body is over the gateway's limit (`server.body_limit`): send less data",
+        "the request body is over the gateway's limit (`server.body_limit`; 16 KiB for signing in to the console): send less data",
     )
 }
 

@@ -138,6 +138,9 @@ pub fn router(state: AppState) -> Router {
             "/console/session",
             get(console::show)
                 .post(console::sign_in)
+                // Anyone may send a sign-in, credential or none: its body is small, and a
+                // slow sender holds no more than this while it waits for the rest.
+                .layer(DefaultBodyLimit::max(console::SIGN_IN_BODY_LIMIT))
                 .delete(console::sign_out),
         )
         .merge(authenticated)

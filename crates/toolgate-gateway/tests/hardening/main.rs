@@ -21,6 +21,7 @@ mod pins;
 mod redis_outage;
 mod repeated_credentials;
 mod repeated_keys;
+mod special_files;
 mod upstream_errors;
 mod upstream_secrets;
 mod upstream_tool_names;

@@ -134,3 +134,73 @@ async fn two_console_session_tokens_are_refused_on_v1_and_the_console() {
     let answer = Answer::read(once.send().await.expect("an answer")).await;
     assert_eq!(answer.status, 204, "{}", answer.body);
 }
+
+#[tokio::test]
+async fn two_console_session_cookies_are_refused_whichever_comes_first() {
+    let gateway = Gateway::start(&config());
+    let sign_in = || async {
+        let answer = Answer::read(
+            client()
+                .post(gateway.url("/console/session"))
+                .json(&json!({ "key": key("alice") }))
+                .send()
+                .await
+                .expect("signing in"),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+        crate::common::session_cookie(&answer).expect("a session cookie")
+    };
+    let (first, second) = (sign_in().await, sign_in().await);
+    let one_header = format!("toolgate_console={first}; toolgate_console={second}");
+    for (what, cookies) in [
+        ("in one header", vec![one_header.clone()]),
+        (
+            "in two headers",
+            vec![
+                format!("toolgate_console={second}"),
+                format!("toolgate_console={first}"),
+            ],
+        ),
+        (
+            "a planted one first",
+            vec![format!(
+                "toolgate_console=planted; toolgate_console={first}"
+            )],
+        ),
+    ] {
+        for path in ["/v1/tools", "/console/session"] {
+            let mut request = client().get(gateway.url(path));
+            for cookie in &cookies {
+                request = request.header("cookie", cookie);
+            }
+            let answer = Answer::read(request.send().await.expect("an answer")).await;
+            assert_eq!(
+                (answer.status, answer.error_code()),
+                (400, "repeated_credential"),
+                "{what} on {path}: {}",
+                answer.body
+            );
+            assert!(
+                answer
+                    .error_message()
+                    .contains("session cookie `toolgate_console` more than once"),
+                "{}",
+                answer.error_message()
+            );
+        }
+    }
+    // Either cookie alone is a session.
+    for session in [&first, &second] {
+        let answer = Answer::read(
+            client()
+                .get(gateway.url("/v1/tools"))
+                .header("cookie", format!("toolgate_console={session}"))
+                .send()
+                .await
+                .expect("an answer"),
+        )
+        .await;
+        assert_eq!(answer.status, 200, "{}", answer.body);
+    }
+}

@@ -160,7 +160,15 @@ const COST_FORMS: &str = "write a number of units, `{argument: /rows, per_unit: 
 
 impl<'de> Deserialize<'de> for CostSpec {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        CostSpec::from_value(&Value::deserialize(d)?).map_err(D::Error::custom)
+        // A number past 64 bits is not a JSON value's: said as the bound it is past.
+        let value = Value::deserialize(d).map_err(|error| {
+            if error.to_string().contains("number out of range") {
+                D::Error::custom(format!("a cost is at most {MAX_UNITS} units"))
+            } else {
+                error
+            }
+        })?;
+        CostSpec::from_value(&value).map_err(D::Error::custom)
     }
 }
 
@@ -305,8 +313,23 @@ impl BudgetPartition {
 impl TryFrom<&BudgetPolicy> for BudgetBuilder {
     type Error = ConfigError;
 
-    /// The hook's builder, without its backend.
+    /// The hook's builder, without its backend. A cost for the outcome tool is refused:
+    /// every budget leaves it free (it reads the state of a waiting call and spends
+    /// nothing), and a cost written for it would be silently overridden.
     fn try_from(policy: &BudgetPolicy) -> Result<Self, ConfigError> {
+        let outcome_tool = crate::outcomes::OUTCOME_TOOL;
+        if policy
+            .tools
+            .get(outcome_tool)
+            .is_some_and(|cost| Cost::from(cost) != Cost::Fixed(0))
+        {
+            return Err(ConfigError::invalid(
+                format!("tools.{outcome_tool}"),
+                format!(
+                    "`{outcome_tool}` costs nothing in every budget: it reads the state of a call that waits for approval and spends nothing, so that a caller polling their call is never refused it; remove it from `tools`"
+                ),
+            ));
+        }
         let window = Window::new(policy.window)
             .map_err(|e| ConfigError::invalid("window", e.to_string()))?;
         let budget = Budget::builder(policy.limit, window)
@@ -360,6 +383,7 @@ mod tests {
     use serde_json::json;
     use toolgate_core::tool::tool_fn_with_context;
     use toolgate_core::{InvokeOptions, Pipeline, ToolError, ToolInvokeContext, User};
+    use toolgate_hooks::budget::BudgetBuilder;
     use toolgate_hooks::partition::Partition;
 
     use super::BudgetPartition;
@@ -465,6 +489,11 @@ mod tests {
                 "a cost is at most 1000000000000000 units",
             ),
             (
+                budget("{ name: a, limit: 5, cost: 99999999999999999999 }"),
+                "policies.budgets[0].cost",
+                "a cost is at most 1000000000000000 units",
+            ),
+            (
                 budget(
                     "{ name: a, limit: 5, tools: { export: { argument: /rows, per_unit: 1000000000000001 } } }",
                 ),
@@ -479,5 +508,24 @@ mod tests {
         }
         let limit = parse(&budget("{ name: a, limit: 0 }")).unwrap_err();
         assert!(limit.to_string().starts_with("<config>:3:25:"), "{limit}");
+    }
+
+    #[test]
+    fn a_cost_for_the_outcome_tool_is_refused_not_overridden() {
+        let text = "policies:\n  budgets:\n    - { name: daily, limit: 5, tools: { toolgate.outcome: 2 } }\n";
+        let config = parse(text).expect("parses");
+        let policy = &config.policies.budgets[0];
+        let error = BudgetBuilder::try_from(policy)
+            .map(drop)
+            .expect_err("a cost for the outcome tool")
+            .within("policies.budgets[0]");
+        assert_eq!(error.field(), "policies.budgets[0].tools.toolgate.outcome");
+        assert!(
+            error.to_string().contains("costs nothing in every budget"),
+            "{error}"
+        );
+        let free = "policies:\n  budgets:\n    - { name: daily, limit: 5, tools: { toolgate.outcome: 0 } }\n";
+        let config = parse(free).expect("parses");
+        assert!(BudgetBuilder::try_from(&config.policies.budgets[0]).is_ok());
     }
 }
