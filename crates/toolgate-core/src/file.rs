@@ -65,22 +65,70 @@ pub fn read_text_file(path: &Path) -> Result<String, TextFileError> {
 
 /// The text of the regular file or the pipe at `path` (`--config <(envsubst < t.yaml)`), of
 /// at most [`MAX_TEXT_FILE_BYTES`]: for a file read once, at a command's start, where a
-/// pipe is the operator's own choice. A pipe is waited on for its writer; a directory, a
-/// device or a socket is refused unread.
+/// pipe is the operator's own choice. A pipe is opened without waiting (an ordinary open
+/// waits for a writer, for ever if none comes): one nothing writes to ends at once and is
+/// refused; one with a writer is read as its writer writes. A directory, a device or a
+/// socket is refused unread.
 ///
 /// # Errors
 ///
 /// As [`read_text_file`].
 pub fn read_text_file_or_pipe(path: &Path) -> Result<String, TextFileError> {
-    let file = std::fs::File::open(path).map_err(TextFileError::Unreadable)?;
-    let metadata = file.metadata().map_err(TextFileError::Unreadable)?;
-    let kind = metadata.file_type();
-    if !metadata.is_file() && what_it_is(&kind) != PIPE {
-        return Err(TextFileError::NotAFile {
-            what: what_it_is(&kind),
-        });
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::FileTypeExt;
+        if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo()) {
+            return read_pipe(path);
+        }
     }
-    bounded_text(file)
+    read_text_file(path)
+}
+
+/// The text written to the pipe at `path`, up to its end and at most
+/// [`MAX_TEXT_FILE_BYTES`] (see [`read_text_file_or_pipe`]).
+#[cfg(unix)]
+fn read_pipe(path: &Path) -> Result<String, TextFileError> {
+    use std::io::ErrorKind;
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+
+    let mut file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(TextFileError::Unreadable)?;
+    let kind = file
+        .metadata()
+        .map_err(TextFileError::Unreadable)?
+        .file_type();
+    if !kind.is_fifo() {
+        // Replaced since it was looked at: read as any file.
+        return read_text_file(path);
+    }
+    let mut bytes = Vec::new();
+    let mut chunk = vec![0; 64 * 1024];
+    loop {
+        match file.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => {
+                bytes.extend_from_slice(&chunk[..n]);
+                if bytes.len() as u64 > MAX_TEXT_FILE_BYTES {
+                    return Err(TextFileError::TooLarge);
+                }
+            }
+            // Its writer has not written yet: the pipe is read as it is written.
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(TextFileError::Unreadable(e)),
+        }
+    }
+    if bytes.is_empty() {
+        return Err(TextFileError::Unreadable(std::io::Error::other(
+            "it is a pipe nothing writes to (or whose writer wrote nothing): write the configuration to it first, or name the configuration file itself",
+        )));
+    }
+    utf8(bytes)
 }
 
 /// What `file` holds, read to its end or past [`MAX_TEXT_FILE_BYTES`] (a file may grow
@@ -93,16 +141,19 @@ fn bounded_text(file: std::fs::File) -> Result<String, TextFileError> {
     if bytes.len() as u64 > MAX_TEXT_FILE_BYTES {
         return Err(TextFileError::TooLarge);
     }
+    utf8(bytes)
+}
+
+/// `bytes` as UTF-8 text.
+fn utf8(bytes: Vec<u8>) -> Result<String, TextFileError> {
     String::from_utf8(bytes).map_err(|e| TextFileError::NotUtf8 {
         valid_up_to: e.utf8_error().valid_up_to(),
     })
 }
 
-/// What [`what_it_is`] calls a pipe.
-const PIPE: &str = "a pipe";
-
-/// What a file that is not a regular one is, in words.
-fn what_it_is(kind: &std::fs::FileType) -> &'static str {
+/// What a file that is not a regular one is, in words: "a directory", "a pipe", "a
+/// socket", "a device".
+pub fn what_it_is(kind: &std::fs::FileType) -> &'static str {
     if kind.is_dir() {
         return "a directory";
     }
@@ -110,7 +161,7 @@ fn what_it_is(kind: &std::fs::FileType) -> &'static str {
     {
         use std::os::unix::fs::FileTypeExt;
         if kind.is_fifo() {
-            return PIPE;
+            return "a pipe";
         }
         if kind.is_socket() {
             return "a socket";

@@ -157,73 +157,7 @@ impl fmt::Display for Located<'_> {
 ///
 /// [`ConfigError`] naming the file, field path and (for malformed values) line.
 pub fn load_file(path: &Path) -> Result<Config, ConfigError> {
-    load_text(path, read_file_or_pipe(path))
-}
-
-/// The text at `path`: a regular file read as on a reload, or a pipe read by
-/// [`read_pipe`].
-fn read_file_or_pipe(path: &Path) -> Result<String, toolgate_core::file::TextFileError> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if std::fs::metadata(path).is_ok_and(|m| m.file_type().is_fifo()) {
-            return read_pipe(path);
-        }
-    }
-    toolgate_core::file::read_text_file(path)
-}
-
-/// The text written to the pipe at `path`, up to its end and at most
-/// [`MAX_TEXT_FILE_BYTES`](toolgate_core::file::MAX_TEXT_FILE_BYTES). It is opened without
-/// waiting (an ordinary open waits for a writer, for ever if none comes): a pipe nothing
-/// writes to then ends at once, and is refused; one with a writer is read as its writer
-/// writes.
-#[cfg(unix)]
-fn read_pipe(path: &Path) -> Result<String, toolgate_core::file::TextFileError> {
-    use std::io::{ErrorKind, Read};
-    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
-    use toolgate_core::file::{MAX_TEXT_FILE_BYTES, TextFileError};
-
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NONBLOCK)
-        .open(path)
-        .map_err(TextFileError::Unreadable)?;
-    let kind = file
-        .metadata()
-        .map_err(TextFileError::Unreadable)?
-        .file_type();
-    if !kind.is_fifo() {
-        // Replaced since it was looked at: read as any file.
-        return toolgate_core::file::read_text_file(path);
-    }
-    let mut bytes = Vec::new();
-    let mut chunk = vec![0; 64 * 1024];
-    loop {
-        match file.read(&mut chunk) {
-            Ok(0) => break,
-            Ok(n) => {
-                bytes.extend_from_slice(&chunk[..n]);
-                if bytes.len() as u64 > MAX_TEXT_FILE_BYTES {
-                    return Err(TextFileError::TooLarge);
-                }
-            }
-            // Its writer has not written yet: the pipe is read as it is written.
-            Err(e) if e.kind() == ErrorKind::WouldBlock => {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            Err(e) if e.kind() == ErrorKind::Interrupted => {}
-            Err(e) => return Err(TextFileError::Unreadable(e)),
-        }
-    }
-    if bytes.is_empty() {
-        return Err(TextFileError::Unreadable(std::io::Error::other(
-            "it is a pipe nothing writes to (or whose writer wrote nothing): write the configuration to it first, or name the configuration file itself",
-        )));
-    }
-    String::from_utf8(bytes).map_err(|e| TextFileError::NotUtf8 {
-        valid_up_to: e.utf8_error().valid_up_to(),
-    })
+    load_text(path, toolgate_core::file::read_text_file_or_pipe(path))
 }
 
 /// Reads and checks a configuration file again, on a reload: only a regular file. A pipe

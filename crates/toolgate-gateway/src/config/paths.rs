@@ -9,7 +9,7 @@
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 
-use toolgate_core::file::TextFileError;
+use toolgate_core::file::{TextFileError, what_it_is};
 
 use super::{AuditConfig, Config, ConfigError};
 
@@ -135,27 +135,6 @@ pub(crate) fn open_regular(
         });
     }
     Ok(file)
-}
-
-/// What a file that is not a regular one is, in words.
-pub(crate) fn what_it_is(kind: &std::fs::FileType) -> &'static str {
-    if kind.is_dir() {
-        return "a directory";
-    }
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::FileTypeExt;
-        if kind.is_fifo() {
-            return "a pipe";
-        }
-        if kind.is_socket() {
-            return "a socket";
-        }
-        if kind.is_char_device() || kind.is_block_device() {
-            return "a device";
-        }
-    }
-    "a special file"
 }
 
 /// The refusal of the file at `path` that `field` names.
@@ -420,18 +399,6 @@ fn probe_writable(directory: &Path, path: &Path) -> std::io::Result<()> {
     std::fs::remove_file(&probe)
 }
 
-/// A pipe made at `path` (`mkfifo`), for tests.
-#[cfg(all(test, unix))]
-pub(crate) fn make_fifo(path: &Path) {
-    let made = std::process::Command::new("mkfifo")
-        .arg(path)
-        .status()
-        .expect("running mkfifo");
-    assert!(made.success(), "mkfifo {}", path.display());
-}
-
-/// What `f` returns, on a thread of its own, within 10 s: a test of something that must
-/// not wait fails, rather than hanging, when it does.
 /// What the file system said, in words: `no such file`, `permission denied`, `it is a
 /// directory`, … — never Rust's `No such file or directory (os error 2)`. An error made with
 /// a message of its own (`io::Error::other`) is that message.
@@ -463,6 +430,18 @@ pub(crate) fn io_in_words(error: &std::io::Error) -> String {
     words.to_owned()
 }
 
+/// A pipe made at `path` (`mkfifo`), for tests.
+#[cfg(all(test, unix))]
+pub(crate) fn make_fifo(path: &Path) {
+    let made = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .expect("running mkfifo");
+    assert!(made.success(), "mkfifo {}", path.display());
+}
+
+/// What `f` returns, on a thread of its own, within 10 s: a test of something that must
+/// not wait fails, rather than hanging, when it does.
 #[cfg(test)]
 pub(crate) fn within<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
     let (tx, rx) = std::sync::mpsc::channel();
