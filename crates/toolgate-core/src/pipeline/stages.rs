@@ -62,20 +62,19 @@ pub(super) fn run_synchronous(
     from: usize,
     phase: Phase,
 ) -> HookResult {
-    let plain = phase != Phase::Tail && runs_plain(entry, ctx);
+    let plain = runs_plain(entry, ctx, phase);
     run_synchronous_as(entry, ctx, stage, from, phase, plain)
 }
 
-/// Whether the stages of the main phases run with [`run_plain`] in this invocation:
-/// nothing is timed or traced. The same for every stage of an invocation, so that a walk
-/// asks once.
+/// Whether the synchronous stages of `phase` run with [`run_plain`] in this invocation:
+/// not [`Phase::Tail`], and nothing is timed or traced. The same for every stage of an
+/// invocation's phase, so that a walk or a tail asks once.
 #[inline(always)]
-pub(super) fn runs_plain(entry: &ToolEntry, ctx: &ToolInvokeContext) -> bool {
-    entry.plan.times_nothing() && !ctx.progress.stage_spans
+pub(super) fn runs_plain(entry: &ToolEntry, ctx: &ToolInvokeContext, phase: Phase) -> bool {
+    phase != Phase::Tail && entry.plan.times_nothing() && !ctx.progress.stage_spans
 }
 
-/// [`run_synchronous`] with its choice of runner made beforehand: `plain` when the phase
-/// is not [`Phase::Tail`] and nothing is timed or traced ([`runs_plain`]).
+/// [`run_synchronous`] with its choice of runner made beforehand ([`runs_plain`]).
 #[inline(always)]
 pub(super) fn run_synchronous_as(
     entry: &ToolEntry,

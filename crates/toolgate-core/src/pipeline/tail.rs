@@ -100,7 +100,7 @@ pub(super) fn run_in_place(entry: &ToolEntry, ctx: &mut ToolInvokeContext) -> bo
 /// [`run_in_place`]'s stages, from the hook after an interrupted one.
 #[inline]
 fn stages_in_place(entry: &ToolEntry, ctx: &mut ToolInvokeContext, phase: Phase) -> bool {
-    let plain = phase != Phase::Tail && stages::runs_plain(entry, ctx);
+    let plain = stages::runs_plain(entry, ctx, phase);
     for stage in due(entry, ctx) {
         if !entry.plan.is_synchronous(stage) {
             return false;

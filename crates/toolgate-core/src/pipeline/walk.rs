@@ -119,7 +119,8 @@ pub(super) async fn walk(
         // Phases 1–6, up to a cache miss; for a resumed call, after stage `done`. The
         // stages run in place, in `Before::advance`; the walk's future awaits only a stage
         // where some hook may not finish at once, and a request to wait.
-        let mut before_walk = Before::new(present, done, stages::runs_plain(entry, ctx));
+        let mut before_walk =
+            Before::new(present, done, stages::runs_plain(entry, ctx, Phase::Main));
         let quota_taken = before_walk.quota_taken;
         let mut before = Ok(());
         loop {
@@ -214,7 +215,7 @@ fn output_in_place(
     ctx: &mut ToolInvokeContext,
     output: &mut StageSet,
 ) -> Result<Option<Stage>, Control> {
-    let plain = stages::runs_plain(entry, ctx);
+    let plain = stages::runs_plain(entry, ctx, Phase::Main);
     while let Some(stage) = output.iter().next() {
         *output = output.difference(stage.into());
         ctx.stage = stage;
