@@ -32,6 +32,21 @@ fn assert_repeated(answer: &Answer, header: &str, what: &str) {
     );
 }
 
+/// Alice signed in to the console: the answer, with her session's cookie and token.
+async fn sign_in(gateway: &Gateway) -> Answer {
+    let signed_in = Answer::read(
+        client()
+            .post(gateway.url("/console/session"))
+            .json(&json!({ "key": key("alice") }))
+            .send()
+            .await
+            .expect("signing in"),
+    )
+    .await;
+    assert_eq!(signed_in.status, 200, "{}", signed_in.body);
+    signed_in
+}
+
 #[tokio::test]
 async fn two_authorization_headers_are_refused_whichever_comes_first() {
     let gateway = Gateway::start(&config());
@@ -91,16 +106,7 @@ async fn two_authorization_headers_are_refused_whichever_comes_first() {
 #[tokio::test]
 async fn two_console_session_tokens_are_refused_on_v1_and_the_console() {
     let gateway = Gateway::start(&config());
-    let signed_in = Answer::read(
-        client()
-            .post(gateway.url("/console/session"))
-            .json(&json!({ "key": key("alice") }))
-            .send()
-            .await
-            .expect("signing in"),
-    )
-    .await;
-    assert_eq!(signed_in.status, 200, "{}", signed_in.body);
+    let signed_in = sign_in(&gateway).await;
     let session = crate::common::session_cookie(&signed_in).expect("a session cookie");
     let cookie = format!("toolgate_console={session}");
     let token = signed_in.body["csrf_token"]
@@ -138,20 +144,10 @@ async fn two_console_session_tokens_are_refused_on_v1_and_the_console() {
 #[tokio::test]
 async fn two_console_session_cookies_are_refused_whichever_comes_first() {
     let gateway = Gateway::start(&config());
-    let sign_in = || async {
-        let answer = Answer::read(
-            client()
-                .post(gateway.url("/console/session"))
-                .json(&json!({ "key": key("alice") }))
-                .send()
-                .await
-                .expect("signing in"),
-        )
-        .await;
-        assert_eq!(answer.status, 200, "{}", answer.body);
-        crate::common::session_cookie(&answer).expect("a session cookie")
+    let session = || async {
+        crate::common::session_cookie(&sign_in(&gateway).await).expect("a session cookie")
     };
-    let (first, second) = (sign_in().await, sign_in().await);
+    let (first, second) = (session().await, session().await);
     let one_header = format!("toolgate_console={first}; toolgate_console={second}");
     for (what, cookies) in [
         ("in one header", vec![one_header.clone()]),

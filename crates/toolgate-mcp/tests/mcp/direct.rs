@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{RawHttp, counting, wait_tool, within};
+use crate::common::{self, RawHttp, counting, wait_tool, within};
 use rmcp::transport::StreamableHttpServerConfig;
 use rmcp::transport::streamable_http_server::session::local::SessionConfig;
 use serde_json::{Value, json};
@@ -45,12 +45,8 @@ async fn serve_with(keep_alive: Duration, sse_keep_alive: Duration) -> Served {
     let mut config = StreamableHttpServerConfig::default();
     config.sse_keep_alive = Some(sse_keep_alive);
     let service = McpServer::new(pipeline).http_service_with_sessions(config, sessions);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let url = format!("http://{}/mcp", listener.local_addr().expect("bound"));
     let app = axum::Router::new().nest_service("/mcp", service);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = format!("{}/mcp", common::serve_on_loopback(app).await);
     Served {
         url,
         ended,

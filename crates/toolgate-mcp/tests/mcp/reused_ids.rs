@@ -9,7 +9,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::common::{RawHttp, within};
+use crate::common::{self, RawHttp, within};
 use rmcp::transport::StreamableHttpServerConfig;
 use serde_json::{Value, json};
 use tokio::sync::{Notify, Semaphore};
@@ -53,12 +53,8 @@ async fn serve() -> Served {
     // A client that left is noticed at the next write: a comment every half second.
     config.sse_keep_alive = Some(Duration::from_millis(500));
     let service = McpServer::new(pipeline).http_service(config);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("a port");
-    let url = format!("http://{}/mcp", listener.local_addr().expect("bound"));
     let app = axum::Router::new().nest_service("/mcp", service);
-    tokio::spawn(async move { axum::serve(listener, app).await });
+    let url = format!("{}/mcp", common::serve_on_loopback(app).await);
     Served {
         url,
         started,
